@@ -1,0 +1,80 @@
+"""Deliberately wrong conversions of ../torch/models.py: verify must reject every one."""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from config import LMConfig
+from flax import nnx
+
+
+class MLP(nnx.Module):
+    """GELU's tanh approximation where torch uses the exact form (a 1e-4-sized difference)."""
+
+    def __init__(self, d_in: int = 8, hidden: int = 16, d_out: int = 4, *, rngs: nnx.Rngs):
+        self.net = nnx.Sequential(
+            nnx.Linear(d_in, hidden, rngs=rngs), nnx.gelu, nnx.Linear(hidden, d_out, rngs=rngs)
+        )
+        self.scale = nnx.Param(jnp.ones(d_out))
+        self.offset = nnx.Variable(jnp.linspace(-1.0, 1.0, d_out))
+
+    def __call__(self, x):
+        return self.net(x) * self.scale[...] + self.offset[...]
+
+
+class ConvNet(nnx.Module):
+    """Flattens channels-last activations: same shapes, wrong feature order for the Linear."""
+
+    def __init__(self, channels: int = 3, classes: int = 5, *, rngs: nnx.Rngs):
+        self.conv = nnx.Conv(channels, 8, kernel_size=(3, 3), padding=((1, 1), (1, 1)), rngs=rngs)
+        self.bn = nnx.BatchNorm(8, momentum=0.9, epsilon=1e-05, rngs=rngs)
+        self.pool = partial(nnx.max_pool, window_shape=(2, 2), strides=(2, 2))
+        self.fc = nnx.Linear(8 * 4 * 4, classes, rngs=rngs)
+
+    def __call__(self, x):
+        x = self.pool(nnx.relu(self.bn(self.conv(jnp.moveaxis(x, 1, -1)))))
+        return self.fc(x.reshape(x.shape[0], -1))
+
+
+class Blocks(nnx.Module):
+    """LayerNorm left at flax's default epsilon (1e-6) instead of torch's 1e-5."""
+
+    def __init__(self, dim: int = 8, depth: int = 2, *, rngs: nnx.Rngs):
+        self.blocks = nnx.List(
+            [
+                nnx.Sequential(nnx.LayerNorm(dim, rngs=rngs), nnx.Linear(dim, dim, rngs=rngs))
+                for _ in range(depth)
+            ]
+        )
+        self.heads = nnx.Dict({"a": nnx.Linear(dim, 2, rngs=rngs), "b": nnx.Linear(dim, 3, rngs=rngs)})
+
+    def __call__(self, x):
+        x = x * 0.01  # small activations: LayerNorm's epsilon matters
+        for block in self.blocks:
+            x = x + block(x)
+        return {"a": self.heads["a"](x), "b": self.heads["b"](x)}
+
+
+class TinyLM(nnx.Module):
+    """Forward pass right, but the embedding is cut out of the gradient."""
+
+    def __init__(self, cfg: LMConfig, *, rngs: nnx.Rngs):
+        self.wte = nnx.Embed(cfg.vocab, cfg.dim, rngs=rngs)
+        self.ln = nnx.LayerNorm(cfg.dim, epsilon=1e-05, rngs=rngs)
+
+    def __call__(self, idx):
+        h = jax.lax.stop_gradient(self.wte(idx))
+        return self.wte.attend(self.ln(h)), None
+
+
+class SeqConv(nnx.Module):
+    """A bias the torch layer does not have: the weight transfer must refuse it."""
+
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.conv = nnx.Conv(4, 6, kernel_size=(3,), padding=((0, 0),), rngs=rngs)  # extra bias
+        self.norm = nnx.LayerNorm(
+            48, epsilon=1e-05, reduction_axes=(-2, -1), feature_axes=(-2, -1), rngs=rngs
+        )
+
+    def __call__(self, x):
+        return self.norm(jnp.moveaxis(self.conv(jnp.moveaxis(x, 1, -1)), -1, 1))

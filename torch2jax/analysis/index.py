@@ -1,0 +1,325 @@
+"""What the rewrite needs to know about a file before changing it.
+
+* which classes are ``nn.Module`` subclasses (directly, through another class of the file, or
+  through a module class of the same repository given in ``known_modules``);
+* for each module class, which ``self.x`` attributes hold layers and what activation layout
+  each wants (so that ``self.conv(x)`` gets channels-last input);
+* which functions build layers (they get a ``*, rngs`` parameter and their callers pass it);
+* the lists that ``nn.Sequential(*layers)`` is built from;
+* tied weights (``self.a.weight = self.b.weight``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import QualifiedNameProvider
+
+from torch2jax.ruleset import RuleSet
+
+MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+
+
+def qualified(visitor: cst.MetadataDependent, node: cst.CSTNode) -> str | None:
+    """The single qualified name of ``node`` (``torch.nn.Linear``), or None."""
+    names = visitor.get_metadata(QualifiedNameProvider, node, None)
+    if not names:
+        return None
+    return sorted(n.name for n in names)[0]
+
+
+@dataclass
+class ClassInfo:
+    name: str
+    bases: list[str]
+    module_base: str | None = None  # local module class it derives from, or "torch"
+    attr_layout: dict[str, str] = field(default_factory=dict)  # self.x -> layout
+    elem_layout: dict[str, str] = field(default_factory=dict)  # self.xs[i] -> layout
+    uses_training: bool = False
+    attr_rule: dict[str, str] = field(default_factory=dict)  # self.x -> torch layer name
+    no_bias: set[str] = field(default_factory=set)  # self.x built with bias=False
+    tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
+
+
+@dataclass
+class FileIndex:
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    module_classes: set[str] = field(default_factory=set)
+    rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
+    list_layouts: dict[tuple[int, str], str] = field(default_factory=dict)  # (fn id, name)
+    tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)
+
+
+class Layouts:
+    """Computes the activation layout a layer-building expression wants."""
+
+    def __init__(self, rules: RuleSet, meta, index: FileIndex) -> None:
+        self.rules = rules
+        self.meta = meta
+        self.index = index
+
+    def of(self, node: cst.BaseExpression, scope_lists: dict[str, str] | None = None) -> str:
+        if isinstance(node, cst.IfExp):
+            a, b = self.of(node.body, scope_lists), self.of(node.orelse, scope_lists)
+            return a if a == b else ("torch" if "any" in (a, b) and "torch" in (a, b) else
+                                     a if b == "any" else b if a == "any" else "mixed")
+        if not isinstance(node, cst.Call):
+            return "torch"
+        name = qualified(self.meta, node.func)
+        if name is None:
+            return "torch"
+        rule = self.rules.layers.get(name)
+        if rule is None:
+            return "torch"
+        if rule.special == "sequential":
+            return self.sequential(node.args, scope_lists)[0]
+        if rule.special in ("module_list", "module_dict"):
+            return "torch"
+        return rule.layout
+
+    def items(self, args, scope_lists) -> list[str]:
+        layouts = []
+        for a in args:
+            if a.star == "*":
+                lst = (scope_lists or {}).get(a.value.value) if isinstance(a.value, cst.Name) \
+                    else None
+                layouts.append(lst or "mixed")
+            elif a.star:
+                layouts.append("mixed")
+            else:
+                layouts.append(self.of(a.value, scope_lists))
+        return layouts
+
+    def sequential(self, args, scope_lists=None) -> tuple[str, list[str]]:
+        """(overall layout, per-item layouts). Overall is channels_last when the first and last
+        layout-sensitive items are channels-last, torch otherwise, any if all are any."""
+        items = self.items(args, scope_lists)
+        if "mixed" in items:
+            return "mixed", items
+        sensitive = [x for x in items if x != "any"]
+        if not sensitive:
+            return "any", items
+        if sensitive[0] == "channels_last" and sensitive[-1] == "channels_last":
+            return "channels_last", items
+        return "torch", items
+
+
+def combine(layouts: list[str]) -> str:
+    """The layout of a list of layers whose order is not known statically."""
+    kinds = set(layouts) - {"any"}
+    if not kinds:
+        return "any"
+    if len(kinds) == 1:
+        return kinds.pop()
+    return "mixed"
+
+
+class Indexer(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+    def __init__(self, rules: RuleSet, known_modules: set[str]) -> None:
+        super().__init__()
+        self.rules = rules
+        self.meta = self
+        self.index = FileIndex()
+        self.layouts = Layouts(rules, self, self.index)
+        self.known_modules = known_modules
+        self._class_stack: list[ClassInfo] = []
+        self._fn_stack: list[cst.FunctionDef] = []
+        self._lists: dict[int, dict[str, list[str]]] = {}
+        self._fn_calls: dict[str, set[str]] = {}
+        self._fn_builds: set[str] = set()
+
+    # -- classes
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        bases = []
+        for b in node.bases:
+            q = qualified(self.meta, b.value)
+            bases.append(q or (b.value.value if isinstance(b.value, cst.Name) else ""))
+        info = ClassInfo(name=node.name.value, bases=bases)
+        self.index.classes[info.name] = info
+        self._class_stack.append(info)
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self._class_stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._fn_stack.append(node)
+        self._lists[id(node)] = {}
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        lists = self._lists.get(id(node), {})
+        for name, layouts in lists.items():
+            self.index.list_layouts[(id(node), name)] = combine(layouts)
+        self._fn_stack.pop()
+
+    def _fn_key(self) -> str | None:
+        if not self._fn_stack:
+            return None
+        fn = self._fn_stack[-1].name.value
+        if self._class_stack:
+            return f"{self._class_stack[-1].name}.{fn}"
+        return fn
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if (self._class_stack and m.matches(node, m.Attribute(value=m.Name("self"),
+                                                               attr=m.Name("training")))):
+            self._class_stack[-1].uses_training = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        key = self._fn_key()
+        q = qualified(self.meta, node.func)
+        if key is not None:
+            builds = (q in self.rules.layers and self._needs_rngs(q)) or (
+                q in self.known_modules
+            )
+            if isinstance(node.func, cst.Name):
+                self._fn_calls.setdefault(key, set()).add(node.func.value)
+                if node.func.value in self.known_modules:
+                    builds = True
+            elif self._class_stack and m.matches(node.func, m.Attribute(value=m.Name("self"))):
+                method = f"{self._class_stack[-1].name}.{node.func.attr.value}"
+                self._fn_calls.setdefault(key, set()).add(method)
+            if builds:
+                self._fn_builds.add(key)
+        # list building: layers.append(X) / layers.extend([...])
+        if (
+            self._fn_stack
+            and isinstance(node.func, cst.Attribute)
+            and isinstance(node.func.value, cst.Name)
+            and node.func.attr.value in ("append", "extend")
+            and node.args
+        ):
+            lists = self._lists[id(self._fn_stack[-1])]
+            name = node.func.value.value
+            if name in lists:
+                v = node.args[0].value
+                if node.func.attr.value == "append":
+                    lists[name].append(self.layouts.of(v, self._scope()))
+                elif isinstance(v, (cst.List, cst.Tuple)):
+                    lists[name].extend(self.layouts.of(e.value, self._scope())
+                                       for e in v.elements)
+                else:
+                    lists[name].append("mixed")
+
+    def _needs_rngs(self, q: str) -> bool:
+        rule = self.rules.layers[q]
+        target = rule.targets.get("nnx", "")
+        return target.startswith("nnx.") and target[4:5].isupper() and rule.special not in (
+            "sequential", "module_list", "module_dict")
+
+    def _scope(self) -> dict[str, str]:
+        if not self._fn_stack:
+            return {}
+        return {k: combine(v) for k, v in self._lists[id(self._fn_stack[-1])].items()}
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1:
+            return
+        target = node.targets[0].target
+        # local lists: layers = [...]
+        if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.List):
+            self._lists[id(self._fn_stack[-1])][target.value] = [
+                self.layouts.of(e.value, self._scope()) for e in node.value.elements
+                if not isinstance(e, cst.StarredElement)
+            ]
+        if not self._class_stack:
+            return
+        info = self._class_stack[-1]
+        # tied weights: self.a.weight = self.b.weight
+        if (
+            isinstance(target, cst.Attribute)
+            and isinstance(node.value, cst.Attribute)
+            and target.attr.value == "weight"
+            and node.value.attr.value == "weight"
+        ):
+            pair = (_dotted(target.value), _dotted(node.value.value))
+            self.index.tied.append(pair)
+            for head, table in (pair, pair[::-1]):
+                if head.startswith("self.") and head.count(".") == 1:
+                    info.tied_heads[head[5:]] = table
+            return
+        if m.matches(target, m.Attribute(value=m.Name("self"))):
+            attr = target.attr.value
+            value = node.value
+            info.attr_layout[attr] = self.layouts.of(value, self._scope())
+            if isinstance(value, cst.Call):
+                q = qualified(self.meta, value.func)
+                rule = self.rules.layers.get(q or "")
+                if rule is not None:
+                    info.attr_rule[attr] = rule.torch
+                    if any(a.keyword and a.keyword.value == "bias"
+                           and m.matches(a.value, m.Name("False")) for a in value.args):
+                        info.no_bias.add(attr)
+                if rule is not None and rule.special == "module_list" and value.args:
+                    inner = value.args[0].value
+                    if isinstance(inner, (cst.List, cst.Tuple)):
+                        info.elem_layout[attr] = combine(
+                            [self.layouts.of(e.value, self._scope()) for e in inner.elements])
+                    elif isinstance(inner, cst.ListComp):
+                        info.elem_layout[attr] = self.layouts.of(inner.elt, self._scope())
+                    elif isinstance(inner, cst.Name):
+                        info.elem_layout[attr] = self._scope().get(inner.value, "mixed")
+
+    def finish(self) -> FileIndex:
+        # module classes: fixed point over bases
+        idx = self.index
+        changed = True
+        while changed:
+            changed = False
+            for info in idx.classes.values():
+                if info.name in idx.module_classes:
+                    continue
+                for b in info.bases:
+                    short = b.rsplit(".", 1)[-1]
+                    if b in MODULE_BASES or b in self.rules.layers:
+                        info.module_base = "torch"
+                    elif short in idx.module_classes and short in idx.classes:
+                        info.module_base = short
+                    elif b in self.known_modules or short in self.known_modules:
+                        info.module_base = short
+                    else:
+                        continue
+                    idx.module_classes.add(info.name)
+                    changed = True
+                    break
+        # inherit attribute layouts from local base classes
+        for info in idx.classes.values():
+            base = info.module_base
+            seen = set()
+            while base and base in idx.classes and base not in seen:
+                seen.add(base)
+                parent = idx.classes[base]
+                for k, v in parent.attr_layout.items():
+                    info.attr_layout.setdefault(k, v)
+                for k, v in parent.elem_layout.items():
+                    info.elem_layout.setdefault(k, v)
+                info.uses_training |= parent.uses_training
+                base = parent.module_base
+        # a tied pair is an LM head only when one side is a bias-free Linear attribute
+        for info in idx.classes.values():
+            info.tied_heads = {
+                head: table for head, table in info.tied_heads.items()
+                if info.attr_rule.get(head) == "torch.nn.Linear" and head in info.no_bias
+            }
+        # functions that build layers, and their callers (fixed point)
+        builders = set(self._fn_builds)
+        changed = True
+        while changed:
+            changed = False
+            for fn, called in self._fn_calls.items():
+                if fn not in builders and called & (builders | idx.module_classes):
+                    builders.add(fn)
+                    changed = True
+        idx.rngs_functions = builders
+        return idx
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return "?"

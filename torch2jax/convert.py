@@ -1,0 +1,129 @@
+"""Convert one source file: parse -> analyse -> rewrite -> fix imports.
+
+This is the library entry point; the CLI, the verifier and the tests call
+:func:`convert_source`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import MetadataWrapper
+
+from torch2jax.analysis.index import Indexer
+from torch2jax.passes.rewrite import TorchToJax
+from torch2jax.report import Diagnostic
+from torch2jax.ruleset import RuleSet, load_rules
+from torch2jax.targets import get_emitter
+
+IMPORT_LINES = {
+    "jax": "import jax",
+    "jnp": "import jax.numpy as jnp",
+    "np": "import numpy as np",
+    "partial": "from functools import partial",
+    "nnx": "from flax import nnx",
+}
+IMPORT_ORDER = ["partial", "np", "jax", "jnp", "nnx"]
+
+
+class ParseError(Exception):
+    """The file is not valid Python; the message names the file and line."""
+
+
+@dataclass
+class ConversionResult:
+    code: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    uses_torch: bool = True
+
+    @property
+    def changed(self) -> bool:
+        return self.uses_torch
+
+    @property
+    def todos(self) -> int:
+        return sum(1 for d in self.diagnostics if d.severity == "error")
+
+
+def uses_torch(module: cst.Module) -> bool:
+    for node in module.body:
+        for stmt in getattr(node, "body", []) if isinstance(node, cst.SimpleStatementLine) else []:
+            if isinstance(stmt, cst.Import) and any(
+                    cst.Module([]).code_for_node(a.name).split(".")[0] == "torch"
+                    for a in stmt.names):
+                return True
+            if isinstance(stmt, cst.ImportFrom) and stmt.module is not None and (
+                    cst.Module([]).code_for_node(stmt.module).split(".")[0] == "torch"):
+                return True
+    return False
+
+
+def convert_source(
+    source: str,
+    *,
+    path: str = "<string>",
+    target: str = "nnx",
+    rules: RuleSet | None = None,
+    known_modules: set[str] | None = None,
+) -> ConversionResult:
+    """Rewrite PyTorch ``source`` for ``target``. Never raises on untranslatable code: it is
+    marked ``# TODO(torch2jax)`` and reported. Raises :class:`ParseError` on invalid Python."""
+    rules = rules or load_rules()
+    emitter = get_emitter(target)
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise ParseError(f"{path}:{exc.raw_line}:{exc.raw_column}: not valid Python: "
+                         f"{exc.message}") from None
+    if not uses_torch(module):
+        return ConversionResult(code=source, uses_torch=False)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    diagnostics: list[Diagnostic] = []
+
+    def report(line: int, col: int, rule: str, severity: str, message: str) -> None:
+        diagnostics.append(Diagnostic(path, line, col, rule, severity, message))
+
+    indexer = Indexer(rules, set(known_modules or ()))
+    wrapper.visit(indexer)
+    index = indexer.finish()
+    transformer = TorchToJax(rules, index, emitter, path, report)
+    new = wrapper.visit(transformer)
+    new = _add_imports(new, transformer.imports_needed)
+    diagnostics.sort(key=lambda d: (d.line, d.column))
+    return ConversionResult(code=new.code, diagnostics=diagnostics)
+
+
+def _existing_imports(module: cst.Module) -> set[str]:
+    have = set()
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for s in stmt.body:
+            text = cst.Module([]).code_for_node(s).strip()
+            for key, line in IMPORT_LINES.items():
+                if text == line:
+                    have.add(key)
+    return have
+
+
+def _add_imports(module: cst.Module, needed: set[str]) -> cst.Module:
+    missing = [k for k in IMPORT_ORDER if k in needed and k not in _existing_imports(module)]
+    if not missing:
+        return module
+    body = list(module.body)
+    insert_at = 0
+    for i, stmt in enumerate(body):
+        if m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])) and i == 0:
+            insert_at = 1
+        elif m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom(module=m.Name("__future__"))])):
+            insert_at = i + 1
+        elif m.matches(stmt, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
+            insert_at = i + 1
+        else:
+            break
+    new_stmts = [cst.parse_statement(IMPORT_LINES[k] + "\n") for k in missing]
+    # keep a blank line between the stdlib block and the jax imports when there is one
+    body[insert_at:insert_at] = new_stmts
+    return module.with_changes(body=body)

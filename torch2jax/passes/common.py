@@ -1,0 +1,177 @@
+"""Small shared pieces of the rewrite passes: node <-> code, argument binding, failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+_EMPTY = cst.Module(body=[])
+
+
+class Untranslatable(Exception):
+    """Raised by a transform that cannot translate a construct faithfully.
+
+    The engine leaves the original code in place, adds ``# TODO(torch2jax): <message>`` on that
+    line and an ``error`` diagnostic with ``rule``.
+    """
+
+    def __init__(self, message: str, rule: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.rule = rule
+
+
+def code(node: cst.CSTNode) -> str:
+    """Source text of a node."""
+    return _EMPTY.code_for_node(node)
+
+
+def expr(template: str, **parts: cst.CSTNode | str) -> cst.BaseExpression:
+    """Parse ``template`` after substituting ``{name}`` with the code of each part.
+
+    Sub-expressions are parenthesised when needed, so that ``{x}.T`` stays right for ``a + b``.
+    """
+    values = {}
+    for name, part in parts.items():
+        text = part if isinstance(part, str) else code(part)
+        if isinstance(part, cst.CSTNode) and needs_parens(part) and _is_operand(template, name):
+            text = f"({text})"
+        values[name] = text
+    return cst.parse_expression(template.format(**values))
+
+
+def _is_operand(template: str, name: str) -> bool:
+    """False where ``{name}`` stands alone as a call argument, a subscript or the whole
+    template: no parentheses are needed there."""
+    token = "{" + name + "}"
+    start = template.find(token)
+    while start >= 0:
+        before = template[:start].rstrip()
+        after = template[start + len(token):].lstrip()
+        alone = (before == "" or before.endswith(("(", ",", "[", "=", ":"))) and (
+            after == "" or after.startswith((")", ",", "]")))
+        if not alone:
+            return True
+        start = template.find(token, start + 1)
+    return False
+
+
+def needs_parens(node: cst.CSTNode) -> bool:
+    """True when ``node`` must be parenthesised to be used as an operand or receiver."""
+    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation, cst.Comparison,
+                         cst.UnaryOperation, cst.IfExp, cst.Lambda, cst.NamedExpr,
+                         cst.Await)):
+        return not node.lpar
+    return False
+
+
+def is_simple(node: cst.CSTNode) -> bool:
+    """Cheap and side-effect free to evaluate twice: a name or a chain of attributes."""
+    if isinstance(node, cst.Name):
+        return True
+    if isinstance(node, cst.Attribute):
+        return is_simple(node.value)
+    return False
+
+
+def int_value(node: cst.CSTNode | None) -> int | None:
+    """The value of an integer literal (also ``-1``), else None."""
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    if (
+        isinstance(node, cst.UnaryOperation)
+        and isinstance(node.operator, cst.Minus)
+        and isinstance(node.expression, cst.Integer)
+    ):
+        return -int(node.expression.value)
+    return None
+
+
+def literal(node: cst.CSTNode | None):
+    """A Python literal (number, string, bool, None, tuple/list of those), or raise ValueError."""
+    import ast
+
+    if node is None:
+        raise ValueError("no node")
+    return ast.literal_eval(code(node))
+
+
+def try_literal(node: cst.CSTNode | None, default=...):
+    try:
+        return literal(node)
+    except (ValueError, SyntaxError, TypeError):
+        return default
+
+
+@dataclass
+class BoundArgs:
+    """A call's arguments bound to torch's parameter names.
+
+    ``positional`` keeps arguments that could not be bound to a name (more positional
+    arguments than the rule lists: varargs such as ``x.view(2, 3)``).
+    """
+
+    named: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    extra_positional: list[cst.BaseExpression] = field(default_factory=list)
+    star: list[cst.Arg] = field(default_factory=list)  # *args / **kwargs passed through
+    keywords: set[str] = field(default_factory=set)  # names that were given as keywords
+
+    def get(self, name: str) -> cst.BaseExpression | None:
+        return self.named.get(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.named
+
+    def literal(self, name: str, default=None):
+        node = self.named.get(name)
+        if node is None:
+            return default
+        return try_literal(node, ...)
+
+
+def bind(args: tuple[cst.Arg, ...] | list[cst.Arg], params: tuple[str, ...]) -> BoundArgs:
+    bound = BoundArgs()
+    if "*" in params:  # parameters after "*" are keyword-only
+        params = params[: params.index("*")]
+    i = 0
+    for arg in args:
+        if arg.star:
+            bound.star.append(arg)
+        elif arg.keyword is not None:
+            bound.named[arg.keyword.value] = arg.value
+            bound.keywords.add(arg.keyword.value)
+        elif i < len(params):
+            bound.named[params[i]] = arg.value
+            i += 1
+        else:
+            bound.extra_positional.append(arg.value)
+    return bound
+
+
+def arg(value: cst.BaseExpression, keyword: str | None = None) -> cst.Arg:
+    if keyword is None:
+        return cst.Arg(value=value)
+    return cst.Arg(
+        value=value,
+        keyword=cst.Name(keyword),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+
+
+def call(func: str | cst.BaseExpression, *args: cst.Arg) -> cst.Call:
+    fn = cst.parse_expression(func) if isinstance(func, str) else func
+    cleaned = []
+    for i, a in enumerate(args):
+        comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(args) - 1 else (
+            cst.MaybeSentinel.DEFAULT
+        )
+        cleaned.append(a.with_changes(comma=comma))
+    return cst.Call(func=fn, args=cleaned)
+
+
+def py(value) -> cst.BaseExpression:
+    """A Python value as an expression node."""
+    return cst.parse_expression(repr(value))

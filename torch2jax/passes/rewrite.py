@@ -1,0 +1,727 @@
+"""The rewrite: torch API -> JAX API, module classes -> NNX modules, in one libcst traversal.
+
+Concerns are kept in separate methods (imports, module classes, layer construction, calls
+through the rule tables, activation layout, in-place updates, device code, TODO marking);
+the traversal is shared so that qualified names are resolved once per file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import PositionProvider, QualifiedNameProvider
+
+from torch2jax.analysis.index import FileIndex, Layouts, qualified
+from torch2jax.passes.common import Untranslatable, arg, bind, call, code, expr, try_literal
+from torch2jax.passes.special import SPECIALS, Site
+from torch2jax.ruleset import Rule, RuleSet
+from torch2jax.targets import Emitter
+
+_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np)\b(?=[.(])")
+
+# jnp.moveaxis(E, -1, 1): a channels-last value moved back to torch's layout.
+_FROM_CL = m.Call(
+    func=m.Attribute(value=m.Name("jnp"), attr=m.Name("moveaxis")),
+    args=[m.Arg(), m.Arg(m.UnaryOperation(operator=m.Minus(), expression=m.Integer("1"))),
+          m.Arg(m.Integer("1"))],
+)
+
+DTYPES = {
+    "float32": "jnp.float32", "float": "jnp.float32", "float16": "jnp.float16",
+    "half": "jnp.float16", "bfloat16": "jnp.bfloat16", "float64": "jnp.float64",
+    "double": "jnp.float64", "int64": "jnp.int32", "long": "jnp.int32", "int32": "jnp.int32",
+    "int": "jnp.int32", "int16": "jnp.int16", "int8": "jnp.int8", "uint8": "jnp.uint8",
+    "bool": "jnp.bool_", "complex64": "jnp.complex64",
+}
+
+INPLACE_OPS = {"add_": "+", "sub_": "-", "mul_": "*", "div_": "/"}
+# Method names that are also common on non-tensors: rewritten only with tensor-like evidence.
+AMBIGUOUS_METHODS = {"split", "index", "count", "copy", "sort", "type", "int", "float", "bool",
+                     "item", "to", "max", "min", "sum", "all", "any", "round", "log", "exp"}
+
+
+@dataclass
+class Pending:
+    todos: list[tuple[str, str]] = field(default_factory=list)  # (rule, message)
+
+
+class TorchToJax(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+
+    def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
+                 report) -> None:
+        super().__init__()
+        self.rules = rules
+        self.index = index
+        self.emitter = emitter
+        self.path = path
+        self.report = report  # callable(line, col, rule, severity, message)
+        self.imports_needed: set[str] = set()
+        self._pending: list[Pending] = []
+        self._class_stack: list[str] = []
+        self._fn_stack: list[cst.FunctionDef] = []
+        self._rngs_scope: list[bool] = []
+        self._param_names: list[set[str]] = []
+        self._unpack: dict[int, int] = {}
+        self._loop_layouts: list[dict[str, str]] = []
+        self._device_names: set[str] = set()
+        self.layouts: Layouts | None = None
+        self.torch_used_after = False
+
+    # ------------------------------------------------------------------ helpers
+    def q(self, node: cst.CSTNode) -> str | None:
+        return qualified(self, node)
+
+    def pos(self, node: cst.CSTNode) -> tuple[int, int]:
+        try:
+            p = self.get_metadata(PositionProvider, node)
+            return p.start.line, p.start.column + 1
+        except KeyError:
+            return 0, 0
+
+    def diag(self, node, rule: str, severity: str, message: str) -> None:
+        line, col = self.pos(node)
+        self.report(line, col, rule, severity, message)
+        if severity == "error" and self._pending:
+            self._pending[-1].todos.append((rule, message))
+
+    def need(self, *names: str) -> None:
+        self.imports_needed.update(names)
+
+    def _note_imports(self, node: cst.CSTNode) -> None:
+        for name in _IMPORT_NAME.findall(code(node)):
+            self.need(name)
+
+    @property
+    def current_class(self) -> str | None:
+        return self._class_stack[-1] if self._class_stack else None
+
+    def in_module_class(self) -> bool:
+        return self.current_class in self.index.module_classes
+
+    def rngs_expr(self, node) -> cst.BaseExpression:
+        if self._rngs_scope and self._rngs_scope[-1]:
+            return cst.Name("rngs")
+        self.diag(node, "rngs", "info", "layer built outside a module: seeded with nnx.Rngs(0)")
+        self.need("nnx")
+        return expr("nnx.Rngs(0)")
+
+    # ------------------------------------------------------------------ statements / TODOs
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._pending.append(Pending())
+        return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            pending = self._pending.pop()
+            if pending.todos and isinstance(result, (cst.SimpleStatementLine,
+                                                     cst.BaseCompoundStatement)):
+                comments = [
+                    cst.EmptyLine(comment=cst.Comment(f"# TODO(torch2jax): {msg} [{rule}]"))
+                    for rule, msg in pending.todos
+                ]
+                result = result.with_changes(leading_lines=[*result.leading_lines, *comments])
+        return result
+
+    # ------------------------------------------------------------------ imports
+    def leave_Import(self, original_node, updated_node):
+        keep = [a for a in updated_node.names
+                if not code(a.name).split(".")[0] == "torch"]
+        if not keep:
+            return cst.RemoveFromParent()
+        return updated_node.with_changes(names=_fix_commas(keep))
+
+    def leave_ImportFrom(self, original_node, updated_node):
+        mod = code(updated_node.module) if updated_node.module else ""
+        if mod.split(".")[0] == "torch":
+            return cst.RemoveFromParent()
+        return updated_node
+
+    # ------------------------------------------------------------------ classes
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._class_stack.append(node.name.value)
+
+    def leave_ClassDef(self, original_node, updated_node):
+        name = self._class_stack.pop()
+        if name not in self.index.module_classes:
+            return updated_node
+        info = self.index.classes[name]
+        bases = []
+        for b, ob in zip(updated_node.bases, original_node.bases):
+            q = self.q(ob.value)
+            if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+                bases.append(b.with_changes(value=expr(self.emitter.module_base)))
+                self.need("nnx")
+            elif q in self.rules.layers:
+                self.diag(ob, "module-subclass", "error",
+                          f"subclass of the torch layer {q}: its parameters and forward are "
+                          "not translated")
+                bases.append(b)
+            else:
+                bases.append(b)
+        body = list(updated_node.body.body)
+        has_init = any(isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
+                       for s in body)
+        if info.uses_training and info.module_base == "torch" and has_init:
+            body = [self._add_training_flag(s) if isinstance(s, cst.FunctionDef)
+                    and s.name.value == "__init__" else s for s in body]
+        return updated_node.with_changes(
+            bases=bases, body=updated_node.body.with_changes(body=body))
+
+    def _add_training_flag(self, fn: cst.FunctionDef) -> cst.FunctionDef:
+        stmt = cst.parse_statement("self.deterministic = False  # flipped by .train()/.eval()")
+        body = list(fn.body.body)
+        i = 0
+        while i < len(body) and _is_docstring(body[i]):
+            i += 1
+        body.insert(i, stmt)
+        return fn.with_changes(body=fn.body.with_changes(body=body))
+
+    # ------------------------------------------------------------------ functions
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._fn_stack.append(node)
+        key = f"{self.current_class}.{node.name.value}" if self.current_class else node.name.value
+        is_init = self.in_module_class() and node.name.value == "__init__"
+        self._rngs_scope.append(is_init or key in self.index.rngs_functions)
+        self._param_names.append({p.name.value for p in node.params.params}
+                                 | {p.name.value for p in node.params.kwonly_params})
+        self._loop_layouts.append({})
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        self._fn_stack.pop()
+        takes_rngs = self._rngs_scope.pop()
+        self._param_names.pop()
+        self._loop_layouts.pop()
+        node = updated_node
+        if self.in_module_class() and node.name.value == "forward":
+            node = node.with_changes(name=cst.Name("__call__"))
+        if takes_rngs and not any(p.name.value == "rngs" for p in node.params.kwonly_params):
+            self.need("nnx")
+            rngs = cst.Param(name=cst.Name("rngs"),
+                             annotation=cst.Annotation(expr(self.emitter.rngs_type)))
+            params = node.params
+            star = params.star_arg
+            if star is cst.MaybeSentinel.DEFAULT or star is None:
+                star = cst.ParamStar()
+            node = node.with_changes(params=params.with_changes(
+                star_arg=star, kwonly_params=[*params.kwonly_params, rngs]))
+        # @torch.no_grad() decorators
+        decos = [d for d, od in zip(node.decorators, original_node.decorators)
+                 if not (self.q(od.decorator) or "").startswith(("torch.no_grad",
+                                                                 "torch.inference_mode"))
+                 and not (isinstance(od.decorator, cst.Call)
+                          and (self.q(od.decorator.func) or "").startswith(
+                              ("torch.no_grad", "torch.inference_mode", "torch.jit")))
+                 and not (self.q(od.decorator) or "").startswith("torch.jit")]
+        return node.with_changes(decorators=decos)
+
+    # ------------------------------------------------------------------ statements
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, (cst.Tuple, cst.List)):
+            self._unpack[id(node.value)] = len(node.targets[0].target.elements)
+
+    def leave_Assign(self, original_node, updated_node):
+        target = original_node.targets[0].target if len(original_node.targets) == 1 else None
+        # tied weights: the JAX side shares one table
+        if (isinstance(target, cst.Attribute) and target.attr.value == "weight"
+                and isinstance(original_node.value, cst.Attribute)
+                and original_node.value.attr.value == "weight" and self.in_module_class()):
+            info = self.index.classes[self.current_class]
+            if not info.tied_heads:
+                self.diag(original_node, "tied-weights", "error",
+                          "weight tying other than a bias-free Linear head with an Embedding")
+                return updated_node
+            self.diag(original_node, "tied-weights", "info",
+                      "tied weights: the head calls the embedding's attend()")
+            return cst.RemoveFromParent()
+        if m.matches(target, m.Attribute(value=m.Name("self"))) and self.in_module_class():
+            info = self.index.classes[self.current_class]
+            if target.attr.value in info.tied_heads:
+                return cst.RemoveFromParent()
+        # device bookkeeping: device = torch.device(...), device = x.device
+        if isinstance(target, cst.Name) and _is_device_expr(original_node.value, self):
+            self._device_names.add(target.value)
+            return cst.RemoveFromParent()
+        # x[i] = v -> x = x.at[i].set(v)
+        if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1:
+            return self._indexed_update(original_node, updated_node.targets[0].target,
+                                        "set", updated_node.value)
+        # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
+        return updated_node
+
+    def leave_AugAssign(self, original_node, updated_node):
+        if isinstance(updated_node.target, cst.Subscript):
+            ops = {cst.AddAssign: "add", cst.SubtractAssign: "subtract",
+                   cst.MultiplyAssign: "multiply", cst.DivideAssign: "divide"}
+            op = ops.get(type(updated_node.operator))
+            if op is None:
+                self.diag(original_node, "indexed-update", "error",
+                          "indexed augmented assignment with this operator")
+                return updated_node
+            return self._indexed_update(original_node, updated_node.target, op,
+                                        updated_node.value)
+        return updated_node
+
+    def _indexed_update(self, original, target: cst.Subscript, op: str, value):
+        base = target.value
+        if not isinstance(base, cst.Name):
+            self.diag(original, "indexed-update", "error",
+                      "assignment into an indexed attribute or expression: JAX arrays are "
+                      "immutable; rebind the array with .at[...].set(...)")
+            return cst.Assign(targets=[cst.AssignTarget(target)], value=value) if op == "set" \
+                else cst.AugAssign(target=target, operator=cst.AddAssign(), value=value)
+        index = cst.Subscript(value=expr("{b}.at", b=base), slice=target.slice)
+        new = call(expr("{i}." + op, i=index), arg(value))
+        return cst.Assign(targets=[cst.AssignTarget(cst.Name(base.value))], value=new)
+
+    def leave_Expr(self, original_node, updated_node):
+        value = original_node.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            meth = value.func.attr.value
+            recv = value.func.value
+            # self.register_buffer("name", tensor) -> self.name = nnx.Variable(tensor)
+            if meth == "register_buffer" and m.matches(recv, m.Name("self")):
+                new_call = updated_node.value
+                b = bind(new_call.args, ("name", "tensor", "persistent"))
+                name = try_literal(b.get("name"), ...)
+                if not isinstance(name, str) or b.get("tensor") is None:
+                    self.diag(original_node, "register_buffer", "error",
+                              "register_buffer with a computed name")
+                    return updated_node
+                self.need("nnx")
+                return cst.Assign(
+                    targets=[cst.AssignTarget(expr(f"self.{name}"))],
+                    value=call(self.emitter.buffer, arg(b.get("tensor"))))
+            if meth in ("to", "cuda", "cpu", "train", "eval", "zero_grad") and \
+                    self._is_module_expr(recv) and meth in ("to", "cuda", "cpu"):
+                return cst.RemoveFromParent()
+            # x.add_(y) -> x = x + y
+            if meth.endswith("_") and not meth.startswith("_") and self._tensorlike(recv):
+                return self._inplace(original_node, updated_node, meth)
+        if isinstance(updated_node.value, (cst.Name, cst.Attribute)) and isinstance(
+                value, cst.Call):
+            # a device move used as a statement (model.to(device)) left only its receiver
+            return cst.RemoveFromParent()
+        return updated_node
+
+    def _inplace(self, original_node, updated_node, meth: str):
+        call_node = original_node.value
+        recv = call_node.func.value
+        new_value = updated_node.value  # the rewritten call, if a rule matched the base name
+        if not isinstance(recv, cst.Name):
+            self.diag(original_node, "inplace", "error",
+                      f"in-place {meth} on an expression: JAX arrays are immutable")
+            return updated_node
+        if meth in INPLACE_OPS and call_node.args:
+            new_value = expr("{x} " + INPLACE_OPS[meth] + " {y}", x=recv,
+                             y=updated_node.value.args[0].value if isinstance(
+                                 updated_node.value, cst.Call) else call_node.args[0].value)
+        elif meth == "zero_":
+            new_value = expr("jnp.zeros_like({x})", x=recv)
+        elif meth == "fill_" and call_node.args:
+            new_value = expr("jnp.full_like({x}, {v})", x=recv, v=call_node.args[0].value)
+        elif isinstance(new_value, cst.Call) and code(new_value.func).endswith(meth):
+            self.diag(original_node, "inplace", "error", f"in-place method {meth}")
+            return updated_node
+        self._note_imports(new_value)
+        return cst.Assign(targets=[cst.AssignTarget(cst.Name(recv.value))], value=new_value)
+
+    def leave_With(self, original_node, updated_node):
+        items = [(oi, ui) for oi, ui in zip(original_node.items, updated_node.items)]
+        keep = []
+        for oi, ui in items:
+            item = oi.item
+            fn = item.func if isinstance(item, cst.Call) else item
+            q = self.q(fn) or ""
+            if q.startswith(("torch.no_grad", "torch.inference_mode", "torch.enable_grad",
+                             "torch.autograd.set_grad_enabled")):
+                continue
+            keep.append(ui)
+        if len(keep) == len(items):
+            return updated_node
+        if not keep:
+            # outside of a differentiated function a no_grad block is plain code
+            body = updated_node.body.body
+            return cst.FlattenSentinel(list(body))
+        return updated_node.with_changes(items=_fix_commas(keep))
+
+    def visit_For(self, node: cst.For) -> None:
+        # for layer in self.layers: -> calls of `layer` use the list's element layout
+        if (self.current_class and isinstance(node.target, cst.Name)
+                and m.matches(node.iter, m.Attribute(value=m.Name("self")))):
+            info = self.index.classes.get(self.current_class)
+            if info and self._loop_layouts:
+                layout = info.elem_layout.get(node.iter.attr.value)
+                if layout:
+                    self._loop_layouts[-1][node.target.value] = layout
+
+    # ------------------------------------------------------------------ attributes
+    def leave_Attribute(self, original_node, updated_node):
+        q = self.q(original_node)
+        if q and q.startswith("torch."):
+            short = q[len("torch."):]
+            if short in DTYPES:
+                if short in ("int64", "long"):
+                    self.diag(original_node, "dtype", "info",
+                              "torch.int64 becomes jnp.int32 (JAX's default integer width)")
+                self.need("jnp")
+                return expr(DTYPES[short])
+            if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor"):
+                self.need("jax")
+                return expr("jax.Array")
+        if m.matches(original_node, m.Attribute(value=m.Name("self"), attr=m.Name("training"))) \
+                and self.in_module_class():
+            return expr("not self.deterministic")
+        return updated_node
+
+    # ------------------------------------------------------------------ calls
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
+        try:
+            result = self._rewrite_call(original_node, updated_node)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or (self.q(original_node.func) or
+                                                  _call_name(original_node)), "error",
+                      exc.message)
+            return updated_node
+        if result is not updated_node:
+            self._note_imports(result)
+        return result
+
+    def _rewrite_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        name = self.q(original.func) if _is_dotted(original.func) else None
+        # super().__init__() in a module class
+        if m.matches(original, m.Call(func=m.Attribute(value=m.Call(func=m.Name("super")),
+                                                        attr=m.Name("__init__")))):
+            return self._super_init(original, updated)
+        if name and name in self.rules.layers:
+            return self._layer(original, updated, self.rules.layers[name])
+        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            b = bind(updated.args, ("data", "requires_grad"))
+            if b.literal("requires_grad") is False:
+                self.diag(original, "parameter", "warning",
+                          "requires_grad=False parameter: kept as a non-trainable variable")
+                return call(self.emitter.buffer, arg(b.get("data")))
+            return call(self.emitter.param, arg(b.get("data")))
+        if name and name in self.rules.functions:
+            return self._function(original, updated, self.rules.functions[name])
+        if name and name.startswith("torch."):
+            raise Untranslatable(f"no rule for {name}", rule=name)
+        # user module classes and layer-building functions need rngs
+        if self._builds_module(original, name):
+            return self._with_rngs(original, updated)
+        # method calls on tensors
+        if isinstance(original.func, cst.Attribute):
+            meth = original.func.attr.value
+            rule = self.rules.methods.get(meth)
+            recv = original.func.value
+            if rule is not None and self._tensorlike(recv, meth, original):
+                return self._method(original, updated, rule)
+            if meth in ("to", "cuda", "cpu") and self._is_module_expr(recv):
+                return updated.func.value
+        # self.layer(x): activation layout
+        return self._layout_call(original, updated)
+
+    def _super_init(self, original, updated):
+        cls = self.current_class
+        info = self.index.classes.get(cls or "")
+        if not info or cls not in self.index.module_classes:
+            return updated
+        if info.module_base == "torch":
+            return cst.Name("__REMOVE__")
+        return self._with_rngs(original, updated)
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        body = [s for s in updated_node.body
+                if not m.matches(s, m.Expr(value=m.Name("__REMOVE__")))]
+        if not body:
+            return cst.RemoveFromParent()
+        return updated_node.with_changes(body=body)
+
+    def _builds_module(self, original: cst.Call, name: str | None) -> bool:
+        func = original.func
+        if isinstance(func, cst.Name):
+            n = func.value
+            if n in self.index.module_classes or n in self.index.rngs_functions:
+                return True
+            # a layer factory handed in as an argument (block(...), norm_layer(...))
+            if (self._rngs_scope and self._rngs_scope[-1] and self._param_names
+                    and n in self._param_names[-1] and (n[:1].isupper() or n.endswith(
+                        ("layer", "block", "Layer", "Block", "norm", "act", "module")))):
+                return True
+            return False
+        if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
+            return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
+        return False
+
+    def _with_rngs(self, original, updated: cst.Call):
+        if any(a.keyword and a.keyword.value == "rngs" for a in updated.args):
+            return updated
+        return updated.with_changes(args=_fix_commas([*updated.args,
+                                                      arg(self.rngs_expr(original), "rngs")]))
+
+    # -- layers
+    def _layer(self, original, updated, rule: Rule) -> cst.BaseExpression:
+        b = bind(updated.args, rule.params)
+        unknown = [k for k in b.named if k not in rule.params and k not in rule.drop]
+        if unknown:
+            raise Untranslatable(f"{rule.torch}: argument(s) {', '.join(unknown)} not translated",
+                                 rule=rule.id)
+        target = rule.targets.get(self.emitter.name)
+        if target is None:
+            raise Untranslatable(f"{rule.torch} has no {self.emitter.name} translation",
+                                 rule=rule.id)
+        if rule.special in ("sequential", "module_list", "module_dict"):
+            return self._container(original, updated, rule)
+        needs_rngs = target.startswith("nnx.") and target[4:5].isupper()
+        site = Site(rule=rule, args=b, target=self.emitter.name,
+                    rngs=self.rngs_expr(original) if needs_rngs else None)
+        if rule.special:
+            out = SPECIALS[rule.special](site)
+        else:
+            args = _rule_args(site)
+            if needs_rngs:
+                out = call(target, *args, *site.rngs_arg())
+            elif args:
+                out = call("partial", arg(expr(target)), *args)
+            else:
+                out = expr(target)
+        for severity, msg in site.notes:
+            self.diag(original, rule.id, severity, msg)
+        return out
+
+    def _container(self, original, updated, rule: Rule):
+        if rule.special == "sequential":
+            layouts = Layouts(self.rules, self, self.index)
+            scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                     if self._fn_stack and fid == id(self._fn_stack[-1])}
+            overall, items = layouts.sequential(original.args, scope)
+            if overall == "mixed":
+                raise Untranslatable("nn.Sequential mixing channels-last layers (conv, pooling, "
+                                     "norm) and other layers in an order not known statically",
+                                     rule=rule.id)
+            args = list(updated.args)
+            if overall == "torch" and "channels_last" in items:
+                args = self._insert_transposes(args, items)
+            return call(rule.targets[self.emitter.name], *args)
+        if rule.special == "module_list":
+            if not updated.args:
+                return call(rule.targets[self.emitter.name], arg(expr("[]")))
+            return call(rule.targets[self.emitter.name], arg(updated.args[0].value))
+        # ModuleDict
+        if not updated.args:
+            return call(rule.targets[self.emitter.name])
+        return call(rule.targets[self.emitter.name], *updated.args)
+
+    def _insert_transposes(self, args: list[cst.Arg], items: list[str]) -> list[cst.Arg]:
+        out: list[cst.Arg] = []
+        state = "torch"
+        for a, lay in zip(args, items):
+            if lay == "channels_last" and state == "torch":
+                out.append(arg(expr("lambda x: jnp.moveaxis(x, 1, -1)")))
+                state = "channels_last"
+            elif lay == "torch" and state == "channels_last":
+                out.append(arg(expr("lambda x: jnp.moveaxis(x, -1, 1)")))
+                state = "torch"
+            out.append(a)
+        if state == "channels_last":
+            out.append(arg(expr("lambda x: jnp.moveaxis(x, -1, 1)")))
+        self.need("jnp")
+        return out
+
+    # -- functions and methods
+    def _function(self, original, updated, rule: Rule) -> cst.BaseExpression:
+        b = bind(updated.args, rule.params)
+        site = Site(rule=rule, args=b, unpack=self._unpack.get(id(original)),
+                    target=self.emitter.name)
+        return self._apply(original, site, receiver_first=False)
+
+    def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:
+        b = bind(updated.args, rule.params)
+        site = Site(rule=rule, args=b, receiver=updated.func.value,
+                    unpack=self._unpack.get(id(original)), target=self.emitter.name)
+        return self._apply(original, site, receiver_first=True)
+
+    def _apply(self, original, site: Site, receiver_first: bool) -> cst.BaseExpression:
+        rule = site.rule
+        b = site.args
+        unknown = [k for k in b.named if k not in rule.params and k not in rule.drop]
+        if unknown:
+            raise Untranslatable(f"{rule.torch}: argument(s) {', '.join(unknown)} not "
+                                 "translated", rule=rule.id)
+        if b.star:
+            raise Untranslatable(f"{rule.torch} called with *args/**kwargs", rule=rule.id)
+        if rule.special:
+            out = SPECIALS[rule.special](site)
+        else:
+            out = self._generic(site, receiver_first)
+        for severity, msg in site.notes:
+            self.diag(original, rule.id, severity, msg)
+        if rule.layout == "any" or (rule.special is None and rule.jax and rule.jax.startswith(
+                "jax.nn.")):
+            out = _push_out_layout(out)
+        return out
+
+    def _generic(self, site: Site, receiver_first: bool) -> cst.BaseExpression:
+        rule = site.rule
+        args = _rule_args(site)
+        jax = rule.jax or ""
+        if receiver_first:
+            if jax.startswith("."):
+                return call(expr("{x}" + jax, x=site.receiver), *args)
+            return call(jax, arg(site.receiver), *args)
+        if jax.startswith("."):
+            first, *rest = args
+            return call(expr("{x}" + jax, x=first.value), *rest)
+        return call(jax, *args)
+
+    # ------------------------------------------------------------------ layout
+    def _layout_of_callee(self, func: cst.BaseExpression) -> str | None:
+        if self.current_class is None:
+            return None
+        info = self.index.classes.get(self.current_class)
+        if info is None:
+            return None
+        if m.matches(func, m.Attribute(value=m.Name("self"))):
+            return info.attr_layout.get(func.attr.value)
+        if isinstance(func, cst.Subscript) and m.matches(func.value,
+                                                         m.Attribute(value=m.Name("self"))):
+            return info.elem_layout.get(func.value.attr.value)
+        if isinstance(func, cst.Name) and self._loop_layouts:
+            return self._loop_layouts[-1].get(func.value)
+        return None
+
+    def _layout_call(self, original, updated: cst.Call):
+        func = original.func
+        if m.matches(func, m.Attribute(value=m.Name("self"))) and self.in_module_class():
+            table = self.index.classes[self.current_class].tied_heads.get(func.attr.value)
+            if table is not None:
+                return updated.with_changes(func=expr(table + ".attend"))
+        layout = self._layout_of_callee(original.func)
+        if layout == "mixed":
+            raise Untranslatable("calls a container mixing channels-last and other layers",
+                                 rule="layout")
+        if layout not in ("channels_last", "any") or not updated.args:
+            return updated
+        first = updated.args[0]
+        if layout == "any":
+            return _push_out_layout(updated)
+        self.need("jnp")
+        inner = first.value
+        cl = inner.args[0].value if m.matches(inner, _FROM_CL) else expr(
+            "jnp.moveaxis({x}, 1, -1)", x=inner)
+        new = updated.with_changes(args=[first.with_changes(value=cl), *updated.args[1:]])
+        return expr("jnp.moveaxis({y}, -1, 1)", y=new)
+
+    # ------------------------------------------------------------------ tensor detection
+    def _is_module_expr(self, node: cst.BaseExpression) -> bool:
+        """``model`` / ``self`` / ``self.encoder``: things that are modules, not tensors."""
+        if m.matches(node, m.Name("self")):
+            return True
+        if m.matches(node, m.Attribute(value=m.Name("self"))) and self.current_class:
+            info = self.index.classes.get(self.current_class)
+            return bool(info and node.attr.value in info.attr_layout)
+        if isinstance(node, cst.Name) and node.value in ("model", "net", "module"):
+            return True
+        return False
+
+    def _tensorlike(self, recv: cst.BaseExpression, meth: str | None = None,
+                    call_node: cst.Call | None = None) -> bool:
+        if isinstance(recv, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString,
+                             cst.Dict, cst.List, cst.Tuple, cst.Integer, cst.Float)):
+            return False
+        if self._is_module_expr(recv):
+            return False
+        q = self.q(recv)
+        if q and not q.startswith("torch") and "." in q and "<locals>" not in q \
+                and not q.startswith("self."):
+            # an imported module or object: os.path, np, math
+            return False
+        if q in ("math", "np", "numpy", "os", "random", "re", "json", "sys"):
+            return False
+        if meth in AMBIGUOUS_METHODS and call_node is not None:
+            for a in call_node.args:
+                if isinstance(a.value, (cst.SimpleString, cst.FormattedString)):
+                    return False
+            if meth == "split" and not call_node.args:
+                return False
+        return True
+
+
+def _push_out_layout(node: cst.BaseExpression) -> cst.BaseExpression:
+    """f(jnp.moveaxis(E, -1, 1), ...) -> jnp.moveaxis(f(E, ...), -1, 1) for elementwise f."""
+    if isinstance(node, cst.Call) and node.args and m.matches(node.args[0].value, _FROM_CL):
+        inner = node.args[0].value.args[0].value
+        new = node.with_changes(args=[node.args[0].with_changes(value=inner), *node.args[1:]])
+        return expr("jnp.moveaxis({y}, -1, 1)", y=new)
+    return node
+
+
+def _rule_args(site: Site) -> list[cst.Arg]:
+    """A rule's plain translation of the bound arguments: torch's positional order is kept
+    until the first renamed or dropped parameter; from there on arguments are keywords."""
+    rule = site.rule
+    args: list[cst.Arg] = []
+    keyword_mode = False
+    for p in rule.params:
+        if p == "*" or p in rule.drop:
+            keyword_mode = True
+            continue
+        v = site.args.named.get(p)
+        if v is None:
+            keyword_mode = keyword_mode or p in rule.rename
+            continue
+        if p in rule.rename or keyword_mode or p in site.args.keywords:
+            args.append(arg(v, rule.rename.get(p, p)))
+            keyword_mode = True
+        else:
+            args.append(arg(v))
+    args.extend(arg(v) for v in site.args.extra_positional)
+    for k, v in rule.emit.items():
+        args.append(arg(expr(repr(v)), k))
+    return args
+
+
+def _is_dotted(node: cst.BaseExpression) -> bool:
+    """``a.b.c``: a name, not a method of some computed value (``torch.tril(x).view``)."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _fix_commas(items: list):
+    out = []
+    for i, item in enumerate(items):
+        if i < len(items) - 1:
+            out.append(item.with_changes(comma=cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" "))))
+        else:
+            out.append(item.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+    return out
+
+
+def _is_docstring(stmt) -> bool:
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())]))
+
+
+def _call_name(node: cst.Call) -> str:
+    f = node.func
+    if isinstance(f, cst.Attribute):
+        return f".{f.attr.value}"
+    if isinstance(f, cst.Name):
+        return f.value
+    return "call"
+
+
+def _is_device_expr(node: cst.BaseExpression, t: TorchToJax) -> bool:
+    if isinstance(node, cst.Call) and (t.q(node.func) or "").startswith("torch.device"):
+        return True
+    if isinstance(node, cst.Attribute) and node.attr.value == "device":
+        return True
+    if isinstance(node, cst.IfExp):
+        return "torch.cuda.is_available" in code(node) or "cuda" in code(node)
+    return False

@@ -1,0 +1,768 @@
+"""Named transforms for the rules that are not plain renames.
+
+A rule in ``rules/*.toml`` names one of these with ``special = "name"``. Each takes a
+:class:`Site` (the bound torch arguments, the receiver for methods, the rule) and returns the
+JAX expression, or raises :class:`Untranslatable` with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torch2jax.passes.common import (
+    BoundArgs,
+    Untranslatable,
+    arg,
+    call,
+    code,
+    expr,
+    int_value,
+    is_simple,
+    py,
+    try_literal,
+)
+from torch2jax.ruleset import Rule
+
+
+@dataclass
+class Site:
+    rule: Rule
+    args: BoundArgs
+    receiver: cst.BaseExpression | None = None
+    unpack: int | None = None  # targets when the call is the value of ``a, b = ...``
+    target: str = "nnx"
+    rngs: cst.BaseExpression | None = None  # the rngs expression in scope (layers)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
+
+    def x(self, name: str = "input") -> cst.BaseExpression:
+        """The tensor operated on: the receiver of a method, or the named argument."""
+        if self.receiver is not None:
+            return self.receiver
+        node = self.args.get(name)
+        if node is None:
+            raise Untranslatable(f"{self.rule.torch}: missing argument {name!r}")
+        return node
+
+    def get(self, name: str) -> cst.BaseExpression | None:
+        return self.args.get(name)
+
+    def lit(self, name: str):
+        """The literal value of an argument, torch's default when absent, ``...`` if not literal."""
+        node = self.args.get(name)
+        if node is None:
+            value = self.rule.defaults.get(name)
+            return None if value == "None" else value
+        return try_literal(node, ...)
+
+    def note(self, message: str, severity: str = "info") -> None:
+        self.notes.append((severity, message))
+
+    def rngs_arg(self) -> list[cst.Arg]:
+        return [arg(self.rngs, "rngs")] if self.rngs is not None else []
+
+
+SPECIALS: dict[str, Callable[[Site], cst.BaseExpression]] = {}
+
+
+def special(name: str):
+    def register(fn: Callable[[Site], cst.BaseExpression]):
+        SPECIALS[name] = fn
+        return fn
+
+    return register
+
+
+def _tuple_of(node: cst.BaseExpression, n: int) -> cst.BaseExpression:
+    """``k`` -> ``(k, k)`` for an int literal or a name; tuples pass through."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        items = [code(e.value) for e in node.elements]
+    else:
+        items = [code(node)] * n
+    return expr("(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")")
+
+
+def _spatial_dims(rule_name: str) -> int:
+    for n in (1, 2, 3):
+        if rule_name.endswith(f"{n}d"):
+            return n
+    return 2
+
+
+def _pairs(node: cst.BaseExpression, n: int) -> cst.BaseExpression:
+    """torch's symmetric int padding -> flax's ((lo, hi),) per spatial dim."""
+    value = try_literal(node, ...)
+    if isinstance(value, int):
+        return expr("(" + ", ".join([f"({value}, {value})"] * n) + ("," if n == 1 else "") + ")")
+    if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+        return expr("(" + ", ".join(f"({v}, {v})" for v in value) + ("," if n == 1 else "") + ")")
+    text = code(node)
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return expr("(" + ", ".join(f"({code(e.value)}, {code(e.value)})" for e in node.elements)
+                    + ("," if n == 1 else "") + ")")
+    return expr("(" + ", ".join([f"({text}, {text})"] * n) + ("," if n == 1 else "") + ")")
+
+
+# --------------------------------------------------------------------------------------------
+# Layers (built in __init__)
+# --------------------------------------------------------------------------------------------
+
+
+@special("conv")
+def conv(site: Site) -> cst.BaseExpression:
+    n = _spatial_dims(site.rule.torch)
+    a = site.args
+    for required in ("in_channels", "out_channels", "kernel_size"):
+        if not a.has(required):
+            raise Untranslatable(f"{site.rule.torch} without {required}")
+    mode = site.lit("padding_mode")
+    if mode not in ("zeros", None):
+        raise Untranslatable(
+            f"padding_mode={mode!r}: flax convolutions only zero-pad; pad with jnp.pad "
+            "(mode 'reflect'/'edge'/'wrap') and use padding='VALID'"
+        )
+    out = [arg(a.get("in_channels")), arg(a.get("out_channels")),
+           arg(_tuple_of(a.get("kernel_size"), n), "kernel_size")]
+    stride = site.lit("stride")
+    if stride != 1:
+        out.append(arg(_tuple_of(a.get("stride"), n), "strides"))
+    padding = site.get("padding")
+    pad_value = site.lit("padding")
+    if isinstance(pad_value, str):
+        if pad_value not in ("same", "valid"):
+            raise Untranslatable(f"unknown padding {pad_value!r}")
+        out.append(arg(py(pad_value.upper()), "padding"))
+    else:
+        out.append(arg(_pairs(padding if padding is not None else py(0), n), "padding"))
+    if site.lit("dilation") != 1:
+        out.append(arg(_tuple_of(a.get("dilation"), n), "kernel_dilation"))
+    if site.lit("groups") != 1:
+        out.append(arg(a.get("groups"), "feature_group_count"))
+    if site.lit("bias") is not True:
+        out.append(arg(a.get("bias"), "use_bias"))
+    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+@special("batch_norm")
+def batch_norm(site: Site) -> cst.BaseExpression:
+    a = site.args
+    out = [arg(a.get("num_features"))]
+    if site.rule.torch.endswith("BatchNorm1d"):
+        out.append(arg(py(1), "axis"))
+    momentum = site.lit("momentum")
+    if momentum is None:
+        raise Untranslatable("BatchNorm momentum=None (cumulative moving average) has no flax equivalent")
+    if momentum is ...:
+        out.append(arg(expr("1 - {m}", m=a.get("momentum")), "momentum"))
+    else:
+        out.append(arg(py(round(1 - momentum, 12)), "momentum"))
+    eps = a.get("eps")
+    out.append(arg(eps if eps is not None else py(1e-5), "epsilon"))
+    affine = site.lit("affine")
+    if affine is not True:
+        out.append(arg(a.get("affine"), "use_scale"))
+        out.append(arg(a.get("affine"), "use_bias"))
+    if site.lit("track_running_stats") is False:
+        out.append(arg(py(False), "use_running_average"))
+        site.note("track_running_stats=False: batch statistics in eval mode too; "
+                  "do not call model.eval() expecting running averages", "warning")
+    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+@special("layer_norm")
+def layer_norm(site: Site) -> cst.BaseExpression:
+    a = site.args
+    shape = a.get("normalized_shape")
+    value = site.lit("normalized_shape")
+    out: list[cst.Arg] = []
+    if isinstance(value, (tuple, list)) and len(value) > 1:
+        k = len(value)
+        size = " * ".join(str(v) for v in value)
+        out.append(arg(expr(size)))
+        axes = "(" + ", ".join(str(i) for i in range(-k, 0)) + ")"
+        out.append(arg(expr(axes), "reduction_axes"))
+        out.append(arg(expr(axes), "feature_axes"))
+        site.note(f"LayerNorm over the last {k} axes: the scale/bias of shape {tuple(value)} are "
+                  "stored flattened", "info")
+    elif isinstance(value, (tuple, list)):
+        out.append(arg(py(value[0])))
+    elif isinstance(shape, (cst.Tuple, cst.List)) and len(shape.elements) == 1:
+        out.append(arg(shape.elements[0].value))
+    elif isinstance(shape, (cst.Tuple, cst.List)):
+        raise Untranslatable("LayerNorm over several axes with non-literal sizes")
+    else:
+        out.append(arg(shape))
+    eps = a.get("eps")
+    out.append(arg(eps if eps is not None else py(1e-5), "epsilon"))
+    if site.lit("elementwise_affine") is not True:
+        out.append(arg(a.get("elementwise_affine"), "use_scale"))
+        out.append(arg(a.get("elementwise_affine"), "use_bias"))
+    elif site.lit("bias") is not True:
+        out.append(arg(a.get("bias"), "use_bias"))
+    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+@special("group_norm")
+def group_norm(site: Site) -> cst.BaseExpression:
+    a = site.args
+    out = [arg(a.get("num_channels")), arg(a.get("num_groups"), "num_groups")]
+    eps = a.get("eps")
+    out.append(arg(eps if eps is not None else py(1e-5), "epsilon"))
+    if site.lit("affine") is not True:
+        out.append(arg(a.get("affine"), "use_scale"))
+        out.append(arg(a.get("affine"), "use_bias"))
+    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+@special("embedding")
+def embedding(site: Site) -> cst.BaseExpression:
+    if site.lit("padding_idx") is not None:
+        raise Untranslatable("Embedding padding_idx: flax has no zeroed, gradient-masked row")
+    if site.lit("max_norm") is not None:
+        raise Untranslatable("Embedding max_norm: lookups are renormalised in place in torch")
+    a = site.args
+    return call(site.rule.targets[site.target], arg(a.get("num_embeddings")),
+                arg(a.get("embedding_dim")), *site.rngs_arg())
+
+
+@special("dropout")
+def dropout(site: Site) -> cst.BaseExpression:
+    p = site.args.get("p")
+    return call(site.rule.targets[site.target], arg(p if p is not None else py(0.5)),
+                *site.rngs_arg())
+
+
+@special("identity")
+def identity(site: Site) -> cst.BaseExpression:
+    return expr("lambda x: x")
+
+
+@special("flatten_module")
+def flatten_module(site: Site) -> cst.BaseExpression:
+    start, end = site.lit("start_dim"), site.lit("end_dim")
+    if start is ... or end is ...:
+        raise Untranslatable("nn.Flatten with non-literal dims")
+    return expr("lambda x: " + _flatten_text("x", start, end))
+
+
+def _flatten_text(x: str, start: int, end: int) -> str:
+    if end != -1:
+        return f"jax.lax.collapse({x}, {start}, {end + 1 if end >= 0 else f'{x}.ndim + {end + 1}'})"
+    if start == 0:
+        return f"{x}.reshape(-1)"
+    if start == 1:
+        return f"{x}.reshape({x}.shape[0], -1)"
+    return f"{x}.reshape(*{x}.shape[:{start}], -1)"
+
+
+@special("gelu_module")
+def gelu_module(site: Site) -> cst.BaseExpression:
+    approx = site.lit("approximate")
+    if approx not in ("none", "tanh"):
+        raise Untranslatable(f"GELU approximate={approx!r}")
+    return expr(f"partial(jax.nn.gelu, approximate={approx == 'tanh'})")
+
+
+@special("activation_with_args")
+def activation_with_args(site: Site) -> cst.BaseExpression:
+    target = site.rule.targets[site.target]
+    extra = [(site.rule.rename.get(k, k), v) for k, v in site.args.named.items()
+             if k in site.rule.params and k not in site.rule.drop]
+    if not extra:
+        return expr(target)
+    return call("partial", arg(expr(target)), *[arg(v, k) for k, v in extra])
+
+
+@special("softmax_module")
+def softmax_module(site: Site) -> cst.BaseExpression:
+    dim = site.args.get("dim")
+    if dim is None or site.lit("dim") is None:
+        raise Untranslatable("Softmax without dim (torch's implicit, deprecated choice of axis)")
+    return call("partial", arg(expr(site.rule.targets[site.target])), arg(dim, "axis"))
+
+
+@special("pool")
+def pool(site: Site) -> cst.BaseExpression:
+    n = _spatial_dims(site.rule.torch)
+    if site.lit("ceil_mode") not in (False, None):
+        raise Untranslatable("pooling with ceil_mode=True")
+    if site.lit("dilation") not in (1, None):
+        raise Untranslatable("max pooling with dilation")
+    if site.lit("return_indices") not in (False, None):
+        raise Untranslatable("max pooling with return_indices=True")
+    if site.lit("divisor_override") is not None:
+        raise Untranslatable("avg pooling with divisor_override")
+    k = site.args.get("kernel_size")
+    stride = site.args.get("stride")
+    if stride is None or site.lit("stride") is None:
+        stride = k  # torch: stride defaults to the kernel size, flax's to 1
+    out = [arg(expr(site.rule.targets[site.target])), arg(_tuple_of(k, n), "window_shape"),
+           arg(_tuple_of(stride, n), "strides")]
+    if site.lit("padding") not in (0, None):
+        out.append(arg(_pairs(site.args.get("padding"), n), "padding"))
+    if site.lit("count_include_pad") is False:
+        out.append(arg(py(False), "count_include_pad"))
+    return call("partial", *out)
+
+
+@special("adaptive_avg_pool")
+def adaptive_avg_pool(site: Site) -> cst.BaseExpression:
+    n = _spatial_dims(site.rule.torch)
+    size = site.lit("output_size")
+    sizes = size if isinstance(size, tuple) else (size,) * n
+    if not all(s == 1 for s in sizes):
+        raise Untranslatable(
+            f"adaptive average pooling to {size}: torch's bins overlap when the size does not "
+            "divide the input; only output size 1 is translated"
+        )
+    axes = "(" + ", ".join(str(2 + i) for i in range(n)) + ("," if n == 1 else "") + ")"
+    return expr(f"lambda x: jnp.mean(x, axis={axes}, keepdims=True)")
+
+
+# --------------------------------------------------------------------------------------------
+# Functions and tensor methods
+# --------------------------------------------------------------------------------------------
+
+
+def _dim_kw(site: Site, name: str = "dim") -> list[cst.Arg]:
+    d = site.args.get(name)
+    return [arg(d, "axis")] if d is not None else []
+
+
+def _sizes(site: Site, first: str = "size") -> cst.BaseExpression:
+    """torch's ``f(2, 3)`` / ``f((2, 3))`` / ``f(shape)`` size forms -> one shape expression."""
+    first_node = site.args.get(first)
+    rest = site.args.extra_positional
+    if first_node is None:
+        raise Untranslatable(f"{site.rule.torch} without a size")
+    if not rest:
+        if isinstance(first_node, (cst.Tuple, cst.List)) or not _is_int_like(first_node):
+            return first_node
+        return expr("({a},)", a=first_node)
+    items = [first_node, *rest]
+    return expr("(" + ", ".join(code(i) for i in items) + ")")
+
+
+def _is_int_like(node: cst.BaseExpression) -> bool:
+    """An int literal or an arithmetic expression / name that could be one dimension."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return False
+    if isinstance(node, cst.Attribute) and node.attr.value == "shape":
+        return False
+    if isinstance(node, cst.Call):
+        f = node.func
+        if isinstance(f, cst.Attribute) and f.attr.value == "size" and not node.args:
+            return False
+    return True
+
+
+def _dtype_kw(site: Site) -> list[cst.Arg]:
+    d = site.args.get("dtype")
+    return [arg(d, "dtype")] if d is not None else []
+
+
+@special("creation")
+def creation(site: Site) -> cst.BaseExpression:
+    """torch.zeros/ones/empty/rand-free creation with size varargs."""
+    shape = _sizes(site)
+    extra = []
+    if site.rule.torch.endswith("full"):
+        extra.append(arg(site.args.get("fill_value")))
+    return call(site.rule.jax, arg(shape), *extra, *_dtype_kw(site))
+
+
+@special("like")
+def like(site: Site) -> cst.BaseExpression:
+    extra = []
+    if site.rule.torch.endswith("full_like"):
+        extra.append(arg(site.args.get("fill_value")))
+    return call(site.rule.jax, arg(site.x()), *extra, *_dtype_kw(site))
+
+
+@special("arange")
+def arange(site: Site) -> cst.BaseExpression:
+    a = site.args
+    pos = [arg(a.get(n)) for n in ("start", "end", "step") if a.get(n) is not None]
+    return call("jnp.arange", *pos, *_dtype_kw(site))
+
+
+@special("reshape")
+def reshape(site: Site) -> cst.BaseExpression:
+    x = site.x()
+    shape_first = site.args.get("shape")
+    if shape_first is None:
+        raise Untranslatable("reshape/view without a shape")
+    value = try_literal(shape_first, ...)
+    if not site.args.extra_positional and value is not ... and not isinstance(value, (int, tuple,
+                                                                                      list)):
+        raise Untranslatable("view(dtype) reinterprets bits; use jax.lax.bitcast_convert_type")
+    items = [shape_first, *site.args.extra_positional]
+    return call(expr("{x}.reshape", x=x), *[arg(i) for i in items])
+
+
+@special("flatten")
+def flatten(site: Site) -> cst.BaseExpression:
+    x = site.x()
+    start = site.lit("start_dim")
+    end = site.lit("end_dim")
+    start = 0 if start is None else start
+    end = -1 if end is None else end
+    if start is ... or end is ...:
+        raise Untranslatable("flatten with non-literal dims")
+    if is_simple(x):
+        return expr(_flatten_text(code(x), start, end))
+    if end == -1:
+        return expr(f"jax.lax.collapse({{x}}, {start})", x=x)
+    raise Untranslatable("flatten(start, end) of a compound expression: assign it to a name first")
+
+
+@special("permute")
+def permute(site: Site) -> cst.BaseExpression:
+    dims = [site.args.get("dims"), *site.args.extra_positional]
+    if dims[0] is None:
+        raise Untranslatable("permute without dims")
+    return call(expr("{x}.transpose", x=site.x()), *[arg(d) for d in dims])
+
+
+@special("transpose")
+def transpose(site: Site) -> cst.BaseExpression:
+    return call("jnp.swapaxes", arg(site.x()), arg(site.args.get("dim0")),
+                arg(site.args.get("dim1")))
+
+
+@special("identity_method")
+def identity_method(site: Site) -> cst.BaseExpression:
+    return site.x()
+
+
+@special("size")
+def size(site: Site) -> cst.BaseExpression:
+    d = site.args.get("dim")
+    if d is None:
+        return expr("{x}.shape", x=site.x())
+    return expr("{x}.shape[{d}]", x=site.x(), d=d)
+
+
+@special("attr")
+def attr(site: Site) -> cst.BaseExpression:
+    """A method that is an attribute in JAX: ``x.dim()`` -> ``x.ndim``."""
+    return expr("{x}." + site.rule.jax.lstrip("."), x=site.x())
+
+
+@special("astype")
+def astype(site: Site) -> cst.BaseExpression:
+    return expr("{x}.astype(" + site.rule.jax + ")", x=site.x())
+
+
+@special("to")
+def to(site: Site) -> cst.BaseExpression:
+    """``x.to(device)`` disappears; ``x.to(dtype)`` / ``x.to(other)``-free dtype casts stay."""
+    x = site.x()
+    dtype = site.args.get("dtype")
+    cand = [site.args.get("device"), *site.args.extra_positional]
+    for c in [site.args.get("device"), dtype, *site.args.extra_positional]:
+        if c is not None and _is_dtype(c):
+            return expr("{x}.astype({d})", x=x, d=c)
+    del cand
+    return x
+
+
+def _is_dtype(node: cst.BaseExpression) -> bool:
+    text = code(node)
+    return text.startswith(("jnp.", "torch.")) and not text.startswith("torch.device")
+
+
+@special("type_as")
+def type_as(site: Site) -> cst.BaseExpression:
+    return expr("{x}.astype({o}.dtype)", x=site.x(), o=site.args.get("other"))
+
+
+@special("squeeze")
+def squeeze(site: Site) -> cst.BaseExpression:
+    d = site.args.get("dim")
+    if d is None:
+        return call("jnp.squeeze", arg(site.x()))
+    site.note("jnp.squeeze raises when the axis is not of size 1, where torch's squeeze(dim) "
+              "does nothing", "info")
+    return call("jnp.squeeze", arg(site.x()), arg(d, "axis"))
+
+
+@special("expand")
+def expand(site: Site) -> cst.BaseExpression:
+    x = site.x()
+    sizes = [site.args.get("size"), *site.args.extra_positional]
+    if sizes[0] is None:
+        raise Untranslatable("expand without sizes")
+    if len(sizes) == 1 and not _is_int_like(sizes[0]):
+        return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
+    n = len(sizes)
+    parts = []
+    for i, s in enumerate(sizes):
+        if int_value(s) == -1:
+            if not is_simple(x):
+                raise Untranslatable("expand(-1, ...) of a compound expression: name it first")
+            parts.append(f"{code(x)}.shape[{i - n}]")
+        else:
+            parts.append(code(s))
+    return call("jnp.broadcast_to", arg(x), arg(expr("(" + ", ".join(parts) + ("," if n == 1
+                                                                                 else "") + ")")))
+
+
+@special("repeat")
+def repeat(site: Site) -> cst.BaseExpression:
+    reps = [site.args.get("repeats"), *site.args.extra_positional]
+    if reps[0] is None:
+        raise Untranslatable("repeat without sizes")
+    shape = reps[0] if len(reps) == 1 and not _is_int_like(reps[0]) else expr(
+        "(" + ", ".join(code(r) for r in reps) + ("," if len(reps) == 1 else "") + ")")
+    return call("jnp.tile", arg(site.x()), arg(shape))
+
+
+@special("split")
+def split(site: Site) -> cst.BaseExpression:
+    """torch splits into chunks of a *size*; jnp.split takes a count or split indices."""
+    x = site.x()
+    size_node = site.args.get("split_size_or_sections")
+    d = site.args.get("dim")
+    axis = [arg(d if d is not None else py(0), "axis")]
+    sizes = try_literal(size_node, ...)
+    if isinstance(sizes, (list, tuple)):
+        idx, total = [], 0
+        for s in sizes[:-1]:
+            total += s
+            idx.append(total)
+        return call("jnp.split", arg(x), arg(py(idx)), *axis)
+    if isinstance(size_node, (cst.List, cst.Tuple)):
+        parts, acc = [], []
+        for e in size_node.elements[:-1]:
+            acc.append(code(e.value))
+            parts.append(" + ".join(acc))
+        return call("jnp.split", arg(x), arg(expr("[" + ", ".join(parts) + "]")), *axis)
+    if site.unpack:
+        s = code(size_node)
+        idx = [s if i == 1 else f"{i} * {s}" for i in range(1, site.unpack)]
+        return call("jnp.split", arg(x), arg(expr("[" + ", ".join(idx) + "]")), *axis)
+    if is_simple(x):
+        dim = code(d) if d is not None else "0"
+        return call("jnp.split", arg(x),
+                    arg(expr(f"range({code(size_node)}, {code(x)}.shape[{dim}], "
+                             f"{code(size_node)})")), *axis)
+    raise Untranslatable("split of a compound expression into an unknown number of chunks: "
+                         "assign it to a name first")
+
+
+@special("chunk")
+def chunk(site: Site) -> cst.BaseExpression:
+    site.note("jnp.split raises when the size is not divisible by chunks; torch.chunk then "
+              "returns smaller (or fewer) chunks", "info")
+    d = site.args.get("dim")
+    return call("jnp.split", arg(site.x()), arg(site.args.get("chunks")),
+                arg(d if d is not None else py(0), "axis"))
+
+
+def _reduction_dim(site: Site) -> cst.BaseExpression | None:
+    d = site.args.get("dim")
+    return d
+
+
+@special("max_min")
+def max_min(site: Site) -> cst.BaseExpression:
+    """torch.max has three overloads: full reduction, (values, indices) along dim, elementwise."""
+    kind = site.rule.jax  # "max" or "min"
+    x = site.x()
+    d = site.args.get("dim")
+    other = site.args.get("other")
+    if d is not None and other is None and "dim" not in site.args.keywords and not _dim_like(d):
+        other, d = d, None
+    if other is not None:
+        site.note(f"torch.{kind}(a, b) read as the elementwise {kind}imum (b is not an int dim)",
+                  "warning")
+        return call(f"jnp.{kind}imum", arg(x), arg(other))
+    if d is None:
+        return expr(f"{{x}}.{kind}()", x=x)
+    keep = site.args.get("keepdim")
+    kw = [arg(d, "axis")] + ([arg(keep, "keepdims")] if keep is not None else [])
+    vals = call(expr(f"{{x}}.{kind}", x=x), *kw)
+    idx = call(expr(f"{{x}}.arg{kind}", x=x), *kw)
+    return cst.Tuple(elements=[cst.Element(vals), cst.Element(idx)])
+
+
+def _dim_like(node: cst.BaseExpression) -> bool:
+    if int_value(node) is not None:
+        return True
+    if isinstance(node, cst.Tuple):
+        return all(int_value(e.value) is not None for e in node.elements)
+    return isinstance(node, cst.Name) and node.value in ("dim", "axis", "d")
+
+
+@special("var_std")
+def var_std(site: Site) -> cst.BaseExpression:
+    name = site.rule.jax
+    x = site.x()
+    kw: list[cst.Arg] = []
+    d = site.args.get("dim")
+    unbiased = site.args.get("unbiased")
+    correction = site.args.get("correction")
+    if d is not None and try_literal(d, ...) in (True, False) and unbiased is None:
+        unbiased, d = d, None  # x.var(False): the legacy positional unbiased flag
+    if d is not None:
+        kw.append(arg(d, "axis"))
+    if correction is not None:
+        kw.append(arg(correction, "ddof"))
+    elif unbiased is not None:
+        u = try_literal(unbiased, ...)
+        kw.append(arg(py(1 if u else 0) if u is not ... else expr("int({u})", u=unbiased),
+                      "ddof"))
+    else:
+        kw.append(arg(py(1), "ddof"))  # torch's default is the unbiased estimate
+    keep = site.args.get("keepdim")
+    if keep is not None:
+        kw.append(arg(keep, "keepdims"))
+    return call(expr(f"{{x}}.{name}", x=x), *kw)
+
+
+@special("masked_fill")
+def masked_fill(site: Site) -> cst.BaseExpression:
+    return call("jnp.where", arg(site.args.get("mask")), arg(site.args.get("value")),
+                arg(site.x()))
+
+
+@special("softmax")
+def softmax(site: Site) -> cst.BaseExpression:
+    d = site.args.get("dim")
+    if d is None:
+        raise Untranslatable("softmax without dim (torch's implicit, deprecated choice of axis)")
+    x = site.x()
+    dtype = site.args.get("dtype")
+    if dtype is not None:
+        x = expr("{x}.astype({d})", x=x, d=dtype)
+    return call(site.rule.jax, arg(x), arg(d, "axis"))
+
+
+@special("gelu")
+def gelu(site: Site) -> cst.BaseExpression:
+    approx = site.lit("approximate")
+    approx = "none" if approx is None else approx
+    if approx not in ("none", "tanh"):
+        raise Untranslatable(f"gelu approximate={approx!r}")
+    return call("jax.nn.gelu", arg(site.x()), arg(py(approx == "tanh"), "approximate"))
+
+
+@special("linear")
+def linear(site: Site) -> cst.BaseExpression:
+    b = site.args.get("bias")
+    if b is None or try_literal(b, ...) is None:
+        return expr("{x} @ {w}.T", x=site.x(), w=site.args.get("weight"))
+    return expr("{x} @ {w}.T + {b}", x=site.x(), w=site.args.get("weight"), b=b)
+
+
+@special("functional_layer_norm")
+def functional_layer_norm(site: Site) -> cst.BaseExpression:
+    shape = site.args.get("normalized_shape")
+    value = try_literal(shape, ...)
+    if isinstance(value, int):
+        axes = "-1"
+    elif isinstance(value, (tuple, list)):
+        axes = "(" + ", ".join(str(i) for i in range(-len(value), 0)) + ("," if len(value) == 1
+                                                                          else "") + ")"
+        if len(value) == 1:
+            axes = "-1"
+    elif isinstance(shape, (cst.Tuple, cst.List)):
+        k = len(shape.elements)
+        axes = "-1" if k == 1 else "(" + ", ".join(str(i) for i in range(-k, 0)) + ")"
+    else:
+        axes = f"tuple(range(-len({code(shape)}), 0))"
+    eps = site.args.get("eps")
+    out = expr(f"jax.nn.standardize({{x}}, axis={axes}, epsilon={{e}})", x=site.x(),
+               e=eps if eps is not None else py(1e-5))
+    w, b = site.args.get("weight"), site.args.get("bias")
+    if w is not None and try_literal(w, ...) is not None:
+        out = expr("{o} * {w}", o=out, w=w)
+    if b is not None and try_literal(b, ...) is not None:
+        out = expr("{o} + {b}", o=out, b=b)
+    return out
+
+
+@special("pad")
+def pad(site: Site) -> cst.BaseExpression:
+    x = site.x()
+    pads = try_literal(site.args.get("pad"), ...)
+    if pads is ... or not isinstance(pads, (tuple, list)) or len(pads) % 2:
+        raise Untranslatable("F.pad with a non-literal padding")
+    if any(p < 0 for p in pads):
+        raise Untranslatable("F.pad with negative (cropping) padding")
+    mode = site.lit("mode") or "constant"
+    modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+    if mode not in modes:
+        raise Untranslatable(f"F.pad mode={mode!r}")
+    pairs = [(pads[i], pads[i + 1]) for i in range(0, len(pads), 2)][::-1]
+    k = len(pairs)
+    if not is_simple(x):
+        raise Untranslatable("F.pad of a compound expression: assign it to a name first")
+    width = f"[(0, 0)] * ({code(x)}.ndim - {k}) + {pairs!r}"
+    kws = []
+    if mode != "constant":
+        kws.append(arg(py(modes[mode]), "mode"))
+    value = site.args.get("value")
+    if value is not None and try_literal(value, ...) not in (0, 0.0, None):
+        kws.append(arg(value, "constant_values"))
+    return call("jnp.pad", arg(x), arg(expr(width)), *kws)
+
+
+@special("dropout_fn")
+def dropout_fn(site: Site) -> cst.BaseExpression:
+    training = site.lit("training")
+    if training is False:
+        return site.x()
+    raise Untranslatable(
+        "functional dropout needs a random key: make it an nnx.Dropout attribute "
+        "(torch's F.dropout defaults to training=True even in eval mode)"
+    )
+
+
+@special("stop_gradient")
+def stop_gradient(site: Site) -> cst.BaseExpression:
+    return call("jax.lax.stop_gradient", arg(site.x()))
+
+
+@special("numpy")
+def numpy(site: Site) -> cst.BaseExpression:
+    return call("np.asarray", arg(site.x()))
+
+
+@special("cat")
+def cat(site: Site) -> cst.BaseExpression:
+    d = site.args.get("dim")
+    return call(site.rule.jax, arg(site.args.get("tensors")),
+                arg(d if d is not None else py(0), "axis"))
+
+
+@special("einsum")
+def einsum(site: Site) -> cst.BaseExpression:
+    eq = site.args.get("equation")
+    ops = site.args.extra_positional
+    if len(ops) == 1 and isinstance(ops[0], (cst.List, cst.Tuple)):
+        ops = [e.value for e in ops[0].elements]
+    return call("jnp.einsum", arg(eq), *[arg(o) for o in ops])
+
+
+@special("tensor")
+def tensor(site: Site) -> cst.BaseExpression:
+    return call("jnp.asarray", arg(site.args.get("data")), *_dtype_kw(site))
+
+
+@special("clamp")
+def clamp(site: Site) -> cst.BaseExpression:
+    kws = []
+    for name in ("min", "max"):
+        v = site.args.get(name)
+        if v is not None:
+            kws.append(arg(v, name))
+    return call("jnp.clip", arg(site.x()), *kws)
+
+
+@special("inplace")
+def inplace(site: Site) -> cst.BaseExpression:
+    raise Untranslatable("in-place tensor method used as a value")

@@ -1,0 +1,100 @@
+"""Diagnostics: what the converter did not (or could not) translate, and how it is shown."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+SEVERITIES = ("info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding at one place in one file.
+
+    ``severity``: ``info`` (a translation worth knowing about), ``warning`` (translated, check by
+    hand), ``error`` (not translated: a ``# TODO(torch2jax)`` marks the line).
+    """
+
+    file: str
+    line: int
+    column: int
+    rule: str
+    severity: str
+    message: str
+
+    def render(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}: {self.severity} [{self.rule}] {self.message}"
+
+
+@dataclass
+class FileReport:
+    path: str
+    status: str  # converted | unchanged | skipped | failed
+    output: str | None = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def todos(self) -> int:
+        return sum(1 for d in self.diagnostics if d.severity == "error")
+
+
+@dataclass
+class RunReport:
+    files: list[FileReport] = field(default_factory=list)
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        return [d for f in self.files for d in f.diagnostics]
+
+    @property
+    def exit_code(self) -> int:
+        failed = any(f.status == "failed" for f in self.files)
+        return 1 if failed or any(d.severity == "error" for d in self.diagnostics) else 0
+
+    def to_json(self) -> dict:
+        return {
+            "schema": "torch2jax-report/1",
+            "summary": {
+                "files": len(self.files),
+                **Counter(f.status for f in self.files),
+                "todos": sum(f.todos for f in self.files),
+            },
+            "files": [
+                {
+                    "path": f.path,
+                    "status": f.status,
+                    "output": f.output,
+                    "diagnostics": [asdict(d) for d in f.diagnostics],
+                }
+                for f in self.files
+            ],
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+    def print_summary(self, console: Console) -> None:
+        diags = self.diagnostics
+        shown = [d for d in diags if d.severity != "info"]
+        if shown:
+            table = Table(title="Left for review", show_lines=False)
+            for col in ("location", "severity", "rule", "message"):
+                table.add_column(col, overflow="fold")
+            for d in shown:
+                table.add_row(f"{d.file}:{d.line}:{d.column}", d.severity, d.rule, d.message)
+            console.print(table)
+            by_rule = Counter(d.rule for d in shown if d.severity == "error")
+            if by_rule:
+                console.print(
+                    "TODOs by rule: " + ", ".join(f"{r} ×{n}" for r, n in by_rule.most_common())
+                )
+        counts = Counter(f.status for f in self.files)
+        todos = sum(f.todos for f in self.files)
+        parts = [f"{n} {s}" for s, n in sorted(counts.items())]
+        console.print(f"{len(self.files)} files: " + ", ".join(parts) + f"; {todos} TODOs")

@@ -1,0 +1,219 @@
+"""Load and validate the declarative rule files (``rules/*.toml``).
+
+Three tables, one per kind of torch API:
+
+``[[layer]]``     an ``nn.Module`` class built in ``__init__`` (``torch.nn.Linear``): the JAX
+                  constructor per target, argument renames, defaults written out explicitly,
+                  the weight layout transforms the verifier and ``weights`` command apply.
+``[[function]]``  a function (``torch.sum``, ``torch.nn.functional.relu``).
+``[[method]]``    a tensor method (``x.view``, ``x.sum``).
+
+A rule that is not a plain rename names a ``special`` transform: a Python function registered
+in :mod:`torch2jax.passes.special` (tf_upgrade_v2 style: special cases are named functions
+registered in the table, not ``if`` chains in the engine).
+
+Every rule carries ``[[...examples]]`` (``torch`` source, expected ``jax`` source and the
+``inputs`` to run both with); the test-suite converts and executes each of them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+WEIGHT_LAYOUTS = ("as_is", "transpose", "conv")
+LAYOUTS = ("torch", "any", "channels_last")
+
+
+class RuleError(ValueError):
+    """A rule file is malformed; the message names the file and the rule."""
+
+
+@dataclass(frozen=True)
+class WeightMap:
+    """How one torch tensor of a layer becomes one parameter of the JAX layer."""
+
+    to: str | None  # None: dropped (e.g. BatchNorm's num_batches_tracked)
+    layout: str = "as_is"
+
+
+@dataclass(frozen=True)
+class Example:
+    torch: str
+    jax: str
+    inputs: dict[str, str] = field(default_factory=dict)
+    target: str = "nnx"
+    runnable: bool = True
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One mapping. ``kind`` is ``layer``, ``function`` or ``method``."""
+
+    kind: str
+    torch: str  # qualified torch name, or the method name for methods
+    id: str
+    jax: str | None = None  # target callable (functions, methods); per target for layers
+    targets: dict[str, str] = field(default_factory=dict)  # layer: target -> constructor
+    params: tuple[str, ...] = ()  # torch's positional parameter order
+    rename: dict[str, str] = field(default_factory=dict)  # torch kwarg -> jax kwarg
+    defaults: dict[str, Any] = field(default_factory=dict)  # torch defaults (for layers)
+    emit: dict[str, Any] = field(default_factory=dict)  # always emitted jax kwargs
+    drop: tuple[str, ...] = ()  # torch args without meaning in JAX (inplace, device, ...)
+    special: str | None = None  # name of a transform in passes.special
+    layout: str = "torch"  # what activation layout the JAX op wants
+    weights: dict[str, WeightMap] = field(default_factory=dict)
+    notes: str = ""  # the semantic difference, shown by `torch2jax explain`
+    examples: tuple[Example, ...] = ()
+    source: str = ""  # file the rule came from
+    method_of: str | None = None  # methods: how to call in jax ("method" or "function")
+
+
+@dataclass
+class RuleSet:
+    layers: dict[str, Rule] = field(default_factory=dict)
+    functions: dict[str, Rule] = field(default_factory=dict)
+    methods: dict[str, Rule] = field(default_factory=dict)
+
+    def all(self) -> list[Rule]:
+        return [*self.layers.values(), *self.functions.values(), *self.methods.values()]
+
+    def lookup(self, name: str) -> Rule | None:
+        """Find a rule by torch name, rule id or (for methods) ``Tensor.name``."""
+        for table in (self.layers, self.functions, self.methods):
+            if name in table:
+                return table[name]
+        for rule in self.all():
+            if rule.id == name or rule.torch.rsplit(".", 1)[-1] == name:
+                return rule
+        if name.startswith(("torch.Tensor.", "Tensor.")):
+            return self.methods.get(name.rsplit(".", 1)[-1])
+        return None
+
+    def merge(self, other: RuleSet) -> None:
+        """Rules of ``other`` (a user's rule directory) extend or override these."""
+        self.layers.update(other.layers)
+        self.functions.update(other.functions)
+        self.methods.update(other.methods)
+
+
+_KNOWN_KEYS = {
+    "torch", "id", "jax", "nnx", "linen", "equinox", "params", "rename", "defaults", "emit",
+    "drop", "special", "layout", "weights", "notes", "examples", "aliases",
+}
+
+
+def _parse_rule(kind: str, raw: dict[str, Any], source: str) -> list[Rule]:
+    where = f"{source}: [[{kind}]] {raw.get('torch', '?')!r}"
+    unknown = set(raw) - _KNOWN_KEYS
+    if unknown:
+        raise RuleError(f"{where}: unknown keys {sorted(unknown)}")
+    if "torch" not in raw:
+        raise RuleError(f"{where}: missing 'torch'")
+    layout = raw.get("layout", "torch")
+    if layout not in LAYOUTS:
+        raise RuleError(f"{where}: layout must be one of {LAYOUTS}, not {layout!r}")
+    weights: dict[str, WeightMap] = {}
+    for name, spec in raw.get("weights", {}).items():
+        if isinstance(spec, str):
+            spec = {"to": spec}
+        to = spec.get("to")
+        wl = spec.get("layout", "as_is")
+        if wl not in WEIGHT_LAYOUTS:
+            raise RuleError(f"{where}: weight {name!r} layout must be one of {WEIGHT_LAYOUTS}")
+        weights[name] = WeightMap(to=to or None, layout=wl)
+    examples = []
+    for ex in raw.get("examples", []):
+        if "torch" not in ex or "jax" not in ex:
+            raise RuleError(f"{where}: every example needs 'torch' and 'jax'")
+        examples.append(
+            Example(
+                torch=ex["torch"],
+                jax=ex["jax"],
+                inputs=dict(ex.get("inputs", {})),
+                target=ex.get("target", "nnx"),
+                runnable=ex.get("runnable", True),
+            )
+        )
+    targets = {t: raw[t] for t in ("nnx", "linen", "equinox") if t in raw}
+    if kind == "layer" and not targets and not raw.get("special"):
+        raise RuleError(f"{where}: a layer rule needs a target constructor (nnx = ...) or special")
+    if kind != "layer" and not raw.get("jax") and not raw.get("special"):
+        raise RuleError(f"{where}: needs 'jax' or 'special'")
+    base = Rule(
+        kind=kind,
+        torch=raw["torch"],
+        id=raw.get("id", raw["torch"]),
+        jax=raw.get("jax"),
+        targets=targets,
+        params=tuple(raw.get("params", ())),
+        rename=dict(raw.get("rename", {})),
+        defaults=dict(raw.get("defaults", {})),
+        emit=dict(raw.get("emit", {})),
+        drop=tuple(raw.get("drop", ())),
+        special=raw.get("special"),
+        layout=layout,
+        weights=weights,
+        notes=raw.get("notes", "").strip(),
+        examples=tuple(examples),
+        source=source,
+    )
+    rules = [base]
+    for alias in raw.get("aliases", ()):
+        rules.append(
+            Rule(**{**base.__dict__, "torch": alias, "examples": ()})  # type: ignore[arg-type]
+        )
+    return rules
+
+
+def parse_rule_text(text: str, source: str) -> RuleSet:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError(f"{source}: not valid TOML: {exc}") from None
+    rs = RuleSet()
+    tables = {"layer": rs.layers, "function": rs.functions, "method": rs.methods}
+    for key in data:
+        if key not in tables:
+            raise RuleError(f"{source}: unknown table [[{key}]] (use layer, function or method)")
+    for kind, table in tables.items():
+        for raw in data.get(kind, []):
+            for rule in _parse_rule(kind, raw, source):
+                if rule.torch in table and table[rule.torch].source == source:
+                    raise RuleError(f"{source}: {kind} {rule.torch!r} is defined twice")
+                table[rule.torch] = rule
+    return rs
+
+
+def _builtin_rule_files() -> list[tuple[str, str]]:
+    here = Path(__file__).resolve().parent.parent / "rules"
+    if here.is_dir():  # source checkout or editable install
+        return [(f"rules/{p.name}", p.read_text()) for p in sorted(here.glob("*.toml"))]
+    pkg = resources.files("torch2jax.rules")
+    return [
+        (f"rules/{p.name}", p.read_text())
+        for p in sorted(pkg.iterdir(), key=lambda p: p.name)
+        if p.name.endswith(".toml")
+    ]
+
+
+@lru_cache(maxsize=None)
+def builtin_rules() -> RuleSet:
+    rs = RuleSet()
+    for source, text in _builtin_rule_files():
+        rs.merge(parse_rule_text(text, source))
+    return rs
+
+
+def load_rules(extra_dirs: tuple[str, ...] = ()) -> RuleSet:
+    """The built-in rules, extended or overridden by ``*.toml`` files in ``extra_dirs``."""
+    rs = RuleSet()
+    rs.merge(builtin_rules())
+    for d in extra_dirs:
+        for p in sorted(Path(d).glob("*.toml")):
+            rs.merge(parse_rule_text(p.read_text(), str(p)))
+    return rs

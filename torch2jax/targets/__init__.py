@@ -1,0 +1,40 @@
+"""Emitters: how each JAX target declares modules, parameters, buffers and RNG state.
+
+The passes ask the emitter instead of branching on the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Emitter:
+    name: str
+    module_base: str  # base class of converted modules
+    rngs_type: str  # annotation of the rngs parameter
+    param: str  # nn.Parameter -> this constructor
+    buffer: str  # register_buffer -> this constructor
+    imports: tuple[str, ...]
+
+
+NNX = Emitter(
+    name="nnx",
+    module_base="nnx.Module",
+    rngs_type="nnx.Rngs",
+    param="nnx.Param",
+    buffer="nnx.Variable",
+    imports=("from flax import nnx",),
+)
+
+TARGETS = {"nnx": NNX}
+
+
+def get_emitter(name: str) -> Emitter:
+    try:
+        return TARGETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown target {name!r}; available: {', '.join(sorted(TARGETS))} "
+            "(linen and equinox are planned)"
+        ) from None

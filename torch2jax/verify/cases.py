@@ -1,0 +1,152 @@
+"""Verification cases kept in a TOML file, so a whole fixture set verifies with one command.
+
+```toml
+[[case]]
+name = "mlp"
+target = "models/mlp.py::MLP"   # relative to this file
+args = {}                       # or: build = "GPT(GPTConfig(n_layer=2))"
+inputs = ["float32[4,784]"]
+grad = true                     # optional: atol, rtol, seed, device, converted, jax_target
+```
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from torch2jax.verify.run import VerifyRequest, VerifyResult, run_request
+
+_KEYS = {
+    "name", "target", "args", "build", "inputs", "grad", "atol", "rtol", "seed", "device",
+    "converted", "jax_target",
+}  # fmt: skip
+
+
+class CaseError(ValueError):
+    """The cases file is malformed; the message names the file and the case."""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    request: VerifyRequest
+
+
+def _relative(base: Path, target: str) -> str:
+    path, sep, name = target.rpartition("::")
+    if not sep:
+        return target  # split_target reports the malformed target when the case runs
+    return f"{base / path}::{name}"  # an absolute path stays as it is
+
+
+def _parse_case(raw: dict[str, Any], index: int, base: Path, source: Path) -> Case:
+    name = str(raw.get("name", f"case {index + 1}"))
+    where = f"{source}: [[case]] {name!r}"
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise CaseError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})")
+    if "target" not in raw:
+        raise CaseError(f"{where}: missing 'target' (FILE.py::Name)")
+    inputs = raw.get("inputs", [])
+    if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+        raise CaseError(f"{where}: 'inputs' must be a list of specs like \"float32[2,8]\"")
+    converted = raw.get("converted")
+    request = VerifyRequest(
+        target=_relative(base, raw["target"]),
+        args=raw.get("args"),
+        build=raw.get("build"),
+        inputs=tuple(inputs),
+        jax_target=raw.get("jax_target", "nnx"),
+        grad=bool(raw.get("grad", False)),
+        atol=float(raw.get("atol", 1e-5)),
+        rtol=float(raw.get("rtol", 1e-4)),
+        seed=int(raw.get("seed", 0)),
+        device=raw.get("device"),
+        converted=str(base / converted) if converted else None,
+    )
+    return Case(name, request)
+
+
+def load_cases(path: str | Path) -> list[Case]:
+    """Parse a cases file; paths in it are relative to the file's directory."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise CaseError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CaseError(f"{path}: not valid TOML: {exc}") from None
+    if set(data) - {"case"}:
+        raise CaseError(f"{path}: unknown tables {sorted(set(data) - {'case'})} (use [[case]])")
+    cases = [_parse_case(raw, i, path.parent, path) for i, raw in enumerate(data.get("case", []))]
+    names = [c.name for c in cases]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise CaseError(f"{path}: case names used twice: {duplicates}")
+    return cases
+
+
+def run_cases(
+    path: str | Path, *, names: list[str] | None = None, device: str | None = None
+) -> list[VerifyResult]:
+    """Run every case in the file (or only ``names``); ``device`` overrides the cases'."""
+    cases = load_cases(path)
+    if names:
+        missing = sorted(set(names) - {c.name for c in cases})
+        if missing:
+            raise CaseError(f"{path}: no cases named {missing}")
+        cases = [c for c in cases if c.name in names]
+    results = []
+    for case in cases:
+        request = case.request
+        if device is not None:
+            request = VerifyRequest(**{**request.__dict__, "device": device})
+        result = run_request(request)
+        result.name = case.name
+        results.append(result)
+    return results
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def print_cases_summary(results: list[VerifyResult], console: Console) -> None:
+    """One row per case: verdict, differences, and why it failed or could not run."""
+    table = Table(title="torch2jax verify")
+    for column in ("case", "result", "max abs", "max rel", "grad abs", "grad rel", "why"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        if r.error:
+            verdict, why = "[yellow]error[/yellow]", r.error.splitlines()[0]
+        elif r.passed:
+            verdict, why = "[green]pass[/green]", ""
+        else:
+            verdict, why = "[red]FAIL[/red]", r.mismatch or ""
+        table.add_row(
+            r.name or r.model,
+            verdict,
+            _fmt(r.max_abs_diff),
+            _fmt(r.max_rel_diff),
+            _fmt(r.grad_max_abs_diff),
+            _fmt(r.grad_max_rel_diff),
+            why,
+        )
+    console.print(table)
+    passed = sum(r.passed for r in results)
+    errors = sum(r.error is not None for r in results)
+    failed = len(results) - passed - errors
+    console.print(f"{len(results)} cases: {passed} passed, {failed} failed, {errors} could not run")
+
+
+def cases_exit_code(results: list[VerifyResult]) -> int:
+    """The verify contract over several cases: 2 if any could not run, else 1 if any failed."""
+    if any(r.error for r in results):
+        return 2
+    return 0 if all(r.passed for r in results) else 1

@@ -1,0 +1,110 @@
+"""Import a Python file by path, the way ``python FILE.py`` would see its siblings.
+
+The torch original and its converted JAX twin usually sit in different directories but have
+sibling modules with the same names (``model.py`` importing ``config.py``). Each load puts the
+file's directory first on ``sys.path``, hides same-named modules imported from elsewhere, and
+afterwards forgets the siblings it imported, so the JAX side never picks up a torch sibling
+cached by the torch load (and the reverse).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+_counter = itertools.count()
+
+
+class LoadError(RuntimeError):
+    """The file or the name in it could not be loaded; the message says which and why."""
+
+
+def split_target(target: str) -> tuple[Path, str]:
+    """``path/to/file.py::Name`` -> (Path, "Name")."""
+    path, sep, name = target.rpartition("::")
+    if not sep or not path or not name.isidentifier():
+        raise LoadError(f"bad target {target!r}: expected FILE.py::Name, e.g. models/mlp.py::MLP")
+    return Path(path), name
+
+
+def _module_file(module: Any) -> Path | None:
+    file = getattr(module, "__file__", None)
+    return Path(file).resolve() if file else None
+
+
+def _local_names(directory: Path) -> set[str]:
+    names = {p.stem for p in directory.glob("*.py")}
+    names |= {p.name for p in directory.iterdir() if (p / "__init__.py").is_file()}
+    return names
+
+
+def _is_under(module: Any, directory: Path) -> bool:
+    file = _module_file(module)
+    return file is not None and directory in file.parents
+
+
+@contextmanager
+def sibling_imports(directory: Path) -> Iterator[None]:
+    """Make ``directory`` the first import location for the duration of the block."""
+    directory = directory.resolve()
+    hidden = {
+        name: sys.modules.pop(name)
+        for name in _local_names(directory)
+        if name in sys.modules and not _is_under(sys.modules[name], directory)
+    }
+    before = set(sys.modules)
+    sys.path.insert(0, str(directory))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(directory))
+        for name in set(sys.modules) - before:
+            if _is_under(sys.modules[name], directory):
+                del sys.modules[name]
+        sys.modules.update(hidden)
+
+
+def load_module(path: str | Path, *, prefix: str = "torch2jax_verify") -> ModuleType:
+    """Execute the file at ``path`` as a fresh module with a unique name and return it.
+
+    The module stays registered in ``sys.modules`` under that name because dataclasses and
+    pickling look classes up there.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise LoadError(f"{path}: no such file")
+    name = f"{prefix}_{path.stem}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, path.resolve())
+    if spec is None or spec.loader is None:
+        raise LoadError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    with sibling_imports(path.parent):
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as exc:
+            del sys.modules[name]
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise LoadError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def find_name(module: ModuleType, name: str, path: str | Path) -> Any:
+    """``module.name``, or a LoadError that lists the classes the file does define."""
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        classes = sorted(
+            n
+            for n, v in vars(module).items()
+            if isinstance(v, type) and getattr(v, "__module__", None) == module.__name__
+        )
+        hint = f"; it defines {', '.join(classes)}" if classes else ""
+        raise LoadError(f"{path} has no {name!r}{hint}") from None

@@ -1,0 +1,659 @@
+"""Check a converted model against its torch original, numerically.
+
+``verify("models/mlp.py::MLP", inputs=["float32[4,784]"])``:
+
+1. import the torch file, build the model (``torch.manual_seed(seed)`` first), randomise the
+   values a fresh model would leave trivial (normalisation running statistics, parameters
+   initialised to a constant) so that their transfer is really tested, ``.eval()``;
+2. convert the file (or read ``converted=``), import the JAX code, build the same model with
+   ``rngs=nnx.Rngs(seed)``, copy the torch ``state_dict`` into it (:mod:`torch2jax.weights`),
+   ``.eval()``;
+3. run both on the same random inputs (JAX under ``jax.jit``) and compare every output leaf;
+4. with ``grad=True``, compare the gradients of ``sum(output * cotangent)`` (a fixed random
+   cotangent, the same on both sides) for every parameter, after the same layout transform.
+
+Differences: ``max_abs_diff`` is ``max |jax - torch|``; ``max_rel_diff`` is that difference
+relative to the size of the reference, ``max |jax - torch| / max |torch|`` per compared tensor
+(then the max over tensors). An element-wise ``|a - b| / |b|`` explodes wherever torch's output
+crosses zero and says nothing; the norm-wise ratio stays meaningful. ``passed`` is the
+element-wise ``|jax - torch| <= atol + rtol * |torch|`` (numpy's allclose) on every tensor.
+Gradients use the same test with ``atol`` scaled by the gradient's own magnitude
+(``atol * max(1, max |torch grad|)``): summing a cotangent over thousands of outputs makes
+gradients large, and their float32 rounding grows with them.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import math
+import tempfile
+import traceback
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from torch2jax.ruleset import RuleSet
+from torch2jax.verify.load import LoadError, find_name, load_module, split_target
+from torch2jax.verify.spec import InputSpec, parse_specs
+
+SUPPORTED_TARGETS = ("nnx",)
+_RNGS_NAME = "__torch2jax_rngs__"
+
+
+class VerifyError(RuntimeError):
+    """Verification could not run (as opposed to: it ran and the results differ)."""
+
+
+@dataclass
+class VerifyResult:
+    """The outcome of one verification; ``to_json()`` is what ``verify --json`` prints."""
+
+    model: str  # FILE.py::Name
+    target: str = "nnx"
+    passed: bool = False
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    grad_max_abs_diff: float | None = None
+    grad_max_rel_diff: float | None = None
+    device: str | None = None
+    dtype: str | None = None
+    mode: str = "eval"
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    compared: list[str] = field(default_factory=list)
+    todos: int = 0
+    error: str | None = None
+    mismatch: str | None = None  # why it did not pass, when it ran (the worst tensor)
+    notes: list[str] = field(default_factory=list)
+    name: str | None = None  # case name, when run from a cases file
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; non-finite differences become the strings "nan"/"inf"."""
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                data[key] = str(value)
+        return data
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+# --- building -------------------------------------------------------------------------------
+
+
+def _stage(what: str) -> contextlib.AbstractContextManager[None]:
+    """Turn any exception in a stage into a VerifyError naming the stage and the place."""
+
+    @contextlib.contextmanager
+    def guard() -> Iterator[None]:
+        try:
+            yield
+        except (VerifyError, LoadError):
+            raise
+        except Exception as exc:
+            raise VerifyError(f"{what} failed: {_describe(exc)}") from exc
+
+    return guard()
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message (at file:line: source)``, pointing at the deepest frame of user code."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if "site-packages" not in f.filename and "/torch2jax/" not in f.filename
+    ]
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f" (at {f.filename}:{f.lineno}: {(f.line or '').strip()})"
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}{where}"
+
+
+def _build_call(build: str) -> ast.Expression:
+    try:
+        tree = ast.parse(build, mode="eval")
+    except SyntaxError as exc:
+        raise VerifyError(f"--build {build!r} is not a Python expression: {exc.msg}") from None
+    if not isinstance(tree.body, ast.Call):
+        raise VerifyError(f"--build {build!r} must be a call, e.g. GPT(GPTConfig(n_layer=2))")
+    return tree
+
+
+def build_torch_model(module: ModuleType, name: str, args: dict | None, build: str | None) -> Any:
+    if build is not None:
+        code = compile(_build_call(build), "<--build>", "eval")
+        return eval(code, dict(vars(module)))  # the user's own expression
+    return find_name(module, name, module.__file__ or name)(**(args or {}))
+
+
+def build_nnx_model(
+    module: ModuleType, name: str, args: dict | None, build: str | None, seed: int
+) -> Any:
+    """The same construction as on the torch side, with ``rngs=nnx.Rngs(seed)`` added to the
+    outermost call (docs/nnx-output.md: every converted constructor takes ``*, rngs``)."""
+    from flax import nnx
+
+    if build is None:
+        return find_name(module, name, module.__file__ or name)(**(args or {}), rngs=nnx.Rngs(seed))
+    tree = _build_call(build)
+    call = tree.body
+    assert isinstance(call, ast.Call)
+    call.keywords.append(ast.keyword(arg="rngs", value=ast.Name(_RNGS_NAME, ast.Load())))
+    ast.fix_missing_locations(tree)
+    namespace = {**vars(module), _RNGS_NAME: nnx.Rngs(seed)}
+    return eval(compile(tree, "<--build>", "eval"), namespace)
+
+
+def randomise_for_verification(model: Any, seed: int) -> list[str]:
+    """Give trivially initialised values random ones, so that their transfer is tested.
+
+    A fresh BatchNorm has mean 0 / var 1 and LayerNorm scale 1 / bias 0 on both sides: a
+    converter that dropped or swapped them would still match. Running statistics get
+    ``mean ~ U(-0.5, 0.5)``, ``var ~ U(0.5, 1.5)``; every floating parameter whose elements are
+    all equal gets ``U(-0.5, 0.5)`` added. Other buffers (masks, tables) stay as constructed.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    notes = []
+
+    def uniform(like: Any, low: float, high: float) -> Any:
+        draw = torch.rand(like.shape, generator=gen, dtype=torch.float64)
+        return (low + (high - low) * draw).to(like.dtype)
+
+    with torch.no_grad():
+        stats = 0
+        for mod in model.modules():
+            mean, var = getattr(mod, "running_mean", None), getattr(mod, "running_var", None)
+            if isinstance(mean, torch.Tensor) and isinstance(var, torch.Tensor):
+                mean.copy_(uniform(mean, -0.5, 0.5))
+                var.copy_(uniform(var, 0.5, 1.5))
+                stats += 1
+        constant = 0
+        for p in model.parameters():
+            if p.is_floating_point() and p.numel() > 0 and bool((p == p.flatten()[0]).all()):
+                p.add_(uniform(p, -0.5, 0.5))
+                constant += 1
+    if stats:
+        notes.append(f"randomised the running statistics of {stats} normalisation layers")
+    if constant:
+        notes.append(f"perturbed {constant} constant-initialised parameters")
+    return notes
+
+
+# --- converting -----------------------------------------------------------------------------
+
+
+def local_imports(source: str, directory: Path) -> list[Path]:
+    """Files under ``directory`` that ``source`` imports absolutely (``import config``,
+    ``from layers.attention import X``): the siblings a script run from there would load."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    found: list[Path] = []
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            base = directory.joinpath(*parts[:i])
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file() and candidate not in found:
+                    found.append(candidate)
+    return found
+
+
+def _convert_file(path: Path, jax_target: str, rules: RuleSet | None) -> tuple[str, int]:
+    try:
+        from torch2jax.convert import convert_source
+    except ImportError as exc:
+        raise VerifyError(f"the converter is not available: {exc}") from None
+    with _stage(f"converting {path}"):
+        out = convert_source(path.read_text(), path=str(path), target=jax_target, rules=rules)
+    return out.code, sum(1 for d in out.diagnostics if d.severity == "error")
+
+
+def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | None) -> int:
+    """Convert ``path`` and the local modules it imports (transitively) into ``out_dir``,
+    keeping their relative paths, so that the converted model imports converted siblings.
+    Returns the number of untranslated constructs (TODOs) over all of them."""
+    root = path.parent.resolve()
+    queue, seen, todos = [path.resolve()], set(), 0
+    while queue:
+        file = queue.pop()
+        if file in seen:
+            continue
+        seen.add(file)
+        code, n = _convert_file(file, jax_target, rules)
+        todos += n
+        target = out_dir / file.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(code)
+        with _stage(f"reading the imports of {file}"):
+            queue += local_imports(file.read_text(), root)
+    return todos
+
+
+def _converted_todos(converted: str) -> int:
+    conv = Path(converted)
+    if not conv.is_file():
+        raise VerifyError(f"{conv}: no such file (--converted)")
+    return conv.read_text().count("TODO(torch2jax)")
+
+
+# --- running and comparing ------------------------------------------------------------------
+
+
+def flatten_output(value: Any, prefix: str = "output") -> list[tuple[str, Any]]:
+    """Leaves of a (nested) tuple/list/dict output with their paths; None stays a leaf."""
+    if isinstance(value, dict):
+        return [leaf for k in value for leaf in flatten_output(value[k], f"{prefix}[{k!r}]")]
+    if isinstance(value, (tuple, list)):
+        return [leaf for i, v in enumerate(value) for leaf in flatten_output(v, f"{prefix}[{i}]")]
+    return [(prefix, value)]
+
+
+def _torch_to_numpy(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+    return value if value is None else np.asarray(value)
+
+
+def _jax_to_numpy(value: Any) -> Any:
+    if value is None:
+        return None
+    arr = np.asarray(value)
+    return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
+
+
+@dataclass
+class Diff:
+    """How far one JAX tensor is from its torch reference."""
+
+    abs: float
+    rel: float
+    ok: bool
+    worst: str = ""
+    comparable: bool = True  # False: the shapes (or the output structures) differ
+
+
+def compare_arrays(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> Diff:
+    """See the module docstring. Equal elements (also equal infinities) and NaN in both count
+    as agreeing: masked attention scores are -inf on both sides."""
+    a = np.asarray(got, dtype=np.float64)
+    b = np.asarray(ref, dtype=np.float64)
+    if a.shape != b.shape:
+        return Diff(math.inf, math.inf, False, f"shape {a.shape} vs torch {b.shape}", False)
+    if a.size == 0:
+        return Diff(0.0, 0.0, True)
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    with np.errstate(invalid="ignore"):
+        err = np.where(same, 0.0, np.abs(a - b))
+    err = np.nan_to_num(err, nan=math.inf)
+    finite_ref = np.abs(b[np.isfinite(b)])
+    scale = float(finite_ref.max()) if finite_ref.size else 0.0
+    max_abs = float(err.max())
+    rel = max_abs / max(scale, np.finfo(np.float32).tiny)
+    with np.errstate(invalid="ignore"):
+        excess = err - (atol + rtol * np.abs(np.where(same, 0.0, b)))
+    excess = np.nan_to_num(excess, nan=math.inf)
+    ok = bool(np.all(excess <= 0))
+    worst = ""
+    if not ok:  # the element furthest outside the tolerance
+        idx = np.unravel_index(int(np.argmax(excess)), excess.shape)
+        where = f"at index {tuple(int(i) for i in idx)}: " if a.ndim else ""
+        worst = f"{where}jax {float(a[idx]):.7g} vs torch {float(b[idx]):.7g}"
+    return Diff(max_abs, rel, ok, worst)
+
+
+def _describe_array(arr: Any) -> str:
+    if arr is None:
+        return "None"
+    return f"{arr.dtype}[{','.join(str(d) for d in arr.shape)}]"
+
+
+def _torch_inputs(arrays: list[np.ndarray], specs: list[InputSpec]) -> list[Any]:
+    import torch
+
+    out = []
+    for arr, spec in zip(arrays, specs, strict=True):
+        t = torch.from_numpy(np.array(arr))
+        out.append(t.to(getattr(torch, spec.dtype)))
+    return out
+
+
+def _jax_inputs(arrays: list[np.ndarray], specs: list[InputSpec]) -> list[Any]:
+    import jax
+    import jax.numpy as jnp
+
+    out = []
+    for arr, spec in zip(arrays, specs, strict=True):
+        dtype = jax.dtypes.canonicalize_dtype(jnp.dtype(spec.dtype))
+        out.append(jnp.asarray(arr).astype(dtype))
+    return out
+
+
+def _jax_forward(model: Any, inputs: list[Any]) -> Any:
+    import jax
+    from flax import nnx
+
+    graphdef, state = nnx.split(model)
+
+    @jax.jit
+    def forward(state: Any, xs: list[Any]) -> Any:
+        return nnx.merge(graphdef, state)(*xs)
+
+    return forward(state, inputs)
+
+
+def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray]) -> dict:
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def scalar(params: Any, rest: Any, xs: list[Any], cots: dict[str, Any]) -> Any:
+        out = nnx.merge(graphdef, params, rest)(*xs)
+        leaves = dict(flatten_output(out))
+        return sum(jnp.sum(leaves[k].astype(jnp.float32) * c) for k, c in cots.items())
+
+    cots = {k: jnp.asarray(v) for k, v in cotangents.items()}
+    grads = jax.jit(jax.grad(scalar))(params, rest, inputs, cots)
+    return {tuple(path): np.asarray(v.get_value()) for path, v in nnx.to_flat_state(grads)}
+
+
+def _torch_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray]) -> dict:
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    with torch.enable_grad():
+        leaves = dict(flatten_output(model(*inputs)))
+        total = sum((leaves[k].float() * torch.from_numpy(c)).sum() for k, c in cotangents.items())
+        if not isinstance(total, torch.Tensor) or not total.requires_grad:
+            raise VerifyError("--grad: no output depends on a trainable parameter")
+        total.backward()
+    return {
+        name: (np.zeros(tuple(p.shape), np.float32) if p.grad is None else _torch_to_numpy(p.grad))
+        for name, p in model.named_parameters()
+    }
+
+
+def _cotangents(torch_leaves: list[tuple[str, Any]], seed: int) -> dict[str, np.ndarray]:
+    """A fixed random cotangent per floating output, so the scalar weighs every element."""
+    rng = np.random.default_rng(seed + 2)
+    return {
+        k: rng.standard_normal(v.shape).astype(np.float32)
+        for k, v in torch_leaves
+        if v is not None and np.issubdtype(v.dtype, np.floating)
+    }
+
+
+@dataclass
+class _Worst:
+    abs: float = 0.0
+    rel: float = 0.0
+    ok: bool = True
+    first_failure: str | None = None
+    shapes_match: bool = True  # False: structure or a shape differs, no gradient comparison
+
+    def add(self, what: str, d: Diff) -> None:
+        self.abs = max(self.abs, d.abs)
+        self.rel = max(self.rel, d.rel)
+        if not d.comparable:
+            self.shapes_match = False
+        if not d.ok:
+            self.ok = False
+            self.first_failure = self.first_failure or f"{what}: {d.worst}"
+
+
+def _compare_outputs(
+    jax_leaves: list[tuple[str, Any]], torch_leaves: list[tuple[str, Any]], r: VerifyResult
+) -> _Worst:
+    worst = _Worst()
+    jax_paths = [k for k, _ in jax_leaves]
+    torch_paths = [k for k, _ in torch_leaves]
+    if jax_paths != torch_paths:
+        worst.add(
+            "output structure",
+            Diff(math.inf, math.inf, False, f"jax {jax_paths} vs torch {torch_paths}", False),
+        )
+        return worst
+    for (path, a), (_, b) in zip(jax_leaves, torch_leaves, strict=True):
+        r.compared.append(f"{path} {_describe_array(b)}")
+        if a is None or b is None:
+            if (a is None) != (b is None):
+                worst.add(path, Diff(math.inf, math.inf, False, "None on one side only", False))
+            continue
+        worst.add(path, compare_arrays(a, b, r.atol, r.rtol))
+    return worst
+
+
+def _compare_grads(jax_grads: dict, torch_grads: dict, mapping: dict, r: VerifyResult) -> _Worst:
+    from torch2jax.weights import apply_layout
+
+    worst = _Worst()
+    for name, m in mapping.items():
+        ref = apply_layout(torch_grads[name], m.layout)
+        got = jax_grads.get(tuple(m.nnx_path))
+        if got is None:
+            worst.add(
+                f"grad {name}",
+                Diff(math.inf, math.inf, False, f"JAX has no gradient for {m.nnx_name}"),
+            )
+            continue
+        if ref.shape != got.shape and ref.size == got.size:
+            ref = ref.reshape(got.shape)
+        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        d = compare_arrays(got, ref, r.atol * max(1.0, scale), r.rtol)
+        r.compared.append(f"grad {name} -> {m.nnx_name} ({m.layout})")
+        worst.add(f"grad {name}", d)
+    return worst
+
+
+# --- the entry point --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """Everything :func:`verify` was asked to do, passed along as one value."""
+
+    target: str
+    args: dict | None = None
+    build: str | None = None
+    inputs: tuple[str, ...] = ()
+    jax_target: str = "nnx"
+    grad: bool = False
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    seed: int = 0
+    device: str | None = None
+    converted: str | None = None
+    rules: RuleSet | None = None
+
+
+def verify(
+    target: str,
+    *,
+    args: dict | None = None,
+    build: str | None = None,
+    inputs: list[str] | tuple[str, ...] = (),
+    jax_target: str = "nnx",
+    grad: bool = False,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    seed: int = 0,
+    device: str | None = None,
+    converted: str | None = None,
+    rules: RuleSet | None = None,
+) -> VerifyResult:
+    """Verify ``FILE.py::Name`` against its conversion; never raises for a model's faults.
+
+    ``error`` is set (and ``passed`` False) when the comparison could not run at all: missing
+    file or name, conversion or import failure, a constructor or forward pass that raises,
+    weights that do not fit. Otherwise ``passed`` says whether the numbers agree and
+    ``mismatch`` names the worst offender. ``rules`` (default: the built-in rules, see
+    :func:`torch2jax.ruleset.load_rules`) decide the weight layouts.
+    """
+    req = VerifyRequest(
+        target, args, build, tuple(inputs), jax_target, grad, atol, rtol, seed, device,
+        converted, rules,
+    )  # fmt: skip
+    return run_request(req)
+
+
+def run_request(req: VerifyRequest) -> VerifyResult:
+    result = VerifyResult(model=req.target, target=req.jax_target, atol=req.atol, rtol=req.rtol)
+    try:
+        _verify(result, req)
+    except (VerifyError, LoadError, ValueError) as exc:
+        result.error = str(exc)
+        result.passed = False
+    return result
+
+
+def _check_request(req: VerifyRequest) -> tuple[Path, str, list[InputSpec]]:
+    if req.jax_target not in SUPPORTED_TARGETS:
+        raise VerifyError(
+            f"--target {req.jax_target}: verify supports {', '.join(SUPPORTED_TARGETS)}"
+        )
+    if req.args is not None and req.build is not None:
+        raise VerifyError("give either args (--args) or a build expression (--build), not both")
+    specs = parse_specs(req.inputs)
+    if not specs:
+        raise VerifyError("no inputs: give at least one --input SPEC, e.g. float32[2,3,32,32]")
+    path, name = split_target(req.target)
+    if not path.is_file():
+        raise VerifyError(f"{path}: no such file")
+    return path, name, specs
+
+
+def _verify(r: VerifyResult, req: VerifyRequest) -> None:
+    import torch
+
+    path, name, specs = _check_request(req)
+    torch_module = load_module(path)
+    if req.build is None:
+        find_name(torch_module, name, path)
+    with _stage("building the torch model"):
+        torch.manual_seed(req.seed)
+        torch_model = build_torch_model(torch_module, name, req.args, req.build)
+        r.notes += randomise_for_verification(torch_model, req.seed)
+        torch_model.eval()
+    r.dtype = _param_dtype(torch_model)
+
+    with tempfile.TemporaryDirectory(prefix="torch2jax-verify-") as tmp:
+        if req.converted is not None:
+            jax_path = Path(req.converted)
+            r.todos = _converted_todos(req.converted)
+        else:  # same file names, so that tracebacks read like the user's files
+            jax_path = Path(tmp) / path.name
+            r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules)
+        with _device(req.device) as platform:
+            r.device = platform
+            _run_jax_side(r, req, jax_path, name, torch_model, specs)
+    if r.todos and not r.passed:
+        r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
+
+
+def _param_dtype(model: Any) -> str:
+    for p in model.parameters():
+        return str(p.dtype).removeprefix("torch.")
+    return "float32"
+
+
+@contextlib.contextmanager
+def _device(device: str | None) -> Iterator[str]:
+    import jax
+
+    if device is None:
+        yield jax.default_backend()
+        return
+    try:
+        dev = jax.devices({"cuda": "gpu"}.get(device, device))[0]
+    except RuntimeError as exc:
+        raise VerifyError(f"--device {device}: not available to JAX ({exc})") from None
+    with jax.default_device(dev):
+        yield dev.platform
+
+
+def _run_jax_side(
+    r: VerifyResult,
+    req: VerifyRequest,
+    jax_path: Path,
+    name: str,
+    torch_model: Any,
+    specs: list[InputSpec],
+) -> None:
+    import torch
+
+    from torch2jax.weights import WeightTransferError, transfer_state_dict
+
+    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
+    if req.build is None:
+        find_name(jax_module, name, jax_path)
+    with _stage("building the JAX model"):
+        jax_model = build_nnx_model(jax_module, name, req.args, req.build, req.seed)
+    try:
+        report = transfer_state_dict(torch_model, jax_model, req.rules)
+    except WeightTransferError as exc:
+        raise VerifyError(str(exc)) from None
+    r.notes.append(report.summary())
+    jax_model.eval()
+
+    rng = np.random.default_rng(req.seed)
+    arrays = [s.sample(rng) for s in specs]
+    r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
+    torch_in = _torch_inputs(arrays, specs)
+    jax_in = _jax_inputs(arrays, specs)
+    with _stage("the torch forward pass"), torch.no_grad():
+        torch_out = torch_model(*torch_in)
+    torch_leaves = [(k, _torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
+    with _stage("the JAX forward pass (under jax.jit)"):
+        jax_out = _jax_forward(jax_model, jax_in)
+    jax_leaves = [(k, _jax_to_numpy(v)) for k, v in flatten_output(jax_out)]
+    out = _compare_outputs(jax_leaves, torch_leaves, r)
+    r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
+    r.passed, r.mismatch = out.ok, out.first_failure
+
+    if req.grad and out.shapes_match:
+        _run_grads(r, req, torch_model, jax_model, (torch_in, jax_in), torch_leaves)
+    elif req.grad:
+        r.notes.append("gradients not compared: the outputs differ in structure or shape")
+
+
+def _run_grads(
+    r: VerifyResult,
+    req: VerifyRequest,
+    torch_model: Any,
+    jax_model: Any,
+    inputs: tuple[list[Any], list[Any]],
+    torch_leaves: list[tuple[str, Any]],
+) -> None:
+    from torch2jax.weights import gradient_map
+
+    cots = _cotangents(torch_leaves, req.seed)
+    if not cots:
+        raise VerifyError("--grad: the model has no floating-point output to differentiate")
+    mapping = gradient_map(torch_model, jax_model, req.rules)
+    with _stage("the torch backward pass"):
+        tg = _torch_grads(torch_model, inputs[0], cots)
+    with _stage("the JAX gradient (jax.grad under jax.jit)"):
+        jg = _jax_grads(jax_model, inputs[1], cots)
+    g = _compare_grads(jg, tg, mapping, r)
+    r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
+    r.passed = r.passed and g.ok
+    r.mismatch = r.mismatch or g.first_failure
