@@ -148,14 +148,14 @@ def verify(
 ) -> None:
     """Run the torch model and its JAX translation on the same weights and inputs."""
     if cases is not None:
-        from torch2jax.verify.cases import print_results, run_cases
+        from torch2jax.verify.cases import cases_exit_code, print_cases_summary, run_cases
 
         results = run_cases(cases)
-        print_results(results, out_console)
         if as_json:
-            out_console.print_json(json.dumps([r.to_json() for r in results]))
-        raise typer.Exit(0 if all(r.passed for r in results) else
-                         (2 if any(r.error for r in results) else 1))
+            print(json.dumps([r.to_json() for r in results]))
+        else:
+            print_cases_summary(results, out_console)
+        raise typer.Exit(cases_exit_code(results))
     if target is None or "::" not in target:
         console.print("[red]error:[/] give FILE.py::Name (or --cases FILE.toml)")
         raise typer.Exit(2)
@@ -172,9 +172,9 @@ def verify(
     if as_json:
         print(json.dumps(result.to_json()))
     else:
-        from torch2jax.verify.cases import print_results
+        from torch2jax.verify.cases import print_cases_summary
 
-        print_results([result], out_console)
+        print_cases_summary([result], out_console)
     if result.error:
         raise typer.Exit(2)
     raise typer.Exit(0 if result.passed else 1)

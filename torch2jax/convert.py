@@ -85,7 +85,11 @@ def convert_source(
     def report(line: int, col: int, rule: str, severity: str, message: str) -> None:
         diagnostics.append(Diagnostic(path, line, col, rule, severity, message))
 
-    indexer = Indexer(rules, set(known_modules or ()))
+    # two passes: the first learns what layer-building helper functions return, the second
+    # uses it for the attributes they build
+    first = Indexer(rules, set(known_modules or ()))
+    wrapper.visit(first)
+    indexer = Indexer(rules, set(known_modules or ()), first.finish().fn_returns)
     wrapper.visit(indexer)
     index = indexer.finish()
     transformer = TorchToJax(rules, index, emitter, path, report)

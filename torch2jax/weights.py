@@ -321,22 +321,22 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
             except ValueError as exc:
                 problems.append(f"{key}: {exc}")
                 continue
+            path = paths.get(id(var), tuple(components))
+            if id(var) in receivers:
+                problems.append(
+                    f"NNX {format_nnx_path(path)} receives both {receivers[id(var)]} and {key}"
+                )
+                continue
+            receivers[id(var)] = key  # also when it does not fit: one complaint is enough
             target_shape = tuple(var.shape)
             if value.shape != target_shape:
                 if value.size != int(np.prod(target_shape, dtype=np.int64)):
                     problems.append(
                         f"{key}: shape {shape} (after {layout!r}: {value.shape}) does not fit "
-                        f"NNX {'.'.join(components)} of shape {target_shape}"
+                        f"NNX {format_nnx_path(path)} of shape {target_shape}"
                     )
                     continue
                 value = value.reshape(target_shape)  # e.g. LayerNorm over several axes
-            if id(var) in receivers:
-                problems.append(
-                    f"NNX {'.'.join(components)} receives both {receivers[id(var)]} and {key}"
-                )
-                continue
-            receivers[id(var)] = key
-            path = paths.get(id(var), tuple(components))
             mappings[key] = ParamMapping(
                 key, "mapped", path, layout, rule, torch_shape=shape, nnx_shape=target_shape
             )

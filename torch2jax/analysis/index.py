@@ -50,6 +50,7 @@ class FileIndex:
     rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
     list_layouts: dict[tuple[int, str], str] = field(default_factory=dict)  # (fn id, name)
     tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)
+    fn_returns: dict[str, str] = field(default_factory=dict)  # layer-returning helpers
 
 
 class Layouts:
@@ -67,6 +68,8 @@ class Layouts:
                                      a if b == "any" else b if a == "any" else "mixed")
         if not isinstance(node, cst.Call):
             return "torch"
+        if isinstance(node.func, cst.Name) and node.func.value in self.index.fn_returns:
+            return self.index.fn_returns[node.func.value]
         name = qualified(self.meta, node.func)
         if name is None:
             return "torch"
@@ -83,9 +86,15 @@ class Layouts:
         layouts = []
         for a in args:
             if a.star == "*":
-                lst = (scope_lists or {}).get(a.value.value) if isinstance(a.value, cst.Name) \
-                    else None
-                layouts.append(lst or "mixed")
+                v = a.value
+                if isinstance(v, (cst.ListComp, cst.GeneratorExp)):
+                    layouts.append(self.of(v.elt, scope_lists))
+                elif isinstance(v, (cst.List, cst.Tuple)):
+                    layouts.append(combine([self.of(e.value, scope_lists) for e in v.elements]))
+                elif isinstance(v, cst.Name):
+                    layouts.append((scope_lists or {}).get(v.value) or "mixed")
+                else:
+                    layouts.append("mixed")
             elif a.star:
                 layouts.append("mixed")
             else:
@@ -119,11 +128,13 @@ def combine(layouts: list[str]) -> str:
 class Indexer(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (QualifiedNameProvider,)
 
-    def __init__(self, rules: RuleSet, known_modules: set[str]) -> None:
+    def __init__(self, rules: RuleSet, known_modules: set[str],
+                 fn_returns: dict[str, str] | None = None) -> None:
         super().__init__()
         self.rules = rules
         self.meta = self
-        self.index = FileIndex()
+        self.index = FileIndex(fn_returns=dict(fn_returns or {}))
+        self.fn_returns: dict[str, list[str]] = {}
         self.layouts = Layouts(rules, self, self.index)
         self.known_modules = known_modules
         self._class_stack: list[ClassInfo] = []
@@ -162,6 +173,11 @@ class Indexer(cst.CSTVisitor):
         if self._class_stack:
             return f"{self._class_stack[-1].name}.{fn}"
         return fn
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if self._fn_stack and not self._class_stack and node.value is not None:
+            name = self._fn_stack[-1].name.value
+            self.fn_returns.setdefault(name, []).append(self.layouts.of(node.value, self._scope()))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if (self._class_stack and m.matches(node, m.Attribute(value=m.Name("self"),
@@ -244,7 +260,10 @@ class Indexer(cst.CSTVisitor):
         if m.matches(target, m.Attribute(value=m.Name("self"))):
             attr = target.attr.value
             value = node.value
-            info.attr_layout[attr] = self.layouts.of(value, self._scope())
+            layout = self.layouts.of(value, self._scope())
+            if attr in info.attr_layout:  # assigned in several branches
+                layout = combine([info.attr_layout[attr], layout])
+            info.attr_layout[attr] = layout
             if isinstance(value, cst.Call):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
@@ -285,6 +304,12 @@ class Indexer(cst.CSTVisitor):
                     idx.module_classes.add(info.name)
                     changed = True
                     break
+        # attributes a base class uses but only its subclasses assign: the subclasses' layouts
+        for info in idx.classes.values():
+            for sub in idx.classes.values():
+                if info.name in [b.rsplit(".", 1)[-1] for b in sub.bases]:
+                    for k, v in sub.attr_layout.items():
+                        info.attr_layout[k] = combine([info.attr_layout.get(k, "any"), v])
         # inherit attribute layouts from local base classes
         for info in idx.classes.values():
             base = info.module_base
@@ -314,6 +339,7 @@ class Indexer(cst.CSTVisitor):
                     builders.add(fn)
                     changed = True
         idx.rngs_functions = builders
+        idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx
 
 

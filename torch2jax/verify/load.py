@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -92,8 +93,18 @@ def load_module(path: str | Path, *, prefix: str = "torch2jax_verify") -> Module
             del sys.modules[name]
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
-            raise LoadError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+            raise LoadError(f"importing {path} failed: {_where(exc, path)}") from exc
     return module
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """``Type: message (line N: source)`` for the deepest frame in ``path``."""
+    text = f"{type(exc).__name__}: {exc}"
+    target = str(path.resolve())
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == target]
+    if isinstance(exc, SyntaxError) or not frames:
+        return text
+    return f"{text} (line {frames[-1].lineno}: {(frames[-1].line or '').strip()})"
 
 
 def find_name(module: ModuleType, name: str, path: str | Path) -> Any:

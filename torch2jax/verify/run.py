@@ -522,6 +522,9 @@ def run_request(req: VerifyRequest) -> VerifyResult:
     except (VerifyError, LoadError, ValueError) as exc:
         result.error = str(exc)
         result.passed = False
+    if result.todos and not result.passed:
+        hint = "fix them and pass the edited file as converted= (--converted)"
+        result.notes.append(f"the conversion left {result.todos} TODO(torch2jax) markers: {hint}")
     return result
 
 
@@ -565,8 +568,6 @@ def _verify(r: VerifyResult, req: VerifyRequest) -> None:
         with _device(req.device) as platform:
             r.device = platform
             _run_jax_side(r, req, jax_path, name, torch_model, specs)
-    if r.todos and not r.passed:
-        r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
 
 
 def _param_dtype(model: Any) -> str:

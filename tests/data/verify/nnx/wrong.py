@@ -78,3 +78,18 @@ class SeqConv(nnx.Module):
 
     def __call__(self, x):
         return self.norm(jnp.moveaxis(self.conv(jnp.moveaxis(x, 1, -1)), -1, 1))
+
+
+class ScaledLinear(nnx.Linear):
+    def __call__(self, x):
+        return super().__call__(x) * 2.0
+
+
+class UsesSubclass(nnx.Module):
+    """Drops an output column: the shapes differ, so nothing else can be compared."""
+
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.proj = ScaledLinear(6, 3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.proj(x)[:, :2]
