@@ -103,7 +103,7 @@ class RuleSet:
 
 _KNOWN_KEYS = {
     "torch", "id", "jax", "nnx", "linen", "equinox", "params", "rename", "defaults", "emit",
-    "drop", "special", "layout", "weights", "notes", "examples", "aliases",
+    "drop", "special", "layout", "weights", "notes", "examples", "aliases", "family",
 }
 
 
@@ -163,10 +163,22 @@ def _parse_rule(kind: str, raw: dict[str, Any], source: str) -> list[Rule]:
         source=source,
     )
     rules = [base]
+    # aliases: other torch names with exactly the same JAX translation (torch.bmm -> jnp.matmul)
     for alias in raw.get("aliases", ()):
         rules.append(
-            Rule(**{**base.__dict__, "torch": alias, "examples": ()})  # type: ignore[arg-type]
+            Rule(**{**base.__dict__, "torch": alias, "id": alias, "examples": ()})  # type: ignore[arg-type]
         )
+    # family: torch names whose JAX name is their own short name in the same namespace
+    # (torch.log -> jnp.log, like torch.exp -> jnp.exp)
+    for member in raw.get("family", ()):
+        short = member.rsplit(".", 1)[-1]
+        jax = base.jax
+        if jax:
+            jax = jax.rsplit(".", 1)[0] + "." + short if "." in jax.lstrip(".") else (
+                "." + short if jax.startswith(".") else short)
+        targets = {t: v.rsplit(".", 1)[0] + "." + short for t, v in base.targets.items()}
+        rules.append(Rule(**{**base.__dict__, "torch": member, "id": member, "jax": jax,
+                             "targets": targets, "examples": ()}))  # type: ignore[arg-type]
     return rules
 
 

@@ -257,6 +257,17 @@ def _storage_key(tensor: Any) -> tuple | None:
     )
 
 
+def _reshape_allowed(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether a tensor may be reshaped on the way: flattened or unflattened (a LayerNorm over
+    several axes keeps its scale flat in NNX) or given size-1 axes. Any other reshape of equal
+    size, such as (2, 8) into (8, 2), would hide a missing transpose."""
+    if int(np.prod(source, dtype=np.int64)) != int(np.prod(target, dtype=np.int64)):
+        return False
+    if len(source) == 1 or len(target) == 1:
+        return True
+    return [d for d in source if d != 1] == [d for d in target if d != 1]
+
+
 @dataclass
 class _Plan:
     mappings: list[ParamMapping]
@@ -330,13 +341,13 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
             receivers[id(var)] = key  # also when it does not fit: one complaint is enough
             target_shape = tuple(var.shape)
             if value.shape != target_shape:
-                if value.size != int(np.prod(target_shape, dtype=np.int64)):
+                if not _reshape_allowed(value.shape, target_shape):
                     problems.append(
                         f"{key}: shape {shape} (after {layout!r}: {value.shape}) does not fit "
                         f"NNX {format_nnx_path(path)} of shape {target_shape}"
                     )
                     continue
-                value = value.reshape(target_shape)  # e.g. LayerNorm over several axes
+                value = value.reshape(target_shape)
             mappings[key] = ParamMapping(
                 key, "mapped", path, layout, rule, torch_shape=shape, nnx_shape=target_shape
             )
