@@ -102,7 +102,7 @@ def test_int_samples_stay_below_the_bound_and_repeat_with_the_seed():
 def test_targets_split():
     assert split_target("a/b.py::Net") == (Path("a/b.py"), "Net")
     for bad in ("a/b.py", "a/b.py::", "::Net", "a.py::not-a-name"):
-        with pytest.raises(LoadError, match="FILE.py::Name"):
+        with pytest.raises(LoadError, match=r"FILE\.py::Name"):
             split_target(bad)
 
 

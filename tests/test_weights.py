@@ -50,9 +50,7 @@ def _val(var) -> np.ndarray:
 
 def _pair(tm, jm, name: str, *args, **kwargs):
     torch.manual_seed(0)
-    return getattr(tm, name)(*args, **kwargs), getattr(jm, name)(
-        *args, **kwargs, rngs=nnx.Rngs(0)
-    )
+    return getattr(tm, name)(*args, **kwargs), getattr(jm, name)(*args, **kwargs, rngs=nnx.Rngs(0))
 
 
 def test_linear_is_transposed_and_own_parameters_are_copied(tm, jm):

@@ -21,7 +21,7 @@ from torch2jax.ruleset import RuleError, load_rules
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Rewrite PyTorch code as JAX (flax NNX) and verify it numerically.")
 console = Console(stderr=True)
-out_console = Console()
+out_console = Console(soft_wrap=True)
 
 
 def _convert_paths(paths: list[Path], out: Optional[Path], target: str, in_place: bool,

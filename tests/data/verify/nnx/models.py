@@ -49,7 +49,9 @@ class Blocks(nnx.Module):
                 for _ in range(depth)
             ]
         )
-        self.heads = nnx.Dict({"a": nnx.Linear(dim, 2, rngs=rngs), "b": nnx.Linear(dim, 3, rngs=rngs)})
+        self.heads = nnx.Dict(
+            {"a": nnx.Linear(dim, 2, rngs=rngs), "b": nnx.Linear(dim, 3, rngs=rngs)}
+        )
         self.deterministic = False
 
     def __call__(self, x):

@@ -46,7 +46,9 @@ class Blocks(nnx.Module):
                 for _ in range(depth)
             ]
         )
-        self.heads = nnx.Dict({"a": nnx.Linear(dim, 2, rngs=rngs), "b": nnx.Linear(dim, 3, rngs=rngs)})
+        self.heads = nnx.Dict(
+            {"a": nnx.Linear(dim, 2, rngs=rngs), "b": nnx.Linear(dim, 3, rngs=rngs)}
+        )
 
     def __call__(self, x):
         x = x * 0.01  # small activations: LayerNorm's epsilon matters

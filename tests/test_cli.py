@@ -1,0 +1,125 @@
+"""The command line contract: exit codes, what is written where, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from torch2jax.cli import app
+
+runner = CliRunner()
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+GOOD = "import torch\n\n\ndef f(x):\n    return torch.sum(x, dim=1)\n"
+UNTRANSLATABLE = "import torch\n\n\ndef f(x):\n    return torch.frobnicate(x)\n"
+PLAIN = "def g():\n    return 1\n"
+
+
+def _tree(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "good.py").write_text(GOOD)
+    (src / "pkg" / "plain.py").write_text(PLAIN)
+    return src
+
+
+def test_convert_mirror_tree(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["convert", str(src), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "pkg" / "good.py").read_text() == (
+        "import jax.numpy as jnp\n\n\ndef f(x):\n    return jnp.sum(x, axis=1)\n")
+    assert (out / "pkg" / "plain.py").read_text() == PLAIN  # copied through unchanged
+    assert (src / "pkg" / "good.py").read_text() == GOOD  # input untouched
+
+
+def test_todo_and_parse_error_exit_1_other_files_still_written(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    (src / "pkg" / "bad.py").write_text("import torch\ndef f(:\n")
+    (src / "pkg" / "todo.py").write_text(UNTRANSLATABLE)
+    out = tmp_path / "out"
+    report = tmp_path / "report.json"
+    res = runner.invoke(app, ["convert", str(src), "-o", str(out), "--report", str(report)])
+    assert res.exit_code == 1
+    assert (out / "pkg" / "good.py").exists()
+    assert not (out / "pkg" / "bad.py").exists()
+    todo = (out / "pkg" / "todo.py").read_text()
+    assert "# TODO(torch2jax): no rule for torch.frobnicate" in todo
+    data = json.loads(report.read_text())
+    by_path = {Path(f["path"]).name: f for f in data["files"]}
+    assert by_path["bad.py"]["status"] == "failed"
+    assert by_path["bad.py"]["diagnostics"][0]["line"] == 2
+    rules = [d["rule"] for d in by_path["todo.py"]["diagnostics"]]
+    assert rules == ["torch.frobnicate"]
+    assert "Traceback" not in res.output
+
+
+def test_diff_writes_nothing(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    res = runner.invoke(app, ["convert", str(src), "--diff"])
+    assert res.exit_code == 0
+    assert "+    return jnp.sum(x, axis=1)" in res.stdout
+    assert (src / "pkg" / "good.py").read_text() == GOOD
+
+
+def test_in_place_rewrites_only_changed_files(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    plain = src / "pkg" / "plain.py"
+    before = plain.stat().st_mtime_ns
+    res = runner.invoke(app, ["convert", str(src), "--in-place"])
+    assert res.exit_code == 0
+    assert "jnp.sum" in (src / "pkg" / "good.py").read_text()
+    assert plain.stat().st_mtime_ns == before
+    assert not list(src.rglob("*.tmp"))
+    # converting the converted code again changes nothing
+    res = runner.invoke(app, ["convert", str(src), "--check"])
+    assert res.exit_code == 0
+
+
+def test_check_flags_torch_code(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    res = runner.invoke(app, ["check", str(src / "pkg" / "good.py")])
+    assert res.exit_code == 1
+    res = runner.invoke(app, ["check", str(src / "pkg" / "plain.py")])
+    assert res.exit_code == 0
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["convert", str(tmp_path / "missing"), "-o", "x"]).exit_code == 2
+    assert runner.invoke(app, ["convert", str(tmp_path)]).exit_code == 2  # no output mode
+    assert runner.invoke(app, ["verify", "nothing-here"]).exit_code == 2
+
+
+def test_output_folder_inside_input_is_not_reconverted(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    out = src / "converted"
+    assert runner.invoke(app, ["convert", str(src), "-o", str(out)]).exit_code == 0
+    assert runner.invoke(app, ["convert", str(src), "-o", str(out)]).exit_code == 0
+    assert not (out / "converted").exists()
+
+
+def test_verify_json_reports_the_comparison(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "models" / "mlp.py", tmp_path / "mlp.py")
+    res = runner.invoke(app, ["verify", f"{tmp_path / 'mlp.py'}::MLP", "--args",
+                              '{"hidden_sizes": [16]}', "--input", "float32[2,784]", "--grad",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["passed"] is True
+    assert data["target"] == "nnx"
+    assert data["max_abs_diff"] < 1e-5
+    assert data["grad_max_abs_diff"] < 1e-5
+    assert data["device"]
+
+
+def test_rules_and_explain() -> None:
+    res = runner.invoke(app, ["rules"])
+    assert res.exit_code == 0 and "torch.nn.Linear" in res.stdout
+    res = runner.invoke(app, ["explain", "nn.BatchNorm2d"])
+    assert res.exit_code == 0
+    assert "momentum" in res.stdout and "running_var -> var" in res.stdout
+    assert runner.invoke(app, ["explain", "torch.nope"]).exit_code == 2
