@@ -130,6 +130,8 @@ def test_compare_arrays_definitions():
     assert both_nan.ok and both_nan.abs == 0.0
     one_nan = compare_arrays(np.array([np.nan]), np.array([1.0]), 1e-5, 1e-4)
     assert not one_nan.ok and one_nan.abs == math.inf
+    noise = compare_arrays(np.array([7e-8]), np.array([5e-8]), 1e-5, 1e-4)
+    assert noise.ok and math.isclose(noise.rel, 2e-8 / 1e-5)  # relative to atol, not to 5e-8
     shape = compare_arrays(np.zeros((2, 3)), np.zeros((3, 2)), 1e-5, 1e-4)
     assert not shape.ok and not shape.comparable
     # atol + rtol * |torch|, element-wise

@@ -269,7 +269,9 @@ def _reshape_allowed(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
 
 
 @dataclass
-class _Plan:
+class TransferPlan:
+    """Every state_dict entry's destination and value, worked out before anything is written."""
+
     mappings: list[ParamMapping]
     values: dict[str, np.ndarray]  # torch name -> value in JAX layout (mapped entries only)
     variables: dict[str, Any]  # torch name -> the NNX variable receiving it
@@ -295,7 +297,7 @@ def _target_of(
     return [*prefix, attr], "as_is", None
 
 
-def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = None) -> _Plan:
+def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = None) -> TransferPlan:
     """Work out every state_dict entry's destination without touching the NNX model."""
     nnx = _nnx()
     table = layer_rules_by_class(rules or builtin_rules())
@@ -379,7 +381,7 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
             unset.append(format_nnx_path(path))
 
     ordered = [mappings[k] for k in state if k in mappings]
-    return _Plan(ordered, values, variables, unset, problems)
+    return TransferPlan(ordered, values, variables, unset, problems)
 
 
 def transfer_state_dict(

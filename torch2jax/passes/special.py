@@ -37,10 +37,12 @@ class Site:
     rngs: cst.BaseExpression | None = None  # the rngs expression in scope (layers)
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
 
-    def x(self, name: str = "input") -> cst.BaseExpression:
-        """The tensor operated on: the receiver of a method, or the named argument."""
+    def x(self, name: str | None = None) -> cst.BaseExpression:
+        """The tensor operated on: the receiver of a method, or the named argument (by default
+        the rule's first parameter)."""
         if self.receiver is not None:
             return self.receiver
+        name = name or (self.rule.params[0] if self.rule.params else "input")
         node = self.args.get(name)
         if node is None:
             raise Untranslatable(f"{self.rule.torch}: missing argument {name!r}")
@@ -547,8 +549,8 @@ def split(site: Site) -> cst.BaseExpression:
     if is_simple(x):
         dim = code(d) if d is not None else "0"
         return call("jnp.split", arg(x),
-                    arg(expr(f"range({code(size_node)}, {code(x)}.shape[{dim}], "
-                             f"{code(size_node)})")), *axis)
+                    arg(expr(f"list(range({code(size_node)}, {code(x)}.shape[{dim}], "
+                             f"{code(size_node)}))")), *axis)
     raise Untranslatable("split of a compound expression into an unknown number of chunks: "
                          "assign it to a name first")
 
@@ -605,7 +607,7 @@ def var_std(site: Site) -> cst.BaseExpression:
     d = site.args.get("dim")
     unbiased = site.args.get("unbiased")
     correction = site.args.get("correction")
-    if d is not None and try_literal(d, ...) in (True, False) and unbiased is None:
+    if d is not None and isinstance(try_literal(d, ...), bool) and unbiased is None:
         unbiased, d = d, None  # x.var(False): the legacy positional unbiased flag
     if d is not None:
         kw.append(arg(d, "axis"))
