@@ -354,6 +354,27 @@ def _transfer(rule: Rule, layer: Any, module: Any) -> None:
             f"{rule.id}: {name!r} {tuple(t.shape)} -> {wm.to!r}: JAX has "
             f"{tuple(var.value.shape)}, the {wm.layout!r} layout gives {value.shape}")
         var.value = jnp.asarray(value, dtype=var.value.dtype)
+    # the table must also cover the JAX side: every parameter and statistic got a torch value
+    state = nnx.state(module, nnx.Param, nnx.BatchStat)
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+        assert isinstance(leaf, jax.Array), (
+            f"{rule.id}: JAX {jax.tree_util.keystr(path)} has no torch source in the weights table")
+
+
+def _build(expr: str) -> Any:
+    """Evaluate a converted layer expression. nnx layer classes are built abstractly (their
+    initialisers would compile once per shape, seconds each; the weights come from torch)."""
+    def build() -> Any:
+        ns = {"nnx": nnx, "jax": jax, "jnp": jnp, "np": np, "partial": partial,
+              "rngs": nnx.Rngs(0)}
+        return eval(expr, ns)  # noqa: S307 - the converter's output of a rule's example
+
+    node = ast.parse(expr, mode="eval").body
+    if isinstance(node, ast.Call) and DOTTED.match(ast.unparse(node.func)):
+        target = _resolve(ast.unparse(node.func))
+        if inspect.isclass(target) and issubclass(target, nnx.Module):
+            return nnx.eval_shape(build)
+    return build()
 
 
 def _check_layer(rule: Rule, torch_expr: str) -> None:
@@ -361,9 +382,7 @@ def _check_layer(rule: Rule, torch_expr: str) -> None:
     assert not conv.errors, "\n".join(conv.errors)
     ns = _exec(PRELUDE)
     layer = eval(torch_expr, ns)  # noqa: S307 - the rule file's own example
-    jax_ns = {"nnx": nnx, "jax": jax, "jnp": jnp, "np": np, "partial": partial,
-              "rngs": nnx.Rngs(0)}
-    built = eval(conv.expr, jax_ns)  # noqa: S307 - the converter's output of that example
+    built = _build(conv.expr)
     rng = np.random.default_rng(0)
     _randomize(layer, rng)
     x = _layer_input(layer, rng)

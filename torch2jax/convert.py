@@ -13,6 +13,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper
 
 from torch2jax.analysis.index import Indexer
+from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
 from torch2jax.report import Diagnostic
 from torch2jax.ruleset import RuleSet, load_rules
@@ -94,6 +95,7 @@ def convert_source(
     index = indexer.finish()
     transformer = TorchToJax(rules, index, emitter, path, report)
     new = wrapper.visit(transformer)
+    new = new.visit(FuseLayoutMoves())
     new = _add_imports(new, transformer.imports_needed)
     diagnostics.sort(key=lambda d: (d.line, d.column))
     return ConversionResult(code=new.code, diagnostics=diagnostics)
