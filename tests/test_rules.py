@@ -299,25 +299,25 @@ def _spatial(name: str) -> int:
 def _layer_input(layer: Any, rng: np.random.Generator) -> np.ndarray:
     """A random torch-layout input that fits ``layer``."""
     nn = torch.nn
-    name = type(layer).__name__
     if isinstance(layer, nn.Linear):
         return rng.standard_normal((2, layer.in_features)).astype(np.float32)
     if isinstance(layer, nn.Embedding):
         return rng.integers(0, layer.num_embeddings, (2, 5)).astype(np.int64)
+    # normalisation layers see a small variance, so that an epsilon off by 10x shows
     if isinstance(layer, nn.LayerNorm):
-        return rng.standard_normal((2, 3, *layer.normalized_shape)).astype(np.float32)
-    if isinstance(layer, (nn.modules.conv._ConvNd,)):
-        channels = layer.in_channels
-    elif isinstance(layer, nn.modules.batchnorm._BatchNorm):
-        channels = layer.num_features
-        if isinstance(layer, nn.BatchNorm1d):
-            return rng.standard_normal((4, channels)).astype(np.float32)
-    elif isinstance(layer, nn.GroupNorm):
-        channels = layer.num_channels
+        return 0.01 * rng.standard_normal((2, 3, *layer.normalized_shape)).astype(np.float32)
+    if isinstance(layer, nn.modules.batchnorm._BatchNorm):
+        shape = (4, layer.num_features) if isinstance(layer, nn.BatchNorm1d) else (
+            2, layer.num_features, *[4] * _spatial(type(layer).__name__))
+        return 0.01 * rng.standard_normal(shape).astype(np.float32)
+    if isinstance(layer, nn.GroupNorm):
+        return 0.01 * rng.standard_normal((2, layer.num_channels, 4, 4)).astype(np.float32)
+    if isinstance(layer, nn.modules.conv._ConvNd):
+        channels, size = layer.in_channels, 9
     else:
-        channels = 4
-    size = 9 if isinstance(layer, nn.modules.conv._ConvNd) else 8
-    return rng.standard_normal((2, channels, *[size] * _spatial(name))).astype(np.float32)
+        channels, size = 4, 8
+    shape = (2, channels, *[size] * _spatial(type(layer).__name__))
+    return rng.standard_normal(shape).astype(np.float32)
 
 
 def _to_jax_weight(value: np.ndarray, layout: str) -> np.ndarray:
@@ -335,7 +335,8 @@ def _randomize(layer: Any, rng: np.random.Generator) -> None:
             if not t.is_floating_point():
                 continue
             if name.endswith("running_var"):
-                t.copy_(torch.from_numpy(rng.uniform(0.5, 2.0, t.shape).astype(np.float32)))
+                # small, like the inputs: an epsilon off by 10x shows in the output
+                t.copy_(torch.from_numpy(rng.uniform(1e-3, 1e-2, t.shape).astype(np.float32)))
             else:
                 t.copy_(torch.from_numpy(rng.standard_normal(t.shape).astype(np.float32)))
 
@@ -400,12 +401,23 @@ def _check_layer(rule: Rule, torch_expr: str) -> None:
         assert callable(built), f"{conv.expr!r} is neither an nnx.Module nor callable"
         assert not layer.state_dict(), f"{rule.id}: torch layer has state, JAX side is a function"
         fn = built
-    xj = jnp.asarray(x)
-    if rule.layout == "channels_last":
-        got = jnp.moveaxis(fn(jnp.moveaxis(xj, 1, -1)), -1, 1)
-    else:
-        got = fn(xj)
-    _assert_same(got, want, atol=MODULE_ATOL)
+
+    def run_jax(xj: jax.Array) -> jax.Array:
+        if rule.layout == "channels_last":
+            return jnp.moveaxis(fn(jnp.moveaxis(xj, 1, -1)), -1, 1)
+        return fn(xj)
+
+    _assert_same(run_jax(jnp.asarray(x)), want, atol=MODULE_ATOL)
+
+    if isinstance(layer, torch.nn.modules.batchnorm._BatchNorm) and layer.track_running_stats:
+        # one training step: batch statistics, and the running mean's momentum convention
+        layer.train()
+        built.train()
+        with torch.no_grad():
+            want = layer(torch.from_numpy(x.copy()))
+        _assert_same(run_jax(jnp.asarray(x)), want, atol=MODULE_ATOL)
+        mean_to = rule.weights["running_mean"].to
+        _assert_same(getattr(built, mean_to).value, layer.running_mean, atol=MODULE_ATOL)
 
 
 @pytest.mark.parametrize(("kind", "rule", "index"), _example_params(("layer",), numbers=True))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -221,8 +220,3 @@ def explain(name: Annotated[str, typer.Argument(help="e.g. torch.nn.BatchNorm2d,
         out_console.print("  why: " + rule.notes)
     for ex in rule.examples:
         out_console.print(f"  {ex.torch}\n    -> {ex.jax}")
-
-
-def main() -> None:  # pragma: no cover
-    os.environ.setdefault("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", ""))
-    app()

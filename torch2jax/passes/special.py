@@ -462,12 +462,9 @@ def astype(site: Site) -> cst.BaseExpression:
 def to(site: Site) -> cst.BaseExpression:
     """``x.to(device)`` disappears; ``x.to(dtype)`` / ``x.to(other)``-free dtype casts stay."""
     x = site.x()
-    dtype = site.args.get("dtype")
-    cand = [site.args.get("device"), *site.args.extra_positional]
-    for c in [site.args.get("device"), dtype, *site.args.extra_positional]:
+    for c in [site.args.get("device"), site.args.get("dtype"), *site.args.extra_positional]:
         if c is not None and _is_dtype(c):
             return expr("{x}.astype({d})", x=x, d=c)
-    del cand
     return x
 
 
