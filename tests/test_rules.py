@@ -8,11 +8,14 @@ adding a rule (or an example) adds its tests.
 * **numbers**  function and method examples run on both sides with random inputs of their
                ``inputs`` specs; layer examples are built on both sides (weights copied through
                the rule's ``weights`` table) and run on a random input;
-* **aliases**  an alias has no example of its own: its base rule's first example is re-run with
-               the alias's name (numbers only: the expected JAX text is not known);
+* **aliases**  an alias (or family member) has no example of its own: its base rule's examples
+               are re-run with the alias's name (numbers only: the JAX text is not known);
 * **targets**  tf_upgrade_v2 style: every dotted JAX name a rule can emit resolves in the
                installed jax / flax, accepts the keywords the rule renames to or emits, and
-               every call written in an example's ``jax`` text binds to its target's signature.
+               every call written in an example's ``jax`` text binds to its target's signature;
+               every ``special`` a rule names is a registered transform.
+
+Known converter/rule bugs are listed in ``KNOWN_BUGS`` as strict xfails.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 nnx = pytest.importorskip("flax.nnx")
 
-from torch2jax.convert import convert_source  # noqa: E402
-from torch2jax.ruleset import Example, Rule, builtin_rules  # noqa: E402
+from torch2jax.convert import convert_source
+from torch2jax.passes.special import SPECIALS
+from torch2jax.ruleset import Example, Rule, builtin_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = builtin_rules()
@@ -91,7 +95,8 @@ def _aliases(kind: str) -> list[tuple[Rule, Rule]]:
     return out
 
 
-def _example_params(kinds: tuple[str, ...], *, numbers: bool = False) -> list[Any]:
+def _example_params(test: str, kinds: tuple[str, ...], *, numbers: bool = False) -> list[Any]:
+    """(kind, rule, example index) params; KNOWN_BUGS keys are ``f"{test}:{id}"``."""
     params = []
     for kind in kinds:
         for rule in _base_rules(kind):
@@ -99,7 +104,8 @@ def _example_params(kinds: tuple[str, ...], *, numbers: bool = False) -> list[An
                 if numbers and not ex.runnable:
                     continue
                 test_id = f"{rule.id}-{i}"
-                params.append(pytest.param(kind, rule, i, id=test_id, marks=_marks(test_id)))
+                params.append(pytest.param(kind, rule, i, id=test_id,
+                                           marks=_marks(f"{test}:{test_id}")))
     return params
 
 
@@ -195,19 +201,20 @@ def _inputs(inputs: dict[str, str], seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def _leaves(value: Any, where: str = "out") -> list[tuple[str, np.ndarray]]:
-    """Flatten tuples/lists (torch's (values, indices), split's list) to numpy leaves."""
-    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+    """Flatten tuples/lists (torch's (values, indices), split's list, a torch.Size against a
+    JAX shape tuple) to numpy leaves."""
+    if isinstance(value, (tuple, list)):
         out = [(f"{where}[len]", np.asarray(len(value)))]
         for i, v in enumerate(value):
             out.extend(_leaves(v, f"{where}[{i}]"))
         return out
-    if isinstance(value, torch.Size):
-        return [(where, np.asarray(tuple(value)))]
     if isinstance(value, torch.Tensor):
         value = value.detach()
         if value.dtype == torch.bfloat16:
             value = value.float()
-        return [(where, value.numpy())]
+        return [(where, value.numpy().copy())]
+    if getattr(value, "dtype", None) == jnp.bfloat16:
+        value = np.asarray(value, dtype=np.float32)
     return [(where, np.asarray(value))]
 
 
@@ -222,7 +229,7 @@ def _assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
     for (where, g), (_, w) in zip(got_leaves, want_leaves):
         assert g.shape == w.shape, f"{where}: shape jax {g.shape} vs torch {w.shape}"
         # int64 (torch) vs int32 (jax) is fine; int vs float vs bool is not
-        assert _KIND[g.dtype.kind] == _KIND[w.dtype.kind], (
+        assert _KIND.get(g.dtype.kind) == _KIND.get(w.dtype.kind), (
             f"{where}: dtype jax {g.dtype} vs torch {w.dtype}")
         if w.dtype.kind == "b":
             np.testing.assert_array_equal(g, w, err_msg=where)
@@ -235,7 +242,7 @@ def _assert_same(got: Any, want: Any, atol: float = ATOL) -> None:
 
 def _exec(code: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     ns: dict[str, Any] = {"__name__": "rules_example", **(extra or {})}
-    exec(compile(code, "<example>", "exec"), ns)
+    exec(compile(code, "<example>", "exec"), ns)  # noqa: S102 - rule examples, converted
     return ns
 
 
@@ -263,7 +270,7 @@ class _TorchFailed(Exception):
 
 
 @pytest.mark.parametrize(("kind", "rule", "index"),
-                         _example_params(("layer", "function", "method")))
+                         _example_params("text", ("layer", "function", "method")))
 def test_example_text(kind: str, rule: Rule, index: int) -> None:
     ex = rule.examples[index]
     conv = _convert_example(kind, ex)
@@ -278,7 +285,7 @@ def test_example_text(kind: str, rule: Rule, index: int) -> None:
 
 
 @pytest.mark.parametrize(("kind", "rule", "index"),
-                         _example_params(("function", "method"), numbers=True))
+                         _example_params("numbers", ("function", "method"), numbers=True))
 def test_example_numbers(kind: str, rule: Rule, index: int) -> None:
     ex = rule.examples[index]
     _check_numbers(kind, ex.torch, ex.inputs)
@@ -348,12 +355,16 @@ def _transfer(rule: Rule, layer: Any, module: Any) -> None:
         wm = rule.weights[name]
         if wm.to is None:
             continue
-        value = _to_jax_weight(t.detach().numpy(), wm.layout)
+        # a copy: jnp.asarray may alias the numpy buffer, which torch then updates in place
+        value = _to_jax_weight(t.detach().numpy().copy(), wm.layout)
         var = getattr(module, wm.to, None)
         assert var is not None, f"{rule.id}: the JAX layer has no {wm.to!r} (for {name!r})"
-        assert tuple(var.value.shape) == value.shape, (
+        target = tuple(var.value.shape)
+        if target != value.shape and len(target) == 1 and value.size == target[0]:
+            value = value.reshape(target)  # NNX keeps a multi-axis LayerNorm's scale flat
+        assert target == value.shape, (
             f"{rule.id}: {name!r} {tuple(t.shape)} -> {wm.to!r}: JAX has "
-            f"{tuple(var.value.shape)}, the {wm.layout!r} layout gives {value.shape}")
+            f"{target}, the {wm.layout!r} layout gives {value.shape}")
         var.value = jnp.asarray(value, dtype=var.value.dtype)
     # the table must also cover the JAX side: every parameter and statistic got a torch value
     state = nnx.state(module, nnx.Param, nnx.BatchStat)
@@ -368,7 +379,7 @@ def _build(expr: str) -> Any:
     def build() -> Any:
         ns = {"nnx": nnx, "jax": jax, "jnp": jnp, "np": np, "partial": partial,
               "rngs": nnx.Rngs(0)}
-        return eval(expr, ns)  # noqa: S307 - the converter's output of a rule's example
+        return eval(expr, ns)  # the converter's output of a rule's example
 
     node = ast.parse(expr, mode="eval").body
     if isinstance(node, ast.Call) and DOTTED.match(ast.unparse(node.func)):
@@ -382,7 +393,7 @@ def _check_layer(rule: Rule, torch_expr: str) -> None:
     conv = _convert("layer", torch_expr, ())
     assert not conv.errors, "\n".join(conv.errors)
     ns = _exec(PRELUDE)
-    layer = eval(torch_expr, ns)  # noqa: S307 - the rule file's own example
+    layer = eval(torch_expr, ns)  # the rule file's own example
     built = _build(conv.expr)
     rng = np.random.default_rng(0)
     _randomize(layer, rng)
@@ -420,7 +431,8 @@ def _check_layer(rule: Rule, torch_expr: str) -> None:
         _assert_same(getattr(built, mean_to).value, layer.running_mean, atol=MODULE_ATOL)
 
 
-@pytest.mark.parametrize(("kind", "rule", "index"), _example_params(("layer",), numbers=True))
+@pytest.mark.parametrize(("kind", "rule", "index"),
+                         _example_params("layer", ("layer",), numbers=True))
 def test_layer_example_runs(kind: str, rule: Rule, index: int) -> None:
     _check_layer(rule, rule.examples[index].torch)
 
@@ -464,7 +476,7 @@ def _alias_params() -> list[Any]:
                 continue
             test_id = f"{alias.torch}(alias of {base.torch})"
             params.append(pytest.param(kind, alias, candidates, id=test_id,
-                                       marks=_marks(test_id)))
+                                       marks=_marks(f"alias:{test_id}")))
     return params
 
 
@@ -525,12 +537,13 @@ def _accepts(sig: inspect.Signature, keyword: str) -> bool:
     return p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
 
 
-def _rule_params() -> list[Any]:
-    return [pytest.param(rule, id=f"{rule.kind}:{rule.torch}")
+def _rule_params(test: str) -> list[Any]:
+    return [pytest.param(rule, id=f"{rule.kind}:{rule.torch}",
+                         marks=_marks(f"{test}:{rule.kind}:{rule.torch}"))
             for table in KINDS.values() for rule in table.values()]
 
 
-@pytest.mark.parametrize("rule", _rule_params())
+@pytest.mark.parametrize("rule", _rule_params("targets"))
 def test_targets_resolve(rule: Rule) -> None:
     for name in _dotted_targets(rule):
         try:
@@ -543,7 +556,7 @@ def test_targets_resolve(rule: Rule) -> None:
         assert hasattr(jax.Array, attr), f"{rule.torch}: jax.Array has no {attr!r}"
 
 
-@pytest.mark.parametrize("rule", _rule_params())
+@pytest.mark.parametrize("rule", _rule_params("keywords"))
 def test_targets_accept_keywords(rule: Rule) -> None:
     keywords = set(rule.rename.values()) | set(rule.emit)
     targets = _dotted_targets(rule)
@@ -567,6 +580,22 @@ def test_targets_accept_keywords(rule: Rule) -> None:
         checked = True
     if keywords and not checked:
         pytest.skip(f"{rule.torch}: no inspectable target for keywords {sorted(keywords)}")
+
+
+def _special_params() -> list[Any]:
+    return [pytest.param(rule, id=f"{rule.kind}:{rule.torch}",
+                         marks=_marks(f"special:{rule.kind}:{rule.torch}"))
+            for table in KINDS.values() for rule in table.values() if rule.special]
+
+
+@pytest.mark.parametrize("rule", _special_params())
+def test_special_is_registered(rule: Rule) -> None:
+    """A ``special`` names a transform in passes/special.py (containers: in the rewriter)."""
+    if rule.kind == "layer" and rule.special in CONTAINERS:
+        return
+    assert rule.special in SPECIALS, (
+        f"{rule.torch}: special {rule.special!r} is not registered in torch2jax.passes.special "
+        "(the converter raises KeyError on every call of it)")
 
 
 def _example_calls(source: str, input_names: set[str]) -> list[tuple[str, Any, int, list[str]]]:

@@ -765,3 +765,15 @@ def clamp(site: Site) -> cst.BaseExpression:
 @special("inplace")
 def inplace(site: Site) -> cst.BaseExpression:
     raise Untranslatable("in-place tensor method used as a value")
+
+
+@special("gather")
+def gather(site: Site) -> cst.BaseExpression:
+    return call("jnp.take_along_axis", arg(site.x()), arg(site.args.get("index")),
+                arg(site.args.get("dim"), "axis"))
+
+
+@special("index_select")
+def index_select(site: Site) -> cst.BaseExpression:
+    return call("jnp.take", arg(site.x()), arg(site.args.get("index")),
+                arg(site.args.get("dim"), "axis"))
