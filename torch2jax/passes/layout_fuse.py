@@ -18,7 +18,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-_FROM_CL = m.Call(
+# jnp.moveaxis(E, -1, 1): a channels-last value moved back to torch's layout.
+FROM_CHANNELS_LAST = m.Call(
     func=m.Attribute(value=m.Name("jnp"), attr=m.Name("moveaxis")),
     args=[m.Arg(), m.Arg(m.UnaryOperation(operator=m.Minus(), expression=m.Integer("1"))),
           m.Arg(m.Integer("1"))],
@@ -68,7 +69,7 @@ class FuseLayoutMoves(cst.CSTTransformer):
                 continue
             name = first.targets[0].target.value
             if (second.targets[0].target.value != name
-                    or not m.matches(first.value, _FROM_CL)
+                    or not m.matches(first.value, FROM_CHANNELS_LAST)
                     or not _only_read_channels_last(second.value, name)):
                 continue
             inner = first.value.args[0].value

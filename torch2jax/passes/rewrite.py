@@ -15,6 +15,7 @@ import libcst.matchers as m
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from torch2jax.analysis.index import FileIndex, Layouts, qualified
+from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.common import Untranslatable, arg, bind, call, code, expr, try_literal
 from torch2jax.passes.special import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet
@@ -22,12 +23,6 @@ from torch2jax.targets import Emitter
 
 _IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np)\b(?=[.(])")
 
-# jnp.moveaxis(E, -1, 1): a channels-last value moved back to torch's layout.
-_FROM_CL = m.Call(
-    func=m.Attribute(value=m.Name("jnp"), attr=m.Name("moveaxis")),
-    args=[m.Arg(), m.Arg(m.UnaryOperation(operator=m.Minus(), expression=m.Integer("1"))),
-          m.Arg(m.Integer("1"))],
-)
 
 DTYPES = {
     "float32": "jnp.float32", "float": "jnp.float32", "float16": "jnp.float16",
