@@ -24,9 +24,10 @@ IMPORT_LINES = {
     "jnp": "import jax.numpy as jnp",
     "np": "import numpy as np",
     "partial": "from functools import partial",
+    "optax": "import optax",
     "nnx": "from flax import nnx",
 }
-IMPORT_ORDER = ["partial", "np", "jax", "jnp", "nnx"]
+IMPORT_ORDER = ["partial", "np", "jax", "jnp", "optax", "nnx"]
 
 
 class ParseError(Exception):

@@ -21,7 +21,7 @@ from torch2jax.passes.special import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet
 from torch2jax.targets import Emitter
 
-_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np)\b(?=[.(])")
+_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax)\b(?=[.(])")
 
 
 DTYPES = {
