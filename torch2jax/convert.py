@@ -13,6 +13,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper
 
 from torch2jax.analysis.index import Indexer
+from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
 from torch2jax.report import Diagnostic
@@ -94,7 +95,9 @@ def convert_source(
     indexer = Indexer(rules, set(known_modules or ()), first.finish().fn_returns)
     wrapper.visit(indexer)
     index = indexer.finish()
-    transformer = TorchToJax(rules, index, emitter, path, report)
+    training = TrainingIndexer(index.module_classes, index.rngs_functions)
+    wrapper.visit(training)
+    transformer = TorchToJax(rules, index, emitter, path, report, training.finish())
     new = wrapper.visit(transformer)
     new = new.visit(FuseLayoutMoves())
     new = _add_imports(new, transformer.imports_needed)

@@ -15,8 +15,16 @@ import libcst.matchers as m
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from torch2jax.analysis.index import FileIndex, Layouts, qualified
-from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
+from torch2jax.analysis.training import (
+    CLIPS,
+    DROPPED_SEEDS,
+    RANDOM,
+    SEEDS,
+    TrainingIndex,
+)
+from torch2jax.passes import training as tr
 from torch2jax.passes.common import Untranslatable, arg, bind, call, code, expr, try_literal
+from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.special import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet
 from torch2jax.targets import Emitter
@@ -41,13 +49,15 @@ AMBIGUOUS_METHODS = {"split", "index", "count", "copy", "sort", "type", "int", "
 @dataclass
 class Pending:
     todos: list[tuple[str, str]] = field(default_factory=list)  # (rule, message)
+    keys: tr.StatementKeys = field(default_factory=tr.StatementKeys)  # subkeys it draws
+    before: list[cst.BaseStatement] = field(default_factory=list)  # statements to put first
 
 
 class TorchToJax(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
-                 report) -> None:
+                 report, training: TrainingIndex | None = None) -> None:
         super().__init__()
         self.rules = rules
         self.index = index
@@ -65,6 +75,11 @@ class TorchToJax(cst.CSTTransformer):
         self._device_names: set[str] = set()
         self.layouts: Layouts | None = None
         self.torch_used_after = False
+        self.training = training or TrainingIndex()
+        self._key_scopes: list[tr.KeyScope] = [tr.KeyScope()]
+        self._for_stack: list[cst.For] = []
+        self._hoist: list[cst.BaseStatement] = []
+        self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:
@@ -100,6 +115,9 @@ class TorchToJax(cst.CSTTransformer):
     def rngs_expr(self, node) -> cst.BaseExpression:
         if self._rngs_scope and self._rngs_scope[-1]:
             return cst.Name("rngs")
+        if self._key_scopes[-1].has_key and not self._in_expr_scope and self._pending:
+            self.need("nnx", "jax")
+            return call("nnx.Rngs", arg(self._pending[-1].keys.take()))
         self.diag(node, "rngs", "info", "layer built outside a module: seeded with nnx.Rngs(0)")
         self.need("nnx")
         return expr("nnx.Rngs(0)")
@@ -121,6 +139,19 @@ class TorchToJax(cst.CSTTransformer):
                     for rule, msg in pending.todos
                 ]
                 result = result.with_changes(leading_lines=[*result.leading_lines, *comments])
+            split = pending.keys.split_statement()
+            if split is not None:
+                self.need("jax")
+                pending.before.append(split)
+            if pending.before and isinstance(result, cst.FlattenSentinel):
+                result = cst.FlattenSentinel([*pending.before, *result.nodes])
+            elif pending.before and isinstance(result, (cst.SimpleStatementLine,
+                                                        cst.BaseCompoundStatement)):
+                first = pending.before[0]
+                # the statement's comments and blank lines go above what is put before it
+                pending.before[0] = first.with_changes(leading_lines=result.leading_lines)
+                result = cst.FlattenSentinel([*pending.before,
+                                              result.with_changes(leading_lines=[])])
         return result
 
     # ------------------------------------------------------------------ imports
@@ -186,13 +217,28 @@ class TorchToJax(cst.CSTTransformer):
         self._param_names.append({p.name.value for p in node.params.params}
                                  | {p.name.value for p in node.params.kwonly_params})
         self._loop_layouts.append({})
+        free = self.current_class is None
+        name = node.name.value
+        takes_key = free and name in self.training.key_functions
+        self._key_scopes.append(tr.KeyScope(
+            has_key=takes_key, takes_key=takes_key,
+            seeds_here=free and name in self.training.seed_functions))
 
     def leave_FunctionDef(self, original_node, updated_node):
         self._fn_stack.pop()
         takes_rngs = self._rngs_scope.pop()
         self._param_names.pop()
         self._loop_layouts.pop()
+        keys = self._key_scopes.pop()
         node = updated_node
+        if keys.takes_key:
+            self.need("jax")
+            node = tr.add_key_param(node)
+        if keys.seeds_here:
+            try:
+                node = tr.return_key(node)
+            except Untranslatable as exc:
+                self.diag(original_node, "seed", "error", exc.message)
         if self.in_module_class() and node.name.value == "forward":
             node = node.with_changes(name=cst.Name("__call__"))
         if takes_rngs and not any(p.name.value == "rngs" for p in node.params.kwonly_params):
@@ -276,6 +322,9 @@ class TorchToJax(cst.CSTTransformer):
 
     def leave_Expr(self, original_node, updated_node):
         value = original_node.value
+        handled = self._training_statement(original_node, updated_node)
+        if handled is not None:
+            return handled
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
             meth = value.func.attr.value
             recv = value.func.value
@@ -302,6 +351,60 @@ class TorchToJax(cst.CSTTransformer):
                 value, cst.Call):
             # a device move used as a statement (model.to(device)) left only its receiver
             return cst.RemoveFromParent()
+        return updated_node
+
+    def _training_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """Seeding, gradient bookkeeping and scheduler steps used as statements."""
+        value = original_node.value
+        if not isinstance(value, cst.Call):
+            return None
+        q = self.q(value.func)
+        t = self.training
+        if q in SEEDS:
+            if q == "torch.seed" or not updated_node.value.args:
+                self.diag(original_node, q, "error", "torch.seed() draws a non-deterministic "
+                          "seed: pass one to jax.random.key")
+                return updated_node
+            self._key_scopes[-1].has_key = True
+            self.need("jax")
+            return tr.seed_statement(updated_node.value.args[0].value)
+        if q in DROPPED_SEEDS:
+            self.diag(original_node, q, "info", f"{q} removed: JAX's random streams are "
+                      "explicit keys and deterministic on every backend")
+            return cst.RemoveFromParent()
+        if q in CLIPS:
+            if any(site.clip is not None for site in t.optimizers.values()):
+                return cst.RemoveFromParent()  # folded into the optimizer's chain
+            self.diag(original_node, q, "error", "gradient clipping outside a recognised "
+                      "training step: chain optax.clip_by_global_norm before the optimizer")
+            return updated_node
+        if isinstance(value.func, cst.Name) and value.func.value in t.seed_functions:
+            self._key_scopes[-1].has_key = True
+            return cst.Assign(targets=[cst.AssignTarget(cst.Name(tr.KEY))],
+                              value=updated_node.value)
+        if not (isinstance(value.func, cst.Attribute) and isinstance(value.func.value, cst.Name)):
+            return None
+        recv, meth = value.func.value.value, value.func.attr.value
+        if meth == "zero_grad" and (recv in t.optimizer_names or any(
+                recv == s.model for s in t.optimizers.values())):
+            return cst.RemoveFromParent()  # JAX computes fresh gradients every step
+        if meth == "backward" and not self._for_stack:
+            self.diag(original_node, "training-loop", "error",
+                      "backward() outside a loop that steps an optimizer: write the step "
+                      "as nnx.value_and_grad + optimizer.update")
+            return updated_node
+        sched = t.scheduler_names.get(recv)
+        if meth == "step" and sched is not None:
+            return self._scheduler_step(original_node, updated_node, sched)
+        return None
+
+    def _scheduler_step(self, original_node, updated_node, sched):
+        if sched.inline:
+            return cst.RemoveFromParent()  # the schedule is a function of the update count
+        if value_args := original_node.value.args:
+            del value_args
+        self.diag(original_node, sched.qualname, "error", "scheduler stepped in a way not "
+                  "translated")
         return updated_node
 
     def _inplace(self, original_node, updated_node, meth: str):
@@ -345,7 +448,43 @@ class TorchToJax(cst.CSTTransformer):
             return cst.FlattenSentinel(list(body))
         return updated_node.with_changes(items=_fix_commas(keep))
 
+    def leave_For(self, original_node, updated_node):
+        self._for_stack.pop()
+        node = updated_node
+        t = self.training
+        body = list(node.body.body)
+        for name in t.optimizer_names:
+            model = t.model_of(name)
+            if model is None:
+                continue
+            outer = self._for_stack[0] if self._for_stack else original_node
+            loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+            step = tr.build_train_step(body, optimizer=name, model=model,
+                                       loop_names=loop_names, step_name="train_step")
+            if step is not None:
+                self.need("nnx")
+                self._hoist.append(step.function)
+                node = node.with_changes(body=node.body.with_changes(body=step.body))
+                break
+        else:
+            if any(tr._is_method_stmt(s, None, "backward") for s in body):
+                self.diag(original_node, "training-loop", "error",
+                          "training loop not recognised (one loss.backward() and one "
+                          "optimizer.step() in the same loop body): write the step as "
+                          "nnx.value_and_grad + optimizer.update")
+        if not self._for_stack and self._hoist:
+            hoisted, self._hoist = self._hoist, []
+            blank = [cst.EmptyLine()] * (1 if self._fn_stack else 2)
+            lines = list(node.leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            hoisted = [h.with_changes(leading_lines=blank) for h in hoisted]
+            return cst.FlattenSentinel([*hoisted, node.with_changes(
+                leading_lines=[*blank, *lines])])
+        return node
+
     def visit_For(self, node: cst.For) -> None:
+        self._for_stack.append(node)
         # for layer in self.layers: -> calls of `layer` use the list's element layout
         if (self.current_class and isinstance(node.target, cst.Name)
                 and m.matches(node.iter, m.Attribute(value=m.Name("self")))):
@@ -354,6 +493,65 @@ class TorchToJax(cst.CSTTransformer):
                 layout = info.elem_layout.get(node.iter.attr.value)
                 if layout:
                     self._loop_layouts[-1][node.target.value] = layout
+
+    def visit_Lambda(self, node) -> None:
+        self._in_expr_scope += 1
+
+    def leave_Lambda(self, original_node, updated_node):
+        self._in_expr_scope -= 1
+        return updated_node
+
+    def visit_ListComp(self, node) -> None:
+        self._in_expr_scope += 1
+
+    def leave_ListComp(self, original_node, updated_node):
+        self._in_expr_scope -= 1
+        return updated_node
+
+    def visit_GeneratorExp(self, node) -> None:
+        self._in_expr_scope += 1
+
+    def leave_GeneratorExp(self, original_node, updated_node):
+        self._in_expr_scope -= 1
+        return updated_node
+
+    def visit_DictComp(self, node) -> None:
+        self._in_expr_scope += 1
+
+    def leave_DictComp(self, original_node, updated_node):
+        self._in_expr_scope -= 1
+        return updated_node
+
+    # ------------------------------------------------------------------ randomness
+    def _subkey(self, node) -> cst.Name:
+        if self._in_expr_scope:
+            raise Untranslatable("random draw inside a lambda or comprehension: each draw "
+                                 "needs its own key; make it a loop", rule="random")
+        scope = self._key_scopes[-1]
+        if not scope.has_key:
+            if len(self._key_scopes) == 1:
+                scope.root_needed = scope.has_key = True
+                self.diag(node, "random", "warning",
+                          "random draw without torch.manual_seed: a root key "
+                          "jax.random.key(0) is added at the top of the file")
+            else:
+                raise Untranslatable("random draw in a method: pass a key to it (or keep an "
+                                     "nnx.Rngs on the module)", rule="random")
+        self.need("jax")
+        return self._pending[-1].keys.take()
+
+    def leave_Module(self, original_node, updated_node):
+        if not self._key_scopes[0].root_needed:
+            return updated_node
+        body = list(updated_node.body)
+        i = 0
+        while i < len(body) and (m.matches(body[i], m.SimpleStatementLine(
+                body=[m.Import() | m.ImportFrom()])) or (i == 0 and m.matches(
+                body[i], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])))):
+            i += 1
+        body.insert(i, tr.root_key_statement())
+        self.need("jax")
+        return updated_node.with_changes(body=body)
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
@@ -402,10 +600,21 @@ class TorchToJax(cst.CSTTransformer):
                           "requires_grad=False parameter: kept as a non-trainable variable")
                 return call(self.emitter.buffer, arg(b.get("data")))
             return call(self.emitter.param, arg(b.get("data")))
+        if name in RANDOM:
+            return tr.random_call(name, updated, self._subkey(original))
+        if name in SEEDS or name in DROPPED_SEEDS or name in CLIPS:
+            return updated  # statements: handled in leave_Expr
+        if id(original) in self.training.optimizers or id(original) in self.training.schedulers:
+            return updated  # statements: handled in leave_Assign / leave_Return
         if name and name in self.rules.functions:
             return self._function(original, updated, self.rules.functions[name])
         if name and name.startswith("torch."):
             raise Untranslatable(f"no rule for {name}", rule=name)
+        if isinstance(original.func, cst.Name) and (
+                original.func.value in self.training.key_functions) and not any(
+                    a.keyword and a.keyword.value == tr.KEY for a in updated.args):
+            return updated.with_changes(args=_fix_commas(
+                [*updated.args, arg(self._subkey(original), tr.KEY)]))
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)

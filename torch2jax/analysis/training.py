@@ -1,0 +1,291 @@
+"""What the training-code rewrite needs to know before changing anything.
+
+Training code is about relations between statements that may be far apart: the optimizer
+that a scheduler wraps, the loop where ``scheduler.step()`` is called (per update or per
+epoch), the gradient clipping that happens between ``backward()`` and ``step()``, the helper
+function that seeds the global RNG, the functions that draw random numbers and so need a key.
+This visitor collects those relations on the original tree; :mod:`torch2jax.passes.training`
+uses them while rewriting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import QualifiedNameProvider
+
+from torch2jax.analysis.index import qualified
+
+OPTIM = "torch.optim."
+SCHED = "torch.optim.lr_scheduler."
+SEEDS = {"torch.manual_seed", "torch.random.manual_seed", "torch.seed"}
+DROPPED_SEEDS = {"torch.cuda.manual_seed", "torch.cuda.manual_seed_all",
+                 "torch.use_deterministic_algorithms", "torch.set_deterministic_debug_mode"}
+RANDOM = {
+    "torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.normal",
+    "torch.bernoulli", "torch.multinomial", "torch.rand_like", "torch.randn_like",
+    "torch.randint_like", "torch.poisson",
+}
+CLIPS = {"torch.nn.utils.clip_grad_norm_": "norm", "torch.nn.utils.clip_grad_value_": "value",
+         "torch.nn.utils.clip_grad.clip_grad_norm_": "norm",
+         "torch.nn.utils.clip_grad.clip_grad_value_": "value"}
+
+
+def is_optimizer(q: str | None) -> bool:
+    return bool(q) and q.startswith(OPTIM) and not q.startswith(SCHED) and (
+        q.rsplit(".", 1)[-1][:1].isupper())
+
+
+def is_scheduler(q: str | None) -> bool:
+    return bool(q) and q.startswith(SCHED) and q.rsplit(".", 1)[-1][:1].isupper()
+
+
+@dataclass
+class OptimizerSite:
+    call: cst.Call
+    qualname: str
+    statement: cst.CSTNode  # the Assign or Return holding the call
+    name: str | None  # variable it is assigned to ("optimizer"); None for ``return ...``
+    scope: int  # id of the enclosing FunctionDef (0: module level)
+    function: str | None  # enclosing function name (``configure_optimizers``)
+    model: str | None  # the model the params come from ("model", "self")
+    clip: tuple[str, cst.BaseExpression] | None = None  # ("norm", max_norm)
+    scheduler: SchedulerSite | None = None
+    aliases: set[str] = field(default_factory=set)  # names holding it in other scopes
+
+
+@dataclass
+class SchedulerSite:
+    call: cst.Call
+    qualname: str
+    statement: cst.Assign
+    name: str
+    optimizer: str | None  # the optimizer variable it wraps
+    scope: int
+    step_loops: list[int | None] = field(default_factory=list)
+    per_update: bool = False  # stepped in the loop that steps the optimizer
+    inline: bool = False  # decided by the rewrite: folded into the optimizer's tx
+
+
+@dataclass
+class TrainingIndex:
+    optimizers: dict[int, OptimizerSite] = field(default_factory=dict)  # call id ->
+    schedulers: dict[int, SchedulerSite] = field(default_factory=dict)  # call id ->
+    statements: dict[int, object] = field(default_factory=dict)  # statement id -> site
+    optimizer_names: dict[str, OptimizerSite] = field(default_factory=dict)
+    alias_models: dict[str, str] = field(default_factory=dict)  # optimizer var -> model var
+    scheduler_names: dict[str, SchedulerSite] = field(default_factory=dict)
+    seed_functions: set[str] = field(default_factory=set)  # def set_seed(...): manual_seed
+    key_functions: set[str] = field(default_factory=set)  # draw random numbers: take a key
+    seeded_scopes: set[int] = field(default_factory=set)
+    random_scopes: set[int] = field(default_factory=set)
+    module_scope_random: bool = False
+
+    def model_of(self, optimizer: str) -> str | None:
+        """The variable holding the model whose parameters ``optimizer`` updates."""
+        if optimizer in self.alias_models:
+            return self.alias_models[optimizer]
+        site = self.optimizer_names.get(optimizer)
+        return site.model if site is not None and site.model != "self" else None
+
+
+class TrainingIndexer(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+    def __init__(self, model_classes: set[str], rngs_functions: set[str]) -> None:
+        super().__init__()
+        self.index = TrainingIndex()
+        self.model_classes = model_classes
+        self.rngs_functions = rngs_functions
+        self._fns: list[cst.FunctionDef] = []
+        self._classes: list[str] = []
+        self._loops: list[int] = []
+        self._stmt: list[cst.CSTNode] = []
+        self._step_calls: list[tuple[str, int | None, int]] = []  # (receiver, loop, scope)
+        self._clips: list[tuple[str, cst.BaseExpression, int | None]] = []
+        self._returns_optimizer: dict[str, OptimizerSite] = {}
+        self._opt_from_fn: list[tuple[str, str, str | None]] = []  # (var, function, receiver)
+        self._calls_in_fn: dict[str, set[str]] = {}
+        self._draws: dict[str, bool] = {}
+        self._seeds_in: set[str] = set()
+
+    # -- scopes
+    @property
+    def scope(self) -> int:
+        return id(self._fns[-1]) if self._fns else 0
+
+    @property
+    def fn_name(self) -> str | None:
+        return self._fns[-1].name.value if self._fns else None
+
+    @property
+    def free_fn(self) -> str | None:
+        """The enclosing function when it is a plain (not a method) function."""
+        return self._fns[-1].name.value if self._fns and not self._classes else None
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._classes.append(node.name.value)
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self._classes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._fns.append(node)
+        if not self._classes:
+            self._calls_in_fn.setdefault(node.name.value, set())
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._fns.pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        self._loops.append(id(node))
+
+    def leave_For(self, node: cst.For) -> None:
+        self._loops.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._loops.append(id(node))
+
+    def leave_While(self, node: cst.While) -> None:
+        self._loops.pop()
+
+    def visit_SimpleStatementLine(self, node) -> None:
+        self._stmt.append(node)
+
+    def leave_SimpleStatementLine(self, node) -> None:
+        self._stmt.pop()
+
+    # -- what is seen
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.value, cst.Call):
+            return
+        target = node.targets[0].target
+        name = target.value if isinstance(target, cst.Name) else None
+        q = qualified(self, node.value.func)
+        if is_optimizer(q) and name:
+            self._add_optimizer(node.value, q, node, name)
+        elif is_scheduler(q) and name:
+            first = node.value.args[0].value if node.value.args else None
+            site = SchedulerSite(call=node.value, qualname=q, statement=node, name=name,
+                                 optimizer=first.value if isinstance(first, cst.Name) else None,
+                                 scope=self.scope)
+            self.index.schedulers[id(node.value)] = site
+            self.index.statements[id(node)] = site
+            self.index.scheduler_names[name] = site
+        elif name and m.matches(node.value.func, m.Attribute(attr=m.Name())):
+            # optimizer = model.configure_optimizers(...)
+            recv = node.value.func.value
+            self._opt_from_fn.append((name, node.value.func.attr.value,
+                                      recv.value if isinstance(recv, cst.Name) else None))
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if isinstance(node.value, cst.Call):
+            q = qualified(self, node.value.func)
+            if is_optimizer(q):
+                site = self._add_optimizer(node.value, q, node, None)
+                if self.fn_name:
+                    self._returns_optimizer[self.fn_name] = site
+        elif isinstance(node.value, cst.Name) and self.fn_name:
+            site = self.index.optimizer_names.get(node.value.value)
+            if site is not None and site.scope == self.scope:
+                self._returns_optimizer[self.fn_name] = site
+
+    def _add_optimizer(self, call: cst.Call, q: str, stmt, name: str | None) -> OptimizerSite:
+        params = call.args[0].value if call.args else None
+        model = None
+        if m.matches(params, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
+            owner = params.func.value
+            model = owner.value if isinstance(owner, cst.Name) else None
+        elif self._fns and params is not None:
+            model = "self" if self._in_method() else None
+        site = OptimizerSite(call=call, qualname=q, statement=stmt, name=name, scope=self.scope,
+                             function=self.fn_name, model=model)
+        self.index.optimizers[id(call)] = site
+        self.index.statements[id(stmt)] = site
+        if name:
+            self.index.optimizer_names[name] = site
+        return site
+
+    def _in_method(self) -> bool:
+        fn = self._fns[-1]
+        return bool(fn.params.params) and fn.params.params[0].name.value == "self"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        q = qualified(self, node.func)
+        fn = self.free_fn
+        if q in SEEDS:
+            self.index.seeded_scopes.add(self.scope)
+            if fn:
+                self._seeds_in.add(fn)
+        if q in RANDOM or (self._builds_model(node) and not self._classes):
+            self.index.random_scopes.add(self.scope)
+            if fn:
+                self._draws[fn] = True
+            elif not self._fns:
+                self.index.module_scope_random = True
+        if isinstance(node.func, cst.Name) and fn:
+            self._calls_in_fn[fn].add(node.func.value)
+        if q in CLIPS and len(node.args) >= 2:
+            self._clips.append((CLIPS[q], node.args[1].value,
+                                self._loops[-1] if self._loops else None))
+        if m.matches(node.func, m.Attribute(value=m.Name(), attr=m.Name("step"))):
+            self._step_calls.append((node.func.value.value,
+                                     self._loops[-1] if self._loops else None, self.scope))
+
+    def _builds_model(self, node: cst.Call) -> bool:
+        return isinstance(node.func, cst.Name) and node.func.value in self.model_classes
+
+    # -- conclusions
+    def finish(self) -> TrainingIndex:
+        idx = self.index
+        # optimizers returned by a function (configure_optimizers) and assigned elsewhere
+        for var, fn, receiver in self._opt_from_fn:
+            site = self._returns_optimizer.get(fn)
+            if site is not None:
+                site.aliases.add(var)
+                idx.optimizer_names.setdefault(var, site)
+                if receiver:
+                    idx.alias_models[var] = receiver
+        # where each optimizer and scheduler is stepped
+        opt_loops: dict[int, set[int | None]] = {}
+        for recv, loop, _scope in self._step_calls:
+            site = idx.optimizer_names.get(recv)
+            if site is not None:
+                opt_loops.setdefault(id(site), set()).add(loop)
+        for recv, loop, _scope in self._step_calls:
+            sched = idx.scheduler_names.get(recv)
+            if sched is not None:
+                sched.step_loops.append(loop)
+        for sched in idx.schedulers.values():
+            opt = idx.optimizer_names.get(sched.optimizer or "")
+            if opt is None:
+                continue
+            opt.scheduler = sched
+            loops = opt_loops.get(id(opt), set())
+            sched.per_update = bool(sched.step_loops) and all(
+                loop is not None and loop in loops for loop in sched.step_loops)
+        # clipping belongs to the optimizer stepped in the same loop
+        for kind, value, loop in self._clips:
+            for site in idx.optimizers.values():
+                if loop in opt_loops.get(id(site), set()) or len(idx.optimizers) == 1:
+                    site.clip = (kind, value)
+                    break
+        # seeding helpers, and functions that need a key (fixpoint over the call graph)
+        idx.seed_functions = set(self._seeds_in)
+        draws = {f for f, v in self._draws.items() if v}
+        changed = True
+        while changed:
+            changed = False
+            for f, callees in self._calls_in_fn.items():
+                if f in draws or f in idx.seed_functions:
+                    continue
+                if callees & draws:
+                    draws.add(f)
+                    changed = True
+        # a function that seeds (or calls a seeding helper) makes its own key
+        self_keyed = {f for f, callees in self._calls_in_fn.items()
+                      if f in idx.seed_functions or callees & idx.seed_functions}
+        idx.key_functions = draws - self_keyed - self.rngs_functions
+        return idx

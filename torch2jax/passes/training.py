@@ -1,0 +1,373 @@
+"""Training code: seeds and random draws to explicit keys, training loops to a jit-compiled step.
+
+The rewrite engine (:mod:`torch2jax.passes.rewrite`) calls these functions at the nodes the
+training index (:mod:`torch2jax.analysis.training`) pointed out. They build JAX code only;
+deciding *whether* something is training code happens in the index.
+
+Randomness. torch has one global generator; JAX has explicit keys. A ``torch.manual_seed(s)``
+becomes the root key ``key = jax.random.key(s)``; each statement that draws random numbers
+first splits a fresh subkey off it (``key, subkey = jax.random.split(key)``), so every draw
+in a loop gets a new key. A helper that seeds returns its key; a function that draws random
+numbers without seeding takes ``key`` as a keyword argument and its callers hand it one.
+
+Training loops. The statements between ``optimizer.zero_grad()`` and ``loss.backward()``
+that depend on the model become the body of a loss function; the loop body calls a
+``@nnx.jit`` train step that takes the gradient with ``nnx.value_and_grad`` and applies
+``optimizer.update(model, grads)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.passes.common import Untranslatable, arg, bind, call, code, expr, try_literal
+
+KEY = "key"
+
+
+# ---------------------------------------------------------------------------- random draws
+def _size(b, first: str, rest_from: int | None = None) -> cst.BaseExpression:
+    """torch's ``*size`` (``randn(2, 3)``, ``randn((2, 3))``, ``randn(shape)``) as one shape."""
+    sizes = b.extra_positional[rest_from or 0:] if rest_from is not None else b.extra_positional
+    size_kw = b.get("size")
+    if size_kw is not None:
+        return size_kw
+    if not sizes:
+        raise Untranslatable(f"{first} without a size")
+    if len(sizes) == 1:
+        only = sizes[0]
+        if isinstance(only, (cst.Tuple, cst.List)) or not isinstance(
+                try_literal(only, ...), int):
+            return only
+        return expr(f"({code(only)},)")
+    return cst.Tuple([cst.Element(s) for s in sizes])
+
+
+def _dtype(b) -> list[cst.Arg]:
+    d = b.get("dtype")
+    return [arg(d, "dtype")] if d is not None else []
+
+
+def random_call(qualname: str, node: cst.Call, subkey: cst.BaseExpression
+                ) -> cst.BaseExpression:
+    """The ``jax.random`` expression for a torch random function, drawing from ``subkey``."""
+    short = qualname.rsplit(".", 1)[-1]
+    args = list(node.args)
+    unsupported = {"generator", "out"} & {a.keyword.value for a in args if a.keyword}
+    if unsupported:
+        raise Untranslatable(f"torch.{short} with {', '.join(sorted(unsupported))}=: a "
+                             "generator needs its own key (jax.random.key(seed))")
+    drop = {"device", "requires_grad", "pin_memory", "layout", "memory_format"}
+    args = [a for a in args if not (a.keyword and a.keyword.value in drop)]
+    b = bind(args, ())
+    if short in ("rand", "randn"):
+        fn = "jax.random.uniform" if short == "rand" else "jax.random.normal"
+        return call(fn, arg(subkey), arg(_size(b, short)), *_dtype(b))
+    if short in ("rand_like", "randn_like"):
+        x = b.extra_positional[0]
+        fn = "jax.random.uniform" if short == "rand_like" else "jax.random.normal"
+        d = b.get("dtype")
+        return expr(f"{fn}({{k}}, {{x}}.shape, {{d}})", k=subkey, x=x,
+                    d=d if d is not None else expr("{x}.dtype", x=x))
+    if short == "randint":
+        # randint(high, size) or randint(low, high, size)
+        pos = b.extra_positional
+        low = b.get("low")
+        high = b.get("high")
+        size = b.get("size")
+        if low is None and high is None:
+            if size is None and len(pos) == 2:
+                low, high, size = cst.Integer("0"), pos[0], pos[1]
+            elif size is None and len(pos) == 3:
+                low, high, size = pos
+            elif size is not None and len(pos) == 1:
+                low, high = cst.Integer("0"), pos[0]
+            elif size is not None and len(pos) == 2:
+                low, high = pos
+            else:
+                raise Untranslatable("torch.randint with this argument pattern")
+        low = low if low is not None else cst.Integer("0")
+        if high is None or size is None:
+            raise Untranslatable("torch.randint with this argument pattern")
+        kws = _dtype(b)
+        return call("jax.random.randint", arg(subkey), arg(size), arg(low), arg(high), *kws)
+    if short == "randint_like":
+        x, *rest = b.extra_positional
+        low, high = (cst.Integer("0"), rest[0]) if len(rest) == 1 else rest[:2]
+        return expr("jax.random.randint({k}, {x}.shape, {lo}, {hi}, {x}.dtype)", k=subkey, x=x,
+                    lo=low, hi=high)
+    if short == "randperm":
+        n = b.extra_positional[0] if b.extra_positional else b.get("n")
+        return call("jax.random.permutation", arg(subkey), arg(n))
+    if short == "normal":
+        mean = b.extra_positional[0] if b.extra_positional else b.get("mean")
+        std = b.extra_positional[1] if len(b.extra_positional) > 1 else b.get("std")
+        size = b.extra_positional[2] if len(b.extra_positional) > 2 else b.get("size")
+        mean = mean if mean is not None else cst.Float("0.0")
+        std = std if std is not None else cst.Float("1.0")
+        if size is None:
+            shape = expr("jnp.broadcast_shapes(jnp.shape({a}), jnp.shape({b}))", a=mean, b=std)
+        else:
+            shape = size
+        return expr("{m} + {s} * jax.random.normal({k}, {shape})", m=mean, s=std, k=subkey,
+                    shape=shape)
+    if short == "bernoulli":
+        p = b.extra_positional[0] if b.extra_positional else b.get("input")
+        if b.get("p") is not None:
+            raise Untranslatable("torch.bernoulli(input, p=...)")
+        return expr("jax.random.bernoulli({k}, {p}).astype({p}.dtype)", k=subkey, p=p)
+    if short == "multinomial":
+        probs = b.extra_positional[0] if b.extra_positional else b.get("input")
+        n = b.extra_positional[1] if len(b.extra_positional) > 1 else b.get("num_samples")
+        repl = b.extra_positional[2] if len(b.extra_positional) > 2 else b.get("replacement")
+        n_val = try_literal(n, ...)
+        if try_literal(repl, False) is not True and n_val != 1:
+            raise Untranslatable("torch.multinomial without replacement and more than one "
+                                 "sample (no single jax.random call draws that per row)")
+        return expr("jax.random.categorical({k}, jnp.log({p}), shape=({p}.shape[:-1] + "
+                    "({n},)))", k=subkey, p=probs, n=n)
+    if short == "poisson":
+        lam = b.extra_positional[0]
+        return expr("jax.random.poisson({k}, {lam}).astype({lam}.dtype)", k=subkey, lam=lam)
+    raise Untranslatable(f"no translation for torch.{short}")
+
+
+# ---------------------------------------------------------------------------- key plumbing
+@dataclass
+class KeyScope:
+    """Key state of one scope (module or function) while it is rewritten."""
+
+    has_key: bool = False  # a key named ``key`` is defined here (seeded, or a parameter)
+    takes_key: bool = False  # the function gained a ``key`` parameter
+    seeds_here: bool = False  # the function seeds: it returns its key
+    root_needed: bool = False  # module level drew before any seed: add a root key
+
+
+@dataclass
+class StatementKeys:
+    """Subkeys a statement consumes; emitted as one split in front of it."""
+
+    names: list[str] = field(default_factory=list)
+
+    def take(self) -> cst.Name:
+        name = "subkey" if not self.names else f"subkey{len(self.names) + 1}"
+        self.names.append(name)
+        return cst.Name(name)
+
+    def split_statement(self) -> cst.SimpleStatementLine | None:
+        if not self.names:
+            return None
+        names = list(self.names)
+        targets = ", ".join([KEY, *names])
+        n = "" if len(names) == 1 else f", {len(names) + 1}"
+        return cst.parse_statement(f"{targets} = jax.random.split({KEY}{n})\n")
+
+
+def seed_statement(seed: cst.BaseExpression) -> cst.BaseSmallStatement:
+    return cst.Assign(targets=[cst.AssignTarget(cst.Name(KEY))],
+                      value=call("jax.random.key", arg(seed)))
+
+
+def root_key_statement() -> cst.SimpleStatementLine:
+    return cst.parse_statement(f"{KEY} = jax.random.key(0)  # torch's global RNG was never "
+                               "seeded here\n")
+
+
+def add_key_param(fn: cst.FunctionDef) -> cst.FunctionDef:
+    if any(p.name.value == KEY for p in (*fn.params.params, *fn.params.kwonly_params)):
+        return fn
+    param = cst.Param(name=cst.Name(KEY), annotation=cst.Annotation(expr("jax.Array")))
+    params = fn.params
+    star = params.star_arg
+    if star is cst.MaybeSentinel.DEFAULT or star is None:
+        star = cst.ParamStar()
+    return fn.with_changes(params=params.with_changes(
+        star_arg=star, kwonly_params=[*params.kwonly_params, param]))
+
+
+def return_key(fn: cst.FunctionDef) -> cst.FunctionDef:
+    """A seeding helper hands its root key back to the caller."""
+    body = list(fn.body.body)
+    if any(m.findall(fn, m.Return())):
+        raise Untranslatable("a seeding helper that already returns a value: return the key "
+                             "jax.random.key(seed) as well")
+    body.append(cst.parse_statement(f"return {KEY}\n"))
+    return fn.with_changes(body=fn.body.with_changes(body=body))
+
+
+# ---------------------------------------------------------------------------- names
+class _Names(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.used: list[str] = []
+        self.assigned: list[str] = []
+        self._lambda_params: list[set[str]] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if any(node.value in s for s in self._lambda_params):
+            return
+        if node.value not in self.used:
+            self.used.append(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._lambda_params.append({p.name.value for p in node.params.params})
+
+    def leave_Lambda(self, node: cst.Lambda) -> None:
+        self._lambda_params.pop()
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        self._targets(node.target)
+        if not isinstance(node.target, (cst.Name, cst.Tuple, cst.List)):
+            node.target.visit(self)
+        return False
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._targets(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._targets(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._targets(node.target)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._targets(node.target)
+
+    def _targets(self, t: cst.BaseExpression) -> None:
+        if isinstance(t, cst.Name):
+            if t.value not in self.assigned:
+                self.assigned.append(t.value)
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            for e in t.elements:
+                self._targets(e.value)
+        elif isinstance(t, cst.StarredElement):
+            self._targets(t.value)
+
+
+def names_of(node: cst.CSTNode) -> _Names:
+    v = _Names()
+    node.visit(v)
+    return v
+
+
+# ---------------------------------------------------------------------------- train loops
+def _is_method_stmt(stmt: cst.CSTNode, receivers: set[str] | None, method: str) -> str | None:
+    """``recv.method(...)`` as a statement: the receiver's name."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    e = stmt.body[0]
+    if not isinstance(e, cst.Expr) or not isinstance(e.value, cst.Call):
+        return None
+    f = e.value.func
+    if (isinstance(f, cst.Attribute) and f.attr.value == method and isinstance(f.value, cst.Name)
+            and (receivers is None or f.value.value in receivers)):
+        return f.value.value
+    return None
+
+
+@dataclass
+class TrainStep:
+    function: cst.FunctionDef  # the @nnx.jit train step to define before the loop
+    body: list[cst.BaseStatement]  # the loop's new body
+
+
+def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
+                     loop_names: set[str], step_name: str, inject: bool = False
+                     ) -> TrainStep | None:
+    """Restructure a loop body that runs ``backward()`` and ``optimizer.step()``.
+
+    ``loop_names``: names assigned in the enclosing loops (batches, targets): they are passed
+    to the step as arguments; other free names (the loss function, constants) are closed
+    over. Returns None when the body is not in the recognised shape.
+    """
+    body = list(body)
+    back = [i for i, s in enumerate(body) if _is_method_stmt(s, None, "backward")]
+    steps = [i for i, s in enumerate(body) if _is_method_stmt(s, {optimizer}, "step")]
+    if len(back) != 1 or len(steps) != 1 or steps[0] < back[0]:
+        return None
+    ib, istep = back[0], steps[0]
+    loss = _is_method_stmt(body[ib], None, "backward")
+    before = [s for s in body[:ib] if not _is_method_stmt(s, {optimizer, model}, "zero_grad")]
+    # backward slice of the loss among the statements before backward()
+    needed = {loss}
+    in_slice: list[bool] = [False] * len(before)
+    for i in range(len(before) - 1, -1, -1):
+        n = names_of(before[i])
+        if set(n.assigned) & needed:
+            in_slice[i] = True
+            needed -= set(n.assigned)
+            needed |= set(n.used) - set(n.assigned)
+    # of those, the ones that depend on the model form the loss function
+    diff: set[str] = {model}
+    loss_body: list[cst.BaseStatement] = []
+    outside: list[cst.BaseStatement] = []
+    for s, sliced in zip(before, in_slice):
+        n = names_of(s)
+        if sliced and set(n.used) & diff:
+            loss_body.append(s)
+            diff |= set(n.assigned)
+        else:
+            outside.append(s)
+    if not loss_body:
+        return None
+    defined = []
+    for s in loss_body:
+        for a in names_of(s).assigned:
+            if a not in defined:
+                defined.append(a)
+    after = [s for s in body[ib + 1:] if s is not body[istep]]
+    used_later = set()
+    for s in [*outside, *after]:
+        used_later |= set(names_of(s).used)
+    aux = [d for d in defined if d != loss and d in used_later]
+    # statements placed before backward() that read what the loss function computes
+    pre, post_dep = [], []
+    for s in outside:
+        (post_dep if set(names_of(s).used) & set(defined) else pre).append(s)
+    free = []
+    for s in loss_body:
+        n = names_of(s)
+        for u in n.used:
+            if u not in defined and u != model and u not in free and u in loop_names:
+                free.append(u)
+    params = ", ".join([model, optimizer, *free])
+    inner = "".join("        " + line + "\n" for s in loss_body
+                    for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
+    if aux:
+        ret_inner = f"        return {loss}, ({', '.join(aux)}{',' if len(aux) == 1 else ''})\n"
+        vg = (f"    ({loss}, ({', '.join(aux)}{',' if len(aux) == 1 else ''})), grads = "
+              f"nnx.value_and_grad(loss_fn, has_aux=True)({model})\n")
+        ret = f"    return {loss}, {', '.join(aux)}\n"
+        lhs = f"{loss}, {', '.join(aux)}"
+    else:
+        ret_inner = f"        return {loss}\n"
+        vg = f"    {loss}, grads = nnx.value_and_grad(loss_fn)({model})\n"
+        ret = f"    return {loss}\n"
+        lhs = loss
+    src = (f"@nnx.jit\ndef {step_name}({params}):\n"
+           f"    def loss_fn({model}):\n{inner}{ret_inner}"
+           f"{vg}    {optimizer}.update({model}, grads)\n{ret}")
+    fn = cst.parse_statement(src)
+    assert isinstance(fn, cst.FunctionDef)
+    call_stmt = cst.parse_statement(f"{lhs} = {step_name}({', '.join([model, optimizer, *free])})\n")
+    first = loss_body[0]
+    if isinstance(first, cst.SimpleStatementLine) and first.leading_lines:
+        call_stmt = call_stmt.with_changes(leading_lines=first.leading_lines)
+    new_body = [*pre, call_stmt, *post_dep, *after]
+    return TrainStep(function=fn, body=new_body)
+
+
+def loop_assigned_names(loop: cst.CSTNode) -> set[str]:
+    """Names a loop binds (its target and every assignment in its body)."""
+    return set(names_of(loop).assigned)
