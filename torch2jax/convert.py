@@ -95,9 +95,12 @@ def convert_source(
     indexer = Indexer(rules, set(known_modules or ()), first.finish().fn_returns)
     wrapper.visit(indexer)
     index = indexer.finish()
-    training = TrainingIndexer(index.module_classes, index.rngs_functions)
-    wrapper.visit(training)
-    transformer = TorchToJax(rules, index, emitter, path, report, training.finish())
+    training_indexer = TrainingIndexer(index.module_classes, index.rngs_functions)
+    wrapper.visit(training_indexer)
+    training = training_indexer.finish()
+    # a function that seeds builds its models from its own key, not from an rngs argument
+    index.rngs_functions -= training.self_keyed
+    transformer = TorchToJax(rules, index, emitter, path, report, training)
     new = wrapper.visit(transformer)
     new = new.visit(FuseLayoutMoves())
     new = _add_imports(new, transformer.imports_needed)

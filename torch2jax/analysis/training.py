@@ -54,6 +54,15 @@ class OptimizerSite:
     clip: tuple[str, cst.BaseExpression] | None = None  # ("norm", max_norm)
     scheduler: SchedulerSite | None = None
     aliases: set[str] = field(default_factory=set)  # names holding it in other scopes
+    groups: list[ParamGroup] | None = None  # parameter groups, when recognised
+    groups_problem: str | None = None  # why the parameter groups were not recognised
+
+
+@dataclass
+class ParamGroup:
+    predicate: cst.BaseExpression | None  # on the parameter ``p``; None: every parameter
+    param: str  # the name the predicate uses for the parameter
+    options: dict[str, cst.BaseExpression]  # the group's own lr, weight_decay, ...
 
 
 @dataclass
@@ -67,6 +76,7 @@ class SchedulerSite:
     step_loops: list[int | None] = field(default_factory=list)
     per_update: bool = False  # stepped in the loop that steps the optimizer
     inline: bool = False  # decided by the rewrite: folded into the optimizer's tx
+    part: bool = False  # one of the schedulers a SequentialLR combines
 
 
 @dataclass
@@ -80,6 +90,8 @@ class TrainingIndex:
     seed_functions: set[str] = field(default_factory=set)  # def set_seed(...): manual_seed
     key_functions: set[str] = field(default_factory=set)  # draw random numbers: take a key
     seeded_scopes: set[int] = field(default_factory=set)
+    removed: set[int] = field(default_factory=set)  # statements with no JAX counterpart
+    self_keyed: set[str] = field(default_factory=set)  # functions that make their own key
     random_scopes: set[int] = field(default_factory=set)
     module_scope_random: bool = False
 
@@ -110,6 +122,9 @@ class TrainingIndexer(cst.CSTVisitor):
         self._calls_in_fn: dict[str, set[str]] = {}
         self._draws: dict[str, bool] = {}
         self._seeds_in: set[str] = set()
+        self._returns_value: set[str] = set()
+        self._assigns: dict[tuple[int, str], cst.BaseExpression] = {}
+        self._lines: dict[int, list[cst.SimpleStatementLine]] = {}
 
     # -- scopes
     @property
@@ -153,6 +168,11 @@ class TrainingIndexer(cst.CSTVisitor):
 
     def visit_SimpleStatementLine(self, node) -> None:
         self._stmt.append(node)
+        self._lines.setdefault(self.scope, []).append(node)
+        if len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
+            a = node.body[0]
+            if len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name):
+                self._assigns[(self.scope, a.targets[0].target.value)] = a.value
 
     def leave_SimpleStatementLine(self, node) -> None:
         self._stmt.pop()
@@ -181,6 +201,8 @@ class TrainingIndexer(cst.CSTVisitor):
                                       recv.value if isinstance(recv, cst.Name) else None))
 
     def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None and self.free_fn:
+            self._returns_value.add(self.free_fn)
         if isinstance(node.value, cst.Call):
             q = qualified(self, node.value.func)
             if is_optimizer(q):
@@ -258,7 +280,13 @@ class TrainingIndexer(cst.CSTVisitor):
             sched = idx.scheduler_names.get(recv)
             if sched is not None:
                 sched.step_loops.append(loop)
+        # schedulers combined by another one (SequentialLR's list) are its parts
+        parts = {n.value for site in idx.schedulers.values()
+                 for a in site.call.args[1:] for n in m.findall(a.value, m.Name())}
         for sched in idx.schedulers.values():
+            if sched.name in parts:
+                sched.part = True
+                continue
             opt = idx.optimizer_names.get(sched.optimizer or "")
             if opt is None:
                 continue
@@ -272,9 +300,11 @@ class TrainingIndexer(cst.CSTVisitor):
                 if loop in opt_loops.get(id(site), set()) or len(idx.optimizers) == 1:
                     site.clip = (kind, value)
                     break
-        # seeding helpers, and functions that need a key (fixpoint over the call graph)
-        idx.seed_functions = set(self._seeds_in)
+        # seeding helpers (seed and return nothing: they will return the key), and functions
+        # that need a key (fixpoint over the call graph)
         draws = {f for f, v in self._draws.items() if v}
+        idx.seed_functions = {f for f in self._seeds_in
+                              if f not in draws and f not in self._returns_value}
         changed = True
         while changed:
             changed = False
@@ -286,6 +316,86 @@ class TrainingIndexer(cst.CSTVisitor):
                     changed = True
         # a function that seeds (or calls a seeding helper) makes its own key
         self_keyed = {f for f, callees in self._calls_in_fn.items()
-                      if f in idx.seed_functions or callees & idx.seed_functions}
+                      if f in self._seeds_in or callees & idx.seed_functions}
+        idx.self_keyed = self_keyed
         idx.key_functions = draws - self_keyed - self.rngs_functions
+        for site in idx.optimizers.values():
+            self._param_groups(site)
         return idx
+
+    # -- parameter groups (nanoGPT's configure_optimizers)
+    def _param_groups(self, site: OptimizerSite) -> None:
+        params = site.call.args[0].value if site.call.args else None
+        if params is None or m.matches(params, m.Call(func=m.Attribute(
+                attr=m.Name("parameters")))):
+            return
+        value = params
+        if isinstance(params, cst.Name):
+            value = self._assigns.get((site.scope, params.value))
+        if not isinstance(value, cst.List) or not all(
+                isinstance(e.value, cst.Dict) for e in value.elements):
+            site.groups_problem = "parameters given as something other than model.parameters() "\
+                "or a list of parameter-group dicts"
+            return
+        groups = []
+        for e in value.elements:
+            options: dict[str, cst.BaseExpression] = {}
+            selected = None
+            for el in e.value.elements:
+                if not isinstance(el, cst.DictElement) or not isinstance(el.key,
+                                                                         cst.SimpleString):
+                    site.groups_problem = "a parameter group with computed keys"
+                    return
+                k = el.key.evaluated_value
+                if k == "params":
+                    selected = el.value
+                else:
+                    options[k] = el.value
+            group = self._selection(site.scope, selected, options)
+            if group is None:
+                site.groups_problem = ("a parameter group whose parameters are not selected by "
+                                       "a comprehension over the model's parameters with a "
+                                       "condition on the parameter")
+                return
+            groups.append(group)
+        site.groups = groups
+        # the statements that only computed the groups have no counterpart in JAX
+        tainted: set[str] = set()
+        for line in self._lines.get(site.scope, []):
+            if line is self._line_of(site.statement):
+                continue
+            text = cst.Module([]).code_for_node(line)
+            names = {n.value for n in m.findall(line, m.Name())}
+            if "named_parameters" in text or ".parameters()" in text or names & tainted:
+                self.index.removed.add(id(line))
+                for a in m.findall(line, m.AssignTarget(target=m.Name())):
+                    tainted.add(a.target.value)
+
+    def _line_of(self, stmt: cst.CSTNode) -> cst.CSTNode | None:
+        for lines in self._lines.values():
+            for line in lines:
+                if any(s is stmt for s in line.body):
+                    return line
+        return None
+
+    def _selection(self, scope: int, node, options) -> ParamGroup | None:
+        if isinstance(node, cst.Name):
+            node = self._assigns.get((scope, node.value))
+        if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
+            return ParamGroup(predicate=None, param="p", options=options)
+        if not isinstance(node, cst.ListComp) or not isinstance(node.elt, cst.Name):
+            return None
+        comp = node.for_in
+        if comp.inner_for_in is not None or len(comp.ifs) > 1:
+            return None
+        p = node.elt.value
+        target_names = {n.value for n in m.findall(comp.target, m.Name())}
+        if p not in target_names:
+            return None
+        if not comp.ifs:
+            return ParamGroup(predicate=None, param=p, options=options)
+        cond = comp.ifs[0].test
+        used = {n.value for n in m.findall(cond, m.Name())}
+        if used & (target_names - {p}):
+            return None  # a condition on the parameter's name: not supported (yet)
+        return ParamGroup(predicate=cond, param=p, options=options)

@@ -51,6 +51,7 @@ class Pending:
     todos: list[tuple[str, str]] = field(default_factory=list)  # (rule, message)
     keys: tr.StatementKeys = field(default_factory=tr.StatementKeys)  # subkeys it draws
     before: list[cst.BaseStatement] = field(default_factory=list)  # statements to put first
+    after: list[cst.BaseStatement] = field(default_factory=list)  # statements to put after
 
 
 class TorchToJax(cst.CSTTransformer):
@@ -80,6 +81,9 @@ class TorchToJax(cst.CSTTransformer):
         self._for_stack: list[cst.For] = []
         self._hoist: list[cst.BaseStatement] = []
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
+        self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
+        self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
+        self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:
@@ -132,6 +136,8 @@ class TorchToJax(cst.CSTTransformer):
         result = super().on_leave(original_node, updated_node)
         if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             pending = self._pending.pop()
+            if id(original_node) in self.training.removed:
+                return cst.RemoveFromParent()
             if pending.todos and isinstance(result, (cst.SimpleStatementLine,
                                                      cst.BaseCompoundStatement)):
                 comments = [
@@ -143,15 +149,18 @@ class TorchToJax(cst.CSTTransformer):
             if split is not None:
                 self.need("jax")
                 pending.before.append(split)
-            if pending.before and isinstance(result, cst.FlattenSentinel):
-                result = cst.FlattenSentinel([*pending.before, *result.nodes])
-            elif pending.before and isinstance(result, (cst.SimpleStatementLine,
-                                                        cst.BaseCompoundStatement)):
-                first = pending.before[0]
-                # the statement's comments and blank lines go above what is put before it
-                pending.before[0] = first.with_changes(leading_lines=result.leading_lines)
-                result = cst.FlattenSentinel([*pending.before,
-                                              result.with_changes(leading_lines=[])])
+            if isinstance(result, cst.FlattenSentinel):
+                result = cst.FlattenSentinel([*pending.before, *result.nodes, *pending.after])
+            elif (pending.before or pending.after) and isinstance(
+                    result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                if pending.before:
+                    # the statement's comments and blank lines go above what comes before it
+                    first = pending.before[0]
+                    pending.before[0] = first.with_changes(leading_lines=result.leading_lines)
+                    result = result.with_changes(leading_lines=[])
+                result = cst.FlattenSentinel([*pending.before, result, *pending.after])
+            elif pending.after and isinstance(result, cst.RemovalSentinel):
+                result = cst.FlattenSentinel(pending.after)
         return result
 
     # ------------------------------------------------------------------ imports
@@ -267,7 +276,19 @@ class TorchToJax(cst.CSTTransformer):
             self._unpack[id(node.value)] = len(node.targets[0].target.elements)
 
     def leave_Assign(self, original_node, updated_node):
+        site = self.training.statements.get(id(original_node))
+        if site is not None:
+            try:
+                return self._training_assign(original_node, updated_node, site)
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or site.qualname, "error", exc.message)
+                return updated_node
         target = original_node.targets[0].target if len(original_node.targets) == 1 else None
+        if target is not None and (self.q(target) or "").startswith("torch.backends."):
+            self.diag(original_node, "torch.backends", "info",
+                      f"{code(target)} removed: no JAX counterpart (XLA is deterministic "
+                      "on CPU; see XLA flags for GPU)")
+            return cst.RemoveFromParent()
         # tied weights: the JAX side shares one table
         if (isinstance(target, cst.Attribute) and target.attr.value == "weight"
                 and isinstance(original_node.value, cst.Attribute)
@@ -353,6 +374,113 @@ class TorchToJax(cst.CSTTransformer):
             return cst.RemoveFromParent()
         return updated_node
 
+    def leave_Return(self, original_node, updated_node):
+        site = self.training.statements.get(id(original_node))
+        if site is None or updated_node.value is None:
+            return updated_node
+        try:
+            return updated_node.with_changes(
+                value=self._optimizer(original_node, updated_node.value, site))
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or site.qualname, "error", exc.message)
+            return updated_node
+
+    def _training_assign(self, original_node, updated_node, site):
+        from torch2jax.analysis.training import SchedulerSite
+
+        if isinstance(site, SchedulerSite):
+            return self._scheduler(original_node, updated_node, site)
+        value = self._optimizer(original_node, updated_node.value, site)
+        new = updated_node.with_changes(value=value)
+        sched = site.scheduler
+        if sched is not None and sched.inline:
+            self._deferred[sched.name] = new
+            return cst.RemoveFromParent()
+        return new
+
+    def _optimizer(self, original_node, value: cst.Call, site) -> cst.BaseExpression:
+        try:
+            from torch2jax.training import optim
+        except ImportError:  # pragma: no cover - the package is part of torch2jax
+            raise Untranslatable(f"no translation for {site.qualname}") from None
+        opt = optim.translate_optimizer(value, site.qualname)
+        overrides: dict[str, cst.BaseExpression] = {}
+        mask = None
+        if site.groups is not None:
+            overrides, mask = tr.group_mask(site.groups, opt)
+            self.diag(original_node, "param-groups", "info",
+                      "parameter groups became an optax mask; the statements that only "
+                      "built the groups were removed")
+        elif site.groups_problem:
+            raise Untranslatable(site.groups_problem, rule="param-groups")
+        sched = site.scheduler
+        inline = bool(sched is not None and sched.per_update and sched.scope == site.scope
+                      and site.name is not None)
+        if sched is not None:
+            sched.inline = inline
+        for name in (site.name, *site.aliases):
+            if name:
+                self._opt_lr[name] = opt.lr
+        tx = opt.build(lr=cst.Name(sched.name) if inline else None, overrides=overrides,
+                       mask=mask, inject=sched is not None and not inline)
+        if site.clip is not None:
+            kind, limit = site.clip
+            tx = (optim.with_clipping(tx, max_norm=limit) if kind == "norm"
+                  else optim.with_clipping(tx, clip_value=limit))
+        for severity, msg in opt.notes:
+            self.diag(original_node, site.qualname, severity, msg)
+        model = site.model or "model"
+        self.need("nnx", "optax")
+        out = tr.optimizer_object(model, tx)
+        self._note_imports(out)
+        return out
+
+    def _scheduler(self, original_node, updated_node, sched):
+        from torch2jax.training import optim
+
+        base = self._opt_lr.get(sched.optimizer or "")
+        before: list[cst.BaseStatement] = []
+        if base is None and sched.part:
+            raise Untranslatable("a scheduler combined by another one, on an optimizer built "
+                                 "elsewhere", rule=sched.qualname)
+        if base is None:
+            # the optimizer was built elsewhere (configure_optimizers): read its lr
+            base_name = f"{sched.name}_base_lr"
+            before.append(cst.parse_statement(
+                f"{base_name} = {tr.lr_slot(sched.optimizer)}\n"))
+            base = cst.Name(base_name)
+        schedule = optim.translate_scheduler(updated_node.value, sched.qualname, base,
+                                             lambda e: self._schedules.get(code(e)))
+        if schedule.plateau is not None or schedule.fn is None:
+            raise Untranslatable(f"{sched.qualname} in a script: chain "
+                                 "optax.contrib.reduce_on_plateau and pass value= to update",
+                                 rule=sched.qualname)
+        self._schedules[sched.name] = schedule
+        for severity, msg in schedule.notes:
+            self.diag(original_node, sched.qualname, severity, msg)
+        new = updated_node.with_changes(value=schedule.fn)
+        self._note_imports(schedule.fn)
+        after: list[cst.BaseSmallStatement] = []
+        if sched.part:
+            pass
+        elif sched.inline:
+            deferred = self._deferred.pop(sched.name, None)
+            if deferred is not None:
+                after.append(deferred)
+        elif sched.optimizer:
+            # the optimizer's learning rate is a hyperparameter set where step() was called
+            after.append(cst.parse_statement(f"{sched.name}_steps = 0\n").body[0])
+            after.append(cst.parse_statement(
+                f"{tr.lr_slot(sched.optimizer)} = {sched.name}(0)\n").body[0])
+            self.diag(original_node, sched.qualname, "info",
+                      "scheduler stepped other than after every optimizer step: the learning "
+                      "rate is an optax.inject_hyperparams hyperparameter set at each step()")
+        if self._pending:
+            self._pending[-1].before.extend(before)
+            if after:
+                self._pending[-1].after.extend(cst.SimpleStatementLine(body=[a]) for a in after)
+        return new
+
     def _training_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
         """Seeding, gradient bookkeeping and scheduler steps used as statements."""
         value = original_node.value
@@ -401,11 +529,14 @@ class TorchToJax(cst.CSTTransformer):
     def _scheduler_step(self, original_node, updated_node, sched):
         if sched.inline:
             return cst.RemoveFromParent()  # the schedule is a function of the update count
-        if value_args := original_node.value.args:
-            del value_args
-        self.diag(original_node, sched.qualname, "error", "scheduler stepped in a way not "
-                  "translated")
-        return updated_node
+        if original_node.value.args or sched.optimizer is None:
+            self.diag(original_node, sched.qualname, "error",
+                      "scheduler.step() with an argument (a metric or an epoch)")
+            return updated_node
+        count = f"{sched.name}_steps"
+        self._pending[-1].before.append(cst.parse_statement(f"{count} += 1\n"))
+        return cst.parse_statement(
+            f"{tr.lr_slot(sched.optimizer)} = {sched.name}({count})\n").body[0]
 
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
@@ -474,7 +605,7 @@ class TorchToJax(cst.CSTTransformer):
                           "nnx.value_and_grad + optimizer.update")
         if not self._for_stack and self._hoist:
             hoisted, self._hoist = self._hoist, []
-            blank = [cst.EmptyLine()] * (1 if self._fn_stack else 2)
+            blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
             lines = list(node.leading_lines)
             while lines and lines[0].comment is None:
                 lines.pop(0)
@@ -610,6 +741,12 @@ class TorchToJax(cst.CSTTransformer):
             return self._function(original, updated, self.rules.functions[name])
         if name and name.startswith("torch."):
             raise Untranslatable(f"no rule for {name}", rule=name)
+        if m.matches(original.func, m.Attribute(value=m.Name(), attr=m.Name("get_last_lr"))):
+            sched = self.training.scheduler_names.get(original.func.value.value)
+            if sched is not None and sched.optimizer:
+                if sched.inline:
+                    return expr(f"[{sched.name}({sched.optimizer}.step.value)]")
+                return expr(f"[{tr.lr_slot(sched.optimizer)}]")
         if isinstance(original.func, cst.Name) and (
                 original.func.value in self.training.key_functions) and not any(
                     a.keyword and a.keyword.value == tr.KEY for a in updated.args):
@@ -644,6 +781,17 @@ class TorchToJax(cst.CSTTransformer):
                 if not m.matches(s, m.Expr(value=m.Name("__REMOVE__")))]
         if not body:
             return cst.RemoveFromParent()
+        if len(body) == 1 and m.matches(body[0], m.Assign(targets=[m.AssignTarget(m.Name())],
+                                                          value=m.Lambda())) and not \
+                m.matches(original_node.body[0], m.Assign(value=m.Lambda())):
+            # a translation that produced a named lambda (a loss module, a schedule): def
+            a = body[0]
+            fn = cst.FunctionDef(
+                name=a.targets[0].target, params=a.value.params,
+                body=cst.IndentedBlock(body=[cst.SimpleStatementLine(
+                    body=[cst.Return(value=a.value.body)])]),
+                leading_lines=updated_node.leading_lines)
+            return fn
         return updated_node.with_changes(body=body)
 
     def _builds_module(self, original: cst.Call, name: str | None) -> bool:

@@ -371,3 +371,54 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
 def loop_assigned_names(loop: cst.CSTNode) -> set[str]:
     """Names a loop binds (its target and every assignment in its body)."""
     return set(names_of(loop).assigned)
+
+
+# ---------------------------------------------------------------------------- optimizers
+_PRED_METHODS = {r"\.dim\(\)": ".ndim", r"\.numel\(\)": ".size", r"\.ndimension\(\)": ".ndim"}
+
+
+def _predicate_text(pred: cst.BaseExpression, param: str) -> str:
+    import re
+
+    text = code(pred)
+    for pat, rep in _PRED_METHODS.items():
+        text = re.sub(pat, rep, text)
+    text = re.sub(r"\.size\(\)", ".shape", text)
+    if re.search(r"\.\w+\(", text) or "requires_grad" in text:
+        raise Untranslatable(f"parameter-group condition {code(pred)!r} not translated")
+    return text
+
+
+def group_mask(groups, build) -> tuple[dict[str, cst.BaseExpression],
+                                       cst.BaseExpression | None]:
+    """Parameter groups as optax options: ``(overrides, mask)`` when the groups differ only in
+    weight decay and one of them has none (nanoGPT's "no decay for biases and norms");
+    raises Untranslatable otherwise (``multi_transform`` is built by the caller)."""
+    if len(groups) != 2:
+        raise Untranslatable(f"{len(groups)} parameter groups (two are translated)")
+    keys = set(groups[0].options) | set(groups[1].options)
+    if keys - {"weight_decay"}:
+        raise Untranslatable("parameter groups that differ in " + ", ".join(
+            sorted(keys - {"weight_decay"})) + " (only weight_decay is translated)")
+    zero = [i for i, g in enumerate(groups)
+            if try_literal(g.options.get("weight_decay"), ...) in (0, 0.0)]
+    if len(zero) != 1:
+        raise Untranslatable("parameter groups without a group that has weight_decay=0")
+    decayed = groups[1 - zero[0]]
+    if decayed.predicate is None:
+        raise Untranslatable("the decayed parameter group selects every parameter")
+    p = decayed.param
+    pred = _predicate_text(decayed.predicate, p)
+    mask = expr(f"lambda params: jax.tree.map(lambda {p}: {pred}, params)")
+    overrides = {}
+    if "weight_decay" in decayed.options:
+        overrides["weight_decay"] = decayed.options["weight_decay"]
+    return overrides, mask
+
+
+def optimizer_object(model: str, tx: cst.BaseExpression) -> cst.BaseExpression:
+    return call("nnx.Optimizer", arg(cst.Name(model)), arg(tx), arg(expr("nnx.Param"), "wrt"))
+
+
+def lr_slot(optimizer: str) -> str:
+    return f'{optimizer}.opt_state.hyperparams["learning_rate"].value'
