@@ -778,3 +778,4 @@ def index_select(site: Site) -> cst.BaseExpression:
     return call("jnp.take", arg(site.x()), arg(site.args.get("index")),
                 arg(site.args.get("dim"), "axis"))
 from torch2jax.passes import special_losses  # noqa: F401  (registers the loss transforms)
+from torch2jax.training import optim as _optim  # noqa: F401  (registers the optimizer transforms)
