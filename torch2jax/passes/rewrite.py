@@ -40,6 +40,9 @@ DTYPES = {
     "bool": "jnp.bool_", "complex64": "jnp.complex64",
 }
 
+GRAD_MODES = {"torch.no_grad", "torch.inference_mode", "torch.enable_grad",
+              "torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
+              "torch.autograd.grad_mode.no_grad"}
 INPLACE_OPS = {"add_": "+", "sub_": "-", "mul_": "*", "div_": "/"}
 # Method names that are also common on non-tensors: rewritten only with tensor-like evidence.
 AMBIGUOUS_METHODS = {"split", "index", "count", "copy", "sort", "type", "int", "float", "bool",
@@ -81,6 +84,7 @@ class TorchToJax(cst.CSTTransformer):
         self._for_stack: list[cst.For] = []
         self._hoist: list[cst.BaseStatement] = []
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
+        self._fstring_quotes: list[str] = []
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
@@ -496,6 +500,10 @@ class TorchToJax(cst.CSTTransformer):
             self._key_scopes[-1].has_key = True
             self.need("jax")
             return tr.seed_statement(updated_node.value.args[0].value)
+        if q in GRAD_MODES:
+            self.diag(original_node, q, "info", f"{q}() removed: JAX only differentiates what "
+                      "runs inside jax.grad / nnx.value_and_grad")
+            return cst.RemoveFromParent()
         if q in DROPPED_SEEDS:
             self.diag(original_node, q, "info", f"{q} removed: JAX's random streams are "
                       "explicit keys and deterministic on every backend")
@@ -625,6 +633,22 @@ class TorchToJax(cst.CSTTransformer):
                 if layout:
                     self._loop_layouts[-1][node.target.value] = layout
 
+    def leave_Subscript(self, original_node, updated_node):
+        # [x][0], left by a rewrite that returns a one-element list (get_last_lr()[0])
+        if (isinstance(updated_node.value, cst.List) and len(updated_node.value.elements) == 1
+                and not isinstance(original_node.value, cst.List)
+                and len(updated_node.slice) == 1
+                and m.matches(updated_node.slice[0].slice, m.Index(value=m.Integer("0")))):
+            return updated_node.value.elements[0].value
+        return updated_node
+
+    def visit_FormattedString(self, node) -> None:
+        self._fstring_quotes.append(node.start)
+
+    def leave_FormattedString(self, original_node, updated_node):
+        self._fstring_quotes.pop()
+        return updated_node
+
     def visit_Lambda(self, node) -> None:
         self._in_expr_scope += 1
 
@@ -733,8 +757,8 @@ class TorchToJax(cst.CSTTransformer):
             return call(self.emitter.param, arg(b.get("data")))
         if name in RANDOM:
             return tr.random_call(name, updated, self._subkey(original))
-        if name in SEEDS or name in DROPPED_SEEDS or name in CLIPS:
-            return updated  # statements: handled in leave_Expr
+        if name in SEEDS or name in DROPPED_SEEDS or name in CLIPS or name in GRAD_MODES:
+            return updated  # statements, with blocks and decorators: handled there
         if id(original) in self.training.optimizers or id(original) in self.training.schedulers:
             return updated  # statements: handled in leave_Assign / leave_Return
         if name and name in self.rules.functions:
@@ -746,7 +770,8 @@ class TorchToJax(cst.CSTTransformer):
             if sched is not None and sched.optimizer:
                 if sched.inline:
                     return expr(f"[{sched.name}({sched.optimizer}.step.value)]")
-                return expr(f"[{tr.lr_slot(sched.optimizer)}]")
+                quote = "'" if self._fstring_quotes and '"' in self._fstring_quotes[-1] else '"'
+                return expr(f"[{tr.lr_slot(sched.optimizer, quote)}]")
         if isinstance(original.func, cst.Name) and (
                 original.func.value in self.training.key_functions) and not any(
                     a.keyword and a.keyword.value == tr.KEY for a in updated.args):

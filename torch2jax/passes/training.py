@@ -341,23 +341,27 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         for u in n.used:
             if u not in defined and u != model and u not in free and u in loop_names:
                 free.append(u)
+    taken = set(used_later) | set(loop_names) | {u for st in loss_body
+                                                  for u in names_of(st).used}
+    loss_fn = _fresh("loss_fn", taken)
+    grads = _fresh("grads", taken)
     params = ", ".join([model, optimizer, *free])
     inner = "".join("        " + line + "\n" for s in loss_body
                     for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
     if aux:
         ret_inner = f"        return {loss}, ({', '.join(aux)}{',' if len(aux) == 1 else ''})\n"
-        vg = (f"    ({loss}, ({', '.join(aux)}{',' if len(aux) == 1 else ''})), grads = "
-              f"nnx.value_and_grad(loss_fn, has_aux=True)({model})\n")
+        vg = (f"    ({loss}, ({', '.join(aux)}{',' if len(aux) == 1 else ''})), {grads} = "
+              f"nnx.value_and_grad({loss_fn}, has_aux=True)({model})\n")
         ret = f"    return {loss}, {', '.join(aux)}\n"
         lhs = f"{loss}, {', '.join(aux)}"
     else:
         ret_inner = f"        return {loss}\n"
-        vg = f"    {loss}, grads = nnx.value_and_grad(loss_fn)({model})\n"
+        vg = f"    {loss}, {grads} = nnx.value_and_grad({loss_fn})({model})\n"
         ret = f"    return {loss}\n"
         lhs = loss
     src = (f"@nnx.jit\ndef {step_name}({params}):\n"
-           f"    def loss_fn({model}):\n{inner}{ret_inner}"
-           f"{vg}    {optimizer}.update({model}, grads)\n{ret}")
+           f"    def {loss_fn}({model}):\n{inner}{ret_inner}"
+           f"{vg}    {optimizer}.update({model}, {grads})\n{ret}")
     fn = cst.parse_statement(src)
     assert isinstance(fn, cst.FunctionDef)
     call_stmt = cst.parse_statement(f"{lhs} = {step_name}({', '.join([model, optimizer, *free])})\n")
@@ -366,6 +370,15 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         call_stmt = call_stmt.with_changes(leading_lines=first.leading_lines)
     new_body = [*pre, call_stmt, *post_dep, *after]
     return TrainStep(function=fn, body=new_body)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    i = 2
+    while f"{name}_{i}" in taken:
+        i += 1
+    return f"{name}_{i}"
 
 
 def loop_assigned_names(loop: cst.CSTNode) -> set[str]:
@@ -420,5 +433,5 @@ def optimizer_object(model: str, tx: cst.BaseExpression) -> cst.BaseExpression:
     return call("nnx.Optimizer", arg(cst.Name(model)), arg(tx), arg(expr("nnx.Param"), "wrt"))
 
 
-def lr_slot(optimizer: str) -> str:
-    return f'{optimizer}.opt_state.hyperparams["learning_rate"].value'
+def lr_slot(optimizer: str, quote: str = '"') -> str:
+    return f"{optimizer}.opt_state.hyperparams[{quote}learning_rate{quote}].value"
