@@ -220,3 +220,21 @@ def explain(name: Annotated[str, typer.Argument(help="e.g. torch.nn.BatchNorm2d,
         out_console.print("  why: " + rule.notes)
     for ex in rule.examples:
         out_console.print(f"  {ex.torch}\n    -> {ex.jax}")
+
+
+@app.command()
+def weights(
+    state_dict_file: Annotated[Path, typer.Argument(help="A .pt/.pth or .safetensors file.")],
+    model: Annotated[str, typer.Option("--model", help="Converted FILE.py::Name.")],
+    torch_model: Annotated[str, typer.Option("--torch-model", help="Its torch original.")],
+    out: Annotated[Path, typer.Option("--out", help="The orbax checkpoint folder to write.")],
+    args: Annotated[str | None, typer.Option("--args", help="Constructor kwargs as JSON.")] = None,
+    build: Annotated[str | None, typer.Option("--build", help="Constructor expression.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out.")] = False,
+) -> None:
+    """Convert trained torch weights into an orbax checkpoint of the converted NNX model."""
+    from torch2jax.checkpoint import weights_command
+
+    code = weights_command(state_dict_file, model, torch_model, out, args, build, overwrite,
+                           lambda text, err: typer.echo(text, err=err))
+    raise typer.Exit(code)
