@@ -286,8 +286,6 @@ def _binary_cross_entropy_with_logits(site: Site, x, t) -> cst.BaseExpression:
         t = _simple(t, "the target", "y and 1 - y with pos_weight")
         per = expr("-({pw} * {y} * jax.nn.log_sigmoid({x}) + (1 - {y}) * "
                    "jax.nn.log_sigmoid(-{x}))", pw=pw, y=t, x=x)
-        site.note("BCEWithLogits pos_weight: written out with jax.nn.log_sigmoid (optax's "
-                  "sigmoid_binary_cross_entropy has no pos_weight)")
     w = _tensor_opt(site, "weight")
     if w is not None:
         per = expr("{w} * {p}", w=w, p=per)
