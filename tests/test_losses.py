@@ -496,6 +496,7 @@ def test_cross_entropy_random(n, c, rest, ignore, weight, smoothing, reduction, 
     "loss = F.cross_entropy(model(x), y, label_smoothing=0.1)",  # compound input used twice
     "loss = F.cross_entropy(x, y[:, 0], ignore_index=0)",  # compound target used twice
     "loss = F.cross_entropy(x, y, weight=torch.ones(5))",  # compound weight, 'mean'
+    "loss = F.cross_entropy(x, y, ignore_index=vocab.index('<pad>'))",  # compound index
     "loss = F.cross_entropy(x, y, reduction=red)",  # non-literal reduction
     "loss = F.cross_entropy(x, y, reduction='batchmean')",  # unknown reduction
     "loss = F.cross_entropy(x, y, label_smoothing=1.5)",  # torch rejects it

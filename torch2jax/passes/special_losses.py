@@ -101,6 +101,13 @@ def _target(site: Site) -> cst.BaseExpression:
     return node
 
 
+def _index(site: Site, node: cst.BaseExpression) -> cst.BaseExpression:
+    """ignore_index: a literal or a name (the mask it builds is written more than once)."""
+    if isinstance(site.lit("ignore_index"), int):
+        return node
+    return _simple(node, "ignore_index", "the mask is written more than once")
+
+
 def _is_float_target(t: cst.BaseExpression) -> bool:
     return bool(_FLOAT_EVIDENCE.search(code(t)))
 
@@ -124,7 +131,7 @@ def _cross_entropy(site: Site, x: cst.BaseExpression, t: cst.BaseExpression) -> 
         site.note(_DEFAULT_IGNORE_NOTE)
         valid = None
     else:
-        valid = expr("{t} != {i}", t=t, i=ii_node)
+        valid = expr("{t} != {i}", t=t, i=_index(site, ii_node))
     if ii_node is not None or w is not None:
         t = _simple(t, "the target", "ignore_index/weight mask and weigh it")
     if w is not None and reduction == "mean":
@@ -162,7 +169,7 @@ def _class_mean(per, t, w, valid, reduction: str) -> cst.BaseExpression:
 def _cross_entropy_probs(site: Site, x, t, w, ls_node, reduction: str) -> cst.BaseExpression:
     """Probability (float) targets: -sum_c w_c q_c log_softmax(x)_c, mean over all positions."""
     ii = site.lit("ignore_index")
-    if site.get("ignore_index") is not None and (ii is ... or ii >= 0):
+    if site.get("ignore_index") is not None and (not isinstance(ii, int) or ii >= 0):
         raise Untranslatable("ignore_index with probability (float) targets: torch raises "
                              "'ignore_index is not supported for floating point target'")
     if w is None:
@@ -186,7 +193,7 @@ def _nll_loss(site: Site, x: cst.BaseExpression, t: cst.BaseExpression) -> cst.B
         site.note(_DEFAULT_IGNORE_NOTE)
         valid = None
     else:
-        valid = expr("{t} != {i}", t=t, i=ii_node)
+        valid = expr("{t} != {i}", t=t, i=_index(site, ii_node))
     if ii_node is not None or w is not None:
         t = _simple(t, "the target", "ignore_index/weight mask and weigh it")
     if w is not None and reduction == "mean":
