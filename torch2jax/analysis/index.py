@@ -20,6 +20,7 @@ from libcst.metadata import QualifiedNameProvider
 from torch2jax.ruleset import RuleSet
 
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+RANDOM_INITS = {f"torch.nn.init.{n}" for n in ("normal_", "uniform_", "trunc_normal_")}
 
 
 def qualified(visitor: cst.MetadataDependent, node: cst.CSTNode) -> str | None:
@@ -198,6 +199,14 @@ class Indexer(cst.CSTVisitor):
             elif self._class_stack and m.matches(node.func, m.Attribute(value=m.Name("self"))):
                 method = f"{self._class_stack[-1].name}.{node.func.attr.value}"
                 self._fn_calls.setdefault(key, set()).add(method)
+            # torch.nn.init draws need a key: the function takes rngs
+            if q in RANDOM_INITS:
+                builds = True
+            # self.apply(self._init_weights): the init method runs with rngs
+            if (self._class_stack and m.matches(node.func, m.Attribute(
+                    value=m.Name("self"), attr=m.Name("apply"))) and node.args
+                    and m.matches(node.args[0].value, m.Attribute(value=m.Name("self")))):
+                self._fn_builds.add(f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
             if builds:
                 self._fn_builds.add(key)
         # list building: layers.append(X) / layers.extend([...])

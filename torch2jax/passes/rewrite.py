@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import PositionProvider, QualifiedNameProvider
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from torch2jax.analysis.index import FileIndex, Layouts, qualified
 from torch2jax.analysis.training import (
@@ -58,7 +58,7 @@ class Pending:
 
 
 class TorchToJax(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
                  report, training: TrainingIndex | None = None) -> None:
@@ -85,6 +85,7 @@ class TorchToJax(cst.CSTTransformer):
         self._hoist: list[cst.BaseStatement] = []
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
         self._fstring_quotes: list[str] = []
+        self._eval_step = False  # an eval step is defined at the top of the file
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
@@ -422,15 +423,24 @@ class TorchToJax(cst.CSTTransformer):
                       and site.name is not None)
         if sched is not None:
             sched.inline = inline
-        for name in (site.name, *site.aliases):
-            if name:
-                self._opt_lr[name] = opt.lr
-        tx = opt.build(lr=cst.Name(sched.name) if inline else None, overrides=overrides,
-                       mask=mask, inject=sched is not None and not inline)
-        if site.clip is not None:
-            kind, limit = site.clip
+        if site.name:  # (aliases in other scopes read the lr from the optimizer)
+            self._opt_lr[site.name] = opt.lr
+        inject = sched is not None and not inline
+        clip = site.clip
+        if inject and clip is not None:
+            # the injected hyperparameters must be the outermost state: clip inside
+            tx = opt.build(lr=cst.Name("learning_rate"), overrides=overrides, mask=mask)
+        else:
+            tx = opt.build(lr=cst.Name(sched.name) if inline else None, overrides=overrides,
+                           mask=mask, inject=inject)
+        if clip is not None:
+            kind, limit = clip
             tx = (optim.with_clipping(tx, max_norm=limit) if kind == "norm"
                   else optim.with_clipping(tx, clip_value=limit))
+            if inject:
+                lr = overrides.get("lr", opt.lr)
+                tx = expr("optax.inject_hyperparams(lambda learning_rate: {tx})"
+                          "(learning_rate={lr})", tx=tx, lr=lr)
         for severity, msg in opt.notes:
             self.diag(original_node, site.qualname, severity, msg)
         model = site.model or "model"
@@ -485,6 +495,87 @@ class TorchToJax(cst.CSTTransformer):
                 self._pending[-1].after.extend(cst.SimpleStatementLine(body=[a]) for a in after)
         return new
 
+    def _pending_line_comments(self) -> list[cst.EmptyLine]:
+        return []
+
+    def _is_statement_call(self, node: cst.Call) -> bool:
+        return isinstance(self.get_metadata(ParentNodeProvider, node, None), cst.Expr)
+
+    def _isinstance(self, original: cst.Call, updated: cst.Call):
+        """isinstance(m, nn.Linear) -> isinstance(m, nnx.Linear)."""
+        if len(original.args) != 2:
+            return updated
+        kinds = original.args[1].value
+        elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        out = []
+        for e in elems:
+            q = self.q(e)
+            if q is None or not q.startswith("torch."):
+                out.append(e)
+                continue
+            rule = self.rules.layers.get(q)
+            target = rule.targets.get(self.emitter.name) if rule else None
+            if not target or not re.fullmatch(r"nnx\.[A-Z]\w*", target):
+                raise Untranslatable(f"isinstance check against {q}: no single JAX class",
+                                     rule="isinstance")
+            out.append(expr(target))
+        new_kinds = out[0] if len(out) == 1 else cst.Tuple([cst.Element(e) for e in out])
+        return updated.with_changes(args=[updated.args[0], updated.args[1].with_changes(
+            value=new_kinds)])
+
+    def _narrowed_layer(self, node: cst.CSTNode, name: str) -> str | None:
+        """The torch layer ``name`` is known to be at ``node`` (inside an
+        ``if isinstance(name, nn.Linear):`` body)."""
+        child, parent = node, self.get_metadata(ParentNodeProvider, node, None)
+        while parent is not None:
+            if isinstance(parent, cst.If) and child is parent.body and m.matches(
+                    parent.test, m.Call(func=m.Name("isinstance"),
+                                        args=[m.Arg(m.Name(name)), m.Arg()])):
+                q = self.q(parent.test.args[1].value)
+                return q if q in self.rules.layers else None
+            child, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        return None
+
+    def _init_statement(self, original_node: cst.Expr, updated_node: cst.Expr, q: str):
+        """torch.nn.init.normal_(module.weight, std=0.02) -> module.kernel.value = ..."""
+        fn = q.rsplit(".", 1)[-1]
+        new_call = updated_node.value
+        params = {"normal_": ("tensor", "mean", "std"), "uniform_": ("tensor", "a", "b"),
+                  "zeros_": ("tensor",), "ones_": ("tensor",), "constant_": ("tensor", "val"),
+                  "trunc_normal_": ("tensor", "mean", "std", "a", "b")}
+        if fn not in params:
+            raise Untranslatable(f"{q}: fan-based or structured initialisers depend on the "
+                                 "weight layout; set the layer's kernel_init instead",
+                                 rule=q)
+        b = bind(new_call.args, params[fn])
+        t = b.get("tensor")
+        if b.star or t is None or not isinstance(t, (cst.Attribute, cst.Name)):
+            raise Untranslatable(f"{q} of a computed tensor", rule=q)
+        v = expr("{t}.value", t=t)
+        shape = f"{code(v)}.shape, {code(v)}.dtype"
+        g = lambda n, d: code(b.get(n)) if b.get(n) is not None else d
+        if fn in ("normal_", "uniform_", "trunc_normal_") and not (
+                self._rngs_scope and self._rngs_scope[-1]):
+            raise Untranslatable(f"{q} outside module construction: no key", rule=q)
+        key = "rngs.params()"
+        if fn == "normal_":
+            value = f"{g('mean', '0.0')} + {g('std', '1.0')} * jax.random.normal({key}, {shape})"
+        elif fn == "uniform_":
+            value = f"jax.random.uniform({key}, {shape}, {g('a', '0.0')}, {g('b', '1.0')})"
+        elif fn == "trunc_normal_":
+            mean, std = g("mean", "0.0"), g("std", "1.0")
+            lo, hi = g("a", "-2.0"), g("b", "2.0")
+            value = (f"{mean} + {std} * jax.random.truncated_normal({key}, ({lo} - {mean}) / "
+                     f"{std}, ({hi} - {mean}) / {std}, {shape})")
+        elif fn == "zeros_":
+            value = f"jnp.zeros_like({code(v)})"
+        elif fn == "ones_":
+            value = f"jnp.ones_like({code(v)})"
+        else:
+            value = f"jnp.full_like({code(v)}, {g('val', '0.0')})"
+        self.need("jax", "jnp")
+        return cst.Assign(targets=[cst.AssignTarget(v)], value=cst.parse_expression(value))
+
     def _training_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
         """Seeding, gradient bookkeeping and scheduler steps used as statements."""
         value = original_node.value
@@ -492,6 +583,24 @@ class TorchToJax(cst.CSTTransformer):
             return None
         q = self.q(value.func)
         t = self.training
+        if q and q.startswith("torch.nn.init."):
+            try:
+                return self._init_statement(original_node, updated_node, q)
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or q, "error", exc.message)
+                return updated_node
+        if (m.matches(value, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("apply")),
+                                    args=[m.Arg(m.Attribute(value=m.Name("self")))]))
+                and self.in_module_class()):
+            # self.apply(self._init_weights): every submodule, children first, then self
+            fn = code(updated_node.value.args[0].value)
+            rngs = ", rngs=rngs" if self._rngs_scope and self._rngs_scope[-1] else ""
+            self.need("nnx")
+            loop = cst.parse_statement(
+                f"for _, module in nnx.iter_modules(self):\n    {fn}(module{rngs})\n")
+            self._pending[-1].after.append(loop.with_changes(
+                leading_lines=self._pending_line_comments()))
+            return cst.RemoveFromParent()
         if q in SEEDS:
             if q == "torch.seed" or not updated_node.value.args:
                 self.diag(original_node, q, "error", "torch.seed() draws a non-deterministic "
@@ -582,9 +691,20 @@ class TorchToJax(cst.CSTTransformer):
         if len(keep) == len(items):
             return updated_node
         if not keep:
-            # outside of a differentiated function a no_grad block is plain code
-            body = updated_node.body.body
-            return cst.FlattenSentinel(list(body))
+            # outside of a differentiated function a no_grad block is plain code; the model
+            # calls in it (evaluation) go through one jit-compiled eval step
+            body = list(updated_node.body.body)
+            if not self.in_module_class():
+                models = self._model_names()
+                jitted = tr.JitModelCalls(models)
+                body = [b.visit(jitted) for b in body]
+                if jitted.count:
+                    self._eval_step = True
+                    self.need("nnx")
+            if body and updated_node.leading_lines:
+                body[0] = body[0].with_changes(
+                    leading_lines=[*updated_node.leading_lines, *body[0].leading_lines])
+            return cst.FlattenSentinel(body)
         return updated_node.with_changes(items=_fix_commas(keep))
 
     def leave_For(self, original_node, updated_node):
@@ -696,7 +816,7 @@ class TorchToJax(cst.CSTTransformer):
         return self._pending[-1].keys.take()
 
     def leave_Module(self, original_node, updated_node):
-        if not self._key_scopes[0].root_needed:
+        if not self._key_scopes[0].root_needed and not self._eval_step:
             return updated_node
         body = list(updated_node.body)
         i = 0
@@ -704,9 +824,23 @@ class TorchToJax(cst.CSTTransformer):
                 body=[m.Import() | m.ImportFrom()])) or (i == 0 and m.matches(
                 body[i], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])))):
             i += 1
-        body.insert(i, tr.root_key_statement())
-        self.need("jax")
+        if self._eval_step:
+            body.insert(i, tr.eval_step_function())
+            if i < len(body) - 1:
+                body[i + 1] = body[i + 1].with_changes(leading_lines=[
+                    cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
+                    *[ln for ln in body[i + 1].leading_lines if ln.comment is not None]])
+        if self._key_scopes[0].root_needed:
+            body.insert(i, tr.root_key_statement())
+            self.need("jax")
         return updated_node.with_changes(body=body)
+
+    def _model_names(self) -> set[str]:
+        t = self.training
+        names = {"model", "net"} | set(t.alias_models.values())
+        names |= {s.model for s in t.optimizers.values() if s.model and s.model != "self"}
+        names |= t.model_vars
+        return names
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
@@ -725,10 +859,21 @@ class TorchToJax(cst.CSTTransformer):
         if m.matches(original_node, m.Attribute(value=m.Name("self"), attr=m.Name("training"))) \
                 and self.in_module_class():
             return expr("not self.deterministic")
+        if isinstance(original_node.value, cst.Name) and original_node.attr.value in (
+                "weight", "bias"):
+            layer = self._narrowed_layer(original_node, original_node.value.value)
+            if layer is not None:
+                wm = self.rules.layers[layer].weights.get(original_node.attr.value)
+                if wm is not None and wm.to and wm.to != original_node.attr.value:
+                    return updated_node.with_changes(attr=cst.Name(wm.to))
         return updated_node
 
     # ------------------------------------------------------------------ calls
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
+        if isinstance(updated_node.func, cst.Lambda) and not updated_node.func.lpar:
+            # a layer or loss built and called on the spot: nn.Identity()(x)
+            updated_node = updated_node.with_changes(func=updated_node.func.with_changes(
+                lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
         try:
             result = self._rewrite_call(original_node, updated_node)
         except Untranslatable as exc:
@@ -759,6 +904,11 @@ class TorchToJax(cst.CSTTransformer):
             return tr.random_call(name, updated, self._subkey(original))
         if name in SEEDS or name in DROPPED_SEEDS or name in CLIPS or name in GRAD_MODES:
             return updated  # statements, with blocks and decorators: handled there
+        if name and name.startswith("torch.nn.init.") and self._is_statement_call(original):
+            return updated  # an initialisation statement: handled in leave_Expr
+        if name == "isinstance" or (isinstance(original.func, cst.Name)
+                                    and original.func.value == "isinstance"):
+            return self._isinstance(original, updated)
         if id(original) in self.training.optimizers or id(original) in self.training.schedulers:
             return updated  # statements: handled in leave_Assign / leave_Return
         if name and name in self.rules.functions:

@@ -435,3 +435,38 @@ def optimizer_object(model: str, tx: cst.BaseExpression) -> cst.BaseExpression:
 
 def lr_slot(optimizer: str, quote: str = '"') -> str:
     return f"{optimizer}.opt_state.hyperparams[{quote}learning_rate{quote}].value"
+
+
+# ---------------------------------------------------------------------------- evaluation
+EVAL_STEP = "eval_step"
+
+
+class JitModelCalls(cst.CSTTransformer):
+    """``model(x)`` -> ``eval_step(model, x)`` in evaluation code (former no_grad blocks)."""
+
+    def __init__(self, models: set[str]) -> None:
+        super().__init__()
+        self.models = models
+        self.count = 0
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+    def leave_Call(self, original_node, updated_node):
+        f = updated_node.func
+        if isinstance(f, cst.Name) and f.value in self.models and not any(
+                a.keyword or a.star for a in updated_node.args):
+            self.count += 1
+            return call(EVAL_STEP, arg(f), *updated_node.args)
+        return updated_node
+
+
+def eval_step_function() -> cst.FunctionDef:
+    fn = cst.parse_statement(
+        f"@nnx.jit\ndef {EVAL_STEP}(model, *inputs):\n    return model(*inputs)\n")
+    assert isinstance(fn, cst.FunctionDef)
+    return fn.with_changes(leading_lines=[cst.EmptyLine(indent=False),
+                                          cst.EmptyLine(indent=False)])

@@ -76,6 +76,8 @@ def _c(node: cst.BaseExpression | str) -> str:
 def _o(node: cst.BaseExpression | str) -> str:
     """Code of ``node`` usable as an operand (parenthesised when it needs to be)."""
     if isinstance(node, str):
+        if "\n" in node:  # an expression continued over lines (inside a call's parentheses)
+            return f"({node})"
         node = cst.parse_expression(node)
     text = code(node)
     if needs_parens(node) or text.startswith("-"):
