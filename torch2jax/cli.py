@@ -144,8 +144,29 @@ def verify(
     as_json: Annotated[bool, typer.Option("--json")] = False,
     converted: Annotated[Optional[Path], typer.Option(help="An already converted file.")] = None,
     cases: Annotated[Optional[Path], typer.Option(help="A TOML file of cases.")] = None,
+    optimizer: Annotated[str | None, typer.Option(
+        help="Train instead: torch.optim.X(params, ...) (params = every parameter).")] = None,
+    scheduler: Annotated[str | None, typer.Option(
+        help="lr_scheduler.X(optimizer, ...), stepped after every optimizer step.")] = None,
+    loss: Annotated[str | None, typer.Option(
+        help="Torch loss over output and labels, e.g. F.cross_entropy(output, labels).")] = None,
+    labels: Annotated[str | None, typer.Option(help="Labels SPEC, e.g. int64[4]:10.")] = None,
+    clip_grad_norm: Annotated[float | None, typer.Option(
+        "--clip-grad-norm", help="clip_grad_norm_(max_norm) before every step.")] = None,
+    steps: Annotated[int, typer.Option(help="Training steps to compare.")] = 10,
+    optax_tx: Annotated[str | None, typer.Option(
+        "--optax", help="Check this optax transform instead of the translation.")] = None,
 ) -> None:
-    """Run the torch model and its JAX translation on the same weights and inputs."""
+    """Run the torch model and its JAX translation on the same weights and inputs (with
+    --optimizer and --loss: train both for --steps steps and compare the trajectories)."""
+    training = (optimizer, scheduler, loss, labels, clip_grad_norm, optax_tx)
+    if optimizer is None and any(v is not None for v in training):
+        console.print("[red]error:[/] --scheduler, --loss, --labels, --clip-grad-norm and --optax "
+                      "need --optimizer")
+        raise typer.Exit(2)
+    if optimizer is not None and (loss is None or cases is not None or grad):
+        console.print("[red]error:[/] --optimizer needs --loss, and goes without --cases and --grad")
+        raise typer.Exit(2)
     if cases is not None:
         from torch2jax.verify.cases import cases_exit_code, print_cases_summary, run_cases
 
@@ -165,9 +186,21 @@ def verify(
     except json.JSONDecodeError as exc:
         console.print(f"[red]error:[/] --args is not valid JSON: {exc}")
         raise typer.Exit(2) from None
-    result = run_verify(target, args=kwargs, build=build, inputs=list(input or []),
-                        jax_target=jax_target, grad=grad, atol=atol, rtol=rtol, device=device,
-                        converted=str(converted) if converted else None)
+    if optimizer is not None:
+        from torch2jax.verify.run import VerifyRequest
+        from torch2jax.verify.trajectory import TrainSpec, print_trajectory, verify_trajectory
+
+        request = VerifyRequest(target, kwargs, build, tuple(input or []), jax_target, False,
+                                atol, rtol, 0, device, str(converted) if converted else None)
+        train = TrainSpec(optimizer, loss or "", labels, scheduler, clip_grad_norm, steps,
+                          optax_tx)
+        result = verify_trajectory(request, train)
+        if not as_json:
+            print_trajectory(result, out_console)
+    else:
+        result = run_verify(target, args=kwargs, build=build, inputs=list(input or []),
+                            jax_target=jax_target, grad=grad, atol=atol, rtol=rtol,
+                            device=device, converted=str(converted) if converted else None)
     if as_json:
         print(json.dumps(result.to_json()))
     else:

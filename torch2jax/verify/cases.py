@@ -7,6 +7,14 @@ target = "models/mlp.py::MLP"   # relative to this file
 args = {}                       # or: build = "GPT(GPTConfig(n_layer=2))"
 inputs = ["float32[4,784]"]
 grad = true                     # optional: atol, rtol, seed, device, converted, jax_target
+
+[case.train]                    # optional: also train both sides and compare the trajectories
+optimizer = "torch.optim.SGD(params, lr=0.05, momentum=0.9)"
+scheduler = "torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)"   # optional
+loss = "F.cross_entropy(output, labels)"
+labels = "int64[4]:10"
+clip_grad_norm = 1.0            # optional
+steps = 10                      # optional (10)
 ```
 """
 
@@ -21,11 +29,13 @@ from rich.console import Console
 from rich.table import Table
 
 from torch2jax.verify.run import VerifyRequest, VerifyResult, run_request
+from torch2jax.verify.trajectory import DEFAULT_STEPS, TrainSpec, verify_trajectory
 
 _KEYS = {
     "name", "target", "args", "build", "inputs", "grad", "atol", "rtol", "seed", "device",
-    "converted", "jax_target",
+    "converted", "jax_target", "train",
 }  # fmt: skip
+_TRAIN_KEYS = {"optimizer", "scheduler", "loss", "labels", "clip_grad_norm", "steps", "optax"}
 
 
 class CaseError(ValueError):
@@ -36,6 +46,29 @@ class CaseError(ValueError):
 class Case:
     name: str
     request: VerifyRequest
+    train: TrainSpec | None = None
+
+
+def _parse_train(raw: Any, where: str) -> TrainSpec:
+    if not isinstance(raw, dict):
+        raise CaseError(f"{where}: 'train' must be a table ([case.train])")
+    unknown = set(raw) - _TRAIN_KEYS
+    if unknown:
+        raise CaseError(f"{where}: unknown keys in [case.train] {sorted(unknown)} "
+                        f"(known: {sorted(_TRAIN_KEYS)})")
+    for key in ("optimizer", "loss"):
+        if not isinstance(raw.get(key), str):
+            raise CaseError(f"{where}: [case.train] needs {key!r} (torch source text)")
+    clip = raw.get("clip_grad_norm")
+    return TrainSpec(
+        optimizer=raw["optimizer"],
+        loss=raw["loss"],
+        labels=raw.get("labels"),
+        scheduler=raw.get("scheduler"),
+        clip_grad_norm=float(clip) if clip is not None else None,
+        steps=int(raw.get("steps", DEFAULT_STEPS)),
+        optax=raw.get("optax"),
+    )
 
 
 def _relative(base: Path, target: str) -> str:
@@ -70,7 +103,8 @@ def _parse_case(raw: dict[str, Any], index: int, base: Path, source: Path) -> Ca
         device=raw.get("device"),
         converted=str(base / converted) if converted else None,
     )
-    return Case(name, request)
+    train = _parse_train(raw["train"], where) if "train" in raw else None
+    return Case(name, request, train)
 
 
 def load_cases(path: str | Path) -> list[Case]:
@@ -110,6 +144,10 @@ def run_cases(
         result = run_request(request)
         result.name = case.name
         results.append(result)
+        if case.train is not None:  # the forward check, then the training trajectory
+            trained = verify_trajectory(request, case.train)
+            trained.name = case.name
+            results.append(trained)
     return results
 
 
@@ -129,8 +167,14 @@ def print_cases_summary(results: list[VerifyResult], console: Console) -> None:
             verdict, why = "[green]pass[/green]", ""
         else:
             verdict, why = "[red]FAIL[/red]", r.mismatch or ""
+        label = r.name or r.model
+        loss_rel = getattr(r, "loss_max_rel_diff", None)
+        if r.mode.startswith("train"):
+            label += f" ({r.mode})"
+            if r.passed and loss_rel is not None:
+                why = f"loss rel {loss_rel:.2e}; max = params at the end"
         table.add_row(
-            r.name or r.model,
+            label,
             verdict,
             _fmt(r.max_abs_diff),
             _fmt(r.max_rel_diff),

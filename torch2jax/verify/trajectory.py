@@ -1,0 +1,559 @@
+"""Training-trajectory verification: K optimizer steps on both sides, compared step by step.
+
+``verify --optimizer "torch.optim.SGD(params, lr=0.05, momentum=0.9)" --loss "F.cross_entropy(
+output, labels)" --labels "int64[4]:10" --steps 10``:
+
+1. build the torch model and the converted NNX model exactly as :mod:`torch2jax.verify.run` does
+   (same seed, same randomised statistics, the torch weights transplanted);
+2. put both in training mode with dropout switched off (``p = 0`` / ``nnx.Dropout.rate = 0``,
+   random masks cannot agree across frameworks); BatchNorm stays in training mode on both sides
+   (batch statistics, running averages updated);
+3. translate the optimizer, the scheduler (stepped after every optimizer step) and gradient
+   clipping with :mod:`torch2jax.training.optim`, and the loss expression with the converter
+   (``loss = <expr>`` in a tiny torch snippet, ``output`` and ``labels`` bound);
+4. run ``steps`` steps on fresh random batches (the same arrays on both sides): torch
+   ``zero_grad / backward / clip_grad_norm_ / step / scheduler.step()``, JAX one ``nnx.jit``
+   step of ``nnx.value_and_grad`` + ``nnx.Optimizer.update``;
+5. compare the loss of every step and every parameter at the end.
+
+Differences are relative: ``|jax - torch| / |torch|`` for a loss, ``max |jax - torch| /
+max |torch|`` per parameter tensor (the norm-wise ratio of :func:`compare_arrays`). ``passed``
+means the worst of both is at most ``rtol``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import math
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torch2jax.ruleset import RuleSet
+from torch2jax.verify.load import LoadError, find_name, load_module
+from torch2jax.verify.run import (
+    VerifyError,
+    VerifyRequest,
+    VerifyResult,
+    _check_request,
+    _converted_todos,
+    _device,
+    _jax_inputs,
+    _param_dtype,
+    _stage,
+    _torch_inputs,
+    build_nnx_model,
+    build_torch_model,
+    compare_arrays,
+    convert_tree,
+    randomise_for_verification,
+)
+from torch2jax.verify.spec import InputSpec, parse_spec
+
+DEFAULT_STEPS = 10
+LOSS_PRELUDE = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What to train with: torch source text for the optimizer, scheduler and loss."""
+
+    optimizer: str
+    loss: str
+    labels: str | None = None  # an input SPEC (DTYPE[...][:HIGH]); None: no labels
+    scheduler: str | None = None
+    clip_grad_norm: float | None = None
+    steps: int = DEFAULT_STEPS
+    optax: str | None = None  # a hand-written optax transform to check instead of ours
+
+
+@dataclass
+class TrajectoryResult(VerifyResult):
+    """A :class:`VerifyResult` (``max_*_diff`` are the final parameters') with the steps."""
+
+    steps: int = 0
+    optimizer: str | None = None
+    scheduler: str | None = None
+    loss: str | None = None
+    optax: str | None = None  # the optax transform that ran
+    schedule: str | None = None  # the optax schedule (or plateau transform) that ran
+    losses_torch: list[float] = field(default_factory=list)
+    losses_jax: list[float] = field(default_factory=list)
+    loss_max_rel_diff: float | None = None
+    param_max_abs_diff: float | None = None
+    param_max_rel_diff: float | None = None
+    worst_param: str | None = None
+
+
+# --- translating the training setup --------------------------------------------------------
+
+
+def _callee_name(src: str, what: str) -> tuple[Any, str]:
+    import libcst as cst
+
+    from torch2jax.passes.common import code
+
+    try:
+        node = cst.parse_expression(src)
+    except cst.ParserSyntaxError as exc:
+        raise VerifyError(f"--{what} {src!r} is not a Python expression: {exc.message}") from None
+    if not isinstance(node, cst.Call):
+        raise VerifyError(f"--{what} {src!r} must be a call, e.g. torch.optim.SGD(params, lr=0.1)")
+    return node, code(node.func)
+
+
+_OPT_PREFIXES = ("torch.optim.", "optim.", "")
+_SCHED_PREFIXES = ("torch.optim.lr_scheduler.", "optim.lr_scheduler.", "lr_scheduler.", "")
+
+
+def _qualify(name: str, prefixes: tuple[str, ...], known: list[str], what: str) -> str:
+    short = name.rsplit(".", 1)[-1]
+    full = next((k for k in known if k.rsplit(".", 1)[-1] == short), None)
+    if full is None or not any(name == p + short for p in prefixes):
+        raise VerifyError(f"--{what} {name}: not one of {', '.join(k.rsplit('.', 1)[-1] for k in known)}"
+                          f" (written as {' or '.join(p + 'X' for p in prefixes if p)} or X)")
+    return full
+
+
+@dataclass
+class _JaxSetup:
+    tx: Any  # optax GradientTransformation
+    tx_code: str
+    schedule_code: str | None
+    plateau: Any = None  # optax.contrib.reduce_on_plateau transform, stepped like torch's
+    negate_metric: bool = False
+    base_lr: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+def translate_setup(spec: TrainSpec) -> _JaxSetup:
+    """The optax side of ``spec``; raises VerifyError with the translator's reason."""
+    import jax
+    import jax.numpy as jnp
+    import libcst as cst
+    import optax
+
+    from torch2jax.passes.common import Untranslatable, code
+    from torch2jax.training import optim
+
+    ns = {"optax": optax, "jax": jax, "jnp": jnp}
+    call, name = _callee_name(spec.optimizer, "optimizer")
+    qual = _qualify(name, _OPT_PREFIXES, optim.optimizer_names(), "optimizer")
+    notes: list[str] = []
+    try:
+        tx = optim.translate_optimizer(call, qual)
+        if tx.groups is not None:
+            raise VerifyError("--optimizer with parameter groups is not supported by verify: "
+                              "give params (every parameter in one group)")
+        schedule = None
+        if spec.scheduler:
+            scall, sname = _callee_name(spec.scheduler, "scheduler")
+            squal = _qualify(sname, _SCHED_PREFIXES, optim.scheduler_names(), "scheduler")
+            schedule = optim.translate_scheduler(scall, squal, tx.lr)
+        plateau = schedule is not None and schedule.plateau is not None
+        if spec.optax is not None:
+            built = cst.parse_expression(spec.optax)
+            notes.append(f"checking the given optax transform: {spec.optax}")
+        elif schedule is not None and schedule.fn is not None:
+            built = tx.build(lr=schedule.fn, momentum=schedule.momentum)
+        else:
+            built = tx.build(inject=plateau)
+        if spec.clip_grad_norm is not None:
+            built = optim.with_clipping(built, max_norm=cst.parse_expression(
+                repr(float(spec.clip_grad_norm))))
+    except Untranslatable as exc:
+        raise VerifyError(f"no faithful optax translation: {exc.message}") from None
+    except cst.ParserSyntaxError as exc:
+        raise VerifyError(f"--optax is not a Python expression: {exc.message}") from None
+    notes += [f"{sev}: {msg}" for sev, msg in [*tx.notes, *(schedule.notes if schedule else [])]
+              if sev == "warning"]
+    tx_code = code(built)
+    with _stage("building the optax transform"):
+        transform = eval(tx_code, dict(ns))  # the translation library's own output
+    out = _JaxSetup(transform, tx_code, None, notes=notes)
+    if schedule is not None:
+        out.schedule_code = code(schedule.fn if schedule.fn is not None else schedule.plateau)
+    if plateau:
+        if spec.optax is not None:
+            raise VerifyError("--optax with ReduceLROnPlateau: give the optimizer only")
+        with _stage("building the plateau transform"):
+            out.plateau = eval(out.schedule_code, dict(ns))
+        out.negate_metric = schedule.negate_metric
+        try:
+            out.base_lr = float(ast.literal_eval(code(tx.lr)))
+        except (ValueError, SyntaxError):
+            raise VerifyError("ReduceLROnPlateau: give the optimizer a literal lr") from None
+    return out
+
+
+def translate_loss(loss: str, rules: RuleSet | None = None) -> tuple[Callable[..., Any], str]:
+    """``loss`` (torch code over ``output`` and ``labels``) converted: (fn(output, labels),
+    the JAX expression)."""
+    from torch2jax.convert import convert_source
+
+    try:
+        ast.parse(loss, mode="eval")
+    except SyntaxError as exc:
+        raise VerifyError(f"--loss {loss!r} is not a Python expression: {exc.msg}") from None
+    source = LOSS_PRELUDE + f"loss = {loss}\n"
+    with _stage("converting the loss"):
+        result = convert_source(source, path="<--loss>", rules=rules)
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    if errors:
+        raise VerifyError(f"--loss {loss!r} did not convert: {'; '.join(errors)}")
+    tree = ast.parse(result.code)
+    value = None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and [ast.unparse(t) for t in stmt.targets] == ["loss"]:
+            value = stmt.value
+    if value is None:
+        raise VerifyError(f"--loss {loss!r}: the converted snippet lost its assignment")
+    header = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    text = ast.unparse(value)
+    module = ast.Module(body=[*header, *ast.parse(
+        f"def __loss__(output, labels):\n    return {text}\n").body], type_ignores=[])
+    ns: dict[str, Any] = {"__name__": "torch2jax_verify_loss"}
+    with _stage("building the JAX loss"):
+        exec(compile(module, "<--loss converted>", "exec"), ns)  # noqa: S102 - converter output
+    return ns["__loss__"], text
+
+
+def torch_loss(loss: str) -> Callable[..., Any]:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    code_obj = compile(loss, "<--loss>", "eval")
+    ns = {"torch": torch, "F": F, "nn": nn}
+    return lambda output, labels: eval(code_obj, {**ns, "output": output, "labels": labels})
+
+
+def torch_setup(spec: TrainSpec, model: Any) -> tuple[Any, Any]:
+    """(optimizer, scheduler or None) built from the torch source text."""
+    import torch
+    from torch import optim
+    from torch.optim import lr_scheduler
+
+    ns: dict[str, Any] = {"torch": torch, "optim": optim, "lr_scheduler": lr_scheduler,
+                          "model": model, "params": list(model.parameters()), "math": math}
+    ns.update({k: v for k, v in vars(optim).items() if isinstance(v, type)})
+    ns.update({k: v for k, v in vars(lr_scheduler).items() if isinstance(v, type)})
+    with _stage("building the torch optimizer"):
+        opt = eval(spec.optimizer, ns)  # the user's own expression
+    sched = None
+    if spec.scheduler:
+        with _stage("building the torch scheduler"):
+            sched = eval(spec.scheduler, {**ns, "optimizer": opt, "opt": opt})
+    return opt, sched
+
+
+# --- the two training loops -------------------------------------------------------------------
+
+
+def disable_dropout(torch_model: Any, jax_model: Any) -> list[str]:
+    """p = 0 on both sides (masks from two RNGs cannot agree); returns the notes."""
+    import torch
+    from flax import nnx
+
+    n_torch = 0
+    for mod in torch_model.modules():
+        if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p:
+            mod.p = 0.0
+            n_torch += 1
+    n_jax = 0
+    for _, mod in nnx.iter_graph(jax_model):
+        if isinstance(mod, nnx.Dropout) and mod.rate:
+            mod.rate = 0.0
+            n_jax += 1
+    notes = [("training mode on both sides; BatchNorm uses batch statistics and updates its "
+             "running averages")]
+    if n_torch or n_jax:
+        notes.append(f"dropout disabled for the trajectory: {n_torch} torch Dropout modules "
+                     f"and {n_jax} nnx.Dropout set to p=0 (random masks cannot agree)")
+    else:
+        notes.append("dropout disabled for the trajectory (no Dropout modules found; "
+                     "functional dropout in forward() is not switched off)")
+    return notes
+
+
+@dataclass
+class Trajectory:
+    losses_torch: list[float]
+    losses_jax: list[float]
+    params_torch: dict[str, np.ndarray]  # torch name -> final value (torch layout)
+    params_jax: dict[tuple, np.ndarray]  # nnx path -> final value
+
+
+def run_steps(
+    torch_model: Any,
+    jax_model: Any,
+    spec: TrainSpec,
+    specs: list[InputSpec],
+    setup: _JaxSetup,
+    loss_jax: Callable[..., Any],
+    seed: int = 0,
+) -> Trajectory:
+    """Train both models in place for ``spec.steps`` steps on the same batches."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from flax import nnx
+
+    label_spec = parse_spec(spec.labels) if spec.labels else None
+    loss_torch = torch_loss(spec.loss)
+    opt, sched = torch_setup(spec, torch_model)
+    optimizer = nnx.Optimizer(jax_model, setup.tx, wrt=nnx.Param)
+
+    @nnx.jit
+    def train_step(model: Any, optimizer: Any, xs: list[Any], labels: Any) -> Any:
+        def loss_fn(model: Any) -> Any:
+            return loss_jax(model(*xs), labels)
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    plateau_state = None
+    if setup.plateau is not None:
+        plateau_state = setup.plateau.init(nnx.state(jax_model, nnx.Param))
+
+    rng = np.random.default_rng(seed + 3)
+    torch_losses: list[float] = []
+    jax_losses: list[float] = []
+    for step in range(spec.steps):
+        arrays = [s.sample(rng) for s in specs]
+        label_arr = label_spec.sample(rng) if label_spec else None
+        t_in = _torch_inputs(arrays, specs)
+        t_lab = _torch_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with _stage(f"the torch training step {step}"):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_torch(torch_model(*t_in), t_lab)
+            loss.backward()
+            if spec.clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(torch_model.parameters(), spec.clip_grad_norm)
+            opt.step()
+            if sched is not None:
+                if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                    sched.step(loss.item())
+                else:
+                    sched.step()
+        torch_losses.append(float(loss.item()))
+        j_in = _jax_inputs(arrays, specs)
+        j_lab = _jax_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with _stage(f"the JAX training step {step} (nnx.jit)"):
+            jloss = train_step(jax_model, optimizer, j_in, j_lab)
+            if setup.plateau is not None:
+                value = -jloss if setup.negate_metric else jloss
+                _, plateau_state = setup.plateau.update(None, plateau_state, value=value)
+                slot = optimizer.opt_state.hyperparams["learning_rate"]
+                slot.value = jnp.asarray(setup.base_lr * plateau_state.scale, slot.value.dtype)
+        jax_losses.append(float(jax.device_get(jloss)))
+    params_torch = {n: p.detach().cpu().float().numpy().copy()
+                    for n, p in torch_model.named_parameters()}
+    params_jax = {tuple(path): np.asarray(v.get_value())
+                  for path, v in nnx.to_flat_state(nnx.state(jax_model, nnx.Param))}
+    return Trajectory(torch_losses, jax_losses, params_torch, params_jax)
+
+
+def _loss_rel(a: float, b: float) -> float:
+    if a == b or (math.isnan(a) and math.isnan(b)):
+        return 0.0
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf
+    return abs(a - b) / max(abs(b), float(np.finfo(np.float32).tiny))
+
+
+def compare(traj: Trajectory, torch_model: Any, jax_model: Any, r: TrajectoryResult,
+            rules: RuleSet | None) -> None:
+    """Fill ``r`` with the worst loss and parameter differences."""
+    from torch2jax.weights import apply_layout, gradient_map
+
+    r.losses_torch, r.losses_jax = traj.losses_torch, traj.losses_jax
+    rels = [_loss_rel(a, b) for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
+    worst_step = int(np.argmax(rels)) if rels else 0
+    loss_rel = rels[worst_step] if rels else 0.0
+    r.loss_max_rel_diff = loss_rel
+    mapping = gradient_map(torch_model, jax_model, rules)
+    p_abs, p_rel, worst = 0.0, -1.0, None
+    for name, m in mapping.items():
+        ref = apply_layout(traj.params_torch[name], m.layout)
+        got = traj.params_jax.get(tuple(m.nnx_path))
+        if got is None:
+            raise VerifyError(f"the JAX model has no parameter for {name} ({m.nnx_name})")
+        if ref.shape != got.shape and ref.size == got.size:
+            ref = ref.reshape(got.shape)
+        d = compare_arrays(got, ref, r.atol, r.rtol)
+        r.compared.append(f"param {name} -> {m.nnx_name} ({m.layout}) after {r.steps} steps")
+        p_abs = max(p_abs, d.abs)
+        if d.rel > p_rel:
+            p_rel, worst = d.rel, name
+    p_rel = max(p_rel, 0.0)
+    r.param_max_abs_diff, r.param_max_rel_diff, r.worst_param = p_abs, p_rel, worst
+    r.max_abs_diff, r.max_rel_diff = p_abs, p_rel
+    r.passed = loss_rel <= r.rtol and p_rel <= r.rtol
+    if not r.passed:
+        if loss_rel > r.rtol:
+            i = worst_step
+            r.mismatch = (f"loss at step {i}: jax {traj.losses_jax[i]:.7g} vs torch "
+                          f"{traj.losses_torch[i]:.7g} (rel {loss_rel:.2e})")
+        else:
+            r.mismatch = f"parameter {worst} after {r.steps} steps: rel {p_rel:.2e}"
+
+
+# --- the entry point --------------------------------------------------------------------------
+
+
+def verify_trajectory(req: VerifyRequest, train: TrainSpec) -> TrajectoryResult:
+    """Build, convert and train both models; never raises for a model's or a setup's faults
+    (``error`` says why it could not run)."""
+    r = TrajectoryResult(model=req.target, target=req.jax_target, atol=req.atol, rtol=req.rtol,
+                         mode=f"train {train.steps} steps", steps=train.steps,
+                         optimizer=train.optimizer, scheduler=train.scheduler, loss=train.loss)
+    try:
+        _verify_trajectory(r, req, train)
+    except (VerifyError, LoadError, ValueError) as exc:
+        r.error = str(exc)
+        r.passed = False
+    return r
+
+
+def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec) -> None:
+    import torch
+
+    if train.steps < 1:
+        raise VerifyError(f"--steps {train.steps}: give at least one step")
+    if train.labels:
+        parse_spec(train.labels)
+    path, name, specs = _check_request(req)
+    torch_module = load_module(path)
+    if req.build is None:
+        find_name(torch_module, name, path)
+    with _stage("building the torch model"):
+        torch.manual_seed(req.seed)
+        torch_model = build_torch_model(torch_module, name, req.args, req.build)
+        r.notes += randomise_for_verification(torch_model, req.seed)
+    r.dtype = _param_dtype(torch_model)
+    setup = translate_setup(train)
+    r.optax, r.schedule = setup.tx_code, setup.schedule_code
+    r.notes += setup.notes
+    loss_fn, loss_text = translate_loss(train.loss, req.rules)
+    r.notes.append(f"loss: {loss_text}")
+    with tempfile.TemporaryDirectory(prefix="torch2jax-verify-") as tmp:
+        if req.converted is not None:
+            jax_path = Path(req.converted)
+            r.todos = _converted_todos(req.converted)
+        else:
+            jax_path = Path(tmp) / path.name
+            r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules)
+        with _device(req.device) as platform:
+            r.device = platform
+            jax_model = _jax_model(r, req, jax_path, name, torch_model)
+            torch_model.train()
+            jax_model.train()
+            r.notes += disable_dropout(torch_model, jax_model)
+            traj = run_steps(torch_model, jax_model, train, specs, setup, loss_fn, req.seed)
+            compare(traj, torch_model, jax_model, r, req.rules)
+    if r.todos and not r.passed:
+        r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
+
+
+def _jax_model(r: TrajectoryResult, req: VerifyRequest, jax_path: Path, name: str,
+               torch_model: Any) -> Any:
+    from torch2jax.weights import WeightTransferError, transfer_state_dict
+
+    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
+    if req.build is None:
+        find_name(jax_module, name, jax_path)
+    with _stage("building the JAX model"):
+        jax_model = build_nnx_model(jax_module, name, req.args, req.build, req.seed)
+    try:
+        report = transfer_state_dict(torch_model, jax_model, req.rules)
+    except WeightTransferError as exc:
+        raise VerifyError(str(exc)) from None
+    r.notes.append(report.summary())
+    unalias(torch_model)
+    return jax_model
+
+
+def unalias(torch_model: Any) -> None:
+    """Give the torch tensors fresh memory: the transfer may hand JAX a zero-copy view of
+    torch's CPU buffers, which ``optimizer.step()`` (and BatchNorm's running averages) would
+    then change under the JAX model."""
+    import torch
+
+    with torch.no_grad():
+        for p in torch_model.parameters():
+            p.data = p.data.clone()
+        for b in torch_model.buffers():
+            b.data = b.data.clone()
+
+
+def build_models(req: VerifyRequest, workdir: str | Path) -> tuple[Any, Any]:
+    """The torch model and its converted NNX twin (torch weights transplanted, memory not
+    shared), as :func:`verify_trajectory` builds them; the conversion is written to
+    ``workdir``. For callers that run many trajectories on one pair (:func:`train_models`)."""
+    import torch
+
+    path, name, _ = _check_request(req)
+    torch_module = load_module(path)
+    with _stage("building the torch model"):
+        torch.manual_seed(req.seed)
+        torch_model = build_torch_model(torch_module, name, req.args, req.build)
+        randomise_for_verification(torch_model, req.seed)
+    jax_path = Path(req.converted) if req.converted else Path(workdir) / path.name
+    if req.converted is None:
+        convert_tree(path, Path(workdir), req.jax_target, req.rules)
+    jax_model = _jax_model(TrajectoryResult(model=req.target), req, jax_path, name, torch_model)
+    return torch_model, jax_model
+
+
+def train_models(torch_model: Any, jax_model: Any, train: TrainSpec, inputs: list[str],
+                 *, seed: int = 0, rtol: float = 1e-4, rules: RuleSet | None = None
+                 ) -> TrajectoryResult:
+    """The trajectory check on models already built (the JAX one with the torch weights):
+    both are copied first, so the same pair serves many checks (tests build them once)."""
+    from flax import nnx
+
+    from torch2jax.verify.spec import parse_specs
+
+    r = TrajectoryResult(model=type(torch_model).__name__, rtol=rtol,
+                         mode=f"train {train.steps} steps", steps=train.steps,
+                         optimizer=train.optimizer, scheduler=train.scheduler, loss=train.loss)
+    tm, jm = copy.deepcopy(torch_model), nnx.clone(jax_model)
+    setup = translate_setup(train)
+    r.optax, r.schedule = setup.tx_code, setup.schedule_code
+    r.notes += setup.notes
+    loss_fn, _ = translate_loss(train.loss, rules)
+    tm.train()
+    jm.train()
+    r.notes += disable_dropout(tm, jm)
+    traj = run_steps(tm, jm, train, parse_specs(inputs), setup, loss_fn, seed)
+    compare(traj, tm, jm, r, rules)
+    return r
+
+
+def print_trajectory(r: TrajectoryResult, console: Any) -> None:
+    """The per-step losses, what ran on the JAX side and the notes (the summary row follows)."""
+    from rich.table import Table
+
+    if r.losses_torch:
+        table = Table(title=f"training trajectory: {r.steps} steps")
+        for column in ("step", "torch loss", "jax loss", "rel diff"):
+            table.add_column(column, justify="right")
+        for i, (t, j) in enumerate(zip(r.losses_torch, r.losses_jax, strict=True)):
+            table.add_row(str(i), f"{t:.7g}", f"{j:.7g}", f"{_loss_rel(j, t):.2e}")
+        console.print(table)
+    if r.optax:
+        console.print(f"optax: {r.optax}")
+    if r.schedule:
+        console.print(f"schedule: {r.schedule}")
+    if r.param_max_rel_diff is not None:
+        console.print(f"parameters after {r.steps} steps: worst rel diff "
+                      f"{r.param_max_rel_diff:.2e} ({r.worst_param})")
+    for note in r.notes:
+        console.print(f"note: {note}")
