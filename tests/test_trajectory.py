@@ -251,6 +251,8 @@ def test_cli_table_output() -> None:
 @pytest.mark.parametrize(("extra", "code"), [
     (["--optimizer", "torch.optim.RMSprop(params)", "--optax", "optax.rmsprop(0.01)"], 1),
     (["--optimizer", "torch.optim.NAdam(params)"], 2),
+    # a hand-written transform for an optimizer we refuse still runs: optax.nadam is not NAdam
+    (["--optimizer", "torch.optim.NAdam(params, lr=0.01)", "--optax", "optax.nadam(0.01)"], 1),
     (["--scheduler", "lr_scheduler.StepLR(optimizer, 2)"], 2),  # no --optimizer
 ])
 def test_cli_mismatch_and_errors(extra: list[str], code: int) -> None:

@@ -146,12 +146,17 @@ def translate_setup(spec: TrainSpec) -> _JaxSetup:
     qual = _qualify(name, _OPT_PREFIXES, optim.optimizer_names(), "optimizer")
     notes: list[str] = []
     try:
-        tx = optim.translate_optimizer(call, qual)
-        if tx.groups is not None:
+        try:
+            tx = optim.translate_optimizer(call, qual)
+        except Untranslatable:
+            if spec.optax is None or spec.scheduler:
+                raise
+            tx = None  # a hand-written transform for an optimizer we refuse: check it anyway
+        if tx is not None and tx.groups is not None:
             raise VerifyError("--optimizer with parameter groups is not supported by verify: "
                               "give params (every parameter in one group)")
         schedule = None
-        if spec.scheduler:
+        if spec.scheduler and tx is not None:
             scall, sname = _callee_name(spec.scheduler, "scheduler")
             squal = _qualify(sname, _SCHED_PREFIXES, optim.scheduler_names(), "scheduler")
             schedule = optim.translate_scheduler(scall, squal, tx.lr)
@@ -170,8 +175,8 @@ def translate_setup(spec: TrainSpec) -> _JaxSetup:
         raise VerifyError(f"no faithful optax translation: {exc.message}") from None
     except cst.ParserSyntaxError as exc:
         raise VerifyError(f"--optax is not a Python expression: {exc.message}") from None
-    notes += [f"{sev}: {msg}" for sev, msg in [*tx.notes, *(schedule.notes if schedule else [])]
-              if sev == "warning"]
+    found = [*(tx.notes if tx else []), *(schedule.notes if schedule else [])]
+    notes += [f"{sev}: {msg}" for sev, msg in found if sev == "warning"]
     tx_code = code(built)
     with _stage("building the optax transform"):
         transform = eval(tx_code, dict(ns))  # the translation library's own output
