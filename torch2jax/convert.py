@@ -25,10 +25,12 @@ IMPORT_LINES = {
     "jnp": "import jax.numpy as jnp",
     "np": "import numpy as np",
     "partial": "from functools import partial",
+    "os": "import os",
     "optax": "import optax",
+    "ocp": "import orbax.checkpoint as ocp",
     "nnx": "from flax import nnx",
 }
-IMPORT_ORDER = ["partial", "np", "jax", "jnp", "optax", "nnx"]
+IMPORT_ORDER = ["os", "partial", "np", "jax", "jnp", "optax", "ocp", "nnx"]
 
 
 class ParseError(Exception):

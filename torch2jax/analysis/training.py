@@ -92,6 +92,7 @@ class TrainingIndex:
     seeded_scopes: set[int] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)  # statements with no JAX counterpart
     self_keyed: set[str] = field(default_factory=set)  # functions that make their own key
+    model_vars: set[str] = field(default_factory=set)  # names assigned a model instance
     random_scopes: set[int] = field(default_factory=set)
     module_scope_random: bool = False
 
@@ -184,6 +185,8 @@ class TrainingIndexer(cst.CSTVisitor):
         target = node.targets[0].target
         name = target.value if isinstance(target, cst.Name) else None
         q = qualified(self, node.value.func)
+        if name and self._builds_model(node.value):
+            self.index.model_vars.add(name)
         if is_optimizer(q) and name:
             self._add_optimizer(node.value, q, node, name)
         elif is_scheduler(q) and name:

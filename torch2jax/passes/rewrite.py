@@ -29,7 +29,7 @@ from torch2jax.passes.special import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet
 from torch2jax.targets import Emitter
 
-_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax)\b(?=[.(])")
+_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp)\b(?=[.(])")
 
 
 DTYPES = {
@@ -498,6 +498,50 @@ class TorchToJax(cst.CSTTransformer):
     def _pending_line_comments(self) -> list[cst.EmptyLine]:
         return []
 
+    def _checkpoint_call(self, node: cst.Call) -> tuple[str, str, cst.BaseExpression] | None:
+        """``torch.save(M.state_dict(), path)`` -> ("save", M, path);
+        ``M.load_state_dict(torch.load(path, ...))`` -> ("load", M, path); as statements."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        q = self.q(node.func)
+        if q == "torch.save" and isinstance(parent, cst.Expr) and len(node.args) >= 2 and \
+                m.matches(node.args[0].value, m.Call(func=m.Attribute(
+                    value=m.Name(), attr=m.Name("state_dict")), args=[])):
+            return "save", node.args[0].value.func.value.value, node.args[1].value
+        if q == "torch.load" and isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if (m.matches(outer, m.Call(func=m.Attribute(value=m.Name(),
+                                                          attr=m.Name("load_state_dict"))))
+                    and len(outer.args) == 1 and node.args and isinstance(
+                        self.get_metadata(ParentNodeProvider, outer, None), cst.Expr)):
+                return "load", outer.func.value.value, node.args[0].value
+        return None
+
+    def _checkpoint_statement(self, original_node: cst.Expr):
+        value = original_node.value
+        site = None
+        if self.q(value.func) == "torch.save":
+            site = self._checkpoint_call(value)
+        elif m.matches(value, m.Call(func=m.Attribute(attr=m.Name("load_state_dict")),
+                                     args=[m.Arg(m.Call())])):
+            site = self._checkpoint_call(value.args[0].value)
+        if site is None:
+            return None
+        kind, model, path = site
+        p = code(path)
+        if kind == "save":
+            inner = f"checkpointer.save(os.path.abspath({p}), nnx.state({model}), force=True)"
+        else:
+            inner = (f"nnx.update({model}, checkpointer.restore(os.path.abspath({p}), "
+                     f"nnx.state({model})))")
+        block = cst.parse_statement(f"with ocp.StandardCheckpointer() as checkpointer:\n"
+                                    f"    {inner}\n")
+        self.need("os", "ocp", "nnx")
+        self.diag(original_node, f"torch.{kind}", "info",
+                  f"{'saves' if kind == 'save' else 'restores'} an orbax checkpoint (a "
+                  "directory at that path) of the model's nnx.state")
+        self._pending[-1].after.append(block)
+        return cst.RemoveFromParent()
+
     def _is_statement_call(self, node: cst.Call) -> bool:
         return isinstance(self.get_metadata(ParentNodeProvider, node, None), cst.Expr)
 
@@ -583,6 +627,9 @@ class TorchToJax(cst.CSTTransformer):
             return None
         q = self.q(value.func)
         t = self.training
+        checkpoint = self._checkpoint_statement(original_node)
+        if checkpoint is not None:
+            return checkpoint
         if q and q.startswith("torch.nn.init."):
             try:
                 return self._init_statement(original_node, updated_node, q)
@@ -906,6 +953,8 @@ class TorchToJax(cst.CSTTransformer):
             return updated  # statements, with blocks and decorators: handled there
         if name and name.startswith("torch.nn.init.") and self._is_statement_call(original):
             return updated  # an initialisation statement: handled in leave_Expr
+        if name in ("torch.save", "torch.load") and self._checkpoint_call(original) is not None:
+            return updated  # checkpoint statements: handled in leave_Expr
         if name == "isinstance" or (isinstance(original.func, cst.Name)
                                     and original.func.value == "isinstance"):
             return self._isinstance(original, updated)

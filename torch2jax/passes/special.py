@@ -710,6 +710,15 @@ def pad(site: Site) -> cst.BaseExpression:
     return call("jnp.pad", arg(x), arg(expr(width)), *kws)
 
 
+@special("one_hot")
+def one_hot(site: Site) -> cst.BaseExpression:
+    n = site.get("num_classes")
+    if n is None or try_literal(n, ...) == -1:
+        raise Untranslatable("F.one_hot without num_classes: the class count comes from the "
+                             "data in torch, JAX needs it statically")
+    return call("jax.nn.one_hot", arg(site.x()), arg(n), arg(expr("jnp.int32"), "dtype"))
+
+
 @special("dropout_fn")
 def dropout_fn(site: Site) -> cst.BaseExpression:
     training = site.lit("training")

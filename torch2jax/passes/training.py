@@ -335,6 +335,12 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     pre, post_dep = [], []
     for s in outside:
         (post_dep if set(names_of(s).used) & set(defined) else pre).append(s)
+    # batch expressions (X[i:i + 4], train_x[idx]) are computed by the caller and passed in:
+    # their indices may be Python ints that a jit-compiled function cannot slice with
+    taken0 = set(used_later) | set(loop_names) | {u for st in loss_body
+                                                  for u in names_of(st).used}
+    lifter = _LiftBatches({model, *defined}, loop_names, taken0)
+    loss_body = [st.visit(lifter) for st in loss_body]
     free = []
     for s in loss_body:
         n = names_of(s)
@@ -345,7 +351,8 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                                                   for u in names_of(st).used}
     loss_fn = _fresh("loss_fn", taken)
     grads = _fresh("grads", taken)
-    params = ", ".join([model, optimizer, *free])
+    params = ", ".join([model, optimizer, *free, *(n for n, _ in lifter.lifted)])
+    call_args = ", ".join([model, optimizer, *free, *(code(e) for _, e in lifter.lifted)])
     inner = "".join("        " + line + "\n" for s in loss_body
                     for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
     if aux:
@@ -364,12 +371,56 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
            f"{vg}    {optimizer}.update({model}, {grads})\n{ret}")
     fn = cst.parse_statement(src)
     assert isinstance(fn, cst.FunctionDef)
-    call_stmt = cst.parse_statement(f"{lhs} = {step_name}({', '.join([model, optimizer, *free])})\n")
+    call_stmt = cst.parse_statement(f"{lhs} = {step_name}({call_args})\n")
     first = loss_body[0]
     if isinstance(first, cst.SimpleStatementLine) and first.leading_lines:
         call_stmt = call_stmt.with_changes(leading_lines=first.leading_lines)
     new_body = [*pre, call_stmt, *post_dep, *after]
     return TrainStep(function=fn, body=new_body)
+
+
+class _LiftBatches(cst.CSTTransformer):
+    """Replace the largest sub-expressions that read loop variables but not the model (nor
+    what the loss function computes) with parameters named after them."""
+
+    def __init__(self, deps: set[str], loop_names: set[str], taken: set[str]) -> None:
+        super().__init__()
+        self.deps = deps
+        self.loop_names = loop_names
+        self.taken = set(taken)
+        self.lifted: list[tuple[str, cst.BaseExpression]] = []
+        self._replace: dict[int, str] = {}
+
+    def visit_AssignTarget(self, node) -> bool:
+        return False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.BaseExpression) and not isinstance(
+                node, (cst.Name, cst.Lambda)) and not isinstance(node, cst.BaseSlice):
+            used = set(names_of(node).used)
+            if used & self.loop_names and not used & self.deps:
+                for name, prev in self.lifted:  # the same expression twice: one parameter
+                    if prev.deep_equals(node):
+                        self._replace[id(node)] = name
+                        return False
+                name = _fresh(_batch_name(node), self.taken)
+                self.taken.add(name)
+                self.lifted.append((name, node))
+                self._replace[id(node)] = name
+                return False
+        return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):
+        name = self._replace.get(id(original_node))
+        if name is not None:
+            return cst.Name(name)
+        return super().on_leave(original_node, updated_node)
+
+
+def _batch_name(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name):
+        return node.value.value.lower() + "_batch"
+    return "batch"
 
 
 def _fresh(name: str, taken: set[str]) -> str:
