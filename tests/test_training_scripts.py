@@ -116,6 +116,23 @@ for step in range(6):
     scheduler.step()
     print(f"{loss.item():.8f} {scheduler.get_last_lr()[0]:.8f}")
 """,
+    # gradient accumulation over ACCUM micro-batches, scheduler stepped with the optimizer
+    "accumulate_rmsprop_exponential": """
+ACCUM = 2
+model = Net()
+optimizer = torch.optim.RMSprop(model.parameters(), lr=0.01, momentum=0.5)
+scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.8)
+for epoch in range(3):
+    for i in range(4):
+        xb, yb = X[2 * i:2 * i + 2], Y[2 * i:2 * i + 2]
+        loss = F.cross_entropy(model(xb), yb) / ACCUM
+        loss.backward()
+        if (i + 1) % ACCUM == 0:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+        print(f"{loss.item():.8f}")
+""",
 }
 
 
@@ -216,14 +233,20 @@ def test_untranslatable_randomness_and_training_is_marked(snippet: str, rule: st
     assert "TODO(torch2jax)" in result.code
 
 
-def test_gradient_accumulation_is_marked_not_mistranslated() -> None:
+def test_gradient_accumulation_becomes_multisteps() -> None:
+    code = _convert(HEADER + SCRIPTS["accumulate_rmsprop_exponential"])
+    assert "optax.MultiSteps(" in code and "every_k_schedule=ACCUM" in code
+    assert "use_grad_mean=False" in code and "% ACCUM" not in code
+
+
+def test_accumulation_in_an_unusual_shape_is_marked() -> None:
     source = HEADER + textwrap.dedent("""\
         model = Net()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for i in range(8):
             loss = F.cross_entropy(model(X[i:i + 1]), Y[i:i + 1]) / 4
             loss.backward()
-            if (i + 1) % 4 == 0:
+            if i % 4 == 3:
                 optimizer.step()
                 optimizer.zero_grad()
         """)

@@ -33,6 +33,19 @@ CLIPS = {"torch.nn.utils.clip_grad_norm_": "norm", "torch.nn.utils.clip_grad_val
          "torch.nn.utils.clip_grad.clip_grad_value_": "value"}
 
 
+def _every_k(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``(i + 1) % k == 0`` -> ``k``."""
+    if (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)
+            and m.matches(test.comparisons[0].comparator, m.Integer("0"))
+            and isinstance(test.left, cst.BinaryOperation)
+            and isinstance(test.left.operator, cst.Modulo)
+            and m.matches(test.left.left, m.BinaryOperation(operator=m.Add(),
+                                                             right=m.Integer("1")))):
+        return test.left.right
+    return None
+
+
 def is_optimizer(q: str | None) -> bool:
     return bool(q) and q.startswith(OPTIM) and not q.startswith(SCHED) and (
         q.rsplit(".", 1)[-1][:1].isupper())
@@ -56,6 +69,7 @@ class OptimizerSite:
     aliases: set[str] = field(default_factory=set)  # names holding it in other scopes
     groups: list[ParamGroup] | None = None  # parameter groups, when recognised
     groups_problem: str | None = None  # why the parameter groups were not recognised
+    accumulate: cst.BaseExpression | None = None  # steps every k backward() calls
 
 
 @dataclass
@@ -117,6 +131,8 @@ class TrainingIndexer(cst.CSTVisitor):
         self._loops: list[int] = []
         self._stmt: list[cst.CSTNode] = []
         self._step_calls: list[tuple[str, int | None, int]] = []  # (receiver, loop, scope)
+        self._ifs: list[tuple[cst.If, int | None]] = []  # enclosing ifs (and their loop)
+        self._accumulate: dict[str, cst.BaseExpression] = {}  # optimizer var -> every k
         self._clips: list[tuple[str, cst.BaseExpression, int | None]] = []
         self._returns_optimizer: dict[str, OptimizerSite] = {}
         self._opt_from_fn: list[tuple[str, str, str | None]] = []  # (var, function, receiver)
@@ -166,6 +182,12 @@ class TrainingIndexer(cst.CSTVisitor):
 
     def leave_While(self, node: cst.While) -> None:
         self._loops.pop()
+
+    def visit_If(self, node: cst.If) -> None:
+        self._ifs.append((node, self._loops[-1] if self._loops else None))
+
+    def leave_If(self, node: cst.If) -> None:
+        self._ifs.pop()
 
     def visit_SimpleStatementLine(self, node) -> None:
         self._stmt.append(node)
@@ -256,8 +278,13 @@ class TrainingIndexer(cst.CSTVisitor):
             self._clips.append((CLIPS[q], node.args[1].value,
                                 self._loops[-1] if self._loops else None))
         if m.matches(node.func, m.Attribute(value=m.Name(), attr=m.Name("step"))):
-            self._step_calls.append((node.func.value.value,
-                                     self._loops[-1] if self._loops else None, self.scope))
+            loop = self._loops[-1] if self._loops else None
+            self._step_calls.append((node.func.value.value, loop, self.scope))
+            # gradient accumulation: `if (i + 1) % k == 0: optimizer.step()` in the loop
+            if self._ifs and self._ifs[-1][1] == loop and loop is not None:
+                k = _every_k(self._ifs[-1][0].test)
+                if k is not None:
+                    self._accumulate[node.func.value.value] = k
 
     def _builds_model(self, node: cst.Call) -> bool:
         return isinstance(node.func, cst.Name) and node.func.value in self.model_classes
@@ -283,6 +310,10 @@ class TrainingIndexer(cst.CSTVisitor):
             sched = idx.scheduler_names.get(recv)
             if sched is not None:
                 sched.step_loops.append(loop)
+        for var, k in self._accumulate.items():
+            site = idx.optimizer_names.get(var)
+            if site is not None:
+                site.accumulate = k
         # schedulers combined by another one (SequentialLR's list) are its parts
         parts = {n.value for site in idx.schedulers.values()
                  for a in site.call.args[1:] for n in m.findall(a.value, m.Name())}

@@ -437,6 +437,19 @@ class TorchToJax(cst.CSTTransformer):
             kind, limit = clip
             tx = (optim.with_clipping(tx, max_norm=limit) if kind == "norm"
                   else optim.with_clipping(tx, clip_value=limit))
+        if site.accumulate is not None:
+            if inject:
+                raise Untranslatable("gradient accumulation with a learning rate set outside "
+                                     "the update (scheduler stepped per epoch)",
+                                     rule="accumulation")
+            # torch sums the gradients of the k backward() calls (the loss is usually divided
+            # by k already): MultiSteps without averaging
+            tx = expr("optax.MultiSteps({tx}, every_k_schedule={k}, use_grad_mean=False)",
+                      tx=tx, k=site.accumulate)
+            self.diag(original_node, "accumulation", "info",
+                      "gradient accumulation became optax.MultiSteps: the update is applied "
+                      "every k steps, with the sum of the k gradients")
+        if clip is not None:
             if inject:
                 lr = overrides.get("lr", opt.lr)
                 tx = expr("optax.inject_hyperparams(lambda learning_rate: {tx})"
@@ -765,8 +778,10 @@ class TorchToJax(cst.CSTTransformer):
                 continue
             outer = self._for_stack[0] if self._for_stack else original_node
             loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+            site = t.optimizer_names[name]
             step = tr.build_train_step(body, optimizer=name, model=model,
-                                       loop_names=loop_names, step_name="train_step")
+                                       loop_names=loop_names, step_name="train_step",
+                                       accumulate=site.accumulate is not None)
             if step is not None:
                 self.need("nnx")
                 self._hoist.append(step.function)

@@ -283,7 +283,7 @@ class TrainStep:
 
 
 def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
-                     loop_names: set[str], step_name: str, inject: bool = False
+                     loop_names: set[str], step_name: str, accumulate: bool = False
                      ) -> TrainStep | None:
     """Restructure a loop body that runs ``backward()`` and ``optimizer.step()``.
 
@@ -293,7 +293,9 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     """
     body = list(body)
     back = [i for i, s in enumerate(body) if _is_method_stmt(s, None, "backward")]
-    steps = [i for i, s in enumerate(body) if _is_method_stmt(s, {optimizer}, "step")]
+    steps = [i for i, s in enumerate(body) if _is_method_stmt(s, {optimizer}, "step") or (
+        accumulate and isinstance(s, cst.If) and not s.orelse and len(s.body.body) == 1
+        and _is_method_stmt(s.body.body[0], {optimizer}, "step"))]
     if len(back) != 1 or len(steps) != 1 or steps[0] < back[0]:
         return None
     ib, istep = back[0], steps[0]
