@@ -242,7 +242,9 @@ def _to_numpy(tensor: Any) -> np.ndarray:
     t = tensor.detach().cpu()
     if t.dtype == torch.bfloat16:  # numpy has no bfloat16; the NNX variable's dtype decides
         t = t.float()
-    return t.numpy()
+    # a copy: jnp.asarray may otherwise share torch's CPU buffer, and a later in-place torch
+    # update (optimizer.step()) would change the JAX weights too
+    return t.numpy().copy()
 
 
 def _storage_key(tensor: Any) -> tuple | None:
