@@ -448,7 +448,8 @@ class TorchToJax(cst.CSTTransformer):
                       tx=tx, k=site.accumulate)
             self.diag(original_node, "accumulation", "info",
                       "gradient accumulation became optax.MultiSteps: the update is applied "
-                      "every k steps, with the sum of the k gradients")
+                      "every k steps, with the sum of the k gradients (torch differs when an "
+                      "epoch's batch count is not a multiple of k and the counter restarts)")
         if clip is not None:
             if inject:
                 lr = overrides.get("lr", opt.lr)
