@@ -116,6 +116,20 @@ for step in range(6):
     scheduler.step()
     print(f"{loss.item():.8f} {scheduler.get_last_lr()[0]:.8f}")
 """,
+    # ReduceLROnPlateau stepped per epoch with a validation metric
+    "sgd_plateau": """
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=1)
+for epoch in range(8):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(X), Y)
+    loss.backward()
+    optimizer.step()
+    val = F.cross_entropy(model(X[:4]), Y[:4]).item()
+    scheduler.step(val)
+    print(f"{loss.item():.8f} {optimizer.param_groups[0]['lr']:.8f}")
+""",
     # gradient accumulation over ACCUM micro-batches, scheduler stepped with the optimizer
     "accumulate_rmsprop_exponential": """
 ACCUM = 2
@@ -223,6 +237,8 @@ def test_seeding_helper_returns_its_key() -> None:
     ("x = [torch.randn(2) for _ in range(3)]", "random"),
     ("g = torch.Generator()\nx = torch.randn(2, generator=g)", "torch.randn"),
     ("loss = model(x).sum()\nloss.backward()", "training-loop"),
+    ("opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor g in opt.param_groups:\n"
+     + "    g['lr'] = 0.01", "param_groups"),
 ])
 def test_untranslatable_randomness_and_training_is_marked(snippet: str, rule: str) -> None:
     source = "import torch\nimport torch.nn as nn\ntorch.manual_seed(0)\nmodel = nn.Linear(2, 2)\n" \

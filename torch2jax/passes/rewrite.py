@@ -89,6 +89,7 @@ class TorchToJax(cst.CSTTransformer):
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
+        self._plateaus: dict[str, object] = {}  # ReduceLROnPlateau vars
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:
@@ -420,7 +421,8 @@ class TorchToJax(cst.CSTTransformer):
             raise Untranslatable(site.groups_problem, rule="param-groups")
         sched = site.scheduler
         inline = bool(sched is not None and sched.per_update and sched.scope == site.scope
-                      and site.name is not None)
+                      and site.name is not None
+                      and not sched.qualname.endswith("ReduceLROnPlateau"))
         if sched is not None:
             sched.inline = inline
         if site.name:  # (aliases in other scopes read the lr from the optimizer)
@@ -479,10 +481,10 @@ class TorchToJax(cst.CSTTransformer):
             base = cst.Name(base_name)
         schedule = optim.translate_scheduler(updated_node.value, sched.qualname, base,
                                              lambda e: self._schedules.get(code(e)))
-        if schedule.plateau is not None or schedule.fn is None:
-            raise Untranslatable(f"{sched.qualname} in a script: chain "
-                                 "optax.contrib.reduce_on_plateau and pass value= to update",
-                                 rule=sched.qualname)
+        if schedule.plateau is not None:
+            return self._plateau(original_node, updated_node, sched, schedule, base, before)
+        if schedule.fn is None:
+            raise Untranslatable(f"{sched.qualname}: no schedule", rule=sched.qualname)
         self._schedules[sched.name] = schedule
         for severity, msg in schedule.notes:
             self.diag(original_node, sched.qualname, severity, msg)
@@ -634,6 +636,27 @@ class TorchToJax(cst.CSTTransformer):
         self.need("jax", "jnp")
         return cst.Assign(targets=[cst.AssignTarget(v)], value=cst.parse_expression(value))
 
+    def _plateau(self, original_node, updated_node, sched, schedule, base, before):
+        """ReduceLROnPlateau: optax's transform keeps the scale in its state; the script steps
+        it with the metric where torch did and sets the injected learning rate from it."""
+        if sched.inline or sched.part or not sched.optimizer:
+            raise Untranslatable("ReduceLROnPlateau stepped with every update or combined with "
+                                 "another scheduler", rule=sched.qualname)
+        self._schedules[sched.name] = schedule
+        for severity, msg in schedule.notes:
+            self.diag(original_node, sched.qualname, severity, msg)
+        base_code = code(base)
+        if not isinstance(base, cst.Name):
+            base_code = f"{sched.name}_base_lr"
+            before.append(cst.parse_statement(f"{base_code} = {code(base)}\n"))
+        self._note_imports(schedule.plateau)
+        after = [cst.parse_statement(f"{sched.name}_state = {sched.name}.init(None)\n")]
+        if self._pending:
+            self._pending[-1].before.extend(before)
+            self._pending[-1].after.extend(after)
+        self._plateaus[sched.name] = (schedule, base_code)
+        return updated_node.with_changes(value=schedule.plateau)
+
     def _training_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
         """Seeding, gradient bookkeeping and scheduler steps used as statements."""
         value = original_node.value
@@ -707,6 +730,23 @@ class TorchToJax(cst.CSTTransformer):
     def _scheduler_step(self, original_node, updated_node, sched):
         if sched.inline:
             return cst.RemoveFromParent()  # the schedule is a function of the update count
+        plateau, base_code = self._plateaus.get(sched.name, (None, None))
+        if plateau is not None:
+            args = updated_node.value.args
+            if len(args) != 1 or args[0].keyword is not None and args[0].keyword.value != \
+                    "metrics":
+                self.diag(original_node, sched.qualname, "error",
+                          "ReduceLROnPlateau.step() without the metric")
+                return updated_node
+            metric = args[0].value
+            value = expr("-{m}", m=metric) if plateau.negate_metric else metric
+            self._pending[-1].before.append(cst.SimpleStatementLine(body=[cst.Assign(
+                targets=[cst.AssignTarget(expr(f"_, {sched.name}_state"))],
+                value=expr(f"{sched.name}.update(None, {sched.name}_state, value={{v}})",
+                           v=value))]))
+            return cst.parse_statement(
+                f"{tr.lr_slot(sched.optimizer)} = {base_code} * "
+                f"{sched.name}_state.scale\n").body[0]
         if original_node.value.args or sched.optimizer is None:
             self.diag(original_node, sched.qualname, "error",
                       "scheduler.step() with an argument (a metric or an epoch)")
@@ -816,7 +856,29 @@ class TorchToJax(cst.CSTTransformer):
                 if layout:
                     self._loop_layouts[-1][node.target.value] = layout
 
+    def _group_lr(self, node: cst.Subscript) -> cst.BaseExpression | None:
+        """``optimizer.param_groups[0]["lr"]`` read: the learning rate the next update uses."""
+        if not (m.matches(node, m.Subscript(value=m.Subscript(value=m.Attribute(
+                value=m.Name(), attr=m.Name("param_groups"))))) and len(node.slice) == 1
+                and try_literal(getattr(node.slice[0].slice, "value", None), ...) == "lr"):
+            return None
+        name = node.value.value.value.value
+        site = self.training.optimizer_names.get(name)
+        if site is None:
+            return None
+        sched = site.scheduler
+        if sched is not None and sched.inline:
+            return expr(f"{sched.name}({name}.step.value)")
+        if sched is not None:
+            quote = "'" if self._fstring_quotes and '"' in self._fstring_quotes[-1] else '"'
+            return expr(tr.lr_slot(name, quote))
+        lr = self._opt_lr.get(name)
+        return lr
+
     def leave_Subscript(self, original_node, updated_node):
+        lr = self._group_lr(original_node)
+        if lr is not None:
+            return lr
         # [x][0], left by a rewrite that returns a one-element list (get_last_lr()[0])
         if (isinstance(updated_node.value, cst.List) and len(updated_node.value.elements) == 1
                 and not isinstance(original_node.value, cst.List)
@@ -922,6 +984,18 @@ class TorchToJax(cst.CSTTransformer):
         if m.matches(original_node, m.Attribute(value=m.Name("self"), attr=m.Name("training"))) \
                 and self.in_module_class():
             return expr("not self.deterministic")
+        if (original_node.attr.value == "param_groups" and isinstance(original_node.value, cst.Name)
+                and original_node.value.value in self.training.optimizer_names):
+            outer = self.get_metadata(ParentNodeProvider, original_node, None)
+            outer = self.get_metadata(ParentNodeProvider, outer, None) if outer else None
+            outer2 = self.get_metadata(ParentNodeProvider, outer, None) if outer else None
+            read = isinstance(outer, cst.Subscript) and self._group_lr(outer) is not None and \
+                not isinstance(outer2, cst.AssignTarget)
+            if not read:
+                self.diag(original_node, "param_groups", "error",
+                          "optimizer.param_groups used other than to read the learning rate: "
+                          "build the optimizer with optax.inject_hyperparams and set "
+                          "opt_state.hyperparams['learning_rate']")
         if isinstance(original_node.value, cst.Name) and original_node.attr.value in (
                 "weight", "bias"):
             layer = self._narrowed_layer(original_node, original_node.value.value)
