@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.syntax import Syntax
 
-from torch2jax.convert import ParseError, convert_source
-from torch2jax.discover import discover, read_source, write_atomic
-from torch2jax.report import Diagnostic, FileReport, RunReport
+from torch2jax.config import Config, ConfigError, find_config, load_user_rules
+from torch2jax.discover import Exclude
+from torch2jax.engine import Options, Request, default_jobs
+from torch2jax.engine import run as run_engine
+from torch2jax.report import unified_diff
 from torch2jax.ruleset import RuleError, load_rules
+from torch2jax.targets import get_emitter
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Rewrite PyTorch code as JAX (flax NNX) and verify it numerically.")
@@ -23,91 +24,71 @@ console = Console(stderr=True)
 out_console = Console(soft_wrap=True)
 
 
-def _convert_paths(paths: list[Path], out: Optional[Path], target: str, in_place: bool,
-                   diff: bool, check_only: bool) -> RunReport:
-    rules = load_rules()
-    run = RunReport()
-    files = discover(paths, exclude_dirs=[out] if out else [])
-    for src, rel in files:
-        report = FileReport(path=str(src), status="unchanged")
-        run.files.append(report)
-        try:
-            text = read_source(src)
-            result = convert_source(text, path=str(src), target=target, rules=rules)
-        except (ParseError, UnicodeDecodeError, OSError) as exc:
-            report.status = "failed"
-            report.diagnostics.append(Diagnostic(str(src), _line_of(exc), 1, "parse", "error",
-                                                 str(exc)))
-            continue
-        except Exception as exc:  # a bug of ours must not stop the other files
-            report.status = "failed"
-            report.diagnostics.append(Diagnostic(str(src), 1, 1, "internal", "error",
-                                                 f"internal error while converting: {exc!r}"))
-            continue
-        report.diagnostics.extend(result.diagnostics)
-        changed = result.uses_torch and result.code != text
-        report.status = "converted" if changed else "unchanged"
-        if check_only:
-            continue
-        if diff:
-            if changed:
-                _print_diff(text, result.code, str(src))
-            continue
-        if in_place:
-            if changed:
-                write_atomic(src, result.code)
-                report.output = str(src)
-        elif out is not None:
-            dest = out / rel
-            write_atomic(dest, result.code)
-            report.output = str(dest)
-    return run
-
-
-def _line_of(exc: Exception) -> int:
-    text = str(exc)
-    parts = text.split(":")
-    for p in parts[1:3]:
-        if p.strip().isdigit():
-            return int(p)
-    return 1
+def _setup(paths: list[Path], target: str | None, exclude: list[str] | None,
+           rules_dirs: list[Path] | None) -> tuple[Config, Options, tuple[Exclude, ...]]:
+    """The configuration ([tool.torch2jax] above the first path) merged with the options."""
+    cfg = find_config(paths[0]) if paths else Config()
+    rule_dirs = (*cfg.rules, *(d.resolve() for d in rules_dirs or ()))
+    if rule_dirs:
+        load_user_rules(rule_dirs)  # validate now: a bad rule file is a usage error
+    get_emitter(target or cfg.target or "nnx")
+    options = Options(target=target or cfg.target or "nnx", rule_dirs=rule_dirs,
+                      ignore=cfg.ignore)
+    excludes = (Exclude(cfg.exclude, cfg.base), Exclude(tuple(exclude or ())))
+    return cfg, options, excludes
 
 
 def _print_diff(old: str, new: str, name: str) -> None:
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 fromfile=f"a/{name}", tofile=f"b/{name}")
-    text = "".join(lines)
-    if sys.stdout.isatty():
-        out_console.print(Syntax(text, "diff", theme="ansi_dark", background_color="default"))
-    else:
-        sys.stdout.write(text)
+    color = sys.stdout.isatty()
+    sys.stdout.write(unified_diff(old, new, name, color=color))
+    sys.stdout.flush()
+
+
+def _usage_error(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(2)
 
 
 @app.command()
 def convert(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to convert.")],
-    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Output folder (mirror tree).")] = None,
-    target: Annotated[str, typer.Option(help="nnx (linen and equinox are planned).")] = "nnx",
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Output folder (mirror tree).")] = None,
+    target: Annotated[str | None, typer.Option(
+        help="nnx (linen and equinox are planned); default: [tool.torch2jax] target, else nnx.")] = None,
     in_place: Annotated[bool, typer.Option("--in-place", help="Rewrite files in place.")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 if anything would change.")] = False,
-    report: Annotated[Optional[Path], typer.Option(help="Write the JSON report here.")] = None,
-    jobs: Annotated[int, typer.Option("-j", "--jobs", help="Worker processes.")] = 1,
+    report: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
+    jobs: Annotated[int, typer.Option("-j", "--jobs",
+                                      help="Worker processes (0: one per core).")] = 0,
+    exclude: Annotated[list[str] | None, typer.Option(
+        "--exclude", help="gitignore-style pattern of paths to skip (repeatable).")] = None,
+    no_gitignore: Annotated[bool, typer.Option(
+        "--no-gitignore", help="Also convert what .gitignore files ignore.")] = False,
+    rules_dir: Annotated[list[Path] | None, typer.Option(
+        "--rules", help="A folder of extra rule files (repeatable).")] = None,
 ) -> None:
     """Convert PyTorch files to JAX. Exit 0: all converted; 1: TODOs left or a file failed."""
     modes = sum([out is not None, in_place, diff, check])
     if modes != 1:
-        console.print("[red]error:[/] give exactly one of -o/--out, --in-place, --diff, --check")
-        raise typer.Exit(2)
+        raise _usage_error("give exactly one of -o/--out, --in-place, --diff, --check")
     for p in paths:
-        if not p.exists():
-            console.print(f"[red]error:[/] {p}: no such file or folder")
-            raise typer.Exit(2)
+        if not p.exists() and not p.is_symlink():
+            raise _usage_error(f"{p}: no such file or folder")
+    if out is not None:
+        for p in paths:
+            if p.is_dir() and out.resolve() == p.resolve():
+                raise _usage_error(f"-o {out} is the input folder {p}: the output would "
+                                   "overwrite the input")
     try:
-        run = _convert_paths(paths, out, target, in_place, diff, check)
-    except (ValueError, RuleError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        _, options, excludes = _setup(paths, target, exclude, rules_dir)
+    except (ValueError, RuleError, ConfigError) as exc:
+        raise _usage_error(str(exc)) from None
+    mode = "out" if out is not None else "in-place" if in_place else "diff" if diff else "check"
+    req = Request(paths=list(paths), mode=mode, out=out, options=options,
+                  jobs=jobs or default_jobs(), excludes=excludes,
+                  use_gitignore=not no_gitignore)
+    run = run_engine(req, show_diff=_print_diff, progress_console=console)
     run.print_summary(console)
     if report is not None:
         run.write_json(report)
@@ -118,32 +99,47 @@ def convert(
 
 
 @app.command()
-def check(paths: Annotated[list[Path], typer.Argument(help="Files to check.")]) -> None:
-    """Pre-commit entry: exit 1 when files hold torch code that would be converted."""
-    run = _convert_paths(paths, None, "nnx", False, False, True)
+def check(paths: Annotated[list[Path], typer.Argument(help="Files to check.")],
+          jobs: Annotated[int, typer.Option("-j", "--jobs",
+                                            help="Worker processes (0: one per core).")] = 0,
+          ) -> None:
+    """Pre-commit entry: exit 1 when files hold torch code that would be converted (or cannot
+    be read or parsed); the diagnostics are printed."""
+    paths = [p for p in paths if p.exists() or p.is_symlink()]
+    if not paths:
+        raise typer.Exit(0)
+    try:
+        _, options, excludes = _setup(paths, None, None, None)
+    except (ValueError, RuleError, ConfigError) as exc:
+        raise _usage_error(str(exc)) from None
+    req = Request(paths=list(paths), mode="check", options=options,
+                  jobs=jobs or default_jobs(), excludes=excludes)
+    run = run_engine(req)
     pending = [f for f in run.files if f.status in ("converted", "failed")]
     for f in pending:
-        console.print(f"{f.path}: holds PyTorch code that torch2jax would convert")
+        what = ("could not be converted" if f.status == "failed"
+                else "holds PyTorch code that torch2jax would convert")
+        console.print(f"{f.path}: {what}", highlight=False)
     for d in run.diagnostics:
         if d.severity != "info":
-            console.print(d.render())
+            console.print(d.render(), highlight=False, markup=False)
     raise typer.Exit(1 if pending else 0)
 
 
 @app.command()
 def verify(
-    target: Annotated[Optional[str], typer.Argument(help="FILE.py::Name")] = None,
-    args: Annotated[Optional[str], typer.Option("--args", help="Constructor kwargs as JSON.")] = None,
-    build: Annotated[Optional[str], typer.Option("--build", help="Constructor expression.")] = None,
-    input: Annotated[Optional[list[str]], typer.Option("--input", help="DTYPE[D0,D1,...]")] = None,
+    target: Annotated[str | None, typer.Argument(help="FILE.py::Name")] = None,
+    args: Annotated[str | None, typer.Option("--args", help="Constructor kwargs as JSON.")] = None,
+    build: Annotated[str | None, typer.Option("--build", help="Constructor expression.")] = None,
+    input: Annotated[list[str] | None, typer.Option("--input", help="DTYPE[D0,D1,...]")] = None,
     jax_target: Annotated[str, typer.Option("--target")] = "nnx",
     grad: Annotated[bool, typer.Option("--grad", help="Also compare gradients.")] = False,
     atol: Annotated[float, typer.Option()] = 1e-5,
     rtol: Annotated[float, typer.Option()] = 1e-4,
-    device: Annotated[Optional[str], typer.Option(help="cpu, gpu or tpu")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, gpu or tpu")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    converted: Annotated[Optional[Path], typer.Option(help="An already converted file.")] = None,
-    cases: Annotated[Optional[Path], typer.Option(help="A TOML file of cases.")] = None,
+    converted: Annotated[Path | None, typer.Option(help="An already converted file.")] = None,
+    cases: Annotated[Path | None, typer.Option(help="A TOML file of cases.")] = None,
     optimizer: Annotated[str | None, typer.Option(
         help="Train instead: torch.optim.X(params, ...) (params = every parameter).")] = None,
     scheduler: Annotated[str | None, typer.Option(

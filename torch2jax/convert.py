@@ -18,6 +18,7 @@ from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
 from torch2jax.report import Diagnostic
 from torch2jax.ruleset import RuleSet, load_rules
+from torch2jax.suppress import suppress
 from torch2jax.targets import get_emitter
 
 IMPORT_LINES = {
@@ -97,6 +98,8 @@ def convert_source(
     indexer = Indexer(rules, set(known_modules or ()), first.finish().fn_returns)
     wrapper.visit(indexer)
     index = indexer.finish()
+    # module classes imported from other files of the repository: what they build takes rngs
+    index.module_classes |= {k for k in known_modules or () if k.isidentifier()}
     training_indexer = TrainingIndexer(index.module_classes, index.rngs_functions)
     wrapper.visit(training_indexer)
     training = training_indexer.finish()
@@ -107,7 +110,7 @@ def convert_source(
     new = new.visit(FuseLayoutMoves())
     new = _add_imports(new, transformer.imports_needed)
     diagnostics.sort(key=lambda d: (d.line, d.column))
-    return ConversionResult(code=new.code, diagnostics=diagnostics)
+    return suppress(ConversionResult(code=new.code, diagnostics=diagnostics), source)
 
 
 def _existing_imports(module: cst.Module) -> set[str]:

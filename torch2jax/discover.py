@@ -1,4 +1,20 @@
-"""Find the Python files to convert, read them safely, write results atomically."""
+"""Find the Python files to convert, read them safely, write results atomically.
+
+What is found: every ``*.py`` file under the given folders, in sorted order, less
+
+* the usual tool folders (``.git``, ``.venv``, ``__pycache__``, ``build``, ...),
+* the output folder when it sits inside the input,
+* what the ``.gitignore`` files of the enclosing git work tree ignore (gitignore semantics
+  through the ``pathspec`` library: nested ``.gitignore`` files, negation, folder patterns),
+* the ``exclude`` patterns (gitignore syntax; those of ``[tool.torch2jax]`` relative to the
+  ``pyproject.toml``, those of ``--exclude`` relative to each folder being converted).
+
+Files named explicitly are taken even when a ``.gitignore`` ignores them (as ``git add`` and
+linters do), but ``exclude`` still applies to them. Symbolic links to folders are not followed
+(a warning, or an error for a link loop); a file link is read through; a broken link, a link
+loop or something that is not a regular file (a FIFO would block the reader) is a problem
+reported for that path, never a crash.
+"""
 
 from __future__ import annotations
 
@@ -6,61 +22,262 @@ import os
 import tempfile
 import tokenize
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import pathspec
 
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache",
              ".pytest_cache", ".ruff_cache", "node_modules", "build", "dist"}
 
 
-def discover(paths: Iterable[Path], exclude_dirs: Iterable[Path] = ()) -> list[tuple[Path, Path]]:
-    """(file, path relative to its root) for every ``.py`` file under ``paths``.
+class ReadError(Exception):
+    """A file could not be read or decoded; the message says why (the caller names the file)."""
 
-    Folders listed in ``exclude_dirs`` (the output folder when it sits inside the input) and
-    the usual tool folders are skipped; symlinked folders are not followed (no loops).
-    """
+
+@dataclass(frozen=True)
+class Problem:
+    """A path found but not converted: ``severity`` error (exit status 1) or warning."""
+
+    path: Path
+    severity: str
+    message: str
+
+
+@dataclass
+class Discovery:
+    files: list[tuple[Path, Path]] = field(default_factory=list)  # (file, path under its root)
+    problems: list[Problem] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Exclude:
+    """gitignore-style ``patterns`` matched against paths relative to ``base`` (None: relative
+    to the folder being converted)."""
+
+    patterns: tuple[str, ...]
+    base: Path | None = None
+
+    def spec(self) -> pathspec.GitIgnoreSpec:
+        return pathspec.GitIgnoreSpec.from_lines(self.patterns)
+
+
+class _Ignores:
+    """The ``.gitignore`` files (from the git work tree's root down) and ``exclude`` specs."""
+
+    def __init__(self, excludes: Iterable[Exclude], use_gitignore: bool) -> None:
+        self.excludes = [(e.base.resolve() if e.base else None, e.spec())
+                         for e in excludes if e.patterns]
+        self.use_gitignore = use_gitignore
+        self._git_cache: dict[Path, list[tuple[Path, pathspec.GitIgnoreSpec]]] = {}
+
+    def _gitignores(self, folder: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
+        """The ``.gitignore`` specs that apply inside ``folder`` (outermost first)."""
+        if folder in self._git_cache:
+            return self._git_cache[folder]
+        parent = folder.parent
+        top = (folder / ".git").exists() or parent == folder
+        specs = [] if top else list(self._gitignores(parent))
+        gi = folder / ".gitignore"
+        if gi.is_file() and _in_git_tree(folder):
+            try:
+                lines = gi.read_text(encoding="utf-8", errors="replace").splitlines()
+                specs.append((folder, pathspec.GitIgnoreSpec.from_lines(lines)))
+            except OSError:
+                pass
+        self._git_cache[folder] = specs
+        return specs
+
+    def ignored(self, path: Path, is_dir: bool, root: Path | None = None,
+                explicit: bool = False) -> bool:
+        real = Path(os.path.abspath(path))
+        for base, spec in self.excludes:
+            base = base or (Path(os.path.abspath(root)) if root is not None else None)
+            rel = _relative(real, base) if base is not None else None
+            if rel is not None and spec.match_file(rel + ("/" if is_dir else "")):
+                return True
+        if explicit or not self.use_gitignore:
+            return False
+        verdict = False
+        for base, spec in self._gitignores(real.parent):
+            rel = _relative(real, base)
+            if rel is None:
+                continue
+            res = spec.check_file(rel + ("/" if is_dir else ""))
+            if res.include is not None:
+                verdict = res.include
+        return verdict
+
+
+def _relative(path: Path, base: Path) -> str | None:
+    try:
+        return path.relative_to(base).as_posix()
+    except ValueError:
+        return None
+
+
+def _in_git_tree(folder: Path) -> bool:
+    for d in (folder, *folder.parents):
+        if (d / ".git").exists():
+            return True
+    return False
+
+
+def find_files(paths: Iterable[Path], exclude_dirs: Iterable[Path | None] = (),
+               excludes: Iterable[Exclude] = (), use_gitignore: bool = True) -> Discovery:
+    """Every Python file to convert under ``paths`` (see the module docstring)."""
     excluded = {p.resolve() for p in exclude_dirs if p is not None}
-    found: list[tuple[Path, Path]] = []
+    ignores = _Ignores(excludes, use_gitignore)
+    out = Discovery()
     seen: set[Path] = set()
     for root in paths:
-        if root.is_file():
-            found.append((root, Path(root.name)))
+        if root.is_symlink() and not root.exists():
+            out.problems.append(Problem(root, "error", _link_problem(root)))
+            continue
+        if root.is_file() or (root.exists() and not root.is_dir()):
+            if ignores.ignored(root, False, root.parent, explicit=True):
+                continue
+            _add_file(root, Path(root.name), out, seen)
             continue
         for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
             d = Path(dirpath)
-            dirnames[:] = sorted(
-                n for n in dirnames
-                if n not in SKIP_DIRS and (d / n).resolve() not in excluded
-                and not n.endswith(".egg-info")
-            )
+            keep = []
+            for n in sorted(dirnames):
+                sub = d / n
+                if n in SKIP_DIRS or n.endswith(".egg-info"):
+                    continue
+                if sub.is_symlink():
+                    if not ignores.ignored(sub, True, root):
+                        out.problems.append(_dir_link_problem(sub))
+                    continue
+                if sub.resolve() in excluded or ignores.ignored(sub, True, root):
+                    continue
+                keep.append(n)
+            dirnames[:] = keep
             for name in sorted(filenames):
                 if not name.endswith(".py"):
                     continue
                 f = d / name
-                real = f.resolve()
-                if real in seen:
+                if ignores.ignored(f, False, root):
                     continue
-                seen.add(real)
-                found.append((f, f.relative_to(root)))
-    return found
+                _add_file(f, f.relative_to(root), out, seen)
+    return out
+
+
+def _link_problem(path: Path) -> str:
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:
+        return "symbolic link loop; not read"
+    except OSError as exc:
+        if getattr(exc, "errno", None) == 40:  # ELOOP
+            return "symbolic link loop; not read"
+        return f"broken symbolic link (to {os.readlink(path)}); not read"
+    return "symbolic link could not be followed; not read"
+
+
+def _dir_link_problem(link: Path) -> Problem:
+    try:
+        target = link.resolve(strict=True)
+    except (RuntimeError, OSError):
+        return Problem(link, "error", "symbolic link loop (or broken link) to a folder; "
+                                      "not followed")
+    parent = link.parent.resolve()
+    if target == parent or target in parent.parents:
+        return Problem(link, "error", "symbolic link loop (it points to a folder that contains "
+                                      "it); not followed")
+    return Problem(link, "warning", "symbolic link to a folder; not followed (convert the "
+                                    "target folder itself)")
+
+
+def _add_file(f: Path, rel: Path, out: Discovery, seen: set[Path]) -> None:
+    if f.is_symlink():
+        try:
+            real = f.resolve(strict=True)
+        except (RuntimeError, OSError):
+            out.problems.append(Problem(f, "error", _link_problem(f)))
+            return
+    else:
+        real = f.resolve()
+    if not real.is_file():
+        out.problems.append(Problem(f, "error", "not a regular file; not read"))
+        return
+    if real in seen:
+        return
+    seen.add(real)
+    out.files.append((f, rel))
+
+
+def discover(paths: Iterable[Path], exclude_dirs: Iterable[Path | None] = ()) -> list[
+        tuple[Path, Path]]:
+    """(file, path relative to its root) for every ``.py`` file under ``paths``."""
+    return find_files(paths, exclude_dirs).files
+
+
+def read_python(path: Path) -> tuple[str, str]:
+    """``(text, encoding)``: the file decoded as Python does (PEP 263 coding cookie or BOM,
+    else UTF-8), line endings kept as they are. Raises :class:`ReadError`."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ReadError(f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        encoding, _ = tokenize.detect_encoding(iter(data.splitlines(keepends=True)).__next__)
+    except SyntaxError as exc:
+        raise ReadError(f"bad coding declaration: {exc.msg}") from None
+    except StopIteration:
+        encoding = "utf-8"
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        if encoding in ("utf-8", "utf-8-sig"):
+            raise ReadError(
+                f"not valid UTF-8 and no coding declaration (PEP 263): byte "
+                f"0x{data[exc.start]:02x} at offset {exc.start}") from None
+        raise ReadError(f"does not decode as its declared {encoding}: {exc.reason} at offset "
+                        f"{exc.start}") from None
+    if encoding == "utf-8-sig":
+        text = text.removeprefix("\ufeff")
+    if "\x00" in text:
+        raise ReadError("holds NUL bytes (binary, not Python source)")
+    return text, encoding
 
 
 def read_source(path: Path) -> str:
     """The file's text, decoded as Python does (PEP 263 coding cookie, else UTF-8)."""
-    with open(path, "rb") as fh:
-        encoding, _ = tokenize.detect_encoding(fh.readline)
-    return path.read_text(encoding=encoding)
+    return read_python(path)[0]
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file in the same folder and rename it over ``path``."""
+def write_atomic(path: Path, text: str, encoding: str = "utf-8") -> None:
+    """Write through a temporary file in the same folder and rename it over ``path``: a reader
+    sees the old or the new content, never a partial file; the file mode is kept."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+        with os.fdopen(fd, "w", encoding=encoding, newline="") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
         if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
         os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def copy_atomic(src: Path, dest: Path) -> None:
+    """Copy ``src``'s bytes to ``dest`` through a temporary file (the mode is copied too)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    data = src.read_bytes()
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, src.stat().st_mode & 0o7777)
+        os.replace(tmp, dest)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

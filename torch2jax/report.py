@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -98,3 +99,28 @@ class RunReport:
         todos = sum(f.todos for f in self.files)
         parts = [f"{n} {s}" for s, n in sorted(counts.items())]
         console.print(f"{len(self.files)} files: " + ", ".join(parts) + f"; {todos} TODOs")
+
+
+_COLORS = {"+++": "\x1b[1m", "---": "\x1b[1m", "@@": "\x1b[36m", "+": "\x1b[32m",
+           "-": "\x1b[31m"}
+
+
+def unified_diff(old: str, new: str, name: str, color: bool = False) -> str:
+    """A unified diff of one file (``a/NAME`` -> ``b/NAME``), coloured with ANSI codes when
+    ``color`` (removed lines red, added green, hunk headers cyan, file headers bold)."""
+    lines = list(difflib.unified_diff(old.splitlines(keepends=True),
+                                      new.splitlines(keepends=True),
+                                      fromfile=f"a/{name}", tofile=f"b/{name}"))
+    lines = [ln if ln.endswith("\n") else ln + "\n\\ No newline at end of file\n"
+             for ln in lines]
+    if not color:
+        return "".join(lines)
+    out = []
+    for ln in lines:
+        prefix = next((p for p in _COLORS if ln.startswith(p)), None)
+        if prefix is None:
+            out.append(ln)
+        else:
+            body = ln.rstrip("\n")
+            out.append(f"{_COLORS[prefix]}{body}\x1b[0m" + ln[len(body):])
+    return "".join(out)

@@ -1,0 +1,131 @@
+"""Whole repositories: relative imports, ``__init__`` re-exports, module classes that derive
+from module classes of other files, files without torch copied through, ``.gitignore`` and
+``exclude`` honoured, and the converted tree verified against the original."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from torch2jax.cli import app
+from torch2jax.repo import index_repository, module_name
+from torch2jax.ruleset import load_rules
+
+runner = CliRunner()
+DATA = Path(__file__).resolve().parent / "data"
+MULTI = DATA / "multifile"
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def test_package_converts_imports_and_verifies(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(MULTI, src)
+    before = _digest(src)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["convert", str(src), "-o", str(out), "-j", "2"])
+    assert res.exit_code == 0, res.output
+    assert _digest(src) == before  # the source tree is untouched
+    # the file without torch is copied byte for byte, the others hold no torch
+    assert (out / "netpkg" / "util.py").read_bytes() == (src / "netpkg" / "util.py").read_bytes()
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.py")) == sorted(
+        p.relative_to(src).as_posix() for p in src.rglob("*.py"))
+    for p in out.rglob("*.py"):
+        assert "import torch" not in p.read_text() and "from torch" not in p.read_text(), p
+    classifier = (out / "classifier.py").read_text()
+    # cross-file inheritance: the subclass and the layers it builds take the rngs
+    assert "super().__init__(dim, rngs=rngs)" in classifier
+    assert "self.head = H(dim, classes, rngs=rngs)" in classifier
+    backbone = (out / "netpkg" / "backbone.py").read_text()
+    assert "ResidualMlp(dim, rngs=rngs)" in backbone
+    heads = (out / "netpkg" / "heads.py").read_text()
+    assert "super().__init__(dim, classes, rngs=rngs)" in heads
+
+    from torch2jax.verify.run import verify
+
+    result = verify(f"{src / 'classifier.py'}::Classifier", inputs=["float32[2,16]"], grad=True,
+                    converted=str(out / "classifier.py"))
+    assert result.error is None, result.error
+    assert result.passed, result.to_json()
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+def test_index_resolves_relative_imports_reexports_and_aliases(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "pkg/__init__.py": "from .base import *\nfrom .sub import Deep as Reexported\n",
+        "pkg/base.py": "import torch.nn as nn\n__all__ = ['Base']\nclass Base(nn.Module):\n"
+                       "    pass\nclass NotExported(nn.Module):\n    pass\n",
+        "pkg/sub/__init__.py": "from ..base import Base\nclass Deep(Base):\n    pass\n",
+        "pkg/sub/leaf.py": "from .. import base\nfrom ... import nothing\n"
+                           "Alias = base.Base\nclass Leaf(Alias):\n    pass\n"
+                           "class Plain:\n    pass\n",
+        "app.py": "import pkg\nimport pkg.sub.leaf as lf\nfrom pkg import Reexported, Base\n"
+                  "from pkg.sub.leaf import Plain\nclass A(pkg.Base):\n    pass\n",
+        "cfg.py": "class Config:\n    pass\n",
+    })
+    files = sorted(tmp_path.rglob("*.py"))
+    idx = index_repository(files, load_rules().layers)
+    assert module_name(tmp_path / "pkg" / "sub" / "leaf.py") == ("pkg.sub.leaf", False)
+    assert module_name(tmp_path / "pkg" / "sub" / "__init__.py") == ("pkg.sub", True)
+    assert module_name(tmp_path / "app.py") == ("app", False)
+    classes = {c for _, c in idx.module_classes}
+    assert classes == {"Base", "NotExported", "Deep", "Leaf", "A"}
+    app = idx.known_for(tmp_path / "app.py")
+    assert {"Reexported", "pkg.Reexported", "Base", "pkg.Base", "pkg.base.Base"} <= app
+    assert "lf.Leaf" not in app and "pkg.sub.leaf.Leaf" in app  # libcst's qualified name
+    assert "Plain" not in app and "Config" not in app
+    leaf = idx.known_for(tmp_path / "pkg" / "sub" / "leaf.py")
+    assert "..base.Base" in leaf and "Alias" in leaf
+
+
+def test_gitignore_and_exclude(tmp_path: Path) -> None:
+    good = "import torch\n\n\ndef f(x):\n    return torch.sum(x, dim=1)\n"
+    _write(tmp_path, {
+        ".gitignore": "generated/\n*_skip.py\n!keep_skip.py\n",
+        "a.py": good, "generated/g.py": good, "b_skip.py": good, "keep_skip.py": good,
+        "legacy/old.py": good, "sub/.gitignore": "local.py\n", "sub/local.py": good,
+        "sub/c.py": good,
+        "pyproject.toml": "[tool.torch2jax]\nexclude = ['legacy/']\n",
+    })
+    (tmp_path / ".git").mkdir()
+    out = tmp_path.parent / (tmp_path.name + "_out")
+    res = runner.invoke(app, ["convert", str(tmp_path), "-o", str(out), "--exclude", "*/c.py"])
+    assert res.exit_code == 0, res.output
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.py"))
+    assert written == ["a.py", "keep_skip.py"]
+    res = runner.invoke(app, ["convert", str(tmp_path), "-o", str(out), "--no-gitignore"])
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.py"))
+    assert written == ["a.py", "b_skip.py", "generated/g.py", "keep_skip.py", "sub/c.py",
+                       "sub/local.py"]
+    # a file named explicitly is taken even when .gitignore ignores it, not when excluded
+    res = runner.invoke(app, ["check", str(tmp_path / "b_skip.py")])
+    assert res.exit_code == 1
+    res = runner.invoke(app, ["check", str(tmp_path / "legacy" / "old.py")])
+    assert res.exit_code == 0
+
+
+def test_jobs_do_not_change_output_or_report(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(MULTI, src)
+    reports = []
+    for jobs in ("1", "3"):
+        out = tmp_path / f"out{jobs}"
+        rep = tmp_path / f"r{jobs}.json"
+        res = runner.invoke(app, ["convert", str(src), "-o", str(out), "-j", jobs,
+                                  "--report", str(rep)])
+        assert res.exit_code == 0, res.output
+        reports.append(rep.read_text().replace(str(out), "OUT"))
+    assert reports[0] == reports[1]
+    assert _digest(tmp_path / "out1") == _digest(tmp_path / "out3")

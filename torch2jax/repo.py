@@ -1,0 +1,284 @@
+"""Whole repositories: which classes of which file are ``nn.Module`` subclasses.
+
+:func:`convert_source` sees one file. A class that derives from a module class defined in
+another file of the repository (``class Net(Block)`` with ``from .blocks import Block``), or a
+layer built from such a class (``self.block = Block(dim)``), is only recognised when the
+converter is told which imported names are module classes: ``known_modules``.
+
+This module computes them with a cheap first pass over the repository (Python's ``ast``, no
+libcst metadata):
+
+1. every file gets its module name (``pkg/sub/mod.py`` -> ``pkg.sub.mod``, found by walking up
+   through the folders that hold an ``__init__.py``; a script outside a package is named by its
+   stem, so ``import config`` from a sibling resolves);
+2. each module's top-level namespace: its classes (with their bases as written), what its
+   imports bind (relative imports resolved against the package, ``__init__`` re-exports and
+   ``from .x import *`` followed) and simple aliases (``Alias = Block``);
+3. a fixed point over the whole repository: a class is a module class when a base resolves to
+   ``torch.nn.Module``, to a torch layer of the rules, or to a module class of the repository;
+4. for every file, the names its imports bind to repository module classes, written both as
+   the bound name (``B`` for ``from .blocks import Block as B``) and as the qualified name
+   libcst gives an attribute use of the import (``.blocks.Block``, ``pkg.blocks.Block``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+
+
+@dataclass
+class _Binding:
+    """What a top-level name of a module refers to.
+
+    ``kind``: ``module`` (a module of the repository or outside it: ``target`` is its dotted
+    name), ``attr`` (``target`` is a module, ``attr`` a name in it), ``class`` (a class
+    defined right here: ``attr`` is its name), ``expr`` (an assignment ``Alias = a.B`` in the
+    module ``target``: ``attr`` is the dotted expression). ``qualified`` is the name libcst's
+    ``QualifiedNameProvider`` reports for the bound name (relative dots kept).
+    """
+
+    kind: str
+    target: str
+    attr: str = ""
+    qualified: str = ""
+
+
+@dataclass
+class _Module:
+    name: str
+    path: Path
+    is_package: bool
+    bindings: dict[str, _Binding] = field(default_factory=dict)
+    classes: dict[str, list[ast.expr]] = field(default_factory=dict)
+    star_imports: list[str] = field(default_factory=list)
+    all_names: list[str] | None = None
+
+
+@dataclass
+class RepoIndex:
+    """The result of the first pass: repository module classes and, per file, the names to
+    pass to :func:`convert_source` as ``known_modules``."""
+
+    module_classes: set[tuple[str, str]] = field(default_factory=set)  # (module, class)
+    known: dict[Path, set[str]] = field(default_factory=dict)
+
+    def known_for(self, path: Path) -> set[str]:
+        return self.known.get(path.resolve(), set())
+
+
+def module_name(path: Path) -> tuple[str, bool]:
+    """``(dotted module name, is a package __init__)`` of a Python file, following the
+    ``__init__.py`` files up from its folder."""
+    path = path.resolve()
+    parts = [] if path.stem == "__init__" else [path.stem]
+    d = path.parent
+    while (d / "__init__.py").is_file() and d.parent != d:
+        parts.insert(0, d.name)
+        d = d.parent
+    return ".".join(parts), path.stem == "__init__"
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else None
+    return None
+
+
+def _resolve_relative(mod: _Module, level: int, module: str | None) -> str:
+    """The absolute module named by ``from <level dots><module> import ...`` inside ``mod``."""
+    package = mod.name.split(".") if mod.is_package else mod.name.split(".")[:-1]
+    if level > 1:
+        package = package[: len(package) - (level - 1)] if level - 1 <= len(package) else []
+    base = ".".join(p for p in package if p)
+    if module:
+        return f"{base}.{module}" if base else module
+    return base
+
+
+def _collect(mod: _Module, tree: ast.Module) -> None:
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef):
+            mod.classes[stmt.name] = list(stmt.bases)
+            mod.bindings[stmt.name] = _Binding("class", mod.name, stmt.name, stmt.name)
+        elif isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname:
+                    mod.bindings[alias.asname] = _Binding("module", alias.name, "", alias.name)
+                else:
+                    top = alias.name.split(".")[0]
+                    mod.bindings[top] = _Binding("module", top, "", top)
+        elif isinstance(stmt, ast.ImportFrom):
+            written = "." * stmt.level + (stmt.module or "")
+            absolute = (_resolve_relative(mod, stmt.level, stmt.module) if stmt.level
+                        else stmt.module or "")
+            for alias in stmt.names:
+                if alias.name == "*":
+                    mod.star_imports.append(absolute)
+                    continue
+                local = alias.asname or alias.name
+                q = f"{written}.{alias.name}" if written and not written.endswith(".") else (
+                    f"{written}{alias.name}")
+                mod.bindings[local] = _Binding("attr", absolute, alias.name, q)
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(
+                    stmt.value, (ast.List, ast.Tuple)):
+                mod.all_names = [e.value for e in stmt.value.elts
+                                 if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            elif isinstance(target, ast.Name) and (src := _dotted(stmt.value)) is not None:
+                # Alias = Block / Alias = blocks.Block: resolved like the expression
+                mod.bindings[target.id] = _Binding("expr", mod.name, src, target.id)
+
+
+class _Resolver:
+    def __init__(self, modules: dict[str, _Module]) -> None:
+        self.modules = modules
+
+    def name_in(self, module: str, name: str, seen: frozenset = frozenset()) -> str | None:
+        """What ``module.name`` is: ``"repo:<module>:<class>"`` for a class of the repository,
+        ``"mod:<dotted>"`` for a module, or the dotted external name (``torch.nn.Linear``)."""
+        key = (module, name)
+        if key in seen:
+            return None
+        seen = seen | {key}
+        mod = self.modules.get(module)
+        if mod is None:
+            # a submodule of a repository package, or a name outside the repository
+            if f"{module}.{name}" in self.modules:
+                return f"mod:{module}.{name}"
+            return f"{module}.{name}" if module else name
+        b = mod.bindings.get(name)
+        if b is None:
+            if f"{module}.{name}" in self.modules:
+                return f"mod:{module}.{name}"
+            for star in mod.star_imports:
+                src = self.modules.get(star)
+                if src is not None and (src.all_names is None or name in src.all_names) and (
+                        name in src.bindings or src.star_imports):
+                    found = self.name_in(star, name, seen)
+                    if found is not None:
+                        return found
+            return None
+        return self.binding(b, seen)
+
+    def binding(self, b: _Binding, seen: frozenset = frozenset()) -> str | None:
+        if b.kind == "class":
+            return f"repo:{b.target}:{b.attr}"
+        if b.kind == "module":
+            return f"mod:{b.target}" if b.target in self.modules else b.target
+        if b.kind == "expr":
+            key = ("expr", b.target, b.attr)
+            return None if key in seen else self.expr_in(b.target, b.attr, seen | {key})
+        return self.name_in(b.target, b.attr, seen)
+
+    def expr_in(self, module: str, dotted: str, seen: frozenset = frozenset()) -> str | None:
+        """Resolve a dotted expression (``nn.Module``, ``blocks.Block``) written in ``module``."""
+        head, *rest = dotted.split(".")
+        cur = self.name_in(module, head, seen)
+        for part in rest:
+            if cur is None:
+                return None
+            if cur.startswith("mod:"):
+                cur = self.name_in(cur[4:], part)
+            elif cur.startswith("repo:"):
+                return None  # an attribute of a class: not a class we know
+            else:
+                cur = f"{cur}.{part}"
+        if cur is not None and cur.startswith("mod:") and cur[4:] not in self.modules:
+            return cur[4:]
+        return cur
+
+
+def index_repository(files: Iterable[Path], torch_layers: Iterable[str] = (),
+                     read=None) -> RepoIndex:
+    """First pass over ``files`` (all the Python files being converted). ``torch_layers``:
+    qualified torch layer names (``rules.layers``) whose subclasses are module classes too.
+    Files that cannot be read or parsed are skipped here (the conversion reports them)."""
+    read = read or (lambda p: p.read_bytes())
+    modules: dict[str, _Module] = {}
+    by_path: dict[Path, _Module] = {}
+    for path in files:
+        try:
+            tree = ast.parse(read(path))
+        except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+            continue
+        name, is_package = module_name(path)
+        mod = _Module(name, path.resolve(), is_package)
+        _collect(mod, tree)
+        # two files with one module name (scripts in unrelated folders): the first one wins
+        modules.setdefault(name, mod)
+        by_path[mod.path] = mod
+    resolver = _Resolver(modules)
+    layers = set(torch_layers) | MODULE_BASES
+
+    # classes: resolve every base once, then a fixed point
+    bases: dict[tuple[str, str], list[str]] = {}
+    for mod in by_path.values():
+        for cls, exprs in mod.classes.items():
+            resolved = []
+            for e in exprs:
+                d = _dotted(e)
+                r = resolver.expr_in(mod.name, d) if d else None
+                if r is not None:
+                    resolved.append(r)
+            bases[(mod.name, cls)] = resolved
+    module_classes: set[tuple[str, str]] = set()
+    changed = True
+    while changed:
+        changed = False
+        for key, rs in bases.items():
+            if key in module_classes:
+                continue
+            for r in rs:
+                if r in layers or (r.startswith("repo:") and tuple(r[5:].split(":", 1))
+                                   in module_classes):
+                    module_classes.add(key)
+                    changed = True
+                    break
+
+    index = RepoIndex(module_classes=module_classes)
+    for path, mod in by_path.items():
+        known: set[str] = set()
+        for local, b in mod.bindings.items():
+            if b.kind == "class":
+                continue  # classes of the file itself: the converter sees them
+            r = resolver.binding(b)
+            if r is None:
+                continue
+            if r.startswith("repo:"):
+                target = tuple(r[5:].split(":", 1))
+                if target in module_classes:
+                    known |= {local, b.qualified}
+            elif r.startswith("mod:") or (b.kind == "module" and r in modules):
+                # a module of the repository bound to a name: its module classes as attributes
+                modname = r.removeprefix("mod:")
+                for sub_mod, cls in _reachable(resolver, modname, module_classes):
+                    known.add(f"{b.qualified}{sub_mod}.{cls}")
+        index.known[path] = {k for k in known if k}
+    return index
+
+
+def _reachable(resolver: _Resolver, modname: str,
+               module_classes: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``(".sub" path, class)`` for the module classes reachable as attributes of the module
+    ``modname`` (its own names, and those of its submodules in the repository)."""
+    out: list[tuple[str, str]] = []
+    for mod_name, cls in sorted(module_classes):
+        if mod_name == modname or mod_name.startswith(modname + "."):
+            sub = mod_name[len(modname):]
+            out.append((sub, cls))
+    mod = resolver.modules.get(modname)
+    if mod is not None:  # re-exports: names of the module bound to module classes elsewhere
+        for local in list(mod.bindings):
+            r = resolver.name_in(modname, local)
+            if r and r.startswith("repo:") and tuple(r[5:].split(":", 1)) in module_classes:
+                out.append(("", local))
+    return out
