@@ -41,6 +41,7 @@ class ClassInfo:
     uses_training: bool = False
     attr_rule: dict[str, str] = field(default_factory=dict)  # self.x -> torch layer name
     no_bias: set[str] = field(default_factory=set)  # self.x built with bias=False
+    batch_stats_only: set[str] = field(default_factory=set)  # BatchNorm without running stats
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
 
 
@@ -281,6 +282,10 @@ class Indexer(cst.CSTVisitor):
                     if any(a.keyword and a.keyword.value == "bias"
                            and m.matches(a.value, m.Name("False")) for a in value.args):
                         info.no_bias.add(attr)
+                    if rule.special == "batch_norm" and any(
+                            a.keyword and a.keyword.value == "track_running_stats"
+                            and m.matches(a.value, m.Name("False")) for a in value.args):
+                        info.batch_stats_only.add(attr)
                 if rule is not None and rule.special == "module_list" and value.args:
                     inner = value.args[0].value
                     if isinstance(inner, (cst.List, cst.Tuple)):

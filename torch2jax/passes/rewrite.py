@@ -23,7 +23,16 @@ from torch2jax.analysis.training import (
     TrainingIndex,
 )
 from torch2jax.passes import training as tr
-from torch2jax.passes.common import Untranslatable, arg, bind, call, code, expr, try_literal
+from torch2jax.passes.common import (
+    Untranslatable,
+    arg,
+    bind,
+    call,
+    code,
+    expr,
+    needs_parens,
+    try_literal,
+)
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.special import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet
@@ -984,6 +993,11 @@ class TorchToJax(cst.CSTTransformer):
         if m.matches(original_node, m.Attribute(value=m.Name("self"), attr=m.Name("training"))) \
                 and self.in_module_class():
             return expr("not self.deterministic")
+        if original_node.attr.value in ("values", "indices") and isinstance(
+                updated_node.value, cst.Tuple) and len(updated_node.value.elements) == 2:
+            # x.max(dim).values / .indices after max(dim) became (max, argmax)
+            return updated_node.value.elements[
+                0 if original_node.attr.value == "values" else 1].value
         if (original_node.attr.value == "param_groups" and isinstance(original_node.value, cst.Name)
                 and original_node.value.value in self.training.optimizer_names):
             outer = self.get_metadata(ParentNodeProvider, original_node, None)
@@ -1020,6 +1034,13 @@ class TorchToJax(cst.CSTTransformer):
             return updated_node
         if result is not updated_node:
             self._note_imports(result)
+            if isinstance(result, cst.BaseExpression) and needs_parens(result) and isinstance(
+                    self.get_metadata(ParentNodeProvider, original_node, None),
+                    (cst.BinaryOperation, cst.UnaryOperation, cst.Attribute, cst.Subscript,
+                     cst.Call, cst.Comparison, cst.BooleanOperation, cst.ComparisonTarget,
+                     cst.Await)):
+                # x @ w.T + b inside a - ...: keep the operator precedence of the call
+                result = result.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return result
 
     def _rewrite_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -1264,9 +1285,16 @@ class TorchToJax(cst.CSTTransformer):
     def _layout_call(self, original, updated: cst.Call):
         func = original.func
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.in_module_class():
-            table = self.index.classes[self.current_class].tied_heads.get(func.attr.value)
+            info = self.index.classes[self.current_class]
+            table = info.tied_heads.get(func.attr.value)
             if table is not None:
                 return updated.with_changes(func=expr(table + ".attend"))
+            if func.attr.value in info.batch_stats_only and not any(
+                    a.keyword and a.keyword.value == "use_running_average" for a in updated.args):
+                # torch's BatchNorm(track_running_stats=False) normalises with the batch
+                # statistics in eval mode too; model.eval() must not switch it
+                updated = updated.with_changes(args=_fix_commas(
+                    [*updated.args, arg(expr("False"), "use_running_average")]))
         layout = self._layout_of_callee(original.func)
         if layout == "mixed":
             raise Untranslatable("calls a container mixing channels-last and other layers",

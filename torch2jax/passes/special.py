@@ -168,8 +168,8 @@ def batch_norm(site: Site) -> cst.BaseExpression:
         out.append(arg(a.get("affine"), "use_bias"))
     if site.lit("track_running_stats") is False:
         out.append(arg(py(False), "use_running_average"))
-        site.note("track_running_stats=False: batch statistics in eval mode too; "
-                  "do not call model.eval() expecting running averages", "warning")
+        site.note("track_running_stats=False: the calls of this layer pass "
+                  "use_running_average=False, so model.eval() keeps batch statistics like torch")
     return call(site.rule.targets[site.target], *out, *site.rngs_arg())
 
 
@@ -465,6 +465,12 @@ def to(site: Site) -> cst.BaseExpression:
     for c in [site.args.get("device"), site.args.get("dtype"), *site.args.extra_positional]:
         if c is not None and _is_dtype(c):
             return expr("{x}.astype({d})", x=x, d=c)
+    other = site.args.get("device")
+    if isinstance(other, (cst.Name, cst.Attribute)) and "dev" not in code(other).rsplit(
+            ".", 1)[-1].lower():
+        # x.to(other_tensor): torch takes the other tensor's dtype (and device)
+        site.note(f"x.to({code(other)}) read as a tensor: cast to its dtype")
+        return expr("{x}.astype({o}.dtype)", x=x, o=other)
     return x
 
 
@@ -719,6 +725,33 @@ def one_hot(site: Site) -> cst.BaseExpression:
     return call("jax.nn.one_hot", arg(site.x()), arg(n), arg(expr("jnp.int32"), "dtype"))
 
 
+@special("expand_as")
+def expand_as(site: Site) -> cst.BaseExpression:
+    return expr("jnp.broadcast_to({x}, {y}.shape)", x=site.x(), y=site.args.get("other"))
+
+
+@special("sub_alpha")
+def sub_alpha(site: Site) -> cst.BaseExpression:
+    alpha = site.args.get("alpha")
+    y = site.args.get("other")
+    if alpha is not None:
+        y = expr("{a} * {y}", a=alpha, y=y)
+    return expr("{x} - {y}", x=site.x(), y=y)
+
+
+@special("div_rounding")
+def div_rounding(site: Site) -> cst.BaseExpression:
+    mode = site.lit("rounding_mode")
+    q = call("jnp.divide", arg(site.x()), arg(site.args.get("other")))
+    if mode is None:
+        return q
+    if mode == "trunc":
+        return call("jnp.trunc", arg(q))
+    if mode == "floor":
+        return call("jnp.floor_divide", arg(site.x()), arg(site.args.get("other")))
+    raise Untranslatable(f"torch.div rounding_mode={mode!r}")
+
+
 @special("dropout_fn")
 def dropout_fn(site: Site) -> cst.BaseExpression:
     training = site.lit("training")
@@ -788,3 +821,4 @@ def index_select(site: Site) -> cst.BaseExpression:
                 arg(site.args.get("dim"), "axis"))
 from torch2jax.passes import special_losses  # noqa: F401  (registers the loss transforms)
 from torch2jax.training import optim as _optim  # noqa: F401  (registers the optimizer transforms)
+from torch2jax.passes import special_vision  # noqa: F401  (registers the vision transforms)

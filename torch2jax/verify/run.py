@@ -370,7 +370,7 @@ def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray])
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def scalar(params: Any, rest: Any, xs: list[Any], cots: dict[str, Any]) -> Any:
-        out = nnx.merge(graphdef, params, rest)(*xs)
+        out = nnx.merge(graphdef, params, rest, copy=True)(*xs)
         leaves = dict(flatten_output(out))
         return sum(jnp.sum(leaves[k].astype(jnp.float32) * c) for k, c in cots.items())
 
