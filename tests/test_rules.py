@@ -572,9 +572,12 @@ def test_targets_accept_keywords(rule: Rule) -> None:
         if sig is None:
             continue
         wanted = set(keywords)
+        takes_rngs = not rule.examples or any("rngs=" in ex.jax for ex in rule.examples)
         if (name.startswith("nnx.") and name[4:5].isupper()
-                and rule.special not in CONTAINERS):
-            wanted.add("rngs")  # the converter passes rngs= to every nnx layer class
+                and rule.special not in CONTAINERS and takes_rngs):
+            # the converter passes rngs= to every nnx layer class, unless the rule's examples
+            # show otherwise (nnx.PReLU takes none)
+            wanted.add("rngs")
         missing = sorted(k for k in wanted if not _accepts(sig, k))
         assert not missing, f"{rule.torch}: {name}{sig} does not accept {missing}"
         checked = True

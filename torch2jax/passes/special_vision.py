@@ -1,0 +1,282 @@
+"""Transforms for the vision layers and ops of ``rules/vision.toml``.
+
+Each is registered with ``@special(name)`` like the transforms of :mod:`special` and takes a
+:class:`Site`. The numbers each translation reproduces (and the cases it refuses) are in the
+rules' notes; the examples are run against torch by ``tests/test_rules.py`` and the weight
+transfers by ``tests/test_vision_layers.py``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torch2jax.passes.common import Untranslatable, arg, call, code, expr, is_simple, py
+from torch2jax.passes.special import Site, _spatial_dims, _tuple_of, special
+
+# --------------------------------------------------------------------------------------------
+# PReLU
+# --------------------------------------------------------------------------------------------
+
+
+@special("prelu")
+def prelu(site: Site) -> cst.BaseExpression:
+    """``nn.PReLU(n, init)`` -> ``nnx.PReLU`` holding torch's ``(n,)`` slopes.
+
+    The layer runs channels-last, so that ``n`` per-channel slopes broadcast over the last axis
+    (torch's axis 1) whatever the input's rank; ``n = 1`` broadcasts everywhere."""
+    n = site.get("num_parameters")
+    init = site.get("init")
+    n_code = code(n) if n is not None else "1"
+    init_code = code(init) if init is not None else "0.25"
+    return call(site.rule.targets[site.target],
+                arg(expr(f"jnp.full(({n_code},), {init_code})"), "negative_slope_init"))
+
+
+# --------------------------------------------------------------------------------------------
+# PixelShuffle / PixelUnshuffle
+# --------------------------------------------------------------------------------------------
+
+
+def _shuffle_text(x: str, r: str, unshuffle: bool) -> str:
+    """torch's channel <-> space rearrangement of an (N, C, H, W) array, as reshapes."""
+    if unshuffle:  # (N, C, H*r, W*r) -> (N, C*r*r, H, W)
+        return (f"{x}.reshape({x}.shape[0], {x}.shape[1], {x}.shape[2] // {r}, {r}, "
+                f"{x}.shape[3] // {r}, {r}).transpose(0, 1, 3, 5, 2, 4).reshape("
+                f"{x}.shape[0], {x}.shape[1] * {r} * {r}, {x}.shape[2] // {r}, "
+                f"{x}.shape[3] // {r})")
+    # (N, C*r*r, H, W) -> (N, C, H*r, W*r)
+    return (f"{x}.reshape({x}.shape[0], -1, {r}, {r}, {x}.shape[2], {x}.shape[3])"
+            f".transpose(0, 1, 4, 2, 5, 3).reshape({x}.shape[0], -1, {x}.shape[2] * {r}, "
+            f"{x}.shape[3] * {r})")
+
+
+def _factor(site: Site, name: str) -> str:
+    node = site.get(name)
+    if node is None:
+        raise Untranslatable(f"{site.rule.torch} without {name}")
+    text = code(node)
+    return text if is_simple(node) or isinstance(node, cst.Integer) else f"({text})"
+
+
+@special("pixel_shuffle_module")
+def pixel_shuffle_module(site: Site) -> cst.BaseExpression:
+    unshuffle = site.rule.torch.endswith("Unshuffle")
+    r = _factor(site, "downscale_factor" if unshuffle else "upscale_factor")
+    return expr("lambda x: " + _shuffle_text("x", r, unshuffle))
+
+
+@special("pixel_shuffle")
+def pixel_shuffle(site: Site) -> cst.BaseExpression:
+    unshuffle = site.rule.torch.endswith("unshuffle")
+    r = _factor(site, "downscale_factor" if unshuffle else "upscale_factor")
+    x = site.x()
+    if not is_simple(x):
+        raise Untranslatable(f"{site.rule.torch} of a compound expression: assign it to a name "
+                             "first")
+    return expr(_shuffle_text(code(x), r, unshuffle))
+
+
+# --------------------------------------------------------------------------------------------
+# InstanceNorm
+# --------------------------------------------------------------------------------------------
+
+
+@special("instance_norm")
+def instance_norm(site: Site) -> cst.BaseExpression:
+    if site.lit("track_running_stats") is not False:
+        raise Untranslatable(
+            f"{site.rule.torch}(track_running_stats=True): torch then normalises with running "
+            "statistics in eval mode; nnx.InstanceNorm always uses the instance's own")
+    if site.get("num_features") is None:
+        raise Untranslatable(f"{site.rule.torch} without num_features")
+    out = [arg(site.get("num_features"))]
+    eps = site.get("eps")
+    out.append(arg(eps if eps is not None else py(1e-5), "epsilon"))
+    affine = site.lit("affine")
+    if affine is not True:
+        value = site.get("affine") if site.get("affine") is not None else py(False)
+        out += [arg(value, "use_scale"), arg(value, "use_bias")]
+    # flax's default E[x^2] - E[x]^2 loses everything to cancellation when the mean is large
+    # compared with the spread (post-ReLU activations); torch computes the variance directly
+    out.append(arg(py(False), "use_fast_variance"))
+    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+# --------------------------------------------------------------------------------------------
+# ConvTranspose
+# --------------------------------------------------------------------------------------------
+
+
+@special("conv_transpose")
+def conv_transpose(site: Site) -> cst.BaseExpression:
+    """torch's padding crops the full transposed convolution; flax pads the dilated input:
+    ``(d*(k-1) - p, d*(k-1) - p + output_padding)`` per side reproduces torch's output. With
+    ``transpose_kernel=True`` flax flips the kernel and swaps its in/out axes itself, so torch's
+    ``(in, out, *k)`` weight only needs the ``conv`` layout: ``(*k, out, in)``."""
+    n = _spatial_dims(site.rule.torch)
+    a = site.args
+    for required in ("in_channels", "out_channels", "kernel_size"):
+        if not a.has(required):
+            raise Untranslatable(f"{site.rule.torch} without {required}")
+    if site.lit("groups") != 1:
+        raise Untranslatable("ConvTranspose with groups != 1: nnx.ConvTranspose has no "
+                             "feature groups; write jax.lax.conv_transpose per group")
+    mode = site.lit("padding_mode")
+    if mode not in ("zeros", None):
+        raise Untranslatable(f"ConvTranspose padding_mode={mode!r}")
+    values = {}
+    for name in ("kernel_size", "stride", "padding", "output_padding", "dilation"):
+        v = site.lit(name)
+        if isinstance(v, int):
+            v = (v,) * n
+        if not (isinstance(v, (tuple, list)) and len(v) == n and all(isinstance(i, int)
+                                                                      for i in v)):
+            raise Untranslatable(f"ConvTranspose with a non-literal {name}: the flax padding "
+                                 "is computed from it")
+        values[name] = tuple(v)
+    k, s, p, op, d = (values[name] for name in ("kernel_size", "stride", "padding",
+                                                "output_padding", "dilation"))
+    pads = [(di * (ki - 1) - pi, di * (ki - 1) - pi + oi) for ki, pi, oi, di in zip(k, p, op, d)]
+    out = [arg(a.get("in_channels")), arg(a.get("out_channels")),
+           arg(_tuple_of(a.get("kernel_size"), n), "kernel_size")]
+    if any(si != 1 for si in s):
+        out.append(arg(_tuple_of(a.get("stride"), n), "strides"))
+    out.append(arg(expr("(" + ", ".join(f"({lo}, {hi})" for lo, hi in pads)
+                        + ("," if n == 1 else "") + ")"), "padding"))
+    if any(di != 1 for di in d):
+        out.append(arg(_tuple_of(a.get("dilation"), n), "kernel_dilation"))
+    if site.lit("bias") is not True:
+        out.append(arg(a.get("bias"), "use_bias"))
+    out.append(arg(py(True), "transpose_kernel"))
+    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+# --------------------------------------------------------------------------------------------
+# Upsample / F.interpolate
+# --------------------------------------------------------------------------------------------
+
+_MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
+
+
+def _resize(site: Site, x: str) -> str:
+    """The JAX expression resizing ``x`` (an (N, C, *spatial) array named by ``x``) as torch's
+    ``F.interpolate`` does with the site's size / scale_factor / mode / align_corners."""
+    mode = site.lit("mode")
+    mode = "nearest" if mode is None else mode
+    if mode is ...:
+        raise Untranslatable("interpolate with a non-literal mode")
+    if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear"):
+        raise Untranslatable(
+            f"interpolate mode={mode!r}: " + ("torch's bicubic uses a=-0.75, jax.image's cubic "
+                                              "a=-0.5" if mode == "bicubic" else
+                                              "adaptive average pooling is not translated"))
+    if site.lit("antialias") not in (False, None):
+        raise Untranslatable("interpolate with antialias=True")
+    if site.lit("recompute_scale_factor") not in (False, None):
+        raise Untranslatable("interpolate with recompute_scale_factor=True")
+    linear = mode in ("linear", "bilinear", "trilinear")
+    align = site.lit("align_corners")
+    if align is ...:
+        raise Untranslatable("interpolate with a non-literal align_corners")
+    if align and not linear:
+        raise Untranslatable(f"align_corners=True with mode={mode!r} (torch raises)")
+    size, factor = site.get("size"), site.get("scale_factor")
+    if (size is None or site.lit("size") is None) == (factor is None
+                                                      or site.lit("scale_factor") is None):
+        raise Untranslatable("interpolate needs exactly one of size and scale_factor")
+    # the output's spatial sizes: a list (one per axis), or per input axis `d` (any rank)
+    sizes: list[str] | None = None
+    per_axis = None
+    scales: list[float] | None = None  # torch's 1/scale_factor source scale, per axis
+    if size is not None and site.lit("size") is not None:
+        value = site.lit("size")
+        if isinstance(value, int):
+            per_axis = str(value)
+        elif isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value):
+            sizes = [str(v) for v in value]
+        else:  # a computed sequence of sizes (size=x.shape[-2:])
+            sizes = [f"{code(size)}[{i}]" for i in range(2)]
+            if mode != "nearest":
+                sizes = None
+        given = "size"
+    else:
+        f = site.lit("scale_factor")
+        if isinstance(f, (int, float)) and not isinstance(f, bool):
+            per_axis = _out_size("d", f)
+            fs = [f]
+        elif isinstance(f, (tuple, list)) and all(isinstance(v, (int, float)) for v in f):
+            sizes = [_out_size(f"{x}.shape[{2 + i}]", v) for i, v in enumerate(f)]
+            fs = list(f)
+        else:
+            raise Untranslatable("interpolate with a non-literal scale_factor")
+        given = "int" if all(float(v).is_integer() for v in fs) else "float"
+        scales = [float(v) for v in fs]
+    if sizes is not None:
+        shape = f"(*{x}.shape[:2], {', '.join(sizes)})"
+    elif per_axis is not None:
+        shape = f"(*{x}.shape[:2], *({per_axis} for d in {x}.shape[2:]))"
+    else:
+        shape = f"(*{x}.shape[:2], *{code(size)})"
+    if linear and align:
+        if sizes is not None:
+            scale = ", ".join(f"({o} - 1) / ({x}.shape[{2 + i}] - 1)" for i, o in
+                              enumerate(sizes))
+            scale = f"jnp.array([{scale}])"
+        elif per_axis is not None:
+            scale = f"jnp.array([({per_axis} - 1) / (d - 1) for d in {x}.shape[2:]])"
+        else:
+            scale = f"jnp.array([(o - 1) / (i - 1) for o, i in zip({code(size)}, {x}.shape[2:])])"
+        return (f"jax.image.scale_and_translate({x}, {shape}, tuple(range(2, {x}.ndim)), "
+                f"{scale}, 0.5 * (1 - {scale}), method='linear', antialias=False)")
+    if given in ("size", "int") and (linear or mode == "nearest-exact" or given == "int"):
+        # torch's source scale is jax.image's in/out ratio here
+        if linear:
+            return f"jax.image.resize({x}, {shape}, method='linear', antialias=False)"
+        return f"jax.image.resize({x}, {shape}, method='nearest')"
+    if mode == "nearest-exact":
+        raise Untranslatable("nearest-exact with a non-integer scale_factor")
+    if linear:  # torch maps with the given factor, not with the rounded in/out ratio
+        assert scales is not None
+        scale = (f"jnp.full({x}.ndim - 2, {scales[0]!r})" if len(scales) == 1 else
+                 "jnp.array([" + ", ".join(repr(v) for v in scales) + "])")
+        return (f"jax.image.scale_and_translate({x}, {shape}, tuple(range(2, {x}.ndim)), "
+                f"{scale}, jnp.zeros({x}.ndim - 2), method='linear', antialias=False)")
+    # legacy nearest: two spatial axes (a scalar factor or size is read as 2-D)
+    if scales is not None and len(scales) == 1:
+        scales = scales * 2
+    if sizes is None:
+        sizes = ([_out_size(f"{x}.shape[{2 + i}]", v) for i, v in enumerate(scales)]
+                 if scales else [str(per_axis)] * 2)
+    return _nearest_take(x, sizes, scales)
+
+
+def _out_size(d: str, f: float) -> str:
+    if float(f).is_integer():
+        return f"{d} * {int(f)}"
+    return f"int({d} * {f!r})"
+
+
+def _nearest_take(x: str, sizes: list[str], factors: list[float] | None) -> str:
+    """torch's legacy nearest: source index ``floor(dst * scale)`` in float32, with scale
+    ``in / out`` (size given) or ``1 / scale_factor``, one ``jnp.take`` per spatial axis."""
+    out = x
+    for i, size in enumerate(sizes):
+        axis = 2 + i
+        scale = f"({x}.shape[{axis}] / {size})" if factors is None else repr(1 / factors[i])
+        out = (f"jnp.take({out}, (jnp.arange({size}) * {scale}).astype(jnp.int32), "
+               f"axis={axis})")
+    return out
+
+
+@special("upsample")
+def upsample(site: Site) -> cst.BaseExpression:
+    return expr("lambda x: " + _resize(site, "x"))
+
+
+@special("interpolate")
+def interpolate(site: Site) -> cst.BaseExpression:
+    x = site.x()
+    if not is_simple(x):
+        raise Untranslatable("F.interpolate of a compound expression: assign it to a name first")
+    return expr(_resize(site, code(x)))
+
