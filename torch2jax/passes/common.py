@@ -175,3 +175,63 @@ def call(func: str | cst.BaseExpression, *args: cst.Arg) -> cst.Call:
 def py(value) -> cst.BaseExpression:
     """A Python value as an expression node."""
     return cst.parse_expression(repr(value))
+
+
+# ---------------------------------------------------------------------------- line breaking
+MAX_LINE = 99
+
+
+def _newline(extra: int) -> cst.ParenthesizedWhitespace:
+    return cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(), empty_lines=[], indent=True,
+        last_line=cst.SimpleWhitespace(" " * extra))
+
+
+def wrap_call(node: cst.Call, level: int = 1) -> cst.Call:
+    """One argument per line, like a formatter would lay out a call too long for one line:
+
+        nnx.Sequential(
+            nnx.Linear(784, 256, rngs=rngs),
+            ...
+        )
+    """
+    args = list(node.args)
+    pad = 4 * level
+    new_args = []
+    for i, a in enumerate(args):
+        value = a.value
+        if len(code(value)) + pad + 4 > MAX_LINE:
+            value = _wrap_expr(value, level + 1)
+        last = i == len(args) - 1
+        comma = cst.Comma(whitespace_after=_newline(pad - 4 if last else pad))
+        new_args.append(a.with_changes(value=value, comma=comma))
+    return node.with_changes(args=new_args, whitespace_before_args=_newline(pad))
+
+
+def _wrap_expr(node: cst.BaseExpression, level: int) -> cst.BaseExpression:
+    """Break the first call inside ``node`` that has several arguments (through curried
+    calls and lambda bodies: ``optax.inject_hyperparams(lambda lr: optax.chain(...))(...)``)."""
+    if isinstance(node, cst.Call) and len(node.args) > 1 and not any(a.star for a in node.args):
+        return wrap_call(node, level)
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Call):
+            func = _wrap_expr(func, level)
+        args = [a.with_changes(value=_wrap_expr(a.value, level)) for a in node.args]
+        return node.with_changes(func=func, args=args)
+    if isinstance(node, cst.Lambda):
+        return node.with_changes(body=_wrap_expr(node.body, level))
+    return node
+
+
+def wrap_long_statement(stmt: cst.SimpleStatementLine, indent: int) -> cst.SimpleStatementLine:
+    """Break the outermost call of a converted statement that ended up too long."""
+    if len(stmt.body) != 1 or indent + len(code(stmt.body[0])) <= MAX_LINE:
+        return stmt
+    small = stmt.body[0]
+    value = getattr(small, "value", None)
+    if not isinstance(value, cst.Call) or any(a.star for a in value.args):
+        return stmt
+    if "\n" in code(value):
+        return stmt  # already laid out over lines
+    return stmt.with_changes(body=[small.with_changes(value=_wrap_expr(value, 1))])

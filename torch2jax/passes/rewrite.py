@@ -32,6 +32,7 @@ from torch2jax.passes.common import (
     expr,
     needs_parens,
     try_literal,
+    wrap_long_statement,
 )
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.special import SPECIALS, Site
@@ -95,6 +96,7 @@ class TorchToJax(cst.CSTTransformer):
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
         self._fstring_quotes: list[str] = []
         self._eval_step = False  # an eval step is defined at the top of the file
+        self._depth = 0  # indentation level of the statement being rewritten
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
@@ -145,14 +147,21 @@ class TorchToJax(cst.CSTTransformer):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             self._pending.append(Pending())
+        if isinstance(node, cst.IndentedBlock):
+            self._depth += 1
         return super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):
+        if isinstance(original_node, cst.IndentedBlock):
+            self._depth -= 1
         result = super().on_leave(original_node, updated_node)
         if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             pending = self._pending.pop()
             if id(original_node) in self.training.removed:
                 return cst.RemoveFromParent()
+            if isinstance(result, cst.SimpleStatementLine) and not result.deep_equals(
+                    original_node):
+                result = wrap_long_statement(result, 4 * self._depth)
             if pending.todos and isinstance(result, (cst.SimpleStatementLine,
                                                      cst.BaseCompoundStatement)):
                 comments = [
@@ -160,6 +169,10 @@ class TorchToJax(cst.CSTTransformer):
                     for rule, msg in pending.todos
                 ]
                 result = result.with_changes(leading_lines=[*result.leading_lines, *comments])
+            pending.before = [wrap_long_statement(b, 4 * self._depth) if isinstance(
+                b, cst.SimpleStatementLine) else b for b in pending.before]
+            pending.after = [wrap_long_statement(b, 4 * self._depth) if isinstance(
+                b, cst.SimpleStatementLine) else b for b in pending.after]
             split = pending.keys.split_statement()
             if split is not None:
                 self.need("jax")
