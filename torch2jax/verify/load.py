@@ -80,6 +80,13 @@ def load_module(path: str | Path, *, prefix: str = "torch2jax_verify") -> Module
     path = Path(path)
     if not path.is_file():
         raise LoadError(f"{path}: no such file")
+    from torch2jax.verify.package import import_package_file, package_of
+
+    if package_of(path) is not None:  # relative imports: import it by its dotted name
+        try:
+            return import_package_file(path)
+        except Exception as exc:
+            raise LoadError(f"importing {path} failed: {_where(exc, path)}") from exc
     name = f"{prefix}_{path.stem}_{next(_counter)}"
     spec = importlib.util.spec_from_file_location(name, path.resolve())
     if spec is None or spec.loader is None:

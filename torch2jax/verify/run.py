@@ -216,13 +216,17 @@ def local_imports(source: str, directory: Path) -> list[Path]:
     return found
 
 
-def _convert_file(path: Path, jax_target: str, rules: RuleSet | None) -> tuple[str, int]:
+def _convert_file(
+    path: Path, jax_target: str, rules: RuleSet | None, known_modules: set[str] | None = None
+) -> tuple[str, int]:
     try:
         from torch2jax.convert import convert_source
     except ImportError as exc:
         raise VerifyError(f"the converter is not available: {exc}") from None
     with _stage(f"converting {path}"):
-        out = convert_source(path.read_text(), path=str(path), target=jax_target, rules=rules)
+        extra = {"known_modules": known_modules} if known_modules else {}
+        out = convert_source(path.read_text(), path=str(path), target=jax_target, rules=rules,
+                             **extra)
     return out.code, sum(1 for d in out.diagnostics if d.severity == "error")
 
 
@@ -230,6 +234,11 @@ def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | No
     """Convert ``path`` and the local modules it imports (transitively) into ``out_dir``,
     keeping their relative paths, so that the converted model imports converted siblings.
     Returns the number of untranslated constructs (TODOs) over all of them."""
+    from torch2jax.verify.package import convert_package_file, package_of
+
+    if package_of(path) is not None:  # a package's module: a mirror package (verify/package.py)
+        return convert_package_file(
+            path, out_dir, lambda f, known: _convert_file(f, jax_target, rules, known))[1]
     root = path.parent.resolve()
     queue, seen, todos = [path.resolve()], set(), 0
     while queue:
@@ -245,6 +254,19 @@ def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | No
         with _stage(f"reading the imports of {file}"):
             queue += local_imports(file.read_text(), root)
     return todos
+
+
+def converted_location(path: Path, out_dir: Path) -> Path:
+    """Where :func:`convert_tree` put the conversion of ``path``."""
+    from torch2jax.verify.package import package_of
+
+    found = package_of(path)
+    if found is None:
+        return out_dir / path.name
+    mirrors = sorted(out_dir.glob(found[1].split(".")[0] + "_jax_*"))
+    rel = found[1].split(".")[1:]
+    base = mirrors[-1].joinpath(*rel)
+    return base / "__init__.py" if path.name == "__init__.py" else base.with_suffix(".py")
 
 
 def _converted_todos(converted: str) -> int:
@@ -566,8 +588,8 @@ def _verify(r: VerifyResult, req: VerifyRequest) -> None:
             jax_path = Path(req.converted)
             r.todos = _converted_todos(req.converted)
         else:  # same file names, so that tracebacks read like the user's files
-            jax_path = Path(tmp) / path.name
             r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules)
+            jax_path = converted_location(path, Path(tmp))
         with _device(req.device) as platform:
             r.device = platform
             _run_jax_side(r, req, jax_path, name, torch_model, specs)

@@ -1,0 +1,93 @@
+"""verify on a module inside a package: relative imports, a helper module of layers converted
+alongside, registries and logging hooks copied so that they run inert (torch2jax/verify/package.py).
+A tiny package written to a temporary directory stands in for torchvision."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("flax")
+
+from torch2jax.verify.package import package_of
+from torch2jax.verify.run import VerifyRequest, run_request
+
+FILES = {
+    "__init__.py": "from .models.net import net  # the real package imports everything\n",
+    "_registry.py": '''
+        MODELS = {}
+
+
+        def register(fn):
+            if fn.__name__ in MODELS:  # like torchvision's register_model
+                raise ValueError(f"{fn.__name__} is already registered")
+            MODELS[fn.__name__] = fn
+            return fn
+    ''',
+    "ops/__init__.py": "",
+    "ops/blocks.py": '''
+        import torch.nn as nn
+
+
+        class ConvBlock(nn.Module):
+            def __init__(self, cin, cout):
+                super().__init__()
+                self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+                self.bn = nn.BatchNorm2d(cout)
+
+            def forward(self, x):
+                return nn.functional.relu(self.bn(self.conv(x)))
+    ''',
+    "models/__init__.py": "",
+    "models/net.py": '''
+        import torch
+        import torch.nn as nn
+
+        from .._registry import register
+        from ..ops.blocks import ConvBlock
+
+
+        class Net(nn.Module):
+            def __init__(self, num_classes=10):
+                super().__init__()
+                self.block = ConvBlock(3, 4)
+                self.fc = nn.Linear(4, num_classes)
+
+            def forward(self, x):
+                x = self.block(x)
+                return self.fc(torch.mean(x, dim=(2, 3)))
+
+
+        @register
+        def net(num_classes=10):
+            return Net(num_classes)
+    ''',
+}
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    for rel, text in FILES.items():
+        path = root / "tinyvision" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root / "tinyvision"
+
+
+def test_package_of(package):
+    root, name = package_of(package / "models" / "net.py")
+    assert (root, name) == (package.parent, "tinyvision.models.net")
+    assert package_of(package.parent / "elsewhere.py") is None
+
+
+def test_verifies_a_builder_inside_a_package(package):
+    result = run_request(VerifyRequest(f"{package / 'models' / 'net.py'}::net",
+                                       args={"num_classes": 5}, inputs=("float32[2,3,6,6]",),
+                                       grad=True))
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch
+    assert result.todos == 0
+    assert result.max_abs_diff <= 1e-5

@@ -1,0 +1,191 @@
+"""Verify a model file that lives inside an installed package (``torchvision/models/resnet.py``).
+
+Such a file imports its helpers relatively (``from ..ops.misc import Conv2dNormActivation``,
+``from ._api import register_model``), so it cannot be run as a loose script:
+
+* the torch side imports it by its dotted name (``torchvision.models.resnet``);
+* the JAX side is a *mirror package* under a fresh top-level name (``torchvision_jax_0``) in
+  the verifier's temporary directory: the model file converted, the package modules it takes
+  layer classes from (names used inside its functions that are ``nn.Module`` subclasses)
+  converted too, and every other module it reaches (logging hooks, weight enums, registries)
+  copied verbatim, so that they run as in torch, inert, with registries of their own. The
+  package's ``__init__`` files are left empty in the mirror: only what the file needs is
+  imported. Nothing is downloaded: the builders run with their default ``weights=None``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import itertools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+_counter = itertools.count()
+
+
+def package_of(path: Path) -> tuple[Path, str] | None:
+    """(the directory holding the top-level package, dotted module name), or None when
+    ``path`` is not inside a package (its directory has no ``__init__.py``)."""
+    path = path.resolve()
+    directory = path.parent
+    if not (directory / "__init__.py").is_file():
+        return None
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    while (directory / "__init__.py").is_file():
+        parts.insert(0, directory.name)
+        directory = directory.parent
+    return directory, ".".join(parts)
+
+
+def import_package_file(path: Path) -> ModuleType:
+    """Import the package module at ``path`` by its dotted name."""
+    root, name = package_of(path)  # type: ignore[misc]
+    added = str(root) not in sys.path
+    if added:
+        sys.path.insert(0, str(root))
+    try:
+        module = importlib.import_module(name)
+    finally:
+        if added:
+            sys.path.remove(str(root))
+    if Path(module.__file__ or "").resolve() != path.resolve():
+        raise ImportError(f"{name} resolves to {module.__file__}, not to {path}")
+    return module
+
+
+def _relative_imports(source: str, module: str, is_package: bool) -> list[tuple[str, list[str]]]:
+    """(absolute module name, imported names) for each relative ``from ... import``."""
+    package = module if is_package else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            target = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            names = [a.name for a in node.names]
+            if node.module is None:  # from . import sub: the names are submodules
+                out += [(f"{target}.{n}", []) for n in names]
+            else:
+                out.append((target, names))
+    return out
+
+
+def _names_in_functions(source: str) -> set[str]:
+    """Names read inside function bodies (where layers are built and called)."""
+    used = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            used |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return used
+
+
+def _layer_classes(module_name: str, names: list[str], used: set[str]) -> set[str]:
+    """The imported names that the importer uses inside its functions and that are nn.Module
+    classes of that module (so the module is converted, and they are user module classes)."""
+    import torch
+
+    try:
+        original = importlib.import_module(module_name)
+    except ImportError:
+        return set()
+    found = set()
+    for name in names:
+        value = getattr(original, name, None)
+        if name in used and isinstance(value, type) and issubclass(value, torch.nn.Module):
+            found.add(name)
+    return found
+
+
+def _source_of(module_name: str) -> tuple[Path, bool]:
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise ImportError(f"{module_name}: no Python source")
+    return Path(spec.origin), spec.submodule_search_locations is not None
+
+
+_ALIAS = """# the original module, unconverted (verify's mirror package)
+import importlib
+import sys
+
+sys.modules[__name__] = importlib.import_module("{original}")
+"""
+
+_PACKAGE = """# verify's mirror of the package {original}: its modules here are converted or copied;
+# any other name is the original package's
+import importlib as _importlib
+from pathlib import Path as _Path
+
+
+def __getattr__(name):
+    here = _Path(__file__).parent
+    if (here / (name + ".py")).is_file() or (here / name / "__init__.py").is_file():
+        return _importlib.import_module(__name__ + "." + name)
+    return getattr(_importlib.import_module("{original}"), name)
+"""
+
+
+def convert_package_file(
+    path: Path, out_dir: Path, convert: Callable[[Path, set[str]], tuple[str, int]]
+) -> tuple[Path, int]:
+    """Write the mirror package for ``path`` under ``out_dir``; return (the converted file's
+    path in it, the number of TODOs the conversions left). ``convert(file, known)`` gives
+    (JAX source, TODO count); ``known`` names the module classes the file imports from
+    converted modules (their constructors take ``rngs``)."""
+    found = package_of(path)
+    assert found is not None
+    _, name = found
+    top = name.split(".")[0]
+    alias = f"{top}_jax_{next(_counter)}"
+    rank = {"alias": 0, "copy": 1, "convert": 2}
+    modes: dict[str, str] = {}
+    work = [(name, "convert")]
+    todos = 0
+
+    def target_of(module: str, is_package: bool) -> Path:
+        rel = module.split(".")[1:]
+        base = out_dir.joinpath(alias, *rel)
+        return base / "__init__.py" if is_package else base.with_suffix(".py")
+
+    while work:
+        module, mode = work.pop()
+        if module in modes and rank[modes[module]] >= rank[mode]:
+            continue
+        try:
+            file, is_package = _source_of(module)
+        except ImportError:
+            continue
+        if is_package and mode != "convert":
+            continue  # the mirror's own __init__ (below) forwards to the original package
+        modes[module] = mode
+        source = file.read_text()
+        used = _names_in_functions(source) if mode == "convert" else set()
+        deps = _relative_imports(source, module, is_package)
+        layers = {dep: _layer_classes(dep, names, used) for dep, names in deps
+                  if mode == "convert"}
+        if mode == "convert":
+            code, n = convert(file, set().union(*layers.values()))
+            todos += n
+        elif mode == "copy":  # runs as in torch, with registries of its own
+            code = source
+        else:
+            code = _ALIAS.format(original=module)
+        target = target_of(module, is_package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(code)
+        if mode == "alias":
+            continue
+        for dep, _ in deps:
+            if mode == "convert":
+                work.append((dep, "convert" if layers[dep] else "copy"))
+            else:
+                work.append((dep, "alias"))
+    # every package directory of the mirror forwards the names it does not hold itself
+    package = out_dir / alias
+    for directory in [package, *(p for p in package.rglob("*") if p.is_dir())]:
+        init = directory / "__init__.py"
+        if not init.exists():
+            original = ".".join([top, *directory.relative_to(package).parts])
+            init.write_text(_PACKAGE.format(original=original))
+    return target_of(name, path.name == "__init__.py"), todos
