@@ -92,12 +92,15 @@ def convert_source(
         diagnostics.append(Diagnostic(path, line, col, rule, severity, message))
 
     # two passes: the first learns what layer-building helper functions return, the second
-    # uses it for the attributes they build
+    # uses it for the attributes they build (when every helper returns torch's layout, the
+    # second pass would compute the first one's index again: it is skipped)
     first = Indexer(rules, set(known_modules or ()))
     wrapper.visit(first)
-    indexer = Indexer(rules, set(known_modules or ()), first.finish().fn_returns)
-    wrapper.visit(indexer)
-    index = indexer.finish()
+    index = first.finish()
+    if any(layout != "torch" for layout in index.fn_returns.values()):
+        indexer = Indexer(rules, set(known_modules or ()), index.fn_returns)
+        wrapper.visit(indexer)
+        index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs
     index.module_classes |= {k for k in known_modules or () if k.isidentifier()}
     training_indexer = TrainingIndexer(index.module_classes, index.rngs_functions)

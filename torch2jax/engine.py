@@ -51,7 +51,7 @@ class Options:
     target: str = "nnx"
     rule_dirs: tuple[Path, ...] = ()
     ignore: tuple[str, ...] = ()
-    max_bytes: int = MAX_BYTES
+    max_bytes: int | None = None  # None: MAX_BYTES
 
 
 @dataclass
@@ -83,6 +83,7 @@ def convert_file(path: str, known: frozenset[str] = frozenset()) -> Outcome:
     from torch2jax.suppress import suppress
 
     options: Options = _WORKER["options"]
+    max_bytes = options.max_bytes if options.max_bytes is not None else MAX_BYTES
 
     def failed(rule: str, message: str, line: int = 1, col: int = 1) -> Outcome:
         return Outcome(path, "failed", diagnostics=[
@@ -95,10 +96,10 @@ def convert_file(path: str, known: frozenset[str] = frozenset()) -> Outcome:
         return failed("read", str(exc))
     except OSError as exc:
         return failed("read", f"cannot be read: {exc.strerror or exc}")
-    if size > options.max_bytes and "torch" in text:
-        return failed("too-large", f"{size:,} bytes, more than the {options.max_bytes:,} "
-                                   "converted per file; not converted")
-    if size > options.max_bytes:
+    if size > max_bytes and "torch" in text:
+        return failed("too-large", f"{size:,} bytes, more than the {max_bytes:,} converted "
+                                   "per file; not converted")
+    if size > max_bytes:
         return Outcome(path, "unchanged", text, encoding, text)
     try:
         result = convert_source(text, path=path, target=options.target, rules=_WORKER["rules"],
@@ -108,11 +109,25 @@ def convert_file(path: str, known: frozenset[str] = frozenset()) -> Outcome:
     except RecursionError:
         return failed("too-deep", "nested too deeply to be parsed and rewritten")
     except Exception as exc:  # noqa: BLE001 - a bug of ours must not stop the other files
-        return failed("internal", f"internal error while converting: {exc!r}")
+        return failed("internal", f"internal error while converting: {exc!r}{_where(exc)}; "
+                                  "please report it")
     result = suppress(result, text, options.ignore)
     changed = result.uses_torch and result.code != text
     return Outcome(path, "converted" if changed else "unchanged", text, encoding, result.code,
                    list(result.diagnostics))
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at torch2jax/passes/rewrite.py:157 in on_leave)``: the innermost frame of ours."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if f"{os.sep}torch2jax{os.sep}" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    rel = f.filename[f.filename.rindex(f"{os.sep}torch2jax{os.sep}") + 1:]
+    return f" (at {rel}:{f.lineno} in {f.name})"
 
 
 def _parse_message(text: str, path: str) -> tuple[str, int, int]:

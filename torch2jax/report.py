@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 SEVERITIES = ("info", "warning", "error")
+STATUSES = ("converted", "unchanged", "skipped", "failed")
+SCHEMA = "torch2jax-report/1"  # docs/reviewing.md describes it
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,14 @@ class RunReport:
 
     def to_json(self) -> dict:
         return {
-            "schema": "torch2jax-report/1",
+            "schema": SCHEMA,
             "summary": {
                 "files": len(self.files),
+                **{s: 0 for s in STATUSES},
                 **Counter(f.status for f in self.files),
-                "todos": sum(f.todos for f in self.files),
+                "todos": self.todos,
+                "errors": sum(1 for d in self.diagnostics if d.severity == "error"),
+                "warnings": sum(1 for d in self.diagnostics if d.severity == "warning"),
             },
             "files": [
                 {
@@ -78,28 +83,57 @@ class RunReport:
         }
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        Path(path).write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n",
+                              encoding="utf-8")
 
-    def print_summary(self, console: Console) -> None:
-        diags = self.diagnostics
-        shown = [d for d in diags if d.severity != "info"]
-        if shown:
+    @property
+    def todos(self) -> int:
+        """Untranslated constructs left marked ``# TODO(torch2jax)`` in the written files."""
+        return sum(f.todos for f in self.files if f.status != "failed")
+
+    def print_summary(self, console: Console, limit: int = 40) -> None:
+        """What is left for review. On a terminal, a table of every warning and error (one row
+        per rule when there are more than ``limit``); otherwise one ``file:line:col:`` line
+        each. Then the failed files, the TODO count per rule and the file totals."""
+        shown = [d for d in self.diagnostics if d.severity != "info"]
+        if shown and not console.is_terminal:
+            for d in shown:
+                console.print(d.render(), highlight=False, markup=False, soft_wrap=True)
+        elif shown and len(shown) <= limit:
             table = Table(title="Left for review", show_lines=False)
             for col in ("location", "severity", "rule", "message"):
                 table.add_column(col, overflow="fold")
             for d in shown:
                 table.add_row(f"{d.file}:{d.line}:{d.column}", d.severity, d.rule, d.message)
             console.print(table)
-            by_rule = Counter(d.rule for d in shown if d.severity == "error")
-            if by_rule:
-                console.print(
-                    "TODOs by rule: " + ", ".join(f"{r} ×{n}" for r, n in by_rule.most_common())
-                )
+        elif shown:
+            table = Table(title=f"Left for review: {len(shown)} findings by rule "
+                                "(--report FILE.json lists each)", show_lines=False)
+            for col in ("rule", "severity", "count", "files", "first", "message"):
+                table.add_column(col, overflow="fold")
+            groups: dict[tuple[str, str], list[Diagnostic]] = {}
+            for d in shown:
+                groups.setdefault((d.rule, d.severity), []).append(d)
+            order = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+            for (rule, severity), ds in order:
+                first = ds[0]
+                table.add_row(rule, severity, str(len(ds)), str(len({d.file for d in ds})),
+                              f"{first.file}:{first.line}:{first.column}", first.message)
+            console.print(table)
+        failed = [f for f in self.files if f.status == "failed"]
+        if failed:
+            console.print(f"Not converted ({len(failed)}): " + ", ".join(f.path for f in failed),
+                          highlight=False, markup=False, soft_wrap=True)
+        by_rule = Counter(d.rule for f in self.files if f.status != "failed"
+                          for d in f.diagnostics if d.severity == "error")
+        if by_rule:
+            console.print(
+                "TODOs by rule: " + ", ".join(f"{r} ×{n}" for r, n in by_rule.most_common()),
+                highlight=False, markup=False, soft_wrap=True)
         counts = Counter(f.status for f in self.files)
-        todos = sum(f.todos for f in self.files)
         parts = [f"{n} {s}" for s, n in sorted(counts.items())]
-        console.print(f"{len(self.files)} files: " + ", ".join(parts) + f"; {todos} TODOs")
-
+        console.print(f"{len(self.files)} files: " + ", ".join(parts) + f"; {self.todos} TODOs",
+                      highlight=False)
 
 _COLORS = {"+++": "\x1b[1m", "---": "\x1b[1m", "@@": "\x1b[36m", "+": "\x1b[32m",
            "-": "\x1b[31m"}
