@@ -285,3 +285,27 @@ def test_checkpoint_round_trip(tmp_path: Path) -> None:
     out = _run(code, tmp_path)
     assert float(out[-1]) == 0.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "script.py"]
+
+
+def test_torch_types_in_annotations_become_jax_types() -> None:
+    code = _convert(textwrap.dedent("""\
+        from typing import Optional
+        import torch
+        import torch.nn as nn
+        from torch import Tensor
+
+        def conv3x3(a: int, b: int) -> nn.Conv2d:
+            return nn.Conv2d(a, b, 3, padding=1)
+
+        class Block(nn.Module):
+            def __init__(self, c: int, norm: Optional[nn.Module] = None) -> None:
+                super().__init__()
+                self.conv: nn.Conv2d = conv3x3(c, c)
+
+            def forward(self, x: Tensor, y: torch.Tensor) -> Tensor:
+                return self.conv(x) + y
+        """))
+    assert "-> nnx.Conv:" in code and "Optional[nnx.Module]" in code
+    assert "def __call__(self, x: jax.Array, y: jax.Array) -> jax.Array:" in code
+    scope: dict = {}
+    exec(compile(code, "converted", "exec"), scope)  # noqa: S102: the annotations resolve

@@ -97,6 +97,7 @@ class TorchToJax(cst.CSTTransformer):
         self._fstring_quotes: list[str] = []
         self._eval_step = False  # an eval step is defined at the top of the file
         self._depth = 0  # indentation level of the statement being rewritten
+        self._in_annotation = 0
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
@@ -909,6 +910,40 @@ class TorchToJax(cst.CSTTransformer):
             return updated_node.value.elements[0].value
         return updated_node
 
+    # ------------------------------------------------------------------ annotations
+    def visit_Annotation(self, node) -> None:
+        self._in_annotation += 1
+
+    def leave_Annotation(self, original_node, updated_node):
+        self._in_annotation -= 1
+        return updated_node
+
+    def _annotation_type(self, original: cst.BaseExpression) -> cst.BaseExpression | None:
+        """A torch type named in an annotation (``Tensor``, ``nn.Conv2d``), in JAX terms."""
+        q = self.q(original)
+        if not q or not q.startswith("torch."):
+            return None
+        if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.BoolTensor",
+                 "torch.nn.parameter.Parameter", "torch.nn.Parameter"):
+            self.need("jax")
+            return expr("jax.Array")
+        if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+            self.need("nnx")
+            return expr(self.emitter.module_base)
+        rule = self.rules.layers.get(q)
+        target = rule.targets.get(self.emitter.name) if rule else None
+        if target and re.fullmatch(r"nnx\.[A-Z]\w*", target):
+            self.need("nnx")
+            return expr(target)
+        self.diag(original, "annotation", "error", f"type annotation {q}: no JAX type")
+        return None
+
+    def leave_Name(self, original_node, updated_node):
+        if self._in_annotation and not isinstance(
+                self.get_metadata(ParentNodeProvider, original_node, None), cst.Attribute):
+            return self._annotation_type(original_node) or updated_node
+        return updated_node
+
     def visit_FormattedString(self, node) -> None:
         self._fstring_quotes.append(node.start)
 
@@ -991,6 +1026,10 @@ class TorchToJax(cst.CSTTransformer):
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
+        if self._in_annotation:
+            mapped = self._annotation_type(original_node)
+            if mapped is not None:
+                return mapped
         q = self.q(original_node)
         if q and q.startswith("torch."):
             short = q[len("torch."):]
