@@ -117,6 +117,10 @@ def test_user_rules_extend_the_builtin_ones(tmp_path: Path) -> None:
     res = runner.invoke(app, ["convert", str(src), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "return jnp.negative(x)" in (out / "a.py").read_text()
+    res = runner.invoke(app, ["explain", "torch.frobnicate", "--rules", str(rules)])
+    assert res.exit_code == 0 and "jnp.negative" in res.stdout and "a user rule" in res.stdout
+    res = runner.invoke(app, ["rules", "--rules", str(rules)])
+    assert res.exit_code == 0 and "torch.frobnicate" in res.stdout
     rs = load_user_rules([rules])
     assert rs.functions["torch.frobnicate"].source.endswith("mine.toml")
     assert "torch.sum" in rs.functions  # the built-in ones are still there

@@ -129,3 +129,16 @@ def test_jobs_do_not_change_output_or_report(tmp_path: Path) -> None:
         reports.append(rep.read_text().replace(str(out), "OUT"))
     assert reports[0] == reports[1]
     assert _digest(tmp_path / "out1") == _digest(tmp_path / "out3")
+
+
+def test_a_file_named_alone_still_knows_the_module_classes_of_its_tree(tmp_path: Path) -> None:
+    """pre-commit passes the staged files only: the base class of an unstaged file counts."""
+    src = tmp_path / "src"
+    shutil.copytree(MULTI, src)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["convert", str(src / "classifier.py"), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["classifier.py"]
+    classifier = (out / "classifier.py").read_text()
+    assert "super().__init__(dim, rngs=rngs)" in classifier
+    assert "self.head = H(dim, classes, rngs=rngs)" in classifier

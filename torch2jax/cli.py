@@ -208,15 +208,26 @@ def verify(
     raise typer.Exit(0 if result.passed else 1)
 
 
+def _user_rules(rules_dir: list[Path] | None):
+    """The built-in rules with those of [tool.torch2jax] (above the current folder) and
+    --rules; a bad rule file is a usage error."""
+    try:
+        dirs = (*find_config(Path.cwd()).rules, *(d.resolve() for d in rules_dir or ()))
+        return load_user_rules(dirs) if dirs else load_rules()
+    except (ConfigError, RuleError) as exc:
+        raise _usage_error(str(exc)) from None
+
+
 @app.command("rules")
-def list_rules() -> None:
-    """List the translation rules."""
+def list_rules(rules_dir: Annotated[list[Path] | None, typer.Option(
+        "--rules", help="A folder of extra rule files (repeatable).")] = None) -> None:
+    """List the translation rules (with those of [tool.torch2jax] rules and --rules)."""
     from rich.table import Table
 
     table = Table(title="torch2jax rules")
     for col in ("kind", "torch", "jax", "source"):
         table.add_column(col, overflow="fold")
-    for r in load_rules().all():
+    for r in _user_rules(rules_dir).all():
         jax = r.targets.get("nnx") or r.jax or ""
         torch_name = f"Tensor.{r.torch}" if r.kind == "method" else r.torch
         table.add_row(r.kind, torch_name, jax + (f"  ({r.special})" if r.special else ""),
@@ -225,9 +236,11 @@ def list_rules() -> None:
 
 
 @app.command()
-def explain(name: Annotated[str, typer.Argument(help="e.g. torch.nn.BatchNorm2d, F.gelu, view")]) -> None:
+def explain(name: Annotated[str, typer.Argument(help="e.g. torch.nn.BatchNorm2d, F.gelu, view")],
+            rules_dir: Annotated[list[Path] | None, typer.Option(
+                "--rules", help="A folder of extra rule files (repeatable).")] = None) -> None:
     """Show how one torch API is translated and which semantic differences apply."""
-    rules = load_rules()
+    rules = _user_rules(rules_dir)
     aliases = {"nn.": "torch.nn.", "F.": "torch.nn.functional."}
     candidates = [name] + [full + name[len(short):] for short, full in aliases.items()
                            if name.startswith(short)]

@@ -213,7 +213,7 @@ def run(req: Request, show_diff: Callable[[str, str, str], None] | None = None,
     found = find_files(req.paths, exclude_dirs=[req.out], excludes=req.excludes,
                        use_gitignore=req.use_gitignore)
     rules = load_rules(tuple(str(d) for d in req.options.rule_dirs))
-    repo = index_repository([f for f, _ in found.files], rules.layers)
+    repo = index_repository(_with_context(req, [f for f, _ in found.files]), rules.layers)
     tasks = [(str(f), frozenset(repo.known_for(f))) for f, _ in found.files]
     outcomes = _with_progress(tasks, req, progress_console)
 
@@ -261,12 +261,32 @@ def run(req: Request, show_diff: Callable[[str, str, str], None] | None = None,
             write_atomic(dest, oc.code, oc.encoding)
         else:
             copy_atomic(src, dest)
-        report.output = str(dest)
+        report.output = str(req.out / rel)
     for p in found.problems:
         status = "failed" if p.severity == "error" else "skipped"
         run.files.append(FileReport(path=str(p.path), status=status, diagnostics=[
             Diagnostic(str(p.path), 1, 1, "discover", p.severity, p.message)]))
     return run
+
+
+def _with_context(req: Request, files: list[Path]) -> list[Path]:
+    """The files to index in the first pass: those converted, plus, for files named one by
+    one (pre-commit passes the staged files), the other Python files of the tree they are
+    imported from, so that a base class defined in an unstaged file is still known."""
+    from torch2jax.repo import import_root
+
+    roots = sorted({import_root(p) for p in req.paths if p.is_file()})
+    if not roots:
+        return files
+    seen = {f.resolve() for f in files}
+    out = list(files)
+    for root in roots:
+        for f, _ in find_files([root], exclude_dirs=[req.out], excludes=req.excludes,
+                               use_gitignore=req.use_gitignore).files:
+            if f.resolve() not in seen:
+                seen.add(f.resolve())
+                out.append(f)
+    return out
 
 
 def _with_progress(tasks, req: Request, console) -> list[Outcome]:

@@ -83,6 +83,15 @@ def module_name(path: Path) -> tuple[str, bool]:
     return ".".join(parts), path.stem == "__init__"
 
 
+def import_root(path: Path) -> Path:
+    """The folder ``path`` is imported from: the parent of its outermost package (for a script
+    outside a package, its own folder)."""
+    d = path.resolve().parent
+    while (d / "__init__.py").is_file() and d.parent != d:
+        d = d.parent
+    return d
+
+
 def _dotted(node: ast.expr) -> str | None:
     if isinstance(node, ast.Name):
         return node.id
