@@ -103,8 +103,9 @@ def check(paths: Annotated[list[Path], typer.Argument(help="Files to check.")],
           jobs: Annotated[int, typer.Option("-j", "--jobs",
                                             help="Worker processes (0: one per core).")] = 0,
           ) -> None:
-    """Pre-commit entry: exit 1 when files hold torch code that would be converted (or cannot
-    be read or parsed); the diagnostics are printed."""
+    """Pre-commit entry: exit 1 when files hold torch code that would be converted, keep
+    TODO(torch2jax) markers of an earlier conversion, or cannot be read or parsed; the
+    diagnostics are printed."""
     paths = [p for p in paths if p.exists() or p.is_symlink()]
     if not paths:
         raise typer.Exit(0)
@@ -115,14 +116,15 @@ def check(paths: Annotated[list[Path], typer.Argument(help="Files to check.")],
     req = Request(paths=list(paths), mode="check", options=options,
                   jobs=jobs or default_jobs(), excludes=excludes)
     run = run_engine(req)
-    pending = [f for f in run.files if f.status in ("converted", "failed")]
+    pending = [f for f in run.files if f.status in ("converted", "failed") or f.todos]
     for f in pending:
         what = ("could not be converted" if f.status == "failed"
-                else "holds PyTorch code that torch2jax would convert")
-        console.print(f"{f.path}: {what}", highlight=False)
+                else "holds PyTorch code that torch2jax would convert"
+                if f.status == "converted" else "has TODO(torch2jax) markers left for review")
+        console.print(f"{f.path}: {what}", highlight=False, markup=False, soft_wrap=True)
     for d in run.diagnostics:
         if d.severity != "info":
-            console.print(d.render(), highlight=False, markup=False)
+            console.print(d.render(), highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(1 if pending else 0)
 
 
@@ -152,6 +154,8 @@ def verify(
     steps: Annotated[int, typer.Option(help="Training steps to compare.")] = 10,
     optax_tx: Annotated[str | None, typer.Option(
         "--optax", help="Check this optax transform instead of the translation.")] = None,
+    benchmark: Annotated[bool, typer.Option(
+        "--benchmark", help="Also time both forward passes (jax_ms, torch_ms, speed_ratio).")] = False,
 ) -> None:
     """Run the torch model and its JAX translation on the same weights and inputs (with
     --optimizer and --loss: train both for --steps steps and compare the trajectories)."""
@@ -196,7 +200,8 @@ def verify(
     else:
         result = run_verify(target, args=kwargs, build=build, inputs=list(input or []),
                             jax_target=jax_target, grad=grad, atol=atol, rtol=rtol,
-                            device=device, converted=str(converted) if converted else None)
+                            device=device, converted=str(converted) if converted else None,
+                            benchmark=benchmark)
     if as_json:
         print(json.dumps(result.to_json()))
     else:
