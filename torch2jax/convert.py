@@ -30,8 +30,11 @@ IMPORT_LINES = {
     "optax": "import optax",
     "ocp": "import orbax.checkpoint as ocp",
     "nnx": "from flax import nnx",
+    "linen": "import flax.linen as nn",
+    "Any": "from typing import Any",
+    "dataclasses": "import dataclasses",
 }
-IMPORT_ORDER = ["os", "partial", "np", "jax", "jnp", "optax", "ocp", "nnx"]
+IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "np", "jax", "jnp", "optax", "ocp", "nnx", "linen"]
 
 
 class ParseError(Exception):
@@ -108,12 +111,18 @@ def convert_source(
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument
     index.rngs_functions -= training.self_keyed
-    transformer = TorchToJax(rules, index, emitter, path, report, training)
+    transformer = TorchToJax(rules, index, emitter, path, report, training,
+                             uses_train=_uses_train_mode(source))
     new = wrapper.visit(transformer)
     new = new.visit(FuseLayoutMoves())
     new = _add_imports(new, transformer.imports_needed)
     diagnostics.sort(key=lambda d: (d.line, d.column))
     return suppress(ConversionResult(code=new.code, diagnostics=diagnostics), source)
+
+
+def _uses_train_mode(source: str) -> bool:
+    """Whether the file's modules behave differently in training (a linen ``train`` field)."""
+    return any(word in source for word in ("BatchNorm", "Dropout", "dropout", ".training"))
 
 
 def _existing_imports(module: cst.Module) -> set[str]:

@@ -38,6 +38,7 @@ from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.special import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet
 from torch2jax.targets import Emitter
+from torch2jax.targets import linen as linen_target
 
 _IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp)\b(?=[.(])")
 
@@ -71,7 +72,8 @@ class TorchToJax(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
-                 report, training: TrainingIndex | None = None) -> None:
+                 report, training: TrainingIndex | None = None, uses_train: bool = False
+                 ) -> None:
         super().__init__()
         self.rules = rules
         self.index = index
@@ -90,6 +92,8 @@ class TorchToJax(cst.CSTTransformer):
         self.layouts: Layouts | None = None
         self.torch_used_after = False
         self.training = training or TrainingIndex()
+        self.linen = emitter.name == "linen"
+        self.uses_train = uses_train  # linen: modules get a `train` field
         self._key_scopes: list[tr.KeyScope] = [tr.KeyScope()]
         self._for_stack: list[cst.For] = []
         self._hoist: list[cst.BaseStatement] = []
@@ -220,7 +224,7 @@ class TorchToJax(cst.CSTTransformer):
             q = self.q(ob.value)
             if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
                 bases.append(b.with_changes(value=expr(self.emitter.module_base)))
-                self.need("nnx")
+                self.need("linen" if self.linen else "nnx")
             elif q in self.rules.layers:
                 self.diag(ob, "module-subclass", "error",
                           f"subclass of the torch layer {q}: its parameters and forward are "
@@ -231,11 +235,20 @@ class TorchToJax(cst.CSTTransformer):
         body = list(updated_node.body.body)
         has_init = any(isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
                        for s in body)
-        if info.uses_training and info.module_base == "torch" and has_init:
+        if info.uses_training and info.module_base == "torch" and has_init and not self.linen:
             body = [self._add_training_flag(s) if isinstance(s, cst.FunctionDef)
                     and s.name.value == "__init__" else s for s in body]
-        return updated_node.with_changes(
+        new = updated_node.with_changes(
             bases=bases, body=updated_node.body.with_changes(body=body))
+        if self.linen:
+            try:
+                is_base = any(c.module_base == name for c in self.index.classes.values())
+                new, needs = linen_target.to_setup(
+                    new, self.uses_train and info.module_base == "torch", kw_only=is_base)
+                self.need(*needs)
+            except Untranslatable as exc:
+                self.diag(original_node, "linen", "error", exc.message)
+        return new
 
     def _add_training_flag(self, fn: cst.FunctionDef) -> cst.FunctionDef:
         stmt = cst.parse_statement("self.deterministic = False  # flipped by .train()/.eval()")
@@ -279,7 +292,20 @@ class TorchToJax(cst.CSTTransformer):
                 self.diag(original_node, "seed", "error", exc.message)
         if self.in_module_class() and node.name.value == "forward":
             node = node.with_changes(name=cst.Name("__call__"))
-        if takes_rngs and not any(p.name.value == "rngs" for p in node.params.kwonly_params):
+        if takes_rngs and self.linen and self.uses_train and not self.in_module_class():
+            # a layer-building helper: says whether the layers it builds train
+            params = node.params
+            star = params.star_arg
+            if star is cst.MaybeSentinel.DEFAULT or star is None:
+                star = cst.ParamStar()
+            node = node.with_changes(params=params.with_changes(
+                star_arg=star, kwonly_params=[*params.kwonly_params, cst.Param(
+                    name=cst.Name(linen_target.TRAIN), annotation=cst.Annotation(expr("bool")),
+                    default=expr("False"),
+                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(" "),
+                                          whitespace_after=cst.SimpleWhitespace(" ")))]))
+        if takes_rngs and not self.linen and not any(
+                p.name.value == "rngs" for p in node.params.kwonly_params):
             self.need("nnx")
             rngs = cst.Param(name=cst.Name("rngs"),
                              annotation=cst.Annotation(expr(self.emitter.rngs_type)))
@@ -387,6 +413,9 @@ class TorchToJax(cst.CSTTransformer):
                     self.diag(original_node, "register_buffer", "error",
                               "register_buffer with a computed name")
                     return updated_node
+                if self.linen:  # a constant computed in setup()
+                    return cst.Assign(targets=[cst.AssignTarget(expr(f"self.{name}"))],
+                                      value=b.get("tensor"))
                 self.need("nnx")
                 return cst.Assign(
                     targets=[cst.AssignTarget(expr(f"self.{name}"))],
@@ -408,15 +437,22 @@ class TorchToJax(cst.CSTTransformer):
         if site is None or updated_node.value is None:
             return updated_node
         try:
+            self._nnx_only("optimizers")
             return updated_node.with_changes(
                 value=self._optimizer(original_node, updated_node.value, site))
         except Untranslatable as exc:
             self.diag(original_node, exc.rule or site.qualname, "error", exc.message)
             return updated_node
 
+    def _nnx_only(self, what: str) -> None:
+        if self.emitter.name != "nnx":
+            raise Untranslatable(f"{what}: translated for --target nnx so far "
+                                 f"({self.emitter.name} is planned)", rule="target")
+
     def _training_assign(self, original_node, updated_node, site):
         from torch2jax.analysis.training import SchedulerSite
 
+        self._nnx_only("optimizers and schedulers")
         if isinstance(site, SchedulerSite):
             return self._scheduler(original_node, updated_node, site)
         value = self._optimizer(original_node, updated_node.value, site)
@@ -557,6 +593,8 @@ class TorchToJax(cst.CSTTransformer):
 
     def _checkpoint_statement(self, original_node: cst.Expr):
         value = original_node.value
+        if self.emitter.name != "nnx":
+            return None
         site = None
         if self.q(value.func) == "torch.save":
             site = self._checkpoint_call(value)
@@ -692,6 +730,7 @@ class TorchToJax(cst.CSTTransformer):
             return checkpoint
         if q and q.startswith("torch.nn.init."):
             try:
+                self._nnx_only("torch.nn.init")
                 return self._init_statement(original_node, updated_node, q)
             except Untranslatable as exc:
                 self.diag(original_node, exc.rule or q, "error", exc.message)
@@ -700,6 +739,10 @@ class TorchToJax(cst.CSTTransformer):
                                     args=[m.Arg(m.Attribute(value=m.Name("self")))]))
                 and self.in_module_class()):
             # self.apply(self._init_weights): every submodule, children first, then self
+            if self.emitter.name != "nnx":
+                self.diag(original_node, "target", "error", "self.apply(init_fn): translated "
+                          f"for --target nnx so far ({self.emitter.name} is planned)")
+                return updated_node
             fn = code(updated_node.value.args[0].value)
             rngs = ", rngs=rngs" if self._rngs_scope and self._rngs_scope[-1] else ""
             self.need("nnx")
@@ -818,7 +861,7 @@ class TorchToJax(cst.CSTTransformer):
             # outside of a differentiated function a no_grad block is plain code; the model
             # calls in it (evaluation) go through one jit-compiled eval step
             body = list(updated_node.body.body)
-            if not self.in_module_class():
+            if not self.in_module_class() and self.emitter.name == "nnx":
                 models = self._model_names()
                 jitted = tr.JitModelCalls(models)
                 body = [b.visit(jitted) for b in body]
@@ -836,7 +879,7 @@ class TorchToJax(cst.CSTTransformer):
         node = updated_node
         t = self.training
         body = list(node.body.body)
-        for name in t.optimizer_names:
+        for name in t.optimizer_names if self.emitter.name == "nnx" else ():
             model = t.model_of(name)
             if model is None:
                 continue
@@ -856,7 +899,9 @@ class TorchToJax(cst.CSTTransformer):
                 self.diag(original_node, "training-loop", "error",
                           "training loop not recognised (one loss.backward() and one "
                           "optimizer.step() in the same loop body): write the step as "
-                          "nnx.value_and_grad + optimizer.update")
+                          "nnx.value_and_grad + optimizer.update" if self.emitter.name == "nnx"
+                          else f"training loops: translated for --target nnx so far "
+                          f"({self.emitter.name} is planned)")
         if not self._for_stack and self._hoist:
             hoisted, self._hoist = self._hoist, []
             blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
@@ -1044,7 +1089,14 @@ class TorchToJax(cst.CSTTransformer):
                 return expr("jax.Array")
         if m.matches(original_node, m.Attribute(value=m.Name("self"), attr=m.Name("training"))) \
                 and self.in_module_class():
-            return expr("not self.deterministic")
+            return expr(f"self.{linen_target.TRAIN}" if self.linen else "not self.deterministic")
+        if self.linen and m.matches(original_node.value, m.Attribute(value=m.Name("self"))) \
+                and self.in_module_class() and self.index.classes[
+                    self.current_class].attr_rule.get(original_node.value.attr.value) == \
+                "torch.nn.ModuleDict":
+            # a linen dict of submodules is indexed: self.transformer["wte"]
+            return cst.Subscript(value=updated_node.value, slice=[cst.SubscriptElement(
+                cst.Index(cst.SimpleString(f'"{original_node.attr.value}"')))])
         if original_node.attr.value in ("values", "indices") and isinstance(
                 updated_node.value, cst.Tuple) and len(updated_node.value.elements) == 2:
             # x.max(dim).values / .indices after max(dim) became (max, argmax)
@@ -1103,6 +1155,8 @@ class TorchToJax(cst.CSTTransformer):
             return self._super_init(original, updated)
         if name and name in self.rules.layers:
             return self._layer(original, updated, self.rules.layers[name])
+        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") and self.linen:
+            return self._linen_param(original, updated)
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             b = bind(updated.args, ("data", "requires_grad"))
             if b.literal("requires_grad") is False:
@@ -1154,6 +1208,17 @@ class TorchToJax(cst.CSTTransformer):
         # self.layer(x): activation layout
         return self._layout_call(original, updated)
 
+    def _linen_param(self, original, updated):
+        """self.w = nn.Parameter(t) -> self.w = self.param("w", lambda key: t)"""
+        b = bind(updated.args, ("data", "requires_grad"))
+        assign = self.get_metadata(ParentNodeProvider, original, None)
+        target = assign.targets[0].target if isinstance(assign, cst.Assign) else None
+        if not m.matches(target, m.Attribute(value=m.Name("self"))):
+            raise Untranslatable("nn.Parameter not assigned to self.<name>", rule="parameter")
+        if b.literal("requires_grad") is False:
+            return b.get("data")  # a constant
+        return expr(f'self.param("{target.attr.value}", lambda key: {{d}})', d=b.get("data"))
+
     def _super_init(self, original, updated):
         cls = self.current_class
         info = self.index.classes.get(cls or "")
@@ -1161,6 +1226,11 @@ class TorchToJax(cst.CSTTransformer):
             return updated
         if info.module_base == "torch":
             return cst.Name("__REMOVE__")
+        if self.linen:
+            if updated.args:
+                raise Untranslatable("super().__init__(...) with arguments: a linen subclass "
+                                     "inherits its base's fields", rule="linen")
+            return expr("super().setup()")
         return self._with_rngs(original, updated)
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
@@ -1198,6 +1268,14 @@ class TorchToJax(cst.CSTTransformer):
         return False
 
     def _with_rngs(self, original, updated: cst.Call):
+        if self.linen:
+            # linen modules take no RNG state; the train flag is handed down instead
+            inside = self.in_module_class() or (self._rngs_scope and self._rngs_scope[-1])
+            if (self.uses_train and inside and not any(
+                    a.keyword and a.keyword.value == linen_target.TRAIN for a in updated.args)):
+                return updated.with_changes(args=_fix_commas([*updated.args, arg(
+                    expr(self._linen_train()), linen_target.TRAIN)]))
+            return updated
         if any(a.keyword and a.keyword.value == "rngs" for a in updated.args):
             return updated
         return updated.with_changes(args=_fix_commas([*updated.args,
@@ -1210,14 +1288,16 @@ class TorchToJax(cst.CSTTransformer):
         if unknown:
             raise Untranslatable(f"{rule.torch}: argument(s) {', '.join(unknown)} not translated",
                                  rule=rule.id)
-        target = rule.targets.get(self.emitter.name)
+        # linen layers are the NNX translation adapted by the linen emitter
+        target = rule.targets.get("nnx" if self.linen else self.emitter.name)
         if target is None:
             raise Untranslatable(f"{rule.torch} has no {self.emitter.name} translation",
                                  rule=rule.id)
         if rule.special in ("sequential", "module_list", "module_dict"):
-            return self._container(original, updated, rule)
-        needs_rngs = target.startswith("nnx.") and target[4:5].isupper()
-        site = Site(rule=rule, args=b, target=self.emitter.name,
+            out = self._container(original, updated, rule)
+            return linen_target.layer(out, self._linen_train()) if self.linen else out
+        needs_rngs = target.startswith("nnx.") and target[4:5].isupper() and not self.linen
+        site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
                     rngs=self.rngs_expr(original) if needs_rngs else None)
         if rule.special:
             out = SPECIALS[rule.special](site)
@@ -1225,13 +1305,22 @@ class TorchToJax(cst.CSTTransformer):
             args = _rule_args(site)
             if needs_rngs:
                 out = call(target, *args, *site.rngs_arg())
+            elif self.linen and target.startswith("nnx.") and target[4:5].isupper():
+                out = call(target, *args)  # a layer class, adapted below
             elif args:
                 out = call("partial", arg(expr(target)), *args)
             else:
                 out = expr(target)
         for severity, msg in site.notes:
             self.diag(original, rule.id, severity, msg)
+        if self.linen:
+            self.need("linen")
+            out = linen_target.pooling(linen_target.layer(out, self._linen_train()))
         return out
+
+    def _linen_train(self) -> str:
+        """Inside a module: its field; inside a layer-building helper: its argument."""
+        return f"self.{linen_target.TRAIN}" if self.in_module_class() else linen_target.TRAIN
 
     def _container(self, original, updated, rule: Rule):
         if rule.special == "sequential":
@@ -1246,15 +1335,15 @@ class TorchToJax(cst.CSTTransformer):
             args = list(updated.args)
             if overall == "torch" and "channels_last" in items:
                 args = self._insert_transposes(args, items)
-            return call(rule.targets[self.emitter.name], *args)
+            return call(rule.targets["nnx" if self.linen else self.emitter.name], *args)
         if rule.special == "module_list":
             if not updated.args:
-                return call(rule.targets[self.emitter.name], arg(expr("[]")))
-            return call(rule.targets[self.emitter.name], arg(updated.args[0].value))
+                return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(expr("[]")))
+            return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(updated.args[0].value))
         # ModuleDict
         if not updated.args:
-            return call(rule.targets[self.emitter.name])
-        return call(rule.targets[self.emitter.name], *updated.args)
+            return call(rule.targets["nnx" if self.linen else self.emitter.name])
+        return call(rule.targets["nnx" if self.linen else self.emitter.name], *updated.args)
 
     def _insert_transposes(self, args: list[cst.Arg], items: list[str]) -> list[cst.Arg]:
         out: list[cst.Arg] = []
@@ -1340,8 +1429,12 @@ class TorchToJax(cst.CSTTransformer):
             info = self.index.classes[self.current_class]
             table = info.tied_heads.get(func.attr.value)
             if table is not None:
+                parts = table.split(".")
+                if self.linen and len(parts) == 3 and info.attr_rule.get(parts[1]) == \
+                        "torch.nn.ModuleDict":
+                    table = f'self.{parts[1]}["{parts[2]}"]'
                 return updated.with_changes(func=expr(table + ".attend"))
-            if func.attr.value in info.batch_stats_only and not any(
+            if func.attr.value in info.batch_stats_only and not self.linen and not any(
                     a.keyword and a.keyword.value == "use_running_average" for a in updated.args):
                 # torch's BatchNorm(track_running_stats=False) normalises with the batch
                 # statistics in eval mode too; model.eval() must not switch it

@@ -27,7 +27,16 @@ NNX = Emitter(
     imports=("from flax import nnx",),
 )
 
-TARGETS = {"nnx": NNX}
+LINEN = Emitter(
+    name="linen",
+    module_base="nn.Module",
+    rngs_type="",
+    param="self.param",
+    buffer="",
+    imports=("import flax.linen as nn",),
+)
+
+TARGETS = {"nnx": NNX, "linen": LINEN}
 
 
 def get_emitter(name: str) -> Emitter:
@@ -36,5 +45,5 @@ def get_emitter(name: str) -> Emitter:
     except KeyError:
         raise ValueError(
             f"unknown target {name!r}; available: {', '.join(sorted(TARGETS))} "
-            "(linen and equinox are planned)"
+            "(equinox is planned)"
         ) from None

@@ -1,0 +1,247 @@
+"""The flax.linen target.
+
+Linen modules are dataclasses: the torch constructor's parameters become fields, and the body
+of ``__init__`` becomes ``setup()``, so submodules keep the torch attribute names and the
+parameter tree follows the torch state_dict (``params/conv1/kernel``; a Sequential's layers
+are ``layers_0``, ``layers_1``, ...; a list of blocks ``h_0``, ``h_1``, ...).
+
+Linen layers do not take input sizes and do not take RNG state: layers are built from the
+NNX translation of the rule (the rules describe torch once) and then adapted here. Train and
+eval behaviour comes from one ``train: bool = False`` field: BatchNorm gets
+``use_running_average=not self.train`` and Dropout ``deterministic=not self.train``. Training
+code is applied with ``model.apply(variables, x, rngs={"dropout": key},
+mutable=["batch_stats"])`` on a ``Model(..., train=True)`` clone.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.passes.common import Untranslatable, arg, call, code, expr, try_literal
+
+TRAIN = "train"
+
+
+def _kw(node: cst.Call) -> dict[str, cst.BaseExpression]:
+    return {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+
+
+def _pos(node: cst.Call) -> list[cst.BaseExpression]:
+    return [a.value for a in node.args if a.keyword is None and not a.star]
+
+
+def _rebuild(func: str, pos: list[cst.BaseExpression], kw: dict[str, cst.BaseExpression],
+             drop: tuple[str, ...] = ("rngs",)) -> cst.Call:
+    return call(func, *[arg(p) for p in pos],
+                *[arg(v, k) for k, v in kw.items() if k not in drop])
+
+
+def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExpression:
+    """An NNX layer constructor (as the rules emit it) -> the linen constructor. ``train`` is
+    the expression that says whether the module trains (a field, or a helper's argument)."""
+    if not isinstance(node, cst.Call):
+        return node
+    name = code(node.func)
+    pos, kw = _pos(node), _kw(node)
+    if name == "nnx.Linear":
+        # nnx.Linear(in, out) -> nn.Dense(out): linen infers the input size
+        if len(pos) < 2 and "out_features" not in kw:
+            raise Untranslatable("Linear without an output size")
+        out = pos[1] if len(pos) > 1 else kw.pop("out_features")
+        kw.pop("in_features", None)
+        return _rebuild("nn.Dense", [out], kw)
+    if name == "nnx.Conv":
+        out = pos[1] if len(pos) > 1 else kw.pop("out_features")
+        kw.pop("in_features", None)
+        return _rebuild("nn.Conv", [out], kw)
+    if name == "nnx.BatchNorm":
+        kw.pop("num_features", None)
+        running = kw.pop("use_running_average", None)
+        if running is None:
+            running = expr(f"not {train}")
+        return _rebuild("nn.BatchNorm", [], {"use_running_average": running, **kw})
+    if name == "nnx.LayerNorm":
+        kw.pop("num_features", None)
+        return _rebuild("nn.LayerNorm", [], kw)
+    if name == "nnx.GroupNorm":
+        kw.pop("num_features", None)
+        return _rebuild("nn.GroupNorm", [], kw)
+    if name == "nnx.Embed":
+        return _rebuild("nn.Embed", pos, kw)
+    if name == "nnx.Dropout":
+        rate = pos[0] if pos else kw.pop("rate")
+        return _rebuild("nn.Dropout", [rate], {**kw, "deterministic": expr(f"not {train}")})
+    if name == "nnx.Sequential":
+        if any(a.star for a in node.args):
+            (star,) = [a for a in node.args if a.star]
+            return call("nn.Sequential", arg(star.value if isinstance(star.value, cst.Name)
+                                             else expr("list({x})", x=star.value)))
+        return call("nn.Sequential", arg(cst.List([cst.Element(p) for p in pos])))
+    if name == "nnx.List":
+        return pos[0] if pos else expr("[]")
+    if name == "nnx.Dict":
+        return pos[0] if pos else expr("{}")
+    if name.startswith("nnx.") and name[4:5].isupper():
+        raise Untranslatable(f"{name} has no linen translation yet")
+    return node
+
+
+def pooling(node: cst.BaseExpression) -> cst.BaseExpression:
+    """partial(nnx.max_pool, ...) -> partial(nn.max_pool, ...): linen has the same functions."""
+    text = code(node)
+    if "nnx.max_pool" in text or "nnx.avg_pool" in text:
+        return cst.parse_expression(text.replace("nnx.max_pool", "nn.max_pool").replace(
+            "nnx.avg_pool", "nn.avg_pool"))
+    return node
+
+
+# ---------------------------------------------------------------------------- classes
+class _SelfFields(cst.CSTTransformer):
+    """Constructor parameters read in ``setup()`` are fields: ``x`` -> ``self.x``."""
+
+    def __init__(self, fields: set[str]) -> None:
+        super().__init__()
+        self.fields = fields
+        self.assigned: set[str] = set()
+        self._skip: set[int] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._skip.add(id(node.attr))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._skip.add(id(node.keyword))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        for n in m.findall(node.target, m.Name()):
+            if n.value in self.fields and not isinstance(node.target, cst.Attribute):
+                self.assigned.add(n.value)
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        for p in node.params.params:
+            self._skip.add(id(p.name))
+
+    def leave_Name(self, original_node, updated_node):
+        if id(original_node) in self._skip or updated_node.value not in self.fields:
+            return updated_node
+        return expr(f"self.{updated_node.value}")
+
+
+class _RenameAttrs(cst.CSTTransformer):
+    def __init__(self, renames: dict[str, str]) -> None:
+        super().__init__()
+        self.renames = renames
+
+    def leave_Attribute(self, original_node, updated_node):
+        if m.matches(updated_node.value, m.Name("self")) and \
+                updated_node.attr.value in self.renames:
+            return updated_node.with_changes(attr=cst.Name(self.renames[updated_node.attr.value]))
+        return updated_node
+
+
+def _field(param: cst.Param) -> cst.SimpleStatementLine:
+    if param.annotation is not None:
+        ann = code(param.annotation.annotation)
+    else:
+        value = try_literal(param.default, ...) if param.default is not None else ...
+        ann = {bool: "bool", int: "int", float: "float", str: "str", tuple: "tuple"}.get(
+            type(value), "Any")
+        if param.default is not None and value is None:
+            ann = "Any"
+    default = f" = {code(param.default)}" if param.default is not None else ""
+    return cst.parse_statement(f"{param.name.value}: {ann}{default}\n")
+
+
+def _train_field(kw_only: bool) -> cst.BaseStatement:
+    if kw_only:  # subclasses add fields without defaults after it
+        return cst.parse_statement(
+            f"{TRAIN}: bool = dataclasses.field(default=False, kw_only=True)\n")
+    return cst.parse_statement(f"{TRAIN}: bool = False\n")
+
+
+def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False
+             ) -> tuple[cst.ClassDef, set[str]]:
+    """``__init__(self, a, b=2)`` -> fields ``a: Any`` / ``b: int = 2`` and ``setup(self)``.
+
+    Returns the class and the imports its fields need (``Any``)."""
+    body = list(cls.body.body)
+    inits = [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"]
+    needs: set[str] = set()
+    if not inits:
+        fields = [_train_field(kw_only)] if uses_train else []
+        if fields and kw_only:
+            needs.add("dataclasses")
+        return cls.with_changes(body=cls.body.with_changes(body=[*fields, *body])), needs
+    init = inits[0]
+    params = init.params
+    if params.star_arg not in (cst.MaybeSentinel.DEFAULT, None) and not isinstance(
+            params.star_arg, cst.ParamStar) or params.star_kwarg is not None:
+        raise Untranslatable("a constructor with *args/**kwargs: linen modules are dataclasses "
+                             "with named fields")
+    plist = [p for p in params.params[1:]] + [p for p in params.kwonly_params
+                                               if p.name.value != "rngs"]
+    names = {p.name.value for p in plist}
+    fields = [_field(p) for p in plist]
+    if uses_train and TRAIN not in names:
+        fields.append(_train_field(kw_only))
+        if kw_only:
+            needs.add("dataclasses")
+    if any("Any" in code(f) for f in fields):
+        needs.add("Any")
+    # a submodule stored under a field's name (torch: dropout=0.25 and self.dropout =
+    # nn.Dropout(dropout)): linen cannot have both, the attribute is renamed
+    clashes = set()
+    for s in init.body.body:
+        for a in m.findall(s, m.Assign(targets=[m.AssignTarget(m.Attribute(
+                value=m.Name("self")))])):
+            attr = a.targets[0].target.attr.value
+            if attr in names and not m.matches(a.value, m.Name(attr)):
+                clashes.add(attr)
+    if clashes:
+        weightless = ("nn.Dropout(", "partial(", "jax.nn.", "lambda")
+        for s in init.body.body:
+            for a in m.findall(s, m.Assign()):
+                t = a.targets[0].target
+                if m.matches(t, m.Attribute(value=m.Name("self"))) and t.attr.value in clashes \
+                        and not code(a.value).startswith(weightless):
+                    raise Untranslatable(f"the submodule self.{t.attr.value} has the name of a "
+                                         "constructor argument (a linen field)")
+        renamer2 = _RenameAttrs({c: f"{c}_layer" for c in clashes})
+        body = [s.visit(renamer2) for s in body]
+        init = next(s for s in body if isinstance(s, cst.FunctionDef)
+                    and s.name.value == "__init__")
+    renamer = _SelfFields(names)
+    stmts = []
+    for s in init.body.body:
+        # self.x = x: the field is already there
+        if m.matches(s, m.SimpleStatementLine(body=[m.Assign(
+                targets=[m.AssignTarget(m.Attribute(value=m.Name("self")))], value=m.Name())])):
+            a = s.body[0]
+            if a.targets[0].target.attr.value == a.value.value and a.value.value in names:
+                continue
+        stmts.append(s.visit(renamer))
+    if renamer.assigned:
+        raise Untranslatable("a constructor that reassigns its parameters ("
+                             + ", ".join(sorted(renamer.assigned)) + "): linen fields are "
+                             "read-only in setup()")
+    if not stmts:
+        stmts = [cst.SimpleStatementLine(body=[cst.Pass()])]
+    setup = init.with_changes(
+        name=cst.Name("setup"),
+        params=cst.Parameters(params=[params.params[0].with_changes(
+            comma=cst.MaybeSentinel.DEFAULT)]),
+        returns=None,
+        body=init.body.with_changes(body=stmts))
+    # docstring first, then fields, then setup where __init__ was
+    head = []
+    rest = list(body)
+    if rest and m.matches(rest[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
+        head.append(rest.pop(0))
+    i = rest.index(init)
+    rest[i] = setup.with_changes(leading_lines=[cst.EmptyLine(indent=False)]
+                                 if fields else setup.leading_lines)
+    return cls.with_changes(body=cls.body.with_changes(body=[*head, *fields, *rest])), needs

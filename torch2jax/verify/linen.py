@@ -1,0 +1,234 @@
+"""Verification for the flax.linen target: the same checks as for NNX, on ``init``/``apply``.
+
+The torch state_dict goes into the linen variables by the same rules (``weights`` of each
+layer rule), with linen's names for containers: a Sequential's layers are ``layers_<i>`` inside
+the Sequential's own scope, a list of submodules ``<name>_<i>`` and a dict of submodules
+``<name>_<key>`` in the parent's scope (see docs/linen-output.md). Normalisation statistics
+live in the ``batch_stats`` collection, everything else that has weights in ``params``.
+Buffers that setup() recomputes as constants (a causal mask) are not variables in linen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from torch2jax.ruleset import RuleSet, builtin_rules
+from torch2jax.weights import (
+    ParamMapping,
+    WeightTransferError,
+    _storage_key,
+    _target_of,
+    _to_numpy,
+    apply_layout,
+    layer_rules_by_class,
+)
+
+STATS = {"mean", "var"}
+
+
+@dataclass
+class LinenPlan:
+    mappings: list[ParamMapping]  # nnx_path holds (collection, *path)
+    constants: list[str]  # torch buffers recomputed by setup()
+
+
+def _linen_path(components: list[str], modules: dict[str, Any]) -> list[str]:
+    import torch
+
+    out: list[str] = []
+    prefix: list[str] = []
+    for c in components:
+        parent = modules.get(".".join(prefix))
+        if isinstance(parent, torch.nn.Sequential) and c.isdigit():
+            out.append(f"layers_{c}")
+        elif isinstance(parent, (torch.nn.ModuleList, torch.nn.ModuleDict)) and prefix:
+            out[-1] = f"{out[-1]}_{c}"
+        else:
+            out.append(c)
+        prefix.append(c)
+    return out
+
+
+def _lookup(tree: Any, path: list[str]) -> Any:
+    for p in path:
+        if not isinstance(tree, dict) or p not in tree:
+            return None
+        tree = tree[p]
+    return tree
+
+
+def plan_linen(torch_model: Any, variables: dict, rules: RuleSet | None = None) -> LinenPlan:
+    table = layer_rules_by_class(rules or builtin_rules())
+    modules = dict(torch_model.named_modules(remove_duplicate=False))
+    state = torch_model.state_dict(keep_vars=True)
+    buffers = {name for name, _ in torch_model.named_buffers()}
+    mappings: list[ParamMapping] = []
+    constants: list[str] = []
+    problems: list[str] = []
+    carriers: dict[tuple, str] = {}
+    for key, tensor in state.items():
+        found = _target_of(key, modules, table)
+        if isinstance(found, tuple):
+            components, layout, rule = found
+        elif len(found) == 1:
+            components, layout, rule = found[0].components, found[0].layout, found[0].rule
+        else:
+            problems.append(f"{key}: split across several linen parameters (not supported)")
+            continue
+        shape = tuple(tensor.shape)
+        if components is None:
+            mappings.append(ParamMapping(key, "dropped", None, layout, rule, torch_shape=shape))
+            continue
+        path = _linen_path(components, modules)
+        collection = "batch_stats" if rule is not None and path[-1] in STATS else "params"
+        leaf = _lookup(variables.get(collection, {}), path)
+        storage = _storage_key(tensor)
+        if leaf is None:
+            if storage in carriers:  # a tied weight: the other name carries it
+                mappings.append(ParamMapping(key, "tied", None, layout, rule,
+                                             tied_to=carriers[storage], torch_shape=shape))
+            elif key in buffers and rule is None:
+                constants.append(key)
+            else:
+                problems.append(f"{key}: linen has no {collection}/{'/'.join(path)}")
+            continue
+        target_shape = tuple(np.shape(leaf))
+        if int(np.prod(shape)) != int(np.prod(target_shape)):
+            problems.append(f"{key} {shape} does not fit {collection}/{'/'.join(path)} "
+                            f"{target_shape}")
+            continue
+        carriers.setdefault(storage, key)
+        mappings.append(ParamMapping(key, "mapped", (collection, *path), layout, rule,
+                                     torch_shape=shape, nnx_shape=target_shape))
+    if problems:
+        raise WeightTransferError(problems)
+    return LinenPlan(mappings, constants)
+
+
+def transfer_to_linen(torch_model: Any, variables: dict, rules: RuleSet | None = None
+                      ) -> tuple[dict, LinenPlan]:
+    """A copy of ``variables`` holding the torch model's weights."""
+    import jax
+    import jax.numpy as jnp
+
+    plan = plan_linen(torch_model, variables, rules)
+    state = torch_model.state_dict()
+    out = jax.tree.map(lambda x: x, variables)  # a new tree of the same arrays
+    out = {k: _thaw(v) for k, v in out.items()}
+    for mp in plan.mappings:
+        if mp.status != "mapped":
+            continue
+        value = apply_layout(_to_numpy(state[mp.torch_name]), mp.layout).reshape(mp.nnx_shape)
+        *parents, leaf = mp.nnx_path
+        node = out
+        for p in parents:
+            node = node[p]
+        node[leaf] = jnp.asarray(value, dtype=node[leaf].dtype)
+    return out, plan
+
+
+def _thaw(tree: Any) -> Any:
+    if isinstance(tree, dict) or hasattr(tree, "items"):
+        return {k: _thaw(v) for k, v in tree.items()}
+    return tree
+
+
+def gradient_map_linen(torch_model: Any, plan: LinenPlan) -> dict[str, ParamMapping]:
+    by_key = {m.torch_name: m for m in plan.mappings}
+    result = {}
+    for name, param in torch_model.named_parameters():
+        m = by_key.get(name)
+        if m is None or not param.requires_grad or m.status == "dropped":
+            continue
+        if m.status == "tied":
+            m = by_key[m.tied_to or name]
+        if m.nnx_path is not None and m.nnx_path[0] == "params":
+            result[name] = ParamMapping(m.torch_name, m.status, tuple(m.nnx_path[1:]),
+                                        m.layout, m.rule, torch_shape=m.torch_shape,
+                                        nnx_shape=m.nnx_shape)
+    return result
+
+
+def flat_params(tree: dict, prefix: tuple = ()) -> dict[tuple, np.ndarray]:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(flat_params(v, (*prefix, k)))
+        else:
+            out[(*prefix, k)] = np.asarray(v)
+    return out
+
+
+def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
+                   torch_model: Any, specs: list) -> None:
+    """Build, init, transfer, run (under jit) and differentiate the linen model."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    from torch2jax.verify import run as vr
+
+    with vr._stage("building the linen model"):
+        if req.build is None:
+            model = vr.find_name(jax_module, name, jax_path)(**(req.args or {}))
+        else:
+            model = eval(compile(vr._build_call(req.build), "<--build>", "eval"),
+                         dict(vars(jax_module)))
+    rng = np.random.default_rng(req.seed)
+    arrays = [s.sample(rng) for s in specs]
+    r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
+    torch_in = vr._torch_inputs(arrays, specs)
+    jax_in = vr._jax_inputs(arrays, specs)
+    with vr._stage("initialising the linen variables"):
+        variables = jax.jit(lambda xs: model.init(jax.random.key(req.seed), *xs))(jax_in)
+    variables = _thaw(variables)
+    try:
+        variables, plan = transfer_to_linen(torch_model, variables, req.rules)
+    except WeightTransferError as exc:
+        raise vr.VerifyError(str(exc)) from None
+    mapped = sum(1 for m in plan.mappings if m.status == "mapped")
+    note = f"{mapped} tensors transferred into the linen variables"
+    if plan.constants:
+        note += f"; {len(plan.constants)} buffers recomputed by setup(): " + ", ".join(
+            plan.constants)
+    r.notes.append(note)
+    with vr._stage("the torch forward pass"), torch.no_grad():
+        torch_out = torch_model(*torch_in)
+    torch_leaves = [(k, vr._torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
+    with vr._stage("the linen forward pass (model.apply under jax.jit)"):
+        jax_out = jax.jit(lambda v, xs: _apply(model, v, xs))(variables, jax_in)
+    jax_leaves = [(k, vr._jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
+    out = vr._compare_outputs(jax_leaves, torch_leaves, r)
+    r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
+    r.passed, r.mismatch = out.ok, out.first_failure
+    if not (req.grad and out.shapes_match):
+        if req.grad:
+            r.notes.append("gradients not compared: the outputs differ in structure or shape")
+        return
+    cots = vr._cotangents(torch_leaves, req.seed)
+    with vr._stage("the torch backward pass"):
+        tg = vr._torch_grads(torch_model, torch_in, cots)
+    jcots = {k: jnp.asarray(v) for k, v in cots.items()}
+    rest = {k: v for k, v in variables.items() if k != "params"}
+
+    def scalar(params: Any, xs: list) -> Any:
+        leaves = dict(vr.flatten_output(_apply(model, {"params": params, **rest}, xs)))
+        return sum(jnp.sum(leaves[k].astype(jnp.float32) * c) for k, c in jcots.items())
+
+    with vr._stage("the linen gradient (jax.grad under jax.jit)"):
+        jg = flat_params(jax.jit(jax.grad(scalar))(variables["params"], jax_in))
+    g = vr._compare_grads(jg, tg, gradient_map_linen(torch_model, plan), r)
+    r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
+    r.passed = r.passed and g.ok
+    r.mismatch = r.mismatch or g.first_failure
+
+
+def _apply(model: Any, variables: dict, xs: list) -> Any:
+    """Eval-mode apply; batch statistics stay mutable for layers that always use the batch's
+    (torch's track_running_stats=False): their updates are discarded."""
+    if "batch_stats" in variables:
+        return model.apply(variables, *xs, mutable=["batch_stats"])[0]
+    return model.apply(variables, *xs)
