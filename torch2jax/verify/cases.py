@@ -183,6 +183,10 @@ def print_cases_summary(results: list[VerifyResult], console: Console) -> None:
             why,
         )
     console.print(table)
+    from torch2jax.verify.benchmark import summary_line
+
+    for line in filter(None, map(summary_line, results)):
+        console.print(line, highlight=False, markup=False)
     passed = sum(r.passed for r in results)
     errors = sum(r.error is not None for r in results)
     failed = len(results) - passed - errors

@@ -75,6 +75,9 @@ class VerifyResult:
     mismatch: str | None = None  # why it did not pass, when it ran (the worst tensor)
     notes: list[str] = field(default_factory=list)
     name: str | None = None  # case name, when run from a cases file
+    jax_ms: float | None = None  # --benchmark: forward times (verify/benchmark.py)
+    torch_ms: float | None = None
+    speed_ratio: float | None = None  # torch_ms / jax_ms
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; non-finite differences become the strings "nan"/"inf"."""
@@ -508,6 +511,7 @@ class VerifyRequest:
     device: str | None = None
     converted: str | None = None
     rules: RuleSet | None = None
+    benchmark: bool = False  # also time both forward passes (verify/benchmark.py)
 
 
 def verify(
@@ -524,6 +528,7 @@ def verify(
     device: str | None = None,
     converted: str | None = None,
     rules: RuleSet | None = None,
+    benchmark: bool = False,
 ) -> VerifyResult:
     """Verify ``FILE.py::Name`` against its conversion; never raises for a model's faults.
 
@@ -535,7 +540,7 @@ def verify(
     """
     req = VerifyRequest(
         target, args, build, tuple(inputs), jax_target, grad, atol, rtol, seed, device,
-        converted, rules,
+        converted, rules, benchmark,
     )  # fmt: skip
     return run_request(req)
 
@@ -654,6 +659,11 @@ def _run_jax_side(
     out = _compare_outputs(jax_leaves, torch_leaves, r)
     r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
     r.passed, r.mismatch = out.ok, out.first_failure
+    if req.benchmark and out.shapes_match:
+        from torch2jax.verify.benchmark import benchmark_forward
+
+        with _stage("the benchmark"):
+            benchmark_forward(r, torch_model, torch_in, jax_model, jax_in)
 
     if req.grad and out.shapes_match:
         _run_grads(r, req, torch_model, jax_model, (torch_in, jax_in), torch_leaves)
