@@ -288,22 +288,15 @@ def run(req: Request, show_diff: Callable[[str, str, str], None] | None = None,
 
 def _with_context(req: Request, files: list[Path]) -> list[Path]:
     """The files to index in the first pass: those converted, plus, for files named one by
-    one (pre-commit passes the staged files), the other Python files of the tree they are
-    imported from, so that a base class defined in an unstaged file is still known."""
-    from torch2jax.repo import import_root
+    one (pre-commit passes the staged files), the files of the repository they import
+    (transitively), so that a base class defined in an unstaged file is still known."""
+    from torch2jax.repo import import_closure
 
-    roots = sorted({import_root(p) for p in req.paths if p.is_file()})
-    if not roots:
+    explicit = [p for p in req.paths if p.is_file()]
+    if not explicit:
         return files
     seen = {f.resolve() for f in files}
-    out = list(files)
-    for root in roots:
-        for f, _ in find_files([root], exclude_dirs=[req.out], excludes=req.excludes,
-                               use_gitignore=req.use_gitignore).files:
-            if f.resolve() not in seen:
-                seen.add(f.resolve())
-                out.append(f)
-    return out
+    return list(files) + [f for f in import_closure(explicit) if f not in seen]
 
 
 def _with_progress(tasks, req: Request, console) -> list[Outcome]:

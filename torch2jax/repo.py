@@ -92,6 +92,46 @@ def import_root(path: Path) -> Path:
     return d
 
 
+def import_closure(files: Iterable[Path], limit: int = 5000) -> list[Path]:
+    """``files`` and the repository files they import, transitively (relative imports, and
+    absolute ones that resolve under each file's import root), with the ``__init__.py`` of
+    every package on the way: what the first pass needs to know about a few files."""
+    queue = [p.resolve() for p in files]
+    seen: set[Path] = set()
+    order: list[Path] = []
+    while queue and len(order) < limit:
+        path = queue.pop(0)
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        order.append(path)
+        name, is_package = module_name(path)
+        root = import_root(path)
+        mod = _Module(name, path, is_package)
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+            continue
+        targets: list[str] = []
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                targets += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = (_resolve_relative(mod, node.level, node.module) if node.level
+                        else node.module or "")
+                targets.append(base)
+                targets += [f"{base}.{a.name}" if base else a.name for a in node.names
+                            if a.name != "*"]
+        for dotted in targets:
+            parts = [p for p in dotted.split(".") if p]
+            for i in range(1, len(parts) + 1):
+                stem = root.joinpath(*parts[:i])
+                for candidate in (stem / "__init__.py", stem.with_suffix(".py")):
+                    if candidate.is_file() and candidate.resolve() not in seen:
+                        queue.append(candidate.resolve())
+    return order
+
+
 def _dotted(node: ast.expr) -> str | None:
     if isinstance(node, ast.Name):
         return node.id
