@@ -18,9 +18,10 @@ Every rule carries ``[[...examples]]`` (``torch`` source, expected ``jax`` sourc
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,34 @@ class RuleError(ValueError):
 
 @dataclass(frozen=True)
 class WeightMap:
-    """How one torch tensor of a layer becomes one parameter of the JAX layer."""
+    """How one torch tensor of a layer (or one part of it) becomes one parameter of the JAX
+    layer.
+
+    A ``weights`` key may name a part of a tensor: ``in_proj_weight[1/3]`` is the second of
+    three equal chunks along torch's axis 0 (MultiheadAttention's packed q/k/v projection goes
+    to three NNX parameters). ``sum = true`` on several tensors mapped to the same parameter
+    adds them (an LSTM's two biases, b_ih + b_hh, are one bias in flax); going back, the first
+    of them receives the sum and the others zeros.
+    """
 
     to: str | None  # None: dropped (e.g. BatchNorm's num_batches_tracked)
     layout: str = "as_is"
+    part: tuple[int, int] | None = None  # (i, n): chunk i of n along torch's axis 0
+    sum: bool = False
+
+    @property
+    def transfer_layout(self) -> str:
+        """The layout with the part: what :func:`torch2jax.weights.apply_layout` takes."""
+        return self.layout if self.part is None else f"{self.layout}[{self.part[0]}/{self.part[1]}]"
+
+
+WEIGHT_KEY = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?:\[(?P<i>\d+)/(?P<n>\d+)\])?$")
+
+
+def weight_source(key: str) -> str:
+    """The torch state_dict name a ``weights`` key stands for (``in_proj_weight[0/3]`` ->
+    ``in_proj_weight``)."""
+    return key.split("[", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -71,6 +96,11 @@ class Rule:
     examples: tuple[Example, ...] = ()
     source: str = ""  # file the rule came from
     method_of: str | None = None  # methods: how to call in jax ("method" or "function")
+    # layers: a transform of the layer's *call* (``self.attn(q, k, v)``), registered in
+    # passes.special's CALLS, given the constructor's and the call's bound arguments;
+    # call_params is the torch forward's parameter order
+    call: str | None = None
+    call_params: tuple[str, ...] = ()
 
 
 @dataclass
@@ -103,8 +133,38 @@ class RuleSet:
 
 _KNOWN_KEYS = {
     "torch", "id", "jax", "nnx", "linen", "equinox", "params", "rename", "defaults", "emit",
-    "drop", "special", "layout", "weights", "notes", "examples", "aliases", "family",
+    "drop", "special", "layout", "weights", "notes", "examples", "aliases", "family", "call",
+    "call_params",
 }
+
+
+def _parse_weights(table: dict[str, Any], where: str) -> dict[str, WeightMap]:
+    weights: dict[str, WeightMap] = {}
+    parts: dict[str, list[tuple[int, int]]] = {}
+    for name, spec in table.items():
+        if isinstance(spec, str):
+            spec = {"to": spec}
+        key = WEIGHT_KEY.match(name)
+        if key is None:
+            raise RuleError(f"{where}: weight key {name!r} is not NAME or NAME[i/n]")
+        part = (int(key["i"]), int(key["n"])) if key["i"] is not None else None
+        if part is not None:
+            parts.setdefault(key["name"], []).append(part)
+        to = spec.get("to")
+        wl = spec.get("layout", "as_is")
+        if wl not in WEIGHT_LAYOUTS:
+            raise RuleError(f"{where}: weight {name!r} layout must be one of {WEIGHT_LAYOUTS}")
+        unknown = set(spec) - {"to", "layout", "sum"}
+        if unknown:
+            raise RuleError(f"{where}: weight {name!r}: unknown keys {sorted(unknown)}")
+        weights[name] = WeightMap(to=to or None, layout=wl, part=part,
+                                  sum=bool(spec.get("sum", False)))
+    for source, got in parts.items():
+        n = got[0][1]
+        if source in weights or sorted(got) != [(i, n) for i in range(n)]:
+            raise RuleError(f"{where}: the parts of weight {source!r} must be exactly "
+                            f"{source}[0/{n}] .. {source}[{n - 1}/{n}]")
+    return weights
 
 
 def _parse_rule(kind: str, raw: dict[str, Any], source: str) -> list[Rule]:
@@ -117,15 +177,7 @@ def _parse_rule(kind: str, raw: dict[str, Any], source: str) -> list[Rule]:
     layout = raw.get("layout", "torch")
     if layout not in LAYOUTS:
         raise RuleError(f"{where}: layout must be one of {LAYOUTS}, not {layout!r}")
-    weights: dict[str, WeightMap] = {}
-    for name, spec in raw.get("weights", {}).items():
-        if isinstance(spec, str):
-            spec = {"to": spec}
-        to = spec.get("to")
-        wl = spec.get("layout", "as_is")
-        if wl not in WEIGHT_LAYOUTS:
-            raise RuleError(f"{where}: weight {name!r} layout must be one of {WEIGHT_LAYOUTS}")
-        weights[name] = WeightMap(to=to or None, layout=wl)
+    weights = _parse_weights(raw.get("weights", {}), where)
     examples = []
     for ex in raw.get("examples", []):
         if "torch" not in ex or "jax" not in ex:
@@ -161,6 +213,8 @@ def _parse_rule(kind: str, raw: dict[str, Any], source: str) -> list[Rule]:
         notes=raw.get("notes", "").strip(),
         examples=tuple(examples),
         source=source,
+        call=raw.get("call"),
+        call_params=tuple(raw.get("call_params", ())),
     )
     rules = [base]
     # aliases: other torch names with exactly the same JAX translation (torch.bmm -> jnp.matmul)
@@ -213,7 +267,7 @@ def _builtin_rule_files() -> list[tuple[str, str]]:
     ]
 
 
-@lru_cache(maxsize=None)
+@cache
 def builtin_rules() -> RuleSet:
     rs = RuleSet()
     for source, text in _builtin_rule_files():

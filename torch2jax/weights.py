@@ -3,7 +3,10 @@
 The mapping is driven by data: each torch layer class has a rule in ``rules/layers.toml`` whose
 ``weights`` table says, per state_dict entry, which NNX attribute receives it and with which
 layout transform (``as_is``, ``transpose``, ``conv``). Nothing here names a layer class, so a
-rule file that adds a layer also teaches the transfer (and the verifier) about it.
+rule file that adds a layer also teaches the transfer (and the verifier) about it. An entry may
+be split into equal chunks along torch's axis 0 that go to several NNX parameters (layout
+``transpose[1/3]``: the second third, transposed), and several entries may be added into one
+parameter (``sum``); :func:`export_state_dict` goes back.
 
 Paths follow docs/nnx-output.md: the converter keeps attribute names, so torch's
 ``blocks.1.fc.weight`` is found by walking ``model.blocks[1].fc`` on the NNX side (stepping into
@@ -22,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from torch2jax.ruleset import Rule, RuleSet, builtin_rules
+from torch2jax.ruleset import Rule, RuleSet, WeightMap, builtin_rules, weight_source
 
 NnxPath = tuple[Any, ...]  # str attribute names and int list indices, as nnx.iter_graph gives
 
@@ -82,20 +85,51 @@ _TO_TORCH: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+def split_layout(layout: str) -> tuple[str, tuple[int, int] | None]:
+    """``"transpose[1/3]"`` -> ``("transpose", (1, 3))``; ``"conv"`` -> ``("conv", None)``."""
+    base, bracket, rest = layout.partition("[")
+    if not bracket:
+        return layout, None
+    i, _, n = rest.rstrip("]").partition("/")
+    if not (i.isdigit() and n.isdigit() and rest.endswith("]") and int(i) < int(n)):
+        raise ValueError(f"bad weight layout {layout!r} (want NAME or NAME[i/n])")
+    return base, (int(i), int(n))
+
+
+def _chunk(a: np.ndarray, part: tuple[int, int]) -> np.ndarray:
+    i, n = part
+    if a.ndim == 0 or a.shape[0] % n:
+        raise ValueError(f"a tensor of shape {a.shape} does not split into {n} equal parts "
+                         "along axis 0")
+    size = a.shape[0] // n
+    return a[i * size:(i + 1) * size]
+
+
 def apply_layout(array: np.ndarray, layout: str) -> np.ndarray:
-    """Transform a torch-layout array into the JAX layout named by a rule."""
+    """Transform a torch-layout array into the JAX layout named by a rule (with ``[i/n]``:
+    chunk ``i`` of ``n`` along axis 0 first)."""
+    base, part = split_layout(layout)
     try:
-        return _TO_JAX[layout](np.asarray(array))
+        fn = _TO_JAX[base]
     except KeyError:
         raise ValueError(f"unknown weight layout {layout!r} (known: {sorted(_TO_JAX)})") from None
+    array = np.asarray(array)
+    return fn(_chunk(array, part) if part else array)
 
 
 def invert_layout(array: np.ndarray, layout: str) -> np.ndarray:
-    """Transform a JAX-layout array back into torch's layout (the inverse of apply_layout)."""
+    """Transform a JAX-layout array back into torch's layout (the inverse of apply_layout; for
+    a part ``[i/n]``, torch's chunk: :func:`join_parts` puts the chunks together)."""
+    base, _ = split_layout(layout)
     try:
-        return _TO_TORCH[layout](np.asarray(array))
+        return _TO_TORCH[base](np.asarray(array))
     except KeyError:
         raise ValueError(f"unknown weight layout {layout!r} (known: {sorted(_TO_JAX)})") from None
+
+
+def join_parts(chunks: Sequence[np.ndarray]) -> np.ndarray:
+    """The torch tensor whose ``[i/n]`` parts are ``chunks`` (in order)."""
+    return np.concatenate([np.asarray(c) for c in chunks], axis=0)
 
 
 # --- rules by class ---------------------------------------------------------------------------
@@ -156,6 +190,13 @@ class ParamMapping:
     tied_to: str | None = None
     torch_shape: tuple[int, ...] = ()
     nnx_shape: tuple[int, ...] = ()
+    summed_into: str | None = None  # sum: the slot (torch name[part]) whose variable holds it
+
+    @property
+    def slot(self) -> str:
+        """The torch name, with the part when the entry is split (``in_proj_weight[1/3]``)."""
+        _, part = split_layout(self.layout)
+        return self.torch_name if part is None else f"{self.torch_name}[{part[0]}/{part[1]}]"
 
     @property
     def nnx_name(self) -> str:
@@ -260,43 +301,82 @@ def _storage_key(tensor: Any) -> tuple | None:
 
 
 def _reshape_allowed(source: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """Whether a tensor may be reshaped on the way: flattened or unflattened (a LayerNorm over
-    several axes keeps its scale flat in NNX) or given size-1 axes. Any other reshape of equal
-    size, such as (2, 8) into (8, 2), would hide a missing transpose."""
+    """Whether a tensor may be reshaped on the way: axes flattened or unflattened in place (a
+    LayerNorm over several axes keeps its scale flat in NNX; attention splits a feature axis
+    into (heads, head_dim)) or size-1 axes added or removed. Each axis of one side must be the
+    product of consecutive axes of the other: any other reshape of equal size, such as (2, 8)
+    into (8, 2), would hide a missing transpose."""
     if int(np.prod(source, dtype=np.int64)) != int(np.prod(target, dtype=np.int64)):
         return False
-    if len(source) == 1 or len(target) == 1:
-        return True
-    return [d for d in source if d != 1] == [d for d in target if d != 1]
+    a = [d for d in source if d != 1]
+    b = [d for d in target if d != 1]
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i] == b[j]:
+            i, j = i + 1, j + 1
+            continue
+        small, big, k = (b, a[i], j) if a[i] > b[j] else (a, b[j], i)
+        prod = 1
+        while k < len(small) and prod < big:
+            prod *= small[k]
+            k += 1
+        if prod != big:
+            return False
+        if small is b:
+            i, j = i + 1, k
+        else:
+            i, j = k, j + 1
+    return i == len(a) and j == len(b)
 
 
 @dataclass
 class TransferPlan:
-    """Every state_dict entry's destination and value, worked out before anything is written."""
+    """Every state_dict entry's destination and value, worked out before anything is written.
+
+    ``values`` and ``variables`` are keyed by slot: the torch name, with ``[i/n]`` for the
+    parts of a split entry (:attr:`ParamMapping.slot`); a sum is in its first entry's slot."""
 
     mappings: list[ParamMapping]
-    values: dict[str, np.ndarray]  # torch name -> value in JAX layout (mapped entries only)
-    variables: dict[str, Any]  # torch name -> the NNX variable receiving it
+    values: dict[str, np.ndarray]  # slot -> value in JAX layout (mapped entries only)
+    variables: dict[str, Any]  # slot -> the NNX variable receiving it
     unset_variables: list[str]
     problems: list[str]
 
 
-def _target_of(
-    key: str, modules: Mapping[str, Any], table: Mapping[type, Rule]
-) -> tuple[list[str] | None, str, str | None]:
-    """(NNX path components or None when dropped, layout, rule name) for one state_dict key."""
+@dataclass(frozen=True)
+class _Target:
+    components: list[str] | None  # NNX path components; None: dropped
+    layout: str  # with the part: "transpose[0/3]"
+    rule: str | None
+    sum: bool = False
+
+
+def _rule_entries(rule: Rule, attr: str) -> list[WeightMap]:
+    """The ``weights`` entries of ``rule`` for the torch name ``attr`` (several when split)."""
+    if attr in rule.weights:
+        return [rule.weights[attr]]
+    return [wm for key, wm in rule.weights.items() if weight_source(key) == attr]
+
+
+def _target_of(key: str, modules: Mapping[str, Any], table: Mapping[type, Rule]) -> list[_Target]:
+    """Where one state_dict key goes: one target, or one per part of a split entry.
+
+    The outermost module with a rule naming the rest of the key decides: MultiheadAttention's
+    rule maps ``out_proj.weight``, which its inner Linear's rule would map elsewhere."""
+    parts = key.split(".")
+    for cut in range(len(parts)):
+        owner = modules.get(".".join(parts[:cut]))
+        rule = rule_for_module(owner, table) if owner is not None else None
+        if rule is None:
+            continue
+        entries = _rule_entries(rule, ".".join(parts[cut:]))
+        if entries:
+            return [_Target(None if wm.to is None else [*parts[:cut], *wm.to.split(".")],
+                            wm.transfer_layout, rule.torch, wm.sum) for wm in entries]
     owner_path, _, attr = key.rpartition(".")
-    owner = modules.get(owner_path)
-    rule = rule_for_module(owner, table) if owner is not None else None
-    prefix = owner_path.split(".") if owner_path else []
-    if rule is not None and attr in rule.weights:
-        wm = rule.weights[attr]
-        if wm.to is None:
-            return None, wm.layout, rule.torch
-        return [*prefix, *wm.to.split(".")], wm.layout, rule.torch
     # A module's own nn.Parameter / buffer (also on a user subclass of a torch layer):
     # same attribute name, same layout.
-    return [*prefix, attr], "as_is", None
+    return [_Target([*owner_path.split("."), attr] if owner_path else [attr], "as_is", None)]
 
 
 def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = None) -> TransferPlan:
@@ -311,55 +391,41 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
     for key, tensor in state.items():
         groups.setdefault(_storage_key(tensor) or ("unique", key), []).append(key)
 
-    mappings: dict[str, ParamMapping] = {}
+    mappings: dict[str, ParamMapping] = {}  # torch key -> its (first) mapping
+    part_maps: dict[str, list[ParamMapping]] = {}  # torch key -> its mappings, one per part
     values: dict[str, np.ndarray] = {}
     variables: dict[str, Any] = {}
     problems: list[str] = []
-    receivers: dict[int, str] = {}  # id(nnx variable) -> torch key that fills it
+    receivers: dict[int, tuple[str, bool]] = {}  # id(nnx variable) -> (slot filling it, sum)
 
     for keys in groups.values():
         unresolved: list[tuple[str, str | None, str]] = []
         carrier: str | None = None
         for key in keys:
             tensor = state[key]
-            components, layout, rule = _target_of(key, modules, table)
             shape = tuple(tensor.shape)
-            if components is None:
-                mappings[key] = ParamMapping(key, "dropped", None, layout, rule, torch_shape=shape)
-                continue
-            var, why = _find_variable(nnx_model, components)
-            if var is None:
-                unresolved.append((key, rule, why or ""))
-                continue
-            try:
-                value = apply_layout(_to_numpy(tensor), layout)
-            except ValueError as exc:
-                problems.append(f"{key}: {exc}")
-                continue
-            path = paths.get(id(var), tuple(components))
-            if id(var) in receivers:
-                problems.append(
-                    f"NNX {format_nnx_path(path)} receives both {receivers[id(var)]} and {key}"
-                )
-                continue
-            receivers[id(var)] = key  # also when it does not fit: one complaint is enough
-            target_shape = tuple(var.shape)
-            if value.shape != target_shape:
-                if not _reshape_allowed(value.shape, target_shape):
-                    problems.append(
-                        f"{key}: shape {shape} (after {layout!r}: {value.shape}) does not fit "
-                        f"NNX {format_nnx_path(path)} of shape {target_shape}"
-                    )
+            targets = _target_of(key, modules, table)
+            resolved = []
+            for t in targets:
+                if t.components is None:
+                    mappings[key] = ParamMapping(key, "dropped", None, t.layout, t.rule,
+                                                 torch_shape=shape)
                     continue
-                value = value.reshape(target_shape)
-            mappings[key] = ParamMapping(
-                key, "mapped", path, layout, rule, torch_shape=shape, nnx_shape=target_shape
-            )
-            values[key] = value
-            variables[key] = var
-            carrier = carrier or key
+                var, why = _find_variable(nnx_model, t.components)
+                if var is None:
+                    unresolved.append((key, t.rule, why or ""))
+                    break
+                resolved.append((t, var))
+            else:
+                for t, var in resolved:
+                    m = _plan_one(key, tensor, t, var, paths, receivers, mappings, values,
+                                  variables, problems)
+                    if m is not None:
+                        part_maps.setdefault(key, []).append(m)
+                if key in part_maps:
+                    carrier = carrier or key
         for key, rule, why in unresolved:
-            if carrier is not None:
+            if carrier is not None and len(part_maps[carrier]) == 1:
                 mappings[key] = ParamMapping(
                     key,
                     "tied",
@@ -382,8 +448,51 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
         elif not isinstance(var, nnx.RngState):
             unset.append(format_nnx_path(path))
 
-    ordered = [mappings[k] for k in state if k in mappings]
+    ordered = [m for k in state for m in (part_maps.get(k) or
+                                           ([mappings[k]] if k in mappings else []))]
     return TransferPlan(ordered, values, variables, unset, problems)
+
+
+def _plan_one(key: str, tensor: Any, t: _Target, var: Any, paths: dict[int, NnxPath],
+              receivers: dict[int, tuple[str, bool]], mappings: dict[str, ParamMapping],
+              values: dict[str, np.ndarray], variables: dict[str, Any],
+              problems: list[str]) -> ParamMapping | None:
+    """Plan one (part of a) state_dict entry into ``var``; None when it does not fit."""
+    shape = tuple(tensor.shape)
+    components = t.components or []
+    try:
+        value = apply_layout(_to_numpy(tensor), t.layout)
+    except ValueError as exc:
+        problems.append(f"{key}: {exc}")
+        return None
+    path = paths.get(id(var), tuple(components))
+    _, part = split_layout(t.layout)
+    slot = key if part is None else f"{key}[{part[0]}/{part[1]}]"
+    first = receivers.get(id(var))
+    if first is not None and not (t.sum and first[1]):
+        problems.append(f"NNX {format_nnx_path(path)} receives both {first[0]} and {slot}")
+        return None
+    if first is None:
+        receivers[id(var)] = (slot, t.sum)  # also when it does not fit: one complaint is enough
+    target_shape = tuple(var.shape)
+    if value.shape != target_shape:
+        if not _reshape_allowed(value.shape, target_shape):
+            problems.append(
+                f"{key}: shape {shape} (after {t.layout!r}: {value.shape}) does not fit "
+                f"NNX {format_nnx_path(path)} of shape {target_shape}"
+            )
+            return None
+        value = value.reshape(target_shape)
+    m = ParamMapping(key, "mapped", path, t.layout, t.rule, torch_shape=shape,
+                     nnx_shape=target_shape, summed_into=first[0] if first else None)
+    mappings.setdefault(key, m)
+    if first is not None:  # a sum: add into the first entry's value
+        if first[0] in values:
+            values[first[0]] = values[first[0]] + value
+        return m
+    values[slot] = value
+    variables[slot] = var
+    return m
 
 
 def transfer_state_dict(
@@ -400,8 +509,8 @@ def transfer_state_dict(
     plan = plan_transfer(torch_module, nnx_model, rules)
     if plan.problems:
         raise WeightTransferError(plan.problems)
-    for key, var in plan.variables.items():
-        var.set_value(jnp.asarray(plan.values[key], dtype=var.dtype))
+    for slot, var in plan.variables.items():
+        var.set_value(jnp.asarray(plan.values[slot], dtype=var.dtype))
     return TransferReport(plan.mappings, plan.unset_variables)
 
 
@@ -414,16 +523,65 @@ def gradient_map(
     torch gradient to compare it with the JAX gradient at ``mapping.nnx_path``. A tied parameter
     is reported under the name torch gives it, pointing at the one NNX parameter that holds it.
     """
+    return {name: parts[0] for name, parts in gradient_parts(torch_module, nnx_model,
+                                                               rules).items()}
+
+
+def gradient_parts(
+    torch_module: Any, nnx_model: Any, rules: RuleSet | None = None
+) -> dict[str, list[ParamMapping]]:
+    """As :func:`gradient_map`, with every part of a split parameter: MultiheadAttention's
+    ``in_proj_weight`` has three, one per NNX query/key/value kernel (``layout`` ends in
+    ``[i/n]``, so ``apply_layout(grad, m.layout)`` gives that part). :func:`gradient_map`
+    keeps the first part of each. A summed parameter (an LSTM's ``bias_ih_l0`` and
+    ``bias_hh_l0``) has the gradient of the NNX parameter holding the sum."""
     plan = plan_transfer(torch_module, nnx_model, rules)
     if plan.problems:
         raise WeightTransferError(plan.problems)
-    by_key = {m.torch_name: m for m in plan.mappings}
-    result: dict[str, ParamMapping] = {}
+    by_key: dict[str, list[ParamMapping]] = {}
+    for m in plan.mappings:
+        by_key.setdefault(m.torch_name, []).append(m)
+    result: dict[str, list[ParamMapping]] = {}
     for name, param in torch_module.named_parameters():
-        m = by_key.get(name)
-        if m is None or not param.requires_grad or m.status == "dropped":
+        ms = by_key.get(name)
+        if ms is None or not param.requires_grad or ms[0].status == "dropped":
             continue
-        if m.status == "tied":
-            m = by_key[m.tied_to or name]
-        result[name] = m
+        if ms[0].status == "tied":
+            ms = by_key[ms[0].tied_to or name]
+        result[name] = ms
     return result
+
+
+def export_state_dict(
+    torch_module: Any, nnx_model: Any, rules: RuleSet | None = None
+) -> dict[str, np.ndarray]:
+    """The NNX model's parameters as a torch ``state_dict`` (numpy arrays; the reverse of
+    :func:`transfer_state_dict`, with the same plan). Split entries are joined; of summed
+    entries the first receives the sum and the others zeros (the NNX model holds only the sum:
+    the torch forward is the same). Dropped entries keep the torch module's value; tied ones
+    repeat their carrier's."""
+    plan = plan_transfer(torch_module, nnx_model, rules)
+    if plan.problems:
+        raise WeightTransferError(plan.problems)
+    state = torch_module.state_dict()
+    pieces: dict[str, list[np.ndarray]] = {}
+    out: dict[str, np.ndarray] = {}
+    for m in plan.mappings:
+        if m.status == "dropped":
+            out[m.torch_name] = _to_numpy(state[m.torch_name])
+            continue
+        if m.status != "mapped":
+            continue
+        torch_part = np.broadcast_to(np.zeros((), np.float32), m.torch_shape)
+        jax_shape = apply_layout(torch_part, m.layout).shape  # before the reshape into NNX
+        if m.summed_into is None:
+            value = np.asarray(plan.variables[m.slot][...]).reshape(jax_shape)
+        else:
+            value = np.zeros(jax_shape, np.asarray(plan.variables[m.summed_into][...]).dtype)
+        pieces.setdefault(m.torch_name, []).append(invert_layout(value, m.layout))
+    for name, chunks in pieces.items():
+        out[name] = chunks[0] if len(chunks) == 1 else join_parts(chunks)
+    for m in plan.mappings:
+        if m.status == "tied" and m.tied_to in out:
+            out[m.torch_name] = out[m.tied_to]
+    return {k: out[k] for k in state if k in out}

@@ -822,3 +822,4 @@ def index_select(site: Site) -> cst.BaseExpression:
 from torch2jax.passes import special_losses  # noqa: F401  (registers the loss transforms)
 from torch2jax.training import optim as _optim  # noqa: F401  (registers the optimizer transforms)
 from torch2jax.passes import special_vision  # noqa: F401  (registers the vision transforms)
+from torch2jax.passes import special_sequence  # noqa: F401  (attention and recurrent layers)

@@ -1,0 +1,449 @@
+"""MultiheadAttention, LSTM and LSTMCell (rules/sequence.toml): split and summed weight layouts,
+the weights moved both ways, and the JAX modules against torch's forward and gradients.
+
+The constructors are converted by the engine. Their calls need an engine hook that is not in
+the rewriter yet (torch2jax/passes/calls.py): here the call transforms are applied directly to
+torch call expressions and the JAX text they give is run on the converted modules. The
+whole-module checks through the engine are strict xfails until the hook is in.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import libcst as cst
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+nnx = pytest.importorskip("flax.nnx")
+
+from torch2jax.convert import convert_source
+from torch2jax.passes.calls import CALLS, CallSite
+from torch2jax.passes.common import Untranslatable, bind, code
+from torch2jax.ruleset import RuleError, builtin_rules, parse_rule_text
+from torch2jax.verify.run import VerifyRequest, run_request
+from torch2jax.weights import (
+    _reshape_allowed,
+    apply_layout,
+    export_state_dict,
+    gradient_map,
+    gradient_parts,
+    invert_layout,
+    join_parts,
+    transfer_state_dict,
+)
+
+RULES = builtin_rules()
+HOOK = ("needs the engine hook for layer calls (rule `call` transforms applied to "
+        "`self.<attr>(...)` in rewrite.py, constructor arguments recorded by analysis/index.py)")
+
+# attribute -> torch constructor
+LAYERS = {
+    "attn": "nn.MultiheadAttention(16, 4)",
+    "attn_bf": "nn.MultiheadAttention(16, 2, bias=False, batch_first=True)",
+    "cross": "nn.MultiheadAttention(16, 4, kdim=8, vdim=8)",
+    "lstm": "nn.LSTM(5, 6)",
+    "lstm_bf": "nn.LSTM(5, 6, batch_first=True)",
+    "cell": "nn.LSTMCell(5, 6)",
+}
+SOURCE = "import torch\nimport torch.nn as nn\n\n\nclass Seq(nn.Module):\n" \
+    "    def __init__(self):\n        super().__init__()\n" + "".join(
+        f"        self.{a} = {c}\n" for a, c in LAYERS.items())
+
+
+# --------------------------------------------------------------------------------------------
+# layouts and rule format
+# --------------------------------------------------------------------------------------------
+
+
+def test_split_layout_takes_a_chunk_then_the_base_layout():
+    w = np.arange(4 * 3 * 2, dtype=np.float32).reshape(12, 2)
+    for i in range(3):
+        part = apply_layout(w, f"transpose[{i}/3]")
+        np.testing.assert_array_equal(part, w[4 * i:4 * (i + 1)].T)
+        np.testing.assert_array_equal(invert_layout(part, f"transpose[{i}/3]"),
+                                      w[4 * i:4 * (i + 1)])
+    chunks = [invert_layout(apply_layout(w, f"transpose[{i}/3]"), f"transpose[{i}/3]")
+              for i in range(3)]
+    np.testing.assert_array_equal(join_parts(chunks), w)
+    with pytest.raises(ValueError, match="equal parts"):
+        apply_layout(np.zeros((5, 2)), "as_is[0/3]")
+    with pytest.raises(ValueError, match="bad weight layout"):
+        apply_layout(w, "transpose[3/3]")
+
+
+def test_reshape_splits_or_merges_axes_in_place_only():
+    assert _reshape_allowed((16, 16), (16, 4, 4))  # attention kernel: (E, E) -> (E, H, D)
+    assert _reshape_allowed((16, 8), (4, 4, 8))  # out kernel: (E, E_out) -> (H, D, E_out)
+    assert _reshape_allowed((2, 3, 4), (6, 4)) and _reshape_allowed((48,), (3, 16))
+    assert _reshape_allowed((1, 6, 1), (6,))
+    assert not _reshape_allowed((2, 8), (8, 2))  # a missing transpose
+    assert not _reshape_allowed((4, 6), (8, 3))  # crosses an axis boundary
+    assert not _reshape_allowed((16, 8), (8, 4, 4))
+    assert not _reshape_allowed((4, 4), (4, 5))
+
+
+def test_rule_weight_parts_are_checked():
+    rule = RULES.layers["torch.nn.MultiheadAttention"]
+    assert rule.weights["in_proj_weight[1/3]"].transfer_layout == "transpose[1/3]"
+    assert rule.weights["in_proj_bias[2/3]"].part == (2, 3)
+    assert RULES.layers["torch.nn.LSTM"].weights["bias_hh_l0"].sum
+    base = '[[layer]]\ntorch = "X"\nnnx = "nnx.X"\n[layer.weights]\n'
+    parse_rule_text(base + '"w[0/2]" = "a"\n"w[1/2]" = "b"\n', "ok.toml")
+    for bad in ('"w[0/2]" = "a"\n', '"w[0/2]" = "a"\n"w[1/2]" = "b"\nw = "c"\n',
+                '"w[0/2]" = "a"\n"w[2/2]" = "b"\n', '"w[x]" = "a"\n',
+                'w = { to = "a", split = 2 }\n'):
+        with pytest.raises(RuleError):
+            parse_rule_text(base + bad, "bad.toml")
+
+
+def test_every_call_transform_is_registered():
+    for rule in RULES.layers.values():
+        if rule.call:
+            assert rule.call in CALLS, rule.torch
+            assert rule.call_params, rule.torch
+
+
+# --------------------------------------------------------------------------------------------
+# the converted modules, weights moved by the rules
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def converted():
+    result = convert_source(SOURCE, path="seq.py")
+    errors = [d for d in result.diagnostics if d.severity == "error"]
+    # the only errors: each layer's calls are flagged until the engine translates them
+    assert len(errors) == len(LAYERS) and all("calls of this layer" in d.message
+                                              for d in errors), result.code
+    return result.code
+
+
+@pytest.fixture(scope="module")
+def models(converted):
+    ns_t: dict = {}
+    exec(SOURCE, ns_t)  # noqa: S102 - the test's own source
+    ns_j: dict = {}
+    exec(converted, ns_j)  # noqa: S102 - its conversion
+    torch.manual_seed(0)
+    tm = ns_t["Seq"]().eval()
+    with torch.no_grad():  # non-trivial biases (torch's MultiheadAttention starts them at 0)
+        for name, p in tm.named_parameters():
+            if "bias" in name:
+                p.normal_()
+    jm = ns_j["Seq"](rngs=nnx.Rngs(0))
+    jm.eval()
+    report = transfer_state_dict(tm, jm)
+    return tm, jm, report
+
+
+def test_constructors(converted):
+    assert "self.attn = nnx.MultiHeadAttention(num_heads=4, in_features=16, decode=False, " \
+        "rngs=rngs)" in converted
+    assert "in_kv_features=8" in converted and "use_bias=False" in converted
+    assert "self.lstm = nnx.RNN(nnx.OptimizedLSTMCell(5, 6, rngs=rngs), time_major=True)" \
+        in converted
+    assert "self.lstm_bf = nnx.RNN(nnx.OptimizedLSTMCell(5, 6, rngs=rngs))" in converted
+    assert "self.cell = nnx.OptimizedLSTMCell(5, 6, rngs=rngs)" in converted
+
+
+@pytest.mark.parametrize("name", ["torch.nn.MultiheadAttention", "torch.nn.LSTM",
+                                  "torch.nn.LSTMCell"])
+def test_rule_examples_text(name):
+    """The rules' examples (strict xfails in test_rules.py until the hook: the constructors
+    are flagged), checked here with the flag allowed."""
+    for ex in RULES.layers[name].examples:
+        src = ("import torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
+               f"        super().__init__()\n        self.layer = {ex.torch}\n")
+        result = convert_source(src, path="m.py")
+        errors = [d.message for d in result.diagnostics if d.severity == "error"]
+        assert errors and all("calls of this layer" in e for e in errors), errors
+        line = next(ln for ln in result.code.splitlines() if "self.layer = " in ln)
+        got = line.split("self.layer = ", 1)[1]
+        if got.endswith("("):  # laid out one argument per line
+            body = result.code.split("self.layer = ", 1)[1].split("\n\n", 1)[0]
+            got = body
+        assert ast.unparse(ast.parse(got.strip())) == ast.unparse(ast.parse(ex.jax)), got
+
+
+def test_transfer_maps_every_part(models):
+    tm, jm, report = models
+    by = {(m.torch_name, m.nnx_name): m for m in report.mapped}
+    assert by[("attn.in_proj_weight", "attn.key.kernel")].layout == "transpose[1/3]"
+    assert by[("attn.in_proj_bias", "attn.value.bias")].nnx_shape == (4, 4)
+    assert by[("attn.out_proj.weight", "attn.out.kernel")].nnx_shape == (4, 4, 16)
+    assert by[("cross.k_proj_weight", "cross.key.kernel")].nnx_shape == (8, 4, 4)
+    assert by[("lstm.bias_hh_l0", "lstm.cell.dense_h.bias")].summed_into == "lstm.bias_ih_l0"
+    w = tm.attn.in_proj_weight.detach().numpy()
+    np.testing.assert_array_equal(np.asarray(jm.attn.value.kernel[...]),
+                                  w[32:].T.reshape(16, 4, 4))
+    np.testing.assert_array_equal(np.asarray(jm.attn.out.kernel[...]),
+                                  tm.attn.out_proj.weight.detach().numpy().T.reshape(4, 4, 16))
+    b = tm.lstm.bias_ih_l0 + tm.lstm.bias_hh_l0
+    np.testing.assert_allclose(np.asarray(jm.lstm.cell.dense_h.bias[...]),
+                               b.detach().numpy(), rtol=0, atol=0)
+
+
+def test_round_trip_torch_jax_torch(models):
+    tm, jm, _ = models
+    back = export_state_dict(tm, jm)
+    state = tm.state_dict()
+    assert set(back) == set(state)
+    for name, value in back.items():
+        want = state[name].numpy()
+        if name.endswith(("bias_ih_l0", "bias_ih")):  # holds the sum going back
+            want = want + state[name.replace("bias_ih", "bias_hh")].numpy()
+        elif name.endswith(("bias_hh_l0", "bias_hh")):
+            want = np.zeros_like(want)
+        np.testing.assert_array_equal(value, want, err_msg=name)
+    # the same torch function: load it into a copy and compare the LSTM's output
+    ns: dict = {}
+    exec(SOURCE, ns)  # noqa: S102
+    other = ns["Seq"]().eval()
+    other.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in back.items()})
+    x = torch.randn(7, 2, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(other.lstm(x)[0], tm.lstm(x)[0], rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# calls: the call transforms' JAX text, run on the converted modules
+# --------------------------------------------------------------------------------------------
+
+
+def _call_text(attr: str, torch_call: str, unpack: tuple[str, ...] | None = None,
+               index: int | None = None) -> str:
+    ctor = cst.parse_expression(LAYERS[attr])
+    rule = RULES.layers["torch." + code(ctor.func)]
+    node = cst.parse_expression(torch_call)
+    site = CallSite(rule=rule, func=node.func, ctor=bind(ctor.args, rule.params),
+                    args=bind(node.args, rule.call_params), unpack=unpack, index=index)
+    return code(CALLS[rule.call](site))
+
+
+def _leaves(value) -> list[np.ndarray]:
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [value.detach().numpy()]
+    return [np.asarray(value)]
+
+
+def _compare(models, attr: str, torch_call: str, arrays: dict[str, np.ndarray],
+             unpack=None, index=None) -> float:
+    tm, jm, _ = models
+    text = _call_text(attr, torch_call, unpack, index)
+    with torch.no_grad():
+        want = eval(torch_call, {"self": tm, **{k: torch.from_numpy(v) for k, v in
+                                                  arrays.items()}})
+    got = eval(text, {"self": jm, "jnp": jnp, **{k: jnp.asarray(v) for k, v in arrays.items()}})
+    if index is not None:
+        want, got = want[index], got[index]
+    elif unpack is not None:  # the elements the caller ignores are not compared
+        keep = [i for i, t in enumerate(unpack)
+                if not all(n.startswith("_") for n in t.strip("()").replace(",", " ").split())]
+        want, got = [want[i] for i in keep], [got[i] for i in keep]
+    w, g = _leaves(want), _leaves(got)
+    assert [a.shape for a in g] == [a.shape for a in w], text
+    worst = max(float(np.max(np.abs(a - b))) for a, b in zip(g, w, strict=True))
+    assert worst < 2e-6, (text, worst)
+    return worst
+
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((5, 2, 16)).astype(np.float32)  # (L, N, E)
+KV = RNG.standard_normal((4, 2, 16)).astype(np.float32)  # (S, N, E)
+KV8 = RNG.standard_normal((4, 2, 8)).astype(np.float32)
+CAUSAL = np.triu(np.ones((5, 5), bool), 1)
+PAD = np.array([[False, False, True, True], [False, False, False, True]])
+MASK3 = RNG.random((2 * 4, 5, 4)) < 0.4
+MASK3[..., 0] = False  # no row fully masked (torch: NaN, flax: the mean of the values)
+
+
+@pytest.mark.parametrize(("attr", "torch_call", "arrays", "unpack", "index"), [
+    ("attn", "self.attn(x, x, x, need_weights=False)", {"x": X}, None, None),
+    ("attn", "self.attn(x, k, v, need_weights=False)", {"x": X, "k": KV, "v": KV * 2}, None,
+     None),
+    ("attn", "self.attn(x, x, x)", {"x": X}, ("out", "_"), None),  # weights not used
+    ("attn", "self.attn(x, x, x)", {"x": X}, None, 0),
+    ("attn", "self.attn(x, x, x, attn_mask=m, need_weights=False)", {"x": X, "m": CAUSAL},
+     None, None),
+    ("attn", "self.attn(x, k, k, key_padding_mask=p, need_weights=False)",
+     {"x": X, "k": KV, "p": PAD}, None, None),
+    ("attn", "self.attn(x, k, k, key_padding_mask=p, attn_mask=m, need_weights=False)",
+     {"x": X, "k": KV, "p": PAD, "m": MASK3}, None, None),
+    ("attn", "self.attn(x, x, x, need_weights=False)", {"x": X[:, 0]}, None, None),  # unbatched
+    ("attn_bf", "self.attn_bf(x, x, x, need_weights=False)", {"x": X.swapaxes(0, 1)}, None,
+     None),
+    ("cross", "self.cross(x, k, v, need_weights=False)", {"x": X, "k": KV8, "v": -KV8}, None,
+     None),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_attention_call_matches_torch(models, attr, torch_call, arrays, unpack, index):
+    worst = _compare(models, attr, torch_call, arrays, unpack, index)
+    print(f"{torch_call}: {worst:.2g}")
+
+
+XS = RNG.standard_normal((7, 2, 5)).astype(np.float32)  # (L, N, I)
+H0 = RNG.standard_normal((1, 2, 6)).astype(np.float32)
+C0 = RNG.standard_normal((1, 2, 6)).astype(np.float32)
+
+
+@pytest.mark.parametrize(("attr", "torch_call", "arrays", "unpack"), [
+    ("lstm", "self.lstm(x)", {"x": XS}, None),
+    ("lstm", "self.lstm(x, (h, c))", {"x": XS, "h": H0, "c": C0}, None),
+    ("lstm", "self.lstm(x)", {"x": XS}, ("out", "_")),
+    ("lstm", "self.lstm(x, (h, c))", {"x": XS, "h": H0, "c": C0}, ("out", "(_h, _c)")),
+    ("lstm", "self.lstm(x)", {"x": XS[:, 0]}, None),  # unbatched: h_n (1, H)
+    ("lstm_bf", "self.lstm_bf(x, (h, c))", {"x": XS.swapaxes(0, 1), "h": H0, "c": C0}, None),
+    ("cell", "self.cell(x, (h, c))", {"x": XS[0], "h": H0[0], "c": C0[0]}, None),
+    ("cell", "self.cell(x)", {"x": XS[0]}, None),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_lstm_call_matches_torch(models, attr, torch_call, arrays, unpack):
+    worst = _compare(models, attr, torch_call, arrays, unpack)
+    print(f"{torch_call}: {worst:.2g}")
+
+
+def test_lstm_call_with_a_state_variable(models):
+    tm, jm, _ = models
+    text = _call_text("lstm", "self.lstm(x, hx)")
+    assert "initial_carry=(hx[1][0], hx[0][0])" in text, text
+    with torch.no_grad():
+        want = tm.lstm(torch.from_numpy(XS), (torch.from_numpy(H0), torch.from_numpy(C0)))
+    got = eval(text, {"self": jm, "jnp": jnp, "x": jnp.asarray(XS),
+                      "hx": (jnp.asarray(H0), jnp.asarray(C0))})
+    for a, b in zip(_leaves(got), _leaves(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize(("attr", "torch_call", "unpack", "why"), [
+    ("attn", "self.attn(x, x, x)", None, "weights are used"),
+    ("attn", "self.attn(x, x, x)", ("out", "w"), "weights are used"),
+    ("attn", "self.attn(x, x, x, attn_mask=a + b, need_weights=False)", None, "compound"),
+    ("attn", "self.attn(x, x, x, is_causal=True, need_weights=False)", None, "is_causal"),
+])
+def test_attention_calls_refused(attr, torch_call, unpack, why):
+    with pytest.raises(Untranslatable, match=why):
+        _call_text(attr, torch_call, unpack)
+
+
+# --------------------------------------------------------------------------------------------
+# gradients: every part of every parameter
+# --------------------------------------------------------------------------------------------
+
+
+def _grads(models, attr: str, torch_call: str, arrays: dict[str, np.ndarray]):
+    tm, jm, _ = models
+    text = _call_text(attr, torch_call, index=0)
+    torch_arrays = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    out = eval(torch_call, {"self": tm, **torch_arrays})[0]
+    proj = np.random.default_rng(1).standard_normal(tuple(out.shape)).astype(np.float32)
+    tm.zero_grad()
+    (out * torch.from_numpy(proj)).sum().backward()
+    torch_grads = {n: p.grad.numpy().copy() for n, p in tm.named_parameters()
+                   if p.grad is not None}
+
+    def loss(m):
+        y = eval(text, {"self": m, "jnp": jnp, **{k: jnp.asarray(v) for k, v in
+                                                   arrays.items()}})[0]
+        return jnp.sum(y * proj)
+
+    grads = nnx.grad(loss)(jm)
+    flat = {tuple(str(p) for p in path): np.asarray(v[...] if hasattr(v, "value") else v)
+            for path, v in nnx.to_flat_state(grads)}
+    return torch_grads, flat
+
+
+@pytest.mark.parametrize(("attr", "torch_call", "arrays"), [
+    ("attn", "self.attn(x, k, v, need_weights=False)", {"x": X, "k": KV, "v": KV * 2}),
+    ("cross", "self.cross(x, k, v, need_weights=False)", {"x": X, "k": KV8, "v": -KV8}),
+    ("lstm", "self.lstm(x)", {"x": XS}),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_gradients_match_through_every_part(models, attr, torch_call, arrays):
+    tm, jm, _ = models
+    torch_grads, jax_grads = _grads(models, attr, torch_call, arrays)
+    parts = gradient_parts(tm, jm)
+    compared = 0
+    worst = 0.0
+    for name, grad in torch_grads.items():
+        for m in parts[name]:
+            ref = apply_layout(grad, m.layout).reshape(m.nnx_shape)
+            got = jax_grads[tuple(str(p) for p in m.nnx_path)]
+            scale = max(1.0, float(np.max(np.abs(ref))))
+            diff = float(np.max(np.abs(got - ref)))
+            assert diff <= 2e-5 * scale, (name, m.nnx_name, diff)
+            worst = max(worst, diff / scale)
+            compared += 1
+    assert compared >= 4
+    # gradient_map keeps each parameter's first part: what verify compares today
+    assert gradient_map(tm, jm)["attn.in_proj_weight"].nnx_name == "attn.query.kernel"
+    print(f"{attr}: {compared} gradient parts, worst relative {worst:.2g}")
+
+
+# --------------------------------------------------------------------------------------------
+# refused layers, and the whole-module checks that need the engine hook
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ctor", "why"), [
+    ("nn.GRU(5, 6)", "b_hn"),
+    ("nn.GRU(5, 6, bias=False)", "trainable bias"),
+    ("nn.GRUCell(5, 6)", "b_hn"),
+    ("nn.LSTM(5, 6, bias=False)", "hidden-side bias"),
+    ("nn.LSTM(5, 6, num_layers=2)", "num_layers"),
+    ("nn.LSTM(5, 6, bidirectional=True)", "bidirectional"),
+    ("nn.MultiheadAttention(16, 4, add_bias_kv=True)", "add_bias_kv"),
+    ("nn.MultiheadAttention(16, 4, kdim=8, vdim=4)", "kdim != vdim"),
+])
+def test_refused_constructors(ctor, why):
+    src = f"import torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n" \
+          f"        super().__init__()\n        self.layer = {ctor}\n"
+    result = convert_source(src, path="m.py")
+    assert any(d.severity == "error" and why in d.message for d in result.diagnostics), \
+        [d.message for d in result.diagnostics]
+    assert f"self.layer = {ctor}" in result.code  # left as torch code with a TODO
+
+
+MODULES = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class AttnNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(16, 4)
+            self.fc = nn.Linear(16, 3)
+
+        def forward(self, x):
+            out, _ = self.attn(x, x, x, need_weights=False)
+            return self.fc(out)
+
+
+    class LSTMNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(5, 6, batch_first=True)
+            self.fc = nn.Linear(6, 2)
+
+        def forward(self, x):
+            out, (h, c) = self.lstm(x)
+            return self.fc(out) + h[-1][:, None] + c[-1][:, None]
+''')
+
+
+@pytest.mark.xfail(strict=True, reason=HOOK)
+@pytest.mark.parametrize(("name", "spec"), [("AttnNet", "float32[5,2,16]"),
+                                            ("LSTMNet", "float32[2,7,5]")])
+def test_whole_module_verifies(tmp_path, name, spec):
+    path = tmp_path / "seq_models.py"
+    path.write_text(MODULES)
+    result = run_request(VerifyRequest(f"{path}::{name}", inputs=(spec,), grad=True,
+                                       atol=1e-5, rtol=1e-5))
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch

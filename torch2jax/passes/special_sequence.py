@@ -1,0 +1,245 @@
+"""Transforms for the sequence layers of ``rules/sequence.toml``: attention and recurrent.
+
+Constructors are ``@special`` transforms (a :class:`~torch2jax.passes.special.Site`); the calls
+of these layers differ from the JAX modules' (torch's MultiheadAttention takes (L, N, E) inputs
+and returns ``(output, weights)``, an LSTM returns ``(output, (h_n, c_n))``), so each also has a
+``@call_transform`` (a :class:`~torch2jax.passes.calls.CallSite`). What each reproduces, and
+what it refuses, is in the rules' notes; ``tests/test_attention_rnn.py`` checks the weight
+transfers and the numbers against torch.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torch2jax.passes import calls
+from torch2jax.passes.calls import CallSite, call_transform
+from torch2jax.passes.common import Untranslatable, arg, call, code, expr, is_simple, py
+from torch2jax.passes.special import Site, special
+
+
+def _required(site: Site, name: str) -> cst.BaseExpression:
+    node = site.get(name)
+    if node is None:
+        raise Untranslatable(f"{site.rule.torch} without {name}")
+    return node
+
+
+def _given(site: Site, name: str) -> cst.BaseExpression | None:
+    """The argument, or None when absent or a literal None."""
+    node = site.get(name)
+    return None if node is None or (isinstance(node, cst.Name) and node.value == "None") \
+        else node
+
+
+def _flag_calls(site: Site, returns: str, takes: str) -> None:
+    if not calls.ENGINE_TRANSLATES_CALLS:
+        site.note(f"the calls of this layer are not translated yet: torch's {returns}; "
+                  f"{site.rule.targets[site.target]} {takes} (torch2jax explain "
+                  f"{site.rule.torch})", "error")
+
+
+def _simple(node: cst.BaseExpression, what: str) -> str:
+    if not is_simple(node):
+        raise Untranslatable(f"{what} is a compound expression used more than once in the "
+                             "translation: assign it to a name first")
+    return code(node)
+
+
+# --------------------------------------------------------------------------------------------
+# MultiheadAttention
+# --------------------------------------------------------------------------------------------
+
+
+@special("multihead_attention")
+def multihead_attention(site: Site) -> cst.BaseExpression:
+    """``nn.MultiheadAttention(E, H, ...)`` -> ``nnx.MultiHeadAttention(num_heads=H,
+    in_features=E, ..., decode=False)``: q/k/v/out projections with torch's shapes, dropout on
+    the attention probabilities, unbroadcast like torch's."""
+    for name in ("add_bias_kv", "add_zero_attn"):
+        if site.lit(name) is not False:
+            raise Untranslatable(f"MultiheadAttention({name}=True): nnx.MultiHeadAttention has "
+                                 "no learned key/value bias row nor zero-attention row")
+    embed, heads = _required(site, "embed_dim"), _required(site, "num_heads")
+    kdim, vdim = _given(site, "kdim"), _given(site, "vdim")
+    if (kdim is None) != (vdim is None) or (kdim is not None and code(kdim) != code(vdim)):
+        raise Untranslatable("MultiheadAttention with kdim != vdim: nnx.MultiHeadAttention's "
+                             "key and value projections share in_kv_features")
+    out = [arg(heads, "num_heads"), arg(embed, "in_features")]
+    if kdim is not None:
+        out.append(arg(kdim, "in_kv_features"))
+    dropout = site.get("dropout")
+    if dropout is not None and site.lit("dropout") not in (0, 0.0):
+        # torch drops each attention probability independently: no broadcast over the batch
+        out += [arg(dropout, "dropout_rate"), arg(py(False), "broadcast_dropout")]
+    if site.lit("bias") is not True:
+        out.append(arg(site.get("bias") or py(False), "use_bias"))
+    out.append(arg(py(False), "decode"))
+    _flag_calls(site, "forward(query, key, value, ...) takes (L, N, E) inputs unless "
+                "batch_first=True and returns (output, attention weights)",
+                "takes batch-first inputs, a mask with the opposite polarity, and returns the "
+                "output alone")
+    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+@call_transform("multihead_attention")
+def multihead_attention_call(cs: CallSite) -> cst.BaseExpression:
+    """``self.attn(q, k, v, key_padding_mask=, need_weights=, attn_mask=)`` ->
+    ``(jnp.moveaxis(self.attn(jnp.moveaxis(q, 0, -2), ..., mask=...), -2, 0), None)``."""
+    func = code(cs.func)
+    q, k, v = cs.args.get("query"), cs.args.get("key"), cs.args.get("value")
+    if q is None or k is None or v is None:
+        raise Untranslatable("MultiheadAttention called without query, key and value")
+    batch_first = cs.ctor_lit("batch_first")
+    if batch_first not in (True, False, None):
+        raise Untranslatable("MultiheadAttention with a non-literal batch_first: the call's "
+                             "axes are rearranged by it")
+    need = cs.lit("need_weights")
+    if need is ...:
+        raise Untranslatable("MultiheadAttention called with a non-literal need_weights")
+    if need is not False and not cs.unused(1):
+        raise Untranslatable("MultiheadAttention's attention weights are used (need_weights="
+                             "True): nnx.MultiHeadAttention returns the output alone "
+                             "(sow_weights=True keeps the weights in its 'intermediates')")
+    masks = []
+    attn_mask = cs.args.get("attn_mask")
+    if attn_mask is not None and cs.lit("attn_mask") is not None:
+        m = _simple(attn_mask, "attn_mask")
+        # torch: (L, S) or (N*H, L, S), True = blocked; flax: [batch..., H, L, S], True = attend.
+        # `~` raises on a float (additive) mask instead of misreading it.
+        masks.append(f"~({m}.reshape(-1, {func}.num_heads, *{m}.shape[-2:]) if {m}.ndim == 3 "
+                     f"else {m})")
+        why = ("attn_mask is read as a boolean mask (True = blocked): a float additive mask "
+               "raises TypeError at `~`")
+        cs.notes.append(("warning", why))
+    elif cs.lit("is_causal") not in (None, False):
+        raise Untranslatable("MultiheadAttention(is_causal=True) without attn_mask (torch "
+                             "raises)")
+    kpm = cs.args.get("key_padding_mask")
+    if kpm is not None and cs.lit("key_padding_mask") is not None:
+        m = _simple(kpm, "key_padding_mask")
+        masks.append(f"~{m}[..., None, None, :]")  # (N, S), True = ignored
+    parts = [code(q)]
+    if code(k) != code(q) or code(v) != code(k):
+        parts.append(code(k))
+        if code(v) != code(k):
+            parts.append(code(v))
+    if batch_first is not True:  # (L, N, E) -> (N, L, E); an unbatched (L, E) stays
+        parts = [f"jnp.moveaxis({p}, 0, -2)" for p in parts]
+    kwargs = []
+    if masks:
+        kwargs.append("mask=" + (masks[0] if len(masks) == 1 else
+                                 f"jnp.logical_and({masks[0]}, {masks[1]})"))
+    out = f"{func}({', '.join(parts + kwargs)})"
+    if batch_first is not True:
+        out = f"jnp.moveaxis({out}, -2, 0)"
+    return expr(f"({out}, None)")
+
+
+# --------------------------------------------------------------------------------------------
+# LSTM / LSTMCell
+# --------------------------------------------------------------------------------------------
+
+
+def _lstm_checks(site: Site) -> None:
+    if site.lit("bias") is not True:
+        raise Untranslatable(f"{site.rule.torch}(bias=False): flax's LSTM cells always have a "
+                             "trainable hidden-side bias (dense_h), which torch's has not")
+
+
+@special("lstm")
+def lstm(site: Site) -> cst.BaseExpression:
+    """``nn.LSTM(I, H)`` -> ``nnx.RNN(nnx.OptimizedLSTMCell(I, H), time_major=True)``: one
+    layer, one direction; gates in torch's order i, f, g, o, so torch's (4H, I) and (4H, H)
+    weights are the cell's fused kernels transposed and b_ih + b_hh its bias."""
+    for name, ok, why in (("num_layers", 1, "stack nnx.RNN layers"),
+                          ("bidirectional", False, "nnx.Bidirectional of two nnx.RNN"),
+                          ("proj_size", 0, "flax's LSTM cells have no projection")):
+        if site.lit(name) != ok:
+            raise Untranslatable(f"LSTM({name}={code(site.get(name))}): not translated ({why})")
+    _lstm_checks(site)
+    cell = call("nnx.OptimizedLSTMCell", arg(_required(site, "input_size")),
+                arg(_required(site, "hidden_size")), *site.rngs_arg())
+    out = [arg(cell)]
+    batch_first = site.lit("batch_first")
+    if batch_first is ...:
+        out.append(arg(expr("not {b}", b=site.get("batch_first")), "time_major"))
+    elif not batch_first:
+        out.append(arg(py(True), "time_major"))
+    _flag_calls(site, "forward(input, (h_0, c_0)) returns (output, (h_n, c_n)) with a "
+                "leading layer axis on h_n and c_n", "returns the output, or (carry, output) "
+                "with carry (c, h)")
+    return call(site.rule.targets[site.target], *out)
+
+
+@special("lstm_cell")
+def lstm_cell(site: Site) -> cst.BaseExpression:
+    _lstm_checks(site)
+    _flag_calls(site, "forward(input, (h, c)) returns (h', c')", "is called as cell((c, h), x) "
+                "and returns ((c', h'), h')")
+    return call(site.rule.targets[site.target], arg(_required(site, "input_size")),
+                arg(_required(site, "hidden_size")), *site.rngs_arg())
+
+
+def _hx(cs: CallSite, name: str) -> tuple[str, str] | None:
+    """torch's (h, c) argument as two expressions, or None when absent."""
+    node = cs.args.get(name)
+    if node is None or cs.lit(name) is None:
+        return None
+    if isinstance(node, cst.Tuple) and len(node.elements) == 2:
+        h, c = (e.value for e in node.elements)
+        return code(h), code(c)
+    hx = _simple(node, name)
+    return f"{hx}[0]", f"{hx}[1]"
+
+
+@call_transform("lstm")
+def lstm_call(cs: CallSite) -> cst.BaseExpression:
+    """``self.lstm(x, (h0, c0))`` -> ``(output, (h_n, c_n))`` from nnx.RNN's ``(carry,
+    output)``, with torch's leading layer axis on h_n and c_n."""
+    func = code(cs.func)
+    x = cs.args.get("input")
+    if x is None:
+        raise Untranslatable("LSTM called without input")
+    args = [code(x)]
+    hx = _hx(cs, "hx")
+    if hx is not None:
+        h, c = hx
+        args.append(f"initial_carry=({c}[0], {h}[0])")  # torch's (1, N, H) per layer
+    if cs.unused(1):
+        return expr(f"({func}({', '.join(args)}), None)")
+    args.append("return_carry=True")
+    return expr(f"(lambda carry, out: (out, (carry[1][None], carry[0][None])))"
+                f"(*{func}({', '.join(args)}))")
+
+
+@call_transform("lstm_cell")
+def lstm_cell_call(cs: CallSite) -> cst.BaseExpression:
+    """``self.cell(x, (h, c))`` -> ``self.cell((c, h), x)[0][::-1]`` (torch's (h', c'))."""
+    func = code(cs.func)
+    x = cs.args.get("input")
+    if x is None:
+        raise Untranslatable("LSTMCell called without input")
+    hx = _hx(cs, "hx")
+    if hx is None:
+        xs = _simple(x, "LSTMCell's input without hx")
+        zeros = f"jnp.zeros((*{xs}.shape[:-1], {func}.hidden_features), {xs}.dtype)"
+        h, c = zeros, zeros
+    else:
+        h, c = hx
+    return expr(f"{func}(({c}, {h}), {code(x)})[0][::-1]")
+
+
+# --------------------------------------------------------------------------------------------
+# GRU / GRUCell: refused
+# --------------------------------------------------------------------------------------------
+
+
+@special("gru")
+def gru(site: Site) -> cst.BaseExpression:
+    if site.lit("bias") is False:
+        raise Untranslatable(f"{site.rule.torch}(bias=False): nnx.GRUCell's input-side dense "
+                             "always has a trainable bias, which torch's has not")
+    raise Untranslatable(f"{site.rule.torch}: nnx.GRUCell has no hidden-side bias b_hn inside "
+                         "r * (W_hn h + b_hn) (flax 0.12: n = tanh(W_in x + b_in + r * W_hn h)), "
+                         "so torch's GRU is not reproduced; write a GRU cell by hand")
