@@ -433,7 +433,7 @@ MODULES = textwrap.dedent('''
 
         def forward(self, x):
             out, (h, c) = self.lstm(x)
-            return self.fc(out) + h[-1][:, None] + c[-1][:, None]
+            return self.fc(out + h[-1][:, None] + c[-1][:, None])
 ''')
 
 
