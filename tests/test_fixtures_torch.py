@@ -34,6 +34,7 @@ EXPECTED_SHAPES: dict[str, tuple[int, ...]] = {
     "mixer_tiny": (2, 10),
     "signal_conv1d": (2, 4),
     "batch_stats_only": (4, 3),
+    "factory_init": (2, 5),
 }
 
 SPEC = re.compile(r"^(?P<dtype>[a-z0-9]+)\[(?P<shape>[0-9,\s]*)\](?::(?P<high>\d+))?$")

@@ -309,3 +309,34 @@ def test_torch_types_in_annotations_become_jax_types() -> None:
     assert "def __call__(self, x: jax.Array, y: jax.Array) -> jax.Array:" in code
     scope: dict = {}
     exec(compile(code, "converted", "exec"), scope)  # noqa: S102: the annotations resolve
+
+
+def test_fan_based_init_has_torchs_scale() -> None:
+    """kaiming_normal_(mode="fan_out", relu) on a conv kernel: std sqrt(2 / (out * kh * kw))."""
+    code = _convert(textwrap.dedent("""\
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(32, 64, 3)
+                self.fc = nn.Linear(256, 128)
+                for m in self.modules():
+                    if isinstance(m, nn.Conv2d):
+                        nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                    elif isinstance(m, nn.Linear):
+                        nn.init.xavier_uniform_(m.weight)
+        """))
+    assert "for _, m in nnx.iter_modules(self):" in code
+    scope: dict = {}
+    exec(compile(code, "converted", "exec"), scope)  # noqa: S102
+    import numpy as np
+    from flax import nnx
+
+    net = scope["Net"](rngs=nnx.Rngs(0))
+    conv = np.asarray(net.conv.kernel.value)
+    assert conv.shape == (3, 3, 32, 64)
+    assert abs(conv.std() / np.sqrt(2.0 / (64 * 9)) - 1) < 0.05
+    fc = np.asarray(net.fc.kernel.value)
+    bound = np.sqrt(6.0 / (256 + 128))
+    assert fc.max() <= bound and fc.min() >= -bound and fc.max() > 0.95 * bound

@@ -20,6 +20,7 @@ from libcst.metadata import QualifiedNameProvider
 from torch2jax.ruleset import RuleSet
 
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+FACTORY_SUFFIXES = ("norm_layer", "_norm")
 RANDOM_INITS = {f"torch.nn.init.{n}" for n in ("normal_", "uniform_", "trunc_normal_")}
 
 
@@ -53,6 +54,7 @@ class FileIndex:
     list_layouts: dict[tuple[int, str], str] = field(default_factory=dict)  # (fn id, name)
     tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)
     fn_returns: dict[str, str] = field(default_factory=dict)  # layer-returning helpers
+    factory_layouts: set[str] = field(default_factory=set)  # layer classes used as values
 
 
 class Layouts:
@@ -72,6 +74,11 @@ class Layouts:
             return "torch"
         if isinstance(node.func, cst.Name) and node.func.value in self.index.fn_returns:
             return self.index.fn_returns[node.func.value]
+        if (isinstance(node.func, cst.Name) and node.func.value.endswith(FACTORY_SUFFIXES)
+                and len(self.index.factory_layouts) == 1):
+            # norm_layer(planes) where the file's only layer class used as a value is, e.g.,
+            # nn.BatchNorm2d
+            return next(iter(self.index.factory_layouts))
         name = qualified(self.meta, node.func)
         if name is None:
             return "torch"
@@ -244,6 +251,10 @@ class Indexer(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1:
             return
+        if isinstance(node.value, (cst.Name, cst.Attribute)):
+            rule = self.rules.layers.get(qualified(self.meta, node.value) or "")
+            if rule is not None:  # norm_layer = nn.BatchNorm2d: a layer class as a value
+                self.index.factory_layouts.add(rule.layout)
         target = node.targets[0].target
         # local lists: layers = [...]
         if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.List):

@@ -619,6 +619,22 @@ class TorchToJax(cst.CSTTransformer):
         self._pending[-1].after.append(block)
         return cst.RemoveFromParent()
 
+    def leave_For(self, original_node, updated_node):
+        return self._leave_for(original_node, self._modules_loop(original_node, updated_node))
+
+    def _modules_loop(self, original_node, updated_node):
+        """for m in self.modules(): -> for _, m in nnx.iter_modules(self):"""
+        if (self.emitter.name == "nnx" and self.in_module_class()
+                and m.matches(original_node.iter, m.Call(func=m.Attribute(
+                    value=m.Name("self"), attr=m.Name("modules")), args=[]))
+                and isinstance(original_node.target, cst.Name)):
+            self.need("nnx")
+            return updated_node.with_changes(
+                target=cst.Tuple([cst.Element(cst.Name("_")),
+                                  cst.Element(original_node.target)], lpar=[], rpar=[]),
+                iter=expr("nnx.iter_modules(self)"))
+        return updated_node
+
     def _is_statement_call(self, node: cst.Call) -> bool:
         return isinstance(self.get_metadata(ParentNodeProvider, node, None), cst.Expr)
 
@@ -644,7 +660,7 @@ class TorchToJax(cst.CSTTransformer):
         return updated.with_changes(args=[updated.args[0], updated.args[1].with_changes(
             value=new_kinds)])
 
-    def _narrowed_layer(self, node: cst.CSTNode, name: str) -> str | None:
+    def _narrowed_layer(self, node: cst.CSTNode, name: str) -> list[str] | None:
         """The torch layer ``name`` is known to be at ``node`` (inside an
         ``if isinstance(name, nn.Linear):`` body)."""
         child, parent = node, self.get_metadata(ParentNodeProvider, node, None)
@@ -652,8 +668,14 @@ class TorchToJax(cst.CSTTransformer):
             if isinstance(parent, cst.If) and child is parent.body and m.matches(
                     parent.test, m.Call(func=m.Name("isinstance"),
                                         args=[m.Arg(m.Name(name)), m.Arg()])):
-                q = self.q(parent.test.args[1].value)
-                return q if q in self.rules.layers else None
+                kinds = parent.test.args[1].value
+                elems = ([e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple)
+                         else [kinds])
+                names = {self.q(e) for e in elems}
+                layers = sorted(n for n in names if n in self.rules.layers)
+                if len(layers) != len(names) or not layers:
+                    return None
+                return layers
             child, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
         return None
 
@@ -664,10 +686,14 @@ class TorchToJax(cst.CSTTransformer):
         params = {"normal_": ("tensor", "mean", "std"), "uniform_": ("tensor", "a", "b"),
                   "zeros_": ("tensor",), "ones_": ("tensor",), "constant_": ("tensor", "val"),
                   "trunc_normal_": ("tensor", "mean", "std", "a", "b")}
+        fans = {"kaiming_normal_": ("tensor", "a", "mode", "nonlinearity"),
+                "kaiming_uniform_": ("tensor", "a", "mode", "nonlinearity"),
+                "xavier_normal_": ("tensor", "gain"), "xavier_uniform_": ("tensor", "gain")}
+        if fn in fans:
+            return self._fan_init(new_call, fn, fans[fn], q)
         if fn not in params:
-            raise Untranslatable(f"{q}: fan-based or structured initialisers depend on the "
-                                 "weight layout; set the layer's kernel_init instead",
-                                 rule=q)
+            raise Untranslatable(f"{q}: structured initialisers are not translated; set the "
+                                 "layer's kernel_init instead", rule=q)
         b = bind(new_call.args, params[fn])
         t = b.get("tensor")
         if b.star or t is None or not isinstance(t, (cst.Attribute, cst.Name)):
@@ -718,6 +744,45 @@ class TorchToJax(cst.CSTTransformer):
         self._plateaus[sched.name] = (schedule, base_code)
         return updated_node.with_changes(value=schedule.plateau)
 
+    def _fan_init(self, new_call: cst.Call, fn: str, params: tuple[str, ...], q: str):
+        """kaiming_* / xavier_*: jax.nn.initializers.variance_scaling, whose fans (in axis -2,
+        out axis -1, the rest receptive field) are torch's for NNX Linear and Conv kernels."""
+        import math
+
+        b = bind(new_call.args, params)
+        t = b.get("tensor")
+        if not m.matches(t, m.Attribute(attr=m.Name("kernel"))):
+            raise Untranslatable(f"{q} of {code(t) if t is not None else '?'}: only Linear and "
+                                 "Conv kernels have torch's fans in JAX's layout", rule=q)
+        if not (self._rngs_scope and self._rngs_scope[-1]):
+            raise Untranslatable(f"{q} outside module construction: no key", rule=q)
+        if fn.startswith("kaiming"):
+            mode = b.literal("mode", "fan_in")
+            nl = b.literal("nonlinearity", "leaky_relu")
+            a = b.literal("a", 0)
+            gains = {"relu": 2.0, "linear": 1.0, "sigmoid": 1.0, "conv1d": 1.0, "conv2d": 1.0,
+                     "conv3d": 1.0, "tanh": 25.0 / 9.0, "selu": 9.0 / 16.0}
+            if nl == "leaky_relu" and isinstance(a, (int, float)):
+                scale = 2.0 / (1 + a * a)
+            elif nl in gains:
+                scale = gains[nl]
+            else:
+                raise Untranslatable(f"{q} with nonlinearity={nl!r}, a={a!r}", rule=q)
+            if mode not in ("fan_in", "fan_out"):
+                raise Untranslatable(f"{q} with mode={mode!r}", rule=q)
+        else:
+            gain = b.literal("gain", 1.0)
+            if not isinstance(gain, (int, float)):
+                raise Untranslatable(f"{q} with a computed gain", rule=q)
+            scale, mode = float(gain) ** 2, "fan_avg"
+        dist = "normal" if fn.endswith("normal_") else "uniform"
+        v = code(t) + ".value"
+        scale_text = repr(round(scale, 12)) if not math.isclose(scale, 2.0) else "2.0"
+        self.need("jax")
+        return cst.Assign(targets=[cst.AssignTarget(expr(v))], value=expr(
+            f'jax.nn.initializers.variance_scaling({scale_text}, "{mode}", "{dist}")('
+            f"rngs.params(), {v}.shape, {v}.dtype)"))
+
     def _training_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
         """Seeding, gradient bookkeeping and scheduler steps used as statements."""
         value = original_node.value
@@ -728,6 +793,9 @@ class TorchToJax(cst.CSTTransformer):
         checkpoint = self._checkpoint_statement(original_node)
         if checkpoint is not None:
             return checkpoint
+        if (q or "").endswith("._log_api_usage_once") or m.matches(
+                value.func, m.Name("_log_api_usage_once")):
+            return cst.RemoveFromParent()  # torch's usage logging
         if q and q.startswith("torch.nn.init."):
             try:
                 self._nnx_only("torch.nn.init")
@@ -874,7 +942,7 @@ class TorchToJax(cst.CSTTransformer):
             return cst.FlattenSentinel(body)
         return updated_node.with_changes(items=_fix_commas(keep))
 
-    def leave_For(self, original_node, updated_node):
+    def _leave_for(self, original_node, updated_node):
         self._for_stack.pop()
         node = updated_node
         t = self.training
@@ -984,10 +1052,43 @@ class TorchToJax(cst.CSTTransformer):
         return None
 
     def leave_Name(self, original_node, updated_node):
-        if self._in_annotation and not isinstance(
-                self.get_metadata(ParentNodeProvider, original_node, None), cst.Attribute):
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        if self._in_annotation and not isinstance(parent, cst.Attribute):
             return self._annotation_type(original_node) or updated_node
+        if not isinstance(parent, cst.Attribute):
+            return self._layer_class_value(original_node) or updated_node
         return updated_node
+
+    def _layer_class_value(self, original: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``norm_layer = nn.BatchNorm2d``: a torch layer class used as a value (a factory)."""
+        q = self.q(original)
+        rule = self.rules.layers.get(q or "")
+        if rule is None or self._in_annotation:
+            return None
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if isinstance(parent, cst.Call) and parent.func is original:
+            return None  # a construction: handled as a call
+        if isinstance(parent, (cst.Arg, cst.Element)):
+            grand = self.get_metadata(ParentNodeProvider, parent, None)
+            while isinstance(grand, (cst.Tuple, cst.Element)):
+                grand = self.get_metadata(ParentNodeProvider, grand, None)
+            if isinstance(grand, cst.Call) and m.matches(grand.func, m.Name("isinstance")):
+                return None
+            if isinstance(grand, cst.Arg):
+                grand = self.get_metadata(ParentNodeProvider, grand, None)
+                if isinstance(grand, cst.Call) and m.matches(grand.func, m.Name("isinstance")):
+                    return None
+        if rule.special == "batch_norm" and self.emitter.name == "nnx":
+            self.need("partial", "nnx")
+            if self.index.factory_layouts == {rule.layout}:
+                # its calls (norm_layer(planes)) are known to want channels-last input
+                return expr("partial(nnx.BatchNorm, momentum=0.9, epsilon=1e-05)")
+            # normalises over every axis but 1: right for NCHW/NCL input without a transpose
+            self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
+                      "axis 1 (channels first), so that it fits wherever it is used")
+            return expr("partial(nnx.BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
+        self.diag(original, rule.id, "error", f"the layer class {q} used as a value")
+        return None
 
     def visit_FormattedString(self, node) -> None:
         self._fstring_quotes.append(node.start)
@@ -1075,6 +1176,11 @@ class TorchToJax(cst.CSTTransformer):
             mapped = self._annotation_type(original_node)
             if mapped is not None:
                 return mapped
+        if not isinstance(self.get_metadata(ParentNodeProvider, original_node, None),
+                          cst.Attribute):
+            factory = self._layer_class_value(original_node)
+            if factory is not None:
+                return factory
         q = self.q(original_node)
         if q and q.startswith("torch."):
             short = q[len("torch."):]
@@ -1116,11 +1222,16 @@ class TorchToJax(cst.CSTTransformer):
                           "opt_state.hyperparams['learning_rate']")
         if isinstance(original_node.value, cst.Name) and original_node.attr.value in (
                 "weight", "bias"):
-            layer = self._narrowed_layer(original_node, original_node.value.value)
-            if layer is not None:
-                wm = self.rules.layers[layer].weights.get(original_node.attr.value)
-                if wm is not None and wm.to and wm.to != original_node.attr.value:
-                    return updated_node.with_changes(attr=cst.Name(wm.to))
+            layers = self._narrowed_layer(original_node, original_node.value.value)
+            if layers:
+                # several classes (isinstance(m, (nn.BatchNorm2d, nn.GroupNorm))): only when
+                # they name this weight alike
+                tos = {getattr(self.rules.layers[n].weights.get(original_node.attr.value),
+                               "to", None) for n in layers}
+                if len(tos) == 1:
+                    to = tos.pop()
+                    if to and to != original_node.attr.value:
+                        return updated_node.with_changes(attr=cst.Name(to))
         return updated_node
 
     # ------------------------------------------------------------------ calls
@@ -1258,9 +1369,11 @@ class TorchToJax(cst.CSTTransformer):
             if n in self.index.module_classes or n in self.index.rngs_functions:
                 return True
             # a layer factory handed in as an argument (block(...), norm_layer(...))
-            if (self._rngs_scope and self._rngs_scope[-1] and self._param_names
-                    and n in self._param_names[-1] and (n[:1].isupper() or n.endswith(
-                        ("layer", "block", "Layer", "Block", "norm", "act", "module")))):
+            # (or held in a local: norm_layer = self._norm_layer)
+            factory = n.endswith(("layer", "block", "Layer", "Block", "norm", "module"))
+            if (self._rngs_scope and self._rngs_scope[-1] and self._param_names and (
+                    (n in self._param_names[-1] and (n[:1].isupper() or factory
+                                                     or n.endswith("act"))) or factory)):
                 return True
             return False
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
