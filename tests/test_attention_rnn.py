@@ -1,15 +1,14 @@
 """MultiheadAttention, LSTM and LSTMCell (rules/sequence.toml): split and summed weight layouts,
 the weights moved both ways, and the JAX modules against torch's forward and gradients.
 
-The constructors are converted by the engine. Their calls need an engine hook that is not in
-the rewriter yet (torch2jax/passes/calls.py): here the call transforms are applied directly to
-torch call expressions and the JAX text they give is run on the converted modules. The
-whole-module checks through the engine are strict xfails until the hook is in.
+The constructors are converted by the engine, and so are the calls (rule `call` transforms,
+torch2jax/passes/calls.py). The call transforms are also applied directly to torch call
+expressions here, and the JAX text they give is run on the converted modules; the whole-module
+checks run torch2jax.verify on models that call these layers.
 """
 
 from __future__ import annotations
 
-import ast
 import textwrap
 
 import libcst as cst
@@ -38,8 +37,6 @@ from torch2jax.weights import (
 )
 
 RULES = builtin_rules()
-HOOK = ("needs the engine hook for layer calls (rule `call` transforms applied to "
-        "`self.<attr>(...)` in rewrite.py, constructor arguments recorded by analysis/index.py)")
 
 # attribute -> torch constructor
 LAYERS = {
@@ -117,9 +114,7 @@ def test_every_call_transform_is_registered():
 def converted():
     result = convert_source(SOURCE, path="seq.py")
     errors = [d for d in result.diagnostics if d.severity == "error"]
-    # the only errors: each layer's calls are flagged until the engine translates them
-    assert len(errors) == len(LAYERS) and all("calls of this layer" in d.message
-                                              for d in errors), result.code
+    assert not errors, result.code
     return result.code
 
 
@@ -149,25 +144,6 @@ def test_constructors(converted):
         in converted
     assert "self.lstm_bf = nnx.RNN(nnx.OptimizedLSTMCell(5, 6, rngs=rngs))" in converted
     assert "self.cell = nnx.OptimizedLSTMCell(5, 6, rngs=rngs)" in converted
-
-
-@pytest.mark.parametrize("name", ["torch.nn.MultiheadAttention", "torch.nn.LSTM",
-                                  "torch.nn.LSTMCell"])
-def test_rule_examples_text(name):
-    """The rules' examples (strict xfails in test_rules.py until the hook: the constructors
-    are flagged), checked here with the flag allowed."""
-    for ex in RULES.layers[name].examples:
-        src = ("import torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self):\n"
-               f"        super().__init__()\n        self.layer = {ex.torch}\n")
-        result = convert_source(src, path="m.py")
-        errors = [d.message for d in result.diagnostics if d.severity == "error"]
-        assert errors and all("calls of this layer" in e for e in errors), errors
-        line = next(ln for ln in result.code.splitlines() if "self.layer = " in ln)
-        got = line.split("self.layer = ", 1)[1]
-        if got.endswith("("):  # laid out one argument per line
-            body = result.code.split("self.layer = ", 1)[1].split("\n\n", 1)[0]
-            got = body
-        assert ast.unparse(ast.parse(got.strip())) == ast.unparse(ast.parse(ex.jax)), got
 
 
 def test_transfer_maps_every_part(models):
@@ -386,7 +362,7 @@ def test_gradients_match_through_every_part(models, attr, torch_call, arrays):
 
 
 # --------------------------------------------------------------------------------------------
-# refused layers, and the whole-module checks that need the engine hook
+# refused layers, and whole modules through the engine
 # --------------------------------------------------------------------------------------------
 
 
@@ -437,7 +413,6 @@ MODULES = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason=HOOK)
 @pytest.mark.parametrize(("name", "spec"), [("AttnNet", "float32[5,2,16]"),
                                             ("LSTMNet", "float32[2,7,5]")])
 def test_whole_module_verifies(tmp_path, name, spec):

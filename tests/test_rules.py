@@ -52,14 +52,7 @@ MODULE_ATOL = 1e-5  # layers sum many products (conv, linear): a little more roo
 
 # Known failures, reported to the lead: test id -> reason. Each becomes a strict xfail, so a fix
 # turns it into an XPASS failure that asks for its entry to be removed here.
-KNOWN_BUGS: dict[str, str] = {
-    # the constructor is right, but it is flagged (an error) until the engine translates the
-    # layer's calls (rule `call`, torch2jax/passes/calls.py); tests/test_attention_rnn.py checks
-    # these constructors' text and the call transforms meanwhile
-    **{f"text:{name}-{i}": "calls of the layer need the engine hook (passes/calls.py)"
-       for name, n in (("torch.nn.MultiheadAttention", 2), ("torch.nn.LSTM", 2),
-                       ("torch.nn.LSTMCell", 1)) for i in range(n)},
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _marks(test_id: str) -> list[pytest.MarkDecorator]:

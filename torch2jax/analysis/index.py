@@ -41,6 +41,7 @@ class ClassInfo:
     elem_layout: dict[str, str] = field(default_factory=dict)  # self.xs[i] -> layout
     uses_training: bool = False
     attr_rule: dict[str, str] = field(default_factory=dict)  # self.x -> torch layer name
+    attr_ctor: dict[str, cst.Call] = field(default_factory=dict)  # self.x -> its torch call
     no_bias: set[str] = field(default_factory=set)  # self.x built with bias=False
     batch_stats_only: set[str] = field(default_factory=set)  # BatchNorm without running stats
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
@@ -290,6 +291,7 @@ class Indexer(cst.CSTVisitor):
                 rule = self.rules.layers.get(q or "")
                 if rule is not None:
                     info.attr_rule[attr] = rule.torch
+                    info.attr_ctor[attr] = value
                     if any(a.keyword and a.keyword.value == "bias"
                            and m.matches(a.value, m.Name("False")) for a in value.args):
                         info.no_bias.add(attr)

@@ -7,10 +7,10 @@ attribute built by that rule. ``nn.MultiheadAttention`` takes (L, N, E) inputs a
 output: the call is rewritten, not only the constructor.
 
 Each transform takes a :class:`CallSite` and returns the JAX expression, or raises
-:class:`~torch2jax.passes.common.Untranslatable`. The engine hook that applies them (when a
-call's callee is ``self.<attr>`` and the attribute's rule has ``call``) is not in the rewriter
-yet: until it is, ``ENGINE_TRANSLATES_CALLS`` is False and the constructors of these layers are
-flagged, so that a converted file never calls the JAX module with torch's signature silently.
+:class:`~torch2jax.passes.common.Untranslatable`. The rewriter applies them when a call's callee
+is ``self.<attr>`` and the attribute's rule has ``call`` (``TorchToJax._rule_call``); the
+constructor's arguments come from the file index (``ClassInfo.attr_ctor``).
+``ENGINE_TRANSLATES_CALLS`` False would flag these layers' constructors instead.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import libcst as cst
 from torch2jax.passes.common import BoundArgs
 from torch2jax.ruleset import Rule
 
-ENGINE_TRANSLATES_CALLS = False
+ENGINE_TRANSLATES_CALLS = True
 
 
 @dataclass

@@ -23,6 +23,7 @@ from torch2jax.analysis.training import (
     TrainingIndex,
 )
 from torch2jax.passes import training as tr
+from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import (
     Untranslatable,
     arg,
@@ -30,6 +31,7 @@ from torch2jax.passes.common import (
     call,
     code,
     expr,
+    int_value,
     needs_parens,
     try_literal,
     wrap_long_statement,
@@ -1540,6 +1542,10 @@ class TorchToJax(cst.CSTTransformer):
         func = original.func
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.in_module_class():
             info = self.index.classes[self.current_class]
+            rule = self.rules.layers.get(info.attr_rule.get(func.attr.value, ""))
+            if rule is not None and rule.call and not self.linen:
+                return self._rule_call(original, updated, rule,
+                                       info.attr_ctor[func.attr.value])
             table = info.tied_heads.get(func.attr.value)
             if table is not None:
                 parts = table.split(".")
@@ -1568,6 +1574,24 @@ class TorchToJax(cst.CSTTransformer):
             "jnp.moveaxis({x}, 1, -1)", x=inner)
         new = updated.with_changes(args=[first.with_changes(value=cl), *updated.args[1:]])
         return expr("jnp.moveaxis({y}, -1, 1)", y=new)
+
+    def _rule_call(self, original, updated: cst.Call, rule: Rule, ctor: cst.Call):
+        """``self.attn(q, k, v)`` of a layer whose rule has a ``call`` transform."""
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        unpack = index = None
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(
+                parent.targets[0].target, (cst.Tuple, cst.List)):
+            unpack = tuple(code(e.value) for e in parent.targets[0].target.elements)
+        elif (isinstance(parent, cst.Subscript) and parent.value is original
+              and len(parent.slice) == 1 and isinstance(parent.slice[0].slice, cst.Index)):
+            index = int_value(parent.slice[0].slice.value)
+        site = CallSite(rule=rule, func=updated.func, ctor=bind(ctor.args, rule.params),
+                        args=bind(updated.args, rule.call_params), unpack=unpack, index=index)
+        out = CALLS[rule.call](site)
+        for severity, msg in site.notes:
+            self.diag(original, rule.id, severity, msg)
+        self._note_imports(out)
+        return out
 
     # ------------------------------------------------------------------ tensor detection
     def _is_module_expr(self, node: cst.BaseExpression) -> bool:
