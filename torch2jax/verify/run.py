@@ -474,7 +474,8 @@ def _compare_grads(jax_grads: dict, torch_grads: dict, mapping: dict, r: VerifyR
     from torch2jax.weights import apply_layout
 
     worst = _Worst()
-    for name, m in mapping.items():
+    parts = [(name, m) for name, ms in mapping.items() for m in ms]  # split: one per part
+    for name, m in parts:
         ref = apply_layout(torch_grads[name], m.layout)
         got = jax_grads.get(tuple(m.nnx_path))
         if got is None:
@@ -684,12 +685,12 @@ def _run_grads(
     inputs: tuple[list[Any], list[Any]],
     torch_leaves: list[tuple[str, Any]],
 ) -> None:
-    from torch2jax.weights import gradient_map
+    from torch2jax.weights import gradient_parts
 
     cots = _cotangents(torch_leaves, req.seed)
     if not cots:
         raise VerifyError("--grad: the model has no floating-point output to differentiate")
-    mapping = gradient_map(torch_model, jax_model, req.rules)
+    mapping = gradient_parts(torch_model, jax_model, req.rules)
     with _stage("the torch backward pass"):
         tg = _torch_grads(torch_model, inputs[0], cots)
     with _stage("the JAX gradient (jax.grad under jax.jit)"):
