@@ -156,6 +156,13 @@ def _parse_message(text: str, path: str) -> tuple[str, int, int]:
     return text, 1, 1
 
 
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def _mp_context():
     """``fork`` (cheapest) unless the process has loaded a library that runs threads (JAX,
     torch: forking them can deadlock), then ``forkserver``, whose server process forks the
@@ -194,7 +201,9 @@ def convert_all(tasks: list[tuple[str, frozenset[str]]], options: Options, jobs:
     results: list[Outcome | None] = [None] * len(tasks)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_mp_context(),
                              initializer=_init_worker, initargs=(options,)) as pool:
-        futures = {pool.submit(_worker_call, t): i for i, t in enumerate(tasks)}
+        # largest files first, so that no big file starts last and runs alone at the end
+        order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i][0]))
+        futures = {pool.submit(_worker_call, tasks[i]): i for i in order}
         from concurrent.futures import as_completed
 
         for fut in as_completed(futures):
