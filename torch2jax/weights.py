@@ -255,12 +255,21 @@ def _step(obj: Any, name: str) -> Any:
     """One torch path component on the NNX side (see docs/nnx-output.md)."""
     nnx = _nnx()
     if isinstance(obj, nnx.Sequential):
-        obj = obj.layers  # torch `seq.0` is nnx `seq.layers[0]`
+        # torch `seq.0` is nnx `seq.layers[0]`, not counting the layout transposes the
+        # converter put between channels-last and channels-first layers
+        obj = [f for f in obj.layers if not _is_layout_transpose(f)]
     if isinstance(obj, Mapping):  # nnx.Dict (ModuleDict)
         return obj[name]
     if name.isdigit() and isinstance(obj, Sequence) and not isinstance(obj, str):
         return obj[int(name)]  # nnx.List (ModuleList) and Sequential's layers
     return getattr(obj, name)
+
+
+def _is_layout_transpose(f: Any) -> bool:
+    """``lambda x: jnp.moveaxis(x, 1, -1)``, as the converter writes them into Sequentials."""
+    code_obj = getattr(f, "__code__", None)
+    return (getattr(f, "__name__", "") == "<lambda>" and code_obj is not None
+            and "moveaxis" in code_obj.co_names)
 
 
 def _find_variable(model: Any, components: list[str]) -> tuple[Any, str | None]:
