@@ -175,7 +175,8 @@ def test_per_update_schedule_is_folded_into_the_optimizer() -> None:
 def test_per_epoch_schedule_sets_an_injected_learning_rate() -> None:
     code = _convert(HEADER + SCRIPTS["sgd_nesterov_steplr_per_epoch"])
     assert "optax.inject_hyperparams" in code
-    assert 'opt_state.hyperparams["learning_rate"].value = scheduler(scheduler_steps)' in code
+    assert ('opt_state.hyperparams["learning_rate"].value = '
+            'jnp.float32(scheduler(scheduler_steps))') in code
     # the accuracy computed from the step's logits comes back as an auxiliary output
     assert "has_aux=True" in code and "loss, out = train_step(" in code
 

@@ -129,7 +129,9 @@ class TorchToJax(cst.CSTTransformer):
     def need(self, *names: str) -> None:
         self.imports_needed.update(names)
 
-    def _note_imports(self, node: cst.CSTNode) -> None:
+    def _note_imports(self, node: cst.CSTNode | None) -> None:
+        if not isinstance(node, cst.CSTNode):
+            return
         for name in _IMPORT_NAME.findall(code(node)):
             self.need(name)
 
@@ -562,7 +564,8 @@ class TorchToJax(cst.CSTTransformer):
             # the optimizer's learning rate is a hyperparameter set where step() was called
             after.append(cst.parse_statement(f"{sched.name}_steps = 0\n").body[0])
             after.append(cst.parse_statement(
-                f"{tr.lr_slot(sched.optimizer)} = {sched.name}(0)\n").body[0])
+                f"{tr.lr_slot(sched.optimizer)} = jnp.float32({sched.name}(0))\n").body[0])
+            self.need("jnp")
             self.diag(original_node, sched.qualname, "info",
                       "scheduler stepped other than after every optimizer step: the learning "
                       "rate is an optax.inject_hyperparams hyperparameter set at each step()")
@@ -881,16 +884,18 @@ class TorchToJax(cst.CSTTransformer):
                 value=expr(f"{sched.name}.update(None, {sched.name}_state, value={{v}})",
                            v=value))]))
             return cst.parse_statement(
-                f"{tr.lr_slot(sched.optimizer)} = {base_code} * "
-                f"{sched.name}_state.scale\n").body[0]
+                f"{tr.lr_slot(sched.optimizer)} = jnp.float32({base_code} * "
+                f"{sched.name}_state.scale)\n").body[0]
         if original_node.value.args or sched.optimizer is None:
             self.diag(original_node, sched.qualname, "error",
                       "scheduler.step() with an argument (a metric or an epoch)")
             return updated_node
         count = f"{sched.name}_steps"
         self._pending[-1].before.append(cst.parse_statement(f"{count} += 1\n"))
+        # a strong float32: a weak-typed value would make the jitted step compile again
+        self.need("jnp")
         return cst.parse_statement(
-            f"{tr.lr_slot(sched.optimizer)} = {sched.name}({count})\n").body[0]
+            f"{tr.lr_slot(sched.optimizer)} = jnp.float32({sched.name}({count}))\n").body[0]
 
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
@@ -1174,6 +1179,9 @@ class TorchToJax(cst.CSTTransformer):
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
+        if (original_node.attr.value == "forward" and self.in_module_class()
+                and m.matches(original_node.value, m.Call(func=m.Name("super")))):
+            return updated_node.with_changes(attr=cst.Name("__call__"))  # super().forward(x)
         if self._in_annotation:
             mapped = self._annotation_type(original_node)
             if mapped is not None:
