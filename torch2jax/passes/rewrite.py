@@ -1051,10 +1051,15 @@ class TorchToJax(cst.CSTTransformer):
             self.need("nnx")
             return expr(self.emitter.module_base)
         rule = self.rules.layers.get(q)
-        target = rule.targets.get(self.emitter.name) if rule else None
+        target = rule.targets.get("nnx") if rule else None
         if target and re.fullmatch(r"nnx\.[A-Z]\w*", target):
-            self.need("nnx")
-            return expr(target)
+            if self.linen:
+                if target in linen_target.CLASSES:
+                    self.need("linen")
+                    return expr(linen_target.CLASSES[target])
+            else:
+                self.need("nnx")
+                return expr(target)
         self.diag(original, "annotation", "error", f"type annotation {q}: no JAX type")
         return None
 
@@ -1085,6 +1090,10 @@ class TorchToJax(cst.CSTTransformer):
                 grand = self.get_metadata(ParentNodeProvider, grand, None)
                 if isinstance(grand, cst.Call) and m.matches(grand.func, m.Name("isinstance")):
                     return None
+        if rule.special == "batch_norm" and self.linen:
+            self.need("partial", "linen")
+            return expr(f"partial(nn.BatchNorm, use_running_average=not {self._linen_train()}, "
+                        "momentum=0.9, epsilon=1e-05)")
         if rule.special == "batch_norm" and self.emitter.name == "nnx":
             self.need("partial", "nnx")
             if self.index.factory_layouts == {rule.layout}:

@@ -23,6 +23,13 @@ from torch2jax.passes.common import Untranslatable, arg, call, code, expr, try_l
 TRAIN = "train"
 
 
+# NNX layer classes and their linen counterparts (for annotations and isinstance checks)
+CLASSES = {"nnx.Linear": "nn.Dense", "nnx.Conv": "nn.Conv", "nnx.BatchNorm": "nn.BatchNorm",
+           "nnx.LayerNorm": "nn.LayerNorm", "nnx.GroupNorm": "nn.GroupNorm",
+           "nnx.Embed": "nn.Embed", "nnx.Dropout": "nn.Dropout",
+           "nnx.Sequential": "nn.Sequential", "nnx.Module": "nn.Module"}
+
+
 def _kw(node: cst.Call) -> dict[str, cst.BaseExpression]:
     return {a.keyword.value: a.value for a in node.args if a.keyword is not None}
 

@@ -220,7 +220,8 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
 
     with vr._stage("the linen gradient (jax.grad under jax.jit)"):
         jg = flat_params(jax.jit(jax.grad(scalar))(variables["params"], jax_in))
-    g = vr._compare_grads(jg, tg, gradient_map_linen(torch_model, plan), r)
+    mapping = {k: [m] for k, m in gradient_map_linen(torch_model, plan).items()}
+    g = vr._compare_grads(jg, tg, mapping, r)
     r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
     r.passed = r.passed and g.ok
     r.mismatch = r.mismatch or g.first_failure
