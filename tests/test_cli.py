@@ -123,3 +123,5 @@ def test_rules_and_explain() -> None:
     assert res.exit_code == 0
     assert "momentum" in res.stdout and "running_var -> var" in res.stdout
     assert runner.invoke(app, ["explain", "torch.nope"]).exit_code == 2
+    # layouts in brackets are printed, not eaten as console markup
+    assert "kernel [transpose]" in runner.invoke(app, ["explain", "torch.nn.Linear"]).output

@@ -253,20 +253,23 @@ def explain(name: Annotated[str, typer.Argument(help="e.g. torch.nn.BatchNorm2d,
     if rule is None:
         console.print(f"[red]error:[/] no rule for {name!r}; `torch2jax rules` lists them")
         raise typer.Exit(2)
-    out_console.print(f"[bold]{rule.torch}[/] ({rule.kind}, {rule.source})")
-    out_console.print(f"  becomes: {rule.targets.get('nnx') or rule.jax}")
+    from rich.markup import escape  # rule text has brackets ([transpose], x[..., 0])
+
+    out_console.print(f"[bold]{escape(rule.torch)}[/] ({rule.kind}, {escape(rule.source)})")
+    out_console.print(escape(f"  becomes: {rule.targets.get('nnx') or rule.jax}"))
     if rule.rename:
-        out_console.print("  arguments: " + ", ".join(f"{k} -> {v}" for k, v in rule.rename.items()))
+        out_console.print(escape("  arguments: " + ", ".join(
+            f"{k} -> {v}" for k, v in rule.rename.items())))
     if rule.weights:
-        out_console.print("  weights: " + ", ".join(
+        out_console.print(escape("  weights: " + ", ".join(
             f"{k} -> {w.to or '(dropped)'}" + (f" [{w.layout}]" if w.layout != "as_is" else "")
-            for k, w in rule.weights.items()))
+            for k, w in rule.weights.items())))
     if rule.layout != "torch":
         out_console.print(f"  activation layout: {rule.layout}")
     if rule.notes:
-        out_console.print("  why: " + rule.notes)
+        out_console.print(escape("  why: " + rule.notes))
     for ex in rule.examples:
-        out_console.print(f"  {ex.torch}\n    -> {ex.jax}")
+        out_console.print(escape(f"  {ex.torch}\n    -> {ex.jax}"))
 
 
 @app.command()
