@@ -53,6 +53,10 @@ def test_package_converts_imports_and_verifies(tmp_path: Path) -> None:
                     converted=str(out / "classifier.py"))
     assert result.error is None, result.error
     assert result.passed, result.to_json()
+    # verify converts the package itself too, knowing its cross-file module classes
+    result = verify(f"{src / 'classifier.py'}::Classifier", inputs=["float32[2,16]"], grad=True)
+    assert result.error is None, result.error
+    assert result.todos == 0 and result.passed, result.to_json()
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

@@ -242,14 +242,20 @@ def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | No
     if package_of(path) is not None:  # a package's module: a mirror package (verify/package.py)
         return convert_package_file(
             path, out_dir, lambda f, known: _convert_file(f, jax_target, rules, known))[1]
+    from torch2jax.repo import import_closure, index_repository
+    from torch2jax.ruleset import load_rules
+
     root = path.parent.resolve()
-    queue, seen, todos = [path.resolve()], set(), 0
+    # module classes defined in the sibling files (cross-file subclasses), as `convert` knows
+    closure = [f for f in import_closure([path]) if f.is_relative_to(root)]
+    repo = index_repository(closure, (rules or load_rules()).layers)
+    queue, seen, todos = [path.resolve(), *closure], set(), 0
     while queue:
         file = queue.pop()
         if file in seen:
             continue
         seen.add(file)
-        code, n = _convert_file(file, jax_target, rules)
+        code, n = _convert_file(file, jax_target, rules, repo.known_for(file) or None)
         todos += n
         target = out_dir / file.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
