@@ -103,12 +103,9 @@ class TrainingIndex:
     scheduler_names: dict[str, SchedulerSite] = field(default_factory=dict)
     seed_functions: set[str] = field(default_factory=set)  # def set_seed(...): manual_seed
     key_functions: set[str] = field(default_factory=set)  # draw random numbers: take a key
-    seeded_scopes: set[int] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)  # statements with no JAX counterpart
     self_keyed: set[str] = field(default_factory=set)  # functions that make their own key
     model_vars: set[str] = field(default_factory=set)  # names assigned a model instance
-    random_scopes: set[int] = field(default_factory=set)
-    module_scope_random: bool = False
 
     def model_of(self, optimizer: str) -> str | None:
         """The variable holding the model whose parameters ``optimizer`` updates."""
@@ -129,7 +126,6 @@ class TrainingIndexer(cst.CSTVisitor):
         self._fns: list[cst.FunctionDef] = []
         self._classes: list[str] = []
         self._loops: list[int] = []
-        self._stmt: list[cst.CSTNode] = []
         self._step_calls: list[tuple[str, int | None, int]] = []  # (receiver, loop, scope)
         self._ifs: list[tuple[cst.If, int | None]] = []  # enclosing ifs (and their loop)
         self._accumulate: dict[str, cst.BaseExpression] = {}  # optimizer var -> every k
@@ -190,15 +186,11 @@ class TrainingIndexer(cst.CSTVisitor):
         self._ifs.pop()
 
     def visit_SimpleStatementLine(self, node) -> None:
-        self._stmt.append(node)
         self._lines.setdefault(self.scope, []).append(node)
         if len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
             a = node.body[0]
             if len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name):
                 self._assigns[(self.scope, a.targets[0].target.value)] = a.value
-
-    def leave_SimpleStatementLine(self, node) -> None:
-        self._stmt.pop()
 
     # -- what is seen
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -262,16 +254,10 @@ class TrainingIndexer(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         q = qualified(self, node.func)
         fn = self.free_fn
-        if q in SEEDS:
-            self.index.seeded_scopes.add(self.scope)
-            if fn:
-                self._seeds_in.add(fn)
-        if q in RANDOM or (self._builds_model(node) and not self._classes):
-            self.index.random_scopes.add(self.scope)
-            if fn:
-                self._draws[fn] = True
-            elif not self._fns:
-                self.index.module_scope_random = True
+        if q in SEEDS and fn:
+            self._seeds_in.add(fn)
+        if (q in RANDOM or (self._builds_model(node) and not self._classes)) and fn:
+            self._draws[fn] = True
         if isinstance(node.func, cst.Name) and fn:
             self._calls_in_fn[fn].add(node.func.value)
         if q in CLIPS and len(node.args) >= 2:

@@ -149,6 +149,27 @@ def bind(args: tuple[cst.Arg, ...] | list[cst.Arg], params: tuple[str, ...]) -> 
     return bound
 
 
+def add_kwonly_param(fn: cst.FunctionDef, name: str, annotation: str,
+                     default: str | None = None) -> cst.FunctionDef:
+    """``def f(a)`` -> ``def f(a, *, name: annotation[ = default])`` (after existing keyword-only
+    parameters; unchanged when ``fn`` already has a parameter of that name)."""
+    params = fn.params
+    if any(p.name.value == name for p in (*params.params, *params.kwonly_params)):
+        return fn
+    param = cst.Param(name=cst.Name(name), annotation=cst.Annotation(cst.parse_expression(
+        annotation)))
+    if default is not None:
+        param = param.with_changes(
+            default=cst.parse_expression(default),
+            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(" "),
+                                  whitespace_after=cst.SimpleWhitespace(" ")))
+    star = params.star_arg
+    if star is cst.MaybeSentinel.DEFAULT or star is None:
+        star = cst.ParamStar()
+    return fn.with_changes(params=params.with_changes(
+        star_arg=star, kwonly_params=[*params.kwonly_params, param]))
+
+
 def arg(value: cst.BaseExpression, keyword: str | None = None) -> cst.Arg:
     if keyword is None:
         return cst.Arg(value=value)

@@ -26,6 +26,7 @@ from torch2jax.passes import training as tr
 from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import (
     Untranslatable,
+    add_kwonly_param,
     arg,
     bind,
     call,
@@ -298,27 +299,10 @@ class TorchToJax(cst.CSTTransformer):
             node = node.with_changes(name=cst.Name("__call__"))
         if takes_rngs and self.linen and self.uses_train and not self.in_module_class():
             # a layer-building helper: says whether the layers it builds train
-            params = node.params
-            star = params.star_arg
-            if star is cst.MaybeSentinel.DEFAULT or star is None:
-                star = cst.ParamStar()
-            node = node.with_changes(params=params.with_changes(
-                star_arg=star, kwonly_params=[*params.kwonly_params, cst.Param(
-                    name=cst.Name(linen_target.TRAIN), annotation=cst.Annotation(expr("bool")),
-                    default=expr("False"),
-                    equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(" "),
-                                          whitespace_after=cst.SimpleWhitespace(" ")))]))
-        if takes_rngs and not self.linen and not any(
-                p.name.value == "rngs" for p in node.params.kwonly_params):
+            node = add_kwonly_param(node, linen_target.TRAIN, "bool", "False")
+        if takes_rngs and not self.linen:
             self.need("nnx")
-            rngs = cst.Param(name=cst.Name("rngs"),
-                             annotation=cst.Annotation(expr(self.emitter.rngs_type)))
-            params = node.params
-            star = params.star_arg
-            if star is cst.MaybeSentinel.DEFAULT or star is None:
-                star = cst.ParamStar()
-            node = node.with_changes(params=params.with_changes(
-                star_arg=star, kwonly_params=[*params.kwonly_params, rngs]))
+            node = add_kwonly_param(node, "rngs", self.emitter.rngs_type)
         # @torch.no_grad() decorators
         decos = [d for d, od in zip(node.decorators, original_node.decorators)
                  if not (self.q(od.decorator) or "").startswith(("torch.no_grad",
@@ -1013,7 +997,7 @@ class TorchToJax(cst.CSTTransformer):
         if sched is not None and sched.inline:
             return expr(f"{sched.name}({name}.step.value)")
         if sched is not None:
-            quote = "'" if self._fstring_quotes and '"' in self._fstring_quotes[-1] else '"'
+            quote = self._string_quote()
             return expr(tr.lr_slot(name, quote))
         lr = self._opt_lr.get(name)
         return lr
@@ -1105,6 +1089,10 @@ class TorchToJax(cst.CSTTransformer):
             return expr("partial(nnx.BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
         self.diag(original, rule.id, "error", f"the layer class {q} used as a value")
         return None
+
+    def _string_quote(self) -> str:
+        """A quote character that may be written inside the f-string being rewritten."""
+        return "'" if self._fstring_quotes and '"' in self._fstring_quotes[-1] else '"'
 
     def visit_FormattedString(self, node) -> None:
         self._fstring_quotes.append(node.start)
@@ -1316,7 +1304,7 @@ class TorchToJax(cst.CSTTransformer):
             if sched is not None and sched.optimizer:
                 if sched.inline:
                     return expr(f"[{sched.name}({sched.optimizer}.step.value)]")
-                quote = "'" if self._fstring_quotes and '"' in self._fstring_quotes[-1] else '"'
+                quote = self._string_quote()
                 return expr(f"[{tr.lr_slot(sched.optimizer, quote)}]")
         if isinstance(original.func, cst.Name) and (
                 original.func.value in self.training.key_functions) and not any(

@@ -127,15 +127,7 @@ def _cross_entropy(site: Site, x: cst.BaseExpression, t: cst.BaseExpression) -> 
     ii_node = site.get("ignore_index")
     if _is_float_target(t):
         return _cross_entropy_probs(site, x, t, w, ls_node if smoothing else None, reduction)
-    if ii_node is None:
-        site.note(_DEFAULT_IGNORE_NOTE)
-        valid = None
-    else:
-        valid = expr("{t} != {i}", t=t, i=_index(site, ii_node))
-    if ii_node is not None or w is not None:
-        t = _simple(t, "the target", "ignore_index/weight mask and weigh it")
-    if w is not None and reduction == "mean":
-        w = _simple(w, "the class weight", "the mean divides by the weight of the targets")
+    t, w, valid = _mask_and_weight(site, t, w, ii_node, reduction)
     if not smoothing:
         args = "{x}, {t}, axis=1" + (", where={v}" if valid is not None else "")
         per = expr("optax.softmax_cross_entropy_with_integer_labels(" + args + ")", x=x, t=t,
@@ -185,10 +177,10 @@ def _cross_entropy_probs(site: Site, x, t, w, ls_node, reduction: str) -> cst.Ba
     return _reduce(per, reduction)
 
 
-def _nll_loss(site: Site, x: cst.BaseExpression, t: cst.BaseExpression) -> cst.BaseExpression:
-    reduction = _reduction(site)
-    w = _tensor_opt(site, "weight")
-    ii_node = site.get("ignore_index")
+def _mask_and_weight(site: Site, t: cst.BaseExpression, w: cst.BaseExpression | None,
+                     ii_node: cst.BaseExpression | None, reduction: str):
+    """Shared by cross_entropy and nll_loss: ``(target, weight, valid mask or None)``, with the
+    operands used more than once required to be names."""
     if ii_node is None:
         site.note(_DEFAULT_IGNORE_NOTE)
         valid = None
@@ -198,6 +190,14 @@ def _nll_loss(site: Site, x: cst.BaseExpression, t: cst.BaseExpression) -> cst.B
         t = _simple(t, "the target", "ignore_index/weight mask and weigh it")
     if w is not None and reduction == "mean":
         w = _simple(w, "the class weight", "the mean divides by the weight of the targets")
+    return t, w, valid
+
+
+def _nll_loss(site: Site, x: cst.BaseExpression, t: cst.BaseExpression) -> cst.BaseExpression:
+    reduction = _reduction(site)
+    w = _tensor_opt(site, "weight")
+    ii_node = site.get("ignore_index")
+    t, w, valid = _mask_and_weight(site, t, w, ii_node, reduction)
     picked = expr("jnp.take_along_axis({x}, jnp.expand_dims({t}, 1), axis=1)", x=x, t=t)
     if valid is None and w is None and reduction != "none":
         # the (N, 1, ...) shape of the picked log-probabilities does not change the sum

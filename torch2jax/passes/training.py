@@ -24,7 +24,16 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.passes.common import Untranslatable, arg, bind, call, code, expr, try_literal
+from torch2jax.passes.common import (
+    Untranslatable,
+    add_kwonly_param,
+    arg,
+    bind,
+    call,
+    code,
+    expr,
+    try_literal,
+)
 
 KEY = "key"
 
@@ -178,15 +187,7 @@ def root_key_statement() -> cst.SimpleStatementLine:
 
 
 def add_key_param(fn: cst.FunctionDef) -> cst.FunctionDef:
-    if any(p.name.value == KEY for p in (*fn.params.params, *fn.params.kwonly_params)):
-        return fn
-    param = cst.Param(name=cst.Name(KEY), annotation=cst.Annotation(expr("jax.Array")))
-    params = fn.params
-    star = params.star_arg
-    if star is cst.MaybeSentinel.DEFAULT or star is None:
-        star = cst.ParamStar()
-    return fn.with_changes(params=params.with_changes(
-        star_arg=star, kwonly_params=[*params.kwonly_params, param]))
+    return add_kwonly_param(fn, KEY, "jax.Array")
 
 
 def return_key(fn: cst.FunctionDef) -> cst.FunctionDef:

@@ -111,13 +111,11 @@ def plan_linen(torch_model: Any, variables: dict, rules: RuleSet | None = None) 
 def transfer_to_linen(torch_model: Any, variables: dict, rules: RuleSet | None = None
                       ) -> tuple[dict, LinenPlan]:
     """A copy of ``variables`` holding the torch model's weights."""
-    import jax
     import jax.numpy as jnp
 
     plan = plan_linen(torch_model, variables, rules)
     state = torch_model.state_dict()
-    out = jax.tree.map(lambda x: x, variables)  # a new tree of the same arrays
-    out = {k: _thaw(v) for k, v in out.items()}
+    out = _thaw(variables)  # new dicts over the same arrays: the caller's tree is kept
     for mp in plan.mappings:
         if mp.status != "mapped":
             continue

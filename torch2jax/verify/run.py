@@ -581,7 +581,9 @@ def _check_request(req: VerifyRequest) -> tuple[Path, str, list[InputSpec]]:
     return path, name, specs
 
 
-def _verify(r: VerifyResult, req: VerifyRequest) -> None:
+def build_torch_side(r: Any, req: VerifyRequest) -> tuple[Path, str, list[InputSpec], Any]:
+    """Check the request, import the torch file and build its model with randomised
+    statistics (seeded): ``(path, name, input specs, model)``. Also used by trajectories."""
     import torch
 
     path, name, specs = _check_request(req)
@@ -592,8 +594,13 @@ def _verify(r: VerifyResult, req: VerifyRequest) -> None:
         torch.manual_seed(req.seed)
         torch_model = build_torch_model(torch_module, name, req.args, req.build)
         r.notes += randomise_for_verification(torch_model, req.seed)
-        torch_model.eval()
     r.dtype = _param_dtype(torch_model)
+    return path, name, specs, torch_model
+
+
+def _verify(r: VerifyResult, req: VerifyRequest) -> None:
+    path, name, specs, torch_model = build_torch_side(r, req)
+    torch_model.eval()
 
     with tempfile.TemporaryDirectory(prefix="torch2jax-verify-") as tmp:
         if req.converted is not None:

@@ -40,18 +40,15 @@ from torch2jax.verify.run import (
     VerifyError,
     VerifyRequest,
     VerifyResult,
-    _check_request,
     _converted_todos,
     _device,
     _jax_inputs,
-    _param_dtype,
     _stage,
     _torch_inputs,
     build_nnx_model,
-    build_torch_model,
+    build_torch_side,
     compare_arrays,
     convert_tree,
-    randomise_for_verification,
 )
 from torch2jax.verify.spec import InputSpec, parse_spec
 
@@ -428,21 +425,11 @@ def verify_trajectory(req: VerifyRequest, train: TrainSpec) -> TrajectoryResult:
 
 
 def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec) -> None:
-    import torch
-
     if train.steps < 1:
         raise VerifyError(f"--steps {train.steps}: give at least one step")
     if train.labels:
         parse_spec(train.labels)
-    path, name, specs = _check_request(req)
-    torch_module = load_module(path)
-    if req.build is None:
-        find_name(torch_module, name, path)
-    with _stage("building the torch model"):
-        torch.manual_seed(req.seed)
-        torch_model = build_torch_model(torch_module, name, req.args, req.build)
-        r.notes += randomise_for_verification(torch_model, req.seed)
-    r.dtype = _param_dtype(torch_model)
+    path, name, specs, torch_model = build_torch_side(r, req)
     setup = translate_setup(train)
     r.optax, r.schedule = setup.tx_code, setup.schedule_code
     r.notes += setup.notes
@@ -502,18 +489,12 @@ def build_models(req: VerifyRequest, workdir: str | Path) -> tuple[Any, Any]:
     """The torch model and its converted NNX twin (torch weights transplanted, memory not
     shared), as :func:`verify_trajectory` builds them; the conversion is written to
     ``workdir``. For callers that run many trajectories on one pair (:func:`train_models`)."""
-    import torch
-
-    path, name, _ = _check_request(req)
-    torch_module = load_module(path)
-    with _stage("building the torch model"):
-        torch.manual_seed(req.seed)
-        torch_model = build_torch_model(torch_module, name, req.args, req.build)
-        randomise_for_verification(torch_model, req.seed)
+    scratch = TrajectoryResult(model=req.target)  # notes nobody reads here
+    path, name, _, torch_model = build_torch_side(scratch, req)
     jax_path = Path(req.converted) if req.converted else Path(workdir) / path.name
     if req.converted is None:
         convert_tree(path, Path(workdir), req.jax_target, req.rules)
-    jax_model = _jax_model(TrajectoryResult(model=req.target), req, jax_path, name, torch_model)
+    jax_model = _jax_model(scratch, req, jax_path, name, torch_model)
     return torch_model, jax_model
 
 
