@@ -341,3 +341,19 @@ def test_fan_based_init_has_torchs_scale() -> None:
     fc = np.asarray(net.fc.kernel.value)
     bound = np.sqrt(6.0 / (256 + 128))
     assert fc.max() <= bound and fc.min() >= -bound and fc.max() > 0.95 * bound
+
+
+def test_a_transform_missing_an_argument_marks_the_call() -> None:
+    """Found on timm: numpy-style x.transpose(axes) keeps its (jax.Array) meaning, and a
+    torch call missing an argument a transform needs is marked, not a crash."""
+    source = textwrap.dedent("""\
+        import torch
+
+        def f(w):
+            w = torch.as_tensor(w)
+            a = w.transpose([1, 0])
+            return a, torch.transpose(w, 0)
+        """)
+    result = convert_source(source, path="s.py")
+    assert "a = w.transpose([1, 0])" in result.code
+    assert any(d.severity == "error" and "missing" in d.message for d in result.diagnostics)

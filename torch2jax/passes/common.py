@@ -171,6 +171,9 @@ def add_kwonly_param(fn: cst.FunctionDef, name: str, annotation: str,
 
 
 def arg(value: cst.BaseExpression, keyword: str | None = None) -> cst.Arg:
+    if value is None:  # a transform asked for an argument the call does not have
+        raise Untranslatable(f"a required argument{f' ({keyword})' if keyword else ''} is "
+                             "missing from the call")
     if keyword is None:
         return cst.Arg(value=value)
     return cst.Arg(

@@ -430,8 +430,12 @@ def permute(site: Site) -> cst.BaseExpression:
 
 @special("transpose")
 def transpose(site: Site) -> cst.BaseExpression:
-    return call("jnp.swapaxes", arg(site.x()), arg(site.args.get("dim0")),
-                arg(site.args.get("dim1")))
+    d0, d1 = site.args.get("dim0"), site.args.get("dim1")
+    if (d0 is None or d1 is None) and site.receiver is not None:
+        # x.transpose() / x.transpose(axes): not torch's (two dims), numpy's, which jax.Array
+        # has with the same meaning
+        return call(expr("{x}.transpose", x=site.receiver), *[arg(d) for d in (d0, d1) if d])
+    return call("jnp.swapaxes", arg(site.x()), arg(d0), arg(d1))
 
 
 @special("identity_method")
