@@ -357,3 +357,19 @@ def test_a_transform_missing_an_argument_marks_the_call() -> None:
     result = convert_source(source, path="s.py")
     assert "a = w.transpose([1, 0])" in result.code
     assert any(d.severity == "error" and "missing" in d.message for d in result.diagnostics)
+
+
+def test_added_keyword_parameters_follow_a_one_per_line_signature() -> None:
+    code = _convert(textwrap.dedent("""\
+        import torch.nn as nn
+
+        class Block(nn.Module):
+            def __init__(
+                    self,
+                    dim: int,
+                    hidden: int = 4,
+            ) -> None:
+                super().__init__()
+                self.fc = nn.Linear(dim, hidden)
+        """))
+    assert "            hidden: int = 4,\n            *, rngs: nnx.Rngs,\n    ) -> None:" in code

@@ -166,8 +166,21 @@ def add_kwonly_param(fn: cst.FunctionDef, name: str, annotation: str,
     star = params.star_arg
     if star is cst.MaybeSentinel.DEFAULT or star is None:
         star = cst.ParamStar()
+    plain, kwonly = list(params.params), list(params.kwonly_params)
+    last_list = kwonly if kwonly else plain
+    if (last_list and params.star_kwarg is None and isinstance(last_list[-1].comma, cst.Comma)
+            and isinstance(last_list[-1].comma.whitespace_after, cst.ParenthesizedWhitespace)):
+        # one parameter per line, ending with a comma: the new one goes on a line of its own
+        closing = last_list[-1].comma.whitespace_after
+        before = [*plain, *kwonly][-2].comma if len(plain) + len(kwonly) > 1 else None
+        inner = before.whitespace_after if isinstance(before, cst.Comma) and isinstance(
+            before.whitespace_after, cst.ParenthesizedWhitespace) else closing
+        last_list[-1] = last_list[-1].with_changes(comma=cst.Comma(whitespace_after=inner))
+        if isinstance(star, cst.ParamStar) and not kwonly:
+            star = cst.ParamStar(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        param = param.with_changes(comma=cst.Comma(whitespace_after=closing))
     return fn.with_changes(params=params.with_changes(
-        star_arg=star, kwonly_params=[*params.kwonly_params, param]))
+        params=plain, star_arg=star, kwonly_params=[*kwonly, param]))
 
 
 def arg(value: cst.BaseExpression, keyword: str | None = None) -> cst.Arg:
