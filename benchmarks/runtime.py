@@ -32,6 +32,14 @@ is printed as a check of what the setting achieved.
 
     python benchmarks/runtime.py                       # 1 thread, then all threads
     python benchmarks/runtime.py --threads 1 --models mlp gpt --reps 5
+
+GPU: ``--device cuda`` runs torch on CUDA and JAX on its default backend (which must then be the
+GPU; the script refuses otherwise), in one process (the thread settings do not apply), and
+synchronizes torch after every call as JAX blocks. ``--batch-scale`` multiplies every batch so
+that the GPU has work beyond kernel launches.
+
+    python benchmarks/runtime.py --device cuda --batch-scale 1
+    python benchmarks/runtime.py --device cuda --batch-scale 16
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thread
 MODELS = ("mlp", "cnn", "gpt", "resnet18")
 PATTERNS = ("nnx.jit", "split", "cached")
 TIMED = [0.0, 0.0]  # wall and CPU seconds spent in the timed loops
+RUN = {"device": "cpu", "batch_scale": 1}  # set from the command line in child()
 
 
 # --- models ----------------------------------------------------------------------------------
@@ -99,6 +108,8 @@ def build_models(key: str, tmp: Path) -> tuple[object, object, object]:
     torch.manual_seed(0)
     torch_module = load_module(spec.torch_file, prefix="bench_torch")
     torch_model = _eval(spec.build, vars(torch_module))
+    if RUN["device"] != "cpu":
+        torch_model = torch_model.to(RUN["device"])
 
     out = convert_source(spec.torch_file.read_text(), path=str(spec.torch_file))
     errors = [d for d in out.diagnostics if d.severity == "error"]
@@ -109,7 +120,8 @@ def build_models(key: str, tmp: Path) -> tuple[object, object, object]:
     jax_module = load_module(converted_file, prefix="bench_converted")
     call = spec.build[:-1] + (", " if spec.build[-2] != "(" else "") + "rngs=nnx.Rngs(0))"
     converted = _eval(call, vars(jax_module), nnx=nnx)
-    transfer_state_dict(torch_model, converted)
+    transfer_state_dict(torch_model.cpu(), converted)
+    torch_model = torch_model.to(RUN["device"])
 
     ref_module = load_module(HERE / "reference" / f"{key}.py", prefix="bench_reference")
     reference = getattr(ref_module, REFERENCE_BUILD[key])(rngs=nnx.Rngs(0))
@@ -136,7 +148,8 @@ def make_batch(spec: Spec, seed: int) -> dict[str, object]:
     import torch
 
     rng = np.random.default_rng(seed)
-    shape = (spec.batch, *spec.shape)
+    batch = spec.batch * RUN["batch_scale"]
+    shape = (batch, *spec.shape)
     if spec.high is not None:
         x = rng.integers(0, spec.high, shape)
         y = rng.integers(0, spec.classes, shape)
@@ -144,11 +157,12 @@ def make_batch(spec: Spec, seed: int) -> dict[str, object]:
         jx = jnp.asarray(x, dtype=jnp.int32)
     else:
         x = rng.standard_normal(shape).astype(np.float32)
-        y = rng.integers(0, spec.classes, (spec.batch,))
+        y = rng.integers(0, spec.classes, (batch,))
         tx = torch.from_numpy(x)
         jx = jnp.asarray(x)
     jx_ref = jnp.moveaxis(jx, 1, -1) if spec.nhwc else jx
-    return {"tx": tx, "ty": torch.from_numpy(y), "jx": jx, "jx_ref": jx_ref,
+    dev = RUN["device"]
+    return {"tx": tx.to(dev), "ty": torch.from_numpy(y).to(dev), "jx": jx, "jx_ref": jx_ref,
             "jy": jnp.asarray(y, dtype=jnp.int32)}
 
 
@@ -246,7 +260,9 @@ def torch_forward(model: object, x: object) -> Callable[[], object]:
 
     def run() -> object:
         with torch.no_grad():
-            return model(x)
+            out = model(x)
+        _sync()
+        return out
 
     return run
 
@@ -265,9 +281,17 @@ def torch_train(model: object, x: object, y: object) -> Callable[[], object]:
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
+        _sync()
         return loss
 
     return run
+
+
+def _sync() -> None:
+    if RUN["device"] == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
 
 
 # --- timing ----------------------------------------------------------------------------------
@@ -343,6 +367,16 @@ def print_table(all_results: dict[str, dict[str, dict[str, float]]], threads: st
 
 
 def child(args: argparse.Namespace) -> None:
+    RUN["device"], RUN["batch_scale"] = args.device, args.batch_scale
+    if args.device == "cuda":
+        import jax
+        import torch
+
+        if jax.default_backend() != "gpu" or not torch.cuda.is_available():
+            raise SystemExit(f"--device cuda: jax backend {jax.default_backend()}, "
+                             f"torch cuda {torch.cuda.is_available()}")
+        print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, torch "
+              f"{torch.__version__} on {torch.cuda.get_device_name()}", file=sys.stderr)
     if args.threads == "1":
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + ONE_THREAD_XLA).strip()
     import torch
@@ -360,6 +394,9 @@ def child(args: argparse.Namespace) -> None:
             results[key] = run_model(key, args.reps, args.slot, Path(tmp))
             print(f"{key}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     wall, cpu = TIMED
+    if args.device == "cuda":
+        print_table(results, f"GPU ({torch.cuda.get_device_name()}), batch x{args.batch_scale}")
+        return
     print_table(results, f"{args.threads} (torch {torch.get_num_threads()}, "
                          f"CPU time / wall time in the timed loops {cpu / wall:.2f}, {os.cpu_count()} cores)")
 
@@ -376,8 +413,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="round-robin repetitions")
     parser.add_argument("--slot", type=float, default=0.05,
                         help="seconds of calls per contestant per repetition")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: torch on CUDA, JAX on its GPU backend, one process")
+    parser.add_argument("--batch-scale", type=int, default=1, help="multiply every batch")
     args = parser.parse_args()
-    if args.threads != "both":
+    if args.threads != "both" or args.device == "cuda":
         child(args)
         return
     import jax
@@ -387,7 +427,8 @@ def main() -> None:
           f"backend {jax.default_backend()}")
     for threads in ("1", "all"):
         cmd = [sys.executable, __file__, "--threads", threads, "--reps", str(args.reps),
-               "--slot", str(args.slot), "--models", *args.models]
+               "--slot", str(args.slot), "--batch-scale", str(args.batch_scale),
+               "--models", *args.models]
         subprocess.run(cmd, check=True)
 
 
