@@ -622,17 +622,23 @@ def _param_dtype(model: Any) -> str:
 
 @contextlib.contextmanager
 def _device(device: str | None) -> Iterator[str]:
+    """Run the JAX side on ``device`` (default: JAX's default backend) at full float32 matmul
+    and convolution precision. On GPUs JAX's default precision lets float32 matmuls and
+    convolutions run in TF32 (relative error about 1e-3) while torch's CPU reference is exact
+    float32; the comparison checks the translation, so both sides compute in float32. The
+    converted code itself keeps JAX's default (docs/verification.md)."""
     import jax
 
-    if device is None:
-        yield jax.default_backend()
-        return
-    try:
-        dev = jax.devices({"cuda": "gpu"}.get(device, device))[0]
-    except RuntimeError as exc:
-        raise VerifyError(f"--device {device}: not available to JAX ({exc})") from None
-    with jax.default_device(dev):
-        yield dev.platform
+    with jax.default_matmul_precision("highest"):
+        if device is None:
+            yield jax.default_backend()
+            return
+        try:
+            dev = jax.devices({"cuda": "gpu"}.get(device, device))[0]
+        except RuntimeError as exc:
+            raise VerifyError(f"--device {device}: not available to JAX ({exc})") from None
+        with jax.default_device(dev):
+            yield dev.platform
 
 
 def _run_jax_side(
