@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch import torchrun_env
 
 from torch2jax.convert import convert_source
 
@@ -71,7 +72,7 @@ def test_training_step_is_jitted(path: Path, converted) -> None:
 
 def _accuracy(script: Path, cwd: Path) -> float:
     done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, check=False)
+                          text=True, timeout=TIMEOUT_S, check=False, env=torchrun_env())
     assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-3000:]}"
     found = FINAL.findall(done.stdout)
     match = FINAL.search(done.stdout)

@@ -15,6 +15,11 @@ learning fails.
     cnn_sgd_steplr         0.9941 .. 0.9980               0.97
     gpt_param_groups       1.0000 (all five)              0.97
     seeds_in_helper        0.9590 .. 0.9620               0.93
+    ddp_amp_dataloader     0.9380 (seed 0, one process)   0.91
+                           0.9424 (torchrun, 2 processes)
+
+ddp_amp_dataloader is a torch.distributed script: it runs as a world of one process
+(tests/launch.py sets what torchrun would).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch import torchrun_env
 
 pytest.importorskip("torch")
 
@@ -34,6 +40,7 @@ THRESHOLDS = {
     "cnn_sgd_steplr": 0.97,
     "gpt_param_groups": 0.97,
     "seeds_in_helper": 0.93,
+    "ddp_amp_dataloader": 0.91,
 }
 FINAL = re.compile(r"^final_accuracy=(?P<value>[0-9]*\.?[0-9]+)$")
 TIMEOUT_S = 180
@@ -62,6 +69,7 @@ def run_script(tmp_path_factory: pytest.TempPathFactory):
                 text=True,
                 timeout=TIMEOUT_S,
                 check=False,
+                env=torchrun_env(),
             )
             cache[name] = (done, cwd)
         return cache[name]

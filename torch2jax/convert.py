@@ -14,6 +14,7 @@ from libcst.metadata import MetadataWrapper
 
 from torch2jax.analysis.index import Indexer
 from torch2jax.analysis.training import TrainingIndexer
+from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
 from torch2jax.report import Diagnostic
@@ -27,6 +28,8 @@ IMPORT_LINES = {
     "np": "import numpy as np",
     "partial": "from functools import partial",
     "os": "import os",
+    "grain": "import grain",
+    "sharding": "from jax.sharding import AxisType, NamedSharding, PartitionSpec as P",
     "optax": "import optax",
     "ocp": "import orbax.checkpoint as ocp",
     "nnx": "from flax import nnx",
@@ -34,7 +37,8 @@ IMPORT_LINES = {
     "Any": "from typing import Any",
     "dataclasses": "import dataclasses",
 }
-IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "np", "jax", "jnp", "optax", "ocp", "nnx", "linen"]
+IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
+                "optax", "ocp", "nnx", "linen"]
 
 
 class ParseError(Exception):
@@ -111,8 +115,10 @@ def convert_source(
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument
     index.rngs_functions -= training.self_keyed
+    data_indexer = DataIndexer()
+    wrapper.visit(data_indexer)
     transformer = TorchToJax(rules, index, emitter, path, report, training,
-                             uses_train=_uses_train_mode(source))
+                             uses_train=_uses_train_mode(source), data=data_indexer.index)
     new = wrapper.visit(transformer)
     new = new.visit(FuseLayoutMoves())
     new = _add_imports(new, transformer.imports_needed)

@@ -22,6 +22,7 @@ from torch2jax.analysis.training import (
     SEEDS,
     TrainingIndex,
 )
+from torch2jax.passes import data as dt
 from torch2jax.passes import training as tr
 from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import (
@@ -43,7 +44,7 @@ from torch2jax.ruleset import Rule, RuleSet
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
 
-_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp)\b(?=[.(])")
+_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp|grain|os)\b(?=[.(])")
 
 
 DTYPES = {
@@ -75,8 +76,8 @@ class TorchToJax(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
-                 report, training: TrainingIndex | None = None, uses_train: bool = False
-                 ) -> None:
+                 report, training: TrainingIndex | None = None, uses_train: bool = False,
+                 data: dt.DataIndex | None = None) -> None:
         super().__init__()
         self.rules = rules
         self.index = index
@@ -109,6 +110,8 @@ class TorchToJax(cst.CSTTransformer):
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
         self._plateaus: dict[str, object] = {}  # ReduceLROnPlateau vars
+        self.data = data or dt.DataIndex()
+        self._autocast_models: set[str] = set()  # models called in an autocast region
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:
@@ -222,7 +225,7 @@ class TorchToJax(cst.CSTTransformer):
     def leave_ClassDef(self, original_node, updated_node):
         name = self._class_stack.pop()
         if name not in self.index.module_classes:
-            return updated_node
+            return self._dataset_class(original_node, updated_node)
         info = self.index.classes[name]
         bases = []
         for b, ob in zip(updated_node.bases, original_node.bases):
@@ -254,6 +257,24 @@ class TorchToJax(cst.CSTTransformer):
             except Untranslatable as exc:
                 self.diag(original_node, "linen", "error", exc.message)
         return new
+
+    def _dataset_class(self, original_node, updated_node):
+        """class Points(Dataset): -> class Points: (grain reads __len__ and __getitem__)."""
+        keep = []
+        for b, ob in zip(updated_node.bases, original_node.bases):
+            q = self.q(ob.value)
+            if q in dt.DATASET_BASES:
+                continue
+            if q in dt.ITERABLE_BASES:
+                self.diag(ob, q, "error", "IterableDataset: not translated yet (a grain "
+                          "IterDataset would hold its __iter__)")
+            keep.append(b)
+        if len(keep) == len(updated_node.bases):
+            return updated_node
+        if not keep:
+            return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
+                                             rpar=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(bases=_fix_commas(keep))
 
     def _add_training_flag(self, fn: cst.FunctionDef) -> cst.FunctionDef:
         stmt = cst.parse_statement("self.deterministic = False  # flipped by .train()/.eval()")
@@ -319,6 +340,9 @@ class TorchToJax(cst.CSTTransformer):
             self._unpack[id(node.value)] = len(node.targets[0].target.elements)
 
     def leave_Assign(self, original_node, updated_node):
+        data = self._data_assign(original_node, updated_node)
+        if data is not None:
+            return data
         site = self.training.statements.get(id(original_node))
         if site is not None:
             try:
@@ -372,6 +396,35 @@ class TorchToJax(cst.CSTTransformer):
                                         updated_node.value)
         return updated_node
 
+    def _data_assign(self, original_node: cst.Assign, updated_node: cst.Assign):
+        """Samplers and scalers (consumed where they are used) and per-epoch loaders."""
+        target = original_node.targets[0].target if len(original_node.targets) == 1 else None
+        if not isinstance(target, cst.Name) or not isinstance(original_node.value, cst.Call):
+            return None
+        q = self.q(original_node.value.func) or ""
+        name = target.value
+        if q in dt.SAMPLERS and name in self.data.samplers:
+            return cst.RemoveFromParent()  # read by the DataLoader that uses it
+        if q in dt.SCALERS:
+            self.diag(original_node, q, "info", "GradScaler removed: the autocast region "
+                      "computes in bfloat16, which needs no loss scaling")
+            return cst.RemoveFromParent()
+        site = self.data.loaders.get(name)
+        if q in dt.LOADERS and site is not None and site.shuffled:
+            try:
+                pipeline, notes = dt.loader_pipeline(original_node.value, updated_node.value,
+                                                     self.q, self.data, "epoch")
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or q, "error", exc.message)
+                return None
+            for note in notes:
+                self.diag(original_node, q, "info", note)
+            self.need("grain")
+            blank = [cst.EmptyLine(indent=False)]
+            self._pending[-1].after.append(dt.loader_function(name, "epoch", pipeline, blank))
+            return cst.RemoveFromParent()
+        return None
+
     def _indexed_update(self, original, target: cst.Subscript, op: str, value):
         base = target.value
         if not isinstance(base, cst.Name):
@@ -386,6 +439,9 @@ class TorchToJax(cst.CSTTransformer):
 
     def leave_Expr(self, original_node, updated_node):
         value = original_node.value
+        handled = self._data_statement(original_node, updated_node)
+        if handled is not None:
+            return handled
         handled = self._training_statement(original_node, updated_node)
         if handled is not None:
             return handled
@@ -609,7 +665,20 @@ class TorchToJax(cst.CSTTransformer):
         return cst.RemoveFromParent()
 
     def leave_For(self, original_node, updated_node):
+        updated_node = self._loader_loop(original_node, updated_node)
         return self._leave_for(original_node, self._modules_loop(original_node, updated_node))
+
+    def _loader_loop(self, original_node, updated_node):
+        """for x, y in loader: -> for x, y in loader(epoch): (a loader shuffled per epoch)."""
+        it = original_node.iter
+        if not (isinstance(it, cst.Name) and it.value in self.data.loaders):
+            return updated_node
+        if self.data.loaders[it.value].shuffled:
+            outer = [f.target.value for f in self._for_stack[:-1]
+                     if isinstance(f.target, cst.Name)]
+            epoch = outer[-1] if outer else "0"
+            updated_node = updated_node.with_changes(iter=expr(f"{it.value}({epoch})"))
+        return updated_node
 
     def _modules_loop(self, original_node, updated_node):
         """for m in self.modules(): -> for _, m in nnx.iter_modules(self):"""
@@ -772,6 +841,47 @@ class TorchToJax(cst.CSTTransformer):
             f'jax.nn.initializers.variance_scaling({scale_text}, "{mode}", "{dist}")('
             f"rngs.params(), {v}.shape, {v}.dtype)"))
 
+    def _data_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """torch.distributed calls, sampler epochs and GradScaler calls used as statements."""
+        value = original_node.value
+        if not isinstance(value, cst.Call):
+            return None
+        q = self.q(value.func) or ""
+        if q in dt.DIST_DROPPED:
+            self.diag(original_node, q, "info", f"{q.rsplit('.', 1)[1]}() removed: a "
+                      "collective over a world of one process (the JAX script is one "
+                      "program; XLA adds the collectives its sharded computations need)")
+            return cst.RemoveFromParent()
+        if q == dt.DIST_INIT:
+            self.need("os", "jax")
+            self.diag(original_node, q, "info", "init_process_group -> "
+                      "jax.distributed.initialize() on several hosts; one host needs nothing")
+            self._pending[-1].after.append(dt.distributed_init())
+            return cst.RemoveFromParent()
+        func = value.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        meth = func.attr.value
+        recv = func.value
+        if isinstance(recv, cst.Name) and recv.value in self.data.samplers and (
+                meth == "set_epoch"):
+            return cst.RemoveFromParent()  # the loader's shuffle seed adds the epoch
+        if isinstance(recv, cst.Name) and recv.value in self.data.scalers:
+            if meth in ("update", "unscale_"):
+                return cst.RemoveFromParent()
+            if meth == "step" and value.args:
+                return updated_node.with_changes(value=cst.Call(func=cst.Attribute(
+                    value=updated_node.value.args[0].value, attr=cst.Name("step"))))
+            return None
+        # scaler.scale(loss).backward() -> loss.backward()
+        if meth == "backward" and m.matches(recv, m.Call(func=m.Attribute(
+                value=m.Name(), attr=m.Name("scale")))) and recv.func.value.value in (
+                self.data.scalers) and recv.args:
+            inner = updated_node.value.func.value.args[0].value
+            return updated_node.with_changes(value=updated_node.value.with_changes(
+                func=cst.Attribute(value=inner, attr=cst.Name("backward"))))
+        return None
+
     def _training_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
         """Seeding, gradient bookkeeping and scheduler steps used as statements."""
         value = original_node.value
@@ -913,6 +1023,8 @@ class TorchToJax(cst.CSTTransformer):
             if q.startswith(("torch.no_grad", "torch.inference_mode", "torch.enable_grad",
                              "torch.autograd.set_grad_enabled")):
                 continue
+            if q in dt.AUTOCASTS and isinstance(item, cst.Call) and len(items) == 1:
+                return self._autocast(original_node, updated_node, item, q)
             keep.append(ui)
         if len(keep) == len(items):
             return updated_node
@@ -933,6 +1045,45 @@ class TorchToJax(cst.CSTTransformer):
             return cst.FlattenSentinel(body)
         return updated_node.with_changes(items=_fix_commas(keep))
 
+    def _autocast(self, original_node, updated_node, item: cst.Call, q: str):
+        """with torch.autocast(...): the model computes in bfloat16 for these statements."""
+        try:
+            dtype, notes = dt.autocast_dtype(item, q)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or q, "error", exc.message)
+            return updated_node
+        for note in notes:
+            self.diag(original_node, q, "warning", note)
+        body = list(updated_node.body.body)
+        if not dtype:  # enabled=False
+            return cst.FlattenSentinel(body)
+        models = self._model_names()
+        called: list[str] = []
+        new_body = []
+        for stmt in body:
+            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign)
+                    and dt.is_model_call(stmt.body[0].value, models)):
+                a = stmt.body[0]
+                called.append(a.value.func.value)
+                # torch runs the loss (and softmax, norms, reductions) of a low-precision
+                # output in float32
+                stmt = stmt.with_changes(body=[a.with_changes(value=dt.cast_output(a.value))])
+            new_body.append(stmt)
+        if not called:
+            self.diag(original_node, q, "error", "autocast region without a model call "
+                      "assigned to a name: no dtype policy emitted")
+            return updated_node
+        self.need("jnp")
+        self.diag(original_node, q, "info", f"autocast -> {', '.join(sorted(set(called)))} "
+                  f"computes in {dtype.removeprefix('jnp.')} (flax layers' dtype) with "
+                  "float32 parameters; outputs cast to float32")
+        before = [dt.set_dtype(name, dtype) for name in dict.fromkeys(called)]
+        after = [dt.set_dtype(name, "None") for name in dict.fromkeys(called)]
+        if updated_node.leading_lines:
+            before[0] = before[0].with_changes(leading_lines=updated_node.leading_lines)
+        return cst.FlattenSentinel([*before, *new_body, *after])
+
     def _leave_for(self, original_node, updated_node):
         self._for_stack.pop()
         node = updated_node
@@ -950,8 +1101,16 @@ class TorchToJax(cst.CSTTransformer):
                                        accumulate=site.accumulate is not None)
             if step is not None:
                 self.need("nnx")
+                new_body = step.body
+                batch = dt.loop_names(original_node.target)
+                if self.data.distributed and batch and isinstance(original_node.iter, (
+                        cst.Name, cst.Call)):
+                    # the batch is split over the devices; the replicated parameters follow
+                    self.need("jax", "sharding")
+                    self._hoist.extend(dt.mesh_statements())
+                    new_body = [dt.shard_batch(batch), *new_body]
                 self._hoist.append(step.function)
-                node = node.with_changes(body=node.body.with_changes(body=step.body))
+                node = node.with_changes(body=node.body.with_changes(body=new_body))
                 break
         else:
             if any(tr._is_method_stmt(s, None, "backward") for s in body):
@@ -967,7 +1126,9 @@ class TorchToJax(cst.CSTTransformer):
             lines = list(node.leading_lines)
             while lines and lines[0].comment is None:
                 lines.pop(0)
-            hoisted = [h.with_changes(leading_lines=blank) for h in hoisted]
+            hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
+                h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1], cst.BaseCompoundStatement)
+                else h for i, h in enumerate(hoisted)]
             return cst.FlattenSentinel([*hoisted, node.with_changes(
                 leading_lines=[*blank, *lines])])
         return node
@@ -1176,6 +1337,9 @@ class TorchToJax(cst.CSTTransformer):
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
+        if (original_node.attr.value == "module" and isinstance(original_node.value, cst.Name)
+                and original_node.value.value in self.data.wrapped):
+            return updated_node.value  # DDP(model).module: the model itself
         if (original_node.attr.value == "forward" and self.in_module_class()
                 and m.matches(original_node.value, m.Call(func=m.Name("super")))):
             return updated_node.with_changes(attr=cst.Name("__call__"))  # super().forward(x)
@@ -1265,6 +1429,51 @@ class TorchToJax(cst.CSTTransformer):
                 result = result.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return result
 
+    def _data_call(self, original: cst.Call, updated: cst.Call, name: str
+                   ) -> cst.BaseExpression | None:
+        """torch.distributed queries, DDP, TensorDataset, DataLoader (passes/data.py)."""
+        if name == "torch.distributed.get_rank":
+            self.need("jax")
+            return expr("jax.process_index()")
+        if name == "torch.distributed.get_world_size":
+            self.diag(original, name, "info", "world size 1: the JAX script is one program "
+                      "over every device; its batch size is the global batch, sharded along "
+                      "the data axis")
+            return cst.Integer("1")
+        if name in ("torch.distributed.is_initialized", "torch.distributed.is_available"):
+            return cst.Name("True")
+        if name in dt.WRAPPERS:
+            module = updated.args[0].value if updated.args else None
+            if module is None:
+                raise Untranslatable(f"{name} without a module", rule=name)
+            self.diag(original, name, "info", "DistributedDataParallel removed: the batch is "
+                      "sharded over the devices and XLA inserts the gradient all-reduce")
+            return module
+        if name in dt.TENSOR_DATASETS:
+            self.need("grain")
+            return dt.tensor_dataset(updated)
+        if name in dt.LOADERS:
+            target = self._assign_target(original)
+            site = self.data.loaders.get(target or "")
+            if site is not None and site.shuffled:
+                return updated  # the assignment becomes a function of the epoch: leave_Assign
+            pipeline, notes = dt.loader_pipeline(original, updated, self.q, self.data, None)
+            for note in notes:
+                self.diag(original, name, "info", note)
+            self.need("grain")
+            return pipeline
+        if name in dt.SAMPLERS or name in dt.SCALERS or name in dt.AUTOCASTS or (
+                name in dt.DIST_DROPPED or name == dt.DIST_INIT):
+            return updated  # statements, arguments and with blocks: handled there
+        return None
+
+    def _assign_target(self, node: cst.CSTNode) -> str | None:
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(
+                parent.targets[0].target, cst.Name):
+            return parent.targets[0].target.value
+        return None
+
     def _rewrite_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = self.q(original.func) if _is_dotted(original.func) else None
         # super().__init__() in a module class
@@ -1284,6 +1493,9 @@ class TorchToJax(cst.CSTTransformer):
             return call(self.emitter.param, arg(b.get("data")))
         if name in RANDOM:
             return tr.random_call(name, updated, self._subkey(original))
+        data = self._data_call(original, updated, name or "")
+        if data is not None:
+            return data
         if name in SEEDS or name in DROPPED_SEEDS or name in CLIPS or name in GRAD_MODES:
             return updated  # statements, with blocks and decorators: handled there
         if name and name.startswith("torch.nn.init.") and self._is_statement_call(original):

@@ -337,7 +337,8 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     # statements placed before backward() that read what the loss function computes
     pre, post_dep = [], []
     for s in outside:
-        (post_dep if set(names_of(s).used) & set(defined) else pre).append(s)
+        (post_dep if set(names_of(s).used) & set(defined) or _restores_dtype(s)
+         else pre).append(s)
     # batch expressions (X[i:i + 4], train_x[idx]) are computed by the caller and passed in:
     # their indices may be Python ints that a jit-compiled function cannot slice with
     taken0 = set(used_later) | set(loop_names) | {u for st in loss_body
@@ -380,6 +381,14 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         call_stmt = call_stmt.with_changes(leading_lines=first.leading_lines)
     new_body = [*pre, call_stmt, *post_dep, *after]
     return TrainStep(function=fn, body=new_body)
+
+
+def _restores_dtype(stmt: cst.CSTNode) -> bool:
+    """``model.set_attributes(dtype=None, ...)``: the end of an autocast region, which goes
+    after the step (passes/data.py)."""
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(m.Call(
+        func=m.Attribute(attr=m.Name("set_attributes")),
+        args=[m.Arg(keyword=m.Name("dtype"), value=m.Name("None")), m.ZeroOrMore()]))]))
 
 
 class _LiftBatches(cst.CSTTransformer):

@@ -1,0 +1,301 @@
+"""Data pipelines, data parallelism and mixed precision in training scripts.
+
+* ``torch.utils.data``: map-style ``Dataset`` classes stay plain classes (``__len__`` and
+  ``__getitem__`` are what grain's ``MapDataset.source`` reads); ``DataLoader`` becomes a grain
+  ``MapDataset`` pipeline (``source -> shuffle(seed) -> batch(batch_size, drop_remainder)``).
+  A loader that reshuffles every epoch becomes a function of the epoch, ``loader(epoch)``,
+  whose shuffle seed is the script's seed plus the epoch (``DistributedSampler``'s own rule,
+  ``seed + epoch``), so the order is new every epoch and the same on every run.
+* ``torch.distributed`` + ``DistributedDataParallel``: the script becomes one program. It
+  behaves as the torch script launched with a world of one process, with every batch sharded
+  over the devices along a ``"data"`` mesh axis and the parameters replicated, so XLA inserts
+  the gradient all-reduce DDP did. The rank is ``jax.process_index()``; the world size is 1:
+  ``BATCH_SIZE`` is now the global batch, and the collectives of a world of one
+  (``all_reduce``, ``barrier``, ``broadcast``) are identities and are dropped. Results do not
+  depend on the number of devices.
+* ``torch.autocast`` + ``GradScaler``: an explicit dtype policy. Inside the autocast region
+  the model computes in bfloat16 (``model.set_attributes(dtype=jnp.bfloat16)``: flax layers'
+  computation dtype, with float32 parameters, optimizer state and normalisation statistics) and
+  its outputs are cast back to float32 for the loss. bfloat16 has float32's exponent range, so
+  no loss scaling is needed: the GradScaler calls become the plain ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import QualifiedNameProvider
+
+from torch2jax.analysis.index import qualified
+from torch2jax.passes.common import Untranslatable, bind, code, expr
+
+DATASET_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
+ITERABLE_BASES = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
+LOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
+DIST_SAMPLERS = {"torch.utils.data.DistributedSampler",
+                 "torch.utils.data.distributed.DistributedSampler"}
+RANDOM_SAMPLERS = {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}
+SEQ_SAMPLERS = {"torch.utils.data.SequentialSampler",
+                "torch.utils.data.sampler.SequentialSampler"}
+SAMPLERS = DIST_SAMPLERS | RANDOM_SAMPLERS | SEQ_SAMPLERS
+WRAPPERS = {"torch.nn.parallel.DistributedDataParallel",
+            "torch.nn.parallel.distributed.DistributedDataParallel",
+            "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+            "torch.nn.parallel.data_parallel.DataParallel"}
+SCALERS = {"torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler",
+           "torch.cuda.amp.GradScaler", "torch.cpu.amp.GradScaler"}
+AUTOCASTS = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast",
+             "torch.cuda.amp.autocast", "torch.cpu.amp.autocast"}
+# collectives and group management of a world of one process: identities
+DIST_DROPPED = {"torch.distributed.barrier", "torch.distributed.all_reduce",
+                "torch.distributed.broadcast", "torch.distributed.destroy_process_group",
+                "torch.distributed.reduce"}
+DIST_INIT = "torch.distributed.init_process_group"
+LOADER_DROPPED = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
+                  "timeout", "worker_init_fn", "multiprocessing_context", "pin_memory_device",
+                  "in_order")
+MESH = ("mesh = jax.make_mesh((jax.device_count(),), (\"data\",), axis_types=(AxisType.Auto,))\n"
+        "data_sharding = NamedSharding(mesh, P(\"data\"))  # batches: split along the batch axis\n")
+
+
+@dataclass
+class SamplerSite:
+    kind: str  # "distributed", "random", "sequential"
+    shuffle: bool
+    seed: cst.BaseExpression | None
+
+
+@dataclass
+class LoaderSite:
+    name: str
+    shuffled: bool
+
+
+@dataclass
+class DataIndex:
+    samplers: dict[str, SamplerSite] = field(default_factory=dict)  # variable -> sampler
+    loaders: dict[str, LoaderSite] = field(default_factory=dict)  # variable -> loader
+    wrapped: set[str] = field(default_factory=set)  # variables holding a DDP(...) model
+    scalers: set[str] = field(default_factory=set)  # GradScaler variables
+    tensor_datasets: set[str] = field(default_factory=set)
+    distributed: bool = False  # the script uses torch.distributed or DDP
+    seed: cst.BaseExpression | None = None  # torch.manual_seed's argument
+
+
+class DataIndexer(cst.CSTVisitor):
+    """Finds the loaders, samplers, DDP-wrapped models and scalers of a script."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = DataIndex()
+
+    def q(self, node: cst.CSTNode) -> str | None:
+        return qualified(self, node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        q = self.q(node.func) or ""
+        if q.startswith("torch.distributed.") or q in WRAPPERS:
+            self.index.distributed = True
+        if q in ("torch.manual_seed", "torch.random.manual_seed") and node.args and (
+                self.index.seed is None):
+            self.index.seed = node.args[0].value
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        name = node.targets[0].target.value
+        value = node.value
+        if not isinstance(value, cst.Call):
+            return
+        q = self.q(value.func) or ""
+        if q in SAMPLERS:
+            self.index.samplers[name] = sampler_site(q, value)
+        elif q in LOADERS:
+            self.index.loaders[name] = LoaderSite(name, self._shuffled(value))
+        elif q in WRAPPERS:
+            self.index.wrapped.add(name)
+        elif q in SCALERS:
+            self.index.scalers.add(name)
+        elif q in TENSOR_DATASETS:
+            self.index.tensor_datasets.add(name)
+
+    def _shuffled(self, call: cst.Call) -> bool:
+        b = bind(call.args, ("dataset", "batch_size", "shuffle", "sampler"))
+        if b.literal("shuffle") is True:
+            return True
+        sampler = b.get("sampler")
+        if isinstance(sampler, cst.Name) and sampler.value in self.index.samplers:
+            return self.index.samplers[sampler.value].shuffle
+        if isinstance(sampler, cst.Call):
+            q = self.q(sampler.func) or ""
+            if q in SAMPLERS:
+                return sampler_site(q, sampler).shuffle
+        return False
+
+
+def sampler_site(q: str, node: cst.Call) -> SamplerSite:
+    if q in DIST_SAMPLERS:
+        b = bind(node.args, ("dataset", "num_replicas", "rank", "shuffle", "seed", "drop_last"))
+        shuffle = b.literal("shuffle")
+        return SamplerSite("distributed", shuffle is not False, b.get("seed"))
+    if q in RANDOM_SAMPLERS:
+        return SamplerSite("random", True, None)
+    return SamplerSite("sequential", False, None)
+
+
+def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
+                    epoch: str | None) -> tuple[cst.BaseExpression, list[str]]:
+    """``DataLoader(...)`` -> a grain pipeline expression, and notes for the report.
+
+    ``original`` is the call in the source tree (``q_of`` gives qualified names there),
+    ``node`` the rewritten one; ``epoch`` names the parameter the shuffle seed adds (None: the
+    loader is not shuffled)."""
+    params = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
+              "collate_fn", "pin_memory", "drop_last")
+    b = bind(node.args, params)
+    original_sampler = bind(original.args, params).get("sampler")
+    notes: list[str] = []
+    dataset = b.get("dataset")
+    if dataset is None:
+        raise Untranslatable("DataLoader without a dataset", rule="torch.utils.data.DataLoader")
+    for unsupported in ("batch_sampler", "generator"):
+        if b.get(unsupported) is not None or any(
+                a.keyword and a.keyword.value == unsupported for a in node.args):
+            raise Untranslatable(f"DataLoader({unsupported}=...): no grain counterpart "
+                                 "translated", rule="torch.utils.data.DataLoader")
+    dropped = [a.keyword.value for a in node.args
+               if a.keyword and a.keyword.value in LOADER_DROPPED]
+    if dropped:
+        notes.append(f"DataLoader({', '.join(dropped)}) dropped: the grain MapDataset reads in "
+                     "this process; .to_iter_dataset(grain.ReadOptions(num_threads=...)) "
+                     "reads in parallel")
+    sampler = b.get("sampler")
+    site: SamplerSite | None = None
+    if isinstance(sampler, cst.Name):
+        site = data.samplers.get(sampler.value)
+    elif isinstance(original_sampler, cst.Call):
+        q = q_of(original_sampler.func) or ""
+        if q in SAMPLERS:
+            site = sampler_site(q, sampler)
+    if sampler is not None and site is None:
+        raise Untranslatable("DataLoader(sampler=...) with a sampler that is not translated "
+                             "(DistributedSampler, RandomSampler and SequentialSampler are)",
+                             rule="torch.utils.data.DataLoader")
+    if isinstance(dataset, cst.Name) and dataset.value in data.tensor_datasets:
+        pipeline = code(dataset)  # already a MapDataset
+    else:
+        pipeline = f"grain.MapDataset.source({code(dataset)})"
+    if epoch is not None:
+        if site is not None and site.kind == "distributed":
+            base = site.seed if site.seed is not None else cst.Integer("0")
+        else:
+            base = data.seed if data.seed is not None else cst.Integer("0")
+            notes.append(f"DataLoader(shuffle=True): shuffled with seed {code(base)} + epoch "
+                         "(torch drew the order from its global generator)")
+        pipeline += f".shuffle(seed={code(base)} + {epoch})"
+    batch_size = b.get("batch_size")
+    if batch_size is None and not any(a.keyword and a.keyword.value == "batch_size"
+                                      for a in node.args):
+        batch_size = cst.Integer("1")
+    if batch_size is not None and not m.matches(batch_size, m.Name("None")):
+        args = [code(batch_size)]
+        if b.literal("drop_last") is True:
+            args.append("drop_remainder=True")
+        elif b.get("drop_last") is not None and b.literal("drop_last") is not False:
+            args.append(f"drop_remainder={code(b.get('drop_last'))}")
+        collate = b.get("collate_fn")
+        if collate is not None:
+            args.append(f"batch_fn={code(collate)}")
+        pipeline += f".batch({', '.join(args)})"
+    return expr(pipeline), notes
+
+
+def tensor_dataset(node: cst.Call) -> cst.BaseExpression:
+    """``TensorDataset(a, b)`` -> a grain MapDataset of ``(a[i], b[i])``."""
+    tensors = [a.value for a in node.args if a.keyword is None and not a.star]
+    if not tensors or len(tensors) != len(node.args):
+        raise Untranslatable("TensorDataset with starred or keyword arguments",
+                             rule="torch.utils.data.TensorDataset")
+    first = code(tensors[0])
+    items = ", ".join(f"{code(t)}[i]" for t in tensors)
+    if len(tensors) == 1:
+        items += ","
+    return expr(f"grain.MapDataset.range(len({first})).map(lambda i: ({items}))")
+
+
+def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:
+    """The jnp dtype an autocast region computes in, and notes."""
+    b = bind(node.args, ("device_type", "dtype", "enabled") if q in (
+        "torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+        else ("enabled", "dtype"))
+    if b.literal("enabled") is False:
+        return "", []
+    dtype = b.get("dtype")
+    text = code(dtype) if dtype is not None else ""
+    device = b.literal("device_type")
+    if "bfloat16" in text or (dtype is None and (device == "cpu" or q == "torch.cpu.amp.autocast")):
+        return "jnp.bfloat16", []
+    if dtype is None or "float16" in text or "half" in text:
+        return "jnp.bfloat16", [("float16 autocast computes in bfloat16: float32's exponent "
+                                "range, so no loss scaling is needed (float16 would need "
+                                "dynamic loss scaling, which is not emitted)")]
+    raise Untranslatable(f"autocast(dtype={text})", rule="torch.autocast")
+
+
+def is_model_call(node: cst.BaseExpression, models: set[str]) -> bool:
+    return m.matches(node, m.Call(func=m.Name())) and node.func.value in models
+
+
+def cast_output(node: cst.BaseExpression) -> cst.BaseExpression:
+    return cst.Call(func=cst.Attribute(value=node, attr=cst.Name("astype")),
+                    args=[cst.Arg(expr("jnp.float32"))])
+
+
+def set_dtype(model: str, dtype: str) -> cst.SimpleStatementLine:
+    return cst.parse_statement(
+        f"{model}.set_attributes(dtype={dtype}, raise_if_not_found=False)\n")
+
+
+def distributed_init() -> cst.If:
+    stmt = cst.parse_statement(
+        "if \"JAX_COORDINATOR_ADDRESS\" in os.environ:  # several hosts: one process each\n"
+        "    jax.distributed.initialize()\n")
+    assert isinstance(stmt, cst.If)
+    return stmt
+
+
+def mesh_statements() -> list[cst.BaseStatement]:
+    return list(cst.parse_module(MESH).body)
+
+
+def shard_batch(names: list[str]) -> cst.SimpleStatementLine:
+    lhs = ", ".join(names)
+    value = f"({lhs},)" if len(names) == 1 else f"({lhs})"
+    return cst.parse_statement(f"{lhs} = jax.device_put({value}, data_sharding)\n")
+
+
+def loop_names(target: cst.BaseExpression) -> list[str] | None:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)) and all(
+            isinstance(e.value, cst.Name) for e in target.elements):
+        return [e.value.value for e in target.elements]
+    return None
+
+
+def loader_function(name: str, param: str, pipeline: cst.BaseExpression,
+                    leading: list[cst.EmptyLine]) -> cst.FunctionDef:
+    text = code(pipeline)
+    if len(text) > 70:  # one stage per line
+        for stage in (".shuffle(", ".batch(", ".map("):
+            text = text.replace(stage, "\n        " + stage, 1)
+        text = "(" + text + ")"
+    fn = cst.parse_statement(f"def {name}({param}):\n    return {text}\n")
+    assert isinstance(fn, cst.FunctionDef)
+    return fn.with_changes(leading_lines=leading)
+
