@@ -17,7 +17,9 @@ calling patterns:
   ``optimizer.update``, docs/training.md);
 * ``split``: ``nnx.split`` once, then a ``jax.jit`` function of the state that ``nnx.merge``\\ s
   inside and returns the new state (donated);
-* ``cached``: ``nnx.cached_partial`` of the emitted ``nnx.jit`` function.
+* ``cached``: ``nnx.cached_partial`` of the emitted ``nnx.jit`` function;
+* ``tree``: ``nnx.jit(graph=False)``, flax's tree mode (modules flattened as pytrees, no graph
+  walk; refuses modules that share a Variable).
 
 Timing is round-robin: every repetition runs each contestant in turn for about ``--slot``
 seconds of calls, each call blocked on (``jax.block_until_ready``); compilation and two warm-up
@@ -60,7 +62,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 MODELS = ("mlp", "cnn", "gpt", "resnet18")
-PATTERNS = ("nnx.jit", "split", "cached")
+PATTERNS = ("nnx.jit", "split", "cached", "tree")
 TIMED = [0.0, 0.0]  # wall and CPU seconds spent in the timed loops
 RUN = {"device": "cpu", "batch_scale": 1}  # set from the command line in child()
 
@@ -202,6 +204,9 @@ def jax_forward(model: object, x: object, pattern: str) -> Callable[[], object]:
 
         cached = nnx.cached_partial(eval_step2, model)
         return lambda: jax.block_until_ready(cached(x))
+    if pattern == "tree":
+        tree_step = nnx.jit(lambda model, *inputs: model(*inputs), graph=False)
+        return lambda: jax.block_until_ready(tree_step(model, x))
     graphdef, state = nnx.split(model)
     forward = jax.jit(lambda state, x: nnx.merge(graphdef, state)(x))
     return lambda: jax.block_until_ready(forward(state, x))
@@ -230,6 +235,9 @@ def jax_train(model: object, x: object, y: object, pattern: str) -> Callable[[],
     if pattern == "cached":
         cached = nnx.cached_partial(nnx.jit(train_step), model, optimizer)
         return lambda: jax.block_until_ready(cached(x, y))
+    if pattern == "tree":
+        tree_step = nnx.jit(train_step, graph=False)
+        return lambda: jax.block_until_ready(tree_step(model, optimizer, x, y))
     graphdef, state = nnx.split((model, optimizer))
 
     @partial_jit
@@ -355,15 +363,16 @@ def print_table(all_results: dict[str, dict[str, dict[str, float]]], threads: st
     print(f"\n## threads: {threads}\n")
     print("| model | phase | torch ms | converted ms | reference ms | converted/reference "
           "| torch/converted | converted split ms | converted cached ms | reference split ms "
-          "| split conv/ref |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| split conv/ref | converted tree ms | reference tree ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key, phases in all_results.items():
         for phase, t in phases.items():
             conv, ref, tor = t["converted nnx.jit"], t["reference nnx.jit"], t["torch"]
             print(f"| {key} | {phase} | {tor:.3f} | {conv:.3f} | {ref:.3f} | {conv / ref:.2f} "
                   f"| {tor / conv:.2f} | {t['converted split']:.3f} "
                   f"| {t['converted cached']:.3f} | {t['reference split']:.3f} "
-                  f"| {t['converted split'] / t['reference split']:.2f} |")
+                  f"| {t['converted split'] / t['reference split']:.2f} "
+                  f"| {t['converted tree']:.3f} | {t['reference tree']:.3f} |")
 
 
 def child(args: argparse.Namespace) -> None:

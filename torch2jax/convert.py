@@ -115,7 +115,7 @@ def convert_source(
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument
     index.rngs_functions -= training.self_keyed
-    data_indexer = DataIndexer()
+    data_indexer = DataIndexer(index.module_classes)
     wrapper.visit(data_indexer)
     transformer = TorchToJax(rules, index, emitter, path, report, training,
                              uses_train=_uses_train_mode(source), data=data_indexer.index)

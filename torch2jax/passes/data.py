@@ -83,6 +83,16 @@ class DataIndex:
     tensor_datasets: set[str] = field(default_factory=set)
     distributed: bool = False  # the script uses torch.distributed or DDP
     seed: cst.BaseExpression | None = None  # torch.manual_seed's argument
+    model_classes: dict[str, str] = field(default_factory=dict)  # variable -> its module class
+    # module classes that keep a constructor argument of unknown type as a plain attribute
+    # (self.config = config): it becomes a static attribute of the NNX graph, which may not
+    # be hashable, so a jax.jit function cannot take the graph's definition as a static arg
+    opaque_static: set[str] = field(default_factory=set)
+
+    def functional_ok(self, model: str, module_classes: set[str]) -> bool:
+        """Whether ``model``'s graph definition can be a static argument of jax.jit."""
+        cls = self.model_classes.get(model)
+        return cls in module_classes and not (self.opaque_static & module_classes)
 
 
 class DataIndexer(cst.CSTVisitor):
@@ -90,9 +100,18 @@ class DataIndexer(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider,)
 
-    def __init__(self) -> None:
+    def __init__(self, module_classes: set[str] | frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.index = DataIndex()
+        self.module_classes = set(module_classes)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if node.name.value not in self.module_classes:
+            return
+        for stmt in node.body.body:
+            if (isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__"
+                    and _keeps_opaque_argument(stmt)):
+                self.index.opaque_static.add(node.name.value)
 
     def q(self, node: cst.CSTNode) -> str | None:
         return qualified(self, node)
@@ -113,6 +132,9 @@ class DataIndexer(cst.CSTVisitor):
         if not isinstance(value, cst.Call):
             return
         q = self.q(value.func) or ""
+        built = value.args[0].value if q in WRAPPERS and value.args else value
+        if isinstance(built, cst.Call) and isinstance(built.func, cst.Name):
+            self.index.model_classes[name] = built.func.value
         if q in SAMPLERS:
             self.index.samplers[name] = sampler_site(q, value)
         elif q in LOADERS:
@@ -136,6 +158,36 @@ class DataIndexer(cst.CSTVisitor):
             if q in SAMPLERS:
                 return sampler_site(q, sampler).shuffle
         return False
+
+
+def _keeps_opaque_argument(init: cst.FunctionDef) -> bool:
+    """``self.x = arg`` in ``__init__`` where ``arg`` is a parameter without a literal default or
+    a scalar annotation: its type (a config dataclass, a list) is unknown."""
+    scalar = {"int", "float", "str", "bool"}
+    opaque = set()
+    for p in [*init.params.params, *init.params.kwonly_params]:
+        ann = code(p.annotation.annotation) if p.annotation else ""
+        literal_default = isinstance(p.default, (cst.Integer, cst.Float, cst.SimpleString)) or (
+            isinstance(p.default, cst.Name) and p.default.value in ("True", "False", "None"))
+        if p.name.value != "self" and ann not in scalar and not literal_default:
+            opaque.add(p.name.value)
+    for assign in _assignments(init):
+        if (len(assign.targets) == 1 and m.matches(assign.targets[0].target, m.Attribute(
+                value=m.Name("self"))) and isinstance(assign.value, cst.Name)
+                and assign.value.value in opaque):
+            return True
+    return False
+
+
+def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
+    found: list[cst.Assign] = []
+
+    class _Visit(cst.CSTVisitor):
+        def visit_Assign(self, n: cst.Assign) -> None:
+            found.append(n)
+
+    node.visit(_Visit())
+    return found
 
 
 def sampler_site(q: str, node: cst.Call) -> SamplerSite:

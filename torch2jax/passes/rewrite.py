@@ -1089,6 +1089,7 @@ class TorchToJax(cst.CSTTransformer):
         node = updated_node
         t = self.training
         body = list(node.body.body)
+        surround: tuple[list, list] | None = None  # a functional step: split / update
         for name in t.optimizer_names if self.emitter.name == "nnx" else ():
             model = t.model_of(name)
             if model is None:
@@ -1096,12 +1097,18 @@ class TorchToJax(cst.CSTTransformer):
             outer = self._for_stack[0] if self._for_stack else original_node
             loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
             site = t.optimizer_names[name]
-            step = tr.build_train_step(body, optimizer=name, model=model,
-                                       loop_names=loop_names, step_name="train_step",
-                                       accumulate=site.accumulate is not None)
+            kwargs = dict(optimizer=name, model=model, loop_names=loop_names,
+                          step_name="train_step", accumulate=site.accumulate is not None)
+            step = tr.build_train_step(body, functional=True, **kwargs) if (
+                self.data.functional_ok(model, self.index.module_classes)) else None
+            around = tr.functional_loop(step, model, name) if step is not None else None
+            if around is None:  # the loop reads the model between steps: the nnx.jit step
+                step = tr.build_train_step(body, **kwargs)
+            else:
+                self.need("jax", "partial")
             if step is not None:
                 self.need("nnx")
-                new_body = step.body
+                new_body = around[1] if around is not None else step.body
                 batch = dt.loop_names(original_node.target)
                 if self.data.distributed and batch and isinstance(original_node.iter, (
                         cst.Name, cst.Call)):
@@ -1111,6 +1118,8 @@ class TorchToJax(cst.CSTTransformer):
                     new_body = [dt.shard_batch(batch), *new_body]
                 self._hoist.append(step.function)
                 node = node.with_changes(body=node.body.with_changes(body=new_body))
+                if around is not None:
+                    surround = (around[0], around[2])
                 break
         else:
             if any(tr._is_method_stmt(s, None, "backward") for s in body):
@@ -1120,6 +1129,7 @@ class TorchToJax(cst.CSTTransformer):
                           "nnx.value_and_grad + optimizer.update" if self.emitter.name == "nnx"
                           else f"training loops: translated for --target nnx so far "
                           f"({self.emitter.name} is planned)")
+        pre, post = surround if surround is not None else ([], [])
         if not self._for_stack and self._hoist:
             hoisted, self._hoist = self._hoist, []
             blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
@@ -1127,10 +1137,18 @@ class TorchToJax(cst.CSTTransformer):
             while lines and lines[0].comment is None:
                 lines.pop(0)
             hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
-                h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1], cst.BaseCompoundStatement)
+                h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1],
+                                                            cst.BaseCompoundStatement)
                 else h for i, h in enumerate(hoisted)]
-            return cst.FlattenSentinel([*hoisted, node.with_changes(
-                leading_lines=[*blank, *lines])])
+            if pre:
+                pre = [pre[0].with_changes(leading_lines=[*blank, *lines]), *pre[1:]]
+                node = node.with_changes(leading_lines=[])
+            else:
+                node = node.with_changes(leading_lines=[*blank, *lines])
+            return cst.FlattenSentinel([*hoisted, *pre, node, *post])
+        if pre:
+            pre = [pre[0].with_changes(leading_lines=node.leading_lines), *pre[1:]]
+            return cst.FlattenSentinel([*pre, node.with_changes(leading_lines=[]), *post])
         return node
 
     def visit_For(self, node: cst.For) -> None:

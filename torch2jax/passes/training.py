@@ -281,16 +281,23 @@ def _is_method_stmt(stmt: cst.CSTNode, receivers: set[str] | None, method: str) 
 class TrainStep:
     function: cst.FunctionDef  # the @nnx.jit train step to define before the loop
     body: list[cst.BaseStatement]  # the loop's new body
+    call: cst.SimpleStatementLine  # the statement of the body that calls the step
+    functional: bool = False  # the step is a jax.jit function of (graphdef, state)
 
 
 def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
-                     loop_names: set[str], step_name: str, accumulate: bool = False
-                     ) -> TrainStep | None:
+                     loop_names: set[str], step_name: str, accumulate: bool = False,
+                     functional: bool = False) -> TrainStep | None:
     """Restructure a loop body that runs ``backward()`` and ``optimizer.step()``.
 
     ``loop_names``: names assigned in the enclosing loops (batches, targets): they are passed
     to the step as arguments; other free names (the loss function, constants) are closed
     over. Returns None when the body is not in the recognised shape.
+
+    ``functional``: the step is ``jax.jit`` of a pure function of the model's and optimizer's
+    state (``nnx.merge`` inside, the new state returned and the old one donated), which
+    skips ``nnx.jit``'s per-call walk of the module graph (docs/performance.md); the caller
+    splits the state before the loop and updates the objects after it (functional_loop).
     """
     body = list(body)
     back = [i for i, s in enumerate(body) if _is_method_stmt(s, None, "backward")]
@@ -355,8 +362,9 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                                                   for u in names_of(st).used}
     loss_fn = _fresh("loss_fn", taken)
     grads = _fresh("grads", taken)
-    params = ", ".join([model, optimizer, *free, *(n for n, _ in lifter.lifted)])
-    call_args = ", ".join([model, optimizer, *free, *(code(e) for _, e in lifter.lifted)])
+    head = [GRAPHDEF, STATE] if functional else [model, optimizer]
+    params = ", ".join([*head, *free, *(n for n, _ in lifter.lifted)])
+    call_args = ", ".join([*head, *free, *(code(e) for _, e in lifter.lifted)])
     inner = "".join("        " + line + "\n" for s in loss_body
                     for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
     if aux:
@@ -370,9 +378,18 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         vg = f"    {loss}, {grads} = nnx.value_and_grad({loss_fn})({model})\n"
         ret = f"    return {loss}\n"
         lhs = loss
-    src = (f"@nnx.jit\ndef {step_name}({params}):\n"
-           f"    def {loss_fn}({model}):\n{inner}{ret_inner}"
-           f"{vg}    {optimizer}.update({model}, {grads})\n{ret}")
+    if functional:
+        ret = ret.replace("    return ", f"    return nnx.state(({model}, {optimizer})), ", 1)
+        lhs = f"{STATE}, {lhs}"
+        src = (f"@partial(jax.jit, static_argnums=0, donate_argnums=1)\n"
+               f"def {step_name}({params}):\n"
+               f"    {model}, {optimizer} = nnx.merge({GRAPHDEF}, {STATE})\n"
+               f"    def {loss_fn}({model}):\n{inner}{ret_inner}"
+               f"{vg}    {optimizer}.update({model}, {grads})\n{ret}")
+    else:
+        src = (f"@nnx.jit\ndef {step_name}({params}):\n"
+               f"    def {loss_fn}({model}):\n{inner}{ret_inner}"
+               f"{vg}    {optimizer}.update({model}, {grads})\n{ret}")
     fn = cst.parse_statement(src)
     assert isinstance(fn, cst.FunctionDef)
     call_stmt = cst.parse_statement(f"{lhs} = {step_name}({call_args})\n")
@@ -380,7 +397,41 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     if isinstance(first, cst.SimpleStatementLine) and first.leading_lines:
         call_stmt = call_stmt.with_changes(leading_lines=first.leading_lines)
     new_body = [*pre, call_stmt, *post_dep, *after]
-    return TrainStep(function=fn, body=new_body)
+    return TrainStep(function=fn, body=new_body, call=call_stmt, functional=functional)
+
+
+GRAPHDEF, STATE = "graphdef", "train_state"
+
+
+def functional_loop(step: TrainStep, model: str, optimizer: str
+                    ) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement],
+                               list[cst.BaseStatement]] | None:
+    """(statements before the loop, the loop's body, statements after it) for a functional
+    step, or None when the body uses the model or the optimizer outside the step call: their
+    arrays are donated to the step until the loop ends. An autocast region's dtype switches
+    move out of the loop with the split."""
+    objects = {model, optimizer, GRAPHDEF, STATE}
+    before: list[cst.BaseStatement] = []
+    after: list[cst.BaseStatement] = []
+    body: list[cst.BaseStatement] = []
+    for s in step.body:
+        if s is step.call:
+            body.append(s)
+        elif _sets_dtype(s, model):
+            (after if _restores_dtype(s) else before).append(s)
+        elif set(names_of(s).used) & objects or set(names_of(s).assigned) & objects:
+            return None
+        else:
+            body.append(s)
+    split = cst.parse_statement(f"{GRAPHDEF}, {STATE} = nnx.split(({model}, {optimizer}))\n")
+    update = cst.parse_statement(f"nnx.update(({model}, {optimizer}), {STATE})\n")
+    return [*before, split], body, [update, *after]
+
+
+def _sets_dtype(stmt: cst.CSTNode, model: str) -> bool:
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(m.Call(
+        func=m.Attribute(value=m.Name(model), attr=m.Name("set_attributes")),
+        args=[m.Arg(keyword=m.Name("dtype")), m.ZeroOrMore()]))]))
 
 
 def _restores_dtype(stmt: cst.CSTNode) -> bool:
