@@ -264,3 +264,71 @@ def test_equinox_training_code_is_marked_not_mistranslated(path: Path) -> None:
     code_lines = [ln for ln in result.code.splitlines() if not ln.lstrip().startswith("#")]
     assert not any("nnx." in ln for ln in code_lines)
     ast.parse(result.code)
+
+
+BUILDER_SOURCE = '''
+import torch
+from torch import nn
+
+
+def block(in_features, out_features, act=True):
+    return nn.Sequential(nn.Linear(in_features, out_features), nn.ReLU() if act else nn.Identity())
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = block(6, 8)
+        self.heads = nn.ModuleList([block(8, 3, act=False) for _ in range(2)])
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.heads[0](h) + self.heads[1](h)
+'''
+
+
+def test_layer_building_helpers_take_a_key_and_verify(tmp_path: Path) -> None:
+    code = _convert(BUILDER_SOURCE)
+    assert "def block(in_features, out_features, act=True, *, key):" in code
+    assert "[block(8, 3, act=False, key=k) for k in jax.random.split(key2, 2)]" in code
+    result = verify(str(_write(tmp_path, "builder.py", BUILDER_SOURCE)) + "::Net",
+                    inputs=["float32[3,6]"], jax_target="equinox", grad=True)
+    assert result.error is None, result.error
+    assert result.todos == 0
+    assert result.max_abs_diff <= 1e-5 and result.grad_max_abs_diff <= 1e-5
+    assert result.passed
+
+
+TRAINING_FLAG_SOURCE = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.fc(x)
+        if self.training:
+            x = x * 2
+        return x
+'''
+
+
+def test_self_training_is_the_inference_field_that_inference_mode_sets(tmp_path: Path) -> None:
+    import equinox as eqx
+    import jax
+
+    code = _convert(TRAINING_FLAG_SOURCE)
+    assert "    inference: bool\n" in code and "if not self.inference:" in code
+    mod = _load(code, tmp_path, "flag_eqx")
+    model = mod.Net(key=jax.random.key(0))
+    x = np.ones((4,), np.float32)
+    train_out = np.asarray(model(x))
+    eval_out = np.asarray(eqx.nn.inference_mode(model)(x))
+    np.testing.assert_allclose(train_out, 2 * eval_out, rtol=1e-6)
+    result = verify(str(_write(tmp_path, "flag.py", TRAINING_FLAG_SOURCE)) + "::Net",
+                    inputs=["float32[3,4]"], jax_target="equinox", grad=True)
+    assert result.passed and result.max_abs_diff <= 1e-5, result.to_json()

@@ -119,9 +119,10 @@ def layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpre
             return _call("eqx.nn.Linear", pos, [*extra, ("key", cst.Name("__needs_key__"))]), \
                 Layer("linear")
         if name == "nnx.Conv":
-            size = try_literal(kw.get("kernel_size"), None)
-            if not isinstance(size, tuple) or not 1 <= len(size) <= 3:
-                raise EquinoxError("a convolution whose kernel size is not a literal tuple")
+            size = kw.get("kernel_size")
+            size = size.elements if isinstance(size, cst.Tuple) else None
+            if size is None or not 1 <= len(size) <= 3:
+                raise EquinoxError("a convolution whose kernel size is not a tuple")
             out = []
             for k, v in kw.items():
                 if k not in CONV_KW:
@@ -216,9 +217,12 @@ class _InitRewriter(cst.CSTTransformer):
     """Rewrites layer constructors in ``__init__`` (or a builder function) and records the
     layers stored on ``self``; ``key=`` sites are numbered, the splits placed afterwards."""
 
-    def __init__(self, classes: set[str], keyed_classes: set[str]) -> None:
+    def __init__(self, classes: set[str], keyed_classes: set[str],
+                 builders: dict[str, Layer] | None = None) -> None:
         super().__init__()
         self.classes = classes
+        self.builders = builders or {}
+        self.returned: Layer | None = None
         self.keyed_classes = keyed_classes
         self.attrs: dict[str, Layer] = {}
         self.values: dict[int, Layer] = {}  # id of new node -> layer
@@ -247,6 +251,17 @@ class _InitRewriter(cst.CSTTransformer):
             new = pos[0] if pos else expr("[]" if lay.kind == "list" else "{}")
             inner = self.values.get(id(new))
             lay = inner or lay
+        if lay.kind == "value" and isinstance(updated_node.func, cst.Name) and \
+                updated_node.func.value in self.builders:
+            lay = self.builders[updated_node.func.value]
+        if lay.kind in ("value", "seq") and any(
+                a.keyword is not None and a.keyword.value == "rngs" for a in updated_node.args):
+            # a layer-building helper, a class passed as an argument, super().__init__:
+            # they take the key that converted constructors take
+            new = updated_node.with_changes(args=[
+                a.with_changes(keyword=cst.Name("key"), value=cst.Name("__needs_key__"))
+                if a.keyword is not None and a.keyword.value == "rngs" else a
+                for a in updated_node.args])
         if lay.kind == "module" or "__needs_key__" in code(new):
             self.sites += 1
         self.values[id(new)] = lay
@@ -302,6 +317,22 @@ class _InitRewriter(cst.CSTTransformer):
                 return updated_node.with_changes(value=v)
         return updated_node
 
+    def leave_Return(self, original_node, updated_node):
+        if updated_node.value is not None:
+            self.returned = self._seq_layer(updated_node.value) or self.values.get(
+                id(updated_node.value))
+        return updated_node
+
+    def _seq_layer(self, value: cst.BaseExpression) -> Layer | None:
+        if not code(value).startswith("eqx.nn.Sequential("):
+            return None
+        inner = value.args[0].value if value.args else None
+        src = self.local.get(inner.value) if isinstance(inner, cst.Name) else \
+            self.values.get(id(inner))
+        parts = list(src.items.values()) if src else []
+        return Layer("seq", items={str(i): p for i, p in enumerate(parts)},
+                     stateful=any(p.stateful for p in parts), keyed=any(p.keyed for p in parts))
+
     def leave_Assign(self, original_node, updated_node):
         target = updated_node.targets[0].target
         value = updated_node.value
@@ -313,17 +344,8 @@ class _InitRewriter(cst.CSTTransformer):
                     items[a.keyword.value] = self.values[id(a.value)]
             lay = Layer("dict", items=items)
             self.values[id(value)] = lay
-        if m.matches(value, m.Call(func=m.Attribute(value=m.Name("eqx"), attr=m.Name(
-                "Sequential")))) or code(value).startswith("eqx.nn.Sequential("):
-            inner = value.args[0].value if value.args else None
-            seq = Layer("seq")
-            src = self.local.get(inner.value) if isinstance(inner, cst.Name) else \
-                self.values.get(id(inner))
-            parts = list(src.items.values()) if src else []
-            seq.items = {str(i): p for i, p in enumerate(parts)}
-            seq.stateful = any(p.stateful for p in parts)
-            seq.keyed = any(p.keyed for p in parts)
-            lay = seq
+        if code(value).startswith("eqx.nn.Sequential("):
+            lay = self._seq_layer(value)
         if isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
             self.attrs.setdefault(target.attr.value, lay or Layer("value"))
         elif isinstance(target, cst.Name) and lay is not None:
@@ -351,6 +373,12 @@ def _annotation(value: cst.BaseExpression, lay: Layer, params: dict[str, cst.Par
                 dataclass_fields: dict[str, str]) -> tuple[str, bool]:
     """The field annotation for ``self.x = value`` and whether the field is static."""
     text = code(value)
+    if lay.kind == "value" and isinstance(value, cst.Name) and value.value in ("True", "False"):
+        return "bool", False  # `inference`: eqx.nn.inference_mode replaces it (not static)
+    if lay.kind == "value" and isinstance(value, cst.Call) and text.startswith("eqx.nn."):
+        return text.split("(")[0], False
+    if lay.kind == "value" and isinstance(value, cst.Lambda):
+        return "Callable", True
     if lay.kind in ("linear", "conv", "bn", "layernorm", "embedding", "dropout", "pool"):
         return text.split("(")[0], False
     if lay.kind == "seq":
@@ -445,6 +473,19 @@ def _split_keys(body: list[cst.BaseStatement], sites: int) -> list[cst.BaseState
     # sequential: before each statement that uses a key, split off a subkey; the last use
     # outside any loop takes the key itself
     return _sequential_keys(list(mod.body), set(text_names))
+
+
+class _Inference(cst.CSTTransformer):
+    def leave_Attribute(self, original_node, updated_node):
+        if m.matches(updated_node, m.Attribute(value=m.Name("self"), attr=m.Name(
+                "deterministic"))):
+            return updated_node.with_changes(attr=cst.Name("inference"))
+        return updated_node
+
+    def leave_Comment(self, original_node, updated_node):
+        if updated_node.value == "# flipped by .train()/.eval()":
+            return updated_node.with_changes(value="# set by eqx.nn.inference_mode")
+        return updated_node
 
 
 class _Rename(cst.CSTTransformer):
@@ -1248,15 +1289,19 @@ class EquinoxFile:
         self.classes: dict[str, ClassInfo] = {}
         self.dataclass_fields = _dataclass_fields(module)
         self.needs: set[str] = set()
+        self.builders: dict[str, tuple[cst.FunctionDef, Layer]] = {}
         del names
 
     # -- phase 1: constructors
     def init(self, cls: cst.ClassDef) -> ClassInfo:
+        # torch's self.training: NNX keeps a `deterministic` attribute flipped by .eval();
+        # equinox's is an `inference` field, which eqx.nn.inference_mode sets
+        cls = cls.visit(_Inference())
         info = ClassInfo(cls.name.value, cls)
         init = _init_of(cls, "__init__")
         if init is None:
             return info
-        rw = _InitRewriter(self.class_names, set())
+        rw = _InitRewriter(self.class_names, set(), {k: v[1] for k, v in self.builders.items()})
         new_init = init.visit(rw)
         info.attrs = rw.attrs
         info.errors += rw.errors
@@ -1397,6 +1442,12 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
     module = cst.parse_module(nnx_code)
     torch_module = cst.parse_module(torch_source)
     f = EquinoxFile(module, torch_module)
+    for s in module.body:
+        if isinstance(s, cst.FunctionDef) and any(p.name.value == "rngs"
+                                                  for p in s.params.kwonly_params):
+            built = _builder(s, f)
+            if built is not None:
+                f.builders[s.name.value] = built
     for c in module.body:
         if isinstance(c, cst.ClassDef) and c.name.value in f.class_names:
             f.classes[c.name.value] = f.init(c)
@@ -1422,7 +1473,9 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
             body.append(new)
         elif isinstance(s, cst.ClassDef) and s.name.value in frozen:
             body.append(_freeze(s))
-        elif "nnx." in code(s) and not _is_import(s):
+        elif isinstance(s, cst.FunctionDef) and s.name.value in f.builders:
+            body.append(f.builders[s.name.value][0])
+        elif ("nnx." in code(s) or "rngs" in code(s)) and not _is_import(s):
             body.append(_torch_back(s, torch_defs))
         else:
             body.append(s)
@@ -1433,6 +1486,21 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
              for i, line in enumerate(text.splitlines())
              if f"[{RULE}]" in line and "# TODO(torch2jax): " in line]
     return text, todos
+
+
+def _builder(fn: cst.FunctionDef, f: EquinoxFile) -> tuple[cst.FunctionDef, Layer] | None:
+    """A function that builds layers (``*, rngs``): its layers in equinox, ``*, key``. None
+    when anything NNX is left in it."""
+    rw = _InitRewriter(f.class_names, set(), {k: v[1] for k, v in f.builders.items()})
+    new = fn.visit(rw)
+    if rw.errors or "nnx." in code(new.body) or "rngs" in code(new.body):
+        return None
+    try:
+        body = _split_keys(list(new.body.body), rw.sites)
+    except EquinoxError:
+        return None
+    return _key_param(new, default_none=False).with_changes(body=new.body.with_changes(
+        body=body)), rw.returned or Layer("value")
 
 
 def _stores_objects(f: EquinoxFile) -> bool:
@@ -1500,20 +1568,21 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
     body = list(cls.body.body)
     if init is not None:
         params = {p.name.value: p for p in init.params.params[1:]}
-        seen = set()
+        seen: dict[str, list[tuple[str, bool]]] = {}
         for s in init.body.body:
             for a in m.findall(s, m.Assign(targets=[m.AssignTarget(m.Attribute(
                     value=m.Name("self")))])):
                 name = a.targets[0].target.attr.value
-                if name in seen:
-                    continue
-                seen.add(name)
-                ann, static = _annotation(a.value, c.attrs.get(name, Layer("value")), params,
-                                          f.dataclass_fields)
-                needs_callable |= ann == "Callable"
-                needs_any |= ann == "Any"
-                tail = " = eqx.field(static=True)" if static else ""
-                fields.append(cst.parse_statement(f"{name}: {ann}{tail}\n"))
+                lay = c.attrs.get(name, Layer("value")) if name not in seen else Layer("value")
+                seen.setdefault(name, []).append(_annotation(a.value, lay, params,
+                                                             f.dataclass_fields))
+        for name, anns in seen.items():
+            # assigned in several places with different types: Any
+            ann, static = anns[0] if len(set(anns)) == 1 else ("Any", False)
+            needs_callable |= ann == "Callable"
+            needs_any |= ann == "Any"
+            tail = " = eqx.field(static=True)" if static else ""
+            fields.append(cst.parse_statement(f"{name}: {ann}{tail}\n"))
         new_body = [_todo(_comment_out(s), "no equinox translation yet (shown as its NNX "
                           "translation)") if "nnx." in code(s) else s for s in init.body.body]
         try:
