@@ -332,3 +332,37 @@ def test_self_training_is_the_inference_field_that_inference_mode_sets(tmp_path:
     result = verify(str(_write(tmp_path, "flag.py", TRAINING_FLAG_SOURCE)) + "::Net",
                     inputs=["float32[3,4]"], jax_target="equinox", grad=True)
     assert result.passed and result.max_abs_diff <= 1e-5, result.to_json()
+
+
+CONV_HELPER_SOURCE = '''
+import torch
+from torch import nn
+
+
+def conv_bn(c_in, c_out):
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
+                         nn.ReLU())
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = conv_bn(3, 4)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        x = self.pool(self.stem(x))
+        return self.fc(torch.flatten(x, 1))
+'''
+
+
+def test_channel_first_sequential_with_state_and_global_pooling(tmp_path: Path) -> None:
+    code = _convert(CONV_HELPER_SOURCE)
+    assert "moveaxis" not in code
+    result = verify(str(_write(tmp_path, "conv_helper.py", CONV_HELPER_SOURCE)) + "::Net",
+                    inputs=["float32[3,3,8,8]"], jax_target="equinox", grad=True)
+    assert result.error is None, result.error
+    assert result.todos == 0
+    assert result.max_abs_diff <= 1e-5 and result.grad_max_abs_diff <= 1e-5
+    assert result.passed

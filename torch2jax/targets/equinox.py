@@ -76,6 +76,7 @@ class Layer:
     lead_one: bool = False
     stateful: bool = False
     keyed: bool = False
+    node: cst.Lambda | None = None  # kind == "lambda": the function
 
 
 class EquinoxError(Untranslatable):
@@ -248,8 +249,13 @@ class _InitRewriter(cst.CSTTransformer):
             new = self._sequential(updated_node)
         if lay.kind in ("list", "dict"):
             pos = _pos(updated_node)
-            new = pos[0] if pos else expr("[]" if lay.kind == "list" else "{}")
-            inner = self.values.get(id(new))
+            orig = pos[0] if pos else None
+            inner = self.values.get(id(orig)) if orig is not None else None
+            if (inner is None or inner.kind == "value") and isinstance(orig, cst.Call) and \
+                    code(orig.func) == "dict":
+                inner = self._dict_layer(orig)
+            new = orig.visit(_Dedent()) if orig is not None else expr(
+                "[]" if lay.kind == "list" else "{}")
             lay = inner or lay
         if lay.kind == "value" and isinstance(updated_node.func, cst.Name) and \
                 updated_node.func.value in self.builders:
@@ -317,6 +323,10 @@ class _InitRewriter(cst.CSTTransformer):
                 return updated_node.with_changes(value=v)
         return updated_node
 
+    def _dict_layer(self, value: cst.Call) -> Layer:
+        return Layer("dict", items={a.keyword.value: self.values[id(a.value)] for a in value.args
+                                    if a.keyword is not None and id(a.value) in self.values})
+
     def leave_Return(self, original_node, updated_node):
         if updated_node.value is not None:
             self.returned = self._seq_layer(updated_node.value) or self.values.get(
@@ -337,15 +347,14 @@ class _InitRewriter(cst.CSTTransformer):
         target = updated_node.targets[0].target
         value = updated_node.value
         lay = self.values.get(id(value))
-        if isinstance(value, cst.Call) and code(value.func) == "dict":
-            items = {}
-            for a in value.args:
-                if a.keyword is not None and id(a.value) in self.values:
-                    items[a.keyword.value] = self.values[id(a.value)]
-            lay = Layer("dict", items=items)
+        if isinstance(value, cst.Call) and code(value.func) == "dict" and not (
+                lay is not None and lay.kind == "dict"):
+            lay = self._dict_layer(value)
             self.values[id(value)] = lay
         if code(value).startswith("eqx.nn.Sequential("):
             lay = self._seq_layer(value)
+        if isinstance(value, cst.Lambda):
+            lay = Layer("lambda", node=value)
         if isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
             self.attrs.setdefault(target.attr.value, lay or Layer("value"))
         elif isinstance(target, cst.Name) and lay is not None:
@@ -391,7 +400,7 @@ def _annotation(value: cst.BaseExpression, lay: Layer, params: dict[str, cst.Par
         return "dict", False
     if lay.kind in ("buffer", "param"):
         return "jax.Array", False
-    if lay.kind == "fn":
+    if lay.kind in ("fn", "lambda"):
         return "Callable", True
     if isinstance(value, cst.Name) and value.value in params:
         p = params[value.value]
@@ -473,6 +482,29 @@ def _split_keys(body: list[cst.BaseStatement], sites: int) -> list[cst.BaseState
     # sequential: before each statement that uses a key, split off a subkey; the last use
     # outside any loop takes the key itself
     return _sequential_keys(list(mod.body), set(text_names))
+
+
+class _Dedent(cst.CSTTransformer):
+    """Continuation lines of an unwrapped ``nnx.Dict(dict(...))`` move out one level."""
+
+    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
+        last = updated_node.last_line.value
+        if last.startswith("    "):
+            return updated_node.with_changes(last_line=cst.SimpleWhitespace(last[4:]))
+        return updated_node
+
+
+class _Lambdas(cst.CSTTransformer):
+    def __init__(self, lambdas: dict[str, cst.Lambda]) -> None:
+        super().__init__()
+        self.lambdas = lambdas
+
+    def leave_Assign(self, original_node, updated_node):
+        t = updated_node.targets[0].target
+        if m.matches(t, m.Attribute(value=m.Name("self"))) and t.attr.value in self.lambdas \
+                and isinstance(updated_node.value, cst.Lambda):
+            return updated_node.with_changes(value=self.lambdas[t.attr.value])
+        return updated_node
 
 
 class _Inference(cst.CSTTransformer):
@@ -662,13 +694,17 @@ class Forward:
                 raise EquinoxError("BatchNorm on a value that is not per example")
             return self.stateful_call(cst.Call(func, new_args)), Info(
                 True, x.rank, channels_last=x.channels_last)
-        if x.channels_last and lay.kind != "fn":
+        channel_first = lay.kind == "seq" and bool(lay.items) and all(
+            p.kind in ("conv", "bn", "pool", "fn") for p in lay.items.values())
+        if x.channels_last and lay.kind != "fn" and not channel_first:
             raise EquinoxError(f"a {lay.kind} layer inside a channels-last region")
         if lay.kind == "dropout":
             call = cst.Call(func, [*new_args, _kwarg("key", self.key())])
             return _fix_commas(call), replace(x)
         if lay.kind == "fn":
             return cst.Call(func, new_args), replace(x)
+        if lay.kind == "lambda" and isinstance(func, cst.Attribute):
+            return cst.Call(func, new_args), self.call_lambda(func.attr.value, lay.node, infos)
         if lay.kind == "seq":
             first = lay.items.get("0")
             if first is None or any(p.kind == "value" for p in lay.items.values()):
@@ -700,9 +736,15 @@ class Forward:
             if lay.keyed:
                 call = _fix_commas(call.with_changes(args=[*call.args, _kwarg("key",
                                                                               self.key())]))
+            out = Info(x.batched, rank, channels_last=x.channels_last)
+            if channel_first and x.rank is None:
+                out.rank = next((p.rank for p in lay.items.values()
+                                 if p.kind in ("conv", "pool") and p.rank), None)
+                if out.rank is not None and x.is_input:
+                    self._fix_input_rank(args[0].value, out.rank)
             if lay.stateful:
-                return self.stateful_call(call), Info(x.batched, rank)
-            return call, Info(x.batched, rank)
+                return self.stateful_call(call), out
+            return call, out
         if lay.kind == "module":
             sub = self.classes[lay.cls]
             self.callees.append((lay.cls, infos))
@@ -715,6 +757,26 @@ class Forward:
                 return self.stateful_call(call), out or Info(x.batched)
             return call, out or Info(x.batched)
         raise EquinoxError(f"{code(func)} is not a layer the equinox target translated")
+
+    def call_lambda(self, attr: str, lam: cst.Lambda, infos: list[Info]) -> Info:
+        """``self.pool = lambda x: jnp.mean(x, axis=(2, 3), keepdims=True)``: its body is
+        translated for the values it is called with (one translation for all calls)."""
+        params = lam.params.params
+        if len(params) != len(infos) or lam.params.star_arg not in (
+                cst.MaybeSentinel.DEFAULT, None) or lam.params.kwonly_params:
+            raise EquinoxError(f"self.{attr}: a lambda called with other arguments")
+        sub = Forward(self.owner, self.classes, self.analyse)
+        for p, i in zip(params, infos, strict=True):
+            sub.env[p.name.value] = replace(i)
+        body, out = sub.ev(lam.body)
+        if sub.hoisted or sub.key_sites:
+            raise EquinoxError(f"self.{attr}: a lambda that calls layers")
+        new = lam.with_changes(body=body)
+        prev = self.owner.lambdas.get(attr)
+        if prev is not None and code(prev) != code(new):
+            raise EquinoxError(f"self.{attr}: a lambda called with values of other ranks")
+        self.owner.lambdas[attr] = new
+        return out
 
     def _fix_input_rank(self, node: cst.BaseExpression, rank: int) -> None:
         """A model input whose rank a layer decided: later uses agree with it."""
@@ -1237,6 +1299,7 @@ class ClassInfo:
     output: Info | None = None
     new_call: cst.FunctionDef | None = None
     errors: list[str] = field(default_factory=list)
+    lambdas: dict[str, cst.Lambda] = field(default_factory=dict)  # per-example forms
 
 
 def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
@@ -1589,6 +1652,8 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
             new_body = _split_keys(new_body, getattr(c, "init_sites", 0))
         except EquinoxError as exc:
             c.errors.append(exc.message)
+        if c.lambdas:
+            new_body = [s.visit(_Lambdas(c.lambdas)) for s in new_body]
         new_init = _key_param(init, default_none=False).with_changes(
             body=init.body.with_changes(body=new_body))
         if c.errors:
