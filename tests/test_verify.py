@@ -260,7 +260,7 @@ def test_the_rules_given_are_the_rules_used():
         ({"target": f"{TORCH}::Missing"}, "has no 'Missing'; it defines Blocks, ConvNet"),
         ({"inputs": ["float32[4,8"]}, "bad input spec"),
         ({"inputs": []}, "no inputs"),
-        ({"jax_target": "equinox"}, "verify supports nnx, linen"),
+        ({"jax_target": "haiku"}, "verify supports nnx, linen, equinox"),
         ({"args": {}, "build": "MLP()"}, "not both"),
         ({"build": "MLP"}, "must be a call"),
         ({"build": "MLP("}, "not a Python expression"),

@@ -54,7 +54,7 @@ def convert(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to convert.")],
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Output folder (mirror tree).")] = None,
     target: Annotated[str | None, typer.Option(
-        help="nnx (linen and equinox are planned); default: [tool.torch2jax] target, else nnx.")] = None,
+        help="nnx, linen or equinox; default: [tool.torch2jax] target, else nnx.")] = None,
     in_place: Annotated[bool, typer.Option("--in-place", help="Rewrite files in place.")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 if anything would change.")] = False,

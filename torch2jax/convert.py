@@ -80,11 +80,18 @@ def convert_source(
     target: str = "nnx",
     rules: RuleSet | None = None,
     known_modules: set[str] | None = None,
+    fuse_layout: bool = True,
 ) -> ConversionResult:
     """Rewrite PyTorch ``source`` for ``target``. Never raises on untranslatable code: it is
     marked ``# TODO(torch2jax)`` and reported. Raises :class:`ParseError` on invalid Python."""
     rules = rules or load_rules()
     emitter = get_emitter(target)
+    if emitter.name == "equinox":  # a pass over the NNX translation (targets/equinox.py)
+        from torch2jax.targets.equinox import from_nnx
+
+        nnx = convert_source(source, path=path, rules=rules, known_modules=known_modules,
+                             fuse_layout=False)
+        return suppress(from_nnx(nnx, source, path), source) if nnx.uses_torch else nnx
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -120,7 +127,8 @@ def convert_source(
     transformer = TorchToJax(rules, index, emitter, path, report, training,
                              uses_train=_uses_train_mode(source), data=data_indexer.index)
     new = wrapper.visit(transformer)
-    new = new.visit(FuseLayoutMoves())
+    if fuse_layout:
+        new = new.visit(FuseLayoutMoves())
     new = _add_imports(new, transformer.imports_needed)
     diagnostics.sort(key=lambda d: (d.line, d.column))
     return suppress(ConversionResult(code=new.code, diagnostics=diagnostics), source)

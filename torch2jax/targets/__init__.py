@@ -36,7 +36,17 @@ LINEN = Emitter(
     imports=("import flax.linen as nn",),
 )
 
-TARGETS = {"nnx": NNX, "linen": LINEN}
+# equinox is a pass over the NNX translation (targets/equinox.py), not an emitter of the passes
+EQUINOX = Emitter(
+    name="equinox",
+    module_base="eqx.Module",
+    rngs_type="",
+    param="",
+    buffer="",
+    imports=("import equinox as eqx",),
+)
+
+TARGETS = {"nnx": NNX, "linen": LINEN, "equinox": EQUINOX}
 
 
 def get_emitter(name: str) -> Emitter:
@@ -44,6 +54,5 @@ def get_emitter(name: str) -> Emitter:
         return TARGETS[name]
     except KeyError:
         raise ValueError(
-            f"unknown target {name!r}; available: {', '.join(sorted(TARGETS))} "
-            "(equinox is planned)"
+            f"unknown target {name!r}; available: {', '.join(sorted(TARGETS))}"
         ) from None

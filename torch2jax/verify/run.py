@@ -44,7 +44,7 @@ from torch2jax.ruleset import RuleSet
 from torch2jax.verify.load import LoadError, find_name, load_module, split_target
 from torch2jax.verify.spec import InputSpec, parse_specs
 
-SUPPORTED_TARGETS = ("nnx", "linen")
+SUPPORTED_TARGETS = ("nnx", "linen", "equinox")
 _RNGS_NAME = "__torch2jax_rngs__"
 _OUR_CODE = str(Path(__file__).resolve().parents[1])  # frames in torch2jax itself are not news
 
@@ -660,6 +660,11 @@ def _run_jax_side(
         from torch2jax.verify.linen import run_linen_side
 
         run_linen_side(r, req, jax_module, jax_path, name, torch_model, specs)
+        return
+    if req.jax_target == "equinox":
+        from torch2jax.verify.equinox import run_equinox_side
+
+        run_equinox_side(r, req, jax_module, jax_path, name, torch_model, specs)
         return
     with _stage("building the JAX model"):
         jax_model = build_nnx_model(jax_module, name, req.args, req.build, req.seed)

@@ -1,0 +1,254 @@
+"""Verification for the equinox target: the same checks as for NNX, on an ``eqx.Module``.
+
+The converted model is per-example (docs/equinox.md), so both runs map it over the batch:
+``jax.vmap(model, axis_name="batch", in_axes=(0, ..., None), out_axes=(0, None))(*xs, state)``
+for a model that holds BatchNorm state, ``jax.vmap(model)(*xs)`` otherwise, under
+``eqx.filter_jit``, in ``eqx.nn.inference_mode``. Gradients come from ``eqx.filter_grad``.
+
+The torch state_dict goes into the model by path: equinox keeps torch's attribute names and
+torch's layouts (a Linear weight is ``(out, in)``, a conv weight ``(out, in, *k)``), so each
+entry is copied as it is, reshaped where equinox stores it with other unit axes (a conv bias
+is ``(out, 1, 1)``). A Sequential's layers are ``.layers[i]``, a list of blocks ``[i]``, a dict
+of submodules ``["name"]``. BatchNorm running statistics go into the ``eqx.nn.State`` at the
+layer's ``batch_state_index`` (mode ``"batch"``, whose counter stays 0: inference then uses the
+stored statistics as they are); ``num_batches_tracked`` has no counterpart.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from torch2jax.weights import ParamMapping, WeightTransferError, _storage_key, _to_numpy
+
+Step = tuple[str, Any]  # ("attr", name) | ("index", i) | ("key", k)
+_MAKE = "__torch2jax_make_with_state__"
+_KEY = "__torch2jax_key__"
+
+
+@dataclass
+class EquinoxPlan:
+    params: list[tuple[str, tuple[Step, ...]]] = field(default_factory=list)  # torch -> path
+    stats: dict[tuple[Step, ...], dict[str, str]] = field(default_factory=dict)  # bn -> mean/var
+    tied: dict[str, str] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+
+
+def walk(tree: Any, path: tuple[Step, ...]) -> Any:
+    for kind, k in path:
+        tree = getattr(tree, k) if kind == "attr" else tree[k]
+    return tree
+
+
+def _step(obj: Any, torch_parent: Any, component: str) -> Step:
+    import equinox as eqx
+    import torch
+
+    if isinstance(torch_parent, torch.nn.Sequential):
+        if not isinstance(obj, eqx.nn.Sequential):
+            raise KeyError(component)
+        return ("seq", int(component))
+    if isinstance(torch_parent, torch.nn.ModuleList):
+        return ("index", int(component))
+    if isinstance(torch_parent, torch.nn.ModuleDict):
+        return ("key", component)
+    return ("attr", component)
+
+
+def _expand(step: Step) -> tuple[Step, ...]:
+    if step[0] == "seq":
+        return (("attr", "layers"), ("index", step[1]))
+    return (step,)
+
+
+def plan_equinox(torch_model: Any, model: Any) -> EquinoxPlan:
+    import equinox as eqx
+
+    modules = dict(torch_model.named_modules(remove_duplicate=False))
+    state = torch_model.state_dict(keep_vars=True)
+    plan = EquinoxPlan()
+    problems: list[str] = []
+    carriers: dict[tuple, str] = {}
+    for key, tensor in state.items():
+        *parents, leaf = key.split(".")
+        storage = _storage_key(tensor)
+        obj, path, prefix = model, (), []
+        try:
+            for c in parents:
+                step = _step(obj, modules.get(".".join(prefix)), c)
+                for s in _expand(step):
+                    path = (*path, s)
+                    obj = walk(obj, (s,))
+                prefix.append(c)
+        except (KeyError, IndexError, AttributeError, ValueError):
+            if storage is not None and storage in carriers:  # a tied weight (an LM head)
+                plan.tied[key] = carriers[storage]
+            else:
+                problems.append(f"{key}: the equinox model has no {'.'.join(parents)}")
+            continue
+        if isinstance(obj, eqx.nn.BatchNorm) and leaf in ("running_mean", "running_var",
+                                                          "num_batches_tracked"):
+            if leaf == "num_batches_tracked":
+                plan.dropped.append(key)
+            elif obj.batch_state_index is None:
+                problems.append(f"{key}: {'.'.join(parents)} is not mode='batch'")
+            else:
+                plan.stats.setdefault(path, {})["mean" if leaf == "running_mean" else "var"] = key
+            continue
+        target = getattr(obj, leaf, None)
+        if target is None or not hasattr(target, "shape"):
+            if storage is not None and storage in carriers:
+                plan.tied[key] = carriers[storage]
+            else:
+                problems.append(f"{key}: the equinox model has no array {'.'.join(parents + [leaf])}")
+            continue
+        if int(np.prod(target.shape)) != tensor.numel():
+            problems.append(f"{key} {tuple(tensor.shape)} does not fit "
+                            f"{'.'.join(parents + [leaf])} {tuple(target.shape)}")
+            continue
+        if storage is not None:
+            carriers.setdefault(storage, key)
+        plan.params.append((key, (*path, ("attr", leaf))))
+    if problems:
+        raise WeightTransferError(problems)
+    return plan
+
+
+def transfer_to_equinox(torch_model: Any, model: Any, state: Any) -> tuple[Any, Any, EquinoxPlan]:
+    """The model (and state) holding the torch model's weights: ``eqx.tree_at`` by path."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    plan = plan_equinox(torch_model, model)
+    sd = torch_model.state_dict()
+    paths = [p for _, p in plan.params]
+    values = []
+    for key, path in plan.params:
+        leaf = walk(model, path)
+        values.append(jnp.asarray(_to_numpy(sd[key]).reshape(leaf.shape), dtype=leaf.dtype))
+    if paths:
+        model = eqx.tree_at(lambda mdl: [walk(mdl, p) for p in paths], model, replace=values)
+    for path, names in plan.stats.items():
+        bn = walk(model, path)
+        mean, var = state.get(bn.batch_state_index)
+        new = (jnp.asarray(_to_numpy(sd[names["mean"]]), mean.dtype) if "mean" in names else mean,
+               jnp.asarray(_to_numpy(sd[names["var"]]), var.dtype) if "var" in names else var)
+        state = state.set(bn.batch_state_index, new)
+    return model, state, plan
+
+
+def build_equinox_model(module: Any, name: str, args: dict | None, build: str | None,
+                        seed: int) -> tuple[Any, Any]:
+    """``eqx.nn.make_with_state(Name)(..., key=jax.random.key(seed))``: the same construction
+    as on the torch side with ``key=`` added to the outermost call."""
+    import equinox as eqx
+    import jax
+
+    from torch2jax.verify import run as vr
+
+    key = jax.random.key(seed)
+    if build is None:
+        cls = vr.find_name(module, name, module.__file__ or name)
+        return eqx.nn.make_with_state(cls)(**(args or {}), key=key)
+    tree = vr._build_call(build)
+    call = tree.body
+    assert isinstance(call, ast.Call)
+    call.func = ast.Call(func=ast.Name(_MAKE, ast.Load()), args=[call.func], keywords=[])
+    call.keywords.append(ast.keyword(arg="key", value=ast.Name(_KEY, ast.Load())))
+    ast.fix_missing_locations(tree)
+    namespace = {**vars(module), _MAKE: eqx.nn.make_with_state, _KEY: key}
+    return eval(compile(tree, "<--build>", "eval"), namespace)
+
+
+def takes_state(model: Any) -> bool:
+    return "state" in inspect.signature(type(model).__call__).parameters
+
+
+def batched(model: Any, n_inputs: int) -> Any:
+    """The per-example model mapped over the batch: ``f(state, *xs) -> (out, state)``."""
+    import jax
+
+    if takes_state(model):
+        mapped = jax.vmap(model, axis_name="batch", in_axes=(*(0,) * n_inputs, None),
+                          out_axes=(0, None))
+        return lambda state, *xs: mapped(*xs, state)
+    mapped = jax.vmap(model)
+    return lambda state, *xs: (mapped(*xs), state)
+
+
+def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
+                     torch_model: Any, specs: list) -> None:
+    """Build, transfer, run (under eqx.filter_jit) and differentiate the equinox model."""
+    import equinox as eqx
+    import jax.numpy as jnp
+    import torch
+
+    from torch2jax.verify import run as vr
+
+    with vr._stage("building the equinox model"):
+        model, state = build_equinox_model(jax_module, name, req.args, req.build, req.seed)
+    try:
+        model, state, plan = transfer_to_equinox(torch_model, model, state)
+    except WeightTransferError as exc:
+        raise vr.VerifyError(str(exc)) from None
+    note = f"{len(plan.params)} tensors transferred into the equinox model"
+    if plan.stats:
+        note += f", the running statistics of {len(plan.stats)} BatchNorm layers into its State"
+    if plan.tied:
+        note += "; tied: " + ", ".join(f"{k} -> {v}" for k, v in plan.tied.items())
+    r.notes.append(note)
+    model = eqx.nn.inference_mode(model)
+    r.notes.append("per-example model mapped over the batch with jax.vmap, "
+                   "eqx.nn.inference_mode")
+    rng = np.random.default_rng(req.seed)
+    arrays = [s.sample(rng) for s in specs]
+    r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
+    torch_in = vr._torch_inputs(arrays, specs)
+    jax_in = vr._jax_inputs(arrays, specs)
+    with vr._stage("the torch forward pass"), torch.no_grad():
+        torch_out = torch_model(*torch_in)
+    torch_leaves = [(k, vr._torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
+
+    def forward(model: Any, state: Any, xs: list) -> Any:
+        return batched(model, len(xs))(state, *xs)[0]
+
+    with vr._stage("the equinox forward pass (jax.vmap under eqx.filter_jit)"):
+        jax_out = eqx.filter_jit(forward)(model, state, jax_in)
+    jax_leaves = [(k, vr._jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
+    out = vr._compare_outputs(jax_leaves, torch_leaves, r)
+    r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
+    r.passed, r.mismatch = out.ok, out.first_failure
+    if not (req.grad and out.shapes_match):
+        if req.grad:
+            r.notes.append("gradients not compared: the outputs differ in structure or shape")
+        return
+    cots = vr._cotangents(torch_leaves, req.seed)
+    with vr._stage("the torch backward pass"):
+        tg = vr._torch_grads(torch_model, torch_in, cots)
+    jcots = {k: jnp.asarray(v) for k, v in cots.items()}
+
+    def scalar(model: Any, state: Any, xs: list) -> Any:
+        leaves = dict(vr.flatten_output(forward(model, state, xs)))
+        return sum(jnp.sum(leaves[k].astype(jnp.float32) * c) for k, c in jcots.items())
+
+    with vr._stage("the equinox gradient (eqx.filter_grad under eqx.filter_jit)"):
+        grads = eqx.filter_jit(eqx.filter_grad(scalar))(model, state, jax_in)
+    jg, mapping = {}, {}
+    params = {n for n, p in torch_model.named_parameters() if p.requires_grad}
+    by_name = dict(plan.params)
+    for tname in params:
+        carrier = plan.tied.get(tname, tname)
+        path = by_name.get(carrier)
+        if path is None:
+            continue
+        g = walk(grads, path)
+        jg[path] = np.zeros(walk(model, path).shape, np.float32) if g is None else np.asarray(g)
+        mapping[tname] = [ParamMapping(tname, "mapped", path, "as_is", None)]
+    g = vr._compare_grads(jg, tg, mapping, r)
+    r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
+    r.passed = r.passed and g.ok
+    r.mismatch = r.mismatch or g.first_failure
