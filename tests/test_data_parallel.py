@@ -138,3 +138,37 @@ def test_ddp_script_trains_the_same_on_1_and_8_devices(ddp_converted: str,
     assert abs(acc["1"] - acc["8"]) <= 0.01, acc
     assert min(acc.values()) >= 0.91, acc  # the torch script's threshold
     assert list(tmp_path.iterdir()) == [script]
+
+
+SPLITS = textwrap.dedent('''
+    import torch
+    from torch.utils.data import DataLoader, Subset, TensorDataset, random_split
+
+
+    def loaders(x, y, n_train):
+        full = TensorDataset(x, y)
+        train_set, val_set = random_split(full, [n_train, len(full) - n_train],
+                                          generator=torch.Generator().manual_seed(7))
+        head = Subset(full, [0, 1, 2])
+        return (DataLoader(train_set, batch_size=4), DataLoader(val_set, batch_size=4),
+                DataLoader(head, batch_size=2))
+''')
+
+
+def test_random_split_and_subset() -> None:
+    result = convert_source(SPLITS, path="splits.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert ".shuffle(seed=7)" in result.code  # the generator's seed
+    namespace: dict = {}
+    exec(compile(result.code, "splits.py", "exec"), namespace)  # noqa: S102 (our snippet)
+    x = np.arange(10, dtype=np.float32)[:, None]
+    train, val, head = namespace["loaders"](x, np.arange(10), 7)
+    train_y = np.concatenate([yb for _, yb in train])
+    val_y = np.concatenate([yb for _, yb in val])
+    # disjoint, together the whole dataset, the same on every call, pairs kept together
+    assert len(train_y) == 7 and len(val_y) == 3
+    assert sorted([*train_y.tolist(), *val_y.tolist()]) == list(range(10))
+    again = np.concatenate([yb for _, yb in namespace["loaders"](x, np.arange(10), 7)[0]])
+    assert np.array_equal(train_y, again)
+    assert all(np.array_equal(xb[:, 0], yb) for xb, yb in train)
+    assert [np.asarray(yb).tolist() for _, yb in head] == [[0, 1], [2]]

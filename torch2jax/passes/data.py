@@ -35,6 +35,8 @@ DATASET_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
 ITERABLE_BASES = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
 LOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
+RANDOM_SPLITS = {"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"}
+SUBSETS = {"torch.utils.data.Subset", "torch.utils.data.dataset.Subset"}
 DIST_SAMPLERS = {"torch.utils.data.DistributedSampler",
                  "torch.utils.data.distributed.DistributedSampler"}
 RANDOM_SAMPLERS = {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.RandomSampler"}
@@ -80,7 +82,7 @@ class DataIndex:
     loaders: dict[str, LoaderSite] = field(default_factory=dict)  # variable -> loader
     wrapped: set[str] = field(default_factory=set)  # variables holding a DDP(...) model
     scalers: set[str] = field(default_factory=set)  # GradScaler variables
-    tensor_datasets: set[str] = field(default_factory=set)
+    tensor_datasets: set[str] = field(default_factory=set)  # names holding a grain MapDataset
     distributed: bool = False  # the script uses torch.distributed or DDP
     seed: cst.BaseExpression | None = None  # torch.manual_seed's argument
     model_classes: dict[str, str] = field(default_factory=dict)  # variable -> its module class
@@ -125,6 +127,13 @@ class DataIndexer(cst.CSTVisitor):
             self.index.seed = node.args[0].value
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if (len(node.targets) == 1 and isinstance(node.targets[0].target, (cst.Tuple, cst.List))
+                and isinstance(node.value, cst.Call)
+                and (self.q(node.value.func) or "") in RANDOM_SPLITS):
+            for e in node.targets[0].target.elements:
+                if isinstance(e.value, cst.Name):
+                    self.index.tensor_datasets.add(e.value.value)
+            return
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
             return
         name = node.targets[0].target.value
@@ -143,7 +152,7 @@ class DataIndexer(cst.CSTVisitor):
             self.index.wrapped.add(name)
         elif q in SCALERS:
             self.index.scalers.add(name)
-        elif q in TENSOR_DATASETS:
+        elif q in TENSOR_DATASETS or q in SUBSETS:
             self.index.tensor_datasets.add(name)
 
     def _shuffled(self, call: cst.Call) -> bool:
@@ -238,10 +247,7 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
         raise Untranslatable("DataLoader(sampler=...) with a sampler that is not translated "
                              "(DistributedSampler, RandomSampler and SequentialSampler are)",
                              rule="torch.utils.data.DataLoader")
-    if isinstance(dataset, cst.Name) and dataset.value in data.tensor_datasets:
-        pipeline = code(dataset)  # already a MapDataset
-    else:
-        pipeline = f"grain.MapDataset.source({code(dataset)})"
+    pipeline = _source(dataset, data)
     if epoch is not None:
         if site is not None and site.kind == "distributed":
             base = site.seed if site.seed is not None else cst.Integer("0")
@@ -278,6 +284,58 @@ def tensor_dataset(node: cst.Call) -> cst.BaseExpression:
     if len(tensors) == 1:
         items += ","
     return expr(f"grain.MapDataset.range(len({first})).map(lambda i: ({items}))")
+
+
+def _source(dataset: cst.BaseExpression, data: DataIndex) -> str:
+    if isinstance(dataset, cst.Name) and dataset.value in data.tensor_datasets:
+        return code(dataset)  # already a MapDataset
+    return f"grain.MapDataset.source({code(dataset)})"
+
+
+def random_split(node: cst.Call, data: DataIndex) -> cst.BaseExpression:
+    """``random_split(ds, [a, b], generator=g)`` -> disjoint slices of one seeded permutation:
+    ``(base.shuffle(seed=s)[0:a], base.shuffle(seed=s)[a:a + b])``."""
+    b = bind(node.args, ("dataset", "lengths", "generator"))
+    dataset, lengths = b.get("dataset"), b.get("lengths")
+    if dataset is None or not isinstance(lengths, (cst.List, cst.Tuple)):
+        raise Untranslatable("random_split with lengths that are not a list",
+                             rule="torch.utils.data.random_split")
+    parts = [e.value for e in lengths.elements]
+    if any(isinstance(p, cst.Float) for p in parts):
+        raise Untranslatable("random_split with fractions: torch's rounding of the lengths is "
+                             "not reproduced; give integer lengths",
+                             rule="torch.utils.data.random_split")
+    seed = _generator_seed(b.get("generator"))
+    if seed is None:
+        seed = data.seed if data.seed is not None else cst.Integer("0")
+    base = f"{_source(dataset, data)}.shuffle(seed={code(seed)})"
+    slices, start = [], "0"
+    for part in parts:
+        text = code(part) if isinstance(part, (cst.Name, cst.Integer, cst.Call, cst.Attribute)) \
+            else f"({code(part)})"
+        stop = code(part) if start == "0" else f"{start} + {text}"
+        slices.append(f"{base}[{start}:{stop}]")
+        start = stop
+    return expr("(" + ", ".join(slices) + ("," if len(slices) == 1 else "") + ")")
+
+
+def _generator_seed(gen: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """``torch.Generator().manual_seed(s)`` -> ``s``."""
+    if m.matches(gen, m.Call(func=m.Attribute(value=m.Call(), attr=m.Name("manual_seed")))) \
+            and gen.args:
+        return gen.args[0].value
+    return None
+
+
+def subset(node: cst.Call, data: DataIndex) -> cst.BaseExpression:
+    """``Subset(ds, indices)`` -> a MapDataset of ``ds[indices[i]]``."""
+    b = bind(node.args, ("dataset", "indices"))
+    dataset, indices = b.get("dataset"), b.get("indices")
+    if dataset is None or indices is None:
+        raise Untranslatable("Subset without a dataset and indices",
+                             rule="torch.utils.data.Subset")
+    return expr(f"grain.MapDataset.range(len({code(indices)})).map("
+                f"lambda i: {code(dataset)}[{code(indices)}[i]])")
 
 
 def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:

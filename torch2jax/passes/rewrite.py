@@ -1467,9 +1467,17 @@ class TorchToJax(cst.CSTTransformer):
             self.diag(original, name, "info", "DistributedDataParallel removed: the batch is "
                       "sharded over the devices and XLA inserts the gradient all-reduce")
             return module
+        if name == "torch.Generator" and self._seeds_a_split(original):
+            return updated  # torch.Generator().manual_seed(s): random_split reads s
         if name in dt.TENSOR_DATASETS:
             self.need("grain")
             return dt.tensor_dataset(updated)
+        if name in dt.RANDOM_SPLITS:
+            self.need("grain")
+            return dt.random_split(updated, self.data)
+        if name in dt.SUBSETS:
+            self.need("grain")
+            return dt.subset(updated, self.data)
         if name in dt.LOADERS:
             target = self._assign_target(original)
             site = self.data.loaders.get(target or "")
@@ -1484,6 +1492,15 @@ class TorchToJax(cst.CSTTransformer):
                 name in dt.DIST_DROPPED or name == dt.DIST_INIT):
             return updated  # statements, arguments and with blocks: handled there
         return None
+
+    def _seeds_a_split(self, node: cst.Call) -> bool:
+        chain = [node]
+        for _ in range(4):  # Call <- Attribute <- Call(manual_seed) <- Arg <- random_split
+            chain.append(self.get_metadata(ParentNodeProvider, chain[-1], None))
+        attr, seeded, argument, split = chain[1:]
+        return (isinstance(attr, cst.Attribute) and attr.attr.value == "manual_seed"
+                and isinstance(argument, cst.Arg) and isinstance(split, cst.Call)
+                and (self.q(split.func) or "") in dt.RANDOM_SPLITS)
 
     def _assign_target(self, node: cst.CSTNode) -> str | None:
         parent = self.get_metadata(ParentNodeProvider, node, None)
