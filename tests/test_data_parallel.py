@@ -110,6 +110,12 @@ def test_ddp_script_becomes_one_program(ddp_converted: str) -> None:
     assert "model.set_attributes(dtype=jnp.bfloat16" in code
 
 
+def test_shard_params_splits_the_state(ddp_converted: str) -> None:
+    code = convert_source(DDP.read_text(), path=str(DDP), shard="params").code
+    assert "jax.device_put(shard_state, state_sharding)" in code
+    assert "state_sharding" not in ddp_converted  # --shard data (the default) replicates
+
+
 def _run(script: Path, devices: int, cwd: Path) -> str:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
            "JAX_PLATFORMS": "cpu"}
@@ -124,20 +130,25 @@ def test_ddp_script_trains_the_same_on_1_and_8_devices(ddp_converted: str,
                                                         tmp_path: Path) -> None:
     script = tmp_path / DDP.name
     script.write_text(ddp_converted)
+    sharded = tmp_path / "params" / DDP.name
+    sharded.parent.mkdir()
+    sharded.write_text(convert_source(DDP.read_text(), path=str(DDP), shard="params").code)
     one = _run(script, 1, tmp_path)
     eight = _run(script, 8, tmp_path)
     again = _run(script, 1, tmp_path)
+    fsdp = _run(sharded, 8, tmp_path)
     assert one == again  # same seed, same batches, same numbers
-    losses = {n: [float(v) for _, v in EPOCH.findall(out)] for n, out in
-              (("1", one), ("8", eight))}
-    assert len(losses["1"]) == len(losses["8"]) == 12
-    # the batch is the same global batch on both; only the order of the bfloat16 reductions
+    runs = {"1": one, "8": eight, "8 params": fsdp}
+    losses = {n: [float(v) for _, v in EPOCH.findall(out)] for n, out in runs.items()}
+    assert [len(v) for v in losses.values()] == [12, 12, 12]
+    # the batch is the same global batch on all; only the order of the bfloat16 reductions
     # differs between one device and eight
-    assert max(abs(a - b) for a, b in zip(losses["1"], losses["8"])) < 0.02, losses
-    acc = {n: float(FINAL.search(out)[1]) for n, out in (("1", one), ("8", eight))}
-    assert abs(acc["1"] - acc["8"]) <= 0.01, acc
+    for n in ("8", "8 params"):
+        assert max(abs(a - b) for a, b in zip(losses["1"], losses[n])) < 0.02, losses
+    acc = {n: float(FINAL.search(out)[1]) for n, out in runs.items()}
+    assert max(acc.values()) - min(acc.values()) <= 0.01, acc
     assert min(acc.values()) >= 0.91, acc  # the torch script's threshold
-    assert list(tmp_path.iterdir()) == [script]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([script.name, "params"])
 
 
 SPLITS = textwrap.dedent('''
@@ -172,3 +183,20 @@ def test_random_split_and_subset() -> None:
     assert np.array_equal(train_y, again)
     assert all(np.array_equal(xb[:, 0], yb) for xb, yb in train)
     assert [np.asarray(yb).tolist() for _, yb in head] == [[0, 1], [2]]
+
+
+def test_shard_option_is_checked(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from torch2jax.cli import app
+    from torch2jax.config import ConfigError, find_config
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n")
+    done = CliRunner().invoke(app, ["convert", str(script), "--shard", "everything", "--diff"])
+    assert done.exit_code == 2 and "--shard everything" in done.output
+    (tmp_path / "pyproject.toml").write_text('[tool.torch2jax]\nshard = "layers"\n')
+    with pytest.raises(ConfigError, match="shard must be"):
+        find_config(script)
+    (tmp_path / "pyproject.toml").write_text('[tool.torch2jax]\nshard = "params"\n')
+    assert find_config(script).shard == "params"

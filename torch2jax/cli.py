@@ -25,7 +25,8 @@ out_console = Console(soft_wrap=True)
 
 
 def _setup(paths: list[Path], target: str | None, exclude: list[str] | None,
-           rules_dirs: list[Path] | None) -> tuple[Config, Options, tuple[Exclude, ...]]:
+           rules_dirs: list[Path] | None, shard: str | None = None
+           ) -> tuple[Config, Options, tuple[Exclude, ...]]:
     """The configuration ([tool.torch2jax] above the first path) merged with the options."""
     cfg = find_config(paths[0]) if paths else Config()
     rule_dirs = (*cfg.rules, *(d.resolve() for d in rules_dirs or ()))
@@ -33,7 +34,7 @@ def _setup(paths: list[Path], target: str | None, exclude: list[str] | None,
         load_user_rules(rule_dirs)  # validate now: a bad rule file is a usage error
     get_emitter(target or cfg.target or "nnx")
     options = Options(target=target or cfg.target or "nnx", rule_dirs=rule_dirs,
-                      ignore=cfg.ignore)
+                      ignore=cfg.ignore, shard=shard or cfg.shard or "data")
     excludes = (Exclude(cfg.exclude, cfg.base), Exclude(tuple(exclude or ())))
     return cfg, options, excludes
 
@@ -55,6 +56,10 @@ def convert(
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Output folder (mirror tree).")] = None,
     target: Annotated[str | None, typer.Option(
         help="nnx, linen or equinox; default: [tool.torch2jax] target, else nnx.")] = None,
+    shard: Annotated[str | None, typer.Option(
+        help="Data-parallel scripts: data (batches split over the devices, the state "
+             "replicated) or params (the parameters and optimizer state split too, FSDP-style); "
+             "default: [tool.torch2jax] shard, else data.")] = None,
     in_place: Annotated[bool, typer.Option("--in-place", help="Rewrite files in place.")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 if anything would change.")] = False,
@@ -81,7 +86,9 @@ def convert(
                 raise _usage_error(f"-o {out} is the input folder {p}: the output would "
                                    "overwrite the input")
     try:
-        _, options, excludes = _setup(paths, target, exclude, rules_dir)
+        if shard not in (None, "data", "params"):
+            raise _usage_error(f"--shard {shard}: expected data or params")
+        _, options, excludes = _setup(paths, target, exclude, rules_dir, shard)
     except (ValueError, RuleError, ConfigError) as exc:
         raise _usage_error(str(exc)) from None
     mode = "out" if out is not None else "in-place" if in_place else "diff" if diff else "check"

@@ -9,6 +9,7 @@ may leave the configuration to the repository's)::
     exclude = ["legacy/", "*_old.py"]   # gitignore patterns, relative to this pyproject.toml
     rules = ["tools/torch2jax_rules"]   # folders of extra rule files (*.toml), relative to it
     ignore = ["torch.distributed.*"]    # rule ids whose diagnostics (and TODOs) are dropped
+    shard = "data"                      # what --shard defaults to (data or params)
 
 Every error names the file and the key (or the rule file and the rule) at fault.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from torch2jax.ruleset import RuleError, RuleSet, load_rules, parse_rule_text
 
-KEYS = {"target": str, "exclude": list, "rules": list, "ignore": list}
+KEYS = {"target": str, "exclude": list, "rules": list, "ignore": list, "shard": str}
 
 
 class ConfigError(ValueError):
@@ -33,6 +34,7 @@ class ConfigError(ValueError):
 class Config:
     path: Path | None = None  # the pyproject.toml it came from
     target: str | None = None
+    shard: str | None = None
     exclude: tuple[str, ...] = ()
     rules: tuple[Path, ...] = ()
     ignore: tuple[str, ...] = ()
@@ -82,7 +84,9 @@ def load_config(pyproject: Path) -> Config | None:
     for r in rules:
         if not r.is_dir():
             raise ConfigError(f"{where}: rules: {r} is not a folder")
-    return Config(path=pyproject.resolve(), target=table.get("target"),
+    if table.get("shard", "data") not in ("data", "params"):
+        raise ConfigError(f"{where}: shard must be \"data\" or \"params\"")
+    return Config(path=pyproject.resolve(), target=table.get("target"), shard=table.get("shard"),
                   exclude=tuple(table.get("exclude", [])), rules=rules,
                   ignore=tuple(table.get("ignore", [])))
 

@@ -81,6 +81,7 @@ def convert_source(
     rules: RuleSet | None = None,
     known_modules: set[str] | None = None,
     fuse_layout: bool = True,
+    shard: str = "data",
 ) -> ConversionResult:
     """Rewrite PyTorch ``source`` for ``target``. Never raises on untranslatable code: it is
     marked ``# TODO(torch2jax)`` and reported. Raises :class:`ParseError` on invalid Python."""
@@ -124,6 +125,7 @@ def convert_source(
     index.rngs_functions -= training.self_keyed
     data_indexer = DataIndexer(index.module_classes)
     wrapper.visit(data_indexer)
+    data_indexer.index.shard = shard
     transformer = TorchToJax(rules, index, emitter, path, report, training,
                              uses_train=_uses_train_mode(source), data=data_indexer.index)
     new = wrapper.visit(transformer)

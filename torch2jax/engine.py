@@ -49,6 +49,7 @@ def default_jobs() -> int:
 @dataclass
 class Options:
     target: str = "nnx"
+    shard: str = "data"  # data parallelism: "data" (batches) or "params" (also the state)
     rule_dirs: tuple[Path, ...] = ()
     ignore: tuple[str, ...] = ()
     max_bytes: int | None = None  # None: MAX_BYTES
@@ -103,7 +104,7 @@ def convert_file(path: str, known: frozenset[str] = frozenset()) -> Outcome:
         return Outcome(path, "unchanged", text, encoding, text)
     try:
         result = convert_source(text, path=path, target=options.target, rules=_WORKER["rules"],
-                                known_modules=set(known))
+                                known_modules=set(known), shard=options.shard)
     except ParseError as exc:
         return failed("parse", *_parse_message(str(exc), path))
     except RecursionError:

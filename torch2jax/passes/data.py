@@ -90,6 +90,7 @@ class DataIndex:
     # (self.config = config): it becomes a static attribute of the NNX graph, which may not
     # be hashable, so a jax.jit function cannot take the graph's definition as a static arg
     opaque_static: set[str] = field(default_factory=set)
+    shard: str = "data"  # "params": the model and optimizer state are split over the devices
 
     def functional_ok(self, model: str, module_classes: set[str]) -> bool:
         """Whether ``model``'s graph definition can be a static argument of jax.jit."""
@@ -381,6 +382,21 @@ def distributed_init() -> cst.If:
 
 def mesh_statements() -> list[cst.BaseStatement]:
     return list(cst.parse_module(MESH).body)
+
+
+def shard_state(model: str, optimizer: str) -> list[cst.BaseStatement]:
+    """--shard params: each array of the model and optimizer state split along its first axis
+    over the data axis where that axis divides, replicated otherwise (FSDP-style); XLA gathers
+    what each step needs."""
+    return list(cst.parse_module(
+        f"shard_state = nnx.state(({model}, {optimizer}))  # --shard params\n"
+        "state_sharding = jax.tree.map(\n"
+        "    lambda a: NamedSharding(mesh, P(\"data\") if a.ndim and a.shape[0] % mesh.size == 0"
+        " else P()),\n"
+        "    shard_state,\n"
+        ")\n"
+        f"nnx.update(({model}, {optimizer}), jax.device_put(shard_state, state_sharding))\n"
+    ).body)
 
 
 def shard_batch(names: list[str]) -> cst.SimpleStatementLine:

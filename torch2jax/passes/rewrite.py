@@ -1097,8 +1097,8 @@ class TorchToJax(cst.CSTTransformer):
             outer = self._for_stack[0] if self._for_stack else original_node
             loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
             site = t.optimizer_names[name]
-            kwargs = dict(optimizer=name, model=model, loop_names=loop_names,
-                          step_name="train_step", accumulate=site.accumulate is not None)
+            kwargs = {"optimizer": name, "model": model, "loop_names": loop_names,
+                      "step_name": "train_step", "accumulate": site.accumulate is not None}
             step = tr.build_train_step(body, functional=True, **kwargs) if (
                 self.data.functional_ok(model, self.index.module_classes)) else None
             around = tr.functional_loop(step, model, name) if step is not None else None
@@ -1115,6 +1115,8 @@ class TorchToJax(cst.CSTTransformer):
                     # the batch is split over the devices; the replicated parameters follow
                     self.need("jax", "sharding")
                     self._hoist.extend(dt.mesh_statements())
+                    if self.data.shard == "params":
+                        self._hoist.extend(dt.shard_state(model, name))
                     new_body = [dt.shard_batch(batch), *new_body]
                 self._hoist.append(step.function)
                 node = node.with_changes(body=node.body.with_changes(body=new_body))
