@@ -117,7 +117,12 @@ def test_shard_params_splits_the_state(ddp_converted: str) -> None:
 
 
 def _run(script: Path, devices: int, cwd: Path) -> str:
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+    # a loaded machine can hold one simulated device back longer than the default 40 s wait
+    # of a CPU collective
+    flags = (f"--xla_force_host_platform_device_count={devices} "
+             "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
+             "--xla_cpu_collective_timeout_seconds=600")
+    env = {**os.environ, "XLA_FLAGS": flags,
            "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
                           text=True, timeout=300, check=False, env=env)

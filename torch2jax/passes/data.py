@@ -91,6 +91,7 @@ class DataIndex:
     # be hashable, so a jax.jit function cannot take the graph's definition as a static arg
     opaque_static: set[str] = field(default_factory=set)
     shard: str = "data"  # "params": the model and optimizer state are split over the devices
+    aliasing: bool = False  # a module class assigns self.a = self.b (a shared Variable)
 
     def functional_ok(self, model: str, module_classes: set[str]) -> bool:
         """Whether ``model``'s graph definition can be a static argument of jax.jit."""
@@ -111,6 +112,10 @@ class DataIndexer(cst.CSTVisitor):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if node.name.value not in self.module_classes:
             return
+        for assign in _assignments(node):
+            if len(assign.targets) == 1 and all(m.matches(e, m.Attribute()) and code(
+                    e).startswith("self.") for e in (assign.targets[0].target, assign.value)):
+                self.index.aliasing = True
         for stmt in node.body.body:
             if (isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__"
                     and _keeps_opaque_argument(stmt)):

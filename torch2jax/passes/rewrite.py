@@ -1103,7 +1103,7 @@ class TorchToJax(cst.CSTTransformer):
                 self.data.functional_ok(model, self.index.module_classes)) else None
             around = tr.functional_loop(step, model, name) if step is not None else None
             if around is None:  # the loop reads the model between steps: the nnx.jit step
-                step = tr.build_train_step(body, **kwargs)
+                step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
             else:
                 self.need("jax", "partial")
             if step is not None:
@@ -1338,7 +1338,7 @@ class TorchToJax(cst.CSTTransformer):
                 body[i], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])))):
             i += 1
         if self._eval_step:
-            body.insert(i, tr.eval_step_function())
+            body.insert(i, tr.eval_step_function(tree_mode=not self.data.aliasing))
             if i < len(body) - 1:
                 body[i + 1] = body[i + 1].with_changes(leading_lines=[
                     cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
