@@ -422,3 +422,39 @@ def test_whole_module_verifies(tmp_path, name, spec):
                                        atol=1e-5, rtol=1e-5))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
+
+
+# --- F.scaled_dot_product_attention ----------------------------------------------------------
+
+@pytest.mark.parametrize("torch_expr,shape", [
+    ("F.scaled_dot_product_attention(q, k, v)", (2, 3, 5, 4)),
+    ("F.scaled_dot_product_attention(q, k, v, is_causal=True)", (2, 3, 5, 4)),
+    ("F.scaled_dot_product_attention(q, k, v, scale=0.3, dropout_p=0.0)", (2, 3, 5, 4)),
+    ("F.scaled_dot_product_attention(q, k, v, is_causal=True)", (3, 5, 4)),  # no batch axis
+])
+def test_scaled_dot_product_attention_matches_torch(torch_expr, shape):
+    source = ("import torch\nimport torch.nn.functional as F\n\n\n"
+              f"def f(q, k, v):\n    return {torch_expr}\n")
+    result = convert_source(source, path="<sdpa>")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+    want = ns_t["f"](*(torch.from_numpy(a) for a in (q, k, v))).numpy()
+    got = np.asarray(ns_j["f"](*(jnp.asarray(a) for a in (q, k, v))))
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("call", [
+    "F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
+    "F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)",
+])
+def test_scaled_dot_product_attention_refuses_what_it_cannot_map(call):
+    source = f"import torch.nn.functional as F\n\n\ndef f(q, k, v, m):\n    return {call}\n"
+    result = convert_source(source, path="<sdpa>")
+    assert "TODO(torch2jax)" in result.code
+    assert [d.rule for d in result.diagnostics if d.severity == "error"]

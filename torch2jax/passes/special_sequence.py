@@ -243,3 +243,27 @@ def gru(site: Site) -> cst.BaseExpression:
     raise Untranslatable(f"{site.rule.torch}: nnx.GRUCell has no hidden-side bias b_hn inside "
                          "r * (W_hn h + b_hn) (flax 0.12: n = tanh(W_in x + b_in + r * W_hn h)), "
                          "so torch's GRU is not reproduced; write a GRU cell by hand")
+
+
+@special("scaled_dot_product_attention")
+def scaled_dot_product_attention(site: Site) -> cst.BaseExpression:
+    q, k, v = (_required(site, n) for n in ("query", "key", "value"))
+    if site.lit("attn_mask") is not None:
+        raise Untranslatable("scaled_dot_product_attention(attn_mask=...): a boolean mask "
+                             "(jax's mask=) and a float mask (jax's bias=) look the same here; "
+                             "pass mask= or bias= to jax.nn.dot_product_attention")
+    if site.lit("dropout_p") not in (0, 0.0):
+        raise Untranslatable("scaled_dot_product_attention with dropout_p: "
+                             "jax.nn.dot_product_attention has no dropout")
+    if site.lit("enable_gqa") not in (False, None):
+        raise Untranslatable("scaled_dot_product_attention(enable_gqa=True)")
+    swapped = [f"jnp.swapaxes({code(t)}, -3, -2)" for t in (q, k, v)]
+    extra = []
+    causal = site.get("is_causal")
+    if causal is not None and site.lit("is_causal") is not False:
+        extra.append(f"is_causal={code(causal)}")
+    scale = site.get("scale")
+    if scale is not None and site.lit("scale") is not None:
+        extra.append(f"scale={code(scale)}")
+    inner = ", ".join([*swapped, *extra])
+    return expr(f"jnp.swapaxes(jax.nn.dot_product_attention({inner}), -3, -2)")
