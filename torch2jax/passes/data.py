@@ -279,6 +279,28 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
     return expr(pipeline), notes
 
 
+def host_arrays(init: cst.FunctionDef) -> cst.FunctionDef:
+    """A Dataset's ``__init__``: ``self.x = value`` -> ``self.x = jax.device_get(value)``.
+
+    grain reads a dataset one element at a time on the host; JAX arrays would be indexed on
+    the device element by element and copied back for every batch. ``jax.device_get`` turns
+    JAX arrays (also inside tuples and lists) into numpy arrays and leaves anything else (file
+    names, transforms) as it is."""
+    body = []
+    for stmt in init.body.body:
+        if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1
+                and m.matches(stmt.body[0].targets[0].target,
+                              m.Attribute(value=m.Name("self")))
+                and not isinstance(stmt.body[0].value, (cst.SimpleString, cst.Integer,
+                                                        cst.Float, cst.FormattedString))):
+            a = stmt.body[0]
+            stmt = stmt.with_changes(body=[a.with_changes(value=cst.Call(
+                func=expr("jax.device_get"), args=[cst.Arg(a.value)]))])
+        body.append(stmt)
+    return init.with_changes(body=init.body.with_changes(body=body))
+
+
 def tensor_dataset(node: cst.Call) -> cst.BaseExpression:
     """``TensorDataset(a, b)`` -> a grain MapDataset of ``(a[i], b[i])``."""
     tensors = [a.value for a in node.args if a.keyword is None and not a.star]

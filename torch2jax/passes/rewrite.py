@@ -271,6 +271,10 @@ class TorchToJax(cst.CSTTransformer):
             keep.append(b)
         if len(keep) == len(updated_node.bases):
             return updated_node
+        self.need("jax")
+        updated_node = updated_node.with_changes(body=updated_node.body.with_changes(body=[
+            dt.host_arrays(st) if isinstance(st, cst.FunctionDef) and st.name.value == "__init__"
+            else st for st in updated_node.body.body]))
         if not keep:
             return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
                                              rpar=cst.MaybeSentinel.DEFAULT)
