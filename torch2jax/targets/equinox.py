@@ -33,6 +33,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.passes.common import Untranslatable, code, expr, int_value, try_literal
+from torch2jax.targets import equinox_training as training
 
 RULE = "equinox"
 KEY = "__key{}__"  # placeholders for per-call keys, named once a function is done
@@ -363,6 +364,9 @@ class _InitRewriter(cst.CSTTransformer):
             lay = self._seq_layer(value)
         if isinstance(value, cst.Lambda):
             lay = Layer("lambda", node=value)
+        if lay is None and isinstance(value, cst.Attribute) and code(value).startswith(
+                ELEMENTWISE_PREFIXES):
+            lay = Layer("fn")  # a function stored as an attribute: `self.act = jax.nn.relu`
         if isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
             self.attrs.setdefault(target.attr.value, lay or Layer("value"))
         elif isinstance(target, cst.Name) and lay is not None:
@@ -1568,6 +1572,11 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
     frozen = _freezable_dataclasses(module) if _stores_objects(f) else set()
     torch_defs = {s.name.value: s for s in torch_module.body
                   if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+    # training code (optimizer, train and eval steps, loops): equinox_training.py
+    rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
+            and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
+    flags = {n: (c.stateful, c.keyed) for n, c in f.classes.items()}
+    translated = dict(zip(map(id, rest), training.translate(rest, flags), strict=True))
     for s in module.body:
         if isinstance(s, cst.ClassDef) and s.name.value in f.classes:
             new, callable_, any_ = _emit_class(f.classes[s.name.value], f)
@@ -1578,6 +1587,14 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
             body.append(_freeze(s))
         elif isinstance(s, cst.FunctionDef) and s.name.value in f.builders:
             body.append(f.builders[s.name.value][0])
+        elif id(s) in translated:
+            done = translated[id(s)]
+            if isinstance(done, str):
+                body.append(_torch_back(s, torch_defs, done))
+            elif any("nnx." in code(n) or "rngs" in code(n) for n in done):
+                body.append(_torch_back(s, torch_defs))
+            else:
+                body += done
         elif ("nnx." in code(s) or "rngs" in code(s)) and not _is_import(s):
             body.append(_torch_back(s, torch_defs))
         else:
@@ -1648,9 +1665,11 @@ def _is_import(s: cst.BaseStatement) -> bool:
     return m.matches(s, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))
 
 
-def _torch_back(s: cst.BaseStatement, torch_defs: dict) -> cst.BaseStatement:
-    """Training code (NNX-only so far): the torch original, marked."""
-    msg = "training code is translated for the nnx target only so far (equinox: not yet)"
+def _torch_back(s: cst.BaseStatement, torch_defs: dict, why: str = "") -> cst.BaseStatement:
+    """Training code this pass does not translate: the torch original, marked."""
+    msg = (f"training code with no equinox translation: {why}" if why else
+           "training code with no equinox translation (NNX constructs this pass does not "
+           "rewrite)")
     if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value in torch_defs:
         return _todo(torch_defs[s.name.value], msg)
     return _todo(_comment_out(s), msg)
