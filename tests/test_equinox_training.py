@@ -24,6 +24,7 @@ import pytest
 from launch import torchrun_env
 
 from torch2jax.convert import convert_source
+from torch2jax.verify.trajectory import TrainSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINING = ROOT / "fixtures" / "training"
@@ -173,3 +174,57 @@ def test_converted_script_reaches_torch_accuracy(path: Path, converted, tmp_path
     print(f"{path.stem}: torch {torch_acc:.4f}  equinox {jax_acc:.4f}")
     assert abs(jax_acc - torch_acc) <= WITHIN, (torch_acc, jax_acc)
     assert list(run_dir.iterdir()) == [], "a training script wrote files"
+
+
+# --- trajectories: the equinox train step against torch, 10 steps --------------------------
+
+TRAJECTORIES = {
+    "mlp-adamw-cosine-clip": ("mlp", {"in_features": 6, "hidden_sizes": [8], "num_classes": 3},
+                              ["float32[4,6]"], TrainSpec(
+        optimizer="torch.optim.AdamW(params, lr=1e-2, weight_decay=1e-2)",
+        scheduler="torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10)",
+        clip_grad_norm=0.5, loss="F.cross_entropy(output, labels)", labels="int64[4]:3")),
+    "mlp-sgd-nesterov-steplr": ("mlp", {"in_features": 6, "hidden_sizes": [8],
+                                        "num_classes": 3}, ["float32[4,6]"], TrainSpec(
+        optimizer="torch.optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True, "
+                  "weight_decay=5e-4)",
+        scheduler="torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.3)",
+        loss="F.cross_entropy(output, labels, label_smoothing=0.1)", labels="int64[4]:3")),
+    # BatchNorm in training mode (batch statistics over the vmapped batch), dropout off
+    "cnn-sgd-momentum": ("cnn", {"num_classes": 4}, ["float32[4,3,32,32]"], TrainSpec(
+        optimizer="torch.optim.SGD(params, lr=0.01, momentum=0.9)",
+        loss="F.cross_entropy(output, labels)", labels="int64[4]:4")),
+}
+
+
+@pytest.fixture(scope="module")
+def equinox_models(tmp_path_factory) -> dict[str, tuple[object, object]]:
+    from torch2jax.verify.load import load_module
+
+    out = tmp_path_factory.mktemp("equinox_models")
+    models = {}
+    for stem in ("mlp", "cnn"):
+        src = ROOT / "fixtures" / "models" / f"{stem}.py"
+        (out / src.name).write_text(convert_source(src.read_text(), path=str(src),
+                                                   target="equinox").code)
+        models[stem] = (load_module(src), load_module(out / src.name, prefix="eqx_traj"))
+    return models
+
+
+@pytest.mark.parametrize("key", sorted(TRAJECTORIES))
+def test_equinox_train_step_follows_torch_for_10_steps(key: str, equinox_models) -> None:
+    import torch
+
+    from torch2jax.verify.equinox import train_equinox
+
+    stem, args, inputs, spec = TRAJECTORIES[key]
+    torch_module, eqx_module = equinox_models[stem]
+    name = stem.upper()
+    torch.manual_seed(0)
+    torch_model = getattr(torch_module, name)(**args)
+    r = train_equinox(torch_model, eqx_module, name, args, spec, inputs,
+                      rtol=1e-5)
+    print(f"{key}: loss rel {r.loss_max_rel_diff:.2e}  param rel {r.param_max_rel_diff:.2e}")
+    assert len(r.losses_torch) == 10 and r.compared
+    assert r.loss_max_rel_diff <= 1e-5, (r.losses_torch, r.losses_jax)
+    assert r.param_max_rel_diff <= 1e-5, r.worst_param

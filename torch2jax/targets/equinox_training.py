@@ -83,6 +83,9 @@ def _step_parts(fn: cst.FunctionDef) -> dict | None:
     if len(body) != 4 or not isinstance(body[0], cst.FunctionDef):
         return None
     loss_fn, vg, upd, ret = body
+    if not m.matches(upd, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
+            value=m.Name(opt), attr=m.Name("update"))))])):
+        return None
     vg_assign = vg.body[0] if isinstance(vg, cst.SimpleStatementLine) else None
     if not isinstance(vg_assign, cst.Assign) or not isinstance(ret, cst.SimpleStatementLine) \
             or not isinstance(ret.body[0], cst.Return):
@@ -233,10 +236,9 @@ class _Dedent(cst.CSTTransformer):
 
 def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
     if m.matches(value, m.Call(func=m.Name(), args=[m.ZeroOrMore(), m.Arg(
-            keyword=m.Name("rngs"), value=m.Call(func=m.Attribute(value=m.Name("nnx"),
-                                                                  attr=m.Name("Rngs"))))])):
-        if value.func.value in classes:
-            return value.func.value
+            keyword=m.Name("rngs"), value=m.Call(func=m.Attribute(
+                value=m.Name("nnx"), attr=m.Name("Rngs"))))])) and value.func.value in classes:
+        return value.func.value
     return None
 
 
