@@ -228,3 +228,26 @@ def test_equinox_train_step_follows_torch_for_10_steps(key: str, equinox_models)
     assert len(r.losses_torch) == 10 and r.compared
     assert r.loss_max_rel_diff <= 1e-5, (r.losses_torch, r.losses_jax)
     assert r.param_max_rel_diff <= 1e-5, r.worst_param
+
+
+# --- deterministic scripts (tests/test_training_scripts.py): the same numbers as torch -----
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["adamw_cosine_clip", "sgd_nesterov_steplr_per_epoch",
+                                  "adam_lambda_warmup", "sgd_plateau",
+                                  "accumulate_rmsprop_exponential"])
+def test_deterministic_script_trains_like_torch(name: str, tmp_path: Path) -> None:
+    """Weights from ``self.apply(self._init_weights)`` with constant initialisers (init_layers
+    and ``eqx.tree_at`` on the equinox side), data from ``linspace``: the converted equinox
+    script prints the losses and learning rates torch prints."""
+    from test_training_scripts import HEADER, SCRIPTS, _close, _run
+
+    source = HEADER + SCRIPTS[name]
+    result = convert_source(source, path="script.py", target="equinox")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "@eqx.filter_jit" in result.code and "init_layers(self._init_weights" in result.code
+    torch_dir, jax_dir = tmp_path / "torch", tmp_path / "jax"
+    torch_dir.mkdir()
+    jax_dir.mkdir()
+    _close(_run(result.code, jax_dir), _run(source, torch_dir))

@@ -20,8 +20,8 @@ The rules describe torch once and the rewrite pass emits NNX; this pass takes th
 What cannot be shown to keep its meaning per example (the batch size used other than in a
 reshape, a reduction over the batch axis, an unknown function applied to a batched value) is
 left as it was with a ``# TODO(torch2jax)`` marker and an error diagnostic. Training code
-(optimizers, loops) is translated for NNX only so far: under this target it is put back as the
-torch source and marked.
+(optimizers, train and eval steps, loops) is rewritten by equinox_training.py; what it does not
+rewrite is put back as the torch source and marked.
 """
 
 from __future__ import annotations
@@ -1344,6 +1344,7 @@ class ClassInfo:
     new_call: cst.FunctionDef | None = None
     errors: list[str] = field(default_factory=list)
     lambdas: dict[str, cst.Lambda] = field(default_factory=dict)  # per-example forms
+    init_methods: set[str] = field(default_factory=set)  # applied by init_layers
 
 
 def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
@@ -1599,6 +1600,11 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
             body.append(_torch_back(s, torch_defs))
         else:
             body.append(s)
+    if training.INIT_FN in f.needs:
+        at = next(i for i, s in enumerate(body) if isinstance(s, cst.ClassDef))
+        body.insert(at, cst.parse_statement(training.INIT_SRC).with_changes(
+            leading_lines=body[at].leading_lines))
+        body[at + 1] = body[at + 1].with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
     # nothing NNX is left: annotations naming NNX classes become Any, other leftovers are
     # commented out and marked
     guard = _NoNnx()
@@ -1710,8 +1716,21 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
             needs_any |= ann == "Any"
             tail = " = eqx.field(static=True)" if static else ""
             fields.append(cst.parse_statement(f"{name}: {ann}{tail}\n"))
+        # self.apply(self._init_weights): init_layers over the fields set before it
+        methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}
+        new_body, assigned = [], []
+        for s in init.body.body:
+            loop = training.init_loop(s, list(assigned), methods)
+            if loop is not None:
+                c.init_methods.add(code(loop).split("(self.", 1)[1].split(",", 1)[0])
+                f.needs.add(training.INIT_FN)
+                s = loop
+            for a in m.findall(s, m.AssignTarget(m.Attribute(value=m.Name("self")))):
+                if a.target.attr.value not in assigned:
+                    assigned.append(a.target.attr.value)
+            new_body.append(s)
         new_body = [_todo(_comment_out(s), "no equinox translation yet (shown as its NNX "
-                          "translation)") if "nnx." in code(s) else s for s in init.body.body]
+                          "translation)") if "nnx." in code(s) else s for s in new_body]
         try:
             new_body = _split_keys(new_body, getattr(c, "init_sites", 0))
         except EquinoxError as exc:
@@ -1728,7 +1747,9 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
     torch_methods = {t.name.value: t for t in (torch_cls.body.body if torch_cls else [])
                      if isinstance(t, cst.FunctionDef)}
     for i, s in enumerate(body):
-        if isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") \
+        if isinstance(s, cst.FunctionDef) and s.name.value in c.init_methods:
+            body[i] = training.init_method(s)
+        elif isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") \
                 and "nnx." in code(s):
             msg = ("a method that the NNX translation rewrites (weight initialisation, "
                    "optimizer set-up) has no equinox translation yet: the torch method")

@@ -21,6 +21,8 @@ What does not fit raises EquinoxError; the caller puts the torch original back, 
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -269,6 +271,7 @@ class Scope(cst.CSTTransformer):
                                                     attr=m.Name("value"))) for s in stmts)
         self.trained: set[str] = set()  # models rebound by a train step here
         self.needs_autocast = False
+        self.in_step = 0
         for s in stmts:
             for fn in m.findall(s, m.FunctionDef()):
                 parts = _step_parts(fn)
@@ -287,10 +290,16 @@ class Scope(cst.CSTTransformer):
         return self.classes[cls]
 
     # -- the train step and the evaluation step
+    def visit_FunctionDef(self, node):
+        if node.name.value in self.steps:
+            self.in_step += 1
+        return True
+
     def leave_FunctionDef(self, original_node, updated_node):
         parts = self.steps.get(original_node.name.value)
         if parts is None:
             return updated_node
+        self.in_step -= 1
         stateful, keyed = self.flags(parts["model"])
         if self.dtype:
             self.needs_autocast = True
@@ -313,6 +322,13 @@ class Scope(cst.CSTTransformer):
 
     def leave_Call(self, original_node, updated_node):
         func = code(updated_node.func)
+        if func in self.models and not self.in_step:
+            # the model called on a batch outside the steps (a validation loss in the loop)
+            stateful, keyed = self.flags(func)
+            if stateful or keyed or any(a.keyword or a.star for a in updated_node.args):
+                raise _Fail("the model called outside the train and eval steps with "
+                            "BatchNorm state or dropout")
+            return updated_node.with_changes(func=cst.parse_expression(f"jax.vmap({func})"))
         if func == "eval_step" or func in self.receivers:
             at = 0 if func == "eval_step" else self.receivers[func]
             args = list(updated_node.args)
@@ -347,7 +363,10 @@ class Scope(cst.CSTTransformer):
                 self.models[target.value] = cls
                 args = [a for a in value.args if not (a.keyword and a.keyword.value == "rngs")]
                 k = next(a for a in value.args if a.keyword and a.keyword.value == "rngs")
-                kv = code(k.value.args[0].value) if k.value.args else "jax.random.key(0)"
+                seed = k.value.args[0].value if k.value.args else cst.Integer("0")
+                # nnx.Rngs(0) seeds from an int; nnx.Rngs(subkey) takes a key
+                kv = f"jax.random.key({code(seed)})" if isinstance(seed, cst.Integer) \
+                    else code(seed)
                 pos = ", ".join([code(a.value) if a.keyword is None else
                                  f"{a.keyword.value}={code(a.value)}" for a in args] +
                                 [f"key={kv}"])
@@ -444,7 +463,10 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     """The module's statements other than classes, builders and imports, rewritten: for each,
     the new statements, or a message when it cannot be translated."""
     fns = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
-    top = [s for s in stmts if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+    # train steps defined at the top level belong to the top-level loop that calls them
+    top = [s for s in stmts if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
+        isinstance(s, cst.FunctionDef) and _step_parts(s) is not None)]
+    fns = {n: f for n, f in fns.items() if f not in top}
 
     def builds(body) -> dict[str, str]:
         found = {}
@@ -490,7 +512,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 autocast_at = len(out)
                 out.append([eval_step(any_stateful).with_changes(leading_lines=s.leading_lines)])
                 continue
-            if isinstance(s, cst.FunctionDef):
+            if isinstance(s, cst.FunctionDef) and s.name.value in fns:
                 name = s.name.value
                 body = list(s.body.body)
                 has_key = "key" in _params(s) or "key" in _assigned_names(body)
@@ -529,3 +551,150 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
         if not isinstance(out[at], str):
             out[at] = [*out[at], helper]
     return out
+
+
+# --- weight initialisation: torch's self.apply(self._init_weights) ---------------------------
+
+INIT_FN = "init_layers"
+INIT_SRC = (f"def {INIT_FN}(fn, tree, types, *, key):\n"
+            "    \"\"\"torch's Module.apply(fn) for weight initialisation: every layer of the "
+            "given types\n    in tree replaced by fn(layer, key=k), each with its own key.\"\"\"\n"
+            "    def is_layer(x):\n        return isinstance(x, types)\n"
+            "    leaves, treedef = jax.tree.flatten(tree, is_leaf=is_layer)\n"
+            "    keys = jax.random.split(key, len(leaves))\n"
+            "    return jax.tree.unflatten(treedef, [fn(x, key=k) if is_layer(x) else x\n"
+            "                                        for x, k in zip(leaves, keys, strict=True)])\n")
+# NNX layer -> (equinox class, {NNX variable: equinox field})
+INIT_LAYERS = {
+    "nnx.Linear": ("eqx.nn.Linear", {"kernel": "weight", "bias": "bias"}),
+    "nnx.Embed": ("eqx.nn.Embedding", {"embedding": "weight"}),
+    "nnx.Conv": ("eqx.nn.Conv", {"kernel": "weight", "bias": "bias"}),
+    "nnx.LayerNorm": ("eqx.nn.LayerNorm", {"scale": "weight", "bias": "bias"}),
+}
+
+
+def init_loop(s: cst.BaseStatement, fields: list[str], methods: dict[str, cst.FunctionDef]
+              ) -> cst.BaseStatement | None:
+    """``for _, module in nnx.iter_modules(self): self.m(module, key=K)`` (NNX's
+    ``self.apply(self.m)``) -> ``self.a, self.b = init_layers(self.m, (self.a, self.b),
+    (eqx.nn.Linear, ...), key=K)`` over the fields set before it; None when not that loop or
+    when the method has no equinox translation (init_method)."""
+    if not (isinstance(s, cst.For) and m.matches(s.iter, m.Call(func=m.Attribute(
+            value=m.Name("nnx"), attr=m.Name("iter_modules")), args=[m.Arg(m.Name("self"))]))
+            and isinstance(s.target, cst.Tuple) and len(s.body.body) == 1):
+        return None
+    var = code(s.target.elements[-1].value)
+    call = s.body.body[0]
+    if not m.matches(call, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
+            value=m.Name("self"))))])):
+        return None
+    c = call.body[0].value
+    name = c.func.attr.value
+    pos = [a for a in c.args if a.keyword is None]
+    key = [a for a in c.args if a.keyword is not None and a.keyword.value == "key"]
+    if len(pos) != 1 or code(pos[0].value) != var or name not in methods or not fields:
+        return None
+    types = init_types(methods[name])
+    if types is None or init_method(methods[name]) is None:
+        return None
+    lhs = ", ".join(f"self.{f}" for f in fields) + ("," if len(fields) == 1 else "")
+    tup = f"({lhs})"
+    kw = f", key={code(key[0].value)}" if key else ""
+    return _stmt(f"{lhs} = {INIT_FN}(self.{name}, {tup}, ({', '.join(types)},){kw})"
+                 ).with_changes(leading_lines=s.leading_lines)
+
+
+def init_types(fn: cst.FunctionDef) -> list[str] | None:
+    types = []
+    for c in m.findall(fn, m.Call(func=m.Name("isinstance"))):
+        t = code(c.args[1].value)
+        if t not in INIT_LAYERS:
+            return None
+        if INIT_LAYERS[t][0] not in types:
+            types.append(INIT_LAYERS[t][0])
+    return types or None
+
+
+class _InitBody(cst.CSTTransformer):
+    def __init__(self, var: str, fields: dict[str, str]) -> None:
+        self.var, self.fields = var, fields
+        self.failed: str | None = None
+
+    def leave_Attribute(self, original_node, updated_node):
+        # module.kernel.value -> module.weight
+        if m.matches(updated_node, m.Attribute(value=m.Attribute(value=m.Name(self.var)),
+                                                attr=m.Name("value"))):
+            attr = updated_node.value.attr.value
+            if attr not in self.fields:
+                self.failed = f"{self.var}.{attr}"
+                return updated_node
+            return cst.parse_expression(f"{self.var}.{self.fields[attr]}")
+        if m.matches(updated_node, m.Attribute(value=m.Name("nnx"))):
+            full = code(updated_node)
+            if full in INIT_LAYERS:
+                return cst.parse_expression(INIT_LAYERS[full][0])
+        return updated_node
+
+    def leave_Call(self, original_node, updated_node):
+        if m.matches(updated_node, m.Call(func=m.Attribute(value=m.Name("rngs")))):
+            return cst.Name("key")
+        return updated_node
+
+
+def _draws(node: cst.CSTNode) -> int:
+    """The most ``rngs.`` draws one pass through ``node`` makes (if/elif branches: the
+    largest)."""
+    if isinstance(node, cst.If):
+        return max(_draws(node.body), _draws(node.orelse) if node.orelse else 0)
+    if isinstance(node, cst.Else):
+        return _draws(node.body)
+    if isinstance(node, cst.IndentedBlock):
+        return sum(_draws(s) for s in node.body)
+    return len(m.findall(node, m.Call(func=m.Attribute(value=m.Name("rngs")))))
+
+
+def init_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
+    """NNX's ``_init_weights(self, module, *, rngs)`` (``module.kernel.value = ...`` under
+    ``isinstance(module, nnx.Linear)``) -> ``_init_weights(self, module, *, key)`` returning
+    the module with ``eqx.tree_at``. None when anything does not fit: shapes read by index
+    (NNX's kernel layout is not equinox's), several draws, other NNX code."""
+    params = fn.params.params
+    if len(params) != 2:
+        return None
+    var = params[1].name.value
+    src = code(fn.body)
+    if _draws(fn.body) > 1 or re.search(r"\.value\.shape\[", src):
+        return None
+    fields = {k: v for _, fs in INIT_LAYERS.values() for k, v in fs.items()}
+
+    class Assigns(cst.CSTTransformer):
+        def __init__(self) -> None:
+            self.failed = False
+
+        def leave_SimpleStatementLine(self, original_node, updated_node):
+            small = updated_node.body[0]
+            if isinstance(small, cst.Assign) and m.matches(small.targets[0].target, m.Attribute(
+                    value=m.Attribute(value=m.Name(var)), attr=m.Name("value"))):
+                attr = small.targets[0].target.value.attr.value
+                if attr not in fields:
+                    self.failed = True
+                    return updated_node
+                tr = _InitBody(var, fields)
+                value = small.value.visit(tr)
+                if tr.failed:
+                    self.failed = True
+                return _stmt(f"{var} = eqx.tree_at(lambda m: m.{fields[attr]}, {var}, "
+                             f"{code(value)})").with_changes(
+                                 leading_lines=updated_node.leading_lines)
+            return updated_node
+
+    a = Assigns()
+    body = fn.body.visit(a)
+    tr = _InitBody(var, fields)
+    body = body.visit(tr)
+    if a.failed or tr.failed or "nnx." in code(body) or "rngs" in code(body):
+        return None
+    body = body.with_changes(body=[*body.body, _stmt(f"return {var}")])
+    kw = [p.with_changes(name=cst.Name("key"), annotation=None)
+          if p.name.value == "rngs" else p for p in fn.params.kwonly_params]
+    return fn.with_changes(body=body, params=fn.params.with_changes(kwonly_params=kw))
