@@ -8,8 +8,10 @@ its model with ``key=`` (``eqx.nn.make_with_state`` with BatchNorm), trains it w
 as a user would run it (``python script.py`` in an empty folder), reaches the torch original's
 final accuracy within 0.03 (the margin tests/test_training_converted.py uses for NNX: the
 converted script draws its own data and initial weights from JAX's PRNG). What is not
-translated (gpt_param_groups: weight initialisation through ``self.apply``, a loss computed
-inside the model, an optimizer built by a model method) is marked, never emitted as NNX code.
+translated (gpt_param_groups: a loss computed over the batch inside the model) is marked,
+never emitted as NNX code. The emitted train step follows torch for 10 steps from the same
+weights (trajectories), and the deterministic scripts of tests/test_training_scripts.py print
+torch's numbers.
 """
 
 from __future__ import annotations
@@ -251,3 +253,29 @@ def test_deterministic_script_trains_like_torch(name: str, tmp_path: Path) -> No
     torch_dir.mkdir()
     jax_dir.mkdir()
     _close(_run(result.code, jax_dir), _run(source, torch_dir))
+
+
+def test_gpt_weight_initialisation_and_optimizer_method(converted, tmp_path: Path) -> None:
+    """gpt_param_groups: ``self.apply(self._init_weights)`` re-initialises every Linear and
+    Embedding (normal, std 0.02; zero biases) through init_layers, and configure_optimizers
+    returns the optax transform whose mask decays the matrices only."""
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    from torch2jax.verify.load import load_module
+
+    path = tmp_path / "gpt_param_groups.py"
+    path.write_text(converted["gpt_param_groups"].code)
+    mod = load_module(path, prefix="eqx_gpt")
+    model = mod.GPT(16, 16, 48, 4, 2, key=jax.random.key(0))
+    is_layer = lambda x: isinstance(x, (eqx.nn.Linear, eqx.nn.Embedding))
+    layers = [x for x in jax.tree.leaves(model, is_leaf=is_layer) if is_layer(x)]
+    assert len(layers) == 2 + 2 * 4  # wte, wpe; per block c_attn, c_proj and two MLP Linears
+    for layer in layers:
+        assert abs(float(np.std(np.asarray(layer.weight))) - 0.02) < 0.003
+        if isinstance(layer, eqx.nn.Linear):
+            assert not np.asarray(layer.bias).any()
+    tx = model.configure_optimizers(0.1, 3e-3, (0.9, 0.95))
+    assert tx.init(eqx.filter(model, eqx.is_array)).hyperparams["learning_rate"] == \
+        np.float32(3e-3)

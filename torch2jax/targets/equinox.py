@@ -1577,6 +1577,10 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
     rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
             and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
     flags = {n: (c.stateful, c.keyed) for n, c in f.classes.items()}
+    training.OPTIMIZER_METHODS.clear()
+    for n, c in f.classes.items():
+        training.OPTIMIZER_METHODS[n] = {s.name.value for s in c.node.body.body if isinstance(
+            s, cst.FunctionDef) and training.optimizer_method(s) is not None}
     translated = dict(zip(map(id, rest), training.translate(rest, flags), strict=True))
     for s in module.body:
         if isinstance(s, cst.ClassDef) and s.name.value in f.classes:
@@ -1726,8 +1730,10 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
                 f.needs.add(training.INIT_FN)
                 s = loop
             for a in m.findall(s, m.AssignTarget(m.Attribute(value=m.Name("self")))):
-                if a.target.attr.value not in assigned:
-                    assigned.append(a.target.attr.value)
+                name = a.target.attr.value
+                if name not in assigned and c.attrs.get(name, Layer("value")).kind not in (
+                        "value", "buffer", "param", "fn", "lambda"):
+                    assigned.append(name)  # the fields that hold layers
             new_body.append(s)
         new_body = [_todo(_comment_out(s), "no equinox translation yet (shown as its NNX "
                           "translation)") if "nnx." in code(s) else s for s in new_body]
@@ -1749,6 +1755,9 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
     for i, s in enumerate(body):
         if isinstance(s, cst.FunctionDef) and s.name.value in c.init_methods:
             body[i] = training.init_method(s)
+        elif isinstance(s, cst.FunctionDef) and s.name.value in training.OPTIMIZER_METHODS.get(
+                c.name, ()):
+            body[i] = training.optimizer_method(s)
         elif isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") \
                 and "nnx." in code(s):
             msg = ("a method that the NNX translation rewrites (weight initialisation, "

@@ -33,6 +33,8 @@ OPT_STATE = "opt_state"
 COUNTER = "opt_step"
 AUTOCAST_FN = "autocast"
 REMOVED = "__removed__"
+# class -> its methods that return the optax transform (filled by equinox.convert)
+OPTIMIZER_METHODS: dict[str, set[str]] = {}
 
 
 class _DropRemoved(cst.CSTTransformer):
@@ -399,8 +401,18 @@ class Scope(cst.CSTTransformer):
                 return []
             if m.matches(value, m.Call(func=m.Name())) and value.func.value in self.steps:
                 return self.step_call(value, target)
-            if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("configure_optimizers")))):
-                raise _Fail("an optimizer built by a method of the model")
+            if m.matches(value, m.Call(func=m.Attribute(value=m.Name()))) and \
+                    isinstance(target, cst.Name) and value.func.value.value in self.models \
+                    and value.func.attr.value in OPTIMIZER_METHODS.get(
+                        self.models[value.func.value.value], ()):
+                # torch's configure_optimizers: the method returns the optax transform
+                self.optimizers.add(target.value)
+                out = [_stmt(f"{target.value} = {code(value)}"),
+                       _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter("
+                             f"{value.func.value.value}, eqx.is_array))")]
+                if self.counter:
+                    out.append(_stmt(f"{COUNTER} = 0"))
+                return out
         if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             call = small.value
             func = call.func
@@ -600,7 +612,8 @@ def init_loop(s: cst.BaseStatement, fields: list[str], methods: dict[str, cst.Fu
     lhs = ", ".join(f"self.{f}" for f in fields) + ("," if len(fields) == 1 else "")
     tup = f"({lhs})"
     kw = f", key={code(key[0].value)}" if key else ""
-    return _stmt(f"{lhs} = {INIT_FN}(self.{name}, {tup}, ({', '.join(types)},){kw})"
+    kinds = f"({types[0]},)" if len(types) == 1 else f"({', '.join(types)})"
+    return _stmt(f"{lhs} = {INIT_FN}(self.{name}, {tup}, {kinds}{kw})"
                  ).with_changes(leading_lines=s.leading_lines)
 
 
@@ -698,3 +711,30 @@ def init_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
     kw = [p.with_changes(name=cst.Name("key"), annotation=None)
           if p.name.value == "rngs" else p for p in fn.params.kwonly_params]
     return fn.with_changes(body=body, params=fn.params.with_changes(kwonly_params=kw))
+
+
+def optimizer_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
+    """A model method that returns ``nnx.Optimizer(self, tx, wrt=nnx.Param)`` (torch's
+    ``configure_optimizers``) -> the method returning ``tx``; None when not that form."""
+
+    class Ret(cst.CSTTransformer):
+        def __init__(self) -> None:
+            self.n = 0
+
+        def leave_Return(self, original_node, updated_node):
+            v = updated_node.value
+            if m.matches(v, m.Call(func=m.Attribute(value=m.Name("nnx"),
+                                                    attr=m.Name("Optimizer")))):
+                kw = {a.keyword.value: code(a.value) for a in v.args if a.keyword}
+                pos = [a for a in v.args if a.keyword is None]
+                if kw.get("wrt", "nnx.Param") == "nnx.Param" and len(pos) == 2 and \
+                        code(pos[0].value) == "self":
+                    self.n += 1
+                    return updated_node.with_changes(value=pos[1].value.visit(_Dedent()))
+            return updated_node
+
+    r = Ret()
+    new = fn.visit(r)
+    if not r.n or "nnx." in code(new) or "rngs" in code(new):
+        return None
+    return new
