@@ -1678,6 +1678,8 @@ def _is_import(s: cst.BaseStatement) -> bool:
 def _torch_back(s: cst.BaseStatement, torch_defs: dict, why: str = "") -> cst.BaseStatement:
     """Training code this pass does not translate: the torch original, marked."""
     msg = (f"training code with no equinox translation: {why}" if why else
+           "no equinox translation: a module class whose base class is not a module class "
+           "of this file" if isinstance(s, cst.ClassDef) else
            "training code with no equinox translation (NNX constructs this pass does not "
            "rewrite)")
     if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value in torch_defs:
