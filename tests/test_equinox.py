@@ -2,8 +2,7 @@
 matches its committed expected output (fixtures/expected/equinox/), and computes what the torch
 model computes: forward outputs and gradients, the per-example model mapped over the batch with
 ``jax.vmap`` under ``eqx.filter_jit`` (float32 on CPU). The SEMANTICS.md rows on equinox are
-checked on small layers. Training code is not translated for equinox yet: it is marked, never
-emitted as NNX code."""
+checked on small layers. Training code: tests/test_equinox_training.py."""
 
 from __future__ import annotations
 
@@ -254,16 +253,6 @@ def test_batch_size_used_beyond_a_reshape_is_marked() -> None:
     assert errors and all(d.rule == "equinox" for d in errors)
     assert "TODO(torch2jax)" in result.code
     assert "batch axis" in result.code or "batch size" in result.code
-
-
-@pytest.mark.parametrize("path", sorted((FIXTURES / "training").glob("*.py")),
-                         ids=lambda p: p.stem)
-def test_equinox_training_code_is_marked_not_mistranslated(path: Path) -> None:
-    result = convert_source(path.read_text(), path=str(path), target="equinox")
-    assert any(d.severity == "error" for d in result.diagnostics)
-    code_lines = [ln for ln in result.code.splitlines() if not ln.lstrip().startswith("#")]
-    assert not any("nnx." in ln for ln in code_lines)
-    ast.parse(result.code)
 
 
 BUILDER_SOURCE = '''

@@ -20,8 +20,8 @@ The rules describe torch once and the rewrite pass emits NNX; this pass takes th
 What cannot be shown to keep its meaning per example (the batch size used other than in a
 reshape, a reduction over the batch axis, an unknown function applied to a batched value) is
 left as it was with a ``# TODO(torch2jax)`` marker and an error diagnostic. Training code
-(optimizers, loops) is translated for NNX only so far: under this target it is put back as the
-torch source and marked.
+(optimizers, train and eval steps, loops) is rewritten by equinox_training.py; what it does not
+rewrite is put back as the torch source and marked.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.passes.common import Untranslatable, code, expr, int_value, try_literal
+from torch2jax.targets import equinox_training as training
 
 RULE = "equinox"
 KEY = "__key{}__"  # placeholders for per-call keys, named once a function is done
@@ -363,6 +364,9 @@ class _InitRewriter(cst.CSTTransformer):
             lay = self._seq_layer(value)
         if isinstance(value, cst.Lambda):
             lay = Layer("lambda", node=value)
+        if lay is None and isinstance(value, cst.Attribute) and code(value).startswith(
+                ELEMENTWISE_PREFIXES):
+            lay = Layer("fn")  # a function stored as an attribute: `self.act = jax.nn.relu`
         if isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
             self.attrs.setdefault(target.attr.value, lay or Layer("value"))
         elif isinstance(target, cst.Name) and lay is not None:
@@ -1340,6 +1344,7 @@ class ClassInfo:
     new_call: cst.FunctionDef | None = None
     errors: list[str] = field(default_factory=list)
     lambdas: dict[str, cst.Lambda] = field(default_factory=dict)  # per-example forms
+    init_methods: set[str] = field(default_factory=set)  # applied by init_layers
 
 
 def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
@@ -1568,6 +1573,15 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
     frozen = _freezable_dataclasses(module) if _stores_objects(f) else set()
     torch_defs = {s.name.value: s for s in torch_module.body
                   if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+    # training code (optimizer, train and eval steps, loops): equinox_training.py
+    rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
+            and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
+    flags = {n: (c.stateful, c.keyed) for n, c in f.classes.items()}
+    training.OPTIMIZER_METHODS.clear()
+    for n, c in f.classes.items():
+        training.OPTIMIZER_METHODS[n] = {s.name.value for s in c.node.body.body if isinstance(
+            s, cst.FunctionDef) and training.optimizer_method(s) is not None}
+    translated = dict(zip(map(id, rest), training.translate(rest, flags), strict=True))
     for s in module.body:
         if isinstance(s, cst.ClassDef) and s.name.value in f.classes:
             new, callable_, any_ = _emit_class(f.classes[s.name.value], f)
@@ -1578,10 +1592,23 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
             body.append(_freeze(s))
         elif isinstance(s, cst.FunctionDef) and s.name.value in f.builders:
             body.append(f.builders[s.name.value][0])
+        elif id(s) in translated:
+            done = translated[id(s)]
+            if isinstance(done, str):
+                body.append(_torch_back(s, torch_defs, done))
+            elif any("nnx." in code(n) or "rngs" in code(n) for n in done):
+                body.append(_torch_back(s, torch_defs))
+            else:
+                body += done
         elif ("nnx." in code(s) or "rngs" in code(s)) and not _is_import(s):
             body.append(_torch_back(s, torch_defs))
         else:
             body.append(s)
+    if training.INIT_FN in f.needs:
+        at = next(i for i, s in enumerate(body) if isinstance(s, cst.ClassDef))
+        body.insert(at, cst.parse_statement(training.INIT_SRC).with_changes(
+            leading_lines=body[at].leading_lines))
+        body[at + 1] = body[at + 1].with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
     # nothing NNX is left: annotations naming NNX classes become Any, other leftovers are
     # commented out and marked
     guard = _NoNnx()
@@ -1648,9 +1675,13 @@ def _is_import(s: cst.BaseStatement) -> bool:
     return m.matches(s, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))
 
 
-def _torch_back(s: cst.BaseStatement, torch_defs: dict) -> cst.BaseStatement:
-    """Training code (NNX-only so far): the torch original, marked."""
-    msg = "training code is translated for the nnx target only so far (equinox: not yet)"
+def _torch_back(s: cst.BaseStatement, torch_defs: dict, why: str = "") -> cst.BaseStatement:
+    """Training code this pass does not translate: the torch original, marked."""
+    msg = (f"training code with no equinox translation: {why}" if why else
+           "no equinox translation: a module class whose base class is not a module class "
+           "of this file" if isinstance(s, cst.ClassDef) else
+           "training code with no equinox translation (NNX constructs this pass does not "
+           "rewrite)")
     if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value in torch_defs:
         return _todo(torch_defs[s.name.value], msg)
     return _todo(_comment_out(s), msg)
@@ -1691,8 +1722,23 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
             needs_any |= ann == "Any"
             tail = " = eqx.field(static=True)" if static else ""
             fields.append(cst.parse_statement(f"{name}: {ann}{tail}\n"))
+        # self.apply(self._init_weights): init_layers over the fields set before it
+        methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}
+        new_body, assigned = [], []
+        for s in init.body.body:
+            loop = training.init_loop(s, list(assigned), methods)
+            if loop is not None:
+                c.init_methods.add(code(loop).split("(self.", 1)[1].split(",", 1)[0])
+                f.needs.add(training.INIT_FN)
+                s = loop
+            for a in m.findall(s, m.AssignTarget(m.Attribute(value=m.Name("self")))):
+                name = a.target.attr.value
+                if name not in assigned and c.attrs.get(name, Layer("value")).kind not in (
+                        "value", "buffer", "param", "fn", "lambda"):
+                    assigned.append(name)  # the fields that hold layers
+            new_body.append(s)
         new_body = [_todo(_comment_out(s), "no equinox translation yet (shown as its NNX "
-                          "translation)") if "nnx." in code(s) else s for s in init.body.body]
+                          "translation)") if "nnx." in code(s) else s for s in new_body]
         try:
             new_body = _split_keys(new_body, getattr(c, "init_sites", 0))
         except EquinoxError as exc:
@@ -1709,7 +1755,12 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
     torch_methods = {t.name.value: t for t in (torch_cls.body.body if torch_cls else [])
                      if isinstance(t, cst.FunctionDef)}
     for i, s in enumerate(body):
-        if isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") \
+        if isinstance(s, cst.FunctionDef) and s.name.value in c.init_methods:
+            body[i] = training.init_method(s)
+        elif isinstance(s, cst.FunctionDef) and s.name.value in training.OPTIMIZER_METHODS.get(
+                c.name, ()):
+            body[i] = training.optimizer_method(s)
+        elif isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") \
                 and "nnx." in code(s):
             msg = ("a method that the NNX translation rewrites (weight initialisation, "
                    "optimizer set-up) has no equinox translation yet: the torch method")

@@ -252,3 +252,118 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
     r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
     r.passed = r.passed and g.ok
     r.mismatch = r.mismatch or g.first_failure
+
+
+# --- training trajectories --------------------------------------------------------------------
+
+
+def train_step_equinox(tx: Any, loss_jax: Any) -> Any:
+    """The train step ``--target equinox`` emits (docs/equinox.md), over ``batched``:
+    ``eqx.filter_value_and_grad`` of the loss of the model mapped over the batch, the optax
+    update of ``eqx.filter(model, eqx.is_array)``, ``eqx.apply_updates``."""
+    import equinox as eqx
+
+    @eqx.filter_jit
+    def step(model: Any, state: Any, opt_state: Any, xs: list, labels: Any) -> Any:
+        def loss_fn(model: Any, state: Any) -> Any:
+            out, state = batched(model, len(xs))(state, *xs)
+            return loss_jax(out, labels), state
+
+        (loss, state), grads = eqx.filter_value_and_grad(loss_fn, has_aux=True)(model, state)
+        updates, opt_state = tx.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+        return eqx.apply_updates(model, updates), state, opt_state, loss
+
+    return step
+
+
+def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | None,
+                  train: Any, inputs: list[str], *, build: str | None = None, seed: int = 0,
+                  rtol: float = 1e-4, rules: Any = None) -> Any:
+    """The trajectory check (torch2jax.verify.trajectory) for the equinox target: the
+    converted ``eqx.Module`` built with ``key=`` and the torch weights, then ``train.steps``
+    steps of the equinox train step against torch's ``zero_grad / backward / clip / step /
+    scheduler.step()`` on the same batches; the loss of every step and every parameter at the
+    end are compared. Dropout is off on both sides (torch ``p = 0``, equinox Dropout in
+    inference mode); BatchNorm normalises with batch statistics on both sides (its running
+    statistics are not compared: docs/equinox.md)."""
+    import copy
+
+    import equinox as eqx
+    import jax
+    import torch
+
+    from torch2jax.verify import run as vr
+    from torch2jax.verify import trajectory as tr
+    from torch2jax.verify.spec import parse_spec, parse_specs
+
+    r = tr.TrajectoryResult(model=name, target="equinox", rtol=rtol,
+                            mode=f"train {train.steps} steps", steps=train.steps,
+                            optimizer=train.optimizer, scheduler=train.scheduler,
+                            loss=train.loss)
+    tm = copy.deepcopy(torch_model)
+    model, state = build_equinox_model(jax_module, name, args, build, seed)
+    model, state, plan = transfer_to_equinox(tm, model, state)
+    tr.unalias(tm)
+    setup = tr.translate_setup(train)
+    if setup.plateau is not None:
+        raise vr.VerifyError("ReduceLROnPlateau: not checked for equinox")
+    r.optax, r.schedule = setup.tx_code, setup.schedule_code
+    loss_jax, _ = tr.translate_loss(train.loss, rules)
+    tm.train()
+    for mod in tm.modules():
+        if isinstance(mod, torch.nn.modules.dropout._DropoutNd):
+            mod.p = 0.0
+    model = eqx.nn.inference_mode(model, False)
+    dropouts = [x for x in jax.tree.leaves(model, is_leaf=lambda x: isinstance(
+        x, eqx.nn.Dropout)) if isinstance(x, eqx.nn.Dropout)]
+    if dropouts:
+        model = eqx.tree_at(lambda mdl: [x for x in jax.tree.leaves(
+            mdl, is_leaf=lambda x: isinstance(x, eqx.nn.Dropout))
+            if isinstance(x, eqx.nn.Dropout)], model,
+            replace_fn=lambda d: eqx.nn.inference_mode(d))
+    tx = setup.tx
+    opt_state = tx.init(eqx.filter(model, eqx.is_array))
+    step = train_step_equinox(tx, loss_jax)
+    loss_torch = tr.torch_loss(train.loss)
+    opt, sched = tr.torch_setup(train, tm)
+    specs = parse_specs(inputs)
+    label_spec = parse_spec(train.labels) if train.labels else None
+    rng = np.random.default_rng(seed + 3)
+    for i in range(train.steps):
+        arrays = [s.sample(rng) for s in specs]
+        label_arr = label_spec.sample(rng) if label_spec else None
+        t_in = vr._torch_inputs(arrays, specs)
+        t_lab = vr._torch_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with vr._stage(f"the torch training step {i}"):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_torch(tm(*t_in), t_lab)
+            loss.backward()
+            if train.clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(tm.parameters(), train.clip_grad_norm)
+            opt.step()
+            if sched is not None:
+                sched.step()
+        r.losses_torch.append(float(loss.item()))
+        j_in = vr._jax_inputs(arrays, specs)
+        j_lab = vr._jax_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with vr._stage(f"the equinox training step {i} (eqx.filter_jit)"):
+            model, state, opt_state, jloss = step(model, state, opt_state, j_in, j_lab)
+        r.losses_jax.append(float(jax.device_get(jloss)))
+    rels = [tr._loss_rel(a, b) for a, b in zip(r.losses_jax, r.losses_torch, strict=True)]
+    r.loss_max_rel_diff = max(rels, default=0.0)
+    names = {n for n, p in tm.named_parameters() if p.requires_grad}
+    p_abs, p_rel, worst = 0.0, 0.0, None
+    for key, path in plan.params:
+        if key not in names:
+            continue
+        got = np.asarray(walk(model, path))
+        ref = tm.state_dict()[key].detach().cpu().float().numpy().reshape(got.shape)
+        d = vr.compare_arrays(got, ref, r.atol, rtol)
+        r.compared.append(f"param {key} after {train.steps} steps")
+        p_abs = max(p_abs, d.abs)
+        if d.rel > p_rel:
+            p_rel, worst = d.rel, key
+    r.param_max_abs_diff, r.param_max_rel_diff, r.worst_param = p_abs, p_rel, worst
+    r.max_abs_diff, r.max_rel_diff = p_abs, p_rel
+    r.passed = r.loss_max_rel_diff <= rtol and p_rel <= rtol
+    return r

@@ -1,0 +1,740 @@
+"""Training code under the equinox target: the NNX translation's training code, rewritten.
+
+The NNX pass turns torch's optimizer, loop and evaluation code into ``nnx.Optimizer``, a
+jit-compiled ``train_step`` (``nnx.jit`` of the objects, or ``jax.jit`` of ``nnx.split``
+state) and an ``eval_step``. Equinox models are immutable pytrees of per-example code, so
+this pass rewrites that output (docs/equinox.md, "Training"):
+
+* ``model = Net(..., rngs=nnx.Rngs(k))`` -> ``model = Net(..., key=k)``, or
+  ``model, state = eqx.nn.make_with_state(Net)(..., key=k)`` for a model with BatchNorm;
+* ``optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)`` -> ``optimizer = tx`` and
+  ``opt_state = optimizer.init(eqx.filter(model, eqx.is_array))``;
+* the train step -> ``@eqx.filter_jit`` of ``(model, [state,] opt_state, *batch, [key])``
+  with ``eqx.filter_value_and_grad``, ``optimizer.update`` and ``eqx.apply_updates``,
+  returning the new model, state and optimizer state; the model is mapped over the batch with
+  ``jax.vmap`` (BatchNorm's ``axis_name="batch"``, one dropout key per example);
+* ``model.train()`` / ``model.eval()`` -> ``model = eqx.nn.inference_mode(model, False/True)``;
+* a function that trains a model it receives returns it, and its callers rebind it.
+
+What does not fit raises EquinoxError; the caller puts the torch original back, marked.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.passes.common import code
+
+STATE = "state"
+OPT_STATE = "opt_state"
+COUNTER = "opt_step"
+AUTOCAST_FN = "autocast"
+REMOVED = "__removed__"
+# class -> its methods that return the optax transform (filled by equinox.convert)
+OPTIMIZER_METHODS: dict[str, set[str]] = {}
+
+
+class _DropRemoved(cst.CSTTransformer):
+    """Statements the pass removed go; their leading blank lines stay with the next one."""
+
+    def _body(self, body):
+        out, carry = [], []
+        for s in body:
+            if m.matches(s, m.SimpleStatementLine(body=[m.Expr(m.Name(REMOVED))])):
+                carry += list(s.leading_lines)
+                continue
+            if carry:
+                s = s.with_changes(leading_lines=[*carry, *s.leading_lines])
+                carry = []
+            out.append(s)
+        return out
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        return updated_node.with_changes(body=self._body(updated_node.body))
+
+    def leave_Module(self, original_node, updated_node):
+        return updated_node.with_changes(body=self._body(updated_node.body))
+
+
+def _stmt(src: str) -> cst.BaseStatement:
+    return cst.parse_statement(src if src.endswith("\n") else src + "\n")
+
+
+def _step_parts(fn: cst.FunctionDef) -> dict | None:
+    """The pieces of an NNX train step, or None when ``fn`` is not one."""
+    src = code(fn)
+    if "nnx.value_and_grad" not in src or ".update(" not in src:
+        return None
+    deco = code(fn.decorators[0].decorator) if fn.decorators else ""
+    functional = deco.startswith("partial(jax.jit")
+    if not functional and deco != "nnx.jit":
+        return None
+    params = [p.name.value for p in fn.params.params]
+    body = list(fn.body.body)
+    if functional:
+        merge = body[0]
+        if not m.matches(merge, m.SimpleStatementLine(body=[m.Assign(
+                targets=[m.AssignTarget(m.Tuple())], value=m.Call(func=m.Attribute(
+                    value=m.Name("nnx"), attr=m.Name("merge"))))])):
+            return None
+        model, opt = (e.value.value for e in merge.body[0].targets[0].target.elements)
+        body = body[1:]
+    else:
+        model, opt = params[0], params[1]
+    if len(body) != 4 or not isinstance(body[0], cst.FunctionDef):
+        return None
+    loss_fn, vg, upd, ret = body
+    if not m.matches(upd, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
+            value=m.Name(opt), attr=m.Name("update"))))])):
+        return None
+    vg_assign = vg.body[0] if isinstance(vg, cst.SimpleStatementLine) else None
+    if not isinstance(vg_assign, cst.Assign) or not isinstance(ret, cst.SimpleStatementLine) \
+            or not isinstance(ret.body[0], cst.Return):
+        return None
+    # (loss, (aux,)), grads  or  loss, grads
+    target = vg_assign.targets[0].target
+    if not isinstance(target, cst.Tuple) or len(target.elements) != 2:
+        return None
+    grads = code(target.elements[1].value)
+    value = target.elements[0].value
+    if isinstance(value, cst.Tuple):
+        loss = code(value.elements[0].value)
+        aux = [code(e.value) for e in value.elements[1].value.elements]
+    else:
+        loss, aux = code(value), []
+    rv = ret.body[0].value
+    outs = [code(e.value) for e in rv.elements] if isinstance(rv, cst.Tuple) else [code(rv)]
+    if functional:
+        outs = outs[1:]
+    inner = list(loss_fn.body.body)
+    if not inner or not m.matches(inner[-1], m.SimpleStatementLine(body=[m.Return()])):
+        return None
+    return {"model": model, "opt": opt, "args": params[2:], "loss_fn": loss_fn,
+            "inner": inner[:-1], "loss": loss, "aux": aux, "grads": grads, "outs": outs,
+            "functional": functional}
+
+
+class _ModelCalls(cst.CSTTransformer):
+    """``model(...)`` inside the loss function -> the model mapped over the batch."""
+
+    def __init__(self, model: str, stateful: bool, keyed: bool, dtype: str | None) -> None:
+        self.model, self.stateful, self.keyed, self.dtype = model, stateful, keyed, dtype
+        self.hoisted: list[str] = []
+        self.n = 0
+
+    def mapped(self, call: cst.Call) -> str:
+        args = [a for a in call.args]
+        if any(a.keyword is not None or a.star for a in args):
+            raise _Fail("a call of the model with keyword or starred arguments")
+        pos = [code(a.value) for a in args]
+        model = self.model
+        if self.dtype:
+            model = f"{AUTOCAST_FN}({model}, {self.dtype})"
+            pos = [f"{AUTOCAST_FN}({p}, {self.dtype})" for p in pos]
+        kw = ""
+        if self.keyed:
+            kw = f", key=jax.random.split(key, {pos[0]}.shape[0])" if pos else ""
+        if self.stateful:
+            axes = ", ".join(["0"] * len(pos) + ["None"])
+            return (f"jax.vmap({model}, axis_name=\"batch\", in_axes=({axes}), "
+                    f"out_axes=(0, None))({', '.join(pos)}, {STATE}{kw})")
+        return f"jax.vmap({model})({', '.join(pos)}{kw})"
+
+    def leave_Call(self, original_node, updated_node):
+        if not m.matches(updated_node.func, m.Name(self.model)):
+            return updated_node
+        if not self.stateful:
+            return cst.parse_expression(self.mapped(updated_node))
+        out = "out" if self.n == 0 else f"out{self.n + 1}"
+        self.n += 1
+        self.hoisted.append(f"{out}, {STATE} = {self.mapped(updated_node)}")
+        return cst.Name(out)
+
+
+def _loss_body(stmts: list[cst.BaseStatement], model: str, stateful: bool, keyed: bool,
+               dtype: str | None) -> list[cst.BaseStatement]:
+    out: list[cst.BaseStatement] = []
+    for s in stmts:
+        tr = _ModelCalls(model, stateful, keyed, dtype)
+        # `y = model(x)` with state: `y, state = ...` without a temporary
+        if stateful and m.matches(s, m.SimpleStatementLine(body=[m.Assign(
+                targets=[m.AssignTarget()], value=m.Call(func=m.Name(model)))])):
+            a = s.body[0]
+            t = code(a.targets[0].target)
+            if isinstance(a.targets[0].target, cst.Tuple):
+                t = f"({t})"
+            out.append(_stmt(f"{t}, {STATE} = {tr.mapped(a.value)}").with_changes(
+                leading_lines=s.leading_lines))
+            continue
+        new = s.visit(tr)
+        out += [_stmt(h) for h in tr.hoisted]
+        out.append(new)
+    return out
+
+
+def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
+               dtype: str | None) -> cst.FunctionDef:
+    model, opt, loss, aux, grads = (parts[k] for k in ("model", "opt", "loss", "aux", "grads"))
+    inner = _loss_body(parts["inner"], model, stateful, keyed, dtype)
+    aux_out = ([STATE] if stateful else []) + aux
+    loss_fn = parts["loss_fn"].name.value
+    lf_params = f"{model}, {STATE}" if stateful else model
+    if aux_out:
+        tup = aux_out[0] if len(aux_out) == 1 else f"({', '.join(aux_out)})"
+        ret_inner = f"return {loss}, {tup}"
+        vg = (f"({loss}, {tup}), {grads} = eqx.filter_value_and_grad({loss_fn}, "
+              f"has_aux=True)({lf_params})")
+    else:
+        ret_inner = f"return {loss}"
+        vg = f"{loss}, {grads} = eqx.filter_value_and_grad({loss_fn})({lf_params})"
+    head = [model] + ([STATE] if stateful else []) + [OPT_STATE]
+    params = head + parts["args"] + (["key"] if keyed else [])
+    body_src = "".join("        " + ln + "\n" for s in inner
+                       for ln in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
+    src = (f"@eqx.filter_jit\ndef {fn.name.value}({', '.join(params)}):\n"
+           f"    def {loss_fn}({lf_params}):\n{body_src}        {ret_inner}\n"
+           f"    {vg}\n"
+           f"    updates, {OPT_STATE} = {opt}.update({grads}, {OPT_STATE}, "
+           f"eqx.filter({model}, eqx.is_array))\n"
+           f"    {model} = eqx.apply_updates({model}, updates)\n"
+           f"    return {', '.join(head + parts['outs'])}\n")
+    new = cst.parse_statement(src)
+    return new.with_changes(leading_lines=fn.leading_lines)
+
+
+def eval_step(stateful: bool) -> cst.FunctionDef:
+    if stateful:
+        src = ("@eqx.filter_jit\ndef eval_step(model, state, *inputs):\n"
+               "    return jax.vmap(lambda *xs: model(*xs, state)[0], "
+               "axis_name=\"batch\")(*inputs)\n")
+    else:
+        src = "@eqx.filter_jit\ndef eval_step(model, *inputs):\n    return jax.vmap(model)(*inputs)\n"
+    return cst.parse_statement(src)
+
+
+AUTOCAST_SRC = (f"def {AUTOCAST_FN}(tree, dtype):\n"
+                "    \"\"\"The floating-point arrays of tree in dtype: torch.autocast's compute "
+                "dtype\n    (the parameters stay float32 outside the loss function).\"\"\"\n"
+                "    return jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) "
+                "else a, tree)\n")
+
+
+class _Fail(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _Dedent(cst.CSTTransformer):
+    """Continuation lines of the optax transform move out one level with nnx.Optimizer."""
+
+    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
+        last = updated_node.last_line.value
+        if last.startswith("    "):
+            return updated_node.with_changes(last_line=cst.SimpleWhitespace(last[4:]))
+        return updated_node
+
+
+def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
+    if m.matches(value, m.Call(func=m.Name(), args=[m.ZeroOrMore(), m.Arg(
+            keyword=m.Name("rngs"), value=m.Call(func=m.Attribute(
+                value=m.Name("nnx"), attr=m.Name("Rngs"))))])) and value.func.value in classes:
+        return value.func.value
+    return None
+
+
+def _assigned_names(stmts) -> set[str]:
+    names: set[str] = set()
+    for s in stmts:
+        for t in m.findall(s, m.AssignTarget() | m.For()):
+            tgt = t.target
+            for n in m.findall(tgt, m.Name()):
+                names.add(n.value)
+    return names
+
+
+class Scope(cst.CSTTransformer):
+    """Rewrites the statements of one function (or of the module's top level)."""
+
+    def __init__(self, models: dict[str, str], classes: dict[str, tuple[bool, bool]],
+                 receivers: dict[str, int], trainers: set[str], has_key: bool,
+                 stmts: list[cst.BaseStatement]) -> None:
+        self.models, self.classes = models, classes
+        self.receivers, self.trainers = receivers, trainers
+        self.has_key = has_key
+        self.steps: dict[str, dict] = {}
+        self.dtype: str | None = None
+        self.optimizers: set[str] = set()
+        self.split_model: str | None = None
+        self.counter = any(m.findall(s, m.Attribute(value=m.Attribute(attr=m.Name("step")),
+                                                    attr=m.Name("value"))) for s in stmts)
+        self.trained: set[str] = set()  # models rebound by a train step here
+        self.needs_autocast = False
+        self.in_step = 0
+        for s in stmts:
+            for fn in m.findall(s, m.FunctionDef()):
+                parts = _step_parts(fn)
+                if parts is not None:
+                    self.steps[fn.name.value] = parts
+            for c in m.findall(s, m.Call(func=m.Attribute(attr=m.Name("set_attributes")))):
+                for a in c.args:
+                    if a.keyword is not None and a.keyword.value == "dtype" and \
+                            code(a.value) != "None":
+                        self.dtype = code(a.value)
+
+    def flags(self, model: str) -> tuple[bool, bool]:
+        cls = self.models.get(model)
+        if cls is None:
+            raise _Fail(f"{model} is not a model this pass knows the class of")
+        return self.classes[cls]
+
+    # -- the train step and the evaluation step
+    def visit_FunctionDef(self, node):
+        if node.name.value in self.steps:
+            self.in_step += 1
+        return True
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        parts = self.steps.get(original_node.name.value)
+        if parts is None:
+            return updated_node
+        self.in_step -= 1
+        stateful, keyed = self.flags(parts["model"])
+        if self.dtype:
+            self.needs_autocast = True
+        return train_step(updated_node, parts, stateful, keyed, self.dtype)
+
+    def leave_Attribute(self, original_node, updated_node):
+        # optimizer.opt_state -> opt_state; hyperparams[...].value -> hyperparams[...]
+        if m.matches(updated_node, m.Attribute(value=m.Name(), attr=m.Name("opt_state"))) and \
+                updated_node.value.value in self.optimizers:
+            return cst.Name(OPT_STATE)
+        if m.matches(updated_node, m.Attribute(value=m.Subscript(value=m.Attribute(
+                attr=m.Name("hyperparams"))), attr=m.Name("value"))):
+            return updated_node.value
+        if m.matches(updated_node, m.Attribute(value=m.Attribute(value=m.Name(),
+                                                                  attr=m.Name("step")),
+                                                attr=m.Name("value"))) and \
+                updated_node.value.value.value in self.optimizers:
+            return cst.Name(COUNTER)
+        return updated_node
+
+    def leave_Call(self, original_node, updated_node):
+        func = code(updated_node.func)
+        if func in self.models and not self.in_step:
+            # the model called on a batch outside the steps (a validation loss in the loop)
+            stateful, keyed = self.flags(func)
+            if stateful or keyed or any(a.keyword or a.star for a in updated_node.args):
+                raise _Fail("the model called outside the train and eval steps with "
+                            "BatchNorm state or dropout")
+            return updated_node.with_changes(func=cst.parse_expression(f"jax.vmap({func})"))
+        if func == "eval_step" or func in self.receivers:
+            at = 0 if func == "eval_step" else self.receivers[func]
+            args = list(updated_node.args)
+            if len(args) > at and args[at].keyword is None and \
+                    code(args[at].value) in self.models and \
+                    self.flags(code(args[at].value))[0]:
+                args.insert(at + 1, cst.Arg(cst.Name(STATE), comma=cst.Comma(
+                    whitespace_after=cst.SimpleWhitespace(" "))))
+                return updated_node.with_changes(args=args)
+        return updated_node
+
+    # -- statements
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if len(updated_node.body) != 1:
+            return updated_node
+        small = updated_node.body[0]
+        lead = updated_node.leading_lines
+        out = self.statement(small)
+        if out is None:
+            return updated_node
+        if not out:  # removed; its blank lines go to the next statement (_DropRemoved)
+            out = [_stmt(REMOVED)]
+        out[0] = out[0].with_changes(leading_lines=lead)
+        return cst.FlattenSentinel(out)
+
+    def statement(self, small: cst.BaseSmallStatement) -> list | None:
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            value = small.value
+            cls = _is_model_build(value, self.classes)
+            if cls is not None and isinstance(target, cst.Name):
+                self.models[target.value] = cls
+                args = [a for a in value.args if not (a.keyword and a.keyword.value == "rngs")]
+                k = next(a for a in value.args if a.keyword and a.keyword.value == "rngs")
+                seed = k.value.args[0].value if k.value.args else cst.Integer("0")
+                # nnx.Rngs(0) seeds from an int; nnx.Rngs(subkey) takes a key
+                kv = f"jax.random.key({code(seed)})" if isinstance(seed, cst.Integer) \
+                    else code(seed)
+                pos = ", ".join([code(a.value) if a.keyword is None else
+                                 f"{a.keyword.value}={code(a.value)}" for a in args] +
+                                [f"key={kv}"])
+                if self.classes[cls][0]:
+                    return [_stmt(f"{target.value}, {STATE} = "
+                                  f"eqx.nn.make_with_state({cls})({pos})")]
+                return [_stmt(f"{target.value} = {cls}({pos})")]
+            if m.matches(value, m.Call(func=m.Attribute(value=m.Name("nnx"),
+                                                        attr=m.Name("Optimizer")))) and \
+                    isinstance(target, cst.Name):
+                args = value.args
+                kw = {a.keyword.value: code(a.value) for a in args if a.keyword}
+                if kw.get("wrt", "nnx.Param") != "nnx.Param" or len(args) < 2 or \
+                        args[0].keyword or args[1].keyword:
+                    raise _Fail("an nnx.Optimizer over other variables than the parameters")
+                model = code(args[0].value)
+                self.optimizers.add(target.value)
+                tx = args[1].value.visit(_Dedent())
+                out = [_stmt(f"{target.value} = {code(tx)}"),
+                       _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter({model}, "
+                             "eqx.is_array))")]
+                if self.counter:
+                    out.append(_stmt(f"{COUNTER} = 0"))
+                return out
+            if m.matches(value, m.Call(func=m.Attribute(value=m.Name("nnx"),
+                                                        attr=m.Name("split")))):
+                objs = value.args[0].value
+                if isinstance(objs, cst.Tuple):
+                    self.split_model = code(objs.elements[0].value)
+                return []
+            if m.matches(value, m.Call(func=m.Name())) and value.func.value in self.steps:
+                return self.step_call(value, target)
+            if m.matches(value, m.Call(func=m.Attribute(value=m.Name()))) and \
+                    isinstance(target, cst.Name) and value.func.value.value in self.models \
+                    and value.func.attr.value in OPTIMIZER_METHODS.get(
+                        self.models[value.func.value.value], ()):
+                # torch's configure_optimizers: the method returns the optax transform
+                self.optimizers.add(target.value)
+                out = [_stmt(f"{target.value} = {code(value)}"),
+                       _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter("
+                             f"{value.func.value.value}, eqx.is_array))")]
+                if self.counter:
+                    out.append(_stmt(f"{COUNTER} = 0"))
+                return out
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            call = small.value
+            func = call.func
+            if m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("train") |
+                                           m.Name("eval"))) and func.value.value in self.models:
+                name = func.value.value
+                flag = "" if func.attr.value == "eval" else ", False"
+                return [_stmt(f"{name} = eqx.nn.inference_mode({name}{flag})")]
+            if m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("set_attributes"))):
+                return []  # the compute dtype: the train step's autocast
+            if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
+                                                       attr=m.Name("update")))):
+                return []
+            if m.matches(func, m.Name()) and func.value in self.steps:
+                return self.step_call(call, None)
+            if m.matches(func, m.Name()) and func.value in self.trainers:
+                at = self.receivers[func.value]
+                model = code(call.args[at].value)
+                stateful = self.flags(model)[0]
+                lhs = f"{model}, {STATE}" if stateful else model
+                return [_stmt(f"{lhs} = {code(call)}")]
+        return None
+
+    def step_call(self, call: cst.Call, target) -> list:
+        parts = self.steps[call.func.value]
+        args = list(call.args)
+        if parts["functional"]:
+            model = self.split_model or parts["model"]
+            if target is None or not isinstance(target, cst.Tuple):
+                raise _Fail("a functional train step whose result is not unpacked")
+            rest = [code(e.value) for e in target.elements[1:]]
+        else:
+            model = code(args[0].value)
+            rest = ([code(e.value) for e in target.elements] if isinstance(target, cst.Tuple)
+                    else [code(target)] if target is not None else ["_"])
+        stateful, keyed = self.flags(model)
+        head = [model] + ([STATE] if stateful else []) + [OPT_STATE]
+        extra = [code(a.value) if a.keyword is None else
+                 f"{a.keyword.value}={code(a.value)}" for a in args[2:]]
+        out = []
+        if keyed:
+            if not self.has_key:
+                raise _Fail("the model needs a dropout key and no `key` is in scope here")
+            out.append(_stmt("key, dropout_key = jax.random.split(key)"))
+            extra.append("dropout_key")
+        self.trained.add(model)
+        out.append(_stmt(f"{', '.join(head + rest)} = {call.func.value}"
+                         f"({', '.join(head + extra)})"))
+        if self.counter:
+            out.append(_stmt(f"{COUNTER} += 1"))
+        return out
+
+
+def _params(fn: cst.FunctionDef) -> list[str]:
+    return [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
+
+
+def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, bool]]
+              ) -> list[list[cst.BaseStatement] | str]:
+    """The module's statements other than classes, builders and imports, rewritten: for each,
+    the new statements, or a message when it cannot be translated."""
+    fns = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
+    # train steps defined at the top level belong to the top-level loop that calls them
+    top = [s for s in stmts if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
+        isinstance(s, cst.FunctionDef) and _step_parts(s) is not None)]
+    fns = {n: f for n, f in fns.items() if f not in top}
+
+    def builds(body) -> dict[str, str]:
+        found = {}
+        for s in body:
+            for a in m.findall(s, m.Assign(targets=[m.AssignTarget(m.Name())])):
+                cls = _is_model_build(a.value, classes)
+                if cls is not None:
+                    found[a.targets[0].target.value] = cls
+        return found
+
+    models = {name: builds(fn.body.body) for name, fn in fns.items()}
+    models[""] = builds(top)
+    receivers: dict[str, int] = {}
+    changed = True
+    while changed:
+        changed = False
+        for scope, body in [*((n, fn.body.body) for n, fn in fns.items()), ("", top)]:
+            for s in body:
+                for c in m.findall(s, m.Call(func=m.Name())):
+                    g = c.func.value
+                    if g not in fns or g == scope:
+                        continue
+                    for i, a in enumerate(c.args):
+                        if a.keyword is None and not a.star and \
+                                code(a.value) in models[scope]:
+                            params = [p.name.value for p in fns[g].params.params]
+                            if i < len(params) and params[i] not in models[g]:
+                                models[g][params[i]] = models[scope][code(a.value)]
+                                receivers[g] = i
+                                changed = True
+    trainers = {g for g in receivers if any(
+        _step_parts(fn) is not None for fn in m.findall(fns[g], m.FunctionDef()))}
+    any_stateful = any(classes[c][0] for ms in models.values() for c in ms.values())
+
+    out: list[list[cst.BaseStatement] | str] = []
+    autocast_at = None
+    top_scope = Scope(models[""], classes, receivers, trainers,
+                      "key" in _assigned_names(top), top)
+    for s in stmts:
+        try:
+            if isinstance(s, cst.FunctionDef) and s.name.value == "eval_step" and \
+                    "nnx.jit" in code(s):
+                autocast_at = len(out)
+                out.append([eval_step(any_stateful).with_changes(leading_lines=s.leading_lines)])
+                continue
+            if isinstance(s, cst.FunctionDef) and s.name.value in fns:
+                name = s.name.value
+                body = list(s.body.body)
+                has_key = "key" in _params(s) or "key" in _assigned_names(body)
+                scope = Scope(models[name], classes, receivers, trainers, has_key, body)
+                new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
+                new = s.with_changes(body=s.body.with_changes(body=new_body))
+                if name in receivers:
+                    at = receivers[name]
+                    pname = s.params.params[at].name.value
+                    stateful = classes[models[name][pname]][0]
+                    if stateful:
+                        plist = list(new.params.params)
+                        plist.insert(at + 1, cst.Param(cst.Name(STATE), comma=cst.Comma(
+                            whitespace_after=cst.SimpleWhitespace(" "))))
+                        new = new.with_changes(params=new.params.with_changes(params=plist))
+                    if name in trainers:
+                        if any(r.value is not None for r in m.findall(new, m.Return())
+                               if r not in [x for f in m.findall(new.body, m.FunctionDef())
+                                            for x in m.findall(f, m.Return())]):
+                            raise _Fail("a function that trains the model it receives and "
+                                        "returns a value")
+                        ret = f"return {pname}, {STATE}" if stateful else f"return {pname}"
+                        new = new.with_changes(body=new.body.with_changes(
+                            body=[*new.body.body, _stmt(ret)]))
+                out.append([new])
+            else:
+                out.append(list(cst.Module(body=[s]).visit(top_scope).visit(_DropRemoved()).body))
+        except _Fail as exc:
+            out.append(exc.message)
+    if any(not isinstance(o, str) and AUTOCAST_FN + "(" in code(o[0]) for o in out):
+        helper = _stmt(AUTOCAST_SRC).with_changes(leading_lines=[cst.EmptyLine(indent=False),
+                                                                 cst.EmptyLine(indent=False)])
+        at = autocast_at if autocast_at is not None else next(
+            (i for i, o in enumerate(out) if not isinstance(o, str) and
+             isinstance(o[0], cst.FunctionDef)), 0)
+        if not isinstance(out[at], str):
+            out[at] = [*out[at], helper]
+    return out
+
+
+# --- weight initialisation: torch's self.apply(self._init_weights) ---------------------------
+
+INIT_FN = "init_layers"
+INIT_SRC = (f"def {INIT_FN}(fn, tree, types, *, key):\n"
+            "    \"\"\"torch's Module.apply(fn) for weight initialisation: every layer of the "
+            "given types\n    in tree replaced by fn(layer, key=k), each with its own key.\"\"\"\n"
+            "    def is_layer(x):\n        return isinstance(x, types)\n"
+            "    leaves, treedef = jax.tree.flatten(tree, is_leaf=is_layer)\n"
+            "    keys = jax.random.split(key, len(leaves))\n"
+            "    return jax.tree.unflatten(treedef, [fn(x, key=k) if is_layer(x) else x\n"
+            "                                        for x, k in zip(leaves, keys, strict=True)])\n")
+# NNX layer -> (equinox class, {NNX variable: equinox field})
+INIT_LAYERS = {
+    "nnx.Linear": ("eqx.nn.Linear", {"kernel": "weight", "bias": "bias"}),
+    "nnx.Embed": ("eqx.nn.Embedding", {"embedding": "weight"}),
+    "nnx.Conv": ("eqx.nn.Conv", {"kernel": "weight", "bias": "bias"}),
+    "nnx.LayerNorm": ("eqx.nn.LayerNorm", {"scale": "weight", "bias": "bias"}),
+}
+
+
+def init_loop(s: cst.BaseStatement, fields: list[str], methods: dict[str, cst.FunctionDef]
+              ) -> cst.BaseStatement | None:
+    """``for _, module in nnx.iter_modules(self): self.m(module, key=K)`` (NNX's
+    ``self.apply(self.m)``) -> ``self.a, self.b = init_layers(self.m, (self.a, self.b),
+    (eqx.nn.Linear, ...), key=K)`` over the fields set before it; None when not that loop or
+    when the method has no equinox translation (init_method)."""
+    if not (isinstance(s, cst.For) and m.matches(s.iter, m.Call(func=m.Attribute(
+            value=m.Name("nnx"), attr=m.Name("iter_modules")), args=[m.Arg(m.Name("self"))]))
+            and isinstance(s.target, cst.Tuple) and len(s.body.body) == 1):
+        return None
+    var = code(s.target.elements[-1].value)
+    call = s.body.body[0]
+    if not m.matches(call, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
+            value=m.Name("self"))))])):
+        return None
+    c = call.body[0].value
+    name = c.func.attr.value
+    pos = [a for a in c.args if a.keyword is None]
+    key = [a for a in c.args if a.keyword is not None and a.keyword.value == "key"]
+    if len(pos) != 1 or code(pos[0].value) != var or name not in methods or not fields:
+        return None
+    types = init_types(methods[name])
+    if types is None or init_method(methods[name]) is None:
+        return None
+    lhs = ", ".join(f"self.{f}" for f in fields) + ("," if len(fields) == 1 else "")
+    tup = f"({lhs})"
+    kw = f", key={code(key[0].value)}" if key else ""
+    kinds = f"({types[0]},)" if len(types) == 1 else f"({', '.join(types)})"
+    return _stmt(f"{lhs} = {INIT_FN}(self.{name}, {tup}, {kinds}{kw})"
+                 ).with_changes(leading_lines=s.leading_lines)
+
+
+def init_types(fn: cst.FunctionDef) -> list[str] | None:
+    types = []
+    for c in m.findall(fn, m.Call(func=m.Name("isinstance"))):
+        t = code(c.args[1].value)
+        if t not in INIT_LAYERS:
+            return None
+        if INIT_LAYERS[t][0] not in types:
+            types.append(INIT_LAYERS[t][0])
+    return types or None
+
+
+class _InitBody(cst.CSTTransformer):
+    def __init__(self, var: str, fields: dict[str, str]) -> None:
+        self.var, self.fields = var, fields
+        self.failed: str | None = None
+
+    def leave_Attribute(self, original_node, updated_node):
+        # module.kernel.value -> module.weight
+        if m.matches(updated_node, m.Attribute(value=m.Attribute(value=m.Name(self.var)),
+                                                attr=m.Name("value"))):
+            attr = updated_node.value.attr.value
+            if attr not in self.fields:
+                self.failed = f"{self.var}.{attr}"
+                return updated_node
+            return cst.parse_expression(f"{self.var}.{self.fields[attr]}")
+        if m.matches(updated_node, m.Attribute(value=m.Name("nnx"))):
+            full = code(updated_node)
+            if full in INIT_LAYERS:
+                return cst.parse_expression(INIT_LAYERS[full][0])
+        return updated_node
+
+    def leave_Call(self, original_node, updated_node):
+        if m.matches(updated_node, m.Call(func=m.Attribute(value=m.Name("rngs")))):
+            return cst.Name("key")
+        return updated_node
+
+
+def _draws(node: cst.CSTNode) -> int:
+    """The most ``rngs.`` draws one pass through ``node`` makes (if/elif branches: the
+    largest)."""
+    if isinstance(node, cst.If):
+        return max(_draws(node.body), _draws(node.orelse) if node.orelse else 0)
+    if isinstance(node, cst.Else):
+        return _draws(node.body)
+    if isinstance(node, cst.IndentedBlock):
+        return sum(_draws(s) for s in node.body)
+    return len(m.findall(node, m.Call(func=m.Attribute(value=m.Name("rngs")))))
+
+
+def init_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
+    """NNX's ``_init_weights(self, module, *, rngs)`` (``module.kernel.value = ...`` under
+    ``isinstance(module, nnx.Linear)``) -> ``_init_weights(self, module, *, key)`` returning
+    the module with ``eqx.tree_at``. None when anything does not fit: shapes read by index
+    (NNX's kernel layout is not equinox's), several draws, other NNX code."""
+    params = fn.params.params
+    if len(params) != 2:
+        return None
+    var = params[1].name.value
+    src = code(fn.body)
+    if _draws(fn.body) > 1 or re.search(r"\.value\.shape\[", src):
+        return None
+    fields = {k: v for _, fs in INIT_LAYERS.values() for k, v in fs.items()}
+
+    class Assigns(cst.CSTTransformer):
+        def __init__(self) -> None:
+            self.failed = False
+
+        def leave_SimpleStatementLine(self, original_node, updated_node):
+            small = updated_node.body[0]
+            if isinstance(small, cst.Assign) and m.matches(small.targets[0].target, m.Attribute(
+                    value=m.Attribute(value=m.Name(var)), attr=m.Name("value"))):
+                attr = small.targets[0].target.value.attr.value
+                if attr not in fields:
+                    self.failed = True
+                    return updated_node
+                tr = _InitBody(var, fields)
+                value = small.value.visit(tr)
+                if tr.failed:
+                    self.failed = True
+                return _stmt(f"{var} = eqx.tree_at(lambda m: m.{fields[attr]}, {var}, "
+                             f"{code(value)})").with_changes(
+                                 leading_lines=updated_node.leading_lines)
+            return updated_node
+
+    a = Assigns()
+    body = fn.body.visit(a)
+    tr = _InitBody(var, fields)
+    body = body.visit(tr)
+    if a.failed or tr.failed or "nnx." in code(body) or "rngs" in code(body):
+        return None
+    body = body.with_changes(body=[*body.body, _stmt(f"return {var}")])
+    kw = [p.with_changes(name=cst.Name("key"), annotation=None)
+          if p.name.value == "rngs" else p for p in fn.params.kwonly_params]
+    return fn.with_changes(body=body, params=fn.params.with_changes(kwonly_params=kw))
+
+
+def optimizer_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
+    """A model method that returns ``nnx.Optimizer(self, tx, wrt=nnx.Param)`` (torch's
+    ``configure_optimizers``) -> the method returning ``tx``; None when not that form."""
+
+    class Ret(cst.CSTTransformer):
+        def __init__(self) -> None:
+            self.n = 0
+
+        def leave_Return(self, original_node, updated_node):
+            v = updated_node.value
+            if m.matches(v, m.Call(func=m.Attribute(value=m.Name("nnx"),
+                                                    attr=m.Name("Optimizer")))):
+                kw = {a.keyword.value: code(a.value) for a in v.args if a.keyword}
+                pos = [a for a in v.args if a.keyword is None]
+                if kw.get("wrt", "nnx.Param") == "nnx.Param" and len(pos) == 2 and \
+                        code(pos[0].value) == "self":
+                    self.n += 1
+                    return updated_node.with_changes(value=pos[1].value.visit(_Dedent()))
+            return updated_node
+
+    r = Ret()
+    new = fn.visit(r)
+    if not r.n or "nnx." in code(new) or "rngs" in code(new):
+        return None
+    return new
