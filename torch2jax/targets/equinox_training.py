@@ -70,7 +70,7 @@ def _step_parts(fn: cst.FunctionDef) -> dict | None:
         return None
     deco = code(fn.decorators[0].decorator) if fn.decorators else ""
     functional = deco.startswith("partial(jax.jit")
-    if not functional and deco != "nnx.jit":
+    if not functional and deco not in ("nnx.jit", "nnx.jit(graph=False)"):
         return None
     params = [p.name.value for p in fn.params.params]
     body = list(fn.body.body)
