@@ -43,6 +43,7 @@ from torch2jax.passes.special import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
+from torch2jax.targets import linen_training as lt
 
 _IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp|grain|os)\b(?=[.(])")
 
@@ -112,6 +113,31 @@ class TorchToJax(cst.CSTTransformer):
         self._plateaus: dict[str, object] = {}  # ReduceLROnPlateau vars
         self.data = data or dt.DataIndex()
         self._autocast_models: set[str] = set()  # models called in an autocast region
+        # linen training code (targets/linen_training.py)
+        self._lt_after_state: list[cst.BaseStatement] = []  # run once the TrainState exists
+        self._lt_post: list[cst.BaseStatement] = []  # after the outermost training loop
+        self._lt_trainers: set[str] = set()  # helpers that train the model they receive
+        self._lt_evaluators: dict[str, int] = {}  # helpers that call it: model param index
+        self._lt_batch_stats = False
+        self._lt_dropout = False
+        self._lt_train_state_class = False
+        self._lt_marked = False  # the loop was recognised but marked
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if not self.linen:
+            return
+        source = node.code
+        self._lt_batch_stats = "BatchNorm" in source
+        self._lt_dropout = "Dropout" in source or "dropout" in source
+        # helpers whose optimizer is over a model they receive: they return its variables
+        params: dict[str, set[str]] = {}
+        for stmt in node.body:
+            if isinstance(stmt, cst.FunctionDef):
+                params[stmt.name.value] = {p.name.value for p in stmt.params.params}
+        for site in self.training.optimizers.values():
+            if site.function in params and site.model in params[site.function]:
+                self._lt_trainers.add(site.function)
+        self._lt_evaluators = lt.model_functions(node, self._model_names(), self._lt_trainers)
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:
@@ -318,6 +344,8 @@ class TorchToJax(cst.CSTTransformer):
                 self.diag(original_node, "seed", "error", exc.message)
         if self.in_module_class() and node.name.value == "forward":
             node = node.with_changes(name=cst.Name("__call__"))
+        if self.linen and not self._class_stack and not self._fn_stack:
+            node = self._lt_function(node)
         if takes_rngs and self.linen and self.uses_train and not self.in_module_class():
             # a layer-building helper: says whether the layers it builds train
             node = add_kwonly_param(node, linen_target.TRAIN, "bool", "False")
@@ -439,6 +467,10 @@ class TorchToJax(cst.CSTTransformer):
 
     def leave_Expr(self, original_node, updated_node):
         value = original_node.value
+        if self.linen and not self.in_module_class():
+            handled = self._lt_statement(original_node, updated_node)
+            if handled is not None:
+                return handled
         handled = self._data_statement(original_node, updated_node)
         if handled is not None:
             return handled
@@ -481,7 +513,8 @@ class TorchToJax(cst.CSTTransformer):
         if site is None or updated_node.value is None:
             return updated_node
         try:
-            self._nnx_only("optimizers")
+            if not self.linen:
+                self._nnx_only("optimizers")
             return updated_node.with_changes(
                 value=self._optimizer(original_node, updated_node.value, site))
         except Untranslatable as exc:
@@ -496,7 +529,8 @@ class TorchToJax(cst.CSTTransformer):
     def _training_assign(self, original_node, updated_node, site):
         from torch2jax.analysis.training import SchedulerSite
 
-        self._nnx_only("optimizers and schedulers")
+        if not self.linen:
+            self._nnx_only("optimizers and schedulers")
         if isinstance(site, SchedulerSite):
             return self._scheduler(original_node, updated_node, site)
         value = self._optimizer(original_node, updated_node.value, site)
@@ -563,6 +597,10 @@ class TorchToJax(cst.CSTTransformer):
         for severity, msg in opt.notes:
             self.diag(original_node, site.qualname, severity, msg)
         model = site.model or "model"
+        if self.linen:  # the optax transform; the TrainState is made before the loop
+            self.need("optax")
+            self._note_imports(tx)
+            return tx
         self.need("nnx", "optax")
         out = tr.optimizer_object(model, tx)
         self._note_imports(out)
@@ -580,7 +618,7 @@ class TorchToJax(cst.CSTTransformer):
             # the optimizer was built elsewhere (configure_optimizers): read its lr
             base_name = f"{sched.name}_base_lr"
             before.append(cst.parse_statement(
-                f"{base_name} = {tr.lr_slot(sched.optimizer)}\n"))
+                f"{base_name} = {self._lr_slot(sched.optimizer)}\n"))
             base = cst.Name(base_name)
         schedule = optim.translate_scheduler(updated_node.value, sched.qualname, base,
                                              lambda e: self._schedules.get(code(e)))
@@ -604,16 +642,24 @@ class TorchToJax(cst.CSTTransformer):
             # the optimizer's learning rate is a hyperparameter set where step() was called
             after.append(cst.parse_statement(f"{sched.name}_steps = 0\n").body[0])
             after.append(cst.parse_statement(
-                f"{tr.lr_slot(sched.optimizer)} = jnp.float32({sched.name}(0))\n").body[0])
+                f"{self._lr_slot(sched.optimizer)} = jnp.float32({sched.name}(0))\n").body[0])
             self.need("jnp")
             self.diag(original_node, sched.qualname, "info",
                       "scheduler stepped other than after every optimizer step: the learning "
                       "rate is an optax.inject_hyperparams hyperparameter set at each step()")
+        if self.linen and not sched.inline and not sched.part and sched.optimizer:
+            # the learning rate lives in the TrainState's optimizer state: set once it exists
+            self._lt_after_state.extend([*before, *(cst.SimpleStatementLine(body=[a])
+                                                    for a in after)])
+            before, after = [], []
         if self._pending:
             self._pending[-1].before.extend(before)
             if after:
                 self._pending[-1].after.extend(cst.SimpleStatementLine(body=[a]) for a in after)
         return new
+
+    def _lr_slot(self, optimizer: str, quote: str = '"') -> str:
+        return lt.lr_slot(quote) if self.linen else tr.lr_slot(optimizer, quote)
 
     def _pending_line_comments(self) -> list[cst.EmptyLine]:
         return []
@@ -978,7 +1024,7 @@ class TorchToJax(cst.CSTTransformer):
                 value=expr(f"{sched.name}.update(None, {sched.name}_state, value={{v}})",
                            v=value))]))
             return cst.parse_statement(
-                f"{tr.lr_slot(sched.optimizer)} = jnp.float32({base_code} * "
+                f"{self._lr_slot(sched.optimizer)} = jnp.float32({base_code} * "
                 f"{sched.name}_state.scale)\n").body[0]
         if original_node.value.args or sched.optimizer is None:
             self.diag(original_node, sched.qualname, "error",
@@ -989,7 +1035,7 @@ class TorchToJax(cst.CSTTransformer):
         # a strong float32: a weak-typed value would make the jitted step compile again
         self.need("jnp")
         return cst.parse_statement(
-            f"{tr.lr_slot(sched.optimizer)} = jnp.float32({sched.name}({count}))\n").body[0]
+            f"{self._lr_slot(sched.optimizer)} = jnp.float32({sched.name}({count}))\n").body[0]
 
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
@@ -1024,6 +1070,11 @@ class TorchToJax(cst.CSTTransformer):
                              "torch.autograd.set_grad_enabled")):
                 continue
             if q in dt.AUTOCASTS and isinstance(item, cst.Call) and len(items) == 1:
+                if self.linen:
+                    self.diag(original_node, q, "error", "autocast under --target linen: give "
+                              "the model's layers dtype=jnp.bfloat16 (a dtype field) by hand; "
+                              "param_dtype stays float32")
+                    return updated_node
                 return self._autocast(original_node, updated_node, item, q)
             keep.append(ui)
         if len(keep) == len(items):
@@ -1032,6 +1083,12 @@ class TorchToJax(cst.CSTTransformer):
             # outside of a differentiated function a no_grad block is plain code; the model
             # calls in it (evaluation) go through one jit-compiled eval step
             body = list(updated_node.body.body)
+            if not self.in_module_class() and self.linen:
+                jitted = lt.EvalCalls(self._model_names())
+                body = [b.visit(jitted) for b in body]
+                if jitted.count:
+                    self._eval_step = True
+                    self.need("jax", "partial")
             if not self.in_module_class() and self.emitter.name == "nnx":
                 models = self._model_names()
                 jitted = tr.JitModelCalls(models)
@@ -1090,6 +1147,9 @@ class TorchToJax(cst.CSTTransformer):
         t = self.training
         body = list(node.body.body)
         surround: tuple[list, list] | None = None  # a functional step: split / update
+        linen_body = self._lt_loop(original_node, node, body) if self.linen else None
+        if linen_body is not None:
+            node = node.with_changes(body=node.body.with_changes(body=linen_body))
         for name in t.optimizer_names if self.emitter.name == "nnx" else ():
             model = t.model_of(name)
             if model is None:
@@ -1122,14 +1182,21 @@ class TorchToJax(cst.CSTTransformer):
                     surround = (around[0], around[2])
                 break
         else:
-            if any(tr._is_method_stmt(s, None, "backward") for s in body):
+            if linen_body is None and any(tr._is_method_stmt(s, None, "backward")
+                                          for s in body) and not self._lt_marked:
                 self.diag(original_node, "training-loop", "error",
                           "training loop not recognised (one loss.backward() and one "
                           "optimizer.step() in the same loop body): write the step as "
                           "nnx.value_and_grad + optimizer.update" if self.emitter.name == "nnx"
+                          else "training loop not recognised (one loss.backward() and one "
+                          "optimizer.step() in the same loop body): write the step as "
+                          "jax.value_and_grad + state.apply_gradients" if self.linen
                           else f"training loops: translated for --target nnx so far "
                           f"({self.emitter.name} is planned)")
+        self._lt_marked = False
         pre, post = surround if surround is not None else ([], [])
+        if self.linen and not self._for_stack and self._lt_post:
+            post, self._lt_post = [*post, *self._lt_post], []
         if not self._for_stack and self._hoist:
             hoisted, self._hoist = self._hoist, []
             blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
@@ -1150,6 +1217,93 @@ class TorchToJax(cst.CSTTransformer):
             pre = [pre[0].with_changes(leading_lines=node.leading_lines), *pre[1:]]
             return cst.FlattenSentinel([*pre, node.with_changes(leading_lines=[]), *post])
         return node
+
+    # ------------------------------------------------------------------ linen training
+    def _lt_loop(self, original_node, updated_node, body):
+        """A training loop under --target linen (targets/linen_training.py): the loop's new
+        body; the step, model.init and the TrainState go before the outermost loop."""
+        t = self.training
+        for name in t.optimizer_names:
+            model = t.model_of(name)
+            if model is None:
+                continue
+            outer = self._for_stack[0] if self._for_stack else original_node
+            loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+            site = t.optimizer_names[name]
+            try:
+                step = lt.build_step(body, optimizer=name, model=model, loop_names=loop_names,
+                                     step_name="train_step", batch_stats=self._lt_batch_stats,
+                                     dropout=self._lt_dropout,
+                                     accumulate=site.accumulate is not None)
+                if step is not None and not self._key_scopes[-1].has_key:
+                    raise Untranslatable("no key in this scope for model.init and the dropout "
+                                         "keys: seed with torch.manual_seed or pass one",
+                                         rule="training-loop")
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or "training-loop", "error", exc.message)
+                self._lt_marked = True
+                return None
+            if step is None:
+                continue
+            sample = lt.sample_inputs(step, body, updated_node, self._for_stack, loop_names)
+            if sample is None:
+                self.diag(original_node, "training-loop", "error",
+                          "no sample input for model.init: the model's inputs are not a "
+                          "batch gathered from an array, a loader's batch or a helper's "
+                          "result")
+            stmts, inputs = sample if sample is not None else ([], None)
+            self.need("jax", "optax", "train_state")
+            if self._lt_batch_stats:
+                self._lt_train_state_class = True
+                self.need("Any")
+            init = lt.init_statements(model, name, inputs, uses_train=self.uses_train,
+                                      batch_stats=self._lt_batch_stats)
+            new_body = step.body
+            batch = dt.loop_names(original_node.target)
+            if self.data.distributed and batch and isinstance(original_node.iter, (
+                    cst.Name, cst.Call)):
+                # the batch is split over the devices; the replicated parameters follow
+                self.need("jax", "sharding")
+                self._hoist.extend(dt.mesh_statements())
+                new_body = [dt.shard_batch(batch), *new_body]
+            self._hoist.extend([step.function, *stmts, *init, *self._lt_after_state])
+            self._lt_after_state = []
+            self._lt_post.append(lt.final_variables(self._lt_batch_stats))
+            return new_body
+        return None
+
+    def _lt_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        value = original_node.value
+        if not isinstance(value, cst.Call):
+            return None
+        f = value.func
+        if (isinstance(f, cst.Attribute) and f.attr.value in ("train", "eval")
+                and isinstance(f.value, cst.Name) and f.value.value in self._model_names()
+                and not value.args):
+            # a linen module has no mode: model.apply reads its `train` field
+            return cst.RemoveFromParent()
+        if isinstance(f, cst.Name) and f.value in self._lt_trainers:
+            # the helper trains the model it receives: it returns the model's variables
+            return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
+                              value=updated_node.value)
+        return None
+
+    def _lt_function(self, node: cst.FunctionDef) -> cst.FunctionDef:
+        name = node.name.value
+        if name in self._lt_evaluators:
+            node = lt.add_variables_param(node, self._lt_evaluators[name])
+        if name in self._lt_trainers and not lt.returns(node):
+            body = [*node.body.body, cst.parse_statement(f"return {lt.VARIABLES}\n")]
+            node = node.with_changes(body=node.body.with_changes(body=body))
+        return node
+
+    def _lt_pass_variables(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        i = self._lt_evaluators[original.func.value]
+        args = list(updated.args)
+        if len(args) <= i or any(a.keyword or a.star for a in args[:i + 1]):
+            return updated
+        args.insert(i + 1, arg(cst.Name(lt.VARIABLES)))
+        return updated.with_changes(args=_fix_commas(args))
 
     def visit_For(self, node: cst.For) -> None:
         self._for_stack.append(node)
@@ -1174,10 +1328,11 @@ class TorchToJax(cst.CSTTransformer):
             return None
         sched = site.scheduler
         if sched is not None and sched.inline:
-            return expr(f"{sched.name}({name}.step.value)")
+            step = f"{lt.STATE}.step" if self.linen else f"{name}.step.value"
+            return expr(f"{sched.name}({step})")
         if sched is not None:
             quote = self._string_quote()
-            return expr(tr.lr_slot(name, quote))
+            return expr(self._lr_slot(name, quote))
         lr = self._opt_lr.get(name)
         return lr
 
@@ -1327,7 +1482,8 @@ class TorchToJax(cst.CSTTransformer):
         return self._pending[-1].keys.take()
 
     def leave_Module(self, original_node, updated_node):
-        if not self._key_scopes[0].root_needed and not self._eval_step:
+        if not self._key_scopes[0].root_needed and not self._eval_step and not (
+                self._lt_train_state_class):
             return updated_node
         body = list(updated_node.body)
         i = 0
@@ -1335,8 +1491,14 @@ class TorchToJax(cst.CSTTransformer):
                 body=[m.Import() | m.ImportFrom()])) or (i == 0 and m.matches(
                 body[i], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])))):
             i += 1
+        if self._lt_train_state_class:
+            body.insert(i, lt.train_state_class())
+            if i < len(body) - 1:
+                body[i + 1] = body[i + 1].with_changes(leading_lines=[
+                    cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
+                    *[ln for ln in body[i + 1].leading_lines if ln.comment is not None]])
         if self._eval_step:
-            body.insert(i, tr.eval_step_function())
+            body.insert(i, lt.eval_step_function() if self.linen else tr.eval_step_function())
             if i < len(body) - 1:
                 body[i + 1] = body[i + 1].with_changes(leading_lines=[
                     cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
@@ -1429,6 +1591,9 @@ class TorchToJax(cst.CSTTransformer):
             # a layer or loss built and called on the spot: nn.Identity()(x)
             updated_node = updated_node.with_changes(func=updated_node.func.with_changes(
                 lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
+        if self.linen and isinstance(original_node.func, cst.Name) and (
+                original_node.func.value in self._lt_evaluators) and not self._class_stack:
+            updated_node = self._lt_pass_variables(original_node, updated_node)
         try:
             result = self._rewrite_call(original_node, updated_node)
         except Untranslatable as exc:
@@ -1533,9 +1698,10 @@ class TorchToJax(cst.CSTTransformer):
             sched = self.training.scheduler_names.get(original.func.value.value)
             if sched is not None and sched.optimizer:
                 if sched.inline:
-                    return expr(f"[{sched.name}({sched.optimizer}.step.value)]")
+                    step = f"{lt.STATE}.step" if self.linen else f"{sched.optimizer}.step.value"
+                    return expr(f"[{sched.name}({step})]")
                 quote = self._string_quote()
-                return expr(f"[{tr.lr_slot(sched.optimizer, quote)}]")
+                return expr(f"[{self._lr_slot(sched.optimizer, quote)}]")
         if isinstance(original.func, cst.Name) and (
                 original.func.value in self.training.key_functions) and not any(
                     a.keyword and a.keyword.value == tr.KEY for a in updated.args):
