@@ -31,12 +31,8 @@ FINAL = re.compile(r"^final_accuracy=(?P<value>[0-9]*\.?[0-9]+)$", re.MULTILINE)
 WITHIN = 0.03
 TIMEOUT_S = 300
 
-# fixtures that keep a TODO under linen, and why (docs/linen-output.md, "Not yet")
-MARKED = {
-    "gpt_param_groups": "self.apply(self._init_weights) with torch.nn.init: linen sets "
-                        "initialisers per layer (kernel_init), not after construction",
-    "ddp_amp_dataloader": "torch.autocast: linen layers take their dtype at construction",
-}
+# fixtures that keep a TODO under linen, and why (none now; docs/linen-output.md, "Not yet")
+MARKED: dict[str, str] = {}
 CLEAN = [p for p in SCRIPTS if p.stem not in MARKED]
 
 
@@ -101,6 +97,26 @@ def test_helpers_pass_the_variables(converted) -> None:
     assert "variables = train(model, x_train, y_train, key=subkey)" in code
     assert "def evaluate(model, variables, x_test, y_test):" in code
     assert "evaluate(model, variables, x_test, y_test)" in code
+
+
+def test_init_function_becomes_layer_initializers(converted) -> None:
+    # self.apply(self._init_weights): torch.nn.init calls per layer type -> the initializer
+    # arguments of every such layer of the model and of the modules it builds
+    code = converted["gpt_param_groups"].code
+    assert "self.apply(" not in code and "_init_weights" not in code
+    assert "embedding_init=nn.initializers.normal(stddev=0.02)" in code
+    assert code.count("kernel_init=nn.initializers.normal(stddev=0.02)") == 4  # 2 per Block
+    assert "bias_init=nn.initializers.zeros" in code
+
+
+def test_autocast_is_a_dtype_field(converted) -> None:
+    code = converted["ddp_amp_dataloader"].code
+    assert "    dtype: Any = None\n" in code
+    assert "nn.Dense(self.hidden, dtype=self.dtype)" in code
+    assert "apply_fn=model.clone(dtype=jnp.bfloat16).apply" in code
+    assert "set_attributes" not in code and "torch.autocast" not in code
+    # the batch is sharded over the devices, as for NNX
+    assert "x, y = jax.device_put((x, y), data_sharding)" in code
 
 
 def test_schedules_set_the_learning_rate_in_the_train_state(converted) -> None:

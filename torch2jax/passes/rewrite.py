@@ -122,6 +122,10 @@ class TorchToJax(cst.CSTTransformer):
         self._lt_dropout = False
         self._lt_train_state_class = False
         self._lt_marked = False  # the loop was recognised but marked
+        self._lt_inits: dict[str, dict[str, dict]] = {}  # class -> torch layer -> initializers
+        self._lt_init_fns: set[tuple[str, str]] = set()  # (class, init function) removed
+        self._lt_dtype_classes: set[str] = set()  # autocast: classes with a dtype field
+        self._lt_autocast: dict[str, str] = {}  # model -> the dtype its training step uses
 
     def visit_Module(self, node: cst.Module) -> None:
         if not self.linen:
@@ -138,6 +142,77 @@ class TorchToJax(cst.CSTTransformer):
             if site.function in params and site.model in params[site.function]:
                 self._lt_trainers.add(site.function)
         self._lt_evaluators = lt.model_functions(node, self._model_names(), self._lt_trainers)
+        self._lt_find_init_functions(node)
+        self._lt_find_autocast_classes(node)
+
+    def _lt_find_autocast_classes(self, node: cst.Module) -> None:
+        """Model classes called in an autocast region (and the classes they build) get a
+        ``dtype`` field handed to their layers, as in the flax examples."""
+        classes = {c.name.value: c for c in node.body if isinstance(c, cst.ClassDef)}
+        called: set[str] = set()
+        for w in m.findall(node, m.With()):
+            if any((self.q(i.item.func if isinstance(i.item, cst.Call) else i.item) or "")
+                   in dt.AUTOCASTS for i in w.items):
+                called |= {c.func.value for c in m.findall(w.body, m.Call(func=m.Name()))}
+        called &= self._model_names()
+        roots: set[str] = set()
+        for a in m.findall(node, m.Assign(targets=[m.AssignTarget(m.Name())])):
+            if a.targets[0].target.value in called:
+                roots |= {c.func.value for c in m.findall(a.value, m.Call(func=m.Name()))
+                          if c.func.value in self.index.module_classes}
+
+        def built(name: str) -> None:
+            if name in self._lt_dtype_classes or name not in classes:
+                return
+            self._lt_dtype_classes.add(name)
+            for c in m.findall(classes[name], m.Call(func=m.Name())):
+                if c.func.value in self.index.module_classes:
+                    built(c.func.value)
+        for r in roots:
+            built(r)
+
+    def _lt_find_init_functions(self, node: cst.Module) -> None:
+        """``self.apply(self._init_weights)`` in a constructor: linen layers take their
+        initializers when they are built, so the init function's torch.nn.init calls become
+        ``kernel_init=`` / ``embedding_init=`` arguments of the layers of that class and of
+        the classes it builds; the statement and the function are removed."""
+        classes = {c.name.value: c for c in node.body if isinstance(c, cst.ClassDef)}
+
+        def method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+            return next((f for f in cls.body.body if isinstance(f, cst.FunctionDef)
+                         and f.name.value == name), None)
+
+        def built(name: str, seen: set[str]) -> set[str]:
+            if name in seen or name not in classes:
+                return seen
+            seen.add(name)
+            init = method(classes[name], "__init__")
+            for c in m.findall(init, m.Call(func=m.Name())) if init is not None else []:
+                if c.func.value in self.index.module_classes:
+                    built(c.func.value, seen)
+            return seen
+
+        for name, cls in classes.items():
+            init = method(cls, "__init__")
+            if init is None:
+                continue
+            for c in m.findall(init, m.Call(func=m.Attribute(value=m.Name("self"),
+                                                             attr=m.Name("apply")))):
+                if len(c.args) != 1 or not m.matches(c.args[0].value, m.Attribute(
+                        value=m.Name("self"))):
+                    continue
+                fn = method(cls, c.args[0].value.attr.value)
+                if fn is None:
+                    continue
+                try:
+                    specs = lt.init_specs(fn, self.q)
+                except Untranslatable:
+                    continue  # marked where it is
+                for reached in built(name, set()):
+                    merged = self._lt_inits.setdefault(reached, {})
+                    for layer, inits in specs.items():
+                        merged.setdefault(layer, {}).update(inits)
+                self._lt_init_fns.add((name, fn.name.value))
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:
@@ -280,6 +355,9 @@ class TorchToJax(cst.CSTTransformer):
                 new, needs = linen_target.to_setup(
                     new, self.uses_train and info.module_base == "torch", kw_only=is_base)
                 self.need(*needs)
+                if name in self._lt_dtype_classes:
+                    new = lt.add_dtype_field(new)
+                    self.need("Any")
             except Untranslatable as exc:
                 self.diag(original_node, "linen", "error", exc.message)
         return new
@@ -326,6 +404,9 @@ class TorchToJax(cst.CSTTransformer):
         self._key_scopes.append(tr.KeyScope(
             has_key=takes_key, takes_key=takes_key,
             seeds_here=free and name in self.training.seed_functions))
+        if self.linen and (self.current_class, name) in self._lt_init_fns:
+            return False  # its initializers went to the layers; removed in leave_FunctionDef
+        return None
 
     def leave_FunctionDef(self, original_node, updated_node):
         self._fn_stack.pop()
@@ -346,6 +427,8 @@ class TorchToJax(cst.CSTTransformer):
             node = node.with_changes(name=cst.Name("__call__"))
         if self.linen and not self._class_stack and not self._fn_stack:
             node = self._lt_function(node)
+        if self.linen and (self.current_class, node.name.value) in self._lt_init_fns:
+            return cst.RemoveFromParent()
         if takes_rngs and self.linen and self.uses_train and not self.in_module_class():
             # a layer-building helper: says whether the layers it builds train
             node = add_kwonly_param(node, linen_target.TRAIN, "bool", "False")
@@ -952,6 +1035,11 @@ class TorchToJax(cst.CSTTransformer):
                                     args=[m.Arg(m.Attribute(value=m.Name("self")))]))
                 and self.in_module_class()):
             # self.apply(self._init_weights): every submodule, children first, then self
+            if self.linen and (self.current_class, code(value.args[0].value.attr)) in (
+                    self._lt_init_fns):
+                self.diag(original_node, "init", "info", "self.apply(init function) -> the "
+                          "layers' kernel_init / bias_init / embedding_init arguments")
+                return cst.RemoveFromParent()
             if self.emitter.name != "nnx":
                 self.diag(original_node, "target", "error", "self.apply(init_fn): translated "
                           f"for --target nnx so far ({self.emitter.name} is planned)")
@@ -1071,10 +1159,7 @@ class TorchToJax(cst.CSTTransformer):
                 continue
             if q in dt.AUTOCASTS and isinstance(item, cst.Call) and len(items) == 1:
                 if self.linen:
-                    self.diag(original_node, q, "error", "autocast under --target linen: give "
-                              "the model's layers dtype=jnp.bfloat16 (a dtype field) by hand; "
-                              "param_dtype stays float32")
-                    return updated_node
+                    return self._lt_autocast_region(original_node, updated_node, item, q)
                 return self._autocast(original_node, updated_node, item, q)
             keep.append(ui)
         if len(keep) == len(items):
@@ -1257,7 +1342,8 @@ class TorchToJax(cst.CSTTransformer):
                 self._lt_train_state_class = True
                 self.need("Any")
             init = lt.init_statements(model, name, inputs, uses_train=self.uses_train,
-                                      batch_stats=self._lt_batch_stats)
+                                      batch_stats=self._lt_batch_stats,
+                                      dtype=self._lt_autocast.get(model))
             new_body = step.body
             batch = dt.loop_names(original_node.target)
             if self.data.distributed and batch and isinstance(original_node.iter, (
@@ -1271,6 +1357,46 @@ class TorchToJax(cst.CSTTransformer):
             self._lt_post.append(lt.final_variables(self._lt_batch_stats))
             return new_body
         return None
+
+    def _lt_autocast_region(self, original_node, updated_node, item: cst.Call, q: str):
+        """with torch.autocast(...) in a training loop: the training step applies a clone of
+        the model with ``dtype=jnp.bfloat16`` (its layers compute in bfloat16, the parameters
+        stay float32); the outputs are cast to float32 as torch does for the loss."""
+        try:
+            dtype, notes = dt.autocast_dtype(item, q)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or q, "error", exc.message)
+            return updated_node
+        body = list(updated_node.body.body)
+        if not dtype:
+            return cst.FlattenSentinel(body)
+        models = self._model_names()
+        called: list[str] = []
+        new_body = []
+        for stmt in body:
+            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign)
+                    and dt.is_model_call(stmt.body[0].value, models)):
+                a = stmt.body[0]
+                called.append(a.value.func.value)
+                stmt = stmt.with_changes(body=[a.with_changes(value=dt.cast_output(a.value))])
+            new_body.append(stmt)
+        if not called or not self._for_stack or not self._lt_dtype_classes:
+            self.diag(original_node, q, "error", "autocast region outside a training loop, or "
+                      "without a model call assigned to a name: give the model a dtype by "
+                      "hand (model.clone(dtype=jnp.bfloat16))")
+            return updated_node
+        for note in notes:
+            self.diag(original_node, q, "warning", note)
+        for name in called:
+            self._lt_autocast[name] = dtype
+        self.need("jnp")
+        self.diag(original_node, q, "info", f"autocast -> the training step applies "
+                  f"{', '.join(sorted(set(called)))}.clone(dtype={dtype}) (flax layers' "
+                  "dtype) with float32 parameters; outputs cast to float32")
+        if updated_node.leading_lines and new_body:
+            new_body[0] = new_body[0].with_changes(leading_lines=updated_node.leading_lines)
+        return cst.FlattenSentinel(new_body)
 
     def _lt_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
         value = original_node.value
@@ -1789,8 +1915,13 @@ class TorchToJax(cst.CSTTransformer):
             inside = self.in_module_class() or (self._rngs_scope and self._rngs_scope[-1])
             if (self.uses_train and inside and not any(
                     a.keyword and a.keyword.value == linen_target.TRAIN for a in updated.args)):
-                return updated.with_changes(args=_fix_commas([*updated.args, arg(
+                updated = updated.with_changes(args=_fix_commas([*updated.args, arg(
                     expr(self._linen_train()), linen_target.TRAIN)]))
+            if self.current_class in self._lt_dtype_classes and self.in_module_class() and \
+                    isinstance(original.func, cst.Name) and \
+                    original.func.value in self._lt_dtype_classes:
+                updated = updated.with_changes(args=_fix_commas([*updated.args, arg(
+                    expr("self.dtype"), "dtype")]))
             return updated
         if any(a.keyword and a.keyword.value == "rngs" for a in updated.args):
             return updated
@@ -1832,6 +1963,11 @@ class TorchToJax(cst.CSTTransformer):
         if self.linen:
             self.need("linen")
             out = linen_target.pooling(linen_target.layer(out, self._linen_train()))
+            inits = self._lt_inits.get(self.current_class or "", {}).get(rule.torch)
+            if inits:
+                out = lt.with_initializers(out, inits)
+            if self.current_class in self._lt_dtype_classes:
+                out = lt.with_dtype(out)
         return out
 
     def _linen_train(self) -> str:

@@ -331,7 +331,8 @@ def _replace_name(node: cst.BaseExpression, name: str, value: cst.BaseExpression
 
 
 def init_statements(model: str, optimizer: str, sample: list[cst.BaseExpression] | None,
-                    *, uses_train: bool, batch_stats: bool) -> list[cst.BaseStatement]:
+                    *, uses_train: bool, batch_stats: bool, dtype: str | None = None
+                    ) -> list[cst.BaseStatement]:
     """``variables = model.init(...)`` and the TrainState, before the training loop."""
     inputs = ", ".join(code(s) for s in sample) if sample is not None else "..."
     stmts = [cst.parse_statement(f"{tr.KEY}, subkey = jax.random.split({tr.KEY})\n")]
@@ -342,7 +343,8 @@ def init_statements(model: str, optimizer: str, sample: list[cst.BaseExpression]
             "# TODO(torch2jax): a sample input for model.init (the shapes of one batch) "
             "[training-loop]"))])
     stmts.append(init)
-    apply_fn = f"{model}.clone(train=True).apply" if uses_train else f"{model}.apply"
+    changes = [*(["train=True"] if uses_train else []), *([f"dtype={dtype}"] if dtype else [])]
+    apply_fn = f"{model}.clone({', '.join(changes)}).apply" if changes else f"{model}.apply"
     cls = "TrainState" if batch_stats else "train_state.TrainState"
     bs = f', batch_stats={VARIABLES}["batch_stats"]' if batch_stats else ""
     stmts.append(cst.parse_statement(
@@ -441,3 +443,144 @@ def add_variables_param(fn: cst.FunctionDef, index: int) -> cst.FunctionDef:
     params.insert(index + 1, cst.Param(cst.Name(VARIABLES)))
     return fn.with_changes(params=fn.params.with_changes(params=[
         p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in params]))
+
+
+# ---------------------------------------------------------------------------- initialisation
+# torch layer -> {torch weight name: the linen layer's initializer argument}
+INIT_ARGS = {
+    "torch.nn.Linear": {"weight": "kernel_init", "bias": "bias_init"},
+    "torch.nn.Embedding": {"weight": "embedding_init"},
+    "torch.nn.Conv1d": {"weight": "kernel_init", "bias": "bias_init"},
+    "torch.nn.Conv2d": {"weight": "kernel_init", "bias": "bias_init"},
+    "torch.nn.Conv3d": {"weight": "kernel_init", "bias": "bias_init"},
+    "torch.nn.LayerNorm": {"weight": "scale_init", "bias": "bias_init"},
+}
+
+
+def _initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression:
+    """``torch.nn.init.normal_(w, mean=0.0, std=0.02)`` -> ``nn.initializers.normal(0.02)``;
+    Untranslatable for what has no elementwise linen initializer."""
+    from torch2jax.passes.common import bind, try_literal
+
+    params = {"normal_": ("tensor", "mean", "std"), "zeros_": ("tensor",),
+              "ones_": ("tensor",), "constant_": ("tensor", "val"),
+              "trunc_normal_": ("tensor", "mean", "std", "a", "b")}
+    if fn not in params:
+        raise Untranslatable(f"torch.nn.init.{fn} in an init function applied with "
+                             "self.apply: no linen initializer written for it")
+    b = bind(call_node.args, params[fn])
+    if fn == "zeros_":
+        return expr("nn.initializers.zeros")
+    if fn == "ones_":
+        return expr("nn.initializers.ones")
+    if fn == "constant_":
+        return expr("nn.initializers.constant({v})", v=b.get("val"))
+    mean = try_literal(b.get("mean"), 0.0) if b.get("mean") is not None else 0.0
+    if mean not in (0, 0.0):
+        raise Untranslatable(f"torch.nn.init.{fn} with a nonzero mean")
+    std = b.get("std") if b.get("std") is not None else cst.Float("1.0")
+    if fn == "normal_":
+        return expr("nn.initializers.normal(stddev={s})", s=std)
+    lo = try_literal(b.get("a"), -2.0) if b.get("a") is not None else -2.0
+    hi = try_literal(b.get("b"), 2.0) if b.get("b") is not None else 2.0
+    if not (isinstance(lo, (int, float)) and isinstance(hi, (int, float))):
+        raise Untranslatable(f"torch.nn.init.{fn} with computed bounds")
+    return expr("nn.initializers.truncated_normal(stddev={s}, lower={lo}, upper={hi})",
+                s=std, lo=cst.parse_expression(repr(float(lo))),
+                hi=cst.parse_expression(repr(float(hi))))
+
+
+def init_specs(fn: cst.FunctionDef, qualify) -> dict[str, dict[str, cst.BaseExpression]]:
+    """An init function applied with ``self.apply(fn)``: ``if isinstance(m, nn.Linear):``
+    branches of ``torch.nn.init`` calls on ``m.weight`` / ``m.bias`` -> {torch layer: {linen
+    initializer argument: initializer}}. Untranslatable for any other statement."""
+    params = [p.name.value for p in fn.params.params]
+    if len(params) != 2:
+        raise Untranslatable("an init function with other than (self, module) parameters")
+    mod = params[1]
+    specs: dict[str, dict[str, cst.BaseExpression]] = {}
+    body = list(fn.body.body)
+    while body:
+        stmt = body.pop(0)
+        if not isinstance(stmt, cst.If) or not m.matches(stmt.test, m.Call(
+                func=m.Name("isinstance"), args=[m.Arg(m.Name(mod)), m.Arg()])):
+            raise Untranslatable("an init function with statements other than isinstance "
+                                 "branches")
+        kinds = stmt.test.args[1].value
+        elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        layers = [qualify(e) for e in elems]
+        found: dict[str, cst.BaseExpression] = {}
+        _branch(stmt.body.body, mod, found, qualify)
+        for q in layers:
+            if q not in INIT_ARGS:
+                raise Untranslatable(f"an init function for {q}: no linen initializer "
+                                     "arguments known")
+            mapping = INIT_ARGS[q]
+            unknown = set(found) - set(mapping)
+            if unknown:
+                raise Untranslatable(f"an init function setting {', '.join(sorted(unknown))} "
+                                     f"of {q}")
+            specs.setdefault(q, {}).update({mapping[w]: v for w, v in found.items()})
+        if isinstance(stmt.orelse, cst.If):
+            body.insert(0, stmt.orelse)
+        elif stmt.orelse is not None:
+            raise Untranslatable("an init function with an else branch")
+    return specs
+
+
+def _branch(stmts, mod, found, qualify) -> None:
+    for s in stmts:
+        if isinstance(s, cst.If) and m.matches(s.test, m.Comparison(
+                left=m.Attribute(value=m.Name(mod), attr=m.Name("bias")),
+                comparisons=[m.ComparisonTarget(operator=m.IsNot(), comparator=m.Name(
+                    "None"))])) and s.orelse is None:
+            _branch(s.body.body, mod, found, qualify)  # the initializer applies if it has one
+            continue
+        if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                and isinstance(s.body[0], cst.Expr) and isinstance(s.body[0].value, cst.Call)):
+            raise Untranslatable("an init function with statements other than "
+                                 "torch.nn.init calls")
+        c = s.body[0].value
+        q = qualify(c.func) or ""
+        if not q.startswith("torch.nn.init.") or not c.args or not m.matches(
+                c.args[0].value, m.Attribute(value=m.Name(mod))):
+            raise Untranslatable("an init function with statements other than "
+                                 f"torch.nn.init calls on {mod}.weight / {mod}.bias")
+        found[c.args[0].value.attr.value] = _initializer(q.rsplit(".", 1)[1], c)
+
+
+def with_initializers(layer: cst.BaseExpression, inits: dict[str, cst.BaseExpression]
+                      ) -> cst.BaseExpression:
+    if not isinstance(layer, cst.Call):
+        return layer
+    have = {a.keyword.value for a in layer.args if a.keyword is not None}
+    args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in layer.args]
+    args += [arg(v, k) for k, v in inits.items() if k not in have]
+    return layer.with_changes(args=args)
+
+
+# ---------------------------------------------------------------------------- dtype
+DTYPE_LAYERS = ("nn.Dense", "nn.Conv", "nn.Embed", "nn.LayerNorm", "nn.BatchNorm",
+                "nn.GroupNorm", "nn.ConvTranspose")
+
+
+def add_dtype_field(cls: cst.ClassDef) -> cst.ClassDef:
+    """``dtype: Any = None``: the dtype the layers compute in (None: that of their inputs and
+    parameters); the parameters stay float32 (param_dtype)."""
+    body = list(cls.body.body)
+    i = next((k for k, st in enumerate(body) if isinstance(st, cst.FunctionDef)), len(body))
+    body.insert(i, cst.parse_statement("dtype: Any = None\n"))
+    return cls.with_changes(body=cls.body.with_changes(body=body))
+
+
+def with_dtype(layer: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(layer, cst.Call) and code(layer.func) in DTYPE_LAYERS and not any(
+            a.keyword is not None and a.keyword.value == "dtype" for a in layer.args):
+        args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in layer.args]
+        return layer.with_changes(args=[*args, arg(expr("self.dtype"), "dtype")])
+    if isinstance(layer, cst.Call) and code(layer.func) == "nn.Sequential" and layer.args \
+            and isinstance(layer.args[0].value, cst.List):
+        items = layer.args[0].value
+        return layer.with_changes(args=[layer.args[0].with_changes(value=items.with_changes(
+            elements=[e.with_changes(value=with_dtype(e.value)) for e in items.elements]))])
+    return layer
