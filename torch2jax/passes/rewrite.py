@@ -122,6 +122,7 @@ class TorchToJax(cst.CSTTransformer):
         self._lt_dropout = False
         self._lt_train_state_class = False
         self._lt_marked = False  # the loop was recognised but marked
+        self._lt_blank: int | None = None  # a removed statement's blank line goes on
         self._lt_inits: dict[str, dict[str, dict]] = {}  # class -> torch layer -> initializers
         self._lt_init_fns: set[tuple[str, str]] = set()  # (class, init function) removed
         self._lt_dtype_classes: set[str] = set()  # autocast: classes with a dtype field
@@ -269,6 +270,11 @@ class TorchToJax(cst.CSTTransformer):
         if isinstance(original_node, cst.IndentedBlock):
             self._depth -= 1
         result = super().on_leave(original_node, updated_node)
+        if self.linen and self._lt_blank is not None and self._lt_blank == self._depth and \
+                isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._lt_blank = None
+            if not result.leading_lines:
+                result = result.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             pending = self._pending.pop()
             if id(original_node) in self.training.removed:
@@ -1407,6 +1413,10 @@ class TorchToJax(cst.CSTTransformer):
                 and isinstance(f.value, cst.Name) and f.value.value in self._model_names()
                 and not value.args):
             # a linen module has no mode: model.apply reads its `train` field
+            line = self.get_metadata(ParentNodeProvider, original_node, None)
+            if isinstance(line, cst.SimpleStatementLine) and line.leading_lines and all(
+                    ln.comment is None for ln in line.leading_lines):
+                self._lt_blank = self._depth  # the next statement keeps the blank line
             return cst.RemoveFromParent()
         if isinstance(f, cst.Name) and f.value in self._lt_trainers:
             # the helper trains the model it receives: it returns the model's variables
