@@ -285,13 +285,14 @@ def linen_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str, tor
         if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p:
             mod.p = 0.0
             dropped += 1
-    r.notes.append("training mode on both sides (model.clone(train=True)); BatchNorm uses "
-                   "batch statistics and updates its running averages")
     if dropped:
         r.notes.append(f"dropout disabled for the trajectory: {dropped} torch Dropout modules "
                        "set to p=0, nn.Dropout intercepted (random masks cannot agree)")
     trained = model.clone(train=True) if "train" in getattr(
         type(model), "__dataclass_fields__", {}) else model
+    r.notes.append("training mode on both sides" + (" (model.clone(train=True))"
+                                                     if trained is not model else "")
+                   + "; BatchNorm uses batch statistics and updates its running averages")
     stats = "batch_stats" in variables
 
     class State(train_state.TrainState):
