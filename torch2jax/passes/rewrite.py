@@ -142,7 +142,9 @@ class TorchToJax(cst.CSTTransformer):
         for site in self.training.optimizers.values():
             if site.function in params and site.model in params[site.function]:
                 self._lt_trainers.add(site.function)
-        self._lt_evaluators = lt.model_functions(node, self._model_names(), self._lt_trainers)
+        if self.training.optimizers:  # the variables exist where a model was trained
+            self._lt_evaluators = lt.model_functions(node, self._model_names(),
+                                                     self._lt_trainers)
         self._lt_find_init_functions(node)
         self._lt_find_autocast_classes(node)
 
@@ -1350,6 +1352,9 @@ class TorchToJax(cst.CSTTransformer):
             init = lt.init_statements(model, name, inputs, uses_train=self.uses_train,
                                       batch_stats=self._lt_batch_stats,
                                       dtype=self._lt_autocast.get(model))
+            depth = 4 * (self._depth - len(self._for_stack))  # the outermost loop's
+            init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
+                    else st for st in init]
             new_body = step.body
             batch = dt.loop_names(original_node.target)
             if self.data.distributed and batch and isinstance(original_node.iter, (
