@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from launch import torchrun_env
+from test_training_scripts import HEADER, _close, _run
+from test_training_scripts import SCRIPTS as CONSTRUCTS
 
 from torch2jax.convert import convert_source
 
@@ -154,3 +156,22 @@ def test_linen_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Pa
     print(f"{path.stem}: torch {torch_acc:.4f}  linen {jax_acc:.4f}")
     assert abs(jax_acc - torch_acc) <= WITHIN, (torch_acc, jax_acc)
     assert list(run_dir.iterdir()) == [], "a training script wrote files"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CONSTRUCTS))
+def test_linen_script_prints_what_torch_prints(name: str, tmp_path: Path) -> None:
+    """The deterministic scripts of tests/test_training_scripts.py (constant initial weights
+    through self.apply, fixed data): the linen script prints the torch script's loss after
+    every update and learning rate after every scheduler step (per-update and per-epoch
+    schedules, ReduceLROnPlateau, clipping, gradient accumulation, a validation loss between
+    updates)."""
+    source = HEADER + CONSTRUCTS[name]
+    result = convert_source(source, path="script.py", target="linen")
+    assert [str(d) for d in result.diagnostics if d.severity == "error"] == []
+    assert not any("nnx" in ln for ln in _code_lines(result.code))
+    assert "TrainState.create(" in result.code and ".backward()" not in result.code
+    torch_dir, jax_dir = tmp_path / "torch", tmp_path / "linen"
+    torch_dir.mkdir()
+    jax_dir.mkdir()
+    _close(_run(result.code, jax_dir), _run(source, torch_dir))

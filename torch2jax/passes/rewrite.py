@@ -1328,6 +1328,14 @@ class TorchToJax(cst.CSTTransformer):
                                      step_name="train_step", batch_stats=self._lt_batch_stats,
                                      dropout=self._lt_dropout,
                                      accumulate=site.accumulate is not None)
+                if step is not None and not self._key_scopes[-1].has_key and len(
+                        self._key_scopes) == 1:
+                    # torch's global RNG was never seeded: a root key, as for random draws
+                    self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
+                    self.need("jax")
+                    self.diag(original_node, "random", "warning",
+                              "model.init without torch.manual_seed: a root key "
+                              "jax.random.key(0) is added at the top of the file")
                 if step is not None and not self._key_scopes[-1].has_key:
                     raise Untranslatable("no key in this scope for model.init and the dropout "
                                          "keys: seed with torch.manual_seed or pass one",

@@ -190,6 +190,19 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     stmts.append(call_stmt)
     if lines:
         stmts[0] = stmts[0].with_changes(leading_lines=lines)
+    # the loop's other model calls (a validation loss between updates) read the TrainState
+    reads = _ApplyCalls(model, f'{{"params": {STATE}.params}}', [])
+    outside_step = [st.visit(reads) for st in [*pre, *post_dep, *after]]
+    if reads.calls and (batch_stats or dropout):
+        raise Untranslatable(f"{model} is called in the training loop outside the loss, in "
+                             "training mode, with BatchNorm or Dropout: apply it by hand",
+                             rule="training-loop")
+    if model in {u for st in outside_step for u in tr.names_of(st).used}:
+        raise Untranslatable(f"the training loop reads {model} other than by calling it",
+                             rule="training-loop")
+    n_pre, n_dep = len(pre), len(post_dep)
+    pre, post_dep, after = (outside_step[:n_pre], outside_step[n_pre:n_pre + n_dep],
+                            outside_step[n_pre + n_dep:])
     new_body = [*pre, *stmts, *post_dep, *after]
     return LinenStep(function=fn, body=new_body, call=call_stmt, model_args=inputs[0],
                      model_kwargs=inputs[1])
@@ -250,22 +263,33 @@ def sample_inputs(step: LinenStep, body: Sequence[cst.BaseStatement], loop: cst.
     return stmts, out
 
 
-def _first_rows(e: cst.BaseExpression, loop_names: set[str]) -> cst.BaseExpression | None:
-    """``X[idx]`` (a batch gathered from an array the loop does not assign) -> ``X[:1]``."""
-    if isinstance(e, cst.Subscript) and isinstance(e.value, cst.Name) and (
-            e.value.value not in loop_names) and len(e.slice) == 1 and isinstance(
-            e.slice[0].slice, cst.Index):
+def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=()
+                ) -> cst.BaseExpression | None:
+    """A batch gathered from an array the loop does not assign: ``X[idx]`` or ``X[i:i + n]``
+    -> ``X[:1]`` (the same shape past the batch axis); ``X[i]`` with ``i`` counting over a
+    range -> ``X[0]``."""
+    if not (isinstance(e, cst.Subscript) and isinstance(e.value, cst.Name)
+            and e.value.value not in loop_names and len(e.slice) == 1):
+        return None
+    index = e.slice[0].slice
+    if isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and any(
+            isinstance(f.target, cst.Name) and f.target.value == index.value.value
+            and m.matches(f.iter, m.Call(func=m.Name("range"))) for f in outer):
+        return expr(f"{e.value.value}[0]")
+    if isinstance(index, (cst.Index, cst.Slice)):
         return expr(f"{e.value.value}[:1]")
     return None
 
 
 def _sample_of(e, body, loop, outer, loop_names, stmts, copied):
-    rows = _first_rows(e, loop_names)
+    rows = _first_rows(e, loop_names, [*outer, loop])
     if rows is not None:
         return rows
     if not isinstance(e, cst.Name):
         return None if set(tr.names_of(e).used) & loop_names else e
     name = e.value
+    if name not in loop_names:  # an array the loop only reads
+        return e
     for j, s in enumerate(body):
         if not isinstance(s, cst.SimpleStatementLine) or len(s.body) != 1 or not isinstance(
                 s.body[0], cst.Assign) or len(s.body[0].targets) != 1:
