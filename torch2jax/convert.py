@@ -36,9 +36,10 @@ IMPORT_LINES = {
     "linen": "import flax.linen as nn",
     "Any": "from typing import Any",
     "dataclasses": "import dataclasses",
+    "train_state": "from flax.training import train_state",
 }
 IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
-                "optax", "ocp", "nnx", "linen"]
+                "optax", "ocp", "nnx", "linen", "train_state"]
 
 
 class ParseError(Exception):

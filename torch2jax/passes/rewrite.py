@@ -43,6 +43,7 @@ from torch2jax.passes.special import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
+from torch2jax.targets import linen_training as lt
 
 _IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp|grain|os)\b(?=[.(])")
 
@@ -112,6 +113,109 @@ class TorchToJax(cst.CSTTransformer):
         self._plateaus: dict[str, object] = {}  # ReduceLROnPlateau vars
         self.data = data or dt.DataIndex()
         self._autocast_models: set[str] = set()  # models called in an autocast region
+        # linen training code (targets/linen_training.py)
+        self._lt_after_state: list[cst.BaseStatement] = []  # run once the TrainState exists
+        self._lt_post: list[cst.BaseStatement] = []  # after the outermost training loop
+        self._lt_trainers: set[str] = set()  # helpers that train the model they receive
+        self._lt_evaluators: dict[str, int] = {}  # helpers that call it: model param index
+        self._lt_batch_stats = False
+        self._lt_dropout = False
+        self._lt_train_state_class = False
+        self._lt_marked = False  # the loop was recognised but marked
+        self._lt_blank: int | None = None  # a removed statement's blank line goes on
+        self._lt_inits: dict[str, dict[str, dict]] = {}  # class -> torch layer -> initializers
+        self._lt_init_fns: set[tuple[str, str]] = set()  # (class, init function) removed
+        self._lt_dtype_classes: set[str] = set()  # autocast: classes with a dtype field
+        self._lt_autocast: dict[str, str] = {}  # model -> the dtype its training step uses
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if not self.linen:
+            return
+        source = node.code
+        self._lt_batch_stats = "BatchNorm" in source
+        self._lt_dropout = "Dropout" in source or "dropout" in source
+        # helpers whose optimizer is over a model they receive: they return its variables
+        params: dict[str, set[str]] = {}
+        for stmt in node.body:
+            if isinstance(stmt, cst.FunctionDef):
+                params[stmt.name.value] = {p.name.value for p in stmt.params.params}
+        for site in self.training.optimizers.values():
+            if site.function in params and site.model in params[site.function]:
+                self._lt_trainers.add(site.function)
+        if self.training.optimizers:  # the variables exist where a model was trained
+            self._lt_evaluators = lt.model_functions(node, self._model_names(),
+                                                     self._lt_trainers)
+        self._lt_find_init_functions(node)
+        self._lt_find_autocast_classes(node)
+
+    def _lt_find_autocast_classes(self, node: cst.Module) -> None:
+        """Model classes called in an autocast region (and the classes they build) get a
+        ``dtype`` field handed to their layers, as in the flax examples."""
+        classes = {c.name.value: c for c in node.body if isinstance(c, cst.ClassDef)}
+        called: set[str] = set()
+        for w in m.findall(node, m.With()):
+            if any((self.q(i.item.func if isinstance(i.item, cst.Call) else i.item) or "")
+                   in dt.AUTOCASTS for i in w.items):
+                called |= {c.func.value for c in m.findall(w.body, m.Call(func=m.Name()))}
+        called &= self._model_names()
+        roots: set[str] = set()
+        for a in m.findall(node, m.Assign(targets=[m.AssignTarget(m.Name())])):
+            if a.targets[0].target.value in called:
+                roots |= {c.func.value for c in m.findall(a.value, m.Call(func=m.Name()))
+                          if c.func.value in self.index.module_classes}
+
+        def built(name: str) -> None:
+            if name in self._lt_dtype_classes or name not in classes:
+                return
+            self._lt_dtype_classes.add(name)
+            for c in m.findall(classes[name], m.Call(func=m.Name())):
+                if c.func.value in self.index.module_classes:
+                    built(c.func.value)
+        for r in roots:
+            built(r)
+
+    def _lt_find_init_functions(self, node: cst.Module) -> None:
+        """``self.apply(self._init_weights)`` in a constructor: linen layers take their
+        initializers when they are built, so the init function's torch.nn.init calls become
+        ``kernel_init=`` / ``embedding_init=`` arguments of the layers of that class and of
+        the classes it builds; the statement and the function are removed."""
+        classes = {c.name.value: c for c in node.body if isinstance(c, cst.ClassDef)}
+
+        def method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+            return next((f for f in cls.body.body if isinstance(f, cst.FunctionDef)
+                         and f.name.value == name), None)
+
+        def built(name: str, seen: set[str]) -> set[str]:
+            if name in seen or name not in classes:
+                return seen
+            seen.add(name)
+            init = method(classes[name], "__init__")
+            for c in m.findall(init, m.Call(func=m.Name())) if init is not None else []:
+                if c.func.value in self.index.module_classes:
+                    built(c.func.value, seen)
+            return seen
+
+        for name, cls in classes.items():
+            init = method(cls, "__init__")
+            if init is None:
+                continue
+            for c in m.findall(init, m.Call(func=m.Attribute(value=m.Name("self"),
+                                                             attr=m.Name("apply")))):
+                if len(c.args) != 1 or not m.matches(c.args[0].value, m.Attribute(
+                        value=m.Name("self"))):
+                    continue
+                fn = method(cls, c.args[0].value.attr.value)
+                if fn is None:
+                    continue
+                try:
+                    specs = lt.init_specs(fn, self.q)
+                except Untranslatable:
+                    continue  # marked where it is
+                for reached in built(name, set()):
+                    merged = self._lt_inits.setdefault(reached, {})
+                    for layer, inits in specs.items():
+                        merged.setdefault(layer, {}).update(inits)
+                self._lt_init_fns.add((name, fn.name.value))
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:
@@ -168,6 +272,11 @@ class TorchToJax(cst.CSTTransformer):
         if isinstance(original_node, cst.IndentedBlock):
             self._depth -= 1
         result = super().on_leave(original_node, updated_node)
+        if self.linen and self._lt_blank is not None and self._lt_blank == self._depth and \
+                isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._lt_blank = None
+            if not result.leading_lines:
+                result = result.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             pending = self._pending.pop()
             if id(original_node) in self.training.removed:
@@ -254,6 +363,9 @@ class TorchToJax(cst.CSTTransformer):
                 new, needs = linen_target.to_setup(
                     new, self.uses_train and info.module_base == "torch", kw_only=is_base)
                 self.need(*needs)
+                if name in self._lt_dtype_classes:
+                    new = lt.add_dtype_field(new)
+                    self.need("Any")
             except Untranslatable as exc:
                 self.diag(original_node, "linen", "error", exc.message)
         return new
@@ -304,6 +416,9 @@ class TorchToJax(cst.CSTTransformer):
         self._key_scopes.append(tr.KeyScope(
             has_key=takes_key, takes_key=takes_key,
             seeds_here=free and name in self.training.seed_functions))
+        if self.linen and (self.current_class, name) in self._lt_init_fns:
+            return False  # its initializers went to the layers; removed in leave_FunctionDef
+        return None
 
     def leave_FunctionDef(self, original_node, updated_node):
         self._fn_stack.pop()
@@ -322,6 +437,10 @@ class TorchToJax(cst.CSTTransformer):
                 self.diag(original_node, "seed", "error", exc.message)
         if self.in_module_class() and node.name.value == "forward":
             node = node.with_changes(name=cst.Name("__call__"))
+        if self.linen and not self._class_stack and not self._fn_stack:
+            node = self._lt_function(node)
+        if self.linen and (self.current_class, node.name.value) in self._lt_init_fns:
+            return cst.RemoveFromParent()
         if takes_rngs and self.linen and self.uses_train and not self.in_module_class():
             # a layer-building helper: says whether the layers it builds train
             node = add_kwonly_param(node, linen_target.TRAIN, "bool", "False")
@@ -443,6 +562,10 @@ class TorchToJax(cst.CSTTransformer):
 
     def leave_Expr(self, original_node, updated_node):
         value = original_node.value
+        if self.linen and not self.in_module_class():
+            handled = self._lt_statement(original_node, updated_node)
+            if handled is not None:
+                return handled
         handled = self._data_statement(original_node, updated_node)
         if handled is not None:
             return handled
@@ -485,7 +608,8 @@ class TorchToJax(cst.CSTTransformer):
         if site is None or updated_node.value is None:
             return updated_node
         try:
-            self._nnx_only("optimizers")
+            if not self.linen:
+                self._nnx_only("optimizers")
             return updated_node.with_changes(
                 value=self._optimizer(original_node, updated_node.value, site))
         except Untranslatable as exc:
@@ -500,7 +624,8 @@ class TorchToJax(cst.CSTTransformer):
     def _training_assign(self, original_node, updated_node, site):
         from torch2jax.analysis.training import SchedulerSite
 
-        self._nnx_only("optimizers and schedulers")
+        if not self.linen:
+            self._nnx_only("optimizers and schedulers")
         if isinstance(site, SchedulerSite):
             return self._scheduler(original_node, updated_node, site)
         value = self._optimizer(original_node, updated_node.value, site)
@@ -567,6 +692,10 @@ class TorchToJax(cst.CSTTransformer):
         for severity, msg in opt.notes:
             self.diag(original_node, site.qualname, severity, msg)
         model = site.model or "model"
+        if self.linen:  # the optax transform; the TrainState is made before the loop
+            self.need("optax")
+            self._note_imports(tx)
+            return tx
         self.need("nnx", "optax")
         out = tr.optimizer_object(model, tx)
         self._note_imports(out)
@@ -584,7 +713,7 @@ class TorchToJax(cst.CSTTransformer):
             # the optimizer was built elsewhere (configure_optimizers): read its lr
             base_name = f"{sched.name}_base_lr"
             before.append(cst.parse_statement(
-                f"{base_name} = {tr.lr_slot(sched.optimizer)}\n"))
+                f"{base_name} = {self._lr_slot(sched.optimizer)}\n"))
             base = cst.Name(base_name)
         schedule = optim.translate_scheduler(updated_node.value, sched.qualname, base,
                                              lambda e: self._schedules.get(code(e)))
@@ -608,16 +737,24 @@ class TorchToJax(cst.CSTTransformer):
             # the optimizer's learning rate is a hyperparameter set where step() was called
             after.append(cst.parse_statement(f"{sched.name}_steps = 0\n").body[0])
             after.append(cst.parse_statement(
-                f"{tr.lr_slot(sched.optimizer)} = jnp.float32({sched.name}(0))\n").body[0])
+                f"{self._lr_slot(sched.optimizer)} = jnp.float32({sched.name}(0))\n").body[0])
             self.need("jnp")
             self.diag(original_node, sched.qualname, "info",
                       "scheduler stepped other than after every optimizer step: the learning "
                       "rate is an optax.inject_hyperparams hyperparameter set at each step()")
+        if self.linen and not sched.inline and not sched.part and sched.optimizer:
+            # the learning rate lives in the TrainState's optimizer state: set once it exists
+            self._lt_after_state.extend([*before, *(cst.SimpleStatementLine(body=[a])
+                                                    for a in after)])
+            before, after = [], []
         if self._pending:
             self._pending[-1].before.extend(before)
             if after:
                 self._pending[-1].after.extend(cst.SimpleStatementLine(body=[a]) for a in after)
         return new
+
+    def _lr_slot(self, optimizer: str, quote: str = '"') -> str:
+        return lt.lr_slot(quote) if self.linen else tr.lr_slot(optimizer, quote)
 
     def _pending_line_comments(self) -> list[cst.EmptyLine]:
         return []
@@ -910,6 +1047,11 @@ class TorchToJax(cst.CSTTransformer):
                                     args=[m.Arg(m.Attribute(value=m.Name("self")))]))
                 and self.in_module_class()):
             # self.apply(self._init_weights): every submodule, children first, then self
+            if self.linen and (self.current_class, code(value.args[0].value.attr)) in (
+                    self._lt_init_fns):
+                self.diag(original_node, "init", "info", "self.apply(init function) -> the "
+                          "layers' kernel_init / bias_init / embedding_init arguments")
+                return cst.RemoveFromParent()
             if self.emitter.name != "nnx":
                 self.diag(original_node, "target", "error", "self.apply(init_fn): translated "
                           f"for --target nnx so far ({self.emitter.name} is planned)")
@@ -982,7 +1124,7 @@ class TorchToJax(cst.CSTTransformer):
                 value=expr(f"{sched.name}.update(None, {sched.name}_state, value={{v}})",
                            v=value))]))
             return cst.parse_statement(
-                f"{tr.lr_slot(sched.optimizer)} = jnp.float32({base_code} * "
+                f"{self._lr_slot(sched.optimizer)} = jnp.float32({base_code} * "
                 f"{sched.name}_state.scale)\n").body[0]
         if original_node.value.args or sched.optimizer is None:
             self.diag(original_node, sched.qualname, "error",
@@ -993,7 +1135,7 @@ class TorchToJax(cst.CSTTransformer):
         # a strong float32: a weak-typed value would make the jitted step compile again
         self.need("jnp")
         return cst.parse_statement(
-            f"{tr.lr_slot(sched.optimizer)} = jnp.float32({sched.name}({count}))\n").body[0]
+            f"{self._lr_slot(sched.optimizer)} = jnp.float32({sched.name}({count}))\n").body[0]
 
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
@@ -1028,6 +1170,8 @@ class TorchToJax(cst.CSTTransformer):
                              "torch.autograd.set_grad_enabled")):
                 continue
             if q in dt.AUTOCASTS and isinstance(item, cst.Call) and len(items) == 1:
+                if self.linen:
+                    return self._lt_autocast_region(original_node, updated_node, item, q)
                 return self._autocast(original_node, updated_node, item, q)
             keep.append(ui)
         if len(keep) == len(items):
@@ -1036,6 +1180,12 @@ class TorchToJax(cst.CSTTransformer):
             # outside of a differentiated function a no_grad block is plain code; the model
             # calls in it (evaluation) go through one jit-compiled eval step
             body = list(updated_node.body.body)
+            if not self.in_module_class() and self.linen:
+                jitted = lt.EvalCalls(self._model_names())
+                body = [b.visit(jitted) for b in body]
+                if jitted.count:
+                    self._eval_step = True
+                    self.need("jax", "partial")
             if not self.in_module_class() and self.emitter.name == "nnx":
                 models = self._model_names()
                 jitted = tr.JitModelCalls(models)
@@ -1094,6 +1244,9 @@ class TorchToJax(cst.CSTTransformer):
         t = self.training
         body = list(node.body.body)
         surround: tuple[list, list] | None = None  # a functional step: split / update
+        linen_body = self._lt_loop(original_node, node, body) if self.linen else None
+        if linen_body is not None:
+            node = node.with_changes(body=node.body.with_changes(body=linen_body))
         for name in t.optimizer_names if self.emitter.name == "nnx" else ():
             model = t.model_of(name)
             if model is None:
@@ -1128,14 +1281,21 @@ class TorchToJax(cst.CSTTransformer):
                     surround = (around[0], around[2])
                 break
         else:
-            if any(tr._is_method_stmt(s, None, "backward") for s in body):
+            if linen_body is None and any(tr._is_method_stmt(s, None, "backward")
+                                          for s in body) and not self._lt_marked:
                 self.diag(original_node, "training-loop", "error",
                           "training loop not recognised (one loss.backward() and one "
                           "optimizer.step() in the same loop body): write the step as "
                           "nnx.value_and_grad + optimizer.update" if self.emitter.name == "nnx"
+                          else "training loop not recognised (one loss.backward() and one "
+                          "optimizer.step() in the same loop body): write the step as "
+                          "jax.value_and_grad + state.apply_gradients" if self.linen
                           else f"training loops: translated for --target nnx so far "
                           f"({self.emitter.name} is planned)")
+        self._lt_marked = False
         pre, post = surround if surround is not None else ([], [])
+        if self.linen and not self._for_stack and self._lt_post:
+            post, self._lt_post = [*post, *self._lt_post], []
         if not self._for_stack and self._hoist:
             hoisted, self._hoist = self._hoist, []
             blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
@@ -1156,6 +1316,149 @@ class TorchToJax(cst.CSTTransformer):
             pre = [pre[0].with_changes(leading_lines=node.leading_lines), *pre[1:]]
             return cst.FlattenSentinel([*pre, node.with_changes(leading_lines=[]), *post])
         return node
+
+    # ------------------------------------------------------------------ linen training
+    def _lt_loop(self, original_node, updated_node, body):
+        """A training loop under --target linen (targets/linen_training.py): the loop's new
+        body; the step, model.init and the TrainState go before the outermost loop."""
+        t = self.training
+        for name in t.optimizer_names:
+            model = t.model_of(name)
+            if model is None:
+                continue
+            outer = self._for_stack[0] if self._for_stack else original_node
+            loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+            site = t.optimizer_names[name]
+            try:
+                step = lt.build_step(body, optimizer=name, model=model, loop_names=loop_names,
+                                     step_name="train_step", batch_stats=self._lt_batch_stats,
+                                     dropout=self._lt_dropout,
+                                     accumulate=site.accumulate is not None)
+                if step is not None and not self._key_scopes[-1].has_key and len(
+                        self._key_scopes) == 1:
+                    # torch's global RNG was never seeded: a root key, as for random draws
+                    self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
+                    self.need("jax")
+                    self.diag(original_node, "random", "warning",
+                              "model.init without torch.manual_seed: a root key "
+                              "jax.random.key(0) is added at the top of the file")
+                if step is not None and not self._key_scopes[-1].has_key:
+                    raise Untranslatable("no key in this scope for model.init and the dropout "
+                                         "keys: seed with torch.manual_seed or pass one",
+                                         rule="training-loop")
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or "training-loop", "error", exc.message)
+                self._lt_marked = True
+                return None
+            if step is None:
+                continue
+            sample = lt.sample_inputs(step, body, updated_node, self._for_stack, loop_names)
+            if sample is None:
+                self.diag(original_node, "training-loop", "error",
+                          "no sample input for model.init: the model's inputs are not a "
+                          "batch gathered from an array, a loader's batch or a helper's "
+                          "result")
+            stmts, inputs = sample if sample is not None else ([], None)
+            self.need("jax", "optax", "train_state")
+            if self._lt_batch_stats:
+                self._lt_train_state_class = True
+                self.need("Any")
+            init = lt.init_statements(model, name, inputs, uses_train=self.uses_train,
+                                      batch_stats=self._lt_batch_stats,
+                                      dtype=self._lt_autocast.get(model))
+            depth = 4 * (self._depth - len(self._for_stack))  # the outermost loop's
+            init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
+                    else st for st in init]
+            new_body = step.body
+            batch = dt.loop_names(original_node.target)
+            if self.data.distributed and batch and isinstance(original_node.iter, (
+                    cst.Name, cst.Call)):
+                # the batch is split over the devices; the replicated parameters follow
+                self.need("jax", "sharding")
+                self._hoist.extend(dt.mesh_statements())
+                new_body = [dt.shard_batch(batch), *new_body]
+            self._hoist.extend([step.function, *stmts, *init, *self._lt_after_state])
+            self._lt_after_state = []
+            self._lt_post.append(lt.final_variables(self._lt_batch_stats))
+            return new_body
+        return None
+
+    def _lt_autocast_region(self, original_node, updated_node, item: cst.Call, q: str):
+        """with torch.autocast(...) in a training loop: the training step applies a clone of
+        the model with ``dtype=jnp.bfloat16`` (its layers compute in bfloat16, the parameters
+        stay float32); the outputs are cast to float32 as torch does for the loss."""
+        try:
+            dtype, notes = dt.autocast_dtype(item, q)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or q, "error", exc.message)
+            return updated_node
+        body = list(updated_node.body.body)
+        if not dtype:
+            return cst.FlattenSentinel(body)
+        models = self._model_names()
+        called: list[str] = []
+        new_body = []
+        for stmt in body:
+            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign)
+                    and dt.is_model_call(stmt.body[0].value, models)):
+                a = stmt.body[0]
+                called.append(a.value.func.value)
+                stmt = stmt.with_changes(body=[a.with_changes(value=dt.cast_output(a.value))])
+            new_body.append(stmt)
+        if not called or not self._for_stack or not self._lt_dtype_classes:
+            self.diag(original_node, q, "error", "autocast region outside a training loop, or "
+                      "without a model call assigned to a name: give the model a dtype by "
+                      "hand (model.clone(dtype=jnp.bfloat16))")
+            return updated_node
+        for note in notes:
+            self.diag(original_node, q, "warning", note)
+        for name in called:
+            self._lt_autocast[name] = dtype
+        self.need("jnp")
+        self.diag(original_node, q, "info", f"autocast -> the training step applies "
+                  f"{', '.join(sorted(set(called)))}.clone(dtype={dtype}) (flax layers' "
+                  "dtype) with float32 parameters; outputs cast to float32")
+        if updated_node.leading_lines and new_body:
+            new_body[0] = new_body[0].with_changes(leading_lines=updated_node.leading_lines)
+        return cst.FlattenSentinel(new_body)
+
+    def _lt_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        value = original_node.value
+        if not isinstance(value, cst.Call):
+            return None
+        f = value.func
+        if (isinstance(f, cst.Attribute) and f.attr.value in ("train", "eval")
+                and isinstance(f.value, cst.Name) and f.value.value in self._model_names()
+                and not value.args):
+            # a linen module has no mode: model.apply reads its `train` field
+            line = self.get_metadata(ParentNodeProvider, original_node, None)
+            if isinstance(line, cst.SimpleStatementLine) and line.leading_lines and all(
+                    ln.comment is None for ln in line.leading_lines):
+                self._lt_blank = self._depth  # the next statement keeps the blank line
+            return cst.RemoveFromParent()
+        if isinstance(f, cst.Name) and f.value in self._lt_trainers:
+            # the helper trains the model it receives: it returns the model's variables
+            return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
+                              value=updated_node.value)
+        return None
+
+    def _lt_function(self, node: cst.FunctionDef) -> cst.FunctionDef:
+        name = node.name.value
+        if name in self._lt_evaluators:
+            node = lt.add_variables_param(node, self._lt_evaluators[name])
+        if name in self._lt_trainers and not lt.returns(node):
+            body = [*node.body.body, cst.parse_statement(f"return {lt.VARIABLES}\n")]
+            node = node.with_changes(body=node.body.with_changes(body=body))
+        return node
+
+    def _lt_pass_variables(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        i = self._lt_evaluators[original.func.value]
+        args = list(updated.args)
+        if len(args) <= i or any(a.keyword or a.star for a in args[:i + 1]):
+            return updated
+        args.insert(i + 1, arg(cst.Name(lt.VARIABLES)))
+        return updated.with_changes(args=_fix_commas(args))
 
     def visit_For(self, node: cst.For) -> None:
         self._for_stack.append(node)
@@ -1180,10 +1483,11 @@ class TorchToJax(cst.CSTTransformer):
             return None
         sched = site.scheduler
         if sched is not None and sched.inline:
-            return expr(f"{sched.name}({name}.step.value)")
+            step = f"{lt.STATE}.step" if self.linen else f"{name}.step.value"
+            return expr(f"{sched.name}({step})")
         if sched is not None:
             quote = self._string_quote()
-            return expr(tr.lr_slot(name, quote))
+            return expr(self._lr_slot(name, quote))
         lr = self._opt_lr.get(name)
         return lr
 
@@ -1333,7 +1637,8 @@ class TorchToJax(cst.CSTTransformer):
         return self._pending[-1].keys.take()
 
     def leave_Module(self, original_node, updated_node):
-        if not self._key_scopes[0].root_needed and not self._eval_step:
+        if not self._key_scopes[0].root_needed and not self._eval_step and not (
+                self._lt_train_state_class):
             return updated_node
         body = list(updated_node.body)
         i = 0
@@ -1341,8 +1646,15 @@ class TorchToJax(cst.CSTTransformer):
                 body=[m.Import() | m.ImportFrom()])) or (i == 0 and m.matches(
                 body[i], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])))):
             i += 1
+        if self._lt_train_state_class:
+            body.insert(i, lt.train_state_class())
+            if i < len(body) - 1:
+                body[i + 1] = body[i + 1].with_changes(leading_lines=[
+                    cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
+                    *[ln for ln in body[i + 1].leading_lines if ln.comment is not None]])
         if self._eval_step:
-            body.insert(i, tr.eval_step_function(tree_mode=not self.data.aliasing))
+            body.insert(i, lt.eval_step_function() if self.linen
+                        else tr.eval_step_function(tree_mode=not self.data.aliasing))
             if i < len(body) - 1:
                 body[i + 1] = body[i + 1].with_changes(leading_lines=[
                     cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
@@ -1435,6 +1747,9 @@ class TorchToJax(cst.CSTTransformer):
             # a layer or loss built and called on the spot: nn.Identity()(x)
             updated_node = updated_node.with_changes(func=updated_node.func.with_changes(
                 lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
+        if self.linen and isinstance(original_node.func, cst.Name) and (
+                original_node.func.value in self._lt_evaluators) and not self._class_stack:
+            updated_node = self._lt_pass_variables(original_node, updated_node)
         try:
             result = self._rewrite_call(original_node, updated_node)
         except Untranslatable as exc:
@@ -1556,9 +1871,10 @@ class TorchToJax(cst.CSTTransformer):
             sched = self.training.scheduler_names.get(original.func.value.value)
             if sched is not None and sched.optimizer:
                 if sched.inline:
-                    return expr(f"[{sched.name}({sched.optimizer}.step.value)]")
+                    step = f"{lt.STATE}.step" if self.linen else f"{sched.optimizer}.step.value"
+                    return expr(f"[{sched.name}({step})]")
                 quote = self._string_quote()
-                return expr(f"[{tr.lr_slot(sched.optimizer, quote)}]")
+                return expr(f"[{self._lr_slot(sched.optimizer, quote)}]")
         if isinstance(original.func, cst.Name) and (
                 original.func.value in self.training.key_functions) and not any(
                     a.keyword and a.keyword.value == tr.KEY for a in updated.args):
@@ -1646,8 +1962,13 @@ class TorchToJax(cst.CSTTransformer):
             inside = self.in_module_class() or (self._rngs_scope and self._rngs_scope[-1])
             if (self.uses_train and inside and not any(
                     a.keyword and a.keyword.value == linen_target.TRAIN for a in updated.args)):
-                return updated.with_changes(args=_fix_commas([*updated.args, arg(
+                updated = updated.with_changes(args=_fix_commas([*updated.args, arg(
                     expr(self._linen_train()), linen_target.TRAIN)]))
+            if self.current_class in self._lt_dtype_classes and self.in_module_class() and \
+                    isinstance(original.func, cst.Name) and \
+                    original.func.value in self._lt_dtype_classes:
+                updated = updated.with_changes(args=_fix_commas([*updated.args, arg(
+                    expr("self.dtype"), "dtype")]))
             return updated
         if any(a.keyword and a.keyword.value == "rngs" for a in updated.args):
             return updated
@@ -1689,6 +2010,11 @@ class TorchToJax(cst.CSTTransformer):
         if self.linen:
             self.need("linen")
             out = linen_target.pooling(linen_target.layer(out, self._linen_train()))
+            inits = self._lt_inits.get(self.current_class or "", {}).get(rule.torch)
+            if inits:
+                out = lt.with_initializers(out, inits)
+            if self.current_class in self._lt_dtype_classes:
+                out = lt.with_dtype(out)
         return out
 
     def _linen_train(self) -> str:

@@ -231,3 +231,176 @@ def _apply(model: Any, variables: dict, xs: list) -> Any:
     if "batch_stats" in variables:
         return model.apply(variables, *xs, mutable=["batch_stats"])[0]
     return model.apply(variables, *xs)
+
+
+# ---------------------------------------------------------------------------- trajectories
+def _no_dropout(next_fun: Any, args: tuple, kwargs: dict, context: Any) -> Any:
+    """A flax method interceptor: nn.Dropout returns its input (random masks from two RNGs
+    cannot agree; torch's Dropout gets p = 0)."""
+    import flax.linen as nn
+
+    if isinstance(context.module, nn.Dropout) and context.method_name == "__call__":
+        return args[0]
+    return next_fun(*args, **kwargs)
+
+
+def linen_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str, torch_model: Any,
+                     specs: list, setup: Any, loss_jax: Any) -> None:
+    """The trajectory check for --target linen: the converted module initialised, the torch
+    weights transferred, then ``train.steps`` steps of the training code linen output uses
+    (a TrainState, ``jax.value_and_grad`` of ``model.clone(train=True).apply`` under
+    ``jax.jit``, ``mutable=["batch_stats"]``) against torch's, on the same batches."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from flax.training import train_state
+
+    from torch2jax.verify import run as vr
+    from torch2jax.verify import trajectory as vt
+    from torch2jax.verify.load import load_module
+    from torch2jax.verify.spec import parse_spec
+
+    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
+    with vr._stage("building the linen model"):
+        if req.build is None:
+            model = vr.find_name(jax_module, name, jax_path)(**(req.args or {}))
+        else:
+            model = eval(compile(vr._build_call(req.build), "<--build>", "eval"),
+                         dict(vars(jax_module)))
+    rng = np.random.default_rng(req.seed)
+    sample = vr._jax_inputs([s.sample(rng) for s in specs], specs)
+    with vr._stage("initialising the linen variables"):
+        variables = _thaw(jax.jit(lambda xs: model.init(jax.random.key(req.seed), *xs))(sample))
+    try:
+        variables, plan = transfer_to_linen(torch_model, variables, req.rules)
+    except WeightTransferError as exc:
+        raise vr.VerifyError(str(exc)) from None
+    r.notes.append(f"{sum(1 for m in plan.mappings if m.status == 'mapped')} tensors "
+                   "transferred into the linen variables")
+    vt.unalias(torch_model)
+    torch_model.train()
+    dropped = 0
+    for mod in torch_model.modules():
+        if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p:
+            mod.p = 0.0
+            dropped += 1
+    if dropped:
+        r.notes.append(f"dropout disabled for the trajectory: {dropped} torch Dropout modules "
+                       "set to p=0, nn.Dropout intercepted (random masks cannot agree)")
+    trained = model.clone(train=True) if "train" in getattr(
+        type(model), "__dataclass_fields__", {}) else model
+    r.notes.append("training mode on both sides" + (" (model.clone(train=True))"
+                                                     if trained is not model else "")
+                   + "; BatchNorm uses batch statistics and updates its running averages")
+    stats = "batch_stats" in variables
+
+    class State(train_state.TrainState):
+        batch_stats: Any = None
+
+    state = State.create(apply_fn=trained.apply, params=variables["params"], tx=setup.tx,
+                         batch_stats=variables.get("batch_stats"))
+
+    @jax.jit
+    def train_step(state: Any, xs: list, labels: Any) -> Any:
+        def loss_fn(params: Any) -> Any:
+            with nn.intercept_methods(_no_dropout):
+                if stats:
+                    out, updates = state.apply_fn(
+                        {"params": params, "batch_stats": state.batch_stats}, *xs,
+                        mutable=["batch_stats"])
+                    return loss_jax(out, labels), updates["batch_stats"]
+                return loss_jax(state.apply_fn({"params": params}, *xs), labels), None
+
+        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        return state.apply_gradients(grads=grads, batch_stats=new_stats), loss
+
+    plateau_state = None
+    if setup.plateau is not None:
+        plateau_state = setup.plateau.init(state.params)
+    label_spec = parse_spec(train.labels) if train.labels else None
+    loss_torch = vt.torch_loss(train.loss)
+    opt, sched = vt.torch_setup(train, torch_model)
+    rng = np.random.default_rng(req.seed + 3)
+    torch_losses: list[float] = []
+    jax_losses: list[float] = []
+    for step in range(train.steps):
+        arrays = [s.sample(rng) for s in specs]
+        label_arr = label_spec.sample(rng) if label_spec else None
+        t_in = vr._torch_inputs(arrays, specs)
+        t_lab = vr._torch_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with vr._stage(f"the torch training step {step}"):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_torch(torch_model(*t_in), t_lab)
+            loss.backward()
+            if train.clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(torch_model.parameters(), train.clip_grad_norm)
+            opt.step()
+            if sched is not None:
+                if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                    sched.step(loss.item())
+                else:
+                    sched.step()
+        torch_losses.append(float(loss.item()))
+        j_in = vr._jax_inputs(arrays, specs)
+        j_lab = vr._jax_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with vr._stage(f"the linen training step {step} (jax.jit)"):
+            state, jloss = train_step(state, j_in, j_lab)
+            if setup.plateau is not None:
+                value = -jloss if setup.negate_metric else jloss
+                _, plateau_state = setup.plateau.update(None, plateau_state, value=value)
+                hp = _hyperparams(state.opt_state)
+                hp["learning_rate"] = jnp.asarray(setup.base_lr * plateau_state.scale,
+                                                  hp["learning_rate"].dtype)
+        jax_losses.append(float(jax.device_get(jloss)))
+    params_torch = {n: p.detach().cpu().float().numpy().copy()
+                    for n, p in torch_model.named_parameters()}
+    traj = vt.Trajectory(torch_losses, jax_losses, params_torch, flat_params(state.params))
+    _compare_trajectory(traj, torch_model, plan, r)
+
+
+def _hyperparams(opt_state: Any) -> dict:
+    """The injected hyperparameters (inside a chain: clipping comes first)."""
+    if hasattr(opt_state, "hyperparams"):
+        return opt_state.hyperparams
+    for part in opt_state if isinstance(opt_state, tuple) else ():
+        found = _hyperparams(part)
+        if found is not None:
+            return found
+    return None
+
+
+def _compare_trajectory(traj: Any, torch_model: Any, plan: LinenPlan, r: Any) -> None:
+    from torch2jax.verify import trajectory as vt
+    from torch2jax.verify.run import VerifyError, compare_arrays
+
+    r.losses_torch, r.losses_jax = traj.losses_torch, traj.losses_jax
+    rels = [vt._loss_rel(a, b) for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
+    worst_step = int(np.argmax(rels)) if rels else 0
+    loss_rel = rels[worst_step] if rels else 0.0
+    r.loss_max_rel_diff = loss_rel
+    p_abs, p_rel, worst = 0.0, -1.0, None
+    for name, mp in gradient_map_linen(torch_model, plan).items():
+        ref = apply_layout(traj.params_torch[name], mp.layout)
+        got = traj.params_jax.get(tuple(mp.nnx_path))
+        if got is None:
+            raise VerifyError(f"the linen variables have no parameter for {name}")
+        if ref.shape != got.shape and ref.size == got.size:
+            ref = ref.reshape(got.shape)
+        d = compare_arrays(got, ref, r.atol, r.rtol)
+        r.compared.append(f"param {name} -> params/{'/'.join(map(str, mp.nnx_path))} "
+                          f"({mp.layout}) after {r.steps} steps")
+        p_abs = max(p_abs, d.abs)
+        if d.rel > p_rel:
+            p_rel, worst = d.rel, name
+    p_rel = max(p_rel, 0.0)
+    r.param_max_abs_diff, r.param_max_rel_diff, r.worst_param = p_abs, p_rel, worst
+    r.max_abs_diff, r.max_rel_diff = p_abs, p_rel
+    r.passed = loss_rel <= r.rtol and p_rel <= r.rtol
+    if not r.passed:
+        if loss_rel > r.rtol:
+            i = worst_step
+            r.mismatch = (f"loss at step {i}: jax {traj.losses_jax[i]:.7g} vs torch "
+                          f"{traj.losses_torch[i]:.7g} (rel {loss_rel:.2e})")
+        else:
+            r.mismatch = f"parameter {worst} after {r.steps} steps: rel {p_rel:.2e}"

@@ -444,6 +444,14 @@ def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec
             r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules)
         with _device(req.device) as platform:
             r.device = platform
+            if req.jax_target == "linen":
+                from torch2jax.verify.linen import linen_trajectory
+
+                linen_trajectory(r, req, train, jax_path, name, torch_model, specs, setup,
+                                 loss_fn)
+                if r.todos and not r.passed:
+                    r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
+                return
             jax_model = _jax_model(r, req, jax_path, name, torch_model)
             torch_model.train()
             jax_model.train()

@@ -1,0 +1,610 @@
+"""Training code for the flax.linen target.
+
+A linen module holds no arrays: its variables live in a dict that ``model.init`` makes and
+``model.apply`` reads. The torch pattern "an optimizer over ``model.parameters()``, a loop
+that calls ``loss.backward()`` and ``optimizer.step()``" becomes what the flax examples write:
+
+* the optimizer is the optax transform (the one the NNX target builds: schedules, clipping,
+  parameter-group masks, MultiSteps, inject_hyperparams), kept under the optimizer's name;
+* before the training loop, ``variables = model.init({"params": key}, sample)`` with a sample
+  input taken from the data the loop reads (its first batch), and a
+  ``flax.training.train_state.TrainState`` (with ``batch_stats`` when the model has
+  BatchNorm) that holds the parameters, the optimizer state and the step count;
+* a ``@jax.jit`` train step: ``jax.value_and_grad`` of a loss function of the parameters that
+  calls ``state.apply_fn`` on a ``train=True`` clone of the model, with a dropout key split per
+  step and ``mutable=["batch_stats"]``; ``state.apply_gradients`` applies the update;
+* after the loop, ``variables = {"params": state.params, ...}``; evaluation calls
+  ``model.apply(variables, x)`` (the model's ``train`` field is False) through a jitted
+  ``eval_step``. Helpers that train a model they receive return its variables; helpers that
+  evaluate one take them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.passes import training as tr
+from torch2jax.passes.common import Untranslatable, arg, call, code, expr
+
+STATE = "state"
+VARIABLES = "variables"
+DROPOUT_KEY = "dropout_key"
+EVAL_STEP = "eval_step"
+
+
+@dataclass
+class LinenStep:
+    function: cst.FunctionDef  # the @jax.jit train step to define before the loop
+    body: list[cst.BaseStatement]  # the loop's new body
+    call: cst.SimpleStatementLine
+    model_args: list[cst.BaseExpression]  # what the loss function passes to the model
+    model_kwargs: list[cst.Arg]
+
+
+class _ApplyCalls(cst.CSTTransformer):
+    """``model(x)`` -> ``state.apply_fn(vars, x, ...)`` in the loss function."""
+
+    def __init__(self, model: str, variables: str, extra: list[cst.Arg]) -> None:
+        super().__init__()
+        self.model = model
+        self.variables = variables
+        self.extra = extra
+        self.calls: list[cst.Call] = []
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+    def leave_Call(self, original_node, updated_node):
+        if m.matches(updated_node.func, m.Name(self.model)):
+            self.calls.append(original_node)
+            args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated_node.args]
+            return call(f"{STATE}.apply_fn", arg(cst.parse_expression(self.variables)), *args, *self.extra)
+        return updated_node
+
+
+def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
+               loop_names: set[str], step_name: str, batch_stats: bool, dropout: bool,
+               accumulate: bool = False) -> LinenStep | None:
+    """The linen counterpart of :func:`torch2jax.passes.training.build_train_step`: the same
+    statements form the loss function, which takes the parameters and calls the model through
+    ``state.apply_fn``."""
+    body = list(body)
+    back = [i for i, s in enumerate(body) if tr._is_method_stmt(s, None, "backward")]
+    steps = [i for i, s in enumerate(body) if tr._is_method_stmt(s, {optimizer}, "step") or (
+        accumulate and isinstance(s, cst.If) and not s.orelse and len(s.body.body) == 1
+        and tr._is_method_stmt(s.body.body[0], {optimizer}, "step"))]
+    if len(back) != 1 or len(steps) != 1 or steps[0] < back[0]:
+        return None
+    ib, istep = back[0], steps[0]
+    loss = tr._is_method_stmt(body[ib], None, "backward")
+    before = [s for s in body[:ib]
+              if not tr._is_method_stmt(s, {optimizer, model}, "zero_grad")]
+    needed = {loss}
+    in_slice = [False] * len(before)
+    for i in range(len(before) - 1, -1, -1):
+        n = tr.names_of(before[i])
+        if set(n.assigned) & needed:
+            in_slice[i] = True
+            needed -= set(n.assigned)
+            needed |= set(n.used) - set(n.assigned)
+    diff: set[str] = {model}
+    loss_body: list[cst.BaseStatement] = []
+    outside: list[cst.BaseStatement] = []
+    for s, sliced in zip(before, in_slice):
+        n = tr.names_of(s)
+        if sliced and set(n.used) & diff:
+            loss_body.append(s)
+            diff |= set(n.assigned)
+        else:
+            outside.append(s)
+    if not loss_body:
+        return None
+    defined: list[str] = []
+    for s in loss_body:
+        for a in tr.names_of(s).assigned:
+            if a not in defined:
+                defined.append(a)
+    after = [s for s in body[ib + 1:] if s is not body[istep]]
+    used_later: set[str] = set()
+    for s in [*outside, *after]:
+        used_later |= set(tr.names_of(s).used)
+    aux = [d for d in defined if d != loss and d in used_later]
+    pre, post_dep = [], []
+    for s in outside:
+        (post_dep if set(tr.names_of(s).used) & set(defined) else pre).append(s)
+    taken0 = set(used_later) | set(loop_names) | {u for st in loss_body
+                                                  for u in tr.names_of(st).used}
+    # the model's inputs as the loop computes them (for the sample input of model.init)
+    inputs = _model_inputs(loss_body, model)
+    if inputs is None:
+        raise Untranslatable("the model is called more than once, or used other than by a "
+                             "call, in the loss: write the linen loss function by hand",
+                             rule="training-loop")
+    lifter = tr._LiftBatches({model, *defined}, loop_names, taken0)
+    loss_body = [st.visit(lifter) for st in loss_body]
+    free: list[str] = []
+    for s in loss_body:
+        for u in tr.names_of(s).used:
+            if u not in defined and u != model and u not in free and u in loop_names:
+                free.append(u)
+    taken = taken0 | {n for n, _ in lifter.lifted} | {STATE, DROPOUT_KEY}
+    loss_fn = tr._fresh("loss_fn", taken)
+    grads = tr._fresh("grads", taken)
+    params = tr._fresh("params", taken)
+    updates = tr._fresh("updates", taken)
+    variables = (f'{{"params": {params}, "batch_stats": {STATE}.batch_stats}}' if batch_stats
+                 else f'{{"params": {params}}}')
+    extra = []
+    if dropout:
+        extra.append(arg(cst.parse_expression(f'{{"dropout": {DROPOUT_KEY}}}'), "rngs"))
+    if batch_stats:
+        extra.append(arg(expr('["batch_stats"]'), "mutable"))
+    applier = _ApplyCalls(model, variables, extra)
+    new_loss_body = []
+    for s in loss_body:
+        before_count = len(applier.calls)
+        s2 = s.visit(applier)
+        if batch_stats and len(applier.calls) > before_count:
+            s2 = _unpack_updates(s2, updates, taken)
+        new_loss_body.append(s2)
+    if model in {u for s in new_loss_body for u in tr.names_of(s).used}:
+        raise Untranslatable(f"the loss reads {model} other than by calling it: write the "
+                             "linen loss function by hand", rule="training-loop")
+    step_args = [STATE, *free, *(n for n, _ in lifter.lifted)]
+    call_args = [STATE, *free, *(code(e) for _, e in lifter.lifted)]
+    if dropout:
+        step_args.append(DROPOUT_KEY)
+        call_args.append(DROPOUT_KEY)
+    inner = "".join("        " + line + "\n" for s in new_loss_body
+                    for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
+    aux_all = [*aux, *([updates] if batch_stats else [])]
+    if aux_all:
+        packed = ", ".join(aux_all) + ("," if len(aux_all) == 1 and aux else "")
+        ret_inner = f"        return {loss}, ({packed})\n" if len(aux_all) > 1 or aux else \
+            f"        return {loss}, {packed}\n"
+        inner_t = f"({packed})" if len(aux_all) > 1 or aux else packed
+        vg = (f"    ({loss}, {inner_t}), {grads} = jax.value_and_grad({loss_fn}, "
+              f"has_aux=True)({STATE}.params)\n")
+    else:
+        ret_inner = f"        return {loss}\n"
+        vg = f"    {loss}, {grads} = jax.value_and_grad({loss_fn})({STATE}.params)\n"
+    bs = f', batch_stats={updates}["batch_stats"]' if batch_stats else ""
+    ret = ", ".join([STATE, loss, *aux])
+    src = (f"@jax.jit\ndef {step_name}({', '.join(step_args)}):\n"
+           f"    def {loss_fn}({params}):\n{inner}{ret_inner}{vg}"
+           f"    {STATE} = {STATE}.apply_gradients(grads={grads}{bs})\n"
+           f"    return {ret}\n")
+    fn = cst.parse_statement(src)
+    assert isinstance(fn, cst.FunctionDef)
+    call_stmt = cst.parse_statement(f"{ret} = {step_name}({', '.join(call_args)})\n")
+    first = loss_body[0]
+    lines = first.leading_lines if isinstance(first, cst.SimpleStatementLine) else []
+    stmts: list[cst.BaseStatement] = []
+    if dropout:
+        stmts.append(cst.parse_statement(
+            f"{tr.KEY}, {DROPOUT_KEY} = jax.random.split({tr.KEY})\n"))
+    stmts.append(call_stmt)
+    if lines:
+        stmts[0] = stmts[0].with_changes(leading_lines=lines)
+    # the loop's other model calls (a validation loss between updates) read the TrainState
+    reads = _ApplyCalls(model, f'{{"params": {STATE}.params}}', [])
+    outside_step = [st.visit(reads) for st in [*pre, *post_dep, *after]]
+    if reads.calls and (batch_stats or dropout):
+        raise Untranslatable(f"{model} is called in the training loop outside the loss, in "
+                             "training mode, with BatchNorm or Dropout: apply it by hand",
+                             rule="training-loop")
+    if model in {u for st in outside_step for u in tr.names_of(st).used}:
+        raise Untranslatable(f"the training loop reads {model} other than by calling it",
+                             rule="training-loop")
+    n_pre, n_dep = len(pre), len(post_dep)
+    pre, post_dep, after = (outside_step[:n_pre], outside_step[n_pre:n_pre + n_dep],
+                            outside_step[n_pre + n_dep:])
+    new_body = [*pre, *stmts, *post_dep, *after]
+    return LinenStep(function=fn, body=new_body, call=call_stmt, model_args=inputs[0],
+                     model_kwargs=inputs[1])
+
+
+def _model_inputs(loss_body, model: str):
+    calls = [c for s in loss_body for c in m.findall(s, m.Call(func=m.Name(model)))]
+    if len(calls) != 1:
+        return None
+    c = calls[0]
+    if any(a.star for a in c.args):
+        return None
+    return ([a.value for a in c.args if a.keyword is None],
+            [a for a in c.args if a.keyword is not None])
+
+
+def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str]):
+    """``y = state.apply_fn(..., mutable=...)`` -> ``y, updates = ...``; a call nested in an
+    expression is assigned first."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        raise Untranslatable("a model call with BatchNorm inside a compound statement of the "
+                             "loss", rule="training-loop")
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and m.matches(
+            small.value, m.Call(func=m.Attribute(value=m.Name(STATE),
+                                                 attr=m.Name("apply_fn")))):
+        target = small.targets[0].target
+        if isinstance(target, cst.Tuple):
+            target = target.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        new_t = cst.Tuple([cst.Element(target), cst.Element(cst.Name(updates))], lpar=[],
+                          rpar=[])
+        return stmt.with_changes(body=[small.with_changes(
+            targets=[cst.AssignTarget(new_t)])])
+    found = m.findall(small, m.Call(func=m.Attribute(value=m.Name(STATE),
+                                                     attr=m.Name("apply_fn"))))
+    out = tr._fresh("output", taken)
+    taken.add(out)
+    first = cst.parse_statement(f"{out}, {updates} = {code(found[0])}\n")
+    replaced = small.deep_replace(found[0], cst.Name(out))
+    return cst.FlattenSentinel([first.with_changes(leading_lines=stmt.leading_lines),
+                                stmt.with_changes(body=[replaced], leading_lines=[])])
+
+
+# ---------------------------------------------------------------------------- the sample
+def sample_inputs(step: LinenStep, body: Sequence[cst.BaseStatement], loop: cst.For,
+                  outer: Sequence[cst.For], loop_names: set[str]
+                  ) -> tuple[list[cst.BaseStatement], list[cst.BaseExpression]] | None:
+    """Statements to run before the training loop and the inputs ``model.init`` gets: the
+    shapes of the loop's first batch. None when they cannot be told."""
+    stmts: list[cst.BaseStatement] = []
+    out: list[cst.BaseExpression] = []
+    copied: set[int] = set()
+    for a in step.model_args:
+        e = _sample_of(a, body, loop, outer, loop_names, stmts, copied)
+        if e is None:
+            return None
+        out.append(e)
+    return stmts, out
+
+
+def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=()
+                ) -> cst.BaseExpression | None:
+    """A batch gathered from an array the loop does not assign: ``X[idx]`` or ``X[i:i + n]``
+    -> ``X[:1]`` (the same shape past the batch axis); ``X[i]`` with ``i`` counting over a
+    range -> ``X[0]``."""
+    if not (isinstance(e, cst.Subscript) and isinstance(e.value, cst.Name)
+            and e.value.value not in loop_names and len(e.slice) == 1):
+        return None
+    index = e.slice[0].slice
+    if isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and any(
+            isinstance(f.target, cst.Name) and f.target.value == index.value.value
+            and m.matches(f.iter, m.Call(func=m.Name("range"))) for f in outer):
+        return expr(f"{e.value.value}[0]")
+    if isinstance(index, (cst.Index, cst.Slice)):
+        return expr(f"{e.value.value}[:1]")
+    return None
+
+
+def _sample_of(e, body, loop, outer, loop_names, stmts, copied):
+    rows = _first_rows(e, loop_names, [*outer, loop])
+    if rows is not None:
+        return rows
+    if not isinstance(e, cst.Name):
+        return None if set(tr.names_of(e).used) & loop_names else e
+    name = e.value
+    if name not in loop_names:  # an array the loop only reads
+        return e
+    for j, s in enumerate(body):
+        if not isinstance(s, cst.SimpleStatementLine) or len(s.body) != 1 or not isinstance(
+                s.body[0], cst.Assign) or len(s.body[0].targets) != 1:
+            continue
+        a = s.body[0]
+        t = a.targets[0].target
+        if isinstance(t, cst.Name) and t.value == name:
+            return _sample_of(a.value, body[:j], loop, outer, loop_names, stmts, copied)
+        if isinstance(t, cst.Tuple) and name in [getattr(el.value, "value", None)
+                                                 for el in t.elements]:
+            k = [getattr(el.value, "value", None) for el in t.elements].index(name)
+            if isinstance(a.value, cst.Tuple) and len(a.value.elements) == len(t.elements):
+                return _sample_of(a.value.elements[k].value, body[:j], loop, outer,
+                                  loop_names, stmts, copied)
+            if isinstance(a.value, cst.Call):
+                # x, y = get_batch(...): the first batch, drawn before the loop
+                used = set(tr.names_of(a.value).used)
+                prev = body[j - 1] if j else None
+                split = prev is not None and m.matches(prev, m.SimpleStatementLine(body=[
+                    m.Assign(value=m.Call(func=m.Attribute(attr=m.Name("split"))))]))
+                keys = set(tr.names_of(prev).assigned) if split else set()
+                if used & (loop_names - keys):
+                    return None
+                if id(s) not in copied:
+                    copied.add(id(s))
+                    if split:
+                        stmts.append(prev.with_changes(leading_lines=[]))
+                    stmts.append(s.with_changes(leading_lines=[]))
+                return cst.Name(name)
+            return None
+    # a loop target: for x, y in loader
+    if isinstance(loop.target, cst.Tuple) and name in [
+            getattr(el.value, "value", None) for el in loop.target.elements] or (
+            isinstance(loop.target, cst.Name) and loop.target.value == name):
+        it = loop.iter
+        firsts = {}
+        for f in outer:
+            if isinstance(f.target, cst.Name) and m.matches(f.iter, m.Call(
+                    func=m.Name("range"))):
+                r = f.iter.args
+                firsts[f.target.value] = r[0].value if len(r) > 1 else cst.Integer("0")
+        used = set(tr.names_of(it).used)
+        if used & (loop_names - set(firsts)):
+            return None
+        for k, v in firsts.items():
+            it = _replace_name(it, k, v)
+        if id(loop) not in copied:
+            copied.add(id(loop))
+            stmts.append(cst.SimpleStatementLine(body=[cst.Assign(
+                targets=[cst.AssignTarget(loop.target.with_changes(lpar=[], rpar=[]))
+                         if isinstance(loop.target, cst.Tuple)
+                         else cst.AssignTarget(loop.target)],
+                value=call("next", arg(call("iter", arg(it)))))]))
+        return cst.Name(name)
+    return None
+
+
+def _replace_name(node: cst.BaseExpression, name: str, value: cst.BaseExpression):
+    class R(cst.CSTTransformer):
+        def leave_Name(self, original_node, updated_node):
+            return value if updated_node.value == name else updated_node
+    return node.visit(R())
+
+
+def init_statements(model: str, optimizer: str, sample: list[cst.BaseExpression] | None,
+                    *, uses_train: bool, batch_stats: bool, dtype: str | None = None
+                    ) -> list[cst.BaseStatement]:
+    """``variables = model.init(...)`` and the TrainState, before the training loop."""
+    inputs = ", ".join(code(s) for s in sample) if sample is not None else "..."
+    stmts = [cst.parse_statement(f"{tr.KEY}, subkey = jax.random.split({tr.KEY})\n")]
+    init = cst.parse_statement(
+        f'{VARIABLES} = {model}.init({{"params": subkey}}, {inputs})\n')
+    if sample is None:
+        init = init.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+            "# TODO(torch2jax): a sample input for model.init (the shapes of one batch) "
+            "[training-loop]"))])
+    stmts.append(init)
+    changes = [*(["train=True"] if uses_train else []), *([f"dtype={dtype}"] if dtype else [])]
+    apply_fn = f"{model}.clone({', '.join(changes)}).apply" if changes else f"{model}.apply"
+    cls = "TrainState" if batch_stats else "train_state.TrainState"
+    bs = f', batch_stats={VARIABLES}["batch_stats"]' if batch_stats else ""
+    stmts.append(cst.parse_statement(
+        f'{STATE} = {cls}.create(apply_fn={apply_fn}, params={VARIABLES}["params"], '
+        f"tx={optimizer}{bs})\n"))
+    return stmts
+
+
+def final_variables(batch_stats: bool) -> cst.SimpleStatementLine:
+    bs = f', "batch_stats": {STATE}.batch_stats' if batch_stats else ""
+    return cst.parse_statement(f'{VARIABLES} = {{"params": {STATE}.params{bs}}}\n')
+
+
+def train_state_class() -> cst.ClassDef:
+    cls = cst.parse_statement("class TrainState(train_state.TrainState):\n"
+                              "    batch_stats: Any\n")
+    assert isinstance(cls, cst.ClassDef)
+    return cls.with_changes(leading_lines=[cst.EmptyLine(indent=False),
+                                           cst.EmptyLine(indent=False)])
+
+
+def lr_slot(quote: str = '"') -> str:
+    return f"{STATE}.opt_state.hyperparams[{quote}learning_rate{quote}]"
+
+
+# ---------------------------------------------------------------------------- evaluation
+class EvalCalls(cst.CSTTransformer):
+    """``model(x)`` -> ``eval_step(model, variables, x)`` in evaluation code."""
+
+    def __init__(self, models: set[str]) -> None:
+        super().__init__()
+        self.models = models
+        self.count = 0
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+    def leave_Call(self, original_node, updated_node):
+        f = updated_node.func
+        if isinstance(f, cst.Name) and f.value in self.models and not any(
+                a.keyword or a.star for a in updated_node.args):
+            self.count += 1
+            return call(EVAL_STEP, arg(f), arg(cst.Name(VARIABLES)), *updated_node.args)
+        return updated_node
+
+
+def eval_step_function() -> cst.FunctionDef:
+    fn = cst.parse_statement(
+        f"@partial(jax.jit, static_argnums=0)\ndef {EVAL_STEP}(model, variables, *inputs):\n"
+        "    return model.apply(variables, *inputs)\n")
+    assert isinstance(fn, cst.FunctionDef)
+    return fn.with_changes(leading_lines=[cst.EmptyLine(indent=False),
+                                          cst.EmptyLine(indent=False)])
+
+
+# ---------------------------------------------------------------------------- helpers
+def model_functions(module: cst.Module, models: set[str], trainers: set[str]
+                    ) -> dict[str, int]:
+    """Free functions that call a model they receive (evaluation helpers): name -> the
+    position of the model parameter. They get the model's variables after it."""
+    out = {}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.FunctionDef) or stmt.name.value in trainers:
+            continue
+        params = [p.name.value for p in stmt.params.params]
+        for i, p in enumerate(params):
+            if p in models and m.findall(stmt.body, m.Call(func=m.Name(p))):
+                out[stmt.name.value] = i
+                break
+    return out
+
+
+def returns(fn: cst.FunctionDef) -> bool:
+    """Whether ``fn`` itself (not a function nested in it) has a return statement."""
+    class V(cst.CSTVisitor):
+        found = False
+
+        def visit_FunctionDef(self, node) -> bool:
+            return node is fn
+
+        def visit_Lambda(self, node) -> bool:
+            return False
+
+        def visit_Return(self, node) -> None:
+            V.found = True
+    v = V()
+    fn.visit(v)
+    return V.found
+
+
+def add_variables_param(fn: cst.FunctionDef, index: int) -> cst.FunctionDef:
+    params = list(fn.params.params)
+    params.insert(index + 1, cst.Param(cst.Name(VARIABLES)))
+    return fn.with_changes(params=fn.params.with_changes(params=[
+        p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in params]))
+
+
+# ---------------------------------------------------------------------------- initialisation
+# torch layer -> {torch weight name: the linen layer's initializer argument}
+INIT_ARGS = {
+    "torch.nn.Linear": {"weight": "kernel_init", "bias": "bias_init"},
+    "torch.nn.Embedding": {"weight": "embedding_init"},
+    "torch.nn.Conv1d": {"weight": "kernel_init", "bias": "bias_init"},
+    "torch.nn.Conv2d": {"weight": "kernel_init", "bias": "bias_init"},
+    "torch.nn.Conv3d": {"weight": "kernel_init", "bias": "bias_init"},
+    "torch.nn.LayerNorm": {"weight": "scale_init", "bias": "bias_init"},
+}
+
+
+def _initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression:
+    """``torch.nn.init.normal_(w, mean=0.0, std=0.02)`` -> ``nn.initializers.normal(0.02)``;
+    Untranslatable for what has no elementwise linen initializer."""
+    from torch2jax.passes.common import bind, try_literal
+
+    params = {"normal_": ("tensor", "mean", "std"), "zeros_": ("tensor",),
+              "ones_": ("tensor",), "constant_": ("tensor", "val"),
+              "trunc_normal_": ("tensor", "mean", "std", "a", "b")}
+    if fn not in params:
+        raise Untranslatable(f"torch.nn.init.{fn} in an init function applied with "
+                             "self.apply: no linen initializer written for it")
+    b = bind(call_node.args, params[fn])
+    if fn == "zeros_":
+        return expr("nn.initializers.zeros")
+    if fn == "ones_":
+        return expr("nn.initializers.ones")
+    if fn == "constant_":
+        return expr("nn.initializers.constant({v})", v=b.get("val"))
+    mean = try_literal(b.get("mean"), 0.0) if b.get("mean") is not None else 0.0
+    if mean not in (0, 0.0):
+        raise Untranslatable(f"torch.nn.init.{fn} with a nonzero mean")
+    std = b.get("std") if b.get("std") is not None else cst.Float("1.0")
+    if fn == "normal_":
+        return expr("nn.initializers.normal(stddev={s})", s=std)
+    lo = try_literal(b.get("a"), -2.0) if b.get("a") is not None else -2.0
+    hi = try_literal(b.get("b"), 2.0) if b.get("b") is not None else 2.0
+    if not (isinstance(lo, (int, float)) and isinstance(hi, (int, float))):
+        raise Untranslatable(f"torch.nn.init.{fn} with computed bounds")
+    return expr("nn.initializers.truncated_normal(stddev={s}, lower={lo}, upper={hi})",
+                s=std, lo=cst.parse_expression(repr(float(lo))),
+                hi=cst.parse_expression(repr(float(hi))))
+
+
+def init_specs(fn: cst.FunctionDef, qualify) -> dict[str, dict[str, cst.BaseExpression]]:
+    """An init function applied with ``self.apply(fn)``: ``if isinstance(m, nn.Linear):``
+    branches of ``torch.nn.init`` calls on ``m.weight`` / ``m.bias`` -> {torch layer: {linen
+    initializer argument: initializer}}. Untranslatable for any other statement."""
+    params = [p.name.value for p in fn.params.params]
+    if len(params) != 2:
+        raise Untranslatable("an init function with other than (self, module) parameters")
+    mod = params[1]
+    specs: dict[str, dict[str, cst.BaseExpression]] = {}
+    body = list(fn.body.body)
+    while body:
+        stmt = body.pop(0)
+        if not isinstance(stmt, cst.If) or not m.matches(stmt.test, m.Call(
+                func=m.Name("isinstance"), args=[m.Arg(m.Name(mod)), m.Arg()])):
+            raise Untranslatable("an init function with statements other than isinstance "
+                                 "branches")
+        kinds = stmt.test.args[1].value
+        elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        layers = [qualify(e) for e in elems]
+        found: dict[str, cst.BaseExpression] = {}
+        _branch(stmt.body.body, mod, found, qualify)
+        for q in layers:
+            if q not in INIT_ARGS:
+                raise Untranslatable(f"an init function for {q}: no linen initializer "
+                                     "arguments known")
+            mapping = INIT_ARGS[q]
+            unknown = set(found) - set(mapping)
+            if unknown:
+                raise Untranslatable(f"an init function setting {', '.join(sorted(unknown))} "
+                                     f"of {q}")
+            specs.setdefault(q, {}).update({mapping[w]: v for w, v in found.items()})
+        if isinstance(stmt.orelse, cst.If):
+            body.insert(0, stmt.orelse)
+        elif stmt.orelse is not None:
+            raise Untranslatable("an init function with an else branch")
+    return specs
+
+
+def _branch(stmts, mod, found, qualify) -> None:
+    for s in stmts:
+        if isinstance(s, cst.If) and m.matches(s.test, m.Comparison(
+                left=m.Attribute(value=m.Name(mod), attr=m.Name("bias")),
+                comparisons=[m.ComparisonTarget(operator=m.IsNot(), comparator=m.Name(
+                    "None"))])) and s.orelse is None:
+            _branch(s.body.body, mod, found, qualify)  # the initializer applies if it has one
+            continue
+        if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                and isinstance(s.body[0], cst.Expr) and isinstance(s.body[0].value, cst.Call)):
+            raise Untranslatable("an init function with statements other than "
+                                 "torch.nn.init calls")
+        c = s.body[0].value
+        q = qualify(c.func) or ""
+        if not q.startswith("torch.nn.init.") or not c.args or not m.matches(
+                c.args[0].value, m.Attribute(value=m.Name(mod))):
+            raise Untranslatable("an init function with statements other than "
+                                 f"torch.nn.init calls on {mod}.weight / {mod}.bias")
+        found[c.args[0].value.attr.value] = _initializer(q.rsplit(".", 1)[1], c)
+
+
+def with_initializers(layer: cst.BaseExpression, inits: dict[str, cst.BaseExpression]
+                      ) -> cst.BaseExpression:
+    if not isinstance(layer, cst.Call):
+        return layer
+    have = {a.keyword.value for a in layer.args if a.keyword is not None}
+    args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in layer.args]
+    args += [arg(v, k) for k, v in inits.items() if k not in have]
+    return layer.with_changes(args=args)
+
+
+# ---------------------------------------------------------------------------- dtype
+DTYPE_LAYERS = ("nn.Dense", "nn.Conv", "nn.Embed", "nn.LayerNorm", "nn.BatchNorm",
+                "nn.GroupNorm", "nn.ConvTranspose")
+
+
+def add_dtype_field(cls: cst.ClassDef) -> cst.ClassDef:
+    """``dtype: Any = None``: the dtype the layers compute in (None: that of their inputs and
+    parameters); the parameters stay float32 (param_dtype)."""
+    body = list(cls.body.body)
+    i = next((k for k, st in enumerate(body) if isinstance(st, cst.FunctionDef)), len(body))
+    body.insert(i, cst.parse_statement("dtype: Any = None\n"))
+    return cls.with_changes(body=cls.body.with_changes(body=body))
+
+
+def with_dtype(layer: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(layer, cst.Call) and code(layer.func) in DTYPE_LAYERS and not any(
+            a.keyword is not None and a.keyword.value == "dtype" for a in layer.args):
+        args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in layer.args]
+        return layer.with_changes(args=[*args, arg(expr("self.dtype"), "dtype")])
+    if isinstance(layer, cst.Call) and code(layer.func) == "nn.Sequential" and layer.args \
+            and isinstance(layer.args[0].value, cst.List):
+        items = layer.args[0].value
+        return layer.with_changes(args=[layer.args[0].with_changes(value=items.with_changes(
+            elements=[e.with_changes(value=with_dtype(e.value)) for e in items.elements]))])
+    return layer
