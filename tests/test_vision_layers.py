@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
+nnx = pytest.importorskip("flax.nnx")
 
 from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
@@ -94,6 +95,30 @@ SOURCE = textwrap.dedent('''
             z = F.interpolate(y, scale_factor=1.5, mode='nearest')
             w = F.interpolate(z, scale_factor=2.3, mode='bilinear')
             return torch.roll(F.hardsigmoid(w), shifts=(1, -2), dims=(2, 3))
+
+
+    class PoolNet(nn.Module):
+        """squeezenet's ceil_mode max pooling, alexnet's adaptive pooling to sizes that do not
+        divide the input (torch's overlapping bins)."""
+
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True),
+                nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True),
+                nn.Conv2d(4, 6, 1), nn.AvgPool2d(3, 2, padding=1, ceil_mode=True),
+            )
+            self.pool = nn.AdaptiveAvgPool2d((3, 2))
+            self.pool2 = nn.AdaptiveMaxPool2d(2)
+            self.fc = nn.Linear(6 * 3 * 2 + 6 * 2 * 2, 5)
+            # squeezenet's head: a layer built into a local, then put into a Sequential
+            final_conv = nn.Conv2d(6, 6, kernel_size=1)
+            self.head = nn.Sequential(nn.Dropout(p=0.5), final_conv, nn.ReLU(inplace=True))
+
+        def forward(self, x):
+            x = self.head(self.features(x))
+            y = F.adaptive_avg_pool2d(x, (5, 3))
+            return self.fc(torch.cat([self.pool(y).flatten(1), self.pool2(x).flatten(1)], 1))
 ''')
 
 # name -> input spec
@@ -103,6 +128,7 @@ MODELS = {
     "InstanceNet": "float32[2,3,5,7]",
     "DeconvNet": "float32[2,3,5,6]",
     "UpsampleNet": "float32[2,3,5,6]",
+    "PoolNet": "float32[2,3,13,10]",
 }
 
 
@@ -163,6 +189,38 @@ def _run(torch_expr: str, shape: tuple[int, ...]) -> None:
     "F.interpolate(x, size=(2, 3), mode='nearest')",  # downsampling: floor(dst * in / out)
     "F.interpolate(x, size=(2, 3), mode='bilinear')",  # antialias=False written out
     "F.interpolate(x, scale_factor=0.6, mode='bilinear', align_corners=True)",
+    # adaptive pooling to sizes that do not divide the input: overlapping bins
+    "F.adaptive_avg_pool2d(x, 6)",
+    "F.adaptive_max_pool2d(x + 1, (2, 3))",
 ])
 def test_op_matches_torch(torch_expr):
     _run(torch_expr, (2, 3, 5, 7))
+
+
+@pytest.mark.parametrize("layer", [
+    # ceil_mode: the last window overhangs, a window starting in the right padding is dropped
+    "nn.MaxPool2d(3, 2, ceil_mode=True)",
+    "nn.MaxPool2d(2, 3, padding=1, ceil_mode=True)",  # s > k - p: the dropped window
+    "nn.MaxPool2d((3, 1), (2, 3), ceil_mode=True)",
+    "nn.AvgPool2d(3, 2, padding=1, ceil_mode=True)",  # the padding counts, the overhang not
+    "nn.AvgPool2d(2, 3, padding=1, ceil_mode=True, count_include_pad=False)",
+    "nn.AdaptiveAvgPool2d((3, 4))",
+    "nn.AdaptiveMaxPool2d((4, None))",
+])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 2, 8, 9)])
+def test_layer_matches_torch(layer, shape):
+    """A layer held by a module and called on its input (the channels-last ones get moveaxis)."""
+    source = ("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n"
+              f"    def __init__(self):\n        super().__init__()\n        self.layer = {layer}\n\n"
+              "    def forward(self, x):\n        return self.layer(x)\n")
+    result = convert_source(source, path="<layer>")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    want = ns_t["M"]()(torch.from_numpy(x)).numpy()
+    got = np.asarray(ns_j["M"](rngs=nnx.Rngs(0))(jnp.asarray(x)))
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -14,6 +14,7 @@ from libcst.metadata import MetadataWrapper
 
 from torch2jax.analysis.index import Indexer
 from torch2jax.analysis.training import TrainingIndexer
+from torch2jax.passes.helpers import add_helpers
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
 from torch2jax.report import Diagnostic
@@ -115,7 +116,8 @@ def convert_source(
                              uses_train=_uses_train_mode(source))
     new = wrapper.visit(transformer)
     new = new.visit(FuseLayoutMoves())
-    new = _add_imports(new, transformer.imports_needed)
+    new, helper_imports = add_helpers(new)
+    new = _add_imports(new, transformer.imports_needed | helper_imports)
     diagnostics.sort(key=lambda d: (d.line, d.column))
     return suppress(ConversionResult(code=new.code, diagnostics=diagnostics), source)
 

@@ -71,6 +71,8 @@ class Layouts:
             a, b = self.of(node.body, scope_lists), self.of(node.orelse, scope_lists)
             return a if a == b else ("torch" if "any" in (a, b) and "torch" in (a, b) else
                                      a if b == "any" else b if a == "any" else "mixed")
+        if isinstance(node, cst.Name) and scope_lists and node.value in scope_lists:
+            return scope_lists[node.value]  # a layer built into a local: final_conv = nn.Conv2d
         if not isinstance(node, cst.Call):
             return "torch"
         if isinstance(node.func, cst.Name) and node.func.value in self.index.fn_returns:
@@ -263,6 +265,13 @@ class Indexer(cst.CSTVisitor):
                 self.layouts.of(e.value, self._scope()) for e in node.value.elements
                 if not isinstance(e, cst.StarredElement)
             ]
+        # a layer built into a local (final_conv = nn.Conv2d(...)) and put into a Sequential
+        # later: its layout, like a list's. A local Sequential takes and returns NCHW itself.
+        if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.Call):
+            rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
+            if rule is not None and rule.special not in ("sequential", "module_list",
+                                                         "module_dict"):
+                self._lists[id(self._fn_stack[-1])][target.value] = [rule.layout]
         if not self._class_stack:
             return
         info = self._class_stack[-1]
