@@ -46,11 +46,18 @@ BUILDERS = {
                           ("float32[1,3,32,32]",)),
 }
 
+# The verifier's seed (weights, running statistics, input, cotangents) where the default one
+# lands on a ReLU kink: with seed 0, resnet50's layer2.2 adds up to a pre-activation of 1.0e-6
+# (float64; activations there reach 23) at channel 500, position (7, 2). float32 rounding puts it
+# on different sides of zero in torch and JAX, so one ReLU gate differs: bn3.bias[500]'s gradient
+# is 0.22 off and the difference flows back to conv1 (1.2 on gradients of order 100). torch
+# float32 agrees with torch float64 there because its rounding happens to keep the sign; the
+# forward pass agrees to 1.8e-6 relative. Not a translation error; another draw has no such tie.
+SEEDS = {"resnet50": 1}
+
 _MISC = ("ops/misc.py: Conv2dNormActivation subclasses torch.nn.Sequential (not translated) and "
          "the converted mirror module still names torch: NameError at import")
 BLOCKERS = {
-    "resnet50": ("numbers: forward max abs 2.6e-4 and a gradient 1.2 off at 64x64 input "
-                 "(resnet18 verifies at 1.7e-6); not diagnosed yet"),
     "mobilenet_v2": _MISC,
     "mobilenet_v3_small": _MISC,
     "densenet121": "class _DenseBlock(nn.ModuleDict): a subclass of a torch container",
@@ -73,7 +80,8 @@ def _params():
 def test_builder_verifies(name):
     file, args, inputs = BUILDERS[name]
     result = run_request(VerifyRequest(f"{MODELS / file}::{name}", args=args, inputs=inputs,
-                                       grad=True, atol=1e-4, rtol=1e-4))
+                                       grad=True, atol=1e-4, rtol=1e-4,
+                                       seed=SEEDS.get(name, 0)))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
 
