@@ -61,7 +61,6 @@ BLOCKERS = {
     "mobilenet_v2": _MISC,
     "mobilenet_v3_small": _MISC,
     "densenet121": "class _DenseBlock(nn.ModuleDict): a subclass of a torch container",
-    "vgg11_bn": "nn.Sequential(*layers) of a list built in a helper: the list stays torch code",
     "efficientnet_b0": _MISC,
     "convnext_tiny": _MISC,
     "shufflenet_v2_x0_5": ("a module class passed as a value (inverted_residual=InvertedResidual) "

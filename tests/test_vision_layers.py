@@ -119,6 +119,39 @@ SOURCE = textwrap.dedent('''
             x = self.head(self.features(x))
             y = F.adaptive_avg_pool2d(x, (5, 3))
             return self.fc(torch.cat([self.pool(y).flatten(1), self.pool2(x).flatten(1)], 1))
+
+
+    def make_layers(cfg, batch_norm=False):
+        """vgg's: an annotated list grown with +=, returned as nn.Sequential(*layers)."""
+        layers: list[nn.Module] = []
+        in_channels = 3
+        for v in cfg:
+            if v == "M":
+                layers += [nn.MaxPool2d(kernel_size=2, stride=2)]
+            else:
+                conv2d = nn.Conv2d(in_channels, v, kernel_size=3, padding=1)
+                if batch_norm:
+                    layers += [conv2d, nn.BatchNorm2d(v), nn.ReLU(True)]
+                else:
+                    layers += [conv2d, nn.ReLU(True)]
+                in_channels = v
+        return nn.Sequential(*layers)
+
+
+    class VGGNet(nn.Module):
+        def __init__(self, features: nn.Module, num_classes: int = 5):
+            super().__init__()
+            self.features = features  # built elsewhere: its layout is not tracked here
+            self.avgpool = nn.AdaptiveAvgPool2d((3, 3))
+            self.classifier = nn.Linear(8 * 3 * 3, num_classes)
+
+        def forward(self, x):
+            x = self.avgpool(self.features(x))
+            return self.classifier(torch.flatten(x, 1))
+
+
+    def vgg_like():
+        return VGGNet(make_layers([4, "M", 8, "M"], batch_norm=True))
 ''')
 
 # name -> input spec
@@ -129,6 +162,7 @@ MODELS = {
     "DeconvNet": "float32[2,3,5,6]",
     "UpsampleNet": "float32[2,3,5,6]",
     "PoolNet": "float32[2,3,13,10]",
+    "vgg_like": "float32[2,3,8,8]",
 }
 
 

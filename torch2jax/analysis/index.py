@@ -189,7 +189,12 @@ class Indexer(cst.CSTVisitor):
     def visit_Return(self, node: cst.Return) -> None:
         if self._fn_stack and not self._class_stack and node.value is not None:
             name = self._fn_stack[-1].name.value
-            self.fn_returns.setdefault(name, []).append(self.layouts.of(node.value, self._scope()))
+            layout = self.layouts.of(node.value, self._scope())
+            if isinstance(node.value, cst.Call) and self._is_sequential(node.value):
+                # a returned Sequential is handed on (vgg's make_layers -> VGG(features)):
+                # nothing tracks its layout there, so it takes and returns NCHW itself
+                layout = "torch"
+            self.fn_returns.setdefault(name, []).append(layout)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if (self._class_stack and m.matches(node, m.Attribute(value=m.Name("self"),
@@ -239,6 +244,33 @@ class Indexer(cst.CSTVisitor):
                                        for e in v.elements)
                 else:
                     lists[name].append("mixed")
+
+    def _is_sequential(self, node: cst.Call) -> bool:
+        rule = self.rules.layers.get(qualified(self.meta, node.func) or "")
+        return rule is not None and rule.special == "sequential"
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        # layers: list[nn.Module] = []
+        if (self._fn_stack and isinstance(node.target, cst.Name)
+                and isinstance(node.value, cst.List)):
+            self._lists[id(self._fn_stack[-1])][node.target.value] = [
+                self.layouts.of(e.value, self._scope()) for e in node.value.elements
+                if not isinstance(e, cst.StarredElement)
+            ]
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        # layers += [conv2d, nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+        if not (self._fn_stack and isinstance(node.target, cst.Name)
+                and isinstance(node.operator, cst.AddAssign)):
+            return
+        lists = self._lists[id(self._fn_stack[-1])]
+        if node.target.value not in lists:
+            return
+        if isinstance(node.value, (cst.List, cst.Tuple)):
+            lists[node.target.value].extend(self.layouts.of(e.value, self._scope())
+                                            for e in node.value.elements)
+        else:
+            lists[node.target.value].append("mixed")
 
     def _needs_rngs(self, q: str) -> bool:
         rule = self.rules.layers[q]

@@ -1454,10 +1454,11 @@ class TorchToJax(cst.CSTTransformer):
                                      rule=rule.id)
             args = list(updated.args)
             parent = self.get_metadata(ParentNodeProvider, original, None)
-            if overall == "channels_last" and isinstance(parent, cst.Assign) and isinstance(
-                    parent.targets[0].target, cst.Name):
-                # a Sequential kept in a local (downsample = nn.Sequential(conv, bn)) and handed
-                # on: nothing tracks its layout there, so it takes and returns NCHW itself
+            if overall == "channels_last" and (isinstance(parent, cst.Return) or isinstance(
+                    parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Name)):
+                # a Sequential kept in a local (downsample = nn.Sequential(conv, bn)) or returned
+                # (vgg's make_layers) and handed on: nothing tracks its layout there, so it
+                # takes and returns NCHW itself
                 overall = "torch"
             if overall == "torch" and "channels_last" in items:
                 args = self._insert_transposes(args, items)
