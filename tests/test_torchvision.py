@@ -63,8 +63,6 @@ BLOCKERS = {
     "densenet121": "class _DenseBlock(nn.ModuleDict): a subclass of a torch container",
     "efficientnet_b0": _MISC,
     "convnext_tiny": _MISC,
-    "shufflenet_v2_x0_5": ("a module class passed as a value (inverted_residual=InvertedResidual) "
-                           "is built without rngs"),
     "regnet_y_400mf": _MISC,
     "VisionTransformer": _MISC,
 }

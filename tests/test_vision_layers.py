@@ -22,6 +22,8 @@ from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
 SOURCE = textwrap.dedent('''
+    from typing import Callable
+
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -152,6 +154,41 @@ SOURCE = textwrap.dedent('''
 
     def vgg_like():
         return VGGNet(make_layers([4, "M", 8, "M"], batch_norm=True))
+
+
+    class Branch(nn.Module):
+        """shufflenet's: a static method building a (channels-last) layer inside a Sequential."""
+
+        def __init__(self, inp: int, oup: int, stride: int) -> None:
+            super().__init__()
+            self.branch = nn.Sequential(
+                self.depthwise_conv(inp, inp, kernel_size=3, stride=stride, padding=1),
+                nn.BatchNorm2d(inp),
+                nn.Conv2d(inp, oup, kernel_size=1, bias=False),
+                nn.ReLU(inplace=True),
+            )
+
+        @staticmethod
+        def depthwise_conv(i: int, o: int, kernel_size: int, stride: int = 1, padding: int = 0,
+                           bias: bool = False) -> nn.Conv2d:
+            return nn.Conv2d(i, o, kernel_size, stride, padding, bias=bias, groups=i)
+
+        def forward(self, x):
+            return self.branch(x)
+
+
+    class BranchNet(nn.Module):
+        """A module class handed in as a parameter's default (inverted_residual=...)."""
+
+        def __init__(self, block: Callable[..., nn.Module] = Branch, num_classes: int = 5):
+            super().__init__()
+            stage = [block(3, 6, 2)]
+            stage.append(block(6, 6, 1))
+            self.stage = nn.Sequential(*stage)
+            self.fc = nn.Linear(6, num_classes)
+
+        def forward(self, x):
+            return self.fc(self.stage(x).mean([2, 3]))
 ''')
 
 # name -> input spec
@@ -163,6 +200,7 @@ MODELS = {
     "UpsampleNet": "float32[2,3,5,6]",
     "PoolNet": "float32[2,3,13,10]",
     "vgg_like": "float32[2,3,8,8]",
+    "BranchNet": "float32[2,3,7,6]",
 }
 
 

@@ -77,6 +77,11 @@ class Layouts:
             return "torch"
         if isinstance(node.func, cst.Name) and node.func.value in self.index.fn_returns:
             return self.index.fn_returns[node.func.value]
+        cls = getattr(self.meta, "current_class", None)
+        if cls and m.matches(node.func, m.Attribute(value=m.Name("self"))) and (
+                f"{cls}.{node.func.attr.value}" in self.index.fn_returns):
+            # a method building a layer: self.depthwise_conv(...)
+            return self.index.fn_returns[f"{cls}.{node.func.attr.value}"]
         if (isinstance(node.func, cst.Name) and node.func.value.endswith(FACTORY_SUFFIXES)
                 and len(self.index.factory_layouts) == 1):
             # norm_layer(planes) where the file's only layer class used as a value is, e.g.,
@@ -168,6 +173,10 @@ class Indexer(cst.CSTVisitor):
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         self._class_stack.pop()
 
+    @property
+    def current_class(self) -> str | None:
+        return self._class_stack[-1].name if self._class_stack else None
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._fn_stack.append(node)
         self._lists[id(node)] = {}
@@ -187,8 +196,8 @@ class Indexer(cst.CSTVisitor):
         return fn
 
     def visit_Return(self, node: cst.Return) -> None:
-        if self._fn_stack and not self._class_stack and node.value is not None:
-            name = self._fn_stack[-1].name.value
+        if self._fn_stack and node.value is not None:
+            name = self._fn_key()
             layout = self.layouts.of(node.value, self._scope())
             if isinstance(node.value, cst.Call) and self._is_sequential(node.value):
                 # a returned Sequential is handed on (vgg's make_layers -> VGG(features)):

@@ -1382,10 +1382,21 @@ class TorchToJax(cst.CSTTransformer):
                     (n in self._param_names[-1] and (n[:1].isupper() or factory
                                                      or n.endswith("act"))) or factory)):
                 return True
-            return False
+            # a parameter whose default is a module class of the file
+            # (inverted_residual: Callable[..., nn.Module] = InvertedResidual)
+            return bool(self._rngs_scope and self._rngs_scope[-1] and self._fn_stack
+                        and self._param_default(n) in self.index.module_classes)
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
             return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
         return False
+
+    def _param_default(self, name: str) -> str | None:
+        """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
+        params = self._fn_stack[-1].params
+        for p in (*params.params, *params.kwonly_params):
+            if p.name.value == name and isinstance(p.default, cst.Name):
+                return p.default.value
+        return None
 
     def _with_rngs(self, original, updated: cst.Call):
         if self.linen:
