@@ -189,6 +189,41 @@ SOURCE = textwrap.dedent('''
 
         def forward(self, x):
             return self.fc(self.stage(x).mean([2, 3]))
+
+
+    class ConvNormAct(nn.Sequential):
+        """torchvision's Conv2dNormActivation in one file: a Sequential subclass filled from a
+        list, layer classes as parameter defaults (BatchNorm2d's factory is channels-last here:
+        every call of it in the file is)."""
+
+        def __init__(self, cin, cout, kernel_size=3, stride=1, groups=1,
+                     norm_layer=nn.BatchNorm2d, activation_layer=nn.ReLU, conv_layer=nn.Conv2d):
+            layers = [conv_layer(cin, cout, kernel_size, stride, (kernel_size - 1) // 2,
+                                 groups=groups, bias=norm_layer is None)]
+            if norm_layer is not None:
+                layers.append(norm_layer(cout))
+            if activation_layer is not None:
+                layers.append(activation_layer(inplace=True))
+            super().__init__(*layers)
+
+
+    class MobileNet(nn.Module):
+        def __init__(self, num_classes: int = 5, norm_layer=None):
+            super().__init__()
+            if norm_layer is None:
+                norm_layer = nn.BatchNorm2d
+            self.stem = ConvNormAct(3, 4, stride=2, norm_layer=norm_layer,
+                                    activation_layer=nn.Hardswish)
+            layers: list[nn.Module] = [ConvNormAct(4, 4, groups=4, activation_layer=nn.ReLU6)]
+            layers.extend([nn.Conv2d(4, 6, 1, bias=False), norm_layer(6)])
+            layers.append(ConvNormAct(6, 6, 1, norm_layer=None, activation_layer=None))
+            self.blocks = nn.Sequential(*layers)
+            self.act = F.silu  # a torch function as a value
+            self.head = nn.Linear(6, num_classes)
+
+        def forward(self, x):
+            x = self.act(self.blocks(self.stem(x)))
+            return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 ''')
 
 # name -> input spec
@@ -201,6 +236,7 @@ MODELS = {
     "PoolNet": "float32[2,3,13,10]",
     "vgg_like": "float32[2,3,8,8]",
     "BranchNet": "float32[2,3,7,6]",
+    "MobileNet": "float32[2,3,9,8]",
 }
 
 

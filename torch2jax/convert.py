@@ -101,8 +101,11 @@ def convert_source(
     first = Indexer(rules, set(known_modules or ()))
     wrapper.visit(first)
     index = first.finish()
-    if any(layout != "torch" for layout in index.fn_returns.values()):
-        indexer = Indexer(rules, set(known_modules or ()), index.fn_returns)
+    # (so does the file's use of layer classes as values: a layout decided before a later
+    # line showed the factory to be channels-first would be stale)
+    if any(layout != "torch" for layout in index.fn_returns.values()) or index.factory_layouts:
+        indexer = Indexer(rules, set(known_modules or ()), index.fn_returns,
+                          index.factory_layouts)
         wrapper.visit(indexer)
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs

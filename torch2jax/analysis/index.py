@@ -17,7 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
 
-from torch2jax.ruleset import RuleSet
+from torch2jax.ruleset import Rule, RuleSet
 
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 FACTORY_SUFFIXES = ("norm_layer", "_norm")
@@ -45,6 +45,7 @@ class ClassInfo:
     no_bias: set[str] = field(default_factory=set)  # self.x built with bias=False
     batch_stats_only: set[str] = field(default_factory=set)  # BatchNorm without running stats
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
+    container: str | None = None  # "sequential": a subclass of nn.Sequential
 
 
 @dataclass
@@ -56,6 +57,9 @@ class FileIndex:
     tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)
     fn_returns: dict[str, str] = field(default_factory=dict)  # layer-returning helpers
     factory_layouts: set[str] = field(default_factory=set)  # layer classes used as values
+    # lists of layers in both layouts (fn id, name): their channels-last items get transposes
+    # where they are put in, so that the list as a whole is in torch's layout
+    normalized_lists: set[tuple[int, str]] = field(default_factory=set)
 
 
 class Layouts:
@@ -87,6 +91,10 @@ class Layouts:
             # norm_layer(planes) where the file's only layer class used as a value is, e.g.,
             # nn.BatchNorm2d
             return next(iter(self.index.factory_layouts))
+        if isinstance(node.func, cst.Name):
+            layout = self.factory_param_layout(node.func.value)
+            if layout is not None:
+                return layout
         name = qualified(self.meta, node.func)
         if name is None:
             return "torch"
@@ -97,6 +105,30 @@ class Layouts:
             return self.sequential(node.args, scope_lists)[0]
         if rule.special in ("module_list", "module_dict"):
             return "torch"
+        return rule.layout
+
+    def factory_rule(self, name: str) -> Rule | None:
+        """The layer rule of the torch class a parameter of the enclosing function defaults to
+        (``conv_layer: Callable[..., nn.Module] = nn.Conv2d``), or None."""
+        stack = getattr(self.meta, "_fn_stack", None)
+        if not stack:
+            return None
+        params = stack[-1].params
+        for p in (*params.params, *params.kwonly_params):
+            if p.name.value == name and p.default is not None:
+                return self.rules.layers.get(qualified(self.meta, p.default) or "")
+        return None
+
+    def factory_param_layout(self, name: str) -> str | None:
+        """The layout of what a call of such a parameter builds: whatever class a caller passes
+        is translated as a value the same way (see TorchToJax._layer_class_value)."""
+        rule = self.factory_rule(name)
+        if rule is None or rule.special in ("sequential", "module_list", "module_dict"):
+            return None
+        if rule.special == "batch_norm":
+            return rule.layout if self.index.factory_layouts == {rule.layout} else "torch"
+        if rule.special == "conv":
+            return "torch"  # the Conv2d helper class takes NCHW
         return rule.layout
 
     def items(self, args, scope_lists) -> list[str]:
@@ -146,11 +178,13 @@ class Indexer(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (QualifiedNameProvider,)
 
     def __init__(self, rules: RuleSet, known_modules: set[str],
-                 fn_returns: dict[str, str] | None = None) -> None:
+                 fn_returns: dict[str, str] | None = None,
+                 factory_layouts: set[str] | None = None) -> None:
         super().__init__()
         self.rules = rules
         self.meta = self
-        self.index = FileIndex(fn_returns=dict(fn_returns or {}))
+        self.index = FileIndex(fn_returns=dict(fn_returns or {}),
+                               factory_layouts=set(factory_layouts or ()))
         self.fn_returns: dict[str, list[str]] = {}
         self.layouts = Layouts(rules, self, self.index)
         self.known_modules = known_modules
@@ -184,7 +218,12 @@ class Indexer(cst.CSTVisitor):
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         lists = self._lists.get(id(node), {})
         for name, layouts in lists.items():
-            self.index.list_layouts[(id(node), name)] = combine(layouts)
+            layout = combine(layouts)
+            if layout == "mixed" and "mixed" not in layouts:
+                # every item known: put in by literals, append, or extend / += of a literal
+                self.index.normalized_lists.add((id(node), name))
+                layout = "torch"
+            self.index.list_layouts[(id(node), name)] = layout
         self._fn_stack.pop()
 
     def _fn_key(self) -> str | None:
@@ -234,6 +273,13 @@ class Indexer(cst.CSTVisitor):
                 self._fn_builds.add(f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
             if builds:
                 self._fn_builds.add(key)
+        # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer
+        # into Conv2dNormActivation): that file calls it on NCHW input, so the factory is the
+        # channels-first one here too
+        if isinstance(node.func, cst.Name) and node.func.value in self.known_modules and any(
+                isinstance(a.value, cst.Name) and a.value.value.endswith(FACTORY_SUFFIXES)
+                for a in node.args):
+            self.index.factory_layouts.add("torch")
         # list building: layers.append(X) / layers.extend([...])
         if (
             self._fn_stack
@@ -290,7 +336,7 @@ class Indexer(cst.CSTVisitor):
     def _scope(self) -> dict[str, str]:
         if not self._fn_stack:
             return {}
-        return {k: combine(v) for k, v in self._lists[id(self._fn_stack[-1])].items()}
+        return {k: _list_layout(v) for k, v in self._lists[id(self._fn_stack[-1])].items()}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1:
@@ -381,6 +427,10 @@ class Indexer(cst.CSTVisitor):
                     idx.module_classes.add(info.name)
                     changed = True
                     break
+        for info in idx.classes.values():
+            if any(self.rules.layers[b].special == "sequential" for b in info.bases
+                   if b in self.rules.layers):
+                info.container = "sequential"
         # attributes a base class uses but only its subclasses assign: the subclasses' layouts
         for info in idx.classes.values():
             for sub in idx.classes.values():
@@ -418,6 +468,13 @@ class Indexer(cst.CSTVisitor):
         idx.rngs_functions = builders
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx
+
+
+def _list_layout(layouts: list[str]) -> str:
+    """A list of layers in both layouts whose items are all known is normalized (its
+    channels-last items get transposes where they are put in): torch's layout."""
+    layout = combine(layouts)
+    return "torch" if layout == "mixed" and "mixed" not in layouts else layout
 
 
 def _dotted(node: cst.BaseExpression) -> str:

@@ -45,13 +45,55 @@ helper("adaptive_avg_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="avg", reduce=
 helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce="max"))
 
 
+_CONV = '''
+class Conv{n}d(nnx.Conv):
+    """nn.Conv{n}d for code that hands the layer class around as a value (conv_layer=nn.Conv{n}d):
+    torch's arguments and its channels-first input and output around an nnx.Conv (kernel
+    (*k, in, out), zero padding)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
+        padding: int | tuple[int, ...] | str = 0,
+        dilation: int | tuple[int, ...] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        *,
+        rngs: nnx.Rngs,
+    ) -> None:
+        def spatial(v):
+            return (v,) * {n} if isinstance(v, int) else tuple(v)
+
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size=spatial(kernel_size),
+            strides=spatial(stride),
+            padding=padding.upper() if isinstance(padding, str) else [(p, p) for p in spatial(padding)],
+            kernel_dilation=spatial(dilation),
+            feature_group_count=groups,
+            use_bias=bias,
+            rngs=rngs,
+        )
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return jnp.moveaxis(super().__call__(jnp.moveaxis(x, 1, -1)), -1, 1)
+'''
+for _n in (1, 2, 3):
+    helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(n=_n))
+
+
 def namespace() -> dict:
     """Every helper defined, with the imports they use (for tests that evaluate one converted
     expression on its own)."""
     import jax
     import jax.numpy as jnp
+    from flax import nnx
 
-    ns: dict = {"jax": jax, "jnp": jnp}
+    ns: dict = {"jax": jax, "jnp": jnp, "nnx": nnx}
     for source, _ in HELPERS.values():
         exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
     return ns

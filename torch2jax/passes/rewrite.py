@@ -38,7 +38,7 @@ from torch2jax.passes.common import (
     wrap_long_statement,
 )
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
-from torch2jax.passes.special import SPECIALS, Site
+from torch2jax.passes.special import SPECIALS, Site, _spatial_dims
 from torch2jax.ruleset import Rule, RuleSet
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
@@ -230,6 +230,11 @@ class TorchToJax(cst.CSTTransformer):
             if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
                 bases.append(b.with_changes(value=expr(self.emitter.module_base)))
                 self.need("linen" if self.linen else "nnx")
+            elif (q in self.rules.layers and self.rules.layers[q].special == "sequential"
+                  and not self.linen):
+                # class ConvNormActivation(nn.Sequential): super().__init__(*layers) fills it
+                bases.append(b.with_changes(value=expr(self.rules.layers[q].targets["nnx"])))
+                self.need("nnx")
             elif q in self.rules.layers:
                 self.diag(ob, "module-subclass", "error",
                           f"subclass of the torch layer {q}: its parameters and forward are "
@@ -1064,6 +1069,9 @@ class TorchToJax(cst.CSTTransformer):
         parent = self.get_metadata(ParentNodeProvider, original, None)
         if isinstance(parent, cst.Call) and parent.func is original:
             return None  # a construction: handled as a call
+        if isinstance(parent, cst.Arg) and isinstance(
+                self.get_metadata(ParentNodeProvider, parent, None), cst.ClassDef):
+            return None  # a base class: handled with the class
         if isinstance(parent, (cst.Arg, cst.Element)):
             grand = self.get_metadata(ParentNodeProvider, parent, None)
             while isinstance(grand, (cst.Tuple, cst.Element)):
@@ -1087,8 +1095,45 @@ class TorchToJax(cst.CSTTransformer):
             self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
                       "axis 1 (channels first), so that it fits wherever it is used")
             return expr("partial(nnx.BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
+        if rule.special == "conv" and self.emitter.name == "nnx" and not self.linen:
+            # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
+            # wherever the value goes: a helper class with that signature and torch's layout
+            return cst.Name(f"Conv{_spatial_dims(rule.torch)}d")
+        activation = _activation_value(rule)
+        if activation is not None and not self.linen:
+            # activation_layer = nn.ReLU6: the function itself; the calls of a parameter
+            # defaulting to an activation class (activation_layer(inplace=True)) give it back
+            self._note_imports(activation)
+            return activation
         self.diag(original, rule.id, "error", f"the layer class {q} used as a value")
         return None
+
+    def _function_value(self, original, rule: Rule) -> cst.BaseExpression | None:
+        """``act = F.relu`` / ``interpolate = torch.nn.functional.interpolate``: a torch function
+        used as a value, not called. A plain rename is its JAX function (with the keywords the
+        rule always writes); one whose arguments are translated per call cannot be: the JAX
+        function is named so that the module still imports, and marked."""
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if (isinstance(parent, cst.Call) and parent.func is original) or isinstance(
+                parent, cst.Attribute):
+            return None
+        target = rule.jax
+        if not target or not _is_dotted_text(target):
+            return None
+        self._note_imports(expr(target))
+        if rule.special == "gelu":  # torch's default is the exact erf form
+            self.need("partial")
+            return expr(f"partial({target}, approximate=False)")
+        if rule.special is None and not rule.rename and set(rule.drop) <= {"inplace"}:
+            if rule.emit:
+                self.need("partial")
+                return expr(f"partial({target}, " + ", ".join(
+                    f"{k}={v!r}" for k, v in rule.emit.items()) + ")")
+            return expr(target)
+        self.diag(original, rule.id, "error",
+                  f"{rule.torch} used as a value: its arguments are translated per call, and "
+                  f"calls through this name are not; {target} takes other arguments")
+        return expr(target)
 
     def _string_quote(self) -> str:
         """A quote character that may be written inside the f-string being rewritten."""
@@ -1110,6 +1155,65 @@ class TorchToJax(cst.CSTTransformer):
 
     def visit_ListComp(self, node) -> None:
         self._in_expr_scope += 1
+
+    # -- lists of layers in both layouts
+    def _normalized_list(self, target: cst.BaseExpression) -> bool:
+        return bool(isinstance(target, cst.Name) and self._fn_stack and (
+            id(self._fn_stack[-1]), target.value) in self.index.normalized_lists)
+
+    def _torch_layout_items(self, originals: list[cst.BaseExpression],
+                            updated: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+        """The items put into a normalized list, channels-last ones between transposes."""
+        layouts = Layouts(self.rules, self, self.index)
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if fid == id(self._fn_stack[-1])}
+        items = [layouts.of(o, scope) for o in originals]
+        return [a.value for a in self._insert_transposes([arg(u) for u in updated], items)]
+
+    def leave_List(self, original_node, updated_node):
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        target = None
+        if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and (
+                parent.value is original_node):
+            target = parent.targets[0].target if isinstance(parent, cst.Assign) else parent.target
+        elif isinstance(parent, cst.Arg):
+            call_node = self.get_metadata(ParentNodeProvider, parent, None)
+            if m.matches(call_node, m.Call(func=m.Attribute(attr=m.Name("extend")))):
+                target = call_node.func.value
+        if target is None or not self._normalized_list(target) or any(
+                isinstance(e, cst.StarredElement) for e in original_node.elements):
+            return updated_node
+        elements = list(updated_node.elements)
+        values = self._torch_layout_items([e.value for e in original_node.elements],
+                                          [e.value for e in elements])
+        if len(values) == len(elements):
+            return updated_node
+        # the inserted transposes are separated like the list's items (without the comments)
+        sep = next((e.comma for e in elements if isinstance(e.comma, cst.Comma)
+                    and e is not elements[-1]), None) or cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))
+        if isinstance(sep.whitespace_after, cst.ParenthesizedWhitespace):
+            sep = sep.with_changes(whitespace_after=sep.whitespace_after.with_changes(
+                first_line=cst.TrailingWhitespace(), empty_lines=[]))
+        by_value = {id(e.value): e for e in elements}
+        out = [by_value.get(id(v)) or cst.Element(v, comma=sep) for v in values]
+        if out[-1] is not elements[-1]:  # a transpose last: it takes the trailing comma
+            i = out.index(elements[-1])
+            out[i] = elements[-1].with_changes(comma=sep)
+            out[-1] = out[-1].with_changes(comma=elements[-1].comma)
+        return updated_node.with_changes(elements=out)
+
+    def _normalized_append(self, original, updated):
+        """``layers.append(conv)`` of a channels-last layer into a normalized list: extend it
+        with the layer between transposes."""
+        values = self._torch_layout_items([original.args[0].value], [updated.args[0].value])
+        if len(values) == 1:
+            return updated
+        return updated.with_changes(
+            func=updated.func.with_changes(attr=cst.Name("extend")),
+            args=[arg(cst.List([cst.Element(v, comma=cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" "))) for v in values[:-1]]
+                + [cst.Element(values[-1])]))])
 
     def leave_ListComp(self, original_node, updated_node):
         self._in_expr_scope -= 1
@@ -1179,7 +1283,9 @@ class TorchToJax(cst.CSTTransformer):
         if (original_node.attr.value == "forward" and self.in_module_class()
                 and m.matches(original_node.value, m.Call(func=m.Name("super")))):
             return updated_node.with_changes(attr=cst.Name("__call__"))  # super().forward(x)
-        if self._in_annotation:
+        if self._in_annotation and not isinstance(
+                self.get_metadata(ParentNodeProvider, original_node, None), cst.Attribute):
+            # the whole dotted name (torch.nn.Module), not its prefix (torch.nn)
             mapped = self._annotation_type(original_node)
             if mapped is not None:
                 return mapped
@@ -1189,6 +1295,10 @@ class TorchToJax(cst.CSTTransformer):
             if factory is not None:
                 return factory
         q = self.q(original_node)
+        if q in self.rules.functions and not self._in_annotation:
+            value = self._function_value(original_node, self.rules.functions[q])
+            if value is not None:
+                return value
         if q and q.startswith("torch."):
             short = q[len("torch."):]
             if short in DTYPES:
@@ -1311,6 +1421,14 @@ class TorchToJax(cst.CSTTransformer):
                     a.keyword and a.keyword.value == tr.KEY for a in updated.args):
             return updated.with_changes(args=_fix_commas(
                 [*updated.args, arg(self._subkey(original), tr.KEY)]))
+        if (m.matches(original.func, m.Attribute(attr=m.Name("append")))
+                and len(original.args) == 1 and not original.args[0].keyword
+                and self._normalized_list(original.func.value)):
+            return self._normalized_append(original, updated)
+        if isinstance(original.func, cst.Name) and not self.linen:
+            factory = Layouts(self.rules, self, self.index).factory_rule(original.func.value)
+            if factory is not None and _activation_value(factory) is not None:
+                return self._activation_factory_call(original, updated)
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
@@ -1342,6 +1460,8 @@ class TorchToJax(cst.CSTTransformer):
         info = self.index.classes.get(cls or "")
         if not info or cls not in self.index.module_classes:
             return updated
+        if info.module_base == "torch" and info.container == "sequential" and not self.linen:
+            return self._sequential_super_init(original, updated)
         if info.module_base == "torch":
             return cst.Name("__REMOVE__")
         if self.linen:
@@ -1350,6 +1470,29 @@ class TorchToJax(cst.CSTTransformer):
                                      "inherits its base's fields", rule="linen")
             return expr("super().setup()")
         return self._with_rngs(original, updated)
+
+    def _sequential_super_init(self, original, updated):
+        """``super().__init__(*layers)`` in a subclass of nn.Sequential: nnx.Sequential's, with
+        the children in torch's order (their state_dict names "0.weight", "1.running_mean"
+        are nnx's layers[0], layers[1]). The class takes and returns NCHW like any module
+        class, so channels-last children get transposes around them."""
+        if any(a.keyword for a in original.args) or (
+                len(original.args) == 1 and not original.args[0].star and m.matches(
+                    original.args[0].value, m.Call(func=m.Name("OrderedDict")))):
+            raise Untranslatable("nn.Sequential subclass built from an OrderedDict: its "
+                                 "children's names are not kept", rule="torch.nn.Sequential")
+        layouts = Layouts(self.rules, self, self.index)
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if self._fn_stack and fid == id(self._fn_stack[-1])}
+        overall, items = layouts.sequential(original.args, scope)
+        if overall == "mixed":
+            raise Untranslatable("nn.Sequential subclass mixing channels-last layers and other "
+                                 "layers in an order not known statically",
+                                 rule="torch.nn.Sequential")
+        args = list(updated.args)
+        if "channels_last" in items:
+            args = self._insert_transposes(args, items)
+        return updated.with_changes(args=_fix_commas(args))
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
         body = [s for s in updated_node.body
@@ -1389,6 +1532,22 @@ class TorchToJax(cst.CSTTransformer):
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
             return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
         return False
+
+    def _activation_factory_call(self, original, updated):
+        """``activation_layer(**params)`` where the parameter defaults to an activation class:
+        the classes passed for it are translated to their functions, so the call is the
+        parameter itself. Only torch's ``inplace`` (or ``**kwargs`` holding it) may be given."""
+        for a in original.args:
+            if not (a.star == "**" or (a.keyword and a.keyword.value == "inplace")):
+                raise Untranslatable(
+                    f"{original.func.value}(...) with arguments: the activation classes passed "
+                    "for it become functions, which take no constructor arguments",
+                    rule="layer-factory")
+        if any(a.star == "**" for a in original.args):
+            self.diag(original, "layer-factory", "info",
+                      f"{original.func.value}(**...): an activation function now, its "
+                      "constructor keywords (inplace) are dropped")
+        return updated.func
 
     def _param_default(self, name: str) -> str | None:
         """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
@@ -1683,6 +1842,22 @@ def _rule_args(site: Site) -> list[cst.Arg]:
     for k, v in rule.emit.items():
         args.append(arg(expr(repr(v)), k))
     return args
+
+
+def _activation_value(rule: Rule) -> cst.BaseExpression | None:
+    """A parameterless activation class (nn.ReLU, nn.Hardswish) as a value: its function."""
+    if rule.layout != "any" or rule.weights or rule.special not in (None, "gelu_module"):
+        return None
+    target = rule.targets.get("nnx", "")
+    if not target.startswith("jax.nn."):
+        return None
+    if rule.special == "gelu_module":  # torch's default is the exact erf form
+        return expr(f"partial({target}, approximate=False)")
+    return expr(target)
+
+
+def _is_dotted_text(text: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", text))
 
 
 def _is_dotted(node: cst.BaseExpression) -> bool:
