@@ -58,9 +58,7 @@ SEEDS = {"resnet50": 1}
 _MISC = ("ops/misc.py: Conv2dNormActivation subclasses torch.nn.Sequential (not translated) and "
          "the converted mirror module still names torch: NameError at import")
 BLOCKERS = {
-    "mobilenet_v3_small": _MISC,
     "densenet121": "class _DenseBlock(nn.ModuleDict): a subclass of a torch container",
-    "efficientnet_b0": _MISC,
     "convnext_tiny": _MISC,
     "regnet_y_400mf": _MISC,
     "VisionTransformer": _MISC,

@@ -26,7 +26,8 @@ FILES = {
             MODELS[fn.__name__] = fn
             return fn
     ''',
-    "ops/__init__.py": "",
+    # torchvision.ops re-exports its layers: efficientnet imports StochasticDepth from there
+    "ops/__init__.py": "from .blocks import ConvBlock, ConvNormAct\n",
     "ops/blocks.py": '''
         import torch.nn as nn
 
@@ -63,8 +64,10 @@ FILES = {
         import torch
         import torch.nn as nn
 
+        from tinyvision.ops import ConvNormAct  # absolute, through the package's re-export
+
         from .._registry import register
-        from ..ops.blocks import ConvBlock, ConvNormAct
+        from ..ops.blocks import ConvBlock
 
 
         class Net(nn.Module):

@@ -22,6 +22,8 @@ from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
 SOURCE = textwrap.dedent('''
+    from dataclasses import dataclass
+    from functools import partial
     from typing import Callable
 
     import torch
@@ -224,6 +226,47 @@ SOURCE = textwrap.dedent('''
         def forward(self, x):
             x = self.act(self.blocks(self.stem(x)))
             return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+    class SEBlock(nn.Module):
+        """torchvision's SqueezeExcitation: activation classes built in __init__."""
+
+        def __init__(self, c: int, activation=nn.ReLU, scale_activation=nn.Sigmoid):
+            super().__init__()
+            self.fc1 = nn.Conv2d(c, c // 2, 1)
+            self.fc2 = nn.Conv2d(c // 2, c, 1)
+            self.activation = activation()
+            self.scale_activation = scale_activation()
+
+        def forward(self, x):
+            s = F.adaptive_avg_pool2d(x, 1)
+            return x * self.scale_activation(self.fc2(self.activation(self.fc1(s))))
+
+
+    @dataclass
+    class BlockConfig:
+        channels: int
+        block: Callable[..., nn.Module]
+
+
+    class EffNet(nn.Module):
+        """efficientnet's: partial(nn.BatchNorm2d, eps, momentum), partial(nn.SiLU, inplace=True),
+        a module class held by a config, torch.jit / torch._assert guards."""
+
+        def __init__(self, num_classes: int = 5):
+            super().__init__()
+            norm_layer = partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)
+            cfg = BlockConfig(4, SEBlock)
+            if not torch.jit.is_scripting():
+                torch._assert(cfg.channels == 4, "four channels")
+            self.stem = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), norm_layer(4))
+            self.block = cfg.block(cfg.channels, activation=partial(nn.SiLU, inplace=True))
+            self.fc = nn.Linear(4, num_classes)
+
+        def forward(self, x):
+            x = self.block(self.stem(x))
+            torch._assert(x.dim() == 4, "NCHW input")
+            return self.fc(x.mean((2, 3)))
 ''')
 
 # name -> input spec
@@ -237,6 +280,7 @@ MODELS = {
     "vgg_like": "float32[2,3,8,8]",
     "BranchNet": "float32[2,3,7,6]",
     "MobileNet": "float32[2,3,9,8]",
+    "EffNet": "float32[2,3,5,6]",
 }
 
 

@@ -391,6 +391,9 @@ class TorchToJax(cst.CSTTransformer):
 
     def leave_Expr(self, original_node, updated_node):
         value = original_node.value
+        handled = self._torch_machinery_statement(original_node, updated_node)
+        if handled is not None:
+            return handled
         handled = self._training_statement(original_node, updated_node)
         if handled is not None:
             return handled
@@ -776,6 +779,23 @@ class TorchToJax(cst.CSTTransformer):
         return cst.Assign(targets=[cst.AssignTarget(expr(v))], value=expr(
             f'jax.nn.initializers.variance_scaling({scale_text}, "{mode}", "{dist}")('
             f"rngs.params(), {v}.shape, {v}.dtype)"))
+
+    def _torch_machinery_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """``torch.fx.wrap("f")`` (registers f as a leaf for torch.fx tracing): removed;
+        ``torch._assert(cond, msg)`` (an assert that torch.fx can trace): ``assert cond, msg``
+        (shapes are static under jax.jit, so the conditions torchvision writes stay checked)."""
+        value = original_node.value
+        if not isinstance(value, cst.Call):
+            return None
+        q = self.q(value.func)
+        if q == "torch.fx.wrap":
+            self.diag(original_node, q, "info", "torch.fx.wrap(...) removed: a torch.fx tracing "
+                      "hint")
+            return cst.RemoveFromParent()
+        if q == "torch._assert" and len(updated_node.value.args) in (1, 2):
+            args = updated_node.value.args
+            return cst.Assert(test=args[0].value, msg=args[1].value if len(args) == 2 else None)
+        return None
 
     def _training_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
         """Seeding, gradient bookkeeping and scheduler steps used as statements."""
@@ -1394,6 +1414,8 @@ class TorchToJax(cst.CSTTransformer):
             return call(self.emitter.param, arg(b.get("data")))
         if name in RANDOM:
             return tr.random_call(name, updated, self._subkey(original))
+        if name in ("torch.fx.wrap", "torch._assert") and self._is_statement_call(original):
+            return updated  # statements: handled in leave_Expr
         if name in SEEDS or name in DROPPED_SEEDS or name in CLIPS or name in GRAD_MODES:
             return updated  # statements, with blocks and decorators: handled there
         if name and name.startswith("torch.nn.init.") and self._is_statement_call(original):
@@ -1421,6 +1443,10 @@ class TorchToJax(cst.CSTTransformer):
                     a.keyword and a.keyword.value == tr.KEY for a in updated.args):
             return updated.with_changes(args=_fix_commas(
                 [*updated.args, arg(self._subkey(original), tr.KEY)]))
+        if name == "functools.partial" and original.args and not self.linen:
+            factory = self._partial_of_layer(original)
+            if factory is not None:
+                return factory
         if (m.matches(original.func, m.Attribute(attr=m.Name("append")))
                 and len(original.args) == 1 and not original.args[0].keyword
                 and self._normalized_list(original.func.value)):
@@ -1531,7 +1557,40 @@ class TorchToJax(cst.CSTTransformer):
                         and self._param_default(n) in self.index.module_classes)
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
             return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
+        if (isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
+                and func.attr.value.endswith(("block", "Block")) and self._rngs_scope
+                and self._rngs_scope[-1]):
+            # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
+            return True
         return False
+
+    def _partial_of_layer(self, original: cst.Call) -> cst.BaseExpression | None:
+        """``partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)``: a factory with torch's
+        keywords in flax's terms, in the layout the file's factories have (see
+        _layer_class_value)."""
+        first = original.args[0]
+        rule = self.rules.layers.get(self.q(first.value) or "") if not first.keyword else None
+        if rule is not None and _activation_value(rule) is not None and all(
+                a.keyword and a.keyword.value == "inplace" for a in original.args[1:]):
+            return _activation_value(rule)  # partial(nn.SiLU, inplace=True): the function
+        if rule is None or rule.special != "batch_norm":
+            return None
+        b = bind(original.args[1:], rule.params)
+        if b.extra_positional or b.star or set(b.named) - {"eps", "momentum"}:
+            raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps and "
+                                 "momentum", rule=rule.id)
+        momentum = b.get("momentum")
+        m_value = try_literal(momentum, ...) if momentum is not None else 0.1
+        if m_value is None:
+            raise Untranslatable("BatchNorm momentum=None (cumulative moving average) has no "
+                                 "flax equivalent", rule=rule.id)
+        m_text = (repr(round(1 - m_value, 12)) if isinstance(m_value, (int, float))
+                  else f"1 - {code(momentum)}")
+        eps = b.get("eps")
+        parts = [] if self.index.factory_layouts == {rule.layout} else ["axis=1"]
+        parts += [f"momentum={m_text}", f"epsilon={code(eps) if eps is not None else '1e-05'}"]
+        self.need("partial", "nnx")
+        return expr(f"partial(nnx.BatchNorm, {', '.join(parts)})")
 
     def _activation_factory_call(self, original, updated):
         """``activation_layer(**params)`` where the parameter defaults to an activation class:

@@ -422,7 +422,10 @@ def _sizes(site: Site, first: str = "size") -> cst.BaseExpression:
     if first_node is None:
         raise Untranslatable(f"{site.rule.torch} without a size")
     if not rest:
-        if isinstance(first_node, (cst.Tuple, cst.List)) or not _is_int_like(first_node):
+        if (isinstance(first_node, (cst.Tuple, cst.List, cst.Name))
+                or not _is_int_like(first_node)):
+            # a name may hold an int or a sequence of sizes (size = [1] * x.ndim): jnp takes
+            # either as it is
             return first_node
         return expr("({a},)", a=first_node)
     items = [first_node, *rest]
