@@ -22,6 +22,8 @@ from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
 SOURCE = textwrap.dedent('''
+    import math
+    from collections import OrderedDict
     from dataclasses import dataclass
     from functools import partial
     from typing import Callable
@@ -267,6 +269,60 @@ SOURCE = textwrap.dedent('''
             x = self.block(self.stem(x))
             torch._assert(x.dim() == 4, "NCHW input")
             return self.fc(x.mean((2, 3)))
+
+
+    class Transform(nn.Sequential):
+        """regnet's BottleneckTransform: a Sequential subclass of named layers."""
+
+        def __init__(self, cin: int, cout: int, activation_layer: Callable[..., nn.Module]):
+            layers: OrderedDict[str, nn.Module] = OrderedDict()
+            layers["a"] = nn.Conv2d(cin, cout, 1, bias=False)
+            layers["b"] = nn.BatchNorm2d(cout)
+            layers["act"] = activation_layer(inplace=True)
+            super().__init__(layers)
+
+
+    class ResBlock(nn.Module):
+        def __init__(self, cin: int, cout: int, activation_layer: Callable[..., nn.Module]):
+            super().__init__()
+            self.proj = None  # a layer only when the shape changes
+            if cin != cout:
+                self.proj = nn.Conv2d(cin, cout, 1)
+            self.f = Transform(cin, cout, activation_layer)
+
+        def forward(self, x):
+            return (x if self.proj is None else self.proj(x)) + self.f(x)
+
+
+    class Stage(nn.Sequential):
+        """regnet's AnyStage: an empty Sequential filled with add_module."""
+
+        def __init__(self, cin: int, cout: int, depth: int, block_constructor, stage_index=0):
+            super().__init__()
+            for i in range(depth):
+                block = block_constructor(cin if i == 0 else cout, cout, nn.ReLU)
+                self.add_module(f"block{stage_index}-{i}", block)
+
+
+    class RegNetLike(nn.Module):
+        def __init__(self, num_classes: int = 5, block_type=None):
+            super().__init__()
+            if block_type is None:
+                block_type = ResBlock
+            stages = []
+            for i, (cin, cout) in enumerate([(3, 4), (4, 6)]):
+                stages.append((f"block{i + 1}", Stage(cin, cout, 2, block_type, stage_index=i + 1)))
+            self.trunk = nn.Sequential(OrderedDict(stages))
+            self.fc = nn.Linear(6, num_classes)
+            depths = torch.diff(torch.tensor([0, 2, 5])).tolist()
+            self.depths = depths
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+                    nn.init.normal_(m.weight, mean=0.0, std=math.sqrt(2.0 / fan_out))
+
+        def forward(self, x):
+            return self.fc(self.trunk(x).mean((2, 3)))
 ''')
 
 # name -> input spec
@@ -281,6 +337,7 @@ MODELS = {
     "BranchNet": "float32[2,3,7,6]",
     "MobileNet": "float32[2,3,9,8]",
     "EffNet": "float32[2,3,5,6]",
+    "RegNetLike": "float32[2,3,5,6]",
 }
 
 

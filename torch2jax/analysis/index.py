@@ -46,6 +46,8 @@ class ClassInfo:
     batch_stats_only: set[str] = field(default_factory=set)  # BatchNorm without running stats
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
     container: str | None = None  # "sequential": a subclass of nn.Sequential
+    module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
+    _built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
 
 
 @dataclass
@@ -60,6 +62,7 @@ class FileIndex:
     # lists of layers in both layouts (fn id, name): their channels-last items get transposes
     # where they are put in, so that the list as a whole is in torch's layout
     normalized_lists: set[tuple[int, str]] = field(default_factory=set)
+    ordered_dicts: set[tuple[int, str]] = field(default_factory=set)  # layers = OrderedDict()
 
 
 class Layouts:
@@ -77,6 +80,9 @@ class Layouts:
                                      a if b == "any" else b if a == "any" else "mixed")
         if isinstance(node, cst.Name) and scope_lists and node.value in scope_lists:
             return scope_lists[node.value]  # a layer built into a local: final_conv = nn.Conv2d
+        if isinstance(node, cst.Tuple) and len(node.elements) == 2:
+            # (name, layer): an item of the list an OrderedDict of layers is built from
+            return self.of(node.elements[1].value, scope_lists)
         if not isinstance(node, cst.Call):
             return "torch"
         if isinstance(node.func, cst.Name) and node.func.value in self.index.fn_returns:
@@ -107,6 +113,18 @@ class Layouts:
             return "torch"
         return rule.layout
 
+    def is_ordered_dict(self, name: str) -> bool:
+        """``name`` holds an OrderedDict of layers in the enclosing function."""
+        stack = getattr(self.meta, "_fn_stack", None)
+        return bool(stack) and (id(stack[-1]), name) in self.index.ordered_dicts
+
+    def _is_param(self, name: str) -> bool:
+        stack = getattr(self.meta, "_fn_stack", None)
+        if not stack:
+            return False
+        params = stack[-1].params
+        return any(p.name.value == name for p in (*params.params, *params.kwonly_params))
+
     def factory_rule(self, name: str) -> Rule | None:
         """The layer rule of the torch class a parameter of the enclosing function defaults to
         (``conv_layer: Callable[..., nn.Module] = nn.Conv2d``), or None."""
@@ -123,6 +141,9 @@ class Layouts:
         """The layout of what a call of such a parameter builds: whatever class a caller passes
         is translated as a value the same way (see TorchToJax._layer_class_value)."""
         rule = self.factory_rule(name)
+        if rule is None and ("activation" in name or name.endswith("act_layer")) and (
+                self._is_param(name)):
+            return "any"  # activation_layer(inplace=True): a function (see TorchToJax)
         if rule is None or rule.special in ("sequential", "module_list", "module_dict"):
             return None
         if rule.special == "batch_norm":
@@ -134,6 +155,9 @@ class Layouts:
     def items(self, args, scope_lists) -> list[str]:
         layouts = []
         for a in args:
+            inner = ordered_dict_items(a, self.is_ordered_dict)
+            if inner is not None:  # nn.Sequential(OrderedDict(...)): its values, in order
+                a = cst.Arg(inner, star="*")
             if a.star == "*":
                 v = a.value
                 if isinstance(v, (cst.ListComp, cst.GeneratorExp)):
@@ -162,6 +186,20 @@ class Layouts:
         if sensitive[0] == "channels_last" and sensitive[-1] == "channels_last":
             return "channels_last", items
         return "torch", items
+
+
+def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
+    """The layers a lone Sequential argument holds by name: ``OrderedDict(pairs)`` -> ``pairs``,
+    a local OrderedDict of layers (``layers["a"] = ...``) -> ``layers``; else None."""
+    if a.star or a.keyword:
+        return None
+    v = a.value
+    if (m.matches(v, m.Call(func=m.Name("OrderedDict") | m.Attribute(attr=m.Name("OrderedDict"))))
+            and len(v.args) == 1 and not v.args[0].star):
+        return v.args[0].value
+    if isinstance(v, cst.Name) and is_dict(v.value):
+        return v
+    return None
 
 
 def combine(layouts: list[str]) -> str:
@@ -219,7 +257,8 @@ class Indexer(cst.CSTVisitor):
         lists = self._lists.get(id(node), {})
         for name, layouts in lists.items():
             layout = combine(layouts)
-            if layout == "mixed" and "mixed" not in layouts:
+            if layout == "mixed" and "mixed" not in layouts and (
+                    id(node), name) not in self.index.ordered_dicts:
                 # every item known: put in by literals, append, or extend / += of a literal
                 self.index.normalized_lists.add((id(node), name))
                 layout = "torch"
@@ -305,6 +344,12 @@ class Indexer(cst.CSTVisitor):
         return rule is not None and rule.special == "sequential"
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        # layers: OrderedDict[str, nn.Module] = OrderedDict()
+        if (self._fn_stack and isinstance(node.target, cst.Name) and m.matches(
+                node.value, m.Call(func=m.Name("OrderedDict")
+                                   | m.Attribute(attr=m.Name("OrderedDict")), args=[]))):
+            self._lists[id(self._fn_stack[-1])][node.target.value] = []
+            self.index.ordered_dicts.add((id(self._fn_stack[-1]), node.target.value))
         # layers: list[nn.Module] = []
         if (self._fn_stack and isinstance(node.target, cst.Name)
                 and isinstance(node.value, cst.List)):
@@ -336,7 +381,9 @@ class Indexer(cst.CSTVisitor):
     def _scope(self) -> dict[str, str]:
         if not self._fn_stack:
             return {}
-        return {k: _list_layout(v) for k, v in self._lists[id(self._fn_stack[-1])].items()}
+        fid = id(self._fn_stack[-1])
+        return {k: combine(v) if (fid, k) in self.index.ordered_dicts else _list_layout(v)
+                for k, v in self._lists[fid].items()}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1:
@@ -352,6 +399,16 @@ class Indexer(cst.CSTVisitor):
                 self.layouts.of(e.value, self._scope()) for e in node.value.elements
                 if not isinstance(e, cst.StarredElement)
             ]
+        # layers = OrderedDict(); layers["a"] = layer: a list of layers with names
+        if (self._fn_stack and isinstance(target, cst.Name) and m.matches(node.value, m.Call(
+                func=m.Name("OrderedDict") | m.Attribute(attr=m.Name("OrderedDict")), args=[]))):
+            self._lists[id(self._fn_stack[-1])][target.value] = []
+            self.index.ordered_dicts.add((id(self._fn_stack[-1]), target.value))
+        if (self._fn_stack and isinstance(target, cst.Subscript)
+                and isinstance(target.value, cst.Name)
+                and (id(self._fn_stack[-1]), target.value.value) in self.index.ordered_dicts):
+            self._lists[id(self._fn_stack[-1])][target.value.value].append(
+                self.layouts.of(node.value, self._scope()))
         # a layer built into a local (final_conv = nn.Conv2d(...)) and put into a Sequential
         # later: its layout, like a list's. A local Sequential takes and returns NCHW itself.
         if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.Call):
@@ -379,12 +436,18 @@ class Indexer(cst.CSTVisitor):
             attr = target.attr.value
             value = node.value
             layout = self.layouts.of(value, self._scope())
+            if m.matches(value, m.Name("None")):
+                layout = "any"  # self.proj = None: no layer, whatever the other branch builds
             if attr in info.attr_layout:  # assigned in several branches
                 layout = combine([info.attr_layout[attr], layout])
             info.attr_layout[attr] = layout
             if isinstance(value, cst.Call):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
+                if rule is not None or q in self.known_modules:
+                    info.module_attrs.add(attr)
+                elif isinstance(value.func, cst.Name):
+                    info._built_by.setdefault(attr, set()).add(value.func.value)
                 if rule is not None:
                     info.attr_rule[attr] = rule.torch
                     info.attr_ctor[attr] = value
@@ -431,6 +494,9 @@ class Indexer(cst.CSTVisitor):
             if any(self.rules.layers[b].special == "sequential" for b in info.bases
                    if b in self.rules.layers):
                 info.container = "sequential"
+            for attr, called in info._built_by.items():
+                if called & (idx.module_classes | self.known_modules):
+                    info.module_attrs.add(attr)
         # attributes a base class uses but only its subclasses assign: the subclasses' layouts
         for info in idx.classes.values():
             for sub in idx.classes.values():

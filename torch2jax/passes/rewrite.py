@@ -14,7 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from torch2jax.analysis.index import FileIndex, Layouts, qualified
+from torch2jax.analysis.index import FileIndex, Layouts, ordered_dict_items, qualified
 from torch2jax.analysis.training import (
     CLIPS,
     DROPPED_SEEDS,
@@ -353,12 +353,20 @@ class TorchToJax(cst.CSTTransformer):
             info = self.index.classes[self.current_class]
             if target.attr.value in info.tied_heads:
                 return cst.RemoveFromParent()
+            if (m.matches(original_node.value, m.Name("None")) and not self.linen
+                    and target.attr.value in info.module_attrs):
+                # self.proj = None, a layer later (or in a branch): NNX makes an attribute
+                # first set to None static unless it is marked as data
+                self.need("nnx")
+                return updated_node.with_changes(value=expr("nnx.data(None)"))
         # device bookkeeping: device = torch.device(...), device = x.device
         if isinstance(target, cst.Name) and _is_device_expr(original_node.value, self):
             self._device_names.add(target.value)
             return cst.RemoveFromParent()
-        # x[i] = v -> x = x.at[i].set(v)
-        if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1:
+        # x[i] = v -> x = x.at[i].set(v) (not into an OrderedDict of layers)
+        if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1 and not (
+                isinstance(target.value, cst.Name) and self._fn_stack
+                and Layouts(self.rules, self, self.index).is_ordered_dict(target.value.value)):
             return self._indexed_update(original_node, updated_node.targets[0].target,
                                         "set", updated_node.value)
         # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
@@ -1369,6 +1377,12 @@ class TorchToJax(cst.CSTTransformer):
                     to = tos.pop()
                     if to and to != original_node.attr.value:
                         return updated_node.with_changes(attr=cst.Name(to))
+        if isinstance(original_node.value, cst.Name) and original_node.attr.value in _CONV_ATTRS:
+            # fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels (regnet's init)
+            layers = self._narrowed_layer(original_node, original_node.value.value)
+            if layers and all(self.rules.layers[n].special == "conv" for n in layers):
+                return updated_node.with_changes(
+                    attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
 
     # ------------------------------------------------------------------ calls
@@ -1447,13 +1461,25 @@ class TorchToJax(cst.CSTTransformer):
             factory = self._partial_of_layer(original)
             if factory is not None:
                 return factory
+        if (m.matches(original.func, m.Attribute(attr=m.Name("add_module")))
+                and len(original.args) == 2 and self.in_module_class()):
+            added = self._add_module(original, updated)
+            if added is not None:
+                return added
         if (m.matches(original.func, m.Attribute(attr=m.Name("append")))
                 and len(original.args) == 1 and not original.args[0].keyword
                 and self._normalized_list(original.func.value)):
             return self._normalized_append(original, updated)
         if isinstance(original.func, cst.Name) and not self.linen:
-            factory = Layouts(self.rules, self, self.index).factory_rule(original.func.value)
-            if factory is not None and _activation_value(factory) is not None:
+            n = original.func.value
+            factory = Layouts(self.rules, self, self.index).factory_rule(n)
+            if (factory is not None and _activation_value(factory) is not None) or (
+                    factory is None and self._fn_stack and n in self._param_names[-1]
+                    and ("activation" in n or n.endswith("act_layer"))
+                    and all(a.star == "**" or (a.keyword and a.keyword.value == "inplace")
+                            for a in original.args)):
+                # an activation class handed in (activation_layer(inplace=True)): the
+                # classes passed for it are their functions
                 return self._activation_factory_call(original, updated)
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
@@ -1502,11 +1528,9 @@ class TorchToJax(cst.CSTTransformer):
         the children in torch's order (their state_dict names "0.weight", "1.running_mean"
         are nnx's layers[0], layers[1]). The class takes and returns NCHW like any module
         class, so channels-last children get transposes around them."""
-        if any(a.keyword for a in original.args) or (
-                len(original.args) == 1 and not original.args[0].star and m.matches(
-                    original.args[0].value, m.Call(func=m.Name("OrderedDict")))):
-            raise Untranslatable("nn.Sequential subclass built from an OrderedDict: its "
-                                 "children's names are not kept", rule="torch.nn.Sequential")
+        if any(a.keyword for a in original.args):
+            raise Untranslatable("nn.Sequential subclass built with keywords",
+                                 rule="torch.nn.Sequential")
         layouts = Layouts(self.rules, self, self.index)
         scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
                  if self._fn_stack and fid == id(self._fn_stack[-1])}
@@ -1515,10 +1539,23 @@ class TorchToJax(cst.CSTTransformer):
             raise Untranslatable("nn.Sequential subclass mixing channels-last layers and other "
                                  "layers in an order not known statically",
                                  rule="torch.nn.Sequential")
-        args = list(updated.args)
+        args = self._ordered_dict_values(original, list(updated.args), layouts)
         if "channels_last" in items:
             args = self._insert_transposes(args, items)
         return updated.with_changes(args=_fix_commas(args))
+
+    def _ordered_dict_values(self, original: cst.Call, args: list[cst.Arg],
+                             layouts: Layouts) -> list[cst.Arg]:
+        """``nn.Sequential(OrderedDict(pairs))`` / ``super().__init__(layers)`` of an OrderedDict:
+        nnx.Sequential takes the layers themselves, in order (their torch names become
+        positions: the weight transfer maps them)."""
+        if len(original.args) != 1 or ordered_dict_items(
+                original.args[0], layouts.is_ordered_dict) is None:
+            return args
+        self.diag(original, "torch.nn.Sequential", "info",
+                  "nn.Sequential of named layers: nnx.Sequential keeps them in order, by "
+                  "position (torch's 'block1.0.weight' is layers[0].layers[0].kernel)")
+        return [cst.Arg(expr("{d}.values()", d=args[0].value), star="*")]
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
         body = [s for s in updated_node.body
@@ -1551,10 +1588,16 @@ class TorchToJax(cst.CSTTransformer):
                     (n in self._param_names[-1] and (n[:1].isupper() or factory
                                                      or n.endswith("act"))) or factory)):
                 return True
+            if not (self._rngs_scope and self._rngs_scope[-1] and self._fn_stack):
+                return False
             # a parameter whose default is a module class of the file
-            # (inverted_residual: Callable[..., nn.Module] = InvertedResidual)
-            return bool(self._rngs_scope and self._rngs_scope[-1] and self._fn_stack
-                        and self._param_default(n) in self.index.module_classes)
+            # (inverted_residual: Callable[..., nn.Module] = InvertedResidual), a local
+            # assigned one (stem_type = SimpleStemIN), or a parameter named for one
+            # (block_constructor, block_type)
+            if self._param_default(n) in self.index.module_classes or (
+                    n in self._module_class_locals()):
+                return True
+            return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls"))
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
             return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
         if (isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
@@ -1563,6 +1606,32 @@ class TorchToJax(cst.CSTTransformer):
             # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
             return True
         return False
+
+    def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on
+        a Sequential attribute (densenet's self.features): appended to the nnx.Sequential's
+        layers (the name becomes a position; the weight transfer maps it). On a plain module:
+        ``setattr(self, name, block)``."""
+        recv = original.func.value
+        info = self.index.classes[self.current_class]
+        layer = original.args[1].value
+        layout = Layouts(self.rules, self, self.index).of(layer, {})
+        if m.matches(recv, m.Name("self")):
+            if info.container == "sequential":
+                target = "self.layers"
+            elif info.container is None:
+                return call("setattr", arg(cst.Name("self")), *updated.args)
+            else:
+                return None
+        elif m.matches(recv, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
+                recv.attr.value) == "torch.nn.Sequential":
+            target = f"self.{recv.attr.value}.layers"
+        else:
+            return None
+        if layout == "channels_last":
+            raise Untranslatable("add_module of a channels-last layer into a Sequential: "
+                                 "wrap it with transposes", rule="torch.nn.Sequential")
+        return expr(f"{target}.append({{m}})", m=updated.args[1].value)
 
     def _partial_of_layer(self, original: cst.Call) -> cst.BaseExpression | None:
         """``partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)``: a factory with torch's
@@ -1607,6 +1676,19 @@ class TorchToJax(cst.CSTTransformer):
                       f"{original.func.value}(**...): an activation function now, its "
                       "constructor keywords (inplace) are dropped")
         return updated.func
+
+    def _module_class_locals(self) -> set[str]:
+        """Names the enclosing function assigns a module class of the file (or of another
+        file of the package) to."""
+        fn = self._fn_stack[-1]
+        found = set()
+        for node in _walk(fn.body):
+            if (isinstance(node, cst.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0].target, cst.Name)
+                    and isinstance(node.value, cst.Name)
+                    and node.value.value in self.index.module_classes):
+                found.add(node.targets[0].target.value)
+        return found
 
     def _param_default(self, name: str) -> str | None:
         """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
@@ -1681,7 +1763,7 @@ class TorchToJax(cst.CSTTransformer):
                 raise Untranslatable("nn.Sequential mixing channels-last layers (conv, pooling, "
                                      "norm) and other layers in an order not known statically",
                                      rule=rule.id)
-            args = list(updated.args)
+            args = self._ordered_dict_values(original, list(updated.args), layouts)
             parent = self.get_metadata(ParentNodeProvider, original, None)
             if overall == "channels_last" and (isinstance(parent, cst.Return) or isinstance(
                     parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Name)):
@@ -1901,6 +1983,20 @@ def _rule_args(site: Site) -> list[cst.Arg]:
     for k, v in rule.emit.items():
         args.append(arg(expr(repr(v)), k))
     return args
+
+
+# a torch conv layer's constructor attributes on nnx.Conv (kernel_size keeps its name)
+_CONV_ATTRS = {"in_channels": "in_features", "out_channels": "out_features",
+               "groups": "feature_group_count"}
+
+
+def _walk(node: cst.CSTNode):
+    """Every node under ``node`` (pre-order)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
 
 
 def _activation_value(rule: Rule) -> cst.BaseExpression | None:
