@@ -60,7 +60,6 @@ _MISC = ("ops/misc.py: Conv2dNormActivation subclasses torch.nn.Sequential (not 
 BLOCKERS = {
     "densenet121": "class _DenseBlock(nn.ModuleDict): a subclass of a torch container",
     "convnext_tiny": _MISC,
-    "VisionTransformer": _MISC,
 }
 
 

@@ -323,6 +323,49 @@ SOURCE = textwrap.dedent('''
 
         def forward(self, x):
             return self.fc(self.trunk(x).mean((2, 3)))
+
+
+    class MLPHead(nn.Sequential):
+        def __init__(self, dim: int, hidden: int):
+            super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+        def _load_from_state_dict(self, state_dict, prefix, *args):
+            state_dict[prefix + "0.weight"] = state_dict.pop(prefix + "linear_1.weight")
+            super()._load_from_state_dict(state_dict, prefix, *args)
+
+
+    class TinyViT(nn.Module):
+        """vision_transformer's: a class token and position embedding drawn in __init__,
+        partial(nn.LayerNorm, eps), a head of named layers initialised by name."""
+
+        def __init__(self, num_classes: int = 5, dim: int = 8, patch: int = 3,
+                     norm_layer=partial(nn.LayerNorm, eps=1e-6)):
+            super().__init__()
+            self.conv_proj = nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
+            self.class_token = nn.Parameter(torch.zeros(1, 1, dim))
+            self.pos_embedding = nn.Parameter(torch.empty(1, 5, dim).normal_(std=0.02))
+            self.shift = nn.Parameter(torch.randn(1, 1, dim) * 0.1)
+            self.ln = norm_layer(dim)
+            self.mlp = MLPHead(dim, 2 * dim)
+            heads: OrderedDict[str, nn.Module] = OrderedDict()
+            heads["pre_logits"] = nn.Linear(dim, dim)
+            heads["act"] = nn.Tanh()
+            heads["head"] = nn.Linear(dim, num_classes)
+            self.heads = nn.Sequential(heads)
+            fan_in = self.conv_proj.in_channels * self.conv_proj.kernel_size[0] * patch
+            nn.init.trunc_normal_(self.conv_proj.weight, std=math.sqrt(1 / fan_in))
+            if hasattr(self.heads, "pre_logits") and isinstance(self.heads.pre_logits, nn.Linear):
+                nn.init.zeros_(self.heads.pre_logits.bias)
+            if isinstance(self.heads.head, nn.Linear):
+                nn.init.normal_(self.heads.head.weight, std=0.1)
+
+        def forward(self, x):
+            x = self.conv_proj(x).reshape(x.shape[0], self.class_token.shape[-1], -1)
+            x = x.permute(0, 2, 1)
+            x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+            x = self.ln(x + self.pos_embedding + self.shift)
+            x = x + self.mlp(x)
+            return self.heads(x[:, 0])
 ''')
 
 # name -> input spec
@@ -338,6 +381,7 @@ MODELS = {
     "MobileNet": "float32[2,3,9,8]",
     "EffNet": "float32[2,3,5,6]",
     "RegNetLike": "float32[2,3,5,6]",
+    "TinyViT": "float32[2,3,6,6]",
 }
 
 

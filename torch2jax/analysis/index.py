@@ -47,6 +47,7 @@ class ClassInfo:
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
     container: str | None = None  # "sequential": a subclass of nn.Sequential
     module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
+    tensor_attrs: set[str] = field(default_factory=set)  # self.x = nn.Parameter(...) / torch.*
     _built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
 
 
@@ -92,15 +93,16 @@ class Layouts:
                 f"{cls}.{node.func.attr.value}" in self.index.fn_returns):
             # a method building a layer: self.depthwise_conv(...)
             return self.index.fn_returns[f"{cls}.{node.func.attr.value}"]
+        if isinstance(node.func, cst.Name):
+            # a parameter defaulting to a layer class (norm_layer=partial(nn.LayerNorm, ...))
+            layout = self.factory_param_layout(node.func.value)
+            if layout is not None:
+                return layout
         if (isinstance(node.func, cst.Name) and node.func.value.endswith(FACTORY_SUFFIXES)
                 and len(self.index.factory_layouts) == 1):
             # norm_layer(planes) where the file's only layer class used as a value is, e.g.,
             # nn.BatchNorm2d
             return next(iter(self.index.factory_layouts))
-        if isinstance(node.func, cst.Name):
-            layout = self.factory_param_layout(node.func.value)
-            if layout is not None:
-                return layout
         name = qualified(self.meta, node.func)
         if name is None:
             return "torch"
@@ -134,7 +136,11 @@ class Layouts:
         params = stack[-1].params
         for p in (*params.params, *params.kwonly_params):
             if p.name.value == name and p.default is not None:
-                return self.rules.layers.get(qualified(self.meta, p.default) or "")
+                default = p.default
+                if (isinstance(default, cst.Call) and default.args
+                        and qualified(self.meta, default.func) == "functools.partial"):
+                    default = default.args[0].value  # partial(nn.LayerNorm, eps=1e-6)
+                return self.rules.layers.get(qualified(self.meta, default) or "")
         return None
 
     def factory_param_layout(self, name: str) -> str | None:
@@ -446,6 +452,9 @@ class Indexer(cst.CSTVisitor):
                 rule = self.rules.layers.get(q or "")
                 if rule is not None or q in self.known_modules:
                     info.module_attrs.add(attr)
+                elif q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") or (
+                        q or "").startswith("torch.") and q.count(".") == 1:
+                    info.tensor_attrs.add(attr)  # self.class_token = nn.Parameter(...)
                 elif isinstance(value.func, cst.Name):
                     info._built_by.setdefault(attr, set()).add(value.func.value)
                 if rule is not None:

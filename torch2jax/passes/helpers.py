@@ -86,14 +86,28 @@ for _n in (1, 2, 3):
     helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(n=_n))
 
 
+helper("NamedSequential", {"Any", "nnx"}, '''
+class NamedSequential(nnx.Sequential):
+    """nn.Sequential(OrderedDict(...)): the layers run in order (layers[i]) and are also
+    attributes by their names (self.heads.head)."""
+
+    def __init__(self, layers: dict[str, Any]) -> None:
+        super().__init__(*layers.values())
+        for name, layer in layers.items():
+            setattr(self, name, layer)
+''')
+
+
 def namespace() -> dict:
     """Every helper defined, with the imports they use (for tests that evaluate one converted
     expression on its own)."""
+    from typing import Any
+
     import jax
     import jax.numpy as jnp
     from flax import nnx
 
-    ns: dict = {"jax": jax, "jnp": jnp, "nnx": nnx}
+    ns: dict = {"jax": jax, "jnp": jnp, "nnx": nnx, "Any": Any}
     for source, _ in HELPERS.values():
         exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
     return ns

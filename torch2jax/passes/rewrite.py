@@ -291,6 +291,11 @@ class TorchToJax(cst.CSTTransformer):
         self._param_names.pop()
         self._loop_layouts.pop()
         keys = self._key_scopes.pop()
+        if self.in_module_class() and original_node.name.value in _STATE_DICT_HOOKS:
+            self.diag(original_node, "module-hook", "info",
+                      f"{original_node.name.value} removed: a hook of torch's state_dict "
+                      "loading (torch2jax's weight transfer maps the torch names itself)")
+            return cst.RemoveFromParent()
         node = updated_node
         if keys.takes_key:
             self.need("jax")
@@ -670,10 +675,9 @@ class TorchToJax(cst.CSTTransformer):
         ``if isinstance(name, nn.Linear):`` body)."""
         child, parent = node, self.get_metadata(ParentNodeProvider, node, None)
         while parent is not None:
-            if isinstance(parent, cst.If) and child is parent.body and m.matches(
-                    parent.test, m.Call(func=m.Name("isinstance"),
-                                        args=[m.Arg(m.Name(name)), m.Arg()])):
-                kinds = parent.test.args[1].value
+            test = _isinstance_of(parent.test, name) if isinstance(parent, cst.If) else None
+            if child is getattr(parent, "body", None) and test is not None:
+                kinds = test.args[1].value
                 elems = ([e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple)
                          else [kinds])
                 names = {self.q(e) for e in elems}
@@ -1100,6 +1104,12 @@ class TorchToJax(cst.CSTTransformer):
         if isinstance(parent, cst.Arg) and isinstance(
                 self.get_metadata(ParentNodeProvider, parent, None), cst.ClassDef):
             return None  # a base class: handled with the class
+        if isinstance(parent, cst.Arg) and not parent.keyword:
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if (isinstance(outer, cst.Call) and outer.args and outer.args[0] is parent
+                    and self.q(outer.func) == "functools.partial"
+                    and rule.special in ("batch_norm", "layer_norm")):
+                return None  # partial(nn.LayerNorm, eps=1e-6): translated as a whole
         if isinstance(parent, (cst.Arg, cst.Element)):
             grand = self.get_metadata(ParentNodeProvider, parent, None)
             while isinstance(grand, (cst.Tuple, cst.Element)):
@@ -1365,9 +1375,10 @@ class TorchToJax(cst.CSTTransformer):
                           "optimizer.param_groups used other than to read the learning rate: "
                           "build the optimizer with optax.inject_hyperparams and set "
                           "opt_state.hyperparams['learning_rate']")
-        if isinstance(original_node.value, cst.Name) and original_node.attr.value in (
-                "weight", "bias"):
-            layers = self._narrowed_layer(original_node, original_node.value.value)
+        if isinstance(original_node.value, (cst.Name, cst.Attribute)) and (
+                original_node.attr.value in ("weight", "bias")):
+            # (isinstance(m, nn.Linear) / isinstance(self.heads.head, nn.Linear) above)
+            layers = self._narrowed_layer(original_node, code(original_node.value))
             if layers:
                 # several classes (isinstance(m, (nn.BatchNorm2d, nn.GroupNorm))): only when
                 # they name this weight alike
@@ -1377,10 +1388,27 @@ class TorchToJax(cst.CSTTransformer):
                     to = tos.pop()
                     if to and to != original_node.attr.value:
                         return updated_node.with_changes(attr=cst.Name(to))
-        if isinstance(original_node.value, cst.Name) and original_node.attr.value in _CONV_ATTRS:
+        if isinstance(original_node.value, (cst.Name, cst.Attribute)) and (
+                original_node.attr.value in _CONV_ATTRS):
             # fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels (regnet's init)
-            layers = self._narrowed_layer(original_node, original_node.value.value)
+            layers = self._narrowed_layer(original_node, code(original_node.value))
             if layers and all(self.rules.layers[n].special == "conv" for n in layers):
+                return updated_node.with_changes(
+                    attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
+        if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
+            # nn.init.zeros_(self.head.weight): the layer's JAX name for it (kernel)
+            rule = self.rules.layers.get(self.index.classes[self.current_class].attr_rule.get(
+                original_node.value.attr.value, ""))
+            wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            if wm is not None and wm.to and wm.to != original_node.attr.value:
+                return updated_node.with_changes(attr=cst.Name(wm.to))
+        if (original_node.attr.value in _CONV_ATTRS and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
+            # self.conv_proj.in_channels (vit's init)
+            rule = self.rules.layers.get(self.index.classes[self.current_class].attr_rule.get(
+                original_node.value.attr.value, ""))
+            if rule is not None and rule.special == "conv":
                 return updated_node.with_changes(
                     attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
@@ -1426,6 +1454,10 @@ class TorchToJax(cst.CSTTransformer):
                           "requires_grad=False parameter: kept as a non-trainable variable")
                 return call(self.emitter.buffer, arg(b.get("data")))
             return call(self.emitter.param, arg(b.get("data")))
+        if name in RANDOM and self._builds_layers_here():
+            # a draw while building layers (pos_embedding = torch.randn(...) in __init__):
+            # from the rngs the layers are built with
+            return tr.random_call(name, updated, expr("rngs.params()"))
         if name in RANDOM:
             return tr.random_call(name, updated, self._subkey(original))
         if name in ("torch.fx.wrap", "torch._assert") and self._is_statement_call(original):
@@ -1461,6 +1493,11 @@ class TorchToJax(cst.CSTTransformer):
             factory = self._partial_of_layer(original)
             if factory is not None:
                 return factory
+        if (m.matches(original.func, m.Attribute(attr=m.Name("normal_") | m.Name("uniform_")))
+                and isinstance(original.func.value, cst.Call)
+                and self.q(original.func.value.func) in _FILLED
+                and self._builds_layers_here()):
+            return self._random_fill(original, updated)
         if (m.matches(original.func, m.Attribute(attr=m.Name("add_module")))
                 and len(original.args) == 2 and self.in_module_class()):
             added = self._add_module(original, updated)
@@ -1552,9 +1589,6 @@ class TorchToJax(cst.CSTTransformer):
         if len(original.args) != 1 or ordered_dict_items(
                 original.args[0], layouts.is_ordered_dict) is None:
             return args
-        self.diag(original, "torch.nn.Sequential", "info",
-                  "nn.Sequential of named layers: nnx.Sequential keeps them in order, by "
-                  "position (torch's 'block1.0.weight' is layers[0].layers[0].kernel)")
         return [cst.Arg(expr("{d}.values()", d=args[0].value), star="*")]
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
@@ -1607,6 +1641,39 @@ class TorchToJax(cst.CSTTransformer):
             return True
         return False
 
+    def _builds_layers_here(self) -> bool:
+        """Inside a function that builds layers with an ``rngs`` in scope (a module's
+        __init__, a layer-building helper), outside lambdas and comprehensions."""
+        return bool(self._rngs_scope and self._rngs_scope[-1] and not self._in_expr_scope
+                    and not self.linen)
+
+    def _random_fill(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``torch.empty(1, n, d).normal_(std=0.02)`` while building layers (vit's position
+        embedding): a draw of that shape from ``rngs.params()``."""
+        made = updated.func.value  # jnp.empty(shape, dtype=...)
+        if not isinstance(made, cst.Call) or not made.args:
+            raise Untranslatable("in-place random fill of a tensor built with no shape",
+                                 rule="random")
+        shape = made.args[0].value  # an int or a sequence: jax.random takes either
+        dtype = [a for a in made.args[1:] if a.keyword and a.keyword.value == "dtype"]
+        dtype_text = f", {code(dtype[0].value)}" if dtype else ""
+        self.need("jax")
+        if original.func.attr.value == "normal_":
+            b = bind(updated.args, ("mean", "std"))
+            draw = f"jax.random.normal(rngs.params(), {code(shape)}{dtype_text})"
+            std, mean = b.get("std"), b.get("mean")
+            if std is not None and try_literal(std, ...) != 1:
+                draw = f"{code(std)} * {draw}"
+            if mean is not None and try_literal(mean, ...) != 0:
+                draw = f"{code(mean)} + {draw}"
+            return expr(draw)
+        b = bind(updated.args, ("from", "to"))
+        low = b.get("from")
+        high = b.get("to")
+        return expr(f"jax.random.uniform(rngs.params(), {code(shape)}{dtype_text}, "
+                    f"minval={code(low) if low is not None else '0.0'}, "
+                    f"maxval={code(high) if high is not None else '1.0'})")
+
     def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on
         a Sequential attribute (densenet's self.features): appended to the nnx.Sequential's
@@ -1642,6 +1709,8 @@ class TorchToJax(cst.CSTTransformer):
         if rule is not None and _activation_value(rule) is not None and all(
                 a.keyword and a.keyword.value == "inplace" for a in original.args[1:]):
             return _activation_value(rule)  # partial(nn.SiLU, inplace=True): the function
+        if rule is not None and rule.special == "layer_norm":
+            return self._partial_layer_norm(original, rule)
         if rule is None or rule.special != "batch_norm":
             return None
         b = bind(original.args[1:], rule.params)
@@ -1660,6 +1729,22 @@ class TorchToJax(cst.CSTTransformer):
         parts += [f"momentum={m_text}", f"epsilon={code(eps) if eps is not None else '1e-05'}"]
         self.need("partial", "nnx")
         return expr(f"partial(nnx.BatchNorm, {', '.join(parts)})")
+
+    def _partial_layer_norm(self, original: cst.Call, rule: Rule) -> cst.BaseExpression:
+        """``partial(nn.LayerNorm, eps=1e-6)`` (vit's norm_layer): called with the normalized
+        size, like nnx.LayerNorm."""
+        b = bind(original.args[1:], rule.params)
+        if b.extra_positional or b.star or set(b.named) - {"eps", "elementwise_affine", "bias"}:
+            raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps, "
+                                 "elementwise_affine and bias", rule=rule.id)
+        parts = [f"epsilon={code(b.get('eps')) if b.has('eps') else '1e-05'}"]
+        if b.has("elementwise_affine"):
+            parts += [f"use_scale={code(b.get('elementwise_affine'))}",
+                      f"use_bias={code(b.get('elementwise_affine'))}"]
+        elif b.has("bias"):
+            parts.append(f"use_bias={code(b.get('bias'))}")
+        self.need("partial", "nnx")
+        return expr(f"partial(nnx.LayerNorm, {', '.join(parts)})")
 
     def _activation_factory_call(self, original, updated):
         """``activation_layer(**params)`` where the parameter defaults to an activation class:
@@ -1763,6 +1848,8 @@ class TorchToJax(cst.CSTTransformer):
                 raise Untranslatable("nn.Sequential mixing channels-last layers (conv, pooling, "
                                      "norm) and other layers in an order not known statically",
                                      rule=rule.id)
+            named = len(original.args) == 1 and ordered_dict_items(
+                original.args[0], layouts.is_ordered_dict) is not None and not self.linen
             args = self._ordered_dict_values(original, list(updated.args), layouts)
             parent = self.get_metadata(ParentNodeProvider, original, None)
             if overall == "channels_last" and (isinstance(parent, cst.Return) or isinstance(
@@ -1773,6 +1860,10 @@ class TorchToJax(cst.CSTTransformer):
                 overall = "torch"
             if overall == "torch" and "channels_last" in items:
                 args = self._insert_transposes(args, items)
+            elif named:
+                # nn.Sequential(OrderedDict(...)): the layers in order, and by their names
+                # (self.heads.head)
+                return call("NamedSequential", arg(updated.args[0].value))
             return call(rule.targets["nnx" if self.linen else self.emitter.name], *args)
         if rule.special == "module_list":
             if not updated.args:
@@ -1923,7 +2014,8 @@ class TorchToJax(cst.CSTTransformer):
             return True
         if m.matches(node, m.Attribute(value=m.Name("self"))) and self.current_class:
             info = self.index.classes.get(self.current_class)
-            return bool(info and node.attr.value in info.attr_layout)
+            return bool(info and node.attr.value in info.attr_layout
+                        and node.attr.value not in info.tensor_attrs)
         if isinstance(node, cst.Name) and node.value in ("model", "net", "module"):
             return True
         return False
@@ -1985,9 +2077,27 @@ def _rule_args(site: Site) -> list[cst.Arg]:
     return args
 
 
+# torch.nn.Module methods a subclass overrides to adapt state_dict loading / saving
+_STATE_DICT_HOOKS = {"_load_from_state_dict", "_save_to_state_dict",
+                     "_upgrade_state_dict_named", "load_state_dict", "state_dict"}
+
+# tensors made only to be filled in place: torch.empty(...).normal_(std=0.02)
+_FILLED = {"torch.empty", "torch.zeros", "torch.ones", "torch.Tensor", "torch.FloatTensor"}
+
 # a torch conv layer's constructor attributes on nnx.Conv (kernel_size keeps its name)
 _CONV_ATTRS = {"in_channels": "in_features", "out_channels": "out_features",
                "groups": "feature_group_count"}
+
+
+def _isinstance_of(test: cst.BaseExpression, subject: str) -> cst.Call | None:
+    """The ``isinstance(<subject>, ...)`` call that ``test`` requires (itself, or one operand
+    of an ``and``), or None."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _isinstance_of(test.left, subject) or _isinstance_of(test.right, subject)
+    if (m.matches(test, m.Call(func=m.Name("isinstance"), args=[m.Arg(), m.Arg()]))
+            and code(test.args[0].value) == subject):
+        return test
+    return None
 
 
 def _walk(node: cst.CSTNode):

@@ -79,11 +79,14 @@ def _relative_imports(source: str, module: str, is_package: bool) -> list[tuple[
 
 
 def _names_in_functions(source: str) -> set[str]:
-    """Names read inside function bodies (where layers are built and called)."""
+    """Names read inside function bodies (where layers are built and called), and the base
+    classes named by the file's classes."""
     used = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             used |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.ClassDef):  # class MLPBlock(MLP): a layer class too
+            used |= {b.id for b in node.bases if isinstance(b, ast.Name)}
     return used
 
 
