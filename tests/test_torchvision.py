@@ -55,11 +55,13 @@ BUILDERS = {
 # forward pass agrees to 1.8e-6 relative. Not a translation error; another draw has no such tie.
 SEEDS = {"resnet50": 1}
 
-_MISC = ("ops/misc.py: Conv2dNormActivation subclasses torch.nn.Sequential (not translated) and "
-         "the converted mirror module still names torch: NameError at import")
 BLOCKERS = {
-    "densenet121": "class _DenseBlock(nn.ModuleDict): a subclass of a torch container",
-    "convnext_tiny": _MISC,
+    "densenet121": ("class _DenseBlock(nn.ModuleDict) (a subclass of a torch container, filled "
+                    "with add_module, run over self.items()) is not translated: NameError at "
+                    "import; then self.features.add_module of torch-layout blocks into the "
+                    "channels-last conv0/norm0/pool0 Sequential is marked"),
+    "convnext_tiny": ("class LayerNorm2d(nn.LayerNorm) (a subclass of a torch layer with its own "
+                      "forward over F.layer_norm) is not translated: NameError at import"),
 }
 
 

@@ -477,3 +477,37 @@ def test_layer_matches_torch(layer, shape):
     got = np.asarray(ns_j["M"](rngs=nnx.Rngs(0))(jnp.asarray(x)))
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_add_module_of_another_layout_is_marked():
+    """densenet's features: a channels-last Sequential (conv0, norm0, pool0) that add_module
+    then extends with blocks in torch's layout cannot be given one layout: marked, not run
+    wrongly."""
+    source = textwrap.dedent('''
+        from collections import OrderedDict
+
+        import torch.nn as nn
+
+
+        class Block(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.conv = nn.Conv2d(c, c, 3, padding=1)
+
+            def forward(self, x):
+                return x + self.conv(x)
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.features = nn.Sequential(OrderedDict([("conv0", nn.Conv2d(3, 4, 3)),
+                                                           ("norm0", nn.BatchNorm2d(4))]))
+                self.features.add_module("block1", Block(4))
+
+            def forward(self, x):
+                return self.features(x)
+    ''')
+    result = convert_source(source, path="<densenet-like>")
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    assert any("add_module of a layer in torch's layout" in e for e in errors), errors

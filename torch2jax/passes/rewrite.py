@@ -1693,6 +1693,13 @@ class TorchToJax(cst.CSTTransformer):
         elif m.matches(recv, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
                 recv.attr.value) == "torch.nn.Sequential":
             target = f"self.{recv.attr.value}.layers"
+            if info.attr_layout.get(recv.attr.value, "torch") not in ("torch", "any") and (
+                    layout not in ("any", info.attr_layout.get(recv.attr.value))):
+                # densenet's features: conv0..pool0 channels-last, then dense blocks
+                raise Untranslatable(
+                    "add_module of a layer in torch's layout into a Sequential built from "
+                    "channels-last layers: its calls give it channels-last input",
+                    rule="torch.nn.Sequential")
         else:
             return None
         if layout == "channels_last":
