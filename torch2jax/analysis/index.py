@@ -283,9 +283,11 @@ class Indexer(cst.CSTVisitor):
         if self._fn_stack and node.value is not None:
             name = self._fn_key()
             layout = self.layouts.of(node.value, self._scope())
-            if isinstance(node.value, cst.Call) and self._is_sequential(node.value):
-                # a returned Sequential is handed on (vgg's make_layers -> VGG(features)):
-                # nothing tracks its layout there, so it takes and returns NCHW itself
+            if isinstance(node.value, cst.Call) and self._is_sequential(node.value) and any(
+                    a.star == "*" for a in node.value.args):
+                # a Sequential of a list built in a helper is handed on (vgg's make_layers ->
+                # VGG(features)): nothing tracks its layout there, so it takes and returns NCHW
+                # itself (one of explicit layers keeps its layout, known to the callers)
                 layout = "torch"
             self.fn_returns.setdefault(name, []).append(layout)
 

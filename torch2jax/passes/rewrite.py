@@ -1859,11 +1859,13 @@ class TorchToJax(cst.CSTTransformer):
                 original.args[0], layouts.is_ordered_dict) is not None and not self.linen
             args = self._ordered_dict_values(original, list(updated.args), layouts)
             parent = self.get_metadata(ParentNodeProvider, original, None)
-            if overall == "channels_last" and (isinstance(parent, cst.Return) or isinstance(
+            returned_list = isinstance(parent, cst.Return) and any(
+                a.star == "*" for a in original.args)
+            if overall == "channels_last" and (returned_list or isinstance(
                     parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Name)):
                 # a Sequential kept in a local (downsample = nn.Sequential(conv, bn)) or returned
-                # (vgg's make_layers) and handed on: nothing tracks its layout there, so it
-                # takes and returns NCHW itself
+                # from a list (vgg's make_layers) and handed on: nothing tracks its layout there,
+                # so it takes and returns NCHW itself
                 overall = "torch"
             if overall == "torch" and "channels_last" in items:
                 args = self._insert_transposes(args, items)
