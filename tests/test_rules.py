@@ -39,6 +39,7 @@ jnp = pytest.importorskip("jax.numpy")
 nnx = pytest.importorskip("flax.nnx")
 
 from torch2jax.convert import convert_source
+from torch2jax.passes.helpers import namespace as helper_namespace
 from torch2jax.passes.special import SPECIALS
 from torch2jax.ruleset import Example, Rule, builtin_rules
 
@@ -377,8 +378,8 @@ def _build(expr: str) -> Any:
     """Evaluate a converted layer expression. nnx layer classes are built abstractly (their
     initialisers would compile once per shape, seconds each; the weights come from torch)."""
     def build() -> Any:
-        ns = {"nnx": nnx, "jax": jax, "jnp": jnp, "np": np, "partial": partial,
-              "rngs": nnx.Rngs(0)}
+        ns = {**helper_namespace(), "nnx": nnx, "jax": jax, "jnp": jnp, "np": np,
+              "partial": partial, "rngs": nnx.Rngs(0)}  # helpers: written into converted files
         return eval(expr, ns)  # the converter's output of a rule's example
 
     node = ast.parse(expr, mode="eval").body

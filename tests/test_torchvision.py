@@ -46,23 +46,22 @@ BUILDERS = {
                           ("float32[1,3,32,32]",)),
 }
 
-_MISC = ("ops/misc.py: Conv2dNormActivation subclasses torch.nn.Sequential (not translated) and "
-         "the converted mirror module still names torch: NameError at import")
+# The verifier's seed (weights, running statistics, input, cotangents) where the default one
+# lands on a ReLU kink: with seed 0, resnet50's layer2.2 adds up to a pre-activation of 1.0e-6
+# (float64; activations there reach 23) at channel 500, position (7, 2). float32 rounding puts it
+# on different sides of zero in torch and JAX, so one ReLU gate differs: bn3.bias[500]'s gradient
+# is 0.22 off and the difference flows back to conv1 (1.2 on gradients of order 100). torch
+# float32 agrees with torch float64 there because its rounding happens to keep the sign; the
+# forward pass agrees to 1.8e-6 relative. Not a translation error; another draw has no such tie.
+SEEDS = {"resnet50": 1}
+
 BLOCKERS = {
-    "resnet50": ("numbers: forward max abs 2.6e-4 and a gradient 1.2 off at 64x64 input "
-                 "(resnet18 verifies at 1.7e-6); not diagnosed yet"),
-    "mobilenet_v2": _MISC,
-    "mobilenet_v3_small": _MISC,
-    "squeezenet1_1": "nn.MaxPool2d(ceil_mode=True) left untranslated: NameError",
-    "densenet121": "class _DenseBlock(nn.ModuleDict): a subclass of a torch container",
-    "alexnet": "nn.AdaptiveAvgPool2d((6, 6)) (non-divisible bins) left untranslated: NameError",
-    "vgg11_bn": "nn.Sequential(*layers) of a list built in a helper: the list stays torch code",
-    "efficientnet_b0": _MISC,
-    "convnext_tiny": _MISC,
-    "shufflenet_v2_x0_5": ("a module class passed as a value (inverted_residual=InvertedResidual) "
-                           "is built without rngs"),
-    "regnet_y_400mf": _MISC,
-    "VisionTransformer": _MISC,
+    "densenet121": ("class _DenseBlock(nn.ModuleDict) (a subclass of a torch container, filled "
+                    "with add_module, run over self.items()) is not translated: NameError at "
+                    "import; then self.features.add_module of torch-layout blocks into the "
+                    "channels-last conv0/norm0/pool0 Sequential is marked"),
+    "convnext_tiny": ("class LayerNorm2d(nn.LayerNorm) (a subclass of a torch layer with its own "
+                      "forward over F.layer_norm) is not translated: NameError at import"),
 }
 
 
@@ -75,7 +74,8 @@ def _params():
 def test_builder_verifies(name):
     file, args, inputs = BUILDERS[name]
     result = run_request(VerifyRequest(f"{MODELS / file}::{name}", args=args, inputs=inputs,
-                                       grad=True, atol=1e-4, rtol=1e-4))
+                                       grad=True, atol=1e-4, rtol=1e-4,
+                                       seed=SEEDS.get(name, 0)))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
 

@@ -26,7 +26,8 @@ FILES = {
             MODELS[fn.__name__] = fn
             return fn
     ''',
-    "ops/__init__.py": "",
+    # torchvision.ops re-exports its layers: efficientnet imports StochasticDepth from there
+    "ops/__init__.py": "from .blocks import ConvBlock, ConvNormAct\n",
     "ops/blocks.py": '''
         import torch.nn as nn
 
@@ -39,24 +40,53 @@ FILES = {
 
             def forward(self, x):
                 return nn.functional.relu(self.bn(self.conv(x)))
+
+
+        class ConvNormAct(nn.Sequential):
+            """torchvision's Conv2dNormActivation: a Sequential subclass filled from a list,
+            layer classes handed in as values (the conv one called with Conv2d's arguments)."""
+
+            def __init__(self, cin, cout, kernel_size=3, stride=1, groups=1,
+                         norm_layer=nn.BatchNorm2d, activation_layer=nn.ReLU,
+                         conv_layer=nn.Conv2d):
+                layers = [conv_layer(cin, cout, kernel_size, stride, (kernel_size - 1) // 2,
+                                     groups=groups, bias=norm_layer is None)]
+                if norm_layer is not None:
+                    layers.append(norm_layer(cout))
+                if activation_layer is not None:
+                    params = {"inplace": True}
+                    layers.append(activation_layer(**params))
+                super().__init__(*layers)
+                self.out_channels = cout
     ''',
     "models/__init__.py": "",
     "models/net.py": '''
         import torch
         import torch.nn as nn
 
+        from tinyvision.ops import ConvNormAct  # absolute, through the package's re-export
+
         from .._registry import register
         from ..ops.blocks import ConvBlock
 
 
         class Net(nn.Module):
-            def __init__(self, num_classes=10):
+            def __init__(self, num_classes=10, norm_layer=None):
                 super().__init__()
+                if norm_layer is None:
+                    norm_layer = nn.BatchNorm2d  # handed to ConvNormAct: channels-first there
                 self.block = ConvBlock(3, 4)
-                self.fc = nn.Linear(4, num_classes)
+                # mobilenet's InvertedResidual: a list of both layouts, in a known order
+                layers: list[nn.Module] = []
+                layers.append(ConvNormAct(4, 4, groups=4, norm_layer=norm_layer,
+                                          activation_layer=nn.ReLU6))
+                layers.extend([nn.Conv2d(4, 6, 1, bias=False), norm_layer(6)])
+                layers.append(ConvNormAct(6, 6, stride=2, activation_layer=nn.Hardswish))
+                self.conv = nn.Sequential(*layers)
+                self.fc = nn.Linear(6, num_classes)
 
             def forward(self, x):
-                x = self.block(x)
+                x = self.conv(self.block(x))
                 return self.fc(torch.mean(x, dim=(2, 3)))
 
 
@@ -91,3 +121,6 @@ def test_verifies_a_builder_inside_a_package(package):
     assert result.passed, result.mismatch
     assert result.todos == 0
     assert result.max_abs_diff <= 1e-5
+    # every torch parameter's gradient compared: the Sequential subclass's children keep their
+    # state_dict names (conv.0.0.weight is conv.layers[0].layers[0].kernel)
+    assert sum(c.startswith("grad ") for c in result.compared) == 15

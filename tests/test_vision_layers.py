@@ -16,11 +16,18 @@ import pytest
 torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
+nnx = pytest.importorskip("flax.nnx")
 
 from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
 SOURCE = textwrap.dedent('''
+    import math
+    from collections import OrderedDict
+    from dataclasses import dataclass
+    from functools import partial
+    from typing import Callable
+
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -94,6 +101,271 @@ SOURCE = textwrap.dedent('''
             z = F.interpolate(y, scale_factor=1.5, mode='nearest')
             w = F.interpolate(z, scale_factor=2.3, mode='bilinear')
             return torch.roll(F.hardsigmoid(w), shifts=(1, -2), dims=(2, 3))
+
+
+    class PoolNet(nn.Module):
+        """squeezenet's ceil_mode max pooling, alexnet's adaptive pooling to sizes that do not
+        divide the input (torch's overlapping bins)."""
+
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True),
+                nn.MaxPool2d(kernel_size=3, stride=2, ceil_mode=True),
+                nn.Conv2d(4, 6, 1), nn.AvgPool2d(3, 2, padding=1, ceil_mode=True),
+            )
+            self.pool = nn.AdaptiveAvgPool2d((3, 2))
+            self.pool2 = nn.AdaptiveMaxPool2d(2)
+            self.fc = nn.Linear(6 * 3 * 2 + 6 * 2 * 2, 5)
+            # squeezenet's head: a layer built into a local, then put into a Sequential
+            final_conv = nn.Conv2d(6, 6, kernel_size=1)
+            self.head = nn.Sequential(nn.Dropout(p=0.5), final_conv, nn.ReLU(inplace=True))
+
+        def forward(self, x):
+            x = self.head(self.features(x))
+            y = F.adaptive_avg_pool2d(x, (5, 3))
+            return self.fc(torch.cat([self.pool(y).flatten(1), self.pool2(x).flatten(1)], 1))
+
+
+    def make_layers(cfg, batch_norm=False):
+        """vgg's: an annotated list grown with +=, returned as nn.Sequential(*layers)."""
+        layers: list[nn.Module] = []
+        in_channels = 3
+        for v in cfg:
+            if v == "M":
+                layers += [nn.MaxPool2d(kernel_size=2, stride=2)]
+            else:
+                conv2d = nn.Conv2d(in_channels, v, kernel_size=3, padding=1)
+                if batch_norm:
+                    layers += [conv2d, nn.BatchNorm2d(v), nn.ReLU(True)]
+                else:
+                    layers += [conv2d, nn.ReLU(True)]
+                in_channels = v
+        return nn.Sequential(*layers)
+
+
+    class VGGNet(nn.Module):
+        def __init__(self, features: nn.Module, num_classes: int = 5):
+            super().__init__()
+            self.features = features  # built elsewhere: its layout is not tracked here
+            self.avgpool = nn.AdaptiveAvgPool2d((3, 3))
+            self.classifier = nn.Linear(8 * 3 * 3, num_classes)
+
+        def forward(self, x):
+            x = self.avgpool(self.features(x))
+            return self.classifier(torch.flatten(x, 1))
+
+
+    def vgg_like():
+        return VGGNet(make_layers([4, "M", 8, "M"], batch_norm=True))
+
+
+    class Branch(nn.Module):
+        """shufflenet's: a static method building a (channels-last) layer inside a Sequential."""
+
+        def __init__(self, inp: int, oup: int, stride: int) -> None:
+            super().__init__()
+            self.branch = nn.Sequential(
+                self.depthwise_conv(inp, inp, kernel_size=3, stride=stride, padding=1),
+                nn.BatchNorm2d(inp),
+                nn.Conv2d(inp, oup, kernel_size=1, bias=False),
+                nn.ReLU(inplace=True),
+            )
+
+        @staticmethod
+        def depthwise_conv(i: int, o: int, kernel_size: int, stride: int = 1, padding: int = 0,
+                           bias: bool = False) -> nn.Conv2d:
+            return nn.Conv2d(i, o, kernel_size, stride, padding, bias=bias, groups=i)
+
+        def forward(self, x):
+            return self.branch(x)
+
+
+    class BranchNet(nn.Module):
+        """A module class handed in as a parameter's default (inverted_residual=...)."""
+
+        def __init__(self, block: Callable[..., nn.Module] = Branch, num_classes: int = 5):
+            super().__init__()
+            stage = [block(3, 6, 2)]
+            stage.append(block(6, 6, 1))
+            self.stage = nn.Sequential(*stage)
+            self.fc = nn.Linear(6, num_classes)
+
+        def forward(self, x):
+            return self.fc(self.stage(x).mean([2, 3]))
+
+
+    class ConvNormAct(nn.Sequential):
+        """torchvision's Conv2dNormActivation in one file: a Sequential subclass filled from a
+        list, layer classes as parameter defaults (BatchNorm2d's factory is channels-last here:
+        every call of it in the file is)."""
+
+        def __init__(self, cin, cout, kernel_size=3, stride=1, groups=1,
+                     norm_layer=nn.BatchNorm2d, activation_layer=nn.ReLU, conv_layer=nn.Conv2d):
+            layers = [conv_layer(cin, cout, kernel_size, stride, (kernel_size - 1) // 2,
+                                 groups=groups, bias=norm_layer is None)]
+            if norm_layer is not None:
+                layers.append(norm_layer(cout))
+            if activation_layer is not None:
+                layers.append(activation_layer(inplace=True))
+            super().__init__(*layers)
+
+
+    class MobileNet(nn.Module):
+        def __init__(self, num_classes: int = 5, norm_layer=None):
+            super().__init__()
+            if norm_layer is None:
+                norm_layer = nn.BatchNorm2d
+            self.stem = ConvNormAct(3, 4, stride=2, norm_layer=norm_layer,
+                                    activation_layer=nn.Hardswish)
+            layers: list[nn.Module] = [ConvNormAct(4, 4, groups=4, activation_layer=nn.ReLU6)]
+            layers.extend([nn.Conv2d(4, 6, 1, bias=False), norm_layer(6)])
+            layers.append(ConvNormAct(6, 6, 1, norm_layer=None, activation_layer=None))
+            self.blocks = nn.Sequential(*layers)
+            self.act = F.silu  # a torch function as a value
+            self.head = nn.Linear(6, num_classes)
+
+        def forward(self, x):
+            x = self.act(self.blocks(self.stem(x)))
+            return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+    class SEBlock(nn.Module):
+        """torchvision's SqueezeExcitation: activation classes built in __init__."""
+
+        def __init__(self, c: int, activation=nn.ReLU, scale_activation=nn.Sigmoid):
+            super().__init__()
+            self.fc1 = nn.Conv2d(c, c // 2, 1)
+            self.fc2 = nn.Conv2d(c // 2, c, 1)
+            self.activation = activation()
+            self.scale_activation = scale_activation()
+
+        def forward(self, x):
+            s = F.adaptive_avg_pool2d(x, 1)
+            return x * self.scale_activation(self.fc2(self.activation(self.fc1(s))))
+
+
+    @dataclass
+    class BlockConfig:
+        channels: int
+        block: Callable[..., nn.Module]
+
+
+    class EffNet(nn.Module):
+        """efficientnet's: partial(nn.BatchNorm2d, eps, momentum), partial(nn.SiLU, inplace=True),
+        a module class held by a config, torch.jit / torch._assert guards."""
+
+        def __init__(self, num_classes: int = 5):
+            super().__init__()
+            norm_layer = partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)
+            cfg = BlockConfig(4, SEBlock)
+            if not torch.jit.is_scripting():
+                torch._assert(cfg.channels == 4, "four channels")
+            self.stem = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), norm_layer(4))
+            self.block = cfg.block(cfg.channels, activation=partial(nn.SiLU, inplace=True))
+            self.fc = nn.Linear(4, num_classes)
+
+        def forward(self, x):
+            x = self.block(self.stem(x))
+            torch._assert(x.dim() == 4, "NCHW input")
+            return self.fc(x.mean((2, 3)))
+
+
+    class Transform(nn.Sequential):
+        """regnet's BottleneckTransform: a Sequential subclass of named layers."""
+
+        def __init__(self, cin: int, cout: int, activation_layer: Callable[..., nn.Module]):
+            layers: OrderedDict[str, nn.Module] = OrderedDict()
+            layers["a"] = nn.Conv2d(cin, cout, 1, bias=False)
+            layers["b"] = nn.BatchNorm2d(cout)
+            layers["act"] = activation_layer(inplace=True)
+            super().__init__(layers)
+
+
+    class ResBlock(nn.Module):
+        def __init__(self, cin: int, cout: int, activation_layer: Callable[..., nn.Module]):
+            super().__init__()
+            self.proj = None  # a layer only when the shape changes
+            if cin != cout:
+                self.proj = nn.Conv2d(cin, cout, 1)
+            self.f = Transform(cin, cout, activation_layer)
+
+        def forward(self, x):
+            return (x if self.proj is None else self.proj(x)) + self.f(x)
+
+
+    class Stage(nn.Sequential):
+        """regnet's AnyStage: an empty Sequential filled with add_module."""
+
+        def __init__(self, cin: int, cout: int, depth: int, block_constructor, stage_index=0):
+            super().__init__()
+            for i in range(depth):
+                block = block_constructor(cin if i == 0 else cout, cout, nn.ReLU)
+                self.add_module(f"block{stage_index}-{i}", block)
+
+
+    class RegNetLike(nn.Module):
+        def __init__(self, num_classes: int = 5, block_type=None):
+            super().__init__()
+            if block_type is None:
+                block_type = ResBlock
+            stages = []
+            for i, (cin, cout) in enumerate([(3, 4), (4, 6)]):
+                stages.append((f"block{i + 1}", Stage(cin, cout, 2, block_type, stage_index=i + 1)))
+            self.trunk = nn.Sequential(OrderedDict(stages))
+            self.fc = nn.Linear(6, num_classes)
+            depths = torch.diff(torch.tensor([0, 2, 5])).tolist()
+            self.depths = depths
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+                    nn.init.normal_(m.weight, mean=0.0, std=math.sqrt(2.0 / fan_out))
+
+        def forward(self, x):
+            return self.fc(self.trunk(x).mean((2, 3)))
+
+
+    class MLPHead(nn.Sequential):
+        def __init__(self, dim: int, hidden: int):
+            super().__init__(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+        def _load_from_state_dict(self, state_dict, prefix, *args):
+            state_dict[prefix + "0.weight"] = state_dict.pop(prefix + "linear_1.weight")
+            super()._load_from_state_dict(state_dict, prefix, *args)
+
+
+    class TinyViT(nn.Module):
+        """vision_transformer's: a class token and position embedding drawn in __init__,
+        partial(nn.LayerNorm, eps), a head of named layers initialised by name."""
+
+        def __init__(self, num_classes: int = 5, dim: int = 8, patch: int = 3,
+                     norm_layer=partial(nn.LayerNorm, eps=1e-6)):
+            super().__init__()
+            self.conv_proj = nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
+            self.class_token = nn.Parameter(torch.zeros(1, 1, dim))
+            self.pos_embedding = nn.Parameter(torch.empty(1, 5, dim).normal_(std=0.02))
+            self.shift = nn.Parameter(torch.randn(1, 1, dim) * 0.1)
+            self.ln = norm_layer(dim)
+            self.mlp = MLPHead(dim, 2 * dim)
+            heads: OrderedDict[str, nn.Module] = OrderedDict()
+            heads["pre_logits"] = nn.Linear(dim, dim)
+            heads["act"] = nn.Tanh()
+            heads["head"] = nn.Linear(dim, num_classes)
+            self.heads = nn.Sequential(heads)
+            fan_in = self.conv_proj.in_channels * self.conv_proj.kernel_size[0] * patch
+            nn.init.trunc_normal_(self.conv_proj.weight, std=math.sqrt(1 / fan_in))
+            if hasattr(self.heads, "pre_logits") and isinstance(self.heads.pre_logits, nn.Linear):
+                nn.init.zeros_(self.heads.pre_logits.bias)
+            if isinstance(self.heads.head, nn.Linear):
+                nn.init.normal_(self.heads.head.weight, std=0.1)
+
+        def forward(self, x):
+            x = self.conv_proj(x).reshape(x.shape[0], self.class_token.shape[-1], -1)
+            x = x.permute(0, 2, 1)
+            x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+            x = self.ln(x + self.pos_embedding + self.shift)
+            x = x + self.mlp(x)
+            return self.heads(x[:, 0])
 ''')
 
 # name -> input spec
@@ -103,6 +375,13 @@ MODELS = {
     "InstanceNet": "float32[2,3,5,7]",
     "DeconvNet": "float32[2,3,5,6]",
     "UpsampleNet": "float32[2,3,5,6]",
+    "PoolNet": "float32[2,3,13,10]",
+    "vgg_like": "float32[2,3,8,8]",
+    "BranchNet": "float32[2,3,7,6]",
+    "MobileNet": "float32[2,3,9,8]",
+    "EffNet": "float32[2,3,5,6]",
+    "RegNetLike": "float32[2,3,5,6]",
+    "TinyViT": "float32[2,3,6,6]",
 }
 
 
@@ -163,6 +442,72 @@ def _run(torch_expr: str, shape: tuple[int, ...]) -> None:
     "F.interpolate(x, size=(2, 3), mode='nearest')",  # downsampling: floor(dst * in / out)
     "F.interpolate(x, size=(2, 3), mode='bilinear')",  # antialias=False written out
     "F.interpolate(x, scale_factor=0.6, mode='bilinear', align_corners=True)",
+    # adaptive pooling to sizes that do not divide the input: overlapping bins
+    "F.adaptive_avg_pool2d(x, 6)",
+    "F.adaptive_max_pool2d(x + 1, (2, 3))",
 ])
 def test_op_matches_torch(torch_expr):
     _run(torch_expr, (2, 3, 5, 7))
+
+
+@pytest.mark.parametrize("layer", [
+    # ceil_mode: the last window overhangs, a window starting in the right padding is dropped
+    "nn.MaxPool2d(3, 2, ceil_mode=True)",
+    "nn.MaxPool2d(2, 3, padding=1, ceil_mode=True)",  # s > k - p: the dropped window
+    "nn.MaxPool2d((3, 1), (2, 3), ceil_mode=True)",
+    "nn.AvgPool2d(3, 2, padding=1, ceil_mode=True)",  # the padding counts, the overhang not
+    "nn.AvgPool2d(2, 3, padding=1, ceil_mode=True, count_include_pad=False)",
+    "nn.AdaptiveAvgPool2d((3, 4))",
+    "nn.AdaptiveMaxPool2d((4, None))",
+])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 2, 8, 9)])
+def test_layer_matches_torch(layer, shape):
+    """A layer held by a module and called on its input (the channels-last ones get moveaxis)."""
+    source = ("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n"
+              f"    def __init__(self):\n        super().__init__()\n        self.layer = {layer}\n\n"
+              "    def forward(self, x):\n        return self.layer(x)\n")
+    result = convert_source(source, path="<layer>")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    want = ns_t["M"]()(torch.from_numpy(x)).numpy()
+    got = np.asarray(ns_j["M"](rngs=nnx.Rngs(0))(jnp.asarray(x)))
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_add_module_of_another_layout_is_marked():
+    """densenet's features: a channels-last Sequential (conv0, norm0, pool0) that add_module
+    then extends with blocks in torch's layout cannot be given one layout: marked, not run
+    wrongly."""
+    source = textwrap.dedent('''
+        from collections import OrderedDict
+
+        import torch.nn as nn
+
+
+        class Block(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.conv = nn.Conv2d(c, c, 3, padding=1)
+
+            def forward(self, x):
+                return x + self.conv(x)
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.features = nn.Sequential(OrderedDict([("conv0", nn.Conv2d(3, 4, 3)),
+                                                           ("norm0", nn.BatchNorm2d(4))]))
+                self.features.add_module("block1", Block(4))
+
+            def forward(self, x):
+                return self.features(x)
+    ''')
+    result = convert_source(source, path="<densenet-like>")
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    assert any("add_module of a layer in torch's layout" in e for e in errors), errors

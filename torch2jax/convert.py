@@ -15,6 +15,7 @@ from libcst.metadata import MetadataWrapper
 from torch2jax.analysis.index import Indexer
 from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.passes.data import DataIndexer
+from torch2jax.passes.helpers import add_helpers
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
 from torch2jax.report import Diagnostic
@@ -113,8 +114,11 @@ def convert_source(
     first = Indexer(rules, set(known_modules or ()))
     wrapper.visit(first)
     index = first.finish()
-    if any(layout != "torch" for layout in index.fn_returns.values()):
-        indexer = Indexer(rules, set(known_modules or ()), index.fn_returns)
+    # (so does the file's use of layer classes as values: a layout decided before a later
+    # line showed the factory to be channels-first would be stale)
+    if any(layout != "torch" for layout in index.fn_returns.values()) or index.factory_layouts:
+        indexer = Indexer(rules, set(known_modules or ()), index.fn_returns,
+                          index.factory_layouts)
         wrapper.visit(indexer)
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs
@@ -132,7 +136,8 @@ def convert_source(
     new = wrapper.visit(transformer)
     if fuse_layout:
         new = new.visit(FuseLayoutMoves())
-    new = _add_imports(new, transformer.imports_needed)
+    new, helper_imports = add_helpers(new)
+    new = _add_imports(new, transformer.imports_needed | helper_imports)
     diagnostics.sort(key=lambda d: (d.line, d.column))
     return suppress(ConversionResult(code=new.code, diagnostics=diagnostics), source)
 

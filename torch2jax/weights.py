@@ -272,6 +272,22 @@ def _is_layout_transpose(f: Any) -> bool:
             and "moveaxis" in code_obj.co_names)
 
 
+def _positional(components: list[str], modules: Mapping[str, Any]) -> list[str]:
+    """torch's names of a Sequential's children as their positions: nnx.Sequential keeps its
+    children in a list, in torch's order (a Sequential built from an OrderedDict, or filled
+    with add_module, names them: regnet's ``trunk_output.block1.block1-0.f.a.0.weight``)."""
+    import torch  # deferred like flax
+
+    out = list(components)
+    for i in range(len(out) - 1):
+        owner = modules.get(".".join(components[:i]))
+        if isinstance(owner, torch.nn.Sequential) and not out[i].isdigit():
+            names = list(owner._modules)
+            if out[i] in names:
+                out[i] = str(names.index(out[i]))
+    return out
+
+
 def _find_variable(model: Any, components: list[str]) -> tuple[Any, str | None]:
     """Walk ``components`` from ``model``; return (variable, None) or (None, why not)."""
     obj = model
@@ -420,7 +436,7 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
                     mappings[key] = ParamMapping(key, "dropped", None, t.layout, t.rule,
                                                  torch_shape=shape)
                     continue
-                var, why = _find_variable(nnx_model, t.components)
+                var, why = _find_variable(nnx_model, _positional(t.components, modules))
                 if var is None:
                     unresolved.append((key, t.rule, why or ""))
                     break

@@ -17,7 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
 
-from torch2jax.ruleset import RuleSet
+from torch2jax.ruleset import Rule, RuleSet
 
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 FACTORY_SUFFIXES = ("norm_layer", "_norm")
@@ -45,6 +45,10 @@ class ClassInfo:
     no_bias: set[str] = field(default_factory=set)  # self.x built with bias=False
     batch_stats_only: set[str] = field(default_factory=set)  # BatchNorm without running stats
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
+    container: str | None = None  # "sequential": a subclass of nn.Sequential
+    module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
+    tensor_attrs: set[str] = field(default_factory=set)  # self.x = nn.Parameter(...) / torch.*
+    _built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
 
 
 @dataclass
@@ -56,6 +60,10 @@ class FileIndex:
     tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)
     fn_returns: dict[str, str] = field(default_factory=dict)  # layer-returning helpers
     factory_layouts: set[str] = field(default_factory=set)  # layer classes used as values
+    # lists of layers in both layouts (fn id, name): their channels-last items get transposes
+    # where they are put in, so that the list as a whole is in torch's layout
+    normalized_lists: set[tuple[int, str]] = field(default_factory=set)
+    ordered_dicts: set[tuple[int, str]] = field(default_factory=set)  # layers = OrderedDict()
 
 
 class Layouts:
@@ -71,10 +79,25 @@ class Layouts:
             a, b = self.of(node.body, scope_lists), self.of(node.orelse, scope_lists)
             return a if a == b else ("torch" if "any" in (a, b) and "torch" in (a, b) else
                                      a if b == "any" else b if a == "any" else "mixed")
+        if isinstance(node, cst.Name) and scope_lists and node.value in scope_lists:
+            return scope_lists[node.value]  # a layer built into a local: final_conv = nn.Conv2d
+        if isinstance(node, cst.Tuple) and len(node.elements) == 2:
+            # (name, layer): an item of the list an OrderedDict of layers is built from
+            return self.of(node.elements[1].value, scope_lists)
         if not isinstance(node, cst.Call):
             return "torch"
         if isinstance(node.func, cst.Name) and node.func.value in self.index.fn_returns:
             return self.index.fn_returns[node.func.value]
+        cls = getattr(self.meta, "current_class", None)
+        if cls and m.matches(node.func, m.Attribute(value=m.Name("self"))) and (
+                f"{cls}.{node.func.attr.value}" in self.index.fn_returns):
+            # a method building a layer: self.depthwise_conv(...)
+            return self.index.fn_returns[f"{cls}.{node.func.attr.value}"]
+        if isinstance(node.func, cst.Name):
+            # a parameter defaulting to a layer class (norm_layer=partial(nn.LayerNorm, ...))
+            layout = self.factory_param_layout(node.func.value)
+            if layout is not None:
+                return layout
         if (isinstance(node.func, cst.Name) and node.func.value.endswith(FACTORY_SUFFIXES)
                 and len(self.index.factory_layouts) == 1):
             # norm_layer(planes) where the file's only layer class used as a value is, e.g.,
@@ -92,9 +115,55 @@ class Layouts:
             return "torch"
         return rule.layout
 
+    def is_ordered_dict(self, name: str) -> bool:
+        """``name`` holds an OrderedDict of layers in the enclosing function."""
+        stack = getattr(self.meta, "_fn_stack", None)
+        return bool(stack) and (id(stack[-1]), name) in self.index.ordered_dicts
+
+    def _is_param(self, name: str) -> bool:
+        stack = getattr(self.meta, "_fn_stack", None)
+        if not stack:
+            return False
+        params = stack[-1].params
+        return any(p.name.value == name for p in (*params.params, *params.kwonly_params))
+
+    def factory_rule(self, name: str) -> Rule | None:
+        """The layer rule of the torch class a parameter of the enclosing function defaults to
+        (``conv_layer: Callable[..., nn.Module] = nn.Conv2d``), or None."""
+        stack = getattr(self.meta, "_fn_stack", None)
+        if not stack:
+            return None
+        params = stack[-1].params
+        for p in (*params.params, *params.kwonly_params):
+            if p.name.value == name and p.default is not None:
+                default = p.default
+                if (isinstance(default, cst.Call) and default.args
+                        and qualified(self.meta, default.func) == "functools.partial"):
+                    default = default.args[0].value  # partial(nn.LayerNorm, eps=1e-6)
+                return self.rules.layers.get(qualified(self.meta, default) or "")
+        return None
+
+    def factory_param_layout(self, name: str) -> str | None:
+        """The layout of what a call of such a parameter builds: whatever class a caller passes
+        is translated as a value the same way (see TorchToJax._layer_class_value)."""
+        rule = self.factory_rule(name)
+        if rule is None and ("activation" in name or name.endswith("act_layer")) and (
+                self._is_param(name)):
+            return "any"  # activation_layer(inplace=True): a function (see TorchToJax)
+        if rule is None or rule.special in ("sequential", "module_list", "module_dict"):
+            return None
+        if rule.special == "batch_norm":
+            return rule.layout if self.index.factory_layouts == {rule.layout} else "torch"
+        if rule.special == "conv":
+            return "torch"  # the Conv2d helper class takes NCHW
+        return rule.layout
+
     def items(self, args, scope_lists) -> list[str]:
         layouts = []
         for a in args:
+            inner = ordered_dict_items(a, self.is_ordered_dict)
+            if inner is not None:  # nn.Sequential(OrderedDict(...)): its values, in order
+                a = cst.Arg(inner, star="*")
             if a.star == "*":
                 v = a.value
                 if isinstance(v, (cst.ListComp, cst.GeneratorExp)):
@@ -125,6 +194,20 @@ class Layouts:
         return "torch", items
 
 
+def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
+    """The layers a lone Sequential argument holds by name: ``OrderedDict(pairs)`` -> ``pairs``,
+    a local OrderedDict of layers (``layers["a"] = ...``) -> ``layers``; else None."""
+    if a.star or a.keyword:
+        return None
+    v = a.value
+    if (m.matches(v, m.Call(func=m.Name("OrderedDict") | m.Attribute(attr=m.Name("OrderedDict"))))
+            and len(v.args) == 1 and not v.args[0].star):
+        return v.args[0].value
+    if isinstance(v, cst.Name) and is_dict(v.value):
+        return v
+    return None
+
+
 def combine(layouts: list[str]) -> str:
     """The layout of a list of layers whose order is not known statically."""
     kinds = set(layouts) - {"any"}
@@ -139,11 +222,13 @@ class Indexer(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (QualifiedNameProvider,)
 
     def __init__(self, rules: RuleSet, known_modules: set[str],
-                 fn_returns: dict[str, str] | None = None) -> None:
+                 fn_returns: dict[str, str] | None = None,
+                 factory_layouts: set[str] | None = None) -> None:
         super().__init__()
         self.rules = rules
         self.meta = self
-        self.index = FileIndex(fn_returns=dict(fn_returns or {}))
+        self.index = FileIndex(fn_returns=dict(fn_returns or {}),
+                               factory_layouts=set(factory_layouts or ()))
         self.fn_returns: dict[str, list[str]] = {}
         self.layouts = Layouts(rules, self, self.index)
         self.known_modules = known_modules
@@ -166,6 +251,10 @@ class Indexer(cst.CSTVisitor):
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         self._class_stack.pop()
 
+    @property
+    def current_class(self) -> str | None:
+        return self._class_stack[-1].name if self._class_stack else None
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._fn_stack.append(node)
         self._lists[id(node)] = {}
@@ -173,7 +262,13 @@ class Indexer(cst.CSTVisitor):
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         lists = self._lists.get(id(node), {})
         for name, layouts in lists.items():
-            self.index.list_layouts[(id(node), name)] = combine(layouts)
+            layout = combine(layouts)
+            if layout == "mixed" and "mixed" not in layouts and (
+                    id(node), name) not in self.index.ordered_dicts:
+                # every item known: put in by literals, append, or extend / += of a literal
+                self.index.normalized_lists.add((id(node), name))
+                layout = "torch"
+            self.index.list_layouts[(id(node), name)] = layout
         self._fn_stack.pop()
 
     def _fn_key(self) -> str | None:
@@ -185,9 +280,16 @@ class Indexer(cst.CSTVisitor):
         return fn
 
     def visit_Return(self, node: cst.Return) -> None:
-        if self._fn_stack and not self._class_stack and node.value is not None:
-            name = self._fn_stack[-1].name.value
-            self.fn_returns.setdefault(name, []).append(self.layouts.of(node.value, self._scope()))
+        if self._fn_stack and node.value is not None:
+            name = self._fn_key()
+            layout = self.layouts.of(node.value, self._scope())
+            if isinstance(node.value, cst.Call) and self._is_sequential(node.value) and any(
+                    a.star == "*" for a in node.value.args):
+                # a Sequential of a list built in a helper is handed on (vgg's make_layers ->
+                # VGG(features)): nothing tracks its layout there, so it takes and returns NCHW
+                # itself (one of explicit layers keeps its layout, known to the callers)
+                layout = "torch"
+            self.fn_returns.setdefault(name, []).append(layout)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if (self._class_stack and m.matches(node, m.Attribute(value=m.Name("self"),
@@ -218,6 +320,13 @@ class Indexer(cst.CSTVisitor):
                 self._fn_builds.add(f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
             if builds:
                 self._fn_builds.add(key)
+        # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer
+        # into Conv2dNormActivation): that file calls it on NCHW input, so the factory is the
+        # channels-first one here too
+        if isinstance(node.func, cst.Name) and node.func.value in self.known_modules and any(
+                isinstance(a.value, cst.Name) and a.value.value.endswith(FACTORY_SUFFIXES)
+                for a in node.args):
+            self.index.factory_layouts.add("torch")
         # list building: layers.append(X) / layers.extend([...])
         if (
             self._fn_stack
@@ -238,6 +347,39 @@ class Indexer(cst.CSTVisitor):
                 else:
                     lists[name].append("mixed")
 
+    def _is_sequential(self, node: cst.Call) -> bool:
+        rule = self.rules.layers.get(qualified(self.meta, node.func) or "")
+        return rule is not None and rule.special == "sequential"
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        # layers: OrderedDict[str, nn.Module] = OrderedDict()
+        if (self._fn_stack and isinstance(node.target, cst.Name) and m.matches(
+                node.value, m.Call(func=m.Name("OrderedDict")
+                                   | m.Attribute(attr=m.Name("OrderedDict")), args=[]))):
+            self._lists[id(self._fn_stack[-1])][node.target.value] = []
+            self.index.ordered_dicts.add((id(self._fn_stack[-1]), node.target.value))
+        # layers: list[nn.Module] = []
+        if (self._fn_stack and isinstance(node.target, cst.Name)
+                and isinstance(node.value, cst.List)):
+            self._lists[id(self._fn_stack[-1])][node.target.value] = [
+                self.layouts.of(e.value, self._scope()) for e in node.value.elements
+                if not isinstance(e, cst.StarredElement)
+            ]
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        # layers += [conv2d, nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+        if not (self._fn_stack and isinstance(node.target, cst.Name)
+                and isinstance(node.operator, cst.AddAssign)):
+            return
+        lists = self._lists[id(self._fn_stack[-1])]
+        if node.target.value not in lists:
+            return
+        if isinstance(node.value, (cst.List, cst.Tuple)):
+            lists[node.target.value].extend(self.layouts.of(e.value, self._scope())
+                                            for e in node.value.elements)
+        else:
+            lists[node.target.value].append("mixed")
+
     def _needs_rngs(self, q: str) -> bool:
         rule = self.rules.layers[q]
         target = rule.targets.get("nnx", "")
@@ -247,7 +389,9 @@ class Indexer(cst.CSTVisitor):
     def _scope(self) -> dict[str, str]:
         if not self._fn_stack:
             return {}
-        return {k: combine(v) for k, v in self._lists[id(self._fn_stack[-1])].items()}
+        fid = id(self._fn_stack[-1])
+        return {k: combine(v) if (fid, k) in self.index.ordered_dicts else _list_layout(v)
+                for k, v in self._lists[fid].items()}
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1:
@@ -263,6 +407,23 @@ class Indexer(cst.CSTVisitor):
                 self.layouts.of(e.value, self._scope()) for e in node.value.elements
                 if not isinstance(e, cst.StarredElement)
             ]
+        # layers = OrderedDict(); layers["a"] = layer: a list of layers with names
+        if (self._fn_stack and isinstance(target, cst.Name) and m.matches(node.value, m.Call(
+                func=m.Name("OrderedDict") | m.Attribute(attr=m.Name("OrderedDict")), args=[]))):
+            self._lists[id(self._fn_stack[-1])][target.value] = []
+            self.index.ordered_dicts.add((id(self._fn_stack[-1]), target.value))
+        if (self._fn_stack and isinstance(target, cst.Subscript)
+                and isinstance(target.value, cst.Name)
+                and (id(self._fn_stack[-1]), target.value.value) in self.index.ordered_dicts):
+            self._lists[id(self._fn_stack[-1])][target.value.value].append(
+                self.layouts.of(node.value, self._scope()))
+        # a layer built into a local (final_conv = nn.Conv2d(...)) and put into a Sequential
+        # later: its layout, like a list's. A local Sequential takes and returns NCHW itself.
+        if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.Call):
+            rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
+            if rule is not None and rule.special not in ("sequential", "module_list",
+                                                         "module_dict"):
+                self._lists[id(self._fn_stack[-1])][target.value] = [rule.layout]
         if not self._class_stack:
             return
         info = self._class_stack[-1]
@@ -283,12 +444,21 @@ class Indexer(cst.CSTVisitor):
             attr = target.attr.value
             value = node.value
             layout = self.layouts.of(value, self._scope())
+            if m.matches(value, m.Name("None")):
+                layout = "any"  # self.proj = None: no layer, whatever the other branch builds
             if attr in info.attr_layout:  # assigned in several branches
                 layout = combine([info.attr_layout[attr], layout])
             info.attr_layout[attr] = layout
             if isinstance(value, cst.Call):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
+                if rule is not None or q in self.known_modules:
+                    info.module_attrs.add(attr)
+                elif q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") or (
+                        q or "").startswith("torch.") and q.count(".") == 1:
+                    info.tensor_attrs.add(attr)  # self.class_token = nn.Parameter(...)
+                elif isinstance(value.func, cst.Name):
+                    info._built_by.setdefault(attr, set()).add(value.func.value)
                 if rule is not None:
                     info.attr_rule[attr] = rule.torch
                     info.attr_ctor[attr] = value
@@ -331,6 +501,13 @@ class Indexer(cst.CSTVisitor):
                     idx.module_classes.add(info.name)
                     changed = True
                     break
+        for info in idx.classes.values():
+            if any(self.rules.layers[b].special == "sequential" for b in info.bases
+                   if b in self.rules.layers):
+                info.container = "sequential"
+            for attr, called in info._built_by.items():
+                if called & (idx.module_classes | self.known_modules):
+                    info.module_attrs.add(attr)
         # attributes a base class uses but only its subclasses assign: the subclasses' layouts
         for info in idx.classes.values():
             for sub in idx.classes.values():
@@ -368,6 +545,13 @@ class Indexer(cst.CSTVisitor):
         idx.rngs_functions = builders
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx
+
+
+def _list_layout(layouts: list[str]) -> str:
+    """A list of layers in both layouts whose items are all known is normalized (its
+    channels-last items get transposes where they are put in): torch's layout."""
+    layout = combine(layouts)
+    return "torch" if layout == "mixed" and "mixed" not in layouts else layout
 
 
 def _dotted(node: cst.BaseExpression) -> str:

@@ -14,7 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from torch2jax.analysis.index import FileIndex, Layouts, qualified
+from torch2jax.analysis.index import FileIndex, Layouts, ordered_dict_items, qualified
 from torch2jax.analysis.training import (
     CLIPS,
     DROPPED_SEEDS,
@@ -39,7 +39,7 @@ from torch2jax.passes.common import (
     wrap_long_statement,
 )
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
-from torch2jax.passes.special import SPECIALS, Site
+from torch2jax.passes.special import SPECIALS, Site, _spatial_dims
 from torch2jax.ruleset import Rule, RuleSet
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
@@ -342,6 +342,11 @@ class TorchToJax(cst.CSTTransformer):
             if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
                 bases.append(b.with_changes(value=expr(self.emitter.module_base)))
                 self.need("linen" if self.linen else "nnx")
+            elif (q in self.rules.layers and self.rules.layers[q].special == "sequential"
+                  and not self.linen):
+                # class ConvNormActivation(nn.Sequential): super().__init__(*layers) fills it
+                bases.append(b.with_changes(value=expr(self.rules.layers[q].targets["nnx"])))
+                self.need("nnx")
             elif q in self.rules.layers:
                 self.diag(ob, "module-subclass", "error",
                           f"subclass of the torch layer {q}: its parameters and forward are "
@@ -426,6 +431,11 @@ class TorchToJax(cst.CSTTransformer):
         self._param_names.pop()
         self._loop_layouts.pop()
         keys = self._key_scopes.pop()
+        if self.in_module_class() and original_node.name.value in _STATE_DICT_HOOKS:
+            self.diag(original_node, "module-hook", "info",
+                      f"{original_node.name.value} removed: a hook of torch's state_dict "
+                      "loading (torch2jax's weight transfer maps the torch names itself)")
+            return cst.RemoveFromParent()
         node = updated_node
         if keys.takes_key:
             self.need("jax")
@@ -495,12 +505,20 @@ class TorchToJax(cst.CSTTransformer):
             info = self.index.classes[self.current_class]
             if target.attr.value in info.tied_heads:
                 return cst.RemoveFromParent()
+            if (m.matches(original_node.value, m.Name("None")) and not self.linen
+                    and target.attr.value in info.module_attrs):
+                # self.proj = None, a layer later (or in a branch): NNX makes an attribute
+                # first set to None static unless it is marked as data
+                self.need("nnx")
+                return updated_node.with_changes(value=expr("nnx.data(None)"))
         # device bookkeeping: device = torch.device(...), device = x.device
         if isinstance(target, cst.Name) and _is_device_expr(original_node.value, self):
             self._device_names.add(target.value)
             return cst.RemoveFromParent()
-        # x[i] = v -> x = x.at[i].set(v)
-        if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1:
+        # x[i] = v -> x = x.at[i].set(v) (not into an OrderedDict of layers)
+        if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1 and not (
+                isinstance(target.value, cst.Name) and self._fn_stack
+                and Layouts(self.rules, self, self.index).is_ordered_dict(target.value.value)):
             return self._indexed_update(original_node, updated_node.targets[0].target,
                                         "set", updated_node.value)
         # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
@@ -566,6 +584,9 @@ class TorchToJax(cst.CSTTransformer):
             handled = self._lt_statement(original_node, updated_node)
             if handled is not None:
                 return handled
+        handled = self._torch_machinery_statement(original_node, updated_node)
+        if handled is not None:
+            return handled
         handled = self._data_statement(original_node, updated_node)
         if handled is not None:
             return handled
@@ -864,10 +885,9 @@ class TorchToJax(cst.CSTTransformer):
         ``if isinstance(name, nn.Linear):`` body)."""
         child, parent = node, self.get_metadata(ParentNodeProvider, node, None)
         while parent is not None:
-            if isinstance(parent, cst.If) and child is parent.body and m.matches(
-                    parent.test, m.Call(func=m.Name("isinstance"),
-                                        args=[m.Arg(m.Name(name)), m.Arg()])):
-                kinds = parent.test.args[1].value
+            test = _isinstance_of(parent.test, name) if isinstance(parent, cst.If) else None
+            if child is getattr(parent, "body", None) and test is not None:
+                kinds = test.args[1].value
                 elems = ([e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple)
                          else [kinds])
                 names = {self.q(e) for e in elems}
@@ -1021,6 +1041,23 @@ class TorchToJax(cst.CSTTransformer):
             inner = updated_node.value.func.value.args[0].value
             return updated_node.with_changes(value=updated_node.value.with_changes(
                 func=cst.Attribute(value=inner, attr=cst.Name("backward"))))
+        return None
+
+    def _torch_machinery_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """``torch.fx.wrap("f")`` (registers f as a leaf for torch.fx tracing): removed;
+        ``torch._assert(cond, msg)`` (an assert that torch.fx can trace): ``assert cond, msg``
+        (shapes are static under jax.jit, so the conditions torchvision writes stay checked)."""
+        value = original_node.value
+        if not isinstance(value, cst.Call):
+            return None
+        q = self.q(value.func)
+        if q == "torch.fx.wrap":
+            self.diag(original_node, q, "info", "torch.fx.wrap(...) removed: a torch.fx tracing "
+                      "hint")
+            return cst.RemoveFromParent()
+        if q == "torch._assert" and len(updated_node.value.args) in (1, 2):
+            args = updated_node.value.args
+            return cst.Assert(test=args[0].value, msg=args[1].value if len(args) == 2 else None)
         return None
 
     def _training_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
@@ -1553,6 +1590,15 @@ class TorchToJax(cst.CSTTransformer):
         parent = self.get_metadata(ParentNodeProvider, original, None)
         if isinstance(parent, cst.Call) and parent.func is original:
             return None  # a construction: handled as a call
+        if isinstance(parent, cst.Arg) and isinstance(
+                self.get_metadata(ParentNodeProvider, parent, None), cst.ClassDef):
+            return None  # a base class: handled with the class
+        if isinstance(parent, cst.Arg) and not parent.keyword:
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if (isinstance(outer, cst.Call) and outer.args and outer.args[0] is parent
+                    and self.q(outer.func) == "functools.partial"
+                    and rule.special in ("batch_norm", "layer_norm")):
+                return None  # partial(nn.LayerNorm, eps=1e-6): translated as a whole
         if isinstance(parent, (cst.Arg, cst.Element)):
             grand = self.get_metadata(ParentNodeProvider, parent, None)
             while isinstance(grand, (cst.Tuple, cst.Element)):
@@ -1576,8 +1622,45 @@ class TorchToJax(cst.CSTTransformer):
             self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
                       "axis 1 (channels first), so that it fits wherever it is used")
             return expr("partial(nnx.BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
+        if rule.special == "conv" and self.emitter.name == "nnx" and not self.linen:
+            # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
+            # wherever the value goes: a helper class with that signature and torch's layout
+            return cst.Name(f"Conv{_spatial_dims(rule.torch)}d")
+        activation = _activation_value(rule)
+        if activation is not None and not self.linen:
+            # activation_layer = nn.ReLU6: the function itself; the calls of a parameter
+            # defaulting to an activation class (activation_layer(inplace=True)) give it back
+            self._note_imports(activation)
+            return activation
         self.diag(original, rule.id, "error", f"the layer class {q} used as a value")
         return None
+
+    def _function_value(self, original, rule: Rule) -> cst.BaseExpression | None:
+        """``act = F.relu`` / ``interpolate = torch.nn.functional.interpolate``: a torch function
+        used as a value, not called. A plain rename is its JAX function (with the keywords the
+        rule always writes); one whose arguments are translated per call cannot be: the JAX
+        function is named so that the module still imports, and marked."""
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if (isinstance(parent, cst.Call) and parent.func is original) or isinstance(
+                parent, cst.Attribute):
+            return None
+        target = rule.jax
+        if not target or not _is_dotted_text(target):
+            return None
+        self._note_imports(expr(target))
+        if rule.special == "gelu":  # torch's default is the exact erf form
+            self.need("partial")
+            return expr(f"partial({target}, approximate=False)")
+        if rule.special is None and not rule.rename and set(rule.drop) <= {"inplace"}:
+            if rule.emit:
+                self.need("partial")
+                return expr(f"partial({target}, " + ", ".join(
+                    f"{k}={v!r}" for k, v in rule.emit.items()) + ")")
+            return expr(target)
+        self.diag(original, rule.id, "error",
+                  f"{rule.torch} used as a value: its arguments are translated per call, and "
+                  f"calls through this name are not; {target} takes other arguments")
+        return expr(target)
 
     def _string_quote(self) -> str:
         """A quote character that may be written inside the f-string being rewritten."""
@@ -1599,6 +1682,65 @@ class TorchToJax(cst.CSTTransformer):
 
     def visit_ListComp(self, node) -> None:
         self._in_expr_scope += 1
+
+    # -- lists of layers in both layouts
+    def _normalized_list(self, target: cst.BaseExpression) -> bool:
+        return bool(isinstance(target, cst.Name) and self._fn_stack and (
+            id(self._fn_stack[-1]), target.value) in self.index.normalized_lists)
+
+    def _torch_layout_items(self, originals: list[cst.BaseExpression],
+                            updated: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+        """The items put into a normalized list, channels-last ones between transposes."""
+        layouts = Layouts(self.rules, self, self.index)
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if fid == id(self._fn_stack[-1])}
+        items = [layouts.of(o, scope) for o in originals]
+        return [a.value for a in self._insert_transposes([arg(u) for u in updated], items)]
+
+    def leave_List(self, original_node, updated_node):
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        target = None
+        if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and (
+                parent.value is original_node):
+            target = parent.targets[0].target if isinstance(parent, cst.Assign) else parent.target
+        elif isinstance(parent, cst.Arg):
+            call_node = self.get_metadata(ParentNodeProvider, parent, None)
+            if m.matches(call_node, m.Call(func=m.Attribute(attr=m.Name("extend")))):
+                target = call_node.func.value
+        if target is None or not self._normalized_list(target) or any(
+                isinstance(e, cst.StarredElement) for e in original_node.elements):
+            return updated_node
+        elements = list(updated_node.elements)
+        values = self._torch_layout_items([e.value for e in original_node.elements],
+                                          [e.value for e in elements])
+        if len(values) == len(elements):
+            return updated_node
+        # the inserted transposes are separated like the list's items (without the comments)
+        sep = next((e.comma for e in elements if isinstance(e.comma, cst.Comma)
+                    and e is not elements[-1]), None) or cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))
+        if isinstance(sep.whitespace_after, cst.ParenthesizedWhitespace):
+            sep = sep.with_changes(whitespace_after=sep.whitespace_after.with_changes(
+                first_line=cst.TrailingWhitespace(), empty_lines=[]))
+        by_value = {id(e.value): e for e in elements}
+        out = [by_value.get(id(v)) or cst.Element(v, comma=sep) for v in values]
+        if out[-1] is not elements[-1]:  # a transpose last: it takes the trailing comma
+            i = out.index(elements[-1])
+            out[i] = elements[-1].with_changes(comma=sep)
+            out[-1] = out[-1].with_changes(comma=elements[-1].comma)
+        return updated_node.with_changes(elements=out)
+
+    def _normalized_append(self, original, updated):
+        """``layers.append(conv)`` of a channels-last layer into a normalized list: extend it
+        with the layer between transposes."""
+        values = self._torch_layout_items([original.args[0].value], [updated.args[0].value])
+        if len(values) == 1:
+            return updated
+        return updated.with_changes(
+            func=updated.func.with_changes(attr=cst.Name("extend")),
+            args=[arg(cst.List([cst.Element(v, comma=cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" "))) for v in values[:-1]]
+                + [cst.Element(values[-1])]))])
 
     def leave_ListComp(self, original_node, updated_node):
         self._in_expr_scope -= 1
@@ -1679,7 +1821,9 @@ class TorchToJax(cst.CSTTransformer):
         if (original_node.attr.value == "forward" and self.in_module_class()
                 and m.matches(original_node.value, m.Call(func=m.Name("super")))):
             return updated_node.with_changes(attr=cst.Name("__call__"))  # super().forward(x)
-        if self._in_annotation:
+        if self._in_annotation and not isinstance(
+                self.get_metadata(ParentNodeProvider, original_node, None), cst.Attribute):
+            # the whole dotted name (torch.nn.Module), not its prefix (torch.nn)
             mapped = self._annotation_type(original_node)
             if mapped is not None:
                 return mapped
@@ -1689,6 +1833,10 @@ class TorchToJax(cst.CSTTransformer):
             if factory is not None:
                 return factory
         q = self.q(original_node)
+        if q in self.rules.functions and not self._in_annotation:
+            value = self._function_value(original_node, self.rules.functions[q])
+            if value is not None:
+                return value
         if q and q.startswith("torch."):
             short = q[len("torch."):]
             if short in DTYPES:
@@ -1727,9 +1875,10 @@ class TorchToJax(cst.CSTTransformer):
                           "optimizer.param_groups used other than to read the learning rate: "
                           "build the optimizer with optax.inject_hyperparams and set "
                           "opt_state.hyperparams['learning_rate']")
-        if isinstance(original_node.value, cst.Name) and original_node.attr.value in (
-                "weight", "bias"):
-            layers = self._narrowed_layer(original_node, original_node.value.value)
+        if isinstance(original_node.value, (cst.Name, cst.Attribute)) and (
+                original_node.attr.value in ("weight", "bias")):
+            # (isinstance(m, nn.Linear) / isinstance(self.heads.head, nn.Linear) above)
+            layers = self._narrowed_layer(original_node, code(original_node.value))
             if layers:
                 # several classes (isinstance(m, (nn.BatchNorm2d, nn.GroupNorm))): only when
                 # they name this weight alike
@@ -1739,6 +1888,29 @@ class TorchToJax(cst.CSTTransformer):
                     to = tos.pop()
                     if to and to != original_node.attr.value:
                         return updated_node.with_changes(attr=cst.Name(to))
+        if isinstance(original_node.value, (cst.Name, cst.Attribute)) and (
+                original_node.attr.value in _CONV_ATTRS):
+            # fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels (regnet's init)
+            layers = self._narrowed_layer(original_node, code(original_node.value))
+            if layers and all(self.rules.layers[n].special == "conv" for n in layers):
+                return updated_node.with_changes(
+                    attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
+        if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
+            # nn.init.zeros_(self.head.weight): the layer's JAX name for it (kernel)
+            rule = self.rules.layers.get(self.index.classes[self.current_class].attr_rule.get(
+                original_node.value.attr.value, ""))
+            wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            if wm is not None and wm.to and wm.to != original_node.attr.value:
+                return updated_node.with_changes(attr=cst.Name(wm.to))
+        if (original_node.attr.value in _CONV_ATTRS and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
+            # self.conv_proj.in_channels (vit's init)
+            rule = self.rules.layers.get(self.index.classes[self.current_class].attr_rule.get(
+                original_node.value.attr.value, ""))
+            if rule is not None and rule.special == "conv":
+                return updated_node.with_changes(
+                    attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
 
     # ------------------------------------------------------------------ calls
@@ -1847,8 +2019,14 @@ class TorchToJax(cst.CSTTransformer):
                           "requires_grad=False parameter: kept as a non-trainable variable")
                 return call(self.emitter.buffer, arg(b.get("data")))
             return call(self.emitter.param, arg(b.get("data")))
+        if name in RANDOM and self._builds_layers_here():
+            # a draw while building layers (pos_embedding = torch.randn(...) in __init__):
+            # from the rngs the layers are built with
+            return tr.random_call(name, updated, expr("rngs.params()"))
         if name in RANDOM:
             return tr.random_call(name, updated, self._subkey(original))
+        if name in ("torch.fx.wrap", "torch._assert") and self._is_statement_call(original):
+            return updated  # statements: handled in leave_Expr
         data = self._data_call(original, updated, name or "")
         if data is not None:
             return data
@@ -1880,6 +2058,35 @@ class TorchToJax(cst.CSTTransformer):
                     a.keyword and a.keyword.value == tr.KEY for a in updated.args):
             return updated.with_changes(args=_fix_commas(
                 [*updated.args, arg(self._subkey(original), tr.KEY)]))
+        if name == "functools.partial" and original.args and not self.linen:
+            factory = self._partial_of_layer(original)
+            if factory is not None:
+                return factory
+        if (m.matches(original.func, m.Attribute(attr=m.Name("normal_") | m.Name("uniform_")))
+                and isinstance(original.func.value, cst.Call)
+                and self.q(original.func.value.func) in _FILLED
+                and self._builds_layers_here()):
+            return self._random_fill(original, updated)
+        if (m.matches(original.func, m.Attribute(attr=m.Name("add_module")))
+                and len(original.args) == 2 and self.in_module_class()):
+            added = self._add_module(original, updated)
+            if added is not None:
+                return added
+        if (m.matches(original.func, m.Attribute(attr=m.Name("append")))
+                and len(original.args) == 1 and not original.args[0].keyword
+                and self._normalized_list(original.func.value)):
+            return self._normalized_append(original, updated)
+        if isinstance(original.func, cst.Name) and not self.linen:
+            n = original.func.value
+            factory = Layouts(self.rules, self, self.index).factory_rule(n)
+            if (factory is not None and _activation_value(factory) is not None) or (
+                    factory is None and self._fn_stack and n in self._param_names[-1]
+                    and ("activation" in n or n.endswith("act_layer"))
+                    and all(a.star == "**" or (a.keyword and a.keyword.value == "inplace")
+                            for a in original.args)):
+                # an activation class handed in (activation_layer(inplace=True)): the
+                # classes passed for it are their functions
+                return self._activation_factory_call(original, updated)
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
@@ -1911,6 +2118,8 @@ class TorchToJax(cst.CSTTransformer):
         info = self.index.classes.get(cls or "")
         if not info or cls not in self.index.module_classes:
             return updated
+        if info.module_base == "torch" and info.container == "sequential" and not self.linen:
+            return self._sequential_super_init(original, updated)
         if info.module_base == "torch":
             return cst.Name("__REMOVE__")
         if self.linen:
@@ -1919,6 +2128,37 @@ class TorchToJax(cst.CSTTransformer):
                                      "inherits its base's fields", rule="linen")
             return expr("super().setup()")
         return self._with_rngs(original, updated)
+
+    def _sequential_super_init(self, original, updated):
+        """``super().__init__(*layers)`` in a subclass of nn.Sequential: nnx.Sequential's, with
+        the children in torch's order (their state_dict names "0.weight", "1.running_mean"
+        are nnx's layers[0], layers[1]). The class takes and returns NCHW like any module
+        class, so channels-last children get transposes around them."""
+        if any(a.keyword for a in original.args):
+            raise Untranslatable("nn.Sequential subclass built with keywords",
+                                 rule="torch.nn.Sequential")
+        layouts = Layouts(self.rules, self, self.index)
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if self._fn_stack and fid == id(self._fn_stack[-1])}
+        overall, items = layouts.sequential(original.args, scope)
+        if overall == "mixed":
+            raise Untranslatable("nn.Sequential subclass mixing channels-last layers and other "
+                                 "layers in an order not known statically",
+                                 rule="torch.nn.Sequential")
+        args = self._ordered_dict_values(original, list(updated.args), layouts)
+        if "channels_last" in items:
+            args = self._insert_transposes(args, items)
+        return updated.with_changes(args=_fix_commas(args))
+
+    def _ordered_dict_values(self, original: cst.Call, args: list[cst.Arg],
+                             layouts: Layouts) -> list[cst.Arg]:
+        """``nn.Sequential(OrderedDict(pairs))`` / ``super().__init__(layers)`` of an OrderedDict:
+        nnx.Sequential takes the layers themselves, in order (their torch names become
+        positions: the weight transfer maps them)."""
+        if len(original.args) != 1 or ordered_dict_items(
+                original.args[0], layouts.is_ordered_dict) is None:
+            return args
+        return [cst.Arg(expr("{d}.values()", d=args[0].value), star="*")]
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
         body = [s for s in updated_node.body
@@ -1951,10 +2191,173 @@ class TorchToJax(cst.CSTTransformer):
                     (n in self._param_names[-1] and (n[:1].isupper() or factory
                                                      or n.endswith("act"))) or factory)):
                 return True
-            return False
+            if not (self._rngs_scope and self._rngs_scope[-1] and self._fn_stack):
+                return False
+            # a parameter whose default is a module class of the file
+            # (inverted_residual: Callable[..., nn.Module] = InvertedResidual), a local
+            # assigned one (stem_type = SimpleStemIN), or a parameter named for one
+            # (block_constructor, block_type)
+            if self._param_default(n) in self.index.module_classes or (
+                    n in self._module_class_locals()):
+                return True
+            return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls"))
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
             return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
+        if (isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
+                and func.attr.value.endswith(("block", "Block")) and self._rngs_scope
+                and self._rngs_scope[-1]):
+            # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
+            return True
         return False
+
+    def _builds_layers_here(self) -> bool:
+        """Inside a function that builds layers with an ``rngs`` in scope (a module's
+        __init__, a layer-building helper), outside lambdas and comprehensions."""
+        return bool(self._rngs_scope and self._rngs_scope[-1] and not self._in_expr_scope
+                    and not self.linen)
+
+    def _random_fill(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``torch.empty(1, n, d).normal_(std=0.02)`` while building layers (vit's position
+        embedding): a draw of that shape from ``rngs.params()``."""
+        made = updated.func.value  # jnp.empty(shape, dtype=...)
+        if not isinstance(made, cst.Call) or not made.args:
+            raise Untranslatable("in-place random fill of a tensor built with no shape",
+                                 rule="random")
+        shape = made.args[0].value  # an int or a sequence: jax.random takes either
+        dtype = [a for a in made.args[1:] if a.keyword and a.keyword.value == "dtype"]
+        dtype_text = f", {code(dtype[0].value)}" if dtype else ""
+        self.need("jax")
+        if original.func.attr.value == "normal_":
+            b = bind(updated.args, ("mean", "std"))
+            draw = f"jax.random.normal(rngs.params(), {code(shape)}{dtype_text})"
+            std, mean = b.get("std"), b.get("mean")
+            if std is not None and try_literal(std, ...) != 1:
+                draw = f"{code(std)} * {draw}"
+            if mean is not None and try_literal(mean, ...) != 0:
+                draw = f"{code(mean)} + {draw}"
+            return expr(draw)
+        b = bind(updated.args, ("from", "to"))
+        low = b.get("from")
+        high = b.get("to")
+        return expr(f"jax.random.uniform(rngs.params(), {code(shape)}{dtype_text}, "
+                    f"minval={code(low) if low is not None else '0.0'}, "
+                    f"maxval={code(high) if high is not None else '1.0'})")
+
+    def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on
+        a Sequential attribute (densenet's self.features): appended to the nnx.Sequential's
+        layers (the name becomes a position; the weight transfer maps it). On a plain module:
+        ``setattr(self, name, block)``."""
+        recv = original.func.value
+        info = self.index.classes[self.current_class]
+        layer = original.args[1].value
+        layout = Layouts(self.rules, self, self.index).of(layer, {})
+        if m.matches(recv, m.Name("self")):
+            if info.container == "sequential":
+                target = "self.layers"
+            elif info.container is None:
+                return call("setattr", arg(cst.Name("self")), *updated.args)
+            else:
+                return None
+        elif m.matches(recv, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
+                recv.attr.value) == "torch.nn.Sequential":
+            target = f"self.{recv.attr.value}.layers"
+            if info.attr_layout.get(recv.attr.value, "torch") not in ("torch", "any") and (
+                    layout not in ("any", info.attr_layout.get(recv.attr.value))):
+                # densenet's features: conv0..pool0 channels-last, then dense blocks
+                raise Untranslatable(
+                    "add_module of a layer in torch's layout into a Sequential built from "
+                    "channels-last layers: its calls give it channels-last input",
+                    rule="torch.nn.Sequential")
+        else:
+            return None
+        if layout == "channels_last":
+            raise Untranslatable("add_module of a channels-last layer into a Sequential: "
+                                 "wrap it with transposes", rule="torch.nn.Sequential")
+        return expr(f"{target}.append({{m}})", m=updated.args[1].value)
+
+    def _partial_of_layer(self, original: cst.Call) -> cst.BaseExpression | None:
+        """``partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)``: a factory with torch's
+        keywords in flax's terms, in the layout the file's factories have (see
+        _layer_class_value)."""
+        first = original.args[0]
+        rule = self.rules.layers.get(self.q(first.value) or "") if not first.keyword else None
+        if rule is not None and _activation_value(rule) is not None and all(
+                a.keyword and a.keyword.value == "inplace" for a in original.args[1:]):
+            return _activation_value(rule)  # partial(nn.SiLU, inplace=True): the function
+        if rule is not None and rule.special == "layer_norm":
+            return self._partial_layer_norm(original, rule)
+        if rule is None or rule.special != "batch_norm":
+            return None
+        b = bind(original.args[1:], rule.params)
+        if b.extra_positional or b.star or set(b.named) - {"eps", "momentum"}:
+            raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps and "
+                                 "momentum", rule=rule.id)
+        momentum = b.get("momentum")
+        m_value = try_literal(momentum, ...) if momentum is not None else 0.1
+        if m_value is None:
+            raise Untranslatable("BatchNorm momentum=None (cumulative moving average) has no "
+                                 "flax equivalent", rule=rule.id)
+        m_text = (repr(round(1 - m_value, 12)) if isinstance(m_value, (int, float))
+                  else f"1 - {code(momentum)}")
+        eps = b.get("eps")
+        parts = [] if self.index.factory_layouts == {rule.layout} else ["axis=1"]
+        parts += [f"momentum={m_text}", f"epsilon={code(eps) if eps is not None else '1e-05'}"]
+        self.need("partial", "nnx")
+        return expr(f"partial(nnx.BatchNorm, {', '.join(parts)})")
+
+    def _partial_layer_norm(self, original: cst.Call, rule: Rule) -> cst.BaseExpression:
+        """``partial(nn.LayerNorm, eps=1e-6)`` (vit's norm_layer): called with the normalized
+        size, like nnx.LayerNorm."""
+        b = bind(original.args[1:], rule.params)
+        if b.extra_positional or b.star or set(b.named) - {"eps", "elementwise_affine", "bias"}:
+            raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps, "
+                                 "elementwise_affine and bias", rule=rule.id)
+        parts = [f"epsilon={code(b.get('eps')) if b.has('eps') else '1e-05'}"]
+        if b.has("elementwise_affine"):
+            parts += [f"use_scale={code(b.get('elementwise_affine'))}",
+                      f"use_bias={code(b.get('elementwise_affine'))}"]
+        elif b.has("bias"):
+            parts.append(f"use_bias={code(b.get('bias'))}")
+        self.need("partial", "nnx")
+        return expr(f"partial(nnx.LayerNorm, {', '.join(parts)})")
+
+    def _activation_factory_call(self, original, updated):
+        """``activation_layer(**params)`` where the parameter defaults to an activation class:
+        the classes passed for it are translated to their functions, so the call is the
+        parameter itself. Only torch's ``inplace`` (or ``**kwargs`` holding it) may be given."""
+        for a in original.args:
+            if not (a.star == "**" or (a.keyword and a.keyword.value == "inplace")):
+                raise Untranslatable(
+                    f"{original.func.value}(...) with arguments: the activation classes passed "
+                    "for it become functions, which take no constructor arguments",
+                    rule="layer-factory")
+        if any(a.star == "**" for a in original.args):
+            self.diag(original, "layer-factory", "info",
+                      f"{original.func.value}(**...): an activation function now, its "
+                      "constructor keywords (inplace) are dropped")
+        return updated.func
+
+    def _module_class_locals(self) -> set[str]:
+        """Names the enclosing function assigns a module class of the file (or of another
+        file of the package) to."""
+        fn = self._fn_stack[-1]
+        found = set()
+        for node in _walk(fn.body):
+            if (isinstance(node, cst.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0].target, cst.Name)
+                    and isinstance(node.value, cst.Name)
+                    and node.value.value in self.index.module_classes):
+                found.add(node.targets[0].target.value)
+        return found
+
+    def _param_default(self, name: str) -> str | None:
+        """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
+        params = self._fn_stack[-1].params
+        for p in (*params.params, *params.kwonly_params):
+            if p.name.value == name and isinstance(p.default, cst.Name):
+                return p.default.value
+        return None
 
     def _with_rngs(self, original, updated: cst.Call):
         if self.linen:
@@ -2031,15 +2434,24 @@ class TorchToJax(cst.CSTTransformer):
                 raise Untranslatable("nn.Sequential mixing channels-last layers (conv, pooling, "
                                      "norm) and other layers in an order not known statically",
                                      rule=rule.id)
-            args = list(updated.args)
+            named = len(original.args) == 1 and ordered_dict_items(
+                original.args[0], layouts.is_ordered_dict) is not None and not self.linen
+            args = self._ordered_dict_values(original, list(updated.args), layouts)
             parent = self.get_metadata(ParentNodeProvider, original, None)
-            if overall == "channels_last" and isinstance(parent, cst.Assign) and isinstance(
-                    parent.targets[0].target, cst.Name):
-                # a Sequential kept in a local (downsample = nn.Sequential(conv, bn)) and handed
-                # on: nothing tracks its layout there, so it takes and returns NCHW itself
+            returned_list = isinstance(parent, cst.Return) and any(
+                a.star == "*" for a in original.args)
+            if overall == "channels_last" and (returned_list or isinstance(
+                    parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Name)):
+                # a Sequential kept in a local (downsample = nn.Sequential(conv, bn)) or returned
+                # from a list (vgg's make_layers) and handed on: nothing tracks its layout there,
+                # so it takes and returns NCHW itself
                 overall = "torch"
             if overall == "torch" and "channels_last" in items:
                 args = self._insert_transposes(args, items)
+            elif named:
+                # nn.Sequential(OrderedDict(...)): the layers in order, and by their names
+                # (self.heads.head)
+                return call("NamedSequential", arg(updated.args[0].value))
             return call(rule.targets["nnx" if self.linen else self.emitter.name], *args)
         if rule.special == "module_list":
             if not updated.args:
@@ -2190,7 +2602,8 @@ class TorchToJax(cst.CSTTransformer):
             return True
         if m.matches(node, m.Attribute(value=m.Name("self"))) and self.current_class:
             info = self.index.classes.get(self.current_class)
-            return bool(info and node.attr.value in info.attr_layout)
+            return bool(info and node.attr.value in info.attr_layout
+                        and node.attr.value not in info.tensor_attrs)
         if isinstance(node, cst.Name) and node.value in ("model", "net", "module"):
             return True
         return False
@@ -2250,6 +2663,54 @@ def _rule_args(site: Site) -> list[cst.Arg]:
     for k, v in rule.emit.items():
         args.append(arg(expr(repr(v)), k))
     return args
+
+
+# torch.nn.Module methods a subclass overrides to adapt state_dict loading / saving
+_STATE_DICT_HOOKS = {"_load_from_state_dict", "_save_to_state_dict",
+                     "_upgrade_state_dict_named", "load_state_dict", "state_dict"}
+
+# tensors made only to be filled in place: torch.empty(...).normal_(std=0.02)
+_FILLED = {"torch.empty", "torch.zeros", "torch.ones", "torch.Tensor", "torch.FloatTensor"}
+
+# a torch conv layer's constructor attributes on nnx.Conv (kernel_size keeps its name)
+_CONV_ATTRS = {"in_channels": "in_features", "out_channels": "out_features",
+               "groups": "feature_group_count"}
+
+
+def _isinstance_of(test: cst.BaseExpression, subject: str) -> cst.Call | None:
+    """The ``isinstance(<subject>, ...)`` call that ``test`` requires (itself, or one operand
+    of an ``and``), or None."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _isinstance_of(test.left, subject) or _isinstance_of(test.right, subject)
+    if (m.matches(test, m.Call(func=m.Name("isinstance"), args=[m.Arg(), m.Arg()]))
+            and code(test.args[0].value) == subject):
+        return test
+    return None
+
+
+def _walk(node: cst.CSTNode):
+    """Every node under ``node`` (pre-order)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+def _activation_value(rule: Rule) -> cst.BaseExpression | None:
+    """A parameterless activation class (nn.ReLU, nn.Hardswish) as a value: its function."""
+    if rule.layout != "any" or rule.weights or rule.special not in (None, "gelu_module"):
+        return None
+    target = rule.targets.get("nnx", "")
+    if not target.startswith("jax.nn."):
+        return None
+    if rule.special == "gelu_module":  # torch's default is the exact erf form
+        return expr(f"partial({target}, approximate=False)")
+    return expr(target)
+
+
+def _is_dotted_text(text: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", text))
 
 
 def _is_dotted(node: cst.BaseExpression) -> bool:

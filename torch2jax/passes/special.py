@@ -288,8 +288,6 @@ def softmax_module(site: Site) -> cst.BaseExpression:
 @special("pool")
 def pool(site: Site) -> cst.BaseExpression:
     n = _spatial_dims(site.rule.torch)
-    if site.lit("ceil_mode") not in (False, None):
-        raise Untranslatable("pooling with ceil_mode=True")
     if site.lit("dilation") not in (1, None):
         raise Untranslatable("max pooling with dilation")
     if site.lit("return_indices") not in (False, None):
@@ -300,6 +298,11 @@ def pool(site: Site) -> cst.BaseExpression:
     stride = site.args.get("stride")
     if stride is None or site.lit("stride") is None:
         stride = k  # torch: stride defaults to the kernel size, flax's to 1
+    ceil_mode = site.lit("ceil_mode")
+    if ceil_mode not in (False, None):
+        if ceil_mode is not True:
+            raise Untranslatable("pooling with a non-literal ceil_mode")
+        return expr("lambda x: " + _ceil_pool(site, n, k, stride, "x", 1))
     out = [arg(expr(site.rule.targets[site.target])), arg(_tuple_of(k, n), "window_shape"),
            arg(_tuple_of(stride, n), "strides")]
     if site.lit("padding") not in (0, None):
@@ -309,18 +312,97 @@ def pool(site: Site) -> cst.BaseExpression:
     return call("partial", *out)
 
 
+def _ints(node: cst.BaseExpression | None, n: int, name: str) -> tuple[int, ...]:
+    value = try_literal(node, ...) if node is not None else 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,) * n
+    if isinstance(value, (tuple, list)) and len(value) == n and all(
+            isinstance(v, int) for v in value):
+        return tuple(value)
+    raise Untranslatable(f"pooling with ceil_mode=True and a non-literal {name}: the padding "
+                         "of the last window is computed from it")
+
+
+def _overhang(k: int, s: int, p: int, d: str) -> str:
+    """How far torch's last ceil_mode window reaches past the symmetric padding ``p`` of an
+    axis of length ``d``. torch takes ``ceil((d + 2p - k) / s) + 1`` windows, dropping the last
+    one when it would start in the right padding: without that rule the overhang is
+    ``(k - 2p - d) % s``; the rule can only bind when ``s > k - p``, and then the right
+    padding is the value congruent to ``p`` + that overhang modulo ``s`` in ``[k - s, k)``."""
+    if s <= k - p:
+        return f"({k - 2 * p} - {d}) % {s}" if k != 2 * p else f"-{d} % {s}"
+    shift = f"({p - 1} + {d})" if p != 1 else d
+    return f"{k - 1 - p} - {shift} % {s}"
+
+
+def _ceil_pool(site: Site, n: int, k_node, s_node, x: str, first: int) -> str:
+    """torch's ceil_mode=True pooling of ``x`` (spatial axes ``first`` .. ``first + n - 1``)
+    as flax's pooling with per-axis right padding, written with the static shape of ``x``.
+    Max pooling pads with -inf (flax's max_pool does). Average pooling divides by the part of
+    each window inside the input and its symmetric padding (torch counts that padding with
+    count_include_pad=True, never the overhang): that padding becomes zeros (jnp.pad) and the
+    overhang is left out of the count with count_include_pad=False."""
+    ks, ss, ps = (_ints(k_node, n, "kernel_size"), _ints(s_node, n, "stride"),
+                  _ints(site.args.get("padding"), n, "padding"))
+    avg = not site.rule.targets[site.target].endswith("max_pool")
+    include_pad = avg and site.lit("count_include_pad") is not False and any(ps)
+
+    def side(k: int, s: int, p: int, d: str) -> str:
+        lo = 0 if include_pad else p
+        hi = _overhang(k, s, p, d)
+        return f"({lo}, {hi})" if include_pad or p == 0 else f"({p}, {p} + {hi})"
+
+    if len(set(zip(ks, ss, ps))) == 1:
+        padding = (f"tuple({side(ks[0], ss[0], ps[0], 'd')} for d in "
+                   f"{x}.shape[{first}:{first + n}])")
+    else:
+        padding = "(" + ", ".join(side(k, s, p, f"{x}.shape[{first + i}]") for i, (k, s, p)
+                                  in enumerate(zip(ks, ss, ps))) + ("," if n == 1 else "") + ")"
+    source = x
+    if include_pad:
+        source = f"jnp.pad({x}, ((0, 0), {', '.join(f'({p}, {p})' for p in ps)}, (0, 0)))"
+    target = site.rule.targets[site.target]
+    window = f"window_shape={code(_tuple_of(k_node, n))}, strides={code(_tuple_of(s_node, n))}"
+    return (f"{target}({source}, {window}, padding={padding}"
+            + (", count_include_pad=False" if avg else "") + ")")
+
+
 @special("adaptive_avg_pool")
 def adaptive_avg_pool(site: Site) -> cst.BaseExpression:
+    """``nn.AdaptiveAvgPool2d(s)`` / ``nn.AdaptiveMaxPool2d(s)`` (NCHW): output size 1 is a
+    mean (max) over the spatial axes; other sizes call the ``adaptive_avg_pool`` helper
+    written into the converted file (torch's overlapping bins, from the static shape)."""
+    return expr("lambda x: " + _adaptive_text(site, "x"))
+
+
+@special("adaptive_pool_function")
+def adaptive_pool_function(site: Site) -> cst.BaseExpression:
+    # x is read once, as a call's first argument: a compound expression needs no name
+    return expr(_adaptive_text(site, code(site.x())))
+
+
+def _adaptive_text(site: Site, x: str) -> str:
     n = _spatial_dims(site.rule.torch)
+    kind = "max" if "max" in site.rule.torch.lower() else "avg"
+    if site.lit("return_indices") not in (False, None):
+        raise Untranslatable("adaptive max pooling with return_indices=True")
+    node = site.get("output_size")
+    if node is None:
+        raise Untranslatable(f"{site.rule.torch} without output_size")
     size = site.lit("output_size")
-    sizes = size if isinstance(size, tuple) else (size,) * n
-    if not all(s == 1 for s in sizes):
-        raise Untranslatable(
-            f"adaptive average pooling to {size}: torch's bins overlap when the size does not "
-            "divide the input; only output size 1 is translated"
-        )
-    axes = "(" + ", ".join(str(2 + i) for i in range(n)) + ("," if n == 1 else "") + ")"
-    return expr(f"lambda x: jnp.mean(x, axis={axes}, keepdims=True)")
+    if isinstance(size, int) or size is None:
+        sizes = (size,) * n
+    elif isinstance(size, (tuple, list)) and len(size) == n and all(
+            v is None or isinstance(v, int) for v in size):
+        sizes = tuple(size)
+    else:
+        # a computed size: the helper takes it as it is (an int is the same for every axis)
+        return f"adaptive_{kind}_pool({x}, {code(_tuple_of(node, n))})"
+    if all(s == 1 for s in sizes):
+        axes = "(" + ", ".join(str(2 + i) for i in range(n)) + ("," if n == 1 else "") + ")"
+        return f"jnp.{'mean' if kind == 'avg' else 'max'}({x}, axis={axes}, keepdims=True)"
+    text = "(" + ", ".join(str(s) for s in sizes) + ("," if n == 1 else "") + ")"
+    return f"adaptive_{kind}_pool({x}, {text})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,7 +422,10 @@ def _sizes(site: Site, first: str = "size") -> cst.BaseExpression:
     if first_node is None:
         raise Untranslatable(f"{site.rule.torch} without a size")
     if not rest:
-        if isinstance(first_node, (cst.Tuple, cst.List)) or not _is_int_like(first_node):
+        if (isinstance(first_node, (cst.Tuple, cst.List, cst.Name))
+                or not _is_int_like(first_node)):
+            # a name may hold an int or a sequence of sizes (size = [1] * x.ndim): jnp takes
+            # either as it is
             return first_node
         return expr("({a},)", a=first_node)
     items = [first_node, *rest]

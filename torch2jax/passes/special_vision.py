@@ -280,3 +280,33 @@ def interpolate(site: Site) -> cst.BaseExpression:
         raise Untranslatable("F.interpolate of a compound expression: assign it to a name first")
     return expr(_resize(site, code(x)))
 
+
+
+# --------------------------------------------------------------------------------------------
+# TorchScript / tracing queries
+# --------------------------------------------------------------------------------------------
+
+
+@special("false")
+def false(site: Site) -> cst.BaseExpression:
+    """``torch.jit.is_scripting()`` and the like: JAX code is never TorchScript."""
+    return expr("False")
+
+
+@special("jit_annotate")
+def jit_annotate(site: Site) -> cst.BaseExpression:
+    """``torch.jit.annotate(T, value)`` only types ``value`` for TorchScript."""
+    value = site.get("the_value")
+    if value is None:
+        raise Untranslatable("torch.jit.annotate without a value")
+    return value
+
+
+@special("random_fill")
+def random_fill(site: Site) -> cst.BaseExpression:
+    """``noise.bernoulli_(p)``: an in-place draw from torch's global generator (stochastic
+    depth's row mask). JAX draws need a key that this call site does not have."""
+    raise Untranslatable(
+        f"x.{site.rule.torch}(...) fills x in place from torch's global random generator: "
+        f"draw it with {site.rule.jax}(key, ...) from an explicit key (an nnx.Rngs stream of "
+        "the module that calls this)")

@@ -19,6 +19,7 @@ import ast
 import importlib
 import importlib.util
 import itertools
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -61,8 +62,13 @@ def _relative_imports(source: str, module: str, is_package: bool) -> list[tuple[
     """(absolute module name, imported names) for each relative ``from ... import``."""
     package = module if is_package else module.rpartition(".")[0]
     out = []
+    top = module.split(".")[0]
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.level > 0:
+        if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                and node.module.split(".")[0] == top):
+            # from torchvision.ops import StochasticDepth: the package's own module, absolutely
+            out.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
             target = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
             names = [a.name for a in node.names]
             if node.module is None:  # from . import sub: the names are submodules
@@ -73,11 +79,14 @@ def _relative_imports(source: str, module: str, is_package: bool) -> list[tuple[
 
 
 def _names_in_functions(source: str) -> set[str]:
-    """Names read inside function bodies (where layers are built and called)."""
+    """Names read inside function bodies (where layers are built and called), and the base
+    classes named by the file's classes."""
     used = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             used |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.ClassDef):  # class MLPBlock(MLP): a layer class too
+            used |= {b.id for b in node.bases if isinstance(b, ast.Name)}
     return used
 
 
@@ -96,6 +105,24 @@ def _layer_classes(module_name: str, names: list[str], used: set[str]) -> set[st
         if name in used and isinstance(value, type) and issubclass(value, torch.nn.Module):
             found.add(name)
     return found
+
+
+def _moved_layer_classes(package: str, classes: set[str]) -> dict[str, str]:
+    """{class: submodule} for the layer classes a package re-exports from a submodule of its
+    own (torchvision.ops.StochasticDepth is torchvision.ops.stochastic_depth's)."""
+    try:
+        _, is_package = _source_of(package)
+        original = importlib.import_module(package)
+    except ImportError:
+        return {}
+    if not is_package:
+        return {}
+    moved = {}
+    for name in classes:
+        home = getattr(getattr(original, name, None), "__module__", "") or ""
+        if home.startswith(package + ".") and "." not in home[len(package) + 1:]:
+            moved[name] = home[len(package) + 1:]
+    return moved
 
 
 def _source_of(module_name: str) -> tuple[Path, bool]:
@@ -118,8 +145,14 @@ import importlib as _importlib
 from pathlib import Path as _Path
 
 
+# layer classes the original package re-exports from a converted submodule of it
+_REEXPORTED = {reexported!r}
+
+
 def __getattr__(name):
     here = _Path(__file__).parent
+    if name in _REEXPORTED:
+        return getattr(_importlib.import_module(__name__ + "." + _REEXPORTED[name]), name)
     if (here / (name + ".py")).is_file() or (here / name / "__init__.py").is_file():
         return _importlib.import_module(__name__ + "." + name)
     return getattr(_importlib.import_module("{original}"), name)
@@ -140,6 +173,7 @@ def convert_package_file(
     alias = f"{top}_jax_{next(_counter)}"
     rank = {"alias": 0, "copy": 1, "convert": 2}
     modes: dict[str, str] = {}
+    reexported: dict[str, dict[str, str]] = {}  # package -> {layer class: its submodule}
     work = [(name, "convert")]
     todos = 0
 
@@ -164,9 +198,17 @@ def convert_package_file(
         deps = _relative_imports(source, module, is_package)
         layers = {dep: _layer_classes(dep, names, used) for dep, names in deps
                   if mode == "convert"}
+        for dep, classes in layers.items():
+            moved = _moved_layer_classes(dep, classes)
+            if moved:  # from ..ops import StochasticDepth: convert ops/stochastic_depth.py
+                reexported.setdefault(dep, {}).update(moved)
+                work += [(f"{dep}.{sub}", "convert") for sub in set(moved.values())]
         if mode == "convert":
             code, n = convert(file, set().union(*layers.values()))
             todos += n
+            # the package's own modules imported absolutely come from the mirror too
+            code = re.sub(rf"^(\s*)from {top}(\.[\w.]+)? import", rf"\1from {alias}\2 import",
+                          code, flags=re.MULTILINE)
         elif mode == "copy":  # runs as in torch, with registries of its own
             code = source
         else:
@@ -178,7 +220,8 @@ def convert_package_file(
             continue
         for dep, _ in deps:
             if mode == "convert":
-                work.append((dep, "convert" if layers[dep] else "copy"))
+                convert_dep = layers[dep] and not (layers[dep] <= set(reexported.get(dep, {})))
+                work.append((dep, "convert" if convert_dep else "copy"))
             else:
                 work.append((dep, "alias"))
     # every package directory of the mirror forwards the names it does not hold itself
@@ -187,5 +230,6 @@ def convert_package_file(
         init = directory / "__init__.py"
         if not init.exists():
             original = ".".join([top, *directory.relative_to(package).parts])
-            init.write_text(_PACKAGE.format(original=original))
+            init.write_text(_PACKAGE.format(original=original,
+                                            reexported=reexported.get(original, {})))
     return target_of(name, path.name == "__init__.py"), todos
