@@ -17,13 +17,10 @@ torch's numbers.
 from __future__ import annotations
 
 import ast
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from launch import torchrun_env
+from launch import final_accuracy
 
 from torch2jax.convert import convert_source
 from torch2jax.verify.trajectory import TrainSpec
@@ -34,7 +31,6 @@ EXPECTED = ROOT / "fixtures" / "expected" / "equinox" / "training"
 SCRIPTS = sorted(TRAINING.glob("*.py"))
 MARKED = {"gpt_param_groups"}  # what still has TODOs under equinox (docs/equinox.md)
 CLEAN = [p for p in SCRIPTS if p.stem not in MARKED]
-FINAL = re.compile(r"^final_accuracy=(?P<value>[0-9]*\.?[0-9]+)$", re.MULTILINE)
 WITHIN = 0.03
 TIMEOUT_S = 300
 
@@ -154,16 +150,6 @@ def test_a_helper_that_trains_and_returns_a_value_is_marked() -> None:
     ast.parse(result.code)
 
 
-def _accuracy(script: Path, cwd: Path) -> float:
-    done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, check=False, env=torchrun_env())
-    assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-3000:]}"
-    found = FINAL.findall(done.stdout)
-    match = FINAL.search(done.stdout)
-    assert len(found) == 1 and match is not None, done.stdout[-2000:]
-    return float(match["value"])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.stem)
 def test_converted_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Path) -> None:
@@ -171,8 +157,8 @@ def test_converted_script_reaches_torch_accuracy(path: Path, converted, tmp_path
     script.write_text(converted[path.stem].code)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    jax_acc = _accuracy(script, run_dir)
-    torch_acc = _accuracy(path, run_dir)
+    jax_acc = final_accuracy(script, run_dir, TIMEOUT_S)
+    torch_acc = final_accuracy(path, run_dir, TIMEOUT_S)
     print(f"{path.stem}: torch {torch_acc:.4f}  equinox {jax_acc:.4f}")
     assert abs(jax_acc - torch_acc) <= WITHIN, (torch_acc, jax_acc)
     assert list(run_dir.iterdir()) == [], "a training script wrote files"

@@ -12,13 +12,10 @@ tests/test_training_fixtures.py) plus a margin: 0.03.
 from __future__ import annotations
 
 import ast
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from launch import torchrun_env
+from launch import final_accuracy
 
 from torch2jax.convert import convert_source
 
@@ -26,7 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TRAINING = ROOT / "fixtures" / "training"
 EXPECTED = ROOT / "fixtures" / "expected" / "nnx" / "training"
 SCRIPTS = sorted(TRAINING.glob("*.py"))
-FINAL = re.compile(r"^final_accuracy=(?P<value>[0-9]*\.?[0-9]+)$", re.MULTILINE)
 WITHIN = 0.03
 TIMEOUT_S = 300
 
@@ -70,16 +66,6 @@ def test_training_step_is_jitted(path: Path, converted) -> None:
     assert ".backward()" not in code and ".zero_grad(" not in code
 
 
-def _accuracy(script: Path, cwd: Path) -> float:
-    done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, check=False, env=torchrun_env())
-    assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-3000:]}"
-    found = FINAL.findall(done.stdout)
-    match = FINAL.search(done.stdout)
-    assert len(found) == 1 and match is not None, done.stdout[-2000:]
-    return float(match["value"])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
 def test_converted_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Path) -> None:
@@ -87,8 +73,8 @@ def test_converted_script_reaches_torch_accuracy(path: Path, converted, tmp_path
     script.write_text(converted[path.stem].code)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    jax_acc = _accuracy(script, run_dir)
-    torch_acc = _accuracy(path, run_dir)
+    jax_acc = final_accuracy(script, run_dir, TIMEOUT_S)
+    torch_acc = final_accuracy(path, run_dir, TIMEOUT_S)
     print(f"{path.stem}: torch {torch_acc:.4f}  jax {jax_acc:.4f}")
     assert abs(jax_acc - torch_acc) <= WITHIN, (torch_acc, jax_acc)
     assert list(run_dir.iterdir()) == [], "a training script wrote files"

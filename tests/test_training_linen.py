@@ -13,13 +13,10 @@ NNX code.
 from __future__ import annotations
 
 import ast
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from launch import torchrun_env
+from launch import final_accuracy
 from test_training_scripts import HEADER, _close, _run
 from test_training_scripts import SCRIPTS as CONSTRUCTS
 
@@ -29,7 +26,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TRAINING = ROOT / "fixtures" / "training"
 EXPECTED = ROOT / "fixtures" / "expected" / "linen" / "training"
 SCRIPTS = sorted(TRAINING.glob("*.py"))
-FINAL = re.compile(r"^final_accuracy=(?P<value>[0-9]*\.?[0-9]+)$", re.MULTILINE)
 WITHIN = 0.03
 TIMEOUT_S = 300
 
@@ -134,16 +130,6 @@ def test_schedules_set_the_learning_rate_in_the_train_state(converted) -> None:
     assert "tx=optimizer" in gpt
 
 
-def _accuracy(script: Path, cwd: Path) -> float:
-    done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, check=False, env=torchrun_env())
-    assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-3000:]}"
-    found = FINAL.findall(done.stdout)
-    match = FINAL.search(done.stdout)
-    assert len(found) == 1 and match is not None, done.stdout[-2000:]
-    return float(match["value"])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.stem)
 def test_linen_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Path) -> None:
@@ -151,8 +137,8 @@ def test_linen_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Pa
     script.write_text(converted[path.stem].code)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    jax_acc = _accuracy(script, run_dir)
-    torch_acc = _accuracy(path, run_dir)
+    jax_acc = final_accuracy(script, run_dir, TIMEOUT_S)
+    torch_acc = final_accuracy(path, run_dir, TIMEOUT_S)
     print(f"{path.stem}: torch {torch_acc:.4f}  linen {jax_acc:.4f}")
     assert abs(jax_acc - torch_acc) <= WITHIN, (torch_acc, jax_acc)
     assert list(run_dir.iterdir()) == [], "a training script wrote files"
