@@ -1218,7 +1218,7 @@ class TorchToJax(cst.CSTTransformer):
             # calls in it (evaluation) go through one jit-compiled eval step
             body = list(updated_node.body.body)
             if not self.in_module_class() and self.linen:
-                jitted = lt.EvalCalls(self._model_names())
+                jitted = tr.JitModelCalls(self._model_names(), extra=(lt.VARIABLES,))
                 body = [b.visit(jitted) for b in body]
                 if jitted.count:
                     self._eval_step = True

@@ -556,11 +556,13 @@ EVAL_STEP = "eval_step"
 
 
 class JitModelCalls(cst.CSTTransformer):
-    """``model(x)`` -> ``eval_step(model, x)`` in evaluation code (former no_grad blocks)."""
+    """``model(x)`` -> ``eval_step(model, *extra, x)`` in evaluation code (former no_grad
+    blocks); linen passes its variables as ``extra``."""
 
-    def __init__(self, models: set[str]) -> None:
+    def __init__(self, models: set[str], extra: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.models = models
+        self.extra = extra
         self.count = 0
 
     def visit_FunctionDef(self, node) -> bool:
@@ -574,7 +576,8 @@ class JitModelCalls(cst.CSTTransformer):
         if isinstance(f, cst.Name) and f.value in self.models and not any(
                 a.keyword or a.star for a in updated_node.args):
             self.count += 1
-            return call(EVAL_STEP, arg(f), *updated_node.args)
+            return call(EVAL_STEP, arg(f), *(arg(cst.Name(e)) for e in self.extra),
+                        *updated_node.args)
         return updated_node
 
 

@@ -395,29 +395,6 @@ def lr_slot(quote: str = '"') -> str:
 
 
 # ---------------------------------------------------------------------------- evaluation
-class EvalCalls(cst.CSTTransformer):
-    """``model(x)`` -> ``eval_step(model, variables, x)`` in evaluation code."""
-
-    def __init__(self, models: set[str]) -> None:
-        super().__init__()
-        self.models = models
-        self.count = 0
-
-    def visit_FunctionDef(self, node) -> bool:
-        return False
-
-    def visit_Lambda(self, node) -> bool:
-        return False
-
-    def leave_Call(self, original_node, updated_node):
-        f = updated_node.func
-        if isinstance(f, cst.Name) and f.value in self.models and not any(
-                a.keyword or a.star for a in updated_node.args):
-            self.count += 1
-            return call(EVAL_STEP, arg(f), arg(cst.Name(VARIABLES)), *updated_node.args)
-        return updated_node
-
-
 def eval_step_function() -> cst.FunctionDef:
     fn = cst.parse_statement(
         f"@partial(jax.jit, static_argnums=0)\ndef {EVAL_STEP}(model, variables, *inputs):\n"
