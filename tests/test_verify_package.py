@@ -29,12 +29,16 @@ FILES = {
     # torchvision.ops re-exports its layers: efficientnet imports StochasticDepth from there
     "ops/__init__.py": "from .blocks import ConvBlock, ConvNormAct\n",
     "ops/blocks.py": '''
+        import torch
         import torch.nn as nn
 
 
         class ConvBlock(nn.Module):
-            def __init__(self, cin, cout):
+            scaled: torch.jit.Final[bool]  # a TorchScript constant: the type itself
+
+            def __init__(self, cin, cout, device: torch.device = None):
                 super().__init__()
+                self.scaled = False
                 self.conv = nn.Conv2d(cin, cout, 3, padding=1)
                 self.bn = nn.BatchNorm2d(cout)
 
@@ -59,11 +63,14 @@ FILES = {
                 super().__init__(*layers)
                 self.out_channels = cout
     ''',
+    # a subpackage nothing of which is converted, imported absolutely (timm.data's constants)
+    "data/__init__.py": "SHIFT = (0.25, 0.5)\n",
     "models/__init__.py": "",
     "models/net.py": '''
         import torch
         import torch.nn as nn
 
+        from tinyvision.data import SHIFT
         from tinyvision.ops import ConvNormAct  # absolute, through the package's re-export
 
         from .._registry import register
@@ -71,7 +78,7 @@ FILES = {
 
 
         class Net(nn.Module):
-            def __init__(self, num_classes=10, norm_layer=None):
+            def __init__(self, num_classes=10, norm_layer=None, linear_layer=nn.Linear):
                 super().__init__()
                 if norm_layer is None:
                     norm_layer = nn.BatchNorm2d  # handed to ConvNormAct: channels-first there
@@ -83,10 +90,10 @@ FILES = {
                 layers.extend([nn.Conv2d(4, 6, 1, bias=False), norm_layer(6)])
                 layers.append(ConvNormAct(6, 6, stride=2, activation_layer=nn.Hardswish))
                 self.conv = nn.Sequential(*layers)
-                self.fc = nn.Linear(6, num_classes)
+                self.fc = linear_layer(6, num_classes, bias=True)  # timm's Mlp
 
             def forward(self, x):
-                x = self.conv(self.block(x))
+                x = self.conv(self.block(x - SHIFT[1]))
                 return self.fc(torch.mean(x, dim=(2, 3)))
 
 

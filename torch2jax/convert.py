@@ -6,6 +6,7 @@ This is the library entry point; the CLI, the verifier and the tests call
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -161,7 +162,11 @@ def _existing_imports(module: cst.Module) -> set[str]:
 
 
 def _add_imports(module: cst.Module, needed: set[str]) -> cst.Module:
-    missing = [k for k in IMPORT_ORDER if k in needed and k not in _existing_imports(module)]
+    text = module.code
+    # a name noted while rewriting a part that a later rewrite replaced (partial(nnx.max_pool,
+    # ...)(x) -> nnx.max_pool(x, ...)) needs no import
+    missing = [k for k in IMPORT_ORDER if k in needed and k not in _existing_imports(module)
+               and re.search(rf"\b{IMPORT_LINES[k].split()[-1]}\b", text)]
     if not missing:
         return module
     body = list(module.body)

@@ -86,6 +86,19 @@ for _n in (1, 2, 3):
     helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(n=_n))
 
 
+helper("Linear", {"jnp", "nnx"}, '''
+class Linear(nnx.Linear):
+    """nn.Linear for code that hands the layer class around as a value (linear_layer=nn.Linear):
+    torch's arguments over an nnx.Linear (bias= is use_bias=, dtype= the parameters' dtype;
+    device= has no meaning: JAX places arrays by sharding)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
+                 dtype=None, *, rngs: nnx.Rngs) -> None:
+        super().__init__(in_features, out_features, use_bias=bias,
+                         param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
+''')
+
+
 helper("NamedSequential", {"Any", "nnx"}, '''
 class NamedSequential(nnx.Sequential):
     """nn.Sequential(OrderedDict(...)): the layers run in order (layers[i]) and are also
@@ -120,6 +133,10 @@ class _Names(cst.CSTVisitor):
     def visit_Name(self, node: cst.Name) -> None:
         if node.value in HELPERS:
             self.used.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # nnx.Linear is not the Linear helper
+        return False
 
 
 def _defined(module: cst.Module) -> set[str]:

@@ -94,6 +94,8 @@ class TorchToJax(cst.CSTTransformer):
         self._unpack: dict[int, int] = {}
         self._loop_layouts: list[dict[str, str]] = []
         self._device_names: set[str] = set()
+        # factory keyword dicts, dd = {"device": device, "dtype": dtype} -> their dtype value
+        self._factory_dicts: dict[str, cst.BaseExpression | None] = {}
         self.layouts: Layouts | None = None
         self.torch_used_after = False
         self.training = training or TrainingIndex()
@@ -511,6 +513,22 @@ class TorchToJax(cst.CSTTransformer):
                 # first set to None static unless it is marked as data
                 self.need("nnx")
                 return updated_node.with_changes(value=expr("nnx.data(None)"))
+        factory = _factory_dict(updated_node.value) if isinstance(target, cst.Name) else None
+        if factory is not None:
+            # dd = {"device": device, "dtype": dtype}, handed on as **dd: JAX places arrays by
+            # sharding, so the device entry goes (an NNX layer would refuse device=)
+            self._factory_dicts[target.value] = factory.get("dtype")
+            if "device" in factory:
+                self.diag(original_node, "factory-kwargs", "info",
+                          f"{target.value}: the device entry is dropped (JAX places arrays by "
+                          "sharding); torch layers built with it take no dtype either")
+                kept = [e for e in updated_node.value.elements
+                        if e.key.evaluated_value != "device"]
+                if kept:
+                    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                return updated_node.with_changes(value=updated_node.value.with_changes(
+                    elements=kept))
+            return updated_node
         # device bookkeeping: device = torch.device(...), device = x.device
         if isinstance(target, cst.Name) and _is_device_expr(original_node.value, self):
             self._device_names.add(target.value)
@@ -1529,6 +1547,11 @@ class TorchToJax(cst.CSTTransformer):
         return lr
 
     def leave_Subscript(self, original_node, updated_node):
+        if (self._in_annotation and self.q(original_node.value) in _FINAL
+                and len(updated_node.slice) == 1
+                and isinstance(updated_node.slice[0].slice, cst.Index)):
+            # dynamic_img_pad: torch.jit.Final[bool] (a TorchScript constant): the type itself
+            return updated_node.slice[0].slice.value
         lr = self._group_lr(original_node)
         if lr is not None:
             return lr
@@ -1551,7 +1574,7 @@ class TorchToJax(cst.CSTTransformer):
     def _annotation_type(self, original: cst.BaseExpression) -> cst.BaseExpression | None:
         """A torch type named in an annotation (``Tensor``, ``nn.Conv2d``), in JAX terms."""
         q = self.q(original)
-        if not q or not q.startswith("torch."):
+        if not q or not q.startswith("torch.") or q in _FINAL:
             return None
         if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.BoolTensor",
                  "torch.nn.parameter.Parameter", "torch.nn.Parameter"):
@@ -1560,6 +1583,9 @@ class TorchToJax(cst.CSTTransformer):
         if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
             self.need("nnx")
             return expr(self.emitter.module_base)
+        if q in _ANNOTATION_TYPES:  # device: torch.device, dtype: torch.dtype
+            self.need(_ANNOTATION_TYPES[q].split(".")[0])
+            return expr(_ANNOTATION_TYPES[q])
         rule = self.rules.layers.get(q)
         target = rule.targets.get("nnx") if rule else None
         if target and re.fullmatch(r"nnx\.[A-Z]\w*", target):
@@ -1626,6 +1652,15 @@ class TorchToJax(cst.CSTTransformer):
             # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
             # wherever the value goes: a helper class with that signature and torch's layout
             return cst.Name(f"Conv{_spatial_dims(rule.torch)}d")
+        if rule.torch == "torch.nn.Linear" and self.emitter.name == "nnx" and not self.linen:
+            # linear_layer = nn.Linear, called with torch's arguments (bias=): a helper class
+            # with that signature over nnx.Linear
+            return cst.Name("Linear")
+        if rule.special == "layer_norm" and self.emitter.name == "nnx" and not self.linen:
+            # norm_layer = nn.LayerNorm, called with the normalized size as nnx.LayerNorm is;
+            # torch's eps (1e-5) written out, flax's default is 1e-6
+            self.need("partial", "nnx")
+            return expr("partial(nnx.LayerNorm, epsilon=1e-05)")
         activation = _activation_value(rule)
         if activation is not None and not self.linen:
             # activation_layer = nn.ReLU6: the function itself; the calls of a parameter
@@ -1922,6 +1957,8 @@ class TorchToJax(cst.CSTTransformer):
         if self.linen and isinstance(original_node.func, cst.Name) and (
                 original_node.func.value in self._lt_evaluators) and not self._class_stack:
             updated_node = self._lt_pass_variables(original_node, updated_node)
+        if self._factory_dicts:
+            updated_node = self._factory_dict_call(original_node, updated_node)
         try:
             result = self._rewrite_call(original_node, updated_node)
         except Untranslatable as exc:
@@ -1930,6 +1967,7 @@ class TorchToJax(cst.CSTTransformer):
                       exc.message)
             return updated_node
         if result is not updated_node:
+            result = _call_partial(result)
             self._note_imports(result)
             if isinstance(result, cst.BaseExpression) and needs_parens(result) and isinstance(
                     self.get_metadata(ParentNodeProvider, original_node, None),
@@ -1939,6 +1977,33 @@ class TorchToJax(cst.CSTTransformer):
                 # x @ w.T + b inside a - ...: keep the operator precedence of the call
                 result = result.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return result
+
+    def _factory_dict_call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``torch.ones(n, **dd)`` / ``nn.Linear(a, b, **dd)`` with ``dd`` a factory keyword dict:
+        a torch function that takes a dtype gets ``dtype=`` (the dict's value); a torch layer
+        drops it, as its explicit ``device=``/``dtype=`` are dropped. Other callees (module
+        classes of the project, parameters holding a layer class) keep ``**dd``, now without
+        its device."""
+        name = self.q(original.func) or ""
+        rule = self.rules.functions.get(name) or self.rules.layers.get(name)
+        if rule is None:
+            return updated
+        args, dtype = [], None
+        for a in updated.args:
+            if (a.star == "**" and isinstance(a.value, cst.Name)
+                    and a.value.value in self._factory_dicts):
+                dtype = self._factory_dicts[a.value.value] or expr(
+                    f'{a.value.value}.get("dtype")')
+                continue
+            args.append(a)
+        if len(args) == len(updated.args):
+            return updated
+        if (dtype is not None and "dtype" in rule.params and "dtype" not in rule.drop
+                and not any(a.keyword and a.keyword.value == "dtype" for a in args)):
+            args.append(arg(dtype, "dtype"))
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=args)
 
     def _data_call(self, original: cst.Call, updated: cst.Call, name: str
                    ) -> cst.BaseExpression | None:
@@ -2526,6 +2591,10 @@ class TorchToJax(cst.CSTTransformer):
 
     # ------------------------------------------------------------------ layout
     def _layout_of_callee(self, func: cst.BaseExpression) -> str | None:
+        if isinstance(func, cst.Call):
+            # a layer built and called on the spot: nn.MaxPool2d(3)(x)
+            rule = self.rules.layers.get(self.q(func.func) or "")
+            return rule.layout if rule is not None else None
         if self.current_class is None:
             return None
         info = self.index.classes.get(self.current_class)
@@ -2574,7 +2643,8 @@ class TorchToJax(cst.CSTTransformer):
         inner = first.value
         cl = inner.args[0].value if m.matches(inner, _FROM_CL) else expr(
             "jnp.moveaxis({x}, 1, -1)", x=inner)
-        new = updated.with_changes(args=[first.with_changes(value=cl), *updated.args[1:]])
+        new = _call_partial(updated.with_changes(args=[first.with_changes(value=cl),
+                                                       *updated.args[1:]]))
         return expr("jnp.moveaxis({y}, -1, 1)", y=new)
 
     def _rule_call(self, original, updated: cst.Call, rule: Rule, ctor: cst.Call):
@@ -2742,6 +2812,38 @@ def _call_name(node: cst.Call) -> str:
     if isinstance(f, cst.Name):
         return f.value
     return "call"
+
+
+_FINAL = {"torch.jit.Final", "torch.jit.annotations.Final"}
+_ANNOTATION_TYPES = {"torch.device": "jax.Device", "torch.dtype": "jnp.dtype",
+                     "torch.Size": "tuple[int, ...]"}
+
+
+def _call_partial(node):
+    """``partial(f, k=v)(x)`` (a layer built and called on the spot) -> ``f(x, k=v)``."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Call)
+            and m.matches(node.func.func, m.Name("partial")) and node.func.args
+            and all(a.keyword is not None for a in node.func.args[1:])
+            and all(a.keyword is None and not a.star for a in node.args)):
+        return node
+    return node.with_changes(func=node.func.args[0].value, args=_fix_commas(
+        [*node.args, *node.func.args[1:]]))
+
+
+def _factory_dict(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
+    """``{"device": device, "dtype": dtype}`` (either key or both, nothing else): torch's
+    factory keyword arguments gathered to be passed on as ``**dd``."""
+    if not isinstance(node, cst.Dict) or not node.elements:
+        return None
+    out = {}
+    for e in node.elements:
+        if not isinstance(e, cst.DictElement) or not isinstance(e.key, cst.SimpleString):
+            return None
+        key = e.key.evaluated_value
+        if key not in ("device", "dtype"):
+            return None
+        out[key] = e.value
+    return out
 
 
 def _is_device_expr(node: cst.BaseExpression, t: TorchToJax) -> bool:

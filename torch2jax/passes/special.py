@@ -450,6 +450,20 @@ def _dtype_kw(site: Site) -> list[cst.Arg]:
     return [arg(d, "dtype")] if d is not None else []
 
 
+@special("addcmul")
+def addcmul(site: Site) -> cst.BaseExpression:
+    """torch.addcmul / addcdiv: ``input + value * tensor1 (*|/) tensor2`` (the rule's jax field
+    names the operator)."""
+    op = site.rule.jax
+    value = site.args.get("value")
+    parts = {"x": site.x(), "a": site.args.get("tensor1"), "b": site.args.get("tensor2")}
+    if parts["a"] is None or parts["b"] is None:
+        raise Untranslatable(f"{site.rule.torch}: missing tensor1/tensor2", rule=site.rule.id)
+    if value is None:
+        return expr("{x} + {a} " + op + " {b}", **parts)
+    return expr("{x} + {v} * {a} " + op + " {b}", v=value, **parts)
+
+
 @special("creation")
 def creation(site: Site) -> cst.BaseExpression:
     """torch.zeros/ones/empty/rand-free creation with size varargs."""

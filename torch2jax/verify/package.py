@@ -176,6 +176,7 @@ def convert_package_file(
     reexported: dict[str, dict[str, str]] = {}  # package -> {layer class: its submodule}
     work = [(name, "convert")]
     todos = 0
+    forwarded: set[str] = set()
 
     def target_of(module: str, is_package: bool) -> Path:
         rel = module.split(".")[1:]
@@ -191,7 +192,10 @@ def convert_package_file(
         except ImportError:
             continue
         if is_package and mode != "convert":
-            continue  # the mirror's own __init__ (below) forwards to the original package
+            # the mirror's own __init__ (below) forwards to the original package: from
+            # timm.data import IMAGENET_DEFAULT_MEAN, with nothing of timm.data converted
+            forwarded.add(module)
+            continue
         modes[module] = mode
         source = file.read_text()
         used = _names_in_functions(source) if mode == "convert" else set()
@@ -226,6 +230,8 @@ def convert_package_file(
                 work.append((dep, "alias"))
     # every package directory of the mirror forwards the names it does not hold itself
     package = out_dir / alias
+    for module in forwarded:
+        target_of(module, True).parent.mkdir(parents=True, exist_ok=True)
     for directory in [package, *(p for p in package.rglob("*") if p.is_dir())]:
         init = directory / "__init__.py"
         if not init.exists():

@@ -1,0 +1,98 @@
+"""Engine cases met in code we did not write (timm, torchvision): each converted and run against
+torch numerically."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+jnp = pytest.importorskip("jax.numpy")
+
+from torch2jax.convert import convert_source
+from torch2jax.verify.run import VerifyRequest, run_request
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+
+
+def _errors(result) -> list[str]:
+    return [d.render() for d in result.diagnostics if d.severity == "error"]
+
+
+@pytest.mark.parametrize("body", [
+    "return nn.MaxPool2d(3)(x)",
+    "return nn.ReLU()(x)[:, :, 1:, 1:] + nn.AvgPool2d(2, stride=1)(x)",
+    "y = nn.MaxPool2d(2, ceil_mode=True)(x)\n    return nn.AdaptiveAvgPool2d(1)(y)",
+])
+def test_layer_built_and_called_inline_keeps_torch_layout(body):
+    """``nn.MaxPool2d(3)(x)`` in a plain function: flax pools channels-last, so the NCHW input
+    is moved in and out, as for a pooling attribute of a module (and no partial() is left)."""
+    source = HEADER + f"def f(x):\n    {body}\n"
+    result = convert_source(source, path="<inline>")
+    assert not _errors(result), result.code
+    assert "partial" not in result.code, result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    x = np.random.default_rng(0).standard_normal((2, 3, 7, 9)).astype(np.float32)
+    want = ns_t["f"](torch.from_numpy(x)).numpy()
+    got = np.asarray(ns_j["f"](jnp.asarray(x)))
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+FACTORY = HEADER + textwrap.dedent('''
+    class Affine(nn.Module):
+        def __init__(self, dim, device=None, dtype=None):
+            super().__init__()
+            dd = {'device': device, 'dtype': dtype}
+            self.alpha = nn.Parameter(torch.ones((1, 1, dim), **dd))
+            self.beta = nn.Parameter(torch.zeros((1, 1, dim), **dd))
+
+        def forward(self, x):
+            return torch.addcmul(self.beta, self.alpha, x)
+
+
+    class Block(nn.Module):
+        """timm's style: torch's factory keywords gathered in a dict and handed on as **dd to
+        torch layers, to a layer class held in a parameter and to the project's own modules."""
+
+        def __init__(self, dim, norm_layer=nn.LayerNorm, device=None, dtype=None):
+            super().__init__()
+            dd = {'device': device, 'dtype': dtype}
+            self.norm = norm_layer(dim, **dd)
+            self.fc = nn.Linear(dim, dim, **dd)
+            self.affine = Affine(dim, **dd)
+            self.ls = nn.Parameter(0.5 * torch.ones(dim, **dd))
+
+        def forward(self, x):
+            return x + self.ls * self.affine(self.fc(self.norm(x))).addcdiv(x, 2 + x * x)
+''')
+
+
+@pytest.fixture(scope="module")
+def factory_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("factory") / "factory.py"
+    path.write_text(FACTORY)
+    return path
+
+
+def test_factory_keyword_dict_loses_its_device():
+    result = convert_source(FACTORY, path="factory.py")
+    assert not _errors(result), result.code
+    assert "device" not in result.code.split("def __init__(self, dim, norm_layer")[1].split(
+        "def __call__")[0].replace("device=None", ""), result.code
+    assert "jnp.ones((1, 1, dim), dtype=dtype)" in result.code
+    assert "nnx.Linear(dim, dim, rngs=rngs)" in result.code  # a torch layer drops dtype
+
+
+def test_factory_keyword_dict_verifies(factory_file):
+    result = run_request(VerifyRequest(f"{factory_file}::Block", args={"dim": 6},
+                                       inputs=("float32[2,3,6]",), grad=True,
+                                       atol=1e-5, rtol=1e-5))
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch
+    assert sum(1 for c in result.compared if c.startswith("grad ")) >= 6
