@@ -168,6 +168,12 @@ SPLITS = textwrap.dedent('''
         head = Subset(full, [0, 1, 2])
         return (DataLoader(train_set, batch_size=4), DataLoader(val_set, batch_size=4),
                 DataLoader(head, batch_size=2))
+
+
+    def fractions(x, y):
+        parts = random_split(TensorDataset(x, y), [0.7, 0.2, 0.1],
+                             generator=torch.Generator().manual_seed(3))
+        return [DataLoader(p, batch_size=100) for p in parts]
 ''')
 
 
@@ -188,6 +194,24 @@ def test_random_split_and_subset() -> None:
     assert np.array_equal(train_y, again)
     assert all(np.array_equal(xb[:, 0], yb) for xb, yb in train)
     assert [np.asarray(yb).tolist() for _, yb in head] == [[0, 1], [2]]
+
+
+@pytest.mark.parametrize("n", [10, 11, 13, 29])
+def test_random_split_fractions_take_torch_lengths(n: int) -> None:
+    """[0.7, 0.2, 0.1] of n items: torch's lengths (floor each, the remainder one by one from
+    the first split), disjoint, together the whole dataset."""
+    torch = pytest.importorskip("torch")
+    result = convert_source(SPLITS, path="splits.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "def split_fractions(" in result.code
+    namespace: dict = {}
+    exec(compile(result.code, "splits.py", "exec"), namespace)  # noqa: S102 (our snippet)
+    x = np.arange(n, dtype=np.float32)[:, None]
+    got = [np.concatenate([yb for _, yb in loader]) if len(loader) else np.array([])
+           for loader in namespace["fractions"](x, np.arange(n))]
+    want = [len(p) for p in torch.utils.data.random_split(range(n), [0.7, 0.2, 0.1])]
+    assert [len(g) for g in got] == want
+    assert sorted(np.concatenate(got).tolist()) == list(range(n))
 
 
 def test_shard_option_is_checked(tmp_path: Path) -> None:

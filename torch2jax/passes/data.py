@@ -329,14 +329,16 @@ def random_split(node: cst.Call, data: DataIndex) -> cst.BaseExpression:
         raise Untranslatable("random_split with lengths that are not a list",
                              rule="torch.utils.data.random_split")
     parts = [e.value for e in lengths.elements]
-    if any(isinstance(p, cst.Float) for p in parts):
-        raise Untranslatable("random_split with fractions: torch's rounding of the lengths is "
-                             "not reproduced; give integer lengths",
-                             rule="torch.utils.data.random_split")
     seed = _generator_seed(b.get("generator"))
     if seed is None:
         seed = data.seed if data.seed is not None else cst.Integer("0")
     base = f"{_source(dataset, data)}.shuffle(seed={code(seed)})"
+    if any(isinstance(p, cst.Float) for p in parts):
+        if not all(isinstance(p, cst.Float) for p in parts):
+            raise Untranslatable("random_split mixing fractions and lengths",
+                                 rule="torch.utils.data.random_split")
+        # fractions: torch's lengths (floor, the remainder spread from the first), in a helper
+        return expr(f"split_fractions({base}, {code(lengths)})")
     slices, start = [], "0"
     for part in parts:
         text = code(part) if isinstance(part, (cst.Name, cst.Integer, cst.Call, cst.Attribute)) \

@@ -99,6 +99,19 @@ class Linear(nnx.Linear):
 ''')
 
 
+helper("split_fractions", {"Any"}, '''
+def split_fractions(dataset: Any, fractions: list[float]) -> list[Any]:
+    """torch.utils.data.random_split's fractions over an already shuffled dataset: int(n * f)
+    items each, the remainder handed out one at a time from the first split on."""
+    n = len(dataset)
+    lengths = [int(n * f) for f in fractions]
+    for i in range(n - sum(lengths)):
+        lengths[i % len(lengths)] += 1
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    return [dataset[start:start + length] for start, length in zip(starts, lengths)]
+''')
+
+
 helper("NamedSequential", {"Any", "nnx"}, '''
 class NamedSequential(nnx.Sequential):
     """nn.Sequential(OrderedDict(...)): the layers run in order (layers[i]) and are also
