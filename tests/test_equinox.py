@@ -367,3 +367,59 @@ def test_other_styles_convert_without_nnx_code(path: Path) -> None:
     assert not any("nnx." in ln or "rngs" in ln for ln in code_lines)
     markers = result.code.count("TODO(torch2jax)")
     assert markers == sum(1 for d in result.diagnostics if d.severity == "error")
+
+
+BATCH_LOSS = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(7, 5)
+        self.head = nn.Linear(5, 7)
+
+    def forward(self, idx, targets):
+        b, t = idx.size()  # sequences: per example idx is (t,)
+        logits = self.head(self.emb(idx))
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss
+'''
+
+
+def test_batch_loss_in_forward_is_a_per_example_mean_averaged_by_the_caller() -> None:
+    """``F.cross_entropy(logits.view(-1, V), targets.view(-1))`` in forward: per example the
+    mean over its own rows; mapped over the batch and averaged it is torch's loss."""
+    import jax
+    import torch
+
+    result = convert_source(BATCH_LOSS, path="tagger.py", target="equinox")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "logits.reshape(-1, logits.shape[-1])" in result.code
+    ns: dict = {}
+    exec(compile(result.code, "tagger.py", "exec"), ns)  # noqa: S102 (our snippet)
+    torch_ns: dict = {}
+    exec(compile(BATCH_LOSS, "tagger_torch.py", "exec"), torch_ns)  # noqa: S102
+    torch.manual_seed(0)
+    t_model = torch_ns["Tagger"]()
+    model = ns["Tagger"](key=jax.random.key(0))
+    import equinox as eqx
+
+    model = eqx.tree_at(lambda mm: (mm.emb.weight, mm.head.weight, mm.head.bias), model, tuple(
+        jax.numpy.asarray(p.detach().numpy()) for p in (t_model.emb.weight, t_model.head.weight,
+                                                        t_model.head.bias)))
+    rng = np.random.default_rng(0)
+    idx, targets = rng.integers(0, 7, (3, 4)), rng.integers(0, 7, (3, 4))
+    _, want = t_model(torch.from_numpy(idx), torch.from_numpy(targets))
+    _, per_example = jax.vmap(model)(idx, targets)
+    assert per_example.shape == (3,)
+    np.testing.assert_allclose(float(per_example.mean()), want.item(), rtol=1e-6)
+
+
+def test_other_uses_of_folded_rows_stay_marked() -> None:
+    source = BATCH_LOSS.replace("return logits, loss",
+                                "return logits, loss + logits.view(-1, 7)[0].sum()")
+    result = convert_source(source, path="tagger.py", target="equinox")
+    assert "TODO(torch2jax)" in result.code

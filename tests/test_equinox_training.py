@@ -8,8 +8,7 @@ its model with ``key=`` (``eqx.nn.make_with_state`` with BatchNorm), trains it w
 as a user would run it (``python script.py`` in an empty folder), reaches the torch original's
 final accuracy within 0.03 (the margin tests/test_training_converted.py uses for NNX: the
 converted script draws its own data and initial weights from JAX's PRNG). What is not
-translated (gpt_param_groups: a loss computed over the batch inside the model) is marked,
-never emitted as NNX code. The emitted train step follows torch for 10 steps from the same
+translated is marked, never emitted as NNX code. The emitted train step follows torch for 10 steps from the same
 weights (trajectories), and the deterministic scripts of tests/test_training_scripts.py print
 torch's numbers.
 """
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRAINING = ROOT / "fixtures" / "training"
 EXPECTED = ROOT / "fixtures" / "expected" / "equinox" / "training"
 SCRIPTS = sorted(TRAINING.glob("*.py"))
-MARKED = {"gpt_param_groups"}  # what still has TODOs under equinox (docs/equinox.md)
+MARKED: set[str] = set()  # what still has TODOs under equinox (docs/equinox.md)
 CLEAN = [p for p in SCRIPTS if p.stem not in MARKED]
 WITHIN = 0.03
 TIMEOUT_S = 300

@@ -66,6 +66,9 @@ class Info:
     lead_one: bool = False  # unbatched, leading axis known to be 1 (a broadcast buffer)
     channels_last: bool = False  # inside the NNX pass's channels-last region (moves dropped)
     is_input: bool = False  # an input of the model: its rank is what its first layer takes
+    # x.reshape(-1, V) of a batched x: in torch its first axis is the batch merged with the
+    # example's first axis; per example that axis alone (its rows are the example's rows)
+    merged: bool = False
 
 
 @dataclass
@@ -655,6 +658,7 @@ class Forward:
         self.loop_depth = 0
         self.fresh = 0
         self.returns: list[Info] = []
+        self.reduced: dict[int, str] = {}  # returned batch losses: output index -> mean | sum
         self.callees: list[tuple[str, list[Info]]] = []
         self.loop_layers: dict[str, Layer] = {}  # loop names over lists of layers
 
@@ -896,6 +900,9 @@ class Forward:
         return node, Info()
 
     def broadcast(self, left, li: Info, right, ri: Info, matmul: bool):
+        if li.merged or ri.merged or li.kind.startswith("batch_") and li.kind != "batch_size" \
+                or ri.kind.startswith("batch_") and ri.kind != "batch_size":
+            raise EquinoxError("arithmetic on a batch loss or on rows that merge the batch")
         if li.kind == "batch_size" or ri.kind == "batch_size":
             raise EquinoxError("arithmetic on the batch size")
         if li.channels_last or ri.channels_last:
@@ -946,6 +953,8 @@ class Forward:
                 _, ii = self.ev(e.slice.value)
                 if ii.batched:
                     raise EquinoxError("indexing with a batched value")
+        if info.merged:
+            raise EquinoxError("indexing rows that merge the batch with another axis")
         if not info.batched:
             if info.lead_one and info.rank is not None:
                 return node.with_changes(value=value), Info(rank=info.rank,
@@ -987,6 +996,15 @@ class Forward:
                 return node.with_changes(func=func.with_changes(value=recv), args=args), Info(
                     rank=rank, lead_one=method == "reshape" and rank is not None and
                     int_value(node.args[0].value) == 1)
+            if info.merged:
+                if method in ("mean", "sum") and not node.args:
+                    # the batch loss over every row: per example the mean (sum) over its
+                    # rows; the caller takes the mean (sum) over the batch, the same value as
+                    # torch's when every example has as many rows
+                    return node.with_changes(func=func.with_changes(value=recv)), Info(
+                        True, 0, kind=f"batch_{method}")
+                raise EquinoxError(f".{method}() of rows that merge the batch with another "
+                                   "axis")
             if method == "reshape":
                 return self.reshape(node, recv, info)
             if method in ("astype",):
@@ -997,6 +1015,13 @@ class Forward:
                     Info(True, None)
             raise EquinoxError(f"the method .{method}() of a batched value")
         args = [(a, *self.ev(a.value)) for a in node.args]
+        if any(i.merged for _, _, i in args):
+            if name.startswith("optax.") and all(i.merged for _, _, i in args if i.batched):
+                # optax's losses are per row (they reduce the class axis only): per example,
+                # over its own rows, with the axes as written
+                return node.with_changes(args=[a.with_changes(value=v) for a, v, _ in args]), \
+                    Info(True, None, merged=True)
+            raise EquinoxError(f"{name} of rows that merge the batch with another axis")
         if name == "jnp.moveaxis" and len(args) == 3 and args[0][2].batched:
             # the NNX pass's moves to channels-last and back: equinox layers are channel-first
             src, dst = int_value(args[1][1]), int_value(args[2][1])
@@ -1103,6 +1128,12 @@ class Forward:
         if not els:
             raise EquinoxError("reshape without a shape")
         _, first = self.ev(els[0])
+        if try_literal(els[0], None) == -1 and not info.merged:
+            # logits.reshape(-1, V) before a loss over every row: per example its own rows
+            rest = [self.ev_unbatched(e) for e in els[1:]]
+            new = cst.Call(cst.Attribute(recv, cst.Name("reshape")),
+                           [cst.Arg(cst.parse_expression("-1")), *[cst.Arg(v) for v in rest]])
+            return _fix_commas(new), Info(True, None, merged=True)
         if first.kind != "batch_size":
             raise EquinoxError("a reshape whose first size is not the batch size")
         rest = []
@@ -1149,6 +1180,14 @@ class Forward:
                     raise EquinoxError("a forward pass that returns nothing")
                 v, info = self.ev(small.value)
                 self.returns.append(info)
+                outs = small.value.elements if isinstance(small.value, cst.Tuple) else ()
+                for i, e in enumerate(outs):
+                    kind = self.env.get(e.value.value, Info()).kind if isinstance(
+                        e.value, cst.Name) else ""
+                    if kind in ("batch_mean", "batch_sum"):
+                        self.reduced[i] = kind[len("batch_"):]
+                if info.merged or info.kind in ("batch_mean", "batch_sum") and not outs:
+                    raise EquinoxError("a forward pass that returns a batch loss alone")
                 new = small.with_changes(value=v)
                 if self.owner.stateful:
                     new = small.with_changes(value=cst.Tuple([cst.Element(v), cst.Element(
@@ -1345,6 +1384,7 @@ class ClassInfo:
     errors: list[str] = field(default_factory=list)
     lambdas: dict[str, cst.Lambda] = field(default_factory=dict)  # per-example forms
     init_methods: set[str] = field(default_factory=set)  # applied by init_layers
+    reduced: dict[int, str] = field(default_factory=dict)  # see Forward.reduced
 
 
 def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
@@ -1455,6 +1495,7 @@ class EquinoxFile:
             fw.env[p.name.value] = Info(True)
         body = fw.block(list(fn.body.body))
         info.output = fw.returns[0] if fw.returns else None
+        info.reduced = fw.reduced
         # keys: one site takes `key`; several are split up front (None stays None)
         body = _name_call_keys(body, fw.key_sites)
         new = fn.with_changes(body=fn.body.with_changes(body=body))
@@ -1577,6 +1618,9 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
     rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
             and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
     flags = {n: (c.stateful, c.keyed) for n, c in f.classes.items()}
+    training.BATCH_REDUCED.clear()
+    training.BATCH_REDUCED.update({n: c.reduced for n, c in f.classes.items()
+                                   if n not in used and c.reduced})
     training.OPTIMIZER_METHODS.clear()
     for n, c in f.classes.items():
         training.OPTIMIZER_METHODS[n] = {s.name.value for s in c.node.body.body if isinstance(

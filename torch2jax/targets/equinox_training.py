@@ -35,6 +35,9 @@ AUTOCAST_FN = "autocast"
 REMOVED = "__removed__"
 # class -> its methods that return the optax transform (filled by equinox.convert)
 OPTIMIZER_METHODS: dict[str, set[str]] = {}
+# model class -> {output index: "mean" | "sum"}: a batch loss its forward computes, per example
+# (filled by equinox.convert); the train step reduces it over the batch
+BATCH_REDUCED: dict[str, dict[int, str]] = {}
 
 
 class _DropRemoved(cst.CSTTransformer):
@@ -172,6 +175,27 @@ def _loss_body(stmts: list[cst.BaseStatement], model: str, stateful: bool, keyed
         new = s.visit(tr)
         out += [_stmt(h) for h in tr.hoisted]
         out.append(new)
+        out += _batch_reductions(s, model)
+    return out
+
+
+def _batch_reductions(s: cst.BaseStatement, model: str) -> list[cst.BaseStatement]:
+    """``logits, loss = model(x, y)`` where the model's forward computes the batch loss: per
+    example under jax.vmap, so ``loss = loss.mean()`` follows (the model classes of the file
+    must agree on which outputs those are)."""
+    if not BATCH_REDUCED or not m.matches(s, m.SimpleStatementLine(body=[m.Assign(
+            targets=[m.AssignTarget(m.Tuple())], value=m.Call(func=m.Name(model)))])):
+        return []
+    kinds = list(BATCH_REDUCED.values())
+    if any(k != kinds[0] for k in kinds):
+        raise _Fail("model classes that compute their batch loss in different outputs")
+    targets = s.body[0].targets[0].target.elements
+    out = []
+    for i, how in sorted(kinds[0].items()):
+        if i < len(targets) and isinstance(targets[i].value, cst.Name):
+            name = targets[i].value.value
+            out.append(_stmt(f"{name} = {name}.{how}()  # per-example {how}s of the batch "
+                             "loss: their " + how + " over the batch"))
     return out
 
 
