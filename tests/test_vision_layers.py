@@ -366,6 +366,92 @@ SOURCE = textwrap.dedent('''
             x = self.ln(x + self.pos_embedding + self.shift)
             x = x + self.mlp(x)
             return self.heads(x[:, 0])
+
+
+    class LayerNorm2d(nn.LayerNorm):
+        """convnext's: a subclass of a torch layer with its own forward over F.layer_norm of its
+        own attributes, in NCHW."""
+
+        def forward(self, x):
+            x = x.permute(0, 2, 3, 1)
+            x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+            x = x.permute(0, 3, 1, 2)
+            return x
+
+
+    class LayerNorm2dNoBias(LayerNorm2d):
+        """Through a local base: still built with LayerNorm's arguments."""
+
+
+    class ShiftedNorm(nn.LayerNorm):
+        """Its own __init__ (super().__init__ with torch's arguments) and reads of the layer's
+        weight, bias and eps."""
+
+        def __init__(self, dim: int, shift: float = 0.5, eps: float = 1e-5):
+            super().__init__(dim, eps=eps)
+            self.shift = shift
+
+        def forward(self, x):
+            y = F.layer_norm(x, (x.shape[-1],), None, None, self.eps)
+            return y * (self.weight + self.shift) + self.bias
+
+
+    class Permute(nn.Module):
+        def __init__(self, dims):
+            super().__init__()
+            self.dims = dims
+
+        def forward(self, x):
+            return torch.permute(x, self.dims)
+
+
+    class CNBlock(nn.Module):
+        def __init__(self, dim: int, layer_scale: float, norm_layer=None):
+            super().__init__()
+            if norm_layer is None:
+                norm_layer = partial(nn.LayerNorm, eps=1e-6)
+            self.block = nn.Sequential(
+                nn.Conv2d(dim, dim, kernel_size=7, padding=3, groups=dim, bias=True),
+                Permute([0, 2, 3, 1]),
+                norm_layer(dim),
+                nn.Linear(in_features=dim, out_features=4 * dim, bias=True),
+                nn.GELU(),
+                nn.Linear(in_features=4 * dim, out_features=dim, bias=True),
+                Permute([0, 3, 1, 2]),
+            )
+            self.layer_scale = nn.Parameter(torch.ones(dim, 1, 1) * layer_scale)
+
+        def forward(self, input):
+            result = self.layer_scale * self.block(input)
+            result += input
+            return result
+
+
+    class ConvNeXtLike(nn.Module):
+        """torchvision's convnext: partial(LayerNorm2d, eps) as the norm layer of a stem,
+        downsampling and head in NCHW, blocks running channels-last between Permutes, a layer
+        scale parameter, trunc_normal_ initialisation."""
+
+        def __init__(self, num_classes: int = 5, layer_scale: float = 0.5):
+            super().__init__()
+            norm_layer = partial(LayerNorm2d, eps=1e-6)
+            layers = [nn.Sequential(nn.Conv2d(3, 8, kernel_size=2, stride=2), norm_layer(8))]
+            layers.append(nn.Sequential(CNBlock(8, layer_scale), CNBlock(8, layer_scale)))
+            layers.append(nn.Sequential(LayerNorm2dNoBias(8, eps=1e-3, bias=False),
+                                        nn.Conv2d(8, 12, kernel_size=2, stride=2)))
+            self.features = nn.Sequential(*layers)
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.classifier = nn.Sequential(norm_layer(12), nn.Flatten(1), nn.Linear(12, 12))
+            self.head = nn.Sequential(ShiftedNorm(12, shift=0.25), nn.Linear(12, num_classes))
+            for m in self.modules():
+                if isinstance(m, (nn.Conv2d, nn.Linear)):
+                    nn.init.trunc_normal_(m.weight, std=0.2)
+                    if m.bias is not None:
+                        nn.init.zeros_(m.bias)
+
+        def forward(self, x):
+            x = self.avgpool(self.features(x))
+            return self.head(self.classifier(x))
 ''')
 
 # name -> input spec
@@ -382,6 +468,7 @@ MODELS = {
     "EffNet": "float32[2,3,5,6]",
     "RegNetLike": "float32[2,3,5,6]",
     "TinyViT": "float32[2,3,6,6]",
+    "ConvNeXtLike": "float32[2,3,8,8]",
 }
 
 
@@ -511,3 +598,33 @@ def test_add_module_of_another_layout_is_marked():
     result = convert_source(source, path="<densenet-like>")
     errors = [d.message for d in result.diagnostics if d.severity == "error"]
     assert any("add_module of a layer in torch's layout" in e for e in errors), errors
+
+
+def test_layer_subclass_reads_without_counterpart_are_marked():
+    """A subclass of nn.LayerNorm derives from nnx.LayerNorm; the torch attributes nnx has no
+    name for (normalized_shape outside F.layer_norm over all of the layer's own attributes) are
+    marked, as is a subclass of a layer without a subclass translation (nn.Conv2d: channels-last
+    in flax) and any layer subclass for the linen target."""
+    source = textwrap.dedent('''
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class Partial(nn.LayerNorm):
+            def forward(self, x):
+                return F.layer_norm(x, self.normalized_shape, None, None, self.eps) + self.bias
+
+
+        class MyConv(nn.Conv2d):
+            def forward(self, x):
+                return super().forward(x).relu()
+    ''')
+    result = convert_source(source, path="<subclass>")
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    assert any("self.normalized_shape of torch.nn.LayerNorm" in e for e in errors), errors
+    assert any("subclass of the torch layer torch.nn.Conv2d" in e for e in errors), errors
+    assert "class Partial(nnx.LayerNorm):" in result.code
+    assert "epsilon=self.epsilon) + self.bias" in result.code
+    linen = convert_source(source, path="<subclass>", target="linen")
+    errors = [d.message for d in linen.diagnostics if d.severity == "error"]
+    assert any("subclass of the torch layer torch.nn.LayerNorm" in e for e in errors), errors

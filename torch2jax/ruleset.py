@@ -67,6 +67,23 @@ def weight_source(key: str) -> str:
 
 
 @dataclass(frozen=True)
+class Subclass:
+    """How a user's subclass of a torch layer (``class LayerNorm2d(nn.LayerNorm)`` with its
+    own ``forward``) reads the layer it extends, once it derives from the JAX layer instead.
+
+    ``functional`` is the torch function that is the layer's own forward; a call of it with
+    ``self.<name>`` for every parameter named in ``reads`` (``F.layer_norm(x,
+    self.normalized_shape, self.weight, self.bias, self.eps)``) is ``super().__call__(x)``.
+    ``attrs`` gives the JAX layer's name for the torch attributes read elsewhere (``eps`` ->
+    ``epsilon``; the weights table's as-is parameters are added); any other torch attribute
+    (the rule's params and weights) read in the subclass is marked."""
+
+    functional: str
+    reads: tuple[str, ...]
+    attrs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Example:
     torch: str
     jax: str
@@ -101,6 +118,7 @@ class Rule:
     # call_params is the torch forward's parameter order
     call: str | None = None
     call_params: tuple[str, ...] = ()
+    subclass: Subclass | None = None  # layers: how a user's subclass of it is translated
 
 
 @dataclass
@@ -134,7 +152,7 @@ class RuleSet:
 _KNOWN_KEYS = {
     "torch", "id", "jax", "nnx", "linen", "equinox", "params", "rename", "defaults", "emit",
     "drop", "special", "layout", "weights", "notes", "examples", "aliases", "family", "call",
-    "call_params",
+    "call_params", "subclass",
 }
 
 
@@ -165,6 +183,20 @@ def _parse_weights(table: dict[str, Any], where: str) -> dict[str, WeightMap]:
             raise RuleError(f"{where}: the parts of weight {source!r} must be exactly "
                             f"{source}[0/{n}] .. {source}[{n - 1}/{n}]")
     return weights
+
+
+def _parse_subclass(table: dict[str, Any] | None, weights: dict[str, WeightMap],
+                    where: str) -> Subclass | None:
+    if table is None:
+        return None
+    unknown = set(table) - {"functional", "reads", "attrs"}
+    if unknown or "functional" not in table:
+        raise RuleError(f"{where}: [layer.subclass] takes functional, reads and attrs")
+    attrs = {k: w.to for k, w in weights.items()
+             if w.to and w.layout == "as_is" and w.part is None and not w.sum}
+    attrs.update(table.get("attrs", {}))
+    return Subclass(functional=table["functional"], reads=tuple(table.get("reads", ())),
+                    attrs=attrs)
 
 
 def _parse_rule(kind: str, raw: dict[str, Any], source: str) -> list[Rule]:
@@ -215,6 +247,7 @@ def _parse_rule(kind: str, raw: dict[str, Any], source: str) -> list[Rule]:
         source=source,
         call=raw.get("call"),
         call_params=tuple(raw.get("call_params", ())),
+        subclass=_parse_subclass(raw.get("subclass"), weights, where),
     )
     rules = [base]
     # aliases: other torch names with exactly the same JAX translation (torch.bmm -> jnp.matmul)

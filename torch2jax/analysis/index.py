@@ -19,6 +19,7 @@ from libcst.metadata import QualifiedNameProvider
 
 from torch2jax.ruleset import Rule, RuleSet
 
+_CONTAINERS = ("sequential", "module_list", "module_dict")
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 FACTORY_SUFFIXES = ("norm_layer", "_norm")
 RANDOM_INITS = {f"torch.nn.init.{n}" for n in ("normal_", "uniform_", "trunc_normal_")}
@@ -46,6 +47,10 @@ class ClassInfo:
     batch_stats_only: set[str] = field(default_factory=set)  # BatchNorm without running stats
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
     container: str | None = None  # "sequential": a subclass of nn.Sequential
+    # the torch layer (not a container) it derives from, directly or through local classes:
+    # class LayerNorm2d(nn.LayerNorm)
+    layer_base: str | None = None
+    defines_init: bool = False  # has its own __init__
     module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
     tensor_attrs: set[str] = field(default_factory=set)  # self.x = nn.Parameter(...) / torch.*
     _built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
@@ -96,6 +101,10 @@ class Layouts:
         if isinstance(node.func, cst.Name):
             # a parameter defaulting to a layer class (norm_layer=partial(nn.LayerNorm, ...))
             layout = self.factory_param_layout(node.func.value)
+            if layout is not None:
+                return layout
+            # a local assigned one (if norm_layer is None: norm_layer = partial(LayerNorm2d))
+            layout = self.local_factory_layout(node.func.value)
             if layout is not None:
                 return layout
         if (isinstance(node.func, cst.Name) and node.func.value.endswith(FACTORY_SUFFIXES)
@@ -152,11 +161,37 @@ class Layouts:
             return "any"  # activation_layer(inplace=True): a function (see TorchToJax)
         if rule is None or rule.special in ("sequential", "module_list", "module_dict"):
             return None
+        return self._factory_layout(rule)
+
+    def _factory_layout(self, rule: Rule) -> str:
+        """The layout of what a layer class handed around as a value builds."""
         if rule.special == "batch_norm":
             return rule.layout if self.index.factory_layouts == {rule.layout} else "torch"
         if rule.special == "conv":
             return "torch"  # the Conv2d helper class takes NCHW
         return rule.layout
+
+    def local_factory_layout(self, name: str) -> str | None:
+        """The layout of what ``name(...)`` builds when the enclosing function assigns ``name``
+        layer classes (``norm_layer = partial(nn.LayerNorm, eps=1e-6)``, ``= LayerNorm2d``)
+        of one layout, or None."""
+        stack = getattr(self.meta, "_fn_stack", None)
+        if not stack:
+            return None
+        layouts = set()
+        for a in m.findall(stack[-1], m.Assign(targets=[m.AssignTarget(target=m.Name(name))])):
+            value = a.value
+            if isinstance(value, cst.Call) and value.args and (
+                    qualified(self.meta, value.func) == "functools.partial"):
+                value = value.args[0].value
+            if isinstance(value, cst.Name) and value.value in self.index.classes:
+                layouts.add("torch")  # a module class of the file: NCHW in and out
+                continue
+            rule = self.rules.layers.get(qualified(self.meta, value) or "")
+            if rule is None or rule.special in ("sequential", "module_list", "module_dict"):
+                return None
+            layouts.add(self._factory_layout(rule))
+        return layouts.pop() if len(layouts) == 1 else None
 
     def items(self, args, scope_lists) -> list[str]:
         layouts = []
@@ -244,7 +279,9 @@ class Indexer(cst.CSTVisitor):
         for b in node.bases:
             q = qualified(self.meta, b.value)
             bases.append(q or (b.value.value if isinstance(b.value, cst.Name) else ""))
-        info = ClassInfo(name=node.name.value, bases=bases)
+        info = ClassInfo(name=node.name.value, bases=bases, defines_init=any(
+            isinstance(st, cst.FunctionDef) and st.name.value == "__init__"
+            for st in node.body.body))
         self.index.classes[info.name] = info
         self._class_stack.append(info)
 
@@ -505,6 +542,14 @@ class Indexer(cst.CSTVisitor):
             if any(self.rules.layers[b].special == "sequential" for b in info.bases
                    if b in self.rules.layers):
                 info.container = "sequential"
+            info.layer_base = next((b for b in info.bases if b in self.rules.layers and (
+                self.rules.layers[b].special not in _CONTAINERS)), None)
+        for info in idx.classes.values():  # through local bases: class Wide(LayerNorm2d)
+            base, seen = info.module_base, set()
+            while info.layer_base is None and base in idx.classes and base not in seen:
+                seen.add(base)
+                info.layer_base = idx.classes[base].layer_base
+                base = idx.classes[base].module_base
             for attr, called in info._built_by.items():
                 if called & (idx.module_classes | self.known_modules):
                     info.module_attrs.add(attr)

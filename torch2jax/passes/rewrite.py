@@ -40,7 +40,7 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.special import SPECIALS, Site, _spatial_dims
-from torch2jax.ruleset import Rule, RuleSet
+from torch2jax.ruleset import Rule, RuleSet, weight_source
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
 from torch2jax.targets import linen_training as lt
@@ -109,6 +109,9 @@ class TorchToJax(cst.CSTTransformer):
         self._eval_step = False  # an eval step is defined at the top of the file
         self._depth = 0  # indentation level of the statement being rewritten
         self._in_annotation = 0
+        # self.<attr> read by a layer subclass's call of its own functional (super().__call__)
+        self._own_reads: set[int] = set()
+        self._own_calls: set[int] = set()  # those calls (F.layer_norm over self's attributes)
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
@@ -347,6 +350,11 @@ class TorchToJax(cst.CSTTransformer):
             elif (q in self.rules.layers and self.rules.layers[q].special == "sequential"
                   and not self.linen):
                 # class ConvNormActivation(nn.Sequential): super().__init__(*layers) fills it
+                bases.append(b.with_changes(value=expr(self.rules.layers[q].targets["nnx"])))
+                self.need("nnx")
+            elif q in self.rules.layers and q == info.layer_base and (
+                    self._layer_subclass_rule(name) is not None):
+                # class LayerNorm2d(nn.LayerNorm): the JAX layer, with the subclass's methods
                 bases.append(b.with_changes(value=expr(self.rules.layers[q].targets["nnx"])))
                 self.need("nnx")
             elif q in self.rules.layers:
@@ -1850,6 +1858,11 @@ class TorchToJax(cst.CSTTransformer):
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
+        if self.current_class is not None and self._layer_subclass_rule(
+                self.current_class) is not None:
+            mapped = self._layer_subclass_attribute(original_node, updated_node)
+            if mapped is not None:
+                return mapped
         if (original_node.attr.value == "module" and isinstance(original_node.value, cst.Name)
                 and original_node.value.value in self.data.wrapped):
             return updated_node.value  # DDP(model).module: the model itself
@@ -1949,6 +1962,10 @@ class TorchToJax(cst.CSTTransformer):
         return updated_node
 
     # ------------------------------------------------------------------ calls
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._class_stack and self._own_functional(node):
+            self._own_calls.add(id(node))
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
         if isinstance(updated_node.func, cst.Lambda) and not updated_node.func.lpar:
             # a layer or loss built and called on the spot: nn.Identity()(x)
@@ -2106,6 +2123,12 @@ class TorchToJax(cst.CSTTransformer):
             return self._isinstance(original, updated)
         if id(original) in self.training.optimizers or id(original) in self.training.schedulers:
             return updated  # statements: handled in leave_Assign / leave_Return
+        if name and id(original) in self._own_calls:
+            # F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) in a
+            # subclass of nn.LayerNorm: the layer's own call
+            fn = self.rules.functions[name]
+            x = bind(updated.args, fn.params).get(fn.params[0])
+            return call("super().__call__", arg(x))
         if name and name in self.rules.functions:
             return self._function(original, updated, self.rules.functions[name])
         if name and name.startswith("torch."):
@@ -2152,6 +2175,12 @@ class TorchToJax(cst.CSTTransformer):
                 # an activation class handed in (activation_layer(inplace=True)): the
                 # classes passed for it are their functions
                 return self._activation_factory_call(original, updated)
+        if isinstance(original.func, cst.Name) and not self.linen and (
+                self._layer_subclass_rule(original.func.value) is not None
+                and self._takes_layer_arguments(original.func.value)):
+            # LayerNorm2d(dim, eps=1e-6): built with the JAX layer's arguments
+            return self._layer_arguments(original, updated,
+                                         self._layer_subclass_rule(original.func.value))
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
@@ -2185,6 +2214,11 @@ class TorchToJax(cst.CSTTransformer):
             return updated
         if info.module_base == "torch" and info.container == "sequential" and not self.linen:
             return self._sequential_super_init(original, updated)
+        rule = self._layer_subclass_rule(cls)
+        if rule is not None and (info.module_base == "torch"
+                                 or self._takes_layer_arguments(info.module_base)):
+            # super().__init__(normalized_shape, eps=eps): the JAX layer's arguments
+            return self._layer_arguments(original, updated, rule)
         if info.module_base == "torch":
             return cst.Name("__REMOVE__")
         if self.linen:
@@ -2341,11 +2375,102 @@ class TorchToJax(cst.CSTTransformer):
                                  "wrap it with transposes", rule="torch.nn.Sequential")
         return expr(f"{target}.append({{m}})", m=updated.args[1].value)
 
+    def _layer_subclass_rule(self, cls: str | None) -> Rule | None:
+        """The rule of the torch layer that module class ``cls`` of this file extends
+        (``class LayerNorm2d(nn.LayerNorm)``), when the class derives from the JAX layer instead
+        (NNX; a rule with a ``subclass`` table and a layer class as its target)."""
+        info = self.index.classes.get(cls or "")
+        if info is None or info.layer_base is None or self.emitter.name != "nnx":
+            return None
+        rule = self.rules.layers[info.layer_base]
+        target = rule.targets.get("nnx", "")
+        if rule.subclass is None or not (target.startswith("nnx.") and target[4:5].isupper()):
+            return None
+        return rule
+
+    def _takes_layer_arguments(self, cls: str | None) -> bool:
+        """No class from ``cls`` up to the torch layer defines ``__init__``: it is built with
+        the layer's own arguments."""
+        seen: set[str] = set()
+        while cls in self.index.classes and cls not in seen:
+            seen.add(cls)
+            if self.index.classes[cls].defines_init:
+                return False
+            cls = self.index.classes[cls].module_base
+        return True
+
+    def _layer_arguments(self, original: cst.Call, updated: cst.Call,
+                         rule: Rule) -> cst.BaseExpression:
+        """A call that builds a subclass of a torch layer (``LayerNorm2d(dim, eps=1e-6)``,
+        ``super().__init__(...)``): the layer rule's translation of the arguments, called on
+        the subclass."""
+        b = bind(updated.args, rule.params)
+        unknown = [k for k in b.named if k not in rule.params and k not in rule.drop]
+        if unknown or b.star:
+            raise Untranslatable(f"{rule.torch} subclass: argument(s) "
+                                 f"{', '.join(unknown) or '*/**'} not translated", rule=rule.id)
+        site = Site(rule=rule, args=b, target="nnx", rngs=self.rngs_expr(original))
+        if rule.special:
+            out = SPECIALS[rule.special](site)
+        else:
+            out = call(rule.targets["nnx"], *_rule_args(site), *site.rngs_arg())
+        for severity, msg in site.notes:
+            self.diag(original, rule.id, severity, msg)
+        self.need("nnx")
+        return out.with_changes(func=updated.func)
+
+    def _own_functional(self, node: cst.Call) -> bool:
+        """``F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)`` in a
+        subclass of nn.LayerNorm: the layer's functional over exactly its own attributes."""
+        rule = self._layer_subclass_rule(self.current_class)
+        if rule is None or self.q(node.func) != rule.subclass.functional:
+            return False
+        fn = self.rules.functions.get(rule.subclass.functional)
+        if fn is None:
+            return False
+        b = bind(node.args, fn.params)
+        if b.star or b.extra_positional or set(b.named) - {fn.params[0], *rule.subclass.reads}:
+            return False
+        reads = [b.get(r) for r in rule.subclass.reads]
+        if not all(m.matches(n, m.Attribute(value=m.Name("self"), attr=m.Name(r)))
+                   for n, r in zip(reads, rule.subclass.reads)):
+            return False
+        self._own_reads.update(id(n) for n in reads)
+        return True
+
+    def _layer_subclass_attribute(self, original: cst.Attribute,
+                                  updated: cst.Attribute) -> cst.BaseExpression | None:
+        """``self.weight`` / ``self.eps`` in a subclass of a torch layer: the JAX layer's names
+        (``self.scale``, ``self.epsilon``); another torch attribute of it is marked."""
+        if not m.matches(original.value, m.Name("self")) or id(original) in self._own_reads:
+            return None
+        rule = self._layer_subclass_rule(self.current_class)
+        if rule is None:
+            return None
+        name = original.attr.value
+        to = rule.subclass.attrs.get(name)
+        if to is not None:
+            return updated.with_changes(attr=cst.Name(to)) if to != name else None
+        torch_attrs = {*rule.params, *(weight_source(k) for k in rule.weights)}
+        if name in torch_attrs:
+            self.diag(original, "module-subclass", "error",
+                      f"self.{name} of {rule.torch} has no counterpart in "
+                      f"{rule.targets['nnx']}")
+        return None
+
     def _partial_of_layer(self, original: cst.Call) -> cst.BaseExpression | None:
         """``partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)``: a factory with torch's
         keywords in flax's terms, in the layout the file's factories have (see
         _layer_class_value)."""
         first = original.args[0]
+        if isinstance(first.value, cst.Name) and not first.keyword and (
+                self._layer_subclass_rule(first.value.value) is not None
+                and self._takes_layer_arguments(first.value.value)):
+            # partial(LayerNorm2d, eps=1e-6): the subclass takes the JAX layer's arguments
+            rule = self._layer_subclass_rule(first.value.value)
+            if rule.special != "layer_norm":
+                raise Untranslatable(f"partial of a subclass of {rule.torch}", rule=rule.id)
+            return self._partial_layer_norm(original, rule, first.value.value)
         rule = self.rules.layers.get(self.q(first.value) or "") if not first.keyword else None
         if rule is not None and _activation_value(rule) is not None and all(
                 a.keyword and a.keyword.value == "inplace" for a in original.args[1:]):
@@ -2371,9 +2496,10 @@ class TorchToJax(cst.CSTTransformer):
         self.need("partial", "nnx")
         return expr(f"partial(nnx.BatchNorm, {', '.join(parts)})")
 
-    def _partial_layer_norm(self, original: cst.Call, rule: Rule) -> cst.BaseExpression:
+    def _partial_layer_norm(self, original: cst.Call, rule: Rule,
+                            target: str = "nnx.LayerNorm") -> cst.BaseExpression:
         """``partial(nn.LayerNorm, eps=1e-6)`` (vit's norm_layer): called with the normalized
-        size, like nnx.LayerNorm."""
+        size, like nnx.LayerNorm (``target``: a subclass of it)."""
         b = bind(original.args[1:], rule.params)
         if b.extra_positional or b.star or set(b.named) - {"eps", "elementwise_affine", "bias"}:
             raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps, "
@@ -2385,7 +2511,7 @@ class TorchToJax(cst.CSTTransformer):
         elif b.has("bias"):
             parts.append(f"use_bias={code(b.get('bias'))}")
         self.need("partial", "nnx")
-        return expr(f"partial(nnx.LayerNorm, {', '.join(parts)})")
+        return expr(f"partial({target}, {', '.join(parts)})")
 
     def _activation_factory_call(self, original, updated):
         """``activation_layer(**params)`` where the parameter defaults to an activation class:
