@@ -113,7 +113,7 @@ class Layouts:
             return self.sequential(node.args, scope_lists)[0]
         if rule.special in ("module_list", "module_dict"):
             return "torch"
-        return rule.layout
+        return built_layout(rule, node)
 
     def is_ordered_dict(self, name: str) -> bool:
         """``name`` holds an OrderedDict of layers in the enclosing function."""
@@ -192,6 +192,14 @@ class Layouts:
         if sensitive[0] == "channels_last" and sensitive[-1] == "channels_last":
             return "channels_last", items
         return "torch", items
+
+
+def built_layout(rule: Rule, node: cst.Call) -> str:
+    """The activation layout of the layer ``node`` builds with ``rule``: the rule's, but a
+    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout."""
+    if rule.special == "conv" and any(a.star for a in node.args):
+        return "torch"
+    return rule.layout
 
 
 def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
@@ -423,7 +431,8 @@ class Indexer(cst.CSTVisitor):
             rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
             if rule is not None and rule.special not in ("sequential", "module_list",
                                                          "module_dict"):
-                self._lists[id(self._fn_stack[-1])][target.value] = [rule.layout]
+                self._lists[id(self._fn_stack[-1])][target.value] = [
+                    built_layout(rule, node.value)]
         if not self._class_stack:
             return
         info = self._class_stack[-1]
