@@ -321,3 +321,20 @@ def test_ceil_mode_pooling_of_an_expression_is_marked():
               "def f(x):\n    return F.max_pool2d(x + 1, 3, 2, ceil_mode=True)\n")
     result = convert_source(source, path="<op>")
     assert "TODO(torch2jax): ceil_mode pooling of a compound expression" in result.code
+
+
+def test_functional_pooling_in_linen_uses_linen_names():
+    """linen has the same pooling functions (flax.linen as nn): no nnx import in its output."""
+    source = ("import torch.nn.functional as F\n\n\n"
+              "def f(x):\n    return F.max_pool2d(x, 3, 2, ceil_mode=True) + F.avg_pool2d(x, 2)\n")
+    result = convert_source(source, path="<op>", target="linen")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    assert "nn.max_pool(jnp.moveaxis(x, 1, -1)" in result.code
+    assert "nn.avg_pool(jnp.moveaxis(x, 1, -1)" in result.code
+    assert "nnx" not in result.code
+    ns: dict = {}
+    exec(result.code, ns)  # noqa: S102 - its conversion
+    x = np.random.default_rng(0).standard_normal((1, 2, 7, 6)).astype(np.float32)
+    want = (torch.nn.functional.max_pool2d(torch.from_numpy(x), 3, 2, ceil_mode=True)
+            + torch.nn.functional.avg_pool2d(torch.from_numpy(x), 2)).numpy()
+    np.testing.assert_allclose(np.asarray(ns["f"](jnp.asarray(x))), want, rtol=1e-6, atol=1e-6)

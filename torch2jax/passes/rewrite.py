@@ -2540,6 +2540,8 @@ class TorchToJax(cst.CSTTransformer):
             raise Untranslatable(f"{rule.torch} called with *args/**kwargs", rule=rule.id)
         if rule.special:
             out = SPECIALS[rule.special](site)
+            if self.linen and rule.special == "pool_function":
+                self.need("linen")  # nn.max_pool / nn.avg_pool
         else:
             out = self._generic(site, receiver_first)
         for severity, msg in site.notes:

@@ -121,7 +121,7 @@ _CONV_HELPER_ARGS = ("in_channels", "out_channels", "kernel_size", "stride", "pa
 def conv(site: Site) -> cst.BaseExpression:
     n = _spatial_dims(site.rule.torch)
     a = site.args
-    if a.star and site.rule.torch.startswith("torch.nn.Conv") and site.target == "nnx":
+    if a.star and site.target == "nnx" and site.rngs is not None:
         # nn.Conv2d(cin, cout, bias=False, **kwargs) (torchvision's BasicConv2d): the callers'
         # keywords are torch's, unknown here; the Conv2d helper class takes them as they are
         # (and torch's layout: Layouts.of says so)
@@ -352,6 +352,8 @@ def pool_function(site: Site) -> cst.BaseExpression:
     moved = (isinstance(x, cst.Call) and code(x.func) == "jnp.moveaxis" and len(x.args) == 3
              and [code(a.value) for a in x.args[1:]] == ["-1", "1"])
     cl = x.args[0].value if moved else expr("jnp.moveaxis({x}, 1, -1)", x=x)
+    # linen has the same functions (flax.linen as nn)
+    target = site.rule.jax.replace("nnx.", "nn.") if site.target == "linen" else site.rule.jax
     ceil_mode = site.lit("ceil_mode")
     if ceil_mode not in (False, None):
         if ceil_mode is not True:
@@ -359,14 +361,15 @@ def pool_function(site: Site) -> cst.BaseExpression:
         if not is_simple(x):
             raise Untranslatable("ceil_mode pooling of a compound expression: the padding is "
                                  "computed from its shape; assign it to a name first")
-        pooled = expr(_ceil_pool(site, n, k, stride, code(x), 2, source=code(cl)))
+        pooled = expr(_ceil_pool(site, n, k, stride, code(x), 2, source=code(cl),
+                                 target=target))
     else:
         out = [arg(cl), arg(_tuple_of(k, n), "window_shape"), arg(_tuple_of(stride, n), "strides")]
         if site.lit("padding") not in (0, None):
             out.append(arg(_pairs(site.get("padding"), n), "padding"))
         if site.lit("count_include_pad") is False:
             out.append(arg(py(False), "count_include_pad"))
-        pooled = call(site.rule.jax, *out)
+        pooled = call(target, *out)
     return expr("jnp.moveaxis({y}, -1, 1)", y=pooled)
 
 
@@ -394,17 +397,18 @@ def _overhang(k: int, s: int, p: int, d: str) -> str:
 
 
 def _ceil_pool(site: Site, n: int, k_node, s_node, x: str, first: int,
-               source: str | None = None) -> str:
+               source: str | None = None, target: str | None = None) -> str:
     """torch's ceil_mode=True pooling of ``x`` (spatial axes ``first`` .. ``first + n - 1``)
     as flax's pooling with per-axis right padding, written with the static shape of ``x``.
     Max pooling pads with -inf (flax's max_pool does). Average pooling divides by the part of
     each window inside the input and its symmetric padding (torch counts that padding with
     count_include_pad=True, never the overhang): that padding becomes zeros (jnp.pad) and the
     overhang is left out of the count with count_include_pad=False. ``source``: the
-    channels-last value pooled when ``x`` (whose shape is read) is channels-first."""
+    channels-last value pooled when ``x`` (whose shape is read) is channels-first; ``target``:
+    the pooling function, when not the rule's."""
     ks, ss, ps = (_ints(k_node, n, "kernel_size"), _ints(s_node, n, "stride"),
                   _ints(site.args.get("padding"), n, "padding"))
-    target = site.rule.targets.get(site.target) or site.rule.jax or ""
+    target = target or site.rule.targets.get(site.target) or site.rule.jax or ""
     avg = not target.endswith("max_pool")
     include_pad = avg and site.lit("count_include_pad") is not False and any(ps)
 
