@@ -48,7 +48,7 @@ class ClassInfo:
     container: str | None = None  # "sequential": a subclass of nn.Sequential
     module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
     tensor_attrs: set[str] = field(default_factory=set)  # self.x = nn.Parameter(...) / torch.*
-    _built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
+    built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
 
 
 @dataclass
@@ -467,7 +467,7 @@ class Indexer(cst.CSTVisitor):
                         q or "").startswith("torch.") and q.count(".") == 1:
                     info.tensor_attrs.add(attr)  # self.class_token = nn.Parameter(...)
                 elif isinstance(value.func, cst.Name):
-                    info._built_by.setdefault(attr, set()).add(value.func.value)
+                    info.built_by.setdefault(attr, set()).add(value.func.value)
                 if rule is not None:
                     info.attr_rule[attr] = rule.torch
                     info.attr_ctor[attr] = value
@@ -514,7 +514,7 @@ class Indexer(cst.CSTVisitor):
             if any(self.rules.layers[b].special == "sequential" for b in info.bases
                    if b in self.rules.layers):
                 info.container = "sequential"
-            for attr, called in info._built_by.items():
+            for attr, called in info.built_by.items():
                 if called & (idx.module_classes | self.known_modules):
                     info.module_attrs.add(attr)
         # attributes a base class uses but only its subclasses assign: the subclasses' layouts

@@ -542,7 +542,7 @@ class TorchToJax(cst.CSTTransformer):
         info = self.index.classes[self.current_class]
         if attr in info.module_attrs:
             return True
-        return bool(self._fn_stack and info._built_by.get(attr, set())
+        return bool(self._fn_stack and info.built_by.get(attr, set())
                     & self._module_class_locals())
 
     def leave_AugAssign(self, original_node, updated_node):
