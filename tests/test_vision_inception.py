@@ -338,3 +338,29 @@ def test_functional_pooling_in_linen_uses_linen_names():
     want = (torch.nn.functional.max_pool2d(torch.from_numpy(x), 3, 2, ceil_mode=True)
             + torch.nn.functional.avg_pool2d(torch.from_numpy(x), 2)).numpy()
     np.testing.assert_allclose(np.asarray(ns["f"](jnp.asarray(x))), want, rtol=1e-6, atol=1e-6)
+
+
+def test_functional_pooling_of_a_channels_last_layer_skips_the_round_trip(tmp_path):
+    """F.max_pool2d(self.conv(x), 2): the convolution's output is pooled channels-last as it
+    comes, one move back at the end."""
+    path = tmp_path / "pooled.py"
+    path.write_text(textwrap.dedent('''
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class Pooled(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3)
+
+            def forward(self, x):
+                return F.avg_pool2d(F.max_pool2d(self.conv(x), 2), 2, 1, padding=1)
+    '''))
+    code = convert_source(path.read_text(), path=str(path)).code
+    assert "nnx.max_pool(self.conv(jnp.moveaxis(x, 1, -1)), window_shape=(2, 2)" in code
+    assert code.count("jnp.moveaxis(") == 2, code
+    result = run_request(VerifyRequest(f"{path}::Pooled", inputs=("float32[2,3,9,8]",),
+                                       grad=True, atol=1e-5, rtol=1e-5))
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch
