@@ -44,6 +44,17 @@ BUILDERS = {
                           {"image_size": 32, "patch_size": 8, "num_layers": 2, "num_heads": 2,
                            "hidden_dim": 32, "mlp_dim": 64, "num_classes": 10},
                           ("float32[1,3,32,32]",)),
+    # the auxiliary heads are built (their parameters transfer) but unused in eval mode;
+    # transform_input's per-channel affine runs on the NCHW input
+    "googlenet": ("googlenet.py", {"num_classes": 10, "aux_logits": True, "transform_input": True,
+                                   "init_weights": True}, SMALL),
+    # 75 x 75 is the smallest input its stride chain takes (torchvision's min_size). With
+    # init_weights=True (trunc_normal_ std 0.1 on every convolution) the activations grow to
+    # about 6e9 at the logits; torchvision's default initialisation keeps them of order 1, so that
+    # the absolute tolerance means something
+    "inception_v3": ("inception.py", {"num_classes": 10, "aux_logits": True,
+                                      "transform_input": True, "init_weights": False},
+                     ("float32[1,3,75,75]",)),
 }
 
 # The verifier's seed (weights, running statistics, input, cotangents) where the default one

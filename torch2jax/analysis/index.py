@@ -53,7 +53,7 @@ class ClassInfo:
     defines_init: bool = False  # has its own __init__
     module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
     tensor_attrs: set[str] = field(default_factory=set)  # self.x = nn.Parameter(...) / torch.*
-    _built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
+    built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
 
 
 @dataclass
@@ -122,7 +122,7 @@ class Layouts:
             return self.sequential(node.args, scope_lists)[0]
         if rule.special in ("module_list", "module_dict"):
             return "torch"
-        return rule.layout
+        return built_layout(rule, node)
 
     def is_ordered_dict(self, name: str) -> bool:
         """``name`` holds an OrderedDict of layers in the enclosing function."""
@@ -227,6 +227,14 @@ class Layouts:
         if sensitive[0] == "channels_last" and sensitive[-1] == "channels_last":
             return "channels_last", items
         return "torch", items
+
+
+def built_layout(rule: Rule, node: cst.Call) -> str:
+    """The activation layout of the layer ``node`` builds with ``rule``: the rule's, but a
+    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout."""
+    if rule.special == "conv" and any(a.star for a in node.args):
+        return "torch"
+    return rule.layout
 
 
 def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
@@ -460,7 +468,8 @@ class Indexer(cst.CSTVisitor):
             rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
             if rule is not None and rule.special not in ("sequential", "module_list",
                                                          "module_dict"):
-                self._lists[id(self._fn_stack[-1])][target.value] = [rule.layout]
+                self._lists[id(self._fn_stack[-1])][target.value] = [
+                    built_layout(rule, node.value)]
         if not self._class_stack:
             return
         info = self._class_stack[-1]
@@ -495,7 +504,7 @@ class Indexer(cst.CSTVisitor):
                         q or "").startswith("torch.") and q.count(".") == 1:
                     info.tensor_attrs.add(attr)  # self.class_token = nn.Parameter(...)
                 elif isinstance(value.func, cst.Name):
-                    info._built_by.setdefault(attr, set()).add(value.func.value)
+                    info.built_by.setdefault(attr, set()).add(value.func.value)
                 if rule is not None:
                     info.attr_rule[attr] = rule.torch
                     info.attr_ctor[attr] = value
@@ -550,7 +559,7 @@ class Indexer(cst.CSTVisitor):
                 seen.add(base)
                 info.layer_base = idx.classes[base].layer_base
                 base = idx.classes[base].module_base
-            for attr, called in info._built_by.items():
+            for attr, called in info.built_by.items():
                 if called & (idx.module_classes | self.known_modules):
                     info.module_attrs.add(attr)
         # attributes a base class uses but only its subclasses assign: the subclasses' layouts

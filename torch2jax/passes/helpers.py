@@ -47,9 +47,9 @@ helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce=
 
 _CONV = '''
 class Conv{n}d(nnx.Conv):
-    """nn.Conv{n}d for code that hands the layer class around as a value (conv_layer=nn.Conv{n}d):
-    torch's arguments and its channels-first input and output around an nnx.Conv (kernel
-    (*k, in, out), zero padding)."""
+    """nn.Conv{n}d where its arguments are the callers' (conv_layer=nn.Conv{n}d handed around,
+    nn.Conv{n}d(cin, cout, **kwargs)): torch's arguments and its channels-first input and output
+    around an nnx.Conv (kernel (*k, in, out), zero padding)."""
 
     def __init__(
         self,

@@ -515,8 +515,8 @@ class TorchToJax(cst.CSTTransformer):
             info = self.index.classes[self.current_class]
             if target.attr.value in info.tied_heads:
                 return cst.RemoveFromParent()
-            if (m.matches(original_node.value, m.Name("None")) and not self.linen
-                    and target.attr.value in info.module_attrs):
+            if m.matches(original_node.value, m.Name("None")) and self._holds_layer(
+                    target.attr.value):
                 # self.proj = None, a layer later (or in a branch): NNX makes an attribute
                 # first set to None static unless it is marked as data
                 self.need("nnx")
@@ -549,6 +549,27 @@ class TorchToJax(cst.CSTTransformer):
                                         "set", updated_node.value)
         # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
         return updated_node
+
+    def leave_AnnAssign(self, original_node, updated_node):
+        # self.AuxLogits: Optional[nn.Module] = None, a layer later (inception_v3)
+        if (m.matches(original_node.target, m.Attribute(value=m.Name("self")))
+                and m.matches(original_node.value, m.Name("None")) and self.in_module_class()
+                and self._holds_layer(original_node.target.attr.value)):
+            self.need("nnx")
+            return updated_node.with_changes(value=expr("nnx.data(None)"))
+        return updated_node
+
+    def _holds_layer(self, attr: str) -> bool:
+        """``self.<attr>`` of the current module class is assigned a layer somewhere: a torch
+        layer or module class, or a call of a module class held in a local of this function
+        (``inception_aux = inception_blocks[6]``)."""
+        if self.linen:
+            return False
+        info = self.index.classes[self.current_class]
+        if attr in info.module_attrs:
+            return True
+        return bool(self._fn_stack and info.built_by.get(attr, set())
+                    & self._module_class_locals())
 
     def leave_AugAssign(self, original_node, updated_node):
         if isinstance(updated_node.target, cst.Subscript):
@@ -911,11 +932,8 @@ class TorchToJax(cst.CSTTransformer):
         ``if isinstance(name, nn.Linear):`` body)."""
         child, parent = node, self.get_metadata(ParentNodeProvider, node, None)
         while parent is not None:
-            test = _isinstance_of(parent.test, name) if isinstance(parent, cst.If) else None
-            if child is getattr(parent, "body", None) and test is not None:
-                kinds = test.args[1].value
-                elems = ([e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple)
-                         else [kinds])
+            elems = _isinstance_of(parent.test, name) if isinstance(parent, cst.If) else None
+            if child is getattr(parent, "body", None) and elems is not None:
                 names = {self.q(e) for e in elems}
                 layers = sorted(n for n in names if n in self.rules.layers)
                 if len(layers) != len(names) or not layers:
@@ -1612,8 +1630,24 @@ class TorchToJax(cst.CSTTransformer):
         if self._in_annotation and not isinstance(parent, cst.Attribute):
             return self._annotation_type(original_node) or updated_node
         if not isinstance(parent, cst.Attribute):
+            if self._tensor_type_value(original_node, parent):
+                self.need("jax")
+                return expr("jax.Array")
             return self._layer_class_value(original_node) or updated_node
         return updated_node
+
+    def _tensor_type_value(self, original: cst.Name, parent: cst.CSTNode | None) -> bool:
+        """``Tensor`` (from torch) as a value outside annotations: a namedtuple's
+        ``__annotations__ = {"logits": Tensor, "aux": Optional[Tensor]}`` (googlenet). Not an
+        import, a construction or an isinstance check (handled there)."""
+        if self.q(original) not in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor"):
+            return False
+        if isinstance(parent, (cst.ImportAlias, cst.Call)):
+            return False
+        if isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            return not m.matches(outer, m.Call(func=m.Name("isinstance")))
+        return True
 
     def _layer_class_value(self, original: cst.BaseExpression) -> cst.BaseExpression | None:
         """``norm_layer = nn.BatchNorm2d``: a torch layer class used as a value (a factory)."""
@@ -2531,16 +2565,20 @@ class TorchToJax(cst.CSTTransformer):
 
     def _module_class_locals(self) -> set[str]:
         """Names the enclosing function assigns a module class of the file (or of another
-        file of the package) to."""
+        file of the package) to: ``stem_type = SimpleStemIN``, or an item of a local list of
+        them (``blocks = [BasicConv2d, InceptionA]; inception_a = blocks[1]``)."""
         fn = self._fn_stack[-1]
-        found = set()
-        for node in _walk(fn.body):
-            if (isinstance(node, cst.Assign) and len(node.targets) == 1
-                    and isinstance(node.targets[0].target, cst.Name)
-                    and isinstance(node.value, cst.Name)
-                    and node.value.value in self.index.module_classes):
-                found.add(node.targets[0].target.value)
-        return found
+        assigns = [(node.targets[0].target.value, node.value) for node in _walk(fn.body)
+                   if isinstance(node, cst.Assign) and len(node.targets) == 1
+                   and isinstance(node.targets[0].target, cst.Name)]
+        classes = self.index.module_classes
+        lists = {name for name, value in assigns if isinstance(value, (cst.List, cst.Tuple))
+                 and value.elements and all(isinstance(e.value, cst.Name)
+                                            and e.value.value in classes for e in value.elements)}
+        return {name for name, value in assigns
+                if (isinstance(value, cst.Name) and value.value in classes)
+                or (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
+                    and value.value.value in lists)}
 
     def _param_default(self, name: str) -> str | None:
         """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
@@ -2693,6 +2731,8 @@ class TorchToJax(cst.CSTTransformer):
             raise Untranslatable(f"{rule.torch} called with *args/**kwargs", rule=rule.id)
         if rule.special:
             out = SPECIALS[rule.special](site)
+            if self.linen and rule.special == "pool_function":
+                self.need("linen")  # nn.max_pool / nn.avg_pool
         else:
             out = self._generic(site, receiver_first)
         for severity, msg in site.notes:
@@ -2873,14 +2913,19 @@ _CONV_ATTRS = {"in_channels": "in_features", "out_channels": "out_features",
                "groups": "feature_group_count"}
 
 
-def _isinstance_of(test: cst.BaseExpression, subject: str) -> cst.Call | None:
-    """The ``isinstance(<subject>, ...)`` call that ``test`` requires (itself, or one operand
-    of an ``and``), or None."""
+def _isinstance_of(test: cst.BaseExpression, subject: str) -> list[cst.BaseExpression] | None:
+    """The classes ``test`` requires ``subject`` to be one of: ``isinstance(<subject>, ...)``
+    itself, one operand of an ``and``, or an ``or`` of such checks (``isinstance(m, nn.Conv2d)
+    or isinstance(m, nn.Linear)``); None when it does not narrow ``subject``."""
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         return _isinstance_of(test.left, subject) or _isinstance_of(test.right, subject)
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        left, right = _isinstance_of(test.left, subject), _isinstance_of(test.right, subject)
+        return left + right if left is not None and right is not None else None
     if (m.matches(test, m.Call(func=m.Name("isinstance"), args=[m.Arg(), m.Arg()]))
             and code(test.args[0].value) == subject):
-        return test
+        kinds = test.args[1].value
+        return [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
     return None
 
 

@@ -112,10 +112,27 @@ def _pairs(node: cst.BaseExpression, n: int) -> cst.BaseExpression:
 # --------------------------------------------------------------------------------------------
 
 
+# the arguments of the Conv{n}d helper class (passes/helpers.py): torch's, without padding_mode
+_CONV_HELPER_ARGS = ("in_channels", "out_channels", "kernel_size", "stride", "padding",
+                     "dilation", "groups", "bias")
+
+
 @special("conv")
 def conv(site: Site) -> cst.BaseExpression:
     n = _spatial_dims(site.rule.torch)
     a = site.args
+    if a.star and site.target == "nnx" and site.rngs is not None:
+        # nn.Conv2d(cin, cout, bias=False, **kwargs) (torchvision's BasicConv2d): the callers'
+        # keywords are torch's, unknown here; the Conv2d helper class takes them as they are
+        # (and torch's layout: Layouts.of says so)
+        extra = [k for k in a.named if k not in _CONV_HELPER_ARGS and not (
+            k == "padding_mode" and site.lit(k) == "zeros") and k not in site.rule.drop]
+        if extra or a.extra_positional:
+            raise Untranslatable(f"{site.rule.torch}(..., **kwargs) with "
+                                 f"{', '.join(extra) or 'extra positional arguments'}")
+        args = [arg(a.get(k), k if k in a.keywords else None) for k in _CONV_HELPER_ARGS
+                if a.has(k)]
+        return call(f"Conv{n}d", *args, *a.star, *site.rngs_arg())
     for required in ("in_channels", "out_channels", "kernel_size"):
         if not a.has(required):
             raise Untranslatable(f"{site.rule.torch} without {required}")
@@ -285,15 +302,19 @@ def softmax_module(site: Site) -> cst.BaseExpression:
     return call("partial", arg(expr(site.rule.targets[site.target])), arg(dim, "axis"))
 
 
-@special("pool")
-def pool(site: Site) -> cst.BaseExpression:
-    n = _spatial_dims(site.rule.torch)
+def _check_pool(site: Site) -> None:
     if site.lit("dilation") not in (1, None):
         raise Untranslatable("max pooling with dilation")
     if site.lit("return_indices") not in (False, None):
         raise Untranslatable("max pooling with return_indices=True")
     if site.lit("divisor_override") is not None:
         raise Untranslatable("avg pooling with divisor_override")
+
+
+@special("pool")
+def pool(site: Site) -> cst.BaseExpression:
+    n = _spatial_dims(site.rule.torch)
+    _check_pool(site)
     k = site.args.get("kernel_size")
     stride = site.args.get("stride")
     if stride is None or site.lit("stride") is None:
@@ -310,6 +331,46 @@ def pool(site: Site) -> cst.BaseExpression:
     if site.lit("count_include_pad") is False:
         out.append(arg(py(False), "count_include_pad"))
     return call("partial", *out)
+
+
+@special("pool_function")
+def pool_function(site: Site) -> cst.BaseExpression:
+    """``F.max_pool2d(x, 3, stride=2)`` / ``F.avg_pool2d`` on torch's channels-first input:
+    flax's pooling (channels-last) between two moves of the channel axis, the arguments as
+    nn.MaxPool2d / nn.AvgPool2d translate them (stride defaults to the kernel size; ceil_mode
+    pads the last window's overhang, computed from the static shape of the input)."""
+    n = _spatial_dims(site.rule.torch)
+    _check_pool(site)
+    x = site.x()
+    k = site.get("kernel_size")
+    if k is None:
+        raise Untranslatable(f"{site.rule.torch} without kernel_size")
+    stride = site.get("stride")
+    if stride is None or site.lit("stride") is None:
+        stride = k
+    # a value just moved back from channels-last is pooled as it was
+    moved = (isinstance(x, cst.Call) and code(x.func) == "jnp.moveaxis" and len(x.args) == 3
+             and [code(a.value) for a in x.args[1:]] == ["-1", "1"])
+    cl = x.args[0].value if moved else expr("jnp.moveaxis({x}, 1, -1)", x=x)
+    # linen has the same functions (flax.linen as nn)
+    target = site.rule.jax.replace("nnx.", "nn.") if site.target == "linen" else site.rule.jax
+    ceil_mode = site.lit("ceil_mode")
+    if ceil_mode not in (False, None):
+        if ceil_mode is not True:
+            raise Untranslatable("pooling with a non-literal ceil_mode")
+        if not is_simple(x):
+            raise Untranslatable("ceil_mode pooling of a compound expression: the padding is "
+                                 "computed from its shape; assign it to a name first")
+        pooled = expr(_ceil_pool(site, n, k, stride, code(x), 2, source=code(cl),
+                                 target=target))
+    else:
+        out = [arg(cl), arg(_tuple_of(k, n), "window_shape"), arg(_tuple_of(stride, n), "strides")]
+        if site.lit("padding") not in (0, None):
+            out.append(arg(_pairs(site.get("padding"), n), "padding"))
+        if site.lit("count_include_pad") is False:
+            out.append(arg(py(False), "count_include_pad"))
+        pooled = call(target, *out)
+    return expr("jnp.moveaxis({y}, -1, 1)", y=pooled)
 
 
 def _ints(node: cst.BaseExpression | None, n: int, name: str) -> tuple[int, ...]:
@@ -335,16 +396,20 @@ def _overhang(k: int, s: int, p: int, d: str) -> str:
     return f"{k - 1 - p} - {shift} % {s}"
 
 
-def _ceil_pool(site: Site, n: int, k_node, s_node, x: str, first: int) -> str:
+def _ceil_pool(site: Site, n: int, k_node, s_node, x: str, first: int,
+               source: str | None = None, target: str | None = None) -> str:
     """torch's ceil_mode=True pooling of ``x`` (spatial axes ``first`` .. ``first + n - 1``)
     as flax's pooling with per-axis right padding, written with the static shape of ``x``.
     Max pooling pads with -inf (flax's max_pool does). Average pooling divides by the part of
     each window inside the input and its symmetric padding (torch counts that padding with
     count_include_pad=True, never the overhang): that padding becomes zeros (jnp.pad) and the
-    overhang is left out of the count with count_include_pad=False."""
+    overhang is left out of the count with count_include_pad=False. ``source``: the
+    channels-last value pooled when ``x`` (whose shape is read) is channels-first; ``target``:
+    the pooling function, when not the rule's."""
     ks, ss, ps = (_ints(k_node, n, "kernel_size"), _ints(s_node, n, "stride"),
                   _ints(site.args.get("padding"), n, "padding"))
-    avg = not site.rule.targets[site.target].endswith("max_pool")
+    target = target or site.rule.targets.get(site.target) or site.rule.jax or ""
+    avg = not target.endswith("max_pool")
     include_pad = avg and site.lit("count_include_pad") is not False and any(ps)
 
     def side(k: int, s: int, p: int, d: str) -> str:
@@ -358,10 +423,9 @@ def _ceil_pool(site: Site, n: int, k_node, s_node, x: str, first: int) -> str:
     else:
         padding = "(" + ", ".join(side(k, s, p, f"{x}.shape[{first + i}]") for i, (k, s, p)
                                   in enumerate(zip(ks, ss, ps))) + ("," if n == 1 else "") + ")"
-    source = x
+    source = source or x
     if include_pad:
-        source = f"jnp.pad({x}, ((0, 0), {', '.join(f'({p}, {p})' for p in ps)}, (0, 0)))"
-    target = site.rule.targets[site.target]
+        source = f"jnp.pad({source}, ((0, 0), {', '.join(f'({p}, {p})' for p in ps)}, (0, 0)))"
     window = f"window_shape={code(_tuple_of(k_node, n))}, strides={code(_tuple_of(s_node, n))}"
     return (f"{target}({source}, {window}, padding={padding}"
             + (", count_include_pad=False" if avg else "") + ")")
