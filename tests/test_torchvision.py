@@ -26,7 +26,11 @@ pytestmark = pytest.mark.torchvision
 MODELS = Path(torchvision.__file__).parent / "models"
 SMALL = ("float32[1,3,64,64]",)
 
-# builder -> (file, constructor keyword arguments, inputs)
+SWIN_SMALL = {"patch_size": [4, 4], "embed_dim": 32, "depths": [2, 2], "num_heads": [2, 4],
+              "window_size": [4, 4], "stochastic_depth_prob": 0.0, "num_classes": 10}
+
+# builder (a name of the file, with a [config] suffix when one builder has several cases) ->
+# (file, constructor keyword arguments, inputs)
 BUILDERS = {
     "resnet18": ("resnet.py", {"num_classes": 10}, SMALL),
     "resnet50": ("resnet.py", {"num_classes": 10}, SMALL),
@@ -44,7 +48,18 @@ BUILDERS = {
                           {"image_size": 32, "patch_size": 8, "num_layers": 2, "num_heads": 2,
                            "hidden_dim": 32, "mlp_dim": 64, "num_classes": 10},
                           ("float32[1,3,32,32]",)),
+    # swin_t itself: 28M parameters, about 100 s on 2 cores (marked slow, see SLOW)
+    "swin_t": ("swin_transformer.py", {"num_classes": 10}, SMALL),
+    # the generic class, small: 36 -> 9x9 patches, padded to 12 for the windows of 4, the shift
+    # applies and masks; the merge pads 9 to 10; 5x5 padded to 8, shifted again
+    "SwinTransformer[shifted]": ("swin_transformer.py", SWIN_SMALL, ("float32[1,3,36,36]",)),
+    # 8x8 patches under a window of 8: the shift is clamped to 0; then 4x4 padded to 8
+    "SwinTransformer[whole-window]": ("swin_transformer.py", {**SWIN_SMALL, "window_size": [8, 8]},
+                                      ("float32[1,3,32,32]",)),
 }
+
+# the slow ones: run in CI, skipped locally with -m "torchvision and not slow"
+SLOW = {"swin_t"}
 
 # The verifier's seed (weights, running statistics, input, cotangents) where the default one
 # lands on a ReLU kink: with seed 0, resnet50's layer2.2 adds up to a pre-activation of 1.0e-6
@@ -66,14 +81,17 @@ BLOCKERS = {
 
 
 def _params():
-    return [pytest.param(name, marks=[pytest.mark.xfail(strict=True, reason=BLOCKERS[name])]
-                         if name in BLOCKERS else [], id=name) for name in BUILDERS]
+    return [pytest.param(name, marks=([pytest.mark.xfail(strict=True, reason=BLOCKERS[name])]
+                                      if name in BLOCKERS else [])
+                         + ([pytest.mark.slow] if name in SLOW else []), id=name)
+            for name in BUILDERS]
 
 
 @pytest.mark.parametrize("name", _params())
 def test_builder_verifies(name):
     file, args, inputs = BUILDERS[name]
-    result = run_request(VerifyRequest(f"{MODELS / file}::{name}", args=args, inputs=inputs,
+    builder = name.split("[")[0]
+    result = run_request(VerifyRequest(f"{MODELS / file}::{builder}", args=args, inputs=inputs,
                                        grad=True, atol=1e-4, rtol=1e-4,
                                        seed=SEEDS.get(name, 0)))
     assert result.error is None, result.error
