@@ -56,6 +56,13 @@ BUILDERS = {
     # 8x8 patches under a window of 8: the shift is clamped to 0; then 4x4 padded to 8
     "SwinTransformer[whole-window]": ("swin_transformer.py", {**SWIN_SMALL, "window_size": [8, 8]},
                                       ("float32[1,3,32,32]",)),
+    # maxvit_t needs 224x224 (partition 7 in every block): the generic class, small. 32 -> 16
+    # after the stem; blocks of one layer (MBConv with a stride-2 projection, window and grid
+    # attention with partitions of 2) at 8x8 and 4x4
+    "MaxVit": ("maxvit.py", {"input_size": [32, 32], "stem_channels": 16, "partition_size": 2,
+                             "block_channels": [16, 32], "block_layers": [1, 1], "head_dim": 8,
+                             "stochastic_depth_prob": 0.0, "num_classes": 10},
+               ("float32[1,3,32,32]",)),
 }
 
 # the slow ones: run in CI, skipped locally with -m "torchvision and not slow"

@@ -334,6 +334,36 @@ SOURCE = textwrap.dedent('''
             super()._load_from_state_dict(state_dict, prefix, *args)
 
 
+    class SqueezeExcite(nn.Module):
+        def __init__(self, c: int):
+            super().__init__()
+            self.fc1 = nn.Conv2d(c, c // 2, 1)
+            self.fc2 = nn.Conv2d(c // 2, c, 1)
+
+        def forward(self, x):
+            s = F.adaptive_avg_pool2d(x, 1)
+            return x * torch.sigmoid(self.fc2(F.relu(self.fc1(s))))
+
+
+    class MBConvLike(nn.Module):
+        """maxvit's MBConv: an OrderedDict filled by name (one item under a condition) with
+        convolutions among layers that take NCHW, run as nn.Sequential(layers)."""
+
+        def __init__(self, c: int = 4, mid: int = 8, use_se: bool = True):
+            super().__init__()
+            layers = OrderedDict()
+            layers["conv_a"] = nn.Conv2d(c, mid, kernel_size=1, bias=False)
+            layers["conv_b"] = nn.Conv2d(mid, mid, kernel_size=3, stride=2, padding=1, groups=mid)
+            if use_se:
+                layers["squeeze_excitation"] = SqueezeExcite(mid)
+            layers["conv_c"] = nn.Conv2d(in_channels=mid, out_channels=c, kernel_size=1)
+            self.layers = nn.Sequential(layers)
+            self.proj = nn.Sequential(nn.AvgPool2d(3, 2, 1), nn.Conv2d(c, c, 1))
+
+        def forward(self, x):
+            return self.proj(x) + self.layers(x)
+
+
     def _project(x, weight, bias):
         return torch.matmul(x, weight.transpose(0, 1)) + bias
 
@@ -401,6 +431,7 @@ MODELS = {
     "RegNetLike": "float32[2,3,5,6]",
     "TinyViT": "float32[2,3,6,6]",
     "LinearWeightReader": "float32[2,6]",
+    "MBConvLike": "float32[2,4,6,6]",
 }
 
 

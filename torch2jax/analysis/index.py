@@ -64,6 +64,9 @@ class FileIndex:
     # where they are put in, so that the list as a whole is in torch's layout
     normalized_lists: set[tuple[int, str]] = field(default_factory=set)
     ordered_dicts: set[tuple[int, str]] = field(default_factory=set)  # layers = OrderedDict()
+    # nn.Conv2d(...) calls (ids) put into an OrderedDict of layers in torch's layout otherwise
+    # (maxvit's MBConv): built as the NCHW Conv2d helper class, so that the dict is one layout
+    torch_convs: set[int] = field(default_factory=set)
 
 
 class Layouts:
@@ -235,6 +238,7 @@ class Indexer(cst.CSTVisitor):
         self._class_stack: list[ClassInfo] = []
         self._fn_stack: list[cst.FunctionDef] = []
         self._lists: dict[int, dict[str, list[str]]] = {}
+        self._dict_convs: dict[tuple[int, str], list[cst.Call]] = {}  # convs put in by name
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
 
@@ -263,6 +267,11 @@ class Indexer(cst.CSTVisitor):
         lists = self._lists.get(id(node), {})
         for name, layouts in lists.items():
             layout = combine(layouts)
+            if (id(node), name) in self.index.ordered_dicts:
+                layout = self._dict_layout(id(node), name)
+                if layout == "torch" and combine(layouts) == "mixed":
+                    self.index.torch_convs.update(
+                        id(c) for c in self._dict_convs[(id(node), name)])
             if layout == "mixed" and "mixed" not in layouts and (
                     id(node), name) not in self.index.ordered_dicts:
                 # every item known: put in by literals, append, or extend / += of a literal
@@ -390,8 +399,24 @@ class Indexer(cst.CSTVisitor):
         if not self._fn_stack:
             return {}
         fid = id(self._fn_stack[-1])
-        return {k: combine(v) if (fid, k) in self.index.ordered_dicts else _list_layout(v)
-                for k, v in self._lists[fid].items()}
+        return {k: self._dict_layout(fid, k) if (fid, k) in self.index.ordered_dicts
+                else _list_layout(v) for k, v in self._lists[fid].items()}
+
+    def _is_conv(self, call: cst.Call) -> bool:
+        rule = self.rules.layers.get(qualified(self.meta, call.func) or "")
+        return rule is not None and rule.special == "conv" and rule.layout == "channels_last"
+
+    def _dict_layout(self, fid: int, name: str) -> str:
+        """An OrderedDict of layers: one layout whatever its order (its items may be put in
+        under conditions). Torch's when its only channels-last items are convolutions built
+        in place: those become the NCHW Conv2d helper (torch_convs)."""
+        layouts = self._lists[fid][name]
+        layout = combine(layouts)
+        convs = self._dict_convs.get((fid, name), [])
+        if layout == "mixed" and convs and "mixed" not in layouts and (
+                layouts.count("channels_last") == len(convs)):
+            return "torch"
+        return layout
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1:
@@ -417,6 +442,9 @@ class Indexer(cst.CSTVisitor):
                 and (id(self._fn_stack[-1]), target.value.value) in self.index.ordered_dicts):
             self._lists[id(self._fn_stack[-1])][target.value.value].append(
                 self.layouts.of(node.value, self._scope()))
+            if isinstance(node.value, cst.Call) and self._is_conv(node.value):
+                self._dict_convs.setdefault((id(self._fn_stack[-1]), target.value.value),
+                                            []).append(node.value)
         # a layer built into a local (final_conv = nn.Conv2d(...)) and put into a Sequential
         # later: its layout, like a list's. A local Sequential takes and returns NCHW itself.
         if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.Call):

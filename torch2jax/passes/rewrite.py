@@ -2452,6 +2452,17 @@ class TorchToJax(cst.CSTTransformer):
         if rule.special in ("sequential", "module_list", "module_dict"):
             out = self._container(original, updated, rule)
             return linen_target.layer(out, self._linen_train()) if self.linen else out
+        if (id(original) in self.index.torch_convs and self.emitter.name == "nnx"
+                and not self.linen):
+            # a conv among torch-layout layers of an OrderedDict (maxvit's MBConv): the NCHW
+            # helper class with torch's arguments
+            if b.has("padding_mode") and try_literal(b.get("padding_mode"), ...) != "zeros":
+                raise Untranslatable(f"{rule.torch} padding_mode other than 'zeros'",
+                                     rule=rule.id)
+            args = [a for a in updated.args if not (a.keyword and a.keyword.value in (
+                "device", "dtype", "padding_mode"))]
+            return call(f"Conv{_spatial_dims(rule.torch)}d", *args,
+                        arg(self.rngs_expr(original), "rngs"))
         needs_rngs = target.startswith("nnx.") and target[4:5].isupper() and not self.linen
         site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
                     rngs=self.rngs_expr(original) if needs_rngs else None)
