@@ -30,7 +30,7 @@ SWIN_SMALL = {"patch_size": [4, 4], "embed_dim": 32, "depths": [2, 2], "num_head
               "window_size": [4, 4], "stochastic_depth_prob": 0.0, "num_classes": 10}
 
 # builder (a name of the file, with a [config] suffix when one builder has several cases) ->
-# (file, constructor keyword arguments, inputs)
+# (file, constructor keyword arguments or a build expression, inputs)
 BUILDERS = {
     "resnet18": ("resnet.py", {"num_classes": 10}, SMALL),
     "resnet50": ("resnet.py", {"num_classes": 10}, SMALL),
@@ -56,6 +56,14 @@ BUILDERS = {
     # 8x8 patches under a window of 8: the shift is clamped to 0; then 4x4 padded to 8
     "SwinTransformer[whole-window]": ("swin_transformer.py", {**SWIN_SMALL, "window_size": [8, 8]},
                                       ("float32[1,3,32,32]",)),
+    # V2 (swin_v2_t's blocks and merging, by a build expression): cosine attention
+    # (F.normalize of padded, zero keys), the log-spaced relative coordinates through cpb_mlp,
+    # logit_scale clamped, the k part of qkv's bias zeroed
+    "SwinTransformer[v2]": ("swin_transformer.py",
+                            "SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], "
+                            "num_heads=[2, 4], window_size=[4, 4], stochastic_depth_prob=0.0, "
+                            "num_classes=10, block=SwinTransformerBlockV2, "
+                            "downsample_layer=PatchMergingV2)", ("float32[1,3,36,36]",)),
     # maxvit_t needs 224x224 (partition 7 in every block): the generic class, small. 32 -> 16
     # after the stem; blocks of one layer (MBConv with a stride-2 projection, window and grid
     # attention with partitions of 2) at 8x8 and 4x4
@@ -98,8 +106,10 @@ def _params():
 def test_builder_verifies(name):
     file, args, inputs = BUILDERS[name]
     builder = name.split("[")[0]
-    result = run_request(VerifyRequest(f"{MODELS / file}::{builder}", args=args, inputs=inputs,
-                                       grad=True, atol=1e-4, rtol=1e-4,
+    build = args if isinstance(args, str) else None
+    args = None if build else args
+    result = run_request(VerifyRequest(f"{MODELS / file}::{builder}", args=args, build=build,
+                                       inputs=inputs, grad=True, atol=1e-4, rtol=1e-4,
                                        seed=SEEDS.get(name, 0)))
     assert result.error is None, result.error
     assert result.passed, result.mismatch

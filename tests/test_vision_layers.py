@@ -364,6 +364,48 @@ SOURCE = textwrap.dedent('''
             return self.proj(x) + self.layers(x)
 
 
+    def cosine_attention(x, qkv_weight, qkv_bias, logit_scale, table):
+        qkv_bias = qkv_bias.clone()
+        n = qkv_bias.numel() // 3
+        qkv_bias[n : 2 * n].zero_()
+        qkv = F.linear(x, qkv_weight, qkv_bias)
+        q, k, v = qkv[..., :n], qkv[..., n : 2 * n], qkv[..., 2 * n :]
+        attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        attn = attn * torch.clamp(logit_scale, max=math.log(100.0)).exp()
+        return F.softmax(attn, dim=-1) @ v + table.sum()
+
+
+    class CosineAttention(nn.Module):
+        def __init__(self, dim: int = 8):
+            super().__init__()
+            self.qkv = nn.Linear(dim, 3 * dim)
+            self.define_table()
+            self.logit_scale = nn.Parameter(torch.log(10 * torch.ones((1, 1))))
+
+        def define_table(self):
+            self.table = nn.Parameter(torch.zeros(4, 1))
+            nn.init.trunc_normal_(self.table, std=0.02)
+
+
+    class CosineAttentionV2(CosineAttention):
+        """swin v2's attention: the k part of qkv's bias zeroed (at construction and in the
+        function), cosine attention over padded (zero) keys, a method overriding one that
+        draws (so it takes rngs too), the base's self.qkv handed to a function."""
+
+        def __init__(self, dim: int = 8):
+            super().__init__(dim)
+            length = self.qkv.bias.numel() // 3
+            self.qkv.bias[length : 2 * length].data.zero_()
+
+        def define_table(self):
+            self.table = nn.Parameter(torch.linspace(-1, 1, 4).unsqueeze(1))
+
+        def forward(self, x):
+            x = F.pad(x, (0, 0, 0, 2))  # two zero tokens: F.normalize of zero keys
+            return cosine_attention(x, self.qkv.weight, self.qkv.bias, self.logit_scale,
+                                    self.table)
+
+
     def _project(x, weight, bias):
         return torch.matmul(x, weight.transpose(0, 1)) + bias
 
@@ -432,6 +474,7 @@ MODELS = {
     "TinyViT": "float32[2,3,6,6]",
     "LinearWeightReader": "float32[2,6]",
     "MBConvLike": "float32[2,4,6,6]",
+    "CosineAttentionV2": "float32[2,5,8]",
 }
 
 

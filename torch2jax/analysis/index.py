@@ -239,6 +239,7 @@ class Indexer(cst.CSTVisitor):
         self._fn_stack: list[cst.FunctionDef] = []
         self._lists: dict[int, dict[str, list[str]]] = {}
         self._dict_convs: dict[tuple[int, str], list[cst.Call]] = {}  # convs put in by name
+        self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
 
@@ -262,6 +263,9 @@ class Indexer(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._fn_stack.append(node)
         self._lists[id(node)] = {}
+        key = self._fn_key()
+        if self._class_stack and key:
+            self._methods.add(key)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         lists = self._lists.get(id(node), {})
@@ -570,6 +574,25 @@ class Indexer(cst.CSTVisitor):
                 if fn not in builders and called & (builders | idx.module_classes):
                     builders.add(fn)
                     changed = True
+        # an override takes rngs when the method it overrides (or one overriding it) does:
+        # ShiftedWindowAttention.__init__ calls self.define_relative_position_bias_table(rngs=)
+        # and runs ShiftedWindowAttentionV2's
+        changed = True
+        while changed:
+            changed = False
+            for info in idx.classes.values():
+                base = idx.classes.get(info.module_base or "")
+                if base is None:
+                    continue
+                for key in list(self._methods):
+                    cls, _, meth = key.partition(".")
+                    if cls != info.name or meth == "__init__" or f"{base.name}.{meth}" not in \
+                            self._methods:
+                        continue
+                    pair = {key, f"{base.name}.{meth}"}
+                    if pair & builders and not pair <= builders:
+                        builders |= pair
+                        changed = True
         idx.rngs_functions = builders
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx

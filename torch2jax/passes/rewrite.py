@@ -35,6 +35,7 @@ from torch2jax.passes.common import (
     expr,
     int_value,
     needs_parens,
+    py,
     try_literal,
     wrap_long_statement,
 )
@@ -1195,6 +1196,11 @@ class TorchToJax(cst.CSTTransformer):
         call_node = original_node.value
         recv = call_node.func.value
         new_value = updated_node.value  # the rewritten call, if a rule matched the base name
+        if isinstance(recv, (cst.Subscript, cst.Attribute)) and meth in (
+                "zero_", "fill_", *INPLACE_OPS):
+            indexed = self._inplace_indexed(original_node, updated_node, meth)
+            if indexed is not None:
+                return indexed
         if not isinstance(recv, cst.Name):
             self.diag(original_node, "inplace", "error",
                       f"in-place {meth} on an expression: JAX arrays are immutable")
@@ -1212,6 +1218,43 @@ class TorchToJax(cst.CSTTransformer):
             return updated_node
         self._note_imports(new_value)
         return cst.Assign(targets=[cst.AssignTarget(cst.Name(recv.value))], value=new_value)
+
+    def _inplace_indexed(self, original_node, updated_node, meth: str):
+        """``qkv_bias[n : 2 * n].zero_()`` -> ``qkv_bias = qkv_bias.at[n : 2 * n].set(0)``; on a
+        layer's bias in a module (``self.qkv.bias[n : 2 * n].data.zero_()``) the parameter's
+        value is rebound."""
+        call_node = original_node.value
+        recv = call_node.func.value
+        if m.matches(recv, m.Attribute(attr=m.Name("data"))):
+            recv = recv.value
+        if not isinstance(recv, cst.Subscript) or not isinstance(updated_node.value, cst.Call) \
+                or not isinstance(updated_node.value.func, cst.Attribute):
+            return None
+        base = recv.value
+        if isinstance(base, cst.Name):
+            target = cst.Name(base.value)
+            current = target
+        elif (m.matches(base, m.Attribute(value=m.Attribute(value=m.Name("self")),
+                                          attr=m.Name("bias")))
+              and self.in_module_class()):
+            # the layer's bias keeps its name and layout in NNX
+            target = expr("{b}.value", b=base)
+            current = target
+        else:
+            return None
+        args = updated_node.value.args
+        if meth == "zero_":
+            op, value = "set", py(0)
+        elif meth == "fill_" and args:
+            op, value = "set", args[0].value
+        elif meth in INPLACE_OPS and args:
+            op = {"add_": "add", "sub_": "subtract", "mul_": "multiply", "div_": "divide"}[meth]
+            value = args[0].value
+        else:
+            return None
+        index = cst.Subscript(value=expr("{c}.at", c=current), slice=recv.slice)
+        return cst.Assign(targets=[cst.AssignTarget(target)],
+                          value=call(expr("{i}." + op, i=index), arg(value)))
 
     def leave_With(self, original_node, updated_node):
         items = [(oi, ui) for oi, ui in zip(original_node.items, updated_node.items)]
@@ -1920,8 +1963,7 @@ class TorchToJax(cst.CSTTransformer):
         if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
                 and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
             # nn.init.zeros_(self.head.weight): the layer's JAX name for it (kernel)
-            rule = self.rules.layers.get(self.index.classes[self.current_class].attr_rule.get(
-                original_node.value.attr.value, ""))
+            rule = self.rules.layers.get(self._inherited_attr_rule(original_node.value.attr.value))
             wm = rule.weights.get(original_node.attr.value) if rule is not None else None
             if wm is not None and wm.to and wm.to != original_node.attr.value:
                 renamed = updated_node.with_changes(attr=cst.Name(wm.to))
@@ -1951,6 +1993,18 @@ class TorchToJax(cst.CSTTransformer):
                 return updated_node.with_changes(
                     attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
+
+    def _inherited_attr_rule(self, attr: str) -> str:
+        """The torch layer ``self.<attr>`` is, set in this class or a module class of this
+        file it derives from (ShiftedWindowAttentionV2 reads its base's self.qkv)."""
+        info = self.index.classes.get(self.current_class or "")
+        seen = set()
+        while info is not None and info.name not in seen:
+            seen.add(info.name)
+            if attr in info.attr_rule:
+                return info.attr_rule[attr]
+            info = self.index.classes.get(info.module_base or "")
+        return ""
 
     def _weight_read_as_value(self, node: cst.Attribute) -> bool:
         """``self.fc.weight`` read for its values outside construction: handed to a function or

@@ -473,6 +473,28 @@ def new_creation(site: Site) -> cst.BaseExpression:
     return call(site.rule.jax, arg(shape), *extra, arg(dtype, "dtype"))
 
 
+@special("normalize")
+def normalize(site: Site) -> cst.BaseExpression:
+    """F.normalize: x over its p-norm along dim, the norm clamped below at eps. For p=2 as
+    x / sqrt(max(sum(x * x), eps ** 2)): the same values, and a zero vector (a padded token)
+    gets torch's gradient (1 / eps) where the gradient of jnp.linalg.norm at 0 is NaN."""
+    x = site.x()
+    if not is_simple(x):
+        raise Untranslatable("F.normalize of a compound expression: assign it to a name first")
+    p, dim, eps = site.lit("p"), site.args.get("dim") or py(1), site.args.get("eps")
+    e = try_literal(eps, ...) if eps is not None else 1e-12
+    if p == 2:
+        floor = py(e * e) if isinstance(e, (int, float)) else expr("{e} ** 2", e=eps)
+        return expr("{x} / jnp.sqrt(jnp.maximum(jnp.sum({x} * {x}, axis={d}, keepdims=True), "
+                    "{f}))", x=x, d=dim, f=floor)
+    norm = expr("jnp.linalg.norm({x}, ord={p}, axis={d}, keepdims=True)", x=x,
+                p=site.args.get("p"), d=dim)
+    site.note("F.normalize with p other than 2: the gradient at a zero vector is NaN in JAX "
+              "(jnp.linalg.norm), 0 in torch", "warning")
+    return expr("{x} / jnp.maximum({n}, {e})", x=x, n=norm, e=eps if eps is not None
+                else py(1e-12))
+
+
 @special("meshgrid")
 def meshgrid(site: Site) -> cst.BaseExpression:
     """torch.meshgrid(a, b) / torch.meshgrid([a, b]): torch's indexing defaults to "ij"
