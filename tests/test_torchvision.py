@@ -60,10 +60,10 @@ BUILDERS = {
     # (F.normalize of padded, zero keys), the log-spaced relative coordinates through cpb_mlp,
     # logit_scale clamped, the k part of qkv's bias zeroed
     "SwinTransformer[v2]": ("swin_transformer.py",
-                            "SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], "
-                            "num_heads=[2, 4], window_size=[4, 4], stochastic_depth_prob=0.0, "
-                            "num_classes=10, block=SwinTransformerBlockV2, "
-                            "downsample_layer=PatchMergingV2)", ("float32[1,3,36,36]",)),
+                            ("SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], "
+                             "num_heads=[2, 4], window_size=[4, 4], stochastic_depth_prob=0.0, "
+                             "num_classes=10, block=SwinTransformerBlockV2, "
+                             "downsample_layer=PatchMergingV2)"), ("float32[1,3,36,36]",)),
     # maxvit_t needs 224x224 (partition 7 in every block): the generic class, small. 32 -> 16
     # after the stem; blocks of one layer (MBConv with a stride-2 projection, window and grid
     # attention with partitions of 2) at 8x8 and 4x4
