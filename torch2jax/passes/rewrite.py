@@ -1982,8 +1982,9 @@ class TorchToJax(cst.CSTTransformer):
             if isinstance(outer, cst.Call) and not (self.q(outer.func) or "").startswith(
                     "torch"):
                 # _get_relative_position_bias(self.relative_position_bias_table, ...): a
-                # function of the file computes with the array, not the nnx.Variable
-                return expr("{v}.value", v=updated_node)
+                # function of the file computes with the array, not the nnx.Variable (x[...]
+                # reads it; the equinox pass keeps it, a plain array's x[...] being x)
+                return expr("{v}[...]", v=updated_node)
         if (original_node.attr.value in _CONV_ATTRS and self.in_module_class()
                 and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
             # self.conv_proj.in_channels (vit's init)
