@@ -26,7 +26,11 @@ pytestmark = pytest.mark.torchvision
 MODELS = Path(torchvision.__file__).parent / "models"
 SMALL = ("float32[1,3,64,64]",)
 
-# builder -> (file, constructor keyword arguments, inputs)
+SWIN_SMALL = {"patch_size": [4, 4], "embed_dim": 32, "depths": [2, 2], "num_heads": [2, 4],
+              "window_size": [4, 4], "stochastic_depth_prob": 0.0, "num_classes": 10}
+
+# builder (a name of the file, with a [config] suffix when one builder has several cases) ->
+# (file, constructor keyword arguments or a build expression, inputs)
 BUILDERS = {
     "resnet18": ("resnet.py", {"num_classes": 10}, SMALL),
     "resnet50": ("resnet.py", {"num_classes": 10}, SMALL),
@@ -55,7 +59,33 @@ BUILDERS = {
     "inception_v3": ("inception.py", {"num_classes": 10, "aux_logits": True,
                                       "transform_input": True, "init_weights": False},
                      ("float32[1,3,75,75]",)),
+    # swin_t itself: 28M parameters, about 100 s on 2 cores (marked slow, see SLOW)
+    "swin_t": ("swin_transformer.py", {"num_classes": 10}, SMALL),
+    # the generic class, small: 36 -> 9x9 patches, padded to 12 for the windows of 4, the shift
+    # applies and masks; the merge pads 9 to 10; 5x5 padded to 8, shifted again
+    "SwinTransformer[shifted]": ("swin_transformer.py", SWIN_SMALL, ("float32[1,3,36,36]",)),
+    # 8x8 patches under a window of 8: the shift is clamped to 0; then 4x4 padded to 8
+    "SwinTransformer[whole-window]": ("swin_transformer.py", {**SWIN_SMALL, "window_size": [8, 8]},
+                                      ("float32[1,3,32,32]",)),
+    # V2 (swin_v2_t's blocks and merging, by a build expression): cosine attention
+    # (F.normalize of padded, zero keys), the log-spaced relative coordinates through cpb_mlp,
+    # logit_scale clamped, the k part of qkv's bias zeroed
+    "SwinTransformer[v2]": ("swin_transformer.py",
+                            ("SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], "
+                             "num_heads=[2, 4], window_size=[4, 4], stochastic_depth_prob=0.0, "
+                             "num_classes=10, block=SwinTransformerBlockV2, "
+                             "downsample_layer=PatchMergingV2)"), ("float32[1,3,36,36]",)),
+    # maxvit_t needs 224x224 (partition 7 in every block): the generic class, small. 32 -> 16
+    # after the stem; blocks of one layer (MBConv with a stride-2 projection, window and grid
+    # attention with partitions of 2) at 8x8 and 4x4
+    "MaxVit": ("maxvit.py", {"input_size": [32, 32], "stem_channels": 16, "partition_size": 2,
+                             "block_channels": [16, 32], "block_layers": [1, 1], "head_dim": 8,
+                             "stochastic_depth_prob": 0.0, "num_classes": 10},
+               ("float32[1,3,32,32]",)),
 }
+
+# the slow ones: run in CI, skipped locally with -m "torchvision and not slow"
+SLOW = {"swin_t"}
 
 # The verifier's seed (weights, running statistics, input, cotangents) where the default one
 # lands on a ReLU kink: with seed 0, resnet50's layer2.2 adds up to a pre-activation of 1.0e-6
@@ -75,15 +105,20 @@ BLOCKERS = {
 
 
 def _params():
-    return [pytest.param(name, marks=[pytest.mark.xfail(strict=True, reason=BLOCKERS[name])]
-                         if name in BLOCKERS else [], id=name) for name in BUILDERS]
+    return [pytest.param(name, marks=([pytest.mark.xfail(strict=True, reason=BLOCKERS[name])]
+                                      if name in BLOCKERS else [])
+                         + ([pytest.mark.slow] if name in SLOW else []), id=name)
+            for name in BUILDERS]
 
 
 @pytest.mark.parametrize("name", _params())
 def test_builder_verifies(name):
     file, args, inputs = BUILDERS[name]
-    result = run_request(VerifyRequest(f"{MODELS / file}::{name}", args=args, inputs=inputs,
-                                       grad=True, atol=1e-4, rtol=1e-4,
+    builder = name.split("[")[0]
+    build = args if isinstance(args, str) else None
+    args = None if build else args
+    result = run_request(VerifyRequest(f"{MODELS / file}::{builder}", args=args, build=build,
+                                       inputs=inputs, grad=True, atol=1e-4, rtol=1e-4,
                                        seed=SEEDS.get(name, 0)))
     assert result.error is None, result.error
     assert result.passed, result.mismatch

@@ -334,6 +334,96 @@ SOURCE = textwrap.dedent('''
             super()._load_from_state_dict(state_dict, prefix, *args)
 
 
+    class SqueezeExcite(nn.Module):
+        def __init__(self, c: int):
+            super().__init__()
+            self.fc1 = nn.Conv2d(c, c // 2, 1)
+            self.fc2 = nn.Conv2d(c // 2, c, 1)
+
+        def forward(self, x):
+            s = F.adaptive_avg_pool2d(x, 1)
+            return x * torch.sigmoid(self.fc2(F.relu(self.fc1(s))))
+
+
+    class MBConvLike(nn.Module):
+        """maxvit's MBConv: an OrderedDict filled by name (one item under a condition) with
+        convolutions among layers that take NCHW, run as nn.Sequential(layers)."""
+
+        def __init__(self, c: int = 4, mid: int = 8, use_se: bool = True):
+            super().__init__()
+            layers = OrderedDict()
+            layers["conv_a"] = nn.Conv2d(c, mid, kernel_size=1, bias=False)
+            layers["conv_b"] = nn.Conv2d(mid, mid, kernel_size=3, stride=2, padding=1, groups=mid)
+            if use_se:
+                layers["squeeze_excitation"] = SqueezeExcite(mid)
+            layers["conv_c"] = nn.Conv2d(in_channels=mid, out_channels=c, kernel_size=1)
+            self.layers = nn.Sequential(layers)
+            self.proj = nn.Sequential(nn.AvgPool2d(3, 2, 1), nn.Conv2d(c, c, 1))
+
+        def forward(self, x):
+            return self.proj(x) + self.layers(x)
+
+
+    def cosine_attention(x, qkv_weight, qkv_bias, logit_scale, table):
+        qkv_bias = qkv_bias.clone()
+        n = qkv_bias.numel() // 3
+        qkv_bias[n : 2 * n].zero_()
+        qkv = F.linear(x, qkv_weight, qkv_bias)
+        q, k, v = qkv[..., :n], qkv[..., n : 2 * n], qkv[..., 2 * n :]
+        attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        attn = attn * torch.clamp(logit_scale, max=math.log(100.0)).exp()
+        return F.softmax(attn, dim=-1) @ v + table.sum()
+
+
+    class CosineAttention(nn.Module):
+        def __init__(self, dim: int = 8):
+            super().__init__()
+            self.qkv = nn.Linear(dim, 3 * dim)
+            self.define_table()
+            self.logit_scale = nn.Parameter(torch.log(10 * torch.ones((1, 1))))
+
+        def define_table(self):
+            self.table = nn.Parameter(torch.zeros(4, 1))
+            nn.init.trunc_normal_(self.table, std=0.02)
+
+
+    class CosineAttentionV2(CosineAttention):
+        """swin v2's attention: the k part of qkv's bias zeroed (at construction and in the
+        function), cosine attention over padded (zero) keys, a method overriding one that
+        draws (so it takes rngs too), the base's self.qkv handed to a function."""
+
+        def __init__(self, dim: int = 8):
+            super().__init__(dim)
+            length = self.qkv.bias.numel() // 3
+            self.qkv.bias[length : 2 * length].data.zero_()
+
+        def define_table(self):
+            self.table = nn.Parameter(torch.linspace(-1, 1, 4).unsqueeze(1))
+
+        def forward(self, x):
+            x = F.pad(x, (0, 0, 0, 2))  # two zero tokens: F.normalize of zero keys
+            return cosine_attention(x, self.qkv.weight, self.qkv.bias, self.logit_scale,
+                                    self.table)
+
+
+    def _project(x, weight, bias):
+        return torch.matmul(x, weight.transpose(0, 1)) + bias
+
+
+    class LinearWeightReader(nn.Module):
+        """swin's attention hands self.qkv.weight to a module-level function: a Linear's weight
+        read in forward is in torch's (out, in) layout (the NNX kernel is (in, out))."""
+
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 4)
+            self.out = nn.Linear(4, 3)
+
+        def forward(self, x):
+            h = F.linear(x, self.fc.weight, self.fc.bias) + self.fc.weight.sum(1)
+            return _project(h, self.out.weight, self.out.bias) * self.fc.weight.shape[0]
+
+
     class TinyViT(nn.Module):
         """vision_transformer's: a class token and position embedding drawn in __init__,
         partial(nn.LayerNorm, eps), a head of named layers initialised by name."""
@@ -469,6 +559,9 @@ MODELS = {
     "RegNetLike": "float32[2,3,5,6]",
     "TinyViT": "float32[2,3,6,6]",
     "ConvNeXtLike": "float32[2,3,8,8]",
+    "LinearWeightReader": "float32[2,6]",
+    "MBConvLike": "float32[2,4,6,6]",
+    "CosineAttentionV2": "float32[2,5,8]",
 }
 
 
@@ -628,3 +721,205 @@ def test_layer_subclass_reads_without_counterpart_are_marked():
     linen = convert_source(source, path="<subclass>", target="linen")
     errors = [d.message for d in linen.diagnostics if d.severity == "error"]
     assert any("subclass of the torch layer torch.nn.LayerNorm" in e for e in errors), errors
+# --- swin_transformer's constructs (torchvision.models.swin_transformer, mimicked) ------------
+
+SWIN_SOURCE = textwrap.dedent('''
+    from functools import partial
+    from typing import Callable, List, Optional
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    def _merge_pad(x: torch.Tensor) -> torch.Tensor:
+        H, W, _ = x.shape[-3:]
+        x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))
+        return torch.cat([x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :],
+                          x[..., 0::2, 1::2, :], x[..., 1::2, 1::2, :]], -1)
+
+
+    torch.fx.wrap("_merge_pad")
+
+
+    def _position_bias(table: torch.Tensor, index: torch.Tensor, window: List[int]) -> torch.Tensor:
+        n = window[0] * window[1]
+        bias = table[index].view(n, n, -1)
+        return bias.permute(2, 0, 1).contiguous().unsqueeze(0)
+
+
+    def window_attention(x: torch.Tensor, qkv_weight: torch.Tensor, proj_weight: torch.Tensor,
+                         bias: torch.Tensor, window: List[int], num_heads: int, shift: List[int],
+                         attention_dropout: float = 0.0, qkv_bias: Optional[torch.Tensor] = None,
+                         proj_bias: Optional[torch.Tensor] = None, training: bool = True):
+        B, H, W, C = x.shape
+        pad_r = (window[1] - W % window[1]) % window[1]
+        pad_b = (window[0] - H % window[0]) % window[0]
+        x = F.pad(x, (0, 0, 0, pad_r, 0, pad_b))
+        _, pH, pW, _ = x.shape
+        shift = shift.copy()
+        if window[0] >= pH:
+            shift[0] = 0
+        if window[1] >= pW:
+            shift[1] = 0
+        if sum(shift) > 0:
+            x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
+        nw = (pH // window[0]) * (pW // window[1])
+        x = x.view(B, pH // window[0], window[0], pW // window[1], window[1], C)
+        x = x.permute(0, 1, 3, 2, 4, 5).reshape(B * nw, window[0] * window[1], C)
+        qkv = F.linear(x, qkv_weight, qkv_bias)
+        qkv = qkv.reshape(x.size(0), x.size(1), 3, num_heads, C // num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * (C // num_heads) ** -0.5).matmul(k.transpose(-2, -1)) + bias
+        if sum(shift) > 0:
+            mask = x.new_zeros((pH, pW))
+            count = 0
+            for h in ((0, -window[0]), (-window[0], -shift[0]), (-shift[0], None)):
+                for w in ((0, -window[1]), (-window[1], -shift[1]), (-shift[1], None)):
+                    mask[h[0]:h[1], w[0]:w[1]] = count
+                    count += 1
+            mask = mask.view(pH // window[0], window[0], pW // window[1], window[1])
+            mask = mask.permute(0, 2, 1, 3).reshape(nw, window[0] * window[1])
+            mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+            mask = mask.masked_fill(mask != 0, float(-100.0)).masked_fill(mask == 0, float(0.0))
+            attn = attn.view(x.size(0) // nw, nw, num_heads, x.size(1), x.size(1))
+            attn = (attn + mask.unsqueeze(1).unsqueeze(0)).view(-1, num_heads, x.size(1), x.size(1))
+        attn = F.softmax(attn, dim=-1)
+        attn = F.dropout(attn, p=attention_dropout, training=training)
+        x = attn.matmul(v).transpose(1, 2).reshape(x.size(0), x.size(1), C)
+        x = F.linear(x, proj_weight, proj_bias)
+        x = x.view(B, pH // window[0], pW // window[1], window[0], window[1], C)
+        x = x.permute(0, 1, 3, 2, 4, 5).reshape(B, pH, pW, C)
+        if sum(shift) > 0:
+            x = torch.roll(x, shifts=(shift[0], shift[1]), dims=(1, 2))
+        return x[:, :H, :W, :].contiguous()
+
+
+    class WindowAttention(nn.Module):
+        def __init__(self, dim: int, window: List[int], shift: List[int], num_heads: int):
+            super().__init__()
+            self.window, self.shift, self.num_heads = window, shift, num_heads
+            self.qkv = nn.Linear(dim, dim * 3)
+            self.proj = nn.Linear(dim, dim)
+            self.define_table()
+            coords = torch.stack(torch.meshgrid(torch.arange(window[0]), torch.arange(window[1]),
+                                                indexing="ij"))
+            flat = torch.flatten(coords, 1)
+            rel = (flat[:, :, None] - flat[:, None, :]).permute(1, 2, 0).contiguous()
+            rel[:, :, 0] += window[0] - 1
+            rel[:, :, 1] += window[1] - 1
+            rel[:, :, 0] *= 2 * window[1] - 1
+            self.register_buffer("relative_position_index", rel.sum(-1).flatten())
+
+        def define_table(self):
+            self.relative_position_bias_table = nn.Parameter(
+                torch.zeros((2 * self.window[0] - 1) * (2 * self.window[1] - 1), self.num_heads))
+            nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
+
+        def forward(self, x):
+            bias = _position_bias(self.relative_position_bias_table, self.relative_position_index,
+                                  self.window)
+            return window_attention(x, self.qkv.weight, self.proj.weight, bias, self.window,
+                                    self.num_heads, self.shift, qkv_bias=self.qkv.bias,
+                                    proj_bias=self.proj.bias, training=self.training)
+
+
+    class Block(nn.Module):
+        def __init__(self, dim: int, heads: int, window: List[int], shift: List[int],
+                     norm_layer: Callable[..., nn.Module] = nn.LayerNorm):
+            super().__init__()
+            self.norm1 = norm_layer(dim)
+            self.attn = WindowAttention(dim, window, shift, heads)
+            self.norm2 = norm_layer(dim)
+            self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+            for m in self.mlp.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.xavier_uniform_(m.weight)
+                    if m.bias is not None:
+                        nn.init.normal_(m.bias, std=1e-6)
+
+        def forward(self, x):
+            x = x + self.attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+
+
+    class Merge(nn.Module):
+        def __init__(self, dim: int, norm_layer: Callable[..., nn.Module] = nn.LayerNorm):
+            super().__init__()
+            self.norm = norm_layer(4 * dim)
+            self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+
+        def forward(self, x):
+            return self.reduction(self.norm(_merge_pad(x)))
+
+
+    class TinySwin(nn.Module):
+        """swin_transformer's constructs: a channels-last body after the patch conv, cyclic shifts
+        with an attention mask, padding to the window, a window covering the whole map (no shift),
+        a relative position bias gathered through a buffer, Linear weights handed to a function."""
+
+        def __init__(self, window: int = 4, dim: int = 8, num_classes: int = 5):
+            super().__init__()
+            w = [window, window]
+            self.patch = nn.Conv2d(3, dim, kernel_size=2, stride=2)
+            norm_layer = partial(nn.LayerNorm, eps=1e-5)
+            self.norm0 = norm_layer(dim)
+            self.stage1 = nn.Sequential(Block(dim, 2, w, [0, 0]), Block(dim, 2, w, [window // 2] * 2))
+            self.merge = Merge(dim)
+            self.stage2 = nn.Sequential(Block(2 * dim, 2, w, [window // 2] * 2))
+            self.head = nn.Linear(2 * dim, num_classes)
+
+        def forward(self, x):
+            x = self.norm0(self.patch(x).permute(0, 2, 3, 1))
+            x = self.stage2(self.merge(self.stage1(x)))
+            return self.head(x.mean(dim=(1, 2)))
+''')
+
+
+@pytest.fixture(scope="module")
+def swin_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("swin") / "swin_like.py"
+    path.write_text(SWIN_SOURCE)
+    return path
+
+
+@pytest.mark.parametrize("shape", [
+    # 7x7 after the patch conv: padded to 8 for the windows of 4, the shift applies; the merge
+    # pads 7 to 8; then 4x4: the window covers the whole map and the shift is clamped to 0
+    "float32[2,3,14,14]",
+    # 4x4, then 2x2 padded to 4: no shift anywhere (the mask code never runs)
+    "float32[1,3,8,8]",
+])
+def test_swin_like_forward_and_gradients_match(swin_file, shape):
+    result = run_request(VerifyRequest(f"{swin_file}::TinySwin", inputs=(shape,), grad=True,
+                                       atol=1e-5, rtol=1e-5))
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch
+    grads = [c for c in result.compared if c.startswith("grad ")]
+    assert sum("relative_position_bias_table" in c for c in grads) == 3
+    assert sum("qkv.weight" in c for c in grads) == 3  # the weights handed to the function
+    assert not any("relative_position_index" in c for c in grads)  # a buffer, no gradient
+    assert result.todos == 1  # F.dropout in the function: identity-only, marked
+
+
+def test_swin_like_conversion():
+    """The relative position index is a non-trainable nnx.Variable of integers; shift lists stay
+    Python lists; F.dropout without a key is translated for its identity only and marked."""
+    result = convert_source(SWIN_SOURCE, path="swin_like.py")
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    assert len(errors) == 1 and "functional dropout needs a random key" in errors[0], errors
+    code = result.code
+    assert "shift[0] = 0" in code and "import torch" not in code
+    assert "window_attention(x, self.qkv.kernel.T, self.proj.kernel.T," in code
+    ns: dict = {}
+    exec(code, ns)  # noqa: S102 - the conversion of the test's own source
+    model = ns["TinySwin"](rngs=nnx.Rngs(0))
+    index = model.stage1.layers[0].attn.relative_position_index
+    assert type(index) is nnx.Variable and jnp.issubdtype(index.value.dtype, jnp.integer)
+    params = nnx.state(model, nnx.Param)
+    assert "relative_position_index" not in str(jax.tree_util.tree_structure(params))
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((1, 3, 8, 8)), jnp.float32)
+    model.eval()
+    y = model(x)  # the marked dropout is the identity in eval mode
+    assert y.shape == (1, 5)
+    ns["window_attention"]  # the module-level function, kept as a function

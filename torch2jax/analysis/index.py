@@ -69,6 +69,9 @@ class FileIndex:
     # where they are put in, so that the list as a whole is in torch's layout
     normalized_lists: set[tuple[int, str]] = field(default_factory=set)
     ordered_dicts: set[tuple[int, str]] = field(default_factory=set)  # layers = OrderedDict()
+    # nn.Conv2d(...) calls (ids) put into an OrderedDict of layers in torch's layout otherwise
+    # (maxvit's MBConv): built as the NCHW Conv2d helper class, so that the dict is one layout
+    torch_convs: set[int] = field(default_factory=set)
 
 
 class Layouts:
@@ -278,6 +281,8 @@ class Indexer(cst.CSTVisitor):
         self._class_stack: list[ClassInfo] = []
         self._fn_stack: list[cst.FunctionDef] = []
         self._lists: dict[int, dict[str, list[str]]] = {}
+        self._dict_convs: dict[tuple[int, str], list[cst.Call]] = {}  # convs put in by name
+        self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
 
@@ -303,11 +308,19 @@ class Indexer(cst.CSTVisitor):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._fn_stack.append(node)
         self._lists[id(node)] = {}
+        key = self._fn_key()
+        if self._class_stack and key:
+            self._methods.add(key)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         lists = self._lists.get(id(node), {})
         for name, layouts in lists.items():
             layout = combine(layouts)
+            if (id(node), name) in self.index.ordered_dicts:
+                layout = self._dict_layout(id(node), name)
+                if layout == "torch" and combine(layouts) == "mixed":
+                    self.index.torch_convs.update(
+                        id(c) for c in self._dict_convs[(id(node), name)])
             if layout == "mixed" and "mixed" not in layouts and (
                     id(node), name) not in self.index.ordered_dicts:
                 # every item known: put in by literals, append, or extend / += of a literal
@@ -435,8 +448,24 @@ class Indexer(cst.CSTVisitor):
         if not self._fn_stack:
             return {}
         fid = id(self._fn_stack[-1])
-        return {k: combine(v) if (fid, k) in self.index.ordered_dicts else _list_layout(v)
-                for k, v in self._lists[fid].items()}
+        return {k: self._dict_layout(fid, k) if (fid, k) in self.index.ordered_dicts
+                else _list_layout(v) for k, v in self._lists[fid].items()}
+
+    def _is_conv(self, call: cst.Call) -> bool:
+        rule = self.rules.layers.get(qualified(self.meta, call.func) or "")
+        return rule is not None and rule.special == "conv" and rule.layout == "channels_last"
+
+    def _dict_layout(self, fid: int, name: str) -> str:
+        """An OrderedDict of layers: one layout whatever its order (its items may be put in
+        under conditions). Torch's when its only channels-last items are convolutions built
+        in place: those become the NCHW Conv2d helper (torch_convs)."""
+        layouts = self._lists[fid][name]
+        layout = combine(layouts)
+        convs = self._dict_convs.get((fid, name), [])
+        if layout == "mixed" and convs and "mixed" not in layouts and (
+                layouts.count("channels_last") == len(convs)):
+            return "torch"
+        return layout
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1:
@@ -462,6 +491,9 @@ class Indexer(cst.CSTVisitor):
                 and (id(self._fn_stack[-1]), target.value.value) in self.index.ordered_dicts):
             self._lists[id(self._fn_stack[-1])][target.value.value].append(
                 self.layouts.of(node.value, self._scope()))
+            if isinstance(node.value, cst.Call) and self._is_conv(node.value):
+                self._dict_convs.setdefault((id(self._fn_stack[-1]), target.value.value),
+                                            []).append(node.value)
         # a layer built into a local (final_conv = nn.Conv2d(...)) and put into a Sequential
         # later: its layout, like a list's. A local Sequential takes and returns NCHW itself.
         if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.Call):
@@ -596,6 +628,25 @@ class Indexer(cst.CSTVisitor):
                 if fn not in builders and called & (builders | idx.module_classes):
                     builders.add(fn)
                     changed = True
+        # an override takes rngs when the method it overrides (or one overriding it) does:
+        # ShiftedWindowAttention.__init__ calls self.define_relative_position_bias_table(rngs=)
+        # and runs ShiftedWindowAttentionV2's
+        changed = True
+        while changed:
+            changed = False
+            for info in idx.classes.values():
+                base = idx.classes.get(info.module_base or "")
+                if base is None:
+                    continue
+                for key in list(self._methods):
+                    cls, _, meth = key.partition(".")
+                    if cls != info.name or meth == "__init__" or f"{base.name}.{meth}" not in \
+                            self._methods:
+                        continue
+                    pair = {key, f"{base.name}.{meth}"}
+                    if pair & builders and not pair <= builders:
+                        builders |= pair
+                        changed = True
         idx.rngs_functions = builders
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx

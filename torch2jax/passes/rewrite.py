@@ -35,6 +35,7 @@ from torch2jax.passes.common import (
     expr,
     int_value,
     needs_parens,
+    py,
     try_literal,
     wrap_long_statement,
 )
@@ -89,6 +90,7 @@ class TorchToJax(cst.CSTTransformer):
         self._pending: list[Pending] = []
         self._class_stack: list[str] = []
         self._fn_stack: list[cst.FunctionDef] = []
+        self._variable_attrs: dict[str, set[str]] = {}  # class -> its parameters and buffers
         self._rngs_scope: list[bool] = []
         self._param_names: list[set[str]] = []
         self._unpack: dict[int, int] = {}
@@ -335,6 +337,19 @@ class TorchToJax(cst.CSTTransformer):
     # ------------------------------------------------------------------ classes
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._class_stack.append(node.name.value)
+        # self.x = nn.Parameter(...) / self.register_buffer("x", ...) anywhere in the class
+        # (define_relative_position_bias_table) or in its bases of this file
+        names = set().union(*(self._variable_attrs.get(b.value.value, set())
+                              for b in node.bases if isinstance(b.value, cst.Name)))
+        for a in m.findall(node, m.Assign(targets=[m.AssignTarget(target=m.Attribute(
+                value=m.Name("self")))], value=m.Call())):
+            if self.q(a.value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+                names.add(a.targets[0].target.attr.value)
+        for c in m.findall(node, m.Call(func=m.Attribute(value=m.Name("self"),
+                                                          attr=m.Name("register_buffer")))):
+            if c.args and isinstance(c.args[0].value, cst.SimpleString):
+                names.add(c.args[0].value.evaluated_value)
+        self._variable_attrs[node.name.value] = names
 
     def leave_ClassDef(self, original_node, updated_node):
         name = self._class_stack.pop()
@@ -541,10 +556,11 @@ class TorchToJax(cst.CSTTransformer):
         if isinstance(target, cst.Name) and _is_device_expr(original_node.value, self):
             self._device_names.add(target.value)
             return cst.RemoveFromParent()
-        # x[i] = v -> x = x.at[i].set(v) (not into an OrderedDict of layers)
+        # x[i] = v -> x = x.at[i].set(v) (not into an OrderedDict of layers, nor a list)
         if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1 and not (
                 isinstance(target.value, cst.Name) and self._fn_stack
-                and Layouts(self.rules, self, self.index).is_ordered_dict(target.value.value)):
+                and (Layouts(self.rules, self, self.index).is_ordered_dict(target.value.value)
+                     or _python_list(self._fn_stack[-1], target.value.value))):
             return self._indexed_update(original_node, updated_node.targets[0].target,
                                         "set", updated_node.value)
         # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
@@ -890,16 +906,18 @@ class TorchToJax(cst.CSTTransformer):
         return updated_node
 
     def _modules_loop(self, original_node, updated_node):
-        """for m in self.modules(): -> for _, m in nnx.iter_modules(self):"""
+        """for m in self.modules(): -> for _, m in nnx.iter_modules(self): (also of a
+        submodule: for m in self.mlp.modules(), swin's init)"""
+        owner = m.Name("self") | m.Attribute(value=m.Name("self"))
         if (self.emitter.name == "nnx" and self.in_module_class()
                 and m.matches(original_node.iter, m.Call(func=m.Attribute(
-                    value=m.Name("self"), attr=m.Name("modules")), args=[]))
+                    value=owner, attr=m.Name("modules")), args=[]))
                 and isinstance(original_node.target, cst.Name)):
             self.need("nnx")
             return updated_node.with_changes(
                 target=cst.Tuple([cst.Element(cst.Name("_")),
                                   cst.Element(original_node.target)], lpar=[], rpar=[]),
-                iter=expr("nnx.iter_modules(self)"))
+                iter=expr("nnx.iter_modules({o})", o=original_node.iter.func.value))
         return updated_node
 
     def _is_statement_call(self, node: cst.Call) -> bool:
@@ -1222,6 +1240,11 @@ class TorchToJax(cst.CSTTransformer):
         call_node = original_node.value
         recv = call_node.func.value
         new_value = updated_node.value  # the rewritten call, if a rule matched the base name
+        if isinstance(recv, (cst.Subscript, cst.Attribute)) and meth in (
+                "zero_", "fill_", *INPLACE_OPS):
+            indexed = self._inplace_indexed(original_node, updated_node, meth)
+            if indexed is not None:
+                return indexed
         if not isinstance(recv, cst.Name):
             self.diag(original_node, "inplace", "error",
                       f"in-place {meth} on an expression: JAX arrays are immutable")
@@ -1239,6 +1262,43 @@ class TorchToJax(cst.CSTTransformer):
             return updated_node
         self._note_imports(new_value)
         return cst.Assign(targets=[cst.AssignTarget(cst.Name(recv.value))], value=new_value)
+
+    def _inplace_indexed(self, original_node, updated_node, meth: str):
+        """``qkv_bias[n : 2 * n].zero_()`` -> ``qkv_bias = qkv_bias.at[n : 2 * n].set(0)``; on a
+        layer's bias in a module (``self.qkv.bias[n : 2 * n].data.zero_()``) the parameter's
+        value is rebound."""
+        call_node = original_node.value
+        recv = call_node.func.value
+        if m.matches(recv, m.Attribute(attr=m.Name("data"))):
+            recv = recv.value
+        if not isinstance(recv, cst.Subscript) or not isinstance(updated_node.value, cst.Call) \
+                or not isinstance(updated_node.value.func, cst.Attribute):
+            return None
+        base = recv.value
+        if isinstance(base, cst.Name):
+            target = cst.Name(base.value)
+            current = target
+        elif (m.matches(base, m.Attribute(value=m.Attribute(value=m.Name("self")),
+                                          attr=m.Name("bias")))
+              and self.in_module_class()):
+            # the layer's bias keeps its name and layout in NNX
+            target = expr("{b}.value", b=base)
+            current = target
+        else:
+            return None
+        args = updated_node.value.args
+        if meth == "zero_":
+            op, value = "set", py(0)
+        elif meth == "fill_" and args:
+            op, value = "set", args[0].value
+        elif meth in INPLACE_OPS and args:
+            op = {"add_": "add", "sub_": "subtract", "mul_": "multiply", "div_": "divide"}[meth]
+            value = args[0].value
+        else:
+            return None
+        index = cst.Subscript(value=expr("{c}.at", c=current), slice=recv.slice)
+        return cst.Assign(targets=[cst.AssignTarget(target)],
+                          value=call(expr("{i}." + op, i=index), arg(value)))
 
     def leave_With(self, original_node, updated_node):
         items = [(oi, ui) for oi, ui in zip(original_node.items, updated_node.items)]
@@ -1690,6 +1750,11 @@ class TorchToJax(cst.CSTTransformer):
             self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
                       "axis 1 (channels first), so that it fits wherever it is used")
             return expr("partial(nnx.BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
+        if rule.special == "layer_norm" and self.emitter.name == "nnx" and not self.linen:
+            # norm_layer: Callable[..., nn.Module] = nn.LayerNorm, called with the normalized
+            # size (swin's PatchMerging): torch's epsilon, flax's default being 1e-6
+            self.need("partial", "nnx")
+            return expr("partial(nnx.LayerNorm, epsilon=1e-05)")
         if rule.special == "conv" and self.emitter.name == "nnx" and not self.linen:
             # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
             # wherever the value goes: a helper class with that signature and torch's layout
@@ -1980,11 +2045,28 @@ class TorchToJax(cst.CSTTransformer):
         if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
                 and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
             # nn.init.zeros_(self.head.weight): the layer's JAX name for it (kernel)
-            rule = self.rules.layers.get(self.index.classes[self.current_class].attr_rule.get(
-                original_node.value.attr.value, ""))
+            rule = self.rules.layers.get(self._inherited_attr_rule(original_node.value.attr.value))
             wm = rule.weights.get(original_node.attr.value) if rule is not None else None
             if wm is not None and wm.to and wm.to != original_node.attr.value:
-                return updated_node.with_changes(attr=cst.Name(wm.to))
+                renamed = updated_node.with_changes(attr=cst.Name(wm.to))
+                if wm.layout == "transpose" and self._weight_read_as_value(original_node):
+                    # shifted_window_attention(x, self.qkv.weight, ...) computes with torch's
+                    # (out, in) layout: the NNX kernel is (in, out)
+                    return expr("{k}.T", k=renamed)
+                return renamed
+        if (self.emitter.name == "nnx" and not self.linen and self.in_module_class()
+                and m.matches(original_node.value, m.Name("self"))
+                and original_node.attr.value in self._variable_attrs.get(
+                    self.current_class, ())):
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            outer = self.get_metadata(ParentNodeProvider, parent, None) if isinstance(
+                parent, cst.Arg) else None
+            if isinstance(outer, cst.Call) and not (self.q(outer.func) or "").startswith(
+                    "torch"):
+                # _get_relative_position_bias(self.relative_position_bias_table, ...): a
+                # function of the file computes with the array, not the nnx.Variable (x[...]
+                # reads it; the equinox pass keeps it, a plain array's x[...] being x)
+                return expr("{v}[...]", v=updated_node)
         if (original_node.attr.value in _CONV_ATTRS and self.in_module_class()
                 and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
             # self.conv_proj.in_channels (vit's init)
@@ -1994,6 +2076,38 @@ class TorchToJax(cst.CSTTransformer):
                 return updated_node.with_changes(
                     attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
+
+    def _inherited_attr_rule(self, attr: str) -> str:
+        """The torch layer ``self.<attr>`` is, set in this class or a module class of this
+        file it derives from (ShiftedWindowAttentionV2 reads its base's self.qkv)."""
+        info = self.index.classes.get(self.current_class or "")
+        seen = set()
+        while info is not None and info.name not in seen:
+            seen.add(info.name)
+            if attr in info.attr_rule:
+                return info.attr_rule[attr]
+            info = self.index.classes.get(info.module_base or "")
+        return ""
+
+    def _weight_read_as_value(self, node: cst.Attribute) -> bool:
+        """``self.fc.weight`` read for its values outside construction: handed to a function or
+        computed with (not an nn.init target, not in ``__init__``, not an attribute's base)."""
+        if not self._fn_stack or self._fn_stack[-1].name.value == "__init__":
+            return False
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(parent, cst.Attribute) and (
+                parent.attr.value in ("data", "grad") or parent.attr.value.endswith("_")):
+            return False  # self.fc.weight.data.normal_(...): initialisation, in place
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign)):
+            return False
+        if isinstance(parent, cst.Assign) and any(t.target is node for t in parent.targets):
+            return False
+        if isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if isinstance(outer, cst.Call) and (self.q(outer.func) or "").startswith(
+                    "torch.nn.init"):
+                return False
+        return True
 
     # ------------------------------------------------------------------ calls
     def visit_Call(self, node: cst.Call) -> None:
@@ -2622,6 +2736,17 @@ class TorchToJax(cst.CSTTransformer):
         if rule.special in ("sequential", "module_list", "module_dict"):
             out = self._container(original, updated, rule)
             return linen_target.layer(out, self._linen_train()) if self.linen else out
+        if (id(original) in self.index.torch_convs and self.emitter.name == "nnx"
+                and not self.linen):
+            # a conv among torch-layout layers of an OrderedDict (maxvit's MBConv): the NCHW
+            # helper class with torch's arguments
+            if b.has("padding_mode") and try_literal(b.get("padding_mode"), ...) != "zeros":
+                raise Untranslatable(f"{rule.torch} padding_mode other than 'zeros'",
+                                     rule=rule.id)
+            args = [a for a in updated.args if not (a.keyword and a.keyword.value in (
+                "device", "dtype", "padding_mode"))]
+            return call(f"Conv{_spatial_dims(rule.torch)}d", *args,
+                        arg(self.rngs_expr(original), "rngs"))
         needs_rngs = target.startswith("nnx.") and target[4:5].isupper() and not self.linen
         site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
                     rngs=self.rngs_expr(original) if needs_rngs else None)
@@ -2852,6 +2977,8 @@ class TorchToJax(cst.CSTTransformer):
         if self._is_module_expr(recv):
             return False
         q = self.q(recv)
+        if q == "builtins.None" and not isinstance(recv, cst.Name):
+            q = None  # (a - b).permute(1, 2, 0): libcst names the call of a parenthesised sum so
         if q and not q.startswith("torch") and "." in q and "<locals>" not in q \
                 and not q.startswith("self."):
             # an imported module or object: os.path, np, math
@@ -2865,6 +2992,32 @@ class TorchToJax(cst.CSTTransformer):
             if meth == "split" and not call_node.args:
                 return False
         return True
+
+
+_LIST_ANNOTATION = re.compile(r"^(typing\.)?(list|List|MutableSequence)(\[.*\])?$")
+
+
+def _python_list(fn: cst.FunctionDef, name: str) -> bool:
+    """``name`` is a Python list throughout ``fn``: a parameter annotated ``list[...]`` /
+    ``List[...]``, or a local, every assignment of which is a list display, a list
+    comprehension, ``list(...)`` or a copy of such a list (``shift_size = shift_size.copy()``),
+    so ``name[i] = v`` stays an item assignment."""
+    param = next((p for p in (*fn.params.params, *fn.params.kwonly_params)
+                  if p.name.value == name), None)
+    listy = param is not None and param.annotation is not None and bool(
+        _LIST_ANNOTATION.match(code(param.annotation.annotation)))
+    if param is not None and not listy:
+        return False
+    values = [a.value for a in m.findall(fn.body, m.Assign(targets=[m.AssignTarget(
+        target=m.Name(name))]))]
+    if any(m.findall(fn.body, m.AnnAssign(target=m.Name(name)) | m.AugAssign(
+            target=m.Name(name)))):
+        return False
+    made = [isinstance(v, (cst.List, cst.ListComp)) or m.matches(v, m.Call(func=m.Name("list")))
+            for v in values]
+    copies = [m.matches(v, m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("copy")),
+                                  args=[])) for v in values]
+    return (listy or any(made)) and all(a or b for a, b in zip(made, copies))
 
 
 def _push_out_layout(node: cst.BaseExpression) -> cst.BaseExpression:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
+import libcst.matchers as m
 
 from torch2jax.passes.common import (
     BoundArgs,
@@ -538,6 +539,55 @@ def creation(site: Site) -> cst.BaseExpression:
     return call(site.rule.jax, arg(shape), *extra, *_dtype_kw(site))
 
 
+@special("new_creation")
+def new_creation(site: Site) -> cst.BaseExpression:
+    """x.new_zeros(shape) / new_ones / new_full / new_empty: a new array of x's dtype (unless
+    dtype= says otherwise)."""
+    shape = _sizes(site)
+    extra = []
+    if site.rule.torch == "new_full":
+        extra.append(arg(site.args.get("fill_value")))
+    dtype = site.args.get("dtype") or expr("{x}.dtype", x=site.x())
+    return call(site.rule.jax, arg(shape), *extra, arg(dtype, "dtype"))
+
+
+@special("normalize")
+def normalize(site: Site) -> cst.BaseExpression:
+    """F.normalize: x over its p-norm along dim, the norm clamped below at eps. For p=2 as
+    x / sqrt(max(sum(x * x), eps ** 2)): the same values, and a zero vector (a padded token)
+    gets torch's gradient (1 / eps) where the gradient of jnp.linalg.norm at 0 is NaN."""
+    x = site.x()
+    if not is_simple(x):
+        raise Untranslatable("F.normalize of a compound expression: assign it to a name first")
+    p, dim, eps = site.lit("p"), site.args.get("dim") or py(1), site.args.get("eps")
+    e = try_literal(eps, ...) if eps is not None else 1e-12
+    if p == 2:
+        floor = py(e * e) if isinstance(e, (int, float)) else expr("{e} ** 2", e=eps)
+        return expr("{x} / jnp.sqrt(jnp.maximum(jnp.sum({x} * {x}, axis={d}, keepdims=True), "
+                    "{f}))", x=x, d=dim, f=floor)
+    norm = expr("jnp.linalg.norm({x}, ord={p}, axis={d}, keepdims=True)", x=x,
+                p=site.args.get("p"), d=dim)
+    site.note("F.normalize with p other than 2: the gradient at a zero vector is NaN in JAX "
+              "(jnp.linalg.norm), 0 in torch", "warning")
+    return expr("{x} / jnp.maximum({n}, {e})", x=x, n=norm, e=eps if eps is not None
+                else py(1e-12))
+
+
+@special("meshgrid")
+def meshgrid(site: Site) -> cst.BaseExpression:
+    """torch.meshgrid(a, b) / torch.meshgrid([a, b]): torch's indexing defaults to "ij"
+    (numpy's and jnp's to "xy")."""
+    ops = [site.args.get("tensors"), *site.args.extra_positional]
+    if len(ops) == 1 and isinstance(ops[0], (cst.List, cst.Tuple)):
+        ops = [e.value for e in ops[0].elements]
+    elif len(ops) == 1:
+        raise Untranslatable("torch.meshgrid of one name: a tensor or a sequence of them")
+    indexing = site.lit("indexing")
+    if indexing is ...:
+        raise Untranslatable("torch.meshgrid with a non-literal indexing")
+    return call("jnp.meshgrid", *[arg(o) for o in ops], arg(py(indexing or "ij"), "indexing"))
+
+
 @special("like")
 def like(site: Site) -> cst.BaseExpression:
     extra = []
@@ -825,9 +875,13 @@ def gelu(site: Site) -> cst.BaseExpression:
 @special("linear")
 def linear(site: Site) -> cst.BaseExpression:
     b = site.args.get("bias")
+    w = site.args.get("weight")
+    # F.linear(x, self.fc.weight): the kernel read in torch's layout is kernel.T, whose .T is
+    # the kernel itself
+    wt = w.value if m.matches(w, m.Attribute(attr=m.Name("T"))) else expr("{w}.T", w=w)
     if b is None or try_literal(b, ...) is None:
-        return expr("{x} @ {w}.T", x=site.x(), w=site.args.get("weight"))
-    return expr("{x} @ {w}.T + {b}", x=site.x(), w=site.args.get("weight"), b=b)
+        return expr("{x} @ {w}", x=site.x(), w=wt)
+    return expr("{x} @ {w} + {b}", x=site.x(), w=wt, b=b)
 
 
 @special("functional_layer_norm")
@@ -860,10 +914,18 @@ def functional_layer_norm(site: Site) -> cst.BaseExpression:
 @special("pad")
 def pad(site: Site) -> cst.BaseExpression:
     x = site.x()
-    pads = try_literal(site.args.get("pad"), ...)
+    node = site.args.get("pad")
+    pads = try_literal(node, ...)
+    if pads is ... and isinstance(node, (cst.Tuple, cst.List)) and not any(
+            isinstance(e, cst.StarredElement) for e in node.elements):
+        # (0, 0, 0, W % 2, 0, H % 2): a display of amounts computed from static shapes; the
+        # integers that are literals are checked here, jnp.pad refuses a negative one at trace
+        items = [e.value for e in node.elements]
+        pads = [try_literal(v, ...) for v in items]
+        pads = [code(v) if p is ... else p for v, p in zip(items, pads)]
     if pads is ... or not isinstance(pads, (tuple, list)) or len(pads) % 2:
         raise Untranslatable("F.pad with a non-literal padding")
-    if any(p < 0 for p in pads):
+    if any(isinstance(p, (int, float)) and p < 0 for p in pads):
         raise Untranslatable("F.pad with negative (cropping) padding")
     mode = site.lit("mode") or "constant"
     modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
@@ -873,7 +935,8 @@ def pad(site: Site) -> cst.BaseExpression:
     k = len(pairs)
     if not is_simple(x):
         raise Untranslatable("F.pad of a compound expression: assign it to a name first")
-    width = f"[(0, 0)] * ({code(x)}.ndim - {k}) + {pairs!r}"
+    listed = "[" + ", ".join(f"({lo}, {hi})" for lo, hi in pairs) + "]"
+    width = f"[(0, 0)] * ({code(x)}.ndim - {k}) + {listed}"
     kws = []
     if mode != "constant":
         kws.append(arg(py(modes[mode]), "mode"))
@@ -924,6 +987,16 @@ def dropout_fn(site: Site) -> cst.BaseExpression:
     training = site.lit("training")
     if training is False:
         return site.x()
+    if training is ... and is_simple(site.x()):
+        # F.dropout(attn, p=attention_dropout, training=training) in a function that has no
+        # key: the identity (training off, or p == 0) is translated; the random branch is kept
+        # as it was, marked, and fails loudly if it is ever reached
+        p = site.args.get("p") or py(0.5)
+        site.note("functional dropout needs a random key: only training=False or p == 0 "
+                  "(the identity) is translated; pass a key (jax.random.bernoulli) or make it "
+                  "an nnx.Dropout attribute to train with dropout", "error")
+        return expr("{x} if not {t} or {p} == 0.0 else F.dropout({x}, {p}, training={t})",
+                    x=site.x(), t=site.args.get("training"), p=p)
     raise Untranslatable(
         "functional dropout needs a random key: make it an nnx.Dropout attribute "
         "(torch's F.dropout defaults to training=True even in eval mode)"
