@@ -45,7 +45,17 @@ class ClassInfo:
     no_bias: set[str] = field(default_factory=set)  # self.x built with bias=False
     batch_stats_only: set[str] = field(default_factory=set)  # BatchNorm without running stats
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
-    container: str | None = None  # "sequential": a subclass of nn.Sequential
+    container: str | None = None  # "sequential" / "module_dict" / "module_list": a subclass
+    # self.x.add_module(name, layer) on a Sequential attribute: the added layers' layouts
+    added_layouts: dict[str, list[str]] = field(default_factory=dict)
+    # Sequential attributes built channels-last, then given torch-layout layers by add_module
+    # (densenet's features): they take NCHW, with transposes around their channels-last items
+    normalized_seqs: set[str] = field(default_factory=set)
+    init_attrs: list[str] = field(default_factory=list)  # self.x = <layer> in __init__, in order
+    # a ModuleList / ModuleDict subclass: the layouts of the layers put into it (super().__init__
+    # of a list, self.append / extend / add_module, self[name] = ...): `for layer in self`
+    self_items: list[str] = field(default_factory=list)
+    self_elem_layout: str | None = None
     module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
     tensor_attrs: set[str] = field(default_factory=set)  # self.x = nn.Parameter(...) / torch.*
     _built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
@@ -327,6 +337,30 @@ class Indexer(cst.CSTVisitor):
                 isinstance(a.value, cst.Name) and a.value.value.endswith(FACTORY_SUFFIXES)
                 for a in node.args):
             self.index.factory_layouts.add("torch")
+        # self.features.add_module("denseblock1", block): a layer added to a Sequential attribute
+        if (self._class_stack and m.matches(node.func, m.Attribute(
+                value=m.Attribute(value=m.Name("self")), attr=m.Name("add_module")))
+                and len(node.args) == 2):
+            info = self._class_stack[-1]
+            info.added_layouts.setdefault(node.func.value.attr.value, []).append(
+                self.layouts.of(node.args[1].value, self._scope()))
+        # a ModuleList / ModuleDict subclass filling itself
+        if self._class_stack and self._fn_stack:
+            info = self._class_stack[-1]
+            layers = None
+            if m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("append"))
+                         ) and node.args:
+                layers = [node.args[0].value]
+            elif m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("add_module"))
+                           ) and len(node.args) == 2:
+                layers = [node.args[1].value]
+            elif (m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("extend")))
+                  or m.matches(node.func, m.Attribute(value=m.Call(func=m.Name("super")),
+                                                      attr=m.Name("__init__")))) and node.args:
+                layers = self._container_values(node.args[0].value)
+            if layers is not None:
+                info.self_items.extend(self.layouts.of(v, self._scope()) if v is not None
+                                       else "mixed" for v in layers)
         # list building: layers.append(X) / layers.extend([...])
         if (
             self._fn_stack
@@ -346,6 +380,18 @@ class Indexer(cst.CSTVisitor):
                                        for e in v.elements)
                 else:
                     lists[name].append("mixed")
+
+    def _container_values(self, v: cst.BaseExpression) -> list[cst.BaseExpression | None]:
+        """The layers a list (or a dict) given to a ModuleList / ModuleDict holds; None for one
+        that is not known statically."""
+        if isinstance(v, (cst.List, cst.Tuple)):
+            return [e.value if not isinstance(e, cst.StarredElement) else None
+                    for e in v.elements]
+        if isinstance(v, cst.Dict):
+            return [e.value if isinstance(e, cst.DictElement) else None for e in v.elements]
+        if isinstance(v, (cst.ListComp, cst.GeneratorExp)):
+            return [v.elt]
+        return [None]
 
     def _is_sequential(self, node: cst.Call) -> bool:
         rule = self.rules.layers.get(qualified(self.meta, node.func) or "")
@@ -440,6 +486,8 @@ class Indexer(cst.CSTVisitor):
                 if head.startswith("self.") and head.count(".") == 1:
                     info.tied_heads[head[5:]] = table
             return
+        if m.matches(target, m.Subscript(value=m.Name("self"))) and self._fn_stack:
+            info.self_items.append(self.layouts.of(node.value, self._scope()))  # self[k] = layer
         if m.matches(target, m.Attribute(value=m.Name("self"))):
             attr = target.attr.value
             value = node.value
@@ -449,6 +497,9 @@ class Indexer(cst.CSTVisitor):
             if attr in info.attr_layout:  # assigned in several branches
                 layout = combine([info.attr_layout[attr], layout])
             info.attr_layout[attr] = layout
+            if self._fn_stack and self._fn_stack[-1].name.value == "__init__" and (
+                    attr not in info.init_attrs):
+                info.init_attrs.append(attr)
             if isinstance(value, cst.Call):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
@@ -502,9 +553,20 @@ class Indexer(cst.CSTVisitor):
                     changed = True
                     break
         for info in idx.classes.values():
-            if any(self.rules.layers[b].special == "sequential" for b in info.bases
-                   if b in self.rules.layers):
-                info.container = "sequential"
+            for b in info.bases:
+                special = self.rules.layers[b].special if b in self.rules.layers else None
+                if special in ("sequential", "module_dict", "module_list"):
+                    info.container = special
+            if info.container in ("module_dict", "module_list"):
+                info.self_elem_layout = combine(info.self_items) if info.self_items else None
+            for attr, added in info.added_layouts.items():
+                # a Sequential built channels-last (conv0, norm0, pool0) and given torch-layout
+                # layers later: it takes NCHW as a whole
+                if (info.attr_rule.get(attr) == "torch.nn.Sequential"
+                        and info.attr_layout.get(attr) in ("channels_last", "any")
+                        and "torch" in added and "mixed" not in added):
+                    info.attr_layout[attr] = "torch"
+                    info.normalized_seqs.add(attr)
             for attr, called in info._built_by.items():
                 if called & (idx.module_classes | self.known_modules):
                     info.module_attrs.add(attr)

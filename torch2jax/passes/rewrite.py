@@ -342,10 +342,14 @@ class TorchToJax(cst.CSTTransformer):
             if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
                 bases.append(b.with_changes(value=expr(self.emitter.module_base)))
                 self.need("linen" if self.linen else "nnx")
-            elif (q in self.rules.layers and self.rules.layers[q].special == "sequential"
-                  and not self.linen):
-                # class ConvNormActivation(nn.Sequential): super().__init__(*layers) fills it
-                bases.append(b.with_changes(value=expr(self.rules.layers[q].targets["nnx"])))
+            elif (q in self.rules.layers and self.rules.layers[q].special in (
+                    "sequential", "module_dict", "module_list") and not self.linen):
+                # class ConvNormActivation(nn.Sequential): super().__init__(*layers) fills it;
+                # class _DenseBlock(nn.ModuleDict): a dict of layers in insertion order
+                special = self.rules.layers[q].special
+                bases.append(b.with_changes(value=expr(
+                    "LayerDict" if special == "module_dict"
+                    else self.rules.layers[q].targets["nnx"])))
                 self.need("nnx")
             elif q in self.rules.layers:
                 self.diag(ob, "module-subclass", "error",
@@ -431,12 +435,29 @@ class TorchToJax(cst.CSTTransformer):
         self._param_names.pop()
         self._loop_layouts.pop()
         keys = self._key_scopes.pop()
+        if any(self.q(d.decorator) in _OVERLOADS for d in original_node.decorators):
+            # @torch.jit._overload_method stubs (signatures for TorchScript): the definition
+            # that follows them is the method
+            return cst.RemoveFromParent()
         if self.in_module_class() and original_node.name.value in _STATE_DICT_HOOKS:
             self.diag(original_node, "module-hook", "info",
                       f"{original_node.name.value} removed: a hook of torch's state_dict "
                       "loading (torch2jax's weight transfer maps the torch names itself)")
             return cst.RemoveFromParent()
         node = updated_node
+        info = self.index.classes.get(self.current_class or "")
+        if (self.in_module_class() and original_node.name.value == "__init__" and info
+                and info.module_base == "torch" and info.container == "sequential"
+                and not self.linen):
+            self._fn_stack.append(original_node)
+            try:
+                if self._sequential_children():
+                    node = self._sequential_from_attributes(node)
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or "torch.nn.Sequential", "error",
+                          exc.message)
+            finally:
+                self._fn_stack.pop()
         if keys.takes_key:
             self.need("jax")
             node = tr.add_key_param(node)
@@ -587,6 +608,15 @@ class TorchToJax(cst.CSTTransformer):
         handled = self._torch_machinery_statement(original_node, updated_node)
         if handled is not None:
             return handled
+        if (self.in_module_class() and self.index.classes[self.current_class].container
+                == "module_dict" and m.matches(value, m.Call(func=m.Attribute(
+                    value=m.Name("self"), attr=m.Name("add_module"))))
+                and m.matches(updated_node.value, m.Call(func=m.Name("setattr")))):
+            # self.add_module(name, layer) in a ModuleDict subclass: self[name] = layer
+            _, key, layer = updated_node.value.args
+            return cst.Assign(targets=[cst.AssignTarget(cst.Subscript(
+                value=cst.Name("self"), slice=[cst.SubscriptElement(cst.Index(key.value))]))],
+                value=layer.value)
         handled = self._data_statement(original_node, updated_node)
         if handled is not None:
             return handled
@@ -869,6 +899,12 @@ class TorchToJax(cst.CSTTransformer):
             q = self.q(e)
             if q is None or not q.startswith("torch."):
                 out.append(e)
+                continue
+            if q in ("torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+                # an array rather than a list of them (densenet's _DenseLayer takes either);
+                # jax.Array also matches the tracers of jit and grad
+                self.need("jax")
+                out.append(expr("jax.Array"))
                 continue
             rule = self.rules.layers.get(q)
             target = rule.targets.get(self.emitter.name) if rule else None
@@ -1507,6 +1543,23 @@ class TorchToJax(cst.CSTTransformer):
                 layout = info.elem_layout.get(node.iter.attr.value)
                 if layout:
                     self._loop_layouts[-1][node.target.value] = layout
+        # a ModuleList / ModuleDict subclass running its layers: for layer in self,
+        # for name, layer in self.items(), for layer in self.values()
+        info = self.index.classes.get(self.current_class or "")
+        if info is not None and info.self_elem_layout and self._loop_layouts:
+            target = None
+            if isinstance(node.target, cst.Name) and (m.matches(node.iter, m.Name("self")) or (
+                    m.matches(node.iter, m.Call(func=m.Attribute(
+                        value=m.Name("self"), attr=m.Name("values")), args=[]))
+                    and info.container == "module_dict")):
+                target = node.target.value
+            elif (info.container == "module_dict" and m.matches(node.iter, m.Call(
+                    func=m.Attribute(value=m.Name("self"), attr=m.Name("items")), args=[]))
+                  and m.matches(node.target, m.Tuple(elements=[m.Element(), m.Element(
+                      m.Name())]))):
+                target = node.target.elements[1].value.value
+            if target is not None:
+                self._loop_layouts[-1][target] = info.self_elem_layout
 
     def _group_lr(self, node: cst.Subscript) -> cst.BaseExpression | None:
         """``optimizer.param_groups[0]["lr"]`` read: the learning rate the next update uses."""
@@ -2120,6 +2173,8 @@ class TorchToJax(cst.CSTTransformer):
             return updated
         if info.module_base == "torch" and info.container == "sequential" and not self.linen:
             return self._sequential_super_init(original, updated)
+        if info.module_base == "torch" and info.container and not self.linen:
+            return updated  # nnx.Dict / nnx.List take torch's arguments (a mapping, a list)
         if info.module_base == "torch":
             return cst.Name("__REMOVE__")
         if self.linen:
@@ -2137,6 +2192,10 @@ class TorchToJax(cst.CSTTransformer):
         if any(a.keyword for a in original.args):
             raise Untranslatable("nn.Sequential subclass built with keywords",
                                  rule="torch.nn.Sequential")
+        if not original.args and self._sequential_children():
+            # its children are the layers assigned to attributes below (densenet's
+            # _Transition): nnx.Sequential is given them once they exist (leave_FunctionDef)
+            return cst.Name("__REMOVE__")
         layouts = Layouts(self.rules, self, self.index)
         scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
                  if self._fn_stack and fid == id(self._fn_stack[-1])}
@@ -2149,6 +2208,51 @@ class TorchToJax(cst.CSTTransformer):
         if "channels_last" in items:
             args = self._insert_transposes(args, items)
         return updated.with_changes(args=_fix_commas(args))
+
+    def _sequential_children(self) -> list[str]:
+        """The attributes ``__init__`` of a Sequential subclass assigns layers to, in order:
+        torch registers them as the Sequential's children, which its forward runs."""
+        fn = self._fn_stack[-1] if self._fn_stack else None
+        info = self.index.classes.get(self.current_class or "")
+        if fn is None or fn.name.value != "__init__" or info is None:
+            return []
+        layers = set(info.attr_rule) | info.module_attrs
+        children: list[str] = []
+        for stmt in fn.body.body:
+            for a in m.findall(stmt, m.Assign(targets=[m.AssignTarget(
+                    m.Attribute(value=m.Name("self")))])):
+                name = a.targets[0].target.attr.value
+                if name not in layers:
+                    continue
+                if not (isinstance(stmt, cst.SimpleStatementLine) and a in stmt.body):
+                    raise Untranslatable(
+                        f"nn.Sequential subclass whose layer self.{name} is assigned under a "
+                        "condition or in a loop: the order of its children is not known "
+                        "statically", rule="torch.nn.Sequential")
+                if name not in children:
+                    children.append(name)
+        if children and any(m.findall(fn.body, m.Call(func=m.Attribute(
+                value=m.Name("self"), attr=m.Name("add_module"))))):
+            raise Untranslatable("nn.Sequential subclass filled both by attributes and by "
+                                 "add_module", rule="torch.nn.Sequential")
+        return children
+
+    def _sequential_from_attributes(self, node: cst.FunctionDef) -> cst.FunctionDef:
+        """``super().__init__(self.norm, self.relu, ...)`` at the end of the __init__ of a
+        Sequential subclass whose children are attributes (torch's registration order), with
+        transposes around the channels-last ones: the class takes NCHW like any module."""
+        children = self._sequential_children()
+        info = self.index.classes[self.current_class]
+        items = [info.attr_layout.get(c, "torch") for c in children]
+        if "mixed" in items:
+            raise Untranslatable("nn.Sequential subclass with a child whose layout is not "
+                                 "known statically", rule="torch.nn.Sequential")
+        args = [arg(expr(f"self.{c}")) for c in children]
+        if "channels_last" in items:
+            args = self._insert_transposes(args, items)
+        stmt = cst.SimpleStatementLine(body=[cst.Expr(call("super().__init__", *args))])
+        stmt = wrap_long_statement(stmt, 8)
+        return node.with_changes(body=node.body.with_changes(body=[*node.body.body, stmt]))
 
     def _ordered_dict_values(self, original: cst.Call, args: list[cst.Arg],
                              layouts: Layouts) -> list[cst.Arg]:
@@ -2246,7 +2350,9 @@ class TorchToJax(cst.CSTTransformer):
     def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on
         a Sequential attribute (densenet's self.features): appended to the nnx.Sequential's
-        layers (the name becomes a position; the weight transfer maps it). On a plain module:
+        layers (the name becomes a position; the weight transfer maps it); a channels-last
+        layer added to a Sequential that takes NCHW comes with transposes around it. In a
+        ModuleDict subclass: ``self[name] = block`` (see leave_Expr); on a plain module:
         ``setattr(self, name, block)``."""
         recv = original.func.value
         info = self.index.classes[self.current_class]
@@ -2254,26 +2360,32 @@ class TorchToJax(cst.CSTTransformer):
         layout = Layouts(self.rules, self, self.index).of(layer, {})
         if m.matches(recv, m.Name("self")):
             if info.container == "sequential":
-                target = "self.layers"
-            elif info.container is None:
+                target, seq_layout = "self.layers", "torch"
+            elif info.container in (None, "module_dict"):
                 return call("setattr", arg(cst.Name("self")), *updated.args)
             else:
-                return None
+                raise Untranslatable("add_module in a ModuleList subclass: append the layer",
+                                     rule="torch.nn.ModuleList")
         elif m.matches(recv, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
                 recv.attr.value) == "torch.nn.Sequential":
             target = f"self.{recv.attr.value}.layers"
-            if info.attr_layout.get(recv.attr.value, "torch") not in ("torch", "any") and (
-                    layout not in ("any", info.attr_layout.get(recv.attr.value))):
-                # densenet's features: conv0..pool0 channels-last, then dense blocks
+            seq_layout = info.attr_layout.get(recv.attr.value, "torch")
+            if seq_layout not in ("torch", "any") and layout not in ("any", seq_layout):
                 raise Untranslatable(
                     "add_module of a layer in torch's layout into a Sequential built from "
                     "channels-last layers: its calls give it channels-last input",
                     rule="torch.nn.Sequential")
         else:
             return None
-        if layout == "channels_last":
+        if layout == "channels_last" and seq_layout == "any":
             raise Untranslatable("add_module of a channels-last layer into a Sequential: "
                                  "wrap it with transposes", rule="torch.nn.Sequential")
+        if layout == "channels_last" and seq_layout == "torch":
+            # the Sequential takes NCHW: the layer gets its input channels-last
+            self.need("jnp")
+            return expr(f"{target}.extend([\n    lambda x: jnp.moveaxis(x, 1, -1),\n"
+                        "    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])",
+                        m=updated.args[1].value)
         return expr(f"{target}.append({{m}})", m=updated.args[1].value)
 
     def _partial_of_layer(self, original: cst.Call) -> cst.BaseExpression | None:
@@ -2445,6 +2557,13 @@ class TorchToJax(cst.CSTTransformer):
                 # a Sequential kept in a local (downsample = nn.Sequential(conv, bn)) or returned
                 # from a list (vgg's make_layers) and handed on: nothing tracks its layout there,
                 # so it takes and returns NCHW itself
+                overall = "torch"
+            info = self.index.classes.get(self.current_class or "")
+            if (info is not None and isinstance(parent, cst.Assign) and m.matches(
+                    parent.targets[0].target, m.Attribute(value=m.Name("self")))
+                    and parent.targets[0].target.attr.value in info.normalized_seqs):
+                # built channels-last, given torch-layout layers by add_module later
+                # (densenet's features): it takes NCHW, transposed around its first layers
                 overall = "torch"
             if overall == "torch" and "channels_last" in items:
                 args = self._insert_transposes(args, items)
@@ -2666,6 +2785,7 @@ def _rule_args(site: Site) -> list[cst.Arg]:
 
 
 # torch.nn.Module methods a subclass overrides to adapt state_dict loading / saving
+_OVERLOADS = {"torch.jit._overload_method", "torch.jit._overload"}
 _STATE_DICT_HOOKS = {"_load_from_state_dict", "_save_to_state_dict",
                      "_upgrade_state_dict_named", "load_state_dict", "state_dict"}
 
