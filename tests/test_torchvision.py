@@ -56,10 +56,6 @@ BUILDERS = {
 SEEDS = {"resnet50": 1}
 
 BLOCKERS = {
-    "densenet121": ("class _DenseBlock(nn.ModuleDict) (a subclass of a torch container, filled "
-                    "with add_module, run over self.items()) is not translated: NameError at "
-                    "import; then self.features.add_module of torch-layout blocks into the "
-                    "channels-last conv0/norm0/pool0 Sequential is marked"),
     "convnext_tiny": ("class LayerNorm2d(nn.LayerNorm) (a subclass of a torch layer with its own "
                       "forward over F.layer_norm) is not translated: NameError at import"),
 }

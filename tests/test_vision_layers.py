@@ -644,3 +644,74 @@ def test_densenet_like_weights_land_by_name_and_position(source_file, tmp_path):
     assert exported.keys() == sd.keys()
     for k, v in sd.items():
         np.testing.assert_array_equal(exported[k], v.numpy(), err_msg=k)
+
+
+def test_functional_dropout_with_training_flag_becomes_a_layer(tmp_path):
+    """densenet's F.dropout(x, p=self.drop_rate, training=self.training): an nnx.Dropout built
+    at the end of __init__. In eval mode the model is torch's; in training mode each output is
+    dropped (0) or scaled by 1 / (1 - p), with about p of them dropped."""
+    from torch2jax.weights import transfer_state_dict
+
+    source = textwrap.dedent('''
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class M(nn.Module):
+            def __init__(self, drop_rate: float = 0.25):
+                super().__init__()
+                self.fc = nn.Linear(8, 256)
+                self.drop_rate = float(drop_rate)
+
+            def forward(self, x):
+                x = self.fc(x)
+                if self.drop_rate > 0:
+                    x = F.dropout(x, p=self.drop_rate, training=self.training)
+                return x
+    ''')
+    result = convert_source(source, path="<dropout>")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    assert "self.dropout = nnx.Dropout(self.drop_rate, rngs=rngs)" in result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    model_t = ns_t["M"]().eval()
+    model_j = ns_j["M"](rngs=nnx.Rngs(0))
+    transfer_state_dict(model_t, model_j)
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    want = model_t(torch.from_numpy(x)).detach().numpy()
+    model_j.eval()
+    np.testing.assert_allclose(np.asarray(model_j(jnp.asarray(x))), want, rtol=1e-6, atol=1e-6)
+    model_j.train()
+    got = np.asarray(model_j(jnp.asarray(x)))
+    dropped = got == 0
+    np.testing.assert_allclose(got[~dropped], want[~dropped] / 0.75, rtol=1e-5, atol=1e-6)
+    assert 0.15 < dropped.mean() < 0.35, dropped.mean()
+
+
+def test_memory_efficient_branch_is_marked():
+    """densenet's memory_efficient path (off by default): requires_grad reads and
+    torch.utils.checkpoint have no faithful one-line JAX form: marked, not run wrongly."""
+    source = textwrap.dedent('''
+        import torch.nn as nn
+        import torch.utils.checkpoint as cp
+
+
+        class M(nn.Module):
+            def __init__(self, memory_efficient: bool = False):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+                self.memory_efficient = memory_efficient
+
+            def any_requires_grad(self, inputs):
+                return any(t.requires_grad for t in inputs)
+
+            def forward(self, x):
+                if self.memory_efficient and self.any_requires_grad([x]):
+                    return cp.checkpoint(self.fc, x, use_reentrant=False)
+                return self.fc(x)
+    ''')
+    result = convert_source(source, path="<checkpoint>")
+    rules = sorted(d.rule for d in result.diagnostics if d.severity == "error")
+    assert rules == ["requires_grad", "torch.utils.checkpoint.checkpoint"], result.code

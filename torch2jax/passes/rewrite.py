@@ -127,6 +127,9 @@ class TorchToJax(cst.CSTTransformer):
         self._lt_init_fns: set[tuple[str, str]] = set()  # (class, init function) removed
         self._lt_dtype_classes: set[str] = set()  # autocast: classes with a dtype field
         self._lt_autocast: dict[str, str] = {}  # model -> the dtype its training step uses
+        self._class_inits: dict[str, bool] = {}  # class -> it defines __init__
+        # class -> (attribute, rate) of the nnx.Dropout layers its F.dropout calls became
+        self._dropouts: dict[str, list[tuple[str, cst.BaseExpression]]] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
         if not self.linen:
@@ -330,6 +333,8 @@ class TorchToJax(cst.CSTTransformer):
     # ------------------------------------------------------------------ classes
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._class_stack.append(node.name.value)
+        self._class_inits[node.name.value] = any(
+            isinstance(f, cst.FunctionDef) and f.name.value == "__init__" for f in node.body.body)
 
     def leave_ClassDef(self, original_node, updated_node):
         name = self._class_stack.pop()
@@ -366,6 +371,7 @@ class TorchToJax(cst.CSTTransformer):
                     and s.name.value == "__init__" else s for s in body]
         new = updated_node.with_changes(
             bases=bases, body=updated_node.body.with_changes(body=body))
+        new = self._add_dropouts(name, new)
         if self.linen:
             try:
                 is_base = any(c.module_base == name for c in self.index.classes.values())
@@ -1901,6 +1907,13 @@ class TorchToJax(cst.CSTTransformer):
             if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor"):
                 self.need("jax")
                 return expr("jax.Array")
+        if (original_node.attr.value == "requires_grad" and self.in_module_class()
+                and not isinstance(self.get_metadata(ParentNodeProvider, original_node, None),
+                                   cst.AssignTarget)):
+            # densenet's any_requires_grad (behind memory_efficient=False)
+            self.diag(original_node, "requires_grad", "error",
+                      "x.requires_grad: JAX arrays carry no such flag (jax.grad differentiates "
+                      "with respect to the arguments it is given)")
         if m.matches(original_node, m.Attribute(value=m.Name("self"), attr=m.Name("training"))) \
                 and self.in_module_class():
             return expr(f"self.{linen_target.TRAIN}" if self.linen else "not self.deterministic")
@@ -1992,6 +2005,60 @@ class TorchToJax(cst.CSTTransformer):
                 # x @ w.T + b inside a - ...: keep the operator precedence of the call
                 result = result.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return result
+
+    def _dropout_layer(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``F.dropout(x, p=self.drop_rate, training=self.training)`` in a module's method: an
+        ``nnx.Dropout`` attribute built at the end of ``__init__`` (it draws from ``rngs`` and
+        follows ``.train()`` / ``.eval()``), called here. The rate must be a literal or an
+        attribute ``__init__`` sets; any other call is left to the rule (marked)."""
+        cls = self.current_class
+        if (self.emitter.name != "nnx" or not self.in_module_class()
+                or not self._class_inits.get(cls or "") or not self._fn_stack
+                or self._fn_stack[-1].name.value == "__init__" or self._in_expr_scope):
+            return None
+        b = bind(original.args, ("input", "p", "training", "inplace"))
+        if b.star or b.get("input") is None or not m.matches(
+                b.get("training"), m.Attribute(value=m.Name("self"), attr=m.Name("training"))):
+            return None
+        info = self.index.classes[cls]
+        p = b.get("p")
+        if p is None:
+            rate: cst.BaseExpression = cst.Float("0.5")
+        elif isinstance(try_literal(p, ...), (int, float)) or (
+                m.matches(p, m.Attribute(value=m.Name("self")))
+                and p.attr.value in info.init_attrs):
+            rate = p
+        else:
+            return None
+        taken = set(info.init_attrs) | set(info.attr_layout) | info.module_attrs
+        hoisted = self._dropouts.setdefault(cls, [])
+        attr = next((a for a, r in hoisted if code(r) == code(rate)), None)
+        if attr is None:
+            attr = "dropout"
+            n = 1
+            while attr in taken or any(a == attr for a, _ in hoisted):
+                attr, n = f"dropout{n}", n + 1
+            hoisted.append((attr, rate))
+        self.diag(original, "torch.nn.functional.dropout", "info",
+                  f"F.dropout(..., training=self.training) became self.{attr}, an nnx.Dropout "
+                  "built in __init__ (its key comes from rngs; .eval() turns it off)")
+        x = bind(updated.args, ("input", "p", "training", "inplace")).get("input")
+        return call(f"self.{attr}", arg(x))
+
+    def _add_dropouts(self, cls: str, node: cst.ClassDef) -> cst.ClassDef:
+        """The nnx.Dropout layers of _dropout_layer, at the end of ``__init__``."""
+        hoisted = self._dropouts.get(cls)
+        if not hoisted:
+            return node
+        self.need("nnx")
+        lines = [cst.SimpleStatementLine(body=[cst.Assign(
+            targets=[cst.AssignTarget(expr(f"self.{attr}"))],
+            value=call("nnx.Dropout", arg(rate), arg(cst.Name("rngs"), "rngs")))])
+            for attr, rate in hoisted]
+        body = [f.with_changes(body=f.body.with_changes(body=[*f.body.body, *lines]))
+                if isinstance(f, cst.FunctionDef) and f.name.value == "__init__" else f
+                for f in node.body.body]
+        return node.with_changes(body=node.body.with_changes(body=body))
 
     def _data_call(self, original: cst.Call, updated: cst.Call, name: str
                    ) -> cst.BaseExpression | None:
@@ -2094,6 +2161,16 @@ class TorchToJax(cst.CSTTransformer):
             return self._isinstance(original, updated)
         if id(original) in self.training.optimizers or id(original) in self.training.schedulers:
             return updated  # statements: handled in leave_Assign / leave_Return
+        if name in ("torch.utils.checkpoint.checkpoint",
+                    "torch.utils.checkpoint.checkpoint_sequential"):
+            raise Untranslatable(
+                "gradient checkpointing: nnx.remat of a function that takes the module as an "
+                "argument (nnx.remat(lambda m, *xs: m.f(xs))(self, *xs)); a closure over self "
+                "cannot update BatchNorm statistics inside it", rule=name)
+        if name == "torch.nn.functional.dropout":
+            layer = self._dropout_layer(original, updated)
+            if layer is not None:
+                return layer
         if name and name in self.rules.functions:
             return self._function(original, updated, self.rules.functions[name])
         if name and name.startswith("torch."):
