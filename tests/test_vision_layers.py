@@ -470,6 +470,30 @@ SOURCE = textwrap.dedent('''
             return x
 
 
+    class ContainerAttrs(nn.Module):
+        """ModuleDict / ModuleList attributes run in loops: their channels-last layers get
+        transposes, and a ModuleDict runs in insertion order (c1, c0, b; sorted, as an nnx.Dict
+        comes back from jit, would put the BatchNorm first and swap the heads)."""
+
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.ModuleDict(dict(c1=nn.Conv2d(3, 3, 3, padding=1),
+                                            c0=nn.Conv2d(3, 3, 1)))
+            self.convs["b"] = nn.BatchNorm2d(3)
+            self.stack = nn.ModuleList()
+            for _ in range(2):
+                self.stack.append(nn.Conv2d(3, 3, 1))
+            self.heads = nn.ModuleDict({"b": nn.Linear(3, 2), "a": nn.Linear(3, 4)})
+
+        def forward(self, x):
+            for name, layer in self.convs.items():
+                x = torch.tanh(layer(x))
+            for conv in self.stack:
+                x = x + conv(x)
+            y = x.mean((2, 3))
+            return torch.cat([head(y) for head in self.heads.values()], 1)
+
+
     class ModuleListNet(nn.Module):
         def __init__(self):
             super().__init__()
@@ -496,6 +520,7 @@ MODELS = {
     "TinyViT": "float32[2,3,6,6]",
     "DenseNetLike": "float32[2,3,8,8]",
     "ModuleListNet": "float32[2,3,5,6]",
+    "ContainerAttrs": "float32[2,3,5,6]",
 }
 
 
@@ -715,3 +740,25 @@ def test_memory_efficient_branch_is_marked():
     result = convert_source(source, path="<checkpoint>")
     rules = sorted(d.rule for d in result.diagnostics if d.severity == "error")
     assert rules == ["requires_grad", "torch.utils.checkpoint.checkpoint"], result.code
+
+
+def test_sequential_subclass_with_an_attribute_of_unknown_kind_is_marked():
+    """A Sequential subclass filled by attributes runs every Module assigned to one: an
+    attribute built by a call the converter cannot classify (a factory parameter) is marked,
+    not left out of the layers (nnx.Sequential would skip it); float(c) is no layer."""
+    source = textwrap.dedent('''
+        import torch.nn as nn
+
+
+        class Block(nn.Sequential):
+            def __init__(self, c, make):
+                super().__init__()
+                self.conv = nn.Conv2d(c, c, 1)
+                self.extra = make(c)
+                self.scale = float(c)
+    ''')
+    result = convert_source(source, path="<sequential>")
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    assert errors == ["nn.Sequential subclass: whether self.extra is a layer (one of its "
+                      "children) is not known here"], result.code
+    assert "super().__init__(self.conv" not in result.code

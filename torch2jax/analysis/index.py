@@ -52,6 +52,7 @@ class ClassInfo:
     # (densenet's features): they take NCHW, with transposes around their channels-last items
     normalized_seqs: set[str] = field(default_factory=set)
     init_attrs: list[str] = field(default_factory=list)  # self.x = <layer> in __init__, in order
+    iterated: set[str] = field(default_factory=set)  # self.x iterated (for / items / values)
     # a ModuleList / ModuleDict subclass: the layouts of the layers put into it (super().__init__
     # of a list, self.append / extend / add_module, self[name] = ...): `for layer in self`
     self_items: list[str] = field(default_factory=list)
@@ -337,13 +338,29 @@ class Indexer(cst.CSTVisitor):
                 isinstance(a.value, cst.Name) and a.value.value.endswith(FACTORY_SUFFIXES)
                 for a in node.args):
             self.index.factory_layouts.add("torch")
-        # self.features.add_module("denseblock1", block): a layer added to a Sequential attribute
-        if (self._class_stack and m.matches(node.func, m.Attribute(
-                value=m.Attribute(value=m.Name("self")), attr=m.Name("add_module")))
-                and len(node.args) == 2):
+        # self.features.add_module("denseblock1", block), self.convs.append(conv): layers added
+        # to a container attribute
+        if self._class_stack and m.matches(node.func, m.Attribute(
+                value=m.Attribute(value=m.Name("self")))) and node.args:
             info = self._class_stack[-1]
-            info.added_layouts.setdefault(node.func.value.attr.value, []).append(
-                self.layouts.of(node.args[1].value, self._scope()))
+            attr, meth = node.func.value.attr.value, node.func.attr.value
+            added = None
+            if meth == "add_module" and len(node.args) == 2:
+                added = [node.args[1].value]
+            elif meth == "append" or (meth == "insert" and len(node.args) == 2):
+                added = [node.args[-1].value]
+            elif meth in ("extend", "update"):
+                added = self._container_values(node.args[0].value)
+            if added is not None:
+                info.added_layouts.setdefault(attr, []).extend(
+                    self.layouts.of(v, self._scope()) if v is not None else "mixed"
+                    for v in added)
+            if meth in ("items", "values", "keys") and not node.args:
+                info.iterated.add(attr)
+        if self._class_stack and m.matches(node.func, m.Attribute(
+                value=m.Attribute(value=m.Name("self")), attr=m.Name("items")
+                | m.Name("values") | m.Name("keys"))):
+            self._class_stack[-1].iterated.add(node.func.value.attr.value)
         # a ModuleList / ModuleDict subclass filling itself
         if self._class_stack and self._fn_stack:
             info = self._class_stack[-1]
@@ -381,6 +398,14 @@ class Indexer(cst.CSTVisitor):
                 else:
                     lists[name].append("mixed")
 
+    def visit_For(self, node: cst.For) -> None:
+        if self._class_stack and m.matches(node.iter, m.Attribute(value=m.Name("self"))):
+            self._class_stack[-1].iterated.add(node.iter.attr.value)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        if self._class_stack and m.matches(node.iter, m.Attribute(value=m.Name("self"))):
+            self._class_stack[-1].iterated.add(node.iter.attr.value)
+
     def _container_values(self, v: cst.BaseExpression) -> list[cst.BaseExpression | None]:
         """The layers a list (or a dict) given to a ModuleList / ModuleDict holds; None for one
         that is not known statically."""
@@ -391,6 +416,12 @@ class Indexer(cst.CSTVisitor):
             return [e.value if isinstance(e, cst.DictElement) else None for e in v.elements]
         if isinstance(v, (cst.ListComp, cst.GeneratorExp)):
             return [v.elt]
+        if m.matches(v, m.Call(func=m.Name("dict") | m.Name("OrderedDict")
+                               | m.Attribute(attr=m.Name("OrderedDict")))):
+            if all(a.keyword for a in v.args):  # dict(wte=..., h=...)
+                return [a.value for a in v.args]
+            if len(v.args) == 1 and not v.args[0].keyword:  # OrderedDict([(name, layer), ...])
+                return self._container_values(v.args[0].value)
         return [None]
 
     def _is_sequential(self, node: cst.Call) -> bool:
@@ -488,6 +519,10 @@ class Indexer(cst.CSTVisitor):
             return
         if m.matches(target, m.Subscript(value=m.Name("self"))) and self._fn_stack:
             info.self_items.append(self.layouts.of(node.value, self._scope()))  # self[k] = layer
+        if m.matches(target, m.Subscript(value=m.Attribute(value=m.Name("self")))):
+            # self.heads["a"] = layer
+            info.added_layouts.setdefault(target.value.attr.value, []).append(
+                self.layouts.of(node.value, self._scope()))
         if m.matches(target, m.Attribute(value=m.Name("self"))):
             attr = target.attr.value
             value = node.value
@@ -520,6 +555,12 @@ class Indexer(cst.CSTVisitor):
                             a.keyword and a.keyword.value == "track_running_stats"
                             and m.matches(a.value, m.Name("False")) for a in value.args):
                         info.batch_stats_only.add(attr)
+                if rule is not None and rule.special == "module_dict" and value.args:
+                    # nn.ModuleDict({...}) / dict(a=...) / [(name, layer), ...]
+                    layers = self._container_values(value.args[0].value)
+                    info.elem_layout[attr] = combine(
+                        [self.layouts.of(v, self._scope()) if v is not None else "mixed"
+                         for v in layers])
                 if rule is not None and rule.special == "module_list" and value.args:
                     inner = value.args[0].value
                     if isinstance(inner, (cst.List, cst.Tuple)):
@@ -560,6 +601,12 @@ class Indexer(cst.CSTVisitor):
             if info.container in ("module_dict", "module_list"):
                 info.self_elem_layout = combine(info.self_items) if info.self_items else None
             for attr, added in info.added_layouts.items():
+                ctor = info.attr_ctor.get(attr)
+                if info.attr_rule.get(attr) in ("torch.nn.ModuleList", "torch.nn.ModuleDict") \
+                        and ctor is not None and (attr in info.elem_layout or not ctor.args):
+                    # the layers appended (or set by key) after the container was built
+                    base = [info.elem_layout[attr]] if attr in info.elem_layout else []
+                    info.elem_layout[attr] = combine(base + added)
                 # a Sequential built channels-last (conv0, norm0, pool0) and given torch-layout
                 # layers later: it takes NCHW as a whole
                 if (info.attr_rule.get(attr) == "torch.nn.Sequential"

@@ -120,6 +120,9 @@ class LayerDict(nnx.Dict):
 
     def __iter__(self):
         return iter(self._order)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._order
 ''')
 
 

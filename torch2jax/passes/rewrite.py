@@ -545,11 +545,23 @@ class TorchToJax(cst.CSTTransformer):
         # x[i] = v -> x = x.at[i].set(v) (not into an OrderedDict of layers)
         if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1 and not (
                 isinstance(target.value, cst.Name) and self._fn_stack
-                and Layouts(self.rules, self, self.index).is_ordered_dict(target.value.value)):
+                and Layouts(self.rules, self, self.index).is_ordered_dict(target.value.value)
+        ) and not self._layer_container(target.value):
             return self._indexed_update(original_node, updated_node.targets[0].target,
                                         "set", updated_node.value)
         # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
         return updated_node
+
+    def _layer_container(self, node: cst.BaseExpression) -> bool:
+        """``self.heads`` holding a ModuleDict / ModuleList (``self.heads["a"] = layer``), or
+        ``self`` in a subclass of one."""
+        info = self.index.classes.get(self.current_class or "")
+        if info is None:
+            return False
+        if m.matches(node, m.Name("self")):
+            return info.container in ("module_dict", "module_list")
+        return m.matches(node, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
+            node.attr.value) in ("torch.nn.ModuleDict", "torch.nn.ModuleList")
 
     def leave_AugAssign(self, original_node, updated_node):
         if isinstance(updated_node.target, cst.Subscript):
@@ -906,7 +918,7 @@ class TorchToJax(cst.CSTTransformer):
             if q is None or not q.startswith("torch."):
                 out.append(e)
                 continue
-            if q in ("torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            if q == "torch.Tensor":
                 # an array rather than a list of them (densenet's _DenseLayer takes either);
                 # jax.Array also matches the tracers of jit and grad
                 self.need("jax")
@@ -1541,31 +1553,37 @@ class TorchToJax(cst.CSTTransformer):
 
     def visit_For(self, node: cst.For) -> None:
         self._for_stack.append(node)
-        # for layer in self.layers: -> calls of `layer` use the list's element layout
-        if (self.current_class and isinstance(node.target, cst.Name)
-                and m.matches(node.iter, m.Attribute(value=m.Name("self")))):
-            info = self.index.classes.get(self.current_class)
-            if info and self._loop_layouts:
-                layout = info.elem_layout.get(node.iter.attr.value)
-                if layout:
-                    self._loop_layouts[-1][node.target.value] = layout
-        # a ModuleList / ModuleDict subclass running its layers: for layer in self,
-        # for name, layer in self.items(), for layer in self.values()
+        self._bind_loop_layout(node.target, node.iter)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._bind_loop_layout(node.target, node.iter)  # [blk(x) for blk in self.blocks]
+
+    def _bind_loop_layout(self, target: cst.BaseExpression, it: cst.BaseExpression) -> None:
+        """A loop over a container of layers: calls of its loop variable take the layout of
+        the container's elements."""
         info = self.index.classes.get(self.current_class or "")
-        if info is not None and info.self_elem_layout and self._loop_layouts:
-            target = None
-            if isinstance(node.target, cst.Name) and (m.matches(node.iter, m.Name("self")) or (
-                    m.matches(node.iter, m.Call(func=m.Attribute(
-                        value=m.Name("self"), attr=m.Name("values")), args=[]))
-                    and info.container == "module_dict")):
-                target = node.target.value
-            elif (info.container == "module_dict" and m.matches(node.iter, m.Call(
-                    func=m.Attribute(value=m.Name("self"), attr=m.Name("items")), args=[]))
-                  and m.matches(node.target, m.Tuple(elements=[m.Element(), m.Element(
-                      m.Name())]))):
-                target = node.target.elements[1].value.value
-            if target is not None:
-                self._loop_layouts[-1][target] = info.self_elem_layout
+        if info is None or not self._loop_layouts:
+            return
+        layout = None
+        if m.matches(it, m.Attribute(value=m.Name("self"))):
+            # for layer in self.layers
+            layout = info.elem_layout.get(it.attr.value)
+        elif m.matches(it, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self")),
+                                                   attr=m.Name("items") | m.Name("values")),
+                                  args=[])):
+            # for name, layer in self.heads.items() / for layer in self.heads.values()
+            layout = info.elem_layout.get(it.func.value.attr.value)
+        elif info.self_elem_layout and (m.matches(it, m.Name("self")) or (
+                info.container == "module_dict" and m.matches(it, m.Call(func=m.Attribute(
+                    value=m.Name("self"), attr=m.Name("items") | m.Name("values")), args=[])))):
+            # a ModuleList / ModuleDict subclass running its layers: for layer in self,
+            # for name, layer in self.items(), for layer in self.values()
+            layout = info.self_elem_layout
+        if m.matches(it, m.Call(func=m.Attribute(attr=m.Name("items")))):
+            target = (target.elements[1].value if m.matches(target, m.Tuple(
+                elements=[m.Element(), m.Element()])) else None)
+        if layout and isinstance(target, cst.Name):
+            self._loop_layouts[-1][target.value] = layout
 
     def _group_lr(self, node: cst.Subscript) -> cst.BaseExpression | None:
         """``optimizer.param_groups[0]["lr"]`` read: the learning rate the next update uses."""
@@ -2269,10 +2287,15 @@ class TorchToJax(cst.CSTTransformer):
         if any(a.keyword for a in original.args):
             raise Untranslatable("nn.Sequential subclass built with keywords",
                                  rule="torch.nn.Sequential")
-        if not original.args and self._sequential_children():
-            # its children are the layers assigned to attributes below (densenet's
-            # _Transition): nnx.Sequential is given them once they exist (leave_FunctionDef)
-            return cst.Name("__REMOVE__")
+        if not original.args:
+            try:
+                children = self._sequential_children()
+            except Untranslatable:
+                children = []  # marked at the def (leave_FunctionDef)
+            if children:
+                # its children are the layers assigned to attributes below (densenet's
+                # _Transition): nnx.Sequential is given them once they exist (leave_FunctionDef)
+                return cst.Name("__REMOVE__")
         layouts = Layouts(self.rules, self, self.index)
         scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
                  if self._fn_stack and fid == id(self._fn_stack[-1])}
@@ -2300,6 +2323,12 @@ class TorchToJax(cst.CSTTransformer):
                     m.Attribute(value=m.Name("self")))])):
                 name = a.targets[0].target.attr.value
                 if name not in layers:
+                    if isinstance(a.value, cst.Call) and name not in info.tensor_attrs and not (
+                            m.matches(a.value.func, m.Name()) and a.value.func.value in _BUILTINS):
+                        # torch registers every Module assigned to an attribute as a child
+                        raise Untranslatable(
+                            f"nn.Sequential subclass: whether self.{name} is a layer (one of "
+                            "its children) is not known here", rule="torch.nn.Sequential")
                     continue
                 if not (isinstance(stmt, cst.SimpleStatementLine) and a in stmt.body):
                     raise Untranslatable(
@@ -2653,7 +2682,13 @@ class TorchToJax(cst.CSTTransformer):
             if not updated.args:
                 return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(expr("[]")))
             return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(updated.args[0].value))
-        # ModuleDict
+        # ModuleDict; iterated in the class (for, items(), values()): in insertion order
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        info = self.index.classes.get(self.current_class or "")
+        if (not self.linen and info is not None and isinstance(parent, cst.Assign)
+                and m.matches(parent.targets[0].target, m.Attribute(value=m.Name("self")))
+                and parent.targets[0].target.attr.value in info.iterated):
+            return call("LayerDict", *updated.args)
         if not updated.args:
             return call(rule.targets["nnx" if self.linen else self.emitter.name])
         return call(rule.targets["nnx" if self.linen else self.emitter.name], *updated.args)
@@ -2862,6 +2897,8 @@ def _rule_args(site: Site) -> list[cst.Arg]:
 
 
 # torch.nn.Module methods a subclass overrides to adapt state_dict loading / saving
+_BUILTINS = {"float", "int", "bool", "str", "tuple", "list", "dict", "set", "len", "max", "min",
+             "abs", "round", "sum", "range"}
 _OVERLOADS = {"torch.jit._overload_method", "torch.jit._overload"}
 _STATE_DICT_HOOKS = {"_load_from_state_dict", "_save_to_state_dict",
                      "_upgrade_state_dict_named", "load_state_dict", "state_dict"}
