@@ -759,6 +759,6 @@ def test_sequential_subclass_with_an_attribute_of_unknown_kind_is_marked():
     ''')
     result = convert_source(source, path="<sequential>")
     errors = [d.message for d in result.diagnostics if d.severity == "error"]
-    assert errors == ["nn.Sequential subclass: whether self.extra is a layer (one of its "
-                      "children) is not known here"], result.code
+    assert errors == [("nn.Sequential subclass: whether self.extra is a layer (one of its "
+                       "children) is not known here")], result.code
     assert "super().__init__(self.conv" not in result.code
