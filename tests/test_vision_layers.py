@@ -697,6 +697,7 @@ def test_functional_dropout_with_training_flag_becomes_a_layer(tmp_path):
     result = convert_source(source, path="<dropout>")
     assert not [d for d in result.diagnostics if d.severity == "error"], result.code
     assert "self.dropout = nnx.Dropout(self.drop_rate, rngs=rngs)" in result.code
+    assert "self.deterministic" not in result.code  # nnx.Dropout has its own flag
     ns_t: dict = {}
     ns_j: dict = {}
     exec(source, ns_t)  # noqa: S102 - the test's own source

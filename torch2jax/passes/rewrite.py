@@ -130,6 +130,9 @@ class TorchToJax(cst.CSTTransformer):
         self._class_inits: dict[str, bool] = {}  # class -> it defines __init__
         # class -> (attribute, rate) of the nnx.Dropout layers its F.dropout calls became
         self._dropouts: dict[str, list[tuple[str, cst.BaseExpression]]] = {}
+        # class -> its self.training reads, and those that went into an nnx.Dropout attribute
+        self._training_reads: dict[str, int] = {}
+        self._training_hoisted: dict[str, int] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
         if not self.linen:
@@ -366,7 +369,13 @@ class TorchToJax(cst.CSTTransformer):
         body = list(updated_node.body.body)
         has_init = any(isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
                        for s in body)
-        if info.uses_training and info.module_base == "torch" and has_init and not self.linen:
+        # (not when every self.training read became an nnx.Dropout, which has its own flag,
+        # and no class of the file derives from this one)
+        hoisted_all = (self._training_hoisted.get(name, 0) == self._training_reads.get(name, 0)
+                       and self._training_hoisted.get(name, 0) > 0 and not any(
+                           c.module_base == name for c in self.index.classes.values()))
+        if (info.uses_training and info.module_base == "torch" and has_init and not self.linen
+                and not hoisted_all):
             body = [self._add_training_flag(s) if isinstance(s, cst.FunctionDef)
                     and s.name.value == "__init__" else s for s in body]
         new = updated_node.with_changes(
@@ -1934,6 +1943,8 @@ class TorchToJax(cst.CSTTransformer):
                       "with respect to the arguments it is given)")
         if m.matches(original_node, m.Attribute(value=m.Name("self"), attr=m.Name("training"))) \
                 and self.in_module_class():
+            self._training_reads[self.current_class] = self._training_reads.get(
+                self.current_class, 0) + 1
             return expr(f"self.{linen_target.TRAIN}" if self.linen else "not self.deterministic")
         if self.linen and m.matches(original_node.value, m.Attribute(value=m.Name("self"))) \
                 and self.in_module_class() and self.index.classes[
@@ -2061,6 +2072,7 @@ class TorchToJax(cst.CSTTransformer):
                   f"F.dropout(..., training=self.training) became self.{attr}, an nnx.Dropout "
                   "built in __init__ (its key comes from rngs; .eval() turns it off)")
         x = bind(updated.args, ("input", "p", "training", "inplace")).get("input")
+        self._training_hoisted[cls] = self._training_hoisted.get(cls, 0) + 1
         return call(f"self.{attr}", arg(x))
 
     def _add_dropouts(self, cls: str, node: cst.ClassDef) -> cst.ClassDef:
