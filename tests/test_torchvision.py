@@ -97,10 +97,6 @@ SLOW = {"swin_t"}
 SEEDS = {"resnet50": 1}
 
 BLOCKERS = {
-    "densenet121": ("class _DenseBlock(nn.ModuleDict) (a subclass of a torch container, filled "
-                    "with add_module, run over self.items()) is not translated: NameError at "
-                    "import; then self.features.add_module of torch-layout blocks into the "
-                    "channels-last conv0/norm0/pool0 Sequential is marked"),
 }
 
 

@@ -31,6 +31,7 @@ SOURCE = textwrap.dedent('''
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
+    from torch import Tensor
 
 
     class PReLUNet(nn.Module):
@@ -542,6 +543,139 @@ SOURCE = textwrap.dedent('''
         def forward(self, x):
             x = self.avgpool(self.features(x))
             return self.head(self.classifier(x))
+    class DenseLayer(nn.Module):
+        """densenet's _DenseLayer: TorchScript overloads, a Tensor or a list of them."""
+
+        def __init__(self, cin: int, growth: int):
+            super().__init__()
+            self.norm1 = nn.BatchNorm2d(cin)
+            self.relu1 = nn.ReLU(inplace=True)
+            self.conv1 = nn.Conv2d(cin, 2 * growth, kernel_size=1, bias=False)
+            self.norm2 = nn.BatchNorm2d(2 * growth)
+            self.conv2 = nn.Conv2d(2 * growth, growth, kernel_size=3, padding=1, bias=False)
+
+        def bn_function(self, inputs: list[Tensor]) -> Tensor:
+            return self.conv1(self.relu1(self.norm1(torch.cat(inputs, 1))))
+
+        @torch.jit._overload_method  # noqa: F811
+        def forward(self, input: list[Tensor]) -> Tensor:  # noqa: F811
+            pass
+
+        @torch.jit._overload_method  # noqa: F811
+        def forward(self, input: Tensor) -> Tensor:  # noqa: F811
+            pass
+
+        def forward(self, input: Tensor) -> Tensor:  # noqa: F811
+            if isinstance(input, Tensor):
+                prev_features = [input]
+            else:
+                prev_features = input
+            return self.conv2(F.relu(self.norm2(self.bn_function(prev_features))))
+
+
+    class DenseBlock(nn.ModuleDict):
+        """densenet's _DenseBlock: a ModuleDict filled with add_module, run over items() in
+        the order the layers were added (layer10 before layer2 would be the sorted order)."""
+
+        def __init__(self, num_layers: int, cin: int, growth: int):
+            super().__init__()
+            for i in range(num_layers):
+                self.add_module("denselayer%d" % (i + 1), DenseLayer(cin + i * growth, growth))
+
+        def forward(self, init_features: Tensor) -> Tensor:
+            features = [init_features]
+            for name, layer in self.items():
+                features.append(layer(features))
+            return torch.cat(features, 1)
+
+
+    class Transition(nn.Sequential):
+        """densenet's _Transition: a Sequential whose children are attributes."""
+
+        def __init__(self, cin: int, cout: int):
+            super().__init__()
+            self.norm = nn.BatchNorm2d(cin)
+            self.relu = nn.ReLU(inplace=True)
+            self.conv = nn.Conv2d(cin, cout, kernel_size=1, bias=False)
+            self.pool = nn.AvgPool2d(kernel_size=2, stride=2)
+
+
+    class DenseNetLike(nn.Module):
+        """densenet's features: a channels-last Sequential of named layers that add_module
+        extends with torch-layout blocks, then with a channels-last BatchNorm."""
+
+        def __init__(self, growth: int = 2, block_config=(11, 2), num_classes: int = 3):
+            super().__init__()
+            self.features = nn.Sequential(OrderedDict([
+                ("conv0", nn.Conv2d(3, 4, kernel_size=3, stride=1, padding=1, bias=False)),
+                ("norm0", nn.BatchNorm2d(4)),
+                ("relu0", nn.ReLU(inplace=True)),
+                ("pool0", nn.MaxPool2d(kernel_size=3, stride=2, padding=1)),
+            ]))
+            num_features = 4
+            for i, num_layers in enumerate(block_config):
+                block = DenseBlock(num_layers, num_features, growth)
+                self.features.add_module("denseblock%d" % (i + 1), block)
+                num_features = num_features + num_layers * growth
+                if i != len(block_config) - 1:
+                    trans = Transition(num_features, num_features // 2)
+                    self.features.add_module("transition%d" % (i + 1), trans)
+                    num_features = num_features // 2
+            self.features.add_module("norm5", nn.BatchNorm2d(num_features))
+            self.classifier = nn.Linear(num_features, num_classes)
+
+        def forward(self, x):
+            out = F.relu(self.features(x))
+            out = torch.flatten(F.adaptive_avg_pool2d(out, (1, 1)), 1)
+            return self.classifier(out)
+
+
+    class Stack(nn.ModuleList):
+        """A ModuleList subclass built from a list and appended to, run in order."""
+
+        def __init__(self, c: int, depth: int):
+            super().__init__([nn.Conv2d(c, c, 3, padding=1)])
+            for _ in range(depth - 1):
+                self.append(nn.Conv2d(c, c, 3, padding=1))
+
+        def forward(self, x):
+            for conv in self:
+                x = x + torch.tanh(conv(x))
+            return x
+
+
+    class ContainerAttrs(nn.Module):
+        """ModuleDict / ModuleList attributes run in loops: their channels-last layers get
+        transposes, and a ModuleDict runs in insertion order (c1, c0, b; sorted, as an nnx.Dict
+        comes back from jit, would put the BatchNorm first and swap the heads)."""
+
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.ModuleDict(dict(c1=nn.Conv2d(3, 3, 3, padding=1),
+                                            c0=nn.Conv2d(3, 3, 1)))
+            self.convs["b"] = nn.BatchNorm2d(3)
+            self.stack = nn.ModuleList()
+            for _ in range(2):
+                self.stack.append(nn.Conv2d(3, 3, 1))
+            self.heads = nn.ModuleDict({"b": nn.Linear(3, 2), "a": nn.Linear(3, 4)})
+
+        def forward(self, x):
+            for name, layer in self.convs.items():
+                x = torch.tanh(layer(x))
+            for conv in self.stack:
+                x = x + conv(x)
+            y = x.mean((2, 3))
+            return torch.cat([head(y) for head in self.heads.values()], 1)
+
+
+    class ModuleListNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 4, 1)
+            self.stack = Stack(4, 3)
+
+        def forward(self, x):
+            return self.stack(self.stem(x))
 ''')
 
 # name -> input spec
@@ -562,6 +696,9 @@ MODELS = {
     "LinearWeightReader": "float32[2,6]",
     "MBConvLike": "float32[2,4,6,6]",
     "CosineAttentionV2": "float32[2,5,8]",
+    "DenseNetLike": "float32[2,3,8,8]",
+    "ModuleListNet": "float32[2,3,5,6]",
+    "ContainerAttrs": "float32[2,3,5,6]",
 }
 
 
@@ -659,38 +796,152 @@ def test_layer_matches_torch(layer, shape):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_add_module_of_another_layout_is_marked():
-    """densenet's features: a channels-last Sequential (conv0, norm0, pool0) that add_module
-    then extends with blocks in torch's layout cannot be given one layout: marked, not run
-    wrongly."""
-    source = textwrap.dedent('''
-        from collections import OrderedDict
+def _import(path, name: str):
+    import importlib.util
+    import sys
 
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and torch.jit._overload_method look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_densenet_like_weights_land_by_name_and_position(source_file, tmp_path):
+    """DenseNetLike's state_dict names (features.denseblock1.denselayer10.norm1.weight): the
+    Sequential's children by position (not counting the transposes around conv0..pool0 and
+    norm5), the ModuleDict subclass's by name, the Transition's attributes by position; the
+    export gives torch's state_dict back."""
+    from torch2jax.weights import export_state_dict, transfer_state_dict
+
+    converted = tmp_path / "vision_models_jax.py"
+    converted.write_text(convert_source(SOURCE, path="vision_models.py").code)
+    torch.manual_seed(0)
+    model_t = _import(source_file, "vision_models_t").DenseNetLike()
+    with torch.no_grad():
+        for p in model_t.parameters():
+            p.add_(torch.randn_like(p))
+    model_j = _import(converted, "vision_models_jax").DenseNetLike(rngs=nnx.Rngs(0))
+    report = transfer_state_dict(model_t, model_j)
+    paths = {m.torch_name: m.nnx_name for m in report.mapped}
+    # torch children: conv0 norm0 relu0 pool0 denseblock1 transition1 denseblock2 norm5;
+    # nnx layers: a transpose first, one after pool0 and one before and after norm5
+    assert paths["features.conv0.weight"] == "features.layers.1.kernel"
+    assert paths["features.denseblock1.denselayer10.norm1.weight"] == (
+        "features.layers.6.denselayer10.norm1.scale")
+    assert paths["features.denseblock2.denselayer2.conv2.weight"] == (
+        "features.layers.8.denselayer2.conv2.kernel")
+    assert paths["features.norm5.running_var"] == "features.layers.10.var"
+    block = model_j.features.layers[6]
+    # in the order they were added, also through nnx.split / merge (jit), which sort by name
+    assert list(block) == [f"denselayer{i}" for i in range(1, 12)]
+    assert list(nnx.merge(*nnx.split(block))) == list(block)
+    sd = model_t.state_dict()
+    np.testing.assert_array_equal(np.asarray(block["denselayer10"].norm1.scale[...]),
+                                  sd["features.denseblock1.denselayer10.norm1.weight"].numpy())
+    trans = model_j.features.layers[7]
+    np.testing.assert_array_equal(
+        np.asarray(trans.conv.kernel[...]),
+        sd["features.transition1.conv.weight"].numpy().transpose(2, 3, 1, 0))
+    exported = export_state_dict(model_t, model_j)
+    assert exported.keys() == sd.keys()
+    for k, v in sd.items():
+        np.testing.assert_array_equal(exported[k], v.numpy(), err_msg=k)
+
+
+def test_functional_dropout_with_training_flag_becomes_a_layer(tmp_path):
+    """densenet's F.dropout(x, p=self.drop_rate, training=self.training): an nnx.Dropout built
+    at the end of __init__. In eval mode the model is torch's; in training mode each output is
+    dropped (0) or scaled by 1 / (1 - p), with about p of them dropped."""
+    from torch2jax.weights import transfer_state_dict
+
+    source = textwrap.dedent('''
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class M(nn.Module):
+            def __init__(self, drop_rate: float = 0.25):
+                super().__init__()
+                self.fc = nn.Linear(8, 256)
+                self.drop_rate = float(drop_rate)
+
+            def forward(self, x):
+                x = self.fc(x)
+                if self.drop_rate > 0:
+                    x = F.dropout(x, p=self.drop_rate, training=self.training)
+                return x
+    ''')
+    result = convert_source(source, path="<dropout>")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    assert "self.dropout = nnx.Dropout(self.drop_rate, rngs=rngs)" in result.code
+    assert "self.deterministic" not in result.code  # nnx.Dropout has its own flag
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    model_t = ns_t["M"]().eval()
+    model_j = ns_j["M"](rngs=nnx.Rngs(0))
+    transfer_state_dict(model_t, model_j)
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    want = model_t(torch.from_numpy(x)).detach().numpy()
+    model_j.eval()
+    np.testing.assert_allclose(np.asarray(model_j(jnp.asarray(x))), want, rtol=1e-6, atol=1e-6)
+    model_j.train()
+    got = np.asarray(model_j(jnp.asarray(x)))
+    dropped = got == 0
+    np.testing.assert_allclose(got[~dropped], want[~dropped] / 0.75, rtol=1e-5, atol=1e-6)
+    assert 0.15 < dropped.mean() < 0.35, dropped.mean()
+
+
+def test_memory_efficient_branch_is_marked():
+    """densenet's memory_efficient path (off by default): requires_grad reads and
+    torch.utils.checkpoint have no faithful one-line JAX form: marked, not run wrongly."""
+    source = textwrap.dedent('''
+        import torch.nn as nn
+        import torch.utils.checkpoint as cp
+
+
+        class M(nn.Module):
+            def __init__(self, memory_efficient: bool = False):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+                self.memory_efficient = memory_efficient
+
+            def any_requires_grad(self, inputs):
+                return any(t.requires_grad for t in inputs)
+
+            def forward(self, x):
+                if self.memory_efficient and self.any_requires_grad([x]):
+                    return cp.checkpoint(self.fc, x, use_reentrant=False)
+                return self.fc(x)
+    ''')
+    result = convert_source(source, path="<checkpoint>")
+    rules = sorted(d.rule for d in result.diagnostics if d.severity == "error")
+    assert rules == ["requires_grad", "torch.utils.checkpoint.checkpoint"], result.code
+
+
+def test_sequential_subclass_with_an_attribute_of_unknown_kind_is_marked():
+    """A Sequential subclass filled by attributes runs every Module assigned to one: an
+    attribute built by a call the converter cannot classify (a factory parameter) is marked,
+    not left out of the layers (nnx.Sequential would skip it); float(c) is no layer."""
+    source = textwrap.dedent('''
         import torch.nn as nn
 
 
-        class Block(nn.Module):
-            def __init__(self, c):
+        class Block(nn.Sequential):
+            def __init__(self, c, make):
                 super().__init__()
-                self.conv = nn.Conv2d(c, c, 3, padding=1)
-
-            def forward(self, x):
-                return x + self.conv(x)
-
-
-        class Net(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.features = nn.Sequential(OrderedDict([("conv0", nn.Conv2d(3, 4, 3)),
-                                                           ("norm0", nn.BatchNorm2d(4))]))
-                self.features.add_module("block1", Block(4))
-
-            def forward(self, x):
-                return self.features(x)
+                self.conv = nn.Conv2d(c, c, 1)
+                self.extra = make(c)
+                self.scale = float(c)
     ''')
-    result = convert_source(source, path="<densenet-like>")
+    result = convert_source(source, path="<sequential>")
     errors = [d.message for d in result.diagnostics if d.severity == "error"]
-    assert any("add_module of a layer in torch's layout" in e for e in errors), errors
+    assert errors == [("nn.Sequential subclass: whether self.extra is a layer (one of its "
+                       "children) is not known here")], result.code
+    assert "super().__init__(self.conv" not in result.code
+
 
 
 def test_layer_subclass_reads_without_counterpart_are_marked():

@@ -46,11 +46,22 @@ class ClassInfo:
     no_bias: set[str] = field(default_factory=set)  # self.x built with bias=False
     batch_stats_only: set[str] = field(default_factory=set)  # BatchNorm without running stats
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
-    container: str | None = None  # "sequential": a subclass of nn.Sequential
+    container: str | None = None  # "sequential" / "module_dict" / "module_list": a subclass
     # the torch layer (not a container) it derives from, directly or through local classes:
     # class LayerNorm2d(nn.LayerNorm)
     layer_base: str | None = None
     defines_init: bool = False  # has its own __init__
+    # self.x.add_module(name, layer) on a Sequential attribute: the added layers' layouts
+    added_layouts: dict[str, list[str]] = field(default_factory=dict)
+    # Sequential attributes built channels-last, then given torch-layout layers by add_module
+    # (densenet's features): they take NCHW, with transposes around their channels-last items
+    normalized_seqs: set[str] = field(default_factory=set)
+    init_attrs: list[str] = field(default_factory=list)  # self.x = <layer> in __init__, in order
+    iterated: set[str] = field(default_factory=set)  # self.x iterated (for / items / values)
+    # a ModuleList / ModuleDict subclass: the layouts of the layers put into it (super().__init__
+    # of a list, self.append / extend / add_module, self[name] = ...): `for layer in self`
+    self_items: list[str] = field(default_factory=list)
+    self_elem_layout: str | None = None
     module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
     tensor_attrs: set[str] = field(default_factory=set)  # self.x = nn.Parameter(...) / torch.*
     built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
@@ -385,6 +396,46 @@ class Indexer(cst.CSTVisitor):
                 isinstance(a.value, cst.Name) and a.value.value.endswith(FACTORY_SUFFIXES)
                 for a in node.args):
             self.index.factory_layouts.add("torch")
+        # self.features.add_module("denseblock1", block), self.convs.append(conv): layers added
+        # to a container attribute
+        if self._class_stack and m.matches(node.func, m.Attribute(
+                value=m.Attribute(value=m.Name("self")))) and node.args:
+            info = self._class_stack[-1]
+            attr, meth = node.func.value.attr.value, node.func.attr.value
+            added = None
+            if meth == "add_module" and len(node.args) == 2:
+                added = [node.args[1].value]
+            elif meth == "append" or (meth == "insert" and len(node.args) == 2):
+                added = [node.args[-1].value]
+            elif meth in ("extend", "update"):
+                added = self._container_values(node.args[0].value)
+            if added is not None:
+                info.added_layouts.setdefault(attr, []).extend(
+                    self.layouts.of(v, self._scope()) if v is not None else "mixed"
+                    for v in added)
+            if meth in ("items", "values", "keys") and not node.args:
+                info.iterated.add(attr)
+        if self._class_stack and m.matches(node.func, m.Attribute(
+                value=m.Attribute(value=m.Name("self")), attr=m.Name("items")
+                | m.Name("values") | m.Name("keys"))):
+            self._class_stack[-1].iterated.add(node.func.value.attr.value)
+        # a ModuleList / ModuleDict subclass filling itself
+        if self._class_stack and self._fn_stack:
+            info = self._class_stack[-1]
+            layers = None
+            if m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("append"))
+                         ) and node.args:
+                layers = [node.args[0].value]
+            elif m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("add_module"))
+                           ) and len(node.args) == 2:
+                layers = [node.args[1].value]
+            elif (m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("extend")))
+                  or m.matches(node.func, m.Attribute(value=m.Call(func=m.Name("super")),
+                                                      attr=m.Name("__init__")))) and node.args:
+                layers = self._container_values(node.args[0].value)
+            if layers is not None:
+                info.self_items.extend(self.layouts.of(v, self._scope()) if v is not None
+                                       else "mixed" for v in layers)
         # list building: layers.append(X) / layers.extend([...])
         if (
             self._fn_stack
@@ -404,6 +455,32 @@ class Indexer(cst.CSTVisitor):
                                        for e in v.elements)
                 else:
                     lists[name].append("mixed")
+
+    def visit_For(self, node: cst.For) -> None:
+        if self._class_stack and m.matches(node.iter, m.Attribute(value=m.Name("self"))):
+            self._class_stack[-1].iterated.add(node.iter.attr.value)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        if self._class_stack and m.matches(node.iter, m.Attribute(value=m.Name("self"))):
+            self._class_stack[-1].iterated.add(node.iter.attr.value)
+
+    def _container_values(self, v: cst.BaseExpression) -> list[cst.BaseExpression | None]:
+        """The layers a list (or a dict) given to a ModuleList / ModuleDict holds; None for one
+        that is not known statically."""
+        if isinstance(v, (cst.List, cst.Tuple)):
+            return [e.value if not isinstance(e, cst.StarredElement) else None
+                    for e in v.elements]
+        if isinstance(v, cst.Dict):
+            return [e.value if isinstance(e, cst.DictElement) else None for e in v.elements]
+        if isinstance(v, (cst.ListComp, cst.GeneratorExp)):
+            return [v.elt]
+        if m.matches(v, m.Call(func=m.Name("dict") | m.Name("OrderedDict")
+                               | m.Attribute(attr=m.Name("OrderedDict")))):
+            if all(a.keyword for a in v.args):  # dict(wte=..., h=...)
+                return [a.value for a in v.args]
+            if len(v.args) == 1 and not v.args[0].keyword:  # OrderedDict([(name, layer), ...])
+                return self._container_values(v.args[0].value)
+        return [None]
 
     def _is_sequential(self, node: cst.Call) -> bool:
         rule = self.rules.layers.get(qualified(self.meta, node.func) or "")
@@ -518,6 +595,12 @@ class Indexer(cst.CSTVisitor):
                 if head.startswith("self.") and head.count(".") == 1:
                     info.tied_heads[head[5:]] = table
             return
+        if m.matches(target, m.Subscript(value=m.Name("self"))) and self._fn_stack:
+            info.self_items.append(self.layouts.of(node.value, self._scope()))  # self[k] = layer
+        if m.matches(target, m.Subscript(value=m.Attribute(value=m.Name("self")))):
+            # self.heads["a"] = layer
+            info.added_layouts.setdefault(target.value.attr.value, []).append(
+                self.layouts.of(node.value, self._scope()))
         if m.matches(target, m.Attribute(value=m.Name("self"))):
             attr = target.attr.value
             value = node.value
@@ -527,6 +610,9 @@ class Indexer(cst.CSTVisitor):
             if attr in info.attr_layout:  # assigned in several branches
                 layout = combine([info.attr_layout[attr], layout])
             info.attr_layout[attr] = layout
+            if self._fn_stack and self._fn_stack[-1].name.value == "__init__" and (
+                    attr not in info.init_attrs):
+                info.init_attrs.append(attr)
             if isinstance(value, cst.Call):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
@@ -547,6 +633,12 @@ class Indexer(cst.CSTVisitor):
                             a.keyword and a.keyword.value == "track_running_stats"
                             and m.matches(a.value, m.Name("False")) for a in value.args):
                         info.batch_stats_only.add(attr)
+                if rule is not None and rule.special == "module_dict" and value.args:
+                    # nn.ModuleDict({...}) / dict(a=...) / [(name, layer), ...]
+                    layers = self._container_values(value.args[0].value)
+                    info.elem_layout[attr] = combine(
+                        [self.layouts.of(v, self._scope()) if v is not None else "mixed"
+                         for v in layers])
                 if rule is not None and rule.special == "module_list" and value.args:
                     inner = value.args[0].value
                     if isinstance(inner, (cst.List, cst.Tuple)):
@@ -580,11 +672,28 @@ class Indexer(cst.CSTVisitor):
                     changed = True
                     break
         for info in idx.classes.values():
-            if any(self.rules.layers[b].special == "sequential" for b in info.bases
-                   if b in self.rules.layers):
-                info.container = "sequential"
+            for b in info.bases:
+                special = self.rules.layers[b].special if b in self.rules.layers else None
+                if special in ("sequential", "module_dict", "module_list"):
+                    info.container = special
             info.layer_base = next((b for b in info.bases if b in self.rules.layers and (
                 self.rules.layers[b].special not in _CONTAINERS)), None)
+            if info.container in ("module_dict", "module_list"):
+                info.self_elem_layout = combine(info.self_items) if info.self_items else None
+            for attr, added in info.added_layouts.items():
+                ctor = info.attr_ctor.get(attr)
+                if info.attr_rule.get(attr) in ("torch.nn.ModuleList", "torch.nn.ModuleDict") \
+                        and ctor is not None and (attr in info.elem_layout or not ctor.args):
+                    # the layers appended (or set by key) after the container was built
+                    base = [info.elem_layout[attr]] if attr in info.elem_layout else []
+                    info.elem_layout[attr] = combine(base + added)
+                # a Sequential built channels-last (conv0, norm0, pool0) and given torch-layout
+                # layers later: it takes NCHW as a whole
+                if (info.attr_rule.get(attr) == "torch.nn.Sequential"
+                        and info.attr_layout.get(attr) in ("channels_last", "any")
+                        and "torch" in added and "mixed" not in added):
+                    info.attr_layout[attr] = "torch"
+                    info.normalized_seqs.add(attr)
         for info in idx.classes.values():  # through local bases: class Wide(LayerNorm2d)
             base, seen = info.module_base, set()
             while info.layer_base is None and base in idx.classes and base not in seen:

@@ -124,6 +124,34 @@ class NamedSequential(nnx.Sequential):
 ''')
 
 
+helper("LayerDict", {"Any", "nnx"}, '''
+class LayerDict(nnx.Dict):
+    """nn.ModuleDict: layers by name (self[name], self.name) that iterate in the order they
+    were added, as torch's do (an nnx.Dict iterates its attributes, which come back sorted by
+    name from nnx.split / nnx.jit: "layer10" before "layer2")."""
+
+    def __init__(self, layers: dict[str, Any] | None = None) -> None:
+        self._order: tuple[str, ...] = ()
+        for name, layer in (layers or {}).items():
+            self[name] = layer
+
+    def __setitem__(self, name: str, layer: Any) -> None:
+        super().__setitem__(name, layer)
+        if name not in self._order:
+            self._order = (*self._order, name)
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self._order = tuple(n for n in self._order if n != name)
+
+    def __iter__(self):
+        return iter(self._order)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._order
+''')
+
+
 def namespace() -> dict:
     """Every helper defined, with the imports they use (for tests that evaluate one converted
     expression on its own)."""

@@ -134,6 +134,12 @@ class TorchToJax(cst.CSTTransformer):
         self._lt_init_fns: set[tuple[str, str]] = set()  # (class, init function) removed
         self._lt_dtype_classes: set[str] = set()  # autocast: classes with a dtype field
         self._lt_autocast: dict[str, str] = {}  # model -> the dtype its training step uses
+        self._class_inits: dict[str, bool] = {}  # class -> it defines __init__
+        # class -> (attribute, rate) of the nnx.Dropout layers its F.dropout calls became
+        self._dropouts: dict[str, list[tuple[str, cst.BaseExpression]]] = {}
+        # class -> its self.training reads, and those that went into an nnx.Dropout attribute
+        self._training_reads: dict[str, int] = {}
+        self._training_hoisted: dict[str, int] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
         if not self.linen:
@@ -350,6 +356,8 @@ class TorchToJax(cst.CSTTransformer):
             if c.args and isinstance(c.args[0].value, cst.SimpleString):
                 names.add(c.args[0].value.evaluated_value)
         self._variable_attrs[node.name.value] = names
+        self._class_inits[node.name.value] = any(
+            isinstance(f, cst.FunctionDef) and f.name.value == "__init__" for f in node.body.body)
 
     def leave_ClassDef(self, original_node, updated_node):
         name = self._class_stack.pop()
@@ -362,10 +370,14 @@ class TorchToJax(cst.CSTTransformer):
             if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
                 bases.append(b.with_changes(value=expr(self.emitter.module_base)))
                 self.need("linen" if self.linen else "nnx")
-            elif (q in self.rules.layers and self.rules.layers[q].special == "sequential"
-                  and not self.linen):
-                # class ConvNormActivation(nn.Sequential): super().__init__(*layers) fills it
-                bases.append(b.with_changes(value=expr(self.rules.layers[q].targets["nnx"])))
+            elif (q in self.rules.layers and self.rules.layers[q].special in (
+                    "sequential", "module_dict", "module_list") and not self.linen):
+                # class ConvNormActivation(nn.Sequential): super().__init__(*layers) fills it;
+                # class _DenseBlock(nn.ModuleDict): a dict of layers in insertion order
+                special = self.rules.layers[q].special
+                bases.append(b.with_changes(value=expr(
+                    "LayerDict" if special == "module_dict"
+                    else self.rules.layers[q].targets["nnx"])))
                 self.need("nnx")
             elif q in self.rules.layers and q == info.layer_base and (
                     self._layer_subclass_rule(name) is not None):
@@ -382,11 +394,18 @@ class TorchToJax(cst.CSTTransformer):
         body = list(updated_node.body.body)
         has_init = any(isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
                        for s in body)
-        if info.uses_training and info.module_base == "torch" and has_init and not self.linen:
+        # (not when every self.training read became an nnx.Dropout, which has its own flag,
+        # and no class of the file derives from this one)
+        hoisted_all = (self._training_hoisted.get(name, 0) == self._training_reads.get(name, 0)
+                       and self._training_hoisted.get(name, 0) > 0 and not any(
+                           c.module_base == name for c in self.index.classes.values()))
+        if (info.uses_training and info.module_base == "torch" and has_init and not self.linen
+                and not hoisted_all):
             body = [self._add_training_flag(s) if isinstance(s, cst.FunctionDef)
                     and s.name.value == "__init__" else s for s in body]
         new = updated_node.with_changes(
             bases=bases, body=updated_node.body.with_changes(body=body))
+        new = self._add_dropouts(name, new)
         if self.linen:
             try:
                 is_base = any(c.module_base == name for c in self.index.classes.values())
@@ -456,12 +475,29 @@ class TorchToJax(cst.CSTTransformer):
         self._param_names.pop()
         self._loop_layouts.pop()
         keys = self._key_scopes.pop()
+        if any(self.q(d.decorator) in _OVERLOADS for d in original_node.decorators):
+            # @torch.jit._overload_method stubs (signatures for TorchScript): the definition
+            # that follows them is the method
+            return cst.RemoveFromParent()
         if self.in_module_class() and original_node.name.value in _STATE_DICT_HOOKS:
             self.diag(original_node, "module-hook", "info",
                       f"{original_node.name.value} removed: a hook of torch's state_dict "
                       "loading (torch2jax's weight transfer maps the torch names itself)")
             return cst.RemoveFromParent()
         node = updated_node
+        info = self.index.classes.get(self.current_class or "")
+        if (self.in_module_class() and original_node.name.value == "__init__" and info
+                and info.module_base == "torch" and info.container == "sequential"
+                and not self.linen):
+            self._fn_stack.append(original_node)
+            try:
+                if self._sequential_children():
+                    node = self._sequential_from_attributes(node)
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or "torch.nn.Sequential", "error",
+                          exc.message)
+            finally:
+                self._fn_stack.pop()
         if keys.takes_key:
             self.need("jax")
             node = tr.add_key_param(node)
@@ -560,7 +596,8 @@ class TorchToJax(cst.CSTTransformer):
         if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1 and not (
                 isinstance(target.value, cst.Name) and self._fn_stack
                 and (Layouts(self.rules, self, self.index).is_ordered_dict(target.value.value)
-                     or _python_list(self._fn_stack[-1], target.value.value))):
+                     or _python_list(self._fn_stack[-1], target.value.value))
+        ) and not self._layer_container(target.value):
             return self._indexed_update(original_node, updated_node.targets[0].target,
                                         "set", updated_node.value)
         # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
@@ -586,6 +623,17 @@ class TorchToJax(cst.CSTTransformer):
             return True
         return bool(self._fn_stack and info.built_by.get(attr, set())
                     & self._module_class_locals())
+
+    def _layer_container(self, node: cst.BaseExpression) -> bool:
+        """``self.heads`` holding a ModuleDict / ModuleList (``self.heads["a"] = layer``), or
+        ``self`` in a subclass of one."""
+        info = self.index.classes.get(self.current_class or "")
+        if info is None:
+            return False
+        if m.matches(node, m.Name("self")):
+            return info.container in ("module_dict", "module_list")
+        return m.matches(node, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
+            node.attr.value) in ("torch.nn.ModuleDict", "torch.nn.ModuleList")
 
     def leave_AugAssign(self, original_node, updated_node):
         if isinstance(updated_node.target, cst.Subscript):
@@ -650,6 +698,15 @@ class TorchToJax(cst.CSTTransformer):
         handled = self._torch_machinery_statement(original_node, updated_node)
         if handled is not None:
             return handled
+        if (self.in_module_class() and self.index.classes[self.current_class].container
+                == "module_dict" and m.matches(value, m.Call(func=m.Attribute(
+                    value=m.Name("self"), attr=m.Name("add_module"))))
+                and m.matches(updated_node.value, m.Call(func=m.Name("setattr")))):
+            # self.add_module(name, layer) in a ModuleDict subclass: self[name] = layer
+            _, key, layer = updated_node.value.args
+            return cst.Assign(targets=[cst.AssignTarget(cst.Subscript(
+                value=cst.Name("self"), slice=[cst.SubscriptElement(cst.Index(key.value))]))],
+                value=layer.value)
         handled = self._data_statement(original_node, updated_node)
         if handled is not None:
             return handled
@@ -934,6 +991,12 @@ class TorchToJax(cst.CSTTransformer):
             q = self.q(e)
             if q is None or not q.startswith("torch."):
                 out.append(e)
+                continue
+            if q == "torch.Tensor":
+                # an array rather than a list of them (densenet's _DenseLayer takes either);
+                # jax.Array also matches the tracers of jit and grad
+                self.need("jax")
+                out.append(expr("jax.Array"))
                 continue
             rule = self.rules.layers.get(q)
             target = rule.targets.get(self.emitter.name) if rule else None
@@ -1603,14 +1666,37 @@ class TorchToJax(cst.CSTTransformer):
 
     def visit_For(self, node: cst.For) -> None:
         self._for_stack.append(node)
-        # for layer in self.layers: -> calls of `layer` use the list's element layout
-        if (self.current_class and isinstance(node.target, cst.Name)
-                and m.matches(node.iter, m.Attribute(value=m.Name("self")))):
-            info = self.index.classes.get(self.current_class)
-            if info and self._loop_layouts:
-                layout = info.elem_layout.get(node.iter.attr.value)
-                if layout:
-                    self._loop_layouts[-1][node.target.value] = layout
+        self._bind_loop_layout(node.target, node.iter)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._bind_loop_layout(node.target, node.iter)  # [blk(x) for blk in self.blocks]
+
+    def _bind_loop_layout(self, target: cst.BaseExpression, it: cst.BaseExpression) -> None:
+        """A loop over a container of layers: calls of its loop variable take the layout of
+        the container's elements."""
+        info = self.index.classes.get(self.current_class or "")
+        if info is None or not self._loop_layouts:
+            return
+        layout = None
+        if m.matches(it, m.Attribute(value=m.Name("self"))):
+            # for layer in self.layers
+            layout = info.elem_layout.get(it.attr.value)
+        elif m.matches(it, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self")),
+                                                   attr=m.Name("items") | m.Name("values")),
+                                  args=[])):
+            # for name, layer in self.heads.items() / for layer in self.heads.values()
+            layout = info.elem_layout.get(it.func.value.attr.value)
+        elif info.self_elem_layout and (m.matches(it, m.Name("self")) or (
+                info.container == "module_dict" and m.matches(it, m.Call(func=m.Attribute(
+                    value=m.Name("self"), attr=m.Name("items") | m.Name("values")), args=[])))):
+            # a ModuleList / ModuleDict subclass running its layers: for layer in self,
+            # for name, layer in self.items(), for layer in self.values()
+            layout = info.self_elem_layout
+        if m.matches(it, m.Call(func=m.Attribute(attr=m.Name("items")))):
+            target = (target.elements[1].value if m.matches(target, m.Tuple(
+                elements=[m.Element(), m.Element()])) else None)
+        if layout and isinstance(target, cst.Name):
+            self._loop_layouts[-1][target.value] = layout
 
     def _group_lr(self, node: cst.Subscript) -> cst.BaseExpression | None:
         """``optimizer.param_groups[0]["lr"]`` read: the learning rate the next update uses."""
@@ -1995,8 +2081,17 @@ class TorchToJax(cst.CSTTransformer):
             if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor"):
                 self.need("jax")
                 return expr("jax.Array")
+        if (original_node.attr.value == "requires_grad" and self.in_module_class()
+                and not isinstance(self.get_metadata(ParentNodeProvider, original_node, None),
+                                   cst.AssignTarget)):
+            # densenet's any_requires_grad (behind memory_efficient=False)
+            self.diag(original_node, "requires_grad", "error",
+                      "x.requires_grad: JAX arrays carry no such flag (jax.grad differentiates "
+                      "with respect to the arguments it is given)")
         if m.matches(original_node, m.Attribute(value=m.Name("self"), attr=m.Name("training"))) \
                 and self.in_module_class():
+            self._training_reads[self.current_class] = self._training_reads.get(
+                self.current_class, 0) + 1
             return expr(f"self.{linen_target.TRAIN}" if self.linen else "not self.deterministic")
         if self.linen and m.matches(original_node.value, m.Attribute(value=m.Name("self"))) \
                 and self.in_module_class() and self.index.classes[
@@ -2170,6 +2265,61 @@ class TorchToJax(cst.CSTTransformer):
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(args=args)
 
+    def _dropout_layer(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``F.dropout(x, p=self.drop_rate, training=self.training)`` in a module's method: an
+        ``nnx.Dropout`` attribute built at the end of ``__init__`` (it draws from ``rngs`` and
+        follows ``.train()`` / ``.eval()``), called here. The rate must be a literal or an
+        attribute ``__init__`` sets; any other call is left to the rule (marked)."""
+        cls = self.current_class
+        if (self.emitter.name != "nnx" or not self.in_module_class()
+                or not self._class_inits.get(cls or "") or not self._fn_stack
+                or self._fn_stack[-1].name.value == "__init__" or self._in_expr_scope):
+            return None
+        b = bind(original.args, ("input", "p", "training", "inplace"))
+        if b.star or b.get("input") is None or not m.matches(
+                b.get("training"), m.Attribute(value=m.Name("self"), attr=m.Name("training"))):
+            return None
+        info = self.index.classes[cls]
+        p = b.get("p")
+        if p is None:
+            rate: cst.BaseExpression = cst.Float("0.5")
+        elif isinstance(try_literal(p, ...), (int, float)) or (
+                m.matches(p, m.Attribute(value=m.Name("self")))
+                and p.attr.value in info.init_attrs):
+            rate = p
+        else:
+            return None
+        taken = set(info.init_attrs) | set(info.attr_layout) | info.module_attrs
+        hoisted = self._dropouts.setdefault(cls, [])
+        attr = next((a for a, r in hoisted if code(r) == code(rate)), None)
+        if attr is None:
+            attr = "dropout"
+            n = 1
+            while attr in taken or any(a == attr for a, _ in hoisted):
+                attr, n = f"dropout{n}", n + 1
+            hoisted.append((attr, rate))
+        self.diag(original, "torch.nn.functional.dropout", "info",
+                  f"F.dropout(..., training=self.training) became self.{attr}, an nnx.Dropout "
+                  "built in __init__ (its key comes from rngs; .eval() turns it off)")
+        x = bind(updated.args, ("input", "p", "training", "inplace")).get("input")
+        self._training_hoisted[cls] = self._training_hoisted.get(cls, 0) + 1
+        return call(f"self.{attr}", arg(x))
+
+    def _add_dropouts(self, cls: str, node: cst.ClassDef) -> cst.ClassDef:
+        """The nnx.Dropout layers of _dropout_layer, at the end of ``__init__``."""
+        hoisted = self._dropouts.get(cls)
+        if not hoisted:
+            return node
+        self.need("nnx")
+        lines = [cst.SimpleStatementLine(body=[cst.Assign(
+            targets=[cst.AssignTarget(expr(f"self.{attr}"))],
+            value=call("nnx.Dropout", arg(rate), arg(cst.Name("rngs"), "rngs")))])
+            for attr, rate in hoisted]
+        body = [f.with_changes(body=f.body.with_changes(body=[*f.body.body, *lines]))
+                if isinstance(f, cst.FunctionDef) and f.name.value == "__init__" else f
+                for f in node.body.body]
+        return node.with_changes(body=node.body.with_changes(body=body))
+
     def _data_call(self, original: cst.Call, updated: cst.Call, name: str
                    ) -> cst.BaseExpression | None:
         """torch.distributed queries, DDP, TensorDataset, DataLoader (passes/data.py)."""
@@ -2277,6 +2427,16 @@ class TorchToJax(cst.CSTTransformer):
             fn = self.rules.functions[name]
             x = bind(updated.args, fn.params).get(fn.params[0])
             return call("super().__call__", arg(x))
+        if name in ("torch.utils.checkpoint.checkpoint",
+                    "torch.utils.checkpoint.checkpoint_sequential"):
+            raise Untranslatable(
+                "gradient checkpointing: nnx.remat of a function that takes the module as an "
+                "argument (nnx.remat(lambda m, *xs: m.f(xs))(self, *xs)); a closure over self "
+                "cannot update BatchNorm statistics inside it", rule=name)
+        if name == "torch.nn.functional.dropout":
+            layer = self._dropout_layer(original, updated)
+            if layer is not None:
+                return layer
         if name and name in self.rules.functions:
             return self._function(original, updated, self.rules.functions[name])
         if name and name.startswith("torch."):
@@ -2367,6 +2527,8 @@ class TorchToJax(cst.CSTTransformer):
                                  or self._takes_layer_arguments(info.module_base)):
             # super().__init__(normalized_shape, eps=eps): the JAX layer's arguments
             return self._layer_arguments(original, updated, rule)
+        if info.module_base == "torch" and info.container and not self.linen:
+            return updated  # nnx.Dict / nnx.List take torch's arguments (a mapping, a list)
         if info.module_base == "torch":
             return cst.Name("__REMOVE__")
         if self.linen:
@@ -2384,6 +2546,15 @@ class TorchToJax(cst.CSTTransformer):
         if any(a.keyword for a in original.args):
             raise Untranslatable("nn.Sequential subclass built with keywords",
                                  rule="torch.nn.Sequential")
+        if not original.args:
+            try:
+                children = self._sequential_children()
+            except Untranslatable:
+                children = []  # marked at the def (leave_FunctionDef)
+            if children:
+                # its children are the layers assigned to attributes below (densenet's
+                # _Transition): nnx.Sequential is given them once they exist (leave_FunctionDef)
+                return cst.Name("__REMOVE__")
         layouts = Layouts(self.rules, self, self.index)
         scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
                  if self._fn_stack and fid == id(self._fn_stack[-1])}
@@ -2396,6 +2567,57 @@ class TorchToJax(cst.CSTTransformer):
         if "channels_last" in items:
             args = self._insert_transposes(args, items)
         return updated.with_changes(args=_fix_commas(args))
+
+    def _sequential_children(self) -> list[str]:
+        """The attributes ``__init__`` of a Sequential subclass assigns layers to, in order:
+        torch registers them as the Sequential's children, which its forward runs."""
+        fn = self._fn_stack[-1] if self._fn_stack else None
+        info = self.index.classes.get(self.current_class or "")
+        if fn is None or fn.name.value != "__init__" or info is None:
+            return []
+        layers = set(info.attr_rule) | info.module_attrs
+        children: list[str] = []
+        for stmt in fn.body.body:
+            for a in m.findall(stmt, m.Assign(targets=[m.AssignTarget(
+                    m.Attribute(value=m.Name("self")))])):
+                name = a.targets[0].target.attr.value
+                if name not in layers:
+                    if isinstance(a.value, cst.Call) and name not in info.tensor_attrs and not (
+                            m.matches(a.value.func, m.Name()) and a.value.func.value in _BUILTINS):
+                        # torch registers every Module assigned to an attribute as a child
+                        raise Untranslatable(
+                            f"nn.Sequential subclass: whether self.{name} is a layer (one of "
+                            "its children) is not known here", rule="torch.nn.Sequential")
+                    continue
+                if not (isinstance(stmt, cst.SimpleStatementLine) and a in stmt.body):
+                    raise Untranslatable(
+                        f"nn.Sequential subclass whose layer self.{name} is assigned under a "
+                        "condition or in a loop: the order of its children is not known "
+                        "statically", rule="torch.nn.Sequential")
+                if name not in children:
+                    children.append(name)
+        if children and any(m.findall(fn.body, m.Call(func=m.Attribute(
+                value=m.Name("self"), attr=m.Name("add_module"))))):
+            raise Untranslatable("nn.Sequential subclass filled both by attributes and by "
+                                 "add_module", rule="torch.nn.Sequential")
+        return children
+
+    def _sequential_from_attributes(self, node: cst.FunctionDef) -> cst.FunctionDef:
+        """``super().__init__(self.norm, self.relu, ...)`` at the end of the __init__ of a
+        Sequential subclass whose children are attributes (torch's registration order), with
+        transposes around the channels-last ones: the class takes NCHW like any module."""
+        children = self._sequential_children()
+        info = self.index.classes[self.current_class]
+        items = [info.attr_layout.get(c, "torch") for c in children]
+        if "mixed" in items:
+            raise Untranslatable("nn.Sequential subclass with a child whose layout is not "
+                                 "known statically", rule="torch.nn.Sequential")
+        args = [arg(expr(f"self.{c}")) for c in children]
+        if "channels_last" in items:
+            args = self._insert_transposes(args, items)
+        stmt = cst.SimpleStatementLine(body=[cst.Expr(call("super().__init__", *args))])
+        stmt = wrap_long_statement(stmt, 8)
+        return node.with_changes(body=node.body.with_changes(body=[*node.body.body, stmt]))
 
     def _ordered_dict_values(self, original: cst.Call, args: list[cst.Arg],
                              layouts: Layouts) -> list[cst.Arg]:
@@ -2493,7 +2715,9 @@ class TorchToJax(cst.CSTTransformer):
     def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on
         a Sequential attribute (densenet's self.features): appended to the nnx.Sequential's
-        layers (the name becomes a position; the weight transfer maps it). On a plain module:
+        layers (the name becomes a position; the weight transfer maps it); a channels-last
+        layer added to a Sequential that takes NCHW comes with transposes around it. In a
+        ModuleDict subclass: ``self[name] = block`` (see leave_Expr); on a plain module:
         ``setattr(self, name, block)``."""
         recv = original.func.value
         info = self.index.classes[self.current_class]
@@ -2501,26 +2725,32 @@ class TorchToJax(cst.CSTTransformer):
         layout = Layouts(self.rules, self, self.index).of(layer, {})
         if m.matches(recv, m.Name("self")):
             if info.container == "sequential":
-                target = "self.layers"
-            elif info.container is None:
+                target, seq_layout = "self.layers", "torch"
+            elif info.container in (None, "module_dict"):
                 return call("setattr", arg(cst.Name("self")), *updated.args)
             else:
-                return None
+                raise Untranslatable("add_module in a ModuleList subclass: append the layer",
+                                     rule="torch.nn.ModuleList")
         elif m.matches(recv, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
                 recv.attr.value) == "torch.nn.Sequential":
             target = f"self.{recv.attr.value}.layers"
-            if info.attr_layout.get(recv.attr.value, "torch") not in ("torch", "any") and (
-                    layout not in ("any", info.attr_layout.get(recv.attr.value))):
-                # densenet's features: conv0..pool0 channels-last, then dense blocks
+            seq_layout = info.attr_layout.get(recv.attr.value, "torch")
+            if seq_layout not in ("torch", "any") and layout not in ("any", seq_layout):
                 raise Untranslatable(
                     "add_module of a layer in torch's layout into a Sequential built from "
                     "channels-last layers: its calls give it channels-last input",
                     rule="torch.nn.Sequential")
         else:
             return None
-        if layout == "channels_last":
+        if layout == "channels_last" and seq_layout == "any":
             raise Untranslatable("add_module of a channels-last layer into a Sequential: "
                                  "wrap it with transposes", rule="torch.nn.Sequential")
+        if layout == "channels_last" and seq_layout == "torch":
+            # the Sequential takes NCHW: the layer gets its input channels-last
+            self.need("jnp")
+            return expr(f"{target}.extend([\n    lambda x: jnp.moveaxis(x, 1, -1),\n"
+                        "    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])",
+                        m=updated.args[1].value)
         return expr(f"{target}.append({{m}})", m=updated.args[1].value)
 
     def _layer_subclass_rule(self, cls: str | None) -> Rule | None:
@@ -2800,6 +3030,13 @@ class TorchToJax(cst.CSTTransformer):
                 # from a list (vgg's make_layers) and handed on: nothing tracks its layout there,
                 # so it takes and returns NCHW itself
                 overall = "torch"
+            info = self.index.classes.get(self.current_class or "")
+            if (info is not None and isinstance(parent, cst.Assign) and m.matches(
+                    parent.targets[0].target, m.Attribute(value=m.Name("self")))
+                    and parent.targets[0].target.attr.value in info.normalized_seqs):
+                # built channels-last, given torch-layout layers by add_module later
+                # (densenet's features): it takes NCHW, transposed around its first layers
+                overall = "torch"
             if overall == "torch" and "channels_last" in items:
                 args = self._insert_transposes(args, items)
             elif named:
@@ -2811,7 +3048,13 @@ class TorchToJax(cst.CSTTransformer):
             if not updated.args:
                 return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(expr("[]")))
             return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(updated.args[0].value))
-        # ModuleDict
+        # ModuleDict; iterated in the class (for, items(), values()): in insertion order
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        info = self.index.classes.get(self.current_class or "")
+        if (not self.linen and info is not None and isinstance(parent, cst.Assign)
+                and m.matches(parent.targets[0].target, m.Attribute(value=m.Name("self")))
+                and parent.targets[0].target.attr.value in info.iterated):
+            return call("LayerDict", *updated.args)
         if not updated.args:
             return call(rule.targets["nnx" if self.linen else self.emitter.name])
         return call(rule.targets["nnx" if self.linen else self.emitter.name], *updated.args)
@@ -3055,6 +3298,9 @@ def _rule_args(site: Site) -> list[cst.Arg]:
 
 
 # torch.nn.Module methods a subclass overrides to adapt state_dict loading / saving
+_BUILTINS = {"float", "int", "bool", "str", "tuple", "list", "dict", "set", "len", "max", "min",
+             "abs", "round", "sum", "range"}
+_OVERLOADS = {"torch.jit._overload_method", "torch.jit._overload"}
 _STATE_DICT_HOOKS = {"_load_from_state_dict", "_save_to_state_dict",
                      "_upgrade_state_dict_named", "load_state_dict", "state_dict"}
 

@@ -1585,10 +1585,25 @@ def _all_layers(c: ClassInfo):
         stack += list(a.items.values())
 
 
+class _LayerDictToDict(cst.CSTTransformer):
+    def leave_Name(self, original_node, updated_node):
+        return expr("nnx.Dict") if updated_node.value == "LayerDict" else updated_node
+
+
+def _without_layer_dict(module: cst.Module) -> cst.Module:
+    """The NNX pass's LayerDict helper (an nnx.Dict in insertion order) read as the nnx.Dict
+    this pass translates (into a dict); its definition goes."""
+    if not any(isinstance(s, cst.ClassDef) and s.name.value == "LayerDict" for s in module.body):
+        return module
+    module = module.with_changes(body=[s for s in module.body if not (
+        isinstance(s, cst.ClassDef) and s.name.value == "LayerDict")])
+    return module.visit(_LayerDictToDict())
+
+
 def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]]]:
     """NNX code -> equinox code. Returns the code and ``(line, message)`` of each TODO this
     pass added."""
-    module = cst.parse_module(nnx_code)
+    module = _without_layer_dict(cst.parse_module(nnx_code))
     torch_module = cst.parse_module(torch_source)
     f = EquinoxFile(module, torch_module)
     for s in module.body:
