@@ -624,6 +624,13 @@ class TorchToJax(cst.CSTTransformer):
         return bool(self._fn_stack and info.built_by.get(attr, set())
                     & self._module_class_locals())
 
+    def _in_removed_line(self, node: cst.CSTNode) -> bool:
+        """``node`` sits in a statement the training pass removes (the parameter-group
+        bookkeeping of a configure_optimizers: ``if p.requires_grad``)."""
+        while node is not None and not isinstance(node, cst.SimpleStatementLine):
+            node = self.get_metadata(ParentNodeProvider, node, None)
+        return node is not None and id(node) in self.training.removed
+
     def _layer_container(self, node: cst.BaseExpression) -> bool:
         """``self.heads`` holding a ModuleDict / ModuleList (``self.heads["a"] = layer``), or
         ``self`` in a subclass of one."""
@@ -2083,7 +2090,8 @@ class TorchToJax(cst.CSTTransformer):
                 return expr("jax.Array")
         if (original_node.attr.value == "requires_grad" and self.in_module_class()
                 and not isinstance(self.get_metadata(ParentNodeProvider, original_node, None),
-                                   cst.AssignTarget)):
+                                   cst.AssignTarget)
+                and not self._in_removed_line(original_node)):
             # densenet's any_requires_grad (behind memory_efficient=False)
             self.diag(original_node, "requires_grad", "error",
                       "x.requires_grad: JAX arrays carry no such flag (jax.grad differentiates "
