@@ -96,3 +96,46 @@ def test_factory_keyword_dict_verifies(factory_file):
     assert result.error is None, result.error
     assert result.passed, result.mismatch
     assert sum(1 for c in result.compared if c.startswith("grad ")) >= 6
+
+
+JIT_BRANCHES = HEADER + textwrap.dedent('''
+    def f(x):
+        if torch.jit.is_scripting():
+            raise RuntimeError("scripted")
+        if torch.jit.is_tracing():
+            y = x
+        else:
+            y = x + 1
+        if torch.jit.is_scripting():
+            z = x * 0
+        elif x.sum() > 0:
+            z = x * 2
+        else:
+            z = x * 3
+        return y + z
+''')
+
+
+def test_torchscript_only_branches_are_dropped():
+    """``if torch.jit.is_scripting():`` is dead in JAX code: the branch goes, its else stays."""
+    result = convert_source(JIT_BRANCHES, path="<jit>")
+    assert not _errors(result), result.code
+    assert "False" not in result.code and "raise" not in result.code, result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(JIT_BRANCHES, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    for sign in (1, -1):
+        x = sign * np.arange(1, 7, dtype=np.float32)
+        np.testing.assert_allclose(np.asarray(ns_j["f"](jnp.asarray(x))),
+                                   ns_t["f"](torch.from_numpy(x)).numpy())
+
+
+def test_an_import_already_there_among_others_is_not_repeated():
+    """A helper written into the file needs typing.Any, which the file already imports."""
+    source = ("from typing import Any, Optional\n\nimport torch\n"
+              "from torch.utils.data import TensorDataset, random_split\n\n\n"
+              "def halves(x, y):\n    return random_split(TensorDataset(x, y), [0.5, 0.5])\n")
+    code = convert_source(source, path="halves.py").code
+    assert "def split_fractions(dataset: Any" in code
+    assert code.count("from typing import Any") == 1, code

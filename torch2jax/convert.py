@@ -148,15 +148,33 @@ def _uses_train_mode(source: str) -> bool:
     return any(word in source for word in ("BatchNorm", "Dropout", "dropout", ".training"))
 
 
+def _from_names(node: cst.CSTNode) -> tuple[str, set[tuple[str, str]]] | None:
+    """``from m import a, b as c`` -> ("m", {("a", "a"), ("b", "c")})."""
+    if not isinstance(node, cst.ImportFrom) or node.relative or node.module is None or \
+            isinstance(node.names, cst.ImportStar):
+        return None
+    empty = cst.Module([])
+    return empty.code_for_node(node.module), {
+        (empty.code_for_node(a.name), empty.code_for_node(a.asname.name) if a.asname
+         else empty.code_for_node(a.name)) for a in node.names}
+
+
 def _existing_imports(module: cst.Module) -> set[str]:
     have = set()
+    wanted = {key: _from_names(cst.parse_statement(line).body[0])
+              for key, line in IMPORT_LINES.items()}
     for stmt in module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for s in stmt.body:
             text = cst.Module([]).code_for_node(s).strip()
+            found = _from_names(s)
             for key, line in IMPORT_LINES.items():
-                if text == line:
+                # the same line, or a from-import of the same names among others
+                # (from typing import Any, Optional has Any)
+                if text == line or (found is not None and wanted[key] is not None
+                                    and found[0] == wanted[key][0]
+                                    and wanted[key][1] <= found[1]):
                     have.add(key)
     return have
 

@@ -642,6 +642,26 @@ class TorchToJax(cst.CSTTransformer):
         return m.matches(node, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
             node.attr.value) in ("torch.nn.ModuleDict", "torch.nn.ModuleList")
 
+    def leave_If(self, original_node, updated_node):
+        """``if torch.jit.is_scripting(): ...`` is dead in JAX code (the query is False): the
+        branch goes, its ``else`` (if any) stays in its place."""
+        test = original_node.test
+        rule = self.rules.functions.get(self.q(test.func) or "") if isinstance(
+            test, cst.Call) else None
+        if rule is None or rule.special != "false" or not m.matches(updated_node.test,
+                                                                   m.Name("False")):
+            return updated_node
+        other = updated_node.orelse
+        if other is None:
+            return cst.RemoveFromParent()
+        if isinstance(other, cst.If):  # elif: it becomes the if
+            return other.with_changes(leading_lines=updated_node.leading_lines)
+        body = list(other.body.body)
+        if body:
+            body[0] = body[0].with_changes(leading_lines=[*updated_node.leading_lines,
+                                                          *body[0].leading_lines])
+        return cst.FlattenSentinel(body)
+
     def leave_AugAssign(self, original_node, updated_node):
         if isinstance(updated_node.target, cst.Subscript):
             ops = {cst.AddAssign: "add", cst.SubtractAssign: "subtract",
