@@ -423,3 +423,29 @@ def test_other_uses_of_folded_rows_stay_marked() -> None:
                                 "return logits, loss + logits.view(-1, 7)[0].sum()")
     result = convert_source(source, path="tagger.py", target="equinox")
     assert "TODO(torch2jax)" in result.code
+
+
+def test_empty_module_dict_filled_in_a_loop_converts() -> None:
+    """``self.blocks = nn.ModuleDict()`` then filled by key: an empty dict field (it used to be
+    an internal error). Iterating it in forward has no per-example form here: marked."""
+    source = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleDict()
+        for i in range(11):
+            self.blocks[f"layer{i + 1}"] = nn.Linear(4, 4)
+
+    def forward(self, x):
+        for name, layer in self.blocks.items():
+            x = torch.tanh(layer(x))
+        return x
+'''
+    result = convert_source(source, path="blocks.py", target="equinox")
+    assert "self.blocks = {}" in result.code
+    assert [d.rule for d in result.diagnostics if d.severity == "error"] == ["equinox"]
+    assert result.code.count("TODO(torch2jax)") == 1

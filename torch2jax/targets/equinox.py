@@ -266,8 +266,8 @@ class _InitRewriter(cst.CSTTransformer):
             if (inner is None or inner.kind == "value") and isinstance(orig, cst.Call) and \
                     code(orig.func) == "dict":
                 inner = self._dict_layer(orig)
-            new = orig.visit(_Dedent()) if orig is not None else expr(
-                "[]" if lay.kind == "list" else "{}")
+            new = orig.visit(_Dedent()) if orig is not None else (
+                cst.List([]) if lay.kind == "list" else cst.Dict([]))
             lay = inner or lay
         if lay.kind == "value" and isinstance(updated_node.func, cst.Name) and \
                 updated_node.func.value in self.builders:
