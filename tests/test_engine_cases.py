@@ -11,6 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 jnp = pytest.importorskip("jax.numpy")
 
+from snippets import assert_function_matches_torch
+
 from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
@@ -30,18 +32,9 @@ def test_layer_built_and_called_inline_keeps_torch_layout(body):
     """``nn.MaxPool2d(3)(x)`` in a plain function: flax pools channels-last, so the NCHW input
     is moved in and out, as for a pooling attribute of a module (and no partial() is left)."""
     source = HEADER + f"def f(x):\n    {body}\n"
-    result = convert_source(source, path="<inline>")
-    assert not _errors(result), result.code
-    assert "partial" not in result.code, result.code
-    ns_t: dict = {}
-    ns_j: dict = {}
-    exec(source, ns_t)  # noqa: S102 - the test's own source
-    exec(result.code, ns_j)  # noqa: S102 - its conversion
     x = np.random.default_rng(0).standard_normal((2, 3, 7, 9)).astype(np.float32)
-    want = ns_t["f"](torch.from_numpy(x)).numpy()
-    got = np.asarray(ns_j["f"](jnp.asarray(x)))
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    result = assert_function_matches_torch(source, x)
+    assert "partial" not in result.code, result.code
 
 
 FACTORY = HEADER + textwrap.dedent('''
@@ -118,17 +111,10 @@ JIT_BRANCHES = HEADER + textwrap.dedent('''
 
 def test_torchscript_only_branches_are_dropped():
     """``if torch.jit.is_scripting():`` is dead in JAX code: the branch goes, its else stays."""
-    result = convert_source(JIT_BRANCHES, path="<jit>")
-    assert not _errors(result), result.code
-    assert "False" not in result.code and "raise" not in result.code, result.code
-    ns_t: dict = {}
-    ns_j: dict = {}
-    exec(JIT_BRANCHES, ns_t)  # noqa: S102 - the test's own source
-    exec(result.code, ns_j)  # noqa: S102 - its conversion
     for sign in (1, -1):
-        x = sign * np.arange(1, 7, dtype=np.float32)
-        np.testing.assert_allclose(np.asarray(ns_j["f"](jnp.asarray(x))),
-                                   ns_t["f"](torch.from_numpy(x)).numpy())
+        result = assert_function_matches_torch(JIT_BRANCHES,
+                                               sign * np.arange(1, 7, dtype=np.float32))
+    assert "False" not in result.code and "raise" not in result.code, result.code
 
 
 def test_an_import_already_there_among_others_is_not_repeated():

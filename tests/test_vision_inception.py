@@ -23,6 +23,8 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 nnx = pytest.importorskip("flax.nnx")
 
+from snippets import assert_function_matches_torch
+
 from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
@@ -301,17 +303,8 @@ def test_init_loop_reads_stddev_attributes(converted):
 def test_functional_pooling_matches_torch(torch_expr, shape):
     source = ("import torch\nimport torch.nn.functional as F\n\n\n"
               f"def f(x):\n    return {torch_expr}\n")
-    result = convert_source(source, path="<op>")
-    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
-    ns_t: dict = {}
-    ns_j: dict = {}
-    exec(source, ns_t)  # noqa: S102 - the test's own source
-    exec(result.code, ns_j)  # noqa: S102 - its conversion
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    want = ns_t["f"](torch.from_numpy(x)).numpy()
-    got = np.asarray(ns_j["f"](jnp.asarray(x)))
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert_function_matches_torch(source, np.random.default_rng(0).standard_normal(shape)
+                                  .astype(np.float32))
 
 
 def test_ceil_mode_pooling_of_an_expression_is_marked():

@@ -18,6 +18,8 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 nnx = pytest.importorskip("flax.nnx")
 
+from snippets import assert_function_matches_torch
+
 from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
@@ -737,17 +739,8 @@ def test_forward_and_gradients_match(source_file, name):
 def _run(torch_expr: str, shape: tuple[int, ...]) -> None:
     source = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
               f"def f(x):\n    return {torch_expr}\n")
-    result = convert_source(source, path="<op>")
-    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
-    ns_t: dict = {}
-    ns_j: dict = {}
-    exec(source, ns_t)  # noqa: S102 - the test's own source
-    exec(result.code, ns_j)  # noqa: S102 - its conversion
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32) * 4
-    want = ns_t["f"](torch.from_numpy(x)).numpy()
-    got = np.asarray(ns_j["f"](jnp.asarray(x)))
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert_function_matches_torch(source, x)
 
 
 @pytest.mark.parametrize("torch_expr", [
