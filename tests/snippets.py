@@ -9,9 +9,9 @@ import torch
 from torch2jax.convert import convert_source
 
 
-def assert_function_matches_torch(source: str, x: np.ndarray, name: str = "f",
-                                  tol: float = 1e-6):
-    """Convert ``source`` (no error diagnostics allowed), call ``name`` on ``x`` in torch and in
+def assert_function_matches_torch(source: str, *xs: np.ndarray, name: str = "f",
+                                  rtol: float = 1e-6, atol: float = 1e-6):
+    """Convert ``source`` (no error diagnostics allowed), call ``name`` on ``xs`` in torch and in
     the converted code, and compare the outputs. Returns the conversion result."""
     import jax.numpy as jnp
 
@@ -21,8 +21,8 @@ def assert_function_matches_torch(source: str, x: np.ndarray, name: str = "f",
     ns_j: dict = {}
     exec(source, ns_t)  # noqa: S102 - the test's own source
     exec(result.code, ns_j)  # noqa: S102 - its conversion
-    want = ns_t[name](torch.from_numpy(x)).numpy()
-    got = np.asarray(ns_j[name](jnp.asarray(x)))
+    want = ns_t[name](*(torch.from_numpy(x) for x in xs)).numpy()
+    got = np.asarray(ns_j[name](*(jnp.asarray(x) for x in xs)))
     assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     return result

@@ -20,6 +20,8 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 nnx = pytest.importorskip("flax.nnx")
 
+from snippets import assert_function_matches_torch
+
 from torch2jax.convert import convert_source
 from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import Untranslatable, bind, code
@@ -435,18 +437,9 @@ def test_whole_module_verifies(tmp_path, name, spec):
 def test_scaled_dot_product_attention_matches_torch(torch_expr, shape):
     source = ("import torch\nimport torch.nn.functional as F\n\n\n"
               f"def f(q, k, v):\n    return {torch_expr}\n")
-    result = convert_source(source, path="<sdpa>")
-    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
-    ns_t: dict = {}
-    ns_j: dict = {}
-    exec(source, ns_t)  # noqa: S102 - the test's own source
-    exec(result.code, ns_j)  # noqa: S102 - its conversion
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
-    want = ns_t["f"](*(torch.from_numpy(a) for a in (q, k, v))).numpy()
-    got = np.asarray(ns_j["f"](*(jnp.asarray(a) for a in (q, k, v))))
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert_function_matches_torch(source, q, k, v, rtol=1e-5)
 
 
 @pytest.mark.parametrize("call", [
