@@ -229,3 +229,127 @@ def test_shard_option_is_checked(tmp_path: Path) -> None:
         find_config(script)
     (tmp_path / "pyproject.toml").write_text('[tool.torch2jax]\nshard = "params"\n')
     assert find_config(script).shard == "params"
+
+
+STREAMS = textwrap.dedent('''
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+
+    class Stream(IterableDataset):
+        """n points and their parity, generated on the fly."""
+
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            for i in range(self.n):
+                yield torch.full((3,), float(i)) * 0.5, i % 2
+
+
+    def loaders(n):
+        stream = Stream(n)
+        return (DataLoader(stream, batch_size=3), DataLoader(Stream(n), batch_size=3,
+                                                             drop_last=True),
+                DataLoader(stream, batch_size=None),
+                DataLoader(stream, batch_size=2, collate_fn=lambda b: [y for _, y in b]))
+''')
+
+
+def _batches(loader) -> list:
+    def host(v):
+        return [host(e) for e in v] if isinstance(v, (list, tuple)) else np.asarray(v).tolist()
+    return [host(batch) for batch in loader]
+
+
+def test_iterable_dataset_loader_gives_torch_batches() -> None:
+    """An IterableDataset stays a plain iterable class; its DataLoader becomes IterableLoader,
+    which gives torch's batches (values, dtypes' kinds, the short last batch, drop_last,
+    batch_size=None, collate_fn) on every pass."""
+    pytest.importorskip("torch")
+    result = convert_source(STREAMS, path="streams.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "class Stream:" in result.code and "IterableLoader(stream, 3)" in result.code
+    assert "import torch" not in result.code and "torch.utils" not in result.code
+    theirs: dict = {}
+    exec(compile(STREAMS, "streams.py", "exec"), theirs)  # noqa: S102 (our snippet)
+    ours: dict = {}
+    exec(compile(result.code, "streams.py", "exec"), ours)  # noqa: S102 (our snippet)
+    for n in (7, 6):
+        want = [_batches(loader) for loader in theirs["loaders"](n)]
+        got = [_batches(loader) for loader in ours["loaders"](n)]
+        assert got == want
+        again = [_batches(loader) for loader in ours["loaders"](n)]
+        assert again == got
+    first = next(iter(ours["loaders"](7)[0]))
+    assert first[0].dtype.kind == "f" and first[1].dtype.kind == "i"
+    loader = ours["loaders"](7)[0]
+    assert _batches(loader) == _batches(loader)  # a second epoch iterates the stream again
+
+
+SEEDED = textwrap.dedent('''
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
+    from torch.utils.data import TensorDataset
+
+
+    def loaders(x):
+        ds = TensorDataset(x)
+        g = torch.Generator()
+        g.manual_seed(3)
+        shuffled = DataLoader(ds, batch_size=4, shuffle=True, generator=g)
+        seq = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 3, True))
+        sampler = BatchSampler(RandomSampler(ds), batch_size=4, drop_last=False)
+        rand = DataLoader(ds, batch_sampler=sampler)
+        out = []
+        for epoch in range(2):
+            batches = ([], [], [])
+            for (xb,) in shuffled:
+                batches[0].append(xb)
+            for (xb,) in seq:
+                batches[1].append(xb)
+            for (xb,) in rand:
+                batches[2].append(xb)
+            out.append(batches)
+        return out
+''')
+
+
+def test_generator_and_batch_sampler_loaders() -> None:
+    """DataLoader(generator=g) shuffles with g's seed (+ the epoch), and a BatchSampler over a
+    translated sampler is the loader's batch size, drop_last and order."""
+    torch = pytest.importorskip("torch")
+    result = convert_source(SEEDED, path="seeded.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "import torch" not in result.code and "torch.utils" not in result.code
+    assert ".shuffle(seed=3 + epoch).batch(4)" in result.code
+    namespace: dict = {}
+    exec(compile(result.code, "seeded.py", "exec"), namespace)  # noqa: S102 (our snippet)
+    x = np.arange(10, dtype=np.float32)
+    runs = [namespace["loaders"](x) for _ in range(2)]
+    assert _batches(runs[0]) == _batches(runs[1])  # the same on every run
+    theirs: dict = {}
+    exec(compile(SEEDED, "seeded.py", "exec"), theirs)  # noqa: S102 (our snippet)
+    torch_runs = theirs["loaders"](torch.from_numpy(x))
+    for epoch, torch_epoch in zip(runs[0], torch_runs):
+        shuffled, seq, rand = _batches(epoch)
+        t_shuffled, t_seq, t_rand = _batches(torch_epoch)
+        assert seq == t_seq == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]  # sequential: torch's batches
+        for ours, theirs_ in ((shuffled, t_shuffled), (rand, t_rand)):
+            assert [len(b) for b in ours] == [len(b) for b in theirs_] == [4, 4, 2]
+            assert sorted(v for b in ours for v in b) == list(range(10))  # a permutation
+    assert _batches(runs[0][0][0]) != _batches(runs[0][1][0])  # a new order every epoch
+    assert _batches(runs[0][0][2]) != _batches(runs[0][1][2])
+
+
+def test_generator_with_other_draws_is_marked() -> None:
+    source = textwrap.dedent('''
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        g = torch.Generator().manual_seed(5)
+        x = torch.randn(8, 2, generator=g)
+        loader = DataLoader(TensorDataset(x), batch_size=2, shuffle=True, generator=g)
+    ''')
+    result = convert_source(source, path="shared.py")
+    messages = [d.message for d in result.diagnostics if d.severity == "error"]
+    assert any("also read elsewhere" in msg for msg in messages), messages

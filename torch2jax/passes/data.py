@@ -29,7 +29,7 @@ import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
 
 from torch2jax.analysis.index import qualified
-from torch2jax.passes.common import Untranslatable, bind, code, expr
+from torch2jax.passes.common import Untranslatable, bind, code, expr, try_literal
 
 DATASET_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
 ITERABLE_BASES = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
@@ -43,6 +43,8 @@ RANDOM_SAMPLERS = {"torch.utils.data.RandomSampler", "torch.utils.data.sampler.R
 SEQ_SAMPLERS = {"torch.utils.data.SequentialSampler",
                 "torch.utils.data.sampler.SequentialSampler"}
 SAMPLERS = DIST_SAMPLERS | RANDOM_SAMPLERS | SEQ_SAMPLERS
+BATCH_SAMPLERS = {"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"}
+GENERATORS = {"torch.Generator", "torch._C.Generator"}
 WRAPPERS = {"torch.nn.parallel.DistributedDataParallel",
             "torch.nn.parallel.distributed.DistributedDataParallel",
             "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
@@ -71,6 +73,13 @@ class SamplerSite:
 
 
 @dataclass
+class BatchSamplerSite:
+    sampler: SamplerSite
+    batch_size: cst.BaseExpression
+    drop_last: cst.BaseExpression | None
+
+
+@dataclass
 class LoaderSite:
     name: str
     shuffled: bool
@@ -92,6 +101,20 @@ class DataIndex:
     opaque_static: set[str] = field(default_factory=set)
     shard: str = "data"  # "params": the model and optimizer state are split over the devices
     aliasing: bool = False  # a module class assigns self.a = self.b (a shared Variable)
+    batch_samplers: dict[str, BatchSamplerSite] = field(default_factory=dict)
+    iterable_classes: set[str] = field(default_factory=set)  # IterableDataset subclasses
+    iterable_datasets: set[str] = field(default_factory=set)  # variables holding one
+    # torch.Generator variables -> their manual_seed argument (None: never seeded)
+    generators: dict[str, cst.BaseExpression | None] = field(default_factory=dict)
+    # generator variables read anywhere but generator= of a loader or random_split, and
+    # manual_seed statements: they must stay (and stay marked)
+    generators_kept: set[str] = field(default_factory=set)
+
+    def generator_seed(self, gen: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """The seed of ``torch.Generator().manual_seed(s)`` or of a variable seeded once."""
+        if isinstance(gen, cst.Name) and gen.value not in self.generators_kept:
+            return self.generators.get(gen.value)
+        return _generator_seed(gen)
 
     def functional_ok(self, model: str, module_classes: set[str]) -> bool:
         """Whether ``model``'s graph definition can be a static argument of jax.jit."""
@@ -108,8 +131,32 @@ class DataIndexer(cst.CSTVisitor):
         super().__init__()
         self.index = DataIndex()
         self.module_classes = set(module_classes)
+        self._consumed: set[int] = set()  # ids of Names read as generator= of a loader/split
+        self._other_reads: dict[str, int] = {}
+        self._seedings: dict[str, int] = {}
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.index.generators and id(node) not in self._consumed:
+            self._other_reads[node.value] = self._other_reads.get(node.value, 0) + 1
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        # a generator is consumed when its only other reads are its assignment and seeding
+        for name, reads in self._other_reads.items():
+            if reads > self._seedings.get(name, 0) + 1:
+                self.index.generators_kept.add(name)
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        """``g.manual_seed(s)`` as a statement seeds a generator variable."""
+        if m.matches(node.value, m.Call(func=m.Attribute(value=m.Name(),
+                                                         attr=m.Name("manual_seed")))) \
+                and node.value.args and node.value.func.value.value in self.index.generators:
+            name = node.value.func.value.value
+            self.index.generators[name] = node.value.args[0].value
+            self._seedings[name] = self._seedings.get(name, 0) + 1
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if any((self.q(b.value) or "") in ITERABLE_BASES for b in node.bases):
+            self.index.iterable_classes.add(node.name.value)
         if node.name.value not in self.module_classes:
             return
         for assign in _assignments(node):
@@ -126,6 +173,12 @@ class DataIndexer(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         q = self.q(node.func) or ""
+        if q in LOADERS or q in RANDOM_SPLITS:
+            for a in node.args:
+                if (a.keyword and a.keyword.value == "generator"
+                        or q in RANDOM_SPLITS and a is node.args[-1] and len(node.args) == 3
+                        and not a.keyword) and isinstance(a.value, cst.Name):
+                    self._consumed.add(id(a.value))
         if q.startswith("torch.distributed.") or q in WRAPPERS:
             self.index.distributed = True
         if q in ("torch.manual_seed", "torch.random.manual_seed") and node.args and (
@@ -147,10 +200,21 @@ class DataIndexer(cst.CSTVisitor):
         if not isinstance(value, cst.Call):
             return
         q = self.q(value.func) or ""
+        gen = value.func.value if m.matches(value.func, m.Attribute(attr=m.Name(
+            "manual_seed"))) else value
+        if isinstance(gen, cst.Call) and (self.q(gen.func) or "") in GENERATORS:
+            self.index.generators[name] = value.args[0].value if gen is not value else None
+            return
         built = value.args[0].value if q in WRAPPERS and value.args else value
         if isinstance(built, cst.Call) and isinstance(built.func, cst.Name):
             self.index.model_classes[name] = built.func.value
-        if q in SAMPLERS:
+            if built.func.value in self.index.iterable_classes:
+                self.index.iterable_datasets.add(name)
+        if q in BATCH_SAMPLERS:
+            site = self._batch_sampler(value)
+            if site is not None:
+                self.index.batch_samplers[name] = site
+        elif q in SAMPLERS:
             self.index.samplers[name] = sampler_site(q, value)
         elif q in LOADERS:
             self.index.loaders[name] = LoaderSite(name, self._shuffled(value))
@@ -161,10 +225,20 @@ class DataIndexer(cst.CSTVisitor):
         elif q in TENSOR_DATASETS or q in SUBSETS:
             self.index.tensor_datasets.add(name)
 
+    def _batch_sampler(self, call: cst.Call) -> BatchSamplerSite | None:
+        return batch_sampler_site(call, self.q, self.index)
+
     def _shuffled(self, call: cst.Call) -> bool:
-        b = bind(call.args, ("dataset", "batch_size", "shuffle", "sampler"))
+        b = bind(call.args, ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler"))
         if b.literal("shuffle") is True:
             return True
+        batch_sampler = b.get("batch_sampler")
+        if isinstance(batch_sampler, cst.Name) and batch_sampler.value in (
+                self.index.batch_samplers):
+            return self.index.batch_samplers[batch_sampler.value].sampler.shuffle
+        if isinstance(batch_sampler, cst.Call):
+            site = self._batch_sampler(batch_sampler)
+            return site is not None and site.sampler.shuffle
         sampler = b.get("sampler")
         if isinstance(sampler, cst.Name) and sampler.value in self.index.samplers:
             return self.index.samplers[sampler.value].shuffle
@@ -215,6 +289,20 @@ def sampler_site(q: str, node: cst.Call) -> SamplerSite:
     return SamplerSite("sequential", False, None)
 
 
+def batch_sampler_site(call: cst.Call, q_of, data: DataIndex) -> BatchSamplerSite | None:
+    """``BatchSampler(sampler, batch_size, drop_last)`` over a translated sampler."""
+    b = bind(call.args, ("sampler", "batch_size", "drop_last"))
+    sampler, batch_size = b.get("sampler"), b.get("batch_size")
+    if batch_size is None:
+        return None
+    site = None
+    if isinstance(sampler, cst.Name):
+        site = data.samplers.get(sampler.value)
+    elif isinstance(sampler, cst.Call) and (q_of(sampler.func) or "") in SAMPLERS:
+        site = sampler_site(q_of(sampler.func), sampler)
+    return None if site is None else BatchSamplerSite(site, batch_size, b.get("drop_last"))
+
+
 def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
                     epoch: str | None) -> tuple[cst.BaseExpression, list[str]]:
     """``DataLoader(...)`` -> a grain pipeline expression, and notes for the report.
@@ -223,60 +311,116 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
     ``node`` the rewritten one; ``epoch`` names the parameter the shuffle seed adds (None: the
     loader is not shuffled)."""
     params = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
-              "collate_fn", "pin_memory", "drop_last")
+              "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
+              "multiprocessing_context", "generator")
     b = bind(node.args, params)
-    original_sampler = bind(original.args, params).get("sampler")
+    ob = bind(original.args, params)
     notes: list[str] = []
     dataset = b.get("dataset")
     if dataset is None:
         raise Untranslatable("DataLoader without a dataset", rule="torch.utils.data.DataLoader")
-    for unsupported in ("batch_sampler", "generator"):
-        if b.get(unsupported) is not None or any(
-                a.keyword and a.keyword.value == unsupported for a in node.args):
-            raise Untranslatable(f"DataLoader({unsupported}=...): no grain counterpart "
-                                 "translated", rule="torch.utils.data.DataLoader")
     dropped = [a.keyword.value for a in node.args
                if a.keyword and a.keyword.value in LOADER_DROPPED]
     if dropped:
         notes.append(f"DataLoader({', '.join(dropped)}) dropped: the grain MapDataset reads in "
                      "this process; .to_iter_dataset(grain.ReadOptions(num_threads=...)) "
                      "reads in parallel")
-    sampler = b.get("sampler")
-    site: SamplerSite | None = None
-    if isinstance(sampler, cst.Name):
-        site = data.samplers.get(sampler.value)
-    elif isinstance(original_sampler, cst.Call):
-        q = q_of(original_sampler.func) or ""
-        if q in SAMPLERS:
-            site = sampler_site(q, sampler)
-    if sampler is not None and site is None:
-        raise Untranslatable("DataLoader(sampler=...) with a sampler that is not translated "
-                             "(DistributedSampler, RandomSampler and SequentialSampler are)",
-                             rule="torch.utils.data.DataLoader")
-    pipeline = _source(dataset, data)
-    if epoch is not None:
-        if site is not None and site.kind == "distributed":
-            base = site.seed if site.seed is not None else cst.Integer("0")
-        else:
-            base = data.seed if data.seed is not None else cst.Integer("0")
-            notes.append(f"DataLoader(shuffle=True): shuffled with seed {code(base)} + epoch "
-                         "(torch drew the order from its global generator)")
-        pipeline += f".shuffle(seed={code(base)} + {epoch})"
-    batch_size = b.get("batch_size")
+    batch_size, drop_last = b.get("batch_size"), b.get("drop_last")
     if batch_size is None and not any(a.keyword and a.keyword.value == "batch_size"
                                       for a in node.args):
         batch_size = cst.Integer("1")
+    site: SamplerSite | None = None
+    if b.get("batch_sampler") is not None:
+        batch_site = _batch_sampler_of(ob.get("batch_sampler"), b.get("batch_sampler"), q_of,
+                                       data)
+        site, batch_size, drop_last = batch_site.sampler, batch_site.batch_size, \
+            batch_site.drop_last
+    else:
+        site = _sampler_of(ob.get("sampler"), b.get("sampler"), q_of, data)
+    if _iterable(dataset, data):
+        if site is not None or epoch is not None:
+            raise Untranslatable("DataLoader over an IterableDataset with a sampler or "
+                                 "shuffle=True (torch refuses it too)",
+                                 rule="torch.utils.data.DataLoader")
+        args = [code(dataset), code(batch_size)]
+        if drop_last is not None and try_literal(drop_last, None) is not False:
+            args.append(f"drop_last={code(drop_last)}")
+        if b.get("collate_fn") is not None:
+            args.append(f"collate_fn={code(b.get('collate_fn'))}")
+        return expr(f"IterableLoader({', '.join(args)})"), notes
+    pipeline = _source(dataset, data)
+    if epoch is not None:
+        pipeline += f".shuffle(seed={code(_shuffle_seed(site, b.get('generator'), data, notes))}"\
+            f" + {epoch})"
     if batch_size is not None and not m.matches(batch_size, m.Name("None")):
         args = [code(batch_size)]
-        if b.literal("drop_last") is True:
+        if try_literal(drop_last, None) is True:
             args.append("drop_remainder=True")
-        elif b.get("drop_last") is not None and b.literal("drop_last") is not False:
-            args.append(f"drop_remainder={code(b.get('drop_last'))}")
+        elif drop_last is not None and try_literal(drop_last, None) is not False:
+            args.append(f"drop_remainder={code(drop_last)}")
         collate = b.get("collate_fn")
         if collate is not None:
             args.append(f"batch_fn={code(collate)}")
         pipeline += f".batch({', '.join(args)})"
     return expr(pipeline), notes
+
+
+def _iterable(dataset: cst.BaseExpression, data: DataIndex) -> bool:
+    """Whether a loader's dataset is an IterableDataset (a variable holding one, or built)."""
+    if isinstance(dataset, cst.Name):
+        return dataset.value in data.iterable_datasets
+    return m.matches(dataset, m.Call(func=m.Name())) and dataset.func.value in (
+        data.iterable_classes)
+
+
+def _sampler_of(original: cst.BaseExpression | None, sampler: cst.BaseExpression | None,
+                q_of, data: DataIndex) -> SamplerSite | None:
+    if sampler is None:
+        return None
+    site = None
+    if isinstance(sampler, cst.Name):
+        site = data.samplers.get(sampler.value)
+    elif isinstance(original, cst.Call) and (q_of(original.func) or "") in SAMPLERS:
+        site = sampler_site(q_of(original.func), sampler)
+    if site is None:
+        raise Untranslatable("DataLoader(sampler=...) with a sampler that is not translated "
+                             "(DistributedSampler, RandomSampler and SequentialSampler are)",
+                             rule="torch.utils.data.DataLoader")
+    return site
+
+
+def _batch_sampler_of(original: cst.BaseExpression | None, batch_sampler: cst.BaseExpression,
+                      q_of, data: DataIndex) -> BatchSamplerSite:
+    site = None
+    if isinstance(batch_sampler, cst.Name):
+        site = data.batch_samplers.get(batch_sampler.value)
+    elif isinstance(original, cst.Call) and (q_of(original.func) or "") in BATCH_SAMPLERS:
+        site = batch_sampler_site(original, q_of, data)
+    if site is None:
+        raise Untranslatable("DataLoader(batch_sampler=...) other than a BatchSampler over a "
+                             "translated sampler", rule="torch.utils.data.DataLoader")
+    return site
+
+
+def _shuffle_seed(site: SamplerSite | None, generator: cst.BaseExpression | None,
+                  data: DataIndex, notes: list[str]) -> cst.BaseExpression:
+    """The seed a shuffled loader's order comes from (the epoch is added to it)."""
+    if site is not None and site.kind == "distributed":
+        return site.seed if site.seed is not None else cst.Integer("0")
+    if generator is not None:
+        seed = data.generator_seed(generator)
+        if seed is None:
+            raise Untranslatable(
+                "DataLoader(generator=...) with a generator that is also read elsewhere (its "
+                "draws are shared)" if isinstance(generator, cst.Name)
+                and generator.value in data.generators_kept else
+                "DataLoader(generator=...) with a generator that is not seeded with "
+                "manual_seed", rule="torch.Generator")
+        return seed
+    base = data.seed if data.seed is not None else cst.Integer("0")
+    notes.append(f"DataLoader(shuffle=True): shuffled with seed {code(base)} + epoch "
+                 "(torch drew the order from its global generator)")
+    return base
 
 
 def host_arrays(init: cst.FunctionDef) -> cst.FunctionDef:
@@ -329,7 +473,7 @@ def random_split(node: cst.Call, data: DataIndex) -> cst.BaseExpression:
         raise Untranslatable("random_split with lengths that are not a list",
                              rule="torch.utils.data.random_split")
     parts = [e.value for e in lengths.elements]
-    seed = _generator_seed(b.get("generator"))
+    seed = data.generator_seed(b.get("generator"))
     if seed is None:
         seed = data.seed if data.seed is not None else cst.Integer("0")
     base = f"{_source(dataset, data)}.shuffle(seed={code(seed)})"

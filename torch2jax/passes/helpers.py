@@ -112,6 +112,33 @@ def split_fractions(dataset: Any, fractions: list[float]) -> list[Any]:
 ''')
 
 
+helper("IterableLoader", {"Any", "jax", "np"}, '''
+class IterableLoader:
+    """torch's DataLoader over an IterableDataset: consecutive elements of the dataset stacked
+    into numpy batches (or handed to collate_fn). Each pass iterates the dataset again, as
+    torch does every epoch; batch_size=None yields the elements as they are."""
+
+    def __init__(self, dataset: Any, batch_size: int | None = 1, drop_last: bool = False,
+                 collate_fn: Any = None) -> None:
+        self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
+        self.collate_fn = collate_fn or (lambda batch: jax.tree.map(lambda *xs: np.stack(xs),
+                                                                    *batch))
+
+    def __iter__(self):
+        if self.batch_size is None:
+            yield from self.dataset
+            return
+        batch = []
+        for element in self.dataset:
+            batch.append(element)
+            if len(batch) == self.batch_size:
+                yield self.collate_fn(batch)
+                batch = []
+        if batch and not self.drop_last:
+            yield self.collate_fn(batch)
+''')
+
+
 helper("NamedSequential", {"Any", "nnx"}, '''
 class NamedSequential(nnx.Sequential):
     """nn.Sequential(OrderedDict(...)): the layers run in order (layers[i]) and are also

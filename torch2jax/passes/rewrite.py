@@ -427,8 +427,7 @@ class TorchToJax(cst.CSTTransformer):
             if q in dt.DATASET_BASES:
                 continue
             if q in dt.ITERABLE_BASES:
-                self.diag(ob, q, "error", "IterableDataset: not translated yet (a grain "
-                          "IterDataset would hold its __iter__)")
+                continue  # a plain iterable: its loader is an IterableLoader
             keep.append(b)
         if len(keep) == len(updated_node.bases):
             return updated_node
@@ -682,8 +681,11 @@ class TorchToJax(cst.CSTTransformer):
             return None
         q = self.q(original_node.value.func) or ""
         name = target.value
-        if q in dt.SAMPLERS and name in self.data.samplers:
+        if q in dt.SAMPLERS and name in self.data.samplers or (
+                q in dt.BATCH_SAMPLERS and name in self.data.batch_samplers):
             return cst.RemoveFromParent()  # read by the DataLoader that uses it
+        if self._consumed_generator(name):
+            return cst.RemoveFromParent()  # its seed is the shuffle seed of what reads it
         if q in dt.SCALERS:
             self.diag(original_node, q, "info", "GradScaler removed: the autocast region "
                       "computes in bfloat16, which needs no loss scaling")
@@ -1176,6 +1178,9 @@ class TorchToJax(cst.CSTTransformer):
             return None
         meth = func.attr.value
         recv = func.value
+        if isinstance(recv, cst.Name) and meth == "manual_seed" and self._consumed_generator(
+                recv.value):
+            return cst.RemoveFromParent()
         if isinstance(recv, cst.Name) and recv.value in self.data.samplers and (
                 meth == "set_epoch"):
             return cst.RemoveFromParent()  # the loader's shuffle seed adds the epoch
@@ -2368,8 +2373,9 @@ class TorchToJax(cst.CSTTransformer):
             self.diag(original, name, "info", "DistributedDataParallel removed: the batch is "
                       "sharded over the devices and XLA inserts the gradient all-reduce")
             return module
-        if name == "torch.Generator" and self._seeds_a_split(original):
-            return updated  # torch.Generator().manual_seed(s): random_split reads s
+        if name in dt.GENERATORS and (self._seeds_a_split(original) or self._consumed_generator(
+                self._generator_variable(original))):
+            return updated  # torch.Generator().manual_seed(s): the split or loader reads s
         if name in dt.TENSOR_DATASETS:
             self.need("grain")
             return dt.tensor_dataset(updated)
@@ -2389,7 +2395,8 @@ class TorchToJax(cst.CSTTransformer):
                 self.diag(original, name, "info", note)
             self.need("grain")
             return pipeline
-        if name in dt.SAMPLERS or name in dt.SCALERS or name in dt.AUTOCASTS or (
+        if name in dt.SAMPLERS | dt.BATCH_SAMPLERS or name in dt.SCALERS or (
+                name in dt.AUTOCASTS) or (
                 name in dt.DIST_DROPPED or name == dt.DIST_INIT):
             return updated  # statements, arguments and with blocks: handled there
         return None
@@ -2401,7 +2408,19 @@ class TorchToJax(cst.CSTTransformer):
         attr, seeded, argument, split = chain[1:]
         return (isinstance(attr, cst.Attribute) and attr.attr.value == "manual_seed"
                 and isinstance(argument, cst.Arg) and isinstance(split, cst.Call)
-                and (self.q(split.func) or "") in dt.RANDOM_SPLITS)
+                and (self.q(split.func) or "") in dt.RANDOM_SPLITS | dt.LOADERS)
+
+    def _generator_variable(self, node: cst.Call) -> str:
+        """``g`` of ``g = torch.Generator()`` or ``g = torch.Generator().manual_seed(s)``."""
+        seeded = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(seeded, cst.Attribute) and seeded.attr.value == "manual_seed":
+            node = self.get_metadata(ParentNodeProvider, seeded, node)
+        return self._assign_target(node) or ""
+
+    def _consumed_generator(self, name: str) -> bool:
+        """A torch.Generator variable read only as the generator= of loaders and splits."""
+        return (name in self.data.generators and name not in self.data.generators_kept
+                and self.data.generators[name] is not None)
 
     def _assign_target(self, node: cst.CSTNode) -> str | None:
         parent = self.get_metadata(ParentNodeProvider, node, None)
