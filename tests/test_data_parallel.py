@@ -353,3 +353,47 @@ def test_generator_with_other_draws_is_marked() -> None:
     result = convert_source(source, path="shared.py")
     messages = [d.message for d in result.diagnostics if d.severity == "error"]
     assert any("also read elsewhere" in msg for msg in messages), messages
+
+
+GATHERS = textwrap.dedent('''
+    import torch
+    import torch.distributed as dist
+
+
+    def gather_predictions(preds):
+        world = dist.get_world_size()
+        out = [torch.zeros_like(preds) for _ in range(world)]
+        dist.all_gather(out, preds)
+        names = [None] * world
+        dist.all_gather_object(names, "host")
+        flat = torch.empty(world * preds.shape[0], dtype=preds.dtype)
+        dist.all_gather_into_tensor(flat, preds)
+        return torch.cat(out), names, flat
+''')
+
+
+def test_all_gather_is_the_one_process_world(tmp_path: Path) -> None:
+    """The converted script is the torch script run as a world of one process: what torch's
+    all_gather family returns there (with a real one-process gloo group), the translation
+    returns with no collective."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    result = convert_source(GATHERS, path="gathers.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "dist." not in result.code
+    ours: dict = {}
+    exec(compile(result.code, "gathers.py", "exec"), ours)  # noqa: S102 (our snippet)
+    theirs: dict = {}
+    exec(compile(GATHERS, "gathers.py", "exec"), theirs)  # noqa: S102 (our snippet)
+    preds = np.arange(6, dtype=np.float32)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        want = theirs["gather_predictions"](torch.from_numpy(preds))
+    finally:
+        dist.destroy_process_group()
+    got = ours["gather_predictions"](preds)
+    np.testing.assert_array_equal(np.asarray(got[0]), want[0].numpy())
+    assert got[1] == want[1] == ["host"]
+    np.testing.assert_array_equal(np.asarray(got[2]), want[2].numpy())

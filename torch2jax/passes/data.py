@@ -58,6 +58,9 @@ DIST_DROPPED = {"torch.distributed.barrier", "torch.distributed.all_reduce",
                 "torch.distributed.broadcast", "torch.distributed.destroy_process_group",
                 "torch.distributed.reduce"}
 DIST_INIT = "torch.distributed.init_process_group"
+# a world of one process gathers one value: the output list (or tensor) receives it
+DIST_GATHERS = {"torch.distributed.all_gather", "torch.distributed.all_gather_object",
+                "torch.distributed.all_gather_into_tensor"}
 LOADER_DROPPED = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
                   "timeout", "worker_init_fn", "multiprocessing_context", "pin_memory_device",
                   "in_order")

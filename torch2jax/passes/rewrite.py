@@ -1156,6 +1156,22 @@ class TorchToJax(cst.CSTTransformer):
             f'jax.nn.initializers.variance_scaling({scale_text}, "{mode}", "{dist}")('
             f"rngs.params(), {v}.shape, {v}.dtype)"))
 
+    def _all_gather(self, original: cst.Expr, call: cst.Call, q: str):
+        """all_gather(out, x) in a world of one process: ``out`` receives ``x`` alone."""
+        b = bind(call.args, ("out", "value"))
+        out, value = b.get("out"), b.get("value")
+        if out is None or value is None or q.endswith("_into_tensor") and not isinstance(
+                out, cst.Name):
+            self.diag(original, q, "error", f"{q.rsplit('.', 1)[1]} with arguments that are "
+                      "not (output, value)")
+            return None
+        self.diag(original, q, "info", f"{q.rsplit('.', 1)[1]}() over a world of one process: "
+                  "the JAX script is one program, so the value is already the global one")
+        if q.endswith("_into_tensor"):
+            return cst.Assign([cst.AssignTarget(out)], value)
+        return cst.Assign([cst.AssignTarget(expr("{o}[:]", o=out))],
+                          cst.List([cst.Element(value)]))
+
     def _data_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
         """torch.distributed calls, sampler epochs and GradScaler calls used as statements."""
         value = original_node.value
@@ -1167,6 +1183,8 @@ class TorchToJax(cst.CSTTransformer):
                       "collective over a world of one process (the JAX script is one "
                       "program; XLA adds the collectives its sharded computations need)")
             return cst.RemoveFromParent()
+        if q in dt.DIST_GATHERS:
+            return self._all_gather(original_node, updated_node.value, q)
         if q == dt.DIST_INIT:
             self.need("os", "jax")
             self.diag(original_node, q, "info", "init_process_group -> "
@@ -2396,7 +2414,7 @@ class TorchToJax(cst.CSTTransformer):
             self.need("grain")
             return pipeline
         if name in dt.SAMPLERS | dt.BATCH_SAMPLERS or name in dt.SCALERS or (
-                name in dt.AUTOCASTS) or (
+                name in dt.AUTOCASTS) or name in dt.DIST_GATHERS or (
                 name in dt.DIST_DROPPED or name == dt.DIST_INIT):
             return updated  # statements, arguments and with blocks: handled there
         return None
