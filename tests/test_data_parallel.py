@@ -397,3 +397,110 @@ def test_all_gather_is_the_one_process_world(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.asarray(got[0]), want[0].numpy())
     assert got[1] == want[1] == ["host"]
     np.testing.assert_array_equal(np.asarray(got[2]), want[2].numpy())
+
+
+AUGMENTED = textwrap.dedent('''
+    import numpy as np
+    import torch
+    import torchvision.transforms as transforms
+    from torch.utils.data import DataLoader, Dataset
+
+
+    class Images(Dataset):
+        def __init__(self, images, transform):
+            self.images = images
+            self.transform = transform
+
+        def __len__(self):
+            return len(self.images)
+
+        def __getitem__(self, i):
+            return self.transform(torch.from_numpy(self.images[i]).permute(2, 0, 1))
+
+
+    torch.manual_seed(4)
+    train_tf = transforms.Compose([
+        transforms.RandomCrop(8, padding=2),
+        transforms.RandomHorizontalFlip(),
+        transforms.Lambda(lambda x: x.float() / 255),
+        transforms.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+    ])
+
+
+    def batches(images):
+        loader = DataLoader(Images(images, train_tf), batch_size=4, shuffle=True)
+        out = []
+        for epoch in range(2):
+            for x in loader:
+                out.append(x)
+        return out
+''')
+
+
+def test_transforms_become_numpy_and_augment_deterministically(tmp_path: Path) -> None:
+    """torchvision.transforms become numpy classes of the same names written into the file;
+    the random ones draw from seeded Generators and the file's loaders read in one thread, so
+    two runs give the same augmented batches; every crop is a window of the padded image."""
+    result = convert_source(AUGMENTED, path="augmented.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "import torch" not in result.code and "from torch" not in result.code
+    assert "RandomCrop(8, padding=2, rng=np.random.default_rng([4, 1]))" in result.code
+    assert "RandomHorizontalFlip(rng=np.random.default_rng([4, 2]))" in result.code
+    images = np.random.default_rng(0).integers(0, 255, (10, 8, 8, 3), dtype=np.uint8)
+    script = tmp_path / "augmented.py"
+    script.write_text(result.code)
+    runs = []
+    for _ in range(2):  # two fresh runs of the converted file
+        namespace: dict = {"__name__": "augmented"}
+        exec(compile(result.code, str(script), "exec"), namespace)  # noqa: S102 (our snippet)
+        runs.append([np.asarray(b) for b in namespace["batches"](images)])
+    assert [b.shape for b in runs[0]] == [(4, 3, 8, 8), (4, 3, 8, 8), (2, 3, 8, 8)] * 2
+    assert all(np.array_equal(a, b) for a, b in zip(*runs))
+    # undo the normalisation: each output is a flipped or unflipped 8x8 window of an image
+    # zero-padded by 2 on each side
+    padded = np.pad(images.transpose(0, 3, 1, 2), ((0, 0), (0, 0), (2, 2), (2, 2)))
+    windows = {padded[n, :, i:i + 8, j:j + 8].tobytes()
+               for n in range(10) for i in range(5) for j in range(5)}
+    seen_flip = seen_offset = False
+    for x in np.concatenate(runs[0]):
+        pixels = np.rint((x * 0.25 + 0.5) * 255).astype(np.uint8)
+        plain, flipped = pixels.tobytes() in windows, pixels[..., ::-1].tobytes() in windows
+        assert plain or flipped
+        seen_flip |= not plain
+        seen_offset |= not (pixels[:, :2].any() and pixels[:, -2:].any())
+    assert seen_flip and seen_offset  # both draws vary
+
+
+def test_pil_images_stay_pil_images() -> None:
+    """A PIL image (what torchvision's datasets hand their transforms) is transformed as its
+    H x W x C array and comes back a PIL image, which ToTensor makes C x H x W."""
+    image_module = pytest.importorskip("PIL.Image")
+    source = textwrap.dedent('''
+        import torchvision.transforms as T
+        tf = T.Compose([T.RandomHorizontalFlip(p=1.0), T.CenterCrop(4), T.Pad((1, 2)),
+                        T.ToTensor()])
+    ''')
+    result = convert_source(source, path="pil.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    namespace: dict = {}
+    exec(compile(result.code, "pil.py", "exec"), namespace)  # noqa: S102 (our snippet)
+    array = np.random.default_rng(1).integers(0, 255, (6, 7, 3), dtype=np.uint8)
+    got = namespace["tf"](image_module.fromarray(array))
+    # flip the width, centre 4x4 window (rows 1:5, columns round(1.5)=2:6), pad 1 left/right and
+    # 2 top/bottom with zeros, scale to [0, 1], channels first
+    want = np.pad(array[:, ::-1][1:5, 2:6], ((2, 2), (1, 1), (0, 0))).transpose(2, 0, 1) / 255
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=0, atol=0)
+
+
+def test_untranslated_torchvision_data_code_is_marked() -> None:
+    source = textwrap.dedent('''
+        import torchvision
+        import torchvision.transforms as T
+        tf = T.Compose([T.RandomRotation(10), T.ToTensor()])
+        data = torchvision.datasets.CIFAR10("data", download=True, transform=tf)
+    ''')
+    result = convert_source(source, path="cifar.py")
+    errors = {d.rule: d.message for d in result.diagnostics if d.severity == "error"}
+    assert set(errors) == {"torchvision.transforms.RandomRotation",
+                           "torchvision.datasets.CIFAR10"}, errors
+    assert "import torchvision.transforms as T" in result.code  # still needed by the TODO

@@ -25,4 +25,5 @@ if ! ready; then
     ready || { echo "torchvision tier: .venv-tv cannot import torchvision and this torch2jax" >&2; exit 1; }
 fi
 
-exec .venv-tv/bin/python -m pytest -q -m torchvision tests/test_torchvision.py "$@"
+exec .venv-tv/bin/python -m pytest -q -m torchvision tests/test_torchvision.py \
+    tests/test_torchvision_transforms.py "$@"

@@ -63,15 +63,19 @@ class ConversionResult:
         return sum(1 for d in self.diagnostics if d.severity == "error")
 
 
+TORCH_PACKAGES = ("torch", "torchvision")
+
+
 def uses_torch(module: cst.Module) -> bool:
+    """Whether the file imports torch or torchvision (its data transforms) at its top level."""
     for node in module.body:
         for stmt in getattr(node, "body", []) if isinstance(node, cst.SimpleStatementLine) else []:
             if isinstance(stmt, cst.Import) and any(
-                    cst.Module([]).code_for_node(a.name).split(".")[0] == "torch"
+                    cst.Module([]).code_for_node(a.name).split(".")[0] in TORCH_PACKAGES
                     for a in stmt.names):
                 return True
             if isinstance(stmt, cst.ImportFrom) and stmt.module is not None and (
-                    cst.Module([]).code_for_node(stmt.module).split(".")[0] == "torch"):
+                    cst.Module([]).code_for_node(stmt.module).split(".")[0] in TORCH_PACKAGES):
                 return True
     return False
 

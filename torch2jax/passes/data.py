@@ -29,7 +29,7 @@ import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
 
 from torch2jax.analysis.index import qualified
-from torch2jax.passes.common import Untranslatable, bind, code, expr, try_literal
+from torch2jax.passes.common import Untranslatable, arg, bind, code, expr, try_literal
 
 DATASET_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
 ITERABLE_BASES = {"torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset"}
@@ -64,6 +64,22 @@ DIST_GATHERS = {"torch.distributed.all_gather", "torch.distributed.all_gather_ob
 LOADER_DROPPED = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
                   "timeout", "worker_init_fn", "multiprocessing_context", "pin_memory_device",
                   "in_order")
+# torchvision.transforms classes written into the converted file as numpy classes of the same
+# name and arguments (passes/helpers.py); the random ones take a seeded numpy Generator
+TRANSFORMS = {"Compose", "ToTensor", "Normalize", "Lambda", "CenterCrop", "Pad",
+              "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop"}
+RANDOM_TRANSFORMS = {"RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop"}
+TRANSFORM_MODULES = ("torchvision.transforms.", "torchvision.transforms.transforms.")
+
+
+def transform_name(q: str) -> str | None:
+    """``torchvision.transforms.ToTensor`` -> ``ToTensor`` (None: not a transforms name)."""
+    for prefix in TRANSFORM_MODULES[::-1]:
+        if q.startswith(prefix):
+            return q[len(prefix):]
+    return None
+
+
 MESH = ("mesh = jax.make_mesh((jax.device_count(),), (\"data\",), axis_types=(AxisType.Auto,))\n"
         "data_sharding = NamedSharding(mesh, P(\"data\"))  # batches: split along the batch axis\n")
 
@@ -112,6 +128,12 @@ class DataIndex:
     # generator variables read anywhere but generator= of a loader or random_split, and
     # manual_seed statements: they must stay (and stay marked)
     generators_kept: set[str] = field(default_factory=set)
+    # every torchvision.transforms name the file reads has a numpy counterpart: its imports go
+    transforms_translated: bool = True
+    random_transforms: int = 0  # random transforms built so far (each gets its own stream)
+    # the file builds random transforms: its loaders read in one thread, so that every run
+    # hands the transforms' draws to the same elements (grain reads with 16 threads)
+    random_augment: bool = False
 
     def generator_seed(self, gen: cst.BaseExpression | None) -> cst.BaseExpression | None:
         """The seed of ``torch.Generator().manual_seed(s)`` or of a variable seeded once."""
@@ -138,7 +160,16 @@ class DataIndexer(cst.CSTVisitor):
         self._other_reads: dict[str, int] = {}
         self._seedings: dict[str, int] = {}
 
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._note_transform(node)
+
+    def _note_transform(self, node: cst.CSTNode) -> None:
+        name = transform_name(self.q(node) or "")
+        if name and name.split(".")[0] not in TRANSFORMS:
+            self.index.transforms_translated = False
+
     def visit_Name(self, node: cst.Name) -> None:
+        self._note_transform(node)
         if node.value in self.index.generators and id(node) not in self._consumed:
             self._other_reads[node.value] = self._other_reads.get(node.value, 0) + 1
 
@@ -176,6 +207,8 @@ class DataIndexer(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         q = self.q(node.func) or ""
+        if transform_name(q) in RANDOM_TRANSFORMS:
+            self.index.random_augment = True
         if q in LOADERS or q in RANDOM_SPLITS:
             for a in node.args:
                 if (a.keyword and a.keyword.value == "generator"
@@ -292,6 +325,21 @@ def sampler_site(q: str, node: cst.Call) -> SamplerSite:
     return SamplerSite("sequential", False, None)
 
 
+def transform(name: str, node: cst.Call, data: DataIndex) -> cst.Call:
+    """``transforms.RandomCrop(32, padding=4)`` -> ``RandomCrop(32, padding=4, rng=...)``:
+    the numpy class of the same name, a random one with its own seeded stream."""
+    call = node.with_changes(func=cst.Name(name))
+    if name not in RANDOM_TRANSFORMS:
+        return call
+    data.random_transforms += 1
+    seed = code(data.seed) if data.seed is not None else "0"
+    rng = expr(f"np.random.default_rng([{seed}, {data.random_transforms}])")
+    args = list(call.args)
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=[*args, arg(rng, "rng")])
+
+
 def batch_sampler_site(call: cst.Call, q_of, data: DataIndex) -> BatchSamplerSite | None:
     """``BatchSampler(sampler, batch_size, drop_last)`` over a translated sampler."""
     b = bind(call.args, ("sampler", "batch_size", "drop_last"))
@@ -365,6 +413,11 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
         if collate is not None:
             args.append(f"batch_fn={code(collate)}")
         pipeline += f".batch({', '.join(args)})"
+    if data.random_augment:
+        pipeline += ".to_iter_dataset(grain.ReadOptions(num_threads=1))"
+        notes.append("read in one thread: the file's random transforms draw from seeded numpy "
+                     "Generators, and grain's default 16 threads would hand the draws to "
+                     "elements in a different order on every run")
     return expr(pipeline), notes
 
 

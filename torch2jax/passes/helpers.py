@@ -139,6 +139,177 @@ class IterableLoader:
 ''')
 
 
+# torchvision.transforms on numpy (passes/data.py). Arrays are torchvision's tensors,
+# [..., H, W]; a PIL image is processed as its H x W (x C) array and given back as a PIL image.
+helper("image_op", {"Any", "np"}, '''
+def image_op(img: Any, fn: Any) -> Any:
+    """fn(array, (height axis, width axis)) applied to an image: an array (torchvision's tensor
+    layout, [..., H, W]) or a PIL image (its H x W (x C) array, returned as a PIL image)."""
+    if hasattr(img, "ndim"):
+        return fn(np.asarray(img), (-2, -1))
+    from PIL import Image
+
+    return Image.fromarray(fn(np.asarray(img), (0, 1)))
+''')
+
+helper("pad_array", {"Any", "np"}, '''
+def pad_array(x: np.ndarray, axes: tuple[int, int], padding: Any, fill: float = 0,
+              padding_mode: str = "constant") -> np.ndarray:
+    """torchvision's pad: padding is one int, (left/right, top/bottom) or (left, top, right,
+    bottom); padding_mode "constant" (with fill), "edge", "reflect" or "symmetric"."""
+    left, top, right, bottom = [padding] * 4 if isinstance(padding, int) else (
+        list(padding) * (4 // len(padding)))
+    widths = [(0, 0)] * x.ndim
+    widths[axes[0]], widths[axes[1]] = (top, bottom), (left, right)
+    if padding_mode == "constant":
+        return np.pad(x, widths, constant_values=fill)
+    return np.pad(x, widths, mode=padding_mode)
+''')
+
+helper("crop_array", {"np"}, '''
+def crop_array(x: np.ndarray, axes: tuple[int, int], top: int, left: int, height: int,
+               width: int) -> np.ndarray:
+    """The height x width window of x whose top-left pixel is (top, left)."""
+    index = [slice(None)] * x.ndim
+    index[axes[0]], index[axes[1]] = slice(top, top + height), slice(left, left + width)
+    return x[tuple(index)]
+''')
+
+helper("Compose", {"Any"}, '''
+class Compose:
+    """torchvision.transforms.Compose: the transforms applied in order."""
+
+    def __init__(self, transforms: list[Any]) -> None:
+        self.transforms = transforms
+
+    def __call__(self, img: Any) -> Any:
+        for transform in self.transforms:
+            img = transform(img)
+        return img
+''')
+
+helper("Lambda", {"Any"}, '''
+class Lambda:
+    """torchvision.transforms.Lambda: a function as a transform."""
+
+    def __init__(self, lambd: Any) -> None:
+        self.lambd = lambd
+
+    def __call__(self, img: Any) -> Any:
+        return self.lambd(img)
+''')
+
+helper("ToTensor", {"Any", "np"}, '''
+class ToTensor:
+    """torchvision.transforms.ToTensor on numpy: a PIL image or an H x W (x C) array becomes a
+    C x H x W array; uint8 values are scaled to float32 in [0, 1], other dtypes kept as they
+    are."""
+
+    def __call__(self, pic: Any) -> np.ndarray:
+        x = np.asarray(pic)
+        x = (x[:, :, None] if x.ndim == 2 else x).transpose(2, 0, 1)
+        return x.astype(np.float32) / 255 if x.dtype == np.uint8 else x
+''')
+
+helper("Normalize", {"Any", "np"}, '''
+class Normalize:
+    """torchvision.transforms.Normalize: (x - mean) / std for each channel of a C x H x W
+    array, in the array's dtype. The result is a new array (inplace has no meaning here)."""
+
+    def __init__(self, mean: Any, std: Any, inplace: bool = False) -> None:
+        self.mean, self.std = mean, std
+
+    def __call__(self, x: Any) -> Any:
+        mean = np.asarray(self.mean, dtype=x.dtype).reshape(-1, 1, 1)
+        std = np.asarray(self.std, dtype=x.dtype).reshape(-1, 1, 1)
+        return (x - mean) / std
+''')
+
+helper("Pad", {"Any"}, '''
+class Pad:
+    """torchvision.transforms.Pad (see pad_array)."""
+
+    def __init__(self, padding: Any, fill: float = 0, padding_mode: str = "constant") -> None:
+        self.padding, self.fill, self.padding_mode = padding, fill, padding_mode
+
+    def __call__(self, img: Any) -> Any:
+        return image_op(img, lambda x, axes: pad_array(x, axes, self.padding, self.fill,
+                                                       self.padding_mode))
+''')
+
+helper("CenterCrop", {"Any"}, '''
+class CenterCrop:
+    """torchvision.transforms.CenterCrop: the central window (rounded as torchvision rounds),
+    zero-padded first where the image is smaller than the window."""
+
+    def __init__(self, size: Any) -> None:
+        self.size = (size, size) if isinstance(size, int) else tuple(size) * (2 // len(size))
+
+    def __call__(self, img: Any) -> Any:
+        return image_op(img, self._crop)
+
+    def _crop(self, x: np.ndarray, axes: tuple[int, int]) -> np.ndarray:
+        (th, tw), h, w = self.size, x.shape[axes[0]], x.shape[axes[1]]
+        if th > h or tw > w:
+            pad_h, pad_w = max(th - h, 0), max(tw - w, 0)
+            x = pad_array(x, axes, (pad_w // 2, pad_h // 2, (pad_w + 1) // 2, (pad_h + 1) // 2))
+            h, w = x.shape[axes[0]], x.shape[axes[1]]
+        return crop_array(x, axes, int(round((h - th) / 2.0)), int(round((w - tw) / 2.0)),
+                          th, tw)
+''')
+
+_FLIP = '''
+class Random{side}Flip:
+    """torchvision.transforms.Random{side}Flip: flips the image's {axis} axis with
+    probability p, drawn from the numpy Generator rng (torch draws from its global
+    generator)."""
+
+    def __init__(self, p: float = 0.5, rng: np.random.Generator | None = None) -> None:
+        self.p, self.rng = p, rng if rng is not None else np.random.default_rng()
+
+    def __call__(self, img: Any) -> Any:
+        if self.rng.random() < self.p:
+            return image_op(img, lambda x, axes: np.flip(x, axes[{index}]))
+        return img
+'''
+helper("RandomHorizontalFlip", {"Any", "np"},
+       _FLIP.format(side="Horizontal", axis="width", index=1))
+helper("RandomVerticalFlip", {"Any", "np"}, _FLIP.format(side="Vertical", axis="height", index=0))
+
+helper("RandomCrop", {"Any", "np"}, '''
+class RandomCrop:
+    """torchvision.transforms.RandomCrop: padding first (padding, then pad_if_needed on both
+    sides), then a window at a uniformly drawn position, drawn from the numpy Generator rng."""
+
+    def __init__(self, size: Any, padding: Any = None, pad_if_needed: bool = False,
+                 fill: float = 0, padding_mode: str = "constant",
+                 rng: np.random.Generator | None = None) -> None:
+        self.size = (size, size) if isinstance(size, int) else tuple(size) * (2 // len(size))
+        self.padding, self.pad_if_needed = padding, pad_if_needed
+        self.fill, self.padding_mode = fill, padding_mode
+        self.rng = rng if rng is not None else np.random.default_rng()
+
+    def __call__(self, img: Any) -> Any:
+        return image_op(img, self._crop)
+
+    def _crop(self, x: np.ndarray, axes: tuple[int, int]) -> np.ndarray:
+        th, tw = self.size
+        if self.padding is not None:
+            x = pad_array(x, axes, self.padding, self.fill, self.padding_mode)
+        if self.pad_if_needed and x.shape[axes[1]] < tw:
+            x = pad_array(x, axes, (tw - x.shape[axes[1]], 0), self.fill, self.padding_mode)
+        if self.pad_if_needed and x.shape[axes[0]] < th:
+            x = pad_array(x, axes, (0, th - x.shape[axes[0]]), self.fill, self.padding_mode)
+        h, w = x.shape[axes[0]], x.shape[axes[1]]
+        if h < th or w < tw:
+            raise ValueError(f"Required crop size {(th, tw)} is larger than input image size "
+                             f"{(h, w)}")
+        top = int(self.rng.integers(0, h - th + 1))
+        left = int(self.rng.integers(0, w - tw + 1))
+        return crop_array(x, axes, top, left, th, tw)
+''')
+
+
 helper("NamedSequential", {"Any", "nnx"}, '''
 class NamedSequential(nnx.Sequential):
     """nn.Sequential(OrderedDict(...)): the layers run in order (layers[i]) and are also
@@ -224,11 +395,25 @@ def _defined(module: cst.Module) -> set[str]:
     return names
 
 
-def add_helpers(module: cst.Module) -> tuple[cst.Module, set[str]]:
-    """``module`` with the definitions of the helpers it calls, and the imports they need."""
+def _wanted(module: cst.Module) -> list[str]:
+    """The helpers ``module`` calls, and the helpers those call, that it does not define."""
+    defined = _defined(module)
     visitor = _Names()
     module.visit(visitor)
-    wanted = sorted(visitor.used - _defined(module))
+    wanted: set[str] = set()
+    todo = visitor.used - defined
+    while todo:
+        name = todo.pop()
+        wanted.add(name)
+        inner = _Names()
+        cst.parse_module(HELPERS[name][0]).visit(inner)
+        todo |= inner.used - defined - wanted - {name}
+    return sorted(wanted)
+
+
+def add_helpers(module: cst.Module) -> tuple[cst.Module, set[str]]:
+    """``module`` with the definitions of the helpers it calls, and the imports they need."""
+    wanted = _wanted(module)
     if not wanted:
         return module, set()
     body = list(module.body)

@@ -327,17 +327,27 @@ class TorchToJax(cst.CSTTransformer):
         return result
 
     # ------------------------------------------------------------------ imports
+    def _dropped_import(self, module: str) -> bool:
+        """torch's imports go; torchvision.transforms' when all its uses have numpy classes."""
+        return module.split(".")[0] == "torch" or self.data.transforms_translated and (
+            module == "torchvision.transforms" or module.startswith(dt.TRANSFORM_MODULES))
+
     def leave_Import(self, original_node, updated_node):
-        keep = [a for a in updated_node.names
-                if not code(a.name).split(".")[0] == "torch"]
+        keep = [a for a in updated_node.names if not self._dropped_import(code(a.name))]
         if not keep:
             return cst.RemoveFromParent()
         return updated_node.with_changes(names=_fix_commas(keep))
 
     def leave_ImportFrom(self, original_node, updated_node):
         mod = code(updated_node.module) if updated_node.module else ""
-        if mod.split(".")[0] == "torch":
+        if self._dropped_import(mod):
             return cst.RemoveFromParent()
+        if mod == "torchvision" and isinstance(updated_node.names, (list, tuple)):
+            keep = [a for a in updated_node.names
+                    if not self._dropped_import(f"torchvision.{code(a.name)}")]
+            if not keep:
+                return cst.RemoveFromParent()
+            return updated_node.with_changes(names=_fix_commas(keep))
         return updated_node
 
     # ------------------------------------------------------------------ classes
@@ -2374,6 +2384,18 @@ class TorchToJax(cst.CSTTransformer):
     def _data_call(self, original: cst.Call, updated: cst.Call, name: str
                    ) -> cst.BaseExpression | None:
         """torch.distributed queries, DDP, TensorDataset, DataLoader (passes/data.py)."""
+        transform = dt.transform_name(name)
+        if transform in dt.TRANSFORMS:
+            if transform in dt.RANDOM_TRANSFORMS:
+                self.need("np")
+            return dt.transform(transform, updated, self.data)
+        if transform is not None or name.startswith("torchvision.datasets."):
+            raise Untranslatable(
+                f"{name}: no numpy counterpart written (the translated transforms are "
+                f"{', '.join(sorted(dt.TRANSFORMS))})" if transform is not None else
+                f"{name}: torchvision's datasets download and decode with torch; load the "
+                "arrays with numpy (or tensorflow_datasets / datasets) into a Dataset class",
+                rule=name)
         if name == "torch.distributed.get_rank":
             self.need("jax")
             return expr("jax.process_index()")
