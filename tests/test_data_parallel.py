@@ -429,11 +429,7 @@ AUGMENTED = textwrap.dedent('''
 
     def batches(images):
         loader = DataLoader(Images(images, train_tf), batch_size=4, shuffle=True)
-        out = []
-        for epoch in range(2):
-            for x in loader:
-                out.append(x)
-        return out
+        return [x for epoch in range(2) for x in loader]
 ''')
 
 

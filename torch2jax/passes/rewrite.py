@@ -1001,6 +1001,18 @@ class TorchToJax(cst.CSTTransformer):
             updated_node = updated_node.with_changes(iter=expr(f"{it.value}({epoch})"))
         return updated_node
 
+    def leave_CompFor(self, original_node, updated_node):
+        """[x for epoch in range(n) for x in loader]: loader(epoch), as in a for statement."""
+        it = original_node.iter
+        if not (isinstance(it, cst.Name) and it.value in self.data.loaders
+                and self.data.loaders[it.value].shuffled):
+            return updated_node
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        outer = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
+        if isinstance(parent, cst.CompFor) and isinstance(parent.target, cst.Name):
+            outer.append(parent.target.value)
+        return updated_node.with_changes(iter=expr(f"{it.value}({outer[-1] if outer else 0})"))
+
     def _modules_loop(self, original_node, updated_node):
         """for m in self.modules(): -> for _, m in nnx.iter_modules(self): (also of a
         submodule: for m in self.mlp.modules(), swin's init)"""
