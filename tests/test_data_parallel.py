@@ -500,3 +500,28 @@ def test_untranslated_torchvision_data_code_is_marked() -> None:
     assert set(errors) == {"torchvision.transforms.RandomRotation",
                            "torchvision.datasets.CIFAR10"}, errors
     assert "import torchvision.transforms as T" in result.code  # still needed by the TODO
+
+
+def test_shuffled_loader_wrapped_in_enumerate() -> None:
+    """PyTorch's tutorial loop, ``for i, data in enumerate(trainloader, 0)``, reads the loader
+    of the epoch: each epoch is a new permutation of the whole dataset."""
+    source = textwrap.dedent('''
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        torch.manual_seed(0)
+        trainloader = DataLoader(TensorDataset(torch.arange(10)), batch_size=4, shuffle=True)
+        seen = []
+        for epoch in range(2):
+            order = []
+            for i, data in enumerate(trainloader, 0):
+                order.extend(data[0].tolist())
+            seen.append(order)
+    ''')
+    result = convert_source(source, path="tutorial.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "enumerate(trainloader(epoch), 0)" in result.code
+    namespace: dict = {}
+    exec(compile(result.code, "tutorial.py", "exec"), namespace)  # noqa: S102 (our snippet)
+    first, second = namespace["seen"]
+    assert sorted(first) == sorted(second) == list(range(10)) and first != second

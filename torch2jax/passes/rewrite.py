@@ -990,28 +990,31 @@ class TorchToJax(cst.CSTTransformer):
         return self._leave_for(original_node, self._modules_loop(original_node, updated_node))
 
     def _loader_loop(self, original_node, updated_node):
-        """for x, y in loader: -> for x, y in loader(epoch): (a loader shuffled per epoch)."""
-        it = original_node.iter
-        if not (isinstance(it, cst.Name) and it.value in self.data.loaders):
-            return updated_node
-        if self.data.loaders[it.value].shuffled:
-            outer = [f.target.value for f in self._for_stack[:-1]
-                     if isinstance(f.target, cst.Name)]
-            epoch = outer[-1] if outer else "0"
-            updated_node = updated_node.with_changes(iter=expr(f"{it.value}({epoch})"))
-        return updated_node
+        """for x, y in loader: -> for x, y in loader(epoch): (a loader shuffled per epoch), also
+        where the loop wraps it: enumerate(loader), tqdm(loader), zip(loader, ...)."""
+        outer = [f.target.value for f in self._for_stack[:-1] if isinstance(f.target, cst.Name)]
+        return updated_node.with_changes(iter=self._epoch_loaders(
+            updated_node.iter, outer[-1] if outer else "0"))
+
+    def _epoch_loaders(self, it: cst.BaseExpression, epoch: str) -> cst.BaseExpression:
+        """``it`` with each loader shuffled per epoch, bare or an argument of the calls that wrap
+        it, called with ``epoch``."""
+        if isinstance(it, cst.Name) and it.value in self.data.loaders and (
+                self.data.loaders[it.value].shuffled):
+            return expr(f"{it.value}({epoch})")
+        if isinstance(it, cst.Call):
+            return it.with_changes(args=[a.with_changes(value=self._epoch_loaders(a.value, epoch))
+                                         for a in it.args])
+        return it
 
     def leave_CompFor(self, original_node, updated_node):
         """[x for epoch in range(n) for x in loader]: loader(epoch), as in a for statement."""
-        it = original_node.iter
-        if not (isinstance(it, cst.Name) and it.value in self.data.loaders
-                and self.data.loaders[it.value].shuffled):
-            return updated_node
         parent = self.get_metadata(ParentNodeProvider, original_node, None)
         outer = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
         if isinstance(parent, cst.CompFor) and isinstance(parent.target, cst.Name):
             outer.append(parent.target.value)
-        return updated_node.with_changes(iter=expr(f"{it.value}({outer[-1] if outer else 0})"))
+        return updated_node.with_changes(iter=self._epoch_loaders(
+            updated_node.iter, outer[-1] if outer else "0"))
 
     def _modules_loop(self, original_node, updated_node):
         """for m in self.modules(): -> for _, m in nnx.iter_modules(self): (also of a
