@@ -887,9 +887,10 @@ def test_functional_dropout_with_training_flag_becomes_a_layer(tmp_path):
     assert 0.15 < dropped.mean() < 0.35, dropped.mean()
 
 
-def test_memory_efficient_branch_is_marked():
-    """densenet's memory_efficient path (off by default): requires_grad reads and
-    torch.utils.checkpoint have no faithful one-line JAX form: marked, not run wrongly."""
+def test_memory_efficient_branch_marks_requires_grad():
+    """densenet's memory_efficient path (off by default): requires_grad reads have no JAX
+    form (marked, not run wrongly); the checkpoint of a layer becomes nnx.remat
+    (tests/test_remat.py)."""
     source = textwrap.dedent('''
         import torch.nn as nn
         import torch.utils.checkpoint as cp
@@ -911,7 +912,8 @@ def test_memory_efficient_branch_is_marked():
     ''')
     result = convert_source(source, path="<checkpoint>")
     rules = sorted(d.rule for d in result.diagnostics if d.severity == "error")
-    assert rules == ["requires_grad", "torch.utils.checkpoint.checkpoint"], result.code
+    assert rules == ["requires_grad"], result.code
+    assert "nnx.remat(lambda m, *xs: m(*xs))(self.fc, x)" in result.code
 
 
 def test_sequential_subclass_with_an_attribute_of_unknown_kind_is_marked():
@@ -1167,3 +1169,4 @@ def test_swin_like_conversion():
     y = model(x)  # the marked dropout is the identity in eval mode
     assert y.shape == (1, 5)
     ns["window_attention"]  # the module-level function, kept as a function
+

@@ -99,6 +99,21 @@ class Linear(nnx.Linear):
 ''')
 
 
+helper("checkpoint_sequential", {"Any", "jax", "nnx"}, '''
+def checkpoint_sequential(layers: Any, segments: int, x: jax.Array) -> jax.Array:
+    """torch.utils.checkpoint.checkpoint_sequential: the layers (an nnx.Sequential or a list)
+    run in order, in `segments` chunks of len(layers) // segments; every chunk but the last is
+    rematerialised (nnx.remat) in the backward pass, the last one takes what is left."""
+    layers = list(layers.layers if isinstance(layers, nnx.Sequential) else layers)
+    size = len(layers) // segments
+    end = 0
+    for start in range(0, size * (segments - 1), size):
+        end = start + size
+        x = nnx.remat(lambda chunk, x: chunk(x))(nnx.Sequential(*layers[start:end]), x)
+    return nnx.Sequential(*layers[end:])(x)
+''')
+
+
 helper("split_fractions", {"Any"}, '''
 def split_fractions(dataset: Any, fractions: list[float]) -> list[Any]:
     """torch.utils.data.random_split's fractions over an already shuffled dataset: int(n * f)
