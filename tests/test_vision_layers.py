@@ -1170,3 +1170,49 @@ def test_swin_like_conversion():
     assert y.shape == (1, 5)
     ns["window_attention"]  # the module-level function, kept as a function
 
+
+@pytest.mark.parametrize("layer, settings", [
+    ("nn.AvgPool2d", "kernel_size=2, stride=2"),  # timm's aa_layer(kernel_size=2, stride=2)
+    ("nn.AvgPool2d", "3"),  # stride: the kernel size
+    ("nn.AvgPool2d", "3, 2, 1, ceil_mode=True"),
+    ("nn.AvgPool2d", "3, 2, 1, ceil_mode=True, count_include_pad=False"),
+    ("nn.AvgPool2d", "2, 3, 1, ceil_mode=True, count_include_pad=False"),  # a dropped window
+    ("nn.AvgPool2d", "(3, 2), (2, 1), (1, 0), divisor_override=4"),
+    ("nn.MaxPool2d", "3, 2, 1, ceil_mode=True"),
+    ("nn.MaxPool2d", "2, 3, 1, ceil_mode=True"),
+    ("nn.MaxPool2d", "3, 1, 1, dilation=2"),
+    ("nn.MaxPool2d", "kernel_size=(2, 3), stride=(1, 2)"),
+    ("nn.AvgPool1d", "3, 2, 1, ceil_mode=True, count_include_pad=False"),
+    ("nn.MaxPool1d", "2, ceil_mode=True"),
+    ("nn.AvgPool3d", "2, 2, 1, ceil_mode=True"),
+])
+def test_pooling_class_as_a_value_matches_torch(layer, settings):
+    """timm's ``aa_layer=nn.AvgPool2d`` then ``aa_layer(kernel_size=2, stride=2)``: the class
+    handed around becomes a helper class with torch's arguments on NCHW input."""
+    source = textwrap.dedent(f'''
+        import torch.nn as nn
+
+
+        class M(nn.Module):
+            def __init__(self, pool_layer={layer}):
+                super().__init__()
+                self.pool = pool_layer({settings})
+
+            def forward(self, x):
+                return self.pool(x)
+    ''')
+    result = convert_source(source, path="<pool>")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    name = layer.split(".")[1]
+    assert f"def __init__(self, pool_layer={name}, *, rngs: nnx.Rngs)" in result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    n = int(name[-2])
+    for shape in [(2, 3, 5, 7, 6)[:2 + n], (1, 2, 8, 9, 4)[:2 + n]]:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        want = ns_t["M"]()(torch.from_numpy(x)).numpy()
+        got = np.asarray(jax.jit(ns_j["M"](rngs=nnx.Rngs(0)))(jnp.asarray(x)))
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -1878,6 +1878,10 @@ class TorchToJax(cst.CSTTransformer):
             # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
             # wherever the value goes: a helper class with that signature and torch's layout
             return cst.Name(f"Conv{_spatial_dims(rule.torch)}d")
+        if rule.special == "pool" and self.emitter.name == "nnx" and not self.linen:
+            # aa_layer = nn.AvgPool2d, called with torch's arguments (kernel_size, stride, ...):
+            # a helper class with that signature on NCHW input
+            return cst.Name(q.rsplit(".", 1)[1])
         if rule.torch == "torch.nn.Linear" and self.emitter.name == "nnx" and not self.linen:
             # linear_layer = nn.Linear, called with torch's arguments (bias=): a helper class
             # with that signature over nnx.Linear
