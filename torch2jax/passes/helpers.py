@@ -185,6 +185,22 @@ def checkpoint_sequential(layers: Any, segments: int, x: jax.Array) -> jax.Array
 ''')
 
 
+helper("torch_uniform_init", {"Any", "jax", "jnp"}, '''
+def torch_uniform_init(fan_in: int, terms: int = 1) -> Any:
+    """torch's default bias initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in the
+    inputs of the layer's weight (0: zeros, as torch), for convert --init torch; also its RNN
+    weights (fan_in: the hidden size). terms=2: the sum of two such draws (an LSTM's one bias is
+    torch's b_ih + b_hh)."""
+    bound = 1 / fan_in**0.5 if fan_in > 0 else 0.0
+
+    def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+        draws = jax.random.uniform(key, (terms, *shape), dtype, -bound, bound)
+        return draws.sum(axis=0)
+
+    return init
+''')
+
+
 helper("split_fractions", {"Any"}, '''
 def split_fractions(dataset: Any, fractions: list[float]) -> list[Any]:
     """torch.utils.data.random_split's fractions over an already shuffled dataset: int(n * f)

@@ -24,6 +24,7 @@ from torch2jax.analysis.training import (
 )
 from torch2jax.passes import data as dt
 from torch2jax.passes import remat as rm
+from torch2jax.passes import torch_init
 from torch2jax.passes import training as tr
 from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import (
@@ -80,8 +81,9 @@ class TorchToJax(cst.CSTTransformer):
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
                  report, training: TrainingIndex | None = None, uses_train: bool = False,
-                 data: dt.DataIndex | None = None) -> None:
+                 data: dt.DataIndex | None = None, torch_init: bool = False) -> None:
         super().__init__()
+        self.torch_init = torch_init  # convert --init torch (passes/torch_init.py)
         self.rules = rules
         self.index = index
         self.emitter = emitter
@@ -3120,6 +3122,11 @@ class TorchToJax(cst.CSTTransformer):
                 out = expr(target)
         for severity, msg in site.notes:
             self.diag(original, rule.id, severity, msg)
+        if self.torch_init and isinstance(out, cst.Call):
+            out, why = torch_init.initialised(rule, out)
+            if why is not None:
+                self.diag(original, rule.id, "warning", f"--init torch: {why}; the layer "
+                          "keeps the JAX library's initialisation")
         if self.linen:
             self.need("linen")
             out = linen_target.pooling(linen_target.layer(out, self._linen_train()))
