@@ -143,7 +143,6 @@ class TorchToJax(cst.CSTTransformer):
         # class -> its self.training reads, and those that went into an nnx.Dropout attribute
         self._training_reads: dict[str, int] = {}
         self._training_hoisted: dict[str, int] = {}
-        self._methods: dict[str, set[str]] = {}  # class -> the names of its methods
         # enclosing function (id) -> its nested defs checkpointed with the module passed in
         self._remat_closures: dict[int, set[str]] = {}
 
@@ -364,8 +363,6 @@ class TorchToJax(cst.CSTTransformer):
         self._variable_attrs[node.name.value] = names
         self._class_inits[node.name.value] = any(
             isinstance(f, cst.FunctionDef) and f.name.value == "__init__" for f in node.body.body)
-        self._methods[node.name.value] = {f.name.value for f in node.body.body
-                                          if isinstance(f, cst.FunctionDef)}
 
     def leave_ClassDef(self, original_node, updated_node):
         name = self._class_stack.pop()
@@ -2558,7 +2555,8 @@ class TorchToJax(cst.CSTTransformer):
             else:
                 self._remat_closures.setdefault(id(self._fn_stack[-1]), set()).add(ofn.value)
             return rm.remat_call(transform, fn, args, cst.Name("self"))
-        if m.matches(ofn, m.Attribute(value=m.Name("self"))) and self._is_method(ofn.attr.value):
+        if m.matches(ofn, m.Attribute(value=m.Name("self"))) and not self._is_module_expr(ofn):
+            # a method (of this class or of a base class of another file)
             return rm.remat_call(transform, expr(f"type(self).{ofn.attr.value}"), args,
                                  cst.Name("self"))
         if closure is not None or (isinstance(ofn, cst.Name) and "<locals>" not in (
@@ -2607,20 +2605,6 @@ class TorchToJax(cst.CSTTransformer):
                                      "nnx.remat needs it to take the module as an argument",
                                      rule=rm.CHECKPOINT)
         return local
-
-    def _is_method(self, name: str) -> bool:
-        """``name`` is a method of the class being rewritten or of a base class of the file."""
-        todo, seen = [self.current_class], set()
-        while todo:
-            cls = todo.pop()
-            if cls is None or cls in seen:
-                continue
-            seen.add(cls)
-            if name in self._methods.get(cls, set()):
-                return True
-            info = self.index.classes.get(cls)
-            todo.extend(info.bases if info else [])
-        return False
 
     def _remat_closures_take_self(self, original: cst.FunctionDef,
                                   updated: cst.FunctionDef) -> cst.FunctionDef:
