@@ -133,6 +133,24 @@ def test_written_as_flax_initializers(models):
     assert "def torch_uniform_init(fan_in: int, terms: int = 1)" in code
 
 
+def test_fan_in_from_torchs_arguments_by_keyword():
+    source = textwrap.dedent('''
+        import torch.nn as nn
+
+
+        class M(nn.Module):
+            def __init__(self, c=4, g=2):
+                super().__init__()
+                self.fc = nn.Linear(in_features=4, out_features=3)
+                self.conv = nn.Conv2d(in_channels=c * 2, out_channels=4, kernel_size=3, groups=g)
+                self.cell = nn.LSTMCell(4, hidden_size=8)
+    ''')
+    code = convert_source(source, path="init.py", init="torch").code
+    assert "bias_init=torch_uniform_init(4)" in code
+    assert "bias_init=torch_uniform_init(((c * 2) // g) * 3 * 3)" in code
+    assert "bias_init=torch_uniform_init(8, terms=2)" in code
+
+
 def test_default_output_is_unchanged():
     plain = convert_source(SOURCE, path="init.py")
     assert "_init=" not in plain.code and "torch_uniform_init" not in plain.code

@@ -3107,7 +3107,7 @@ class TorchToJax(cst.CSTTransformer):
         for severity, msg in site.notes:
             self.diag(original, rule.id, severity, msg)
         if self.torch_init and isinstance(out, cst.Call):
-            out, why = torch_init.initialised(rule, out)
+            out, why = torch_init.initialised(rule, b, out)
             if why is not None:
                 self.diag(original, rule.id, "warning", f"--init torch: {why}; the layer "
                           "keeps the JAX library's initialisation")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torch2jax.passes.common import arg, code, expr, try_literal
+from torch2jax.passes.common import BoundArgs, arg, code, expr, try_literal
 from torch2jax.ruleset import Rule
 
 KAIMING = 'jax.nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform")'
@@ -30,11 +30,6 @@ KAIMING = 'jax.nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform")'
 
 def _kw(call: cst.Call, name: str) -> cst.BaseExpression | None:
     return next((a.value for a in call.args if a.keyword and a.keyword.value == name), None)
-
-
-def _positional(call: cst.Call, i: int) -> cst.BaseExpression | None:
-    args = [a.value for a in call.args if not a.keyword and not a.star]
-    return args[i] if i < len(args) else None
 
 
 def _atom(node: cst.BaseExpression) -> str:
@@ -53,32 +48,37 @@ def _product(factors: list[cst.BaseExpression]) -> cst.BaseExpression:
     return expr(" * ".join(_atom(f) for f in factors))
 
 
-def _conv_fan_in(out: cst.Call, channels: cst.BaseExpression | None
-                 ) -> cst.BaseExpression | None:
-    kernel = _kw(out, "kernel_size")
-    if channels is None or not isinstance(kernel, cst.Tuple):
+def _conv_fan_in(out: cst.Call, b: BoundArgs, channels: str) -> cst.BaseExpression | None:
+    """in/groups * prod(k) (ConvTranspose: out * prod(k)), from torch's arguments and the
+    kernel size the translation wrote out as a tuple."""
+    kernel, per_group = _kw(out, "kernel_size"), b.get(channels)
+    if per_group is None or not isinstance(kernel, cst.Tuple):
         return None
-    groups = _kw(out, "feature_group_count")
-    if groups is not None:
-        per_group = try_literal(channels, ...), try_literal(groups, ...)
-        channels = (cst.Integer(str(per_group[0] // per_group[1]))
-                    if all(isinstance(v, int) for v in per_group)
-                    else expr(f"{_atom(channels)} // {_atom(groups)}"))
-    return _product([channels, *(e.value for e in kernel.elements)])
+    groups = b.get("groups")
+    if groups is not None and try_literal(groups, ...) != 1:
+        values = try_literal(per_group, ...), try_literal(groups, ...)
+        per_group = (cst.Integer(str(values[0] // values[1]))
+                     if all(isinstance(v, int) for v in values)
+                     else expr(f"{_atom(per_group)} // {_atom(groups)}"))
+    return _product([per_group, *(e.value for e in kernel.elements)])
 
 
-def initialised(rule: Rule, out: cst.Call) -> tuple[cst.Call, str | None]:
-    """``out`` (the JAX layer built by ``rule``) with the keyword arguments that give it torch's
-    default initialisation, and why they could not be written (None when they were, or when
-    the JAX library's own initialisation is torch's: normalisation layers, PReLU)."""
+def initialised(rule: Rule, b: BoundArgs, out: cst.Call) -> tuple[cst.Call, str | None]:
+    """``out`` (the JAX layer built by ``rule`` from torch's arguments ``b``) with the keyword
+    arguments that give it torch's default initialisation, and why they could not be written
+    (None when they were, or when the JAX library's own initialisation is torch's:
+    normalisation layers, PReLU)."""
     if rule.torch == "torch.nn.Linear":
-        return with_initializers(out, _weight_and_bias(out, _positional(out, 0))), None
-    if rule.special in ("conv", "conv_transpose"):
-        channels = _positional(out, 1 if rule.special == "conv_transpose" else 0)
-        fan_in = _conv_fan_in(out, channels)
+        fan_in = b.get("in_features")
         if fan_in is None:
-            return out, "the kernel size is not a literal tuple: its fan-in is not known"
-        return with_initializers(out, _weight_and_bias(out, fan_in)), None
+            return out, "in_features is not given"
+        return with_initializers(out, _weight_and_bias(b, fan_in)), None
+    if rule.special in ("conv", "conv_transpose"):
+        channels = "out_channels" if rule.special == "conv_transpose" else "in_channels"
+        fan_in = _conv_fan_in(out, b, channels)
+        if fan_in is None:
+            return out, f"the fan-in (from {channels} and the kernel size) is not known"
+        return with_initializers(out, _weight_and_bias(b, fan_in)), None
     if rule.special == "embedding":
         return with_initializers(out, [arg(expr("jax.nn.initializers.normal(1.0)"),
                                            "embedding_init")]), None
@@ -90,23 +90,26 @@ def initialised(rule: Rule, out: cst.Call) -> tuple[cst.Call, str | None]:
                 "kernel_init"),
             arg(expr(KAIMING), "out_kernel_init")]), None
     if rule.special in ("lstm", "lstm_cell"):
+        hidden = b.get("hidden_size")
+        if hidden is None:
+            return out, "hidden_size is not given"
         if rule.special == "lstm_cell":
-            return _lstm_cell(out), None
+            return _lstm_cell(out, hidden), None
         return out.with_changes(args=[out.args[0].with_changes(
-            value=_lstm_cell(out.args[0].value)), *out.args[1:]]), None
+            value=_lstm_cell(out.args[0].value, hidden)), *out.args[1:]]), None
     return out, None
 
 
-def _weight_and_bias(out: cst.Call, fan_in: cst.BaseExpression) -> list[cst.Arg]:
+def _weight_and_bias(b: BoundArgs, fan_in: cst.BaseExpression) -> list[cst.Arg]:
     args = [arg(expr(KAIMING), "kernel_init")]
-    if try_literal(_kw(out, "use_bias"), ...) is not False:
+    if b.literal("bias", True) is not False:
         args.append(arg(expr(f"torch_uniform_init({code(fan_in)})"), "bias_init"))
     return args
 
 
-def _lstm_cell(cell: cst.Call) -> cst.Call:
+def _lstm_cell(cell: cst.Call, hidden_size: cst.BaseExpression) -> cst.Call:
     """Every weight U(-1/sqrt(H), 1/sqrt(H)); the one bias is torch's two summed."""
-    hidden = code(_positional(cell, 1))
+    hidden = code(hidden_size)
     return with_initializers(cell, [
         arg(expr(f"torch_uniform_init({hidden})"), "kernel_init"),
         arg(expr(f"torch_uniform_init({hidden})"), "recurrent_kernel_init"),
