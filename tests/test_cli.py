@@ -37,6 +37,19 @@ def test_convert_mirror_tree(tmp_path: Path) -> None:
     assert (src / "pkg" / "good.py").read_text() == GOOD  # input untouched
 
 
+def test_init_torch_writes_torchs_initializers(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text("import torch.nn as nn\n\n\nclass M(nn.Module):\n"
+                              "    def __init__(self):\n        super().__init__()\n"
+                              "        self.fc = nn.Linear(4, 3)\n")
+    res = runner.invoke(app, ["convert", str(src), "-o", str(tmp_path / "out"), "--init", "torch"])
+    assert res.exit_code == 0, res.output
+    assert "bias_init=torch_uniform_init(4)" in (tmp_path / "out" / "m.py").read_text()
+    res = runner.invoke(app, ["convert", str(src), "--diff", "--init", "kaiming"])
+    assert res.exit_code == 2 and "--init kaiming" in res.output
+
+
 def test_todo_and_parse_error_exit_1_other_files_still_written(tmp_path: Path) -> None:
     src = _tree(tmp_path)
     (src / "pkg" / "bad.py").write_text("import torch\ndef f(:\n")

@@ -887,9 +887,10 @@ def test_functional_dropout_with_training_flag_becomes_a_layer(tmp_path):
     assert 0.15 < dropped.mean() < 0.35, dropped.mean()
 
 
-def test_memory_efficient_branch_is_marked():
-    """densenet's memory_efficient path (off by default): requires_grad reads and
-    torch.utils.checkpoint have no faithful one-line JAX form: marked, not run wrongly."""
+def test_memory_efficient_branch_marks_requires_grad():
+    """densenet's memory_efficient path (off by default): requires_grad reads have no JAX
+    form (marked, not run wrongly); the checkpoint of a layer becomes nnx.remat
+    (tests/test_remat.py)."""
     source = textwrap.dedent('''
         import torch.nn as nn
         import torch.utils.checkpoint as cp
@@ -911,7 +912,8 @@ def test_memory_efficient_branch_is_marked():
     ''')
     result = convert_source(source, path="<checkpoint>")
     rules = sorted(d.rule for d in result.diagnostics if d.severity == "error")
-    assert rules == ["requires_grad", "torch.utils.checkpoint.checkpoint"], result.code
+    assert rules == ["requires_grad"], result.code
+    assert "nnx.remat(lambda m, *xs: m(*xs))(self.fc, x)" in result.code
 
 
 def test_sequential_subclass_with_an_attribute_of_unknown_kind_is_marked():
@@ -1167,3 +1169,50 @@ def test_swin_like_conversion():
     y = model(x)  # the marked dropout is the identity in eval mode
     assert y.shape == (1, 5)
     ns["window_attention"]  # the module-level function, kept as a function
+
+
+@pytest.mark.parametrize("layer, settings", [
+    ("nn.AvgPool2d", "kernel_size=2, stride=2"),  # timm's aa_layer(kernel_size=2, stride=2)
+    ("nn.AvgPool2d", "3"),  # stride: the kernel size
+    ("nn.AvgPool2d", "3, 2, 1, ceil_mode=True"),
+    ("nn.AvgPool2d", "3, 2, 1, ceil_mode=True, count_include_pad=False"),
+    ("nn.AvgPool2d", "2, 3, 1, ceil_mode=True, count_include_pad=False"),  # a dropped window
+    ("nn.AvgPool2d", "(3, 2), (2, 1), (1, 0), divisor_override=4"),
+    ("nn.MaxPool2d", "3, 2, 1, ceil_mode=True"),
+    ("nn.MaxPool2d", "2, 3, 1, ceil_mode=True"),
+    ("nn.MaxPool2d", "3, 1, 1, dilation=2"),
+    ("nn.MaxPool2d", "kernel_size=(2, 3), stride=(1, 2)"),
+    ("nn.AvgPool1d", "3, 2, 1, ceil_mode=True, count_include_pad=False"),
+    ("nn.MaxPool1d", "2, ceil_mode=True"),
+    ("nn.AvgPool3d", "2, 2, 1, ceil_mode=True"),
+])
+def test_pooling_class_as_a_value_matches_torch(layer, settings):
+    """timm's ``aa_layer=nn.AvgPool2d`` then ``aa_layer(kernel_size=2, stride=2)``: the class
+    handed around becomes a helper class with torch's arguments on NCHW input."""
+    source = textwrap.dedent(f'''
+        import torch.nn as nn
+
+
+        class M(nn.Module):
+            def __init__(self, pool_layer={layer}):
+                super().__init__()
+                self.pool = pool_layer({settings})
+
+            def forward(self, x):
+                return self.pool(x)
+    ''')
+    result = convert_source(source, path="<pool>")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    name = layer.split(".")[1]
+    assert f"def __init__(self, pool_layer={name}, *, rngs: nnx.Rngs)" in result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    n = int(name[-2])
+    for shape in [(2, 3, 5, 7, 6)[:2 + n], (1, 2, 8, 9, 4)[:2 + n]]:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        want = ns_t["M"]()(torch.from_numpy(x)).numpy()
+        got = np.asarray(jax.jit(ns_j["M"](rngs=nnx.Rngs(0)))(jnp.asarray(x)))
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -25,7 +25,7 @@ out_console = Console(soft_wrap=True)
 
 
 def _setup(paths: list[Path], target: str | None, exclude: list[str] | None,
-           rules_dirs: list[Path] | None, shard: str | None = None
+           rules_dirs: list[Path] | None, shard: str | None = None, init: str = "jax"
            ) -> tuple[Config, Options, tuple[Exclude, ...]]:
     """The configuration ([tool.torch2jax] above the first path) merged with the options."""
     cfg = find_config(paths[0]) if paths else Config()
@@ -34,7 +34,7 @@ def _setup(paths: list[Path], target: str | None, exclude: list[str] | None,
         load_user_rules(rule_dirs)  # validate now: a bad rule file is a usage error
     get_emitter(target or cfg.target or "nnx")
     options = Options(target=target or cfg.target or "nnx", rule_dirs=rule_dirs,
-                      ignore=cfg.ignore, shard=shard or cfg.shard or "data")
+                      ignore=cfg.ignore, shard=shard or cfg.shard or "data", init=init)
     excludes = (Exclude(cfg.exclude, cfg.base), Exclude(tuple(exclude or ())))
     return cfg, options, excludes
 
@@ -60,6 +60,9 @@ def convert(
         help="Data-parallel scripts: data (batches split over the devices, the state "
              "replicated) or params (the parameters and optimizer state split too, FSDP-style); "
              "default: [tool.torch2jax] shard, else data.")] = None,
+    init: Annotated[str, typer.Option(
+        help="Parameter initialisation: jax (the target library's own) or torch (torch's "
+             "defaults written into the layers: kernel_init=, bias_init=, ...).")] = "jax",
     in_place: Annotated[bool, typer.Option("--in-place", help="Rewrite files in place.")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 if anything would change.")] = False,
@@ -88,7 +91,9 @@ def convert(
     try:
         if shard not in (None, "data", "params"):
             raise _usage_error(f"--shard {shard}: expected data or params")
-        _, options, excludes = _setup(paths, target, exclude, rules_dir, shard)
+        if init not in ("jax", "torch"):
+            raise _usage_error(f"--init {init}: expected jax or torch")
+        _, options, excludes = _setup(paths, target, exclude, rules_dir, shard, init)
     except (ValueError, RuleError, ConfigError) as exc:
         raise _usage_error(str(exc)) from None
     mode = "out" if out is not None else "in-place" if in_place else "diff" if diff else "check"

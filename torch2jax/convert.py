@@ -89,9 +89,12 @@ def convert_source(
     known_modules: set[str] | None = None,
     fuse_layout: bool = True,
     shard: str = "data",
+    init: str = "jax",
 ) -> ConversionResult:
     """Rewrite PyTorch ``source`` for ``target``. Never raises on untranslatable code: it is
-    marked ``# TODO(torch2jax)`` and reported. Raises :class:`ParseError` on invalid Python."""
+    marked ``# TODO(torch2jax)`` and reported. Raises :class:`ParseError` on invalid Python.
+    ``init="torch"`` gives the layers torch's default initialisation (passes/torch_init.py);
+    equinox's own defaults already are torch's for Linear, Conv and Embedding."""
     rules = rules or load_rules()
     emitter = get_emitter(target)
     if emitter.name == "equinox":  # a pass over the NNX translation (targets/equinox.py)
@@ -137,7 +140,8 @@ def convert_source(
     wrapper.visit(data_indexer)
     data_indexer.index.shard = shard
     transformer = TorchToJax(rules, index, emitter, path, report, training,
-                             uses_train=_uses_train_mode(source), data=data_indexer.index)
+                             uses_train=_uses_train_mode(source), data=data_indexer.index,
+                             torch_init=init == "torch")
     new = wrapper.visit(transformer)
     if fuse_layout:
         new = new.visit(FuseLayoutMoves())

@@ -50,6 +50,7 @@ def default_jobs() -> int:
 class Options:
     target: str = "nnx"
     shard: str = "data"  # data parallelism: "data" (batches) or "params" (also the state)
+    init: str = "jax"  # parameter initialisation: the JAX library's, or "torch"'s defaults
     rule_dirs: tuple[Path, ...] = ()
     ignore: tuple[str, ...] = ()
     max_bytes: int | None = None  # None: MAX_BYTES
@@ -104,7 +105,8 @@ def convert_file(path: str, known: frozenset[str] = frozenset()) -> Outcome:
         return Outcome(path, "unchanged", text, encoding, text)
     try:
         result = convert_source(text, path=path, target=options.target, rules=_WORKER["rules"],
-                                known_modules=set(known), shard=options.shard)
+                                known_modules=set(known), shard=options.shard,
+                                init=options.init)
     except ParseError as exc:
         return failed("parse", *_parse_message(str(exc), path))
     except RecursionError:

@@ -181,8 +181,8 @@ class Layouts:
         """The layout of what a layer class handed around as a value builds."""
         if rule.special == "batch_norm":
             return rule.layout if self.index.factory_layouts == {rule.layout} else "torch"
-        if rule.special == "conv":
-            return "torch"  # the Conv2d helper class takes NCHW
+        if rule.special in ("conv", "pool"):
+            return "torch"  # the Conv2d / AvgPool2d / MaxPool2d helper classes take NCHW
         return rule.layout
 
     def local_factory_layout(self, name: str) -> str | None:

@@ -86,6 +86,77 @@ for _n in (1, 2, 3):
     helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(n=_n))
 
 
+_POOL = '''
+class {kind}Pool{n}d(nnx.Module):
+    """nn.{kind}Pool{n}d where the class is handed around as a value (aa_layer=nn.{kind}Pool{n}d):
+    torch's arguments on channels-first input. The stride defaults to the kernel size; with
+    ceil_mode the last window may overhang the input, but never starts in the right padding;
+    {doc}"""
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] | None = None,
+        padding: int | tuple[int, ...] = 0,
+        {params},
+        *,
+        rngs: nnx.Rngs | None = None,
+    ) -> None:
+        def spatial(v):
+            return (v,) * {n} if isinstance(v, int) else tuple(v)
+
+        self.kernel_size = spatial(kernel_size)
+        self.stride = spatial(kernel_size if stride is None else stride)
+        self.padding = spatial(padding)
+        self.ceil_mode = ceil_mode
+        {init}
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        lead = x.ndim - {n}  # batch and channels (or channels alone)
+        pads = []
+        for d, k, s, p, dil in zip(x.shape[lead:], self.kernel_size, self.stride, self.padding,
+                                   {dilation}):
+            span = dil * (k - 1) + 1
+            windows = d + 2 * p - span
+            out = (-(-windows // s) if self.ceil_mode else windows // s) + 1
+            if self.ceil_mode and (out - 1) * s >= d + p:
+                out -= 1  # torch drops a last window that would start in the right padding
+            pads.append((p, max(p, (out - 1) * s + span - d - p)))
+        window, strides = (1,) * lead + self.kernel_size, (1,) * lead + self.stride
+        {call}
+'''
+_MAX_CALL = '''return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides,
+                                     [(0, 0)] * lead + pads,
+                                     window_dilation=(1,) * lead + self.dilation)'''
+_AVG_CALL = '''total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides,
+                                      [(0, 0)] * lead + pads)
+        if self.divisor_override is not None:
+            return total / self.divisor_override
+        # the divisor: the part of each window inside the input, and inside its symmetric
+        # padding too with count_include_pad (the overhang of ceil_mode never counts)
+        inside = jnp.pad(jnp.ones(x.shape[lead:], x.dtype), [(p, p) for p, _ in pads],
+                         constant_values=1 if self.count_include_pad else 0)
+        count = jax.lax.reduce_window(inside, 0.0, jax.lax.add, self.kernel_size, self.stride,
+                                      [(0, hi - p) for p, hi in pads])
+        return total / count'''
+for _n in (1, 2, 3):
+    helper(f"MaxPool{_n}d", {"jax", "jnp", "nnx"}, _POOL.format(
+        kind="Max", n=_n, doc="the padding is -inf.",
+        params="dilation: int | tuple[int, ...] = 1,\n        return_indices: bool = False,\n"
+               "        ceil_mode: bool = False",
+        init="self.dilation = spatial(dilation)\n        if return_indices:\n"
+             "            raise NotImplementedError(\"MaxPool with return_indices=True\")",
+        dilation="self.dilation", call=_MAX_CALL))
+    helper(f"AvgPool{_n}d", {"jax", "jnp", "nnx"}, _POOL.format(
+        kind="Avg", n=_n, doc="the padding is zeros, counted in the\n"
+        "    divisor with count_include_pad.",
+        params="ceil_mode: bool = False,\n        count_include_pad: bool = True,\n"
+               "        divisor_override: int | None = None",
+        init="self.count_include_pad = count_include_pad\n"
+             "        self.divisor_override = divisor_override",
+        dilation="(1,) * " + str(_n), call=_AVG_CALL))
+
+
 helper("Linear", {"jnp", "nnx"}, '''
 class Linear(nnx.Linear):
     """nn.Linear for code that hands the layer class around as a value (linear_layer=nn.Linear):
@@ -96,6 +167,37 @@ class Linear(nnx.Linear):
                  dtype=None, *, rngs: nnx.Rngs) -> None:
         super().__init__(in_features, out_features, use_bias=bias,
                          param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
+''')
+
+
+helper("checkpoint_sequential", {"Any", "jax", "nnx"}, '''
+def checkpoint_sequential(layers: Any, segments: int, x: jax.Array) -> jax.Array:
+    """torch.utils.checkpoint.checkpoint_sequential: the layers (an nnx.Sequential or a list)
+    run in order, in `segments` chunks of len(layers) // segments; every chunk but the last is
+    rematerialised (nnx.remat) in the backward pass, the last one takes what is left."""
+    layers = list(layers.layers if isinstance(layers, nnx.Sequential) else layers)
+    size = len(layers) // segments
+    end = 0
+    for start in range(0, size * (segments - 1), size):
+        end = start + size
+        x = nnx.remat(lambda chunk, x: chunk(x))(nnx.Sequential(*layers[start:end]), x)
+    return nnx.Sequential(*layers[end:])(x)
+''')
+
+
+helper("torch_uniform_init", {"Any", "jax", "jnp"}, '''
+def torch_uniform_init(fan_in: int, terms: int = 1) -> Any:
+    """torch's default bias initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in the
+    inputs of the layer's weight (0: zeros, as torch), for convert --init torch; also its RNN
+    weights (fan_in: the hidden size). terms=2: the sum of two such draws (an LSTM's one bias is
+    torch's b_ih + b_hh)."""
+    bound = 1 / fan_in**0.5 if fan_in > 0 else 0.0
+
+    def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+        draws = jax.random.uniform(key, (terms, *shape), dtype, -bound, bound)
+        return draws.sum(axis=0)
+
+    return init
 ''')
 
 

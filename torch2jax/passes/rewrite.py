@@ -23,6 +23,8 @@ from torch2jax.analysis.training import (
     TrainingIndex,
 )
 from torch2jax.passes import data as dt
+from torch2jax.passes import remat as rm
+from torch2jax.passes import torch_init
 from torch2jax.passes import training as tr
 from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import (
@@ -79,8 +81,9 @@ class TorchToJax(cst.CSTTransformer):
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
                  report, training: TrainingIndex | None = None, uses_train: bool = False,
-                 data: dt.DataIndex | None = None) -> None:
+                 data: dt.DataIndex | None = None, torch_init: bool = False) -> None:
         super().__init__()
+        self.torch_init = torch_init  # convert --init torch (passes/torch_init.py)
         self.rules = rules
         self.index = index
         self.emitter = emitter
@@ -140,6 +143,8 @@ class TorchToJax(cst.CSTTransformer):
         # class -> its self.training reads, and those that went into an nnx.Dropout attribute
         self._training_reads: dict[str, int] = {}
         self._training_hoisted: dict[str, int] = {}
+        # enclosing function (id) -> its nested defs checkpointed with the module passed in
+        self._remat_closures: dict[int, set[str]] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
         if not self.linen:
@@ -493,7 +498,7 @@ class TorchToJax(cst.CSTTransformer):
                       f"{original_node.name.value} removed: a hook of torch's state_dict "
                       "loading (torch2jax's weight transfer maps the torch names itself)")
             return cst.RemoveFromParent()
-        node = updated_node
+        node = self._remat_closures_take_self(original_node, updated_node)
         info = self.index.classes.get(self.current_class or "")
         if (self.in_module_class() and original_node.name.value == "__init__" and info
                 and info.module_base == "torch" and info.container == "sequential"
@@ -1920,6 +1925,10 @@ class TorchToJax(cst.CSTTransformer):
             # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
             # wherever the value goes: a helper class with that signature and torch's layout
             return cst.Name(f"Conv{_spatial_dims(rule.torch)}d")
+        if rule.special == "pool" and self.emitter.name == "nnx" and not self.linen:
+            # aa_layer = nn.AvgPool2d, called with torch's arguments (kernel_size, stride, ...):
+            # a helper class with that signature on NCHW input
+            return cst.Name(q.rsplit(".", 1)[1])
         if rule.torch == "torch.nn.Linear" and self.emitter.name == "nnx" and not self.linen:
             # linear_layer = nn.Linear, called with torch's arguments (bias=): a helper class
             # with that signature over nnx.Linear
@@ -2529,12 +2538,15 @@ class TorchToJax(cst.CSTTransformer):
             fn = self.rules.functions[name]
             x = bind(updated.args, fn.params).get(fn.params[0])
             return call("super().__call__", arg(x))
-        if name in ("torch.utils.checkpoint.checkpoint",
-                    "torch.utils.checkpoint.checkpoint_sequential"):
-            raise Untranslatable(
-                "gradient checkpointing: nnx.remat of a function that takes the module as an "
-                "argument (nnx.remat(lambda m, *xs: m.f(xs))(self, *xs)); a closure over self "
-                "cannot update BatchNorm statistics inside it", rule=name)
+        if name == rm.CHECKPOINT:
+            return self._remat(original, updated)
+        if name == rm.SEQUENTIAL:
+            if self.linen:
+                raise Untranslatable("checkpoint_sequential in linen code: nn.remat of each "
+                                     "segment is not translated", rule=name)
+            layers, segments, x = rm.sequential_args(original, updated)
+            return self._in_layer_layout(original.args[0].value, lambda xs: call(
+                "checkpoint_sequential", layers, segments, *xs), [x])
         if name == "torch.nn.functional.dropout":
             layer = self._dropout_layer(original, updated)
             if layer is not None:
@@ -2605,6 +2617,78 @@ class TorchToJax(cst.CSTTransformer):
                 return updated.func.value
         # self.layer(x): activation layout
         return self._layout_call(original, updated)
+
+    def _remat(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``checkpoint(fn, *args, use_reentrant=False)``: see passes/remat.py for the forms."""
+        ofn, fn, args = rm.split_args(original, updated)
+        transform = "nn.remat" if self.linen else "nnx.remat"
+        closure = self._local_function(ofn)
+        if closure is not None and m.findall(closure, m.Name("self")):
+            if isinstance(fn, cst.Lambda):
+                fn = rm.with_self_param(fn)
+            else:
+                self._remat_closures.setdefault(id(self._fn_stack[-1]), set()).add(ofn.value)
+            return rm.remat_call(transform, fn, args, cst.Name("self"))
+        if m.matches(ofn, m.Attribute(value=m.Name("self"))) and not self._is_module_expr(ofn):
+            # a method (of this class or of a base class of another file)
+            return rm.remat_call(transform, expr(f"type(self).{ofn.attr.value}"), args,
+                                 cst.Name("self"))
+        if closure is not None or (isinstance(ofn, cst.Name) and "<locals>" not in (
+                self.q(ofn) or "<locals>")):
+            if any(self._is_module_expr(a.value) for a in args):
+                return rm.remat_call(transform, fn, args)
+            self.need("jax")
+            return rm.remat_call("jax.checkpoint", fn, args)
+        return self._in_layer_layout(ofn, lambda xs: rm.layer_call(transform, fn, xs), args)
+
+    def _in_layer_layout(self, layer: cst.BaseExpression, build, args: list[cst.Arg]
+                         ) -> cst.BaseExpression:
+        """``build(args)``, a call of ``layer`` on ``args`` that is not written as one
+        (checkpointed), with the input moved channels-last and the output back where the layer
+        is a channels-last one (a conv, a Sequential of them)."""
+        layout = self._layout_of_callee(layer)
+        if layout == "mixed":
+            raise Untranslatable("checkpoints a container mixing channels-last and other layers",
+                                 rule="layout")
+        if layout != "channels_last" or not args:
+            return build(args)
+        self.need("jnp")
+        moved = args[0].with_changes(value=expr("jnp.moveaxis({x}, 1, -1)", x=args[0].value))
+        return expr("jnp.moveaxis({y}, -1, 1)", y=build([moved, *args[1:]]))
+
+    def _local_function(self, fn: cst.BaseExpression) -> cst.FunctionDef | cst.Lambda | None:
+        """A lambda, or a function defined in the function being rewritten and used there only
+        as checkpoint's function (its definition is given a ``self`` parameter)."""
+        if isinstance(fn, cst.Lambda):
+            return fn
+        if not isinstance(fn, cst.Name) or not self._fn_stack:
+            return None
+        outer = self._fn_stack[-1]
+        local = next((s for s in outer.body.body if isinstance(s, cst.FunctionDef)
+                      and s.name.value == fn.value), None)
+        if local is None:
+            return None
+        for use in m.findall(outer.body, m.Name(fn.value)):
+            parent = self.get_metadata(ParentNodeProvider, use, None)
+            if parent is local:
+                continue
+            grand = self.get_metadata(ParentNodeProvider, parent, None)
+            if not (isinstance(parent, cst.Arg) and isinstance(grand, cst.Call)
+                    and grand.args[0] is parent and self.q(grand.func) == rm.CHECKPOINT):
+                raise Untranslatable(f"{fn.value} is checkpointed and also used otherwise: "
+                                     "nnx.remat needs it to take the module as an argument",
+                                     rule=rm.CHECKPOINT)
+        return local
+
+    def _remat_closures_take_self(self, original: cst.FunctionDef,
+                                  updated: cst.FunctionDef) -> cst.FunctionDef:
+        """The nested defs checkpointed with the module passed in take it as ``self``."""
+        names = self._remat_closures.pop(id(original), set())
+        if not names:
+            return updated
+        body = [rm.with_self_param(s) if isinstance(s, cst.FunctionDef) and s.name.value in names
+                else s for s in updated.body.body]
+        return updated.with_changes(body=updated.body.with_changes(body=body))
 
     def _linen_param(self, original, updated):
         """self.w = nn.Parameter(t) -> self.w = self.param("w", lambda key: t)"""
@@ -3096,6 +3180,11 @@ class TorchToJax(cst.CSTTransformer):
                 out = expr(target)
         for severity, msg in site.notes:
             self.diag(original, rule.id, severity, msg)
+        if self.torch_init and isinstance(out, cst.Call):
+            out, why = torch_init.initialised(rule, b, out)
+            if why is not None:
+                self.diag(original, rule.id, "warning", f"--init torch: {why}; the layer "
+                          "keeps the JAX library's initialisation")
         if self.linen:
             self.need("linen")
             out = linen_target.pooling(linen_target.layer(out, self._linen_train()))

@@ -1,0 +1,128 @@
+"""``convert --init torch``: torch's default parameter initialisation, written into the layers.
+
+flax initialises a Linear or Conv kernel with lecun_normal and its bias with zeros; torch draws
+both from U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (the weight through kaiming_uniform_(a=sqrt(5)),
+whose bound sqrt(6 / ((1 + 5) * fan_in)) is that of variance_scaling(1/3, "fan_in",
+"uniform"), sqrt(3 * scale / fan_in)). flax's variance_scaling reads fan_in from the kernel's
+in axis (-2) times its receptive field (the axes before it): for a Conv kernel
+(*k, in/groups, out) that is torch's in/groups * prod(k); for a ConvTranspose kernel, which the
+translation builds in torch's conv layout (*k, out, in), torch's out * prod(k). A bias
+initializer is called with the bias' shape only, so its fan_in is written into the call:
+``torch_uniform_init(fan_in)`` (a helper written into the converted file).
+
+LSTM / LSTMCell: every weight and bias U(-1/sqrt(H), 1/sqrt(H)); flax's cell has one bias
+per gate, torch's b_ih + b_hh, so it is drawn as the sum of two such draws.
+
+Embedding: N(0, 1). MultiheadAttention: xavier_uniform over the packed (3E, E) in_proj matrix
+(variance_scaling(0.5, "fan_avg", "uniform") on each (E, E) part; kdim: one xavier per part),
+zero biases, out_proj torch's Linear weight. Normalisation layers: ones and zeros in both.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torch2jax.passes.common import BoundArgs, arg, code, expr, try_literal
+from torch2jax.ruleset import Rule
+
+KAIMING = 'jax.nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform")'
+
+
+def _kw(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    return next((a.value for a in call.args if a.keyword and a.keyword.value == name), None)
+
+
+def _atom(node: cst.BaseExpression) -> str:
+    simple = (cst.Name, cst.Attribute, cst.Integer, cst.Call, cst.Subscript)
+    return code(node) if isinstance(node, simple) else f"({code(node)})"
+
+
+def _product(factors: list[cst.BaseExpression]) -> cst.BaseExpression:
+    """``a * b * ...``, folded to one number where every factor is a literal int."""
+    values = [try_literal(f, ...) for f in factors]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        total = 1
+        for v in values:
+            total *= v
+        return cst.Integer(str(total))
+    return expr(" * ".join(_atom(f) for f in factors))
+
+
+def _conv_fan_in(out: cst.Call, b: BoundArgs, channels: str) -> cst.BaseExpression | None:
+    """in/groups * prod(k) (ConvTranspose: out * prod(k)), from torch's arguments and the
+    kernel size the translation wrote out as a tuple."""
+    kernel, per_group = _kw(out, "kernel_size"), b.get(channels)
+    if per_group is None or not isinstance(kernel, cst.Tuple):
+        return None
+    groups = b.get("groups")
+    if groups is not None and try_literal(groups, ...) != 1:
+        values = try_literal(per_group, ...), try_literal(groups, ...)
+        per_group = (cst.Integer(str(values[0] // values[1]))
+                     if all(isinstance(v, int) for v in values)
+                     else expr(f"{_atom(per_group)} // {_atom(groups)}"))
+    return _product([per_group, *(e.value for e in kernel.elements)])
+
+
+def initialised(rule: Rule, b: BoundArgs, out: cst.Call) -> tuple[cst.Call, str | None]:
+    """``out`` (the JAX layer built by ``rule`` from torch's arguments ``b``) with the keyword
+    arguments that give it torch's default initialisation, and why they could not be written
+    (None when they were, or when the JAX library's own initialisation is torch's:
+    normalisation layers, PReLU)."""
+    if rule.torch == "torch.nn.Linear":
+        fan_in = b.get("in_features")
+        if fan_in is None:
+            return out, "in_features is not given"
+        return with_initializers(out, _weight_and_bias(b, fan_in)), None
+    if rule.special in ("conv", "conv_transpose"):
+        channels = "out_channels" if rule.special == "conv_transpose" else "in_channels"
+        fan_in = _conv_fan_in(out, b, channels)
+        if fan_in is None:
+            return out, f"the fan-in (from {channels} and the kernel size) is not known"
+        return with_initializers(out, _weight_and_bias(b, fan_in)), None
+    if rule.special == "embedding":
+        return with_initializers(out, [arg(expr("jax.nn.initializers.normal(1.0)"),
+                                           "embedding_init")]), None
+    if rule.special == "multihead_attention":
+        # packed: xavier over (3E, E), each (E, E) part's fans are E and E: scale 4E / (2 * 2E)
+        scale = "1.0" if _kw(out, "in_kv_features") is not None else "0.5"
+        return with_initializers(out, [
+            arg(expr(f'jax.nn.initializers.variance_scaling({scale}, "fan_avg", "uniform")'),
+                "kernel_init"),
+            arg(expr(KAIMING), "out_kernel_init")]), None
+    if rule.special in ("lstm", "lstm_cell"):
+        hidden = b.get("hidden_size")
+        if hidden is None:
+            return out, "hidden_size is not given"
+        if rule.special == "lstm_cell":
+            return _lstm_cell(out, hidden), None
+        return out.with_changes(args=[out.args[0].with_changes(
+            value=_lstm_cell(out.args[0].value, hidden)), *out.args[1:]]), None
+    return out, None
+
+
+def _weight_and_bias(b: BoundArgs, fan_in: cst.BaseExpression) -> list[cst.Arg]:
+    args = [arg(expr(KAIMING), "kernel_init")]
+    if b.literal("bias", True) is not False:
+        args.append(arg(expr(f"torch_uniform_init({code(fan_in)})"), "bias_init"))
+    return args
+
+
+def _lstm_cell(cell: cst.Call, hidden_size: cst.BaseExpression) -> cst.Call:
+    """Every weight U(-1/sqrt(H), 1/sqrt(H)); the one bias is torch's two summed."""
+    hidden = code(hidden_size)
+    return with_initializers(cell, [
+        arg(expr(f"torch_uniform_init({hidden})"), "kernel_init"),
+        arg(expr(f"torch_uniform_init({hidden})"), "recurrent_kernel_init"),
+        arg(expr(f"torch_uniform_init({hidden}, terms=2)"), "bias_init")])
+
+
+def with_initializers(out: cst.Call, extra: list[cst.Arg]) -> cst.Call:
+    """``out`` with ``extra`` keyword arguments before its ``rngs=``."""
+    args = list(out.args)
+    at = next((i for i, a in enumerate(args) if a.keyword and a.keyword.value == "rngs"),
+              len(args))
+    args[at:at] = extra
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return out.with_changes(args=[a.with_changes(comma=comma if i < len(args) - 1 else
+                                                 cst.MaybeSentinel.DEFAULT)
+                                  for i, a in enumerate(args)])
