@@ -137,7 +137,7 @@ def convert_source(
     new = wrapper.visit(transformer)
     if fuse_layout:
         new = new.visit(FuseLayoutMoves())
-    new, helper_imports = add_helpers(new)
+    new, helper_imports = add_helpers(new, emitter.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)
     diagnostics.sort(key=lambda d: (d.line, d.column))
     return suppress(ConversionResult(code=new.code, diagnostics=diagnostics), source)

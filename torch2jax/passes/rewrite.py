@@ -1852,17 +1852,17 @@ class TorchToJax(cst.CSTTransformer):
                     return None
         if rule.special == "batch_norm" and self.linen:
             self.need("partial", "linen")
-            return expr(f"partial(nn.BatchNorm, use_running_average=not {self._linen_train()}, "
+            return expr(f"partial(BatchNorm, use_running_average=not {self._linen_train()}, "
                         "momentum=0.9, epsilon=1e-05)")
         if rule.special == "batch_norm" and self.emitter.name == "nnx":
             self.need("partial", "nnx")
             if self.index.factory_layouts == {rule.layout}:
                 # its calls (norm_layer(planes)) are known to want channels-last input
-                return expr("partial(nnx.BatchNorm, momentum=0.9, epsilon=1e-05)")
+                return expr("partial(BatchNorm, momentum=0.9, epsilon=1e-05)")
             # normalises over every axis but 1: right for NCHW/NCL input without a transpose
             self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
                       "axis 1 (channels first), so that it fits wherever it is used")
-            return expr("partial(nnx.BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
+            return expr("partial(BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
         if rule.special == "layer_norm" and self.emitter.name == "nnx" and not self.linen:
             # norm_layer: Callable[..., nn.Module] = nn.LayerNorm, called with the normalized
             # size (swin's PatchMerging): torch's epsilon, flax's default being 1e-6
@@ -2900,7 +2900,7 @@ class TorchToJax(cst.CSTTransformer):
         parts = [] if self.index.factory_layouts == {rule.layout} else ["axis=1"]
         parts += [f"momentum={m_text}", f"epsilon={code(eps) if eps is not None else '1e-05'}"]
         self.need("partial", "nnx")
-        return expr(f"partial(nnx.BatchNorm, {', '.join(parts)})")
+        return expr(f"partial(BatchNorm, {', '.join(parts)})")
 
     def _partial_layer_norm(self, original: cst.Call, rule: Rule,
                             target: str = "nnx.LayerNorm") -> cst.BaseExpression:

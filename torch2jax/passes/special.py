@@ -188,7 +188,10 @@ def batch_norm(site: Site) -> cst.BaseExpression:
         out.append(arg(py(False), "use_running_average"))
         site.note("track_running_stats=False: the calls of this layer pass "
                   "use_running_average=False, so model.eval() keeps batch statistics like torch")
-    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+        # no running statistics to keep: the library layer as it is
+        return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+    # the BatchNorm helper (passes/helpers.py): torch's unbiased running variance
+    return call("BatchNorm", *out, *site.rngs_arg())
 
 
 @special("layer_norm")

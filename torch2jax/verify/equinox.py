@@ -10,8 +10,9 @@ torch's layouts (a Linear weight is ``(out, in)``, a conv weight ``(out, in, *k)
 entry is copied as it is, reshaped where equinox stores it with other unit axes (a conv bias
 is ``(out, 1, 1)``). A Sequential's layers are ``.layers[i]``, a list of blocks ``[i]``, a dict
 of submodules ``["name"]``. BatchNorm running statistics go into the ``eqx.nn.State`` at the
-layer's ``batch_state_index`` (mode ``"batch"``, whose counter stays 0: inference then uses the
-stored statistics as they are); ``num_batches_tracked`` has no counterpart.
+layer's ``running_stats`` (the converter's BatchNorm helper) or ``batch_state_index``
+(a hand-written ``eqx.nn.BatchNorm(mode="batch")``, whose counter stays 0: inference then uses
+the stored statistics as they are); ``num_batches_tracked`` has no counterpart.
 """
 
 from __future__ import annotations
@@ -65,9 +66,21 @@ def _expand(step: Step) -> tuple[Step, ...]:
     return (step,)
 
 
-def plan_equinox(torch_model: Any, model: Any) -> EquinoxPlan:
+def stats_index(bn: Any) -> Any:
+    """Where a BatchNorm keeps its (mean, var) in the State: the converter's BatchNorm helper
+    (passes/helpers.py) in ``running_stats``, eqx.nn.BatchNorm(mode="batch") in
+    ``batch_state_index``; None for eqx.nn.BatchNorm's other modes."""
+    return getattr(bn, "running_stats", None) or getattr(bn, "batch_state_index", None)
+
+
+def _is_batch_norm(obj: Any) -> bool:
     import equinox as eqx
 
+    return isinstance(obj, eqx.nn.BatchNorm) or isinstance(
+        getattr(obj, "running_stats", None), eqx.nn.StateIndex)
+
+
+def plan_equinox(torch_model: Any, model: Any) -> EquinoxPlan:
     modules = dict(torch_model.named_modules(remove_duplicate=False))
     state = torch_model.state_dict(keep_vars=True)
     plan = EquinoxPlan()
@@ -90,11 +103,11 @@ def plan_equinox(torch_model: Any, model: Any) -> EquinoxPlan:
             else:
                 problems.append(f"{key}: the equinox model has no {'.'.join(parents)}")
             continue
-        if isinstance(obj, eqx.nn.BatchNorm) and leaf in ("running_mean", "running_var",
-                                                          "num_batches_tracked"):
+        if _is_batch_norm(obj) and leaf in ("running_mean", "running_var",
+                                             "num_batches_tracked"):
             if leaf == "num_batches_tracked":
                 plan.dropped.append(key)
-            elif obj.batch_state_index is None:
+            elif stats_index(obj) is None:
                 problems.append(f"{key}: {'.'.join(parents)} is not mode='batch'")
             else:
                 plan.stats.setdefault(path, {})["mean" if leaf == "running_mean" else "var"] = key
@@ -134,10 +147,10 @@ def transfer_to_equinox(torch_model: Any, model: Any, state: Any) -> tuple[Any, 
         model = eqx.tree_at(lambda mdl: [walk(mdl, p) for p in paths], model, replace=values)
     for path, names in plan.stats.items():
         bn = walk(model, path)
-        mean, var = state.get(bn.batch_state_index)
+        mean, var = state.get(stats_index(bn))
         new = (jnp.asarray(_to_numpy(sd[names["mean"]]), mean.dtype) if "mean" in names else mean,
                jnp.asarray(_to_numpy(sd[names["var"]]), var.dtype) if "var" in names else var)
-        state = state.set(bn.batch_state_index, new)
+        state = state.set(stats_index(bn), new)
     return model, state, plan
 
 
