@@ -14,7 +14,9 @@ output, labels)" --labels "int64[4]:10" --steps 10``:
 4. run ``steps`` steps on fresh random batches (the same arrays on both sides): torch
    ``zero_grad / backward / clip_grad_norm_ / step / scheduler.step()``, JAX one ``nnx.jit``
    step of ``nnx.value_and_grad`` + ``nnx.Optimizer.update``;
-5. compare the loss of every step and every parameter at the end.
+5. compare the loss of every step, every parameter at the end and BatchNorm's running
+   statistics at the end (torch's ``running_mean`` / ``running_var`` buffers against the JAX
+   statistics they were transferred into).
 
 Differences are relative: ``|jax - torch| / |torch|`` for a loss, ``max |jax - torch| /
 max |torch|`` per parameter tensor (the norm-wise ratio of :func:`compare_arrays`). ``passed``
@@ -48,7 +50,9 @@ from torch2jax.verify.run import (
     build_nnx_model,
     build_torch_side,
     compare_arrays,
+    compare_stats,
     convert_tree,
+    nnx_stat_pairs,
 )
 from torch2jax.verify.spec import InputSpec, parse_spec
 
@@ -405,6 +409,7 @@ def compare(traj: Trajectory, torch_model: Any, jax_model: Any, r: TrajectoryRes
                           f"{traj.losses_torch[i]:.7g} (rel {loss_rel:.2e})")
         else:
             r.mismatch = f"parameter {worst} after {r.steps} steps: rel {p_rel:.2e}"
+    compare_stats(r, nnx_stat_pairs(torch_model, jax_model, rules), f"after {r.steps} steps")
 
 
 # --- the entry point --------------------------------------------------------------------------
@@ -549,5 +554,8 @@ def print_trajectory(r: TrajectoryResult, console: Any) -> None:
     if r.param_max_rel_diff is not None:
         console.print(f"parameters after {r.steps} steps: worst rel diff "
                       f"{r.param_max_rel_diff:.2e} ({r.worst_param})")
+    if r.stats_max_abs_diff is not None:
+        console.print(f"running statistics after {r.steps} steps: max abs diff "
+                      f"{r.stats_max_abs_diff:.2e}, rel {r.stats_max_rel_diff:.2e}")
     for note in r.notes:
         console.print(f"note: {note}")
