@@ -237,3 +237,15 @@ def test_cli_verify_train_mode(files) -> None:
                                    "--train-mode", "--optimizer", "torch.optim.SGD(params)",
                                    "--loss", "F.mse_loss(output, labels)"])
     assert res.exit_code == 2
+
+
+def test_a_file_that_defines_its_own_batchnorm_is_marked_not_shadowed() -> None:
+    """The helper is written into the converted file as `BatchNorm`: a file with its own
+    `BatchNorm` would call that instead, so the layer is marked."""
+    source = SOURCE.replace("class Net(nn.Module):", "class BatchNorm(nn.Module):\n"
+                            "    pass\n\n\nclass Net(nn.Module):")
+    for target in TARGETS:
+        result = convert_source(source, target=target)
+        errors = [d.message for d in result.diagnostics if d.severity == "error"]
+        assert any("defines its own BatchNorm" in e for e in errors), (target, errors)
+        assert "n / (n - 1)" not in result.code  # no helper written in

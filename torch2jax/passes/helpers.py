@@ -274,7 +274,8 @@ class _Names(cst.CSTVisitor):
         return False
 
 
-def _defined(module: cst.Module) -> set[str]:
+def defined_names(module: cst.Module) -> set[str]:
+    """The names the module binds at its top level (definitions, assignments, imports)."""
     names = set()
     for stmt in module.body:
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
@@ -296,7 +297,7 @@ def add_helpers(module: cst.Module, target: str = "nnx") -> tuple[cst.Module, se
     imports they need."""
     visitor = _Names(target)
     module.visit(visitor)
-    wanted = sorted(visitor.used - _defined(module))
+    wanted = sorted(visitor.used - defined_names(module))
     if not wanted:
         return module, set()
     body = list(module.body)

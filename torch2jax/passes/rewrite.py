@@ -40,7 +40,7 @@ from torch2jax.passes.common import (
     wrap_long_statement,
 )
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
-from torch2jax.passes.special import SPECIALS, Site, _spatial_dims
+from torch2jax.passes.special import SPECIALS, Site, _spatial_dims, batch_norm_helper
 from torch2jax.ruleset import Rule, RuleSet, weight_source
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
@@ -1850,6 +1850,10 @@ class TorchToJax(cst.CSTTransformer):
                 grand = self.get_metadata(ParentNodeProvider, grand, None)
                 if isinstance(grand, cst.Call) and m.matches(grand.func, m.Name("isinstance")):
                     return None
+        if rule.special == "batch_norm" and "BatchNorm" in self.index.defined:
+            self.diag(original, rule.id, "error", f"{q} as a value: the file defines its own "
+                      "BatchNorm, the name of the converter's BatchNorm helper class: rename it")
+            return None
         if rule.special == "batch_norm" and self.linen:
             self.need("partial", "linen")
             return expr(f"partial(BatchNorm, use_running_average=not {self._linen_train()}, "
@@ -2815,7 +2819,8 @@ class TorchToJax(cst.CSTTransformer):
         if unknown or b.star:
             raise Untranslatable(f"{rule.torch} subclass: argument(s) "
                                  f"{', '.join(unknown) or '*/**'} not translated", rule=rule.id)
-        site = Site(rule=rule, args=b, target="nnx", rngs=self.rngs_expr(original))
+        site = Site(rule=rule, args=b, target="nnx", rngs=self.rngs_expr(original),
+                    defined=self.index.defined)
         if rule.special:
             out = SPECIALS[rule.special](site)
         else:
@@ -2889,6 +2894,7 @@ class TorchToJax(cst.CSTTransformer):
         if b.extra_positional or b.star or set(b.named) - {"eps", "momentum"}:
             raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps and "
                                  "momentum", rule=rule.id)
+        batch_norm_helper(self.index.defined)
         momentum = b.get("momentum")
         m_value = try_literal(momentum, ...) if momentum is not None else 0.1
         if m_value is None:
@@ -3007,7 +3013,8 @@ class TorchToJax(cst.CSTTransformer):
                         arg(self.rngs_expr(original), "rngs"))
         needs_rngs = target.startswith("nnx.") and target[4:5].isupper() and not self.linen
         site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
-                    rngs=self.rngs_expr(original) if needs_rngs else None)
+                    rngs=self.rngs_expr(original) if needs_rngs else None,
+                    defined=self.index.defined)
         if rule.special:
             out = SPECIALS[rule.special](site)
         else:
