@@ -249,3 +249,50 @@ def test_a_file_that_defines_its_own_batchnorm_is_marked_not_shadowed() -> None:
         errors = [d.message for d in result.diagnostics if d.severity == "error"]
         assert any("defines its own BatchNorm" in e for e in errors), (target, errors)
         assert "n / (n - 1)" not in result.code  # no helper written in
+
+
+DROP_PATH_SOURCE = '''
+import torch
+from torch import nn
+
+
+class StochasticDepth(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        keep = (torch.rand(x.shape[0], 1) >= self.p).float()
+        return x * keep / (1 - self.p)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.bn = nn.BatchNorm1d(6)
+        self.drop_path = StochasticDepth(0.5)
+
+    def forward(self, x):
+        return x + self.drop_path(self.bn(self.fc(x)))
+'''
+
+
+def test_stochastic_depth_is_deterministic_in_training_checks(tmp_path: Path) -> None:
+    """A module named StochasticDepth (torchvision's reads self.training) is in eval mode on
+    both sides: its random training path (left marked by the conversion) never runs."""
+    path = tmp_path / "drop_path.py"
+    path.write_text(DROP_PATH_SOURCE)
+    result = verify(f"{path}::Net", inputs=["float32[8,6]"], train_mode=True, grad=True)
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch
+    assert result.todos == 1  # the torch.rand line
+    req = VerifyRequest(f"{path}::Net", inputs=("float32[8,6]",))
+    train = TrainSpec("torch.optim.SGD(params, lr=0.01)", "F.mse_loss(output, labels)",
+                      labels="float32[8,6]", steps=3)
+    trained = verify_trajectory(req, train)
+    assert trained.error is None, trained.error
+    assert trained.passed, trained.mismatch
+    assert any("stochastic depth off" in n for n in trained.notes)

@@ -39,6 +39,7 @@ import numpy as np
 from torch2jax.ruleset import RuleSet
 from torch2jax.verify.load import LoadError, find_name, load_module
 from torch2jax.verify.run import (
+    DROP_PATH_CLASSES,
     VerifyError,
     VerifyRequest,
     VerifyResult,
@@ -278,10 +279,19 @@ def disable_dropout(torch_model: Any, jax_model: Any) -> list[str]:
             n_jax += 1
     notes = [("training mode on both sides; BatchNorm uses batch statistics and updates its "
              "running averages")]
+    # stochastic depth (torchvision's StochasticDepth, timm's DropPath) reads self.training
+    drop_paths = [m for m in torch_model.modules() if type(m).__name__ in DROP_PATH_CLASSES]
+    drop_paths += [m for _, m in nnx.iter_modules(jax_model)
+                   if type(m).__name__ in DROP_PATH_CLASSES]
+    for mod in drop_paths:
+        mod.eval()
     if n_torch or n_jax:
         notes.append(f"dropout disabled for the trajectory: {n_torch} torch Dropout modules "
                      f"and {n_jax} nnx.Dropout set to p=0 (random masks cannot agree)")
-    else:
+    if drop_paths:
+        notes.append(f"stochastic depth off for the trajectory: {len(drop_paths)} drop-path "
+                     "modules (torch and JAX) in eval mode")
+    if not (n_torch or n_jax or drop_paths):
         notes.append("dropout disabled for the trajectory (no Dropout modules found; "
                      "functional dropout in forward() is not switched off)")
     return notes
