@@ -28,6 +28,7 @@ CASE_FILES = [
 EXPECTED_SHAPES: dict[str, tuple[int, ...]] = {
     "mlp": (4, 10),
     "cnn": (4, 10),
+    "cnn_train_mode": (4, 10),
     "gpt": (2, 16, 128),
     "resnet_tiny": (2, 10),
     "densenet_tiny": (2, 10),

@@ -121,11 +121,31 @@ def test_forward_and_gradients_match(source_file, target, model):
 
 def test_training_trajectory_matches(source_file):
     """Train mode: every BatchNorm normalises with batch statistics and updates its running
-    ones inside nnx.remat; 5 SGD steps, losses and final parameters compared."""
+    ones inside nnx.remat; 5 SGD steps, losses and final parameters compared.
+
+    The running statistics differ by design: torch's checkpoint runs the function again in the
+    backward pass, and a BatchNorm inside folds its batch statistics in a second time (checked
+    below on torch alone); nnx.remat folds them once."""
     result = verify_trajectory(
         VerifyRequest(f"{source_file}::DenseBlock", inputs=("float32[4,3,6,6]",),
                       atol=1e-5, rtol=1e-4),
         TrainSpec("torch.optim.SGD(params, lr=0.05, momentum=0.9)",
                   "F.cross_entropy(output, labels)", "int64[4]:5", steps=5))
     assert result.error is None, result.error
-    assert result.passed, result.mismatch
+    # losses and parameters pass (they are compared first); only the statistics differ
+    assert result.param_max_abs_diff is not None and result.param_max_abs_diff < 1e-5
+    assert not result.passed and result.mismatch.startswith("running statistic"), result.mismatch
+
+
+def test_torch_checkpoint_updates_batchnorm_statistics_twice():
+    """The torch behaviour the translation does not copy (see the diagnostic it writes)."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    x = torch.randn(4, 3, requires_grad=True)
+    plain, ckpt = torch.nn.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
+    plain(x).sum().backward()
+    checkpoint(ckpt, x, use_reentrant=False).sum().backward()
+    torch.testing.assert_close(ckpt.running_mean, plain.running_mean * 1.9)  # 0.9 * m + m
+    messages = [d.message for d in convert_source(SOURCE, path="remat_models.py").diagnostics]
+    assert any("twice per training step" in msg for msg in messages)

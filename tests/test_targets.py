@@ -45,7 +45,8 @@ def test_linen_modules_are_dataclasses_with_setup() -> None:
     assert "def setup(self):" in code and "def __init__" not in code
     # the Dropout submodule would shadow the `dropout` field: renamed, weightless
     assert "self.dropout_layer = nn.Dropout(self.dropout, deterministic=not self.train)" in code
-    assert "nn.BatchNorm(use_running_average=not self.train" in code
+    assert "self.bn1 = BatchNorm(use_running_average=not self.train" in code
+    assert "class BatchNorm(nn.BatchNorm):" in code  # torch's running variance
 
 
 # cases that use constructs translated for NNX only so far (they are marked, not mistranslated)

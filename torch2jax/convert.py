@@ -16,7 +16,7 @@ from libcst.metadata import MetadataWrapper
 from torch2jax.analysis.index import Indexer
 from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.passes.data import DataIndexer
-from torch2jax.passes.helpers import add_helpers
+from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
 from torch2jax.report import Diagnostic
@@ -131,6 +131,7 @@ def convert_source(
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs
     index.module_classes |= {k for k in known_modules or () if k.isidentifier()}
+    index.defined = defined_names(module)  # helper names the converter must not emit
     training_indexer = TrainingIndexer(index.module_classes, index.rngs_functions)
     wrapper.visit(training_indexer)
     training = training_indexer.finish()
@@ -145,7 +146,7 @@ def convert_source(
     new = wrapper.visit(transformer)
     if fuse_layout:
         new = new.visit(FuseLayoutMoves())
-    new, helper_imports = add_helpers(new)
+    new, helper_imports = add_helpers(new, emitter.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)
     diagnostics.sort(key=lambda d: (d.line, d.column))
     return suppress(ConversionResult(code=new.code, diagnostics=diagnostics), source)

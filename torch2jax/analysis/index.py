@@ -71,6 +71,7 @@ class ClassInfo:
 class FileIndex:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     module_classes: set[str] = field(default_factory=set)
+    defined: set[str] = field(default_factory=set)  # names bound at the top level of the file
     rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
     list_layouts: dict[tuple[int, str], str] = field(default_factory=dict)  # (fn id, name)
     tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)

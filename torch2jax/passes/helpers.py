@@ -4,19 +4,22 @@ Some torch operations have no one-line JAX equivalent that reads well (adaptive 
 bins that overlap). The transforms emit a call to a plainly named function instead, and
 :func:`add_helpers` writes that function's definition into the converted file, after its
 imports, so that the output runs without torch2jax. A helper is added only when the converted
-file calls it and does not define that name itself.
+file calls it and does not define that name itself. Most helpers are the same for every target;
+one that derives from a library class (``BatchNorm``) has a definition per target.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-# name -> (source, names it needs imported: keys of torch2jax.convert.IMPORT_LINES)
-HELPERS: dict[str, tuple[str, set[str]]] = {}
+TARGETS = ("nnx", "linen", "equinox")
+# name -> target -> (source, names it needs imported: keys of torch2jax.convert.IMPORT_LINES)
+HELPERS: dict[str, dict[str, tuple[str, set[str]]]] = {}
 
 
-def helper(name: str, imports: set[str], source: str) -> None:
-    HELPERS[name] = (source.strip() + "\n", imports)
+def helper(name: str, imports: set[str], source: str, targets: tuple[str, ...] = TARGETS) -> None:
+    for target in targets:
+        HELPERS.setdefault(name, {})[target] = (source.strip() + "\n", imports)
 
 
 _ADAPTIVE = '''
@@ -452,6 +455,96 @@ class LayerDict(nnx.Dict):
 ''')
 
 
+# torch's BatchNorm1d/2d/3d normalise a training batch with its biased variance but fold the
+# *unbiased* one (n / (n - 1), n values per feature) into running_var; the flax layers fold the
+# biased one and equinox's also debiases its statistics at inference. These helpers keep the
+# library layer (and its parameter and statistic names) and follow torch's update.
+helper("BatchNorm", {"jax", "nnx"}, '''
+class BatchNorm(nnx.BatchNorm):
+    """nn.BatchNorm1d/2d/3d: an nnx.BatchNorm whose running variance follows torch's. Training
+    normalises with the batch's biased variance, as nnx.BatchNorm does, but torch folds the
+    unbiased variance (n / (n - 1) times it, n values per feature) into the running one."""
+
+    def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
+        var = self.var[...]
+        y = super().__call__(x, use_running_average)
+        if not (self.use_running_average if use_running_average is None else use_running_average):
+            n = x.size // x.shape[self.axis]
+            batch_var = self.var[...] - self.momentum * var  # (1 - momentum) * biased variance
+            self.var[...] = self.momentum * var + batch_var * (n / (n - 1))
+        return y
+''', targets=("nnx",))
+
+
+helper("BatchNorm", {"jax", "linen"}, '''
+class BatchNorm(nn.BatchNorm):
+    """nn.BatchNorm1d/2d/3d: an nn.BatchNorm whose running variance follows torch's. Training
+    normalises with the batch's biased variance, as nn.BatchNorm does, but torch folds the
+    unbiased variance (n / (n - 1) times it, n values per feature) into the running one."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
+        training = not nn.merge_param("use_running_average", self.use_running_average,
+                                      use_running_average)
+        var = self.get_variable("batch_stats", "var")
+        y = super().__call__(x, use_running_average)
+        if training and not self.is_initializing():
+            n = x.size // x.shape[self.axis]
+            batch_var = self.get_variable("batch_stats", "var") - self.momentum * var
+            self.put_variable("batch_stats", "var", self.momentum * var + batch_var * (n / (n - 1)))
+        return y
+''', targets=("linen",))
+
+
+helper("BatchNorm", {"jax", "jnp"}, '''
+class BatchNorm(eqx.nn.StatefulLayer):
+    """nn.BatchNorm1d/2d/3d on one example (channels first), mapped over the batch with
+    jax.vmap(..., axis_name=axis_name). Training normalises with the batch mean and biased
+    variance and updates the running statistics as torch does: running = momentum * running +
+    (1 - momentum) * batch (momentum is 1 - torch's), the variance unbiased (n / (n - 1), n
+    values per channel in the batch). They start at mean 0 / var 1; inference
+    (eqx.nn.inference_mode) normalises with them as they are."""
+
+    weight: jax.Array | None
+    bias: jax.Array | None
+    running_stats: eqx.nn.StateIndex
+    inference: bool
+    axis_name: str = eqx.field(static=True)
+    eps: float = eqx.field(static=True)
+    momentum: float = eqx.field(static=True)
+
+    def __init__(self, input_size: int, axis_name: str, eps: float = 1e-5,
+                 channelwise_affine: bool = True, momentum: float = 0.9,
+                 inference: bool = False) -> None:
+        self.weight = jnp.ones(input_size) if channelwise_affine else None
+        self.bias = jnp.zeros(input_size) if channelwise_affine else None
+        self.running_stats = eqx.nn.StateIndex((jnp.zeros(input_size), jnp.ones(input_size)))
+        self.inference = inference
+        self.axis_name = axis_name
+        self.eps = eps
+        self.momentum = momentum
+
+    def __call__(self, x: jax.Array, state: eqx.nn.State, *, key: jax.Array | None = None,
+                 inference: bool | None = None) -> tuple[jax.Array, eqx.nn.State]:
+        axes = tuple(range(1, x.ndim))
+        per_channel = (-1,) + (1,) * (x.ndim - 1)
+        mean, var = state.get(self.running_stats)
+        if not (self.inference if inference is None else inference):
+            batch_mean = jax.lax.pmean(x.mean(axis=axes), self.axis_name)
+            centred = x - batch_mean.reshape(per_channel)
+            batch_var = jax.lax.pmean(jnp.square(centred).mean(axis=axes), self.axis_name)
+            n = jax.lax.psum(1, self.axis_name) * (x.size // x.shape[0])
+            state = state.set(self.running_stats, (
+                self.momentum * mean + (1 - self.momentum) * batch_mean,
+                self.momentum * var + (1 - self.momentum) * batch_var * (n / (n - 1))))
+            mean, var = batch_mean, batch_var
+        out = (x - mean.reshape(per_channel)) / jnp.sqrt(var.reshape(per_channel) + self.eps)
+        if self.weight is not None:
+            out = out * self.weight.reshape(per_channel) + self.bias.reshape(per_channel)
+        return out, state
+''', targets=("equinox",))
+
+
 def namespace() -> dict:
     """Every helper defined, with the imports they use (for tests that evaluate one converted
     expression on its own)."""
@@ -462,17 +555,18 @@ def namespace() -> dict:
     from flax import nnx
 
     ns: dict = {"jax": jax, "jnp": jnp, "nnx": nnx, "Any": Any}
-    for source, _ in HELPERS.values():
+    for source, _ in (by_target["nnx"] for by_target in HELPERS.values()):
         exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
     return ns
 
 
 class _Names(cst.CSTVisitor):
-    def __init__(self) -> None:
+    def __init__(self, target: str) -> None:
+        self.target = target
         self.used: set[str] = set()
 
     def visit_Name(self, node: cst.Name) -> None:
-        if node.value in HELPERS:
+        if self.target in HELPERS.get(node.value, {}):
             self.used.add(node.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
@@ -480,7 +574,8 @@ class _Names(cst.CSTVisitor):
         return False
 
 
-def _defined(module: cst.Module) -> set[str]:
+def defined_names(module: cst.Module) -> set[str]:
+    """The names the module binds at its top level (definitions, assignments, imports)."""
     names = set()
     for stmt in module.body:
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
@@ -497,25 +592,26 @@ def _defined(module: cst.Module) -> set[str]:
     return names
 
 
-def _wanted(module: cst.Module) -> list[str]:
+def _wanted(module: cst.Module, target: str) -> list[str]:
     """The helpers ``module`` calls, and the helpers those call, that it does not define."""
-    defined = _defined(module)
-    visitor = _Names()
+    defined = defined_names(module)
+    visitor = _Names(target)
     module.visit(visitor)
     wanted: set[str] = set()
     todo = visitor.used - defined
     while todo:
         name = todo.pop()
         wanted.add(name)
-        inner = _Names()
-        cst.parse_module(HELPERS[name][0]).visit(inner)
+        inner = _Names(target)
+        cst.parse_module(HELPERS[name][target][0]).visit(inner)
         todo |= inner.used - defined - wanted - {name}
     return sorted(wanted)
 
 
-def add_helpers(module: cst.Module) -> tuple[cst.Module, set[str]]:
-    """``module`` with the definitions of the helpers it calls, and the imports they need."""
-    wanted = _wanted(module)
+def add_helpers(module: cst.Module, target: str = "nnx") -> tuple[cst.Module, set[str]]:
+    """``module`` with the definitions (for ``target``) of the helpers it calls, and the
+    imports they need."""
+    wanted = _wanted(module, target)
     if not wanted:
         return module, set()
     body = list(module.body)
@@ -531,7 +627,7 @@ def add_helpers(module: cst.Module) -> tuple[cst.Module, set[str]]:
     imports: set[str] = set()
     defs = []
     for name in wanted:
-        source, needs = HELPERS[name]
+        source, needs = HELPERS[name][target]
         imports |= needs
         parsed = cst.parse_module(source).body[0]
         defs.append(parsed.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))

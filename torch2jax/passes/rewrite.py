@@ -42,7 +42,7 @@ from torch2jax.passes.common import (
     wrap_long_statement,
 )
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
-from torch2jax.passes.special import SPECIALS, Site, _spatial_dims
+from torch2jax.passes.special import SPECIALS, Site, _spatial_dims, batch_norm_helper
 from torch2jax.ruleset import Rule, RuleSet, weight_source
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
@@ -1903,19 +1903,23 @@ class TorchToJax(cst.CSTTransformer):
                 grand = self.get_metadata(ParentNodeProvider, grand, None)
                 if isinstance(grand, cst.Call) and m.matches(grand.func, m.Name("isinstance")):
                     return None
+        if rule.special == "batch_norm" and "BatchNorm" in self.index.defined:
+            self.diag(original, rule.id, "error", f"{q} as a value: the file defines its own "
+                      "BatchNorm, the name of the converter's BatchNorm helper class: rename it")
+            return None
         if rule.special == "batch_norm" and self.linen:
             self.need("partial", "linen")
-            return expr(f"partial(nn.BatchNorm, use_running_average=not {self._linen_train()}, "
+            return expr(f"partial(BatchNorm, use_running_average=not {self._linen_train()}, "
                         "momentum=0.9, epsilon=1e-05)")
         if rule.special == "batch_norm" and self.emitter.name == "nnx":
             self.need("partial", "nnx")
             if self.index.factory_layouts == {rule.layout}:
                 # its calls (norm_layer(planes)) are known to want channels-last input
-                return expr("partial(nnx.BatchNorm, momentum=0.9, epsilon=1e-05)")
+                return expr("partial(BatchNorm, momentum=0.9, epsilon=1e-05)")
             # normalises over every axis but 1: right for NCHW/NCL input without a transpose
             self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
                       "axis 1 (channels first), so that it fits wherever it is used")
-            return expr("partial(nnx.BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
+            return expr("partial(BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
         if rule.special == "layer_norm" and self.emitter.name == "nnx" and not self.linen:
             # norm_layer: Callable[..., nn.Module] = nn.LayerNorm, called with the normalized
             # size (swin's PatchMerging): torch's epsilon, flax's default being 1e-6
@@ -2622,6 +2626,16 @@ class TorchToJax(cst.CSTTransformer):
         """``checkpoint(fn, *args, use_reentrant=False)``: see passes/remat.py for the forms."""
         ofn, fn, args = rm.split_args(original, updated)
         transform = "nn.remat" if self.linen else "nnx.remat"
+        result = self._remat_form(original, ofn, fn, args, transform)
+        if transform in code(result):
+            self.diag(original, rm.CHECKPOINT, "info", "torch's checkpoint runs the function "
+                      "again in the backward pass, so a BatchNorm inside it folds its batch "
+                      f"statistics into the running ones twice per training step; {transform} "
+                      "folds them once, as torch does without the checkpoint")
+        return result
+
+    def _remat_form(self, original: cst.Call, ofn: cst.BaseExpression, fn: cst.BaseExpression,
+                    args: list[cst.Arg], transform: str) -> cst.BaseExpression:
         closure = self._local_function(ofn)
         if closure is not None and m.findall(closure, m.Name("self")):
             if isinstance(fn, cst.Lambda):
@@ -2973,7 +2987,8 @@ class TorchToJax(cst.CSTTransformer):
         if unknown or b.star:
             raise Untranslatable(f"{rule.torch} subclass: argument(s) "
                                  f"{', '.join(unknown) or '*/**'} not translated", rule=rule.id)
-        site = Site(rule=rule, args=b, target="nnx", rngs=self.rngs_expr(original))
+        site = Site(rule=rule, args=b, target="nnx", rngs=self.rngs_expr(original),
+                    defined=self.index.defined)
         if rule.special:
             out = SPECIALS[rule.special](site)
         else:
@@ -3047,6 +3062,7 @@ class TorchToJax(cst.CSTTransformer):
         if b.extra_positional or b.star or set(b.named) - {"eps", "momentum"}:
             raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps and "
                                  "momentum", rule=rule.id)
+        batch_norm_helper(self.index.defined)
         momentum = b.get("momentum")
         m_value = try_literal(momentum, ...) if momentum is not None else 0.1
         if m_value is None:
@@ -3058,7 +3074,7 @@ class TorchToJax(cst.CSTTransformer):
         parts = [] if self.index.factory_layouts == {rule.layout} else ["axis=1"]
         parts += [f"momentum={m_text}", f"epsilon={code(eps) if eps is not None else '1e-05'}"]
         self.need("partial", "nnx")
-        return expr(f"partial(nnx.BatchNorm, {', '.join(parts)})")
+        return expr(f"partial(BatchNorm, {', '.join(parts)})")
 
     def _partial_layer_norm(self, original: cst.Call, rule: Rule,
                             target: str = "nnx.LayerNorm") -> cst.BaseExpression:
@@ -3165,7 +3181,8 @@ class TorchToJax(cst.CSTTransformer):
                         arg(self.rngs_expr(original), "rngs"))
         needs_rngs = target.startswith("nnx.") and target[4:5].isupper() and not self.linen
         site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
-                    rngs=self.rngs_expr(original) if needs_rngs else None)
+                    rngs=self.rngs_expr(original) if needs_rngs else None,
+                    defined=self.index.defined)
         if rule.special:
             out = SPECIALS[rule.special](site)
         else:

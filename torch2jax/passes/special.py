@@ -36,6 +36,7 @@ class Site:
     unpack: int | None = None  # targets when the call is the value of ``a, b = ...``
     target: str = "nnx"
     rngs: cst.BaseExpression | None = None  # the rngs expression in scope (layers)
+    defined: set[str] = field(default_factory=set)  # top-level names of the file
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
 
     def x(self, name: str | None = None) -> cst.BaseExpression:
@@ -188,7 +189,20 @@ def batch_norm(site: Site) -> cst.BaseExpression:
         out.append(arg(py(False), "use_running_average"))
         site.note("track_running_stats=False: the calls of this layer pass "
                   "use_running_average=False, so model.eval() keeps batch statistics like torch")
-    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+        # no running statistics to keep: the library layer as it is
+        return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+    # the BatchNorm helper (passes/helpers.py): torch's unbiased running variance
+    return call(batch_norm_helper(site.defined), *out, *site.rngs_arg())
+
+
+def batch_norm_helper(defined: set[str]) -> str:
+    """The name of the BatchNorm helper class; Untranslatable when the file binds that name
+    itself (the helper would not be written in, and the calls would reach the file's own)."""
+    if "BatchNorm" in defined:
+        raise Untranslatable("the file defines its own BatchNorm: rename it, the converted "
+                             "file needs that name for the BatchNorm helper class (torch's "
+                             "running statistics)")
+    return "BatchNorm"
 
 
 @special("layer_norm")

@@ -13,7 +13,8 @@ The rules describe torch once and the rewrite pass emits NNX; this pass takes th
   x.shape``), and layers that take one vector (Linear, Embedding, LayerNorm) are mapped with
   ``jax.vmap`` over the leading axes that remain (a sequence axis). equinox's convolutions,
   pooling and BatchNorm are channel-first, so NCHW code keeps its layout (no moves);
-* BatchNorm becomes ``eqx.nn.BatchNorm(..., axis_name="batch", mode="batch")``: modules that
+* BatchNorm becomes the ``BatchNorm`` helper of passes/helpers.py (an ``eqx.nn.StatefulLayer``
+  with torch's running statistics), ``BatchNorm(..., axis_name="batch")``: modules that
   hold one take and return an ``eqx.nn.State``; Dropout takes an explicit ``key=`` per call,
   split from the ``key`` that ``__call__`` receives (``None`` in inference mode).
 
@@ -33,6 +34,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.passes.common import Untranslatable, code, expr, int_value, try_literal
+from torch2jax.passes.helpers import add_helpers
 from torch2jax.targets import equinox_training as training
 
 RULE = "equinox"
@@ -146,7 +148,7 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
                 out.append((CONV_KW[k], v))
             return _call(f"eqx.nn.Conv{len(size)}d", pos, [*out, ("key", cst.Name(
                 "__needs_key__"))]), Layer("conv", rank=len(size) + 1)
-        if name == "nnx.BatchNorm":
+        if name == "BatchNorm":  # the NNX helper -> the equinox one (passes/helpers.py)
             out = [("axis_name", cst.SimpleString('"batch"'))]
             if "epsilon" in kw:
                 out.append(("eps", kw.pop("epsilon")))
@@ -156,11 +158,13 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
                     raise EquinoxError("BatchNorm with a scale but no shift (or the reverse)")
                 out.append(("channelwise_affine", scale))
             out.append(("momentum", kw.pop("momentum", cst.Float("0.99"))))
+            if "axis" in kw and code(kw["axis"]) == "1":
+                del kw["axis"]  # BatchNorm1d: channels first, the equinox layer's axis 0
             if kw:
-                raise EquinoxError(f"nnx.BatchNorm argument {min(kw)} has no equinox "
-                                   "form (torch's track_running_stats=False?)")
-            out.append(("mode", cst.SimpleString('"batch"')))
-            return _call("eqx.nn.BatchNorm", pos, out), Layer("bn", stateful=True)
+                raise EquinoxError(f"BatchNorm argument {min(kw)} has no equinox form")
+            return _call("BatchNorm", pos, out), Layer("bn", cls="BatchNorm", stateful=True)
+        if name == "nnx.BatchNorm":
+            raise EquinoxError("BatchNorm with track_running_stats=False has no equinox form yet")
         if name == "nnx.LayerNorm":
             out = []
             for k, new in (("epsilon", "eps"), ("use_bias", "use_bias"),
@@ -1590,20 +1594,22 @@ class _LayerDictToDict(cst.CSTTransformer):
         return expr("nnx.Dict") if updated_node.value == "LayerDict" else updated_node
 
 
-def _without_layer_dict(module: cst.Module) -> cst.Module:
-    """The NNX pass's LayerDict helper (an nnx.Dict in insertion order) read as the nnx.Dict
-    this pass translates (into a dict); its definition goes."""
-    if not any(isinstance(s, cst.ClassDef) and s.name.value == "LayerDict" for s in module.body):
-        return module
+NNX_HELPER_CLASSES = ("LayerDict", "BatchNorm")  # definitions the NNX pass wrote: they go
+
+
+def _without_nnx_helpers(module: cst.Module) -> cst.Module:
+    """The NNX pass's helper classes go: LayerDict (an nnx.Dict in insertion order) is read as
+    the nnx.Dict this pass translates (into a dict); BatchNorm calls stay, for the equinox
+    BatchNorm helper that :func:`convert` writes in."""
     module = module.with_changes(body=[s for s in module.body if not (
-        isinstance(s, cst.ClassDef) and s.name.value == "LayerDict")])
+        isinstance(s, cst.ClassDef) and s.name.value in NNX_HELPER_CLASSES)])
     return module.visit(_LayerDictToDict())
 
 
 def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]]]:
     """NNX code -> equinox code. Returns the code and ``(line, message)`` of each TODO this
     pass added."""
-    module = _without_layer_dict(cst.parse_module(nnx_code))
+    module = _without_nnx_helpers(cst.parse_module(nnx_code))
     torch_module = cst.parse_module(torch_source)
     f = EquinoxFile(module, torch_module)
     for s in module.body:
@@ -1673,7 +1679,7 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
     guard = _NoNnx()
     body = [s if _is_import(s) else s.visit(guard) for s in body]
     needs_any |= guard.any
-    module = module.with_changes(body=body)
+    module, _ = add_helpers(module.with_changes(body=body), "equinox")
     module = _imports(module, needs_callable, needs_any)
     text = module.code
     todos = [(i + 1, line.split("TODO(torch2jax): ", 1)[1])
@@ -1869,9 +1875,11 @@ def _imports(module: cst.Module, needs_callable: bool, needs_any: bool) -> cst.M
         extra.append("from collections.abc import Callable")
     if needs_any:
         extra.append("from typing import Any")
-    if uses_jax and not any(code(s).strip() == "import jax" for s in body
-                            if isinstance(s, cst.SimpleStatementLine)):
+    have = {code(s).strip() for s in body if isinstance(s, cst.SimpleStatementLine)}
+    if uses_jax and "import jax" not in have:
         extra.append("import jax")
+    if uses_jnp and "import jax.numpy as jnp" not in have:
+        extra.append("import jax.numpy as jnp")
     if extra or not added:
         at = 0
         for i, s in enumerate(body):

@@ -7,7 +7,8 @@ are ``layers_0``, ``layers_1``, ...; a list of blocks ``h_0``, ``h_1``, ...).
 
 Linen layers do not take input sizes and do not take RNG state: layers are built from the
 NNX translation of the rule (the rules describe torch once) and then adapted here. Train and
-eval behaviour comes from one ``train: bool = False`` field: BatchNorm gets
+eval behaviour comes from one ``train: bool = False`` field: BatchNorm (the ``BatchNorm`` helper
+of passes/helpers.py, an ``nn.BatchNorm`` with torch's running variance) gets
 ``use_running_average=not self.train`` and Dropout ``deterministic=not self.train``. Training
 code is applied with ``model.apply(variables, x, rngs={"dropout": key},
 mutable=["batch_stats"])`` on a ``Model(..., train=True)`` clone.
@@ -62,12 +63,13 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
         out = pos[1] if len(pos) > 1 else kw.pop("out_features")
         kw.pop("in_features", None)
         return _rebuild("nn.Conv", [out], kw)
-    if name == "nnx.BatchNorm":
+    if name in ("BatchNorm", "nnx.BatchNorm"):  # the helper (torch's running variance) or not
         kw.pop("num_features", None)
         running = kw.pop("use_running_average", None)
         if running is None:
             running = expr(f"not {train}")
-        return _rebuild("nn.BatchNorm", [], {"use_running_average": running, **kw})
+        return _rebuild("BatchNorm" if name == "BatchNorm" else "nn.BatchNorm", [],
+                        {"use_running_average": running, **kw})
     if name == "nnx.LayerNorm":
         kw.pop("num_features", None)
         return _rebuild("nn.LayerNorm", [], kw)

@@ -562,7 +562,7 @@ def with_initializers(layer: cst.BaseExpression, inits: dict[str, cst.BaseExpres
 
 # ---------------------------------------------------------------------------- dtype
 DTYPE_LAYERS = ("nn.Dense", "nn.Conv", "nn.Embed", "nn.LayerNorm", "nn.BatchNorm",
-                "nn.GroupNorm", "nn.ConvTranspose")
+                "BatchNorm", "nn.GroupNorm", "nn.ConvTranspose")  # BatchNorm: the helper
 
 
 def add_dtype_field(cls: cst.ClassDef) -> cst.ClassDef:

@@ -7,6 +7,7 @@ target = "models/mlp.py::MLP"   # relative to this file
 args = {}                       # or: build = "GPT(GPTConfig(n_layer=2))"
 inputs = ["float32[4,784]"]
 grad = true                     # optional: atol, rtol, seed, device, converted, jax_target
+train_mode = true               # optional: the forward in training mode (verify --train-mode)
 
 [case.train]                    # optional: also train both sides and compare the trajectories
 optimizer = "torch.optim.SGD(params, lr=0.05, momentum=0.9)"
@@ -33,7 +34,7 @@ from torch2jax.verify.trajectory import DEFAULT_STEPS, TrainSpec, verify_traject
 
 _KEYS = {
     "name", "target", "args", "build", "inputs", "grad", "atol", "rtol", "seed", "device",
-    "converted", "jax_target", "train",
+    "converted", "jax_target", "train", "train_mode",
 }  # fmt: skip
 _TRAIN_KEYS = {"optimizer", "scheduler", "loss", "labels", "clip_grad_norm", "steps", "optax"}
 
@@ -102,6 +103,7 @@ def _parse_case(raw: dict[str, Any], index: int, base: Path, source: Path) -> Ca
         seed=int(raw.get("seed", 0)),
         device=raw.get("device"),
         converted=str(base / converted) if converted else None,
+        train_mode=bool(raw.get("train_mode", False)),
     )
     train = _parse_train(raw["train"], where) if "train" in raw else None
     return Case(name, request, train)
@@ -173,6 +175,8 @@ def print_cases_summary(results: list[VerifyResult], console: Console) -> None:
             label += f" ({r.mode})"
             if r.passed and loss_rel is not None:
                 why = f"loss rel {loss_rel:.2e}; max = params at the end"
+        if r.passed and r.stats_max_abs_diff is not None:
+            why = "; ".join(filter(None, [why, f"running stats abs {r.stats_max_abs_diff:.2e}"]))
         table.add_row(
             label,
             verdict,

@@ -10,8 +10,9 @@ torch's layouts (a Linear weight is ``(out, in)``, a conv weight ``(out, in, *k)
 entry is copied as it is, reshaped where equinox stores it with other unit axes (a conv bias
 is ``(out, 1, 1)``). A Sequential's layers are ``.layers[i]``, a list of blocks ``[i]``, a dict
 of submodules ``["name"]``. BatchNorm running statistics go into the ``eqx.nn.State`` at the
-layer's ``batch_state_index`` (mode ``"batch"``, whose counter stays 0: inference then uses the
-stored statistics as they are); ``num_batches_tracked`` has no counterpart.
+layer's ``running_stats`` (the converter's BatchNorm helper) or ``batch_state_index``
+(a hand-written ``eqx.nn.BatchNorm(mode="batch")``, whose counter stays 0: inference then uses
+the stored statistics as they are); ``num_batches_tracked`` has no counterpart.
 """
 
 from __future__ import annotations
@@ -65,9 +66,21 @@ def _expand(step: Step) -> tuple[Step, ...]:
     return (step,)
 
 
-def plan_equinox(torch_model: Any, model: Any) -> EquinoxPlan:
+def stats_index(bn: Any) -> Any:
+    """Where a BatchNorm keeps its (mean, var) in the State: the converter's BatchNorm helper
+    (passes/helpers.py) in ``running_stats``, eqx.nn.BatchNorm(mode="batch") in
+    ``batch_state_index``; None for eqx.nn.BatchNorm's other modes."""
+    return getattr(bn, "running_stats", None) or getattr(bn, "batch_state_index", None)
+
+
+def _is_batch_norm(obj: Any) -> bool:
     import equinox as eqx
 
+    return isinstance(obj, eqx.nn.BatchNorm) or isinstance(
+        getattr(obj, "running_stats", None), eqx.nn.StateIndex)
+
+
+def plan_equinox(torch_model: Any, model: Any) -> EquinoxPlan:
     modules = dict(torch_model.named_modules(remove_duplicate=False))
     state = torch_model.state_dict(keep_vars=True)
     plan = EquinoxPlan()
@@ -90,11 +103,11 @@ def plan_equinox(torch_model: Any, model: Any) -> EquinoxPlan:
             else:
                 problems.append(f"{key}: the equinox model has no {'.'.join(parents)}")
             continue
-        if isinstance(obj, eqx.nn.BatchNorm) and leaf in ("running_mean", "running_var",
-                                                          "num_batches_tracked"):
+        if _is_batch_norm(obj) and leaf in ("running_mean", "running_var",
+                                             "num_batches_tracked"):
             if leaf == "num_batches_tracked":
                 plan.dropped.append(key)
-            elif obj.batch_state_index is None:
+            elif stats_index(obj) is None:
                 problems.append(f"{key}: {'.'.join(parents)} is not mode='batch'")
             else:
                 plan.stats.setdefault(path, {})["mean" if leaf == "running_mean" else "var"] = key
@@ -134,10 +147,10 @@ def transfer_to_equinox(torch_model: Any, model: Any, state: Any) -> tuple[Any, 
         model = eqx.tree_at(lambda mdl: [walk(mdl, p) for p in paths], model, replace=values)
     for path, names in plan.stats.items():
         bn = walk(model, path)
-        mean, var = state.get(bn.batch_state_index)
+        mean, var = state.get(stats_index(bn))
         new = (jnp.asarray(_to_numpy(sd[names["mean"]]), mean.dtype) if "mean" in names else mean,
                jnp.asarray(_to_numpy(sd[names["var"]]), var.dtype) if "var" in names else var)
-        state = state.set(bn.batch_state_index, new)
+        state = state.set(stats_index(bn), new)
     return model, state, plan
 
 
@@ -201,9 +214,15 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
     if plan.tied:
         note += "; tied: " + ", ".join(f"{k} -> {v}" for k, v in plan.tied.items())
     r.notes.append(note)
-    model = eqx.nn.inference_mode(model)
-    r.notes.append("per-example model mapped over the batch with jax.vmap, "
-                   "eqx.nn.inference_mode")
+    if req.train_mode:
+        n_torch = vr.torch_train_mode(torch_model)
+        model, n_jax = train_mode(model)
+        r.notes.append(vr.train_mode_note(n_torch, f"{n_jax} equinox modules in inference mode"))
+        r.notes.append("per-example model mapped over the batch with jax.vmap")
+    else:
+        model = eqx.nn.inference_mode(model)
+        r.notes.append("per-example model mapped over the batch with jax.vmap, "
+                       "eqx.nn.inference_mode")
     rng = np.random.default_rng(req.seed)
     arrays = [s.sample(rng) for s in specs]
     r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
@@ -217,11 +236,15 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
         return batched(model, len(xs))(state, *xs)[0]
 
     with vr._stage("the equinox forward pass (jax.vmap under eqx.filter_jit)"):
-        jax_out = eqx.filter_jit(forward)(model, state, jax_in)
+        jax_out, new_state = eqx.filter_jit(
+            lambda model, state, xs: batched(model, len(xs))(state, *xs))(model, state, jax_in)
     jax_leaves = [(k, vr._jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
     out = vr._compare_outputs(jax_leaves, torch_leaves, r)
     r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
     r.passed, r.mismatch = out.ok, out.first_failure
+    if req.train_mode:  # before the gradients: torch's backward pass runs the model again
+        vr.compare_stats(r, stat_pairs(torch_model, model, new_state, plan),
+                         "after the forward pass")
     if not (req.grad and out.shapes_match):
         if req.grad:
             r.notes.append("gradients not compared: the outputs differ in structure or shape")
@@ -254,6 +277,50 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
     r.mismatch = r.mismatch or g.first_failure
 
 
+# --- training mode ----------------------------------------------------------------------------
+
+
+def _is_dropout(x: Any) -> bool:
+    import equinox as eqx
+
+    from torch2jax.verify.run import DROP_PATH_CLASSES
+
+    return isinstance(x, eqx.nn.Dropout) or (isinstance(x, eqx.Module) and type(
+        x).__name__ in DROP_PATH_CLASSES)
+
+
+def train_mode(model: Any) -> tuple[Any, int]:
+    """The model in training mode (BatchNorm on batch statistics) with its dropout-like
+    modules in inference mode, and how many there are."""
+    import equinox as eqx
+    import jax
+
+    def dropouts(mdl: Any) -> list[Any]:
+        return [x for x in jax.tree.leaves(mdl, is_leaf=_is_dropout) if _is_dropout(x)]
+
+    model = eqx.nn.inference_mode(model, False)
+    found = len(dropouts(model))
+    if found:
+        model = eqx.tree_at(dropouts, model, replace_fn=eqx.nn.inference_mode)
+    return model, found
+
+
+def stat_pairs(torch_model: Any, model: Any, state: Any, plan: EquinoxPlan
+               ) -> list[tuple[str, str, Any, Any]]:
+    """Each torch running statistic with its value in the ``State``."""
+    from torch2jax.verify.run import torch_stats
+
+    ref = torch_stats(torch_model)
+    pairs = []
+    for path, names in plan.stats.items():
+        where = ".".join(str(k) for _, k in path)
+        for which, value in zip(("mean", "var"), state.get(stats_index(walk(model, path))),
+                                strict=True):
+            if names.get(which) in ref:
+                pairs.append((names[which], f"{where} running {which}", value, ref[names[which]]))
+    return pairs
+
+
 # --- training trajectories --------------------------------------------------------------------
 
 
@@ -283,9 +350,9 @@ def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | Non
     converted ``eqx.Module`` built with ``key=`` and the torch weights, then ``train.steps``
     steps of the equinox train step against torch's ``zero_grad / backward / clip / step /
     scheduler.step()`` on the same batches; the loss of every step and every parameter at the
-    end are compared. Dropout is off on both sides (torch ``p = 0``, equinox Dropout in
-    inference mode); BatchNorm normalises with batch statistics on both sides (its running
-    statistics are not compared: docs/equinox.md)."""
+    end are compared, and so are BatchNorm's running statistics. Dropout is off on both sides
+    (dropout-like modules in eval / inference mode); BatchNorm normalises with batch
+    statistics on both sides."""
     import copy
 
     import equinox as eqx
@@ -309,18 +376,8 @@ def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | Non
         raise vr.VerifyError("ReduceLROnPlateau: not checked for equinox")
     r.optax, r.schedule = setup.tx_code, setup.schedule_code
     loss_jax, _ = tr.translate_loss(train.loss, rules)
-    tm.train()
-    for mod in tm.modules():
-        if isinstance(mod, torch.nn.modules.dropout._DropoutNd):
-            mod.p = 0.0
-    model = eqx.nn.inference_mode(model, False)
-    dropouts = [x for x in jax.tree.leaves(model, is_leaf=lambda x: isinstance(
-        x, eqx.nn.Dropout)) if isinstance(x, eqx.nn.Dropout)]
-    if dropouts:
-        model = eqx.tree_at(lambda mdl: [x for x in jax.tree.leaves(
-            mdl, is_leaf=lambda x: isinstance(x, eqx.nn.Dropout))
-            if isinstance(x, eqx.nn.Dropout)], model,
-            replace_fn=lambda d: eqx.nn.inference_mode(d))
+    vr.torch_train_mode(tm)
+    model, _ = train_mode(model)
     tx = setup.tx
     opt_state = tx.init(eqx.filter(model, eqx.is_array))
     step = train_step_equinox(tx, loss_jax)
@@ -366,4 +423,5 @@ def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | Non
     r.param_max_abs_diff, r.param_max_rel_diff, r.worst_param = p_abs, p_rel, worst
     r.max_abs_diff, r.max_rel_diff = p_abs, p_rel
     r.passed = r.loss_max_rel_diff <= rtol and p_rel <= rtol
+    vr.compare_stats(r, stat_pairs(tm, model, state, plan), f"after {train.steps} steps")
     return r

@@ -27,6 +27,7 @@ from torch2jax.weights import (
 )
 
 STATS = {"mean", "var"}
+TRAIN_FIELD = "train"  # the train/eval field of converted modules (docs/linen-output.md)
 
 
 @dataclass
@@ -193,15 +194,19 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
         note += f"; {len(plan.constants)} buffers recomputed by setup(): " + ", ".join(
             plan.constants)
     r.notes.append(note)
+    if req.train_mode:
+        model = _train_mode(model, torch_model, r)
     with vr._stage("the torch forward pass"), torch.no_grad():
         torch_out = torch_model(*torch_in)
     torch_leaves = [(k, vr._torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
     with vr._stage("the linen forward pass (model.apply under jax.jit)"):
-        jax_out = jax.jit(lambda v, xs: _apply(model, v, xs))(variables, jax_in)
+        jax_out, stats = jax.jit(lambda v, xs: _apply(model, v, xs))(variables, jax_in)
     jax_leaves = [(k, vr._jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
     out = vr._compare_outputs(jax_leaves, torch_leaves, r)
     r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
     r.passed, r.mismatch = out.ok, out.first_failure
+    if req.train_mode:  # before the gradients: torch's backward pass runs the model again
+        vr.compare_stats(r, stat_pairs(torch_model, plan, stats), "after the forward pass")
     if not (req.grad and out.shapes_match):
         if req.grad:
             r.notes.append("gradients not compared: the outputs differ in structure or shape")
@@ -213,7 +218,7 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
     rest = {k: v for k, v in variables.items() if k != "params"}
 
     def scalar(params: Any, xs: list) -> Any:
-        leaves = dict(vr.flatten_output(_apply(model, {"params": params, **rest}, xs)))
+        leaves = dict(vr.flatten_output(_apply(model, {"params": params, **rest}, xs)[0]))
         return sum(jnp.sum(leaves[k].astype(jnp.float32) * c) for k, c in jcots.items())
 
     with vr._stage("the linen gradient (jax.grad under jax.jit)"):
@@ -225,21 +230,51 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
     r.mismatch = r.mismatch or g.first_failure
 
 
-def _apply(model: Any, variables: dict, xs: list) -> Any:
-    """Eval-mode apply; batch statistics stay mutable for layers that always use the batch's
-    (torch's track_running_stats=False): their updates are discarded."""
-    if "batch_stats" in variables:
-        return model.apply(variables, *xs, mutable=["batch_stats"])[0]
-    return model.apply(variables, *xs)
+def _apply(model: Any, variables: dict, xs: list) -> tuple[Any, dict]:
+    """``(output, batch statistics after the call)``; they stay mutable for layers that always
+    use the batch's (torch's track_running_stats=False) and for a model in training mode.
+    Dropout-like modules return their input (:func:`_no_dropout`)."""
+    import flax.linen as nn
+
+    with nn.intercept_methods(_no_dropout):
+        if "batch_stats" in variables:
+            out, updates = model.apply(variables, *xs, mutable=["batch_stats"])
+            return out, updates["batch_stats"]
+        return model.apply(variables, *xs), {}
+
+
+def _train_mode(model: Any, torch_model: Any, r: Any) -> Any:
+    """Both models in training mode, dropout-like modules deterministic: the linen model
+    cloned with ``train=True`` where it has that field."""
+    from torch2jax.verify import run as vr
+
+    n_torch = vr.torch_train_mode(torch_model)
+    r.notes.append(vr.train_mode_note(n_torch, "linen's intercepted (they return their input)"))
+    if TRAIN_FIELD in getattr(type(model), "__dataclass_fields__", {}):
+        return model.clone(train=True)
+    return model
+
+
+def stat_pairs(torch_model: Any, plan: LinenPlan, stats: dict) -> list[tuple[str, str, Any, Any]]:
+    """Each torch running statistic with its value in the linen ``batch_stats``."""
+    from torch2jax.verify import run as vr
+
+    ref = vr.torch_stats(torch_model)
+    return [(m.torch_name, "/".join(map(str, m.nnx_path)), _lookup(stats, list(m.nnx_path[1:])),
+             ref[m.torch_name]) for m in plan.mappings
+            if m.status == "mapped" and m.torch_name in ref and m.nnx_path[0] == "batch_stats"]
 
 
 # ---------------------------------------------------------------------------- trajectories
 def _no_dropout(next_fun: Any, args: tuple, kwargs: dict, context: Any) -> Any:
-    """A flax method interceptor: nn.Dropout returns its input (random masks from two RNGs
-    cannot agree; torch's Dropout gets p = 0)."""
+    """A flax method interceptor: nn.Dropout and the converted drop-path modules return their
+    input (random masks from two RNGs cannot agree; torch's get p = 0 or eval mode)."""
     import flax.linen as nn
 
-    if isinstance(context.module, nn.Dropout) and context.method_name == "__call__":
+    from torch2jax.verify.run import DROP_PATH_CLASSES
+
+    if (isinstance(context.module, nn.Dropout) or type(context.module).__name__ in
+            DROP_PATH_CLASSES) and context.method_name == "__call__":
         return args[0]
     return next_fun(*args, **kwargs)
 
@@ -357,6 +392,8 @@ def linen_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str, tor
                     for n, p in torch_model.named_parameters()}
     traj = vt.Trajectory(torch_losses, jax_losses, params_torch, flat_params(state.params))
     _compare_trajectory(traj, torch_model, plan, r)
+    vr.compare_stats(r, stat_pairs(torch_model, plan, state.batch_stats or {}),
+                     f"after {train.steps} steps")
 
 
 def _hyperparams(opt_state: Any) -> dict:

@@ -64,6 +64,8 @@ class VerifyResult:
     max_rel_diff: float | None = None
     grad_max_abs_diff: float | None = None
     grad_max_rel_diff: float | None = None
+    stats_max_abs_diff: float | None = None  # BatchNorm running statistics, when compared
+    stats_max_rel_diff: float | None = None
     device: str | None = None
     dtype: str | None = None
     mode: str = "eval"
@@ -381,6 +383,8 @@ def _jax_inputs(arrays: list[np.ndarray], specs: list[InputSpec]) -> list[Any]:
 
 
 def _jax_forward(model: Any, inputs: list[Any]) -> Any:
+    """The model's output under ``jax.jit``; what the call updates (BatchNorm's running
+    statistics in training mode) is written back into ``model``."""
     import jax
     from flax import nnx
 
@@ -388,9 +392,93 @@ def _jax_forward(model: Any, inputs: list[Any]) -> Any:
 
     @jax.jit
     def forward(state: Any, xs: list[Any]) -> Any:
-        return nnx.merge(graphdef, state)(*xs)
+        model = nnx.merge(graphdef, state)
+        return model(*xs), nnx.state(model)
 
-    return forward(state, inputs)
+    out, state = forward(state, inputs)
+    nnx.update(model, state)
+    return out
+
+
+# --- training mode ----------------------------------------------------------------------------
+
+RUNNING_STATS = ("running_mean", "running_var")  # torch buffers a training forward updates
+# modules that drop values at random in training and read self.training (torchvision's
+# StochasticDepth, timm's DropPath), besides torch's Dropout classes and nnx/linen/eqx Dropout
+DROP_PATH_CLASSES = ("StochasticDepth", "DropPath")
+
+
+def is_running_stat(torch_name: str) -> bool:
+    return torch_name.rsplit(".", 1)[-1] in RUNNING_STATS
+
+
+def is_torch_dropout(module: Any) -> bool:
+    import torch
+
+    return isinstance(module, torch.nn.modules.dropout._DropoutNd) or \
+        type(module).__name__ in DROP_PATH_CLASSES
+
+
+def torch_train_mode(model: Any) -> int:
+    """``model.train()`` with every dropout-like module in eval mode (random masks cannot
+    agree across frameworks): the number of such modules."""
+    model.train()
+    dropouts = [m for m in model.modules() if is_torch_dropout(m)]
+    for m in dropouts:
+        m.eval()
+    return len(dropouts)
+
+
+def _nnx_train_mode(model: Any) -> int:
+    """The NNX counterpart of :func:`torch_train_mode`: ``model.train()`` (BatchNorm on batch
+    statistics), then ``eval()`` on nnx.Dropout and the converted drop-path modules."""
+    from flax import nnx
+
+    model.train()
+    dropouts = [m for _, m in nnx.iter_modules(model) if isinstance(m, nnx.Dropout)
+                or type(m).__name__ in DROP_PATH_CLASSES]
+    for m in dropouts:
+        m.eval()
+    return len(dropouts)
+
+
+def train_mode_note(n_torch: int, jax_side: str) -> str:
+    return (f"training mode on both sides: BatchNorm normalises with batch statistics and "
+            f"updates its running statistics; dropout and stochastic depth deterministic: "
+            f"{n_torch} torch modules in eval mode, {jax_side} (functional dropout in forward() "
+            "is not switched off)")
+
+
+def compare_stats(r: VerifyResult, pairs: list[tuple[str, str, Any, Any]], after: str) -> None:
+    """Compare running statistics, ``(torch name, JAX name, JAX value, torch value)`` each,
+    as outputs are compared; ``after`` says when (``after the forward pass``)."""
+    worst = _Worst()
+    for name, where, got, ref in pairs:
+        got = np.asarray(got)
+        r.compared.append(f"running statistic {name} -> {where} {after}")
+        worst.add(f"running statistic {name} {after}",
+                  compare_arrays(got, np.asarray(ref).reshape(got.shape), r.atol, r.rtol))
+    if pairs:
+        r.stats_max_abs_diff, r.stats_max_rel_diff = worst.abs, worst.rel
+    r.passed = r.passed and worst.ok
+    r.mismatch = r.mismatch or worst.first_failure
+
+
+def torch_stats(model: Any) -> dict[str, np.ndarray]:
+    return {n: _torch_to_numpy(b).copy() for n, b in model.named_buffers() if is_running_stat(n)}
+
+
+def nnx_stat_pairs(torch_model: Any, jax_model: Any, rules: RuleSet | None
+                   ) -> list[tuple[str, str, Any, Any]]:
+    """Each torch running statistic with its NNX variable's current value, by the transfer's
+    own mapping (docs/nnx-output.md)."""
+    from torch2jax.weights import plan_transfer
+
+    plan = plan_transfer(torch_model, jax_model, rules)
+    ref = torch_stats(torch_model)
+    return [(m.torch_name, m.nnx_name, np.asarray(plan.variables[m.slot][...]),
+             ref[m.torch_name]) for m in plan.mappings
+            if m.status == "mapped" and m.torch_name in ref]
 
 
 def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray]) -> dict:
@@ -519,6 +607,7 @@ class VerifyRequest:
     converted: str | None = None
     rules: RuleSet | None = None
     benchmark: bool = False  # also time both forward passes (verify/benchmark.py)
+    train_mode: bool = False  # one forward in training mode, running statistics compared
 
 
 def verify(
@@ -536,6 +625,7 @@ def verify(
     converted: str | None = None,
     rules: RuleSet | None = None,
     benchmark: bool = False,
+    train_mode: bool = False,
 ) -> VerifyResult:
     """Verify ``FILE.py::Name`` against its conversion; never raises for a model's faults.
 
@@ -543,17 +633,20 @@ def verify(
     file or name, conversion or import failure, a constructor or forward pass that raises,
     weights that do not fit. Otherwise ``passed`` says whether the numbers agree and
     ``mismatch`` names the worst offender. ``rules`` (default: the built-in rules, see
-    :func:`torch2jax.ruleset.load_rules`) decide the weight layouts.
+    :func:`torch2jax.ruleset.load_rules`) decide the weight layouts. ``train_mode`` runs
+    both models in training mode (dropout-like modules deterministic) and also compares the
+    BatchNorm running statistics that the forward pass updated.
     """
     req = VerifyRequest(
         target, args, build, tuple(inputs), jax_target, grad, atol, rtol, seed, device,
-        converted, rules, benchmark,
+        converted, rules, benchmark, train_mode,
     )  # fmt: skip
     return run_request(req)
 
 
 def run_request(req: VerifyRequest) -> VerifyResult:
-    result = VerifyResult(model=req.target, target=req.jax_target, atol=req.atol, rtol=req.rtol)
+    result = VerifyResult(model=req.target, target=req.jax_target, atol=req.atol, rtol=req.rtol,
+                          mode="train" if req.train_mode else "eval")
     try:
         _verify(result, req)
     except (VerifyError, LoadError, ValueError) as exc:
@@ -673,7 +766,11 @@ def _run_jax_side(
     except WeightTransferError as exc:
         raise VerifyError(str(exc)) from None
     r.notes.append(report.summary())
-    jax_model.eval()
+    if req.train_mode:
+        n_torch, n_jax = torch_train_mode(torch_model), _nnx_train_mode(jax_model)
+        r.notes.append(train_mode_note(n_torch, f"{n_jax} NNX modules in eval mode"))
+    else:
+        jax_model.eval()
 
     rng = np.random.default_rng(req.seed)
     arrays = [s.sample(rng) for s in specs]
@@ -689,6 +786,9 @@ def _run_jax_side(
     out = _compare_outputs(jax_leaves, torch_leaves, r)
     r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
     r.passed, r.mismatch = out.ok, out.first_failure
+    if req.train_mode:  # before the gradients: torch's backward pass runs the model again
+        compare_stats(r, nnx_stat_pairs(torch_model, jax_model, req.rules),
+                      "after the forward pass")
     if req.benchmark and out.shapes_match:
         from torch2jax.verify.benchmark import benchmark_forward
 

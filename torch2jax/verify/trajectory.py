@@ -14,7 +14,9 @@ output, labels)" --labels "int64[4]:10" --steps 10``:
 4. run ``steps`` steps on fresh random batches (the same arrays on both sides): torch
    ``zero_grad / backward / clip_grad_norm_ / step / scheduler.step()``, JAX one ``nnx.jit``
    step of ``nnx.value_and_grad`` + ``nnx.Optimizer.update``;
-5. compare the loss of every step and every parameter at the end.
+5. compare the loss of every step, every parameter at the end and BatchNorm's running
+   statistics at the end (torch's ``running_mean`` / ``running_var`` buffers against the JAX
+   statistics they were transferred into).
 
 Differences are relative: ``|jax - torch| / |torch|`` for a loss, ``max |jax - torch| /
 max |torch|`` per parameter tensor (the norm-wise ratio of :func:`compare_arrays`). ``passed``
@@ -37,6 +39,7 @@ import numpy as np
 from torch2jax.ruleset import RuleSet
 from torch2jax.verify.load import LoadError, find_name, load_module
 from torch2jax.verify.run import (
+    DROP_PATH_CLASSES,
     VerifyError,
     VerifyRequest,
     VerifyResult,
@@ -48,7 +51,9 @@ from torch2jax.verify.run import (
     build_nnx_model,
     build_torch_side,
     compare_arrays,
+    compare_stats,
     convert_tree,
+    nnx_stat_pairs,
 )
 from torch2jax.verify.spec import InputSpec, parse_spec
 
@@ -274,10 +279,19 @@ def disable_dropout(torch_model: Any, jax_model: Any) -> list[str]:
             n_jax += 1
     notes = [("training mode on both sides; BatchNorm uses batch statistics and updates its "
              "running averages")]
+    # stochastic depth (torchvision's StochasticDepth, timm's DropPath) reads self.training
+    drop_paths = [m for m in torch_model.modules() if type(m).__name__ in DROP_PATH_CLASSES]
+    drop_paths += [m for _, m in nnx.iter_modules(jax_model)
+                   if type(m).__name__ in DROP_PATH_CLASSES]
+    for mod in drop_paths:
+        mod.eval()
     if n_torch or n_jax:
         notes.append(f"dropout disabled for the trajectory: {n_torch} torch Dropout modules "
                      f"and {n_jax} nnx.Dropout set to p=0 (random masks cannot agree)")
-    else:
+    if drop_paths:
+        notes.append(f"stochastic depth off for the trajectory: {len(drop_paths)} drop-path "
+                     "modules (torch and JAX) in eval mode")
+    if not (n_torch or n_jax or drop_paths):
         notes.append("dropout disabled for the trajectory (no Dropout modules found; "
                      "functional dropout in forward() is not switched off)")
     return notes
@@ -405,6 +419,7 @@ def compare(traj: Trajectory, torch_model: Any, jax_model: Any, r: TrajectoryRes
                           f"{traj.losses_torch[i]:.7g} (rel {loss_rel:.2e})")
         else:
             r.mismatch = f"parameter {worst} after {r.steps} steps: rel {p_rel:.2e}"
+    compare_stats(r, nnx_stat_pairs(torch_model, jax_model, rules), f"after {r.steps} steps")
 
 
 # --- the entry point --------------------------------------------------------------------------
@@ -549,5 +564,8 @@ def print_trajectory(r: TrajectoryResult, console: Any) -> None:
     if r.param_max_rel_diff is not None:
         console.print(f"parameters after {r.steps} steps: worst rel diff "
                       f"{r.param_max_rel_diff:.2e} ({r.worst_param})")
+    if r.stats_max_abs_diff is not None:
+        console.print(f"running statistics after {r.steps} steps: max abs diff "
+                      f"{r.stats_max_abs_diff:.2e}, rel {r.stats_max_rel_diff:.2e}")
     for note in r.notes:
         console.print(f"note: {note}")
