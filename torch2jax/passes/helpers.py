@@ -45,6 +45,23 @@ helper("adaptive_avg_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="avg", reduce=
 helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce="max"))
 
 
+# equinox (torch2jax/targets/equinox.py): torch's LSTM (batch_first=True) on one example
+helper("lstm_scan", {"jax", "jnp"}, '''
+def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """torch's one-layer LSTM on one sequence xs (L, I), from zero states, with an
+    eqx.nn.LSTMCell (torch's gates, i f g o, and b_ih + b_hh as its bias): the outputs (L, H)
+    and torch's (h_n, c_n), each (1, H) (one layer)."""
+    zeros = jnp.zeros(cell.hidden_size, xs.dtype)
+
+    def step(state, x):
+        h, c = cell(x, state)
+        return (h, c), h
+
+    (h, c), out = jax.lax.scan(step, (zeros, zeros), xs)
+    return out, (h[None], c[None])
+''')
+
+
 _CONV = '''
 class Conv{n}d(nnx.Conv):
     """nn.Conv{n}d where its arguments are the callers' (conv_layer=nn.Conv{n}d handed around,
