@@ -26,6 +26,7 @@ rewrite is put back as the torch source and marked.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -2144,6 +2145,8 @@ def _imports(module: cst.Module, needs_callable: bool, needs_any: bool) -> cst.M
     uses_partial = "partial(" in text.replace("from functools import partial", "")
     uses_jnp = "jnp." in text
     uses_jax = "jax." in text.replace("import jax.numpy", "")
+    # (the NNX pass's LayerDict helper, dropped here, was what used Any)
+    uses_any = needs_any or re.search(r"\bAny\b", text.replace("from typing import Any", ""))
     added = False
     for s in module.body:
         line = code(s).strip() if isinstance(s, cst.SimpleStatementLine) else ""
@@ -2156,6 +2159,8 @@ def _imports(module: cst.Module, needs_callable: bool, needs_any: bool) -> cst.M
             continue
         if line == "import jax.numpy as jnp" and not uses_jnp:
             continue
+        if line == "from typing import Any" and not uses_any:
+            continue
         if line == "import jax" and not uses_jax:
             continue
         if line == "import jax" and not added:
@@ -2165,7 +2170,7 @@ def _imports(module: cst.Module, needs_callable: bool, needs_any: bool) -> cst.M
     extra = []
     if needs_callable:
         extra.append("from collections.abc import Callable")
-    if needs_any:
+    if needs_any and "from typing import Any" not in text:
         extra.append("from typing import Any")
     for used, line in ((uses_jax, "import jax"), (uses_jnp, "import jax.numpy as jnp")):
         if used and not any(code(s).strip() == line for s in body
