@@ -62,6 +62,29 @@ def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Arra
 ''')
 
 
+# linen (torch2jax/targets/linen.py): a Linear whose weight the forward code reads
+helper("ReadableDense", {"linen", "Any"}, '''
+class ReadableDense(nn.Module):
+    """nn.Dense(features) with its kernel (in_features, features) and bias made in setup(), so
+    that forward code can read them (torch's F.linear(x, self.fc.weight)); the same variables
+    as nn.Dense's."""
+
+    in_features: int
+    features: int
+    use_bias: bool = True
+    kernel_init: Any = nn.initializers.lecun_normal()
+    bias_init: Any = nn.initializers.zeros
+
+    def setup(self):
+        self.kernel = self.param("kernel", self.kernel_init, (self.in_features, self.features))
+        self.bias = self.param("bias", self.bias_init, (self.features,)) if self.use_bias else None
+
+    def __call__(self, x):
+        y = x @ self.kernel
+        return y if self.bias is None else y + self.bias
+''')
+
+
 _CONV = '''
 class Conv{n}d(nnx.Conv):
     """nn.Conv{n}d where its arguments are the callers' (conv_layer=nn.Conv{n}d handed around,
@@ -176,9 +199,10 @@ def namespace() -> dict:
 
     import jax
     import jax.numpy as jnp
+    import flax.linen as nn
     from flax import nnx
 
-    ns: dict = {"jax": jax, "jnp": jnp, "nnx": nnx, "Any": Any}
+    ns: dict = {"jax": jax, "jnp": jnp, "nnx": nnx, "nn": nn, "Any": Any}
     for source, _ in HELPERS.values():
         exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
     return ns
