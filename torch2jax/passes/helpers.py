@@ -197,9 +197,9 @@ def namespace() -> dict:
     expression on its own)."""
     from typing import Any
 
+    import flax.linen as nn
     import jax
     import jax.numpy as jnp
-    import flax.linen as nn
     from flax import nnx
 
     ns: dict = {"jax": jax, "jnp": jnp, "nnx": nnx, "nn": nn, "Any": Any}

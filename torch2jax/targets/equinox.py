@@ -37,6 +37,8 @@ from torch2jax.passes.common import (
     Untranslatable,
     code,
     expr,
+    freezable_dataclasses,
+    freeze_dataclass,
     int_value,
     is_simple,
     try_literal,
@@ -1925,7 +1927,7 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
             f.analyse(name, [Info(True, is_input=True) for _ in _call_params(c.node)])
     body = []
     needs_callable = needs_any = False
-    frozen = _freezable_dataclasses(module) if _stores_objects(f) else set()
+    frozen = freezable_dataclasses(module) if _stores_objects(f) else set()
     torch_defs = {s.name.value: s for s in torch_module.body
                   if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
     # training code (optimizer, train and eval steps, loops): equinox_training.py
@@ -1947,7 +1949,7 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
             needs_any |= any_
             body.append(new)
         elif isinstance(s, cst.ClassDef) and s.name.value in frozen:
-            body.append(_freeze(s))
+            body.append(freeze_dataclass(s))
         elif isinstance(s, cst.FunctionDef) and s.name.value in f.builders:
             body.append(f.builders[s.name.value][0])
         elif id(s) in translated:
@@ -2009,24 +2011,6 @@ def _stores_objects(f: EquinoxFile) -> bool:
                                                        Layer("value")).kind == "value":
                 return True
     return False
-
-
-def _freezable_dataclasses(module: cst.Module) -> set[str]:
-    """``@dataclass`` classes of the file that nothing assigns attributes on (outside
-    ``self``): a module stores such a config object as a static part of its pytree, which
-    ``eqx.filter_jit`` hashes, so the dataclass is made ``frozen=True`` (hashable)."""
-    mutated = any(not m.matches(t.target.value, m.Name("self"))
-                  for t in m.findall(module, m.AssignTarget(target=m.Attribute())))
-    if mutated:
-        return set()
-    return {c.name.value for c in module.body if isinstance(c, cst.ClassDef) and any(
-        m.matches(d.decorator, m.Name("dataclass")) for d in c.decorators)}
-
-
-def _freeze(cls: cst.ClassDef) -> cst.ClassDef:
-    decorators = [d.with_changes(decorator=cst.parse_expression("dataclass(frozen=True)"))
-                  if m.matches(d.decorator, m.Name("dataclass")) else d for d in cls.decorators]
-    return cls.with_changes(decorators=decorators)
 
 
 def _is_import(s: cst.BaseStatement) -> bool:

@@ -18,7 +18,16 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.passes.common import Untranslatable, arg, call, code, expr, try_literal
+from torch2jax.passes.common import (
+    Untranslatable,
+    arg,
+    call,
+    code,
+    expr,
+    freezable_dataclasses,
+    freeze_dataclass,
+    try_literal,
+)
 
 TRAIN = "train"
 
@@ -152,6 +161,18 @@ def readable_dense(cls: cst.ClassDef, in_features: dict[str, cst.BaseExpression]
     return cls.visit(_Swap())
 
 
+def freeze_configs(module: cst.Module) -> cst.Module:
+    """A linen module is hashed when it is a static argument of ``jax.jit`` (``eval_step``,
+    ``TrainState.apply_fn``): a config object among its fields must be hashable, so the file's
+    dataclasses that nothing mutates become ``@dataclass(frozen=True)``."""
+    if not any(isinstance(c, cst.ClassDef) and any(code(b.value) == "nn.Module" for b in c.bases)
+               for c in module.body):
+        return module
+    frozen = freezable_dataclasses(module)
+    return module.with_changes(body=[freeze_dataclass(s) if isinstance(s, cst.ClassDef)
+                                     and s.name.value in frozen else s for s in module.body])
+
+
 # ---------------------------------------------------------------------------- classes
 class _SelfFields(cst.CSTTransformer):
     """Constructor parameters read in ``setup()`` are fields: ``x`` -> ``self.x``."""
@@ -200,6 +221,11 @@ class _RenameAttrs(cst.CSTTransformer):
 
 
 def _field(param: cst.Param) -> cst.SimpleStatementLine:
+    value = try_literal(param.default, None) if param.default is not None else None
+    if isinstance(value, list) and param.annotation is None:
+        # a list default: not allowed on a dataclass field, and a module must be hashable
+        # (jit with the module static): the same values as a tuple
+        param = param.with_changes(default=cst.parse_expression(repr(tuple(value))))
     if param.annotation is not None:
         ann = code(param.annotation.annotation)
     else:
