@@ -236,7 +236,7 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
         if name in classes:
             return node.with_changes(args=[*[a for a in node.args if not (
                 a.keyword and a.keyword.value == "rngs")]]), Layer("module", cls=name)
-        if name.startswith("nnx."):
+        if name.startswith("nnx.") and name[4:5].isupper():  # (functions: _NoNnx marks them)
             raise EquinoxError(f"{name} has no equinox translation yet")
     text = code(node)
     if text.startswith(("jax.nn.", "partial(jax.nn.", "jnp.")) and not isinstance(
@@ -2114,8 +2114,9 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
     at = _after_docstring(body)
     if fields:
         first = body[at] if at < len(body) else None
-        if first is not None:
-            body[at] = first.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        if first is not None:  # (its TODO comments kept)
+            body[at] = first.with_changes(leading_lines=[cst.EmptyLine(indent=False), *(
+                line for line in first.leading_lines if line.comment is not None)])
         body = [*body[:at], *fields, *body[at:]]
     bases = [b.with_changes(value=cst.parse_expression("eqx.Module"))
              if code(b.value) == "nnx.Module" else b for b in cls.bases]
