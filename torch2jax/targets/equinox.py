@@ -320,12 +320,11 @@ def _rnn(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
     if try_literal(kw.pop("time_major", None), False) is not False:
         raise EquinoxError("LSTM with batch_first=False: its batch is axis 1, and the equinox "
                            "model is mapped over axis 0 (batch_first=True is translated)")
-    # the cell inside was rewritten first (and took its key site)
     if kw or len(pos) != 1 or not m.matches(pos[0], m.Call(func=m.Attribute(
-            value=m.Attribute(value=m.Name("eqx"), attr=m.Name("nn")),
-            attr=m.Name("LSTMCell")))):
+            value=m.Name("nnx"), attr=m.Name("OptimizedLSTMCell")))):
         raise EquinoxError("an nnx.RNN that is not torch's LSTM")
-    return pos[0], Layer("lstm")
+    new, _ = _lstm_cell(_pos(pos[0]), _kw(pos[0]))
+    return new, Layer("lstm")
 
 
 def _lstm_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
@@ -359,6 +358,10 @@ class _InitRewriter(cst.CSTTransformer):
         self.local: dict[str, Layer] = {}  # local names bound to layers (lists of layers)
         self.errors: list[str] = []
         self.sites = 0
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        # nnx.RNN(cell): the whole is one equinox layer (or, refused, stays as NNX wrote it)
+        return not m.matches(node.func, m.Attribute(value=m.Name("nnx"), attr=m.Name("RNN")))
 
     def leave_Call(self, original_node, updated_node):
         try:
@@ -397,8 +400,8 @@ class _InitRewriter(cst.CSTTransformer):
                 a.with_changes(keyword=cst.Name("key"), value=cst.Name("__needs_key__"))
                 if a.keyword is not None and a.keyword.value == "rngs" else a
                 for a in new.args])
-        if lay.kind == "module" or "__needs_key__" in code(new) and lay.kind != "lstm":
-            self.sites += 1  # (an LSTM's cell counted its own)
+        if lay.kind == "module" or "__needs_key__" in code(new):
+            self.sites += 1
         self.values[id(new)] = lay
         return new
 
