@@ -227,14 +227,14 @@ class Net(nn.Module):
 '''
 
 
-def test_multihead_attention_is_marked_not_mapped_with_biases_off() -> None:
-    """eqx.nn.MultiheadAttention has its biases off by default (torch: on). The converter does
-    not emit it with the defaults: the layer is marked until it is mapped with its biases."""
+def test_multihead_attention_is_mapped_with_torch_biases() -> None:
+    """eqx.nn.MultiheadAttention has its biases off by default (torch: on): the converter turns
+    all four on (numbers: tests/test_targets_layers.py)."""
     result = convert_source(ATTN_SOURCE, target="equinox")
-    assert "eqx.nn.MultiheadAttention(" not in result.code
-    assert any(d.severity == "error" for d in result.diagnostics)
-    assert "nnx." not in "\n".join(ln for ln in result.code.splitlines()
-                                   if not ln.lstrip().startswith("#"))
+    assert "eqx.nn.MultiheadAttention(2, 8, use_query_bias=True, use_key_bias=True, " \
+        "use_value_bias=True, use_output_bias=True, key=key)" in result.code
+    assert "return (self.attn(x, x, x), None)[0]" in result.code
+    assert not result.diagnostics
 
 
 BATCH_SIZE_SOURCE = '''

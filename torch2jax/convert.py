@@ -23,6 +23,7 @@ from torch2jax.report import Diagnostic
 from torch2jax.ruleset import RuleSet, load_rules
 from torch2jax.suppress import suppress
 from torch2jax.targets import get_emitter
+from torch2jax.targets.linen import freeze_configs
 
 IMPORT_LINES = {
     "jax": "import jax",
@@ -144,6 +145,8 @@ def convert_source(
                              uses_train=_uses_train_mode(source), data=data_indexer.index,
                              torch_init=init == "torch")
     new = wrapper.visit(transformer)
+    if emitter.name == "linen":
+        new = freeze_configs(new)
     if fuse_layout:
         new = new.visit(FuseLayoutMoves())
     new, helper_imports = add_helpers(new, emitter.name)

@@ -73,15 +73,24 @@ def _conv_checked(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarra
     return apply
 
 
+def _flip_swap(a: np.ndarray) -> np.ndarray:
+    """A transposed convolution's weight, torch's ``(in, out, *k)`` <-> equinox's ``(out, in,
+    *k)`` flipped along the kernel axes (equinox convolves the dilated input with it). Its own
+    inverse."""
+    return np.flip(a, axis=tuple(range(2, a.ndim))).swapaxes(0, 1)
+
+
 _TO_JAX: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "as_is": lambda a: a,
     "transpose": _transpose,
     "conv": _conv_checked(_conv_to_jax),
+    "flip_swap": _conv_checked(_flip_swap),
 }
 _TO_TORCH: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "as_is": lambda a: a,
     "transpose": _transpose,
     "conv": _conv_checked(_conv_to_torch),
+    "flip_swap": _conv_checked(_flip_swap),
 }
 
 

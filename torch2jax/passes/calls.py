@@ -37,6 +37,7 @@ class CallSite:
     unpack: tuple[str, ...] | None = None
     index: int | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
+    target: str = "nnx"  # nnx | linen (the modules' attribute names can differ)
 
     def lit(self, name: str):
         """A call argument's literal value, None when absent, ``...`` if not a literal."""

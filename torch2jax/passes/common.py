@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
+import libcst.matchers as m
 
 _EMPTY = cst.Module(body=[])
 
@@ -272,3 +273,24 @@ def wrap_long_statement(stmt: cst.SimpleStatementLine, indent: int) -> cst.Simpl
     if "\n" in code(value):
         return stmt  # already laid out over lines
     return stmt.with_changes(body=[small.with_changes(value=_wrap_expr(value, 1))])
+
+
+def freezable_dataclasses(module: cst.Module) -> set[str]:
+    """``@dataclass`` classes of the file that nothing assigns attributes on (neither outside
+    ``self`` anywhere nor their own methods): a module that stores such a config object must
+    be hashable (``eqx.filter_jit`` hashes the static part of an equinox pytree, ``jax.jit``
+    with a linen module static hashes its fields), so the dataclass can be ``frozen=True``."""
+    mutated = any(not m.matches(t.target.value, m.Name("self"))
+                  for t in m.findall(module, m.AssignTarget(target=m.Attribute())))
+    if mutated:
+        return set()
+    return {c.name.value for c in module.body if isinstance(c, cst.ClassDef) and any(
+        m.matches(d.decorator, m.Name("dataclass")) for d in c.decorators)
+        and not m.findall(c, m.AssignTarget(target=m.Attribute(value=m.Name("self"))))}
+
+
+def freeze_dataclass(cls: cst.ClassDef) -> cst.ClassDef:
+    """``@dataclass`` -> ``@dataclass(frozen=True)``."""
+    decorators = [d.with_changes(decorator=cst.parse_expression("dataclass(frozen=True)"))
+                  if m.matches(d.decorator, m.Name("dataclass")) else d for d in cls.decorators]
+    return cls.with_changes(decorators=decorators)

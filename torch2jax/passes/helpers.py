@@ -48,6 +48,46 @@ helper("adaptive_avg_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="avg", reduce=
 helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce="max"))
 
 
+# equinox (torch2jax/targets/equinox.py): torch's LSTM (batch_first=True) on one example
+helper("lstm_scan", {"jax", "jnp"}, '''
+def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """torch's one-layer LSTM on one sequence xs (L, I), from zero states, with an
+    eqx.nn.LSTMCell (torch's gates, i f g o, and b_ih + b_hh as its bias): the outputs (L, H)
+    and torch's (h_n, c_n), each (1, H) (one layer)."""
+    zeros = jnp.zeros(cell.hidden_size, xs.dtype)
+
+    def step(state, x):
+        h, c = cell(x, state)
+        return (h, c), h
+
+    (h, c), out = jax.lax.scan(step, (zeros, zeros), xs)
+    return out, (h[None], c[None])
+''')
+
+
+# linen (torch2jax/targets/linen.py): a Linear whose weight the forward code reads
+helper("ReadableDense", {"linen", "Any"}, '''
+class ReadableDense(nn.Module):
+    """nn.Dense(features) with its kernel (in_features, features) and bias made in setup(), so
+    that forward code can read them (torch's F.linear(x, self.fc.weight)); the same variables
+    as nn.Dense's."""
+
+    in_features: int
+    features: int
+    use_bias: bool = True
+    kernel_init: Any = nn.initializers.lecun_normal()
+    bias_init: Any = nn.initializers.zeros
+
+    def setup(self):
+        self.kernel = self.param("kernel", self.kernel_init, (self.in_features, self.features))
+        self.bias = self.param("bias", self.bias_init, (self.features,)) if self.use_bias else None
+
+    def __call__(self, x):
+        y = x @ self.kernel
+        return y if self.bias is None else y + self.bias
+''')
+
+
 _CONV = '''
 class Conv{n}d(nnx.Conv):
     """nn.Conv{n}d where its arguments are the callers' (conv_layer=nn.Conv{n}d handed around,
@@ -550,12 +590,14 @@ def namespace() -> dict:
     expression on its own)."""
     from typing import Any
 
+    import flax.linen as nn
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from flax import nnx
 
-    ns: dict = {"jax": jax, "jnp": jnp, "nnx": nnx, "Any": Any}
-    for source, _ in (by_target["nnx"] for by_target in HELPERS.values()):
+    ns: dict = {"jax": jax, "jnp": jnp, "np": np, "nnx": nnx, "nn": nn, "Any": Any}
+    for source, _ in (by_target["nnx"] for by_target in HELPERS.values() if "nnx" in by_target):
         exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
     return ns
 

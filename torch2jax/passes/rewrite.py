@@ -424,6 +424,7 @@ class TorchToJax(cst.CSTTransformer):
         if self.linen:
             try:
                 is_base = any(c.module_base == name for c in self.index.classes.values())
+                new = linen_target.readable_dense(new, self._linear_inputs(info))
                 new, needs = linen_target.to_setup(
                     new, self.uses_train and info.module_base == "torch", kw_only=is_base)
                 self.need(*needs)
@@ -433,6 +434,18 @@ class TorchToJax(cst.CSTTransformer):
             except Untranslatable as exc:
                 self.diag(original_node, "linen", "error", exc.message)
         return new
+
+    def _linear_inputs(self, info) -> dict[str, cst.BaseExpression]:
+        """self.x -> the input size of its torch ``nn.Linear(in, out)``."""
+        out = {}
+        for attr, layer in info.attr_rule.items():
+            rule = self.rules.layers.get(layer)
+            ctor = info.attr_ctor.get(attr)
+            if layer == "torch.nn.Linear" and rule is not None and ctor is not None:
+                size = bind(ctor.args, rule.params).get("in_features")
+                if size is not None:
+                    out[attr] = size
+        return out
 
     def _dataset_class(self, original_node, updated_node):
         """class Points(Dataset): -> class Points: (grain reads __len__ and __getitem__)."""
@@ -3356,7 +3369,7 @@ class TorchToJax(cst.CSTTransformer):
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.in_module_class():
             info = self.index.classes[self.current_class]
             rule = self.rules.layers.get(info.attr_rule.get(func.attr.value, ""))
-            if rule is not None and rule.call and not self.linen:
+            if rule is not None and rule.call:
                 return self._rule_call(original, updated, rule,
                                        info.attr_ctor[func.attr.value])
             table = info.tied_heads.get(func.attr.value)
@@ -3400,7 +3413,8 @@ class TorchToJax(cst.CSTTransformer):
               and len(parent.slice) == 1 and isinstance(parent.slice[0].slice, cst.Index)):
             index = int_value(parent.slice[0].slice.value)
         site = CallSite(rule=rule, func=updated.func, ctor=bind(ctor.args, rule.params),
-                        args=bind(updated.args, rule.call_params), unpack=unpack, index=index)
+                        args=bind(updated.args, rule.call_params), unpack=unpack, index=index,
+                        target="linen" if self.linen else "nnx")
         out = CALLS[rule.call](site)
         for severity, msg in site.notes:
             self.diag(original, rule.id, severity, msg)

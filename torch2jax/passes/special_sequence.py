@@ -223,7 +223,8 @@ def lstm_cell_call(cs: CallSite) -> cst.BaseExpression:
     hx = _hx(cs, "hx")
     if hx is None:
         xs = _simple(x, "LSTMCell's input without hx")
-        zeros = f"jnp.zeros((*{xs}.shape[:-1], {func}.hidden_features), {xs}.dtype)"
+        size = "features" if cs.target == "linen" else "hidden_features"
+        zeros = f"jnp.zeros((*{xs}.shape[:-1], {func}.{size}), {xs}.dtype)"
         h, c = zeros, zeros
     else:
         h, c = hx

@@ -27,13 +27,23 @@ rewrite is put back as the torch source and marked.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.passes.common import Untranslatable, code, expr, int_value, try_literal
+from torch2jax.passes.common import (
+    Untranslatable,
+    code,
+    expr,
+    freezable_dataclasses,
+    freeze_dataclass,
+    int_value,
+    is_simple,
+    try_literal,
+)
 from torch2jax.passes.helpers import add_helpers
 from torch2jax.targets import equinox_training as training
 
@@ -55,6 +65,8 @@ AXIS_REDUCTIONS = {"sum", "mean", "max", "min", "var", "std", "prod", "argmax", 
                    "standardize", "one_hot", "take_along_axis", "roll"}
 JNP_POSITIONAL_AXES = {"swapaxes": (1, 2), "moveaxis": (1, 2), "expand_dims": (1,),
                        "squeeze": (1,), "flip": (1,), "roll": (2,)}
+# helpers of torch2jax/passes/helpers.py that work on the last axes of their first argument
+TRAILING_AXES_HELPERS = {"adaptive_avg_pool", "adaptive_max_pool"}
 VECTOR_LAYERS = {"linear": 1, "layernorm": 1, "embedding": 0}  # rank of one example's input
 
 
@@ -71,6 +83,7 @@ class Info:
     # x.reshape(-1, V) of a batched x: in torch its first axis is the batch merged with the
     # example's first axis; per example that axis alone (its rows are the example's rows)
     merged: bool = False
+    elements: tuple[Info, ...] = ()  # a tuple's elements, when each is known
 
 
 @dataclass
@@ -209,6 +222,12 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
                 raise EquinoxError(f"pooling argument {min(kw)}")
             return _call(f"eqx.nn.{which}Pool{len(window)}d", [], out), \
                 Layer("pool", rank=len(window) + 1)
+        if name in SEQUENCE_LAYERS:
+            return SEQUENCE_LAYERS[name](pos, kw)
+        if name == "nnx.GroupNorm":
+            return _group_norm(pos, kw)
+        if name == "nnx.ConvTranspose":
+            return _conv_transpose(pos, kw)
         if name == "nnx.Sequential":
             return node, Layer("seq")  # the caller rebuilds it (its elements are known there)
         if name in ("nnx.List", "nnx.Dict"):
@@ -220,13 +239,109 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
         if name in classes:
             return node.with_changes(args=[*[a for a in node.args if not (
                 a.keyword and a.keyword.value == "rngs")]]), Layer("module", cls=name)
-        if name.startswith("nnx."):
+        if name.startswith("nnx.") and name[4:5].isupper():  # (functions: _NoNnx marks them)
             raise EquinoxError(f"{name} has no equinox translation yet")
     text = code(node)
     if text.startswith(("jax.nn.", "partial(jax.nn.", "jnp.")) and not isinstance(
             node, cst.Call) or text.startswith("partial(jax.nn."):
         return node, Layer("fn")
     return node, Layer("value")
+
+
+def _group_norm(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.GroupNorm(C, num_groups=G, epsilon=e) -> eqx.nn.GroupNorm(G, C, eps=e): channel
+    first, any number of spatial axes."""
+    groups = kw.pop("num_groups", None)
+    if groups is None or len(pos) != 1:
+        raise EquinoxError("GroupNorm without its group and channel counts")
+    out = [("eps", kw.pop("epsilon", cst.Float("1e-05")))]
+    scale, bias = kw.pop("use_scale", None), kw.pop("use_bias", None)
+    if scale is not None or bias is not None:
+        if scale is None or bias is None or code(scale) != code(bias):
+            raise EquinoxError("GroupNorm with a scale but no shift (or the reverse)")
+        out.append(("channelwise_affine", scale))
+    if kw:
+        raise EquinoxError(f"nnx.GroupNorm argument {min(kw)} has no equinox form")
+    return _call("eqx.nn.GroupNorm", [groups, pos[0]], out), Layer("groupnorm")
+
+
+def _conv_transpose(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.ConvTranspose(..., padding=((lo, hi), ...), transpose_kernel=True) ->
+    eqx.nn.ConvTransposeNd with torch's own arguments: equinox's padding and output_padding
+    are torch's (lo = d*(k-1) - p, hi = lo + output_padding in the NNX form)."""
+    size = try_literal(kw.pop("kernel_size", None), None)
+    pads = try_literal(kw.pop("padding", None), None)
+    dil = try_literal(kw.pop("kernel_dilation", None), None) or (1,) * len(size or ())
+    if not isinstance(size, tuple) or not isinstance(pads, tuple) or len(pads) != len(size):
+        raise EquinoxError("a transposed convolution without literal sizes")
+    if try_literal(kw.pop("transpose_kernel", None), None) is not True:
+        raise EquinoxError("a transposed convolution without transpose_kernel=True")
+    padding = tuple(d * (k - 1) - lo for k, d, (lo, _) in zip(size, dil, pads, strict=True))
+    extra = tuple(hi - lo for lo, hi in pads)
+    out = [("kernel_size", cst.parse_expression(repr(size)))]
+    if "strides" in kw:
+        out.append(("stride", kw.pop("strides")))
+    out.append(("padding", cst.parse_expression(repr(padding))))
+    if any(extra):
+        out.append(("output_padding", cst.parse_expression(repr(extra))))
+    if any(d != 1 for d in dil):
+        out.append(("dilation", cst.parse_expression(repr(dil))))
+    if "use_bias" in kw:
+        out.append(("use_bias", kw.pop("use_bias")))
+    if kw:
+        raise EquinoxError(f"nnx.ConvTranspose argument {min(kw)} has no equinox form")
+    return _call(f"eqx.nn.ConvTranspose{len(size)}d", pos, [
+        *out, ("key", cst.Name("__needs_key__"))]), Layer("conv", rank=len(size) + 1)
+
+
+def _attention(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.MultiHeadAttention(num_heads=H, in_features=E, in_kv_features=K, ...) ->
+    eqx.nn.MultiheadAttention(H, E, K, K, use_*_bias=...): equinox's biases are off by
+    default, torch's on; the output size is E, as torch's."""
+    heads, embed = kw.pop("num_heads", None), kw.pop("in_features", None)
+    if heads is None or embed is None or pos:
+        raise EquinoxError("MultiHeadAttention without num_heads and in_features")
+    kdim = kw.pop("in_kv_features", None)
+    bias = kw.pop("use_bias", cst.Name("True"))
+    out = [(f"use_{p}_bias", bias) for p in ("query", "key", "value", "output")]
+    rate = kw.pop("dropout_rate", None)
+    if rate is not None:
+        out.append(("dropout_p", rate))
+    for k, ok in (("decode", False), ("broadcast_dropout", False)):
+        if k in kw and try_literal(kw.pop(k), None) is not ok:
+            raise EquinoxError(f"MultiHeadAttention({k}=...) has no equinox form")
+    if kw:
+        raise EquinoxError(f"nnx.MultiHeadAttention argument {min(kw)} has no equinox form")
+    sizes = [heads, embed, *([kdim, kdim] if kdim is not None else [])]
+    return _call("eqx.nn.MultiheadAttention", sizes, [*out, ("key", cst.Name(
+        "__needs_key__"))]), Layer("mha", keyed=rate is not None)
+
+
+def _rnn(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.RNN(nnx.OptimizedLSTMCell(I, H)) (torch's LSTM, batch_first=True) ->
+    eqx.nn.LSTMCell(I, H), scanned over the sequence by the lstm_scan helper."""
+    if try_literal(kw.pop("time_major", None), False) is not False:
+        raise EquinoxError("LSTM with batch_first=False: its batch is axis 1, and the equinox "
+                           "model is mapped over axis 0 (batch_first=True is translated)")
+    if kw or len(pos) != 1 or not m.matches(pos[0], m.Call(func=m.Attribute(
+            value=m.Name("nnx"), attr=m.Name("OptimizedLSTMCell")))):
+        raise EquinoxError("an nnx.RNN that is not torch's LSTM")
+    new, _ = _lstm_cell(_pos(pos[0]), _kw(pos[0]))
+    return new, Layer("lstm")
+
+
+def _lstm_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.OptimizedLSTMCell(I, H) -> eqx.nn.LSTMCell(I, H): gates in torch's order i, f, g,
+    o; its one bias is torch's b_ih + b_hh."""
+    kw.pop("rngs", None)
+    if kw or len(pos) != 2:
+        raise EquinoxError("an LSTM cell with other arguments than its sizes")
+    return _call("eqx.nn.LSTMCell", pos, [("key", cst.Name("__needs_key__"))]), \
+        Layer("lstmcell")
+
+
+SEQUENCE_LAYERS = {"nnx.MultiHeadAttention": _attention, "nnx.RNN": _rnn,
+                   "nnx.OptimizedLSTMCell": _lstm_cell}
 
 
 # ---------------------------------------------------------------------------- __init__
@@ -246,6 +361,10 @@ class _InitRewriter(cst.CSTTransformer):
         self.local: dict[str, Layer] = {}  # local names bound to layers (lists of layers)
         self.errors: list[str] = []
         self.sites = 0
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        # nnx.RNN(cell): the whole is one equinox layer (or, refused, stays as NNX wrote it)
+        return not m.matches(node.func, m.Attribute(value=m.Name("nnx"), attr=m.Name("RNN")))
 
     def leave_Call(self, original_node, updated_node):
         try:
@@ -407,7 +526,8 @@ def _annotation(value: cst.BaseExpression, lay: Layer, params: dict[str, cst.Par
         return text.split("(")[0], False
     if lay.kind == "value" and isinstance(value, cst.Lambda):
         return "Callable", True
-    if lay.kind in ("linear", "conv", "bn", "layernorm", "embedding", "dropout", "pool"):
+    if lay.kind in ("linear", "conv", "bn", "layernorm", "embedding", "dropout", "pool",
+                    "groupnorm", "mha", "lstm", "lstmcell"):
         if not text.startswith("eqx.nn."):  # built by a helper function
             return lay.cls or "eqx.Module", False
         return text.split("(")[0], False
@@ -711,6 +831,11 @@ class Forward:
 
     def call_layer(self, func: cst.BaseExpression, lay: Layer, node: cst.Call) -> tuple[
             cst.BaseExpression, Info]:
+        if lay.kind == "mha":
+            return self.call_attention(func, lay, node)
+        if lay.kind in ("lstm", "lstmcell"):
+            raise EquinoxError(f"an {'LSTM' if lay.kind == 'lstm' else 'LSTMCell'} call in "
+                               "another form than torch's (output, state) unpacked")
         args = [a for a in node.args]
         if (len(args) != 1 or args[0].keyword or args[0].star) and lay.kind != "module":
             raise EquinoxError(f"a {lay.kind} layer called with several arguments")
@@ -740,6 +865,9 @@ class Forward:
                                    f"per example (it takes {lay.rank}: channels first)")
             self._fix_input_rank(args[0].value, lay.rank)
             return cst.Call(func, new_args), Info(x.batched, lay.rank,
+                                                  channels_last=x.channels_last)
+        if lay.kind == "groupnorm":  # channel first, any number of spatial axes
+            return cst.Call(func, new_args), Info(x.batched, x.rank,
                                                   channels_last=x.channels_last)
         if lay.kind == "bn":
             if not x.batched:
@@ -810,6 +938,123 @@ class Forward:
             return call, out or Info(x.batched)
         raise EquinoxError(f"{code(func)} is not a layer the equinox target translated")
 
+    def sequence_input(self, node: cst.BaseExpression, what: str) -> cst.BaseExpression:
+        """A (L, E) sequence per example: torch's (N, L, E), batch first."""
+        if m.matches(node, m.Call(func=m.Attribute(value=m.Name("jnp"),
+                                                   attr=m.Name("moveaxis")))):
+            raise EquinoxError(f"{what} with batch_first=False: its batch is axis 1, and the "
+                               "equinox model is mapped over axis 0 (batch_first=True is "
+                               "translated)")
+        new, info = self.ev(node)
+        if not info.batched or info.rank not in (None, 2):
+            raise EquinoxError(f"{what} applied to a value that is not a sequence per example")
+        self._fix_input_rank(node, 2)
+        return new
+
+    def call_attention(self, func: cst.BaseExpression, lay: Layer, node: cst.Call) -> tuple[
+            cst.BaseExpression, Info]:
+        """NNX ``attn(q, k, v, mask=M)`` (batch first) -> ``attn(q, k, v, mask=M')`` per
+        example: equinox takes all three, and a (L, S) mask (True = attend, as flax's)."""
+        pos = [a.value for a in node.args if a.keyword is None and not a.star]
+        kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        if len(pos) + len(kw) != len(node.args) or set(kw) - {"mask"} or not 1 <= len(pos) <= 3:
+            raise EquinoxError("MultiheadAttention called with other arguments")
+        qkv = [self.sequence_input(p, "MultiheadAttention") for p in pos]
+        qkv += [qkv[-1]] * (3 - len(qkv))
+        args = [cst.Arg(v) for v in qkv]
+        if "mask" in kw:
+            args.append(_kwarg("mask", self.attention_mask(kw["mask"], qkv[0], qkv[1])))
+        if lay.keyed:
+            args.append(_kwarg("key", self.key()))
+        return _fix_commas(cst.Call(func, args)), Info(True, 2)
+
+    def attention_mask(self, node: cst.BaseExpression, q: cst.BaseExpression,
+                       k: cst.BaseExpression) -> cst.BaseExpression:
+        """The NNX pass's mask (``~attn_mask``, ``~key_padding_mask[..., None, None, :]``,
+        both joined by ``jnp.logical_and``) for one example: torch's (L, S) attn_mask is
+        shared by the examples, a key padding mask is the example's (S,) row, broadcast."""
+        parts = list(node.args) if m.matches(node, m.Call(func=m.Attribute(
+            value=m.Name("jnp"), attr=m.Name("logical_and")))) else [cst.Arg(node)]
+        out, padded = [], False
+        for part in (a.value for a in parts):
+            if m.matches(part, m.UnaryOperation(operator=m.BitInvert(), expression=m.IfExp())):
+                value, info = self.ev(part.expression.orelse)
+                if info.batched or info.rank == 3:
+                    raise EquinoxError("a (N * num_heads, L, S) attn_mask: the batch is merged "
+                                       "with the heads (a (L, S) mask is translated)")
+                out.append(expr("~{m}", m=value))
+            elif m.matches(part, m.UnaryOperation(operator=m.BitInvert(), expression=m.Subscript(
+                    slice=[m.SubscriptElement(m.Index(m.Ellipsis())), m.ZeroOrMore()]))):
+                value, info = self.ev(part.expression.value)
+                if not info.batched:
+                    raise EquinoxError("a key_padding_mask that is not per example")
+                out.append(expr("~{m}", m=value))
+                padded = True
+            else:
+                raise EquinoxError("a MultiheadAttention mask in an unknown form")
+        mask = out[0] if len(out) == 1 else expr("jnp.logical_and({a}, {b})", a=out[0],
+                                                 b=out[1])
+        if not padded:
+            return mask
+        if not (is_simple(q) and is_simple(k)):
+            raise EquinoxError("a key_padding_mask with a compound query or key (assign them "
+                               "to names first)")
+        return expr("jnp.broadcast_to({m}, ({q}.shape[0], {k}.shape[0]))", m=mask, q=q, k=k)
+
+    def lstm(self, node: cst.BaseExpression) -> tuple[cst.BaseExpression, Info] | None:
+        """NNX's LSTM call forms -> ``lstm_scan(self.lstm, x)``, torch's ``(output, (h_n,
+        c_n))`` for one example: ``(rnn(x), None)`` (the output alone used) and
+        ``(lambda carry, out: ...)(*rnn(x, return_carry=True))``. None: not an LSTM call."""
+        if m.matches(node, m.Tuple(elements=[m.Element(m.Call()), m.Element(m.Name("None"))])):
+            call = node.elements[0].value
+        elif m.matches(node, m.Call(func=m.Lambda(), args=[m.Arg(star="*", value=m.Call())])):
+            call = node.args[0].value
+        else:
+            return None
+        func, lay = self.resolve(call.func)
+        if lay is None or lay.kind != "lstm":
+            return None
+        kw = {a.keyword.value for a in call.args if a.keyword is not None}
+        if kw - {"return_carry"} or len(call.args) != 1 + len(kw):
+            raise EquinoxError("an LSTM called with (h_0, c_0): torch's are (num_layers, N, H), "
+                               "the batch on axis 1 (the zero state is translated)")
+        x = self.sequence_input(call.args[0].value, "LSTM")
+        state = Info(True, 2, kind="layers_first")
+        # the whole torch structure, whichever parts the NNX form kept
+        return expr("lstm_scan({f}, {x})", f=func, x=x), Info(
+            True, kind="tuple", elements=(Info(True, 2), Info(True, kind="tuple",
+                                                              elements=(state, state))))
+
+    def lstm_cell(self, node: cst.Subscript) -> tuple[cst.BaseExpression, Info] | None:
+        """NNX's ``cell((c, h), x)[0][::-1]`` -> equinox's ``cell(x, (h, c))``, torch's
+        ``(h', c')``; without torch's hx, zeros of one example's hidden size."""
+        if not m.matches(node, m.Subscript(
+                value=m.Subscript(value=m.Call(args=[m.Arg(m.Tuple()), m.Arg()]),
+                                  slice=[m.SubscriptElement(m.Index(m.Integer("0")))]),
+                slice=[m.SubscriptElement(m.Slice(lower=None, upper=None))])):
+            return None
+        call = node.value.value
+        func, lay = self.resolve(call.func)
+        if lay is None or lay.kind != "lstmcell":
+            return None
+        x, info = self.ev(call.args[1].value)
+        if not info.batched or info.rank not in (None, 1):
+            raise EquinoxError("an LSTMCell applied to a value that is not a vector per example")
+        self._fix_input_rank(call.args[1].value, 1)
+        c, h = (e.value for e in call.args[0].value.elements)
+        if code(c) == code(h) and code(c).startswith("jnp.zeros((*"):
+            zero = expr("jnp.zeros({f}.hidden_size, {x}.dtype)", f=func, x=x)
+            state = [zero, zero]
+        else:
+            state = []
+            for v in (h, c):
+                new, i = self.ev(v)
+                if not i.batched or i.rank not in (None, 1):
+                    raise EquinoxError("an LSTMCell state that is not a vector per example")
+                state.append(new)
+        return expr("{f}({x}, ({h}, {c}))", f=func, x=x, h=state[0], c=state[1]), Info(
+            True, kind="tuple", elements=(Info(True, 1), Info(True, 1)))
+
     def call_lambda(self, attr: str, lam: cst.Lambda, infos: list[Info]) -> Info:
         """``self.pool = lambda x: jnp.mean(x, axis=(2, 3), keepdims=True)``: its body is
         translated for the values it is called with (one translation for all calls)."""
@@ -840,7 +1085,16 @@ class Forward:
     # --- expressions
     def ev(self, node: cst.BaseExpression) -> tuple[cst.BaseExpression, Info]:
         if isinstance(node, cst.Name):
-            return node, self.env.get(node.value, Info())
+            info = self.env.get(node.value, Info())
+            if info.kind == "layers_first":
+                raise EquinoxError(f"torch's LSTM state {node.value} is (num_layers, N, H), the "
+                                   f"batch on axis 1: only its layers ({node.value}[-1]) are "
+                                   "translated")
+            return node, info
+        translated = self.lstm(node) if isinstance(node, (cst.Tuple, cst.Call)) else \
+            self.lstm_cell(node) if isinstance(node, cst.Subscript) else None
+        if translated is not None:
+            return translated
         if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString)):
             return node, Info(rank=0)
         if isinstance(node, cst.Attribute):
@@ -848,6 +1102,9 @@ class Forward:
                 inner, info = self.ev(node.value)
                 return node.with_changes(value=inner), Info(kind="shape", batched=info.batched,
                                                             rank=info.rank)
+            weight = self.weight_read(node)
+            if weight is not None:
+                return weight, Info()
             if node.attr.value == "T":
                 inner, info = self.ev(node.value)
                 if info.batched:
@@ -888,20 +1145,38 @@ class Forward:
         if isinstance(node, cst.Call):
             return self.call(node)
         if isinstance(node, (cst.Tuple, cst.List)):
-            elts, any_batched = [], False
+            elts, infos = [], []
             for e in node.elements:
                 if isinstance(e, cst.StarredElement):
                     raise EquinoxError("a starred element in a forward pass")
                 v, info = self.ev(e.value)
-                any_batched |= info.batched
+                infos.append(info)
                 elts.append(e.with_changes(value=v))
             # batched values together (outputs, operands of concatenate/stack)
-            return node.with_changes(elements=elts), Info(any_batched, kind="tuple")
+            return node.with_changes(elements=elts), Info(any(i.batched for i in infos),
+                                                          kind="tuple", elements=tuple(infos))
         # anything else: fine when nothing in it is batched
         for n in m.findall(node, m.Name()):
             if self.env.get(n.value, Info()).batched:
                 raise EquinoxError(f"{type(node).__name__} over a batched value")
         return node, Info()
+
+    def weight_read(self, node: cst.Attribute) -> cst.BaseExpression | None:
+        """A layer's weight read in forward code: NNX's ``fc.kernel`` is torch's weight
+        transposed (``fc.kernel.T`` torch's weight), an ``nnx.Embed``'s ``embedding`` torch's
+        weight. equinox keeps torch's layout: ``fc.weight.T`` / ``fc.weight``."""
+        transposed = node.attr.value == "T"
+        read = node.value if transposed else node
+        if not isinstance(read, cst.Attribute) or read.attr.value not in ("kernel", "embedding"):
+            return None
+        base, lay = self.resolve(read.value)
+        kinds = {"kernel": "linear", "embedding": "embedding"}
+        if lay is None or lay.kind != kinds[read.attr.value]:
+            return None
+        weight = cst.Attribute(base, cst.Name("weight"))
+        if lay.kind == "embedding":
+            return cst.Attribute(weight, cst.Name("T")) if transposed else weight
+        return weight if transposed else cst.Attribute(weight, cst.Name("T"))
 
     def broadcast(self, left, li: Info, right, ri: Info, matmul: bool):
         if li.merged or ri.merged or li.kind.startswith("batch_") and li.kind != "batch_size" \
@@ -938,7 +1213,17 @@ class Forward:
         return left, right, Info(True, rank)
 
     def subscript(self, node: cst.Subscript) -> tuple[cst.BaseExpression, Info]:
+        if isinstance(node.value, cst.Name) and self.env.get(
+                node.value.value, Info()).kind == "layers_first" and len(node.slice) == 1 and \
+                isinstance(try_literal(node.slice[0].slice.value, None) if isinstance(
+                    node.slice[0].slice, cst.Index) else None, int):
+            return node, Info(True, 1)  # h_n[-1]: one layer, (N, H) in torch
         value, info = self.ev(node.value)
+        index = try_literal(node.slice[0].slice.value, None) if len(node.slice) == 1 and \
+            isinstance(node.slice[0].slice, cst.Index) else None
+        if info.elements and isinstance(index, int) and -len(info.elements) <= index < len(
+                info.elements):  # an element of a layer's outputs: (out, weights)[0]
+            return node.with_changes(value=value), info.elements[index]
         if info.kind == "shape":
             (el,) = node.slice
             i = int_value(el.slice.value) if isinstance(el.slice, cst.Index) else None
@@ -1034,6 +1319,11 @@ class Forward:
                 return args[0][1], replace(x, channels_last=True)
             if (src, dst) == (-1, 1) and x.channels_last:
                 return args[0][1], replace(x, channels_last=False)
+        if name in TRAILING_AXES_HELPERS and args and args[0][2].batched and not any(
+                i.batched for _, _, i in args[1:]):
+            # helpers over the last axes (adaptive pooling): the same call per example
+            return node.with_changes(args=[a.with_changes(value=v) for a, v, _ in args]), \
+                replace(args[0][2])
         short = name.split(".")[-1]
         elementwise = (name.startswith("jax.nn.") and short not in AXIS_REDUCTIONS) or (
             name.startswith("jnp.") and short in ELEMENTWISE_JNP)
@@ -1235,9 +1525,9 @@ class Forward:
         value, info = self.ev(small.value)
         if isinstance(target, cst.Tuple):
             names = [e.value for e in target.elements]
-            if not all(isinstance(n, cst.Name) for n in names):
-                raise EquinoxError("unpacking into something other than names")
             if info.kind == "shape":
+                if not all(isinstance(n, cst.Name) for n in names):
+                    raise EquinoxError("unpacking a shape into something other than names")
                 infos = [Info(rank=0) for _ in names]
                 if info.batched:
                     infos[0] = Info(kind="batch_size")
@@ -1265,8 +1555,7 @@ class Forward:
                 for n, i in zip(names, infos, strict=True):
                     self.env[n.value] = i
                 return self._flush(s.with_changes(body=[small.with_changes(value=value)]))
-            for n in names:  # q, k, v = split(...)
-                self.env[n.value] = replace(info, kind="value")
+            self.unpack(target, info)
             return self._flush(s.with_changes(body=[small.with_changes(value=value)]))
         if not isinstance(target, cst.Name):
             raise EquinoxError("assigning to something other than a name")
@@ -1285,6 +1574,20 @@ class Forward:
                 return [_rename_stmt(h, {tmp: target.value}),
                         _rename_stmt(s.with_changes(body=[new]), {tmp: target.value})]
         return self._flush(s.with_changes(body=[new]))
+
+    def unpack(self, target: cst.Tuple, info: Info) -> None:
+        """``a, (b, c) = value``: each name gets its element's info when the tuple's elements
+        are known (a layer's outputs), else the tuple's (``q, k, v = split(...)``)."""
+        names = [e.value for e in target.elements]
+        known = len(info.elements) == len(names)
+        for i, n in enumerate(names):
+            part = info.elements[i] if known else replace(info, kind="value", elements=())
+            if isinstance(n, cst.Tuple):
+                self.unpack(n, part)
+            elif isinstance(n, cst.Name):
+                self.env[n.value] = part
+            else:
+                raise EquinoxError("unpacking into something other than names")
 
     def _set_rank(self, shape_expr: cst.BaseExpression, rank: int) -> None:
         if isinstance(shape_expr, cst.Attribute) and isinstance(shape_expr.value, cst.Name):
@@ -1632,7 +1935,7 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
             f.analyse(name, [Info(True, is_input=True) for _ in _call_params(c.node)])
     body = []
     needs_callable = needs_any = False
-    frozen = _freezable_dataclasses(module) if _stores_objects(f) else set()
+    frozen = freezable_dataclasses(module) if _stores_objects(f) else set()
     torch_defs = {s.name.value: s for s in torch_module.body
                   if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
     # training code (optimizer, train and eval steps, loops): equinox_training.py
@@ -1654,7 +1957,7 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
             needs_any |= any_
             body.append(new)
         elif isinstance(s, cst.ClassDef) and s.name.value in frozen:
-            body.append(_freeze(s))
+            body.append(freeze_dataclass(s))
         elif isinstance(s, cst.FunctionDef) and s.name.value in f.builders:
             body.append(f.builders[s.name.value][0])
         elif id(s) in translated:
@@ -1679,7 +1982,7 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
     guard = _NoNnx()
     body = [s if _is_import(s) else s.visit(guard) for s in body]
     needs_any |= guard.any
-    module, _ = add_helpers(module.with_changes(body=body), "equinox")
+    module, _ = add_helpers(module.with_changes(body=body), "equinox")  # lstm_scan, BatchNorm
     module = _imports(module, needs_callable, needs_any)
     text = module.code
     todos = [(i + 1, line.split("TODO(torch2jax): ", 1)[1])
@@ -1716,24 +2019,6 @@ def _stores_objects(f: EquinoxFile) -> bool:
                                                        Layer("value")).kind == "value":
                 return True
     return False
-
-
-def _freezable_dataclasses(module: cst.Module) -> set[str]:
-    """``@dataclass`` classes of the file that nothing assigns attributes on (outside
-    ``self``): a module stores such a config object as a static part of its pytree, which
-    ``eqx.filter_jit`` hashes, so the dataclass is made ``frozen=True`` (hashable)."""
-    mutated = any(not m.matches(t.target.value, m.Name("self"))
-                  for t in m.findall(module, m.AssignTarget(target=m.Attribute())))
-    if mutated:
-        return set()
-    return {c.name.value for c in module.body if isinstance(c, cst.ClassDef) and any(
-        m.matches(d.decorator, m.Name("dataclass")) for d in c.decorators)}
-
-
-def _freeze(cls: cst.ClassDef) -> cst.ClassDef:
-    decorators = [d.with_changes(decorator=cst.parse_expression("dataclass(frozen=True)"))
-                  if m.matches(d.decorator, m.Name("dataclass")) else d for d in cls.decorators]
-    return cls.with_changes(decorators=decorators)
 
 
 def _is_import(s: cst.BaseStatement) -> bool:
@@ -1837,8 +2122,9 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
     at = _after_docstring(body)
     if fields:
         first = body[at] if at < len(body) else None
-        if first is not None:
-            body[at] = first.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        if first is not None:  # (its TODO comments kept)
+            body[at] = first.with_changes(leading_lines=[cst.EmptyLine(indent=False), *(
+                line for line in first.leading_lines if line.comment is not None)])
         body = [*body[:at], *fields, *body[at:]]
     bases = [b.with_changes(value=cst.parse_expression("eqx.Module"))
              if code(b.value) == "nnx.Module" else b for b in cls.bases]
@@ -1852,6 +2138,8 @@ def _imports(module: cst.Module, needs_callable: bool, needs_any: bool) -> cst.M
     uses_partial = "partial(" in text.replace("from functools import partial", "")
     uses_jnp = "jnp." in text
     uses_jax = "jax." in text.replace("import jax.numpy", "")
+    # (the NNX pass's LayerDict helper, dropped here, was what used Any)
+    uses_any = needs_any or re.search(r"\bAny\b", text.replace("from typing import Any", ""))
     added = False
     for s in module.body:
         line = code(s).strip() if isinstance(s, cst.SimpleStatementLine) else ""
@@ -1864,6 +2152,8 @@ def _imports(module: cst.Module, needs_callable: bool, needs_any: bool) -> cst.M
             continue
         if line == "import jax.numpy as jnp" and not uses_jnp:
             continue
+        if line == "from typing import Any" and not uses_any:
+            continue
         if line == "import jax" and not uses_jax:
             continue
         if line == "import jax" and not added:
@@ -1873,13 +2163,12 @@ def _imports(module: cst.Module, needs_callable: bool, needs_any: bool) -> cst.M
     extra = []
     if needs_callable:
         extra.append("from collections.abc import Callable")
-    if needs_any:
+    if needs_any and "from typing import Any" not in text:
         extra.append("from typing import Any")
-    have = {code(s).strip() for s in body if isinstance(s, cst.SimpleStatementLine)}
-    if uses_jax and "import jax" not in have:
-        extra.append("import jax")
-    if uses_jnp and "import jax.numpy as jnp" not in have:
-        extra.append("import jax.numpy as jnp")
+    for used, line in ((uses_jax, "import jax"), (uses_jnp, "import jax.numpy as jnp")):
+        if used and not any(code(s).strip() == line for s in body
+                            if isinstance(s, cst.SimpleStatementLine)):
+            extra.append(line)
     if extra or not added:
         at = 0
         for i, s in enumerate(body):

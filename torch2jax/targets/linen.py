@@ -19,13 +19,25 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.passes.common import Untranslatable, arg, call, code, expr, try_literal
+from torch2jax.passes.common import (
+    Untranslatable,
+    arg,
+    call,
+    code,
+    expr,
+    freezable_dataclasses,
+    freeze_dataclass,
+    try_literal,
+)
 
 TRAIN = "train"
 
 
 # NNX layer classes and their linen counterparts (for annotations and isinstance checks)
 CLASSES = {"nnx.Linear": "nn.Dense", "nnx.Conv": "nn.Conv", "nnx.BatchNorm": "nn.BatchNorm",
+           "nnx.ConvTranspose": "nn.ConvTranspose",
+           "nnx.MultiHeadAttention": "nn.MultiHeadDotProductAttention",
+           "nnx.OptimizedLSTMCell": "nn.OptimizedLSTMCell", "nnx.RNN": "nn.RNN",
            "nnx.LayerNorm": "nn.LayerNorm", "nnx.GroupNorm": "nn.GroupNorm",
            "nnx.Embed": "nn.Embed", "nnx.Dropout": "nn.Dropout",
            "nnx.Sequential": "nn.Sequential", "nnx.Module": "nn.Module"}
@@ -78,6 +90,25 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
         return _rebuild("nn.GroupNorm", [], kw)
     if name == "nnx.Embed":
         return _rebuild("nn.Embed", pos, kw)
+    if name == "nnx.ConvTranspose":
+        # the same padding and kernel layout as NNX's (transpose_kernel=True)
+        out = pos[1] if len(pos) > 1 else kw.pop("out_features")
+        kw.pop("in_features", None)
+        return _rebuild("nn.ConvTranspose", [out], kw)
+    if name == "nnx.MultiHeadAttention":
+        # linen infers the input sizes; dropout of the attention weights off in eval mode
+        for k in ("in_features", "in_kv_features", "decode"):
+            kw.pop(k, None)
+        if "dropout_rate" in kw:
+            kw["deterministic"] = expr(f"not {train}")
+        return _rebuild("nn.MultiHeadDotProductAttention", pos, kw)
+    if name == "nnx.OptimizedLSTMCell":
+        # nn.OptimizedLSTMCell(H): one kernel per gate (ii, if, ig, io, hi, ...), not fused
+        if len(pos) != 2:
+            raise Untranslatable("an LSTM cell without its two sizes")
+        return _rebuild("nn.OptimizedLSTMCell", [pos[1]], kw)
+    if name == "nnx.RNN":
+        return _rebuild("nn.RNN", [layer(p, train) for p in pos], kw)
     if name == "nnx.Dropout":
         rate = pos[0] if pos else kw.pop("rate")
         return _rebuild("nn.Dropout", [rate], {**kw, "deterministic": expr(f"not {train}")})
@@ -103,6 +134,45 @@ def pooling(node: cst.BaseExpression) -> cst.BaseExpression:
         return cst.parse_expression(text.replace("nnx.max_pool", "nn.max_pool").replace(
             "nnx.avg_pool", "nn.avg_pool"))
     return node
+
+
+def readable_dense(cls: cst.ClassDef, in_features: dict[str, cst.BaseExpression]
+                   ) -> cst.ClassDef:
+    """``nn.Dense`` makes its kernel when it is first called, so forward code cannot read it
+    (torch's ``F.linear(x, self.fc.weight)``; NNX: ``self.fc.kernel``). A Linear whose kernel
+    is read becomes ``ReadableDense(in_features, features)`` (a helper that makes its kernel
+    and bias in ``setup()``, under the same names). ``in_features``: self.x -> torch's input
+    size, for the class's Linear attributes."""
+    read = {a.value.attr.value for s in cls.body.body if isinstance(s, cst.FunctionDef)
+            and s.name.value != "__init__" for a in m.findall(s, m.Attribute(
+                value=m.Attribute(value=m.Name("self")), attr=m.Name("kernel")))}
+    wanted = read & set(in_features)
+    if not wanted:
+        return cls
+
+    class _Swap(cst.CSTTransformer):
+        def leave_Assign(self, original_node, updated_node):
+            target, value = updated_node.targets[0].target, updated_node.value
+            if m.matches(target, m.Attribute(value=m.Name("self"))) and \
+                    target.attr.value in wanted and m.matches(value, m.Call(
+                        func=m.Attribute(value=m.Name("nn"), attr=m.Name("Dense")))):
+                return updated_node.with_changes(value=call(
+                    "ReadableDense", arg(in_features[target.attr.value]), *value.args))
+            return updated_node
+
+    return cls.visit(_Swap())
+
+
+def freeze_configs(module: cst.Module) -> cst.Module:
+    """A linen module is hashed when it is a static argument of ``jax.jit`` (``eval_step``,
+    ``TrainState.apply_fn``): a config object among its fields must be hashable, so the file's
+    dataclasses that nothing mutates become ``@dataclass(frozen=True)``."""
+    if not any(isinstance(c, cst.ClassDef) and any(code(b.value) == "nn.Module" for b in c.bases)
+               for c in module.body):
+        return module
+    frozen = freezable_dataclasses(module)
+    return module.with_changes(body=[freeze_dataclass(s) if isinstance(s, cst.ClassDef)
+                                     and s.name.value in frozen else s for s in module.body])
 
 
 # ---------------------------------------------------------------------------- classes
@@ -153,6 +223,11 @@ class _RenameAttrs(cst.CSTTransformer):
 
 
 def _field(param: cst.Param) -> cst.SimpleStatementLine:
+    value = try_literal(param.default, None) if param.default is not None else None
+    if isinstance(value, list) and param.annotation is None:
+        # a list default: not allowed on a dataclass field, and a module must be hashable
+        # (jit with the module static): the same values as a tuple
+        param = param.with_changes(default=cst.parse_expression(repr(tuple(value))))
     if param.annotation is not None:
         ann = code(param.annotation.annotation)
     else:

@@ -24,16 +24,35 @@ from typing import Any
 
 import numpy as np
 
-from torch2jax.weights import ParamMapping, WeightTransferError, _storage_key, _to_numpy
+from torch2jax.weights import (
+    ParamMapping,
+    WeightTransferError,
+    _storage_key,
+    _to_numpy,
+    apply_layout,
+    invert_layout,
+    join_parts,
+)
 
 Step = tuple[str, Any]  # ("attr", name) | ("index", i) | ("key", k)
 _MAKE = "__torch2jax_make_with_state__"
 _KEY = "__torch2jax_key__"
 
 
+@dataclass(frozen=True)
+class Part:
+    """Where a torch tensor (or a piece of it) lives in the equinox model: the array at
+    ``path`` is ``apply_layout(tensor, layout)`` (``layout`` may name a chunk, ``as_is[1/3]``);
+    ``summed``: it is the sum of several torch tensors (an LSTM's two biases)."""
+
+    path: tuple[Step, ...]
+    layout: str = "as_is"
+    summed: bool = False
+
+
 @dataclass
 class EquinoxPlan:
-    params: list[tuple[str, tuple[Step, ...]]] = field(default_factory=list)  # torch -> path
+    params: list[tuple[str, tuple[Part, ...]]] = field(default_factory=list)  # torch -> parts
     stats: dict[tuple[Step, ...], dict[str, str]] = field(default_factory=dict)  # bn -> mean/var
     tied: dict[str, str] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
@@ -57,7 +76,40 @@ def _step(obj: Any, torch_parent: Any, component: str) -> Step:
         return ("index", int(component))
     if isinstance(torch_parent, torch.nn.ModuleDict):
         return ("key", component)
-    return ("attr", component)
+    return ("attr", SUBMODULES.get(type(obj).__name__, {}).get(component, component))
+
+
+def torch_value(tree: Any, parts: tuple[Part, ...]) -> np.ndarray:
+    """The torch-layout array that ``parts`` of ``tree`` (the model, or its gradients) hold;
+    a summed part gives the sum (for gradients: each summand's gradient)."""
+    chunks = [invert_layout(np.asarray(walk(tree, p.path)), p.layout) for p in parts]
+    return chunks[0] if len(chunks) == 1 else join_parts(chunks)
+
+
+# equinox layers that store torch's tensors under other names or layouts:
+# class name -> {torch name: (equinox path, layout, summed)}; split tensors list their chunks
+_MHA = {**{f"in_proj_{w}": [((f"{p}_proj", w), f"as_is[{i}/3]", False)
+                            for i, p in enumerate(("query", "key", "value"))]
+           for w in ("weight", "bias")},
+        **{f"{p[0]}_proj_weight": [((f"{p}_proj", "weight"), "as_is", False)]
+           for p in ("query", "key", "value")}}
+_LSTM = {f"{w}{suffix}": [((to,), "as_is", to == "bias")]
+         for suffix in ("", "_l0")
+         for w, to in (("weight_ih", "weight_ih"), ("weight_hh", "weight_hh"),
+                       ("bias_ih", "bias"), ("bias_hh", "bias"))}
+RENAMED = {"MultiheadAttention": _MHA, "LSTMCell": _LSTM,
+           "ConvTranspose": {"weight": [(("weight",), "flip_swap", False)]}}
+SUBMODULES = {"MultiheadAttention": {"out_proj": "output_proj"}}
+
+
+def _leaf_parts(obj: Any, path: tuple[Step, ...], leaf: str) -> tuple[Part, ...] | None:
+    for cls in type(obj).__mro__:
+        table = RENAMED.get(cls.__name__) if cls.__module__.startswith("equinox") else None
+        if table is not None and leaf in table:
+            return tuple(Part((*path, *(("attr", a) for a in attrs)), layout, summed)
+                         for attrs, layout, summed in table[leaf])
+    target = getattr(obj, leaf, None)
+    return (Part((*path, ("attr", leaf))),) if hasattr(target, "shape") else None
 
 
 def _expand(step: Step) -> tuple[Step, ...]:
@@ -112,20 +164,21 @@ def plan_equinox(torch_model: Any, model: Any) -> EquinoxPlan:
             else:
                 plan.stats.setdefault(path, {})["mean" if leaf == "running_mean" else "var"] = key
             continue
-        target = getattr(obj, leaf, None)
-        if target is None or not hasattr(target, "shape"):
+        parts = _leaf_parts(obj, path, leaf)
+        if parts is None:
             if storage is not None and storage in carriers:
                 plan.tied[key] = carriers[storage]
             else:
                 problems.append(f"{key}: the equinox model has no array {'.'.join(parents + [leaf])}")
             continue
-        if int(np.prod(target.shape)) != tensor.numel():
+        sizes = [int(np.prod(walk(model, p.path).shape)) for p in parts]
+        if sum(sizes) != tensor.numel():
             problems.append(f"{key} {tuple(tensor.shape)} does not fit "
-                            f"{'.'.join(parents + [leaf])} {tuple(target.shape)}")
+                            f"{'.'.join(parents + [leaf])} ({sum(sizes)} values)")
             continue
         if storage is not None:
             carriers.setdefault(storage, key)
-        plan.params.append((key, (*path, ("attr", leaf))))
+        plan.params.append((key, parts))
     if problems:
         raise WeightTransferError(problems)
     return plan
@@ -138,11 +191,16 @@ def transfer_to_equinox(torch_model: Any, model: Any, state: Any) -> tuple[Any, 
 
     plan = plan_equinox(torch_model, model)
     sd = torch_model.state_dict()
-    paths = [p for _, p in plan.params]
+    arrays: dict[tuple[Step, ...], np.ndarray] = {}
+    for key, parts in plan.params:
+        for p in parts:
+            value = apply_layout(_to_numpy(sd[key]), p.layout)
+            arrays[p.path] = arrays[p.path] + value if p.summed and p.path in arrays else value
+    paths = list(arrays)
     values = []
-    for key, path in plan.params:
+    for path in paths:
         leaf = walk(model, path)
-        values.append(jnp.asarray(_to_numpy(sd[key]).reshape(leaf.shape), dtype=leaf.dtype))
+        values.append(jnp.asarray(arrays[path].reshape(leaf.shape), dtype=leaf.dtype))
     if paths:
         model = eqx.tree_at(lambda mdl: [walk(mdl, p) for p in paths], model, replace=values)
     for path, names in plan.stats.items():
@@ -265,12 +323,15 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
     by_name = dict(plan.params)
     for tname in params:
         carrier = plan.tied.get(tname, tname)
-        path = by_name.get(carrier)
-        if path is None:
+        parts = by_name.get(carrier)
+        if parts is None:
             continue
-        g = walk(grads, path)
-        jg[path] = np.zeros(walk(model, path).shape, np.float32) if g is None else np.asarray(g)
-        mapping[tname] = [ParamMapping(tname, "mapped", path, "as_is", None)]
+        mapping[tname] = []
+        for p in parts:
+            g = walk(grads, p.path)
+            jg[p.path] = np.zeros(walk(model, p.path).shape, np.float32) if g is None \
+                else np.asarray(g)
+            mapping[tname].append(ParamMapping(tname, "mapped", p.path, p.layout, None))
     g = vr._compare_grads(jg, tg, mapping, r)
     r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
     r.passed = r.passed and g.ok
@@ -410,10 +471,13 @@ def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | Non
     r.loss_max_rel_diff = max(rels, default=0.0)
     names = {n for n, p in tm.named_parameters() if p.requires_grad}
     p_abs, p_rel, worst = 0.0, 0.0, None
-    for key, path in plan.params:
+    for key, parts in plan.params:
         if key not in names:
             continue
-        got = np.asarray(walk(model, path))
+        if any(p.summed for p in parts):
+            raise vr.VerifyError(f"{key} is summed with another torch tensor in the equinox "
+                                 "model: torch trains the two apart")
+        got = torch_value(model, parts)
         ref = tm.state_dict()[key].detach().cpu().float().numpy().reshape(got.shape)
         d = vr.compare_arrays(got, ref, r.atol, rtol)
         r.compared.append(f"param {key} after {train.steps} steps")

@@ -10,7 +10,7 @@ Buffers that setup() recomputes as constants (a causal mask) are not variables i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,8 +32,26 @@ TRAIN_FIELD = "train"  # the train/eval field of converted modules (docs/linen-o
 
 @dataclass
 class LinenPlan:
-    mappings: list[ParamMapping]  # nnx_path holds (collection, *path)
+    mappings: list[ParamMapping]  # nnx_path holds (collection, *path); a split entry has several
     constants: list[str]  # torch buffers recomputed by setup()
+    summed: set[tuple] = field(default_factory=set)  # paths holding a sum of torch tensors
+
+
+# NNX fused kernels that linen keeps per gate: nnx.OptimizedLSTMCell's dense_i / dense_h are
+# linen's ii, if, ig, io / hi, hf, hg, ho (torch's gate order, i f g o)
+PER_GATE = {"dense_i": "i", "dense_h": "h"}
+GATES = "ifgo"
+
+
+def _linen_parts(components: list[str], layout: str) -> list[tuple[list[str], str]]:
+    """A rule's NNX destination -> linen's, one per part (several for a per-gate kernel)."""
+    for i, c in enumerate(components):
+        if c in PER_GATE:
+            if "[" in layout:
+                raise ValueError(f"{layout}: a part of a per-gate kernel")
+            return [([*components[:i], PER_GATE[c] + g, *components[i + 1:]],
+                     f"{layout}[{k}/{len(GATES)}]") for k, g in enumerate(GATES)]
+    return [(components, layout)]
 
 
 def _linen_path(components: list[str], modules: dict[str, Any]) -> list[str]:
@@ -70,43 +88,53 @@ def plan_linen(torch_model: Any, variables: dict, rules: RuleSet | None = None) 
     constants: list[str] = []
     problems: list[str] = []
     carriers: dict[tuple, str] = {}
+    summed: set[tuple] = set()
     for key, tensor in state.items():
-        found = _target_of(key, modules, table)
-        if isinstance(found, tuple):
-            components, layout, rule = found
-        elif len(found) == 1:
-            components, layout, rule = found[0].components, found[0].layout, found[0].rule
-        else:
-            problems.append(f"{key}: split across several linen parameters (not supported)")
-            continue
         shape = tuple(tensor.shape)
-        if components is None:
+        storage = _storage_key(tensor)
+        found = _target_of(key, modules, table)
+        layout, rule = found[0].layout, found[0].rule
+        if found[0].components is None:
             mappings.append(ParamMapping(key, "dropped", None, layout, rule, torch_shape=shape))
             continue
-        path = _linen_path(components, modules)
-        collection = "batch_stats" if rule is not None and path[-1] in STATS else "params"
-        leaf = _lookup(variables.get(collection, {}), path)
-        storage = _storage_key(tensor)
-        if leaf is None:
+        new, missing = _destinations(key, shape, found, variables, modules)
+        if missing is not None:
             if storage in carriers:  # a tied weight: the other name carries it
                 mappings.append(ParamMapping(key, "tied", None, layout, rule,
                                              tied_to=carriers[storage], torch_shape=shape))
             elif key in buffers and rule is None:
                 constants.append(key)
             else:
-                problems.append(f"{key}: linen has no {collection}/{'/'.join(path)}")
+                problems.append(f"{key}: linen has no {missing}")
             continue
-        target_shape = tuple(np.shape(leaf))
-        if int(np.prod(shape)) != int(np.prod(target_shape)):
-            problems.append(f"{key} {shape} does not fit {collection}/{'/'.join(path)} "
-                            f"{target_shape}")
+        if sum(int(np.prod(mp.nnx_shape)) for mp in new) != int(np.prod(shape)):
+            problems.append(f"{key} {shape} does not fit "
+                            + ", ".join("/".join(map(str, mp.nnx_path)) for mp in new))
             continue
         carriers.setdefault(storage, key)
-        mappings.append(ParamMapping(key, "mapped", (collection, *path), layout, rule,
-                                     torch_shape=shape, nnx_shape=target_shape))
+        mappings += new
+        if any(t.sum for t in found):
+            summed |= {mp.nnx_path for mp in new}
     if problems:
         raise WeightTransferError(problems)
-    return LinenPlan(mappings, constants)
+    return LinenPlan(mappings, constants, summed)
+
+
+def _destinations(key: str, shape: tuple, found: list, variables: dict, modules: dict
+                  ) -> tuple[list[ParamMapping], str | None]:
+    """The linen variables one torch entry goes to (one per part), or the first missing one."""
+    out = []
+    for target in found:
+        for comps, layout in _linen_parts(target.components, target.layout):
+            path = _linen_path(comps, modules)
+            collection = "batch_stats" if target.rule is not None and path[-1] in STATS \
+                else "params"
+            leaf = _lookup(variables.get(collection, {}), path)
+            if leaf is None:
+                return [], f"{collection}/{'/'.join(path)}"
+            out.append(ParamMapping(key, "mapped", (collection, *path), layout, target.rule,
+                                    torch_shape=shape, nnx_shape=tuple(np.shape(leaf))))
+    return out, None
 
 
 def transfer_to_linen(torch_model: Any, variables: dict, rules: RuleSet | None = None
@@ -117,6 +145,7 @@ def transfer_to_linen(torch_model: Any, variables: dict, rules: RuleSet | None =
     plan = plan_linen(torch_model, variables, rules)
     state = torch_model.state_dict()
     out = _thaw(variables)  # new dicts over the same arrays: the caller's tree is kept
+    filled: set[tuple] = set()
     for mp in plan.mappings:
         if mp.status != "mapped":
             continue
@@ -125,6 +154,9 @@ def transfer_to_linen(torch_model: Any, variables: dict, rules: RuleSet | None =
         node = out
         for p in parents:
             node = node[p]
+        if mp.nnx_path in plan.summed and mp.nnx_path in filled:  # b_ih + b_hh
+            value = value + np.asarray(node[leaf])
+        filled.add(mp.nnx_path)
         node[leaf] = jnp.asarray(value, dtype=node[leaf].dtype)
     return out, plan
 
@@ -135,19 +167,23 @@ def _thaw(tree: Any) -> Any:
     return tree
 
 
-def gradient_map_linen(torch_model: Any, plan: LinenPlan) -> dict[str, ParamMapping]:
-    by_key = {m.torch_name: m for m in plan.mappings}
+def gradient_map_linen(torch_model: Any, plan: LinenPlan) -> dict[str, list[ParamMapping]]:
+    """For each trainable torch parameter, the linen parameters (one per part) that hold it,
+    paths inside ``params``. A summed parameter has the gradient of the sum."""
+    by_key: dict[str, list[ParamMapping]] = {}
+    for m in plan.mappings:
+        by_key.setdefault(m.torch_name, []).append(m)
     result = {}
     for name, param in torch_model.named_parameters():
-        m = by_key.get(name)
-        if m is None or not param.requires_grad or m.status == "dropped":
+        ms = by_key.get(name)
+        if ms is None or not param.requires_grad or ms[0].status == "dropped":
             continue
-        if m.status == "tied":
-            m = by_key[m.tied_to or name]
-        if m.nnx_path is not None and m.nnx_path[0] == "params":
-            result[name] = ParamMapping(m.torch_name, m.status, tuple(m.nnx_path[1:]),
-                                        m.layout, m.rule, torch_shape=m.torch_shape,
-                                        nnx_shape=m.nnx_shape)
+        if ms[0].status == "tied":
+            ms = by_key[ms[0].tied_to or name]
+        if ms[0].nnx_path is not None and ms[0].nnx_path[0] == "params":
+            result[name] = [ParamMapping(m.torch_name, m.status, tuple(m.nnx_path[1:]),
+                                         m.layout, m.rule, torch_shape=m.torch_shape,
+                                         nnx_shape=m.nnx_shape) for m in ms]
     return result
 
 
@@ -223,7 +259,7 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
 
     with vr._stage("the linen gradient (jax.grad under jax.jit)"):
         jg = flat_params(jax.jit(jax.grad(scalar))(variables["params"], jax_in))
-    mapping = {k: [m] for k, m in gradient_map_linen(torch_model, plan).items()}
+    mapping = gradient_map_linen(torch_model, plan)
     g = vr._compare_grads(jg, tg, mapping, r)
     r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
     r.passed = r.passed and g.ok
@@ -417,7 +453,11 @@ def _compare_trajectory(traj: Any, torch_model: Any, plan: LinenPlan, r: Any) ->
     loss_rel = rels[worst_step] if rels else 0.0
     r.loss_max_rel_diff = loss_rel
     p_abs, p_rel, worst = 0.0, -1.0, None
-    for name, mp in gradient_map_linen(torch_model, plan).items():
+    for name, mp in ((n, mp) for n, ms in gradient_map_linen(torch_model, plan).items()
+                     for mp in ms):
+        if ("params", *mp.nnx_path) in plan.summed:
+            raise VerifyError(f"{name} is summed with another torch tensor in the linen "
+                              "parameters: torch trains the two apart")
         ref = apply_layout(traj.params_torch[name], mp.layout)
         got = traj.params_jax.get(tuple(mp.nnx_path))
         if got is None:
