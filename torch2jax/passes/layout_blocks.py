@@ -42,9 +42,9 @@ from torch2jax.passes.common import code, expr, wrap_long_statement
 
 _MOVEAXIS = m.Attribute(value=m.Name("jnp"), attr=m.Name("moveaxis"))
 _MINUS_ONE = m.UnaryOperation(operator=m.Minus(), expression=m.Integer("1"))
-TO_CHANNELS_LAST = m.Call(func=_MOVEAXIS, args=[m.Arg(keyword=None),
-                                                m.Arg(m.Integer("1"), keyword=None),
-                                                m.Arg(_MINUS_ONE, keyword=None)])
+# jnp.moveaxis(v, 1, -1) and jnp.moveaxis(v, -1, 1)
+TO_CL = m.Call(func=_MOVEAXIS, args=[m.Arg(keyword=None), m.Arg(m.Integer("1"), keyword=None),
+                                     m.Arg(_MINUS_ONE, keyword=None)])
 FROM_CL = m.Call(func=_MOVEAXIS, args=[m.Arg(keyword=None), m.Arg(_MINUS_ONE, keyword=None),
                                        m.Arg(m.Integer("1"), keyword=None)])
 
@@ -131,7 +131,7 @@ class _Body:
             return _from_cl(e) if e.value in self.env else e
         if isinstance(e, cst.Attribute):
             return e.with_changes(value=self.torch(e.value))
-        if m.matches(e, TO_CHANNELS_LAST):
+        if m.matches(e, TO_CL):
             inner = self.cl(e.args[0].value)
             return inner if inner is not None else _to_cl(self.torch(e.args[0].value))
         if self._block_call(e):
