@@ -291,7 +291,7 @@ def test_without_converted_the_converter_output_is_run(monkeypatch):
     plumbing (temporary tree, TODO count) independently of the converter's progress."""
     calls = []
 
-    def convert_source(source, *, path, target, rules=None):
+    def convert_source(source, *, path, target, rules=None, public=None):
         calls.append(Path(path).name)
         name = Path(path).name
         code = Path(RIGHT).read_text() if name == "models.py" else (DATA / "nnx" / name).read_text()

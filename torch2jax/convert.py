@@ -7,6 +7,7 @@ This is the library entry point; the CLI, the verifier and the tests call
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -17,6 +18,7 @@ from torch2jax.analysis.index import Indexer
 from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.helpers import add_helpers, defined_names
+from torch2jax.passes.layout_blocks import channels_last_blocks
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
 from torch2jax.report import Diagnostic
@@ -91,11 +93,17 @@ def convert_source(
     fuse_layout: bool = True,
     shard: str = "data",
     init: str = "jax",
+    public: Collection[str] | None = (),
 ) -> ConversionResult:
     """Rewrite PyTorch ``source`` for ``target``. Never raises on untranslatable code: it is
     marked ``# TODO(torch2jax)`` and reported. Raises :class:`ParseError` on invalid Python.
     ``init="torch"`` gives the layers torch's default initialisation (passes/torch_init.py);
-    equinox's own defaults already are torch's for Linear, Conv and Embedding."""
+    equinox's own defaults already are torch's for Linear, Conv and Embedding.
+
+    ``public``: the module classes that code outside this file builds and calls (other files
+    import them, a verifier calls one): they keep torch's NCHW interface, while the other
+    classes of the file may pass channels-last images between them (passes/layout_blocks.py).
+    None when that is not known: every class keeps torch's interface."""
     rules = rules or load_rules()
     emitter = get_emitter(target)
     if emitter.name == "equinox":  # a pass over the NNX translation (targets/equinox.py)
@@ -147,7 +155,9 @@ def convert_source(
     new = wrapper.visit(transformer)
     if emitter.name == "linen":
         new = freeze_configs(new)
-    if fuse_layout:
+    if fuse_layout:  # (the equinox target keeps torch's layout between modules)
+        if public is not None:
+            new = channels_last_blocks(new, set(public))
         new = new.visit(FuseLayoutMoves())
     new, helper_imports = add_helpers(new, emitter.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)

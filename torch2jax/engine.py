@@ -79,7 +79,8 @@ def _init_worker(options: Options) -> None:
     _WORKER["rules"] = load_user_rules(options.rule_dirs) if options.rule_dirs else load_rules()
 
 
-def convert_file(path: str, known: frozenset[str] = frozenset()) -> Outcome:
+def convert_file(path: str, known: frozenset[str] = frozenset(),
+                 public: frozenset[str] = frozenset()) -> Outcome:
     """Read and convert one file; never raises (a failure is an ``error`` diagnostic)."""
     from torch2jax.convert import ParseError, convert_source
     from torch2jax.suppress import suppress
@@ -106,7 +107,7 @@ def convert_file(path: str, known: frozenset[str] = frozenset()) -> Outcome:
     try:
         result = convert_source(text, path=path, target=options.target, rules=_WORKER["rules"],
                                 known_modules=set(known), shard=options.shard,
-                                init=options.init)
+                                init=options.init, public=public)
     except ParseError as exc:
         return failed("parse", *_parse_message(str(exc), path))
     except RecursionError:
@@ -185,13 +186,14 @@ def _mp_context():
 _THREADED = ("jax", "torch", "tensorflow", "numba")
 
 
-def _worker_call(args: tuple[str, frozenset[str]]) -> Outcome:
+def _worker_call(args: tuple[str, frozenset[str], frozenset[str]]) -> Outcome:
     return convert_file(*args)
 
 
-def convert_all(tasks: list[tuple[str, frozenset[str]]], options: Options, jobs: int,
-                progress: Callable[[], None] | None = None) -> list[Outcome]:
-    """Convert every ``(path, known_modules)``; results in the order of ``tasks``."""
+def convert_all(tasks: list[tuple[str, frozenset[str], frozenset[str]]], options: Options,
+                jobs: int, progress: Callable[[], None] | None = None) -> list[Outcome]:
+    """Convert every ``(path, known_modules, public classes)``; results in the order of
+    ``tasks``."""
     jobs = max(1, min(jobs, len(tasks)))
     if jobs == 1:
         _init_worker(options)
@@ -243,7 +245,8 @@ def run(req: Request, show_diff: Callable[[str, str, str], None] | None = None,
                        use_gitignore=req.use_gitignore)
     rules = load_rules(tuple(str(d) for d in req.options.rule_dirs))
     repo = index_repository(_with_context(req, [f for f, _ in found.files]), rules.layers)
-    tasks = [(str(f), frozenset(repo.known_for(f))) for f, _ in found.files]
+    tasks = [(str(f), frozenset(repo.known_for(f)), frozenset(repo.exported_from(f)))
+             for f, _ in found.files]
     outcomes = _with_progress(tasks, req, progress_console)
 
     run = RunReport()

@@ -66,9 +66,14 @@ class RepoIndex:
 
     module_classes: set[tuple[str, str]] = field(default_factory=set)  # (module, class)
     known: dict[Path, set[str]] = field(default_factory=dict)
+    # per file, its module classes that other files import (they keep torch's layout)
+    exported: dict[Path, set[str]] = field(default_factory=dict)
 
     def known_for(self, path: Path) -> set[str]:
         return self.known.get(path.resolve(), set())
+
+    def exported_from(self, path: Path) -> set[str]:
+        return self.exported.get(path.resolve(), set())
 
 
 def module_name(path: Path) -> tuple[str, bool]:
@@ -294,6 +299,7 @@ def index_repository(files: Iterable[Path], torch_layers: Iterable[str] = (),
                     break
 
     index = RepoIndex(module_classes=module_classes)
+    imported: set[tuple[str, str]] = set()
     for path, mod in by_path.items():
         known: set[str] = set()
         for local, b in mod.bindings.items():
@@ -306,12 +312,16 @@ def index_repository(files: Iterable[Path], torch_layers: Iterable[str] = (),
                 target = tuple(r[5:].split(":", 1))
                 if target in module_classes:
                     known |= {local, b.qualified}
+                    imported.add(target)
             elif r.startswith("mod:") or (b.kind == "module" and r in modules):
                 # a module of the repository bound to a name: its module classes as attributes
                 modname = r.removeprefix("mod:")
                 for sub_mod, cls in _reachable(resolver, modname, module_classes):
                     known.add(f"{b.qualified}{sub_mod}.{cls}")
+                    imported.add((modname + sub_mod, cls))
         index.known[path] = {k for k in known if k}
+    for path, mod in by_path.items():
+        index.exported[path] = {cls for name, cls in imported if name == mod.name}
     return index
 
 

@@ -30,9 +30,10 @@ import ast
 import contextlib
 import json
 import math
+import re
 import tempfile
 import traceback
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -222,7 +223,8 @@ def local_imports(source: str, directory: Path) -> list[Path]:
 
 
 def _convert_file(
-    path: Path, jax_target: str, rules: RuleSet | None, known_modules: set[str] | None = None
+    path: Path, jax_target: str, rules: RuleSet | None, known_modules: set[str] | None = None,
+    public: set[str] | None = None,
 ) -> tuple[str, int]:
     try:
         from torch2jax.convert import convert_source
@@ -231,17 +233,20 @@ def _convert_file(
     with _stage(f"converting {path}"):
         extra = {"known_modules": known_modules} if known_modules else {}
         out = convert_source(path.read_text(), path=str(path), target=jax_target, rules=rules,
-                             **extra)
+                             public=public, **extra)
     return out.code, sum(1 for d in out.diagnostics if d.severity == "error")
 
 
-def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | None) -> int:
+def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | None,
+                 entry: Collection[str] = ()) -> int:
     """Convert ``path`` and the local modules it imports (transitively) into ``out_dir``,
     keeping their relative paths, so that the converted model imports converted siblings.
-    Returns the number of untranslated constructs (TODOs) over all of them."""
+    Returns the number of untranslated constructs (TODOs) over all of them. ``entry``: the
+    classes of ``path`` the verifier builds and calls (they keep torch's layout)."""
     from torch2jax.verify.package import convert_package_file, package_of
 
     if package_of(path) is not None:  # a package's module: a mirror package (verify/package.py)
+        # (which classes the package's other modules import is not indexed: all keep NCHW)
         return convert_package_file(
             path, out_dir, lambda f, known: _convert_file(f, jax_target, rules, known))[1]
     from torch2jax.repo import import_closure, index_repository
@@ -257,7 +262,8 @@ def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | No
         if file in seen:
             continue
         seen.add(file)
-        code, n = _convert_file(file, jax_target, rules, repo.known_for(file) or None)
+        public = repo.exported_from(file) | (set(entry) if file == path.resolve() else set())
+        code, n = _convert_file(file, jax_target, rules, repo.known_for(file) or None, public)
         todos += n
         target = out_dir / file.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -265,6 +271,12 @@ def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | No
         with _stage(f"reading the imports of {file}"):
             queue += local_imports(file.read_text(), root)
     return todos
+
+
+def entry_classes(name: str, build: str | None) -> set[str]:
+    """The classes the verifier builds: the target's, and any the ``--build`` expression
+    names."""
+    return {name, *re.findall(r"[A-Za-z_]\w*", build or "")}
 
 
 def converted_location(path: Path, out_dir: Path) -> Path:
@@ -700,7 +712,8 @@ def _verify(r: VerifyResult, req: VerifyRequest) -> None:
             jax_path = Path(req.converted)
             r.todos = _converted_todos(req.converted)
         else:  # same file names, so that tracebacks read like the user's files
-            r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules)
+            r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules,
+                                   entry_classes(name, req.build))
             jax_path = converted_location(path, Path(tmp))
         with _device(req.device) as platform:
             r.device = platform

@@ -54,6 +54,7 @@ from torch2jax.verify.run import (
     compare_stats,
     convert_tree,
     nnx_stat_pairs,
+    entry_classes,
 )
 from torch2jax.verify.spec import InputSpec, parse_spec
 
@@ -456,7 +457,8 @@ def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec
             r.todos = _converted_todos(req.converted)
         else:
             jax_path = Path(tmp) / path.name
-            r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules)
+            r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules,
+                                   entry_classes(name, req.build))
         with _device(req.device) as platform:
             r.device = platform
             if req.jax_target == "linen":
@@ -516,7 +518,8 @@ def build_models(req: VerifyRequest, workdir: str | Path) -> tuple[Any, Any]:
     path, name, _, torch_model = build_torch_side(scratch, req)
     jax_path = Path(req.converted) if req.converted else Path(workdir) / path.name
     if req.converted is None:
-        convert_tree(path, Path(workdir), req.jax_target, req.rules)
+        convert_tree(path, Path(workdir), req.jax_target, req.rules,
+                     entry_classes(name, req.build))
     jax_model = _jax_model(scratch, req, jax_path, name, torch_model)
     return torch_model, jax_model
 
