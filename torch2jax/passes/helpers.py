@@ -65,6 +65,24 @@ def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Arra
 ''')
 
 
+# torch's GRU cell (rules/sequence.toml): n = tanh(W_in x + b_in + r * (W_hn h + b_hn)); the
+# library cells have no hidden-side bias b_hn
+helper("GRUCell", {"Any", "nnx"}, '''
+class GRUCell(nnx.GRUCell):
+    """nn.GRUCell / torch's GRU cell: an nnx.GRUCell (gates r, z, n as torch's) whose
+    hidden-side dense has a bias, torch's b_hr, b_hz and b_hn (b_hn inside r * (W_hn h + b_hn))."""
+
+    def __init__(self, in_features: int, hidden_features: int, *, rngs: nnx.Rngs,
+                 **kwargs: Any) -> None:
+        super().__init__(in_features, hidden_features, rngs=rngs, **kwargs)
+        self.dense_h = nnx.Linear(
+            hidden_features, 3 * hidden_features,
+            kernel_init=kwargs.get("recurrent_kernel_init", nnx.initializers.orthogonal()),
+            bias_init=kwargs.get("bias_init", nnx.initializers.zeros_init()),
+            dtype=self.dtype, param_dtype=self.param_dtype, rngs=rngs)
+''', targets=("nnx",))
+
+
 # linen (torch2jax/targets/linen.py): a Linear whose weight the forward code reads
 helper("ReadableDense", {"linen", "Any"}, '''
 class ReadableDense(nn.Module):
