@@ -83,6 +83,30 @@ class GRUCell(nnx.GRUCell):
 ''', targets=("nnx",))
 
 
+helper("GRUCell", {"jax", "jnp", "linen"}, '''
+class GRUCell(nn.GRUCell):
+    """nn.GRUCell / torch's GRU cell: an nn.GRUCell (gates r, z, n as torch's) with fused input
+    and hidden-side denses, dense_i and dense_h, each with a bias: torch's b_ir, b_iz, b_in and
+    b_hr, b_hz, b_hn (b_hn inside r * (W_hn h + b_hn))."""
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        h = carry
+        dense = {"features": 3 * self.features, "dtype": self.dtype,
+                 "param_dtype": self.param_dtype, "bias_init": self.bias_init}
+        xi_r, xi_z, xi_n = jnp.split(
+            nn.Dense(kernel_init=self.kernel_init, name="dense_i", **dense)(inputs), 3, axis=-1)
+        hh_r, hh_z, hh_n = jnp.split(
+            nn.Dense(kernel_init=self.recurrent_kernel_init, name="dense_h", **dense)(h), 3,
+            axis=-1)
+        r = self.gate_fn(xi_r + hh_r)
+        z = self.gate_fn(xi_z + hh_z)
+        n = self.activation_fn(xi_n + r * hh_n)
+        new_h = (1.0 - z) * n + z * h
+        return new_h, new_h
+''', targets=("linen",))
+
+
 # linen (torch2jax/targets/linen.py): a Linear whose weight the forward code reads
 helper("ReadableDense", {"linen", "Any"}, '''
 class ReadableDense(nn.Module):
