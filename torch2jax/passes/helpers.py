@@ -107,6 +107,56 @@ class GRUCell(nn.GRUCell):
 ''', targets=("linen",))
 
 
+helper("GRUCell", {"jax", "jnp"}, '''
+class GRUCell(eqx.Module):
+    """nn.GRUCell / torch's GRU cell on one example, with torch's parameters (gates r, z, n)
+    and initialisation (U(-1/sqrt(H), 1/sqrt(H)) everywhere). eqx.nn.GRUCell keeps b_ih + b_hh
+    of the r and z gates summed, and b_hn apart; this cell keeps torch's four tensors."""
+
+    weight_ih: jax.Array
+    weight_hh: jax.Array
+    bias_ih: jax.Array
+    bias_hh: jax.Array
+    input_size: int = eqx.field(static=True)
+    hidden_size: int = eqx.field(static=True)
+
+    def __init__(self, input_size: int, hidden_size: int, *, key: jax.Array) -> None:
+        lim = hidden_size**-0.5
+        k_ih, k_hh, k_bi, k_bh = jax.random.split(key, 4)
+        shapes = [(3 * hidden_size, input_size), (3 * hidden_size, hidden_size),
+                  (3 * hidden_size,), (3 * hidden_size,)]
+        self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh = (
+            jax.random.uniform(k, s, minval=-lim, maxval=lim)
+            for k, s in zip((k_ih, k_hh, k_bi, k_bh), shapes))
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+
+    def __call__(self, input: jax.Array, hidden: jax.Array, *, key: jax.Array | None = None
+                 ) -> jax.Array:
+        xi_r, xi_z, xi_n = jnp.split(self.weight_ih @ input + self.bias_ih, 3)
+        hh_r, hh_z, hh_n = jnp.split(self.weight_hh @ hidden + self.bias_hh, 3)
+        r = jax.nn.sigmoid(xi_r + hh_r)
+        z = jax.nn.sigmoid(xi_z + hh_z)
+        n = jnp.tanh(xi_n + r * hh_n)
+        return (1.0 - z) * n + z * hidden
+''', targets=("equinox",))
+
+
+# equinox (torch2jax/targets/equinox.py): torch's GRU (batch_first=True) on one example
+helper("gru_scan", {"jax", "jnp"}, '''
+def gru_scan(cell, xs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """torch's one-layer GRU on one sequence xs (L, I), from a zero state, with the GRUCell
+    helper: the outputs (L, H) and torch's h_n (1, H) (one layer)."""
+
+    def step(h, x):
+        h = cell(x, h)
+        return h, h
+
+    h, out = jax.lax.scan(step, jnp.zeros(cell.hidden_size, xs.dtype), xs)
+    return out, h[None]
+''', targets=("equinox",))
+
+
 # linen (torch2jax/targets/linen.py): a Linear whose weight the forward code reads
 helper("ReadableDense", {"linen", "Any"}, '''
 class ReadableDense(nn.Module):
