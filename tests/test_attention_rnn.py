@@ -1,5 +1,6 @@
-"""MultiheadAttention, LSTM, LSTMCell, GRU and GRUCell (rules/sequence.toml): split and summed weight layouts,
-the weights moved both ways, and the JAX modules against torch's forward and gradients.
+"""MultiheadAttention, LSTM, LSTMCell, GRU and GRUCell (rules/sequence.toml): split and summed
+weight layouts, the weights moved both ways, and the JAX modules against torch's forward and
+gradients.
 
 The constructors are converted by the engine, and so are the calls (rule `call` transforms,
 torch2jax/passes/calls.py). The call transforms are also applied directly to torch call
@@ -149,10 +150,10 @@ def test_constructors(converted):
         in converted
     assert "self.lstm_bf = nnx.RNN(nnx.OptimizedLSTMCell(5, 6, rngs=rngs))" in converted
     assert "self.cell = nnx.OptimizedLSTMCell(5, 6, rngs=rngs)" in converted
-    assert "self.gru = nnx.RNN(GRUCell(5, 6, rngs=rngs), time_major=True)" in converted
-    assert "self.gru_bf = nnx.RNN(GRUCell(5, 6, rngs=rngs))" in converted
-    assert "self.gcell = GRUCell(5, 6, rngs=rngs)" in converted
-    assert "class GRUCell(nnx.GRUCell):" in converted  # the helper, with a bias on dense_h
+    assert "self.gru = nnx.RNN(TorchGRUCell(5, 6, rngs=rngs), time_major=True)" in converted
+    assert "self.gru_bf = nnx.RNN(TorchGRUCell(5, 6, rngs=rngs))" in converted
+    assert "self.gcell = TorchGRUCell(5, 6, rngs=rngs)" in converted
+    assert "class TorchGRUCell(nnx.GRUCell):" in converted  # the helper, with a bias on dense_h
 
 
 def test_transfer_maps_every_part(models):
@@ -486,13 +487,33 @@ MODULES = textwrap.dedent('''
             h0 = torch.tanh(x[:1, :, :1]).expand(1, x.shape[1], 6).contiguous()
             out, h = self.gru(x, h0)
             return out.sum(0) * h[-1]
+
+
+    class GRUCell(nn.Module):  # the file's own: the helper's name (TorchGRUCell) differs
+        def __init__(self, n):
+            super().__init__()
+            self.fc = nn.Linear(n, n)
+
+        def forward(self, x):
+            return torch.tanh(self.fc(x))
+
+
+    class OwnCell(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(5, 6, batch_first=True)
+            self.mine = GRUCell(6)
+
+        def forward(self, x):
+            return self.mine(self.gru(x)[0])
 ''')
 
 
 @pytest.mark.parametrize(("name", "spec"), [("AttnNet", "float32[5,2,16]"),
                                             ("LSTMNet", "float32[2,7,5]"),
                                             ("GRUNet", "float32[2,7,5]"),
-                                            ("GRUSeqFirst", "float32[7,2,5]")])
+                                            ("GRUSeqFirst", "float32[7,2,5]"),
+                                            ("OwnCell", "float32[2,7,5]")])
 def test_whole_module_verifies(tmp_path, name, spec):
     path = tmp_path / "seq_models.py"
     path.write_text(MODULES)

@@ -1,9 +1,10 @@
 """The layers the equinox and linen targets translate beyond the model fixtures'
-(MultiheadAttention, LSTM and LSTMCell, GRU and GRUCell, GroupNorm, ConvTranspose2d, adaptive pooling whose size
-does not divide, a Linear's weight read in forward code): small torch modules converted with
-``--target equinox`` and ``--target linen``, no TODO, then torch2jax.verify on each (the torch
-weights transferred, outputs and every parameter's gradient compared, float32 on CPU, at the
-NNX tolerances). What each layer becomes: docs/equinox.md, docs/linen-output.md."""
+(MultiheadAttention, LSTM and LSTMCell, GRU and GRUCell, GroupNorm, ConvTranspose2d, adaptive
+pooling whose size does not divide, a Linear's weight read in forward code): small torch
+modules converted with ``--target equinox`` and ``--target linen``, no TODO, then
+torch2jax.verify on each (the torch weights transferred, outputs and every parameter's
+gradient compared, float32 on CPU, at the NNX tolerances). What each layer becomes:
+docs/equinox.md, docs/linen-output.md."""
 
 from __future__ import annotations
 
@@ -213,7 +214,8 @@ def test_equinox_and_linen_forms(converted) -> None:
         assert "y, (h, c) = lstm_scan(self.lstm, x)" in code and "jax.lax.scan" in code
         assert "h2, c2 = self.cell2(x, (h, c))" in code
         # torch's GRU parameters and initialisation in a helper cell, scanned by gru_scan
-        assert "self.gru = GRUCell(5, 6, key=key1)" in code and "class GRUCell(eqx.Module)" in code
+        assert "self.gru = TorchGRUCell(5, 6, key=key1)" in code
+        assert "class TorchGRUCell(eqx.Module)" in code
         assert "y, h = gru_scan(self.gru, x)" in code
         assert "h = self.cell(x, jnp.zeros(self.cell.hidden_size, x.dtype))" in code
         assert "self.gn = eqx.nn.GroupNorm(4, 8, eps=1e-05)" in code
@@ -230,7 +232,8 @@ def test_equinox_and_linen_forms(converted) -> None:
         assert "self.lstm = nn.RNN(nn.OptimizedLSTMCell(6))" in code
         assert "self.cell = nn.OptimizedLSTMCell(6)" in code and ".features)" in code
         # an nn.GRUCell with fused, biased dense_i / dense_h (torch's b_hn)
-        assert "self.gru = nn.RNN(GRUCell(6))" in code and "class GRUCell(nn.GRUCell)" in code
+        assert "self.gru = nn.RNN(TorchGRUCell(6))" in code
+        assert "class TorchGRUCell(nn.GRUCell)" in code
         assert "self.gn = nn.GroupNorm(num_groups=4, epsilon=1e-05)" in code
         assert "nn.ConvTranspose(\n            4,\n            kernel_size=(3, 3),\n" \
             "            strides=(2, 2),\n            padding=((1, 2), (1, 2)),\n" \

@@ -156,14 +156,14 @@ def test_fan_in_from_torchs_arguments_by_keyword():
     assert "bias_init=torch_uniform_init(4)" in code
     assert "bias_init=torch_uniform_init(((c * 2) // g) * 3 * 3)" in code
     assert "bias_init=torch_uniform_init(8, terms=2)" in code
-    gcell = code[code.index("self.gcell = GRUCell("):]
+    gcell = code[code.index("self.gcell = TorchGRUCell("):]
     for init in ("kernel_init", "recurrent_kernel_init", "bias_init"):
         assert f"{init}=torch_uniform_init(6)," in gcell, init  # the GRU's biases: one draw
 
 
 def test_default_output_is_unchanged():
     plain = convert_source(SOURCE, path="init.py")
-    model = plain.code[plain.code.index("class M("):]  # after the GRUCell helper
+    model = plain.code[plain.code.index("class M("):]  # after the TorchGRUCell helper
     assert "_init=" not in model and "torch_uniform_init" not in plain.code
     assert convert_source(SOURCE, path="init.py", init="jax").code == plain.code
 

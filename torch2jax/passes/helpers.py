@@ -67,8 +67,8 @@ def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Arra
 
 # torch's GRU cell (rules/sequence.toml): n = tanh(W_in x + b_in + r * (W_hn h + b_hn)); the
 # library cells have no hidden-side bias b_hn
-helper("GRUCell", {"Any", "nnx"}, '''
-class GRUCell(nnx.GRUCell):
+helper("TorchGRUCell", {"Any", "nnx"}, '''
+class TorchGRUCell(nnx.GRUCell):
     """nn.GRUCell / torch's GRU cell: an nnx.GRUCell (gates r, z, n as torch's) whose
     hidden-side dense has a bias, torch's b_hr, b_hz and b_hn (b_hn inside r * (W_hn h + b_hn))."""
 
@@ -83,8 +83,8 @@ class GRUCell(nnx.GRUCell):
 ''', targets=("nnx",))
 
 
-helper("GRUCell", {"jax", "jnp", "linen"}, '''
-class GRUCell(nn.GRUCell):
+helper("TorchGRUCell", {"jax", "jnp", "linen"}, '''
+class TorchGRUCell(nn.GRUCell):
     """nn.GRUCell / torch's GRU cell: an nn.GRUCell (gates r, z, n as torch's) with fused input
     and hidden-side denses, dense_i and dense_h, each with a bias: torch's b_ir, b_iz, b_in and
     b_hr, b_hz, b_hn (b_hn inside r * (W_hn h + b_hn))."""
@@ -107,8 +107,8 @@ class GRUCell(nn.GRUCell):
 ''', targets=("linen",))
 
 
-helper("GRUCell", {"jax", "jnp"}, '''
-class GRUCell(eqx.Module):
+helper("TorchGRUCell", {"jax", "jnp"}, '''
+class TorchGRUCell(eqx.Module):
     """nn.GRUCell / torch's GRU cell on one example, with torch's parameters (gates r, z, n)
     and initialisation (U(-1/sqrt(H), 1/sqrt(H)) everywhere). eqx.nn.GRUCell keeps b_ih + b_hh
     of the r and z gates summed, and b_hn apart; this cell keeps torch's four tensors."""
@@ -145,7 +145,7 @@ class GRUCell(eqx.Module):
 # equinox (torch2jax/targets/equinox.py): torch's GRU (batch_first=True) on one example
 helper("gru_scan", {"jax", "jnp"}, '''
 def gru_scan(cell, xs: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """torch's one-layer GRU on one sequence xs (L, I), from a zero state, with the GRUCell
+    """torch's one-layer GRU on one sequence xs (L, I), from a zero state, with the TorchGRUCell
     helper: the outputs (L, H) and torch's h_n (1, H) (one layer)."""
 
     def step(h, x):

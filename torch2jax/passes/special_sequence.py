@@ -258,13 +258,13 @@ def _gru_checks(site: Site) -> None:
 
 @special("gru")
 def gru(site: Site) -> cst.BaseExpression:
-    """``nn.GRU(I, H)`` -> ``nnx.RNN(GRUCell(I, H), time_major=True)``, GRUCell the helper of
-    passes/helpers.py: an nnx.GRUCell whose hidden-side dense has torch's b_hn. Gates in
-    torch's order r, z, n: each torch weight is a fused kernel transposed, each bias a bias."""
+    """``nn.GRU(I, H)`` -> ``nnx.RNN(TorchGRUCell(I, H), time_major=True)``, TorchGRUCell the
+    helper of passes/helpers.py: an nnx.GRUCell whose hidden-side dense has torch's b_hn. Gates
+    in torch's order r, z, n: each torch weight is a fused kernel transposed, each bias a bias."""
     _gru_checks(site)
     _flag_calls(site, "forward(input, h_0) returns (output, h_n) with a leading layer axis "
                 "on h_n", "returns the output, or (carry, output)")
-    return _rnn(site, _cell(site, "GRUCell"))
+    return _rnn(site, _cell(site, "TorchGRUCell"))
 
 
 @special("gru_cell")
@@ -272,7 +272,7 @@ def gru_cell(site: Site) -> cst.BaseExpression:
     _gru_checks(site)
     _flag_calls(site, "forward(input, h) returns h'", "is called as cell(h, x) and returns "
                 "(h', h')")
-    return _cell(site, "GRUCell")
+    return _cell(site, "TorchGRUCell")
 
 
 def _state(cs: CallSite) -> str | None:

@@ -12,7 +12,7 @@ initializer is called with the bias' shape only, so its fan_in is written into t
 
 LSTM / LSTMCell: every weight and bias U(-1/sqrt(H), 1/sqrt(H)); flax's cell has one bias
 per gate, torch's b_ih + b_hh, so it is drawn as the sum of two such draws. GRU / GRUCell:
-the same bound; the GRUCell helper keeps torch's two biases apart, so each is one draw.
+the same bound; the TorchGRUCell helper keeps torch's two biases apart, so each is one draw.
 
 Embedding: N(0, 1). MultiheadAttention: xavier_uniform over the packed (3E, E) in_proj matrix
 (variance_scaling(0.5, "fan_avg", "uniform") on each (E, E) part; kdim: one xavier per part),

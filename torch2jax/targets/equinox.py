@@ -323,10 +323,10 @@ def _attention(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
 
 def _rnn(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
     """nnx.RNN(nnx.OptimizedLSTMCell(I, H)) (torch's LSTM, batch_first=True) ->
-    eqx.nn.LSTMCell(I, H), scanned over the sequence by the lstm_scan helper; nnx.RNN(GRUCell(I,
-    H)) (torch's GRU) -> the GRUCell helper, scanned by gru_scan."""
+    eqx.nn.LSTMCell(I, H), scanned over the sequence by the lstm_scan helper;
+    nnx.RNN(TorchGRUCell(I, H)) (torch's GRU) -> the TorchGRUCell helper, scanned by gru_scan."""
     cell = code(pos[0].func) if len(pos) == 1 and isinstance(pos[0], cst.Call) else None
-    kind = {"nnx.OptimizedLSTMCell": "lstm", "GRUCell": "gru"}.get(cell)
+    kind = {"nnx.OptimizedLSTMCell": "lstm", "TorchGRUCell": "gru"}.get(cell)
     if try_literal(kw.pop("time_major", None), False) is not False:
         raise EquinoxError(f"{(kind or 'an RNN').upper()} with batch_first=False: its batch is "
                            "axis 1, and the equinox model is mapped over axis 0 (batch_first="
@@ -348,16 +348,16 @@ def _lstm_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
 
 
 def _gru_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
-    """GRUCell(I, H) (NNX's helper) -> GRUCell(I, H, key=...), equinox's helper: torch's
+    """TorchGRUCell(I, H) (NNX's helper) -> TorchGRUCell(I, H, key=...), equinox's helper: torch's
     parameters, one example."""
     kw.pop("rngs", None)
     if kw or len(pos) != 2:
         raise EquinoxError("a GRU cell with other arguments than its sizes")
-    return _call("GRUCell", pos, [("key", cst.Name("__needs_key__"))]), Layer("grucell")
+    return _call("TorchGRUCell", pos, [("key", cst.Name("__needs_key__"))]), Layer("grucell")
 
 
 SEQUENCE_LAYERS = {"nnx.MultiHeadAttention": _attention, "nnx.RNN": _rnn,
-                   "nnx.OptimizedLSTMCell": _lstm_cell, "GRUCell": _gru_cell}
+                   "nnx.OptimizedLSTMCell": _lstm_cell, "TorchGRUCell": _gru_cell}
 
 
 # ---------------------------------------------------------------------------- __init__
@@ -1940,12 +1940,13 @@ class _LayerDictToDict(cst.CSTTransformer):
         return expr("nnx.Dict") if updated_node.value == "LayerDict" else updated_node
 
 
-NNX_HELPER_CLASSES = ("LayerDict", "BatchNorm", "GRUCell")  # definitions the NNX pass wrote: they go
+# definitions the NNX pass wrote: they go
+NNX_HELPER_CLASSES = ("LayerDict", "BatchNorm", "TorchGRUCell")
 
 
 def _without_nnx_helpers(module: cst.Module) -> cst.Module:
     """The NNX pass's helper classes go: LayerDict (an nnx.Dict in insertion order) is read as
-    the nnx.Dict this pass translates (into a dict); BatchNorm and GRUCell calls stay, for the
+    the nnx.Dict this pass translates (into a dict); BatchNorm and TorchGRUCell calls stay, for the
     equinox helpers of those names that :func:`convert` writes in."""
     module = module.with_changes(body=[s for s in module.body if not (
         isinstance(s, cst.ClassDef) and s.name.value in NNX_HELPER_CLASSES)])

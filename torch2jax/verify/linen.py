@@ -38,7 +38,7 @@ class LinenPlan:
 
 
 # NNX fused kernels that linen keeps per gate: nnx.OptimizedLSTMCell's dense_i / dense_h are
-# linen's ii, if, ig, io / hi, hf, hg, ho (torch's gate order, i f g o). The GRUCell helper's
+# linen's ii, if, ig, io / hi, hf, hg, ho (torch's gate order, i f g o). The TorchGRUCell helper's
 # are fused in both (the same names and shapes as NNX's).
 PER_GATE = {"dense_i": "i", "dense_h": "h"}
 GATES = "ifgo"
