@@ -1,5 +1,6 @@
-"""MultiheadAttention, LSTM and LSTMCell (rules/sequence.toml): split and summed weight layouts,
-the weights moved both ways, and the JAX modules against torch's forward and gradients.
+"""MultiheadAttention, LSTM, LSTMCell, GRU and GRUCell (rules/sequence.toml): split and summed
+weight layouts, the weights moved both ways, and the JAX modules against torch's forward and
+gradients.
 
 The constructors are converted by the engine, and so are the calls (rule `call` transforms,
 torch2jax/passes/calls.py). The call transforms are also applied directly to torch call
@@ -48,6 +49,9 @@ LAYERS = {
     "lstm": "nn.LSTM(5, 6)",
     "lstm_bf": "nn.LSTM(5, 6, batch_first=True)",
     "cell": "nn.LSTMCell(5, 6)",
+    "gru": "nn.GRU(5, 6)",
+    "gru_bf": "nn.GRU(5, 6, batch_first=True)",
+    "gcell": "nn.GRUCell(5, 6)",
 }
 SOURCE = "import torch\nimport torch.nn as nn\n\n\nclass Seq(nn.Module):\n" \
     "    def __init__(self):\n        super().__init__()\n" + "".join(
@@ -146,6 +150,10 @@ def test_constructors(converted):
         in converted
     assert "self.lstm_bf = nnx.RNN(nnx.OptimizedLSTMCell(5, 6, rngs=rngs))" in converted
     assert "self.cell = nnx.OptimizedLSTMCell(5, 6, rngs=rngs)" in converted
+    assert "self.gru = nnx.RNN(TorchGRUCell(5, 6, rngs=rngs), time_major=True)" in converted
+    assert "self.gru_bf = nnx.RNN(TorchGRUCell(5, 6, rngs=rngs))" in converted
+    assert "self.gcell = TorchGRUCell(5, 6, rngs=rngs)" in converted
+    assert "class TorchGRUCell(nnx.GRUCell):" in converted  # the helper, with a bias on dense_h
 
 
 def test_transfer_maps_every_part(models):
@@ -164,6 +172,16 @@ def test_transfer_maps_every_part(models):
     b = tm.lstm.bias_ih_l0 + tm.lstm.bias_hh_l0
     np.testing.assert_allclose(np.asarray(jm.lstm.cell.dense_h.bias[...]),
                                b.detach().numpy(), rtol=0, atol=0)
+    # GRU: one flax parameter per torch tensor, b_hn (the last third of b_hh) on dense_h
+    assert by[("gru.bias_hh_l0", "gru.cell.dense_h.bias")].summed_into is None
+    for t, j in (("gru.cell", tm.gru), ("gcell", tm.gcell)):
+        cell = jm.gru.cell if t == "gru.cell" else jm.gcell
+        sfx = "_l0" if t == "gru.cell" else ""
+        for name, dense, tr in (("weight_ih", "dense_i", True), ("weight_hh", "dense_h", True),
+                                ("bias_ih", "dense_i", False), ("bias_hh", "dense_h", False)):
+            want = getattr(j, name + sfx).detach().numpy()
+            got = getattr(cell, dense).kernel if tr else getattr(cell, dense).bias
+            np.testing.assert_array_equal(np.asarray(got[...]), want.T if tr else want)
 
 
 def test_round_trip_torch_jax_torch(models):
@@ -173,9 +191,10 @@ def test_round_trip_torch_jax_torch(models):
     assert set(back) == set(state)
     for name, value in back.items():
         want = state[name].numpy()
-        if name.endswith(("bias_ih_l0", "bias_ih")):  # holds the sum going back
+        lstm = name.startswith(("lstm", "cell."))  # the GRU's biases are not summed
+        if lstm and name.endswith(("bias_ih_l0", "bias_ih")):  # holds the sum going back
             want = want + state[name.replace("bias_ih", "bias_hh")].numpy()
-        elif name.endswith(("bias_hh_l0", "bias_hh")):
+        elif lstm and name.endswith(("bias_hh_l0", "bias_hh")):
             want = np.zeros_like(want)
         np.testing.assert_array_equal(value, want, err_msg=name)
     # the same torch function: load it into a copy and compare the LSTM's output
@@ -186,6 +205,7 @@ def test_round_trip_torch_jax_torch(models):
     x = torch.randn(7, 2, 5)
     with torch.no_grad():
         torch.testing.assert_close(other.lstm(x)[0], tm.lstm(x)[0], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(other.gru(x)[0], tm.gru(x)[0], rtol=0, atol=0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,6 +307,33 @@ def test_lstm_call_matches_torch(models, attr, torch_call, arrays, unpack):
     print(f"{torch_call}: {worst:.2g}")
 
 
+@pytest.mark.parametrize(("attr", "torch_call", "arrays", "unpack"), [
+    ("gru", "self.gru(x)", {"x": XS}, None),
+    ("gru", "self.gru(x, h)", {"x": XS, "h": H0}, None),
+    ("gru", "self.gru(x)", {"x": XS}, ("out", "_")),
+    ("gru", "self.gru(x, h)", {"x": XS, "h": H0}, ("out", "h_n")),
+    ("gru", "self.gru(x, None)", {"x": XS}, None),
+    ("gru", "self.gru(x)", {"x": XS[:, 0]}, None),  # unbatched: h_n (1, H)
+    ("gru_bf", "self.gru_bf(x)", {"x": XS.swapaxes(0, 1)}, None),
+    ("gru_bf", "self.gru_bf(x, h)", {"x": XS.swapaxes(0, 1), "h": H0}, None),
+    ("gcell", "self.gcell(x, h)", {"x": XS[0], "h": H0[0]}, None),
+    ("gcell", "self.gcell(x)", {"x": XS[0]}, None),
+    ("gcell", "self.gcell(x, h)", {"x": XS[0, 0], "h": H0[0, 0]}, None),  # unbatched
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_gru_call_matches_torch(models, attr, torch_call, arrays, unpack):
+    worst = _compare(models, attr, torch_call, arrays, unpack)
+    print(f"{torch_call}: {worst:.2g}")
+
+
+def test_gru_h_n_last_layer_matches_torch(models):
+    tm, jm, _ = models
+    text = _call_text("gru", "self.gru(x, h)", index=1)
+    with torch.no_grad():
+        want = tm.gru(torch.from_numpy(XS), torch.from_numpy(H0))[1][-1].numpy()
+    got = eval(text, {"self": jm, "jnp": jnp, "x": jnp.asarray(XS), "h": jnp.asarray(H0)})[1][-1]
+    np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=2e-6)
+
+
 def test_lstm_call_with_a_state_variable(models):
     tm, jm, _ = models
     text = _call_text("lstm", "self.lstm(x, hx)")
@@ -341,6 +388,9 @@ def _grads(models, attr: str, torch_call: str, arrays: dict[str, np.ndarray]):
     ("attn", "self.attn(x, k, v, need_weights=False)", {"x": X, "k": KV, "v": KV * 2}),
     ("cross", "self.cross(x, k, v, need_weights=False)", {"x": X, "k": KV8, "v": -KV8}),
     ("lstm", "self.lstm(x)", {"x": XS}),
+    ("gru", "self.gru(x, h)", {"x": XS, "h": H0}),
+    ("gru_bf", "self.gru_bf(x)", {"x": XS.swapaxes(0, 1)}),
+    ("gcell", "self.gcell(x, h)", {"x": XS[0], "h": H0[0]}),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_gradients_match_through_every_part(models, attr, torch_call, arrays):
     tm, jm, _ = models
@@ -369,9 +419,10 @@ def test_gradients_match_through_every_part(models, attr, torch_call, arrays):
 
 
 @pytest.mark.parametrize(("ctor", "why"), [
-    ("nn.GRU(5, 6)", "b_hn"),
-    ("nn.GRU(5, 6, bias=False)", "trainable bias"),
-    ("nn.GRUCell(5, 6)", "b_hn"),
+    ("nn.GRU(5, 6, bias=False)", "input-side bias"),
+    ("nn.GRUCell(5, 6, bias=False)", "input-side bias"),
+    ("nn.GRU(5, 6, num_layers=2)", "num_layers"),
+    ("nn.GRU(5, 6, bidirectional=True)", "bidirectional"),
     ("nn.LSTM(5, 6, bias=False)", "hidden-side bias"),
     ("nn.LSTM(5, 6, num_layers=2)", "num_layers"),
     ("nn.LSTM(5, 6, bidirectional=True)", "bidirectional"),
@@ -412,11 +463,57 @@ MODULES = textwrap.dedent('''
         def forward(self, x):
             out, (h, c) = self.lstm(x)
             return self.fc(out + h[-1][:, None] + c[-1][:, None])
+
+
+    class GRUNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(5, 6, batch_first=True)
+            self.cell = nn.GRUCell(6, 6)
+            self.fc = nn.Linear(6, 2)
+
+        def forward(self, x):
+            out, h = self.gru(x)
+            y = self.cell(out[:, -1], h[-1])
+            return self.fc(out + y[:, None])
+
+
+    class GRUSeqFirst(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(5, 6)
+
+        def forward(self, x):
+            h0 = torch.tanh(x[:1, :, :1]).expand(1, x.shape[1], 6).contiguous()
+            out, h = self.gru(x, h0)
+            return out.sum(0) * h[-1]
+
+
+    class GRUCell(nn.Module):  # the file's own: the helper's name (TorchGRUCell) differs
+        def __init__(self, n):
+            super().__init__()
+            self.fc = nn.Linear(n, n)
+
+        def forward(self, x):
+            return torch.tanh(self.fc(x))
+
+
+    class OwnCell(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(5, 6, batch_first=True)
+            self.mine = GRUCell(6)
+
+        def forward(self, x):
+            return self.mine(self.gru(x)[0])
 ''')
 
 
 @pytest.mark.parametrize(("name", "spec"), [("AttnNet", "float32[5,2,16]"),
-                                            ("LSTMNet", "float32[2,7,5]")])
+                                            ("LSTMNet", "float32[2,7,5]"),
+                                            ("GRUNet", "float32[2,7,5]"),
+                                            ("GRUSeqFirst", "float32[7,2,5]"),
+                                            ("OwnCell", "float32[2,7,5]")])
 def test_whole_module_verifies(tmp_path, name, spec):
     path = tmp_path / "seq_models.py"
     path.write_text(MODULES)

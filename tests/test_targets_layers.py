@@ -1,9 +1,10 @@
 """The layers the equinox and linen targets translate beyond the model fixtures'
-(MultiheadAttention, LSTM and LSTMCell, GroupNorm, ConvTranspose2d, adaptive pooling whose size
-does not divide, a Linear's weight read in forward code): small torch modules converted with
-``--target equinox`` and ``--target linen``, no TODO, then torch2jax.verify on each (the torch
-weights transferred, outputs and every parameter's gradient compared, float32 on CPU, at the
-NNX tolerances). What each layer becomes: docs/equinox.md, docs/linen-output.md."""
+(MultiheadAttention, LSTM and LSTMCell, GRU and GRUCell, GroupNorm, ConvTranspose2d, adaptive
+pooling whose size does not divide, a Linear's weight read in forward code): small torch
+modules converted with ``--target equinox`` and ``--target linen``, no TODO, then
+torch2jax.verify on each (the torch weights transferred, outputs and every parameter's
+gradient compared, float32 on CPU, at the NNX tolerances). What each layer becomes:
+docs/equinox.md, docs/linen-output.md."""
 
 from __future__ import annotations
 
@@ -89,6 +90,37 @@ class Cell(nn.Module):
         return h2 * c2
 
 
+class GRURec(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(5, 6, batch_first=True)
+        self.fc = nn.Linear(6, 2)
+
+    def forward(self, x):
+        y, h = self.gru(x)
+        return self.fc(h[-1]) + y.mean(1)[:, :2]
+
+
+class GRUOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(5, 6, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(x)[0]
+
+
+class GRUCells(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(5, 6)
+        self.cell2 = nn.GRUCell(5, 6)
+
+    def forward(self, x):
+        h = self.cell(x)
+        return self.cell2(x, h)
+
+
 class Vision(nn.Module):
     def __init__(self):
         super().__init__()
@@ -144,6 +176,9 @@ CASES = {
     "Rec": ["float32[2,7,5]"],
     "Last": ["float32[2,7,5]"],
     "Cell": ["float32[3,5]"],
+    "GRURec": ["float32[2,7,5]"],
+    "GRUOut": ["float32[2,7,5]"],
+    "GRUCells": ["float32[3,5]"],
     "Vision": ["float32[2,3,6,6]"],
     "Tied": ["float32[3,8]"],
     "TiedEmb": ["int64[4]:10"],
@@ -178,6 +213,11 @@ def test_equinox_and_linen_forms(converted) -> None:
         assert "self.lstm = eqx.nn.LSTMCell(5, 6, key=key1)" in code
         assert "y, (h, c) = lstm_scan(self.lstm, x)" in code and "jax.lax.scan" in code
         assert "h2, c2 = self.cell2(x, (h, c))" in code
+        # torch's GRU parameters and initialisation in a helper cell, scanned by gru_scan
+        assert "self.gru = TorchGRUCell(5, 6, key=key1)" in code
+        assert "class TorchGRUCell(eqx.Module)" in code
+        assert "y, h = gru_scan(self.gru, x)" in code
+        assert "h = self.cell(x, jnp.zeros(self.cell.hidden_size, x.dtype))" in code
         assert "self.gn = eqx.nn.GroupNorm(4, 8, eps=1e-05)" in code
         assert "eqx.nn.ConvTranspose2d(8, 4, kernel_size=(3, 3), stride=(2, 2), " \
             "padding=(1, 1), output_padding=(1, 1), key=key2)" in code
@@ -191,6 +231,9 @@ def test_equinox_and_linen_forms(converted) -> None:
         assert "self.attn = nn.MultiHeadDotProductAttention(num_heads=4)" in code
         assert "self.lstm = nn.RNN(nn.OptimizedLSTMCell(6))" in code
         assert "self.cell = nn.OptimizedLSTMCell(6)" in code and ".features)" in code
+        # an nn.GRUCell with fused, biased dense_i / dense_h (torch's b_hn)
+        assert "self.gru = nn.RNN(TorchGRUCell(6))" in code
+        assert "class TorchGRUCell(nn.GRUCell)" in code
         assert "self.gn = nn.GroupNorm(num_groups=4, epsilon=1e-05)" in code
         assert "nn.ConvTranspose(\n            4,\n            kernel_size=(3, 3),\n" \
             "            strides=(2, 2),\n            padding=((1, 2), (1, 2)),\n" \
@@ -222,11 +265,13 @@ class Seq(nn.Module):
         super().__init__()
         self.attn = nn.MultiheadAttention(16, 4)
         self.lstm = nn.LSTM(16, 6)
+        self.gru = nn.GRU(6, 6)
 
-    def forward(self, x):
+    def forward(self, x, h0):
         y, _ = self.attn(x, x, x, need_weights=False)
         out, _ = self.lstm(y)
-        return out
+        out, h = self.gru(out, h0)
+        return out * h[-1]
 '''
 
 
@@ -237,6 +282,19 @@ def test_equinox_marks_sequence_layers_with_the_batch_on_axis_1() -> None:
     errors = [d.message for d in result.diagnostics if d.severity == "error"]
     assert any("MultiheadAttention with batch_first=False" in e for e in errors), errors
     assert any("LSTM with batch_first=False" in e for e in errors), errors
+    assert any("GRU with batch_first=False" in e for e in errors), errors
+
+
+def test_linen_sequence_layers_with_the_batch_on_axis_1(tmp_path: Path) -> None:
+    """linen keeps torch's (L, N, E) layout (time_major=True): the GRU's initial state too."""
+    path = tmp_path / "seq.py"
+    path.write_text(BATCH_SECOND)
+    result = run_request(VerifyRequest(f"{path}::Seq", inputs=("float32[7,2,16]",
+                                                                "float32[1,2,6]"),
+                                       jax_target="linen", grad=True))
+    assert result.error is None, result.error
+    assert result.max_abs_diff <= 1e-5 and result.grad_max_abs_diff <= 1e-5, result.to_json()
+    assert result.passed, result.mismatch
 
 
 def test_linen_gpt_module_is_hashable_and_jits_static() -> None:

@@ -33,6 +33,7 @@ SOURCE = textwrap.dedent('''
             self.cross = nn.MultiheadAttention(64, 4, kdim=32, vdim=32)
             self.norm = nn.LayerNorm(64)
             self.lstm = nn.LSTM(32, 256)
+            self.gru = nn.GRU(32, 256)
 ''')
 
 # torch tensor -> the NNX parameter(s) it lands in, and torch's bound (None: N(0, 1))
@@ -56,6 +57,11 @@ PAIRS = {
     # every LSTM weight U(-1/sqrt(H), 1/sqrt(H))
     "lstm.weight_ih_l0": (["lstm.cell.dense_i.kernel"], 1 / 16),
     "lstm.weight_hh_l0": (["lstm.cell.dense_h.kernel"], 1 / 16),
+    # every GRU weight and bias too, each bias one draw (the helper keeps torch's two apart)
+    "gru.weight_ih_l0": (["gru.cell.dense_i.kernel"], 1 / 16),
+    "gru.weight_hh_l0": (["gru.cell.dense_h.kernel"], 1 / 16),
+    "gru.bias_ih_l0": (["gru.cell.dense_i.bias"], 1 / 16),
+    "gru.bias_hh_l0": (["gru.cell.dense_h.bias"], 1 / 16),
 }
 ZEROS = {"attn.in_proj_bias": ["attn.query.bias", "attn.key.bias", "attn.value.bias"],
          "attn.out_proj.bias": ["attn.out.bias"], "norm.bias": ["norm.bias"]}
@@ -144,16 +150,21 @@ def test_fan_in_from_torchs_arguments_by_keyword():
                 self.fc = nn.Linear(in_features=4, out_features=3)
                 self.conv = nn.Conv2d(in_channels=c * 2, out_channels=4, kernel_size=3, groups=g)
                 self.cell = nn.LSTMCell(4, hidden_size=8)
+                self.gcell = nn.GRUCell(4, hidden_size=6)
     ''')
     code = convert_source(source, path="init.py", init="torch").code
     assert "bias_init=torch_uniform_init(4)" in code
     assert "bias_init=torch_uniform_init(((c * 2) // g) * 3 * 3)" in code
     assert "bias_init=torch_uniform_init(8, terms=2)" in code
+    gcell = code[code.index("self.gcell = TorchGRUCell("):]
+    for init in ("kernel_init", "recurrent_kernel_init", "bias_init"):
+        assert f"{init}=torch_uniform_init(6)," in gcell, init  # the GRU's biases: one draw
 
 
 def test_default_output_is_unchanged():
     plain = convert_source(SOURCE, path="init.py")
-    assert "_init=" not in plain.code and "torch_uniform_init" not in plain.code
+    model = plain.code[plain.code.index("class M("):]  # after the TorchGRUCell helper
+    assert "_init=" not in model and "torch_uniform_init" not in plain.code
     assert convert_source(SOURCE, path="init.py", init="jax").code == plain.code
 
 

@@ -65,6 +65,98 @@ def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Arra
 ''')
 
 
+# torch's GRU cell (rules/sequence.toml): n = tanh(W_in x + b_in + r * (W_hn h + b_hn)); the
+# library cells have no hidden-side bias b_hn
+helper("TorchGRUCell", {"Any", "nnx"}, '''
+class TorchGRUCell(nnx.GRUCell):
+    """nn.GRUCell / torch's GRU cell: an nnx.GRUCell (gates r, z, n as torch's) whose
+    hidden-side dense has a bias, torch's b_hr, b_hz and b_hn (b_hn inside r * (W_hn h + b_hn))."""
+
+    def __init__(self, in_features: int, hidden_features: int, *, rngs: nnx.Rngs,
+                 **kwargs: Any) -> None:
+        super().__init__(in_features, hidden_features, rngs=rngs, **kwargs)
+        self.dense_h = nnx.Linear(
+            hidden_features, 3 * hidden_features,
+            kernel_init=kwargs.get("recurrent_kernel_init", nnx.initializers.orthogonal()),
+            bias_init=kwargs.get("bias_init", nnx.initializers.zeros_init()),
+            dtype=self.dtype, param_dtype=self.param_dtype, rngs=rngs)
+''', targets=("nnx",))
+
+
+helper("TorchGRUCell", {"jax", "jnp", "linen"}, '''
+class TorchGRUCell(nn.GRUCell):
+    """nn.GRUCell / torch's GRU cell: an nn.GRUCell (gates r, z, n as torch's) with fused input
+    and hidden-side denses, dense_i and dense_h, each with a bias: torch's b_ir, b_iz, b_in and
+    b_hr, b_hz, b_hn (b_hn inside r * (W_hn h + b_hn))."""
+
+    @nn.compact
+    def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        h = carry
+        dense = {"features": 3 * self.features, "dtype": self.dtype,
+                 "param_dtype": self.param_dtype, "bias_init": self.bias_init}
+        xi_r, xi_z, xi_n = jnp.split(
+            nn.Dense(kernel_init=self.kernel_init, name="dense_i", **dense)(inputs), 3, axis=-1)
+        hh_r, hh_z, hh_n = jnp.split(
+            nn.Dense(kernel_init=self.recurrent_kernel_init, name="dense_h", **dense)(h), 3,
+            axis=-1)
+        r = self.gate_fn(xi_r + hh_r)
+        z = self.gate_fn(xi_z + hh_z)
+        n = self.activation_fn(xi_n + r * hh_n)
+        new_h = (1.0 - z) * n + z * h
+        return new_h, new_h
+''', targets=("linen",))
+
+
+helper("TorchGRUCell", {"jax", "jnp"}, '''
+class TorchGRUCell(eqx.Module):
+    """nn.GRUCell / torch's GRU cell on one example, with torch's parameters (gates r, z, n)
+    and initialisation (U(-1/sqrt(H), 1/sqrt(H)) everywhere). eqx.nn.GRUCell keeps b_ih + b_hh
+    of the r and z gates summed, and b_hn apart; this cell keeps torch's four tensors."""
+
+    weight_ih: jax.Array
+    weight_hh: jax.Array
+    bias_ih: jax.Array
+    bias_hh: jax.Array
+    input_size: int = eqx.field(static=True)
+    hidden_size: int = eqx.field(static=True)
+
+    def __init__(self, input_size: int, hidden_size: int, *, key: jax.Array) -> None:
+        lim = hidden_size**-0.5
+        k_ih, k_hh, k_bi, k_bh = jax.random.split(key, 4)
+        shapes = [(3 * hidden_size, input_size), (3 * hidden_size, hidden_size),
+                  (3 * hidden_size,), (3 * hidden_size,)]
+        self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh = (
+            jax.random.uniform(k, s, minval=-lim, maxval=lim)
+            for k, s in zip((k_ih, k_hh, k_bi, k_bh), shapes))
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+
+    def __call__(self, input: jax.Array, hidden: jax.Array, *, key: jax.Array | None = None
+                 ) -> jax.Array:
+        xi_r, xi_z, xi_n = jnp.split(self.weight_ih @ input + self.bias_ih, 3)
+        hh_r, hh_z, hh_n = jnp.split(self.weight_hh @ hidden + self.bias_hh, 3)
+        r = jax.nn.sigmoid(xi_r + hh_r)
+        z = jax.nn.sigmoid(xi_z + hh_z)
+        n = jnp.tanh(xi_n + r * hh_n)
+        return (1.0 - z) * n + z * hidden
+''', targets=("equinox",))
+
+
+# equinox (torch2jax/targets/equinox.py): torch's GRU (batch_first=True) on one example
+helper("gru_scan", {"jax", "jnp"}, '''
+def gru_scan(cell, xs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """torch's one-layer GRU on one sequence xs (L, I), from a zero state, with the TorchGRUCell
+    helper: the outputs (L, H) and torch's h_n (1, H) (one layer)."""
+
+    def step(h, x):
+        h = cell(x, h)
+        return h, h
+
+    h, out = jax.lax.scan(step, jnp.zeros(cell.hidden_size, xs.dtype), xs)
+    return out, h[None]
+''', targets=("equinox",))
+
+
 # linen (torch2jax/targets/linen.py): a Linear whose weight the forward code reads
 helper("ReadableDense", {"linen", "Any"}, '''
 class ReadableDense(nn.Module):

@@ -147,29 +147,41 @@ def _lstm_checks(site: Site) -> None:
                              "trainable hidden-side bias (dense_h), which torch's has not")
 
 
-@special("lstm")
-def lstm(site: Site) -> cst.BaseExpression:
-    """``nn.LSTM(I, H)`` -> ``nnx.RNN(nnx.OptimizedLSTMCell(I, H), time_major=True)``: one
-    layer, one direction; gates in torch's order i, f, g, o, so torch's (4H, I) and (4H, H)
-    weights are the cell's fused kernels transposed and b_ih + b_hh its bias."""
-    for name, ok, why in (("num_layers", 1, "stack nnx.RNN layers"),
-                          ("bidirectional", False, "nnx.Bidirectional of two nnx.RNN"),
-                          ("proj_size", 0, "flax's LSTM cells have no projection")):
+def _rnn(site: Site, cell: cst.Call) -> cst.Call:
+    """``nnx.RNN(cell, time_major=True unless batch_first)`` for a one-layer, one-direction
+    torch LSTM or GRU."""
+    checks = [("num_layers", 1, "stack nnx.RNN layers"),
+              ("bidirectional", False, "nnx.Bidirectional of two nnx.RNN")]
+    if "proj_size" in site.rule.params:
+        checks.append(("proj_size", 0, "flax's LSTM cells have no projection"))
+    for name, ok, why in checks:
         if site.lit(name) != ok:
-            raise Untranslatable(f"LSTM({name}={code(site.get(name))}): not translated ({why})")
-    _lstm_checks(site)
-    cell = call("nnx.OptimizedLSTMCell", arg(_required(site, "input_size")),
-                arg(_required(site, "hidden_size")), *site.rngs_arg())
+            kind = site.rule.torch.rsplit(".", 1)[-1]
+            raise Untranslatable(f"{kind}({name}={code(site.get(name))}): not translated ({why})")
     out = [arg(cell)]
     batch_first = site.lit("batch_first")
     if batch_first is ...:
         out.append(arg(expr("not {b}", b=site.get("batch_first")), "time_major"))
     elif not batch_first:
         out.append(arg(py(True), "time_major"))
+    return call(site.rule.targets[site.target], *out)
+
+
+def _cell(site: Site, name: str) -> cst.Call:
+    return call(name, arg(_required(site, "input_size")), arg(_required(site, "hidden_size")),
+                *site.rngs_arg())
+
+
+@special("lstm")
+def lstm(site: Site) -> cst.BaseExpression:
+    """``nn.LSTM(I, H)`` -> ``nnx.RNN(nnx.OptimizedLSTMCell(I, H), time_major=True)``: one
+    layer, one direction; gates in torch's order i, f, g, o, so torch's (4H, I) and (4H, H)
+    weights are the cell's fused kernels transposed and b_ih + b_hh its bias."""
+    _lstm_checks(site)
     _flag_calls(site, "forward(input, (h_0, c_0)) returns (output, (h_n, c_n)) with a "
                 "leading layer axis on h_n and c_n", "returns the output, or (carry, output) "
                 "with carry (c, h)")
-    return call(site.rule.targets[site.target], *out)
+    return _rnn(site, _cell(site, "nnx.OptimizedLSTMCell"))
 
 
 @special("lstm_cell")
@@ -177,8 +189,7 @@ def lstm_cell(site: Site) -> cst.BaseExpression:
     _lstm_checks(site)
     _flag_calls(site, "forward(input, (h, c)) returns (h', c')", "is called as cell((c, h), x) "
                 "and returns ((c', h'), h')")
-    return call(site.rule.targets[site.target], arg(_required(site, "input_size")),
-                arg(_required(site, "hidden_size")), *site.rngs_arg())
+    return _cell(site, site.rule.targets[site.target])
 
 
 def _hx(cs: CallSite, name: str) -> tuple[str, str] | None:
@@ -213,6 +224,12 @@ def lstm_call(cs: CallSite) -> cst.BaseExpression:
                 f"(*{func}({', '.join(args)}))")
 
 
+def _zero_state(cs: CallSite, xs: str) -> str:
+    """Zeros of (*x.shape[:-1], H): torch's state when a cell is called without one."""
+    size = "features" if cs.target == "linen" else "hidden_features"
+    return f"jnp.zeros((*{xs}.shape[:-1], {code(cs.func)}.{size}), {xs}.dtype)"
+
+
 @call_transform("lstm_cell")
 def lstm_cell_call(cs: CallSite) -> cst.BaseExpression:
     """``self.cell(x, (h, c))`` -> ``self.cell((c, h), x)[0][::-1]`` (torch's (h', c'))."""
@@ -222,28 +239,78 @@ def lstm_cell_call(cs: CallSite) -> cst.BaseExpression:
         raise Untranslatable("LSTMCell called without input")
     hx = _hx(cs, "hx")
     if hx is None:
-        xs = _simple(x, "LSTMCell's input without hx")
-        size = "features" if cs.target == "linen" else "hidden_features"
-        zeros = f"jnp.zeros((*{xs}.shape[:-1], {func}.{size}), {xs}.dtype)"
-        h, c = zeros, zeros
+        h = c = _zero_state(cs, _simple(x, "LSTMCell's input without hx"))
     else:
         h, c = hx
     return expr(f"{func}(({c}, {h}), {code(x)})[0][::-1]")
 
 
 # --------------------------------------------------------------------------------------------
-# GRU / GRUCell: refused
+# GRU / GRUCell
 # --------------------------------------------------------------------------------------------
+
+
+def _gru_checks(site: Site) -> None:
+    if site.lit("bias") is not True:
+        raise Untranslatable(f"{site.rule.torch}(bias=False): flax's GRU cell always has a "
+                             "trainable input-side bias (dense_i), which torch's has not")
 
 
 @special("gru")
 def gru(site: Site) -> cst.BaseExpression:
-    if site.lit("bias") is False:
-        raise Untranslatable(f"{site.rule.torch}(bias=False): nnx.GRUCell's input-side dense "
-                             "always has a trainable bias, which torch's has not")
-    raise Untranslatable(f"{site.rule.torch}: nnx.GRUCell has no hidden-side bias b_hn inside "
-                         "r * (W_hn h + b_hn) (flax 0.12: n = tanh(W_in x + b_in + r * W_hn h)), "
-                         "so torch's GRU is not reproduced; write a GRU cell by hand")
+    """``nn.GRU(I, H)`` -> ``nnx.RNN(TorchGRUCell(I, H), time_major=True)``, TorchGRUCell the
+    helper of passes/helpers.py: an nnx.GRUCell whose hidden-side dense has torch's b_hn. Gates
+    in torch's order r, z, n: each torch weight is a fused kernel transposed, each bias a bias."""
+    _gru_checks(site)
+    _flag_calls(site, "forward(input, h_0) returns (output, h_n) with a leading layer axis "
+                "on h_n", "returns the output, or (carry, output)")
+    return _rnn(site, _cell(site, "TorchGRUCell"))
+
+
+@special("gru_cell")
+def gru_cell(site: Site) -> cst.BaseExpression:
+    _gru_checks(site)
+    _flag_calls(site, "forward(input, h) returns h'", "is called as cell(h, x) and returns "
+                "(h', h')")
+    return _cell(site, "TorchGRUCell")
+
+
+def _state(cs: CallSite) -> str | None:
+    """torch's hx argument, or None when absent."""
+    node = cs.args.get("hx")
+    return None if node is None or cs.lit("hx") is None else code(node)
+
+
+@call_transform("gru")
+def gru_call(cs: CallSite) -> cst.BaseExpression:
+    """``self.gru(x, h0)`` -> ``(output, h_n)`` from nnx.RNN's ``(carry, output)``, with
+    torch's leading layer axis on h_n."""
+    func = code(cs.func)
+    x = cs.args.get("input")
+    if x is None:
+        raise Untranslatable("GRU called without input")
+    args = [code(x)]
+    h0 = _state(cs)
+    if h0 is not None:
+        args.append(f"initial_carry={h0}[0]")  # torch's (1, N, H)
+    if cs.unused(1):
+        return expr(f"({func}({', '.join(args)}), None)")
+    args.append("return_carry=True")
+    return expr(f"(lambda carry, out: (out, carry[None]))(*{func}({', '.join(args)}))")
+
+
+@call_transform("gru_cell")
+def gru_cell_call(cs: CallSite) -> cst.BaseExpression:
+    """``self.cell(x, h)`` -> ``self.cell(h, x)[0]`` (torch's h')."""
+    func = code(cs.func)
+    x = cs.args.get("input")
+    if x is None:
+        raise Untranslatable("GRUCell called without input")
+    if cs.args.get("hx") is None or cs.lit("hx") is None:
+        h = _zero_state(cs, _simple(x, "GRUCell's input without hx"))
+    else:
+        h = code(cs.args.get("hx"))
+    return expr(f"{func}({h}, {code(x)})[0]")
 
 
 @special("scaled_dot_product_attention")

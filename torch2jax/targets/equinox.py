@@ -98,6 +98,10 @@ class Layer:
     node: cst.Lambda | None = None  # kind == "lambda": the function
 
 
+# recurrent layer kinds -> torch's names (for messages)
+RNN_NAMES = {"lstm": "LSTM", "lstmcell": "LSTMCell", "gru": "GRU", "grucell": "GRUCell"}
+
+
 class EquinoxError(Untranslatable):
     pass
 
@@ -319,15 +323,18 @@ def _attention(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
 
 def _rnn(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
     """nnx.RNN(nnx.OptimizedLSTMCell(I, H)) (torch's LSTM, batch_first=True) ->
-    eqx.nn.LSTMCell(I, H), scanned over the sequence by the lstm_scan helper."""
+    eqx.nn.LSTMCell(I, H), scanned over the sequence by the lstm_scan helper;
+    nnx.RNN(TorchGRUCell(I, H)) (torch's GRU) -> the TorchGRUCell helper, scanned by gru_scan."""
+    cell = code(pos[0].func) if len(pos) == 1 and isinstance(pos[0], cst.Call) else None
+    kind = {"nnx.OptimizedLSTMCell": "lstm", "TorchGRUCell": "gru"}.get(cell)
     if try_literal(kw.pop("time_major", None), False) is not False:
-        raise EquinoxError("LSTM with batch_first=False: its batch is axis 1, and the equinox "
-                           "model is mapped over axis 0 (batch_first=True is translated)")
-    if kw or len(pos) != 1 or not m.matches(pos[0], m.Call(func=m.Attribute(
-            value=m.Name("nnx"), attr=m.Name("OptimizedLSTMCell")))):
-        raise EquinoxError("an nnx.RNN that is not torch's LSTM")
-    new, _ = _lstm_cell(_pos(pos[0]), _kw(pos[0]))
-    return new, Layer("lstm")
+        raise EquinoxError(f"{(kind or 'an RNN').upper()} with batch_first=False: its batch is "
+                           "axis 1, and the equinox model is mapped over axis 0 (batch_first="
+                           "True is translated)")
+    if kw or kind is None:
+        raise EquinoxError("an nnx.RNN that is not torch's LSTM or GRU")
+    new, _ = SEQUENCE_LAYERS[cell](_pos(pos[0]), _kw(pos[0]))
+    return new, Layer(kind)
 
 
 def _lstm_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
@@ -340,8 +347,17 @@ def _lstm_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
         Layer("lstmcell")
 
 
+def _gru_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """TorchGRUCell(I, H) (NNX's helper) -> TorchGRUCell(I, H, key=...), equinox's helper: torch's
+    parameters, one example."""
+    kw.pop("rngs", None)
+    if kw or len(pos) != 2:
+        raise EquinoxError("a GRU cell with other arguments than its sizes")
+    return _call("TorchGRUCell", pos, [("key", cst.Name("__needs_key__"))]), Layer("grucell")
+
+
 SEQUENCE_LAYERS = {"nnx.MultiHeadAttention": _attention, "nnx.RNN": _rnn,
-                   "nnx.OptimizedLSTMCell": _lstm_cell}
+                   "nnx.OptimizedLSTMCell": _lstm_cell, "TorchGRUCell": _gru_cell}
 
 
 # ---------------------------------------------------------------------------- __init__
@@ -527,7 +543,7 @@ def _annotation(value: cst.BaseExpression, lay: Layer, params: dict[str, cst.Par
     if lay.kind == "value" and isinstance(value, cst.Lambda):
         return "Callable", True
     if lay.kind in ("linear", "conv", "bn", "layernorm", "embedding", "dropout", "pool",
-                    "groupnorm", "mha", "lstm", "lstmcell"):
+                    "groupnorm", "mha", "lstm", "lstmcell", "gru", "grucell"):
         if not text.startswith("eqx.nn."):  # built by a helper function
             return lay.cls or "eqx.Module", False
         return text.split("(")[0], False
@@ -833,9 +849,9 @@ class Forward:
             cst.BaseExpression, Info]:
         if lay.kind == "mha":
             return self.call_attention(func, lay, node)
-        if lay.kind in ("lstm", "lstmcell"):
-            raise EquinoxError(f"an {'LSTM' if lay.kind == 'lstm' else 'LSTMCell'} call in "
-                               "another form than torch's (output, state) unpacked")
+        if lay.kind in RNN_NAMES:
+            raise EquinoxError(f"an {RNN_NAMES[lay.kind]} call in another form than torch's "
+                               "(output, state) unpacked")
         args = [a for a in node.args]
         if (len(args) != 1 or args[0].keyword or args[0].star) and lay.kind != "module":
             raise EquinoxError(f"a {lay.kind} layer called with several arguments")
@@ -1012,18 +1028,20 @@ class Forward:
         else:
             return None
         func, lay = self.resolve(call.func)
-        if lay is None or lay.kind != "lstm":
+        if lay is None or lay.kind not in ("lstm", "gru"):
             return None
+        what = RNN_NAMES[lay.kind]
         kw = {a.keyword.value for a in call.args if a.keyword is not None}
         if kw - {"return_carry"} or len(call.args) != 1 + len(kw):
-            raise EquinoxError("an LSTM called with (h_0, c_0): torch's are (num_layers, N, H), "
+            raise EquinoxError(f"an {what} called with a state: torch's is (num_layers, N, H), "
                                "the batch on axis 1 (the zero state is translated)")
-        x = self.sequence_input(call.args[0].value, "LSTM")
+        x = self.sequence_input(call.args[0].value, what)
         state = Info(True, 2, kind="layers_first")
+        if lay.kind == "lstm":
+            state = Info(True, kind="tuple", elements=(state, state))
         # the whole torch structure, whichever parts the NNX form kept
-        return expr("lstm_scan({f}, {x})", f=func, x=x), Info(
-            True, kind="tuple", elements=(Info(True, 2), Info(True, kind="tuple",
-                                                              elements=(state, state))))
+        return expr(f"{lay.kind}_scan({{f}}, {{x}})", f=func, x=x), Info(
+            True, kind="tuple", elements=(Info(True, 2), state))
 
     def lstm_cell(self, node: cst.Subscript) -> tuple[cst.BaseExpression, Info] | None:
         """NNX's ``cell((c, h), x)[0][::-1]`` -> equinox's ``cell(x, (h, c))``, torch's
@@ -1054,6 +1072,30 @@ class Forward:
                 state.append(new)
         return expr("{f}({x}, ({h}, {c}))", f=func, x=x, h=state[0], c=state[1]), Info(
             True, kind="tuple", elements=(Info(True, 1), Info(True, 1)))
+
+    def gru_cell(self, node: cst.Subscript) -> tuple[cst.BaseExpression, Info] | None:
+        """NNX's ``cell(h, x)[0]`` -> equinox's ``cell(x, h)``, torch's h'; without torch's
+        hx, zeros of one example's hidden size."""
+        if not m.matches(node, m.Subscript(
+                value=m.Call(args=[m.Arg(keyword=None), m.Arg(keyword=None)]),
+                slice=[m.SubscriptElement(m.Index(m.Integer("0")))])):
+            return None
+        call = node.value
+        func, lay = self.resolve(call.func)
+        if lay is None or lay.kind != "grucell":
+            return None
+        x, info = self.ev(call.args[1].value)
+        if not info.batched or info.rank not in (None, 1):
+            raise EquinoxError("a GRUCell applied to a value that is not a vector per example")
+        self._fix_input_rank(call.args[1].value, 1)
+        h = call.args[0].value
+        if code(h).startswith("jnp.zeros((*"):
+            h = expr("jnp.zeros({f}.hidden_size, {x}.dtype)", f=func, x=x)
+        else:
+            h, i = self.ev(h)
+            if not i.batched or i.rank not in (None, 1):
+                raise EquinoxError("a GRUCell state that is not a vector per example")
+        return expr("{f}({x}, {h})", f=func, x=x, h=h), Info(True, 1)
 
     def call_lambda(self, attr: str, lam: cst.Lambda, infos: list[Info]) -> Info:
         """``self.pool = lambda x: jnp.mean(x, axis=(2, 3), keepdims=True)``: its body is
@@ -1092,7 +1134,8 @@ class Forward:
                                    "translated")
             return node, info
         translated = self.lstm(node) if isinstance(node, (cst.Tuple, cst.Call)) else \
-            self.lstm_cell(node) if isinstance(node, cst.Subscript) else None
+            (self.lstm_cell(node) or self.gru_cell(node)) if isinstance(node, cst.Subscript) \
+            else None
         if translated is not None:
             return translated
         if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString)):
@@ -1897,13 +1940,14 @@ class _LayerDictToDict(cst.CSTTransformer):
         return expr("nnx.Dict") if updated_node.value == "LayerDict" else updated_node
 
 
-NNX_HELPER_CLASSES = ("LayerDict", "BatchNorm")  # definitions the NNX pass wrote: they go
+# definitions the NNX pass wrote: they go
+NNX_HELPER_CLASSES = ("LayerDict", "BatchNorm", "TorchGRUCell")
 
 
 def _without_nnx_helpers(module: cst.Module) -> cst.Module:
     """The NNX pass's helper classes go: LayerDict (an nnx.Dict in insertion order) is read as
-    the nnx.Dict this pass translates (into a dict); BatchNorm calls stay, for the equinox
-    BatchNorm helper that :func:`convert` writes in."""
+    the nnx.Dict this pass translates (into a dict); BatchNorm and TorchGRUCell calls stay, for the
+    equinox helpers of those names that :func:`convert` writes in."""
     module = module.with_changes(body=[s for s in module.body if not (
         isinstance(s, cst.ClassDef) and s.name.value in NNX_HELPER_CLASSES)])
     return module.visit(_LayerDictToDict())

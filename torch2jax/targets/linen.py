@@ -107,6 +107,10 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
         if len(pos) != 2:
             raise Untranslatable("an LSTM cell without its two sizes")
         return _rebuild("nn.OptimizedLSTMCell", [pos[1]], kw)
+    if name == "TorchGRUCell":  # the helper (torch's b_hn on its hidden-side dense): (H)
+        if len(pos) != 2:
+            raise Untranslatable("a GRU cell without its two sizes")
+        return _rebuild("TorchGRUCell", [pos[1]], kw)
     if name == "nnx.RNN":
         return _rebuild("nn.RNN", [layer(p, train) for p in pos], kw)
     if name == "nnx.Dropout":

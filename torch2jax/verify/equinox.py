@@ -108,8 +108,10 @@ def _leaf_parts(obj: Any, path: tuple[Step, ...], leaf: str) -> tuple[Part, ...]
         if table is not None and leaf in table:
             return tuple(Part((*path, *(("attr", a) for a in attrs)), layout, summed)
                          for attrs, layout, summed in table[leaf])
-    target = getattr(obj, leaf, None)
-    return (Part((*path, ("attr", leaf))),) if hasattr(target, "shape") else None
+    for name in (leaf, leaf.removesuffix("_l0")):  # a one-layer RNN held by its cell (GRU)
+        if hasattr(getattr(obj, name, None), "shape"):
+            return (Part((*path, ("attr", name))),)
+    return None
 
 
 def _expand(step: Step) -> tuple[Step, ...]:

@@ -38,15 +38,18 @@ class LinenPlan:
 
 
 # NNX fused kernels that linen keeps per gate: nnx.OptimizedLSTMCell's dense_i / dense_h are
-# linen's ii, if, ig, io / hi, hf, hg, ho (torch's gate order, i f g o)
+# linen's ii, if, ig, io / hi, hf, hg, ho (torch's gate order, i f g o). The TorchGRUCell helper's
+# are fused in both (the same names and shapes as NNX's).
 PER_GATE = {"dense_i": "i", "dense_h": "h"}
 GATES = "ifgo"
+FUSED = ("torch.nn.GRU", "torch.nn.GRUCell")  # rules whose dense_i / dense_h linen keeps fused
 
 
-def _linen_parts(components: list[str], layout: str) -> list[tuple[list[str], str]]:
+def _linen_parts(components: list[str], layout: str, per_gate: bool = True
+                 ) -> list[tuple[list[str], str]]:
     """A rule's NNX destination -> linen's, one per part (several for a per-gate kernel)."""
     for i, c in enumerate(components):
-        if c in PER_GATE:
+        if per_gate and c in PER_GATE:
             if "[" in layout:
                 raise ValueError(f"{layout}: a part of a per-gate kernel")
             return [([*components[:i], PER_GATE[c] + g, *components[i + 1:]],
@@ -125,7 +128,8 @@ def _destinations(key: str, shape: tuple, found: list, variables: dict, modules:
     """The linen variables one torch entry goes to (one per part), or the first missing one."""
     out = []
     for target in found:
-        for comps, layout in _linen_parts(target.components, target.layout):
+        per_gate = target.rule not in FUSED
+        for comps, layout in _linen_parts(target.components, target.layout, per_gate):
             path = _linen_path(comps, modules)
             collection = "batch_stats" if target.rule is not None and path[-1] in STATS \
                 else "params"
