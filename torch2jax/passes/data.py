@@ -346,12 +346,19 @@ def batch_sampler_site(call: cst.Call, q_of, data: DataIndex) -> BatchSamplerSit
     sampler, batch_size = b.get("sampler"), b.get("batch_size")
     if batch_size is None:
         return None
-    site = None
-    if isinstance(sampler, cst.Name):
-        site = data.samplers.get(sampler.value)
-    elif isinstance(sampler, cst.Call) and (q_of(sampler.func) or "") in SAMPLERS:
-        site = sampler_site(q_of(sampler.func), sampler)
+    site = _known_sampler(sampler, sampler, q_of, data)
     return None if site is None else BatchSamplerSite(site, batch_size, b.get("drop_last"))
+
+
+def _known_sampler(original: cst.BaseExpression | None, sampler: cst.BaseExpression | None,
+                   q_of, data: DataIndex) -> SamplerSite | None:
+    """A sampler variable of the script, or a translated sampler built in place (``original``
+    is that argument in the source tree, where ``q_of`` names it)."""
+    if isinstance(sampler, cst.Name):
+        return data.samplers.get(sampler.value)
+    if isinstance(original, cst.Call) and (q_of(original.func) or "") in SAMPLERS:
+        return sampler_site(q_of(original.func), sampler)
+    return None
 
 
 def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
@@ -433,11 +440,7 @@ def _sampler_of(original: cst.BaseExpression | None, sampler: cst.BaseExpression
                 q_of, data: DataIndex) -> SamplerSite | None:
     if sampler is None:
         return None
-    site = None
-    if isinstance(sampler, cst.Name):
-        site = data.samplers.get(sampler.value)
-    elif isinstance(original, cst.Call) and (q_of(original.func) or "") in SAMPLERS:
-        site = sampler_site(q_of(original.func), sampler)
+    site = _known_sampler(original, sampler, q_of, data)
     if site is None:
         raise Untranslatable("DataLoader(sampler=...) with a sampler that is not translated "
                              "(DistributedSampler, RandomSampler and SequentialSampler are)",
