@@ -315,7 +315,7 @@ def _held(value: cst.BaseExpression, classes) -> tuple[list[str], list[cst.Call]
         items = [value.elt]
     elif isinstance(value, cst.List):
         items = [el.value for el in value.elements]
-        if not items or any(el.star for el in value.elements):
+        if not items or any(isinstance(el, cst.StarredElement) for el in value.elements):
             return None
     elif isinstance(value, cst.Call) and code(value.func) in _SEQUENTIAL:
         items = [a.value for a in value.args]
