@@ -348,6 +348,7 @@ class Side:
     forward: Callable[[], object]
     train: Callable[[], object]
     params: int  # trainable parameter count
+    lower: dict[str, Callable[[], object]]  # phase -> the step lowered on the benchmark's args
 
 
 def target_sides(target: str, key: str, torch_model: object, batch: dict, tmp: Path
@@ -437,7 +438,9 @@ def linen_side(namespace: dict, build: str, torch_model: object | None, x: objec
         box[0], loss = train_step(box[0], x, y, dropout_key)
         return jax.block_until_ready(loss)
 
-    return Side(lambda: jax.block_until_ready(eval_step(model, variables, x)), train, n_params)
+    return Side(lambda: jax.block_until_ready(eval_step(model, variables, x)), train, n_params,
+                {"forward": lambda: eval_step.lower(model, variables, x),
+                 "train": lambda: train_step.lower(state, x, y, jax.random.key(1))})
 
 
 def equinox_side(namespace: dict, build: str, torch_model: object | None, x: object,
@@ -460,6 +463,7 @@ def equinox_side(namespace: dict, build: str, torch_model: object | None, x: obj
 
         inference = eqx.nn.inference_mode(model)
         forward = lambda: jax.block_until_ready(eval_step(inference, state, x))
+        lower_forward = lambda: eval_step.lower(inference, state, x)
     else:
         @eqx.filter_jit
         def eval_step(model, *inputs):
@@ -467,6 +471,7 @@ def equinox_side(namespace: dict, build: str, torch_model: object | None, x: obj
 
         inference = eqx.nn.inference_mode(model)
         forward = lambda: jax.block_until_ready(eval_step(inference, x))
+        lower_forward = lambda: eval_step.lower(inference, x)
 
     tx = adamw()
     model = eqx.nn.inference_mode(model, False)
@@ -499,7 +504,9 @@ def equinox_side(namespace: dict, build: str, torch_model: object | None, x: obj
         box[0], box[1], box[2], loss = train_step(box[0], box[1], box[2], x, y, key)
         return jax.block_until_ready(loss)
 
-    return Side(forward, train, n_params)
+    return Side(forward, train, n_params, {
+        "forward": lower_forward,
+        "train": lambda: train_step.lower(model, state, opt_state, x, y, jax.random.key(1))})
 
 
 class _Namespace:
@@ -530,6 +537,33 @@ def run_target(target: str, key: str, reps: int, slot: float, tmp: Path
     train.update({name: side.train for name, side in sides.items()})
     results["train"] = round_robin(train, reps, slot)
     return results, notes
+
+
+def hlo_counts(lowered: object) -> dict[str, int]:
+    """Instruction counts of the optimized (compiled) HLO module: every instruction of every
+    computation, and the transposes, copies and fusions among them."""
+    import re
+
+    lowered = getattr(lowered, "lowered", lowered)  # equinox's Lowered wraps jax's
+    text = lowered.compile().as_text()
+    ops = re.findall(r"^\s*(?:ROOT )?%?[\w.\-]+ = \S+ ([\w\-]+)\(", text, re.MULTILINE)
+    return {"instructions": len(ops), "transposes": ops.count("transpose"),
+            "copies": ops.count("copy"), "fusions": ops.count("fusion")}
+
+
+def print_hlo(target: str, models: list[str], tmp: Path) -> None:
+    """--hlo: the compiled programs of the converted and reference steps (no timing)."""
+    print(f"\n## {target}: optimized HLO of the forward and train steps\n")
+    print("| model | phase | side | instructions | transposes | copies | fusions |")
+    print("|---|---|---|---|---|---|---|")
+    for key in models:
+        torch_model = build_torch(key)
+        sides, _ = target_sides(target, key, torch_model, make_batch(SPECS[key], 0), tmp)
+        for phase in ("forward", "train"):
+            for name, side in sides.items():
+                c = hlo_counts(side.lower[phase]())
+                print(f"| {key} | {phase} | {name} | {c['instructions']} | {c['transposes']} "
+                      f"| {c['copies']} | {c['fusions']} |", flush=True)
 
 
 def print_target_table(target: str, all_results: dict, notes: list[str], threads: str) -> None:
@@ -644,6 +678,12 @@ def child(args: argparse.Namespace) -> None:
     else:
         torch.set_num_threads(os.cpu_count() or 1)
     sys.path.insert(0, str(ROOT))
+    if args.hlo:
+        with tempfile.TemporaryDirectory(prefix="torch2jax-bench-") as tmp:
+            for target in args.targets:
+                if target != "nnx":
+                    print_hlo(target, args.models, Path(tmp))
+        return
     for target in args.targets:
         results, notes = {}, []
         TIMED[:] = [0.0, 0.0]
@@ -686,8 +726,11 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: torch on CUDA, JAX on its GPU backend, one process")
     parser.add_argument("--batch-scale", type=int, default=1, help="multiply every batch")
+    parser.add_argument("--hlo", action="store_true",
+                        help="linen / equinox: print the compiled programs' instruction counts "
+                        "instead of timing")
     args = parser.parse_args()
-    if args.threads != "both" or args.device == "cuda":
+    if args.threads != "both" or args.hlo or args.device == "cuda":
         child(args)
         return
     import jax
