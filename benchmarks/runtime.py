@@ -35,6 +35,17 @@ is printed as a check of what the setting achieved.
     python benchmarks/runtime.py                       # 1 thread, then all threads
     python benchmarks/runtime.py --threads 1 --models mlp gpt --reps 5
 
+Other targets: ``--targets linen equinox`` (default ``nnx``) times, per target, the model
+converted with ``convert_source(..., target=...)`` (the torch weights moved in with the
+verifier's ``transfer_to_linen`` / ``transfer_to_equinox``) against a hand-written reference of
+the same target (``benchmarks/reference/linen_models.py``, ``equinox_models.py``) and torch,
+forward and train step, each JAX side called through the eval and train steps that target's
+training output uses (see the "linen and equinox" section below). ``--hlo`` prints the
+instruction counts of those compiled steps instead of timing them.
+
+    python benchmarks/runtime.py --targets linen equinox
+    python benchmarks/runtime.py --threads 1 --targets equinox --hlo
+
 GPU: ``--device cuda`` runs torch on CUDA and JAX on its default backend (which must then be the
 GPU; the script refuses otherwise), in one process (the thread settings do not apply), and
 synchronizes torch after every call as JAX blocks. ``--batch-scale`` multiplies every batch so
