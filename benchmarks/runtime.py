@@ -1,4 +1,4 @@
-"""Runtime of converted models next to hand-written flax NNX and PyTorch eager.
+"""Runtime of converted models next to hand-written JAX (NNX, linen, equinox) and PyTorch eager.
 
 For each model (the fixture MLP, CNN and GPT, and a ResNet-18) it times, in one process:
 
