@@ -1,4 +1,4 @@
-"""Runtime of converted models next to hand-written flax NNX and PyTorch eager.
+"""Runtime of converted models next to hand-written JAX (NNX, linen, equinox) and PyTorch eager.
 
 For each model (the fixture MLP, CNN and GPT, and a ResNet-18) it times, in one process:
 
@@ -35,6 +35,17 @@ is printed as a check of what the setting achieved.
     python benchmarks/runtime.py                       # 1 thread, then all threads
     python benchmarks/runtime.py --threads 1 --models mlp gpt --reps 5
 
+Other targets: ``--targets linen equinox`` (default ``nnx``) times, per target, the model
+converted with ``convert_source(..., target=...)`` (the torch weights moved in with the
+verifier's ``transfer_to_linen`` / ``transfer_to_equinox``) against a hand-written reference of
+the same target (``benchmarks/reference/linen_models.py``, ``equinox_models.py``) and torch,
+forward and train step, each JAX side called through the eval and train steps that target's
+training output uses (see the "linen and equinox" section below). ``--hlo`` prints the
+instruction counts of those compiled steps instead of timing them.
+
+    python benchmarks/runtime.py --targets linen equinox
+    python benchmarks/runtime.py --threads 1 --targets equinox --hlo
+
 GPU: ``--device cuda`` runs torch on CUDA and JAX on its default backend (which must then be the
 GPU; the script refuses otherwise), in one process (the thread settings do not apply), and
 synchronizes torch after every call as JAX blocks. ``--batch-scale`` multiplies every batch so
@@ -63,6 +74,7 @@ ROOT = HERE.parent
 ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 MODELS = ("mlp", "cnn", "gpt", "resnet18")
 PATTERNS = ("nnx.jit", "split", "cached", "tree")
+TARGETS = ("nnx", "linen", "equinox")
 TIMED = [0.0, 0.0]  # wall and CPU seconds spent in the timed loops
 RUN = {"device": "cpu", "batch_scale": 1}  # set from the command line in child()
 
@@ -80,11 +92,13 @@ class Spec:
     high: int | None = None  # integer inputs: exclusive bound
     classes: int = 10
     nhwc: bool = False  # the reference takes channels-last images
+    dropout: bool = False  # the model has dropout: the linen / equinox train steps take a key
 
 
 SPECS = {
     "mlp": Spec(ROOT / "fixtures/models/mlp.py", "MLP", "MLP()", 64, (784,)),
-    "cnn": Spec(ROOT / "fixtures/models/cnn.py", "CNN", "CNN()", 32, (3, 32, 32), nhwc=True),
+    "cnn": Spec(ROOT / "fixtures/models/cnn.py", "CNN", "CNN()", 32, (3, 32, 32), nhwc=True,
+                dropout=True),
     "gpt": Spec(ROOT / "fixtures/models/gpt.py", "GPT", "GPT(GPTConfig())", 8, (64,),
                 high=128, classes=128),
     "resnet18": Spec(HERE / "models/resnet18.py", "ResNet18", "ResNet18()", 4, (3, 32, 32),
@@ -99,27 +113,16 @@ def _eval(expr: str, namespace: dict, **extra: object) -> object:
 
 def build_models(key: str, tmp: Path) -> tuple[object, object, object]:
     """(torch model, converted NNX model with the torch weights, reference NNX model)."""
-    import torch
     from flax import nnx
 
-    from torch2jax.convert import convert_source
     from torch2jax.verify.load import load_module
     from torch2jax.weights import transfer_state_dict
 
     spec = SPECS[key]
-    torch.manual_seed(0)
-    torch_module = load_module(spec.torch_file, prefix="bench_torch")
-    torch_model = _eval(spec.build, vars(torch_module))
-    if RUN["device"] != "cpu":
-        torch_model = torch_model.to(RUN["device"])
-
-    out = convert_source(spec.torch_file.read_text(), path=str(spec.torch_file))
-    errors = [d for d in out.diagnostics if d.severity == "error"]
-    if errors:
-        raise SystemExit(f"{spec.torch_file}: the conversion left {len(errors)} errors")
-    converted_file = tmp / f"{key}_converted.py"
-    converted_file.write_text(out.code)
-    jax_module = load_module(converted_file, prefix="bench_converted")
+    torch_model = build_torch(key)
+    jax_module = convert_and_load(key, tmp, "nnx")
+    if isinstance(jax_module, str):
+        raise SystemExit(jax_module)
     call = spec.build[:-1] + (", " if spec.build[-2] != "(" else "") + "rngs=nnx.Rngs(0))"
     converted = _eval(call, vars(jax_module), nnx=nnx)
     transfer_state_dict(torch_model.cpu(), converted)
@@ -135,6 +138,35 @@ def build_models(key: str, tmp: Path) -> tuple[object, object, object]:
         raise SystemExit(f"{key}: parameter counts differ: torch {n_torch}, converted {n_conv}, "
                          f"reference {n_ref}")
     return torch_model, converted, reference
+
+
+def build_torch(key: str) -> object:
+    """The torch model (seed 0) on the benchmark's device."""
+    import torch
+
+    from torch2jax.verify.load import load_module
+
+    spec = SPECS[key]
+    torch.manual_seed(0)
+    torch_module = load_module(spec.torch_file, prefix="bench_torch")
+    return _eval(spec.build, vars(torch_module)).to(RUN["device"])
+
+
+def convert_and_load(key: str, tmp: Path, target: str) -> object:
+    """The torch file converted with ``convert_source(..., target=target)`` and imported; a
+    message instead when the conversion left errors."""
+    from torch2jax.convert import convert_source
+    from torch2jax.verify.load import load_module
+
+    spec = SPECS[key]
+    out = convert_source(spec.torch_file.read_text(), path=str(spec.torch_file), target=target)
+    errors = [d for d in out.diagnostics if d.severity == "error"]
+    if errors:
+        return (f"{spec.torch_file.name} --target {target}: the conversion left {len(errors)} "
+                "errors: " + "; ".join(sorted({d.message for d in errors})))
+    converted_file = tmp / f"{key}_{target}_converted.py"
+    converted_file.write_text(out.code)
+    return load_module(converted_file, prefix=f"bench_converted_{target}")
 
 
 def jax_leaves(state: object) -> list:
@@ -302,6 +334,267 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+# --- linen and equinox -----------------------------------------------------------------------
+#
+# For --targets linen / equinox: the model converted with ``convert_source(..., target=...)``
+# and filled with the torch weights by the verifier's own transfer (torch2jax/verify/linen.py,
+# equinox.py), and the hand-written reference of the same target
+# (benchmarks/reference/linen_models.py, equinox_models.py), each called through the code that
+# target's training output uses:
+#
+# * linen: ``@partial(jax.jit, static_argnums=0) def eval_step(model, variables, *inputs)``;
+#   the train step is ``@jax.jit`` of a TrainState (with ``batch_stats`` when the model has
+#   BatchNorm), ``jax.value_and_grad`` of ``state.apply_fn`` = ``model.clone(train=True).apply``
+#   with ``mutable=["batch_stats"]`` and a dropout key where the model has dropout,
+#   ``state.apply_gradients`` (docs/linen-output.md);
+# * equinox: the per-example model in ``eqx.nn.inference_mode`` mapped over the batch with
+#   ``jax.vmap`` under ``eqx.filter_jit`` (``axis_name="batch"`` and the State unbatched for a
+#   model with BatchNorm); the train step is ``@eqx.filter_jit`` of
+#   ``eqx.filter_value_and_grad`` of that, one dropout key per example, the optax update of
+#   ``eqx.filter(model, eqx.is_array)`` and ``eqx.apply_updates`` (docs/equinox.md).
+
+
+@dataclass
+class Side:
+    forward: Callable[[], object]
+    train: Callable[[], object]
+    params: int  # trainable parameter count
+    lower: dict[str, Callable[[], object]]  # phase -> the step lowered on the benchmark's args
+
+
+def target_sides(target: str, key: str, torch_model: object, batch: dict, tmp: Path
+                 ) -> tuple[dict[str, Side], list[str]]:
+    """{"converted": Side, "reference": Side} for linen or equinox (no "converted" when the
+    conversion left errors), and notes for the table."""
+    from torch2jax.verify.load import load_module
+
+    spec = SPECS[key]
+    build = {"linen": linen_side, "equinox": equinox_side}[target]
+    ref_module = load_module(HERE / "reference" / f"{target}_models.py",
+                             prefix=f"bench_ref_{target}")
+    sides = {"reference": build(vars(ref_module), REFERENCE_BUILD[key] + "()", None,
+                                batch["jx_ref" if target == "linen" else "jx"], batch["jy"],
+                                spec)}
+    notes = []
+    module = convert_and_load(key, tmp, target)
+    if isinstance(module, str):
+        notes.append(module)
+    else:
+        sides["converted"] = build(vars(module), spec.build, torch_model, batch["jx"],
+                                   batch["jy"], spec)
+    n_torch = sum(p.numel() for p in torch_model.parameters())
+    extra = sum(b.numel() for n, b in torch_model.named_buffers()
+                if n.rsplit(".", 1)[-1] not in ("running_mean", "running_var",
+                                                "num_batches_tracked"))
+    for name, side in sides.items():
+        if side.params == n_torch + extra and extra:
+            notes.append(f"{key} {name}: {extra} more array elements than torch's parameters "
+                         "(torch's non-BatchNorm buffers, held as model arrays)")
+        elif side.params != n_torch:
+            raise SystemExit(f"{key} {target}: parameter counts differ: torch {n_torch}, "
+                             f"{name} {side.params}")
+    return sides, notes
+
+
+def linen_side(namespace: dict, build: str, torch_model: object | None, x: object, y: object,
+               spec: Spec) -> Side:
+    import functools
+    from typing import Any
+
+    import jax
+    from flax.training import train_state
+
+    from torch2jax.verify.linen import _thaw, transfer_to_linen
+
+    model = _eval(build, namespace)
+    variables = _thaw(jax.jit(lambda x: model.init(jax.random.key(0), x))(x[:1]))
+    if torch_model is not None:
+        variables, _ = transfer_to_linen(torch_model, variables)
+    n_params = sum(int(v.size) for v in jax.tree.leaves(variables["params"]))
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def eval_step(model, variables, *inputs):
+        return model.apply(variables, *inputs)
+
+    stats = "batch_stats" in variables
+
+    class TrainState(train_state.TrainState):
+        batch_stats: Any = None
+
+    trained = model.clone(train=True) if "train" in type(model).__dataclass_fields__ else model
+    state = TrainState.create(apply_fn=trained.apply, params=variables["params"],
+                              tx=adamw(), batch_stats=variables.get("batch_stats"))
+    rngs = (lambda k: {"dropout": k}) if spec.dropout else (lambda k: {})
+
+    @jax.jit
+    def train_step(state, xb, yb, dropout_key):
+        def loss_fn(params):
+            if stats:
+                logits, updates = state.apply_fn(
+                    {"params": params, "batch_stats": state.batch_stats}, xb,
+                    rngs=rngs(dropout_key), mutable=["batch_stats"])
+                return jax_loss(logits, yb), updates
+            return jax_loss(state.apply_fn({"params": params}, xb, rngs=rngs(dropout_key)),
+                            yb), None
+
+        (loss, updates), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        if stats:
+            return state.apply_gradients(grads=grads, batch_stats=updates["batch_stats"]), loss
+        return state.apply_gradients(grads=grads), loss
+
+    box = [state, jax.random.key(1)]
+
+    def train() -> object:
+        box[1], dropout_key = jax.random.split(box[1])
+        box[0], loss = train_step(box[0], x, y, dropout_key)
+        return jax.block_until_ready(loss)
+
+    return Side(lambda: jax.block_until_ready(eval_step(model, variables, x)), train, n_params,
+                {"forward": lambda: eval_step.lower(model, variables, x),
+                 "train": lambda: train_step.lower(state, x, y, jax.random.key(1))})
+
+
+def equinox_side(namespace: dict, build: str, torch_model: object | None, x: object,
+                 y: object, spec: Spec) -> Side:
+    import equinox as eqx
+    import jax
+
+    from torch2jax.verify.equinox import build_equinox_model, takes_state, transfer_to_equinox
+
+    model, state = build_equinox_model(_Namespace(namespace), build.split("(")[0], None, build,
+                                       seed=0)
+    if torch_model is not None:
+        model, state, _ = transfer_to_equinox(torch_model, model, state)
+    n_params = sum(int(v.size) for v in jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array)))
+    stateful = takes_state(model)
+    if stateful:
+        @eqx.filter_jit
+        def eval_step(model, state, *inputs):
+            return jax.vmap(lambda *xs: model(*xs, state)[0], axis_name="batch")(*inputs)
+
+        inference = eqx.nn.inference_mode(model)
+        forward = lambda: jax.block_until_ready(eval_step(inference, state, x))
+        lower_forward = lambda: eval_step.lower(inference, state, x)
+    else:
+        @eqx.filter_jit
+        def eval_step(model, *inputs):
+            return jax.vmap(model)(*inputs)
+
+        inference = eqx.nn.inference_mode(model)
+        forward = lambda: jax.block_until_ready(eval_step(inference, x))
+        lower_forward = lambda: eval_step.lower(inference, x)
+
+    tx = adamw()
+    model = eqx.nn.inference_mode(model, False)
+    opt_state = tx.init(eqx.filter(model, eqx.is_array))
+
+    def keys(key, xb):
+        return {"key": jax.random.split(key, xb.shape[0])} if spec.dropout else {}
+
+    @eqx.filter_jit
+    def train_step(model, state, opt_state, xb, yb, key):
+        if stateful:
+            def loss_fn(model, state):
+                logits, state = jax.vmap(model, axis_name="batch", in_axes=(0, None),
+                                         out_axes=(0, None))(xb, state, **keys(key, xb))
+                return jax_loss(logits, yb), state
+
+            (loss, state), grads = eqx.filter_value_and_grad(loss_fn, has_aux=True)(model, state)
+        else:
+            def loss_fn(model):
+                return jax_loss(jax.vmap(model)(xb, **keys(key, xb)), yb)
+
+            loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
+        updates, opt_state = tx.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+        return eqx.apply_updates(model, updates), state, opt_state, loss
+
+    box = [model, state, opt_state, jax.random.key(1)]
+
+    def train() -> object:
+        box[3], key = jax.random.split(box[3])
+        box[0], box[1], box[2], loss = train_step(box[0], box[1], box[2], x, y, key)
+        return jax.block_until_ready(loss)
+
+    return Side(forward, train, n_params, {
+        "forward": lower_forward,
+        "train": lambda: train_step.lower(model, state, opt_state, x, y, jax.random.key(1))})
+
+
+class _Namespace:
+    """A module-like view of a dict (build_equinox_model reads ``vars(module)``)."""
+
+    def __init__(self, namespace: dict) -> None:
+        self.__dict__.update(namespace)
+
+
+def adamw() -> object:
+    import optax
+
+    return optax.adamw(1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01)
+
+
+def run_target(target: str, key: str, reps: int, slot: float, tmp: Path
+               ) -> tuple[dict[str, dict[str, float]], list[str]]:
+    import copy
+
+    spec = SPECS[key]
+    torch_model = build_torch(key)
+    batch = make_batch(spec, seed=0)
+    sides, notes = target_sides(target, key, torch_model, batch, tmp)
+    fwd = {"torch": torch_forward(torch_model, batch["tx"])}
+    fwd.update({name: side.forward for name, side in sides.items()})
+    results = {"forward": round_robin(fwd, reps, slot)}
+    train = {"torch": torch_train(copy.deepcopy(torch_model), batch["tx"], batch["ty"])}
+    train.update({name: side.train for name, side in sides.items()})
+    results["train"] = round_robin(train, reps, slot)
+    return results, notes
+
+
+def hlo_counts(lowered: object) -> dict[str, int]:
+    """Instruction counts of the optimized (compiled) HLO module: every instruction of every
+    computation, and the transposes, copies and fusions among them."""
+    import re
+
+    lowered = getattr(lowered, "lowered", lowered)  # equinox's Lowered wraps jax's
+    text = lowered.compile().as_text()
+    ops = re.findall(r"^\s*(?:ROOT )?%?[\w.\-]+ = \S+ ([\w\-]+)\(", text, re.MULTILINE)
+    return {"instructions": len(ops), "transposes": ops.count("transpose"),
+            "copies": ops.count("copy"), "fusions": ops.count("fusion")}
+
+
+def print_hlo(target: str, models: list[str], tmp: Path) -> None:
+    """--hlo: the compiled programs of the converted and reference steps (no timing)."""
+    print(f"\n## {target}: optimized HLO of the forward and train steps\n")
+    print("| model | phase | side | instructions | transposes | copies | fusions |")
+    print("|---|---|---|---|---|---|---|")
+    for key in models:
+        torch_model = build_torch(key)
+        sides, _ = target_sides(target, key, torch_model, make_batch(SPECS[key], 0), tmp)
+        for phase in ("forward", "train"):
+            for name, side in sides.items():
+                c = hlo_counts(side.lower[phase]())
+                print(f"| {key} | {phase} | {name} | {c['instructions']} | {c['transposes']} "
+                      f"| {c['copies']} | {c['fusions']} |", flush=True)
+
+
+def print_target_table(target: str, all_results: dict, notes: list[str], threads: str) -> None:
+    print(f"\n## {target}, threads: {threads}\n")
+    print("| model | phase | torch ms | converted ms | reference ms | converted/reference "
+          "| torch/converted | torch/reference |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key, phases in all_results.items():
+        for phase, t in phases.items():
+            tor, ref = t["torch"], t["reference"]
+            if "converted" in t:
+                conv = t["converted"]
+                c = f"{conv:.3f} | {ref:.3f} | {conv / ref:.2f} | {tor / conv:.2f}"
+            else:
+                c = f"not converted | {ref:.3f} | - | -"
+            print(f"| {key} | {phase} | {tor:.3f} | {c} | {tor / ref:.2f} |")
+    for note in notes:
+        print(f"\n* {note}")
+
+
 # --- timing ----------------------------------------------------------------------------------
 
 
@@ -396,18 +689,35 @@ def child(args: argparse.Namespace) -> None:
     else:
         torch.set_num_threads(os.cpu_count() or 1)
     sys.path.insert(0, str(ROOT))
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="torch2jax-bench-") as tmp:
-        for key in args.models:
-            t0 = time.perf_counter()
-            results[key] = run_model(key, args.reps, args.slot, Path(tmp))
-            print(f"{key}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-    wall, cpu = TIMED
-    if args.device == "cuda":
-        print_table(results, f"GPU ({torch.cuda.get_device_name()}), batch x{args.batch_scale}")
+    if args.hlo:
+        with tempfile.TemporaryDirectory(prefix="torch2jax-bench-") as tmp:
+            for target in args.targets:
+                if target != "nnx":
+                    print_hlo(target, args.models, Path(tmp))
         return
-    print_table(results, f"{args.threads} (torch {torch.get_num_threads()}, "
-                         f"CPU time / wall time in the timed loops {cpu / wall:.2f}, {os.cpu_count()} cores)")
+    for target in args.targets:
+        results, notes = {}, []
+        TIMED[:] = [0.0, 0.0]
+        with tempfile.TemporaryDirectory(prefix="torch2jax-bench-") as tmp:
+            for key in args.models:
+                t0 = time.perf_counter()
+                if target == "nnx":
+                    results[key] = run_model(key, args.reps, args.slot, Path(tmp))
+                else:
+                    results[key], more = run_target(target, key, args.reps, args.slot, Path(tmp))
+                    notes += more
+                print(f"{target} {key}: {time.perf_counter() - t0:.1f} s", file=sys.stderr,
+                      flush=True)
+        wall, cpu = TIMED
+        if args.device == "cuda":
+            threads = f"GPU ({torch.cuda.get_device_name()}), batch x{args.batch_scale}"
+        else:
+            threads = (f"{args.threads} (torch {torch.get_num_threads()}, CPU time / wall time "
+                       f"in the timed loops {cpu / wall:.2f}, {os.cpu_count()} cores)")
+        if target == "nnx":
+            print_table(results, threads)
+        else:
+            print_target_table(target, results, notes, threads)
 
 
 def _cpu_seconds() -> float:
@@ -419,14 +729,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", choices=("1", "all", "both"), default="both")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--targets", nargs="+", choices=TARGETS, default=["nnx"],
+                        help="converted code and hand-written reference of these targets")
     parser.add_argument("--reps", type=int, default=5, help="round-robin repetitions")
     parser.add_argument("--slot", type=float, default=0.05,
                         help="seconds of calls per contestant per repetition")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: torch on CUDA, JAX on its GPU backend, one process")
     parser.add_argument("--batch-scale", type=int, default=1, help="multiply every batch")
+    parser.add_argument("--hlo", action="store_true",
+                        help="linen / equinox: print the compiled programs' instruction counts "
+                        "instead of timing")
     args = parser.parse_args()
-    if args.threads != "both" or args.device == "cuda":
+    if args.threads != "both" or args.hlo or args.device == "cuda":
         child(args)
         return
     import jax
@@ -437,7 +752,7 @@ def main() -> None:
     for threads in ("1", "all"):
         cmd = [sys.executable, __file__, "--threads", threads, "--reps", str(args.reps),
                "--slot", str(args.slot), "--batch-scale", str(args.batch_scale),
-               "--models", *args.models]
+               "--models", *args.models, "--targets", *args.targets]
         subprocess.run(cmd, check=True)
 
 
