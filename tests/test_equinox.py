@@ -456,3 +456,32 @@ class Net(nn.Module):
     assert "self.blocks = {}" in result.code
     assert [d.rule for d in result.diagnostics if d.severity == "error"] == ["equinox"]
     assert result.code.count("TODO(torch2jax)") == 1
+
+
+FLATTEN_SOURCE = '''
+import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    """torch.flatten inside expressions: of the per-example axes 1.. and of axes 2.."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        out = self.fc(torch.flatten(torch.relu(self.conv(x)), 1))
+        return out + torch.flatten(self.conv(x), 2).mean(-1).sum(-1, True)
+'''
+
+
+def test_flatten_of_a_batched_value_inside_an_expression(tmp_path: Path) -> None:
+    code = convert_source(FLATTEN_SOURCE, path="flatten.py", target="equinox").code
+    assert "TODO" not in code and "jnp.ravel(" in code
+    assert "jax.lax.collapse(self.conv(x), 1)" in code
+    result = verify(str(_write(tmp_path, "flatten.py", FLATTEN_SOURCE)) + "::Head",
+                    inputs=["float32[2,3,6,6]"], jax_target="equinox", grad=True)
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch

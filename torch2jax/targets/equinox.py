@@ -1427,7 +1427,25 @@ class Forward:
             new = tuple(a - 1 for a in axes[1:])
             return call.with_changes(args=[new_args[0], new_args[1].with_changes(
                 value=cst.parse_expression(repr(new)))]), Info(True, len(new))
+        if name == "jax.lax.collapse" and first.batched:
+            return self.collapse(node, new_args, first)
         raise EquinoxError(f"{name} on a batched value (its per-example form is not known)")
+
+    def collapse(self, node: cst.Call, args: list[cst.Arg], first: Info
+                 ) -> tuple[cst.BaseExpression, Info]:
+        """``jax.lax.collapse(x, 1)`` (torch.flatten(x, 1)) of a batched x: ``jnp.ravel(x)`` per
+        example; other literal axes move down by one."""
+        bounds = [try_literal(a.value, None) for a in node.args[1:3]]
+        if not bounds or not all(isinstance(b, int) and b >= 1 for b in bounds):
+            raise EquinoxError("jax.lax.collapse of the batch axis (or of computed axes)")
+        if len(bounds) == 1 and bounds[0] == 1:
+            return expr("jnp.ravel({x})", x=args[0].value), Info(True, 1)
+        shifted = [args[0], *(a.with_changes(value=cst.Integer(str(b - 1)))
+                              for a, b in zip(args[1:3], bounds))]
+        rank = None if first.rank is None or len(bounds) == 1 else \
+            first.rank - 1 - (bounds[1] - bounds[0]) + 1
+        return expr("jax.lax.collapse({x})", x=args[0].value).with_changes(args=shifted), \
+            Info(True, rank)
 
     def ev_info(self, node: cst.BaseExpression) -> Info | None:
         try:
