@@ -63,6 +63,9 @@ class ClassInfo:
     self_items: list[str] = field(default_factory=list)
     self_elem_layout: str | None = None
     module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
+    # self.x assigned a layer other than nn.Identity somewhere (an Identity in another branch
+    # must then be a module in NNX: an attribute first set to a function is static)
+    real_layer_attrs: set[str] = field(default_factory=set)
     tensor_attrs: set[str] = field(default_factory=set)  # self.x = nn.Parameter(...) / torch.*
     built_by: dict[str, set[str]] = field(default_factory=dict)  # self.x -> called names
 
@@ -619,6 +622,8 @@ class Indexer(cst.CSTVisitor):
                 rule = self.rules.layers.get(q or "")
                 if rule is not None or q in self.known_modules:
                     info.module_attrs.add(attr)
+                    if rule is None or rule.special != "identity":
+                        info.real_layer_attrs.add(attr)
                 elif q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") or (
                         q or "").startswith("torch.") and q.count(".") == 1:
                     info.tensor_attrs.add(attr)  # self.class_token = nn.Parameter(...)
@@ -704,6 +709,7 @@ class Indexer(cst.CSTVisitor):
             for attr, called in info.built_by.items():
                 if called & (idx.module_classes | self.known_modules):
                     info.module_attrs.add(attr)
+                    info.real_layer_attrs.add(attr)
         # attributes a base class uses but only its subclasses assign: the subclasses' layouts
         for info in idx.classes.values():
             for sub in idx.classes.values():

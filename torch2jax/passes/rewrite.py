@@ -599,6 +599,12 @@ class TorchToJax(cst.CSTTransformer):
                 # first set to None static unless it is marked as data
                 self.need("nnx")
                 return updated_node.with_changes(value=expr("nnx.data(None)"))
+            if not self.linen and _is_identity_lambda(updated_node.value) and \
+                    target.attr.value in info.real_layer_attrs:
+                # self.shortcut = nn.Identity(), a layer in another branch: an empty
+                # nnx.Sequential (it returns its input) keeps the attribute a module
+                self.need("nnx")
+                return updated_node.with_changes(value=expr("nnx.Sequential()"))
         factory = _factory_dict(updated_node.value) if isinstance(target, cst.Name) else None
         if factory is not None:
             # dd = {"device": device, "dtype": dtype}, handed on as **dd: JAX places arrays by
@@ -3620,6 +3626,11 @@ def _call_partial(node):
         return node
     return node.with_changes(func=node.func.args[0].value, args=_fix_commas(
         [*node.args, *node.func.args[1:]]))
+
+
+def _is_identity_lambda(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Lambda) and len(node.params.params) == 1 and m.matches(
+        node.body, m.Name(node.params.params[0].name.value))
 
 
 def _factory_dict(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:

@@ -67,6 +67,9 @@ JNP_POSITIONAL_AXES = {"swapaxes": (1, 2), "moveaxis": (1, 2), "expand_dims": (1
                        "squeeze": (1,), "flip": (1,), "roll": (2,)}
 # helpers of torch2jax/passes/helpers.py that work on the last axes of their first argument
 TRAILING_AXES_HELPERS = {"adaptive_avg_pool", "adaptive_max_pool"}
+# reductions that drop their axes (unless keepdims)
+RANK_REDUCTIONS = {"sum", "mean", "max", "min", "var", "std", "prod", "argmax", "argmin", "all",
+                   "any", "logsumexp", "norm"}
 VECTOR_LAYERS = {"linear": 1, "layernorm": 1, "embedding": 0}  # rank of one example's input
 
 
@@ -377,6 +380,7 @@ class _InitRewriter(cst.CSTTransformer):
         self.local: dict[str, Layer] = {}  # local names bound to layers (lists of layers)
         self.errors: list[str] = []
         self.sites = 0
+        self.identities: set[str] = set()  # attributes that are an identity in some branch
 
     def visit_Call(self, node: cst.Call) -> bool:
         # nnx.RNN(cell): the whole is one equinox layer (or, refused, stays as NNX wrote it)
@@ -510,9 +514,49 @@ class _InitRewriter(cst.CSTTransformer):
                 ELEMENTWISE_PREFIXES):
             lay = Layer("fn")  # a function stored as an attribute: `self.act = jax.nn.relu`
         if isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
-            self.attrs.setdefault(target.attr.value, lay or Layer("value"))
+            name, lay = target.attr.value, lay or Layer("value")
+            before = self.attrs.setdefault(name, lay)
+            # assigned in several branches (`self.downsample = nn.Sequential(...)` or
+            # `nn.Identity()` / None): the layer is what the forward pass calls
+            if _placeholder(before) and not _placeholder(lay):
+                self.attrs[name] = lay
+            if _is_identity(value) or before.kind in ("lambda", "seq") and _placeholder(before):
+                self.identities.add(name)
         elif isinstance(target, cst.Name) and lay is not None:
             self.local[target.value] = lay
+        return updated_node
+
+
+def _is_identity(node: cst.CSTNode | None) -> bool:
+    """``lambda x: x`` or an empty Sequential: NNX's translations of ``nn.Identity()``."""
+    if isinstance(node, cst.Call):
+        return m.matches(node, m.Call(func=m.Attribute(value=m.Attribute(
+            value=m.Name("eqx"), attr=m.Name("nn")), attr=m.Name("Sequential")), args=[
+                m.Arg(m.List(elements=[]))]))
+    return isinstance(node, cst.Lambda) and len(node.params.params) == 1 and m.matches(
+        node.body, m.Name(node.params.params[0].name.value))
+
+
+def _placeholder(lay: Layer) -> bool:
+    """A value (``None``) or an identity: another branch's layer decides the calls."""
+    return lay.kind == "value" or lay.kind == "lambda" and _is_identity(lay.node) or \
+        lay.kind == "seq" and not lay.items
+
+
+class _Identity(cst.CSTTransformer):
+    """``self.downsample = lambda x: x`` in the branch where another sets a layer that takes
+    ``state`` or ``key``: an identity called the same way (``eqx.nn.Sequential([])`` passes
+    the state through, ``eqx.nn.Identity()`` takes ``key``)."""
+
+    def __init__(self, names: set[str], replacement: str) -> None:
+        self.names = names
+        self.replacement = replacement
+
+    def leave_Assign(self, original_node, updated_node):
+        t = updated_node.targets[0].target
+        if m.matches(t, m.Attribute(value=m.Name("self"))) and t.attr.value in self.names \
+                and _is_identity(updated_node.value):
+            return updated_node.with_changes(value=expr(self.replacement))
         return updated_node
 
 
@@ -892,7 +936,7 @@ class Forward:
                 True, x.rank, channels_last=x.channels_last)
         channel_first = lay.kind == "seq" and bool(lay.items) and all(
             p.kind in ("conv", "bn", "pool", "fn") for p in lay.items.values())
-        if x.channels_last and lay.kind != "fn" and not channel_first:
+        if x.channels_last and lay.kind not in ("fn", "dropout") and not channel_first:
             raise EquinoxError(f"a {lay.kind} layer inside a channels-last region")
         if lay.kind == "dropout":
             call = cst.Call(func, [*new_args, _kwarg("key", self.key())])
@@ -918,7 +962,7 @@ class Forward:
                     p.kind in VECTOR_LAYERS for p in lay.items.values()):
                 raise EquinoxError("a Sequential mixing channel-first and vector layers")
             if any(p.kind == "module" for p in lay.items.values()):
-                raise EquinoxError("a Sequential of converted modules")
+                return self.unroll(func, lay, new_args[0].value, x)
             rank = x.rank
             if rank is None and first is not None and first.kind in VECTOR_LAYERS:
                 if not x.is_input:
@@ -953,6 +997,26 @@ class Forward:
                 return self.stateful_call(call), out or Info(x.batched)
             return call, out or Info(x.batched)
         raise EquinoxError(f"{code(func)} is not a layer the equinox target translated")
+
+    def unroll(self, func: cst.BaseExpression, lay: Layer, value: cst.BaseExpression,
+               x: Info) -> tuple[cst.BaseExpression, Info]:
+        """A Sequential holding the file's own modules, called block by block
+        (``self.layer1[0](x, state)``, ...): ``eqx.nn.Sequential`` passes its state only to
+        ``StatefulLayer``s and a key to every layer, which converted modules are not written
+        for."""
+        for i in range(len(lay.items)):
+            p = lay.items.get(str(i))
+            if p is None:
+                raise EquinoxError("a Sequential whose layers are not known here")
+            if not isinstance(value, cst.Name):
+                self.fresh += 1
+                tmp = f"__out{self.fresh}__"
+                self.hoisted.append(cst.parse_statement(f"{tmp} = {code(value)}\n"))
+                value = cst.Name(tmp)
+            self.env[value.value] = x
+            item = cst.Subscript(func, [cst.SubscriptElement(cst.Index(cst.Integer(str(i))))])
+            value, x = self.call_layer(item, p, cst.Call(item, [cst.Arg(value)]))
+        return value, x
 
     def sequence_input(self, node: cst.BaseExpression, what: str) -> cst.BaseExpression:
         """A (L, E) sequence per example: torch's (N, L, E), batch first."""
@@ -1343,8 +1407,11 @@ class Forward:
                 return node.with_changes(func=func.with_changes(value=recv)), info
             if method in AXIS_REDUCTIONS:
                 args = self.shift_axes(node, kw_axes=("axis",), pos_axes=(0,))
+                rank = info.rank
+                if method in RANK_REDUCTIONS:
+                    rank = _reduced_rank(node, info.rank, 0)
                 return node.with_changes(func=func.with_changes(value=recv), args=args), \
-                    Info(True, None)
+                    Info(True, rank)
             raise EquinoxError(f"the method .{method}() of a batched value")
         args = [(a, *self.ev(a.value)) for a in node.args]
         if any(i.merged for _, _, i in args):
@@ -1416,9 +1483,8 @@ class Forward:
                 rank += 1
             elif short in ("squeeze",) and rank is not None:
                 rank -= 1
-            elif short in ("sum", "mean", "max", "min", "var", "std", "prod", "argmax",
-                           "argmin", "all", "any", "logsumexp", "norm"):
-                rank = None
+            elif short in RANK_REDUCTIONS:
+                rank = _reduced_rank(node, rank, 1)
             return call, Info(True, rank)
         if name == "jnp.transpose" and first.batched:
             axes = try_literal(node.args[1].value if len(node.args) > 1 else None, None)
@@ -1622,11 +1688,16 @@ class Forward:
             raise EquinoxError("assigning to something other than a name")
         self.env[target.value] = info
         new = small.with_changes(value=value)
-        if len(self.hoisted) == 1 and isinstance(value, cst.Name) and value.value.startswith(
-                "__out"):
-            # x = bn(conv(x)) -> x, state = bn(conv(x), state)
-            h = self.hoisted.pop()
-            return [_rename_stmt(h, {value.value: target.value})]
+        chain = self._chain(value, target.value)
+        if chain:
+            # x = bn(conv(x)) -> x, state = bn(conv(x), state); a Sequential of modules,
+            # unrolled: x, state = self.layer1[0](x, state); x, state = self.layer1[1](...)
+            names = dict.fromkeys(chain, target.value)
+            done = [_rename_stmt(h, names) for h in self.hoisted[-len(chain):]]
+            del self.hoisted[-len(chain):]
+            if not isinstance(value, cst.Name):  # x = f(__out__): x = f(x)
+                done.append(_rename_stmt(s.with_changes(body=[new]), names))
+            return [*self._flush(done[0]), *done[1:]]
         if self.hoisted and len(self.hoisted) == 1:
             tmp = code(self.hoisted[0]).split(",")[0].strip()
             rest_names = {n.value for n in m.findall(value, m.Name())}
@@ -1635,6 +1706,29 @@ class Forward:
                 return [_rename_stmt(h, {tmp: target.value}),
                         _rename_stmt(s.with_changes(body=[new]), {tmp: target.value})]
         return self._flush(s.with_changes(body=[new]))
+
+    def _chain(self, value: cst.BaseExpression, target: str) -> list[str]:
+        """The temporaries of the last hoisted statements when they form one chain ending in
+        ``value``, each statement reading the one before it and no other temporary, cut
+        where a statement reads ``target``: they can all be named ``target``."""
+        chain: list[str] = []
+        names = {n.value for n in m.findall(value, m.Name())} | (
+            {value.value} if isinstance(value, cst.Name) else set())
+        temps = [n for n in names if n.startswith("__out")]
+        if target in names or len(temps) != 1:
+            return []
+        name = temps[0]
+        for h in reversed(self.hoisted):
+            if not name.startswith("__out") or not code(h).startswith((name + ",",
+                                                                       name + " =")):
+                break
+            chain.append(name)
+            reads = {n.value for n in m.findall(h.body[0].value, m.Name())}
+            temps = {n for n in reads if n.startswith("__out")}
+            if target in reads or len(temps) != 1:
+                break
+            name = temps.pop()
+        return chain[::-1]
 
     def unpack(self, target: cst.Tuple, info: Info) -> None:
         """``a, (b, c) = value``: each name gets its element's info when the tuple's elements
@@ -1713,6 +1807,26 @@ def _shift(node: cst.BaseExpression) -> cst.BaseExpression:
     raise EquinoxError(f"a computed axis ({code(node)}) of a batched value")
 
 
+def _reduced_rank(node: cst.Call, rank: int | None, axis_pos: int) -> int | None:
+    """The per-example rank after a reduction of a batched value (``x.mean(axis=(2, 3))``,
+    ``jnp.sum(x, 1)``): one less per literal axis, unchanged with ``keepdims=True``; None
+    where not known. Without an axis the reduction takes the batch axis too: refused."""
+    kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+    pos = [a.value for a in node.args if a.keyword is None]
+    axis = kw.get("axis", pos[axis_pos] if len(pos) > axis_pos else None)
+    if axis is None or m.matches(axis, m.Name("None")):
+        raise EquinoxError("a reduction over every axis of a batched value (the batch "
+                           "included)")
+    keep = try_literal(kw["keepdims"], None) if "keepdims" in kw else False
+    if keep is None or rank is None:
+        return None
+    if keep:
+        return rank
+    axes = try_literal(axis, None)
+    n = 1 if isinstance(axes, int) else len(axes) if isinstance(axes, tuple) else None
+    return rank - n if n is not None else None
+
+
 def _drop_lead(node: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(node, cst.Comparison) and isinstance(node.left, cst.Subscript) and all(
             isinstance(try_literal(c.comparator, None), (int, float)) for c in node.comparisons):
@@ -1753,6 +1867,7 @@ class ClassInfo:
     lambdas: dict[str, cst.Lambda] = field(default_factory=dict)  # per-example forms
     init_methods: set[str] = field(default_factory=set)  # applied by init_layers
     reduced: dict[int, str] = field(default_factory=dict)  # see Forward.reduced
+    identities: set[str] = field(default_factory=set)  # see _InitRewriter.identities
 
 
 def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
@@ -1820,6 +1935,7 @@ class EquinoxFile:
         rw = _InitRewriter(self.class_names, set(), {k: v[1] for k, v in self.builders.items()})
         new_init = init.visit(rw)
         info.attrs = rw.attrs
+        info.identities = rw.identities
         info.errors += rw.errors
         # buffers: rank and a leading 1 from `.reshape(1, ...)`
         for s in init.body.body:
@@ -1867,6 +1983,7 @@ class EquinoxFile:
         # keys: one site takes `key`; several are split up front (None stays None)
         body = _name_call_keys(body, fw.key_sites)
         new = fn.with_changes(body=fn.body.with_changes(body=body))
+        new = _name_temporaries(new)
         if info.stateful:
             plist = list(new.params.params)
             plist.append(cst.Param(cst.Name("state")))
@@ -1876,6 +1993,30 @@ class EquinoxFile:
         if info.keyed:
             new = _key_param(new, default_none=True)
         info.new_call = new
+
+
+def _name_temporaries(fn: cst.FunctionDef) -> cst.FunctionDef:
+    """``__out3__, state = self.downsample(x, state)`` -> ``downsample_out, state = ...``: the
+    temporaries of stateful calls named after the layer called, clear of the function's
+    names."""
+    taken = {n.value for n in m.findall(fn, m.Name())}
+    names: dict[str, str] = {}
+    for a in m.findall(fn, m.Assign()):
+        t = a.targets[0].target
+        first = t.elements[0].value if isinstance(t, cst.Tuple) else t
+        if not (isinstance(first, cst.Name) and first.value.startswith("__out")):
+            continue
+        func = a.value.func if isinstance(a.value, cst.Call) else None
+        while isinstance(func, cst.Subscript):
+            func = func.value
+        base = f"{func.attr.value}_out" if isinstance(func, cst.Attribute) else "out"
+        name, i = base, 1
+        while name in taken:
+            i += 1
+            name = f"{base}{i}"
+        taken.add(name)
+        names[first.value] = name
+    return fn.visit(_Rename(names)) if names else fn
 
 
 def _name_call_keys(body: list[cst.BaseStatement], sites: list[str]) -> list[cst.BaseStatement]:
@@ -1943,6 +2084,17 @@ def _keys_needed(classes: dict[str, ClassInfo]) -> None:
                         c.stateful = changed = True
                     if sub.keyed and not c.keyed:
                         c.keyed = changed = True
+
+
+def _takes(lay: Layer, classes: dict[str, ClassInfo]) -> tuple[bool, bool]:
+    """Whether calling the layer takes ``state`` and whether it takes ``key``."""
+    if lay.kind == "module" and lay.cls in classes:
+        return classes[lay.cls].stateful, classes[lay.cls].keyed
+    stateful, keyed = lay.stateful or lay.kind == "bn", lay.keyed or lay.kind == "dropout"
+    for p in lay.items.values():
+        s, k = _takes(p, classes)
+        stateful, keyed = stateful or s, keyed or k
+    return stateful, keyed
 
 
 def _all_layers(c: ClassInfo):
@@ -2113,6 +2265,11 @@ def _call_params(cls: cst.ClassDef) -> list[cst.Param]:
 
 def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]:
     cls = c.node
+    for name in c.identities:
+        stateful, keyed = _takes(c.attrs[name], f.classes)
+        if stateful or keyed:
+            cls = cls.visit(_Identity({name}, "eqx.nn.Sequential([])" if stateful
+                                      else "eqx.nn.Identity()"))
     init = _init_of(cls, "__init__")
     fields: list[cst.BaseStatement] = []
     needs_callable = needs_any = False

@@ -469,12 +469,32 @@ def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec
                 if r.todos and not r.passed:
                     r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
                 return
+            if req.jax_target == "equinox":
+                _equinox_trajectory(r, req, train, jax_path, name, torch_model)
+                return
             jax_model = _jax_model(r, req, jax_path, name, torch_model)
             torch_model.train()
             jax_model.train()
             r.notes += disable_dropout(torch_model, jax_model)
             traj = run_steps(torch_model, jax_model, train, specs, setup, loss_fn, req.seed)
             compare(traj, torch_model, jax_model, r, req.rules)
+    if r.todos and not r.passed:
+        r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
+
+
+def _equinox_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec,
+                        jax_path: Path, name: str, torch_model: Any) -> None:
+    from dataclasses import fields
+
+    from torch2jax.verify.equinox import train_equinox
+
+    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
+    done = train_equinox(torch_model, jax_module, name, req.args, train, list(req.inputs),
+                         build=req.build, seed=req.seed, rtol=req.rtol, rules=req.rules)
+    for f in fields(done):
+        if f.name not in ("model", "target", "atol", "todos", "device", "notes"):
+            setattr(r, f.name, getattr(done, f.name))
+    r.notes += done.notes
     if r.todos and not r.passed:
         r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
 

@@ -1,0 +1,156 @@
+"""ResNet-style models on the equinox target: an ``nn.Sequential`` of the file's own blocks that
+hold BatchNorm (state) or Dropout (keys) is called block by block, the state threaded through
+(``eqx.nn.Sequential`` would hand the state only to ``StatefulLayer``s), and a shortcut that is
+an ``nn.Identity()`` in one branch and a Sequential with BatchNorm in the other is an identity
+that passes the state through. The same file on NNX, where an identity assigned before a layer
+made the attribute static. Every model is run against torch: outputs and gradients, a
+train-mode forward with running statistics, and a training trajectory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("equinox")
+
+from torch2jax.convert import convert_source
+from torch2jax.verify.run import VerifyRequest, verify
+from torch2jax.verify.trajectory import TrainSpec, verify_trajectory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SOURCE = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class DropBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return x + self.drop(F.relu(self.conv(x)))
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes=5):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8),
+                                  nn.ReLU())
+        self.layer1 = nn.Sequential(Block(8, 8), Block(8, 8))
+        self.layer2 = nn.Sequential(Block(8, 16, 2), DropBlock(16), nn.ReLU())
+        self.head = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        x = self.layer2(self.layer1(self.stem(x)))
+        return self.head(x.mean(dim=(2, 3)))
+'''
+
+INPUT = ["float32[4,3,8,8]"]
+
+
+@pytest.fixture(scope="module")
+def net_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("resnet") / "blocks.py"
+    path.write_text(SOURCE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def equinox_code() -> str:
+    result = convert_source(SOURCE, path="blocks.py", target="equinox")
+    assert [d.message for d in result.diagnostics if d.severity == "error"] == []
+    return result.code
+
+
+def test_sequential_of_stateful_blocks_is_called_block_by_block(equinox_code: str) -> None:
+    assert "TODO" not in equinox_code
+    call = equinox_code.split("class Net(eqx.Module):", 1)[1].split("def __call__", 1)[1]
+    assert call.splitlines()[1:8] == [
+        "        x, state = self.stem(x, state)",
+        "        x, state = self.layer1[0](x, state)",
+        "        x, state = self.layer1[1](x, state)",
+        "        x, state = self.layer2[0](x, state)",
+        "        x = self.layer2[1](x, key=key)",  # the Dropout block takes a key, no state
+        "        x = self.layer2[2](x)",
+        "        return self.head(x.mean(axis=(1, 2))), state",  # per-example axes
+    ]
+    # the Sequentials are still built as eqx.nn.Sequential (indexable, weights by path)
+    assert "self.layer1 = eqx.nn.Sequential([Block(8, 8, key=key2), Block(8, 8, key=key3)])" \
+        in equinox_code
+
+
+def test_identity_branch_of_a_stateful_shortcut_passes_the_state(equinox_code: str) -> None:
+    block = equinox_code.split("class Block(eqx.Module):", 1)[1].split("\nclass ", 1)[0]
+    assert "    shortcut: eqx.nn.Sequential\n" in block
+    assert "        self.shortcut = eqx.nn.Sequential([])\n" in block
+    assert "shortcut_out, state = self.shortcut(x, state)" in block
+    assert "return jax.nn.relu(out + shortcut_out), state" in block
+
+
+def test_identity_before_a_layer_stays_a_module_in_nnx() -> None:
+    code = convert_source(SOURCE, path="blocks.py").code
+    assert "self.shortcut = nnx.Sequential()\n" in code  # not `lambda x: x` (static in NNX)
+
+
+@pytest.mark.parametrize("target", ["equinox", "nnx", "linen"])
+def test_resnet_style_model_matches_torch(net_file: Path, target: str) -> None:
+    r = verify(f"{net_file}::Net", inputs=INPUT, jax_target=target, grad=True)
+    assert r.error is None, r.error
+    assert r.todos == 0
+    assert r.passed, r.mismatch
+    assert r.max_abs_diff < 1e-5 and r.grad_max_rel_diff < 1e-4
+
+
+def test_resnet_style_model_train_mode_updates_statistics_like_torch(net_file: Path) -> None:
+    r = verify(f"{net_file}::Net", inputs=INPUT, jax_target="equinox", train_mode=True)
+    assert r.error is None, r.error
+    assert r.passed, r.mismatch
+    assert r.stats_max_abs_diff is not None and r.stats_max_abs_diff < 1e-5
+    # 4 BatchNorms in layer1's blocks + 3 in layer2[0] (its shortcut's) + the stem's
+    assert any("running statistics of 8 BatchNorm layers" in n for n in r.notes), r.notes
+
+
+def test_resnet_style_model_trains_like_torch_on_equinox(net_file: Path) -> None:
+    """``verify --target equinox --optimizer ...`` runs the equinox trajectory (it used to
+    build the NNX model and fail on ``rngs=``)."""
+    req = VerifyRequest(target=f"{net_file}::Net", inputs=tuple(INPUT), jax_target="equinox")
+    r = verify_trajectory(req, TrainSpec("torch.optim.SGD(params, lr=0.05, momentum=0.9)",
+                                         "F.cross_entropy(output, labels)", "int64[4]:5",
+                                         steps=5))
+    assert r.error is None, r.error
+    assert r.target == "equinox" and len(r.losses_jax) == 5
+    assert r.passed, (r.mismatch, r.worst_param)
+    assert r.loss_max_rel_diff < 1e-5 and r.param_max_rel_diff < 1e-4
+    assert r.stats_max_abs_diff is not None and r.stats_max_abs_diff < 1e-5
+
+
+def test_benchmark_resnet18_converts_to_equinox() -> None:
+    path = ROOT / "benchmarks" / "models" / "resnet18.py"
+    result = convert_source(path.read_text(), path=str(path), target="equinox")
+    assert "TODO" not in result.code
+    assert "x, state = self.layer4[1](x, state)" in result.code
+    assert "self.downsample = eqx.nn.Sequential([])" in result.code
