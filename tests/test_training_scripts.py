@@ -147,6 +147,35 @@ for epoch in range(3):
             optimizer.zero_grad()
         print(f"{loss.item():.8f}")
 """,
+    # the common shape of a script: a train function that receives the model, a shuffled
+    # loader, the optimizer and a scheduler it steps once per epoch (one batch per epoch, so
+    # the shuffled order changes no loss)
+    "train_function_per_epoch": """
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, loader, optimizer, scheduler):
+    model.train()
+    total = 0.0
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    scheduler.step()
+    return total
+
+
+torch.manual_seed(0)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+loader = DataLoader(TensorDataset(X, Y), batch_size=8, shuffle=True)
+for epoch in range(5):
+    loss = train(model, loader, optimizer, scheduler)
+    print(f"{loss:.8f} {scheduler.get_last_lr()[0]:.8f}")
+""",
 }
 
 
@@ -375,3 +404,86 @@ def test_added_keyword_parameters_follow_a_one_per_line_signature() -> None:
                 self.fc = nn.Linear(dim, hidden)
         """))
     assert "            hidden: int = 4,\n            *, rngs: nnx.Rngs,\n    ) -> None:" in code
+
+
+def test_loader_and_scheduler_passed_to_a_train_function() -> None:
+    """The loader shuffled per epoch is handed over as that epoch's loader, and the step count
+    of a scheduler stepped in the function travels with the schedule (a local of the caller
+    would be unbound there)."""
+    code = _convert(HEADER + SCRIPTS["train_function_per_epoch"])
+    assert "loss = train(model, loader(epoch), optimizer, scheduler)" in code
+    assert "scheduler.steps = 0" in code and "scheduler.steps += 1" in code
+    assert "scheduler_steps" not in code
+
+
+GENERATOR_DRAWS = """
+import torch
+
+g = torch.Generator().manual_seed(3)
+a = torch.randn(2, 3, generator=g)
+b = torch.rand(4, generator=g)
+print(" ".join(f"{v:.6f}" for v in [*a.flatten().tolist(), *b.tolist()]))
+"""
+
+
+def test_draws_from_a_seeded_generator_split_its_key(tmp_path: Path) -> None:
+    code = _convert(GENERATOR_DRAWS)
+    assert "g = jax.random.key(3)" in code
+    assert code.count("g, g_key = jax.random.split(g)") == 2
+    assert "jax.random.normal(g_key, (2, 3))" in code and "jax.random.uniform(g_key, (4,))" in code
+    assert "torch" not in code
+    first, second = _run(code, tmp_path), _run(code, tmp_path)
+    assert first == second and len(first) == 10  # seeded: the same draws on every run
+    assert len(set(first)) == 10  # two draws, not one key used twice
+
+
+MAKE_LAYER = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.fc = nn.Linear(cin, cout)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class Net(nn.Module):
+    def __init__(self, block, widths):
+        super().__init__()
+        self.width = 4
+        self.body = self._make_layer(block, widths)
+
+    def _make_layer(self, block, widths):
+        layers = []
+        for w in widths:
+            layers.append(block(self.width, w))
+            self.width = w
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def build():
+    return Net(Block, [8, 3])
+"""
+
+
+def test_layer_helper_method_calling_a_class_it_receives_takes_rngs(tmp_path: Path) -> None:
+    """ResNet's ``self._make_layer(block, ...)`` builds ``block(...)``, a class handed in: the
+    method takes ``rngs`` and passes it on (before, the converted model failed to build)."""
+    from torch2jax.verify.run import verify
+
+    code = _convert(MAKE_LAYER)
+    assert "def _make_layer(self, block, widths, *, rngs: nnx.Rngs):" in code
+    assert "layers.append(block(self.width, w, rngs=rngs))" in code
+    assert "self.body = self._make_layer(block, widths, rngs=rngs)" in code
+    path = tmp_path / "make_layer.py"
+    path.write_text(MAKE_LAYER)
+    r = verify(f"{path}::Net", build="build()", inputs=["float32[2,4]"], grad=True)
+    assert r.error is None, r.error
+    assert r.passed, r.mismatch

@@ -300,6 +300,7 @@ class Indexer(cst.CSTVisitor):
         self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
+        self._fn_param_calls: set[str] = set()  # functions that call one of their parameters
 
     # -- classes
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -353,6 +354,7 @@ class Indexer(cst.CSTVisitor):
         return fn
 
     def visit_Return(self, node: cst.Return) -> None:
+        self._note_param_call(node.value)
         if self._fn_stack and node.value is not None:
             name = self._fn_key()
             layout = self.layouts.of(node.value, self._scope())
@@ -369,8 +371,22 @@ class Indexer(cst.CSTVisitor):
                                                                attr=m.Name("training")))):
             self._class_stack[-1].uses_training = True
 
+    def _note_param_call(self, value: cst.BaseExpression | None) -> None:
+        """``layers.append(block(...))``, ``return block(...)``, ``self.a = block(...)`` in a
+        function whose parameter ``block`` is called: a class handed in, built into a layer."""
+        key = self._fn_key()
+        if key is None or not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+            return
+        fn = self._fn_stack[-1]
+        if value.func.value in {p.name.value for p in (*fn.params.params,
+                                                        *fn.params.kwonly_params)}:
+            self._fn_param_calls.add(key)
+
     def visit_Call(self, node: cst.Call) -> None:
         key = self._fn_key()
+        if m.matches(node.func, m.Attribute(attr=m.Name("append"))) or self._is_sequential(node):
+            for a in node.args:
+                self._note_param_call(a.value)
         q = qualified(self.meta, node.func)
         if key is not None:
             builds = (q in self.rules.layers and self._needs_rngs(q)) or (
@@ -551,6 +567,8 @@ class Indexer(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1:
             return
+        if m.matches(node.targets[0].target, m.Attribute(value=m.Name("self"))):
+            self._note_param_call(node.value)
         if isinstance(node.value, (cst.Name, cst.Attribute)):
             rule = self.rules.layers.get(qualified(self.meta, node.value) or "")
             if rule is not None:  # norm_layer = nn.BatchNorm2d: a layer class as a value
@@ -735,8 +753,12 @@ class Indexer(cst.CSTVisitor):
                 head: table for head, table in info.tied_heads.items()
                 if info.attr_rule.get(head) == "torch.nn.Linear" and head in info.no_bias
             }
-        # functions that build layers, and their callers (fixed point)
-        builders = set(self._fn_builds)
+        # functions that build layers, and their callers (fixed point). A helper called from
+        # a constructor that calls one of its parameters builds layers too: ResNet's
+        # self._make_layer(block, ...) calls block(...), a module class handed in
+        builders = set(self._fn_builds) | {
+            fn for fn in self._fn_param_calls if any(
+                k.endswith(".__init__") and fn in called for k, called in self._fn_calls.items())}
         changed = True
         while changed:
             changed = False

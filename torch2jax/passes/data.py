@@ -29,6 +29,7 @@ import libcst.matchers as m
 from libcst.metadata import QualifiedNameProvider
 
 from torch2jax.analysis.index import qualified
+from torch2jax.analysis.training import RANDOM
 from torch2jax.passes.common import Untranslatable, arg, bind, code, expr, try_literal
 
 DATASET_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
@@ -128,6 +129,9 @@ class DataIndex:
     # generator variables read anywhere but generator= of a loader or random_split, and
     # manual_seed statements: they must stay (and stay marked)
     generators_kept: set[str] = field(default_factory=set)
+    # generator variables read as generator= of random draws (torch.randn(..., generator=g)):
+    # they become keys, g = jax.random.key(s), split at every draw
+    draw_generators: set[str] = field(default_factory=set)
     # every torchvision.transforms name the file reads has a numpy counterpart: its imports go
     transforms_translated: bool = True
     random_transforms: int = 0  # random transforms built so far (each gets its own stream)
@@ -215,6 +219,12 @@ class DataIndexer(cst.CSTVisitor):
                         or q in RANDOM_SPLITS and a is node.args[-1] and len(node.args) == 3
                         and not a.keyword) and isinstance(a.value, cst.Name):
                     self._consumed.add(id(a.value))
+        if q in RANDOM:
+            for a in node.args:
+                if a.keyword and a.keyword.value == "generator" and isinstance(
+                        a.value, cst.Name) and a.value.value in self.index.generators:
+                    self._consumed.add(id(a.value))
+                    self.index.draw_generators.add(a.value.value)
         if q.startswith("torch.distributed.") or q in WRAPPERS:
             self.index.distributed = True
         if q in ("torch.manual_seed", "torch.random.manual_seed") and node.args and (

@@ -147,6 +147,13 @@ class TorchToJax(cst.CSTTransformer):
         self._remat_closures: dict[int, set[str]] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
+        # schedulers stepped in a function that receives them (train(model, loader, optimizer,
+        # scheduler)): their step count travels with the schedule, `scheduler.steps`
+        self._passed_schedulers = {
+            c.func.value.value for f in m.findall(node, m.FunctionDef()) for c in m.findall(
+                f, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("step")), args=[]))
+            if c.func.value.value in {p.name.value for p in f.params.params}}
         if not self.linen:
             return
         source = node.code
@@ -718,6 +725,11 @@ class TorchToJax(cst.CSTTransformer):
         if q in dt.SAMPLERS and name in self.data.samplers or (
                 q in dt.BATCH_SAMPLERS and name in self.data.batch_samplers):
             return cst.RemoveFromParent()  # read by the DataLoader that uses it
+        if self._consumed_generator(name) and name in self.data.draw_generators:
+            # g = torch.Generator().manual_seed(s), read by torch.randn(..., generator=g)
+            self.need("jax")
+            return updated_node.with_changes(value=expr(
+                "jax.random.key({s})", s=self.data.generators[name]))
         if self._consumed_generator(name):
             return cst.RemoveFromParent()  # its seed is the shuffle seed of what reads it
         if q in dt.SCALERS:
@@ -939,7 +951,7 @@ class TorchToJax(cst.CSTTransformer):
                 after.append(deferred)
         elif sched.optimizer:
             # the optimizer's learning rate is a hyperparameter set where step() was called
-            after.append(cst.parse_statement(f"{sched.name}_steps = 0\n").body[0])
+            after.append(cst.parse_statement(f"{self._steps(sched.name)} = 0\n").body[0])
             after.append(cst.parse_statement(
                 f"{self._lr_slot(sched.optimizer)} = jnp.float32({sched.name}(0))\n").body[0])
             self.need("jnp")
@@ -1024,12 +1036,19 @@ class TorchToJax(cst.CSTTransformer):
         """``it`` with each loader shuffled per epoch, bare or an argument of the calls that wrap
         it, called with ``epoch``."""
         if isinstance(it, cst.Name) and it.value in self.data.loaders and (
-                self.data.loaders[it.value].shuffled):
+                self.data.loaders[it.value].shuffled) and not self._shadowed(it.value):
             return expr(f"{it.value}({epoch})")
         if isinstance(it, cst.Call):
             return it.with_changes(args=[a.with_changes(value=self._epoch_loaders(a.value, epoch))
                                          for a in it.args])
         return it
+
+    def _shadowed(self, name: str) -> bool:
+        """``name`` is a parameter of the function being rewritten (``def train(model, loader)``
+        receives the epoch's loader, whatever the caller's loader is called)."""
+        return bool(self._fn_stack) and name in {
+            p.name.value for p in (*self._fn_stack[-1].params.params,
+                                   *self._fn_stack[-1].params.kwonly_params)}
 
     def leave_CompFor(self, original_node, updated_node):
         """[x for epoch in range(n) for x in loader]: loader(epoch), as in a for statement."""
@@ -1391,12 +1410,19 @@ class TorchToJax(cst.CSTTransformer):
             self.diag(original_node, sched.qualname, "error",
                       "scheduler.step() with an argument (a metric or an epoch)")
             return updated_node
-        count = f"{sched.name}_steps"
+        count = self._steps(sched.name)
         self._pending[-1].before.append(cst.parse_statement(f"{count} += 1\n"))
         # a strong float32: a weak-typed value would make the jitted step compile again
         self.need("jnp")
         return cst.parse_statement(
             f"{self._lr_slot(sched.optimizer)} = jnp.float32({sched.name}({count}))\n").body[0]
+
+    def _steps(self, scheduler: str) -> str:
+        """The count of a scheduler's step() calls: a local, or an attribute of the schedule
+        function where a function it is passed to steps it."""
+        if scheduler in getattr(self, "_passed_schedulers", ()):
+            return f"{scheduler}.steps"
+        return f"{scheduler}_steps"
 
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
@@ -2327,6 +2353,13 @@ class TorchToJax(cst.CSTTransformer):
             updated_node = self._lt_pass_variables(original_node, updated_node)
         if self._factory_dicts:
             updated_node = self._factory_dict_call(original_node, updated_node)
+        if isinstance(original_node.func, cst.Name) and original_node.func.value in getattr(
+                self, "_file_functions", ()):
+            # train(model, train_loader, ...): the loader shuffled per epoch is that epoch's
+            outer = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
+            updated_node = updated_node.with_changes(args=[
+                a.with_changes(value=self._epoch_loaders(a.value, outer[-1] if outer else "0"))
+                if isinstance(a.value, cst.Name) else a for a in updated_node.args])
         try:
             result = self._rewrite_call(original_node, updated_node)
         except Untranslatable as exc:
@@ -2537,6 +2570,24 @@ class TorchToJax(cst.CSTTransformer):
             # a draw while building layers (pos_embedding = torch.randn(...) in __init__):
             # from the rngs the layers are built with
             return tr.random_call(name, updated, expr("rngs.params()"))
+        gen = next((a.value for a in original.args if a.keyword is not None
+                    and a.keyword.value == "generator"), None)
+        if name in RANDOM and isinstance(gen, cst.Name) and self._consumed_generator(
+                gen.value) and gen.value in self.data.draw_generators:
+            # a draw from a seeded generator: its own key, split at every draw
+            if self._in_expr_scope:
+                raise Untranslatable("random draw inside a lambda or comprehension: each draw "
+                                     "needs its own key; make it a loop", rule="random")
+            g = gen.value
+            self.need("jax")
+            self._pending[-1].before.append(cst.parse_statement(
+                f"{g}, {g}_key = jax.random.split({g})\n"))
+            kept = [a for a in updated.args if not (a.keyword is not None
+                                                    and a.keyword.value == "generator")]
+            if kept:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return tr.random_call(name, updated.with_changes(args=kept),
+                                  cst.Name(f"{g}_key"))
         if name in RANDOM:
             return tr.random_call(name, updated, self._subkey(original))
         if name in ("torch.fx.wrap", "torch._assert") and self._is_statement_call(original):
