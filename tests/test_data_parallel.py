@@ -352,12 +352,29 @@ def test_generator_and_batch_sampler_loaders() -> None:
     assert _batches(runs[0][0][2]) != _batches(runs[0][1][2])
 
 
-def test_generator_with_other_draws_is_marked() -> None:
+def test_generator_feeding_draws_and_a_loader_is_a_key_and_a_seed() -> None:
     source = textwrap.dedent('''
         import torch
         from torch.utils.data import DataLoader, TensorDataset
         g = torch.Generator().manual_seed(5)
         x = torch.randn(8, 2, generator=g)
+        loader = DataLoader(TensorDataset(x), batch_size=2, shuffle=True, generator=g)
+    ''')
+    result = convert_source(source, path="shared.py")
+    assert [d.message for d in result.diagnostics if d.severity == "error"] == []
+    assert "g = jax.random.key(5)" in result.code
+    assert "g, g_key = jax.random.split(g)" in result.code
+    assert "x = jax.random.normal(g_key, (8, 2))" in result.code
+    assert ".shuffle(seed=5 + epoch)" in result.code and "torch" not in result.code
+
+
+def test_generator_read_elsewhere_is_marked() -> None:
+    source = textwrap.dedent('''
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        g = torch.Generator().manual_seed(5)
+        x = torch.randn(8, 2)
+        state = g.get_state()
         loader = DataLoader(TensorDataset(x), batch_size=2, shuffle=True, generator=g)
     ''')
     result = convert_source(source, path="shared.py")

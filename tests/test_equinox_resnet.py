@@ -154,3 +154,28 @@ def test_benchmark_resnet18_converts_to_equinox() -> None:
     assert "TODO" not in result.code
     assert "x, state = self.layer4[1](x, state)" in result.code
     assert "self.downsample = eqx.nn.Sequential([])" in result.code
+
+
+@pytest.mark.parametrize("target", ["equinox", "nnx", "linen"])
+def test_float64_verification_agrees_to_double_rounding(net_file: Path, target: str) -> None:
+    """``verify --float64``: torch ``.double()``, JAX under ``jax.enable_x64`` with the model's
+    float32 arrays widened. The translation then agrees with torch to float64 rounding (float32
+    agreement is about 1e-7), which is how a float32 gradient mismatch at a ReLU kink is told
+    from a translation error (docs/verification.md)."""
+    import jax.numpy as jnp
+
+    r = verify(f"{net_file}::Net", inputs=INPUT, jax_target=target, grad=True, train_mode=True,
+               float64=True)
+    assert r.error is None, r.error
+    assert r.passed and r.dtype == "float64"
+    assert r.max_abs_diff < 1e-12 and r.grad_max_rel_diff < 1e-12
+    assert r.stats_max_abs_diff < 1e-12
+    assert jnp.ones(1).dtype == jnp.float32  # x64 was enabled only inside the check
+
+
+def test_float64_is_refused_for_trajectories(net_file: Path) -> None:
+    req = VerifyRequest(target=f"{net_file}::Net", inputs=tuple(INPUT), float64=True)
+    r = verify_trajectory(req, TrainSpec("torch.optim.SGD(params, lr=0.05)",
+                                         "F.cross_entropy(output, labels)", "int64[4]:5",
+                                         steps=1))
+    assert not r.passed and "float64" in (r.error or "")

@@ -171,6 +171,9 @@ def verify(
     train_mode: Annotated[bool, typer.Option(
         "--train-mode", help="Run both models in training mode (dropout off) and also compare "
         "the BatchNorm running statistics the forward pass updates.")] = False,
+    float64: Annotated[bool, typer.Option(
+        "--float64", help="Run both sides in float64 (tells float32 rounding from a "
+        "translation error).")] = False,
 ) -> None:
     """Run the torch model and its JAX translation on the same weights and inputs (with
     --optimizer and --loss: train both for --steps steps and compare the trajectories)."""
@@ -179,9 +182,10 @@ def verify(
         console.print("[red]error:[/] --scheduler, --loss, --labels, --clip-grad-norm and --optax "
                       "need --optimizer")
         raise typer.Exit(2)
-    if optimizer is not None and (loss is None or cases is not None or grad or train_mode):
-        console.print("[red]error:[/] --optimizer needs --loss, and goes without --cases, --grad "
-                      "and --train-mode")
+    if optimizer is not None and (loss is None or cases is not None or grad or train_mode
+                                  or float64):
+        console.print("[red]error:[/] --optimizer needs --loss, and goes without --cases, --grad, "
+                      "--train-mode and --float64")
         raise typer.Exit(2)
     if cases is not None:
         from torch2jax.verify.cases import cases_exit_code, print_cases_summary, run_cases
@@ -217,7 +221,7 @@ def verify(
         result = run_verify(target, args=kwargs, build=build, inputs=list(input or []),
                             jax_target=jax_target, grad=grad, atol=atol, rtol=rtol,
                             device=device, converted=str(converted) if converted else None,
-                            benchmark=benchmark, train_mode=train_mode)
+                            benchmark=benchmark, train_mode=train_mode, float64=float64)
     if as_json:
         print(json.dumps(result.to_json()))
     else:

@@ -8,6 +8,7 @@ args = {}                       # or: build = "GPT(GPTConfig(n_layer=2))"
 inputs = ["float32[4,784]"]
 grad = true                     # optional: atol, rtol, seed, device, converted, jax_target
 train_mode = true               # optional: the forward in training mode (verify --train-mode)
+float64 = true                  # optional: both sides in float64 (verify --float64)
 
 [case.train]                    # optional: also train both sides and compare the trajectories
 optimizer = "torch.optim.SGD(params, lr=0.05, momentum=0.9)"
@@ -34,7 +35,7 @@ from torch2jax.verify.trajectory import DEFAULT_STEPS, TrainSpec, verify_traject
 
 _KEYS = {
     "name", "target", "args", "build", "inputs", "grad", "atol", "rtol", "seed", "device",
-    "converted", "jax_target", "train", "train_mode",
+    "converted", "jax_target", "train", "train_mode", "float64",
 }  # fmt: skip
 _TRAIN_KEYS = {"optimizer", "scheduler", "loss", "labels", "clip_grad_norm", "steps", "optax"}
 
@@ -104,6 +105,7 @@ def _parse_case(raw: dict[str, Any], index: int, base: Path, source: Path) -> Ca
         device=raw.get("device"),
         converted=str(base / converted) if converted else None,
         train_mode=bool(raw.get("train_mode", False)),
+        float64=bool(raw.get("float64", False)),
     )
     train = _parse_train(raw["train"], where) if "train" in raw else None
     return Case(name, request, train)

@@ -264,6 +264,8 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
 
     with vr._stage("building the equinox model"):
         model, state = build_equinox_model(jax_module, name, req.args, req.build, req.seed)
+    if req.float64:
+        model, state = vr.widen(model), vr.widen(state)
     try:
         model, state, plan = transfer_to_equinox(torch_model, model, state)
     except WeightTransferError as exc:
@@ -316,7 +318,7 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
 
     def scalar(model: Any, state: Any, xs: list) -> Any:
         leaves = dict(vr.flatten_output(forward(model, state, xs)))
-        return sum(jnp.sum(leaves[k].astype(jnp.float32) * c) for k, c in jcots.items())
+        return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32)) * c) for k, c in jcots.items())
 
     with vr._stage("the equinox gradient (eqx.filter_grad under eqx.filter_jit)"):
         grads = eqx.filter_jit(eqx.filter_grad(scalar))(model, state, jax_in)

@@ -224,6 +224,8 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
     with vr._stage("initialising the linen variables"):
         variables = jax.jit(lambda xs: model.init(jax.random.key(req.seed), *xs))(jax_in)
     variables = _thaw(variables)
+    if req.float64:
+        variables = vr.widen(variables)
     try:
         variables, plan = transfer_to_linen(torch_model, variables, req.rules)
     except WeightTransferError as exc:
@@ -259,7 +261,7 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
 
     def scalar(params: Any, xs: list) -> Any:
         leaves = dict(vr.flatten_output(_apply(model, {"params": params, **rest}, xs)[0]))
-        return sum(jnp.sum(leaves[k].astype(jnp.float32) * c) for k, c in jcots.items())
+        return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32)) * c) for k, c in jcots.items())
 
     with vr._stage("the linen gradient (jax.grad under jax.jit)"):
         jg = flat_params(jax.jit(jax.grad(scalar))(variables["params"], jax_in))

@@ -34,7 +34,7 @@ import re
 import tempfile
 import traceback
 from collections.abc import Collection, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -503,7 +503,7 @@ def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray])
     def scalar(params: Any, rest: Any, xs: list[Any], cots: dict[str, Any]) -> Any:
         out = nnx.merge(graphdef, params, rest, copy=True)(*xs)
         leaves = dict(flatten_output(out))
-        return sum(jnp.sum(leaves[k].astype(jnp.float32) * c) for k, c in cots.items())
+        return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32)) * c) for k, c in cots.items())
 
     cots = {k: jnp.asarray(v) for k, v in cotangents.items()}
     grads = jax.jit(jax.grad(scalar))(params, rest, inputs, cots)
@@ -516,7 +516,8 @@ def _torch_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray
     model.zero_grad(set_to_none=True)
     with torch.enable_grad():
         leaves = dict(flatten_output(model(*inputs)))
-        total = sum((leaves[k].float() * torch.from_numpy(c)).sum() for k, c in cotangents.items())
+        total = sum((leaves[k].to(torch.promote_types(leaves[k].dtype, torch.float32))
+                     * torch.from_numpy(c)).sum() for k, c in cotangents.items())
         if not isinstance(total, torch.Tensor) or not total.requires_grad:
             raise VerifyError("--grad: no output depends on a trainable parameter")
         total.backward()
@@ -620,6 +621,7 @@ class VerifyRequest:
     rules: RuleSet | None = None
     benchmark: bool = False  # also time both forward passes (verify/benchmark.py)
     train_mode: bool = False  # one forward in training mode, running statistics compared
+    float64: bool = False  # both sides in float64 (torch .double(), JAX with x64 enabled)
 
 
 def verify(
@@ -638,6 +640,7 @@ def verify(
     rules: RuleSet | None = None,
     benchmark: bool = False,
     train_mode: bool = False,
+    float64: bool = False,
 ) -> VerifyResult:
     """Verify ``FILE.py::Name`` against its conversion; never raises for a model's faults.
 
@@ -647,11 +650,13 @@ def verify(
     ``mismatch`` names the worst offender. ``rules`` (default: the built-in rules, see
     :func:`torch2jax.ruleset.load_rules`) decide the weight layouts. ``train_mode`` runs
     both models in training mode (dropout-like modules deterministic) and also compares the
-    BatchNorm running statistics that the forward pass updated.
+    BatchNorm running statistics that the forward pass updated. ``float64`` runs both sides
+    in float64 (float32 inputs and parameters widened): it tells float32 rounding (a
+    pre-activation on the other side of a ReLU, say) from a translation error.
     """
     req = VerifyRequest(
         target, args, build, tuple(inputs), jax_target, grad, atol, rtol, seed, device,
-        converted, rules, benchmark, train_mode,
+        converted, rules, benchmark, train_mode, float64,
     )  # fmt: skip
     return run_request(req)
 
@@ -664,6 +669,10 @@ def run_request(req: VerifyRequest) -> VerifyResult:
     except (VerifyError, LoadError, ValueError) as exc:
         result.error = str(exc)
         result.passed = False
+    if result.error is None and not result.passed and not req.float64:
+        result.notes.append("the numbers differ in float32: if they agree with --float64, the "
+                            "difference is float32 rounding (a value at a ReLU's kink, say), "
+                            "not the translation (docs/verification.md)")
     if result.todos and not result.passed:
         hint = "fix them and pass the edited file as converted= (--converted)"
         result.notes.append(f"the conversion left {result.todos} TODO(torch2jax) markers: {hint}")
@@ -692,6 +701,8 @@ def build_torch_side(r: Any, req: VerifyRequest) -> tuple[Path, str, list[InputS
     import torch
 
     path, name, specs = _check_request(req)
+    if req.float64:
+        specs = [replace(s, dtype="float64") if s.dtype == "float32" else s for s in specs]
     torch_module = load_module(path)
     if req.build is None:
         find_name(torch_module, name, path)
@@ -699,6 +710,10 @@ def build_torch_side(r: Any, req: VerifyRequest) -> tuple[Path, str, list[InputS
         torch.manual_seed(req.seed)
         torch_model = build_torch_model(torch_module, name, req.args, req.build)
         r.notes += randomise_for_verification(torch_model, req.seed)
+    if req.float64:
+        torch_model.double()
+        r.notes.append("float64 on both sides: torch .double(), JAX with x64 enabled and "
+                       "every float32 array of the model widened")
     r.dtype = _param_dtype(torch_model)
     return path, name, specs, torch_model
 
@@ -715,7 +730,7 @@ def _verify(r: VerifyResult, req: VerifyRequest) -> None:
             r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules,
                                    entry_classes(name, req.build))
             jax_path = converted_location(path, Path(tmp))
-        with _device(req.device) as platform:
+        with _device(req.device) as platform, x64(req.float64):
             r.device = platform
             _run_jax_side(r, req, jax_path, name, torch_model, specs)
 
@@ -724,6 +739,27 @@ def _param_dtype(model: Any) -> str:
     for p in model.parameters():
         return str(p.dtype).removeprefix("torch.")
     return "float32"
+
+
+@contextlib.contextmanager
+def x64(enabled: bool) -> Iterator[None]:
+    """JAX with 64-bit types (``jax.enable_x64``) inside, when ``enabled``."""
+    if not enabled:
+        yield
+        return
+    import jax
+
+    with jax.enable_x64(True):
+        yield
+
+
+def widen(tree: Any) -> Any:
+    """Every float32 array of a pytree as float64 (under :func:`x64`)."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree.map(lambda a: a.astype(jnp.float64) if getattr(
+        a, "dtype", None) == jnp.float32 else a, tree)
 
 
 @contextlib.contextmanager
@@ -774,6 +810,10 @@ def _run_jax_side(
         return
     with _stage("building the JAX model"):
         jax_model = build_nnx_model(jax_module, name, req.args, req.build, req.seed)
+    if req.float64:
+        from flax import nnx
+
+        nnx.update(jax_model, widen(nnx.state(jax_model)))
     try:
         report = transfer_state_dict(torch_model, jax_model, req.rules)
     except WeightTransferError as exc:

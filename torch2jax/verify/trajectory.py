@@ -53,8 +53,8 @@ from torch2jax.verify.run import (
     compare_arrays,
     compare_stats,
     convert_tree,
-    nnx_stat_pairs,
     entry_classes,
+    nnx_stat_pairs,
 )
 from torch2jax.verify.spec import InputSpec, parse_spec
 
@@ -443,6 +443,9 @@ def verify_trajectory(req: VerifyRequest, train: TrainSpec) -> TrajectoryResult:
 def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec) -> None:
     if train.steps < 1:
         raise VerifyError(f"--steps {train.steps}: give at least one step")
+    if req.float64:
+        raise VerifyError("float64 is checked for the forward pass and gradients only, not for "
+                          "training trajectories")
     if train.labels:
         parse_spec(train.labels)
     path, name, specs, torch_model = build_torch_side(r, req)
