@@ -14,7 +14,12 @@ this pass rewrites that output (docs/equinox.md, "Training"):
   returning the new model, state and optimizer state; the model is mapped over the batch with
   ``jax.vmap`` (BatchNorm's ``axis_name="batch"``, one dropout key per example);
 * ``model.train()`` / ``model.eval()`` -> ``model = eqx.nn.inference_mode(model, False/True)``;
-* a function that trains a model it receives returns it, and its callers rebind it.
+* a function that trains a model it receives returns it (with its state, and the optimizer
+  state when it receives the optimizer: ``train(model, state, opt_state, loader, optimizer)``)
+  before what it returned, and its callers rebind them:
+  ``model, state, opt_state, (loss, acc) = train(...)``;
+* the model called in a function that put it in inference mode -> ``eval_step(model, [state,]
+  x)``.
 
 What does not fit raises EquinoxError; the caller puts the torch original back, marked.
 """
@@ -285,13 +290,18 @@ class Scope(cst.CSTTransformer):
 
     def __init__(self, models: dict[str, str], classes: dict[str, tuple[bool, bool]],
                  receivers: dict[str, int], trainers: set[str], has_key: bool,
-                 stmts: list[cst.BaseStatement]) -> None:
+                 stmts: list[cst.BaseStatement], opt_receivers: dict[str, int] | None = None,
+                 optimizers: set[str] | frozenset[str] = frozenset()) -> None:
         self.models, self.classes = models, classes
         self.receivers, self.trainers = receivers, trainers
+        self.opt_receivers = opt_receivers or {}
         self.has_key = has_key
         self.steps: dict[str, dict] = {}
         self.dtype: str | None = None
-        self.optimizers: set[str] = set()
+        self.optimizers: set[str] = set(optimizers)  # built here, or received
+        self.inference: set[str] = set()  # models in inference mode here
+        self.eval_calls = 0  # model calls that became eval_step calls
+        self.trainer_calls: list[cst.Call] = []  # calls of trainers not yet rebound
         self.split_model: str | None = None
         self.counter = any(m.findall(s, m.Attribute(value=m.Attribute(attr=m.Name("step")),
                                                     attr=m.Name("value"))) for s in stmts)
@@ -346,25 +356,76 @@ class Scope(cst.CSTTransformer):
             return cst.Name(COUNTER)
         return updated_node
 
+    def arrays(self, model: str) -> str:
+        """The model's arrays (with its state): what torch's state_dict holds."""
+        tree = f"({model}, {STATE})" if self.flags(model)[0] else model
+        return f"eqx.filter({tree}, eqx.is_array)"
+
     def leave_Call(self, original_node, updated_node):
         func = code(updated_node.func)
+        if func == "nnx.state" and not self.in_step and len(updated_node.args) == 1 and \
+                code(updated_node.args[0].value) in self.models:
+            # a checkpoint of the model (torch.save(model.state_dict(), path))
+            return cst.parse_expression(self.arrays(code(updated_node.args[0].value)))
         if func in self.models and not self.in_step:
             # the model called on a batch outside the steps (a validation loss in the loop)
             stateful, keyed = self.flags(func)
-            if stateful or keyed or any(a.keyword or a.star for a in updated_node.args):
+            plain = not any(a.keyword or a.star for a in updated_node.args)
+            if (stateful or keyed) and plain and func in self.inference:
+                # evaluation: no dropout key, the running statistics as they are
+                self.eval_calls += 1
+                args = [cst.Arg(cst.Name(func)), *([cst.Arg(cst.Name(STATE))] if stateful
+                                                    else []), *updated_node.args]
+                args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
+                    " "))) for a in args[:-1]] + [args[-1].with_changes(
+                        comma=cst.MaybeSentinel.DEFAULT)]
+                return cst.Call(func=cst.Name("eval_step"), args=args)
+            if stateful or keyed or not plain:
                 raise _Fail("the model called outside the train and eval steps with "
                             "BatchNorm state or dropout")
             return updated_node.with_changes(func=cst.parse_expression(f"jax.vmap({func})"))
         if func == "eval_step" or func in self.receivers:
             at = 0 if func == "eval_step" else self.receivers[func]
             args = list(updated_node.args)
+            added = []
             if len(args) > at and args[at].keyword is None and \
                     code(args[at].value) in self.models and \
                     self.flags(code(args[at].value))[0]:
-                args.insert(at + 1, cst.Arg(cst.Name(STATE), comma=cst.Comma(
+                added.append(STATE)
+            if func in self.opt_receivers:
+                j = self.opt_receivers[func]
+                if len(args) <= j or args[j].keyword is not None or args[j].star or \
+                        code(args[j].value) not in self.optimizers:
+                    raise _Fail(f"{func} is given an optimizer this pass does not know")
+                added.append(OPT_STATE)
+            for name in reversed(added):
+                args.insert(at + 1, cst.Arg(cst.Name(name), comma=cst.Comma(
                     whitespace_after=cst.SimpleWhitespace(" "))))
+            if func in self.trainers:
+                updated_node = updated_node.with_changes(args=args)
+                self.trainer_calls.append(updated_node)
+                return updated_node
+            if added:
                 return updated_node.with_changes(args=args)
         return updated_node
+
+    def trainer_call(self, call: cst.Call, target: cst.BaseAssignTargetExpression | None
+                     ) -> list:
+        """``out = train(model, ...)`` (arguments already given the state and optimizer state)
+        -> ``model, state, opt_state, out = train(model, state, opt_state, ...)``."""
+        self.trainer_calls = [c for c in self.trainer_calls if c is not call]
+        func = call.func.value
+        model = code(call.args[self.receivers[func]].value)
+        if model not in self.models:
+            raise _Fail(f"{func} trains a model this pass does not know the class of")
+        self.inference.discard(model)  # it comes back in training mode
+        head = [model] + ([STATE] if self.flags(model)[0] else []) + (
+            [OPT_STATE] if func in self.opt_receivers else [])
+        if target is not None:
+            t = code(target)
+            head.append(f"({t})" if isinstance(target, cst.Tuple) else t)
+        lhs = ", ".join(head)
+        return [_stmt(f"{lhs} = {code(call)}")]
 
     # -- statements
     def leave_SimpleStatementLine(self, original_node, updated_node):
@@ -444,20 +505,33 @@ class Scope(cst.CSTTransformer):
                                            m.Name("eval"))) and func.value.value in self.models:
                 name = func.value.value
                 flag = "" if func.attr.value == "eval" else ", False"
+                if func.attr.value == "eval":
+                    self.inference.add(name)
+                else:
+                    self.inference.discard(name)
                 return [_stmt(f"{name} = eqx.nn.inference_mode({name}{flag})")]
             if m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("set_attributes"))):
                 return []  # the compute dtype: the train step's autocast
             if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
-                                                       attr=m.Name("update")))):
-                return []
+                                                       attr=m.Name("update")),
+                                      args=[m.Arg(m.Tuple()), m.Arg()])):
+                return []  # after a functional train step: the step returned the objects
+            if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
+                                                       attr=m.Name("update")),
+                                      args=[m.Arg(m.Name()), m.Arg()])) and \
+                    call.args[0].value.value in self.models:
+                # a checkpoint restored into the model (model.load_state_dict(...))
+                model = call.args[0].value.value
+                tree = f"{model}, {STATE}" if self.flags(model)[0] else model
+                paren = f"({tree})" if self.flags(model)[0] else tree
+                return [_stmt(f"{tree} = eqx.combine({code(call.args[1].value)}, {paren})")]
             if m.matches(func, m.Name()) and func.value in self.steps:
                 return self.step_call(call, None)
             if m.matches(func, m.Name()) and func.value in self.trainers:
-                at = self.receivers[func.value]
-                model = code(call.args[at].value)
-                stateful = self.flags(model)[0]
-                lhs = f"{model}, {STATE}" if stateful else model
-                return [_stmt(f"{lhs} = {code(call)}")]
+                return self.trainer_call(call, None)
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and m.matches(
+                small.value, m.Call(func=m.Name())) and small.value.func.value in self.trainers:
+            return self.trainer_call(small.value, small.targets[0].target)
         return None
 
     def step_call(self, call: cst.Call, target) -> list:
@@ -494,6 +568,133 @@ def _params(fn: cst.FunctionDef) -> list[str]:
     return [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
 
 
+def _builds_optimizer(value: cst.BaseExpression, models: dict[str, str]) -> bool:
+    if m.matches(value, m.Call(func=m.Attribute(value=m.Name("nnx"), attr=m.Name("Optimizer")))):
+        return True
+    return m.matches(value, m.Call(func=m.Attribute(value=m.Name()))) and \
+        value.func.value.value in models and value.func.attr.value in OPTIMIZER_METHODS.get(
+            models[value.func.value.value], ())
+
+
+class _Returns(cst.CSTTransformer):
+    """The returns of a function that trains the model it receives (not those of the
+    functions defined in it): ``return x`` -> ``return model, state, opt_state, x``."""
+
+    def __init__(self, head: list[str], valued: bool) -> None:
+        self.head, self.valued = head, valued
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+    def leave_Return(self, original_node, updated_node):
+        head = ", ".join(self.head)
+        if not self.valued:
+            return cst.parse_statement(f"return {head}\n").body[0]
+        value = code(updated_node.value) if updated_node.value is not None else "None"
+        if isinstance(updated_node.value, cst.Tuple) and not updated_node.value.lpar:
+            value = f"({value})"
+        return cst.parse_statement(f"return {head}, {value}\n").body[0]
+
+
+def _own_returns(fn: cst.FunctionDef) -> list[cst.Return]:
+    nested = [x for f in m.findall(fn.body, m.FunctionDef() | m.Lambda())
+              for x in m.findall(f, m.Return())]
+    return [r for r in m.findall(fn.body, m.Return()) if r not in nested]
+
+
+def _bound(node: cst.CSTNode) -> set[str]:
+    """Names ``node`` binds anywhere in it (over-approximated: nested scopes count)."""
+    names = _assigned_names([node])
+    names |= {p.name.value for p in m.findall(node, m.Param())}
+    names |= {d.name.value for d in m.findall(node, m.FunctionDef() | m.ClassDef())}
+    names |= {n.value for c in m.findall(node, m.CompFor() | m.AsName())
+              for n in m.findall(c.target if isinstance(c, cst.CompFor) else c.name, m.Name())}
+    return names
+
+
+class _AddArg(cst.CSTTransformer):
+    """Calls of ``func``: ``name`` passed after their ``after`` argument."""
+
+    def __init__(self, func: str, after: int, name: str) -> None:
+        self.func, self.after, self.name = func, after, name
+
+    def leave_Call(self, original_node, updated_node):
+        if not m.matches(updated_node.func, m.Name(self.func)):
+            return updated_node
+        args = list(updated_node.args)
+        args.insert(self.after + 1, cst.Arg(cst.Name(self.name), comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))))
+        return updated_node.with_changes(args=args)
+
+
+def hoist_step(fn: cst.FunctionDef, opt: str, taken: set[str]
+               ) -> tuple[cst.FunctionDef | None, cst.FunctionDef]:
+    """The train step of a function called once per epoch, moved to the top level with the
+    optax transform ``opt`` (the function's parameter, the step's only closure) as its
+    argument: a step defined inside the function is a new function at every call, which
+    eqx.filter_jit traces and compiles again every epoch. ``(None, fn)`` when it closes over
+    other local names or its name is ``taken``."""
+    steps = [i for i, st in enumerate(fn.body.body) if isinstance(st, cst.FunctionDef) and
+             [code(d.decorator) for d in st.decorators] == ["eqx.filter_jit"]]
+    if len(steps) != 1:
+        return None, fn
+    step = fn.body.body[steps[0]]
+    name = step.name.value
+    rest = [st for i, st in enumerate(fn.body.body) if i != steps[0]]
+    local = set(_params(fn)) | _bound(cst.Module(body=rest))
+    used = {n.value for n in m.findall(step, m.Name())}
+    params = [p.name.value for p in step.params.params]
+    if name in taken or (used - _bound(step.body) - set(params)) & local != {opt} or \
+            OPT_STATE not in params or opt in params:
+        return None, fn
+    at = params.index(OPT_STATE)
+    plist = list(step.params.params)
+    plist.insert(at + 1, cst.Param(cst.Name(opt), comma=cst.Comma(
+        whitespace_after=cst.SimpleWhitespace(" "))))
+    step = step.with_changes(params=step.params.with_changes(params=plist),
+                             leading_lines=fn.leading_lines)
+    lead = step.leading_lines
+    body = [st.visit(_AddArg(name, at, opt)) for st in rest]
+    if body and steps[0] < len(body):
+        body[steps[0]] = body[steps[0]].with_changes(leading_lines=[
+            ln for ln in body[steps[0]].leading_lines if ln.comment is not None])
+    fn = fn.with_changes(body=fn.body.with_changes(body=body),
+                         leading_lines=[cst.EmptyLine(indent=False)] * 2)
+    return step.with_changes(leading_lines=lead), fn
+
+
+def _trainer(new: cst.FunctionDef, at: int, stateful: bool, opt_at: int | None
+             ) -> cst.FunctionDef:
+    """A function that trains the model it receives (parameter ``at``): it takes the model's
+    state and the optimizer state (when it receives the optimizer, parameter ``opt_at``)
+    after the model and returns them, the model first, before what it returned."""
+    pname = new.params.params[at].name.value
+    head = [pname] + ([STATE] if stateful else []) + ([OPT_STATE] if opt_at is not None else [])
+    plist = list(new.params.params)
+    for name in reversed(head[1:]):
+        plist.insert(at + 1, cst.Param(cst.Name(name), comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))))
+    new = new.with_changes(params=new.params.with_changes(params=plist))
+    returns = _own_returns(new)
+    valued = any(r.value is not None for r in returns)
+    body = new.body.visit(_Returns(head, valued))
+    last = body.body[-1]
+    if not m.matches(last, m.SimpleStatementLine(body=[m.Return()])):
+        end = f"return {', '.join(head)}" + (", None" if valued else "")
+        body = body.with_changes(body=[*body.body, _stmt(end)])
+    return new.with_changes(body=body)
+
+
+def _rebound(scope: Scope) -> None:
+    if scope.trainer_calls:
+        scope.trainer_calls = []
+        raise _Fail("a function that trains the model it receives, called inside an "
+                    "expression: its caller cannot rebind the model it returns")
+
+
 def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, bool]]
               ) -> list[list[cst.BaseStatement] | str]:
     """The module's statements other than classes, builders and imports, rewritten: for each,
@@ -515,7 +716,16 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
 
     models = {name: builds(fn.body.body) for name, fn in fns.items()}
     models[""] = builds(top)
+
+    def optimizers_built(scope, body) -> set[str]:
+        return {a.targets[0].target.value for s in body for a in m.findall(
+            s, m.Assign(targets=[m.AssignTarget(m.Name())]))
+            if _builds_optimizer(a.value, models[scope])}
+
+    optimizers = {name: optimizers_built(name, fn.body.body) for name, fn in fns.items()}
+    optimizers[""] = optimizers_built("", top)
     receivers: dict[str, int] = {}
+    opt_receivers: dict[str, int] = {}  # function -> the parameter its optimizer comes in
     changed = True
     while changed:
         changed = False
@@ -525,22 +735,31 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                     g = c.func.value
                     if g not in fns or g == scope:
                         continue
+                    params = [p.name.value for p in fns[g].params.params]
                     for i, a in enumerate(c.args):
-                        if a.keyword is None and not a.star and \
-                                code(a.value) in models[scope]:
-                            params = [p.name.value for p in fns[g].params.params]
-                            if i < len(params) and params[i] not in models[g]:
-                                models[g][params[i]] = models[scope][code(a.value)]
-                                receivers[g] = i
-                                changed = True
+                        if a.keyword is not None or a.star or i >= len(params):
+                            continue
+                        if code(a.value) in models[scope] and params[i] not in models[g]:
+                            models[g][params[i]] = models[scope][code(a.value)]
+                            receivers[g] = i
+                            changed = True
+                        if code(a.value) in optimizers[scope] and \
+                                params[i] not in optimizers[g]:
+                            optimizers[g].add(params[i])
+                            opt_receivers[g] = i
+                            changed = True
     trainers = {g for g in receivers if any(
         _step_parts(fn) is not None for fn in m.findall(fns[g], m.FunctionDef()))}
+    # the optimizer given to a function that does not train the model it receives
+    opt_receivers = {g: i for g, i in opt_receivers.items() if g in trainers}
     any_stateful = any(classes[c][0] for ms in models.values() for c in ms.values())
 
     out: list[list[cst.BaseStatement] | str] = []
     autocast_at = None
     top_scope = Scope(models[""], classes, receivers, trainers,
-                      "key" in _assigned_names(top), top)
+                      "key" in _assigned_names(top), top, opt_receivers, optimizers[""])
+    eval_calls = 0
+    hoisted: set[str] = set()
     for s in stmts:
         try:
             if isinstance(s, cst.FunctionDef) and s.name.value == "eval_step" and \
@@ -552,32 +771,52 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 name = s.name.value
                 body = list(s.body.body)
                 has_key = "key" in _params(s) or "key" in _assigned_names(body)
-                scope = Scope(models[name], classes, receivers, trainers, has_key, body)
+                scope = Scope(models[name], classes, receivers, trainers, has_key, body,
+                              opt_receivers, optimizers[name])
                 new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
+                _rebound(scope)
+                eval_calls += scope.eval_calls
                 new = s.with_changes(body=s.body.with_changes(body=new_body))
                 if name in receivers:
                     at = receivers[name]
                     pname = s.params.params[at].name.value
                     stateful = classes[models[name][pname]][0]
-                    if stateful:
+                    if name in trainers:
+                        new = _trainer(new, at, stateful, opt_receivers.get(name))
+                        if name in opt_receivers:
+                            taken = {t.name.value for t in stmts
+                                     if isinstance(t, cst.FunctionDef | cst.ClassDef)}
+                            taken |= _assigned_names([t for t in stmts if not isinstance(
+                                t, cst.FunctionDef | cst.ClassDef)]) | hoisted
+                            step, new = hoist_step(
+                                new, s.params.params[opt_receivers[name]].name.value, taken)
+                            if step is not None:
+                                hoisted.add(step.name.value)
+                                out.append([step, new])
+                                continue
+                    elif stateful:
                         plist = list(new.params.params)
                         plist.insert(at + 1, cst.Param(cst.Name(STATE), comma=cst.Comma(
                             whitespace_after=cst.SimpleWhitespace(" "))))
                         new = new.with_changes(params=new.params.with_changes(params=plist))
-                    if name in trainers:
-                        if any(r.value is not None for r in m.findall(new, m.Return())
-                               if r not in [x for f in m.findall(new.body, m.FunctionDef())
-                                            for x in m.findall(f, m.Return())]):
-                            raise _Fail("a function that trains the model it receives and "
-                                        "returns a value")
-                        ret = f"return {pname}, {STATE}" if stateful else f"return {pname}"
-                        new = new.with_changes(body=new.body.with_changes(
-                            body=[*new.body.body, _stmt(ret)]))
                 out.append([new])
             else:
-                out.append(list(cst.Module(body=[s]).visit(top_scope).visit(_DropRemoved()).body))
+                before = top_scope.eval_calls
+                done = list(cst.Module(body=[s]).visit(top_scope).visit(_DropRemoved()).body)
+                _rebound(top_scope)
+                eval_calls += top_scope.eval_calls - before
+                out.append(done)
         except _Fail as exc:
             out.append(exc.message)
+    if eval_calls and autocast_at is None:
+        # no eval step came from NNX (evaluation under @torch.no_grad(), not a no_grad block)
+        at = next((i for i, o in enumerate(out) if not isinstance(o, str) and isinstance(
+            o[0], cst.FunctionDef) and "eval_step(" in code(o[0])), None)
+        if at is not None:
+            first = out[at][0]
+            step = eval_step(any_stateful).with_changes(leading_lines=first.leading_lines)
+            out[at] = [step, first.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2),
+                       *out[at][1:]]
     if any(not isinstance(o, str) and AUTOCAST_FN + "(" in code(o[0]) for o in out):
         helper = _stmt(AUTOCAST_SRC).with_changes(leading_lines=[cst.EmptyLine(indent=False),
                                                                  cst.EmptyLine(indent=False)])
