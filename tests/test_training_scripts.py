@@ -167,6 +167,12 @@ def train(model, loader, optimizer, scheduler):
     return total
 
 
+@torch.no_grad()
+def evaluate(model, loader):
+    model.eval()
+    return sum(F.cross_entropy(model(xb), yb).item() for xb, yb in loader)
+
+
 torch.manual_seed(0)
 model = Net()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
@@ -174,7 +180,7 @@ scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
 loader = DataLoader(TensorDataset(X, Y), batch_size=8, shuffle=True)
 for epoch in range(5):
     loss = train(model, loader, optimizer, scheduler)
-    print(f"{loss:.8f} {scheduler.get_last_lr()[0]:.8f}")
+    print(f"{loss:.8f} {evaluate(model, loader):.8f} {scheduler.get_last_lr()[0]:.8f}")
 """,
 }
 
@@ -414,6 +420,12 @@ def test_loader_and_scheduler_passed_to_a_train_function() -> None:
     assert "loss = train(model, loader(epoch), optimizer, scheduler)" in code
     assert "scheduler.steps = 0" in code and "scheduler.steps += 1" in code
     assert "scheduler_steps" not in code
+    # the step is defined once at the top level, not in train() (a new function, compiled
+    # again, at every call); the @torch.no_grad() evaluation goes through the eval step
+    step = code.index("def train_step(")
+    assert step < code.index("def train(model, loader, optimizer, scheduler):")
+    assert code[code.rindex("\n", 0, step - 1) + 1:step].startswith("@partial(jax.jit")
+    assert "F.cross_entropy" not in code and "eval_step(model, xb)" in code
 
 
 GENERATOR_DRAWS = """

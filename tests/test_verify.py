@@ -202,6 +202,7 @@ def test_flattening_channels_last_is_caught(wrong):
     r = wrong["ConvNet"]
     assert r.error is None and not r.passed and r.max_abs_diff > 0.1
     assert r.mismatch.startswith("output: at index")
+    assert any("--float64" in n for n in r.notes)  # a numeric failure points to the check
 
 
 def test_layernorm_epsilon_default_is_caught(wrong):

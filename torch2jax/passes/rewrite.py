@@ -109,6 +109,9 @@ class TorchToJax(cst.CSTTransformer):
         self._key_scopes: list[tr.KeyScope] = [tr.KeyScope()]
         self._for_stack: list[cst.For] = []
         self._hoist: list[cst.BaseStatement] = []
+        # train steps moved to the top level, before the function they were built in
+        self._module_hoist: list[tuple[str, cst.BaseStatement]] = []
+        self._module_names: set[str] = set()
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
         self._fstring_quotes: list[str] = []
         self._eval_step = False  # an eval step is defined at the top of the file
@@ -148,6 +151,7 @@ class TorchToJax(cst.CSTTransformer):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
+        self._module_names = _module_names(node)
         # schedulers stepped in a function that receives them (train(model, loader, optimizer,
         # scheduler)): their step count travels with the schedule, `scheduler.steps`
         self._passed_schedulers = {
@@ -560,6 +564,19 @@ class TorchToJax(cst.CSTTransformer):
                           and (self.q(od.decorator.func) or "").startswith(
                               ("torch.no_grad", "torch.inference_mode", "torch.jit")))
                  and not (self.q(od.decorator) or "").startswith("torch.jit")]
+        no_grad = any((self.q(od.decorator.func if isinstance(od.decorator, cst.Call) else
+                              od.decorator) or "").startswith(("torch.no_grad",
+                                                               "torch.inference_mode"))
+                      for od in original_node.decorators)
+        if no_grad and not self._class_stack and not self._fn_stack and not self.linen and (
+                self.emitter.name == "nnx"):
+            # @torch.no_grad() def evaluate(model, loader): its model calls go through the
+            # jit-compiled eval step, as in a `with torch.no_grad():` block
+            jitted = tr.JitModelCalls(self._model_names())
+            node = node.with_changes(body=node.body.visit(jitted))
+            if jitted.count:
+                self._eval_step = True
+                self.need("nnx")
         return node.with_changes(decorators=decos)
 
     # ------------------------------------------------------------------ statements
@@ -1042,6 +1059,11 @@ class TorchToJax(cst.CSTTransformer):
             return it.with_changes(args=[a.with_changes(value=self._epoch_loaders(a.value, epoch))
                                          for a in it.args])
         return it
+
+    def _per_call_trainer(self, optimizer: str) -> bool:
+        """The loop is in a top-level function that receives the optimizer (``def train(model,
+        loader, optimizer, scheduler)``, called once per epoch)."""
+        return len(self._fn_stack) == 1 and not self._class_stack and self._shadowed(optimizer)
 
     def _shadowed(self, name: str) -> bool:
         """``name`` is a parameter of the function being rewritten (``def train(model, loader)``
@@ -1604,7 +1626,13 @@ class TorchToJax(cst.CSTTransformer):
                     if self.data.shard == "params":
                         self._hoist.extend(dt.shard_state(model, name))
                     new_body = [dt.shard_batch(batch), *new_body]
-                self._hoist.append(step.function)
+                if self._per_call_trainer(name) and not _free_names(step.function) - (
+                        self._module_names | STEP_GLOBALS):
+                    # train(model, loader, optimizer) runs once per epoch: a step defined in it
+                    # would be a new function, compiled again, at every call
+                    self._module_hoist.append((self._fn_stack[0].name.value, step.function))
+                else:
+                    self._hoist.append(step.function)
                 node = node.with_changes(body=node.body.with_changes(body=new_body))
                 if around is not None:
                     surround = (around[0], around[2])
@@ -2140,6 +2168,9 @@ class TorchToJax(cst.CSTTransformer):
         return self._pending[-1].keys.take()
 
     def leave_Module(self, original_node, updated_node):
+        if self._module_hoist:
+            updated_node = updated_node.with_changes(body=_insert_before_functions(
+                list(updated_node.body), self._module_hoist))
         if not self._key_scopes[0].root_needed and not self._eval_step and not (
                 self._lt_train_state_class):
             return updated_node
@@ -3677,6 +3708,56 @@ def _call_partial(node):
         return node
     return node.with_changes(func=node.func.args[0].value, args=_fix_commas(
         [*node.args, *node.func.args[1:]]))
+
+
+# names a train step may read besides its parameters and the file's top-level names: the
+# imports the translation adds
+STEP_GLOBALS = {"jax", "jnp", "nnx", "optax", "partial", "np", "functools", "math", "grain",
+                "ocp", "os"}
+
+
+def _module_names(module: cst.Module) -> set[str]:
+    """The names a module binds at its top level (imports, functions, classes, assignments)."""
+    names: set[str] = set()
+    for stmt in module.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            names.add(stmt.name.value)
+        for imp in m.findall(stmt, m.Import() | m.ImportFrom()) if isinstance(
+                stmt, cst.SimpleStatementLine) else ():
+            if isinstance(imp.names, cst.ImportStar):
+                continue
+            for alias in imp.names:
+                bound = alias.asname.name if alias.asname else alias.name
+                names.add(code(bound).split(".")[0])
+        for t in m.findall(stmt, m.AssignTarget()) if isinstance(
+                stmt, cst.SimpleStatementLine) else ():
+            names.update(n.value for n in m.findall(t, m.Name()))
+    return names
+
+
+def _free_names(fn: cst.FunctionDef) -> set[str]:
+    """Names ``fn`` reads that nothing in it binds (nor Python's builtins)."""
+    wrapper = cst.metadata.MetadataWrapper(cst.Module(body=[fn]))
+    scopes = wrapper.resolve(cst.metadata.ScopeProvider)
+    free: set[str] = set()
+    for scope in {s for s in scopes.values() if s is not None}:
+        for access in scope.accesses:
+            if not access.referents and isinstance(access.node, cst.Name):
+                free.add(access.node.value)
+    return free - {fn.name.value}
+
+
+def _insert_before_functions(body: list, items: list[tuple[str, cst.BaseStatement]]) -> list:
+    """Each statement put before the top-level function of its name, two blank lines apart."""
+    blank = [cst.EmptyLine(indent=False)] * 2
+    for fn_name, stmt in items:
+        at = next((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)
+                   and s.name.value == fn_name), None)
+        if at is None:
+            continue
+        body[at:at] = [stmt.with_changes(leading_lines=body[at].leading_lines or blank)]
+        body[at + 1] = body[at + 1].with_changes(leading_lines=blank)
+    return body
 
 
 def _is_identity_lambda(node: cst.BaseExpression) -> bool:
