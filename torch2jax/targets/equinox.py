@@ -99,6 +99,10 @@ class Layer:
     stateful: bool = False
     keyed: bool = False
     node: cst.Lambda | None = None  # kind == "lambda": the function
+    # kind == "module" built from a class passed in: the other classes passed at some sites
+    alts: tuple[str, ...] = ()
+    # seq / list: its layers were appended in a loop (how many is not known here)
+    loop: bool = False
 
 
 # recurrent layer kinds -> torch's names (for messages)
@@ -369,10 +373,15 @@ class _InitRewriter(cst.CSTTransformer):
     layers stored on ``self``; ``key=`` sites are numbered, the splits placed afterwards."""
 
     def __init__(self, classes: set[str], keyed_classes: set[str],
-                 builders: dict[str, Layer] | None = None) -> None:
+                 builders: dict[str, Layer] | None = None, methods: dict[str, Layer] | None
+                 = None, passed: dict[str, tuple[str, ...] | str] | None = None) -> None:
         super().__init__()
         self.classes = classes
         self.builders = builders or {}
+        self.methods = methods or {}  # builder methods, called as self.name(...)
+        # parameters bound to classes of the file (see _passed_classes), or why not known
+        self.passed = passed or {}
+        self.loop = 0
         self.returned: Layer | None = None
         self.keyed_classes = keyed_classes
         self.attrs: dict[str, Layer] = {}
@@ -381,6 +390,20 @@ class _InitRewriter(cst.CSTTransformer):
         self.errors: list[str] = []
         self.sites = 0
         self.identities: set[str] = set()  # attributes that are an identity in some branch
+
+    def visit_For(self, node: cst.For) -> None:
+        self.loop += 1
+
+    def leave_For(self, original_node, updated_node):
+        self.loop -= 1
+        return updated_node
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loop += 1
+
+    def leave_While(self, original_node, updated_node):
+        self.loop -= 1
+        return updated_node
 
     def visit_Call(self, node: cst.Call) -> bool:
         # nnx.RNN(cell): the whole is one equinox layer (or, refused, stays as NNX wrote it)
@@ -415,6 +438,17 @@ class _InitRewriter(cst.CSTTransformer):
         if lay.kind == "value" and isinstance(updated_node.func, cst.Name) and \
                 updated_node.func.value in self.builders:
             lay = self.builders[updated_node.func.value]
+        func = updated_node.func
+        if lay.kind == "value" and m.matches(func, m.Attribute(value=m.Name("self"))) and \
+                func.attr.value in self.methods:
+            lay = self.methods[func.attr.value]
+        if lay.kind == "value" and isinstance(func, cst.Name) and func.value in self.passed:
+            # a class handed in as an argument (`block(in_planes, planes, rngs=rngs)`)
+            got = self.passed[func.value]
+            if isinstance(got, str):
+                self.errors.append(got)
+            else:
+                lay = Layer("module", cls=got[0], alts=got[1:])
         if isinstance(new, cst.Call) and any(
                 a.keyword is not None and a.keyword.value == "rngs" for a in new.args):
             # a layer-building helper, a class passed as an argument, super().__init__:
@@ -471,8 +505,9 @@ class _InitRewriter(cst.CSTTransformer):
             if lay is None and code(a).startswith(("jax.nn.", "partial(jax.nn.")):
                 lay = Layer("fn")
             if lay is not None and isinstance(v.func.value, cst.Name):
-                self.local.setdefault(v.func.value.value, Layer("list")).items[
-                    str(len(self.local[v.func.value.value].items))] = lay
+                lst = self.local.setdefault(v.func.value.value, Layer("list"))
+                lst.items[str(len(lst.items))] = lay
+                lst.loop = lst.loop or self.loop > 0
             if lay is not None and lay.kind == "fn":
                 v = v.with_changes(args=[v.args[0].with_changes(value=self._wrap_fn(a))])
                 return updated_node.with_changes(value=v)
@@ -496,7 +531,8 @@ class _InitRewriter(cst.CSTTransformer):
             self.values.get(id(inner))
         parts = list(src.items.values()) if src else []
         return Layer("seq", items={str(i): p for i, p in enumerate(parts)},
-                     stateful=any(p.stateful for p in parts), keyed=any(p.keyed for p in parts))
+                     stateful=any(p.stateful for p in parts), keyed=any(p.keyed for p in parts),
+                     loop=bool(src) and (src.loop or "*" in src.items))
 
     def leave_Assign(self, original_node, updated_node):
         target = updated_node.targets[0].target
@@ -594,7 +630,7 @@ def _annotation(value: cst.BaseExpression, lay: Layer, params: dict[str, cst.Par
     if lay.kind == "seq":
         return "eqx.nn.Sequential", False
     if lay.kind == "module":
-        return lay.cls, False
+        return "eqx.Module" if lay.alts else lay.cls, False
     if lay.kind == "list":
         return "list", False
     if lay.kind == "dict":
@@ -845,6 +881,7 @@ class Forward:
         self.reduced: dict[int, str] = {}  # returned batch losses: output index -> mean | sum
         self.callees: list[tuple[str, list[Info]]] = []
         self.loop_layers: dict[str, Layer] = {}  # loop names over lists of layers
+        self.loops: set[int] = set()  # ids of the loops of loop_over
 
     # --- keys and state
     def key(self) -> cst.Name:
@@ -962,6 +999,8 @@ class Forward:
                     p.kind in VECTOR_LAYERS for p in lay.items.values()):
                 raise EquinoxError("a Sequential mixing channel-first and vector layers")
             if any(p.kind == "module" for p in lay.items.values()):
+                if lay.loop:
+                    return self.loop_over(func, lay, new_args[0].value, x)
                 return self.unroll(func, lay, new_args[0].value, x)
             rank = x.rank
             if rank is None and first is not None and first.kind in VECTOR_LAYERS:
@@ -1017,6 +1056,46 @@ class Forward:
             item = cst.Subscript(func, [cst.SubscriptElement(cst.Index(cst.Integer(str(i))))])
             value, x = self.call_layer(item, p, cst.Call(item, [cst.Arg(value)]))
         return value, x
+
+    def loop_over(self, func: cst.BaseExpression, lay: Layer, value: cst.BaseExpression,
+                  x: Info) -> tuple[cst.BaseExpression, Info]:
+        """A Sequential of the file's own modules built in a loop (how many is not known
+        here), all of one class: a loop over its layers, ``for block in self.layer1.layers:
+        x, state = block(x, state)`` (a key split off per iteration where they take one)."""
+        parts = list(lay.items.values())
+        first = parts[0]
+        if any(p.kind != "module" or (p.cls, p.alts) != (first.cls, first.alts)
+               for p in parts):
+            raise EquinoxError("a Sequential built in a loop from layers of different "
+                               "classes: how many of each it holds is not known here")
+        if not (isinstance(value, cst.Name) and value.value.startswith("__out")):
+            self.fresh += 1  # the loop rebinds a temporary, not a name of the function
+            tmp = f"__out{self.fresh}__"
+            self.hoisted.append(cst.parse_statement(f"{tmp} = {code(value)}\n"))
+            value = cst.Name(tmp)
+        call = _init_of(self.owner.node, "__call__")
+        taken = {n.value for n in m.findall(call, m.Name())} if call is not None else set()
+        name, i = "block", 1
+        while name in taken:
+            i += 1
+            name = f"block{i}"
+        self.env[value.value] = x
+        outer, self.hoisted = self.hoisted, []
+        self.loop_depth += 1
+        try:
+            out, info = self.call_layer(cst.Name(name), first, cst.Call(cst.Name(name), [
+                cst.Arg(value)]))
+        finally:
+            self.loop_depth -= 1
+            inner, self.hoisted = self.hoisted, outer
+        if isinstance(out, cst.Name) and inner and code(inner[-1]).startswith(out.value + ","):
+            inner[-1] = _rename_stmt(inner[-1], {out.value: value.value})
+        else:
+            inner.append(cst.parse_statement(f"{value.value} = {code(out)}\n"))
+        loop = cst.For(cst.Name(name), expr("{f}.layers", f=func), cst.IndentedBlock(inner))
+        self.hoisted.append(loop)
+        self.loops.add(id(loop))
+        return value, info
 
     def sequence_input(self, node: cst.BaseExpression, what: str) -> cst.BaseExpression:
         """A (L, E) sequence per example: torch's (N, L, E), batch first."""
@@ -1698,6 +1777,9 @@ class Forward:
             if not isinstance(value, cst.Name):  # x = f(__out__): x = f(x)
                 done.append(_rename_stmt(s.with_changes(body=[new]), names))
             return [*self._flush(done[0]), *done[1:]]
+        if isinstance(value, cst.Name) and self.hoisted and id(self.hoisted[-1]) in self.loops:
+            # x = self.layer1(x): the loop over its layers rebinds x itself
+            return self._loop_into(s.with_changes(body=[new]), value.value, target.value)
         if self.hoisted and len(self.hoisted) == 1:
             tmp = code(self.hoisted[0]).split(",")[0].strip()
             rest_names = {n.value for n in m.findall(value, m.Name())}
@@ -1706,6 +1788,24 @@ class Forward:
                 return [_rename_stmt(h, {tmp: target.value}),
                         _rename_stmt(s.with_changes(body=[new]), {tmp: target.value})]
         return self._flush(s.with_changes(body=[new]))
+
+    def _loop_into(self, s: cst.SimpleStatementLine, tmp: str, target: str
+                   ) -> list[cst.BaseStatement]:
+        """The temporary of a loop of :meth:`loop_over` named ``target``, where ``target``
+        is not read from where the temporary is set on: ``x = x`` goes."""
+        at = next(i for i, h in enumerate(self.hoisted) if code(h).startswith((
+            tmp + ",", tmp + " =")))
+        later = {n.value for h in self.hoisted[at + 1:] for n in m.findall(h, m.Name())}
+        if target in later:
+            return self._flush(s)
+        done = []
+        for h in self.hoisted:
+            h = _rename_stmt(h, {tmp: target})
+            if not m.matches(h, m.SimpleStatementLine(body=[m.Assign(
+                    targets=[m.AssignTarget(m.Name(target))], value=m.Name(target))])):
+                done.append(h)
+        self.hoisted = []
+        return done
 
     def _chain(self, value: cst.BaseExpression, target: str) -> list[str]:
         """The temporaries of the last hoisted statements when they form one chain ending in
@@ -1868,6 +1968,9 @@ class ClassInfo:
     init_methods: set[str] = field(default_factory=set)  # applied by init_layers
     reduced: dict[int, str] = field(default_factory=dict)  # see Forward.reduced
     identities: set[str] = field(default_factory=set)  # see _InitRewriter.identities
+    # builder methods (``*, rngs`` in NNX, called as ``self.name(...)`` in ``__init__``),
+    # rewritten like ``__init__``
+    methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
 
 
 def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
@@ -1879,6 +1982,57 @@ def _init_of(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
         if isinstance(s, cst.FunctionDef) and s.name.value == name:
             return s
     return None
+
+
+def _bind(params: list[cst.Param], call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+    """The argument each parameter takes at ``call`` (its default where none is given);
+    None where the call unpacks arguments."""
+    if any(a.star for a in call.args):
+        return None
+    pos, kw = _pos(call), _kw(call)
+    out = {}
+    for i, p in enumerate(params):
+        name = p.name.value
+        if i < len(pos):
+            out[name] = pos[i]
+        elif name in kw:
+            out[name] = kw[name]
+        elif p.default is not None:
+            out[name] = p.default
+    return out
+
+
+def _passed_classes(sites: list[cst.Call], params: list[cst.Param], classes: set[str],
+                    what: str, known: dict[str, tuple[str, ...] | str] | None = None
+                    ) -> dict[str, tuple[str, ...] | str]:
+    """For each parameter: the module classes of the file that ``sites`` (the calls that
+    build ``what``) pass to it, first seen first, or why they are not known (a call passes
+    something else, or nothing builds ``what``). ``known``: what the caller's own
+    parameters are bound to (``self._make_layer(block, ...)`` in ``__init__``)."""
+    out: dict[str, tuple[str, ...] | str] = {}
+    for p in params:
+        name = p.name.value
+        found: list[str] = []
+        why = "" if sites else f"the class `{name}` is not known: nothing in this file " \
+            f"builds {what}"
+        for call in sites:
+            bound = _bind(params, call)
+            arg = bound.get(name) if bound is not None else None
+            got = known.get(arg.value) if known and isinstance(arg, cst.Name) else None
+            if isinstance(got, str):
+                why = got
+            elif got is not None:
+                found += got
+            elif isinstance(arg, cst.Name) and arg.value in classes:
+                found.append(arg.value)
+            else:
+                why = f"the class `{name}` is not known: {what} is built with " + (
+                    f"`{code(arg)}` for it" if arg is not None else "arguments unpacked") + \
+                    ", not a module class of this file"
+            if why:
+                break
+        out[name] = why or tuple(dict.fromkeys(found))
+    return out
 
 
 def _key_param(fn: cst.FunctionDef, default_none: bool) -> cst.FunctionDef:
@@ -1932,9 +2086,16 @@ class EquinoxFile:
         init = _init_of(cls, "__init__")
         if init is None:
             return info
-        rw = _InitRewriter(self.class_names, set(), {k: v[1] for k, v in self.builders.items()})
+        builders = {k: v[1] for k, v in self.builders.items()}
+        sites = m.findall(self.torch_module, m.Call(func=m.Name(info.name)))
+        passed = _passed_classes(sites, list(init.params.params[1:]), self.class_names,
+                                 info.name)
+        methods, method_attrs = self.builder_methods(info, init, passed)
+        rw = _InitRewriter(self.class_names, set(), builders, methods, passed)
         new_init = init.visit(rw)
         info.attrs = rw.attrs
+        for k, v in method_attrs.items():  # `self.in_planes = ...` in a builder method
+            info.attrs.setdefault(k, v)
         info.identities = rw.identities
         info.errors += rw.errors
         # buffers: rank and a leading 1 from `.reshape(1, ...)`
@@ -1954,6 +2115,44 @@ class EquinoxFile:
             new_init if s is init else s for s in cls.body.body]))
         info.init_sites = rw.sites  # type: ignore[attr-defined]
         return info
+
+    def builder_methods(self, info: ClassInfo, init: cst.FunctionDef,
+                        passed: dict[str, tuple[str, ...] | str]
+                        ) -> tuple[dict[str, Layer], dict[str, Layer]]:
+        """The methods that build layers (``*, rngs`` in NNX) and that ``__init__`` calls as
+        ``self.name(...)``, rewritten like a builder function (``*, key``) into
+        ``info.methods``: the layer each returns, and the attributes they set. A class
+        handed to a method (``block``) is the one the instantiation sites of the class
+        pass (:func:`_passed_classes`)."""
+        builders = {k: v[1] for k, v in self.builders.items()}
+        methods: dict[str, Layer] = {}
+        attrs: dict[str, Layer] = {}
+        for s in info.node.body.body:
+            if not isinstance(s, cst.FunctionDef) or s.name.value in ("__init__", "__call__") \
+                    or not any(p.name.value == "rngs" for p in s.params.kwonly_params):
+                continue
+            name = s.name.value
+            sites = m.findall(init, m.Call(func=m.Attribute(value=m.Name("self"),
+                                                              attr=m.Name(name))))
+            if not sites:
+                continue
+            rw = _InitRewriter(self.class_names, set(), builders, methods, _passed_classes(
+                sites, list(s.params.params[1:]), self.class_names, f"self.{name}", passed))
+            new = s.visit(rw)
+            if "nnx." in code(new.body) or "rngs" in code(new.body):
+                continue  # (marked where the class is written)
+            try:
+                body = _split_keys(list(new.body.body), rw.sites)
+            except EquinoxError as exc:
+                info.errors.append(exc.message)
+                continue
+            info.errors += rw.errors
+            info.methods[name] = _key_param(new, default_none=False).with_changes(
+                body=new.body.with_changes(body=body))
+            methods[name] = rw.returned or Layer("value")
+            for k, v in rw.attrs.items():
+                attrs.setdefault(k, v)
+        return methods, attrs
 
     def analyse(self, name: str, inputs: list[Info]) -> Info | None:
         info = self.classes[name]
@@ -2078,12 +2277,20 @@ def _keys_needed(classes: dict[str, ClassInfo]) -> None:
         changed = False
         for c in classes.values():
             for a in _all_layers(c):
-                if a.kind == "module" and a.cls in classes:
-                    sub = classes[a.cls]
+                for sub in (classes[n] for n in (a.cls, *a.alts)
+                            if a.kind == "module" and n in classes):
                     if sub.stateful and not c.stateful:
                         c.stateful = changed = True
                     if sub.keyed and not c.keyed:
                         c.keyed = changed = True
+    for c in classes.values():
+        for a in _all_layers(c):
+            takes = {(classes[n].stateful, classes[n].keyed) for n in (a.cls, *a.alts)
+                     if n in classes}
+            if a.alts and len(takes) > 1:
+                c.errors.append(f"the classes passed in for one layer ({', '.join((a.cls, *a.alts))}"
+                                ") differ in taking state or a key: the forward pass is "
+                                "written for one")
 
 
 def _takes(lay: Layer, classes: dict[str, ClassInfo]) -> tuple[bool, bool]:
@@ -2140,7 +2347,8 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
             f.classes[c.name.value] = f.init(c)
     _keys_needed(f.classes)
     # the classes no other class uses are the models: their inputs are batched, rank unknown
-    used = {a.cls for c in f.classes.values() for a in _all_layers(c) if a.kind == "module"}
+    used = {n for c in f.classes.values() for a in _all_layers(c) if a.kind == "module"
+            for n in (a.cls, *a.alts)}
     for name, c in f.classes.items():
         if name not in used:
             f.analyse(name, [Info(True, is_input=True) for _ in _call_params(c.node)])
@@ -2284,6 +2492,14 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
                 lay = c.attrs.get(name, Layer("value")) if name not in seen else Layer("value")
                 seen.setdefault(name, []).append(_annotation(a.value, lay, params,
                                                              f.dataclass_fields))
+        for fn in c.methods.values():  # attributes a builder method sets (and __init__ not)
+            mparams = {p.name.value: p for p in fn.params.params[1:]}
+            for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Attribute(
+                    value=m.Name("self")))])):
+                name = a.targets[0].target.attr.value
+                if name not in seen:
+                    seen[name] = [_annotation(a.value, c.attrs.get(name, Layer("value")),
+                                              mparams, f.dataclass_fields)]
         for name, anns in seen.items():
             # assigned in several places with different types: Any
             ann, static = anns[0] if len(set(anns)) == 1 else ("Any", False)
@@ -2326,6 +2542,8 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
     for i, s in enumerate(body):
         if isinstance(s, cst.FunctionDef) and s.name.value in c.init_methods:
             body[i] = training.init_method(s)
+        elif isinstance(s, cst.FunctionDef) and s.name.value in c.methods:
+            body[i] = c.methods[s.name.value]
         elif isinstance(s, cst.FunctionDef) and s.name.value in training.OPTIMIZER_METHODS.get(
                 c.name, ()):
             body[i] = training.optimizer_method(s)
