@@ -105,12 +105,14 @@ def convert_source(
     classes of the file may pass channels-last images between them (passes/layout_blocks.py).
     None when that is not known: every class keeps torch's interface."""
     rules = rules or load_rules()
-    emitter = get_emitter(target)
+    # the NNX translation that the equinox pass rewrites: train steps stay where the loop is
+    hoist_steps = target != "nnx-for-equinox"
+    emitter = get_emitter("nnx" if not hoist_steps else target)
     if emitter.name == "equinox":  # a pass over the NNX translation (targets/equinox.py)
         from torch2jax.targets.equinox import from_nnx
 
         nnx = convert_source(source, path=path, rules=rules, known_modules=known_modules,
-                             fuse_layout=False)
+                             fuse_layout=False, target="nnx-for-equinox")
         return suppress(from_nnx(nnx, source, path), source) if nnx.uses_torch else nnx
     try:
         module = cst.parse_module(source)
@@ -151,7 +153,7 @@ def convert_source(
     data_indexer.index.shard = shard
     transformer = TorchToJax(rules, index, emitter, path, report, training,
                              uses_train=_uses_train_mode(source), data=data_indexer.index,
-                             torch_init=init == "torch")
+                             torch_init=init == "torch", hoist_steps=hoist_steps)
     new = wrapper.visit(transformer)
     if emitter.name == "linen":
         new = freeze_configs(new)

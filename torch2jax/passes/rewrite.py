@@ -81,9 +81,11 @@ class TorchToJax(cst.CSTTransformer):
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
                  report, training: TrainingIndex | None = None, uses_train: bool = False,
-                 data: dt.DataIndex | None = None, torch_init: bool = False) -> None:
+                 data: dt.DataIndex | None = None, torch_init: bool = False,
+                 hoist_steps: bool = True) -> None:
         super().__init__()
         self.torch_init = torch_init  # convert --init torch (passes/torch_init.py)
+        self.hoist_steps = hoist_steps  # a per-epoch train function's step to the top level
         self.rules = rules
         self.index = index
         self.emitter = emitter
@@ -1626,7 +1628,7 @@ class TorchToJax(cst.CSTTransformer):
                     if self.data.shard == "params":
                         self._hoist.extend(dt.shard_state(model, name))
                     new_body = [dt.shard_batch(batch), *new_body]
-                if self._per_call_trainer(name) and not _free_names(step.function) - (
+                if self.hoist_steps and self._per_call_trainer(name) and not _free_names(step.function) - (
                         self._module_names | STEP_GLOBALS):
                     # train(model, loader, optimizer) runs once per epoch: a step defined in it
                     # would be a new function, compiled again, at every call
