@@ -161,3 +161,118 @@ def test_linen_script_prints_what_torch_prints(name: str, tmp_path: Path) -> Non
     torch_dir.mkdir()
     jax_dir.mkdir()
     _close(_run(result.code, jax_dir), _run(source, torch_dir))
+
+
+# the common shape of a script: main() builds the model, the optimizer and a per-epoch
+# scheduler and calls, once per epoch, a train function that receives them, then an
+# evaluation function; one batch per epoch (the shuffled order changes no number) and
+# constant initial weights, so the linen script prints the torch script's numbers
+EPOCH_FUNCTION = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.fc = nn.Linear(4, 3)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.constant_(module.weight, 0.1)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, x):
+        return self.fc(self.bn(x))
+
+
+def train(model, loader, optimizer, scheduler):
+    model.train()
+    total, correct, running = 0, 0, 0.0
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        outputs = model(inputs)
+        loss = F.cross_entropy(outputs, targets)
+        loss.backward()
+        optimizer.step()
+        running += loss.item() * targets.size(0)
+        correct += (outputs.argmax(1) == targets).sum().item()
+        total += targets.size(0)
+    scheduler.step()
+    return running / total, correct / total
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    model.eval()
+    total = 0.0
+    for inputs, targets in loader:
+        total += F.cross_entropy(model(inputs), targets, reduction="sum").item()
+    return total
+
+
+def main():
+    torch.manual_seed(0)
+    t = torch.linspace(-1.0, 1.0, 16)
+    x = torch.stack([t, t ** 2, torch.sin(3 * t), t ** 3], dim=1)
+    y = (t > -0.35).long() + (t > 0.35).long()
+    train_loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+    test_loader = DataLoader(TensorDataset(x, y), batch_size=8)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9, weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    for epoch in range(8):
+        loss, acc = train(model, train_loader, optimizer, scheduler)
+        test_loss = evaluate(model, test_loader)
+        print(f"{loss:.8f} {acc:.4f} {test_loss:.8f} {scheduler.get_last_lr()[0]:.8f}")
+    torch.save(model.state_dict(), "model.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_train_function_per_epoch_takes_and_returns_the_state() -> None:
+    result = convert_source(EPOCH_FUNCTION, path="script.py", target="linen")
+    assert [str(d) for d in result.diagnostics if d.severity == "error"] == []
+    code = result.code
+    main = code[code.index("def main():"):]
+    # the variables and the TrainState are made once, in the caller, before its epoch loop
+    assert code.count("model.init(") == 1 and code.count("TrainState.create(") == 1
+    assert main.index("TrainState.create(") < main.index("for epoch in range(8):")
+    assert "inputs, targets = next(iter(train_loader(0)))" in main
+    assert 'state.opt_state.hyperparams["learning_rate"] = jnp.float32(scheduler(0))' in main
+    # the train function takes the state in place of the model and the optimizer, returns it
+    assert "def train(state, loader, scheduler):" in code
+    assert "    return state, (running / total, correct / total)\n" in code
+    assert "state, (loss, acc) = train(state, train_loader(epoch), scheduler)" in main
+    assert "scheduler.steps += 1" in code
+    # its step is compiled once: defined before it, not in it
+    assert code.index("@jax.jit\ndef train_step(state, inputs, targets):") < code.index(
+        "def train(")
+    # evaluation and the checkpoint read the variables the state holds after each epoch
+    assert 'variables = {"params": state.params, "batch_stats": state.batch_stats}' in main
+    assert "eval_step(model, variables, inputs)" in code
+    assert "checkpointer.save(os.path.abspath(\"model.pt\"), variables, force=True)" in main
+    assert "torch" not in _imports(code) and ".backward()" not in code
+
+
+@pytest.mark.slow
+def test_train_function_per_epoch_prints_what_torch_prints(tmp_path: Path) -> None:
+    result = convert_source(EPOCH_FUNCTION, path="script.py", target="linen")
+    torch_dir, jax_dir = tmp_path / "torch", tmp_path / "linen"
+    torch_dir.mkdir()
+    jax_dir.mkdir()
+    jax_out, torch_out = _run(result.code, jax_dir), _run(EPOCH_FUNCTION, torch_dir)
+    # per epoch: train loss, train accuracy, evaluation loss (running statistics), lr
+    _close(jax_out, torch_out, rtol=1e-5)
+    rows = [[float(v) for v in jax_out[i:i + 4]] for i in range(0, len(jax_out), 4)]
+    assert len(rows) == 8
+    assert rows[-1][0] < 0.25 * rows[0][0] and rows[-1][1] == 1.0  # it learns
+    assert rows[-1][2] < 0.5 * rows[0][2]
+    assert (jax_dir / "model.pt").is_dir()  # the orbax checkpoint

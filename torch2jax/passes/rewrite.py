@@ -8,7 +8,7 @@ the traversal is shared so that qualified names are resolved once per file.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -133,6 +133,9 @@ class TorchToJax(cst.CSTTransformer):
         self._lt_post: list[cst.BaseStatement] = []  # after the outermost training loop
         self._lt_trainers: set[str] = set()  # helpers that train the model they receive
         self._lt_evaluators: dict[str, int] = {}  # helpers that call it: model param index
+        # helpers called once per epoch with the model and the optimizer of their caller
+        self._lt_epoch: dict[str, lt.EpochFunction] = {}
+        self._lt_state_made: set[int] = set()  # callers (id, 0: module) that made the state
         self._lt_batch_stats = False
         self._lt_dropout = False
         self._lt_train_state_class = False
@@ -173,9 +176,12 @@ class TorchToJax(cst.CSTTransformer):
         for site in self.training.optimizers.values():
             if site.function in params and site.model in params[site.function]:
                 self._lt_trainers.add(site.function)
+        optimizers = {n: self.training.model_of(n) for n in self.training.optimizer_names}
+        self._lt_epoch = lt.epoch_functions(
+            node, {n: v for n, v in optimizers.items() if v}, self._lt_trainers)
         if self.training.optimizers:  # the variables exist where a model was trained
             self._lt_evaluators = lt.model_functions(node, self._model_names(),
-                                                     self._lt_trainers)
+                                                     self._lt_trainers | set(self._lt_epoch))
         self._lt_find_init_functions(node)
         self._lt_find_autocast_classes(node)
 
@@ -579,7 +585,15 @@ class TorchToJax(cst.CSTTransformer):
             if jitted.count:
                 self._eval_step = True
                 self.need("nnx")
-        return node.with_changes(decorators=decos)
+        node = node.with_changes(decorators=decos)
+        ep = self._lt_epoch.get(node.name.value) if self.linen and not self._class_stack and \
+            not self._fn_stack else None
+        if ep is not None and ep.module_step is not None:
+            # the train step of a function run once per epoch, compiled once
+            return cst.FlattenSentinel([ep.module_step.with_changes(
+                leading_lines=node.leading_lines), node.with_changes(
+                leading_lines=[cst.EmptyLine(indent=False)] * 2)])
+        return node
 
     # ------------------------------------------------------------------ statements
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -587,6 +601,11 @@ class TorchToJax(cst.CSTTransformer):
             self._unpack[id(node.value)] = len(node.targets[0].target.elements)
 
     def leave_Assign(self, original_node, updated_node):
+        if self.linen and not self.in_module_class() and len(original_node.targets) == 1 and \
+                m.matches(original_node.value, m.Call(func=m.Name())) and \
+                original_node.value.func.value in self._lt_epoch:
+            return self._lt_epoch_call(original_node.value, updated_node.value,
+                                       updated_node.targets[0].target)
         data = self._data_assign(original_node, updated_node)
         if data is not None:
             return data
@@ -1014,7 +1033,7 @@ class TorchToJax(cst.CSTTransformer):
 
     def _checkpoint_statement(self, original_node: cst.Expr):
         value = original_node.value
-        if self.emitter.name != "nnx":
+        if self.emitter.name not in ("nnx", "linen"):
             return None
         site = None
         if self.q(value.func) == "torch.save":
@@ -1026,6 +1045,8 @@ class TorchToJax(cst.CSTTransformer):
             return None
         kind, model, path = site
         p = code(path)
+        if self.linen:
+            return self._lt_checkpoint(original_node, kind, model, p)
         if kind == "save":
             inner = f"checkpointer.save(os.path.abspath({p}), nnx.state({model}), force=True)"
         else:
@@ -1037,6 +1058,33 @@ class TorchToJax(cst.CSTTransformer):
         self.diag(original_node, f"torch.{kind}", "info",
                   f"{'saves' if kind == 'save' else 'restores'} an orbax checkpoint (a "
                   "directory at that path) of the model's nnx.state")
+        self._pending[-1].after.append(block)
+        return cst.RemoveFromParent()
+
+    def _lt_checkpoint(self, original_node, kind: str, model: str, p: str):
+        """torch.save(model.state_dict(), path) -> an orbax checkpoint of the trained
+        variables, where they are known: after the training loop, or read from the state
+        after each epoch's training call."""
+        scope = id(self._fn_stack[-1]) if self._fn_stack else 0
+        if model not in self._model_names() or (self._for_stack and scope not in (
+                self._lt_state_made)) or (self._fn_stack and self._fn_stack[0].name.value
+                                          in self._lt_epoch):
+            self.diag(original_node, f"torch.{kind}", "error",
+                      f"torch.{kind} of {model}'s state_dict in the training loop or in a "
+                      "function run once per epoch: checkpoint the TrainState's variables by "
+                      "hand (orbax)")
+            return None
+        if kind == "save":
+            inner = f"checkpointer.save(os.path.abspath({p}), {lt.VARIABLES}, force=True)"
+        else:
+            inner = (f"{lt.VARIABLES} = checkpointer.restore(os.path.abspath({p}), "
+                     f"{lt.VARIABLES})")
+        block = cst.parse_statement(f"with ocp.StandardCheckpointer() as checkpointer:\n"
+                                    f"    {inner}\n")
+        self.need("os", "ocp")
+        self.diag(original_node, f"torch.{kind}", "info",
+                  f"{'saves' if kind == 'save' else 'restores'} an orbax checkpoint (a "
+                  f"directory at that path) of {model}'s variables")
         self._pending[-1].after.append(block)
         return cst.RemoveFromParent()
 
@@ -1681,18 +1729,29 @@ class TorchToJax(cst.CSTTransformer):
         """A training loop under --target linen (targets/linen_training.py): the loop's new
         body; the step, model.init and the TrainState go before the outermost loop."""
         t = self.training
-        for name in t.optimizer_names:
-            model = t.model_of(name)
+        ep = self._lt_epoch.get(self._fn_stack[0].name.value) if len(
+            self._fn_stack) == 1 and not self._class_stack else None
+        pairs = [(ep.optimizer, ep.model)] if ep is not None else [
+            (n, t.model_of(n)) for n in t.optimizer_names]
+        for name, model in pairs:
             if model is None:
                 continue
             outer = self._for_stack[0] if self._for_stack else original_node
             loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
-            site = t.optimizer_names[name]
+            site = t.optimizer_names.get(name)
             try:
                 step = lt.build_step(body, optimizer=name, model=model, loop_names=loop_names,
                                      step_name="train_step", batch_stats=self._lt_batch_stats,
-                                     dropout=self._lt_dropout,
-                                     accumulate=site.accumulate is not None)
+                                     dropout=self._lt_dropout, accumulate=site is not None
+                                     and site.accumulate is not None)
+                if ep is not None and step is not None:
+                    if self._lt_dropout and not self._key_scopes[-1].has_key:
+                        raise Untranslatable(
+                            f"no key in {ep.name} for the dropout keys: {ep.name} runs once "
+                            "per epoch with the TrainState its caller makes; pass it a key",
+                            rule="training-loop")
+                    return self._lt_epoch_loop(ep, step, body, original_node, updated_node,
+                                               loop_names)
                 if step is not None and not self._key_scopes[-1].has_key and len(
                         self._key_scopes) == 1:
                     # torch's global RNG was never seeded: a root key, as for random draws
@@ -1741,6 +1800,94 @@ class TorchToJax(cst.CSTTransformer):
             self._lt_post.append(lt.final_variables(self._lt_batch_stats))
             return new_body
         return None
+
+    def _lt_epoch_loop(self, ep, step, body, original_node, updated_node, loop_names):
+        """The training loop of a function called once per epoch: its step, and what its
+        caller's model.init sample is made from; the caller makes the TrainState."""
+        ep.step, ep.body, ep.loop = step, body, updated_node
+        ep.outer, ep.loop_names = list(self._for_stack), loop_names
+        self.need("jax", "optax", "train_state")
+        fn = self._fn_stack[0]
+        taken = self._file_functions | {e.module_step.name.value for e in self._lt_epoch.values()
+                                        if e.module_step is not None}
+        if step.function.name.value not in taken and not (
+                lt.free_names(step.function) & lt.local_names(fn)):
+            # it reads nothing of the function: defined once, before it (one compilation)
+            ep.module_step = step.function
+        else:
+            self._hoist.append(step.function)
+        self.diag(original_node, "training-loop", "info",
+                  f"{ep.name} runs once per epoch: its caller makes the variables and the "
+                  f"TrainState once; {ep.name} takes the state"
+                  f"{'' if ep.drop_model else ' (after the model)'} in place of the "
+                  "optimizer and returns it first")
+        return step.body
+
+    def _lt_epoch_call(self, original: cst.Call, updated: cst.Call,
+                       target: cst.BaseExpression | None) -> cst.Assign:
+        """``loss, acc = train(model, loader, optimizer, scheduler)`` ->
+        ``state, (loss, acc) = train(loader, state, scheduler)``; the caller's first such call
+        makes the variables and the TrainState before its outermost loop; the variables are
+        read from the state after every call."""
+        ep = self._lt_epoch[original.func.value]
+        scope = id(self._fn_stack[-1]) if self._fn_stack else 0
+        if scope not in self._lt_state_made:
+            self._lt_state_made.add(scope)
+            stmts = self._lt_epoch_state(ep, original, updated)
+            depth = 4 * (self._depth - len(self._for_stack))
+            stmts = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
+                     else st for st in stmts]
+            if self._for_stack:
+                self._hoist.extend(stmts)
+            else:
+                self._pending[-1].before.extend(stmts)
+        self._pending[-1].after.append(lt.final_variables(self._lt_batch_stats))
+        return cst.Assign(targets=[cst.AssignTarget(lt.with_state_target(target))],
+                          value=updated.with_changes(args=ep.call_args(updated)))
+
+    def _lt_epoch_state(self, ep, original: cst.Call, updated: cst.Call):
+        """model.init on a sample of the loader the call passes, and the TrainState."""
+        b = ep.bound(original)
+        model, optimizer = b[ep.model].value, b[ep.optimizer].value
+        if not self._key_scopes[-1].has_key and len(self._key_scopes) == 1:
+            self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
+            self.diag(original, "random", "warning", "model.init without torch.manual_seed: "
+                      "a root key jax.random.key(0) is added at the top of the file")
+        elif not self._key_scopes[-1].has_key:
+            self.diag(original, "training-loop", "error", "no key in this scope for "
+                      "model.init: seed with torch.manual_seed or pass one")
+        sample = None
+        if ep.step is not None and ep.loop is not None:
+            values = ep.bound(updated) or {}
+            loop = ep.loop.with_changes(iter=lt.bind_names(ep.loop.iter, values))
+            outer = [*self._for_stack, *(ep.outer or [])]
+            names = set(ep.loop_names or ()) | (tr.loop_assigned_names(self._for_stack[0])
+                                                if self._for_stack else set())
+            step = replace(ep.step, model_args=[
+                lt.bind_names(a, values) for a in ep.step.model_args])
+            sample = lt.sample_inputs(step, ep.body, loop, outer, names)
+            if sample is not None:
+                stmts, inputs = sample
+                inner = lt.local_names(ep.fn) - set(ep.params) if ep.fn is not None else set()
+                used = {n.value for x in [*stmts, *inputs] for n in m.findall(x, m.Name())}
+                used -= {n for st in stmts for n in tr.names_of(st).assigned}
+                sample = (stmts, inputs) if not used & inner else None
+        if sample is None:
+            self.diag(original, "training-loop", "error",
+                      f"no sample input for model.init: {ep.name} is defined after its caller"
+                      if ep.step is None else f"no sample input for model.init: the inputs "
+                      f"of {ep.name}'s model are not a batch of a loader or an array it "
+                      "receives")
+        stmts, inputs = sample if sample is not None else ([], None)
+        self.need("jax", "optax", "train_state")
+        if self._lt_batch_stats:
+            self._lt_train_state_class = True
+            self.need("Any")
+        init = lt.init_statements(model, optimizer, inputs, uses_train=self.uses_train,
+                                  batch_stats=self._lt_batch_stats,
+                                  dtype=self._lt_autocast.get(model))
+        after, self._lt_after_state = self._lt_after_state, []
+        return [*stmts, *init, *after]
 
     def _lt_autocast_region(self, original_node, updated_node, item: cst.Call, q: str):
         """with torch.autocast(...) in a training loop: the training step applies a clone of
@@ -1796,6 +1943,8 @@ class TorchToJax(cst.CSTTransformer):
                     ln.comment is None for ln in line.leading_lines):
                 self._lt_blank = self._depth  # the next statement keeps the blank line
             return cst.RemoveFromParent()
+        if isinstance(f, cst.Name) and f.value in self._lt_epoch:
+            return self._lt_epoch_call(value, updated_node.value, None)
         if isinstance(f, cst.Name) and f.value in self._lt_trainers:
             # the helper trains the model it receives: it returns the model's variables
             return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
@@ -1805,7 +1954,16 @@ class TorchToJax(cst.CSTTransformer):
     def _lt_function(self, node: cst.FunctionDef) -> cst.FunctionDef:
         name = node.name.value
         if name in self._lt_evaluators:
-            node = lt.add_variables_param(node, self._lt_evaluators[name])
+            i = self._lt_evaluators[name]
+            # its model calls (a @torch.no_grad() evaluation) apply the variables under jit
+            jitted = tr.JitModelCalls({node.params.params[i].name.value}, extra=(lt.VARIABLES,))
+            node = node.with_changes(body=node.body.visit(jitted))
+            if jitted.count:
+                self._eval_step = True
+                self.need("jax", "partial")
+            node = lt.add_variables_param(node, i)
+        if name in self._lt_epoch:
+            node = lt.takes_state(node, self._lt_epoch[name])
         if name in self._lt_trainers and not lt.returns(node):
             body = [*node.body.body, cst.parse_statement(f"return {lt.VARIABLES}\n")]
             node = node.with_changes(body=node.body.with_changes(body=body))
@@ -3241,7 +3399,16 @@ class TorchToJax(cst.CSTTransformer):
         if self.linen:
             # linen modules take no RNG state; the train flag is handed down instead
             inside = self.in_module_class() or (self._rngs_scope and self._rngs_scope[-1])
-            if (self.uses_train and inside and not any(
+            if isinstance(original.func, cst.Name) and \
+                    original.func.value in self.index.module_classes:
+                # a linen module is hashed (a static argument of jax.jit): list fields are
+                # tuples, ResNet(BasicBlock, (1, 1))
+                updated = updated.with_changes(args=[a.with_changes(value=cst.Tuple(
+                    a.value.elements)) if isinstance(a.value, cst.List) and a.value.elements
+                    else a for a in updated.args])
+            # (a layer-building method of the module reads its field: self._make_layer(...))
+            if (self.uses_train and inside and not m.matches(original.func, m.Attribute(
+                    value=m.Name("self"))) and not any(
                     a.keyword and a.keyword.value == linen_target.TRAIN for a in updated.args)):
                 updated = updated.with_changes(args=_fix_commas([*updated.args, arg(
                     expr(self._linen_train()), linen_target.TRAIN)]))

@@ -121,6 +121,8 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
             (star,) = [a for a in node.args if a.star]
             return call("nn.Sequential", arg(star.value if isinstance(star.value, cst.Name)
                                              else expr("list({x})", x=star.value)))
+        if not pos:  # torch's empty Sequential is the identity; linen's raises when called
+            return expr("lambda x: x")
         return call("nn.Sequential", arg(cst.List([cst.Element(p) for p in pos])))
     if name == "nnx.List":
         return pos[0] if pos else expr("[]")

@@ -585,3 +585,174 @@ def with_dtype(layer: cst.BaseExpression) -> cst.BaseExpression:
         return layer.with_changes(args=[layer.args[0].with_changes(value=items.with_changes(
             elements=[e.with_changes(value=with_dtype(e.value)) for e in items.elements]))])
     return layer
+
+
+# ---------------------------------------------------------------------------- per-epoch helpers
+@dataclass
+class EpochFunction:
+    """``def train(model, loader, optimizer, scheduler)`` called once per epoch by the function
+    that builds the optimizer: the caller creates the variables and the TrainState once; the
+    function takes the state in place of the model (when it only calls it: ``train(state,
+    loader, scheduler)``) or of the optimizer, and returns it first, before its own
+    results."""
+    name: str
+    params: list[str]
+    optimizer: str  # its parameters that receive the optimizer and the model
+    model: str
+    drop_model: bool
+    # filled when its training loop is translated: what model.init's sample is made from
+    step: LinenStep | None = None
+    body: list[cst.BaseStatement] | None = None
+    loop: cst.For | None = None
+    outer: list[cst.For] | None = None
+    loop_names: set[str] | None = None
+    module_step: cst.FunctionDef | None = None  # the step, defined before the function
+    fn: cst.FunctionDef | None = None  # the torch definition
+
+    def bound(self, c: cst.Call) -> dict[str, cst.BaseExpression] | None:
+        """The call's arguments by parameter name (None with * or ** arguments)."""
+        out: dict[str, cst.BaseExpression] = {}
+        for i, a in enumerate(c.args):
+            if a.star:
+                return None
+            if a.keyword is not None:
+                out[a.keyword.value] = a.value
+            elif i < len(self.params):
+                out[self.params[i]] = a.value
+        return out
+
+    @property
+    def replaced(self) -> tuple[str, str]:
+        """The parameter the state takes the place of, and the one dropped."""
+        return (self.model, self.optimizer) if self.drop_model else (self.optimizer, "")
+
+    def call_args(self, c: cst.Call) -> list[cst.Arg]:
+        """The call's arguments with the state in place of the model or the optimizer."""
+        state, dropped = self.replaced
+        args = []
+        for i, a in enumerate(c.args):
+            p = a.keyword.value if a.keyword is not None else (
+                self.params[i] if i < len(self.params) else None)
+            if p == dropped:
+                continue
+            if p == state:
+                a = a.with_changes(value=cst.Name(STATE), keyword=a.keyword and cst.Name(
+                    STATE))
+            args.append(a)
+        return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
+
+
+def epoch_functions(module: cst.Module, optimizers: dict[str, str], trainers: set[str]
+                    ) -> dict[str, EpochFunction]:
+    """Free functions that step an optimizer and a model they receive (``optimizers``: the
+    optimizer variables of other functions -> their models), every call passing them the
+    same way."""
+    out = {}
+    for fn in module.body:
+        if not isinstance(fn, cst.FunctionDef) or fn.name.value in trainers or \
+                fn.params.star_arg is not cst.MaybeSentinel.DEFAULT and fn.params.star_arg:
+            continue
+        params = [p.name.value for p in fn.params.params]
+        found: set[tuple[str, str]] = set()
+        calls = m.findall(module, m.Call(func=m.Name(fn.name.value)))
+        for c in calls:
+            ep = EpochFunction(fn.name.value, params, "", "", False)
+            b = ep.bound(c) or {}
+            opt = [(p, v.value) for p, v in b.items() if isinstance(v, cst.Name)
+                   and v.value in optimizers]
+            mod = {p for p, v in b.items() if opt and isinstance(v, cst.Name)
+                   and v.value == optimizers[opt[0][1]]}
+            if len(opt) != 1 or len(mod) != 1:
+                found.add(("", ""))
+                break
+            found.add((opt[0][0], mod.pop()))
+        if len(found) != 1 or ("", "") in found:
+            continue
+        optimizer, model = found.pop()
+        if not m.findall(fn.body, m.Call(func=m.Attribute(value=m.Name(optimizer),
+                                                          attr=m.Name("step")))) or \
+                not m.findall(fn.body, m.Call(func=m.Attribute(attr=m.Name("backward")))):
+            continue
+        # the model is only called (in the loss) and put in train or eval mode
+        uses = len(m.findall(fn.body, m.Name(model)))
+        calls_or_modes = len(m.findall(fn.body, m.Call(func=m.Name(model)) | m.Call(
+            func=m.Attribute(value=m.Name(model), attr=m.Name("train") | m.Name("eval")
+                             | m.Name("zero_grad")))))
+        out[fn.name.value] = EpochFunction(fn.name.value, params, optimizer, model,
+                                           drop_model=uses == calls_or_modes, fn=fn)
+    return out
+
+
+def takes_state(fn: cst.FunctionDef, ep: EpochFunction) -> cst.FunctionDef:
+    """The state in place of the optimizer parameter (the model's dropped); every return of
+    the function returns the state first, and one that returned nothing returns it."""
+    state, dropped = ep.replaced
+    params = [p.with_changes(name=cst.Name(STATE), annotation=None, default=None)
+              if p.name.value == state else p for p in fn.params.params
+              if p.name.value != dropped]
+    params = [p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in params]
+
+    class Returns(cst.CSTTransformer):
+        def visit_FunctionDef(self, node) -> bool:
+            return node is fn
+
+        def visit_Lambda(self, node) -> bool:
+            return False
+
+        def leave_Return(self, original_node, updated_node):
+            if updated_node.value is None:
+                return updated_node.with_changes(value=cst.Name(STATE))
+            value = updated_node.value
+            if isinstance(value, cst.Tuple) and not value.lpar:
+                value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            return updated_node.with_changes(value=cst.Tuple(
+                [cst.Element(cst.Name(STATE)), cst.Element(value)], lpar=[], rpar=[]))
+
+    node = fn.visit(Returns())
+    if not returns(fn):
+        node = node.with_changes(body=node.body.with_changes(body=[
+            *node.body.body, cst.parse_statement(f"return {STATE}\n")]))
+    return node.with_changes(params=node.params.with_changes(params=params))
+
+
+def with_state_target(target: cst.BaseExpression | None) -> cst.BaseExpression:
+    """``loss, acc`` -> ``state, (loss, acc)``; none (a bare call) -> ``state``."""
+    if target is None:
+        return cst.Name(STATE)
+    if isinstance(target, (cst.Tuple, cst.List)):
+        target = cst.Tuple(target.elements, lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.Tuple([cst.Element(cst.Name(STATE)), cst.Element(target)], lpar=[], rpar=[])
+
+
+def bind_names(node: cst.CSTNode, values: dict[str, cst.BaseExpression]) -> cst.CSTNode:
+    """The names of ``values`` replaced by their expressions (not attribute names)."""
+    class R(cst.CSTTransformer):
+        def visit_Attribute(self, node) -> bool:
+            return False
+
+        def leave_Attribute(self, original_node, updated_node):
+            return updated_node.with_changes(value=updated_node.value.visit(self))
+
+        def leave_Name(self, original_node, updated_node):
+            return values.get(updated_node.value, updated_node)
+    return node.visit(R())
+
+
+def free_names(fn: cst.FunctionDef) -> set[str]:
+    """Names ``fn`` reads that nothing in it binds (an over-approximation: attribute names
+    count)."""
+    bound = {n.value for t in m.findall(fn, m.AssignTarget() | m.Param() | m.For())
+             for n in m.findall(t.target if isinstance(t, cst.For) else t, m.Name())}
+    bound |= {d.name.value for d in m.findall(fn, m.FunctionDef())}
+    return {n.value for n in m.findall(fn, m.Name())} - bound
+
+
+def local_names(fn: cst.FunctionDef) -> set[str]:
+    """The parameters of ``fn`` and every name bound in it."""
+    names = {p.name.value for p in m.findall(fn.params, m.Param())}
+    for t in m.findall(fn.body, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For()
+                       | m.AsName() | m.FunctionDef() | m.ClassDef()):
+        node = t.name if isinstance(t, (cst.AsName, cst.FunctionDef, cst.ClassDef)) else (
+            t.target)
+        names |= {n.value for n in m.findall(node, m.Name())}
+    return names
