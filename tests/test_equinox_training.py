@@ -384,3 +384,43 @@ def test_gpt_weight_initialisation_and_optimizer_method(converted, tmp_path: Pat
     tx = model.configure_optimizers(0.1, 3e-3, (0.9, 0.95))
     assert tx.init(eqx.filter(model, eqx.is_array)).hyperparams["learning_rate"] == \
         np.float32(3e-3)
+
+
+TWO_STATEFUL_MODELS = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+def main():
+    torch.manual_seed(0)
+    teacher = Net()
+    student = Net()
+    x = torch.randn(8, 4)
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = F.mse_loss(student(x), teacher(x).detach())
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_two_models_with_state_in_one_function_are_marked() -> None:
+    """One ``state`` name per function: a second BatchNorm model's state would silently replace
+    the first's, so the function is marked instead."""
+    result = convert_source(TWO_STATEFUL_MODELS, path="two.py", target="equinox")
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    assert any("two models with BatchNorm state in one function (student and teacher)" in e
+               for e in errors), errors
+    assert "TODO(torch2jax)" in result.code

@@ -447,6 +447,14 @@ class Scope(cst.CSTTransformer):
             value = small.value
             cls = _is_model_build(value, self.classes)
             if cls is not None and isinstance(target, cst.Name):
+                other = [n for n, c in self.models.items() if n != target.value
+                         and self.classes.get(c, (False, False))[0]]
+                if self.classes[cls][0] and other:
+                    # one `state` name per function: the second model's would replace the first's
+                    raise _Fail(f"two models with BatchNorm state in one function "
+                                f"({' and '.join(sorted([other[0], target.value]))}): "
+                                "each needs its own "
+                                "eqx.nn.State")
                 self.models[target.value] = cls
                 args = [a for a in value.args if not (a.keyword and a.keyword.value == "rngs")]
                 k = next(a for a in value.args if a.keyword and a.keyword.value == "rngs")
