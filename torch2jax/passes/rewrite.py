@@ -1777,13 +1777,7 @@ class TorchToJax(cst.CSTTransformer):
                           "batch gathered from an array, a loader's batch or a helper's "
                           "result")
             stmts, inputs = sample if sample is not None else ([], None)
-            self.need("jax", "optax", "train_state")
-            if self._lt_batch_stats:
-                self._lt_train_state_class = True
-                self.need("Any")
-            init = lt.init_statements(model, name, inputs, uses_train=self.uses_train,
-                                      batch_stats=self._lt_batch_stats,
-                                      dtype=self._lt_autocast.get(model))
+            init = self._lt_init(model, name, inputs)
             depth = 4 * (self._depth - len(self._for_stack))  # the outermost loop's
             init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                     else st for st in init]
@@ -1879,15 +1873,19 @@ class TorchToJax(cst.CSTTransformer):
                       f"of {ep.name}'s model are not a batch of a loader or an array it "
                       "receives")
         stmts, inputs = sample if sample is not None else ([], None)
+        init = self._lt_init(model, optimizer, inputs)
+        after, self._lt_after_state = self._lt_after_state, []
+        return [*stmts, *init, *after]
+
+    def _lt_init(self, model: str, optimizer: str, inputs) -> list[cst.BaseStatement]:
+        """``model.init`` and the TrainState over ``optimizer`` (targets/linen_training.py)."""
         self.need("jax", "optax", "train_state")
         if self._lt_batch_stats:
             self._lt_train_state_class = True
             self.need("Any")
-        init = lt.init_statements(model, optimizer, inputs, uses_train=self.uses_train,
+        return lt.init_statements(model, optimizer, inputs, uses_train=self.uses_train,
                                   batch_stats=self._lt_batch_stats,
                                   dtype=self._lt_autocast.get(model))
-        after, self._lt_after_state = self._lt_after_state, []
-        return [*stmts, *init, *after]
 
     def _lt_autocast_region(self, original_node, updated_node, item: cst.Call, q: str):
         """with torch.autocast(...) in a training loop: the training step applies a clone of
