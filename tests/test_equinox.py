@@ -485,3 +485,51 @@ def test_flatten_of_a_batched_value_inside_an_expression(tmp_path: Path) -> None
                     inputs=["float32[2,3,6,6]"], jax_target="equinox", grad=True)
     assert result.error is None, result.error
     assert result.passed, result.mismatch
+
+
+MODULE_DICT_SOURCE = '''
+import torch
+from torch import nn
+
+
+class Heads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleDict({"a": nn.Linear(4, 8), "b": nn.Linear(8, 3)})
+        self.extra = nn.ModuleDict({"drop": nn.Dropout(0.1), "act": nn.ReLU()})
+
+    def forward(self, x):
+        for name, layer in self.layers.items():
+            x = layer(x)
+            if name == "a":
+                x = self.extra["act"](x)
+        return self.extra["drop"](x)
+
+
+class Stages(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.ModuleDict({"z": nn.Linear(4, 6), "a": nn.Linear(6, 5),
+                                     "m": nn.Linear(5, 3)})
+
+    def forward(self, x):
+        for stage in self.stages.values():
+            x = torch.tanh(stage(x))
+        return x
+'''
+
+
+@pytest.mark.parametrize("name", ["Heads", "Stages"])
+def test_module_dict_loops_and_string_keys(tmp_path: Path, name: str) -> None:
+    """A loop over ``ModuleDict.items()`` / ``.values()`` runs over the keys in torch's order,
+    written out (jax rebuilds a dict attribute with sorted keys: "z", "a", "m" would run as
+    "a", "m", "z"); ``self.extra["act"]`` is the layer under that key."""
+    code = _convert(MODULE_DICT_SOURCE)
+    assert "TODO" not in code
+    assert 'for name in ("a", "b"):\n            layer = self.layers[name]' in code
+    assert 'for stage_key in ("z", "a", "m"):\n            stage = self.stages[stage_key]' in code
+    assert 'return self.extra["drop"](x, key=key)' in code
+    result = verify(str(_write(tmp_path, "dicts.py", MODULE_DICT_SOURCE)) + f"::{name}",
+                    inputs=["float32[4,4]"], jax_target="equinox", grad=True)
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch

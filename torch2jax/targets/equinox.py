@@ -490,6 +490,21 @@ class _InitRewriter(cst.CSTTransformer):
                                                          if k is not None})
         return new
 
+    def leave_Dict(self, original_node, updated_node):
+        # {"a": layer, ...}, the mapping a ModuleDict is built from: its layers by key
+        items = {}
+        for e in updated_node.elements:
+            key = try_literal(e.key, None) if isinstance(e, cst.DictElement) else None
+            lay = self.values.get(id(e.value)) if isinstance(key, str) else None
+            if lay is None and isinstance(key, str) and code(e.value).startswith(
+                    ELEMENTWISE_PREFIXES):
+                lay = Layer("fn")
+            if lay is not None:
+                items[key] = lay
+        if items:
+            self.values[id(updated_node)] = Layer("dict", items=items)
+        return updated_node
+
     def leave_ListComp(self, original_node, updated_node):
         lay = self.values.get(id(updated_node.elt))
         if lay is not None:
@@ -921,6 +936,10 @@ class Forward:
             if lay is not None and lay.kind == "list":
                 return node.with_changes(value=base), lay.items.get("*") or next(
                     iter(lay.items.values()), None)
+            key = try_literal(node.slice[0].slice.value, None) if len(node.slice) == 1 and \
+                isinstance(node.slice[0].slice, cst.Index) else None
+            if lay is not None and lay.kind == "dict" and isinstance(key, str):
+                return node.with_changes(value=base), lay.items.get(key)  # self.heads["a"]
         return node, None
 
     def _layer_from_kind(self, kind: str) -> Layer | None:
@@ -1850,7 +1869,44 @@ class Forward:
             if name in self.env:
                 self.env[name] = replace(self.env[name], rank=rank)
 
+    def dict_loop(self, s: cst.For) -> list[cst.BaseStatement] | None:
+        """``for name, layer in self.heads.items():`` (or ``.values()``) over a ModuleDict of
+        layers of one kind: a loop over its keys in torch's order, written out, since jax
+        rebuilds a dict attribute with its keys sorted."""
+        if not m.matches(s.iter, m.Call(func=m.Attribute(attr=m.Name("items") | m.Name(
+                "values")), args=[])):
+            return None
+        base, lay = self.resolve(s.iter.func.value)
+        if lay is None or lay.kind != "dict":
+            return None
+        items = list(lay.items.values())
+        if not items or len({(p.kind, p.cls, p.stateful, p.keyed) for p in items}) != 1:
+            raise EquinoxError("a loop over a ModuleDict whose layers are not all of one kind")
+        if s.iter.func.attr.value == "items":
+            if not m.matches(s.target, m.Tuple([m.Element(m.Name()), m.Element(m.Name())])):
+                raise EquinoxError("a loop over ModuleDict.items() not unpacked into two names")
+            key, layer = (e.value.value for e in s.target.elements)
+        elif isinstance(s.target, cst.Name):
+            key, layer = f"{s.target.value}_key", s.target.value
+        else:
+            raise EquinoxError("a loop over ModuleDict.values() not bound to one name")
+        keys = "(" + ", ".join(f'"{k}"' for k in lay.items) + ("," if len(lay.items) == 1
+                                                              else "") + ")"
+        kind = f"layer:{layer}"
+        self.loop_layers = {**self.loop_layers, kind: items[0]}
+        self.env[layer] = Info(kind=kind)
+        self.env[key] = Info()
+        self.loop_depth += 1
+        body = self.block(list(s.body.body))
+        self.loop_depth -= 1
+        bind = cst.parse_statement(f"{layer} = {code(base)}[{key}]\n")
+        return [s.with_changes(target=cst.Name(key), iter=cst.parse_expression(keys),
+                               body=s.body.with_changes(body=[bind, *body]))]
+
     def for_loop(self, s: cst.For) -> list[cst.BaseStatement]:
+        done = self.dict_loop(s)
+        if done is not None:
+            return done
         it, lay = self.resolve(s.iter)
         if lay is None or lay.kind != "list" or not isinstance(s.target, cst.Name):
             _, info = self.ev(s.iter)
