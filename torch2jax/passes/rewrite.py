@@ -1052,14 +1052,8 @@ class TorchToJax(cst.CSTTransformer):
         else:
             inner = (f"nnx.update({model}, checkpointer.restore(os.path.abspath({p}), "
                      f"nnx.state({model})))")
-        block = cst.parse_statement(f"with ocp.StandardCheckpointer() as checkpointer:\n"
-                                    f"    {inner}\n")
-        self.need("os", "ocp", "nnx")
-        self.diag(original_node, f"torch.{kind}", "info",
-                  f"{'saves' if kind == 'save' else 'restores'} an orbax checkpoint (a "
-                  "directory at that path) of the model's nnx.state")
-        self._pending[-1].after.append(block)
-        return cst.RemoveFromParent()
+        self.need("nnx")
+        return self._orbax(original_node, kind, inner, "the model's nnx.state")
 
     def _lt_checkpoint(self, original_node, kind: str, model: str, p: str):
         """torch.save(model.state_dict(), path) -> an orbax checkpoint of the trained
@@ -1079,12 +1073,16 @@ class TorchToJax(cst.CSTTransformer):
         else:
             inner = (f"{lt.VARIABLES} = checkpointer.restore(os.path.abspath({p}), "
                      f"{lt.VARIABLES})")
+        return self._orbax(original_node, kind, inner, f"{model}'s variables")
+
+    def _orbax(self, original_node, kind: str, inner: str, what: str):
+        """The statement becomes ``with ocp.StandardCheckpointer() as checkpointer: inner``."""
         block = cst.parse_statement(f"with ocp.StandardCheckpointer() as checkpointer:\n"
                                     f"    {inner}\n")
         self.need("os", "ocp")
         self.diag(original_node, f"torch.{kind}", "info",
                   f"{'saves' if kind == 'save' else 'restores'} an orbax checkpoint (a "
-                  f"directory at that path) of {model}'s variables")
+                  f"directory at that path) of {what}")
         self._pending[-1].after.append(block)
         return cst.RemoveFromParent()
 
