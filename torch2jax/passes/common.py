@@ -67,6 +67,12 @@ def needs_parens(node: cst.CSTNode) -> bool:
     return False
 
 
+def is_identity_lambda(node: cst.CSTNode | None) -> bool:
+    """``lambda x: x``, the translation of ``nn.Identity()``."""
+    return isinstance(node, cst.Lambda) and len(node.params.params) == 1 and m.matches(
+        node.body, m.Name(node.params.params[0].name.value))
+
+
 def is_simple(node: cst.CSTNode) -> bool:
     """Cheap and side-effect free to evaluate twice: a name or a chain of attributes."""
     if isinstance(node, cst.Name):

@@ -36,6 +36,7 @@ from torch2jax.passes.common import (
     code,
     expr,
     int_value,
+    is_identity_lambda,
     needs_parens,
     py,
     try_literal,
@@ -114,6 +115,8 @@ class TorchToJax(cst.CSTTransformer):
         # train steps moved to the top level, before the function they were built in
         self._module_hoist: list[tuple[str, cst.BaseStatement]] = []
         self._module_names: set[str] = set()
+        self._file_functions: set[str] = set()  # the file's top-level functions
+        self._passed_schedulers: set[str] = set()  # see visit_Module
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
         self._fstring_quotes: list[str] = []
         self._eval_step = False  # an eval step is defined at the top of the file
@@ -644,7 +647,7 @@ class TorchToJax(cst.CSTTransformer):
                 # first set to None static unless it is marked as data
                 self.need("nnx")
                 return updated_node.with_changes(value=expr("nnx.data(None)"))
-            if not self.linen and _is_identity_lambda(updated_node.value) and \
+            if not self.linen and is_identity_lambda(updated_node.value) and \
                     target.attr.value in info.real_layer_attrs:
                 # self.shortcut = nn.Identity(), a layer in another branch: an empty
                 # nnx.Sequential (it returns its input) keeps the attribute a module
@@ -1490,7 +1493,7 @@ class TorchToJax(cst.CSTTransformer):
     def _steps(self, scheduler: str) -> str:
         """The count of a scheduler's step() calls: a local, or an attribute of the schedule
         function where a function it is passed to steps it."""
-        if scheduler in getattr(self, "_passed_schedulers", ()):
+        if scheduler in self._passed_schedulers:
             return f"{scheduler}.steps"
         return f"{scheduler}_steps"
 
@@ -2540,8 +2543,8 @@ class TorchToJax(cst.CSTTransformer):
             updated_node = self._lt_pass_variables(original_node, updated_node)
         if self._factory_dicts:
             updated_node = self._factory_dict_call(original_node, updated_node)
-        if isinstance(original_node.func, cst.Name) and original_node.func.value in getattr(
-                self, "_file_functions", ()):
+        if isinstance(original_node.func, cst.Name) and (
+                original_node.func.value in self._file_functions):
             # train(model, train_loader, ...): the loader shuffled per epoch is that epoch's
             outer = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
             updated_node = updated_node.with_changes(args=[
@@ -3923,11 +3926,6 @@ def _insert_before_functions(body: list, items: list[tuple[str, cst.BaseStatemen
         body[at:at] = [stmt.with_changes(leading_lines=body[at].leading_lines or blank)]
         body[at + 1] = body[at + 1].with_changes(leading_lines=blank)
     return body
-
-
-def _is_identity_lambda(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Lambda) and len(node.params.params) == 1 and m.matches(
-        node.body, m.Name(node.params.params[0].name.value))
 
 
 def _factory_dict(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:

@@ -41,6 +41,7 @@ from torch2jax.passes.common import (
     freezable_dataclasses,
     freeze_dataclass,
     int_value,
+    is_identity_lambda,
     is_simple,
     try_literal,
 )
@@ -584,8 +585,7 @@ def _is_identity(node: cst.CSTNode | None) -> bool:
         return m.matches(node, m.Call(func=m.Attribute(value=m.Attribute(
             value=m.Name("eqx"), attr=m.Name("nn")), attr=m.Name("Sequential")), args=[
                 m.Arg(m.List(elements=[]))]))
-    return isinstance(node, cst.Lambda) and len(node.params.params) == 1 and m.matches(
-        node.body, m.Name(node.params.params[0].name.value))
+    return is_identity_lambda(node)
 
 
 def _placeholder(lay: Layer) -> bool:
