@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -83,6 +83,15 @@ def uses_torch(module: cst.Module) -> bool:
     return False
 
 
+def _channel_first(rules: RuleSet) -> RuleSet:
+    """The rules of the NNX translation the equinox pass starts from: nn.Upsample's lambda
+    (channels-last in the NNX and linen translations, between channels-last convolutions)
+    takes the channel-first input, as equinox's layers do."""
+    layers = {k: replace(r, layout="torch") if r.special == "upsample" else r
+              for k, r in rules.layers.items()}
+    return RuleSet(layers=layers, functions=rules.functions, methods=rules.methods)
+
+
 def convert_source(
     source: str,
     *,
@@ -111,8 +120,9 @@ def convert_source(
     if emitter.name == "equinox":  # a pass over the NNX translation (targets/equinox.py)
         from torch2jax.targets.equinox import from_nnx
 
-        nnx = convert_source(source, path=path, rules=rules, known_modules=known_modules,
-                             fuse_layout=False, target="nnx-for-equinox")
+        nnx = convert_source(source, path=path, rules=_channel_first(rules),
+                             known_modules=known_modules, fuse_layout=False,
+                             target="nnx-for-equinox")
         return suppress(from_nnx(nnx, source, path), source) if nnx.uses_torch else nnx
     try:
         module = cst.parse_module(source)

@@ -80,6 +80,8 @@ class FileIndex:
     tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)
     fn_returns: dict[str, str] = field(default_factory=dict)  # layer-returning helpers
     factory_layouts: set[str] = field(default_factory=set)  # layer classes used as values
+    # layers bound to plain names: (id of the function or 0 for module level, name) -> layout
+    name_layouts: dict[tuple[int, str], str] = field(default_factory=dict)
     # lists of layers in both layouts (fn id, name): their channels-last items get transposes
     # where they are put in, so that the list as a whole is in torch's layout
     normalized_lists: set[tuple[int, str]] = field(default_factory=set)
@@ -601,6 +603,17 @@ class Indexer(cst.CSTVisitor):
                                                          "module_dict"):
                 self._lists[id(self._fn_stack[-1])][target.value] = [
                     built_layout(rule, node.value)]
+        # a layer bound to a plain name (pool = nn.MaxPool2d(2), at module level or in a
+        # function) and called by it: the call moves a channels-last layer's input and output
+        if isinstance(target, cst.Name) and isinstance(node.value, cst.Call) and (
+                self._fn_stack or not self._class_stack):
+            rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
+            if rule is not None and rule.special not in ("sequential", "module_list",
+                                                         "module_dict"):
+                key = (id(self._fn_stack[-1]) if self._fn_stack else 0, target.value)
+                layout = built_layout(rule, node.value)
+                old = self.index.name_layouts.get(key, layout)
+                self.index.name_layouts[key] = layout if old == layout else "mixed"
         if not self._class_stack:
             return
         info = self._class_stack[-1]

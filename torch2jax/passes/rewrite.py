@@ -101,6 +101,7 @@ class TorchToJax(cst.CSTTransformer):
         self._param_names: list[set[str]] = []
         self._unpack: dict[int, int] = {}
         self._loop_layouts: list[dict[str, str]] = []
+        self._locals_cache: dict[int, set[str]] = {}  # function id -> the names it binds
         self._device_names: set[str] = set()
         # factory keyword dicts, dd = {"device": device, "dtype": dtype} -> their dtype value
         self._factory_dicts: dict[str, cst.BaseExpression | None] = {}
@@ -3606,6 +3607,11 @@ class TorchToJax(cst.CSTTransformer):
             # a layer built and called on the spot: nn.MaxPool2d(3)(x)
             rule = self.rules.layers.get(self.q(func.func) or "")
             return rule.layout if rule is not None else None
+        if isinstance(func, cst.Name) and not (self._loop_layouts
+                                               and func.value in self._loop_layouts[-1]):
+            layout = self._name_layout(func.value)
+            if layout is not None:
+                return layout
         if self.current_class is None:
             return None
         info = self.index.classes.get(self.current_class)
@@ -3619,6 +3625,41 @@ class TorchToJax(cst.CSTTransformer):
         if isinstance(func, cst.Name) and self._loop_layouts:
             return self._loop_layouts[-1].get(func.value)
         return None
+
+    def _name_layout(self, name: str) -> str | None:
+        """The layout of the layer ``name`` holds when it was bound to one by a plain
+        assignment in this function or at module level (``pool = nn.MaxPool2d(2)``), when
+        that layout is not torch's; None otherwise (a parameter or another local shadows a
+        module-level layer)."""
+        layouts = self.index.name_layouts
+        layout = None
+        if self._fn_stack:
+            fn = self._fn_stack[-1]
+            layout = layouts.get((id(fn), name))
+            if layout is None and name not in self._local_names(fn):
+                layout = layouts.get((0, name))
+        else:
+            layout = layouts.get((0, name))
+        return layout if layout in ("channels_last", "mixed") else None
+
+    def _local_names(self, fn: cst.FunctionDef) -> set[str]:
+        names = self._locals_cache.get(id(fn))
+        if names is None:
+            names = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params,
+                                            *fn.params.posonly_params)}
+            for t in m.findall(fn.body, m.AssignTarget() | m.For() | m.AugAssign()
+                               | m.AnnAssign() | m.WithItem()):
+                target = t.asname.name if isinstance(t, cst.WithItem) and t.asname else (
+                    None if isinstance(t, cst.WithItem) else t.target)
+                while isinstance(target, (cst.Tuple, cst.List)) and target.elements:
+                    # a, b = ...: the names it binds (not self.x = ..., which binds none)
+                    names |= {e.value.value for e in target.elements
+                              if isinstance(e.value, cst.Name)}
+                    target = None
+                if isinstance(target, cst.Name):
+                    names.add(target.value)
+            self._locals_cache[id(fn)] = names
+        return names
 
     def _layout_call(self, original, updated: cst.Call):
         func = original.func

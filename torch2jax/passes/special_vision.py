@@ -158,9 +158,19 @@ def conv_transpose(site: Site) -> cst.BaseExpression:
 _MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
 
 
-def _resize(site: Site, x: str) -> str:
-    """The JAX expression resizing ``x`` (an (N, C, *spatial) array named by ``x``) as torch's
-    ``F.interpolate`` does with the site's size / scale_factor / mode / align_corners."""
+def _resize(site: Site, x: str, channels_last: bool = False) -> str:
+    """The JAX expression resizing ``x`` (an (N, C, *spatial) array named by ``x``, or
+    (N, *spatial, C) with ``channels_last``) as torch's ``F.interpolate`` does with the site's
+    size / scale_factor / mode / align_corners."""
+    first = 1 if channels_last else 2  # the first spatial axis
+    spatial = f"{x}.shape[1:-1]" if channels_last else f"{x}.shape[2:]"
+    axes = f"tuple(range(1, {x}.ndim - 1))" if channels_last else f"tuple(range(2, {x}.ndim))"
+
+    def shape_of(sizes: str) -> str:  # the output shape around its spatial sizes
+        if channels_last:
+            return f"({x}.shape[0], {sizes}, {x}.shape[-1])"
+        return f"(*{x}.shape[:2], {sizes})"
+
     mode = site.lit("mode")
     mode = "nearest" if mode is None else mode
     if mode is ...:
@@ -205,28 +215,28 @@ def _resize(site: Site, x: str) -> str:
             per_axis = _out_size("d", f)
             fs = [f]
         elif isinstance(f, (tuple, list)) and all(isinstance(v, (int, float)) for v in f):
-            sizes = [_out_size(f"{x}.shape[{2 + i}]", v) for i, v in enumerate(f)]
+            sizes = [_out_size(f"{x}.shape[{first + i}]", v) for i, v in enumerate(f)]
             fs = list(f)
         else:
             raise Untranslatable("interpolate with a non-literal scale_factor")
         given = "int" if all(float(v).is_integer() for v in fs) else "float"
         scales = [float(v) for v in fs]
     if sizes is not None:
-        shape = f"(*{x}.shape[:2], {', '.join(sizes)})"
+        shape = shape_of(", ".join(sizes))
     elif per_axis is not None:
-        shape = f"(*{x}.shape[:2], *({per_axis} for d in {x}.shape[2:]))"
+        shape = shape_of(f"*({per_axis} for d in {spatial})")
     else:
-        shape = f"(*{x}.shape[:2], *{code(size)})"
+        shape = shape_of(f"*{code(size)}")
     if linear and align:
         if sizes is not None:
-            scale = ", ".join(f"({o} - 1) / ({x}.shape[{2 + i}] - 1)" for i, o in
+            scale = ", ".join(f"({o} - 1) / ({x}.shape[{first + i}] - 1)" for i, o in
                               enumerate(sizes))
             scale = f"jnp.array([{scale}])"
         elif per_axis is not None:
-            scale = f"jnp.array([({per_axis} - 1) / (d - 1) for d in {x}.shape[2:]])"
+            scale = f"jnp.array([({per_axis} - 1) / (d - 1) for d in {spatial}])"
         else:
-            scale = f"jnp.array([(o - 1) / (i - 1) for o, i in zip({code(size)}, {x}.shape[2:])])"
-        return (f"jax.image.scale_and_translate({x}, {shape}, tuple(range(2, {x}.ndim)), "
+            scale = f"jnp.array([(o - 1) / (i - 1) for o, i in zip({code(size)}, {spatial})])"
+        return (f"jax.image.scale_and_translate({x}, {shape}, {axes}, "
                 f"{scale}, 0.5 * (1 - {scale}), method='linear', antialias=False)")
     if given in ("size", "int") and (linear or mode == "nearest-exact" or given == "int"):
         # torch's source scale is jax.image's in/out ratio here
@@ -239,15 +249,15 @@ def _resize(site: Site, x: str) -> str:
         assert scales is not None
         scale = (f"jnp.full({x}.ndim - 2, {scales[0]!r})" if len(scales) == 1 else
                  "jnp.array([" + ", ".join(repr(v) for v in scales) + "])")
-        return (f"jax.image.scale_and_translate({x}, {shape}, tuple(range(2, {x}.ndim)), "
+        return (f"jax.image.scale_and_translate({x}, {shape}, {axes}, "
                 f"{scale}, jnp.zeros({x}.ndim - 2), method='linear', antialias=False)")
     # legacy nearest: two spatial axes (a scalar factor or size is read as 2-D)
     if scales is not None and len(scales) == 1:
         scales = scales * 2
     if sizes is None:
-        sizes = ([_out_size(f"{x}.shape[{2 + i}]", v) for i, v in enumerate(scales)]
+        sizes = ([_out_size(f"{x}.shape[{first + i}]", v) for i, v in enumerate(scales)]
                  if scales else [str(per_axis)] * 2)
-    return _nearest_take(x, sizes, scales)
+    return _nearest_take(x, sizes, scales, first)
 
 
 def _out_size(d: str, f: float) -> str:
@@ -256,12 +266,12 @@ def _out_size(d: str, f: float) -> str:
     return f"int({d} * {f!r})"
 
 
-def _nearest_take(x: str, sizes: list[str], factors: list[float] | None) -> str:
+def _nearest_take(x: str, sizes: list[str], factors: list[float] | None, first: int) -> str:
     """torch's legacy nearest: source index ``floor(dst * scale)`` in float32, with scale
     ``in / out`` (size given) or ``1 / scale_factor``, one ``jnp.take`` per spatial axis."""
     out = x
     for i, size in enumerate(sizes):
-        axis = 2 + i
+        axis = first + i
         scale = f"({x}.shape[{axis}] / {size})" if factors is None else repr(1 / factors[i])
         out = (f"jnp.take({out}, (jnp.arange({size}) * {scale}).astype(jnp.int32), "
                f"axis={axis})")
@@ -270,7 +280,9 @@ def _nearest_take(x: str, sizes: list[str], factors: list[float] | None) -> str:
 
 @special("upsample")
 def upsample(site: Site) -> cst.BaseExpression:
-    return expr("lambda x: " + _resize(site, "x"))
+    # channels-last, like the convolutions it sits between (not for the equinox target,
+    # whose layers are channel-first: see convert.py)
+    return expr("lambda x: " + _resize(site, "x", site.rule.layout == "channels_last"))
 
 
 @special("interpolate")

@@ -188,7 +188,6 @@ class _SelfFields(cst.CSTTransformer):
     def __init__(self, fields: set[str]) -> None:
         super().__init__()
         self.fields = fields
-        self.assigned: set[str] = set()
         self._skip: set[int] = set()
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -197,11 +196,6 @@ class _SelfFields(cst.CSTTransformer):
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:
             self._skip.add(id(node.keyword))
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        for n in m.findall(node.target, m.Name()):
-            if n.value in self.fields and not isinstance(node.target, cst.Attribute):
-                self.assigned.add(n.value)
 
     def visit_FunctionDef(self, node) -> bool:
         return False
@@ -214,6 +208,40 @@ class _SelfFields(cst.CSTTransformer):
         if id(original_node) in self._skip or updated_node.value not in self.fields:
             return updated_node
         return expr(f"self.{updated_node.value}")
+
+
+def _reassigned(init: cst.FunctionDef, names: set[str]) -> set[str]:
+    """The parameters among ``names`` that the constructor body rebinds (``=``, ``+=``, a
+    ``for`` target), outside nested functions."""
+    found: set[str] = set()
+
+    class Visitor(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is init
+
+        def _targets(self, target: cst.BaseExpression) -> None:
+            if isinstance(target, cst.Name):
+                found.add(target.value)
+            elif isinstance(target, (cst.Tuple, cst.List)):
+                for e in target.elements:
+                    self._targets(e.value)
+            elif isinstance(target, cst.StarredElement):
+                self._targets(target.value)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self._targets(node.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._targets(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self._targets(node.target)
+
+        def visit_For(self, node: cst.For) -> None:
+            self._targets(node.target)
+
+    init.visit(Visitor())
+    return found & names
 
 
 class _RenameAttrs(cst.CSTTransformer):
@@ -304,20 +332,25 @@ def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False
         body = [s.visit(renamer2) for s in body]
         init = next(s for s in body if isinstance(s, cst.FunctionDef)
                     and s.name.value == "__init__")
-    renamer = _SelfFields(names)
-    stmts = []
+    # parameters the constructor reassigns (if not mid: mid = out) are read-only fields in
+    # linen: setup() starts from a local copy of each (mid = self.mid) and uses the local
+    reassigned = _reassigned(init, names)
+    renamer = _SelfFields(names - reassigned)
+    stmts = [cst.parse_statement(f"{p.name.value} = self.{p.name.value}")
+             for p in plist if p.name.value in reassigned]
     for s in init.body.body:
         # self.x = x: the field is already there
         if m.matches(s, m.SimpleStatementLine(body=[m.Assign(
                 targets=[m.AssignTarget(m.Attribute(value=m.Name("self")))], value=m.Name())])):
             a = s.body[0]
             if a.targets[0].target.attr.value == a.value.value and a.value.value in names:
+                if a.value.value in reassigned:
+                    raise Untranslatable(
+                        f"a constructor that reassigns its parameter {a.value.value} and "
+                        f"stores it as self.{a.value.value}: the linen field of that name "
+                        "holds the argument, and setup() cannot change it")
                 continue
         stmts.append(s.visit(renamer))
-    if renamer.assigned:
-        raise Untranslatable("a constructor that reassigns its parameters ("
-                             + ", ".join(sorted(renamer.assigned)) + "): linen fields are "
-                             "read-only in setup()")
     if not stmts:
         stmts = [cst.SimpleStatementLine(body=[cst.Pass()])]
     setup = init.with_changes(

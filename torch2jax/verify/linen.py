@@ -10,6 +10,7 @@ Buffers that setup() recomputes as constants (a causal mask) are not variables i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +58,8 @@ def _linen_parts(components: list[str], layout: str, per_gate: bool = True
     return [(components, layout)]
 
 
-def _linen_path(components: list[str], modules: dict[str, Any]) -> list[str]:
+def _linen_path(components: list[str], modules: dict[str, Any], variables: dict | None = None
+                ) -> list[str]:
     import torch
 
     out: list[str] = []
@@ -65,13 +67,28 @@ def _linen_path(components: list[str], modules: dict[str, Any]) -> list[str]:
     for c in components:
         parent = modules.get(".".join(prefix))
         if isinstance(parent, torch.nn.Sequential) and c.isdigit():
-            out.append(f"layers_{c}")
+            out.append(_sequential_item(c, parent, [_lookup(variables.get(col, {}), out)
+                                                    for col in ("params", "batch_stats")]
+                                        if variables else []))
         elif isinstance(parent, (torch.nn.ModuleList, torch.nn.ModuleDict)) and prefix:
             out[-1] = f"{out[-1]}_{c}"
         else:
             out.append(c)
         prefix.append(c)
     return out
+
+
+def _sequential_item(c: str, seq: Any, scopes: list[Any]) -> str:
+    """linen's name for item ``c`` of the torch Sequential ``seq``: ``layers_<c>``, unless
+    the converter put layout transposes (weightless lambdas) between its layers. Then the
+    items with weights are matched in order: the k-th torch item with a state is the k-th
+    ``layers_<i>`` that holds variables."""
+    held = {k for scope in scopes if isinstance(scope, dict) for k in scope}
+    linen = sorted((k for k in held if re.fullmatch(r"layers_\d+", k)), key=lambda k: int(k[7:]))
+    weighted = [name for name, child in seq.named_children() if child.state_dict()]
+    if c in weighted and len(weighted) == len(linen):
+        return linen[weighted.index(c)]
+    return f"layers_{c}"
 
 
 def _lookup(tree: Any, path: list[str]) -> Any:
@@ -130,7 +147,7 @@ def _destinations(key: str, shape: tuple, found: list, variables: dict, modules:
     for target in found:
         per_gate = target.rule not in FUSED
         for comps, layout in _linen_parts(target.components, target.layout, per_gate):
-            path = _linen_path(comps, modules)
+            path = _linen_path(comps, modules, variables)
             collection = "batch_stats" if target.rule is not None and path[-1] in STATS \
                 else "params"
             leaf = _lookup(variables.get(collection, {}), path)
