@@ -449,6 +449,37 @@ def test_draws_from_a_seeded_generator_split_its_key(tmp_path: Path) -> None:
     assert len(set(first)) == 10  # two draws, not one key used twice
 
 
+GENERATOR_IN_A_FUNCTION = """
+import torch
+
+
+def make_data(n):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 3, generator=g)
+    return x, (x[:, 0] > 0).float()
+
+
+def main():
+    torch.manual_seed(1)
+    x, y = make_data(4)
+    noise = torch.randn(4)
+    print(" ".join(f"{v:.6f}" for v in [*x.flatten().tolist(), *y.tolist(), *noise.tolist()]))
+
+
+main()
+"""
+
+
+def test_a_function_drawing_only_from_its_own_generator_takes_no_key(tmp_path: Path) -> None:
+    code = _convert(GENERATOR_IN_A_FUNCTION)
+    # the draws split g's key: make_data needs no key parameter, and main passes none
+    assert "def make_data(n):" in code and "x, y = make_data(4)" in code
+    # main's own draw still comes from main's key
+    assert "key = jax.random.key(1)" in code and "jax.random.normal(subkey, (4,))" in code
+    values = _run(code, tmp_path)
+    assert len(values) == 12 + 4 + 4 and values == _run(code, tmp_path)
+
+
 MAKE_LAYER = """
 import torch
 from torch import nn

@@ -153,14 +153,15 @@ def convert_source(
     # module classes imported from other files of the repository: what they build takes rngs
     index.module_classes |= {k for k in known_modules or () if k.isidentifier()}
     index.defined = defined_names(module)  # helper names the converter must not emit
-    training_indexer = TrainingIndexer(index.module_classes, index.rngs_functions)
+    data_indexer = DataIndexer(index.module_classes)
+    wrapper.visit(data_indexer)
+    data_indexer.index.shard = shard
+    training_indexer = TrainingIndexer(index.module_classes, index.rngs_functions,
+                                       data_indexer.index.own_key_draws())
     wrapper.visit(training_indexer)
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument
     index.rngs_functions -= training.self_keyed
-    data_indexer = DataIndexer(index.module_classes)
-    wrapper.visit(data_indexer)
-    data_indexer.index.shard = shard
     transformer = TorchToJax(rules, index, emitter, path, report, training,
                              uses_train=_uses_train_mode(source), data=data_indexer.index,
                              torch_init=init == "torch", hoist_steps=hoist_steps)

@@ -118,11 +118,14 @@ class TrainingIndex:
 class TrainingIndexer(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (QualifiedNameProvider,)
 
-    def __init__(self, model_classes: set[str], rngs_functions: set[str]) -> None:
+    def __init__(self, model_classes: set[str], rngs_functions: set[str],
+                 own_key_draws: set[int] | frozenset[int] = frozenset()) -> None:
         super().__init__()
         self.index = TrainingIndex()
         self.model_classes = model_classes
         self.rngs_functions = rngs_functions
+        # draws from a seeded torch.Generator, which keep their own key (passes/data.py)
+        self.own_key_draws = own_key_draws
         self._fns: list[cst.FunctionDef] = []
         self._classes: list[str] = []
         self._loops: list[int] = []
@@ -256,7 +259,8 @@ class TrainingIndexer(cst.CSTVisitor):
         fn = self.free_fn
         if q in SEEDS and fn:
             self._seeds_in.add(fn)
-        if (q in RANDOM or (self._builds_model(node) and not self._classes)) and fn:
+        if (q in RANDOM and id(node) not in self.own_key_draws
+                or (self._builds_model(node) and not self._classes)) and fn:
             self._draws[fn] = True
         if isinstance(node.func, cst.Name) and fn:
             self._calls_in_fn[fn].add(node.func.value)

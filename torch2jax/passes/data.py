@@ -132,12 +132,24 @@ class DataIndex:
     # generator variables read as generator= of random draws (torch.randn(..., generator=g)):
     # they become keys, g = jax.random.key(s), split at every draw
     draw_generators: set[str] = field(default_factory=set)
+    generator_draws: dict[int, str] = field(default_factory=dict)  # draw call id -> generator
     # every torchvision.transforms name the file reads has a numpy counterpart: its imports go
     transforms_translated: bool = True
     random_transforms: int = 0  # random transforms built so far (each gets its own stream)
     # the file builds random transforms: its loaders read in one thread, so that every run
     # hands the transforms' draws to the same elements (grain reads with 16 threads)
     random_augment: bool = False
+
+    def seeded_draw(self, generator: str) -> bool:
+        """A draw from ``generator``, a ``torch.Generator().manual_seed(s)`` read only by draws
+        and loaders: it splits that generator's own key (passes/rewrite.py), so the function
+        it is in needs no key for it."""
+        return (generator in self.draw_generators and generator not in self.generators_kept
+                and self.generators.get(generator) is not None)
+
+    def own_key_draws(self) -> set[int]:
+        """The draw calls (ids) that :meth:`seeded_draw` covers."""
+        return {i for i, g in self.generator_draws.items() if self.seeded_draw(g)}
 
     def generator_seed(self, gen: cst.BaseExpression | None) -> cst.BaseExpression | None:
         """The seed of ``torch.Generator().manual_seed(s)`` or of a variable seeded once."""
@@ -225,6 +237,7 @@ class DataIndexer(cst.CSTVisitor):
                         a.value, cst.Name) and a.value.value in self.index.generators:
                     self._consumed.add(id(a.value))
                     self.index.draw_generators.add(a.value.value)
+                    self.index.generator_draws[id(node)] = a.value.value
         if q.startswith("torch.distributed.") or q in WRAPPERS:
             self.index.distributed = True
         if q in ("torch.manual_seed", "torch.random.manual_seed") and node.args and (

@@ -767,7 +767,7 @@ class TorchToJax(cst.CSTTransformer):
         if q in dt.SAMPLERS and name in self.data.samplers or (
                 q in dt.BATCH_SAMPLERS and name in self.data.batch_samplers):
             return cst.RemoveFromParent()  # read by the DataLoader that uses it
-        if self._consumed_generator(name) and name in self.data.draw_generators:
+        if self.data.seeded_draw(name):
             # g = torch.Generator().manual_seed(s), read by torch.randn(..., generator=g)
             self.need("jax")
             return updated_node.with_changes(value=expr(
@@ -2763,8 +2763,7 @@ class TorchToJax(cst.CSTTransformer):
             return tr.random_call(name, updated, expr("rngs.params()"))
         gen = next((a.value for a in original.args if a.keyword is not None
                     and a.keyword.value == "generator"), None)
-        if name in RANDOM and isinstance(gen, cst.Name) and self._consumed_generator(
-                gen.value) and gen.value in self.data.draw_generators:
+        if name in RANDOM and isinstance(gen, cst.Name) and self.data.seeded_draw(gen.value):
             # a draw from a seeded generator: its own key, split at every draw
             if self._in_expr_scope:
                 raise Untranslatable("random draw inside a lambda or comprehension: each draw "
