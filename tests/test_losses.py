@@ -502,7 +502,6 @@ def test_cross_entropy_random(n, c, rest, ignore, weight, smoothing, reduction, 
     "loss = F.cross_entropy(x, y, label_smoothing=1.5)",  # torch rejects it
     "loss = F.cross_entropy(x, F.softmax(t, dim=1), ignore_index=0)",  # torch rejects it
     "loss = F.cross_entropy(x, y, size_average=flag)",  # legacy flag, non-literal
-    "loss = F.binary_cross_entropy(torch.sigmoid(x), y)",  # compound input used twice
     "loss = F.binary_cross_entropy_with_logits(model(x), y, pos_weight=pw)",
     "loss = F.kl_div(x, t, log_target=flag)",
     "loss = F.smooth_l1_loss(x, y, beta=-1.0)",
@@ -515,3 +514,55 @@ def test_untranslatable_leaves_todo(source: str) -> None:
     result = _convert(PRELUDE + source + "\n")
     assert "TODO(torch2jax)" in result.code, result.code
     assert any(d.severity == "error" for d in result.diagnostics)
+
+
+# --------------------------------------------------------------------------------------------
+# binary cross-entropy where a sigmoid saturates: torch's gradient, not nan
+# --------------------------------------------------------------------------------------------
+
+SATURATED_BCE = """
+import torch
+import torch.nn.functional as F
+
+
+def f(logits, y, w):
+    return F.binary_cross_entropy(torch.sigmoid(logits), y, weight=w, reduction="sum")
+"""
+
+
+def test_bce_gradient_where_the_sigmoid_saturates() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    # logits past +-17 (float32 sigmoid is exactly 1.0 from about 16.7, exactly 0.0 below
+    # about -88) and targets that disagree with them: the loss is clamped, and the gradient is
+    # torch's (p - y) / max(p(1 - p), 1e-12) * p(1 - p), not 0 * inf = nan
+    logits = np.array([40.0, -120.0, 17.0, 3.0, -2.0, 0.0, 25.0, -30.0], np.float32)
+    y = np.array([0.0, 1.0, 0.0, 0.3, 1.0, 0.5, 1.0, 0.0], np.float32)
+    w = np.linspace(0.5, 2.0, 8).astype(np.float32)
+    code = _converted_code(SATURATED_BCE)
+    assert "binary_cross_entropy(jax.nn.sigmoid(logits), y)" in code  # a compound input
+    ns: dict = {}
+    exec(compile(code, "<bce>", "exec"), ns)  # noqa: S102 - the converter's output
+    value, grads = jax.value_and_grad(ns["f"], argnums=(0, 1))(
+        jnp.asarray(logits), jnp.asarray(y), jnp.asarray(w))
+    tl, ty = (torch.tensor(a, requires_grad=True) for a in (logits, y))
+    want = torch.nn.functional.binary_cross_entropy(torch.sigmoid(tl), ty, weight=torch.tensor(w),
+                                                    reduction="sum")
+    want.backward()
+    assert np.isfinite(float(value)) and np.all(np.isfinite(np.asarray(grads[0])))
+    np.testing.assert_allclose(float(value), want.item(), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads[0]), tl.grad.numpy(), rtol=1e-5, atol=1e-6)
+    # the target's gradient, log(1 - p) - log(p), is infinite at a saturated p in torch too
+    np.testing.assert_array_equal(np.isinf(np.asarray(grads[1])), np.isinf(ty.grad.numpy()))
+    finite = np.isfinite(ty.grad.numpy())
+    np.testing.assert_allclose(np.asarray(grads[1])[finite], ty.grad.numpy()[finite], rtol=1e-5)
+
+
+def test_a_file_with_its_own_binary_cross_entropy_keeps_it() -> None:
+    source = PRELUDE + (
+        "def binary_cross_entropy(p, y):\n    return F.binary_cross_entropy(p, y)\n")
+    result = _convert(source)
+    assert "custom_vjp" not in result.code
+    assert "jnp.maximum(jnp.log(p), -100)" in result.code
+    assert any("defines its own binary_cross_entropy" in d.message for d in result.diagnostics)

@@ -103,6 +103,9 @@ class TrainingIndex:
     scheduler_names: dict[str, SchedulerSite] = field(default_factory=dict)
     seed_functions: set[str] = field(default_factory=set)  # def set_seed(...): manual_seed
     key_functions: set[str] = field(default_factory=set)  # draw random numbers: take a key
+    # classes with a random draw in a method other than __init__ (a VAE's reparameterisation):
+    # NNX modules keep an nnx.Rngs of their own for it
+    method_draws: set[str] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)  # statements with no JAX counterpart
     self_keyed: set[str] = field(default_factory=set)  # functions that make their own key
     model_vars: set[str] = field(default_factory=set)  # names assigned a model instance
@@ -259,6 +262,9 @@ class TrainingIndexer(cst.CSTVisitor):
         fn = self.free_fn
         if q in SEEDS and fn:
             self._seeds_in.add(fn)
+        if (q in RANDOM and self._classes and self._fns
+                and self._fns[-1].name.value != "__init__"):
+            self.index.method_draws.add(self._classes[-1])
         if (q in RANDOM and id(node) not in self.own_key_draws
                 or (self._builds_model(node) and not self._classes)) and fn:
             self._draws[fn] = True

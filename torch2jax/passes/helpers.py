@@ -48,6 +48,32 @@ helper("adaptive_avg_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="avg", reduce=
 helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce="max"))
 
 
+# F.binary_cross_entropy / nn.BCELoss (passes/special_losses.py)
+helper("binary_cross_entropy", {"jax", "jnp"}, '''
+@jax.custom_vjp
+def binary_cross_entropy(p: jax.Array, y: jax.Array) -> jax.Array:
+    """PyTorch's elementwise binary cross-entropy of probabilities p against targets y, both
+    logarithms clamped at -100, with PyTorch's gradients: (p - y) / max(p * (1 - p), 1e-12) for
+    p, finite where p is exactly 0 or 1 (there the clamped logarithms' own gradient is
+    0 * inf = nan), and log(1 - p) - log(p) for y."""
+    return -(y * jnp.maximum(jnp.log(p), -100) + (1 - y) * jnp.maximum(jnp.log1p(-p), -100))
+
+
+def _binary_cross_entropy_fwd(p, y):
+    return binary_cross_entropy(p, y), (p, y)
+
+
+def _binary_cross_entropy_bwd(residuals, g):
+    p, y = residuals
+    dp = g * (p - y) / jnp.maximum(p * (1 - p), 1e-12)
+    dy = g * (jnp.log1p(-p) - jnp.log(p))  # not clamped, as in PyTorch
+    return dp, dy
+
+
+binary_cross_entropy.defvjp(_binary_cross_entropy_fwd, _binary_cross_entropy_bwd)
+''')
+
+
 # equinox (torch2jax/targets/equinox.py): torch's LSTM (batch_first=True) on one example
 helper("lstm_scan", {"jax", "jnp"}, '''
 def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
@@ -763,8 +789,9 @@ def add_helpers(module: cst.Module, target: str = "nnx") -> tuple[cst.Module, se
     for name in wanted:
         source, needs = HELPERS[name][target]
         imports |= needs
-        parsed = cst.parse_module(source).body[0]
-        defs.append(parsed.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
+        # a definition, and what completes it (a custom_vjp's rules and their defvjp call)
+        first, *rest = cst.parse_module(source).body
+        defs += [first.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]), *rest]
     if at < len(body):
         lines = list(body[at].leading_lines)
         while lines and lines[0].comment is None:

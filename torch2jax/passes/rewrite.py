@@ -548,6 +548,11 @@ class TorchToJax(cst.CSTTransformer):
                           exc.message)
             finally:
                 self._fn_stack.pop()
+        if original_node.name.value == "__init__" and self._module_rngs():
+            # the stream forward's draws take their keys from (_subkey)
+            body = list(node.body.body)
+            body.append(cst.parse_statement("self.rngs = rngs.fork()\n"))
+            node = node.with_changes(body=node.body.with_changes(body=body))
         if keys.takes_key:
             self.need("jax")
             node = tr.add_key_param(node)
@@ -2310,7 +2315,7 @@ class TorchToJax(cst.CSTTransformer):
         return updated_node
 
     # ------------------------------------------------------------------ randomness
-    def _subkey(self, node) -> cst.Name:
+    def _subkey(self, node) -> cst.BaseExpression:
         if self._in_expr_scope:
             raise Untranslatable("random draw inside a lambda or comprehension: each draw "
                                  "needs its own key; make it a loop", rule="random")
@@ -2321,11 +2326,24 @@ class TorchToJax(cst.CSTTransformer):
                 self.diag(node, "random", "warning",
                           "random draw without torch.manual_seed: a root key "
                           "jax.random.key(0) is added at the top of the file")
+            elif self._module_rngs():
+                # a module's own random numbers at call time (a VAE's reparameterisation):
+                # from the nnx.Rngs that __init__ keeps, whose state advances at every draw
+                self.need("jax")
+                return expr("self.rngs()")
             else:
                 raise Untranslatable("random draw in a method: pass a key to it (or keep an "
                                      "nnx.Rngs on the module)", rule="random")
         self.need("jax")
         return self._pending[-1].keys.take()
+
+    def _module_rngs(self) -> bool:
+        """In a method of an NNX module class that draws random numbers outside __init__
+        (the class keeps ``self.rngs = rngs.fork()``). Not for linen, whose modules draw
+        with make_rng and a key given to apply, nor for the NNX translation the equinox
+        target starts from."""
+        return (not self.linen and self.hoist_steps and self.in_module_class()
+                and self.current_class in self.training.method_draws)
 
     def leave_Module(self, original_node, updated_node):
         if self._module_hoist:
@@ -3556,7 +3574,7 @@ class TorchToJax(cst.CSTTransformer):
     def _function(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)
         site = Site(rule=rule, args=b, unpack=self._unpack.get(id(original)),
-                    target=self.emitter.name)
+                    target=self.emitter.name, defined=self.index.defined)
         return self._apply(original, site, receiver_first=False)
 
     def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:

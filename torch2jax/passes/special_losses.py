@@ -274,11 +274,19 @@ def _smooth_l1_loss(site: Site, x, t) -> cst.BaseExpression:
 
 def _binary_cross_entropy(site: Site, x, t) -> cst.BaseExpression:
     reduction = _reduction(site)
+    w = _tensor_opt(site, "weight")
+    if "binary_cross_entropy" not in site.defined:
+        # the helper of passes/helpers.py: torch's value and torch's gradient, which stays
+        # finite where a sigmoid output saturates to exactly 0 or 1
+        per = expr("binary_cross_entropy({p}, {y})", p=x, y=t)
+        return _reduce(per if w is None else expr("{w} * {p}", w=w, p=per), reduction)
+    site.note("the file defines its own binary_cross_entropy, the name of the helper with "
+              "torch's gradient: written out instead, whose gradient is nan where the "
+              "input is exactly 0 or 1", "warning")
     p = _simple(x, "the input", "log(p) and log(1 - p)")
     y = _simple(t, "the target", "y and 1 - y")
     per = expr("{y} * jnp.maximum(jnp.log({p}), -100) + (1 - {y}) * "
                "jnp.maximum(jnp.log1p(-{p}), -100)", y=y, p=p)
-    w = _tensor_opt(site, "weight")
     per = expr("-({p})", p=per) if w is None else expr("-{w} * ({p})", w=w, p=per)
     return _reduce(per, reduction)
 
@@ -352,7 +360,8 @@ def _module(core: Core) -> Callable[[Site], cst.BaseExpression]:
         named.update({p: cst.Name(p) for p in _LAMBDA_PARAMS})
         args = type(site.args)(named=named, extra_positional=list(site.args.extra_positional),
                                star=list(site.args.star), keywords=set(site.args.keywords))
-        inner = Site(rule=site.rule, args=args, target=site.target, notes=site.notes)
+        inner = Site(rule=site.rule, args=args, target=site.target, notes=site.notes,
+                     defined=site.defined)
         body = core(inner, cst.Name("input"), cst.Name("target"))
         params = ", ".join([*_LAMBDA_PARAMS, *(f"{n}={code(v)}" for n, v in defaults)])
         return cst.parse_expression(f"lambda {params}: {code(body)}")
