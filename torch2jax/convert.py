@@ -56,6 +56,8 @@ class ConversionResult:
     code: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
     uses_torch: bool = True
+    # (target "nnx-for-equinox") code of the layers written for one example (nn.Upsample)
+    per_example: set[str] = field(default_factory=set)
 
     @property
     def changed(self) -> bool:
@@ -164,7 +166,8 @@ def convert_source(
     index.rngs_functions -= training.self_keyed
     transformer = TorchToJax(rules, index, emitter, path, report, training,
                              uses_train=_uses_train_mode(source), data=data_indexer.index,
-                             torch_init=init == "torch", hoist_steps=hoist_steps)
+                             torch_init=init == "torch", hoist_steps=hoist_steps,
+                             for_equinox=target == "nnx-for-equinox")
     new = wrapper.visit(transformer)
     if emitter.name == "linen":
         new = freeze_configs(new)
@@ -175,7 +178,8 @@ def convert_source(
     new, helper_imports = add_helpers(new, emitter.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)
     diagnostics.sort(key=lambda d: (d.line, d.column))
-    return suppress(ConversionResult(code=new.code, diagnostics=diagnostics), source)
+    return suppress(ConversionResult(code=new.code, diagnostics=diagnostics,
+                                     per_example=transformer.per_example_code), source)
 
 
 def _uses_train_mode(source: str) -> bool:

@@ -83,8 +83,13 @@ class TorchToJax(cst.CSTTransformer):
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
                  report, training: TrainingIndex | None = None, uses_train: bool = False,
                  data: dt.DataIndex | None = None, torch_init: bool = False,
-                 hoist_steps: bool = True) -> None:
+                 hoist_steps: bool = True, for_equinox: bool = False) -> None:
         super().__init__()
+        # the NNX translation that targets/equinox.py rewrites: every equinox layer is
+        # channel-first and per example, so a container mixing channels-last and other
+        # layers is called as it is, and nn.Upsample's lambda is written per example
+        self.for_equinox = for_equinox
+        self.per_example_code: set[str] = set()  # (code of what was written per example)
         self.torch_init = torch_init  # convert --init torch (passes/torch_init.py)
         self.hoist_steps = hoist_steps  # a per-epoch train function's step to the top level
         self.rules = rules
@@ -3469,9 +3474,11 @@ class TorchToJax(cst.CSTTransformer):
         needs_rngs = target.startswith("nnx.") and target[4:5].isupper() and not self.linen
         site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
                     rngs=self.rngs_expr(original) if needs_rngs else None,
-                    defined=self.index.defined)
+                    defined=self.index.defined, per_example=self.for_equinox)
         if rule.special:
             out = SPECIALS[rule.special](site)
+            if site.per_example and rule.special == "upsample":
+                self.per_example_code.add(code(out))
         else:
             args = _rule_args(site)
             if needs_rngs:
@@ -3701,6 +3708,8 @@ class TorchToJax(cst.CSTTransformer):
                     [*updated.args, arg(expr("False"), "use_running_average")]))
         layout = self._layout_of_callee(original.func)
         if layout == "mixed":
+            if self.for_equinox:  # (every equinox layer takes torch's channel-first layout)
+                return updated
             raise Untranslatable("calls a container mixing channels-last and other layers",
                                  rule="layout")
         if layout not in ("channels_last", "any") or not updated.args:

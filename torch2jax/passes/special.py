@@ -38,6 +38,8 @@ class Site:
     rngs: cst.BaseExpression | None = None  # the rngs expression in scope (layers)
     defined: set[str] = field(default_factory=set)  # top-level names of the file
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
+    # the layer is applied to one example, (C, *spatial), not a batch (the equinox target)
+    per_example: bool = False
 
     def x(self, name: str | None = None) -> cst.BaseExpression:
         """The tensor operated on: the receiver of a method, or the named argument (by default

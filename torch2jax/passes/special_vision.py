@@ -158,17 +158,21 @@ def conv_transpose(site: Site) -> cst.BaseExpression:
 _MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
 
 
-def _resize(site: Site, x: str, channels_last: bool = False) -> str:
+def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool = False) -> str:
     """The JAX expression resizing ``x`` (an (N, C, *spatial) array named by ``x``, or
-    (N, *spatial, C) with ``channels_last``) as torch's ``F.interpolate`` does with the site's
-    size / scale_factor / mode / align_corners."""
-    first = 1 if channels_last else 2  # the first spatial axis
-    spatial = f"{x}.shape[1:-1]" if channels_last else f"{x}.shape[2:]"
-    axes = f"tuple(range(1, {x}.ndim - 1))" if channels_last else f"tuple(range(2, {x}.ndim))"
+    (N, *spatial, C) with ``channels_last``, or one example's (C, *spatial) with
+    ``per_example``) as torch's ``F.interpolate`` does with the site's size / scale_factor /
+    mode / align_corners."""
+    first = 1 if channels_last or per_example else 2  # the first spatial axis
+    spatial = f"{x}.shape[1:-1]" if channels_last else f"{x}.shape[{first}:]"
+    axes = f"tuple(range(1, {x}.ndim - 1))" if channels_last else \
+        f"tuple(range({first}, {x}.ndim))"
 
     def shape_of(sizes: str) -> str:  # the output shape around its spatial sizes
         if channels_last:
             return f"({x}.shape[0], {sizes}, {x}.shape[-1])"
+        if per_example:
+            return f"({x}.shape[0], {sizes})"
         return f"(*{x}.shape[:2], {sizes})"
 
     mode = site.lit("mode")
@@ -247,10 +251,11 @@ def _resize(site: Site, x: str, channels_last: bool = False) -> str:
         raise Untranslatable("nearest-exact with a non-integer scale_factor")
     if linear:  # torch maps with the given factor, not with the rounded in/out ratio
         assert scales is not None
-        scale = (f"jnp.full({x}.ndim - 2, {scales[0]!r})" if len(scales) == 1 else
+        n_spatial = f"{x}.ndim - {1 if per_example else 2}"
+        scale = (f"jnp.full({n_spatial}, {scales[0]!r})" if len(scales) == 1 else
                  "jnp.array([" + ", ".join(repr(v) for v in scales) + "])")
         return (f"jax.image.scale_and_translate({x}, {shape}, {axes}, "
-                f"{scale}, jnp.zeros({x}.ndim - 2), method='linear', antialias=False)")
+                f"{scale}, jnp.zeros({n_spatial}), method='linear', antialias=False)")
     # legacy nearest: two spatial axes (a scalar factor or size is read as 2-D)
     if scales is not None and len(scales) == 1:
         scales = scales * 2
@@ -282,7 +287,9 @@ def _nearest_take(x: str, sizes: list[str], factors: list[float] | None, first: 
 def upsample(site: Site) -> cst.BaseExpression:
     # channels-last, like the convolutions it sits between (not for the equinox target,
     # whose layers are channel-first: see convert.py)
-    return expr("lambda x: " + _resize(site, "x", site.rule.layout == "channels_last"))
+    # (one example's (C, *spatial) for the equinox target: Site.per_example)
+    return expr("lambda x: " + _resize(site, "x", site.rule.layout == "channels_last",
+                                       site.per_example))
 
 
 @special("interpolate")

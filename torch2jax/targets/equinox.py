@@ -28,7 +28,7 @@ rewrite is put back as the torch source and marked.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -375,9 +375,12 @@ class _InitRewriter(cst.CSTTransformer):
 
     def __init__(self, classes: set[str], keyed_classes: set[str],
                  builders: dict[str, Layer] | None = None, methods: dict[str, Layer] | None
-                 = None, passed: dict[str, tuple[str, ...] | str] | None = None) -> None:
+                 = None, passed: dict[str, tuple[str, ...] | str] | None = None,
+                 per_example: Collection[str] = ()) -> None:
         super().__init__()
         self.classes = classes
+        # code (whitespace dropped) of the NNX pass's layers written for one example
+        self.per_example = per_example
         self.builders = builders or {}
         self.methods = methods or {}  # builder methods, called as self.name(...)
         # parameters bound to classes of the file (see _passed_classes), or why not known
@@ -467,16 +470,26 @@ class _InitRewriter(cst.CSTTransformer):
         if any(a.star for a in node.args):
             (star,) = [a for a in node.args if a.star]
             return cst.Call(cst.parse_expression("eqx.nn.Sequential"), [cst.Arg(star.value)])
-        elements = [cst.Element(self._wrap_fn(a.value)) for a in node.args]
+        # the NNX pass's moves to channels-last and back around its channels-last layers:
+        # equinox's layers are channel-first (and the layers keep torch's indices)
+        args = [a for a in node.args if not _is_layout_move(a.value)]
+        for a in args:
+            if self._is_per_example(a.value):
+                self.values[id(a.value)] = Layer("resize", node=a.value)
+        elements = [cst.Element(self._wrap_fn(a.value)) for a in args]
         inner = cst.List(elements)
         self.values[id(inner)] = Layer("list", items={
             str(i): self.values.get(id(a.value)) or (Layer("fn") if code(a.value).startswith(
                 ("jax.nn.", "partial(jax.nn.")) else Layer("value"))
-            for i, a in enumerate(node.args)})
+            for i, a in enumerate(args)})
         return cst.Call(cst.parse_expression("eqx.nn.Sequential"), [cst.Arg(inner)])
 
+    def _is_per_example(self, value: cst.BaseExpression) -> bool:
+        """nn.Upsample's lambda, which the NNX pass wrote for one example (C, *spatial)."""
+        return isinstance(value, cst.Lambda) and _squeeze(code(value)) in self.per_example
+
     def _wrap_fn(self, value: cst.BaseExpression) -> cst.BaseExpression:
-        if self.values.get(id(value), Layer("value")).kind in ("fn",) or code(value).startswith(
+        if self.values.get(id(value), Layer("value")).kind in ("fn", "resize") or code(value).startswith(
                 ("jax.nn.", "partial(jax.nn.")):
             return expr("eqx.nn.Lambda({f})", f=value)
         return value
@@ -561,7 +574,7 @@ class _InitRewriter(cst.CSTTransformer):
         if code(value).startswith("eqx.nn.Sequential("):
             lay = self._seq_layer(value)
         if isinstance(value, cst.Lambda):
-            lay = Layer("lambda", node=value)
+            lay = Layer("resize" if self._is_per_example(value) else "lambda", node=value)
         if lay is None and isinstance(value, cst.Attribute) and code(value).startswith(
                 ELEMENTWISE_PREFIXES):
             lay = Layer("fn")  # a function stored as an attribute: `self.act = jax.nn.relu`
@@ -577,6 +590,19 @@ class _InitRewriter(cst.CSTTransformer):
         elif isinstance(target, cst.Name) and lay is not None:
             self.local[target.value] = lay
         return updated_node
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _is_layout_move(node: cst.BaseExpression) -> bool:
+    """``lambda x: jnp.moveaxis(x, 1, -1)`` or ``lambda x: jnp.moveaxis(x, -1, 1)``: the NNX
+    pass's layout moves between its channels-last layers and torch-layout ones."""
+    if not (isinstance(node, cst.Lambda) and len(node.params.params) == 1):
+        return False
+    x = node.params.params[0].name.value
+    return _squeeze(code(node.body)) in (f"jnp.moveaxis({x},1,-1)", f"jnp.moveaxis({x},-1,1)")
 
 
 def _is_identity(node: cst.CSTNode | None) -> bool:
@@ -652,7 +678,7 @@ def _annotation(value: cst.BaseExpression, lay: Layer, params: dict[str, cst.Par
         return "dict", False
     if lay.kind in ("buffer", "param"):
         return "jax.Array", False
-    if lay.kind in ("fn", "lambda"):
+    if lay.kind in ("fn", "lambda", "resize"):
         return "Callable", True
     if isinstance(value, cst.Name) and value.value in params:
         p = params[value.value]
@@ -908,7 +934,10 @@ class Forward:
         self.fresh += 1
         tmp = f"__out{self.fresh}__"
         state_arg = cst.Arg(cst.Name("state"))
-        call = call.with_changes(args=[*call.args[:1], state_arg, *call.args[1:]]) \
+        # after the positional arguments: a converted module's __call__ takes state last
+        n = next((i for i, a in enumerate(call.args) if a.keyword is not None or a.star),
+                 len(call.args))
+        call = call.with_changes(args=[*call.args[:n], state_arg, *call.args[n:]]) \
             if call.args else call
         call = _fix_commas(call)
         self.hoisted.append(cst.parse_statement(f"{tmp}, state = {code(call)}\n"))
@@ -990,8 +1019,11 @@ class Forward:
                 raise EquinoxError("BatchNorm on a value that is not per example")
             return self.stateful_call(cst.Call(func, new_args)), Info(
                 True, x.rank, channels_last=x.channels_last)
+        if lay.kind == "resize":  # (written for one example: channel-first, any rank)
+            return cst.Call(func, new_args), Info(x.batched, x.rank,
+                                                  channels_last=x.channels_last)
         channel_first = lay.kind == "seq" and bool(lay.items) and all(
-            p.kind in ("conv", "bn", "pool", "fn") for p in lay.items.values())
+            p.kind in ("conv", "bn", "pool", "fn", "resize") for p in lay.items.values())
         if x.channels_last and lay.kind not in ("fn", "dropout") and not channel_first:
             raise EquinoxError(f"a {lay.kind} layer inside a channels-last region")
         if lay.kind == "dropout":
@@ -1511,6 +1543,10 @@ class Forward:
                 return node.with_changes(func=func.with_changes(value=recv), args=args), \
                     Info(True, rank)
             raise EquinoxError(f"the method .{method}() of a batched value")
+        if name == "jnp.pad":
+            padded = self.pad(node)
+            if padded is not None:
+                return padded
         args = [(a, *self.ev(a.value)) for a in node.args]
         if any(i.merged for _, _, i in args):
             if name.startswith("optax.") and all(i.merged for _, _, i in args if i.batched):
@@ -1577,6 +1613,12 @@ class Forward:
                 call, ("axis", "axis1", "axis2", "source", "destination"),
                 JNP_POSITIONAL_AXES.get(short, ())))
             rank = first.rank
+            if short in ("concatenate", "stack") and first.kind == "tuple":
+                # the rank of the values joined (known for one of them: the same for all)
+                ranks = {e.rank for e in first.elements if e.batched and e.rank is not None}
+                rank = ranks.pop() if len(ranks) == 1 else None
+                if rank is not None and short == "stack":
+                    rank += 1
             if short in ("expand_dims",) and rank is not None:
                 rank += 1
             elif short in ("squeeze",) and rank is not None:
@@ -1594,6 +1636,50 @@ class Forward:
         if name == "jax.lax.collapse" and first.batched:
             return self.collapse(node, new_args, first)
         raise EquinoxError(f"{name} on a batched value (its per-example form is not known)")
+
+    def pad(self, node: cst.Call) -> tuple[cst.BaseExpression, Info] | None:
+        """``jnp.pad(x, widths)`` of a batched x, one pair per axis: per example without the
+        batch axis's pair. The NNX pass writes ``[(0, 0), (0, 0), (a, b), ...]``, or
+        ``[(0, 0)] * (x.ndim - k) + [(a, b), ...]`` where x's rank is not known (k pairs for the
+        last k axes, whatever the rank: the same per example). None: x is not batched."""
+        if len(node.args) < 2 or any(a.star for a in node.args[:2]) or \
+                node.args[1].keyword is not None or not isinstance(node.args[0].value, cst.Name):
+            return None
+        x, info = self.ev(node.args[0].value)
+        if not info.batched:
+            return None
+        widths = node.args[1].value
+        zero = m.Tuple(elements=[m.Element(m.Integer("0")), m.Element(m.Integer("0"))])
+        name = node.args[0].value.value
+        if m.matches(widths, m.BinaryOperation(
+                left=m.BinaryOperation(left=m.List(elements=[m.Element(zero)]),
+                                       operator=m.Multiply(),
+                                       right=m.BinaryOperation(
+                                           left=m.Attribute(value=m.Name(name),
+                                                            attr=m.Name("ndim")),
+                                           operator=m.Subtract(), right=m.Integer())),
+                operator=m.Add(), right=m.List())):
+            if int_value(widths.left.right.right) != len(widths.right.elements):
+                raise EquinoxError("jnp.pad of a batched value with widths in an unknown form")
+            pairs = widths.right
+            new = widths
+        elif isinstance(widths, (cst.List, cst.Tuple)) and len(widths.elements) >= 2 and \
+                not any(isinstance(e, cst.StarredElement) for e in widths.elements):
+            if not m.matches(widths.elements[0].value, zero):
+                raise EquinoxError("jnp.pad that pads the batch axis")
+            pairs = widths.with_changes(elements=widths.elements[1:])
+            new = pairs
+            if info.rank is None:
+                self._fix_input_rank(node.args[0].value, len(pairs.elements))
+        else:
+            raise EquinoxError("jnp.pad of a batched value with widths in an unknown form")
+        for n in m.findall(pairs, m.Name()):
+            if self.env.get(n.value, Info()).batched:
+                raise EquinoxError("jnp.pad widths computed from a batched value")
+        rest = [a.with_changes(value=self.ev_unbatched(a.value)) for a in node.args[2:]]
+        return node.with_changes(args=[node.args[0].with_changes(value=x),
+                                       node.args[1].with_changes(value=new), *rest]), \
+            Info(True, info.rank, channels_last=info.channels_last)
 
     def collapse(self, node: cst.Call, args: list[cst.Arg], first: Info
                  ) -> tuple[cst.BaseExpression, Info]:
@@ -2112,9 +2198,11 @@ def _key_param(fn: cst.FunctionDef, default_none: bool) -> cst.FunctionDef:
 
 
 class EquinoxFile:
-    def __init__(self, module: cst.Module, torch_module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, torch_module: cst.Module,
+                 per_example: Collection[str] = ()) -> None:
         self.module = module
         self.torch_module = torch_module
+        self.per_example = {_squeeze(c) for c in per_example}
         self.errors: list[str] = []
         names = {c.name.value for c in module.body if isinstance(c, cst.ClassDef)}
         found: set[str] = set()
@@ -2147,7 +2235,8 @@ class EquinoxFile:
         passed = _passed_classes(sites, list(init.params.params[1:]), self.class_names,
                                  info.name)
         methods, method_attrs = self.builder_methods(info, init, passed)
-        rw = _InitRewriter(self.class_names, set(), builders, methods, passed)
+        rw = _InitRewriter(self.class_names, set(), builders, methods, passed,
+                           self.per_example)
         new_init = init.visit(rw)
         info.attrs = rw.attrs
         for k, v in method_attrs.items():  # `self.in_planes = ...` in a builder method
@@ -2193,7 +2282,8 @@ class EquinoxFile:
             if not sites:
                 continue
             rw = _InitRewriter(self.class_names, set(), builders, methods, _passed_classes(
-                sites, list(s.params.params[1:]), self.class_names, f"self.{name}", passed))
+                sites, list(s.params.params[1:]), self.class_names, f"self.{name}", passed),
+                self.per_example)
             new = s.visit(rw)
             if "nnx." in code(new.body) or "rngs" in code(new.body):
                 continue  # (marked where the class is written)
@@ -2233,6 +2323,13 @@ class EquinoxFile:
         for p in params[len(info.inputs or params):]:
             fw.env[p.name.value] = Info(True)
         body = fw.block(list(fn.body.body))
+        if info.inputs is not None:
+            # a model input whose rank a layer decided (channel-first conv: 3): later calls
+            # compare with it (a U-Net's block called on the input, then on pooled values)
+            info.inputs = [replace(i, rank=fw.env[p.name.value].rank) if i.is_input and
+                           i.rank is None and p.name.value in fw.env and
+                           fw.env[p.name.value].is_input else i
+                           for p, i in zip(params, info.inputs, strict=False)]
         info.output = fw.returns[0] if fw.returns else None
         info.reduced = fw.reduced
         # keys: one site takes `key`; several are split up front (None stays None)
@@ -2386,12 +2483,14 @@ def _without_nnx_helpers(module: cst.Module) -> cst.Module:
     return module.visit(_LayerDictToDict())
 
 
-def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]]]:
+def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = ()
+            ) -> tuple[str, list[tuple[int, str]]]:
     """NNX code -> equinox code. Returns the code and ``(line, message)`` of each TODO this
-    pass added."""
+    pass added. ``per_example``: the code of the NNX pass's layers written for one example
+    (ConversionResult.per_example)."""
     module = _without_nnx_helpers(cst.parse_module(nnx_code))
     torch_module = cst.parse_module(torch_source)
-    f = EquinoxFile(module, torch_module)
+    f = EquinoxFile(module, torch_module, per_example)
     for s in module.body:
         if isinstance(s, cst.FunctionDef) and any(p.name.value == "rngs"
                                                   for p in s.params.kwonly_params):
@@ -2472,7 +2571,8 @@ def convert(nnx_code: str, torch_source: str) -> tuple[str, list[tuple[int, str]
 def _builder(fn: cst.FunctionDef, f: EquinoxFile) -> tuple[cst.FunctionDef, Layer] | None:
     """A function that builds layers (``*, rngs``): its layers in equinox, ``*, key``. None
     when anything NNX is left in it."""
-    rw = _InitRewriter(f.class_names, set(), {k: v[1] for k, v in f.builders.items()})
+    rw = _InitRewriter(f.class_names, set(), {k: v[1] for k, v in f.builders.items()},
+                       per_example=f.per_example)
     new = fn.visit(rw)
     if rw.errors or "nnx." in code(new.body) or "rngs" in code(new.body):
         return None
@@ -2704,7 +2804,7 @@ def from_nnx(nnx: object, source: str, path: str) -> object:
     from torch2jax.convert import ConversionResult
     from torch2jax.report import Diagnostic
 
-    text, todos = convert(nnx.code, source)
+    text, todos = convert(nnx.code, source, getattr(nnx, "per_example", ()))
     diags = list(nnx.diagnostics) + [Diagnostic(path, line, 0, RULE, "error", msg.rsplit(
         f" [{RULE}]", 1)[0]) for line, msg in todos]
     return ConversionResult(code=text, diagnostics=diags)
