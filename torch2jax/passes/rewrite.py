@@ -2347,7 +2347,7 @@ class TorchToJax(cst.CSTTransformer):
         (the class keeps ``self.rngs = rngs.fork()``). Not for linen, whose modules draw
         with make_rng and a key given to apply, nor for the NNX translation the equinox
         target starts from."""
-        return (not self.linen and self.hoist_steps and self.in_module_class()
+        return (not self.linen and not self.for_equinox and self.in_module_class()
                 and self.current_class in self.training.method_draws)
 
     def leave_Module(self, original_node, updated_node):
