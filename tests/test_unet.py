@@ -1,4 +1,4 @@
-"""A U-Net in the common shape (DoubleConv blocks with BatchNorm, MaxPool2d + DoubleConv in a
+"""The U-Net of tests/data/unet.py, in the common shape (DoubleConv blocks with BatchNorm, MaxPool2d + DoubleConv in a
 Sequential, a decoder whose upsampling layer is nn.Upsample or nn.ConvTranspose2d depending on a
 constructor flag, F.pad to the skip connection's size, torch.cat on channels) on the NNX and
 linen targets: no TODO, then torch2jax.verify on both settings of the flag (outputs, every
@@ -26,75 +26,10 @@ from snippets import assert_function_matches_torch
 from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
-SOURCE = '''
-import torch
+UNET = Path(__file__).resolve().parent / "data" / "unet.py"
+
+NAMED = '''
 import torch.nn as nn
-import torch.nn.functional as F
-
-
-class DoubleConv(nn.Module):
-    def __init__(self, in_channels, out_channels, mid_channels=None):
-        super().__init__()
-        if not mid_channels:
-            mid_channels = out_channels
-        self.double_conv = nn.Sequential(
-            nn.Conv2d(in_channels, mid_channels, kernel_size=3, padding=1, bias=False),
-            nn.BatchNorm2d(mid_channels),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(mid_channels, out_channels, kernel_size=3, padding=1, bias=False),
-            nn.BatchNorm2d(out_channels),
-            nn.ReLU(inplace=True),
-        )
-
-    def forward(self, x):
-        return self.double_conv(x)
-
-
-class Down(nn.Module):
-    def __init__(self, in_channels, out_channels):
-        super().__init__()
-        self.maxpool_conv = nn.Sequential(nn.MaxPool2d(2), DoubleConv(in_channels, out_channels))
-
-    def forward(self, x):
-        return self.maxpool_conv(x)
-
-
-class Up(nn.Module):
-    def __init__(self, in_channels, out_channels, bilinear=True):
-        super().__init__()
-        if bilinear:
-            self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
-            self.conv = DoubleConv(in_channels, out_channels, in_channels // 2)
-        else:
-            self.up = nn.ConvTranspose2d(in_channels, in_channels // 2, kernel_size=2, stride=2)
-            self.conv = DoubleConv(in_channels, out_channels)
-
-    def forward(self, x1, x2):
-        x1 = self.up(x1)
-        diffY = x2.size()[2] - x1.size()[2]
-        diffX = x2.size()[3] - x1.size()[3]
-        x1 = F.pad(x1, [diffX // 2, diffX - diffX // 2, diffY // 2, diffY - diffY // 2])
-        return self.conv(torch.cat([x2, x1], dim=1))
-
-
-class UNet(nn.Module):
-    def __init__(self, n_channels=3, n_classes=2, bilinear=False):
-        super().__init__()
-        factor = 2 if bilinear else 1
-        self.inc = DoubleConv(n_channels, 8)
-        self.down1 = Down(8, 16)
-        self.down2 = Down(16, 32 // factor)
-        self.up1 = Up(32, 16 // factor, bilinear)
-        self.up2 = Up(16, 8, bilinear)
-        self.outc = nn.Conv2d(8, n_classes, kernel_size=1)
-
-    def forward(self, x):
-        x1 = self.inc(x)
-        x2 = self.down1(x1)
-        x3 = self.down2(x2)
-        x = self.up1(x3, x2)
-        x = self.up2(x, x1)
-        return self.outc(x)
 
 
 pool = nn.MaxPool2d(2)
@@ -120,15 +55,15 @@ TARGETS = ("nnx", "linen")
 
 
 @pytest.fixture(scope="module")
-def source_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("unet") / "unet.py"
-    path.write_text(SOURCE)
+def named_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("named") / "named.py"
+    path.write_text(NAMED)
     return path
 
 
 @pytest.fixture(scope="module", params=TARGETS)
 def converted(request) -> tuple[str, str]:
-    result = convert_source(SOURCE, path="unet.py", target=request.param)
+    result = convert_source(UNET.read_text(), path="unet.py", target=request.param)
     errors = [d.render() for d in result.diagnostics if d.severity == "error"]
     assert not errors, "\n".join(errors)
     assert "TODO(torch2jax)" not in result.code
@@ -149,9 +84,8 @@ def test_forms(converted) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("train_mode", [False, True], ids=["eval", "train"])
-def test_unet_matches_torch(source_file: Path, target: str, setting: str,
-                            train_mode: bool) -> None:
-    result = run_request(VerifyRequest(f"{source_file}::UNet", args=SETTINGS[setting],
+def test_unet_matches_torch(target: str, setting: str, train_mode: bool) -> None:
+    result = run_request(VerifyRequest(f"{UNET}::UNet", args=SETTINGS[setting],
                                        inputs=(INPUT,), jax_target=target, grad=True,
                                        train_mode=train_mode))
     assert result.error is None, result.error
@@ -161,15 +95,15 @@ def test_unet_matches_torch(source_file: Path, target: str, setting: str,
           f"{result.max_abs_diff:.2g}, gradients {result.grad_max_rel_diff:.2g} relative, "
           f"statistics {result.stats_max_abs_diff}")
     grads = [c for c in result.compared if c.startswith("grad ")]
-    # every weight: 5 DoubleConv blocks of 6, the head's 2, the two transposed convs' 2 each
+    # every weight: 5 DoubleConv blocks of 6, OutConv's 2, the two transposed convs' 2 each
     assert len(grads) == (32 if SETTINGS[setting]["bilinear"] else 36)
     if train_mode:
         assert result.stats_max_abs_diff is not None and result.stats_max_abs_diff < 1e-5
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_layers_bound_to_names_match_torch(source_file: Path, target: str) -> None:
-    result = run_request(VerifyRequest(f"{source_file}::NamedLayers", inputs=(INPUT,),
+def test_layers_bound_to_names_match_torch(named_file: Path, target: str) -> None:
+    result = run_request(VerifyRequest(f"{named_file}::NamedLayers", inputs=(INPUT,),
                                        jax_target=target, grad=True))
     assert result.error is None, result.error
     assert result.passed, result.mismatch

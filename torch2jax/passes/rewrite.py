@@ -3671,17 +3671,7 @@ class TorchToJax(cst.CSTTransformer):
         if names is None:
             names = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params,
                                             *fn.params.posonly_params)}
-            for t in m.findall(fn.body, m.AssignTarget() | m.For() | m.AugAssign()
-                               | m.AnnAssign() | m.WithItem()):
-                target = t.asname.name if isinstance(t, cst.WithItem) and t.asname else (
-                    None if isinstance(t, cst.WithItem) else t.target)
-                while isinstance(target, (cst.Tuple, cst.List)) and target.elements:
-                    # a, b = ...: the names it binds (not self.x = ..., which binds none)
-                    names |= {e.value.value for e in target.elements
-                              if isinstance(e.value, cst.Name)}
-                    target = None
-                if isinstance(target, cst.Name):
-                    names.add(target.value)
+            names |= set(tr.names_of(fn.body).assigned)
             self._locals_cache[id(fn)] = names
         return names
 

@@ -29,6 +29,7 @@ from torch2jax.passes.common import (
     freeze_dataclass,
     try_literal,
 )
+from torch2jax.passes.training import names_of
 
 TRAIN = "train"
 
@@ -210,40 +211,6 @@ class _SelfFields(cst.CSTTransformer):
         return expr(f"self.{updated_node.value}")
 
 
-def _reassigned(init: cst.FunctionDef, names: set[str]) -> set[str]:
-    """The parameters among ``names`` that the constructor body rebinds (``=``, ``+=``, a
-    ``for`` target), outside nested functions."""
-    found: set[str] = set()
-
-    class Visitor(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is init
-
-        def _targets(self, target: cst.BaseExpression) -> None:
-            if isinstance(target, cst.Name):
-                found.add(target.value)
-            elif isinstance(target, (cst.Tuple, cst.List)):
-                for e in target.elements:
-                    self._targets(e.value)
-            elif isinstance(target, cst.StarredElement):
-                self._targets(target.value)
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            self._targets(node.target)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            self._targets(node.target)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            self._targets(node.target)
-
-        def visit_For(self, node: cst.For) -> None:
-            self._targets(node.target)
-
-    init.visit(Visitor())
-    return found & names
-
-
 class _RenameAttrs(cst.CSTTransformer):
     def __init__(self, renames: dict[str, str]) -> None:
         super().__init__()
@@ -334,7 +301,7 @@ def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False
                     and s.name.value == "__init__")
     # parameters the constructor reassigns (if not mid: mid = out) are read-only fields in
     # linen: setup() starts from a local copy of each (mid = self.mid) and uses the local
-    reassigned = _reassigned(init, names)
+    reassigned = set(names_of(init.body).assigned) & names
     renamer = _SelfFields(names - reassigned)
     stmts = [cst.parse_statement(f"{p.name.value} = self.{p.name.value}")
              for p in plist if p.name.value in reassigned]
