@@ -282,13 +282,15 @@ class Net(nn.Module):
 
 def test_stochastic_depth_is_deterministic_in_training_checks(tmp_path: Path) -> None:
     """A module named StochasticDepth (torchvision's reads self.training) is in eval mode on
-    both sides: its random training path (left marked by the conversion) never runs."""
+    both sides: its random training path (drawn from the module's own nnx.Rngs) never runs."""
     path = tmp_path / "drop_path.py"
     path.write_text(DROP_PATH_SOURCE)
     result = verify(f"{path}::Net", inputs=["float32[8,6]"], train_mode=True, grad=True)
     assert result.error is None, result.error
     assert result.passed, result.mismatch
-    assert result.todos == 1  # the torch.rand line
+    assert result.todos == 0
+    assert "jax.random.uniform(self.rngs(), (x.shape[0], 1))" in convert_source(
+        DROP_PATH_SOURCE).code  # the module's own stream (tests/test_module_random.py)
     req = VerifyRequest(f"{path}::Net", inputs=("float32[8,6]",))
     train = TrainSpec("torch.optim.SGD(params, lr=0.01)", "F.mse_loss(output, labels)",
                       labels="float32[8,6]", steps=3)
