@@ -613,6 +613,164 @@ class LayerDict(nnx.Dict):
 ''')
 
 
+
+# nn.TransformerEncoderLayer / nn.TransformerEncoder (rules/sequence.toml): torch's attribute
+# names, so that the weight transfer maps torch's state_dict by path (self_attn through the
+# MultiheadAttention rule, linear1/linear2 and norm1/norm2 through Linear's and LayerNorm's)
+helper("TransformerEncoderLayer", {"Any", "jax", "jnp", "partial", "nnx"}, """
+class TransformerEncoderLayer(nnx.Module):
+    \"\"\"nn.TransformerEncoderLayer: self-attention then a feed-forward block (linear1,
+    activation, dropout, linear2), each added to its input, with LayerNorm after each sum
+    (norm_first=False) or on each block's input (norm_first=True). Inputs are (S, N, E)
+    unless batch_first (an unbatched (S, E) works either way). src_mask (S, S) or
+    (N * nhead, S, S) and src_key_padding_mask (N, S) are boolean, True where attention is
+    NOT allowed (torch's convention; flax's masks are the opposite); float (additive) masks
+    raise TypeError. is_causal is a hint in torch: the mask decides, here too. Dropout (on
+    the attention probabilities, in the feed-forward block and on each block's output) is
+    nnx.Dropout / the attention's own, off after model.eval().\"\"\"
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
+                 dropout: float = 0.1, activation: Any = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
+                 device: Any = None, dtype: Any = None, *, rngs: nnx.Rngs) -> None:
+        self.config = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                       batch_first, norm_first, bias, dtype)
+        param_dtype = jnp.float32 if dtype is None else dtype
+        self.self_attn = nnx.MultiHeadAttention(
+            num_heads=nhead, in_features=d_model, dropout_rate=dropout, broadcast_dropout=False,
+            use_bias=bias, decode=False, deterministic=False, param_dtype=param_dtype,
+            rngs=rngs)
+        self.linear1 = nnx.Linear(d_model, dim_feedforward, use_bias=bias,
+                                  param_dtype=param_dtype, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout, rngs=rngs)
+        self.linear2 = nnx.Linear(dim_feedforward, d_model, use_bias=bias,
+                                  param_dtype=param_dtype, rngs=rngs)
+        self.norm1 = nnx.LayerNorm(d_model, epsilon=layer_norm_eps, use_bias=bias,
+                                   param_dtype=param_dtype, rngs=rngs)
+        self.norm2 = nnx.LayerNorm(d_model, epsilon=layer_norm_eps, use_bias=bias,
+                                   param_dtype=param_dtype, rngs=rngs)
+        self.dropout1 = nnx.Dropout(dropout, rngs=rngs)
+        self.dropout2 = nnx.Dropout(dropout, rngs=rngs)
+        if isinstance(activation, str):
+            if activation not in ("relu", "gelu"):
+                raise RuntimeError(f"activation should be relu/gelu, not {activation}")
+            activation = jax.nn.relu if activation == "relu" else partial(jax.nn.gelu,
+                                                                          approximate=False)
+        self.activation = activation
+        self.batch_first = batch_first
+        self.norm_first = norm_first
+        # what torch's TransformerEncoder checks before its nested-tensor inference
+        self.nested_tensor_ok = (not norm_first and batch_first and bias and nhead % 2 == 0
+                                 and _relu_or_gelu(activation))
+
+    def fresh_copy(self, rngs: nnx.Rngs) -> "TransformerEncoderLayer":
+        \"\"\"A new layer with this one's arguments and parameter values (torch's deepcopy
+        in TransformerEncoder) and its own dropout streams.\"\"\"
+        layer = type(self)(*self.config, rngs=rngs)
+        nnx.update(layer, nnx.state(self, nnx.Param))
+        return layer
+
+    def __call__(self, src: jax.Array, src_mask: jax.Array | None = None,
+                 src_key_padding_mask: jax.Array | None = None,
+                 is_causal: bool = False) -> jax.Array:
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask)
+            x = x + self._ff_block(self.norm2(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask))
+            x = self.norm2(x + self._ff_block(x))
+        return x
+
+    def _sa_block(self, x: jax.Array, attn_mask: jax.Array | None,
+                  key_padding_mask: jax.Array | None) -> jax.Array:
+        mask = None
+        if attn_mask is not None:
+            if attn_mask.dtype != jnp.bool_:
+                raise TypeError("TransformerEncoderLayer: a float (additive) attention mask "
+                                "is not translated; pass a boolean one (True = blocked)")
+            mask = ~attn_mask
+            if mask.ndim == 3:  # torch's (N * nhead, S, S)
+                mask = mask.reshape(-1, self.self_attn.num_heads, *mask.shape[-2:])
+        if key_padding_mask is not None:
+            if key_padding_mask.dtype != jnp.bool_:
+                raise TypeError("TransformerEncoderLayer: a float src_key_padding_mask is not "
+                                "translated; pass a boolean one (True = padding)")
+            keep = ~key_padding_mask[..., None, None, :]
+            mask = keep if mask is None else jnp.logical_and(mask, keep)
+        seq_first = not self.batch_first and x.ndim == 3
+        if seq_first:  # (S, N, E) -> (N, S, E)
+            x = jnp.swapaxes(x, 0, 1)
+        x = self.self_attn(x, mask=mask)
+        if seq_first:
+            x = jnp.swapaxes(x, 0, 1)
+        return self.dropout1(x)
+
+    def _ff_block(self, x: jax.Array) -> jax.Array:
+        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
+        return self.dropout2(x)
+
+
+def _relu_or_gelu(fn: Any) -> bool:
+    \"\"\"torch's activation_relu_or_gelu: relu, or the exact (erf) gelu.\"\"\"
+    if fn is jax.nn.relu:
+        return True
+    return isinstance(fn, partial) and fn.func is jax.nn.gelu and \\
+        fn.keywords.get("approximate") is False
+""", targets=("nnx",))
+
+
+helper("TransformerEncoder", {"Any", "jax", "jnp", "nnx"}, """
+class TransformerEncoder(nnx.Module):
+    \"\"\"nn.TransformerEncoder: num_layers copies of encoder_layer (each starts from its
+    parameter values, as torch's deep copies do, with its own dropout streams), applied in
+    turn, then the optional final norm. mask, src_key_padding_mask and is_causal as
+    TransformerEncoderLayer's.
+
+    torch's inference fast path: in eval mode, with autograd off (torch.no_grad(),
+    torch.inference_mode(), or no parameter requiring grad), a src_key_padding_mask, no mask,
+    a batched (N, S, E) input whose padding is left-aligned (every row's padding at its end,
+    unless mask_check=False), enable_nested_tensor=True and a layer that qualifies
+    (batch_first=True, norm_first=False, bias=True, an even nhead, relu or exact gelu),
+    torch runs the layers on a nested tensor and returns 0.0 at the padded positions (before
+    the final norm). The other positions are the same either way. With inference_fast_path
+    (True by default) this module reproduces that after model.eval(), so that it matches
+    torch's no-grad inference; set it to False for torch's eval-mode forward with autograd on
+    (what a torch backward pass differentiates). Training mode never zeroes.\"\"\"
+
+    def __init__(self, encoder_layer: Any, num_layers: int, norm: Any = None,
+                 enable_nested_tensor: bool = True, mask_check: bool = True, *,
+                 rngs: nnx.Rngs) -> None:
+        copy = getattr(encoder_layer, "fresh_copy", None)
+        self.layers = nnx.List([copy(rngs) if copy is not None else nnx.clone(encoder_layer)
+                                for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+        self.use_nested_tensor = bool(enable_nested_tensor and getattr(
+            encoder_layer, "nested_tensor_ok", False))
+        self.mask_check = mask_check
+        self.inference_fast_path = True
+        self.deterministic = False
+
+    def __call__(self, src: jax.Array, mask: jax.Array | None = None,
+                 src_key_padding_mask: jax.Array | None = None,
+                 is_causal: bool | None = None) -> jax.Array:
+        output = src
+        for layer in self.layers:
+            output = layer(output, mask, src_key_padding_mask)
+        if (self.use_nested_tensor and self.inference_fast_path and self.deterministic
+                and src_key_padding_mask is not None and mask is None and src.ndim == 3):
+            padded = src_key_padding_mask
+            if self.mask_check:  # torch keeps the padded form unless the padding is at the end
+                valid = ~padded
+                padded = padded & jnp.all(valid[:, :-1] >= valid[:, 1:])
+            output = jnp.where(padded[..., None], jnp.zeros((), output.dtype), output)
+        if self.norm is not None:
+            output = self.norm(output)
+        return output
+""", targets=("nnx",))
+
+
 # torch's BatchNorm1d/2d/3d normalise a training batch with its biased variance but fold the
 # *unbiased* one (n / (n - 1), n values per feature) into running_var; the flax layers fold the
 # biased one and equinox's also debiases its statistics at inference. These helpers keep the

@@ -42,6 +42,7 @@ from torch2jax.passes.common import (
     try_literal,
     wrap_long_statement,
 )
+from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.special import SPECIALS, Site, _spatial_dims, batch_norm_helper
 from torch2jax.ruleset import Rule, RuleSet, weight_source
@@ -3471,7 +3472,14 @@ class TorchToJax(cst.CSTTransformer):
                 "device", "dtype", "padding_mode"))]
             return call(f"Conv{_spatial_dims(rule.torch)}d", *args,
                         arg(self.rngs_expr(original), "rngs"))
-        needs_rngs = target.startswith("nnx.") and target[4:5].isupper() and not self.linen
+        # a helper class of passes/helpers.py (TransformerEncoderLayer) for this target
+        helper_class = target[:1].isupper() and target in HELPERS
+        emitter = "linen" if self.linen else self.emitter.name
+        if helper_class and emitter not in HELPERS[target]:
+            raise Untranslatable(f"{rule.torch} has no {emitter} translation (the {target} "
+                                 "helper class is NNX only)", rule=rule.id)
+        needs_rngs = (target.startswith("nnx.") and target[4:5].isupper() or helper_class) \
+            and not self.linen
         site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
                     rngs=self.rngs_expr(original) if needs_rngs else None,
                     defined=self.index.defined, per_example=self.for_equinox)

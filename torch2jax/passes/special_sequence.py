@@ -137,6 +137,59 @@ def multihead_attention_call(cs: CallSite) -> cst.BaseExpression:
 
 
 # --------------------------------------------------------------------------------------------
+# TransformerEncoderLayer / TransformerEncoder: helper classes (passes/helpers.py) with torch's
+# arguments, forward and attribute names
+# --------------------------------------------------------------------------------------------
+
+
+def _as_given(site: Site, helper: str) -> cst.Call:
+    """``helper(...)`` with the torch arguments the rule knows, positional or keyword as given
+    (the dropped ones, device and dtype, left out)."""
+    if site.target != "nnx":
+        raise Untranslatable(f"{site.rule.torch}: translated for the NNX target only")
+    if site.args.star or site.args.extra_positional:
+        raise Untranslatable(f"{site.rule.torch} with *args / **kwargs")
+    if helper in site.defined:
+        raise Untranslatable(f"the file defines its own {helper}: rename it, the converted file "
+                             f"needs that name for the {helper} helper class")
+    out = [arg(site.get(name), name if name in site.args.keywords else None)
+           for name in site.rule.params if site.args.has(name)]
+    return call(helper, *out, *site.rngs_arg())
+
+
+@special("transformer_encoder_layer")
+def transformer_encoder_layer(site: Site) -> cst.BaseExpression:
+    """``nn.TransformerEncoderLayer(d, h, ...)`` -> ``TransformerEncoderLayer(d, h, ...)``,
+    the helper class: self_attn an nnx.MultiHeadAttention, linear1/linear2, norm1/norm2 and
+    dropout/dropout1/dropout2 as torch names them."""
+    for name in ("d_model", "nhead"):
+        _required(site, name)
+    activation = site.lit("activation")
+    if isinstance(activation, str) and activation not in ("relu", "gelu"):
+        raise Untranslatable(f"TransformerEncoderLayer(activation={activation!r}): torch "
+                             "accepts only 'relu' and 'gelu'")
+    return _as_given(site, "TransformerEncoderLayer")
+
+
+@special("transformer_encoder")
+def transformer_encoder(site: Site) -> cst.BaseExpression:
+    """``nn.TransformerEncoder(layer, n, norm)`` -> ``TransformerEncoder(layer, n, norm)``,
+    the helper class: ``layers``, n copies of the layer, and the final ``norm``."""
+    for name in ("encoder_layer", "num_layers"):
+        _required(site, name)
+    if site.lit("enable_nested_tensor") is not False:
+        site.note("in eval mode, with a src_key_padding_mask whose padding is at the end of "
+                  "each row and no mask, and a layer with batch_first=True, norm_first=False, "
+                  "bias=True, an even nhead and relu/gelu, torch's no-grad inference (nested "
+                  "tensors) returns 0.0 at the padded positions: the converted "
+                  "TransformerEncoder does the same after model.eval() (set its "
+                  "inference_fast_path = False for torch's eval forward with autograd on, "
+                  "which computes those positions); enable_nested_tensor=False turns it off "
+                  "on both sides", "warning")
+    return _as_given(site, "TransformerEncoder")
+
+
+# --------------------------------------------------------------------------------------------
 # LSTM / LSTMCell
 # --------------------------------------------------------------------------------------------
 
