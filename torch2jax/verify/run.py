@@ -855,6 +855,28 @@ def _run_jax_side(
         r.notes.append("gradients not compared: the outputs differ in structure or shape")
 
 
+@contextlib.contextmanager
+def _autograd_on(model: Any, r: VerifyResult) -> Iterator[None]:
+    """torch's backward pass runs its forward with autograd on, which turns off torch's
+    inference fast paths (TransformerEncoder's nested tensors: 0.0 at padded positions); the
+    converted modules that reproduce one (``inference_fast_path``) follow torch's autograd
+    forward while the JAX gradient is taken, so that both sides differentiate one function."""
+    from flax import nnx
+
+    modules = [m for _, m in nnx.iter_modules(model)
+               if getattr(m, "inference_fast_path", None) is True]
+    if modules:
+        r.notes.append(f"gradients: {len(modules)} module(s) with torch's inference fast path "
+                       "(TransformerEncoder) run as torch's forward with autograd on")
+    for m in modules:
+        m.inference_fast_path = False
+    try:
+        yield
+    finally:
+        for m in modules:
+            m.inference_fast_path = True
+
+
 def _run_grads(
     r: VerifyResult,
     req: VerifyRequest,
@@ -871,7 +893,7 @@ def _run_grads(
     mapping = gradient_parts(torch_model, jax_model, req.rules)
     with _stage("the torch backward pass"):
         tg = _torch_grads(torch_model, inputs[0], cots)
-    with _stage("the JAX gradient (jax.grad under jax.jit)"):
+    with _stage("the JAX gradient (jax.grad under jax.jit)"), _autograd_on(jax_model, r):
         jg = _jax_grads(jax_model, inputs[1], cots)
     g = _compare_grads(jg, tg, mapping, r)
     r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
