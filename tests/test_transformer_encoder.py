@@ -296,3 +296,65 @@ def test_linen_and_equinox_mark_the_layers():
     result = convert_source(SOURCE, path="encoders.py", target="equinox")
     assert "TODO(torch2jax)" in result.code
     assert any(d.severity == "error" for d in result.diagnostics)
+
+
+# --- nn.Embedding(padding_idx=...) -----------------------------------------------------------
+
+EMBEDDING = '''
+import torch.nn as nn
+
+
+class Emb(nn.Module):
+    def __init__(self, padding_idx=0):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4, padding_idx=padding_idx)
+
+    def forward(self, ids):
+        return self.emb(ids)
+'''
+
+
+@pytest.mark.parametrize("padding_idx", [0, -1])
+@pytest.mark.parametrize("row", ["zero", "set"])
+def test_embedding_padding_row_matches_torch(tmp_path, padding_idx, row):
+    """The row starts at zero; its gradient is exactly zero, also when the row is not zero
+    (set after construction, then transferred); the other rows' gradients as torch's."""
+    result = convert_source(EMBEDDING, path="emb.py")
+    assert "TODO(torch2jax)" not in result.code
+    assert "Embedding(10, 4, padding_idx=padding_idx, rngs=rngs)" in result.code
+    (tmp_path / "emb.py").write_text(EMBEDDING)
+    (tmp_path / "emb_jax.py").write_text(result.code)
+    torch_mod = load_module(tmp_path / "emb.py", prefix="test_emb_torch")
+    jax_mod = load_module(tmp_path / "emb_jax.py", prefix="test_emb_jax")
+    fresh = jax_mod.Emb(padding_idx, rngs=nnx.Rngs(0))
+    assert (np.asarray(fresh.emb.embedding[...])[padding_idx] == 0).all()
+    assert (np.asarray(fresh.emb.embedding[...]).sum(axis=1) != 0).sum() == 9
+
+    torch.manual_seed(0)
+    torch_model = torch_mod.Emb(padding_idx)
+    if row == "set":
+        with torch.no_grad():
+            torch_model.emb.weight[padding_idx] = torch.arange(4.0) + 1
+    jax_model = jax_mod.Emb(padding_idx, rngs=nnx.Rngs(0))
+    transfer_state_dict(torch_model, jax_model)
+    ids = np.array([[1, 0, 9, 3], [0, 9, 9, 2]])
+    cot = np.random.default_rng(0).standard_normal((2, 4, 4)).astype(np.float32)
+
+    out = torch_model(torch.from_numpy(ids))
+    (out * torch.from_numpy(cot)).sum().backward()
+    torch_grad = torch_model.emb.weight.grad.numpy()
+
+    def loss(model):
+        return (model(jnp.asarray(ids)) * cot).sum()
+
+    jax_out = jax_model(jnp.asarray(ids))
+    np.testing.assert_allclose(np.asarray(jax_out), out.detach().numpy(), atol=1e-6)
+    grads = nnx.grad(loss)(jax_model)
+    jax_grad = np.asarray(grads["emb"]["embedding"][...])
+    assert (jax_grad[padding_idx] == 0).all() and (torch_grad[padding_idx] == 0).all()
+    np.testing.assert_allclose(jax_grad, torch_grad, atol=1e-6)
+
+
+def test_embedding_padding_idx_is_marked_on_linen():
+    result = convert_source(EMBEDDING, path="emb.py", target="linen")
+    assert "TODO(torch2jax)" in result.code

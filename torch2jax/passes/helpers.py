@@ -614,6 +614,31 @@ class LayerDict(nnx.Dict):
 
 
 
+# nn.Embedding(padding_idx=...) (rules/layers.toml)
+helper("Embedding", {"Any", "jax", "jnp", "nnx"}, """
+class Embedding(nnx.Embed):
+    \"\"\"nn.Embedding(num_embeddings, embedding_dim, padding_idx): an nnx.Embed whose row
+    padding_idx starts at zero and never receives a gradient, as torch's: the lookups of
+    padding_idx return the row as it is (zero unless set otherwise, by a weight transfer
+    say) through jax.lax.stop_gradient, so the row's gradient is exactly zero.\"\"\"
+
+    def __init__(self, num_embeddings: int, features: int, padding_idx: int | None = None, *,
+                 rngs: nnx.Rngs, **kwargs: Any) -> None:
+        super().__init__(num_embeddings, features, rngs=rngs, **kwargs)
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.padding_idx = padding_idx
+        if padding_idx is not None:
+            self.embedding[...] = self.embedding[...].at[padding_idx].set(0)
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        out = super().__call__(inputs)
+        if self.padding_idx is None:
+            return out
+        padded = (inputs == self.padding_idx)[..., None]
+        return jnp.where(padded, jax.lax.stop_gradient(out), out)
+""", targets=("nnx",))
+
 # nn.TransformerEncoderLayer / nn.TransformerEncoder (rules/sequence.toml): torch's attribute
 # names, so that the weight transfer maps torch's state_dict by path (self_attn through the
 # MultiheadAttention rule, linear1/linear2 and norm1/norm2 through Linear's and LayerNorm's)

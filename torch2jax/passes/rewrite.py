@@ -3275,6 +3275,10 @@ class TorchToJax(cst.CSTTransformer):
                     defined=self.index.defined)
         if rule.special:
             out = SPECIALS[rule.special](site)
+            if isinstance(out, cst.Call) and code(out.func) == "Embedding":
+                raise Untranslatable(f"{rule.torch} subclass with padding_idx: the subclass "
+                                     "derives from nnx.Embed, which has no padding row",
+                                     rule=rule.id)
         else:
             out = call(rule.targets["nnx"], *_rule_args(site), *site.rngs_arg())
         for severity, msg in site.notes:
@@ -3485,6 +3489,10 @@ class TorchToJax(cst.CSTTransformer):
                     defined=self.index.defined, per_example=self.for_equinox)
         if rule.special:
             out = SPECIALS[rule.special](site)
+            name = code(out.func) if isinstance(out, cst.Call) else None
+            if name in HELPERS and emitter not in HELPERS[name]:  # Embedding(padding_idx=)
+                raise Untranslatable(f"{rule.torch} as written has no {emitter} translation "
+                                     f"(the {name} helper class is NNX only)", rule=rule.id)
             if site.per_example and rule.special == "upsample":
                 self.per_example_code.add(code(out))
         else:

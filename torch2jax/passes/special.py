@@ -254,11 +254,20 @@ def group_norm(site: Site) -> cst.BaseExpression:
 
 @special("embedding")
 def embedding(site: Site) -> cst.BaseExpression:
-    if site.lit("padding_idx") is not None:
-        raise Untranslatable("Embedding padding_idx: flax has no zeroed, gradient-masked row")
     if site.lit("max_norm") is not None:
         raise Untranslatable("Embedding max_norm: lookups are renormalised in place in torch")
     a = site.args
+    if site.lit("padding_idx") is not None:
+        # the Embedding helper (passes/helpers.py): the row zeroed, its gradient masked
+        if site.target != "nnx":
+            raise Untranslatable("Embedding padding_idx: flax has no zeroed, gradient-masked "
+                                 "row (the Embedding helper class is NNX only)")
+        if "Embedding" in site.defined:
+            raise Untranslatable("the file defines its own Embedding: rename it, the converted "
+                                 "file needs that name for the Embedding helper class "
+                                 "(padding_idx)")
+        return call("Embedding", arg(a.get("num_embeddings")), arg(a.get("embedding_dim")),
+                    arg(a.get("padding_idx"), "padding_idx"), *site.rngs_arg())
     return call(site.rule.targets[site.target], arg(a.get("num_embeddings")),
                 arg(a.get("embedding_dim")), *site.rngs_arg())
 
