@@ -3478,7 +3478,8 @@ class TorchToJax(cst.CSTTransformer):
                         arg(self.rngs_expr(original), "rngs"))
         # a helper class of passes/helpers.py (TransformerEncoderLayer) for this target
         helper_class = target[:1].isupper() and target in HELPERS
-        emitter = "linen" if self.linen else self.emitter.name
+        emitter = "linen" if self.linen else "equinox" if self.for_equinox else \
+            self.emitter.name
         if helper_class and emitter not in HELPERS[target]:
             raise Untranslatable(f"{rule.torch} has no {emitter} translation (the {target} "
                                  "helper class is NNX only)", rule=rule.id)
