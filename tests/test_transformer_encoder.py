@@ -357,3 +357,32 @@ def test_embedding_padding_row_matches_torch(tmp_path, padding_idx, row):
 def test_embedding_padding_idx_is_marked_on_linen():
     result = convert_source(EMBEDDING, path="emb.py", target="linen")
     assert "TODO(torch2jax)" in result.code
+
+
+def test_layers_imported_by_name_from_torch_nn():
+    """`from torch.nn import Embedding, TransformerEncoderLayer`: the torch import is removed,
+    so the helper classes may take those names (the file does not define them itself)."""
+    source = '''
+import torch
+from torch.nn import Embedding, Module, TransformerEncoder, TransformerEncoderLayer
+
+
+class Tagger(Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = Embedding(10, 8, padding_idx=0)
+        self.encoder = TransformerEncoder(TransformerEncoderLayer(8, 2, 16, dropout=0.0), 1,
+                                          enable_nested_tensor=False)
+
+    def forward(self, ids):
+        return self.encoder(self.embed(ids))
+'''
+    result = convert_source(source, path="tagger.py")
+    assert [d.message for d in result.diagnostics if d.severity == "error"] == []
+    assert "class Embedding(nnx.Embed):" in result.code
+    assert "class TransformerEncoderLayer(nnx.Module):" in result.code
+    ns: dict = {}
+    exec(compile(result.code, "tagger.py", "exec"), ns)  # noqa: S102 - the converter's output
+    model = ns["Tagger"](rngs=nnx.Rngs(0))
+    out = model(jnp.array([[0, 3, 4], [5, 0, 1]]))
+    assert out.shape == (2, 3, 8)
