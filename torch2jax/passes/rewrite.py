@@ -23,6 +23,7 @@ from torch2jax.analysis.training import (
     TrainingIndex,
 )
 from torch2jax.passes import data as dt
+from torch2jax.passes import gan_step as gan
 from torch2jax.passes import remat as rm
 from torch2jax.passes import torch_init
 from torch2jax.passes import training as tr
@@ -1661,7 +1662,10 @@ class TorchToJax(cst.CSTTransformer):
         linen_body = self._lt_loop(original_node, node, body) if self.linen else None
         if linen_body is not None:
             node = node.with_changes(body=node.body.with_changes(body=linen_body))
-        for name in t.optimizer_names if self.emitter.name == "nnx" else ():
+        gan_body = self._gan_loop(original_node, body) if self.emitter.name == "nnx" else None
+        if gan_body is not None:
+            node = node.with_changes(body=node.body.with_changes(body=gan_body))
+        for name in t.optimizer_names if self.emitter.name == "nnx" and gan_body is None else ():
             model = t.model_of(name)
             if model is None:
                 continue
@@ -1701,7 +1705,8 @@ class TorchToJax(cst.CSTTransformer):
                     surround = (around[0], around[2])
                 break
         else:
-            if linen_body is None and any(tr._is_method_stmt(s, None, "backward")
+            if linen_body is None and gan_body is None and any(
+                    tr._is_method_stmt(s, None, "backward")
                                           for s in body) and not self._lt_marked:
                 self.diag(original_node, "training-loop", "error",
                           "training loop not recognised (one loss.backward() and one "
@@ -1736,6 +1741,37 @@ class TorchToJax(cst.CSTTransformer):
             pre = [pre[0].with_changes(leading_lines=node.leading_lines), *pre[1:]]
             return cst.FlattenSentinel([*pre, node.with_changes(leading_lines=[]), *post])
         return node
+
+    def _gan_loop(self, original_node, body) -> list | None:
+        """A GAN iteration (passes/gan_step.py): the loop's new body, the step hoisted."""
+        t = self.training
+        orig = list(original_node.body.body)
+        stepped = [n for n in t.optimizer_names if t.model_of(n) is not None and any(
+            tr._is_method_stmt(s, {n}, "step") for s in orig)]
+        if len(stepped) != 2 or self.data.aliasing:
+            return None
+        first = min(stepped, key=lambda n: next(i for i, s in enumerate(orig)
+                                                if tr._is_method_stmt(s, {n}, "step")))
+        d_opt = first
+        g_opt = stepped[1] if stepped[0] == first else stepped[0]
+        d_model, g_model = t.model_of(d_opt), t.model_of(g_opt)
+        if d_model == g_model or not gan.check_gan_source(
+                orig, d_opt=d_opt, d_model=d_model, g_opt=g_opt, g_model=g_model):
+            return None
+        outer = self._for_stack[0] if self._for_stack else original_node
+        loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+        step = gan.build_gan_step(body, d_opt=d_opt, d_model=d_model, g_opt=g_opt,
+                                  g_model=g_model, loop_names=loop_names,
+                                  used_outside=gan.names_outside(outer, original_node),
+                                  step_name="train_step", tree_mode=True)
+        if step is None:
+            return None
+        self.need("nnx")
+        self._hoist.append(step.function)
+        self.diag(original_node, "training-loop", "info",
+                  f"GAN step: {d_opt} (on {d_model}) then {g_opt} (on {g_model}) in one "
+                  f"jit-compiled step; {g_model}'s forward runs once, under nnx.vjp")
+        return step.body
 
     # ------------------------------------------------------------------ linen training
     def _lt_loop(self, original_node, updated_node, body):
