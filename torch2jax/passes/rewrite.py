@@ -1206,6 +1206,37 @@ class TorchToJax(cst.CSTTransformer):
             child, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
         return None
 
+    def _model_apply(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """``net.apply(init_weights)`` on a model, outside its class: ``init_weights`` on every
+        submodule (nnx.iter_modules: children before their parent, as torch's apply), with one
+        nnx.Rngs from the function's key when the init function draws."""
+        fn = updated_node.value.args[0].value.value
+        model = updated_node.value.func.value.value
+        if self.linen or self.emitter.name != "nnx":
+            self.diag(original_node, "target", "error", f"{model}.apply(init function): "
+                      f"translated for --target nnx so far")
+            return updated_node
+        if fn not in self.index.defined:
+            self.diag(original_node, "init", "error", f"{model}.apply({fn}): {fn} is not a "
+                      "function of this file, so its translation is not known")
+            return updated_node
+        self.need("nnx")
+        takes_rngs = fn in self.index.rngs_functions
+        loop = cst.parse_statement(f"for _, module in nnx.iter_modules({model}):\n"
+                                   f"    {fn}(module{', rngs=init_rngs' if takes_rngs else ''})\n")
+        if not takes_rngs:
+            self._pending[-1].after.append(loop.with_changes(
+                leading_lines=self._pending_line_comments()))
+            return cst.RemoveFromParent()
+        try:
+            key = self._subkey(original_node)  # (its split goes before this line)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or "random", "error", exc.message)
+            return updated_node
+        self._pending[-1].after.append(loop)
+        return cst.Assign(targets=[cst.AssignTarget(cst.Name("init_rngs"))],
+                          value=expr("nnx.Rngs({k})", k=key))
+
     def _init_statement(self, original_node: cst.Expr, updated_node: cst.Expr, q: str):
         """torch.nn.init.normal_(module.weight, std=0.02) -> module.kernel.value = ..."""
         fn = q.rsplit(".", 1)[-1]
@@ -1225,6 +1256,13 @@ class TorchToJax(cst.CSTTransformer):
         t = b.get("tensor")
         if b.star or t is None or not isinstance(t, (cst.Attribute, cst.Name)):
             raise Untranslatable(f"{q} of a computed tensor", rule=q)
+        if isinstance(t, cst.Attribute) and (t.attr.value == "data" or (
+                t.attr.value == "weight" and not m.matches(t.value, m.Name("self")))):
+            # m.weight where m's layer type is not known (a test of m.__class__.__name__,
+            # not isinstance): NNX names it kernel, scale or embedding by type
+            raise Untranslatable(f"{q} of {code(t)}: the layer type is not known here (NNX "
+                                 "names a weight kernel, scale or embedding by layer type); "
+                                 "test it with isinstance(m, nn.Conv2d) and so on", rule=q)
         v = expr("{t}.value", t=t)
         shape = f"{code(v)}.shape, {code(v)}.dtype"
         g = lambda n, d: code(b.get(n)) if b.get(n) is not None else d
@@ -1430,6 +1468,11 @@ class TorchToJax(cst.CSTTransformer):
             self._pending[-1].after.append(loop.with_changes(
                 leading_lines=self._pending_line_comments()))
             return cst.RemoveFromParent()
+        if (m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("apply")),
+                                    args=[m.Arg(m.Name())]))
+                and value.func.value.value in self.training.model_vars
+                and not self.in_module_class()):
+            return self._model_apply(original_node, updated_node)
         if q in SEEDS:
             if q == "torch.seed" or not updated_node.value.args:
                 self.diag(original_node, q, "error", "torch.seed() draws a non-deterministic "
