@@ -5,9 +5,9 @@ D's gradient is the sum of its two backward losses)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from test_training_scripts import _run as run_script
 
 from torch2jax.convert import convert_source
 
@@ -93,12 +93,7 @@ for bn in (netG.bn, netD.bn):
 
 
 def _run(code: str, cwd: Path) -> list[float]:
-    path = cwd / "script.py"
-    path.write_text(code)
-    done = subprocess.run([sys.executable, str(path)], cwd=cwd, capture_output=True,
-                          text=True, timeout=240, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [float(x) for x in done.stdout.split()]
+    return [float(x) for x in run_script(code, cwd)]
 
 
 def _convert(source: str):

@@ -156,7 +156,7 @@ def convert_source(
     index.module_classes |= {k for k in known_modules or () if k.isidentifier()}
     # helper names the converter must not emit (not the torch imports it removes:
     # `from torch.nn import Embedding` leaves the name to the Embedding helper)
-    index.defined = defined_names(module) - _torch_imports(module)
+    index.defined = defined_names(module, torch_imports=False)
     data_indexer = DataIndexer(index.module_classes)
     wrapper.visit(data_indexer)
     data_indexer.index.shard = shard
@@ -182,28 +182,6 @@ def convert_source(
     diagnostics.sort(key=lambda d: (d.line, d.column))
     return suppress(ConversionResult(code=new.code, diagnostics=diagnostics,
                                      per_example=transformer.per_example_code), source)
-
-
-def _torch_imports(module: cst.Module) -> set[str]:
-    """The names the module's top-level torch imports bind (``from torch.nn import Embedding``,
-    ``import torch.nn as nn``)."""
-    names = set()
-    for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for s in stmt.body:
-            if isinstance(s, cst.ImportFrom) and s.module is not None and not isinstance(
-                    s.names, cst.ImportStar) and cst.Module([]).code_for_node(
-                    s.module).split(".")[0] == "torch" and not s.relative:
-                names |= {(a.asname.name if a.asname else a.name).value for a in s.names
-                          if isinstance(a.asname.name if a.asname else a.name, cst.Name)}
-            elif isinstance(s, cst.Import):
-                for a in s.names:
-                    dotted = cst.Module([]).code_for_node(a.name)
-                    if dotted.split(".")[0] == "torch":
-                        names.add(a.asname.name.value if a.asname and isinstance(
-                            a.asname.name, cst.Name) else dotted.split(".")[0])
-    return names
 
 
 def _uses_train_mode(source: str) -> bool:

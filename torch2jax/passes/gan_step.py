@@ -29,8 +29,10 @@ from torch2jax.passes.training import (
     _fresh,
     _is_method_stmt,
     _LiftBatches,
+    assigned_in_order,
     names_of,
     nnx_jit,
+    tuple_text,
 )
 
 
@@ -121,24 +123,11 @@ def _free_reads(stmts: Sequence[cst.BaseStatement]) -> list[str]:
     return free
 
 
-def _assigned(stmts: Sequence[cst.BaseStatement]) -> list[str]:
-    out: list[str] = []
-    for s in stmts:
-        for a in names_of(s).assigned:
-            if a not in out:
-                out.append(a)
-    return out
-
-
 def _indent(stmts: Sequence[cst.BaseStatement], depth: int) -> str:
     pad = "    " * depth
     return "".join(pad + line + "\n" for s in stmts
                    for line in cst.Module(body=[s]).code.rstrip("\n").split("\n")
                    if line.strip())
-
-
-def _tuple(names: Sequence[str]) -> str:
-    return ", ".join(names) + ("," if len(names) == 1 else "")
 
 
 def build_gan_step(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: str,
@@ -210,13 +199,14 @@ def build_gan_step(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: st
     if forward is None or not losses_d or loss_g is None:
         return None
     fake, g_call = forward
-    if not {loss_g, *losses_d} <= set(_assigned([*kept_d, *kept_g])):
+    if not {loss_g, *losses_d} <= set(assigned_in_order([*kept_d, *kept_g])):
         return None
     if d_model not in {u for s in kept_g for u in names_of(s).used}:
         return None
     taken = set(used_outside) | set(loop_names) | {u for s in body for u in names_of(s).used} \
-        | set(_assigned(body)) | models
-    lifter = _LiftBatches({*models, fake, *_assigned([*kept_d, *kept_g])}, loop_names, taken)
+        | set(assigned_in_order(body)) | models
+    lifter = _LiftBatches({*models, fake, *assigned_in_order([*kept_d, *kept_g])}, loop_names,
+                          taken)
     g_call = g_call.visit(lifter)  # type: ignore[assignment]
     kept_d = [s.visit(lifter) for s in kept_d]
     kept_g = [s.visit(lifter) for s in kept_g]
@@ -228,7 +218,7 @@ def build_gan_step(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: st
         taken.add(fresh[base])
 
     later = set(used_outside) | {u for s in after for u in names_of(s).used}
-    assigned_d, assigned_g = _assigned(kept_d), _assigned(kept_g)
+    assigned_d, assigned_g = assigned_in_order(kept_d), assigned_in_order(kept_g)
     reads_g = set(_free_reads(kept_g))
     aux_d = [a for a in assigned_d if a in reads_g or a in later]
     aux_g = [a for a in assigned_g if a in later and a != loss_g]
@@ -249,15 +239,15 @@ def build_gan_step(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: st
 
     g_args = ", ".join(cst.Module(body=[]).code_for_node(a.value) for a in g_call.args)
     value_d = " + ".join(losses_d)
-    ret_d = f"        return {value_d}, ({_tuple(aux_d)})\n" if aux_d else \
+    ret_d = f"        return {value_d}, ({tuple_text(aux_d)})\n" if aux_d else \
         f"        return {value_d}\n"
-    ret_g = f"        return {loss_g}, ({_tuple(aux_g)})\n" if aux_g else \
+    ret_g = f"        return {loss_g}, ({tuple_text(aux_g)})\n" if aux_g else \
         f"        return {loss_g}\n"
     sig_d = ", ".join([d_model, *args_d])
     sig_g = ", ".join([d_model, fake, *args_g])
-    lhs_d = f"(_, ({_tuple(aux_d)})), {fresh['grads_d']}" if aux_d else \
+    lhs_d = f"(_, ({tuple_text(aux_d)})), {fresh['grads_d']}" if aux_d else \
         f"_, {fresh['grads_d']}"
-    lhs_g = (f"({loss_g}, ({_tuple(aux_g)})), {fresh[f'{fake}_grad']}" if aux_g
+    lhs_g = (f"({loss_g}, ({tuple_text(aux_g)})), {fresh[f'{fake}_grad']}" if aux_g
              else f"{loss_g}, {fresh[f'{fake}_grad']}")
     vg_d = f"nnx.value_and_grad({fresh['loss_fn_d']}{', has_aux=True' if aux_d else ''})"
     vg_g = (f"nnx.value_and_grad({fresh['loss_fn_g']}, argnums=1"

@@ -917,8 +917,10 @@ class _Names(cst.CSTVisitor):
         return False
 
 
-def defined_names(module: cst.Module) -> set[str]:
-    """The names the module binds at its top level (definitions, assignments, imports)."""
+def defined_names(module: cst.Module, *, torch_imports: bool = True) -> set[str]:
+    """The names the module binds at its top level (definitions, assignments, imports).
+    ``torch_imports=False`` leaves out the names its torch imports bind (``from torch.nn import
+    Embedding``), which the conversion removes."""
     names = set()
     for stmt in module.body:
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
@@ -929,10 +931,22 @@ def defined_names(module: cst.Module) -> set[str]:
                     names |= {t.target.value for t in s.targets if isinstance(t.target, cst.Name)}
                 elif isinstance(s, (cst.Import, cst.ImportFrom)) and not isinstance(
                         s.names, cst.ImportStar):
-                    names |= {(a.asname.name.value if a.asname else cst.Module([]).code_for_node(
-                        a.name).split(".")[0]) for a in s.names
-                        if not a.asname or isinstance(a.asname.name, cst.Name)}
+                    names |= {(a.asname.name.value if a.asname else _top(a.name))
+                              for a in s.names
+                              if (not a.asname or isinstance(a.asname.name, cst.Name))
+                              and (torch_imports or not _from_torch(s, a))}
     return names
+
+
+def _top(name: cst.BaseExpression) -> str:
+    return cst.Module([]).code_for_node(name).split(".")[0]
+
+
+def _from_torch(s: cst.Import | cst.ImportFrom, alias: cst.ImportAlias) -> bool:
+    """``alias`` of ``import torch...`` / ``from torch... import ...`` (not relative)."""
+    if isinstance(s, cst.ImportFrom):
+        return s.module is not None and not s.relative and _top(s.module) == "torch"
+    return _top(alias.name) == "torch"
 
 
 def _wanted(module: cst.Module, target: str) -> list[str]:

@@ -79,6 +79,14 @@ class Pending:
     after: list[cst.BaseStatement] = field(default_factory=list)  # statements to put after
 
 
+def _apply_loop(model: str, fn: str, rngs: str | None) -> cst.BaseStatement:
+    """torch's ``model.apply(fn)``: ``fn`` on every submodule, children before their parent
+    (nnx.iter_modules' order, as torch's apply), given ``rngs`` when it draws."""
+    extra = f", rngs={rngs}" if rngs else ""
+    return cst.parse_statement(f"for _, module in nnx.iter_modules({model}):\n"
+                               f"    {fn}(module{extra})\n")
+
+
 class TorchToJax(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
@@ -1222,8 +1230,7 @@ class TorchToJax(cst.CSTTransformer):
             return updated_node
         self.need("nnx")
         takes_rngs = fn in self.index.rngs_functions
-        loop = cst.parse_statement(f"for _, module in nnx.iter_modules({model}):\n"
-                                   f"    {fn}(module{', rngs=init_rngs' if takes_rngs else ''})\n")
+        loop = _apply_loop(model, fn, "init_rngs" if takes_rngs else None)
         if not takes_rngs:
             self._pending[-1].after.append(loop.with_changes(
                 leading_lines=self._pending_line_comments()))
@@ -1461,10 +1468,9 @@ class TorchToJax(cst.CSTTransformer):
                           f"for --target nnx so far ({self.emitter.name} is planned)")
                 return updated_node
             fn = code(updated_node.value.args[0].value)
-            rngs = ", rngs=rngs" if self._rngs_scope and self._rngs_scope[-1] else ""
             self.need("nnx")
-            loop = cst.parse_statement(
-                f"for _, module in nnx.iter_modules(self):\n    {fn}(module{rngs})\n")
+            loop = _apply_loop("self", fn, "rngs" if self._rngs_scope and self._rngs_scope[-1]
+                               else None)
             self._pending[-1].after.append(loop.with_changes(
                 leading_lines=self._pending_line_comments()))
             return cst.RemoveFromParent()

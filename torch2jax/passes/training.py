@@ -262,6 +262,21 @@ def names_of(node: cst.CSTNode) -> _Names:
     return v
 
 
+def assigned_in_order(stmts: Sequence[cst.CSTNode]) -> list[str]:
+    """The names the statements assign, each once, in the order first assigned."""
+    out: list[str] = []
+    for s in stmts:
+        for a in names_of(s).assigned:
+            if a not in out:
+                out.append(a)
+    return out
+
+
+def tuple_text(names: Sequence[str]) -> str:
+    """``a, b`` / ``a,``: the inside of a tuple of ``names`` (one name keeps its comma)."""
+    return ", ".join(names) + ("," if len(names) == 1 else "")
+
+
 # ---------------------------------------------------------------------------- train loops
 def _is_method_stmt(stmt: cst.CSTNode, receivers: set[str] | None, method: str) -> str | None:
     """``recv.method(...)`` as a statement: the receiver's name."""
@@ -331,11 +346,7 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
             outside.append(s)
     if not loss_body:
         return None
-    defined = []
-    for s in loss_body:
-        for a in names_of(s).assigned:
-            if a not in defined:
-                defined.append(a)
+    defined = assigned_in_order(loss_body)
     after = [s for s in body[ib + 1:] if s is not body[istep]]
     used_later = set()
     for s in [*outside, *after]:
@@ -368,8 +379,8 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     inner = "".join("        " + line + "\n" for s in loss_body
                     for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
     if aux:
-        ret_inner = f"        return {loss}, ({', '.join(aux)}{',' if len(aux) == 1 else ''})\n"
-        vg = (f"    ({loss}, ({', '.join(aux)}{',' if len(aux) == 1 else ''})), {grads} = "
+        ret_inner = f"        return {loss}, ({tuple_text(aux)})\n"
+        vg = (f"    ({loss}, ({tuple_text(aux)})), {grads} = "
               f"nnx.value_and_grad({loss_fn}, has_aux=True)({model})\n")
         ret = f"    return {loss}, {', '.join(aux)}\n"
         lhs = f"{loss}, {', '.join(aux)}"
