@@ -16,6 +16,7 @@ from libcst.metadata import MetadataWrapper
 
 from torch2jax.analysis.index import Indexer
 from torch2jax.analysis.training import TrainingIndexer
+from torch2jax.finish.invariants import InputFacts, check_output, input_facts
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
@@ -58,6 +59,8 @@ class ConversionResult:
     uses_torch: bool = True
     # (target "nnx-for-equinox") code of the layers written for one example (nn.Upsample)
     per_example: set[str] = field(default_factory=set)
+    # what the output checks need to know about the input (finish/invariants.py)
+    facts: InputFacts | None = field(default=None, repr=False, compare=False)
 
     @property
     def changed(self) -> bool:
@@ -125,7 +128,9 @@ def convert_source(
         nnx = convert_source(source, path=path, rules=_channel_first(rules),
                              known_modules=known_modules, fuse_layout=False,
                              target="nnx-for-equinox")
-        return suppress(from_nnx(nnx, source, path), source) if nnx.uses_torch else nnx
+        if not nnx.uses_torch:
+            return nnx
+        return suppress(_finish(from_nnx(nnx, source, path), nnx.facts, path, source), source)
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -180,8 +185,23 @@ def convert_source(
     new, helper_imports = add_helpers(new, emitter.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)
     diagnostics.sort(key=lambda d: (d.line, d.column))
-    return suppress(ConversionResult(code=new.code, diagnostics=diagnostics,
-                                     per_example=transformer.per_example_code), source)
+    result = ConversionResult(code=new.code, diagnostics=diagnostics,
+                              per_example=transformer.per_example_code,
+                              facts=input_facts(wrapper, TORCH_PACKAGES))
+    if not hoist_steps:  # the NNX translation the equinox pass goes on from: checked there
+        return result
+    return suppress(_finish(result, result.facts, path, source), source)
+
+
+def _finish(result: ConversionResult, facts: InputFacts | None, path: str,
+            source: str) -> ConversionResult:
+    """The output invariants (finish/invariants.py) on a converted file."""
+    if facts is None:
+        return result
+    code, diagnostics = check_output(result.code, result.diagnostics, facts, path, source)
+    if code is result.code and diagnostics is result.diagnostics:
+        return result
+    return replace(result, code=code, diagnostics=diagnostics)
 
 
 def _uses_train_mode(source: str) -> bool:
