@@ -1,21 +1,24 @@
 """Output invariants, checked on every converted file before it is returned.
 
-(a) the file parses; (b) every name it reads is bound. A read that the conversion left
-unbound (a torch name whose import went, a name whose statement went) is never left to fail
-at run time with a NameError: a torch import that is still read is kept, and every such line
-is marked ``# TODO(torch2jax)`` with an error diagnostic.
+(a) the file parses; (c) a statement is removed only when nothing reads what it binds
+(finish/removed.py puts the others back); (b) every name it reads is bound. A read that the
+conversion left unbound (a torch name whose import went, a name whose statement went) is
+never left to fail at run time with a NameError: a torch import that is still read is kept,
+and every such line is marked ``# TODO(torch2jax)`` with an error diagnostic.
 """
 
 from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
+from torch2jax.finish import removed as rmv
 from torch2jax.finish.names import BUILTINS, torch_import_lines, unbound_names, unbound_reads
 from torch2jax.report import Diagnostic
 
@@ -61,10 +64,15 @@ def input_facts(wrapper: MetadataWrapper, packages: tuple[str, ...]) -> InputFac
 
 
 def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, path: str,
-                 source: str) -> tuple[str, list[Diagnostic]]:
+                 source: str, removed: dict[int, rmv.Removed] | None = None,
+                 own_imports: Callable[[cst.Module, set[str]], cst.Module] | None = None,
+                 own_names: Collection[str] = (), failed: set[int] = frozenset()
+                 ) -> tuple[str, list[Diagnostic]]:
     """``code`` and ``diagnostics`` with the invariants enforced (see the module docstring).
     Output that does not parse is a converter bug: the file is returned unchanged, with an
-    error diagnostic, so that nothing is lost."""
+    error diagnostic, so that nothing is lost. ``own_names`` are the names the converter's
+    own imports bind (``jnp``): ``own_imports(module, names)`` adds their imports when a
+    statement put back reads one."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError) as exc:
@@ -72,7 +80,14 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
             path, 1, 1, "invalid-output", "error",
             f"the converted code does not parse ({exc}); the file is left as it was: please "
             "report this")]
+    if rmv.has_placeholders(code):
+        code, diagnostics = _settle(code, diagnostics, removed or {}, facts, path, failed)
+        tree = ast.parse(code)
     suspects = unbound_names(tree, code, path) - facts.unbound
+    own = suspects & set(own_names) - set(facts.torch_imports)
+    if own and own_imports is not None:
+        code = own_imports(cst.parse_module(code), own).code
+        suspects -= own
     if not suspects:
         return code, diagnostics
     # the nodes, exactly (slower: only for files that have such names)
@@ -111,6 +126,36 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
         module = _add_import_lines(module, [facts.torch_imports[n] for n in restored])
     out.sort(key=lambda d: (d.line, d.column))
     return module.code, out
+
+
+def _settle(code: str, diagnostics: list[Diagnostic], removed: dict[int, rmv.Removed],
+            facts: InputFacts, path: str, failed: set[int]) -> tuple[str, list[Diagnostic]]:
+    """Removed statements back where their names are read, or where the translation they
+    were removed for failed (finish/removed.py); the diagnostics follow: a dropped
+    statement's TODOs went with it, a statement put back makes the info notes about its
+    removal untrue."""
+    code, read, unfinished, dropped = rmv.settle(code, removed, facts.unbound, failed)
+    gone: list[Diagnostic] = []
+    added: list[Diagnostic] = []
+    for key in dropped:
+        gone += [Diagnostic(path, *d) for d in removed[key].reported if d[3] == "error"]
+    for key in read | unfinished:
+        r = removed[key]
+        gone += [Diagnostic(path, *d) for d in r.reported if d[3] == "info"]
+        if key in unfinished:
+            continue
+        if r.translated is not None:
+            added.append(Diagnostic(path, r.line, r.column, rmv.RULE, "info", r.translated))
+        else:
+            added.append(Diagnostic(path, r.line, r.column, rmv.RULE, "error",
+                                    r.kept_message()))
+    out = list(diagnostics)
+    for d in gone:
+        if d in out:
+            out.remove(d)
+    out += added
+    out.sort(key=lambda d: (d.line, d.column))
+    return code, out
 
 
 def _input_position(node: cst.Name, dotted: dict[int, str], ordered: list[cst.Name],

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import (
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
 
 from torch2jax.analysis.index import FileIndex, Layouts, ordered_dict_items, qualified
 from torch2jax.analysis.training import (
@@ -22,6 +27,7 @@ from torch2jax.analysis.training import (
     SEEDS,
     TrainingIndex,
 )
+from torch2jax.finish import removed as rmv
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import remat as rm
@@ -77,6 +83,11 @@ class Pending:
     keys: tr.StatementKeys = field(default_factory=tr.StatementKeys)  # subkeys it draws
     before: list[cst.BaseStatement] = field(default_factory=list)  # statements to put first
     after: list[cst.BaseStatement] = field(default_factory=list)  # statements to put after
+    # diagnostics reported inside the statement, and the small statements it lost: what a
+    # removed statement's placeholder needs (finish/removed.py)
+    reported: list[tuple[int, int, str, str, str]] = field(default_factory=list)
+    removed: list[cst.BaseSmallStatement] = field(default_factory=list)
+    translated: str | None = None  # removed, but its rewritten form is a translation
 
 
 def _apply_loop(model: str, fn: str, rngs: str | None) -> cst.BaseStatement:
@@ -88,7 +99,8 @@ def _apply_loop(model: str, fn: str, rngs: str | None) -> cst.BaseStatement:
 
 
 class TorchToJax(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider,
+                             ScopeProvider)
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
                  report, training: TrainingIndex | None = None, uses_train: bool = False,
@@ -172,8 +184,14 @@ class TorchToJax(cst.CSTTransformer):
         self._training_hoisted: dict[str, int] = {}
         # enclosing function (id) -> its nested defs checkpointed with the module passed in
         self._remat_closures: dict[int, set[str]] = {}
+        # removed statements whose names may still be read: put back or dropped when the file
+        # is finished (finish/removed.py), keyed by their placeholder's number
+        self.removed: dict[int, rmv.Removed] = {}
+        self.failed_sites: set[int] = set()  # optimizer sites whose translation failed
+        self._indent = "    "
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._indent = node.default_indent
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
         self._module_names = _module_names(node)
         # schedulers stepped in a function that receives them (train(model, loader, optimizer,
@@ -287,6 +305,8 @@ class TorchToJax(cst.CSTTransformer):
     def diag(self, node, rule: str, severity: str, message: str) -> None:
         line, col = self.pos(node)
         self.report(line, col, rule, severity, message)
+        if self._pending:
+            self._pending[-1].reported.append((line, col, rule, severity, message))
         if severity == "error" and self._pending:
             self._pending[-1].todos.append((rule, message))
 
@@ -328,6 +348,9 @@ class TorchToJax(cst.CSTTransformer):
         if isinstance(original_node, cst.IndentedBlock):
             self._depth -= 1
         result = super().on_leave(original_node, updated_node)
+        if isinstance(original_node, (cst.Assign, cst.AnnAssign)) and isinstance(
+                result, cst.RemovalSentinel) and self._pending:
+            self._pending[-1].removed.append(updated_node)
         if self.linen and self._lt_blank is not None and self._lt_blank == self._depth and \
                 isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             self._lt_blank = None
@@ -335,8 +358,15 @@ class TorchToJax(cst.CSTTransformer):
                 result = result.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             pending = self._pending.pop()
+            if self._pending:  # a removed block knows what was reported inside it
+                self._pending[-1].reported.extend(pending.reported)
             if id(original_node) in self.training.removed:
-                return cst.RemoveFromParent()
+                return self._placeholder(original_node, updated_node, pending) or \
+                    cst.RemoveFromParent()
+            if not pending.before and not pending.after and (
+                    isinstance(result, cst.RemovalSentinel) or (isinstance(
+                        result, cst.SimpleStatementLine) and not result.body)):
+                return self._placeholder(original_node, updated_node, pending) or result
             if isinstance(result, cst.SimpleStatementLine) and not result.deep_equals(
                     original_node):
                 result = wrap_long_statement(result, 4 * self._depth)
@@ -368,6 +398,39 @@ class TorchToJax(cst.CSTTransformer):
             elif pending.after and isinstance(result, cst.RemovalSentinel):
                 result = cst.FlattenSentinel(pending.after)
         return result
+
+    def _placeholder(self, original, updated, pending: Pending
+                     ) -> cst.SimpleStatementLine | None:
+        """A removed statement that binds names something reads (or that belongs to an
+        optimizer translation that may yet fail): a placeholder, and what to put back in its
+        place if the finished file needs it (finish/removed.py)."""
+        names = rmv.bound_names(original)
+        part_of = self.training.removed_for.get(id(original))
+        scope = self.get_metadata(ScopeProvider, original, None)
+        if part_of is None and (not names or scope is None or not any(
+                a.references for n in names for a in scope.assignments[n])):
+            return None
+        if isinstance(original, cst.SimpleStatementLine):
+            if not pending.removed:
+                if not updated.body:
+                    return None
+                pending.removed = list(updated.body)
+            body = list(pending.removed)
+            body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            stmt = cst.SimpleStatementLine(body=body)
+        else:
+            stmt = updated.with_changes(leading_lines=[])
+        empty = cst.Module([], default_indent=self._indent)
+        key = len(self.removed)
+        line, col = self.pos(original)
+        self.removed[key] = rmv.Removed(
+            names=frozenset(names), line=line, column=col, reported=list(pending.reported),
+            translated=pending.translated if not pending.todos else None, part_of=part_of,
+            statement=empty.with_changes(body=[stmt]).code,
+            leading="".join(empty.code_for_node(ll) for ll in original.leading_lines),
+            todos="".join(f"# TODO(torch2jax): {msg} [{rule}]\n"
+                          for rule, msg in pending.todos))
+        return rmv.placeholder(key)
 
     # ------------------------------------------------------------------ imports
     def _dropped_import(self, module: str) -> bool:
@@ -639,6 +702,7 @@ class TorchToJax(cst.CSTTransformer):
                 return self._training_assign(original_node, updated_node, site)
             except Untranslatable as exc:
                 self.diag(original_node, exc.rule or site.qualname, "error", exc.message)
+                self.failed_sites.add(id(site))
                 return updated_node
         target = original_node.targets[0].target if len(original_node.targets) == 1 else None
         if target is not None and (self.q(target) or "").startswith("torch.backends."):
@@ -692,7 +756,12 @@ class TorchToJax(cst.CSTTransformer):
             return updated_node
         # device bookkeeping: device = torch.device(...), device = x.device
         if isinstance(target, cst.Name) and _is_device_expr(original_node.value, self):
+            # removed unless a later line still reads it (then put back: finish/removed.py)
             self._device_names.add(target.value)
+            if not isinstance(original_node.value, cst.Attribute):
+                self._pending[-1].translated = (
+                    f"{target.value}: a later line reads this device selection: kept, "
+                    "translated")
             return cst.RemoveFromParent()
         # x[i] = v -> x = x.at[i].set(v) (not into an OrderedDict of layers, nor a list)
         if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1 and not (
@@ -892,6 +961,7 @@ class TorchToJax(cst.CSTTransformer):
                 value=self._optimizer(original_node, updated_node.value, site))
         except Untranslatable as exc:
             self.diag(original_node, exc.rule or site.qualname, "error", exc.message)
+            self.failed_sites.add(id(site))
             return updated_node
 
     def _nnx_only(self, what: str) -> None:
@@ -4108,6 +4178,13 @@ def _is_device_expr(node: cst.BaseExpression, t: TorchToJax) -> bool:
         return True
     if isinstance(node, cst.Attribute) and node.attr.value == "device":
         return True
-    if isinstance(node, cst.IfExp):
-        return "torch.cuda.is_available" in code(node) or "cuda" in code(node)
+    if isinstance(node, cst.IfExp):  # "cuda" if ... else "cpu"
+        return all(_is_device_expr(branch, t) or _device_string(branch)
+                   for branch in (node.body, node.orelse))
     return False
+
+
+def _device_string(node: cst.BaseExpression) -> bool:
+    """A string literal naming a torch device: "cuda", "cuda:1", "cpu", "mps"."""
+    value = try_literal(node, ...)
+    return isinstance(value, str) and value.split(":")[0] in ("cuda", "cpu", "mps", "xpu")

@@ -1,0 +1,176 @@
+"""Statements the conversion removes, put back when a later line still reads what they bind.
+
+The rewrite removes statements that have no JAX counterpart (``device = torch.device(...)``,
+a ``GradScaler``, the bookkeeping of optimizer parameter groups). Whether anything still reads
+what such a statement binds is only known once the whole file is rewritten (``x.to(device)``
+drops its ``device``; ``print(device)`` keeps it). So the rewrite leaves a one-line placeholder
+where the statement was, and records what to put back (:class:`Removed`). When the file is
+finished (:func:`settle`), a placeholder whose names some line still reads without any other
+binding becomes its statement again: translated when the rewrite could translate it (a device
+selection is ``jax.devices()[0]``), otherwise kept as written and marked ``# TODO(torch2jax)``.
+The other placeholders go, so a statement is deleted only when nothing reads what it binds.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torch2jax.finish.names import unbound_names
+
+PLACEHOLDER = "__torch2jax_removed_{}__"
+_PLACEHOLDER = re.compile(r"^(?P<indent>[ \t]*)__torch2jax_removed_(?P<id>\d+)__[ \t]*$")
+RULE = "removed-but-read"
+
+
+@dataclass
+class Removed:
+    """One removed statement: the names it binds, what to write back if they are read."""
+
+    names: frozenset[str]
+    statement: str  # the statement to put back, at column 0, without its leading lines
+    line: int  # its place in the torch file
+    column: int
+    leading: str = ""  # its blank and comment lines
+    todos: str = ""  # the TODO lines of what was not translated inside it
+    # the diagnostics reported inside the statement: (line, column, rule, severity, message)
+    reported: list[tuple[int, int, str, str, str]] = field(default_factory=list)
+    # put back as the rewrite translated it (no TODO): message of the info diagnostic then
+    translated: str | None = None
+    # the translation it was removed for (an optimizer site): put back as it was when that
+    # translation failed
+    part_of: int | None = None
+
+    def kept_message(self) -> str:
+        listed = ", ".join(f"`{n}`" for n in sorted(self.names))
+        return (f"kept because later lines read {listed}: the conversion removes this "
+                "statement (no JAX counterpart) when nothing reads it")
+
+    def text(self, read: bool) -> str:
+        """What to write back: marked when it is back only because its names are read."""
+        kept = f"# TODO(torch2jax): {self.kept_message()} [{RULE}]\n" if (
+            read and self.translated is None) else ""
+        return self.leading + self.todos + kept + self.statement
+
+
+def bound_names(stmt: cst.CSTNode) -> set[str]:
+    """The names ``stmt`` binds in its own scope (assignment targets, loop and ``with``
+    targets, definitions; inside its blocks too, not inside nested functions or classes)."""
+    names: set[str] = set()
+
+    def targets(node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Name):
+            names.add(node.value)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            for e in node.elements:
+                targets(e.value)
+        elif isinstance(node, cst.StarredElement):
+            targets(node.value)
+
+    def walk(node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                targets(t.target)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            targets(node.target)
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            names.add(node.name.value)
+            return
+        elif isinstance(node, cst.For):
+            targets(node.target)
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            targets(node.asname.name)
+        elif isinstance(node, (cst.Lambda, cst.BaseExpression)) and not isinstance(
+                node, cst.Name):
+            return
+        for child in node.children:
+            walk(child)
+
+    walk(stmt)
+    return names
+
+
+def placeholder(key: int) -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine(body=[cst.Expr(cst.Name(PLACEHOLDER.format(key)))])
+
+
+def has_placeholders(code: str) -> bool:
+    return "__torch2jax_removed_" in code
+
+
+def settle(code: str, removed: dict[int, Removed], unbound_in_input: set[str],
+           failed: set[int] = frozenset()) -> tuple[str, set[int], set[int], set[int]]:
+    """Put back the removed statements that belong to a translation that ``failed``, and
+    those whose names ``code`` still reads unbound (until none is left: a statement put back
+    may read another removed one); drop the other placeholders. Returns the code and the keys
+    put back because their names are read, put back because their translation failed, and
+    dropped."""
+    read: set[int] = set()
+    unfinished = {k for k, r in removed.items() if r.part_of is not None and r.part_of in failed}
+    if unfinished:
+        code = _replace(code, {k: removed[k].text(False) for k in unfinished})
+    while True:
+        tree = ast.parse(code)
+        present = _placeholders(tree)
+        unbound = {n for n in unbound_names(tree, code) - unbound_in_input
+                   if not n.startswith("__torch2jax_removed_")}
+        wanted = {k for k in present if k in removed and removed[k].names & unbound}
+        if not wanted:
+            break
+        code = _replace(code, {k: removed[k].text(True) for k in wanted})
+        read |= wanted
+    dropped = set(present)
+    return _drop(code, tree, present), read, unfinished, dropped
+
+
+def _placeholders(tree: ast.Module) -> dict[int, ast.stmt]:
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Name):
+            mt = re.fullmatch(r"__torch2jax_removed_(\d+)__", node.value.id)
+            if mt:
+                found[int(mt.group(1))] = node
+    return found
+
+
+def _replace(code: str, texts: dict[int, str]) -> str:
+    out = []
+    for line in code.splitlines(keepends=True):
+        mt = _PLACEHOLDER.match(line.rstrip("\r\n"))
+        if mt and int(mt.group("id")) in texts:
+            indent = mt.group("indent")
+            for part in texts[int(mt.group("id"))].splitlines(keepends=True):
+                out.append(indent + part if part.strip() else part)
+            continue
+        out.append(line)
+    return "".join(out)
+
+
+def _drop(code: str, tree: ast.Module, present: dict[int, ast.stmt]) -> str:
+    """Without the placeholders: a block left with none of its statements gets ``pass`` (as
+    libcst writes an emptied block)."""
+    if not present:
+        return code
+    ids = {id(n) for n in present.values()}
+    passes: set[int] = set()  # line numbers of placeholders that become `pass`
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if isinstance(node, ast.Module) or not isinstance(block, list) or not block:
+                continue
+            if all(id(s) in ids for s in block):
+                passes.add(block[0].lineno)
+        for handler in getattr(node, "handlers", []) or []:
+            if handler.body and all(id(s) in ids for s in handler.body):
+                passes.add(handler.body[0].lineno)
+    out = []
+    for number, line in enumerate(code.splitlines(keepends=True), start=1):
+        mt = _PLACEHOLDER.match(line.rstrip("\r\n"))
+        if mt is None:
+            out.append(line)
+        elif number in passes:
+            out.append(f"{mt.group('indent')}pass{line[len(line.rstrip(chr(13) + chr(10))):]}")
+    return "".join(out)
