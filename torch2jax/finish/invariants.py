@@ -76,30 +76,35 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError) as exc:
+        if "nested" in str(exc):  # beyond CPython's parser, as the input is: too deep
+            raise RecursionError(str(exc)) from None
         return source, [*diagnostics, Diagnostic(
             path, 1, 1, "invalid-output", "error",
             f"the converted code does not parse ({exc}); the file is left as it was: please "
             "report this")]
+    kept_imports: set[str] = set()  # torch names whose import was put back: still read
     if rmv.has_placeholders(code):
-        code, diagnostics = _settle(code, diagnostics, removed or {}, facts, path, failed)
+        code, diagnostics, kept_imports = _settle(code, diagnostics, removed or {}, facts,
+                                                  path, failed)
         tree = ast.parse(code)
     suspects = unbound_names(tree, code, path) - facts.unbound
     own = suspects & set(own_names) - set(facts.torch_imports)
     if own and own_imports is not None:
         code = own_imports(cst.parse_module(code), own).code
         suspects -= own
-    if not suspects:
+    if not suspects and not kept_imports:
         return code, diagnostics
     # the nodes, exactly (slower: only for files that have such names)
     module = cst.parse_module(code)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    unbound = list(unbound_reads(wrapper, suspects))
+    unbound = list(unbound_reads(wrapper, suspects, kept_imports))
     if not unbound:
         return code, diagnostics
     positions = wrapper.resolve(PositionProvider)
     parents = wrapper.resolve(ParentNodeProvider)
     unbound.sort(key=lambda n: (positions[n].start.line, positions[n].start.column))
-    restored = sorted({n.value for n in unbound if n.value in facts.torch_imports})
+    restored = sorted({n.value for n in unbound if n.value in facts.torch_imports
+                       and n.value not in kept_imports})
     notes: dict[int, list[tuple[str, str, str]]] = {}  # id(Name) -> (name, rule, message)
     dotted = {id(n): _dotted(n, parents) for n in unbound}
     for node in unbound:
@@ -137,12 +142,13 @@ def _settle(code: str, diagnostics: list[Diagnostic], removed: dict[int, rmv.Rem
     code, read, unfinished, dropped = rmv.settle(code, removed, facts.unbound, failed)
     gone: list[Diagnostic] = []
     added: list[Diagnostic] = []
+    kept_imports = {n for key in read if removed[key].imports for n in removed[key].names}
     for key in dropped:
         gone += [Diagnostic(path, *d) for d in removed[key].reported if d[3] == "error"]
     for key in read | unfinished:
         r = removed[key]
         gone += [Diagnostic(path, *d) for d in r.reported if d[3] == "info"]
-        if key in unfinished:
+        if key in unfinished or r.imports:
             continue
         if r.translated is not None:
             added.append(Diagnostic(path, r.line, r.column, rmv.RULE, "info", r.translated))
@@ -155,7 +161,7 @@ def _settle(code: str, diagnostics: list[Diagnostic], removed: dict[int, rmv.Rem
             out.remove(d)
     out += added
     out.sort(key=lambda d: (d.line, d.column))
-    return code, out
+    return code, out, kept_imports
 
 
 def _input_position(node: cst.Name, dotted: dict[int, str], ordered: list[cst.Name],
@@ -203,13 +209,16 @@ class _MarkStatements(cst.CSTTransformer):
         leading = list(result.leading_lines)
         marked = any(ll.comment is not None and ll.comment.value.startswith(TODO_PREFIX)
                      for ll in leading)
+        present = {ll.comment.value for ll in leading if ll.comment is not None}
         seen = set()
         for node_id, name, rule, msg in found:
             if (rule == "torch-leftover" and marked) or (name, rule) in seen:
                 self.skipped.add(node_id)
                 continue
             seen.add((name, rule))
-            leading.append(cst.EmptyLine(comment=cst.Comment(f"{TODO_PREFIX} {msg} [{rule}]")))
+            text = f"{TODO_PREFIX} {msg} [{rule}]"
+            if text not in present:  # (converted code converted again: written once)
+                leading.append(cst.EmptyLine(comment=cst.Comment(text)))
         return result.with_changes(leading_lines=leading)
 
 

@@ -55,20 +55,26 @@ def unbound_names(tree: ast.Module, code: str, filename: str = "<output>") -> se
     return read - bound - BUILTINS
 
 
-def unbound_reads(wrapper: MetadataWrapper, only: set[str] | None = None) -> Iterator[cst.Name]:
+def unbound_reads(wrapper: MetadataWrapper, only: set[str] | None = None,
+                  imported: frozenset[str] | set[str] = frozenset()) -> Iterator[cst.Name]:
     """The ``Name`` nodes of ``wrapper``'s module that read a name no scope binds (of ``only``
-    when given), in no particular order: libcst's scope analysis, exact to the node. Nothing
-    when the module star-imports."""
+    when given), and those that read one of ``imported`` bound by an import, in no
+    particular order: libcst's scope analysis, exact to the node. Nothing when the module
+    star-imports."""
     if _star_import(wrapper.module):
         return
     scopes = {s for s in wrapper.resolve(ScopeProvider).values() if s is not None}
     for scope in scopes:
         for access in scope.accesses:
             node = access.node
-            if access.referents or not isinstance(node, cst.Name) or node.value in BUILTINS or (
-                    only is not None and node.value not in only):
+            if not isinstance(node, cst.Name) or node.value in BUILTINS:
                 continue
-            yield node
+            if node.value in imported and access.referents and all(
+                    isinstance(getattr(a, "node", None), (cst.Import, cst.ImportFrom))
+                    for a in access.referents):
+                yield node
+            elif not access.referents and (only is None or node.value in only):
+                yield node
 
 
 def torch_import_lines(wrapper: MetadataWrapper, packages: tuple[str, ...]) -> dict[str, str]:

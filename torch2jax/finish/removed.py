@@ -22,7 +22,8 @@ import libcst as cst
 from torch2jax.finish.names import unbound_names
 
 PLACEHOLDER = "__torch2jax_removed_{}__"
-_PLACEHOLDER = re.compile(r"^(?P<indent>[ \t]*)__torch2jax_removed_(?P<id>\d+)__[ \t]*$")
+_PLACEHOLDER = re.compile(
+    r"^(?P<indent>[ \t]*)(?:import )?__torch2jax_removed_(?P<id>\d+)__[ \t]*$")
 RULE = "removed-but-read"
 
 
@@ -43,6 +44,8 @@ class Removed:
     # the translation it was removed for (an optimizer site): put back as it was when that
     # translation failed
     part_of: int | None = None
+    imports: bool = False  # an import (of torch): the lines that still read it are marked
+
 
     def kept_message(self) -> str:
         listed = ", ".join(f"`{n}`" for n in sorted(self.names))
@@ -52,7 +55,7 @@ class Removed:
     def text(self, read: bool) -> str:
         """What to write back: marked when it is back only because its names are read."""
         kept = f"# TODO(torch2jax): {self.kept_message()} [{RULE}]\n" if (
-            read and self.translated is None) else ""
+            read and self.translated is None and not self.imports) else ""
         return self.leading + self.todos + kept + self.statement
 
 
@@ -71,6 +74,17 @@ def bound_names(stmt: cst.CSTNode) -> set[str]:
             targets(node.value)
 
     def walk(node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            if not isinstance(node.names, cst.ImportStar):
+                for alias in node.names:
+                    if alias.asname is not None:
+                        targets(alias.asname.name)
+                    else:
+                        top = alias.name
+                        while isinstance(top, cst.Attribute):
+                            top = top.value
+                        targets(top)
+            return
         if isinstance(node, cst.Assign):
             for t in node.targets:
                 targets(t.target)
@@ -93,8 +107,12 @@ def bound_names(stmt: cst.CSTNode) -> set[str]:
     return names
 
 
-def placeholder(key: int) -> cst.SimpleStatementLine:
-    return cst.SimpleStatementLine(body=[cst.Expr(cst.Name(PLACEHOLDER.format(key)))])
+def placeholder(key: int, imports: bool = False) -> cst.SimpleStatementLine:
+    """The line that stands for removed statement ``key``: an import for an import, so that
+    the passes that put code after a file's imports see the same imports."""
+    name = cst.Name(PLACEHOLDER.format(key))
+    return cst.SimpleStatementLine(body=[
+        cst.Import(names=[cst.ImportAlias(name=name)]) if imports else cst.Expr(name)])
 
 
 def has_placeholders(code: str) -> bool:
@@ -129,10 +147,12 @@ def settle(code: str, removed: dict[int, Removed], unbound_in_input: set[str],
 def _placeholders(tree: ast.Module) -> dict[int, ast.stmt]:
     found = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Name):
-            mt = re.fullmatch(r"__torch2jax_removed_(\d+)__", node.value.id)
-            if mt:
-                found[int(mt.group(1))] = node
+        name = node.value.id if isinstance(node, ast.Expr) and isinstance(
+            node.value, ast.Name) else node.names[0].name if isinstance(
+            node, ast.Import) and len(node.names) == 1 else None
+        mt = re.fullmatch(r"__torch2jax_removed_(\d+)__", name) if name else None
+        if mt:
+            found[int(mt.group(1))] = node
     return found
 
 

@@ -348,8 +348,8 @@ class TorchToJax(cst.CSTTransformer):
         if isinstance(original_node, cst.IndentedBlock):
             self._depth -= 1
         result = super().on_leave(original_node, updated_node)
-        if isinstance(original_node, (cst.Assign, cst.AnnAssign)) and isinstance(
-                result, cst.RemovalSentinel) and self._pending:
+        if isinstance(original_node, (cst.Assign, cst.AnnAssign, cst.Import, cst.ImportFrom)
+                      ) and isinstance(result, cst.RemovalSentinel) and self._pending:
             self._pending[-1].removed.append(updated_node)
         if self.linen and self._lt_blank is not None and self._lt_blank == self._depth and \
                 isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
@@ -372,9 +372,12 @@ class TorchToJax(cst.CSTTransformer):
                 result = wrap_long_statement(result, 4 * self._depth)
             if pending.todos and isinstance(result, (cst.SimpleStatementLine,
                                                      cst.BaseCompoundStatement)):
+                # (converting converted code again: its open TODOs are not written twice)
+                present = {ll.comment.value for ll in result.leading_lines if ll.comment}
                 comments = [
                     cst.EmptyLine(comment=cst.Comment(f"# TODO(torch2jax): {msg} [{rule}]"))
-                    for rule, msg in pending.todos
+                    for rule, msg in dict.fromkeys(pending.todos)
+                    if f"# TODO(torch2jax): {msg} [{rule}]" not in present
                 ]
                 result = result.with_changes(leading_lines=[*result.leading_lines, *comments])
             pending.before = [wrap_long_statement(b, 4 * self._depth) if isinstance(
@@ -423,14 +426,17 @@ class TorchToJax(cst.CSTTransformer):
         empty = cst.Module([], default_indent=self._indent)
         key = len(self.removed)
         line, col = self.pos(original)
+        imports = isinstance(original, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in original.body)
         self.removed[key] = rmv.Removed(
             names=frozenset(names), line=line, column=col, reported=list(pending.reported),
             translated=pending.translated if not pending.todos else None, part_of=part_of,
+            imports=imports,
             statement=empty.with_changes(body=[stmt]).code,
             leading="".join(empty.code_for_node(ll) for ll in original.leading_lines),
             todos="".join(f"# TODO(torch2jax): {msg} [{rule}]\n"
                           for rule, msg in pending.todos))
-        return rmv.placeholder(key)
+        return rmv.placeholder(key, imports)
 
     # ------------------------------------------------------------------ imports
     def _dropped_import(self, module: str) -> bool:
