@@ -69,11 +69,10 @@ def unbound_reads(wrapper: MetadataWrapper, only: set[str] | None = None,
             node = access.node
             if not isinstance(node, cst.Name) or node.value in BUILTINS:
                 continue
-            if node.value in imported and access.referents and all(
-                    isinstance(getattr(a, "node", None), (cst.Import, cst.ImportFrom))
-                    for a in access.referents):
-                yield node
-            elif not access.referents and (only is None or node.value in only):
+            imported_read = node.value in imported and access.referents and all(
+                isinstance(getattr(a, "node", None), (cst.Import, cst.ImportFrom))
+                for a in access.referents)
+            if imported_read or (not access.referents and (only is None or node.value in only)):
                 yield node
 
 

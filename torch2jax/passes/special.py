@@ -1088,4 +1088,4 @@ from torch2jax.passes import special_losses  # noqa: F401  (registers the loss t
 from torch2jax.training import optim as _optim  # noqa: F401  (registers the optimizer transforms)
 from torch2jax.passes import special_vision  # noqa: F401  (registers the vision transforms)
 from torch2jax.passes import special_sequence  # noqa: F401  (attention and recurrent layers)
-from torch2jax.passes import special_device  # noqa: F401  (registers the device transforms)
+from torch2jax.passes import special_device  # noqa: F401  (device queries and objects)
