@@ -16,6 +16,7 @@ from libcst.metadata import MetadataWrapper
 
 from torch2jax.analysis.index import Indexer
 from torch2jax.analysis.training import TrainingIndexer
+from torch2jax.analysis.values import ValueFacts
 from torch2jax.finish.invariants import InputFacts, check_output, input_facts
 from torch2jax.finish.removed import Removed
 from torch2jax.passes.data import DataIndexer
@@ -181,7 +182,9 @@ def convert_source(
     transformer = TorchToJax(rules, index, emitter, path, report, training,
                              uses_train=_uses_train_mode(source), data=data_indexer.index,
                              torch_init=init == "torch", hoist_steps=hoist_steps,
-                             for_equinox=target == "nnx-for-equinox")
+                             for_equinox=target == "nnx-for-equinox",
+                             values=ValueFacts(wrapper, index.module_classes,
+                                               lambda q: q in rules.layers))
     new = wrapper.visit(transformer)
     if emitter.name == "linen":
         new = freeze_configs(new)

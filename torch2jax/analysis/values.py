@@ -38,6 +38,7 @@ from libcst.metadata import (
     QualifiedNameProvider,
     ScopeProvider,
 )
+from libcst.metadata.base_provider import LazyValue
 
 
 class Kind(str, Enum):
@@ -60,6 +61,15 @@ class Kind(str, Enum):
 
 
 NON_TENSOR = frozenset(Kind) - {Kind.TENSOR, Kind.PARAM, Kind.UNKNOWN}
+# tensor method names that other objects of training scripts have too, with another meaning
+# (wandb.log / logger.log, str.split, numpy's repeat / transpose / view, Module.to): on a value
+# whose kind is UNKNOWN they are left as they are and marked, not rewritten
+SHARED_METHODS = frozenset({"log", "split", "repeat", "transpose", "view", "to", "type",
+                            "index", "count", "copy", "sort", "item", "float", "int", "bool",
+                            "long", "half", "double", "max", "min", "sum", "mean", "std",
+                            "var", "all", "any", "round", "clip", "prod", "argmax", "argmin",
+                            "flatten", "squeeze", "reshape", "size", "numpy", "cpu", "cuda",
+                            "detach", "clone", "exp", "abs", "pow", "sign"})
 
 
 @dataclass(frozen=True)
@@ -255,6 +265,33 @@ class ValueFacts:
         """Known to hold something other than a tensor."""
         return self.kind(node) in NON_TENSOR
 
+    def may_be_none(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` may hold None: ``self.bias`` of a class that sets it to a
+        parameter or None (``nn.Parameter(...) if bias else None``), a name assigned None on
+        some path, a parameter defaulting to None."""
+        if isinstance(node, cst.Name) and node.value == "None":
+            return True
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and (
+                node.value.value == "self"):
+            owner = self.value(node.value)
+            if owner.cls is None:
+                return False
+            return any(_none_branch(v) for v in self._class_values(owner.cls, node.attr.value))
+        if isinstance(node, cst.Name):
+            access = self._access(node)
+            for a in access.referents if access is not None else ():
+                target = getattr(a, "node", None)
+                if isinstance(target, cst.Param):
+                    if target.default is not None and _none_branch(target.default):
+                        return True
+                    continue
+                parent = self._parents.get(target) if target is not None else None
+                assign = self._parents.get(parent) if isinstance(parent, cst.AssignTarget) \
+                    else None
+                if isinstance(assign, cst.Assign) and _none_branch(assign.value):
+                    return True
+        return False
+
     def value(self, node: cst.CSTNode) -> Value:
         key = id(node)
         found = self._cache.get(key)
@@ -273,7 +310,9 @@ class ValueFacts:
     # ---------------------------------------------------------------- expressions
     def _q(self, node: cst.CSTNode) -> str | None:
         names = self._qnames.get(node)
-        return sorted(n.name for n in names)[0] if names else None
+        if isinstance(names, LazyValue):
+            names = names()
+        return min(n.name for n in names) if names else None
 
     def _compute(self, node: cst.CSTNode) -> Value:
         if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,
@@ -476,19 +515,16 @@ class ValueFacts:
             return Value(Kind.LOADER)
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             return TENSOR
-        if q.startswith("torch.nn.") and not q.startswith(("torch.nn.functional.",
-                                                           "torch.nn.init.", "torch.nn.utils.")):
-            if q[len("torch.nn."):].split(".")[-1][:1].isupper() or self._layer(q):
-                return MODULE
-        if q == "torch.compile" and node.args:
-            return self.value(node.args[0].value)
-        if q in ("torch.nn.parallel.DistributedDataParallel", "torch.nn.DataParallel",
-                 "torch.nn.parallel.DataParallel") and node.args:
-            return self.value(node.args[0].value)
+        if q in ("torch.compile", "torch.nn.parallel.DistributedDataParallel",
+                 "torch.nn.DataParallel", "torch.nn.parallel.DataParallel") and node.args:
+            return self.value(node.args[0].value)  # the model it wraps
+        if q.startswith("torch.nn.") and not q.startswith((
+                "torch.nn.functional.", "torch.nn.init.", "torch.nn.utils.")) and (
+                q.split(".")[-1][:1].isupper() or self._layer(q)):
+            return MODULE
         if q in _TORCH_OBJECTS or q.startswith(_TORCH_NOT_TENSOR_PREFIXES):
             if q.startswith(("torch.cuda.is_", "torch.distributed.get_", "torch.cuda.device_",
-                             "torch.distributed.is_", "torch.backends.")) or q.startswith(
-                    "torch.is_"):
+                             "torch.distributed.is_", "torch.backends.", "torch.is_")):
                 return SCALAR
             return OBJECT
         if q in _TORCH_SCALARS:
@@ -857,18 +893,22 @@ class ValueFacts:
             cls = bases[0] if bases else None
         return None
 
-    def _class_attr(self, cls: str, attr: str) -> Value | None:
-        """The kind of ``self.<attr>`` in the file's class ``cls`` (and its bases of the
-        file): its assignments in any method, or a method of that name."""
-        found: list[Value] = []
+    def _class_values(self, cls: str, attr: str) -> list[cst.BaseExpression]:
+        """What ``self.<attr>`` is assigned in the file's class ``cls`` and its bases."""
+        found: list[cst.BaseExpression] = []
         seen = set()
         while cls and cls not in seen and self._file_class(cls):
             seen.add(cls)
-            attrs = self._attrs_of(cls)
-            found += [self.value(v) for v in attrs.get(attr, [])]
+            found += self._attrs_of(cls).get(attr, [])
             node = self._classes[cls]
             bases = [b.value.value for b in node.bases if isinstance(b.value, cst.Name)]
             cls = bases[0] if bases else None
+        return found
+
+    def _class_attr(self, cls: str, attr: str) -> Value | None:
+        """The kind of ``self.<attr>`` in the file's class ``cls`` (and its bases of the
+        file): its assignments in any method."""
+        found = [self.value(v) for v in self._class_values(cls, attr)]
         if not found:
             return None
         value = _join(found)
@@ -927,6 +967,15 @@ class ValueFacts:
                     self._q(assign.value.func) or "").startswith("argparse."):
                 return True
         return False
+
+
+def _none_branch(node: cst.BaseExpression) -> bool:
+    """``None``, or a conditional with a None branch."""
+    if isinstance(node, cst.Name):
+        return node.value == "None"
+    if isinstance(node, cst.IfExp):
+        return _none_branch(node.body) or _none_branch(node.orelse)
+    return False
 
 
 def _collect_self_assignments(fn: cst.FunctionDef,

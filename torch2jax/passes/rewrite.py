@@ -19,6 +19,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import FileIndex, Layouts, ordered_dict_items, qualified
 from torch2jax.analysis.training import (
     CLIPS,
@@ -105,8 +106,10 @@ class TorchToJax(cst.CSTTransformer):
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
                  report, training: TrainingIndex | None = None, uses_train: bool = False,
                  data: dt.DataIndex | None = None, torch_init: bool = False,
-                 hoist_steps: bool = True, for_equinox: bool = False) -> None:
+                 hoist_steps: bool = True, for_equinox: bool = False,
+                 values: vk.ValueFacts | None = None) -> None:
         super().__init__()
+        self.values = values  # what kind of value an expression of the file holds
         # the NNX translation that targets/equinox.py rewrites: every equinox layer is
         # channel-first and per example, so a container mixing channels-last and other
         # layers is called as it is, and nn.Upsample's lambda is written per example
@@ -775,6 +778,15 @@ class TorchToJax(cst.CSTTransformer):
                 and (Layouts(self.rules, self, self.index).is_ordered_dict(target.value.value)
                      or _python_list(self._fn_stack[-1], target.value.value))
         ) and not self._layer_container(target.value):
+            kind = self._array_target(target.value)
+            if kind == "python":  # config['vocab_size'] = 50257, param_group['lr'] = lr
+                return updated_node
+            if kind == "unsure":
+                self.diag(original_node, "indexed-update", "error",
+                          f"{code(target.value)}[...] = ...: {code(target.value)} is not known "
+                          "to be an array (JAX arrays are immutable: x = x.at[i].set(v)) or a "
+                          "Python container: left as it is")
+                return updated_node
             return self._indexed_update(original_node, updated_node.targets[0].target,
                                         "set", updated_node.value)
         # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
@@ -840,6 +852,9 @@ class TorchToJax(cst.CSTTransformer):
         return cst.FlattenSentinel(body)
 
     def leave_AugAssign(self, original_node, updated_node):
+        if isinstance(updated_node.target, cst.Subscript) and self._array_target(
+                original_node.target.value) == "python":
+            return updated_node  # counts[name] += 1 on a dict
         if isinstance(updated_node.target, cst.Subscript):
             ops = {cst.AddAssign: "add", cst.SubtractAssign: "subtract",
                    cst.MultiplyAssign: "multiply", cst.DivideAssign: "divide"}
@@ -3061,6 +3076,11 @@ class TorchToJax(cst.CSTTransformer):
             rule = self.rules.methods.get(meth)
             recv = original.func.value
             if rule is not None and self._tensorlike(recv, meth, original):
+                if self._receiver_unsure(recv, meth):
+                    raise Untranslatable(
+                        f"{code(recv)}.{meth}(...): {code(recv)} is not known to be a tensor "
+                        f"(other objects have a .{meth} too): left as it is",
+                        rule="unknown-receiver")
                 return self._method(original, updated, rule)
             if meth in ("to", "cuda", "cpu") and self._is_module_expr(recv):
                 return updated.func.value
@@ -3759,8 +3779,17 @@ class TorchToJax(cst.CSTTransformer):
     def _function(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)
         site = Site(rule=rule, args=b, unpack=self._unpack.get(id(original)),
-                    target=self.emitter.name, defined=self.index.defined)
+                    target=self.emitter.name, defined=self.index.defined,
+                    optional=self._optional_args(original, rule))
         return self._apply(original, site, receiver_first=False)
+
+    def _optional_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
+        """The arguments of ``original`` that may hold None at run time (value analysis)."""
+        if self.values is None or rule.special != "functional_layer_norm":
+            return frozenset()
+        given = bind(original.args, rule.params)
+        return frozenset(name for name in ("weight", "bias") if given.get(name) is not None
+                         and self.values.may_be_none(given.get(name)))
 
     def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)
@@ -3925,11 +3954,38 @@ class TorchToJax(cst.CSTTransformer):
             return True
         return False
 
+    def _receiver_unsure(self, recv: cst.BaseExpression, meth: str) -> bool:
+        """``recv.meth(...)`` where the value analysis cannot see what ``recv`` is and
+        ``meth`` is also a method of other objects (``run.log``): marked, not rewritten."""
+        return (self.values is not None and meth in vk.SHARED_METHODS
+                and self.values.kind(recv) == vk.Kind.UNKNOWN)
+
+    def _array_target(self, base: cst.BaseExpression) -> str:
+        """``base[i] = v``: "array" (rebind it with .at[i].set(v)), "python" (a dict, list,
+        optimizer.param_groups item, numpy array...: stays as it is) or "unsure"."""
+        if self.values is None:
+            return "array"
+        kind = self.values.kind(base)
+        if kind in vk.NON_TENSOR:
+            return "python"
+        return "unsure" if kind == vk.Kind.UNKNOWN else "array"
+
     def _tensorlike(self, recv: cst.BaseExpression, meth: str | None = None,
                     call_node: cst.Call | None = None) -> bool:
         if isinstance(recv, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString,
                              cst.Dict, cst.List, cst.Tuple, cst.Integer, cst.Float)):
             return False
+        if self.values is not None:
+            kind = self.values.kind(recv)
+            if kind == vk.Kind.TENSOR:
+                return True
+            if kind in vk.NON_TENSOR:
+                return False  # wandb.log(...), config.get(...), model.to(...)
+            rule = self.rules.methods.get(meth or "")
+            if call_node is not None and rule is not None and not rule.special and len(
+                    [a for a in call_node.args if a.keyword is None and not a.star]) > len(
+                    rule.params):
+                return False  # more arguments than the tensor method takes: run.log(k, v)
         if self._is_module_expr(recv):
             return False
         q = self.q(recv)

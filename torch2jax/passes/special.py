@@ -40,6 +40,8 @@ class Site:
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
     # the layer is applied to one example, (C, *spatial), not a batch (the equinox target)
     per_example: bool = False
+    # arguments that may hold None at run time (self.bias of a LayerNorm built with bias=False)
+    optional: frozenset[str] = frozenset()
 
     def x(self, name: str | None = None) -> cst.BaseExpression:
         """The tensor operated on: the receiver of a method, or the named argument (by default
@@ -929,10 +931,14 @@ def functional_layer_norm(site: Site) -> cst.BaseExpression:
     out = expr(f"jax.nn.standardize({{x}}, axis={axes}, epsilon={{e}})", x=site.x(),
                e=eps if eps is not None else py(1e-5))
     w, b = site.args.get("weight"), site.args.get("bias")
+    # (a weight or bias that is None on some instances: self.bias of a LayerNorm whose class
+    # sets it to None when built without one)
     if w is not None and try_literal(w, ...) is not None:
-        out = expr("{o} * {w}", o=out, w=w)
+        out = expr("{o} * ({w} if {w} is not None else 1.0)" if "weight" in site.optional
+                   else "{o} * {w}", o=out, w=w)
     if b is not None and try_literal(b, ...) is not None:
-        out = expr("{o} + {b}", o=out, b=b)
+        out = expr("{o} + ({b} if {b} is not None else 0.0)" if "bias" in site.optional
+                   else "{o} + {b}", o=out, b=b)
     return out
 
 
