@@ -50,6 +50,29 @@ def test_device_and_dtype_strings_read_later_are_kept_translated(tmp_path) -> No
     assert _run(result.code, tmp_path) == want == ["cpu", "cpu", "float32", "float32"]
 
 
+DEVICE_REBOUND_IN_A_BRANCH = """
+import os
+import torch
+
+device = 'cuda' if torch.cuda.is_available() else 'cpu'
+ddp = int(os.environ.get('RANK', -1)) != -1
+if ddp:
+    device = f'cuda:{int(os.environ["LOCAL_RANK"])}'
+device_type = 'cuda' if 'cuda' in device else 'cpu'
+print(device, device_type)
+"""
+
+
+def test_device_bound_again_only_in_a_branch_is_kept(tmp_path) -> None:
+    """The DDP guard binds `device` again in a branch: the name is still bound somewhere (no
+    linter complains), but on the single-process path the removed first binding was the one
+    the later line read: a NameError at run time. It stays."""
+    result = _convert(DEVICE_REBOUND_IN_A_BRANCH)
+    assert _errors(result) == []
+    assert "device = 'cuda' if jax.default_backend() == \"gpu\" else 'cpu'" in result.code
+    assert _run(result.code, tmp_path) == ["cpu", "cpu"]
+
+
 DEVICE_OBJECT = """
 import torch
 import torch.nn as nn

@@ -1,7 +1,8 @@
 """Output invariants, checked on every converted file before it is returned.
 
 (a) the file parses; (c) a statement is removed only when nothing reads what it binds
-(finish/removed.py puts the others back); (b) every name it reads is bound. A read that the
+(finish/removed.py puts the others back); (d) an info note that claims a transformation
+matches the code written (finish/claims.py); (b) every name it reads is bound. A read that the
 conversion left unbound (a torch name whose import went, a name whose statement went) is
 never left to fail at run time with a NameError: a torch import that is still read is kept,
 and every such line is marked ``# TODO(torch2jax)`` with an error diagnostic.
@@ -19,6 +20,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from torch2jax.finish import removed as rmv
+from torch2jax.finish.claims import check_claims
 from torch2jax.finish.names import BUILTINS, torch_import_lines, unbound_names, unbound_reads
 from torch2jax.report import Diagnostic
 
@@ -87,6 +89,7 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
         code, diagnostics, kept_imports = _settle(code, diagnostics, removed or {}, facts,
                                                   path, failed)
         tree = ast.parse(code)
+    diagnostics = check_claims(code, diagnostics)
     suspects = unbound_names(tree, code, path) - facts.unbound
     own = suspects & set(own_names) - set(facts.torch_imports)
     if own and own_imports is not None:

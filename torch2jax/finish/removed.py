@@ -136,12 +136,135 @@ def settle(code: str, removed: dict[int, Removed], unbound_in_input: set[str],
         unbound = {n for n in unbound_names(tree, code) - unbound_in_input
                    if not n.startswith("__torch2jax_removed_")}
         wanted = {k for k in present if k in removed and removed[k].names & unbound}
+        if not wanted:  # read where another binding may not have happened (if ddp: ...)
+            parents = _parents(tree)
+            wanted = {k for k, node in present.items() if k in removed and any(
+                _reaches_a_read(node, n, parents) for n in removed[k].names)}
         if not wanted:
             break
         code = _replace(code, {k: removed[k].text(True) for k in wanted})
         read |= wanted
     dropped = set(present)
     return _drop(code, tree, present), read, unfinished, dropped
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_SCOPES = (*_FUNCTIONS, ast.ClassDef, ast.Module)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def _parents(tree: ast.Module) -> dict[int, ast.AST]:
+    out = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            out[id(child)] = node
+    return out
+
+
+def _block_of(node: ast.stmt, parents: dict[int, ast.AST]) -> tuple[list[ast.stmt], int] | None:
+    """The statement list ``node`` is in, and its index there."""
+    parent = parents.get(id(node))
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and any(s is node for s in block):
+            return block, next(i for i, s in enumerate(block) if s is node)
+    return None
+
+
+def _binds(stmt: ast.stmt, name: str) -> bool:
+    """``stmt`` itself (not a block inside it) binds ``name``."""
+    targets: list[ast.AST] = []
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        targets = [stmt.target]
+    elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return stmt.name == name
+    elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return any((a.asname or a.name.split(".")[0]) == name for a in stmt.names)
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+               for t in targets for n in ast.walk(t))
+
+
+def _local_to(fn: ast.AST, name: str) -> bool:
+    """``name`` is a parameter of, or assigned in, the function (or class body) ``fn``."""
+    args = getattr(fn, "args", None)
+    if args is not None and any(a.arg == name for a in (
+            *args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg)
+            if a is not None):
+        return True
+    body = fn.body if isinstance(fn.body, list) else [fn.body]
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+            if getattr(node, "name", None) == name:
+                return True
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and _binds(node, name):
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _reaches_a_read(node: ast.stmt, name: str, parents: dict[int, ast.AST]) -> bool:
+    """Whether the binding of ``name`` that placeholder ``node`` stands for would reach a read
+    of ``name`` in the file: a read later in its scope (or anywhere in a loop around it, or
+    in a function nested in its scope), with no statement of the placeholder's own block
+    binding ``name`` again in between. Other bindings inside branches (``if ddp: device =
+    ...``) do not stop it: they may not happen."""
+    place = _block_of(node, parents)
+    if place is None:
+        return False
+    block, index = place
+    scope = parents.get(id(node))
+    while scope is not None and not isinstance(scope, _SCOPES):
+        scope = parents.get(id(scope))
+    if scope is None:
+        return False
+    loops = set()
+    at = parents.get(id(node))
+    while at is not None and at is not scope:
+        if isinstance(at, _LOOPS):
+            loops.add(id(at))
+        at = parents.get(id(at))
+    block_ids = {id(s): i for i, s in enumerate(block)}
+    for read in ast.walk(scope):
+        if not (isinstance(read, ast.Name) and read.id == name and isinstance(read.ctx,
+                                                                              ast.Load)):
+            continue
+        nested = in_loop = local = False
+        at_index = None
+        child, at = read, parents.get(id(read))
+        while at is not None and at is not scope:
+            inside = child in (at.body if isinstance(getattr(at, "body", None), list)
+                               else [getattr(at, "body", None)])
+            if isinstance(at, (*_FUNCTIONS, ast.ClassDef)) and inside:
+                nested = True  # read when the function runs (bases and defaults: now)
+                if _local_to(at, name):
+                    local = True
+                    break
+            if id(at) in loops:
+                in_loop = True
+            if id(at) in block_ids and at_index is None:
+                at_index = block_ids[id(at)]
+            child, at = at, parents.get(id(at))
+        if local:
+            continue
+        if id(child) in block_ids and at_index is None:
+            at_index = block_ids[id(child)]
+        if at_index is not None and at_index <= index and not in_loop and not nested:
+            continue  # before the placeholder
+        if at_index is None and not nested and not in_loop and (
+                read.lineno, read.col_offset) < (node.lineno, node.col_offset):
+            continue
+        end = at_index if at_index is not None and at_index > index else len(block)
+        if any(_binds(block[j], name) for j in range(index + 1, end)):
+            continue  # bound again first
+        return True
+    return False
 
 
 def _placeholders(tree: ast.Module) -> dict[int, ast.stmt]:
