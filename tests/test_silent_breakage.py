@@ -384,3 +384,53 @@ def test_layer_norm_with_optional_bias_other_targets_are_marked_or_guarded() -> 
         assert_names_bound(result.code)
         assert "+ self.bias\n" not in result.code
         assert "(self.bias if self.bias is not None else 0.0)" in result.code or _errors(result)
+
+
+# --------------------------------------------------------------------------------------------
+# DataLoader(ds, **kwargs)
+# --------------------------------------------------------------------------------------------
+
+LOADER_KWARGS = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+x = torch.arange(40, dtype=torch.float32).reshape(20, 2)
+y = torch.arange(20)
+train_kwargs = {'batch_size': 8}
+train_kwargs.update({'drop_last': True})
+use_cuda = torch.cuda.is_available()
+if use_cuda:
+    cuda_kwargs = {'num_workers': 1, 'pin_memory': True, 'shuffle': True}
+    train_kwargs.update(cuda_kwargs)
+loader = DataLoader(TensorDataset(x, y), **train_kwargs)
+for xb, yb in loader:
+    print(tuple(xb.shape), int(yb.sum()))
+"""
+
+
+def test_loader_options_in_a_kwargs_dict_are_kept(tmp_path) -> None:
+    """MNIST-example shape: `DataLoader(ds, **train_kwargs)` became a pipeline batched by 1.
+    The options come from the dict literal (and the update that always runs); the update
+    under `if use_cuda:` (shuffle) is reported, not followed. Same batches as torch."""
+    result = _convert(LOADER_KWARGS)
+    assert _errors(result) == []
+    assert ".batch(8, drop_remainder=True)" in "".join(result.code.split()).replace(
+        ",drop_remainder", ", drop_remainder").replace(",)", ")")
+    warnings = [d.message for d in result.diagnostics if d.severity == "warning"]
+    assert any("train_kwargs.update(...) under a condition" in w and "shuffle=True" in w
+               for w in warnings), warnings
+    want = _run(textwrap.dedent(LOADER_KWARGS), tmp_path)
+    assert _run(result.code, tmp_path) == want == ["(8,", "2)", "28", "(8,", "2)", "92"]
+
+
+def test_loader_options_nobody_can_read_are_marked() -> None:
+    source = textwrap.dedent("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def make(ds, options):
+            return DataLoader(ds, **options)
+    """)
+    result = convert_source(source, path="script.py")
+    assert any("the loader's options cannot be read" in e for e in _errors(result))
+    assert "DataLoader(ds, **options)" in result.code

@@ -891,13 +891,17 @@ class TorchToJax(cst.CSTTransformer):
         site = self.data.loaders.get(name)
         if q in dt.LOADERS and site is not None and site.shuffled:
             try:
-                pipeline, notes = dt.loader_pipeline(original_node.value, updated_node.value,
-                                                     self.q, self.data, "epoch")
+                expanded, warnings = dt.expand_loader_kwargs(
+                    original_node.value, updated_node.value, self.get_metadata)
+                pipeline, notes = dt.loader_pipeline(original_node.value, expanded, self.q,
+                                                     self.data, "epoch")
             except Untranslatable as exc:
                 self.diag(original_node, exc.rule or q, "error", exc.message)
                 return None
             for note in notes:
                 self.diag(original_node, q, "info", note)
+            for note in warnings:
+                self.diag(original_node, q, "warning", note)
             self.need("grain")
             blank = [cst.EmptyLine(indent=False)]
             self._pending[-1].after.append(dt.loader_function(name, "epoch", pipeline, blank))
@@ -2575,6 +2579,13 @@ class TorchToJax(cst.CSTTransformer):
         if (original_node.attr.value == "module" and isinstance(original_node.value, cst.Name)
                 and original_node.value.value in self.data.wrapped):
             return updated_node.value  # DDP(model).module: the model itself
+        if original_node.attr.value in ("dataset", "sampler", "batch_size") and (
+                self.values is not None and self.values.kind(original_node.value)
+                == vk.Kind.LOADER):
+            self.diag(original_node, "torch.utils.data.DataLoader", "error",
+                      f"{code(original_node)}: the loader is a grain pipeline, which has no "
+                      f".{original_node.attr.value}: read it from what the loader was built "
+                      "from")
         if (original_node.attr.value == "forward" and self.in_module_class()
                 and m.matches(original_node.value, m.Call(func=m.Name("super")))):
             return updated_node.with_changes(attr=cst.Name("__call__"))  # super().forward(x)
@@ -2901,9 +2912,12 @@ class TorchToJax(cst.CSTTransformer):
             site = self.data.loaders.get(target or "")
             if site is not None and site.shuffled:
                 return updated  # the assignment becomes a function of the epoch: leave_Assign
-            pipeline, notes = dt.loader_pipeline(original, updated, self.q, self.data, None)
+            expanded, warnings = dt.expand_loader_kwargs(original, updated, self.get_metadata)
+            pipeline, notes = dt.loader_pipeline(original, expanded, self.q, self.data, None)
             for note in notes:
                 self.diag(original, name, "info", note)
+            for note in warnings:
+                self.diag(original, name, "warning", note)
             self.need("grain")
             return pipeline
         if name in dt.SAMPLERS | dt.BATCH_SAMPLERS or name in dt.SCALERS or (
@@ -3952,7 +3966,8 @@ class TorchToJax(cst.CSTTransformer):
                         and node.attr.value not in info.tensor_attrs)
         if isinstance(node, cst.Name) and node.value in ("model", "net", "module"):
             return True
-        return False
+        # Net().to(device), self.transformer.h[0], a model passed to a function
+        return self.values is not None and self.values.kind(node) == vk.Kind.MODULE
 
     def _receiver_unsure(self, recv: cst.BaseExpression, meth: str) -> bool:
         """``recv.meth(...)`` where the value analysis cannot see what ``recv`` is and
