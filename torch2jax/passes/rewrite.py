@@ -29,6 +29,7 @@ from torch2jax.analysis.training import (
     TrainingIndex,
 )
 from torch2jax.finish import removed as rmv
+from torch2jax.passes import closures
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import remat as rm
@@ -488,6 +489,7 @@ class TorchToJax(cst.CSTTransformer):
         name = self._class_stack.pop()
         if name not in self.index.module_classes:
             return self._dataset_class(original_node, updated_node)
+        updated_node = self._lambda_methods(original_node, updated_node)
         info = self.index.classes[name]
         bases = []
         for b, ob in zip(updated_node.bases, original_node.bases):
@@ -2708,6 +2710,34 @@ class TorchToJax(cst.CSTTransformer):
                     attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
 
+    def _lambda_methods(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        """``self.f = lambda x: m.c_proj(m.c_fc(x))`` over submodules -> a method
+        (passes/closures.py); one that cannot move is marked at its line."""
+        def where(attr: str) -> cst.CSTNode:
+            init = next((s for s in original.body.body if isinstance(s, cst.FunctionDef)
+                         and s.name.value == "__init__"), original)
+            return next((s for s in init.body.body if isinstance(s, cst.SimpleStatementLine)
+                         and m.matches(s.body[0], m.Assign(targets=[m.AssignTarget(
+                             m.Attribute(value=m.Name("self"), attr=m.Name(attr)))],
+                             value=m.Lambda()))), original) if isinstance(
+                                 init, cst.FunctionDef) else original
+
+        def mark(attr: str, message: str) -> None:
+            line, col = self.pos(where(attr))
+            self.report(line, col, closures.RULE, "error", message)
+
+        info = self.index.classes.get(original.name.value)
+        dicts = frozenset(a for a, r in info.attr_rule.items() if r == "torch.nn.ModuleDict") \
+            if self.linen and info is not None else frozenset()
+        updated, moved = closures.lambdas_to_methods(updated, mark, dicts)
+        for attr in moved:
+            line, col = self.pos(where(attr))
+            self.report(line, col, closures.RULE, "info",
+                        f"self.{attr} = lambda over submodules -> method {attr}: a lambda "
+                        "would keep the layers it closed over out of JAX transforms (their "
+                        "parameters would get no gradient)")
+        return updated
+
     def _inherited_attr_rule(self, attr: str) -> str:
         """The torch layer ``self.<attr>`` is, set in this class or a module class of this
         file it derives from (ShiftedWindowAttentionV2 reads its base's self.qkv)."""
@@ -3330,6 +3360,8 @@ class TorchToJax(cst.CSTTransformer):
         func = original.func
         if isinstance(func, cst.Name):
             n = func.value
+            if n in self.index.module_classes and self._no_constructor(n):
+                return False  # class NewGELU(nn.Module) with only a forward: built bare
             if n in self.index.module_classes or n in self.index.rngs_functions:
                 return True
             # a layer factory handed in as an argument (block(...), norm_layer(...))
@@ -3444,6 +3476,20 @@ class TorchToJax(cst.CSTTransformer):
         if rule.subclass is None or not (target.startswith("nnx.") and target[4:5].isupper()):
             return None
         return rule
+
+    def _no_constructor(self, cls: str) -> bool:
+        """A module class of this file whose chain of module classes up to nn.Module defines
+        no ``__init__``: its JAX class takes no rngs either."""
+        seen: set[str] = set()
+        while cls in self.index.classes and cls not in seen:
+            seen.add(cls)
+            info = self.index.classes[cls]
+            if info.defines_init or info.layer_base or info.container:
+                return False
+            if info.module_base == "torch":
+                return True
+            cls = info.module_base
+        return False
 
     def _takes_layer_arguments(self, cls: str | None) -> bool:
         """No class from ``cls`` up to the torch layer defines ``__init__``: it is built with

@@ -104,6 +104,7 @@ class Layer:
     alts: tuple[str, ...] = ()
     # seq / list: its layers were appended in a loop (how many is not known here)
     loop: bool = False
+    bare: bool = False  # kind == "module" of a class with no constructor: built without a key
 
 
 # recurrent layer kinds -> torch's names (for messages)
@@ -249,8 +250,10 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
         if name == "nnx.Param":
             return pos[0], Layer("param")
         if name in classes:
+            bare = not any(a.keyword and a.keyword.value == "rngs" for a in node.args)
             return node.with_changes(args=[*[a for a in node.args if not (
-                a.keyword and a.keyword.value == "rngs")]]), Layer("module", cls=name)
+                a.keyword and a.keyword.value == "rngs")]]), Layer("module", cls=name,
+                                                                   bare=bare)
         if name.startswith("nnx.") and name[4:5].isupper():  # (functions: _NoNnx marks them)
             raise EquinoxError(f"{name} has no equinox translation yet")
     text = code(node)
@@ -419,7 +422,7 @@ class _InitRewriter(cst.CSTTransformer):
         except EquinoxError as exc:
             self.errors.append(exc.message)
             return updated_node
-        if lay.kind == "module":
+        if lay.kind == "module" and not lay.bare:
             new = new.with_changes(args=[*new.args[:-1], new.args[-1].with_changes(
                 comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))] if new.args
                 else [], )
@@ -461,7 +464,7 @@ class _InitRewriter(cst.CSTTransformer):
                 a.with_changes(keyword=cst.Name("key"), value=cst.Name("__needs_key__"))
                 if a.keyword is not None and a.keyword.value == "rngs" else a
                 for a in new.args])
-        if lay.kind == "module" or "__needs_key__" in code(new):
+        if (lay.kind == "module" and not lay.bare) or "__needs_key__" in code(new):
             self.sites += 1
         self.values[id(new)] = lay
         return new
