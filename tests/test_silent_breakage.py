@@ -486,3 +486,56 @@ def test_lambda_over_submodules_and_other_locals_is_marked() -> None:
     assert "self.f = lambda x: fc(x) * factor" in result.code
     assert [d.rule for d in result.diagnostics if d.severity == "error"] == ["lambda-closure"]
     assert "# TODO(torch2jax): self.f = lambda closing over submodules" in result.code
+
+
+# --------------------------------------------------------------------------------------------
+# module containers on the linen and equinox targets
+# --------------------------------------------------------------------------------------------
+
+CONTAINERS_FILE = ROOT / "tests" / "data" / "shapes" / "module_containers.py"
+
+
+def test_linen_module_list_grown_in_a_loop_initialises() -> None:
+    """linen: `self.layers = nn.ModuleList()` then `.append(...)` in a loop failed at init
+    ('tuple' object has no attribute 'append': linen freezes lists assigned to a module).
+    The list is built in a local and assigned once; outputs and gradients match torch."""
+    from torch2jax.verify.run import VerifyRequest, run_request
+
+    result = convert_source(CONTAINERS_FILE.read_text(), path=str(CONTAINERS_FILE),
+                            target="linen")
+    assert_names_bound(result.code)
+    assert "self.layers.append(" not in result.code
+    verified = run_request(VerifyRequest(f"{CONTAINERS_FILE}::Stack",
+                                         args={"dim": 8, "depth": 3},
+                                         inputs=("float32[2,3,8]",), grad=True,
+                                         jax_target="linen"))
+    assert verified.error is None, verified.error
+    assert verified.passed, verified.to_json()
+
+
+def test_equinox_input_rank_taken_from_the_first_layer_is_reported() -> None:
+    """equinox: a model whose layers sit in a ModuleDict and a ModuleList, called in a loop,
+    was written for one index per example (what nn.Embedding takes first) with no marker:
+    a (B, T) batch failed under jax.vmap. The assumption is now a warning at the class; with
+    the shape stated in forward (b, t = idx.size()) the model takes (B, T) batches and
+    matches torch, gradients included."""
+    from torch2jax.verify.run import VerifyRequest, run_request
+
+    result = convert_source(CONTAINERS_FILE.read_text(), path=str(CONTAINERS_FILE),
+                            target="equinox")
+    assert_names_bound(result.code)
+    warnings = {d.message.split("(")[0]: d for d in result.diagnostics
+                if d.severity == "warning" and d.rule == "equinox"}
+    assert "TinyLM" in warnings and "each example is taken to be a scalar" in warnings[
+        "TinyLM"].message
+    assert CONTAINERS_FILE.read_text().splitlines()[warnings["TinyLM"].line - 1].startswith(
+        "class TinyLM(")
+    sized = convert_source((CONTAINERS_FILE.parent / "sized_lm.py").read_text(),
+                           target="equinox")
+    assert [d for d in sized.diagnostics if d.severity != "info"] == []
+    verified = run_request(VerifyRequest(f"{CONTAINERS_FILE.parent / 'sized_lm.py'}::SizedLM",
+                                         args={"vocab": 11, "n": 8, "depth": 2},
+                                         inputs=("int64[2,5]:11",), grad=True,
+                                         jax_target="equinox"))
+    assert verified.error is None, verified.error
+    assert verified.passed, verified.to_json()

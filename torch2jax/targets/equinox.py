@@ -999,7 +999,7 @@ class Forward:
                 raise EquinoxError(f"a {lay.kind} layer applied to a value whose rank is not "
                                    "known here")
             rank = x.rank if x.rank is not None else need
-            self._fix_input_rank(args[0].value, rank)
+            self._fix_input_rank(args[0].value, rank, lay.kind)
             if rank < need:
                 raise EquinoxError(f"a {lay.kind} layer applied to a value of rank {rank}")
             f: cst.BaseExpression = func
@@ -1062,7 +1062,7 @@ class Forward:
                     raise EquinoxError("a Sequential applied to a value whose rank is not "
                                        "known here")
                 rank = VECTOR_LAYERS[first.kind]
-                self._fix_input_rank(args[0].value, rank)
+                self._fix_input_rank(args[0].value, rank, first.kind)
             for _ in range(vmaps):
                 func = expr("jax.vmap({f})", f=func)
             call = cst.Call(func, new_args)
@@ -1314,12 +1314,14 @@ class Forward:
         self.owner.lambdas[attr] = new
         return out
 
-    def _fix_input_rank(self, node: cst.BaseExpression, rank: int) -> None:
+    def _fix_input_rank(self, node: cst.BaseExpression, rank: int, kind: str = "") -> None:
         """A model input whose rank a layer decided: later uses agree with it."""
         for n in m.findall(node, m.Name()) if not isinstance(node, cst.Name) else [node]:
             info = self.env.get(n.value)
             if info is not None and info.is_input and info.rank is None:
                 self.env[n.value] = replace(info, rank=rank)
+                if kind:
+                    self.owner.assumed.append((n.value, rank, kind))
 
     # --- expressions
     def ev(self, node: cst.BaseExpression) -> tuple[cst.BaseExpression, Info]:
@@ -2116,6 +2118,9 @@ class ClassInfo:
     # builder methods (``*, rngs`` in NNX, called as ``self.name(...)`` in ``__init__``),
     # rewritten like ``__init__``
     methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    # inputs of __call__ whose per-example rank no line states, taken from the first layer
+    # applied to them: (parameter, rank, layer kind)
+    assumed: list[tuple[str, int, str]] = field(default_factory=list)
 
 
 def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
@@ -2487,9 +2492,10 @@ def _without_nnx_helpers(module: cst.Module) -> cst.Module:
 
 
 def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = ()
-            ) -> tuple[str, list[tuple[int, str]]]:
-    """NNX code -> equinox code. Returns the code and ``(line, message)`` of each TODO this
-    pass added. ``per_example``: the code of the NNX pass's layers written for one example
+            ) -> tuple[str, list[tuple[int, str]], list[tuple[str, str]]]:
+    """NNX code -> equinox code. Returns the code, ``(line, message)`` of each TODO this
+    pass added, and ``(class, message)`` of the input ranks it took from a first layer.
+    ``per_example``: the code of the NNX pass's layers written for one example
     (ConversionResult.per_example)."""
     module = _without_nnx_helpers(cst.parse_module(nnx_code))
     torch_module = cst.parse_module(torch_source)
@@ -2568,7 +2574,17 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = ()
     todos = [(i + 1, line.split("TODO(torch2jax): ", 1)[1])
              for i, line in enumerate(text.splitlines())
              if f"[{RULE}]" in line and "# TODO(torch2jax): " in line]
-    return text, todos
+    ranks = {0: "a scalar (one index)", 1: "a vector"}
+    assumed = [(name, f"{name}({', '.join(p for p, _, _ in c.assumed)}): no line states the "
+                f"shape of {', '.join(p for p, _, _ in c.assumed)}; each example is taken to be "
+                f"{', '.join(ranks.get(r, f'of rank {r}') for _, r, _ in c.assumed)}, as the "
+                f"first layer it meets ({', '.join(k for _, _, k in c.assumed)}) takes it, and "
+                "the model maps over the batch axis only. For more axes per example (a (B, T) "
+                f"batch of sequences) unpack its shape in forward (b, t = "
+                f"{c.assumed[0][0]}.size()) and convert again, or map the model over them "
+                "with jax.vmap")
+               for name, c in f.classes.items() if name not in used and c.assumed]
+    return text, todos, assumed
 
 
 def _builder(fn: cst.FunctionDef, f: EquinoxFile) -> tuple[cst.FunctionDef, Layer] | None:
@@ -2807,7 +2823,12 @@ def from_nnx(nnx: object, source: str, path: str) -> object:
     from torch2jax.convert import ConversionResult
     from torch2jax.report import Diagnostic
 
-    text, todos = convert(nnx.code, source, getattr(nnx, "per_example", ()))
+    text, todos, assumed = convert(nnx.code, source, getattr(nnx, "per_example", ()))
     diags = list(nnx.diagnostics) + [Diagnostic(path, line, 0, RULE, "error", msg.rsplit(
         f" [{RULE}]", 1)[0]) for line, msg in todos]
+    lines = source.splitlines()
+    for name, message in assumed:  # a warning at the torch class
+        at = next((i + 1 for i, line in enumerate(lines)
+                   if line.lstrip().startswith(f"class {name}(")), 1)
+        diags.append(Diagnostic(path, at, 1, RULE, "warning", message))
     return ConversionResult(code=text, diagnostics=diags)
