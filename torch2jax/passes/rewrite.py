@@ -29,11 +29,10 @@ from torch2jax.analysis.training import (
     TrainingIndex,
 )
 from torch2jax.finish import removed as rmv
-from torch2jax.passes import closures
+from torch2jax.passes import closures, torch_init
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import remat as rm
-from torch2jax.passes import torch_init
 from torch2jax.passes import training as tr
 from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import (

@@ -2574,17 +2574,22 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = ()
     todos = [(i + 1, line.split("TODO(torch2jax): ", 1)[1])
              for i, line in enumerate(text.splitlines())
              if f"[{RULE}]" in line and "# TODO(torch2jax): " in line]
-    ranks = {0: "a scalar (one index)", 1: "a vector"}
-    assumed = [(name, f"{name}({', '.join(p for p, _, _ in c.assumed)}): no line states the "
-                f"shape of {', '.join(p for p, _, _ in c.assumed)}; each example is taken to be "
-                f"{', '.join(ranks.get(r, f'of rank {r}') for _, r, _ in c.assumed)}, as the "
-                f"first layer it meets ({', '.join(k for _, _, k in c.assumed)}) takes it, and "
-                "the model maps over the batch axis only. For more axes per example (a (B, T) "
-                f"batch of sequences) unpack its shape in forward (b, t = "
-                f"{c.assumed[0][0]}.size()) and convert again, or map the model over them "
-                "with jax.vmap")
-               for name, c in f.classes.items() if name not in used and c.assumed]
+    assumed = [(name, _assumed_ranks(name, c.assumed)) for name, c in f.classes.items()
+               if name not in used and c.assumed]
     return text, todos, assumed
+
+
+def _assumed_ranks(name: str, assumed: list[tuple[str, int, str]]) -> str:
+    """The warning for a model whose input ranks were taken from its first layers."""
+    ranks = {0: "a scalar (one index)", 1: "a vector"}
+    params = ", ".join(p for p, _, _ in assumed)
+    taken = ", ".join(ranks.get(r, f"of rank {r}") for _, r, _ in assumed)
+    kinds = ", ".join(k for _, _, k in assumed)
+    return (f"{name}({params}): no line states the shape of {params}; each example is taken "
+            f"to be {taken}, as the first layer it meets ({kinds}) takes it, and the model "
+            "maps over the batch axis only. For more axes per example (a (B, T) batch of "
+            f"sequences) unpack its shape in forward (b, t = {assumed[0][0]}.size()) and "
+            "convert again, or map the model over them with jax.vmap")
 
 
 def _builder(fn: cst.FunctionDef, f: EquinoxFile) -> tuple[cst.FunctionDef, Layer] | None:
