@@ -16,7 +16,6 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
 from torch2jax.finish import removed as rmv
@@ -97,21 +96,31 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
         suspects -= own
     if not suspects and not kept_imports:
         return code, diagnostics
-    # the nodes, exactly (slower: only for files that have such names)
-    module = cst.parse_module(code)
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    unbound = list(unbound_reads(wrapper, suspects, kept_imports))
-    if not unbound:
+    return _mark_reads(code, tree, suspects, kept_imports, diagnostics, facts, path)
+
+
+def _mark_reads(code: str, tree: ast.Module, suspects: set[str], kept_imports: set[str],
+                diagnostics: list[Diagnostic], facts: InputFacts, path: str
+                ) -> tuple[str, list[Diagnostic]]:
+    """A TODO line above each statement that reads a name of ``suspects`` unbound, or a torch
+    name of ``kept_imports`` (its import put back); the torch imports still read and not put
+    back are added after the file's imports. Plain text edits guided by ``ast``."""
+    parents = rmv.parents_of(tree)
+    wanted = suspects | kept_imports
+    reads = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(
+        n.ctx, ast.Load) and n.id in wanted and not rmv.shadowed(n, parents)]
+    if not reads:
         return code, diagnostics
-    positions = wrapper.resolve(PositionProvider)
-    parents = wrapper.resolve(ParentNodeProvider)
-    unbound.sort(key=lambda n: (positions[n].start.line, positions[n].start.column))
-    restored = sorted({n.value for n in unbound if n.value in facts.torch_imports
-                       and n.value not in kept_imports})
-    notes: dict[int, list[tuple[str, str, str]]] = {}  # id(Name) -> (name, rule, message)
-    dotted = {id(n): _dotted(n, parents) for n in unbound}
-    for node in unbound:
-        name = node.value
+    reads.sort(key=lambda n: (n.lineno, n.col_offset))
+    lines = code.splitlines(keepends=True)
+    dotted = {id(n): _dotted_ast(n, parents) for n in reads}
+    restored = sorted({n.id for n in reads if n.id in facts.torch_imports
+                       and n.id not in kept_imports})
+    todos: dict[int, list[str]] = {}  # line number (1-based) -> comment texts
+    out = list(diagnostics)
+    seen: set[tuple[int, str, str]] = set()
+    for node in reads:
+        name = node.id
         if name in facts.torch_imports:
             rule = "torch-leftover"
             msg = (f"{dotted[id(node)]} is not translated here ({facts.torch_imports[name]} "
@@ -120,20 +129,51 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
             rule = "unbound-name"
             msg = (f"`{name}` is read here but the converted file no longer binds it (the "
                    "conversion removed what bound it)")
-        notes[id(node)] = [(name, rule, msg)]
-    marker = _MarkStatements(notes)
-    module = module.visit(marker)
-    out = list(diagnostics)
-    for node in unbound:
-        if id(node) in marker.skipped:
+        stmt = node
+        while not isinstance(stmt, ast.stmt):
+            stmt = parents[id(stmt)]
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", []))])
+        above = _comments_above(lines, first)
+        if (rule == "torch-leftover" and any(c.startswith(TODO_PREFIX) for c in above)) or (
+                (first, name, rule) in seen):
             continue
-        (_, rule, msg), = notes[id(node)]
-        line, col = _input_position(node, dotted, unbound, positions, facts)
+        seen.add((first, name, rule))
+        text = f"{TODO_PREFIX} {msg} [{rule}]"
+        if text not in above:  # (converted code converted again: written once)
+            todos.setdefault(first, []).append(text)
+        line, col = _input_position(node, dotted, reads, facts)
         out.append(Diagnostic(path, line, col, rule, "error", msg))
+    new = []
+    for number, line in enumerate(lines, start=1):
+        if number in todos:
+            indent = line[:len(line) - len(line.lstrip())]
+            new += [f"{indent}{t}\n" for t in todos[number]]
+        new.append(line)
+    code = "".join(new)
     if restored:
-        module = _add_import_lines(module, [facts.torch_imports[n] for n in restored])
+        code = _add_import_lines(code, [facts.torch_imports[n] for n in restored])
     out.sort(key=lambda d: (d.line, d.column))
-    return module.code, out
+    return code, out
+
+
+def _comments_above(lines: list[str], first: int) -> list[str]:
+    """The comment lines right above line ``first`` (1-based), stripped."""
+    out = []
+    i = first - 2
+    while i >= 0 and lines[i].lstrip().startswith("#"):
+        out.append(lines[i].strip())
+        i -= 1
+    return out
+
+
+def _dotted_ast(node: ast.Name, parents: dict[int, ast.AST]) -> str:
+    """The longest ``a.b.c`` that starts with the Name ``node``."""
+    text, at = node.id, node
+    while True:
+        parent = parents.get(id(at))
+        if not isinstance(parent, ast.Attribute) or parent.value is not at:
+            return text
+        text, at = f"{text}.{parent.attr}", parent
 
 
 def _settle(code: str, diagnostics: list[Diagnostic], removed: dict[int, rmv.Removed],
@@ -167,8 +207,8 @@ def _settle(code: str, diagnostics: list[Diagnostic], removed: dict[int, rmv.Rem
     return code, out, kept_imports
 
 
-def _input_position(node: cst.Name, dotted: dict[int, str], ordered: list[cst.Name],
-                    positions, facts: InputFacts) -> tuple[int, int]:
+def _input_position(node: ast.Name, dotted: dict[int, str], ordered: list[ast.Name],
+                    facts: InputFacts) -> tuple[int, int]:
     """Where the read was in the torch file: among the input's reads of the same dotted text,
     the one of the same rank (counted from the end when the input has more of them: the reads
     the conversion removed are mostly definitions, early in the file). Its place in the output
@@ -180,64 +220,24 @@ def _input_position(node: cst.Name, dotted: dict[int, str], ordered: list[cst.Na
     if found:
         return found[max(0, len(found) - len(same)) + k] if len(found) >= len(same) \
             else found[-1]
-    start = positions[node].start
-    return start.line, start.column + 1
+    return node.lineno, node.col_offset + 1
 
 
-class _MarkStatements(cst.CSTTransformer):
-    """A ``# TODO(torch2jax)`` line above the statement that holds each noted Name (its
-    innermost statement: a compound statement when the Name is in its header). A torch
-    leftover on a line that already carries a TODO gets none: that TODO says why."""
-
-    def __init__(self, notes: dict[int, list[tuple[str, str, str]]]) -> None:
-        super().__init__()
-        self.notes = notes
-        self.stack: list[list[tuple[int, str, str, str]]] = []
-        self.skipped: set[int] = set()
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            self.stack.append([])
-        elif isinstance(node, cst.Name) and id(node) in self.notes and self.stack:
-            self.stack[-1].extend((id(node), *n) for n in self.notes[id(node)])
-        return super().on_visit(node)
-
-    def on_leave(self, original_node, updated_node):
-        result = super().on_leave(original_node, updated_node)
-        if not isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            return result
-        found = self.stack.pop()
-        if not found:
-            return result
-        leading = list(result.leading_lines)
-        marked = any(ll.comment is not None and ll.comment.value.startswith(TODO_PREFIX)
-                     for ll in leading)
-        present = {ll.comment.value for ll in leading if ll.comment is not None}
-        seen = set()
-        for node_id, name, rule, msg in found:
-            if (rule == "torch-leftover" and marked) or (name, rule) in seen:
-                self.skipped.add(node_id)
-                continue
-            seen.add((name, rule))
-            text = f"{TODO_PREFIX} {msg} [{rule}]"
-            if text not in present:  # (converted code converted again: written once)
-                leading.append(cst.EmptyLine(comment=cst.Comment(text)))
-        return result.with_changes(leading_lines=leading)
-
-
-def _add_import_lines(module: cst.Module, lines: list[str]) -> cst.Module:
+def _add_import_lines(code: str, lines: list[str]) -> str:
     """``lines`` after the module's docstring, ``__future__`` imports and top-level imports."""
-    body = list(module.body)
-    at = 0
-    for i, stmt in enumerate(body):
-        if i == 0 and m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
-            at = 1
-        elif m.matches(stmt, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
-            at = i + 1
-        else:
+    tree = ast.parse(code)
+    at = 0  # the line after which they go
+    for i, stmt in enumerate(tree.body):
+        docstring = i == 0 and isinstance(stmt, ast.Expr) and isinstance(
+            stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+        if not docstring and not isinstance(stmt, (ast.Import, ast.ImportFrom)):
             break
-    body[at:at] = [cst.parse_statement(line + "\n") for line in lines]
-    return module.with_changes(body=body)
+        at = stmt.end_lineno
+    text = code.splitlines(keepends=True)
+    if at and not text[at - 1].endswith("\n"):
+        text[at - 1] += "\n"
+    text[at:at] = [line + "\n" for line in lines]
+    return "".join(text)
 
 
 __all__ = ["BUILTINS", "InputFacts", "check_output", "input_facts"]

@@ -138,8 +138,13 @@ def settle(code: str, removed: dict[int, Removed], unbound_in_input: set[str],
         wanted = {k for k in present if k in removed and removed[k].names & unbound}
         if not wanted:  # read where another binding may not have happened (if ddp: ...)
             parents = _parents(tree)
+            names = {n for k in present if k in removed for n in removed[k].names}
+            loads: dict[str, list[ast.Name]] = {}
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load):
+                    loads.setdefault(n.id, []).append(n)
             wanted = {k for k, node in present.items() if k in removed and any(
-                _reaches_a_read(node, n, parents) for n in removed[k].names)}
+                _reaches_a_read(node, n, parents, loads.get(n, ())) for n in removed[k].names)}
         if not wanted:
             break
         code = _replace(code, {k: removed[k].text(True) for k in wanted})
@@ -151,6 +156,26 @@ def settle(code: str, removed: dict[int, Removed], unbound_in_input: set[str],
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _SCOPES = (*_FUNCTIONS, ast.ClassDef, ast.Module)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def shadowed(read: ast.Name, parents: dict[int, ast.AST]) -> bool:
+    """``read`` is of a name some function (or comprehension) around it binds locally."""
+    child, at = read, parents.get(id(read))
+    while at is not None:
+        if isinstance(at, _FUNCTIONS):
+            inside = child in (at.body if isinstance(at.body, list) else [at.body])
+            if inside and _local_to(at, read.id):
+                return True
+        elif isinstance(at, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) and any(
+                isinstance(n, ast.Name) and n.id == read.id
+                for g in at.generators for n in ast.walk(g.target)):
+            return True
+        child, at = at, parents.get(id(at))
+    return False
+
+
+def parents_of(tree: ast.Module) -> dict[int, ast.AST]:
+    return _parents(tree)
 
 
 def _parents(tree: ast.Module) -> dict[int, ast.AST]:
@@ -209,7 +234,8 @@ def _local_to(fn: ast.AST, name: str) -> bool:
     return False
 
 
-def _reaches_a_read(node: ast.stmt, name: str, parents: dict[int, ast.AST]) -> bool:
+def _reaches_a_read(node: ast.stmt, name: str, parents: dict[int, ast.AST],
+                    loads: list[ast.Name] | tuple = ()) -> bool:
     """Whether the binding of ``name`` that placeholder ``node`` stands for would reach a read
     of ``name`` in the file: a read later in its scope (or anywhere in a loop around it, or
     in a function nested in its scope), with no statement of the placeholder's own block
@@ -231,10 +257,7 @@ def _reaches_a_read(node: ast.stmt, name: str, parents: dict[int, ast.AST]) -> b
             loops.add(id(at))
         at = parents.get(id(at))
     block_ids = {id(s): i for i, s in enumerate(block)}
-    for read in ast.walk(scope):
-        if not (isinstance(read, ast.Name) and read.id == name and isinstance(read.ctx,
-                                                                              ast.Load)):
-            continue
+    for read in loads:
         nested = in_loop = local = False
         at_index = None
         child, at = read, parents.get(id(read))
@@ -251,7 +274,7 @@ def _reaches_a_read(node: ast.stmt, name: str, parents: dict[int, ast.AST]) -> b
             if id(at) in block_ids and at_index is None:
                 at_index = block_ids[id(at)]
             child, at = at, parents.get(id(at))
-        if local:
+        if local or at is None:  # (at None: the read is outside the placeholder's scope)
             continue
         if id(child) in block_ids and at_index is None:
             at_index = block_ids[id(child)]
