@@ -191,3 +191,19 @@ grad = false
     assert not default.passed and default.grad_max_abs_diff is not None
     assert [p.dtype for p in opted_out.passes] == ["float32"]
     assert opted_out.passed and opted_out.grad_max_abs_diff is None
+
+
+def test_a_float32_computation_inside_the_jax_side_is_found():
+    """jax.nn.dot_product_attention keeps its softmax in float32 even under x64 (flax's
+    MultiHeadAttention calls it): the float64 pass could only report that rounding, so it does
+    not run, and says why, instead of failing a right translation."""
+    import jax
+    import jax.numpy as jnp
+
+    from torch2jax.verify.run import Float32Inside, check_float64
+
+    with jax.enable_x64(True):
+        q = jnp.ones((2, 5, 4, 4), dtype=jnp.float64)
+        check_float64(lambda q: jax.nn.softmax(q @ jnp.swapaxes(q, -1, -2)), q)  # float64 only
+        with pytest.raises(Float32Inside, match="_dot_product_attention_core called from"):
+            check_float64(lambda q: jax.nn.dot_product_attention(q, q, q), q)

@@ -70,6 +70,11 @@ class VerifyError(RuntimeError):
     """Verification could not run (as opposed to: it ran and the results differ)."""
 
 
+class Float32Inside(VerifyError):
+    """The JAX side computes in float32 even with float64 inputs and parameters (JAX's
+    ``jax.nn.dot_product_attention`` keeps its softmax in float32): float64 cannot be checked."""
+
+
 @dataclass
 class PassFigures:
     """The figures of one comparison pass (float32, or float64) of a verification."""
@@ -855,6 +860,10 @@ def _float64_pass(result: VerifyResult, req: VerifyRequest, source: _JaxSource) 
                        rtol=req.rtol64, mode=result.mode)
     try:
         _verify(r64, replace(req, float64=True, benchmark=False), source)
+    except Float32Inside as exc:
+        result.float64_skipped = str(exc)
+        result.notes.append(f"float64 pass not run: {exc}")
+        return
     except (VerifyError, LoadError, ValueError) as exc:
         r64.error, r64.passed = str(exc), False
     result.passes.append(PassFigures.of(r64))
@@ -980,6 +989,48 @@ def widen(tree: Any) -> Any:
         a, "dtype", None) == jnp.float32 else a, tree)
 
 
+# frames of JAX's tracing machinery, skipped when naming where a float32 cast happens
+_TRACING_FILES = ("core.py", "lax.py", "partial_eval.py", "source_info_util.py", "batching.py",
+                  "api.py", "pjit.py", "dispatch.py", "linear_util.py", "traceback_util.py",
+                  "ad.py", "api_util.py", "util.py", "array_methods.py", "numpy/lax_numpy.py")
+
+
+def check_float64(fn: Any, *args: Any) -> None:
+    """Raise :class:`Float32Inside` when ``fn(*args)``, traced under x64 with float64 inputs
+    and parameters, narrows a float64 value to float32 (or lower) anywhere: its result is then
+    float32-accurate, and the float64 pass would report that rounding as a difference."""
+    import jax
+
+    found: list[str] = []
+
+    def where(eqn: Any) -> str:
+        frames = list(getattr(eqn.source_info.traceback, "frames", None) or [])
+        inner = [f for f in frames if not f.file_name.replace("\\", "/").endswith(_TRACING_FILES)]
+        user = [f for f in frames if "site-packages" not in f.file_name]
+        parts = [f"{inner[0].function_name}" if inner else eqn.primitive.name]
+        if user:
+            parts.append(f"called from {Path(user[0].file_name).name}:{user[0].line_num}")
+        return " ".join(parts)
+
+    def walk(jaxpr: Any) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "convert_element_type":
+                new = np.dtype(eqn.params.get("new_dtype") or np.float64)
+                old = np.dtype(eqn.invars[0].aval.dtype)
+                if old == np.float64 and new.kind == "f" and new.itemsize < 8:
+                    found.append(where(eqn))
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (list, tuple)) else [value]:
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    if found:
+        raise Float32Inside("the JAX side computes in float32 even in float64: "
+                            + "; ".join(dict.fromkeys(found)))
+
+
 def widen_nnx_dtypes(model: Any) -> int:
     """Set the ``dtype`` attributes that read float32 on the model's NNX layers to float64:
     the rest of torch's ``.double()``. A layer that fixes its compute dtype at construction
@@ -1076,6 +1127,11 @@ def _run_jax_side(
     with _stage("the torch forward pass"), torch.no_grad():
         torch_out = torch_model(*torch_in)
     torch_leaves = [(k, _torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
+    if req.float64:
+        from flax import nnx
+
+        graphdef, state = nnx.split(jax_model)
+        check_float64(lambda st, xs: nnx.merge(graphdef, st)(*xs), state, jax_in)
     with _stage("the JAX forward pass (under jax.jit)"):
         jax_out = _jax_forward(jax_model, jax_in)
     jax_leaves = [(k, _jax_to_numpy(v)) for k, v in flatten_output(jax_out)]
