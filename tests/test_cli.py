@@ -123,9 +123,14 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
 def test_output_folder_inside_input_is_not_reconverted(tmp_path: Path) -> None:
     src = _tree(tmp_path)
     out = src / "converted"
-    assert runner.invoke(app, ["convert", str(src), "-o", str(out)]).exit_code == 0
-    assert runner.invoke(app, ["convert", str(src), "-o", str(out)]).exit_code == 0
-    assert not (out / "converted").exists()
+    assert runner.invoke(app, ["convert", str(src), "-o", str(out)]).exit_code == 2
+    assert not out.exists()
+    res = runner.invoke(app, ["convert", str(src), "-o", str(out), "--allow-overlap"])
+    assert res.exit_code == 0, res.output
+    assert (out / "pkg").is_dir() and not (out / "converted").exists()
+    # a second run would replace files inside the input: refused (tests/test_safety.py)
+    res = runner.invoke(app, ["convert", str(src), "-o", str(out), "--allow-overlap"])
+    assert res.exit_code == 2 and not (out / "converted").exists()
 
 
 def test_verify_json_reports_the_comparison(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from rich.console import Console
 
 from torch2jax.config import Config, ConfigError, find_config, load_user_rules
 from torch2jax.discover import Exclude
-from torch2jax.engine import Options, Request, default_jobs
+from torch2jax.engine import Options, Request, UsageError, default_jobs
 from torch2jax.engine import run as run_engine
-from torch2jax.report import unified_diff
+from torch2jax.report import display, unified_diff
 from torch2jax.ruleset import RuleError, load_rules
 from torch2jax.targets import get_emitter
 
@@ -45,7 +45,7 @@ def _setup(paths: list[Path], target: str | None, exclude: list[str] | None,
 
 def _print_diff(old: str, new: str, name: str) -> None:
     color = sys.stdout.isatty()
-    sys.stdout.write(unified_diff(old, new, name, color=color))
+    sys.stdout.write(unified_diff(old, new, display(name), color=color))
     sys.stdout.flush()
 
 
@@ -79,19 +79,28 @@ def convert(
         "--no-gitignore", help="Also convert what .gitignore files ignore.")] = False,
     rules_dir: Annotated[list[Path] | None, typer.Option(
         "--rules", help="A folder of extra rule files (repeatable).")] = None,
+    allow_overlap: Annotated[bool, typer.Option(
+        "--allow-overlap", help="Accept an -o folder inside (or around) an input folder; "
+        "refused still if a converted file would replace an existing one.")] = False,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", help="Seconds one file may take to convert before it is stopped and "
+        "reported (default: 60 plus 1 per 4 KB of the file).")] = None,
 ) -> None:
-    """Convert PyTorch files to JAX. Exit 0: all converted; 1: TODOs left or a file failed."""
+    """Convert PyTorch files to JAX. Exit 0: all converted; 1: TODOs left or a file failed;
+    2: usage error (nothing written)."""
     modes = sum([out is not None, in_place, diff, check])
     if modes != 1:
         raise _usage_error("give exactly one of -o/--out, --in-place, --diff, --check")
     for p in paths:
         if not p.exists() and not p.is_symlink():
-            raise _usage_error(f"{p}: no such file or folder")
-    if out is not None:
-        for p in paths:
-            if p.is_dir() and out.resolve() == p.resolve():
-                raise _usage_error(f"-o {out} is the input folder {p}: the output would "
-                                   "overwrite the input")
+            raise _usage_error(f"{display(str(p))}: no such file or folder")
+    if allow_overlap and out is None:
+        raise _usage_error("--allow-overlap goes with -o/--out")
+    if timeout is not None and not timeout > 0:
+        raise _usage_error(f"--timeout {timeout}: expected a positive number of seconds")
+    if report is not None and any(report.resolve() == p.resolve() for p in paths):
+        raise _usage_error(f"--report {display(str(report))} is an input: it would be "
+                           "overwritten")
     try:
         if shard not in (None, "data", "params"):
             raise _usage_error(f"--shard {shard}: expected data or params")
@@ -100,11 +109,15 @@ def convert(
         _, options, excludes = _setup(paths, target, exclude, rules_dir, shard, init)
     except (ValueError, RuleError, ConfigError) as exc:
         raise _usage_error(str(exc)) from None
+    options.timeout = timeout
     mode = "out" if out is not None else "in-place" if in_place else "diff" if diff else "check"
     req = Request(paths=list(paths), mode=mode, out=out, options=options,
                   jobs=jobs or default_jobs(), excludes=excludes,
-                  use_gitignore=not no_gitignore)
-    run = run_engine(req, show_diff=_print_diff, progress_console=console)
+                  use_gitignore=not no_gitignore, allow_overlap=allow_overlap)
+    try:
+        run = run_engine(req, show_diff=_print_diff, progress_console=console)
+    except UsageError as exc:
+        raise _usage_error(str(exc)) from None
     run.print_summary(console)
     if report is not None:
         run.write_json(report)
@@ -137,7 +150,8 @@ def check(paths: Annotated[list[Path], typer.Argument(help="Files to check.")],
         what = ("could not be converted" if f.status == "failed"
                 else "holds PyTorch code that torch2jax would convert"
                 if f.status == "converted" else "has TODO(torch2jax) markers left for review")
-        console.print(f"{f.path}: {what}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"{display(f.path)}: {what}", highlight=False, markup=False,
+                      soft_wrap=True)
     for d in run.diagnostics:
         if d.severity != "info":
             console.print(d.render(), highlight=False, markup=False, soft_wrap=True)
