@@ -247,9 +247,9 @@ class ValueFacts:
         self._positions = wrapper.resolve(PositionProvider)
         self.module_classes = module_classes
         self._layer = layer
-        self._cache: dict[int, Value] = {}
-        self._binding_cache: dict[int, Value] = {}
-        self._access_of: dict[int, object] = {}  # id(Name) -> its Access (built on first use)
+        self._cache: dict[cst.CSTNode, Value] = {}
+        self._binding_cache: dict[cst.CSTNode, Value] = {}
+        self._access_of: dict[cst.CSTNode, object] = {}  # Name -> its Access (on first use)
         self._classes: dict[str, cst.ClassDef] | None = None
         self._class_attrs: dict[str, dict[str, list[cst.BaseExpression]]] = {}
         self._returns: dict[int, list[cst.BaseExpression]] = {}
@@ -293,7 +293,7 @@ class ValueFacts:
         return False
 
     def value(self, node: cst.CSTNode) -> Value:
-        key = id(node)
+        key = node  # (the node itself, not its id: a transient node's id is reused)
         found = self._cache.get(key)
         if found is not None:
             return found
@@ -392,7 +392,7 @@ class ValueFacts:
         return _join(values) if values else None
 
     def _attribute(self, node: cst.Attribute) -> Value:
-        q = self._q(node)
+        q = self._q(node) if _dotted(node) else None
         if q and q.startswith("torch.") and "<locals>" not in q:
             return OBJECT  # torch.float32, torch.nn.functional, ...
         attr = node.attr.value
@@ -450,7 +450,9 @@ class ValueFacts:
 
     def _call(self, node: cst.Call) -> Value:
         func = node.func
-        q = self._q(func)
+        # (only a dotted name has a qualified name: libcst names the method of a parenthesised
+        # expression, (a - b).permute, after builtins)
+        q = self._q(func) if _dotted(func) else None
         if q is not None and "<locals>" not in q:
             known = self._qualified_call(q, node)
             if known is not None:
@@ -609,14 +611,14 @@ class ValueFacts:
 
     # ---------------------------------------------------------------- names
     def _access(self, node: cst.Name):
-        access = self._access_of.get(id(node))
+        access = self._access_of.get(node)
         if access is None:
             scope = self._scopes.get(node)
             if scope is None:
                 return None
             for a in scope.accesses[node.value]:
-                self._access_of[id(a.node)] = a
-            access = self._access_of.get(id(node))
+                self._access_of[a.node] = a
+            access = self._access_of.get(node)
         return access
 
     def _name(self, node: cst.Name) -> Value:
@@ -712,7 +714,7 @@ class ValueFacts:
 
     def _binding(self, assignment: Assignment) -> Value:
         node = assignment.node
-        key = id(node)
+        key = node
         cached = self._binding_cache.get(key)
         if cached is not None:
             return cached
@@ -967,6 +969,13 @@ class ValueFacts:
                     self._q(assign.value.func) or "").startswith("argparse."):
                 return True
         return False
+
+
+def _dotted(node: cst.BaseExpression) -> bool:
+    """``a`` / ``a.b.c``: a name that may resolve to an import."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
 
 
 def _none_branch(node: cst.BaseExpression) -> bool:
