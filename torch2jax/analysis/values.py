@@ -623,7 +623,12 @@ class ValueFacts:
 
     def _name(self, node: cst.Name) -> Value:
         access = self._access(node)
-        if access is None:
+        if access is None:  # a binding (x = ..., a parameter): what it binds
+            scope = self._scopes.get(node)
+            parent = self._parents.get(node)
+            for a in scope.assignments[node.value] if scope is not None else ():
+                if getattr(a, "node", None) is node or getattr(a, "node", None) is parent:
+                    return self._binding(a)
             return UNKNOWN
         assignments = [a for a in access.referents if isinstance(a, Assignment)]
         if not assignments:
