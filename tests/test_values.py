@@ -119,6 +119,8 @@ def test_kinds_inside_functions_and_classes(facts) -> None:
                    and s.name.value == "forward")
     x, mask = forward.params.params[1:]
     assert values.kind(x.name) == Kind.TENSOR  # forward's arguments
+    assert values.may_be_none(mask.name)  # mask=None
+    assert not values.may_be_none(x.name)
     helper = next(s for s in module.body if isinstance(s, cst.FunctionDef)
                   and s.name.value == "helper")
     # an argument: the call site passes a tensor

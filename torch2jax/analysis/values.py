@@ -279,6 +279,9 @@ class ValueFacts:
             return any(_none_branch(v) for v in self._class_values(owner.cls, node.attr.value))
         if isinstance(node, cst.Name):
             access = self._access(node)
+            parent = self._parents.get(node)
+            if access is None and isinstance(parent, cst.Param):  # the parameter itself
+                return parent.default is not None and _none_branch(parent.default)
             for a in access.referents if access is not None else ():
                 target = getattr(a, "node", None)
                 if isinstance(target, cst.Param):
