@@ -83,8 +83,8 @@ def convert(
         "--allow-overlap", help="Accept an -o folder inside (or around) an input folder; "
         "refused still if a converted file would replace an existing one.")] = False,
     timeout: Annotated[float | None, typer.Option(
-        "--timeout", help="Seconds one file may take to convert before it is stopped and "
-        "reported (default: 60 plus 1 per 4 KB of the file).")] = None,
+        "--timeout", help="CPU seconds one file may take to convert before it is stopped and "
+        "reported (default: 60 plus 1 per 2 KB of the file).")] = None,
 ) -> None:
     """Convert PyTorch files to JAX. Exit 0: all converted; 1: TODOs left or a file failed;
     2: usage error (nothing written)."""
