@@ -724,15 +724,19 @@ class _Writer:
         report.output = str(self.req.out / Path(os.path.relpath(dest, self.real_out)))
 
 
-def _bounded_reader(options: Options) -> Callable[[Path], bytes]:
-    """The first pass's reader: a file over the size limit is not read (nor parsed)."""
+def _bounded_reader(options: Options) -> Callable[[Path], str]:
+    """The first pass's reader: the text :func:`read_source_file` gives (the one place a
+    source is read); a file over the size limit is not read (nor parsed). Any failure is an
+    ``OSError``, which skips the file there (its conversion reports it)."""
     limit = options.max_bytes if options.max_bytes is not None else MAX_BYTES
 
-    def read(path: Path) -> bytes:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > limit:
-                raise OSError(f"{path}: over the size limit")
-            return fh.read()
+    def read(path: Path) -> str:
+        if os.stat(path).st_size > limit:
+            raise OSError(f"{path}: over the size limit")
+        try:
+            return read_source_file(path).text
+        except ReadError as exc:
+            raise OSError(str(exc)) from None
 
     return read
 
