@@ -15,7 +15,9 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper
 
 from torch2jax.analysis.index import Indexer
+from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.training import TrainingIndexer
+from torch2jax.analysis.walk import visit
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
@@ -134,6 +136,7 @@ def convert_source(
     if not uses_torch(module):
         return ConversionResult(code=source, uses_torch=False)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    wrapper.resolve_many(METADATA)  # in two rounds, for every visitor below
     diagnostics: list[Diagnostic] = []
 
     def report(line: int, col: int, rule: str, severity: str, message: str) -> None:
@@ -143,14 +146,14 @@ def convert_source(
     # uses it for the attributes they build (when every helper returns torch's layout, the
     # second pass would compute the first one's index again: it is skipped)
     first = Indexer(rules, set(known_modules or ()))
-    wrapper.visit(first)
+    visit(wrapper, first)
     index = first.finish()
     # (so does the file's use of layer classes as values: a layout decided before a later
     # line showed the factory to be channels-first would be stale)
     if any(layout != "torch" for layout in index.fn_returns.values()) or index.factory_layouts:
         indexer = Indexer(rules, set(known_modules or ()), index.fn_returns,
                           index.factory_layouts)
-        wrapper.visit(indexer)
+        visit(wrapper, indexer)
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs
     index.module_classes |= {k for k in known_modules or () if k.isidentifier()}
@@ -158,11 +161,11 @@ def convert_source(
     # `from torch.nn import Embedding` leaves the name to the Embedding helper)
     index.defined = defined_names(module, torch_imports=False)
     data_indexer = DataIndexer(index.module_classes)
-    wrapper.visit(data_indexer)
+    visit(wrapper, data_indexer)
     data_indexer.index.shard = shard
     training_indexer = TrainingIndexer(index.module_classes, index.rngs_functions,
                                        data_indexer.index.own_key_draws())
-    wrapper.visit(training_indexer)
+    visit(wrapper, training_indexer)
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument
     index.rngs_functions -= training.self_keyed

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import QualifiedNameProvider
+from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.index import qualified
 from torch2jax.analysis.training import RANDOM
@@ -166,7 +166,7 @@ class DataIndex:
 class DataIndexer(cst.CSTVisitor):
     """Finds the loaders, samplers, DDP-wrapped models and scalers of a script."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+    METADATA_DEPENDENCIES = (ScopeProvider,)
 
     def __init__(self, module_classes: set[str] | frozenset[str] = frozenset()) -> None:
         super().__init__()
