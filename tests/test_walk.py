@@ -10,7 +10,15 @@ import libcst as cst
 import libcst.matchers as m
 import pytest
 
-from torch2jax.analysis.walk import children, findall, of_type, walk
+from torch2jax.analysis.walk import (
+    TRIVIA,
+    NoAttributeHooks,
+    children,
+    findall,
+    of_type,
+    visit,
+    walk,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted([*ROOT.glob("fixtures/**/*.py"), *ROOT.glob("tests/data/*.py"),
@@ -130,3 +138,96 @@ def test_shared_nodes_and_sentinels():
     assert len(findall(tree, m.Name("x"))) == 2
     assert findall(cst.RemoveFromParent(), m.Name()) == []
     assert findall(cst.MaybeSentinel.DEFAULT, m.Name()) == []
+
+
+def test_trivia_subtrees_hold_only_trivia():
+    """Pruning a trivia subtree can only drop trivia nodes."""
+    for path in [*FILES[::3]]:
+        tree = cst.parse_module(path.read_text(encoding="utf-8"))
+        for n in walk(tree):
+            if type(n) in TRIVIA:
+                assert all(type(d) in TRIVIA for d in walk(n)), type(n)
+        assert [id(n) for n in walk(tree, trivia=False)] == [
+            id(n) for n in walk(tree) if type(n) not in TRIVIA]
+
+
+class _Recorder(NoAttributeHooks, cst.CSTVisitor):
+    """Records its visit_/leave_ calls for a few node types (no trivia handlers: the fast
+    visit skips the trivia)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+
+    def visit_Name(self, node):
+        self.calls.append(("Name", id(node)))
+
+    def visit_Call(self, node):
+        self.calls.append(("Call", id(node)))
+        return not (isinstance(node.func, cst.Name) and node.func.value == "print")
+
+    def leave_Call(self, node):
+        self.calls.append(("/Call", id(node)))
+
+    def visit_FunctionDef(self, node):
+        self.calls.append(("FunctionDef", id(node)))
+
+    def leave_FunctionDef(self, node):
+        self.calls.append(("/FunctionDef", id(node)))
+
+
+class _RecorderAll(_Recorder):
+    """Overrides on_visit: the fast visit must visit every node, trivia included."""
+
+    def on_visit(self, node):
+        self.calls.append(("on_visit", id(node)))
+        return super().on_visit(node)
+
+
+def test_visit_calls_what_libcst_calls():
+    for source in [SYNTAX, *(p.read_text(encoding="utf-8") for p in FILES[::5])]:
+        tree = cst.parse_module(source)
+        for cls in (_Recorder, _RecorderAll):
+            ours, theirs = cls(), cls()
+            visit(tree, ours)
+            tree.visit(theirs)
+            assert ours.calls == theirs.calls and ours.calls
+
+
+def test_attribute_hooks_are_refused():
+    with pytest.raises(TypeError, match="attribute hook"):
+        class _Hooked(NoAttributeHooks, cst.CSTVisitor):
+            def visit_Call_func(self, node):
+                pass
+    with pytest.raises(TypeError, match="NoAttributeHooks"):
+        visit(cst.parse_module("x = 1\n"), cst.CSTVisitor())
+
+
+def test_metadata_as_libcst_computes_it():
+    """analysis/metadata.py: the same parents and positions as libcst's providers, and the
+    qualified names of libcst's QualifiedNameProvider through ScopeProvider."""
+    from libcst import metadata as lm
+
+    from torch2jax.analysis.index import qualified
+    from torch2jax.analysis.metadata import FileMetadata, ParentNodeProvider, PositionProvider
+
+    class _Scoped(cst.CSTVisitor):
+        METADATA_DEPENDENCIES = (lm.ScopeProvider,)
+
+    for source in [SYNTAX, *(p.read_text(encoding="utf-8") for p in FILES[::5])]:
+        tree = cst.parse_module(source)
+        ours = FileMetadata(tree)
+        theirs = lm.MetadataWrapper(tree, unsafe_skip_copy=True)
+        got = ours.resolve_many([ParentNodeProvider, PositionProvider, lm.ScopeProvider])
+        want = theirs.resolve_many([lm.ParentNodeProvider, lm.PositionProvider,
+                                    lm.QualifiedNameProvider])
+        assert dict(got[ParentNodeProvider]) == dict(want[lm.ParentNodeProvider])
+        assert dict(got[PositionProvider]) == dict(want[lm.PositionProvider])
+        scoped = _Scoped()
+        names = want[lm.QualifiedNameProvider]
+        with scoped.resolve(ours):
+            for node in walk(tree):
+                value = names[node]
+                value = value() if callable(value) else value
+                assert qualified(scoped, node) == (min(n.name for n in value) if value
+                                                   else None)

@@ -6,16 +6,17 @@ This is the library entry point; the CLI, the verifier and the tests call
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper
 
 from torch2jax.analysis.index import Indexer
 from torch2jax.analysis.metadata import ALL as METADATA
+from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.analysis.walk import visit
 from torch2jax.passes.data import DataIndexer
@@ -135,8 +136,8 @@ def convert_source(
                          f"{exc.message}") from None
     if not uses_torch(module):
         return ConversionResult(code=source, uses_torch=False)
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    wrapper.resolve_many(METADATA)  # in two rounds, for every visitor below
+    wrapper = FileMetadata(module)
+    wrapper.resolve_many(METADATA)  # every visitor's below, in two rounds
     diagnostics: list[Diagnostic] = []
 
     def report(line: int, col: int, rule: str, severity: str, message: str) -> None:
@@ -203,10 +204,16 @@ def _from_names(node: cst.CSTNode) -> tuple[str, set[tuple[str, str]]] | None:
          else empty.code_for_node(a.name)) for a in node.names}
 
 
+@functools.cache
+def _import_names() -> dict[str, tuple[str, set[tuple[str, str]]] | None]:
+    """``_from_names`` of each of IMPORT_LINES."""
+    return {key: _from_names(cst.parse_statement(line).body[0])
+            for key, line in IMPORT_LINES.items()}
+
+
 def _existing_imports(module: cst.Module) -> set[str]:
     have = set()
-    wanted = {key: _from_names(cst.parse_statement(line).body[0])
-              for key, line in IMPORT_LINES.items()}
+    wanted = _import_names()
     for stmt in module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
@@ -227,7 +234,8 @@ def _add_imports(module: cst.Module, needed: set[str]) -> cst.Module:
     text = module.code
     # a name noted while rewriting a part that a later rewrite replaced (partial(nnx.max_pool,
     # ...)(x) -> nnx.max_pool(x, ...)) needs no import
-    missing = [k for k in IMPORT_ORDER if k in needed and k not in _existing_imports(module)
+    have = _existing_imports(module) if needed else set()
+    missing = [k for k in IMPORT_ORDER if k in needed and k not in have
                and re.search(rf"\b{IMPORT_LINES[k].split()[-1]}\b", text)]
     if not missing:
         return module

@@ -17,7 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
-from torch2jax.analysis.walk import of_type
+from torch2jax.analysis.walk import NoAttributeHooks, of_type
 from torch2jax.ruleset import Rule, RuleSet
 
 _CONTAINERS = ("sequential", "module_list", "module_dict")
@@ -35,7 +35,7 @@ def qualified(visitor: cst.MetadataDependent, node: cst.CSTNode) -> str | None:
         return cache[node]
     scope = visitor.get_metadata(ScopeProvider, node, None)
     names = scope.get_qualified_names_for(node) if scope else None
-    found = cache[node] = sorted(n.name for n in names)[0] if names else None
+    found = cache[node] = min(n.name for n in names) if names else None
     return found
 
 
@@ -300,7 +300,7 @@ def _name_assigns(meta, fn: cst.FunctionDef) -> dict[str, list[cst.Assign]]:
     return found
 
 
-class Indexer(cst.CSTVisitor):
+class Indexer(NoAttributeHooks, cst.CSTVisitor):
     METADATA_DEPENDENCIES = (ScopeProvider,)
 
     def __init__(self, rules: RuleSet, known_modules: set[str],

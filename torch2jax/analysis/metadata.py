@@ -22,9 +22,13 @@ then {scopes}.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+from types import MappingProxyType
+
 import libcst as cst
+from libcst import MetadataException, visit_batched
 from libcst import metadata as libcst_metadata
-from libcst.metadata import BatchableMetadataProvider, CodeRange, ScopeProvider
+from libcst.metadata import BatchableMetadataProvider, CodeRange, MetadataWrapper, ScopeProvider
 
 from torch2jax.analysis.walk import walk_up
 
@@ -49,3 +53,65 @@ class PositionProvider(BatchableMetadataProvider[CodeRange]):
 
 
 ALL = (ScopeProvider, ParentNodeProvider, PositionProvider)
+
+
+class FileMetadata(MetadataWrapper):
+    """A ``MetadataWrapper`` over a parsed module (not copied) that resolves providers in
+    libcst's rounds but without its traversals where they do nothing: a round whose
+    batchable providers only have ``visit_Module`` / ``leave_Module`` (all of those above,
+    and libcst's scope and expression-context providers) calls them on the module instead
+    of walking the tree to find no other node to call them on. Other rounds run as in
+    libcst."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(module, unsafe_skip_copy=True)
+
+    def resolve_many(self, providers):
+        completed = set(self._metadata)
+        remaining = _with_dependencies(set(providers)) - completed
+        while remaining:
+            ready = {P for P in remaining if set(P.METADATA_DEPENDENCIES) <= completed}
+            if not ready:
+                names = ", ".join(P.__name__ for P in remaining)
+                raise MetadataException(f"circular metadata dependencies: {names}")
+            batch = []
+            for P in ready:
+                provider = P(self._cache.get(P)) if P.gen_cache else P()
+                if isinstance(provider, BatchableMetadataProvider):
+                    batch.append(provider)
+                else:
+                    self._metadata[P] = provider._gen(self)
+            if batch:
+                self._run_batch(batch)
+            completed |= ready
+            remaining -= ready
+        return {k: self._metadata[k] for k in providers}
+
+    def _run_batch(self, batch: list[BatchableMetadataProvider]) -> None:
+        methods: dict[str, list] = {}
+        for provider in batch:
+            for name, fn in provider.get_visitors().items():
+                methods.setdefault(name, []).append(fn)
+        with ExitStack() as stack:
+            for provider in batch:
+                stack.enter_context(provider.resolve(self))
+            if set(methods) <= {"visit_Module", "leave_Module"}:
+                for fn in methods.get("visit_Module", []):
+                    fn(self.module)
+                for fn in methods.get("leave_Module", []):
+                    fn(self.module)
+            else:
+                visit_batched(self.module, batch)
+        for provider in batch:
+            self._metadata[type(provider)] = MappingProxyType(dict(provider._computed))
+
+
+def _with_dependencies(providers: set) -> set:
+    out: set = set()
+    todo = list(providers)
+    while todo:
+        P = todo.pop()
+        if P not in out:
+            out.add(P)
+            todo.extend(P.METADATA_DEPENDENCIES)
+    return out

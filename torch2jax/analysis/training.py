@@ -17,7 +17,7 @@ import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.index import qualified
-from torch2jax.analysis.walk import findall
+from torch2jax.analysis.walk import NoAttributeHooks, findall
 
 OPTIM = "torch.optim."
 SCHED = "torch.optim.lr_scheduler."
@@ -119,7 +119,7 @@ class TrainingIndex:
         return site.model if site is not None and site.model != "self" else None
 
 
-class TrainingIndexer(cst.CSTVisitor):
+class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
     METADATA_DEPENDENCIES = (ScopeProvider,)
 
     def __init__(self, model_classes: set[str], rngs_functions: set[str],

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.analysis.walk import findall, walk, walk_up
+from torch2jax.analysis.walk import NoAttributeHooks, findall, walk, walk_up
 from torch2jax.passes.common import code, expr, wrap_long_statement
 
 _MOVEAXIS = m.Attribute(value=m.Name("jnp"), attr=m.Name("moveaxis"))
@@ -371,7 +371,7 @@ def _self_attr_name(node: cst.CSTNode) -> str | None:
 
 def _scan(info: _Class) -> None:
     """Fills the facts of one walk of the class (and one of its ``__call__``)."""
-    for n in walk(info.node):
+    for n in walk(info.node, trivia=False):
         if isinstance(n, cst.Attribute):
             attr = _self_attr_name(n)
             if attr is not None:
@@ -388,7 +388,7 @@ def _scan(info: _Class) -> None:
         elif isinstance(n, cst.Call) and m.matches(n.func, m.Name("self")):
             info.calls_itself = True
     if info.call is not None:
-        for n in walk(info.call):
+        for n in walk(info.call, trivia=False):
             attr = _self_attr_name(n.func) if isinstance(n, cst.Call) else \
                 _self_attr_name(n.iter) if isinstance(n, cst.For) else None
             if attr is not None:
@@ -431,7 +431,7 @@ class _Uses:
 
 def _uses(module: cst.Module, classes: dict[str, _Class]) -> _Uses:
     uses = _Uses({name: [] for name in classes})
-    for parent, kids in walk_up(module):
+    for parent, kids in walk_up(module, trivia=False):
         if isinstance(parent, cst.Attribute):
             uses.attrs[parent.attr.value] += 1
         for child in kids:
@@ -532,7 +532,7 @@ def channels_last_blocks(module: cst.Module, public: set[str]) -> cst.Module:
     return module.visit(_Replace(calls))
 
 
-class _Replace(cst.CSTTransformer):
+class _Replace(NoAttributeHooks, cst.CSTTransformer):
     def __init__(self, calls: dict[int, cst.FunctionDef]) -> None:
         super().__init__()
         self.calls = calls

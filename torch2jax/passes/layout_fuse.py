@@ -18,7 +18,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.analysis.walk import findall
+from torch2jax.analysis.walk import NoAttributeHooks, findall
 
 # jnp.moveaxis(E, -1, 1): a channels-last value moved back to torch's layout.
 FROM_CHANNELS_LAST = m.Call(
@@ -61,7 +61,7 @@ def _only_read_channels_last(value: cst.BaseExpression, name: str) -> bool:
     return total > 0 and total == wrapped
 
 
-class FuseLayoutMoves(cst.CSTTransformer):
+class FuseLayoutMoves(NoAttributeHooks, cst.CSTTransformer):
     def leave_IndentedBlock(self, original_node, updated_node):
         body = list(updated_node.body)
         changed = False

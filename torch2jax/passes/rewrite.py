@@ -23,7 +23,7 @@ from torch2jax.analysis.training import (
     SEEDS,
     TrainingIndex,
 )
-from torch2jax.analysis.walk import findall, walk
+from torch2jax.analysis.walk import NoAttributeHooks, findall, walk
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import remat as rm
@@ -89,7 +89,7 @@ def _apply_loop(model: str, fn: str, rngs: str | None) -> cst.BaseStatement:
                                f"    {fn}(module{extra})\n")
 
 
-class TorchToJax(cst.CSTTransformer):
+class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
     METADATA_DEPENDENCIES = (ScopeProvider, PositionProvider, ParentNodeProvider)
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
@@ -3493,7 +3493,7 @@ class TorchToJax(cst.CSTTransformer):
         fn = self._fn_stack[-1]
         if fn in self._class_locals:
             return self._class_locals[fn]
-        assigns = [(node.targets[0].target.value, node.value) for node in walk(fn.body)
+        assigns = [(node.targets[0].target.value, node.value) for node in walk(fn.body, False)
                    if isinstance(node, cst.Assign) and len(node.targets) == 1
                    and isinstance(node.targets[0].target, cst.Name)]
         classes = self.index.module_classes

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.analysis.walk import findall
+from torch2jax.analysis.walk import NoAttributeHooks, findall, visit
 from torch2jax.passes.common import (
     Untranslatable,
     add_kwonly_param,
@@ -202,7 +202,7 @@ def return_key(fn: cst.FunctionDef) -> cst.FunctionDef:
 
 
 # ---------------------------------------------------------------------------- names
-class _Names(cst.CSTVisitor):
+class _Names(NoAttributeHooks, cst.CSTVisitor):
     def __init__(self) -> None:
         self.used: list[str] = []
         self.assigned: list[str] = []
@@ -259,7 +259,7 @@ class _Names(cst.CSTVisitor):
 
 def names_of(node: cst.CSTNode) -> _Names:
     v = _Names()
-    node.visit(v)
+    visit(node, v)
     return v
 
 
