@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.analysis.index import Indexer
+from torch2jax.analysis.index import Indexer, share_names
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.training import TrainingIndexer
@@ -146,14 +146,15 @@ def convert_source(
     # two passes: the first learns what layer-building helper functions return, the second
     # uses it for the attributes they build (when every helper returns torch's layout, the
     # second pass would compute the first one's index again: it is skipped)
-    first = Indexer(rules, set(known_modules or ()))
+    names: dict = {}  # qualified names: the visitors below read the same metadata
+    first = share_names(names, Indexer(rules, set(known_modules or ())))
     visit(wrapper, first)
     index = first.finish()
     # (so does the file's use of layer classes as values: a layout decided before a later
     # line showed the factory to be channels-first would be stale)
     if any(layout != "torch" for layout in index.fn_returns.values()) or index.factory_layouts:
-        indexer = Indexer(rules, set(known_modules or ()), index.fn_returns,
-                          index.factory_layouts)
+        indexer = share_names(names, Indexer(rules, set(known_modules or ()),
+                                             index.fn_returns, index.factory_layouts))
         visit(wrapper, indexer)
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs
@@ -161,19 +162,19 @@ def convert_source(
     # helper names the converter must not emit (not the torch imports it removes:
     # `from torch.nn import Embedding` leaves the name to the Embedding helper)
     index.defined = defined_names(module, torch_imports=False)
-    data_indexer = DataIndexer(index.module_classes)
+    data_indexer = share_names(names, DataIndexer(index.module_classes))
     visit(wrapper, data_indexer)
     data_indexer.index.shard = shard
-    training_indexer = TrainingIndexer(index.module_classes, index.rngs_functions,
-                                       data_indexer.index.own_key_draws())
+    training_indexer = share_names(names, TrainingIndexer(
+        index.module_classes, index.rngs_functions, data_indexer.index.own_key_draws()))
     visit(wrapper, training_indexer)
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument
     index.rngs_functions -= training.self_keyed
-    transformer = TorchToJax(rules, index, emitter, path, report, training,
-                             uses_train=_uses_train_mode(source), data=data_indexer.index,
-                             torch_init=init == "torch", hoist_steps=hoist_steps,
-                             for_equinox=target == "nnx-for-equinox")
+    transformer = share_names(names, TorchToJax(
+        rules, index, emitter, path, report, training, uses_train=_uses_train_mode(source),
+        data=data_indexer.index, torch_init=init == "torch", hoist_steps=hoist_steps,
+        for_equinox=target == "nnx-for-equinox"))
     new = wrapper.visit(transformer)
     if emitter.name == "linen":
         new = freeze_configs(new)

@@ -26,11 +26,21 @@ FACTORY_SUFFIXES = ("norm_layer", "_norm")
 RANDOM_INITS = {f"torch.nn.init.{n}" for n in ("normal_", "uniform_", "trunc_normal_")}
 
 
+_NAMES = "_qualified_names"
+
+
+def share_names(cache: dict, visitor: cst.MetadataDependent) -> cst.MetadataDependent:
+    """``visitor``, answering :func:`qualified` from ``cache``, which the other visitors of
+    the same module's metadata share."""
+    visitor.__dict__[_NAMES] = cache
+    return visitor
+
+
 def qualified(visitor: cst.MetadataDependent, node: cst.CSTNode) -> str | None:
     """The single qualified name of ``node`` (``torch.nn.Linear``), or None: the first, in
     sorted order, of the names its scope gives it (what libcst's QualifiedNameProvider
     reports; the visitor declares ``ScopeProvider``). Asked once per node and visitor."""
-    cache = visitor.__dict__.setdefault("_qualified", {})
+    cache = visitor.__dict__.setdefault(_NAMES, {})
     if node in cache:
         return cache[node]
     scope = visitor.get_metadata(ScopeProvider, node, None)
