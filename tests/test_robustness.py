@@ -78,8 +78,8 @@ def test_broken_tree_converts_the_rest_and_names_each_bad_file(tmp_path: Path,
     before_src = _snapshot(src)
     before_tmp = sorted(p.name for p in tmp_path.iterdir())
     report = tmp_path / "report.json"
-    res = runner.invoke(app, ["convert", str(src), "-o", str(out), "--report", str(report),
-                              "-j", "1"])
+    res = runner.invoke(app, ["convert", str(src), "-o", str(out), "--allow-overlap",
+                              "--report", str(report), "-j", "1"])
     assert res.exit_code == 1, res.output
     assert "Traceback" not in res.output
     assert _snapshot(src, skip=out) == before_src  # the input is untouched

@@ -13,13 +13,17 @@ Files named explicitly are taken even when a ``.gitignore`` ignores them (as ``g
 linters do), but ``exclude`` still applies to them. Symbolic links to folders are not followed
 (a warning, or an error for a link loop); a file link is read through; a broken link, a link
 loop or something that is not a regular file (a FIFO would block the reader) is a problem
-reported for that path, never a crash.
+reported for that path, never a crash, and so is a folder that cannot be read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import os
-import tempfile
+import re
+import secrets
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -139,7 +143,12 @@ def find_files(paths: Iterable[Path], exclude_dirs: Iterable[Path | None] = (),
                 continue
             _add_file(root, Path(root.name), out, seen)
             continue
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        def unreadable(exc: OSError, root: Path = root) -> None:
+            where = Path(exc.filename) if exc.filename else root
+            out.problems.append(Problem(where, "error", f"folder cannot be read: "
+                                        f"{exc.strerror or exc}; its files are not converted"))
+
+        for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable, followlinks=False):
             d = Path(dirpath)
             keep = []
             for n in sorted(dirnames):
@@ -202,9 +211,13 @@ def _add_file(f: Path, rel: Path, out: Discovery, seen: set[Path]) -> None:
     if not real.is_file():
         out.problems.append(Problem(f, "error", "not a regular file; not read"))
         return
-    if real in seen:
+    # a file reached twice (a folder given twice, or inside another one given) is converted
+    # once; a symbolic link to a file is an entry of its own (its target is still converted
+    # under its own name: --in-place rewrites the target, not the link)
+    key = Path(os.path.abspath(f)) if f.is_symlink() else real
+    if key in seen:
         return
-    seen.add(real)
+    seen.add(key)
     out.files.append((f, rel))
 
 
@@ -217,8 +230,34 @@ def discover(paths: Iterable[Path], exclude_dirs: Iterable[Path | None] = ()) ->
 def read_python(path: Path) -> tuple[str, str]:
     """``(text, encoding)``: the file decoded as Python does (PEP 263 coding cookie or BOM,
     else UTF-8), line endings kept as they are. Raises :class:`ReadError`."""
+    src = read_source_file(path)
+    return src.text, src.encoding
+
+
+@dataclass(frozen=True)
+class Source:
+    """One Python file as read: its bytes, their text, and what writing it back needs."""
+
+    data: bytes
+    text: str
+    encoding: str
+    mode: int  # the permission bits (0o755 for an executable script)
+
+    @property
+    def digest(self) -> str:
+        return digest(self.data)
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_source_file(path: Path) -> Source:
+    """The one place a source file is read: its bytes decoded as Python does (PEP 263 coding
+    cookie or BOM, else UTF-8), line endings kept as they are. Raises :class:`ReadError`."""
     try:
         with open(path, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode & 0o777
             data = fh.read()
     except OSError as exc:
         raise ReadError(f"cannot be read: {exc.strerror or exc}") from None
@@ -241,7 +280,7 @@ def read_python(path: Path) -> tuple[str, str]:
         text = text.removeprefix("\ufeff")
     if "\x00" in text:
         raise ReadError("holds NUL bytes (binary, not Python source)")
-    return text, encoding
+    return Source(data, text, encoding, mode)
 
 
 def read_source(path: Path) -> str:
@@ -249,36 +288,137 @@ def read_source(path: Path) -> str:
     return read_python(path)[0]
 
 
-def write_atomic(path: Path, text: str, encoding: str = "utf-8") -> None:
-    """Write through a temporary file in the same folder and rename it over ``path``: a reader
-    sees the old or the new content, never a partial file; the file mode is kept."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+# --- writing -------------------------------------------------------------------------------------
+#
+# Every output goes through write_atomic: the new content is written to a temporary file in the
+# destination's folder, given its mode, flushed to disk, and renamed over the destination, so a
+# reader (or a run killed at any moment) sees the old file or the new one, never a partial one.
+# On Linux the temporary file has no name while it is written (O_TMPFILE); it is named
+# ``.NAME.t2j-PID-RANDOM.tmp`` only for the instant between linking it into the folder and the
+# rename. A run killed in that instant leaves that one file; later runs remove such files of
+# dead processes from the folders they write to (remove_stale_temps).
+
+TEMP_NAME = re.compile(r"^\..*\.t2j-(?P<pid>\d+)-[0-9a-f]+\.tmp$", re.DOTALL)
+
+
+class Changed(OSError):
+    """The destination no longer holds what was read from it: it was edited or deleted while
+    it was converted (``--in-place``); it is left as it is."""
+
+
+def _temp_name(folder: Path, name: str) -> Path:
+    return folder / f".{name[:180]}.t2j-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def _unnamed_temp(folder: Path) -> int | None:
+    """A file descriptor of an unnamed file in ``folder`` (Linux O_TMPFILE), or None where the
+    system or the file system has none."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None or not os.path.isdir("/proc/self/fd"):
+        return None
     try:
-        with os.fdopen(fd, "w", encoding=encoding, newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        return os.open(folder, flag | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return None  # a file system without O_TMPFILE (NFS, some FUSE)
+        raise
+
+
+def _link_unnamed(fd: int, name: Path) -> None:
+    """Give the O_TMPFILE file ``fd`` the name ``name``: linkat(2) through /proc/self/fd with
+    AT_SYMLINK_FOLLOW (os.link uses linkat only when given a folder descriptor)."""
+    proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.link(str(fd), name, src_dir_fd=proc, follow_symlinks=True)
+    finally:
+        os.close(proc)
+
+
+def _unchanged(path: Path, expect: str) -> None:
+    try:
+        with open(path, "rb") as fh:
+            now = fh.read()
+    except FileNotFoundError:
+        raise Changed(errno.ENOENT, "it was deleted while it was converted") from None
+    if digest(now) != expect:
+        raise Changed(errno.EBUSY, "it changed while it was converted")
+
+
+def write_atomic(path: Path, data: str | bytes, encoding: str = "utf-8", *,
+                 mode: int | None = None, expect: str | None = None) -> None:
+    """The one place an output is written: ``data`` (text is encoded with ``encoding``,
+    newlines as they are) replaces ``path`` atomically, with ``mode`` (default: the mode of
+    the file it replaces, else 0o644). ``expect``: the digest of what was read from ``path``;
+    when its content differs now (an edit during the run), :class:`Changed` is raised and the
+    file is left as it is. Other failures raise ``OSError``; no temporary file stays behind."""
+    path = Path(path)
+    payload = data.encode(encoding) if isinstance(data, str) else data
+    if mode is None:
+        try:
+            mode = os.lstat(path).st_mode & 0o777
+        except OSError:
+            mode = 0o644
+    folder = path.parent
+    fd = _unnamed_temp(folder)
+    tmp: Path | None = None
+    if fd is None:
+        tmp = _temp_name(folder, path.name)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+        if expect is not None:
+            _unchanged(path, expect)
+        if tmp is None:
+            tmp = _temp_name(folder, path.name)
+            _link_unnamed(fd, tmp)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        tmp = None
+    finally:
+        os.close(fd)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
-def copy_atomic(src: Path, dest: Path) -> None:
-    """Copy ``src``'s bytes to ``dest`` through a temporary file (the mode is copied too)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    data = src.read_bytes()
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+def copy_atomic(src: Path, dest: Path, mode: int | None = None) -> None:
+    """Copy ``src``'s bytes to ``dest`` atomically, with ``src``'s mode unless ``mode``."""
+    with open(src, "rb") as fh:
+        data = fh.read()
+        if mode is None:
+            mode = os.fstat(fh.fileno()).st_mode & 0o777
+    write_atomic(dest, data, mode=mode)
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Remove the temporary files that killed runs left in ``folder`` (``.NAME.t2j-PID-*.tmp``
+    of processes that no longer run); returns them."""
+    removed = []
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, src.stat().st_mode & 0o7777)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = TEMP_NAME.match(entry.name)
+        if m is None or _alive(int(m["pid"])):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True

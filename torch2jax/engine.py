@@ -2,41 +2,71 @@
 
 The CLI's ``convert`` and ``check`` run through :func:`run`:
 
-1. find the files (:mod:`torch2jax.discover`: ``.gitignore``, ``exclude``, the output folder);
-2. a first pass over all of them (:mod:`torch2jax.repo`) tells each file which of the names it
-   imports are module classes of the repository;
-3. the files are converted in ``jobs`` worker processes (one per core by default); results
-   come back in the order the files were found, so the output and the report do not depend
-   on the number of workers;
-4. the main process writes: into the mirror tree (``-o``), in place (only the files that
-   change, atomically), or nothing (``--diff``, ``--check``).
+1. check the output folder against the inputs (:func:`check_output`): an ``-o`` that is,
+   contains or lies inside an input is a usage error before anything is read or written;
+2. find the files (:mod:`torch2jax.discover`: ``.gitignore``, ``exclude``, the output folder)
+   and, with ``-o``, each file's destination, resolved: one that leaves the output folder
+   (through a symbolic link inside it) is refused;
+3. a first pass over the files (:mod:`torch2jax.repo`) tells each file which of the names it
+   imports are module classes of the repository; files over the size limit are not parsed;
+4. the files are converted in ``jobs`` worker processes (:class:`_Workers`, at least one):
+   a worker that crashes (libcst's native parser overflows its stack on pathological
+   nesting) or runs past the per-file time limit is replaced, and only its file is reported;
+5. the main process writes each result as it arrives, through
+   :func:`torch2jax.discover.write_atomic`: into the mirror tree (``-o``), in place (only the
+   files that change, and only if a file still holds what was read: an edit made during the
+   run is kept and the file reported), or nothing (``--diff``, ``--check``). A write error is
+   that file's diagnostic. The report lists the files in the order they were found, so it
+   does not depend on the number of workers.
 
-A file that cannot be read, decoded or parsed, or is too large, gets an ``error`` diagnostic
-naming it and is not written; every other file is still converted.
+A file that cannot be read, decoded or parsed, is too large, too deeply nested, crashes or
+stalls the converter gets an ``error`` diagnostic naming it and is not written; every other
+file is still converted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import re
+import signal
 import sys
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from torch2jax.discover import (
+    Changed,
     Exclude,
     ReadError,
     copy_atomic,
     find_files,
-    read_python,
+    read_source_file,
+    remove_stale_temps,
     write_atomic,
 )
-from torch2jax.report import Diagnostic, FileReport, RunReport
+from torch2jax.report import Diagnostic, FileReport, RunReport, display
 
 # a file above this size that mentions torch is reported, not converted (libcst would take
 # minutes and gigabytes on a multi-megabyte generated file); one that does not is copied
 MAX_BYTES = 4_000_000
+# Python refuses more than 200 nested brackets ("too many nested parentheses"); libcst's
+# native parser crashes on a few thousand: such a file is refused before it is parsed
+MAX_BRACKETS = 200
+# the default time limit per file, in CPU seconds: TIMEOUT_BASE plus one per TIMEOUT_BYTES
+# (ordinary code converts at 7 to 25 KB per CPU-second: a margin of 3 to 10 and more). It is
+# CPU time, so that a busy machine does not stop files; a worker that uses no CPU and does
+# not finish (a hung file system) is stopped after WALL_FACTOR times the limit.
+TIMEOUT_BASE = 60.0
+TIMEOUT_BYTES = 2048
+WALL_FACTOR = 10
+
+
+class UsageError(Exception):
+    """A request that must not run (the CLI exits 2); nothing was read or written."""
 
 
 def default_jobs() -> int:
@@ -54,6 +84,17 @@ class Options:
     rule_dirs: tuple[Path, ...] = ()
     ignore: tuple[str, ...] = ()
     max_bytes: int | None = None  # None: MAX_BYTES
+    timeout: float | None = None  # CPU seconds per file; None: TIMEOUT_BASE + size / TIMEOUT_BYTES
+
+    def resolved(self) -> Options:
+        """With the module defaults filled in (read in the main process, so that workers
+        started by forkserver see the same values)."""
+        return replace(self, max_bytes=MAX_BYTES if self.max_bytes is None else self.max_bytes)
+
+    def time_limit(self, size: int) -> float:
+        if self.timeout is not None:
+            return self.timeout
+        return TIMEOUT_BASE + size / TIMEOUT_BYTES
 
 
 @dataclass
@@ -62,10 +103,13 @@ class Outcome:
 
     path: str
     status: str  # converted | unchanged | failed
-    text: str | None = None
+    text: str | None = None  # what was read
     encoding: str = "utf-8"
-    code: str | None = None
+    code: str | None = None  # what to write (converted) or the text again (unchanged)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    digest: str | None = None  # of the bytes read: --in-place writes only over those
+    mode: int | None = None  # the source's permission bits, given to what is written
+    data: bytes | None = None  # the bytes read, copied as they are when unchanged
 
 
 _WORKER: dict = {}
@@ -75,7 +119,7 @@ def _init_worker(options: Options) -> None:
     from torch2jax.config import load_user_rules
     from torch2jax.ruleset import load_rules
 
-    _WORKER["options"] = options
+    _WORKER["options"] = options.resolved()
     _WORKER["rules"] = load_user_rules(options.rule_dirs) if options.rule_dirs else load_rules()
 
 
@@ -94,16 +138,26 @@ def convert_file(path: str, known: frozenset[str] = frozenset(),
 
     try:
         size = os.path.getsize(path)
-        text, encoding = read_python(Path(path))
+        if size > max_bytes:
+            if _mentions_torch(path):
+                return failed("too-large", f"{size:,} bytes, more than the {max_bytes:,} "
+                                           "converted per file; not converted")
+            return Outcome(path, "unchanged")  # copied as it is, never read whole here
+        src = read_source_file(Path(path))
     except ReadError as exc:
         return failed("read", str(exc))
     except OSError as exc:
         return failed("read", f"cannot be read: {exc.strerror or exc}")
-    if size > max_bytes and "torch" in text:
-        return failed("too-large", f"{size:,} bytes, more than the {max_bytes:,} converted "
-                                   "per file; not converted")
-    if size > max_bytes:
-        return Outcome(path, "unchanged", text, encoding, text)
+    text = src.text
+
+    def unchanged(diagnostics: list[Diagnostic]) -> Outcome:
+        return Outcome(path, "unchanged", text, src.encoding, text, diagnostics, src.digest,
+                       src.mode, src.data)
+
+    depth = _bracket_depth(text)
+    if depth is not None and depth[0] > MAX_BRACKETS:
+        return failed("too-deep", f"{depth[0]} nested brackets (Python allows {MAX_BRACKETS}); "
+                                  "not parsed", depth[1])
     try:
         result = convert_source(text, path=path, target=options.target, rules=_WORKER["rules"],
                                 known_modules=set(known), shard=options.shard,
@@ -118,10 +172,51 @@ def convert_file(path: str, known: frozenset[str] = frozenset(),
     result = suppress(result, text, options.ignore)
     changed = result.uses_torch and result.code != text
     diagnostics = list(result.diagnostics)
-    if not changed and "TODO(torch2jax)" in text:
-        diagnostics += _open_todos(text, path)
-    return Outcome(path, "converted" if changed else "unchanged", text, encoding, result.code,
-                   diagnostics)
+    if not changed:
+        if "TODO(torch2jax)" in text:
+            diagnostics += _open_todos(text, path)
+        return unchanged(diagnostics)
+    return Outcome(path, "converted", text, src.encoding, result.code, diagnostics, src.digest,
+                   src.mode)
+
+
+def _mentions_torch(path: str, chunk: int = 1 << 20) -> bool:
+    """Whether the file's bytes hold ``torch``, read a megabyte at a time."""
+    tail = b""
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            if b"torch" in tail + block[:4] or b"torch" in block:
+                return True
+            tail = block[-4:]
+    return False
+
+
+_BRACKET = re.compile(r"[][(){}]")
+
+
+def _bracket_depth(text: str) -> tuple[int, int] | None:
+    """``(deepest bracket nesting, its line)``, counted by Python's tokenizer (brackets in
+    strings and comments do not count); None when it cannot tokenize the text. A file with
+    few brackets is not tokenized: it cannot nest deeper than it has brackets."""
+    import io
+    import tokenize
+
+    if len(_BRACKET.findall(text)) <= 2 * MAX_BRACKETS:
+        return (0, 1)
+    depth = deepest = 0
+    line = 1
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.OP:
+                if tok.string in "([{":
+                    depth += 1
+                    if depth > deepest:
+                        deepest, line = depth, tok.start[0]
+                elif tok.string in ")]}":
+                    depth -= 1
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    return deepest, line
 
 
 def _open_todos(text: str, path: str) -> list[Diagnostic]:
@@ -185,43 +280,228 @@ def _mp_context():
 
 _THREADED = ("jax", "torch", "tensorflow", "numba")
 
-
-def _worker_call(args: tuple[str, frozenset[str], frozenset[str]]) -> Outcome:
-    return convert_file(*args)
+Task = tuple[str, frozenset[str], frozenset[str]]
 
 
-def convert_all(tasks: list[tuple[str, frozenset[str], frozenset[str]]], options: Options,
-                jobs: int, progress: Callable[[], None] | None = None) -> list[Outcome]:
+def _worker_main(conn, options: Options, inherited: list) -> None:
+    """A worker: converts the files it is sent, one at a time, until told to stop or until
+    the main process goes away."""
+    for c in inherited:  # the main process's ends of the other workers' pipes (fork)
+        with contextlib.suppress(OSError):
+            c.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process; it stops us
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource  # a crash must not leave a core file in the user's folder
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    _init_worker(options)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        task, limit = message
+        _limit_cpu(limit)
+        try:
+            outcome = convert_file(*task)
+        except BaseException as exc:  # noqa: BLE001 - MemoryError and the like: report it
+            outcome = Outcome(task[0], "failed", diagnostics=[Diagnostic(
+                task[0], 1, 1, "internal", "error", f"internal error while converting: {exc!r}; "
+                "please report it")])
+        try:
+            conn.send(outcome)
+        except (OSError, ValueError):
+            return
+
+
+def _limit_cpu(seconds: float) -> None:
+    """Let this process use ``seconds`` more CPU time (RLIMIT_CPU): past it, the kernel sends
+    SIGXCPU, which ends the worker; the main process reports the file as a ``timeout``."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: the main process's wall-clock limit still applies
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + seconds)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+# files sent ahead to a worker: it starts the next one while the main process writes
+PREFETCH = 2
+
+
+@dataclass
+class _Worker:
+    process: object
+    conn: object
+    queue: deque = field(default_factory=deque)  # tasks sent, in order; the first one runs
+    deadline: float = 0.0  # wall clock, for the first task
+
+
+class _Workers:
+    """``jobs`` worker processes, each converting one file at a time (with the next ones
+    already sent). A worker that dies (a crash in libcst's native code, the out-of-memory
+    killer) or overruns its file's time limit is replaced: the file it was converting is
+    reported, the files sent ahead go to another worker."""
+
+    def __init__(self, options: Options, jobs: int) -> None:
+        self.options = options
+        self.jobs = jobs
+        self.ctx = _mp_context()
+        self.workers: list[_Worker] = []
+        self.limits: dict[int, float] = {}
+
+    def _start(self) -> _Worker:
+        import gc
+
+        fork = self.ctx.get_start_method() == "fork"
+        parent, child = self.ctx.Pipe(duplex=True)
+        inherited = [w.conn for w in self.workers] + [parent] if fork else []
+        process = self.ctx.Process(target=_worker_main, args=(child, self.options, inherited),
+                                   daemon=True, name="torch2jax-worker")
+        if fork:  # the child's garbage collector then leaves the inherited objects alone
+            gc.freeze()  # (no copy-on-write of the whole heap); the parent's is unchanged
+        try:
+            process.start()
+        finally:
+            if fork:
+                gc.unfreeze()
+        child.close()
+        worker = _Worker(process, parent)
+        self.workers.append(worker)
+        return worker
+
+    def _retire(self, worker: _Worker, pending: deque) -> None:
+        """Stop ``worker``; the tasks it still had go back to the front of ``pending``."""
+        self.workers.remove(worker)
+        pending.extendleft(reversed(worker.queue))
+        worker.queue.clear()
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join()
+
+    def run(self, tasks: list[Task], order: list[int]) -> Iterator[tuple[int, Outcome]]:
+        """``(index, outcome)`` for every task, in the order they finish."""
+        from multiprocessing.connection import wait
+
+        pending = deque(order)
+        try:
+            for _ in range(min(self.jobs, len(pending))):
+                self._fill(self._start(), tasks, pending)
+            while any(w.queue for w in self.workers):
+                busy = [w for w in self.workers if w.queue]
+                timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic())
+                ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
+                             timeout)
+                for w in busy:
+                    done = self._collect(w, ready, tasks)
+                    if done is None:
+                        continue
+                    index, outcome, alive = done
+                    yield index, outcome
+                    if not alive:
+                        self._retire(w, pending)
+                        if not pending:
+                            continue
+                        w = self._start()
+                    self._fill(w, tasks, pending)
+        finally:
+            for w in list(self.workers):
+                with contextlib.suppress(OSError, ValueError):
+                    w.conn.send(None)
+            for w in list(self.workers):
+                w.process.join(timeout=1)
+                self._retire(w, pending)
+
+    def _fill(self, w: _Worker, tasks: list[Task], pending: deque) -> None:
+        while pending and len(w.queue) < PREFETCH:
+            index = pending.popleft()
+            limit = self.limits[index] = self.options.time_limit(_size(tasks[index][0]))
+            if not w.queue:
+                w.deadline = time.monotonic() + WALL_FACTOR * limit
+            w.queue.append(index)
+            try:
+                w.conn.send((tasks[index], limit))
+            except (OSError, ValueError):
+                return  # it died already: its sentinel says so
+
+    def _collect(self, w: _Worker, ready: list, tasks: list[Task]
+                 ) -> tuple[int, Outcome, bool] | None:
+        """``(task, outcome, worker still usable)`` when ``w`` is done with its first task."""
+        index = w.queue[0]
+        path = tasks[index][0]
+        limit = self.limits[index]
+        if w.conn in ready or w.process.sentinel in ready:
+            # EOF, or a message cut short by the worker's death: it crashed on this file
+            with contextlib.suppress(Exception):
+                if w.conn.poll():
+                    outcome = w.conn.recv()
+                    w.queue.popleft()
+                    if w.queue:  # the worker has started the next one
+                        w.deadline = time.monotonic() + WALL_FACTOR * self.limits[w.queue[0]]
+                    return index, outcome, w.process.is_alive()
+            w.process.join(timeout=5)
+            w.queue.popleft()
+            if w.process.exitcode == -getattr(signal, "SIGXCPU", 0):
+                return index, _timed_out(path, f"{limit:g} s of CPU time"), False
+            return index, _died(path, w.process.exitcode), False
+        if time.monotonic() >= w.deadline:
+            w.queue.popleft()
+            return index, _timed_out(path, f"{WALL_FACTOR * limit:g} s"), False
+        return None
+
+
+def _timed_out(path: str, what: str) -> Outcome:
+    return Outcome(path, "failed", diagnostics=[Diagnostic(
+        path, 1, 1, "timeout", "error",
+        f"converting it took more than {what} (--timeout); stopped, not converted")])
+
+
+def _died(path: str, exitcode: int | None) -> Outcome:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        why = f"the converter's process crashed on it ({name})"
+        if name == "SIGSEGV":
+            why += ", likely libcst's parser on very deep nesting"
+        elif name == "SIGKILL":
+            why += ", likely out of memory"
+    else:
+        why = f"the converter's process exited ({exitcode}) while converting it"
+    return Outcome(path, "failed", diagnostics=[Diagnostic(
+        path, 1, 1, "crash", "error", f"{why}; not converted")])
+
+
+def convert_all(tasks: list[Task], options: Options, jobs: int,
+                progress: Callable[[], None] | None = None) -> list[Outcome]:
     """Convert every ``(path, known_modules, public classes)``; results in the order of
     ``tasks``."""
-    jobs = max(1, min(jobs, len(tasks)))
-    if jobs == 1:
-        _init_worker(options)
-        out = []
-        for t in tasks:
-            out.append(convert_file(*t))
-            if progress:
-                progress()
-        return out
     results: list[Outcome | None] = [None] * len(tasks)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_mp_context(),
-                             initializer=_init_worker, initargs=(options,)) as pool:
-        # largest files first, so that no big file starts last and runs alone at the end
-        order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i][0]))
-        futures = {pool.submit(_worker_call, tasks[i]): i for i in order}
-        from concurrent.futures import as_completed
-
-        for fut in as_completed(futures):
-            i = futures[fut]
-            try:
-                results[i] = fut.result()
-            except Exception as exc:  # noqa: BLE001 - a worker died (out of memory, killed)
-                path = tasks[i][0]
-                results[i] = Outcome(path, "failed", diagnostics=[Diagnostic(
-                    path, 1, 1, "internal", "error", f"the worker converting it died: {exc!r}")])
-            if progress:
-                progress()
+    for i, outcome in convert_iter(tasks, options, jobs):
+        results[i] = outcome
+        if progress:
+            progress()
     return [r for r in results if r is not None]
+
+
+def convert_iter(tasks: list[Task], options: Options, jobs: int
+                 ) -> Iterator[tuple[int, Outcome]]:
+    """``(index, outcome)`` for every task as the workers finish them (largest files first,
+    so that no big file starts last and runs alone at the end)."""
+    if not tasks:
+        return iter(())
+    order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i][0]))
+    return _Workers(options.resolved(), max(1, min(jobs, len(tasks)))).run(tasks, order)
 
 
 @dataclass
@@ -233,75 +513,230 @@ class Request:
     jobs: int = 1
     excludes: tuple[Exclude, ...] = ()
     use_gitignore: bool = True
+    allow_overlap: bool = False  # -o inside or around an input, when nothing would be replaced
+
+
+def _real(p: Path) -> Path:
+    return Path(os.path.realpath(p))
+
+
+def _overlap(paths: list[Path], out: Path) -> tuple[str, Path] | None:
+    """How ``out`` overlaps an input, symbolic links resolved: ``("is", p)``,
+    ``("inside", p)`` or ``("contains", p)``."""
+    real_out = _real(out)
+    for p in paths:
+        real = _real(p)
+        if real == real_out:
+            return "is", p
+        if real in real_out.parents:
+            return "inside", p
+        if real_out in real.parents:
+            return "contains", p
+    return None
+
+
+def check_output(req: Request) -> None:
+    """Refuse (:class:`UsageError`) an output folder that is, contains or lies inside an input
+    (unless ``allow_overlap``; :func:`run` then checks that nothing would be replaced), or is
+    not a folder. Reads and writes nothing."""
+    if req.mode != "out" or req.out is None:
+        return
+    out = req.out
+    if os.path.lexists(out) and not out.is_dir():
+        raise UsageError(f"-o {display(str(out))} exists and is not a folder")
+    found = _overlap(req.paths, out)
+    if found is None:
+        return
+    how, p = found
+    o, i = display(str(out)), display(str(p))
+    if how == "is":
+        raise UsageError(f"-o {o} is the input {i}: the output would overwrite the input")
+    if req.allow_overlap:
+        return
+    where = "lies inside the input" if how == "inside" else "contains the input"
+    raise UsageError(f"-o {o} {where} {i}: converted files could replace files there; choose "
+                     "an output folder apart from the input, or pass --allow-overlap (accepted "
+                     "only when no converted file would replace an existing one)")
+
+
+@dataclass
+class _Dest:
+    path: Path | None  # where the file goes, its folder resolved inside the output folder
+    problem: str | None = None
+
+
+def _destinations(files: list[tuple[Path, Path]], out: Path, check_existing: bool
+                  ) -> list[_Dest]:
+    """Each file's destination under ``out``: its folder resolved (symbolic links followed);
+    one that leaves ``out``, or that another file already goes to, is refused."""
+    real_out = _real(out)
+    taken: dict[Path, Path] = {}
+    dests = []
+    existing: list[str] = []
+    for src, rel in files:
+        problem = None
+        folder = _real(real_out / rel.parent)
+        dest = folder / rel.name
+        if folder != real_out and real_out not in folder.parents:
+            problem = (f"would be written to {display(str(out / rel))}, which a symbolic link "
+                       "takes outside the output folder; not written")
+        elif os.path.islink(dest) and real_out not in _real(dest).parents:
+            problem = (f"{display(str(out / rel))} is a symbolic link outside the output "
+                       "folder; not written")
+        elif dest in taken:
+            problem = (f"{display(str(out / rel))} is already the output of "
+                       f"{display(str(taken[dest]))}; not written")
+        else:
+            taken[dest] = src
+            if check_existing and os.path.lexists(dest):
+                existing.append(display(str(out / rel)))
+        dests.append(_Dest(None if problem else dest, problem))
+    if existing:
+        more = f" and {len(existing) - 5} more" if len(existing) > 5 else ""
+        raise UsageError("--allow-overlap: converted files would replace existing files: "
+                         + ", ".join(existing[:5]) + more + "; nothing was written")
+    return dests
 
 
 def run(req: Request, show_diff: Callable[[str, str, str], None] | None = None,
         progress_console=None) -> RunReport:
-    """Find, convert and write; the report lists the files in the order they were found."""
+    """Find, convert and write; the report lists the files in the order they were found.
+    Raises :class:`UsageError` (nothing read or written) for an ``-o`` that overlaps the
+    input (see :func:`check_output`)."""
     from torch2jax.repo import index_repository
     from torch2jax.ruleset import load_rules
 
+    check_output(req)
+    options = req.options.resolved()
     found = find_files(req.paths, exclude_dirs=[req.out], excludes=req.excludes,
                        use_gitignore=req.use_gitignore)
-    rules = load_rules(tuple(str(d) for d in req.options.rule_dirs))
-    repo = index_repository(_with_context(req, [f for f, _ in found.files]), rules.layers)
-    tasks = [(str(f), frozenset(repo.known_for(f)), frozenset(repo.exported_from(f)))
-             for f, _ in found.files]
-    outcomes = _with_progress(tasks, req, progress_console)
-
-    run = RunReport()
-    dests: dict[Path, str] = {}
-    out_root = req.out.resolve() if req.out is not None else None
-    for (src, rel), oc in zip(found.files, outcomes):
-        report = FileReport(path=str(src), status=oc.status, diagnostics=list(oc.diagnostics))
-        run.files.append(report)
-        if oc.status == "failed" or req.mode in ("check",) or oc.code is None:
+    dests: list[_Dest] = []
+    if req.mode == "out":
+        assert req.out is not None
+        dests = _destinations(found.files, req.out,
+                              check_existing=_overlap(req.paths, req.out) is not None)
+    rules = load_rules(tuple(str(d) for d in options.rule_dirs))
+    repo = index_repository(_with_context(req, [f for f, _ in found.files], options),
+                            rules.layers, read=_bounded_reader(options))
+    reports = [FileReport(path=str(src), status="failed") for src, _ in found.files]
+    tasks: list[Task] = []
+    task_file: list[int] = []
+    for i, (f, _) in enumerate(found.files):
+        if dests and dests[i].problem is not None:
+            reports[i].diagnostics.append(Diagnostic(str(f), 1, 1, "output", "error",
+                                                     dests[i].problem))
+            continue
+        tasks.append((str(f), frozenset(repo.known_for(f)), frozenset(repo.exported_from(f))))
+        task_file.append(i)
+    writer = _Writer(req)
+    diffs: dict[int, Outcome] = {}
+    for t, oc in _with_progress(tasks, req, options, progress_console):
+        i = task_file[t]
+        src = found.files[i][0]
+        report = reports[i] = FileReport(path=str(src), status=oc.status,
+                                         diagnostics=list(oc.diagnostics))
+        if oc.status == "failed" or req.mode == "check":
             continue
         if req.mode == "diff":
-            if oc.status == "converted" and show_diff is not None:
-                show_diff(oc.text or "", oc.code, str(src))
+            if oc.status == "converted":
+                diffs[i] = oc
             continue
-        if req.mode == "in-place":
-            if oc.status != "converted":
-                continue
-            if src.is_symlink():
-                report.status = "skipped"
-                report.diagnostics.append(Diagnostic(
-                    str(src), 1, 1, "symlink", "warning",
-                    "a symbolic link; not rewritten in place (convert its target)"))
-                continue
-            write_atomic(src, oc.code, oc.encoding)
-            report.output = str(src)
-            continue
-        assert out_root is not None
-        dest = (out_root / rel)
-        real_dest = Path(os.path.abspath(dest))
-        if out_root not in real_dest.parents or real_dest == src.resolve():
+        writer.write(src, dests[i].path if dests else None, oc, report)
+    if show_diff is not None:
+        for i in sorted(diffs):
+            show_diff(diffs[i].text or "", diffs[i].code or "", str(found.files[i][0]))
+    result = RunReport(files=reports)
+    for p in found.problems:
+        status = "failed" if p.severity == "error" else "skipped"
+        result.files.append(FileReport(path=str(p.path), status=status, diagnostics=[
+            Diagnostic(str(p.path), 1, 1, "discover", p.severity, p.message)]))
+    return result
+
+
+class _Writer:
+    """Writes results as they arrive: atomically, with the source's mode; in place only over
+    the content that was read; a failure is the file's diagnostic, never the run's end."""
+
+    def __init__(self, req: Request) -> None:
+        self.req = req
+        self.real_out = _real(req.out) if req.out is not None else None
+        self.cleaned: set[Path] = set()
+
+    def _clean(self, folder: Path) -> None:
+        if folder not in self.cleaned:
+            self.cleaned.add(folder)
+            remove_stale_temps(folder)
+
+    def write(self, src: Path, dest: Path | None, oc: Outcome, report: FileReport) -> None:
+        try:
+            if self.req.mode == "in-place":
+                self._in_place(src, oc, report)
+            else:
+                assert dest is not None
+                self._out(src, dest, oc, report)
+        except Changed as exc:
             report.status = "failed"
-            report.diagnostics.append(Diagnostic(str(src), 1, 1, "output", "error",
-                                                 f"would be written to {dest}, over its input "
-                                                 "or outside the output folder; not written"))
-            continue
-        if real_dest in dests:
+            report.diagnostics.append(Diagnostic(
+                str(src), 1, 1, "changed", "error",
+                f"{exc.strerror}; left as it is, not rewritten (run the conversion again)"))
+        except OSError as exc:
+            report.status = "failed"
+            where = display(exc.filename) if isinstance(exc.filename, str) else ""
+            why = exc.strerror or str(exc)
+            report.diagnostics.append(Diagnostic(
+                str(src), 1, 1, "write", "error",
+                f"could not be written: {why}{f' ({where})' if where else ''}; not written"))
+
+    def _in_place(self, src: Path, oc: Outcome, report: FileReport) -> None:
+        if oc.status != "converted" or oc.code is None:
+            return
+        if src.is_symlink():
+            report.status = "skipped"
+            report.diagnostics.append(Diagnostic(
+                str(src), 1, 1, "symlink", "warning",
+                "a symbolic link; not rewritten in place (convert its target)"))
+            return
+        self._clean(src.parent)
+        write_atomic(src, oc.code, oc.encoding, mode=oc.mode, expect=oc.digest)
+        report.output = str(src)
+
+    def _out(self, src: Path, dest: Path, oc: Outcome, report: FileReport) -> None:
+        assert self.real_out is not None and self.req.out is not None
+        folder = dest.parent
+        # made only now, and checked again: a symbolic link placed since the plan is refused
+        os.makedirs(folder, exist_ok=True)
+        real = _real(folder)
+        if real != self.real_out and self.real_out not in real.parents:
             report.status = "failed"
             report.diagnostics.append(Diagnostic(
                 str(src), 1, 1, "output", "error",
-                f"{dest} is already the output of {dests[real_dest]}; not written"))
-            continue
-        dests[real_dest] = str(src)
-        if oc.status == "converted":
-            write_atomic(dest, oc.code, oc.encoding)
-        else:
-            copy_atomic(src, dest)
-        report.output = str(req.out / rel)
-    for p in found.problems:
-        status = "failed" if p.severity == "error" else "skipped"
-        run.files.append(FileReport(path=str(p.path), status=status, diagnostics=[
-            Diagnostic(str(p.path), 1, 1, "discover", p.severity, p.message)]))
-    return run
+                f"would be written to {display(str(dest))}, which a symbolic link takes "
+                "outside the output folder; not written"))
+            return
+        self._clean(real)
+        if oc.status == "converted" and oc.code is not None:
+            write_atomic(real / dest.name, oc.code, oc.encoding, mode=oc.mode)
+        elif oc.data is not None:
+            write_atomic(real / dest.name, oc.data, mode=oc.mode)
+        else:  # a large file without torch: copied as it is
+            copy_atomic(src, real / dest.name)
+        report.output = str(self.req.out / Path(os.path.relpath(dest, self.real_out)))
 
 
-def _with_context(req: Request, files: list[Path]) -> list[Path]:
+def _bounded_reader(options: Options) -> Callable[[Path], bytes]:
+    """The first pass's reader: a file over the size limit is not read (nor parsed)."""
+    limit = options.max_bytes if options.max_bytes is not None else MAX_BYTES
+
+    def read(path: Path) -> bytes:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > limit:
+                raise OSError(f"{path}: over the size limit")
+            return fh.read()
+
+    return read
+
+
+def _with_context(req: Request, files: list[Path], options: Options) -> list[Path]:
     """The files to index in the first pass: those converted, plus, for files named one by
     one (pre-commit passes the staged files), the files of the repository they import
     (transitively), so that a base class defined in an unstaged file is still known."""
@@ -311,15 +746,20 @@ def _with_context(req: Request, files: list[Path]) -> list[Path]:
     if not explicit:
         return files
     seen = {f.resolve() for f in files}
-    return list(files) + [f for f in import_closure(explicit) if f not in seen]
+    return list(files) + [f for f in import_closure(explicit, read=_bounded_reader(options))
+                          if f not in seen]
 
 
-def _with_progress(tasks, req: Request, console) -> list[Outcome]:
+def _with_progress(tasks: list[Task], req: Request, options: Options, console
+                   ) -> Iterator[tuple[int, Outcome]]:
     if console is None or not console.is_terminal or len(tasks) < 2:
-        return convert_all(tasks, req.options, req.jobs)
+        yield from convert_iter(tasks, options, req.jobs)
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("converting"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task("convert", total=len(tasks))
-        return convert_all(tasks, req.options, req.jobs, lambda: bar.advance(task))
+        for item in convert_iter(tasks, options, req.jobs):
+            yield item
+            bar.advance(task)

@@ -97,10 +97,12 @@ def import_root(path: Path) -> Path:
     return d
 
 
-def import_closure(files: Iterable[Path], limit: int = 5000) -> list[Path]:
+def import_closure(files: Iterable[Path], limit: int = 5000, read=None) -> list[Path]:
     """``files`` and the repository files they import, transitively (relative imports, and
     absolute ones that resolve under each file's import root), with the ``__init__.py`` of
-    every package on the way: what the first pass needs to know about a few files."""
+    every package on the way: what the first pass needs to know about a few files.
+    ``read``: how a file's bytes are read (an ``OSError`` skips the file)."""
+    read = read or (lambda p: p.read_bytes())
     queue = [p.resolve() for p in files]
     seen: set[Path] = set()
     order: list[Path] = []
@@ -114,7 +116,7 @@ def import_closure(files: Iterable[Path], limit: int = 5000) -> list[Path]:
         root = import_root(path)
         mod = _Module(name, path, is_package)
         try:
-            tree = ast.parse(path.read_bytes())
+            tree = ast.parse(read(path))
         except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
             continue
         targets: list[str] = []

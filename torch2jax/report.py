@@ -16,6 +16,16 @@ STATUSES = ("converted", "unchanged", "skipped", "failed")
 SCHEMA = "torch2jax-report/1"  # docs/reviewing.md describes it
 
 
+def display(path: str) -> str:
+    """A file name for the terminal: bytes of a name that are not valid UTF-8 (held as
+    surrogates, PEP 383) shown as ``\\xNN`` escapes, so that printing never fails."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """One finding at one place in one file.
@@ -32,7 +42,8 @@ class Diagnostic:
     message: str
 
     def render(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}: {self.severity} [{self.rule}] {self.message}"
+        return (f"{display(self.file)}:{self.line}:{self.column}: {self.severity} "
+                f"[{self.rule}] {self.message}")
 
 
 @dataclass
@@ -83,8 +94,14 @@ class RunReport:
         }
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n",
-                              encoding="utf-8")
+        """UTF-8 JSON, written atomically. A file name that is not valid UTF-8 keeps each of
+        its undecodable bytes as a ``\\udcNN`` escape (PEP 383): Python's ``json.load`` and
+        ``os.fsencode`` give the original bytes back."""
+        from torch2jax.discover import write_atomic
+
+        text = json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+        # a lone surrogate can only stand inside a JSON string, where \\udcNN is its escape
+        write_atomic(Path(path), text.encode("utf-8", "backslashreplace"))
 
     @property
     def todos(self) -> int:
@@ -104,7 +121,8 @@ class RunReport:
             for col in ("location", "severity", "rule", "message"):
                 table.add_column(col, overflow="fold")
             for d in shown:
-                table.add_row(f"{d.file}:{d.line}:{d.column}", d.severity, d.rule, d.message)
+                table.add_row(f"{display(d.file)}:{d.line}:{d.column}", d.severity, d.rule,
+                              d.message)
             console.print(table)
         elif shown:
             table = Table(title=f"Left for review: {len(shown)} findings by rule "
@@ -118,11 +136,13 @@ class RunReport:
             for (rule, severity), ds in order:
                 first = ds[0]
                 table.add_row(rule, severity, str(len(ds)), str(len({d.file for d in ds})),
-                              f"{first.file}:{first.line}:{first.column}", first.message)
+                              f"{display(first.file)}:{first.line}:{first.column}",
+                              first.message)
             console.print(table)
         failed = [f for f in self.files if f.status == "failed"]
         if failed:
-            console.print(f"Not converted ({len(failed)}): " + ", ".join(f.path for f in failed),
+            console.print(f"Not converted ({len(failed)}): "
+                          + ", ".join(display(f.path) for f in failed),
                           highlight=False, markup=False, soft_wrap=True)
         by_rule = Counter(d.rule for f in self.files if f.status != "failed"
                           for d in f.diagnostics if d.severity == "error")
@@ -132,8 +152,13 @@ class RunReport:
                 highlight=False, markup=False, soft_wrap=True)
         counts = Counter(f.status for f in self.files)
         parts = [f"{n} {s}" for s, n in sorted(counts.items())]
-        console.print(f"{len(self.files)} files: " + ", ".join(parts) + f"; {self.todos} TODOs",
-                      highlight=False)
+        console.print(f"{plural(len(self.files), 'file')}: " + ", ".join(parts)
+                      + f"; {plural(self.todos, 'TODO')}", highlight=False)
+
+def plural(n: int, word: str) -> str:
+    """``1 file``, ``2 files``, ``0 files``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
 
 _COLORS = {"+++": "\x1b[1m", "---": "\x1b[1m", "@@": "\x1b[36m", "+": "\x1b[32m",
            "-": "\x1b[31m"}

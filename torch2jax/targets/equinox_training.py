@@ -819,18 +819,20 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
             out.append(exc.message)
     if eval_calls and autocast_at is None:
         # no eval step came from NNX (evaluation under @torch.no_grad(), not a no_grad block)
-        at = next((i for i, o in enumerate(out) if not isinstance(o, str) and isinstance(
+        at = next((i for i, o in enumerate(out) if not isinstance(o, str) and o and isinstance(
             o[0], cst.FunctionDef) and "eval_step(" in code(o[0])), None)
         if at is not None:
             first = out[at][0]
             step = eval_step(any_stateful).with_changes(leading_lines=first.leading_lines)
             out[at] = [step, first.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2),
                        *out[at][1:]]
-    if any(not isinstance(o, str) and AUTOCAST_FN + "(" in code(o[0]) for o in out):
+    # (a statement of the NNX form that equinox drops, nnx.split(...) or nnx.update(...),
+    # leaves [])
+    if any(not isinstance(o, str) and o and AUTOCAST_FN + "(" in code(o[0]) for o in out):
         helper = _stmt(AUTOCAST_SRC).with_changes(leading_lines=[cst.EmptyLine(indent=False),
                                                                  cst.EmptyLine(indent=False)])
         at = autocast_at if autocast_at is not None else next(
-            (i for i, o in enumerate(out) if not isinstance(o, str) and
+            (i for i, o in enumerate(out) if not isinstance(o, str) and o and
              isinstance(o[0], cst.FunctionDef)), 0)
         if not isinstance(out[at], str):
             out[at] = [*out[at], helper]
