@@ -391,10 +391,18 @@ class _InitRewriter(cst.CSTTransformer):
         self.keyed_classes = keyed_classes
         self.attrs: dict[str, Layer] = {}
         self.values: dict[int, Layer] = {}  # id of new node -> layer
+        # every node this pass returns stays alive until it ends: `values` is keyed by id, and
+        # a freed node's id could be given to a later node
+        self._kept: list[cst.CSTNode] = []
         self.local: dict[str, Layer] = {}  # local names bound to layers (lists of layers)
         self.errors: list[str] = []
         self.sites = 0
         self.identities: set[str] = set()  # attributes that are an identity in some branch
+
+    def on_leave(self, original_node, updated_node):
+        result = super().on_leave(original_node, updated_node)
+        self._kept.append(result)
+        return result
 
     def visit_For(self, node: cst.For) -> None:
         self.loop += 1
