@@ -450,3 +450,29 @@ def test_without_nbformat_a_torch_notebook_fails_naming_the_extra(tmp_path: Path
     assert (tmp_path / "out" / "m.py").read_text() == "import jax.numpy as jnp\nx = jnp.zeros((2,))\n"
     assert (tmp_path / "out" / "plain.ipynb").read_bytes() == (src / "plain.ipynb").read_bytes()
     assert not (tmp_path / "out" / "torch.ipynb").exists()
+
+
+def test_split_comments_out_an_ipython_line_the_conversion_commented_out() -> None:
+    joined = join([(0, "import torch\nfor i in range(2):\n    %time x = i\n    print(x)")])
+    lines = joined.text.split("\n")
+    # the loop commented out, as the equinox pass does with code it cannot translate
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("for "))
+    code = "\n".join([*lines[:start], *("# " + ln for ln in lines[start:start + 3]), "pass",
+                      *lines[start + 3:]])
+    assert split(joined, code) == [
+        "import torch\n# for i in range(2):\n#     %time x = i\n#     print(x)\npass"]
+
+
+def test_ignore_comments_and_blank_lines_in_cells(tmp_path: Path) -> None:
+    path = _write(_notebook([
+        ("code", "\nimport torch\n\n"),
+        ("code", "def odd(x):\n    return torch.frobnicate(x)  # torch2jax: ignore[torch.frob*]"),
+        ("code", "y = torch.ones(2)"),
+    ]), tmp_path / "nb.ipynb")
+    res = runner.invoke(app, ["convert", str(path), "--in-place"])
+    assert res.exit_code == 0, res.output
+    assert "TODO" not in path.read_text()
+    cells = [c.source for c in nbformat.read(str(path), as_version=4).cells]
+    assert cells[0] == "\nimport jax.numpy as jnp\n\n"  # the blank lines around kept
+    assert cells[1] == "def odd(x):\n    return torch.frobnicate(x)  # torch2jax: ignore[torch.frob*]"
+    assert cells[2] == "y = jnp.ones((2,))"
