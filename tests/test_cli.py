@@ -37,6 +37,19 @@ def test_convert_mirror_tree(tmp_path: Path) -> None:
     assert (src / "pkg" / "good.py").read_text() == GOOD  # input untouched
 
 
+def test_the_totals_are_singular_for_one(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.py").write_text(GOOD)
+    (src / "todo.py").write_text(UNTRANSLATABLE)
+    res = runner.invoke(app, ["convert", str(src / "good.py"), "-o", str(tmp_path / "a")])
+    assert "1 file: 1 converted; 0 TODOs" in res.output, res.output
+    res = runner.invoke(app, ["convert", str(src / "todo.py"), "-o", str(tmp_path / "b")])
+    assert "1 file: 1 converted; 1 TODO" in res.output, res.output
+    res = runner.invoke(app, ["convert", str(src), "--diff"])
+    assert "2 files: 2 converted; 1 TODO" in res.output, res.output
+
+
 def test_init_torch_writes_torchs_initializers(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()

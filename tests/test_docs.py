@@ -44,3 +44,24 @@ def test_the_guides_exist_and_are_linked_from_the_readme() -> None:
                  "checkpoints"):
         assert (ROOT / "docs" / f"{name}.md").is_file(), name
         assert f"docs/{name}.md" in readme, name
+
+
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_install_commands_work_without_a_package_index(page: Path) -> None:
+    """torch2jax-port is not on a package index: a command in the docs installs it from a
+    checkout (``pip install -e .``) or from the repository (``@ git+<repository URL>``)."""
+    for block in FENCE.findall(page.read_text(encoding="utf-8")):
+        for line in block.splitlines():
+            if "pip install" in line and "torch2jax-port" in line:
+                assert "@ git+" in line, f"{page.name}: {line.strip()}"
+
+
+def test_ci_builds_the_wheel_and_runs_the_readmes_test_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    command = readme.split("Run the tests:\n\n```\n", 1)[1].split("\n```", 1)[0]
+    assert any(line.startswith(command + " ") for line in ci.splitlines()), command
+    assert "python -m build --wheel" in ci and "torch2jax_port-*.whl" in ci

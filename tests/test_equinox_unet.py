@@ -49,7 +49,7 @@ def test_unet_translation(converted: Path) -> None:
 
 @pytest.mark.parametrize("bilinear", [False, True])
 def test_unet_matches_torch(converted: Path, bilinear: bool) -> None:
-    r = verify(f"{UNET}::UNet", inputs=INPUT, jax_target="equinox", grad=True,
+    r = verify(f"{UNET}::UNet", inputs=INPUT, jax_target="equinox", grad=True, float64=False,
                converted=str(converted), args={"bilinear": bilinear})
     assert r.error is None, r.error
     assert r.todos == 0
@@ -59,7 +59,7 @@ def test_unet_matches_torch(converted: Path, bilinear: bool) -> None:
 
 @pytest.mark.parametrize("bilinear", [False, True])
 def test_unet_train_mode_updates_statistics_like_torch(converted: Path, bilinear: bool) -> None:
-    r = verify(f"{UNET}::UNet", inputs=INPUT, jax_target="equinox", grad=True, train_mode=True,
+    r = verify(f"{UNET}::UNet", inputs=INPUT, jax_target="equinox", grad=True, train_mode=True, float64=False,
                converted=str(converted), args={"bilinear": bilinear})
     assert r.error is None, r.error
     assert r.passed, r.mismatch

@@ -30,7 +30,8 @@ def _method(code: str, cls: str) -> str:
 
 def _verify(path: Path, name: str, shape: str, target: str = "nnx", args: dict | None = None):
     result = run_request(VerifyRequest(f"{path}::{name}", inputs=(shape,), grad=True,
-                                       atol=1e-4, rtol=1e-4, jax_target=target, args=args))
+                                       atol=1e-4, rtol=1e-4, jax_target=target, args=args,
+                                       float64=False))  # float64: tests/test_verify_defaults.py
     assert result.error is None, result.error
     assert result.passed, result.mismatch
     return result

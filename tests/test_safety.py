@@ -357,9 +357,27 @@ def test_a_file_that_takes_too_long_is_stopped_and_reported(tmp_path: Path) -> N
     files = _report(report)
     (d,) = files["slow.py"]["diagnostics"]
     assert files["slow.py"]["status"] == "failed" and d["rule"] == "timeout"
-    assert "1 s" in d["message"]
+    assert "more than 1 s of CPU time" in d["message"]
     assert files["a_good.py"]["status"] == files["z_good.py"]["status"] == "converted"
     assert (out / "z_good.py").exists() and not (out / "slow.py").exists()
+
+
+def test_a_worker_that_hangs_without_using_cpu_is_stopped(tmp_path: Path) -> None:
+    """The CPU limit cannot see a worker that waits (a hung file system): the wall-clock
+    limit, ten times the CPU limit, stops it. A FIFO stands in (opening it blocks)."""
+    from torch2jax.engine import Options, convert_iter
+
+    fifo = tmp_path / "hang.py"
+    os.mkfifo(fifo)
+    good = tmp_path / "good.py"
+    good.write_text(GOOD)
+    tasks = [(str(fifo), frozenset(), frozenset()), (str(good), frozenset(), frozenset())]
+    start = time.monotonic()
+    results = dict(convert_iter(tasks, Options(timeout=0.5), jobs=1))
+    assert time.monotonic() - start < 60
+    (d,) = results[0].diagnostics
+    assert results[0].status == "failed" and d.rule == "timeout" and "more than 5 s" in d.message
+    assert results[1].status == "converted" and "jnp.sum" in results[1].code
 
 
 # --- 6. smaller defects ------------------------------------------------------------------------

@@ -248,7 +248,7 @@ def test_equinox_and_linen_forms(converted) -> None:
 @pytest.mark.parametrize("name", CASES)
 def test_layer_matches_torch(source_file: Path, target: str, name: str) -> None:
     result = run_request(VerifyRequest(f"{source_file}::{name}", inputs=tuple(CASES[name]),
-                                       jax_target=target, grad=True))
+                                       jax_target=target, grad=True, float64=False))  # float64: tests/test_verify_defaults.py
     assert result.error is None, result.error
     assert result.todos == 0
     assert result.max_abs_diff <= 1e-5, result.to_json()
@@ -291,7 +291,7 @@ def test_linen_sequence_layers_with_the_batch_on_axis_1(tmp_path: Path) -> None:
     path.write_text(BATCH_SECOND)
     result = run_request(VerifyRequest(f"{path}::Seq", inputs=("float32[7,2,16]",
                                                                 "float32[1,2,6]"),
-                                       jax_target="linen", grad=True))
+                                       jax_target="linen", grad=True, float64=False))
     assert result.error is None, result.error
     assert result.max_abs_diff <= 1e-5 and result.grad_max_abs_diff <= 1e-5, result.to_json()
     assert result.passed, result.mismatch

@@ -125,7 +125,7 @@ def _verify(source_file, converted, name, spec, args=None, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch: "enable_nested_tensor is True, but ..."
         result = run_request(VerifyRequest(f"{source_file}::{name}", args=args, inputs=(spec,),
-                                           grad=True, atol=1e-5, rtol=1e-5,
+                                           grad=True, atol=1e-5, rtol=1e-5, float64=False,
                                            converted=str(source_file.with_name("encoders_jax.py")),
                                            **kwargs))
     assert result.error is None, result.error

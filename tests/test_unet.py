@@ -87,7 +87,7 @@ def test_forms(converted) -> None:
 def test_unet_matches_torch(target: str, setting: str, train_mode: bool) -> None:
     result = run_request(VerifyRequest(f"{UNET}::UNet", args=SETTINGS[setting],
                                        inputs=(INPUT,), jax_target=target, grad=True,
-                                       train_mode=train_mode))
+                                       train_mode=train_mode, float64=False))  # float64: tests/test_verify_defaults.py
     assert result.error is None, result.error
     assert result.passed, result.mismatch
     assert result.todos == 0
@@ -104,7 +104,7 @@ def test_unet_matches_torch(target: str, setting: str, train_mode: bool) -> None
 @pytest.mark.parametrize("target", TARGETS)
 def test_layers_bound_to_names_match_torch(named_file: Path, target: str) -> None:
     result = run_request(VerifyRequest(f"{named_file}::NamedLayers", inputs=(INPUT,),
-                                       jax_target=target, grad=True))
+                                       jax_target=target, grad=True, float64=False))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
 

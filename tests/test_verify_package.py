@@ -131,3 +131,71 @@ def test_verifies_a_builder_inside_a_package(package):
     # every torch parameter's gradient compared: the Sequential subclass's children keep their
     # state_dict names (conv.0.0.weight is conv.layers[0].layers[0].kernel)
     assert sum(c.startswith("grad ") for c in result.compared) == 15
+
+
+MINIGPT = {
+    "__init__.py": "",
+    "layers.py": '''
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class MLP(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.fc = nn.Linear(dim, 4 * dim)
+                self.proj = nn.Linear(4 * dim, dim)
+
+            def forward(self, x):
+                return self.proj(F.gelu(self.fc(x)))
+    ''',
+    "model.py": '''
+        import torch.nn as nn
+
+        from .layers import MLP
+
+
+        class Net(nn.Module):
+            def __init__(self, dim=8):
+                super().__init__()
+                self.ln = nn.LayerNorm(dim)
+                self.mlp = MLP(dim)
+
+            def forward(self, x):
+                return x + self.mlp(self.ln(x))
+    ''',
+}
+
+
+def test_converted_accepts_an_edited_copy_of_a_converted_package(tmp_path):
+    """``verify original/minigpt/model.py::Net --converted edited/minigpt/model.py``: the
+    converted package, copied elsewhere and edited, has the original's package name; the JAX
+    side must import the copy (and its sibling modules), not the torch original."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from torch2jax.cli import app
+
+    original = tmp_path / "original" / "minigpt"
+    original.mkdir(parents=True)
+    for rel, text in MINIGPT.items():
+        (original / rel).write_text(textwrap.dedent(text))
+    converted = tmp_path / "converted" / "minigpt"
+    res = CliRunner().invoke(app, ["convert", str(original), "-o", str(converted)])
+    assert res.exit_code == 0, res.output
+    edited = tmp_path / "somewhere" / "else" / "minigpt"
+    shutil.copytree(converted, edited)
+    target = f"{original / 'model.py'}::Net"
+
+    def check(copy):
+        return run_request(VerifyRequest(target, inputs=("float32[2,8]",),
+                                         converted=str(copy / "model.py"), float64=False))
+
+    result = check(edited)
+    assert result.error is None and result.passed, (result.error, result.mismatch)
+    layers = edited / "layers.py"  # an edit in a sibling module of the copy is what runs
+    layers.write_text(layers.read_text().replace("approximate=False", "approximate=True"))
+    result = check(edited)
+    assert result.error is None and not result.passed, result.error
+    assert check(converted).passed  # and the unedited conversion still resolves to itself

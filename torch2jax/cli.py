@@ -18,6 +18,10 @@ from torch2jax.report import display, unified_diff
 from torch2jax.ruleset import RuleError, load_rules
 from torch2jax.targets import get_emitter
 
+# verify's default tolerances (torch2jax.verify.run's ATOL, RTOL, ATOL64, RTOL64; not imported
+# here: the verifier needs numpy, the converter's command line does not)
+ATOL, RTOL, ATOL64, RTOL64 = 1e-5, 1e-4, 1e-10, 1e-10
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Rewrite PyTorch code as JAX (flax NNX) and verify it numerically.")
 console = Console(stderr=True)
@@ -79,8 +83,8 @@ def convert(
         "--allow-overlap", help="Accept an -o folder inside (or around) an input folder; "
         "refused still if a converted file would replace an existing one.")] = False,
     timeout: Annotated[float | None, typer.Option(
-        "--timeout", help="Seconds one file may take to convert before it is stopped and "
-        "reported (default: 60 plus 1 per 4 KB of the file).")] = None,
+        "--timeout", help="CPU seconds one file may take to convert before it is stopped and "
+        "reported (default: 60 plus 1 per 2 KB of the file).")] = None,
 ) -> None:
     """Convert PyTorch files to JAX. Exit 0: all converted; 1: TODOs left or a file failed;
     2: usage error (nothing written)."""
@@ -161,9 +165,15 @@ def verify(
     build: Annotated[str | None, typer.Option("--build", help="Constructor expression.")] = None,
     input: Annotated[list[str] | None, typer.Option("--input", help="DTYPE[D0,D1,...]")] = None,
     jax_target: Annotated[str, typer.Option("--target")] = "nnx",
-    grad: Annotated[bool, typer.Option("--grad", help="Also compare gradients.")] = False,
-    atol: Annotated[float, typer.Option()] = 1e-5,
-    rtol: Annotated[float, typer.Option()] = 1e-4,
+    grad: Annotated[bool, typer.Option(
+        "--grad/--no-grad", help="Compare the gradients of every parameter too (the default; "
+        "--grad is accepted and does nothing more).")] = True,
+    atol: Annotated[float, typer.Option(help="Absolute tolerance of the float32 pass.")] = ATOL,
+    rtol: Annotated[float, typer.Option(help="Relative tolerance of the float32 pass.")] = RTOL,
+    atol64: Annotated[float, typer.Option(
+        "--atol64", help="Absolute tolerance of the float64 pass.")] = ATOL64,
+    rtol64: Annotated[float, typer.Option(
+        "--rtol64", help="Relative tolerance of the float64 pass.")] = RTOL64,
     device: Annotated[str | None, typer.Option(help="cpu, gpu or tpu")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     converted: Annotated[Path | None, typer.Option(help="An already converted file.")] = None,
@@ -185,9 +195,11 @@ def verify(
     train_mode: Annotated[bool, typer.Option(
         "--train-mode", help="Run both models in training mode (dropout off) and also compare "
         "the BatchNorm running statistics the forward pass updates.")] = False,
-    float64: Annotated[bool, typer.Option(
-        "--float64", help="Run both sides in float64 (tells float32 rounding from a "
-        "translation error).")] = False,
+    float64: Annotated[bool | None, typer.Option(
+        "--float64/--no-float64", help="Default: compare in float32, then again in float64 "
+        "wherever both sides support it (catches a default that float32 noise hides; tells "
+        "float32 rounding from a translation error). --float64: the float64 pass only; "
+        "--no-float64: the float32 pass only.")] = None,
 ) -> None:
     """Run the torch model and its JAX translation on the same weights and inputs (with
     --optimizer and --loss: train both for --steps steps and compare the trajectories)."""
@@ -196,9 +208,8 @@ def verify(
         console.print("[red]error:[/] --scheduler, --loss, --labels, --clip-grad-norm and --optax "
                       "need --optimizer")
         raise typer.Exit(2)
-    if optimizer is not None and (loss is None or cases is not None or grad or train_mode
-                                  or float64):
-        console.print("[red]error:[/] --optimizer needs --loss, and goes without --cases, --grad, "
+    if optimizer is not None and (loss is None or cases is not None or train_mode or float64):
+        console.print("[red]error:[/] --optimizer needs --loss, and goes without --cases, "
                       "--train-mode and --float64")
         raise typer.Exit(2)
     if cases is not None:
@@ -224,8 +235,9 @@ def verify(
         from torch2jax.verify.run import VerifyRequest
         from torch2jax.verify.trajectory import TrainSpec, print_trajectory, verify_trajectory
 
-        request = VerifyRequest(target, kwargs, build, tuple(input or []), jax_target, False,
-                                atol, rtol, 0, device, str(converted) if converted else None)
+        request = VerifyRequest(target, kwargs, build, tuple(input or []), jax_target,
+                                atol=atol, rtol=rtol, device=device,
+                                converted=str(converted) if converted else None)
         train = TrainSpec(optimizer, loss or "", labels, scheduler, clip_grad_norm, steps,
                           optax_tx)
         result = verify_trajectory(request, train)
@@ -235,7 +247,8 @@ def verify(
         result = run_verify(target, args=kwargs, build=build, inputs=list(input or []),
                             jax_target=jax_target, grad=grad, atol=atol, rtol=rtol,
                             device=device, converted=str(converted) if converted else None,
-                            benchmark=benchmark, train_mode=train_mode, float64=float64)
+                            benchmark=benchmark, train_mode=train_mode, float64=float64,
+                            atol64=atol64, rtol64=rtol64)
     if as_json:
         print(json.dumps(result.to_json()))
     else:

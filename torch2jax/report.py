@@ -161,8 +161,13 @@ class RunReport:
                 highlight=False, markup=False, soft_wrap=True)
         counts = Counter(f.status for f in self.files)
         parts = [f"{n} {s}" for s, n in sorted(counts.items())]
-        console.print(f"{len(self.files)} files: " + ", ".join(parts) + f"; {self.todos} TODOs",
-                      highlight=False)
+        console.print(f"{plural(len(self.files), 'file')}: " + ", ".join(parts)
+                      + f"; {plural(self.todos, 'TODO')}", highlight=False)
+
+def plural(n: int, word: str) -> str:
+    """``1 file``, ``2 files``, ``0 files``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
 
 _COLORS = {"+++": "\x1b[1m", "---": "\x1b[1m", "@@": "\x1b[36m", "+": "\x1b[32m",
            "-": "\x1b[31m"}

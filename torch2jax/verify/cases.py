@@ -6,9 +6,11 @@ name = "mlp"
 target = "models/mlp.py::MLP"   # relative to this file
 args = {}                       # or: build = "GPT(GPTConfig(n_layer=2))"
 inputs = ["float32[4,784]"]
-grad = true                     # optional: atol, rtol, seed, device, converted, jax_target
+# optional: atol, rtol, atol64, rtol64, seed, device, converted, jax_target
+grad = false                    # optional: gradients are compared unless false (--no-grad)
 train_mode = true               # optional: the forward in training mode (verify --train-mode)
-float64 = true                  # optional: both sides in float64 (verify --float64)
+float64 = false                 # optional: absent, a float32 pass then a float64 pass;
+                                # true: float64 only (--float64); false: float32 only
 
 [case.train]                    # optional: also train both sides and compare the trajectories
 optimizer = "torch.optim.SGD(params, lr=0.05, momentum=0.9)"
@@ -27,15 +29,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from torch2jax.verify.run import VerifyRequest, VerifyResult, run_request
+from torch2jax.report import plural
+from torch2jax.verify.run import (
+    ATOL,
+    ATOL64,
+    GRAD_REL_NOTE,
+    RTOL,
+    RTOL64,
+    PassFigures,
+    VerifyRequest,
+    VerifyResult,
+    run_request,
+)
 from torch2jax.verify.trajectory import DEFAULT_STEPS, TrainSpec, verify_trajectory
 
 _KEYS = {
     "name", "target", "args", "build", "inputs", "grad", "atol", "rtol", "seed", "device",
-    "converted", "jax_target", "train", "train_mode", "float64",
+    "converted", "jax_target", "train", "train_mode", "float64", "atol64", "rtol64",
 }  # fmt: skip
 _TRAIN_KEYS = {"optimizer", "scheduler", "loss", "labels", "clip_grad_norm", "steps", "optax"}
 
@@ -98,14 +112,16 @@ def _parse_case(raw: dict[str, Any], index: int, base: Path, source: Path) -> Ca
         build=raw.get("build"),
         inputs=tuple(inputs),
         jax_target=raw.get("jax_target", "nnx"),
-        grad=bool(raw.get("grad", False)),
-        atol=float(raw.get("atol", 1e-5)),
-        rtol=float(raw.get("rtol", 1e-4)),
+        grad=bool(raw.get("grad", True)),
+        atol=float(raw.get("atol", ATOL)),
+        rtol=float(raw.get("rtol", RTOL)),
+        atol64=float(raw.get("atol64", ATOL64)),
+        rtol64=float(raw.get("rtol64", RTOL64)),
         seed=int(raw.get("seed", 0)),
         device=raw.get("device"),
         converted=str(base / converted) if converted else None,
         train_mode=bool(raw.get("train_mode", False)),
-        float64=bool(raw.get("float64", False)),
+        float64=None if raw.get("float64") is None else bool(raw["float64"]),
     )
     train = _parse_train(raw["train"], where) if "train" in raw else None
     return Case(name, request, train)
@@ -156,47 +172,103 @@ def run_cases(
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2e}"
+    return "-" if value is None else f"{value:.1e}"
+
+
+def _tol(value: float) -> str:
+    return f"{value:.0e}" if value else "0"
+
+
+def _verdict(passed: bool, error: str | None) -> str:
+    return "[yellow]error[/]" if error else "[green]pass[/]" if passed else "[red]FAIL[/]"
+
+
+def _label(r: VerifyResult, where: str | None) -> str:
+    label = r.name or r.model.replace("\\", "/").rpartition("/")[2]  # FILE.py::Name
+    return f"{label} ({where})" if where else label
+
+
+def _mode(r: VerifyResult) -> str:
+    steps = getattr(r, "steps", 0)
+    return f"{steps} steps" if r.mode.startswith("train ") and steps else r.mode
+
+
+def _details(r: VerifyResult) -> list[str]:
+    """What a row cannot hold: why it failed, what the figures mean, what did not run."""
+    lines = []
+    if r.error:
+        lines.append(f"could not run: {r.error.splitlines()[0]}")
+    if r.mismatch and not r.passed:
+        lines.append(f"worst: {r.mismatch}")
+    loss_rel = getattr(r, "loss_max_rel_diff", None)
+    if loss_rel is not None:
+        lines.append(f"training: every step's loss within {loss_rel:.1e} (rel); out rel: the "
+                     f"parameters after {getattr(r, 'steps', 0)} steps")
+    stats = [f"{p.stats_max_rel_diff:.1e} ({p.dtype})" for p in r.passes
+             if p.stats_max_rel_diff is not None]
+    if not r.passes and r.stats_max_rel_diff is not None:
+        stats = [f"{r.stats_max_rel_diff:.1e}"]
+    if stats:
+        lines.append("running statistics: rel " + ", ".join(stats))
+    lines += [n for n in r.notes if n.startswith(GRAD_REL_NOTE)]
+    for p in r.passes:
+        if p.error and p is not r.passes[0]:
+            lines.append(f"{p.dtype} pass could not run: {p.error.splitlines()[0]}")
+    if r.float64_skipped and not r.error:
+        lines.append(f"float64 pass not run: {r.float64_skipped}")
+    return lines
 
 
 def print_cases_summary(results: list[VerifyResult], console: Console) -> None:
-    """One row per case: verdict, differences, and why it failed or could not run."""
-    table = Table(title="torch2jax verify")
-    for column in ("case", "result", "max abs", "max rel", "grad abs", "grad rel", "why"):
-        table.add_column(column, overflow="fold")
+    """One row per case and pass (float32, float64): mode, dtype, verdict, the output's and
+    the gradients' relative differences and the tolerances, with the target and device in the
+    title; below the table, each case's explanations. Fits an 80-column terminal."""
+    places = {(r.target, r.device or "-") for r in results}
+    uniform = len(places) == 1
+    title = "torch2jax verify"
+    if uniform:
+        target, device = next(iter(places))
+        title += f": {target} on {device}"
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                  show_edge=False, title_justify="left", caption_justify="left",
+                  caption="rel: max |jax - torch| / max |torch| per tensor (gradients: over the "
+                          "model's largest gradient); pass: |jax - torch| <= atol + "
+                          "rtol * |torch| at every element")
+    table.add_column("case", overflow="fold", ratio=1, min_width=10)
+    table.add_column("mode", no_wrap=True)
+    table.add_column("dtype", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    table.add_column("out rel", justify="right", no_wrap=True)
+    table.add_column("grad rel", justify="right", no_wrap=True)
+    table.add_column("atol", justify="right", no_wrap=True)
+    table.add_column("rtol", justify="right", no_wrap=True)
+    notes: list[tuple[str, list[str]]] = []
     for r in results:
-        if r.error:
-            verdict, why = "[yellow]error[/yellow]", r.error.splitlines()[0]
-        elif r.passed:
-            verdict, why = "[green]pass[/green]", ""
-        else:
-            verdict, why = "[red]FAIL[/red]", r.mismatch or ""
-        label = r.name or r.model
-        loss_rel = getattr(r, "loss_max_rel_diff", None)
-        if r.mode.startswith("train"):
-            label += f" ({r.mode})"
-            if r.passed and loss_rel is not None:
-                why = f"loss rel {loss_rel:.2e}; max = params at the end"
-        if r.passed and r.stats_max_abs_diff is not None:
-            why = "; ".join(filter(None, [why, f"running stats abs {r.stats_max_abs_diff:.2e}"]))
-        table.add_row(
-            label,
-            verdict,
-            _fmt(r.max_abs_diff),
-            _fmt(r.max_rel_diff),
-            _fmt(r.grad_max_abs_diff),
-            _fmt(r.grad_max_rel_diff),
-            why,
-        )
-    console.print(table)
+        label = _label(r, None if uniform else f"{r.target}, {r.device or '-'}")
+        passes = r.passes or [PassFigures.of(r)]
+        for i, p in enumerate(passes):
+            table.add_row(label if i == 0 else "", _mode(r) if i == 0 else "", p.dtype,
+                          _verdict(p.passed, p.error), _fmt(p.max_rel_diff),
+                          _fmt(p.grad_max_rel_diff), _tol(p.atol), _tol(p.rtol),
+                          end_section=len(passes) > 1 and i == len(passes) - 1)
+        details = _details(r)
+        if details:
+            notes.append((label, details))
+    console.print(table, soft_wrap=False)
+    if notes:
+        console.print()
+    for label, details in notes:
+        for line in details:
+            console.print(f"{label}: {line}", highlight=False, markup=False, soft_wrap=False)
     from torch2jax.verify.benchmark import summary_line
 
     for line in filter(None, map(summary_line, results)):
-        console.print(line, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=False)
     passed = sum(r.passed for r in results)
     errors = sum(r.error is not None for r in results)
     failed = len(results) - passed - errors
-    console.print(f"{len(results)} cases: {passed} passed, {failed} failed, {errors} could not run")
+    console.print(f"{plural(len(results), 'case')}: {passed} passed, {failed} failed, "
+                  f"{errors} could not run", highlight=False, soft_wrap=False)
 
 
 def cases_exit_code(results: list[VerifyResult]) -> int:

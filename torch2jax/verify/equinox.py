@@ -297,6 +297,10 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
     def forward(model: Any, state: Any, xs: list) -> Any:
         return batched(model, len(xs))(state, *xs)[0]
 
+    if req.float64:
+        params, static = eqx.partition(model, eqx.is_array)
+        vr.check_float64(lambda p, st, xs: batched(eqx.combine(p, static), len(xs))(st, *xs),
+                         params, state, jax_in)
     with vr._stage("the equinox forward pass (jax.vmap under eqx.filter_jit)"):
         jax_out, new_state = eqx.filter_jit(
             lambda model, state, xs: batched(model, len(xs))(state, *xs))(model, state, jax_in)

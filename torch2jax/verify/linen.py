@@ -258,6 +258,8 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
     with vr._stage("the torch forward pass"), torch.no_grad():
         torch_out = torch_model(*torch_in)
     torch_leaves = [(k, vr._torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
+    if req.float64:
+        vr.check_float64(lambda v, xs: _apply(model, v, xs), variables, jax_in)
     with vr._stage("the linen forward pass (model.apply under jax.jit)"):
         jax_out, stats = jax.jit(lambda v, xs: _apply(model, v, xs))(variables, jax_in)
     jax_leaves = [(k, vr._jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]

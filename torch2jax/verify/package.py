@@ -43,19 +43,36 @@ def package_of(path: Path) -> tuple[Path, str] | None:
 
 
 def import_package_file(path: Path) -> ModuleType:
-    """Import the package module at ``path`` by its dotted name."""
+    """Import the package module at ``path`` by its dotted name.
+
+    A package of the same name imported from elsewhere (the torch original of an edited copy
+    of its conversion: ``original/mingpt`` and ``edited/mingpt``) is set aside for the import
+    and put back afterwards; the modules imported from ``path``'s tree are then not left in
+    ``sys.modules``, so the next import of either package finds its own files."""
     root, name = package_of(path)  # type: ignore[misc]
-    added = str(root) not in sys.path
-    if added:
-        sys.path.insert(0, str(root))
+    top = name.split(".")[0]
+    hidden = {key: sys.modules.pop(key) for key in [
+        k for k, m in sys.modules.items()
+        if (k == top or k.startswith(top + ".")) and not _under(m, root)]}
+    before = set(sys.modules)
+    sys.path.insert(0, str(root))
     try:
         module = importlib.import_module(name)
     finally:
-        if added:
-            sys.path.remove(str(root))
+        sys.path.remove(str(root))
+        if hidden:
+            for key in set(sys.modules) - before:
+                if key == top or key.startswith(top + "."):
+                    del sys.modules[key]
+            sys.modules.update(hidden)
     if Path(module.__file__ or "").resolve() != path.resolve():
         raise ImportError(f"{name} resolves to {module.__file__}, not to {path}")
     return module
+
+
+def _under(module: ModuleType, root: Path) -> bool:
+    file = getattr(module, "__file__", None)
+    return bool(file) and root.resolve() in Path(file).resolve().parents
 
 
 def _relative_imports(source: str, module: str, is_package: bool) -> list[tuple[str, list[str]]]:

@@ -21,7 +21,18 @@ normalisation cancels) from reporting float32 noise as a 100% difference. ``pass
 element-wise ``|jax - torch| <= atol + rtol * |torch|`` (numpy's allclose) on every tensor.
 Gradients use the same test with ``atol`` scaled by the gradient's own magnitude
 (``atol * max(1, max |torch grad|)``): summing a cotangent over thousands of outputs makes
-gradients large, and their float32 rounding grows with them.
+gradients large, and their float32 rounding grows with them. ``grad_max_rel_diff`` is each
+parameter's difference relative to the largest gradient of the model (the gradient's scale),
+so that a parameter whose true gradient is zero (a bias just before a BatchNorm, whose batch
+mean cancels it) does not report rounding noise as a large relative error; such parameters
+are named in the notes.
+
+Two passes by default: float32 at ``atol``/``rtol``, then the same comparison in float64
+(torch ``.double()``, JAX under ``jax.enable_x64`` with the model's float32 arrays widened) at
+``atol64``/``rtol64``, near float64 rounding. A difference that float32 noise hides at 1e-4
+(GELU's tanh approximation for the exact one, another LayerNorm eps) is far above float64
+rounding, so the second pass fails on it. ``float64=True`` runs the float64 pass only,
+``float64=False`` the float32 pass only.
 """
 
 from __future__ import annotations
@@ -46,12 +57,46 @@ from torch2jax.verify.load import LoadError, find_name, load_module, split_targe
 from torch2jax.verify.spec import InputSpec, parse_specs
 
 SUPPORTED_TARGETS = ("nnx", "linen", "equinox")
+ATOL, RTOL = 1e-5, 1e-4  # the float32 pass (float32 rounding through a network: about 1e-6)
+# The float64 pass: right translations agree to about 1e-14 relative (measured over the
+# fixtures and the test models, docs/verification.md); a default that differs moves the
+# numbers by 1e-8 or more.
+ATOL64, RTOL64 = 1e-10, 1e-10
 _RNGS_NAME = "__torch2jax_rngs__"
 _OUR_CODE = str(Path(__file__).resolve().parents[1])  # frames in torch2jax itself are not news
 
 
 class VerifyError(RuntimeError):
     """Verification could not run (as opposed to: it ran and the results differ)."""
+
+
+class Float32Inside(VerifyError):
+    """The JAX side computes in float32 even with float64 inputs and parameters (JAX's
+    ``jax.nn.dot_product_attention`` keeps its softmax in float32): float64 cannot be checked."""
+
+
+@dataclass
+class PassFigures:
+    """The figures of one comparison pass (float32, or float64) of a verification."""
+
+    dtype: str
+    passed: bool
+    atol: float
+    rtol: float
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    grad_max_abs_diff: float | None = None
+    grad_max_rel_diff: float | None = None
+    stats_max_abs_diff: float | None = None
+    stats_max_rel_diff: float | None = None
+    mismatch: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, r: VerifyResult) -> PassFigures:
+        return cls(r.dtype or "float32", r.passed, r.atol, r.rtol, r.max_abs_diff,
+                   r.max_rel_diff, r.grad_max_abs_diff, r.grad_max_rel_diff,
+                   r.stats_max_abs_diff, r.stats_max_rel_diff, r.mismatch, r.error)
 
 
 @dataclass
@@ -81,17 +126,27 @@ class VerifyResult:
     jax_ms: float | None = None  # --benchmark: forward times (verify/benchmark.py)
     torch_ms: float | None = None
     speed_ratio: float | None = None  # torch_ms / jax_ms
+    # every pass that ran, float32 then float64; the fields above are the first one's
+    # (``passed`` and ``mismatch`` cover all of them)
+    passes: list[PassFigures] = field(default_factory=list)
+    float64_skipped: str | None = None  # why the float64 pass did not run, when it did not
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; non-finite differences become the strings "nan"/"inf"."""
-        data = asdict(self)
-        for key, value in data.items():
-            if isinstance(value, float) and not math.isfinite(value):
-                data[key] = str(value)
-        return data
+        return _finite(asdict(self))
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 # --- building -------------------------------------------------------------------------------
@@ -158,8 +213,47 @@ def build_nnx_model(
     assert isinstance(call, ast.Call)
     call.keywords.append(ast.keyword(arg="rngs", value=ast.Name(_RNGS_NAME, ast.Load())))
     ast.fix_missing_locations(tree)
-    namespace = {**vars(module), _RNGS_NAME: nnx.Rngs(seed)}
+    rngs = nnx.Rngs(seed)
+    namespace = {**vars(module), **with_keyword(vars(module), "rngs", rngs, _names_in(tree)),
+                 _RNGS_NAME: rngs}
     return eval(compile(tree, "<--build>", "eval"), namespace)
+
+
+def _names_in(tree: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+def with_keyword(namespace: dict[str, Any], keyword: str, value: Any, names: set[str]
+                 ) -> dict[str, Any]:
+    """For the ``names`` of ``namespace`` that are callables taking a ``keyword`` parameter
+    (the converted file's helper functions and classes, which the conversion gave
+    ``*, rngs``): a wrapper that passes ``keyword=value`` unless the call gives it, so that
+    ``VGG(make_layers(cfg, batch_norm=True))`` builds as torch's does. Only the build
+    expression sees the wrappers; the module's own code keeps calling the originals."""
+    import functools
+    import inspect
+
+    def wrap(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault(keyword, value)
+            return fn(*args, **kwargs)
+
+        return call
+
+    wrapped = {}
+    for name in names:
+        fn = namespace.get(name)
+        if not callable(fn):
+            continue
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            continue
+        if keyword in params and params[keyword].kind in (
+                inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            wrapped[name] = wrap(fn)
+    return wrapped
 
 
 def randomise_for_verification(model: Any, seed: int) -> list[str]:
@@ -363,7 +457,8 @@ def compare_arrays(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -
     if not ok:  # the element furthest outside the tolerance
         idx = np.unravel_index(int(np.argmax(excess)), excess.shape)
         where = f"at index {tuple(int(i) for i in idx)}: " if a.ndim else ""
-        worst = f"{where}jax {float(a[idx]):.7g} vs torch {float(b[idx]):.7g}"
+        digits = 16 if np.asarray(ref).dtype == np.float64 else 7  # enough to show the difference
+        worst = f"{where}jax {float(a[idx]):.{digits}g} vs torch {float(b[idx]):.{digits}g}"
     return Diff(max_abs, rel, ok, worst)
 
 
@@ -582,6 +677,7 @@ def _compare_grads(jax_grads: dict, torch_grads: dict, mapping: dict, r: VerifyR
 
     worst = _Worst()
     parts = [(name, m) for name, ms in mapping.items() for m in ms]  # split: one per part
+    pairs = []
     for name, m in parts:
         ref = apply_layout(torch_grads[name], m.layout)
         got = jax_grads.get(tuple(m.nnx_path))
@@ -593,11 +689,48 @@ def _compare_grads(jax_grads: dict, torch_grads: dict, mapping: dict, r: VerifyR
             continue
         if ref.shape != got.shape and ref.size == got.size:
             ref = ref.reshape(got.shape)
-        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-        d = compare_arrays(got, ref, r.atol * max(1.0, scale), r.rtol)
+        pairs.append((name, m, got, ref))
+    scales = {name: _scale(ref) for name, _, _, ref in pairs}
+    model_scale = max(scales.values(), default=0.0)
+    for name, m, got, ref in pairs:
+        d = compare_arrays(got, ref, r.atol * max(1.0, scales[name]), r.rtol)
+        if math.isfinite(d.rel):  # relative to the gradient's scale over the whole model
+            d = replace(d, rel=d.abs / max(model_scale, r.atol, np.finfo(np.float32).tiny))
         r.compared.append(f"grad {name} -> {m.nnx_name} ({m.layout})")
         worst.add(f"grad {name}", d)
+    _note_vanishing_grads(r, scales, model_scale)
     return worst
+
+
+def _scale(arr: np.ndarray) -> float:
+    finite = np.abs(np.asarray(arr, dtype=np.float64))
+    finite = finite[np.isfinite(finite)]
+    return float(finite.max()) if finite.size else 0.0
+
+
+GRAD_REL_NOTE = "grad rel: "  # the note on parameters whose gradient is zero up to rounding
+# A gradient this small against the model's largest is zero up to the rounding of the backward
+# pass (float32: about 1e-7 relative per operation, summed over the batch)
+VANISHING = {"float32": 1e-4, "float64": 1e-12}
+
+
+def _note_vanishing_grads(r: VerifyResult, scales: dict[str, float], model_scale: float) -> None:
+    """Name the parameters whose true gradient is zero up to rounding: a bias just before a
+    BatchNorm (the batch mean cancels it in training mode). Their own relative error compares
+    rounding noise with rounding noise, so ``grad_max_rel_diff`` is taken relative to the
+    model's largest gradient instead."""
+    limit = VANISHING.get(r.dtype or "float32", 1e-4) * model_scale
+    tiny = sorted(name for name, scale in scales.items() if 0.0 < model_scale and scale <= limit)
+    if not tiny:
+        return
+    shown = ", ".join(f"{n} ({scales[n]:.1e})" for n in tiny[:4]) + (
+        f" and {len(tiny) - 4} more" if len(tiny) > 4 else "")
+    r.notes.append(
+        f"{GRAD_REL_NOTE}{len(tiny)} parameter(s) with a gradient that is zero up to "
+        f"{r.dtype or 'float32'} rounding against the model's largest ({model_scale:.1e}): "
+        f"{shown}; typically a bias just before a BatchNorm in training mode (the batch mean "
+        "cancels it). Their own relative error would compare rounding with rounding, so grad "
+        "rel is taken against the model's largest gradient")
 
 
 # --- the entry point --------------------------------------------------------------------------
@@ -612,16 +745,20 @@ class VerifyRequest:
     build: str | None = None
     inputs: tuple[str, ...] = ()
     jax_target: str = "nnx"
-    grad: bool = False
-    atol: float = 1e-5
-    rtol: float = 1e-4
+    grad: bool = True  # also compare the gradients of every parameter
+    atol: float = ATOL  # the float32 pass
+    rtol: float = RTOL
     seed: int = 0
     device: str | None = None
     converted: str | None = None
     rules: RuleSet | None = None
     benchmark: bool = False  # also time both forward passes (verify/benchmark.py)
     train_mode: bool = False  # one forward in training mode, running statistics compared
-    float64: bool = False  # both sides in float64 (torch .double(), JAX with x64 enabled)
+    # None: a float32 pass, then a float64 pass where both sides support it; True: the float64
+    # pass only (torch .double(), JAX with x64 enabled); False: the float32 pass only
+    float64: bool | None = None
+    atol64: float = ATOL64  # the float64 pass
+    rtol64: float = RTOL64
 
 
 def verify(
@@ -631,16 +768,18 @@ def verify(
     build: str | None = None,
     inputs: list[str] | tuple[str, ...] = (),
     jax_target: str = "nnx",
-    grad: bool = False,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
+    grad: bool = True,
+    atol: float = ATOL,
+    rtol: float = RTOL,
     seed: int = 0,
     device: str | None = None,
     converted: str | None = None,
     rules: RuleSet | None = None,
     benchmark: bool = False,
     train_mode: bool = False,
-    float64: bool = False,
+    float64: bool | None = None,
+    atol64: float = ATOL64,
+    rtol64: float = RTOL64,
 ) -> VerifyResult:
     """Verify ``FILE.py::Name`` against its conversion; never raises for a model's faults.
 
@@ -648,36 +787,130 @@ def verify(
     file or name, conversion or import failure, a constructor or forward pass that raises,
     weights that do not fit. Otherwise ``passed`` says whether the numbers agree and
     ``mismatch`` names the worst offender. ``rules`` (default: the built-in rules, see
-    :func:`torch2jax.ruleset.load_rules`) decide the weight layouts. ``train_mode`` runs
-    both models in training mode (dropout-like modules deterministic) and also compares the
-    BatchNorm running statistics that the forward pass updated. ``float64`` runs both sides
-    in float64 (float32 inputs and parameters widened): it tells float32 rounding (a
-    pre-activation on the other side of a ReLU, say) from a translation error.
+    :func:`torch2jax.ruleset.load_rules`) decide the weight layouts. ``grad`` (default on)
+    also compares the gradient of every parameter. ``train_mode`` runs both models in
+    training mode (dropout-like modules deterministic) and also compares the BatchNorm running
+    statistics that the forward pass updated.
+
+    ``float64``: by default (None) the comparison runs in float32 at ``atol``/``rtol``, then
+    again in float64 (float32 inputs and parameters widened) at ``atol64``/``rtol64``,
+    wherever both sides support it (the model's parameters are float32, the device is not a
+    TPU); ``passes`` holds both passes' figures. The float64 pass catches what float32 noise
+    hides (GELU's approximation, an eps) and tells float32 rounding (a pre-activation on the
+    other side of a ReLU, say) from a translation error. ``True`` runs the float64 pass only,
+    ``False`` the float32 pass only.
     """
     req = VerifyRequest(
         target, args, build, tuple(inputs), jax_target, grad, atol, rtol, seed, device,
-        converted, rules, benchmark, train_mode, float64,
+        converted, rules, benchmark, train_mode, float64, atol64, rtol64,
     )  # fmt: skip
     return run_request(req)
 
 
 def run_request(req: VerifyRequest) -> VerifyResult:
-    result = VerifyResult(model=req.target, target=req.jax_target, atol=req.atol, rtol=req.rtol,
+    only64 = req.float64 is True
+    result = VerifyResult(model=req.target, target=req.jax_target,
+                          atol=req.atol64 if only64 else req.atol,
+                          rtol=req.rtol64 if only64 else req.rtol,
                           mode="train" if req.train_mode else "eval")
-    try:
-        _verify(result, req)
-    except (VerifyError, LoadError, ValueError) as exc:
-        result.error = str(exc)
-        result.passed = False
-    if result.error is None and not result.passed and not req.float64 and math.isfinite(
+    with tempfile.TemporaryDirectory(prefix="torch2jax-verify-") as tmp:
+        source = _JaxSource(req, Path(tmp))
+        try:
+            _verify(result, replace(req, float64=only64), source)
+        except (VerifyError, LoadError, ValueError) as exc:
+            result.error = str(exc)
+            result.passed = False
+        result.passes.append(PassFigures.of(result))
+        if req.float64 is None:
+            _float64_pass(result, req, source)
+    if result.error is None and not result.passed and req.float64 is False and math.isfinite(
             result.max_abs_diff or 0.0) and result.dtype == "float32":
-        result.notes.append("the numbers differ in float32: if they agree with --float64, the "
-                            "difference is float32 rounding (a value at a ReLU's kink, say), "
-                            "not the translation (docs/verification.md)")
+        result.notes.append("the numbers differ in float32: if they agree in float64 (the "
+                            "default, without --no-float64), the difference is float32 "
+                            "rounding (a value at a ReLU's kink, say), not the translation "
+                            "(docs/verification.md)")
     if result.todos and not result.passed:
         hint = "fix them and pass the edited file as converted= (--converted)"
         result.notes.append(f"the conversion left {result.todos} TODO(torch2jax) markers: {hint}")
     return result
+
+
+def _float64_skip(r: VerifyResult) -> str | None:
+    """Why the default float64 pass does not run after the float32 pass ``r``, or None."""
+    if r.error is not None:
+        return "the float32 comparison could not run"
+    if r.dtype != "float32":
+        return f"the model's parameters are {r.dtype}, not float32"
+    if r.device == "tpu":
+        return "TPUs do not compute in float64"
+    if not math.isfinite(r.max_abs_diff if r.max_abs_diff is not None else math.inf):
+        return "the outputs differ in structure, shape or finiteness"
+    return None
+
+
+def _float64_pass(result: VerifyResult, req: VerifyRequest, source: _JaxSource) -> None:
+    """The default second pass in float64, folded into ``result`` (:func:`run_request`)."""
+    skip = _float64_skip(result)
+    if skip is not None:
+        result.float64_skipped = skip
+        if result.error is None:
+            result.notes.append(f"float64 pass not run: {skip}")
+        return
+    r64 = VerifyResult(model=req.target, target=req.jax_target, atol=req.atol64,
+                       rtol=req.rtol64, mode=result.mode)
+    try:
+        _verify(r64, replace(req, float64=True, benchmark=False), source)
+    except Float32Inside as exc:
+        result.float64_skipped = str(exc)
+        result.notes.append(f"float64 pass not run: {exc}")
+        return
+    except (VerifyError, LoadError, ValueError) as exc:
+        r64.error, r64.passed = str(exc), False
+    result.passes.append(PassFigures.of(r64))
+    result.notes += [f"float64 pass: {n}" for n in r64.notes if n not in result.notes
+                     and not n.startswith(GRAD_REL_NOTE)]  # the float32 pass names them
+    if r64.error is not None:  # the float32 comparison ran: its verdict stands
+        result.notes.append(f"the float64 pass could not run ({r64.error}); the verdict is "
+                            "the float32 comparison's")
+        return
+    if result.passed and not r64.passed:
+        result.notes.append(
+            "float32 agrees within its tolerance but float64 does not: a difference below "
+            "float32 noise, such as a default that differs (GELU's approximation, an eps, a "
+            "momentum), or a computation the model does in float32 on purpose (then "
+            "--no-float64) (docs/verification.md)")
+    elif not result.passed and r64.passed:
+        result.notes.append(
+            "float32 differs but float64 agrees to float64 rounding: the float32 difference "
+            "is rounding (a value at a ReLU's kink, say), not the translation "
+            "(docs/verification.md)")
+    elif not result.passed:
+        result.notes.append("float64 differs as well: not float32 rounding, the two models "
+                            "compute different things")
+    result.passed = result.passed and r64.passed
+    if r64.mismatch and not result.mismatch:
+        result.mismatch = f"float64: {r64.mismatch}"
+
+
+class _JaxSource:
+    """The JAX file to verify: ``--converted``, or the conversion (made once, in ``tmp``, and
+    shared by the float32 and float64 passes)."""
+
+    def __init__(self, req: VerifyRequest, tmp: Path) -> None:
+        self.req, self.tmp = req, tmp
+        self.done: tuple[Path, int] | None = None
+
+    def get(self, path: Path, name: str) -> tuple[Path, int]:
+        """``(the JAX file, its TODO count)``."""
+        req = self.req
+        if self.done is None:
+            if req.converted is not None:
+                self.done = Path(req.converted), _converted_todos(req.converted)
+            else:  # same file names, so that tracebacks read like the user's files
+                todos = convert_tree(path, self.tmp, req.jax_target, req.rules,
+                                     entry_classes(name, req.build))
+                self.done = converted_location(path, self.tmp), todos
+        return self.done
 
 
 def _check_request(req: VerifyRequest) -> tuple[Path, str, list[InputSpec]]:
@@ -719,21 +952,14 @@ def build_torch_side(r: Any, req: VerifyRequest) -> tuple[Path, str, list[InputS
     return path, name, specs, torch_model
 
 
-def _verify(r: VerifyResult, req: VerifyRequest) -> None:
+def _verify(r: VerifyResult, req: VerifyRequest, source: _JaxSource) -> None:
+    """One pass: float64 when ``req.float64``, else float32."""
     path, name, specs, torch_model = build_torch_side(r, req)
     torch_model.eval()
-
-    with tempfile.TemporaryDirectory(prefix="torch2jax-verify-") as tmp:
-        if req.converted is not None:
-            jax_path = Path(req.converted)
-            r.todos = _converted_todos(req.converted)
-        else:  # same file names, so that tracebacks read like the user's files
-            r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules,
-                                   entry_classes(name, req.build))
-            jax_path = converted_location(path, Path(tmp))
-        with _device(req.device) as platform, x64(req.float64):
-            r.device = platform
-            _run_jax_side(r, req, jax_path, name, torch_model, specs)
+    jax_path, r.todos = source.get(path, name)
+    with _device(req.device) as platform, x64(bool(req.float64)):
+        r.device = platform
+        _run_jax_side(r, req, jax_path, name, torch_model, specs)
 
 
 def _param_dtype(model: Any) -> str:
@@ -761,6 +987,69 @@ def widen(tree: Any) -> Any:
 
     return jax.tree.map(lambda a: a.astype(jnp.float64) if getattr(
         a, "dtype", None) == jnp.float32 else a, tree)
+
+
+# frames of JAX's tracing machinery, skipped when naming where a float32 cast happens
+_TRACING_FILES = ("core.py", "lax.py", "partial_eval.py", "source_info_util.py", "batching.py",
+                  "api.py", "pjit.py", "dispatch.py", "linear_util.py", "traceback_util.py",
+                  "ad.py", "api_util.py", "util.py", "array_methods.py", "numpy/lax_numpy.py")
+
+
+def check_float64(fn: Any, *args: Any) -> None:
+    """Raise :class:`Float32Inside` when ``fn(*args)``, traced under x64 with float64 inputs
+    and parameters, narrows a float64 value to float32 (or lower) anywhere: its result is then
+    float32-accurate, and the float64 pass would report that rounding as a difference."""
+    import jax
+
+    found: list[str] = []
+
+    def where(eqn: Any) -> str:
+        frames = list(getattr(eqn.source_info.traceback, "frames", None) or [])
+        inner = [f for f in frames if not f.file_name.replace("\\", "/").endswith(_TRACING_FILES)]
+        user = [f for f in frames if "site-packages" not in f.file_name]
+        parts = [f"{inner[0].function_name}" if inner else eqn.primitive.name]
+        if user:
+            parts.append(f"called from {Path(user[0].file_name).name}:{user[0].line_num}")
+        return " ".join(parts)
+
+    def walk(jaxpr: Any) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "convert_element_type":
+                new = np.dtype(eqn.params.get("new_dtype") or np.float64)
+                old = np.dtype(eqn.invars[0].aval.dtype)
+                if old == np.float64 and new.kind == "f" and new.itemsize < 8:
+                    found.append(where(eqn))
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (list, tuple)) else [value]:
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    if found:
+        raise Float32Inside("the JAX side computes in float32 even in float64: "
+                            + "; ".join(dict.fromkeys(found)))
+
+
+def widen_nnx_dtypes(model: Any) -> int:
+    """Set the ``dtype`` attributes that read float32 on the model's NNX layers to float64:
+    the rest of torch's ``.double()``. A layer that fixes its compute dtype at construction
+    (``nnx.Embed``: ``dtype or embedding.dtype``) would otherwise cast the widened parameters
+    back to float32. Returns the number of layers changed."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    changed = 0
+    for _, module in nnx.iter_modules(model):
+        value = getattr(module, "dtype", None)
+        try:
+            is_f32 = value is not None and jnp.dtype(value) == jnp.float32
+        except TypeError:
+            is_f32 = False
+        if is_f32:
+            module.dtype = jnp.float64
+            changed += 1
+    return changed
 
 
 @contextlib.contextmanager
@@ -815,6 +1104,10 @@ def _run_jax_side(
         from flax import nnx
 
         nnx.update(jax_model, widen(nnx.state(jax_model)))
+        widened = widen_nnx_dtypes(jax_model)
+        if widened:
+            r.notes.append(f"float64: the compute dtype of {widened} NNX layers (fixed to "
+                           "float32 at construction, as nnx.Embed does) widened too")
     try:
         report = transfer_state_dict(torch_model, jax_model, req.rules)
     except WeightTransferError as exc:
@@ -834,6 +1127,11 @@ def _run_jax_side(
     with _stage("the torch forward pass"), torch.no_grad():
         torch_out = torch_model(*torch_in)
     torch_leaves = [(k, _torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
+    if req.float64:
+        from flax import nnx
+
+        graphdef, state = nnx.split(jax_model)
+        check_float64(lambda st, xs: nnx.merge(graphdef, st)(*xs), state, jax_in)
     with _stage("the JAX forward pass (under jax.jit)"):
         jax_out = _jax_forward(jax_model, jax_in)
     jax_leaves = [(k, _jax_to_numpy(v)) for k, v in flatten_output(jax_out)]
