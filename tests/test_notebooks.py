@@ -446,7 +446,8 @@ def test_without_nbformat_a_torch_notebook_fails_naming_the_extra(tmp_path: Path
                          capture_output=True, text=True, env=env, timeout=300, check=False)
     assert res.returncode == 1, res.stdout + res.stderr
     assert (f"{src / 'torch.ipynb'}:1:1: error [notebook] reading a notebook needs nbformat: "
-            "pip install 'torch2jax-port[notebook]'") in res.stderr
+            "pip install nbformat (the extra torch2jax-port[notebook]); not converted"
+            ) in res.stderr
     assert (tmp_path / "out" / "m.py").read_text() == "import jax.numpy as jnp\nx = jnp.zeros((2,))\n"
     assert (tmp_path / "out" / "plain.ipynb").read_bytes() == (src / "plain.ipynb").read_bytes()
     assert not (tmp_path / "out" / "torch.ipynb").exists()

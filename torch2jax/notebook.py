@@ -351,8 +351,8 @@ def _nbformat():
     try:
         import nbformat
     except ImportError:
-        raise NotebookError("reading a notebook needs nbformat: pip install "
-                            "'torch2jax-port[notebook]' (or pip install nbformat)") from None
+        raise NotebookError("reading a notebook needs nbformat: pip install nbformat (the "
+                            "extra torch2jax-port[notebook])") from None
     return nbformat
 
 
