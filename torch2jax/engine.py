@@ -624,7 +624,8 @@ def _destinations(files: list[tuple[Path, Path]], out: Path, check_existing: boo
     if existing:
         more = f" and {len(existing) - 5} more" if len(existing) > 5 else ""
         raise UsageError("--allow-overlap: converted files would replace existing files: "
-                         + ", ".join(existing[:5]) + more + "; nothing was written")
+                         + ", ".join(existing[:5]) + more + "; nothing was written (remove "
+                         "them, or choose an output folder apart from the input)")
     return dests
 
 
