@@ -758,22 +758,27 @@ class _Writer:
         report.output = str(self.req.out / Path(os.path.relpath(dest, self.real_out)))
 
 
-def _bounded_reader(options: Options) -> Callable[[Path], bytes]:
+def _bounded_reader(options: Options) -> Callable[[Path], str | bytes]:
     """The first pass's reader: a file over the size limit is not read (nor parsed); a
-    notebook is read as the one module its code cells make (torch2jax/notebook.py)."""
+    Python file is read through :func:`read_source_file` (the one place a source is read); a
+    notebook is read as the one module its code cells make (torch2jax/notebook.py). Any
+    failure is an ``OSError``, which skips the file there (its conversion reports it)."""
     limit = options.max_bytes if options.max_bytes is not None else MAX_BYTES
 
-    def read(path: Path) -> bytes:
+    def read(path: Path) -> str | bytes:
         notebook = str(path).endswith(NOTEBOOK_SUFFIX)
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > (notebook_limit(limit) if notebook else limit):
-                raise OSError(f"{path}: over the size limit")
-            data = fh.read()
+        if os.stat(path).st_size > (notebook_limit(limit) if notebook else limit):
+            raise OSError(f"{path}: over the size limit")
         if notebook:
             from torch2jax.notebook import python_source
 
+            with open(path, "rb") as fh:
+                data = fh.read()
             return python_source(data, limit)  # OSError when it is not a readable notebook
-        return data
+        try:
+            return read_source_file(path).text
+        except ReadError as exc:
+            raise OSError(str(exc)) from None
 
     return read
 
