@@ -59,7 +59,7 @@ MAX_BYTES = 4_000_000
 # native parser crashes on a few thousand: such a file is refused before it is parsed
 MAX_BRACKETS = 200
 # the default time limit per file, in CPU seconds: TIMEOUT_BASE plus one per TIMEOUT_BYTES
-# (ordinary code converts at 7 to 25 KB per CPU-second: a margin of 3 to 10 and more). It is
+# (the fixtures convert at about 7 KB per CPU-second: a margin of 3 and more). It is
 # CPU time, so that a busy machine does not stop files; a worker that uses no CPU and does
 # not finish (a hung file system) is stopped after WALL_FACTOR times the limit.
 TIMEOUT_BASE = 60.0
