@@ -6,14 +6,7 @@ import textwrap
 
 import libcst as cst
 import pytest
-from libcst.metadata import (
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
-
+from torch2jax.analysis.metadata import ALL, FileMetadata
 from torch2jax.analysis.values import Kind, ValueFacts
 
 SOURCE = textwrap.dedent('''
@@ -96,9 +89,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def facts():
-    wrapper = MetadataWrapper(cst.parse_module(SOURCE))
-    wrapper.resolve_many([ScopeProvider, ParentNodeProvider, QualifiedNameProvider,
-                          PositionProvider])
+    wrapper = FileMetadata(cst.parse_module(SOURCE))
+    wrapper.resolve_many(ALL)
     facts = ValueFacts(wrapper, {"Net"}, lambda q: q == "torch.nn.Linear")
     # the reads of the last statement, print(args, config, ...)
     last = wrapper.module.body[-1].body[0].value

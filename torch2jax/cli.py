@@ -83,8 +83,8 @@ def convert(
         "--allow-overlap", help="Accept an -o folder inside (or around) an input folder; "
         "refused still if a converted file would replace an existing one.")] = False,
     timeout: Annotated[float | None, typer.Option(
-        "--timeout", help="Seconds one file may take to convert before it is stopped and "
-        "reported (default: 60 plus 1 per 4 KB of the file).")] = None,
+        "--timeout", help="CPU seconds one file may take to convert before it is stopped and "
+        "reported (default: 60 plus 1 per 2 KB of the file).")] = None,
 ) -> None:
     """Convert PyTorch files to JAX. Exit 0: all converted; 1: TODOs left or a file failed;
     2: usage error (nothing written)."""
@@ -98,9 +98,10 @@ def convert(
         raise _usage_error("--allow-overlap goes with -o/--out")
     if timeout is not None and not timeout > 0:
         raise _usage_error(f"--timeout {timeout}: expected a positive number of seconds")
-    if report is not None and any(report.resolve() == p.resolve() for p in paths):
-        raise _usage_error(f"--report {display(str(report))} is an input: it would be "
-                           "overwritten")
+    if report is not None and (report.suffix == ".py" or any(
+            report.resolve() == p.resolve() for p in paths)):
+        raise _usage_error(f"--report {display(str(report))} is an input or a Python file: "
+                           "it would be overwritten with the JSON report")
     try:
         if shard not in (None, "data", "params"):
             raise _usage_error(f"--shard {shard}: expected data or params")

@@ -27,6 +27,7 @@ file is still converted.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -49,16 +50,27 @@ from torch2jax.discover import (
 )
 from torch2jax.report import Diagnostic, FileReport, RunReport, display
 
+NOTEBOOK_SUFFIX = ".ipynb"  # Jupyter notebooks: torch2jax/notebook.py
+
 # a file above this size that mentions torch is reported, not converted (libcst would take
 # minutes and gigabytes on a multi-megabyte generated file); one that does not is copied
 MAX_BYTES = 4_000_000
 # Python refuses more than 200 nested brackets ("too many nested parentheses"); libcst's
 # native parser crashes on a few thousand: such a file is refused before it is parsed
 MAX_BRACKETS = 200
-# the default time limit per file: TIMEOUT_BASE seconds plus one second per TIMEOUT_BYTES
-# (a normal file converts at about 30 KB per CPU-second; this leaves a wide margin)
+# the default time limit per file, in CPU seconds: TIMEOUT_BASE plus one per TIMEOUT_BYTES
+# (the fixtures convert at about 7 KB per CPU-second: a margin of 3 and more). It is
+# CPU time, so that a busy machine does not stop files; a worker that uses no CPU and does
+# not finish (a hung file system) is stopped after WALL_FACTOR times the limit.
 TIMEOUT_BASE = 60.0
-TIMEOUT_BYTES = 4096
+TIMEOUT_BYTES = 2048
+WALL_FACTOR = 10
+
+
+def notebook_limit(max_bytes: int) -> int:
+    """The size limit of a notebook file: its outputs (images) may be large; its code is held
+    to ``max_bytes`` (torch2jax/notebook.py)."""
+    return 16 * max_bytes
 
 
 class UsageError(Exception):
@@ -80,7 +92,7 @@ class Options:
     rule_dirs: tuple[Path, ...] = ()
     ignore: tuple[str, ...] = ()
     max_bytes: int | None = None  # None: MAX_BYTES
-    timeout: float | None = None  # seconds per file; None: TIMEOUT_BASE + size / TIMEOUT_BYTES
+    timeout: float | None = None  # CPU seconds per file; None: TIMEOUT_BASE + size / TIMEOUT_BYTES
 
     def resolved(self) -> Options:
         """With the module defaults filled in (read in the main process, so that workers
@@ -106,6 +118,8 @@ class Outcome:
     digest: str | None = None  # of the bytes read: --in-place writes only over those
     mode: int | None = None  # the source's permission bits, given to what is written
     data: bytes | None = None  # the bytes read, copied as they are when unchanged
+    # a notebook: (label, old source, new source) of each changed cell, for --diff
+    cells: list[tuple[str, str, str]] | None = None
 
 
 _WORKER: dict = {}
@@ -121,10 +135,12 @@ def _init_worker(options: Options) -> None:
 
 def convert_file(path: str, known: frozenset[str] = frozenset(),
                  public: frozenset[str] = frozenset()) -> Outcome:
-    """Read and convert one file; never raises (a failure is an ``error`` diagnostic)."""
-    from torch2jax.convert import ParseError, convert_source
-    from torch2jax.suppress import suppress
+    """Read and convert one file; never raises (a failure is an ``error`` diagnostic).
+    A notebook (``.ipynb``) goes through :mod:`torch2jax.notebook`."""
+    if path.endswith(NOTEBOOK_SUFFIX):
+        from torch2jax.notebook import convert_notebook_file
 
+        return convert_notebook_file(path, known, public)
     options: Options = _WORKER["options"]
     max_bytes = options.max_bytes if options.max_bytes is not None else MAX_BYTES
 
@@ -145,10 +161,29 @@ def convert_file(path: str, known: frozenset[str] = frozenset(),
     except OSError as exc:
         return failed("read", f"cannot be read: {exc.strerror or exc}")
     text = src.text
-
-    def unchanged(diagnostics: list[Diagnostic]) -> Outcome:
+    status, code, diagnostics = convert_text(text, path, known, public)
+    if status == "failed":
+        return Outcome(path, "failed", diagnostics=diagnostics)
+    if status == "unchanged":
         return Outcome(path, "unchanged", text, src.encoding, text, diagnostics, src.digest,
                        src.mode, src.data)
+    return Outcome(path, "converted", text, src.encoding, code, diagnostics, src.digest,
+                   src.mode)
+
+
+def convert_text(text: str, path: str, known: frozenset[str] = frozenset(),
+                 public: frozenset[str] = frozenset()) -> tuple[str, str, list[Diagnostic]]:
+    """``(status, code, diagnostics)`` of one module's source (in a worker: the options and
+    rules of :func:`_init_worker`); status ``converted``, ``unchanged`` (code is ``text``)
+    or ``failed``. Never raises."""
+    from torch2jax.convert import ParseError, convert_source
+    from torch2jax.suppress import suppress
+
+    options: Options = _WORKER["options"]
+
+    def failed(rule: str, message: str, line: int = 1, col: int = 1
+               ) -> tuple[str, str, list[Diagnostic]]:
+        return "failed", text, [Diagnostic(path, line, col, rule, "error", message)]
 
     depth = _bracket_depth(text)
     if depth is not None and depth[0] > MAX_BRACKETS:
@@ -171,9 +206,8 @@ def convert_file(path: str, known: frozenset[str] = frozenset(),
     if not changed:
         if "TODO(torch2jax)" in text:
             diagnostics += _open_todos(text, path)
-        return unchanged(diagnostics)
-    return Outcome(path, "converted", text, src.encoding, result.code, diagnostics, src.digest,
-                   src.mode)
+        return "unchanged", text, diagnostics
+    return "converted", result.code, diagnostics
 
 
 def _mentions_torch(path: str, chunk: int = 1 << 20) -> bool:
@@ -293,11 +327,13 @@ def _worker_main(conn, options: Options, inherited: list) -> None:
     _init_worker(options)
     while True:
         try:
-            task = conn.recv()
+            message = conn.recv()
         except (EOFError, OSError):
             return
-        if task is None:
+        if message is None:
             return
+        task, limit = message
+        _limit_cpu(limit)
         try:
             outcome = convert_file(*task)
         except BaseException as exc:  # noqa: BLE001 - MemoryError and the like: report it
@@ -310,40 +346,72 @@ def _worker_main(conn, options: Options, inherited: list) -> None:
             return
 
 
+def _limit_cpu(seconds: float) -> None:
+    """Let this process use ``seconds`` more CPU time (RLIMIT_CPU): past it, the kernel sends
+    SIGXCPU, which ends the worker; the main process reports the file as a ``timeout``."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: the main process's wall-clock limit still applies
+        return
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + seconds)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+# files sent ahead to a worker: it starts the next one while the main process writes
+PREFETCH = 2
+
+
 @dataclass
 class _Worker:
     process: object
     conn: object
-    task: int | None = None
-    deadline: float = 0.0
-    limit: float = 0.0
+    queue: deque = field(default_factory=deque)  # tasks sent, in order; the first one runs
+    deadline: float = 0.0  # wall clock, for the first task
 
 
 class _Workers:
-    """``jobs`` worker processes converting one file each at a time. A worker that dies
-    (a crash in libcst's native code, the out-of-memory killer) or overruns its file's time
-    limit is replaced; only that file is reported."""
+    """``jobs`` worker processes, each converting one file at a time (with the next ones
+    already sent). A worker that dies (a crash in libcst's native code, the out-of-memory
+    killer) or overruns its file's time limit is replaced: the file it was converting is
+    reported, the files sent ahead go to another worker."""
 
     def __init__(self, options: Options, jobs: int) -> None:
         self.options = options
         self.jobs = jobs
         self.ctx = _mp_context()
         self.workers: list[_Worker] = []
+        self.limits: dict[int, float] = {}
 
     def _start(self) -> _Worker:
+        import gc
+
+        fork = self.ctx.get_start_method() == "fork"
         parent, child = self.ctx.Pipe(duplex=True)
-        inherited = ([w.conn for w in self.workers] + [parent]
-                     if self.ctx.get_start_method() == "fork" else [])
+        inherited = [w.conn for w in self.workers] + [parent] if fork else []
         process = self.ctx.Process(target=_worker_main, args=(child, self.options, inherited),
                                    daemon=True, name="torch2jax-worker")
-        process.start()
+        if fork:  # the child's garbage collector then leaves the inherited objects alone
+            gc.freeze()  # (no copy-on-write of the whole heap); the parent's is unchanged
+        try:
+            process.start()
+        finally:
+            if fork:
+                gc.unfreeze()
         child.close()
         worker = _Worker(process, parent)
         self.workers.append(worker)
         return worker
 
-    def _retire(self, worker: _Worker) -> None:
+    def _retire(self, worker: _Worker, pending: deque) -> None:
+        """Stop ``worker``; the tasks it still had go back to the front of ``pending``."""
         self.workers.remove(worker)
+        pending.extendleft(reversed(worker.queue))
+        worker.queue.clear()
         with contextlib.suppress(OSError):
             worker.conn.close()
         if worker.process.is_alive():
@@ -357,13 +425,10 @@ class _Workers:
         pending = deque(order)
         try:
             for _ in range(min(self.jobs, len(pending))):
-                self._start()
-            for w in list(self.workers):
-                self._assign(w, tasks, pending)
-            while any(w.task is not None for w in self.workers):
-                busy = [w for w in self.workers if w.task is not None]
-                now = time.monotonic()
-                timeout = max(0.0, min(w.deadline for w in busy) - now)
+                self._fill(self._start(), tasks, pending)
+            while any(w.queue for w in self.workers):
+                busy = [w for w in self.workers if w.queue]
+                timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic())
                 ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
                              timeout)
                 for w in busy:
@@ -373,56 +438,61 @@ class _Workers:
                     index, outcome, alive = done
                     yield index, outcome
                     if not alive:
-                        self._retire(w)
-                        if pending:
-                            w = self._start()
-                        else:
+                        self._retire(w, pending)
+                        if not pending:
                             continue
-                    self._assign(w, tasks, pending)
+                        w = self._start()
+                    self._fill(w, tasks, pending)
         finally:
             for w in list(self.workers):
                 with contextlib.suppress(OSError, ValueError):
                     w.conn.send(None)
             for w in list(self.workers):
                 w.process.join(timeout=1)
-                self._retire(w)
+                self._retire(w, pending)
 
-    def _assign(self, w: _Worker, tasks: list[Task], pending: deque) -> None:
-        if not pending:
-            w.task = None
-            return
-        index = pending.popleft()
-        w.task = index
-        w.limit = self.options.time_limit(_size(tasks[index][0]))
-        w.deadline = time.monotonic() + w.limit
-        try:
-            w.conn.send(tasks[index])
-        except (OSError, ValueError):
-            pass  # it died already: its sentinel says so
+    def _fill(self, w: _Worker, tasks: list[Task], pending: deque) -> None:
+        while pending and len(w.queue) < PREFETCH:
+            index = pending.popleft()
+            limit = self.limits[index] = self.options.time_limit(_size(tasks[index][0]))
+            if not w.queue:
+                w.deadline = time.monotonic() + WALL_FACTOR * limit
+            w.queue.append(index)
+            try:
+                w.conn.send((tasks[index], limit))
+            except (OSError, ValueError):
+                return  # it died already: its sentinel says so
 
     def _collect(self, w: _Worker, ready: list, tasks: list[Task]
                  ) -> tuple[int, Outcome, bool] | None:
-        """``(task, outcome, worker still usable)`` when ``w`` is done with its task."""
-        index = w.task
-        assert index is not None
+        """``(task, outcome, worker still usable)`` when ``w`` is done with its first task."""
+        index = w.queue[0]
         path = tasks[index][0]
+        limit = self.limits[index]
         if w.conn in ready or w.process.sentinel in ready:
             # EOF, or a message cut short by the worker's death: it crashed on this file
             with contextlib.suppress(Exception):
                 if w.conn.poll():
                     outcome = w.conn.recv()
-                    w.task = None
+                    w.queue.popleft()
+                    if w.queue:  # the worker has started the next one
+                        w.deadline = time.monotonic() + WALL_FACTOR * self.limits[w.queue[0]]
                     return index, outcome, w.process.is_alive()
             w.process.join(timeout=5)
-            w.task = None
+            w.queue.popleft()
+            if w.process.exitcode == -getattr(signal, "SIGXCPU", 0):
+                return index, _timed_out(path, f"{limit:g} s of CPU time"), False
             return index, _died(path, w.process.exitcode), False
         if time.monotonic() >= w.deadline:
-            w.task = None
-            return index, Outcome(path, "failed", diagnostics=[Diagnostic(
-                path, 1, 1, "timeout", "error",
-                f"converting it took longer than {w.limit:g} s (--timeout); stopped, "
-                "not converted")]), False
+            w.queue.popleft()
+            return index, _timed_out(path, f"{WALL_FACTOR * limit:g} s"), False
         return None
+
+
+def _timed_out(path: str, what: str) -> Outcome:
+    return Outcome(path, "failed", diagnostics=[Diagnostic(
+        path, 1, 1, "timeout", "error",
+        f"converting it took more than {what} (--timeout); stopped, not converted")])
 
 
 def _died(path: str, exitcode: int | None) -> Outcome:
@@ -554,7 +624,8 @@ def _destinations(files: list[tuple[Path, Path]], out: Path, check_existing: boo
     if existing:
         more = f" and {len(existing) - 5} more" if len(existing) > 5 else ""
         raise UsageError("--allow-overlap: converted files would replace existing files: "
-                         + ", ".join(existing[:5]) + more + "; nothing was written")
+                         + ", ".join(existing[:5]) + more + "; nothing was written (remove "
+                         "them, or choose an output folder apart from the input)")
     return dests
 
 
@@ -604,7 +675,11 @@ def run(req: Request, show_diff: Callable[[str, str, str], None] | None = None,
         writer.write(src, dests[i].path if dests else None, oc, report)
     if show_diff is not None:
         for i in sorted(diffs):
-            show_diff(diffs[i].text or "", diffs[i].code or "", str(found.files[i][0]))
+            if diffs[i].cells is not None:  # a notebook: one diff per changed cell
+                for label, old, new in diffs[i].cells:
+                    show_diff(old, new, label)
+            else:
+                show_diff(diffs[i].text or "", diffs[i].code or "", str(found.files[i][0]))
     result = RunReport(files=reports)
     for p in found.problems:
         status = "failed" if p.severity == "error" else "skipped"
@@ -683,15 +758,27 @@ class _Writer:
         report.output = str(self.req.out / Path(os.path.relpath(dest, self.real_out)))
 
 
-def _bounded_reader(options: Options) -> Callable[[Path], bytes]:
-    """The first pass's reader: a file over the size limit is not read (nor parsed)."""
+def _bounded_reader(options: Options) -> Callable[[Path], str | bytes]:
+    """The first pass's reader: a file over the size limit is not read (nor parsed); a
+    Python file is read through :func:`read_source_file` (the one place a source is read); a
+    notebook is read as the one module its code cells make (torch2jax/notebook.py). Any
+    failure is an ``OSError``, which skips the file there (its conversion reports it)."""
     limit = options.max_bytes if options.max_bytes is not None else MAX_BYTES
 
-    def read(path: Path) -> bytes:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > limit:
-                raise OSError(f"{path}: over the size limit")
-            return fh.read()
+    def read(path: Path) -> str | bytes:
+        notebook = str(path).endswith(NOTEBOOK_SUFFIX)
+        if os.stat(path).st_size > (notebook_limit(limit) if notebook else limit):
+            raise OSError(f"{path}: over the size limit")
+        if notebook:
+            from torch2jax.notebook import python_source
+
+            with open(path, "rb") as fh:
+                data = fh.read()
+            return python_source(data, limit)  # OSError when it is not a readable notebook
+        try:
+            return read_source_file(path).text
+        except ReadError as exc:
+            raise OSError(str(exc)) from None
 
     return read
 

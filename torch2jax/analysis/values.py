@@ -31,14 +31,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 import libcst as cst
-from libcst.metadata import (
-    Assignment,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
-from libcst.metadata.base_provider import LazyValue
+from libcst.metadata import Assignment, ScopeProvider
+
+from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 
 
 class Kind(str, Enum):
@@ -243,8 +238,8 @@ class ValueFacts:
         self._module = wrapper.module
         self._scopes = wrapper.resolve(ScopeProvider)
         self._parents = wrapper.resolve(ParentNodeProvider)
-        self._qnames = wrapper.resolve(QualifiedNameProvider)
         self._positions = wrapper.resolve(PositionProvider)
+        self._qnames: dict[cst.CSTNode, str | None] = {}
         self.module_classes = module_classes
         self._layer = layer
         self._cache: dict[cst.CSTNode, Value] = {}
@@ -312,10 +307,13 @@ class ValueFacts:
 
     # ---------------------------------------------------------------- expressions
     def _q(self, node: cst.CSTNode) -> str | None:
-        names = self._qnames.get(node)
-        if isinstance(names, LazyValue):
-            names = names()
-        return min(n.name for n in names) if names else None
+        """The qualified name of a dotted name (what libcst's QualifiedNameProvider gives)."""
+        if node in self._qnames:
+            return self._qnames[node]
+        scope = self._scopes.get(node)
+        names = scope.get_qualified_names_for(node) if scope is not None else None
+        found = self._qnames[node] = min(n.name for n in names) if names else None
+        return found
 
     def _compute(self, node: cst.CSTNode) -> Value:
         if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,

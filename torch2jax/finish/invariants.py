@@ -16,8 +16,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
+from libcst.metadata import MetadataWrapper, ScopeProvider
 
+from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.finish import removed as rmv
 from torch2jax.finish.claims import check_claims
 from torch2jax.finish.names import BUILTINS, torch_import_lines, unbound_names, unbound_reads
