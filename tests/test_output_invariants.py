@@ -143,3 +143,24 @@ def test_output_that_does_not_parse_leaves_the_file_as_it_was() -> None:
     assert code == source
     assert [d.rule for d in diagnostics] == ["invalid-output"]
     assert diagnostics[0].severity == "error"
+
+
+def test_placeholders_of_a_block_emptied_leave_one_pass() -> None:
+    """The statements a block held were all removed and nothing reads them: the block gets
+    `pass` (once), as libcst writes an emptied block."""
+    from torch2jax.finish.removed import Removed, settle
+
+    removed = {k: Removed(names=frozenset({f"v{k}"}), statement=f"v{k} = {k}\n", line=1,
+                          column=1) for k in range(3)}
+    code = ("def f():\n    __torch2jax_removed_0__\n    __torch2jax_removed_1__\n"
+            "\n\nx = 1\n__torch2jax_removed_2__\nprint(x)\n")
+    out, read, unfinished, dropped = settle(code, removed, set())
+    assert out == "def f():\n    pass\n\n\nx = 1\nprint(x)\n"
+    assert dropped == {0, 1, 2} and not read and not unfinished
+    # one of them read later: it is put back, the others go
+    out, read, _, dropped = settle(code.replace("print(x)", "print(x, v2)"), removed, set())
+    assert out == ("def f():\n    pass\n\n\nx = 1\n# TODO(torch2jax): kept because later "
+                   "lines read `v2`: the conversion removes this statement (no JAX "
+                   "counterpart) when nothing reads it [removed-but-read]\nv2 = 2\n"
+                   "print(x, v2)\n")
+    assert read == {2} and dropped == {0, 1}

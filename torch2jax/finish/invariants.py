@@ -87,7 +87,7 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
     kept_imports: set[str] = set()  # torch names whose import was put back: still read
     if rmv.has_placeholders(code):
         code, diagnostics, kept_imports = _settle(code, diagnostics, removed or {}, facts,
-                                                  path, failed)
+                                                  path, failed, tree)
         tree = ast.parse(code)
     diagnostics = check_claims(code, diagnostics)
     suspects = unbound_names(tree, code, path) - facts.unbound
@@ -178,12 +178,13 @@ def _dotted_ast(node: ast.Name, parents: dict[int, ast.AST]) -> str:
 
 
 def _settle(code: str, diagnostics: list[Diagnostic], removed: dict[int, rmv.Removed],
-            facts: InputFacts, path: str, failed: set[int]) -> tuple[str, list[Diagnostic]]:
+            facts: InputFacts, path: str, failed: set[int], tree: ast.Module
+            ) -> tuple[str, list[Diagnostic], set[str]]:
     """Removed statements back where their names are read, or where the translation they
     were removed for failed (finish/removed.py); the diagnostics follow: a dropped
     statement's TODOs went with it, a statement put back makes the info notes about its
     removal untrue."""
-    code, read, unfinished, dropped = rmv.settle(code, removed, facts.unbound, failed)
+    code, read, unfinished, dropped = rmv.settle(code, removed, facts.unbound, failed, tree)
     gone: list[Diagnostic] = []
     added: list[Diagnostic] = []
     kept_imports = {n for key in read if removed[key].imports for n in removed[key].names}

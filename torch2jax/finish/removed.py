@@ -120,37 +120,118 @@ def has_placeholders(code: str) -> bool:
 
 
 def settle(code: str, removed: dict[int, Removed], unbound_in_input: set[str],
-           failed: set[int] = frozenset()) -> tuple[str, set[int], set[int], set[int]]:
+           failed: set[int] = frozenset(), tree: ast.Module | None = None
+           ) -> tuple[str, set[int], set[int], set[int]]:
     """Put back the removed statements that belong to a translation that ``failed``, and
     those whose names ``code`` still reads unbound (until none is left: a statement put back
-    may read another removed one); drop the other placeholders. Returns the code and the keys
-    put back because their names are read, put back because their translation failed, and
-    dropped."""
+    may read another removed one); drop the other placeholders. ``tree``: ``code`` parsed,
+    if it is at hand. Returns the code and the keys put back because their names are read,
+    put back because their translation failed, and dropped."""
     read: set[int] = set()
     unfinished = {k for k, r in removed.items() if r.part_of is not None and r.part_of in failed}
     if unfinished:
         code = _replace(code, {k: removed[k].text(False) for k in unfinished})
+        tree = None
+    fast = _drop_unread(code, removed)
+    if fast is not None:  # (the common case: no line names what they bind)
+        return fast[0], read, unfinished, fast[1]
     while True:
-        tree = ast.parse(code)
-        present = _placeholders(tree)
+        tree = tree if tree is not None else ast.parse(code)
+        parents, present, loads = _scan(tree)
+        names = {n for k in present if k in removed for n in removed[k].names}
+        if not names & loads.keys():
+            break  # nothing reads what the removed statements bind
         unbound = {n for n in unbound_names(tree, code) - unbound_in_input
                    if not n.startswith("__torch2jax_removed_")}
         wanted = {k for k in present if k in removed and removed[k].names & unbound}
         if not wanted:  # read where another binding may not have happened (if ddp: ...)
-            parents = _parents(tree)
-            names = {n for k in present if k in removed for n in removed[k].names}
-            loads: dict[str, list[ast.Name]] = {}
-            for n in ast.walk(tree):
-                if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load):
-                    loads.setdefault(n.id, []).append(n)
             wanted = {k for k, node in present.items() if k in removed and any(
                 _reaches_a_read(node, n, parents, loads.get(n, ())) for n in removed[k].names)}
         if not wanted:
             break
         code = _replace(code, {k: removed[k].text(True) for k in wanted})
         read |= wanted
+        tree = None
     dropped = set(present)
-    return _drop(code, tree, present), read, unfinished, dropped
+    return _drop(code, present, parents), read, unfinished, dropped
+
+
+def _drop_unread(code: str, removed: dict[int, Removed]) -> tuple[str, set[int]] | None:
+    """Without walking a tree: when no line other than a comment or a placeholder contains a
+    name the placeholders' statements bind, they all go (a block left empty gets ``pass``,
+    found by indentation). None when some line might read one, or the result does not parse
+    (a string spanning lines)."""
+    lines = code.splitlines(keepends=True)
+    found: dict[int, int] = {}  # line index -> placeholder number
+    words: set[str] = set()
+    for i, line in enumerate(lines):
+        mt = _PLACEHOLDER.match(line.rstrip("\r\n"))
+        if mt is not None:
+            found[i] = int(mt.group("id"))
+        elif not line.lstrip().startswith("#"):
+            words.update(_WORD.findall(line))
+    names = {n for k in found.values() if k in removed for n in removed[k].names}
+    if names & words:
+        return None
+    out = []
+    for i, line in enumerate(lines):
+        if i not in found:
+            out.append(line)
+        elif _first_of_empty_block(lines, i, found):
+            indent = line[:len(line) - len(line.lstrip())]
+            out.append(f"{indent}pass{line[len(line.rstrip(chr(13) + chr(10))):]}")
+    text = "".join(out)
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return None
+    return text, set(found.values())
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _first_of_empty_block(lines: list[str], i: int, found: dict[int, int]) -> bool:
+    """Placeholder line ``i`` opens a block (the code line before it is a header less
+    indented) whose statements are all placeholders (the next code line is less indented)."""
+    def code_line(j: int, step: int, skip: dict[int, int]) -> int | None:
+        while 0 <= j < len(lines):
+            text = lines[j].strip()
+            if text and not text.startswith("#") and j not in skip:
+                return j
+            j += step
+        return None
+
+    width = len(lines[i]) - len(lines[i].lstrip())
+    before = code_line(i - 1, -1, {})  # (another placeholder before it: not the first)
+    if before is None or not lines[before].rstrip().endswith(":") or (
+            len(lines[before]) - len(lines[before].lstrip())) >= width:
+        return False
+    after = code_line(i + 1, 1, found)
+    return after is None or len(lines[after]) - len(lines[after].lstrip()) < width
+
+
+def _scan(tree: ast.Module) -> tuple[dict[int, ast.AST], dict[int, ast.stmt],
+                                     dict[str, list[ast.Name]]]:
+    """One walk: every node's parent, the placeholders by number, the reads of each name."""
+    parents: dict[int, ast.AST] = {}
+    present: dict[int, ast.stmt] = {}
+    loads: dict[str, list[ast.Name]] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                loads.setdefault(node.id, []).append(node)
+            continue
+        name = node.value.id if isinstance(node, ast.Expr) and isinstance(
+            node.value, ast.Name) else node.names[0].name if isinstance(
+            node, ast.Import) and len(node.names) == 1 else None
+        if name is not None and name.startswith("__torch2jax_removed_"):
+            mt = re.fullmatch(r"__torch2jax_removed_(\d+)__", name)
+            if mt:
+                present[int(mt.group(1))] = node
+    return parents, present, loads
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -290,18 +371,6 @@ def _reaches_a_read(node: ast.stmt, name: str, parents: dict[int, ast.AST],
     return False
 
 
-def _placeholders(tree: ast.Module) -> dict[int, ast.stmt]:
-    found = {}
-    for node in ast.walk(tree):
-        name = node.value.id if isinstance(node, ast.Expr) and isinstance(
-            node.value, ast.Name) else node.names[0].name if isinstance(
-            node, ast.Import) and len(node.names) == 1 else None
-        mt = re.fullmatch(r"__torch2jax_removed_(\d+)__", name) if name else None
-        if mt:
-            found[int(mt.group(1))] = node
-    return found
-
-
 def _replace(code: str, texts: dict[int, str]) -> str:
     out = []
     for line in code.splitlines(keepends=True):
@@ -315,23 +384,23 @@ def _replace(code: str, texts: dict[int, str]) -> str:
     return "".join(out)
 
 
-def _drop(code: str, tree: ast.Module, present: dict[int, ast.stmt]) -> str:
+def _drop(code: str, present: dict[int, ast.stmt], parents: dict[int, ast.AST]) -> str:
     """Without the placeholders: a block left with none of its statements gets ``pass`` (as
     libcst writes an emptied block)."""
     if not present:
         return code
     ids = {id(n) for n in present.values()}
     passes: set[int] = set()  # line numbers of placeholders that become `pass`
-    for node in ast.walk(tree):
-        for name in ("body", "orelse", "finalbody"):
-            block = getattr(node, name, None)
-            if isinstance(node, ast.Module) or not isinstance(block, list) or not block:
-                continue
-            if all(id(s) in ids for s in block):
-                passes.add(block[0].lineno)
-        for handler in getattr(node, "handlers", []) or []:
-            if handler.body and all(id(s) in ids for s in handler.body):
-                passes.add(handler.body[0].lineno)
+    for node in present.values():
+        place = _block_of(node, parents)
+        if place is None:
+            handler = parents.get(id(node))
+            block = handler.body if isinstance(handler, ast.ExceptHandler) else None
+        else:
+            block = place[0]
+        if block and not isinstance(parents.get(id(node)), ast.Module) and all(
+                id(s) in ids for s in block):
+            passes.add(block[0].lineno)
     out = []
     for number, line in enumerate(code.splitlines(keepends=True), start=1):
         mt = _PLACEHOLDER.match(line.rstrip("\r\n"))

@@ -39,6 +39,9 @@ def lambdas_to_methods(cls: cst.ClassDef, mark: Callable[[str, str], None],
         return cls, []
     init: cst.FunctionDef = body[at]
     stmts = list(init.body.body)
+    if not any((a := _single_assign(st)) is not None and isinstance(a.value, cst.Lambda)
+               for st in stmts):
+        return cls, []  # (the common case: nothing to look at)
     aliases: dict[str, cst.BaseExpression] = {}  # m = self.mlp
     local_names = {p.name.value for p in _params(init.params)}
     methods: list[cst.FunctionDef] = []
