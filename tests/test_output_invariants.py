@@ -108,11 +108,11 @@ def test_an_unbound_read_is_marked_at_its_statement() -> None:
     assert out.splitlines() == [
         "def f():",
         "    if True:",
-        "        # TODO(torch2jax): `device` is read here but the converted file no longer "
-        "binds it (the conversion removed what bound it) [unbound-name]",
+        ("        # TODO(torch2jax): `device` is read here but the converted file no longer "
+         "binds it (the conversion removed what bound it) [unbound-name]"),
         "        print(device, device)",
-        "    # TODO(torch2jax): `device` is read here but the converted file no longer binds "
-        "it (the conversion removed what bound it) [unbound-name]",
+        ("    # TODO(torch2jax): `device` is read here but the converted file no longer binds "
+         "it (the conversion removed what bound it) [unbound-name]"),
         "    return device",
     ]
     assert [(d.rule, d.severity) for d in diagnostics] == [("unbound-name", "error")] * 2
