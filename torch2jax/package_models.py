@@ -667,7 +667,12 @@ class _Finish(cst.CSTTransformer):
 
     def leave_Assign(self, original, updated):
         if len(updated.targets) == 1:
-            target = cst.Module([]).code_for_node(updated.targets[0].target)
+            node = updated.targets[0].target
+            if isinstance(node, cst.Attribute) and node.attr.value.startswith(_ITEM):
+                index = node.attr.value[len(_ITEM):].replace("m", "-")
+                node = cst.parse_expression(f"{_code(node.value)}[{index}]")
+                updated = updated.with_changes(targets=[cst.AssignTarget(node)])
+            target = cst.Module([]).code_for_node(node)
             how = self.wraps.get(target)
             value = updated.value
             if how == "static" and not _is_layer_call(value):
@@ -833,8 +838,8 @@ def prepare(source: str, *, path: str, target: str, layers: dict | None = None
         followed.known.add(local)
         followed.generated.append(generate_for(top, defmod))
         if call is not None and new_call is not None:
-            args, dropped = new_call
-            replace_nodes[call] = (cst.Name(local), [call.args.index(a) for a in args])
+            kept, dropped = new_call
+            replace_nodes[call] = (cst.Name(local), kept)
             if dropped:
                 todo(ref.stmt, RULE, f"{_code(dropped)}: pretrained weights are not loaded: "
                      f"the converted {name} starts from random parameters; convert the "
@@ -882,8 +887,8 @@ def _follow(ref: _Ref, call: cst.Call | None, top: str, target: str):
         return None, None, hit
     tree = parse(module_file(root, hit[0])[0])  # type: ignore[index]
     weighted = hit[1] in _weight_functions(tree)
-    args, dropped = [], None
-    for a in call.args:
+    kept, dropped = [], None
+    for i, a in enumerate(call.args):
         key = a.keyword.value if a.keyword is not None else None
         if weighted and key in ("weights", "pretrained"):
             if not m.matches(a.value, m.Name("None") | m.Name("False")):
@@ -891,10 +896,8 @@ def _follow(ref: _Ref, call: cst.Call | None, top: str, target: str):
             continue
         if weighted and key == "progress":
             continue
-        args.append(a)
-    if args:
-        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return None, (args, dropped), hit
+        kept.append(i)
+    return None, (kept, dropped), hit
 
 
 def _defined(module: cst.Module) -> set[str]:
@@ -977,10 +980,13 @@ def _edits(collect: _Collect, holders: dict, layers: dict, followed: Followed, t
             todo(stmt, RULE, f"{_code(target)} = ...: {why}", target)
             continue
         new_target = _code(target)
-        if isinstance(rest[-1], cst.Subscript):  # nnx.Sequential: its layers list
-            sub = rest[-1]
-            new_target = _code(sub.value) + ".layers" + _code(sub)[len(_code(sub.value)):]
-            replace_nodes[target] = cst.parse_expression(new_target)
+        if isinstance(rest[-1], cst.Subscript):  # nnx.Sequential: an item of its layers list
+            index = _int_index(rest[-1])
+            new_target = f"{_code(target.value)}.layers[{index}]"
+            # (the rewriter takes an item assignment for an array update: an attribute until
+            # _Finish puts the item back)
+            replace_nodes[target] = cst.parse_expression(
+                f"{_code(target.value)}.layers.{_ITEM}{str(index).replace('-', 'm')}")
         followed.wraps[new_target] = how
     for call, stmt in collect.calls:
         if m.matches(call.func, m.Attribute(attr=m.Name("children") | m.Name("named_children"))):
@@ -1028,9 +1034,7 @@ def _check_edit(assign: cst.Assign, rest: list, layers: dict, collect: _Collect,
                         f"calls {rest[0]} with {orig_layout} ones"), ""
         return None, "static" if not new_module else ("data" if not orig_module else "")
     if (len(rest) == 2 and isinstance(rest[0], str) and isinstance(rest[1], cst.Subscript)
-            and len(rest[1].slice) == 1
-            and isinstance(rest[1].slice[0].slice, cst.Index)
-            and isinstance(rest[1].slice[0].slice.value, cst.Integer)):
+            and _int_index(rest[1]) is not None):
         items = _original_sequential(followed, rest[0], layers)
         if items is None:
             return (f"{rest[0]} is not an nn.Sequential of layers whose order the converted "
@@ -1068,6 +1072,20 @@ def _model_classes(tree: ast.Module, name: str) -> set[str]:
                 found.add(b.id)
                 bases.append(b.id)
     return found
+
+
+_ITEM = "torch2jax_item_"
+
+
+def _int_index(sub: cst.Subscript) -> int | None:
+    """``x[1]`` / ``x[-1]`` -> 1 / -1."""
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return None
+    try:
+        value = ast.literal_eval(_code(sub.slice[0].slice.value))
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _class_assignments(followed: tuple[str, str, str], attr: str
