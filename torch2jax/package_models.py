@@ -32,7 +32,6 @@ import ast
 import functools
 import importlib.util
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +67,7 @@ class NotFollowed(Exception):
 # --- the installed package, read without importing it --------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def package_dir(top: str) -> Path | None:
     """The installed package's directory (its ``__init__.py`` is not run), or None."""
     try:
@@ -77,7 +76,7 @@ def package_dir(top: str) -> Path | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def package_version(top: str) -> str:
@@ -502,9 +501,6 @@ class Generated:
     diagnostics: list[tuple[str, Diagnostic]]  # (file, diagnostic as in that file)
 
 
-ConvertFn = Callable[[str, str, set[str]], tuple[str, list[Diagnostic]]]
-
-
 @functools.lru_cache(maxsize=32)
 def generate(package: str, module: str, stamp: float) -> Generated:
     """The converted model code of ``module`` (``torchvision.models.resnet``) and of the
@@ -685,12 +681,15 @@ class _Finish(cst.CSTTransformer):
 
     def _used(self, name: str) -> bool:
         # a read of the name outside import statements
-        return any(not re.match(r"\s*(from\s+\S+\s+)?import\b", line)
+        return any(not re.match(r"\s*((from\s+\S+\s+)?import\b|#)", line)
                    and re.search(rf"(?<![\w.]){re.escape(name)}\b", line)
                    for line in self.code.splitlines())
 
     def _keep(self, alias: cst.ImportAlias, bound: str) -> bool:
-        return bound not in self.package_names or self._used(bound)
+        if bound not in self.package_names:
+            return True
+        # from torchvision.models import resnet18: the converted resnet18 is imported instead
+        return bound not in self.own and self._used(bound)
 
     def leave_Import(self, original, updated):
         keep = [a for a in updated.names if self._keep(
@@ -743,7 +742,7 @@ class _Collect(cst.CSTVisitor):
 
     def _q(self, node) -> str | None:
         names = self.get_metadata(QualifiedNameProvider, node, None)
-        return sorted(n.name for n in names)[0] if names else None
+        return min(n.name for n in names) if names else None
 
     def visit_SimpleStatementLine(self, node):
         self.stmts.append(node)
@@ -805,11 +804,15 @@ def prepare(source: str, *, path: str, target: str, layers: dict | None = None
         return None
     positions = wrapper.resolve(PositionProvider)
     followed = Followed(source, source, path)
-    taken = _defined(module)
-    replace_nodes: dict[cst.CSTNode, cst.CSTNode] = {}
+    for top in FOLLOWED:
+        followed.package_names |= _bound_names(module, top)
+    # (a name the file imports from the package is bound to the converted one instead)
+    taken = _defined(module) - followed.package_names
+    replace_nodes: dict[cst.CSTNode, object] = {}
     todos: dict[cst.CSTNode, list[tuple[str, str]]] = {}
-    parents = {c: call for call, _ in collect.calls for c in [call.func]}
-    holders: dict[str, tuple[bool, int]] = {}  # holder code -> (followed, line)
+    parents = {call.func: call for call, _ in collect.calls}
+    holders: dict[str, tuple] = {}  # holder code -> ((package, module, name) or None, line)
+    skipped: list[tuple] = []  # the spans of dropped weights= arguments
 
     def todo(stmt, rule: str, message: str, node) -> None:
         todos.setdefault(stmt, []).append((rule, message))
@@ -817,8 +820,14 @@ def prepare(source: str, *, path: str, target: str, layers: dict | None = None
         followed.diagnostics.append(Diagnostic(path, pos.line, pos.column + 1, rule, "error",
                                                message))
 
+    def inside_dropped(node) -> bool:
+        p = positions[node]
+        return any((a.start.line, a.start.column) <= (p.start.line, p.start.column)
+                   and (p.end.line, p.end.column) <= (a.end.line, a.end.column)
+                   for a in skipped)
+
     for ref in collect.refs:
-        if ref.stmt is None:
+        if ref.stmt is None or inside_dropped(ref.node):
             continue
         top = ref.qname.split(".")[0]
         call = parents.get(ref.node)
@@ -828,12 +837,12 @@ def prepare(source: str, *, path: str, target: str, layers: dict | None = None
             continue
         why, new_call, hit = _follow(ref, call, top, target)
         if why is not None:
-            todo(ref.stmt, RULE, why, ref.node)
+            if call is not None or ref.stmt not in todos:  # one TODO a line for the reads
+                todo(ref.stmt, RULE, why, ref.node)
             _note_holder(collect, ref, call, holders, None, positions)
             continue
         defmod, name = hit  # type: ignore[misc]
-        local = name if name not in taken or followed.imports.get(name, ("", ""))[1] == name \
-            and followed.imports[name][0] == mirror_module(top, defmod) else f"{name}_jax"
+        local = name if name not in taken else f"{name}_jax"
         followed.imports[local] = (mirror_module(top, defmod), name)
         followed.known.add(local)
         followed.generated.append(generate_for(top, defmod))
@@ -841,14 +850,14 @@ def prepare(source: str, *, path: str, target: str, layers: dict | None = None
             kept, dropped = new_call
             replace_nodes[call] = (cst.Name(local), kept)
             if dropped:
-                todo(ref.stmt, RULE, f"{_code(dropped)}: pretrained weights are not loaded: "
-                     f"the converted {name} starts from random parameters; convert the "
-                     "torch state_dict with `torch2jax weights` (docs/checkpoints.md)", ref.node)
+                skipped.append(positions[dropped])
+                todo(ref.stmt, RULE, f"{_code(dropped).rstrip(', ')}: pretrained weights are "
+                     f"not loaded: the converted {name} starts from random parameters; convert "
+                     "the torch state_dict with `torch2jax weights` (docs/checkpoints.md)",
+                     ref.node)
         else:
             replace_nodes[ref.node] = cst.Name(local)
         _note_holder(collect, ref, call, holders, (top, *hit), positions)  # type: ignore[misc]
-    for top in FOLLOWED:
-        followed.package_names |= _bound_names(module, top)
     _edits(collect, holders, layers or {}, followed, todo, replace_nodes)
     if not replace_nodes and not todos:
         return None
@@ -862,27 +871,27 @@ def _follow(ref: _Ref, call: cst.Call | None, top: str, target: str):
     """(why not, (new args, the weights argument dropped), (module, name))."""
     if target not in ("nnx",):
         return (f"{ref.qname}: models built by {top} are converted for flax NNX only "
-                f"(--target nnx); here the line is kept as it is", None, None)
+                "(--target nnx); here the line is kept as it is"), None, None
     root = package_dir(top)
     if root is None:
         return (f"{ref.qname}: {top} is not installed where torch2jax runs, so its model code "
                 f"cannot be followed; install {top} (the version the model was trained with) "
-                "and convert again", None, None)
+                "and convert again"), None, None
     module, _, name = ref.qname.rpartition(".")
     hit = find_definition(root, module, name)
     if hit is None:
         return (f"{ref.qname}: not a function or class of the installed {top} "
-                f"({package_version(top)})", None, None)
+                f"({package_version(top)})"), None, None
     if hit[1].endswith("_Weights"):
         return (f"{ref.qname}: pretrained weight enums are not converted; convert the torch "
-                "state_dict with `torch2jax weights` (docs/checkpoints.md)", None, None)
+                "state_dict with `torch2jax weights` (docs/checkpoints.md)"), None, None
     try:
         generate_for(top, hit[0])
     except NotFollowed as exc:
         return f"{ref.qname}: its model code cannot be followed: {exc}", None, None
     except Exception as exc:  # noqa: BLE001 - the user's file still converts
-        return (f"{ref.qname}: converting its model code failed ({exc!r}); please report it",
-                None, None)
+        why = f"{ref.qname}: converting its model code failed ({exc!r}); please report it"
+        return why, None, None
     if call is None:
         return None, None, hit
     tree = parse(module_file(root, hit[0])[0])  # type: ignore[index]
@@ -1019,7 +1028,6 @@ def _check_edit(assign: cst.Assign, rest: list, layers: dict, collect: _Collect,
     layout = rule.layout if rule is not None else "torch"
     new_module = _nnx_is_module(rule.targets.get("nnx")) if rule is not None else \
         _is_layer_call(assign.value)
-    attrs = [s for s in rest if isinstance(s, str)]
     if len(rest) == 1 and isinstance(rest[0], str):
         original = _original_layer(followed, rest[0], layers)
         if original == "unknown":
@@ -1042,7 +1050,6 @@ def _check_edit(assign: cst.Assign, rest: list, layers: dict, collect: _Collect,
         if layout not in ("any", "torch"):
             return f"the replacement takes {layout} inputs inside an nn.Sequential", ""
         return None, "static" if not new_module else ""
-    del attrs
     return ("only a direct attribute of the model, or an item of an nn.Sequential attribute, "
             "is replaced in the converted model"), ""
 
