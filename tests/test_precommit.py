@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TORCH = "import torch\n\n\ndef total(x):\n    return torch.sum(x, dim=1)\n"
 UNTRANSLATABLE = TORCH + "\n\ndef odd(x):\n    return torch.frobnicate(x)\n"
 CONVERTED = "import jax.numpy as jnp\n\n\ndef total(x):\n    return jnp.sum(x, axis=1)\n"
+# notebooks: the same code over two cells, with a markdown cell and a magic between them
+TORCH_CELLS = ["import torch", "def total(x):\n    return torch.sum(x, dim=1)"]
+CONVERTED_CELLS = ["import jax.numpy as jnp", "def total(x):\n    return jnp.sum(x, axis=1)"]
 
 pytestmark = [
     pytest.mark.slow,
@@ -40,6 +43,24 @@ def _git(work: Path, *args: str, env: dict[str, str]) -> None:
     subprocess.run(["git", *args], cwd=work, env=env, check=True, capture_output=True)
 
 
+def _notebook(path: Path, cells: list[str]) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell(cells[0]), new_markdown_cell("The sum"),
+                             new_code_cell("%matplotlib inline\n" + cells[1])])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, str(path))
+
+
+def _cells(path: Path) -> list[str]:
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
 def _try_repo(work: Path, hook: str, files: list[str], env: dict[str, str]):
     return subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), hook,
                            "--files", *files], cwd=work, env=env, capture_output=True,
@@ -55,24 +76,34 @@ def test_pre_commit_hooks_flag_torch_and_pass_converted(tmp_path: Path) -> None:
     (work / "model.py").write_text(UNTRANSLATABLE)
     (work / "done.py").write_text(CONVERTED)
     (work / "inplace.py").write_text(TORCH)
-    _git(work, "add", "model.py", "done.py", "inplace.py", env=env)
+    _notebook(work / "model.ipynb", TORCH_CELLS)
+    _notebook(work / "done.ipynb", CONVERTED_CELLS)
+    _notebook(work / "inplace.ipynb", TORCH_CELLS)
+    torch_notebook = (work / "model.ipynb").read_bytes()
+    _git(work, "add", "model.py", "done.py", "inplace.py", "model.ipynb", "done.ipynb",
+         "inplace.ipynb", env=env)
 
-    # the check hook: a staged PyTorch file fails with its diagnostics ...
-    res = _try_repo(work, "torch2jax", ["model.py", "done.py"], env)
+    # the check hook: a staged PyTorch file or notebook fails with its diagnostics ...
+    res = _try_repo(work, "torch2jax", ["model.py", "done.py", "model.ipynb", "done.ipynb"],
+                    env)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out
     assert "torch2jax check" in out and "Failed" in out
     assert "model.py: holds PyTorch code that torch2jax would convert" in out
     assert "model.py:9:12: error [torch.frobnicate] no rule for torch.frobnicate" in out
-    assert "done.py:" not in out
+    assert "model.ipynb: holds PyTorch code that torch2jax would convert" in out
+    assert "done.py:" not in out and "done.ipynb:" not in out
     assert (work / "model.py").read_text() == UNTRANSLATABLE  # check writes nothing
+    assert (work / "model.ipynb").read_bytes() == torch_notebook
 
-    # ... a converted file passes ...
-    res = _try_repo(work, "torch2jax", ["done.py"], env)
+    # ... a converted file and a converted notebook pass ...
+    res = _try_repo(work, "torch2jax", ["done.py", "done.ipynb"], env)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Passed" in res.stdout
 
-    # ... and the in-place hook converts the file (pre-commit fails: files were modified)
-    res = _try_repo(work, "torch2jax-convert-in-place", ["inplace.py"], env)
+    # ... and the in-place hook converts them (pre-commit fails: files were modified)
+    res = _try_repo(work, "torch2jax-convert-in-place", ["inplace.py", "inplace.ipynb"], env)
     assert res.returncode == 1, res.stdout + res.stderr
     assert (work / "inplace.py").read_text() == CONVERTED
+    assert _cells(work / "inplace.ipynb") == [
+        CONVERTED_CELLS[0], "%matplotlib inline\n" + CONVERTED_CELLS[1]]

@@ -51,8 +51,9 @@ def test_report_follows_the_documented_schema(tmp_path: Path) -> None:
     for f in data["files"]:
         assert set(f) == {"path", "status", "output", "diagnostics"}
         for d in f["diagnostics"]:
-            assert set(d) == {"file", "line", "column", "rule", "severity", "message"}
+            assert set(d) == {"file", "line", "column", "rule", "severity", "message", "cell"}
             assert d["file"] == f["path"]
+            assert d["cell"] is None  # a notebook's cell (docs/notebooks.md); null in .py files
     by = {Path(f["path"]).name: f for f in data["files"]}
     assert by["d.py"]["output"] is None
     assert by["c.py"]["output"] == str(tmp_path / "out" / "c.py")

@@ -1,6 +1,6 @@
 """Fuzzing the file handling of ``convert`` (issue 22): generated trees mixing valid torch
-files, broken, undecodable, binary, deeply nested and parser-crashing files, odd names and
-modes, symbolic links (to files, to folders outside, broken, looping), converted with ``-o``
+files and notebooks, broken, undecodable, binary, deeply nested and parser-crashing files,
+odd names and modes, symbolic links (to files, to folders outside, broken, looping), converted with ``-o``
 folders that may overlap the input or hold symbolic links out of it, or ``--in-place``.
 
 Every example checks:
@@ -42,10 +42,14 @@ CONTENTS = {
     "binary": b"import torch\n\x00\x01\x02\n",
     "deep": b"import torch\nx = " + b"(" * 3000 + b"1" + b")" * 3000 + b"\n",
     "crash": b"import torch\nx = " + b"-" * 30000 + b"1\n",  # libcst's parser: SIGSEGV
+    "notebook": json.dumps({"cells": [{"cell_type": "code", "execution_count": None,
+                                       "id": "c1", "metadata": {}, "outputs": [],
+                                       "source": ["import torch\n", "x = torch.ones(2)\n"]}],
+                            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode(),
 }
 FOLDERS = ["", "pkg", "pkg/sub", "odd dir", "\u00e9t\u00e9", "-dash"]
 NAMES = ["m.py", "model.py", "a b.py", "-x.py", "\u00e9.py", os.fsdecode(b"caf\xe9.py"),
-         ".hidden.py", "__init__.py", "new\nline.py", "x.py"]
+         ".hidden.py", "__init__.py", "new\nline.py", "x.py", "nb.ipynb"]
 MODES = [0o644, 0o755, 0o600, 0o444, 0o640]
 OUTS = ["fresh", "existing", "same", "inside-new", "inside-existing", "contains", "alias",
         "in-place"]
@@ -138,7 +142,7 @@ def _inputs(src: Path, out: Path | None) -> set[str]:
         dirnames[:] = [d for d in dirnames
                        if os.path.realpath(Path(dirpath) / d) != skip]
         for name in filenames + dirnames:
-            if name.endswith(".py"):
+            if name.endswith((".py", ".ipynb")):
                 found.add(str(Path(dirpath) / name))
     return found
 
@@ -170,6 +174,14 @@ def test_no_file_outside_the_output_changes_and_every_input_is_accounted_for(sc:
             for p in base.rglob("*"):  # let the folder be removed whatever the modes
                 if not p.is_symlink():
                     p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+def _parses(path: str, data: bytes) -> None:
+    """A written conversion is valid: a Python module, or a notebook's JSON."""
+    if path.endswith(".ipynb"):
+        json.loads(data)
+    else:
+        ast.parse(data)
 
 
 def _check(base, src, out, sc, res, before, after, inputs, report) -> None:
@@ -208,7 +220,7 @@ def _check(base, src, out, sc, res, before, after, inputs, report) -> None:
             if e["status"] == "converted":
                 changed_ok.add(os.path.relpath(src_path, base))
                 assert e["output"] == path
-                ast.parse(data)
+                _parses(path, data)
             continue
         written = Path(e["output"])
         assert written.is_file() and not written.is_symlink(), e
@@ -219,7 +231,7 @@ def _check(base, src, out, sc, res, before, after, inputs, report) -> None:
             assert written.read_bytes() == data, e
         else:
             assert written.read_bytes() != data, e
-            ast.parse(written.read_bytes())
+            _parses(path, written.read_bytes())
     for key, value in before.items():
         if key in changed_ok:
             continue

@@ -98,9 +98,10 @@ def convert(
         raise _usage_error("--allow-overlap goes with -o/--out")
     if timeout is not None and not timeout > 0:
         raise _usage_error(f"--timeout {timeout}: expected a positive number of seconds")
-    if report is not None and any(report.resolve() == p.resolve() for p in paths):
-        raise _usage_error(f"--report {display(str(report))} is an input: it would be "
-                           "overwritten")
+    if report is not None and (report.suffix == ".py" or any(
+            report.resolve() == p.resolve() for p in paths)):
+        raise _usage_error(f"--report {display(str(report))} is an input or a Python file: "
+                           "it would be overwritten with the JSON report")
     try:
         if shard not in (None, "data", "params"):
             raise _usage_error(f"--shard {shard}: expected data or params")

@@ -6,16 +6,19 @@ This is the library entry point; the CLI, the verifier and the tests call
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper
 
-from torch2jax.analysis.index import Indexer
+from torch2jax.analysis.index import Indexer, share_names
+from torch2jax.analysis.metadata import ALL as METADATA
+from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.training import TrainingIndexer
+from torch2jax.analysis.walk import visit
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
@@ -154,7 +157,8 @@ def convert_source(
                          f"{exc.message}") from None
     if not uses_torch(module):
         return ConversionResult(code=source, uses_torch=False)
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    wrapper = FileMetadata(module)
+    wrapper.resolve_many(METADATA)  # every visitor's below, in two rounds
     diagnostics: list[Diagnostic] = []
 
     def report(line: int, col: int, rule: str, severity: str, message: str) -> None:
@@ -163,34 +167,35 @@ def convert_source(
     # two passes: the first learns what layer-building helper functions return, the second
     # uses it for the attributes they build (when every helper returns torch's layout, the
     # second pass would compute the first one's index again: it is skipped)
-    first = Indexer(rules, set(known_modules or ()))
-    wrapper.visit(first)
+    names: dict = {}  # qualified names: the visitors below read the same metadata
+    first = share_names(names, Indexer(rules, set(known_modules or ())))
+    visit(wrapper, first)
     index = first.finish()
     # (so does the file's use of layer classes as values: a layout decided before a later
     # line showed the factory to be channels-first would be stale)
     if any(layout != "torch" for layout in index.fn_returns.values()) or index.factory_layouts:
-        indexer = Indexer(rules, set(known_modules or ()), index.fn_returns,
-                          index.factory_layouts)
-        wrapper.visit(indexer)
+        indexer = share_names(names, Indexer(rules, set(known_modules or ()),
+                                             index.fn_returns, index.factory_layouts))
+        visit(wrapper, indexer)
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs
     index.module_classes |= {k for k in known_modules or () if k.isidentifier()}
     # helper names the converter must not emit (not the torch imports it removes:
     # `from torch.nn import Embedding` leaves the name to the Embedding helper)
     index.defined = defined_names(module, torch_imports=False)
-    data_indexer = DataIndexer(index.module_classes)
-    wrapper.visit(data_indexer)
+    data_indexer = share_names(names, DataIndexer(index.module_classes))
+    visit(wrapper, data_indexer)
     data_indexer.index.shard = shard
-    training_indexer = TrainingIndexer(index.module_classes, index.rngs_functions,
-                                       data_indexer.index.own_key_draws())
-    wrapper.visit(training_indexer)
+    training_indexer = share_names(names, TrainingIndexer(
+        index.module_classes, index.rngs_functions, data_indexer.index.own_key_draws()))
+    visit(wrapper, training_indexer)
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument
     index.rngs_functions -= training.self_keyed
-    transformer = TorchToJax(rules, index, emitter, path, report, training,
-                             uses_train=_uses_train_mode(source), data=data_indexer.index,
-                             torch_init=init == "torch", hoist_steps=hoist_steps,
-                             for_equinox=target == "nnx-for-equinox")
+    transformer = share_names(names, TorchToJax(
+        rules, index, emitter, path, report, training, uses_train=_uses_train_mode(source),
+        data=data_indexer.index, torch_init=init == "torch", hoist_steps=hoist_steps,
+        for_equinox=target == "nnx-for-equinox"))
     new = wrapper.visit(transformer)
     if emitter.name == "linen":
         new = freeze_configs(new)
@@ -221,10 +226,16 @@ def _from_names(node: cst.CSTNode) -> tuple[str, set[tuple[str, str]]] | None:
          else empty.code_for_node(a.name)) for a in node.names}
 
 
+@functools.cache
+def _import_names() -> dict[str, tuple[str, set[tuple[str, str]]] | None]:
+    """``_from_names`` of each of IMPORT_LINES."""
+    return {key: _from_names(cst.parse_statement(line).body[0])
+            for key, line in IMPORT_LINES.items()}
+
+
 def _existing_imports(module: cst.Module) -> set[str]:
     have = set()
-    wanted = {key: _from_names(cst.parse_statement(line).body[0])
-              for key, line in IMPORT_LINES.items()}
+    wanted = _import_names()
     for stmt in module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
@@ -245,7 +256,8 @@ def _add_imports(module: cst.Module, needed: set[str]) -> cst.Module:
     text = module.code
     # a name noted while rewriting a part that a later rewrite replaced (partial(nnx.max_pool,
     # ...)(x) -> nnx.max_pool(x, ...)) needs no import
-    missing = [k for k in IMPORT_ORDER if k in needed and k not in _existing_imports(module)
+    have = _existing_imports(module) if needed else set()
+    missing = [k for k in IMPORT_ORDER if k in needed and k not in have
                and re.search(rf"\b{IMPORT_LINES[k].split()[-1]}\b", text)]
     if not missing:
         return module

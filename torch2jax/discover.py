@@ -1,8 +1,10 @@
 """Find the Python files to convert, read them safely, write results atomically.
 
-What is found: every ``*.py`` file under the given folders, in sorted order, less
+What is found: every ``*.py`` file and Jupyter notebook (``*.ipynb``) under the given folders,
+in sorted order, less
 
-* the usual tool folders (``.git``, ``.venv``, ``__pycache__``, ``build``, ...),
+* the usual tool folders (``.git``, ``.venv``, ``__pycache__``, ``build``,
+  ``.ipynb_checkpoints``, ...),
 * the output folder when it sits inside the input,
 * what the ``.gitignore`` files of the enclosing git work tree ignore (gitignore semantics
   through the ``pathspec`` library: nested ``.gitignore`` files, negation, folder patterns),
@@ -32,7 +34,9 @@ from pathlib import Path
 import pathspec
 
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache",
-             ".pytest_cache", ".ruff_cache", "node_modules", "build", "dist"}
+             ".pytest_cache", ".ruff_cache", "node_modules", "build", "dist",
+             ".ipynb_checkpoints"}
+SUFFIXES = (".py", ".ipynb")  # Python files and Jupyter notebooks (torch2jax/notebook.py)
 
 
 class ReadError(Exception):
@@ -129,7 +133,8 @@ def _in_git_tree(folder: Path) -> bool:
 
 def find_files(paths: Iterable[Path], exclude_dirs: Iterable[Path | None] = (),
                excludes: Iterable[Exclude] = (), use_gitignore: bool = True) -> Discovery:
-    """Every Python file to convert under ``paths`` (see the module docstring)."""
+    """Every Python file and notebook to convert under ``paths`` (see the module
+    docstring)."""
     excluded = {p.resolve() for p in exclude_dirs if p is not None}
     ignores = _Ignores(excludes, use_gitignore)
     out = Discovery()
@@ -164,7 +169,7 @@ def find_files(paths: Iterable[Path], exclude_dirs: Iterable[Path | None] = (),
                 keep.append(n)
             dirnames[:] = keep
             for name in sorted(filenames):
-                if not name.endswith(".py"):
+                if not name.endswith(SUFFIXES):
                     continue
                 f = d / name
                 if ignores.ignored(f, False, root):
@@ -223,7 +228,8 @@ def _add_file(f: Path, rel: Path, out: Discovery, seen: set[Path]) -> None:
 
 def discover(paths: Iterable[Path], exclude_dirs: Iterable[Path | None] = ()) -> list[
         tuple[Path, Path]]:
-    """(file, path relative to its root) for every ``.py`` file under ``paths``."""
+    """(file, path relative to its root) for every ``.py`` and ``.ipynb`` file under
+    ``paths``."""
     return find_files(paths, exclude_dirs).files
 
 

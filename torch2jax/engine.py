@@ -50,6 +50,8 @@ from torch2jax.discover import (
 )
 from torch2jax.report import Diagnostic, FileReport, RunReport, display
 
+NOTEBOOK_SUFFIX = ".ipynb"  # Jupyter notebooks: torch2jax/notebook.py
+
 # a file above this size that mentions torch is reported, not converted (libcst would take
 # minutes and gigabytes on a multi-megabyte generated file); one that does not is copied
 MAX_BYTES = 4_000_000
@@ -57,12 +59,18 @@ MAX_BYTES = 4_000_000
 # native parser crashes on a few thousand: such a file is refused before it is parsed
 MAX_BRACKETS = 200
 # the default time limit per file, in CPU seconds: TIMEOUT_BASE plus one per TIMEOUT_BYTES
-# (ordinary code converts at 7 to 25 KB per CPU-second: a margin of 3 to 10 and more). It is
+# (the fixtures convert at about 7 KB per CPU-second: a margin of 3 and more). It is
 # CPU time, so that a busy machine does not stop files; a worker that uses no CPU and does
 # not finish (a hung file system) is stopped after WALL_FACTOR times the limit.
 TIMEOUT_BASE = 60.0
 TIMEOUT_BYTES = 2048
 WALL_FACTOR = 10
+
+
+def notebook_limit(max_bytes: int) -> int:
+    """The size limit of a notebook file: its outputs (images) may be large; its code is held
+    to ``max_bytes`` (torch2jax/notebook.py)."""
+    return 16 * max_bytes
 
 
 class UsageError(Exception):
@@ -110,6 +118,8 @@ class Outcome:
     digest: str | None = None  # of the bytes read: --in-place writes only over those
     mode: int | None = None  # the source's permission bits, given to what is written
     data: bytes | None = None  # the bytes read, copied as they are when unchanged
+    # a notebook: (label, old source, new source) of each changed cell, for --diff
+    cells: list[tuple[str, str, str]] | None = None
     files: dict[str, str] = field(default_factory=dict)  # generated beside it (relative path)
 
 
@@ -126,10 +136,12 @@ def _init_worker(options: Options) -> None:
 
 def convert_file(path: str, known: frozenset[str] = frozenset(),
                  public: frozenset[str] = frozenset()) -> Outcome:
-    """Read and convert one file; never raises (a failure is an ``error`` diagnostic)."""
-    from torch2jax.convert import ParseError, convert_source
-    from torch2jax.suppress import suppress
+    """Read and convert one file; never raises (a failure is an ``error`` diagnostic).
+    A notebook (``.ipynb``) goes through :mod:`torch2jax.notebook`."""
+    if path.endswith(NOTEBOOK_SUFFIX):
+        from torch2jax.notebook import convert_notebook_file
 
+        return convert_notebook_file(path, known, public)
     options: Options = _WORKER["options"]
     max_bytes = options.max_bytes if options.max_bytes is not None else MAX_BYTES
 
@@ -150,10 +162,31 @@ def convert_file(path: str, known: frozenset[str] = frozenset(),
     except OSError as exc:
         return failed("read", f"cannot be read: {exc.strerror or exc}")
     text = src.text
-
-    def unchanged(diagnostics: list[Diagnostic]) -> Outcome:
+    status, code, diagnostics, files = convert_text(text, path, known, public)
+    if status == "failed":
+        return Outcome(path, "failed", diagnostics=diagnostics)
+    if status == "unchanged":
         return Outcome(path, "unchanged", text, src.encoding, text, diagnostics, src.digest,
                        src.mode, src.data)
+    return Outcome(path, "converted", text, src.encoding, code, diagnostics, src.digest,
+                   src.mode, files=files)
+
+
+def convert_text(text: str, path: str, known: frozenset[str] = frozenset(),
+                 public: frozenset[str] = frozenset()
+                 ) -> tuple[str, str, list[Diagnostic], dict[str, str]]:
+    """``(status, code, diagnostics, generated files)`` of one module's source (in a worker:
+    the options and rules of :func:`_init_worker`); status ``converted``, ``unchanged`` (code
+    is ``text``) or ``failed``. Never raises. The files (package_models.py) go beside the
+    converted one, by relative path."""
+    from torch2jax.convert import ParseError, convert_source
+    from torch2jax.suppress import suppress
+
+    options: Options = _WORKER["options"]
+
+    def failed(rule: str, message: str, line: int = 1, col: int = 1
+               ) -> tuple[str, str, list[Diagnostic], dict[str, str]]:
+        return "failed", text, [Diagnostic(path, line, col, rule, "error", message)], {}
 
     depth = _bracket_depth(text)
     if depth is not None and depth[0] > MAX_BRACKETS:
@@ -176,9 +209,8 @@ def convert_file(path: str, known: frozenset[str] = frozenset(),
     if not changed:
         if "TODO(torch2jax)" in text:
             diagnostics += _open_todos(text, path)
-        return unchanged(diagnostics)
-    return Outcome(path, "converted", text, src.encoding, result.code, diagnostics, src.digest,
-                   src.mode, files=result.files)
+        return "unchanged", text, diagnostics, {}
+    return "converted", result.code, diagnostics, result.files
 
 
 def _mentions_torch(path: str, chunk: int = 1 << 20) -> bool:
@@ -595,7 +627,8 @@ def _destinations(files: list[tuple[Path, Path]], out: Path, check_existing: boo
     if existing:
         more = f" and {len(existing) - 5} more" if len(existing) > 5 else ""
         raise UsageError("--allow-overlap: converted files would replace existing files: "
-                         + ", ".join(existing[:5]) + more + "; nothing was written")
+                         + ", ".join(existing[:5]) + more + "; nothing was written (remove "
+                         "them, or choose an output folder apart from the input)")
     return dests
 
 
@@ -648,8 +681,12 @@ def run(req: Request, show_diff: Callable[[str, str, str], None] | None = None,
         writer.write(src, dests[i].path if dests else None, oc, report)
     if show_diff is not None:
         for i in sorted(diffs, key=lambda i: (i < 0, abs(i))):
-            show_diff(diffs[i].text or "", diffs[i].code or "",
-                      str(found.files[i][0]) if i >= 0 else diffs[i].path)
+            if diffs[i].cells is not None:  # a notebook: one diff per changed cell
+                for label, old, new in diffs[i].cells:
+                    show_diff(old, new, label)
+            else:  # (negative keys: generated files, shown whole after the others)
+                show_diff(diffs[i].text or "", diffs[i].code or "",
+                          str(found.files[i][0]) if i >= 0 else diffs[i].path)
     result = RunReport(files=reports)
     for p in found.problems:
         status = "failed" if p.severity == "error" else "skipped"
@@ -759,15 +796,27 @@ class _Writer:
         report.output = str(self.req.out / Path(os.path.relpath(dest, self.real_out)))
 
 
-def _bounded_reader(options: Options) -> Callable[[Path], bytes]:
-    """The first pass's reader: a file over the size limit is not read (nor parsed)."""
+def _bounded_reader(options: Options) -> Callable[[Path], str | bytes]:
+    """The first pass's reader: a file over the size limit is not read (nor parsed); a
+    Python file is read through :func:`read_source_file` (the one place a source is read); a
+    notebook is read as the one module its code cells make (torch2jax/notebook.py). Any
+    failure is an ``OSError``, which skips the file there (its conversion reports it)."""
     limit = options.max_bytes if options.max_bytes is not None else MAX_BYTES
 
-    def read(path: Path) -> bytes:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size > limit:
-                raise OSError(f"{path}: over the size limit")
-            return fh.read()
+    def read(path: Path) -> str | bytes:
+        notebook = str(path).endswith(NOTEBOOK_SUFFIX)
+        if os.stat(path).st_size > (notebook_limit(limit) if notebook else limit):
+            raise OSError(f"{path}: over the size limit")
+        if notebook:
+            from torch2jax.notebook import python_source
+
+            with open(path, "rb") as fh:
+                data = fh.read()
+            return python_source(data, limit)  # OSError when it is not a readable notebook
+        try:
+            return read_source_file(path).text
+        except ReadError as exc:
+            raise OSError(str(exc)) from None
 
     return read
 

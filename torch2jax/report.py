@@ -32,6 +32,10 @@ class Diagnostic:
 
     ``severity``: ``info`` (a translation worth knowing about), ``warning`` (translated, check by
     hand), ``error`` (not translated: a ``# TODO(torch2jax)`` marks the line).
+
+    ``cell``: in a notebook, the 1-based position of the cell among all the notebook's cells
+    (markdown cells counted), ``line`` and ``column`` then count within that cell; None in a
+    Python file and for problems of a whole notebook.
     """
 
     file: str
@@ -40,10 +44,16 @@ class Diagnostic:
     rule: str
     severity: str
     message: str
+    cell: int | None = None
+
+    @property
+    def location(self) -> str:
+        """``file:line:col``, or ``notebook.ipynb:cell N:line:col``."""
+        cell = f"cell {self.cell}:" if self.cell is not None else ""
+        return f"{display(self.file)}:{cell}{self.line}:{self.column}"
 
     def render(self) -> str:
-        return (f"{display(self.file)}:{self.line}:{self.column}: {self.severity} "
-                f"[{self.rule}] {self.message}")
+        return f"{self.location}: {self.severity} [{self.rule}] {self.message}"
 
 
 @dataclass
@@ -121,8 +131,7 @@ class RunReport:
             for col in ("location", "severity", "rule", "message"):
                 table.add_column(col, overflow="fold")
             for d in shown:
-                table.add_row(f"{display(d.file)}:{d.line}:{d.column}", d.severity, d.rule,
-                              d.message)
+                table.add_row(d.location, d.severity, d.rule, d.message)
             console.print(table)
         elif shown:
             table = Table(title=f"Left for review: {len(shown)} findings by rule "
@@ -136,7 +145,7 @@ class RunReport:
             for (rule, severity), ds in order:
                 first = ds[0]
                 table.add_row(rule, severity, str(len(ds)), str(len({d.file for d in ds})),
-                              f"{display(first.file)}:{first.line}:{first.column}",
+                              first.location,
                               first.message)
             console.print(table)
         failed = [f for f in self.files if f.status == "failed"]

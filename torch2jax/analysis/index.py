@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import QualifiedNameProvider
+from libcst.metadata import ScopeProvider
 
+from torch2jax.analysis.walk import NoAttributeHooks, of_type
 from torch2jax.ruleset import Rule, RuleSet
 
 _CONTAINERS = ("sequential", "module_list", "module_dict")
@@ -25,12 +26,27 @@ FACTORY_SUFFIXES = ("norm_layer", "_norm")
 RANDOM_INITS = {f"torch.nn.init.{n}" for n in ("normal_", "uniform_", "trunc_normal_")}
 
 
+_NAMES = "_qualified_names"
+
+
+def share_names(cache: dict, visitor: cst.MetadataDependent) -> cst.MetadataDependent:
+    """``visitor``, answering :func:`qualified` from ``cache``, which the other visitors of
+    the same module's metadata share."""
+    visitor.__dict__[_NAMES] = cache
+    return visitor
+
+
 def qualified(visitor: cst.MetadataDependent, node: cst.CSTNode) -> str | None:
-    """The single qualified name of ``node`` (``torch.nn.Linear``), or None."""
-    names = visitor.get_metadata(QualifiedNameProvider, node, None)
-    if not names:
-        return None
-    return sorted(n.name for n in names)[0]
+    """The single qualified name of ``node`` (``torch.nn.Linear``), or None: the first, in
+    sorted order, of the names its scope gives it (what libcst's QualifiedNameProvider
+    reports; the visitor declares ``ScopeProvider``). Asked once per node and visitor."""
+    cache = visitor.__dict__.setdefault(_NAMES, {})
+    if node in cache:
+        return cache[node]
+    scope = visitor.get_metadata(ScopeProvider, node, None)
+    names = scope.get_qualified_names_for(node) if scope else None
+    found = cache[node] = min(n.name for n in names) if names else None
+    return found
 
 
 @dataclass
@@ -199,7 +215,7 @@ class Layouts:
         if not stack:
             return None
         layouts = set()
-        for a in m.findall(stack[-1], m.Assign(targets=[m.AssignTarget(target=m.Name(name))])):
+        for a in _name_assigns(self.meta, stack[-1]).get(name, ()):
             value = a.value
             if isinstance(value, cst.Call) and value.args and (
                     qualified(self.meta, value.func) == "functools.partial"):
@@ -281,8 +297,21 @@ def combine(layouts: list[str]) -> str:
     return "mixed"
 
 
-class Indexer(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+def _name_assigns(meta, fn: cst.FunctionDef) -> dict[str, list[cst.Assign]]:
+    """``name -> [name = ..., ...]``: the assignments to one plain name anywhere in ``fn``
+    (nested functions included), in order; one walk of ``fn`` per visitor ``meta``."""
+    cache = meta.__dict__.setdefault("_name_assigns", {})
+    found = cache.get(fn)
+    if found is None:
+        found = cache[fn] = {}
+        for a in of_type(fn, cst.Assign):
+            if len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name):
+                found.setdefault(a.targets[0].target.value, []).append(a)
+    return found
+
+
+class Indexer(NoAttributeHooks, cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (ScopeProvider,)
 
     def __init__(self, rules: RuleSet, known_modules: set[str],
                  fn_returns: dict[str, str] | None = None,

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import QualifiedNameProvider
+from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.index import qualified
+from torch2jax.analysis.walk import NoAttributeHooks, findall
 
 OPTIM = "torch.optim."
 SCHED = "torch.optim.lr_scheduler."
@@ -118,8 +119,8 @@ class TrainingIndex:
         return site.model if site is not None and site.model != "self" else None
 
 
-class TrainingIndexer(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (ScopeProvider,)
 
     def __init__(self, model_classes: set[str], rngs_functions: set[str],
                  own_key_draws: set[int] | frozenset[int] = frozenset()) -> None:
@@ -312,7 +313,7 @@ class TrainingIndexer(cst.CSTVisitor):
                 site.accumulate = k
         # schedulers combined by another one (SequentialLR's list) are its parts
         parts = {n.value for site in idx.schedulers.values()
-                 for a in site.call.args[1:] for n in m.findall(a.value, m.Name())}
+                 for a in site.call.args[1:] for n in findall(a.value, m.Name())}
         for sched in idx.schedulers.values():
             if sched.name in parts:
                 sched.part = True
@@ -395,10 +396,10 @@ class TrainingIndexer(cst.CSTVisitor):
             if line is self._line_of(site.statement):
                 continue
             text = cst.Module([]).code_for_node(line)
-            names = {n.value for n in m.findall(line, m.Name())}
+            names = {n.value for n in findall(line, m.Name())}
             if "named_parameters" in text or ".parameters()" in text or names & tainted:
                 self.index.removed.add(id(line))
-                for a in m.findall(line, m.AssignTarget(target=m.Name())):
+                for a in findall(line, m.AssignTarget(target=m.Name())):
                     tainted.add(a.target.value)
 
     def _line_of(self, stmt: cst.CSTNode) -> cst.CSTNode | None:
@@ -419,13 +420,13 @@ class TrainingIndexer(cst.CSTVisitor):
         if comp.inner_for_in is not None or len(comp.ifs) > 1:
             return None
         p = node.elt.value
-        target_names = {n.value for n in m.findall(comp.target, m.Name())}
+        target_names = {n.value for n in findall(comp.target, m.Name())}
         if p not in target_names:
             return None
         if not comp.ifs:
             return ParamGroup(predicate=None, param=p, options=options)
         cond = comp.ifs[0].test
-        used = {n.value for n in m.findall(cond, m.Name())}
+        used = {n.value for n in findall(cond, m.Name())}
         if used & (target_names - {p}):
             return None  # a condition on the parameter's name: not supported (yet)
         return ParamGroup(predicate=cond, param=p, options=options)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.walk import findall
+
 _EMPTY = cst.Module(body=[])
 
 
@@ -287,12 +289,12 @@ def freezable_dataclasses(module: cst.Module) -> set[str]:
     be hashable (``eqx.filter_jit`` hashes the static part of an equinox pytree, ``jax.jit``
     with a linen module static hashes its fields), so the dataclass can be ``frozen=True``."""
     mutated = any(not m.matches(t.target.value, m.Name("self"))
-                  for t in m.findall(module, m.AssignTarget(target=m.Attribute())))
+                  for t in findall(module, m.AssignTarget(target=m.Attribute())))
     if mutated:
         return set()
     return {c.name.value for c in module.body if isinstance(c, cst.ClassDef) and any(
         m.matches(d.decorator, m.Name("dataclass")) for d in c.decorators)
-        and not m.findall(c, m.AssignTarget(target=m.Attribute(value=m.Name("self"))))}
+        and not findall(c, m.AssignTarget(target=m.Attribute(value=m.Name("self"))))}
 
 
 def freeze_dataclass(cls: cst.ClassDef) -> cst.ClassDef:

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import QualifiedNameProvider
+from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.index import qualified
 from torch2jax.analysis.training import RANDOM
+from torch2jax.analysis.walk import NoAttributeHooks, of_type
 from torch2jax.passes.common import Untranslatable, arg, bind, code, expr, try_literal
 
 DATASET_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
@@ -163,10 +164,10 @@ class DataIndex:
         return cls in module_classes and not (self.opaque_static & module_classes)
 
 
-class DataIndexer(cst.CSTVisitor):
+class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
     """Finds the loaders, samplers, DDP-wrapped models and scalers of a script."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+    METADATA_DEPENDENCIES = (ScopeProvider,)
 
     def __init__(self, module_classes: set[str] | frozenset[str] = frozenset()) -> None:
         super().__init__()
@@ -328,14 +329,7 @@ def _keeps_opaque_argument(init: cst.FunctionDef) -> bool:
 
 
 def _assignments(node: cst.CSTNode) -> list[cst.Assign]:
-    found: list[cst.Assign] = []
-
-    class _Visit(cst.CSTVisitor):
-        def visit_Assign(self, n: cst.Assign) -> None:
-            found.append(n)
-
-    node.visit(_Visit())
-    return found
+    return of_type(node, cst.Assign)
 
 
 def sampler_site(q: str, node: cst.Call) -> SamplerSite:

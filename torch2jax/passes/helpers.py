@@ -10,7 +10,11 @@ one that derives from a library class (``BatchNorm``) has a definition per targe
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
+
+from torch2jax.analysis.walk import NoAttributeHooks, visit
 
 TARGETS = ("nnx", "linen", "equinox")
 # name -> target -> (source, names it needs imported: keys of torch2jax.convert.IMPORT_LINES)
@@ -903,7 +907,7 @@ def namespace() -> dict:
     return ns
 
 
-class _Names(cst.CSTVisitor):
+class _Names(NoAttributeHooks, cst.CSTVisitor):
     def __init__(self, target: str) -> None:
         self.target = target
         self.used: set[str] = set()
@@ -953,16 +957,22 @@ def _wanted(module: cst.Module, target: str) -> list[str]:
     """The helpers ``module`` calls, and the helpers those call, that it does not define."""
     defined = defined_names(module)
     visitor = _Names(target)
-    module.visit(visitor)
+    visit(module, visitor)
     wanted: set[str] = set()
     todo = visitor.used - defined
     while todo:
         name = todo.pop()
         wanted.add(name)
         inner = _Names(target)
-        cst.parse_module(HELPERS[name][target][0]).visit(inner)
+        visit(_parsed(HELPERS[name][target][0]), inner)
         todo |= inner.used - defined - wanted - {name}
     return sorted(wanted)
+
+
+@functools.cache
+def _parsed(source: str) -> cst.Module:
+    """A helper's definition, parsed once (libcst trees are immutable)."""
+    return cst.parse_module(source)
 
 
 def add_helpers(module: cst.Module, target: str = "nnx") -> tuple[cst.Module, set[str]]:
@@ -987,7 +997,7 @@ def add_helpers(module: cst.Module, target: str = "nnx") -> tuple[cst.Module, se
         source, needs = HELPERS[name][target]
         imports |= needs
         # a definition, and what completes it (a custom_vjp's rules and their defvjp call)
-        first, *rest = cst.parse_module(source).body
+        first, *rest = _parsed(source).body
         defs += [first.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]), *rest]
     if at < len(body):
         lines = list(body[at].leading_lines)

@@ -32,12 +32,13 @@ code; so do the classes in ``public`` (called from outside the file).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, ParentNodeProvider
 
+from torch2jax.analysis.walk import NoAttributeHooks, findall, walk, walk_up
 from torch2jax.passes.common import code, expr, wrap_long_statement
 
 _MOVEAXIS = m.Attribute(value=m.Name("jnp"), attr=m.Name("moveaxis"))
@@ -189,7 +190,7 @@ class _Body:
 
     # -- statements
     def function(self, fn: cst.FunctionDef, takes_cl: bool, returns_cl: bool) -> cst.FunctionDef:
-        if not isinstance(fn.body, cst.IndentedBlock) or m.findall(fn.body, _SCOPES):
+        if not isinstance(fn.body, cst.IndentedBlock) or findall(fn.body, _SCOPES):
             raise _Bail()
         if takes_cl:
             self.env.add(fn.params.params[1].name.value)
@@ -221,14 +222,14 @@ class _Body:
                 or loop.asynchronous or not isinstance(loop.body, cst.IndentedBlock)):
             raise _Bail()
         var = loop.target.value
-        calls = m.findall(loop.body, m.Call(func=m.Name(var)))
-        if len(m.findall(loop.body, m.Name(var))) != len(calls) or var in self.env:
+        calls = findall(loop.body, m.Call(func=m.Name(var)))
+        if len(findall(loop.body, m.Name(var))) != len(calls) or var in self.env:
             raise _Bail(attr)
         before = set(self.env)
         self.loop_vars[var] = attr
         body = self._statements(loop.body.body, False, indent + 4)
         del self.loop_vars[var]
-        if m.findall(loop.body, m.Return()) or before != self.env:
+        if findall(loop.body, m.Return()) or before != self.env:
             raise _Bail(attr)  # (zero iterations must leave the locals as more would)
         return loop.with_changes(body=loop.body.with_changes(body=body))
 
@@ -279,7 +280,7 @@ class _Body:
         return s.with_changes(value=value)
 
     def _reads_env(self, e: cst.BaseExpression) -> bool:
-        return any(n.value in self.env for n in m.findall(e, m.Name()))
+        return any(n.value in self.env for n in findall(e, m.Name()))
 
 
 def _unary(e: cst.Call) -> bool:
@@ -303,6 +304,19 @@ class _Class:
     holds: dict[str, list[str] | None] = field(default_factory=dict)
     elementwise: set[str] = field(default_factory=set)
     image_input: bool = False  # its __call__ moves its input to channels-last
+    # what one walk of the class finds: its `self.a = v` statements (one target), whether it
+    # calls itself (self(x), .__call__), and per attribute: the `self.a` reads and writes,
+    # the `self.a = ` targets, and the `self.a(...)` calls and `for _ in self.a` loops of
+    # its __call__
+    assigns: list[cst.Assign] = field(default_factory=list)
+    calls_itself: bool = False
+    self_attrs: Counter = field(default_factory=Counter)
+    assigned_attrs: Counter = field(default_factory=Counter)
+    called_attrs: Counter = field(default_factory=Counter)
+
+
+_SELF_ASSIGN = m.Assign(targets=[m.AssignTarget(m.Attribute(value=m.Name("self")))])
+_CALLS_ITSELF = m.Call(func=m.Name("self")) | m.Attribute(attr=m.Name("__call__"))
 
 
 def _held(value: cst.BaseExpression, classes) -> tuple[list[str], list[cst.Call]] | None:
@@ -343,8 +357,42 @@ def _simple_call(fn: cst.FunctionDef) -> bool:
 
 def _moves(fn: cst.FunctionDef, name: str) -> bool:
     """``fn`` moves its input ``name`` to channels-last (it is an image)."""
-    return m.findall(fn.body, m.Call(func=_MOVEAXIS, args=[
+    return findall(fn.body, m.Call(func=_MOVEAXIS, args=[
         m.Arg(m.Name(name)), m.Arg(m.Integer("1")), m.Arg(_MINUS_ONE)])) != []
+
+
+def _self_attr_name(node: cst.CSTNode) -> str | None:
+    """``a`` of ``self.a``."""
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and \
+            node.value.value == "self":
+        return node.attr.value
+    return None
+
+
+def _scan(info: _Class) -> None:
+    """Fills the facts of one walk of the class (and one of its ``__call__``)."""
+    for n in walk(info.node, trivia=False):
+        if isinstance(n, cst.Attribute):
+            attr = _self_attr_name(n)
+            if attr is not None:
+                info.self_attrs[attr] += 1
+            if n.attr.value == "__call__":
+                info.calls_itself = True
+        elif isinstance(n, cst.AssignTarget):
+            attr = _self_attr_name(n.target)
+            if attr is not None:
+                info.assigned_attrs[attr] += 1
+        elif isinstance(n, cst.Assign):
+            if m.matches(n, _SELF_ASSIGN):
+                info.assigns.append(n)
+        elif isinstance(n, cst.Call) and m.matches(n.func, m.Name("self")):
+            info.calls_itself = True
+    if info.call is not None:
+        for n in walk(info.call, trivia=False):
+            attr = _self_attr_name(n.func) if isinstance(n, cst.Call) else \
+                _self_attr_name(n.iter) if isinstance(n, cst.For) else None
+            if attr is not None:
+                info.called_attrs[attr] += 1
 
 
 def _index(module: cst.Module) -> dict[str, _Class]:
@@ -356,9 +404,9 @@ def _index(module: cst.Module) -> dict[str, _Class]:
                 if isinstance(fn, cst.FunctionDef) and fn.name.value == "__call__":
                     info.call = fn
     for info in classes.values():
+        _scan(info)
         assigned: dict[str, list[cst.BaseExpression]] = {}
-        for a in m.findall(info.node, m.Assign(targets=[m.AssignTarget(
-                m.Attribute(value=m.Name("self")))])):
+        for a in info.assigns:
             assigned.setdefault(a.targets[0].target.attr.value, []).append(a.value)
         for attr, values in assigned.items():
             if all(elementwise_function(v) for v in values):
@@ -371,14 +419,41 @@ def _index(module: cst.Module) -> dict[str, _Class]:
     return classes
 
 
-def _candidates(module: cst.Module, classes: dict[str, _Class], parents) -> set[str]:
+@dataclass
+class _Uses:
+    """What one walk of the module finds: every use (a ``Name`` node) of each class name with
+    its parent, and how many ``.attr`` attributes of each name the file holds."""
+
+    names: dict[str, list[cst.Name]] = field(default_factory=dict)
+    parents: dict[int, cst.CSTNode] = field(default_factory=dict)
+    attrs: Counter = field(default_factory=Counter)
+
+
+def _uses(module: cst.Module, classes: dict[str, _Class]) -> _Uses:
+    uses = _Uses({name: [] for name in classes})
+    for parent, kids in walk_up(module, trivia=False):
+        if isinstance(parent, cst.Attribute):
+            uses.attrs[parent.attr.value] += 1
+        for child in kids:
+            # (a node that a rewrite put in two places: its last parent, as libcst's
+            # ParentNodeProvider records it)
+            if isinstance(child, cst.Name) and child.value in uses.names:
+                uses.names[child.value].append(child)
+                uses.parents[id(child)] = parent
+    return uses
+
+
+def _local_bases(classes: dict[str, _Class]) -> set[str]:
+    return {code(b.value) for c in classes.values() for b in c.node.bases}
+
+
+def _candidates(classes: dict[str, _Class], uses: _Uses) -> set[str]:
     """Classes built only where a holder attribute takes them, with a plain ``__call__``,
     neither deriving from nor derived by another class of the file."""
-    local_bases = {code(b.value) for c in classes.values() for b in c.node.bases}
+    local_bases = _local_bases(classes)
     built: set[int] = set()
     for info in classes.values():
-        for a in m.findall(info.node, m.Assign(targets=[m.AssignTarget(
-                m.Attribute(value=m.Name("self")))])):
+        for a in info.assigns:
             held = _held(a.value, classes)
             if held is not None and info.holds.get(a.targets[0].target.attr.value):
                 built |= {id(c) for c in held[1]}
@@ -386,45 +461,45 @@ def _candidates(module: cst.Module, classes: dict[str, _Class], parents) -> set[
     for name, info in classes.items():
         if (info.call is None or not _simple_call(info.call) or name in local_bases
                 or any(code(b.value) in classes for b in info.node.bases)
-                or m.findall(info.node, m.Call(func=m.Name("self"))
-                             | m.Attribute(attr=m.Name("__call__")))):
+                or info.calls_itself):
             continue  # (self(x) in another method would hand it torch's layout)
-        uses = [n for n in m.findall(module, m.Name(name)) if n is not info.node.name]
-        if uses and all(id(parents.get(n)) in built and parents[n].func is n for n in uses):
+        found = [n for n in uses.names[name] if n is not info.node.name]
+        parents = uses.parents
+        if found and all(id(parents.get(id(n))) in built and parents[id(n)].func is n
+                         for n in found):
             out.add(name)
     return out
 
 
-def _holder_uses_ok(module: cst.Module, classes: dict[str, _Class], holder: str,
-                    attr: str) -> bool:
+def _holder_uses_ok(classes: dict[str, _Class], uses: _Uses, local_bases: set[str],
+                    all_self_attrs: Counter, holder: str, attr: str) -> bool:
     """``self.attr`` of ``holder`` is assigned in its methods and called (or iterated) in its
     ``__call__``, and ``.attr`` appears nowhere else in the file."""
     info = classes[holder]
-    if info.call is None or holder in {code(b.value) for c in classes.values()
-                                       for b in c.node.bases}:
+    if info.call is None or holder in local_bases:
         return False
-    allowed = len(m.findall(info.node, m.AssignTarget(m.Attribute(
-        value=m.Name("self"), attr=m.Name(attr)))))
-    allowed += len(m.findall(info.call, m.Call(func=m.Attribute(
-        value=m.Name("self"), attr=m.Name(attr))) | m.For(iter=m.Attribute(
-            value=m.Name("self"), attr=m.Name(attr)))))
-    everywhere = len(m.findall(module, m.Attribute(attr=m.Name(attr)))) - sum(
-        len(m.findall(c.node, m.Attribute(value=m.Name("self"), attr=m.Name(attr))))
-        for name, c in classes.items() if name != holder)
+    allowed = info.assigned_attrs[attr] + info.called_attrs[attr]
+    # the file's .attr, less the self.attr of the other classes
+    everywhere = uses.attrs[attr] - (all_self_attrs[attr] - info.self_attrs[attr])
     return allowed == everywhere
 
 
 def channels_last_blocks(module: cst.Module, public: set[str]) -> cst.Module:
     """The rewrite described in the module docstring; ``module`` when nothing applies.
     ``public``: classes called from outside the file, which keep torch's layout."""
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    parents = wrapper.resolve(ParentNodeProvider)
     classes = _index(module)
-    blocks = _candidates(module, classes, parents) - public
+    uses = _uses(module, classes)
+    blocks = _candidates(classes, uses) - public
     holders = {(name, attr): held for name, info in classes.items()
                for attr, held in info.holds.items() if held}
-    called_only = {key for key in holders if _holder_uses_ok(module, classes, *key)}
+    local_bases = _local_bases(classes)
+    all_self_attrs = sum((c.self_attrs for c in classes.values()), Counter())
+    called_only = {key for key in holders if _holder_uses_ok(
+        classes, uses, local_bases, all_self_attrs, *key)}
     new: dict[str, cst.FunctionDef] = {}
+    # (class, its attributes holding blocks, whether it is one) -> its new __call__, or the
+    # _Bail: the same question asked again in a later round has the same answer
+    done: dict[tuple, cst.FunctionDef | _Bail] = {}
     while True:  # until every block's holders pass it channels-last
         dropped = {c for key, held in holders.items()
                    if key not in called_only or not set(held) <= blocks for c in held}
@@ -435,12 +510,19 @@ def channels_last_blocks(module: cst.Module, public: set[str]) -> cst.Module:
                      if holder == name and set(held) <= blocks - dropped}
             if not attrs and name not in blocks:
                 continue
-            try:
-                new[name] = _Body(attrs, info.elementwise).function(
-                    info.call, name in blocks, name in blocks)
-            except _Bail as exc:
+            key = (name, frozenset(attrs.items()), name in blocks)
+            if key not in done:
+                try:
+                    done[key] = _Body(attrs, info.elementwise).function(
+                        info.call, name in blocks, name in blocks)
+                except _Bail as exc:
+                    done[key] = exc
+            if isinstance(done[key], _Bail):
+                exc = done[key]
                 culprits = [exc.attr] if exc.attr else list(attrs)
                 dropped |= {c for a in culprits for c in info.holds[a]} | {name}
+            else:
+                new[name] = done[key]
         if not dropped & blocks:
             break
         blocks -= dropped
@@ -450,7 +532,7 @@ def channels_last_blocks(module: cst.Module, public: set[str]) -> cst.Module:
     return module.visit(_Replace(calls))
 
 
-class _Replace(cst.CSTTransformer):
+class _Replace(NoAttributeHooks, cst.CSTTransformer):
     def __init__(self, calls: dict[int, cst.FunctionDef]) -> None:
         super().__init__()
         self.calls = calls

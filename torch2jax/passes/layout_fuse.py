@@ -18,6 +18,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.walk import NoAttributeHooks, findall
+
 # jnp.moveaxis(E, -1, 1): a channels-last value moved back to torch's layout.
 FROM_CHANNELS_LAST = m.Call(
     func=m.Attribute(value=m.Name("jnp"), attr=m.Name("moveaxis")),
@@ -54,12 +56,12 @@ class _Replace(cst.CSTTransformer):
 
 
 def _only_read_channels_last(value: cst.BaseExpression, name: str) -> bool:
-    total = len(m.findall(value, m.Name(name)))
-    wrapped = len(m.findall(value, _to_cl(name)))
+    total = len(findall(value, m.Name(name)))
+    wrapped = len(findall(value, _to_cl(name)))
     return total > 0 and total == wrapped
 
 
-class FuseLayoutMoves(cst.CSTTransformer):
+class FuseLayoutMoves(NoAttributeHooks, cst.CSTTransformer):
     def leave_IndentedBlock(self, original_node, updated_node):
         body = list(updated_node.body)
         changed = False

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.index import FileIndex, Layouts, ordered_dict_items, qualified
+from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.training import (
     CLIPS,
     DROPPED_SEEDS,
@@ -22,6 +23,7 @@ from torch2jax.analysis.training import (
     SEEDS,
     TrainingIndex,
 )
+from torch2jax.analysis.walk import NoAttributeHooks, findall, walk
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import remat as rm
@@ -87,8 +89,8 @@ def _apply_loop(model: str, fn: str, rngs: str | None) -> cst.BaseStatement:
                                f"    {fn}(module{extra})\n")
 
 
-class TorchToJax(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
+class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (ScopeProvider, PositionProvider, ParentNodeProvider)
 
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
                  report, training: TrainingIndex | None = None, uses_train: bool = False,
@@ -172,6 +174,8 @@ class TorchToJax(cst.CSTTransformer):
         self._training_hoisted: dict[str, int] = {}
         # enclosing function (id) -> its nested defs checkpointed with the module passed in
         self._remat_closures: dict[int, set[str]] = {}
+        # enclosing function -> the names it assigns a module class to (_module_class_locals)
+        self._class_locals: dict[cst.FunctionDef, set[str]] = {}
 
     def visit_Module(self, node: cst.Module) -> None:
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
@@ -179,7 +183,7 @@ class TorchToJax(cst.CSTTransformer):
         # schedulers stepped in a function that receives them (train(model, loader, optimizer,
         # scheduler)): their step count travels with the schedule, `scheduler.steps`
         self._passed_schedulers = {
-            c.func.value.value for f in m.findall(node, m.FunctionDef()) for c in m.findall(
+            c.func.value.value for f in findall(node, m.FunctionDef()) for c in findall(
                 f, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("step")), args=[]))
             if c.func.value.value in {p.name.value for p in f.params.params}}
         if not self.linen:
@@ -209,22 +213,22 @@ class TorchToJax(cst.CSTTransformer):
         ``dtype`` field handed to their layers, as in the flax examples."""
         classes = {c.name.value: c for c in node.body if isinstance(c, cst.ClassDef)}
         called: set[str] = set()
-        for w in m.findall(node, m.With()):
+        for w in findall(node, m.With()):
             if any((self.q(i.item.func if isinstance(i.item, cst.Call) else i.item) or "")
                    in dt.AUTOCASTS for i in w.items):
-                called |= {c.func.value for c in m.findall(w.body, m.Call(func=m.Name()))}
+                called |= {c.func.value for c in findall(w.body, m.Call(func=m.Name()))}
         called &= self._model_names()
         roots: set[str] = set()
-        for a in m.findall(node, m.Assign(targets=[m.AssignTarget(m.Name())])):
+        for a in findall(node, m.Assign(targets=[m.AssignTarget(m.Name())])):
             if a.targets[0].target.value in called:
-                roots |= {c.func.value for c in m.findall(a.value, m.Call(func=m.Name()))
+                roots |= {c.func.value for c in findall(a.value, m.Call(func=m.Name()))
                           if c.func.value in self.index.module_classes}
 
         def built(name: str) -> None:
             if name in self._lt_dtype_classes or name not in classes:
                 return
             self._lt_dtype_classes.add(name)
-            for c in m.findall(classes[name], m.Call(func=m.Name())):
+            for c in findall(classes[name], m.Call(func=m.Name())):
                 if c.func.value in self.index.module_classes:
                     built(c.func.value)
         for r in roots:
@@ -246,7 +250,7 @@ class TorchToJax(cst.CSTTransformer):
                 return seen
             seen.add(name)
             init = method(classes[name], "__init__")
-            for c in m.findall(init, m.Call(func=m.Name())) if init is not None else []:
+            for c in findall(init, m.Call(func=m.Name())) if init is not None else []:
                 if c.func.value in self.index.module_classes:
                     built(c.func.value, seen)
             return seen
@@ -255,7 +259,7 @@ class TorchToJax(cst.CSTTransformer):
             init = method(cls, "__init__")
             if init is None:
                 continue
-            for c in m.findall(init, m.Call(func=m.Attribute(value=m.Name("self"),
+            for c in findall(init, m.Call(func=m.Attribute(value=m.Name("self"),
                                                              attr=m.Name("apply")))):
                 if len(c.args) != 1 or not m.matches(c.args[0].value, m.Attribute(
                         value=m.Name("self"))):
@@ -400,11 +404,11 @@ class TorchToJax(cst.CSTTransformer):
         # (define_relative_position_bias_table) or in its bases of this file
         names = set().union(*(self._variable_attrs.get(b.value.value, set())
                               for b in node.bases if isinstance(b.value, cst.Name)))
-        for a in m.findall(node, m.Assign(targets=[m.AssignTarget(target=m.Attribute(
+        for a in findall(node, m.Assign(targets=[m.AssignTarget(target=m.Attribute(
                 value=m.Name("self")))], value=m.Call())):
             if self.q(a.value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
                 names.add(a.targets[0].target.attr.value)
-        for c in m.findall(node, m.Call(func=m.Attribute(value=m.Name("self"),
+        for c in findall(node, m.Call(func=m.Attribute(value=m.Name("self"),
                                                           attr=m.Name("register_buffer")))):
             if c.args and isinstance(c.args[0].value, cst.SimpleString):
                 names.add(c.args[0].value.evaluated_value)
@@ -1961,7 +1965,7 @@ class TorchToJax(cst.CSTTransformer):
             if sample is not None:
                 stmts, inputs = sample
                 inner = lt.local_names(ep.fn) - set(ep.params) if ep.fn is not None else set()
-                used = {n.value for x in [*stmts, *inputs] for n in m.findall(x, m.Name())}
+                used = {n.value for x in [*stmts, *inputs] for n in findall(x, m.Name())}
                 used -= {n for st in stmts for n in tr.names_of(st).assigned}
                 sample = (stmts, inputs) if not used & inner else None
         if sample is None:
@@ -3006,7 +3010,7 @@ class TorchToJax(cst.CSTTransformer):
     def _remat_form(self, original: cst.Call, ofn: cst.BaseExpression, fn: cst.BaseExpression,
                     args: list[cst.Arg], transform: str) -> cst.BaseExpression:
         closure = self._local_function(ofn)
-        if closure is not None and m.findall(closure, m.Name("self")):
+        if closure is not None and findall(closure, m.Name("self")):
             if isinstance(fn, cst.Lambda):
                 fn = rm.with_self_param(fn)
             else:
@@ -3051,7 +3055,7 @@ class TorchToJax(cst.CSTTransformer):
                       and s.name.value == fn.value), None)
         if local is None:
             return None
-        for use in m.findall(outer.body, m.Name(fn.value)):
+        for use in findall(outer.body, m.Name(fn.value)):
             parent = self.get_metadata(ParentNodeProvider, use, None)
             if parent is local:
                 continue
@@ -3147,7 +3151,7 @@ class TorchToJax(cst.CSTTransformer):
         layers = set(info.attr_rule) | info.module_attrs
         children: list[str] = []
         for stmt in fn.body.body:
-            for a in m.findall(stmt, m.Assign(targets=[m.AssignTarget(
+            for a in findall(stmt, m.Assign(targets=[m.AssignTarget(
                     m.Attribute(value=m.Name("self")))])):
                 name = a.targets[0].target.attr.value
                 if name not in layers:
@@ -3165,7 +3169,7 @@ class TorchToJax(cst.CSTTransformer):
                         "statically", rule="torch.nn.Sequential")
                 if name not in children:
                     children.append(name)
-        if children and any(m.findall(fn.body, m.Call(func=m.Attribute(
+        if children and any(findall(fn.body, m.Call(func=m.Attribute(
                 value=m.Name("self"), attr=m.Name("add_module"))))):
             raise Untranslatable("nn.Sequential subclass filled both by attributes and by "
                                  "add_module", rule="torch.nn.Sequential")
@@ -3487,17 +3491,21 @@ class TorchToJax(cst.CSTTransformer):
         file of the package) to: ``stem_type = SimpleStemIN``, or an item of a local list of
         them (``blocks = [BasicConv2d, InceptionA]; inception_a = blocks[1]``)."""
         fn = self._fn_stack[-1]
-        assigns = [(node.targets[0].target.value, node.value) for node in _walk(fn.body)
+        if fn in self._class_locals:
+            return self._class_locals[fn]
+        assigns = [(node.targets[0].target.value, node.value) for node in walk(fn.body, False)
                    if isinstance(node, cst.Assign) and len(node.targets) == 1
                    and isinstance(node.targets[0].target, cst.Name)]
         classes = self.index.module_classes
         lists = {name for name, value in assigns if isinstance(value, (cst.List, cst.Tuple))
                  and value.elements and all(isinstance(e.value, cst.Name)
                                             and e.value.value in classes for e in value.elements)}
-        return {name for name, value in assigns
-                if (isinstance(value, cst.Name) and value.value in classes)
-                or (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
-                    and value.value.value in lists)}
+        found = self._class_locals[fn] = {
+            name for name, value in assigns
+            if (isinstance(value, cst.Name) and value.value in classes)
+            or (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
+                and value.value.value in lists)}
+        return found
 
     def _param_default(self, name: str) -> str | None:
         """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
@@ -3888,9 +3896,9 @@ def _python_list(fn: cst.FunctionDef, name: str) -> bool:
         _LIST_ANNOTATION.match(code(param.annotation.annotation)))
     if param is not None and not listy:
         return False
-    values = [a.value for a in m.findall(fn.body, m.Assign(targets=[m.AssignTarget(
+    values = [a.value for a in findall(fn.body, m.Assign(targets=[m.AssignTarget(
         target=m.Name(name))]))]
-    if any(m.findall(fn.body, m.AnnAssign(target=m.Name(name)) | m.AugAssign(
+    if any(findall(fn.body, m.AnnAssign(target=m.Name(name)) | m.AugAssign(
             target=m.Name(name)))):
         return False
     made = [isinstance(v, (cst.List, cst.ListComp)) or m.matches(v, m.Call(func=m.Name("list")))
@@ -3963,15 +3971,6 @@ def _isinstance_of(test: cst.BaseExpression, subject: str) -> list[cst.BaseExpre
         kinds = test.args[1].value
         return [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
     return None
-
-
-def _walk(node: cst.CSTNode):
-    """Every node under ``node`` (pre-order)."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
 
 
 def _activation_value(rule: Rule) -> cst.BaseExpression | None:
@@ -4049,16 +4048,16 @@ def _module_names(module: cst.Module) -> set[str]:
     for stmt in module.body:
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             names.add(stmt.name.value)
-        for imp in m.findall(stmt, m.Import() | m.ImportFrom()) if isinstance(
+        for imp in findall(stmt, m.Import() | m.ImportFrom()) if isinstance(
                 stmt, cst.SimpleStatementLine) else ():
             if isinstance(imp.names, cst.ImportStar):
                 continue
             for alias in imp.names:
                 bound = alias.asname.name if alias.asname else alias.name
                 names.add(code(bound).split(".")[0])
-        for t in m.findall(stmt, m.AssignTarget()) if isinstance(
+        for t in findall(stmt, m.AssignTarget()) if isinstance(
                 stmt, cst.SimpleStatementLine) else ():
-            names.update(n.value for n in m.findall(t, m.Name()))
+            names.update(n.value for n in findall(t, m.Name()))
     return names
 
 

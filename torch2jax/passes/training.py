@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.walk import NoAttributeHooks, findall, visit
 from torch2jax.passes.common import (
     Untranslatable,
     add_kwonly_param,
@@ -193,7 +194,7 @@ def add_key_param(fn: cst.FunctionDef) -> cst.FunctionDef:
 def return_key(fn: cst.FunctionDef) -> cst.FunctionDef:
     """A seeding helper hands its root key back to the caller."""
     body = list(fn.body.body)
-    if any(m.findall(fn, m.Return())):
+    if any(findall(fn, m.Return())):
         raise Untranslatable("a seeding helper that already returns a value: return the key "
                              "jax.random.key(seed) as well")
     body.append(cst.parse_statement(f"return {KEY}\n"))
@@ -201,7 +202,7 @@ def return_key(fn: cst.FunctionDef) -> cst.FunctionDef:
 
 
 # ---------------------------------------------------------------------------- names
-class _Names(cst.CSTVisitor):
+class _Names(NoAttributeHooks, cst.CSTVisitor):
     def __init__(self) -> None:
         self.used: list[str] = []
         self.assigned: list[str] = []
@@ -258,7 +259,7 @@ class _Names(cst.CSTVisitor):
 
 def names_of(node: cst.CSTNode) -> _Names:
     v = _Names()
-    node.visit(v)
+    visit(node, v)
     return v
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import (
     Untranslatable,
     code,
@@ -390,10 +391,18 @@ class _InitRewriter(cst.CSTTransformer):
         self.keyed_classes = keyed_classes
         self.attrs: dict[str, Layer] = {}
         self.values: dict[int, Layer] = {}  # id of new node -> layer
+        # every node this pass returns stays alive until it ends: `values` is keyed by id, and
+        # a freed node's id could be given to a later node
+        self._kept: list[cst.CSTNode] = []
         self.local: dict[str, Layer] = {}  # local names bound to layers (lists of layers)
         self.errors: list[str] = []
         self.sites = 0
         self.identities: set[str] = set()  # attributes that are an identity in some branch
+
+    def on_leave(self, original_node, updated_node):
+        result = super().on_leave(original_node, updated_node)
+        self._kept.append(result)
+        return result
 
     def visit_For(self, node: cst.For) -> None:
         self.loop += 1
@@ -773,8 +782,8 @@ class _Dedent(cst.CSTTransformer):
 
 
 def _has_nnx(node: cst.CSTNode) -> bool:
-    return any(m.matches(a.value, m.Name("nnx")) for a in m.findall(node, m.Attribute())) or \
-        bool(m.findall(node, m.Name("rngs")))
+    return any(m.matches(a.value, m.Name("nnx")) for a in findall(node, m.Attribute())) or \
+        bool(findall(node, m.Name("rngs")))
 
 
 class _NoNnx(cst.CSTTransformer):
@@ -1125,7 +1134,7 @@ class Forward:
             self.hoisted.append(cst.parse_statement(f"{tmp} = {code(value)}\n"))
             value = cst.Name(tmp)
         call = _init_of(self.owner.node, "__call__")
-        taken = {n.value for n in m.findall(call, m.Name())} if call is not None else set()
+        taken = {n.value for n in findall(call, m.Name())} if call is not None else set()
         name, i = "block", 1
         while name in taken:
             i += 1
@@ -1313,7 +1322,7 @@ class Forward:
 
     def _fix_input_rank(self, node: cst.BaseExpression, rank: int) -> None:
         """A model input whose rank a layer decided: later uses agree with it."""
-        for n in m.findall(node, m.Name()) if not isinstance(node, cst.Name) else [node]:
+        for n in findall(node, m.Name()) if not isinstance(node, cst.Name) else [node]:
             info = self.env.get(n.value)
             if info is not None and info.is_input and info.rank is None:
                 self.env[n.value] = replace(info, rank=rank)
@@ -1393,7 +1402,7 @@ class Forward:
             return node.with_changes(elements=elts), Info(any(i.batched for i in infos),
                                                           kind="tuple", elements=tuple(infos))
         # anything else: fine when nothing in it is batched
-        for n in m.findall(node, m.Name()):
+        for n in findall(node, m.Name()):
             if self.env.get(n.value, Info()).batched:
                 raise EquinoxError(f"{type(node).__name__} over a batched value")
         return node, Info()
@@ -1673,7 +1682,7 @@ class Forward:
                 self._fix_input_rank(node.args[0].value, len(pairs.elements))
         else:
             raise EquinoxError("jnp.pad of a batched value with widths in an unknown form")
-        for n in m.findall(pairs, m.Name()):
+        for n in findall(pairs, m.Name()):
             if self.env.get(n.value, Info()).batched:
                 raise EquinoxError("jnp.pad widths computed from a batched value")
         rest = [a.with_changes(value=self.ev_unbatched(a.value)) for a in node.args[2:]]
@@ -1776,7 +1785,7 @@ class Forward:
                 return [s]
             if isinstance(small, (cst.Pass, cst.Assert)):
                 if isinstance(small, cst.Assert):
-                    for n in m.findall(small, m.Name()):
+                    for n in findall(small, m.Name()):
                         if self.env.get(n.value, Info()).batched:
                             raise EquinoxError("an assert on a batched value")
                 return [s]
@@ -1887,7 +1896,7 @@ class Forward:
             return self._loop_into(s.with_changes(body=[new]), value.value, target.value)
         if self.hoisted and len(self.hoisted) == 1:
             tmp = code(self.hoisted[0]).split(",")[0].strip()
-            rest_names = {n.value for n in m.findall(value, m.Name())}
+            rest_names = {n.value for n in findall(value, m.Name())}
             if target.value not in rest_names:
                 h = self.hoisted.pop()
                 return [_rename_stmt(h, {tmp: target.value}),
@@ -1900,7 +1909,7 @@ class Forward:
         is not read from where the temporary is set on: ``x = x`` goes."""
         at = next(i for i, h in enumerate(self.hoisted) if code(h).startswith((
             tmp + ",", tmp + " =")))
-        later = {n.value for h in self.hoisted[at + 1:] for n in m.findall(h, m.Name())}
+        later = {n.value for h in self.hoisted[at + 1:] for n in findall(h, m.Name())}
         if target in later:
             return self._flush(s)
         done = []
@@ -1917,7 +1926,7 @@ class Forward:
         ``value``, each statement reading the one before it and no other temporary, cut
         where a statement reads ``target``: they can all be named ``target``."""
         chain: list[str] = []
-        names = {n.value for n in m.findall(value, m.Name())} | (
+        names = {n.value for n in findall(value, m.Name())} | (
             {value.value} if isinstance(value, cst.Name) else set())
         temps = [n for n in names if n.startswith("__out")]
         if target in names or len(temps) != 1:
@@ -1928,7 +1937,7 @@ class Forward:
                                                                        name + " =")):
                 break
             chain.append(name)
-            reads = {n.value for n in m.findall(h.body[0].value, m.Name())}
+            reads = {n.value for n in findall(h.body[0].value, m.Name())}
             temps = {n for n in reads if n.startswith("__out")}
             if target in reads or len(temps) != 1:
                 break
@@ -2231,7 +2240,7 @@ class EquinoxFile:
         if init is None:
             return info
         builders = {k: v[1] for k, v in self.builders.items()}
-        sites = m.findall(self.torch_module, m.Call(func=m.Name(info.name)))
+        sites = findall(self.torch_module, m.Call(func=m.Name(info.name)))
         passed = _passed_classes(sites, list(init.params.params[1:]), self.class_names,
                                  info.name)
         methods, method_attrs = self.builder_methods(info, init, passed)
@@ -2245,7 +2254,7 @@ class EquinoxFile:
         info.errors += rw.errors
         # buffers: rank and a leading 1 from `.reshape(1, ...)`
         for s in init.body.body:
-            for a in m.findall(s, m.Assign(targets=[m.AssignTarget(m.Attribute(
+            for a in findall(s, m.Assign(targets=[m.AssignTarget(m.Attribute(
                     value=m.Name("self")))])):
                 name = a.targets[0].target.attr.value
                 lay = info.attrs.get(name)
@@ -2277,7 +2286,7 @@ class EquinoxFile:
                     or not any(p.name.value == "rngs" for p in s.params.kwonly_params):
                 continue
             name = s.name.value
-            sites = m.findall(init, m.Call(func=m.Attribute(value=m.Name("self"),
+            sites = findall(init, m.Call(func=m.Attribute(value=m.Name("self"),
                                                               attr=m.Name(name))))
             if not sites:
                 continue
@@ -2351,9 +2360,9 @@ def _name_temporaries(fn: cst.FunctionDef) -> cst.FunctionDef:
     """``__out3__, state = self.downsample(x, state)`` -> ``downsample_out, state = ...``: the
     temporaries of stateful calls named after the layer called, clear of the function's
     names."""
-    taken = {n.value for n in m.findall(fn, m.Name())}
+    taken = {n.value for n in findall(fn, m.Name())}
     names: dict[str, str] = {}
-    for a in m.findall(fn, m.Assign()):
+    for a in findall(fn, m.Assign()):
         t = a.targets[0].target
         first = t.elements[0].value if isinstance(t, cst.Tuple) else t
         if not (isinstance(first, cst.Name) and first.value.startswith("__out")):
@@ -2591,7 +2600,7 @@ def _stores_objects(f: EquinoxFile) -> bool:
         if init is None:
             continue
         params = {p.name.value for p in init.params.params[1:]}
-        for a in m.findall(init, m.Assign(targets=[m.AssignTarget(m.Attribute(
+        for a in findall(init, m.Assign(targets=[m.AssignTarget(m.Attribute(
                 value=m.Name("self")))], value=m.Name())):
             if a.value.value in params and c.attrs.get(a.targets[0].target.attr.value,
                                                        Layer("value")).kind == "value":
@@ -2642,7 +2651,7 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
         params = {p.name.value: p for p in init.params.params[1:]}
         seen: dict[str, list[tuple[str, bool]]] = {}
         for s in init.body.body:
-            for a in m.findall(s, m.Assign(targets=[m.AssignTarget(m.Attribute(
+            for a in findall(s, m.Assign(targets=[m.AssignTarget(m.Attribute(
                     value=m.Name("self")))])):
                 name = a.targets[0].target.attr.value
                 lay = c.attrs.get(name, Layer("value")) if name not in seen else Layer("value")
@@ -2650,7 +2659,7 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
                                                              f.dataclass_fields))
         for fn in c.methods.values():  # attributes a builder method sets (and __init__ not)
             mparams = {p.name.value: p for p in fn.params.params[1:]}
-            for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Attribute(
+            for a in findall(fn, m.Assign(targets=[m.AssignTarget(m.Attribute(
                     value=m.Name("self")))])):
                 name = a.targets[0].target.attr.value
                 if name not in seen:
@@ -2672,7 +2681,7 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
                 c.init_methods.add(code(loop).split("(self.", 1)[1].split(",", 1)[0])
                 f.needs.add(training.INIT_FN)
                 s = loop
-            for a in m.findall(s, m.AssignTarget(m.Attribute(value=m.Name("self")))):
+            for a in findall(s, m.AssignTarget(m.Attribute(value=m.Name("self")))):
                 name = a.target.attr.value
                 if name not in assigned and c.attrs.get(name, Layer("value")).kind not in (
                         "value", "buffer", "param", "fn", "lambda"):

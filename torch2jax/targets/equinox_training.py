@@ -31,6 +31,7 @@ import re
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import code
 
 STATE = "state"
@@ -278,9 +279,9 @@ def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
 def _assigned_names(stmts) -> set[str]:
     names: set[str] = set()
     for s in stmts:
-        for t in m.findall(s, m.AssignTarget() | m.For()):
+        for t in findall(s, m.AssignTarget() | m.For()):
             tgt = t.target
-            for n in m.findall(tgt, m.Name()):
+            for n in findall(tgt, m.Name()):
                 names.add(n.value)
     return names
 
@@ -303,17 +304,17 @@ class Scope(cst.CSTTransformer):
         self.eval_calls = 0  # model calls that became eval_step calls
         self.trainer_calls: list[cst.Call] = []  # calls of trainers not yet rebound
         self.split_model: str | None = None
-        self.counter = any(m.findall(s, m.Attribute(value=m.Attribute(attr=m.Name("step")),
+        self.counter = any(findall(s, m.Attribute(value=m.Attribute(attr=m.Name("step")),
                                                     attr=m.Name("value"))) for s in stmts)
         self.trained: set[str] = set()  # models rebound by a train step here
         self.needs_autocast = False
         self.in_step = 0
         for s in stmts:
-            for fn in m.findall(s, m.FunctionDef()):
+            for fn in findall(s, m.FunctionDef()):
                 parts = _step_parts(fn)
                 if parts is not None:
                     self.steps[fn.name.value] = parts
-            for c in m.findall(s, m.Call(func=m.Attribute(attr=m.Name("set_attributes")))):
+            for c in findall(s, m.Call(func=m.Attribute(attr=m.Name("set_attributes")))):
                 for a in c.args:
                     if a.keyword is not None and a.keyword.value == "dtype" and \
                             code(a.value) != "None":
@@ -608,18 +609,18 @@ class _Returns(cst.CSTTransformer):
 
 
 def _own_returns(fn: cst.FunctionDef) -> list[cst.Return]:
-    nested = [x for f in m.findall(fn.body, m.FunctionDef() | m.Lambda())
-              for x in m.findall(f, m.Return())]
-    return [r for r in m.findall(fn.body, m.Return()) if r not in nested]
+    nested = [x for f in findall(fn.body, m.FunctionDef() | m.Lambda())
+              for x in findall(f, m.Return())]
+    return [r for r in findall(fn.body, m.Return()) if r not in nested]
 
 
 def _bound(node: cst.CSTNode) -> set[str]:
     """Names ``node`` binds anywhere in it (over-approximated: nested scopes count)."""
     names = _assigned_names([node])
-    names |= {p.name.value for p in m.findall(node, m.Param())}
-    names |= {d.name.value for d in m.findall(node, m.FunctionDef() | m.ClassDef())}
-    names |= {n.value for c in m.findall(node, m.CompFor() | m.AsName())
-              for n in m.findall(c.target if isinstance(c, cst.CompFor) else c.name, m.Name())}
+    names |= {p.name.value for p in findall(node, m.Param())}
+    names |= {d.name.value for d in findall(node, m.FunctionDef() | m.ClassDef())}
+    names |= {n.value for c in findall(node, m.CompFor() | m.AsName())
+              for n in findall(c.target if isinstance(c, cst.CompFor) else c.name, m.Name())}
     return names
 
 
@@ -653,7 +654,7 @@ def hoist_step(fn: cst.FunctionDef, opt: str, taken: set[str]
     name = step.name.value
     rest = [st for i, st in enumerate(fn.body.body) if i != steps[0]]
     local = set(_params(fn)) | _bound(cst.Module(body=rest))
-    used = {n.value for n in m.findall(step, m.Name())}
+    used = {n.value for n in findall(step, m.Name())}
     params = [p.name.value for p in step.params.params]
     if name in taken or (used - _bound(step.body) - set(params)) & local != {opt} or \
             OPT_STATE not in params or opt in params:
@@ -716,7 +717,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     def builds(body) -> dict[str, str]:
         found = {}
         for s in body:
-            for a in m.findall(s, m.Assign(targets=[m.AssignTarget(m.Name())])):
+            for a in findall(s, m.Assign(targets=[m.AssignTarget(m.Name())])):
                 cls = _is_model_build(a.value, classes)
                 if cls is not None:
                     found[a.targets[0].target.value] = cls
@@ -726,7 +727,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     models[""] = builds(top)
 
     def optimizers_built(scope, body) -> set[str]:
-        return {a.targets[0].target.value for s in body for a in m.findall(
+        return {a.targets[0].target.value for s in body for a in findall(
             s, m.Assign(targets=[m.AssignTarget(m.Name())]))
             if _builds_optimizer(a.value, models[scope])}
 
@@ -739,7 +740,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
         changed = False
         for scope, body in [*((n, fn.body.body) for n, fn in fns.items()), ("", top)]:
             for s in body:
-                for c in m.findall(s, m.Call(func=m.Name())):
+                for c in findall(s, m.Call(func=m.Name())):
                     g = c.func.value
                     if g not in fns or g == scope:
                         continue
@@ -757,7 +758,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                             opt_receivers[g] = i
                             changed = True
     trainers = {g for g in receivers if any(
-        _step_parts(fn) is not None for fn in m.findall(fns[g], m.FunctionDef()))}
+        _step_parts(fn) is not None for fn in findall(fns[g], m.FunctionDef()))}
     # the optimizer given to a function that does not train the model it receives
     opt_receivers = {g: i for g, i in opt_receivers.items() if g in trainers}
     any_stateful = any(classes[c][0] for ms in models.values() for c in ms.values())
@@ -892,7 +893,7 @@ def init_loop(s: cst.BaseStatement, fields: list[str], methods: dict[str, cst.Fu
 
 def init_types(fn: cst.FunctionDef) -> list[str] | None:
     types = []
-    for c in m.findall(fn, m.Call(func=m.Name("isinstance"))):
+    for c in findall(fn, m.Call(func=m.Name("isinstance"))):
         t = code(c.args[1].value)
         if t not in INIT_LAYERS:
             return None
@@ -936,7 +937,7 @@ def _draws(node: cst.CSTNode) -> int:
         return _draws(node.body)
     if isinstance(node, cst.IndentedBlock):
         return sum(_draws(s) for s in node.body)
-    return len(m.findall(node, m.Call(func=m.Attribute(value=m.Name("rngs")))))
+    return len(findall(node, m.Call(func=m.Attribute(value=m.Name("rngs")))))
 
 
 def init_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:

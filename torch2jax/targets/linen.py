@@ -19,6 +19,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import (
     Untranslatable,
     arg,
@@ -151,7 +152,7 @@ def readable_dense(cls: cst.ClassDef, in_features: dict[str, cst.BaseExpression]
     and bias in ``setup()``, under the same names). ``in_features``: self.x -> torch's input
     size, for the class's Linear attributes."""
     read = {a.value.attr.value for s in cls.body.body if isinstance(s, cst.FunctionDef)
-            and s.name.value != "__init__" for a in m.findall(s, m.Attribute(
+            and s.name.value != "__init__" for a in findall(s, m.Attribute(
                 value=m.Attribute(value=m.Name("self")), attr=m.Name("kernel")))}
     wanted = read & set(in_features)
     if not wanted:
@@ -281,7 +282,7 @@ def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False
     # nn.Dropout(dropout)): linen cannot have both, the attribute is renamed
     clashes = set()
     for s in init.body.body:
-        for a in m.findall(s, m.Assign(targets=[m.AssignTarget(m.Attribute(
+        for a in findall(s, m.Assign(targets=[m.AssignTarget(m.Attribute(
                 value=m.Name("self")))])):
             attr = a.targets[0].target.attr.value
             if attr in names and not m.matches(a.value, m.Name(attr)):
@@ -289,7 +290,7 @@ def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False
     if clashes:
         weightless = ("nn.Dropout(", "partial(", "jax.nn.", "lambda")
         for s in init.body.body:
-            for a in m.findall(s, m.Assign()):
+            for a in findall(s, m.Assign()):
                 t = a.targets[0].target
                 if m.matches(t, m.Attribute(value=m.Name("self"))) and t.attr.value in clashes \
                         and not code(a.value).startswith(weightless):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import Untranslatable, arg, call, code, expr
 
@@ -209,7 +210,7 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
 
 
 def _model_inputs(loss_body, model: str):
-    calls = [c for s in loss_body for c in m.findall(s, m.Call(func=m.Name(model)))]
+    calls = [c for s in loss_body for c in findall(s, m.Call(func=m.Name(model)))]
     if len(calls) != 1:
         return None
     c = calls[0]
@@ -236,7 +237,7 @@ def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str]):
                           rpar=[])
         return stmt.with_changes(body=[small.with_changes(
             targets=[cst.AssignTarget(new_t)])])
-    found = m.findall(small, m.Call(func=m.Attribute(value=m.Name(STATE),
+    found = findall(small, m.Call(func=m.Attribute(value=m.Name(STATE),
                                                      attr=m.Name("apply_fn"))))
     out = tr._fresh("output", taken)
     taken.add(out)
@@ -415,7 +416,7 @@ def model_functions(module: cst.Module, models: set[str], trainers: set[str]
             continue
         params = [p.name.value for p in stmt.params.params]
         for i, p in enumerate(params):
-            if p in models and m.findall(stmt.body, m.Call(func=m.Name(p))):
+            if p in models and findall(stmt.body, m.Call(func=m.Name(p))):
                 out[stmt.name.value] = i
                 break
     return out
@@ -654,7 +655,7 @@ def epoch_functions(module: cst.Module, optimizers: dict[str, str], trainers: se
             continue
         params = [p.name.value for p in fn.params.params]
         found: set[tuple[str, str]] = set()
-        calls = m.findall(module, m.Call(func=m.Name(fn.name.value)))
+        calls = findall(module, m.Call(func=m.Name(fn.name.value)))
         for c in calls:
             ep = EpochFunction(fn.name.value, params, "", "", False)
             b = ep.bound(c) or {}
@@ -669,13 +670,13 @@ def epoch_functions(module: cst.Module, optimizers: dict[str, str], trainers: se
         if len(found) != 1 or ("", "") in found:
             continue
         optimizer, model = found.pop()
-        if not m.findall(fn.body, m.Call(func=m.Attribute(value=m.Name(optimizer),
+        if not findall(fn.body, m.Call(func=m.Attribute(value=m.Name(optimizer),
                                                           attr=m.Name("step")))) or \
-                not m.findall(fn.body, m.Call(func=m.Attribute(attr=m.Name("backward")))):
+                not findall(fn.body, m.Call(func=m.Attribute(attr=m.Name("backward")))):
             continue
         # the model is only called (in the loss) and put in train or eval mode
-        uses = len(m.findall(fn.body, m.Name(model)))
-        calls_or_modes = len(m.findall(fn.body, m.Call(func=m.Name(model)) | m.Call(
+        uses = len(findall(fn.body, m.Name(model)))
+        calls_or_modes = len(findall(fn.body, m.Call(func=m.Name(model)) | m.Call(
             func=m.Attribute(value=m.Name(model), attr=m.Name("train") | m.Name("eval")
                              | m.Name("zero_grad")))))
         out[fn.name.value] = EpochFunction(fn.name.value, params, optimizer, model,
@@ -741,18 +742,18 @@ def bind_names(node: cst.CSTNode, values: dict[str, cst.BaseExpression]) -> cst.
 def free_names(fn: cst.FunctionDef) -> set[str]:
     """Names ``fn`` reads that nothing in it binds (an over-approximation: attribute names
     count)."""
-    bound = {n.value for t in m.findall(fn, m.AssignTarget() | m.Param() | m.For())
-             for n in m.findall(t.target if isinstance(t, cst.For) else t, m.Name())}
-    bound |= {d.name.value for d in m.findall(fn, m.FunctionDef())}
-    return {n.value for n in m.findall(fn, m.Name())} - bound
+    bound = {n.value for t in findall(fn, m.AssignTarget() | m.Param() | m.For())
+             for n in findall(t.target if isinstance(t, cst.For) else t, m.Name())}
+    bound |= {d.name.value for d in findall(fn, m.FunctionDef())}
+    return {n.value for n in findall(fn, m.Name())} - bound
 
 
 def local_names(fn: cst.FunctionDef) -> set[str]:
     """The parameters of ``fn`` and every name bound in it."""
-    names = {p.name.value for p in m.findall(fn.params, m.Param())}
-    for t in m.findall(fn.body, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For()
+    names = {p.name.value for p in findall(fn.params, m.Param())}
+    for t in findall(fn.body, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For()
                        | m.AsName() | m.FunctionDef() | m.ClassDef()):
         node = t.name if isinstance(t, (cst.AsName, cst.FunctionDef, cst.ClassDef)) else (
             t.target)
-        names |= {n.value for n in m.findall(node, m.Name())}
+        names |= {n.value for n in findall(node, m.Name())}
     return names
