@@ -540,7 +540,7 @@ def generate(package: str, module: str, stamp: float) -> Generated:
         rel = Path(mirror, *mod.split(".")[1:])
         rel = rel / "__init__.py" if found[1] else rel.with_suffix(".py")  # type: ignore[index]
         result = convert_source(reduced.source, path=rel.as_posix(), target="nnx",
-                                known_modules=known, public=None)
+                                known_modules=known, public=None, follow_packages=False)
         file_rel = found[0].relative_to(root.parent).as_posix()  # type: ignore[index]
         header = HEADER.format(package=package, version=version, file=file_rel)
         files[rel.as_posix()] = code = header + result.code

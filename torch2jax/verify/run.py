@@ -326,9 +326,11 @@ def _convert_file(
         raise VerifyError(f"the converter is not available: {exc}") from None
     with _stage(f"converting {path}"):
         extra = {"known_modules": known_modules} if known_modules else {}
+        if files_to is None:  # a package's own file (a mirror package): nothing to follow
+            extra["follow_packages"] = False
         out = convert_source(path.read_text(), path=str(path), target=jax_target, rules=rules,
-                             public=public, follow_packages=files_to is not None, **extra)
-    for rel, code in out.files.items():  # the converted model code of an installed package
+                             public=public, **extra)
+    for rel, code in getattr(out, "files", {}).items():  # an installed package's model code
         assert files_to is not None
         (files_to / rel).parent.mkdir(parents=True, exist_ok=True)
         (files_to / rel).write_text(code)
