@@ -664,11 +664,14 @@ def run(req: Request, show_diff: Callable[[str, str, str], None] | None = None,
         task_file.append(i)
     writer = _Writer(req)
     diffs: dict[int, Outcome] = {}
+    generated: set[str] = set()  # generated files (package_models.py) already reported
     for t, oc in _with_progress(tasks, req, options, progress_console):
         i = task_file[t]
         src = found.files[i][0]
-        report = reports[i] = FileReport(path=str(src), status=oc.status,
-                                         diagnostics=list(oc.diagnostics))
+        # the diagnostics of a generated file, the same for every file that uses it, once
+        own = [d for d in oc.diagnostics if d.file == str(src) or d.file not in generated]
+        generated |= {d.file for d in oc.diagnostics if d.file != str(src)}
+        report = reports[i] = FileReport(path=str(src), status=oc.status, diagnostics=own)
         if oc.status == "failed" or req.mode == "check":
             continue
         if req.mode == "diff":

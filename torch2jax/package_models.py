@@ -791,7 +791,9 @@ def prepare(source: str, *, path: str, target: str, layers: dict | None = None
     """The source for the rewriter, with the followed package models' names replaced by the
     converted builders' (imported by :meth:`Followed.finish`) and TODOs where they cannot be;
     None when the file reads no package model."""
-    if not any(p in source for p in (*FOLLOWED, *NOT_FOLLOWED)):
+    # (cheap: a file that names no torchvision models nor timm is not parsed here)
+    if not (any(p in source for p in NOT_FOLLOWED) or any(
+            p in source and sub in source for p, (sub, _) in FOLLOWED.items())):
         return None
     try:
         module = cst.parse_module(source)
