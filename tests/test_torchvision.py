@@ -87,14 +87,13 @@ BUILDERS = {
 # the slow ones: run in CI, skipped locally with -m "torchvision and not slow"
 SLOW = {"swin_t"}
 
-# The verifier's seed (weights, running statistics, input, cotangents) where the default one
-# lands on a ReLU kink: with seed 0, resnet50's layer2.2 adds up to a pre-activation of 1.0e-6
-# (float64; activations there reach 23) at channel 500, position (7, 2). float32 rounding puts it
-# on different sides of zero in torch and JAX, so one ReLU gate differs: bn3.bias[500]'s gradient
-# is 0.22 off and the difference flows back to conv1 (1.2 on gradients of order 100). torch
-# float32 agrees with torch float64 there because its rounding happens to keep the sign; the
-# forward pass agrees to 1.8e-6 relative. Not a translation error; another draw has no such tie.
-SEEDS = {"resnet50": 1}
+# Compared in float64 only (the converter's translation checked near float64 rounding, 1e-10):
+# resnet50 has about a million ReLU pre-activations, and float32 rounding (about 1e-5 at
+# activations of order 20) puts one or two of them on the other side of zero in JAX than in torch
+# for most draws. One flipped gate moves a bn3 bias gradient by 0.2 and conv1's gradients by 1.5
+# (of order 30). Seeds 0 and 1 both hit such a tie under the current draw order; float64 has
+# none (both sides agree to 1e-14). A seed chosen to dodge it breaks whenever the draws change.
+FLOAT64_ONLY = {"resnet50"}
 
 BLOCKERS = {
 }
@@ -115,8 +114,8 @@ def test_builder_verifies(name):
     args = None if build else args
     result = run_request(VerifyRequest(f"{MODELS / file}::{builder}", args=args, build=build,
                                        inputs=inputs, grad=True, atol=1e-4, rtol=1e-4,
-                                       seed=SEEDS.get(name, 0),
-                                       float64=False))  # the builders, not verify's float64
+                                       # float32 only (the tier's time), but see FLOAT64_ONLY
+                                       float64=True if name in FLOAT64_ONLY else False))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
 

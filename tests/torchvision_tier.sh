@@ -26,4 +26,4 @@ if ! ready; then
 fi
 
 exec .venv-tv/bin/python -m pytest -q -m torchvision tests/test_torchvision.py \
-    tests/test_torchvision_transforms.py "$@"
+    tests/test_torchvision_transforms.py tests/test_torchvision_user.py "$@"

@@ -72,6 +72,9 @@ class ConversionResult:
     # removed statements that the finished file may need back (finish/removed.py)
     removed: dict[int, Removed] = field(default_factory=dict, repr=False, compare=False)
     failed: set[int] = field(default_factory=set, repr=False, compare=False)
+    # files written beside the converted one (path relative to its folder -> code): the
+    # converted model code of installed packages it builds models from (package_models.py)
+    files: dict[str, str] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -119,6 +122,7 @@ def convert_source(
     shard: str = "data",
     init: str = "jax",
     public: Collection[str] | None = (),
+    follow_packages: bool = True,
 ) -> ConversionResult:
     """Rewrite PyTorch ``source`` for ``target``. Never raises on untranslatable code: it is
     marked ``# TODO(torch2jax)`` and reported. Raises :class:`ParseError` on invalid Python.
@@ -128,8 +132,25 @@ def convert_source(
     ``public``: the module classes that code outside this file builds and calls (other files
     import them, a verifier calls one): they keep torch's NCHW interface, while the other
     classes of the file may pass channels-last images between them (passes/layout_blocks.py).
-    None when that is not known: every class keeps torch's interface."""
+    None when that is not known: every class keeps torch's interface.
+
+    ``follow_packages``: models built from an installed package (``torchvision.models.
+    resnet18()``) are converted from its code into :attr:`ConversionResult.files`
+    (package_models.py)."""
     rules = rules or load_rules()
+    if follow_packages and target in ("nnx", "linen", "equinox"):
+        from torch2jax.package_models import prepare
+
+        followed = prepare(source, path=path, target=target, layers=rules.layers)
+        if followed is not None:
+            result = convert_source(followed.source, path=path, target=target, rules=rules,
+                                    known_modules={*(known_modules or ()), *followed.known},
+                                    fuse_layout=fuse_layout, shard=shard, init=init,
+                                    public=public, follow_packages=False)
+            code, diagnostics, generated, files = followed.finish(result.code,
+                                                                  result.diagnostics)
+            result = suppress(replace(result, code=code, diagnostics=diagnostics), source)
+            return replace(result, diagnostics=result.diagnostics + generated, files=files)
     # the NNX translation that the equinox pass rewrites: train steps stay where the loop is
     hoist_steps = target != "nnx-for-equinox"
     emitter = get_emitter("nnx" if not hoist_steps else target)

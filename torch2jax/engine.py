@@ -120,6 +120,7 @@ class Outcome:
     data: bytes | None = None  # the bytes read, copied as they are when unchanged
     # a notebook: (label, old source, new source) of each changed cell, for --diff
     cells: list[tuple[str, str, str]] | None = None
+    files: dict[str, str] = field(default_factory=dict)  # generated beside it (relative path)
 
 
 _WORKER: dict = {}
@@ -161,29 +162,31 @@ def convert_file(path: str, known: frozenset[str] = frozenset(),
     except OSError as exc:
         return failed("read", f"cannot be read: {exc.strerror or exc}")
     text = src.text
-    status, code, diagnostics = convert_text(text, path, known, public)
+    status, code, diagnostics, files = convert_text(text, path, known, public)
     if status == "failed":
         return Outcome(path, "failed", diagnostics=diagnostics)
     if status == "unchanged":
         return Outcome(path, "unchanged", text, src.encoding, text, diagnostics, src.digest,
                        src.mode, src.data)
     return Outcome(path, "converted", text, src.encoding, code, diagnostics, src.digest,
-                   src.mode)
+                   src.mode, files=files)
 
 
 def convert_text(text: str, path: str, known: frozenset[str] = frozenset(),
-                 public: frozenset[str] = frozenset()) -> tuple[str, str, list[Diagnostic]]:
-    """``(status, code, diagnostics)`` of one module's source (in a worker: the options and
-    rules of :func:`_init_worker`); status ``converted``, ``unchanged`` (code is ``text``)
-    or ``failed``. Never raises."""
+                 public: frozenset[str] = frozenset()
+                 ) -> tuple[str, str, list[Diagnostic], dict[str, str]]:
+    """``(status, code, diagnostics, generated files)`` of one module's source (in a worker:
+    the options and rules of :func:`_init_worker`); status ``converted``, ``unchanged`` (code
+    is ``text``) or ``failed``. Never raises. The files (package_models.py) go beside the
+    converted one, by relative path."""
     from torch2jax.convert import ParseError, convert_source
     from torch2jax.suppress import suppress
 
     options: Options = _WORKER["options"]
 
     def failed(rule: str, message: str, line: int = 1, col: int = 1
-               ) -> tuple[str, str, list[Diagnostic]]:
-        return "failed", text, [Diagnostic(path, line, col, rule, "error", message)]
+               ) -> tuple[str, str, list[Diagnostic], dict[str, str]]:
+        return "failed", text, [Diagnostic(path, line, col, rule, "error", message)], {}
 
     depth = _bracket_depth(text)
     if depth is not None and depth[0] > MAX_BRACKETS:
@@ -206,8 +209,8 @@ def convert_text(text: str, path: str, known: frozenset[str] = frozenset(),
     if not changed:
         if "TODO(torch2jax)" in text:
             diagnostics += _open_todos(text, path)
-        return "unchanged", text, diagnostics
-    return "converted", result.code, diagnostics
+        return "unchanged", text, diagnostics, {}
+    return "converted", result.code, diagnostics, result.files
 
 
 def _mentions_torch(path: str, chunk: int = 1 << 20) -> bool:
@@ -661,25 +664,32 @@ def run(req: Request, show_diff: Callable[[str, str, str], None] | None = None,
         task_file.append(i)
     writer = _Writer(req)
     diffs: dict[int, Outcome] = {}
+    generated: set[str] = set()  # generated files (package_models.py) already reported
     for t, oc in _with_progress(tasks, req, options, progress_console):
         i = task_file[t]
         src = found.files[i][0]
-        report = reports[i] = FileReport(path=str(src), status=oc.status,
-                                         diagnostics=list(oc.diagnostics))
+        # the diagnostics of a generated file, the same for every file that uses it, once
+        own = [d for d in oc.diagnostics if d.file == str(src) or d.file not in generated]
+        generated |= {d.file for d in oc.diagnostics if d.file != str(src)}
+        report = reports[i] = FileReport(path=str(src), status=oc.status, diagnostics=own)
         if oc.status == "failed" or req.mode == "check":
             continue
         if req.mode == "diff":
             if oc.status == "converted":
                 diffs[i] = oc
+                for rel, code in oc.files.items():  # new files: shown whole
+                    diffs[-len(diffs) - 1] = Outcome(str(src.parent / rel), "converted", "",
+                                                     code=code)
             continue
         writer.write(src, dests[i].path if dests else None, oc, report)
     if show_diff is not None:
-        for i in sorted(diffs):
+        for i in sorted(diffs, key=lambda i: (i < 0, abs(i))):
             if diffs[i].cells is not None:  # a notebook: one diff per changed cell
                 for label, old, new in diffs[i].cells:
                     show_diff(old, new, label)
-            else:
-                show_diff(diffs[i].text or "", diffs[i].code or "", str(found.files[i][0]))
+            else:  # (negative keys: generated files, shown whole after the others)
+                show_diff(diffs[i].text or "", diffs[i].code or "",
+                          str(found.files[i][0]) if i >= 0 else diffs[i].path)
     result = RunReport(files=reports)
     for p in found.problems:
         status = "failed" if p.severity == "error" else "skipped"
@@ -696,6 +706,7 @@ class _Writer:
         self.req = req
         self.real_out = _real(req.out) if req.out is not None else None
         self.cleaned: set[Path] = set()
+        self.written: set[Path] = set()
 
     def _clean(self, folder: Path) -> None:
         if folder not in self.cleaned:
@@ -709,6 +720,11 @@ class _Writer:
             else:
                 assert dest is not None
                 self._out(src, dest, oc, report)
+            if oc.files and report.status == "converted":
+                for problem in self._generated(dest.parent if dest is not None else src.parent,
+                                               oc.files):
+                    report.diagnostics.append(Diagnostic(str(src), 1, 1, "write", "error",
+                                                         problem))
         except Changed as exc:
             report.status = "failed"
             report.diagnostics.append(Diagnostic(
@@ -721,6 +737,31 @@ class _Writer:
             report.diagnostics.append(Diagnostic(
                 str(src), 1, 1, "write", "error",
                 f"could not be written: {why}{f' ({where})' if where else ''}; not written"))
+
+    def _generated(self, folder: Path, files: dict[str, str]) -> list[str]:
+        """The converted model code of installed packages, beside the converted file
+        (package_models.py): written once per run and folder, never over a file that
+        torch2jax did not generate."""
+        from torch2jax.package_models import GENERATED
+
+        problems = []
+        for rel, code in files.items():
+            path = _real(folder) / rel
+            if path in self.written:
+                continue
+            self.written.add(path)
+            if os.path.lexists(path):
+                old = path.read_text(encoding="utf-8", errors="replace")
+                if old == code:
+                    continue
+                if not old.startswith(GENERATED):
+                    problems.append(f"{display(str(path))} exists and was not generated by "
+                                    "torch2jax: the converted model code the file imports was "
+                                    "not written there")
+                    continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, code)
+        return problems
 
     def _in_place(self, src: Path, oc: Outcome, report: FileReport) -> None:
         if oc.status != "converted" or oc.code is None:

@@ -506,8 +506,9 @@ def convert_notebook_file(path: str, known: frozenset[str] = frozenset(),
     if size > max_bytes:
         return failed("too-large", f"{size:,} bytes of code, more than the {max_bytes:,} "
                                    "converted per file; not converted")
-    status, code, diagnostics = convert_text(joined.text, path, known, public)
-    diagnostics = [joined.map(d) for d in diagnostics]
+    status, code, diagnostics, files = convert_text(joined.text, path, known, public)
+    # (the diagnostics of generated files, package_models.py, are on their own lines)
+    diagnostics = [joined.map(d) if d.file == path else d for d in diagnostics]
     if status == "failed":
         return failed("", "", diagnostics)
     magic = magic_diagnostics(joined, path)
@@ -541,7 +542,7 @@ def convert_notebook_file(path: str, known: frozenset[str] = frozenset(),
         return failed("notebook", f"the converted notebook could not be written: {exc!r}; "
                                   "not converted")
     return Outcome(path, "converted", text, "utf-8", out, ordered(diagnostics + magic),
-                   digest(data), mode, cells=changes)
+                   digest(data), mode, cells=changes, files=files)
 
 
 def _nl(text: str) -> str:

@@ -318,7 +318,7 @@ def local_imports(source: str, directory: Path) -> list[Path]:
 
 def _convert_file(
     path: Path, jax_target: str, rules: RuleSet | None, known_modules: set[str] | None = None,
-    public: set[str] | None = None,
+    public: set[str] | None = None, files_to: Path | None = None,
 ) -> tuple[str, int]:
     try:
         from torch2jax.convert import convert_source
@@ -326,8 +326,14 @@ def _convert_file(
         raise VerifyError(f"the converter is not available: {exc}") from None
     with _stage(f"converting {path}"):
         extra = {"known_modules": known_modules} if known_modules else {}
+        if files_to is None:  # a package's own file (a mirror package): nothing to follow
+            extra["follow_packages"] = False
         out = convert_source(path.read_text(), path=str(path), target=jax_target, rules=rules,
                              public=public, **extra)
+    for rel, code in getattr(out, "files", {}).items():  # an installed package's model code
+        assert files_to is not None
+        (files_to / rel).parent.mkdir(parents=True, exist_ok=True)
+        (files_to / rel).write_text(code)
     return out.code, sum(1 for d in out.diagnostics if d.severity == "error")
 
 
@@ -357,9 +363,10 @@ def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | No
             continue
         seen.add(file)
         public = repo.exported_from(file) | (set(entry) if file == path.resolve() else set())
-        code, n = _convert_file(file, jax_target, rules, repo.known_for(file) or None, public)
-        todos += n
         target = out_dir / file.relative_to(root)
+        code, n = _convert_file(file, jax_target, rules, repo.known_for(file) or None, public,
+                                files_to=target.parent)
+        todos += n
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(code)
         with _stage(f"reading the imports of {file}"):
