@@ -1,10 +1,11 @@
 """Idioms of transformers' modeling files, in the main suite (no transformers needed): dtype
 casts read from a value (``x.to(input_dtype)``, ``.to(dtype=x.dtype)``, ``.type(v.dtype)``),
 ``nn.Buffer``, ``torch.baddbmm``, ``reshape(*shape, -1)`` of a value from a call the analysis
-cannot see through. The script is converted and run; it must print what torch prints.
+cannot see through, ``view(*shape)``, ``expand((1, -1))``. The script is converted and run; it must print what torch prints.
 Before the fixes: ``astype(input_dtype.dtype)`` (AttributeError), ``.to(dtype=x.dtype)``
-dropped (float32 where torch gives float16), ``.type(...)`` left as it is with no marker, and
-TODOs for nn.Buffer, baddbmm and the reshape.
+dropped (float32 where torch gives float16), ``.type(...)`` left as it is with no marker,
+``jnp.broadcast_to(x, (2, -1))`` (an error when run), and TODOs for nn.Buffer, baddbmm, the
+reshape and the view.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ class Block(nn.Module):
         out, _ = self.attention(s)
         shape = s.shape[:-1]
         r = out.reshape(*shape, -1).contiguous()
-        return h.to(input_dtype), w, c, t, s, r, self.inv_copy
+        e = self.inv.expand((2, -1))
+        v = h.view(*h.shape[:-1], 2, 2)
+        return h.to(input_dtype), w, c, t, s, r, self.inv_copy, e, v
 
 
 model = Block(4)
@@ -67,7 +70,7 @@ def test_transformers_idioms_convert_unmarked_and_print_what_torch_prints(tmp_pa
     assert "self.inv = nnx.Variable(inv)" in result.code
     want = _run(SCRIPT, tmp_path)
     dtypes = [w for w in want if w.startswith("float")]
-    assert dtypes == ["float16"] * 4 + ["float32"] * 3
+    assert dtypes == ["float16"] * 4 + ["float32"] * 5
     assert _run(result.code, tmp_path) == want
 
 

@@ -84,6 +84,10 @@ class TransformersKwargs(TypedDict, total=False):
     output_hidden_states: bool
 
 
+class FlashAttentionKwargs(TypedDict, total=False):
+    """transformers' keyword arguments of flash attention (annotations only here)."""
+
+
 # --- activations (transformers.activations.ACT2FN) --------------------------------------------
 
 
@@ -402,6 +406,17 @@ def causal_lm_loss(logits: jax.Array, labels: jax.Array, vocab_size: int | None 
     total = -jnp.sum(jnp.where(valid, picked, 0.0))
     count = jnp.sum(valid) if num_items_in_batch is None else num_items_in_batch
     return total / count
+
+
+def apply_chunking_to_forward(forward_fn: Callable[..., jax.Array], chunk_size: int,
+                              chunk_dim: int, *input_tensors: jax.Array) -> jax.Array:
+    """transformers.pytorch_utils.apply_chunking_to_forward: ``forward_fn`` over chunks of
+    ``chunk_size`` along ``chunk_dim`` (less memory, the same values), concatenated."""
+    if chunk_size <= 0:
+        return forward_fn(*input_tensors)
+    n = input_tensors[0].shape[chunk_dim] // chunk_size
+    chunks = zip(*(jnp.split(t, n, axis=chunk_dim) for t in input_tensors), strict=True)
+    return jnp.concatenate([forward_fn(*c) for c in chunks], axis=chunk_dim)
 
 
 def slice_logits_to_keep(hidden_states: jax.Array, logits_to_keep: int | jax.Array) -> jax.Array:

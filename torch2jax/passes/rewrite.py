@@ -3143,13 +3143,15 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             rule = self.rules.methods.get(meth)
             recv = original.func.value
             if rule is not None and self._tensorlike(recv, meth, original):
-                if meth == "reshape" and original.args and all(
+                if meth in ("reshape", "view") and original.args and all(
                         a.keyword is None and a.star != "**" for a in original.args) and (
-                        self._receiver_unsure(recv, meth)
+                        (meth == "reshape" and self._receiver_unsure(recv, meth))
                         or any(a.star == "*" for a in original.args)):
                     # x.reshape(*shape, -1) / x.reshape(b, -1): the same call for torch, numpy
-                    # and jax arrays (jax.Array.reshape takes the sizes as arguments too)
-                    return updated
+                    # and jax arrays (jax.Array.reshape takes the sizes as arguments too);
+                    # x.view(*shape) is that reshape (a dtype is never given starred)
+                    return updated.with_changes(func=updated.func.with_changes(
+                        attr=cst.Name("reshape")))
                 if self._receiver_unsure(recv, meth):
                     raise Untranslatable(
                         f"{code(recv)}.{meth}(...): {code(recv)} is not known to be a tensor "

@@ -783,6 +783,9 @@ def expand(site: Site) -> cst.BaseExpression:
     sizes = [site.args.get("size"), *site.args.extra_positional]
     if sizes[0] is None:
         raise Untranslatable("expand without sizes")
+    if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)) and not any(
+            isinstance(e, cst.StarredElement) for e in sizes[0].elements):
+        sizes = [e.value for e in sizes[0].elements]  # x.expand((1, -1)): the sizes
     if len(sizes) == 1 and not _is_int_like(sizes[0]):
         return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
     n = len(sizes)
