@@ -169,8 +169,12 @@ def test_open_todos_of_an_earlier_conversion_keep_failing_the_check(tmp_path: Pa
     res = runner.invoke(app, ["check", str(tmp_path / "m.py")])
     assert res.exit_code == 1
     assert "error [torch.frobnicate] left for review: no rule for torch.frobnicate" in res.output
-    (tmp_path / "m.py").write_text(converted.replace(
-        "    # TODO(torch2jax): no rule for torch.frobnicate [torch.frobnicate]\n", ""))
+    # the torch import stays while a line still reads torch (no NameError)
+    assert "import torch\n" in converted
+    handled = converted.replace(
+        "    # TODO(torch2jax): no rule for torch.frobnicate [torch.frobnicate]\n", "").replace(
+        "torch.frobnicate(x)", "-x").replace("import torch\n", "")
+    (tmp_path / "m.py").write_text(handled)
     assert runner.invoke(app, ["check", str(tmp_path / "m.py")]).exit_code == 0
 
 

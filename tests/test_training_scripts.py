@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from unbound import assert_names_bound
 
 from torch2jax.convert import convert_source
 
@@ -51,6 +52,7 @@ def _convert(source: str) -> str:
 
 
 def _run(code: str, cwd: Path) -> list[str]:
+    assert_names_bound(code)
     path = cwd / "script.py"
     path.write_text(code)
     done = subprocess.run([sys.executable, str(path)], cwd=cwd, capture_output=True,

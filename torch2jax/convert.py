@@ -18,7 +18,10 @@ from torch2jax.analysis.index import Indexer, share_names
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.training import TrainingIndexer
+from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import visit
+from torch2jax.finish.invariants import InputFacts, check_output, input_facts
+from torch2jax.finish.removed import Removed
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
@@ -46,6 +49,9 @@ IMPORT_LINES = {
     "dataclasses": "import dataclasses",
     "train_state": "from flax.training import train_state",
 }
+# the names the converter's own imports bind -> their IMPORT_LINES key (NamedSharding -> sharding)
+OWN_NAMES = {name.strip().split(" as ")[-1]: key for key, line in IMPORT_LINES.items()
+             for name in line.split("import ", 1)[-1].split(",")}
 IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
                 "optax", "ocp", "nnx", "linen", "train_state"]
 
@@ -61,6 +67,11 @@ class ConversionResult:
     uses_torch: bool = True
     # (target "nnx-for-equinox") code of the layers written for one example (nn.Upsample)
     per_example: set[str] = field(default_factory=set)
+    # what the output checks need to know about the input (finish/invariants.py)
+    facts: InputFacts | None = field(default=None, repr=False, compare=False)
+    # removed statements that the finished file may need back (finish/removed.py)
+    removed: dict[int, Removed] = field(default_factory=dict, repr=False, compare=False)
+    failed: set[int] = field(default_factory=set, repr=False, compare=False)
     # files written beside the converted one (path relative to its folder -> code): the
     # converted model code of installed packages it builds models from (package_models.py)
     files: dict[str, str] = field(default_factory=dict)
@@ -149,7 +160,9 @@ def convert_source(
         nnx = convert_source(source, path=path, rules=_channel_first(rules),
                              known_modules=known_modules, fuse_layout=False,
                              target="nnx-for-equinox")
-        return suppress(from_nnx(nnx, source, path), source) if nnx.uses_torch else nnx
+        if not nnx.uses_torch:
+            return nnx
+        return suppress(_finish(from_nnx(nnx, source, path), nnx, path, source), source)
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -195,7 +208,8 @@ def convert_source(
     transformer = share_names(names, TorchToJax(
         rules, index, emitter, path, report, training, uses_train=_uses_train_mode(source),
         data=data_indexer.index, torch_init=init == "torch", hoist_steps=hoist_steps,
-        for_equinox=target == "nnx-for-equinox"))
+        for_equinox=target == "nnx-for-equinox",
+        values=ValueFacts(wrapper, index.module_classes, lambda q: q in rules.layers)))
     new = wrapper.visit(transformer)
     if emitter.name == "linen":
         new = freeze_configs(new)
@@ -206,8 +220,27 @@ def convert_source(
     new, helper_imports = add_helpers(new, emitter.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)
     diagnostics.sort(key=lambda d: (d.line, d.column))
-    return suppress(ConversionResult(code=new.code, diagnostics=diagnostics,
-                                     per_example=transformer.per_example_code), source)
+    result = ConversionResult(code=new.code, diagnostics=diagnostics,
+                              per_example=transformer.per_example_code,
+                              facts=input_facts(wrapper, TORCH_PACKAGES),
+                              removed=transformer.removed, failed=transformer.failed_sites)
+    if not hoist_steps:  # the NNX translation the equinox pass goes on from: checked there
+        return result
+    return suppress(_finish(result, result, path, source), source)
+
+
+def _finish(result: ConversionResult, rewrite: ConversionResult, path: str,
+            source: str) -> ConversionResult:
+    """The output invariants (finish/invariants.py) on a converted file; ``rewrite`` is the
+    rewrite's own result (for equinox, the NNX translation the target started from)."""
+    if rewrite.facts is None:
+        return result
+    code, diagnostics = check_output(result.code, result.diagnostics, rewrite.facts, path,
+                                     source, rewrite.removed, _add_imports, OWN_NAMES,
+                                     rewrite.failed)
+    if code is result.code and diagnostics is result.diagnostics:
+        return result
+    return replace(result, code=code, diagnostics=diagnostics)
 
 
 def _uses_train_mode(source: str) -> bool:
@@ -253,6 +286,7 @@ def _existing_imports(module: cst.Module) -> set[str]:
 
 
 def _add_imports(module: cst.Module, needed: set[str]) -> cst.Module:
+    needed = {OWN_NAMES.get(n, n) for n in needed}  # (the names they bind, for the finish)
     text = module.code
     # a name noted while rewriting a part that a later rewrite replaced (partial(nnx.max_pool,
     # ...)(x) -> nnx.max_pool(x, ...)) needs no import

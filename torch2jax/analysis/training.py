@@ -108,6 +108,9 @@ class TrainingIndex:
     # NNX modules keep an nnx.Rngs of their own for it
     method_draws: set[str] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)  # statements with no JAX counterpart
+    # removed statement -> id of the optimizer site whose translation they are part of: kept
+    # when that translation fails
+    removed_for: dict[int, int] = field(default_factory=dict)
     self_keyed: set[str] = field(default_factory=set)  # functions that make their own key
     model_vars: set[str] = field(default_factory=set)  # names assigned a model instance
 
@@ -399,6 +402,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             names = {n.value for n in findall(line, m.Name())}
             if "named_parameters" in text or ".parameters()" in text or names & tainted:
                 self.index.removed.add(id(line))
+                self.index.removed_for[id(line)] = id(site)
                 for a in findall(line, m.AssignTarget(target=m.Name())):
                     tainted.add(a.target.value)
 

@@ -29,6 +29,7 @@ import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.index import qualified
+from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.training import RANDOM
 from torch2jax.analysis.walk import NoAttributeHooks, of_type
 from torch2jax.passes.common import Untranslatable, arg, bind, code, expr, try_literal
@@ -140,6 +141,14 @@ class DataIndex:
     # the file builds random transforms: its loaders read in one thread, so that every run
     # hands the transforms' draws to the same elements (grain reads with 16 threads)
     random_augment: bool = False
+    # a loader of the file is not a batched grain MapDataset over its whole dataset (no batch
+    # size, an IterableDataset): len(loader.dataset) cannot be read off its pipeline
+    unbatched_loader: bool = False
+
+    def dataset_length_known(self) -> bool:
+        """Every loader is ``<source>[.shuffle(...)].batch(...)``, so the number of examples,
+        torch's ``len(loader.dataset)``, is ``len(loader.parents[0])``."""
+        return not (self.unbatched_loader or self.random_augment or self.distributed)
 
     def seeded_draw(self, generator: str) -> bool:
         """A draw from ``generator``, a ``torch.Generator().manual_seed(s)`` read only by draws
@@ -167,7 +176,7 @@ class DataIndex:
 class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
     """Finds the loaders, samplers, DDP-wrapped models and scalers of a script."""
 
-    METADATA_DEPENDENCIES = (ScopeProvider,)
+    METADATA_DEPENDENCIES = (ScopeProvider, ParentNodeProvider)
 
     def __init__(self, module_classes: set[str] | frozenset[str] = frozenset()) -> None:
         super().__init__()
@@ -226,6 +235,17 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         q = self.q(node.func) or ""
         if transform_name(q) in RANDOM_TRANSFORMS:
             self.index.random_augment = True
+        if q in LOADERS:
+            try:
+                full, _ = expand_loader_kwargs(node, node, self.get_metadata)
+            except Untranslatable:
+                full = node
+            b = bind(full.args, ("dataset", "batch_size"))
+            dataset = b.get("dataset")
+            if (b.get("batch_size") is not None and b.literal("batch_size", 1) is None
+                    or not isinstance(dataset, cst.Name)
+                    or dataset.value in self.index.iterable_datasets):
+                self.index.unbatched_loader = True
         if q in LOADERS or q in RANDOM_SPLITS:
             for a in node.args:
                 if (a.keyword and a.keyword.value == "generator"
@@ -289,6 +309,10 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         return batch_sampler_site(call, self.q, self.index)
 
     def _shuffled(self, call: cst.Call) -> bool:
+        try:
+            call, _ = expand_loader_kwargs(call, call, self.get_metadata)
+        except Untranslatable:
+            pass  # marked where the loader is rewritten
         b = bind(call.args, ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler"))
         if b.literal("shuffle") is True:
             return True
@@ -375,6 +399,114 @@ def _known_sampler(original: cst.BaseExpression | None, sampler: cst.BaseExpress
         return data.samplers.get(sampler.value)
     if isinstance(original, cst.Call) and (q_of(original.func) or "") in SAMPLERS:
         return sampler_site(q_of(original.func), sampler)
+    return None
+
+
+def expand_loader_kwargs(original: cst.Call, node: cst.Call, get
+                         ) -> tuple[cst.Call, list[str]]:
+    """``DataLoader(ds, **train_kwargs)`` with ``train_kwargs = {'batch_size': ...}``: ``node``
+    (the rewritten call) with the dict's items as keyword arguments, and notes. An update
+    of the dict (``train_kwargs.update(cuda_kwargs)``) is followed when it always runs; one
+    under a condition that adds options the pipeline does not drop anyway is reported.
+    Raises Untranslatable when the dict is not a literal the file shows. ``get`` is a
+    visitor's get_metadata (scopes and parents of ``original``'s tree)."""
+    if not any(a.star == "**" for a in original.args):
+        return node, []
+    notes: list[str] = []
+    args = []
+    for o, a in zip(original.args, node.args, strict=True):
+        if a.star != "**":
+            args.append(a)
+            continue
+        if not isinstance(o.value, cst.Name):
+            raise Untranslatable(f"DataLoader(**{code(o.value)}): the options are not a dict "
+                                 "the file shows", rule="torch.utils.data.DataLoader")
+        items = _dict_literal(o.value, get, notes)
+        args.extend(arg(value, key) for key, value in items.items())
+    given = [a.keyword.value for a in args if a.keyword is not None]
+    if len(given) != len(set(given)):
+        raise Untranslatable("DataLoader: an option given twice (in **kwargs and by name)",
+                             rule="torch.utils.data.DataLoader")
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return node.with_changes(args=args), notes
+
+
+def _dict_literal(name: cst.Name, get, notes: list[str]) -> dict[str, cst.BaseExpression]:
+    """The items of the dict literal ``name`` holds where it is read, with the updates that
+    always run merged in."""
+    problem = Untranslatable(f"DataLoader(**{name.value}): {name.value} is not one dict literal "
+                             "(or dict(...) call) of this file with constant keys: the loader's "
+                             "options cannot be read", rule="torch.utils.data.DataLoader")
+    scope = get(ScopeProvider, name, None)
+    access = next((a for a in scope.accesses[name] if a.node is name), None) if scope else None
+    referents = list(access.referents) if access is not None else []
+    if len(referents) != 1:
+        raise problem
+    binding = referents[0]
+    target = getattr(binding, "node", None)
+    assign = get(ParentNodeProvider, get(ParentNodeProvider, target, None), None) \
+        if target is not None else None
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        raise problem
+    items = _items_of(assign.value)
+    if items is None:
+        raise problem
+    home = _block_of(assign, get)
+    for ref in binding.references:
+        if ref.node is name:
+            continue
+        parent = get(ParentNodeProvider, ref.node, None)
+        call = get(ParentNodeProvider, parent, None) if isinstance(parent, cst.Attribute) \
+            else None
+        if isinstance(parent, cst.Attribute) and parent.attr.value == "update" and isinstance(
+                call, cst.Call) and len(call.args) == 1 and not call.args[0].keyword:
+            other = call.args[0].value
+            added = _items_of(other) if not isinstance(other, cst.Name) else \
+                _dict_literal(other, get, notes)
+            if added is None:
+                raise problem
+            if _block_of(call, get) is home:
+                items.update(added)
+                continue
+            kept = [k for k in added if k not in LOADER_DROPPED]
+            if kept:
+                notes.append(f"{name.value}.update(...) under a condition is not followed: "
+                             f"{', '.join(f'{k}={code(added[k])}' for k in kept)} applies only "
+                             "where it runs in the torch script; the pipeline uses "
+                             f"{name.value} as written")
+            continue
+        if isinstance(parent, cst.Subscript) or isinstance(parent, cst.Attribute) and (
+                parent.attr.value not in ("get", "items", "keys", "values", "copy")):
+            raise problem  # changed some other way
+    return items
+
+
+def _items_of(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
+    """``{'a': x}`` / ``dict(a=x)`` with constant keys -> their items."""
+    if isinstance(node, cst.Dict):
+        out = {}
+        for e in node.elements:
+            if not isinstance(e, cst.DictElement) or not isinstance(e.key, cst.SimpleString):
+                return None
+            out[e.key.evaluated_value] = e.value
+        return out
+    if m.matches(node, m.Call(func=m.Name("dict"))) and all(
+            a.keyword is not None and not a.star for a in node.args):
+        return {a.keyword.value: a.value for a in node.args}
+    return None
+
+
+def _block_of(node: cst.CSTNode, get) -> cst.CSTNode | None:
+    """The function body (or module) ``node`` runs in unconditionally: None inside an if,
+    loop or try of it."""
+    at = get(ParentNodeProvider, node, None)
+    while at is not None:
+        if isinstance(at, (cst.If, cst.For, cst.While, cst.Try, cst.With)):
+            return None
+        if isinstance(at, (cst.FunctionDef, cst.Module)):
+            return at
+        at = get(ParentNodeProvider, at, None)
     return None
 
 

@@ -14,6 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import FileIndex, Layouts, ordered_dict_items, qualified
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.training import (
@@ -24,10 +25,11 @@ from torch2jax.analysis.training import (
     TrainingIndex,
 )
 from torch2jax.analysis.walk import NoAttributeHooks, findall, walk
+from torch2jax.finish import removed as rmv
+from torch2jax.passes import closures, torch_init
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import remat as rm
-from torch2jax.passes import torch_init
 from torch2jax.passes import training as tr
 from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import (
@@ -79,6 +81,11 @@ class Pending:
     keys: tr.StatementKeys = field(default_factory=tr.StatementKeys)  # subkeys it draws
     before: list[cst.BaseStatement] = field(default_factory=list)  # statements to put first
     after: list[cst.BaseStatement] = field(default_factory=list)  # statements to put after
+    # diagnostics reported inside the statement, and the small statements it lost: what a
+    # removed statement's placeholder needs (finish/removed.py)
+    reported: list[tuple[int, int, str, str, str]] = field(default_factory=list)
+    removed: list[cst.BaseSmallStatement] = field(default_factory=list)
+    translated: str | None = None  # removed, but its rewritten form is a translation
 
 
 def _apply_loop(model: str, fn: str, rngs: str | None) -> cst.BaseStatement:
@@ -95,8 +102,10 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
     def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
                  report, training: TrainingIndex | None = None, uses_train: bool = False,
                  data: dt.DataIndex | None = None, torch_init: bool = False,
-                 hoist_steps: bool = True, for_equinox: bool = False) -> None:
+                 hoist_steps: bool = True, for_equinox: bool = False,
+                 values: vk.ValueFacts | None = None) -> None:
         super().__init__()
+        self.values = values  # what kind of value an expression of the file holds
         # the NNX translation that targets/equinox.py rewrites: every equinox layer is
         # channel-first and per example, so a container mixing channels-last and other
         # layers is called as it is, and nn.Upsample's lambda is written per example
@@ -176,8 +185,14 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         self._remat_closures: dict[int, set[str]] = {}
         # enclosing function -> the names it assigns a module class to (_module_class_locals)
         self._class_locals: dict[cst.FunctionDef, set[str]] = {}
+        # removed statements whose names may still be read: put back or dropped when the file
+        # is finished (finish/removed.py), keyed by their placeholder's number
+        self.removed: dict[int, rmv.Removed] = {}
+        self.failed_sites: set[int] = set()  # optimizer sites whose translation failed
+        self._indent = "    "
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._indent = node.default_indent
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
         self._module_names = _module_names(node)
         # schedulers stepped in a function that receives them (train(model, loader, optimizer,
@@ -291,6 +306,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
     def diag(self, node, rule: str, severity: str, message: str) -> None:
         line, col = self.pos(node)
         self.report(line, col, rule, severity, message)
+        if self._pending:
+            self._pending[-1].reported.append((line, col, rule, severity, message))
         if severity == "error" and self._pending:
             self._pending[-1].todos.append((rule, message))
 
@@ -332,6 +349,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if isinstance(original_node, cst.IndentedBlock):
             self._depth -= 1
         result = super().on_leave(original_node, updated_node)
+        if isinstance(original_node, (cst.Assign, cst.AnnAssign, cst.Import, cst.ImportFrom)
+                      ) and isinstance(result, cst.RemovalSentinel) and self._pending:
+            self._pending[-1].removed.append(updated_node)
         if self.linen and self._lt_blank is not None and self._lt_blank == self._depth and \
                 isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             self._lt_blank = None
@@ -339,16 +359,26 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 result = result.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
         if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             pending = self._pending.pop()
+            if self._pending:  # a removed block knows what was reported inside it
+                self._pending[-1].reported.extend(pending.reported)
             if id(original_node) in self.training.removed:
-                return cst.RemoveFromParent()
+                return self._placeholder(original_node, updated_node, pending) or \
+                    cst.RemoveFromParent()
+            if not pending.before and not pending.after and (
+                    isinstance(result, cst.RemovalSentinel) or (isinstance(
+                        result, cst.SimpleStatementLine) and not result.body)):
+                return self._placeholder(original_node, updated_node, pending) or result
             if isinstance(result, cst.SimpleStatementLine) and not result.deep_equals(
                     original_node):
                 result = wrap_long_statement(result, 4 * self._depth)
             if pending.todos and isinstance(result, (cst.SimpleStatementLine,
                                                      cst.BaseCompoundStatement)):
+                # (converting converted code again: its open TODOs are not written twice)
+                present = {ll.comment.value for ll in result.leading_lines if ll.comment}
                 comments = [
                     cst.EmptyLine(comment=cst.Comment(f"# TODO(torch2jax): {msg} [{rule}]"))
-                    for rule, msg in pending.todos
+                    for rule, msg in dict.fromkeys(pending.todos)
+                    if f"# TODO(torch2jax): {msg} [{rule}]" not in present
                 ]
                 result = result.with_changes(leading_lines=[*result.leading_lines, *comments])
             pending.before = [wrap_long_statement(b, 4 * self._depth) if isinstance(
@@ -372,6 +402,42 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             elif pending.after and isinstance(result, cst.RemovalSentinel):
                 result = cst.FlattenSentinel(pending.after)
         return result
+
+    def _placeholder(self, original, updated, pending: Pending
+                     ) -> cst.SimpleStatementLine | None:
+        """A removed statement that binds names something reads (or that belongs to an
+        optimizer translation that may yet fail): a placeholder, and what to put back in its
+        place if the finished file needs it (finish/removed.py)."""
+        names = rmv.bound_names(original)
+        part_of = self.training.removed_for.get(id(original))
+        scope = self.get_metadata(ScopeProvider, original, None)
+        if part_of is None and (not names or scope is None or not any(
+                a.references for n in names for a in scope.assignments[n])):
+            return None
+        if isinstance(original, cst.SimpleStatementLine):
+            if not pending.removed:
+                if not updated.body:
+                    return None
+                pending.removed = list(updated.body)
+            body = list(pending.removed)
+            body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            stmt = cst.SimpleStatementLine(body=body)
+        else:
+            stmt = updated.with_changes(leading_lines=[])
+        empty = cst.Module([], default_indent=self._indent)
+        key = len(self.removed)
+        line, col = self.pos(original)
+        imports = isinstance(original, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in original.body)
+        self.removed[key] = rmv.Removed(
+            names=frozenset(names), line=line, column=col, reported=list(pending.reported),
+            translated=pending.translated if not pending.todos else None, part_of=part_of,
+            imports=imports,
+            statement=empty.with_changes(body=[stmt]).code,
+            leading="".join(empty.code_for_node(ll) for ll in original.leading_lines),
+            todos="".join(f"# TODO(torch2jax): {msg} [{rule}]\n"
+                          for rule, msg in pending.todos))
+        return rmv.placeholder(key, imports)
 
     # ------------------------------------------------------------------ imports
     def _dropped_import(self, module: str) -> bool:
@@ -420,6 +486,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         name = self._class_stack.pop()
         if name not in self.index.module_classes:
             return self._dataset_class(original_node, updated_node)
+        updated_node = self._lambda_methods(original_node, updated_node)
         info = self.index.classes[name]
         bases = []
         for b, ob in zip(updated_node.bases, original_node.bases):
@@ -643,6 +710,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return self._training_assign(original_node, updated_node, site)
             except Untranslatable as exc:
                 self.diag(original_node, exc.rule or site.qualname, "error", exc.message)
+                self.failed_sites.add(id(site))
                 return updated_node
         target = original_node.targets[0].target if len(original_node.targets) == 1 else None
         if target is not None and (self.q(target) or "").startswith("torch.backends."):
@@ -696,7 +764,12 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return updated_node
         # device bookkeeping: device = torch.device(...), device = x.device
         if isinstance(target, cst.Name) and _is_device_expr(original_node.value, self):
+            # removed unless a later line still reads it (then put back: finish/removed.py)
             self._device_names.add(target.value)
+            if not isinstance(original_node.value, cst.Attribute):
+                self._pending[-1].translated = (
+                    f"{target.value}: a later line reads this device selection: kept, "
+                    "translated")
             return cst.RemoveFromParent()
         # x[i] = v -> x = x.at[i].set(v) (not into an OrderedDict of layers, nor a list)
         if isinstance(target, cst.Subscript) and len(updated_node.targets) == 1 and not (
@@ -704,6 +777,15 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 and (Layouts(self.rules, self, self.index).is_ordered_dict(target.value.value)
                      or _python_list(self._fn_stack[-1], target.value.value))
         ) and not self._layer_container(target.value):
+            kind = self._array_target(target.value)
+            if kind == "python":  # config['vocab_size'] = 50257, param_group['lr'] = lr
+                return updated_node
+            if kind == "unsure":
+                self.diag(original_node, "indexed-update", "error",
+                          f"{code(target.value)}[...] = ...: {code(target.value)} is not known "
+                          "to be an array (JAX arrays are immutable: x = x.at[i].set(v)) or a "
+                          "Python container: left as it is")
+                return updated_node
             return self._indexed_update(original_node, updated_node.targets[0].target,
                                         "set", updated_node.value)
         # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
@@ -769,6 +851,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         return cst.FlattenSentinel(body)
 
     def leave_AugAssign(self, original_node, updated_node):
+        if isinstance(updated_node.target, cst.Subscript) and self._array_target(
+                original_node.target.value) == "python":
+            return updated_node  # counts[name] += 1 on a dict
         if isinstance(updated_node.target, cst.Subscript):
             ops = {cst.AddAssign: "add", cst.SubtractAssign: "subtract",
                    cst.MultiplyAssign: "multiply", cst.DivideAssign: "divide"}
@@ -805,13 +890,17 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         site = self.data.loaders.get(name)
         if q in dt.LOADERS and site is not None and site.shuffled:
             try:
-                pipeline, notes = dt.loader_pipeline(original_node.value, updated_node.value,
-                                                     self.q, self.data, "epoch")
+                expanded, warnings = dt.expand_loader_kwargs(
+                    original_node.value, updated_node.value, self.get_metadata)
+                pipeline, notes = dt.loader_pipeline(original_node.value, expanded, self.q,
+                                                     self.data, "epoch")
             except Untranslatable as exc:
                 self.diag(original_node, exc.rule or q, "error", exc.message)
                 return None
             for note in notes:
                 self.diag(original_node, q, "info", note)
+            for note in warnings:
+                self.diag(original_node, q, "warning", note)
             self.need("grain")
             blank = [cst.EmptyLine(indent=False)]
             self._pending[-1].after.append(dt.loader_function(name, "epoch", pipeline, blank))
@@ -896,6 +985,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 value=self._optimizer(original_node, updated_node.value, site))
         except Untranslatable as exc:
             self.diag(original_node, exc.rule or site.qualname, "error", exc.message)
+            self.failed_sites.add(id(site))
             return updated_node
 
     def _nnx_only(self, what: str) -> None:
@@ -2488,6 +2578,21 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if (original_node.attr.value == "module" and isinstance(original_node.value, cst.Name)
                 and original_node.value.value in self.data.wrapped):
             return updated_node.value  # DDP(model).module: the model itself
+        if original_node.attr.value in ("dataset", "sampler", "batch_size") and (
+                self.values is not None and self.values.kind(original_node.value)
+                == vk.Kind.LOADER):
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            holder = self.get_metadata(ParentNodeProvider, parent, None)
+            if (original_node.attr.value == "dataset" and self.data.dataset_length_known()
+                    and isinstance(parent, cst.Arg) and isinstance(holder, cst.Call)
+                    and m.matches(holder, m.Call(func=m.Name("len"), args=[m.Arg(keyword=None,
+                                                                                star="")]))):
+                # len(loader.dataset): the examples before .batch(...)
+                return expr("{l}.parents[0]", l=updated_node.value)
+            self.diag(original_node, "torch.utils.data.DataLoader", "error",
+                      f"{code(original_node)}: the loader is a grain pipeline, which has no "
+                      f".{original_node.attr.value}: read it from what the loader was built "
+                      "from")
         if (original_node.attr.value == "forward" and self.in_module_class()
                 and m.matches(original_node.value, m.Call(func=m.Name("super")))):
             return updated_node.with_changes(attr=cst.Name("__call__"))  # super().forward(x)
@@ -2609,6 +2714,34 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return updated_node.with_changes(
                     attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
+
+    def _lambda_methods(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        """``self.f = lambda x: m.c_proj(m.c_fc(x))`` over submodules -> a method
+        (passes/closures.py); one that cannot move is marked at its line."""
+        def where(attr: str) -> cst.CSTNode:
+            init = next((s for s in original.body.body if isinstance(s, cst.FunctionDef)
+                         and s.name.value == "__init__"), original)
+            return next((s for s in init.body.body if isinstance(s, cst.SimpleStatementLine)
+                         and m.matches(s.body[0], m.Assign(targets=[m.AssignTarget(
+                             m.Attribute(value=m.Name("self"), attr=m.Name(attr)))],
+                             value=m.Lambda()))), original) if isinstance(
+                                 init, cst.FunctionDef) else original
+
+        def mark(attr: str, message: str) -> None:
+            line, col = self.pos(where(attr))
+            self.report(line, col, closures.RULE, "error", message)
+
+        info = self.index.classes.get(original.name.value)
+        dicts = frozenset(a for a, r in info.attr_rule.items() if r == "torch.nn.ModuleDict") \
+            if self.linen and info is not None else frozenset()
+        updated, moved = closures.lambdas_to_methods(updated, mark, dicts)
+        for attr in moved:
+            line, col = self.pos(where(attr))
+            self.report(line, col, closures.RULE, "info",
+                        f"self.{attr} = lambda over submodules -> method {attr}: a lambda "
+                        "would keep the layers it closed over out of JAX transforms (their "
+                        "parameters would get no gradient)")
+        return updated
 
     def _inherited_attr_rule(self, attr: str) -> str:
         """The torch layer ``self.<attr>`` is, set in this class or a module class of this
@@ -2814,9 +2947,12 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             site = self.data.loaders.get(target or "")
             if site is not None and site.shuffled:
                 return updated  # the assignment becomes a function of the epoch: leave_Assign
-            pipeline, notes = dt.loader_pipeline(original, updated, self.q, self.data, None)
+            expanded, warnings = dt.expand_loader_kwargs(original, updated, self.get_metadata)
+            pipeline, notes = dt.loader_pipeline(original, expanded, self.q, self.data, None)
             for note in notes:
                 self.diag(original, name, "info", note)
+            for note in warnings:
+                self.diag(original, name, "warning", note)
             self.need("grain")
             return pipeline
         if name in dt.SAMPLERS | dt.BATCH_SAMPLERS or name in dt.SCALERS or (
@@ -2989,6 +3125,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             rule = self.rules.methods.get(meth)
             recv = original.func.value
             if rule is not None and self._tensorlike(recv, meth, original):
+                if self._receiver_unsure(recv, meth):
+                    raise Untranslatable(
+                        f"{code(recv)}.{meth}(...): {code(recv)} is not known to be a tensor "
+                        f"(other objects have a .{meth} too): left as it is",
+                        rule="unknown-receiver")
                 return self._method(original, updated, rule)
             if meth in ("to", "cuda", "cpu") and self._is_module_expr(recv):
                 return updated.func.value
@@ -3224,6 +3365,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         func = original.func
         if isinstance(func, cst.Name):
             n = func.value
+            if n in self.index.module_classes and self._no_constructor(n):
+                return False  # class NewGELU(nn.Module) with only a forward: built bare
             if n in self.index.module_classes or n in self.index.rngs_functions:
                 return True
             # a layer factory handed in as an argument (block(...), norm_layer(...))
@@ -3338,6 +3481,20 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if rule.subclass is None or not (target.startswith("nnx.") and target[4:5].isupper()):
             return None
         return rule
+
+    def _no_constructor(self, cls: str) -> bool:
+        """A module class of this file whose chain of module classes up to nn.Module defines
+        no ``__init__``: its JAX class takes no rngs either."""
+        seen: set[str] = set()
+        while cls in self.index.classes and cls not in seen:
+            seen.add(cls)
+            info = self.index.classes[cls]
+            if info.defines_init or info.layer_base or info.container:
+                return False
+            if info.module_base == "torch":
+                return True
+            cls = info.module_base
+        return False
 
     def _takes_layer_arguments(self, cls: str | None) -> bool:
         """No class from ``cls`` up to the torch layer defines ``__init__``: it is built with
@@ -3691,8 +3848,17 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
     def _function(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)
         site = Site(rule=rule, args=b, unpack=self._unpack.get(id(original)),
-                    target=self.emitter.name, defined=self.index.defined)
+                    target=self.emitter.name, defined=self.index.defined,
+                    optional=self._optional_args(original, rule))
         return self._apply(original, site, receiver_first=False)
+
+    def _optional_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
+        """The arguments of ``original`` that may hold None at run time (value analysis)."""
+        if self.values is None or rule.special != "functional_layer_norm":
+            return frozenset()
+        given = bind(original.args, rule.params)
+        return frozenset(name for name in ("weight", "bias") if given.get(name) is not None
+                         and self.values.may_be_none(given.get(name)))
 
     def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)
@@ -3855,13 +4021,41 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                         and node.attr.value not in info.tensor_attrs)
         if isinstance(node, cst.Name) and node.value in ("model", "net", "module"):
             return True
-        return False
+        # Net().to(device), self.transformer.h[0], a model passed to a function
+        return self.values is not None and self.values.kind(node) == vk.Kind.MODULE
+
+    def _receiver_unsure(self, recv: cst.BaseExpression, meth: str) -> bool:
+        """``recv.meth(...)`` where the value analysis cannot see what ``recv`` is and
+        ``meth`` is also a method of other objects (``run.log``): marked, not rewritten."""
+        return (self.values is not None and meth in vk.SHARED_METHODS
+                and self.values.kind(recv) == vk.Kind.UNKNOWN)
+
+    def _array_target(self, base: cst.BaseExpression) -> str:
+        """``base[i] = v``: "array" (rebind it with .at[i].set(v)), "python" (a dict, list,
+        optimizer.param_groups item, numpy array...: stays as it is) or "unsure"."""
+        if self.values is None:
+            return "array"
+        kind = self.values.kind(base)
+        if kind in vk.NON_TENSOR:
+            return "python"
+        return "unsure" if kind == vk.Kind.UNKNOWN else "array"
 
     def _tensorlike(self, recv: cst.BaseExpression, meth: str | None = None,
                     call_node: cst.Call | None = None) -> bool:
         if isinstance(recv, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString,
                              cst.Dict, cst.List, cst.Tuple, cst.Integer, cst.Float)):
             return False
+        if self.values is not None:
+            kind = self.values.kind(recv)
+            if kind == vk.Kind.TENSOR:
+                return True
+            if kind in vk.NON_TENSOR:
+                return False  # wandb.log(...), config.get(...), model.to(...)
+            rule = self.rules.methods.get(meth or "")
+            if call_node is not None and rule is not None and not rule.special and len(
+                    [a for a in call_node.args if a.keyword is None and not a.star]) > len(
+                    rule.params):
+                return False  # more arguments than the tensor method takes: run.log(k, v)
         if self._is_module_expr(recv):
             return False
         q = self.q(recv)
@@ -4107,6 +4301,13 @@ def _is_device_expr(node: cst.BaseExpression, t: TorchToJax) -> bool:
         return True
     if isinstance(node, cst.Attribute) and node.attr.value == "device":
         return True
-    if isinstance(node, cst.IfExp):
-        return "torch.cuda.is_available" in code(node) or "cuda" in code(node)
+    if isinstance(node, cst.IfExp):  # "cuda" if ... else "cpu"
+        return all(_is_device_expr(branch, t) or _device_string(branch)
+                   for branch in (node.body, node.orelse))
     return False
+
+
+def _device_string(node: cst.BaseExpression) -> bool:
+    """A string literal naming a torch device: "cuda", "cuda:1", "cpu", "mps"."""
+    value = try_literal(node, ...)
+    return isinstance(value, str) and value.split(":")[0] in ("cuda", "cpu", "mps", "xpu")

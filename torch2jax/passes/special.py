@@ -40,6 +40,8 @@ class Site:
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
     # the layer is applied to one example, (C, *spatial), not a batch (the equinox target)
     per_example: bool = False
+    # arguments that may hold None at run time (self.bias of a LayerNorm built with bias=False)
+    optional: frozenset[str] = frozenset()
 
     def x(self, name: str | None = None) -> cst.BaseExpression:
         """The tensor operated on: the receiver of a method, or the named argument (by default
@@ -929,10 +931,14 @@ def functional_layer_norm(site: Site) -> cst.BaseExpression:
     out = expr(f"jax.nn.standardize({{x}}, axis={axes}, epsilon={{e}})", x=site.x(),
                e=eps if eps is not None else py(1e-5))
     w, b = site.args.get("weight"), site.args.get("bias")
+    # (a weight or bias that is None on some instances: self.bias of a LayerNorm whose class
+    # sets it to None when built without one)
     if w is not None and try_literal(w, ...) is not None:
-        out = expr("{o} * {w}", o=out, w=w)
+        out = expr("{o} * ({w} if {w} is not None else 1.0)" if "weight" in site.optional
+                   else "{o} * {w}", o=out, w=w)
     if b is not None and try_literal(b, ...) is not None:
-        out = expr("{o} + {b}", o=out, b=b)
+        out = expr("{o} + ({b} if {b} is not None else 0.0)" if "bias" in site.optional
+                   else "{o} + {b}", o=out, b=b)
     return out
 
 
@@ -983,6 +989,11 @@ def one_hot(site: Site) -> cst.BaseExpression:
 @special("expand_as")
 def expand_as(site: Site) -> cst.BaseExpression:
     return expr("jnp.broadcast_to({x}, {y}.shape)", x=site.x(), y=site.args.get("other"))
+
+
+@special("view_as")
+def view_as(site: Site) -> cst.BaseExpression:
+    return expr("{x}.reshape({y}.shape)", x=site.x(), y=site.args.get("other"))
 
 
 @special("sub_alpha")
@@ -1088,3 +1099,4 @@ from torch2jax.passes import special_losses  # noqa: F401  (registers the loss t
 from torch2jax.training import optim as _optim  # noqa: F401  (registers the optimizer transforms)
 from torch2jax.passes import special_vision  # noqa: F401  (registers the vision transforms)
 from torch2jax.passes import special_sequence  # noqa: F401  (attention and recurrent layers)
+from torch2jax.passes import special_device  # noqa: F401  (device queries and objects)

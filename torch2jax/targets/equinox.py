@@ -105,6 +105,7 @@ class Layer:
     alts: tuple[str, ...] = ()
     # seq / list: its layers were appended in a loop (how many is not known here)
     loop: bool = False
+    bare: bool = False  # kind == "module" of a class with no constructor: built without a key
 
 
 # recurrent layer kinds -> torch's names (for messages)
@@ -250,8 +251,10 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
         if name == "nnx.Param":
             return pos[0], Layer("param")
         if name in classes:
+            bare = not any(a.keyword and a.keyword.value == "rngs" for a in node.args)
             return node.with_changes(args=[*[a for a in node.args if not (
-                a.keyword and a.keyword.value == "rngs")]]), Layer("module", cls=name)
+                a.keyword and a.keyword.value == "rngs")]]), Layer("module", cls=name,
+                                                                   bare=bare)
         if name.startswith("nnx.") and name[4:5].isupper():  # (functions: _NoNnx marks them)
             raise EquinoxError(f"{name} has no equinox translation yet")
     text = code(node)
@@ -428,7 +431,7 @@ class _InitRewriter(cst.CSTTransformer):
         except EquinoxError as exc:
             self.errors.append(exc.message)
             return updated_node
-        if lay.kind == "module":
+        if lay.kind == "module" and not lay.bare:
             new = new.with_changes(args=[*new.args[:-1], new.args[-1].with_changes(
                 comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))] if new.args
                 else [], )
@@ -470,7 +473,7 @@ class _InitRewriter(cst.CSTTransformer):
                 a.with_changes(keyword=cst.Name("key"), value=cst.Name("__needs_key__"))
                 if a.keyword is not None and a.keyword.value == "rngs" else a
                 for a in new.args])
-        if lay.kind == "module" or "__needs_key__" in code(new):
+        if (lay.kind == "module" and not lay.bare) or "__needs_key__" in code(new):
             self.sites += 1
         self.values[id(new)] = lay
         return new
@@ -1005,7 +1008,7 @@ class Forward:
                 raise EquinoxError(f"a {lay.kind} layer applied to a value whose rank is not "
                                    "known here")
             rank = x.rank if x.rank is not None else need
-            self._fix_input_rank(args[0].value, rank)
+            self._fix_input_rank(args[0].value, rank, lay.kind)
             if rank < need:
                 raise EquinoxError(f"a {lay.kind} layer applied to a value of rank {rank}")
             f: cst.BaseExpression = func
@@ -1068,7 +1071,7 @@ class Forward:
                     raise EquinoxError("a Sequential applied to a value whose rank is not "
                                        "known here")
                 rank = VECTOR_LAYERS[first.kind]
-                self._fix_input_rank(args[0].value, rank)
+                self._fix_input_rank(args[0].value, rank, first.kind)
             for _ in range(vmaps):
                 func = expr("jax.vmap({f})", f=func)
             call = cst.Call(func, new_args)
@@ -1320,12 +1323,14 @@ class Forward:
         self.owner.lambdas[attr] = new
         return out
 
-    def _fix_input_rank(self, node: cst.BaseExpression, rank: int) -> None:
+    def _fix_input_rank(self, node: cst.BaseExpression, rank: int, kind: str = "") -> None:
         """A model input whose rank a layer decided: later uses agree with it."""
         for n in findall(node, m.Name()) if not isinstance(node, cst.Name) else [node]:
             info = self.env.get(n.value)
             if info is not None and info.is_input and info.rank is None:
                 self.env[n.value] = replace(info, rank=rank)
+                if kind:
+                    self.owner.assumed.append((n.value, rank, kind))
 
     # --- expressions
     def ev(self, node: cst.BaseExpression) -> tuple[cst.BaseExpression, Info]:
@@ -2122,6 +2127,9 @@ class ClassInfo:
     # builder methods (``*, rngs`` in NNX, called as ``self.name(...)`` in ``__init__``),
     # rewritten like ``__init__``
     methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    # inputs of __call__ whose per-example rank no line states, taken from the first layer
+    # applied to them: (parameter, rank, layer kind)
+    assumed: list[tuple[str, int, str]] = field(default_factory=list)
 
 
 def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
@@ -2493,9 +2501,10 @@ def _without_nnx_helpers(module: cst.Module) -> cst.Module:
 
 
 def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = ()
-            ) -> tuple[str, list[tuple[int, str]]]:
-    """NNX code -> equinox code. Returns the code and ``(line, message)`` of each TODO this
-    pass added. ``per_example``: the code of the NNX pass's layers written for one example
+            ) -> tuple[str, list[tuple[int, str]], list[tuple[str, str]]]:
+    """NNX code -> equinox code. Returns the code, ``(line, message)`` of each TODO this
+    pass added, and ``(class, message)`` of the input ranks it took from a first layer.
+    ``per_example``: the code of the NNX pass's layers written for one example
     (ConversionResult.per_example)."""
     module = _without_nnx_helpers(cst.parse_module(nnx_code))
     torch_module = cst.parse_module(torch_source)
@@ -2574,7 +2583,22 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = ()
     todos = [(i + 1, line.split("TODO(torch2jax): ", 1)[1])
              for i, line in enumerate(text.splitlines())
              if f"[{RULE}]" in line and "# TODO(torch2jax): " in line]
-    return text, todos
+    assumed = [(name, _assumed_ranks(name, c.assumed)) for name, c in f.classes.items()
+               if name not in used and c.assumed]
+    return text, todos, assumed
+
+
+def _assumed_ranks(name: str, assumed: list[tuple[str, int, str]]) -> str:
+    """The warning for a model whose input ranks were taken from its first layers."""
+    ranks = {0: "a scalar (one index)", 1: "a vector"}
+    params = ", ".join(p for p, _, _ in assumed)
+    taken = ", ".join(ranks.get(r, f"of rank {r}") for _, r, _ in assumed)
+    kinds = ", ".join(k for _, _, k in assumed)
+    return (f"{name}({params}): no line states the shape of {params}; each example is taken "
+            f"to be {taken}, as the first layer it meets ({kinds}) takes it, and the model "
+            "maps over the batch axis only. For more axes per example (a (B, T) batch of "
+            f"sequences) unpack its shape in forward (b, t = {assumed[0][0]}.size()) and "
+            "convert again, or map the model over them with jax.vmap")
 
 
 def _builder(fn: cst.FunctionDef, f: EquinoxFile) -> tuple[cst.FunctionDef, Layer] | None:
@@ -2813,7 +2837,12 @@ def from_nnx(nnx: object, source: str, path: str) -> object:
     from torch2jax.convert import ConversionResult
     from torch2jax.report import Diagnostic
 
-    text, todos = convert(nnx.code, source, getattr(nnx, "per_example", ()))
+    text, todos, assumed = convert(nnx.code, source, getattr(nnx, "per_example", ()))
     diags = list(nnx.diagnostics) + [Diagnostic(path, line, 0, RULE, "error", msg.rsplit(
         f" [{RULE}]", 1)[0]) for line, msg in todos]
+    lines = source.splitlines()
+    for name, message in assumed:  # a warning at the torch class
+        at = next((i + 1 for i, line in enumerate(lines)
+                   if line.lstrip().startswith(f"class {name}(")), 1)
+        diags.append(Diagnostic(path, at, 1, RULE, "warning", message))
     return ConversionResult(code=text, diagnostics=diags)

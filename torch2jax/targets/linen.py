@@ -249,6 +249,49 @@ def _train_field(kw_only: bool) -> cst.BaseStatement:
     return cst.parse_statement(f"{TRAIN}: bool = False\n")
 
 
+_GROWS = ("append", "extend", "insert")
+
+
+def _local_lists(stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """``self.layers = []`` then ``self.layers.append(...)`` (torch's ``nn.ModuleList()`` grown
+    in a loop): linen turns a list assigned to a module attribute into a tuple, so the
+    appends fail at init. The list is built in a local and assigned once, at the end."""
+    grown: dict[str, str] = {}
+    attrs = {id(a.attr) for s in stmts for a in m.findall(s, m.Attribute())}
+    locals_ = {n.value for s in stmts for n in m.findall(s, m.Name()) if id(n) not in attrs}
+    for s in stmts:
+        a = s.body[0] if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 else None
+        if isinstance(a, cst.Assign) and len(a.targets) == 1 and m.matches(
+                a.targets[0].target, m.Attribute(value=m.Name("self"))) and m.matches(
+                a.value, m.List(elements=[]) | m.Call(func=m.Name("list"), args=[])):
+            attr = a.targets[0].target.attr.value
+            if any(m.findall(t, m.Call(func=m.Attribute(value=m.Attribute(
+                    value=m.Name("self"), attr=m.Name(attr)), attr=m.OneOf(
+                        *(m.Name(g) for g in _GROWS))))) for t in stmts):
+                name = attr if attr not in locals_ else f"{attr}_list"
+                grown[attr] = name
+    if not grown:
+        return stmts
+    renamer = _RenameSelf(grown)
+    out = [s.visit(renamer) for s in stmts]
+    out += [cst.parse_statement(f"self.{attr} = {name}\n") for attr, name in grown.items()]
+    return out
+
+
+class _RenameSelf(cst.CSTTransformer):
+    """``self.<attr>`` -> a local name."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Attribute(self, original_node, updated_node):
+        if m.matches(original_node.value, m.Name("self")) and (
+                original_node.attr.value in self.names):
+            return cst.Name(self.names[original_node.attr.value])
+        return updated_node
+
+
 def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False
              ) -> tuple[cst.ClassDef, set[str]]:
     """``__init__(self, a, b=2)`` -> fields ``a: Any`` / ``b: int = 2`` and ``setup(self)``.
@@ -319,6 +362,7 @@ def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False
                         "holds the argument, and setup() cannot change it")
                 continue
         stmts.append(s.visit(renamer))
+    stmts = _local_lists(stmts)
     if not stmts:
         stmts = [cst.SimpleStatementLine(body=[cst.Pass()])]
     setup = init.with_changes(

@@ -1,0 +1,1038 @@
+"""What kind of value an expression holds: a tensor, a module, an optimizer, a Python container...
+
+The rewrite turns ``x.log()`` into ``jnp.log(x)`` and ``x[i] = v`` into ``x = x.at[i].set(v)``
+only when ``x`` is a tensor: ``wandb.log({...})`` and ``config['vocab_size'] = 50257`` must
+stay as they are. :class:`ValueFacts` answers ``facts.kind(node)`` for any expression of the
+torch file, from what the file itself shows:
+
+* tensors come from torch calls (``torch.zeros``, ``F.softmax``), module calls (``self.fc(x)``,
+  ``model(x)``), ``forward`` parameters, loader batches (``for x, y in loader``), tensor
+  methods and attributes, arithmetic and indexing on tensors;
+* containers from literals, comprehensions, ``dict(...)``, ``vars(...)``, ``state_dict()``;
+  configuration from ``argparse`` namespaces, dataclasses and ``...Config`` classes; modules,
+  optimizers, schedulers and loaders from their torch constructors and the file's classes;
+* a name's kind is that of the assignments that reach the read (the latest one in straight-
+  line code), a parameter's that of the arguments the file passes at its call sites, and a
+  name used as a dict (``x["key"]``, ``x.items()``) or a module (``x.eval()``) is one.
+
+It is cheap: nothing is walked up front. A query follows the scope, parent and qualified-name
+metadata the rewrite already resolved for the file, and every answer is cached, so each
+expression is analysed once per file.
+
+Kinds: ``TENSOR``; ``PARAM``, an argument nothing tells about (assumed a tensor, as helper
+functions of torch code take tensors); ``UNKNOWN``, a value the analysis cannot see through
+(a call into another library, mixed assignments); and the non-tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+import libcst as cst
+from libcst.metadata import Assignment, ScopeProvider
+
+from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
+
+
+class Kind(str, Enum):
+    TENSOR = "tensor"
+    MODULE = "module"
+    OPTIMIZER = "optimizer"
+    SCHEDULER = "scheduler"
+    LOADER = "loader"
+    DICT = "dict"
+    LIST = "list"
+    TUPLE = "tuple"
+    SET = "set"
+    SCALAR = "scalar"  # numbers, strings, booleans
+    NONE = "none"
+    CONFIG = "config"  # argparse namespaces, dataclass / ...Config instances
+    OBJECT = "object"  # other objects: imported modules, numpy arrays, user objects
+    FUNCTION = "function"
+    PARAM = "param"  # an argument nothing tells about
+    UNKNOWN = "unknown"
+
+
+NON_TENSOR = frozenset(Kind) - {Kind.TENSOR, Kind.PARAM, Kind.UNKNOWN}
+# tensor method names that other objects of training scripts have too, with another meaning
+# (wandb.log / logger.log, str.split, numpy's repeat / transpose / view, Module.to): on a value
+# whose kind is UNKNOWN they are left as they are and marked, not rewritten
+SHARED_METHODS = frozenset({"log", "split", "repeat", "transpose", "view", "to", "type",
+                            "index", "count", "copy", "sort", "item", "float", "int", "bool",
+                            "long", "half", "double", "max", "min", "sum", "mean", "std",
+                            "var", "all", "any", "round", "clip", "prod", "argmax", "argmin",
+                            "flatten", "squeeze", "reshape", "size", "numpy", "cpu", "cuda",
+                            "detach", "clone", "exp", "abs", "pow", "sign"})
+
+
+@dataclass(frozen=True)
+class Value:
+    """A kind, and for containers and iterables the kind of their items (``items`` per
+    position for tuples), for objects the file's class they are an instance of."""
+
+    kind: Kind
+    item: Value | None = None
+    items: tuple[Value, ...] | None = None
+    cls: str | None = None
+
+    def element(self, index: int | None = None) -> Value:
+        """An item (``index``: a tuple position), as iteration or unpacking gives it."""
+        if self.items is not None and index is not None and 0 <= index < len(self.items):
+            return self.items[index]
+        if self.item is not None:
+            return self.item
+        if self.items:
+            return _join(list(self.items))
+        if self.kind in (Kind.TENSOR, Kind.LOADER):
+            return TENSOR  # rows of a tensor, the batch a loader yields
+        if self.kind == Kind.MODULE:
+            return MODULE  # the layers of a ModuleList / Sequential
+        if self.kind in (Kind.PARAM, Kind.UNKNOWN):
+            return self
+        return UNKNOWN
+
+
+TENSOR = Value(Kind.TENSOR)
+MODULE = Value(Kind.MODULE)
+SCALAR = Value(Kind.SCALAR)
+NONE = Value(Kind.NONE)
+OBJECT = Value(Kind.OBJECT)
+UNKNOWN = Value(Kind.UNKNOWN)
+PARAM = Value(Kind.PARAM)
+FUNCTION = Value(Kind.FUNCTION)
+DICT = Value(Kind.DICT)
+LIST = Value(Kind.LIST)
+CONFIG = Value(Kind.CONFIG)
+_BUSY = Value(Kind.UNKNOWN, cls="<busy>")  # an answer being computed (a cycle): no evidence
+
+
+def _join(values: Iterable[Value]) -> Value:
+    """The kind of a value that is one of ``values``. ``None`` and a number are absorbed by
+    a tensor (``loss = None`` ... ``loss = F.mse_loss(...)``; ``total = 0`` ... ``total +
+    loss``); otherwise different kinds are UNKNOWN."""
+    found = [v for v in values if v is not _BUSY]
+    kinds = {v.kind for v in found} - {Kind.NONE}
+    if not found:
+        return _BUSY
+    if not kinds:
+        return NONE
+    if len(kinds) == 1:
+        kind = kinds.pop()
+        same = [v for v in found if v.kind == kind]
+        first = same[0]
+        return first if all(v == first for v in same) else Value(kind)
+    if kinds == {Kind.TENSOR, Kind.SCALAR}:
+        return TENSOR
+    if kinds <= {Kind.TENSOR, Kind.PARAM}:
+        return TENSOR
+    if Kind.PARAM in kinds and len(kinds - {Kind.PARAM}) == 1:
+        (kind,) = kinds - {Kind.PARAM}
+        return next(v for v in found if v.kind == kind)
+    return UNKNOWN
+
+
+# ---- what torch calls return --------------------------------------------------------------
+_TORCH_NOT_TENSOR_PREFIXES = (
+    "torch.cuda.", "torch.backends.", "torch.distributed.", "torch.utils.", "torch.amp.",
+    "torch.jit.", "torch.onnx.", "torch.hub.", "torch.multiprocessing.", "torch.testing.",
+    "torch.profiler.", "torch.compiler.", "torch._dynamo.", "torch.mps.", "torch.autograd.",
+    "torch.set_", "torch.get_", "torch.is_", "torch.use_", "torch.are_")
+_TORCH_OBJECTS = {
+    "torch.device", "torch.dtype", "torch.Generator", "torch.finfo", "torch.iinfo",
+    "torch.no_grad", "torch.enable_grad", "torch.inference_mode", "torch.autocast",
+    "torch.set_grad_enabled", "torch.manual_seed", "torch.compile",
+}
+_TORCH_SCALARS = {"torch.numel", "torch.seed", "torch.initial_seed"}
+_TORCH_TUPLES = {"torch.chunk", "torch.split", "torch.unbind", "torch.tensor_split",
+                 "torch.meshgrid", "torch.sort", "torch.topk", "torch.max", "torch.min",
+                 "torch.median", "torch.mode", "torch.kthvalue", "torch.unique",
+                 "torch.broadcast_tensors", "torch.Size"}
+_PYTHON_SCALAR_MODULES = ("math.", "time.", "os.", "random.", "json.", "re.", "sys.",
+                          "string.", "datetime.", "shutil.", "glob.", "pathlib.", "logging.",
+                          "pickle.", "inspect.", "argparse.", "itertools.", "functools.",
+                          "collections.", "typing.", "dataclasses.", "contextlib.", "copy.")
+
+# ---- what methods return --------------------------------------------------------------------
+_TENSOR_SCALAR_METHODS = {"item", "tolist", "dim", "ndimension", "numel", "nelement",
+                          "element_size", "is_contiguous", "is_floating_point", "data_ptr",
+                          "get_device", "is_complex", "stride", "storage_offset"}
+_TENSOR_TUPLE_METHODS = {"chunk", "split", "unbind", "tensor_split", "sort", "topk", "unique",
+                         "max", "min", "median", "mode", "kthvalue"}
+_TENSOR_TUPLE_WITH_DIM = {"max", "min", "median", "mode"}  # tuples only when given a dim
+_TENSOR_ATTRS = {"T": TENSOR, "mT": TENSOR, "H": TENSOR, "mH": TENSOR, "data": TENSOR,
+                 "grad": TENSOR, "real": TENSOR, "imag": TENSOR, "shape": Value(
+                     Kind.TUPLE, item=SCALAR), "ndim": SCALAR, "dtype": OBJECT,
+                 "device": OBJECT, "requires_grad": SCALAR, "is_cuda": SCALAR,
+                 "layout": OBJECT, "itemsize": SCALAR, "nbytes": SCALAR}
+# attributes and methods of nn.Module instances
+_MODULE_METHODS: dict[str, Value] = {
+    "parameters": Value(Kind.OBJECT, item=TENSOR), "buffers": Value(Kind.OBJECT, item=TENSOR),
+    "named_parameters": Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(SCALAR, TENSOR))),
+    "named_buffers": Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(SCALAR, TENSOR))),
+    "modules": Value(Kind.OBJECT, item=MODULE), "children": Value(Kind.OBJECT, item=MODULE),
+    "named_modules": Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(SCALAR, MODULE))),
+    "named_children": Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(SCALAR, MODULE))),
+    "state_dict": Value(Kind.DICT, item=TENSOR), "load_state_dict": OBJECT,
+    "to": MODULE, "cuda": MODULE, "cpu": MODULE, "train": MODULE, "eval": MODULE,
+    "float": MODULE, "half": MODULE, "double": MODULE, "bfloat16": MODULE,
+    "requires_grad_": MODULE, "apply": MODULE, "zero_grad": NONE, "register_buffer": NONE,
+    "register_parameter": NONE, "add_module": NONE, "extra_repr": SCALAR,
+}
+_MODULE_PARAM_ATTRS = {"weight", "bias", "running_mean", "running_var", "in_proj_weight",
+                       "in_proj_bias", "weight_ih_l0", "weight_hh_l0", "bias_ih_l0",
+                       "bias_hh_l0", "pos_embedding", "cls_token"}
+# a name used with these attributes is that kind (tensors have none of them)
+_USE_EVIDENCE: dict[str, Kind] = {
+    **{a: Kind.MODULE for a in ("eval", "train", "parameters", "named_parameters",
+                                "state_dict", "load_state_dict", "modules", "children",
+                                "named_modules", "named_children", "register_buffer",
+                                "apply", "buffers")},
+    **{a: Kind.OPTIMIZER for a in ("param_groups",)},
+    **{a: Kind.DICT for a in ("items", "keys", "values", "get", "update", "setdefault",
+                              "popitem")},
+    **{a: Kind.LIST for a in ("append", "extend", "insert")},
+    **{a: Kind.SCALAR for a in ("startswith", "endswith", "format", "join", "lower",
+                                "upper", "strip", "rstrip", "lstrip", "encode", "isdigit")},
+}
+_OPTIMIZER_ATTRS: dict[str, Value] = {
+    "param_groups": Value(Kind.LIST, item=Value(Kind.DICT)),
+    "state_dict": Value(Kind.DICT), "state": Value(Kind.DICT), "defaults": Value(Kind.DICT),
+}
+# a method on a value of an unknown kind that only these kinds have
+_ANY_RECEIVER_METHODS: dict[str, Value] = {
+    "state_dict": DICT, "param_groups": Value(Kind.LIST, item=DICT), "parse_args": CONFIG,
+    "items": Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(SCALAR, UNKNOWN))),
+    "keys": Value(Kind.OBJECT, item=SCALAR), "get_last_lr": Value(Kind.LIST, item=SCALAR),
+}
+_DICT_METHODS = {"items", "keys", "values", "get", "pop", "setdefault", "copy", "update"}
+_BUILTIN_CALLS: dict[str, Value] = {
+    **{f"builtins.{n}": SCALAR for n in (
+        "len", "int", "float", "str", "bool", "repr", "format", "hash", "id", "ord", "chr",
+        "isinstance", "issubclass", "hasattr", "callable", "round", "input", "bin", "hex")},
+    "builtins.dict": DICT, "builtins.vars": DICT, "builtins.globals": DICT,
+    "builtins.locals": DICT, "collections.OrderedDict": DICT,
+    "collections.defaultdict": DICT, "builtins.list": LIST, "builtins.sorted": LIST,
+    "builtins.tuple": Value(Kind.TUPLE), "builtins.set": Value(Kind.SET),
+    "builtins.frozenset": Value(Kind.SET), "builtins.range": Value(Kind.OBJECT, item=SCALAR),
+    "builtins.print": NONE, "builtins.open": OBJECT, "builtins.iter": OBJECT,
+    "builtins.type": OBJECT, "builtins.object": OBJECT, "builtins.super": OBJECT,
+    "argparse.ArgumentParser": OBJECT, "types.SimpleNamespace": CONFIG,
+    "argparse.Namespace": CONFIG,
+}
+
+_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp,
+           cst.GeneratorExp)
+_BLOCKS = (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite)
+
+
+class ValueFacts:
+    """``kind(node)`` / ``value(node)`` for expressions of one file (see the module doc).
+
+    ``module_classes``: the ``nn.Module`` subclasses (of this file and of the repository)
+    by name; ``layer``: whether a qualified name is a torch layer class."""
+
+    def __init__(self, wrapper: cst.MetadataWrapper, module_classes: set[str],
+                 layer: Callable[[str], bool]) -> None:
+        self._module = wrapper.module
+        self._scopes = wrapper.resolve(ScopeProvider)
+        self._parents = wrapper.resolve(ParentNodeProvider)
+        self._positions = wrapper.resolve(PositionProvider)
+        self._qnames: dict[cst.CSTNode, str | None] = {}
+        self.module_classes = module_classes
+        self._layer = layer
+        self._cache: dict[cst.CSTNode, Value] = {}
+        self._binding_cache: dict[cst.CSTNode, Value] = {}
+        self._access_of: dict[cst.CSTNode, object] = {}  # Name -> its Access (on first use)
+        self._classes: dict[str, cst.ClassDef] | None = None
+        self._class_attrs: dict[str, dict[str, list[cst.BaseExpression]]] = {}
+        self._returns: dict[int, list[cst.BaseExpression]] = {}
+
+    # ---------------------------------------------------------------- queries
+    def kind(self, node: cst.CSTNode) -> Kind:
+        return self.value(node).kind
+
+    def is_tensor(self, node: cst.CSTNode) -> bool:
+        return self.kind(node) == Kind.TENSOR
+
+    def not_tensor(self, node: cst.CSTNode) -> bool:
+        """Known to hold something other than a tensor."""
+        return self.kind(node) in NON_TENSOR
+
+    def may_be_none(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` may hold None: ``self.bias`` of a class that sets it to a
+        parameter or None (``nn.Parameter(...) if bias else None``), a name assigned None on
+        some path, a parameter defaulting to None."""
+        if isinstance(node, cst.Name) and node.value == "None":
+            return True
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and (
+                node.value.value == "self"):
+            owner = self.value(node.value)
+            if owner.cls is None:
+                return False
+            return any(_none_branch(v) for v in self._class_values(owner.cls, node.attr.value))
+        if isinstance(node, cst.Name):
+            access = self._access(node)
+            parent = self._parents.get(node)
+            if access is None and isinstance(parent, cst.Param):  # the parameter itself
+                return parent.default is not None and _none_branch(parent.default)
+            for a in access.referents if access is not None else ():
+                target = getattr(a, "node", None)
+                if isinstance(target, cst.Param):
+                    if target.default is not None and _none_branch(target.default):
+                        return True
+                    continue
+                parent = self._parents.get(target) if target is not None else None
+                assign = self._parents.get(parent) if isinstance(parent, cst.AssignTarget) \
+                    else None
+                if isinstance(assign, cst.Assign) and _none_branch(assign.value):
+                    return True
+        return False
+
+    def value(self, node: cst.CSTNode) -> Value:
+        key = node  # (the node itself, not its id: a transient node's id is reused)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        self._cache[key] = _BUSY
+        try:
+            result = self._compute(node)
+        except RecursionError:
+            result = UNKNOWN
+        if result is _BUSY:
+            result = UNKNOWN
+        self._cache[key] = result
+        return result
+
+    # ---------------------------------------------------------------- expressions
+    def _q(self, node: cst.CSTNode) -> str | None:
+        """The qualified name of a dotted name (what libcst's QualifiedNameProvider gives)."""
+        if node in self._qnames:
+            return self._qnames[node]
+        scope = self._scopes.get(node)
+        names = scope.get_qualified_names_for(node) if scope is not None else None
+        found = self._qnames[node] = min(n.name for n in names) if names else None
+        return found
+
+    def _compute(self, node: cst.CSTNode) -> Value:
+        if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,
+                             cst.ConcatenatedString, cst.FormattedString)):
+            return SCALAR
+        if isinstance(node, cst.Name):
+            if node.value in ("True", "False"):
+                return SCALAR
+            if node.value == "None":
+                return NONE
+            return self._name(node)
+        if isinstance(node, (cst.List, cst.ListComp)):
+            return Value(Kind.LIST, item=self._items(node))
+        if isinstance(node, (cst.Set, cst.SetComp)):
+            return Value(Kind.SET, item=self._items(node))
+        if isinstance(node, cst.Tuple):
+            return Value(Kind.TUPLE, items=tuple(
+                self.value(e.value) if not isinstance(e, cst.StarredElement) else UNKNOWN
+                for e in node.elements))
+        if isinstance(node, cst.Dict):
+            values = [self.value(e.value) for e in node.elements if isinstance(
+                e, cst.DictElement)]
+            return Value(Kind.DICT, item=_join(values) if values else None)
+        if isinstance(node, cst.DictComp):
+            return Value(Kind.DICT, item=self.value(node.value))
+        if isinstance(node, cst.GeneratorExp):
+            return Value(Kind.OBJECT, item=self.value(node.elt))
+        if isinstance(node, cst.Lambda):
+            return FUNCTION
+        if isinstance(node, cst.Attribute):
+            return self._attribute(node)
+        if isinstance(node, cst.Call):
+            return self._call(node)
+        if isinstance(node, cst.Subscript):
+            return self._subscript(node)
+        if isinstance(node, cst.BinaryOperation):
+            left, right = self.value(node.left), self.value(node.right)
+            kinds = {left.kind, right.kind}
+            if Kind.TENSOR in kinds:
+                return TENSOR
+            if isinstance(node.operator, cst.MatrixMultiply):
+                return TENSOR if kinds & {Kind.PARAM, Kind.UNKNOWN} else UNKNOWN
+            if kinds == {Kind.SCALAR}:
+                return SCALAR
+            if left.kind in (Kind.LIST, Kind.TUPLE) and left.kind == right.kind:
+                return Value(left.kind, item=_join([left.element(), right.element()]))
+            if left.kind == Kind.SCALAR and isinstance(node.operator, cst.Modulo):
+                return SCALAR  # "%d" % n
+            if kinds <= {Kind.SCALAR, Kind.PARAM}:
+                return PARAM
+            return UNKNOWN
+        if isinstance(node, cst.UnaryOperation):
+            if isinstance(node.operator, cst.Not):
+                return SCALAR
+            return self.value(node.expression)
+        if isinstance(node, cst.Comparison):
+            parts = [self.value(node.left), *(self.value(c.comparator)
+                                              for c in node.comparisons)]
+            if any(v.kind == Kind.TENSOR for v in parts):
+                return TENSOR
+            return SCALAR
+        if isinstance(node, cst.BooleanOperation):
+            return _join([self.value(node.left), self.value(node.right)])
+        if isinstance(node, cst.IfExp):
+            return _join([self.value(node.body), self.value(node.orelse)])
+        if isinstance(node, cst.NamedExpr):
+            return self.value(node.value)
+        if isinstance(node, cst.Await):
+            return UNKNOWN
+        return UNKNOWN
+
+    def _items(self, node: cst.List | cst.Set | cst.ListComp | cst.SetComp) -> Value | None:
+        if isinstance(node, (cst.ListComp, cst.SetComp)):
+            return self.value(node.elt)
+        values = [self.value(e.value) for e in node.elements
+                  if not isinstance(e, cst.StarredElement)]
+        return _join(values) if values else None
+
+    def _attribute(self, node: cst.Attribute) -> Value:
+        q = self._q(node) if _dotted(node) else None
+        if q and q.startswith("torch.") and "<locals>" not in q:
+            return OBJECT  # torch.float32, torch.nn.functional, ...
+        attr = node.attr.value
+        base = self.value(node.value)
+        if base.kind == Kind.TENSOR:
+            return _TENSOR_ATTRS.get(attr, UNKNOWN)
+        if base.kind == Kind.MODULE:
+            if base.cls is not None:
+                found = self._class_attr(base.cls, attr)
+                if found is not None:
+                    return found
+            if attr in _MODULE_PARAM_ATTRS:
+                return TENSOR
+            if attr in ("training",):
+                return SCALAR
+            return UNKNOWN
+        if base.kind == Kind.OPTIMIZER:
+            return _OPTIMIZER_ATTRS.get(attr, UNKNOWN)
+        if base.kind == Kind.LOADER:
+            return OBJECT if attr == "dataset" else SCALAR if attr == "batch_size" else UNKNOWN
+        if base.kind == Kind.CONFIG:
+            return SCALAR if base.cls is None else (self._class_attr(base.cls, attr)
+                                                    or SCALAR)
+        if base.kind == Kind.OBJECT and base.cls is not None:
+            return self._class_attr(base.cls, attr) or UNKNOWN
+        if attr == "param_groups":
+            return _OPTIMIZER_ATTRS["param_groups"]
+        if base.kind == Kind.OBJECT and base.cls is None and not isinstance(node.value,
+                                                                            cst.Call):
+            return OBJECT  # np.random, os.path, wandb.run
+        return UNKNOWN
+
+    def _subscript(self, node: cst.Subscript) -> Value:
+        base = self.value(node.value)
+        if base.kind == Kind.TENSOR:
+            return TENSOR
+        index = None
+        if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+            literal = node.slice[0].slice.value
+            if isinstance(literal, cst.Integer):
+                index = int(literal.value)
+            elif isinstance(literal, cst.UnaryOperation) and isinstance(
+                    literal.expression, cst.Integer):
+                index = -int(literal.expression.value)
+        elif base.kind in (Kind.LIST, Kind.TUPLE):
+            return base  # a slice of a list is a list
+        if base.kind in (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.OBJECT):
+            if base.items is not None and index is not None and index < 0:
+                index += len(base.items)
+            found = base.element(index)
+            return found if found.kind != Kind.NONE else UNKNOWN
+        if base.kind == Kind.PARAM:
+            return PARAM
+        return UNKNOWN
+
+    def _call(self, node: cst.Call) -> Value:
+        func = node.func
+        # (only a dotted name has a qualified name: libcst names the method of a parenthesised
+        # expression, (a - b).permute, after builtins)
+        q = self._q(func) if _dotted(func) else None
+        if q is not None and "<locals>" not in q:
+            known = self._qualified_call(q, node)
+            if known is not None:
+                return known
+        if isinstance(func, cst.Name):
+            cls = self._file_class(func.value)
+            if cls is not None and self._defines(func, cls):
+                return self._instance(cls)
+            if func.value in self.module_classes:
+                return MODULE  # a module class of another file of the repository
+        if isinstance(func, cst.Attribute):
+            return self._method_call(node, func)
+        callee = self.value(func)
+        if callee.kind == Kind.MODULE:
+            return TENSOR  # model(x), self.layer(x), block(x)
+        if callee.kind == Kind.FUNCTION and isinstance(func, cst.Name):
+            return self._function_result(func)
+        if callee.kind == Kind.CONFIG and callee.cls is None:
+            return UNKNOWN
+        return UNKNOWN if callee.kind != Kind.PARAM else PARAM
+
+    def _qualified_call(self, q: str, node: cst.Call) -> Value | None:
+        if q in _BUILTIN_CALLS:
+            return _BUILTIN_CALLS[q]
+        if q in ("builtins.max", "builtins.min", "builtins.sum", "builtins.abs"):
+            args = [self.value(a.value) for a in node.args if not a.keyword]
+            if any(v.kind == Kind.TENSOR for v in args):
+                return TENSOR
+            if args and all(v.kind == Kind.SCALAR or (v.kind in (Kind.OBJECT, Kind.LIST)
+                                                        and v.item == SCALAR) for v in args):
+                return SCALAR
+            if q == "builtins.sum" and args and args[0].item is not None:
+                return args[0].item if args[0].item.kind != Kind.NONE else UNKNOWN
+            return UNKNOWN
+        if q in ("builtins.enumerate", "builtins.zip", "builtins.reversed", "builtins.map",
+                 "builtins.filter"):
+            args = [self.value(a.value) for a in node.args if not a.keyword]
+            if q == "builtins.enumerate" and args:
+                return Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(
+                    SCALAR, args[0].element())))
+            if q == "builtins.zip":
+                return Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=tuple(
+                    a.element() for a in args)))
+            if q == "builtins.reversed" and args:
+                return Value(Kind.OBJECT, item=args[0].element())
+            return OBJECT
+        if q.startswith("torch."):
+            return self._torch_call(q, node)
+        if q.startswith(("numpy.", "np.")):
+            return OBJECT  # numpy arrays: Python-side, mutable
+        if q.startswith(_PYTHON_SCALAR_MODULES) or q.startswith(("builtins.",)):
+            return OBJECT if q.split(".")[0] in ("argparse", "logging", "collections",
+                                                 "functools", "contextlib") else SCALAR
+        return None
+
+    def _torch_call(self, q: str, node: cst.Call) -> Value:
+        if q.startswith("torch.optim.lr_scheduler."):
+            return Value(Kind.SCHEDULER)
+        if q.startswith("torch.optim."):
+            return Value(Kind.OPTIMIZER)
+        if q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"):
+            return Value(Kind.LOADER)
+        if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            return TENSOR
+        if q in ("torch.compile", "torch.nn.parallel.DistributedDataParallel",
+                 "torch.nn.DataParallel", "torch.nn.parallel.DataParallel") and node.args:
+            return self.value(node.args[0].value)  # the model it wraps
+        if q.startswith("torch.nn.") and not q.startswith((
+                "torch.nn.functional.", "torch.nn.init.", "torch.nn.utils.")) and (
+                q.split(".")[-1][:1].isupper() or self._layer(q)):
+            return MODULE
+        if q in _TORCH_OBJECTS or q.startswith(_TORCH_NOT_TENSOR_PREFIXES):
+            if q.startswith(("torch.cuda.is_", "torch.distributed.get_", "torch.cuda.device_",
+                             "torch.distributed.is_", "torch.backends.", "torch.is_")):
+                return SCALAR
+            return OBJECT
+        if q in _TORCH_SCALARS:
+            return SCALAR
+        if q in ("torch.load", "torch.hub.load"):
+            return UNKNOWN
+        if q == "torch.save":
+            return NONE
+        if q in _TORCH_TUPLES:
+            if q in ("torch.max", "torch.min", "torch.median", "torch.mode") and len(
+                    [a for a in node.args if a.keyword is None]) < 2 and not any(
+                    a.keyword and a.keyword.value == "dim" for a in node.args):
+                return TENSOR
+            return Value(Kind.TUPLE, item=TENSOR)
+        return TENSOR
+
+    def _method_call(self, node: cst.Call, func: cst.Attribute) -> Value:
+        meth = func.attr.value
+        base = self.value(func.value)
+        if base.kind == Kind.TENSOR:
+            if meth in _TENSOR_SCALAR_METHODS:
+                return SCALAR
+            if meth == "size":
+                return SCALAR if node.args else Value(Kind.TUPLE, item=SCALAR)
+            if meth == "numpy":
+                return OBJECT
+            if meth in _TENSOR_TUPLE_METHODS:
+                if meth in _TENSOR_TUPLE_WITH_DIM and not node.args:
+                    return TENSOR
+                return Value(Kind.TUPLE, item=TENSOR)
+            return TENSOR
+        if base.kind == Kind.MODULE:
+            if base.cls is not None:
+                method = self._method(base.cls, meth)
+                if method is not None:
+                    return self._returned(method)
+            if meth in _MODULE_METHODS:
+                return _MODULE_METHODS[meth] if _MODULE_METHODS[meth] != MODULE else base
+            if meth in ("forward", "__call__"):
+                return TENSOR
+            return TENSOR  # a submodule called through an attribute chain
+        if base.kind in (Kind.OBJECT, Kind.CONFIG) and base.cls is not None:
+            method = self._method(base.cls, meth)
+            return self._returned(method) if method is not None else UNKNOWN
+        if base.kind == Kind.DICT:
+            if meth in ("items",):
+                return Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(
+                    SCALAR, base.item or UNKNOWN)))
+            if meth in ("keys",):
+                return Value(Kind.OBJECT, item=SCALAR)
+            if meth in ("values",):
+                return Value(Kind.OBJECT, item=base.item or UNKNOWN)
+            if meth in ("get", "pop", "setdefault"):
+                return base.item or UNKNOWN
+            if meth == "copy":
+                return base
+            return NONE if meth in ("update", "clear") else UNKNOWN
+        if base.kind in (Kind.LIST, Kind.TUPLE, Kind.SET):
+            if meth == "pop":
+                return base.element()
+            if meth == "copy":
+                return base
+            return SCALAR if meth in ("index", "count") else NONE
+        if base.kind == Kind.SCALAR:
+            if meth == "split":
+                return Value(Kind.LIST, item=SCALAR)
+            return SCALAR
+        if base.kind == Kind.OPTIMIZER:
+            return Value(Kind.DICT) if meth == "state_dict" else NONE
+        if base.kind == Kind.SCHEDULER:
+            return Value(Kind.LIST, item=SCALAR) if meth == "get_last_lr" else NONE
+        if meth in _ANY_RECEIVER_METHODS:
+            return _ANY_RECEIVER_METHODS[meth]
+        if base.kind == Kind.OBJECT and base.cls is None:
+            if isinstance(func.value, cst.Name) and self._is_parser(func.value) and (
+                    meth == "parse_args"):
+                return CONFIG
+            return UNKNOWN
+        if base.kind == Kind.PARAM:
+            return PARAM
+        return UNKNOWN
+
+    # ---------------------------------------------------------------- names
+    def _access(self, node: cst.Name):
+        access = self._access_of.get(node)
+        if access is None:
+            scope = self._scopes.get(node)
+            if scope is None:
+                return None
+            for a in scope.accesses[node.value]:
+                self._access_of[a.node] = a
+            access = self._access_of.get(node)
+        return access
+
+    def _name(self, node: cst.Name) -> Value:
+        access = self._access(node)
+        if access is None:  # a binding (x = ..., a parameter): what it binds
+            scope = self._scopes.get(node)
+            parent = self._parents.get(node)
+            for a in scope.assignments[node.value] if scope is not None else ():
+                if getattr(a, "node", None) is node or getattr(a, "node", None) is parent:
+                    return self._binding(a)
+            return UNKNOWN
+        assignments = [a for a in access.referents if isinstance(a, Assignment)]
+        if not assignments:
+            return OBJECT if access.referents else UNKNOWN  # builtins (print, len)
+        reaching = self._reaching(node, assignments)
+        value = _join([self._binding(a) for a in reaching])
+        if value is _BUSY:
+            return _BUSY
+        if value.kind in (Kind.UNKNOWN, Kind.PARAM):
+            evidence = self._use_evidence(assignments)
+            if evidence is not None:
+                return evidence
+        return value
+
+    def _reaching(self, read: cst.Name, assignments: list[Assignment]) -> list[Assignment]:
+        """The assignments of the read's own scope that reach it in straight-line code: the
+        latest one before it whose block encloses the read, and the ones in between (in
+        branches); all of them when none precedes it (a loop, a global read in a function)."""
+        scope = self._scopes.get(read)
+        where = self._positions.get(read)
+        if where is None or any(a.scope is not scope for a in assignments):
+            return assignments
+        read_at = (where.start.line, where.start.column)
+        before = []
+        for a in assignments:
+            reach = self._reach(a.node)
+            if reach is not None and reach <= read_at:
+                before.append((reach, a))
+        if not before:
+            return assignments
+        before.sort(key=lambda p: p[0], reverse=True)
+        blocks = set(self._blocks_of(read))
+        found = []
+        for _, a in before:
+            found.append(a)
+            if self._block(a.node) in blocks:
+                break
+        return found
+
+    def _reach(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        """Where a binding takes effect: after the end of its assignment statement, at the
+        binding itself otherwise (a loop target, a parameter)."""
+        at = node
+        while at is not None and not isinstance(at, (cst.BaseSmallStatement,
+                                                     cst.BaseCompoundStatement, cst.Param)):
+            if isinstance(at, _SCOPES):
+                break
+            at = self._parents.get(at)
+        if isinstance(at, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            pos = self._positions.get(at)
+            return (pos.end.line, pos.end.column) if pos is not None else None
+        pos = self._positions.get(node)
+        return (pos.start.line, pos.start.column) if pos is not None else None
+
+    def _block(self, node: cst.CSTNode) -> int | None:
+        at = self._parents.get(node)
+        while at is not None and not isinstance(at, _BLOCKS):
+            at = self._parents.get(at)
+        return id(at) if at is not None else None
+
+    def _blocks_of(self, node: cst.CSTNode) -> Iterable[int]:
+        at = self._parents.get(node)
+        while at is not None:
+            if isinstance(at, _BLOCKS):
+                yield id(at)
+            if isinstance(at, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return
+            at = self._parents.get(at)
+
+    def _use_evidence(self, assignments: list[Assignment]) -> Value | None:
+        """A name used as only some kinds are (``x["key"]``, ``x.items()``, ``x.eval()``)."""
+        found: set[Kind] = set()
+        for a in assignments:
+            for access in a.references:
+                parent = self._parents.get(access.node)
+                if isinstance(parent, cst.Attribute) and parent.value is access.node:
+                    kind = _USE_EVIDENCE.get(parent.attr.value)
+                    if kind is not None:
+                        found.add(kind)
+                elif isinstance(parent, cst.Subscript) and parent.value is access.node and (
+                        len(parent.slice) == 1 and isinstance(parent.slice[0].slice, cst.Index)
+                        and isinstance(parent.slice[0].slice.value,
+                                       (cst.SimpleString, cst.FormattedString))):
+                    found.add(Kind.DICT)
+        if len(found) == 1:
+            return Value(found.pop())
+        return None
+
+    def _binding(self, assignment: Assignment) -> Value:
+        node = assignment.node
+        key = node
+        cached = self._binding_cache.get(key)
+        if cached is not None:
+            return cached
+        self._binding_cache[key] = _BUSY
+        result = self._bind(node)
+        if result is _BUSY:
+            del self._binding_cache[key]
+            return _BUSY
+        self._binding_cache[key] = result
+        return result
+
+    def _bind(self, node: cst.CSTNode) -> Value:
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            return OBJECT
+        if isinstance(node, cst.ClassDef):
+            return OBJECT
+        if isinstance(node, cst.FunctionDef):
+            return FUNCTION
+        if isinstance(node, cst.Param):
+            return self._param(node)
+        if not isinstance(node, cst.Name):
+            return UNKNOWN
+        # the target Name: walk up to what binds it, noting the unpacking positions
+        path: list[int] = []
+        child: cst.CSTNode = node
+        parent = self._parents.get(node)
+        while isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+            if isinstance(parent, cst.StarredElement):
+                return Value(Kind.LIST)
+            if isinstance(parent, (cst.Tuple, cst.List)):
+                path.append(next(i for i, e in enumerate(parent.elements) if e is child))
+            child, parent = parent, self._parents.get(parent)
+        if isinstance(parent, cst.AssignTarget):
+            assign = self._parents.get(parent)
+            value = self.value(assign.value)
+        elif isinstance(parent, cst.AnnAssign):
+            value = self.value(parent.value) if parent.value is not None else UNKNOWN
+            if value.kind in (Kind.UNKNOWN, Kind.PARAM, Kind.NONE):
+                value = self._annotation(parent.annotation.annotation) or value
+        elif isinstance(parent, cst.AugAssign):
+            value = self.value(parent.value)
+            if value.kind == Kind.SCALAR:
+                return _BUSY  # x += 1 keeps the kind x had
+        elif isinstance(parent, (cst.For, cst.CompFor)) and parent.target is child:
+            value = self.value(parent.iter).element()
+        elif isinstance(parent, cst.AsName):
+            owner = self._parents.get(parent)
+            if isinstance(owner, cst.WithItem):
+                value = self.value(owner.item)
+            else:
+                return OBJECT  # except ... as e
+        elif isinstance(parent, cst.NamedExpr):
+            value = self.value(parent.value)
+        else:
+            return UNKNOWN
+        for index in reversed(path):
+            value = value.element(index)
+        return value
+
+    def _param(self, param: cst.Param) -> Value:
+        fn = self._parents.get(self._parents.get(param))
+        if isinstance(fn, cst.Lambda):
+            return PARAM
+        if not isinstance(fn, cst.FunctionDef):
+            return PARAM
+        params = fn.params
+        cls = self._parents.get(self._parents.get(fn))
+        cls = cls if isinstance(cls, cst.ClassDef) else None
+        positional = [*params.posonly_params, *params.params]
+        if cls is not None and positional and positional[0] is param and not any(
+                m_ for m_ in fn.decorators if isinstance(m_.decorator, cst.Name)
+                and m_.decorator.value == "staticmethod"):
+            return self._instance(cls.name.value)  # self
+        if param.annotation is not None:
+            found = self._annotation(param.annotation.annotation)
+            if found is not None:
+                return found
+        if param.default is not None:
+            default = self.value(param.default)
+            if default.kind not in (Kind.NONE, Kind.UNKNOWN, Kind.PARAM):
+                return default
+        if param is params.star_arg or param is params.star_kwarg:
+            return Value(Kind.TUPLE) if param is params.star_arg else DICT
+        if cls is not None and fn.name.value in ("forward", "__call__") and (
+                cls.name.value in self.module_classes):
+            return TENSOR
+        return self._from_call_sites(fn, cls, param)
+
+    def _annotation(self, node: cst.BaseExpression) -> Value | None:
+        q = self._q(node) or ""
+        text = cst.Module([]).code_for_node(node)
+        if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor") or "Tensor" in text:
+            return TENSOR
+        if q in ("builtins.int", "builtins.float", "builtins.str", "builtins.bool"):
+            return SCALAR
+        if q.startswith(("builtins.dict", "typing.Dict")) or text.startswith(("dict", "Dict")):
+            return DICT
+        if q.startswith(("builtins.list", "typing.List")) or text.startswith(("list", "List")):
+            return LIST
+        if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+            return MODULE
+        return None
+
+    def _from_call_sites(self, fn: cst.FunctionDef, cls: cst.ClassDef | None,
+                         param: cst.Param) -> Value:
+        """The kinds of the arguments the file passes for ``param`` where it calls ``fn``
+        (a function by its name; a class's ``__init__`` where the class is called)."""
+        if cls is not None and fn.name.value != "__init__":
+            return PARAM
+        target = cls if cls is not None else fn
+        scope = self._scopes.get(target)
+        if scope is None:
+            return PARAM
+        positional = [*fn.params.posonly_params, *fn.params.params]
+        if cls is not None:
+            positional = positional[1:]
+        index = next((i for i, p in enumerate(positional) if p is param), None)
+        name = param.name.value
+        values = []
+        for assignment in scope.assignments[target.name.value]:
+            if getattr(assignment, "node", None) is not target:
+                continue
+            for access in assignment.references:
+                call = self._parents.get(access.node)
+                if not isinstance(call, cst.Call) or call.func is not access.node:
+                    continue
+                if any(a.star for a in call.args):
+                    return PARAM
+                given = None
+                for i, a in enumerate(a for a in call.args if a.keyword is None):
+                    if i == index:
+                        given = a.value
+                for a in call.args:
+                    if a.keyword is not None and a.keyword.value == name:
+                        given = a.value
+                if given is not None:
+                    values.append(self.value(given))
+        if not values:
+            return PARAM
+        found = _join(values)
+        if found is _BUSY or found.kind == Kind.UNKNOWN:
+            return PARAM
+        return found
+
+    # ---------------------------------------------------------------- the file's classes
+    def _file_class(self, name: str) -> str | None:
+        if self._classes is None:
+            self._classes = {s.name.value: s for s in self._module.body
+                             if isinstance(s, cst.ClassDef)}
+        return name if name in self._classes else None
+
+    def _defines(self, func: cst.Name, cls: str) -> bool:
+        access = self._access(func)
+        return access is None or any(
+            getattr(a, "node", None) is self._classes[cls] for a in access.referents)
+
+    def _instance(self, cls: str) -> Value:
+        if cls in self.module_classes:
+            return Value(Kind.MODULE, cls=cls if self._file_class(cls) else None)
+        if self._file_class(cls) is None:
+            return OBJECT
+        node = self._classes[cls]
+        dataclass_ = any("dataclass" in cst.Module([]).code_for_node(d.decorator)
+                         for d in node.decorators)
+        if dataclass_ or cls.endswith(("Config", "Args", "Arguments", "Params")):
+            return Value(Kind.CONFIG, cls=cls)
+        return Value(Kind.OBJECT, cls=cls)
+
+    def _method(self, cls: str, name: str) -> cst.FunctionDef | None:
+        seen = set()
+        while cls and cls not in seen and self._file_class(cls):
+            seen.add(cls)
+            node = self._classes[cls]
+            for stmt in node.body.body:
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
+                    return stmt
+            bases = [b.value.value for b in node.bases if isinstance(b.value, cst.Name)]
+            cls = bases[0] if bases else None
+        return None
+
+    def _class_values(self, cls: str, attr: str) -> list[cst.BaseExpression]:
+        """What ``self.<attr>`` is assigned in the file's class ``cls`` and its bases."""
+        found: list[cst.BaseExpression] = []
+        seen = set()
+        while cls and cls not in seen and self._file_class(cls):
+            seen.add(cls)
+            found += self._attrs_of(cls).get(attr, [])
+            node = self._classes[cls]
+            bases = [b.value.value for b in node.bases if isinstance(b.value, cst.Name)]
+            cls = bases[0] if bases else None
+        return found
+
+    def _class_attr(self, cls: str, attr: str) -> Value | None:
+        """The kind of ``self.<attr>`` in the file's class ``cls`` (and its bases of the
+        file): its assignments in any method."""
+        found = [self.value(v) for v in self._class_values(cls, attr)]
+        if not found:
+            return None
+        value = _join(found)
+        return None if value is _BUSY else value
+
+    def _attrs_of(self, cls: str) -> dict[str, list[cst.BaseExpression]]:
+        attrs = self._class_attrs.get(cls)
+        if attrs is not None:
+            return attrs
+        attrs = {}
+        node = self._classes[cls]
+        for stmt in node.body.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for s in stmt.body:  # class-level x = ...
+                    if isinstance(s, cst.Assign):
+                        for t in s.targets:
+                            if isinstance(t.target, cst.Name):
+                                attrs.setdefault(t.target.value, []).append(s.value)
+                    elif isinstance(s, cst.AnnAssign) and isinstance(s.target, cst.Name) and \
+                            s.value is not None:
+                        attrs.setdefault(s.target.value, []).append(s.value)
+            elif isinstance(stmt, cst.FunctionDef):
+                _collect_self_assignments(stmt, attrs)
+        self._class_attrs[cls] = attrs
+        return attrs
+
+    def _returned(self, fn: cst.FunctionDef) -> Value:
+        returns = self._returns.get(id(fn))
+        if returns is None:
+            returns = _return_values(fn)
+            self._returns[id(fn)] = returns
+        if not returns:
+            return NONE
+        value = _join([self.value(r) for r in returns])
+        return UNKNOWN if value is _BUSY else value
+
+    def _function_result(self, func: cst.Name) -> Value:
+        access = self._access(func)
+        if access is None:
+            return UNKNOWN
+        defs = [a.node for a in access.referents if isinstance(getattr(a, "node", None),
+                                                                cst.FunctionDef)]
+        if len(defs) != 1:
+            return UNKNOWN
+        return self._returned(defs[0])
+
+    def _is_parser(self, node: cst.Name) -> bool:
+        access = self._access(node)
+        if access is None:
+            return False
+        for a in access.referents:
+            target = getattr(a, "node", None)
+            parent = self._parents.get(target) if target is not None else None
+            assign = self._parents.get(parent) if isinstance(parent, cst.AssignTarget) else None
+            if isinstance(assign, cst.Assign) and isinstance(assign.value, cst.Call) and (
+                    self._q(assign.value.func) or "").startswith("argparse."):
+                return True
+        return False
+
+
+def _dotted(node: cst.BaseExpression) -> bool:
+    """``a`` / ``a.b.c``: a name that may resolve to an import."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _none_branch(node: cst.BaseExpression) -> bool:
+    """``None``, or a conditional with a None branch."""
+    if isinstance(node, cst.Name):
+        return node.value == "None"
+    if isinstance(node, cst.IfExp):
+        return _none_branch(node.body) or _none_branch(node.orelse)
+    return False
+
+
+def _collect_self_assignments(fn: cst.FunctionDef,
+                              attrs: dict[str, list[cst.BaseExpression]]) -> None:
+    """``self.x = value`` (and ``self.register_buffer("x", value)``) in ``fn``, not in
+    nested functions or classes."""
+    stack: list[cst.CSTNode] = list(fn.body.children)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                target = t.target
+                if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) \
+                        and target.value.value == "self":
+                    attrs.setdefault(target.attr.value, []).append(node.value)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None and isinstance(
+                node.target, cst.Attribute) and isinstance(node.target.value, cst.Name) and \
+                node.target.value.value == "self":
+            attrs.setdefault(node.target.attr.value, []).append(node.value)
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and (
+                node.func.attr.value == "register_buffer") and len(node.args) >= 2 and \
+                isinstance(node.args[0].value, cst.SimpleString):
+            attrs.setdefault(node.args[0].value.evaluated_value, []).append(node.args[1].value)
+        if isinstance(node, cst.BaseExpression) and not isinstance(node, cst.Call):
+            continue
+        stack.extend(node.children)
+
+
+def _return_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """The values ``fn`` returns (not its nested functions'); empty for a generator."""
+    out = []
+    stack: list[cst.CSTNode] = list(fn.body.children)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, (cst.Yield,)):
+            return []
+        if isinstance(node, cst.Return):
+            out.append(node.value if node.value is not None else cst.Name("None"))
+            continue
+        stack.extend(node.children)
+    return out

@@ -1,0 +1,77 @@
+"""Info diagnostics that claim a transformation, checked against the code written.
+
+Some notes are written where one statement is translated but speak for another part of the
+file: "GradScaler removed: the autocast region computes in bfloat16" is true only when the
+autocast region was translated; "DistributedDataParallel removed: the batch is sharded" only
+when a training loop got the data sharding. Each such note has a claim id here, the text it
+starts with, and a test of the converted code. When the code does not do what the note
+says, the note is replaced by an honest warning; the test suite checks every claim id both
+ways (tests/test_claims.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from torch2jax.report import Diagnostic
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    prefix: str  # the start of the message that makes the claim
+    holds: Callable[[str], bool]  # over the converted code
+    instead: str  # the warning's message when it does not hold
+
+
+def _computes_in_bfloat16(code: str) -> bool:
+    """A translated autocast region: a bfloat16 dtype policy, and no torch autocast left."""
+    return "jnp.bfloat16" in code and re.search(r"\bautocast\(", code) is None
+
+
+def _batches_sharded(code: str) -> bool:
+    """Batches put on the devices with the data sharding."""
+    return "NamedSharding(" in code and re.search(
+        r"jax\.device_put\([^\n]*\bdata_sharding\)", code) is not None
+
+
+CLAIMS: dict[str, Claim] = {c.id: c for c in (
+    Claim("grad-scaler", "GradScaler removed: the autocast region computes in bfloat16",
+          _computes_in_bfloat16,
+          "GradScaler removed (JAX computes float32 and bfloat16 without loss scaling), but "
+          "no autocast region was translated to bfloat16 here: the program computes in "
+          "float32 (see the autocast line's TODO)"),
+    Claim("ddp-sharding", "DistributedDataParallel removed: the batch is sharded",
+          _batches_sharded,
+          "DistributedDataParallel removed: the model is used as it is, but no training loop "
+          "of this file got the data sharding (see its TODO): the program runs on one device "
+          "unless its batches are put on a NamedSharding(mesh, P('data'))"),
+    Claim("world-size-one", "world size 1: the JAX script is one program",
+          _batches_sharded,
+          "world size 1: the JAX script is one program over every device, but no training "
+          "loop of this file shards its batches over them (see its TODO)"),
+)}
+
+
+def check_claims(code: str, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """``diagnostics`` with every info note whose claim the code does not hold replaced by
+    its warning."""
+    out = []
+    verdicts: dict[str, bool] = {}
+    for d in diagnostics:
+        claim = claim_of(d)
+        if claim is not None:
+            if claim.id not in verdicts:
+                verdicts[claim.id] = claim.holds(code)
+            if not verdicts[claim.id]:
+                d = replace(d, severity="warning", message=claim.instead)
+        out.append(d)
+    return out
+
+
+def claim_of(d: Diagnostic) -> Claim | None:
+    if d.severity != "info":
+        return None
+    return next((c for c in CLAIMS.values() if d.message.startswith(c.prefix)), None)

@@ -1,0 +1,54 @@
+"""Device queries and device objects (rules/functions.toml, "devices")."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torch2jax.passes.common import Untranslatable, code, expr, try_literal
+from torch2jax.passes.special import Site, special
+
+GPU_TEST = 'jax.default_backend() == "gpu"'
+
+
+@special("gpu_backend")
+def gpu_backend(site: Site) -> cst.BaseExpression:
+    """``torch.cuda.is_available()``: the default backend is a GPU."""
+    return expr(GPU_TEST)
+
+
+@special("bf16_backend")
+def bf16_backend(site: Site) -> cst.BaseExpression:
+    """``torch.cuda.is_bf16_supported()``: the default backend is an accelerator."""
+    return expr('jax.default_backend() in ("gpu", "tpu")')
+
+
+def _one_device(node: cst.BaseExpression, index: cst.BaseExpression | None) -> str:
+    """A string literal naming a torch device -> a JAX device expression."""
+    name = try_literal(node, ...)
+    if not isinstance(name, str):
+        raise Untranslatable("torch.device of a computed name: JAX places arrays itself; "
+                             "pick the device with jax.devices(platform)[index] if you need "
+                             "one", rule="torch.device")
+    kind, _, number = name.partition(":")
+    platform = {"cuda": "gpu", "cpu": "cpu"}.get(kind)
+    if platform is None:
+        raise Untranslatable(f"torch.device({name!r}): no JAX backend of that name",
+                             rule="torch.device")
+    at = number or (code(index) if index is not None else "0")
+    return f'jax.devices("{platform}")[{at}]'
+
+
+@special("device")
+def device(site: Site) -> cst.BaseExpression:
+    """``torch.device(...)`` -> a JAX device (see the rule's notes)."""
+    kind, index = site.get("type"), site.get("index")
+    if kind is None:
+        raise Untranslatable("torch.device without a type", rule="torch.device")
+    if isinstance(kind, cst.IfExp):
+        body, orelse = (try_literal(b, ...) for b in (kind.body, kind.orelse))
+        if (body, orelse) == ("cuda", "cpu") and index is None and code(kind.test) in (
+                GPU_TEST, f"({GPU_TEST})"):
+            return expr("jax.devices()[0]")  # the default backend's first device
+        return cst.IfExp(test=kind.test, body=expr(_one_device(kind.body, index)),
+                         orelse=expr(_one_device(kind.orelse, index)))
+    return expr(_one_device(kind, index))
