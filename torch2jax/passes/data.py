@@ -145,6 +145,14 @@ class DataIndex:
     # the file builds random transforms: its loaders read in one thread, so that every run
     # hands the transforms' draws to the same elements (grain reads with 16 threads)
     random_augment: bool = False
+    # a loader of the file is not a batched grain MapDataset over its whole dataset (no batch
+    # size, an IterableDataset): len(loader.dataset) cannot be read off its pipeline
+    unbatched_loader: bool = False
+
+    def dataset_length_known(self) -> bool:
+        """Every loader is ``<source>[.shuffle(...)].batch(...)``, so the number of examples,
+        torch's ``len(loader.dataset)``, is ``len(loader.parents[0])``."""
+        return not (self.unbatched_loader or self.random_augment or self.distributed)
 
     def seeded_draw(self, generator: str) -> bool:
         """A draw from ``generator``, a ``torch.Generator().manual_seed(s)`` read only by draws
@@ -237,6 +245,17 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         q = self.q(node.func) or ""
         if transform_name(q) in RANDOM_TRANSFORMS:
             self.index.random_augment = True
+        if q in LOADERS:
+            try:
+                full, _ = expand_loader_kwargs(node, node, self.get_metadata)
+            except Untranslatable:
+                full = node
+            b = bind(full.args, ("dataset", "batch_size"))
+            dataset = b.get("dataset")
+            if (b.get("batch_size") is not None and b.literal("batch_size", 1) is None
+                    or not isinstance(dataset, cst.Name)
+                    or dataset.value in self.index.iterable_datasets):
+                self.index.unbatched_loader = True
         if q in LOADERS or q in RANDOM_SPLITS:
             for a in node.args:
                 if (a.keyword and a.keyword.value == "generator"

@@ -2587,6 +2587,14 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if original_node.attr.value in ("dataset", "sampler", "batch_size") and (
                 self.values is not None and self.values.kind(original_node.value)
                 == vk.Kind.LOADER):
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            holder = self.get_metadata(ParentNodeProvider, parent, None)
+            if (original_node.attr.value == "dataset" and self.data.dataset_length_known()
+                    and isinstance(parent, cst.Arg) and isinstance(holder, cst.Call)
+                    and m.matches(holder, m.Call(func=m.Name("len"), args=[m.Arg(keyword=None,
+                                                                                star="")]))):
+                # len(loader.dataset): the examples before .batch(...)
+                return expr("{l}.parents[0]", l=updated_node.value)
             self.diag(original_node, "torch.utils.data.DataLoader", "error",
                       f"{code(original_node)}: the loader is a grain pipeline, which has no "
                       f".{original_node.attr.value}: read it from what the loader was built "
