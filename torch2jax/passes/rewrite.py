@@ -2851,6 +2851,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         parent = self.get_metadata(ParentNodeProvider, original_node, None)
         if not (isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original_node):
             return None
+        here = self._fn_stack[-1].name.value if self._fn_stack else None
+        if any(site.function == here for site in self.training.optimizers.values()):
+            return None  # parameter groups: translated with their optimizer, or kept with it
         owner = updated_node.func.value
         named = func.attr.value == "named_parameters"
         if self.emitter.name == "nnx":
