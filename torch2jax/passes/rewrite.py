@@ -1825,7 +1825,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             kwargs = {"optimizer": name, "model": model, "loop_names": loop_names,
                       "step_name": "train_step", "accumulate": site.accumulate is not None}
             step = tr.build_train_step(body, functional=True, **kwargs) if (
-                self.data.functional_ok(model, self.index.module_classes)) else None
+                self.data.functional_ok(model, self.index.module_classes,
+                                        self._scalar_param)) else None
             around = tr.functional_loop(step, model, name) if step is not None else None
             if around is None:  # the loop reads the model between steps: the nnx.jit step
                 step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
@@ -1891,6 +1892,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             pre = [pre[0].with_changes(leading_lines=node.leading_lines), *pre[1:]]
             return cst.FlattenSentinel([*pre, node.with_changes(leading_lines=[]), *post])
         return node
+
+    def _scalar_param(self, param: cst.Param) -> bool:
+        """A constructor parameter known to receive a number, string or bool: hashable, so
+        a module keeping it as an attribute can still be a static argument of jax.jit."""
+        return self.values is not None and self.values.param_kind(param) == vk.Kind.SCALAR
 
     def _gan_loop(self, original_node, body) -> list | None:
         """A GAN iteration (passes/gan_step.py): the loop's new body, the step hoisted."""
