@@ -5,7 +5,7 @@ machinery read from ``_hf_support``, torch2jax/hf.py) and verified against torch
 config: forward logits and every parameter's gradient in float32 (then float64), without and
 with a random padding mask, and the converted file has no TODO. Skipped when transformers is
 not importable; ``python -m pytest -q -m transformers`` runs the tier alone. One conversion
-and compile per case (module-scoped fixtures); about a minute on two cores.
+and compile per verify case (module-scoped fixtures); a few minutes on two cores.
 """
 
 from __future__ import annotations

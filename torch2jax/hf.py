@@ -20,6 +20,8 @@ and hub plumbing). It *reduces* the modeling file first (:func:`reduce_modeling`
   (``nn.functional.dropout(w, p=dropout, training=module.training)``, where the callers pass
   ``dropout=0.0`` unless training) becomes ``attention_dropout(w, dropout)`` from the same
   module;
+* ``_init_weights`` methods go (torch initialisation: the converted model starts from flax's
+  initialisers; trained weights come with ``torch2jax weights``);
 * the classes and functions that no requested class reaches go
   (``LlamaForSequenceClassification`` built on ``GenericForSequenceClassification``).
 

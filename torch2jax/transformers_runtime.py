@@ -462,13 +462,34 @@ def sdpa_attention_forward(module: Any, query: jax.Array, key: jax.Array, value:
             mask = attention_mask
         else:
             bias = attention_mask.astype(query.dtype)
-    out = jax.nn.dot_product_attention(
-        jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2), jnp.swapaxes(value, 1, 2),
-        bias=bias, mask=mask, scale=scaling, is_causal=causal)
+    q, k, v = (jnp.swapaxes(t, 1, 2) for t in (query, key, value))
+    if query.dtype == jnp.float64:  # jax.nn.dot_product_attention computes in float32
+        out = _attention_math(q, k, v, bias, mask, scaling, causal)
+    else:
+        out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scaling,
+                                           is_causal=causal)
     if mask is not None:  # (batch, 1 or heads, q, kv) -> (batch, q, 1 or heads, 1)
         attends = jnp.swapaxes(jnp.any(mask, axis=-1), 1, 2)[..., None]
         out = jnp.where(attends, out, 0.0).astype(out.dtype)
     return out, None
+
+
+def _attention_math(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None,
+                    mask: jax.Array | None, scale: float | None, causal: bool) -> jax.Array:
+    """jax.nn.dot_product_attention's arithmetic in the inputs' own dtype: (batch, seq,
+    heads, head_dim) inputs, key/value heads shared by groups of query heads."""
+    groups = q.shape[2] // k.shape[2]
+    k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if bias is not None:
+        scores = scores + bias
+    if causal:
+        allowed = jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool))
+        mask = allowed if mask is None else mask & allowed
+    if mask is not None:
+        scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
 
 
 class _AttentionFunctions:
