@@ -85,3 +85,13 @@ def test_keyword_input_specs() -> None:
     specs = parse_specs(["int64[2,7]:64", "attention_mask=int64[2,7]:2"])
     assert specs[1].name == "attention_mask" and str(specs[1]) == "attention_mask=int64[2,7]:2"
     assert call_with(lambda *a, **k: (a, k), [1, 2], specs) == ((1,), {"attention_mask": 2})
+
+
+def test_every_name_the_reduction_imports_from_the_support_module_is_there() -> None:
+    """hf.SUPPORT_NAMES are imported from _hf_support (transformers_runtime.py): a name
+    missing there would be an ImportError in every converted modeling file that uses it."""
+    import torch2jax.transformers_runtime as runtime
+    from torch2jax.hf import SUPPORT_LAYERS, SUPPORT_NAMES
+
+    assert set(SUPPORT_NAMES) <= set(vars(runtime))
+    assert SUPPORT_LAYERS <= SUPPORT_NAMES
