@@ -33,49 +33,44 @@ SAMPLE_LEN, NUM_SAMPLES = 3 + 12, 2
 # target -> file -> [(line of the marker, rule)] of the converted program
 EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
     "nnx": {
-        "model.py": [(39, "torch-leftover"), (57, "torch.nn.functional.scaled_dot_product_attention"),
-                     (164, "torch.nn.functional.cross_entropy"), (191, "torch-leftover"),
-                     (195, "torch.optim.AdamW"), (219, "torch.topk")],
-        "train.py": [(82, "torch.cuda.set_device"), (100, "torch-leftover"),
-                     (108, "indexed-update"), (148, "torch.load"), (247, "torch.save"),
-                     (250, "training-loop"), (261, "torch.nn.utils.clip_grad_norm_")],
-        "sample.py": [(26, "torch-leftover"), (30, "torch.load")],
+        # ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(...): the
+        # torch branch is kept (torch is imported for it); the CPU run takes nullcontext
+        "train.py": [(111, "torch-leftover"), (119, "indexed-update")],
+        "sample.py": [(27, "torch-leftover")],
     },
     "linen": {
-        "model.py": [(17, "linen"), (23, "parameter"), (53, "torch-leftover"),
-                     (71, "torch.nn.functional.scaled_dot_product_attention"), (158, "target"),
-                     (183, "torch.nn.functional.cross_entropy"), (210, "torch-leftover"),
-                     (214, "torch.optim.AdamW"), (238, "torch.topk"), (242, "random")],
-        "train.py": [(75, "torch.cuda.set_device"), (93, "torch-leftover"),
-                     (101, "indexed-update"), (140, "torch.load"), (236, "torch.save"),
-                     (239, "training-loop"), (250, "torch.nn.utils.clip_grad_norm_")],
+        "model.py": [(17, "linen"), (23, "parameter"), (165, "target"), (236, "random")],
+        "train.py": [(91, "torch-leftover"), (99, "indexed-update"), (138, "torch.load"),
+                     (234, "torch.save"), (237, "training-loop"),
+                     (248, "torch.nn.utils.clip_grad_norm_")],
         "sample.py": [(25, "torch-leftover"), (29, "torch.load")],
     },
     "equinox": {
-        "model.py": [(34, "equinox"), (40, "equinox"), (67, "torch-leftover"),
-                     (86, "torch.nn.functional.scaled_dot_product_attention"), (87, "equinox"),
-                     (115, "equinox"), (118, "equinox"), (177, "equinox"),
-                     (213, "torch.nn.functional.cross_entropy"), (214, "equinox"),
-                     (241, "torch-leftover"), (245, "torch.optim.AdamW"), (263, "equinox"),
-                     (271, "torch-leftover"), (274, "torch-leftover"), (276, "torch-leftover"),
-                     (278, "torch-leftover")],
-        "train.py": [(88, "torch.cuda.set_device"), (106, "torch-leftover"),
-                     (114, "indexed-update"), (154, "torch.load"), (166, "equinox"),
-                     (255, "torch.save"), (258, "training-loop"),
-                     (269, "torch.nn.utils.clip_grad_norm_"), (288, "equinox")],
+        "model.py": [(35, "equinox"), (41, "equinox"), (122, "equinox"), (125, "equinox"),
+                     (184, "equinox"), (221, "equinox"), (230, "equinox"),
+                     (245, "torch-leftover"), (249, "torch-leftover"), (267, "equinox"),
+                     (275, "torch-leftover"), (278, "torch-leftover"), (280, "torch-leftover"),
+                     (282, "torch-leftover")],
+        "train.py": [(104, "torch-leftover"), (112, "indexed-update"), (152, "torch.load"),
+                     (164, "equinox"), (253, "torch.save"), (256, "training-loop"),
+                     (267, "torch.nn.utils.clip_grad_norm_"), (286, "equinox")],
         "sample.py": [(32, "torch-leftover"), (36, "torch.load"), (41, "equinox"),
                       (44, "unbound-name"), (46, "unbound-name"), (53, "unbound-name")],
     },
 }
+
+# the targets whose converted program runs with zero edits (the markers above left in it
+# are on lines that the CPU run does not need translated)
+RUNS = {"nnx"}
 
 # names read but not bound in a target's converted files (ruff F821), known and reported:
 # equinox leaves the model construction of the resume branch and of sample.py untranslated
 # below a marker but drops the statements that bound `model` / `checkpoint`
 EXPECTED_UNBOUND: dict[str, dict[str, list[str]]] = {
     "equinox": {
-        "train.py": ["169:13: F821 Undefined name `model`",
-                     "171:31: F821 Undefined name `checkpoint`",
-                     "175:13: F821 Undefined name `model`"],
+        "train.py": ["167:13: F821 Undefined name `model`",
+                     "169:31: F821 Undefined name `checkpoint`",
+                     "173:13: F821 Undefined name `model`"],
         "sample.py": ["45:1: F821 Undefined name `model`", "47:1: F821 Undefined name `model`",
                       "54:13: F821 Undefined name `model`"],
     },
@@ -163,8 +158,8 @@ def test_converted_program(target, torch_run, tmp_path_factory):
         assert unbound == EXPECTED_UNBOUND.get(target, {}).get(name, []), (name, unbound)
     todos = _todos(folder)
     assert todos == EXPECTED_TODOS.get(target, {}), todos
-    if todos:
-        return  # a refusal is marked at its line; the program is not run
+    if target not in RUNS:
+        return  # the refusals are marked at their lines; the program is not run
     cwd = tmp_path_factory.mktemp(f"run_{target}")
     (t_iters, t_steps), _ = torch_run
     iters, steps = _losses(_run(folder, "train.py", cwd))

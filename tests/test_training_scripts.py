@@ -85,6 +85,26 @@ for epoch in range(2):
         scheduler.step()
         print(f"{loss.item():.8f} {scheduler.get_last_lr()[0]:.8f}")
 """,
+    # micro-step gradient accumulation (GPT scripts): the next batch fetched after the
+    # forward, the summed gradients clipped, then one step
+    "micro_steps_clip": """
+model = Net()
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.05)
+accum = 2
+i = 0
+xb, yb = X[0:4], Y[0:4]
+for it in range(3):
+    for micro_step in range(accum):
+        loss = F.cross_entropy(model(xb), yb)
+        loss = loss / accum
+        i = (i + 4) % 8
+        xb, yb = X[i:i + 4], Y[i:i + 4]
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    print(f"{loss.item():.8f}")
+""",
     # per-epoch StepLR: an injected learning rate set where scheduler.step() was called
     "sgd_nesterov_steplr_per_epoch": """
 model = Net()
