@@ -260,6 +260,12 @@ class ValueFacts:
         """Known to hold something other than a tensor."""
         return self.kind(node) in NON_TENSOR
 
+    def param_kind(self, param: cst.Param) -> Kind:
+        """The kind of a function parameter: its annotation, its default, or the arguments
+        the file passes at its call sites."""
+        found = self._param(param)
+        return Kind.UNKNOWN if found is _BUSY else found.kind
+
     def may_be_none(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` may hold None: ``self.bias`` of a class that sets it to a
         parameter or None (``nn.Parameter(...) if bias else None``), a name assigned None on

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -123,6 +124,9 @@ class DataIndex:
     # (self.config = config): it becomes a static attribute of the NNX graph, which may not
     # be hashable, so a jax.jit function cannot take the graph's definition as a static arg
     opaque_static: set[str] = field(default_factory=set)
+    # those classes' constructor parameters kept as attributes: a class whose every such
+    # argument is known to be a scalar at its call sites (the value analysis) is not opaque
+    opaque_params: dict[str, list[cst.Param]] = field(default_factory=dict)
     shard: str = "data"  # "params": the model and optimizer state are split over the devices
     aliasing: bool = False  # a module class assigns self.a = self.b (a shared Variable)
     batch_samplers: dict[str, BatchSamplerSite] = field(default_factory=dict)
@@ -143,6 +147,14 @@ class DataIndex:
     # the file builds random transforms: its loaders read in one thread, so that every run
     # hands the transforms' draws to the same elements (grain reads with 16 threads)
     random_augment: bool = False
+    # a loader of the file is not a batched grain MapDataset over its whole dataset (no batch
+    # size, an IterableDataset): len(loader.dataset) cannot be read off its pipeline
+    unbatched_loader: bool = False
+
+    def dataset_length_known(self) -> bool:
+        """Every loader is ``<source>[.shuffle(...)].batch(...)``, so the number of examples,
+        torch's ``len(loader.dataset)``, is ``len(loader.parents[0])``."""
+        return not (self.unbatched_loader or self.random_augment or self.distributed)
 
     def seeded_draw(self, generator: str) -> bool:
         """A draw from ``generator``, a ``torch.Generator().manual_seed(s)`` read only by draws
@@ -161,10 +173,14 @@ class DataIndex:
             return self.generators.get(gen.value)
         return _generator_seed(gen)
 
-    def functional_ok(self, model: str, module_classes: set[str]) -> bool:
-        """Whether ``model``'s graph definition can be a static argument of jax.jit."""
+    def functional_ok(self, model: str, module_classes: set[str],
+                      scalar: Callable[[cst.Param], bool] | None = None) -> bool:
+        """Whether ``model``'s graph definition can be a static argument of jax.jit.
+        ``scalar``: whether a constructor parameter is known to receive a scalar (hashable)."""
         cls = self.model_classes.get(model)
-        return cls in module_classes and not (self.opaque_static & module_classes)
+        opaque = {c for c in self.opaque_static & module_classes if scalar is None or not all(
+            scalar(p) for p in self.opaque_params.get(c, ()))}
+        return cls in module_classes and not opaque
 
 
 class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
@@ -218,9 +234,11 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
                     e).startswith("self.") for e in (assign.targets[0].target, assign.value)):
                 self.index.aliasing = True
         for stmt in node.body.body:
-            if (isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__"
-                    and _keeps_opaque_argument(stmt)):
+            kept = _kept_opaque_arguments(stmt) if (isinstance(stmt, cst.FunctionDef)
+                                                   and stmt.name.value == "__init__") else []
+            if kept:
                 self.index.opaque_static.add(node.name.value)
+                self.index.opaque_params[node.name.value] = kept
 
     def q(self, node: cst.CSTNode) -> str | None:
         return qualified(self, node)
@@ -229,6 +247,17 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         q = self.q(node.func) or ""
         if transform_name(q) in RANDOM_TRANSFORMS:
             self.index.random_augment = True
+        if q in LOADERS:
+            try:
+                full, _ = expand_loader_kwargs(node, node, self.get_metadata)
+            except Untranslatable:
+                full = node
+            b = bind(full.args, ("dataset", "batch_size"))
+            dataset = b.get("dataset")
+            if (b.get("batch_size") is not None and b.literal("batch_size", 1) is None
+                    or not isinstance(dataset, cst.Name)
+                    or dataset.value in self.index.iterable_datasets):
+                self.index.unbatched_loader = True
         if q in LOADERS or q in RANDOM_SPLITS:
             for a in node.args:
                 if (a.keyword and a.keyword.value == "generator"
@@ -316,23 +345,24 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         return False
 
 
-def _keeps_opaque_argument(init: cst.FunctionDef) -> bool:
-    """``self.x = arg`` in ``__init__`` where ``arg`` is a parameter without a literal default or
-    a scalar annotation: its type (a config dataclass, a list) is unknown."""
+def _kept_opaque_arguments(init: cst.FunctionDef) -> list[cst.Param]:
+    """The parameters ``arg`` of ``self.x = arg`` in ``__init__`` that have no literal default
+    or scalar annotation: their type (a config dataclass, a list) is not known here."""
     scalar = {"int", "float", "str", "bool"}
-    opaque = set()
+    opaque = {}
     for p in [*init.params.params, *init.params.kwonly_params]:
         ann = code(p.annotation.annotation) if p.annotation else ""
         literal_default = isinstance(p.default, (cst.Integer, cst.Float, cst.SimpleString)) or (
             isinstance(p.default, cst.Name) and p.default.value in ("True", "False", "None"))
         if p.name.value != "self" and ann not in scalar and not literal_default:
-            opaque.add(p.name.value)
+            opaque[p.name.value] = p
+    kept = []
     for assign in _assignments(init):
         if (len(assign.targets) == 1 and m.matches(assign.targets[0].target, m.Attribute(
                 value=m.Name("self"))) and isinstance(assign.value, cst.Name)
-                and assign.value.value in opaque):
-            return True
-    return False
+                and assign.value.value in opaque and opaque[assign.value.value] not in kept):
+            kept.append(opaque[assign.value.value])
+    return kept
 
 
 def _assignments(node: cst.CSTNode) -> list[cst.Assign]:

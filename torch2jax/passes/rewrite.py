@@ -2061,7 +2061,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             kwargs = {"optimizer": name, "model": model, "loop_names": loop_names,
                       "step_name": "train_step", "accumulate": site.accumulate is not None}
             step = tr.build_train_step(body, functional=True, **kwargs) if (
-                self.data.functional_ok(model, self.index.module_classes)) else None
+                self.data.functional_ok(model, self.index.module_classes,
+                                        self._scalar_param)) else None
             around = tr.functional_loop(step, model, name) if step is not None else None
             if around is None:  # the loop reads the model between steps: the nnx.jit step
                 step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
@@ -2127,6 +2128,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             pre = [pre[0].with_changes(leading_lines=node.leading_lines), *pre[1:]]
             return cst.FlattenSentinel([*pre, node.with_changes(leading_lines=[]), *post])
         return node
+
+    def _scalar_param(self, param: cst.Param) -> bool:
+        """A constructor parameter known to receive a number, string or bool: hashable, so
+        a module keeping it as an attribute can still be a static argument of jax.jit."""
+        return self.values is not None and self.values.param_kind(param) == vk.Kind.SCALAR
 
     def _gan_loop(self, original_node, body) -> list | None:
         """A GAN iteration (passes/gan_step.py): the loop's new body, the step hoisted."""
@@ -2837,6 +2843,14 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if original_node.attr.value in ("dataset", "sampler", "batch_size") and (
                 self.values is not None and self.values.kind(original_node.value)
                 == vk.Kind.LOADER):
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            holder = self.get_metadata(ParentNodeProvider, parent, None)
+            if (original_node.attr.value == "dataset" and self.data.dataset_length_known()
+                    and isinstance(parent, cst.Arg) and isinstance(holder, cst.Call)
+                    and m.matches(holder, m.Call(func=m.Name("len"), args=[m.Arg(keyword=None,
+                                                                                star="")]))):
+                # len(loader.dataset): the examples before .batch(...)
+                return expr("{l}.parents[0]", l=updated_node.value)
             self.diag(original_node, "torch.utils.data.DataLoader", "error",
                       f"{code(original_node)}: the loader is a grain pipeline, which has no "
                       f".{original_node.attr.value}: read it from what the loader was built "

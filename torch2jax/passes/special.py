@@ -996,6 +996,11 @@ def expand_as(site: Site) -> cst.BaseExpression:
     return expr("jnp.broadcast_to({x}, {y}.shape)", x=site.x(), y=site.args.get("other"))
 
 
+@special("view_as")
+def view_as(site: Site) -> cst.BaseExpression:
+    return expr("{x}.reshape({y}.shape)", x=site.x(), y=site.args.get("other"))
+
+
 @special("sub_alpha")
 def sub_alpha(site: Site) -> cst.BaseExpression:
     alpha = site.args.get("alpha")

@@ -451,12 +451,50 @@ def functional_loop(step: TrainStep, model: str, optimizer: str
         elif _sets_dtype(s, model):
             (after if _restores_dtype(s) else before).append(s)
         elif set(names_of(s).used) & objects or set(names_of(s).assigned) & objects:
-            return None
+            read = _optimizer_state_reads(s, model, optimizer)
+            if read is None:
+                return None
+            body.append(read)
         else:
             body.append(s)
     split = cst.parse_statement(f"{GRAPHDEF}, {STATE} = nnx.split(({model}, {optimizer}))\n")
     update = cst.parse_statement(f"nnx.update(({model}, {optimizer}), {STATE})\n")
     return [*before, split], body, [update, *after]
+
+
+# the optimizer's own state that a loop may read or set between functional steps: its update
+# count and its optax state (injected hyperparameters such as the learning rate)
+_OPTIMIZER_STATE = frozenset({"step", "opt_state"})
+
+
+class _OptimizerState(NoAttributeHooks, cst.CSTTransformer):
+    def __init__(self, optimizer: str) -> None:
+        super().__init__()
+        self.optimizer = optimizer
+
+    def leave_Attribute(self, original_node, updated_node):
+        if m.matches(updated_node.value, m.Name(self.optimizer)) and (
+                updated_node.attr.value in _OPTIMIZER_STATE):
+            # nnx.split((model, optimizer)): entry 1 of the state is the optimizer's
+            return updated_node.with_changes(value=cst.parse_expression(f"{STATE}[1]"))
+        return updated_node
+
+
+def _optimizer_state_reads(stmt: cst.BaseStatement, model: str, optimizer: str
+                           ) -> cst.BaseStatement | None:
+    """``stmt`` with its reads and writes of ``optimizer.step`` / ``optimizer.opt_state``
+    turned into the split state's (``train_state[1].step``), or None when it uses the model
+    or the optimizer in any other way. A log line ``scheduler(optimizer.step.value)`` and a
+    per-step ``optimizer.opt_state.hyperparams["learning_rate"].value = lr`` then leave the
+    functional step in place: the state between steps is ``train_state``."""
+    n = names_of(stmt)
+    if set(n.assigned) & {model, optimizer, GRAPHDEF, STATE} or set(n.used) & {
+            model, GRAPHDEF, STATE}:
+        return None
+    new = stmt.visit(_OptimizerState(optimizer))
+    if {model, optimizer, GRAPHDEF} & set(names_of(new).used):
+        return None
+    return new
 
 
 def _sets_dtype(stmt: cst.CSTNode, model: str) -> bool:

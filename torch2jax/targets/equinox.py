@@ -565,7 +565,8 @@ class _InitRewriter(cst.CSTTransformer):
         return updated_node
 
     def _seq_layer(self, value: cst.BaseExpression) -> Layer | None:
-        if not code(value).startswith("eqx.nn.Sequential("):
+        # a call, not an expression that starts with one (`eqx.nn.Sequential(...) if c else x`)
+        if not (isinstance(value, cst.Call) and code(value).startswith("eqx.nn.Sequential(")):
             return None
         inner = value.args[0].value if value.args else None
         src = self.local.get(inner.value) if isinstance(inner, cst.Name) else \

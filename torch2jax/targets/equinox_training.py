@@ -343,6 +343,11 @@ class Scope(cst.CSTTransformer):
         return train_step(updated_node, parts, stateful, keyed, self.dtype)
 
     def leave_Attribute(self, original_node, updated_node):
+        # the optimizer's entry of a functional step's state is the optimizer
+        if m.matches(updated_node.value, m.Subscript(value=m.Name("train_state"), slice=[
+                m.SubscriptElement(m.Index(m.Integer("1")))])) and \
+                updated_node.attr.value in ("opt_state", "step") and len(self.optimizers) == 1:
+            updated_node = updated_node.with_changes(value=cst.Name(next(iter(self.optimizers))))
         # optimizer.opt_state -> opt_state; hyperparams[...].value -> hyperparams[...]
         if m.matches(updated_node, m.Attribute(value=m.Name(), attr=m.Name("opt_state"))) and \
                 updated_node.value.value in self.optimizers:

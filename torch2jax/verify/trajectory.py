@@ -208,7 +208,10 @@ def translate_loss(loss: str, rules: RuleSet | None = None) -> tuple[Callable[..
         ast.parse(loss, mode="eval")
     except SyntaxError as exc:
         raise VerifyError(f"--loss {loss!r} is not a Python expression: {exc.msg}") from None
-    source = LOSS_PRELUDE + f"loss = {loss}\n"
+    # in a function over annotated tensors: the value analysis then knows what output and
+    # labels are (a method such as .mean() is rewritten only on a known tensor)
+    source = (LOSS_PRELUDE + "\n\ndef loss_of(output: torch.Tensor, labels: torch.Tensor):\n"
+              f"    loss = {loss}\n    return loss\n")
     with _stage("converting the loss"):
         result = convert_source(source, path="<--loss>", rules=rules)
     errors = [d.message for d in result.diagnostics if d.severity == "error"]
@@ -216,7 +219,7 @@ def translate_loss(loss: str, rules: RuleSet | None = None) -> tuple[Callable[..
         raise VerifyError(f"--loss {loss!r} did not convert: {'; '.join(errors)}")
     tree = ast.parse(result.code)
     value = None
-    for stmt in tree.body:
+    for stmt in ast.walk(tree):
         if isinstance(stmt, ast.Assign) and [ast.unparse(t) for t in stmt.targets] == ["loss"]:
             value = stmt.value
     if value is None:
