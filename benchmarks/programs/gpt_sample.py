@@ -22,7 +22,7 @@ n_head = 4
 n_embd = 64
 max_new_tokens = int(os.environ.get("GPT_NEW_TOKENS", "100"))
 temperature = 0.8
-top_k = 10
+top_k = int(os.environ.get("GPT_TOP_K", "10")) or None  # 0: no top-k
 seed = 1337
 device = os.environ.get("GPT_DEVICE", "cpu")  # the benchmark sets cuda on a GPU
 

@@ -19,7 +19,7 @@ n_head = 4
 n_embd = 64
 max_new_tokens = int(os.environ.get("GPT_NEW_TOKENS", "100"))
 temperature = 0.8
-top_k = 10
+top_k = int(os.environ.get("GPT_TOP_K", "10")) or None  # 0: no top-k
 seed = 1337
 
 
@@ -75,8 +75,9 @@ def generate(model, key, steps):
         logits = model(buf)
         logits = jax.lax.dynamic_index_in_dim(logits, t - 1, axis=1, keepdims=False)
         logits = logits / temperature
-        v, _ = jax.lax.top_k(logits, top_k)
-        logits = jnp.where(logits < v[:, -1:], -jnp.inf, logits)
+        if top_k is not None:
+            v, _ = jax.lax.top_k(logits, top_k)
+            logits = jnp.where(logits < v[:, -1:], -jnp.inf, logits)
         key, sub = jax.random.split(key)
         tok = jax.random.categorical(sub, logits, axis=-1).astype(jnp.int32)
         placed = jax.lax.dynamic_update_slice(buf, tok[:, None], (0, jnp.minimum(t, block_size - 1)))
