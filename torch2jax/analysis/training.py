@@ -71,6 +71,7 @@ class OptimizerSite:
     groups: list[ParamGroup] | None = None  # parameter groups, when recognised
     groups_problem: str | None = None  # why the parameter groups were not recognised
     accumulate: cst.BaseExpression | None = None  # steps every k backward() calls
+    external: bool = False  # built in another file (model.configure_optimizers())
 
 
 @dataclass
@@ -142,6 +143,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         self._clips: list[tuple[str, cst.BaseExpression, int | None]] = []
         self._returns_optimizer: dict[str, OptimizerSite] = {}
         self._opt_from_fn: list[tuple[str, str, str | None]] = []  # (var, function, receiver)
+        self._opt_from_fn_at: dict[str, tuple[cst.Assign, int]] = {}  # var -> (statement, scope)
         self._calls_in_fn: dict[str, set[str]] = {}
         self._draws: dict[str, bool] = {}
         self._seeds_in: set[str] = set()
@@ -226,6 +228,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             recv = node.value.func.value
             self._opt_from_fn.append((name, node.value.func.attr.value,
                                       recv.value if isinstance(recv, cst.Name) else None))
+            self._opt_from_fn_at[name] = (node, self.scope)
 
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is not None and self.free_fn:
@@ -295,6 +298,16 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         # optimizers returned by a function (configure_optimizers) and assigned elsewhere
         for var, fn, receiver in self._opt_from_fn:
             site = self._returns_optimizer.get(fn)
+            if site is None and fn == "configure_optimizers" and receiver and (
+                    var not in idx.optimizer_names):
+                # the model's configure_optimizers of another file of the package (a
+                # minGPT-style Trainer): converted there; here only its updates are stepped
+                stmt, scope = self._opt_from_fn_at[var]
+                idx.optimizer_names[var] = OptimizerSite(
+                    call=stmt.value, qualname="", statement=stmt, name=var, scope=scope,
+                    function=None, model=receiver, external=True)
+                idx.alias_models[var] = receiver
+                continue
             if site is not None:
                 site.aliases.add(var)
                 idx.optimizer_names.setdefault(var, site)

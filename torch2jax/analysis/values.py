@@ -125,6 +125,10 @@ def _join(values: Iterable[Value]) -> Value:
         return first if all(v == first for v in same) else Value(kind)
     if kinds == {Kind.TENSOR, Kind.SCALAR}:
         return TENSOR
+    if kinds == {Kind.TENSOR, Kind.LIST} and all(
+            v.item in (TENSOR, _BUSY) for v in found if v.kind == Kind.LIST):
+        # a loader's batch, then the same batch moved: batch = [t.to(device) for t in batch]
+        return Value(Kind.LIST, item=TENSOR)
     if kinds <= {Kind.TENSOR, Kind.PARAM}:
         return TENSOR
     if Kind.PARAM in kinds and len(kinds - {Kind.PARAM}) == 1:
@@ -216,7 +220,7 @@ _BUILTIN_CALLS: dict[str, Value] = {
     "collections.defaultdict": DICT, "builtins.list": LIST, "builtins.sorted": LIST,
     "builtins.tuple": Value(Kind.TUPLE), "builtins.set": Value(Kind.SET),
     "builtins.frozenset": Value(Kind.SET), "builtins.range": Value(Kind.OBJECT, item=SCALAR),
-    "builtins.print": NONE, "builtins.open": OBJECT, "builtins.iter": OBJECT,
+    "builtins.print": NONE, "builtins.open": OBJECT,
     "builtins.type": OBJECT, "builtins.object": OBJECT, "builtins.super": OBJECT,
     "argparse.ArgumentParser": OBJECT, "types.SimpleNamespace": CONFIG,
     "argparse.Namespace": CONFIG,
@@ -494,6 +498,14 @@ class ValueFacts:
             if q == "builtins.sum" and args and args[0].item is not None:
                 return args[0].item if args[0].item.kind != Kind.NONE else UNKNOWN
             return UNKNOWN
+        if q in ("builtins.iter", "builtins.next") and node.args and not node.args[0].keyword:
+            of = self.value(node.args[0].value)
+            if of.kind == Kind.LOADER:  # iter(loader): an iterator over its batches
+                return Value(Kind.OBJECT, item=of.element()) if q == "builtins.iter" else (
+                    of.element())
+            if q == "builtins.next" and of.kind == Kind.OBJECT and of.item is not None:
+                return of.item  # next(iter(loader)): a batch
+            return OBJECT if q == "builtins.iter" else UNKNOWN
         if q in ("builtins.enumerate", "builtins.zip", "builtins.reversed", "builtins.map",
                  "builtins.filter"):
             args = [self.value(a.value) for a in node.args if not a.keyword]

@@ -91,9 +91,11 @@ MESH = ("mesh = jax.make_mesh((jax.device_count(),), (\"data\",), axis_types=(Ax
 
 @dataclass
 class SamplerSite:
-    kind: str  # "distributed", "random", "sequential"
+    kind: str  # "distributed", "random", "sequential", "replacement"
     shuffle: bool
     seed: cst.BaseExpression | None
+    # RandomSampler(num_samples=...): the number of indices it draws (None: len(dataset))
+    num_samples: cst.BaseExpression | None = None
 
 
 @dataclass
@@ -255,9 +257,13 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
                 full = node
             b = bind(full.args, ("dataset", "batch_size"))
             dataset = b.get("dataset")
+            sampler = bind(full.args, ("dataset", "batch_size", "shuffle", "sampler")).get(
+                "sampler")
+            site = _known_sampler(sampler, sampler, self.q, self.index) if sampler else None
             if (b.get("batch_size") is not None and b.literal("batch_size", 1) is None
                     or not isinstance(dataset, cst.Name)
-                    or dataset.value in self.index.iterable_datasets):
+                    or dataset.value in self.index.iterable_datasets
+                    or site is not None and site.kind == "replacement"):
                 self.index.unbatched_loader = True
         if q in LOADERS or q in RANDOM_SPLITS:
             for a in node.args:
@@ -376,7 +382,10 @@ def sampler_site(q: str, node: cst.Call) -> SamplerSite:
         shuffle = b.literal("shuffle")
         return SamplerSite("distributed", shuffle is not False, b.get("seed"))
     if q in RANDOM_SAMPLERS:
-        return SamplerSite("random", True, None)
+        b = bind(node.args, ("data_source", "replacement", "num_samples", "generator"))
+        if b.literal("replacement") is True:
+            return SamplerSite("replacement", False, None, b.get("num_samples"))
+        return SamplerSite("random", True, None, b.get("num_samples"))
     return SamplerSite("sequential", False, None)
 
 
@@ -570,6 +579,22 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
             args.append(f"collate_fn={code(b.get('collate_fn'))}")
         return expr(f"IterableLoader({', '.join(args)})"), notes
     pipeline = _source(dataset, data)
+    if site is not None and site.kind == "random" and site.num_samples is not None:
+        raise Untranslatable("RandomSampler(num_samples=...) without replacement (torch "
+                             "concatenates permutations to reach the count)",
+                             rule="torch.utils.data.DataLoader")
+    if site is not None and site.kind == "replacement":
+        if not isinstance(dataset, (cst.Name, cst.Attribute)):
+            raise Untranslatable("RandomSampler(replacement=True) over a dataset expression: "
+                                 "assign it to a name first", rule="torch.utils.data.DataLoader")
+        count = site.num_samples if site.num_samples is not None else expr(
+            "len({d})", d=dataset)
+        seed = data.seed if data.seed is not None else cst.Integer("0")
+        pipeline = (f"grain.MapDataset.range({code(count)}).random_map(lambda _, rng: "
+                    f"{code(dataset)}[rng.integers(len({code(dataset)}))], seed={code(seed)})")
+        notes.append(f"RandomSampler(replacement=True): every example an independent uniform "
+                     f"draw from a numpy Generator seeded with {code(seed)} (torch drew them "
+                     "from its global generator)")
     if epoch is not None:
         pipeline += f".shuffle(seed={code(_shuffle_seed(site, b.get('generator'), data, notes))}"\
             f" + {epoch})"

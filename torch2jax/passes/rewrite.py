@@ -139,6 +139,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         self.uses_train = uses_train  # linen: modules get a `train` field
         self._key_scopes: list[tr.KeyScope] = [tr.KeyScope()]
         self._for_stack: list[cst.For] = []
+        self._while_stack: list[cst.While] = []
+        self._while_clips: dict[int, tuple[cst.CSTNode, str]] = {}  # loop id -> (clip, rule)
         self._hoist: list[cst.BaseStatement] = []
         # train steps moved to the top level, before the function they were built in
         self._module_hoist: list[tuple[str, cst.BaseStatement]] = []
@@ -1594,6 +1596,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if q in CLIPS:
             if any(site.clip is not None for site in t.optimizers.values()):
                 return cst.RemoveFromParent()  # folded into the optimizer's chain
+            if (self._while_stack and not self._for_stack and CLIPS[q] == "norm"
+                    and self.emitter.name == "nnx"):
+                # decided where the loop is left: clipped inside its train step, or marked
+                self._while_clips[id(self._while_stack[-1])] = (original_node, q)
+                return updated_node
             self.diag(original_node, q, "error", "gradient clipping outside a recognised "
                       "training step: chain optax.clip_by_global_norm before the optimizer")
             return updated_node
@@ -1607,7 +1614,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if meth == "zero_grad" and (recv in t.optimizer_names or any(
                 recv == s.model for s in t.optimizers.values())):
             return cst.RemoveFromParent()  # JAX computes fresh gradients every step
-        if meth == "backward" and not self._for_stack:
+        if meth == "backward" and not self._for_stack and not self._while_stack:
             self.diag(original_node, "training-loop", "error",
                       "backward() outside a loop that steps an optimizer: write the step "
                       "as nnx.value_and_grad + optimizer.update")
@@ -2174,6 +2181,57 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return updated
         args.insert(i + 1, arg(cst.Name(lt.VARIABLES)))
         return updated.with_changes(args=_fix_commas(args))
+
+    def visit_While(self, node: cst.While) -> None:
+        self._while_stack.append(node)
+
+    def leave_While(self, original_node, updated_node):
+        """``while True:`` around a train step (a minGPT-style Trainer.run: next(data_iter),
+        forward, backward, clip, step, callbacks, break after max_iters): the step becomes a
+        jitted function defined just before the loop."""
+        self._while_stack.pop()
+        clip = self._while_clips.pop(id(original_node), None)
+        t = self.training
+        body = list(updated_node.body.body)
+        if self.emitter.name != "nnx" or self._for_stack:
+            if not self._for_stack and any("backward()" in code(s) for s in body):
+                self.diag(original_node, "training-loop", "error",
+                          f"a train step in a while loop: translated for --target nnx only "
+                          f"so far ({self.emitter.name} is planned)")
+            return self._unclipped(updated_node, clip)
+        clip_stmt = next((s for s in body if clip is not None and "clip_grad_norm_(" in code(s)),
+                         None)
+        for name in t.optimizer_names:
+            model = t.model_of(name)
+            if model is None or not any(tr._is_method_stmt(s, {name}, "step") for s in body):
+                continue
+            step = tr.build_train_step(body, optimizer=name, model=model,
+                                       loop_names=tr.loop_assigned_names(original_node),
+                                       step_name="train_step", clip=clip_stmt,
+                                       tree_mode=not self.data.aliasing)
+            if step is None:
+                break
+            self.need("nnx")
+            if clip_stmt is not None:
+                self.need("optax")
+            blank = [cst.EmptyLine(indent=False)]
+            fn = step.function.with_changes(leading_lines=blank)
+            loop = updated_node.with_changes(body=updated_node.body.with_changes(body=step.body),
+                                             leading_lines=blank)
+            return cst.FlattenSentinel([fn, loop])
+        if any(tr._is_method_stmt(s, None, "backward") for s in body) or any(
+                "backward()" in code(s) for s in body):
+            self.diag(original_node, "training-loop", "error",
+                      "training loop not recognised (one loss.backward() and one "
+                      "optimizer.step() in the same loop body): write the step as "
+                      "nnx.value_and_grad + optimizer.update")
+        return self._unclipped(updated_node, clip)
+
+    def _unclipped(self, node, clip):
+        if clip is not None:
+            self.diag(clip[0], clip[1], "error", "gradient clipping outside a recognised "
+                      "training step: chain optax.clip_by_global_norm before the optimizer")
+        return node
 
     def visit_For(self, node: cst.For) -> None:
         self._for_stack.append(node)
@@ -2818,6 +2876,41 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if self._class_stack and self._own_functional(node):
             self._own_calls.add(id(node))
 
+    def _parameter_listing(self, original_node: cst.Call, updated_node: cst.Call):
+        """``for p in model.parameters()`` / ``for n, p in model.named_parameters()`` (also in
+        a comprehension: ``sum(p.numel() for p in self.parameters())``) on a module: the
+        parameter arrays of the target library. None: not such a call."""
+        func = original_node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in (
+                "parameters", "named_parameters") and not original_node.args
+                and self.values is not None
+                and self.values.kind(func.value) == vk.Kind.MODULE):
+            return None
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        if not (isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original_node):
+            return None
+        here = self._fn_stack[-1].name.value if self._fn_stack else None
+        if any(site.function == here for site in self.training.optimizers.values()):
+            return None  # parameter groups: translated with their optimizer, or kept with it
+        owner = updated_node.func.value
+        named = func.attr.value == "named_parameters"
+        if self.emitter.name == "nnx":
+            self.need("nnx")
+            if named:
+                return expr('((".".join(map(str, path)), param.value) for path, param in '
+                            "nnx.to_flat_state(nnx.state({m}, nnx.Param)))", m=owner)
+            self.need("jax")
+            return expr("jax.tree.leaves(nnx.state({m}, nnx.Param))", m=owner)
+        if self.emitter.name == "equinox" and not named:
+            self.need("jax", "eqx")
+            return expr("jax.tree.leaves(eqx.filter({m}, eqx.is_inexact_array))", m=owner)
+        self.diag(original_node, "module-api", "error",
+                  f"{code(original_node)}: the {self.emitter.name} model's parameters are not "
+                  "attributes of the module" if self.linen else
+                  f"{code(original_node)}: parameter names are not translated for "
+                  f"{self.emitter.name}")
+        return updated_node
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
         if isinstance(updated_node.func, cst.Lambda) and not updated_node.func.lpar:
             # a layer or loss built and called on the spot: nn.Identity()(x)
@@ -2828,6 +2921,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             updated_node = self._lt_pass_variables(original_node, updated_node)
         if self._factory_dicts:
             updated_node = self._factory_dict_call(original_node, updated_node)
+        listed = self._parameter_listing(original_node, updated_node)
+        if listed is not None:
+            return listed
         if isinstance(original_node.func, cst.Name) and (
                 original_node.func.value in self._file_functions):
             # train(model, train_loader, ...): the loader shuffled per epoch is that epoch's

@@ -816,6 +816,21 @@ def _reduction_dim(site: Site) -> cst.BaseExpression | None:
     return d
 
 
+@special("sort")
+def sort(site: Site) -> cst.BaseExpression:
+    """torch.sort -> (values, indices)."""
+    x = site.x()
+    d = site.args.get("dim") or expr("-1")
+    kw = [arg(d, "axis")]
+    desc = site.args.get("descending")
+    if desc is not None and try_literal(desc, ...) is not False:
+        kw.append(arg(desc, "descending"))
+    if not is_simple(x):
+        raise Untranslatable("torch.sort of a compound expression: assign it to a name first")
+    return cst.Tuple(elements=[cst.Element(call("jnp.sort", arg(x), *kw)),
+                               cst.Element(call("jnp.argsort", arg(x), *kw))])
+
+
 @special("max_min")
 def max_min(site: Site) -> cst.BaseExpression:
     """torch.max has three overloads: full reduction, (values, indices) along dim, elementwise."""

@@ -19,7 +19,15 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from torch2jax.passes.common import Untranslatable, code, expr, is_simple, py, try_literal
+from torch2jax.passes.common import (
+    Untranslatable,
+    code,
+    expr,
+    int_value,
+    is_simple,
+    py,
+    try_literal,
+)
 from torch2jax.passes.special import Site, special
 
 Core = Callable[[Site, cst.BaseExpression, cst.BaseExpression], cst.BaseExpression]
@@ -68,11 +76,21 @@ def _reduce(per: cst.BaseExpression, reduction: str) -> cst.BaseExpression:
 
 
 def _simple(node: cst.BaseExpression, what: str, why: str) -> cst.BaseExpression:
-    """``node`` when it may be written twice (a name or attribute chain), else refuse."""
-    if not is_simple(node):
+    """``node`` when it may be written twice (a name or attribute chain, or a reshape of one:
+    ``targets.view(-1)`` as minGPT-style models pass it), else refuse."""
+    if not (is_simple(node) or _reshaped_name(node)):
         raise Untranslatable(f"{what} `{code(node)}` is used more than once ({why}): "
                              "assign it to a name first")
     return node
+
+
+def _reshaped_name(node: cst.BaseExpression) -> bool:
+    """``t.reshape(-1)`` / ``t.reshape(a, b)`` on a name, with integer or name arguments: pure,
+    and evaluated twice under jit it is one reshape (XLA merges the duplicates)."""
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "reshape" and is_simple(node.func.value)
+            and all(a.keyword is None and not a.star and (
+                int_value(a.value) is not None or is_simple(a.value)) for a in node.args))
 
 
 def _tensor_opt(site: Site, name: str) -> cst.BaseExpression | None:

@@ -319,6 +319,42 @@ def _is_method_stmt(stmt: cst.CSTNode, receivers: set[str] | None, method: str) 
     return None
 
 
+def _attribute_loss(body: list[cst.BaseStatement]) -> tuple[list[cst.BaseStatement], str | None]:
+    """``logits, self.loss = model(x, y)`` ... ``self.loss.backward()`` (a Trainer that keeps
+    the loss for its callbacks): the body with ``self.loss`` read and written as the local
+    ``loss``, and ``"loss"`` (the step's caller assigns ``self.loss = loss`` back)."""
+    attr = None
+    for s in body:
+        if (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                and m.matches(s.body[0], m.Expr(m.Call(func=m.Attribute(
+                    value=m.Attribute(value=m.Name("self"), attr=m.Name()),
+                    attr=m.Name("backward")))))):
+            attr = s.body[0].value.func.value.attr.value
+    if attr is None:
+        return body, None
+    if any(attr in names_of(s).used or attr in names_of(s).assigned for s in body):
+        return body, None  # the name is taken in the loop
+
+    class _Local(cst.CSTTransformer):
+        def leave_Attribute(self, original_node, updated_node):
+            if m.matches(updated_node, m.Attribute(value=m.Name("self"), attr=m.Name(attr))):
+                return cst.Name(attr)
+            return updated_node
+    return [s.visit(_Local()) for s in body], attr
+
+
+def _clip_norm(stmt: cst.BaseStatement) -> cst.BaseExpression | None:
+    """``clip_grad_norm_(params, max_norm)`` as a statement: ``max_norm`` (the default norm
+    type, 2, only)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, cst.Call)):
+        return None
+    args = stmt.body[0].value.args
+    if len(args) != 2 or any(a.keyword or a.star for a in args):
+        return None
+    return args[1].value
+
+
 @dataclass
 class TrainStep:
     function: cst.FunctionDef  # the @nnx.jit train step to define before the loop
@@ -329,7 +365,8 @@ class TrainStep:
 
 def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                      loop_names: set[str], step_name: str, accumulate: bool = False,
-                     functional: bool = False, tree_mode: bool = False) -> TrainStep | None:
+                     functional: bool = False, tree_mode: bool = False,
+                     clip: cst.BaseStatement | None = None) -> TrainStep | None:
     """Restructure a loop body that runs ``backward()`` and ``optimizer.step()``.
 
     ``loop_names``: names assigned in the enclosing loops (batches, targets): they are passed
@@ -342,6 +379,11 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     splits the state before the loop and updates the objects after it (functional_loop).
     """
     body = list(body)
+    clip_at = next((i for i, s in enumerate(body) if s is clip), None)
+    if clip is not None and clip_at is None:
+        return None
+    body, kept_attr = _attribute_loss(body)
+    clip = body[clip_at] if clip_at is not None else None
     back = [i for i, s in enumerate(body) if _is_method_stmt(s, None, "backward")]
     steps = [i for i, s in enumerate(body) if _is_method_stmt(s, {optimizer}, "step") or (
         accumulate and isinstance(s, cst.If) and not s.orelse and len(s.body.body) == 1
@@ -374,7 +416,16 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     if not loss_body:
         return None
     defined = assigned_in_order(loss_body)
-    after = [s for s in body[ib + 1:] if s is not body[istep]]
+    after = [s for s in body[ib + 1:] if s is not body[istep] and s is not clip]
+    clip_line = ""
+    if clip is not None:
+        if not ib < clip_at < istep:
+            return None
+        max_norm = _clip_norm(clip)
+        if max_norm is None:
+            return None
+        clip_line = (f"    {{grads}}, _ = optax.clip_by_global_norm({code(max_norm)}).update("
+                     f"{{grads}}, optax.EmptyState())\n")
     used_later = set()
     for s in [*outside, *after]:
         used_later |= set(names_of(s).used)
@@ -400,9 +451,13 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                                                   for u in names_of(st).used}
     loss_fn = _fresh("loss_fn", taken)
     grads = _fresh("grads", taken)
+    vg_clip = clip_line.format(grads=grads)
     head = [GRAPHDEF, STATE] if functional else [model, optimizer]
     params = ", ".join([*head, *free, *(n for n, _ in lifter.lifted)])
     call_args = ", ".join([*head, *free, *(code(e) for _, e in lifter.lifted)])
+    first = loss_body[0]
+    if isinstance(first, cst.SimpleStatementLine):  # its blank lines go to the call
+        loss_body[0] = first.with_changes(leading_lines=[])
     inner = "".join("        " + line + "\n" for s in loss_body
                     for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
     if aux:
@@ -423,18 +478,18 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                f"def {step_name}({params}):\n"
                f"    {model}, {optimizer} = nnx.merge({GRAPHDEF}, {STATE})\n"
                f"    def {loss_fn}({model}):\n{inner}{ret_inner}"
-               f"{vg}    {optimizer}.update({model}, {grads})\n{ret}")
+               f"{vg}{vg_clip}    {optimizer}.update({model}, {grads})\n{ret}")
     else:
         src = (f"{nnx_jit(tree_mode)}\ndef {step_name}({params}):\n"
                f"    def {loss_fn}({model}):\n{inner}{ret_inner}"
-               f"{vg}    {optimizer}.update({model}, {grads})\n{ret}")
+               f"{vg}{vg_clip}    {optimizer}.update({model}, {grads})\n{ret}")
     fn = cst.parse_statement(src)
     assert isinstance(fn, cst.FunctionDef)
     call_stmt = cst.parse_statement(f"{lhs} = {step_name}({call_args})\n")
-    first = loss_body[0]
     if isinstance(first, cst.SimpleStatementLine) and first.leading_lines:
         call_stmt = call_stmt.with_changes(leading_lines=first.leading_lines)
-    new_body = [*pre, call_stmt, *post_dep, *after]
+    keep = [cst.parse_statement(f"self.{kept_attr} = {kept_attr}\n")] if kept_attr else []
+    new_body = [*pre, call_stmt, *keep, *post_dep, *after]
     return TrainStep(function=fn, body=new_body, call=call_stmt, functional=functional)
 
 

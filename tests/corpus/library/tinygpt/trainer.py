@@ -27,7 +27,6 @@ class Trainer:
     def __init__(self, config, model, train_dataset):
         self.config = config
         self.model = model
-        self.optimizer = None
         self.train_dataset = train_dataset
         self.callbacks = defaultdict(list)
 
@@ -55,7 +54,7 @@ class Trainer:
     def run(self):
         model, config = self.model, self.config
 
-        self.optimizer = model.configure_optimizers(config)
+        optimizer = model.configure_optimizers(config)
 
         train_loader = DataLoader(
             self.train_dataset,
@@ -85,7 +84,7 @@ class Trainer:
             model.zero_grad(set_to_none=True)
             self.loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-            self.optimizer.step()
+            optimizer.step()
 
             self.trigger_callbacks('on_batch_end')
             self.iter_num += 1
