@@ -3475,7 +3475,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if name == "torch.stack" and self.data.host.loops:
             gathered = ha.stacked_slices(original, updated, self.data.host)
             if gathered is not None:
-                self.need("np")
+                self.need("np", "jnp")
                 return gathered
         if name in RANDOM and id(original) in self.data.host.draws:
             # batch indices of the input pipeline: numpy, from the script's seed
