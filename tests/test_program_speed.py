@@ -80,8 +80,8 @@ def test_batch_indices_are_drawn_on_the_host() -> None:
     code = convert_source(PROGRAM.read_text(), path=str(PROGRAM)).code
     assert "host_rng = np.random.default_rng(seed)\n" in code
     assert "    ix = host_rng.integers(0, len(data) - block_size, (batch_size,))\n" in code
-    assert "    x = data[ix[:, None] + np.arange(block_size)]\n" in code
-    assert "    y = data[(ix + 1)[:, None] + np.arange(block_size)]\n" in code
+    assert "    x = jnp.take(data, ix[:, None] + np.arange(block_size), axis=0)\n" in code
+    assert "    y = jnp.take(data, (ix + 1)[:, None] + np.arange(block_size), axis=0)\n" in code
     assert "jax.random.randint" not in code
     # the model's initialisation keeps its JAX key
     assert "rngs=nnx.Rngs(subkey)" in code
@@ -116,7 +116,8 @@ def test_draws_that_reach_values_keep_jax_keys() -> None:
     code = convert_source(SNIPPET).code
     assert "ix = host_rng.integers(0, 90, (4,))" in code
     # the rows of a stack of equal slices are one gather with a host-side index
-    assert "return data[ix[:, None] + np.arange(8)] + start, noise, kept * 2" in code
+    assert ("return jnp.take(data, ix[:, None] + np.arange(8), axis=0) + start, noise, "
+            "kept * 2") in code
     # start and kept are data (arithmetic kept in the result), noise is noise
     assert "start = jax.random.randint(" in code
     assert "kept = jax.random.randint(" in code

@@ -25,16 +25,19 @@ max_iters = int(os.environ.get("GPT_MAX_ITERS", "120"))
 warmup = 10
 log_interval = 20
 seed = 1337
+device = os.environ.get("GPT_DEVICE", "cpu")  # the benchmark sets cuda on a GPU
 
 torch.manual_seed(seed)
 # a deterministic "text": a counting pattern with a slower drift, vocab_size symbols
 data = torch.tensor([(i * 7 + i // 11) % vocab_size for i in range(20000)], dtype=torch.long)
+data = data.to(device)
 
 
 def get_batch():
     ix = torch.randint(len(data) - block_size, (batch_size,))
     x = torch.stack([data[i:i + block_size] for i in ix])
     y = torch.stack([data[i + 1:i + 1 + block_size] for i in ix])
+    x, y = x.to(device), y.to(device)
     return x, y
 
 
@@ -96,7 +99,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None):
         b, t = idx.size()
-        pos = torch.arange(0, t, dtype=torch.long)
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for block in self.h:
             x = block(x)
@@ -108,6 +111,7 @@ class GPT(nn.Module):
 
 
 model = GPT()
+model.to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.1)
 
 model.train()

@@ -30,7 +30,7 @@ def stacked_slices(original: cst.Call, node: cst.Call, host: HostDraws
                    ) -> cst.BaseExpression | None:
     """``torch.stack([data[i:i + n] for i in ix])`` over host-side indices ``ix`` (the
     updated call, its function already translated): one gather,
-    ``data[ix[:, None] + np.arange(n)]``, instead of a device slice per row. None for any
+    ``jnp.take(data, ix[:, None] + np.arange(n), axis=0)``, instead of a device slice per row. None for any
     other shape."""
     if len(node.args) != 1 or node.args[0].keyword is not None or not isinstance(
             node.args[0].value, cst.ListComp):
@@ -67,7 +67,12 @@ def stacked_slices(original: cst.Call, node: cst.Call, host: HostDraws
     index = cst.parse_expression("s[:, None] + np.arange(n)")
     index = index.with_changes(left=index.left.with_changes(value=start), right=index.right
                                .with_changes(args=[cst.Arg(n)]))
-    return cst.Subscript(value=elt.value, slice=[cst.SubscriptElement(cst.Index(index))])
+    # jnp.take: one gather (indexing a jax array with an array index dispatches several ops)
+    return cst.Call(func=cst.parse_expression("jnp.take"), args=[
+        cst.Arg(elt.value), cst.Arg(index), cst.Arg(cst.Integer("0"), keyword=cst.Name("axis"),
+                                                    equal=cst.AssignEqual(
+                                                        cst.SimpleWhitespace(""),
+                                                        cst.SimpleWhitespace("")))])
 
 
 def _names(node: cst.CSTNode) -> set[str]:
