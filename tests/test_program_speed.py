@@ -70,3 +70,82 @@ def test_converted_gpt_compiles_its_step_once_and_its_loss_falls_like_torch(
     for (step, j), (_, t) in zip(jax_losses, torch_losses):
         assert abs(j - t) <= 0.15 + 0.1 * t, (step, j, t)
     assert jax_losses[-1][1] < 0.2 * jax_losses[0][1]
+
+
+# ------------------------------------------------------------------ host-side batch indices
+PROGRAM = ROOT / "benchmarks" / "programs" / "gpt_train.py"
+
+
+def test_batch_indices_are_drawn_on_the_host() -> None:
+    code = convert_source(PROGRAM.read_text(), path=str(PROGRAM)).code
+    assert "host_rng = np.random.default_rng(seed)\n" in code
+    assert "    ix = host_rng.integers(0, len(data) - block_size, (batch_size,))\n" in code
+    assert "    x = jnp.take(data, ix[:, None] + np.arange(block_size), axis=0)\n" in code
+    assert "    y = jnp.take(data, (ix + 1)[:, None] + np.arange(block_size), axis=0)\n" in code
+    assert "jax.random.randint" not in code
+    # the model's initialisation keeps its JAX key
+    assert "rngs=nnx.Rngs(subkey)" in code
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
+def test_no_fixture_draws_batch_indices_with_jax_random(path: Path, converted) -> None:
+    code = converted[path.stem]
+    assert "jax.random.permutation" not in code
+    if "torch.randperm" in path.read_text():
+        assert "host_rng.permutation(" in code
+
+
+SNIPPET = '''import torch
+import torch.nn as nn
+
+SEED = 3
+torch.manual_seed(SEED)
+data = torch.arange(100)
+
+
+def batch():
+    ix = torch.randint(0, 90, (4,))
+    start = torch.randint(0, 10, (4, 1))
+    noise = torch.randn(4, 8)
+    kept = torch.randint(0, 90, (4,))
+    return torch.stack([data[i:i + 8] for i in ix]) + start, noise, kept * 2
+'''
+
+
+def test_draws_that_reach_values_keep_jax_keys() -> None:
+    code = convert_source(SNIPPET).code
+    assert "ix = host_rng.integers(0, 90, (4,))" in code
+    # the rows of a stack of equal slices are one gather with a host-side index
+    assert ("return jnp.take(data, ix[:, None] + np.arange(8), axis=0) + start, noise, "
+            "kept * 2") in code
+    # start and kept are data (arithmetic kept in the result), noise is noise
+    assert "start = jax.random.randint(" in code
+    assert "kept = jax.random.randint(" in code
+    assert "noise = jax.random.normal(" in code
+    assert "host_rng = np.random.default_rng(SEED)" in code
+
+
+def test_a_seed_the_converter_cannot_place_keeps_jax_random() -> None:
+    source = SNIPPET.replace("torch.manual_seed(SEED)", "torch.manual_seed(int(input()))")
+    code = convert_source(source).code
+    assert "host_rng" not in code
+    assert "ix = jax.random.randint(" in code
+
+
+@pytest.mark.slow
+def test_converted_gpt_program_runs_with_host_batches_and_one_compile(tmp_path: Path) -> None:
+    script = tmp_path / "gpt_train.py"
+    script.write_text(convert_source(PROGRAM.read_text(), path=str(PROGRAM)).code)
+    env = {"GPT_MAX_ITERS": "41", "JAX_LOG_COMPILES": "1"}
+    jax_run = _run(script, tmp_path, **env)
+    torch_run = _run(PROGRAM, tmp_path, GPT_MAX_ITERS="41")
+    compiles = re.findall(r"Compiling jit\(train_step\)", jax_run.stdout + jax_run.stderr)
+    assert len(compiles) == 1, compiles
+    iters = re.compile(r"^iter (\d+) loss ([0-9.]+)$", re.MULTILINE)
+    jax_losses = [float(v) for _, v in iters.findall(jax_run.stdout)]
+    torch_losses = [float(v) for _, v in iters.findall(torch_run.stdout)]
+    assert [s for s, _ in iters.findall(jax_run.stdout)] == ["0", "20", "40"]
+    assert len(torch_losses) == 3
+    # both start near log(vocab_size) = 3.87 and fall well below it by iteration 40
+    for losses in (jax_losses, torch_losses):
+        assert abs(losses[0] - 3.87) < 0.6 and losses[-1] < 0.5 * losses[0], losses

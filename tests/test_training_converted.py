@@ -56,7 +56,10 @@ def test_keys_are_explicit(path: Path, converted) -> None:
     assert "jax.random.key" in calls
     assert "jax.random.split" in calls
     assert "nnx.Rngs(0)" not in code
-    assert not any(c.startswith("np.random.") and c != "np.random.seed" for c in calls)
+    # host-side batch indices draw from one numpy Generator seeded from the script's seed
+    assert not any(c.startswith("np.random.") and c not in ("np.random.seed",
+                                                             "np.random.default_rng")
+                   for c in calls)
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)

@@ -18,6 +18,7 @@ from torch2jax.analysis.index import Indexer, share_names
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.training import TrainingIndexer
+from torch2jax.analysis.host import find_host_draws
 from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import visit
 from torch2jax.finish.invariants import InputFacts, check_output, input_facts
@@ -199,8 +200,10 @@ def convert_source(
     data_indexer = share_names(names, DataIndexer(index.module_classes))
     visit(wrapper, data_indexer)
     data_indexer.index.shard = shard
+    data_indexer.index.host = find_host_draws(wrapper)
     training_indexer = share_names(names, TrainingIndexer(
-        index.module_classes, index.rngs_functions, data_indexer.index.own_key_draws(),
+        index.module_classes, index.rngs_functions,
+        data_indexer.index.own_key_draws() | data_indexer.index.host.draws,
         step_keys=emitter.name == "linen" and ("Dropout" in source or "dropout" in source)))
     visit(wrapper, training_indexer)
     training = training_indexer.finish()

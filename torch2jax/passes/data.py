@@ -29,6 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from torch2jax.analysis.host import HostDraws
 from torch2jax.analysis.index import qualified
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.training import RANDOM
@@ -127,6 +128,8 @@ class DataIndex:
     # those classes' constructor parameters kept as attributes: a class whose every such
     # argument is known to be a scalar at its call sites (the value analysis) is not opaque
     opaque_params: dict[str, list[cst.Param]] = field(default_factory=dict)
+    # random draws that only index the input pipeline: numpy on the host (analysis/host.py)
+    host: HostDraws = field(default_factory=lambda: HostDraws(set(), None, None))
     shard: str = "data"  # "params": the model and optimizer state are split over the devices
     aliasing: bool = False  # a module class assigns self.a = self.b (a shared Variable)
     batch_samplers: dict[str, BatchSamplerSite] = field(default_factory=dict)

@@ -14,6 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import FileIndex, Layouts, ordered_dict_items, qualified
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
@@ -149,6 +150,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
         self._fstring_quotes: list[str] = []
         self._eval_step = False  # an eval step is defined at the top of the file
+        self._host_rng = False  # host-side draws use host_rng (analysis/host.py)
         self._depth = 0  # indentation level of the statement being rewritten
         self._in_annotation = 0
         # self.<attr> read by a layer subclass's call of its own functional (super().__call__)
@@ -2598,6 +2600,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if self._module_hoist:
             updated_node = updated_node.with_changes(body=_insert_before_functions(
                 list(updated_node.body), self._module_hoist))
+        if self._host_rng:
+            updated_node = updated_node.with_changes(body=self._with_host_rng(
+                original_node, list(updated_node.body)))
         if not self._key_scopes[0].root_needed and not self._eval_step and not (
                 self._lt_train_state_class):
             return updated_node
@@ -2624,6 +2629,33 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             body.insert(i, tr.root_key_statement())
             self.need("jax")
         return updated_node.with_changes(body=body)
+
+    def _with_host_rng(self, original_node, body: list) -> list:
+        """``host_rng = np.random.default_rng(SEED)`` after the statement that binds the seed
+        (after the imports for a literal seed): the generator of the host-side draws."""
+        host = self.data.host
+        stmt = cst.parse_statement(
+            f"{ha.GENERATOR} = np.random.default_rng({code(host.seed)})\n")
+        at = None
+        if isinstance(host.seed, cst.Name):
+            binds = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(
+                m.Name(host.seed.value))]) | m.AnnAssign(target=m.Name(host.seed.value))])
+            at = next((i + 1 for i in range(len(body) - 1, -1, -1)
+                       if m.matches(body[i], binds)), None)
+            # after the block of constants the seed is defined in
+            while at is not None and at < len(body) and isinstance(
+                    body[at], cst.SimpleStatementLine) and m.matches(
+                    body[at].body[0], m.Assign() | m.AnnAssign()) and not any(
+                    ln.comment is None for ln in body[at].leading_lines):
+                at += 1
+        if at is None:
+            at = 0
+            while at < len(body) and (m.matches(body[at], m.SimpleStatementLine(
+                    body=[m.Import() | m.ImportFrom()])) or (at == 0 and m.matches(
+                    body[at], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])))):
+                at += 1
+            stmt = stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        return [*body[:at], stmt, *body[at:]]
 
     def _model_names(self) -> set[str]:
         t = self.training
@@ -3129,6 +3161,16 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return tr.random_call(name, updated.with_changes(args=kept),
                                   cst.Name(f"{g}_key"))
+        if name == "torch.stack" and self.data.host.loops:
+            gathered = ha.stacked_slices(original, updated, self.data.host)
+            if gathered is not None:
+                self.need("np", "jnp")
+                return gathered
+        if name in RANDOM and id(original) in self.data.host.draws:
+            # batch indices of the input pipeline: numpy, from the script's seed
+            self.need("np")
+            self._host_rng = True
+            return tr.host_random_call(name, updated)
         if name in RANDOM:
             return tr.random_call(name, updated, self._subkey(original))
         if name in ("torch.fx.wrap", "torch._assert") and self._is_statement_call(original):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.host import GENERATOR
 from torch2jax.analysis.walk import NoAttributeHooks, findall, visit
 from torch2jax.passes.common import (
     Untranslatable,
@@ -144,6 +145,31 @@ def random_call(qualname: str, node: cst.Call, subkey: cst.BaseExpression
         lam = b.extra_positional[0]
         return expr("jax.random.poisson({k}, {lam}).astype({lam}.dtype)", k=subkey, lam=lam)
     raise Untranslatable(f"no translation for torch.{short}")
+
+
+def host_random_call(qualname: str, node: cst.Call) -> cst.BaseExpression:
+    """The numpy draw for a host-side ``torch.randint`` / ``torch.randperm``
+    (analysis/host.py): from the script's ``numpy.random.Generator``."""
+    short = qualname.rsplit(".", 1)[-1]
+    drop = {"requires_grad", "pin_memory", "layout", "dtype"}
+    b = bind([a for a in node.args if not (a.keyword and a.keyword.value in drop)], ())
+    if short == "randperm":
+        n = b.extra_positional[0] if b.extra_positional else b.get("n")
+        return expr(f"{GENERATOR}.permutation({{n}})", n=n)
+    pos, low, high, size = b.extra_positional, b.get("low"), b.get("high"), b.get("size")
+    if low is None and high is None:
+        if size is None and len(pos) == 2:
+            low, high, size = cst.Integer("0"), pos[0], pos[1]
+        elif size is None and len(pos) == 3:
+            low, high, size = pos
+        elif size is not None and len(pos) == 1:
+            low, high = cst.Integer("0"), pos[0]
+        elif size is not None and len(pos) == 2:
+            low, high = pos
+    if high is None or size is None:
+        raise Untranslatable("torch.randint with this argument pattern")
+    low = low if low is not None else cst.Integer("0")
+    return expr(f"{GENERATOR}.integers({{lo}}, {{hi}}, {{size}})", lo=low, hi=high, size=size)
 
 
 # ---------------------------------------------------------------------------- key plumbing

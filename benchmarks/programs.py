@@ -1,0 +1,177 @@
+"""Whole programs, torch vs converted vs hand-written JAX (issue 20, item 4).
+
+Two programs in benchmarks/programs/: a nanoGPT-shaped training script (gpt_train.py: ms per
+iteration, data, step and logging included) and a sampling script (gpt_sample.py: tokens per
+second of a token-by-token generate()). Each is run three ways in one process, in turn:
+
+* torch: the original script;
+* converted: the script converted by torch2jax now (convert_source of the working tree);
+* twin: the same program written by hand in idiomatic JAX (gpt_train_jax.py, gpt_sample_jax.py).
+
+Each program times itself (its warmup iterations and compilation excluded) and prints
+``ms_per_iter=`` or ``tokens_per_s=``; a run is ``runpy.run_path`` of the script with its
+output captured. The order of the three is rotated every repetition, and the table shows the
+median over the repetitions. Thread settings run in child processes, because XLA reads its
+flags when jax is imported: 1 thread (XLA's Eigen pool off, torch.set_num_threads(1)), then all
+threads. A program that fails (a converted script with a TODO) is reported with its error.
+
+    python benchmarks/programs.py                 # CPU, 1 thread then all threads
+    python benchmarks/programs.py --device cuda   # torch on CUDA, JAX on its default GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROGRAMS = HERE / "programs"
+ROOT = HERE.parent
+CASES = {  # name: (torch script, twin, metric, environment of the run)
+    "train": ("gpt_train.py", "gpt_train_jax.py", "ms_per_iter", {}),
+    "sample": ("gpt_sample.py", "gpt_sample_jax.py", "tokens_per_s", {"GPT_TOP_K": "10"}),
+    # without top-k (torch.topk is not translated yet): the converted eager loop runs
+    "sample, no top-k": ("gpt_sample.py", "gpt_sample_jax.py", "tokens_per_s",
+                         {"GPT_TOP_K": "0"}),
+}
+METRIC = re.compile(r"^(ms_per_iter|tokens_per_s)=([0-9.]+)$", re.MULTILINE)
+
+
+def _run(script: Path, env: dict[str, str]) -> tuple[float | None, str]:
+    import runpy
+
+    os.environ.update(env)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            runpy.run_path(str(script), run_name="__main__")
+    except BaseException as exc:  # noqa: BLE001 - a failing program is a result
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return None, last[:160]
+    found = METRIC.findall(out.getvalue())
+    return (float(found[-1][1]), "") if found else (None, "printed no metric")
+
+
+def child(args: argparse.Namespace) -> None:
+    if args.threads == 1:
+        import torch
+
+        torch.set_num_threads(1)
+        torch.set_num_interop_threads(1)
+    import jax
+    import torch
+
+    if args.device == "cuda":
+        assert torch.cuda.is_available(), "--device cuda: torch sees no CUDA device"
+        assert jax.default_backend() == "gpu", f"jax's default backend is {jax.default_backend()}"
+    sys.path.insert(0, str(ROOT))
+    from torch2jax.convert import convert_source
+
+    tmp = Path(tempfile.mkdtemp(prefix="programs-"))
+    scripts: dict[str, dict[str, Path]] = {}
+    for case, (torch_name, twin, _, _) in CASES.items():
+        src = PROGRAMS / torch_name
+        converted = tmp / f"converted_{torch_name}"  # (the same file for both samples)
+        converted.write_text(convert_source(src.read_text(), path=str(src)).code)
+        scripts[case] = {"torch": src, "converted": converted, "twin": PROGRAMS / twin}
+    results: dict[str, dict[str, list[float]]] = {c: {} for c in CASES}
+    errors: dict[str, dict[str, str]] = {c: {} for c in CASES}
+    once: dict[str, set[str]] = {c: set() for c in CASES}  # runs too slow to repeat
+    order = ["torch", "converted", "twin"]
+    for rep in range(args.reps):
+        for case in CASES:
+            for who in order[rep % 3:] + order[:rep % 3]:
+                if who in errors[case] or who in once[case]:
+                    continue
+                start = time.perf_counter()
+                value, err = _run(scripts[case][who], CASES[case][3])
+                if time.perf_counter() - start > args.slow_s:
+                    once[case].add(who)  # (the converted eager sampling loop: minutes)
+                if value is None:
+                    errors[case][who] = err
+                else:
+                    results[case].setdefault(who, []).append(value)
+    cpu = os.times()
+    print(json.dumps({"threads": args.threads,
+                      "median": {c: {w: statistics.median(v) for w, v in r.items()}
+                                 for c, r in results.items()},
+                      "errors": errors, "once": {c: sorted(w) for c, w in once.items()},
+                      "cpu_s": cpu.user + cpu.system}))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--iters", type=int, default=120, help="training iterations per run")
+    p.add_argument("--tokens", type=int, default=100, help="tokens generated per run")
+    p.add_argument("--slow-s", type=float, default=15.0,
+                   help="a program whose run takes longer is not repeated")
+    p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args)
+        return
+    env = {**os.environ, "GPT_MAX_ITERS": str(args.iters), "GPT_NEW_TOKENS": str(args.tokens),
+           "GPT_DEVICE": args.device}
+    settings = [1, 0] if args.device == "cpu" else [0]
+    rows = []
+    for threads in settings:
+        e = dict(env)
+        if args.device == "cpu":
+            e["JAX_PLATFORMS"] = "cpu"
+        if threads == 1:
+            e["XLA_FLAGS"] = (e.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                              "intra_op_parallelism_threads=1").strip()
+            e["OMP_NUM_THREADS"] = "1"
+        done = subprocess.run([sys.executable, __file__, "--child", "--threads", str(threads),
+                               "--device", args.device, "--reps", str(args.reps),
+                               "--slow-s", str(args.slow_s)],
+                              env=e, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            sys.exit(f"child failed:\n{done.stderr[-3000:]}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"device {args.device}; medians of {args.reps} runs; train: ms per iteration "
+          f"({args.iters} iterations, 10 warmup), sample: tokens/s ({args.tokens} tokens)\n")
+    print("| program | threads | torch | converted | twin | converted/twin | converted speedup over torch |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        threads = "1" if row["threads"] == 1 else "all"
+        for case, (_, _, metric, _) in CASES.items():
+            med, err = row["median"][case], row["errors"][case]
+
+            def cell(who: str, med=med, once=row["once"][case]) -> str:
+                mark = " (1 run)" if who in once else ""
+                return f"{med[who]:.2f}{mark}" if who in med else "fails"
+
+            conv, twin, tor = med.get("converted"), med.get("twin"), med.get("torch")
+            if metric == "ms_per_iter":  # lower is better: converted takes x times the twin
+                ratio = f"{conv / twin:.2f}" if conv and twin else "-"
+                vs_torch = f"{tor / conv:.2f}" if conv and tor else "-"
+            else:  # tokens/s, higher is better: the twin is x times faster than converted
+                ratio = f"{twin / conv:.2f}" if conv and twin else "-"
+                vs_torch = f"{conv / tor:.2f}" if conv and tor else "-"
+            print(f"| {case} ({metric}) | {threads} | {cell('torch')} | {cell('converted')} "
+                  f"| {cell('twin')} | {ratio} | {vs_torch} |")
+            for who, msg in err.items():
+                print(f"|   {who} failed: {msg} |||||||")
+    print("\nconverted/twin: time (train) or inverse throughput (sample) of the converted "
+          "program over the twin's; 1.0 is parity, above 1 slower. Speedup over torch: torch's "
+          "time over the converted program's (train), the converted tokens/s over torch's "
+          "(sample); above 1 the converted program is faster.")
+
+
+if __name__ == "__main__":
+    main()
