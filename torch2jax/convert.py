@@ -28,6 +28,7 @@ from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
+from torch2jax.repo import SEED_FUNCTION
 from torch2jax.report import Diagnostic
 from torch2jax.ruleset import RuleSet, load_rules
 from torch2jax.suppress import suppress
@@ -204,7 +205,9 @@ def convert_source(
     training_indexer = share_names(names, TrainingIndexer(
         index.module_classes, index.rngs_functions,
         data_indexer.index.own_key_draws() | data_indexer.index.host.draws,
-        step_keys=emitter.name == "linen" and ("Dropout" in source or "dropout" in source)))
+        step_keys=emitter.name == "linen" and ("Dropout" in source or "dropout" in source),
+        imported_seeds=frozenset(k.removeprefix(SEED_FUNCTION) for k in known_modules or ()
+                                 if k.startswith(SEED_FUNCTION))))
     visit(wrapper, training_indexer)
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument
