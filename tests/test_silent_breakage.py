@@ -139,14 +139,25 @@ class Tiny(nn.Module):
 def test_param_group_block_stays_when_its_optimizer_is_not_translated() -> None:
     """The block that builds the parameter groups was deleted although the optimizer that
     reads it (AdamW(groups, **extra): not translated) stays: a NameError. It stays as it
-    was, and so does the print that reads it."""
-    result = _convert(PARAM_GROUPS)
+    was, and so does the print that reads it. (**extra holds an option that is not one of
+    torch's kernel choices here: with fused=True alone it is dropped and the optimizer is
+    translated, test_kernel_choice_extra_args_are_dropped.)"""
+    result = _convert(PARAM_GROUPS.replace("dict(fused=True) if", "dict(fused=True, amsgrad=True) if"))
     for line in ("params = {name: p for name, p in self.named_parameters()",
                  "decay = [p for n, p in params.items() if p.ndim >= 2]",
                  "groups = [", 'print(f"decayed tensors:'):
         assert line in result.code, line
     assert "removed-but-read" not in result.code
     assert any(e.startswith("torch.optim.AdamW:") for e in _errors(result))
+
+
+def test_kernel_choice_extra_args_are_dropped() -> None:
+    """nanoGPT's `**extra_args` (fused=True on CUDA) has no optax counterpart: dropped, and
+    `inspect.signature(torch.optim.AdamW)` asks optax's AdamW, which has no `fused`."""
+    result = _convert(PARAM_GROUPS)
+    assert _errors(result) == [], _errors(result)
+    assert "'fused' in inspect.signature(optax.adamw).parameters" in result.code
+    assert "**extra" not in result.code and "groups = [" not in result.code
 
 
 def test_param_group_block_goes_with_its_translated_optimizer() -> None:
@@ -255,10 +266,11 @@ for it in range(3):
 
 
 def test_param_group_lr_assignment_is_not_an_array_update() -> None:
-    """`param_group['lr'] = lr` became `param_group = param_group.at['lr'].set(lr)`. It stays
-    an item assignment (the optimizer's param_groups are marked for translation)."""
+    """`param_group['lr'] = lr` became `param_group = param_group.at['lr'].set(lr)`. The loop
+    now sets the optimizer's injected learning rate (docs/training.md)."""
     result = convert_source(textwrap.dedent(PARAM_GROUP_LR), path="script.py")
-    assert "param_group['lr'] = lr" in result.code
+    assert 'optimizer.opt_state.hyperparams["learning_rate"].value = lr' in result.code
+    assert "optax.inject_hyperparams(optax.sgd)" in result.code
     assert ".at[" not in result.code
 
 

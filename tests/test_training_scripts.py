@@ -85,6 +85,41 @@ for epoch in range(2):
         scheduler.step()
         print(f"{loss.item():.8f} {scheduler.get_last_lr()[0]:.8f}")
 """,
+    # the learning rate set by hand in param_groups (GPT scripts' warmup and cosine decay)
+    "sgd_lr_by_hand": """
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+for epoch in range(3):
+    lr = 0.1 * 0.5 ** epoch
+    for param_group in optimizer.param_groups:
+        param_group['lr'] = lr
+    for i in range(0, 8, 4):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(X[i:i + 4]), Y[i:i + 4])
+        loss.backward()
+        optimizer.step()
+        print(f"{loss.item():.8f}")
+""",
+    # micro-step gradient accumulation (GPT scripts): the next batch fetched after the
+    # forward, the summed gradients clipped, then one step
+    "micro_steps_clip": """
+model = Net()
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.05)
+accum = 2
+i = 0
+xb, yb = X[0:4], Y[0:4]
+for it in range(3):
+    for micro_step in range(accum):
+        loss = F.cross_entropy(model(xb), yb)
+        loss = loss / accum
+        i = (i + 4) % 8
+        xb, yb = X[i:i + 4], Y[i:i + 4]
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    print(f"{loss.item():.8f}")
+""",
     # per-epoch StepLR: an injected learning rate set where scheduler.step() was called
     "sgd_nesterov_steplr_per_epoch": """
 model = Net()
@@ -277,8 +312,9 @@ def test_seeding_helper_returns_its_key() -> None:
     ("x = [torch.randn(2) for _ in range(3)]", "random"),
     ("g = torch.Generator()\nx = torch.randn(2, generator=g)", "torch.randn"),
     ("loss = model(x).sum()\nloss.backward()", "training-loop"),
-    ("opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor g in opt.param_groups:\n"
-     + "    g['lr'] = 0.01", "param_groups"),
+    # (the learning rate set this way is translated: SCRIPTS["sgd_lr_by_hand"])
+    ("opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
+     "for g in opt.param_groups:\n    g['momentum'] = 0.5", "param_groups"),
 ])
 def test_untranslatable_randomness_and_training_is_marked(snippet: str, rule: str) -> None:
     source = "import torch\nimport torch.nn as nn\ntorch.manual_seed(0)\nmodel = nn.Linear(2, 2)\n" \

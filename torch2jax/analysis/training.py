@@ -71,6 +71,8 @@ class OptimizerSite:
     groups: list[ParamGroup] | None = None  # parameter groups, when recognised
     groups_problem: str | None = None  # why the parameter groups were not recognised
     accumulate: cst.BaseExpression | None = None  # steps every k backward() calls
+    returned: bool = False  # returned by its function (configure_optimizers)
+    lr_set: bool = False  # its param_groups' lr set by hand (analysis/accumulate.py)
     external: bool = False  # built in another file (model.configure_optimizers())
 
 
@@ -237,11 +239,13 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             q = qualified(self, node.value.func)
             if is_optimizer(q):
                 site = self._add_optimizer(node.value, q, node, None)
+                site.returned = True
                 if self.fn_name:
                     self._returns_optimizer[self.fn_name] = site
         elif isinstance(node.value, cst.Name) and self.fn_name:
             site = self.index.optimizer_names.get(node.value.value)
             if site is not None and site.scope == self.scope:
+                site.returned = True
                 self._returns_optimizer[self.fn_name] = site
 
     def _add_optimizer(self, call: cst.Call, q: str, stmt, name: str | None) -> OptimizerSite:

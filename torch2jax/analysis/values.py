@@ -105,6 +105,10 @@ FUNCTION = Value(Kind.FUNCTION)
 DICT = Value(Kind.DICT)
 LIST = Value(Kind.LIST)
 CONFIG = Value(Kind.CONFIG)
+# what numpy calls return (arrays, generators): Python-side objects whose methods give numpy
+# values too (np.random.default_rng(seed).integers(0, 64, size=4096), a.astype(np.uint16))
+NUMPY = Value(Kind.OBJECT, cls="<numpy>")
+_NUMPY_SCALAR_METHODS = {"item"}
 _BUSY = Value(Kind.UNKNOWN, cls="<busy>")  # an answer being computed (a cycle): no evidence
 
 
@@ -427,6 +431,8 @@ class ValueFacts:
         if base.kind == Kind.CONFIG:
             return SCALAR if base.cls is None else (self._class_attr(base.cls, attr)
                                                     or SCALAR)
+        if base == NUMPY:
+            return NUMPY if attr == "T" else OBJECT  # (a.shape, a.dtype, a.size)
         if base.kind == Kind.OBJECT and base.cls is not None:
             return self._class_attr(base.cls, attr) or UNKNOWN
         if attr == "param_groups":
@@ -521,7 +527,7 @@ class ValueFacts:
         if q.startswith("torch."):
             return self._torch_call(q, node)
         if q.startswith(("numpy.", "np.")):
-            return OBJECT  # numpy arrays: Python-side, mutable
+            return NUMPY  # numpy arrays: Python-side, mutable
         if q.startswith(_PYTHON_SCALAR_MODULES) or q.startswith(("builtins.",)):
             return OBJECT if q.split(".")[0] in ("argparse", "logging", "collections",
                                                  "functools", "contextlib") else SCALAR
@@ -587,6 +593,10 @@ class ValueFacts:
             if meth in ("forward", "__call__"):
                 return TENSOR
             return TENSOR  # a submodule called through an attribute chain
+        if base == NUMPY:
+            if meth in _NUMPY_SCALAR_METHODS:
+                return SCALAR
+            return Value(Kind.LIST, item=UNKNOWN) if meth == "tolist" else NUMPY
         if base.kind in (Kind.OBJECT, Kind.CONFIG) and base.cls is not None:
             method = self._method(base.cls, meth)
             return self._returned(method) if method is not None else UNKNOWN

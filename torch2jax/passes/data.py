@@ -63,6 +63,8 @@ DIST_DROPPED = {"torch.distributed.barrier", "torch.distributed.all_reduce",
                 "torch.distributed.broadcast", "torch.distributed.destroy_process_group",
                 "torch.distributed.reduce"}
 DIST_INIT = "torch.distributed.init_process_group"
+# a process's current GPU (DDP: one process per GPU): JAX puts arrays on the default device
+DEVICE_DROPPED = {"torch.cuda.set_device"}
 # a world of one process gathers one value: the output list (or tensor) receives it
 DIST_GATHERS = {"torch.distributed.all_gather", "torch.distributed.all_gather_object",
                 "torch.distributed.all_gather_into_tensor"}

@@ -14,6 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from torch2jax.analysis import accumulate as acc
 from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import FileIndex, Layouts, ordered_dict_items, qualified
@@ -194,9 +195,28 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         self.removed: dict[int, rmv.Removed] = {}
         self.failed_sites: set[int] = set()  # optimizer sites whose translation failed
         self._indent = "    "
+        self._acc = acc.Accumulation()  # micro-step gradient accumulation (nnx)
+        self._top_steps: list[cst.FunctionDef] = []  # steps defined after the imports
+        self._lr_loops: dict[int, tuple[str, cst.BaseExpression]] = {}  # param_groups lr
+        self._file_names: set[str] = set()  # every name the file writes (fresh names)
+        # checkpoint dicts: names assigned {..., 'model': m.state_dict()} (saved), names
+        # assigned torch.load(path) and read by key (loaded)
+        self._ckpt_dicts: set[str] = set()
+        self._ckpt_loads: set[str] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
         self._indent = node.default_indent
+        self._file_names = {n.value for n in findall(node, m.Name())}
+        if self.emitter.name == "nnx" and not self.for_equinox:
+            t = self.training
+            self._lr_loops = acc.find_lr_loops(node)
+            self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
+            for opt, _ in self._lr_loops.values():
+                if opt in t.optimizer_names:
+                    t.optimizer_names[opt].lr_set = True
+            self._acc = acc.find_micro_steps(
+                node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
+                t.model_vars, self.data.scalers)
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
         self._module_names = _module_names(node)
         # schedulers stepped in a function that receives them (train(model, loader, optimizer,
@@ -925,6 +945,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
 
     def leave_Expr(self, original_node, updated_node):
         value = original_node.value
+        handled = self._accumulation_statement(original_node)
+        if handled is not None:
+            return handled
         if self.linen and not self.in_module_class():
             handled = self._lt_statement(original_node, updated_node)
             if handled is not None:
@@ -992,6 +1015,31 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             self.failed_sites.add(id(site))
             return updated_node
 
+    def _drop_noop_kwargs(self, value: cst.Call) -> cst.Call:
+        """``AdamW(groups, lr=lr, **extra_args)`` with ``extra_args = dict(fused=True) if
+        use_fused else dict()`` in the same function: the dict only holds torch's kernel
+        choices (fused, foreach, capturable), which optax has no counterpart for."""
+        fn = self._fn_stack[-1] if self._fn_stack else None
+        args = list(value.args)
+        for a in value.args:
+            if a.star != "**" or not isinstance(a.value, cst.Name) or fn is None:
+                continue
+            binds = [x.value for x in findall(fn, m.Assign(targets=[m.AssignTarget(
+                target=m.Name(a.value.value))]))]
+            if len(binds) != 1:
+                continue
+            parts = [binds[0].body, binds[0].orelse] if isinstance(
+                binds[0], cst.IfExp) else [binds[0]]
+            if all(m.matches(p, m.Call(func=m.Name("dict"))) and all(
+                    x.keyword is not None and x.keyword.value in _KERNEL_CHOICES
+                    for x in p.args) or m.matches(p, m.Dict()) and all(
+                    isinstance(e, cst.DictElement) and try_literal(e.key, None)
+                    in _KERNEL_CHOICES for e in p.elements) for p in parts):
+                args.remove(a)
+        if len(args) == len(value.args):
+            return value
+        return value.with_changes(args=_fix_commas(args))
+
     def _nnx_only(self, what: str) -> None:
         if self.emitter.name != "nnx":
             raise Untranslatable(f"{what}: translated for --target nnx so far "
@@ -1017,6 +1065,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             from torch2jax.training import optim
         except ImportError:  # pragma: no cover - the package is part of torch2jax
             raise Untranslatable(f"no translation for {site.qualname}") from None
+        value = self._drop_noop_kwargs(value)
         opt = optim.translate_optimizer(value, site.qualname)
         overrides: dict[str, cst.BaseExpression] = {}
         mask = None
@@ -1035,7 +1084,10 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             sched.inline = inline
         if site.name:  # (aliases in other scopes read the lr from the optimizer)
             self._opt_lr[site.name] = opt.lr
-        inject = sched is not None and not inline
+        # the learning rate set by hand (param_groups), or the optimizer returned to another
+        # file (configure_optimizers), whose loop may set it: an injected hyperparameter
+        inject = (sched is not None and not inline) or sched is None and (
+            site.lr_set or site.returned and not site.aliases)
         clip = site.clip
         if inject and clip is not None:
             # the injected hyperparameters must be the outermost state: clip inside
@@ -1153,10 +1205,113 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return "load", outer.func.value.value, node.args[0].value
         return None
 
+    def _stateful(self, node: cst.BaseExpression) -> bool:
+        """A model or an optimizer (its state is an nnx.state)."""
+        if not isinstance(node, cst.Name):
+            return False
+        t = self.training
+        if node.value in t.model_vars or node.value in t.optimizer_names or (
+                node.value in self._acc.foreign):
+            return True
+        return self.values is not None and self.values.kind(node) in (
+            vk.Kind.MODULE, vk.Kind.OPTIMIZER)
+
+    def _checkpoint_dict_call(self, original_node: cst.Call):
+        """Checkpoint dicts (analysis/accumulate.py find_checkpoint_dicts), nnx:
+        ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
+        -> the orbax PyTree restored."""
+        if self.linen or self.for_equinox or self.emitter.name != "nnx" or not (
+                self._ckpt_dicts or self._ckpt_loads):
+            return None
+        func = original_node.func
+        if m.matches(func, m.Attribute(attr=m.Name("state_dict"))) and not original_node.args \
+                and self._stateful(func.value) and isinstance(self.get_metadata(
+                    ParentNodeProvider, original_node, None), cst.DictElement):
+            self.need("nnx")
+            return expr(f"nnx.state({code(func.value)}).to_pure_dict()")
+        if self.q(func) == "torch.load" and original_node.args and m.matches(
+                self.get_metadata(ParentNodeProvider, original_node, None),
+                m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+            target = self.get_metadata(ParentNodeProvider, original_node, None).targets[0]
+            if target.target.value not in self._ckpt_loads:
+                return None
+            self.need("os", "ocp")
+            self.diag(original_node, "torch.load", "info",
+                      "torch.load of a checkpoint dict -> the orbax PyTree checkpoint (a "
+                      "directory at that path) that the converted torch.save writes; "
+                      "state_dicts in it are nnx.state pure dicts")
+            return expr(f"ocp.PyTreeCheckpointer().restore(os.path.abspath("
+                        f"{code(original_node.args[0].value)}))")
+        return None
+
+    def _parameters_call(self, original_node: cst.Call):
+        """NNX: a model's ``parameters()`` iterated (counting: ``sum(p.numel() for p in
+        model.parameters())``) -> the arrays of its nnx.Param state; ``named_parameters()``
+        iterated by a for loop -> its nnx.Param variables with torch's dotted names (a layer's
+        ``kernel`` / ``embedding`` / ``scale`` is torch's ``weight``)."""
+        func = original_node.func
+        if self.linen or self.for_equinox or self.emitter.name != "nnx" or \
+                original_node.args or not m.matches(func, m.Attribute(
+                    value=m.Name(), attr=m.Name("parameters") | m.Name("named_parameters"))):
+            return None
+        owner = func.value.value
+        if not (owner == "self" and self.in_module_class() or owner in
+                self.training.model_vars or self.values is not None and self.values.kind(
+                    func.value) == vk.Kind.MODULE):
+            return None
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        self.need("nnx", "jax")
+        if func.attr.value == "parameters" and isinstance(parent, (cst.CompFor, cst.For)) \
+                and parent.iter is original_node:
+            return expr(f"jax.tree.leaves(nnx.state({owner}, nnx.Param))")
+        if func.attr.value == "named_parameters" and isinstance(parent, cst.For) and \
+                parent.iter is original_node:
+            return cst.parse_expression(
+                f"((\".\".join(map(str, (*path[:-1], {{'kernel': 'weight', 'embedding': "
+                f"'weight', 'scale': 'weight'}}.get(path[-1], "
+                f"path[-1])))), p) for path, p in nnx.iter_graph({owner}) "
+                f"if isinstance(p, nnx.Param))")
+        return None
+
+    def _checkpoint_dict_statement(self, original_node: cst.Expr):
+        value = original_node.value
+        if self.linen or self.for_equinox or self.emitter.name != "nnx" or not isinstance(
+                value, cst.Call):
+            return None
+        if self.q(value.func) == "torch.save" and len(value.args) >= 2 and isinstance(
+                value.args[0].value, cst.Name) and value.args[0].value.value in self._ckpt_dicts:
+            self.need("os", "ocp")
+            self.diag(original_node, "torch.save", "info",
+                      "torch.save of a checkpoint dict -> an orbax PyTree checkpoint (a "
+                      "directory at that path); its state_dicts are nnx.state pure dicts")
+            return cst.Expr(expr(
+                f"ocp.PyTreeCheckpointer().save(os.path.abspath({code(value.args[1].value)}), "
+                f"{value.args[0].value.value}, force=True)"))
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(),
+                                                    attr=m.Name("load_state_dict")),
+                                   args=[m.Arg(keyword=None)])) and not m.matches(
+                value.args[0].value, m.Call()) and self._stateful(value.func.value) and (
+                self._ckpt_loads):
+            owner = value.func.value.value
+            state = f"{owner}_state"
+            self.need("nnx")
+            self._pending[-1].after.extend(cst.parse_statement(line) for line in (
+                f"{state}.replace_by_pure_dict({code(value.args[0].value)})\n",
+                f"nnx.update({owner}, {state})\n"))
+            self.diag(original_node, "load_state_dict", "info",
+                      f"{owner}.load_state_dict(d) -> its nnx.state with the checkpoint's pure "
+                      "dict put in, then nnx.update")
+            return cst.Assign(targets=[cst.AssignTarget(cst.Name(state))],
+                              value=expr(f"nnx.state({owner})"))
+        return None
+
     def _checkpoint_statement(self, original_node: cst.Expr):
         value = original_node.value
         if self.emitter.name not in ("nnx", "linen"):
             return None
+        handled = self._checkpoint_dict_statement(original_node)
+        if handled is not None:
+            return handled
         site = None
         if self.q(value.func) == "torch.save":
             site = self._checkpoint_call(value)
@@ -1479,6 +1634,10 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             self.diag(original_node, q, "info", f"{q.rsplit('.', 1)[1]}() removed: a "
                       "collective over a world of one process (the JAX script is one "
                       "program; XLA adds the collectives its sharded computations need)")
+            return cst.RemoveFromParent()
+        if q in dt.DEVICE_DROPPED:
+            self.diag(original_node, q, "info", f"{q}() removed: JAX puts arrays on the "
+                      "default device (jax.devices() lists the others)")
             return cst.RemoveFromParent()
         if q in dt.DIST_GATHERS:
             return self._all_gather(original_node, updated_node.value, q)
@@ -1805,9 +1964,94 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             before[0] = before[0].with_changes(leading_lines=updated_node.leading_lines)
         return cst.FlattenSentinel([*before, *new_body, *after])
 
+    def _accumulation_statement(self, original_node: cst.Expr):
+        """The statements after a micro-step loop (analysis/accumulate.py): the optimizer's
+        step applies the summed gradients, clipping clips them, zero_grad goes."""
+        site = self._acc.steps.get(id(original_node))
+        if site is not None:
+            if id(site.loop) not in self._acc.done:
+                return None
+            return cst.parse_statement(
+                f"{site.optimizer}.update({site.model}, {ACC_GRADS})\n").body[0]
+        site = self._acc.clips.get(id(original_node))
+        if site is not None:
+            if id(site.loop) not in self._acc.done:
+                return None
+            local = self.training.optimizer_names.get(site.optimizer)
+            if local is not None and local.clip is not None:
+                return cst.RemoveFromParent()  # already in the optimizer's chain
+            self.need("optax")
+            return cst.parse_statement(
+                f"{ACC_GRADS}, _ = optax.clip_by_global_norm({code(site.max_norm)}).update("
+                f"{ACC_GRADS}, optax.EmptyState())\n").body[0]
+        if id(original_node) in self._acc.dropped:
+            return cst.RemoveFromParent()
+        return None
+
+    def _lr_loop(self, original_node, node):
+        """``for g in optimizer.param_groups: g['lr'] = lr`` -> the optimizer's injected
+        learning rate (an optax.inject_hyperparams hyperparameter in its state)."""
+        if id(original_node) not in self._lr_loops:
+            return None
+        opt, _ = self._lr_loops[id(original_node)]
+        value = node.body.body[0].body[0].value
+        site = self.training.optimizer_names.get(opt)
+        if site is not None and not site.external:
+            if id(site) in self.failed_sites or site.scheduler is not None:
+                return None
+            where = "built with optax.inject_hyperparams"
+        elif site is not None or opt in self._acc.foreign:
+            source = self._acc.foreign.get(opt) or f"{site.model}.configure_optimizers"
+            where = (f"returned by {source}, built with "
+                     "optax.inject_hyperparams where torch2jax converts an optimizer that a "
+                     "function returns to another file")
+        else:
+            return None
+        self.diag(original_node, "param_groups", "info",
+                  f"param_groups learning rate -> {opt}'s injected learning_rate (the optimizer "
+                  f"is {where})")
+        return cst.parse_statement(f"{tr.lr_slot(opt)} = {code(value)}\n").with_changes(
+            leading_lines=node.leading_lines)
+
+    def _micro_step_loop(self, original_node, node):
+        """``for micro_step in range(k): ... loss.backward()`` then ``optimizer.step()``: a
+        jit-compiled gradient step per micro-step, the gradients summed in the loop."""
+        site = self._acc.loops.get(id(original_node))
+        if site is None or self._fn_stack or self._class_stack:
+            return None
+        body = list(node.body.body)
+        loop_names = tr.loop_assigned_names(original_node)
+        step = tr.build_train_step(body, optimizer=site.optimizer, model=site.model,
+                                   loop_names=loop_names, step_name="grad_step",
+                                   tree_mode=not self.data.aliasing, grads_out=ACC_MICRO)
+        if step is None:
+            return None
+        i = next(i for i, b in enumerate(step.body) if b is step.call)
+        add = cst.parse_statement(
+            f"{ACC_GRADS} = {ACC_MICRO} if {ACC_GRADS} is None else jax.tree.map(jnp.add, "
+            f"{ACC_GRADS}, {ACC_MICRO})\n")
+        new_body = [*step.body[:i + 1], add, *step.body[i + 1:]]
+        self.need("nnx", "jax", "jnp")
+        self._top_steps.append(step.function)
+        self._acc.done.add(id(original_node))
+        self.diag(original_node, "accumulation", "info",
+                  f"gradient accumulation: grad_step computes each micro-step's gradients "
+                  f"(jit-compiled), summed in the loop as torch sums .grad; "
+                  f"{site.optimizer}.update applies the sum once after the loop")
+        init = cst.parse_statement(f"{ACC_GRADS} = None\n").with_changes(
+            leading_lines=node.leading_lines)
+        return cst.FlattenSentinel([init, node.with_changes(
+            leading_lines=[], body=node.body.with_changes(body=new_body))])
+
     def _leave_for(self, original_node, updated_node):
         self._for_stack.pop()
         node = updated_node
+        micro = self._micro_step_loop(original_node, node) if self._acc.loops else None
+        if micro is not None:
+            return micro
+        lr_loop = self._lr_loop(original_node, node) if self._lr_loops else None
+        if lr_loop is not None:
+            return lr_loop
         t = self.training
         body = list(node.body.body)
         surround: tuple[list, list] | None = None  # a functional step: split / update
@@ -2597,6 +2841,19 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 and self.current_class in self.training.method_draws)
 
     def leave_Module(self, original_node, updated_node):
+        if self._top_steps:
+            body = list(updated_node.body)
+            i = 0
+            while i < len(body) and (m.matches(body[i], m.SimpleStatementLine(
+                    body=[m.Import() | m.ImportFrom()])) or (i == 0 and m.matches(
+                    body[i], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])))):
+                i += 1
+            blank = [cst.EmptyLine(indent=False)] * 2
+            steps = [f.with_changes(leading_lines=blank) for f in self._top_steps]
+            if i < len(body):
+                body[i] = body[i].with_changes(leading_lines=[*blank, *[
+                    ln for ln in body[i].leading_lines if ln.comment is not None]])
+            updated_node = updated_node.with_changes(body=[*body[:i], *steps, *body[i:]])
         if self._module_hoist:
             updated_node = updated_node.with_changes(body=_insert_before_functions(
                 list(updated_node.body), self._module_hoist))
@@ -2750,7 +3007,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             outer = self.get_metadata(ParentNodeProvider, outer, None) if outer else None
             outer2 = self.get_metadata(ParentNodeProvider, outer, None) if outer else None
             read = isinstance(outer, cst.Subscript) and self._group_lr(outer) is not None and \
-                not isinstance(outer2, cst.AssignTarget)
+                not isinstance(outer2, cst.AssignTarget) or id(self.get_metadata(
+                    ParentNodeProvider, original_node, None)) in self._lr_loops
             if not read:
                 self.diag(original_node, "param_groups", "error",
                           "optimizer.param_groups used other than to read the learning rate: "
@@ -2788,6 +3046,16 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                     # (out, in) layout: the NNX kernel is (in, out)
                     return expr("{k}.T", k=renamed)
                 return renamed
+        if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Attribute(
+                    value=m.Name("self"))))):
+            # self.transformer.wpe.weight, transformer a ModuleDict built with its layers
+            rule = self.rules.layers.get(self._dict_item_rule(
+                original_node.value.value.attr.value, original_node.value.attr.value) or "")
+            wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            if wm is not None and wm.to and wm.to != original_node.attr.value and not (
+                    wm.layout == "transpose" and self._weight_read_as_value(original_node)):
+                return updated_node.with_changes(attr=cst.Name(wm.to))
         if (self.emitter.name == "nnx" and not self.linen and self.in_module_class()
                 and m.matches(original_node.value, m.Name("self"))
                 and original_node.attr.value in self._variable_attrs.get(
@@ -2810,6 +3078,30 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return updated_node.with_changes(
                     attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
+
+    def _dict_item_rule(self, attr: str, key: str) -> str | None:
+        """The torch layer of ``self.<attr>[key]`` when ``self.<attr>`` is an nn.ModuleDict
+        built from a dict of layers (``nn.ModuleDict(dict(wpe=nn.Embedding(...)))``)."""
+        info = self.index.classes.get(self.current_class or "")
+        if info is None or info.attr_rule.get(attr) != "torch.nn.ModuleDict":
+            return None
+        ctor = info.attr_ctor.get(attr)
+        if ctor is None or not ctor.args:
+            return None
+        items = ctor.args[0].value
+        value = None
+        if m.matches(items, m.Call(func=m.Name("dict"))):
+            value = next((a.value for a in items.args if a.keyword is not None
+                          and a.keyword.value == key), None)
+        elif isinstance(items, cst.Dict):
+            value = next((e.value for e in items.elements if isinstance(e, cst.DictElement)
+                          and try_literal(e.key, None) == key), None)
+        if not isinstance(value, cst.Call):
+            return None
+        try:
+            return self.q(value.func)
+        except Exception:  # noqa: BLE001 - a node of another tree: no metadata
+            return None
 
     def _lambda_methods(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         """``self.f = lambda x: m.c_proj(m.c_fc(x))`` over submodules -> a method
@@ -2912,6 +3204,23 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         return updated_node
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
+        handled = self._checkpoint_dict_call(original_node) or self._parameters_call(
+            original_node)
+        if handled is not None:
+            return handled
+        if len(original_node.args) == 1 and self.q(original_node.func) == "inspect.signature" \
+                and self.q(original_node.args[0].value) in _SIGNATURE_OPTIMIZERS:
+            # 'fused' in inspect.signature(torch.optim.AdamW).parameters: optax's signature
+            self.need("optax")
+            return updated_node.with_changes(args=[updated_node.args[0].with_changes(
+                value=expr(_SIGNATURE_OPTIMIZERS[self.q(original_node.args[0].value)]))])
+        if m.matches(original_node, m.Call(func=m.Name("hasattr"), args=[
+                m.Arg(), m.Arg(value=m.SimpleString())])) and self.q(
+                original_node.args[0].value) == "torch.nn.functional" and \
+                original_node.args[1].value.evaluated_value == "scaled_dot_product_attention":
+            # the flash-attention guard: JAX's fused attention is jax.nn.dot_product_attention
+            self.need("jax")
+            return expr("hasattr(jax.nn, 'dot_product_attention')")
         if isinstance(updated_node.func, cst.Lambda) and not updated_node.func.lpar:
             # a layer or loss built and called on the spot: nn.Identity()(x)
             updated_node = updated_node.with_changes(func=updated_node.func.with_changes(
@@ -3091,7 +3400,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return pipeline
         if name in dt.SAMPLERS | dt.BATCH_SAMPLERS or name in dt.SCALERS or (
                 name in dt.AUTOCASTS) or name in dt.DIST_GATHERS or (
-                name in dt.DIST_DROPPED or name == dt.DIST_INIT):
+                name in dt.DIST_DROPPED or name == dt.DIST_INIT) or (
+                name in dt.DEVICE_DROPPED and isinstance(
+                    self.get_metadata(ParentNodeProvider, original, None), cst.Expr)):
             return updated  # statements, arguments and with blocks: handled there
         return None
 
@@ -3184,6 +3495,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return updated  # an initialisation statement: handled in leave_Expr
         if name in ("torch.save", "torch.load") and self._checkpoint_call(original) is not None:
             return updated  # checkpoint statements: handled in leave_Expr
+        if name == "torch.save" and not self.linen and not self.for_equinox and len(
+                original.args) >= 2 and isinstance(original.args[0].value, cst.Name) and (
+                original.args[0].value.value in self._ckpt_dicts) and isinstance(
+                self.get_metadata(ParentNodeProvider, original, None), cst.Expr):
+            return updated  # a checkpoint dict: handled in leave_Expr
         if name == "isinstance" or (isinstance(original.func, cst.Name)
                                     and original.func.value == "isinstance"):
             return self._isinstance(original, updated)
@@ -3994,7 +4310,36 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         site = Site(rule=rule, args=b, unpack=self._unpack.get(id(original)),
                     target=self.emitter.name, defined=self.index.defined,
                     optional=self._optional_args(original, rule))
+        binder = self._binder(original)
+        if binder is not None:
+            site.bind, site.before = binder
         return self._apply(original, site, receiver_first=False)
+
+    def _binder(self, original: cst.Call):
+        """Site.bind for a call in a simple statement, outside lambdas and comprehensions:
+        ``name = expression`` goes before the statement."""
+        if self._in_expr_scope or not self._pending:
+            return None
+        node = original
+        while node is not None and not isinstance(node, cst.SimpleStatementLine):
+            if isinstance(node, (cst.BaseCompoundStatement, cst.Lambda, cst.BaseComp)):
+                return None
+            node = self.get_metadata(ParentNodeProvider, node, None)
+        if node is None:
+            return None
+        pending = self._pending[-1]
+
+        def bind(value: cst.BaseExpression, hint: str) -> cst.Name:
+            name = hint
+            n = 1
+            while name in self._file_names:
+                n += 1
+                name = f"{hint}{n}"
+            self._file_names.add(name)
+            pending.before.append(cst.SimpleStatementLine(body=[cst.Assign(
+                targets=[cst.AssignTarget(cst.Name(name))], value=value)]))
+            return cst.Name(name)
+        return bind, pending.before.append
 
     def _optional_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The arguments of ``original`` that may hold None at run time (value analysis)."""
@@ -4376,6 +4721,12 @@ def _call_partial(node):
 
 # names a train step may read besides its parameters and the file's top-level names: the
 # imports the translation adds
+_KERNEL_CHOICES = {"fused", "foreach", "capturable"}  # torch optimizer kernel choices
+# inspect.signature(torch.optim.AdamW): the optax optimizer's signature (no `fused`)
+_SIGNATURE_OPTIMIZERS = {"torch.optim.AdamW": "optax.adamw", "torch.optim.Adam": "optax.adam",
+                         "torch.optim.SGD": "optax.sgd", "torch.optim.RMSprop": "optax.rmsprop",
+                         "torch.optim.Adagrad": "optax.adagrad"}
+ACC_GRADS, ACC_MICRO = "grads", "micro_grads"  # gradient accumulation (_micro_step_loop)
 STEP_GLOBALS = {"jax", "jnp", "nnx", "optax", "partial", "np", "functools", "math", "grain",
                 "ocp", "os"}
 

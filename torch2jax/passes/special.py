@@ -42,6 +42,11 @@ class Site:
     per_example: bool = False
     # arguments that may hold None at run time (self.bias of a LayerNorm built with bias=False)
     optional: frozenset[str] = frozenset()
+    # binds an expression to a new name in a statement before the current one and returns the
+    # name (None where the call is not in a simple statement): a tensor used twice
+    bind: Callable[[cst.BaseExpression, str], cst.Name] | None = None
+    # puts a statement before the current one (None where there is no simple statement)
+    before: Callable[[cst.BaseStatement], None] | None = None
 
     def x(self, name: str | None = None) -> cst.BaseExpression:
         """The tensor operated on: the receiver of a method, or the named argument (by default

@@ -199,6 +199,8 @@ def _mask_and_weight(site: Site, t: cst.BaseExpression, w: cst.BaseExpression | 
                      ii_node: cst.BaseExpression | None, reduction: str):
     """Shared by cross_entropy and nll_loss: ``(target, weight, valid mask or None)``, with the
     operands used more than once required to be names."""
+    if (ii_node is not None or w is not None) and not is_simple(t) and site.bind is not None:
+        t = site.bind(t, "target")  # (targets.view(-1): computed once, before the statement)
     if ii_node is None:
         site.note(_DEFAULT_IGNORE_NOTE)
         valid = None

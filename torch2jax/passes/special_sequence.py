@@ -373,7 +373,18 @@ def scaled_dot_product_attention(site: Site) -> cst.BaseExpression:
         raise Untranslatable("scaled_dot_product_attention(attn_mask=...): a boolean mask "
                              "(jax's mask=) and a float mask (jax's bias=) look the same here; "
                              "pass mask= or bias= to jax.nn.dot_product_attention")
-    if site.lit("dropout_p") not in (0, 0.0):
+    rate = site.lit("dropout_p")
+    if rate is ... and site.before is not None:
+        # a rate computed at run time (`self.dropout if self.training else 0`): GPT configs
+        # set it to 0 for pretraining; a nonzero rate stops the program at this line
+        site.before(cst.parse_statement(
+            f"assert not ({code(site.get('dropout_p'))}), \"attention dropout is not "
+            f"translated (jax.nn.dot_product_attention has none): set the dropout to 0 or "
+            f"apply it to the attention weights by hand\"\n"))
+        site.note("scaled_dot_product_attention with a dropout_p computed at run time: "
+                  "translated for a rate of 0, which an assert before the line checks "
+                  "(jax.nn.dot_product_attention has no dropout)", "warning")
+    elif rate not in (0, 0.0):
         raise Untranslatable("scaled_dot_product_attention with dropout_p: "
                              "jax.nn.dot_product_attention has no dropout")
     if site.lit("enable_gqa") not in (False, None):

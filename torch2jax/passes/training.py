@@ -366,7 +366,8 @@ class TrainStep:
 def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                      loop_names: set[str], step_name: str, accumulate: bool = False,
                      functional: bool = False, tree_mode: bool = False,
-                     clip: cst.BaseStatement | None = None) -> TrainStep | None:
+                     clip: cst.BaseStatement | None = None,
+                     grads_out: str | None = None) -> TrainStep | None:
     """Restructure a loop body that runs ``backward()`` and ``optimizer.step()``.
 
     ``loop_names``: names assigned in the enclosing loops (batches, targets): they are passed
@@ -377,6 +378,10 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     state (``nnx.merge`` inside, the new state returned and the old one donated), which
     skips ``nnx.jit``'s per-call walk of the module graph (docs/performance.md); the caller
     splits the state before the loop and updates the objects after it (functional_loop).
+
+    ``grads_out``: a gradient step for accumulation (analysis/accumulate.py): the step takes
+    no optimizer and returns the gradients too, bound to ``grads_out`` at the call; the body
+    needs no ``optimizer.step()``.
     """
     body = list(body)
     clip_at = next((i for i, s in enumerate(body) if s is clip), None)
@@ -388,7 +393,9 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     steps = [i for i, s in enumerate(body) if _is_method_stmt(s, {optimizer}, "step") or (
         accumulate and isinstance(s, cst.If) and not s.orelse and len(s.body.body) == 1
         and _is_method_stmt(s.body.body[0], {optimizer}, "step"))]
-    if len(back) != 1 or len(steps) != 1 or steps[0] < back[0]:
+    if grads_out is not None and not steps and len(back) == 1:
+        steps = [None]
+    elif len(back) != 1 or len(steps) != 1 or steps[0] < back[0]:
         return None
     ib, istep = back[0], steps[0]
     loss = _is_method_stmt(body[ib], None, "backward")
@@ -401,7 +408,7 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         if set(n.assigned) & needed:
             in_slice[i] = True
             needed -= set(n.assigned)
-            needed |= set(n.used) - set(n.assigned)
+            needed |= set(n.used)  # (loss = loss / accum reads the loss assigned before)
     # of those, the ones that depend on the model form the loss function
     diff: set[str] = {model}
     loss_body: list[cst.BaseStatement] = []
@@ -416,10 +423,11 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     if not loss_body:
         return None
     defined = assigned_in_order(loss_body)
-    after = [s for s in body[ib + 1:] if s is not body[istep] and s is not clip]
+    after = [s for s in body[ib + 1:]
+             if (istep is None or s is not body[istep]) and s is not clip]
     clip_line = ""
     if clip is not None:
-        if not ib < clip_at < istep:
+        if istep is None or not ib < clip_at < istep:
             return None
         max_norm = _clip_norm(clip)
         if max_norm is None:
@@ -432,8 +440,13 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     aux = [d for d in defined if d != loss and d in used_later]
     # statements placed before backward() that read what the loss function computes
     pre, post_dep = [], []
+    order = {id(s): i for i, s in enumerate(before)}
     for s in outside:
-        (post_dep if set(names_of(s).used) & set(defined) or _restores_dtype(s)
+        # (a statement written after the loss that rebinds what the loss read, the next
+        # batch fetched ahead: X, Y = get_batch('train'), runs after the step too)
+        rebinds = set(names_of(s).assigned) & {
+            u for st in loss_body if order[id(st)] < order[id(s)] for u in names_of(st).used}
+        (post_dep if set(names_of(s).used) & set(defined) or _restores_dtype(s) or rebinds
          else pre).append(s)
     # batch expressions (X[i:i + 4], train_x[idx]) are computed by the caller and passed in:
     # their indices may be Python ints that a jit-compiled function cannot slice with
@@ -471,7 +484,14 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         vg = f"    {loss}, {grads} = nnx.value_and_grad({loss_fn})({model})\n"
         ret = f"    return {loss}\n"
         lhs = loss
-    if functional:
+    if grads_out is not None:
+        ret = ret.rstrip("\n") + f", {grads}\n"
+        lhs = f"{lhs}, {grads_out}"
+        params = params.replace(f"{model}, {optimizer}", model, 1)
+        call_args = call_args.replace(f"{model}, {optimizer}", model, 1)
+        src = (f"{nnx_jit(tree_mode)}\ndef {step_name}({params}):\n"
+               f"    def {loss_fn}({model}):\n{inner}{ret_inner}{vg}{ret}")
+    elif functional:
         ret = ret.replace("    return ", f"    return nnx.state(({model}, {optimizer})), ", 1)
         lhs = f"{STATE}, {lhs}"
         src = (f"@partial(jax.jit, static_argnums=0, donate_argnums=1)\n"

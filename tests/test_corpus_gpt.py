@@ -1,0 +1,244 @@
+"""The GPT program of the shape corpus (tests/corpus/gpt: model.py, train.py, sample.py, in the
+shape of popular public GPT training repositories), converted with the CLI and run.
+
+The torch program trains for 30 iterations on a synthetic token stream and prints its losses;
+``sample.py`` then loads the checkpoint and prints sampled token sequences, and
+``train.py --init_from=resume --max_iters=40`` resumes from it. Each target's
+conversion of the whole folder must parse and bind every name it reads (ruff F821). Where a
+target's converted program runs with zero edits, its printed losses must fall like torch's;
+where an idiom is still refused, the refusal is a ``# TODO(torch2jax)`` marker, asserted here at
+its exact line (EXPECTED_TODOS), so that a new refusal or a lost marker fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from unbound import undefined_names
+
+CORPUS = Path(__file__).parent / "corpus" / "gpt"
+FILES = ("model.py", "train.py", "sample.py")
+ITER = re.compile(r"^iter (\d+): loss ([0-9.]+)", re.MULTILINE)
+STEP = re.compile(r"^step (\d+): train loss ([0-9.]+), val loss ([0-9.]+)", re.MULTILINE)
+SAMPLE = re.compile(r"^sample: ([0-9 ]+)$", re.MULTILINE)
+PARAMS = re.compile(r"^number of parameters: ([0-9.]+K)$", re.MULTILINE)
+RESUME = ("--init_from=resume", "--max_iters=40")
+MARKER = re.compile(r"# TODO\(torch2jax\): .*\[([^\]]+)\]\s*$")
+
+# the start tokens (3) and max_new_tokens (12) of sample.py, num_samples lines
+SAMPLE_LEN, NUM_SAMPLES = 3 + 12, 2
+
+# target -> file -> [(line of the marker, rule)] of the converted program
+EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
+    "nnx": {
+        # ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(...): the
+        # torch branch is kept (torch is imported for it); the CPU run takes nullcontext
+        "train.py": [(111, "torch-leftover")],
+        "sample.py": [(27, "torch-leftover")],
+    },
+    "linen": {
+        "model.py": [(17, "linen"), (23, "parameter"), (163, "module-api"), (166, "target"),
+                     (172, "module-api"), (238, "random")],
+        "train.py": [(91, "torch-leftover"), (137, "torch.load"), (205, "training-loop"),
+                     (208, "param_groups"), (235, "torch.save"), (238, "training-loop"),
+                     (249, "torch.nn.utils.clip_grad_norm_")],
+        "sample.py": [(25, "torch-leftover"), (29, "torch.load")],
+    },
+    "equinox": {
+        "model.py": [(35, "equinox"), (41, "equinox"), (122, "equinox"), (125, "equinox"),
+                     (184, "equinox"), (189, "equinox"), (222, "equinox"), (231, "equinox"),
+                     (246, "torch-leftover"), (250, "torch-leftover"), (268, "equinox"),
+                     (276, "torch-leftover"), (279, "torch-leftover"), (281, "torch-leftover"),
+                     (283, "torch-leftover")],
+        "train.py": [(104, "torch-leftover"), (151, "torch.load"), (163, "equinox"),
+                     (224, "training-loop"), (225, "torch.nn.utils.clip_grad_norm_"),
+                     (228, "param_groups"), (255, "torch.save"), (258, "training-loop"),
+                     (286, "equinox")],
+        "sample.py": [(32, "torch-leftover"), (36, "torch.load"), (41, "equinox"),
+                      (44, "unbound-name"), (46, "unbound-name"), (53, "unbound-name")],
+    },
+}
+
+# the targets whose converted program runs with zero edits (the markers above left in it
+# are on lines that the CPU run does not need translated)
+RUNS = {"nnx"}
+
+# names read but not bound in a target's converted files (ruff F821), known and reported:
+# equinox leaves the model construction of the resume branch and of sample.py untranslated
+# below a marker but drops the statements that bound `model` / `checkpoint`
+EXPECTED_UNBOUND: dict[str, dict[str, list[str]]] = {
+    "equinox": {
+        "train.py": ["166:13: F821 Undefined name `model`",
+                     "168:31: F821 Undefined name `checkpoint`",
+                     "172:13: F821 Undefined name `model`"],
+        "sample.py": ["45:1: F821 Undefined name `model`", "47:1: F821 Undefined name `model`",
+                      "54:13: F821 Undefined name `model`"],
+    },
+}
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    env["OMP_NUM_THREADS"] = "1"
+    env.pop("RANK", None)
+    return env
+
+
+def _run(folder: Path, script: str, cwd: Path, *args: str, timeout: int = 600) -> str:
+    done = subprocess.run([sys.executable, str(folder / script), *args], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, f"{script}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def _losses(out: str) -> tuple[list[tuple[int, float]], list[tuple[int, float, float]]]:
+    iters = [(int(i), float(x)) for i, x in ITER.findall(out)]
+    steps = [(int(i), float(a), float(b)) for i, a, b in STEP.findall(out)]
+    return iters, steps
+
+
+def _samples(out: str) -> list[list[int]]:
+    return [[int(t) for t in line.split()] for line in SAMPLE.findall(out)]
+
+
+@pytest.fixture(scope="module")
+def torch_run(tmp_path_factory):
+    pytest.importorskip("torch")
+    cwd = tmp_path_factory.mktemp("torch_run")
+    out = _run(CORPUS, "train.py", cwd)
+    sample = _run(CORPUS, "sample.py", cwd)
+    resumed = _run(CORPUS, "train.py", cwd, *RESUME)
+    print("torch:", out, sample, resumed, sep="\n")
+    return _losses(out), _samples(sample), PARAMS.findall(out), _losses(resumed)
+
+
+_CONVERTED: dict[str, Path] = {}
+
+
+def _converted(target: str, tmp_path_factory) -> Path:
+    if target not in _CONVERTED:
+        out = tmp_path_factory.mktemp(f"gpt_{target}")
+        done = subprocess.run(
+            [sys.executable, "-c", "from torch2jax.cli import app; app()", "convert",
+             str(CORPUS), "-o", str(out), "--target", target, "-j", "1"],
+            capture_output=True, text=True, timeout=600, check=False)
+        # exit 1: TODOs left; 0: all converted
+        assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+        _CONVERTED[target] = out
+    return _CONVERTED[target]
+
+
+def _todos(folder: Path) -> dict[str, list[tuple[int, str]]]:
+    found: dict[str, list[tuple[int, str]]] = {}
+    for name in FILES:
+        for n, line in enumerate((folder / name).read_text().splitlines(), 1):
+            hit = MARKER.search(line)
+            if hit:
+                found.setdefault(name, []).append((n, hit.group(1)))
+    return found
+
+
+def _resumed_like(first, resumed) -> None:
+    """A run resumed from the checkpoint of iteration 30 to 40: it starts at 30 with the
+    trained weights (its step-30 evaluation, on other batches, near the first run's) and
+    goes on training."""
+    (_, steps), (r_iters, r_steps) = first, resumed
+    assert [i for i, *_ in r_steps] == [30, 40] and [i for i, _ in r_iters] == [30, 35, 40]
+    assert abs(r_steps[0][2] - steps[-1][2]) < 0.3, (steps, r_steps)
+    assert r_steps[-1][2] < r_steps[0][2]
+
+
+def test_torch_program_trains(torch_run):
+    (iters, steps), samples, params, resumed = torch_run
+    assert params == ["27.52K"]
+    _resumed_like((iters, steps), resumed)
+    assert [i for i, _ in iters] == [0, 5, 10, 15, 20, 25, 30]
+    assert [i for i, *_ in steps] == [0, 10, 20, 30]
+    assert iters[-1][1] < iters[0][1] - 1.0  # the stream is learnable: ~4.2 -> ~2.0
+    assert steps[-1][2] < steps[0][2] - 1.0
+    assert len(samples) == NUM_SAMPLES and all(len(s) == SAMPLE_LEN for s in samples)
+    assert all(0 <= t < 64 for s in samples for t in s)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["nnx", "linen", "equinox"])
+def test_converted_program(target, torch_run, tmp_path_factory):
+    folder = _converted(target, tmp_path_factory)
+    for name in FILES:
+        code = (folder / name).read_text()
+        compile(code, name, "exec")
+        unbound = [u.strip() for u in undefined_names(code, name)]
+        assert unbound == EXPECTED_UNBOUND.get(target, {}).get(name, []), (name, unbound)
+    todos = _todos(folder)
+    assert todos == EXPECTED_TODOS.get(target, {}), todos
+    if target not in RUNS:
+        return  # the refusals are marked at their lines; the program is not run
+    cwd = tmp_path_factory.mktemp(f"run_{target}")
+    (t_iters, t_steps), _, t_params, _ = torch_run
+    out = _run(folder, "train.py", cwd)
+    iters, steps = _losses(out)
+    sample = _run(folder, "sample.py", cwd)
+    samples = _samples(sample)
+    resumed = _run(folder, "train.py", cwd, *RESUME)
+    print(f"{target}:", out, sample, resumed, sep="\n")
+    assert PARAMS.findall(out) == t_params[:1]  # the parameter count (tied weight once)
+    _resumed_like((iters, steps), _losses(resumed))
+    # the same schedule of logging; the loss falls like torch's (other initial weights and
+    # batches: the curves agree in shape, not digit for digit)
+    assert [i for i, _ in iters] == [i for i, _ in t_iters]
+    assert [i for i, *_ in steps] == [i for i, *_ in t_steps]
+    assert abs(iters[0][1] - t_iters[0][1]) < 0.1  # ln(64) = 4.16 at the start on both
+    assert iters[-1][1] < iters[0][1] - 1.0
+    assert steps[-1][2] < steps[0][2] - 1.0
+    assert abs(steps[-1][2] - t_steps[-1][2]) < 0.5, (steps, t_steps)
+    assert len(samples) == NUM_SAMPLES and all(len(s) == SAMPLE_LEN for s in samples)
+    assert all(0 <= t < 64 for s in samples for t in s)
+
+
+# -- the idioms of the program, in isolation (fast)
+
+def _nnx(source: str):
+    from torch2jax.convert import convert_source
+    return convert_source(source, path="m.py")
+
+
+def test_cross_entropy_target_expression_is_bound_once() -> None:
+    source = ("import torch\nimport torch.nn.functional as F\n"
+              "def loss_of(logits, targets):\n"
+              "    loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), "
+              "ignore_index=-1)\n"
+              "    return loss\n")
+    result = _nnx(source)
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "    target = targets.reshape(-1)\n" in result.code
+    torch = pytest.importorskip("torch")
+    import numpy as np
+    ns: dict = {}
+    exec(compile(result.code, "m.py", "exec"), ns)  # noqa: S102 - converted test code
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((2, 5, 7)).astype(np.float32)
+    targets = rng.integers(0, 7, size=(2, 5))
+    targets[0, 1] = -1
+    want = torch.nn.functional.cross_entropy(
+        torch.from_numpy(logits).view(-1, 7), torch.from_numpy(targets).view(-1),
+        ignore_index=-1).item()
+    assert abs(float(ns["loss_of"](logits, targets)) - want) < 1e-5
+
+
+def test_sdpa_dropout_at_run_time_is_checked_by_an_assert() -> None:
+    call = ("    y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, "
+            "dropout_p={p}, is_causal=True)\n    return y\n")
+    head = "import torch.nn.functional as F\ndef attend(q, k, v, rate, training):\n"
+    result = _nnx(head + call.format(p="rate if training else 0"))
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "    assert not (rate if training else 0), " in result.code
+    assert "jax.nn.dot_product_attention(" in result.code
+    refused = _nnx(head + call.format(p="0.1"))
+    assert [d.rule for d in refused.diagnostics if d.severity == "error"] == [
+        "torch.nn.functional.scaled_dot_product_attention"]

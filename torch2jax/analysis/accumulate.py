@@ -1,0 +1,174 @@
+"""Gradient accumulation written as micro-steps (the shape of GPT training scripts)::
+
+    for micro_step in range(gradient_accumulation_steps):
+        logits, loss = model(X, Y)
+        loss = loss / gradient_accumulation_steps
+        X, Y = get_batch('train')
+        scaler.scale(loss).backward()
+    if grad_clip != 0.0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+An inner loop whose body calls ``backward()`` once and steps nothing, followed in the same
+block by the optimizer's ``step()``. The optimizer may be built in another file
+(``optimizer = model.configure_optimizers(...)``): the translation (passes/rewrite.py) is an
+accumulating step that does not touch the optimizer's transform: a jit-compiled gradient
+step per micro-step, the gradients summed on the way (torch sums them in ``.grad``), then
+clipping of the sum and one ``optimizer.update``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis.walk import findall
+
+CLIP_NORM = "clip_grad_norm_"
+
+
+@dataclass
+class MicroSteps:
+    loop: cst.For
+    optimizer: str
+    model: str
+    max_norm: cst.BaseExpression | None = None  # clip_grad_norm_ of the summed gradients
+
+
+@dataclass
+class Accumulation:
+    loops: dict[int, MicroSteps] = field(default_factory=dict)  # id(inner For) ->
+    steps: dict[int, MicroSteps] = field(default_factory=dict)  # id(Expr of step()) ->
+    clips: dict[int, MicroSteps] = field(default_factory=dict)  # id(Expr of the clip) ->
+    dropped: set[int] = field(default_factory=set)  # zero_grad / unscale_ Exprs of the step
+    done: set[int] = field(default_factory=set)  # loops the rewrite translated
+    # optimizers returned by a model's method (model.configure_optimizers(...)) ->
+    # "model.configure_optimizers"
+    foreign: dict[str, str] = field(default_factory=dict)
+
+
+def _method(stmt: cst.CSTNode, meth: str) -> tuple[str, cst.Call] | None:
+    """``recv.meth(...)`` as an expression statement: (recv, call)."""
+    if m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.Call(func=m.Attribute(
+            value=m.Name(), attr=m.Name(meth))))])):
+        call = stmt.body[0].value
+        return call.func.value.value, call
+    return None
+
+
+def _stepped(stmt: cst.CSTNode, scalers: set[str]) -> str | None:
+    """``optimizer.step()`` or ``scaler.step(optimizer)``: the optimizer's name."""
+    hit = _method(stmt, "step")
+    if hit is None:
+        return None
+    recv, call = hit
+    if recv in scalers:
+        return call.args[0].value.value if call.args and isinstance(
+            call.args[0].value, cst.Name) else None
+    return None if call.args else recv
+
+
+def _blocks(node: cst.CSTNode):
+    for block in findall(node, m.IndentedBlock()):
+        yield block.body
+    yield node.body
+
+
+def find_micro_steps(module: cst.Module, optimizers: dict[str, str], model_vars: set[str],
+                     scalers: set[str]) -> Accumulation:
+    """``optimizers``: optimizer variable -> model variable, of the optimizers built in this
+    file; an optimizer returned by a method of a model (``model.configure_optimizers``)
+    counts too."""
+    known = dict(optimizers)
+    acc = Accumulation()
+    for a in findall(module, m.Assign(targets=[m.AssignTarget(target=m.Name())],
+                                      value=m.Call(func=m.Attribute(value=m.Name())))):
+        owner = a.value.func.value.value
+        if owner in model_vars and a.targets[0].target.value not in known:
+            known[a.targets[0].target.value] = owner
+            acc.foreign[a.targets[0].target.value] = f"{owner}.{a.value.func.attr.value}"
+    for body in _blocks(module):
+        for i, loop in enumerate(body):
+            if not (isinstance(loop, cst.For) and m.matches(loop.iter, m.Call(
+                    func=m.Name("range"), args=[m.Arg()])) and loop.orelse is None):
+                continue
+            if len(findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("backward"))))) != 1 \
+                    or findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("step")))):
+                continue
+            for j in range(i + 1, len(body)):
+                opt = _stepped(body[j], scalers)
+                if opt is not None:
+                    break
+            else:
+                continue
+            if opt not in known:
+                continue
+            site = MicroSteps(loop=loop, optimizer=opt, model=known[opt])
+            for stmt in body[i + 1:j]:
+                lines = [stmt] if isinstance(stmt, cst.SimpleStatementLine) else findall(
+                    stmt, m.SimpleStatementLine())
+                for line in lines:
+                    first = line.body[0] if len(line.body) == 1 else None
+                    if isinstance(first, cst.Expr) and isinstance(first.value, cst.Call) and \
+                            cst.Module([]).code_for_node(first.value.func).endswith(
+                                CLIP_NORM) and len(first.value.args) >= 2:
+                        site.max_norm = first.value.args[1].value
+                        acc.clips[id(first)] = site
+                    unscale = _method(line, "unscale_")
+                    if unscale is not None and unscale[0] in scalers:
+                        acc.dropped.add(id(first))
+            acc.loops[id(loop)] = site
+            acc.steps[id(body[j].body[0])] = site
+            for stmt in body[j + 1:]:
+                hit = _method(stmt, "zero_grad") or _method(stmt, "update")
+                if hit is not None and hit[0] in (opt, site.model, *scalers):
+                    acc.dropped.add(id(stmt.body[0]))
+    return acc
+
+
+def find_lr_loops(module: cst.Module) -> dict[int, tuple[str, cst.BaseExpression]]:
+    """``for g in optimizer.param_groups: g['lr'] = value`` (the learning rate set by hand at
+    each iteration): id(For) -> (optimizer, value)."""
+    found: dict[int, tuple[str, cst.BaseExpression]] = {}
+    for loop in findall(module, m.For(target=m.Name(), iter=m.Attribute(
+            value=m.Name(), attr=m.Name("param_groups")))):
+        body = loop.body.body
+        if loop.orelse is not None or len(body) != 1 or not m.matches(
+                body[0], m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(
+                    target=m.Subscript(value=m.Name(loop.target.value), slice=[
+                        m.SubscriptElement(slice=m.Index(value=m.SimpleString()))]))])])):
+            continue
+        a = body[0].body[0]
+        if a.targets[0].target.slice[0].slice.value.evaluated_value != "lr":
+            continue
+        found[id(loop)] = (loop.iter.value.value, a.value)
+    return found
+
+
+def find_checkpoint_dicts(module: cst.Module) -> tuple[set[str], set[str]]:
+    """Checkpoint dicts: the names assigned a dict literal holding ``x.state_dict()`` values
+    (``checkpoint = {'model': model.state_dict(), 'iter_num': iter_num}``) that
+    ``torch.save(name, path)`` writes, and the names assigned ``torch.load(path)`` that are
+    read by a string key (``checkpoint['model']``)."""
+    saved, loaded = set(), set()
+    for a in findall(module, m.Assign(targets=[m.AssignTarget(target=m.Name())],
+                                      value=m.Dict())):
+        if any(m.matches(e, m.DictElement(value=m.Call(func=m.Attribute(
+                attr=m.Name("state_dict")), args=[]))) for e in a.value.elements):
+            saved.add(a.targets[0].target.value)
+    saved &= {c.args[0].value.value for c in findall(module, m.Call(
+        func=m.Attribute(value=m.Name("torch"), attr=m.Name("save")),
+        args=[m.Arg(value=m.Name()), m.ZeroOrMore()]))}
+    keyed = {s.value.value for s in findall(module, m.Subscript(value=m.Name(), slice=[
+        m.SubscriptElement(slice=m.Index(value=m.SimpleString()))]))}
+    for a in findall(module, m.Assign(targets=[m.AssignTarget(target=m.Name())],
+                                      value=m.Call(func=m.Attribute(value=m.Name("torch"),
+                                                                    attr=m.Name("load"))))):
+        if a.targets[0].target.value in keyed:
+            loaded.add(a.targets[0].target.value)
+    return saved, loaded
