@@ -168,3 +168,40 @@ def test_non_causal_loop_stays_eager_and_marked(tmp_path):
     out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
                          timeout=300, check=True).stdout
     assert out.split("\n")[:2] == ["shape (2, 15)", "in_vocab True"]
+
+
+def test_model_reading_only_the_last_position_stays_eager():
+    # nanoGPT's forward computes the last position's logits only at inference: the logits at
+    # the end of a padded window would be the padding's
+    source = SCRIPT.replace("MASK", CAUSAL_MASK).replace(
+        "return self.lm_head(x), None", "return self.lm_head(x[:, [-1], :]), None")
+    result = convert_source(source, path="sample.py")
+    assert "fori_loop" not in result.code and "jnp.concatenate" in result.code
+    assert [d.severity for d in result.diagnostics if d.rule == "generation"] == ["warning"]
+
+
+def test_generate_method_draws_one_key_and_runs(tmp_path):
+    source = SCRIPT.replace("MASK", CAUSAL_MASK)
+    start = source.index("@torch.no_grad()\ndef generate(model,")
+    source = source[:start] + source[source.index("if __name__", start):]
+    method = (
+        "    @torch.no_grad()\n"
+        "    def generate(self, idx, max_new_tokens, temperature=1.0):\n"
+        "        for _ in range(max_new_tokens):\n"
+        "            idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]\n"
+        "            logits, _ = self(idx_cond)\n"
+        "            logits = logits[:, -1, :] / temperature\n"
+        "            probs = F.softmax(logits, dim=-1)\n"
+        "            idx_next = torch.multinomial(probs, num_samples=1)\n"
+        "            idx = torch.cat((idx, idx_next), dim=1)\n"
+        "        return idx\n\n\n")
+    source = source.replace("\n\nif __name__", "\n" + method + "if __name__").replace(
+        "out = generate(model, ", "out = model.generate(")
+    result = convert_source(source, path="sample.py")
+    method_code = result.code.split("    def generate", 1)[1].split("\ndef ", 1)[0]
+    assert "jax.lax.fori_loop(" in method_code and "self.rngs()" in method_code
+    path = tmp_path / "sample_jax.py"
+    path.write_text(result.code)
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    assert out.split("\n")[:2] == ["shape (2, 15)", "in_vocab True"]

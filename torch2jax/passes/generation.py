@@ -33,29 +33,65 @@ import libcst.matchers as m
 
 TODO = ("# TODO(torch2jax): not compiled: each new sequence length compiles the model again; "
         "a fixed-size decode buffer is exact only for a causal model, and this file's model "
-        "is not known to be causal")
+        "is not known to be causal [generation]")
 
 # layers that mix sequence positions; each needs is_causal=True to count as causal
 _MIXING = {"Conv1d", "LSTM", "GRU", "RNN", "MultiheadAttention", "TransformerEncoderLayer",
            "TransformerEncoder", "Transformer", "TransformerDecoderLayer",
-           "scaled_dot_product_attention"}
+           "scaled_dot_product_attention", "conv1d"}
+
+
+def _callee(call: cst.Call) -> str:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else (
+        func.value if isinstance(func, cst.Name) else "")
 
 
 def is_causal(source: cst.Module) -> bool:
-    """Whether the torch file's model is causal (module docstring)."""
+    """Whether the torch file's model is causal (module docstring): a ``masked_fill`` /
+    ``where`` applies a ``tril`` / ``triu`` mask (directly or through a buffer or attribute
+    built from one), or an attention call passes ``is_causal=True``; and no layer mixes
+    positions without ``is_causal=True``."""
+    triangular = m.Call(func=m.Attribute(attr=m.Name("tril") | m.Name("triu"))
+                        | m.Name("tril") | m.Name("triu"))
+    masks: set[str] = set()  # buffers and attributes built from a triangular matrix
+    for call in m.findall(source, m.Call(func=m.Attribute(attr=m.Name("register_buffer")))):
+        if len(call.args) >= 2 and isinstance(call.args[0].value, cst.SimpleString) \
+                and m.findall(call.args[1], triangular):
+            masks.add(call.args[0].value.evaluated_value)
+    for assign in m.findall(source, m.Assign(targets=[m.AssignTarget(m.Attribute(
+            value=m.Name("self")))])):
+        if m.findall(assign.value, triangular):
+            masks.add(assign.targets[0].target.attr.value)
+    mask_use = triangular | m.Attribute(value=m.Name("self"), attr=m.OneOf(
+        *(m.Name(n) for n in masks))) if masks else triangular
     causal = False
     for call in m.findall(source, m.Call()):
-        func = call.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else (
-            func.value if isinstance(func, cst.Name) else "")
+        name = _callee(call)
         has_causal_kw = any(
             a.keyword is not None and a.keyword.value == "is_causal"
             and m.matches(a.value, m.Name("True")) for a in call.args)
-        if name in ("tril", "triu") or has_causal_kw:
+        if has_causal_kw or (name in ("masked_fill", "masked_fill_", "where")
+                             and any(m.findall(a.value, mask_use) for a in call.args)):
             causal = True
         if name in _MIXING and not has_causal_kw:
             return False
     return causal
+
+
+def reads_last_position(source: cst.Module, generator: str) -> bool:
+    """Whether the torch file reads the last sequence position (``x[:, -1]``, ``x[:, [-1], :]``)
+    outside the function ``generator``: nanoGPT's forward does at inference. Such a model's
+    logits at the end of a padded window are the padding's, not the last token's."""
+    last = m.Subscript(slice=[
+        m.SubscriptElement(m.Slice(lower=None, upper=None)),
+        m.SubscriptElement(m.Index(m.UnaryOperation(m.Minus(), m.Integer("1"))
+                                   | m.List([m.Element(m.UnaryOperation(m.Minus(),
+                                                                        m.Integer("1")))]))),
+        m.ZeroOrMore()])
+    outside = [n for n in m.findall(source, m.FunctionDef())
+               if n.name.value != generator]
+    return any(m.findall(fn, last) for fn in outside)
 
 
 def _names(node: cst.CSTNode) -> set[str]:
@@ -96,6 +132,35 @@ class _MaskSet(cst.CSTTransformer):
             cst.Arg(cond), cst.Arg(updated.args[0].value), cst.Arg(x)])
 
 
+def _reads_before_writes(stmts: list[cst.BaseStatement], seq: str, key: str) -> bool:
+    """Whether the loop carries no name but ``seq`` and ``key``: every other name the loop
+    assigns is assigned before the loop body reads it."""
+    assigned = set()
+    for a in m.findall(cst.Module(body=stmts), m.Assign() | m.AugAssign() | m.AnnAssign()):
+        targets = a.targets if isinstance(a, cst.Assign) else [a]
+        for t in targets:
+            assigned |= {n.value for n in m.findall(t.target, m.Name())}
+    carried = assigned - {seq, key, "_"}
+    done: set[str] = set()
+    for small in m.findall(cst.Module(body=stmts), m.Assign() | m.AugAssign() | m.Expr()
+                           | m.If() | m.AnnAssign()):
+        if isinstance(small, cst.If):
+            reads = _names(small.test)
+        elif isinstance(small, cst.Assign):
+            reads = _names(small.value)
+        elif isinstance(small, (cst.AugAssign, cst.Expr)):
+            reads = _names(small)
+        else:
+            reads = _names(small.value) if small.value is not None else set()
+        if (reads & carried) - done:
+            return False
+        if isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = small.targets if isinstance(small, cst.Assign) else [small]
+            for t in targets:
+                done |= {n.value for n in m.findall(t.target, m.Name())}
+    return True
+
+
 def _fresh(base: str, taken: set[str]) -> str:
     name = base
     while name in taken:
@@ -120,7 +185,7 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
     if len(stmts) < 5 or (loop.target.value != "_" and loop.target.value in _names(loop.body)):
         return None
     params = {p.name.value: p for p in (*fn.params.params, *fn.params.kwonly_params)}
-    if "key" not in params or seq not in params or steps not in params:
+    if seq not in params or steps not in params:
         return None
     # 1. idx_cond = idx if idx.shape[1] <= BS else idx[:, -BS:]
     first = _target_name(stmts[0])
@@ -163,16 +228,34 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
         return None
     nxt = end[1].args[0].value.elements[1].value.value
     middle = stmts[3:-1]
-    # the loop carries idx and key only: every other name is assigned before it is read
-    if seq in _names(cst.Module(body=middle)) - {seq} or not any(
-            m.findall(s, m.Call(func=m.Attribute(value=m.Attribute(
-                value=m.Name("jax"), attr=m.Name("random")), attr=m.Name("split"))))
-            for s in middle):
+    if seq in _names(cst.Module(body=middle)) or any(
+            m.findall(s, m.Return() | m.Break() | m.Continue() | m.Yield()) for s in stmts):
         return None
-    if any(m.findall(s, m.Return() | m.Break() | m.Continue() | m.Yield()) for s in stmts):
+    taken = set(_names(fn))
+    split = m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("jax"), attr=m.Name("random")),
+                                    attr=m.Name("split")))
+    draws = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("rngs")), args=[])
+    prelude: list[cst.BaseStatement] = []
+    if "key" in params:  # a function: its key is split in the loop
+        key = "key"
+        if not any(m.findall(s, split) for s in middle):
+            return None
+    else:  # a method drawing from its nnx.Rngs: one key drawn before the loop, split per step
+        found = [i for i, s in enumerate(middle) if m.findall(s, draws)]
+        if len(found) != 1 or len(m.findall(middle[found[0]], draws)) != 1 \
+                or not isinstance(middle[found[0]], cst.SimpleStatementLine) \
+                or any(m.findall(s, split) for s in middle):
+            return None
+        key, subkey = _fresh("key", taken), _fresh("subkey", taken)
+        draw = m.findall(middle[found[0]], draws)[0]
+        prelude = [cst.SimpleStatementLine(body=[cst.Assign(
+            targets=[cst.AssignTarget(cst.Name(key))], value=draw)])]
+        middle[found[0]] = m.replace(middle[found[0]], draws, cst.Name(subkey))
+        middle.insert(found[0], cst.parse_statement(
+            f"{key}, {subkey} = jax.random.split({key})\n"))
+    if not _reads_before_writes(stmts, seq, key):
         return None
 
-    taken = set(_names(fn))
     t, t0, b, width, start, step = (_fresh(n, taken) for n in
                                     ("t", "t0", "b", "width", "start", "decode_step"))
     total = f"{t0} + {steps}"
@@ -189,14 +272,14 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
 
     stmt = cst.parse_statement
     loop_body = [
-        stmt(f"{seq}, key = carry\n"),
+        stmt(f"{seq}, {key} = carry\n"),
         stmt(f"{start} = jnp.maximum({t} - {block_code}, 0)\n"),
         stmt(f"{cond_name} = jax.lax.dynamic_slice_in_dim({seq}, {start}, {width}, axis=1)\n"),
         stmts[1].with_changes(body=[stmts[1].body[0].with_changes(value=model_call)]),
         stmts[2].visit(_Read()),
         *(s.visit(_MaskSet()) for s in middle),
         stmt(f"{seq} = {seq}.at[:, {t}].set({nxt}[:, 0])\n"),
-        stmt(f"return {seq}, key\n"),
+        stmt(f"return {seq}, {key}\n"),
     ]
     inner = cst.FunctionDef(
         name=cst.Name(step),
@@ -214,8 +297,9 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
                 "# so the padding after position t - 1 cannot change the logits read there"))]),
         stmt(f"{seq} = jnp.zeros(({b}, {total}), {seq}.dtype).at[:, :{t0}].set({seq})\n"),
         stmt(f"{width} = min({block_code}, {total})\n"),
+        *prelude,
         inner.with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
-        stmt(f"{seq}, key = jax.lax.fori_loop({t0}, {total}, {step}, ({seq}, key))\n")
+        stmt(f"{seq}, {key} = jax.lax.fori_loop({t0}, {total}, {step}, ({seq}, {key}))\n")
         .with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
         ret,
     ]
@@ -231,6 +315,16 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
     body = list(module.body)
     changed = False
     for i, node in enumerate(body):
+        if isinstance(node, cst.ClassDef):
+            methods = [n for n in node.body.body if isinstance(n, cst.FunctionDef)]
+            mod = cst.Module(body=methods)
+            inner = compile_generation(mod, source, source_text, report)
+            if inner is not mod:
+                done = dict(zip(map(id, methods), inner.body))
+                body[i] = node.with_changes(body=node.body.with_changes(body=[
+                    done.get(id(n), n) for n in node.body.body]))
+                changed = True
+            continue
         if not isinstance(node, cst.FunctionDef):
             continue
         match = re.search(rf"^\s*def {re.escape(node.name.value)}\b", source_text, re.M)
@@ -240,6 +334,12 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
             continue
         if causal is None:
             causal = is_causal(source)
+        if causal and reads_last_position(source, node.name.value):
+            report(line, 0, "generation", "warning",
+                   f"{node.name.value}(): the token loop stays eager (a compile per sequence "
+                   f"length): the model reads only the last position, so a padded window "
+                   f"would read the padding")
+            continue
         if causal:
             body[i] = compiled
             report(line, 0, "generation", "info",
