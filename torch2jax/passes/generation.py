@@ -80,14 +80,17 @@ def is_causal(source: cst.Module) -> bool:
 
 
 def reads_last_position(source: cst.Module, generator: str) -> bool:
-    """Whether the torch file reads the last sequence position (``x[:, -1]``, ``x[:, [-1], :]``)
+    """Whether the torch file reads the last sequence position (``x[:, -1]``, ``x[:, [-1], :]``,
+    ``x[:, -1:]``)
     outside the function ``generator``: nanoGPT's forward does at inference. Such a model's
     logits at the end of a padded window are the padding's, not the last token's."""
     last = m.Subscript(slice=[
         m.SubscriptElement(m.Slice(lower=None, upper=None)),
         m.SubscriptElement(m.Index(m.UnaryOperation(m.Minus(), m.Integer("1"))
                                    | m.List([m.Element(m.UnaryOperation(m.Minus(),
-                                                                        m.Integer("1")))]))),
+                                                                        m.Integer("1")))]))
+                           | m.Slice(lower=m.UnaryOperation(m.Minus(), m.Integer("1")),
+                                     upper=None)),
         m.ZeroOrMore()])
     outside = [n for n in m.findall(source, m.FunctionDef())
                if n.name.value != generator]
@@ -327,7 +330,7 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
             continue
         if not isinstance(node, cst.FunctionDef):
             continue
-        match = re.search(rf"^\s*def {re.escape(node.name.value)}\b", source_text, re.M)
+        match = re.search(rf"^[ \t]*def {re.escape(node.name.value)}\b", source_text, re.MULTILINE)
         line = source_text[:match.start()].count("\n") + 1 if match else 1
         compiled = _compile(node)
         if compiled is None:
