@@ -204,7 +204,8 @@ def convert_source(
     data_indexer.index.host = find_host_draws(wrapper)
     training_indexer = share_names(names, TrainingIndexer(
         index.module_classes, index.rngs_functions,
-        data_indexer.index.own_key_draws() | data_indexer.index.host.draws))
+        data_indexer.index.own_key_draws() | data_indexer.index.host.draws,
+        step_keys=emitter.name == "linen" and ("Dropout" in source or "dropout" in source)))
     visit(wrapper, training_indexer)
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument

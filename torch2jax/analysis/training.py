@@ -129,9 +129,13 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
     METADATA_DEPENDENCIES = (ScopeProvider,)
 
     def __init__(self, model_classes: set[str], rngs_functions: set[str],
-                 own_key_draws: set[int] | frozenset[int] = frozenset()) -> None:
+                 own_key_draws: set[int] | frozenset[int] = frozenset(),
+                 step_keys: bool = False) -> None:
         super().__init__()
         self.index = TrainingIndex()
+        # linen with dropout: a function that runs a train step draws the dropout keys, so it
+        # takes a key like one that draws random numbers (def train(args, state, ..., *, key))
+        self.step_keys = step_keys
         self.model_classes = model_classes
         self.rngs_functions = rngs_functions
         # draws from a seeded torch.Generator, which keep their own key (passes/data.py)
@@ -273,6 +277,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         fn = self.free_fn
         if q in SEEDS and fn:
             self._seeds_in.add(fn)
+        if self.step_keys and fn and m.matches(node.func, m.Attribute(attr=m.Name("backward"))):
+            self._draws[fn] = True
         if (q in RANDOM and self._classes and self._fns
                 and self._fns[-1].name.value != "__init__"):
             self.index.method_draws.add(self._classes[-1])

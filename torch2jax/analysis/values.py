@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import Assignment, ScopeProvider
 
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
@@ -76,6 +77,7 @@ class Value:
     item: Value | None = None
     items: tuple[Value, ...] | None = None
     cls: str | None = None
+    dtype: bool = False  # a torch dtype (torch.float32, x.dtype)
 
     def element(self, index: int | None = None) -> Value:
         """An item (``index``: a tuple position), as iteration or unpacking gives it."""
@@ -105,6 +107,7 @@ FUNCTION = Value(Kind.FUNCTION)
 DICT = Value(Kind.DICT)
 LIST = Value(Kind.LIST)
 CONFIG = Value(Kind.CONFIG)
+DTYPE = Value(Kind.OBJECT, dtype=True)
 # what numpy calls return (arrays, generators): Python-side objects whose methods give numpy
 # values too (np.random.default_rng(seed).integers(0, 64, size=4096), a.astype(np.uint16))
 NUMPY = Value(Kind.OBJECT, cls="<numpy>")
@@ -152,6 +155,10 @@ _TORCH_OBJECTS = {
     "torch.no_grad", "torch.enable_grad", "torch.inference_mode", "torch.autocast",
     "torch.set_grad_enabled", "torch.manual_seed", "torch.compile",
 }
+TORCH_DTYPES = {f"torch.{n}" for n in (
+    "float16", "float32", "float64", "bfloat16", "half", "float", "double", "int8", "int16",
+    "int32", "int64", "uint8", "int", "long", "short", "bool", "complex64", "complex128",
+    "cfloat", "cdouble", "float8_e4m3fn", "float8_e5m2")}
 _TORCH_SCALARS = {"torch.numel", "torch.seed", "torch.initial_seed"}
 _TORCH_TUPLES = {"torch.chunk", "torch.split", "torch.unbind", "torch.tensor_split",
                  "torch.meshgrid", "torch.sort", "torch.topk", "torch.max", "torch.min",
@@ -171,7 +178,7 @@ _TENSOR_TUPLE_METHODS = {"chunk", "split", "unbind", "tensor_split", "sort", "to
 _TENSOR_TUPLE_WITH_DIM = {"max", "min", "median", "mode"}  # tuples only when given a dim
 _TENSOR_ATTRS = {"T": TENSOR, "mT": TENSOR, "H": TENSOR, "mH": TENSOR, "data": TENSOR,
                  "grad": TENSOR, "real": TENSOR, "imag": TENSOR, "shape": Value(
-                     Kind.TUPLE, item=SCALAR), "ndim": SCALAR, "dtype": OBJECT,
+                     Kind.TUPLE, item=SCALAR), "ndim": SCALAR, "dtype": DTYPE,
                  "device": OBJECT, "requires_grad": SCALAR, "is_cuda": SCALAR,
                  "layout": OBJECT, "itemsize": SCALAR, "nbytes": SCALAR}
 # attributes and methods of nn.Module instances
@@ -258,6 +265,11 @@ class ValueFacts:
         self._returns: dict[int, list[cst.BaseExpression]] = {}
 
     # ---------------------------------------------------------------- queries
+    def is_dtype(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` holds a torch dtype (``torch.float16``, ``x.dtype``, a name bound
+        to one)."""
+        return self.value(node).dtype
+
     def kind(self, node: cst.CSTNode) -> Kind:
         return self.value(node).kind
 
@@ -409,7 +421,7 @@ class ValueFacts:
     def _attribute(self, node: cst.Attribute) -> Value:
         q = self._q(node) if _dotted(node) else None
         if q and q.startswith("torch.") and "<locals>" not in q:
-            return OBJECT  # torch.float32, torch.nn.functional, ...
+            return DTYPE if q in TORCH_DTYPES else OBJECT  # torch.float32, torch.nn.functional
         attr = node.attr.value
         base = self.value(node.value)
         if base.kind == Kind.TENSOR:
@@ -540,7 +552,8 @@ class ValueFacts:
             return Value(Kind.OPTIMIZER)
         if q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"):
             return Value(Kind.LOADER)
-        if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+        if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer",
+                 "torch.nn.parameter.Buffer"):
             return TENSOR
         if q in ("torch.compile", "torch.nn.parallel.DistributedDataParallel",
                  "torch.nn.DataParallel", "torch.nn.parallel.DataParallel") and node.args:
@@ -737,6 +750,9 @@ class ValueFacts:
                     kind = _USE_EVIDENCE.get(parent.attr.value)
                     if kind is not None:
                         found.add(kind)
+                elif isinstance(parent, cst.Arg) and parent.keyword is None and (
+                        self._tensor_data_arg(parent)):
+                    found.add(Kind.TENSOR)  # nn.Buffer(x) / nn.Parameter(x): x is a tensor
                 elif isinstance(parent, cst.Subscript) and parent.value is access.node and (
                         len(parent.slice) == 1 and isinstance(parent.slice[0].slice, cst.Index)
                         and isinstance(parent.slice[0].slice.value,
@@ -745,6 +761,15 @@ class ValueFacts:
         if len(found) == 1:
             return Value(found.pop())
         return None
+
+    def _tensor_data_arg(self, node: cst.Arg) -> bool:
+        """``node`` is the first argument of ``nn.Buffer(...)`` / ``nn.Parameter(...)``, which
+        take a tensor."""
+        call = self._parents.get(node)
+        return (isinstance(call, cst.Call) and bool(call.args) and call.args[0] is node
+                and _dotted(call.func) and self._q(call.func) in (
+                    "torch.nn.Buffer", "torch.nn.parameter.Buffer", "torch.nn.Parameter",
+                    "torch.nn.parameter.Parameter"))
 
     def _binding(self, assignment: Assignment) -> Value:
         node = assignment.node
@@ -850,6 +875,15 @@ class ValueFacts:
             return LIST
         if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
             return MODULE
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr) and (
+                m.matches(node.right, m.Name("None"))):
+            node = node.left  # Cache | None: what it holds when it is not None
+            q = self._q(node) or ""
+        if isinstance(node, cst.Name) and q and "." in q and not q.startswith((
+                "torch.", "builtins.", "typing.", "collections.", "numpy.", "jax.")) and (
+                node.value not in self.module_classes and "<locals>" not in q):
+            # a class imported from another library (cache: Cache | None): not a tensor
+            return CONFIG if node.value.endswith("Config") else OBJECT
         return None
 
     def _from_call_sites(self, fn: cst.FunctionDef, cls: cst.ClassDef | None,

@@ -46,12 +46,14 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
     Claim("ddp-sharding", "DistributedDataParallel removed: the batch is sharded",
           _batches_sharded,
           "DistributedDataParallel removed: the model is used as it is, but no training loop "
-          "of this file got the data sharding (see its TODO): the program runs on one device "
-          "unless its batches are put on a NamedSharding(mesh, P('data'))"),
+          "of this file got the data sharding (a loop left untranslated carries a TODO): the "
+          "program runs on one device unless its batches are put on a "
+          "NamedSharding(mesh, P('data'))"),
     Claim("world-size-one", "world size 1: the JAX script is one program",
           _batches_sharded,
           "world size 1: the JAX script is one program over every device, but no training "
-          "loop of this file shards its batches over them (see its TODO)"),
+          "loop of this file shards its batches over them (a loop left untranslated carries "
+          "a TODO)"),
 )}
 
 

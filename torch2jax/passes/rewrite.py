@@ -496,7 +496,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                               for b in node.bases if isinstance(b.value, cst.Name)))
         for a in findall(node, m.Assign(targets=[m.AssignTarget(target=m.Attribute(
                 value=m.Name("self")))], value=m.Call())):
-            if self.q(a.value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            if self.q(a.value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter",
+                                        "torch.nn.Buffer", "torch.nn.parameter.Buffer"):
                 names.add(a.targets[0].target.attr.value)
         for c in findall(node, m.Call(func=m.Attribute(value=m.Name("self"),
                                                           attr=m.Name("register_buffer")))):
@@ -2923,6 +2924,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
+        renamed = self._layer_attribute(original_node, updated_node)
+        if renamed is not None:
+            return renamed
         if self.current_class is not None and self._layer_subclass_rule(
                 self.current_class) is not None:
             mapped = self._layer_subclass_attribute(original_node, updated_node)
@@ -3434,6 +3438,21 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return parent.targets[0].target.value
         return None
 
+    def _layer_attribute(self, original: cst.Attribute, updated: cst.Attribute
+                         ) -> cst.BaseExpression | None:
+        """``self.drop.p`` where ``self.drop`` is an nn.Dropout: ``self.drop.rate`` (a
+        hyperparameter the JAX layer keeps under another name)."""
+        inner = original.value
+        if self.linen or not (isinstance(inner, cst.Attribute) and m.matches(
+                inner.value, m.Name("self")) and self.current_class is not None):
+            return None
+        info = self.index.classes.get(self.current_class)
+        torch_layer = info.attr_rule.get(inner.attr.value) if info is not None else None
+        new = _LAYER_ATTRIBUTES.get(torch_layer or "", {}).get(original.attr.value)
+        if new is None:
+            return None
+        return updated.with_changes(attr=cst.Name(new))
+
     def _rewrite_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = self.q(original.func) if _is_dotted(original.func) else None
         # super().__init__() in a module class
@@ -3444,6 +3463,13 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return self._layer(original, updated, self.rules.layers[name])
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") and self.linen:
             return self._linen_param(original, updated)
+        if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):
+            # self.x = nn.Buffer(t, persistent=False): as self.register_buffer("x", t)
+            b = bind(updated.args, ("data", "persistent"))
+            if self.linen:  # a constant computed in setup()
+                return b.get("data")
+            self.need("nnx")
+            return call(self.emitter.buffer, arg(b.get("data")))
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             b = bind(updated.args, ("data", "requires_grad"))
             if b.literal("requires_grad") is False:
@@ -3585,6 +3611,15 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             rule = self.rules.methods.get(meth)
             recv = original.func.value
             if rule is not None and self._tensorlike(recv, meth, original):
+                if meth in ("reshape", "view") and original.args and all(
+                        a.keyword is None and a.star != "**" for a in original.args) and (
+                        (meth == "reshape" and self._receiver_unsure(recv, meth))
+                        or any(a.star == "*" for a in original.args)):
+                    # x.reshape(*shape, -1) / x.reshape(b, -1): the same call for torch, numpy
+                    # and jax arrays (jax.Array.reshape takes the sizes as arguments too);
+                    # x.view(*shape) is that reshape (a dtype is never given starred)
+                    return updated.with_changes(func=updated.func.with_changes(
+                        attr=cst.Name("reshape")))
                 if self._receiver_unsure(recv, meth):
                     raise Untranslatable(
                         f"{code(recv)}.{meth}(...): {code(recv)} is not known to be a tensor "
@@ -4351,8 +4386,14 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
 
     def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)
+        dtypes: frozenset[str] = frozenset()
+        if rule.special in ("to", "type_cast") and self.values is not None:  # x.to(y.dtype)
+            given = bind(original.args, rule.params)
+            dtypes = frozenset(k for k in ("device", "dtype") if given.get(k) is not None
+                               and self.values.is_dtype(given.get(k)))
         site = Site(rule=rule, args=b, receiver=updated.func.value,
-                    unpack=self._unpack.get(id(original)), target=self.emitter.name)
+                    unpack=self._unpack.get(id(original)), target=self.emitter.name,
+                    dtypes=dtypes)
         return self._apply(original, site, receiver_first=True)
 
     def _apply(self, original, site: Site, receiver_first: bool) -> cst.BaseExpression:
@@ -4702,6 +4743,10 @@ def _call_name(node: cst.Call) -> str:
         return f.value
     return "call"
 
+
+# hyperparameters of torch layers that the NNX layer keeps under another name
+_LAYER_ATTRIBUTES = {f"torch.nn.{d}": {"p": "rate"} for d in (
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout")}
 
 _FINAL = {"torch.jit.Final", "torch.jit.annotations.Final"}
 _ANNOTATION_TYPES = {"torch.device": "jax.Device", "torch.dtype": "jnp.dtype",

@@ -42,6 +42,8 @@ class Site:
     per_example: bool = False
     # arguments that may hold None at run time (self.bias of a LayerNorm built with bias=False)
     optional: frozenset[str] = frozenset()
+    # arguments that hold a torch dtype (x.to(other.dtype), x.to(input_dtype)): value analysis
+    dtypes: frozenset[str] = frozenset()
     # binds an expression to a new name in a statement before the current one and returns the
     # name (None where the call is not in a simple statement): a tensor used twice
     bind: Callable[[cst.BaseExpression, str], cst.Name] | None = None
@@ -561,6 +563,27 @@ def addcmul(site: Site) -> cst.BaseExpression:
     return expr("{x} + {v} * {a} " + op + " {b}", v=value, **parts)
 
 
+@special("addmm")
+def addmm(site: Site) -> cst.BaseExpression:
+    """torch.addmm / baddbmm: ``beta * input + alpha * (batch1 @ batch2)``; with ``beta=0``
+    torch leaves input out (its NaN and inf included)."""
+    a, b = site.args.get("batch1"), site.args.get("batch2")
+    if a is None or b is None:
+        raise Untranslatable(f"{site.rule.torch}: missing the matrices", rule=site.rule.id)
+    product = expr("jnp.matmul({a}, {b})", a=a, b=b)
+    beta, alpha = site.lit("beta"), site.lit("alpha")
+    if beta is ...:
+        raise Untranslatable(f"{site.rule.torch} with a computed beta", rule=site.rule.id)
+    if site.args.get("alpha") is not None and alpha != 1:
+        product = expr("{al} * {p}", al=site.args.get("alpha"), p=product)
+    if beta == 0:
+        return product
+    x = site.x()
+    if beta not in (None, 1):
+        x = expr("{be} * {x}", be=site.args.get("beta"), x=x)
+    return expr("{x} + {p}", x=x, p=product)
+
+
 @special("creation")
 def creation(site: Site) -> cst.BaseExpression:
     """torch.zeros/ones/empty/rand-free creation with size varargs."""
@@ -714,6 +737,9 @@ def to(site: Site) -> cst.BaseExpression:
     for c in [site.args.get("device"), site.args.get("dtype"), *site.args.extra_positional]:
         if c is not None and _is_dtype(c):
             return expr("{x}.astype({d})", x=x, d=c)
+    for k in ("device", "dtype"):  # a dtype held by a name or read from .dtype
+        if k in site.dtypes or (k == "dtype" and site.args.get(k) is not None):
+            return expr("{x}.astype({d})", x=x, d=site.args.get(k))
     other = site.args.get("device")
     if isinstance(other, (cst.Name, cst.Attribute)) and "dev" not in code(other).rsplit(
             ".", 1)[-1].lower():
@@ -723,8 +749,21 @@ def to(site: Site) -> cst.BaseExpression:
     return x
 
 
+@special("type_cast")
+def type_cast(site: Site) -> cst.BaseExpression:
+    """``x.type(dtype)``: a cast; ``x.type()`` returns the type's name, and a type given by
+    name (``'torch.FloatTensor'``) also moves between devices: both marked."""
+    d = site.args.get("dtype")
+    if d is not None and (_is_dtype(d) or "dtype" in site.dtypes):
+        return expr("{x}.astype({d})", x=site.x(), d=d)
+    raise Untranslatable("x.type(...) without a dtype (the type's name, or a tensor type given "
+                         "by name) is not translated")
+
+
 def _is_dtype(node: cst.BaseExpression) -> bool:
     text = code(node)
+    if isinstance(node, cst.Attribute) and node.attr.value == "dtype":
+        return True  # value.dtype: numpy's, torch's and jax's arrays hold a dtype there
     return text.startswith(("jnp.", "torch.")) and not text.startswith("torch.device")
 
 
@@ -749,6 +788,9 @@ def expand(site: Site) -> cst.BaseExpression:
     sizes = [site.args.get("size"), *site.args.extra_positional]
     if sizes[0] is None:
         raise Untranslatable("expand without sizes")
+    if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)) and not any(
+            isinstance(e, cst.StarredElement) for e in sizes[0].elements):
+        sizes = [e.value for e in sizes[0].elements]  # x.expand((1, -1)): the sizes
     if len(sizes) == 1 and not _is_int_like(sizes[0]):
         return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
     n = len(sizes)
@@ -1115,8 +1157,10 @@ def gather(site: Site) -> cst.BaseExpression:
 def index_select(site: Site) -> cst.BaseExpression:
     return call("jnp.take", arg(site.x()), arg(site.args.get("index")),
                 arg(site.args.get("dim"), "axis"))
-from torch2jax.passes import special_losses  # noqa: F401  (registers the loss transforms)
+from torch2jax.passes import (
+    special_device,  # noqa: F401  (device queries and objects)
+    special_losses,  # noqa: F401  (registers the loss transforms)
+    special_sequence,  # noqa: F401  (attention and recurrent layers)
+    special_vision,  # noqa: F401  (registers the vision transforms)
+)
 from torch2jax.training import optim as _optim  # noqa: F401  (registers the optimizer transforms)
-from torch2jax.passes import special_vision  # noqa: F401  (registers the vision transforms)
-from torch2jax.passes import special_sequence  # noqa: F401  (attention and recurrent layers)
-from torch2jax.passes import special_device  # noqa: F401  (device queries and objects)

@@ -283,6 +283,13 @@ def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=()
 
 
 def _sample_of(e, body, loop, outer, loop_names, stmts, copied):
+    if m.matches(e, m.Call(func=m.Attribute(attr=m.Name("to")))):
+        e = e.func.value  # data.to(device): the batch itself
+    if m.matches(loop.iter, m.Call(func=m.Name("enumerate"), args=[m.Arg(keyword=None)])) and (
+            isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2):
+        # for i, (x, y) in enumerate(loader): the batch is the second element
+        inner = loop.target.elements[1].value
+        loop = loop.with_changes(target=inner, iter=loop.iter.args[0].value)
     rows = _first_rows(e, loop_names, [*outer, loop])
     if rows is not None:
         return rows

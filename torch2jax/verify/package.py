@@ -25,6 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from torch2jax.hf import (
+    SUPPORT_LAYERS,
+    SUPPORT_MODULE,
+    is_modeling_file,
+    reduce_modeling,
+    runtime_source,
+)
+
 _counter = itertools.count()
 
 
@@ -177,7 +185,8 @@ def __getattr__(name):
 
 
 def convert_package_file(
-    path: Path, out_dir: Path, convert: Callable[[Path, set[str]], tuple[str, int]]
+    path: Path, out_dir: Path, convert: Callable[[Path, set[str]], tuple[str, int]],
+    entry: set[str] | None = None,
 ) -> tuple[Path, int]:
     """Write the mirror package for ``path`` under ``out_dir``; return (the converted file's
     path in it, the number of TODOs the conversions left). ``convert(file, known)`` gives
@@ -215,6 +224,18 @@ def convert_package_file(
             continue
         modes[module] = mode
         source = file.read_text()
+        if mode == "convert" and is_modeling_file(module):
+            # a transformers modeling file: reduced, its machinery from _hf_support (hf.py)
+            target = target_of(module, is_package)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source, unknown = reduce_modeling(source, module, entry)
+            target.write_text(source)
+            code, n = convert(target, set(SUPPORT_LAYERS))
+            todos += n + len(unknown)
+            target.write_text(code)
+            (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
+            work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
+            continue
         used = _names_in_functions(source) if mode == "convert" else set()
         deps = _relative_imports(source, module, is_package)
         layers = {dep: _layer_classes(dep, names, used) for dep, names in deps

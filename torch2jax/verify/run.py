@@ -54,7 +54,7 @@ import numpy as np
 
 from torch2jax.ruleset import RuleSet
 from torch2jax.verify.load import LoadError, find_name, load_module, split_target
-from torch2jax.verify.spec import InputSpec, parse_specs
+from torch2jax.verify.spec import InputSpec, call_with, parse_specs
 
 SUPPORTED_TARGETS = ("nnx", "linen", "equinox")
 ATOL, RTOL = 1e-5, 1e-4  # the float32 pass (float32 rounding through a network: about 1e-6)
@@ -348,7 +348,8 @@ def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | No
     if package_of(path) is not None:  # a package's module: a mirror package (verify/package.py)
         # (which classes the package's other modules import is not indexed: all keep NCHW)
         return convert_package_file(
-            path, out_dir, lambda f, known: _convert_file(f, jax_target, rules, known))[1]
+            path, out_dir, lambda f, known: _convert_file(f, jax_target, rules, known),
+            set(entry) or None)[1]
     from torch2jax.repo import import_closure, index_repository
     from torch2jax.ruleset import load_rules
 
@@ -496,7 +497,7 @@ def _jax_inputs(arrays: list[np.ndarray], specs: list[InputSpec]) -> list[Any]:
     return out
 
 
-def _jax_forward(model: Any, inputs: list[Any]) -> Any:
+def _jax_forward(model: Any, inputs: list[Any], specs: list[InputSpec]) -> Any:
     """The model's output under ``jax.jit``; what the call updates (BatchNorm's running
     statistics in training mode) is written back into ``model``."""
     import jax
@@ -507,7 +508,7 @@ def _jax_forward(model: Any, inputs: list[Any]) -> Any:
     @jax.jit
     def forward(state: Any, xs: list[Any]) -> Any:
         model = nnx.merge(graphdef, state)
-        return model(*xs), nnx.state(model)
+        return call_with(model, xs, specs), nnx.state(model)
 
     out, state = forward(state, inputs)
     nnx.update(model, state)
@@ -595,7 +596,8 @@ def nnx_stat_pairs(torch_model: Any, jax_model: Any, rules: RuleSet | None
             if m.status == "mapped" and m.torch_name in ref]
 
 
-def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray]) -> dict:
+def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray],
+               specs: list[InputSpec]) -> dict:
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -603,7 +605,7 @@ def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray])
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
     def scalar(params: Any, rest: Any, xs: list[Any], cots: dict[str, Any]) -> Any:
-        out = nnx.merge(graphdef, params, rest, copy=True)(*xs)
+        out = call_with(nnx.merge(graphdef, params, rest, copy=True), xs, specs)
         leaves = dict(flatten_output(out))
         return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32)) * c) for k, c in cots.items())
 
@@ -612,12 +614,13 @@ def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray])
     return {tuple(path): np.asarray(v.get_value()) for path, v in nnx.to_flat_state(grads)}
 
 
-def _torch_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray]) -> dict:
+def _torch_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray],
+                 specs: list[InputSpec] | None = None) -> dict:
     import torch
 
     model.zero_grad(set_to_none=True)
     with torch.enable_grad():
-        leaves = dict(flatten_output(model(*inputs)))
+        leaves = dict(flatten_output(call_with(model, inputs, specs)))
         total = sum((leaves[k].to(torch.promote_types(leaves[k].dtype, torch.float32))
                      * torch.from_numpy(c)).sum() for k, c in cotangents.items())
         if not isinstance(total, torch.Tensor) or not total.requires_grad:
@@ -928,6 +931,8 @@ def _check_request(req: VerifyRequest) -> tuple[Path, str, list[InputSpec]]:
     if req.args is not None and req.build is not None:
         raise VerifyError("give either args (--args) or a build expression (--build), not both")
     specs = parse_specs(req.inputs)
+    if any(s.name for s in specs) and req.jax_target != "nnx":
+        raise VerifyError("NAME=SPEC (keyword) inputs are verified with the nnx target only")
     if not specs:
         raise VerifyError("no inputs: give at least one --input SPEC, e.g. float32[2,3,32,32]")
     path, name = split_target(req.target)
@@ -1132,15 +1137,16 @@ def _run_jax_side(
     torch_in = _torch_inputs(arrays, specs)
     jax_in = _jax_inputs(arrays, specs)
     with _stage("the torch forward pass"), torch.no_grad():
-        torch_out = torch_model(*torch_in)
+        torch_out = call_with(torch_model, torch_in, specs)
     torch_leaves = [(k, _torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
     if req.float64:
         from flax import nnx
 
         graphdef, state = nnx.split(jax_model)
-        check_float64(lambda st, xs: nnx.merge(graphdef, st)(*xs), state, jax_in)
+        check_float64(lambda st, xs: call_with(nnx.merge(graphdef, st), xs, specs), state,
+                      jax_in)
     with _stage("the JAX forward pass (under jax.jit)"):
-        jax_out = _jax_forward(jax_model, jax_in)
+        jax_out = _jax_forward(jax_model, jax_in, specs)
     jax_leaves = [(k, _jax_to_numpy(v)) for k, v in flatten_output(jax_out)]
     out = _compare_outputs(jax_leaves, torch_leaves, r)
     r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
@@ -1155,7 +1161,7 @@ def _run_jax_side(
             benchmark_forward(r, torch_model, torch_in, jax_model, jax_in)
 
     if req.grad and out.shapes_match:
-        _run_grads(r, req, torch_model, jax_model, (torch_in, jax_in), torch_leaves)
+        _run_grads(r, req, torch_model, jax_model, (torch_in, jax_in), torch_leaves, specs)
     elif req.grad:
         r.notes.append("gradients not compared: the outputs differ in structure or shape")
 
@@ -1189,6 +1195,7 @@ def _run_grads(
     jax_model: Any,
     inputs: tuple[list[Any], list[Any]],
     torch_leaves: list[tuple[str, Any]],
+    specs: list[InputSpec],
 ) -> None:
     from torch2jax.weights import gradient_parts
 
@@ -1197,9 +1204,9 @@ def _run_grads(
         raise VerifyError("--grad: the model has no floating-point output to differentiate")
     mapping = gradient_parts(torch_model, jax_model, req.rules)
     with _stage("the torch backward pass"):
-        tg = _torch_grads(torch_model, inputs[0], cots)
+        tg = _torch_grads(torch_model, inputs[0], cots, specs)
     with _stage("the JAX gradient (jax.grad under jax.jit)"), _autograd_on(jax_model, r):
-        jg = _jax_grads(jax_model, inputs[1], cots)
+        jg = _jax_grads(jax_model, inputs[1], cots, specs)
     g = _compare_grads(jg, tg, mapping, r)
     r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
     r.passed = r.passed and g.ok

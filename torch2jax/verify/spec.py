@@ -7,8 +7,9 @@ so the two sides see identical inputs whatever their own random number generator
 
 from __future__ import annotations
 
+import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,11 +34,13 @@ class InputSpec:
     dtype: str
     shape: tuple[int, ...]
     high: int | None = None
+    name: str | None = None  # NAME=SPEC: passed as the keyword argument NAME
 
     def __str__(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
         bound = f":{self.high}" if self.high is not None else ""
-        return f"{self.dtype}[{dims}]{bound}"
+        named = f"{self.name}=" if self.name else ""
+        return f"{named}{self.dtype}[{dims}]{bound}"
 
     @property
     def is_float(self) -> bool:
@@ -54,8 +57,15 @@ class InputSpec:
         return draw.astype("float64" if self.dtype == "float64" else "float32")
 
 
+_NAMED = re.compile(r"^\s*([A-Za-z_]\w*)\s*=(.*)$")
+
+
 def parse_spec(text: str) -> InputSpec:
-    """Parse ``float32[2,3,32,32]`` / ``int64[2,16]:100``; a bad spec raises ValueError."""
+    """Parse ``float32[2,3,32,32]`` / ``int64[2,16]:100`` / ``attention_mask=int64[2,16]:2``
+    (a keyword argument); a bad spec raises ValueError."""
+    named = _NAMED.match(text)
+    if named:
+        return replace(parse_spec(named.group(2)), name=named.group(1))
     m = _SPEC.match(text)
     if not m:
         raise ValueError(
@@ -90,4 +100,20 @@ def _parse_bound(text: str, dtype: str, raw: str | None) -> int | None:
 
 
 def parse_specs(texts: list[str] | tuple[str, ...]) -> list[InputSpec]:
-    return [parse_spec(t) for t in texts]
+    specs = [parse_spec(t) for t in texts]
+    names = [s.name for s in specs if s.name]
+    if len(set(names)) != len(names):
+        raise ValueError(f"input specs: a keyword given twice ({', '.join(names)})")
+    if any(a.name and not b.name for a, b in itertools.pairwise(specs)):
+        raise ValueError("input specs: positional inputs come before NAME=SPEC ones")
+    return specs
+
+
+def call_with(fn, xs: list, specs: list[InputSpec] | None):
+    """``fn`` applied to the inputs ``xs`` of ``specs``: positional, then NAME=SPEC ones as
+    keywords."""
+    if specs is None:
+        return fn(*xs)
+    args = [x for x, s in zip(xs, specs, strict=True) if not s.name]
+    kwargs = {s.name: x for x, s in zip(xs, specs, strict=True) if s.name}
+    return fn(*args, **kwargs)

@@ -452,6 +452,9 @@ def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec
     if train.labels:
         parse_spec(train.labels)
     path, name, specs, torch_model = build_torch_side(r, req)
+    if any(s.name for s in specs):
+        raise VerifyError("NAME=SPEC (keyword) inputs are verified for the forward pass and "
+                          "gradients only, not for training trajectories")
     setup = translate_setup(train)
     r.optax, r.schedule = setup.tx_code, setup.schedule_code
     r.notes += setup.notes

@@ -1,0 +1,236 @@
+"""Modeling files of the installed Hugging Face ``transformers`` (``models/llama/modeling_llama.py``).
+
+Such a file is torch code plus transformers' own machinery: ``PreTrainedModel`` and its init
+hooks, ``ACT2FN``, the attention-interface registry, the output dataclasses, masks, kernels
+from the hub, and decorators (``@auto_docstring``, ``@can_return_tuple``, ...). The converter
+does not convert that machinery (``modeling_utils.py`` alone is thousands of lines of torch
+and hub plumbing). It *reduces* the modeling file first (:func:`reduce_modeling`):
+
+* the decorators that do nothing for a JAX model go (``@auto_docstring``,
+  ``@use_kernel_forward_from_hub(...)``, ``@use_kernelized_func(...)``);
+* the imports of the machinery (``from ...activations import ACT2FN``) are read from
+  ``_hf_support.py`` instead, a hand-written JAX module (``torch2jax/transformers_runtime.py``,
+  written as it is beside the converted package) with the same names: ``PreTrainedModel`` and
+  ``GradientCheckpointingLayer`` as ``nnx.Module`` bases, ``ACT2FN`` of ``jax.nn`` functions,
+  ``create_causal_mask``, the output classes as pytrees, the decorators translated. What it
+  does not translate it refuses at run time with NotImplementedError (KV caches, output
+  capture, RoPE variants other than the default, attention dropout in training, flash and
+  flex attention), never silently;
+* the functional attention dropout of ``eager_attention_forward``
+  (``nn.functional.dropout(w, p=dropout, training=module.training)``, where the callers pass
+  ``dropout=0.0`` unless training) becomes ``attention_dropout(w, dropout)`` from the same
+  module;
+* ``_init_weights`` methods go (torch initialisation: the converted model starts from flax's
+  initialisers; trained weights come with ``torch2jax weights``);
+* the classes and functions that no requested class reaches go
+  (``LlamaForSequenceClassification`` built on ``GenericForSequenceClassification``).
+
+The configuration classes stay the installed transformers' own (plain Python): the converted
+model takes the same ``LlamaConfig`` as torch's.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import libcst as cst
+
+SUPPORT_MODULE = "_hf_support"
+RUNTIME = Path(__file__).with_name("transformers_runtime.py")
+# decorators that do nothing for a JAX model (documentation, kernels from the hub)
+DROPPED_DECORATORS = {"auto_docstring", "use_kernel_forward_from_hub", "use_kernelized_func",
+                      "use_kernel_func_from_hub", "use_experts_implementation"}
+# the support module's names: every import of them from transformers' machinery reads them there
+SUPPORT_NAMES = {
+    "ACT2FN", "get_activation", "Cache", "DynamicCache", "GenerationMixin",
+    "create_causal_mask", "create_sliding_window_causal_mask", "GradientCheckpointingLayer",
+    "BaseModelOutput", "BaseModelOutputWithPast", "BaseModelOutputWithPastAndCrossAttentions",
+    "CausalLMOutputWithPast", "CausalLMOutputWithCrossAttentions",
+    "BaseModelOutputWithPoolingAndCrossAttentions", "MaskedLMOutput", "ModelOutput",
+    "ROPE_INIT_FUNCTIONS", "dynamic_rope_update", "ALL_ATTENTION_FUNCTIONS", "PreTrainedModel",
+    "slice_logits_to_keep", "Unpack", "TransformersKwargs", "can_return_tuple", "logging",
+    "deprecate_kwarg", "merge_with_config_defaults", "capture_outputs", "check_model_inputs",
+    "Conv1D", "attention_dropout", "OutputRecorder", "maybe_autocast", "EncoderDecoderCache",
+    "create_bidirectional_mask", "FlashAttentionKwargs", "apply_chunking_to_forward",
+}
+# layer classes of the support module (their constructors take rngs)
+SUPPORT_LAYERS = {"PreTrainedModel", "GradientCheckpointingLayer", "Conv1D"}
+_DROPOUT = re.compile(r"^(nn\.functional|F|torch\.nn\.functional)\.dropout$")
+
+
+def is_modeling_file(module: str) -> bool:
+    """``transformers.models.<name>.modeling_<name>``."""
+    parts = module.split(".")
+    return (len(parts) == 4 and parts[0] == "transformers" and parts[1] == "models"
+            and parts[3].startswith("modeling_"))
+
+
+def _config_module(module: str) -> bool:
+    return module.rsplit(".", 1)[-1].startswith("configuration_")
+
+
+def _reached(tree: ast.Module, entry: set[str]) -> set[str] | None:
+    """The top-level definitions that the entry classes reach (bases, names in bodies), or None
+    when no entry class is defined here (nothing is pruned then)."""
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    todo = [e for e in entry if e in defs]
+    if not todo:
+        return None
+    for node in tree.body:  # module-level statements (not __all__) keep what they name
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.Import, ast.ImportFrom)) or (
+                isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)):
+            continue
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defs]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(defs[name]):
+            if isinstance(node, ast.Name) and node.id in defs and node.id not in seen:
+                todo.append(node.id)
+    return seen
+
+
+class _Reduce(cst.CSTTransformer):
+    def __init__(self, module: str, keep: set[str] | None, defined: set[str]) -> None:
+        self.level = module.count(".")  # transformers.models.llama.modeling_llama: ...
+        self.package = module.rpartition(".")[0]
+        self.keep, self.defined = keep, defined
+        self.depth = 0
+        self.used: set[str] | None = None  # the second pass: the names the code reads
+        self.support: list[str] = []
+        self.unknown: list[tuple[str, str]] = []  # (module, name) of the machinery not supported
+
+    def _absolute(self, node: cst.ImportFrom) -> str:
+        dots = len(node.relative)
+        mod = cst.Module([]).code_for_node(node.module) if node.module else ""
+        if dots == 0:
+            return mod
+        base = self.package.split(".")
+        base = base[: len(base) - dots + 1]
+        return ".".join(base + ([mod] if mod else []))
+
+    def leave_ImportFrom(self, original, updated):
+        if self.used is None:
+            return updated
+        source = self._absolute(original)
+        if not source.startswith("transformers") or isinstance(updated.names, cst.ImportStar):
+            return updated
+        if source.startswith("transformers.models.") and (
+                _config_module(source) or source.count(".") >= 3):
+            return updated  # the configuration (plain Python), another model's files
+        keep, moved = [], []
+        for alias in updated.names:
+            name = alias.name.value if isinstance(alias.name, cst.Name) else ""
+            if (alias.asname.name.value if alias.asname else name) not in self.used:
+                continue  # used only by what the reduction removed
+            (moved if name in SUPPORT_NAMES else keep).append(alias)
+        self.support += [a.name.value for a in moved]
+        for alias in keep:
+            self.unknown.append((source, cst.Module([]).code_for_node(alias.name)))
+        if not keep:
+            return cst.RemoveFromParent()
+        return updated.with_changes(names=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                                           for a in keep])
+
+    def leave_Decorator(self, original, updated):
+        target = updated.decorator
+        if isinstance(target, cst.Call):
+            target = target.func
+        if isinstance(target, cst.Name) and target.value in DROPPED_DECORATORS:
+            return cst.RemoveFromParent()
+        return updated
+
+    def leave_Call(self, original, updated):
+        func = cst.Module([]).code_for_node(updated.func)
+        if not _DROPOUT.match(func):
+            return updated
+        args = {a.keyword.value if a.keyword else i: a.value for i, a in enumerate(updated.args)}
+        x, p = args.get(0, args.get("input")), args.get(1, args.get("p"))
+        training = args.get(2, args.get("training"))
+        if x is None or p is None or not (isinstance(training, cst.Attribute)
+                                          and training.attr.value == "training"
+                                          and isinstance(training.value, cst.Name)
+                                          and training.value.value == "module"):
+            return updated
+        self.support.append("attention_dropout")
+        return cst.Call(func=cst.Name("attention_dropout"),
+                        args=[cst.Arg(x), cst.Arg(p)])
+
+    def visit_ClassDef(self, node) -> None:
+        self.depth += 1
+
+    def visit_FunctionDef(self, node) -> None:
+        self.depth += 1
+
+    def leave_ClassDef(self, original, updated):
+        self.depth -= 1
+        if self.depth == 0 and self.keep is not None and original.name.value not in self.keep:
+            return cst.RemoveFromParent()  # a top-level definition that nothing asked for
+        return updated
+
+    def leave_FunctionDef(self, original, updated):
+        if self.depth == 2 and original.name.value == "_init_weights":
+            self.depth -= 1
+            return cst.RemoveFromParent()  # torch initialisation (flax's initialisers here)
+        return self.leave_ClassDef(original, updated)
+
+    def leave_Assign(self, original, updated):
+        # __all__: the names kept
+        if (self.keep is not None and len(updated.targets) == 1
+                and isinstance(updated.targets[0].target, cst.Name)
+                and updated.targets[0].target.value == "__all__"
+                and isinstance(updated.value, (cst.List, cst.Tuple))):
+            elements = [e for e in updated.value.elements
+                        if not (isinstance(e.value, cst.SimpleString)
+                                and e.value.evaluated_value in self.defined
+                                and e.value.evaluated_value not in self.keep)]
+            return updated.with_changes(value=updated.value.with_changes(elements=elements))
+        return updated
+
+
+def reduce_modeling(source: str, module: str, entry: set[str] | None = None
+                    ) -> tuple[str, list[str]]:
+    """The modeling file ``source`` of ``module`` reduced for conversion (see the module doc);
+    returns (source, the machinery names that have no JAX counterpart here). ``entry``: the
+    classes wanted (the others that none of them reaches are dropped); None keeps all."""
+    tree = ast.parse(source)
+    keep = _reached(tree, set(entry)) if entry else None
+    defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    reducer = _Reduce(module, keep, defined)
+    reduced = cst.parse_module(source).visit(reducer)
+    reducer.used = {n.id for n in ast.walk(ast.parse(reduced.code)) if isinstance(n, ast.Name)}
+    reduced = reduced.visit(reducer)
+    code = reduced.code
+    unknown = [f"{m}.{n}" for m, n in reducer.unknown]
+    names = sorted(set(reducer.support))
+    if names:
+        dots = "." * module.count(".")
+        line = f"from {dots}{SUPPORT_MODULE} import {', '.join(names)}\n"
+        code = _insert_import(code, line)
+    if unknown:
+        note = "".join(f"# TODO(torch2jax): {u} has no JAX counterpart in {SUPPORT_MODULE} "
+                       "(torch2jax/transformers_runtime.py): the converted file still imports "
+                       "it from transformers\n" for u in unknown)
+        code = _insert_import(code, note)
+    return code, unknown
+
+
+def _insert_import(code: str, line: str) -> str:
+    """``line`` after the file's last top-level import."""
+    tree = ast.parse(code)
+    last = 0
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            last = node.end_lineno or node.lineno
+    lines = code.splitlines(keepends=True)
+    return "".join(lines[:last]) + line + "".join(lines[last:])
+
+
+def runtime_source() -> str:
+    return RUNTIME.read_text(encoding="utf-8")
