@@ -17,6 +17,7 @@ threads. A program that fails (a converted script with a TODO) is reported with 
 
     python benchmarks/programs.py                 # CPU, 1 thread then all threads
     python benchmarks/programs.py --device cuda   # torch on CUDA, JAX on its default GPU
+    python benchmarks/programs.py --cases sample  # the sampling program only
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ ROOT = HERE.parent
 CASES = {  # name: (torch script, twin, metric, environment of the run)
     "train": ("gpt_train.py", "gpt_train_jax.py", "ms_per_iter", {}),
     "sample": ("gpt_sample.py", "gpt_sample_jax.py", "tokens_per_s", {"GPT_TOP_K": "10"}),
-    # without top-k (torch.topk is not translated yet): the converted eager loop runs
+    # without top-k: the same loop with one step fewer
     "sample, no top-k": ("gpt_sample.py", "gpt_sample_jax.py", "tokens_per_s",
                          {"GPT_TOP_K": "0"}),
 }
@@ -118,9 +119,14 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=100, help="tokens generated per run")
     p.add_argument("--slow-s", type=float, default=15.0,
                    help="a program whose run takes longer is not repeated")
+    p.add_argument("--cases", nargs="+", choices=["train", "sample"], default=["train", "sample"],
+                   help="the programs to run (sample: both sampling rows)")
     p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    for case in list(CASES):
+        if case.split(",")[0] not in args.cases:
+            del CASES[case]
     if args.child:
         child(args)
         return
@@ -138,7 +144,7 @@ def main() -> None:
             e["OMP_NUM_THREADS"] = "1"
         done = subprocess.run([sys.executable, __file__, "--child", "--threads", str(threads),
                                "--device", args.device, "--reps", str(args.reps),
-                               "--slow-s", str(args.slow_s)],
+                               "--slow-s", str(args.slow_s), "--cases", *args.cases],
                               env=e, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             sys.exit(f"child failed:\n{done.stderr[-3000:]}")

@@ -24,6 +24,7 @@ from torch2jax.analysis.walk import visit
 from torch2jax.finish.invariants import InputFacts, check_output, input_facts
 from torch2jax.finish.removed import Removed
 from torch2jax.passes.data import DataIndexer
+from torch2jax.passes.generation import compile_generation
 from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
@@ -220,6 +221,8 @@ def convert_source(
     new = wrapper.visit(transformer)
     if emitter.name == "linen":
         new = freeze_configs(new)
+    if emitter.name == "nnx" and hoist_steps:
+        new = compile_generation(new, module, source, report)
     if fuse_layout:  # (the equinox target keeps torch's layout between modules)
         if public is not None:
             new = channels_last_blocks(new, set(public))

@@ -117,7 +117,9 @@ model = GPT()
 model.to(device)
 model.eval()
 start = torch.zeros((batch_size, 1), dtype=torch.long, device=device)
-generate(model, start, 2, temperature=temperature, top_k=top_k)  # warm up
+# warm up with the timed run's shapes, as the JAX twin does (a compiled generate() compiles
+# once per length of its output)
+generate(model, start, max_new_tokens, temperature=temperature, top_k=top_k)
 t0 = time.perf_counter()
 out = generate(model, start, max_new_tokens, temperature=temperature, top_k=top_k)
 tokens = out[0].tolist()

@@ -139,8 +139,11 @@ def random_call(qualname: str, node: cst.Call, subkey: cst.BaseExpression
         if try_literal(repl, False) is not True and n_val != 1:
             raise Untranslatable("torch.multinomial without replacement and more than one "
                                  "sample (no single jax.random call draws that per row)")
-        return expr("jax.random.categorical({k}, jnp.log({p}), shape=({p}.shape[:-1] + "
-                    "({n},)))", k=subkey, p=probs, n=n)
+        # categorical draws over the last axis, its batch shape trailing the sample shape
+        if n_val == 1:
+            return expr("jax.random.categorical({k}, jnp.log({p}))[..., None]", k=subkey, p=probs)
+        return expr("jnp.moveaxis(jax.random.categorical({k}, jnp.log({p}), shape=({n},) + "
+                    "{p}.shape[:-1]), 0, -1)", k=subkey, p=probs, n=n)
     if short == "poisson":
         lam = b.extra_positional[0]
         return expr("jax.random.poisson({k}, {lam}).astype({lam}.dtype)", k=subkey, lam=lam)

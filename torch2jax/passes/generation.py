@@ -1,0 +1,361 @@
+"""Compiled generation loops (issue 20): a nanoGPT-shaped ``generate()`` becomes one ``nnx.jit``.
+
+A pass over the NNX translation. The loop it knows, after the rewrite::
+
+    for _ in range(max_new_tokens):
+        idx_cond = idx if idx.shape[1] <= block_size else idx[:, -block_size:]
+        logits, _ = eval_step(model, idx_cond)        # or model(idx_cond)
+        logits = logits[:, -1, :] / temperature
+        ...                                           # top-k, softmax: kept as written
+        key, subkey = jax.random.split(key)
+        idx_next = jax.random.categorical(subkey, ...)
+        idx = jnp.concatenate((idx, idx_next), axis=1)
+    return idx
+
+Eagerly, every new length of ``idx`` compiles the model again. The rewrite puts the sequence in
+a buffer of its final length, slides a window of ``min(block_size, final length)`` positions
+over it in a ``jax.lax.fori_loop`` and reads the logits at the last valid position by index, so
+one compile serves the whole loop. That is exact only when the model is causal: the padding
+after the current position must not reach the logits read before it. The model counts as causal
+when the torch file builds a causal mask (``torch.tril`` / ``torch.triu`` or ``is_causal=True``)
+and holds no layer that mixes positions without one (``nn.Conv1d``, recurrent layers, attention
+modules or ``scaled_dot_product_attention`` calls without ``is_causal=True``). Otherwise the loop
+stays eager, marked with a TODO and a warning.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import libcst as cst
+import libcst.matchers as m
+
+TODO = ("# TODO(torch2jax): not compiled: each new sequence length compiles the model again; "
+        "a fixed-size decode buffer is exact only for a causal model, and this file's model "
+        "is not known to be causal [generation]")
+
+# layers that mix sequence positions; each needs is_causal=True to count as causal
+_MIXING = {"Conv1d", "LSTM", "GRU", "RNN", "MultiheadAttention", "TransformerEncoderLayer",
+           "TransformerEncoder", "Transformer", "TransformerDecoderLayer",
+           "scaled_dot_product_attention", "conv1d"}
+
+
+def _callee(call: cst.Call) -> str:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else (
+        func.value if isinstance(func, cst.Name) else "")
+
+
+def is_causal(source: cst.Module) -> bool:
+    """Whether the torch file's model is causal (module docstring): a ``masked_fill`` /
+    ``where`` applies a ``tril`` / ``triu`` mask (directly or through a buffer or attribute
+    built from one), or an attention call passes ``is_causal=True``; and no layer mixes
+    positions without ``is_causal=True``."""
+    triangular = m.Call(func=m.Attribute(attr=m.Name("tril") | m.Name("triu"))
+                        | m.Name("tril") | m.Name("triu"))
+    masks: set[str] = set()  # buffers and attributes built from a triangular matrix
+    for call in m.findall(source, m.Call(func=m.Attribute(attr=m.Name("register_buffer")))):
+        if len(call.args) >= 2 and isinstance(call.args[0].value, cst.SimpleString) \
+                and m.findall(call.args[1], triangular):
+            masks.add(call.args[0].value.evaluated_value)
+    for assign in m.findall(source, m.Assign(targets=[m.AssignTarget(m.Attribute(
+            value=m.Name("self")))])):
+        if m.findall(assign.value, triangular):
+            masks.add(assign.targets[0].target.attr.value)
+    mask_use = triangular | m.Attribute(value=m.Name("self"), attr=m.OneOf(
+        *(m.Name(n) for n in masks))) if masks else triangular
+    causal = False
+    for call in m.findall(source, m.Call()):
+        name = _callee(call)
+        has_causal_kw = any(
+            a.keyword is not None and a.keyword.value == "is_causal"
+            and m.matches(a.value, m.Name("True")) for a in call.args)
+        if has_causal_kw or (name in ("masked_fill", "masked_fill_", "where")
+                             and any(m.findall(a.value, mask_use) for a in call.args)):
+            causal = True
+        if name in _MIXING and not has_causal_kw:
+            return False
+    return causal
+
+
+def reads_last_position(source: cst.Module, generator: str) -> bool:
+    """Whether the torch file reads the last sequence position (``x[:, -1]``, ``x[:, [-1], :]``,
+    ``x[:, -1:]``)
+    outside the function ``generator``: nanoGPT's forward does at inference. Such a model's
+    logits at the end of a padded window are the padding's, not the last token's."""
+    last = m.Subscript(slice=[
+        m.SubscriptElement(m.Slice(lower=None, upper=None)),
+        m.SubscriptElement(m.Index(m.UnaryOperation(m.Minus(), m.Integer("1"))
+                                   | m.List([m.Element(m.UnaryOperation(m.Minus(),
+                                                                        m.Integer("1")))]))
+                           | m.Slice(lower=m.UnaryOperation(m.Minus(), m.Integer("1")),
+                                     upper=None)),
+        m.ZeroOrMore()])
+    outside = [n for n in m.findall(source, m.FunctionDef())
+               if n.name.value != generator]
+    return any(m.findall(fn, last) for fn in outside)
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in m.findall(node, m.Name())}
+
+
+def _target_name(stmt: cst.BaseStatement, index: int = 0) -> tuple[str, cst.BaseExpression] | None:
+    """``name = value`` (or ``name, _ = value`` for index 0) -> (name, value)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1):
+        return None
+    target = stmt.body[0].targets[0].target
+    if isinstance(target, cst.Tuple) and target.elements:
+        target = target.elements[index].value
+    if not isinstance(target, cst.Name):
+        return None
+    return target.value, stmt.body[0].value
+
+
+class _MaskSet(cst.CSTTransformer):
+    """``x.at[x < y].set(s)`` -> ``jnp.where(x < y, s, x)``: a boolean mask index cannot be
+    traced; the mask has ``x``'s shape (its left operand is ``x``), so the two agree."""
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if not (m.matches(updated, m.Call(func=m.Attribute(
+                value=m.Subscript(value=m.Attribute(attr=m.Name("at"))), attr=m.Name("set")),
+                args=[m.Arg(keyword=None)]))):
+            return updated
+        sub = updated.func.value
+        x = sub.value.value
+        if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+            return updated
+        cond = sub.slice[0].slice.value
+        if not (isinstance(cond, cst.Comparison) and len(cond.comparisons) == 1
+                and cond.left.deep_equals(x)):
+            return updated
+        return cst.parse_expression("jnp.where(c, s, x)").with_changes(args=[
+            cst.Arg(cond), cst.Arg(updated.args[0].value), cst.Arg(x)])
+
+
+def _reads_before_writes(stmts: list[cst.BaseStatement], seq: str, key: str) -> bool:
+    """Whether the loop carries no name but ``seq`` and ``key``: every other name the loop
+    assigns is assigned before the loop body reads it."""
+    assigned = set()
+    for a in m.findall(cst.Module(body=stmts), m.Assign() | m.AugAssign() | m.AnnAssign()):
+        targets = a.targets if isinstance(a, cst.Assign) else [a]
+        for t in targets:
+            assigned |= {n.value for n in m.findall(t.target, m.Name())}
+    carried = assigned - {seq, key, "_"}
+    done: set[str] = set()
+    for small in m.findall(cst.Module(body=stmts), m.Assign() | m.AugAssign() | m.Expr()
+                           | m.If() | m.AnnAssign()):
+        if isinstance(small, cst.If):
+            reads = _names(small.test)
+        elif isinstance(small, cst.Assign):
+            reads = _names(small.value)
+        elif isinstance(small, (cst.AugAssign, cst.Expr)):
+            reads = _names(small)
+        else:
+            reads = _names(small.value) if small.value is not None else set()
+        if (reads & carried) - done:
+            return False
+        if isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = small.targets if isinstance(small, cst.Assign) else [small]
+            for t in targets:
+                done |= {n.value for n in m.findall(t.target, m.Name())}
+    return True
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
+    """The compiled form of a generation function, or None when ``fn`` is not one."""
+    body = list(fn.body.body)
+    if len(body) != 2 or not isinstance(body[0], cst.For) or fn.decorators:
+        return None
+    loop, ret = body
+    if not (m.matches(ret, m.SimpleStatementLine(body=[m.Return(value=m.Name())]))
+            and loop.orelse is None and isinstance(loop.target, cst.Name)
+            and m.matches(loop.iter, m.Call(func=m.Name("range"), args=[m.Arg(value=m.Name())]))):
+        return None
+    seq = ret.body[0].value.value
+    steps = loop.iter.args[0].value.value
+    stmts = list(loop.body.body)
+    if len(stmts) < 5 or (loop.target.value != "_" and loop.target.value in _names(loop.body)):
+        return None
+    params = {p.name.value: p for p in (*fn.params.params, *fn.params.kwonly_params)}
+    if seq not in params or steps not in params:
+        return None
+    # 1. idx_cond = idx if idx.shape[1] <= BS else idx[:, -BS:]
+    first = _target_name(stmts[0])
+    if first is None or not m.matches(first[1], m.IfExp(
+            test=m.Comparison(left=m.Subscript(value=m.Attribute(value=m.Name(seq),
+                                                                 attr=m.Name("shape"))),
+                              comparisons=[m.ComparisonTarget(operator=m.LessThanEqual())]),
+            body=m.Name(seq))):
+        return None
+    cond_name = first[0]
+    block = first[1].test.comparisons[0].comparator
+    if not (m.matches(first[1].test.left.slice[0].slice, m.Index(value=m.Integer("1")))):
+        return None
+    # 2. logits[, _] = eval_step(model, idx_cond) | model(idx_cond)
+    call = _target_name(stmts[1])
+    if call is None or not isinstance(call[1], cst.Call):
+        return None
+    logits, model_call = call
+    args = [a.value for a in model_call.args]
+    if m.matches(model_call.func, m.Name("eval_step")) and len(args) == 2 \
+            and m.matches(args[1], m.Name(cond_name)) and isinstance(args[0], cst.Name):
+        model_call = cst.Call(func=args[0], args=[cst.Arg(cst.Name(cond_name))])
+    elif not (isinstance(model_call.func, cst.Name) and len(args) == 1
+              and m.matches(args[0], m.Name(cond_name))):
+        return None
+    # 3. logits = logits[:, -1, :] ... : the read at the last valid position
+    read = _target_name(stmts[2])
+    last = m.Subscript(value=m.Name(logits), slice=[
+        m.SubscriptElement(m.Slice(lower=None, upper=None)),
+        m.SubscriptElement(m.Index(m.UnaryOperation(m.Minus(), m.Integer("1")))),
+        m.ZeroOrMore(m.SubscriptElement(m.Slice(lower=None, upper=None)))])
+    if read is None or read[0] != logits or len(m.findall(read[1], last)) != 1:
+        return None
+    # the last statement: idx = jnp.concatenate((idx, idx_next), axis=1)
+    end = _target_name(stmts[-1])
+    if end is None or end[0] != seq or not m.matches(end[1], m.Call(
+            func=m.Attribute(value=m.Name("jnp"), attr=m.Name("concatenate")),
+            args=[m.Arg(value=m.Tuple(elements=[m.Element(m.Name(seq)), m.Element(m.Name())])),
+                  m.Arg(keyword=m.Name("axis"), value=m.Integer("1"))])):
+        return None
+    nxt = end[1].args[0].value.elements[1].value.value
+    middle = stmts[3:-1]
+    if seq in _names(cst.Module(body=middle)) or any(
+            m.findall(s, m.Return() | m.Break() | m.Continue() | m.Yield()) for s in stmts):
+        return None
+    taken = set(_names(fn))
+    split = m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("jax"), attr=m.Name("random")),
+                                    attr=m.Name("split")))
+    draws = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("rngs")), args=[])
+    prelude: list[cst.BaseStatement] = []
+    if "key" in params:  # a function: its key is split in the loop
+        key = "key"
+        if not any(m.findall(s, split) for s in middle):
+            return None
+    else:  # a method drawing from its nnx.Rngs: one key drawn before the loop, split per step
+        found = [i for i, s in enumerate(middle) if m.findall(s, draws)]
+        if len(found) != 1 or len(m.findall(middle[found[0]], draws)) != 1 \
+                or not isinstance(middle[found[0]], cst.SimpleStatementLine) \
+                or any(m.findall(s, split) for s in middle):
+            return None
+        key, subkey = _fresh("key", taken), _fresh("subkey", taken)
+        draw = m.findall(middle[found[0]], draws)[0]
+        prelude = [cst.SimpleStatementLine(body=[cst.Assign(
+            targets=[cst.AssignTarget(cst.Name(key))], value=draw)])]
+        middle[found[0]] = m.replace(middle[found[0]], draws, cst.Name(subkey))
+        middle.insert(found[0], cst.parse_statement(
+            f"{key}, {subkey} = jax.random.split({key})\n"))
+    if not _reads_before_writes(stmts, seq, key):
+        return None
+
+    t, t0, b, width, start, step = (_fresh(n, taken) for n in
+                                    ("t", "t0", "b", "width", "start", "decode_step"))
+    total = f"{t0} + {steps}"
+    block_code = cst.Module(body=[]).code_for_node(block)
+
+    class _Read(cst.CSTTransformer):
+        def leave_Subscript(self, original, updated):
+            if m.matches(original, last):
+                elems = list(updated.slice)
+                elems[1] = cst.SubscriptElement(cst.Index(cst.parse_expression(
+                    f"{t} - 1 - {start}")))
+                return updated.with_changes(slice=elems)
+            return updated
+
+    stmt = cst.parse_statement
+    loop_body = [
+        stmt(f"{seq}, {key} = carry\n"),
+        stmt(f"{start} = jnp.maximum({t} - {block_code}, 0)\n"),
+        stmt(f"{cond_name} = jax.lax.dynamic_slice_in_dim({seq}, {start}, {width}, axis=1)\n"),
+        stmts[1].with_changes(body=[stmts[1].body[0].with_changes(value=model_call)]),
+        stmts[2].visit(_Read()),
+        *(s.visit(_MaskSet()) for s in middle),
+        stmt(f"{seq} = {seq}.at[:, {t}].set({nxt}[:, 0])\n"),
+        stmt(f"return {seq}, {key}\n"),
+    ]
+    inner = cst.FunctionDef(
+        name=cst.Name(step),
+        params=cst.Parameters(params=[cst.Param(cst.Name(t)), cst.Param(cst.Name("carry"))]),
+        body=cst.IndentedBlock(body=loop_body))
+    static = [steps] + [n for n, p in params.items()
+                        if p.default is not None and m.matches(p.default, m.Name("None"))]
+    names = ", ".join(f'"{n}"' for n in static) + ("," if len(static) == 1 else "")
+    new_body = [
+        stmt(f"{b}, {t0} = {seq}.shape\n").with_changes(leading_lines=[
+            cst.EmptyLine(comment=cst.Comment(
+                "# one compiled decode step over a buffer of the final length: the model is "
+                "causal,")),
+            cst.EmptyLine(comment=cst.Comment(
+                "# so the padding after position t - 1 cannot change the logits read there"))]),
+        stmt(f"{seq} = jnp.zeros(({b}, {total}), {seq}.dtype).at[:, :{t0}].set({seq})\n"),
+        stmt(f"{width} = min({block_code}, {total})\n"),
+        *prelude,
+        inner.with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
+        stmt(f"{seq}, {key} = jax.lax.fori_loop({t0}, {total}, {step}, ({seq}, {key}))\n")
+        .with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
+        ret,
+    ]
+    decorator = cst.Decorator(cst.parse_expression(f"nnx.jit(static_argnames=({names}))"))
+    return fn.with_changes(decorators=[decorator], body=fn.body.with_changes(body=new_body))
+
+
+def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
+                       report: Callable[[int, int, str, str, str], None]) -> cst.Module:
+    """Compile the file's generation loops (module docstring); ``report(line, column, rule,
+    severity, message)`` gets one diagnostic per loop."""
+    causal = None
+    body = list(module.body)
+    changed = False
+    for i, node in enumerate(body):
+        if isinstance(node, cst.ClassDef):
+            methods = [n for n in node.body.body if isinstance(n, cst.FunctionDef)]
+            mod = cst.Module(body=methods)
+            inner = compile_generation(mod, source, source_text, report)
+            if inner is not mod:
+                done = dict(zip(map(id, methods), inner.body))
+                body[i] = node.with_changes(body=node.body.with_changes(body=[
+                    done.get(id(n), n) for n in node.body.body]))
+                changed = True
+            continue
+        if not isinstance(node, cst.FunctionDef):
+            continue
+        match = re.search(rf"^[ \t]*def {re.escape(node.name.value)}\b", source_text, re.MULTILINE)
+        line = source_text[:match.start()].count("\n") + 1 if match else 1
+        compiled = _compile(node)
+        if compiled is None:
+            continue
+        if causal is None:
+            causal = is_causal(source)
+        if causal and reads_last_position(source, node.name.value):
+            report(line, 0, "generation", "warning",
+                   f"{node.name.value}(): the token loop stays eager (a compile per sequence "
+                   f"length): the model reads only the last position, so a padded window "
+                   f"would read the padding")
+            continue
+        if causal:
+            body[i] = compiled
+            report(line, 0, "generation", "info",
+                   f"{node.name.value}(): the token loop is one compiled decode step over a "
+                   f"fixed-size buffer (one compile per prompt shape and length)")
+        else:
+            loop = node.body.body[0]
+            marked = loop.with_changes(leading_lines=[
+                *loop.leading_lines, cst.EmptyLine(comment=cst.Comment(TODO))])
+            body[i] = node.with_changes(body=node.body.with_changes(
+                body=[marked, *node.body.body[1:]]))
+            report(line, 0, "generation", "warning",
+                   f"{node.name.value}(): the token loop stays eager (a compile per sequence "
+                   f"length): the model is not known to be causal")
+        changed = True
+    return module.with_changes(body=body) if changed else module
