@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.host import find_host_draws
 from torch2jax.analysis.index import Indexer, share_names
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.training import TrainingIndexer
-from torch2jax.analysis.host import find_host_draws
 from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import visit
 from torch2jax.finish.invariants import InputFacts, check_output, input_facts
@@ -310,9 +310,7 @@ def _add_imports(module: cst.Module, needed: set[str]) -> cst.Module:
     for i, stmt in enumerate(body):
         if m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])) and i == 0:
             insert_at = 1
-        elif m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom(module=m.Name("__future__"))])):
-            insert_at = i + 1
-        elif m.matches(stmt, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
+        elif m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom(module=m.Name("__future__"))])) or m.matches(stmt, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
             insert_at = i + 1
         else:
             break
