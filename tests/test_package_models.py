@@ -13,7 +13,6 @@ import importlib.util
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -146,3 +148,35 @@ def test_a_file_named_alone_still_knows_the_module_classes_of_its_tree(tmp_path:
     classifier = (out / "classifier.py").read_text()
     assert "super().__init__(dim, rngs=rngs)" in classifier
     assert "self.head = H(dim, classes, rngs=rngs)" in classifier
+
+
+def test_a_seed_function_of_another_file_seeds_the_models(tmp_path: Path) -> None:
+    """`set_seed` lives in utils.py (torch.manual_seed, returns nothing): its conversion returns
+    the key it makes. The caller in main.py used to drop it and build the model from
+    `nnx.Rngs(0)`, so every seed gave the same weights (a seed sweep ran one seed, silently).
+    Now the caller keeps the key and the model is built from it: another seed, other weights;
+    the same seed, the same weights."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "utils.py").write_text(
+        "import random\n\nimport numpy as np\nimport torch\n\n\ndef set_seed(seed):\n"
+        "    random.seed(seed)\n    np.random.seed(seed)\n    torch.manual_seed(seed)\n")
+    (src / "main.py").write_text(
+        "import sys\n\nimport torch\nfrom torch import nn\n\nfrom utils import set_seed\n\n"
+        "set_seed(int(sys.argv[1]))\nmodel = nn.Linear(3, 2)\n"
+        "print(f'{float(model(torch.ones(1, 3)).sum()):.6f}')\n")
+    res = runner.invoke(app, ["convert", str(src), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    code = (tmp_path / "out" / "main.py").read_text()
+    assert "key = set_seed(int(sys.argv[1]))" in code
+    assert "nnx.Rngs(0)" not in code
+
+    def run(seed: int) -> str:
+        done = subprocess.run([sys.executable, "main.py", str(seed)], check=False, cwd=tmp_path / "out",
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    first, other, again = run(1), run(2), run(1)
+    assert first != other
+    assert first == again

@@ -115,7 +115,7 @@ def test_builder_verifies(name):
     result = run_request(VerifyRequest(f"{MODELS / file}::{builder}", args=args, build=build,
                                        inputs=inputs, grad=True, atol=1e-4, rtol=1e-4,
                                        # float32 only (the tier's time), but see FLOAT64_ONLY
-                                       float64=True if name in FLOAT64_ONLY else False))
+                                       float64=name in FLOAT64_ONLY))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
 

@@ -6,6 +6,7 @@ import textwrap
 
 import libcst as cst
 import pytest
+
 from torch2jax.analysis.metadata import ALL, FileMetadata
 from torch2jax.analysis.values import Kind, ValueFacts
 

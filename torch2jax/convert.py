@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.host import find_host_draws
 from torch2jax.analysis.index import Indexer, share_names
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.training import TrainingIndexer
-from torch2jax.analysis.host import find_host_draws
 from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import visit
 from torch2jax.finish.invariants import InputFacts, check_output, input_facts
@@ -29,6 +29,7 @@ from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
+from torch2jax.repo import SEED_FUNCTION
 from torch2jax.report import Diagnostic
 from torch2jax.ruleset import RuleSet, load_rules
 from torch2jax.suppress import suppress
@@ -205,7 +206,9 @@ def convert_source(
     training_indexer = share_names(names, TrainingIndexer(
         index.module_classes, index.rngs_functions,
         data_indexer.index.own_key_draws() | data_indexer.index.host.draws,
-        step_keys=emitter.name == "linen" and ("Dropout" in source or "dropout" in source)))
+        step_keys=emitter.name == "linen" and ("Dropout" in source or "dropout" in source),
+        imported_seeds=frozenset(k.removeprefix(SEED_FUNCTION) for k in known_modules or ()
+                                 if k.startswith(SEED_FUNCTION))))
     visit(wrapper, training_indexer)
     training = training_indexer.finish()
     # a function that seeds builds its models from its own key, not from an rngs argument
@@ -307,9 +310,7 @@ def _add_imports(module: cst.Module, needed: set[str]) -> cst.Module:
     for i, stmt in enumerate(body):
         if m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])) and i == 0:
             insert_at = 1
-        elif m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom(module=m.Name("__future__"))])):
-            insert_at = i + 1
-        elif m.matches(stmt, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
+        elif m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom(module=m.Name("__future__"))])) or m.matches(stmt, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])):
             insert_at = i + 1
         else:
             break

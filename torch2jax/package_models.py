@@ -451,9 +451,7 @@ def _module_classes(root: Path, module: str, names: set[str], depth: int = 0) ->
         for base in node.bases:
             text = ast.unparse(base)
             if re.match(r"^(torch\.)?nn\.", text) or text in ("Module", "Sequential",
-                                                               "ModuleList", "ModuleDict"):
-                out.add(name)
-            elif isinstance(base, ast.Name) and base.id in classes and \
+                                                               "ModuleList", "ModuleDict") or isinstance(base, ast.Name) and base.id in classes and \
                     _module_classes(root, module, {base.id}, depth + 1):
                 out.add(name)
             elif isinstance(base, ast.Name):

@@ -28,7 +28,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torch2jax.analysis.training import RANDOM, SEEDS
+
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
+# in a file's known names: a function of another file that seeds and returns nothing (its
+# conversion returns a key), written SEED_FUNCTION + the name the file binds it to
+SEED_FUNCTION = "seed-function:"
 
 
 @dataclass
@@ -57,6 +62,8 @@ class _Module:
     classes: dict[str, list[ast.expr]] = field(default_factory=dict)
     star_imports: list[str] = field(default_factory=list)
     all_names: list[str] | None = None
+    # top-level functions that seed torch and return nothing (def set_seed(s): torch.manual_seed)
+    seed_functions: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -159,8 +166,19 @@ def _resolve_relative(mod: _Module, level: int, module: str | None) -> str:
     return base
 
 
+def _seeds_only(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """``fn`` calls ``torch.manual_seed`` (or ``torch.seed``), draws nothing and returns no
+    value: its conversion returns the key it makes (analysis/training.py's seed functions), which
+    a caller in another file must then keep."""
+    calls = {_dotted(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
+    returns = any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn))
+    return bool(calls & SEEDS) and not calls & RANDOM and not returns
+
+
 def _collect(mod: _Module, tree: ast.Module) -> None:
     for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and _seeds_only(stmt):
+            mod.seed_functions.add(stmt.name)
         if isinstance(stmt, ast.ClassDef):
             mod.classes[stmt.name] = list(stmt.bases)
             mod.bindings[stmt.name] = _Binding("class", mod.name, stmt.name, stmt.name)
@@ -307,6 +325,9 @@ def index_repository(files: Iterable[Path], torch_layers: Iterable[str] = (),
         for local, b in mod.bindings.items():
             if b.kind == "class":
                 continue  # classes of the file itself: the converter sees them
+            if b.kind == "attr" and b.attr in getattr(modules.get(b.target), "seed_functions",
+                                                      ()):
+                known.add(SEED_FUNCTION + local)  # from .utils import set_seed
             r = resolver.binding(b)
             if r is None:
                 continue

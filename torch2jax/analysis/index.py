@@ -728,9 +728,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     short = b.rsplit(".", 1)[-1]
                     if b in MODULE_BASES or b in self.rules.layers:
                         info.module_base = "torch"
-                    elif short in idx.module_classes and short in idx.classes:
-                        info.module_base = short
-                    elif b in self.known_modules or short in self.known_modules:
+                    elif short in idx.module_classes and short in idx.classes or b in self.known_modules or short in self.known_modules:
                         info.module_base = short
                     else:
                         continue

@@ -130,9 +130,12 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
 
     def __init__(self, model_classes: set[str], rngs_functions: set[str],
                  own_key_draws: set[int] | frozenset[int] = frozenset(),
-                 step_keys: bool = False) -> None:
+                 step_keys: bool = False, imported_seeds: frozenset[str] = frozenset()
+                 ) -> None:
         super().__init__()
         self.index = TrainingIndex()
+        # seeding functions imported from other files of the repository (repo.py)
+        self.imported_seeds = imported_seeds
         # linen with dropout: a function that runs a train step draws the dropout keys, so it
         # takes a key like one that draws random numbers (def train(args, state, ..., *, key))
         self.step_keys = step_keys
@@ -361,7 +364,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         # that need a key (fixpoint over the call graph)
         draws = {f for f, v in self._draws.items() if v}
         idx.seed_functions = {f for f in self._seeds_in
-                              if f not in draws and f not in self._returns_value}
+                              if f not in draws and f not in self._returns_value
+                              } | self.imported_seeds
         changed = True
         while changed:
             changed = False
