@@ -85,25 +85,7 @@ def random_call(qualname: str, node: cst.Call, subkey: cst.BaseExpression
         return expr(f"{fn}({{k}}, {{x}}.shape, {{d}})", k=subkey, x=x,
                     d=d if d is not None else expr("{x}.dtype", x=x))
     if short == "randint":
-        # randint(high, size) or randint(low, high, size)
-        pos = b.extra_positional
-        low = b.get("low")
-        high = b.get("high")
-        size = b.get("size")
-        if low is None and high is None:
-            if size is None and len(pos) == 2:
-                low, high, size = cst.Integer("0"), pos[0], pos[1]
-            elif size is None and len(pos) == 3:
-                low, high, size = pos
-            elif size is not None and len(pos) == 1:
-                low, high = cst.Integer("0"), pos[0]
-            elif size is not None and len(pos) == 2:
-                low, high = pos
-            else:
-                raise Untranslatable("torch.randint with this argument pattern")
-        low = low if low is not None else cst.Integer("0")
-        if high is None or size is None:
-            raise Untranslatable("torch.randint with this argument pattern")
+        low, high, size = _randint_bounds(b)
         kws = _dtype(b)
         return call("jax.random.randint", arg(subkey), arg(size), arg(low), arg(high), *kws)
     if short == "randint_like":
@@ -150,6 +132,24 @@ def random_call(qualname: str, node: cst.Call, subkey: cst.BaseExpression
     raise Untranslatable(f"no translation for torch.{short}")
 
 
+def _randint_bounds(b) -> tuple[cst.BaseExpression, cst.BaseExpression, cst.BaseExpression]:
+    """``(low, high, size)`` of ``torch.randint(high, size)`` or ``randint(low, high, size)``,
+    positional or by keyword (``low`` 0 when not given)."""
+    pos, low, high, size = b.extra_positional, b.get("low"), b.get("high"), b.get("size")
+    if low is None and high is None:
+        if size is None and len(pos) == 2:
+            high, size = pos
+        elif size is None and len(pos) == 3:
+            low, high, size = pos
+        elif size is not None and len(pos) == 1:
+            high = pos[0]
+        elif size is not None and len(pos) == 2:
+            low, high = pos
+    if high is None or size is None:
+        raise Untranslatable("torch.randint with this argument pattern")
+    return (low if low is not None else cst.Integer("0")), high, size
+
+
 def host_random_call(qualname: str, node: cst.Call) -> cst.BaseExpression:
     """The numpy draw for a host-side ``torch.randint`` / ``torch.randperm``
     (analysis/host.py): from the script's ``numpy.random.Generator``."""
@@ -159,19 +159,7 @@ def host_random_call(qualname: str, node: cst.Call) -> cst.BaseExpression:
     if short == "randperm":
         n = b.extra_positional[0] if b.extra_positional else b.get("n")
         return expr(f"{GENERATOR}.permutation({{n}})", n=n)
-    pos, low, high, size = b.extra_positional, b.get("low"), b.get("high"), b.get("size")
-    if low is None and high is None:
-        if size is None and len(pos) == 2:
-            low, high, size = cst.Integer("0"), pos[0], pos[1]
-        elif size is None and len(pos) == 3:
-            low, high, size = pos
-        elif size is not None and len(pos) == 1:
-            low, high = cst.Integer("0"), pos[0]
-        elif size is not None and len(pos) == 2:
-            low, high = pos
-    if high is None or size is None:
-        raise Untranslatable("torch.randint with this argument pattern")
-    low = low if low is not None else cst.Integer("0")
+    low, high, size = _randint_bounds(b)
     return expr(f"{GENERATOR}.integers({{lo}}, {{hi}}, {{size}})", lo=low, hi=high, size=size)
 
 
