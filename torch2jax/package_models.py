@@ -541,12 +541,53 @@ def generate(package: str, module: str, stamp: float) -> Generated:
                                 known_modules=known, public=None, follow_packages=False)
         file_rel = found[0].relative_to(root.parent).as_posix()  # type: ignore[index]
         header = HEADER.format(package=package, version=version, file=file_rel)
-        files[rel.as_posix()] = code = header + result.code
+        files[rel.as_posix()] = code = header + _raise_at_todos(result.code)
         diagnostics += [(rel.as_posix(), d) for d in _todos(code, rel.as_posix())]
         for parent in rel.parents:
             if parent != Path(".") and parent.as_posix() + "/__init__.py" not in files:
                 files[parent.as_posix() + "/__init__.py"] = INIT.format(package=package)
     return Generated(files, diagnostics)
+
+
+def _raise_at_todos(code: str) -> str:
+    """A generated file must import without torch: a one-line statement that stayed torch under
+    its TODO marker (``nn.init.constant_(m.bn3.weight, 0)`` in resnet's ``zero_init_residual``
+    branch) becomes ``raise NotImplementedError(...)`` with the marker's message, so the module
+    imports and that path fails loudly if taken; then a torch import nothing reads any more
+    goes. Statements over several lines are left as they are (their torch import stays)."""
+    from torch2jax.suppress import TODO
+
+    lines = code.splitlines(keepends=True)
+    changed = False
+    for i, line in enumerate(lines[:-1]):
+        mt = TODO.match(line)
+        nxt = lines[i + 1]
+        if not mt or TODO.match(nxt):
+            continue
+        body = nxt.split("#", 1)[0].strip()
+        try:
+            single = isinstance(ast.parse(body).body[0], ast.Expr)
+        except (SyntaxError, IndexError):
+            continue
+        if not single:
+            continue
+        indent = nxt[:len(nxt) - len(nxt.lstrip())]
+        message = f"torch2jax: {mt.group('msg')}"
+        lines[i + 1] = f"{indent}raise NotImplementedError({message!r})\n"
+        changed = True
+    if not changed:
+        return code
+    code = "".join(lines)
+    tree = ast.parse(code)
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    drop = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import) and all(
+                a.name.split(".")[0] == "torch" and (a.asname or a.name.split(".")[0]) not in read
+                for a in stmt.names):
+            drop.add(stmt.lineno)
+    return "".join(ln for n, ln in enumerate(code.splitlines(keepends=True), 1)
+                   if n not in drop)
 
 
 def _todos(code: str, path: str) -> list[Diagnostic]:
