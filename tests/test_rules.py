@@ -40,7 +40,7 @@ nnx = pytest.importorskip("flax.nnx")
 
 from torch2jax.convert import convert_source
 from torch2jax.passes.helpers import namespace as helper_namespace
-from torch2jax.passes.special import SPECIALS
+from torch2jax.passes.specials import SPECIALS
 from torch2jax.ruleset import Example, Rule, builtin_rules
 
 ROOT = Path(__file__).resolve().parent.parent
