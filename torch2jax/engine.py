@@ -242,7 +242,8 @@ def _convert_notebook(path: str, known: frozenset[str] = frozenset(),
             cell.outputs = []
         if "execution_count" in cell:
             cell.execution_count = None
-        changes.append((f"{path} [cell {part.cell + 1}]", _with_newline(part.source), _with_newline(source)))
+        changes.append((f"{path} [cell {part.cell + 1}]", _with_newline(part.source),
+                        _with_newline(source)))
     if not changes:
         return unchanged(ordered(diagnostics + magic))
     try:

@@ -1,4 +1,8 @@
-"""What the verifier's three target sides (NNX in run.py, linen.py, equinox.py) share: building the inputs, calling the models, comparing outputs, gradients and running statistics, and the errors and results they report. It imports no target side, so each side depends on it and not on another side."""
+"""What the verifier's three target sides (NNX in run.py, linen.py, equinox.py) share: building the
+inputs, calling the models, comparing outputs, gradients and running statistics, and the errors
+and results they report. It imports no target side, so each side depends on it and not on
+another side.
+"""
 
 from __future__ import annotations
 

@@ -476,7 +476,8 @@ def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | Non
         with vr.stage(f"the equinox training step {i} (eqx.filter_jit)"):
             model, state, opt_state, jloss = step(model, state, opt_state, j_in, j_lab)
         r.losses_jax.append(float(jax.device_get(jloss)))
-    rels = [tr.loss_rel(a, b) for a, b in zip(r.losses_jax, r.losses_torch, strict=True)]
+    rels = [tr.relative_loss_diff(a, b)
+            for a, b in zip(r.losses_jax, r.losses_torch, strict=True)]
     r.loss_max_rel_diff = max(rels, default=0.0)
     names = {n for n, p in tm.named_parameters() if p.requires_grad}
     p_abs, p_rel, worst = 0.0, 0.0, None

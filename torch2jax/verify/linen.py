@@ -474,7 +474,8 @@ def _compare_trajectory(traj: Any, torch_model: Any, plan: LinenPlan, r: Any) ->
     from torch2jax.verify.common import VerifyError, compare_arrays
 
     r.losses_torch, r.losses_jax = traj.losses_torch, traj.losses_jax
-    rels = [vt.loss_rel(a, b) for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
+    rels = [vt.relative_loss_diff(a, b)
+            for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
     worst_step = int(np.argmax(rels)) if rels else 0
     loss_rel = rels[worst_step] if rels else 0.0
     r.loss_max_rel_diff = loss_rel

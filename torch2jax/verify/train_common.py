@@ -1,4 +1,7 @@
-"""What the training trajectories of the three target sides (NNX in trajectory.py, linen.py, equinox.py) share: the train spec, the torch side's optimizer, scheduler and loss, their optax translation, and the result. It imports no target side."""
+"""What the training trajectories of the three target sides (NNX in trajectory.py, linen.py,
+equinox.py) share: the train spec, the torch side's optimizer, scheduler and loss, their optax
+translation, and the result. It imports no target side.
+"""
 
 from __future__ import annotations
 
@@ -231,7 +234,7 @@ class Trajectory:
     params_jax: dict[tuple, np.ndarray]  # nnx path -> final value
 
 
-def loss_rel(a: float, b: float) -> float:
+def relative_loss_diff(a: float, b: float) -> float:
     if a == b or (math.isnan(a) and math.isnan(b)):
         return 0.0
     if not (math.isfinite(a) and math.isfinite(b)):

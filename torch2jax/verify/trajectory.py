@@ -60,7 +60,7 @@ from torch2jax.verify.train_common import (
     TrainSpec,
     Trajectory,
     TrajectoryResult,
-    loss_rel,
+    relative_loss_diff,
     torch_loss,
     torch_setup,
     translate_loss,
@@ -186,7 +186,8 @@ def compare(traj: Trajectory, torch_model: Any, jax_model: Any, r: TrajectoryRes
     from torch2jax.weights import apply_layout, gradient_map
 
     r.losses_torch, r.losses_jax = traj.losses_torch, traj.losses_jax
-    rels = [loss_rel(a, b) for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
+    rels = [relative_loss_diff(a, b)
+            for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
     worst_step = int(np.argmax(rels)) if rels else 0
     loss_rel = rels[worst_step] if rels else 0.0
     r.loss_max_rel_diff = loss_rel
@@ -366,7 +367,7 @@ def print_trajectory(r: TrajectoryResult, console: Any) -> None:
         for column in ("step", "torch loss", "jax loss", "rel diff"):
             table.add_column(column, justify="right")
         for i, (t, j) in enumerate(zip(r.losses_torch, r.losses_jax, strict=True)):
-            table.add_row(str(i), f"{t:.7g}", f"{j:.7g}", f"{loss_rel(j, t):.2e}")
+            table.add_row(str(i), f"{t:.7g}", f"{j:.7g}", f"{relative_loss_diff(j, t):.2e}")
         console.print(table)
     if r.optax:
         console.print(f"optax: {r.optax}")
