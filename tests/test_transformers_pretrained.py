@@ -35,10 +35,11 @@ FAMILIES = {
               {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
                "max_position_embeddings": 64, "bos_token_id": 1, "eos_token_id": 2,
-               "pad_token_id": 0}),
+               "pad_token_id": 0, "initializer_range": 0.2}),
     "gpt2": ("gpt2/modeling_gpt2.py", "GPT2LMHeadModel", "GPT2Config",
              {"n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 64, "n_positions": 32,
-              "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}),
+              "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+              "initializer_range": 0.2}),
 }
 
 
@@ -190,3 +191,88 @@ def test_bad_directories_are_one_line_errors(family, tmp_path) -> None:
                     "--torch-model", "x.py::X")
     assert both.exit_code == 2 and "save_pretrained directory" in both.output
     assert not out.exists()
+
+
+# --- greedy generation with a StaticCache -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def generator(family):
+    """The converted model with torch's weights, its forward counted (traces under jit)."""
+    import functools
+
+    from flax import nnx
+
+    from torch2jax.weights import transfer_state_dict
+
+    cls = getattr(family.module, family.cls)
+    model = cls(type(family.config)(**FAMILIES[family.name][3]), rngs=nnx.Rngs(0))
+    transfer_state_dict(family.torch_model, model, None)
+    model.eval()
+    traces = []
+    forward = cls.__call__
+
+    @functools.wraps(forward)
+    def counted(self, *args, **kwargs):
+        traces.append(kwargs["input_ids"].shape if "input_ids" in kwargs else args[0].shape)
+        return forward(self, *args, **kwargs)
+
+    cls.__call__ = counted
+    yield model, traces
+    cls.__call__ = forward
+
+
+def _torch_generate(family, ids, mask, **kwargs):
+    import torch
+
+    with torch.no_grad():
+        return family.torch_model.generate(torch.tensor(ids), attention_mask=torch.tensor(mask),
+                                           do_sample=False, **kwargs).numpy()
+
+
+@pytest.mark.parametrize("prompt", [1, 7])
+def test_greedy_generation_matches_torch(family, generator, prompt) -> None:
+    """model.generate of the converted model (a StaticCache, one lax.while_loop step compiled
+    once) gives torch's generate(do_sample=False) tokens: batch 2, the first row left-padded
+    when the prompt has room for it."""
+    from jax import numpy as jnp
+
+    model, traces = generator
+    rng = np.random.default_rng(prompt)
+    ids = rng.integers(3, 64, (2, prompt))
+    mask = np.ones((2, prompt), np.int64)
+    if prompt > 1:
+        mask[0, :3], ids[0, :3] = 0, 0
+    want = _torch_generate(family, ids, mask, max_new_tokens=12, eos_token_id=None)
+    assert want.shape == (2, prompt + 12)
+    assert len(set(want[:, prompt:].ravel())) > 3  # not one token repeated
+    del traces[:]
+    got = np.asarray(model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                                    max_new_tokens=12, eos_token_id=[]))
+    np.testing.assert_array_equal(got, want)
+    # traced twice: the prompt, and the decoding step that serves all 11 other tokens
+    assert traces == [(2, prompt), (2, 1)]
+    again = model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                           max_new_tokens=12, eos_token_id=[])
+    assert traces == [(2, prompt), (2, 1)]  # compiled once: the same shapes trace nothing
+    np.testing.assert_array_equal(np.asarray(again), want)
+
+
+def test_generation_stops_at_the_end_token(family, generator) -> None:
+    """A row that produces the end token is padded from there (pad_token_id), and decoding
+    stops when every row has ended, as torch's generate does."""
+    from jax import numpy as jnp
+
+    model, _ = generator
+    ids = np.random.default_rng(7).integers(3, 64, (2, 5))
+    mask = np.ones((2, 5), np.int64)
+    free = _torch_generate(family, ids, mask, max_new_tokens=10, eos_token_id=None)[:, 5:]
+    # an end token that the first row reaches early and the second late, or never
+    eos = int(next(t for t in free[0, 1:] if t not in free[1, :3]))
+    want = _torch_generate(family, ids, mask, max_new_tokens=10, eos_token_id=eos,
+                           pad_token_id=0)
+    got = np.asarray(model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                                    max_new_tokens=10, eos_token_id=eos, pad_token_id=0))
+    assert (want[0, 5:] == 0).any()  # the first row ended and was padded
+    np.testing.assert_array_equal(got[:, :want.shape[1]], want)
+    assert (got[:, want.shape[1]:] == 0).all()  # torch stopped where every row had ended
