@@ -276,3 +276,40 @@ def test_generation_stops_at_the_end_token(family, generator) -> None:
     assert (want[0, 5:] == 0).any()  # the first row ended and was padded
     np.testing.assert_array_equal(got[:, :want.shape[1]], want)
     assert (got[:, want.shape[1]:] == 0).all()  # torch stopped where every row had ended
+
+
+def test_sliding_window_generation_matches_torch(tmp_path_factory) -> None:
+    """Mistral's window of 4 over the cache's slots (19 > 4): torch's tokens, left padding
+    included."""
+    import torch
+    from flax import nnx
+    from jax import numpy as jnp
+
+    from torch2jax.weights import transfer_state_dict
+
+    out = tmp_path_factory.mktemp("mistral")
+    path, todos = convert_package_file(
+        MODELS / "mistral/modeling_mistral.py", out,
+        lambda f, known: _convert_file(f, "nnx", None, known), {"MistralForCausalLM"})
+    assert todos == 0
+    module = _import(path, out)
+    from transformers.models.mistral.modeling_mistral import MistralForCausalLM
+
+    kwargs = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
+              "sliding_window": 4, "pad_token_id": 0, "initializer_range": 0.2}
+    torch.manual_seed(0)
+    torch_model = MistralForCausalLM(transformers.MistralConfig(**kwargs)).eval()
+    model = module.MistralForCausalLM(transformers.MistralConfig(**kwargs), rngs=nnx.Rngs(0))
+    transfer_state_dict(torch_model, model, None)
+    model.eval()
+    ids = np.random.default_rng(3).integers(3, 64, (2, 7))
+    mask = np.ones((2, 7), np.int64)
+    mask[0, :3], ids[0, :3] = 0, 0
+    with torch.no_grad():
+        want = torch_model.generate(torch.tensor(ids), attention_mask=torch.tensor(mask),
+                                    do_sample=False, max_new_tokens=12,
+                                    eos_token_id=None).numpy()
+    got = model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask), max_new_tokens=12,
+                         eos_token_id=[])
+    np.testing.assert_array_equal(np.asarray(got), want)
