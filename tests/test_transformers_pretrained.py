@@ -155,6 +155,25 @@ def test_sharded_checkpoint(family, tmp_path) -> None:
     _logits_match(family, tmp_path / "ckpt")
 
 
+def test_bfloat16_checkpoint(family, tmp_path) -> None:
+    """A bfloat16 checkpoint (numpy has no bfloat16: read through safetensors.flax) fills the
+    float32 model with the same values: torch's logits with the weights rounded the same."""
+    import copy
+
+    import torch
+
+    copy.deepcopy(family.torch_model).to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    result = _weights(tmp_path / "bf16", "--model", family.target, "--out", tmp_path / "ckpt")
+    assert result.exit_code == 0, result.output
+    rounded = copy.deepcopy(family.torch_model)
+    with torch.no_grad():
+        for p in rounded.parameters():  # the buffers (rotary inv_freq) stay float32
+            p.copy_(p.to(torch.bfloat16).float())
+    reference = Family.__new__(Family)
+    reference.__dict__.update(family.__dict__, torch_model=rounded)
+    _logits_match(reference, tmp_path / "ckpt")
+
+
 def test_bad_directories_are_one_line_errors(family, tmp_path) -> None:
     import shutil
 
