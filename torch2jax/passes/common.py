@@ -34,7 +34,11 @@ def expr(template: str, **parts: cst.CSTNode | str) -> cst.BaseExpression:
     """Parse ``template`` after substituting ``{name}`` with the code of each part.
 
     Sub-expressions are parenthesised when needed, so that ``{x}.T`` stays right for ``a + b``.
+    Without parts the template is parsed as it is: it may hold the user's code, whose braces
+    (dict and set literals, f-strings) are not placeholders.
     """
+    if not parts:
+        return cst.parse_expression(template)
     values = {}
     for name, part in parts.items():
         text = part if isinstance(part, str) else code(part)
