@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -28,6 +29,16 @@ class Untranslatable(Exception):
 def code(node: cst.CSTNode) -> str:
     """Source text of a node."""
     return _EMPTY.code_for_node(node)
+
+
+def one_line(message: str) -> str:
+    """A diagnostic message on one line, as a ``# TODO(torch2jax)`` comment must be: code quoted
+    in it (a call written over several lines) keeps its tokens; each line break, with the
+    indentation around it, becomes one space."""
+    return _BREAK.sub(" ", message) if "\n" in message or "\r" in message else message
+
+
+_BREAK = re.compile(r"\s*[\r\n]+\s*")
 
 
 def expr(template: str, **parts: cst.CSTNode | str) -> cst.BaseExpression:

@@ -45,6 +45,7 @@ from torch2jax.passes.common import (
     int_value,
     is_identity_lambda,
     needs_parens,
+    one_line,
     py,
     try_literal,
     wrap_long_statement,
@@ -330,6 +331,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return 0, 0
 
     def diag(self, node, rule: str, severity: str, message: str) -> None:
+        message = one_line(message)
         line, col = self.pos(node)
         self.report(line, col, rule, severity, message)
         if self._pending:
