@@ -55,6 +55,10 @@ def expr(template: str, **parts: cst.CSTNode | str) -> cst.BaseExpression:
         text = part if isinstance(part, str) else code(part)
         if isinstance(part, cst.CSTNode) and needs_parens(part) and _is_operand(template, name):
             text = f"({text})"
+        elif isinstance(part, cst.BaseExpression) and "\n" in text and not part.lpar:
+            # a method chain written over lines inside the caller's parentheses: on its own
+            # it needs its own
+            text = f"({text})"
         values[name] = text
     return cst.parse_expression(template.format(**values))
 

@@ -869,6 +869,10 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                                                                    m.Name("False")):
             return updated_node
         other = updated_node.orelse
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        if isinstance(parent, cst.If) and parent.orelse is original_node:
+            # an elif: its place takes an elif or an else, not statements
+            return cst.RemoveFromParent() if other is None else other
         if other is None:
             return cst.RemoveFromParent()
         if isinstance(other, cst.If):  # elif: it becomes the if

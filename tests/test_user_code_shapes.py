@@ -1,7 +1,15 @@
-"""The user's code inside the converter's templates: its braces (f-strings, dict and set
-literals) are code, not placeholders. A checkpoint saved under an f-string path made the
-rewriter raise KeyError (an internal error: the whole file left unconverted), as the
-denoising-diffusion trainer's ``torch.save(data, str(folder / f'model-{milestone}.pt'))`` did."""
+"""Shapes of the user's code that made the converter fail on a whole file (an internal error:
+nothing converted), found by converting public packages (benchmarks/convert_throughput.py's
+corpus and a denoising-diffusion trainer):
+
+* braces in the user's code inside the converter's templates (f-strings, dict and set
+  literals) are code, not placeholders: ``torch.save(data, f'model-{milestone}.pt')`` raised
+  KeyError;
+* a TODO message quoting a call written over several lines made a comment with line breaks;
+* a method chain written over lines inside the caller's parentheses lost them when rewritten;
+* ``elif torch.jit.is_scripting():`` (dead in JAX) was replaced by statements where only an
+  ``elif`` or an ``else`` can stand.
+"""
 
 from __future__ import annotations
 
@@ -82,3 +90,49 @@ def test_a_todo_quoting_a_call_written_over_several_lines_is_one_comment() -> No
     assert any('self._precond_grad( state["Q"], exprs, m, ).to(...)' in t for t in todos), todos
     messages = [d.message for d in result.diagnostics]
     assert all("\n" not in msg for msg in messages), messages
+
+
+def test_a_method_chain_over_lines_inside_parentheses_is_rewritten() -> None:
+    # torchvision's keypoint heads: the chain's parentheses are the caller's
+    source = textwrap.dedent("""
+        import torch
+
+
+        def scores(roi_map, y_int, x_int, n):
+            return (
+                roi_map.index_select(1, y_int)
+                .index_select(2, x_int)
+                .view(n, -1)
+            )
+    """)
+    result = convert_source(source, path="roi.py")
+    assert not [d for d in result.diagnostics if d.rule == "internal"]
+    compile(result.code, "roi.py", "exec")
+    assert ".reshape(n, -1)" in result.code
+
+
+def test_a_dead_scripting_elif_keeps_the_chain() -> None:
+    # torchvision's detection transform: `elif torch.jit.is_scripting():` between an if and
+    # an else; in JAX the query is False, so the else's branch runs
+    source = textwrap.dedent("""
+        import torch
+
+
+        def shape_of(image, tracing):
+            if tracing:
+                s = image.shape
+            elif torch.jit.is_scripting():
+                s = torch.tensor(image.shape[-2:])
+            else:
+                s = image.shape[-2:]
+            return s
+    """)
+    result = convert_source(source, path="transform.py")
+    assert "is_scripting" not in result.code
+    namespace: dict = {}
+    exec(compile(result.code, "transform.py", "exec"), namespace)  # noqa: S102
+    import numpy as np
+
+    image = np.zeros((2, 3, 4))
+    assert namespace["shape_of"](image, False) == (3, 4)
+    assert namespace["shape_of"](image, True) == (2, 3, 4)
