@@ -43,6 +43,25 @@ FAMILIES = {
               ("Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
                "num_attention_heads=4, num_key_value_heads=2, vocab_size=64, use_cache=False, "
                "use_sliding_window=True, sliding_window=4, max_window_layers=1)")),
+    "qwen3": ("qwen3/modeling_qwen3.py", "Qwen3ForCausalLM",
+              ("Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+               "num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64, "
+               "use_cache=False)")),
+    "phi3": ("phi3/modeling_phi3.py", "Phi3ForCausalLM",
+             ("Phi3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+              "num_attention_heads=4, num_key_value_heads=2, vocab_size=64, use_cache=False, "
+              "pad_token_id=0, bos_token_id=1, eos_token_id=2)")),
+    # Gemma: a scaled embedding subclass with a padding row, tied head, logit softcapping
+    # (Gemma 2, eager attention as its class asks), per-layer-type rotary buffers (Gemma 3)
+    "gemma2": ("gemma2/modeling_gemma2.py", "Gemma2ForCausalLM",
+               ("Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+                "num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64, "
+                "use_cache=False, sliding_window=4)")),
+    "gemma3": ("gemma3/modeling_gemma3.py", "Gemma3ForCausalLM",
+               ("Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+                "num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64, "
+                "use_cache=False, sliding_window=4, "
+                "layer_types=['sliding_attention', 'full_attention'])")),
 }
 # with and without a padding mask; the neighbours of Llama with the mask only (CI time)
 CASES = [(f, masked) for f in FAMILIES for masked in (False, True)

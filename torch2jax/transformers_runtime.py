@@ -292,9 +292,12 @@ def maybe_autocast(device_type: str | None = None, dtype: Any = None, enabled: b
 def dynamic_rope_update(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if "dynamic" in self.rope_type or self.rope_type == "longrope":
-            raise NotImplementedError(f"rope_type {self.rope_type!r} is not translated to JAX "
-                                      "yet (only 'default')")
+        # one rope_type, or one per layer type (Gemma 3: {"sliding_attention": "default"})
+        types = self.rope_type.values() if isinstance(self.rope_type, dict) else [self.rope_type]
+        for rope_type in types:
+            if "dynamic" in rope_type or rope_type == "longrope":
+                raise NotImplementedError(f"rope_type {rope_type!r} is not translated to JAX "
+                                          "yet (only 'default')")
         return func(self, *args, **kwargs)
 
     return wrapper
@@ -359,10 +362,15 @@ class PreTrainedModel(nnx.Module):
 
     base_model_prefix = ""
     _tied_weights_keys: Any = None
+    _supports_sdpa = False
 
     def __init__(self, config: Any, *args: Any, rngs: nnx.Rngs | None = None,
                  **kwargs: Any) -> None:
         self.config = config
+        if getattr(config, "_attn_implementation", None) is None and not self._supports_sdpa:
+            # as transformers picks: sdpa when the model supports it, eager otherwise
+            # (Gemma 2, whose softcapping sdpa does not apply)
+            config._attn_implementation = "eager"
 
     def post_init(self) -> None:
         tied = type(self)._tied_weights_keys

@@ -156,6 +156,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         self._in_annotation = 0
         # self.<attr> read by a layer subclass's call of its own functional (super().__call__)
         self._own_reads: set[int] = set()
+        # a subclass of nn.Embedding whose super().__init__ passes a padding_idx: it derives
+        # from the Embedding helper (passes/helpers.py), not nnx.Embed
+        self._padded_embedding_subclasses: set[str] = set()
         self._own_calls: set[int] = set()  # those calls (F.layer_norm over self's attributes)
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
@@ -531,7 +534,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             elif q in self.rules.layers and q == info.layer_base and (
                     self._layer_subclass_rule(name) is not None):
                 # class LayerNorm2d(nn.LayerNorm): the JAX layer, with the subclass's methods
-                bases.append(b.with_changes(value=expr(self.rules.layers[q].targets["nnx"])))
+                base = ("Embedding" if name in self._padded_embedding_subclasses
+                        else self.rules.layers[q].targets["nnx"])
+                bases.append(b.with_changes(value=expr(base)))
                 self.need("nnx")
             elif q in self.rules.layers:
                 self.diag(ob, "module-subclass", "error",
@@ -3735,7 +3740,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if rule is not None and (info.module_base == "torch"
                                  or self._takes_layer_arguments(info.module_base)):
             # super().__init__(normalized_shape, eps=eps): the JAX layer's arguments
-            return self._layer_arguments(original, updated, rule)
+            return self._layer_arguments(original, updated, rule, super_init=True)
         if info.module_base == "torch" and info.container and not self.linen:
             return updated  # nnx.Dict / nnx.List take torch's arguments (a mapping, a list)
         if info.module_base == "torch":
@@ -4003,7 +4008,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         return True
 
     def _layer_arguments(self, original: cst.Call, updated: cst.Call,
-                         rule: Rule) -> cst.BaseExpression:
+                         rule: Rule, super_init: bool = False) -> cst.BaseExpression:
         """A call that builds a subclass of a torch layer (``LayerNorm2d(dim, eps=1e-6)``,
         ``super().__init__(...)``): the layer rule's translation of the arguments, called on
         the subclass."""
@@ -4016,7 +4021,12 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                     defined=self.index.defined)
         if rule.special:
             out = SPECIALS[rule.special](site)
-            if isinstance(out, cst.Call) and code(out.func) == "Embedding":
+            if (isinstance(out, cst.Call) and code(out.func) == "Embedding" and super_init
+                    and self.index.classes[self.current_class].module_base == "torch"):
+                # class Scaled(nn.Embedding) with super().__init__(n, d, padding_idx): it
+                # derives from the Embedding helper, which has the padding row
+                self._padded_embedding_subclasses.add(self.current_class)
+            elif isinstance(out, cst.Call) and code(out.func) == "Embedding":
                 raise Untranslatable(f"{rule.torch} subclass with padding_idx: the subclass "
                                      "derives from nnx.Embed, which has no padding row",
                                      rule=rule.id)

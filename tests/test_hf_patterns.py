@@ -1,0 +1,89 @@
+"""Patterns of transformers' modeling files, written as plain torch (no transformers needed):
+a subclass of nn.Embedding with a padding row and a scale (Gemma's scaled word embedding),
+rotary buffers set and read under names built at run time (Gemma 3's
+``setattr(self, f"{kind}_inv_freq", nn.Buffer(...))``), converted and verified against torch
+(forward and every parameter's gradient). tests/test_transformers.py runs the files
+themselves."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("jax")
+pytest.importorskip("flax.nnx")
+
+from torch2jax.convert import convert_source
+from torch2jax.verify.run import VerifyRequest, run_request
+
+SOURCE = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class ScaledEmbedding(nn.Embedding):
+        def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int,
+                     embed_scale: float = 1.0):
+            super().__init__(num_embeddings, embedding_dim, padding_idx)
+            self.embed_scale = nn.Buffer(torch.tensor(embed_scale), persistent=False)
+
+        def forward(self, input_ids):
+            return super().forward(input_ids) * self.embed_scale.to(self.weight.dtype)
+
+
+    class Rotary(nn.Module):
+        def __init__(self, dim: int, kinds=("local", "global")):
+            super().__init__()
+            for i, kind in enumerate(kinds):
+                inv_freq = 1.0 / ((10.0 * (i + 1)) ** (torch.arange(0, dim, 2).float() / dim))
+                setattr(self, f"{kind}_inv_freq", nn.Buffer(inv_freq, persistent=False))
+                setattr(self, f"{kind}_scaling", 0.5 * (i + 1))
+
+        def forward(self, x, kind):
+            inv_freq = getattr(self, f"{kind}_inv_freq")
+            scaling = getattr(self, f"{kind}_scaling")
+            positions = torch.arange(x.shape[1])
+            freqs = positions[:, None].float() * inv_freq.to(device=x.device, dtype=torch.float)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            return x * emb.cos() * scaling + emb.sin()
+
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = ScaledEmbedding(11, 8, padding_idx=0, embed_scale=8 ** 0.5)
+            self.rotary = Rotary(8)
+            self.head = nn.Linear(8, 5)
+
+        def forward(self, ids):
+            h = self.embed(ids)
+            h = self.rotary(h, "local") + self.rotary(h, "global")
+            return self.head(h)
+''')
+
+
+def test_converts_to_the_padded_embedding_and_known_buffers():
+    result = convert_source(SOURCE, path="hf_patterns.py")
+    errors = [d.render() for d in result.diagnostics if d.severity == "error"]
+    assert not errors, "\n".join(errors)
+    # the subclass derives from the Embedding helper (the padding row), not nnx.Embed
+    assert "class ScaledEmbedding(Embedding):" in result.code
+    assert "class Embedding(nnx.Embed):" in result.code
+    assert "super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx" in result.code
+    assert "self.embed_scale.astype(self.embedding.dtype)" in result.code
+    # getattr(self, f"{kind}_inv_freq") is the buffer setattr gave: .to(...) is a cast
+    assert "inv_freq.astype(jnp.float32)" in result.code
+
+
+def test_forward_and_gradients_match(tmp_path):
+    path = tmp_path / "hf_patterns.py"
+    path.write_text(SOURCE)
+    r = run_request(VerifyRequest(f"{path}::Model", inputs=("int64[2,6]:11",), grad=True,
+                                  atol=1e-5, rtol=1e-5, float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0
+    assert r.passed, r.mismatch
+    # the embedding's gradient was compared (its padding row is zero on both sides)
+    assert any(c.startswith("grad embed.weight") for c in r.compared), r.compared
