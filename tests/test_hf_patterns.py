@@ -1,12 +1,14 @@
 """Patterns of transformers' modeling files, written as plain torch (no transformers needed):
 a subclass of nn.Embedding with a padding row and a scale (Gemma's scaled word embedding),
 rotary buffers set and read under names built at run time (Gemma 3's
-``setattr(self, f"{kind}_inv_freq", nn.Buffer(...))``), converted and verified against torch
-(forward and every parameter's gradient). tests/test_transformers.py runs the files
+``setattr(self, f"{kind}_inv_freq", nn.Buffer(...))``), BERT's ``torch.arange(n).expand((1,
+-1))`` and attention class chosen when built, RoBERTa's cumulative sum, converted and verified
+against torch (forward and every parameter's gradient). tests/test_transformers.py runs the files
 themselves."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -50,16 +52,50 @@ SOURCE = textwrap.dedent('''
             return x * emb.cos() * scaling + emb.sin()
 
 
+    class SelfMix(nn.Module):
+        def __init__(self, dim: int):
+            super().__init__()
+            self.proj = nn.Linear(dim, dim)
+
+        def forward(self, x):
+            return torch.tanh(self.proj(x))
+
+
+    class CrossMix(SelfMix):
+        def forward(self, x):
+            return torch.sigmoid(self.proj(x))
+
+
+    class Block(nn.Module):
+        """BERT's attention block: the class chosen when it is built."""
+
+        def __init__(self, dim: int, cross: bool = False):
+            super().__init__()
+            mix_class = CrossMix if cross else SelfMix
+            self.mix = mix_class(dim)
+            # BERT's position ids: a compound expression expanded with -1
+            self.position_ids = nn.Buffer(torch.arange(6).expand((1, -1)), persistent=False)
+
+        def forward(self, x):
+            positions = self.position_ids[:, : x.shape[1]]
+            return self.mix(x) + positions[..., None].float() * 0.1
+
+
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
             self.embed = ScaledEmbedding(11, 8, padding_idx=0, embed_scale=8 ** 0.5)
             self.rotary = Rotary(8)
+            self.blocks = nn.ModuleList([Block(8), Block(8, cross=True)])
             self.head = nn.Linear(8, 5)
 
         def forward(self, ids):
             h = self.embed(ids)
             h = self.rotary(h, "local") + self.rotary(h, "global")
+            for block in self.blocks:
+                h = block(h)
+            # RoBERTa's position ids: a cumulative sum over the non-padding tokens
+            h = h * torch.cumsum(ids.ne(0).int(), dim=1)[..., None].float()
             return self.head(h)
 ''')
 
@@ -75,6 +111,14 @@ def test_converts_to_the_padded_embedding_and_known_buffers():
     assert "self.embed_scale.astype(self.embedding.dtype)" in result.code
     # getattr(self, f"{kind}_inv_freq") is the buffer setattr gave: .to(...) is a cast
     assert "inv_freq.astype(jnp.float32)" in result.code
+    # the expanded compound expression is named before its statement; the class chosen at
+    # run time gets rngs
+    named = re.search(r"\n +(arange\d*) = jnp\.arange\(6\)\n", result.code)
+    assert named, result.code
+    assert (f"nnx.Variable(jnp.broadcast_to({named[1]}, (1, {named[1]}.shape[-1])))"
+            in result.code)
+    assert "self.mix = mix_class(dim, rngs=rngs)" in result.code
+    assert "jnp.cumsum(" in result.code
 
 
 def test_forward_and_gradients_match(tmp_path):

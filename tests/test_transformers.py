@@ -62,7 +62,17 @@ FAMILIES = {
                 "num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64, "
                 "use_cache=False, sliding_window=4, "
                 "layer_types=['sliding_attention', 'full_attention'])")),
+    # encoders: masked LM heads tied to the word embedding (weight and bias), padding
+    # position ids computed from the ids (RoBERTa)
+    "bert": ("bert/modeling_bert.py", "BertForMaskedLM",
+             ("BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+              "num_attention_heads=4, vocab_size=64, max_position_embeddings=16)")),
+    "roberta": ("roberta/modeling_roberta.py", "RobertaForMaskedLM",
+                ("RobertaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+                 "num_attention_heads=4, vocab_size=64, max_position_embeddings=16)")),
 }
+# the families whose modeling file casts to float32 nowhere: verified in float64 too
+FLOAT64 = {"gpt2", "bert", "roberta"}
 # with and without a padding mask; the neighbours of Llama with the mask only (CI time)
 CASES = [(f, masked) for f in FAMILIES for masked in (False, True)
          if masked or f in ("llama", "gpt2")]
@@ -87,7 +97,7 @@ def test_logits_and_gradients_match_torch(verified) -> None:
     assert r.max_rel_diff is not None and r.max_rel_diff < 1e-4
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
     assert r.passes[0].dtype == "float32"
-    if family != "gpt2":  # RMSNorm, the rotary embedding and the softmax compute in float32
+    if family not in FLOAT64:  # RMSNorm, the rotary embedding, the softmax compute in float32
         assert len(r.passes) == 1 and "computes in float32" in (r.float64_skipped or "")
     else:
         assert [p.dtype for p in r.passes] == ["float32", "float64"] and r.passes[1].passed

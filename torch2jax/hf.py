@@ -44,7 +44,7 @@ DROPPED_DECORATORS = {"auto_docstring", "use_kernel_forward_from_hub", "use_kern
                       "use_kernel_func_from_hub", "use_experts_implementation"}
 # the support module's names: every import of them from transformers' machinery reads them there
 SUPPORT_NAMES = {
-    "ACT2FN", "get_activation", "Cache", "DynamicCache", "GenerationMixin",
+    "ACT2FN", "get_activation", "gelu", "Cache", "DynamicCache", "GenerationMixin",
     "create_causal_mask", "create_sliding_window_causal_mask", "GradientCheckpointingLayer",
     "BaseModelOutput", "BaseModelOutputWithPast", "BaseModelOutputWithPastAndCrossAttentions",
     "CausalLMOutputWithPast", "CausalLMOutputWithCrossAttentions",

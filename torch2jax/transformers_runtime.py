@@ -51,6 +51,7 @@ __all__ = [
     "create_sliding_window_causal_mask",
     "deprecate_kwarg",
     "dynamic_rope_update",
+    "gelu",
     "get_activation",
     "logging",
     "maybe_autocast",
@@ -122,6 +123,9 @@ ACT2FN = _Activations({
     "swish": jax.nn.silu, "tanh": jnp.tanh, "mish": jax.nn.mish,
     "leaky_relu": jax.nn.leaky_relu, "linear": lambda x: x,
 })
+
+
+gelu = _gelu  # transformers.activations.gelu (exact)
 
 
 def get_activation(name: str) -> Callable[[jax.Array], jax.Array]:
@@ -379,7 +383,19 @@ class PreTrainedModel(nnx.Module):
         if not isinstance(tied, dict):
             raise NotImplementedError(f"_tied_weights_keys {tied!r}: only {{target: source}} "
                                       "is translated")
-        for target, source in tied.items():
+        # the weights first (the head becomes a _TiedHead), then the biases
+        for target, source in sorted(tied.items(), key=lambda t: not t[0].endswith(".weight")):
+            if target.endswith(".bias"):
+                # BERT's decoder.bias -> predictions.bias: the head adds that parameter
+                owner, _ = _path(self, target)
+                src_owner, src_name = _path(self, source)
+                bias = getattr(src_owner, src_name, None)
+                if not isinstance(owner, (nnx.Linear, _TiedHead)) or not isinstance(
+                        bias, nnx.Param):
+                    raise NotImplementedError(f"tying {target} to {source}: only the bias of "
+                                              "a Linear to a parameter is translated")
+                owner.bias = bias
+                continue
             owner, name = _path(self, target.removesuffix(".weight"))
             src_owner, src_name = _path(self, source.removesuffix(".weight"))
             head, embed = getattr(owner, name), getattr(src_owner, src_name)

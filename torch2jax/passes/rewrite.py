@@ -4150,8 +4150,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
 
     def _module_class_locals(self) -> set[str]:
         """Names the enclosing function assigns a module class of the file (or of another
-        file of the package) to: ``stem_type = SimpleStemIN``, or an item of a local list of
-        them (``blocks = [BasicConv2d, InceptionA]; inception_a = blocks[1]``)."""
+        file of the package) to: ``stem_type = SimpleStemIN``, an item of a local list of
+        them (``blocks = [BasicConv2d, InceptionA]; inception_a = blocks[1]``), or one of
+        two (``attention_class = Cross if is_cross_attention else Self``)."""
         fn = self._fn_stack[-1]
         if fn in self._class_locals:
             return self._class_locals[fn]
@@ -4162,11 +4163,14 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         lists = {name for name, value in assigns if isinstance(value, (cst.List, cst.Tuple))
                  and value.elements and all(isinstance(e.value, cst.Name)
                                             and e.value.value in classes for e in value.elements)}
-        found = self._class_locals[fn] = {
-            name for name, value in assigns
-            if (isinstance(value, cst.Name) and value.value in classes)
-            or (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
-                and value.value.value in lists)}
+        def a_class(value: cst.BaseExpression) -> bool:
+            if isinstance(value, cst.IfExp):  # Cross if is_cross_attention else Self
+                return a_class(value.body) and a_class(value.orelse)
+            return (isinstance(value, cst.Name) and value.value in classes) or (
+                isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
+                and value.value.value in lists)
+
+        found = self._class_locals[fn] = {name for name, value in assigns if a_class(value)}
         return found
 
     def _param_default(self, name: str) -> str | None:
@@ -4404,6 +4408,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         site = Site(rule=rule, args=b, receiver=updated.func.value,
                     unpack=self._unpack.get(id(original)), target=self.emitter.name,
                     dtypes=dtypes)
+        binder = self._binder(original)
+        if binder is not None:
+            site.bind, site.before = binder
         return self._apply(original, site, receiver_first=True)
 
     def _apply(self, original, site: Site, receiver_first: bool) -> cst.BaseExpression:

@@ -795,6 +795,10 @@ def expand(site: Site) -> cst.BaseExpression:
         return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
     n = len(sizes)
     parts = []
+    if not is_simple(x) and any(int_value(s) == -1 for s in sizes) and site.bind is not None:
+        # torch.arange(n).expand((1, -1)): the tensor named before the statement, as its
+        # sizes are read (x.shape[i]) beside it
+        x = site.bind(x, _hint(x))
     for i, s in enumerate(sizes):
         if int_value(s) == -1:
             if not is_simple(x):
@@ -804,6 +808,17 @@ def expand(site: Site) -> cst.BaseExpression:
             parts.append(code(s))
     return call("jnp.broadcast_to", arg(x), arg(expr("(" + ", ".join(parts) + ("," if n == 1
                                                                                  else "") + ")")))
+
+
+def _hint(x: cst.BaseExpression) -> str:
+    """A local name for the value of ``x``: its function's name (``jnp.arange(n)``: arange)."""
+    if isinstance(x, cst.Call):
+        func = x.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else (
+            func.value if isinstance(func, cst.Name) else "")
+        if name.isidentifier() and not name.startswith("_"):
+            return name
+    return "value"
 
 
 @special("repeat")
