@@ -21,6 +21,8 @@ from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
 SOURCE = textwrap.dedent('''
+    from collections.abc import Iterable
+
     import torch
     import torch.nn as nn
 
@@ -81,6 +83,37 @@ SOURCE = textwrap.dedent('''
             return self.mix(x) + positions[..., None].float() * 0.1
 
 
+    class PatchEmbed(nn.Module):
+        """ViT's: the kernel a (p, p) pair made from the config's int or pair."""
+
+        def __init__(self, patch_size=2):
+            super().__init__()
+            patch_size = patch_size if isinstance(patch_size, Iterable) else (patch_size,
+                                                                               patch_size)
+            self.projection = nn.Conv2d(3, 8, kernel_size=patch_size, stride=patch_size)
+
+        def forward(self, pixels):
+            return self.projection(pixels).flatten(2).transpose(1, 2)
+
+
+    class Stem(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.patches = PatchEmbed(2)
+
+
+    class ImageModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = Stem()
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, pixels):
+            # ViT: the dtype of a layer's weight two module classes down
+            pixels = pixels.to(self.stem.patches.projection.weight.dtype)
+            return self.head(self.stem.patches(pixels)).mean(1)
+
+
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
@@ -119,6 +152,9 @@ def test_converts_to_the_padded_embedding_and_known_buffers():
             in result.code)
     assert "self.mix = mix_class(dim, rngs=rngs)" in result.code
     assert "jnp.cumsum(" in result.code
+    # the pair is passed as it is (not (patch_size, patch_size) of a pair)
+    assert "kernel_size=patch_size," in result.code and "strides=patch_size," in result.code
+    assert "self.stem.patches.projection.kernel.dtype" in result.code
 
 
 def test_forward_and_gradients_match(tmp_path):
@@ -131,3 +167,27 @@ def test_forward_and_gradients_match(tmp_path):
     assert r.passed, r.mismatch
     # the embedding's gradient was compared (its padding row is zero on both sides)
     assert any(c.startswith("grad embed.weight") for c in r.compared), r.compared
+    r = run_request(VerifyRequest(f"{path}::ImageModel", inputs=("float32[2,3,6,6]",),
+                                  grad=True, atol=1e-5, rtol=1e-5, float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, r.mismatch
+
+
+@pytest.mark.parametrize("call, shape", [
+    # ViT's and CLIP's position-embedding interpolation: a size, align_corners=False
+    ("F.interpolate(x, size=(5, 7), mode='bicubic', align_corners=False)", (2, 3, 4, 4)),
+    ("F.interpolate(x, size=(3, 2), mode='bicubic')", (1, 2, 6, 5)),
+    ("F.interpolate(x, size=(6, 9), mode='bicubic', align_corners=True)", (1, 2, 4, 5)),
+    ("F.interpolate(x, scale_factor=1.5, mode='bicubic')", (1, 2, 4, 6)),
+    ("F.interpolate(x, scale_factor=(2, 0.5), mode='bicubic')", (1, 1, 3, 8)),
+])
+def test_bicubic_interpolation_matches_torch(call, shape):
+    """torch's bicubic (a = -0.75, taps clamped at the border), not jax.image's (a = -0.5)."""
+    import numpy as np
+    from snippets import assert_function_matches_torch
+
+    source = ("import torch\nimport torch.nn.functional as F\n\n\n"
+              f"def f(x):\n    return {call}\n")
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    result = assert_function_matches_torch(source, x, rtol=1e-5, atol=1e-5)
+    assert re.search(r"resize_bicubic\(\s*x,", result.code), result.code

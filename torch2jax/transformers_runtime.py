@@ -10,9 +10,11 @@ torch2jax writes this file as it is next to a converted transformers modeling fi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging as _logging
+import re
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypedDict, Unpack
@@ -60,6 +62,7 @@ __all__ = [
     "maybe_autocast",
     "merge_with_config_defaults",
     "slice_logits_to_keep",
+    "torch_int",
 ]
 
 
@@ -131,6 +134,12 @@ ACT2FN = _Activations({
 gelu = _gelu  # transformers.activations.gelu (exact)
 
 
+def torch_int(x: Any) -> int:
+    """transformers.utils.torch_int: an int (JAX traces with static shapes, so sizes are
+    Python ints)."""
+    return int(x)
+
+
 def get_activation(name: str) -> Callable[[jax.Array], jax.Array]:
     return ACT2FN[name]
 
@@ -151,10 +160,23 @@ class ModelOutput(OrderedDict):
     def __init__(self, **fields: Any) -> None:
         super().__init__((k, v) for k, v in fields.items() if v is not None)
 
+    def __post_init__(self) -> None:
+        # a @dataclass output class of the modeling file (CLIPOutput): its fields that are set
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                self[f.name] = value
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
         return self.get(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # output.pooler_output = projection(...) (CLIP): the field changes too
+        if name in self and value is not None:
+            self[name] = value
+        super().__setattr__(name, value)
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, (int, slice)):
@@ -191,6 +213,18 @@ class CausalLMOutputWithCrossAttentions(ModelOutput):
 
 class MaskedLMOutput(ModelOutput):
     pass
+
+
+def __getattr__(name: str) -> type[ModelOutput]:
+    """The other output classes of transformers.modeling_outputs (ImageClassifierOutput,
+    Seq2SeqLMOutput, MoeCausalLMOutputWithPast, ...), made when a converted file imports one:
+    each a ModelOutput of the fields it is given."""
+    if not re.match(r"^[A-Z]\w*Output(With\w+)?$", name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cls = globals().get(name)
+    if cls is None:
+        cls = globals()[name] = type(name, (ModelOutput,), {"__module__": __name__})
+    return cls
 
 
 # --- caches and generation -----------------------------------------------------------------

@@ -404,6 +404,8 @@ class ValueFacts:
         if isinstance(node, cst.BooleanOperation):
             return _join([self.value(node.left), self.value(node.right)])
         if isinstance(node, cst.IfExp):
+            if _pair_idiom(node):  # p if isinstance(p, Iterable) else (p, p): a sequence
+                return self.value(node.orelse)
             return _join([self.value(node.body), self.value(node.orelse)])
         if isinstance(node, cst.NamedExpr):
             return self.value(node.value)
@@ -1096,6 +1098,23 @@ def _collect_self_assignments(fn: cst.FunctionDef,
         if isinstance(node, cst.BaseExpression) and not isinstance(node, cst.Call):
             continue
         stack.extend(node.children)
+
+
+_SEQUENCE_TYPES = {"Iterable", "abc.Iterable", "collections.abc.Iterable", "Sequence",
+                   "abc.Sequence", "collections.abc.Sequence", "tuple", "list",
+                   "(tuple, list)", "(list, tuple)"}
+
+
+def _pair_idiom(node: cst.IfExp) -> bool:
+    """``p if isinstance(p, Iterable) else (p, p)`` (transformers' vision embeddings): p when
+    it is a sequence already, else a tuple of it."""
+    test, code = node.test, cst.Module([]).code_for_node
+    if not (isinstance(test, cst.Call) and m.matches(test.func, m.Name("isinstance"))
+            and len(test.args) == 2 and isinstance(node.orelse, cst.Tuple)):
+        return False
+    subject = code(test.args[0].value)
+    return (code(node.body) == subject and code(test.args[1].value) in _SEQUENCE_TYPES
+            and all(code(e.value) == subject for e in node.orelse.elements))
 
 
 def _attr_key(name: cst.BaseExpression) -> str | None:

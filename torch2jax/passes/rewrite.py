@@ -3065,6 +3065,17 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             if wm is not None and wm.to and wm.to != original_node.attr.value and not (
                     wm.layout == "transpose" and self._weight_read_as_value(original_node)):
                 return updated_node.with_changes(attr=cst.Name(wm.to))
+        if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Attribute()))):
+            # self.embeddings.patch_embeddings.projection.weight.dtype (ViT): a layer reached
+            # through module classes of the file; its dtype (any layout), or an as-is weight
+            rule = self.rules.layers.get(self._chain_layer_rule(original_node.value) or "")
+            wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            if wm is not None and wm.to and wm.to != original_node.attr.value and (
+                    wm.layout == "as_is" or (isinstance(parent, cst.Attribute)
+                                             and parent.attr.value == "dtype")):
+                return updated_node.with_changes(attr=cst.Name(wm.to))
         if (self.emitter.name == "nnx" and not self.linen and self.in_module_class()
                 and m.matches(original_node.value, m.Name("self"))
                 and original_node.attr.value in self._variable_attrs.get(
@@ -3151,6 +3162,27 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return info.attr_rule[attr]
             info = self.index.classes.get(info.module_base or "")
         return ""
+
+    def _chain_layer_rule(self, node: cst.BaseExpression) -> str | None:
+        """The torch layer ``self.a.b.c`` is when ``self.a`` and ``.b`` are each built by one
+        module class of this file (``self.embeddings = ViTEmbeddings(config)``) and ``c`` is a
+        layer of the last one."""
+        names: list[str] = []
+        while isinstance(node, cst.Attribute):
+            names.append(node.attr.value)
+            node = node.value
+        if not m.matches(node, m.Name("self")) or len(names) < 2:
+            return None
+        names.reverse()
+        info = self.index.classes.get(self.current_class or "")
+        for name in names[:-1]:
+            if info is None:
+                return None
+            built = info.built_by.get(name, set()) & self.index.module_classes
+            if len(built) != 1 or name in info.attr_rule:
+                return None
+            info = self.index.classes.get(built.pop())
+        return info.attr_rule.get(names[-1]) if info is not None else None
 
     def _weight_read_as_value(self, node: cst.Attribute) -> bool:
         """``self.fc.weight`` read for its values outside construction: handed to a function or
@@ -4244,9 +4276,16 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                                  "helper class is NNX only)", rule=rule.id)
         needs_rngs = (target.startswith("nnx.") and target[4:5].isupper() or helper_class) \
             and not self.linen
+        sequences: frozenset[str] = frozenset()
+        if self.values is not None and rule.special == "conv":  # kernel_size=patch_size
+            given = bind(original.args, rule.params)
+            sequences = frozenset(k for k in ("kernel_size", "stride", "dilation")
+                                  if isinstance(given.get(k), cst.Name) and self.values.kind(
+                                      given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
         site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
                     rngs=self.rngs_expr(original) if needs_rngs else None,
-                    defined=self.index.defined, per_example=self.for_equinox)
+                    defined=self.index.defined, per_example=self.for_equinox,
+                    sequences=sequences)
         if rule.special:
             out = SPECIALS[rule.special](site)
             name = code(out.func) if isinstance(out, cst.Call) else None

@@ -44,6 +44,9 @@ class Site:
     optional: frozenset[str] = frozenset()
     # arguments that hold a torch dtype (x.to(other.dtype), x.to(input_dtype)): value analysis
     dtypes: frozenset[str] = frozenset()
+    # arguments that hold a tuple or list (kernel_size=patch_size, where patch_size is
+    # ``p if isinstance(p, Iterable) else (p, p)``): value analysis
+    sequences: frozenset[str] = frozenset()
     # binds an expression to a new name in a statement before the current one and returns the
     # name (None where the call is not in a simple statement): a tensor used twice
     bind: Callable[[cst.BaseExpression, str], cst.Name] | None = None
@@ -155,11 +158,15 @@ def conv(site: Site) -> cst.BaseExpression:
             f"padding_mode={mode!r}: flax convolutions only zero-pad; pad with jnp.pad "
             "(mode 'reflect'/'edge'/'wrap') and use padding='VALID'"
         )
+    def sizes(name: str) -> cst.BaseExpression:  # a tuple already, or (k, k)
+        node = a.get(name)
+        return node if name in site.sequences else _tuple_of(node, n)
+
     out = [arg(a.get("in_channels")), arg(a.get("out_channels")),
-           arg(_tuple_of(a.get("kernel_size"), n), "kernel_size")]
+           arg(sizes("kernel_size"), "kernel_size")]
     stride = site.lit("stride")
     if stride != 1:
-        out.append(arg(_tuple_of(a.get("stride"), n), "strides"))
+        out.append(arg(sizes("stride"), "strides"))
     padding = site.get("padding")
     pad_value = site.lit("padding")
     if isinstance(pad_value, str):
@@ -169,7 +176,7 @@ def conv(site: Site) -> cst.BaseExpression:
     else:
         out.append(arg(_pairs(padding if padding is not None else py(0), n), "padding"))
     if site.lit("dilation") != 1:
-        out.append(arg(_tuple_of(a.get("dilation"), n), "kernel_dilation"))
+        out.append(arg(sizes("dilation"), "kernel_dilation"))
     if site.lit("groups") != 1:
         out.append(arg(a.get("groups"), "feature_group_count"))
     if site.lit("bias") is not True:
@@ -765,6 +772,12 @@ def _is_dtype(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.Attribute) and node.attr.value == "dtype":
         return True  # value.dtype: numpy's, torch's and jax's arrays hold a dtype there
     return text.startswith(("jnp.", "torch.")) and not text.startswith("torch.device")
+
+
+@special("t")
+def t(site: Site) -> cst.BaseExpression:
+    """x.t() / torch.t(x): the transpose of a matrix (a vector as it is; .T does both)."""
+    return expr("{x}.T", x=site.x())
 
 
 @special("type_as")
