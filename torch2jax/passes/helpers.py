@@ -52,7 +52,6 @@ helper("adaptive_avg_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="avg", reduce=
 helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce="max"))
 
 
-# F.binary_cross_entropy / nn.BCELoss (passes/special_losses.py)
 # F.interpolate(mode="bicubic") (passes/special_vision.py): torch's cubic convolution, a=-0.75
 helper("resize_bicubic", {"Any", "jax", "jnp"}, '''
 def resize_bicubic(x: jax.Array, shape: tuple[int, ...], align_corners: bool = False,
@@ -87,6 +86,7 @@ def resize_bicubic(x: jax.Array, shape: tuple[int, ...], align_corners: bool = F
 ''')
 
 
+# F.binary_cross_entropy / nn.BCELoss (passes/special_losses.py)
 helper("binary_cross_entropy", {"jax", "jnp"}, '''
 @jax.custom_vjp
 def binary_cross_entropy(p: jax.Array, y: jax.Array) -> jax.Array:
@@ -922,23 +922,6 @@ class BatchNorm(eqx.nn.StatefulLayer):
             out = out * self.weight.reshape(per_channel) + self.bias.reshape(per_channel)
         return out, state
 ''', targets=("equinox",))
-
-
-def namespace() -> dict:
-    """Every helper defined, with the imports they use (for tests that evaluate one converted
-    expression on its own)."""
-    from typing import Any
-
-    import flax.linen as nn
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from flax import nnx
-
-    ns: dict = {"jax": jax, "jnp": jnp, "np": np, "nnx": nnx, "nn": nn, "Any": Any}
-    for source, _ in (by_target["nnx"] for by_target in HELPERS.values() if "nnx" in by_target):
-        exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
-    return ns
 
 
 class _Names(NoAttributeHooks, cst.CSTVisitor):
