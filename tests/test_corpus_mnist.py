@@ -123,6 +123,7 @@ REFUSED_AT = {  # the source line that each marker stands above in the converted
 def test_mnist_refusals_marked(converted, target):
     done, path = converted(target)
     assert done.returncode == 1  # TODOs left
+    assert_names_bound(path.read_text(), "main.py")
     lines = path.read_text().splitlines()
     marks = [(i, line) for i, line in enumerate(lines) if "TODO(torch2jax)" in line]
     assert len(marks) == len(REFUSED[target]), marks
