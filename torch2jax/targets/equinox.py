@@ -1527,7 +1527,8 @@ class Forward:
                 x, info = self.ev(node.args[0].value)
                 return expr("{x} @ {w}.weight.T", x=x, w=emb), Info(info.batched, info.rank)
         # methods of arrays
-        if isinstance(func, cst.Attribute) and not _is_library(func):
+        if isinstance(func, cst.Attribute) and not _is_library(func) and \
+                name not in ("nnx.max_pool", "nnx.avg_pool"):
             recv, info = self.ev(func.value)
             method = func.attr.value
             if not info.batched:
@@ -1579,6 +1580,11 @@ class Forward:
                 return args[0][1], replace(x, channels_last=True)
             if (src, dst) == (-1, 1) and x.channels_last:
                 return args[0][1], replace(x, channels_last=False)
+        if name in ("nnx.max_pool", "nnx.avg_pool") and args and args[0][2].batched and \
+                args[0][2].channels_last:
+            pooled = self.pool(node, args[0][1], args[0][2], name)
+            if pooled is not None:
+                return pooled
         if name in TRAILING_AXES_HELPERS and args and args[0][2].batched and not any(
                 i.batched for _, _, i in args[1:]):
             # helpers over the last axes (adaptive pooling): the same call per example
@@ -1696,6 +1702,24 @@ class Forward:
         return node.with_changes(args=[node.args[0].with_changes(value=x),
                                        node.args[1].with_changes(value=new), *rest]), \
             Info(True, info.rank, channels_last=info.channels_last)
+
+    def pool(self, node: cst.Call, x: cst.BaseExpression, info: Info, name: str
+             ) -> tuple[cst.BaseExpression, Info] | None:
+        """``nnx.max_pool(x, window_shape=W, strides=S)`` (F.max_pool2d between the NNX pass's
+        moves to channels-last and back, which this pass drops: ``x`` is channel-first per
+        example) -> ``eqx.nn.MaxPool2d(kernel_size=W, stride=S)(x)``. None: another form."""
+        kw = {a.keyword.value: a.value for a in node.args[1:] if a.keyword is not None}
+        if len(node.args) - 1 != len(kw) or set(kw) - {"window_shape", "strides", "padding"}:
+            return None
+        window = try_literal(kw.get("window_shape"), None)
+        strides = try_literal(kw["strides"], None) if "strides" in kw else window
+        padding = try_literal(kw.get("padding", cst.SimpleString('"VALID"')), None)
+        if not isinstance(window, tuple) or not 1 <= len(window) <= 3 or \
+                not isinstance(strides, tuple) or padding != "VALID":
+            return None
+        which = "Max" if name == "nnx.max_pool" else "Avg"
+        layer = f"eqx.nn.{which}Pool{len(window)}d(kernel_size={window!r}, stride={strides!r})"
+        return expr(layer + "({x})", x=x), info
 
     def collapse(self, node: cst.Call, args: list[cst.Arg], first: Info
                  ) -> tuple[cst.BaseExpression, Info]:

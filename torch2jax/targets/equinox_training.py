@@ -333,6 +333,8 @@ class Scope(cst.CSTTransformer):
         self.counter = any(findall(s, m.Attribute(value=m.Attribute(attr=m.Name("step")),
                                                     attr=m.Name("value"))) for s in stmts)
         self.trained: set[str] = set()  # models rebound by a train step here
+        # trainers given a `key` (their model has dropout): their calls pass one
+        self.keyed_trainers: set[str] = set()
         self.layers: set[str] = set()  # torch layers built here, outside a module
         self.layer_called: str | None = None  # such a layer called in the statement
         self.needs_autocast = False
@@ -463,7 +465,17 @@ class Scope(cst.CSTTransformer):
             t = code(target)
             head.append(f"({t})" if isinstance(target, cst.Tuple) else t)
         lhs = ", ".join(head)
-        return [_stmt(f"{lhs} = {code(call)}")]
+        if func not in self.keyed_trainers:
+            return [_stmt(f"{lhs} = {code(call)}")]
+        if not self.has_key:
+            raise _Fail(f"{func} trains a model with dropout: it needs a key, and no `key` is "
+                        "in scope here")
+        args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" ")))] if call.args else []
+        call = call.with_changes(args=[*args, cst.Arg(cst.Name("subkey"), keyword=cst.Name(
+            "key"), equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                          whitespace_after=cst.SimpleWhitespace("")))])
+        return [_stmt("key, subkey = jax.random.split(key)"), _stmt(f"{lhs} = {code(call)}")]
 
     # -- statements
     def leave_SimpleStatementLine(self, original_node, updated_node):
@@ -848,10 +860,19 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     any_stateful = any((classes[c] or (False, False))[0] for ms in models.values()
                        for c in ms.values())
 
+    def needs_key(g: str) -> bool:
+        """A trainer of a model with dropout that has no `key` of its own: it takes one."""
+        fn = fns[g]
+        cls = models[g].get(fn.params.params[receivers[g]].name.value)
+        return classes.get(cls) is not None and classes[cls][1] and \
+            "key" not in _params(fn) and "key" not in _assigned_names(fn.body.body)
+    keyed_trainers = {g for g in trainers if needs_key(g)}
+
     out: list[list[cst.BaseStatement] | str] = []
     autocast_at = None
     top_scope = Scope(models[""], classes, receivers, trainers,
                       "key" in _assigned_names(top), top, opt_receivers, optimizers[""])
+    top_scope.keyed_trainers = keyed_trainers
     eval_calls = 0
     hoisted: set[str] = set()
     for s in stmts:
@@ -864,9 +885,11 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
             if isinstance(s, cst.FunctionDef) and s.name.value in fns:
                 name = s.name.value
                 body = list(s.body.body)
-                has_key = "key" in _params(s) or "key" in _assigned_names(body)
+                has_key = "key" in _params(s) or "key" in _assigned_names(body) or \
+                    name in keyed_trainers
                 scope = Scope(models[name], classes, receivers, trainers, has_key, body,
                               opt_receivers, optimizers[name])
+                scope.keyed_trainers = keyed_trainers
                 new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
                 _rebound(scope)
                 eval_calls += scope.eval_calls
@@ -879,6 +902,12 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                     stateful = classes[models[name][pname]][0]
                     if name in trainers:
                         new = _trainer(new, at, stateful, opt_receivers.get(name))
+                        if name in keyed_trainers:  # the dropout keys of its steps
+                            new = new.with_changes(params=new.params.with_changes(
+                                star_arg=new.params.star_arg if isinstance(
+                                    new.params.star_arg, cst.Param) else cst.ParamStar(),
+                                kwonly_params=[*new.params.kwonly_params,
+                                               cst.Param(cst.Name("key"))]))
                         if name in opt_receivers:
                             taken = {t.name.value for t in stmts
                                      if isinstance(t, cst.FunctionDef | cst.ClassDef)}
