@@ -569,6 +569,19 @@ norm = nn.LayerNorm(4)
 print(*lin.weight.shape, *lin.bias.shape, *conv.weight.data.shape, *emb.weight.shape,
       *norm.weight.shape)
 print(float(norm.weight.sum()), float(norm.bias.data.sum()))
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+head = Head()
+print(*head.fc.weight.shape)
 """
 # the arrays in torch's layout, checked against the layers' own output (other weights each
 # side: the identities hold on both)
@@ -592,7 +605,7 @@ def test_weights_of_a_layer_built_outside_a_module_nnx(tmp_path) -> None:
     assert _errors(result) == []
     assert "lin.kernel[...].T" in result.code and ".weight" not in result.code
     want = _run(source, tmp_path)
-    assert want == ["4", "3", "4", "3", "2", "3", "3", "5", "2", "4", "4.0", "0.0",
+    assert want == ["4", "3", "4", "3", "2", "3", "3", "5", "2", "4", "4.0", "0.0", "2", "4",
                     "True", "True", "True"]
     assert _run(result.code, tmp_path) == want
 

@@ -3127,13 +3127,17 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
     def _built_layer_weight(self, original_node: cst.Attribute, updated_node: cst.Attribute
                             ) -> cst.BaseExpression | None:
         """``model.weight`` (``.bias``, ``.data`` after it) where ``model`` holds a torch layer
-        the file built outside a module (``model = nn.Linear(3, 4)``, value analysis): read,
+        the file built (``model = nn.Linear(3, 4)``, or ``net.fc`` of a model of the file's
+        class, value analysis): read,
         the target layer's array in torch's layout (NNX ``model.kernel[...].T``; equinox
         keeps torch's names and layouts); written, or on linen (a layer object holds no
         parameters), marked. None: not such a read."""
-        if original_node.attr.value not in ("weight", "bias") or self.values is None or \
-                not isinstance(original_node.value, cst.Name) or \
-                original_node.value.value == "self":
+        if original_node.attr.value not in ("weight", "bias") or self.values is None:
+            return None
+        root = original_node.value  # model.weight, net.fc.weight (self.fc.weight: below)
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name) or root.value == "self":
             return None
         q = self.values.layer(original_node.value)
         rule = self.rules.layers.get(q or "")
