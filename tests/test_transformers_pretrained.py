@@ -297,29 +297,41 @@ def test_generation_stops_at_the_end_token(family, generator) -> None:
     assert (got[:, want.shape[1]:] == 0).all()  # torch stopped where every row had ended
 
 
-def test_sliding_window_generation_matches_torch(tmp_path_factory) -> None:
-    """Mistral's window of 4 over the cache's slots (19 > 4): torch's tokens, left padding
-    included."""
+# more decoders, generation only: a window over the cache's slots (Mistral: 4 of 19 slots),
+# softcapping and eager attention (Gemma 2), sliding and full layers mixed (Gemma 3)
+DECODERS = {
+    "mistral": ("MistralForCausalLM", "MistralConfig", {"sliding_window": 4}),
+}
+_SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
+          "pad_token_id": 0, "initializer_range": 0.2}
+
+
+@pytest.mark.parametrize("name", list(DECODERS))
+def test_more_decoders_generate_like_torch(name, tmp_path_factory) -> None:
+    """Left-padded greedy generation of other decoder families: torch's tokens."""
     import torch
     from flax import nnx
     from jax import numpy as jnp
 
     from torch2jax.weights import transfer_state_dict
 
-    out = tmp_path_factory.mktemp("mistral")
+    cls, config_cls, extra = DECODERS[name]
+    out = tmp_path_factory.mktemp(name)
     path, todos = convert_package_file(
-        MODELS / "mistral/modeling_mistral.py", out,
-        lambda f, known: _convert_file(f, "nnx", None, known), {"MistralForCausalLM"})
+        MODELS / name / f"modeling_{name}.py", out,
+        lambda f, known: _convert_file(f, "nnx", None, known), {cls})
     assert todos == 0
     module = _import(path, out)
-    from transformers.models.mistral.modeling_mistral import MistralForCausalLM
+    torch_module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    config_module = importlib.import_module(f"transformers.models.{name}.configuration_{name}")
 
-    kwargs = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
-              "sliding_window": 4, "pad_token_id": 0, "initializer_range": 0.2}
+    def config():
+        return getattr(config_module, config_cls)(**{**_SMALL, **extra})
+
     torch.manual_seed(0)
-    torch_model = MistralForCausalLM(transformers.MistralConfig(**kwargs)).eval()
-    model = module.MistralForCausalLM(transformers.MistralConfig(**kwargs), rngs=nnx.Rngs(0))
+    torch_model = getattr(torch_module, cls)(config()).eval()
+    model = getattr(module, cls)(config(), rngs=nnx.Rngs(0))
     transfer_state_dict(torch_model, model, None)
     model.eval()
     ids = np.random.default_rng(3).integers(3, 64, (2, 7))
@@ -329,6 +341,7 @@ def test_sliding_window_generation_matches_torch(tmp_path_factory) -> None:
         want = torch_model.generate(torch.tensor(ids), attention_mask=torch.tensor(mask),
                                     do_sample=False, max_new_tokens=12,
                                     eos_token_id=None).numpy()
+    assert len(set(want[:, 7:].ravel())) > 3
     got = model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask), max_new_tokens=12,
                          eos_token_id=[])
     np.testing.assert_array_equal(np.asarray(got), want)

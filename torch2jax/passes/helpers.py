@@ -890,23 +890,6 @@ class BatchNorm(eqx.nn.StatefulLayer):
 ''', targets=("equinox",))
 
 
-def namespace() -> dict:
-    """Every helper defined, with the imports they use (for tests that evaluate one converted
-    expression on its own)."""
-    from typing import Any
-
-    import flax.linen as nn
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from flax import nnx
-
-    ns: dict = {"jax": jax, "jnp": jnp, "np": np, "nnx": nnx, "nn": nn, "Any": Any}
-    for source, _ in (by_target["nnx"] for by_target in HELPERS.values() if "nnx" in by_target):
-        exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
-    return ns
-
-
 class _Names(NoAttributeHooks, cst.CSTVisitor):
     def __init__(self, target: str) -> None:
         self.target = target

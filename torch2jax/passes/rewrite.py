@@ -51,7 +51,9 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
-from torch2jax.passes.special import SPECIALS, Site, _spatial_dims, batch_norm_helper
+from torch2jax.passes.registry import spatial_dims
+from torch2jax.passes.special import batch_norm_helper
+from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet, weight_source
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
@@ -2693,7 +2695,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if rule.special == "conv" and self.emitter.name == "nnx" and not self.linen:
             # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
             # wherever the value goes: a helper class with that signature and torch's layout
-            return cst.Name(f"Conv{_spatial_dims(rule.torch)}d")
+            return cst.Name(f"Conv{spatial_dims(rule.torch)}d")
         if rule.special == "pool" and self.emitter.name == "nnx" and not self.linen:
             # aa_layer = nn.AvgPool2d, called with torch's arguments (kernel_size, stride, ...):
             # a helper class with that signature on NCHW input
@@ -4329,7 +4331,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                                      rule=rule.id)
             args = [a for a in updated.args if not (a.keyword and a.keyword.value in (
                 "device", "dtype", "padding_mode"))]
-            return call(f"Conv{_spatial_dims(rule.torch)}d", *args,
+            return call(f"Conv{spatial_dims(rule.torch)}d", *args,
                         arg(self.rngs_expr(original), "rngs"))
         # a helper class of passes/helpers.py (TransformerEncoderLayer) for this target
         helper_class = target[:1].isupper() and target in HELPERS

@@ -11,7 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torch2jax.passes.common import Untranslatable, arg, call, code, expr, is_simple, py
-from torch2jax.passes.special import Site, _spatial_dims, _tuple_of, special
+from torch2jax.passes.registry import Site, spatial_dims, special, tuple_of
 
 # --------------------------------------------------------------------------------------------
 # PReLU
@@ -113,7 +113,7 @@ def conv_transpose(site: Site) -> cst.BaseExpression:
     ``(d*(k-1) - p, d*(k-1) - p + output_padding)`` per side reproduces torch's output. With
     ``transpose_kernel=True`` flax flips the kernel and swaps its in/out axes itself, so torch's
     ``(in, out, *k)`` weight only needs the ``conv`` layout: ``(*k, out, in)``."""
-    n = _spatial_dims(site.rule.torch)
+    n = spatial_dims(site.rule.torch)
     a = site.args
     for required in ("in_channels", "out_channels", "kernel_size"):
         if not a.has(required):
@@ -138,13 +138,13 @@ def conv_transpose(site: Site) -> cst.BaseExpression:
                                                 "output_padding", "dilation"))
     pads = [(di * (ki - 1) - pi, di * (ki - 1) - pi + oi) for ki, pi, oi, di in zip(k, p, op, d)]
     out = [arg(a.get("in_channels")), arg(a.get("out_channels")),
-           arg(_tuple_of(a.get("kernel_size"), n), "kernel_size")]
+           arg(tuple_of(a.get("kernel_size"), n), "kernel_size")]
     if any(si != 1 for si in s):
-        out.append(arg(_tuple_of(a.get("stride"), n), "strides"))
+        out.append(arg(tuple_of(a.get("stride"), n), "strides"))
     out.append(arg(expr("(" + ", ".join(f"({lo}, {hi})" for lo, hi in pads)
                         + ("," if n == 1 else "") + ")"), "padding"))
     if any(di != 1 for di in d):
-        out.append(arg(_tuple_of(a.get("dilation"), n), "kernel_dilation"))
+        out.append(arg(tuple_of(a.get("dilation"), n), "kernel_dilation"))
     if site.lit("bias") is not True:
         out.append(arg(a.get("bias"), "use_bias"))
     out.append(arg(py(True), "transpose_kernel"))
