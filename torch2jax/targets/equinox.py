@@ -2570,6 +2570,7 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = ()
     training.BATCH_REDUCED.update({n: c.reduced for n, c in f.classes.items()
                                    if n not in used and c.reduced})
     training.OPTIMIZER_METHODS.clear()
+    training.LAYER_OF = _training_layer
     for n, c in f.classes.items():
         training.OPTIMIZER_METHODS[n] = {s.name.value for s in c.node.body.body if isinstance(
             s, cst.FunctionDef) and training.optimizer_method(s) is not None}
@@ -2659,6 +2660,16 @@ def _stores_objects(f: EquinoxFile) -> bool:
                                                        Layer("value")).kind == "value":
                 return True
     return False
+
+
+def _training_layer(node: cst.Call) -> tuple[cst.BaseExpression, str] | str:
+    """:func:`layer_of` for equinox_training (a layer built outside a module): the equinox
+    constructor and the layer's kind, or why there is none."""
+    try:
+        new, lay = layer_of(node, set())
+    except EquinoxError as exc:
+        return exc.message
+    return new, lay.kind
 
 
 def _imported_names(module: cst.Module) -> set[str]:

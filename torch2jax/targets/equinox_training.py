@@ -27,6 +27,7 @@ What does not fit raises EquinoxError; the caller puts the torch original back, 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -44,6 +45,9 @@ OPTIMIZER_METHODS: dict[str, set[str]] = {}
 # model class -> {output index: "mean" | "sum"}: a batch loss its forward computes, per example
 # (filled by equinox.convert); the train step reduces it over the batch
 BATCH_REDUCED: dict[str, dict[int, str]] = {}
+# an NNX layer constructor -> (its equinox constructor, with a ``__needs_key__`` keyword where
+# the key goes, and the layer's kind), or the reason it has none (set by equinox.convert)
+LAYER_OF: Callable[[cst.Call], tuple[cst.BaseExpression, str] | str] | None = None
 
 
 class _DropRemoved(cst.CSTTransformer):
@@ -507,19 +511,17 @@ class Scope(cst.CSTTransformer):
     def layer_build(self, target: str, value: cst.Call) -> list | None:
         """``layer = nnx.Linear(..., rngs=nnx.Rngs(k))`` outside a module -> the equinox layer
         (``key=k``); its weights keep torch's names and layouts. None: not such a layer."""
-        from torch2jax.targets.equinox import EquinoxError, layer_of
-
         k = next((a.value for a in value.args if a.keyword and a.keyword.value == "rngs"),
                  None)
         if not m.matches(k, m.Call(func=m.Attribute(value=m.Name("nnx"), attr=m.Name("Rngs")),
                                    args=[m.Arg(keyword=None)])):
             return None
-        try:
-            new, lay = layer_of(value, set())
-        except EquinoxError as exc:
-            raise _Fail(exc.message) from None
-        if lay.kind not in BUILT_LAYERS:
+        found = LAYER_OF(value) if LAYER_OF is not None else None
+        if isinstance(found, str):
+            raise _Fail(found)
+        if found is None or found[1] not in BUILT_LAYERS:
             return None
+        new = found[0]
         seed = k.args[0].value
         kv = f"jax.random.key({code(seed)})" if isinstance(seed, cst.Integer) else code(seed)
         self.layers.add(target)
