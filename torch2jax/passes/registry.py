@@ -33,6 +33,9 @@ class Site:
     optional: frozenset[str] = frozenset()
     # arguments that hold a torch dtype (x.to(other.dtype), x.to(input_dtype)): value analysis
     dtypes: frozenset[str] = frozenset()
+    # arguments that hold a tuple or list (kernel_size=patch_size, where patch_size is
+    # ``p if isinstance(p, Iterable) else (p, p)``): value analysis
+    sequences: frozenset[str] = frozenset()
     # binds an expression to a new name in a statement before the current one and returns the
     # name (None where the call is not in a simple statement): a tensor used twice
     bind: Callable[[cst.BaseExpression, str], cst.Name] | None = None

@@ -159,7 +159,12 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         self._in_annotation = 0
         # self.<attr> read by a layer subclass's call of its own functional (super().__call__)
         self._own_reads: set[int] = set()
+        # a subclass of nn.Embedding whose super().__init__ passes a padding_idx: it derives
+        # from the Embedding helper (passes/helpers.py), not nnx.Embed
+        self._padded_embedding_subclasses: set[str] = set()
         self._own_calls: set[int] = set()  # those calls (F.layer_norm over self's attributes)
+        # model.weight of a layer built outside a module, read as an array (its .data goes)
+        self._weight_reads: set[int] = set()
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
@@ -535,7 +540,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             elif q in self.rules.layers and q == info.layer_base and (
                     self._layer_subclass_rule(name) is not None):
                 # class LayerNorm2d(nn.LayerNorm): the JAX layer, with the subclass's methods
-                bases.append(b.with_changes(value=expr(self.rules.layers[q].targets["nnx"])))
+                base = ("Embedding" if name in self._padded_embedding_subclasses
+                        else self.rules.layers[q].targets["nnx"])
+                bases.append(b.with_changes(value=expr(base)))
                 self.need("nnx")
             elif q in self.rules.layers:
                 self.diag(ob, "module-subclass", "error",
@@ -1915,7 +1922,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             # outside of a differentiated function a no_grad block is plain code; the model
             # calls in it (evaluation) go through one jit-compiled eval step
             body = list(updated_node.body.body)
-            if not self.in_module_class() and self.linen:
+            if not self.in_module_class() and self.linen and not self.training.optimizers:
+                # no model is trained in this file, so no `variables` are bound here: the
+                # model calls stay as written, marked
+                body = self._lt_unapplied(original_node.body.body, body)
+            elif not self.in_module_class() and self.linen:
                 jitted = tr.JitModelCalls(self._model_names(), extra=(lt.VARIABLES,))
                 body = [b.visit(jitted) for b in body]
                 if jitted.count:
@@ -1933,6 +1944,31 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                     leading_lines=[*updated_node.leading_lines, *body[0].leading_lines])
             return cst.FlattenSentinel(body)
         return updated_node.with_changes(items=_fix_commas(keep))
+
+    LT_UNAPPLIED = ("the linen model called outside a train step, in a file that binds none of "
+                    "its variables (it is trained elsewhere): left as written; pass its "
+                    "variables in and call model.apply(variables, ...)")
+
+    def _lt_unapplied(self, original: list, body: list) -> list:
+        """linen: model calls in an evaluation block of a file that trains no model are marked
+        at their lines (``eval_step(model, variables, ...)`` would read unbound variables)."""
+        models = self._model_names()
+        pattern = m.Call(func=m.Name(value=m.MatchIfTrue(lambda v: v in models)))
+        found = [c for s in original for c in findall(s, pattern)]
+        if not found:
+            return body
+        for c in found:
+            self.report(*self.pos(c), "linen", "error", self.LT_UNAPPLIED)
+        comment = cst.EmptyLine(comment=cst.Comment(
+            f"# TODO(torch2jax): {self.LT_UNAPPLIED} [linen]"))
+
+        class Mark(cst.CSTTransformer):
+            def leave_SimpleStatementLine(self, original_node, updated_node):
+                if not findall(updated_node, pattern):
+                    return updated_node
+                return updated_node.with_changes(
+                    leading_lines=[*updated_node.leading_lines, comment])
+        return [s.visit(Mark()) for s in body]
 
     def _autocast(self, original_node, updated_node, item: cst.Call, q: str):
         """with torch.autocast(...): the model computes in bfloat16 for these statements."""
@@ -2935,6 +2971,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
+        if original_node.attr.value == "data" and id(original_node.value) in self._weight_reads:
+            return updated_node.value  # model.weight.data: the array read above
+        weight = self._built_layer_weight(original_node, updated_node)
+        if weight is not None:
+            return weight
         if self.current_class is not None and self._layer_subclass_rule(
                 self.current_class) is not None:
             mapped = self._layer_subclass_attribute(original_node, updated_node)
@@ -3068,6 +3109,17 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             if wm is not None and wm.to and wm.to != original_node.attr.value and not (
                     wm.layout == "transpose" and self._weight_read_as_value(original_node)):
                 return updated_node.with_changes(attr=cst.Name(wm.to))
+        if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Attribute()))):
+            # self.embeddings.patch_embeddings.projection.weight.dtype (ViT): a layer reached
+            # through module classes of the file; its dtype (any layout), or an as-is weight
+            rule = self.rules.layers.get(self._chain_layer_rule(original_node.value) or "")
+            wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            if wm is not None and wm.to and wm.to != original_node.attr.value and (
+                    wm.layout == "as_is" or (isinstance(parent, cst.Attribute)
+                                             and parent.attr.value == "dtype")):
+                return updated_node.with_changes(attr=cst.Name(wm.to))
         if (self.emitter.name == "nnx" and not self.linen and self.in_module_class()
                 and m.matches(original_node.value, m.Name("self"))
                 and original_node.attr.value in self._variable_attrs.get(
@@ -3090,6 +3142,80 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return updated_node.with_changes(
                     attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
+
+    # torch layers whose equinox layer names its weights and lays them out as torch does
+    EQX_TORCH_WEIGHTS = frozenset({"torch.nn.Linear", "torch.nn.Conv1d", "torch.nn.Conv2d",
+                                   "torch.nn.Conv3d", "torch.nn.Embedding", "torch.nn.LayerNorm",
+                                   "torch.nn.GroupNorm"})
+
+    def _built_layer_weight(self, original_node: cst.Attribute, updated_node: cst.Attribute
+                            ) -> cst.BaseExpression | None:
+        """``model.weight`` (``.bias``, ``.data`` after it) where ``model`` holds a torch layer
+        the file built (``model = nn.Linear(3, 4)``, or ``net.fc`` of a model of the file's
+        class, value analysis): read,
+        the target layer's array in torch's layout (NNX ``model.kernel[...].T``; equinox
+        keeps torch's names and layouts); written, or on linen (a layer object holds no
+        parameters), marked. None: not such a read."""
+        if original_node.attr.value not in ("weight", "bias") or self.values is None:
+            return None
+        root = original_node.value  # model.weight, net.fc.weight (self.fc.weight: below)
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name) or root.value == "self":
+            return None
+        q = self.values.layer(original_node.value)
+        rule = self.rules.layers.get(q or "")
+        wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+        if wm is None:
+            return None
+        read = original_node
+        parent = self.get_metadata(ParentNodeProvider, read, None)
+        if isinstance(parent, cst.Attribute) and parent.value is read and \
+                parent.attr.value == "data":
+            read, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        if isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if isinstance(outer, cst.Call) and (self.q(outer.func) or "").startswith(
+                    "torch.nn.init"):
+                return None  # an initialiser's target (its own rule)
+        holder = self.get_metadata(ParentNodeProvider, parent, None) if parent else None
+        written = isinstance(parent, (cst.AssignTarget, cst.AugAssign)) or (
+            isinstance(parent, cst.Attribute) and parent.value is read and (
+                parent.attr.value.endswith("_") or parent.attr.value in (
+                    "grad", "requires_grad", "data"))) or (
+            isinstance(parent, cst.Subscript) and isinstance(holder, (cst.AssignTarget,
+                                                                      cst.AugAssign)))
+        text = code(original_node)
+        if written or self.linen or wm.to is None:
+            why = ("a linen layer object holds no parameters: they are in the variables "
+                   "model.init returns (variables['params'])" if self.linen and not written
+                   else "written in place: the layer's array is immutable in JAX (build the "
+                   "layer with an initializer instead)")
+            self.diag(original_node, "layer-weight", "error",
+                      f"{text} of the {q.rsplit('.', 1)[-1]} built outside a module: {why}")
+            return None
+        if self.for_equinox:
+            if q not in self.EQX_TORCH_WEIGHTS:
+                self.diag(original_node, "layer-weight", "error",
+                          f"{text}: the equinox layer of a {q.rsplit('.', 1)[-1]} may name or "
+                          "lay out its weights otherwise; not translated")
+                return None
+            self._weight_reads.add(id(original_node))
+            return updated_node  # torch's name and layout
+        array = expr("{v}." + wm.to + "[...]", v=updated_node.value)
+        if wm.layout == "transpose":
+            array = expr("{a}.T", a=array)
+        elif wm.layout == "conv" and q[-2:] in ("1d", "2d", "3d"):
+            nd = int(q[-2])
+            self.need("jnp")
+            array = expr(f"jnp.transpose({{a}}, {(nd + 1, nd, *range(nd))})", a=array)
+        elif wm.layout != "as_is":
+            self.diag(original_node, "layer-weight", "error",
+                      f"{text}: the JAX layer lays this weight out otherwise ({wm.layout}); "
+                      "not translated")
+            return None
+        self._weight_reads.add(id(original_node))
+        return array
 
     def _dict_item_rule(self, attr: str, key: str) -> str | None:
         """The torch layer of ``self.<attr>[key]`` when ``self.<attr>`` is an nn.ModuleDict
@@ -3154,6 +3280,27 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return info.attr_rule[attr]
             info = self.index.classes.get(info.module_base or "")
         return ""
+
+    def _chain_layer_rule(self, node: cst.BaseExpression) -> str | None:
+        """The torch layer ``self.a.b.c`` is when ``self.a`` and ``.b`` are each built by one
+        module class of this file (``self.embeddings = ViTEmbeddings(config)``) and ``c`` is a
+        layer of the last one."""
+        names: list[str] = []
+        while isinstance(node, cst.Attribute):
+            names.append(node.attr.value)
+            node = node.value
+        if not m.matches(node, m.Name("self")) or len(names) < 2:
+            return None
+        names.reverse()
+        info = self.index.classes.get(self.current_class or "")
+        for name in names[:-1]:
+            if info is None:
+                return None
+            built = info.built_by.get(name, set()) & self.index.module_classes
+            if len(built) != 1 or name in info.attr_rule:
+                return None
+            info = self.index.classes.get(built.pop())
+        return info.attr_rule.get(names[-1]) if info is not None else None
 
     def _weight_read_as_value(self, node: cst.Attribute) -> bool:
         """``self.fc.weight`` read for its values outside construction: handed to a function or
@@ -3743,7 +3890,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if rule is not None and (info.module_base == "torch"
                                  or self._takes_layer_arguments(info.module_base)):
             # super().__init__(normalized_shape, eps=eps): the JAX layer's arguments
-            return self._layer_arguments(original, updated, rule)
+            return self._layer_arguments(original, updated, rule, super_init=True)
         if info.module_base == "torch" and info.container and not self.linen:
             return updated  # nnx.Dict / nnx.List take torch's arguments (a mapping, a list)
         if info.module_base == "torch":
@@ -4011,7 +4158,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         return True
 
     def _layer_arguments(self, original: cst.Call, updated: cst.Call,
-                         rule: Rule) -> cst.BaseExpression:
+                         rule: Rule, super_init: bool = False) -> cst.BaseExpression:
         """A call that builds a subclass of a torch layer (``LayerNorm2d(dim, eps=1e-6)``,
         ``super().__init__(...)``): the layer rule's translation of the arguments, called on
         the subclass."""
@@ -4024,7 +4171,12 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                     defined=self.index.defined)
         if rule.special:
             out = SPECIALS[rule.special](site)
-            if isinstance(out, cst.Call) and code(out.func) == "Embedding":
+            if (isinstance(out, cst.Call) and code(out.func) == "Embedding" and super_init
+                    and self.index.classes[self.current_class].module_base == "torch"):
+                # class Scaled(nn.Embedding) with super().__init__(n, d, padding_idx): it
+                # derives from the Embedding helper, which has the padding row
+                self._padded_embedding_subclasses.add(self.current_class)
+            elif isinstance(out, cst.Call) and code(out.func) == "Embedding":
                 raise Untranslatable(f"{rule.torch} subclass with padding_idx: the subclass "
                                      "derives from nnx.Embed, which has no padding row",
                                      rule=rule.id)
@@ -4148,8 +4300,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
 
     def _module_class_locals(self) -> set[str]:
         """Names the enclosing function assigns a module class of the file (or of another
-        file of the package) to: ``stem_type = SimpleStemIN``, or an item of a local list of
-        them (``blocks = [BasicConv2d, InceptionA]; inception_a = blocks[1]``)."""
+        file of the package) to: ``stem_type = SimpleStemIN``, an item of a local list of
+        them (``blocks = [BasicConv2d, InceptionA]; inception_a = blocks[1]``), or one of
+        two (``attention_class = Cross if is_cross_attention else Self``)."""
         fn = self._fn_stack[-1]
         if fn in self._class_locals:
             return self._class_locals[fn]
@@ -4160,11 +4313,14 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         lists = {name for name, value in assigns if isinstance(value, (cst.List, cst.Tuple))
                  and value.elements and all(isinstance(e.value, cst.Name)
                                             and e.value.value in classes for e in value.elements)}
-        found = self._class_locals[fn] = {
-            name for name, value in assigns
-            if (isinstance(value, cst.Name) and value.value in classes)
-            or (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
-                and value.value.value in lists)}
+        def a_class(value: cst.BaseExpression) -> bool:
+            if isinstance(value, cst.IfExp):  # Cross if is_cross_attention else Self
+                return a_class(value.body) and a_class(value.orelse)
+            return (isinstance(value, cst.Name) and value.value in classes) or (
+                isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
+                and value.value.value in lists)
+
+        found = self._class_locals[fn] = {name for name, value in assigns if a_class(value)}
         return found
 
     def _param_default(self, name: str) -> str | None:
@@ -4238,9 +4394,16 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                                  "helper class is NNX only)", rule=rule.id)
         needs_rngs = (target.startswith("nnx.") and target[4:5].isupper() or helper_class) \
             and not self.linen
+        sequences: frozenset[str] = frozenset()
+        if self.values is not None and rule.special == "conv":  # kernel_size=patch_size
+            given = bind(original.args, rule.params)
+            sequences = frozenset(k for k in ("kernel_size", "stride", "dilation")
+                                  if isinstance(given.get(k), cst.Name) and self.values.kind(
+                                      given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
         site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
                     rngs=self.rngs_expr(original) if needs_rngs else None,
-                    defined=self.index.defined, per_example=self.for_equinox)
+                    defined=self.index.defined, per_example=self.for_equinox,
+                    sequences=sequences)
         if rule.special:
             out = SPECIALS[rule.special](site)
             name = code(out.func) if isinstance(out, cst.Call) else None
@@ -4402,6 +4565,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         site = Site(rule=rule, args=b, receiver=updated.func.value,
                     unpack=self._unpack.get(id(original)), target=self.emitter.name,
                     dtypes=dtypes)
+        binder = self._binder(original)
+        if binder is not None:
+            site.bind, site.before = binder
         return self._apply(original, site, receiver_first=True)
 
     def _apply(self, original, site: Site, receiver_first: bool) -> cst.BaseExpression:

@@ -73,11 +73,15 @@ def conv(site: Site) -> cst.BaseExpression:
             f"padding_mode={mode!r}: flax convolutions only zero-pad; pad with jnp.pad "
             "(mode 'reflect'/'edge'/'wrap') and use padding='VALID'"
         )
+    def sizes(name: str) -> cst.BaseExpression:  # a tuple already, or (k, k)
+        node = a.get(name)
+        return node if name in site.sequences else tuple_of(node, n)
+
     out = [arg(a.get("in_channels")), arg(a.get("out_channels")),
-           arg(tuple_of(a.get("kernel_size"), n), "kernel_size")]
+           arg(sizes("kernel_size"), "kernel_size")]
     stride = site.lit("stride")
     if stride != 1:
-        out.append(arg(tuple_of(a.get("stride"), n), "strides"))
+        out.append(arg(sizes("stride"), "strides"))
     padding = site.get("padding")
     pad_value = site.lit("padding")
     if isinstance(pad_value, str):
@@ -87,7 +91,7 @@ def conv(site: Site) -> cst.BaseExpression:
     else:
         out.append(arg(_pairs(padding if padding is not None else py(0), n), "padding"))
     if site.lit("dilation") != 1:
-        out.append(arg(tuple_of(a.get("dilation"), n), "kernel_dilation"))
+        out.append(arg(sizes("dilation"), "kernel_dilation"))
     if site.lit("groups") != 1:
         out.append(arg(a.get("groups"), "feature_group_count"))
     if site.lit("bias") is not True:
@@ -685,6 +689,12 @@ def _is_dtype(node: cst.BaseExpression) -> bool:
     return text.startswith(("jnp.", "torch.")) and not text.startswith("torch.device")
 
 
+@special("t")
+def t(site: Site) -> cst.BaseExpression:
+    """x.t() / torch.t(x): the transpose of a matrix (a vector as it is; .T does both)."""
+    return expr("{x}.T", x=site.x())
+
+
 @special("type_as")
 def type_as(site: Site) -> cst.BaseExpression:
     return expr("{x}.astype({o}.dtype)", x=site.x(), o=site.args.get("other"))
@@ -713,6 +723,10 @@ def expand(site: Site) -> cst.BaseExpression:
         return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
     n = len(sizes)
     parts = []
+    if not is_simple(x) and any(int_value(s) == -1 for s in sizes) and site.bind is not None:
+        # torch.arange(n).expand((1, -1)): the tensor named before the statement, as its
+        # sizes are read (x.shape[i]) beside it
+        x = site.bind(x, _hint(x))
     for i, s in enumerate(sizes):
         if int_value(s) == -1:
             if not is_simple(x):
@@ -722,6 +736,17 @@ def expand(site: Site) -> cst.BaseExpression:
             parts.append(code(s))
     return call("jnp.broadcast_to", arg(x), arg(expr("(" + ", ".join(parts) + ("," if n == 1
                                                                                  else "") + ")")))
+
+
+def _hint(x: cst.BaseExpression) -> str:
+    """A local name for the value of ``x``: its function's name (``jnp.arange(n)``: arange)."""
+    if isinstance(x, cst.Call):
+        func = x.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else (
+            func.value if isinstance(func, cst.Name) else "")
+        if name.isidentifier() and not name.startswith("_"):
+            return name
+    return "value"
 
 
 @special("repeat")
