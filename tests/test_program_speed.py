@@ -94,11 +94,19 @@ def test_batch_indices_are_drawn_on_the_host() -> None:
     code = convert_source(PROGRAM.read_text(), path=str(PROGRAM)).code
     assert "host_rng = np.random.default_rng(seed)\n" in code
     assert "    ix = host_rng.integers(0, len(data) - block_size, (batch_size,))\n" in code
-    assert "    x = jnp.take(data, ix[:, None] + np.arange(block_size), axis=0)\n" in code
-    assert "    y = jnp.take(data, (ix + 1)[:, None] + np.arange(block_size), axis=0)\n" in code
-    assert "jax.random.randint" not in code
+    # the data only feeds the batches: a numpy array, gathered by a numpy index
+    assert ("data = np.asarray([(i * 7 + i // 11) % vocab_size for i in range(20000)], "
+            "dtype=np.int32)\n") in code
+    assert "    x = data[ix[:, None] + np.arange(block_size)]\n" in code
+    assert "    y = data[(ix + 1)[:, None] + np.arange(block_size)]\n" in code
+    assert "jax.random.randint" not in code and "jnp.take" not in code
     # the model's initialisation keeps its JAX key
     assert "rngs=nnx.Rngs(subkey)" in code
+    # one loop: the step is defined after the split and closes over its graphdef
+    assert ("graphdef, train_state = nnx.split((model, optimizer))\n\n\n"
+            "@partial(jax.jit, donate_argnums=0)\ndef train_step(train_state, xb, yb):\n"
+            "    model, optimizer = nnx.merge(graphdef, train_state)\n") in code
+    assert "    train_state, loss = train_step(train_state, xb, yb)\n" in code
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
@@ -137,6 +145,58 @@ def test_draws_that_reach_values_keep_jax_keys() -> None:
     assert "kept = jax.random.randint(" in code
     assert "noise = jax.random.normal(" in code
     assert "host_rng = np.random.default_rng(SEED)" in code
+
+
+SPLITS = '''import torch
+
+torch.manual_seed(7)
+block_size = 8
+data = torch.tensor([(i * 5) % 23 for i in range(200)], dtype=torch.long)
+n = int(0.9 * len(data))
+train_data = data[:n]
+val_data = data[n:]
+
+
+def get_batch(split):
+    data = train_data if split == "train" else val_data
+    ix = torch.randint(len(data) - block_size, (4,))
+    x = torch.stack([data[i:i + block_size] for i in ix])
+    y = torch.stack([data[i + 1:i + block_size + 1] for i in ix])
+    return x, y
+'''
+
+
+def test_data_that_only_feeds_batches_stays_on_the_host() -> None:
+    """The character-level shape (a train/val split, the split chosen per call): the token
+    tensor and its slices are numpy, every batch one numpy gather of the drawn rows."""
+    code = convert_source(SPLITS).code
+    assert ("data = np.asarray([(i * 5) % 23 for i in range(200)], dtype=np.int32)\n"
+            in code)
+    assert "    x = data[ix[:, None] + np.arange(block_size)]\n" in code
+    assert "    y = data[(ix + 1)[:, None] + np.arange(block_size)]\n" in code
+    assert "jnp.take" not in code and "jnp.stack" not in code
+    ns: dict = {}
+    exec(compile(code, "converted.py", "exec"), ns)
+    import numpy as np
+
+    x, y = ns["get_batch"]("train")
+    assert isinstance(x, np.ndarray) and x.dtype == np.int32 and x.shape == (4, 8)
+    # the rows the script's generator drew, read back from the same stream
+    rows = np.random.default_rng(7).integers(0, 180 - 8, (4,))
+    tokens = np.array([(i * 5) % 23 for i in range(180)])
+    np.testing.assert_array_equal(x, np.stack([tokens[r:r + 8] for r in rows]))
+    np.testing.assert_array_equal(y, np.stack([tokens[r + 1:r + 9] for r in rows]))
+    xv, _ = ns["get_batch"]("val")
+    assert xv.shape == (4, 8) and set(xv.ravel()) <= {(i * 5) % 23 for i in range(180, 200)}
+
+
+def test_data_read_by_anything_else_stays_a_jax_array() -> None:
+    for extra in ("print(data.sum())\n", "data = data * 2\n", "scale = data.float().mean()\n"):
+        code = convert_source(SPLITS + extra).code
+        assert "data = jnp.asarray([(i * 5) % 23 for i in range(200)], dtype=jnp.int32)" in code
+        assert not re.search(r"\bnp\.asarray\(", code)
+        # the rows are still one gather with a host-side index
+        assert "x = jnp.take(data, ix[:, None] + np.arange(block_size), axis=0)" in code
 
 
 def test_a_seed_the_converter_cannot_place_keeps_jax_random() -> None:

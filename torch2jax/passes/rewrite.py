@@ -3268,6 +3268,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                                                   _call_name(original_node)), "error",
                       exc.message)
             return updated_node
+        if id(original_node) in self.data.host.arrays:
+            result = ha.numpy_array(result)  # an array that only feeds host-side batches
         if result is not updated_node:
             result = _call_partial(result)
             self._note_imports(result)
