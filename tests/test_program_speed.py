@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch import assert_compiles_once, compile_once_env
 
 from torch2jax.convert import convert_source
 
@@ -62,8 +63,9 @@ def test_training_step_is_one_jax_jit_of_the_split_state(path: Path, converted) 
 def _run(script: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
                           text=True, timeout=300, check=False,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+                          env=compile_once_env({**os.environ, "OMP_NUM_THREADS": "1", **env}))
     assert done.returncode == 0, done.stderr[-3000:]
+    assert_compiles_once(done, script)
     return done
 
 
@@ -223,3 +225,40 @@ def test_converted_gpt_program_runs_with_host_batches_and_one_compile(tmp_path: 
     # both start near log(vocab_size) = 3.87 and fall well below it by iteration 40
     for losses in (jax_losses, torch_losses):
         assert abs(losses[0] - 3.87) < 0.6 and losses[-1] < 0.5 * losses[0], losses
+
+
+SAMPLE = ROOT / "benchmarks" / "programs" / "gpt_sample.py"
+
+
+@pytest.mark.slow
+def test_converted_sampling_program_compiles_generate_once(tmp_path: Path) -> None:
+    """The sampling benchmark, converted: its warm-up and timed generate() calls share one
+    compile (the same prompt and length), and it prints the tokens it drew."""
+    script = tmp_path / "gpt_sample.py"
+    code = convert_source(SAMPLE.read_text(), path=str(SAMPLE)).code
+    assert "jax.block_until_ready(generate(model, start, max_new_tokens" in code
+    script.write_text(code)
+    done = _run(script, tmp_path, GPT_NEW_TOKENS="12", GPT_TOP_K="5")
+    log = done.stdout + done.stderr
+    assert len(re.findall(r"Compiling jit\(generate\)", log)) == 1
+    tokens = re.search(r"^sample ((?:\d+ ?)+)$", done.stdout, re.MULTILINE)
+    assert tokens and len(tokens[1].split()) == 13  # the start token and 12 drawn
+    assert all(0 <= int(t) < 48 for t in tokens[1].split())
+    assert re.search(r"^tokens_per_s=[0-9.]+$", done.stdout, re.MULTILINE)
+
+
+def test_the_compile_count_sees_a_step_compiled_again(tmp_path: Path) -> None:
+    """The check the program runs above go through: a step defined anew in every epoch
+    compiles again for the same shapes, and the log shows it."""
+    script = tmp_path / "again.py"
+    script.write_text("import jax\nimport jax.numpy as jnp\n\nfor epoch in range(3):\n"
+                      "    @jax.jit\n    def step(x):\n        return x * 2\n\n"
+                      "    step(jnp.ones(4))\n    step(jnp.ones(5))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, check=True, env=compile_once_env())
+    with pytest.raises(AssertionError, match=r"step.*: 3"):
+        assert_compiles_once(done, script)
+    script.write_text(script.read_text().replace("for epoch in range(3):\n", "if True:\n"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, check=True, env=compile_once_env())
+    assert_compiles_once(done, script)  # two shapes, one compile each
