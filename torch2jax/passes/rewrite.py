@@ -2102,6 +2102,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                     self._hoist.extend(dt.mesh_statements())
                     if self.data.shard == "params":
                         self._hoist.extend(dt.shard_state(model, name))
+                    elif around is not None:
+                        self._hoist.extend(dt.replicate_state(model, name))
                     new_body = [dt.shard_batch(batch), *new_body]
                 if module_hoist:
                     # train(model, loader, optimizer) runs once per epoch: a step defined in it
