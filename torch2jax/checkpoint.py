@@ -401,7 +401,7 @@ def convert_weights(
 def weights_command(
     state_dict_file: Path,
     model: str,
-    torch_model: str,
+    torch_model: str | None,
     out: Path,
     args_json: str | None,
     build: str | None,
@@ -413,6 +413,22 @@ def weights_command(
     import json
 
     try:
+        if not state_dict_file.exists():
+            raise CheckpointError(f"{state_dict_file}: no such file or directory")
+        if state_dict_file.is_dir():  # a transformers save_pretrained directory
+            if torch_model is not None or args_json is not None or build is not None:
+                raise CheckpointError(f"{state_dict_file} is a save_pretrained directory: "
+                                      "its config.json builds the model (no --torch-model, "
+                                      "--args or --build)")
+            from torch2jax.hf_weights import convert_pretrained
+
+            written, report = convert_pretrained(state_dict_file, model, out,
+                                                 overwrite=overwrite)
+            echo(f"wrote {written}: {report.summary()}", False)
+            return 0
+        if torch_model is None:
+            raise CheckpointError(f"{state_dict_file}: a state_dict file needs --torch-model "
+                                  "(its torch original); a save_pretrained directory does not")
         args = json.loads(args_json) if args_json else None
         if args is not None and not isinstance(args, dict):
             raise CheckpointError("--args must be a JSON object of constructor keyword arguments")

@@ -322,15 +322,18 @@ def explain(name: Annotated[str, typer.Argument(help="e.g. torch.nn.BatchNorm2d,
 
 @app.command()
 def weights(
-    state_dict_file: Annotated[Path, typer.Argument(help="A .pt/.pth or .safetensors file.")],
+    state_dict_file: Annotated[Path, typer.Argument(
+        help="A .pt/.pth or .safetensors file, or a transformers save_pretrained directory.")],
     model: Annotated[str, typer.Option("--model", help="Converted FILE.py::Name.")],
-    torch_model: Annotated[str, typer.Option("--torch-model", help="Its torch original.")],
     out: Annotated[Path, typer.Option("--out", help="The orbax checkpoint folder to write.")],
+    torch_model: Annotated[str | None, typer.Option(
+        "--torch-model", help="Its torch original (a state_dict file only).")] = None,
     args: Annotated[str | None, typer.Option("--args", help="Constructor kwargs as JSON.")] = None,
     build: Annotated[str | None, typer.Option("--build", help="Constructor expression.")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out.")] = False,
 ) -> None:
-    """Convert trained torch weights into an orbax checkpoint of the converted NNX model."""
+    """Convert trained torch weights into an orbax checkpoint of the converted NNX model (from
+    a transformers save_pretrained directory: its safetensors and config.json, no torch)."""
     from torch2jax.checkpoint import weights_command
 
     code = weights_command(state_dict_file, model, torch_model, out, args, build, overwrite,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging as _logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -40,6 +41,7 @@ __all__ = [
     "ModelOutput",
     "OutputRecorder",
     "PreTrainedModel",
+    "StaticCache",
     "TransformersKwargs",
     "Unpack",
     "attention_dropout",
@@ -52,6 +54,7 @@ __all__ = [
     "deprecate_kwarg",
     "dynamic_rope_update",
     "get_activation",
+    "greedy_generate",
     "logging",
     "maybe_autocast",
     "merge_with_config_defaults",
@@ -186,7 +189,7 @@ class MaskedLMOutput(ModelOutput):
     pass
 
 
-# --- caches and generation (not translated yet) -----------------------------------------------
+# --- caches and generation -----------------------------------------------------------------
 
 
 class Cache:
@@ -195,16 +198,150 @@ class Cache:
 
 class DynamicCache(Cache):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("KV caches are not translated to JAX yet: call the model "
-                                  "with use_cache=False (config.use_cache is not read)")
+        raise NotImplementedError("KV caches that grow (DynamicCache) are not translated to "
+                                  "JAX: pass a StaticCache (cache=StaticCache(max_length)) or "
+                                  "call model.generate; without a cache, use_cache=False "
+                                  "(config.use_cache is not read)")
 
 
 class EncoderDecoderCache(DynamicCache):
     pass
 
 
+@jax.tree_util.register_pytree_node_class
+class StaticCache(Cache):
+    """A preallocated KV cache of ``max_length`` slots, static shapes: one compile serves
+    every decoding step.
+
+    Each layer's keys and values are a ``(batch, kv_heads, max_length, head_dim)`` buffer,
+    made at the layer's first ``update``. A forward pass with ``cache=`` writes its keys and
+    values at slots ``offset, offset + 1, ...`` (``jax.lax.dynamic_update_slice``) and attends
+    over the whole buffer: the mask (:func:`create_causal_mask`, given this cache) lets a
+    query see the slots up to its own whose ``attention_mask`` entry is 1, so the
+    ``attention_mask`` passed covers all ``max_length`` slots. ``offset`` is not advanced by
+    the forward pass (every layer writes at the same slots): ``advance(n)`` after it."""
+
+    def __init__(self, max_length: int, keys: list[jax.Array] | None = None,
+                 values: list[jax.Array] | None = None, offset: int | jax.Array = 0) -> None:
+        self.max_length = max_length
+        self.keys = list(keys or [])
+        self.values = list(values or [])
+        self.offset = offset
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], int]:
+        return (self.keys, self.values, self.offset), self.max_length
+
+    @classmethod
+    def tree_unflatten(cls, max_length: int, children: tuple[Any, ...]) -> StaticCache:
+        return cls(max_length, *children)
+
+    def update(self, key_states: jax.Array, value_states: jax.Array, layer_idx: int,
+               *args: Any, **kwargs: Any) -> tuple[jax.Array, jax.Array]:
+        if layer_idx == len(self.keys):  # the layer's first update: its buffers
+            batch, heads, _, _ = key_states.shape
+            self.keys.append(jnp.zeros((batch, heads, self.max_length, key_states.shape[3]),
+                                       key_states.dtype))
+            self.values.append(jnp.zeros((batch, heads, self.max_length,
+                                          value_states.shape[3]), value_states.dtype))
+        start = (0, 0, self.offset, 0)
+        self.keys[layer_idx] = jax.lax.dynamic_update_slice(
+            self.keys[layer_idx], key_states.astype(self.keys[layer_idx].dtype), start)
+        self.values[layer_idx] = jax.lax.dynamic_update_slice(
+            self.values[layer_idx], value_states.astype(self.values[layer_idx].dtype), start)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int | jax.Array:
+        return self.offset
+
+    def get_max_cache_shape(self, layer_idx: int = 0) -> int:
+        return self.max_length
+
+    def advance(self, n: int | jax.Array) -> None:
+        self.offset = self.offset + n
+
+
+def _step(model: Any, tokens: jax.Array, mask: jax.Array, positions: jax.Array,
+          cache: StaticCache) -> tuple[jax.Array, StaticCache]:
+    """One forward pass over ``tokens`` at slots ``cache.offset...``: the logits of the last
+    token, the cache holding their keys and values."""
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(
+        type(model).__call__).parameters else {}
+    out = model(tokens, attention_mask=mask, position_ids=positions, cache=cache,
+                use_cache=True, **keep)
+    cache.advance(tokens.shape[1])
+    return out.logits[:, -1, :], cache
+
+
+@nnx.jit(static_argnames=("max_new_tokens", "eos_token_ids", "pad_token_id"))
+def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array, *,
+                    max_new_tokens: int, eos_token_ids: tuple[int, ...] = (),
+                    pad_token_id: int = 0) -> jax.Array:
+    """Greedy decoding with a :class:`StaticCache` of ``prompt + max_new_tokens`` slots: the
+    prompt in one pass, then one token per ``lax.while_loop`` step (compiled once), until
+    ``max_new_tokens`` or every row has produced an end token. Returns the prompt and the
+    new tokens, ``(batch, prompt + max_new_tokens)``; a row that has ended is padded with
+    ``pad_token_id``, as transformers' generate pads it. Left padding (``attention_mask`` 0
+    before the prompt) gives the positions transformers gives: ``cumsum(mask) - 1``."""
+    batch, prompt = input_ids.shape
+    total = prompt + max_new_tokens
+    attention_mask = attention_mask.astype(jnp.int32)
+    mask = jnp.concatenate([attention_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], 1)
+    positions = jnp.where(attention_mask == 0, 1, jnp.cumsum(attention_mask, -1) - 1)
+    eos = jnp.asarray(eos_token_ids, input_ids.dtype)
+
+    logits, cache = _step(model, input_ids, mask, positions, StaticCache(total))
+    token = jnp.argmax(logits, -1).astype(input_ids.dtype)
+    tokens = jnp.full((batch, max_new_tokens), pad_token_id, input_ids.dtype)
+    tokens = tokens.at[:, 0].set(token)
+    done = jnp.isin(token, eos)
+
+    def more(carry: tuple[Any, ...]) -> jax.Array:
+        i, _, _, _, _, done = carry
+        return (i < max_new_tokens) & ~jnp.all(done)
+
+    def step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        i, token, position, cache, tokens, done = carry
+        logits, cache = _step(model, token[:, None], mask, position[:, None], cache)
+        token = jnp.where(done, pad_token_id, jnp.argmax(logits, -1).astype(token.dtype))
+        tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, i))
+        return i + 1, token, position + 1, cache, tokens, done | jnp.isin(token, eos)
+
+    next_position = jnp.sum(attention_mask, -1)
+    carry = (jnp.asarray(1), token, next_position, cache, tokens, done)
+    tokens = jax.lax.while_loop(more, step, carry)[4]
+    return jnp.concatenate([input_ids, tokens], axis=1)
+
+
 class GenerationMixin:
-    """transformers' generate() is not translated: the converted model has no .generate."""
+    """transformers' generate, greedy only (:func:`greedy_generate`): the other strategies
+    (sampling, beams) raise."""
+
+    def generate(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
+                 max_new_tokens: int | None = None, do_sample: bool = False,
+                 num_beams: int = 1, eos_token_id: int | list[int] | None = None,
+                 pad_token_id: int | None = None, **kwargs: Any) -> jax.Array:
+        if do_sample or num_beams != 1 or kwargs:
+            asked = {"do_sample": do_sample, "num_beams": num_beams, **kwargs}
+            raise NotImplementedError(f"generate{asked}: only greedy decoding is translated "
+                                      "(do_sample=False, num_beams=1, max_new_tokens, "
+                                      "attention_mask, eos_token_id, pad_token_id)")
+        config = getattr(self, "generation_config", None) or self.config
+        if max_new_tokens is None:
+            max_new_tokens = getattr(config, "max_new_tokens", None) or 20
+        if eos_token_id is None:
+            eos_token_id = getattr(config, "eos_token_id", None)
+        eos = tuple(eos_token_id) if isinstance(eos_token_id, (list, tuple)) else (
+            () if eos_token_id is None else (eos_token_id,))
+        if pad_token_id is None:
+            pad_token_id = getattr(config, "pad_token_id", None)
+        if pad_token_id is None:
+            pad_token_id = eos[0] if eos else 0
+        input_ids = jnp.asarray(input_ids)
+        if attention_mask is None:
+            attention_mask = jnp.ones(input_ids.shape, jnp.int32)
+        return greedy_generate(self, input_ids, jnp.asarray(attention_mask),
+                               max_new_tokens=int(max_new_tokens), eos_token_ids=eos,
+                               pad_token_id=int(pad_token_id))
 
 
 # --- decorators (transformers.utils) ----------------------------------------------------------
@@ -238,8 +375,8 @@ def deprecate_kwarg(old_name: str, version: str | None = None, new_name: str | N
 
 
 def merge_with_config_defaults(func: Callable) -> Callable:
-    """transformers fills use_cache (and vision options) from the config; the KV cache is not
-    translated, so use_cache is left as the caller passed it (an explicit True raises)."""
+    """transformers fills use_cache (and vision options) from the config; here use_cache is
+    left as the caller passed it (True needs a StaticCache passed in)."""
     return func
 
 
@@ -526,21 +663,28 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
           window: int | None) -> jax.Array | None:
     """What transformers' mask functions give for eager attention (additive: 0 where a query
     may attend, the dtype's minimum elsewhere) or sdpa (boolean, True where it may; None for a
-    plain causal mask, which sdpa applies itself), (batch, 1, seq, seq)."""
-    if cache is not None:
-        raise NotImplementedError("KV caches are not translated to JAX yet (use_cache=False)")
+    plain causal mask, which sdpa applies itself), (batch, 1, seq, keys). With a
+    :class:`StaticCache` the keys are its ``max_length`` slots, the queries at slots
+    ``cache.offset...``, and ``attention_mask`` covers the slots."""
+    if cache is not None and not isinstance(cache, StaticCache):
+        raise NotImplementedError("only StaticCache is translated to JAX (use_cache=False "
+                                  "without a cache)")
     if attention_mask is not None and attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     eager = _eager(config)
-    if attention_mask is None and window is None and not eager:
+    if attention_mask is None and window is None and not eager and cache is None:
         return None
     batch, length = inputs_embeds.shape[:2]
-    q = jnp.arange(length)[:, None]
-    kv = jnp.arange(length)[None, :]
+    keys, first = (length, 0) if cache is None else (cache.max_length, cache.offset)
+    if attention_mask is not None and attention_mask.shape[1] != keys:
+        raise ValueError(f"attention_mask has {attention_mask.shape[1]} columns, the keys are "
+                         f"{keys} (with a StaticCache: one per slot)")
+    q = first + jnp.arange(length)[:, None]
+    kv = jnp.arange(keys)[None, :]
     allowed = kv <= q
     if window is not None:
         allowed = allowed & (kv > q - window)
-    allowed = jnp.broadcast_to(allowed, (batch, 1, length, length))
+    allowed = jnp.broadcast_to(allowed, (batch, 1, length, keys))
     if attention_mask is not None:
         allowed = allowed & attention_mask.astype(bool)[:, None, None, :]
     if not eager:

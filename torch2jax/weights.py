@@ -392,15 +392,16 @@ def _rule_entries(rule: Rule, attr: str) -> list[WeightMap]:
     return [wm for key, wm in rule.weights.items() if weight_source(key) == attr]
 
 
-def _target_of(key: str, modules: Mapping[str, Any], table: Mapping[type, Rule]) -> list[_Target]:
+def _target_of(key: str, rule_at: Callable[[str], Rule | None]) -> list[_Target]:
     """Where one state_dict key goes: one target, or one per part of a split entry.
 
-    The outermost module with a rule naming the rest of the key decides: MultiheadAttention's
-    rule maps ``out_proj.weight``, which its inner Linear's rule would map elsewhere."""
+    ``rule_at(prefix)`` is the layer rule of the module at the dotted ``prefix`` (None: no
+    rule, or no module). The outermost module with a rule naming the rest of the key decides:
+    MultiheadAttention's rule maps ``out_proj.weight``, which its inner Linear's rule would map
+    elsewhere."""
     parts = key.split(".")
     for cut in range(len(parts)):
-        owner = modules.get(".".join(parts[:cut]))
-        rule = rule_for_module(owner, table) if owner is not None else None
+        rule = rule_at(".".join(parts[:cut]))
         if rule is None:
             continue
         entries = _rule_entries(rule, ".".join(parts[cut:]))
@@ -413,17 +414,109 @@ def _target_of(key: str, modules: Mapping[str, Any], table: Mapping[type, Rule])
     return [_Target([*owner_path.split("."), attr] if owner_path else [attr], "as_is", None)]
 
 
+@dataclass(frozen=True)
+class _Source:
+    """What the plan reads from the weights' side: a torch module (:func:`plan_transfer`) or
+    arrays by state_dict name (:func:`plan_array_transfer`), so that both follow one plan."""
+
+    state: Mapping[str, Any]  # state_dict key -> tensor or array
+    rule_at: Callable[[str], Rule | None]  # dotted module path -> its layer rule
+    positional: Callable[[list[str]], list[str]]  # torch path components -> NNX ones
+    to_numpy: Callable[[Any], np.ndarray]
+    groups: list[list[str]]  # keys holding one value (tied), each key in exactly one group
+    what: str = "torch tensor"  # how messages name an entry
+
+
 def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = None) -> TransferPlan:
     """Work out every state_dict entry's destination without touching the NNX model."""
-    nnx = _nnx()
     table = layer_rules_by_class(rules or builtin_rules())
     modules = dict(torch_module.named_modules(remove_duplicate=False))
-    paths = {id(v): tuple(p) for p, v in nnx.iter_graph(nnx_model) if isinstance(v, nnx.Variable)}
     state = torch_module.state_dict(keep_vars=True)
+
+    def rule_at(prefix: str) -> Rule | None:
+        owner = modules.get(prefix)
+        return rule_for_module(owner, table) if owner is not None else None
 
     groups: dict[Any, list[str]] = {}
     for key, tensor in state.items():
         groups.setdefault(_storage_key(tensor) or ("unique", key), []).append(key)
+    return _plan(_Source(state, rule_at, lambda c: _positional(c, modules), _to_numpy,
+                         list(groups.values())), nnx_model)
+
+
+def nnx_layer_rules(rules: RuleSet) -> dict[type, Rule | None]:
+    """Each flax NNX layer class that a layer rule builds (``nnx = "nnx.Linear"``) and that
+    rule; None for a class that rules with different ``weights`` tables build (ambiguous)."""
+    nnx = _nnx()
+    table: dict[type, Rule | None] = {}
+    for rule in rules.layers.values():
+        target = rule.targets.get("nnx") or ""
+        if not rule.weights or not target.startswith("nnx.") or not target[4:].isidentifier():
+            continue
+        cls = getattr(nnx, target[4:], None)
+        if not isinstance(cls, type):
+            continue
+        if cls in table and (table[cls] is None or table[cls].weights != rule.weights):
+            table[cls] = None
+        else:
+            table[cls] = rule
+    return table
+
+
+def plan_array_transfer(arrays: Mapping[str, Any], nnx_model: Any,
+                        rules: RuleSet | None = None, ties: Mapping[str, str] | None = None,
+                        what: str = "checkpoint tensor") -> TransferPlan:
+    """:func:`plan_transfer` for arrays by torch state_dict name (a safetensors file read with
+    ``safetensors.numpy``), without torch: the layer rule of an entry is the one whose flax
+    class the NNX model holds at the entry's module path (``model.layers.0.q_proj`` is an
+    ``nnx.Linear``, so its ``weight`` is transposed into ``kernel``); a module of the converted
+    file holds its own parameters under torch's names. ``ties`` maps a key to the key whose
+    value it shares (transformers' ``_tied_weights_keys``): the NNX model has one parameter for
+    both, and a file holding both must hold equal values."""
+    table = nnx_layer_rules(rules or builtin_rules())
+    nnx = _nnx()
+
+    def rule_at(prefix: str) -> Rule | None:
+        obj = nnx_model
+        for name in prefix.split(".") if prefix else ():
+            try:
+                obj = _step(obj, name)
+            except (AttributeError, KeyError, IndexError, TypeError):
+                return None
+        if not isinstance(obj, nnx.Module):
+            return None
+        for cls in type(obj).__mro__:
+            if cls in table:
+                return table[cls]
+        return None
+
+    groups: dict[str, list[str]] = {}
+    for key in arrays:
+        root = key
+        seen = {root}
+        while ties and root in ties and ties[root] not in seen:
+            root = ties[root]
+            seen.add(root)
+        groups.setdefault(root, []).append(key)
+    problems = []
+    for keys in groups.values():
+        first = np.asarray(arrays[keys[0]])
+        for other in keys[1:]:
+            value = np.asarray(arrays[other])
+            if value.shape != first.shape or not np.array_equal(value, first):
+                problems.append(f"{keys[0]} and {other} are tied in the model but hold "
+                                "different values in the checkpoint")
+    plan = _plan(_Source(arrays, rule_at, list, lambda a: np.asarray(a), list(groups.values()),
+                         what), nnx_model)
+    plan.problems[:0] = problems
+    return plan
+
+
+def _plan(source: _Source, nnx_model: Any) -> TransferPlan:
+    """The plan of :func:`plan_transfer` and :func:`plan_array_transfer`."""
+    nnx = _nnx()
+    paths = {id(v): tuple(p) for p, v in nnx.iter_graph(nnx_model) if isinstance(v, nnx.Variable)}
+    state = source.state
 
     mappings: dict[str, ParamMapping] = {}  # torch key -> its (first) mapping
     part_maps: dict[str, list[ParamMapping]] = {}  # torch key -> its mappings, one per part
@@ -432,20 +525,20 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
     problems: list[str] = []
     receivers: dict[int, tuple[str, bool]] = {}  # id(nnx variable) -> (slot filling it, sum)
 
-    for keys in groups.values():
+    for keys in source.groups:
         unresolved: list[tuple[str, str | None, str]] = []
         carrier: str | None = None
         for key in keys:
             tensor = state[key]
             shape = tuple(tensor.shape)
-            targets = _target_of(key, modules, table)
+            targets = _target_of(key, source.rule_at)
             resolved = []
             for t in targets:
                 if t.components is None:
                     mappings[key] = ParamMapping(key, "dropped", None, t.layout, t.rule,
                                                  torch_shape=shape)
                     continue
-                var, why = _find_variable(nnx_model, _positional(t.components, modules))
+                var, why = _find_variable(nnx_model, source.positional(t.components))
                 if var is None:
                     unresolved.append((key, t.rule, why or ""))
                     break
@@ -453,7 +546,7 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
             else:
                 for t, var in resolved:
                     m = _plan_one(key, tensor, t, var, paths, receivers, mappings, values,
-                                  variables, problems)
+                                  variables, problems, source.to_numpy)
                     if m is not None:
                         part_maps.setdefault(key, []).append(m)
                 if key in part_maps:
@@ -471,14 +564,15 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
                 )
             else:
                 mapped_by = f" (rule {rule})" if rule else ""
-                problems.append(f"torch {key}{mapped_by} has no NNX counterpart: {why}")
+                problems.append(f"{source.what.split()[0]} {key}{mapped_by} has no NNX "
+                                f"counterpart: {why}")
 
     unset: list[str] = []
     for path, var in nnx.iter_graph(nnx_model):
         if not isinstance(var, nnx.Variable) or id(var) in receivers:
             continue
         if isinstance(var, nnx.Param):
-            problems.append(f"NNX parameter {format_nnx_path(path)} receives no torch tensor")
+            problems.append(f"NNX parameter {format_nnx_path(path)} receives no {source.what}")
         elif not isinstance(var, nnx.RngState):
             unset.append(format_nnx_path(path))
 
@@ -490,12 +584,13 @@ def plan_transfer(torch_module: Any, nnx_model: Any, rules: RuleSet | None = Non
 def _plan_one(key: str, tensor: Any, t: _Target, var: Any, paths: dict[int, NnxPath],
               receivers: dict[int, tuple[str, bool]], mappings: dict[str, ParamMapping],
               values: dict[str, np.ndarray], variables: dict[str, Any],
-              problems: list[str]) -> ParamMapping | None:
+              problems: list[str], to_numpy: Callable[[Any], np.ndarray] | None = None
+              ) -> ParamMapping | None:
     """Plan one (part of a) state_dict entry into ``var``; None when it does not fit."""
     shape = tuple(tensor.shape)
     components = t.components or []
     try:
-        value = apply_layout(_to_numpy(tensor), t.layout)
+        value = apply_layout((to_numpy or _to_numpy)(tensor), t.layout)
     except ValueError as exc:
         problems.append(f"{key}: {exc}")
         return None
@@ -541,6 +636,21 @@ def transfer_state_dict(
     import jax.numpy as jnp
 
     plan = plan_transfer(torch_module, nnx_model, rules)
+    if plan.problems:
+        raise WeightTransferError(plan.problems)
+    for slot, var in plan.variables.items():
+        var.set_value(jnp.asarray(plan.values[slot], dtype=var.dtype))
+    return TransferReport(plan.mappings, plan.unset_variables)
+
+
+def transfer_arrays(arrays: Mapping[str, Any], nnx_model: Any, rules: RuleSet | None = None,
+                    ties: Mapping[str, str] | None = None) -> TransferReport:
+    """:func:`transfer_state_dict` for arrays by torch state_dict name, without torch (see
+    :func:`plan_array_transfer`); raises :class:`WeightTransferError` before writing anything
+    when an entry has no NNX counterpart, a parameter receives nothing or a shape differs."""
+    import jax.numpy as jnp
+
+    plan = plan_array_transfer(arrays, nnx_model, rules, ties)
     if plan.problems:
         raise WeightTransferError(plan.problems)
     for slot, var in plan.variables.items():

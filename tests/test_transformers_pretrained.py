@@ -1,0 +1,278 @@
+"""The transformers tier, past the forward pass: ``save_pretrained`` checkpoints through
+``torch2jax weights`` (no torch on the way), and greedy generation with a KV cache.
+
+Llama (untied head, written sharded too) and GPT-2 (tied head, left out of the file by
+``save_pretrained``) are converted once per module, saved by transformers with random
+weights, turned into orbax checkpoints by the command, restored into the converted model and
+compared with torch. Skipped without transformers; marker ``transformers``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers", exc_type=ImportError)
+
+from typer.testing import CliRunner
+
+from torch2jax.cli import app
+from torch2jax.verify.package import convert_package_file
+from torch2jax.verify.run import _convert_file
+
+pytestmark = pytest.mark.transformers
+
+MODELS = Path(transformers.__file__).parent / "models"
+runner = CliRunner()
+
+# family -> (modeling file, class, config class, config keywords)
+FAMILIES = {
+    "llama": ("llama/modeling_llama.py", "LlamaForCausalLM", "LlamaConfig",
+              {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
+               "max_position_embeddings": 64, "bos_token_id": 1, "eos_token_id": 2,
+               "pad_token_id": 0, "initializer_range": 0.2}),
+    "gpt2": ("gpt2/modeling_gpt2.py", "GPT2LMHeadModel", "GPT2Config",
+             {"n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 64, "n_positions": 32,
+              "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+              "initializer_range": 0.2}),
+}
+
+
+def _import(path: Path, root: Path):
+    sys.path.insert(0, str(root))
+    try:
+        return importlib.import_module(".".join(path.relative_to(root).with_suffix("").parts))
+    finally:
+        sys.path.remove(str(root))
+
+
+class Family:
+    """One family: torch's model with random weights, saved by save_pretrained, and the
+    converted modeling file."""
+
+    def __init__(self, name: str, tmp: Path) -> None:
+        import torch
+
+        file, self.cls, config_cls, kwargs = FAMILIES[name]
+        self.name = name
+        self.path, todos = convert_package_file(
+            MODELS / file, tmp / "converted", lambda f, known: _convert_file(f, "nnx", None, known),
+            {self.cls})
+        assert todos == 0
+        self.module = _import(self.path, tmp / "converted")
+        torch_module = importlib.import_module(
+            f"transformers.models.{file.split('/')[0]}.{Path(file).stem}")
+        torch.manual_seed(0)
+        self.config = getattr(transformers, config_cls)(**kwargs)
+        self.torch_model = getattr(torch_module, self.cls)(self.config).eval()
+        self.saved = tmp / "saved"
+        self.torch_model.save_pretrained(self.saved)
+        self.target = f"{self.path}::{self.cls}"
+
+    def jax_model(self, checkpoint: Path):
+        """The converted model with the checkpoint's weights (orbax alone restores it)."""
+        import orbax.checkpoint as ocp
+        from flax import nnx
+
+        config = type(self.config).from_pretrained(self.saved)
+        abstract = nnx.eval_shape(lambda: getattr(self.module, self.cls)(config,
+                                                                         rngs=nnx.Rngs(1)))
+        graphdef, state = nnx.split(abstract)
+        with ocp.StandardCheckpointer() as checkpointer:
+            state = checkpointer.restore(checkpoint.resolve(), state)
+        model = nnx.merge(graphdef, state)
+        model.eval()
+        return model
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request, tmp_path_factory) -> Family:
+    return Family(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def _weights(*args: str):
+    result = runner.invoke(app, ["weights", *map(str, args)])
+    assert "Traceback" not in result.output
+    return result
+
+
+def _logits_match(fam: Family, checkpoint: Path) -> None:
+    import torch
+    from jax import numpy as jnp
+
+    model = fam.jax_model(checkpoint)
+    ids = np.random.default_rng(0).integers(3, 64, (2, 7))
+    mask = np.array([[0, 0, 1, 1, 1, 1, 1], [1] * 7])
+    with torch.no_grad():
+        want = fam.torch_model(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits
+    got = np.asarray(model(jnp.asarray(ids), attention_mask=jnp.asarray(mask)).logits)
+    want = want.numpy()
+    assert np.abs(got - want).max() / np.abs(want).max() <= 1e-4
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+# the command in a process where torch is not installed, as far as imports can tell
+WITHOUT_TORCH = """
+import importlib.machinery, sys
+find = importlib.machinery.PathFinder.find_spec
+def hide(name, path=None, target=None):
+    return None if name.split(".")[0] == "torch" else find(name, path, target)
+importlib.machinery.PathFinder.find_spec = staticmethod(hide)
+from torch2jax.cli import app
+try:
+    app(sys.argv[1:])
+finally:
+    print("torch imported:", "torch" in sys.modules)
+"""
+
+
+def test_save_pretrained_to_orbax_round_trip(family, tmp_path) -> None:
+    """save_pretrained -> torch2jax weights (torch hidden) -> orbax restore: torch's logits
+    (GPT-2's file has no lm_head: the tied head reads the embedding)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, "weights", str(family.saved),
+                          "--model", family.target, "--out", str(tmp_path / "ckpt")],
+                         check=False, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "tensors transferred" in out.stdout and "torch imported: False" in out.stdout
+    _logits_match(family, tmp_path / "ckpt")
+
+
+def test_sharded_checkpoint(family, tmp_path) -> None:
+    """save_pretrained(max_shard_size=...) writes shards and an index: all are read."""
+    sharded = tmp_path / "sharded"
+    family.torch_model.save_pretrained(sharded, max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    assert len(list(sharded.glob("model-*-of-*.safetensors"))) > 2
+    result = _weights(sharded, "--model", family.target, "--out", tmp_path / "ckpt")
+    assert result.exit_code == 0, result.output
+    _logits_match(family, tmp_path / "ckpt")
+
+
+def test_bad_directories_are_one_line_errors(family, tmp_path) -> None:
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    out = tmp_path / "ckpt"
+    missing = _weights(tmp_path / "nowhere", "--model", family.target, "--out", out)
+    assert missing.exit_code == 2 and "no such file or directory" in missing.output
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text((family.saved / "config.json").read_text())
+    result = _weights(empty, "--model", family.target, "--out", out)
+    assert result.exit_code == 2 and "no model.safetensors" in result.output
+
+    renamed = tmp_path / "renamed"
+    shutil.copytree(family.saved, renamed)
+    arrays = load_file(renamed / "model.safetensors")
+    first = min(k for k in arrays if "layers.0" in k or ".h.0." in k)
+    arrays[first.replace(".0.", ".0.extra_")] = arrays.pop(first)
+    save_file(arrays, renamed / "model.safetensors")
+    result = _weights(renamed, "--model", family.target, "--out", out)
+    assert result.exit_code == 2, result.output
+    assert "does not fit the weights" in result.output and "no NNX counterpart" in result.output
+    assert "receives no checkpoint tensor" in result.output
+
+    shards = tmp_path / "shards"
+    family.torch_model.save_pretrained(shards, max_shard_size="20KB")
+    next(shards.glob("model-00002-*.safetensors")).unlink()
+    result = _weights(shards, "--model", family.target, "--out", out)
+    assert result.exit_code == 2 and "lists shards that are not in" in result.output
+
+    both = _weights(family.saved, "--model", family.target, "--out", out,
+                    "--torch-model", "x.py::X")
+    assert both.exit_code == 2 and "save_pretrained directory" in both.output
+    assert not out.exists()
+
+
+# --- greedy generation with a StaticCache -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def generator(family):
+    """The converted model with torch's weights, its forward counted (traces under jit)."""
+    import functools
+
+    from flax import nnx
+
+    from torch2jax.weights import transfer_state_dict
+
+    cls = getattr(family.module, family.cls)
+    model = cls(type(family.config)(**FAMILIES[family.name][3]), rngs=nnx.Rngs(0))
+    transfer_state_dict(family.torch_model, model, None)
+    model.eval()
+    traces = []
+    forward = cls.__call__
+
+    @functools.wraps(forward)
+    def counted(self, *args, **kwargs):
+        traces.append(kwargs["input_ids"].shape if "input_ids" in kwargs else args[0].shape)
+        return forward(self, *args, **kwargs)
+
+    cls.__call__ = counted
+    yield model, traces
+    cls.__call__ = forward
+
+
+def _torch_generate(family, ids, mask, **kwargs):
+    import torch
+
+    with torch.no_grad():
+        return family.torch_model.generate(torch.tensor(ids), attention_mask=torch.tensor(mask),
+                                           do_sample=False, **kwargs).numpy()
+
+
+@pytest.mark.parametrize("prompt", [1, 7])
+def test_greedy_generation_matches_torch(family, generator, prompt) -> None:
+    """model.generate of the converted model (a StaticCache, one lax.while_loop step compiled
+    once) gives torch's generate(do_sample=False) tokens: batch 2, the first row left-padded
+    when the prompt has room for it."""
+    from jax import numpy as jnp
+
+    model, traces = generator
+    rng = np.random.default_rng(prompt)
+    ids = rng.integers(3, 64, (2, prompt))
+    mask = np.ones((2, prompt), np.int64)
+    if prompt > 1:
+        mask[0, :3], ids[0, :3] = 0, 0
+    want = _torch_generate(family, ids, mask, max_new_tokens=12, eos_token_id=None)
+    assert want.shape == (2, prompt + 12)
+    assert len(set(want[:, prompt:].ravel())) > 3  # not one token repeated
+    del traces[:]
+    got = np.asarray(model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                                    max_new_tokens=12, eos_token_id=[]))
+    np.testing.assert_array_equal(got, want)
+    # traced twice: the prompt, and the decoding step that serves all 11 other tokens
+    assert traces == [(2, prompt), (2, 1)]
+    again = model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                           max_new_tokens=12, eos_token_id=[])
+    assert traces == [(2, prompt), (2, 1)]  # compiled once: the same shapes trace nothing
+    np.testing.assert_array_equal(np.asarray(again), want)
+
+
+def test_generation_stops_at_the_end_token(family, generator) -> None:
+    """A row that produces the end token is padded from there (pad_token_id), and decoding
+    stops when every row has ended, as torch's generate does."""
+    from jax import numpy as jnp
+
+    model, _ = generator
+    ids = np.random.default_rng(7).integers(3, 64, (2, 5))
+    mask = np.ones((2, 5), np.int64)
+    free = _torch_generate(family, ids, mask, max_new_tokens=10, eos_token_id=None)[:, 5:]
+    # an end token that the first row reaches early and the second late, or never
+    eos = int(next(t for t in free[0, 1:] if t not in free[1, :3]))
+    want = _torch_generate(family, ids, mask, max_new_tokens=10, eos_token_id=eos,
+                           pad_token_id=0)
+    got = np.asarray(model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                                    max_new_tokens=10, eos_token_id=eos, pad_token_id=0))
+    assert (want[0, 5:] == 0).any()  # the first row ended and was padded
+    np.testing.assert_array_equal(got[:, :want.shape[1]], want)
+    assert (got[:, want.shape[1]:] == 0).all()  # torch stopped where every row had ended
