@@ -294,4 +294,4 @@ def test_timm_models_are_marked():
 
 def test_files_without_package_models_are_untouched():
     assert package_models.prepare("import torch\nx = torch.ones(2)\n", path="a.py",
-                                  target="nnx") is None
+                                  target="nnx", convert=convert_source) is None

@@ -39,8 +39,8 @@ jnp = pytest.importorskip("jax.numpy")
 nnx = pytest.importorskip("flax.nnx")
 
 from torch2jax.convert import convert_source
-from torch2jax.passes.helpers import namespace as helper_namespace
-from torch2jax.passes.special import SPECIALS
+from torch2jax.passes.helpers import HELPERS
+from torch2jax.passes.specials import SPECIALS
 from torch2jax.ruleset import Example, Rule, builtin_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +54,17 @@ MODULE_ATOL = 1e-5  # layers sum many products (conv, linear): a little more roo
 # Known failures, reported to the lead: test id -> reason. Each becomes a strict xfail, so a fix
 # turns it into an XPASS failure that asks for its entry to be removed here.
 KNOWN_BUGS: dict[str, str] = {}
+
+
+def helper_namespace() -> dict:
+    """Every NNX helper the converter writes into files, defined (to evaluate one converted
+    expression on its own), with the imports they use."""
+    from flax import linen
+
+    ns: dict = {"jax": jax, "jnp": jnp, "np": np, "nnx": nnx, "nn": linen, "Any": Any}
+    for source, _ in (by_target["nnx"] for by_target in HELPERS.values() if "nnx" in by_target):
+        exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
+    return ns
 
 
 def _marks(test_id: str) -> list[pytest.MarkDecorator]:

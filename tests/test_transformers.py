@@ -43,19 +43,65 @@ FAMILIES = {
               ("Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
                "num_attention_heads=4, num_key_value_heads=2, vocab_size=64, use_cache=False, "
                "use_sliding_window=True, sliding_window=4, max_window_layers=1)")),
+    "qwen3": ("qwen3/modeling_qwen3.py", "Qwen3ForCausalLM",
+              ("Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+               "num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64, "
+               "use_cache=False)")),
+    "phi3": ("phi3/modeling_phi3.py", "Phi3ForCausalLM",
+             ("Phi3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+              "num_attention_heads=4, num_key_value_heads=2, vocab_size=64, use_cache=False, "
+              "pad_token_id=0, bos_token_id=1, eos_token_id=2)")),
+    # Gemma: a scaled embedding subclass with a padding row, tied head, logit softcapping
+    # (Gemma 2, eager attention as its class asks), per-layer-type rotary buffers (Gemma 3)
+    "gemma2": ("gemma2/modeling_gemma2.py", "Gemma2ForCausalLM",
+               ("Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+                "num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64, "
+                "use_cache=False, sliding_window=4)")),
+    "gemma3": ("gemma3/modeling_gemma3.py", "Gemma3ForCausalLM",
+               ("Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+                "num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64, "
+                "use_cache=False, sliding_window=4, "
+                "layer_types=['sliding_attention', 'full_attention'])")),
+    # encoders: masked LM heads tied to the word embedding (weight and bias), padding
+    # position ids computed from the ids (RoBERTa)
+    "bert": ("bert/modeling_bert.py", "BertForMaskedLM",
+             ("BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+              "num_attention_heads=4, vocab_size=64, max_position_embeddings=16)")),
+    "roberta": ("roberta/modeling_roberta.py", "RobertaForMaskedLM",
+                ("RobertaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+                 "num_attention_heads=4, vocab_size=64, max_position_embeddings=16)")),
+    # vision: a patch convolution whose kernel is the config's (p, p) pair, a class token
+    "vit": ("vit/modeling_vit.py", "ViTForImageClassification",
+            ("ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+             "num_attention_heads=4, image_size=16, patch_size=4, num_labels=5)")),
+    # a text tower (causal, padding mask) and a vision tower, projected and compared
+    "clip": ("clip/modeling_clip.py", "CLIPModel",
+             ("CLIPConfig(text_config=dict(hidden_size=32, intermediate_size=64, "
+              "num_hidden_layers=2, num_attention_heads=4, vocab_size=64, "
+              "max_position_embeddings=16, projection_dim=16, bos_token_id=1, eos_token_id=2, "
+              "pad_token_id=0), vision_config=dict(hidden_size=32, intermediate_size=64, "
+              "num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4, "
+              "projection_dim=16), projection_dim=16)")),
 }
+# the families whose modeling file casts to float32 nowhere: verified in float64 too
+FLOAT64 = {"gpt2", "bert", "roberta", "vit", "clip"}
+PIXELS = "float32[2,3,16,16]"
+# the inputs of the families that take other inputs than (tokens, mask), and their output
+INPUTS = {"vit": (PIXELS,), "clip": (TOKENS, f"pixel_values={PIXELS}", MASK)}
+LOGITS = {"clip": "logits_per_image"}
 # with and without a padding mask; the neighbours of Llama with the mask only (CI time)
 CASES = [(f, masked) for f in FAMILIES for masked in (False, True)
          if masked or f in ("llama", "gpt2")]
 
 
-@pytest.fixture(scope="module", params=CASES, ids=[f"{f}-{'mask' if m else 'nomask'}"
-                                                   for f, m in CASES])
+@pytest.fixture(scope="module", params=CASES, ids=[
+    f if f in INPUTS else f"{f}-{'mask' if m else 'nomask'}" for f, m in CASES])
 def verified(request):
     family, masked = request.param
     file, cls, config = FAMILIES[family]
+    inputs = INPUTS.get(family, (TOKENS, MASK) if masked else (TOKENS,))
     req = VerifyRequest(target=f"{MODELS / file}::{cls}", build=f"{cls}({config})",
-                        inputs=(TOKENS, MASK) if masked else (TOKENS,), atol=1e-5, rtol=1e-4)
+                        inputs=inputs, atol=1e-5, rtol=1e-4)
     return family, run_request(req)
 
 
@@ -64,11 +110,13 @@ def test_logits_and_gradients_match_torch(verified) -> None:
     assert r.error is None, r.error
     assert r.todos == 0
     assert r.passed, (r.mismatch, r.max_rel_diff, r.grad_max_rel_diff)
-    assert any(c.startswith("output['logits']") for c in r.compared)
+    assert any(c.startswith(f"output['{LOGITS.get(family, 'logits')}']") for c in r.compared)
     assert r.max_rel_diff is not None and r.max_rel_diff < 1e-4
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
     assert r.passes[0].dtype == "float32"
-    if family != "gpt2":  # RMSNorm, the rotary embedding and the softmax compute in float32
+    print("".join(f"{family} {p.dtype}: logits {p.max_rel_diff:.1e}, gradients "
+                  f"{p.grad_max_rel_diff:.1e}; " for p in r.passes))  # docs/transformers.md
+    if family not in FLOAT64:  # RMSNorm, the rotary embedding, the softmax compute in float32
         assert len(r.passes) == 1 and "computes in float32" in (r.float64_skipped or "")
     else:
         assert [p.dtype for p in r.passes] == ["float32", "float64"] and r.passes[1].passed

@@ -155,6 +155,25 @@ def test_sharded_checkpoint(family, tmp_path) -> None:
     _logits_match(family, tmp_path / "ckpt")
 
 
+def test_bfloat16_checkpoint(family, tmp_path) -> None:
+    """A bfloat16 checkpoint (numpy has no bfloat16: read through safetensors.flax) fills the
+    float32 model with the same values: torch's logits with the weights rounded the same."""
+    import copy
+
+    import torch
+
+    copy.deepcopy(family.torch_model).to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    result = _weights(tmp_path / "bf16", "--model", family.target, "--out", tmp_path / "ckpt")
+    assert result.exit_code == 0, result.output
+    rounded = copy.deepcopy(family.torch_model)
+    with torch.no_grad():
+        for p in rounded.parameters():  # the buffers (rotary inv_freq) stay float32
+            p.copy_(p.to(torch.bfloat16).float())
+    reference = Family.__new__(Family)
+    reference.__dict__.update(family.__dict__, torch_model=rounded)
+    _logits_match(reference, tmp_path / "ckpt")
+
+
 def test_bad_directories_are_one_line_errors(family, tmp_path) -> None:
     import shutil
 
@@ -276,3 +295,53 @@ def test_generation_stops_at_the_end_token(family, generator) -> None:
     assert (want[0, 5:] == 0).any()  # the first row ended and was padded
     np.testing.assert_array_equal(got[:, :want.shape[1]], want)
     assert (got[:, want.shape[1]:] == 0).all()  # torch stopped where every row had ended
+
+
+# more decoders, generation only: a window over the cache's slots (Mistral: 4 of 19 slots),
+# softcapping and eager attention (Gemma 2), sliding and full layers mixed (Gemma 3)
+DECODERS = {
+    "mistral": ("MistralForCausalLM", "MistralConfig", {"sliding_window": 4}),
+}
+_SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
+          "pad_token_id": 0, "initializer_range": 0.2}
+
+
+@pytest.mark.parametrize("name", list(DECODERS))
+def test_more_decoders_generate_like_torch(name, tmp_path_factory) -> None:
+    """Left-padded greedy generation of other decoder families: torch's tokens."""
+    import torch
+    from flax import nnx
+    from jax import numpy as jnp
+
+    from torch2jax.weights import transfer_state_dict
+
+    cls, config_cls, extra = DECODERS[name]
+    out = tmp_path_factory.mktemp(name)
+    path, todos = convert_package_file(
+        MODELS / name / f"modeling_{name}.py", out,
+        lambda f, known: _convert_file(f, "nnx", None, known), {cls})
+    assert todos == 0
+    module = _import(path, out)
+    torch_module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    config_module = importlib.import_module(f"transformers.models.{name}.configuration_{name}")
+
+    def config():
+        return getattr(config_module, config_cls)(**{**_SMALL, **extra})
+
+    torch.manual_seed(0)
+    torch_model = getattr(torch_module, cls)(config()).eval()
+    model = getattr(module, cls)(config(), rngs=nnx.Rngs(0))
+    transfer_state_dict(torch_model, model, None)
+    model.eval()
+    ids = np.random.default_rng(3).integers(3, 64, (2, 7))
+    mask = np.ones((2, 7), np.int64)
+    mask[0, :3], ids[0, :3] = 0, 0
+    with torch.no_grad():
+        want = torch_model.generate(torch.tensor(ids), attention_mask=torch.tensor(mask),
+                                    do_sample=False, max_new_tokens=12,
+                                    eos_token_id=None).numpy()
+    assert len(set(want[:, 7:].ravel())) > 3
+    got = model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask), max_new_tokens=12,
+                         eos_token_id=[])
+    np.testing.assert_array_equal(np.asarray(got), want)

@@ -28,7 +28,8 @@ from torch2jax.verify.cases import (
     print_cases_summary,
     run_cases,
 )
-from torch2jax.verify.run import compare_arrays, local_imports, randomise_for_verification
+from torch2jax.verify.common import compare_arrays
+from torch2jax.verify.run import local_imports, randomise_for_verification
 
 DATA = Path(__file__).parent / "data" / "verify"
 TORCH = DATA / "torch" / "models.py"

@@ -334,7 +334,7 @@ def weights(
 ) -> None:
     """Convert trained torch weights into an orbax checkpoint of the converted NNX model (from
     a transformers save_pretrained directory: its safetensors and config.json, no torch)."""
-    from torch2jax.checkpoint import weights_command
+    from torch2jax.weights_cli import weights_command
 
     code = weights_command(state_dict_file, model, torch_model, out, args, build, overwrite,
                            lambda text, err: typer.echo(text, err=err))

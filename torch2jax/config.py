@@ -97,7 +97,7 @@ _DOTTED = re.compile(r"^\.?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 def load_user_rules(dirs: tuple[Path, ...] | list[Path]) -> RuleSet:
     """The built-in rules extended (or overridden) by the ``*.toml`` files of ``dirs``, each
     user rule checked: a clear :class:`ConfigError` names the file and the rule."""
-    from torch2jax.passes.special import SPECIALS
+    from torch2jax.passes.specials import SPECIALS
 
     for d in dirs:
         d = Path(d)

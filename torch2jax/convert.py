@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -21,8 +21,7 @@ from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import visit
-from torch2jax.finish.invariants import InputFacts, check_output, input_facts
-from torch2jax.finish.removed import Removed
+from torch2jax.finish.invariants import check_output, input_facts
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
 from torch2jax.passes.helpers import add_helpers, defined_names
@@ -31,6 +30,7 @@ from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
 from torch2jax.repo import SEED_FUNCTION
 from torch2jax.report import Diagnostic
+from torch2jax.result import ConversionResult
 from torch2jax.ruleset import RuleSet, load_rules
 from torch2jax.suppress import suppress
 from torch2jax.targets import get_emitter
@@ -61,31 +61,6 @@ IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jn
 
 class ParseError(Exception):
     """The file is not valid Python; the message names the file and line."""
-
-
-@dataclass
-class ConversionResult:
-    code: str
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    uses_torch: bool = True
-    # (target "nnx-for-equinox") code of the layers written for one example (nn.Upsample)
-    per_example: set[str] = field(default_factory=set)
-    # what the output checks need to know about the input (finish/invariants.py)
-    facts: InputFacts | None = field(default=None, repr=False, compare=False)
-    # removed statements that the finished file may need back (finish/removed.py)
-    removed: dict[int, Removed] = field(default_factory=dict, repr=False, compare=False)
-    failed: set[int] = field(default_factory=set, repr=False, compare=False)
-    # files written beside the converted one (path relative to its folder -> code): the
-    # converted model code of installed packages it builds models from (package_models.py)
-    files: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def changed(self) -> bool:
-        return self.uses_torch
-
-    @property
-    def todos(self) -> int:
-        return sum(1 for d in self.diagnostics if d.severity == "error")
 
 
 TORCH_PACKAGES = ("torch", "torchvision")
@@ -144,7 +119,8 @@ def convert_source(
     if follow_packages and target in ("nnx", "linen", "equinox"):
         from torch2jax.package_models import prepare
 
-        followed = prepare(source, path=path, target=target, layers=rules.layers)
+        followed = prepare(source, path=path, target=target, convert=convert_source,
+                           layers=rules.layers)
         if followed is not None:
             result = convert_source(followed.source, path=path, target=target, rules=rules,
                                     known_modules={*(known_modules or ()), *followed.known},

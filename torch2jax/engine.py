@@ -27,6 +27,7 @@ file is still converted.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import re
@@ -43,6 +44,7 @@ from torch2jax.discover import (
     Exclude,
     ReadError,
     copy_atomic,
+    digest,
     find_files,
     read_source_file,
     remove_stale_temps,
@@ -139,9 +141,7 @@ def convert_file(path: str, known: frozenset[str] = frozenset(),
     """Read and convert one file; never raises (a failure is an ``error`` diagnostic).
     A notebook (``.ipynb``) goes through :mod:`torch2jax.notebook`."""
     if path.endswith(NOTEBOOK_SUFFIX):
-        from torch2jax.notebook import convert_notebook_file
-
-        return convert_notebook_file(path, known, public)
+        return _convert_notebook(path, known, public)
     options: Options = _WORKER["options"]
     max_bytes = options.max_bytes if options.max_bytes is not None else MAX_BYTES
 
@@ -170,6 +170,93 @@ def convert_file(path: str, known: frozenset[str] = frozenset(),
                        src.mode, src.data)
     return Outcome(path, "converted", text, src.encoding, code, diagnostics, src.digest,
                    src.mode, files=files)
+
+
+def _convert_notebook(path: str, known: frozenset[str] = frozenset(),
+                          public: frozenset[str] = frozenset()):
+    """Read and convert one notebook (in a worker); never raises: a failure is an ``error``
+    diagnostic. The notebook's code cells are converted as the one module they make
+    (:mod:`torch2jax.notebook` joins and splits them)."""
+    from torch2jax import notebook as nb_io
+
+    options = _WORKER["options"]
+    max_bytes = options.max_bytes if options.max_bytes is not None else MAX_BYTES
+
+    def failed(rule: str, message: str, diagnostics: list[Diagnostic] | None = None) -> Outcome:
+        return Outcome(path, "failed", diagnostics=diagnostics or [
+            Diagnostic(path, 1, 1, rule, "error", message)])
+
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            limit = notebook_limit(max_bytes)
+            if st.st_size > limit:
+                return failed("too-large", f"{st.st_size:,} bytes, more than the {limit:,} "
+                                           "read per notebook; not converted")
+            data = fh.read()
+    except OSError as exc:
+        return failed("read", f"cannot be read: {exc.strerror or exc}")
+    mode = st.st_mode & 0o777
+
+    def unchanged(diagnostics: list[Diagnostic]) -> Outcome:
+        return Outcome(path, "unchanged", None, "utf-8", None, diagnostics, digest(data), mode,
+                       data)
+
+    if b"torch" not in data:  # no torch code, no TODO(torch2jax) marker: nothing to read
+        return unchanged([])
+    try:
+        nb, major, text = nb_io.read_notebook(data)
+    except nb_io.NotebookError as exc:
+        return failed("notebook", f"{exc}; not converted")
+    if not nb_io.is_python(nb):
+        return unchanged([])
+    joined = nb_io.join(nb_io.code_cells(nb))
+    size = len(joined.text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        return failed("too-large", f"{size:,} bytes of code, more than the {max_bytes:,} "
+                                   "converted per file; not converted")
+    status, code, diagnostics, files = convert_text(joined.text, path, known, public)
+    # (the diagnostics of generated files, package_models.py, are on their own lines)
+    diagnostics = [joined.map(d) if d.file == path else d for d in diagnostics]
+    if status == "failed":
+        return failed("", "", diagnostics)
+    magic = nb_io.magic_diagnostics(joined, path)
+
+    def ordered(ds: list[Diagnostic]) -> list[Diagnostic]:
+        return sorted(ds, key=lambda d: (d.cell or 0, d.line, d.column))
+
+    if status == "unchanged":
+        return unchanged(ordered(diagnostics + magic))
+    try:
+        sources = nb_io.split(joined, code)
+    except nb_io.NotebookError as exc:
+        return failed("notebook", f"{exc}; not converted (please report it)")
+    new = copy.deepcopy(nb)
+    changes: list[tuple[str, str, str]] = []
+    for part, source in zip(joined.parts, sources, strict=True):
+        if source == part.source:
+            continue
+        cell = new.cells[part.cell]
+        cell.source = source
+        if "outputs" in cell:
+            cell.outputs = []
+        if "execution_count" in cell:
+            cell.execution_count = None
+        changes.append((f"{path} [cell {part.cell + 1}]", _with_newline(part.source),
+                        _with_newline(source)))
+    if not changes:
+        return unchanged(ordered(diagnostics + magic))
+    try:
+        out = nb_io.write_notebook(new, major, text)
+    except Exception as exc:  # noqa: BLE001 - nbformat's writer: this notebook, not the run
+        return failed("notebook", f"the converted notebook could not be written: {exc!r}; "
+                                  "not converted")
+    return Outcome(path, "converted", text, "utf-8", out, ordered(diagnostics + magic),
+                   digest(data), mode, cells=changes, files=files)
+
+
+def _with_newline(text: str) -> str:
+    return text if text.endswith("\n") or not text else text + "\n"
 
 
 def convert_text(text: str, path: str, known: frozenset[str] = frozenset(),

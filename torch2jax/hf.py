@@ -20,6 +20,7 @@ and hub plumbing). It *reduces* the modeling file first (:func:`reduce_modeling`
   (``nn.functional.dropout(w, p=dropout, training=module.training)``, where the callers pass
   ``dropout=0.0`` unless training) becomes ``attention_dropout(w, dropout)`` from the same
   module;
+* ``Model._from_config(config)`` of a class of the file is ``Model(config)``;
 * ``_init_weights`` methods go (torch initialisation: the converted model starts from flax's
   initialisers; trained weights come with ``torch2jax weights``);
 * the classes and functions that no requested class reaches go
@@ -36,6 +37,7 @@ import re
 from pathlib import Path
 
 import libcst as cst
+import libcst.matchers as m
 
 SUPPORT_MODULE = "_hf_support"
 RUNTIME = Path(__file__).with_name("transformers_runtime.py")
@@ -44,7 +46,7 @@ DROPPED_DECORATORS = {"auto_docstring", "use_kernel_forward_from_hub", "use_kern
                       "use_kernel_func_from_hub", "use_experts_implementation"}
 # the support module's names: every import of them from transformers' machinery reads them there
 SUPPORT_NAMES = {
-    "ACT2FN", "get_activation", "Cache", "DynamicCache", "GenerationMixin",
+    "ACT2FN", "get_activation", "gelu", "Cache", "DynamicCache", "GenerationMixin",
     "create_causal_mask", "create_sliding_window_causal_mask", "GradientCheckpointingLayer",
     "BaseModelOutput", "BaseModelOutputWithPast", "BaseModelOutputWithPastAndCrossAttentions",
     "CausalLMOutputWithPast", "CausalLMOutputWithCrossAttentions",
@@ -54,9 +56,13 @@ SUPPORT_NAMES = {
     "deprecate_kwarg", "merge_with_config_defaults", "capture_outputs", "check_model_inputs",
     "Conv1D", "attention_dropout", "OutputRecorder", "maybe_autocast", "EncoderDecoderCache",
     "create_bidirectional_mask", "FlashAttentionKwargs", "apply_chunking_to_forward",
+    "torch_int",
 }
 # layer classes of the support module (their constructors take rngs)
 SUPPORT_LAYERS = {"PreTrainedModel", "GradientCheckpointingLayer", "Conv1D"}
+# transformers.modeling_outputs' classes (ImageClassifierOutput, Seq2SeqLMOutput, ...): the
+# support module makes each one it is asked for (a ModelOutput, its fields by keyword)
+_OUTPUT = re.compile(r"^[A-Z]\w*Output(With\w+)?$")
 _DROPOUT = re.compile(r"^(nn\.functional|F|torch\.nn\.functional)\.dropout$")
 
 
@@ -90,10 +96,21 @@ def _reached(tree: ast.Module, entry: set[str]) -> set[str] | None:
         if name in seen:
             continue
         seen.add(name)
-        for node in ast.walk(defs[name]):
+        for node in _walk_kept(defs[name]):
             if isinstance(node, ast.Name) and node.id in defs and node.id not in seen:
                 todo.append(node.id)
     return seen
+
+
+def _walk_kept(node: ast.AST):
+    """ast.walk, less the ``_init_weights`` methods that the reduction removes (what only they
+    call, CLIP's ``_init_child_weight``, goes with them)."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node) if not (
+            isinstance(child, ast.FunctionDef) and child.name == "_init_weights"))
 
 
 class _Reduce(cst.CSTTransformer):
@@ -129,7 +146,8 @@ class _Reduce(cst.CSTTransformer):
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
             if (alias.asname.name.value if alias.asname else name) not in self.used:
                 continue  # used only by what the reduction removed
-            (moved if name in SUPPORT_NAMES else keep).append(alias)
+            (moved if name in SUPPORT_NAMES or (source == "transformers.modeling_outputs"
+                                                and _OUTPUT.match(name)) else keep).append(alias)
         self.support += [a.name.value for a in moved]
         for alias in keep:
             self.unknown.append((source, cst.Module([]).code_for_node(alias.name)))
@@ -147,6 +165,12 @@ class _Reduce(cst.CSTTransformer):
         return updated
 
     def leave_Call(self, original, updated):
+        if (m.matches(updated.func, m.Attribute(value=m.Name(), attr=m.Name("_from_config")))
+                and updated.func.value.value in self.defined and len(updated.args) == 1
+                and not updated.args[0].keyword and not updated.args[0].star):
+            # CLIPTextModel._from_config(text_config): the class built from the config (what
+            # transformers' _from_config does, less its dtype and attention options)
+            return updated.with_changes(func=updated.func.value)
         func = cst.Module([]).code_for_node(updated.func)
         if not _DROPOUT.match(func):
             return updated

@@ -42,11 +42,9 @@ cell (``nb.ipynb:cell 3:5:12: error [...]``).
 from __future__ import annotations
 
 import ast
-import copy
 import hashlib
 import io
 import json
-import os
 import re
 import tokenize
 from dataclasses import dataclass, field, replace
@@ -457,93 +455,3 @@ def write_notebook(nb, major: int, original: str) -> str:
     if original.endswith("\n") and not text.endswith("\n"):
         text += "\n"
     return text
-
-
-# --- one notebook file (in a worker) -----------------------------------------------------------
-
-
-def convert_notebook_file(path: str, known: frozenset[str] = frozenset(),
-                          public: frozenset[str] = frozenset()):
-    """Read and convert one notebook (in a worker of :mod:`torch2jax.engine`); never raises:
-    a failure is an ``error`` diagnostic."""
-    from torch2jax.engine import _WORKER, MAX_BYTES, Outcome, convert_text, notebook_limit
-
-    options = _WORKER["options"]
-    max_bytes = options.max_bytes if options.max_bytes is not None else MAX_BYTES
-
-    def failed(rule: str, message: str, diagnostics: list[Diagnostic] | None = None) -> Outcome:
-        return Outcome(path, "failed", diagnostics=diagnostics or [
-            Diagnostic(path, 1, 1, rule, "error", message)])
-
-    try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            limit = notebook_limit(max_bytes)
-            if st.st_size > limit:
-                return failed("too-large", f"{st.st_size:,} bytes, more than the {limit:,} "
-                                           "read per notebook; not converted")
-            data = fh.read()
-    except OSError as exc:
-        return failed("read", f"cannot be read: {exc.strerror or exc}")
-    from torch2jax.discover import digest
-
-    mode = st.st_mode & 0o777
-
-    def unchanged(diagnostics: list[Diagnostic]) -> Outcome:
-        return Outcome(path, "unchanged", None, "utf-8", None, diagnostics, digest(data), mode,
-                       data)
-
-    if b"torch" not in data:  # no torch code, no TODO(torch2jax) marker: nothing to read
-        return unchanged([])
-    try:
-        nb, major, text = read_notebook(data)
-    except NotebookError as exc:
-        return failed("notebook", f"{exc}; not converted")
-    if not is_python(nb):
-        return unchanged([])
-    joined = join(code_cells(nb))
-    size = len(joined.text.encode("utf-8", "surrogatepass"))
-    if size > max_bytes:
-        return failed("too-large", f"{size:,} bytes of code, more than the {max_bytes:,} "
-                                   "converted per file; not converted")
-    status, code, diagnostics, files = convert_text(joined.text, path, known, public)
-    # (the diagnostics of generated files, package_models.py, are on their own lines)
-    diagnostics = [joined.map(d) if d.file == path else d for d in diagnostics]
-    if status == "failed":
-        return failed("", "", diagnostics)
-    magic = magic_diagnostics(joined, path)
-
-    def ordered(ds: list[Diagnostic]) -> list[Diagnostic]:
-        return sorted(ds, key=lambda d: (d.cell or 0, d.line, d.column))
-
-    if status == "unchanged":
-        return unchanged(ordered(diagnostics + magic))
-    try:
-        sources = split(joined, code)
-    except NotebookError as exc:
-        return failed("notebook", f"{exc}; not converted (please report it)")
-    new = copy.deepcopy(nb)
-    changes: list[tuple[str, str, str]] = []
-    for part, source in zip(joined.parts, sources, strict=True):
-        if source == part.source:
-            continue
-        cell = new.cells[part.cell]
-        cell.source = source
-        if "outputs" in cell:
-            cell.outputs = []
-        if "execution_count" in cell:
-            cell.execution_count = None
-        changes.append((f"{path} [cell {part.cell + 1}]", _nl(part.source), _nl(source)))
-    if not changes:
-        return unchanged(ordered(diagnostics + magic))
-    try:
-        out = write_notebook(new, major, text)
-    except Exception as exc:  # noqa: BLE001 - nbformat's writer: this notebook, not the run
-        return failed("notebook", f"the converted notebook could not be written: {exc!r}; "
-                                  "not converted")
-    return Outcome(path, "converted", text, "utf-8", out, ordered(diagnostics + magic),
-                   digest(data), mode, cells=changes, files=files)
-
-
-def _nl(text: str) -> str:
-    return text if text.endswith("\n") or not text else text + "\n"

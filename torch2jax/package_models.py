@@ -32,14 +32,19 @@ import ast
 import functools
 import importlib.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from torch2jax.report import Diagnostic
+
+# the converter's entry, convert_source(source, path=..., target=..., ...) -> ConversionResult
+Convert = Callable[..., Any]
 
 # package -> (its model subpackage, the generated mirror package's name)
 FOLLOWED = {"torchvision": ("models", "_torchvision")}
@@ -500,11 +505,11 @@ class Generated:
 
 
 @functools.lru_cache(maxsize=32)
-def generate(package: str, module: str, stamp: float) -> Generated:
+def generate(package: str, module: str, stamp: float, convert: Convert) -> Generated:
     """The converted model code of ``module`` (``torchvision.models.resnet``) and of the
-    package modules it takes model code from, as files of the mirror package."""
-    from torch2jax.convert import convert_source
-
+    package modules it takes model code from, as files of the mirror package. ``convert`` is
+    the converter's entry (:func:`torch2jax.convert.convert_source`), passed in by its caller
+    so that this module does not import it back."""
     root = package_dir(package)
     assert root is not None
     mirror = FOLLOWED[package][1]
@@ -537,7 +542,7 @@ def generate(package: str, module: str, stamp: float) -> Generated:
         found = module_file(root, mod)
         rel = Path(mirror, *mod.split(".")[1:])
         rel = rel / "__init__.py" if found[1] else rel.with_suffix(".py")  # type: ignore[index]
-        result = convert_source(reduced.source, path=rel.as_posix(), target="nnx",
+        result = convert(reduced.source, path=rel.as_posix(), target="nnx",
                                 known_modules=known, public=None, follow_packages=False)
         file_rel = found[0].relative_to(root.parent).as_posix()  # type: ignore[index]
         header = HEADER.format(package=package, version=version, file=file_rel)
@@ -604,11 +609,11 @@ def _todos(code: str, path: str) -> list[Diagnostic]:
     return out
 
 
-def generate_for(package: str, module: str) -> Generated:
+def generate_for(package: str, module: str, convert: Convert) -> Generated:
     root = package_dir(package)
     assert root is not None
     file = module_file(root, module)[0]  # type: ignore[index]
-    return generate(package, module, file.stat().st_mtime)
+    return generate(package, module, file.stat().st_mtime, convert)
 
 
 # --- the user's file --------------------------------------------------------------------------
@@ -825,11 +830,12 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
 
-def prepare(source: str, *, path: str, target: str, layers: dict | None = None
-            ) -> Followed | None:
+def prepare(source: str, *, path: str, target: str, convert: Convert,
+            layers: dict | None = None) -> Followed | None:
     """The source for the rewriter, with the followed package models' names replaced by the
     converted builders' (imported by :meth:`Followed.finish`) and TODOs where they cannot be;
-    None when the file reads no package model."""
+    None when the file reads no package model. ``convert`` converts the package's model code
+    (:func:`torch2jax.convert.convert_source`, which calls this)."""
     # (cheap: a file that names no torchvision models nor timm is not parsed here)
     if not (any(p in source for p in NOT_FOLLOWED) or any(
             p in source and sub in source for p, (sub, _) in FOLLOWED.items())):
@@ -876,7 +882,7 @@ def prepare(source: str, *, path: str, target: str, layers: dict | None = None
             if call is not None:
                 todo(ref.stmt, ref.qname, f"{ref.qname}: {NOT_FOLLOWED[top]}", ref.node)
             continue
-        why, new_call, hit = _follow(ref, call, top, target)
+        why, new_call, hit = _follow(ref, call, top, target, convert)
         if why is not None:
             if call is not None or ref.stmt not in todos:  # one TODO a line for the reads
                 todo(ref.stmt, RULE, why, ref.node)
@@ -886,7 +892,7 @@ def prepare(source: str, *, path: str, target: str, layers: dict | None = None
         local = name if name not in taken else f"{name}_jax"
         followed.imports[local] = (mirror_module(top, defmod), name)
         followed.known.add(local)
-        followed.generated.append(generate_for(top, defmod))
+        followed.generated.append(generate_for(top, defmod, convert))
         if call is not None and new_call is not None:
             kept, dropped = new_call
             replace_nodes[call] = (cst.Name(local), kept)
@@ -908,7 +914,7 @@ def prepare(source: str, *, path: str, target: str, layers: dict | None = None
     return followed
 
 
-def _follow(ref: _Ref, call: cst.Call | None, top: str, target: str):
+def _follow(ref: _Ref, call: cst.Call | None, top: str, target: str, convert: Convert):
     """(why not, (new args, the weights argument dropped), (module, name))."""
     if target not in ("nnx",):
         return (f"{ref.qname}: models built by {top} are converted for flax NNX only "
@@ -927,7 +933,7 @@ def _follow(ref: _Ref, call: cst.Call | None, top: str, target: str):
         return (f"{ref.qname}: pretrained weight enums are not converted; convert the torch "
                 "state_dict with `torch2jax weights` (docs/checkpoints.md)"), None, None
     try:
-        generate_for(top, hit[0])
+        generate_for(top, hit[0], convert)
     except NotFollowed as exc:
         return f"{ref.qname}: its model code cannot be followed: {exc}", None, None
     except Exception as exc:  # noqa: BLE001 - the user's file still converts

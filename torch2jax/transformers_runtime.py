@@ -10,9 +10,11 @@ torch2jax writes this file as it is next to a converted transformers modeling fi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import logging as _logging
+import re
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypedDict, Unpack
@@ -53,12 +55,14 @@ __all__ = [
     "create_sliding_window_causal_mask",
     "deprecate_kwarg",
     "dynamic_rope_update",
+    "gelu",
     "get_activation",
     "greedy_generate",
     "logging",
     "maybe_autocast",
     "merge_with_config_defaults",
     "slice_logits_to_keep",
+    "torch_int",
 ]
 
 
@@ -127,6 +131,15 @@ ACT2FN = _Activations({
 })
 
 
+gelu = _gelu  # transformers.activations.gelu (exact)
+
+
+def torch_int(x: Any) -> int:
+    """transformers.utils.torch_int: an int (JAX traces with static shapes, so sizes are
+    Python ints)."""
+    return int(x)
+
+
 def get_activation(name: str) -> Callable[[jax.Array], jax.Array]:
     return ACT2FN[name]
 
@@ -147,10 +160,23 @@ class ModelOutput(OrderedDict):
     def __init__(self, **fields: Any) -> None:
         super().__init__((k, v) for k, v in fields.items() if v is not None)
 
+    def __post_init__(self) -> None:
+        # a @dataclass output class of the modeling file (CLIPOutput): its fields that are set
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                self[f.name] = value
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
         return self.get(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # output.pooler_output = projection(...) (CLIP): the field changes too
+        if name in self and value is not None:
+            self[name] = value
+        super().__setattr__(name, value)
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, (int, slice)):
@@ -187,6 +213,18 @@ class CausalLMOutputWithCrossAttentions(ModelOutput):
 
 class MaskedLMOutput(ModelOutput):
     pass
+
+
+def __getattr__(name: str) -> type[ModelOutput]:
+    """The other output classes of transformers.modeling_outputs (ImageClassifierOutput,
+    Seq2SeqLMOutput, MoeCausalLMOutputWithPast, ...), made when a converted file imports one:
+    each a ModelOutput of the fields it is given."""
+    if not re.match(r"^[A-Z]\w*Output(With\w+)?$", name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cls = globals().get(name)
+    if cls is None:
+        cls = globals()[name] = type(name, (ModelOutput,), {"__module__": __name__})
+    return cls
 
 
 # --- caches and generation -----------------------------------------------------------------
@@ -429,9 +467,12 @@ def maybe_autocast(device_type: str | None = None, dtype: Any = None, enabled: b
 def dynamic_rope_update(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if "dynamic" in self.rope_type or self.rope_type == "longrope":
-            raise NotImplementedError(f"rope_type {self.rope_type!r} is not translated to JAX "
-                                      "yet (only 'default')")
+        # one rope_type, or one per layer type (Gemma 3: {"sliding_attention": "default"})
+        types = self.rope_type.values() if isinstance(self.rope_type, dict) else [self.rope_type]
+        for rope_type in types:
+            if "dynamic" in rope_type or rope_type == "longrope":
+                raise NotImplementedError(f"rope_type {rope_type!r} is not translated to JAX "
+                                          "yet (only 'default')")
         return func(self, *args, **kwargs)
 
     return wrapper
@@ -496,10 +537,15 @@ class PreTrainedModel(nnx.Module):
 
     base_model_prefix = ""
     _tied_weights_keys: Any = None
+    _supports_sdpa = False
 
     def __init__(self, config: Any, *args: Any, rngs: nnx.Rngs | None = None,
                  **kwargs: Any) -> None:
         self.config = config
+        if getattr(config, "_attn_implementation", None) is None and not self._supports_sdpa:
+            # as transformers picks: sdpa when the model supports it, eager otherwise
+            # (Gemma 2, whose softcapping sdpa does not apply)
+            config._attn_implementation = "eager"
 
     def post_init(self) -> None:
         tied = type(self)._tied_weights_keys
@@ -508,7 +554,19 @@ class PreTrainedModel(nnx.Module):
         if not isinstance(tied, dict):
             raise NotImplementedError(f"_tied_weights_keys {tied!r}: only {{target: source}} "
                                       "is translated")
-        for target, source in tied.items():
+        # the weights first (the head becomes a _TiedHead), then the biases
+        for target, source in sorted(tied.items(), key=lambda t: not t[0].endswith(".weight")):
+            if target.endswith(".bias"):
+                # BERT's decoder.bias -> predictions.bias: the head adds that parameter
+                owner, _ = _path(self, target)
+                src_owner, src_name = _path(self, source)
+                bias = getattr(src_owner, src_name, None)
+                if not isinstance(owner, (nnx.Linear, _TiedHead)) or not isinstance(
+                        bias, nnx.Param):
+                    raise NotImplementedError(f"tying {target} to {source}: only the bias of "
+                                              "a Linear to a parameter is translated")
+                owner.bias = bias
+                continue
             owner, name = _path(self, target.removesuffix(".weight"))
             src_owner, src_name = _path(self, source.removesuffix(".weight"))
             head, embed = getattr(owner, name), getattr(src_owner, src_name)

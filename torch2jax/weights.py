@@ -528,6 +528,7 @@ def _plan(source: _Source, nnx_model: Any) -> TransferPlan:
     for keys in source.groups:
         unresolved: list[tuple[str, str | None, str]] = []
         carrier: str | None = None
+        filled: dict[int, tuple[str, str]] = {}  # id(variable) -> (key, layout) of this tensor
         for key in keys:
             tensor = state[key]
             shape = tuple(tensor.shape)
@@ -544,11 +545,21 @@ def _plan(source: _Source, nnx_model: Any) -> TransferPlan:
                     break
                 resolved.append((t, var))
             else:
+                if len(resolved) == 1 and id(resolved[0][1]) in filled and (
+                        filled[id(resolved[0][1])][1] == resolved[0][0].layout):
+                    # one tensor under two names (BERT's decoder.bias and predictions.bias),
+                    # one variable on the NNX side too: the second name is tied to the first
+                    first = filled[id(resolved[0][1])][0]
+                    mappings[key] = ParamMapping(key, "tied", mappings[first].nnx_path,
+                                                 mappings[first].layout, resolved[0][0].rule,
+                                                 tied_to=first, torch_shape=shape)
+                    continue
                 for t, var in resolved:
                     m = _plan_one(key, tensor, t, var, paths, receivers, mappings, values,
                                   variables, problems, source.to_numpy)
                     if m is not None:
                         part_maps.setdefault(key, []).append(m)
+                        filled.setdefault(id(var), (key, t.layout))
                 if key in part_maps:
                     carrier = carrier or key
         for key, rule, why in unresolved:

@@ -404,6 +404,8 @@ class ValueFacts:
         if isinstance(node, cst.BooleanOperation):
             return _join([self.value(node.left), self.value(node.right)])
         if isinstance(node, cst.IfExp):
+            if _pair_idiom(node):  # p if isinstance(p, Iterable) else (p, p): a sequence
+                return self.value(node.orelse)
             return _join([self.value(node.body), self.value(node.orelse)])
         if isinstance(node, cst.NamedExpr):
             return self.value(node.value)
@@ -504,6 +506,15 @@ class ValueFacts:
         return UNKNOWN if callee.kind != Kind.PARAM else PARAM
 
     def _qualified_call(self, q: str, node: cst.Call) -> Value | None:
+        if q == "builtins.getattr" and len(node.args) == 2 and not any(
+                a.keyword or a.star for a in node.args):
+            # getattr(self, f"{kind}_inv_freq"): what setattr(self, f"{kind}_inv_freq", v) (or
+            # self.name = v) gives in the class, the name written the same way
+            base = self.value(node.args[0].value)
+            key = _attr_key(node.args[1].value)
+            if base.kind == Kind.MODULE and base.cls is not None and key is not None:
+                return self._class_attr(base.cls, key) or UNKNOWN
+            return UNKNOWN
         if q in _BUILTIN_CALLS:
             return _BUILTIN_CALLS[q]
         if q in ("builtins.max", "builtins.min", "builtins.sum", "builtins.abs"):
@@ -1078,9 +1089,43 @@ def _collect_self_assignments(fn: cst.FunctionDef,
                 node.func.attr.value == "register_buffer") and len(node.args) >= 2 and \
                 isinstance(node.args[0].value, cst.SimpleString):
             attrs.setdefault(node.args[0].value.evaluated_value, []).append(node.args[1].value)
+        elif isinstance(node, cst.Call) and m.matches(node, m.Call(
+                func=m.Name("setattr"), args=[m.Arg(value=m.Name("self"), keyword=None),
+                                              m.Arg(keyword=None), m.Arg(keyword=None)])):
+            key = _attr_key(node.args[1].value)  # setattr(self, f"{kind}_inv_freq", value)
+            if key is not None:
+                attrs.setdefault(key, []).append(node.args[2].value)
         if isinstance(node, cst.BaseExpression) and not isinstance(node, cst.Call):
             continue
         stack.extend(node.children)
+
+
+_SEQUENCE_TYPES = {"Iterable", "abc.Iterable", "collections.abc.Iterable", "Sequence",
+                   "abc.Sequence", "collections.abc.Sequence", "tuple", "list",
+                   "(tuple, list)", "(list, tuple)"}
+
+
+def _pair_idiom(node: cst.IfExp) -> bool:
+    """``p if isinstance(p, Iterable) else (p, p)`` (transformers' vision embeddings): p when
+    it is a sequence already, else a tuple of it."""
+    test, code = node.test, cst.Module([]).code_for_node
+    if not (isinstance(test, cst.Call) and m.matches(test.func, m.Name("isinstance"))
+            and len(test.args) == 2 and isinstance(node.orelse, cst.Tuple)):
+        return False
+    subject = code(test.args[0].value)
+    return (code(node.body) == subject and code(test.args[1].value) in _SEQUENCE_TYPES
+            and all(code(e.value) == subject for e in node.orelse.elements))
+
+
+def _attr_key(name: cst.BaseExpression) -> str | None:
+    """The attribute a ``getattr``/``setattr`` name stands for: a string literal's value, or
+    an f-string's source (``f"{kind}_inv_freq"``: the same attribute where the same
+    f-string is written)."""
+    if isinstance(name, cst.SimpleString):
+        return name.evaluated_value
+    if isinstance(name, cst.FormattedString):
+        return cst.Module([]).code_for_node(name)
+    return None
 
 
 def _return_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:

@@ -52,6 +52,40 @@ helper("adaptive_avg_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="avg", reduce=
 helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce="max"))
 
 
+# F.interpolate(mode="bicubic") (passes/special_vision.py): torch's cubic convolution, a=-0.75
+helper("resize_bicubic", {"Any", "jax", "jnp"}, '''
+def resize_bicubic(x: jax.Array, shape: tuple[int, ...], align_corners: bool = False,
+                   scales: tuple[float | None, ...] | None = None) -> jax.Array:
+    """F.interpolate(x, size, mode="bicubic") over the axes from 2 on: torch's cubic
+    convolution (a = -0.75; jax.image's cubic has a = -0.5), four taps per output, taken at
+    the border where they fall outside. ``scales``: torch's scale_factor per axis, which maps
+    the source coordinates instead of in/out when given."""
+    a = -0.75
+    for axis in range(2, x.ndim):
+        n_in, n_out = x.shape[axis], shape[axis]
+        dst = jnp.arange(n_out, dtype=x.dtype)
+        scale = scales[axis - 2] if scales is not None else None
+        if align_corners:
+            src = dst * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+        else:
+            src = (dst + 0.5) * (1 / scale if scale else n_in / n_out) - 0.5
+        start = jnp.floor(src)
+        t = src - start
+        weights = jnp.stack([
+            ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a,
+        ], axis=-1)
+        taps = jnp.clip(start.astype(jnp.int32)[:, None] + jnp.arange(-1, 3), 0, n_in - 1)
+        # (n_out, n_in): each output row the weights of its four (clamped) source taps
+        matrix = jnp.zeros((n_out, n_in), x.dtype).at[
+            jnp.arange(n_out)[:, None], taps].add(weights)
+        x = jnp.moveaxis(jnp.tensordot(matrix, x, axes=[[1], [axis]]), 0, axis)
+    return x
+''')
+
+
 # F.binary_cross_entropy / nn.BCELoss (passes/special_losses.py)
 helper("binary_cross_entropy", {"jax", "jnp"}, '''
 @jax.custom_vjp
@@ -888,23 +922,6 @@ class BatchNorm(eqx.nn.StatefulLayer):
             out = out * self.weight.reshape(per_channel) + self.bias.reshape(per_channel)
         return out, state
 ''', targets=("equinox",))
-
-
-def namespace() -> dict:
-    """Every helper defined, with the imports they use (for tests that evaluate one converted
-    expression on its own)."""
-    from typing import Any
-
-    import flax.linen as nn
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from flax import nnx
-
-    ns: dict = {"jax": jax, "jnp": jnp, "np": np, "nnx": nnx, "nn": nn, "Any": Any}
-    for source, _ in (by_target["nnx"] for by_target in HELPERS.values() if "nnx" in by_target):
-        exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
-    return ns
 
 
 class _Names(NoAttributeHooks, cst.CSTVisitor):

@@ -51,7 +51,9 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
-from torch2jax.passes.special import SPECIALS, Site, _spatial_dims, batch_norm_helper
+from torch2jax.passes.registry import spatial_dims
+from torch2jax.passes.special import batch_norm_helper
+from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet, weight_source
 from torch2jax.targets import Emitter
 from torch2jax.targets import linen as linen_target
@@ -156,6 +158,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         self._in_annotation = 0
         # self.<attr> read by a layer subclass's call of its own functional (super().__call__)
         self._own_reads: set[int] = set()
+        # a subclass of nn.Embedding whose super().__init__ passes a padding_idx: it derives
+        # from the Embedding helper (passes/helpers.py), not nnx.Embed
+        self._padded_embedding_subclasses: set[str] = set()
         self._own_calls: set[int] = set()  # those calls (F.layer_norm over self's attributes)
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
@@ -531,7 +536,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             elif q in self.rules.layers and q == info.layer_base and (
                     self._layer_subclass_rule(name) is not None):
                 # class LayerNorm2d(nn.LayerNorm): the JAX layer, with the subclass's methods
-                bases.append(b.with_changes(value=expr(self.rules.layers[q].targets["nnx"])))
+                base = ("Embedding" if name in self._padded_embedding_subclasses
+                        else self.rules.layers[q].targets["nnx"])
+                bases.append(b.with_changes(value=expr(base)))
                 self.need("nnx")
             elif q in self.rules.layers:
                 self.diag(ob, "module-subclass", "error",
@@ -2681,7 +2688,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if rule.special == "conv" and self.emitter.name == "nnx" and not self.linen:
             # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
             # wherever the value goes: a helper class with that signature and torch's layout
-            return cst.Name(f"Conv{_spatial_dims(rule.torch)}d")
+            return cst.Name(f"Conv{spatial_dims(rule.torch)}d")
         if rule.special == "pool" and self.emitter.name == "nnx" and not self.linen:
             # aa_layer = nn.AvgPool2d, called with torch's arguments (kernel_size, stride, ...):
             # a helper class with that signature on NCHW input
@@ -3079,6 +3086,17 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             if wm is not None and wm.to and wm.to != original_node.attr.value and not (
                     wm.layout == "transpose" and self._weight_read_as_value(original_node)):
                 return updated_node.with_changes(attr=cst.Name(wm.to))
+        if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Attribute()))):
+            # self.embeddings.patch_embeddings.projection.weight.dtype (ViT): a layer reached
+            # through module classes of the file; its dtype (any layout), or an as-is weight
+            rule = self.rules.layers.get(self._chain_layer_rule(original_node.value) or "")
+            wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            if wm is not None and wm.to and wm.to != original_node.attr.value and (
+                    wm.layout == "as_is" or (isinstance(parent, cst.Attribute)
+                                             and parent.attr.value == "dtype")):
+                return updated_node.with_changes(attr=cst.Name(wm.to))
         if (self.emitter.name == "nnx" and not self.linen and self.in_module_class()
                 and m.matches(original_node.value, m.Name("self"))
                 and original_node.attr.value in self._variable_attrs.get(
@@ -3165,6 +3183,27 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return info.attr_rule[attr]
             info = self.index.classes.get(info.module_base or "")
         return ""
+
+    def _chain_layer_rule(self, node: cst.BaseExpression) -> str | None:
+        """The torch layer ``self.a.b.c`` is when ``self.a`` and ``.b`` are each built by one
+        module class of this file (``self.embeddings = ViTEmbeddings(config)``) and ``c`` is a
+        layer of the last one."""
+        names: list[str] = []
+        while isinstance(node, cst.Attribute):
+            names.append(node.attr.value)
+            node = node.value
+        if not m.matches(node, m.Name("self")) or len(names) < 2:
+            return None
+        names.reverse()
+        info = self.index.classes.get(self.current_class or "")
+        for name in names[:-1]:
+            if info is None:
+                return None
+            built = info.built_by.get(name, set()) & self.index.module_classes
+            if len(built) != 1 or name in info.attr_rule:
+                return None
+            info = self.index.classes.get(built.pop())
+        return info.attr_rule.get(names[-1]) if info is not None else None
 
     def _weight_read_as_value(self, node: cst.Attribute) -> bool:
         """``self.fc.weight`` read for its values outside construction: handed to a function or
@@ -3756,7 +3795,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if rule is not None and (info.module_base == "torch"
                                  or self._takes_layer_arguments(info.module_base)):
             # super().__init__(normalized_shape, eps=eps): the JAX layer's arguments
-            return self._layer_arguments(original, updated, rule)
+            return self._layer_arguments(original, updated, rule, super_init=True)
         if info.module_base == "torch" and info.container and not self.linen:
             return updated  # nnx.Dict / nnx.List take torch's arguments (a mapping, a list)
         if info.module_base == "torch":
@@ -4024,7 +4063,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         return True
 
     def _layer_arguments(self, original: cst.Call, updated: cst.Call,
-                         rule: Rule) -> cst.BaseExpression:
+                         rule: Rule, super_init: bool = False) -> cst.BaseExpression:
         """A call that builds a subclass of a torch layer (``LayerNorm2d(dim, eps=1e-6)``,
         ``super().__init__(...)``): the layer rule's translation of the arguments, called on
         the subclass."""
@@ -4037,7 +4076,12 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                     defined=self.index.defined)
         if rule.special:
             out = SPECIALS[rule.special](site)
-            if isinstance(out, cst.Call) and code(out.func) == "Embedding":
+            if (isinstance(out, cst.Call) and code(out.func) == "Embedding" and super_init
+                    and self.index.classes[self.current_class].module_base == "torch"):
+                # class Scaled(nn.Embedding) with super().__init__(n, d, padding_idx): it
+                # derives from the Embedding helper, which has the padding row
+                self._padded_embedding_subclasses.add(self.current_class)
+            elif isinstance(out, cst.Call) and code(out.func) == "Embedding":
                 raise Untranslatable(f"{rule.torch} subclass with padding_idx: the subclass "
                                      "derives from nnx.Embed, which has no padding row",
                                      rule=rule.id)
@@ -4161,8 +4205,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
 
     def _module_class_locals(self) -> set[str]:
         """Names the enclosing function assigns a module class of the file (or of another
-        file of the package) to: ``stem_type = SimpleStemIN``, or an item of a local list of
-        them (``blocks = [BasicConv2d, InceptionA]; inception_a = blocks[1]``)."""
+        file of the package) to: ``stem_type = SimpleStemIN``, an item of a local list of
+        them (``blocks = [BasicConv2d, InceptionA]; inception_a = blocks[1]``), or one of
+        two (``attention_class = Cross if is_cross_attention else Self``)."""
         fn = self._fn_stack[-1]
         if fn in self._class_locals:
             return self._class_locals[fn]
@@ -4173,11 +4218,14 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         lists = {name for name, value in assigns if isinstance(value, (cst.List, cst.Tuple))
                  and value.elements and all(isinstance(e.value, cst.Name)
                                             and e.value.value in classes for e in value.elements)}
-        found = self._class_locals[fn] = {
-            name for name, value in assigns
-            if (isinstance(value, cst.Name) and value.value in classes)
-            or (isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
-                and value.value.value in lists)}
+        def a_class(value: cst.BaseExpression) -> bool:
+            if isinstance(value, cst.IfExp):  # Cross if is_cross_attention else Self
+                return a_class(value.body) and a_class(value.orelse)
+            return (isinstance(value, cst.Name) and value.value in classes) or (
+                isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
+                and value.value.value in lists)
+
+        found = self._class_locals[fn] = {name for name, value in assigns if a_class(value)}
         return found
 
     def _param_default(self, name: str) -> str | None:
@@ -4240,7 +4288,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                                      rule=rule.id)
             args = [a for a in updated.args if not (a.keyword and a.keyword.value in (
                 "device", "dtype", "padding_mode"))]
-            return call(f"Conv{_spatial_dims(rule.torch)}d", *args,
+            return call(f"Conv{spatial_dims(rule.torch)}d", *args,
                         arg(self.rngs_expr(original), "rngs"))
         # a helper class of passes/helpers.py (TransformerEncoderLayer) for this target
         helper_class = target[:1].isupper() and target in HELPERS
@@ -4251,9 +4299,16 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                                  "helper class is NNX only)", rule=rule.id)
         needs_rngs = (target.startswith("nnx.") and target[4:5].isupper() or helper_class) \
             and not self.linen
+        sequences: frozenset[str] = frozenset()
+        if self.values is not None and rule.special == "conv":  # kernel_size=patch_size
+            given = bind(original.args, rule.params)
+            sequences = frozenset(k for k in ("kernel_size", "stride", "dilation")
+                                  if isinstance(given.get(k), cst.Name) and self.values.kind(
+                                      given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
         site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
                     rngs=self.rngs_expr(original) if needs_rngs else None,
-                    defined=self.index.defined, per_example=self.for_equinox)
+                    defined=self.index.defined, per_example=self.for_equinox,
+                    sequences=sequences)
         if rule.special:
             out = SPECIALS[rule.special](site)
             name = code(out.func) if isinstance(out, cst.Call) else None
@@ -4415,6 +4470,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         site = Site(rule=rule, args=b, receiver=updated.func.value,
                     unpack=self._unpack.get(id(original)), target=self.emitter.name,
                     dtypes=dtypes)
+        binder = self._binder(original)
+        if binder is not None:
+            site.bind, site.before = binder
         return self._apply(original, site, receiver_first=True)
 
     def _apply(self, original, site: Site, receiver_first: bool) -> cst.BaseExpression:

@@ -7,14 +7,10 @@ JAX expression, or raises :class:`Untranslatable` with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.passes.common import (
-    BoundArgs,
     Untranslatable,
     arg,
     call,
@@ -25,85 +21,7 @@ from torch2jax.passes.common import (
     py,
     try_literal,
 )
-from torch2jax.ruleset import Rule
-
-
-@dataclass
-class Site:
-    rule: Rule
-    args: BoundArgs
-    receiver: cst.BaseExpression | None = None
-    unpack: int | None = None  # targets when the call is the value of ``a, b = ...``
-    target: str = "nnx"
-    rngs: cst.BaseExpression | None = None  # the rngs expression in scope (layers)
-    defined: set[str] = field(default_factory=set)  # top-level names of the file
-    notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
-    # the layer is applied to one example, (C, *spatial), not a batch (the equinox target)
-    per_example: bool = False
-    # arguments that may hold None at run time (self.bias of a LayerNorm built with bias=False)
-    optional: frozenset[str] = frozenset()
-    # arguments that hold a torch dtype (x.to(other.dtype), x.to(input_dtype)): value analysis
-    dtypes: frozenset[str] = frozenset()
-    # binds an expression to a new name in a statement before the current one and returns the
-    # name (None where the call is not in a simple statement): a tensor used twice
-    bind: Callable[[cst.BaseExpression, str], cst.Name] | None = None
-    # puts a statement before the current one (None where there is no simple statement)
-    before: Callable[[cst.BaseStatement], None] | None = None
-
-    def x(self, name: str | None = None) -> cst.BaseExpression:
-        """The tensor operated on: the receiver of a method, or the named argument (by default
-        the rule's first parameter)."""
-        if self.receiver is not None:
-            return self.receiver
-        name = name or (self.rule.params[0] if self.rule.params else "input")
-        node = self.args.get(name)
-        if node is None:
-            raise Untranslatable(f"{self.rule.torch}: missing argument {name!r}")
-        return node
-
-    def get(self, name: str) -> cst.BaseExpression | None:
-        return self.args.get(name)
-
-    def lit(self, name: str):
-        """The literal value of an argument, torch's default when absent, ``...`` if not literal."""
-        node = self.args.get(name)
-        if node is None:
-            value = self.rule.defaults.get(name)
-            return None if value == "None" else value
-        return try_literal(node, ...)
-
-    def note(self, message: str, severity: str = "info") -> None:
-        self.notes.append((severity, message))
-
-    def rngs_arg(self) -> list[cst.Arg]:
-        return [arg(self.rngs, "rngs")] if self.rngs is not None else []
-
-
-SPECIALS: dict[str, Callable[[Site], cst.BaseExpression]] = {}
-
-
-def special(name: str):
-    def register(fn: Callable[[Site], cst.BaseExpression]):
-        SPECIALS[name] = fn
-        return fn
-
-    return register
-
-
-def _tuple_of(node: cst.BaseExpression, n: int) -> cst.BaseExpression:
-    """``k`` -> ``(k, k)`` for an int literal or a name; tuples pass through."""
-    if isinstance(node, (cst.Tuple, cst.List)):
-        items = [code(e.value) for e in node.elements]
-    else:
-        items = [code(node)] * n
-    return expr("(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")")
-
-
-def _spatial_dims(rule_name: str) -> int:
-    for n in (1, 2, 3):
-        if rule_name.endswith(f"{n}d"):
-            return n
-    return 2
+from torch2jax.passes.registry import Site, spatial_dims, special, tuple_of
 
 
 def _pairs(node: cst.BaseExpression, n: int) -> cst.BaseExpression:
@@ -132,7 +50,7 @@ _CONV_HELPER_ARGS = ("in_channels", "out_channels", "kernel_size", "stride", "pa
 
 @special("conv")
 def conv(site: Site) -> cst.BaseExpression:
-    n = _spatial_dims(site.rule.torch)
+    n = spatial_dims(site.rule.torch)
     a = site.args
     if a.star and site.target == "nnx" and site.rngs is not None:
         # nn.Conv2d(cin, cout, bias=False, **kwargs) (torchvision's BasicConv2d): the callers'
@@ -155,11 +73,15 @@ def conv(site: Site) -> cst.BaseExpression:
             f"padding_mode={mode!r}: flax convolutions only zero-pad; pad with jnp.pad "
             "(mode 'reflect'/'edge'/'wrap') and use padding='VALID'"
         )
+    def sizes(name: str) -> cst.BaseExpression:  # a tuple already, or (k, k)
+        node = a.get(name)
+        return node if name in site.sequences else tuple_of(node, n)
+
     out = [arg(a.get("in_channels")), arg(a.get("out_channels")),
-           arg(_tuple_of(a.get("kernel_size"), n), "kernel_size")]
+           arg(sizes("kernel_size"), "kernel_size")]
     stride = site.lit("stride")
     if stride != 1:
-        out.append(arg(_tuple_of(a.get("stride"), n), "strides"))
+        out.append(arg(sizes("stride"), "strides"))
     padding = site.get("padding")
     pad_value = site.lit("padding")
     if isinstance(pad_value, str):
@@ -169,7 +91,7 @@ def conv(site: Site) -> cst.BaseExpression:
     else:
         out.append(arg(_pairs(padding if padding is not None else py(0), n), "padding"))
     if site.lit("dilation") != 1:
-        out.append(arg(_tuple_of(a.get("dilation"), n), "kernel_dilation"))
+        out.append(arg(sizes("dilation"), "kernel_dilation"))
     if site.lit("groups") != 1:
         out.append(arg(a.get("groups"), "feature_group_count"))
     if site.lit("bias") is not True:
@@ -348,7 +270,7 @@ def _check_pool(site: Site) -> None:
 
 @special("pool")
 def pool(site: Site) -> cst.BaseExpression:
-    n = _spatial_dims(site.rule.torch)
+    n = spatial_dims(site.rule.torch)
     _check_pool(site)
     k = site.args.get("kernel_size")
     stride = site.args.get("stride")
@@ -359,8 +281,8 @@ def pool(site: Site) -> cst.BaseExpression:
         if ceil_mode is not True:
             raise Untranslatable("pooling with a non-literal ceil_mode")
         return expr("lambda x: " + _ceil_pool(site, n, k, stride, "x", 1))
-    out = [arg(expr(site.rule.targets[site.target])), arg(_tuple_of(k, n), "window_shape"),
-           arg(_tuple_of(stride, n), "strides")]
+    out = [arg(expr(site.rule.targets[site.target])), arg(tuple_of(k, n), "window_shape"),
+           arg(tuple_of(stride, n), "strides")]
     if site.lit("padding") not in (0, None):
         out.append(arg(_pairs(site.args.get("padding"), n), "padding"))
     if site.lit("count_include_pad") is False:
@@ -374,7 +296,7 @@ def pool_function(site: Site) -> cst.BaseExpression:
     flax's pooling (channels-last) between two moves of the channel axis, the arguments as
     nn.MaxPool2d / nn.AvgPool2d translate them (stride defaults to the kernel size; ceil_mode
     pads the last window's overhang, computed from the static shape of the input)."""
-    n = _spatial_dims(site.rule.torch)
+    n = spatial_dims(site.rule.torch)
     _check_pool(site)
     x = site.x()
     k = site.get("kernel_size")
@@ -399,7 +321,7 @@ def pool_function(site: Site) -> cst.BaseExpression:
         pooled = expr(_ceil_pool(site, n, k, stride, code(x), 2, source=code(cl),
                                  target=target))
     else:
-        out = [arg(cl), arg(_tuple_of(k, n), "window_shape"), arg(_tuple_of(stride, n), "strides")]
+        out = [arg(cl), arg(tuple_of(k, n), "window_shape"), arg(tuple_of(stride, n), "strides")]
         if site.lit("padding") not in (0, None):
             out.append(arg(_pairs(site.get("padding"), n), "padding"))
         if site.lit("count_include_pad") is False:
@@ -461,7 +383,7 @@ def _ceil_pool(site: Site, n: int, k_node, s_node, x: str, first: int,
     source = source or x
     if include_pad:
         source = f"jnp.pad({source}, ((0, 0), {', '.join(f'({p}, {p})' for p in ps)}, (0, 0)))"
-    window = f"window_shape={code(_tuple_of(k_node, n))}, strides={code(_tuple_of(s_node, n))}"
+    window = f"window_shape={code(tuple_of(k_node, n))}, strides={code(tuple_of(s_node, n))}"
     return (f"{target}({source}, {window}, padding={padding}"
             + (", count_include_pad=False" if avg else "") + ")")
 
@@ -481,7 +403,7 @@ def adaptive_pool_function(site: Site) -> cst.BaseExpression:
 
 
 def _adaptive_text(site: Site, x: str) -> str:
-    n = _spatial_dims(site.rule.torch)
+    n = spatial_dims(site.rule.torch)
     kind = "max" if "max" in site.rule.torch.lower() else "avg"
     if site.lit("return_indices") not in (False, None):
         raise Untranslatable("adaptive max pooling with return_indices=True")
@@ -496,7 +418,7 @@ def _adaptive_text(site: Site, x: str) -> str:
         sizes = tuple(size)
     else:
         # a computed size: the helper takes it as it is (an int is the same for every axis)
-        return f"adaptive_{kind}_pool({x}, {code(_tuple_of(node, n))})"
+        return f"adaptive_{kind}_pool({x}, {code(tuple_of(node, n))})"
     if all(s == 1 for s in sizes):
         axes = "(" + ", ".join(str(2 + i) for i in range(n)) + ("," if n == 1 else "") + ")"
         return f"jnp.{'mean' if kind == 'avg' else 'max'}({x}, axis={axes}, keepdims=True)"
@@ -767,6 +689,12 @@ def _is_dtype(node: cst.BaseExpression) -> bool:
     return text.startswith(("jnp.", "torch.")) and not text.startswith("torch.device")
 
 
+@special("t")
+def t(site: Site) -> cst.BaseExpression:
+    """x.t() / torch.t(x): the transpose of a matrix (a vector as it is; .T does both)."""
+    return expr("{x}.T", x=site.x())
+
+
 @special("type_as")
 def type_as(site: Site) -> cst.BaseExpression:
     return expr("{x}.astype({o}.dtype)", x=site.x(), o=site.args.get("other"))
@@ -795,6 +723,10 @@ def expand(site: Site) -> cst.BaseExpression:
         return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
     n = len(sizes)
     parts = []
+    if not is_simple(x) and any(int_value(s) == -1 for s in sizes) and site.bind is not None:
+        # torch.arange(n).expand((1, -1)): the tensor named before the statement, as its
+        # sizes are read (x.shape[i]) beside it
+        x = site.bind(x, _hint(x))
     for i, s in enumerate(sizes):
         if int_value(s) == -1:
             if not is_simple(x):
@@ -804,6 +736,17 @@ def expand(site: Site) -> cst.BaseExpression:
             parts.append(code(s))
     return call("jnp.broadcast_to", arg(x), arg(expr("(" + ", ".join(parts) + ("," if n == 1
                                                                                  else "") + ")")))
+
+
+def _hint(x: cst.BaseExpression) -> str:
+    """A local name for the value of ``x``: its function's name (``jnp.arange(n)``: arange)."""
+    if isinstance(x, cst.Call):
+        func = x.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else (
+            func.value if isinstance(func, cst.Name) else "")
+        if name.isidentifier() and not name.startswith("_"):
+            return name
+    return "value"
 
 
 @special("repeat")
@@ -1157,10 +1100,3 @@ def gather(site: Site) -> cst.BaseExpression:
 def index_select(site: Site) -> cst.BaseExpression:
     return call("jnp.take", arg(site.x()), arg(site.args.get("index")),
                 arg(site.args.get("dim"), "axis"))
-from torch2jax.passes import (
-    special_device,  # noqa: F401  (device queries and objects)
-    special_losses,  # noqa: F401  (registers the loss transforms)
-    special_sequence,  # noqa: F401  (attention and recurrent layers)
-    special_vision,  # noqa: F401  (registers the vision transforms)
-)
-from torch2jax.training import optim as _optim  # noqa: F401  (registers the optimizer transforms)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torch2jax.passes.common import Untranslatable, code, expr, try_literal
-from torch2jax.passes.special import Site, special
+from torch2jax.passes.registry import Site, special
 
 GPU_TEST = 'jax.default_backend() == "gpu"'
 

@@ -28,7 +28,7 @@ from torch2jax.passes.common import (
     py,
     try_literal,
 )
-from torch2jax.passes.special import Site, special
+from torch2jax.passes.registry import Site, special
 
 Core = Callable[[Site, cst.BaseExpression, cst.BaseExpression], cst.BaseExpression]
 

@@ -15,7 +15,7 @@ import libcst as cst
 from torch2jax.passes import calls
 from torch2jax.passes.calls import CallSite, call_transform
 from torch2jax.passes.common import Untranslatable, arg, call, code, expr, is_simple, py
-from torch2jax.passes.special import Site, special
+from torch2jax.passes.registry import Site, special
 
 
 def _required(site: Site, name: str) -> cst.BaseExpression:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torch2jax.passes.common import Untranslatable, arg, call, code, expr, is_simple, py
-from torch2jax.passes.special import Site, _spatial_dims, _tuple_of, special
+from torch2jax.passes.registry import Site, spatial_dims, special, tuple_of
 
 # --------------------------------------------------------------------------------------------
 # PReLU
@@ -113,7 +113,7 @@ def conv_transpose(site: Site) -> cst.BaseExpression:
     ``(d*(k-1) - p, d*(k-1) - p + output_padding)`` per side reproduces torch's output. With
     ``transpose_kernel=True`` flax flips the kernel and swaps its in/out axes itself, so torch's
     ``(in, out, *k)`` weight only needs the ``conv`` layout: ``(*k, out, in)``."""
-    n = _spatial_dims(site.rule.torch)
+    n = spatial_dims(site.rule.torch)
     a = site.args
     for required in ("in_channels", "out_channels", "kernel_size"):
         if not a.has(required):
@@ -138,13 +138,13 @@ def conv_transpose(site: Site) -> cst.BaseExpression:
                                                 "output_padding", "dilation"))
     pads = [(di * (ki - 1) - pi, di * (ki - 1) - pi + oi) for ki, pi, oi, di in zip(k, p, op, d)]
     out = [arg(a.get("in_channels")), arg(a.get("out_channels")),
-           arg(_tuple_of(a.get("kernel_size"), n), "kernel_size")]
+           arg(tuple_of(a.get("kernel_size"), n), "kernel_size")]
     if any(si != 1 for si in s):
-        out.append(arg(_tuple_of(a.get("stride"), n), "strides"))
+        out.append(arg(tuple_of(a.get("stride"), n), "strides"))
     out.append(arg(expr("(" + ", ".join(f"({lo}, {hi})" for lo, hi in pads)
                         + ("," if n == 1 else "") + ")"), "padding"))
     if any(di != 1 for di in d):
-        out.append(arg(_tuple_of(a.get("dilation"), n), "kernel_dilation"))
+        out.append(arg(tuple_of(a.get("dilation"), n), "kernel_dilation"))
     if site.lit("bias") is not True:
         out.append(arg(a.get("bias"), "use_bias"))
     out.append(arg(py(True), "transpose_kernel"))
@@ -179,11 +179,12 @@ def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool =
     mode = "nearest" if mode is None else mode
     if mode is ...:
         raise Untranslatable("interpolate with a non-literal mode")
-    if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear"):
-        raise Untranslatable(
-            f"interpolate mode={mode!r}: " + ("torch's bicubic uses a=-0.75, jax.image's cubic "
-                                              "a=-0.5" if mode == "bicubic" else
-                                              "adaptive average pooling is not translated"))
+    if mode == "bicubic" and (channels_last or per_example):
+        raise Untranslatable("interpolate mode='bicubic' in a channels-last or per-example "
+                             "layout")
+    if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear", "bicubic"):
+        raise Untranslatable(f"interpolate mode={mode!r}: adaptive average pooling is not "
+                             "translated")
     if site.lit("antialias") not in (False, None):
         raise Untranslatable("interpolate with antialias=True")
     if site.lit("recompute_scale_factor") not in (False, None):
@@ -192,7 +193,7 @@ def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool =
     align = site.lit("align_corners")
     if align is ...:
         raise Untranslatable("interpolate with a non-literal align_corners")
-    if align and not linear:
+    if align and not linear and mode != "bicubic":
         raise Untranslatable(f"align_corners=True with mode={mode!r} (torch raises)")
     size, factor = site.get("size"), site.get("scale_factor")
     if (size is None or site.lit("size") is None) == (factor is None
@@ -231,6 +232,11 @@ def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool =
         shape = shape_of(f"*({per_axis} for d in {spatial})")
     else:
         shape = shape_of(f"*{code(size)}")
+    if mode == "bicubic":  # the resize_bicubic helper (passes/helpers.py): torch's a=-0.75
+        factors = "" if scales is None or given == "size" else (
+            f", scales=({', '.join(repr(v) for v in scales)})" if len(scales) > 1 else
+            f", scales=({scales[0]!r},) * ({x}.ndim - 2)")
+        return f"resize_bicubic({x}, {shape}, align_corners={bool(align)}{factors})"
     if linear and align:
         if sizes is not None:
             scale = ", ".join(f"({o} - 1) / ({x}.shape[{first + i}] - 1)" for i, o in

@@ -2835,8 +2835,8 @@ def _order_imports(body: list) -> list:
 def from_nnx(nnx: object, source: str, path: str) -> object:
     """The converter's entry: a ConversionResult for NNX -> one for equinox. The NNX pass's
     diagnostics are kept (their TODO lines stay in the code); this pass adds its own."""
-    from torch2jax.convert import ConversionResult
     from torch2jax.report import Diagnostic
+    from torch2jax.result import ConversionResult
 
     text, todos, assumed = convert(nnx.code, source, getattr(nnx, "per_example", ()))
     diags = list(nnx.diagnostics) + [Diagnostic(path, line, 0, RULE, "error", msg.rsplit(

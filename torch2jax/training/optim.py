@@ -1067,27 +1067,3 @@ _SCHED_EMITTERS: dict[str, Callable[[_Args, str, Any], Schedule]] = {
     "SequentialLR": _sched_sequential, "LambdaLR": _sched_lambda,
     "PolynomialLR": _sched_polynomial, "ReduceLROnPlateau": _sched_plateau,
 }
-
-
-# --------------------------------------------------------------------------------------------
-# rule specials (rules/optim.toml): a bare constructor call outside a training script
-# --------------------------------------------------------------------------------------------
-
-from torch2jax.passes.special import Site, special
-
-
-@special("optimizer")
-def _optimizer_special(site: Site) -> cst.BaseExpression:
-    """``torch.optim.X(params, ...)`` -> the optax transform (the training pass builds the
-    ``nnx.Optimizer`` around it where it sees the training loop)."""
-    tx = translate_optimizer(None, site.rule.torch, site.args)
-    site.notes.extend(tx.notes)
-    return tx.build()
-
-
-@special("lr_scheduler")
-def _scheduler_special(site: Site) -> cst.BaseExpression:
-    raise Untranslatable(
-        f"{site.rule.torch}: a scheduler is translated with its optimizer's learning rate, by "
-        "the training-script pass (see torch2jax.training.translate_scheduler)",
-        rule=site.rule.torch)

@@ -45,7 +45,8 @@ from torch2jax.verify.run import (
     VerifyResult,
     run_request,
 )
-from torch2jax.verify.trajectory import DEFAULT_STEPS, TrainSpec, verify_trajectory
+from torch2jax.verify.train_common import DEFAULT_STEPS, TrainSpec
+from torch2jax.verify.trajectory import verify_trajectory
 
 _KEYS = {
     "name", "target", "args", "build", "inputs", "grad", "atol", "rtol", "seed", "device",

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from torch2jax.verify.load import find_name
 from torch2jax.weights import (
     ParamMapping,
     WeightTransferError,
@@ -221,13 +222,13 @@ def build_equinox_model(module: Any, name: str, args: dict | None, build: str | 
     import equinox as eqx
     import jax
 
-    from torch2jax.verify import run as vr
+    from torch2jax.verify import common as vr
 
     key = jax.random.key(seed)
     if build is None:
-        cls = vr.find_name(module, name, module.__file__ or name)
+        cls = find_name(module, name, module.__file__ or name)
         return eqx.nn.make_with_state(cls)(**(args or {}), key=key)
-    tree = vr._build_call(build)
+    tree = vr.build_call(build)
     call = tree.body
     assert isinstance(call, ast.Call)
     call.func = ast.Call(func=ast.Name(_MAKE, ast.Load()), args=[call.func], keywords=[])
@@ -260,9 +261,9 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
     import jax.numpy as jnp
     import torch
 
-    from torch2jax.verify import run as vr
+    from torch2jax.verify import common as vr
 
-    with vr._stage("building the equinox model"):
+    with vr.stage("building the equinox model"):
         model, state = build_equinox_model(jax_module, name, req.args, req.build, req.seed)
     if req.float64:
         model, state = vr.widen(model), vr.widen(state)
@@ -288,11 +289,11 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
     rng = np.random.default_rng(req.seed)
     arrays = [s.sample(rng) for s in specs]
     r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
-    torch_in = vr._torch_inputs(arrays, specs)
-    jax_in = vr._jax_inputs(arrays, specs)
-    with vr._stage("the torch forward pass"), torch.no_grad():
+    torch_in = vr.torch_inputs(arrays, specs)
+    jax_in = vr.jax_inputs(arrays, specs)
+    with vr.stage("the torch forward pass"), torch.no_grad():
         torch_out = torch_model(*torch_in)
-    torch_leaves = [(k, vr._torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
+    torch_leaves = [(k, vr.torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
 
     def forward(model: Any, state: Any, xs: list) -> Any:
         return batched(model, len(xs))(state, *xs)[0]
@@ -301,11 +302,11 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
         params, static = eqx.partition(model, eqx.is_array)
         vr.check_float64(lambda p, st, xs: batched(eqx.combine(p, static), len(xs))(st, *xs),
                          params, state, jax_in)
-    with vr._stage("the equinox forward pass (jax.vmap under eqx.filter_jit)"):
+    with vr.stage("the equinox forward pass (jax.vmap under eqx.filter_jit)"):
         jax_out, new_state = eqx.filter_jit(
             lambda model, state, xs: batched(model, len(xs))(state, *xs))(model, state, jax_in)
-    jax_leaves = [(k, vr._jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
-    out = vr._compare_outputs(jax_leaves, torch_leaves, r)
+    jax_leaves = [(k, vr.jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
+    out = vr.compare_outputs(jax_leaves, torch_leaves, r)
     r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
     r.passed, r.mismatch = out.ok, out.first_failure
     if req.train_mode:  # before the gradients: torch's backward pass runs the model again
@@ -315,16 +316,16 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
         if req.grad:
             r.notes.append("gradients not compared: the outputs differ in structure or shape")
         return
-    cots = vr._cotangents(torch_leaves, req.seed)
-    with vr._stage("the torch backward pass"):
-        tg = vr._torch_grads(torch_model, torch_in, cots)
+    cots = vr.cotangents(torch_leaves, req.seed)
+    with vr.stage("the torch backward pass"):
+        tg = vr.torch_grads(torch_model, torch_in, cots)
     jcots = {k: jnp.asarray(v) for k, v in cots.items()}
 
     def scalar(model: Any, state: Any, xs: list) -> Any:
         leaves = dict(vr.flatten_output(forward(model, state, xs)))
         return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32)) * c) for k, c in jcots.items())
 
-    with vr._stage("the equinox gradient (eqx.filter_grad under eqx.filter_jit)"):
+    with vr.stage("the equinox gradient (eqx.filter_grad under eqx.filter_jit)"):
         grads = eqx.filter_jit(eqx.filter_grad(scalar))(model, state, jax_in)
     jg, mapping = {}, {}
     params = {n for n, p in torch_model.named_parameters() if p.requires_grad}
@@ -340,7 +341,7 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
             jg[p.path] = np.zeros(walk(model, p.path).shape, np.float32) if g is None \
                 else np.asarray(g)
             mapping[tname].append(ParamMapping(tname, "mapped", p.path, p.layout, None))
-    g = vr._compare_grads(jg, tg, mapping, r)
+    g = vr.compare_grads(jg, tg, mapping, r)
     r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
     r.passed = r.passed and g.ok
     r.mismatch = r.mismatch or g.first_failure
@@ -352,7 +353,7 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
 def _is_dropout(x: Any) -> bool:
     import equinox as eqx
 
-    from torch2jax.verify.run import DROP_PATH_CLASSES
+    from torch2jax.verify.common import DROP_PATH_CLASSES
 
     return isinstance(x, eqx.nn.Dropout) or (isinstance(x, eqx.Module) and type(
         x).__name__ in DROP_PATH_CLASSES)
@@ -377,7 +378,7 @@ def train_mode(model: Any) -> tuple[Any, int]:
 def stat_pairs(torch_model: Any, model: Any, state: Any, plan: EquinoxPlan
                ) -> list[tuple[str, str, Any, Any]]:
     """Each torch running statistic with its value in the ``State``."""
-    from torch2jax.verify.run import torch_stats
+    from torch2jax.verify.common import torch_stats
 
     ref = torch_stats(torch_model)
     pairs = []
@@ -428,8 +429,8 @@ def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | Non
     import jax
     import torch
 
-    from torch2jax.verify import run as vr
-    from torch2jax.verify import trajectory as tr
+    from torch2jax.verify import common as vr
+    from torch2jax.verify import train_common as tr
     from torch2jax.verify.spec import parse_spec, parse_specs
 
     r = tr.TrajectoryResult(model=name, target="equinox", rtol=rtol,
@@ -458,9 +459,9 @@ def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | Non
     for i in range(train.steps):
         arrays = [s.sample(rng) for s in specs]
         label_arr = label_spec.sample(rng) if label_spec else None
-        t_in = vr._torch_inputs(arrays, specs)
-        t_lab = vr._torch_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with vr._stage(f"the torch training step {i}"):
+        t_in = vr.torch_inputs(arrays, specs)
+        t_lab = vr.torch_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with vr.stage(f"the torch training step {i}"):
             opt.zero_grad(set_to_none=True)
             loss = loss_torch(tm(*t_in), t_lab)
             loss.backward()
@@ -470,12 +471,13 @@ def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | Non
             if sched is not None:
                 sched.step()
         r.losses_torch.append(float(loss.item()))
-        j_in = vr._jax_inputs(arrays, specs)
-        j_lab = vr._jax_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with vr._stage(f"the equinox training step {i} (eqx.filter_jit)"):
+        j_in = vr.jax_inputs(arrays, specs)
+        j_lab = vr.jax_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with vr.stage(f"the equinox training step {i} (eqx.filter_jit)"):
             model, state, opt_state, jloss = step(model, state, opt_state, j_in, j_lab)
         r.losses_jax.append(float(jax.device_get(jloss)))
-    rels = [tr._loss_rel(a, b) for a, b in zip(r.losses_jax, r.losses_torch, strict=True)]
+    rels = [tr.relative_loss_diff(a, b)
+            for a, b in zip(r.losses_jax, r.losses_torch, strict=True)]
     r.loss_max_rel_diff = max(rels, default=0.0)
     names = {n for n, p in tm.named_parameters() if p.requires_grad}
     p_abs, p_rel, worst = 0.0, 0.0, None

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from torch2jax.ruleset import RuleSet, builtin_rules
+from torch2jax.verify.load import find_name
 from torch2jax.weights import (
     ParamMapping,
     WeightTransferError,
@@ -225,20 +226,20 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
     import jax.numpy as jnp
     import torch
 
-    from torch2jax.verify import run as vr
+    from torch2jax.verify import common as vr
 
-    with vr._stage("building the linen model"):
+    with vr.stage("building the linen model"):
         if req.build is None:
-            model = vr.find_name(jax_module, name, jax_path)(**(req.args or {}))
+            model = find_name(jax_module, name, jax_path)(**(req.args or {}))
         else:
-            model = eval(compile(vr._build_call(req.build), "<--build>", "eval"),
+            model = eval(compile(vr.build_call(req.build), "<--build>", "eval"),
                          dict(vars(jax_module)))
     rng = np.random.default_rng(req.seed)
     arrays = [s.sample(rng) for s in specs]
     r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
-    torch_in = vr._torch_inputs(arrays, specs)
-    jax_in = vr._jax_inputs(arrays, specs)
-    with vr._stage("initialising the linen variables"):
+    torch_in = vr.torch_inputs(arrays, specs)
+    jax_in = vr.jax_inputs(arrays, specs)
+    with vr.stage("initialising the linen variables"):
         variables = jax.jit(lambda xs: model.init(jax.random.key(req.seed), *xs))(jax_in)
     variables = _thaw(variables)
     if req.float64:
@@ -255,15 +256,15 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
     r.notes.append(note)
     if req.train_mode:
         model = _train_mode(model, torch_model, r)
-    with vr._stage("the torch forward pass"), torch.no_grad():
+    with vr.stage("the torch forward pass"), torch.no_grad():
         torch_out = torch_model(*torch_in)
-    torch_leaves = [(k, vr._torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
+    torch_leaves = [(k, vr.torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
     if req.float64:
         vr.check_float64(lambda v, xs: _apply(model, v, xs), variables, jax_in)
-    with vr._stage("the linen forward pass (model.apply under jax.jit)"):
+    with vr.stage("the linen forward pass (model.apply under jax.jit)"):
         jax_out, stats = jax.jit(lambda v, xs: _apply(model, v, xs))(variables, jax_in)
-    jax_leaves = [(k, vr._jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
-    out = vr._compare_outputs(jax_leaves, torch_leaves, r)
+    jax_leaves = [(k, vr.jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
+    out = vr.compare_outputs(jax_leaves, torch_leaves, r)
     r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
     r.passed, r.mismatch = out.ok, out.first_failure
     if req.train_mode:  # before the gradients: torch's backward pass runs the model again
@@ -272,9 +273,9 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
         if req.grad:
             r.notes.append("gradients not compared: the outputs differ in structure or shape")
         return
-    cots = vr._cotangents(torch_leaves, req.seed)
-    with vr._stage("the torch backward pass"):
-        tg = vr._torch_grads(torch_model, torch_in, cots)
+    cots = vr.cotangents(torch_leaves, req.seed)
+    with vr.stage("the torch backward pass"):
+        tg = vr.torch_grads(torch_model, torch_in, cots)
     jcots = {k: jnp.asarray(v) for k, v in cots.items()}
     rest = {k: v for k, v in variables.items() if k != "params"}
 
@@ -282,10 +283,10 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
         leaves = dict(vr.flatten_output(_apply(model, {"params": params, **rest}, xs)[0]))
         return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32)) * c) for k, c in jcots.items())
 
-    with vr._stage("the linen gradient (jax.grad under jax.jit)"):
+    with vr.stage("the linen gradient (jax.grad under jax.jit)"):
         jg = flat_params(jax.jit(jax.grad(scalar))(variables["params"], jax_in))
     mapping = gradient_map_linen(torch_model, plan)
-    g = vr._compare_grads(jg, tg, mapping, r)
+    g = vr.compare_grads(jg, tg, mapping, r)
     r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
     r.passed = r.passed and g.ok
     r.mismatch = r.mismatch or g.first_failure
@@ -307,7 +308,7 @@ def _apply(model: Any, variables: dict, xs: list) -> tuple[Any, dict]:
 def _train_mode(model: Any, torch_model: Any, r: Any) -> Any:
     """Both models in training mode, dropout-like modules deterministic: the linen model
     cloned with ``train=True`` where it has that field."""
-    from torch2jax.verify import run as vr
+    from torch2jax.verify import common as vr
 
     n_torch = vr.torch_train_mode(torch_model)
     r.notes.append(vr.train_mode_note(n_torch, "linen's intercepted (they return their input)"))
@@ -318,7 +319,7 @@ def _train_mode(model: Any, torch_model: Any, r: Any) -> Any:
 
 def stat_pairs(torch_model: Any, plan: LinenPlan, stats: dict) -> list[tuple[str, str, Any, Any]]:
     """Each torch running statistic with its value in the linen ``batch_stats``."""
-    from torch2jax.verify import run as vr
+    from torch2jax.verify import common as vr
 
     ref = vr.torch_stats(torch_model)
     return [(m.torch_name, "/".join(map(str, m.nnx_path)), _lookup(stats, list(m.nnx_path[1:])),
@@ -332,7 +333,7 @@ def _no_dropout(next_fun: Any, args: tuple, kwargs: dict, context: Any) -> Any:
     input (random masks from two RNGs cannot agree; torch's get p = 0 or eval mode)."""
     import flax.linen as nn
 
-    from torch2jax.verify.run import DROP_PATH_CLASSES
+    from torch2jax.verify.common import DROP_PATH_CLASSES
 
     if (isinstance(context.module, nn.Dropout) or type(context.module).__name__ in
             DROP_PATH_CLASSES) and context.method_name == "__call__":
@@ -352,21 +353,21 @@ def linen_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str, tor
     import torch
     from flax.training import train_state
 
-    from torch2jax.verify import run as vr
-    from torch2jax.verify import trajectory as vt
+    from torch2jax.verify import common as vr
+    from torch2jax.verify import train_common as vt
     from torch2jax.verify.load import load_module
     from torch2jax.verify.spec import parse_spec
 
     jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
-    with vr._stage("building the linen model"):
+    with vr.stage("building the linen model"):
         if req.build is None:
-            model = vr.find_name(jax_module, name, jax_path)(**(req.args or {}))
+            model = find_name(jax_module, name, jax_path)(**(req.args or {}))
         else:
-            model = eval(compile(vr._build_call(req.build), "<--build>", "eval"),
+            model = eval(compile(vr.build_call(req.build), "<--build>", "eval"),
                          dict(vars(jax_module)))
     rng = np.random.default_rng(req.seed)
-    sample = vr._jax_inputs([s.sample(rng) for s in specs], specs)
-    with vr._stage("initialising the linen variables"):
+    sample = vr.jax_inputs([s.sample(rng) for s in specs], specs)
+    with vr.stage("initialising the linen variables"):
         variables = _thaw(jax.jit(lambda xs: model.init(jax.random.key(req.seed), *xs))(sample))
     try:
         variables, plan = transfer_to_linen(torch_model, variables, req.rules)
@@ -423,9 +424,9 @@ def linen_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str, tor
     for step in range(train.steps):
         arrays = [s.sample(rng) for s in specs]
         label_arr = label_spec.sample(rng) if label_spec else None
-        t_in = vr._torch_inputs(arrays, specs)
-        t_lab = vr._torch_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with vr._stage(f"the torch training step {step}"):
+        t_in = vr.torch_inputs(arrays, specs)
+        t_lab = vr.torch_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with vr.stage(f"the torch training step {step}"):
             opt.zero_grad(set_to_none=True)
             loss = loss_torch(torch_model(*t_in), t_lab)
             loss.backward()
@@ -438,9 +439,9 @@ def linen_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str, tor
                 else:
                     sched.step()
         torch_losses.append(float(loss.item()))
-        j_in = vr._jax_inputs(arrays, specs)
-        j_lab = vr._jax_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with vr._stage(f"the linen training step {step} (jax.jit)"):
+        j_in = vr.jax_inputs(arrays, specs)
+        j_lab = vr.jax_inputs([label_arr], [label_spec])[0] if label_spec else None
+        with vr.stage(f"the linen training step {step} (jax.jit)"):
             state, jloss = train_step(state, j_in, j_lab)
             if setup.plateau is not None:
                 value = -jloss if setup.negate_metric else jloss
@@ -469,11 +470,12 @@ def _hyperparams(opt_state: Any) -> dict:
 
 
 def _compare_trajectory(traj: Any, torch_model: Any, plan: LinenPlan, r: Any) -> None:
-    from torch2jax.verify import trajectory as vt
-    from torch2jax.verify.run import VerifyError, compare_arrays
+    from torch2jax.verify import train_common as vt
+    from torch2jax.verify.common import VerifyError, compare_arrays
 
     r.losses_torch, r.losses_jax = traj.losses_torch, traj.losses_jax
-    rels = [vt._loss_rel(a, b) for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
+    rels = [vt.relative_loss_diff(a, b)
+            for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
     worst_step = int(np.argmax(rels)) if rels else 0
     loss_rel = rels[worst_step] if rels else 0.0
     r.loss_max_rel_diff = loss_rel

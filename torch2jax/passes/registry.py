@@ -1,0 +1,98 @@
+"""The registry of rule specials: the :class:`Site` a special reads and the ``special`` decorator.
+
+A rule in ``rules/*.toml`` names a transform with ``special = "name"``. The transforms live in
+the ``special*`` modules of this package and in :mod:`torch2jax.passes.special_optim`; they
+register themselves here when imported, and :mod:`torch2jax.passes.specials` imports them all.
+This module imports none of them, so the registrants depend on it and not the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torch2jax.passes.common import BoundArgs, Untranslatable, arg, code, expr, try_literal
+from torch2jax.ruleset import Rule
+
+
+@dataclass
+class Site:
+    rule: Rule
+    args: BoundArgs
+    receiver: cst.BaseExpression | None = None
+    unpack: int | None = None  # targets when the call is the value of ``a, b = ...``
+    target: str = "nnx"
+    rngs: cst.BaseExpression | None = None  # the rngs expression in scope (layers)
+    defined: set[str] = field(default_factory=set)  # top-level names of the file
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
+    # the layer is applied to one example, (C, *spatial), not a batch (the equinox target)
+    per_example: bool = False
+    # arguments that may hold None at run time (self.bias of a LayerNorm built with bias=False)
+    optional: frozenset[str] = frozenset()
+    # arguments that hold a torch dtype (x.to(other.dtype), x.to(input_dtype)): value analysis
+    dtypes: frozenset[str] = frozenset()
+    # arguments that hold a tuple or list (kernel_size=patch_size, where patch_size is
+    # ``p if isinstance(p, Iterable) else (p, p)``): value analysis
+    sequences: frozenset[str] = frozenset()
+    # binds an expression to a new name in a statement before the current one and returns the
+    # name (None where the call is not in a simple statement): a tensor used twice
+    bind: Callable[[cst.BaseExpression, str], cst.Name] | None = None
+    # puts a statement before the current one (None where there is no simple statement)
+    before: Callable[[cst.BaseStatement], None] | None = None
+
+    def x(self, name: str | None = None) -> cst.BaseExpression:
+        """The tensor operated on: the receiver of a method, or the named argument (by default
+        the rule's first parameter)."""
+        if self.receiver is not None:
+            return self.receiver
+        name = name or (self.rule.params[0] if self.rule.params else "input")
+        node = self.args.get(name)
+        if node is None:
+            raise Untranslatable(f"{self.rule.torch}: missing argument {name!r}")
+        return node
+
+    def get(self, name: str) -> cst.BaseExpression | None:
+        return self.args.get(name)
+
+    def lit(self, name: str):
+        """The literal value of an argument, torch's default when absent, ``...`` if not literal."""
+        node = self.args.get(name)
+        if node is None:
+            value = self.rule.defaults.get(name)
+            return None if value == "None" else value
+        return try_literal(node, ...)
+
+    def note(self, message: str, severity: str = "info") -> None:
+        self.notes.append((severity, message))
+
+    def rngs_arg(self) -> list[cst.Arg]:
+        return [arg(self.rngs, "rngs")] if self.rngs is not None else []
+
+
+SPECIALS: dict[str, Callable[[Site], cst.BaseExpression]] = {}
+
+
+def special(name: str):
+    def register(fn: Callable[[Site], cst.BaseExpression]):
+        SPECIALS[name] = fn
+        return fn
+
+    return register
+
+
+def tuple_of(node: cst.BaseExpression, n: int) -> cst.BaseExpression:
+    """``k`` -> ``(k, k)`` for an int literal or a name; tuples pass through."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        items = [code(e.value) for e in node.elements]
+    else:
+        items = [code(node)] * n
+    return expr("(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")")
+
+
+def spatial_dims(rule_name: str) -> int:
+    for n in (1, 2, 3):
+        if rule_name.endswith(f"{n}d"):
+            return n
+    return 2

@@ -1,0 +1,20 @@
+"""Every rule special, registered: import :data:`SPECIALS` from here.
+
+Each ``special*`` module registers its transforms in :mod:`torch2jax.passes.registry` when it is
+imported; this module imports them all, so that the registry is complete wherever it is read
+(the rewriter, the user-rule check). Nothing imports this module back.
+"""
+
+from __future__ import annotations
+
+from torch2jax.passes import (  # noqa: F401  (each import registers its transforms)
+    special,  # layers, tensor functions and methods
+    special_device,  # device queries and objects
+    special_losses,  # losses
+    special_optim,  # optimizers and schedulers outside a training script
+    special_sequence,  # attention and recurrent layers
+    special_vision,  # vision layers and functions
+)
+from torch2jax.passes.registry import SPECIALS, Site
+
+__all__ = ["SPECIALS", "Site"]

@@ -1,0 +1,40 @@
+"""What converting one source file gives: :class:`ConversionResult`.
+
+Its own module, so that the passes that build one (the equinox target, the package models)
+need not import the converter that calls them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch2jax.finish.invariants import InputFacts
+from torch2jax.finish.removed import Removed
+from torch2jax.report import Diagnostic
+
+__all__ = ["ConversionResult"]
+
+
+@dataclass
+class ConversionResult:
+    code: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    uses_torch: bool = True
+    # (target "nnx-for-equinox") code of the layers written for one example (nn.Upsample)
+    per_example: set[str] = field(default_factory=set)
+    # what the output checks need to know about the input (finish/invariants.py)
+    facts: InputFacts | None = field(default=None, repr=False, compare=False)
+    # removed statements that the finished file may need back (finish/removed.py)
+    removed: dict[int, Removed] = field(default_factory=dict, repr=False, compare=False)
+    failed: set[int] = field(default_factory=set, repr=False, compare=False)
+    # files written beside the converted one (path relative to its folder -> code): the
+    # converted model code of installed packages it builds models from (package_models.py)
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return self.uses_torch
+
+    @property
+    def todos(self) -> int:
+        return sum(1 for d in self.diagnostics if d.severity == "error")

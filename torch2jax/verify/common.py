@@ -1,0 +1,477 @@
+"""What the verifier's three target sides (NNX in run.py, linen.py, equinox.py) share: building the
+inputs, calling the models, comparing outputs, gradients and running statistics, and the errors
+and results they report. It imports no target side, so each side depends on it and not on
+another side.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import math
+import traceback
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torch2jax.verify.load import LoadError
+from torch2jax.verify.spec import InputSpec, call_with
+
+_OUR_CODE = str(Path(__file__).resolve().parents[1])  # frames in torch2jax itself are not news
+
+
+class VerifyError(RuntimeError):
+    """Verification could not run (as opposed to: it ran and the results differ)."""
+
+
+@dataclass
+class PassFigures:
+    """The figures of one comparison pass (float32, or float64) of a verification."""
+
+    dtype: str
+    passed: bool
+    atol: float
+    rtol: float
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    grad_max_abs_diff: float | None = None
+    grad_max_rel_diff: float | None = None
+    stats_max_abs_diff: float | None = None
+    stats_max_rel_diff: float | None = None
+    mismatch: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, r: VerifyResult) -> PassFigures:
+        return cls(r.dtype or "float32", r.passed, r.atol, r.rtol, r.max_abs_diff,
+                   r.max_rel_diff, r.grad_max_abs_diff, r.grad_max_rel_diff,
+                   r.stats_max_abs_diff, r.stats_max_rel_diff, r.mismatch, r.error)
+
+
+@dataclass
+class VerifyResult:
+    """The outcome of one verification; ``to_json()`` is what ``verify --json`` prints."""
+
+    model: str  # FILE.py::Name
+    target: str = "nnx"
+    passed: bool = False
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    grad_max_abs_diff: float | None = None
+    grad_max_rel_diff: float | None = None
+    stats_max_abs_diff: float | None = None  # BatchNorm running statistics, when compared
+    stats_max_rel_diff: float | None = None
+    device: str | None = None
+    dtype: str | None = None
+    mode: str = "eval"
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    compared: list[str] = field(default_factory=list)
+    todos: int = 0
+    error: str | None = None
+    mismatch: str | None = None  # why it did not pass, when it ran (the worst tensor)
+    notes: list[str] = field(default_factory=list)
+    name: str | None = None  # case name, when run from a cases file
+    jax_ms: float | None = None  # --benchmark: forward times (verify/benchmark.py)
+    torch_ms: float | None = None
+    speed_ratio: float | None = None  # torch_ms / jax_ms
+    # every pass that ran, float32 then float64; the fields above are the first one's
+    # (``passed`` and ``mismatch`` cover all of them)
+    passes: list[PassFigures] = field(default_factory=list)
+    float64_skipped: str | None = None  # why the float64 pass did not run, when it did not
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; non-finite differences become the strings "nan"/"inf"."""
+        return _finite(asdict(self))
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def stage(what: str) -> contextlib.AbstractContextManager[None]:
+    """Turn any exception in a stage into a VerifyError naming the stage and the place."""
+
+    @contextlib.contextmanager
+    def guard() -> Iterator[None]:
+        try:
+            yield
+        except (VerifyError, LoadError):
+            raise
+        except Exception as exc:
+            raise VerifyError(f"{what} failed: {_describe(exc)}") from exc
+
+    return guard()
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message (at file:line: source)``, pointing at the deepest frame of user code."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if "site-packages" not in f.filename and not f.filename.startswith(_OUR_CODE)
+    ]
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f" (at {f.filename}:{f.lineno}: {(f.line or '').strip()})"
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}{where}"
+
+
+def build_call(build: str) -> ast.Expression:
+    try:
+        tree = ast.parse(build, mode="eval")
+    except SyntaxError as exc:
+        raise VerifyError(f"--build {build!r} is not a Python expression: {exc.msg}") from None
+    if not isinstance(tree.body, ast.Call):
+        raise VerifyError(f"--build {build!r} must be a call, e.g. GPT(GPTConfig(n_layer=2))")
+    return tree
+
+
+def flatten_output(value: Any, prefix: str = "output") -> list[tuple[str, Any]]:
+    """Leaves of a (nested) tuple/list/dict output with their paths; None stays a leaf."""
+    if isinstance(value, dict):
+        return [leaf for k in value for leaf in flatten_output(value[k], f"{prefix}[{k!r}]")]
+    if isinstance(value, (tuple, list)):
+        return [leaf for i, v in enumerate(value) for leaf in flatten_output(v, f"{prefix}[{i}]")]
+    return [(prefix, value)]
+
+
+def torch_to_numpy(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+    return value if value is None else np.asarray(value)
+
+
+def jax_to_numpy(value: Any) -> Any:
+    if value is None:
+        return None
+    arr = np.asarray(value)
+    return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
+
+
+@dataclass
+class Diff:
+    """How far one JAX tensor is from its torch reference."""
+
+    abs: float
+    rel: float
+    ok: bool
+    worst: str = ""
+    comparable: bool = True  # False: the shapes (or the output structures) differ
+
+
+def compare_arrays(got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> Diff:
+    """See the module docstring. Equal elements (also equal infinities) and NaN in both count
+    as agreeing: masked attention scores are -inf on both sides."""
+    a = np.asarray(got, dtype=np.float64)
+    b = np.asarray(ref, dtype=np.float64)
+    if a.shape != b.shape:
+        return Diff(math.inf, math.inf, False, f"shape {a.shape} vs torch {b.shape}", False)
+    if a.size == 0:
+        return Diff(0.0, 0.0, True)
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    with np.errstate(invalid="ignore"):
+        err = np.where(same, 0.0, np.abs(a - b))
+    err = np.nan_to_num(err, nan=math.inf)
+    finite_ref = np.abs(b[np.isfinite(b)])
+    scale = float(finite_ref.max()) if finite_ref.size else 0.0
+    max_abs = float(err.max())
+    rel = max_abs / max(scale, atol, np.finfo(np.float32).tiny)
+    with np.errstate(invalid="ignore"):
+        excess = err - (atol + rtol * np.abs(np.where(same, 0.0, b)))
+    excess = np.nan_to_num(excess, nan=math.inf)
+    ok = bool(np.all(excess <= 0))
+    worst = ""
+    if not ok:  # the element furthest outside the tolerance
+        idx = np.unravel_index(int(np.argmax(excess)), excess.shape)
+        where = f"at index {tuple(int(i) for i in idx)}: " if a.ndim else ""
+        digits = 16 if np.asarray(ref).dtype == np.float64 else 7  # enough to show the difference
+        worst = f"{where}jax {float(a[idx]):.{digits}g} vs torch {float(b[idx]):.{digits}g}"
+    return Diff(max_abs, rel, ok, worst)
+
+
+def _describe_array(arr: Any) -> str:
+    if arr is None:
+        return "None"
+    return f"{arr.dtype}[{','.join(str(d) for d in arr.shape)}]"
+
+
+def torch_inputs(arrays: list[np.ndarray], specs: list[InputSpec]) -> list[Any]:
+    import torch
+
+    out = []
+    for arr, spec in zip(arrays, specs, strict=True):
+        t = torch.from_numpy(np.array(arr))
+        out.append(t.to(getattr(torch, spec.dtype)))
+    return out
+
+
+def jax_inputs(arrays: list[np.ndarray], specs: list[InputSpec]) -> list[Any]:
+    import jax
+    import jax.numpy as jnp
+
+    out = []
+    for arr, spec in zip(arrays, specs, strict=True):
+        dtype = jax.dtypes.canonicalize_dtype(jnp.dtype(spec.dtype))
+        out.append(jnp.asarray(arr).astype(dtype))
+    return out
+
+
+RUNNING_STATS = ("running_mean", "running_var")  # torch buffers a training forward updates
+
+
+# modules that drop values at random in training and read self.training (torchvision's
+# StochasticDepth, timm's DropPath), besides torch's Dropout classes and nnx/linen/eqx Dropout
+DROP_PATH_CLASSES = ("StochasticDepth", "DropPath")
+
+
+def is_running_stat(torch_name: str) -> bool:
+    return torch_name.rsplit(".", 1)[-1] in RUNNING_STATS
+
+
+def is_torch_dropout(module: Any) -> bool:
+    import torch
+
+    return isinstance(module, torch.nn.modules.dropout._DropoutNd) or \
+        type(module).__name__ in DROP_PATH_CLASSES
+
+
+def torch_train_mode(model: Any) -> int:
+    """``model.train()`` with every dropout-like module in eval mode (random masks cannot
+    agree across frameworks): the number of such modules."""
+    model.train()
+    dropouts = [m for m in model.modules() if is_torch_dropout(m)]
+    for m in dropouts:
+        m.eval()
+    return len(dropouts)
+
+
+def train_mode_note(n_torch: int, jax_side: str) -> str:
+    return (f"training mode on both sides: BatchNorm normalises with batch statistics and "
+            f"updates its running statistics; dropout and stochastic depth deterministic: "
+            f"{n_torch} torch modules in eval mode, {jax_side} (functional dropout in forward() "
+            "is not switched off)")
+
+
+def compare_stats(r: VerifyResult, pairs: list[tuple[str, str, Any, Any]], after: str) -> None:
+    """Compare running statistics, ``(torch name, JAX name, JAX value, torch value)`` each,
+    as outputs are compared; ``after`` says when (``after the forward pass``)."""
+    worst = _Worst()
+    for name, where, got, ref in pairs:
+        got = np.asarray(got)
+        r.compared.append(f"running statistic {name} -> {where} {after}")
+        worst.add(f"running statistic {name} {after}",
+                  compare_arrays(got, np.asarray(ref).reshape(got.shape), r.atol, r.rtol))
+    if pairs:
+        r.stats_max_abs_diff, r.stats_max_rel_diff = worst.abs, worst.rel
+    r.passed = r.passed and worst.ok
+    r.mismatch = r.mismatch or worst.first_failure
+
+
+def torch_stats(model: Any) -> dict[str, np.ndarray]:
+    return {n: torch_to_numpy(b).copy() for n, b in model.named_buffers() if is_running_stat(n)}
+
+
+def torch_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray],
+                 specs: list[InputSpec] | None = None) -> dict:
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    with torch.enable_grad():
+        leaves = dict(flatten_output(call_with(model, inputs, specs)))
+        total = sum((leaves[k].to(torch.promote_types(leaves[k].dtype, torch.float32))
+                     * torch.from_numpy(c)).sum() for k, c in cotangents.items())
+        if not isinstance(total, torch.Tensor) or not total.requires_grad:
+            raise VerifyError("--grad: no output depends on a trainable parameter")
+        total.backward()
+    return {
+        name: (np.zeros(tuple(p.shape), np.float32) if p.grad is None else torch_to_numpy(p.grad))
+        for name, p in model.named_parameters()
+    }
+
+
+def cotangents(torch_leaves: list[tuple[str, Any]], seed: int) -> dict[str, np.ndarray]:
+    """A fixed random cotangent per floating output, so the scalar weighs every element."""
+    rng = np.random.default_rng(seed + 2)
+    return {
+        k: rng.standard_normal(v.shape).astype(np.float32)
+        for k, v in torch_leaves
+        if v is not None and np.issubdtype(v.dtype, np.floating)
+    }
+
+
+@dataclass
+class _Worst:
+    abs: float = 0.0
+    rel: float = 0.0
+    ok: bool = True
+    first_failure: str | None = None
+    shapes_match: bool = True  # False: structure or a shape differs, no gradient comparison
+
+    def add(self, what: str, d: Diff) -> None:
+        self.abs = max(self.abs, d.abs)
+        self.rel = max(self.rel, d.rel)
+        if not d.comparable:
+            self.shapes_match = False
+        if not d.ok:
+            self.ok = False
+            self.first_failure = self.first_failure or f"{what}: {d.worst}"
+
+
+def compare_outputs(
+    jax_leaves: list[tuple[str, Any]], torch_leaves: list[tuple[str, Any]], r: VerifyResult
+) -> _Worst:
+    worst = _Worst()
+    jax_paths = [k for k, _ in jax_leaves]
+    torch_paths = [k for k, _ in torch_leaves]
+    if jax_paths != torch_paths:
+        worst.add(
+            "output structure",
+            Diff(math.inf, math.inf, False, f"jax {jax_paths} vs torch {torch_paths}", False),
+        )
+        return worst
+    for (path, a), (_, b) in zip(jax_leaves, torch_leaves, strict=True):
+        r.compared.append(f"{path} {_describe_array(b)}")
+        if a is None or b is None:
+            if (a is None) != (b is None):
+                worst.add(path, Diff(math.inf, math.inf, False, "None on one side only", False))
+            continue
+        worst.add(path, compare_arrays(a, b, r.atol, r.rtol))
+    return worst
+
+
+def compare_grads(jax_grads: dict, torch_grads: dict, mapping: dict, r: VerifyResult) -> _Worst:
+    from torch2jax.weights import apply_layout
+
+    worst = _Worst()
+    parts = [(name, m) for name, ms in mapping.items() for m in ms]  # split: one per part
+    pairs = []
+    for name, m in parts:
+        ref = apply_layout(torch_grads[name], m.layout)
+        got = jax_grads.get(tuple(m.nnx_path))
+        if got is None:
+            worst.add(
+                f"grad {name}",
+                Diff(math.inf, math.inf, False, f"JAX has no gradient for {m.nnx_name}"),
+            )
+            continue
+        if ref.shape != got.shape and ref.size == got.size:
+            ref = ref.reshape(got.shape)
+        pairs.append((name, m, got, ref))
+    scales = {name: _scale(ref) for name, _, _, ref in pairs}
+    model_scale = max(scales.values(), default=0.0)
+    for name, m, got, ref in pairs:
+        d = compare_arrays(got, ref, r.atol * max(1.0, scales[name]), r.rtol)
+        if math.isfinite(d.rel):  # relative to the gradient's scale over the whole model
+            d = replace(d, rel=d.abs / max(model_scale, r.atol, np.finfo(np.float32).tiny))
+        r.compared.append(f"grad {name} -> {m.nnx_name} ({m.layout})")
+        worst.add(f"grad {name}", d)
+    _note_vanishing_grads(r, scales, model_scale)
+    return worst
+
+
+def _scale(arr: np.ndarray) -> float:
+    finite = np.abs(np.asarray(arr, dtype=np.float64))
+    finite = finite[np.isfinite(finite)]
+    return float(finite.max()) if finite.size else 0.0
+
+
+GRAD_REL_NOTE = "grad rel: "  # the note on parameters whose gradient is zero up to rounding
+
+
+# A gradient this small against the model's largest is zero up to the rounding of the backward
+# pass (float32: about 1e-7 relative per operation, summed over the batch)
+VANISHING = {"float32": 1e-4, "float64": 1e-12}
+
+
+def _note_vanishing_grads(r: VerifyResult, scales: dict[str, float], model_scale: float) -> None:
+    """Name the parameters whose true gradient is zero up to rounding: a bias just before a
+    BatchNorm (the batch mean cancels it in training mode). Their own relative error compares
+    rounding noise with rounding noise, so ``grad_max_rel_diff`` is taken relative to the
+    model's largest gradient instead."""
+    limit = VANISHING.get(r.dtype or "float32", 1e-4) * model_scale
+    tiny = sorted(name for name, scale in scales.items() if 0.0 < model_scale and scale <= limit)
+    if not tiny:
+        return
+    shown = ", ".join(f"{n} ({scales[n]:.1e})" for n in tiny[:4]) + (
+        f" and {len(tiny) - 4} more" if len(tiny) > 4 else "")
+    r.notes.append(
+        f"{GRAD_REL_NOTE}{len(tiny)} parameter(s) with a gradient that is zero up to "
+        f"{r.dtype or 'float32'} rounding against the model's largest ({model_scale:.1e}): "
+        f"{shown}; typically a bias just before a BatchNorm in training mode (the batch mean "
+        "cancels it). Their own relative error would compare rounding with rounding, so grad "
+        "rel is taken against the model's largest gradient")
+
+
+def widen(tree: Any) -> Any:
+    """Every float32 array of a pytree as float64 (under :func:`x64`)."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree.map(lambda a: a.astype(jnp.float64) if getattr(
+        a, "dtype", None) == jnp.float32 else a, tree)
+
+
+class Float32Inside(VerifyError):
+    """The JAX side computes in float32 even with float64 inputs and parameters (JAX's
+    ``jax.nn.dot_product_attention`` keeps its softmax in float32): float64 cannot be checked."""
+
+
+# frames of JAX's tracing machinery, skipped when naming where a float32 cast happens
+_TRACING_FILES = ("core.py", "lax.py", "partial_eval.py", "source_info_util.py", "batching.py",
+                  "api.py", "pjit.py", "dispatch.py", "linear_util.py", "traceback_util.py",
+                  "ad.py", "api_util.py", "util.py", "array_methods.py", "numpy/lax_numpy.py")
+
+
+def check_float64(fn: Any, *args: Any) -> None:
+    """Raise :class:`Float32Inside` when ``fn(*args)``, traced under x64 with float64 inputs
+    and parameters, narrows a float64 value to float32 (or lower) anywhere: its result is then
+    float32-accurate, and the float64 pass would report that rounding as a difference."""
+    import jax
+
+    found: list[str] = []
+
+    def where(eqn: Any) -> str:
+        frames = list(getattr(eqn.source_info.traceback, "frames", None) or [])
+        inner = [f for f in frames if not f.file_name.replace("\\", "/").endswith(_TRACING_FILES)]
+        user = [f for f in frames if "site-packages" not in f.file_name]
+        parts = [f"{inner[0].function_name}" if inner else eqn.primitive.name]
+        if user:
+            parts.append(f"called from {Path(user[0].file_name).name}:{user[0].line_num}")
+        return " ".join(parts)
+
+    def walk(jaxpr: Any) -> None:
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "convert_element_type":
+                new = np.dtype(eqn.params.get("new_dtype") or np.float64)
+                old = np.dtype(eqn.invars[0].aval.dtype)
+                if old == np.float64 and new.kind == "f" and new.itemsize < 8:
+                    found.append(where(eqn))
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (list, tuple)) else [value]:
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    if found:
+        raise Float32Inside("the JAX side computes in float32 even in float64: "
+                            + "; ".join(dict.fromkeys(found)))

@@ -1,0 +1,255 @@
+"""What the training trajectories of the three target sides (NNX in trajectory.py, linen.py,
+equinox.py) share: the train spec, the torch side's optimizer, scheduler and loss, their optax
+translation, and the result. It imports no target side.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from torch2jax.ruleset import RuleSet
+from torch2jax.verify.common import (
+    VerifyError,
+    VerifyResult,
+    stage,
+)
+
+DEFAULT_STEPS = 10
+
+
+LOSS_PRELUDE = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What to train with: torch source text for the optimizer, scheduler and loss."""
+
+    optimizer: str
+    loss: str
+    labels: str | None = None  # an input SPEC (DTYPE[...][:HIGH]); None: no labels
+    scheduler: str | None = None
+    clip_grad_norm: float | None = None
+    steps: int = DEFAULT_STEPS
+    optax: str | None = None  # a hand-written optax transform to check instead of ours
+
+
+@dataclass
+class TrajectoryResult(VerifyResult):
+    """A :class:`VerifyResult` (``max_*_diff`` are the final parameters') with the steps."""
+
+    steps: int = 0
+    optimizer: str | None = None
+    scheduler: str | None = None
+    loss: str | None = None
+    optax: str | None = None  # the optax transform that ran
+    schedule: str | None = None  # the optax schedule (or plateau transform) that ran
+    losses_torch: list[float] = field(default_factory=list)
+    losses_jax: list[float] = field(default_factory=list)
+    loss_max_rel_diff: float | None = None
+    param_max_abs_diff: float | None = None
+    param_max_rel_diff: float | None = None
+    worst_param: str | None = None
+
+
+def _callee_name(src: str, what: str) -> tuple[Any, str]:
+    import libcst as cst
+
+    from torch2jax.passes.common import code
+
+    try:
+        node = cst.parse_expression(src)
+    except cst.ParserSyntaxError as exc:
+        raise VerifyError(f"--{what} {src!r} is not a Python expression: {exc.message}") from None
+    if not isinstance(node, cst.Call):
+        raise VerifyError(f"--{what} {src!r} must be a call, e.g. torch.optim.SGD(params, lr=0.1)")
+    return node, code(node.func)
+
+
+_OPT_PREFIXES = ("torch.optim.", "optim.", "")
+
+
+_SCHED_PREFIXES = ("torch.optim.lr_scheduler.", "optim.lr_scheduler.", "lr_scheduler.", "")
+
+
+def _qualify(name: str, prefixes: tuple[str, ...], known: list[str], what: str) -> str:
+    short = name.rsplit(".", 1)[-1]
+    full = next((k for k in known if k.rsplit(".", 1)[-1] == short), None)
+    if full is None or not any(name == p + short for p in prefixes):
+        raise VerifyError(f"--{what} {name}: not one of {', '.join(k.rsplit('.', 1)[-1] for k in known)}"
+                          f" (written as {' or '.join(p + 'X' for p in prefixes if p)} or X)")
+    return full
+
+
+@dataclass
+class JaxSetup:
+    tx: Any  # optax GradientTransformation
+    tx_code: str
+    schedule_code: str | None
+    plateau: Any = None  # optax.contrib.reduce_on_plateau transform, stepped like torch's
+    negate_metric: bool = False
+    base_lr: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+def translate_setup(spec: TrainSpec) -> JaxSetup:
+    """The optax side of ``spec``; raises VerifyError with the translator's reason."""
+    import jax
+    import jax.numpy as jnp
+    import libcst as cst
+    import optax
+
+    from torch2jax.passes.common import Untranslatable, code
+    from torch2jax.training import optim
+
+    ns = {"optax": optax, "jax": jax, "jnp": jnp}
+    call, name = _callee_name(spec.optimizer, "optimizer")
+    qual = _qualify(name, _OPT_PREFIXES, optim.optimizer_names(), "optimizer")
+    notes: list[str] = []
+    try:
+        try:
+            tx = optim.translate_optimizer(call, qual)
+        except Untranslatable:
+            if spec.optax is None or spec.scheduler:
+                raise
+            tx = None  # a hand-written transform for an optimizer we refuse: check it anyway
+        if tx is not None and tx.groups is not None:
+            raise VerifyError("--optimizer with parameter groups is not supported by verify: "
+                              "give params (every parameter in one group)")
+        schedule = None
+        if spec.scheduler and tx is not None:
+            scall, sname = _callee_name(spec.scheduler, "scheduler")
+            squal = _qualify(sname, _SCHED_PREFIXES, optim.scheduler_names(), "scheduler")
+            schedule = optim.translate_scheduler(scall, squal, tx.lr)
+        plateau = schedule is not None and schedule.plateau is not None
+        if spec.optax is not None:
+            built = cst.parse_expression(spec.optax)
+            notes.append(f"checking the given optax transform: {spec.optax}")
+        elif schedule is not None and schedule.fn is not None:
+            built = tx.build(lr=schedule.fn, momentum=schedule.momentum)
+        else:
+            built = tx.build(inject=plateau)
+        if spec.clip_grad_norm is not None:
+            built = optim.with_clipping(built, max_norm=cst.parse_expression(
+                repr(float(spec.clip_grad_norm))))
+    except Untranslatable as exc:
+        raise VerifyError(f"no faithful optax translation: {exc.message}") from None
+    except cst.ParserSyntaxError as exc:
+        raise VerifyError(f"--optax is not a Python expression: {exc.message}") from None
+    found = [*(tx.notes if tx else []), *(schedule.notes if schedule else [])]
+    notes += [f"{sev}: {msg}" for sev, msg in found if sev == "warning"]
+    tx_code = code(built)
+    with stage("building the optax transform"):
+        transform = eval(tx_code, dict(ns))  # the translation library's own output
+    out = JaxSetup(transform, tx_code, None, notes=notes)
+    if schedule is not None:
+        out.schedule_code = code(schedule.fn if schedule.fn is not None else schedule.plateau)
+    if plateau:
+        if spec.optax is not None:
+            raise VerifyError("--optax with ReduceLROnPlateau: give the optimizer only")
+        with stage("building the plateau transform"):
+            out.plateau = eval(out.schedule_code, dict(ns))
+        out.negate_metric = schedule.negate_metric
+        try:
+            out.base_lr = float(ast.literal_eval(code(tx.lr)))
+        except (ValueError, SyntaxError):
+            raise VerifyError("ReduceLROnPlateau: give the optimizer a literal lr") from None
+    return out
+
+
+def translate_loss(loss: str, rules: RuleSet | None = None) -> tuple[Callable[..., Any], str]:
+    """``loss`` (torch code over ``output`` and ``labels``) converted: (fn(output, labels),
+    the JAX expression)."""
+    from torch2jax.convert import convert_source
+
+    try:
+        ast.parse(loss, mode="eval")
+    except SyntaxError as exc:
+        raise VerifyError(f"--loss {loss!r} is not a Python expression: {exc.msg}") from None
+    # in a function over annotated tensors: the value analysis then knows what output and
+    # labels are (a method such as .mean() is rewritten only on a known tensor)
+    source = (LOSS_PRELUDE + "\n\ndef loss_of(output: torch.Tensor, labels: torch.Tensor):\n"
+              f"    loss = {loss}\n    return loss\n")
+    with stage("converting the loss"):
+        result = convert_source(source, path="<--loss>", rules=rules)
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    if errors:
+        raise VerifyError(f"--loss {loss!r} did not convert: {'; '.join(errors)}")
+    tree = ast.parse(result.code)
+    value = None
+    for stmt in ast.walk(tree):
+        if isinstance(stmt, ast.Assign) and [ast.unparse(t) for t in stmt.targets] == ["loss"]:
+            value = stmt.value
+    if value is None:
+        raise VerifyError(f"--loss {loss!r}: the converted snippet lost its assignment")
+    header = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    text = ast.unparse(value)
+    module = ast.Module(body=[*header, *ast.parse(
+        f"def __loss__(output, labels):\n    return {text}\n").body], type_ignores=[])
+    ns: dict[str, Any] = {"__name__": "torch2jax_verify_loss"}
+    with stage("building the JAX loss"):
+        exec(compile(module, "<--loss converted>", "exec"), ns)  # noqa: S102 - converter output
+    return ns["__loss__"], text
+
+
+def torch_loss(loss: str) -> Callable[..., Any]:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    code_obj = compile(loss, "<--loss>", "eval")
+    ns = {"torch": torch, "F": F, "nn": nn}
+    return lambda output, labels: eval(code_obj, {**ns, "output": output, "labels": labels})
+
+
+def torch_setup(spec: TrainSpec, model: Any) -> tuple[Any, Any]:
+    """(optimizer, scheduler or None) built from the torch source text."""
+    import torch
+    from torch import optim
+    from torch.optim import lr_scheduler
+
+    ns: dict[str, Any] = {"torch": torch, "optim": optim, "lr_scheduler": lr_scheduler,
+                          "model": model, "params": list(model.parameters()), "math": math}
+    ns.update({k: v for k, v in vars(optim).items() if isinstance(v, type)})
+    ns.update({k: v for k, v in vars(lr_scheduler).items() if isinstance(v, type)})
+    with stage("building the torch optimizer"):
+        opt = eval(spec.optimizer, ns)  # the user's own expression
+    sched = None
+    if spec.scheduler:
+        with stage("building the torch scheduler"):
+            sched = eval(spec.scheduler, {**ns, "optimizer": opt, "opt": opt})
+    return opt, sched
+
+
+@dataclass
+class Trajectory:
+    losses_torch: list[float]
+    losses_jax: list[float]
+    params_torch: dict[str, np.ndarray]  # torch name -> final value (torch layout)
+    params_jax: dict[tuple, np.ndarray]  # nnx path -> final value
+
+
+def relative_loss_diff(a: float, b: float) -> float:
+    if a == b or (math.isnan(a) and math.isnan(b)):
+        return 0.0
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf
+    return abs(a - b) / max(abs(b), float(np.finfo(np.float32).tiny))
+
+
+def unalias(torch_model: Any) -> None:
+    """Give the torch tensors fresh memory: the transfer may hand JAX a zero-copy view of
+    torch's CPU buffers, which ``optimizer.step()`` (and BatchNorm's running averages) would
+    then change under the JAX model."""
+    import torch
+
+    with torch.no_grad():
+        for p in torch_model.parameters():
+            p.data = p.data.clone()
+        for b in torch_model.buffers():
+            b.data = b.data.clone()
