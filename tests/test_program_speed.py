@@ -168,7 +168,7 @@ def get_batch(split):
 '''
 
 
-def test_data_that_only_feeds_batches_stays_on_the_host() -> None:
+def test_data_that_only_feeds_batches_stays_on_the_host(tmp_path: Path) -> None:
     """The character-level shape (a train/val split, the split chosen per call): the token
     tensor and its slices are numpy, every batch one numpy gather of the drawn rows."""
     code = convert_source(SPLITS).code
@@ -177,9 +177,12 @@ def test_data_that_only_feeds_batches_stays_on_the_host() -> None:
     assert "    x = data[ix[:, None] + np.arange(block_size)]\n" in code
     assert "    y = data[(ix + 1)[:, None] + np.arange(block_size)]\n" in code
     assert "jnp.take" not in code and "jnp.stack" not in code
-    ns: dict = {}
-    exec(compile(code, "converted.py", "exec"), ns)
+    import runpy
+
     import numpy as np
+
+    (tmp_path / "converted.py").write_text(code)
+    ns = runpy.run_path(str(tmp_path / "converted.py"))
 
     x, y = ns["get_batch"]("train")
     assert isinstance(x, np.ndarray) and x.dtype == np.int32 and x.shape == (4, 8)
