@@ -110,8 +110,9 @@ REFUSED = {
     "linen": {
         "train_script.py": [
             ("trainer.loss.item(...): trainer.loss is not known to be a tensor", "print("),
-            ("`variables` is read here but the converted file no longer binds it",
-             "logits, loss = eval_step(model, variables, x, y)")],
+            # the model is trained in trainer.py: no variables are bound in this file
+            (("the linen model called outside a train step, in a file that binds none of "
+              "its variables"), "logits, loss = model(x, y)")],
         "tinygpt/model.py": [
             ("self.parameters(): the linen model's parameters are not attributes",
              "n_params = sum(")],
@@ -123,16 +124,16 @@ REFUSED = {
     },
     "equinox": {
         "train_script.py": [
-            ("trainer.loss.item(...): trainer.loss is not known to be a tensor", "print("),
-            ("training code with no equinox translation", "pass")],
+            ("trainer.loss.item(...): trainer.loss is not known to be a tensor", "print(")],
         "tinygpt/model.py": [
-            ("no equinox translation yet", "pass"),
-            ("`n_params` is read here but the converted file no longer binds it", "print("),
+            # the parameter count: torch's statement, kept bound for the print below it
+            (("no equinox translation yet: the torch statement is kept, as later lines "
+              "read n_params"), "n_params = sum("),
             ("a method that the NNX translation rewrites", "def configure_optimizers("),
             ("torch.optim.AdamW is not translated here", "optimizer = torch.optim.AdamW("),
             ("arithmetic on a batch loss or on rows that merge the batch", "loss = ")],
         "tinygpt/trainer.py": [
-            ("a module class whose base class is not a module class of this file",
+            ("a class that is not a module (a trainer) holding NNX constructs",
              "class Trainer:"),
             ("torch.cuda.is_available is not translated here", "self.device = "),
             ("DataLoader is not translated here", "train_loader = DataLoader("),
@@ -149,6 +150,7 @@ def test_library_refusals_marked(converted, target):
     done, root = converted(target)
     assert done.returncode == 1  # TODOs left
     for name in FILES:
+        assert_names_bound((root / name).read_text(), name)  # what is refused stays bound
         lines = (root / name).read_text().splitlines()
         found = []
         for i, line in enumerate(lines):

@@ -568,3 +568,37 @@ class Net(nn.Module):
     assert lines[error.line - 1].strip() == "return self.b(self.a(x))"
     assert lines[error.line - 2].strip() == (
         "# TODO(torch2jax): self.a is not a layer the equinox target translated [equinox]")
+
+
+FUNCTIONAL_POOL_SOURCE = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3)
+        self.fc = nn.Linear(3 * 3 * 2, 4)
+
+    def forward(self, x):
+        x = F.relu(self.conv(x))
+        x = F.max_pool2d(x, 2) + F.avg_pool2d(x, kernel_size=2, stride=2)
+        return self.fc(torch.flatten(x, 1))
+'''
+
+
+def test_functional_pooling_in_forward_verifies(tmp_path: Path) -> None:
+    """F.max_pool2d(x, 2) in forward (the MNIST example's): the NNX pool between moves to
+    channels-last and back was commented out and marked (the forward then skipped the
+    pooling); per example it is eqx.nn.MaxPool2d on the channel-first image."""
+    code = _convert(FUNCTIONAL_POOL_SOURCE)
+    assert "eqx.nn.MaxPool2d(kernel_size=(2, 2), stride=(2, 2))(x)" in code
+    assert "eqx.nn.AvgPool2d(kernel_size=(2, 2), stride=(2, 2))(x)" in code
+    result = verify(str(_write(tmp_path, "pool.py", FUNCTIONAL_POOL_SOURCE)) + "::Net",
+                    inputs=["float32[2,2,8,6]"], jax_target="equinox", grad=True)
+    assert result.error is None, result.error
+    assert result.todos == 0
+    assert result.max_abs_diff <= 1e-5 and result.grad_max_abs_diff <= 1e-5
+    assert result.passed

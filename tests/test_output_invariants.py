@@ -168,3 +168,46 @@ def test_placeholders_of_a_block_emptied_leave_one_pass() -> None:
                    "counterpart) when nothing reads it [removed-but-read]\nv2 = 2\n"
                    "print(x, v2)\n")
     assert read == {2} and dropped == {0, 1}
+
+
+
+NN_FUNCTIONAL_DROPOUT = """
+import torch
+from torch import nn
+
+
+def attend(module, q, k, dropout=0.0):
+    w = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+    w = nn.functional.dropout(w, p=dropout, training=module.training)
+    return w @ k
+"""
+
+
+def test_functional_dropout_branch_keeps_the_import_of_the_f_it_reads() -> None:
+    """transformers' eager attention calls nn.functional.dropout(...): the converter
+    translates the identity (training off, p == 0) and writes the random branch as torch's
+    F.dropout under a marker. The input binds no F, so the output read an unbound F (a
+    NameError when training); the marked line keeps `import torch.nn.functional as F`, as
+    torch's own leftovers keep their import, and the eval path computes torch's numbers."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    result = convert_source(NN_FUNCTIONAL_DROPOUT)
+    assert_names_bound(result.code)
+    assert "import torch.nn.functional as F\n" in result.code
+    lines = result.code.splitlines()
+    at = next(i for i, line in enumerate(lines) if "F.dropout(" in line)
+    assert "[torch.nn.functional.dropout]" in lines[at - 1]
+    ns: dict = {}
+    exec(compile(result.code, "m.py", "exec"), ns)  # noqa: S102 - converted test code
+    torch_ns: dict = {}
+    exec(compile(NN_FUNCTIONAL_DROPOUT, "t.py", "exec"), torch_ns)  # noqa: S102
+
+    class Eval:
+        training = False
+
+    rng = np.random.default_rng(0)
+    q, k = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(2))
+    want = torch_ns["attend"](Eval(), torch.from_numpy(q), torch.from_numpy(k), 0.1).numpy()
+    got = np.asarray(ns["attend"](Eval(), q, k, 0.1))
+    np.testing.assert_allclose(got, want, atol=1e-5)

@@ -551,3 +551,140 @@ def test_equinox_input_rank_taken_from_the_first_layer_is_reported() -> None:
                                          jax_target="equinox"))
     assert verified.error is None, verified.error
     assert verified.passed, verified.to_json()
+
+
+# --------------------------------------------------------------------------------------------
+# the weights of a layer built outside a module (model = nn.Linear(3, 4); model.weight)
+# --------------------------------------------------------------------------------------------
+
+LAYER_WEIGHTS = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+lin = nn.Linear(3, 4)
+conv = nn.Conv2d(2, 3, 3)
+emb = nn.Embedding(5, 2)
+norm = nn.LayerNorm(4)
+print(*lin.weight.shape, *lin.bias.shape, *conv.weight.data.shape, *emb.weight.shape,
+      *norm.weight.shape)
+print(float(norm.weight.sum()), float(norm.bias.data.sum()))
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+head = Head()
+print(*head.fc.weight.shape)
+"""
+# the arrays in torch's layout, checked against the layers' own output (other weights each
+# side: the identities hold on both)
+LAYER_WEIGHTS_APPLIED = """
+x = torch.randn(2, 3)
+img = torch.randn(1, 2, 5, 5)
+print(float((lin(x) - (x @ lin.weight.T + lin.bias)).abs().max()) < 1e-5)
+patch = (img[0, :, 1:4, 0:3] * conv.weight[1]).sum() + conv.bias[1]
+print(float((patch - conv(img)[0, 1, 1, 0]).abs()) < 1e-5)
+print(float((emb(torch.tensor([3])) - emb.weight.data[3]).abs().max()) < 1e-6)
+"""
+
+
+def test_weights_of_a_layer_built_outside_a_module_nnx(tmp_path) -> None:
+    """model.weight of a module-level nn.Linear stayed `.weight` (AttributeError on the NNX
+    layer). The value analysis knows the layer: NNX reads its kernel in torch's layout
+    (transposed; a convolution's axes moved), .data goes; the converted script prints torch's
+    shapes and the identities between the layers' outputs and their weights hold."""
+    source = textwrap.dedent(LAYER_WEIGHTS + LAYER_WEIGHTS_APPLIED)
+    result = _convert(source)
+    assert _errors(result) == []
+    assert "lin.kernel[...].T" in result.code and ".weight" not in result.code
+    want = _run(source, tmp_path)
+    assert want == ["4", "3", "4", "3", "2", "3", "3", "5", "2", "4", "4.0", "0.0", "2", "4",
+                    "True", "True", "True"]
+    assert _run(result.code, tmp_path) == want
+
+
+def test_weights_of_a_layer_built_outside_a_module_equinox_and_linen(tmp_path) -> None:
+    """equinox: the layers are built (they were commented out, leaving the names unbound)
+    and keep torch's weight names and layouts; a call of one on a batch is marked (an equinox
+    layer maps one example). linen: a layer object holds no parameters: each read is
+    marked."""
+    source = textwrap.dedent(LAYER_WEIGHTS)
+    result = _convert(source, "equinox")
+    assert _errors(result) == []
+    assert "lin = eqx.nn.Linear(3, 4, key=" in result.code
+    assert _run(result.code, tmp_path) == _run(source, tmp_path)
+    applied = _convert(source + textwrap.dedent(LAYER_WEIGHTS_APPLIED), "equinox")
+    lines = applied.code.splitlines()
+    for call in ("lin(x)", "conv(", "emb("):
+        at = next(i for i, line in enumerate(lines) if call in line and "TODO" not in line)
+        assert "an equinox layer applies to one example" in lines[at - 1], lines[at - 1]
+    linen = _convert(source, "linen")
+    assert sorted({e.split(":")[0] for e in _errors(linen)}) == ["layer-weight"]
+    lines = linen.code.splitlines()
+    for i, line in enumerate(lines):
+        if ".weight" in line and "TODO" not in line and line.startswith("print"):
+            assert "a linen layer object holds no parameters" in lines[i - 1], line
+    written = _convert("import torch.nn as nn\nlin = nn.Linear(3, 4)\n"
+                       "lin.weight.data.zero_()\n")
+    assert "layer-weight" in [e.split(":")[0] for e in _errors(written)]
+    assert "written in place" in written.code
+
+
+# --------------------------------------------------------------------------------------------
+# equinox: a plain class, and model classes imported from another file of the repository
+# --------------------------------------------------------------------------------------------
+
+PLAIN_TRAINER = """
+import torch
+from torch.utils.data import DataLoader
+from model import Net
+
+
+class Trainer:
+    def __init__(self, model, data):
+        self.model = model
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.data = data
+
+    def run(self):
+        for x, y in DataLoader(self.data, batch_size=4):
+            loss = torch.nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+
+model = Net(3)
+model.load_state_dict(torch.load('net.pt'))
+model.eval()
+Trainer(model, []).run()
+"""
+
+
+def test_equinox_plain_class_and_imported_model() -> None:
+    """A plain `class Trainer:` (no nn.Module base) was reported as 'a module class whose base
+    class is not a module class of this file'; the message says what it is. A model class
+    imported from another file (`Net`, built with rngs in NNX) was commented out with its
+    statement, leaving `model` unbound below: it is built with `key=`; what needs to know
+    whether it keeps state (restoring a checkpoint into it) is marked at its line."""
+    from torch2jax.convert import convert_source as convert
+
+    result = convert(textwrap.dedent(PLAIN_TRAINER), path="train.py", target="equinox",
+                     known_modules={"Net"})
+    assert_names_bound(result.code)
+    messages = _errors(result)
+    assert not any("module class" in e for e in messages), messages
+    assert any("a class that is not a module (a trainer)" in e for e in messages), messages
+    lines = result.code.splitlines()
+    assert "class Trainer:" in lines
+    assert any(line.startswith("model = Net(3, key=") for line in lines), result.code
+    at = lines.index("pass")  # the restore, shown commented out
+    assert "Net is imported from another file" in lines[at - 1]
+    assert "model = eqx.nn.inference_mode(model)" in lines

@@ -301,6 +301,12 @@ def test_generation_stops_at_the_end_token(family, generator) -> None:
 # softcapping and eager attention (Gemma 2), sliding and full layers mixed (Gemma 3)
 DECODERS = {
     "mistral": ("MistralForCausalLM", "MistralConfig", {"sliding_window": 4}),
+    # untied: with the tied table every row repeats its last prompt token at this size
+    "gemma2": ("Gemma2ForCausalLM", "Gemma2Config",
+               {"sliding_window": 4, "head_dim": 8, "tie_word_embeddings": False}),
+    "gemma3": ("Gemma3ForCausalLM", "Gemma3TextConfig",
+               {"sliding_window": 4, "head_dim": 8, "tie_word_embeddings": False,
+                "layer_types": ["sliding_attention", "full_attention"]}),
 }
 _SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,

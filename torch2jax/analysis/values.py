@@ -78,6 +78,7 @@ class Value:
     items: tuple[Value, ...] | None = None
     cls: str | None = None
     dtype: bool = False  # a torch dtype (torch.float32, x.dtype)
+    layer: str | None = None  # a torch layer built here: its qualified class (torch.nn.Linear)
 
     def element(self, index: int | None = None) -> Value:
         """An item (``index``: a tuple position), as iteration or unpacking gives it."""
@@ -272,6 +273,11 @@ class ValueFacts:
 
     def kind(self, node: cst.CSTNode) -> Kind:
         return self.value(node).kind
+
+    def layer(self, node: cst.CSTNode) -> str | None:
+        """The torch layer class (qualified) that ``node`` holds, when the file built it
+        (``model = nn.Linear(3, 4)``, on every path that reaches the read)."""
+        return self.value(node).layer
 
     def is_tensor(self, node: cst.CSTNode) -> bool:
         return self.kind(node) == Kind.TENSOR
@@ -572,7 +578,7 @@ class ValueFacts:
         if q.startswith("torch.nn.") and not q.startswith((
                 "torch.nn.functional.", "torch.nn.init.", "torch.nn.utils.")) and (
                 q.split(".")[-1][:1].isupper() or self._layer(q)):
-            return MODULE
+            return Value(Kind.MODULE, layer=q) if self._layer(q) else MODULE
         if q in _TORCH_OBJECTS or q.startswith(_TORCH_NOT_TENSOR_PREFIXES):
             if q.startswith(("torch.cuda.is_", "torch.distributed.get_", "torch.cuda.device_",
                              "torch.distributed.is_", "torch.backends.", "torch.is_")):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ScopeProvider
@@ -25,6 +25,10 @@ from torch2jax.finish.names import BUILTINS, torch_import_lines, unbound_names, 
 from torch2jax.report import Diagnostic
 
 TODO_PREFIX = "# TODO(torch2jax):"
+# torch names that the converter itself writes in code it leaves to torch under a marker (the
+# random branch of a functional dropout: F.dropout), with the import that binds them when the
+# input does not (it reads nn.functional.dropout, or torch.nn.functional.dropout)
+EMITTED_TORCH_NAMES = {"F": "import torch.nn.functional as F"}
 
 
 @dataclass
@@ -91,6 +95,10 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
         tree = ast.parse(code)
     diagnostics = check_claims(code, diagnostics)
     suspects = unbound_names(tree, code, path) - facts.unbound
+    emitted = {n: line for n, line in EMITTED_TORCH_NAMES.items()
+               if n in suspects and n not in facts.torch_imports}
+    if emitted:  # torch code the converter wrote under a marker, in the input's absence
+        facts = replace(facts, torch_imports={**facts.torch_imports, **emitted})
     own = suspects & set(own_names) - set(facts.torch_imports)
     if own and own_imports is not None:
         code = own_imports(cst.parse_module(code), own).code

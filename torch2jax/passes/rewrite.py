@@ -162,6 +162,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         # from the Embedding helper (passes/helpers.py), not nnx.Embed
         self._padded_embedding_subclasses: set[str] = set()
         self._own_calls: set[int] = set()  # those calls (F.layer_norm over self's attributes)
+        # model.weight of a layer built outside a module, read as an array (its .data goes)
+        self._weight_reads: set[int] = set()
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
@@ -1914,7 +1916,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             # outside of a differentiated function a no_grad block is plain code; the model
             # calls in it (evaluation) go through one jit-compiled eval step
             body = list(updated_node.body.body)
-            if not self.in_module_class() and self.linen:
+            if not self.in_module_class() and self.linen and not self.training.optimizers:
+                # no model is trained in this file, so no `variables` are bound here: the
+                # model calls stay as written, marked
+                body = self._lt_unapplied(original_node.body.body, body)
+            elif not self.in_module_class() and self.linen:
                 jitted = tr.JitModelCalls(self._model_names(), extra=(lt.VARIABLES,))
                 body = [b.visit(jitted) for b in body]
                 if jitted.count:
@@ -1932,6 +1938,31 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                     leading_lines=[*updated_node.leading_lines, *body[0].leading_lines])
             return cst.FlattenSentinel(body)
         return updated_node.with_changes(items=_fix_commas(keep))
+
+    LT_UNAPPLIED = ("the linen model called outside a train step, in a file that binds none of "
+                    "its variables (it is trained elsewhere): left as written; pass its "
+                    "variables in and call model.apply(variables, ...)")
+
+    def _lt_unapplied(self, original: list, body: list) -> list:
+        """linen: model calls in an evaluation block of a file that trains no model are marked
+        at their lines (``eval_step(model, variables, ...)`` would read unbound variables)."""
+        models = self._model_names()
+        pattern = m.Call(func=m.Name(value=m.MatchIfTrue(lambda v: v in models)))
+        found = [c for s in original for c in findall(s, pattern)]
+        if not found:
+            return body
+        for c in found:
+            self.report(*self.pos(c), "linen", "error", self.LT_UNAPPLIED)
+        comment = cst.EmptyLine(comment=cst.Comment(
+            f"# TODO(torch2jax): {self.LT_UNAPPLIED} [linen]"))
+
+        class Mark(cst.CSTTransformer):
+            def leave_SimpleStatementLine(self, original_node, updated_node):
+                if not findall(updated_node, pattern):
+                    return updated_node
+                return updated_node.with_changes(
+                    leading_lines=[*updated_node.leading_lines, comment])
+        return [s.visit(Mark()) for s in body]
 
     def _autocast(self, original_node, updated_node, item: cst.Call, q: str):
         """with torch.autocast(...): the model computes in bfloat16 for these statements."""
@@ -2953,6 +2984,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
+        if original_node.attr.value == "data" and id(original_node.value) in self._weight_reads:
+            return updated_node.value  # model.weight.data: the array read above
+        weight = self._built_layer_weight(original_node, updated_node)
+        if weight is not None:
+            return weight
         if self.current_class is not None and self._layer_subclass_rule(
                 self.current_class) is not None:
             mapped = self._layer_subclass_attribute(original_node, updated_node)
@@ -3119,6 +3155,80 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return updated_node.with_changes(
                     attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
         return updated_node
+
+    # torch layers whose equinox layer names its weights and lays them out as torch does
+    EQX_TORCH_WEIGHTS = frozenset({"torch.nn.Linear", "torch.nn.Conv1d", "torch.nn.Conv2d",
+                                   "torch.nn.Conv3d", "torch.nn.Embedding", "torch.nn.LayerNorm",
+                                   "torch.nn.GroupNorm"})
+
+    def _built_layer_weight(self, original_node: cst.Attribute, updated_node: cst.Attribute
+                            ) -> cst.BaseExpression | None:
+        """``model.weight`` (``.bias``, ``.data`` after it) where ``model`` holds a torch layer
+        the file built (``model = nn.Linear(3, 4)``, or ``net.fc`` of a model of the file's
+        class, value analysis): read,
+        the target layer's array in torch's layout (NNX ``model.kernel[...].T``; equinox
+        keeps torch's names and layouts); written, or on linen (a layer object holds no
+        parameters), marked. None: not such a read."""
+        if original_node.attr.value not in ("weight", "bias") or self.values is None:
+            return None
+        root = original_node.value  # model.weight, net.fc.weight (self.fc.weight: below)
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name) or root.value == "self":
+            return None
+        q = self.values.layer(original_node.value)
+        rule = self.rules.layers.get(q or "")
+        wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+        if wm is None:
+            return None
+        read = original_node
+        parent = self.get_metadata(ParentNodeProvider, read, None)
+        if isinstance(parent, cst.Attribute) and parent.value is read and \
+                parent.attr.value == "data":
+            read, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        if isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if isinstance(outer, cst.Call) and (self.q(outer.func) or "").startswith(
+                    "torch.nn.init"):
+                return None  # an initialiser's target (its own rule)
+        holder = self.get_metadata(ParentNodeProvider, parent, None) if parent else None
+        written = isinstance(parent, (cst.AssignTarget, cst.AugAssign)) or (
+            isinstance(parent, cst.Attribute) and parent.value is read and (
+                parent.attr.value.endswith("_") or parent.attr.value in (
+                    "grad", "requires_grad", "data"))) or (
+            isinstance(parent, cst.Subscript) and isinstance(holder, (cst.AssignTarget,
+                                                                      cst.AugAssign)))
+        text = code(original_node)
+        if written or self.linen or wm.to is None:
+            why = ("a linen layer object holds no parameters: they are in the variables "
+                   "model.init returns (variables['params'])" if self.linen and not written
+                   else "written in place: the layer's array is immutable in JAX (build the "
+                   "layer with an initializer instead)")
+            self.diag(original_node, "layer-weight", "error",
+                      f"{text} of the {q.rsplit('.', 1)[-1]} built outside a module: {why}")
+            return None
+        if self.for_equinox:
+            if q not in self.EQX_TORCH_WEIGHTS:
+                self.diag(original_node, "layer-weight", "error",
+                          f"{text}: the equinox layer of a {q.rsplit('.', 1)[-1]} may name or "
+                          "lay out its weights otherwise; not translated")
+                return None
+            self._weight_reads.add(id(original_node))
+            return updated_node  # torch's name and layout
+        array = expr("{v}." + wm.to + "[...]", v=updated_node.value)
+        if wm.layout == "transpose":
+            array = expr("{a}.T", a=array)
+        elif wm.layout == "conv" and q[-2:] in ("1d", "2d", "3d"):
+            nd = int(q[-2])
+            self.need("jnp")
+            array = expr(f"jnp.transpose({{a}}, {(nd + 1, nd, *range(nd))})", a=array)
+        elif wm.layout != "as_is":
+            self.diag(original_node, "layer-weight", "error",
+                      f"{text}: the JAX layer lays this weight out otherwise ({wm.layout}); "
+                      "not translated")
+            return None
+        self._weight_reads.add(id(original_node))
+        return array
 
     def _dict_item_rule(self, attr: str, key: str) -> str | None:
         """The torch layer of ``self.<attr>[key]`` when ``self.<attr>`` is an nn.ModuleDict

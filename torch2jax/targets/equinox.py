@@ -35,6 +35,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
+from torch2jax.finish.removed import bound_names
 from torch2jax.passes.common import (
     Untranslatable,
     code,
@@ -1526,7 +1527,8 @@ class Forward:
                 x, info = self.ev(node.args[0].value)
                 return expr("{x} @ {w}.weight.T", x=x, w=emb), Info(info.batched, info.rank)
         # methods of arrays
-        if isinstance(func, cst.Attribute) and not _is_library(func):
+        if isinstance(func, cst.Attribute) and not _is_library(func) and \
+                name not in ("nnx.max_pool", "nnx.avg_pool"):
             recv, info = self.ev(func.value)
             method = func.attr.value
             if not info.batched:
@@ -1578,6 +1580,11 @@ class Forward:
                 return args[0][1], replace(x, channels_last=True)
             if (src, dst) == (-1, 1) and x.channels_last:
                 return args[0][1], replace(x, channels_last=False)
+        if name in ("nnx.max_pool", "nnx.avg_pool") and args and args[0][2].batched and \
+                args[0][2].channels_last:
+            pooled = self.pool(node, args[0][1], args[0][2], name)
+            if pooled is not None:
+                return pooled
         if name in TRAILING_AXES_HELPERS and args and args[0][2].batched and not any(
                 i.batched for _, _, i in args[1:]):
             # helpers over the last axes (adaptive pooling): the same call per example
@@ -1695,6 +1702,24 @@ class Forward:
         return node.with_changes(args=[node.args[0].with_changes(value=x),
                                        node.args[1].with_changes(value=new), *rest]), \
             Info(True, info.rank, channels_last=info.channels_last)
+
+    def pool(self, node: cst.Call, x: cst.BaseExpression, info: Info, name: str
+             ) -> tuple[cst.BaseExpression, Info] | None:
+        """``nnx.max_pool(x, window_shape=W, strides=S)`` (F.max_pool2d between the NNX pass's
+        moves to channels-last and back, which this pass drops: ``x`` is channel-first per
+        example) -> ``eqx.nn.MaxPool2d(kernel_size=W, stride=S)(x)``. None: another form."""
+        kw = {a.keyword.value: a.value for a in node.args[1:] if a.keyword is not None}
+        if len(node.args) - 1 != len(kw) or set(kw) - {"window_shape", "strides", "padding"}:
+            return None
+        window = try_literal(kw.get("window_shape"), None)
+        strides = try_literal(kw["strides"], None) if "strides" in kw else window
+        padding = try_literal(kw.get("padding", cst.SimpleString('"VALID"')), None)
+        if not isinstance(window, tuple) or not 1 <= len(window) <= 3 or \
+                not isinstance(strides, tuple) or padding != "VALID":
+            return None
+        which = "Max" if name == "nnx.max_pool" else "Avg"
+        layer = f"eqx.nn.{which}Pool{len(window)}d(kernel_size={window!r}, stride={strides!r})"
+        return expr(layer + "({x})", x=x), info
 
     def collapse(self, node: cst.Call, args: list[cst.Arg], first: Info
                  ) -> tuple[cst.BaseExpression, Info]:
@@ -2537,11 +2562,15 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = ()
     # training code (optimizer, train and eval steps, loops): equinox_training.py
     rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
             and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
-    flags = {n: (c.stateful, c.keyed) for n, c in f.classes.items()}
+    flags: dict[str, tuple[bool, bool] | None] = {n: (c.stateful, c.keyed)
+                                                   for n, c in f.classes.items()}
+    # classes imported from the other files: Class(..., rngs=nnx.Rngs(k)) -> Class(..., key=k)
+    flags.update({n: None for n in _imported_names(module) if n not in flags})
     training.BATCH_REDUCED.clear()
     training.BATCH_REDUCED.update({n: c.reduced for n, c in f.classes.items()
                                    if n not in used and c.reduced})
     training.OPTIMIZER_METHODS.clear()
+    training.LAYER_OF = _training_layer
     for n, c in f.classes.items():
         training.OPTIMIZER_METHODS[n] = {s.name.value for s in c.node.body.body if isinstance(
             s, cst.FunctionDef) and training.optimizer_method(s) is not None}
@@ -2633,6 +2662,27 @@ def _stores_objects(f: EquinoxFile) -> bool:
     return False
 
 
+def _training_layer(node: cst.Call) -> tuple[cst.BaseExpression, str] | str:
+    """:func:`layer_of` for equinox_training (a layer built outside a module): the equinox
+    constructor and the layer's kind, or why there is none."""
+    try:
+        new, lay = layer_of(node, set())
+    except EquinoxError as exc:
+        return exc.message
+    return new, lay.kind
+
+
+def _imported_names(module: cst.Module) -> set[str]:
+    """The names ``from x import A [as B]`` statements of the module bind."""
+    names = set()
+    for s in module.body:
+        if m.matches(s, m.SimpleStatementLine(body=[m.ImportFrom()])) and \
+                not isinstance(s.body[0].names, cst.ImportStar):
+            names |= {(a.asname.name if a.asname else a.name).value for a in s.body[0].names
+                      if isinstance((a.asname.name if a.asname else a.name), cst.Name)}
+    return names
+
+
 def _is_import(s: cst.BaseStatement) -> bool:
     return m.matches(s, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))
 
@@ -2641,7 +2691,10 @@ def _torch_back(s: cst.BaseStatement, torch_defs: dict, why: str = "") -> cst.Ba
     """Training code this pass does not translate: the torch original, marked."""
     msg = (f"training code with no equinox translation: {why}" if why else
            "no equinox translation: a module class whose base class is not a module class "
-           "of this file" if isinstance(s, cst.ClassDef) else
+           "of this file" if isinstance(s, cst.ClassDef) and _nnx_module_class(s) else
+           "training code with no equinox translation: a class that is not a module (a "
+           "trainer) holding NNX constructs this pass does not rewrite; the torch class"
+           if isinstance(s, cst.ClassDef) else
            "training code with no equinox translation (NNX constructs this pass does not "
            "rewrite)")
     if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and s.name.value in torch_defs:
@@ -2649,11 +2702,37 @@ def _torch_back(s: cst.BaseStatement, torch_defs: dict, why: str = "") -> cst.Ba
     return _todo(_comment_out(s), msg)
 
 
+def _nnx_module_class(cls: cst.ClassDef) -> bool:
+    """Whether the NNX translation made ``cls`` a module class (an ``nnx.Module`` base, or a
+    constructor taking ``rngs``); a plain class (a trainer) is not one."""
+    init = _init_of(cls, "__init__")
+    return any(code(b.value) == "nnx.Module" for b in cls.bases) or (
+        bool(cls.bases) and init is not None and any(
+            p.name.value == "rngs" for p in (*init.params.params, *init.params.kwonly_params)))
+
+
 def _comment_out(s: cst.BaseStatement) -> cst.BaseStatement:
     lines = cst.Module(body=[s]).code.rstrip("\n").splitlines()
     comments = [cst.EmptyLine(comment=cst.Comment("# " + ln if ln.strip() else "#"))
                 for ln in lines]
     return cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=comments)
+
+
+def _untranslated_init_line(s: cst.BaseStatement, rest: list[cst.BaseStatement],
+                            torch_init: cst.FunctionDef | None) -> cst.BaseStatement:
+    """A statement of ``__init__`` that this pass does not translate: shown as its NNX
+    translation, commented out and marked; when a later statement reads a name it binds,
+    torch's statement binding the same names is kept instead (marked), so that nothing is
+    left unbound."""
+    names = bound_names(s)
+    read = {n.value for r in rest for n in findall(r, m.Name())} & names
+    if read and torch_init is not None:
+        same = [t for t in torch_init.body.body if bound_names(t) == names]
+        if len(same) == 1:
+            kept = same[0].with_changes(leading_lines=s.leading_lines)
+            return _todo(kept, "no equinox translation yet: the torch statement is kept, as "
+                         f"later lines read {', '.join(sorted(read))}")
+    return _todo(_comment_out(s), "no equinox translation yet (shown as its NNX translation)")
 
 
 def _call_params(cls: cst.ClassDef) -> list[cst.Param]:
@@ -2669,6 +2748,8 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
             cls = cls.visit(_Identity({name}, "eqx.nn.Sequential([])" if stateful
                                       else "eqx.nn.Identity()"))
     init = _init_of(cls, "__init__")
+    torch_cls = next((t for t in f.torch_module.body if isinstance(t, cst.ClassDef)
+                      and t.name.value == c.name), None)
     fields: list[cst.BaseStatement] = []
     needs_callable = needs_any = False
     body = list(cls.body.body)
@@ -2712,8 +2793,9 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
                         "value", "buffer", "param", "fn", "lambda"):
                     assigned.append(name)  # the fields that hold layers
             new_body.append(s)
-        new_body = [_todo(_comment_out(s), "no equinox translation yet (shown as its NNX "
-                          "translation)") if "nnx." in code(s) else s for s in new_body]
+        torch_init = _init_of(torch_cls, "__init__") if torch_cls is not None else None
+        new_body = [_untranslated_init_line(s, new_body[i + 1:], torch_init)
+                    if "nnx." in code(s) else s for i, s in enumerate(new_body)]
         try:
             new_body = _split_keys(new_body, getattr(c, "init_sites", 0))
         except EquinoxError as exc:
@@ -2725,8 +2807,6 @@ def _emit_class(c: ClassInfo, f: EquinoxFile) -> tuple[cst.ClassDef, bool, bool]
         if c.errors:
             new_init = _todo(new_init, "; ".join(dict.fromkeys(c.errors)))
         body = [new_init if s is init else s for s in body]
-    torch_cls = next((t for t in f.torch_module.body if isinstance(t, cst.ClassDef)
-                      and t.name.value == c.name), None)
     torch_methods = {t.name.value: t for t in (torch_cls.body.body if torch_cls else [])
                      if isinstance(t, cst.FunctionDef)}
     for i, s in enumerate(body):

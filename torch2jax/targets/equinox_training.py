@@ -27,6 +27,7 @@ What does not fit raises EquinoxError; the caller puts the torch original back, 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import libcst as cst
 import libcst.matchers as m
@@ -44,6 +45,9 @@ OPTIMIZER_METHODS: dict[str, set[str]] = {}
 # model class -> {output index: "mean" | "sum"}: a batch loss its forward computes, per example
 # (filled by equinox.convert); the train step reduces it over the batch
 BATCH_REDUCED: dict[str, dict[int, str]] = {}
+# an NNX layer constructor -> (its equinox constructor, with a ``__needs_key__`` keyword where
+# the key goes, and the layer's kind), or the reason it has none (set by equinox.convert)
+LAYER_OF: Callable[[cst.Call], tuple[cst.BaseExpression, str] | str] | None = None
 
 
 class _DropRemoved(cst.CSTTransformer):
@@ -255,6 +259,30 @@ AUTOCAST_SRC = (f"def {AUTOCAST_FN}(tree, dtype):\n"
                 "else a, tree)\n")
 
 
+# torch's nn.Module methods that an equinox model (a pytree of arrays) has no counterpart of:
+# a statement calling one on a model is kept as written, marked
+MODULE_API = {"load_state_dict", "state_dict", "to", "cuda", "cpu", "half", "float", "double",
+              "bfloat16", "zero_grad", "requires_grad_", "share_memory", "apply",
+              "register_buffer"}
+
+
+def imported_message(cls: str) -> str:
+    return (f"{cls} is imported from another file: whether its equinox model keeps BatchNorm "
+            "state or takes a dropout key is not known here")
+
+
+def _marked(small: cst.BaseSmallStatement, message: str) -> cst.SimpleStatementLine:
+    """``small`` kept as written, under a TODO of this target."""
+    line = cst.EmptyLine(comment=cst.Comment(f"# TODO(torch2jax): {message} [equinox]"))
+    return cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
+                                   leading_lines=[line])
+
+
+# the equinox layers (equinox.Layer kinds) a statement outside a module may build: their
+# weights keep torch's names and layouts (rewrite.py's _built_layer_weight reads them so)
+BUILT_LAYERS = frozenset({"linear", "conv", "layernorm", "embedding"})
+
+
 class _Fail(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -272,6 +300,8 @@ class _Dedent(cst.CSTTransformer):
 
 
 def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
+    """The class of ``Class(..., rngs=nnx.Rngs(k))`` (a model class of this file, or one
+    imported, with None for its flags in ``classes``)."""
     if m.matches(value, m.Call(func=m.Name(), args=[m.ZeroOrMore(), m.Arg(
             keyword=m.Name("rngs"), value=m.Call(func=m.Attribute(
                 value=m.Name("nnx"), attr=m.Name("Rngs"))))])) and value.func.value in classes:
@@ -310,6 +340,10 @@ class Scope(cst.CSTTransformer):
         self.counter = any(findall(s, m.Attribute(value=m.Attribute(attr=m.Name("step")),
                                                     attr=m.Name("value"))) for s in stmts)
         self.trained: set[str] = set()  # models rebound by a train step here
+        # trainers given a `key` (their model has dropout): their calls pass one
+        self.keyed_trainers: set[str] = set()
+        self.layers: set[str] = set()  # torch layers built here, outside a module
+        self.layer_called: str | None = None  # such a layer called in the statement
         self.needs_autocast = False
         self.in_step = 0
         for s in stmts:
@@ -327,6 +361,8 @@ class Scope(cst.CSTTransformer):
         cls = self.models.get(model)
         if cls is None:
             raise _Fail(f"{model} is not a model this pass knows the class of")
+        if self.classes[cls] is None:
+            raise _Fail(imported_message(cls))
         return self.classes[cls]
 
     # -- the train step and the evaluation step
@@ -372,6 +408,8 @@ class Scope(cst.CSTTransformer):
 
     def leave_Call(self, original_node, updated_node):
         func = code(updated_node.func)
+        if func in self.layers:
+            self.layer_called = func
         if func == "nnx.state" and not self.in_step and len(updated_node.args) == 1 and \
                 code(updated_node.args[0].value) in self.models:
             # a checkpoint of the model (torch.save(model.state_dict(), path))
@@ -434,31 +472,78 @@ class Scope(cst.CSTTransformer):
             t = code(target)
             head.append(f"({t})" if isinstance(target, cst.Tuple) else t)
         lhs = ", ".join(head)
-        return [_stmt(f"{lhs} = {code(call)}")]
+        if func not in self.keyed_trainers:
+            return [_stmt(f"{lhs} = {code(call)}")]
+        if not self.has_key:
+            raise _Fail(f"{func} trains a model with dropout: it needs a key, and no `key` is "
+                        "in scope here")
+        args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" ")))] if call.args else []
+        call = call.with_changes(args=[*args, cst.Arg(cst.Name("subkey"), keyword=cst.Name(
+            "key"), equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                          whitespace_after=cst.SimpleWhitespace("")))])
+        return [_stmt("key, subkey = jax.random.split(key)"), _stmt(f"{lhs} = {code(call)}")]
 
     # -- statements
     def leave_SimpleStatementLine(self, original_node, updated_node):
+        called, self.layer_called = self.layer_called, False
         if len(updated_node.body) != 1:
-            return updated_node
+            return self._layer_call_marked(updated_node, called)
         small = updated_node.body[0]
         lead = updated_node.leading_lines
         out = self.statement(small)
         if out is None:
-            return updated_node
+            return self._layer_call_marked(updated_node, called)
         if not out:  # removed; its blank lines go to the next statement (_DropRemoved)
             out = [_stmt(REMOVED)]
-        out[0] = out[0].with_changes(leading_lines=lead)
+        out[0] = out[0].with_changes(leading_lines=[*lead, *out[0].leading_lines])
+        out[0] = self._layer_call_marked(out[0], called)
         return cst.FlattenSentinel(out)
+
+    @staticmethod
+    def _layer_call_marked(stmt: cst.SimpleStatementLine, called: str | None
+                           ) -> cst.SimpleStatementLine:
+        if not called:
+            return stmt
+        line = cst.EmptyLine(comment=cst.Comment(
+            f"# TODO(torch2jax): {called}(...): an equinox layer applies to one example, not "
+            "to a batch: map it over the batch axes (jax.vmap) with its input in torch's "
+            "layout [equinox]"))
+        return stmt.with_changes(leading_lines=[*stmt.leading_lines, line])
+
+    def layer_build(self, target: str, value: cst.Call) -> list | None:
+        """``layer = nnx.Linear(..., rngs=nnx.Rngs(k))`` outside a module -> the equinox layer
+        (``key=k``); its weights keep torch's names and layouts. None: not such a layer."""
+        k = next((a.value for a in value.args if a.keyword and a.keyword.value == "rngs"),
+                 None)
+        if not m.matches(k, m.Call(func=m.Attribute(value=m.Name("nnx"), attr=m.Name("Rngs")),
+                                   args=[m.Arg(keyword=None)])):
+            return None
+        found = LAYER_OF(value) if LAYER_OF is not None else None
+        if isinstance(found, str):
+            raise _Fail(found)
+        if found is None or found[1] not in BUILT_LAYERS:
+            return None
+        new = found[0]
+        seed = k.args[0].value
+        kv = f"jax.random.key({code(seed)})" if isinstance(seed, cst.Integer) else code(seed)
+        self.layers.add(target)
+        return [_stmt(f"{target} = {code(new).replace('__needs_key__', kv)}")]
 
     def statement(self, small: cst.BaseSmallStatement) -> list | None:
         if isinstance(small, cst.Assign) and len(small.targets) == 1:
             target = small.targets[0].target
             value = small.value
+            if isinstance(target, cst.Name) and m.matches(value, m.Call(func=m.Attribute(
+                    value=m.Name("nnx")))):
+                built = self.layer_build(target.value, value)
+                if built is not None:
+                    return built
             cls = _is_model_build(value, self.classes)
             if cls is not None and isinstance(target, cst.Name):
                 other = [n for n, c in self.models.items() if n != target.value
-                         and self.classes.get(c, (False, False))[0]]
-                if self.classes[cls][0] and other:
+                         and (self.classes.get(c) or (False, False))[0]]
+                if (self.classes[cls] or (False, False))[0] and other:
                     # one `state` name per function: the second model's would replace the first's
                     raise _Fail(f"two models with BatchNorm state in one function "
                                 f"({' and '.join(sorted([other[0], target.value]))}): "
@@ -474,7 +559,7 @@ class Scope(cst.CSTTransformer):
                 pos = ", ".join([code(a.value) if a.keyword is None else
                                  f"{a.keyword.value}={code(a.value)}" for a in args] +
                                 [f"key={kv}"])
-                if self.classes[cls][0]:
+                if (self.classes[cls] or (False, False))[0]:
                     return [_stmt(f"{target.value}, {STATE} = "
                                   f"eqx.nn.make_with_state({cls})({pos})")]
                 return [_stmt(f"{target.value} = {cls}({pos})")]
@@ -527,6 +612,11 @@ class Scope(cst.CSTTransformer):
                 else:
                     self.inference.discard(name)
                 return [_stmt(f"{name} = eqx.nn.inference_mode({name}{flag})")]
+            if m.matches(func, m.Attribute(value=m.Name(), attr=m.Name())) and \
+                    func.value.value in self.models and func.attr.value in MODULE_API:
+                return [_marked(small, f"{code(func)}(...): torch's Module API has no "
+                                "counterpart on an equinox model (a pytree of arrays): "
+                                "left as written")]
             if m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("set_attributes"))):
                 return []  # the compute dtype: the train step's autocast
             if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
@@ -712,10 +802,12 @@ def _rebound(scope: Scope) -> None:
                     "expression: its caller cannot rebind the model it returns")
 
 
-def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, bool]]
+def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, bool] | None]
               ) -> list[list[cst.BaseStatement] | str]:
     """The module's statements other than classes, builders and imports, rewritten: for each,
-    the new statements, or a message when it cannot be translated."""
+    the new statements, or a message when it cannot be translated. ``classes``: model class ->
+    (stateful, keyed), None for a class imported from another file (built with ``key=``; what
+    needs its flags is refused)."""
     fns = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
     # train steps defined at the top level belong to the top-level loop that calls them
     top = [s for s in stmts if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
@@ -756,7 +848,8 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                     for i, a in enumerate(c.args):
                         if a.keyword is not None or a.star or i >= len(params):
                             continue
-                        if code(a.value) in models[scope] and params[i] not in models[g]:
+                        if code(a.value) in models[scope] and params[i] not in models[g] \
+                                and classes[models[scope][code(a.value)]] is not None:
                             models[g][params[i]] = models[scope][code(a.value)]
                             receivers[g] = i
                             changed = True
@@ -769,12 +862,22 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
         _step_parts(fn) is not None for fn in findall(fns[g], m.FunctionDef()))}
     # the optimizer given to a function that does not train the model it receives
     opt_receivers = {g: i for g, i in opt_receivers.items() if g in trainers}
-    any_stateful = any(classes[c][0] for ms in models.values() for c in ms.values())
+    any_stateful = any((classes[c] or (False, False))[0] for ms in models.values()
+                       for c in ms.values())
+
+    def needs_key(g: str) -> bool:
+        """A trainer of a model with dropout that has no `key` of its own: it takes one."""
+        fn = fns[g]
+        cls = models[g].get(fn.params.params[receivers[g]].name.value)
+        return classes.get(cls) is not None and classes[cls][1] and \
+            "key" not in _params(fn) and "key" not in _assigned_names(fn.body.body)
+    keyed_trainers = {g for g in trainers if needs_key(g)}
 
     out: list[list[cst.BaseStatement] | str] = []
     autocast_at = None
     top_scope = Scope(models[""], classes, receivers, trainers,
                       "key" in _assigned_names(top), top, opt_receivers, optimizers[""])
+    top_scope.keyed_trainers = keyed_trainers
     eval_calls = 0
     hoisted: set[str] = set()
     for s in stmts:
@@ -787,9 +890,11 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
             if isinstance(s, cst.FunctionDef) and s.name.value in fns:
                 name = s.name.value
                 body = list(s.body.body)
-                has_key = "key" in _params(s) or "key" in _assigned_names(body)
+                has_key = "key" in _params(s) or "key" in _assigned_names(body) or \
+                    name in keyed_trainers
                 scope = Scope(models[name], classes, receivers, trainers, has_key, body,
                               opt_receivers, optimizers[name])
+                scope.keyed_trainers = keyed_trainers
                 new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
                 _rebound(scope)
                 eval_calls += scope.eval_calls
@@ -797,9 +902,17 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 if name in receivers:
                     at = receivers[name]
                     pname = s.params.params[at].name.value
+                    if classes[models[name][pname]] is None:
+                        raise _Fail(imported_message(models[name][pname]))
                     stateful = classes[models[name][pname]][0]
                     if name in trainers:
                         new = _trainer(new, at, stateful, opt_receivers.get(name))
+                        if name in keyed_trainers:  # the dropout keys of its steps
+                            new = new.with_changes(params=new.params.with_changes(
+                                star_arg=new.params.star_arg if isinstance(
+                                    new.params.star_arg, cst.Param) else cst.ParamStar(),
+                                kwonly_params=[*new.params.kwonly_params,
+                                               cst.Param(cst.Name("key"))]))
                         if name in opt_receivers:
                             taken = {t.name.value for t in stmts
                                      if isinstance(t, cst.FunctionDef | cst.ClassDef)}
