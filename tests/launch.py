@@ -8,6 +8,7 @@ torch.distributed ignore them.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import socket
@@ -16,6 +17,54 @@ import sys
 from pathlib import Path
 
 FINAL = re.compile(r"^final_accuracy=(?P<value>[0-9]*\.?[0-9]+)$", re.MULTILINE)
+# what JAX_LOG_COMPILES=1 logs for every compile: the function and its argument shapes
+COMPILING = re.compile(r"Compiling jit\((?P<name>\w+)\) with global shapes and types "
+                       r"(?P<shapes>.*?)\. Argument mapping")
+
+
+def jitted_functions(code: str) -> set[str]:
+    """The names of the functions a program compiles: decorated with a ``jit``
+    (``@jax.jit``, ``@nnx.jit(...)``, ``@partial(jax.jit, ...)``, ``@eqx.filter_jit``)."""
+    return {n.name for n in ast.walk(ast.parse(code))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any("jit" in ast.unparse(d) for d in n.decorator_list)}
+
+
+def recompiles(log: str, names: set[str]) -> dict[tuple[str, str], int]:
+    """The compiles of the functions ``names`` that ``log`` (a run's stderr with
+    JAX_LOG_COMPILES=1) shows more than once for the same argument shapes: a step defined
+    anew per epoch, a static argument that changes, a retrace per call. Empty when every
+    function compiled once per distinct input shape."""
+    seen: dict[tuple[str, str], int] = {}
+    for hit in COMPILING.finditer(log):
+        if hit["name"] in names:
+            key = (hit["name"], hit["shapes"])
+            seen[key] = seen.get(key, 0) + 1
+    return {(name, shapes[:200]): n for (name, shapes), n in seen.items() if n > 1}
+
+
+def program_functions(*paths: Path) -> set[str]:
+    """The jitted functions of the Python files ``paths`` (files or folders)."""
+    names: set[str] = set()
+    for path in paths:
+        for f in ([path] if path.is_file() else sorted(path.rglob("*.py"))):
+            names |= jitted_functions(f.read_text())
+    return names
+
+
+def compile_once_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    return {**(os.environ if env is None else env), "JAX_LOG_COMPILES": "1"}
+
+
+def assert_compiles_once(done: subprocess.CompletedProcess, *paths: Path,
+                         known: dict[str, int] | None = None) -> None:
+    """The run ``done`` (with ``compile_once_env``) of the program in ``paths`` compiled each
+    of its jitted functions at most once per distinct input shape (issue 20). ``known``: the
+    functions known to compile ``n`` times for one shape, each with its reason at the caller;
+    the run must show exactly those."""
+    again = recompiles(done.stdout + done.stderr, program_functions(*paths))
+    assert {name: n for (name, _), n in again.items()} == (known or {}), (
+        f"compiled more than once for the same shapes: {again}")
 
 
 def torchrun_env() -> dict[str, str]:
@@ -26,12 +75,15 @@ def torchrun_env() -> dict[str, str]:
             "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
-def final_accuracy(script: Path, cwd: Path, timeout: float = 300) -> float:
+def final_accuracy(script: Path, cwd: Path, timeout: float = 300,
+                   known_recompiles: dict[str, int] | None = None) -> float:
     """Run ``script`` as a user would (``python script.py`` in ``cwd``, as a world of one for
     torch.distributed) and return the one ``final_accuracy=`` value it prints."""
     done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=False, env=torchrun_env())
+                          text=True, timeout=timeout, check=False,
+                          env=compile_once_env(torchrun_env()))
     assert done.returncode == 0, f"{script.name} failed:\n{done.stderr[-3000:]}"
+    assert_compiles_once(done, script, known=known_recompiles)
     found = FINAL.findall(done.stdout)
     match = FINAL.search(done.stdout)
     assert len(found) == 1 and match is not None, done.stdout[-2000:]

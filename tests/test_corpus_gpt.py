@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch import assert_compiles_once, compile_once_env
 from unbound import undefined_names
 
 CORPUS = Path(__file__).parent / "corpus" / "gpt"
@@ -77,9 +78,11 @@ def _env() -> dict[str, str]:
 
 
 def _run(folder: Path, script: str, cwd: Path, *args: str, timeout: int = 600) -> str:
-    done = subprocess.run([sys.executable, str(folder / script), *args], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    done = subprocess.run([sys.executable, str(folder / script), *args], cwd=cwd,
+                          env=compile_once_env(_env()), capture_output=True, text=True,
+                          timeout=timeout, check=False)
     assert done.returncode == 0, f"{script}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    assert_compiles_once(done, folder)  # (issue 20)
     return done.stdout
 
 

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch import assert_compiles_once, compile_once_env
 from unbound import assert_names_bound
 
 CORPUS = Path(__file__).parent / "corpus" / "library"
@@ -39,8 +40,10 @@ pytestmark = pytest.mark.slow
 
 def _run(root: Path) -> str:
     done = subprocess.run([sys.executable, "-W", "ignore", "train_script.py"], cwd=root,
-                          capture_output=True, text=True, timeout=600, check=False)
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env=compile_once_env())
     assert done.returncode == 0, done.stderr[-3000:]
+    assert_compiles_once(done, root)  # (issue 20)
     return done.stdout
 
 

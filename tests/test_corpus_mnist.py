@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch import assert_compiles_once, compile_once_env
 from unbound import assert_names_bound
 
 CORPUS = Path(__file__).parent / "corpus" / "mnist"
@@ -39,8 +40,10 @@ pytestmark = pytest.mark.slow
 
 def _run(script: Path, cwd: Path, *extra: str) -> str:
     done = subprocess.run([sys.executable, str(script), *ARGS, *extra], cwd=cwd,
-                          capture_output=True, text=True, timeout=600, check=False)
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env=compile_once_env())
     assert done.returncode == 0, done.stderr[-3000:]
+    assert_compiles_once(done, script)  # (issue 20)
     return done.stdout
 
 

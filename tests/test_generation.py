@@ -205,3 +205,17 @@ def test_generate_method_draws_one_key_and_runs(tmp_path):
     out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
                          timeout=300, check=True).stdout
     assert out.split("\n")[:2] == ["shape (2, 15)", "in_vocab True"]
+
+
+def test_a_discarded_compiled_call_is_waited_for():
+    """A warm-up ``generate(...)`` whose result is dropped: torch's loop has finished when it
+    returns, the compiled one runs asynchronously, so its work would be timed with whatever
+    follows. The converted statement blocks on the result; a call whose value is kept does
+    not."""
+    source = SCRIPT.replace("MASK", CAUSAL_MASK).replace(
+        '    out = generate(', '    generate(model, torch.zeros((2, 3), dtype=torch.long), 12)\n'
+        '    out = generate(')
+    code = convert_source(source, path="sample.py").code
+    assert ("    jax.block_until_ready(generate(model, jnp.zeros((2, 3), dtype=jnp.int32), 12, "
+            "key=subkey))\n") in code
+    assert code.count("block_until_ready") == 1

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch import assert_compiles_once, compile_once_env
 
 from torch2jax.convert import convert_source
 
@@ -30,26 +31,41 @@ def converted() -> dict[str, str]:
     return {p.stem: convert_source(p.read_text(), path=str(p)).code for p in SCRIPTS}
 
 
+# the training loop of each fixture: one loop (the split once, the step closing over its
+# graphdef) or an epoch loop around the step loop (the split once per epoch: the graphdef, a
+# static argument, follows model.train() / model.eval() between epochs)
+SINGLE_LOOP = {"gpt_param_groups", "seeds_in_helper"}
+
+
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
 def test_training_step_is_one_jax_jit_of_the_split_state(path: Path, converted) -> None:
     code = converted[path.stem]
-    assert re.search(r"@partial\(jax\.jit, static_argnums=0, donate_argnums=1\)\n\s*"
-                     r"def train_step\(graphdef, train_state, ", code)
+    split = re.search(r"graphdef, train_state = nnx\.split\(\(\w+, \w+\)\)", code)
+    assert split
     assert not re.search(r"@nnx\.jit.*\n\s*def train_step", code)
     step = code[code.index("def train_step("):]
     assert "nnx.merge(graphdef, train_state)" in step
-    assert re.search(r"graphdef, train_state = nnx\.split\(\(\w+, \w+\)\)", code)
     assert re.search(r"nnx\.update\(\(\w+, \w+\), train_state\)", code)
+    if path.stem in SINGLE_LOOP:
+        # defined after the split, closing over graphdef: nothing for jax.jit to hash per call
+        assert re.search(r"@partial\(jax\.jit, donate_argnums=0\)\n\s*"
+                         r"def train_step\(train_state, ", code)
+        assert split.start() < code.index("def train_step(")
+        call = r"train_state, [\w, ]+ = train_step\(train_state, "
+    else:
+        assert re.search(r"@partial\(jax\.jit, static_argnums=0, donate_argnums=1\)\n\s*"
+                         r"def train_step\(graphdef, train_state, ", code)
+        call = r"train_state, [\w, ]+ = train_step\(graphdef, train_state, "
     # between steps the loop reads only the step's results and the split state
-    loop_call = re.findall(r"train_state, [\w, ]+ = train_step\(graphdef, train_state", code)
-    assert len(loop_call) == 1
+    assert len(re.findall(call, code)) == 1
 
 
 def _run(script: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
                           text=True, timeout=300, check=False,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+                          env=compile_once_env({**os.environ, "OMP_NUM_THREADS": "1", **env}))
     assert done.returncode == 0, done.stderr[-3000:]
+    assert_compiles_once(done, script)
     return done
 
 
@@ -80,11 +96,19 @@ def test_batch_indices_are_drawn_on_the_host() -> None:
     code = convert_source(PROGRAM.read_text(), path=str(PROGRAM)).code
     assert "host_rng = np.random.default_rng(seed)\n" in code
     assert "    ix = host_rng.integers(0, len(data) - block_size, (batch_size,))\n" in code
-    assert "    x = jnp.take(data, ix[:, None] + np.arange(block_size), axis=0)\n" in code
-    assert "    y = jnp.take(data, (ix + 1)[:, None] + np.arange(block_size), axis=0)\n" in code
-    assert "jax.random.randint" not in code
+    # the data only feeds the batches: a numpy array, gathered by a numpy index
+    assert ("data = np.asarray([(i * 7 + i // 11) % vocab_size for i in range(20000)], "
+            "dtype=np.int32)\n") in code
+    assert "    x = data[ix[:, None] + np.arange(block_size)]\n" in code
+    assert "    y = data[(ix + 1)[:, None] + np.arange(block_size)]\n" in code
+    assert "jax.random.randint" not in code and "jnp.take" not in code
     # the model's initialisation keeps its JAX key
     assert "rngs=nnx.Rngs(subkey)" in code
+    # one loop: the step is defined after the split and closes over its graphdef
+    assert ("graphdef, train_state = nnx.split((model, optimizer))\n\n\n"
+            "@partial(jax.jit, donate_argnums=0)\ndef train_step(train_state, xb, yb):\n"
+            "    model, optimizer = nnx.merge(graphdef, train_state)\n") in code
+    assert "    train_state, loss = train_step(train_state, xb, yb)\n" in code
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
@@ -125,6 +149,61 @@ def test_draws_that_reach_values_keep_jax_keys() -> None:
     assert "host_rng = np.random.default_rng(SEED)" in code
 
 
+SPLITS = '''import torch
+
+torch.manual_seed(7)
+block_size = 8
+data = torch.tensor([(i * 5) % 23 for i in range(200)], dtype=torch.long)
+n = int(0.9 * len(data))
+train_data = data[:n]
+val_data = data[n:]
+
+
+def get_batch(split):
+    data = train_data if split == "train" else val_data
+    ix = torch.randint(len(data) - block_size, (4,))
+    x = torch.stack([data[i:i + block_size] for i in ix])
+    y = torch.stack([data[i + 1:i + block_size + 1] for i in ix])
+    return x, y
+'''
+
+
+def test_data_that_only_feeds_batches_stays_on_the_host(tmp_path: Path) -> None:
+    """The character-level shape (a train/val split, the split chosen per call): the token
+    tensor and its slices are numpy, every batch one numpy gather of the drawn rows."""
+    code = convert_source(SPLITS).code
+    assert ("data = np.asarray([(i * 5) % 23 for i in range(200)], dtype=np.int32)\n"
+            in code)
+    assert "    x = data[ix[:, None] + np.arange(block_size)]\n" in code
+    assert "    y = data[(ix + 1)[:, None] + np.arange(block_size)]\n" in code
+    assert "jnp.take" not in code and "jnp.stack" not in code
+    import runpy
+
+    import numpy as np
+
+    (tmp_path / "converted.py").write_text(code)
+    ns = runpy.run_path(str(tmp_path / "converted.py"))
+
+    x, y = ns["get_batch"]("train")
+    assert isinstance(x, np.ndarray) and x.dtype == np.int32 and x.shape == (4, 8)
+    # the rows the script's generator drew, read back from the same stream
+    rows = np.random.default_rng(7).integers(0, 180 - 8, (4,))
+    tokens = np.array([(i * 5) % 23 for i in range(180)])
+    np.testing.assert_array_equal(x, np.stack([tokens[r:r + 8] for r in rows]))
+    np.testing.assert_array_equal(y, np.stack([tokens[r + 1:r + 9] for r in rows]))
+    xv, _ = ns["get_batch"]("val")
+    assert xv.shape == (4, 8) and set(xv.ravel()) <= {(i * 5) % 23 for i in range(180, 200)}
+
+
+def test_data_read_by_anything_else_stays_a_jax_array() -> None:
+    for extra in ("print(data.sum())\n", "data = data * 2\n", "scale = data.float().mean()\n"):
+        code = convert_source(SPLITS + extra).code
+        assert "data = jnp.asarray([(i * 5) % 23 for i in range(200)], dtype=jnp.int32)" in code
+        assert not re.search(r"\bnp\.asarray\(", code)
+        # the rows are still one gather with a host-side index
+        assert "x = jnp.take(data, ix[:, None] + np.arange(block_size), axis=0)" in code
+
+
 def test_a_seed_the_converter_cannot_place_keeps_jax_random() -> None:
     source = SNIPPET.replace("torch.manual_seed(SEED)", "torch.manual_seed(int(input()))")
     code = convert_source(source).code
@@ -149,3 +228,40 @@ def test_converted_gpt_program_runs_with_host_batches_and_one_compile(tmp_path: 
     # both start near log(vocab_size) = 3.87 and fall well below it by iteration 40
     for losses in (jax_losses, torch_losses):
         assert abs(losses[0] - 3.87) < 0.6 and losses[-1] < 0.5 * losses[0], losses
+
+
+SAMPLE = ROOT / "benchmarks" / "programs" / "gpt_sample.py"
+
+
+@pytest.mark.slow
+def test_converted_sampling_program_compiles_generate_once(tmp_path: Path) -> None:
+    """The sampling benchmark, converted: its warm-up and timed generate() calls share one
+    compile (the same prompt and length), and it prints the tokens it drew."""
+    script = tmp_path / "gpt_sample.py"
+    code = convert_source(SAMPLE.read_text(), path=str(SAMPLE)).code
+    assert "jax.block_until_ready(generate(model, start, max_new_tokens" in code
+    script.write_text(code)
+    done = _run(script, tmp_path, GPT_NEW_TOKENS="12", GPT_TOP_K="5")
+    log = done.stdout + done.stderr
+    assert len(re.findall(r"Compiling jit\(generate\)", log)) == 1
+    tokens = re.search(r"^sample ((?:\d+ ?)+)$", done.stdout, re.MULTILINE)
+    assert tokens and len(tokens[1].split()) == 13  # the start token and 12 drawn
+    assert all(0 <= int(t) < 48 for t in tokens[1].split())
+    assert re.search(r"^tokens_per_s=[0-9.]+$", done.stdout, re.MULTILINE)
+
+
+def test_the_compile_count_sees_a_step_compiled_again(tmp_path: Path) -> None:
+    """The check the program runs above go through: a step defined anew in every epoch
+    compiles again for the same shapes, and the log shows it."""
+    script = tmp_path / "again.py"
+    script.write_text("import jax\nimport jax.numpy as jnp\n\nfor epoch in range(3):\n"
+                      "    @jax.jit\n    def step(x):\n        return x * 2\n\n"
+                      "    step(jnp.ones(4))\n    step(jnp.ones(5))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, check=True, env=compile_once_env())
+    with pytest.raises(AssertionError, match=r"step.*: 3"):
+        assert_compiles_once(done, script)
+    script.write_text(script.read_text().replace("for epoch in range(3):\n", "if True:\n"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, check=True, env=compile_once_env())
+    assert_compiles_once(done, script)  # two shapes, one compile each

@@ -821,6 +821,15 @@ def shard_state(model: str, optimizer: str) -> list[cst.BaseStatement]:
     ).body)
 
 
+def replicate_state(model: str, optimizer: str) -> list[cst.BaseStatement]:
+    """Data parallel: the model and optimizer state replicated over the mesh before the
+    functional step's first call, as the step returns it; arrays left on one device would
+    make the first call compile once more."""
+    return list(cst.parse_module(
+        f"nnx.update(({model}, {optimizer}), jax.device_put(  # replicated, as the step returns "
+        f"it\n    nnx.state(({model}, {optimizer})), NamedSharding(mesh, P())))\n").body)
+
+
 def shard_batch(names: list[str]) -> cst.SimpleStatementLine:
     lhs = ", ".join(names)
     value = f"({lhs},)" if len(names) == 1 else f"({lhs})"

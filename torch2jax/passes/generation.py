@@ -317,6 +317,7 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
     causal = None
     body = list(module.body)
     changed = False
+    compiled_names: set[str] = set()
     for i, node in enumerate(body):
         if isinstance(node, cst.ClassDef):
             methods = [n for n in node.body.body if isinstance(n, cst.FunctionDef)]
@@ -345,6 +346,7 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
             continue
         if causal:
             body[i] = compiled
+            compiled_names.add(node.name.value)
             report(line, 0, "generation", "info",
                    f"{node.name.value}(): the token loop is one compiled decode step over a "
                    f"fixed-size buffer (one compile per prompt shape and length)")
@@ -358,4 +360,26 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
                    f"{node.name.value}(): the token loop stays eager (a compile per sequence "
                    f"length): the model is not known to be causal")
         changed = True
-    return module.with_changes(body=body) if changed else module
+    if not changed:
+        return module
+    module = module.with_changes(body=body)
+    return module.visit(_BlockDiscarded(compiled_names)) if compiled_names else module
+
+
+class _BlockDiscarded(cst.CSTTransformer):
+    """``generate(model, idx, n)`` as a statement (a warm-up whose result is dropped):
+    ``jax.block_until_ready(generate(...))``. torch's loop has finished when the call
+    returns; the compiled one is dispatched asynchronously, so without the wait its work
+    would run into whatever the script does next, a timer read included."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Expr(self, original: cst.Expr, updated: cst.Expr) -> cst.Expr:
+        value = updated.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) \
+                and value.func.value in self.names:
+            return updated.with_changes(value=cst.Call(
+                func=cst.parse_expression("jax.block_until_ready"), args=[cst.Arg(value)]))
+        return updated

@@ -2123,6 +2123,18 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
             else:
                 self.need("jax", "partial")
+            module_hoist = step is not None and self.hoist_steps and self._per_call_trainer(
+                name) and not _free_names(step.function) - (self._module_names | STEP_GLOBALS)
+            if around is not None and not module_hoist and not self._for_stack and (
+                    not self._while_stack):
+                # the outermost loop of its scope: the split runs once, just before it, and
+                # the step defined after the split closes over the graphdef (a static argument
+                # would be hashed by jax.jit on every call)
+                closed = tr.build_train_step(body, functional=True, closure=True, **kwargs)
+                closed_around = (tr.functional_loop(closed, model, name)
+                                 if closed is not None else None)
+                if closed_around is not None:
+                    step, around = closed, closed_around
             if step is not None:
                 self.need("nnx")
                 new_body = around[1] if around is not None else step.body
@@ -2134,17 +2146,22 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                     self._hoist.extend(dt.mesh_statements())
                     if self.data.shard == "params":
                         self._hoist.extend(dt.shard_state(model, name))
+                    elif around is not None:
+                        self._hoist.extend(dt.replicate_state(model, name))
                     new_body = [dt.shard_batch(batch), *new_body]
-                if self.hoist_steps and self._per_call_trainer(name) and not _free_names(step.function) - (
-                        self._module_names | STEP_GLOBALS):
+                if module_hoist:
                     # train(model, loader, optimizer) runs once per epoch: a step defined in it
                     # would be a new function, compiled again, at every call
                     self._module_hoist.append((self._fn_stack[0].name.value, step.function))
-                else:
+                elif not step.closure:
                     self._hoist.append(step.function)
                 node = node.with_changes(body=node.body.with_changes(body=new_body))
                 if around is not None:
                     surround = (around[0], around[2])
+                if step.closure:  # defined after the split it closes over
+                    blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
+                    surround = ([*around[0], step.function.with_changes(leading_lines=blank)],
+                                around[2])
                 break
         else:
             if linen_body is None and gan_body is None and any(
@@ -2175,13 +2192,15 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 else h for i, h in enumerate(hoisted)]
             if pre:
                 pre = [pre[0].with_changes(leading_lines=[*blank, *lines]), *pre[1:]]
-                node = node.with_changes(leading_lines=[])
+                node = node.with_changes(leading_lines=_after(pre, blank))
             else:
                 node = node.with_changes(leading_lines=[*blank, *lines])
             return cst.FlattenSentinel([*hoisted, *pre, node, *post])
         if pre:
+            blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
             pre = [pre[0].with_changes(leading_lines=node.leading_lines), *pre[1:]]
-            return cst.FlattenSentinel([*pre, node.with_changes(leading_lines=[]), *post])
+            return cst.FlattenSentinel([*pre, node.with_changes(
+                leading_lines=_after(pre, blank)), *post])
         return node
 
     def _scalar_param(self, param: cst.Param) -> bool:
@@ -3406,6 +3425,8 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                                                   _call_name(original_node)), "error",
                       exc.message)
             return updated_node
+        if id(original_node) in self.data.host.arrays:
+            result = ha.numpy_array(result)  # an array that only feeds host-side batches
         if result is not updated_node:
             result = _call_partial(result)
             self._note_imports(result)
@@ -4967,6 +4988,12 @@ def _module_names(module: cst.Module) -> set[str]:
                 stmt, cst.SimpleStatementLine) else ():
             names.update(n.value for n in findall(t, m.Name()))
     return names
+
+
+def _after(pre: list, blank: list) -> list:
+    """The leading lines of a loop placed after ``pre``: blank lines after a function
+    definition (the functional step defined after its split), none otherwise."""
+    return list(blank) if pre and isinstance(pre[-1], cst.FunctionDef) else []
 
 
 def _free_names(fn: cst.FunctionDef) -> set[str]:

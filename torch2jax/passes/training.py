@@ -352,13 +352,14 @@ class TrainStep:
     body: list[cst.BaseStatement]  # the loop's new body
     call: cst.SimpleStatementLine  # the statement of the body that calls the step
     functional: bool = False  # the step is a jax.jit function of (graphdef, state)
+    closure: bool = False  # ... of the state alone, closing over the graphdef split before it
 
 
 def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                      loop_names: set[str], step_name: str, accumulate: bool = False,
                      functional: bool = False, tree_mode: bool = False,
                      clip: cst.BaseStatement | None = None,
-                     grads_out: str | None = None) -> TrainStep | None:
+                     grads_out: str | None = None, closure: bool = False) -> TrainStep | None:
     """Restructure a loop body that runs ``backward()`` and ``optimizer.step()``.
 
     ``loop_names``: names assigned in the enclosing loops (batches, targets): they are passed
@@ -369,6 +370,9 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     state (``nnx.merge`` inside, the new state returned and the old one donated), which
     skips ``nnx.jit``'s per-call walk of the module graph (docs/performance.md); the caller
     splits the state before the loop and updates the objects after it (functional_loop).
+    ``closure``: the functional step reads ``graphdef`` from its scope instead of taking it
+    as a static argument, which ``jax.jit`` would hash on every call; the caller defines it
+    after the split (the loop is the outermost of its scope, so the split runs once).
 
     ``grads_out``: a gradient step for accumulation (analysis/accumulate.py): the step takes
     no optimizer and returns the gradients too, bound to ``grads_out`` at the call; the body
@@ -456,7 +460,7 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     loss_fn = _fresh("loss_fn", taken)
     grads = _fresh("grads", taken)
     vg_clip = clip_line.format(grads=grads)
-    head = [GRAPHDEF, STATE] if functional else [model, optimizer]
+    head = ([STATE] if closure else [GRAPHDEF, STATE]) if functional else [model, optimizer]
     params = ", ".join([*head, *free, *(n for n, _ in lifter.lifted)])
     call_args = ", ".join([*head, *free, *(code(e) for _, e in lifter.lifted)])
     first = loss_body[0]
@@ -485,7 +489,9 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     elif functional:
         ret = ret.replace("    return ", f"    return nnx.state(({model}, {optimizer})), ", 1)
         lhs = f"{STATE}, {lhs}"
-        src = (f"@partial(jax.jit, static_argnums=0, donate_argnums=1)\n"
+        jit = ("@partial(jax.jit, donate_argnums=0)" if closure else
+               "@partial(jax.jit, static_argnums=0, donate_argnums=1)")
+        src = (f"{jit}\n"
                f"def {step_name}({params}):\n"
                f"    {model}, {optimizer} = nnx.merge({GRAPHDEF}, {STATE})\n"
                f"    def {loss_fn}({model}):\n{inner}{ret_inner}"
@@ -501,7 +507,8 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         call_stmt = call_stmt.with_changes(leading_lines=first.leading_lines)
     keep = [cst.parse_statement(f"self.{kept_attr} = {kept_attr}\n")] if kept_attr else []
     new_body = [*pre, call_stmt, *keep, *post_dep, *after]
-    return TrainStep(function=fn, body=new_body, call=call_stmt, functional=functional)
+    return TrainStep(function=fn, body=new_body, call=call_stmt, functional=functional,
+                     closure=closure and functional)
 
 
 GRAPHDEF, STATE = "graphdef", "train_state"

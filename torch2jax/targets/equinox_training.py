@@ -125,7 +125,10 @@ def _step_parts(fn: cst.FunctionDef) -> dict | None:
     inner = list(loss_fn.body.body)
     if not inner or not m.matches(inner[-1], m.SimpleStatementLine(body=[m.Return()])):
         return None
-    return {"model": model, "opt": opt, "args": params[2:], "loss_fn": loss_fn,
+    # the functional step takes (graphdef, train_state, ...), or (train_state, ...) when it
+    # closes over the graphdef
+    skip = 1 if functional and params[:1] == ["train_state"] else 2
+    return {"model": model, "opt": opt, "args": params[skip:], "skip": skip, "loss_fn": loss_fn,
             "inner": inner[:-1], "loss": loss, "aux": aux, "grads": grads, "outs": outs,
             "functional": functional}
 
@@ -653,7 +656,7 @@ class Scope(cst.CSTTransformer):
         stateful, keyed = self.flags(model)
         head = [model] + ([STATE] if stateful else []) + [OPT_STATE]
         extra = [code(a.value) if a.keyword is None else
-                 f"{a.keyword.value}={code(a.value)}" for a in args[2:]]
+                 f"{a.keyword.value}={code(a.value)}" for a in args[parts["skip"]:]]
         out = []
         if keyed:
             if not self.has_key:
