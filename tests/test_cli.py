@@ -156,3 +156,41 @@ def test_rules_and_explain() -> None:
     assert runner.invoke(app, ["explain", "torch.nope"]).exit_code == 2
     # layouts in brackets are printed, not eaten as console markup
     assert "kernel [transpose]" in runner.invoke(app, ["explain", "torch.nn.Linear"]).output
+
+
+def test_check_answers_without_converting_and_explain_converts(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("import torch\n\n\ndef f(x):\n    return torch.frobnicate(x)\n")
+    res = runner.invoke(app, ["check", str(tmp_path / "m.py")])
+    assert res.exit_code == 1
+    assert "m.py: holds PyTorch code that torch2jax would convert (`torch2jax check " in res.output
+    assert "frobnicate" not in res.output  # not converted: its TODOs are not known
+    res = runner.invoke(app, ["check", "--explain", str(tmp_path / "m.py")])
+    assert res.exit_code == 1
+    assert "m.py:5:12: error [torch.frobnicate] no rule for torch.frobnicate" in res.output
+    assert (tmp_path / "m.py").read_text().startswith("import torch\n")  # nothing written
+
+
+def test_quick_check_agrees_with_the_converter_on_which_files_use_torch() -> None:
+    """check's reading of the imports (Python's parser) against convert's (libcst's), on every
+    Python file of the fixtures, the test data and programs, and the benchmarks."""
+    import ast
+
+    import libcst as cst
+
+    from torch2jax.convert import uses_torch
+    from torch2jax.engine import _imports_torch
+
+    root = Path(__file__).resolve().parents[1]
+    files = [p for d in ("fixtures", "tests", "benchmarks") for p in (root / d).rglob("*.py")]
+    assert len(files) > 100
+    torch_files = 0
+    for p in files:
+        text = p.read_text(encoding="utf-8")
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            continue
+        quick = _imports_torch(ast.parse(text))
+        assert quick == uses_torch(module), p
+        torch_files += quick
+    assert torch_files > 30

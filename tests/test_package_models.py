@@ -295,3 +295,19 @@ def test_timm_models_are_marked():
 def test_files_without_package_models_are_untouched():
     assert package_models.prepare("import torch\nx = torch.ones(2)\n", path="a.py",
                                   target="nnx", convert=convert_source) is None
+
+
+@pytest.mark.parametrize(("source", "may"), [
+    ("import torchvision\nm = torchvision.models.resnet18()\n", True),
+    ("import torchvision as tv\nm = tv.models.resnet18()\n", True),
+    ("from torchvision import models\nm = models.resnet18()\n", True),
+    ("from torchvision import (\n    datasets,\n    models,\n)\n", True),
+    ("from torchvision.models import resnet18\n", True),
+    ("import torchvision.models as tvm\n", True),
+    ("def build():\n    import timm\n    return timm.create_model('x')\n", True),
+    # torchvision's transforms and utils only (the diffusion trainer's imports): not parsed
+    ("from torchvision import transforms as T, utils\nmodels = {}\n", False),
+    ("import torch\nbest_models = []\n", False),
+])
+def test_which_files_are_searched_for_package_models(source: str, may: bool) -> None:
+    assert package_models._may_reference_models(source) is may

@@ -132,10 +132,14 @@ def convert(
 def check(paths: Annotated[list[Path], typer.Argument(help="Files to check.")],
           jobs: Annotated[int, typer.Option("-j", "--jobs",
                                             help="Worker processes (0: one per core).")] = 0,
+          explain: Annotated[bool, typer.Option(
+              "--explain", help="Convert each PyTorch file (nothing is written) and print what "
+              "the conversion would leave for review; slower.")] = False,
           ) -> None:
     """Pre-commit entry: exit 1 when files hold torch code that would be converted, keep
-    TODO(torch2jax) markers of an earlier conversion, or cannot be read or parsed; the
-    diagnostics are printed."""
+    TODO(torch2jax) markers of an earlier conversion, or cannot be read or parsed. A file is
+    not converted to answer (its imports are read) unless --explain is given; the markers and
+    errors found are printed."""
     paths = [p for p in paths if p.exists() or p.is_symlink()]
     if not paths:
         raise typer.Exit(0)
@@ -144,13 +148,15 @@ def check(paths: Annotated[list[Path], typer.Argument(help="Files to check.")],
     except (ValueError, RuleError, ConfigError) as exc:
         raise _usage_error(str(exc)) from None
     req = Request(paths=list(paths), mode="check", options=options,
-                  jobs=jobs or default_jobs(), excludes=excludes)
+                  jobs=jobs or default_jobs(), excludes=excludes, explain=explain)
     run = run_engine(req)
     pending = [f for f in run.files if f.status in ("converted", "failed") or f.todos]
     for f in pending:
         what = ("could not be converted" if f.status == "failed"
                 else "holds PyTorch code that torch2jax would convert"
                 if f.status == "converted" else "has TODO(torch2jax) markers left for review")
+        if f.status == "converted" and not explain:
+            what += " (`torch2jax check --explain` lists what it would leave for review)"
         console.print(f"{display(f.path)}: {what}", highlight=False, markup=False,
                       soft_wrap=True)
     for d in run.diagnostics:

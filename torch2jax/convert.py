@@ -18,6 +18,7 @@ from torch2jax.analysis.host import find_host_draws
 from torch2jax.analysis.index import Indexer, share_names
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
+from torch2jax.analysis.torch_api import TORCH_PACKAGES
 from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import visit
@@ -63,7 +64,6 @@ class ParseError(Exception):
     """The file is not valid Python; the message names the file and line."""
 
 
-TORCH_PACKAGES = ("torch", "torchvision")
 
 
 def uses_torch(module: cst.Module) -> bool:

@@ -830,15 +830,51 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
 
+def _may_reference_models(source: str) -> bool:
+    """Whether the file may reference a followed package's models (or timm's): it imports
+    them, or imports the package whole and reads a ``.models`` attribute. False is certain;
+    True sends the file to :class:`_Collect`, which resolves every name (slow on a large file:
+    a diffusion model that imports ``torchvision.transforms`` took seconds there)."""
+    if not (any(p in source for p in NOT_FOLLOWED) or any(
+            p in source and sub in source for p, (sub, _) in FOLLOWED.items())):
+        return False
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in NOT_FOLLOWED:
+                    return True
+                if top in FOLLOWED:
+                    sub = f"{top}.{FOLLOWED[top][0]}"
+                    if alias.name == sub or alias.name.startswith(sub + "."):
+                        return True
+                    if f".{FOLLOWED[top][0]}" in source:  # import torchvision; tv.models.x
+                        return True
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            top = node.module.split(".")[0]
+            if top in NOT_FOLLOWED:
+                return True
+            if top in FOLLOWED:
+                sub = f"{top}.{FOLLOWED[top][0]}"
+                if node.module == sub or node.module.startswith(sub + ".") or (
+                        node.module == top and any(a.name in (FOLLOWED[top][0], "*")
+                                                   for a in node.names)):
+                    return True
+    return False
+
+
 def prepare(source: str, *, path: str, target: str, convert: Convert,
             layers: dict | None = None) -> Followed | None:
     """The source for the rewriter, with the followed package models' names replaced by the
     converted builders' (imported by :meth:`Followed.finish`) and TODOs where they cannot be;
     None when the file reads no package model. ``convert`` converts the package's model code
     (:func:`torch2jax.convert.convert_source`, which calls this)."""
-    # (cheap: a file that names no torchvision models nor timm is not parsed here)
-    if not (any(p in source for p in NOT_FOLLOWED) or any(
-            p in source and sub in source for p, (sub, _) in FOLLOWED.items())):
+    # (cheap: a file that imports no torchvision models nor timm is not parsed by libcst here)
+    if not _may_reference_models(source):
         return None
     try:
         module = cst.parse_module(source)

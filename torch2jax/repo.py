@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torch2jax.analysis.training import RANDOM, SEEDS
+from torch2jax.analysis.torch_api import RANDOM, SEEDS
 
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 # in a file's known names: a function of another file that seeds and returns nothing (its

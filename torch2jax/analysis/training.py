@@ -17,18 +17,13 @@ import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.index import qualified
+from torch2jax.analysis.torch_api import RANDOM, SEEDS
 from torch2jax.analysis.walk import NoAttributeHooks, findall
 
 OPTIM = "torch.optim."
 SCHED = "torch.optim.lr_scheduler."
-SEEDS = {"torch.manual_seed", "torch.random.manual_seed", "torch.seed"}
 DROPPED_SEEDS = {"torch.cuda.manual_seed", "torch.cuda.manual_seed_all",
                  "torch.use_deterministic_algorithms", "torch.set_deterministic_debug_mode"}
-RANDOM = {
-    "torch.rand", "torch.randn", "torch.randint", "torch.randperm", "torch.normal",
-    "torch.bernoulli", "torch.multinomial", "torch.rand_like", "torch.randn_like",
-    "torch.randint_like", "torch.poisson",
-}
 CLIPS = {"torch.nn.utils.clip_grad_norm_": "norm", "torch.nn.utils.clip_grad_value_": "value",
          "torch.nn.utils.clip_grad.clip_grad_norm_": "norm",
          "torch.nn.utils.clip_grad.clip_grad_value_": "value"}

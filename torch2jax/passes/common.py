@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -30,15 +31,33 @@ def code(node: cst.CSTNode) -> str:
     return _EMPTY.code_for_node(node)
 
 
+def one_line(message: str) -> str:
+    """A diagnostic message on one line, as a ``# TODO(torch2jax)`` comment must be: code quoted
+    in it (a call written over several lines) keeps its tokens; each line break, with the
+    indentation around it, becomes one space."""
+    return _BREAK.sub(" ", message) if "\n" in message or "\r" in message else message
+
+
+_BREAK = re.compile(r"\s*[\r\n]+\s*")
+
+
 def expr(template: str, **parts: cst.CSTNode | str) -> cst.BaseExpression:
     """Parse ``template`` after substituting ``{name}`` with the code of each part.
 
     Sub-expressions are parenthesised when needed, so that ``{x}.T`` stays right for ``a + b``.
+    Without parts the template is parsed as it is: it may hold the user's code, whose braces
+    (dict and set literals, f-strings) are not placeholders.
     """
+    if not parts:
+        return cst.parse_expression(template)
     values = {}
     for name, part in parts.items():
         text = part if isinstance(part, str) else code(part)
         if isinstance(part, cst.CSTNode) and needs_parens(part) and _is_operand(template, name):
+            text = f"({text})"
+        elif isinstance(part, cst.BaseExpression) and "\n" in text and not part.lpar:
+            # a method chain written over lines inside the caller's parentheses: on its own
+            # it needs its own
             text = f"({text})"
         values[name] = text
     return cst.parse_expression(template.format(**values))

@@ -45,6 +45,7 @@ from torch2jax.passes.common import (
     int_value,
     is_identity_lambda,
     needs_parens,
+    one_line,
     py,
     try_literal,
     wrap_long_statement,
@@ -335,6 +336,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return 0, 0
 
     def diag(self, node, rule: str, severity: str, message: str) -> None:
+        message = one_line(message)
         line, col = self.pos(node)
         self.report(line, col, rule, severity, message)
         if self._pending:
@@ -874,6 +876,10 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                                                                    m.Name("False")):
             return updated_node
         other = updated_node.orelse
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        if isinstance(parent, cst.If) and parent.orelse is original_node:
+            # an elif: its place takes an elif or an else, not statements
+            return cst.RemoveFromParent() if other is None else other
         if other is None:
             return cst.RemoveFromParent()
         if isinstance(other, cst.If):  # elif: it becomes the if

@@ -45,6 +45,7 @@ from torch2jax.passes.common import (
     int_value,
     is_identity_lambda,
     is_simple,
+    one_line,
     try_literal,
 )
 from torch2jax.passes.helpers import add_helpers
@@ -118,7 +119,7 @@ class EquinoxError(Untranslatable):
 
 
 def _todo(stmt: cst.BaseStatement, message: str) -> cst.BaseStatement:
-    line = cst.EmptyLine(comment=cst.Comment(f"# TODO(torch2jax): {message} [{RULE}]"))
+    line = cst.EmptyLine(comment=cst.Comment(f"# TODO(torch2jax): {one_line(message)} [{RULE}]"))
     return stmt.with_changes(leading_lines=[*stmt.leading_lines, line])
 
 

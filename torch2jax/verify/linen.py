@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from torch2jax.ruleset import RuleSet, builtin_rules
+from torch2jax.ruleset import Rule, RuleSet, builtin_rules
 from torch2jax.verify.load import find_name
 from torch2jax.weights import (
     ParamMapping,
@@ -26,6 +26,7 @@ from torch2jax.weights import (
     _to_numpy,
     apply_layout,
     layer_rules_by_class,
+    rule_for_module,
 )
 
 STATS = {"mean", "var"}
@@ -110,10 +111,14 @@ def plan_linen(torch_model: Any, variables: dict, rules: RuleSet | None = None) 
     problems: list[str] = []
     carriers: dict[tuple, str] = {}
     summed: set[tuple] = set()
+    def rule_at(prefix: str) -> Rule | None:
+        owner = modules.get(prefix)
+        return rule_for_module(owner, table) if owner is not None else None
+
     for key, tensor in state.items():
         shape = tuple(tensor.shape)
         storage = _storage_key(tensor)
-        found = _target_of(key, modules, table)
+        found = _target_of(key, rule_at)
         layout, rule = found[0].layout, found[0].rule
         if found[0].components is None:
             mappings.append(ParamMapping(key, "dropped", None, layout, rule, torch_shape=shape))
