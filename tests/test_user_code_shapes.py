@@ -136,3 +136,37 @@ def test_a_dead_scripting_elif_keeps_the_chain() -> None:
     image = np.zeros((2, 3, 4))
     assert namespace["shape_of"](image, False) == (3, 4)
     assert namespace["shape_of"](image, True) == (2, 3, 4)
+
+
+def test_a_conv_weight_read_in_forward_is_torchs_layout(tmp_path) -> None:
+    # weight standardisation (BiT, NFNets): forward reads self.conv.weight as an array, in
+    # torch's (out, in, kh, kw) layout; the NNX kernel is (kh, kw, in, out). Before, the read
+    # became self.conv.kernel: its .shape and the standardised weight were silently wrong.
+    # (F.conv2d has no rule yet; the weight is used through a matrix product instead)
+    from torch2jax.verify.run import verify
+
+    source = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+
+        class StdConv(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 5, kernel_size=3, padding=1)
+                self.fc = nn.Linear(5, 2)
+
+            def forward(self, x):
+                w = self.conv.weight
+                out_channels = self.conv.weight.shape[0]
+                mean = w.mean(dim=(1, 2, 3), keepdim=True)
+                w = (w - mean) / (w.std(dim=(1, 2, 3), keepdim=True) + 1e-5)
+                # the standardised weight, used in torch's layout: (out, in) after the mean
+                y = x.mean(dim=(2, 3)) @ w.mean(dim=(2, 3)).t() * out_channels
+                y = y + self.conv(x).mean(dim=(2, 3))
+                return self.fc(y) + self.fc.weight[:, :1].sum()
+    """)
+    path = tmp_path / "stdconv.py"
+    path.write_text(source)
+    result = verify(f"{path}::StdConv", inputs=["float32[2,3,6,7]"], grad=True, float64=False)
+    assert result.passed, result.report() if hasattr(result, "report") else result

@@ -3109,14 +3109,27 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
                 and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
             # nn.init.zeros_(self.head.weight): the layer's JAX name for it (kernel)
-            rule = self.rules.layers.get(self._inherited_attr_rule(original_node.value.attr.value))
+            layer = self._inherited_attr_rule(original_node.value.attr.value)
+            rule = self.rules.layers.get(layer)
             wm = rule.weights.get(original_node.attr.value) if rule is not None else None
             if wm is not None and wm.to and wm.to != original_node.attr.value:
                 renamed = updated_node.with_changes(attr=cst.Name(wm.to))
-                if wm.layout == "transpose" and self._weight_read_as_value(original_node):
+                if wm.layout in ("as_is", "any") or not self._weight_read_as_value(
+                        original_node):
+                    return renamed
+                if wm.layout == "transpose":
                     # shifted_window_attention(x, self.qkv.weight, ...) computes with torch's
                     # (out, in) layout: the NNX kernel is (in, out)
                     return expr("{k}.T", k=renamed)
+                if wm.layout == "conv" and (layer or "")[-2:] in ("1d", "2d", "3d"):
+                    # self.conv.weight.shape, F.conv2d(x, self.conv.weight): torch's
+                    # (out, in, *kernel) from the NNX kernel's (*kernel, in, out)
+                    nd = int(layer[-2])
+                    self.need("jnp")
+                    return expr(f"jnp.transpose({{k}}, {(nd + 1, nd, *range(nd))})", k=renamed)
+                self.diag(original_node, "layer-weight", "error",
+                          f"{code(original_node)}: the JAX layer lays this weight out otherwise "
+                          f"({wm.layout}); read here in torch's layout, it is not translated")
                 return renamed
         if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
                 and m.matches(original_node.value, m.Attribute(value=m.Attribute(
