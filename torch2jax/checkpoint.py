@@ -342,17 +342,27 @@ def _no_bytecode() -> Iterator[None]:
         sys.dont_write_bytecode = before
 
 
+def load_target(target: str, option: str) -> tuple[Any, str, Path]:
+    """The module of ``FILE.py::Name``, loaded without writing bytecode beside it, with the
+    name and the path; a :class:`CheckpointError` naming ``option`` when there is none.
+    The caller catches :class:`torch2jax.verify.load.LoadError`."""
+    from torch2jax.verify.load import load_module, split_target
+
+    path, name = split_target(target)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file ({option})")
+    with _no_bytecode():
+        module = load_module(path, prefix="torch2jax_weights")
+    return module, name, path
+
+
 def _build(target: str, args: dict | None, build: str | None, *, nnx_side: bool) -> Any:
-    from torch2jax.verify.load import LoadError, find_name, load_module, split_target
+    from torch2jax.verify.load import LoadError, find_name
     from torch2jax.verify.run import VerifyError, build_nnx_model, build_torch_model
 
     option = "--model" if nnx_side else "--torch-model"
     try:
-        path, name = split_target(target)
-        if not path.is_file():
-            raise CheckpointError(f"{path}: no such file ({option})")
-        with _no_bytecode():
-            module = load_module(path, prefix="torch2jax_weights")
+        module, name, path = load_target(target, option)
         if build is None:
             find_name(module, name, path)
         if nnx_side:

@@ -28,9 +28,9 @@ from typing import Any
 
 from torch2jax.checkpoint import (
     CheckpointError,
-    _no_bytecode,
     _one_line,
     _some,
+    load_target,
     save_nnx_checkpoint,
 )
 
@@ -116,14 +116,10 @@ def build_converted(model: str, config: Any) -> Any:
     """The converted class of ``model`` (``FILE.py::Name``) built from ``config``."""
     from flax import nnx
 
-    from torch2jax.verify.load import LoadError, find_name, load_module, split_target
+    from torch2jax.verify.load import LoadError, find_name
 
     try:
-        path, name = split_target(model)
-        if not path.is_file():
-            raise CheckpointError(f"{path}: no such file (--model)")
-        with _no_bytecode():
-            module = load_module(path, prefix="torch2jax_weights")
+        module, name, path = load_target(model, "--model")
         cls = find_name(module, name, path)
     except LoadError as exc:
         raise CheckpointError(f"--model {model}: {exc}") from None
