@@ -2304,6 +2304,11 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 self.need("jax", "sharding")
                 self._hoist.extend(dt.mesh_statements())
                 new_body = [dt.shard_batch(batch), *new_body]
+                # the TrainState replicated before the first call, as the step returns it
+                # (left on one device, the first call compiled the step a second time)
+                init = [*init, *cst.parse_module(
+                    f"{lt.STATE} = jax.device_put({lt.STATE}, NamedSharding(mesh, P()))"
+                    "  # replicated, as the step returns it\n").body]
             self._hoist.extend([step.function, *stmts, *init, *self._lt_after_state])
             self._lt_after_state = []
             self._lt_post.append(lt.final_variables(self._lt_batch_stats))
