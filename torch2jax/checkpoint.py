@@ -342,6 +342,17 @@ def _no_bytecode() -> Iterator[None]:
         sys.dont_write_bytecode = before
 
 
+def checkpoint_destination(out: str | Path, overwrite: bool) -> Path:
+    """The checkpoint's absolute path, checked before any work: it does not exist (unless
+    ``overwrite``) and its folder does."""
+    out_path = Path(os.path.abspath(out))
+    if out_path.exists() and not overwrite:
+        raise CheckpointError(f"{out_path}: already exists (pass --overwrite to replace it)")
+    if not out_path.parent.is_dir():
+        raise CheckpointError(f"{out_path}: the folder {out_path.parent} does not exist")
+    return out_path
+
+
 def load_target(target: str, option: str) -> tuple[Any, str, Path]:
     """The module of ``FILE.py::Name``, loaded without writing bytecode beside it, with the
     name and the path; a :class:`CheckpointError` naming ``option`` when there is none.
@@ -394,11 +405,7 @@ def convert_weights(
     ``args``/``build`` construct both, as in ``torch2jax verify``."""
     if args is not None and build is not None:
         raise CheckpointError("give either --args or --build, not both")
-    out_path = Path(os.path.abspath(out))
-    if out_path.exists() and not overwrite:
-        raise CheckpointError(f"{out_path}: already exists (pass --overwrite to replace it)")
-    if not out_path.parent.is_dir():
-        raise CheckpointError(f"{out_path}: the folder {out_path.parent} does not exist")
+    out_path = checkpoint_destination(out, overwrite)
     state = load_state_dict_file(state_dict_file)
     source = str(state_dict_file)
     reference = _build(torch_model, args, build, nnx_side=False)

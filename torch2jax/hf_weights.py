@@ -22,7 +22,6 @@ Every failure is a :class:`torch2jax.checkpoint.CheckpointError` with a one-line
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from torch2jax.checkpoint import (
     CheckpointError,
     _one_line,
     _some,
+    checkpoint_destination,
     load_target,
     save_nnx_checkpoint,
 )
@@ -147,11 +147,7 @@ def convert_pretrained(directory: str | Path, model: str, out: str | Path, *,
     from torch2jax.weights import WeightTransferError, transfer_arrays
 
     directory = Path(directory)
-    out_path = Path(os.path.abspath(out))
-    if out_path.exists() and not overwrite:
-        raise CheckpointError(f"{out_path}: already exists (pass --overwrite to replace it)")
-    if not out_path.parent.is_dir():
-        raise CheckpointError(f"{out_path}: the folder {out_path.parent} does not exist")
+    out_path = checkpoint_destination(out, overwrite)
     arrays = read_pretrained(directory)
     converted = build_converted(model, _config(directory))
     try:
