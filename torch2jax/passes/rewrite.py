@@ -19,6 +19,7 @@ from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import FileIndex, Layouts, ordered_dict_items, qualified
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
+from torch2jax.analysis.torch_api import FILLED_NEW
 from torch2jax.analysis.training import (
     CLIPS,
     DROPPED_SEEDS,
@@ -44,6 +45,7 @@ from torch2jax.passes.common import (
     expr,
     int_value,
     is_identity_lambda,
+    is_simple,
     needs_parens,
     one_line,
     py,
@@ -75,6 +77,8 @@ GRAD_MODES = {"torch.no_grad", "torch.inference_mode", "torch.enable_grad",
               "torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
               "torch.autograd.grad_mode.no_grad"}
 INPLACE_OPS = {"add_": "+", "sub_": "-", "mul_": "*", "div_": "/"}
+# out-of-place methods whose result dtype is not the receiver's (x.eq_(y) keeps x's dtype)
+_INPLACE_DTYPE = {"eq", "ne", "logical_not", "lt", "le", "gt", "ge"}
 # Method names that are also common on non-tensors: rewritten only with tensor-like evidence.
 AMBIGUOUS_METHODS = {"split", "index", "count", "copy", "sort", "type", "int", "float", "bool",
                      "item", "to", "max", "min", "sum", "all", "any", "round", "log", "exp"}
@@ -1837,6 +1841,18 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return f"{scheduler}.steps"
         return f"{scheduler}_steps"
 
+    def _inplace_rule(self, call: cst.Call) -> Rule | None:
+        """``x.masked_fill_(m, v)`` as a statement on a name: the rule of ``masked_fill``
+        (the statement becomes ``x = jnp.where(m, v, x)``, see :meth:`_inplace`); not for the
+        methods whose in-place form keeps the receiver's dtype (``eq_``, ``ne_``)."""
+        meth = call.func.attr.value
+        if (not meth.endswith("_") or meth.startswith("_") or meth[:-1] in _INPLACE_DTYPE
+                or meth in ("zero_", "fill_", *INPLACE_OPS)
+                or not isinstance(call.func.value, cst.Name)
+                or not isinstance(self.get_metadata(ParentNodeProvider, call, None), cst.Expr)):
+            return None
+        return self.rules.methods.get(meth[:-1])
+
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
         recv = call_node.func.value
@@ -2992,6 +3008,14 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
+        if original_node.attr.value == "type" and (
+                m.matches(original_node.value, m.Name()) and original_node.value.value in
+                self._device_names or m.matches(original_node.value, m.Attribute(
+                    attr=m.Name("device")))) and not self._is_module_expr(original_node.value):
+            # device.type (device = x.device): the backend the program runs on, in torch's
+            # names ("cpu", "cuda"; a traced array has no device to read)
+            self.need("jax")
+            return expr('jax.default_backend().replace("gpu", "cuda")')
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
@@ -3770,6 +3794,12 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 and self.q(original.func.value.func) in _FILLED
                 and self._builds_layers_here()):
             return self._random_fill(original, updated)
+        if (m.matches(original.func, m.Attribute(attr=m.Name("normal_") | m.Name("uniform_")))
+                and isinstance(original.func.value, cst.Call)
+                and self.q(original.func.value.func) in FILLED_NEW
+                and not self._builds_layers_here() and self._module_rngs()):
+            # a module's draw at call time (Mixtral's router jitter): from its nnx.Rngs
+            return self._random_fill(original, updated, self._subkey(original))
         if (m.matches(original.func, m.Attribute(attr=m.Name("add_module")))
                 and len(original.args) == 2 and self.in_module_class()):
             added = self._add_module(original, updated)
@@ -3802,7 +3832,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         # method calls on tensors
         if isinstance(original.func, cst.Attribute):
             meth = original.func.attr.value
-            rule = self.rules.methods.get(meth)
+            rule = self.rules.methods.get(meth) or self._inplace_rule(original)
             recv = original.func.value
             if rule is not None and self._tensorlike(recv, meth, original):
                 if meth in ("reshape", "view") and original.args and all(
@@ -3822,6 +3852,13 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 return self._method(original, updated, rule)
             if meth in ("to", "cuda", "cpu") and self._is_module_expr(recv):
                 return updated.func.value
+            made = self.rules.methods.get(meth[:-1]) if (
+                rule is None and meth.endswith("_") and meth[:-1] not in _INPLACE_DTYPE
+                and isinstance(recv, cst.Call) and self.q(recv.func) in _MADE) else None
+            if made is not None:
+                # torch.zeros(n).scatter_add_(0, i, s): the new tensor, which nothing else
+                # reads, is the value of the out-of-place method
+                return self._method(original, updated, made)
         # self.layer(x): activation layout
         return self._layout_call(original, updated)
 
@@ -4090,9 +4127,12 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         return bool(self._rngs_scope and self._rngs_scope[-1] and not self._in_expr_scope
                     and not self.linen)
 
-    def _random_fill(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+    def _random_fill(self, original: cst.Call, updated: cst.Call,
+                     key: cst.BaseExpression | None = None) -> cst.BaseExpression:
         """``torch.empty(1, n, d).normal_(std=0.02)`` while building layers (vit's position
-        embedding): a draw of that shape from ``rngs.params()``."""
+        embedding): a draw of that shape from ``rngs.params()``; ``key``: from that key
+        instead (``torch.empty_like(x).uniform_(a, b)`` in a module's method: x's shape and
+        dtype)."""
         made = updated.func.value  # jnp.empty(shape, dtype=...)
         if not isinstance(made, cst.Call) or not made.args:
             raise Untranslatable("in-place random fill of a tensor built with no shape",
@@ -4100,10 +4140,21 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         shape = made.args[0].value  # an int or a sequence: jax.random takes either
         dtype = [a for a in made.args[1:] if a.keyword and a.keyword.value == "dtype"]
         dtype_text = f", {code(dtype[0].value)}" if dtype else ""
+        if self.q(original.func.value.func).endswith("_like"):
+            if not is_simple(shape):
+                raise Untranslatable("random fill of a tensor like a compound expression: "
+                                     "assign it to a name first", rule="random")
+            dtype_text = f", {code(dtype[0].value) if dtype else code(shape) + '.dtype'}"
+            shape = expr("{x}.shape", x=shape)
         self.need("jax")
+        return self._draw_with(original, updated, shape, dtype_text,
+                               code(key) if key is not None else "rngs.params()")
+
+    def _draw_with(self, original: cst.Call, updated: cst.Call, shape: cst.BaseExpression,
+                   dtype_text: str, key: str) -> cst.BaseExpression:
         if original.func.attr.value == "normal_":
             b = bind(updated.args, ("mean", "std"))
-            draw = f"jax.random.normal(rngs.params(), {code(shape)}{dtype_text})"
+            draw = f"jax.random.normal({key}, {code(shape)}{dtype_text})"
             std, mean = b.get("std"), b.get("mean")
             if std is not None and try_literal(std, ...) != 1:
                 draw = f"{code(std)} * {draw}"
@@ -4113,7 +4164,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         b = bind(updated.args, ("from", "to"))
         low = b.get("from")
         high = b.get("to")
-        return expr(f"jax.random.uniform(rngs.params(), {code(shape)}{dtype_text}, "
+        return expr(f"jax.random.uniform({key}, {code(shape)}{dtype_text}, "
                     f"minval={code(low) if low is not None else '0.0'}, "
                     f"maxval={code(high) if high is not None else '1.0'})")
 
@@ -4888,6 +4939,9 @@ _STATE_DICT_HOOKS = {"_load_from_state_dict", "_save_to_state_dict",
 
 # tensors made only to be filled in place: torch.empty(...).normal_(std=0.02)
 _FILLED = {"torch.empty", "torch.zeros", "torch.ones", "torch.Tensor", "torch.FloatTensor"}
+# tensors made on the spot (an in-place method on one is its out-of-place value)
+_MADE = _FILLED | {"torch.full", "torch.zeros_like", "torch.ones_like", "torch.empty_like",
+                   "torch.full_like", "torch.arange"}
 
 # a torch conv layer's constructor attributes on nnx.Conv (kernel_size keeps its name)
 _CONV_ATTRS = {"in_channels": "in_features", "out_channels": "out_features",
