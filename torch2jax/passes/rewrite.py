@@ -1128,11 +1128,10 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                       "gradient accumulation became optax.MultiSteps: the update is applied "
                       "every k steps, with the sum of the k gradients (torch differs when an "
                       "epoch's batch count is not a multiple of k and the counter restarts)")
-        if clip is not None:
-            if inject:
-                lr = overrides.get("lr", opt.lr)
-                tx = expr("optax.inject_hyperparams(lambda learning_rate: {tx})"
-                          "(learning_rate={lr})", tx=tx, lr=lr)
+        if clip is not None and inject:
+            lr = overrides.get("lr", opt.lr)
+            tx = expr("optax.inject_hyperparams(lambda learning_rate: {tx})"
+                      "(learning_rate={lr})", tx=tx, lr=lr)
         for severity, msg in opt.notes:
             self.diag(original_node, site.qualname, severity, msg)
         model = site.model or "model"
@@ -3608,7 +3607,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         chain = [node]
         for _ in range(4):  # Call <- Attribute <- Call(manual_seed) <- Arg <- random_split
             chain.append(self.get_metadata(ParentNodeProvider, chain[-1], None))
-        attr, seeded, argument, split = chain[1:]
+        attr, _seeded, argument, split = chain[1:]
         return (isinstance(attr, cst.Attribute) and attr.attr.value == "manual_seed"
                 and isinstance(argument, cst.Arg) and isinstance(split, cst.Call)
                 and (self.q(split.func) or "") in dt.RANDOM_SPLITS | dt.LOADERS)
@@ -4077,12 +4076,10 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls"))
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
             return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
-        if (isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
-                and func.attr.value.endswith(("block", "Block")) and self._rngs_scope
-                and self._rngs_scope[-1]):
-            # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
-            return True
-        return False
+        # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
+        return bool(isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
+                    and func.attr.value.endswith(("block", "Block")) and self._rngs_scope
+                    and self._rngs_scope[-1])
 
     def _builds_layers_here(self) -> bool:
         """Inside a function that builds layers with an ``rngs`` in scope (a module's
