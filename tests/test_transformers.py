@@ -236,6 +236,49 @@ def test_mixtral_experts_without_mask_and_refusals(mixtral) -> None:
     assert np.abs(noisy[0] - noisy[1]).max() > 1e-3  # a new draw each call
 
 
+@pytest.mark.slow
+def test_convert_cli_writes_the_mirror_package(tmp_path) -> None:
+    """``torch2jax convert`` of a modeling file of the installed transformers writes its mirror
+    package (as verify does); the converted Llama imports from there and gives torch's
+    logits. Without --class every class is kept: the heads built on transformers'
+    Generic* classes keep their imports, marked, and the exit status says so."""
+    import importlib
+
+    import numpy as np
+    import torch
+    from jax import numpy as jnp
+    from typer.testing import CliRunner
+
+    from torch2jax.cli import app
+
+    file = MODELS / FAMILIES["llama"][0]
+    done = CliRunner().invoke(app, ["convert", str(file), "-o", str(tmp_path),
+                                    "--class", "LlamaForCausalLM"])
+    assert done.exit_code == 0, done.output
+    path = tmp_path / "transformers_jax" / "models" / "llama" / "modeling_llama.py"
+    assert "0 TODOs" in done.output and path.is_file()
+    assert (tmp_path / "transformers_jax" / "_hf_support.py").is_file()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("transformers_jax.models.llama.modeling_llama")
+    finally:
+        sys.path.remove(str(tmp_path))
+    torch_model, jax_model = _torch_and_jax("llama", module)
+    ids = np.random.default_rng(0).integers(0, 64, (2, 7))
+    with torch.no_grad():
+        want = torch_model(torch.tensor(ids)).logits.numpy()
+    got = np.asarray(jax_model(jnp.asarray(ids)).logits)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+    done = CliRunner().invoke(app, ["convert", str(file), "-o", str(tmp_path / "all")])
+    assert done.exit_code == 1 and "3 TODOs" in done.output, done.output
+    code = (tmp_path / "all" / path.relative_to(tmp_path)).read_text()
+    assert "class LlamaForSequenceClassification" in code
+    assert code.count("TODO(torch2jax)") == 3
+    for args in (["--diff"], ["-o", str(tmp_path), str(file)]):
+        assert CliRunner().invoke(app, ["convert", str(file), *args]).exit_code == 2
+
+
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 @pytest.mark.parametrize("implementation", [None, "eager"])
 def test_left_padding_matches_torch(family, implementation, request) -> None:
