@@ -26,14 +26,28 @@ from torch2jax.passes.rewrite_support import (
     _ANNOTATION_TYPES,
     _CONV_ATTRS,
     _FINAL,
+    _INPLACE_DTYPE,
     AMBIGUOUS_METHODS,
     DTYPES,
     INPLACE_OPS,
 )
+from torch2jax.ruleset import Rule
 from torch2jax.targets import linen as linen_target
 
 
 class AttributesMixin:
+    def _inplace_rule(self, call: cst.Call) -> Rule | None:
+        """``x.masked_fill_(m, v)`` as a statement on a name: the rule of ``masked_fill``
+        (the statement becomes ``x = jnp.where(m, v, x)``, see :meth:`_inplace`); not for the
+        methods whose in-place form keeps the receiver's dtype (``eq_``, ``ne_``)."""
+        meth = call.func.attr.value
+        if (not meth.endswith("_") or meth.startswith("_") or meth[:-1] in _INPLACE_DTYPE
+                or meth in ("zero_", "fill_", *INPLACE_OPS)
+                or not isinstance(call.func.value, cst.Name)
+                or not isinstance(self.get_metadata(ParentNodeProvider, call, None), cst.Expr)):
+            return None
+        return self.rules.methods.get(meth[:-1])
+
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
         recv = call_node.func.value
@@ -164,6 +178,14 @@ class AttributesMixin:
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
+        if original_node.attr.value == "type" and (
+                m.matches(original_node.value, m.Name()) and original_node.value.value in
+                self._device_names or m.matches(original_node.value, m.Attribute(
+                    attr=m.Name("device")))) and not self._is_module_expr(original_node.value):
+            # device.type (device = x.device): the backend the program runs on, in torch's
+            # names ("cpu", "cuda"; a traced array has no device to read)
+            self.need("jax")
+            return expr('jax.default_backend().replace("gpu", "cuda")')
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
