@@ -376,7 +376,8 @@ class AttributesMixin:
             callee = (self.q(outer.func) or "") if isinstance(outer, cst.Call) else ""
             rule = self.rules.functions.get(callee)
             if isinstance(outer, cst.Call) and (not callee.startswith("torch") or (
-                    rule is not None and rule.special == "conv_function")):
+                    rule is not None and rule.special in ("conv_function",
+                                                           "conv_transpose_function"))):
                 # _get_relative_position_bias(self.relative_position_bias_table, ...): a
                 # function of the file computes with the array, not the nnx.Variable (x[...]
                 # reads it; the equinox pass keeps it, a plain array's x[...] being x);

@@ -505,7 +505,8 @@ class CallsMixin:
     def _optional_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The arguments of ``original`` that may hold None at run time (value analysis)."""
         if self.values is None or rule.special not in ("functional_layer_norm",
-                                                       "conv_function"):
+                                                       "conv_function",
+                                                       "conv_transpose_function"):
             return frozenset()
         given = bind(original.args, rule.params)
         return frozenset(name for name in ("weight", "bias") if given.get(name) is not None
@@ -514,7 +515,8 @@ class CallsMixin:
     def _sequence_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The size arguments of a functional convolution that hold a tuple or list
         (``F.conv2d(x, w, None, self.stride)`` where ``self.stride`` is a tuple)."""
-        if self.values is None or rule.special != "conv_function":
+        if self.values is None or rule.special not in ("conv_function",
+                                                       "conv_transpose_function"):
             return frozenset()
         given = bind(original.args, rule.params)
         return frozenset(k for k in ("stride", "padding", "dilation") if given.get(k) is not None

@@ -265,6 +265,62 @@ def conv_function(site: Site) -> cst.BaseExpression:
     return expr("{y} + {b}" + index, y=y, b=b)
 
 
+def _literal_sizes(site: Site, name: str, n: int) -> tuple[int, ...]:
+    value = site.lit(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,) * n
+    if isinstance(value, (tuple, list)) and len(value) == n and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    raise Untranslatable(f"{site.rule.torch} with a non-literal {name}: the padding of the "
+                         "dilated input is computed from it")
+
+
+@special("conv_transpose_function")
+def conv_transpose_function(site: Site) -> cst.BaseExpression:
+    """``F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation)``:
+    ``jax.lax.conv_transpose`` with ``transpose_kernel=True`` on torch's (in, out, *k) weight
+    (read as "OI..." and swapped back by lax), padding the stride-dilated input by
+    ``(d*(k-1) - p, d*(k-1) - p + output_padding)`` per axis (k from the weight's shape)."""
+    n = spatial_dims(site.rule.torch)
+    x = site.x()
+    w = site.get("weight")
+    if w is None:
+        raise Untranslatable(f"{site.rule.torch} without a weight")
+    if site.lit("groups") != 1:
+        raise Untranslatable(f"{site.rule.torch} with groups: jax.lax.conv_transpose has no "
+                             "feature groups")
+    if not is_simple(w):
+        raise Untranslatable(f"{site.rule.torch} of a computed weight: the padding reads its "
+                             "shape; assign it to a name first")
+    p, op, d = (_literal_sizes(site, k, n) for k in ("padding", "output_padding", "dilation"))
+    wt = code(w)
+    pads = []
+    def plus(base: str, c: int) -> str:
+        return base if c == 0 else f"{base} + {c}" if c > 0 else f"{base} - {-c}"
+
+    for i in range(n):
+        k = f"{wt}.shape[{2 + i}]"
+        if d[i] == 1:  # k - 1 - p, k - 1 - p + output_padding
+            pads.append(f"({plus(k, -1 - p[i])}, {plus(k, -1 - p[i] + op[i])})")
+        else:
+            base = f"{d[i]} * ({k} - 1)"
+            pads.append(f"({plus(base, -p[i])}, {plus(base, op[i] - p[i])})")
+    out = [arg(x), arg(w), arg(expr(_conv_sizes(site, "stride", n) or _seq(["1"] * n)),
+                               "strides"), arg(expr(_seq(pads)), "padding")]
+    if any(v != 1 for v in d):
+        out.append(arg(expr(_seq([str(v) for v in d])), "rhs_dilation"))
+    out += [arg(expr(_CONV_DIMS[n]), "dimension_numbers"), arg(py(True), "transpose_kernel")]
+    y = call("jax.lax.conv_transpose", *out)
+    b = site.get("bias")
+    if b is None or site.lit("bias") is None:
+        return y
+    index = "[:, " + ", ".join(["None"] * n) + "]"
+    if "bias" in site.optional:
+        return expr("{y} + ({b}" + index + " if {b} is not None else 0.0)", y=y, b=b)
+    return expr("{y} + {b}" + index, y=y, b=b)
+
+
 # --------------------------------------------------------------------------------------------
 # Upsample / F.interpolate
 # --------------------------------------------------------------------------------------------
