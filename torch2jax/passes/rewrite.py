@@ -54,6 +54,7 @@ from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.registry import spatial_dims
 from torch2jax.passes.special import batch_norm_helper
+from torch2jax.passes.special_device import device_default_functions, drop_device_argument
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule, RuleSet, weight_source
 from torch2jax.targets import Emitter
@@ -75,6 +76,8 @@ GRAD_MODES = {"torch.no_grad", "torch.inference_mode", "torch.enable_grad",
               "torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
               "torch.autograd.grad_mode.no_grad"}
 INPLACE_OPS = {"add_": "+", "sub_": "-", "mul_": "*", "div_": "/"}
+# out-of-place methods whose result dtype is not the receiver's (x.eq_(y) keeps x's dtype)
+_INPLACE_DTYPE = {"eq", "ne", "logical_not", "lt", "le", "gt", "ge"}
 # Method names that are also common on non-tensors: rewritten only with tensor-like evidence.
 AMBIGUOUS_METHODS = {"split", "index", "count", "copy", "sort", "type", "int", "float", "bool",
                      "item", "to", "max", "min", "sum", "all", "any", "round", "log", "exp"}
@@ -226,6 +229,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
+        self._device_functions = device_default_functions(node)
         self._module_names = _module_names(node)
         # schedulers stepped in a function that receives them (train(model, loader, optimizer,
         # scheduler)): their step count travels with the schedule, `scheduler.steps`
@@ -1837,6 +1841,18 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             return f"{scheduler}.steps"
         return f"{scheduler}_steps"
 
+    def _inplace_rule(self, call: cst.Call) -> Rule | None:
+        """``x.masked_fill_(m, v)`` as a statement on a name: the rule of ``masked_fill``
+        (the statement becomes ``x = jnp.where(m, v, x)``, see :meth:`_inplace`); not for the
+        methods whose in-place form keeps the receiver's dtype (``eq_``, ``ne_``)."""
+        meth = call.func.attr.value
+        if (not meth.endswith("_") or meth.startswith("_") or meth[:-1] in _INPLACE_DTYPE
+                or meth in ("zero_", "fill_", *INPLACE_OPS)
+                or not isinstance(call.func.value, cst.Name)
+                or not isinstance(self.get_metadata(ParentNodeProvider, call, None), cst.Expr)):
+            return None
+        return self.rules.methods.get(meth[:-1])
+
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
         recv = call_node.func.value
@@ -3426,6 +3442,9 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
             updated_node = self._lt_pass_variables(original_node, updated_node)
         if self._factory_dicts:
             updated_node = self._factory_dict_call(original_node, updated_node)
+        if self._device_functions and self.values is not None:
+            updated_node = drop_device_argument(original_node, updated_node,
+                                                self._device_functions, self.values.is_tensor)
         listed = self._parameter_listing(original_node, updated_node)
         if listed is not None:
             return listed
@@ -3802,7 +3821,7 @@ class TorchToJax(NoAttributeHooks, cst.CSTTransformer):
         # method calls on tensors
         if isinstance(original.func, cst.Attribute):
             meth = original.func.attr.value
-            rule = self.rules.methods.get(meth)
+            rule = self.rules.methods.get(meth) or self._inplace_rule(original)
             recv = original.func.value
             if rule is not None and self._tensorlike(recv, meth, original):
                 if meth in ("reshape", "view") and original.args and all(
