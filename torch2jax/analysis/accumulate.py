@@ -14,7 +14,7 @@
 
 An inner loop whose body calls ``backward()`` once and steps nothing, followed in the same
 block by the optimizer's ``step()``. The optimizer may be built in another file
-(``optimizer = model.configure_optimizers(...)``): the translation (passes/rewrite.py) is an
+(``optimizer = model.configure_optimizers(...)``): the translation (passes/rewrite_loops.py) is an
 accumulating step that does not touch the optimizer's transform: a jit-compiled gradient
 step per micro-step, the gradients summed on the way (torch sums them in ``.grad``), then
 clipping of the sum and one ``optimizer.update``.

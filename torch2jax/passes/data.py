@@ -163,7 +163,7 @@ class DataIndex:
 
     def seeded_draw(self, generator: str) -> bool:
         """A draw from ``generator``, a ``torch.Generator().manual_seed(s)`` read only by draws
-        and loaders: it splits that generator's own key (passes/rewrite.py), so the function
+        and loaders: it splits that generator's own key (passes/rewrite_data.py), so the function
         it is in needs no key for it."""
         return (generator in self.draw_generators and generator not in self.generators_kept
                 and self.generators.get(generator) is not None)

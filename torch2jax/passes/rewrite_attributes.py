@@ -1,0 +1,583 @@
+"""Attributes, methods and in-place ops: ``leave_Attribute`` (torch names, layer weights,
+attributes of module classes), annotations, what a receiver holds (tensor or not), and
+in-place updates (``x.add_(y)``, ``x[i].zero_()``).
+
+A mixin of :class:`torch2jax.passes.rewrite.TorchToJax` (one traversal): its methods read
+the transformer's per-file state through ``self``."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis import values as vk
+from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.passes.common import (
+    arg,
+    call,
+    code,
+    expr,
+    py,
+    try_literal,
+)
+from torch2jax.passes.rewrite_support import (
+    _ANNOTATION_TYPES,
+    _CONV_ATTRS,
+    _FINAL,
+    AMBIGUOUS_METHODS,
+    DTYPES,
+    INPLACE_DTYPE,
+    INPLACE_OPS,
+)
+from torch2jax.targets import linen as linen_target
+
+
+class AttributesMixin:
+    def _inplace_rule(self, call_node: cst.Call):
+        """``x.masked_fill_(m, v)`` as a statement on a name: the rule of ``masked_fill``
+        (the statement becomes ``x = jnp.where(m, v, x)``, see :meth:`_inplace`); not for the
+        methods whose in-place form keeps the receiver's dtype (``eq_``, ``ne_``)."""
+        meth = call_node.func.attr.value
+        if (not meth.endswith("_") or meth.startswith("_") or meth[:-1] in INPLACE_DTYPE
+                or meth in ("zero_", "fill_", *INPLACE_OPS)
+                or not isinstance(call_node.func.value, cst.Name)
+                or not isinstance(self.get_metadata(ParentNodeProvider, call_node, None),
+                                  cst.Expr)):
+            return None
+        return self.rules.methods.get(meth[:-1])
+
+    def _inplace(self, original_node, updated_node, meth: str):
+        call_node = original_node.value
+        recv = call_node.func.value
+        new_value = updated_node.value  # the rewritten call, if a rule matched the base name
+        if isinstance(recv, (cst.Subscript, cst.Attribute)) and meth in (
+                "zero_", "fill_", *INPLACE_OPS):
+            indexed = self._inplace_indexed(original_node, updated_node, meth)
+            if indexed is not None:
+                return indexed
+        if not isinstance(recv, cst.Name):
+            self.diag(original_node, "inplace", "error",
+                      f"in-place {meth} on an expression: JAX arrays are immutable")
+            return updated_node
+        if meth in INPLACE_OPS and call_node.args:
+            new_value = expr("{x} " + INPLACE_OPS[meth] + " {y}", x=recv,
+                             y=updated_node.value.args[0].value if isinstance(
+                                 updated_node.value, cst.Call) else call_node.args[0].value)
+        elif meth == "zero_":
+            new_value = expr("jnp.zeros_like({x})", x=recv)
+        elif meth == "fill_" and call_node.args:
+            new_value = expr("jnp.full_like({x}, {v})", x=recv, v=call_node.args[0].value)
+        elif isinstance(new_value, cst.Call) and code(new_value.func).endswith(meth):
+            self.diag(original_node, "inplace", "error", f"in-place method {meth}")
+            return updated_node
+        self._note_imports(new_value)
+        return cst.Assign(targets=[cst.AssignTarget(cst.Name(recv.value))], value=new_value)
+
+    def _inplace_indexed(self, original_node, updated_node, meth: str):
+        """``qkv_bias[n : 2 * n].zero_()`` -> ``qkv_bias = qkv_bias.at[n : 2 * n].set(0)``; on a
+        layer's bias in a module (``self.qkv.bias[n : 2 * n].data.zero_()``) the parameter's
+        value is rebound."""
+        call_node = original_node.value
+        recv = call_node.func.value
+        if m.matches(recv, m.Attribute(attr=m.Name("data"))):
+            recv = recv.value
+        if not isinstance(recv, cst.Subscript) or not isinstance(updated_node.value, cst.Call) \
+                or not isinstance(updated_node.value.func, cst.Attribute):
+            return None
+        base = recv.value
+        if isinstance(base, cst.Name):
+            target = cst.Name(base.value)
+            current = target
+        elif (m.matches(base, m.Attribute(value=m.Attribute(value=m.Name("self")),
+                                          attr=m.Name("bias")))
+              and self.in_module_class()):
+            # the layer's bias keeps its name and layout in NNX
+            target = expr("{b}.value", b=base)
+            current = target
+        else:
+            return None
+        args = updated_node.value.args
+        if meth == "zero_":
+            op, value = "set", py(0)
+        elif meth == "fill_" and args:
+            op, value = "set", args[0].value
+        elif meth in INPLACE_OPS and args:
+            op = {"add_": "add", "sub_": "subtract", "mul_": "multiply", "div_": "divide"}[meth]
+            value = args[0].value
+        else:
+            return None
+        index = cst.Subscript(value=expr("{c}.at", c=current), slice=recv.slice)
+        return cst.Assign(targets=[cst.AssignTarget(target)],
+                          value=call(expr("{i}." + op, i=index), arg(value)))
+
+    def leave_Subscript(self, original_node, updated_node):
+        if (self._in_annotation and self.q(original_node.value) in _FINAL
+                and len(updated_node.slice) == 1
+                and isinstance(updated_node.slice[0].slice, cst.Index)):
+            # dynamic_img_pad: torch.jit.Final[bool] (a TorchScript constant): the type itself
+            return updated_node.slice[0].slice.value
+        lr = self._group_lr(original_node)
+        if lr is not None:
+            return lr
+        # [x][0], left by a rewrite that returns a one-element list (get_last_lr()[0])
+        if (isinstance(updated_node.value, cst.List) and len(updated_node.value.elements) == 1
+                and not isinstance(original_node.value, cst.List)
+                and len(updated_node.slice) == 1
+                and m.matches(updated_node.slice[0].slice, m.Index(value=m.Integer("0")))):
+            return updated_node.value.elements[0].value
+        return updated_node
+
+    # ------------------------------------------------------------------ annotations
+    def visit_Annotation(self, node) -> None:
+        self._in_annotation += 1
+
+    def leave_Annotation(self, original_node, updated_node):
+        self._in_annotation -= 1
+        return updated_node
+
+    def _annotation_type(self, original: cst.BaseExpression) -> cst.BaseExpression | None:
+        """A torch type named in an annotation (``Tensor``, ``nn.Conv2d``), in JAX terms."""
+        q = self.q(original)
+        if not q or not q.startswith("torch.") or q in _FINAL:
+            return None
+        if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.BoolTensor",
+                 "torch.nn.parameter.Parameter", "torch.nn.Parameter"):
+            self.need("jax")
+            return expr("jax.Array")
+        if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+            self.need("nnx")
+            return expr(self.emitter.module_base)
+        if q in _ANNOTATION_TYPES:  # device: torch.device, dtype: torch.dtype
+            self.need(_ANNOTATION_TYPES[q].split(".")[0])
+            return expr(_ANNOTATION_TYPES[q])
+        rule = self.rules.layers.get(q)
+        target = rule.targets.get("nnx") if rule else None
+        if target and re.fullmatch(r"nnx\.[A-Z]\w*", target):
+            if self.linen:
+                if target in linen_target.CLASSES:
+                    self.need("linen")
+                    return expr(linen_target.CLASSES[target])
+            else:
+                self.need("nnx")
+                return expr(target)
+        self.diag(original, "annotation", "error", f"type annotation {q}: no JAX type")
+        return None
+
+    def leave_Name(self, original_node, updated_node):
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        if self._in_annotation and not isinstance(parent, cst.Attribute):
+            return self._annotation_type(original_node) or updated_node
+        if not isinstance(parent, cst.Attribute):
+            if self._tensor_type_value(original_node, parent):
+                self.need("jax")
+                return expr("jax.Array")
+            return self._layer_class_value(original_node) or updated_node
+        return updated_node
+
+    # ------------------------------------------------------------------ attributes
+    def leave_Attribute(self, original_node, updated_node):
+        renamed = self._layer_attribute(original_node, updated_node)
+        if renamed is not None:
+            return renamed
+        if original_node.attr.value == "data" and id(original_node.value) in self._weight_reads:
+            return updated_node.value  # model.weight.data: the array read above
+        weight = self._built_layer_weight(original_node, updated_node)
+        if weight is not None:
+            return weight
+        if self.current_class is not None and self._layer_subclass_rule(
+                self.current_class) is not None:
+            mapped = self._layer_subclass_attribute(original_node, updated_node)
+            if mapped is not None:
+                return mapped
+        if (original_node.attr.value == "module" and isinstance(original_node.value, cst.Name)
+                and original_node.value.value in self.data.wrapped):
+            return updated_node.value  # DDP(model).module: the model itself
+        if original_node.attr.value in ("dataset", "sampler", "batch_size") and (
+                self.values is not None and self.values.kind(original_node.value)
+                == vk.Kind.LOADER):
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            holder = self.get_metadata(ParentNodeProvider, parent, None)
+            if (original_node.attr.value == "dataset" and self.data.dataset_length_known()
+                    and isinstance(parent, cst.Arg) and isinstance(holder, cst.Call)
+                    and m.matches(holder, m.Call(func=m.Name("len"), args=[m.Arg(keyword=None,
+                                                                                star="")]))):
+                # len(loader.dataset): the examples before .batch(...)
+                return expr("{l}.parents[0]", l=updated_node.value)
+            self.diag(original_node, "torch.utils.data.DataLoader", "error",
+                      f"{code(original_node)}: the loader is a grain pipeline, which has no "
+                      f".{original_node.attr.value}: read it from what the loader was built "
+                      "from")
+        if (original_node.attr.value == "forward" and self.in_module_class()
+                and m.matches(original_node.value, m.Call(func=m.Name("super")))):
+            return updated_node.with_changes(attr=cst.Name("__call__"))  # super().forward(x)
+        if self._in_annotation and not isinstance(
+                self.get_metadata(ParentNodeProvider, original_node, None), cst.Attribute):
+            # the whole dotted name (torch.nn.Module), not its prefix (torch.nn)
+            mapped = self._annotation_type(original_node)
+            if mapped is not None:
+                return mapped
+        if not isinstance(self.get_metadata(ParentNodeProvider, original_node, None),
+                          cst.Attribute):
+            factory = self._layer_class_value(original_node)
+            if factory is not None:
+                return factory
+        q = self.q(original_node)
+        if q in self.rules.functions and not self._in_annotation:
+            value = self._function_value(original_node, self.rules.functions[q])
+            if value is not None:
+                return value
+        if q and q.startswith("torch."):
+            short = q[len("torch."):]
+            if short in DTYPES:
+                if short in ("int64", "long"):
+                    self.diag(original_node, "dtype", "info",
+                              "torch.int64 becomes jnp.int32 (JAX's default integer width)")
+                self.need("jnp")
+                return expr(DTYPES[short])
+            if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor"):
+                self.need("jax")
+                return expr("jax.Array")
+        if (original_node.attr.value == "requires_grad" and self.in_module_class()
+                and not isinstance(self.get_metadata(ParentNodeProvider, original_node, None),
+                                   cst.AssignTarget)
+                and not self._in_removed_line(original_node)):
+            # densenet's any_requires_grad (behind memory_efficient=False)
+            self.diag(original_node, "requires_grad", "error",
+                      "x.requires_grad: JAX arrays carry no such flag (jax.grad differentiates "
+                      "with respect to the arguments it is given)")
+        if m.matches(original_node, m.Attribute(value=m.Name("self"), attr=m.Name("training"))) \
+                and self.in_module_class():
+            self._training_reads[self.current_class] = self._training_reads.get(
+                self.current_class, 0) + 1
+            return expr(f"self.{linen_target.TRAIN}" if self.linen else "not self.deterministic")
+        if self.linen and m.matches(original_node.value, m.Attribute(value=m.Name("self"))) \
+                and self.in_module_class() and self.index.classes[
+                    self.current_class].attr_rule.get(original_node.value.attr.value) == \
+                "torch.nn.ModuleDict":
+            # a linen dict of submodules is indexed: self.transformer["wte"]
+            return cst.Subscript(value=updated_node.value, slice=[cst.SubscriptElement(
+                cst.Index(cst.SimpleString(f'"{original_node.attr.value}"')))])
+        if original_node.attr.value in ("values", "indices") and isinstance(
+                updated_node.value, cst.Tuple) and len(updated_node.value.elements) == 2:
+            # x.max(dim).values / .indices after max(dim) became (max, argmax)
+            return updated_node.value.elements[
+                0 if original_node.attr.value == "values" else 1].value
+        if (original_node.attr.value == "param_groups" and isinstance(original_node.value, cst.Name)
+                and original_node.value.value in self.training.optimizer_names):
+            outer = self.get_metadata(ParentNodeProvider, original_node, None)
+            outer = self.get_metadata(ParentNodeProvider, outer, None) if outer else None
+            outer2 = self.get_metadata(ParentNodeProvider, outer, None) if outer else None
+            read = isinstance(outer, cst.Subscript) and self._group_lr(outer) is not None and \
+                not isinstance(outer2, cst.AssignTarget) or id(self.get_metadata(
+                    ParentNodeProvider, original_node, None)) in self._lr_loops
+            if not read:
+                self.diag(original_node, "param_groups", "error",
+                          "optimizer.param_groups used other than to read the learning rate: "
+                          "build the optimizer with optax.inject_hyperparams and set "
+                          "opt_state.hyperparams['learning_rate']")
+        if isinstance(original_node.value, (cst.Name, cst.Attribute)) and (
+                original_node.attr.value in ("weight", "bias")):
+            # (isinstance(m, nn.Linear) / isinstance(self.heads.head, nn.Linear) above)
+            layers = self._narrowed_layer(original_node, code(original_node.value))
+            if layers:
+                # several classes (isinstance(m, (nn.BatchNorm2d, nn.GroupNorm))): only when
+                # they name this weight alike
+                tos = {getattr(self.rules.layers[n].weights.get(original_node.attr.value),
+                               "to", None) for n in layers}
+                if len(tos) == 1:
+                    to = tos.pop()
+                    if to and to != original_node.attr.value:
+                        return updated_node.with_changes(attr=cst.Name(to))
+        if isinstance(original_node.value, (cst.Name, cst.Attribute)) and (
+                original_node.attr.value in _CONV_ATTRS):
+            # fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels (regnet's init)
+            layers = self._narrowed_layer(original_node, code(original_node.value))
+            if layers and all(self.rules.layers[n].special == "conv" for n in layers):
+                return updated_node.with_changes(
+                    attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
+        if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
+            # nn.init.zeros_(self.head.weight): the layer's JAX name for it (kernel)
+            layer = self._inherited_attr_rule(original_node.value.attr.value)
+            rule = self.rules.layers.get(layer)
+            wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            if wm is not None and wm.to and wm.to != original_node.attr.value:
+                renamed = updated_node.with_changes(attr=cst.Name(wm.to))
+                if wm.layout in ("as_is", "any") or not self._weight_read_as_value(
+                        original_node):
+                    return renamed
+                if wm.layout == "transpose":
+                    # shifted_window_attention(x, self.qkv.weight, ...) computes with torch's
+                    # (out, in) layout: the NNX kernel is (in, out)
+                    return expr("{k}.T", k=renamed)
+                if wm.layout == "conv" and (layer or "")[-2:] in ("1d", "2d", "3d"):
+                    # self.conv.weight.shape, F.conv2d(x, self.conv.weight): torch's
+                    # (out, in, *kernel) from the NNX kernel's (*kernel, in, out)
+                    nd = int(layer[-2])
+                    self.need("jnp")
+                    return expr(f"jnp.transpose({{k}}, {(nd + 1, nd, *range(nd))})", k=renamed)
+                self.diag(original_node, "layer-weight", "error",
+                          f"{code(original_node)}: the JAX layer lays this weight out otherwise "
+                          f"({wm.layout}); read here in torch's layout, it is not translated")
+                return renamed
+        if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Attribute(
+                    value=m.Name("self"))))):
+            # self.transformer.wpe.weight, transformer a ModuleDict built with its layers
+            rule = self.rules.layers.get(self._dict_item_rule(
+                original_node.value.value.attr.value, original_node.value.attr.value) or "")
+            wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            if wm is not None and wm.to and wm.to != original_node.attr.value and not (
+                    wm.layout == "transpose" and self._weight_read_as_value(original_node)):
+                return updated_node.with_changes(attr=cst.Name(wm.to))
+        if (original_node.attr.value in ("weight", "bias") and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Attribute()))):
+            # self.embeddings.patch_embeddings.projection.weight.dtype (ViT): a layer reached
+            # through module classes of the file; its dtype (any layout), or an as-is weight
+            rule = self.rules.layers.get(self._chain_layer_rule(original_node.value) or "")
+            wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            if wm is not None and wm.to and wm.to != original_node.attr.value and (
+                    wm.layout == "as_is" or (isinstance(parent, cst.Attribute)
+                                             and parent.attr.value == "dtype")):
+                return updated_node.with_changes(attr=cst.Name(wm.to))
+        if (self.emitter.name == "nnx" and not self.linen and self.in_module_class()
+                and m.matches(original_node.value, m.Name("self"))
+                and original_node.attr.value in self._variable_attrs.get(
+                    self.current_class, ())):
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            outer = self.get_metadata(ParentNodeProvider, parent, None) if isinstance(
+                parent, cst.Arg) else None
+            if isinstance(outer, cst.Call) and not (self.q(outer.func) or "").startswith(
+                    "torch"):
+                # _get_relative_position_bias(self.relative_position_bias_table, ...): a
+                # function of the file computes with the array, not the nnx.Variable (x[...]
+                # reads it; the equinox pass keeps it, a plain array's x[...] being x)
+                return expr("{v}[...]", v=updated_node)
+        if (original_node.attr.value in _CONV_ATTRS and self.in_module_class()
+                and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
+            # self.conv_proj.in_channels (vit's init)
+            rule = self.rules.layers.get(self.index.classes[self.current_class].attr_rule.get(
+                original_node.value.attr.value, ""))
+            if rule is not None and rule.special == "conv":
+                return updated_node.with_changes(
+                    attr=cst.Name(_CONV_ATTRS[original_node.attr.value]))
+        return updated_node
+
+    # torch layers whose equinox layer names its weights and lays them out as torch does
+    EQX_TORCH_WEIGHTS = frozenset({"torch.nn.Linear", "torch.nn.Conv1d", "torch.nn.Conv2d",
+                                   "torch.nn.Conv3d", "torch.nn.Embedding", "torch.nn.LayerNorm",
+                                   "torch.nn.GroupNorm"})
+
+    def _built_layer_weight(self, original_node: cst.Attribute, updated_node: cst.Attribute
+                            ) -> cst.BaseExpression | None:
+        """``model.weight`` (``.bias``, ``.data`` after it) where ``model`` holds a torch layer
+        the file built (``model = nn.Linear(3, 4)``, or ``net.fc`` of a model of the file's
+        class, value analysis): read,
+        the target layer's array in torch's layout (NNX ``model.kernel[...].T``; equinox
+        keeps torch's names and layouts); written, or on linen (a layer object holds no
+        parameters), marked. None: not such a read."""
+        if original_node.attr.value not in ("weight", "bias") or self.values is None:
+            return None
+        root = original_node.value  # model.weight, net.fc.weight (self.fc.weight: below)
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name) or root.value == "self":
+            return None
+        q = self.values.layer(original_node.value)
+        rule = self.rules.layers.get(q or "")
+        wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+        if wm is None:
+            return None
+        read = original_node
+        parent = self.get_metadata(ParentNodeProvider, read, None)
+        if isinstance(parent, cst.Attribute) and parent.value is read and \
+                parent.attr.value == "data":
+            read, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        if isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if isinstance(outer, cst.Call) and (self.q(outer.func) or "").startswith(
+                    "torch.nn.init"):
+                return None  # an initialiser's target (its own rule)
+        holder = self.get_metadata(ParentNodeProvider, parent, None) if parent else None
+        written = isinstance(parent, (cst.AssignTarget, cst.AugAssign)) or (
+            isinstance(parent, cst.Attribute) and parent.value is read and (
+                parent.attr.value.endswith("_") or parent.attr.value in (
+                    "grad", "requires_grad", "data"))) or (
+            isinstance(parent, cst.Subscript) and isinstance(holder, (cst.AssignTarget,
+                                                                      cst.AugAssign)))
+        text = code(original_node)
+        if written or self.linen or wm.to is None:
+            why = ("a linen layer object holds no parameters: they are in the variables "
+                   "model.init returns (variables['params'])" if self.linen and not written
+                   else "written in place: the layer's array is immutable in JAX (build the "
+                   "layer with an initializer instead)")
+            self.diag(original_node, "layer-weight", "error",
+                      f"{text} of the {q.rsplit('.', 1)[-1]} built outside a module: {why}")
+            return None
+        if self.for_equinox:
+            if q not in self.EQX_TORCH_WEIGHTS:
+                self.diag(original_node, "layer-weight", "error",
+                          f"{text}: the equinox layer of a {q.rsplit('.', 1)[-1]} may name or "
+                          "lay out its weights otherwise; not translated")
+                return None
+            self._weight_reads.add(id(original_node))
+            return updated_node  # torch's name and layout
+        array = expr("{v}." + wm.to + "[...]", v=updated_node.value)
+        if wm.layout == "transpose":
+            array = expr("{a}.T", a=array)
+        elif wm.layout == "conv" and q[-2:] in ("1d", "2d", "3d"):
+            nd = int(q[-2])
+            self.need("jnp")
+            array = expr(f"jnp.transpose({{a}}, {(nd + 1, nd, *range(nd))})", a=array)
+        elif wm.layout != "as_is":
+            self.diag(original_node, "layer-weight", "error",
+                      f"{text}: the JAX layer lays this weight out otherwise ({wm.layout}); "
+                      "not translated")
+            return None
+        self._weight_reads.add(id(original_node))
+        return array
+
+    def _dict_item_rule(self, attr: str, key: str) -> str | None:
+        """The torch layer of ``self.<attr>[key]`` when ``self.<attr>`` is an nn.ModuleDict
+        built from a dict of layers (``nn.ModuleDict(dict(wpe=nn.Embedding(...)))``)."""
+        info = self.index.classes.get(self.current_class or "")
+        if info is None or info.attr_rule.get(attr) != "torch.nn.ModuleDict":
+            return None
+        ctor = info.attr_ctor.get(attr)
+        if ctor is None or not ctor.args:
+            return None
+        items = ctor.args[0].value
+        value = None
+        if m.matches(items, m.Call(func=m.Name("dict"))):
+            value = next((a.value for a in items.args if a.keyword is not None
+                          and a.keyword.value == key), None)
+        elif isinstance(items, cst.Dict):
+            value = next((e.value for e in items.elements if isinstance(e, cst.DictElement)
+                          and try_literal(e.key, None) == key), None)
+        if not isinstance(value, cst.Call):
+            return None
+        try:
+            return self.q(value.func)
+        except Exception:  # noqa: BLE001 - a node of another tree: no metadata
+            return None
+
+    def _inherited_attr_rule(self, attr: str) -> str:
+        """The torch layer ``self.<attr>`` is, set in this class or a module class of this
+        file it derives from (ShiftedWindowAttentionV2 reads its base's self.qkv)."""
+        info = self.index.classes.get(self.current_class or "")
+        seen = set()
+        while info is not None and info.name not in seen:
+            seen.add(info.name)
+            if attr in info.attr_rule:
+                return info.attr_rule[attr]
+            info = self.index.classes.get(info.module_base or "")
+        return ""
+
+    def _chain_layer_rule(self, node: cst.BaseExpression) -> str | None:
+        """The torch layer ``self.a.b.c`` is when ``self.a`` and ``.b`` are each built by one
+        module class of this file (``self.embeddings = ViTEmbeddings(config)``) and ``c`` is a
+        layer of the last one."""
+        names: list[str] = []
+        while isinstance(node, cst.Attribute):
+            names.append(node.attr.value)
+            node = node.value
+        if not m.matches(node, m.Name("self")) or len(names) < 2:
+            return None
+        names.reverse()
+        info = self.index.classes.get(self.current_class or "")
+        for name in names[:-1]:
+            if info is None:
+                return None
+            built = info.built_by.get(name, set()) & self.index.module_classes
+            if len(built) != 1 or name in info.attr_rule:
+                return None
+            info = self.index.classes.get(built.pop())
+        return info.attr_rule.get(names[-1]) if info is not None else None
+
+    def _weight_read_as_value(self, node: cst.Attribute) -> bool:
+        """``self.fc.weight`` read for its values outside construction: handed to a function or
+        computed with (not an nn.init target, not in ``__init__``, not an attribute's base)."""
+        if not self._fn_stack or self._fn_stack[-1].name.value == "__init__":
+            return False
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(parent, cst.Attribute) and (
+                parent.attr.value in ("data", "grad") or parent.attr.value.endswith("_")):
+            return False  # self.fc.weight.data.normal_(...): initialisation, in place
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign)):
+            return False
+        if isinstance(parent, cst.Assign) and any(t.target is node for t in parent.targets):
+            return False
+        if isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if isinstance(outer, cst.Call) and (self.q(outer.func) or "").startswith(
+                    "torch.nn.init"):
+                return False
+        return True
+
+    # ------------------------------------------------------------------ tensor detection
+    def _is_module_expr(self, node: cst.BaseExpression) -> bool:
+        """``model`` / ``self`` / ``self.encoder``: things that are modules, not tensors."""
+        if m.matches(node, m.Name("self")):
+            return True
+        if m.matches(node, m.Attribute(value=m.Name("self"))) and self.current_class:
+            info = self.index.classes.get(self.current_class)
+            return bool(info and node.attr.value in info.attr_layout
+                        and node.attr.value not in info.tensor_attrs)
+        if isinstance(node, cst.Name) and node.value in ("model", "net", "module"):
+            return True
+        # Net().to(device), self.transformer.h[0], a model passed to a function
+        return self.values is not None and self.values.kind(node) == vk.Kind.MODULE
+
+    def _receiver_unsure(self, recv: cst.BaseExpression, meth: str) -> bool:
+        """``recv.meth(...)`` where the value analysis cannot see what ``recv`` is and
+        ``meth`` is also a method of other objects (``run.log``): marked, not rewritten."""
+        return (self.values is not None and meth in vk.SHARED_METHODS
+                and self.values.kind(recv) == vk.Kind.UNKNOWN)
+
+    def _array_target(self, base: cst.BaseExpression) -> str:
+        """``base[i] = v``: "array" (rebind it with .at[i].set(v)), "python" (a dict, list,
+        optimizer.param_groups item, numpy array...: stays as it is) or "unsure"."""
+        if self.values is None:
+            return "array"
+        kind = self.values.kind(base)
+        if kind in vk.NON_TENSOR:
+            return "python"
+        return "unsure" if kind == vk.Kind.UNKNOWN else "array"
+
+    def _tensorlike(self, recv: cst.BaseExpression, meth: str | None = None,
+                    call_node: cst.Call | None = None) -> bool:
+        if isinstance(recv, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString,
+                             cst.Dict, cst.List, cst.Tuple, cst.Integer, cst.Float)):
+            return False
+        if self.values is not None:
+            kind = self.values.kind(recv)
+            if kind == vk.Kind.TENSOR:
+                return True
+            if kind in vk.NON_TENSOR:
+                return False  # wandb.log(...), config.get(...), model.to(...)
+            rule = self.rules.methods.get(meth or "")
+            if call_node is not None and rule is not None and not rule.special and len(
+                    [a for a in call_node.args if a.keyword is None and not a.star]) > len(
+                    rule.params):
+                return False  # more arguments than the tensor method takes: run.log(k, v)
+        if self._is_module_expr(recv):
+            return False
+        q = self.q(recv)
+        if q == "builtins.None" and not isinstance(recv, cst.Name):
+            q = None  # (a - b).permute(1, 2, 0): libcst names the call of a parenthesised sum so
+        if q and not q.startswith("torch") and "." in q and "<locals>" not in q \
+                and not q.startswith("self."):
+            # an imported module or object: os.path, np, math
+            return False
+        if q in ("math", "np", "numpy", "os", "random", "re", "json", "sys"):
+            return False
+        if meth in AMBIGUOUS_METHODS and call_node is not None:
+            for a in call_node.args:
+                if isinstance(a.value, (cst.SimpleString, cst.FormattedString)):
+                    return False
+            if meth == "split" and not call_node.args:
+                return False
+        return True

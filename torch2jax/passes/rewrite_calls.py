@@ -1,0 +1,567 @@
+"""Calls: ``leave_Call`` and the rule-table rewrite of a call (functions, methods, ``apply``,
+generic), specials' bindings, factory keyword dicts, activation checkpointing (remat).
+
+A mixin of :class:`torch2jax.passes.rewrite.TorchToJax` (one traversal): its methods read
+the transformer's per-file state through ``self``."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis import host as ha
+from torch2jax.analysis import values as vk
+from torch2jax.analysis.index import Layouts
+from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.training import (
+    CLIPS,
+    DROPPED_SEEDS,
+    RANDOM,
+    SEEDS,
+)
+from torch2jax.analysis.walk import findall
+from torch2jax.passes import remat as rm
+from torch2jax.passes import training as tr
+from torch2jax.passes.calls import CALLS, CallSite
+from torch2jax.passes.common import (
+    Untranslatable,
+    arg,
+    bind,
+    call,
+    code,
+    expr,
+    int_value,
+    needs_parens,
+    try_literal,
+)
+from torch2jax.passes.rewrite_support import (
+    _FILLED,
+    _KERNEL_CHOICES,
+    _SIGNATURE_OPTIMIZERS,
+    GRAD_MODES,
+    _activation_value,
+    _call_name,
+    _call_partial,
+    _fix_commas,
+    _is_dotted,
+    _push_out_layout,
+    _rule_args,
+)
+from torch2jax.passes.special_device import drop_device_argument
+from torch2jax.passes.specials import SPECIALS, Site
+from torch2jax.ruleset import Rule
+from torch2jax.targets import linen_training as lt
+
+
+class CallsMixin:
+    def _drop_noop_kwargs(self, value: cst.Call) -> cst.Call:
+        """``AdamW(groups, lr=lr, **extra_args)`` with ``extra_args = dict(fused=True) if
+        use_fused else dict()`` in the same function: the dict only holds torch's kernel
+        choices (fused, foreach, capturable), which optax has no counterpart for."""
+        fn = self._fn_stack[-1] if self._fn_stack else None
+        args = list(value.args)
+        for a in value.args:
+            if a.star != "**" or not isinstance(a.value, cst.Name) or fn is None:
+                continue
+            binds = [x.value for x in findall(fn, m.Assign(targets=[m.AssignTarget(
+                target=m.Name(a.value.value))]))]
+            if len(binds) != 1:
+                continue
+            parts = [binds[0].body, binds[0].orelse] if isinstance(
+                binds[0], cst.IfExp) else [binds[0]]
+            if all(m.matches(p, m.Call(func=m.Name("dict"))) and all(
+                    x.keyword is not None and x.keyword.value in _KERNEL_CHOICES
+                    for x in p.args) or m.matches(p, m.Dict()) and all(
+                    isinstance(e, cst.DictElement) and try_literal(e.key, None)
+                    in _KERNEL_CHOICES for e in p.elements) for p in parts):
+                args.remove(a)
+        if len(args) == len(value.args):
+            return value
+        return value.with_changes(args=_fix_commas(args))
+
+    # ------------------------------------------------------------------ calls
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._class_stack and self._own_functional(node):
+            self._own_calls.add(id(node))
+
+    def _parameter_listing(self, original_node: cst.Call, updated_node: cst.Call):
+        """``for p in model.parameters()`` / ``for n, p in model.named_parameters()`` (also in
+        a comprehension: ``sum(p.numel() for p in self.parameters())``) on a module: the
+        parameter arrays of the target library. None: not such a call."""
+        func = original_node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in (
+                "parameters", "named_parameters") and not original_node.args
+                and self.values is not None
+                and self.values.kind(func.value) == vk.Kind.MODULE):
+            return None
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        if not (isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original_node):
+            return None
+        here = self._fn_stack[-1].name.value if self._fn_stack else None
+        if any(site.function == here for site in self.training.optimizers.values()):
+            return None  # parameter groups: translated with their optimizer, or kept with it
+        owner = updated_node.func.value
+        named = func.attr.value == "named_parameters"
+        if self.emitter.name == "nnx":
+            self.need("nnx")
+            if named:
+                return expr('((".".join(map(str, path)), param.value) for path, param in '
+                            "nnx.to_flat_state(nnx.state({m}, nnx.Param)))", m=owner)
+            self.need("jax")
+            return expr("jax.tree.leaves(nnx.state({m}, nnx.Param))", m=owner)
+        if self.emitter.name == "equinox" and not named:
+            self.need("jax", "eqx")
+            return expr("jax.tree.leaves(eqx.filter({m}, eqx.is_inexact_array))", m=owner)
+        self.diag(original_node, "module-api", "error",
+                  f"{code(original_node)}: the {self.emitter.name} model's parameters are not "
+                  "attributes of the module" if self.linen else
+                  f"{code(original_node)}: parameter names are not translated for "
+                  f"{self.emitter.name}")
+        return updated_node
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
+        handled = self._checkpoint_dict_call(original_node) or self._parameters_call(
+            original_node)
+        if handled is not None:
+            return handled
+        if len(original_node.args) == 1 and self.q(original_node.func) == "inspect.signature" \
+                and self.q(original_node.args[0].value) in _SIGNATURE_OPTIMIZERS:
+            # 'fused' in inspect.signature(torch.optim.AdamW).parameters: optax's signature
+            self.need("optax")
+            return updated_node.with_changes(args=[updated_node.args[0].with_changes(
+                value=expr(_SIGNATURE_OPTIMIZERS[self.q(original_node.args[0].value)]))])
+        if m.matches(original_node, m.Call(func=m.Name("hasattr"), args=[
+                m.Arg(), m.Arg(value=m.SimpleString())])) and self.q(
+                original_node.args[0].value) == "torch.nn.functional" and \
+                original_node.args[1].value.evaluated_value == "scaled_dot_product_attention":
+            # the flash-attention guard: JAX's fused attention is jax.nn.dot_product_attention
+            self.need("jax")
+            return expr("hasattr(jax.nn, 'dot_product_attention')")
+        if isinstance(updated_node.func, cst.Lambda) and not updated_node.func.lpar:
+            # a layer or loss built and called on the spot: nn.Identity()(x)
+            updated_node = updated_node.with_changes(func=updated_node.func.with_changes(
+                lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
+        if self.linen and isinstance(original_node.func, cst.Name) and (
+                original_node.func.value in self._lt_evaluators) and not self._class_stack:
+            updated_node = self._lt_pass_variables(original_node, updated_node)
+        if self._factory_dicts:
+            updated_node = self._factory_dict_call(original_node, updated_node)
+        if self._device_functions and self.values is not None:
+            updated_node = drop_device_argument(original_node, updated_node,
+                                                self._device_functions, self.values.is_tensor)
+        listed = self._parameter_listing(original_node, updated_node)
+        if listed is not None:
+            return listed
+        if isinstance(original_node.func, cst.Name) and (
+                original_node.func.value in self._file_functions):
+            # train(model, train_loader, ...): the loader shuffled per epoch is that epoch's
+            outer = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
+            updated_node = updated_node.with_changes(args=[
+                a.with_changes(value=self._epoch_loaders(a.value, outer[-1] if outer else "0"))
+                if isinstance(a.value, cst.Name) else a for a in updated_node.args])
+        try:
+            result = self._rewrite_call(original_node, updated_node)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or (self.q(original_node.func) or
+                                                  _call_name(original_node)), "error",
+                      exc.message)
+            return updated_node
+        if id(original_node) in self.data.host.arrays:
+            result = ha.numpy_array(result)  # an array that only feeds host-side batches
+        if result is not updated_node:
+            result = _call_partial(result)
+            self._note_imports(result)
+            if isinstance(result, cst.BaseExpression) and needs_parens(result) and isinstance(
+                    self.get_metadata(ParentNodeProvider, original_node, None),
+                    (cst.BinaryOperation, cst.UnaryOperation, cst.Attribute, cst.Subscript,
+                     cst.Call, cst.Comparison, cst.BooleanOperation, cst.ComparisonTarget,
+                     cst.Await)):
+                # x @ w.T + b inside a - ...: keep the operator precedence of the call
+                result = result.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return result
+
+    def _factory_dict_call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """``torch.ones(n, **dd)`` / ``nn.Linear(a, b, **dd)`` with ``dd`` a factory keyword dict:
+        a torch function that takes a dtype gets ``dtype=`` (the dict's value); a torch layer
+        drops it, as its explicit ``device=``/``dtype=`` are dropped. Other callees (module
+        classes of the project, parameters holding a layer class) keep ``**dd``, now without
+        its device."""
+        name = self.q(original.func) or ""
+        rule = self.rules.functions.get(name) or self.rules.layers.get(name)
+        if rule is None:
+            return updated
+        args, dtype = [], None
+        for a in updated.args:
+            if (a.star == "**" and isinstance(a.value, cst.Name)
+                    and a.value.value in self._factory_dicts):
+                dtype = self._factory_dicts[a.value.value] or expr(
+                    f'{a.value.value}.get("dtype")')
+                continue
+            args.append(a)
+        if len(args) == len(updated.args):
+            return updated
+        if (dtype is not None and "dtype" in rule.params and "dtype" not in rule.drop
+                and not any(a.keyword and a.keyword.value == "dtype" for a in args)):
+            args.append(arg(dtype, "dtype"))
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=args)
+
+    def _rewrite_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        name = self.q(original.func) if _is_dotted(original.func) else None
+        # super().__init__() in a module class
+        if m.matches(original, m.Call(func=m.Attribute(value=m.Call(func=m.Name("super")),
+                                                        attr=m.Name("__init__")))):
+            return self._super_init(original, updated)
+        if name and name in self.rules.layers:
+            return self._layer(original, updated, self.rules.layers[name])
+        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") and self.linen:
+            return self._linen_param(original, updated)
+        if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):
+            # self.x = nn.Buffer(t, persistent=False): as self.register_buffer("x", t)
+            b = bind(updated.args, ("data", "persistent"))
+            if self.linen:  # a constant computed in setup()
+                return b.get("data")
+            self.need("nnx")
+            return call(self.emitter.buffer, arg(b.get("data")))
+        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            b = bind(updated.args, ("data", "requires_grad"))
+            if b.literal("requires_grad") is False:
+                self.diag(original, "parameter", "warning",
+                          "requires_grad=False parameter: kept as a non-trainable variable")
+                return call(self.emitter.buffer, arg(b.get("data")))
+            return call(self.emitter.param, arg(b.get("data")))
+        if name in RANDOM and self._builds_layers_here():
+            # a draw while building layers (pos_embedding = torch.randn(...) in __init__):
+            # from the rngs the layers are built with
+            return tr.random_call(name, updated, expr("rngs.params()"))
+        gen = next((a.value for a in original.args if a.keyword is not None
+                    and a.keyword.value == "generator"), None)
+        if name in RANDOM and isinstance(gen, cst.Name) and self.data.seeded_draw(gen.value):
+            # a draw from a seeded generator: its own key, split at every draw
+            if self._in_expr_scope:
+                raise Untranslatable("random draw inside a lambda or comprehension: each draw "
+                                     "needs its own key; make it a loop", rule="random")
+            g = gen.value
+            self.need("jax")
+            self._pending[-1].before.append(cst.parse_statement(
+                f"{g}, {g}_key = jax.random.split({g})\n"))
+            kept = [a for a in updated.args if not (a.keyword is not None
+                                                    and a.keyword.value == "generator")]
+            if kept:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return tr.random_call(name, updated.with_changes(args=kept),
+                                  cst.Name(f"{g}_key"))
+        if name == "torch.stack" and self.data.host.loops:
+            gathered = ha.stacked_slices(original, updated, self.data.host)
+            if gathered is not None:
+                self.need("np", "jnp")
+                return gathered
+        if name in RANDOM and id(original) in self.data.host.draws:
+            # batch indices of the input pipeline: numpy, from the script's seed
+            self.need("np")
+            self._host_rng = True
+            return tr.host_random_call(name, updated)
+        if name in RANDOM:
+            return tr.random_call(name, updated, self._subkey(original))
+        if name in ("torch.fx.wrap", "torch._assert") and self._is_statement_call(original):
+            return updated  # statements: handled in leave_Expr
+        data = self._data_call(original, updated, name or "")
+        if data is not None:
+            return data
+        if name in SEEDS or name in DROPPED_SEEDS or name in CLIPS or name in GRAD_MODES:
+            return updated  # statements, with blocks and decorators: handled there
+        if name and name.startswith("torch.nn.init.") and self._is_statement_call(original):
+            return updated  # an initialisation statement: handled in leave_Expr
+        if name in ("torch.save", "torch.load") and self._checkpoint_call(original) is not None:
+            return updated  # checkpoint statements: handled in leave_Expr
+        if name == "torch.save" and not self.linen and not self.for_equinox and len(
+                original.args) >= 2 and isinstance(original.args[0].value, cst.Name) and (
+                original.args[0].value.value in self._ckpt_dicts) and isinstance(
+                self.get_metadata(ParentNodeProvider, original, None), cst.Expr):
+            return updated  # a checkpoint dict: handled in leave_Expr
+        if name == "isinstance" or (isinstance(original.func, cst.Name)
+                                    and original.func.value == "isinstance"):
+            return self._isinstance(original, updated)
+        if id(original) in self.training.optimizers or id(original) in self.training.schedulers:
+            return updated  # statements: handled in leave_Assign / leave_Return
+        if name and id(original) in self._own_calls:
+            # F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) in a
+            # subclass of nn.LayerNorm: the layer's own call
+            fn = self.rules.functions[name]
+            x = bind(updated.args, fn.params).get(fn.params[0])
+            return call("super().__call__", arg(x))
+        if name == rm.CHECKPOINT:
+            return self._remat(original, updated)
+        if name == rm.SEQUENTIAL:
+            if self.linen:
+                raise Untranslatable("checkpoint_sequential in linen code: nn.remat of each "
+                                     "segment is not translated", rule=name)
+            layers, segments, x = rm.sequential_args(original, updated)
+            return self._in_layer_layout(original.args[0].value, lambda xs: call(
+                "checkpoint_sequential", layers, segments, *xs), [x])
+        if name == "torch.nn.functional.dropout":
+            layer = self._dropout_layer(original, updated)
+            if layer is not None:
+                return layer
+        if name and name in self.rules.functions:
+            return self._function(original, updated, self.rules.functions[name])
+        if name and name.startswith("torch."):
+            raise Untranslatable(f"no rule for {name}", rule=name)
+        if m.matches(original.func, m.Attribute(value=m.Name(), attr=m.Name("get_last_lr"))):
+            sched = self.training.scheduler_names.get(original.func.value.value)
+            if sched is not None and sched.optimizer:
+                if sched.inline:
+                    step = f"{lt.STATE}.step" if self.linen else f"{sched.optimizer}.step.value"
+                    return expr(f"[{sched.name}({step})]")
+                quote = self._string_quote()
+                return expr(f"[{self._lr_slot(sched.optimizer, quote)}]")
+        if isinstance(original.func, cst.Name) and (
+                original.func.value in self.training.key_functions) and not any(
+                    a.keyword and a.keyword.value == tr.KEY for a in updated.args):
+            return updated.with_changes(args=_fix_commas(
+                [*updated.args, arg(self._subkey(original), tr.KEY)]))
+        if name == "functools.partial" and original.args and not self.linen:
+            factory = self._partial_of_layer(original)
+            if factory is not None:
+                return factory
+        if (m.matches(original.func, m.Attribute(attr=m.Name("normal_") | m.Name("uniform_")))
+                and isinstance(original.func.value, cst.Call)
+                and self.q(original.func.value.func) in _FILLED
+                and self._builds_layers_here()):
+            return self._random_fill(original, updated)
+        if (m.matches(original.func, m.Attribute(attr=m.Name("add_module")))
+                and len(original.args) == 2 and self.in_module_class()):
+            added = self._add_module(original, updated)
+            if added is not None:
+                return added
+        if (m.matches(original.func, m.Attribute(attr=m.Name("append")))
+                and len(original.args) == 1 and not original.args[0].keyword
+                and self._normalized_list(original.func.value)):
+            return self._normalized_append(original, updated)
+        if isinstance(original.func, cst.Name) and not self.linen:
+            n = original.func.value
+            factory = Layouts(self.rules, self, self.index).factory_rule(n)
+            if (factory is not None and _activation_value(factory) is not None) or (
+                    factory is None and self._fn_stack and n in self._param_names[-1]
+                    and ("activation" in n or n.endswith("act_layer"))
+                    and all(a.star == "**" or (a.keyword and a.keyword.value == "inplace")
+                            for a in original.args)):
+                # an activation class handed in (activation_layer(inplace=True)): the
+                # classes passed for it are their functions
+                return self._activation_factory_call(original, updated)
+        if isinstance(original.func, cst.Name) and not self.linen and (
+                self._layer_subclass_rule(original.func.value) is not None
+                and self._takes_layer_arguments(original.func.value)):
+            # LayerNorm2d(dim, eps=1e-6): built with the JAX layer's arguments
+            return self._layer_arguments(original, updated,
+                                         self._layer_subclass_rule(original.func.value))
+        # user module classes and layer-building functions need rngs
+        if self._builds_module(original, name):
+            return self._with_rngs(original, updated)
+        # method calls on tensors
+        if isinstance(original.func, cst.Attribute):
+            meth = original.func.attr.value
+            rule = self.rules.methods.get(meth) or self._inplace_rule(original)
+            recv = original.func.value
+            if rule is not None and self._tensorlike(recv, meth, original):
+                if meth in ("reshape", "view") and original.args and all(
+                        a.keyword is None and a.star != "**" for a in original.args) and (
+                        (meth == "reshape" and self._receiver_unsure(recv, meth))
+                        or any(a.star == "*" for a in original.args)):
+                    # x.reshape(*shape, -1) / x.reshape(b, -1): the same call for torch, numpy
+                    # and jax arrays (jax.Array.reshape takes the sizes as arguments too);
+                    # x.view(*shape) is that reshape (a dtype is never given starred)
+                    return updated.with_changes(func=updated.func.with_changes(
+                        attr=cst.Name("reshape")))
+                if self._receiver_unsure(recv, meth):
+                    raise Untranslatable(
+                        f"{code(recv)}.{meth}(...): {code(recv)} is not known to be a tensor "
+                        f"(other objects have a .{meth} too): left as it is",
+                        rule="unknown-receiver")
+                return self._method(original, updated, rule)
+            if meth in ("to", "cuda", "cpu") and self._is_module_expr(recv):
+                return updated.func.value
+        # self.layer(x): activation layout
+        return self._layout_call(original, updated)
+
+    def _remat(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``checkpoint(fn, *args, use_reentrant=False)``: see passes/remat.py for the forms."""
+        ofn, fn, args = rm.split_args(original, updated)
+        transform = "nn.remat" if self.linen else "nnx.remat"
+        result = self._remat_form(original, ofn, fn, args, transform)
+        if transform in code(result):
+            self.diag(original, rm.CHECKPOINT, "info", "torch's checkpoint runs the function "
+                      "again in the backward pass, so a BatchNorm inside it folds its batch "
+                      f"statistics into the running ones twice per training step; {transform} "
+                      "folds them once, as torch does without the checkpoint")
+        return result
+
+    def _remat_form(self, original: cst.Call, ofn: cst.BaseExpression, fn: cst.BaseExpression,
+                    args: list[cst.Arg], transform: str) -> cst.BaseExpression:
+        closure = self._local_function(ofn)
+        if closure is not None and findall(closure, m.Name("self")):
+            if isinstance(fn, cst.Lambda):
+                fn = rm.with_self_param(fn)
+            else:
+                self._remat_closures.setdefault(id(self._fn_stack[-1]), set()).add(ofn.value)
+            return rm.remat_call(transform, fn, args, cst.Name("self"))
+        if m.matches(ofn, m.Attribute(value=m.Name("self"))) and not self._is_module_expr(ofn):
+            # a method (of this class or of a base class of another file)
+            return rm.remat_call(transform, expr(f"type(self).{ofn.attr.value}"), args,
+                                 cst.Name("self"))
+        if closure is not None or (isinstance(ofn, cst.Name) and "<locals>" not in (
+                self.q(ofn) or "<locals>")):
+            if any(self._is_module_expr(a.value) for a in args):
+                return rm.remat_call(transform, fn, args)
+            self.need("jax")
+            return rm.remat_call("jax.checkpoint", fn, args)
+        return self._in_layer_layout(ofn, lambda xs: rm.layer_call(transform, fn, xs), args)
+
+    def _local_function(self, fn: cst.BaseExpression) -> cst.FunctionDef | cst.Lambda | None:
+        """A lambda, or a function defined in the function being rewritten and used there only
+        as checkpoint's function (its definition is given a ``self`` parameter)."""
+        if isinstance(fn, cst.Lambda):
+            return fn
+        if not isinstance(fn, cst.Name) or not self._fn_stack:
+            return None
+        outer = self._fn_stack[-1]
+        local = next((s for s in outer.body.body if isinstance(s, cst.FunctionDef)
+                      and s.name.value == fn.value), None)
+        if local is None:
+            return None
+        for use in findall(outer.body, m.Name(fn.value)):
+            parent = self.get_metadata(ParentNodeProvider, use, None)
+            if parent is local:
+                continue
+            grand = self.get_metadata(ParentNodeProvider, parent, None)
+            if not (isinstance(parent, cst.Arg) and isinstance(grand, cst.Call)
+                    and grand.args[0] is parent and self.q(grand.func) == rm.CHECKPOINT):
+                raise Untranslatable(f"{fn.value} is checkpointed and also used otherwise: "
+                                     "nnx.remat needs it to take the module as an argument",
+                                     rule=rm.CHECKPOINT)
+        return local
+
+    def _remat_closures_take_self(self, original: cst.FunctionDef,
+                                  updated: cst.FunctionDef) -> cst.FunctionDef:
+        """The nested defs checkpointed with the module passed in take it as ``self``."""
+        names = self._remat_closures.pop(id(original), set())
+        if not names:
+            return updated
+        body = [rm.with_self_param(s) if isinstance(s, cst.FunctionDef) and s.name.value in names
+                else s for s in updated.body.body]
+        return updated.with_changes(body=updated.body.with_changes(body=body))
+
+    # -- functions and methods
+    def _function(self, original, updated, rule: Rule) -> cst.BaseExpression:
+        b = bind(updated.args, rule.params)
+        site = Site(rule=rule, args=b, unpack=self._unpack.get(id(original)),
+                    target=self.emitter.name, defined=self.index.defined,
+                    optional=self._optional_args(original, rule))
+        binder = self._binder(original)
+        if binder is not None:
+            site.bind, site.before = binder
+        return self._apply(original, site, receiver_first=False)
+
+    def _binder(self, original: cst.Call):
+        """Site.bind for a call in a simple statement, outside lambdas and comprehensions:
+        ``name = expression`` goes before the statement."""
+        if self._in_expr_scope or not self._pending:
+            return None
+        node = original
+        while node is not None and not isinstance(node, cst.SimpleStatementLine):
+            if isinstance(node, (cst.BaseCompoundStatement, cst.Lambda, cst.BaseComp)):
+                return None
+            node = self.get_metadata(ParentNodeProvider, node, None)
+        if node is None:
+            return None
+        pending = self._pending[-1]
+
+        def bind(value: cst.BaseExpression, hint: str) -> cst.Name:
+            name = hint
+            n = 1
+            while name in self._file_names:
+                n += 1
+                name = f"{hint}{n}"
+            self._file_names.add(name)
+            pending.before.append(cst.SimpleStatementLine(body=[cst.Assign(
+                targets=[cst.AssignTarget(cst.Name(name))], value=value)]))
+            return cst.Name(name)
+        return bind, pending.before.append
+
+    def _optional_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
+        """The arguments of ``original`` that may hold None at run time (value analysis)."""
+        if self.values is None or rule.special != "functional_layer_norm":
+            return frozenset()
+        given = bind(original.args, rule.params)
+        return frozenset(name for name in ("weight", "bias") if given.get(name) is not None
+                         and self.values.may_be_none(given.get(name)))
+
+    def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:
+        b = bind(updated.args, rule.params)
+        dtypes: frozenset[str] = frozenset()
+        if rule.special in ("to", "type_cast") and self.values is not None:  # x.to(y.dtype)
+            given = bind(original.args, rule.params)
+            dtypes = frozenset(k for k in ("device", "dtype") if given.get(k) is not None
+                               and self.values.is_dtype(given.get(k)))
+        site = Site(rule=rule, args=b, receiver=updated.func.value,
+                    unpack=self._unpack.get(id(original)), target=self.emitter.name,
+                    dtypes=dtypes)
+        binder = self._binder(original)
+        if binder is not None:
+            site.bind, site.before = binder
+        return self._apply(original, site, receiver_first=True)
+
+    def _apply(self, original, site: Site, receiver_first: bool) -> cst.BaseExpression:
+        rule = site.rule
+        b = site.args
+        unknown = [k for k in b.named if k not in rule.params and k not in rule.drop]
+        if unknown:
+            raise Untranslatable(f"{rule.torch}: argument(s) {', '.join(unknown)} not "
+                                 "translated", rule=rule.id)
+        if b.star:
+            raise Untranslatable(f"{rule.torch} called with *args/**kwargs", rule=rule.id)
+        if rule.special:
+            out = SPECIALS[rule.special](site)
+            if self.linen and rule.special == "pool_function":
+                self.need("linen")  # nn.max_pool / nn.avg_pool
+        else:
+            out = self._generic(site, receiver_first)
+        for severity, msg in site.notes:
+            self.diag(original, rule.id, severity, msg)
+        if rule.layout == "any" or (rule.special is None and rule.jax and rule.jax.startswith(
+                "jax.nn.")):
+            out = _push_out_layout(out)
+        return out
+
+    def _generic(self, site: Site, receiver_first: bool) -> cst.BaseExpression:
+        rule = site.rule
+        args = _rule_args(site)
+        jax = rule.jax or ""
+        if receiver_first:
+            if jax.startswith("."):
+                return call(expr("{x}" + jax, x=site.receiver), *args)
+            return call(jax, arg(site.receiver), *args)
+        if jax.startswith("."):
+            first, *rest = args
+            return call(expr("{x}" + jax, x=first.value), *rest)
+        return call(jax, *args)
+
+    def _rule_call(self, original, updated: cst.Call, rule: Rule, ctor: cst.Call):
+        """``self.attn(q, k, v)`` of a layer whose rule has a ``call`` transform."""
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        unpack = index = None
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(
+                parent.targets[0].target, (cst.Tuple, cst.List)):
+            unpack = tuple(code(e.value) for e in parent.targets[0].target.elements)
+        elif (isinstance(parent, cst.Subscript) and parent.value is original
+              and len(parent.slice) == 1 and isinstance(parent.slice[0].slice, cst.Index)):
+            index = int_value(parent.slice[0].slice.value)
+        site = CallSite(rule=rule, func=updated.func, ctor=bind(ctor.args, rule.params),
+                        args=bind(updated.args, rule.call_params), unpack=unpack, index=index,
+                        target="linen" if self.linen else "nnx")
+        out = CALLS[rule.call](site)
+        for severity, msg in site.notes:
+            self.diag(original, rule.id, severity, msg)
+        self._note_imports(out)
+        return out

@@ -1,0 +1,145 @@
+"""Checkpoints: ``torch.save`` / ``torch.load`` of state dicts and checkpoint dicts -> orbax.
+
+A mixin of :class:`torch2jax.passes.rewrite.TorchToJax` (one traversal): its methods read
+the transformer's per-file state through ``self``."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis import values as vk
+from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.passes.common import (
+    code,
+    expr,
+)
+
+
+class CheckpointsMixin:
+    def _checkpoint_call(self, node: cst.Call) -> tuple[str, str, cst.BaseExpression] | None:
+        """``torch.save(M.state_dict(), path)`` -> ("save", M, path);
+        ``M.load_state_dict(torch.load(path, ...))`` -> ("load", M, path); as statements."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        q = self.q(node.func)
+        if q == "torch.save" and isinstance(parent, cst.Expr) and len(node.args) >= 2 and \
+                m.matches(node.args[0].value, m.Call(func=m.Attribute(
+                    value=m.Name(), attr=m.Name("state_dict")), args=[])):
+            return "save", node.args[0].value.func.value.value, node.args[1].value
+        if q == "torch.load" and isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if (m.matches(outer, m.Call(func=m.Attribute(value=m.Name(),
+                                                          attr=m.Name("load_state_dict"))))
+                    and len(outer.args) == 1 and node.args and isinstance(
+                        self.get_metadata(ParentNodeProvider, outer, None), cst.Expr)):
+                return "load", outer.func.value.value, node.args[0].value
+        return None
+
+    def _stateful(self, node: cst.BaseExpression) -> bool:
+        """A model or an optimizer (its state is an nnx.state)."""
+        if not isinstance(node, cst.Name):
+            return False
+        t = self.training
+        if node.value in t.model_vars or node.value in t.optimizer_names or (
+                node.value in self._acc.foreign):
+            return True
+        return self.values is not None and self.values.kind(node) in (
+            vk.Kind.MODULE, vk.Kind.OPTIMIZER)
+
+    def _checkpoint_dict_call(self, original_node: cst.Call):
+        """Checkpoint dicts (analysis/accumulate.py find_checkpoint_dicts), nnx:
+        ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
+        -> the orbax PyTree restored."""
+        if self.linen or self.for_equinox or self.emitter.name != "nnx" or not (
+                self._ckpt_dicts or self._ckpt_loads):
+            return None
+        func = original_node.func
+        if m.matches(func, m.Attribute(attr=m.Name("state_dict"))) and not original_node.args \
+                and self._stateful(func.value) and isinstance(self.get_metadata(
+                    ParentNodeProvider, original_node, None), cst.DictElement):
+            self.need("nnx")
+            return expr(f"nnx.state({code(func.value)}).to_pure_dict()")
+        if self.q(func) == "torch.load" and original_node.args and m.matches(
+                self.get_metadata(ParentNodeProvider, original_node, None),
+                m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+            target = self.get_metadata(ParentNodeProvider, original_node, None).targets[0]
+            if target.target.value not in self._ckpt_loads:
+                return None
+            self.need("os", "ocp")
+            self.diag(original_node, "torch.load", "info",
+                      "torch.load of a checkpoint dict -> the orbax PyTree checkpoint (a "
+                      "directory at that path) that the converted torch.save writes; "
+                      "state_dicts in it are nnx.state pure dicts")
+            return expr(f"ocp.PyTreeCheckpointer().restore(os.path.abspath("
+                        f"{code(original_node.args[0].value)}))")
+        return None
+
+    def _checkpoint_dict_statement(self, original_node: cst.Expr):
+        value = original_node.value
+        if self.linen or self.for_equinox or self.emitter.name != "nnx" or not isinstance(
+                value, cst.Call):
+            return None
+        if self.q(value.func) == "torch.save" and len(value.args) >= 2 and isinstance(
+                value.args[0].value, cst.Name) and value.args[0].value.value in self._ckpt_dicts:
+            self.need("os", "ocp")
+            self.diag(original_node, "torch.save", "info",
+                      "torch.save of a checkpoint dict -> an orbax PyTree checkpoint (a "
+                      "directory at that path); its state_dicts are nnx.state pure dicts")
+            return cst.Expr(expr(
+                f"ocp.PyTreeCheckpointer().save(os.path.abspath({code(value.args[1].value)}), "
+                f"{value.args[0].value.value}, force=True)"))
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(),
+                                                    attr=m.Name("load_state_dict")),
+                                   args=[m.Arg(keyword=None)])) and not m.matches(
+                value.args[0].value, m.Call()) and self._stateful(value.func.value) and (
+                self._ckpt_loads):
+            owner = value.func.value.value
+            state = f"{owner}_state"
+            self.need("nnx")
+            self._pending[-1].after.extend(cst.parse_statement(line) for line in (
+                f"{state}.replace_by_pure_dict({code(value.args[0].value)})\n",
+                f"nnx.update({owner}, {state})\n"))
+            self.diag(original_node, "load_state_dict", "info",
+                      f"{owner}.load_state_dict(d) -> its nnx.state with the checkpoint's pure "
+                      "dict put in, then nnx.update")
+            return cst.Assign(targets=[cst.AssignTarget(cst.Name(state))],
+                              value=expr(f"nnx.state({owner})"))
+        return None
+
+    def _checkpoint_statement(self, original_node: cst.Expr):
+        value = original_node.value
+        if self.emitter.name not in ("nnx", "linen"):
+            return None
+        handled = self._checkpoint_dict_statement(original_node)
+        if handled is not None:
+            return handled
+        site = None
+        if self.q(value.func) == "torch.save":
+            site = self._checkpoint_call(value)
+        elif m.matches(value, m.Call(func=m.Attribute(attr=m.Name("load_state_dict")),
+                                     args=[m.Arg(m.Call())])):
+            site = self._checkpoint_call(value.args[0].value)
+        if site is None:
+            return None
+        kind, model, path = site
+        p = code(path)
+        if self.linen:
+            return self._lt_checkpoint(original_node, kind, model, p)
+        if kind == "save":
+            inner = f"checkpointer.save(os.path.abspath({p}), nnx.state({model}), force=True)"
+        else:
+            inner = (f"nnx.update({model}, checkpointer.restore(os.path.abspath({p}), "
+                     f"nnx.state({model})))")
+        self.need("nnx")
+        return self._orbax(original_node, kind, inner, "the model's nnx.state")
+
+    def _orbax(self, original_node, kind: str, inner: str, what: str):
+        """The statement becomes ``with ocp.StandardCheckpointer() as checkpointer: inner``."""
+        block = cst.parse_statement(f"with ocp.StandardCheckpointer() as checkpointer:\n"
+                                    f"    {inner}\n")
+        self.need("os", "ocp")
+        self.diag(original_node, f"torch.{kind}", "info",
+                  f"{'saves' if kind == 'save' else 'restores'} an orbax checkpoint (a "
+                  f"directory at that path) of {what}")
+        self._pending[-1].after.append(block)
+        return cst.RemoveFromParent()

@@ -1,0 +1,636 @@
+"""Module classes: class and method shells, ``__init__`` and ``super().__init__``, Sequential
+subclasses, module iteration and ``apply``, the ``rngs`` a constructor takes.
+
+A mixin of :class:`torch2jax.passes.rewrite.TorchToJax` (one traversal): its methods read
+the transformer's per-file state through ``self``."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis import values as vk
+from torch2jax.analysis.index import Layouts, ordered_dict_items
+from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.walk import findall, walk
+from torch2jax.passes import closures
+from torch2jax.passes import training as tr
+from torch2jax.passes.common import (
+    Untranslatable,
+    add_kwonly_param,
+    arg,
+    bind,
+    call,
+    expr,
+    wrap_long_statement,
+)
+from torch2jax.passes.rewrite_support import (
+    _BUILTINS,
+    _OVERLOADS,
+    _STATE_DICT_HOOKS,
+    _apply_loop,
+    _fix_commas,
+    _is_docstring,
+    _isinstance_of,
+)
+from torch2jax.targets import linen as linen_target
+from torch2jax.targets import linen_training as lt
+
+
+class ModuleClassMixin:
+    # ------------------------------------------------------------------ classes
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._class_stack.append(node.name.value)
+        # self.x = nn.Parameter(...) / self.register_buffer("x", ...) anywhere in the class
+        # (define_relative_position_bias_table) or in its bases of this file
+        names = set().union(*(self._variable_attrs.get(b.value.value, set())
+                              for b in node.bases if isinstance(b.value, cst.Name)))
+        for a in findall(node, m.Assign(targets=[m.AssignTarget(target=m.Attribute(
+                value=m.Name("self")))], value=m.Call())):
+            if self.q(a.value.func) in ("torch.nn.Parameter", "torch.nn.parameter.Parameter",
+                                        "torch.nn.Buffer", "torch.nn.parameter.Buffer"):
+                names.add(a.targets[0].target.attr.value)
+        for c in findall(node, m.Call(func=m.Attribute(value=m.Name("self"),
+                                                          attr=m.Name("register_buffer")))):
+            if c.args and isinstance(c.args[0].value, cst.SimpleString):
+                names.add(c.args[0].value.evaluated_value)
+        self._variable_attrs[node.name.value] = names
+        self._class_inits[node.name.value] = any(
+            isinstance(f, cst.FunctionDef) and f.name.value == "__init__" for f in node.body.body)
+
+    def leave_ClassDef(self, original_node, updated_node):
+        name = self._class_stack.pop()
+        if name not in self.index.module_classes:
+            return self._dataset_class(original_node, updated_node)
+        updated_node = self._lambda_methods(original_node, updated_node)
+        info = self.index.classes[name]
+        bases = []
+        for b, ob in zip(updated_node.bases, original_node.bases):
+            q = self.q(ob.value)
+            if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+                bases.append(b.with_changes(value=expr(self.emitter.module_base)))
+                self.need("linen" if self.linen else "nnx")
+            elif (q in self.rules.layers and self.rules.layers[q].special in (
+                    "sequential", "module_dict", "module_list") and not self.linen):
+                # class ConvNormActivation(nn.Sequential): super().__init__(*layers) fills it;
+                # class _DenseBlock(nn.ModuleDict): a dict of layers in insertion order
+                special = self.rules.layers[q].special
+                bases.append(b.with_changes(value=expr(
+                    "LayerDict" if special == "module_dict"
+                    else self.rules.layers[q].targets["nnx"])))
+                self.need("nnx")
+            elif q in self.rules.layers and q == info.layer_base and (
+                    self._layer_subclass_rule(name) is not None):
+                # class LayerNorm2d(nn.LayerNorm): the JAX layer, with the subclass's methods
+                base = ("Embedding" if name in self._padded_embedding_subclasses
+                        else self.rules.layers[q].targets["nnx"])
+                bases.append(b.with_changes(value=expr(base)))
+                self.need("nnx")
+            elif q in self.rules.layers:
+                self.diag(ob, "module-subclass", "error",
+                          f"subclass of the torch layer {q}: its parameters and forward are "
+                          "not translated")
+                bases.append(b)
+            else:
+                bases.append(b)
+        body = list(updated_node.body.body)
+        has_init = any(isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
+                       for s in body)
+        # (not when every self.training read became an nnx.Dropout, which has its own flag,
+        # and no class of the file derives from this one)
+        hoisted_all = (self._training_hoisted.get(name, 0) == self._training_reads.get(name, 0)
+                       and self._training_hoisted.get(name, 0) > 0 and not any(
+                           c.module_base == name for c in self.index.classes.values()))
+        if (info.uses_training and info.module_base == "torch" and has_init and not self.linen
+                and not hoisted_all):
+            body = [self._add_training_flag(s) if isinstance(s, cst.FunctionDef)
+                    and s.name.value == "__init__" else s for s in body]
+        new = updated_node.with_changes(
+            bases=bases, body=updated_node.body.with_changes(body=body))
+        new = self._add_dropouts(name, new)
+        if self.linen:
+            try:
+                is_base = any(c.module_base == name for c in self.index.classes.values())
+                new = linen_target.readable_dense(new, self._linear_inputs(info))
+                new, needs = linen_target.to_setup(
+                    new, self.uses_train and info.module_base == "torch", kw_only=is_base)
+                self.need(*needs)
+                if name in self._lt_dtype_classes:
+                    new = lt.add_dtype_field(new)
+                    self.need("Any")
+            except Untranslatable as exc:
+                self.diag(original_node, "linen", "error", exc.message)
+        return new
+
+    def _linear_inputs(self, info) -> dict[str, cst.BaseExpression]:
+        """self.x -> the input size of its torch ``nn.Linear(in, out)``."""
+        out = {}
+        for attr, layer in info.attr_rule.items():
+            rule = self.rules.layers.get(layer)
+            ctor = info.attr_ctor.get(attr)
+            if layer == "torch.nn.Linear" and rule is not None and ctor is not None:
+                size = bind(ctor.args, rule.params).get("in_features")
+                if size is not None:
+                    out[attr] = size
+        return out
+
+    def _add_training_flag(self, fn: cst.FunctionDef) -> cst.FunctionDef:
+        stmt = cst.parse_statement("self.deterministic = False  # flipped by .train()/.eval()")
+        body = list(fn.body.body)
+        i = 0
+        while i < len(body) and _is_docstring(body[i]):
+            i += 1
+        body.insert(i, stmt)
+        return fn.with_changes(body=fn.body.with_changes(body=body))
+
+    # ------------------------------------------------------------------ functions
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._fn_stack.append(node)
+        key = f"{self.current_class}.{node.name.value}" if self.current_class else node.name.value
+        is_init = self.in_module_class() and node.name.value == "__init__"
+        self._rngs_scope.append(is_init or key in self.index.rngs_functions)
+        self._param_names.append({p.name.value for p in node.params.params}
+                                 | {p.name.value for p in node.params.kwonly_params})
+        self._loop_layouts.append({})
+        free = self.current_class is None
+        name = node.name.value
+        takes_key = free and name in self.training.key_functions
+        self._key_scopes.append(tr.KeyScope(
+            has_key=takes_key, takes_key=takes_key,
+            seeds_here=free and name in self.training.seed_functions))
+        if self.linen and (self.current_class, name) in self._lt_init_fns:
+            return False  # its initializers went to the layers; removed in leave_FunctionDef
+        return None
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        self._fn_stack.pop()
+        takes_rngs = self._rngs_scope.pop()
+        self._param_names.pop()
+        self._loop_layouts.pop()
+        keys = self._key_scopes.pop()
+        if any(self.q(d.decorator) in _OVERLOADS for d in original_node.decorators):
+            # @torch.jit._overload_method stubs (signatures for TorchScript): the definition
+            # that follows them is the method
+            return cst.RemoveFromParent()
+        if self.in_module_class() and original_node.name.value in _STATE_DICT_HOOKS:
+            self.diag(original_node, "module-hook", "info",
+                      f"{original_node.name.value} removed: a hook of torch's state_dict "
+                      "loading (torch2jax's weight transfer maps the torch names itself)")
+            return cst.RemoveFromParent()
+        node = self._remat_closures_take_self(original_node, updated_node)
+        info = self.index.classes.get(self.current_class or "")
+        if (self.in_module_class() and original_node.name.value == "__init__" and info
+                and info.module_base == "torch" and info.container == "sequential"
+                and not self.linen):
+            self._fn_stack.append(original_node)
+            try:
+                if self._sequential_children():
+                    node = self._sequential_from_attributes(node)
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or "torch.nn.Sequential", "error",
+                          exc.message)
+            finally:
+                self._fn_stack.pop()
+        if original_node.name.value == "__init__" and self._module_rngs():
+            # the stream forward's draws take their keys from (_subkey)
+            body = list(node.body.body)
+            body.append(cst.parse_statement("self.rngs = rngs.fork()\n"))
+            node = node.with_changes(body=node.body.with_changes(body=body))
+        if keys.takes_key:
+            self.need("jax")
+            node = tr.add_key_param(node)
+        if keys.seeds_here:
+            try:
+                node = tr.return_key(node)
+            except Untranslatable as exc:
+                self.diag(original_node, "seed", "error", exc.message)
+        if self.in_module_class() and node.name.value == "forward":
+            node = node.with_changes(name=cst.Name("__call__"))
+        if self.linen and not self._class_stack and not self._fn_stack:
+            node = self._lt_function(node)
+        if self.linen and (self.current_class, node.name.value) in self._lt_init_fns:
+            return cst.RemoveFromParent()
+        if takes_rngs and self.linen and self.uses_train and not self.in_module_class():
+            # a layer-building helper: says whether the layers it builds train
+            node = add_kwonly_param(node, linen_target.TRAIN, "bool", "False")
+        if takes_rngs and not self.linen:
+            self.need("nnx")
+            node = add_kwonly_param(node, "rngs", self.emitter.rngs_type)
+        # @torch.no_grad() decorators
+        decos = [d for d, od in zip(node.decorators, original_node.decorators)
+                 if not (self.q(od.decorator) or "").startswith(("torch.no_grad",
+                                                                 "torch.inference_mode"))
+                 and not (isinstance(od.decorator, cst.Call)
+                          and (self.q(od.decorator.func) or "").startswith(
+                              ("torch.no_grad", "torch.inference_mode", "torch.jit")))
+                 and not (self.q(od.decorator) or "").startswith("torch.jit")]
+        no_grad = any((self.q(od.decorator.func if isinstance(od.decorator, cst.Call) else
+                              od.decorator) or "").startswith(("torch.no_grad",
+                                                               "torch.inference_mode"))
+                      for od in original_node.decorators)
+        if no_grad and not self._class_stack and not self._fn_stack and not self.linen and (
+                self.emitter.name == "nnx"):
+            # @torch.no_grad() def evaluate(model, loader): its model calls go through the
+            # jit-compiled eval step, as in a `with torch.no_grad():` block
+            jitted = tr.JitModelCalls(self._model_names())
+            node = node.with_changes(body=node.body.visit(jitted))
+            if jitted.count:
+                self._eval_step = True
+                self.need("nnx")
+        node = node.with_changes(decorators=decos)
+        ep = self._lt_epoch.get(node.name.value) if self.linen and not self._class_stack and \
+            not self._fn_stack else None
+        if ep is not None and ep.module_step is not None:
+            # the train step of a function run once per epoch, compiled once
+            return cst.FlattenSentinel([ep.module_step.with_changes(
+                leading_lines=node.leading_lines), node.with_changes(
+                leading_lines=[cst.EmptyLine(indent=False)] * 2)])
+        return node
+
+    def _modules_loop(self, original_node, updated_node):
+        """for m in self.modules(): -> for _, m in nnx.iter_modules(self): (also of a
+        submodule: for m in self.mlp.modules(), swin's init)"""
+        owner = m.Name("self") | m.Attribute(value=m.Name("self"))
+        if (self.emitter.name == "nnx" and self.in_module_class()
+                and m.matches(original_node.iter, m.Call(func=m.Attribute(
+                    value=owner, attr=m.Name("modules")), args=[]))
+                and isinstance(original_node.target, cst.Name)):
+            self.need("nnx")
+            return updated_node.with_changes(
+                target=cst.Tuple([cst.Element(cst.Name("_")),
+                                  cst.Element(original_node.target)], lpar=[], rpar=[]),
+                iter=expr("nnx.iter_modules({o})", o=original_node.iter.func.value))
+        return updated_node
+
+    def _isinstance(self, original: cst.Call, updated: cst.Call):
+        """isinstance(m, nn.Linear) -> isinstance(m, nnx.Linear)."""
+        if len(original.args) != 2:
+            return updated
+        kinds = original.args[1].value
+        elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        out = []
+        for e in elems:
+            q = self.q(e)
+            if q is None or not q.startswith("torch."):
+                out.append(e)
+                continue
+            if q == "torch.Tensor":
+                # an array rather than a list of them (densenet's _DenseLayer takes either);
+                # jax.Array also matches the tracers of jit and grad
+                self.need("jax")
+                out.append(expr("jax.Array"))
+                continue
+            rule = self.rules.layers.get(q)
+            target = rule.targets.get(self.emitter.name) if rule else None
+            if not target or not re.fullmatch(r"nnx\.[A-Z]\w*", target):
+                raise Untranslatable(f"isinstance check against {q}: no single JAX class",
+                                     rule="isinstance")
+            out.append(expr(target))
+        new_kinds = out[0] if len(out) == 1 else cst.Tuple([cst.Element(e) for e in out])
+        return updated.with_changes(args=[updated.args[0], updated.args[1].with_changes(
+            value=new_kinds)])
+
+    def _narrowed_layer(self, node: cst.CSTNode, name: str) -> list[str] | None:
+        """The torch layer ``name`` is known to be at ``node`` (inside an
+        ``if isinstance(name, nn.Linear):`` body)."""
+        child, parent = node, self.get_metadata(ParentNodeProvider, node, None)
+        while parent is not None:
+            elems = _isinstance_of(parent.test, name) if isinstance(parent, cst.If) else None
+            if child is getattr(parent, "body", None) and elems is not None:
+                names = {self.q(e) for e in elems}
+                layers = sorted(n for n in names if n in self.rules.layers)
+                if len(layers) != len(names) or not layers:
+                    return None
+                return layers
+            child, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        return None
+
+    def _model_apply(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """``net.apply(init_weights)`` on a model, outside its class: ``init_weights`` on every
+        submodule (nnx.iter_modules: children before their parent, as torch's apply), with one
+        nnx.Rngs from the function's key when the init function draws."""
+        fn = updated_node.value.args[0].value.value
+        model = updated_node.value.func.value.value
+        if self.linen or self.emitter.name != "nnx":
+            self.diag(original_node, "target", "error", f"{model}.apply(init function): "
+                      f"translated for --target nnx so far")
+            return updated_node
+        if fn not in self.index.defined:
+            self.diag(original_node, "init", "error", f"{model}.apply({fn}): {fn} is not a "
+                      "function of this file, so its translation is not known")
+            return updated_node
+        self.need("nnx")
+        takes_rngs = fn in self.index.rngs_functions
+        loop = _apply_loop(model, fn, "init_rngs" if takes_rngs else None)
+        if not takes_rngs:
+            self._pending[-1].after.append(loop.with_changes(
+                leading_lines=self._pending_line_comments()))
+            return cst.RemoveFromParent()
+        try:
+            key = self._subkey(original_node)  # (its split goes before this line)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or "random", "error", exc.message)
+            return updated_node
+        self._pending[-1].after.append(loop)
+        return cst.Assign(targets=[cst.AssignTarget(cst.Name("init_rngs"))],
+                          value=expr("nnx.Rngs({k})", k=key))
+
+    def _scalar_param(self, param: cst.Param) -> bool:
+        """A constructor parameter known to receive a number, string or bool: hashable, so
+        a module keeping it as an attribute can still be a static argument of jax.jit."""
+        return self.values is not None and self.values.param_kind(param) == vk.Kind.SCALAR
+
+    def _lambda_methods(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        """``self.f = lambda x: m.c_proj(m.c_fc(x))`` over submodules -> a method
+        (passes/closures.py); one that cannot move is marked at its line."""
+        def where(attr: str) -> cst.CSTNode:
+            init = next((s for s in original.body.body if isinstance(s, cst.FunctionDef)
+                         and s.name.value == "__init__"), original)
+            return next((s for s in init.body.body if isinstance(s, cst.SimpleStatementLine)
+                         and m.matches(s.body[0], m.Assign(targets=[m.AssignTarget(
+                             m.Attribute(value=m.Name("self"), attr=m.Name(attr)))],
+                             value=m.Lambda()))), original) if isinstance(
+                                 init, cst.FunctionDef) else original
+
+        def mark(attr: str, message: str) -> None:
+            line, col = self.pos(where(attr))
+            self.report(line, col, closures.RULE, "error", message)
+
+        info = self.index.classes.get(original.name.value)
+        dicts = frozenset(a for a, r in info.attr_rule.items() if r == "torch.nn.ModuleDict") \
+            if self.linen and info is not None else frozenset()
+        updated, moved = closures.lambdas_to_methods(updated, mark, dicts)
+        for attr in moved:
+            line, col = self.pos(where(attr))
+            self.report(line, col, closures.RULE, "info",
+                        f"self.{attr} = lambda over submodules -> method {attr}: a lambda "
+                        "would keep the layers it closed over out of JAX transforms (their "
+                        "parameters would get no gradient)")
+        return updated
+
+    def _linen_param(self, original, updated):
+        """self.w = nn.Parameter(t) -> self.w = self.param("w", lambda key: t)"""
+        b = bind(updated.args, ("data", "requires_grad"))
+        assign = self.get_metadata(ParentNodeProvider, original, None)
+        target = assign.targets[0].target if isinstance(assign, cst.Assign) else None
+        if not m.matches(target, m.Attribute(value=m.Name("self"))):
+            raise Untranslatable("nn.Parameter not assigned to self.<name>", rule="parameter")
+        if b.literal("requires_grad") is False:
+            return b.get("data")  # a constant
+        return expr(f'self.param("{target.attr.value}", lambda key: {{d}})', d=b.get("data"))
+
+    def _super_init(self, original, updated):
+        cls = self.current_class
+        info = self.index.classes.get(cls or "")
+        if not info or cls not in self.index.module_classes:
+            return updated
+        if info.module_base == "torch" and info.container == "sequential" and not self.linen:
+            return self._sequential_super_init(original, updated)
+        rule = self._layer_subclass_rule(cls)
+        if rule is not None and (info.module_base == "torch"
+                                 or self._takes_layer_arguments(info.module_base)):
+            # super().__init__(normalized_shape, eps=eps): the JAX layer's arguments
+            return self._layer_arguments(original, updated, rule, super_init=True)
+        if info.module_base == "torch" and info.container and not self.linen:
+            return updated  # nnx.Dict / nnx.List take torch's arguments (a mapping, a list)
+        if info.module_base == "torch":
+            return cst.Name("__REMOVE__")
+        if self.linen:
+            if updated.args:
+                raise Untranslatable("super().__init__(...) with arguments: a linen subclass "
+                                     "inherits its base's fields", rule="linen")
+            return expr("super().setup()")
+        return self._with_rngs(original, updated)
+
+    def _sequential_super_init(self, original, updated):
+        """``super().__init__(*layers)`` in a subclass of nn.Sequential: nnx.Sequential's, with
+        the children in torch's order (their state_dict names "0.weight", "1.running_mean"
+        are nnx's layers[0], layers[1]). The class takes and returns NCHW like any module
+        class, so channels-last children get transposes around them."""
+        if any(a.keyword for a in original.args):
+            raise Untranslatable("nn.Sequential subclass built with keywords",
+                                 rule="torch.nn.Sequential")
+        if not original.args:
+            try:
+                children = self._sequential_children()
+            except Untranslatable:
+                children = []  # marked at the def (leave_FunctionDef)
+            if children:
+                # its children are the layers assigned to attributes below (densenet's
+                # _Transition): nnx.Sequential is given them once they exist (leave_FunctionDef)
+                return cst.Name("__REMOVE__")
+        layouts = Layouts(self.rules, self, self.index)
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if self._fn_stack and fid == id(self._fn_stack[-1])}
+        overall, items = layouts.sequential(original.args, scope)
+        if overall == "mixed":
+            raise Untranslatable("nn.Sequential subclass mixing channels-last layers and other "
+                                 "layers in an order not known statically",
+                                 rule="torch.nn.Sequential")
+        args = self._ordered_dict_values(original, list(updated.args), layouts)
+        if "channels_last" in items:
+            args = self._insert_transposes(args, items)
+        return updated.with_changes(args=_fix_commas(args))
+
+    def _sequential_children(self) -> list[str]:
+        """The attributes ``__init__`` of a Sequential subclass assigns layers to, in order:
+        torch registers them as the Sequential's children, which its forward runs."""
+        fn = self._fn_stack[-1] if self._fn_stack else None
+        info = self.index.classes.get(self.current_class or "")
+        if fn is None or fn.name.value != "__init__" or info is None:
+            return []
+        layers = set(info.attr_rule) | info.module_attrs
+        children: list[str] = []
+        for stmt in fn.body.body:
+            for a in findall(stmt, m.Assign(targets=[m.AssignTarget(
+                    m.Attribute(value=m.Name("self")))])):
+                name = a.targets[0].target.attr.value
+                if name not in layers:
+                    if isinstance(a.value, cst.Call) and name not in info.tensor_attrs and not (
+                            m.matches(a.value.func, m.Name()) and a.value.func.value in _BUILTINS):
+                        # torch registers every Module assigned to an attribute as a child
+                        raise Untranslatable(
+                            f"nn.Sequential subclass: whether self.{name} is a layer (one of "
+                            "its children) is not known here", rule="torch.nn.Sequential")
+                    continue
+                if not (isinstance(stmt, cst.SimpleStatementLine) and a in stmt.body):
+                    raise Untranslatable(
+                        f"nn.Sequential subclass whose layer self.{name} is assigned under a "
+                        "condition or in a loop: the order of its children is not known "
+                        "statically", rule="torch.nn.Sequential")
+                if name not in children:
+                    children.append(name)
+        if children and any(findall(fn.body, m.Call(func=m.Attribute(
+                value=m.Name("self"), attr=m.Name("add_module"))))):
+            raise Untranslatable("nn.Sequential subclass filled both by attributes and by "
+                                 "add_module", rule="torch.nn.Sequential")
+        return children
+
+    def _sequential_from_attributes(self, node: cst.FunctionDef) -> cst.FunctionDef:
+        """``super().__init__(self.norm, self.relu, ...)`` at the end of the __init__ of a
+        Sequential subclass whose children are attributes (torch's registration order), with
+        transposes around the channels-last ones: the class takes NCHW like any module."""
+        children = self._sequential_children()
+        info = self.index.classes[self.current_class]
+        items = [info.attr_layout.get(c, "torch") for c in children]
+        if "mixed" in items:
+            raise Untranslatable("nn.Sequential subclass with a child whose layout is not "
+                                 "known statically", rule="torch.nn.Sequential")
+        args = [arg(expr(f"self.{c}")) for c in children]
+        if "channels_last" in items:
+            args = self._insert_transposes(args, items)
+        stmt = cst.SimpleStatementLine(body=[cst.Expr(call("super().__init__", *args))])
+        stmt = wrap_long_statement(stmt, 8)
+        return node.with_changes(body=node.body.with_changes(body=[*node.body.body, stmt]))
+
+    def _ordered_dict_values(self, original: cst.Call, args: list[cst.Arg],
+                             layouts: Layouts) -> list[cst.Arg]:
+        """``nn.Sequential(OrderedDict(pairs))`` / ``super().__init__(layers)`` of an OrderedDict:
+        nnx.Sequential takes the layers themselves, in order (their torch names become
+        positions: the weight transfer maps them)."""
+        if len(original.args) != 1 or ordered_dict_items(
+                original.args[0], layouts.is_ordered_dict) is None:
+            return args
+        return [cst.Arg(expr("{d}.values()", d=args[0].value), star="*")]
+
+    def _builds_module(self, original: cst.Call, name: str | None) -> bool:
+        func = original.func
+        if isinstance(func, cst.Name):
+            n = func.value
+            if n in self.index.module_classes and self._no_constructor(n):
+                return False  # class NewGELU(nn.Module) with only a forward: built bare
+            if n in self.index.module_classes or n in self.index.rngs_functions:
+                return True
+            # a layer factory handed in as an argument (block(...), norm_layer(...))
+            # (or held in a local: norm_layer = self._norm_layer)
+            factory = n.endswith(("layer", "block", "Layer", "Block", "norm", "module"))
+            if (self._rngs_scope and self._rngs_scope[-1] and self._param_names and (
+                    (n in self._param_names[-1] and (n[:1].isupper() or factory
+                                                     or n.endswith("act"))) or factory)):
+                return True
+            if not (self._rngs_scope and self._rngs_scope[-1] and self._fn_stack):
+                return False
+            # a parameter whose default is a module class of the file
+            # (inverted_residual: Callable[..., nn.Module] = InvertedResidual), a local
+            # assigned one (stem_type = SimpleStemIN), or a parameter named for one
+            # (block_constructor, block_type)
+            if self._param_default(n) in self.index.module_classes or (
+                    n in self._module_class_locals()):
+                return True
+            return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls"))
+        if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
+            return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
+        # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
+        return bool(isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
+                    and func.attr.value.endswith(("block", "Block")) and self._rngs_scope
+                    and self._rngs_scope[-1])
+
+    def _builds_layers_here(self) -> bool:
+        """Inside a function that builds layers with an ``rngs`` in scope (a module's
+        __init__, a layer-building helper), outside lambdas and comprehensions."""
+        return bool(self._rngs_scope and self._rngs_scope[-1] and not self._in_expr_scope
+                    and not self.linen)
+
+    def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on
+        a Sequential attribute (densenet's self.features): appended to the nnx.Sequential's
+        layers (the name becomes a position; the weight transfer maps it); a channels-last
+        layer added to a Sequential that takes NCHW comes with transposes around it. In a
+        ModuleDict subclass: ``self[name] = block`` (see leave_Expr); on a plain module:
+        ``setattr(self, name, block)``."""
+        recv = original.func.value
+        info = self.index.classes[self.current_class]
+        layer = original.args[1].value
+        layout = Layouts(self.rules, self, self.index).of(layer, {})
+        if m.matches(recv, m.Name("self")):
+            if info.container == "sequential":
+                target, seq_layout = "self.layers", "torch"
+            elif info.container in (None, "module_dict"):
+                return call("setattr", arg(cst.Name("self")), *updated.args)
+            else:
+                raise Untranslatable("add_module in a ModuleList subclass: append the layer",
+                                     rule="torch.nn.ModuleList")
+        elif m.matches(recv, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
+                recv.attr.value) == "torch.nn.Sequential":
+            target = f"self.{recv.attr.value}.layers"
+            seq_layout = info.attr_layout.get(recv.attr.value, "torch")
+            if seq_layout not in ("torch", "any") and layout not in ("any", seq_layout):
+                raise Untranslatable(
+                    "add_module of a layer in torch's layout into a Sequential built from "
+                    "channels-last layers: its calls give it channels-last input",
+                    rule="torch.nn.Sequential")
+        else:
+            return None
+        if layout == "channels_last" and seq_layout == "any":
+            raise Untranslatable("add_module of a channels-last layer into a Sequential: "
+                                 "wrap it with transposes", rule="torch.nn.Sequential")
+        if layout == "channels_last" and seq_layout == "torch":
+            # the Sequential takes NCHW: the layer gets its input channels-last
+            self.need("jnp")
+            return expr(f"{target}.extend([\n    lambda x: jnp.moveaxis(x, 1, -1),\n"
+                        "    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])",
+                        m=updated.args[1].value)
+        return expr(f"{target}.append({{m}})", m=updated.args[1].value)
+
+    def _module_class_locals(self) -> set[str]:
+        """Names the enclosing function assigns a module class of the file (or of another
+        file of the package) to: ``stem_type = SimpleStemIN``, an item of a local list of
+        them (``blocks = [BasicConv2d, InceptionA]; inception_a = blocks[1]``), or one of
+        two (``attention_class = Cross if is_cross_attention else Self``)."""
+        fn = self._fn_stack[-1]
+        if fn in self._class_locals:
+            return self._class_locals[fn]
+        assigns = [(node.targets[0].target.value, node.value) for node in walk(fn.body, False)
+                   if isinstance(node, cst.Assign) and len(node.targets) == 1
+                   and isinstance(node.targets[0].target, cst.Name)]
+        classes = self.index.module_classes
+        lists = {name for name, value in assigns if isinstance(value, (cst.List, cst.Tuple))
+                 and value.elements and all(isinstance(e.value, cst.Name)
+                                            and e.value.value in classes for e in value.elements)}
+        def a_class(value: cst.BaseExpression) -> bool:
+            if isinstance(value, cst.IfExp):  # Cross if is_cross_attention else Self
+                return a_class(value.body) and a_class(value.orelse)
+            return (isinstance(value, cst.Name) and value.value in classes) or (
+                isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
+                and value.value.value in lists)
+
+        found = self._class_locals[fn] = {name for name, value in assigns if a_class(value)}
+        return found
+
+    def _param_default(self, name: str) -> str | None:
+        """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
+        params = self._fn_stack[-1].params
+        for p in (*params.params, *params.kwonly_params):
+            if p.name.value == name and isinstance(p.default, cst.Name):
+                return p.default.value
+        return None
+
+    def _with_rngs(self, original, updated: cst.Call):
+        if self.linen:
+            # linen modules take no RNG state; the train flag is handed down instead
+            inside = self.in_module_class() or (self._rngs_scope and self._rngs_scope[-1])
+            if isinstance(original.func, cst.Name) and \
+                    original.func.value in self.index.module_classes:
+                # a linen module is hashed (a static argument of jax.jit): list fields are
+                # tuples, ResNet(BasicBlock, (1, 1))
+                updated = updated.with_changes(args=[a.with_changes(value=cst.Tuple(
+                    a.value.elements)) if isinstance(a.value, cst.List) and a.value.elements
+                    else a for a in updated.args])
+            # (a layer-building method of the module reads its field: self._make_layer(...))
+            if (self.uses_train and inside and not m.matches(original.func, m.Attribute(
+                    value=m.Name("self"))) and not any(
+                    a.keyword and a.keyword.value == linen_target.TRAIN for a in updated.args)):
+                updated = updated.with_changes(args=_fix_commas([*updated.args, arg(
+                    expr(self._linen_train()), linen_target.TRAIN)]))
+            if self.current_class in self._lt_dtype_classes and self.in_module_class() and \
+                    isinstance(original.func, cst.Name) and \
+                    original.func.value in self._lt_dtype_classes:
+                updated = updated.with_changes(args=_fix_commas([*updated.args, arg(
+                    expr("self.dtype"), "dtype")]))
+            return updated
+        if any(a.keyword and a.keyword.value == "rngs" for a in updated.args):
+            return updated
+        return updated.with_changes(args=_fix_commas([*updated.args,
+                                                      arg(self.rngs_expr(original), "rngs")]))

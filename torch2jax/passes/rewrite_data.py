@@ -1,0 +1,330 @@
+"""Data and randomness: datasets, loaders, samplers, torch.distributed, torch.Generator
+variables, and the keys that random draws split (passes/data.py holds the translations).
+
+A mixin of :class:`torch2jax.passes.rewrite.TorchToJax` (one traversal): its methods read
+the transformer's per-file state through ``self``."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis import host as ha
+from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.passes import data as dt
+from torch2jax.passes.common import (
+    Untranslatable,
+    bind,
+    code,
+    expr,
+)
+from torch2jax.passes.rewrite_support import _fix_commas
+
+
+class DataMixin:
+    def _dataset_class(self, original_node, updated_node):
+        """class Points(Dataset): -> class Points: (grain reads __len__ and __getitem__)."""
+        keep = []
+        for b, ob in zip(updated_node.bases, original_node.bases):
+            q = self.q(ob.value)
+            if q in dt.DATASET_BASES:
+                continue
+            if q in dt.ITERABLE_BASES:
+                continue  # a plain iterable: its loader is an IterableLoader
+            keep.append(b)
+        if len(keep) == len(updated_node.bases):
+            return updated_node
+        self.need("jax")
+        updated_node = updated_node.with_changes(body=updated_node.body.with_changes(body=[
+            dt.host_arrays(st) if isinstance(st, cst.FunctionDef) and st.name.value == "__init__"
+            else st for st in updated_node.body.body]))
+        if not keep:
+            return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
+                                             rpar=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(bases=_fix_commas(keep))
+
+    def _data_assign(self, original_node: cst.Assign, updated_node: cst.Assign):
+        """Samplers and scalers (consumed where they are used) and per-epoch loaders."""
+        target = original_node.targets[0].target if len(original_node.targets) == 1 else None
+        if not isinstance(target, cst.Name) or not isinstance(original_node.value, cst.Call):
+            return None
+        q = self.q(original_node.value.func) or ""
+        name = target.value
+        if q in dt.SAMPLERS and name in self.data.samplers or (
+                q in dt.BATCH_SAMPLERS and name in self.data.batch_samplers):
+            return cst.RemoveFromParent()  # read by the DataLoader that uses it
+        if self.data.seeded_draw(name):
+            # g = torch.Generator().manual_seed(s), read by torch.randn(..., generator=g)
+            self.need("jax")
+            return updated_node.with_changes(value=expr(
+                "jax.random.key({s})", s=self.data.generators[name]))
+        if self._consumed_generator(name):
+            return cst.RemoveFromParent()  # its seed is the shuffle seed of what reads it
+        if q in dt.SCALERS:
+            self.diag(original_node, q, "info", "GradScaler removed: the autocast region "
+                      "computes in bfloat16, which needs no loss scaling")
+            return cst.RemoveFromParent()
+        site = self.data.loaders.get(name)
+        if q in dt.LOADERS and site is not None and site.shuffled:
+            try:
+                expanded, warnings = dt.expand_loader_kwargs(
+                    original_node.value, updated_node.value, self.get_metadata)
+                pipeline, notes = dt.loader_pipeline(original_node.value, expanded, self.q,
+                                                     self.data, "epoch")
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or q, "error", exc.message)
+                return None
+            for note in notes:
+                self.diag(original_node, q, "info", note)
+            for note in warnings:
+                self.diag(original_node, q, "warning", note)
+            self.need("grain")
+            blank = [cst.EmptyLine(indent=False)]
+            self._pending[-1].after.append(dt.loader_function(name, "epoch", pipeline, blank))
+            return cst.RemoveFromParent()
+        return None
+
+    def _loader_loop(self, original_node, updated_node):
+        """for x, y in loader: -> for x, y in loader(epoch): (a loader shuffled per epoch), also
+        where the loop wraps it: enumerate(loader), tqdm(loader), zip(loader, ...)."""
+        outer = [f.target.value for f in self._for_stack[:-1] if isinstance(f.target, cst.Name)]
+        return updated_node.with_changes(iter=self._epoch_loaders(
+            updated_node.iter, outer[-1] if outer else "0"))
+
+    def _epoch_loaders(self, it: cst.BaseExpression, epoch: str) -> cst.BaseExpression:
+        """``it`` with each loader shuffled per epoch, bare or an argument of the calls that wrap
+        it, called with ``epoch``."""
+        if isinstance(it, cst.Name) and it.value in self.data.loaders and (
+                self.data.loaders[it.value].shuffled) and not self._shadowed(it.value):
+            return expr(f"{it.value}({epoch})")
+        if isinstance(it, cst.Call):
+            return it.with_changes(args=[a.with_changes(value=self._epoch_loaders(a.value, epoch))
+                                         for a in it.args])
+        return it
+
+    def _all_gather(self, original: cst.Expr, call: cst.Call, q: str):
+        """all_gather(out, x) in a world of one process: ``out`` receives ``x`` alone."""
+        b = bind(call.args, ("out", "value"))
+        out, value = b.get("out"), b.get("value")
+        if out is None or value is None or q.endswith("_into_tensor") and not isinstance(
+                out, cst.Name):
+            self.diag(original, q, "error", f"{q.rsplit('.', 1)[1]} with arguments that are "
+                      "not (output, value)")
+            return None
+        self.diag(original, q, "info", f"{q.rsplit('.', 1)[1]}() over a world of one process: "
+                  "the JAX script is one program, so the value is already the global one")
+        if q.endswith("_into_tensor"):
+            return cst.Assign([cst.AssignTarget(out)], value)
+        return cst.Assign([cst.AssignTarget(expr("{o}[:]", o=out))],
+                          cst.List([cst.Element(value)]))
+
+    def _data_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """torch.distributed calls, sampler epochs and GradScaler calls used as statements."""
+        value = original_node.value
+        if not isinstance(value, cst.Call):
+            return None
+        q = self.q(value.func) or ""
+        if q in dt.DIST_DROPPED:
+            self.diag(original_node, q, "info", f"{q.rsplit('.', 1)[1]}() removed: a "
+                      "collective over a world of one process (the JAX script is one "
+                      "program; XLA adds the collectives its sharded computations need)")
+            return cst.RemoveFromParent()
+        if q in dt.DEVICE_DROPPED:
+            self.diag(original_node, q, "info", f"{q}() removed: JAX puts arrays on the "
+                      "default device (jax.devices() lists the others)")
+            return cst.RemoveFromParent()
+        if q in dt.DIST_GATHERS:
+            return self._all_gather(original_node, updated_node.value, q)
+        if q == dt.DIST_INIT:
+            self.need("os", "jax")
+            self.diag(original_node, q, "info", "init_process_group -> "
+                      "jax.distributed.initialize() on several hosts; one host needs nothing")
+            self._pending[-1].after.append(dt.distributed_init())
+            return cst.RemoveFromParent()
+        func = value.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        meth = func.attr.value
+        recv = func.value
+        if isinstance(recv, cst.Name) and meth == "manual_seed" and self._consumed_generator(
+                recv.value):
+            return cst.RemoveFromParent()
+        if isinstance(recv, cst.Name) and recv.value in self.data.samplers and (
+                meth == "set_epoch"):
+            return cst.RemoveFromParent()  # the loader's shuffle seed adds the epoch
+        if isinstance(recv, cst.Name) and recv.value in self.data.scalers:
+            if meth in ("update", "unscale_"):
+                return cst.RemoveFromParent()
+            if meth == "step" and value.args:
+                return updated_node.with_changes(value=cst.Call(func=cst.Attribute(
+                    value=updated_node.value.args[0].value, attr=cst.Name("step"))))
+            return None
+        # scaler.scale(loss).backward() -> loss.backward()
+        if meth == "backward" and m.matches(recv, m.Call(func=m.Attribute(
+                value=m.Name(), attr=m.Name("scale")))) and recv.func.value.value in (
+                self.data.scalers) and recv.args:
+            inner = updated_node.value.func.value.args[0].value
+            return updated_node.with_changes(value=updated_node.value.with_changes(
+                func=cst.Attribute(value=inner, attr=cst.Name("backward"))))
+        return None
+
+    def _torch_machinery_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """``torch.fx.wrap("f")`` (registers f as a leaf for torch.fx tracing): removed;
+        ``torch._assert(cond, msg)`` (an assert that torch.fx can trace): ``assert cond, msg``
+        (shapes are static under jax.jit, so the conditions torchvision writes stay checked)."""
+        value = original_node.value
+        if not isinstance(value, cst.Call):
+            return None
+        q = self.q(value.func)
+        if q == "torch.fx.wrap":
+            self.diag(original_node, q, "info", "torch.fx.wrap(...) removed: a torch.fx tracing "
+                      "hint")
+            return cst.RemoveFromParent()
+        if q == "torch._assert" and len(updated_node.value.args) in (1, 2):
+            args = updated_node.value.args
+            return cst.Assert(test=args[0].value, msg=args[1].value if len(args) == 2 else None)
+        return None
+
+    # ------------------------------------------------------------------ randomness
+    def _subkey(self, node) -> cst.BaseExpression:
+        if self._in_expr_scope:
+            raise Untranslatable("random draw inside a lambda or comprehension: each draw "
+                                 "needs its own key; make it a loop", rule="random")
+        scope = self._key_scopes[-1]
+        if not scope.has_key:
+            if len(self._key_scopes) == 1:
+                scope.root_needed = scope.has_key = True
+                self.diag(node, "random", "warning",
+                          "random draw without torch.manual_seed: a root key "
+                          "jax.random.key(0) is added at the top of the file")
+            elif self._module_rngs():
+                # a module's own random numbers at call time (a VAE's reparameterisation):
+                # from the nnx.Rngs that __init__ keeps, whose state advances at every draw
+                self.need("jax")
+                return expr("self.rngs()")
+            else:
+                raise Untranslatable("random draw in a method: pass a key to it (or keep an "
+                                     "nnx.Rngs on the module)", rule="random")
+        self.need("jax")
+        return self._pending[-1].keys.take()
+
+    def _module_rngs(self) -> bool:
+        """In a method of an NNX module class that draws random numbers outside __init__
+        (the class keeps ``self.rngs = rngs.fork()``). Not for linen, whose modules draw
+        with make_rng and a key given to apply, nor for the NNX translation the equinox
+        target starts from."""
+        return (not self.linen and not self.for_equinox and self.in_module_class()
+                and self.current_class in self.training.method_draws)
+
+    def _with_host_rng(self, original_node, body: list) -> list:
+        """``host_rng = np.random.default_rng(SEED)`` after the statement that binds the seed
+        (after the imports for a literal seed): the generator of the host-side draws."""
+        host = self.data.host
+        stmt = cst.parse_statement(
+            f"{ha.GENERATOR} = np.random.default_rng({code(host.seed)})\n")
+        at = None
+        if isinstance(host.seed, cst.Name):
+            binds = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(
+                m.Name(host.seed.value))]) | m.AnnAssign(target=m.Name(host.seed.value))])
+            at = next((i + 1 for i in range(len(body) - 1, -1, -1)
+                       if m.matches(body[i], binds)), None)
+            # after the block of constants the seed is defined in
+            while at is not None and at < len(body) and isinstance(
+                    body[at], cst.SimpleStatementLine) and m.matches(
+                    body[at].body[0], m.Assign() | m.AnnAssign()) and not any(
+                    ln.comment is None for ln in body[at].leading_lines):
+                at += 1
+        if at is None:
+            at = 0
+            while at < len(body) and (m.matches(body[at], m.SimpleStatementLine(
+                    body=[m.Import() | m.ImportFrom()])) or (at == 0 and m.matches(
+                    body[at], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])))):
+                at += 1
+            stmt = stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        return [*body[:at], stmt, *body[at:]]
+
+    def _data_call(self, original: cst.Call, updated: cst.Call, name: str
+                   ) -> cst.BaseExpression | None:
+        """torch.distributed queries, DDP, TensorDataset, DataLoader (passes/data.py)."""
+        transform = dt.transform_name(name)
+        if transform in dt.TRANSFORMS:
+            if transform in dt.RANDOM_TRANSFORMS:
+                self.need("np")
+            return dt.transform(transform, updated, self.data)
+        if transform is not None or name.startswith("torchvision.datasets."):
+            raise Untranslatable(
+                f"{name}: no numpy counterpart written (the translated transforms are "
+                f"{', '.join(sorted(dt.TRANSFORMS))})" if transform is not None else
+                f"{name}: torchvision's datasets download and decode with torch; load the "
+                "arrays with numpy (or tensorflow_datasets / datasets) into a Dataset class",
+                rule=name)
+        if name == "torch.distributed.get_rank":
+            self.need("jax")
+            return expr("jax.process_index()")
+        if name == "torch.distributed.get_world_size":
+            self.diag(original, name, "info", "world size 1: the JAX script is one program "
+                      "over every device; its batch size is the global batch, sharded along "
+                      "the data axis")
+            return cst.Integer("1")
+        if name in ("torch.distributed.is_initialized", "torch.distributed.is_available"):
+            return cst.Name("True")
+        if name in dt.WRAPPERS:
+            module = updated.args[0].value if updated.args else None
+            if module is None:
+                raise Untranslatable(f"{name} without a module", rule=name)
+            self.diag(original, name, "info", "DistributedDataParallel removed: the batch is "
+                      "sharded over the devices and XLA inserts the gradient all-reduce")
+            return module
+        if name in dt.GENERATORS and (self._seeds_a_split(original) or self._consumed_generator(
+                self._generator_variable(original))):
+            return updated  # torch.Generator().manual_seed(s): the split or loader reads s
+        if name in dt.TENSOR_DATASETS:
+            self.need("grain")
+            return dt.tensor_dataset(updated)
+        if name in dt.RANDOM_SPLITS:
+            self.need("grain")
+            return dt.random_split(updated, self.data)
+        if name in dt.SUBSETS:
+            self.need("grain")
+            return dt.subset(updated, self.data)
+        if name in dt.LOADERS:
+            target = self._assign_target(original)
+            site = self.data.loaders.get(target or "")
+            if site is not None and site.shuffled:
+                return updated  # the assignment becomes a function of the epoch: leave_Assign
+            expanded, warnings = dt.expand_loader_kwargs(original, updated, self.get_metadata)
+            pipeline, notes = dt.loader_pipeline(original, expanded, self.q, self.data, None)
+            for note in notes:
+                self.diag(original, name, "info", note)
+            for note in warnings:
+                self.diag(original, name, "warning", note)
+            self.need("grain")
+            return pipeline
+        if name in dt.SAMPLERS | dt.BATCH_SAMPLERS or name in dt.SCALERS or (
+                name in dt.AUTOCASTS) or name in dt.DIST_GATHERS or (
+                name in dt.DIST_DROPPED or name == dt.DIST_INIT) or (
+                name in dt.DEVICE_DROPPED and isinstance(
+                    self.get_metadata(ParentNodeProvider, original, None), cst.Expr)):
+            return updated  # statements, arguments and with blocks: handled there
+        return None
+
+    def _seeds_a_split(self, node: cst.Call) -> bool:
+        chain = [node]
+        for _ in range(4):  # Call <- Attribute <- Call(manual_seed) <- Arg <- random_split
+            chain.append(self.get_metadata(ParentNodeProvider, chain[-1], None))
+        attr, _seeded, argument, split = chain[1:]
+        return (isinstance(attr, cst.Attribute) and attr.attr.value == "manual_seed"
+                and isinstance(argument, cst.Arg) and isinstance(split, cst.Call)
+                and (self.q(split.func) or "") in dt.RANDOM_SPLITS | dt.LOADERS)
+
+    def _generator_variable(self, node: cst.Call) -> str:
+        """``g`` of ``g = torch.Generator()`` or ``g = torch.Generator().manual_seed(s)``."""
+        seeded = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(seeded, cst.Attribute) and seeded.attr.value == "manual_seed":
+            node = self.get_metadata(ParentNodeProvider, seeded, node)
+        return self._assign_target(node) or ""
+
+    def _consumed_generator(self, name: str) -> bool:
+        """A torch.Generator variable read only as the generator= of loaders and splits."""
+        return (name in self.data.generators and name not in self.data.generators_kept
+                and self.data.generators[name] is not None)

@@ -1,0 +1,691 @@
+"""Layer construction: torch layers to JAX layers, containers, subclasses of torch layers,
+layer factories (classes and partials as values), dropout layers, parameter init.
+
+A mixin of :class:`torch2jax.passes.rewrite.TorchToJax` (one traversal): its methods read
+the transformer's per-file state through ``self``."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis import values as vk
+from torch2jax.analysis.index import Layouts, ordered_dict_items
+from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.passes import torch_init
+from torch2jax.passes.common import (
+    Untranslatable,
+    arg,
+    bind,
+    call,
+    code,
+    expr,
+    try_literal,
+)
+from torch2jax.passes.helpers import HELPERS
+from torch2jax.passes.registry import spatial_dims
+from torch2jax.passes.rewrite_support import (
+    _LAYER_ATTRIBUTES,
+    _activation_value,
+    _is_dotted_text,
+    _rule_args,
+)
+from torch2jax.passes.special import batch_norm_helper
+from torch2jax.passes.specials import SPECIALS, Site
+from torch2jax.ruleset import Rule, weight_source
+from torch2jax.targets import linen as linen_target
+from torch2jax.targets import linen_training as lt
+
+
+class LayersMixin:
+    def _holds_layer(self, attr: str) -> bool:
+        """``self.<attr>`` of the current module class is assigned a layer somewhere: a torch
+        layer or module class, or a call of a module class held in a local of this function
+        (``inception_aux = inception_blocks[6]``)."""
+        if self.linen:
+            return False
+        info = self.index.classes[self.current_class]
+        if attr in info.module_attrs:
+            return True
+        return bool(self._fn_stack and info.built_by.get(attr, set())
+                    & self._module_class_locals())
+
+    def _layer_container(self, node: cst.BaseExpression) -> bool:
+        """``self.heads`` holding a ModuleDict / ModuleList (``self.heads["a"] = layer``), or
+        ``self`` in a subclass of one."""
+        info = self.index.classes.get(self.current_class or "")
+        if info is None:
+            return False
+        if m.matches(node, m.Name("self")):
+            return info.container in ("module_dict", "module_list")
+        return m.matches(node, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
+            node.attr.value) in ("torch.nn.ModuleDict", "torch.nn.ModuleList")
+
+    def _init_statement(self, original_node: cst.Expr, updated_node: cst.Expr, q: str):
+        """torch.nn.init.normal_(module.weight, std=0.02) -> module.kernel.value = ..."""
+        fn = q.rsplit(".", 1)[-1]
+        new_call = updated_node.value
+        params = {"normal_": ("tensor", "mean", "std"), "uniform_": ("tensor", "a", "b"),
+                  "zeros_": ("tensor",), "ones_": ("tensor",), "constant_": ("tensor", "val"),
+                  "trunc_normal_": ("tensor", "mean", "std", "a", "b")}
+        fans = {"kaiming_normal_": ("tensor", "a", "mode", "nonlinearity"),
+                "kaiming_uniform_": ("tensor", "a", "mode", "nonlinearity"),
+                "xavier_normal_": ("tensor", "gain"), "xavier_uniform_": ("tensor", "gain")}
+        if fn in fans:
+            return self._fan_init(new_call, fn, fans[fn], q)
+        if fn not in params:
+            raise Untranslatable(f"{q}: structured initialisers are not translated; set the "
+                                 "layer's kernel_init instead", rule=q)
+        b = bind(new_call.args, params[fn])
+        t = b.get("tensor")
+        if b.star or t is None or not isinstance(t, (cst.Attribute, cst.Name)):
+            raise Untranslatable(f"{q} of a computed tensor", rule=q)
+        if isinstance(t, cst.Attribute) and (t.attr.value == "data" or (
+                t.attr.value == "weight" and not m.matches(t.value, m.Name("self")))):
+            # m.weight where m's layer type is not known (a test of m.__class__.__name__,
+            # not isinstance): NNX names it kernel, scale or embedding by type
+            raise Untranslatable(f"{q} of {code(t)}: the layer type is not known here (NNX "
+                                 "names a weight kernel, scale or embedding by layer type); "
+                                 "test it with isinstance(m, nn.Conv2d) and so on", rule=q)
+        v = expr("{t}.value", t=t)
+        shape = f"{code(v)}.shape, {code(v)}.dtype"
+        g = lambda n, d: code(b.get(n)) if b.get(n) is not None else d
+        if fn in ("normal_", "uniform_", "trunc_normal_") and not (
+                self._rngs_scope and self._rngs_scope[-1]):
+            raise Untranslatable(f"{q} outside module construction: no key", rule=q)
+        key = "rngs.params()"
+        if fn == "normal_":
+            value = f"{g('mean', '0.0')} + {g('std', '1.0')} * jax.random.normal({key}, {shape})"
+        elif fn == "uniform_":
+            value = f"jax.random.uniform({key}, {shape}, {g('a', '0.0')}, {g('b', '1.0')})"
+        elif fn == "trunc_normal_":
+            mean, std = g("mean", "0.0"), g("std", "1.0")
+            lo, hi = g("a", "-2.0"), g("b", "2.0")
+            value = (f"{mean} + {std} * jax.random.truncated_normal({key}, ({lo} - {mean}) / "
+                     f"{std}, ({hi} - {mean}) / {std}, {shape})")
+        elif fn == "zeros_":
+            value = f"jnp.zeros_like({code(v)})"
+        elif fn == "ones_":
+            value = f"jnp.ones_like({code(v)})"
+        else:
+            value = f"jnp.full_like({code(v)}, {g('val', '0.0')})"
+        self.need("jax", "jnp")
+        return cst.Assign(targets=[cst.AssignTarget(v)], value=cst.parse_expression(value))
+
+    def _fan_init(self, new_call: cst.Call, fn: str, params: tuple[str, ...], q: str):
+        """kaiming_* / xavier_*: jax.nn.initializers.variance_scaling, whose fans (in axis -2,
+        out axis -1, the rest receptive field) are torch's for NNX Linear and Conv kernels."""
+        import math
+
+        b = bind(new_call.args, params)
+        t = b.get("tensor")
+        if not m.matches(t, m.Attribute(attr=m.Name("kernel"))):
+            raise Untranslatable(f"{q} of {code(t) if t is not None else '?'}: only Linear and "
+                                 "Conv kernels have torch's fans in JAX's layout", rule=q)
+        if not (self._rngs_scope and self._rngs_scope[-1]):
+            raise Untranslatable(f"{q} outside module construction: no key", rule=q)
+        if fn.startswith("kaiming"):
+            mode = b.literal("mode", "fan_in")
+            nl = b.literal("nonlinearity", "leaky_relu")
+            a = b.literal("a", 0)
+            gains = {"relu": 2.0, "linear": 1.0, "sigmoid": 1.0, "conv1d": 1.0, "conv2d": 1.0,
+                     "conv3d": 1.0, "tanh": 25.0 / 9.0, "selu": 9.0 / 16.0}
+            if nl == "leaky_relu" and isinstance(a, (int, float)):
+                scale = 2.0 / (1 + a * a)
+            elif nl in gains:
+                scale = gains[nl]
+            else:
+                raise Untranslatable(f"{q} with nonlinearity={nl!r}, a={a!r}", rule=q)
+            if mode not in ("fan_in", "fan_out"):
+                raise Untranslatable(f"{q} with mode={mode!r}", rule=q)
+        else:
+            gain = b.literal("gain", 1.0)
+            if not isinstance(gain, (int, float)):
+                raise Untranslatable(f"{q} with a computed gain", rule=q)
+            scale, mode = float(gain) ** 2, "fan_avg"
+        dist = "normal" if fn.endswith("normal_") else "uniform"
+        v = code(t) + ".value"
+        scale_text = repr(round(scale, 12)) if not math.isclose(scale, 2.0) else "2.0"
+        self.need("jax")
+        return cst.Assign(targets=[cst.AssignTarget(expr(v))], value=expr(
+            f'jax.nn.initializers.variance_scaling({scale_text}, "{mode}", "{dist}")('
+            f"rngs.params(), {v}.shape, {v}.dtype)"))
+
+    def _tensor_type_value(self, original: cst.Name, parent: cst.CSTNode | None) -> bool:
+        """``Tensor`` (from torch) as a value outside annotations: a namedtuple's
+        ``__annotations__ = {"logits": Tensor, "aux": Optional[Tensor]}`` (googlenet). Not an
+        import, a construction or an isinstance check (handled there)."""
+        if self.q(original) not in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor"):
+            return False
+        if isinstance(parent, (cst.ImportAlias, cst.Call)):
+            return False
+        if isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            return not m.matches(outer, m.Call(func=m.Name("isinstance")))
+        return True
+
+    def _layer_class_value(self, original: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``norm_layer = nn.BatchNorm2d``: a torch layer class used as a value (a factory)."""
+        q = self.q(original)
+        rule = self.rules.layers.get(q or "")
+        if rule is None or self._in_annotation:
+            return None
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if isinstance(parent, cst.Call) and parent.func is original:
+            return None  # a construction: handled as a call
+        if isinstance(parent, cst.Arg) and isinstance(
+                self.get_metadata(ParentNodeProvider, parent, None), cst.ClassDef):
+            return None  # a base class: handled with the class
+        if isinstance(parent, cst.Arg) and not parent.keyword:
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            if (isinstance(outer, cst.Call) and outer.args and outer.args[0] is parent
+                    and self.q(outer.func) == "functools.partial"
+                    and rule.special in ("batch_norm", "layer_norm")):
+                return None  # partial(nn.LayerNorm, eps=1e-6): translated as a whole
+        if isinstance(parent, (cst.Arg, cst.Element)):
+            grand = self.get_metadata(ParentNodeProvider, parent, None)
+            while isinstance(grand, (cst.Tuple, cst.Element)):
+                grand = self.get_metadata(ParentNodeProvider, grand, None)
+            if isinstance(grand, cst.Call) and m.matches(grand.func, m.Name("isinstance")):
+                return None
+            if isinstance(grand, cst.Arg):
+                grand = self.get_metadata(ParentNodeProvider, grand, None)
+                if isinstance(grand, cst.Call) and m.matches(grand.func, m.Name("isinstance")):
+                    return None
+        if rule.special == "batch_norm" and "BatchNorm" in self.index.defined:
+            self.diag(original, rule.id, "error", f"{q} as a value: the file defines its own "
+                      "BatchNorm, the name of the converter's BatchNorm helper class: rename it")
+            return None
+        if rule.special == "batch_norm" and self.linen:
+            self.need("partial", "linen")
+            return expr(f"partial(BatchNorm, use_running_average=not {self._linen_train()}, "
+                        "momentum=0.9, epsilon=1e-05)")
+        if rule.special == "batch_norm" and self.emitter.name == "nnx":
+            self.need("partial", "nnx")
+            if self.index.factory_layouts == {rule.layout}:
+                # its calls (norm_layer(planes)) are known to want channels-last input
+                return expr("partial(BatchNorm, momentum=0.9, epsilon=1e-05)")
+            # normalises over every axis but 1: right for NCHW/NCL input without a transpose
+            self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
+                      "axis 1 (channels first), so that it fits wherever it is used")
+            return expr("partial(BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
+        if rule.special == "layer_norm" and self.emitter.name == "nnx" and not self.linen:
+            # norm_layer: Callable[..., nn.Module] = nn.LayerNorm, called with the normalized
+            # size (swin's PatchMerging): torch's epsilon, flax's default being 1e-6
+            self.need("partial", "nnx")
+            return expr("partial(nnx.LayerNorm, epsilon=1e-05)")
+        if rule.special == "conv" and self.emitter.name == "nnx" and not self.linen:
+            # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
+            # wherever the value goes: a helper class with that signature and torch's layout
+            return cst.Name(f"Conv{spatial_dims(rule.torch)}d")
+        if rule.special == "pool" and self.emitter.name == "nnx" and not self.linen:
+            # aa_layer = nn.AvgPool2d, called with torch's arguments (kernel_size, stride, ...):
+            # a helper class with that signature on NCHW input
+            return cst.Name(q.rsplit(".", 1)[1])
+        if rule.torch == "torch.nn.Linear" and self.emitter.name == "nnx" and not self.linen:
+            # linear_layer = nn.Linear, called with torch's arguments (bias=): a helper class
+            # with that signature over nnx.Linear
+            return cst.Name("Linear")
+        if rule.special == "layer_norm" and self.emitter.name == "nnx" and not self.linen:
+            # norm_layer = nn.LayerNorm, called with the normalized size as nnx.LayerNorm is;
+            # torch's eps (1e-5) written out, flax's default is 1e-6
+            self.need("partial", "nnx")
+            return expr("partial(nnx.LayerNorm, epsilon=1e-05)")
+        activation = _activation_value(rule)
+        if activation is not None and not self.linen:
+            # activation_layer = nn.ReLU6: the function itself; the calls of a parameter
+            # defaulting to an activation class (activation_layer(inplace=True)) give it back
+            self._note_imports(activation)
+            return activation
+        self.diag(original, rule.id, "error", f"the layer class {q} used as a value")
+        return None
+
+    def _function_value(self, original, rule: Rule) -> cst.BaseExpression | None:
+        """``act = F.relu`` / ``interpolate = torch.nn.functional.interpolate``: a torch function
+        used as a value, not called. A plain rename is its JAX function (with the keywords the
+        rule always writes); one whose arguments are translated per call cannot be: the JAX
+        function is named so that the module still imports, and marked."""
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if (isinstance(parent, cst.Call) and parent.func is original) or isinstance(
+                parent, cst.Attribute):
+            return None
+        target = rule.jax
+        if not target or not _is_dotted_text(target):
+            return None
+        self._note_imports(expr(target))
+        if rule.special == "gelu":  # torch's default is the exact erf form
+            self.need("partial")
+            return expr(f"partial({target}, approximate=False)")
+        if rule.special is None and not rule.rename and set(rule.drop) <= {"inplace"}:
+            if rule.emit:
+                self.need("partial")
+                return expr(f"partial({target}, " + ", ".join(
+                    f"{k}={v!r}" for k, v in rule.emit.items()) + ")")
+            return expr(target)
+        self.diag(original, rule.id, "error",
+                  f"{rule.torch} used as a value: its arguments are translated per call, and "
+                  f"calls through this name are not; {target} takes other arguments")
+        return expr(target)
+
+    def _dropout_layer(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
+        """``F.dropout(x, p=self.drop_rate, training=self.training)`` in a module's method: an
+        ``nnx.Dropout`` attribute built at the end of ``__init__`` (it draws from ``rngs`` and
+        follows ``.train()`` / ``.eval()``), called here. The rate must be a literal or an
+        attribute ``__init__`` sets; any other call is left to the rule (marked)."""
+        cls = self.current_class
+        if (self.emitter.name != "nnx" or not self.in_module_class()
+                or not self._class_inits.get(cls or "") or not self._fn_stack
+                or self._fn_stack[-1].name.value == "__init__" or self._in_expr_scope):
+            return None
+        b = bind(original.args, ("input", "p", "training", "inplace"))
+        if b.star or b.get("input") is None or not m.matches(
+                b.get("training"), m.Attribute(value=m.Name("self"), attr=m.Name("training"))):
+            return None
+        info = self.index.classes[cls]
+        p = b.get("p")
+        if p is None:
+            rate: cst.BaseExpression = cst.Float("0.5")
+        elif isinstance(try_literal(p, ...), (int, float)) or (
+                m.matches(p, m.Attribute(value=m.Name("self")))
+                and p.attr.value in info.init_attrs):
+            rate = p
+        else:
+            return None
+        taken = set(info.init_attrs) | set(info.attr_layout) | info.module_attrs
+        hoisted = self._dropouts.setdefault(cls, [])
+        attr = next((a for a, r in hoisted if code(r) == code(rate)), None)
+        if attr is None:
+            attr = "dropout"
+            n = 1
+            while attr in taken or any(a == attr for a, _ in hoisted):
+                attr, n = f"dropout{n}", n + 1
+            hoisted.append((attr, rate))
+        self.diag(original, "torch.nn.functional.dropout", "info",
+                  f"F.dropout(..., training=self.training) became self.{attr}, an nnx.Dropout "
+                  "built in __init__ (its key comes from rngs; .eval() turns it off)")
+        x = bind(updated.args, ("input", "p", "training", "inplace")).get("input")
+        self._training_hoisted[cls] = self._training_hoisted.get(cls, 0) + 1
+        return call(f"self.{attr}", arg(x))
+
+    def _add_dropouts(self, cls: str, node: cst.ClassDef) -> cst.ClassDef:
+        """The nnx.Dropout layers of _dropout_layer, at the end of ``__init__``."""
+        hoisted = self._dropouts.get(cls)
+        if not hoisted:
+            return node
+        self.need("nnx")
+        lines = [cst.SimpleStatementLine(body=[cst.Assign(
+            targets=[cst.AssignTarget(expr(f"self.{attr}"))],
+            value=call("nnx.Dropout", arg(rate), arg(cst.Name("rngs"), "rngs")))])
+            for attr, rate in hoisted]
+        body = [f.with_changes(body=f.body.with_changes(body=[*f.body.body, *lines]))
+                if isinstance(f, cst.FunctionDef) and f.name.value == "__init__" else f
+                for f in node.body.body]
+        return node.with_changes(body=node.body.with_changes(body=body))
+
+    def _layer_attribute(self, original: cst.Attribute, updated: cst.Attribute
+                         ) -> cst.BaseExpression | None:
+        """``self.drop.p`` where ``self.drop`` is an nn.Dropout: ``self.drop.rate`` (a
+        hyperparameter the JAX layer keeps under another name)."""
+        inner = original.value
+        if self.linen or not (isinstance(inner, cst.Attribute) and m.matches(
+                inner.value, m.Name("self")) and self.current_class is not None):
+            return None
+        info = self.index.classes.get(self.current_class)
+        torch_layer = info.attr_rule.get(inner.attr.value) if info is not None else None
+        new = _LAYER_ATTRIBUTES.get(torch_layer or "", {}).get(original.attr.value)
+        if new is None:
+            return None
+        return updated.with_changes(attr=cst.Name(new))
+
+    def _random_fill(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``torch.empty(1, n, d).normal_(std=0.02)`` while building layers (vit's position
+        embedding): a draw of that shape from ``rngs.params()``."""
+        made = updated.func.value  # jnp.empty(shape, dtype=...)
+        if not isinstance(made, cst.Call) or not made.args:
+            raise Untranslatable("in-place random fill of a tensor built with no shape",
+                                 rule="random")
+        shape = made.args[0].value  # an int or a sequence: jax.random takes either
+        dtype = [a for a in made.args[1:] if a.keyword and a.keyword.value == "dtype"]
+        dtype_text = f", {code(dtype[0].value)}" if dtype else ""
+        self.need("jax")
+        if original.func.attr.value == "normal_":
+            b = bind(updated.args, ("mean", "std"))
+            draw = f"jax.random.normal(rngs.params(), {code(shape)}{dtype_text})"
+            std, mean = b.get("std"), b.get("mean")
+            if std is not None and try_literal(std, ...) != 1:
+                draw = f"{code(std)} * {draw}"
+            if mean is not None and try_literal(mean, ...) != 0:
+                draw = f"{code(mean)} + {draw}"
+            return expr(draw)
+        b = bind(updated.args, ("from", "to"))
+        low = b.get("from")
+        high = b.get("to")
+        return expr(f"jax.random.uniform(rngs.params(), {code(shape)}{dtype_text}, "
+                    f"minval={code(low) if low is not None else '0.0'}, "
+                    f"maxval={code(high) if high is not None else '1.0'})")
+
+    def _layer_subclass_rule(self, cls: str | None) -> Rule | None:
+        """The rule of the torch layer that module class ``cls`` of this file extends
+        (``class LayerNorm2d(nn.LayerNorm)``), when the class derives from the JAX layer instead
+        (NNX; a rule with a ``subclass`` table and a layer class as its target)."""
+        info = self.index.classes.get(cls or "")
+        if info is None or info.layer_base is None or self.emitter.name != "nnx":
+            return None
+        rule = self.rules.layers[info.layer_base]
+        target = rule.targets.get("nnx", "")
+        if rule.subclass is None or not (target.startswith("nnx.") and target[4:5].isupper()):
+            return None
+        return rule
+
+    def _no_constructor(self, cls: str) -> bool:
+        """A module class of this file whose chain of module classes up to nn.Module defines
+        no ``__init__``: its JAX class takes no rngs either."""
+        seen: set[str] = set()
+        while cls in self.index.classes and cls not in seen:
+            seen.add(cls)
+            info = self.index.classes[cls]
+            if info.defines_init or info.layer_base or info.container:
+                return False
+            if info.module_base == "torch":
+                return True
+            cls = info.module_base
+        return False
+
+    def _takes_layer_arguments(self, cls: str | None) -> bool:
+        """No class from ``cls`` up to the torch layer defines ``__init__``: it is built with
+        the layer's own arguments."""
+        seen: set[str] = set()
+        while cls in self.index.classes and cls not in seen:
+            seen.add(cls)
+            if self.index.classes[cls].defines_init:
+                return False
+            cls = self.index.classes[cls].module_base
+        return True
+
+    def _layer_arguments(self, original: cst.Call, updated: cst.Call,
+                         rule: Rule, super_init: bool = False) -> cst.BaseExpression:
+        """A call that builds a subclass of a torch layer (``LayerNorm2d(dim, eps=1e-6)``,
+        ``super().__init__(...)``): the layer rule's translation of the arguments, called on
+        the subclass."""
+        b = bind(updated.args, rule.params)
+        unknown = [k for k in b.named if k not in rule.params and k not in rule.drop]
+        if unknown or b.star:
+            raise Untranslatable(f"{rule.torch} subclass: argument(s) "
+                                 f"{', '.join(unknown) or '*/**'} not translated", rule=rule.id)
+        site = Site(rule=rule, args=b, target="nnx", rngs=self.rngs_expr(original),
+                    defined=self.index.defined)
+        if rule.special:
+            out = SPECIALS[rule.special](site)
+            if (isinstance(out, cst.Call) and code(out.func) == "Embedding" and super_init
+                    and self.index.classes[self.current_class].module_base == "torch"):
+                # class Scaled(nn.Embedding) with super().__init__(n, d, padding_idx): it
+                # derives from the Embedding helper, which has the padding row
+                self._padded_embedding_subclasses.add(self.current_class)
+            elif isinstance(out, cst.Call) and code(out.func) == "Embedding":
+                raise Untranslatable(f"{rule.torch} subclass with padding_idx: the subclass "
+                                     "derives from nnx.Embed, which has no padding row",
+                                     rule=rule.id)
+        else:
+            out = call(rule.targets["nnx"], *_rule_args(site), *site.rngs_arg())
+        for severity, msg in site.notes:
+            self.diag(original, rule.id, severity, msg)
+        self.need("nnx")
+        return out.with_changes(func=updated.func)
+
+    def _own_functional(self, node: cst.Call) -> bool:
+        """``F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)`` in a
+        subclass of nn.LayerNorm: the layer's functional over exactly its own attributes."""
+        rule = self._layer_subclass_rule(self.current_class)
+        if rule is None or self.q(node.func) != rule.subclass.functional:
+            return False
+        fn = self.rules.functions.get(rule.subclass.functional)
+        if fn is None:
+            return False
+        b = bind(node.args, fn.params)
+        if b.star or b.extra_positional or set(b.named) - {fn.params[0], *rule.subclass.reads}:
+            return False
+        reads = [b.get(r) for r in rule.subclass.reads]
+        if not all(m.matches(n, m.Attribute(value=m.Name("self"), attr=m.Name(r)))
+                   for n, r in zip(reads, rule.subclass.reads)):
+            return False
+        self._own_reads.update(id(n) for n in reads)
+        return True
+
+    def _layer_subclass_attribute(self, original: cst.Attribute,
+                                  updated: cst.Attribute) -> cst.BaseExpression | None:
+        """``self.weight`` / ``self.eps`` in a subclass of a torch layer: the JAX layer's names
+        (``self.scale``, ``self.epsilon``); another torch attribute of it is marked."""
+        if not m.matches(original.value, m.Name("self")) or id(original) in self._own_reads:
+            return None
+        rule = self._layer_subclass_rule(self.current_class)
+        if rule is None:
+            return None
+        name = original.attr.value
+        to = rule.subclass.attrs.get(name)
+        if to is not None:
+            return updated.with_changes(attr=cst.Name(to)) if to != name else None
+        torch_attrs = {*rule.params, *(weight_source(k) for k in rule.weights)}
+        if name in torch_attrs:
+            self.diag(original, "module-subclass", "error",
+                      f"self.{name} of {rule.torch} has no counterpart in "
+                      f"{rule.targets['nnx']}")
+        return None
+
+    def _partial_of_layer(self, original: cst.Call) -> cst.BaseExpression | None:
+        """``partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)``: a factory with torch's
+        keywords in flax's terms, in the layout the file's factories have (see
+        _layer_class_value)."""
+        first = original.args[0]
+        if isinstance(first.value, cst.Name) and not first.keyword and (
+                self._layer_subclass_rule(first.value.value) is not None
+                and self._takes_layer_arguments(first.value.value)):
+            # partial(LayerNorm2d, eps=1e-6): the subclass takes the JAX layer's arguments
+            rule = self._layer_subclass_rule(first.value.value)
+            if rule.special != "layer_norm":
+                raise Untranslatable(f"partial of a subclass of {rule.torch}", rule=rule.id)
+            return self._partial_layer_norm(original, rule, first.value.value)
+        rule = self.rules.layers.get(self.q(first.value) or "") if not first.keyword else None
+        if rule is not None and _activation_value(rule) is not None and all(
+                a.keyword and a.keyword.value == "inplace" for a in original.args[1:]):
+            return _activation_value(rule)  # partial(nn.SiLU, inplace=True): the function
+        if rule is not None and rule.special == "layer_norm":
+            return self._partial_layer_norm(original, rule)
+        if rule is None or rule.special != "batch_norm":
+            return None
+        b = bind(original.args[1:], rule.params)
+        if b.extra_positional or b.star or set(b.named) - {"eps", "momentum"}:
+            raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps and "
+                                 "momentum", rule=rule.id)
+        batch_norm_helper(self.index.defined)
+        momentum = b.get("momentum")
+        m_value = try_literal(momentum, ...) if momentum is not None else 0.1
+        if m_value is None:
+            raise Untranslatable("BatchNorm momentum=None (cumulative moving average) has no "
+                                 "flax equivalent", rule=rule.id)
+        m_text = (repr(round(1 - m_value, 12)) if isinstance(m_value, (int, float))
+                  else f"1 - {code(momentum)}")
+        eps = b.get("eps")
+        parts = [] if self.index.factory_layouts == {rule.layout} else ["axis=1"]
+        parts += [f"momentum={m_text}", f"epsilon={code(eps) if eps is not None else '1e-05'}"]
+        self.need("partial", "nnx")
+        return expr(f"partial(BatchNorm, {', '.join(parts)})")
+
+    def _partial_layer_norm(self, original: cst.Call, rule: Rule,
+                            target: str = "nnx.LayerNorm") -> cst.BaseExpression:
+        """``partial(nn.LayerNorm, eps=1e-6)`` (vit's norm_layer): called with the normalized
+        size, like nnx.LayerNorm (``target``: a subclass of it)."""
+        b = bind(original.args[1:], rule.params)
+        if b.extra_positional or b.star or set(b.named) - {"eps", "elementwise_affine", "bias"}:
+            raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps, "
+                                 "elementwise_affine and bias", rule=rule.id)
+        parts = [f"epsilon={code(b.get('eps')) if b.has('eps') else '1e-05'}"]
+        if b.has("elementwise_affine"):
+            parts += [f"use_scale={code(b.get('elementwise_affine'))}",
+                      f"use_bias={code(b.get('elementwise_affine'))}"]
+        elif b.has("bias"):
+            parts.append(f"use_bias={code(b.get('bias'))}")
+        self.need("partial", "nnx")
+        return expr(f"partial({target}, {', '.join(parts)})")
+
+    def _activation_factory_call(self, original, updated):
+        """``activation_layer(**params)`` where the parameter defaults to an activation class:
+        the classes passed for it are translated to their functions, so the call is the
+        parameter itself. Only torch's ``inplace`` (or ``**kwargs`` holding it) may be given."""
+        for a in original.args:
+            if not (a.star == "**" or (a.keyword and a.keyword.value == "inplace")):
+                raise Untranslatable(
+                    f"{original.func.value}(...) with arguments: the activation classes passed "
+                    "for it become functions, which take no constructor arguments",
+                    rule="layer-factory")
+        if any(a.star == "**" for a in original.args):
+            self.diag(original, "layer-factory", "info",
+                      f"{original.func.value}(**...): an activation function now, its "
+                      "constructor keywords (inplace) are dropped")
+        return updated.func
+
+    # -- layers
+    def _layer(self, original, updated, rule: Rule) -> cst.BaseExpression:
+        b = bind(updated.args, rule.params)
+        unknown = [k for k in b.named if k not in rule.params and k not in rule.drop]
+        if unknown:
+            raise Untranslatable(f"{rule.torch}: argument(s) {', '.join(unknown)} not translated",
+                                 rule=rule.id)
+        # linen layers are the NNX translation adapted by the linen emitter
+        target = rule.targets.get("nnx" if self.linen else self.emitter.name)
+        if target is None:
+            raise Untranslatable(f"{rule.torch} has no {self.emitter.name} translation",
+                                 rule=rule.id)
+        if rule.special in ("sequential", "module_list", "module_dict"):
+            out = self._container(original, updated, rule)
+            return linen_target.layer(out, self._linen_train()) if self.linen else out
+        if (id(original) in self.index.torch_convs and self.emitter.name == "nnx"
+                and not self.linen):
+            # a conv among torch-layout layers of an OrderedDict (maxvit's MBConv): the NCHW
+            # helper class with torch's arguments
+            if b.has("padding_mode") and try_literal(b.get("padding_mode"), ...) != "zeros":
+                raise Untranslatable(f"{rule.torch} padding_mode other than 'zeros'",
+                                     rule=rule.id)
+            args = [a for a in updated.args if not (a.keyword and a.keyword.value in (
+                "device", "dtype", "padding_mode"))]
+            return call(f"Conv{spatial_dims(rule.torch)}d", *args,
+                        arg(self.rngs_expr(original), "rngs"))
+        # a helper class of passes/helpers.py (TransformerEncoderLayer) for this target
+        helper_class = target[:1].isupper() and target in HELPERS
+        emitter = "linen" if self.linen else "equinox" if self.for_equinox else \
+            self.emitter.name
+        if helper_class and emitter not in HELPERS[target]:
+            raise Untranslatable(f"{rule.torch} has no {emitter} translation (the {target} "
+                                 "helper class is NNX only)", rule=rule.id)
+        needs_rngs = (target.startswith("nnx.") and target[4:5].isupper() or helper_class) \
+            and not self.linen
+        sequences: frozenset[str] = frozenset()
+        if self.values is not None and rule.special == "conv":  # kernel_size=patch_size
+            given = bind(original.args, rule.params)
+            sequences = frozenset(k for k in ("kernel_size", "stride", "dilation")
+                                  if isinstance(given.get(k), cst.Name) and self.values.kind(
+                                      given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
+        site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
+                    rngs=self.rngs_expr(original) if needs_rngs else None,
+                    defined=self.index.defined, per_example=self.for_equinox,
+                    sequences=sequences)
+        if rule.special:
+            out = SPECIALS[rule.special](site)
+            name = code(out.func) if isinstance(out, cst.Call) else None
+            if name in HELPERS and emitter not in HELPERS[name]:  # Embedding(padding_idx=)
+                raise Untranslatable(f"{rule.torch} as written has no {emitter} translation "
+                                     f"(the {name} helper class is NNX only)", rule=rule.id)
+            if site.per_example and rule.special == "upsample":
+                self.per_example_code.add(code(out))
+        else:
+            args = _rule_args(site)
+            if needs_rngs:
+                out = call(target, *args, *site.rngs_arg())
+            elif self.linen and target.startswith("nnx.") and target[4:5].isupper():
+                out = call(target, *args)  # a layer class, adapted below
+            elif args:
+                out = call("partial", arg(expr(target)), *args)
+            else:
+                out = expr(target)
+        for severity, msg in site.notes:
+            self.diag(original, rule.id, severity, msg)
+        if self.torch_init and isinstance(out, cst.Call):
+            out, why = torch_init.initialised(rule, b, out)
+            if why is not None:
+                self.diag(original, rule.id, "warning", f"--init torch: {why}; the layer "
+                          "keeps the JAX library's initialisation")
+        if self.linen:
+            self.need("linen")
+            out = linen_target.pooling(linen_target.layer(out, self._linen_train()))
+            inits = self._lt_inits.get(self.current_class or "", {}).get(rule.torch)
+            if inits:
+                out = lt.with_initializers(out, inits)
+            if self.current_class in self._lt_dtype_classes:
+                out = lt.with_dtype(out)
+        return out
+
+    def _container(self, original, updated, rule: Rule):
+        if rule.special == "sequential":
+            layouts = Layouts(self.rules, self, self.index)
+            scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                     if self._fn_stack and fid == id(self._fn_stack[-1])}
+            overall, items = layouts.sequential(original.args, scope)
+            if overall == "mixed":
+                raise Untranslatable("nn.Sequential mixing channels-last layers (conv, pooling, "
+                                     "norm) and other layers in an order not known statically",
+                                     rule=rule.id)
+            named = len(original.args) == 1 and ordered_dict_items(
+                original.args[0], layouts.is_ordered_dict) is not None and not self.linen
+            args = self._ordered_dict_values(original, list(updated.args), layouts)
+            parent = self.get_metadata(ParentNodeProvider, original, None)
+            returned_list = isinstance(parent, cst.Return) and any(
+                a.star == "*" for a in original.args)
+            if overall == "channels_last" and (returned_list or isinstance(
+                    parent, cst.Assign) and isinstance(parent.targets[0].target, cst.Name)):
+                # a Sequential kept in a local (downsample = nn.Sequential(conv, bn)) or returned
+                # from a list (vgg's make_layers) and handed on: nothing tracks its layout there,
+                # so it takes and returns NCHW itself
+                overall = "torch"
+            info = self.index.classes.get(self.current_class or "")
+            if (info is not None and isinstance(parent, cst.Assign) and m.matches(
+                    parent.targets[0].target, m.Attribute(value=m.Name("self")))
+                    and parent.targets[0].target.attr.value in info.normalized_seqs):
+                # built channels-last, given torch-layout layers by add_module later
+                # (densenet's features): it takes NCHW, transposed around its first layers
+                overall = "torch"
+            if overall == "torch" and "channels_last" in items:
+                args = self._insert_transposes(args, items)
+            elif named:
+                # nn.Sequential(OrderedDict(...)): the layers in order, and by their names
+                # (self.heads.head)
+                return call("NamedSequential", arg(updated.args[0].value))
+            return call(rule.targets["nnx" if self.linen else self.emitter.name], *args)
+        if rule.special == "module_list":
+            if not updated.args:
+                return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(expr("[]")))
+            return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(updated.args[0].value))
+        # ModuleDict; iterated in the class (for, items(), values()): in insertion order
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        info = self.index.classes.get(self.current_class or "")
+        if (not self.linen and info is not None and isinstance(parent, cst.Assign)
+                and m.matches(parent.targets[0].target, m.Attribute(value=m.Name("self")))
+                and parent.targets[0].target.attr.value in info.iterated):
+            return call("LayerDict", *updated.args)
+        if not updated.args:
+            return call(rule.targets["nnx" if self.linen else self.emitter.name])
+        return call(rule.targets["nnx" if self.linen else self.emitter.name], *updated.args)
+
+    def _insert_transposes(self, args: list[cst.Arg], items: list[str]) -> list[cst.Arg]:
+        out: list[cst.Arg] = []
+        state = "torch"
+        for a, lay in zip(args, items):
+            if lay == "channels_last" and state == "torch":
+                out.append(arg(expr("lambda x: jnp.moveaxis(x, 1, -1)")))
+                state = "channels_last"
+            elif lay == "torch" and state == "channels_last":
+                out.append(arg(expr("lambda x: jnp.moveaxis(x, -1, 1)")))
+                state = "torch"
+            out.append(a)
+        if state == "channels_last":
+            out.append(arg(expr("lambda x: jnp.moveaxis(x, -1, 1)")))
+        self.need("jnp")
+        return out

@@ -1,0 +1,401 @@
+"""Linen training glue (``--target linen``, targets/linen_training.py): the loop's step,
+TrainState, per-epoch train functions, autocast regions and checkpoints under linen.
+
+A mixin of :class:`torch2jax.passes.rewrite.TorchToJax` (one traversal): its methods read
+the transformer's per-file state through ``self``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.walk import findall
+from torch2jax.passes import data as dt
+from torch2jax.passes import training as tr
+from torch2jax.passes.common import (
+    Untranslatable,
+    arg,
+    wrap_long_statement,
+)
+from torch2jax.passes.rewrite_support import _fix_commas
+from torch2jax.targets import linen as linen_target
+from torch2jax.targets import linen_training as lt
+
+
+class LinenTrainingMixin:
+    def _lt_find_autocast_classes(self, node: cst.Module) -> None:
+        """Model classes called in an autocast region (and the classes they build) get a
+        ``dtype`` field handed to their layers, as in the flax examples."""
+        classes = {c.name.value: c for c in node.body if isinstance(c, cst.ClassDef)}
+        called: set[str] = set()
+        for w in findall(node, m.With()):
+            if any((self.q(i.item.func if isinstance(i.item, cst.Call) else i.item) or "")
+                   in dt.AUTOCASTS for i in w.items):
+                called |= {c.func.value for c in findall(w.body, m.Call(func=m.Name()))}
+        called &= self._model_names()
+        roots: set[str] = set()
+        for a in findall(node, m.Assign(targets=[m.AssignTarget(m.Name())])):
+            if a.targets[0].target.value in called:
+                roots |= {c.func.value for c in findall(a.value, m.Call(func=m.Name()))
+                          if c.func.value in self.index.module_classes}
+
+        def built(name: str) -> None:
+            if name in self._lt_dtype_classes or name not in classes:
+                return
+            self._lt_dtype_classes.add(name)
+            for c in findall(classes[name], m.Call(func=m.Name())):
+                if c.func.value in self.index.module_classes:
+                    built(c.func.value)
+        for r in roots:
+            built(r)
+
+    def _lt_find_init_functions(self, node: cst.Module) -> None:
+        """``self.apply(self._init_weights)`` in a constructor: linen layers take their
+        initializers when they are built, so the init function's torch.nn.init calls become
+        ``kernel_init=`` / ``embedding_init=`` arguments of the layers of that class and of
+        the classes it builds; the statement and the function are removed."""
+        classes = {c.name.value: c for c in node.body if isinstance(c, cst.ClassDef)}
+
+        def method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+            return next((f for f in cls.body.body if isinstance(f, cst.FunctionDef)
+                         and f.name.value == name), None)
+
+        def built(name: str, seen: set[str]) -> set[str]:
+            if name in seen or name not in classes:
+                return seen
+            seen.add(name)
+            init = method(classes[name], "__init__")
+            for c in findall(init, m.Call(func=m.Name())) if init is not None else []:
+                if c.func.value in self.index.module_classes:
+                    built(c.func.value, seen)
+            return seen
+
+        for name, cls in classes.items():
+            init = method(cls, "__init__")
+            if init is None:
+                continue
+            for c in findall(init, m.Call(func=m.Attribute(value=m.Name("self"),
+                                                             attr=m.Name("apply")))):
+                if len(c.args) != 1 or not m.matches(c.args[0].value, m.Attribute(
+                        value=m.Name("self"))):
+                    continue
+                fn = method(cls, c.args[0].value.attr.value)
+                if fn is None:
+                    continue
+                try:
+                    specs = lt.init_specs(fn, self.q)
+                except Untranslatable:
+                    continue  # marked where it is
+                for reached in built(name, set()):
+                    merged = self._lt_inits.setdefault(reached, {})
+                    for layer, inits in specs.items():
+                        merged.setdefault(layer, {}).update(inits)
+                self._lt_init_fns.add((name, fn.name.value))
+
+    def _lt_checkpoint(self, original_node, kind: str, model: str, p: str):
+        """torch.save(model.state_dict(), path) -> an orbax checkpoint of the trained
+        variables, where they are known: after the training loop, or read from the state
+        after each epoch's training call."""
+        scope = id(self._fn_stack[-1]) if self._fn_stack else 0
+        if model not in self._model_names() or (self._for_stack and scope not in (
+                self._lt_state_made)) or (self._fn_stack and self._fn_stack[0].name.value
+                                          in self._lt_epoch):
+            self.diag(original_node, f"torch.{kind}", "error",
+                      f"torch.{kind} of {model}'s state_dict in the training loop or in a "
+                      "function run once per epoch: checkpoint the TrainState's variables by "
+                      "hand (orbax)")
+            return None
+        if kind == "save":
+            inner = f"checkpointer.save(os.path.abspath({p}), {lt.VARIABLES}, force=True)"
+        else:
+            inner = (f"{lt.VARIABLES} = checkpointer.restore(os.path.abspath({p}), "
+                     f"{lt.VARIABLES})")
+        return self._orbax(original_node, kind, inner, f"{model}'s variables")
+
+    LT_UNAPPLIED = ("the linen model called outside a train step, in a file that binds none of "
+                    "its variables (it is trained elsewhere): left as written; pass its "
+                    "variables in and call model.apply(variables, ...)")
+
+    def _lt_unapplied(self, original: list, body: list) -> list:
+        """linen: model calls in an evaluation block of a file that trains no model are marked
+        at their lines (``eval_step(model, variables, ...)`` would read unbound variables)."""
+        models = self._model_names()
+        pattern = m.Call(func=m.Name(value=m.MatchIfTrue(lambda v: v in models)))
+        found = [c for s in original for c in findall(s, pattern)]
+        if not found:
+            return body
+        for c in found:
+            self.report(*self.pos(c), "linen", "error", self.LT_UNAPPLIED)
+        comment = cst.EmptyLine(comment=cst.Comment(
+            f"# TODO(torch2jax): {self.LT_UNAPPLIED} [linen]"))
+
+        class Mark(cst.CSTTransformer):
+            def leave_SimpleStatementLine(self, original_node, updated_node):
+                if not findall(updated_node, pattern):
+                    return updated_node
+                return updated_node.with_changes(
+                    leading_lines=[*updated_node.leading_lines, comment])
+        return [s.visit(Mark()) for s in body]
+
+    # ------------------------------------------------------------------ linen training
+    def _lt_loop(self, original_node, updated_node, body):
+        """A training loop under --target linen (targets/linen_training.py): the loop's new
+        body; the step, model.init and the TrainState go before the outermost loop."""
+        t = self.training
+        ep = self._lt_epoch.get(self._fn_stack[0].name.value) if len(
+            self._fn_stack) == 1 and not self._class_stack else None
+        pairs = [(ep.optimizer, ep.model)] if ep is not None else [
+            (n, t.model_of(n)) for n in t.optimizer_names]
+        for name, model in pairs:
+            if model is None:
+                continue
+            outer = self._for_stack[0] if self._for_stack else original_node
+            loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+            site = t.optimizer_names.get(name)
+            try:
+                step = lt.build_step(body, optimizer=name, model=model, loop_names=loop_names,
+                                     step_name="train_step", batch_stats=self._lt_batch_stats,
+                                     dropout=self._lt_dropout, accumulate=site is not None
+                                     and site.accumulate is not None)
+                if ep is not None and step is not None:
+                    if self._lt_dropout and not self._key_scopes[-1].has_key:
+                        raise Untranslatable(
+                            f"no key in {ep.name} for the dropout keys: {ep.name} runs once "
+                            "per epoch with the TrainState its caller makes; pass it a key",
+                            rule="training-loop")
+                    return self._lt_epoch_loop(ep, step, body, original_node, updated_node,
+                                               loop_names)
+                if step is not None and not self._key_scopes[-1].has_key and len(
+                        self._key_scopes) == 1:
+                    # torch's global RNG was never seeded: a root key, as for random draws
+                    self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
+                    self.need("jax")
+                    self.diag(original_node, "random", "warning",
+                              "model.init without torch.manual_seed: a root key "
+                              "jax.random.key(0) is added at the top of the file")
+                if step is not None and not self._key_scopes[-1].has_key:
+                    raise Untranslatable("no key in this scope for model.init and the dropout "
+                                         "keys: seed with torch.manual_seed or pass one",
+                                         rule="training-loop")
+            except Untranslatable as exc:
+                self.diag(original_node, exc.rule or "training-loop", "error", exc.message)
+                self._lt_marked = True
+                return None
+            if step is None:
+                continue
+            sample = lt.sample_inputs(step, body, updated_node, self._for_stack, loop_names)
+            if sample is None:
+                self.diag(original_node, "training-loop", "error",
+                          "no sample input for model.init: the model's inputs are not a "
+                          "batch gathered from an array, a loader's batch or a helper's "
+                          "result")
+            stmts, inputs = sample if sample is not None else ([], None)
+            init = self._lt_init(model, name, inputs)
+            depth = 4 * (self._depth - len(self._for_stack))  # the outermost loop's
+            init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
+                    else st for st in init]
+            new_body = step.body
+            batch = dt.loop_names(original_node.target)
+            if self.data.distributed and batch and isinstance(original_node.iter, (
+                    cst.Name, cst.Call)):
+                # the batch is split over the devices; the replicated parameters follow
+                self.need("jax", "sharding")
+                self._hoist.extend(dt.mesh_statements())
+                new_body = [dt.shard_batch(batch), *new_body]
+                # the TrainState replicated before the first call, as the step returns it
+                # (left on one device, the first call compiled the step a second time)
+                init = [*init, *cst.parse_module(
+                    f"{lt.STATE} = jax.device_put({lt.STATE}, NamedSharding(mesh, P()))"
+                    "  # replicated, as the step returns it\n").body]
+            self._hoist.extend([step.function, *stmts, *init, *self._lt_after_state])
+            self._lt_after_state = []
+            self._lt_post.append(lt.final_variables(self._lt_batch_stats))
+            return new_body
+        return None
+
+    def _lt_epoch_loop(self, ep, step, body, original_node, updated_node, loop_names):
+        """The training loop of a function called once per epoch: its step, and what its
+        caller's model.init sample is made from; the caller makes the TrainState."""
+        ep.step, ep.body, ep.loop = step, body, updated_node
+        ep.outer, ep.loop_names = list(self._for_stack), loop_names
+        self.need("jax", "optax", "train_state")
+        fn = self._fn_stack[0]
+        taken = self._file_functions | {e.module_step.name.value for e in self._lt_epoch.values()
+                                        if e.module_step is not None}
+        if step.function.name.value not in taken and not (
+                lt.free_names(step.function) & lt.local_names(fn)):
+            # it reads nothing of the function: defined once, before it (one compilation)
+            ep.module_step = step.function
+        else:
+            self._hoist.append(step.function)
+        self.diag(original_node, "training-loop", "info",
+                  f"{ep.name} runs once per epoch: its caller makes the variables and the "
+                  f"TrainState once; {ep.name} takes the state"
+                  f"{'' if ep.drop_model else ' (after the model)'} in place of the "
+                  "optimizer and returns it first")
+        return step.body
+
+    def _lt_epoch_call(self, original: cst.Call, updated: cst.Call,
+                       target: cst.BaseExpression | None) -> cst.Assign:
+        """``loss, acc = train(model, loader, optimizer, scheduler)`` ->
+        ``state, (loss, acc) = train(loader, state, scheduler)``; the caller's first such call
+        makes the variables and the TrainState before its outermost loop; the variables are
+        read from the state after every call."""
+        ep = self._lt_epoch[original.func.value]
+        scope = id(self._fn_stack[-1]) if self._fn_stack else 0
+        if scope not in self._lt_state_made:
+            self._lt_state_made.add(scope)
+            stmts = self._lt_epoch_state(ep, original, updated)
+            depth = 4 * (self._depth - len(self._for_stack))
+            stmts = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
+                     else st for st in stmts]
+            if self._for_stack:
+                self._hoist.extend(stmts)
+            else:
+                self._pending[-1].before.extend(stmts)
+        self._pending[-1].after.append(lt.final_variables(self._lt_batch_stats))
+        return cst.Assign(targets=[cst.AssignTarget(lt.with_state_target(target))],
+                          value=updated.with_changes(args=ep.call_args(updated)))
+
+    def _lt_epoch_state(self, ep, original: cst.Call, updated: cst.Call):
+        """model.init on a sample of the loader the call passes, and the TrainState."""
+        b = ep.bound(original)
+        model, optimizer = b[ep.model].value, b[ep.optimizer].value
+        if not self._key_scopes[-1].has_key and len(self._key_scopes) == 1:
+            self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
+            self.diag(original, "random", "warning", "model.init without torch.manual_seed: "
+                      "a root key jax.random.key(0) is added at the top of the file")
+        elif not self._key_scopes[-1].has_key:
+            self.diag(original, "training-loop", "error", "no key in this scope for "
+                      "model.init: seed with torch.manual_seed or pass one")
+        sample = None
+        if ep.step is not None and ep.loop is not None:
+            values = ep.bound(updated) or {}
+            loop = ep.loop.with_changes(iter=lt.bind_names(ep.loop.iter, values))
+            outer = [*self._for_stack, *(ep.outer or [])]
+            names = set(ep.loop_names or ()) | (tr.loop_assigned_names(self._for_stack[0])
+                                                if self._for_stack else set())
+            step = replace(ep.step, model_args=[
+                lt.bind_names(a, values) for a in ep.step.model_args])
+            sample = lt.sample_inputs(step, ep.body, loop, outer, names)
+            if sample is not None:
+                stmts, inputs = sample
+                inner = lt.local_names(ep.fn) - set(ep.params) if ep.fn is not None else set()
+                used = {n.value for x in [*stmts, *inputs] for n in findall(x, m.Name())}
+                used -= {n for st in stmts for n in tr.names_of(st).assigned}
+                sample = (stmts, inputs) if not used & inner else None
+        if sample is None:
+            self.diag(original, "training-loop", "error",
+                      f"no sample input for model.init: {ep.name} is defined after its caller"
+                      if ep.step is None else f"no sample input for model.init: the inputs "
+                      f"of {ep.name}'s model are not a batch of a loader or an array it "
+                      "receives")
+        stmts, inputs = sample if sample is not None else ([], None)
+        init = self._lt_init(model, optimizer, inputs)
+        after, self._lt_after_state = self._lt_after_state, []
+        return [*stmts, *init, *after]
+
+    def _lt_init(self, model: str, optimizer: str, inputs) -> list[cst.BaseStatement]:
+        """``model.init`` and the TrainState over ``optimizer`` (targets/linen_training.py)."""
+        self.need("jax", "optax", "train_state")
+        if self._lt_batch_stats:
+            self._lt_train_state_class = True
+            self.need("Any")
+        return lt.init_statements(model, optimizer, inputs, uses_train=self.uses_train,
+                                  batch_stats=self._lt_batch_stats,
+                                  dtype=self._lt_autocast.get(model))
+
+    def _lt_autocast_region(self, original_node, updated_node, item: cst.Call, q: str):
+        """with torch.autocast(...) in a training loop: the training step applies a clone of
+        the model with ``dtype=jnp.bfloat16`` (its layers compute in bfloat16, the parameters
+        stay float32); the outputs are cast to float32 as torch does for the loss."""
+        try:
+            dtype, notes = dt.autocast_dtype(item, q)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or q, "error", exc.message)
+            return updated_node
+        body = list(updated_node.body.body)
+        if not dtype:
+            return cst.FlattenSentinel(body)
+        models = self._model_names()
+        called: list[str] = []
+        new_body = []
+        for stmt in body:
+            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign)
+                    and dt.is_model_call(stmt.body[0].value, models)):
+                a = stmt.body[0]
+                called.append(a.value.func.value)
+                stmt = stmt.with_changes(body=[a.with_changes(value=dt.cast_output(a.value))])
+            new_body.append(stmt)
+        if not called or not self._for_stack or not self._lt_dtype_classes:
+            self.diag(original_node, q, "error", "autocast region outside a training loop, or "
+                      "without a model call assigned to a name: give the model a dtype by "
+                      "hand (model.clone(dtype=jnp.bfloat16))")
+            return updated_node
+        for note in notes:
+            self.diag(original_node, q, "warning", note)
+        for name in called:
+            self._lt_autocast[name] = dtype
+        self.need("jnp")
+        self.diag(original_node, q, "info", f"autocast -> the training step applies "
+                  f"{', '.join(sorted(set(called)))}.clone(dtype={dtype}) (flax layers' "
+                  "dtype) with float32 parameters; outputs cast to float32")
+        if updated_node.leading_lines and new_body:
+            new_body[0] = new_body[0].with_changes(leading_lines=updated_node.leading_lines)
+        return cst.FlattenSentinel(new_body)
+
+    def _lt_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        value = original_node.value
+        if not isinstance(value, cst.Call):
+            return None
+        f = value.func
+        if (isinstance(f, cst.Attribute) and f.attr.value in ("train", "eval")
+                and isinstance(f.value, cst.Name) and f.value.value in self._model_names()
+                and not value.args):
+            # a linen module has no mode: model.apply reads its `train` field
+            line = self.get_metadata(ParentNodeProvider, original_node, None)
+            if isinstance(line, cst.SimpleStatementLine) and line.leading_lines and all(
+                    ln.comment is None for ln in line.leading_lines):
+                self._lt_blank = self._depth  # the next statement keeps the blank line
+            return cst.RemoveFromParent()
+        if isinstance(f, cst.Name) and f.value in self._lt_epoch:
+            return self._lt_epoch_call(value, updated_node.value, None)
+        if isinstance(f, cst.Name) and f.value in self._lt_trainers:
+            # the helper trains the model it receives: it returns the model's variables
+            return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
+                              value=updated_node.value)
+        return None
+
+    def _lt_function(self, node: cst.FunctionDef) -> cst.FunctionDef:
+        name = node.name.value
+        if name in self._lt_evaluators:
+            i = self._lt_evaluators[name]
+            # its model calls (a @torch.no_grad() evaluation) apply the variables under jit
+            jitted = tr.JitModelCalls({node.params.params[i].name.value}, extra=(lt.VARIABLES,))
+            node = node.with_changes(body=node.body.visit(jitted))
+            if jitted.count:
+                self._eval_step = True
+                self.need("jax", "partial")
+            node = lt.add_variables_param(node, i)
+        if name in self._lt_epoch:
+            node = lt.takes_state(node, self._lt_epoch[name])
+        if name in self._lt_trainers and not lt.returns(node):
+            body = [*node.body.body, cst.parse_statement(f"return {lt.VARIABLES}\n")]
+            node = node.with_changes(body=node.body.with_changes(body=body))
+        return node
+
+    def _lt_pass_variables(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        i = self._lt_evaluators[original.func.value]
+        args = list(updated.args)
+        if len(args) <= i or any(a.keyword or a.star for a in args[:i + 1]):
+            return updated
+        args.insert(i + 1, arg(cst.Name(lt.VARIABLES)))
+        return updated.with_changes(args=_fix_commas(args))
+
+    def _linen_train(self) -> str:
+        """Inside a module: its field; inside a layer-building helper: its argument."""
+        return f"self.{linen_target.TRAIN}" if self.in_module_class() else linen_target.TRAIN

@@ -1,0 +1,414 @@
+"""The training loop: ``for`` / ``while`` loops around a train step (NNX), gradient
+accumulation, learning-rate loops, the GAN step, and autocast regions (``with``).
+
+A mixin of :class:`torch2jax.passes.rewrite.TorchToJax` (one traversal): its methods read
+the transformer's per-file state through ``self``."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.passes import data as dt
+from torch2jax.passes import gan_step as gan
+from torch2jax.passes import training as tr
+from torch2jax.passes.common import (
+    Untranslatable,
+    code,
+)
+from torch2jax.passes.rewrite_support import (
+    ACC_GRADS,
+    ACC_MICRO,
+    STEP_GLOBALS,
+    _after,
+    _fix_commas,
+    _free_names,
+)
+from torch2jax.targets import linen_training as lt
+
+
+class LoopsMixin:
+    def leave_For(self, original_node, updated_node):
+        updated_node = self._loader_loop(original_node, updated_node)
+        return self._leave_for(original_node, self._modules_loop(original_node, updated_node))
+
+    def _per_call_trainer(self, optimizer: str) -> bool:
+        """The loop is in a top-level function that receives the optimizer (``def train(model,
+        loader, optimizer, scheduler)``, called once per epoch)."""
+        return len(self._fn_stack) == 1 and not self._class_stack and self._shadowed(optimizer)
+
+    def _shadowed(self, name: str) -> bool:
+        """``name`` is a parameter of the function being rewritten (``def train(model, loader)``
+        receives the epoch's loader, whatever the caller's loader is called)."""
+        return bool(self._fn_stack) and name in {
+            p.name.value for p in (*self._fn_stack[-1].params.params,
+                                   *self._fn_stack[-1].params.kwonly_params)}
+
+    def leave_CompFor(self, original_node, updated_node):
+        """[x for epoch in range(n) for x in loader]: loader(epoch), as in a for statement."""
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        outer = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
+        if isinstance(parent, cst.CompFor) and isinstance(parent.target, cst.Name):
+            outer.append(parent.target.value)
+        return updated_node.with_changes(iter=self._epoch_loaders(
+            updated_node.iter, outer[-1] if outer else "0"))
+
+    def leave_With(self, original_node, updated_node):
+        items = [(oi, ui) for oi, ui in zip(original_node.items, updated_node.items)]
+        keep = []
+        for oi, ui in items:
+            item = oi.item
+            fn = item.func if isinstance(item, cst.Call) else item
+            q = self.q(fn) or ""
+            if q.startswith(("torch.no_grad", "torch.inference_mode", "torch.enable_grad",
+                             "torch.autograd.set_grad_enabled")):
+                continue
+            if q in dt.AUTOCASTS and isinstance(item, cst.Call) and len(items) == 1:
+                if self.linen:
+                    return self._lt_autocast_region(original_node, updated_node, item, q)
+                return self._autocast(original_node, updated_node, item, q)
+            keep.append(ui)
+        if len(keep) == len(items):
+            return updated_node
+        if not keep:
+            # outside of a differentiated function a no_grad block is plain code; the model
+            # calls in it (evaluation) go through one jit-compiled eval step
+            body = list(updated_node.body.body)
+            if not self.in_module_class() and self.linen and not self.training.optimizers:
+                # no model is trained in this file, so no `variables` are bound here: the
+                # model calls stay as written, marked
+                body = self._lt_unapplied(original_node.body.body, body)
+            elif not self.in_module_class() and self.linen:
+                jitted = tr.JitModelCalls(self._model_names(), extra=(lt.VARIABLES,))
+                body = [b.visit(jitted) for b in body]
+                if jitted.count:
+                    self._eval_step = True
+                    self.need("jax", "partial")
+            if not self.in_module_class() and self.emitter.name == "nnx":
+                models = self._model_names()
+                jitted = tr.JitModelCalls(models)
+                body = [b.visit(jitted) for b in body]
+                if jitted.count:
+                    self._eval_step = True
+                    self.need("nnx")
+            if body and updated_node.leading_lines:
+                body[0] = body[0].with_changes(
+                    leading_lines=[*updated_node.leading_lines, *body[0].leading_lines])
+            return cst.FlattenSentinel(body)
+        return updated_node.with_changes(items=_fix_commas(keep))
+
+    def _autocast(self, original_node, updated_node, item: cst.Call, q: str):
+        """with torch.autocast(...): the model computes in bfloat16 for these statements."""
+        try:
+            dtype, notes = dt.autocast_dtype(item, q)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or q, "error", exc.message)
+            return updated_node
+        for note in notes:
+            self.diag(original_node, q, "warning", note)
+        body = list(updated_node.body.body)
+        if not dtype:  # enabled=False
+            return cst.FlattenSentinel(body)
+        models = self._model_names()
+        called: list[str] = []
+        new_body = []
+        for stmt in body:
+            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign)
+                    and dt.is_model_call(stmt.body[0].value, models)):
+                a = stmt.body[0]
+                called.append(a.value.func.value)
+                # torch runs the loss (and softmax, norms, reductions) of a low-precision
+                # output in float32
+                stmt = stmt.with_changes(body=[a.with_changes(value=dt.cast_output(a.value))])
+            new_body.append(stmt)
+        if not called:
+            self.diag(original_node, q, "error", "autocast region without a model call "
+                      "assigned to a name: no dtype policy emitted")
+            return updated_node
+        self.need("jnp")
+        self.diag(original_node, q, "info", f"autocast -> {', '.join(sorted(set(called)))} "
+                  f"computes in {dtype.removeprefix('jnp.')} (flax layers' dtype) with "
+                  "float32 parameters; outputs cast to float32")
+        before = [dt.set_dtype(name, dtype) for name in dict.fromkeys(called)]
+        after = [dt.set_dtype(name, "None") for name in dict.fromkeys(called)]
+        if updated_node.leading_lines:
+            before[0] = before[0].with_changes(leading_lines=updated_node.leading_lines)
+        return cst.FlattenSentinel([*before, *new_body, *after])
+
+    def _accumulation_statement(self, original_node: cst.Expr):
+        """The statements after a micro-step loop (analysis/accumulate.py): the optimizer's
+        step applies the summed gradients, clipping clips them, zero_grad goes."""
+        site = self._acc.steps.get(id(original_node))
+        if site is not None:
+            if id(site.loop) not in self._acc.done:
+                return None
+            return cst.parse_statement(
+                f"{site.optimizer}.update({site.model}, {ACC_GRADS})\n").body[0]
+        site = self._acc.clips.get(id(original_node))
+        if site is not None:
+            if id(site.loop) not in self._acc.done:
+                return None
+            local = self.training.optimizer_names.get(site.optimizer)
+            if local is not None and local.clip is not None:
+                return cst.RemoveFromParent()  # already in the optimizer's chain
+            self.need("optax")
+            return cst.parse_statement(
+                f"{ACC_GRADS}, _ = optax.clip_by_global_norm({code(site.max_norm)}).update("
+                f"{ACC_GRADS}, optax.EmptyState())\n").body[0]
+        if id(original_node) in self._acc.dropped:
+            return cst.RemoveFromParent()
+        return None
+
+    def _lr_loop(self, original_node, node):
+        """``for g in optimizer.param_groups: g['lr'] = lr`` -> the optimizer's injected
+        learning rate (an optax.inject_hyperparams hyperparameter in its state)."""
+        if id(original_node) not in self._lr_loops:
+            return None
+        opt, _ = self._lr_loops[id(original_node)]
+        value = node.body.body[0].body[0].value
+        site = self.training.optimizer_names.get(opt)
+        if site is not None and not site.external:
+            if id(site) in self.failed_sites or site.scheduler is not None:
+                return None
+            where = "built with optax.inject_hyperparams"
+        elif site is not None or opt in self._acc.foreign:
+            source = self._acc.foreign.get(opt) or f"{site.model}.configure_optimizers"
+            where = (f"returned by {source}, built with "
+                     "optax.inject_hyperparams where torch2jax converts an optimizer that a "
+                     "function returns to another file")
+        else:
+            return None
+        self.diag(original_node, "param_groups", "info",
+                  f"param_groups learning rate -> {opt}'s injected learning_rate (the optimizer "
+                  f"is {where})")
+        return cst.parse_statement(f"{tr.lr_slot(opt)} = {code(value)}\n").with_changes(
+            leading_lines=node.leading_lines)
+
+    def _micro_step_loop(self, original_node, node):
+        """``for micro_step in range(k): ... loss.backward()`` then ``optimizer.step()``: a
+        jit-compiled gradient step per micro-step, the gradients summed in the loop."""
+        site = self._acc.loops.get(id(original_node))
+        if site is None or self._fn_stack or self._class_stack:
+            return None
+        body = list(node.body.body)
+        loop_names = tr.loop_assigned_names(original_node)
+        step = tr.build_train_step(body, optimizer=site.optimizer, model=site.model,
+                                   loop_names=loop_names, step_name="grad_step",
+                                   tree_mode=not self.data.aliasing, grads_out=ACC_MICRO)
+        if step is None:
+            return None
+        i = next(i for i, b in enumerate(step.body) if b is step.call)
+        add = cst.parse_statement(
+            f"{ACC_GRADS} = {ACC_MICRO} if {ACC_GRADS} is None else jax.tree.map(jnp.add, "
+            f"{ACC_GRADS}, {ACC_MICRO})\n")
+        new_body = [*step.body[:i + 1], add, *step.body[i + 1:]]
+        self.need("nnx", "jax", "jnp")
+        self._top_steps.append(step.function)
+        self._acc.done.add(id(original_node))
+        self.diag(original_node, "accumulation", "info",
+                  f"gradient accumulation: grad_step computes each micro-step's gradients "
+                  f"(jit-compiled), summed in the loop as torch sums .grad; "
+                  f"{site.optimizer}.update applies the sum once after the loop")
+        init = cst.parse_statement(f"{ACC_GRADS} = None\n").with_changes(
+            leading_lines=node.leading_lines)
+        return cst.FlattenSentinel([init, node.with_changes(
+            leading_lines=[], body=node.body.with_changes(body=new_body))])
+
+    def _leave_for(self, original_node, updated_node):
+        self._for_stack.pop()
+        node = updated_node
+        micro = self._micro_step_loop(original_node, node) if self._acc.loops else None
+        if micro is not None:
+            return micro
+        lr_loop = self._lr_loop(original_node, node) if self._lr_loops else None
+        if lr_loop is not None:
+            return lr_loop
+        t = self.training
+        body = list(node.body.body)
+        surround: tuple[list, list] | None = None  # a functional step: split / update
+        linen_body = self._lt_loop(original_node, node, body) if self.linen else None
+        if linen_body is not None:
+            node = node.with_changes(body=node.body.with_changes(body=linen_body))
+        gan_body = self._gan_loop(original_node, body) if self.emitter.name == "nnx" else None
+        if gan_body is not None:
+            node = node.with_changes(body=node.body.with_changes(body=gan_body))
+        for name in t.optimizer_names if self.emitter.name == "nnx" and gan_body is None else ():
+            model = t.model_of(name)
+            if model is None:
+                continue
+            outer = self._for_stack[0] if self._for_stack else original_node
+            loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+            site = t.optimizer_names[name]
+            kwargs = {"optimizer": name, "model": model, "loop_names": loop_names,
+                      "step_name": "train_step", "accumulate": site.accumulate is not None}
+            step = tr.build_train_step(body, functional=True, **kwargs) if (
+                self.data.functional_ok(model, self.index.module_classes,
+                                        self._scalar_param)) else None
+            around = tr.functional_loop(step, model, name) if step is not None else None
+            if around is None:  # the loop reads the model between steps: the nnx.jit step
+                step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
+            else:
+                self.need("jax", "partial")
+            module_hoist = step is not None and self.hoist_steps and self._per_call_trainer(
+                name) and not _free_names(step.function) - (self._module_names | STEP_GLOBALS)
+            if around is not None and not module_hoist and not self._for_stack and (
+                    not self._while_stack):
+                # the outermost loop of its scope: the split runs once, just before it, and
+                # the step defined after the split closes over the graphdef (a static argument
+                # would be hashed by jax.jit on every call)
+                closed = tr.build_train_step(body, functional=True, closure=True, **kwargs)
+                closed_around = (tr.functional_loop(closed, model, name)
+                                 if closed is not None else None)
+                if closed_around is not None:
+                    step, around = closed, closed_around
+            if step is not None:
+                self.need("nnx")
+                new_body = around[1] if around is not None else step.body
+                batch = dt.loop_names(original_node.target)
+                if self.data.distributed and batch and isinstance(original_node.iter, (
+                        cst.Name, cst.Call)):
+                    # the batch is split over the devices; the replicated parameters follow
+                    self.need("jax", "sharding")
+                    self._hoist.extend(dt.mesh_statements())
+                    if self.data.shard == "params":
+                        self._hoist.extend(dt.shard_state(model, name))
+                    elif around is not None:
+                        self._hoist.extend(dt.replicate_state(model, name))
+                    new_body = [dt.shard_batch(batch), *new_body]
+                if module_hoist:
+                    # train(model, loader, optimizer) runs once per epoch: a step defined in it
+                    # would be a new function, compiled again, at every call
+                    self._module_hoist.append((self._fn_stack[0].name.value, step.function))
+                elif not step.closure:
+                    self._hoist.append(step.function)
+                node = node.with_changes(body=node.body.with_changes(body=new_body))
+                if around is not None:
+                    surround = (around[0], around[2])
+                if step.closure:  # defined after the split it closes over
+                    blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
+                    surround = ([*around[0], step.function.with_changes(leading_lines=blank)],
+                                around[2])
+                break
+        else:
+            if linen_body is None and gan_body is None and any(
+                    tr._is_method_stmt(s, None, "backward")
+                                          for s in body) and not self._lt_marked:
+                self.diag(original_node, "training-loop", "error",
+                          "training loop not recognised (one loss.backward() and one "
+                          "optimizer.step() in the same loop body): write the step as "
+                          "nnx.value_and_grad + optimizer.update" if self.emitter.name == "nnx"
+                          else "training loop not recognised (one loss.backward() and one "
+                          "optimizer.step() in the same loop body): write the step as "
+                          "jax.value_and_grad + state.apply_gradients" if self.linen
+                          else f"training loops: translated for --target nnx so far "
+                          f"({self.emitter.name} is planned)")
+        self._lt_marked = False
+        pre, post = surround if surround is not None else ([], [])
+        if self.linen and not self._for_stack and self._lt_post:
+            post, self._lt_post = [*post, *self._lt_post], []
+        if not self._for_stack and self._hoist:
+            hoisted, self._hoist = self._hoist, []
+            blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
+            lines = list(node.leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
+                h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1],
+                                                            cst.BaseCompoundStatement)
+                else h for i, h in enumerate(hoisted)]
+            if pre:
+                pre = [pre[0].with_changes(leading_lines=[*blank, *lines]), *pre[1:]]
+                node = node.with_changes(leading_lines=_after(pre, blank))
+            else:
+                node = node.with_changes(leading_lines=[*blank, *lines])
+            return cst.FlattenSentinel([*hoisted, *pre, node, *post])
+        if pre:
+            blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
+            pre = [pre[0].with_changes(leading_lines=node.leading_lines), *pre[1:]]
+            return cst.FlattenSentinel([*pre, node.with_changes(
+                leading_lines=_after(pre, blank)), *post])
+        return node
+
+    def _gan_loop(self, original_node, body) -> list | None:
+        """A GAN iteration (passes/gan_step.py): the loop's new body, the step hoisted."""
+        t = self.training
+        orig = list(original_node.body.body)
+        stepped = [n for n in t.optimizer_names if t.model_of(n) is not None and any(
+            tr._is_method_stmt(s, {n}, "step") for s in orig)]
+        if len(stepped) != 2 or self.data.aliasing:
+            return None
+        first = min(stepped, key=lambda n: next(i for i, s in enumerate(orig)
+                                                if tr._is_method_stmt(s, {n}, "step")))
+        d_opt = first
+        g_opt = stepped[1] if stepped[0] == first else stepped[0]
+        d_model, g_model = t.model_of(d_opt), t.model_of(g_opt)
+        if d_model == g_model or not gan.check_gan_source(
+                orig, d_opt=d_opt, d_model=d_model, g_opt=g_opt, g_model=g_model):
+            return None
+        outer = self._for_stack[0] if self._for_stack else original_node
+        loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+        step = gan.build_gan_step(body, d_opt=d_opt, d_model=d_model, g_opt=g_opt,
+                                  g_model=g_model, loop_names=loop_names,
+                                  used_outside=gan.names_outside(outer, original_node),
+                                  step_name="train_step", tree_mode=True)
+        if step is None:
+            return None
+        self.need("nnx")
+        self._hoist.append(step.function)
+        self.diag(original_node, "training-loop", "info",
+                  f"GAN step: {d_opt} (on {d_model}) then {g_opt} (on {g_model}) in one "
+                  f"jit-compiled step; {g_model}'s forward runs once, under nnx.vjp")
+        return step.body
+
+    def visit_While(self, node: cst.While) -> None:
+        self._while_stack.append(node)
+
+    def leave_While(self, original_node, updated_node):
+        """``while True:`` around a train step (a minGPT-style Trainer.run: next(data_iter),
+        forward, backward, clip, step, callbacks, break after max_iters): the step becomes a
+        jitted function defined just before the loop."""
+        self._while_stack.pop()
+        clip = self._while_clips.pop(id(original_node), None)
+        t = self.training
+        body = list(updated_node.body.body)
+        if self.emitter.name != "nnx" or self._for_stack:
+            if not self._for_stack and any("backward()" in code(s) for s in body):
+                self.diag(original_node, "training-loop", "error",
+                          f"a train step in a while loop: translated for --target nnx only "
+                          f"so far ({self.emitter.name} is planned)")
+            return self._unclipped(updated_node, clip)
+        clip_stmt = next((s for s in body if clip is not None and "clip_grad_norm_(" in code(s)),
+                         None)
+        for name in t.optimizer_names:
+            model = t.model_of(name)
+            if model is None or not any(tr._is_method_stmt(s, {name}, "step") for s in body):
+                continue
+            step = tr.build_train_step(body, optimizer=name, model=model,
+                                       loop_names=tr.loop_assigned_names(original_node),
+                                       step_name="train_step", clip=clip_stmt,
+                                       tree_mode=not self.data.aliasing)
+            if step is None:
+                break
+            self.need("nnx")
+            if clip_stmt is not None:
+                self.need("optax")
+            blank = [cst.EmptyLine(indent=False)]
+            fn = step.function.with_changes(leading_lines=blank)
+            loop = updated_node.with_changes(body=updated_node.body.with_changes(body=step.body),
+                                             leading_lines=blank)
+            return cst.FlattenSentinel([fn, loop])
+        if any(tr._is_method_stmt(s, None, "backward") for s in body) or any(
+                "backward()" in code(s) for s in body):
+            self.diag(original_node, "training-loop", "error",
+                      "training loop not recognised (one loss.backward() and one "
+                      "optimizer.step() in the same loop body): write the step as "
+                      "nnx.value_and_grad + optimizer.update")
+        return self._unclipped(updated_node, clip)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._for_stack.append(node)
+        self._bind_loop_layout(node.target, node.iter)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._bind_loop_layout(node.target, node.iter)  # [blk(x) for blk in self.blocks]
