@@ -100,7 +100,8 @@ def test_every_name_the_reduction_imports_from_the_support_module_is_there() -> 
 # T5's idioms (modeling_t5.py), each a general rule: torch.min of two tensors is elementwise
 # (not a (values, indices) pair), a comparison of an argument is a tensor when the argument
 # is one, isinstance(x, C) narrows x in its branch, x.masked_fill_(...) as a statement,
-# torch.finfo, and device=x.device passed to a method of the file whose device has a default
+# torch.finfo, device=x.device passed to a method of the file whose device has a default,
+# and `not self.training` (self.deterministic)
 SEQ2SEQ = '''
 import math
 import torch
@@ -143,6 +144,7 @@ class Bias(nn.Module):
     def forward(self, x, memo=None):
         b = self.compute(x.shape[1], device=x.device)
         b = b + self.compute(x.shape[1], device=x.device, bidirectional=False)
+        b = b * (0.5 if not self.training else 1.0)
         if isinstance(memo, Memo):
             memo.is_updated[0] = True
         ids = (x * 4).long()
@@ -168,6 +170,7 @@ def test_seq2seq_idioms_convert_unmarked_and_run_under_jit(tmp_path) -> None:
     assert "memo.is_updated[0] = True" in result.code  # a dict of the object: as it is
     assert "ids = jnp.where(ids == 0, -100, ids)" in result.code
     assert "device=x.device" not in result.code
+    assert "b * (0.5 if self.deterministic else 1.0)" in result.code  # not `not not`
     want = _run(SEQ2SEQ, tmp_path)
     jitted = result.code + "\nprint(jax.jit(lambda v: model(v)[0])(x).sum())\n"
     got = _run(jitted, tmp_path)
