@@ -26,11 +26,12 @@ from torch2jax.passes.rewrite_support import (
     _ANNOTATION_TYPES,
     _CONV_ATTRS,
     _FINAL,
+    _INPLACE_DTYPE,
     AMBIGUOUS_METHODS,
     DTYPES,
-    INPLACE_DTYPE,
     INPLACE_OPS,
 )
+from torch2jax.ruleset import Rule
 from torch2jax.targets import linen as linen_target
 
 
@@ -47,16 +48,15 @@ class AttributesMixin:
                 lpar=updated_node.lpar, rpar=updated_node.rpar)
         return updated_node
 
-    def _inplace_rule(self, call_node: cst.Call):
+    def _inplace_rule(self, call: cst.Call) -> Rule | None:
         """``x.masked_fill_(m, v)`` as a statement on a name: the rule of ``masked_fill``
         (the statement becomes ``x = jnp.where(m, v, x)``, see :meth:`_inplace`); not for the
         methods whose in-place form keeps the receiver's dtype (``eq_``, ``ne_``)."""
-        meth = call_node.func.attr.value
-        if (not meth.endswith("_") or meth.startswith("_") or meth[:-1] in INPLACE_DTYPE
+        meth = call.func.attr.value
+        if (not meth.endswith("_") or meth.startswith("_") or meth[:-1] in _INPLACE_DTYPE
                 or meth in ("zero_", "fill_", *INPLACE_OPS)
-                or not isinstance(call_node.func.value, cst.Name)
-                or not isinstance(self.get_metadata(ParentNodeProvider, call_node, None),
-                                  cst.Expr)):
+                or not isinstance(call.func.value, cst.Name)
+                or not isinstance(self.get_metadata(ParentNodeProvider, call, None), cst.Expr)):
             return None
         return self.rules.methods.get(meth[:-1])
 
@@ -190,6 +190,14 @@ class AttributesMixin:
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
+        if original_node.attr.value == "type" and (
+                m.matches(original_node.value, m.Name()) and original_node.value.value in
+                self._device_names or m.matches(original_node.value, m.Attribute(
+                    attr=m.Name("device")))) and not self._is_module_expr(original_node.value):
+            # device.type (device = x.device): the backend the program runs on, in torch's
+            # names ("cpu", "cuda"; a traced array has no device to read)
+            self.need("jax")
+            return expr('jax.default_backend().replace("gpu", "cuda")')
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
