@@ -326,7 +326,7 @@ def _layer_input(layer: Any, rng: np.random.Generator) -> np.ndarray:
     if isinstance(layer, nn.Embedding):
         return rng.integers(0, layer.num_embeddings, (2, 5)).astype(np.int64)
     # normalisation layers see a small variance, so that an epsilon off by 10x shows
-    if isinstance(layer, nn.LayerNorm):
+    if isinstance(layer, (nn.LayerNorm, nn.RMSNorm)):
         return 0.01 * rng.standard_normal((2, 3, *layer.normalized_shape)).astype(np.float32)
     if isinstance(layer, nn.modules.batchnorm._BatchNorm):
         shape = (4, layer.num_features) if isinstance(layer, nn.BatchNorm1d) else (
