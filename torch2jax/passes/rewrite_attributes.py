@@ -191,6 +191,12 @@ class AttributesMixin:
             return renamed
         if original_node.attr.value == "data" and id(original_node.value) in self._weight_reads:
             return updated_node.value  # model.weight.data: the array read above
+        if original_node.attr.value == "data" and (
+                id(original_node.value) in self._detached_weight_reads):
+            # self.fc.weight.data read in a method: torch's detached tensor, the array
+            # without a gradient
+            self.need("jax")
+            return expr("jax.lax.stop_gradient({w})", w=updated_node.value)
         weight = self._built_layer_weight(original_node, updated_node)
         if weight is not None:
             return weight
@@ -311,15 +317,24 @@ class AttributesMixin:
             layer = self._inherited_attr_rule(original_node.value.attr.value)
             rule = self.rules.layers.get(layer)
             wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            as_value = wm is not None and wm.to and self._weight_read_as_value(original_node)
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            if as_value and isinstance(parent, cst.Attribute) and parent.attr.value == "data":
+                self._detached_weight_reads.add(id(original_node))
             if wm is not None and wm.to and wm.to != original_node.attr.value:
                 renamed = updated_node.with_changes(attr=cst.Name(wm.to))
-                if wm.layout in ("as_is", "any") or not self._weight_read_as_value(
-                        original_node):
+                if wm.layout in ("as_is", "any") or not as_value:
                     return renamed
                 if wm.layout == "transpose":
                     # shifted_window_attention(x, self.qkv.weight, ...) computes with torch's
                     # (out, in) layout: the NNX kernel is (in, out)
                     return expr("{k}.T", k=renamed)
+                if wm.layout == "conv" and self.linen:
+                    self.diag(original_node, "layer-weight", "error",
+                              f"{code(original_node)}: linen's nn.Conv keeps its kernel in the "
+                              "variables, not as an attribute a parent reads; declare the kernel "
+                              "with self.param and call jax.lax.conv_general_dilated instead")
+                    return renamed
                 if wm.layout == "conv" and (layer or "")[-2:] in ("1d", "2d", "3d"):
                     # self.conv.weight.shape, F.conv2d(x, self.conv.weight): torch's
                     # (out, in, *kernel) from the NNX kernel's (*kernel, in, out)
@@ -511,6 +526,12 @@ class AttributesMixin:
         if not self._fn_stack or self._fn_stack[-1].name.value == "__init__":
             return False
         parent = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(parent, cst.Attribute) and parent.attr.value == "data":
+            # self.fc.weight.data.normal_(...), self.fc.weight.data = ...: written in place;
+            # w = self.fc.weight.data: read (detached)
+            node, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+            if isinstance(parent, cst.Subscript):
+                return False  # self.fc.weight.data[0] = ..., .data[i].zero_(): in place
         if isinstance(parent, cst.Attribute) and (
                 parent.attr.value in ("data", "grad") or parent.attr.value.endswith("_")):
             return False  # self.fc.weight.data.normal_(...): initialisation, in place

@@ -170,6 +170,9 @@ class Forward(LayerCalls):
         if not isinstance(read, cst.Attribute) or read.attr.value not in ("kernel", "embedding"):
             return None
         base, lay = self.resolve(read.value)
+        if lay is not None and lay.kind == "conv" and read.attr.value == "kernel":
+            raise EquinoxError("a convolution's kernel read in flax's layout (equinox keeps "
+                               "torch's: its weight)")
         kinds = {"kernel": "linear", "embedding": "embedding"}
         if lay is None or lay.kind != kinds[read.attr.value]:
             return None
@@ -177,6 +180,26 @@ class Forward(LayerCalls):
         if lay.kind == "embedding":
             return cst.Attribute(weight, cst.Name("T")) if transposed else weight
         return weight if transposed else cst.Attribute(weight, cst.Name("T"))
+
+    def conv_weight_read(self, node: cst.Call, name: str) -> cst.BaseExpression | None:
+        """``jnp.transpose(self.conv.kernel, (3, 2, 0, 1))``: the NNX translation of torch's
+        ``self.conv.weight`` read in forward code (flax's (*k, in, out) kernel put back in
+        torch's (out, in, *k) order). equinox's convolution holds ``weight`` in torch's
+        layout: ``self.conv.weight``."""
+        if name != "jnp.transpose" or len(node.args) != 2 or any(
+                a.keyword is not None or a.star for a in node.args):
+            return None
+        read = node.args[0].value
+        if not (isinstance(read, cst.Attribute) and read.attr.value == "kernel"):
+            return None
+        base, lay = self.resolve(read.value)
+        if lay is None or lay.kind != "conv" or lay.rank is None:
+            return None
+        nd = lay.rank - 1
+        if try_literal(node.args[1].value, None) != (nd + 1, nd, *range(nd)):
+            raise EquinoxError("a convolution's kernel with its axes permuted otherwise than "
+                               "into torch's layout")
+        return cst.Attribute(base, cst.Name("weight"))
 
     def broadcast(self, left, li: Info, right, ri: Info, matmul: bool):
         if li.merged or ri.merged or li.kind.startswith("batch_") and li.kind != "batch_size" \
@@ -267,6 +290,9 @@ class Forward(LayerCalls):
         if lay is not None:
             return self.call_layer(func_new, lay, node)
         name = code(func)
+        weight = self.conv_weight_read(node, name)
+        if weight is not None:
+            return weight, Info()
         # tied embedding head (NNX: wte.attend(x)) -> x @ wte.weight.T
         if isinstance(func, cst.Attribute) and func.attr.value == "attend":
             emb, elay = self.resolve(func.value)
