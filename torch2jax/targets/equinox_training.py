@@ -622,6 +622,23 @@ class Scope(cst.CSTTransformer):
                 return []  # the compute dtype: the train step's autocast
             if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
                                                        attr=m.Name("update")),
+                                      args=[m.Arg(m.Tuple(elements=[m.Element(m.Name()),
+                                                                    m.ZeroOrMore()])),
+                                            m.Arg(m.Call(func=m.Attribute(
+                                                value=m.Name("jax"), attr=m.Name("device_put")),
+                                                args=[m.Arg(keyword=None),
+                                                      m.Arg(keyword=None)]))])) and \
+                    call.args[0].value.elements[0].value.value in self.models:
+                # data parallel: the model and optimizer state replicated over the mesh
+                # before the first step, as the step returns them (one compile)
+                model = call.args[0].value.elements[0].value.value
+                names = ", ".join([model, *([STATE] if self.flags(model)[0] else []),
+                                   OPT_STATE])
+                sharding = code(call.args[1].value.args[1].value)
+                return [_stmt(f"{names} = eqx.filter_shard(  # replicated, as the step "
+                              f"returns them\n    ({names}), {sharding})")]
+            if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
+                                                       attr=m.Name("update")),
                                       args=[m.Arg(m.Tuple()), m.Arg()])):
                 return []  # after a functional train step: the step returned the objects
             if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
