@@ -42,6 +42,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from torch2jax.report import Diagnostic
+from torch2jax.targets import get_target
 
 # the converter's entry, convert_source(source, path=..., target=..., ...) -> ConversionResult
 Convert = Callable[..., Any]
@@ -952,7 +953,7 @@ def prepare(source: str, *, path: str, target: str, convert: Convert,
 
 def _follow(ref: _Ref, call: cst.Call | None, top: str, target: str, convert: Convert):
     """(why not, (new args, the weights argument dropped), (module, name))."""
-    if target not in ("nnx",):
+    if not get_target(target).converts_package_models:
         return (f"{ref.qname}: models built by {top} are converted for flax NNX only "
                 "(--target nnx); here the line is kept as it is"), None, None
     root = package_dir(top)
