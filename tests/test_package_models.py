@@ -20,7 +20,7 @@ if importlib.util.find_spec("torchvision") is not None:  # the tier's environmen
     pytest.skip("the real torchvision is installed: tests/test_torchvision_user.py",
                 allow_module_level=True)
 
-from torch2jax import package_models
+from torch2jax import package_code, package_models
 from torch2jax.convert import convert_source
 
 FAKE = {
@@ -158,10 +158,10 @@ def fake_torchvision(tmp_path, monkeypatch):
         (root / "torchvision" / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / "torchvision" / rel).write_text(textwrap.dedent(text))
     monkeypatch.syspath_prepend(str(root))
-    for cache in (package_models.package_dir, package_models.generate):
+    for cache in (package_code.package_dir, package_code.generate):
         cache.cache_clear()
     yield root
-    for cache in (package_models.package_dir, package_models.generate):
+    for cache in (package_code.package_dir, package_code.generate):
         cache.cache_clear()
     for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
         del sys.modules[name]

@@ -74,6 +74,17 @@ FAMILIES = {
     "vit": ("vit/modeling_vit.py", "ViTForImageClassification",
             ("ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
              "num_attention_heads=4, image_size=16, patch_size=4, num_labels=5)")),
+    # a mixture of experts: a top-2 router over 4 fused experts (@use_experts_implementation)
+    "mixtral": ("mixtral/modeling_mixtral.py", "MixtralForCausalLM",
+                ("MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+                 "num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, "
+                 "num_experts_per_tok=2, vocab_size=64, use_cache=False)")),
+    # experts beside a shared expert behind a sigmoid gate
+    "qwen2_moe": ("qwen2_moe/modeling_qwen2_moe.py", "Qwen2MoeForCausalLM",
+                  ("Qwen2MoeConfig(hidden_size=32, intermediate_size=64, "
+                   "moe_intermediate_size=32, shared_expert_intermediate_size=64, "
+                   "num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, "
+                   "num_experts=4, num_experts_per_tok=2, vocab_size=64, use_cache=False)")),
     # a text tower (causal, padding mask) and a vision tower, projected and compared
     "clip": ("clip/modeling_clip.py", "CLIPModel",
              ("CLIPConfig(text_config=dict(hidden_size=32, intermediate_size=64, "
@@ -145,6 +156,127 @@ def llama(tmp_path_factory):
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
     return _convert("gpt2", tmp_path_factory.mktemp("gpt2"))
+
+
+@pytest.fixture(scope="module")
+def mixtral(tmp_path_factory):
+    return _convert("mixtral", tmp_path_factory.mktemp("mixtral"))
+
+
+def _torch_and_jax(family: str, module, **config):
+    """The family's torch model (seeded) and the converted one with torch's weights."""
+    import importlib
+
+    import torch
+    from flax import nnx
+
+    from torch2jax.weights import transfer_state_dict
+
+    file, cls, expression = FAMILIES[family]
+    torch_module = importlib.import_module(f"transformers.models.{file.split('/')[0]}."
+                                           f"{Path(file).stem}")
+
+    def build(namespace):
+        cfg = eval(expression, vars(namespace))  # the tier's own expression
+        for k, v in config.items():
+            setattr(cfg, k, v)
+        return cfg
+
+    torch.manual_seed(0)
+    torch_model = getattr(torch_module, cls)(build(torch_module)).eval()
+    jax_model = getattr(module, cls)(build(module), rngs=nnx.Rngs(0))
+    transfer_state_dict(torch_model, jax_model, None)
+    jax_model.eval()
+    return torch_model, jax_model
+
+
+@pytest.mark.slow
+def test_mixtral_experts_without_mask_and_refusals(mixtral) -> None:
+    """The verify case runs Mixtral with the mask; here its logits without one (outside jit),
+    the modeling file's own expert loop (converted, data-dependent shapes: outside jit only;
+    the model runs the grouped forward of _hf_support) against torch's, the router jitter
+    drawn from the module's nnx.Rngs in training, and output_router_logits refused."""
+    import numpy as np
+    import torch
+    from flax import nnx
+    from jax import numpy as jnp
+
+    path, todos, module = mixtral
+    assert todos == 0 and "TODO(torch2jax)" not in path.read_text()
+    torch_model, jax_model = _torch_and_jax("mixtral", module)
+    ids = np.random.default_rng(0).integers(0, 64, (2, 7))
+    with torch.no_grad():
+        want = torch_model(torch.tensor(ids)).logits.numpy()
+    got = np.asarray(nnx.jit(lambda model, x: model(x).logits)(jax_model, jnp.asarray(ids)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    print(f"mixtral without the mask: logits {np.abs(got - want).max() / np.abs(want).max():.1e}")
+
+    experts = jax_model.model.layers[0].mlp.experts
+    rng = np.random.default_rng(1)
+    hidden = jnp.asarray(rng.normal(size=(14, 32)), jnp.float32)
+    first = rng.integers(0, 4, 14)
+    index = jnp.asarray(np.stack([first, (first + rng.integers(1, 4, 14)) % 4], 1))
+    weights = jnp.asarray(rng.random((14, 2)), jnp.float32)
+    loop = type(experts).__call__.__wrapped__(experts, hidden, index, weights)
+    with torch.no_grad():
+        want = torch_model.model.layers[0].mlp.experts(
+            torch.tensor(np.asarray(hidden)), torch.tensor(np.asarray(index)),
+            torch.tensor(np.asarray(weights))).numpy()
+    np.testing.assert_allclose(np.asarray(loop), want, rtol=1e-4, atol=1e-5)
+
+    with pytest.raises(NotImplementedError, match="output_router_logits"):
+        jax_model(jnp.asarray(ids), output_router_logits=True)
+    block = jax_model.model.layers[0].mlp  # the router's jitter, in training only
+    block.jitter_noise = 0.5
+    states = hidden.reshape(2, 7, 32)
+    plain = np.asarray(block(states))
+    block.train()
+    noisy = [np.asarray(block(states)) for _ in range(2)]
+    assert np.isfinite(noisy).all() and np.abs(noisy[0] - plain).max() > 1e-3
+    assert np.abs(noisy[0] - noisy[1]).max() > 1e-3  # a new draw each call
+
+
+@pytest.mark.slow
+def test_convert_cli_writes_the_mirror_package(tmp_path) -> None:
+    """``torch2jax convert`` of a modeling file of the installed transformers writes its mirror
+    package (as verify does); the converted Llama imports from there and gives torch's
+    logits. Without --class every class is kept: the heads built on transformers'
+    Generic* classes keep their imports, marked, and the exit status says so."""
+    import importlib
+
+    import numpy as np
+    import torch
+    from jax import numpy as jnp
+    from typer.testing import CliRunner
+
+    from torch2jax.cli import app
+
+    file = MODELS / FAMILIES["llama"][0]
+    done = CliRunner().invoke(app, ["convert", str(file), "-o", str(tmp_path),
+                                    "--class", "LlamaForCausalLM"])
+    assert done.exit_code == 0, done.output
+    path = tmp_path / "transformers_jax" / "models" / "llama" / "modeling_llama.py"
+    assert "0 TODOs" in done.output and path.is_file()
+    assert (tmp_path / "transformers_jax" / "_hf_support.py").is_file()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("transformers_jax.models.llama.modeling_llama")
+    finally:
+        sys.path.remove(str(tmp_path))
+    torch_model, jax_model = _torch_and_jax("llama", module)
+    ids = np.random.default_rng(0).integers(0, 64, (2, 7))
+    with torch.no_grad():
+        want = torch_model(torch.tensor(ids)).logits.numpy()
+    got = np.asarray(jax_model(jnp.asarray(ids)).logits)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+    done = CliRunner().invoke(app, ["convert", str(file), "-o", str(tmp_path / "all")])
+    assert done.exit_code == 1 and "3 TODOs" in done.output, done.output
+    code = (tmp_path / "all" / path.relative_to(tmp_path)).read_text()
+    assert "class LlamaForSequenceClassification" in code
+    assert code.count("TODO(torch2jax)") == 3
+    for args in (["--diff"], ["-o", str(tmp_path), str(file)]):
+        assert CliRunner().invoke(app, ["convert", str(file), *args]).exit_code == 2
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])

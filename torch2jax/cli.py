@@ -54,6 +54,60 @@ def _usage_error(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _modeling_module(path: Path) -> str | None:
+    """The dotted name of ``path`` when it is a modeling file of an installed transformers
+    (``transformers.models.llama.modeling_llama``), else None."""
+    from torch2jax.hf import is_modeling_file
+    from torch2jax.verify.package import package_of
+
+    found = package_of(path) if path.is_file() and path.suffix == ".py" else None
+    return found[1] if found is not None and is_modeling_file(found[1]) else None
+
+
+def _convert_modeling(path: Path, out: Path, options: Options, classes: set[str]) -> int:
+    """The mirror package of a transformers modeling file under ``out`` (as ``verify``
+    writes it: the file reduced and converted, ``_hf_support.py``, the configuration
+    forwarded to the installed one); the exit code."""
+    from torch2jax.convert import convert_source
+    from torch2jax.verify.package import convert_package_file, package_of
+
+    mirror = out / "transformers_jax"
+    root = package_of(path)[0] / "transformers"
+    if mirror.exists() and (not mirror.is_dir() or any(mirror.iterdir())):
+        raise _usage_error(f"{display(str(mirror))} exists: its files would be replaced; "
+                           "remove it or choose another -o")
+    if out.resolve().is_relative_to(root.resolve()) or root.resolve().is_relative_to(
+            out.resolve()):
+        raise _usage_error(f"-o {display(str(out))}: inside (or around) the installed "
+                           "transformers")
+    source = path.read_text(encoding="utf-8")
+    missing = sorted(c for c in classes if f"class {c}(" not in source)
+    if missing:
+        raise _usage_error(f"--class {', '.join(missing)}: no such class in "
+                           f"{display(str(path))}")
+    rules = load_rules(tuple(str(d) for d in options.rule_dirs))
+    errors: list[str] = []
+
+    def convert_one(file: Path, known: set[str]) -> tuple[str, int]:
+        result = convert_source(file.read_text(encoding="utf-8"), path=str(file),
+                                target=options.target, rules=rules, known_modules=known,
+                                shard=options.shard, init=options.init, follow_packages=False)
+        found = [d for d in result.diagnostics if d.severity == "error"]
+        errors.extend(f"error [{d.rule}] {d.message}" for d in found)
+        return result.code, len(found)
+
+    target, todos = convert_package_file(path, out, convert_one, classes or None,
+                                         alias="transformers_jax")
+    for line in errors:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    marked = " (marked # TODO(torch2jax) in the files)" if todos else ""
+    console.print(f"{display(str(target))}: the converted modeling file, in its mirror package "
+                  f"{display(str(out / 'transformers_jax'))}; {todos} TODO"
+                  f"{'' if todos == 1 else 's'}{marked}", highlight=False, markup=False,
+                  soft_wrap=True)
+    return 1 if todos else 0
+
+
 @app.command()
 def convert(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to convert.")],
@@ -85,9 +139,14 @@ def convert(
     timeout: Annotated[float | None, typer.Option(
         "--timeout", help="CPU seconds one file may take to convert before it is stopped and "
         "reported (default: 60 plus 1 per 2 KB of the file).")] = None,
+    classes: Annotated[list[str] | None, typer.Option(
+        "--class", help="A transformers modeling file: a class to keep, with what it reaches "
+        "(repeatable; default: every class of the file).")] = None,
 ) -> None:
     """Convert PyTorch files to JAX. Exit 0: all converted; 1: TODOs left or a file failed;
-    2: usage error (nothing written)."""
+    2: usage error (nothing written). A modeling file of the installed transformers
+    (.../transformers/models/llama/modeling_llama.py) is written with -o as its mirror
+    package, OUT/transformers_jax/models/llama/modeling_llama.py beside _hf_support.py."""
     modes = sum([out is not None, in_place, diff, check])
     if modes != 1:
         raise _usage_error("give exactly one of -o/--out, --in-place, --diff, --check")
@@ -111,6 +170,12 @@ def convert(
     except (ValueError, RuleError, ConfigError) as exc:
         raise _usage_error(str(exc)) from None
     options.timeout = timeout
+    modeling = [p for p in paths if _modeling_module(p)]
+    if modeling or classes:
+        if len(paths) != 1 or not modeling or out is None:
+            raise _usage_error("a transformers modeling file converts alone, with -o/--out "
+                               "(its mirror package is written there); --class goes with one")
+        raise typer.Exit(_convert_modeling(paths[0], out, options, set(classes or ())))
     mode = "out" if out is not None else "in-place" if in_place else "diff" if diff else "check"
     req = Request(paths=list(paths), mode=mode, out=out, options=options,
                   jobs=jobs or default_jobs(), excludes=excludes,

@@ -12,8 +12,10 @@ and hub plumbing). It *reduces* the modeling file first (:func:`reduce_modeling`
   ``_hf_support.py`` instead, a hand-written JAX module (``torch2jax/transformers_runtime.py``,
   written as it is beside the converted package) with the same names: ``PreTrainedModel`` and
   ``GradientCheckpointingLayer`` as ``nnx.Module`` bases, ``ACT2FN`` of ``jax.nn`` functions,
-  ``create_causal_mask``, the output classes as pytrees, the decorators translated. What it
-  does not translate it refuses at run time with NotImplementedError (KV caches, output
+  ``create_causal_mask``, the output classes as pytrees, ``StaticCache`` and greedy
+  ``generate``, the decorators translated (``@use_experts_implementation``: one static-shape
+  grouped experts forward for every implementation). What it does not translate it refuses
+  at run time with NotImplementedError (KV caches other than ``StaticCache``, output
   capture, RoPE variants other than the default, attention dropout in training, flash and
   flex attention), never silently;
 * the functional attention dropout of ``eager_attention_forward``
@@ -43,7 +45,7 @@ SUPPORT_MODULE = "_hf_support"
 RUNTIME = Path(__file__).with_name("transformers_runtime.py")
 # decorators that do nothing for a JAX model (documentation, kernels from the hub)
 DROPPED_DECORATORS = {"auto_docstring", "use_kernel_forward_from_hub", "use_kernelized_func",
-                      "use_kernel_func_from_hub", "use_experts_implementation"}
+                      "use_kernel_func_from_hub"}
 # the support module's names: every import of them from transformers' machinery reads them there
 SUPPORT_NAMES = {
     "ACT2FN", "get_activation", "gelu", "Cache", "DynamicCache", "GenerationMixin",
@@ -56,7 +58,7 @@ SUPPORT_NAMES = {
     "deprecate_kwarg", "merge_with_config_defaults", "capture_outputs", "check_model_inputs",
     "Conv1D", "attention_dropout", "OutputRecorder", "maybe_autocast", "EncoderDecoderCache",
     "create_bidirectional_mask", "FlashAttentionKwargs", "apply_chunking_to_forward",
-    "torch_int",
+    "torch_int", "use_experts_implementation",
 }
 # layer classes of the support module (their constructors take rngs)
 SUPPORT_LAYERS = {"PreTrainedModel", "GradientCheckpointingLayer", "Conv1D"}

@@ -63,6 +63,7 @@ __all__ = [
     "merge_with_config_defaults",
     "slice_logits_to_keep",
     "torch_int",
+    "use_experts_implementation",
 ]
 
 
@@ -419,7 +420,7 @@ def merge_with_config_defaults(func: Callable) -> Callable:
 
 
 def _refuse_capture(self: Any, kwargs: dict[str, Any]) -> None:
-    for name in ("output_attentions", "output_hidden_states"):
+    for name in ("output_attentions", "output_hidden_states", "output_router_logits"):
         wanted = kwargs.get(name)
         if wanted is None:
             wanted = getattr(getattr(self, "config", None), name, False)
@@ -433,8 +434,8 @@ def capture_outputs(func: Callable | None = None, **_: Any) -> Callable:
         @functools.wraps(f)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             _refuse_capture(self, kwargs)
-            kwargs.pop("output_attentions", None)
-            kwargs.pop("output_hidden_states", None)
+            for name in ("output_attentions", "output_hidden_states", "output_router_logits"):
+                kwargs.pop(name, None)
             return f(self, *args, **kwargs)
 
         return wrapper
@@ -708,6 +709,97 @@ class _AttentionFunctions:
 
 
 ALL_ATTENTION_FUNCTIONS = _AttentionFunctions()
+
+
+# --- mixture of experts (transformers.integrations.moe) ---------------------------------------
+
+
+def _grouped_linear(x: jax.Array, weight: jax.Array, bias: jax.Array | None,
+                    group_sizes: jax.Array, transposed: bool) -> jax.Array:
+    """Each row of ``x`` (sorted by expert) through its expert's weight: ``weight`` is
+    (experts, out, in) as torch's linear (or (experts, in, out) when ``transposed``)."""
+    rhs = weight if transposed else jnp.swapaxes(weight, 1, 2)
+    out = jax.lax.ragged_dot(x, rhs, group_sizes)
+    return out if bias is None else out + bias
+
+
+def grouped_experts_forward(self: Any, hidden_states: jax.Array, top_k_index: jax.Array,
+                            top_k_weights: jax.Array) -> jax.Array:
+    """transformers' experts forward, every implementation (eager, grouped_mm, batched_mm):
+    each token's top-k (token, expert) pairs sorted by expert, both projections as one
+    grouped matmul each (``jax.lax.ragged_dot``, static shapes: tokens x top_k rows), weighted
+    by the routing weights and summed back per token. The same function as the modeling file's
+    own loop, which picks each expert's tokens with data-dependent shapes that jit cannot
+    trace."""
+    num_tokens, hidden_dim = hidden_states.shape
+    top_k = top_k_index.shape[-1]
+    expert_ids = top_k_index.reshape(-1)
+    order = jnp.argsort(expert_ids, stable=True)
+    sorted_ids = expert_ids[order]
+    group_sizes = jnp.bincount(expert_ids, length=self.num_experts).astype(jnp.int32)
+    rows = hidden_states[order // top_k]
+    if self.has_gate:
+        weight = self.gate_up_proj[...]
+        bias = self.gate_up_proj_bias[...][sorted_ids] if self.has_bias else None
+    else:
+        weight = self.up_proj[...]
+        bias = self.up_proj_bias[...][sorted_ids] if self.has_bias else None
+    out = _grouped_linear(rows, weight, bias, group_sizes, self.is_transposed)
+    out = self._apply_gate(out) if self.has_gate else self.act_fn(out)
+    bias = self.down_proj_bias[...][sorted_ids] if self.has_bias else None
+    out = _grouped_linear(out, self.down_proj[...], bias, group_sizes, self.is_transposed)
+    if self.has_post_expert_norm:
+        out = self.post_expert_norm(out)
+    out = out * top_k_weights.reshape(-1)[order][:, None]
+    out = jnp.zeros_like(out).at[order].set(out)  # back to (token, k) order
+    return out.reshape(num_tokens, top_k, hidden_dim).sum(axis=1).astype(hidden_states.dtype)
+
+
+def _default_apply_gate(self: Any, gate_up_out: jax.Array) -> jax.Array:
+    gate, up = jnp.split(gate_up_out, 2, axis=-1)
+    return self.act_fn(gate) * up
+
+
+# the names transformers registers (ALL_EXPERTS_FUNCTIONS) and "eager": one function each
+EXPERTS_IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm", "deepgemm", "sonicmoe")
+
+
+def use_experts_implementation(experts_class: type | None = None, *,
+                               is_concatenated: bool = True, is_transposed: bool = False,
+                               has_bias: bool = False, has_gate: bool = True,
+                               has_post_expert_norm: bool = False, **_: Any) -> Any:
+    """transformers' decorator of a fused experts class (``gate_up_proj``, ``down_proj`` of
+    shape (experts, out, in), ``forward(hidden_states, top_k_index, top_k_weights)``), which
+    dispatches on ``config._experts_implementation``: every implementation computes the same
+    function, here :func:`grouped_experts_forward`. The class's own ``__call__`` (the
+    modeling file's loop, which runs outside jit only) stays reachable as
+    ``__call__.__wrapped__``."""
+
+    def wrap(cls: type) -> type:
+        init, forward = cls.__init__, cls.__call__
+
+        @functools.wraps(init)
+        def __init__(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, config, *args, **kwargs)
+            self.config = config
+            self.has_gate, self.has_bias = has_gate, has_bias
+            self.has_post_expert_norm, self.is_transposed = has_post_expert_norm, is_transposed
+            self.is_concatenated = is_concatenated
+
+        @functools.wraps(forward)
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            implementation = getattr(self.config, "_experts_implementation", None)
+            if implementation is not None and implementation not in EXPERTS_IMPLEMENTATIONS:
+                raise NotImplementedError(f"experts implementation {implementation!r} is not "
+                                          "translated to JAX")
+            return grouped_experts_forward(self, *args, **kwargs)
+
+        if not hasattr(cls, "_apply_gate"):
+            cls._apply_gate = _default_apply_gate
+        cls.__init__, cls.__call__ = __init__, __call__
+        return cls
+
+    return wrap(experts_class) if experts_class is not None else wrap
 
 
 # --- masks (transformers.masking_utils) -------------------------------------------------------

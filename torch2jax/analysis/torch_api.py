@@ -14,3 +14,6 @@ RANDOM = {
     "torch.bernoulli", "torch.multinomial", "torch.rand_like", "torch.randn_like",
     "torch.randint_like", "torch.poisson",
 }
+# tensors made on the spot that x.uniform_(...) / x.normal_(...) fill with a random draw
+FILLED_NEW = {"torch.empty", "torch.zeros", "torch.ones", "torch.Tensor", "torch.FloatTensor",
+              "torch.empty_like", "torch.zeros_like", "torch.ones_like"}

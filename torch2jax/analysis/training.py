@@ -17,7 +17,7 @@ import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.index import qualified
-from torch2jax.analysis.torch_api import RANDOM, SEEDS
+from torch2jax.analysis.torch_api import FILLED_NEW, RANDOM, SEEDS
 from torch2jax.analysis.walk import NoAttributeHooks, findall
 
 OPTIM = "torch.optim."
@@ -270,6 +270,12 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         fn = self._fns[-1]
         return bool(fn.params.params) and fn.params.params[0].name.value == "self"
 
+    def _fills_new(self, node: cst.Call) -> bool:
+        """``torch.empty_like(x).uniform_(a, b)``: a draw into a tensor made on the spot."""
+        return (m.matches(node.func, m.Attribute(attr=m.Name("uniform_") | m.Name("normal_")))
+                and isinstance(node.func.value, cst.Call)
+                and qualified(self, node.func.value.func) in FILLED_NEW)
+
     def visit_Call(self, node: cst.Call) -> None:
         q = qualified(self, node.func)
         fn = self.free_fn
@@ -277,7 +283,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             self._seeds_in.add(fn)
         if self.step_keys and fn and m.matches(node.func, m.Attribute(attr=m.Name("backward"))):
             self._draws[fn] = True
-        if (q in RANDOM and self._classes and self._fns
+        if ((q in RANDOM or self._fills_new(node)) and self._classes and self._fns
                 and self._fns[-1].name.value != "__init__"):
             self.index.method_draws.add(self._classes[-1])
         if (q in RANDOM and id(node) not in self.own_key_draws

@@ -138,6 +138,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._own_calls: set[int] = set()  # those calls (F.layer_norm over self's attributes)
         # model.weight of a layer built outside a module, read as an array (its .data goes)
         self._weight_reads: set[int] = set()
+        # self.fc.weight.data read for its values in a module's method: detached
+        self._detached_weight_reads: set[int] = set()
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule

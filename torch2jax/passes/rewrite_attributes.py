@@ -26,14 +26,28 @@ from torch2jax.passes.rewrite_support import (
     _ANNOTATION_TYPES,
     _CONV_ATTRS,
     _FINAL,
+    _INPLACE_DTYPE,
     AMBIGUOUS_METHODS,
     DTYPES,
     INPLACE_OPS,
 )
+from torch2jax.ruleset import Rule
 from torch2jax.targets import linen as linen_target
 
 
 class AttributesMixin:
+    def _inplace_rule(self, call: cst.Call) -> Rule | None:
+        """``x.masked_fill_(m, v)`` as a statement on a name: the rule of ``masked_fill``
+        (the statement becomes ``x = jnp.where(m, v, x)``, see :meth:`_inplace`); not for the
+        methods whose in-place form keeps the receiver's dtype (``eq_``, ``ne_``)."""
+        meth = call.func.attr.value
+        if (not meth.endswith("_") or meth.startswith("_") or meth[:-1] in _INPLACE_DTYPE
+                or meth in ("zero_", "fill_", *INPLACE_OPS)
+                or not isinstance(call.func.value, cst.Name)
+                or not isinstance(self.get_metadata(ParentNodeProvider, call, None), cst.Expr)):
+            return None
+        return self.rules.methods.get(meth[:-1])
+
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
         recv = call_node.func.value
@@ -164,11 +178,25 @@ class AttributesMixin:
 
     # ------------------------------------------------------------------ attributes
     def leave_Attribute(self, original_node, updated_node):
+        if original_node.attr.value == "type" and (
+                m.matches(original_node.value, m.Name()) and original_node.value.value in
+                self._device_names or m.matches(original_node.value, m.Attribute(
+                    attr=m.Name("device")))) and not self._is_module_expr(original_node.value):
+            # device.type (device = x.device): the backend the program runs on, in torch's
+            # names ("cpu", "cuda"; a traced array has no device to read)
+            self.need("jax")
+            return expr('jax.default_backend().replace("gpu", "cuda")')
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
         if original_node.attr.value == "data" and id(original_node.value) in self._weight_reads:
             return updated_node.value  # model.weight.data: the array read above
+        if original_node.attr.value == "data" and (
+                id(original_node.value) in self._detached_weight_reads):
+            # self.fc.weight.data read in a method: torch's detached tensor, the array
+            # without a gradient
+            self.need("jax")
+            return expr("jax.lax.stop_gradient({w})", w=updated_node.value)
         weight = self._built_layer_weight(original_node, updated_node)
         if weight is not None:
             return weight
@@ -290,15 +318,24 @@ class AttributesMixin:
             layer = self._inherited_attr_rule(original_node.value.attr.value)
             rule = self.rules.layers.get(layer)
             wm = rule.weights.get(original_node.attr.value) if rule is not None else None
+            as_value = wm is not None and wm.to and self._weight_read_as_value(original_node)
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            if as_value and isinstance(parent, cst.Attribute) and parent.attr.value == "data":
+                self._detached_weight_reads.add(id(original_node))
             if wm is not None and wm.to and wm.to != original_node.attr.value:
                 renamed = updated_node.with_changes(attr=cst.Name(wm.to))
-                if wm.layout in ("as_is", "any") or not self._weight_read_as_value(
-                        original_node):
+                if wm.layout in ("as_is", "any") or not as_value:
                     return renamed
                 if wm.layout == "transpose":
                     # shifted_window_attention(x, self.qkv.weight, ...) computes with torch's
                     # (out, in) layout: the NNX kernel is (in, out)
                     return expr("{k}.T", k=renamed)
+                if wm.layout == "conv" and self.target.setup_modules:
+                    self.diag(original_node, "layer-weight", "error",
+                              f"{code(original_node)}: linen's nn.Conv keeps its kernel in the "
+                              "variables, not as an attribute a parent reads; declare the kernel "
+                              "with self.param and call jax.lax.conv_general_dilated instead")
+                    return renamed
                 if wm.layout == "conv" and (layer or "")[-2:] in ("1d", "2d", "3d"):
                     # self.conv.weight.shape, F.conv2d(x, self.conv.weight): torch's
                     # (out, in, *kernel) from the NNX kernel's (*kernel, in, out)
@@ -491,6 +528,12 @@ class AttributesMixin:
         if not self._fn_stack or self._fn_stack[-1].name.value == "__init__":
             return False
         parent = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(parent, cst.Attribute) and parent.attr.value == "data":
+            # self.fc.weight.data.normal_(...), self.fc.weight.data = ...: written in place;
+            # w = self.fc.weight.data: read (detached)
+            node, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+            if isinstance(parent, cst.Subscript):
+                return False  # self.fc.weight.data[0] = ..., .data[i].zero_(): in place
         if isinstance(parent, cst.Attribute) and (
                 parent.attr.value in ("data", "grad") or parent.attr.value.endswith("_")):
             return False  # self.fc.weight.data.normal_(...): initialisation, in place

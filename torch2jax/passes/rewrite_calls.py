@@ -13,6 +13,7 @@ from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.torch_api import FILLED_NEW
 from torch2jax.analysis.training import (
     CLIPS,
     DROPPED_SEEDS,
@@ -36,7 +37,9 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.rewrite_support import (
     _FILLED,
+    _INPLACE_DTYPE,
     _KERNEL_CHOICES,
+    _MADE,
     _SIGNATURE_OPTIMIZERS,
     GRAD_MODES,
     _activation_value,
@@ -321,6 +324,12 @@ class CallsMixin:
                 and self.q(original.func.value.func) in _FILLED
                 and self._builds_layers_here()):
             return self._random_fill(original, updated)
+        if (m.matches(original.func, m.Attribute(attr=m.Name("normal_") | m.Name("uniform_")))
+                and isinstance(original.func.value, cst.Call)
+                and self.q(original.func.value.func) in FILLED_NEW
+                and not self._builds_layers_here() and self._module_rngs()):
+            # a module's draw at call time (Mixtral's router jitter): from its nnx.Rngs
+            return self._random_fill(original, updated, self._subkey(original))
         if (m.matches(original.func, m.Attribute(attr=m.Name("add_module")))
                 and len(original.args) == 2 and self.in_module_class()):
             added = self._add_module(original, updated)
@@ -353,7 +362,7 @@ class CallsMixin:
         # method calls on tensors
         if isinstance(original.func, cst.Attribute):
             meth = original.func.attr.value
-            rule = self.rules.methods.get(meth)
+            rule = self.rules.methods.get(meth) or self._inplace_rule(original)
             recv = original.func.value
             if rule is not None and self._tensorlike(recv, meth, original):
                 if meth in ("reshape", "view") and original.args and all(
@@ -373,6 +382,13 @@ class CallsMixin:
                 return self._method(original, updated, rule)
             if meth in ("to", "cuda", "cpu") and self._is_module_expr(recv):
                 return updated.func.value
+            made = self.rules.methods.get(meth[:-1]) if (
+                rule is None and meth.endswith("_") and meth[:-1] not in _INPLACE_DTYPE
+                and isinstance(recv, cst.Call) and self.q(recv.func) in _MADE) else None
+            if made is not None:
+                # torch.zeros(n).scatter_add_(0, i, s): the new tensor, which nothing else
+                # reads, is the value of the out-of-place method
+                return self._method(original, updated, made)
         # self.layer(x): activation layout
         return self._layout_call(original, updated)
 

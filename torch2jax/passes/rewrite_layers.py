@@ -20,6 +20,7 @@ from torch2jax.passes.common import (
     call,
     code,
     expr,
+    is_simple,
     try_literal,
 )
 from torch2jax.passes.helpers import HELPERS
@@ -337,9 +338,12 @@ class LayersMixin:
             return None
         return updated.with_changes(attr=cst.Name(new))
 
-    def _random_fill(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+    def _random_fill(self, original: cst.Call, updated: cst.Call,
+                     key: cst.BaseExpression | None = None) -> cst.BaseExpression:
         """``torch.empty(1, n, d).normal_(std=0.02)`` while building layers (vit's position
-        embedding): a draw of that shape from ``rngs.params()``."""
+        embedding): a draw of that shape from ``rngs.params()``; ``key``: from that key
+        instead (``torch.empty_like(x).uniform_(a, b)`` in a module's method: x's shape and
+        dtype)."""
         made = updated.func.value  # jnp.empty(shape, dtype=...)
         if not isinstance(made, cst.Call) or not made.args:
             raise Untranslatable("in-place random fill of a tensor built with no shape",
@@ -347,10 +351,17 @@ class LayersMixin:
         shape = made.args[0].value  # an int or a sequence: jax.random takes either
         dtype = [a for a in made.args[1:] if a.keyword and a.keyword.value == "dtype"]
         dtype_text = f", {code(dtype[0].value)}" if dtype else ""
+        if self.q(original.func.value.func).endswith("_like"):
+            if not is_simple(shape):
+                raise Untranslatable("random fill of a tensor like a compound expression: "
+                                     "assign it to a name first", rule="random")
+            dtype_text = f", {code(dtype[0].value) if dtype else code(shape) + '.dtype'}"
+            shape = expr("{x}.shape", x=shape)
         self.need("jax")
+        key_text = code(key) if key is not None else "rngs.params()"
         if original.func.attr.value == "normal_":
             b = bind(updated.args, ("mean", "std"))
-            draw = f"jax.random.normal(rngs.params(), {code(shape)}{dtype_text})"
+            draw = f"jax.random.normal({key_text}, {code(shape)}{dtype_text})"
             std, mean = b.get("std"), b.get("mean")
             if std is not None and try_literal(std, ...) != 1:
                 draw = f"{code(std)} * {draw}"
@@ -360,7 +371,7 @@ class LayersMixin:
         b = bind(updated.args, ("from", "to"))
         low = b.get("from")
         high = b.get("to")
-        return expr(f"jax.random.uniform(rngs.params(), {code(shape)}{dtype_text}, "
+        return expr(f"jax.random.uniform({key_text}, {code(shape)}{dtype_text}, "
                     f"minval={code(low) if low is not None else '0.0'}, "
                     f"maxval={code(high) if high is not None else '1.0'})")
 

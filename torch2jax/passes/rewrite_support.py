@@ -36,6 +36,8 @@ GRAD_MODES = {"torch.no_grad", "torch.inference_mode", "torch.enable_grad",
               "torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
               "torch.autograd.grad_mode.no_grad"}
 INPLACE_OPS = {"add_": "+", "sub_": "-", "mul_": "*", "div_": "/"}
+# out-of-place methods whose result dtype is not the receiver's (x.eq_(y) keeps x's dtype)
+_INPLACE_DTYPE = {"eq", "ne", "logical_not", "lt", "le", "gt", "ge"}
 # Method names that are also common on non-tensors: rewritten only with tensor-like evidence.
 AMBIGUOUS_METHODS = {"split", "index", "count", "copy", "sort", "type", "int", "float", "bool",
                      "item", "to", "max", "min", "sum", "all", "any", "round", "log", "exp"}
@@ -131,6 +133,9 @@ _STATE_DICT_HOOKS = {"_load_from_state_dict", "_save_to_state_dict",
 
 # tensors made only to be filled in place: torch.empty(...).normal_(std=0.02)
 _FILLED = {"torch.empty", "torch.zeros", "torch.ones", "torch.Tensor", "torch.FloatTensor"}
+# tensors made on the spot (an in-place method on one is its out-of-place value)
+_MADE = _FILLED | {"torch.full", "torch.zeros_like", "torch.ones_like", "torch.empty_like",
+                   "torch.full_like", "torch.arange"}
 
 # a torch conv layer's constructor attributes on nnx.Conv (kernel_size keeps its name)
 _CONV_ATTRS = {"in_channels": "in_features", "out_channels": "out_features",

@@ -186,17 +186,18 @@ def __getattr__(name):
 
 def convert_package_file(
     path: Path, out_dir: Path, convert: Callable[[Path, set[str]], tuple[str, int]],
-    entry: set[str] | None = None,
+    entry: set[str] | None = None, alias: str | None = None,
 ) -> tuple[Path, int]:
     """Write the mirror package for ``path`` under ``out_dir``; return (the converted file's
     path in it, the number of TODOs the conversions left). ``convert(file, known)`` gives
     (JAX source, TODO count); ``known`` names the module classes the file imports from
-    converted modules (their constructors take ``rngs``)."""
+    converted modules (their constructors take ``rngs``). ``alias``: the mirror's top-level
+    name (default: ``<top>_jax_<n>``, new in this process)."""
     found = package_of(path)
     assert found is not None
     _, name = found
     top = name.split(".")[0]
-    alias = f"{top}_jax_{next(_counter)}"
+    alias = alias or f"{top}_jax_{next(_counter)}"
     rank = {"alias": 0, "copy": 1, "convert": 2}
     modes: dict[str, str] = {}
     reexported: dict[str, dict[str, str]] = {}  # package -> {layer class: its submodule}

@@ -710,15 +710,15 @@ def _run_jax_side(
     r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
     torch_in = torch_inputs(arrays, specs)
     jax_in = jax_inputs(arrays, specs)
-    with stage("the torch forward pass"), torch.no_grad():
-        torch_out = call_with(torch_model, torch_in, specs)
-    torch_leaves = [(k, torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
-    if req.float64:
+    if req.float64:  # before torch's pass, which may not run in float64 (grouped_mm)
         from flax import nnx
 
         graphdef, state = nnx.split(jax_model)
         check_float64(lambda st, xs: call_with(nnx.merge(graphdef, st), xs, specs), state,
                       jax_in)
+    with stage("the torch forward pass"), torch.no_grad():
+        torch_out = call_with(torch_model, torch_in, specs)
+    torch_leaves = [(k, torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
     with stage("the JAX forward pass (under jax.jit)"):
         jax_out = _jax_forward(jax_model, jax_in, specs)
     jax_leaves = [(k, jax_to_numpy(v)) for k, v in flatten_output(jax_out)]

@@ -1,0 +1,147 @@
+"""Transforms for indexed accumulation and selection: ``index_add``, ``scatter_add``,
+``torch.topk`` along any dimension, ``torch.histc``, ``repeat_interleave``.
+
+JAX arrays are immutable: torch's accumulating writes (``x.index_add(0, idx, src)``) are the
+out-of-place ``x.at[...].add(...)``, which adds repeated indices up as torch does. The in-place
+forms (``x.index_add_(...)`` as a statement) are rewritten to ``x = <the out-of-place form>``
+by the rewriter (passes/rewrite.py, ``_inplace``); on a tensor made on the spot
+(``torch.zeros(n).scatter_add_(...)``) the in-place method is the out-of-place value.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torch2jax.passes.common import Untranslatable, arg, call, expr, int_value, try_literal
+from torch2jax.passes.registry import Site, special
+
+
+def _dim(site: Site, name: str = "dim", default: int | None = None) -> int:
+    node = site.get(name)
+    if node is None and default is not None:
+        return default
+    d = int_value(node)
+    if d is None:
+        raise Untranslatable(f"{site.rule.torch} with a dim that is not an integer literal")
+    return d
+
+
+def _named(site: Site, node: cst.BaseExpression, name: str) -> cst.BaseExpression:
+    """``node`` bound to a name before the statement when it is read twice."""
+    if isinstance(node, cst.Name):
+        return node
+    if site.bind is None:
+        raise Untranslatable(f"{site.rule.torch} of a compound expression outside a simple "
+                             "statement: assign it to a name first")
+    return site.bind(node, name)
+
+
+def _scaled(site: Site, src: cst.BaseExpression) -> cst.BaseExpression:
+    alpha = site.get("alpha")
+    if alpha is None or try_literal(alpha, ...) == 1:
+        return src
+    return expr("{a} * {s}", a=alpha, s=src)
+
+
+@special("index_add")
+def index_add(site: Site) -> cst.BaseExpression:
+    """``x.index_add(d, index, source, alpha=a)``: ``x.at[:, ..., index].add(a * source)``
+    (index on axis d, a 1-D index as torch requires)."""
+    d = _dim(site)
+    index, source = site.get("index"), site.get("source")
+    if index is None or source is None:
+        raise Untranslatable(f"{site.rule.torch} without index or source")
+    if d >= 0:
+        at = "{x}.at[" + ":, " * d + "{i}]"
+    else:
+        at = "{x}.at[..., {i}" + ", :" * (-d - 1) + "]"
+    return call(expr(at + ".add", x=site.x(), i=index), arg(_scaled(site, source)))
+
+
+@special("scatter_add")
+def scatter_add(site: Site) -> cst.BaseExpression:
+    """``x.scatter_add(d, index, src)``: ``x[..., index[i, j], ...] += src[i, j]`` with
+    index on axis d and the position itself on the other axes: the index array on d, the
+    broadcasting aranges of ``jnp.indices(index.shape, sparse=True)`` on the others. src
+    must have index's shape (torch also reads the corner of a larger src: that shape fails
+    to broadcast here, never silently)."""
+    d = _dim(site)
+    index, src = site.get("index"), site.get("src")
+    if index is None or src is None:
+        raise Untranslatable(f"{site.rule.torch} without index or src")
+    index = _named(site, index, "index")
+    where = expr(f"tuple({{i}} if axis == {d} % {{i}}.ndim else at for axis, at in "
+                 "enumerate(jnp.indices({i}.shape, sparse=True)))", i=index)
+    return call(expr("{x}.at[{w}].add", x=site.x(), w=where), arg(src))
+
+
+@special("topk")
+def topk(site: Site) -> cst.BaseExpression:
+    """``torch.topk(x, k, dim=d)``: ``jax.lax.top_k`` works on the last axis; another axis is
+    moved there and back. ``largest=False`` is the top k of ``-x`` (values negated back);
+    ``sorted=False`` lets torch return any order, and the sorted one is such an order."""
+    x, k = site.x(), site.get("k")
+    if k is None:
+        raise Untranslatable("torch.topk without k")
+    largest = site.lit("largest")
+    if largest not in (None, True, False):
+        raise Untranslatable("torch.topk with a largest= that is not a literal")
+    if site.lit("sorted") not in (None, True, False):
+        raise Untranslatable("torch.topk with a sorted= that is not a literal")
+    d = _dim(site, default=-1)
+    if largest is False:
+        x = expr("-{x}", x=x)
+    top = call("jax.lax.top_k", arg(x if d == -1 else call(
+        "jnp.moveaxis", arg(x), arg(expr(str(d))), arg(expr("-1")))), arg(k))
+    if d == -1 and largest is not False:
+        return top
+    if largest is False:  # the values of -x, negated back
+        top = expr("(lambda values, indices: (-values, indices))(*{t})", t=top)
+    if d == -1:
+        return top
+    return expr(f"jax.tree.map(lambda a: jnp.moveaxis(a, -1, {d}), {{t}})", t=top)
+
+
+@special("histc")
+def histc(site: Site) -> cst.BaseExpression:
+    """``torch.histc(x, bins, min, max)``: ``jnp.histogram`` with the same equal-width bins
+    (values outside [min, max] ignored, max in the last bin), counted in x's dtype as torch
+    does. torch takes the data's range when min == max: so does jnp.histogram with
+    ``range=None``."""
+    x = _named(site, site.x(), "values")
+    bins = site.get("bins") or expr("100")
+    lo, hi = site.get("min"), site.get("max")
+    lo_v = try_literal(lo, ...) if lo is not None else 0
+    hi_v = try_literal(hi, ...) if hi is not None else 0
+    if lo_v is not ... and hi_v is not ...:
+        rng = expr("None") if lo_v == hi_v else expr("({a}, {b})", a=lo or expr("0"),
+                                                     b=hi or expr("0"))
+    else:  # the data's range when they are equal at run time, as torch
+        a, b = lo or expr("0"), hi or expr("0")
+        rng = expr("None if {a} == {b} else ({a}, {b})", a=a, b=b)
+    hist = call("jnp.histogram", arg(x), arg(bins, "bins"), arg(rng, "range"))
+    return expr("{h}[0].astype({x}.dtype)", h=hist, x=x)
+
+
+@special("repeat_interleave")
+def repeat_interleave(site: Site) -> cst.BaseExpression:
+    """``x.repeat_interleave(r, dim=d)``: ``jnp.repeat(x, r, axis=d)`` (no dim: flattened, on
+    both sides)."""
+    repeats = site.get("repeats")
+    if repeats is None:
+        raise Untranslatable(f"{site.rule.torch} without repeats (the one-argument form)")
+    kws = [arg(site.get("dim"), "axis")] if site.get("dim") is not None else []
+    if site.get("output_size") is not None:
+        kws.append(arg(site.get("output_size"), "total_repeat_length"))
+    return call("jnp.repeat", arg(site.x()), arg(repeats), *kws)
+
+
+@special("nonzero")
+def nonzero(site: Site) -> cst.BaseExpression:
+    """``x.nonzero()``: the (n, ndim) indices of the nonzero entries, ``jnp.argwhere(x)``
+    (numpy's and jax's ``x.nonzero()`` is the tuple of index arrays, torch's
+    ``as_tuple=True``: ``jnp.nonzero(x)``)."""
+    as_tuple = site.lit("as_tuple")
+    if as_tuple not in (None, True, False):
+        raise Untranslatable("nonzero with an as_tuple= that is not a literal")
+    return call("jnp.nonzero" if as_tuple else "jnp.argwhere", arg(site.x()))

@@ -1,0 +1,688 @@
+"""The equinox target's class shell: ``__init__`` and the fields and keys of a module class.
+
+:class:`_InitRewriter` rewrites the layer constructors of ``__init__`` (or of a builder
+function) into equinox; the helpers below annotate the fields, split ``key`` for the layers and
+submodules built (:func:`_split_keys`), and check that nothing NNX is left. :class:`ClassInfo`
+is what the pass knows of one module class (targets/equinox.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis.walk import findall
+from torch2jax.passes.common import code, expr, is_identity_lambda, try_literal
+from torch2jax.targets.equinox_layers import (
+    ELEMENTWISE_PREFIXES,
+    KEY,
+    EquinoxError,
+    Info,
+    Layer,
+    _kw,
+    _pos,
+    _todo,
+    layer_of,
+)
+
+
+# ---------------------------------------------------------------------------- __init__
+class _InitRewriter(cst.CSTTransformer):
+    """Rewrites layer constructors in ``__init__`` (or a builder function) and records the
+    layers stored on ``self``; ``key=`` sites are numbered, the splits placed afterwards."""
+
+    def __init__(self, classes: set[str], keyed_classes: set[str],
+                 builders: dict[str, Layer] | None = None, methods: dict[str, Layer] | None
+                 = None, passed: dict[str, tuple[str, ...] | str] | None = None,
+                 per_example: Collection[str] = ()) -> None:
+        super().__init__()
+        self.classes = classes
+        # code (whitespace dropped) of the NNX pass's layers written for one example
+        self.per_example = per_example
+        self.builders = builders or {}
+        self.methods = methods or {}  # builder methods, called as self.name(...)
+        # parameters bound to classes of the file (see _passed_classes), or why not known
+        self.passed = passed or {}
+        self.loop = 0
+        self.returned: Layer | None = None
+        self.keyed_classes = keyed_classes
+        self.attrs: dict[str, Layer] = {}
+        self.values: dict[int, Layer] = {}  # id of new node -> layer
+        # every node this pass returns stays alive until it ends: `values` is keyed by id, and
+        # a freed node's id could be given to a later node
+        self._kept: list[cst.CSTNode] = []
+        self.local: dict[str, Layer] = {}  # local names bound to layers (lists of layers)
+        self.errors: list[str] = []
+        self.sites = 0
+        self.identities: set[str] = set()  # attributes that are an identity in some branch
+
+    def on_leave(self, original_node, updated_node):
+        result = super().on_leave(original_node, updated_node)
+        self._kept.append(result)
+        return result
+
+    def visit_For(self, node: cst.For) -> None:
+        self.loop += 1
+
+    def leave_For(self, original_node, updated_node):
+        self.loop -= 1
+        return updated_node
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loop += 1
+
+    def leave_While(self, original_node, updated_node):
+        self.loop -= 1
+        return updated_node
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        # nnx.RNN(cell): the whole is one equinox layer (or, refused, stays as NNX wrote it)
+        return not m.matches(node.func, m.Attribute(value=m.Name("nnx"), attr=m.Name("RNN")))
+
+    def leave_Call(self, original_node, updated_node):
+        try:
+            new, lay = layer_of(updated_node, self.classes)
+        except EquinoxError as exc:
+            self.errors.append(exc.message)
+            return updated_node
+        if lay.kind == "module" and not lay.bare:
+            new = new.with_changes(args=[*new.args[:-1], new.args[-1].with_changes(
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))] if new.args
+                else [], )
+            new = new.with_changes(args=[*new.args, cst.Arg(cst.Name("__needs_key__"),
+                                         keyword=cst.Name("key"), equal=cst.AssignEqual(
+                                             cst.SimpleWhitespace(""),
+                                             cst.SimpleWhitespace("")))])
+        if lay.kind == "seq":
+            new = self._sequential(updated_node)
+        if lay.kind in ("list", "dict"):
+            pos = _pos(updated_node)
+            orig = pos[0] if pos else None
+            inner = self.values.get(id(orig)) if orig is not None else None
+            if (inner is None or inner.kind == "value") and isinstance(orig, cst.Call) and \
+                    code(orig.func) == "dict":
+                inner = self._dict_layer(orig)
+            new = orig.visit(_Dedent()) if orig is not None else (
+                cst.List([]) if lay.kind == "list" else cst.Dict([]))
+            lay = inner or lay
+        if lay.kind == "value" and isinstance(updated_node.func, cst.Name) and \
+                updated_node.func.value in self.builders:
+            lay = self.builders[updated_node.func.value]
+        func = updated_node.func
+        if lay.kind == "value" and m.matches(func, m.Attribute(value=m.Name("self"))) and \
+                func.attr.value in self.methods:
+            lay = self.methods[func.attr.value]
+        if lay.kind == "value" and isinstance(func, cst.Name) and func.value in self.passed:
+            # a class handed in as an argument (`block(in_planes, planes, rngs=rngs)`)
+            got = self.passed[func.value]
+            if isinstance(got, str):
+                self.errors.append(got)
+            else:
+                lay = Layer("module", cls=got[0], alts=got[1:])
+        if isinstance(new, cst.Call) and any(
+                a.keyword is not None and a.keyword.value == "rngs" for a in new.args):
+            # a layer-building helper, a class passed as an argument, super().__init__:
+            # they take the key that converted constructors take
+            new = new.with_changes(args=[
+                a.with_changes(keyword=cst.Name("key"), value=cst.Name("__needs_key__"))
+                if a.keyword is not None and a.keyword.value == "rngs" else a
+                for a in new.args])
+        if (lay.kind == "module" and not lay.bare) or "__needs_key__" in code(new):
+            self.sites += 1
+        self.values[id(new)] = lay
+        return new
+
+    def _sequential(self, node: cst.Call) -> cst.Call:
+        if any(a.star for a in node.args):
+            (star,) = [a for a in node.args if a.star]
+            return cst.Call(cst.parse_expression("eqx.nn.Sequential"), [cst.Arg(star.value)])
+        # the NNX pass's moves to channels-last and back around its channels-last layers:
+        # equinox's layers are channel-first (and the layers keep torch's indices)
+        args = [a for a in node.args if not _is_layout_move(a.value)]
+        for a in args:
+            if self._is_per_example(a.value):
+                self.values[id(a.value)] = Layer("resize", node=a.value)
+        elements = [cst.Element(self._wrap_fn(a.value)) for a in args]
+        inner = cst.List(elements)
+        self.values[id(inner)] = Layer("list", items={
+            str(i): self.values.get(id(a.value)) or (Layer("fn") if code(a.value).startswith(
+                ("jax.nn.", "partial(jax.nn.")) else Layer("value"))
+            for i, a in enumerate(args)})
+        return cst.Call(cst.parse_expression("eqx.nn.Sequential"), [cst.Arg(inner)])
+
+    def _is_per_example(self, value: cst.BaseExpression) -> bool:
+        """nn.Upsample's lambda, which the NNX pass wrote for one example (C, *spatial)."""
+        return isinstance(value, cst.Lambda) and _squeeze(code(value)) in self.per_example
+
+    def _wrap_fn(self, value: cst.BaseExpression) -> cst.BaseExpression:
+        if self.values.get(id(value), Layer("value")).kind in ("fn", "resize") or code(value).startswith(
+                ("jax.nn.", "partial(jax.nn.")):
+            return expr("eqx.nn.Lambda({f})", f=value)
+        return value
+
+    def leave_List(self, original_node, updated_node):
+        lays = [self.values.get(id(e.value)) for e in updated_node.elements]
+        new = updated_node
+        kinds = [lay for lay in lays if lay is not None]
+        if kinds:
+            self.values[id(new)] = Layer("list", cls=kinds[0].cls if kinds[0].kind == "module"
+                                         else "", items={str(i): k for i, k in enumerate(lays)
+                                                         if k is not None})
+        return new
+
+    def leave_Dict(self, original_node, updated_node):
+        # {"a": layer, ...}, the mapping a ModuleDict is built from: its layers by key
+        items = {}
+        for e in updated_node.elements:
+            key = try_literal(e.key, None) if isinstance(e, cst.DictElement) else None
+            lay = self.values.get(id(e.value)) if isinstance(key, str) else None
+            if lay is None and isinstance(key, str) and code(e.value).startswith(
+                    ELEMENTWISE_PREFIXES):
+                lay = Layer("fn")
+            if lay is not None:
+                items[key] = lay
+        if items:
+            self.values[id(updated_node)] = Layer("dict", items=items)
+        return updated_node
+
+    def leave_ListComp(self, original_node, updated_node):
+        lay = self.values.get(id(updated_node.elt))
+        if lay is not None:
+            self.values[id(updated_node)] = Layer("list", cls=lay.cls, items={"*": lay})
+        return updated_node
+
+    def leave_Expr(self, original_node, updated_node):
+        # layers.append(fn): a function in a list of layers is wrapped in eqx.nn.Lambda
+        v = updated_node.value
+        if m.matches(v, m.Call(func=m.Attribute(attr=m.Name("append")), args=[m.Arg()])):
+            a = v.args[0].value
+            lay = self.values.get(id(a))
+            if lay is None and code(a).startswith(("jax.nn.", "partial(jax.nn.")):
+                lay = Layer("fn")
+            if lay is not None and isinstance(v.func.value, cst.Name):
+                lst = self.local.setdefault(v.func.value.value, Layer("list"))
+                lst.items[str(len(lst.items))] = lay
+                lst.loop = lst.loop or self.loop > 0
+            if lay is not None and lay.kind == "fn":
+                v = v.with_changes(args=[v.args[0].with_changes(value=self._wrap_fn(a))])
+                return updated_node.with_changes(value=v)
+        return updated_node
+
+    def _dict_layer(self, value: cst.Call) -> Layer:
+        return Layer("dict", items={a.keyword.value: self.values[id(a.value)] for a in value.args
+                                    if a.keyword is not None and id(a.value) in self.values})
+
+    def leave_Return(self, original_node, updated_node):
+        if updated_node.value is not None:
+            self.returned = self._seq_layer(updated_node.value) or self.values.get(
+                id(updated_node.value))
+        return updated_node
+
+    def _seq_layer(self, value: cst.BaseExpression) -> Layer | None:
+        # a call, not an expression that starts with one (`eqx.nn.Sequential(...) if c else x`)
+        if not (isinstance(value, cst.Call) and code(value).startswith("eqx.nn.Sequential(")):
+            return None
+        inner = value.args[0].value if value.args else None
+        src = self.local.get(inner.value) if isinstance(inner, cst.Name) else \
+            self.values.get(id(inner))
+        parts = list(src.items.values()) if src else []
+        return Layer("seq", items={str(i): p for i, p in enumerate(parts)},
+                     stateful=any(p.stateful for p in parts), keyed=any(p.keyed for p in parts),
+                     loop=bool(src) and (src.loop or "*" in src.items))
+
+    def leave_Assign(self, original_node, updated_node):
+        target = updated_node.targets[0].target
+        value = updated_node.value
+        lay = self.values.get(id(value))
+        if isinstance(value, cst.Call) and code(value.func) == "dict" and not (
+                lay is not None and lay.kind == "dict"):
+            lay = self._dict_layer(value)
+            self.values[id(value)] = lay
+        if code(value).startswith("eqx.nn.Sequential("):
+            lay = self._seq_layer(value)
+        if isinstance(value, cst.Lambda):
+            lay = Layer("resize" if self._is_per_example(value) else "lambda", node=value)
+        if lay is None and isinstance(value, cst.Attribute) and code(value).startswith(
+                ELEMENTWISE_PREFIXES):
+            lay = Layer("fn")  # a function stored as an attribute: `self.act = jax.nn.relu`
+        if isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
+            name, lay = target.attr.value, lay or Layer("value")
+            before = self.attrs.setdefault(name, lay)
+            # assigned in several branches (`self.downsample = nn.Sequential(...)` or
+            # `nn.Identity()` / None): the layer is what the forward pass calls
+            if _placeholder(before) and not _placeholder(lay):
+                self.attrs[name] = lay
+            if _is_identity(value) or before.kind in ("lambda", "seq") and _placeholder(before):
+                self.identities.add(name)
+        elif isinstance(target, cst.Name) and lay is not None:
+            self.local[target.value] = lay
+        return updated_node
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _is_layout_move(node: cst.BaseExpression) -> bool:
+    """``lambda x: jnp.moveaxis(x, 1, -1)`` or ``lambda x: jnp.moveaxis(x, -1, 1)``: the NNX
+    pass's layout moves between its channels-last layers and torch-layout ones."""
+    if not (isinstance(node, cst.Lambda) and len(node.params.params) == 1):
+        return False
+    x = node.params.params[0].name.value
+    return _squeeze(code(node.body)) in (f"jnp.moveaxis({x},1,-1)", f"jnp.moveaxis({x},-1,1)")
+
+
+def _is_identity(node: cst.CSTNode | None) -> bool:
+    """``lambda x: x`` or an empty Sequential: NNX's translations of ``nn.Identity()``."""
+    if isinstance(node, cst.Call):
+        return m.matches(node, m.Call(func=m.Attribute(value=m.Attribute(
+            value=m.Name("eqx"), attr=m.Name("nn")), attr=m.Name("Sequential")), args=[
+                m.Arg(m.List(elements=[]))]))
+    return is_identity_lambda(node)
+
+
+def _placeholder(lay: Layer) -> bool:
+    """A value (``None``) or an identity: another branch's layer decides the calls."""
+    return lay.kind == "value" or lay.kind == "lambda" and _is_identity(lay.node) or \
+        lay.kind == "seq" and not lay.items
+
+
+class _Identity(cst.CSTTransformer):
+    """``self.downsample = lambda x: x`` in the branch where another sets a layer that takes
+    ``state`` or ``key``: an identity called the same way (``eqx.nn.Sequential([])`` passes
+    the state through, ``eqx.nn.Identity()`` takes ``key``)."""
+
+    def __init__(self, names: set[str], replacement: str) -> None:
+        self.names = names
+        self.replacement = replacement
+
+    def leave_Assign(self, original_node, updated_node):
+        t = updated_node.targets[0].target
+        if m.matches(t, m.Attribute(value=m.Name("self"))) and t.attr.value in self.names \
+                and _is_identity(updated_node.value):
+            return updated_node.with_changes(value=expr(self.replacement))
+        return updated_node
+
+
+def _dataclass_fields(module: cst.Module) -> dict[str, str]:
+    """``name -> annotation`` of the fields of the file's dataclasses, where unambiguous."""
+    seen: dict[str, set[str]] = {}
+    for cls in module.body:
+        if not isinstance(cls, cst.ClassDef):
+            continue
+        for s in cls.body.body:
+            if m.matches(s, m.SimpleStatementLine(body=[m.AnnAssign(target=m.Name())])):
+                a = s.body[0]
+                seen.setdefault(a.target.value, set()).add(code(a.annotation.annotation))
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
+
+
+STATIC_TYPES = {"int", "float", "bool", "str", "tuple"}
+
+
+def _annotation(value: cst.BaseExpression, lay: Layer, params: dict[str, cst.Param],
+                dataclass_fields: dict[str, str]) -> tuple[str, bool]:
+    """The field annotation for ``self.x = value`` and whether the field is static."""
+    text = code(value)
+    if lay.kind == "value" and isinstance(value, cst.Name) and value.value in ("True", "False"):
+        return "bool", False  # `inference`: eqx.nn.inference_mode replaces it (not static)
+    if lay.kind == "value" and isinstance(value, cst.Call) and text.startswith("eqx.nn."):
+        return text.split("(")[0], False
+    if lay.kind == "value" and isinstance(value, cst.Lambda):
+        return "Callable", True
+    if lay.kind in ("linear", "conv", "bn", "layernorm", "embedding", "dropout", "pool",
+                    "groupnorm", "mha", "lstm", "lstmcell", "gru", "grucell"):
+        if not text.startswith("eqx.nn."):  # built by a helper function
+            return lay.cls or "eqx.Module", False
+        return text.split("(")[0], False
+    if lay.kind == "seq":
+        return "eqx.nn.Sequential", False
+    if lay.kind == "module":
+        return "eqx.Module" if lay.alts else lay.cls, False
+    if lay.kind == "list":
+        return "list", False
+    if lay.kind == "dict":
+        return "dict", False
+    if lay.kind in ("buffer", "param"):
+        return "jax.Array", False
+    if lay.kind in ("fn", "lambda", "resize"):
+        return "Callable", True
+    if isinstance(value, cst.Name) and value.value in params:
+        p = params[value.value]
+        if p.annotation is not None:
+            ann = code(p.annotation.annotation)
+            return ann, ann in STATIC_TYPES
+        lit = try_literal(p.default, ...) if p.default is not None else ...
+        t = {bool: "bool", int: "int", float: "float", str: "str", tuple: "tuple"}.get(
+            type(lit))
+        if t:
+            return t, True
+        return "Any", False
+    if isinstance(value, cst.Attribute) and value.attr.value in dataclass_fields:
+        ann = dataclass_fields[value.attr.value]
+        return ann, ann in STATIC_TYPES
+    lit = try_literal(value, ...)
+    t = {bool: "bool", int: "int", float: "float", str: "str", tuple: "tuple"}.get(type(lit))
+    if t:
+        return t, True
+    return "Any", False
+
+
+def _split_keys(body: list[cst.BaseStatement], sites: int) -> list[cst.BaseStatement]:
+    """Name the ``__needs_key__`` sites: one site takes ``key``; sites in straight-line code
+    take ``key1, key2, ... = jax.random.split(key, n)``; sites in a loop or a comprehension
+    split the key they are given (``key, subkey = jax.random.split(key)``)."""
+    counter = [0]
+    loop_sites = [0]
+
+    class Count(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.loop = 0
+
+        def visit_For(self, node):
+            self.loop += 1
+
+        def leave_For(self, node):
+            self.loop -= 1
+
+        def visit_While(self, node):
+            self.loop += 1
+
+        def leave_While(self, node):
+            self.loop -= 1
+
+        def visit_Name(self, node):
+            if node.value == "__needs_key__" and self.loop:
+                loop_sites[0] += 1
+
+    mod = cst.Module(body=body)
+    mod.visit(Count())
+    sequential = loop_sites[0] > 0
+
+    class Name(cst.CSTTransformer):
+        def __init__(self) -> None:
+            self.loop = 0
+
+        def leave_Name(self, original_node, updated_node):
+            if updated_node.value != "__needs_key__":
+                return updated_node
+            counter[0] += 1
+            return cst.Name(KEY.format(counter[0]))
+
+    mod = mod.visit(Name())
+    n = counter[0]
+    text_names = [KEY.format(i + 1) for i in range(n)]
+    # comprehensions: [X(key=K) for _ in range(n)]
+    mod = mod.visit(_CompKeys(set(text_names)))
+    if n == 0:
+        return list(mod.body)
+    if not sequential:
+        names = ["key"] if n == 1 else [f"key{i + 1}" for i in range(n)]
+        renamed = mod.visit(_Rename(dict(zip(text_names, names, strict=True))))
+        out = list(renamed.body)
+        if n > 1:
+            out.insert(_after_docstring(out), cst.parse_statement(
+                f"{', '.join(names)} = jax.random.split(key, {n})\n"))
+        return out
+    # sequential: before each statement that uses a key, split off a subkey; the last use
+    # outside any loop takes the key itself
+    return _sequential_keys(list(mod.body), set(text_names))
+
+
+class _Dedent(cst.CSTTransformer):
+    """Continuation lines of an unwrapped ``nnx.Dict(dict(...))`` move out one level."""
+
+    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
+        last = updated_node.last_line.value
+        if last.startswith("    "):
+            return updated_node.with_changes(last_line=cst.SimpleWhitespace(last[4:]))
+        return updated_node
+
+
+def _has_nnx(node: cst.CSTNode) -> bool:
+    return any(m.matches(a.value, m.Name("nnx")) for a in findall(node, m.Attribute())) or \
+        bool(findall(node, m.Name("rngs")))
+
+
+class _NoNnx(cst.CSTTransformer):
+    MESSAGE = "no equinox translation yet (shown as its NNX translation)"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.any = False
+
+    def leave_Annotation(self, original_node, updated_node):
+        if _has_nnx(updated_node):
+            self.any = True
+            return updated_node.with_changes(annotation=cst.Name("Any"))
+        return updated_node
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if _has_nnx(updated_node):
+            return _todo(_comment_out(updated_node), self.MESSAGE)
+        return updated_node
+
+    def on_leave(self, original_node, updated_node):
+        updated = super().on_leave(original_node, updated_node)
+        if isinstance(updated, cst.BaseCompoundStatement) and _has_nnx(updated):
+            return _todo(_comment_out(updated), self.MESSAGE)
+        return updated
+
+
+class _Lambdas(cst.CSTTransformer):
+    def __init__(self, lambdas: dict[str, cst.Lambda]) -> None:
+        super().__init__()
+        self.lambdas = lambdas
+
+    def leave_Assign(self, original_node, updated_node):
+        t = updated_node.targets[0].target
+        if m.matches(t, m.Attribute(value=m.Name("self"))) and t.attr.value in self.lambdas \
+                and isinstance(updated_node.value, cst.Lambda):
+            return updated_node.with_changes(value=self.lambdas[t.attr.value])
+        return updated_node
+
+
+class _Inference(cst.CSTTransformer):
+    def leave_Attribute(self, original_node, updated_node):
+        if m.matches(updated_node, m.Attribute(value=m.Name("self"), attr=m.Name(
+                "deterministic"))):
+            return updated_node.with_changes(attr=cst.Name("inference"))
+        return updated_node
+
+    def leave_Comment(self, original_node, updated_node):
+        if updated_node.value == "# flipped by .train()/.eval()":
+            return updated_node.with_changes(value="# set by eqx.nn.inference_mode")
+        return updated_node
+
+
+class _Rename(cst.CSTTransformer):
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Name(self, original_node, updated_node):
+        return updated_node.with_changes(value=self.names.get(updated_node.value,
+                                                              updated_node.value))
+
+
+class _CompKeys(cst.CSTTransformer):
+    """``[Block(c, key=K) for _ in range(n)]`` -> ``[Block(c, key=k) for k in
+    jax.random.split(K, n)]``."""
+
+    def __init__(self, placeholders: set[str]) -> None:
+        super().__init__()
+        self.placeholders = placeholders
+
+    def leave_ListComp(self, original_node, updated_node):
+        used = [p for p in self.placeholders if p in code(updated_node.elt)]
+        f = updated_node.for_in
+        if len(used) != 1 or f.inner_for_in is not None or f.ifs:
+            return updated_node
+        if not (m.matches(f.target, m.Name("_")) and m.matches(
+                f.iter, m.Call(func=m.Name("range"), args=[m.Arg()]))):
+            return updated_node
+        n = f.iter.args[0].value
+        elt = updated_node.elt.visit(_Rename({used[0]: "k"}))
+        return updated_node.with_changes(elt=elt, for_in=f.with_changes(
+            target=cst.Name("k"), iter=expr("jax.random.split({k}, {n})", k=used[0], n=n)))
+
+
+def _after_docstring(body: list) -> int:
+    if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString())])):
+        return 1
+    return 0
+
+
+def _sequential_keys(body: list[cst.BaseStatement], placeholders: set[str],
+                     in_loop: bool = False) -> list[cst.BaseStatement]:
+    def uses(s: cst.CSTNode) -> list[str]:
+        text = code(s)
+        return sorted(p for p in placeholders if p in text)
+
+    # the last statement outside loops that uses a key takes `key` itself
+    last = max((i for i, s in enumerate(body) if uses(s)), default=None)
+    out: list[cst.BaseStatement] = []
+    for i, s in enumerate(body):
+        used = uses(s)
+        if not used:
+            out.append(s)
+            continue
+        if isinstance(s, (cst.For, cst.While)):
+            inner = _sequential_keys(list(s.body.body), placeholders, True)
+            out.append(s.with_changes(body=s.body.with_changes(body=inner)))
+            continue
+        if isinstance(s, cst.BaseCompoundStatement):
+            raise EquinoxError("layers built inside a compound statement other than a loop")
+        if i == last and len(used) == 1 and not in_loop:
+            out.append(_rename_stmt(s, {used[0]: "key"}))
+            continue
+        if len(used) == 1:
+            out.append(cst.parse_statement("key, subkey = jax.random.split(key)\n"))
+            out.append(_rename_stmt(s, {used[0]: "subkey"}))
+        else:
+            names = [f"subkey{j + 1}" for j in range(len(used))]
+            out.append(cst.parse_statement(
+                f"key, {', '.join(names)} = jax.random.split(key, {len(used) + 1})\n"))
+            out.append(_rename_stmt(s, dict(zip(used, names, strict=True))))
+    return out
+
+
+def _rename_stmt(s: cst.BaseStatement, names: dict[str, str]) -> cst.BaseStatement:
+    return s.visit(_Rename(names))
+
+
+# ---------------------------------------------------------------------------- classes
+@dataclass
+class ClassInfo:
+    name: str
+    node: cst.ClassDef
+    attrs: dict[str, Layer] = field(default_factory=dict)
+    stateful: bool = False
+    keyed: bool = False
+    inputs: list[Info] | None = None  # per-example description of __call__'s arguments
+    output: Info | None = None
+    new_call: cst.FunctionDef | None = None
+    errors: list[str] = field(default_factory=list)
+    lambdas: dict[str, cst.Lambda] = field(default_factory=dict)  # per-example forms
+    init_methods: set[str] = field(default_factory=set)  # applied by init_layers
+    reduced: dict[int, str] = field(default_factory=dict)  # see Forward.reduced
+    identities: set[str] = field(default_factory=set)  # see _InitRewriter.identities
+    # builder methods (``*, rngs`` in NNX, called as ``self.name(...)`` in ``__init__``),
+    # rewritten like ``__init__``
+    methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    # inputs of __call__ whose per-example rank no line states, taken from the first layer
+    # applied to them: (parameter, rank, layer kind)
+    assumed: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
+    return any(code(b.value) in ("nnx.Module", *classes) for b in cls.bases)
+
+
+def _init_of(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    for s in cls.body.body:
+        if isinstance(s, cst.FunctionDef) and s.name.value == name:
+            return s
+    return None
+
+
+def _bind(params: list[cst.Param], call: cst.Call) -> dict[str, cst.BaseExpression] | None:
+    """The argument each parameter takes at ``call`` (its default where none is given);
+    None where the call unpacks arguments."""
+    if any(a.star for a in call.args):
+        return None
+    pos, kw = _pos(call), _kw(call)
+    out = {}
+    for i, p in enumerate(params):
+        name = p.name.value
+        if i < len(pos):
+            out[name] = pos[i]
+        elif name in kw:
+            out[name] = kw[name]
+        elif p.default is not None:
+            out[name] = p.default
+    return out
+
+
+def _passed_classes(sites: list[cst.Call], params: list[cst.Param], classes: set[str],
+                    what: str, known: dict[str, tuple[str, ...] | str] | None = None
+                    ) -> dict[str, tuple[str, ...] | str]:
+    """For each parameter: the module classes of the file that ``sites`` (the calls that
+    build ``what``) pass to it, first seen first, or why they are not known (a call passes
+    something else, or nothing builds ``what``). ``known``: what the caller's own
+    parameters are bound to (``self._make_layer(block, ...)`` in ``__init__``)."""
+    out: dict[str, tuple[str, ...] | str] = {}
+    for p in params:
+        name = p.name.value
+        found: list[str] = []
+        why = "" if sites else f"the class `{name}` is not known: nothing in this file " \
+            f"builds {what}"
+        for call in sites:
+            bound = _bind(params, call)
+            arg = bound.get(name) if bound is not None else None
+            got = known.get(arg.value) if known and isinstance(arg, cst.Name) else None
+            if isinstance(got, str):
+                why = got
+            elif got is not None:
+                found += got
+            elif isinstance(arg, cst.Name) and arg.value in classes:
+                found.append(arg.value)
+            else:
+                why = f"the class `{name}` is not known: {what} is built with " + (
+                    f"`{code(arg)}` for it" if arg is not None else "arguments unpacked") + \
+                    ", not a module class of this file"
+            if why:
+                break
+        out[name] = why or tuple(dict.fromkeys(found))
+    return out
+
+
+def _key_param(fn: cst.FunctionDef, default_none: bool) -> cst.FunctionDef:
+    """``*, rngs: nnx.Rngs`` -> ``*, key`` (``key=None`` for ``__call__``)."""
+    params = fn.params
+    kw = [p for p in params.kwonly_params if p.name.value != "rngs"]
+    key = cst.Param(cst.Name("key"), default=cst.Name("None") if default_none else None,
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+                    if default_none else cst.MaybeSentinel.DEFAULT)
+    star = params.star_arg
+    if not isinstance(star, cst.Param):
+        star = cst.ParamStar()
+    plain = list(params.params)
+    if plain:
+        plain[-1] = plain[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
+            " ")))
+    kw = [p.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+          for p in kw]
+    return fn.with_changes(params=params.with_changes(params=plain, star_arg=star,
+                                                      kwonly_params=[*kw, key]))
+
+
+def _comment_out(s: cst.BaseStatement) -> cst.BaseStatement:
+    lines = cst.Module(body=[s]).code.rstrip("\n").splitlines()
+    comments = [cst.EmptyLine(comment=cst.Comment("# " + ln if ln.strip() else "#"))
+                for ln in lines]
+    return cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=comments)

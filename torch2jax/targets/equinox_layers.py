@@ -1,0 +1,350 @@
+"""The equinox target's layers: NNX layer constructors (as the rules emit them) -> equinox.
+
+The shared vocabulary of the equinox pass (targets/equinox.py): what is known of a value in
+per-example code (:class:`Info`), of an attribute of a module (:class:`Layer`), the error that
+leaves a statement as it was with a TODO (:class:`EquinoxError`), and :func:`layer_of`, which
+turns one NNX layer constructor into its equinox constructor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from torch2jax.passes.common import Untranslatable, code, one_line, try_literal
+
+RULE = "equinox"
+KEY = "__key{}__"  # placeholders for per-call keys, named once a function is done
+
+# NNX layers (as the rules emit them) -> equinox layers and how their arguments translate
+CONV_KW = {"strides": "stride", "kernel_dilation": "dilation", "feature_group_count": "groups",
+           "use_bias": "use_bias", "padding": "padding", "kernel_size": "kernel_size"}
+ELEMENTWISE_PREFIXES = ("jax.nn.", "jnp.")
+# jnp functions that act element by element (a batched operand needs nothing)
+ELEMENTWISE_JNP = {"exp", "log", "tanh", "sqrt", "abs", "maximum", "minimum", "where", "clip",
+                   "sin", "cos", "square", "power", "sign", "log1p", "expm1", "rsqrt",
+                   "reciprocal", "floor", "ceil", "round", "logical_not", "isnan", "isfinite",
+                   "erf", "sigmoid", "asarray"}
+AXIS_REDUCTIONS = {"sum", "mean", "max", "min", "var", "std", "prod", "argmax", "argmin",
+                   "softmax", "log_softmax", "logsumexp", "cumsum", "cumprod", "all", "any",
+                   "norm", "flip", "split", "concatenate", "stack", "expand_dims", "squeeze",
+                   "standardize", "one_hot", "take_along_axis", "roll"}
+JNP_POSITIONAL_AXES = {"swapaxes": (1, 2), "moveaxis": (1, 2), "expand_dims": (1,),
+                       "squeeze": (1,), "flip": (1,), "roll": (2,)}
+# helpers of torch2jax/passes/helpers.py that work on the last axes of their first argument
+TRAILING_AXES_HELPERS = {"adaptive_avg_pool", "adaptive_max_pool"}
+# reductions that drop their axes (unless keepdims)
+RANK_REDUCTIONS = {"sum", "mean", "max", "min", "var", "std", "prod", "argmax", "argmin", "all",
+                   "any", "logsumexp", "norm"}
+VECTOR_LAYERS = {"linear": 1, "layernorm": 1, "embedding": 0}  # rank of one example's input
+
+
+@dataclass
+class Info:
+    """What is known about a value in forward code."""
+
+    batched: bool = False  # its first axis (in torch) is the batch axis
+    rank: int | None = None  # rank of one example (batched) or of the value (unbatched)
+    kind: str = "value"  # value | shape | batch_size | module:<Class> | layer:<kind>
+    lead_one: bool = False  # unbatched, leading axis known to be 1 (a broadcast buffer)
+    channels_last: bool = False  # inside the NNX pass's channels-last region (moves dropped)
+    is_input: bool = False  # an input of the model: its rank is what its first layer takes
+    # x.reshape(-1, V) of a batched x: in torch its first axis is the batch merged with the
+    # example's first axis; per example that axis alone (its rows are the example's rows)
+    merged: bool = False
+    elements: tuple[Info, ...] = ()  # a tuple's elements, when each is known
+
+
+@dataclass
+class Layer:
+    kind: str  # linear conv bn layernorm embedding dropout pool seq list dict module fn buffer
+    cls: str = ""  # module class name, for kind == "module"; element class for list/dict
+    items: dict[str, Layer] = field(default_factory=dict)  # dict entries
+    rank: int | None = None  # buffers: rank; seq: rank of the first layer's input
+    lead_one: bool = False
+    stateful: bool = False
+    keyed: bool = False
+    node: cst.Lambda | None = None  # kind == "lambda": the function
+    # kind == "module" built from a class passed in: the other classes passed at some sites
+    alts: tuple[str, ...] = ()
+    # seq / list: its layers were appended in a loop (how many is not known here)
+    loop: bool = False
+    bare: bool = False  # kind == "module" of a class with no constructor: built without a key
+
+
+# recurrent layer kinds -> torch's names (for messages)
+RNN_NAMES = {"lstm": "LSTM", "lstmcell": "LSTMCell", "gru": "GRU", "grucell": "GRUCell"}
+
+
+class EquinoxError(Untranslatable):
+    pass
+
+
+def _todo(stmt: cst.BaseStatement, message: str) -> cst.BaseStatement:
+    line = cst.EmptyLine(comment=cst.Comment(f"# TODO(torch2jax): {one_line(message)} [{RULE}]"))
+    return stmt.with_changes(leading_lines=[*stmt.leading_lines, line])
+
+
+def _name(node: cst.BaseExpression) -> str:
+    return code(node)
+
+
+def _kw(node: cst.Call) -> dict[str, cst.BaseExpression]:
+    return {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+
+
+def _pos(node: cst.Call) -> list[cst.BaseExpression]:
+    return [a.value for a in node.args if a.keyword is None and not a.star]
+
+
+def _call(func: str, pos: list, kw: list[tuple[str, cst.BaseExpression]]) -> cst.Call:
+    parts = [code(p) for p in pos] + [f"{k}={code(v)}" for k, v in kw]
+    return cst.parse_expression(f"{func}({', '.join(parts)})")
+
+
+# ---------------------------------------------------------------------------- layers
+def layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpression, Layer]:
+    """:func:`_layer_of`, with the equinox class of a layer noted (for annotations)."""
+    new, lay = _layer_of(node, classes)
+    if isinstance(new, cst.Call) and code(new.func).startswith("eqx.nn.") and not lay.cls:
+        lay.cls = code(new.func)
+    return new, lay
+
+
+def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpression, Layer]:
+    """An NNX constructor -> the equinox constructor (``key=`` left to the caller: a
+    ``__needs_key__`` keyword marks where) and what it is."""
+    if isinstance(node, cst.Call):
+        name = code(node.func)
+        pos, kw = _pos(node), _kw(node)
+        kw.pop("rngs", None)
+        if name == "nnx.Linear":
+            extra = [(k, kw.pop(k)) for k in ("use_bias",) if k in kw]
+            if kw:
+                raise EquinoxError(f"nnx.Linear argument {min(kw)} has no equinox form")
+            return _call("eqx.nn.Linear", pos, [*extra, ("key", cst.Name("__needs_key__"))]), \
+                Layer("linear")
+        if name == "nnx.Conv":
+            size = kw.get("kernel_size")
+            size = size.elements if isinstance(size, cst.Tuple) else None
+            if size is None or not 1 <= len(size) <= 3:
+                raise EquinoxError("a convolution whose kernel size is not a tuple")
+            out = []
+            for k, v in kw.items():
+                if k not in CONV_KW:
+                    raise EquinoxError(f"nnx.Conv argument {k} has no equinox form")
+                if k == "padding" and isinstance(try_literal(v, None), str) and \
+                        try_literal(v) not in ("SAME", "VALID"):
+                    raise EquinoxError(f"conv padding {code(v)}")
+                out.append((CONV_KW[k], v))
+            return _call(f"eqx.nn.Conv{len(size)}d", pos, [*out, ("key", cst.Name(
+                "__needs_key__"))]), Layer("conv", rank=len(size) + 1)
+        if name == "BatchNorm":  # the NNX helper -> the equinox one (passes/helpers.py)
+            out = [("axis_name", cst.SimpleString('"batch"'))]
+            if "epsilon" in kw:
+                out.append(("eps", kw.pop("epsilon")))
+            scale, bias = kw.pop("use_scale", None), kw.pop("use_bias", None)
+            if scale is not None or bias is not None:
+                if scale is None or bias is None or code(scale) != code(bias):
+                    raise EquinoxError("BatchNorm with a scale but no shift (or the reverse)")
+                out.append(("channelwise_affine", scale))
+            out.append(("momentum", kw.pop("momentum", cst.Float("0.99"))))
+            if "axis" in kw and code(kw["axis"]) == "1":
+                del kw["axis"]  # BatchNorm1d: channels first, the equinox layer's axis 0
+            if kw:
+                raise EquinoxError(f"BatchNorm argument {min(kw)} has no equinox form")
+            return _call("BatchNorm", pos, out), Layer("bn", cls="BatchNorm", stateful=True)
+        if name == "nnx.BatchNorm":
+            raise EquinoxError("BatchNorm with track_running_stats=False has no equinox form yet")
+        if name == "nnx.LayerNorm":
+            out = []
+            for k, new in (("epsilon", "eps"), ("use_bias", "use_bias"),
+                           ("use_scale", "use_weight")):
+                if k in kw:
+                    out.append((new, kw.pop(k)))
+            if kw:
+                raise EquinoxError(f"nnx.LayerNorm argument {min(kw)} (a LayerNorm over "
+                                   "several dims?) has no equinox form yet")
+            return _call("eqx.nn.LayerNorm", pos, out), Layer("layernorm")
+        if name == "nnx.Embed":
+            if kw:
+                raise EquinoxError(f"nnx.Embed argument {min(kw)}")
+            return _call("eqx.nn.Embedding", pos, [("key", cst.Name("__needs_key__"))]), \
+                Layer("embedding")
+        if name == "nnx.Dropout":
+            rate = pos[0] if pos else kw.pop("rate", None)
+            if rate is None or kw:
+                raise EquinoxError("nnx.Dropout arguments")
+            return _call("eqx.nn.Dropout", [rate], []), Layer("dropout", keyed=True)
+        if name == "partial" and pos and code(pos[0]) in ("nnx.max_pool", "nnx.avg_pool"):
+            which = "Max" if code(pos[0]) == "nnx.max_pool" else "Avg"
+            window = try_literal(kw.pop("window_shape", None), None)
+            if not isinstance(window, tuple):
+                raise EquinoxError("pooling window is not a literal tuple")
+            out = [("kernel_size", cst.parse_expression(repr(window)))]
+            strides = kw.pop("strides", None)
+            out.append(("stride", strides if strides is not None else cst.parse_expression(
+                repr((1,) * len(window)))))
+            padding = kw.pop("padding", None)
+            if padding is not None:
+                if isinstance(try_literal(padding, None), str):
+                    if try_literal(padding) != "VALID":
+                        raise EquinoxError(f"pooling padding {code(padding)}")
+                else:
+                    out.append(("padding", padding))
+            include = kw.pop("count_include_pad", None)
+            if include is not None and try_literal(include, None) is not True:
+                raise EquinoxError("average pooling that excludes the padding from the count: "
+                                   "eqx.nn.AvgPool divides by the window size")
+            if kw:
+                raise EquinoxError(f"pooling argument {min(kw)}")
+            return _call(f"eqx.nn.{which}Pool{len(window)}d", [], out), \
+                Layer("pool", rank=len(window) + 1)
+        if name in SEQUENCE_LAYERS:
+            return SEQUENCE_LAYERS[name](pos, kw)
+        if name == "nnx.GroupNorm":
+            return _group_norm(pos, kw)
+        if name == "nnx.ConvTranspose":
+            return _conv_transpose(pos, kw)
+        if name == "nnx.Sequential":
+            return node, Layer("seq")  # the caller rebuilds it (its elements are known there)
+        if name in ("nnx.List", "nnx.Dict"):
+            return node, Layer("list" if name == "nnx.List" else "dict")
+        if name in ("nnx.Variable", "nnx.BatchStat", "nnx.Cache"):
+            return pos[0], Layer("buffer")
+        if name == "nnx.Param":
+            return pos[0], Layer("param")
+        if name in classes:
+            bare = not any(a.keyword and a.keyword.value == "rngs" for a in node.args)
+            return node.with_changes(args=[*[a for a in node.args if not (
+                a.keyword and a.keyword.value == "rngs")]]), Layer("module", cls=name,
+                                                                   bare=bare)
+        if name.startswith("nnx.") and name[4:5].isupper():  # (functions: _NoNnx marks them)
+            raise EquinoxError(f"{name} has no equinox translation yet")
+    text = code(node)
+    if text.startswith(("jax.nn.", "partial(jax.nn.", "jnp.")) and not isinstance(
+            node, cst.Call) or text.startswith("partial(jax.nn."):
+        return node, Layer("fn")
+    return node, Layer("value")
+
+
+def _group_norm(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.GroupNorm(C, num_groups=G, epsilon=e) -> eqx.nn.GroupNorm(G, C, eps=e): channel
+    first, any number of spatial axes."""
+    groups = kw.pop("num_groups", None)
+    if groups is None or len(pos) != 1:
+        raise EquinoxError("GroupNorm without its group and channel counts")
+    out = [("eps", kw.pop("epsilon", cst.Float("1e-05")))]
+    scale, bias = kw.pop("use_scale", None), kw.pop("use_bias", None)
+    if scale is not None or bias is not None:
+        if scale is None or bias is None or code(scale) != code(bias):
+            raise EquinoxError("GroupNorm with a scale but no shift (or the reverse)")
+        out.append(("channelwise_affine", scale))
+    if kw:
+        raise EquinoxError(f"nnx.GroupNorm argument {min(kw)} has no equinox form")
+    return _call("eqx.nn.GroupNorm", [groups, pos[0]], out), Layer("groupnorm")
+
+
+def _conv_transpose(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.ConvTranspose(..., padding=((lo, hi), ...), transpose_kernel=True) ->
+    eqx.nn.ConvTransposeNd with torch's own arguments: equinox's padding and output_padding
+    are torch's (lo = d*(k-1) - p, hi = lo + output_padding in the NNX form)."""
+    size = try_literal(kw.pop("kernel_size", None), None)
+    pads = try_literal(kw.pop("padding", None), None)
+    dil = try_literal(kw.pop("kernel_dilation", None), None) or (1,) * len(size or ())
+    if not isinstance(size, tuple) or not isinstance(pads, tuple) or len(pads) != len(size):
+        raise EquinoxError("a transposed convolution without literal sizes")
+    if try_literal(kw.pop("transpose_kernel", None), None) is not True:
+        raise EquinoxError("a transposed convolution without transpose_kernel=True")
+    padding = tuple(d * (k - 1) - lo for k, d, (lo, _) in zip(size, dil, pads, strict=True))
+    extra = tuple(hi - lo for lo, hi in pads)
+    out = [("kernel_size", cst.parse_expression(repr(size)))]
+    if "strides" in kw:
+        out.append(("stride", kw.pop("strides")))
+    out.append(("padding", cst.parse_expression(repr(padding))))
+    if any(extra):
+        out.append(("output_padding", cst.parse_expression(repr(extra))))
+    if any(d != 1 for d in dil):
+        out.append(("dilation", cst.parse_expression(repr(dil))))
+    if "use_bias" in kw:
+        out.append(("use_bias", kw.pop("use_bias")))
+    if kw:
+        raise EquinoxError(f"nnx.ConvTranspose argument {min(kw)} has no equinox form")
+    return _call(f"eqx.nn.ConvTranspose{len(size)}d", pos, [
+        *out, ("key", cst.Name("__needs_key__"))]), Layer("conv", rank=len(size) + 1)
+
+
+def _attention(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.MultiHeadAttention(num_heads=H, in_features=E, in_kv_features=K, ...) ->
+    eqx.nn.MultiheadAttention(H, E, K, K, use_*_bias=...): equinox's biases are off by
+    default, torch's on; the output size is E, as torch's."""
+    heads, embed = kw.pop("num_heads", None), kw.pop("in_features", None)
+    if heads is None or embed is None or pos:
+        raise EquinoxError("MultiHeadAttention without num_heads and in_features")
+    kdim = kw.pop("in_kv_features", None)
+    bias = kw.pop("use_bias", cst.Name("True"))
+    out = [(f"use_{p}_bias", bias) for p in ("query", "key", "value", "output")]
+    rate = kw.pop("dropout_rate", None)
+    if rate is not None:
+        out.append(("dropout_p", rate))
+    for k, ok in (("decode", False), ("broadcast_dropout", False)):
+        if k in kw and try_literal(kw.pop(k), None) is not ok:
+            raise EquinoxError(f"MultiHeadAttention({k}=...) has no equinox form")
+    if kw:
+        raise EquinoxError(f"nnx.MultiHeadAttention argument {min(kw)} has no equinox form")
+    sizes = [heads, embed, *([kdim, kdim] if kdim is not None else [])]
+    return _call("eqx.nn.MultiheadAttention", sizes, [*out, ("key", cst.Name(
+        "__needs_key__"))]), Layer("mha", keyed=rate is not None)
+
+
+def _rnn(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.RNN(nnx.OptimizedLSTMCell(I, H)) (torch's LSTM, batch_first=True) ->
+    eqx.nn.LSTMCell(I, H), scanned over the sequence by the lstm_scan helper;
+    nnx.RNN(TorchGRUCell(I, H)) (torch's GRU) -> the TorchGRUCell helper, scanned by gru_scan."""
+    cell = code(pos[0].func) if len(pos) == 1 and isinstance(pos[0], cst.Call) else None
+    kind = {"nnx.OptimizedLSTMCell": "lstm", "TorchGRUCell": "gru"}.get(cell)
+    if try_literal(kw.pop("time_major", None), False) is not False:
+        raise EquinoxError(f"{(kind or 'an RNN').upper()} with batch_first=False: its batch is "
+                           "axis 1, and the equinox model is mapped over axis 0 (batch_first="
+                           "True is translated)")
+    if kw or kind is None:
+        raise EquinoxError("an nnx.RNN that is not torch's LSTM or GRU")
+    new, _ = SEQUENCE_LAYERS[cell](_pos(pos[0]), _kw(pos[0]))
+    return new, Layer(kind)
+
+
+def _lstm_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """nnx.OptimizedLSTMCell(I, H) -> eqx.nn.LSTMCell(I, H): gates in torch's order i, f, g,
+    o; its one bias is torch's b_ih + b_hh."""
+    kw.pop("rngs", None)
+    if kw or len(pos) != 2:
+        raise EquinoxError("an LSTM cell with other arguments than its sizes")
+    return _call("eqx.nn.LSTMCell", pos, [("key", cst.Name("__needs_key__"))]), \
+        Layer("lstmcell")
+
+
+def _gru_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """TorchGRUCell(I, H) (NNX's helper) -> TorchGRUCell(I, H, key=...), equinox's helper: torch's
+    parameters, one example."""
+    kw.pop("rngs", None)
+    if kw or len(pos) != 2:
+        raise EquinoxError("a GRU cell with other arguments than its sizes")
+    return _call("TorchGRUCell", pos, [("key", cst.Name("__needs_key__"))]), Layer("grucell")
+
+
+SEQUENCE_LAYERS = {"nnx.MultiHeadAttention": _attention, "nnx.RNN": _rnn,
+                   "nnx.OptimizedLSTMCell": _lstm_cell, "TorchGRUCell": _gru_cell}
+
+
+def _kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(
+        cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+
+
+def _fix_commas(call: cst.Call) -> cst.Call:
+    args = list(call.args)
+    for i, a in enumerate(args):
+        args[i] = a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                                 if i < len(args) - 1 else cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=args)
