@@ -93,6 +93,12 @@ FAMILIES = {
               "pad_token_id=0), vision_config=dict(hidden_size=32, intermediate_size=64, "
               "num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4, "
               "projection_dim=16), projection_dim=16)")),
+    # encoder-decoder: relative position buckets, cross-attention over the encoder states
+    # (with their padding mask), the embedding shared by the encoder, the decoder and the head
+    "t5": ("t5/modeling_t5.py", "T5ForConditionalGeneration",
+           ("T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, "
+            "num_heads=4, vocab_size=64, relative_attention_num_buckets=8, "
+            "relative_attention_max_distance=16, use_cache=False)")),
 }
 # the families whose modeling file casts to float32 nowhere: verified in float64 too
 FLOAT64 = {"gpt2", "bert", "roberta", "vit", "clip"}
@@ -100,17 +106,22 @@ PIXELS = "float32[2,3,16,16]"
 # the inputs of the families that take other inputs than (tokens, mask), and their output
 INPUTS = {"vit": (PIXELS,), "clip": (TOKENS, f"pixel_values={PIXELS}", MASK)}
 LOGITS = {"clip": "logits_per_image"}
+# the encoder-decoders' decoder inputs (the mask is the encoder's)
+DECODER = {"t5": "decoder_input_ids=int64[2,5]:64"}
 # with and without a padding mask; the neighbours of Llama with the mask only (CI time)
 CASES = [(f, masked) for f in FAMILIES for masked in (False, True)
-         if masked or f in ("llama", "gpt2")]
+         if masked or f in ("llama", "gpt2", "t5")]
 
 
-@pytest.fixture(scope="module", params=CASES, ids=[
-    f if f in INPUTS else f"{f}-{'mask' if m else 'nomask'}" for f, m in CASES])
+@pytest.fixture(scope="module", params=[
+    pytest.param(c, marks=[pytest.mark.slow] if c[0] in DECODER else [],
+                 id=c[0] if c[0] in INPUTS else f"{c[0]}-{'mask' if c[1] else 'nomask'}")
+    for c in CASES])
 def verified(request):
     family, masked = request.param
     file, cls, config = FAMILIES[family]
     inputs = INPUTS.get(family, (TOKENS, MASK) if masked else (TOKENS,))
+    inputs += (DECODER[family],) if family in DECODER else ()
     req = VerifyRequest(target=f"{MODELS / file}::{cls}", build=f"{cls}({config})",
                         inputs=inputs, atol=1e-5, rtol=1e-4)
     return family, run_request(req)

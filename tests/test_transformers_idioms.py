@@ -95,3 +95,83 @@ def test_every_name_the_reduction_imports_from_the_support_module_is_there() -> 
 
     assert set(SUPPORT_NAMES) <= set(vars(runtime))
     assert SUPPORT_LAYERS <= SUPPORT_NAMES
+
+
+# T5's idioms (modeling_t5.py), each a general rule: torch.min of two tensors is elementwise
+# (not a (values, indices) pair), a comparison of an argument is a tensor when the argument
+# is one, isinstance(x, C) narrows x in its branch, x.masked_fill_(...) as a statement,
+# torch.finfo, device=x.device passed to a method of the file whose device has a default,
+# and `not self.training` (self.deterministic)
+SEQ2SEQ = '''
+import math
+import torch
+from torch import nn
+
+
+class Memo:
+    def __init__(self):
+        self.is_updated = {}
+
+
+class Bias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Buffer(torch.arange(16.0).reshape(8, 2) / 16)
+
+    @staticmethod
+    def bucket(relative_position, bidirectional=True, num_buckets=8, max_distance=16):
+        buckets = 0
+        if bidirectional:
+            num_buckets //= 2
+            buckets += (relative_position > 0).to(torch.long) * num_buckets
+            relative_position = torch.abs(relative_position)
+        else:
+            relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+        max_exact = num_buckets // 2
+        is_small = relative_position < max_exact
+        large = max_exact + (
+            torch.log(relative_position.float() / max_exact) / math.log(max_distance / max_exact)
+            * (num_buckets - max_exact)).to(torch.long)
+        large = torch.min(large, torch.full_like(large, num_buckets - 1))
+        return buckets + torch.where(is_small, relative_position, large)
+
+    def compute(self, n, device=None, bidirectional=True):
+        if device is None:
+            device = self.table.device
+        pos = torch.arange(n, dtype=torch.long, device=device)
+        return self.table[self.bucket(pos[None, :] - pos[:, None], bidirectional)]
+
+    def forward(self, x, memo=None):
+        b = self.compute(x.shape[1], device=x.device)
+        b = b + self.compute(x.shape[1], device=x.device, bidirectional=False)
+        b = b * (0.5 if not self.training else 1.0)
+        if isinstance(memo, Memo):
+            memo.is_updated[0] = True
+        ids = (x * 4).long()
+        ids.masked_fill_(ids == 0, -100)
+        top = torch.finfo(x.dtype).max - 1000
+        return b.sum(-1), ids, torch.clamp(x * 1e38 * 1e3, max=top)
+
+
+torch.manual_seed(0)
+model = Bias()
+x = torch.arange(12.0).reshape(2, 6) / 12
+memo = Memo()
+for y in model(x, memo):
+    print([round(float(v), 4) for v in y.flatten()[:12]])
+print(memo.is_updated)
+'''
+
+
+def test_seq2seq_idioms_convert_unmarked_and_run_under_jit(tmp_path) -> None:
+    result = convert_source(SEQ2SEQ, path="script.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "TODO" not in result.code and "torch" not in result.code
+    assert "memo.is_updated[0] = True" in result.code  # a dict of the object: as it is
+    assert "ids = jnp.where(ids == 0, -100, ids)" in result.code
+    assert "device=x.device" not in result.code
+    assert "b * (0.5 if self.deterministic else 1.0)" in result.code  # not `not not`
+    want = _run(SEQ2SEQ, tmp_path)
+    jitted = result.code + "\nprint(jax.jit(lambda v: model(v)[0])(x).sum())\n"
+    got = _run(jitted, tmp_path)
+    assert got[:-1] == want  # (a traced array has no .device: the argument is gone)

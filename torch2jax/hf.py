@@ -58,7 +58,7 @@ SUPPORT_NAMES = {
     "deprecate_kwarg", "merge_with_config_defaults", "capture_outputs", "check_model_inputs",
     "Conv1D", "attention_dropout", "OutputRecorder", "maybe_autocast", "EncoderDecoderCache",
     "create_bidirectional_mask", "FlashAttentionKwargs", "apply_chunking_to_forward",
-    "torch_int", "use_experts_implementation",
+    "torch_int", "use_experts_implementation", "DUMMY_INPUTS", "DUMMY_MASK",
 }
 # layer classes of the support module (their constructors take rngs)
 SUPPORT_LAYERS = {"PreTrainedModel", "GradientCheckpointingLayer", "Conv1D"}

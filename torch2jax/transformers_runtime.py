@@ -26,6 +26,8 @@ from flax import nnx
 __all__ = [
     "ACT2FN",
     "ALL_ATTENTION_FUNCTIONS",
+    "DUMMY_INPUTS",
+    "DUMMY_MASK",
     "ROPE_INIT_FUNCTIONS",
     "BaseModelOutput",
     "BaseModelOutputWithPast",
@@ -35,6 +37,7 @@ __all__ = [
     "CausalLMOutputWithCrossAttentions",
     "CausalLMOutputWithPast",
     "Conv1D",
+    "CrossAttentionCache",
     "DynamicCache",
     "EncoderDecoderCache",
     "GenerationMixin",
@@ -133,6 +136,11 @@ ACT2FN = _Activations({
 
 
 gelu = _gelu  # transformers.activations.gelu (exact)
+
+
+# transformers.utils' example inputs (the dummy_inputs of a model): plain lists
+DUMMY_INPUTS = [[7, 6, 0, 0, 1], [1, 2, 3, 0, 0], [0, 0, 0, 4, 5]]
+DUMMY_MASK = [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [0, 0, 0, 1, 1]]
 
 
 def torch_int(x: Any) -> int:
@@ -243,8 +251,6 @@ class DynamicCache(Cache):
                                   "(config.use_cache is not read)")
 
 
-class EncoderDecoderCache(DynamicCache):
-    pass
 
 
 @jax.tree_util.register_pytree_node_class
@@ -299,6 +305,80 @@ class StaticCache(Cache):
         self.offset = self.offset + n
 
 
+class _LayerKV:
+    """One layer's keys and values, as transformers' cache layers show them."""
+
+    def __init__(self, keys: jax.Array, values: jax.Array) -> None:
+        self.keys, self.values = keys, values
+
+
+@jax.tree_util.register_pytree_node_class
+class CrossAttentionCache(Cache):
+    """The keys and values of a decoder's cross-attention layers: computed from the encoder
+    states at the first decoding step (``update``) and read at every later one."""
+
+    def __init__(self, keys: list[jax.Array] | None = None,
+                 values: list[jax.Array] | None = None) -> None:
+        self.keys = list(keys or [])
+        self.values = list(values or [])
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
+        return (self.keys, self.values), None
+
+    @classmethod
+    def tree_unflatten(cls, _: None, children: tuple[Any, ...]) -> CrossAttentionCache:
+        return cls(*children)
+
+    @property
+    def layers(self) -> list[_LayerKV]:
+        return [_LayerKV(k, v) for k, v in zip(self.keys, self.values, strict=True)]
+
+    def update(self, key_states: jax.Array, value_states: jax.Array, layer_idx: int,
+               *args: Any, **kwargs: Any) -> tuple[jax.Array, jax.Array]:
+        if layer_idx != len(self.keys):
+            raise NotImplementedError("cross-attention keys and values are computed once, "
+                                      "layer after layer, at the first decoding step")
+        self.keys.append(key_states)
+        self.values.append(value_states)
+        return key_states, value_states
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.keys[layer_idx].shape[2] if layer_idx < len(self.keys) else 0
+
+
+@jax.tree_util.register_pytree_node_class
+class EncoderDecoderCache(Cache):
+    """transformers' EncoderDecoderCache with static shapes: the decoder's self-attention
+    :class:`StaticCache` and the :class:`CrossAttentionCache`; ``is_updated[layer]`` says
+    that a layer's cross-attention keys and values are in (a Python dict: static under
+    jit). A cache that grows (``EncoderDecoderCache(DynamicCache(...), ...)``) raises."""
+
+    def __init__(self, self_attention_cache: StaticCache,
+                 cross_attention_cache: CrossAttentionCache,
+                 is_updated: dict[int, bool] | None = None) -> None:
+        self.self_attention_cache = self_attention_cache
+        self.cross_attention_cache = cross_attention_cache
+        self.is_updated = dict(is_updated or {})
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[tuple[int, bool], ...]]:
+        return ((self.self_attention_cache, self.cross_attention_cache),
+                tuple(sorted(self.is_updated.items())))
+
+    @classmethod
+    def tree_unflatten(cls, updated: tuple[tuple[int, bool], ...],
+                       children: tuple[Any, ...]) -> EncoderDecoderCache:
+        return cls(*children, dict(updated))
+
+    def get_seq_length(self, layer_idx: int = 0) -> int | jax.Array:
+        return self.self_attention_cache.get_seq_length(layer_idx)
+
+    def get_max_cache_shape(self, layer_idx: int = 0) -> int:
+        return self.self_attention_cache.get_max_cache_shape(layer_idx)
+
+    def advance(self, n: int | jax.Array) -> None:
+        self.self_attention_cache.advance(n)
+
+
 def _step(model: Any, tokens: jax.Array, mask: jax.Array, positions: jax.Array,
           cache: StaticCache) -> tuple[jax.Array, StaticCache]:
     """One forward pass over ``tokens`` at slots ``cache.offset...``: the logits of the last
@@ -311,43 +391,93 @@ def _step(model: Any, tokens: jax.Array, mask: jax.Array, positions: jax.Array,
     return out.logits[:, -1, :], cache
 
 
-@nnx.jit(static_argnames=("max_new_tokens", "eos_token_ids", "pad_token_id"))
+def _decode_loop(decode: Callable[[jax.Array, Any], tuple[jax.Array, Any]], first: jax.Array,
+                 cache: Any, max_new_tokens: int, eos: jax.Array,
+                 pad_token_id: int) -> jax.Array:
+    """Greedy tokens after ``first`` (the logits of the first pass): ``decode(token, cache)``
+    gives the next logits and the cache, one ``lax.while_loop`` step per token (compiled
+    once), until ``max_new_tokens`` or every row has produced an end token; a row that has
+    ended gets ``pad_token_id``. Returns ``(batch, max_new_tokens)``."""
+    token = jnp.argmax(first, -1).astype(eos.dtype)
+    tokens = jnp.full((first.shape[0], max_new_tokens), pad_token_id, eos.dtype)
+    tokens = tokens.at[:, 0].set(token)
+    done = jnp.isin(token, eos)
+
+    def more(carry: tuple[Any, ...]) -> jax.Array:
+        i, _, _, _, done = carry
+        return (i < max_new_tokens) & ~jnp.all(done)
+
+    def step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        i, token, cache, tokens, done = carry
+        logits, cache = decode(token, cache)
+        token = jnp.where(done, pad_token_id, jnp.argmax(logits, -1).astype(token.dtype))
+        tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, i))
+        return i + 1, token, cache, tokens, done | jnp.isin(token, eos)
+
+    carry = (jnp.asarray(1), token, cache, tokens, done)
+    return jax.lax.while_loop(more, step, carry)[3]
+
+
+def _seq2seq_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array,
+                      max_new_tokens: int, eos: jax.Array, pad_token_id: int,
+                      decoder_start_token_id: int) -> jax.Array:
+    """An encoder-decoder's greedy decoding: the encoder once, then the decoder from
+    ``decoder_start_token_id``, one token per step, with an :class:`EncoderDecoderCache`
+    (a :class:`StaticCache` of ``max_new_tokens`` slots for its self-attention; its
+    cross-attention keys and values computed at the first step)."""
+    encoded = model.get_encoder()(input_ids, attention_mask=attention_mask)
+    encoder_outputs = BaseModelOutput(last_hidden_state=encoded[0])
+
+    def decode(token: jax.Array, cache: EncoderDecoderCache) -> tuple[jax.Array, Any]:
+        out = model(attention_mask=attention_mask, decoder_input_ids=token[:, None],
+                    encoder_outputs=encoder_outputs, cache=cache, use_cache=True)
+        cache.advance(1)
+        return out.logits[:, -1, :], cache
+
+    start = jnp.full((input_ids.shape[0],), decoder_start_token_id, input_ids.dtype)
+    cache = EncoderDecoderCache(StaticCache(max_new_tokens), CrossAttentionCache())
+    logits, cache = decode(start, cache)
+    tokens = _decode_loop(decode, logits, cache, max_new_tokens, eos, pad_token_id)
+    return jnp.concatenate([start[:, None], tokens], axis=1)
+
+
+@nnx.jit(static_argnames=("max_new_tokens", "eos_token_ids", "pad_token_id",
+                          "decoder_start_token_id"))
 def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array, *,
                     max_new_tokens: int, eos_token_ids: tuple[int, ...] = (),
-                    pad_token_id: int = 0) -> jax.Array:
+                    pad_token_id: int = 0,
+                    decoder_start_token_id: int | None = None) -> jax.Array:
     """Greedy decoding with a :class:`StaticCache` of ``prompt + max_new_tokens`` slots: the
     prompt in one pass, then one token per ``lax.while_loop`` step (compiled once), until
     ``max_new_tokens`` or every row has produced an end token. Returns the prompt and the
     new tokens, ``(batch, prompt + max_new_tokens)``; a row that has ended is padded with
     ``pad_token_id``, as transformers' generate pads it. Left padding (``attention_mask`` 0
-    before the prompt) gives the positions transformers gives: ``cumsum(mask) - 1``."""
+    before the prompt) gives the positions transformers gives: ``cumsum(mask) - 1``.
+
+    An encoder-decoder model (``config.is_encoder_decoder``) encodes ``input_ids`` once and
+    decodes from ``decoder_start_token_id`` (:func:`_seq2seq_generate`): the result is the
+    start token and the new tokens, ``(batch, 1 + max_new_tokens)``, as transformers'."""
+    eos = jnp.asarray(eos_token_ids, input_ids.dtype)
+    attention_mask = attention_mask.astype(jnp.int32)
+    if getattr(model.config, "is_encoder_decoder", False):
+        if decoder_start_token_id is None:
+            raise ValueError("`decoder_start_token_id` or `bos_token_id` has to be defined "
+                             "for encoder-decoder generation")
+        return _seq2seq_generate(model, input_ids, attention_mask, max_new_tokens, eos,
+                                 pad_token_id, decoder_start_token_id)
     batch, prompt = input_ids.shape
     total = prompt + max_new_tokens
-    attention_mask = attention_mask.astype(jnp.int32)
     mask = jnp.concatenate([attention_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], 1)
     positions = jnp.where(attention_mask == 0, 1, jnp.cumsum(attention_mask, -1) - 1)
-    eos = jnp.asarray(eos_token_ids, input_ids.dtype)
-
     logits, cache = _step(model, input_ids, mask, positions, StaticCache(total))
-    token = jnp.argmax(logits, -1).astype(input_ids.dtype)
-    tokens = jnp.full((batch, max_new_tokens), pad_token_id, input_ids.dtype)
-    tokens = tokens.at[:, 0].set(token)
-    done = jnp.isin(token, eos)
 
-    def more(carry: tuple[Any, ...]) -> jax.Array:
-        i, _, _, _, _, done = carry
-        return (i < max_new_tokens) & ~jnp.all(done)
-
-    def step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
-        i, token, position, cache, tokens, done = carry
+    def decode(token: jax.Array, state: tuple[jax.Array, StaticCache]) -> tuple[Any, Any]:
+        position, cache = state  # the position of the token, per row
         logits, cache = _step(model, token[:, None], mask, position[:, None], cache)
-        token = jnp.where(done, pad_token_id, jnp.argmax(logits, -1).astype(token.dtype))
-        tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, i))
-        return i + 1, token, position + 1, cache, tokens, done | jnp.isin(token, eos)
+        return logits, (position + 1, cache)
 
-    next_position = jnp.sum(attention_mask, -1)
-    carry = (jnp.asarray(1), token, next_position, cache, tokens, done)
-    tokens = jax.lax.while_loop(more, step, carry)[4]
+    state = (jnp.sum(attention_mask, -1), cache)
+    tokens = _decode_loop(decode, logits, state, max_new_tokens, eos, pad_token_id)
     return jnp.concatenate([input_ids, tokens], axis=1)
 
 
@@ -358,7 +488,8 @@ class GenerationMixin:
     def generate(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
                  max_new_tokens: int | None = None, do_sample: bool = False,
                  num_beams: int = 1, eos_token_id: int | list[int] | None = None,
-                 pad_token_id: int | None = None, **kwargs: Any) -> jax.Array:
+                 pad_token_id: int | None = None, decoder_start_token_id: int | None = None,
+                 **kwargs: Any) -> jax.Array:
         if do_sample or num_beams != 1 or kwargs:
             asked = {"do_sample": do_sample, "num_beams": num_beams, **kwargs}
             raise NotImplementedError(f"generate{asked}: only greedy decoding is translated "
@@ -375,12 +506,18 @@ class GenerationMixin:
             pad_token_id = getattr(config, "pad_token_id", None)
         if pad_token_id is None:
             pad_token_id = eos[0] if eos else 0
+        if decoder_start_token_id is None and getattr(self.config, "is_encoder_decoder", False):
+            decoder_start_token_id = getattr(config, "decoder_start_token_id", None)
+            if decoder_start_token_id is None:  # as transformers falls back
+                decoder_start_token_id = getattr(config, "bos_token_id", None)
         input_ids = jnp.asarray(input_ids)
         if attention_mask is None:
             attention_mask = jnp.ones(input_ids.shape, jnp.int32)
         return greedy_generate(self, input_ids, jnp.asarray(attention_mask),
                                max_new_tokens=int(max_new_tokens), eos_token_ids=eos,
-                               pad_token_id=int(pad_token_id))
+                               pad_token_id=int(pad_token_id),
+                               decoder_start_token_id=None if decoder_start_token_id is None
+                               else int(decoder_start_token_id))
 
 
 # --- decorators (transformers.utils) ----------------------------------------------------------
@@ -571,10 +708,24 @@ class PreTrainedModel(nnx.Module):
             owner, name = _path(self, target.removesuffix(".weight"))
             src_owner, src_name = _path(self, source.removesuffix(".weight"))
             head, embed = getattr(owner, name), getattr(src_owner, src_name)
+            if isinstance(head, nnx.Embed) and isinstance(embed, nnx.Embed) and (
+                    head.embedding.shape == embed.embedding.shape):
+                # T5's encoder.embed_tokens -> shared: one Embed module in both places
+                setattr(owner, name, embed)
+                continue
             if not isinstance(head, nnx.Linear) or not isinstance(embed, nnx.Embed):
-                raise NotImplementedError(f"tying {target} to {source}: only a Linear to an "
-                                          "Embedding is translated")
+                raise NotImplementedError(f"tying {target} to {source}: only a Linear or an "
+                                          "Embedding to an Embedding is translated")
             setattr(owner, name, _TiedHead(embed, head.bias))
+
+    def get_encoder(self) -> Any:
+        """The encoder of an encoder-decoder model (``self.encoder``, or the base model's),
+        as transformers looks it up for generate."""
+        for owner in (self, getattr(self, self.base_model_prefix or "model", None),
+                      getattr(self, "model", None)):
+            if owner is not None and hasattr(owner, "encoder"):
+                return owner.encoder
+        raise NotImplementedError(f"{type(self).__name__} has no encoder")
 
     def warn_if_padding_and_no_attention_mask(self, input_ids: Any, attention_mask: Any) -> None:
         pass  # transformers only warns here
@@ -637,6 +788,7 @@ def attention_dropout(weights: jax.Array, p: float) -> jax.Array:
 def sdpa_attention_forward(module: Any, query: jax.Array, key: jax.Array, value: jax.Array,
                            attention_mask: jax.Array | None, dropout: float = 0.0,
                            scaling: float | None = None, is_causal: bool | None = None,
+                           position_bias: jax.Array | None = None,
                            **kwargs: Any) -> tuple[jax.Array, None]:
     """transformers' sdpa attention (torch's scaled_dot_product_attention) on (batch, heads,
     seq, head_dim) inputs, with jax.nn.dot_product_attention (grouped key/value heads
@@ -644,14 +796,19 @@ def sdpa_attention_forward(module: Any, query: jax.Array, key: jax.Array, value:
     attends; a query that may attend to nothing gets zeros, as torch's gives."""
     if kwargs.get("softcap") is not None:
         raise ValueError("`sdpa` attention does not support `softcap`: use eager attention")
-    if kwargs.get("position_bias") is not None:
-        raise NotImplementedError("sdpa attention with a position bias is not translated")
     attention_dropout(query, dropout)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     q_length = query.shape[2]
     causal = bool(q_length > 1 and attention_mask is None and causal)
     if causal and key.shape[2] > q_length:
         key, value = key[:, :, :q_length], value[:, :, :q_length]
+        if position_bias is not None:
+            position_bias = position_bias[..., :q_length]
+    if position_bias is not None:
+        # T5's relative position bias: one additive mask, as transformers builds it for sdpa
+        attention_mask = _position_bias_mask(position_bias, attention_mask, causal, q_length,
+                                             key.shape[2], key.dtype)
+        causal = False
     mask = bias = None
     if attention_mask is not None:
         if attention_mask.dtype == jnp.bool_:
@@ -668,6 +825,21 @@ def sdpa_attention_forward(module: Any, query: jax.Array, key: jax.Array, value:
         attends = jnp.swapaxes(jnp.any(mask, axis=-1), 1, 2)[..., None]
         out = jnp.where(attends, out, 0.0).astype(out.dtype)
     return out, None
+
+
+def _position_bias_mask(position_bias: jax.Array, attention_mask: jax.Array | None,
+                        causal: bool, q_length: int, kv_length: int, dtype: Any) -> jax.Array:
+    """transformers' create_position_bias_mask: the bias where a query may attend, the dtype's
+    minimum elsewhere (a boolean or causal mask), or the bias plus an additive mask."""
+    low = jnp.finfo(dtype).min
+    if attention_mask is None:
+        if not causal:
+            return position_bias
+        allowed = jnp.arange(q_length)[:, None] >= jnp.arange(kv_length)[None, :]
+        return jnp.where(allowed[None, None], position_bias, low)
+    if attention_mask.dtype == jnp.bool_:
+        return jnp.where(attention_mask, position_bias, low)
+    return position_bias + attention_mask
 
 
 def _attention_math(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | None,

@@ -406,6 +406,10 @@ class ValueFacts:
                                               for c in node.comparisons)]
             if any(v.kind == Kind.TENSOR for v in parts):
                 return TENSOR
+            if any(v.kind == Kind.PARAM for v in parts) and not any(
+                    isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn))
+                    for c in node.comparisons):
+                return PARAM  # (relative_position > 0): a tensor when the argument is one
             return SCALAR
         if isinstance(node, cst.BooleanOperation):
             return _join([self.value(node.left), self.value(node.right)])
@@ -591,10 +595,15 @@ class ValueFacts:
         if q == "torch.save":
             return NONE
         if q in _TORCH_TUPLES:
+            positional = [a for a in node.args if a.keyword is None]
             if q in ("torch.max", "torch.min", "torch.median", "torch.mode") and len(
-                    [a for a in node.args if a.keyword is None]) < 2 and not any(
+                    positional) < 2 and not any(
                     a.keyword and a.keyword.value == "dim" for a in node.args):
                 return TENSOR
+            if q in ("torch.max", "torch.min") and (
+                    (len(positional) == 2 and self.kind(positional[1].value) == Kind.TENSOR)
+                    or any(a.keyword and a.keyword.value == "other" for a in node.args)):
+                return TENSOR  # torch.min(x, torch.zeros_like(x)): elementwise
             return Value(Kind.TUPLE, item=TENSOR)
         return TENSOR
 
@@ -611,6 +620,11 @@ class ValueFacts:
             if meth in _TENSOR_TUPLE_METHODS:
                 if meth in _TENSOR_TUPLE_WITH_DIM and not node.args:
                     return TENSOR
+                if meth in ("max", "min") and node.args and (
+                        (node.args[0].keyword is None
+                         and self.kind(node.args[0].value) == Kind.TENSOR)
+                        or any(a.keyword and a.keyword.value == "other" for a in node.args)):
+                    return TENSOR  # x.max(y): elementwise
                 return Value(Kind.TUPLE, item=TENSOR)
             return TENSOR
         if base.kind == Kind.MODULE:
@@ -696,11 +710,63 @@ class ValueFacts:
         value = _join([self._binding(a) for a in reaching])
         if value is _BUSY:
             return _BUSY
+        if value.kind in (Kind.TENSOR, Kind.PARAM, Kind.UNKNOWN):
+            narrowed = self._narrowed(node, reaching)
+            if narrowed is not None:
+                return narrowed
         if value.kind in (Kind.UNKNOWN, Kind.PARAM):
             evidence = self._use_evidence(assignments)
             if evidence is not None:
                 return evidence
         return value
+
+    def _narrowed(self, read: cst.Name, reaching: list[Assignment]) -> Value | None:
+        """In the body of ``if isinstance(name, C):`` (or of ``if ... and isinstance(name,
+        C):``), where no assignment of the name in that body comes before the read: an
+        instance of ``C`` (``cache.is_updated[i] = True`` under ``isinstance(cache,
+        EncoderDecoderCache)`` is an object's item; ``x`` under ``isinstance(x,
+        torch.Tensor)`` a tensor). None when nothing narrows the name."""
+        child, at = read, self._parents.get(read)
+        while at is not None and not isinstance(at, (cst.FunctionDef, cst.ClassDef,
+                                                     cst.Lambda, cst.Module)):
+            if isinstance(at, cst.If) and child is at.body:
+                cls = _isinstance_class(at.test, read.value)
+                if cls is not None:
+                    body = self._positions.get(at.body)
+                    for a in reaching:
+                        pos = self._positions.get(getattr(a, "node", None))
+                        if body is None or pos is None or (
+                                _at(body.start) <= _at(pos.start) and _at(pos.end)
+                                <= _at(body.end)):
+                            return None  # rebound in the branch (or no position to tell)
+                    return self._class_value(cls)
+            child, at = at, self._parents.get(at)
+        return None
+
+    def _class_value(self, cls: cst.BaseExpression) -> Value | None:
+        """What ``isinstance(x, cls)`` says ``x`` is, when the class is known."""
+        if not _dotted(cls):
+            return None
+        q = self._q(cls)
+        if q is None or "<locals>" in q:
+            return None
+        if q in ("torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            return TENSOR
+        builtin = {"builtins.dict": DICT, "builtins.list": LIST,
+                   "builtins.tuple": Value(Kind.TUPLE), "builtins.set": Value(Kind.SET),
+                   "builtins.int": SCALAR, "builtins.float": SCALAR, "builtins.str": SCALAR,
+                   "builtins.bool": SCALAR}
+        if q in builtin:
+            return builtin[q]
+        if isinstance(cls, cst.Name) and self._file_class(cls.value) is not None and (
+                self._defines(cls, cls.value)):
+            instance = self._instance(cls.value)
+            return instance if instance.kind != Kind.MODULE else None
+        if q.startswith(("torch.", "builtins.", "typing.", "collections.", "numpy.", "jax.")):
+            return None
+        if isinstance(cls, cst.Name) and cls.value in self.module_classes:
+            return None
+        return OBJECT if "." in q else None  # a class imported from another library
 
     def _reaching(self, read: cst.Name, assignments: list[Assignment]) -> list[Assignment]:
         """The assignments of the read's own scope that reach it in straight-line code: the
@@ -1061,6 +1127,22 @@ def _dotted(node: cst.BaseExpression) -> bool:
     while isinstance(node, cst.Attribute):
         node = node.value
     return isinstance(node, cst.Name)
+
+
+def _at(position) -> tuple[int, int]:
+    return position.line, position.column
+
+
+def _isinstance_class(test: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
+    """The class of ``isinstance(name, C)`` when ``test`` is that call or an ``and`` of it."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _isinstance_class(test.left, name) or _isinstance_class(test.right, name)
+    if (isinstance(test, cst.Call) and m.matches(test.func, m.Name("isinstance"))
+            and len(test.args) == 2 and not any(a.keyword or a.star for a in test.args)
+            and m.matches(test.args[0].value, m.Name(name))
+            and not isinstance(test.args[1].value, cst.Tuple)):
+        return test.args[1].value
+    return None
 
 
 def _none_branch(node: cst.BaseExpression) -> bool:

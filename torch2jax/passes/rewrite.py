@@ -69,6 +69,7 @@ from torch2jax.passes.rewrite_support import (
     _module_names,
     _python_list,
 )
+from torch2jax.passes.special_device import device_default_functions
 from torch2jax.ruleset import RuleSet
 from torch2jax.targets import Target
 from torch2jax.targets import linen_training as lt
@@ -201,6 +202,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
+        self._device_functions = device_default_functions(node)
         self._module_names = _module_names(node)
         # schedulers stepped in a function that receives them (train(model, loader, optimizer,
         # scheduler)): their step count travels with the schedule, `scheduler.steps`

@@ -36,6 +36,18 @@ from torch2jax.targets import linen as linen_target
 
 
 class AttributesMixin:
+    def leave_UnaryOperation(self, original_node, updated_node):
+        # not self.training: self.deterministic (a bool), not `not not self.deterministic`
+        if (isinstance(original_node.operator, cst.Not)
+                and m.matches(original_node.expression,
+                              m.Attribute(value=m.Name("self"), attr=m.Name("training")))
+                and m.matches(updated_node.expression, m.UnaryOperation(
+                    operator=m.Not(), expression=m.Attribute(
+                        value=m.Name("self"), attr=m.Name("deterministic"))))):
+            return updated_node.expression.expression.with_changes(
+                lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return updated_node
+
     def _inplace_rule(self, call: cst.Call) -> Rule | None:
         """``x.masked_fill_(m, v)`` as a statement on a name: the rule of ``masked_fill``
         (the statement becomes ``x = jnp.where(m, v, x)``, see :meth:`_inplace`); not for the

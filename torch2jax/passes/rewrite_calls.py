@@ -50,6 +50,7 @@ from torch2jax.passes.rewrite_support import (
     _push_out_layout,
     _rule_args,
 )
+from torch2jax.passes.special_device import drop_device_argument
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule
 
@@ -141,6 +142,9 @@ class CallsMixin:
             updated_node = self._lt_pass_variables(original_node, updated_node)
         if self._factory_dicts:
             updated_node = self._factory_dict_call(original_node, updated_node)
+        if self._device_functions and self.values is not None:
+            updated_node = drop_device_argument(original_node, updated_node,
+                                                self._device_functions, self.values.is_tensor)
         listed = self._parameter_listing(original_node, updated_node)
         if listed is not None:
             return listed
