@@ -52,7 +52,7 @@ _CONV_HELPER_ARGS = ("in_channels", "out_channels", "kernel_size", "stride", "pa
 def conv(site: Site) -> cst.BaseExpression:
     n = spatial_dims(site.rule.torch)
     a = site.args
-    if a.star and site.target == "nnx" and site.rngs is not None:
+    if a.star and site.renders.helper_classes and site.rngs is not None:
         # nn.Conv2d(cin, cout, bias=False, **kwargs) (torchvision's BasicConv2d): the callers'
         # keywords are torch's, unknown here; the Conv2d helper class takes them as they are
         # (and torch's layout: Layouts.of says so)
@@ -215,7 +215,7 @@ def embedding(site: Site) -> cst.BaseExpression:
     a = site.args
     if site.lit("padding_idx") is not None:
         # the Embedding helper (passes/helpers.py): the row zeroed, its gradient masked
-        if site.target != "nnx":
+        if not site.renders.helper_classes:
             raise Untranslatable("Embedding padding_idx: flax has no zeroed, gradient-masked "
                                  "row (the Embedding helper class is NNX only)")
         if "Embedding" in site.defined:
@@ -334,8 +334,7 @@ def pool_function(site: Site) -> cst.BaseExpression:
     moved = (isinstance(x, cst.Call) and code(x.func) == "jnp.moveaxis" and len(x.args) == 3
              and [code(a.value) for a in x.args[1:]] == ["-1", "1"])
     cl = x.args[0].value if moved else expr("jnp.moveaxis({x}, 1, -1)", x=x)
-    # linen has the same functions (flax.linen as nn)
-    target = site.rule.jax.replace("nnx.", "nn.") if site.target == "linen" else site.rule.jax
+    target = site.renders.flax_function(site.rule.jax)
     ceil_mode = site.lit("ceil_mode")
     if ceil_mode not in (False, None):
         if ceil_mode is not True:
