@@ -95,6 +95,9 @@ TARGET_BRANCH_ALLOWED = {
         "the verifier's per-target sides: to go behind one JaxSide interface (issue 18, item 4)",
     ("verify/run.py", "_run_jax_side"):
         "the verifier's per-target sides: to go behind one JaxSide interface (issue 18, item 4)",
+    ("ruleset.py", "_parse_rule"):
+        "the rule loader checks which columns a TOML rule has (a layer's linen / equinox table "
+        "needs its nnx constructor): a table key, not the target being converted",
     ("verify/trajectory.py", "_verify_trajectory"):
         "the verifier's per-target sides: to go behind one JaxSide interface (issue 18, item 4)",
 }
