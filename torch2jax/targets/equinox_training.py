@@ -34,6 +34,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import code
+from torch2jax.targets import layer_table
 
 STATE = "state"
 OPT_STATE = "opt_state"
@@ -989,11 +990,12 @@ INIT_SRC = (f"def {INIT_FN}(fn, tree, types, *, key):\n"
             "    return jax.tree.unflatten(treedef, [fn(x, key=k) if is_layer(x) else x\n"
             "                                        for x, k in zip(leaves, keys, strict=True)])\n")
 # NNX layer -> (equinox class, {NNX variable: equinox field})
+# (the layers whose rule has an equinox table with its weights, and the convolutions, whose
+# equinox class depends on the kernel's rank)
 INIT_LAYERS = {
-    "nnx.Linear": ("eqx.nn.Linear", {"kernel": "weight", "bias": "bias"}),
-    "nnx.Embed": ("eqx.nn.Embedding", {"embedding": "weight"}),
+    **{nnx: (spec.cls, spec.weights) for nnx, (_, spec) in layer_table.tables("equinox").items()
+       if spec.weights},
     "nnx.Conv": ("eqx.nn.Conv", {"kernel": "weight", "bias": "bias"}),
-    "nnx.LayerNorm": ("eqx.nn.LayerNorm", {"scale": "weight", "bias": "bias"}),
 }
 
 
