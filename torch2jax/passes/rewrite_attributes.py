@@ -386,11 +386,15 @@ class AttributesMixin:
             parent = self.get_metadata(ParentNodeProvider, original_node, None)
             outer = self.get_metadata(ParentNodeProvider, parent, None) if isinstance(
                 parent, cst.Arg) else None
-            if isinstance(outer, cst.Call) and not (self.q(outer.func) or "").startswith(
-                    "torch"):
+            callee = (self.q(outer.func) or "") if isinstance(outer, cst.Call) else ""
+            rule = self.rules.functions.get(callee)
+            if isinstance(outer, cst.Call) and (not callee.startswith("torch") or (
+                    rule is not None and rule.special in ("conv_function",
+                                                           "conv_transpose_function"))):
                 # _get_relative_position_bias(self.relative_position_bias_table, ...): a
                 # function of the file computes with the array, not the nnx.Variable (x[...]
-                # reads it; the equinox pass keeps it, a plain array's x[...] being x)
+                # reads it; the equinox pass keeps it, a plain array's x[...] being x);
+                # F.conv2d(x, self.weight) too: jax.lax takes arrays only
                 return expr("{v}[...]", v=updated_node)
         if (original_node.attr.value in _CONV_ATTRS and self.in_module_class()
                 and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):

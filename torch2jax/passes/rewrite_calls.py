@@ -465,7 +465,8 @@ class CallsMixin:
         b = bind(updated.args, rule.params)
         site = Site(rule=rule, args=b, unpack=self._unpack.get(id(original)),
                     target=self.target.name, defined=self.index.defined,
-                    optional=self._optional_args(original, rule))
+                    optional=self._optional_args(original, rule),
+                    sequences=self._sequence_args(original, rule))
         binder = self._binder(original)
         if binder is not None:
             site.bind, site.before = binder
@@ -499,11 +500,23 @@ class CallsMixin:
 
     def _optional_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The arguments of ``original`` that may hold None at run time (value analysis)."""
-        if self.values is None or rule.special != "functional_layer_norm":
+        if self.values is None or rule.special not in ("functional_layer_norm",
+                                                       "conv_function",
+                                                       "conv_transpose_function"):
             return frozenset()
         given = bind(original.args, rule.params)
         return frozenset(name for name in ("weight", "bias") if given.get(name) is not None
                          and self.values.may_be_none(given.get(name)))
+
+    def _sequence_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
+        """The size arguments of a functional convolution that hold a tuple or list
+        (``F.conv2d(x, w, None, self.stride)`` where ``self.stride`` is a tuple)."""
+        if self.values is None or rule.special not in ("conv_function",
+                                                       "conv_transpose_function"):
+            return frozenset()
+        given = bind(original.args, rule.params)
+        return frozenset(k for k in ("stride", "padding", "dilation") if given.get(k) is not None
+                         and self.values.kind(given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
 
     def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)
