@@ -214,8 +214,13 @@ class Encoder(Base):
             positions = positions.masked_fill(mask == 0, 0)
         return h * self.scale, positions
 
+    def freeze_first(self):
+        for p in self.conv1.parameters():
+            p.requires_grad = False
+
 
 model = Encoder()
+model.freeze_first()
 x = torch.arange(12.0).reshape(1, 2, 6) / 12
 h, positions = model(x, mask=torch.tensor([[1, 0, 1], [0, 1, 1]]))
 print(tuple(h.shape), positions.tolist(), model.conv1.stride, model.conv2.stride)
@@ -236,4 +241,6 @@ def test_whisper_idioms_convert_unmarked_and_run(tmp_path) -> None:
     got = _run(code, tmp_path)
     assert got[:len(want)] == want
     params = " ".join(got[len(want):])
-    assert "conv1.kernel" in params and "pos" not in params  # frozen: no gradient, no update
+    # frozen: no gradient, no update
+    assert "conv2.kernel" in params and "pos" not in params and "conv1" not in params
+    assert "freeze_parameters(self.conv1)" in result.code
