@@ -10,6 +10,7 @@ a module that imports it back, counting the imports inside functions too.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,80 @@ def test_no_module_imports_itself_back():
     edges = {m: {i for i in graph.find_modules_directly_imported_by(m) if i in modules}
              for m in modules}
     assert strongly_connected(edges) == []
+
+
+# --- no branch on a target's name outside torch2jax/targets/ ---------------------------------
+# The passes ask the target (targets/__init__.py's Target: its capabilities and methods) instead
+# of comparing its name: a comparison with one of these names, or a read of an attribute named
+# `linen` (the rewriter's old `self.linen` flag), outside torch2jax/targets/ fails the test.
+TARGET_NAMES = frozenset({"nnx", "linen", "equinox", "nnx-for-equinox"})
+
+# (module path under torch2jax/, enclosing function) -> why it still branches on a target name
+TARGET_BRANCH_ALLOWED = {
+    ("verify/run.py", "_check_request"):
+        "the verifier's per-target sides: to go behind one JaxSide interface (issue 18, item 4)",
+    ("verify/run.py", "_run_jax_side"):
+        "the verifier's per-target sides: to go behind one JaxSide interface (issue 18, item 4)",
+    ("ruleset.py", "_parse_rule"):
+        "the rule loader checks which columns a TOML rule has (a layer's linen / equinox table "
+        "needs its nnx constructor): a table key, not the target being converted",
+    ("verify/trajectory.py", "_verify_trajectory"):
+        "the verifier's per-target sides: to go behind one JaxSide interface (issue 18, item 4)",
+}
+
+
+def _constants(node: ast.expr) -> list[object]:
+    if isinstance(node, ast.Constant):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant)]
+    return []
+
+
+def target_name_branches(source: str) -> list[tuple[int, str, str]]:
+    """(line, enclosing function, what) of each comparison with a target's name and each read
+    of an attribute named ``linen`` in ``source``."""
+    found: list[tuple[int, str, str]] = []
+
+    def walk(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        if isinstance(node, ast.Compare) and any(
+                value in TARGET_NAMES for operand in (node.left, *node.comparators)
+                for value in _constants(operand) if isinstance(value, str)):
+            found.append((node.lineno, function, "comparison with a target's name"))
+        if isinstance(node, ast.Attribute) and node.attr == "linen" and \
+                isinstance(node.ctx, ast.Load):
+            found.append((node.lineno, function, "read of .linen"))
+        for child in ast.iter_child_nodes(node):
+            walk(child, function)
+
+    walk(ast.parse(source), "")
+    return found
+
+
+def test_target_name_branches_are_found():
+    src = ("def f(self, emitter, site, t):\n"
+           "    if self.linen or emitter.name == 'nnx' or t in ('nnx', 'linen'):\n"
+           "        return site.target != 'equinox'\n"
+           "    return t == 'nnx-for-equinox' or t == 'torch' or self.target.stateful\n")
+    assert [(line, fn) for line, fn, _ in target_name_branches(src)] == [
+        (2, "f"), (2, "f"), (2, "f"), (3, "f"), (4, "f")]
+
+
+def test_no_branch_on_a_target_name_outside_targets():
+    package = ROOT / "torch2jax"
+    found, allowed_seen = [], set()
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith("targets/"):
+            continue
+        for line, function, what in target_name_branches(path.read_text(encoding="utf-8")):
+            if (rel, function) in TARGET_BRANCH_ALLOWED:
+                allowed_seen.add((rel, function))
+                continue
+            found.append(f"torch2jax/{rel}:{line} ({function}): {what}")
+    assert not found, ("branches on a target's name outside torch2jax/targets/: ask the Target "
+                       "(targets/__init__.py) instead\n" + "\n".join(found))
+    # an allowance whose branches are gone goes too
+    assert allowed_seen == set(TARGET_BRANCH_ALLOWED), set(TARGET_BRANCH_ALLOWED) - allowed_seen

@@ -135,6 +135,10 @@ def test_user_rules_extend_the_builtin_ones(tmp_path: Path) -> None:
     ("[[function]]\ntorch = 'torch.f'\njax = 'jnp.f(1'\n", "not a dotted name"),
     ("[[funktion]]\ntorch = 'torch.f'\n", "unknown table [[funktion]]"),
     ("[[function]\n", "not valid TOML"),
+    ("[[layer]]\ntorch = 'torch.f'\nnnx = 'nnx.F'\n[layer.linen]\nclass = 'nn.F'\n",
+     "read from the built-in rules only"),
+    ("[[layer]]\ntorch = 'torch.f'\nnnx = 'nnx.F'\n[layer.linen]\nklass = 'nn.F'\n",
+     "a target table takes class"),
 ])
 def test_bad_user_rules_name_the_file_and_rule(tmp_path: Path, text: str, needle: str) -> None:
     (tmp_path / "bad.toml").write_text(text)

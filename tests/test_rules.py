@@ -107,15 +107,17 @@ def _aliases(kind: str) -> list[tuple[Rule, Rule]]:
     return out
 
 
-def _example_params(test: str, kinds: tuple[str, ...], *, numbers: bool = False) -> list[Any]:
-    """(kind, rule, example index) params; KNOWN_BUGS keys are ``f"{test}:{id}"``."""
+def _example_params(test: str, kinds: tuple[str, ...], *, numbers: bool = False,
+                    targets: tuple[str, ...] | None = None) -> list[Any]:
+    """(kind, rule, example index) params; KNOWN_BUGS keys are ``f"{test}:{id}"``.
+    ``targets``: only the examples of these targets (default: all)."""
     params = []
     for kind in kinds:
         for rule in _base_rules(kind):
             for i, ex in enumerate(rule.examples):
-                if numbers and not ex.runnable:
+                if numbers and not ex.runnable or targets and ex.target not in targets:
                     continue
-                test_id = f"{rule.id}-{i}"
+                test_id = f"{rule.id}-{i}" + (f"-{ex.target}" if ex.target != "nnx" else "")
                 params.append(pytest.param(kind, rule, i, id=test_id,
                                            marks=_marks(f"{test}:{test_id}")))
     return params
@@ -154,7 +156,7 @@ def _extract(kind: str, code: str) -> ast.expr:
     for node in tree.body:
         if kind == "layer" and isinstance(node, ast.ClassDef) and node.name == "M":
             for fn in node.body:
-                if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                if isinstance(fn, ast.FunctionDef) and fn.name in ("__init__", "setup"):
                     for stmt in fn.body:
                         if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
                                 and ast.unparse(stmt.targets[0]) == "self.layer"):
@@ -167,15 +169,16 @@ def _extract(kind: str, code: str) -> ast.expr:
 
 
 @functools.cache
-def _convert(kind: str, torch_expr: str, inputs: tuple[tuple[str, str], ...]) -> Converted:
+def _convert(kind: str, torch_expr: str, inputs: tuple[tuple[str, str], ...],
+             target: str = "nnx") -> Converted:
     source = _wrap(kind, torch_expr, dict(inputs))
-    result = convert_source(source, path="<example>")
+    result = convert_source(source, path="<example>", target=target)
     errors = tuple(d.render() for d in result.diagnostics if d.severity == "error")
     return Converted(source, result.code, ast.unparse(_extract(kind, result.code)), errors)
 
 
 def _convert_example(kind: str, ex: Example) -> Converted:
-    return _convert(kind, ex.torch, tuple(ex.inputs.items()))
+    return _convert(kind, ex.torch, tuple(ex.inputs.items()), ex.target)
 
 
 def _normalized(source: str) -> str:
@@ -323,7 +326,7 @@ def _layer_input(layer: Any, rng: np.random.Generator) -> np.ndarray:
     if isinstance(layer, nn.Embedding):
         return rng.integers(0, layer.num_embeddings, (2, 5)).astype(np.int64)
     # normalisation layers see a small variance, so that an epsilon off by 10x shows
-    if isinstance(layer, nn.LayerNorm):
+    if isinstance(layer, (nn.LayerNorm, nn.RMSNorm)):
         return 0.01 * rng.standard_normal((2, 3, *layer.normalized_shape)).astype(np.float32)
     if isinstance(layer, nn.modules.batchnorm._BatchNorm):
         shape = (4, layer.num_features) if isinstance(layer, nn.BatchNorm1d) else (
@@ -448,9 +451,84 @@ def _check_layer(rule: Rule, torch_expr: str) -> None:
 
 
 @pytest.mark.parametrize(("kind", "rule", "index"),
-                         _example_params("layer", ("layer",), numbers=True))
+                         _example_params("layer", ("layer",), numbers=True, targets=("nnx",)))
 def test_layer_example_runs(kind: str, rule: Rule, index: int) -> None:
     _check_layer(rule, rule.examples[index].torch)
+
+
+def _target_weights(rule: Rule, target: str, layer: Any) -> dict[str, np.ndarray]:
+    """torch's state_dict -> {the target layer's parameter: value}, through the rule's weights
+    table (torch -> NNX) and its target table (NNX -> the target's names). equinox keeps
+    torch's layouts; linen has NNX's."""
+    spec = rule.target_layers[target]
+    out = {}
+    for name, t in layer.state_dict().items():
+        wm = rule.weights[name]
+        if wm.to is None:
+            continue
+        value = t.detach().numpy().copy()
+        out[spec.weights.get(wm.to, wm.to)] = (
+            _to_jax_weight(value, wm.layout) if target == "linen" else value)
+    return out
+
+
+def _run_target_layer(rule: Rule, ex: Example, layer: Any, x: np.ndarray) -> Any:
+    """Build the converted layer of a linen or equinox example, give it the torch layer's
+    weights (every parameter of the target layer must get one) and run it on ``x``."""
+    from types import SimpleNamespace
+
+    conv = _convert("layer", ex.torch, (), ex.target)
+    assert not conv.errors, "\n".join(conv.errors)
+    weights = _target_weights(rule, ex.target, layer)
+    if ex.target == "linen":
+        from flax import linen
+
+        module = eval(conv.expr, {"nn": linen, "jax": jax, "jnp": jnp,  # the converter's output
+                                  "self": SimpleNamespace(train=False)})
+        xin = jnp.moveaxis(x, 1, -1) if rule.layout == "channels_last" else jnp.asarray(x)
+        params = dict(module.init(jax.random.key(0), xin).get("params", {}))
+        assert set(params) == set(weights), (
+            f"{rule.id}: linen parameters {sorted(params)}, from torch {sorted(weights)}")
+        params = {k: jnp.asarray(v.reshape(params[k].shape)) for k, v in weights.items()}
+        got = module.apply({"params": params}, xin)
+        return jnp.moveaxis(got, -1, 1) if rule.layout == "channels_last" else got
+    import equinox as eqx
+
+    from torch2jax.targets.equinox_layers import VECTOR_LAYERS
+
+    spec = rule.target_layers["equinox"]
+    ns = {"eqx": eqx, "jax": jax, "jnp": jnp, "key": jax.random.key(0)}
+    module = eval(conv.expr, ns)  # the converter's output of a rule's example
+    arrays = jax.tree_util.tree_leaves(eqx.filter(module, eqx.is_array))
+    assert len(arrays) == len(weights), (
+        f"{rule.id}: the equinox layer has {len(arrays)} arrays, torch gives {sorted(weights)}")
+    for name, value in weights.items():
+        old = getattr(module, name)
+        module = eqx.tree_at(lambda mdl, n=name: getattr(mdl, n), module,
+                             jnp.asarray(value.reshape(old.shape)))
+    # equinox layers take one example: mapped over the leading axes
+    rank = VECTOR_LAYERS.get(spec.kind, x.ndim - 1)
+    flat = x.reshape(-1, *x.shape[x.ndim - rank:])
+    fn = partial(module, inference=True) if spec.kind == "dropout" else module
+    got = jax.vmap(fn)(jnp.asarray(flat))
+    return got.reshape(*x.shape[:x.ndim - rank], *got.shape[1:])
+
+
+@pytest.mark.parametrize(("kind", "rule", "index"), _example_params(
+    "target_layer", ("layer",), numbers=True, targets=("linen", "equinox")))
+def test_target_layer_example_runs(kind: str, rule: Rule, index: int) -> None:
+    """A linen or equinox example of a layer rule: the converted layer, with the torch layer's
+    weights, gives torch's output (eval mode)."""
+    ex = rule.examples[index]
+    ns = _exec(PRELUDE)
+    layer = eval(ex.torch, ns)  # the rule file's own example
+    rng = np.random.default_rng(0)
+    _randomize(layer, rng)
+    x = _layer_input(layer, rng)
+    layer.eval()
+    with torch.no_grad():
+        want = layer(torch.from_numpy(x.copy()))
+    _assert_same(_run_target_layer(rule, ex, layer, x), want, atol=MODULE_ATOL)
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,13 +595,18 @@ def test_alias_numbers(kind: str, alias: Rule, candidates: list[tuple[str, dict]
 # --------------------------------------------------------------------------------------------
 
 TARGET_NS = {"jax": jax, "jnp": jnp, "nnx": nnx, "np": np}
+# the names of the linen and equinox examples and target tables
+TARGET_NS_BY = {"linen": {"nn": "flax.linen"}, "equinox": {"eqx": "equinox"}}
 CONTAINERS = ("sequential", "module_list", "module_dict")  # built from children, no rngs
-DOTTED = re.compile(r"^(jax|jnp|nnx|np)(\.[A-Za-z_]\w*)+$")
+DOTTED = re.compile(r"^(jax|jnp|nnx|np|nn|eqx)(\.[A-Za-z_]\w*)+$")
 
 
 def _resolve(name: str) -> Any:
+    import importlib
+
     head, *rest = name.split(".")
-    obj = TARGET_NS[head]
+    modules = {**TARGET_NS_BY["linen"], **TARGET_NS_BY["equinox"]}
+    obj = TARGET_NS[head] if head in TARGET_NS else importlib.import_module(modules[head])
     for part in rest:
         obj = getattr(obj, part)
     return obj
@@ -601,6 +684,20 @@ def test_targets_accept_keywords(rule: Rule) -> None:
         pytest.skip(f"{rule.torch}: no inspectable target for keywords {sorted(keywords)}")
 
 
+@pytest.mark.parametrize(("rule", "target"), [
+    pytest.param(rule, target, id=f"{target}:{rule.torch}")
+    for rule in _base_rules("layer") for target in rule.target_layers])
+def test_target_tables_resolve(rule: Rule, target: str) -> None:
+    """A layer's linen / equinox table names a class of the installed library that takes the
+    keywords the table writes."""
+    spec = rule.target_layers[target]
+    assert spec.cls.split(".")[0] in TARGET_NS_BY[target], spec.cls
+    sig = _signature(_resolve(spec.cls))
+    written = set(spec.add) | set((spec.keywords or {}).values()) | ({"key"} if spec.key else set())
+    missing = sorted(k for k in written if not _accepts(sig, k))
+    assert not missing, f"{rule.torch}: {spec.cls}{sig} does not accept {missing}"
+
+
 def _special_params() -> list[Any]:
     return [pytest.param(rule, id=f"{rule.kind}:{rule.torch}",
                          marks=_marks(f"special:{rule.kind}:{rule.torch}"))
@@ -649,7 +746,7 @@ def _example_call_params() -> list[Any]:
     for kind in ("layer", "function", "method"):
         for rule in _base_rules(kind):
             for i, ex in enumerate(rule.examples):
-                test_id = f"{rule.id}-{i}"
+                test_id = f"{rule.id}-{i}" + (f"-{ex.target}" if ex.target != "nnx" else "")
                 params.append(pytest.param(kind, rule, i, id=test_id,
                                            marks=_marks("calls:" + test_id)))
     return params

@@ -1,6 +1,6 @@
 """The layers the equinox and linen targets translate beyond the model fixtures'
-(MultiheadAttention, LSTM and LSTMCell, GRU and GRUCell, GroupNorm, ConvTranspose2d, adaptive
-pooling whose size does not divide, a Linear's weight read in forward code): small torch
+(MultiheadAttention, LSTM and LSTMCell, GRU and GRUCell, GroupNorm, RMSNorm, ConvTranspose2d,
+adaptive pooling whose size does not divide, a Linear's weight read in forward code): small torch
 modules converted with ``--target equinox`` and ``--target linen``, no TODO, then
 torch2jax.verify on each (the torch weights transferred, outputs and every parameter's
 gradient compared, float32 on CPU, at the NNX tolerances). What each layer becomes:
@@ -158,6 +158,19 @@ class TiedEmb(nn.Module):
         return h @ self.emb.weight.T + F.linear(h, self.proj.weight).sum(-1, keepdim=True)
 
 
+class Rms(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.norm = nn.RMSNorm(8, eps=1e-6)
+        self.bare = nn.RMSNorm(8, eps=None, elementwise_affine=False)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        # small activations: an epsilon off by 10x (flax's or equinox's default) shows
+        return self.out(self.bare(self.norm(0.01 * self.fc(x))))
+
+
 class Sizes(nn.Module):
     def __init__(self, sizes=[8, 6]):
         super().__init__()
@@ -183,6 +196,7 @@ CASES = {
     "Tied": ["float32[3,8]"],
     "TiedEmb": ["int64[4]:10"],
     "Sizes": ["float32[3,4]"],
+    "Rms": ["float32[3,6]"],
 }
 TARGETS = ("equinox", "linen")
 
@@ -226,6 +240,10 @@ def test_equinox_and_linen_forms(converted) -> None:
         assert "eqx.nn.AdaptiveAvgPool" not in code
         # equinox's Linear weight is torch's (out, in)
         assert "x @ self.fc.weight.T + self.fc.bias" in code
+        # torch's RMSNorm has no bias, equinox's does unless use_bias=False
+        assert "self.norm = eqx.nn.RMSNorm(8, eps=1e-6, use_bias=False)" in code
+        assert "self.bare = eqx.nn.RMSNorm(8, eps=float(jnp.finfo(jnp.float32).eps), " \
+            "use_weight=False, use_bias=False)" in code
         assert "return h @ self.out.weight.T\n" in code
     else:
         assert "self.attn = nn.MultiHeadDotProductAttention(num_heads=4)" in code
@@ -235,6 +253,9 @@ def test_equinox_and_linen_forms(converted) -> None:
         assert "self.gru = nn.RNN(TorchGRUCell(6))" in code
         assert "class TorchGRUCell(nn.GRUCell)" in code
         assert "self.gn = nn.GroupNorm(num_groups=4, epsilon=1e-05)" in code
+        assert "self.norm = nn.RMSNorm(epsilon=1e-6)" in code
+        assert "self.bare = nn.RMSNorm(epsilon=float(jnp.finfo(jnp.float32).eps), " \
+            "use_scale=False)" in code
         assert "nn.ConvTranspose(\n            4,\n            kernel_size=(3, 3),\n" \
             "            strides=(2, 2),\n            padding=((1, 2), (1, 2)),\n" \
             "            transpose_kernel=True,\n        )" in code
@@ -253,6 +274,16 @@ def test_layer_matches_torch(source_file: Path, target: str, name: str) -> None:
     assert result.todos == 0
     assert result.max_abs_diff <= 1e-5, result.to_json()
     assert result.grad_max_abs_diff is not None and result.grad_max_abs_diff <= 1e-5
+    assert result.passed, result.mismatch
+
+
+def test_rms_norm_nnx_matches_torch(source_file: Path) -> None:
+    """torch.nn.RMSNorm (eps=1e-6, and eps=None without weight) on the NNX target, which the
+    two above do not run: outputs and gradients against torch."""
+    result = run_request(VerifyRequest(f"{source_file}::Rms", inputs=tuple(CASES["Rms"]),
+                                       jax_target="nnx", grad=True, float64=False))
+    assert result.error is None and result.todos == 0, result.to_json()
+    assert result.max_abs_diff <= 1e-5 and result.grad_max_abs_diff <= 1e-5, result.to_json()
     assert result.passed, result.mismatch
 
 

@@ -16,7 +16,7 @@ from torch2jax.engine import Options, Request, UsageError, default_jobs
 from torch2jax.engine import run as run_engine
 from torch2jax.report import display, unified_diff
 from torch2jax.ruleset import RuleError, load_rules
-from torch2jax.targets import get_emitter
+from torch2jax.targets import get_target
 
 # verify's default tolerances (torch2jax.verify.run's ATOL, RTOL, ATOL64, RTOL64; not imported
 # here: the verifier needs numpy, the converter's command line does not)
@@ -36,7 +36,7 @@ def _setup(paths: list[Path], target: str | None, exclude: list[str] | None,
     rule_dirs = (*cfg.rules, *(d.resolve() for d in rules_dirs or ()))
     if rule_dirs:
         load_user_rules(rule_dirs)  # validate now: a bad rule file is a usage error
-    get_emitter(target or cfg.target or "nnx")
+    get_target(target or cfg.target or "nnx")
     options = Options(target=target or cfg.target or "nnx", rule_dirs=rule_dirs,
                       ignore=cfg.ignore, shard=shard or cfg.shard or "data", init=init)
     excludes = (Exclude(cfg.exclude, cfg.base), Exclude(tuple(exclude or ())))

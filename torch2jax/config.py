@@ -118,6 +118,11 @@ def load_user_rules(dirs: tuple[Path, ...] | list[Path]) -> RuleSet:
                 if rule.special and rule.special not in SPECIALS:
                     raise ConfigError(f"{where}: special {rule.special!r} is not a registered "
                                       f"transform (known: {', '.join(sorted(SPECIALS))})")
+                if rule.target_layers:
+                    # targets/layer_table.py reads the built-in rules' tables only
+                    raise ConfigError(f"{where}: linen / equinox tables are read from the "
+                                      "built-in rules only (rules/*.toml of the package), "
+                                      "not from a user's rule folder")
                 if rule.kind != "method" and not rule.torch.startswith("torch"):
                     raise ConfigError(f"{where}: 'torch' must be a qualified torch name "
                                       "(torch.nn.X, torch.nn.functional.f, torch.f)")

@@ -34,8 +34,7 @@ from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult
 from torch2jax.ruleset import RuleSet, load_rules
 from torch2jax.suppress import suppress
-from torch2jax.targets import get_emitter
-from torch2jax.targets.linen import freeze_configs
+from torch2jax.targets import target_or_translation
 
 IMPORT_LINES = {
     "jax": "import jax",
@@ -116,7 +115,8 @@ def convert_source(
     resnet18()``) are converted from its code into :attr:`ConversionResult.files`
     (package_models.py)."""
     rules = rules or load_rules()
-    if follow_packages and target in ("nnx", "linen", "equinox"):
+    spec = target_or_translation(target)
+    if follow_packages and spec.follows_packages:
         from torch2jax.package_models import prepare
 
         followed = prepare(source, path=path, target=target, convert=convert_source,
@@ -131,14 +131,13 @@ def convert_source(
             result = suppress(replace(result, code=code, diagnostics=diagnostics), source)
             return replace(result, diagnostics=result.diagnostics + generated, files=files)
     # the NNX translation that the equinox pass rewrites: train steps stay where the loop is
-    hoist_steps = target != "nnx-for-equinox"
-    emitter = get_emitter("nnx" if not hoist_steps else target)
-    if emitter.name == "equinox":  # a pass over the NNX translation (targets/equinox.py)
+    hoist_steps = not spec.intermediate
+    if spec.rewrites_translation_of:  # a pass over the NNX translation (targets/equinox.py)
         from torch2jax.targets.equinox import from_nnx
 
         nnx = convert_source(source, path=path, rules=_channel_first(rules),
                              known_modules=known_modules, fuse_layout=False,
-                             target="nnx-for-equinox")
+                             target=spec.rewrites_translation_of)
         if not nnx.uses_torch:
             return nnx
         return suppress(_finish(from_nnx(nnx, source, path), nnx, path, source), source)
@@ -182,7 +181,7 @@ def convert_source(
     training_indexer = share_names(names, TrainingIndexer(
         index.module_classes, index.rngs_functions,
         data_indexer.index.own_key_draws() | data_indexer.index.host.draws,
-        step_keys=emitter.name == "linen" and ("Dropout" in source or "dropout" in source),
+        step_keys=spec.train_state and ("Dropout" in source or "dropout" in source),
         imported_seeds=frozenset(k.removeprefix(SEED_FUNCTION) for k in known_modules or ()
                                  if k.startswith(SEED_FUNCTION))))
     visit(wrapper, training_indexer)
@@ -190,20 +189,18 @@ def convert_source(
     # a function that seeds builds its models from its own key, not from an rngs argument
     index.rngs_functions -= training.self_keyed
     transformer = share_names(names, TorchToJax(
-        rules, index, emitter, path, report, training, uses_train=_uses_train_mode(source),
+        rules, index, spec, path, report, training, uses_train=_uses_train_mode(source),
         data=data_indexer.index, torch_init=init == "torch", hoist_steps=hoist_steps,
-        for_equinox=target == "nnx-for-equinox",
         values=ValueFacts(wrapper, index.module_classes, lambda q: q in rules.layers)))
     new = wrapper.visit(transformer)
-    if emitter.name == "linen":
-        new = freeze_configs(new)
-    if emitter.name == "nnx" and hoist_steps:
+    new = spec.finish_module(new)
+    if spec.stateful_modules and hoist_steps:  # (passes/generation.py writes NNX)
         new = compile_generation(new, module, source, report)
     if fuse_layout:  # (the equinox target keeps torch's layout between modules)
         if public is not None:
             new = channels_last_blocks(new, set(public))
         new = new.visit(FuseLayoutMoves())
-    new, helper_imports = add_helpers(new, emitter.name)
+    new, helper_imports = add_helpers(new, spec.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)
     diagnostics.sort(key=lambda d: (d.line, d.column))
     result = ConversionResult(code=new.code, diagnostics=diagnostics,

@@ -33,6 +33,8 @@ def _target(rule: Rule) -> str:
     shown = f"`{jax}`" if jax else ""
     if rule.special:
         shown = (shown + " " if shown else "") + f"(transform `{rule.special}`)"
+    for target, spec in rule.target_layers.items():  # built by the rule's target table
+        shown += f"; {target}: `{spec.cls}`"
     return shown
 
 

@@ -51,6 +51,7 @@ from torch2jax.package_code import (
     parse,
 )
 from torch2jax.report import Diagnostic
+from torch2jax.targets import get_target
 
 # packages whose models are not followed: a call into them is marked
 NOT_FOLLOWED = {"timm": "timm's models are not followed yet (only torchvision.models builders "
@@ -396,7 +397,7 @@ def prepare(source: str, *, path: str, target: str, convert: Convert,
 
 def _follow(ref: _Ref, call: cst.Call | None, top: str, target: str, convert: Convert):
     """(why not, (new args, the weights argument dropped), (module, name))."""
-    if target not in ("nnx",):
+    if not get_target(target).converts_package_models:
         return (f"{ref.qname}: models built by {top} are converted for flax NNX only "
                 "(--target nnx); here the line is kept as it is"), None, None
     root = package_dir(top)

@@ -84,6 +84,41 @@ class Subclass:
 
 
 @dataclass(frozen=True)
+class TargetLayer:
+    """How the linen or equinox target builds a layer from its NNX constructor (as the rule
+    emits it): a ``linen = {...}`` / ``equinox = {...}`` table of a ``[[layer]]``.
+
+    ``cls``       the target's constructor (``nn.Dense``, ``eqx.nn.LayerNorm``)
+    ``args``      the target's positional arguments, by the NNX parameter names of the rule's
+                  ``nnx_params`` (bound from the NNX call's positionals or keywords); None:
+                  the NNX positionals as they are
+    ``keywords``  NNX keyword -> the target's keyword, in the target's order; any other NNX
+                  keyword not in ``drop`` has no target form (the line is marked). None: every
+                  NNX keyword passes through, in its order
+    ``drop``      NNX arguments the target does without (linen infers input sizes)
+    ``add``       keywords always written last, as source text (``{train}``: the expression
+                  that says whether the module trains, linen)
+    ``key``       equinox: the constructor takes ``key=``
+    ``kind``      equinox: what the layer is for the per-example forward code (linear,
+                  layernorm, embedding, dropout, ...: targets/equinox_layers.py's Layer)
+    ``weights``   NNX variable -> the target layer's parameter, where the names differ
+                  (equinox's LayerNorm ``weight`` is NNX's ``scale``)
+    ``refuse``    what the mark says after "<NNX class> argument <name>" when an NNX keyword
+                  has no target form (default: "has no <target> form")
+    """
+
+    cls: str
+    args: tuple[str, ...] | None = None
+    keywords: dict[str, str] | None = None
+    drop: tuple[str, ...] = ()
+    add: dict[str, str] = field(default_factory=dict)
+    key: bool = False
+    kind: str = ""
+    weights: dict[str, str] = field(default_factory=dict)
+    refuse: str = ""
+
+
+@dataclass(frozen=True)
 class Example:
     torch: str
     jax: str
@@ -119,6 +154,10 @@ class Rule:
     call: str | None = None
     call_params: tuple[str, ...] = ()
     subclass: Subclass | None = None  # layers: how a user's subclass of it is translated
+    # layers: the NNX constructor's positional parameters (names the target tables use)
+    nnx_params: tuple[str, ...] = ()
+    # layers: per-target construction tables (linen, equinox), see TargetLayer
+    target_layers: dict[str, TargetLayer] = field(default_factory=dict)
 
 
 @dataclass
@@ -152,8 +191,29 @@ class RuleSet:
 _KNOWN_KEYS = {
     "torch", "id", "jax", "nnx", "linen", "equinox", "params", "rename", "defaults", "emit",
     "drop", "special", "layout", "weights", "notes", "examples", "aliases", "family", "call",
-    "call_params", "subclass",
+    "call_params", "subclass", "nnx_params",
 }
+_TARGET_LAYER_KEYS = {"class", "args", "keywords", "drop", "add", "key", "kind", "weights",
+                      "refuse"}
+
+
+def _parse_target_layer(table: dict[str, Any], nnx_params: tuple[str, ...],
+                        where: str) -> TargetLayer:
+    unknown = set(table) - _TARGET_LAYER_KEYS
+    if unknown or "class" not in table:
+        raise RuleError(f"{where}: a target table takes class (required) and "
+                        f"{sorted(_TARGET_LAYER_KEYS - {'class'})}; unknown: {sorted(unknown)}")
+    args = table.get("args")
+    for a in args or ():
+        if a not in nnx_params:
+            raise RuleError(f"{where}: target argument {a!r} is not in nnx_params")
+    return TargetLayer(
+        cls=table["class"], args=tuple(args) if args is not None else None,
+        keywords=dict(table["keywords"]) if "keywords" in table else None,
+        drop=tuple(table.get("drop", ())), add=dict(table.get("add", {})),
+        key=bool(table.get("key", False)), kind=table.get("kind", ""),
+        weights=dict(table.get("weights", {})), refuse=table.get("refuse", ""))
+
 
 
 def _parse_weights(table: dict[str, Any], where: str) -> dict[str, WeightMap]:
@@ -223,7 +283,12 @@ def _parse_rule(kind: str, raw: dict[str, Any], source: str) -> list[Rule]:
                 runnable=ex.get("runnable", True),
             )
         )
-    targets = {t: raw[t] for t in ("nnx", "linen", "equinox") if t in raw}
+    targets = {t: raw[t] for t in ("nnx", "linen", "equinox") if isinstance(raw.get(t), str)}
+    nnx_params = tuple(raw.get("nnx_params", ()))
+    target_layers = {t: _parse_target_layer(raw[t], nnx_params, f"{where} {t}")
+                     for t in ("linen", "equinox") if isinstance(raw.get(t), dict)}
+    if target_layers and (kind != "layer" or "nnx" not in targets):
+        raise RuleError(f"{where}: linen/equinox tables are for layers with an nnx constructor")
     if kind == "layer" and not targets and not raw.get("special"):
         raise RuleError(f"{where}: a layer rule needs a target constructor (nnx = ...) or special")
     if kind != "layer" and not raw.get("jax") and not raw.get("special"):
@@ -248,6 +313,8 @@ def _parse_rule(kind: str, raw: dict[str, Any], source: str) -> list[Rule]:
         call=raw.get("call"),
         call_params=tuple(raw.get("call_params", ())),
         subclass=_parse_subclass(raw.get("subclass"), weights, where),
+        nnx_params=nnx_params,
+        target_layers=target_layers,
     )
     rules = [base]
     # aliases: other torch names with exactly the same JAX translation (torch.bmm -> jnp.matmul)

@@ -22,6 +22,7 @@ import libcst as cst
 
 from torch2jax.passes.common import BoundArgs
 from torch2jax.ruleset import Rule
+from torch2jax.targets import Target, get_target
 
 ENGINE_TRANSLATES_CALLS = True
 
@@ -38,6 +39,11 @@ class CallSite:
     index: int | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
     target: str = "nnx"  # nnx | linen (the modules' attribute names can differ)
+
+    @property
+    def renders(self) -> Target:
+        """The target the call is translated for (targets/__init__.py)."""
+        return get_target(self.target)
 
     def lit(self, name: str):
         """A call argument's literal value, None when absent, ``...`` if not a literal."""

@@ -15,6 +15,7 @@ import libcst as cst
 
 from torch2jax.passes.common import BoundArgs, Untranslatable, arg, code, expr, try_literal
 from torch2jax.ruleset import Rule
+from torch2jax.targets import Target, get_target
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Site:
     args: BoundArgs
     receiver: cst.BaseExpression | None = None
     unpack: int | None = None  # targets when the call is the value of ``a, b = ...``
-    target: str = "nnx"
+    target: str = "nnx"  # the column of the rule tables the site is translated to
     rngs: cst.BaseExpression | None = None  # the rngs expression in scope (layers)
     defined: set[str] = field(default_factory=set)  # top-level names of the file
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
@@ -66,6 +67,12 @@ class Site:
 
     def note(self, message: str, severity: str = "info") -> None:
         self.notes.append((severity, message))
+
+    @property
+    def renders(self) -> Target:
+        """The target whose column of the rule tables the site is translated to: the specials
+        ask it (targets/__init__.py), not its name."""
+        return get_target(self.target)
 
     def rngs_arg(self) -> list[cst.Arg]:
         return [arg(self.rngs, "rngs")] if self.rngs is not None else []

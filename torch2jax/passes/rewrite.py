@@ -71,7 +71,7 @@ from torch2jax.passes.rewrite_support import (
 )
 from torch2jax.passes.special_device import device_default_functions
 from torch2jax.ruleset import RuleSet
-from torch2jax.targets import Emitter
+from torch2jax.targets import Target
 from torch2jax.targets import linen_training as lt
 
 
@@ -79,23 +79,23 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                  NoAttributeHooks, cst.CSTTransformer):
     METADATA_DEPENDENCIES = (ScopeProvider, PositionProvider, ParentNodeProvider)
 
-    def __init__(self, rules: RuleSet, index: FileIndex, emitter: Emitter, path: str,
+    def __init__(self, rules: RuleSet, index: FileIndex, target: Target, path: str,
                  report, training: TrainingIndex | None = None, uses_train: bool = False,
                  data: dt.DataIndex | None = None, torch_init: bool = False,
-                 hoist_steps: bool = True, for_equinox: bool = False,
+                 hoist_steps: bool = True,
                  values: vk.ValueFacts | None = None) -> None:
         super().__init__()
         self.values = values  # what kind of value an expression of the file holds
-        # the NNX translation that targets/equinox.py rewrites: every equinox layer is
-        # channel-first and per example, so a container mixing channels-last and other
-        # layers is called as it is, and nn.Upsample's lambda is written per example
-        self.for_equinox = for_equinox
         self.per_example_code: set[str] = set()  # (code of what was written per example)
         self.torch_init = torch_init  # convert --init torch (passes/torch_init.py)
         self.hoist_steps = hoist_steps  # a per-epoch train function's step to the top level
         self.rules = rules
         self.index = index
-        self.emitter = emitter
+        # what the output is (targets/__init__.py): the passes ask it, never its name. For
+        # the NNX translation that targets/equinox.py rewrites (target.intermediate) every
+        # equinox layer is channel-first and per example, so a container mixing channels-last
+        # and other layers is called as it is, and nn.Upsample's lambda is written per example
+        self.target = target
         self.path = path
         self.report = report  # callable(line, col, rule, severity, message)
         self.imports_needed: set[str] = set()
@@ -114,7 +114,6 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self.layouts: Layouts | None = None
         self.torch_used_after = False
         self.training = training or TrainingIndex()
-        self.linen = emitter.name == "linen"
         self.uses_train = uses_train  # linen: modules get a `train` field
         self._key_scopes: list[tr.KeyScope] = [tr.KeyScope()]
         self._for_stack: list[cst.For] = []
@@ -192,7 +191,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
     def visit_Module(self, node: cst.Module) -> None:
         self._indent = node.default_indent
         self._file_names = {n.value for n in findall(node, m.Name())}
-        if self.emitter.name == "nnx" and not self.for_equinox:
+        if self.target.stateful_modules and not self.target.intermediate:
             t = self.training
             self._lr_loops = acc.find_lr_loops(node)
             self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
@@ -211,7 +210,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             c.func.value.value for f in findall(node, m.FunctionDef()) for c in findall(
                 f, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("step")), args=[]))
             if c.func.value.value in {p.name.value for p in f.params.params}}
-        if not self.linen:
+        if not self.target.train_state:
             return
         source = node.code
         self._lt_batch_stats = "BatchNorm" in source
@@ -294,7 +293,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         if isinstance(original_node, (cst.Assign, cst.AnnAssign, cst.Import, cst.ImportFrom)
                       ) and isinstance(result, cst.RemovalSentinel) and self._pending:
             self._pending[-1].removed.append(updated_node)
-        if self.linen and self._lt_blank is not None and self._lt_blank == self._depth and \
+        if self.target.train_state and self._lt_blank is not None and \
+                self._lt_blank == self._depth and \
                 isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             self._lt_blank = None
             if not result.leading_lines:
@@ -411,7 +411,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             self._unpack[id(node.value)] = len(node.targets[0].target.elements)
 
     def leave_Assign(self, original_node, updated_node):
-        if self.linen and not self.in_module_class() and len(original_node.targets) == 1 and \
+        if self.target.train_state and not self.in_module_class() and \
+                len(original_node.targets) == 1 and \
                 m.matches(original_node.value, m.Call(func=m.Name())) and \
                 original_node.value.func.value in self._lt_epoch:
             return self._lt_epoch_call(original_node.value, updated_node.value,
@@ -455,7 +456,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 # first set to None static unless it is marked as data
                 self.need("nnx")
                 return updated_node.with_changes(value=expr("nnx.data(None)"))
-            if not self.linen and is_identity_lambda(updated_node.value) and \
+            if self.target.stateful_modules and is_identity_lambda(updated_node.value) and \
                     target.attr.value in info.real_layer_attrs:
                 # self.shortcut = nn.Identity(), a layer in another branch: an empty
                 # nnx.Sequential (it returns its input) keeps the attribute a module
@@ -579,7 +580,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         handled = self._accumulation_statement(original_node)
         if handled is not None:
             return handled
-        if self.linen and not self.in_module_class():
+        if self.target.train_state and not self.in_module_class():
             handled = self._lt_statement(original_node, updated_node)
             if handled is not None:
                 return handled
@@ -613,13 +614,13 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                     self.diag(original_node, "register_buffer", "error",
                               "register_buffer with a computed name")
                     return updated_node
-                if self.linen:  # a constant computed in setup()
+                if self.target.setup_modules:  # a constant computed in setup()
                     return cst.Assign(targets=[cst.AssignTarget(expr(f"self.{name}"))],
                                       value=b.get("tensor"))
                 self.need("nnx")
                 return cst.Assign(
                     targets=[cst.AssignTarget(expr(f"self.{name}"))],
-                    value=call(self.emitter.buffer, arg(b.get("tensor"))))
+                    value=call(self.target.buffer, arg(b.get("tensor"))))
             if meth in ("to", "cuda", "cpu", "train", "eval", "zero_grad") and \
                     self._is_module_expr(recv) and meth in ("to", "cuda", "cpu"):
                 return cst.RemoveFromParent()
@@ -637,7 +638,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         if site is None or updated_node.value is None:
             return updated_node
         try:
-            if not self.linen:
+            if self.target.stateful_modules:
                 self._nnx_only("optimizers")
             return updated_node.with_changes(
                 value=self._optimizer(original_node, updated_node.value, site))
@@ -655,7 +656,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         iterated by a for loop -> its nnx.Param variables with torch's dotted names (a layer's
         ``kernel`` / ``embedding`` / ``scale`` is torch's ``weight``)."""
         func = original_node.func
-        if self.linen or self.for_equinox or self.emitter.name != "nnx" or \
+        if not self.target.stateful_modules or self.target.intermediate or \
                 original_node.args or not m.matches(func, m.Attribute(
                     value=m.Name(), attr=m.Name("parameters") | m.Name("named_parameters"))):
             return None
@@ -717,8 +718,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                     cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
                     *[ln for ln in body[i + 1].leading_lines if ln.comment is not None]])
         if self._eval_step:
-            body.insert(i, lt.eval_step_function() if self.linen
-                        else tr.eval_step_function(tree_mode=not self.data.aliasing))
+            body.insert(i, self.target.eval_step_function(tree_mode=not self.data.aliasing))
             if i < len(body) - 1:
                 body[i + 1] = body[i + 1].with_changes(leading_lines=[
                     cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),

@@ -160,14 +160,14 @@ class AttributesMixin:
             return expr("jax.Array")
         if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
             self.need("nnx")
-            return expr(self.emitter.module_base)
+            return expr(self.target.module_base)
         if q in _ANNOTATION_TYPES:  # device: torch.device, dtype: torch.dtype
             self.need(_ANNOTATION_TYPES[q].split(".")[0])
             return expr(_ANNOTATION_TYPES[q])
         rule = self.rules.layers.get(q)
         target = rule.targets.get("nnx") if rule else None
         if target and re.fullmatch(r"nnx\.[A-Z]\w*", target):
-            if self.linen:
+            if self.target.setup_modules:
                 if target in linen_target.CLASSES:
                     self.need("linen")
                     return expr(linen_target.CLASSES[target])
@@ -277,8 +277,9 @@ class AttributesMixin:
                 and self.in_module_class():
             self._training_reads[self.current_class] = self._training_reads.get(
                 self.current_class, 0) + 1
-            return expr(f"self.{linen_target.TRAIN}" if self.linen else "not self.deterministic")
-        if self.linen and m.matches(original_node.value, m.Attribute(value=m.Name("self"))) \
+            return expr(self.target.training_flag)
+        if self.target.setup_modules and m.matches(original_node.value,
+                                                   m.Attribute(value=m.Name("self"))) \
                 and self.in_module_class() and self.index.classes[
                     self.current_class].attr_rule.get(original_node.value.attr.value) == \
                 "torch.nn.ModuleDict":
@@ -341,7 +342,7 @@ class AttributesMixin:
                     # shifted_window_attention(x, self.qkv.weight, ...) computes with torch's
                     # (out, in) layout: the NNX kernel is (in, out)
                     return expr("{k}.T", k=renamed)
-                if wm.layout == "conv" and self.linen:
+                if wm.layout == "conv" and self.target.setup_modules:
                     self.diag(original_node, "layer-weight", "error",
                               f"{code(original_node)}: linen's nn.Conv keeps its kernel in the "
                               "variables, not as an attribute a parent reads; declare the kernel "
@@ -378,18 +379,22 @@ class AttributesMixin:
                     wm.layout == "as_is" or (isinstance(parent, cst.Attribute)
                                              and parent.attr.value == "dtype")):
                 return updated_node.with_changes(attr=cst.Name(wm.to))
-        if (self.emitter.name == "nnx" and not self.linen and self.in_module_class()
+        if (self.target.stateful_modules and self.in_module_class()
                 and m.matches(original_node.value, m.Name("self"))
                 and original_node.attr.value in self._variable_attrs.get(
                     self.current_class, ())):
             parent = self.get_metadata(ParentNodeProvider, original_node, None)
             outer = self.get_metadata(ParentNodeProvider, parent, None) if isinstance(
                 parent, cst.Arg) else None
-            if isinstance(outer, cst.Call) and not (self.q(outer.func) or "").startswith(
-                    "torch"):
+            callee = (self.q(outer.func) or "") if isinstance(outer, cst.Call) else ""
+            rule = self.rules.functions.get(callee)
+            if isinstance(outer, cst.Call) and (not callee.startswith("torch") or (
+                    rule is not None and rule.special in ("conv_function",
+                                                           "conv_transpose_function"))):
                 # _get_relative_position_bias(self.relative_position_bias_table, ...): a
                 # function of the file computes with the array, not the nnx.Variable (x[...]
-                # reads it; the equinox pass keeps it, a plain array's x[...] being x)
+                # reads it; the equinox pass keeps it, a plain array's x[...] being x);
+                # F.conv2d(x, self.weight) too: jax.lax takes arrays only
                 return expr("{v}[...]", v=updated_node)
         if (original_node.attr.value in _CONV_ATTRS and self.in_module_class()
                 and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
@@ -444,15 +449,16 @@ class AttributesMixin:
             isinstance(parent, cst.Subscript) and isinstance(holder, (cst.AssignTarget,
                                                                       cst.AugAssign)))
         text = code(original_node)
-        if written or self.linen or wm.to is None:
+        if written or self.target.setup_modules or wm.to is None:
             why = ("a linen layer object holds no parameters: they are in the variables "
-                   "model.init returns (variables['params'])" if self.linen and not written
+                   "model.init returns (variables['params'])"
+                   if self.target.setup_modules and not written
                    else "written in place: the layer's array is immutable in JAX (build the "
                    "layer with an initializer instead)")
             self.diag(original_node, "layer-weight", "error",
                       f"{text} of the {q.rsplit('.', 1)[-1]} built outside a module: {why}")
             return None
-        if self.for_equinox:
+        if self.target.intermediate:
             if q not in self.EQX_TORCH_WEIGHTS:
                 self.diag(original_node, "layer-weight", "error",
                           f"{text}: the equinox layer of a {q.rsplit('.', 1)[-1]} may name or "

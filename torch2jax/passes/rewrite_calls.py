@@ -53,7 +53,6 @@ from torch2jax.passes.rewrite_support import (
 from torch2jax.passes.special_device import drop_device_argument
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule
-from torch2jax.targets import linen_training as lt
 
 
 class CallsMixin:
@@ -105,21 +104,15 @@ class CallsMixin:
             return None  # parameter groups: translated with their optimizer, or kept with it
         owner = updated_node.func.value
         named = func.attr.value == "named_parameters"
-        if self.emitter.name == "nnx":
-            self.need("nnx")
-            if named:
-                return expr('((".".join(map(str, path)), param.value) for path, param in '
-                            "nnx.to_flat_state(nnx.state({m}, nnx.Param)))", m=owner)
-            self.need("jax")
-            return expr("jax.tree.leaves(nnx.state({m}, nnx.Param))", m=owner)
-        if self.emitter.name == "equinox" and not named:
-            self.need("jax", "eqx")
-            return expr("jax.tree.leaves(eqx.filter({m}, eqx.is_inexact_array))", m=owner)
+        leaves = self.target.parameter_leaves(named)
+        if leaves is not None:
+            self.need(*leaves[1])
+            return expr(leaves[0], m=owner)
         self.diag(original_node, "module-api", "error",
-                  f"{code(original_node)}: the {self.emitter.name} model's parameters are not "
-                  "attributes of the module" if self.linen else
+                  f"{code(original_node)}: the {self.target.name} model's parameters are not "
+                  "attributes of the module" if self.target.setup_modules else
                   f"{code(original_node)}: parameter names are not translated for "
-                  f"{self.emitter.name}")
+                  f"{self.target.name}")
         return updated_node
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
@@ -144,7 +137,7 @@ class CallsMixin:
             # a layer or loss built and called on the spot: nn.Identity()(x)
             updated_node = updated_node.with_changes(func=updated_node.func.with_changes(
                 lpar=[cst.LeftParen()], rpar=[cst.RightParen()]))
-        if self.linen and isinstance(original_node.func, cst.Name) and (
+        if self.target.train_state and isinstance(original_node.func, cst.Name) and (
                 original_node.func.value in self._lt_evaluators) and not self._class_stack:
             updated_node = self._lt_pass_variables(original_node, updated_node)
         if self._factory_dicts:
@@ -218,22 +211,23 @@ class CallsMixin:
             return self._super_init(original, updated)
         if name and name in self.rules.layers:
             return self._layer(original, updated, self.rules.layers[name])
-        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") and self.linen:
+        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") and \
+                self.target.setup_modules:
             return self._linen_param(original, updated)
         if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):
             # self.x = nn.Buffer(t, persistent=False): as self.register_buffer("x", t)
             b = bind(updated.args, ("data", "persistent"))
-            if self.linen:  # a constant computed in setup()
+            if self.target.setup_modules:  # a constant computed in setup()
                 return b.get("data")
             self.need("nnx")
-            return call(self.emitter.buffer, arg(b.get("data")))
+            return call(self.target.buffer, arg(b.get("data")))
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             b = bind(updated.args, ("data", "requires_grad"))
             if b.literal("requires_grad") is False:
                 self.diag(original, "parameter", "warning",
                           "requires_grad=False parameter: kept as a non-trainable variable")
-                return call(self.emitter.buffer, arg(b.get("data")))
-            return call(self.emitter.param, arg(b.get("data")))
+                return call(self.target.buffer, arg(b.get("data")))
+            return call(self.target.param, arg(b.get("data")))
         if name in RANDOM and self._builds_layers_here():
             # a draw while building layers (pos_embedding = torch.randn(...) in __init__):
             # from the rngs the layers are built with
@@ -278,7 +272,8 @@ class CallsMixin:
             return updated  # an initialisation statement: handled in leave_Expr
         if name in ("torch.save", "torch.load") and self._checkpoint_call(original) is not None:
             return updated  # checkpoint statements: handled in leave_Expr
-        if name == "torch.save" and not self.linen and not self.for_equinox and len(
+        if name == "torch.save" and self.target.stateful_modules and \
+                not self.target.intermediate and len(
                 original.args) >= 2 and isinstance(original.args[0].value, cst.Name) and (
                 original.args[0].value.value in self._ckpt_dicts) and isinstance(
                 self.get_metadata(ParentNodeProvider, original, None), cst.Expr):
@@ -297,7 +292,7 @@ class CallsMixin:
         if name == rm.CHECKPOINT:
             return self._remat(original, updated)
         if name == rm.SEQUENTIAL:
-            if self.linen:
+            if self.target.setup_modules:
                 raise Untranslatable("checkpoint_sequential in linen code: nn.remat of each "
                                      "segment is not translated", rule=name)
             layers, segments, x = rm.sequential_args(original, updated)
@@ -315,7 +310,7 @@ class CallsMixin:
             sched = self.training.scheduler_names.get(original.func.value.value)
             if sched is not None and sched.optimizer:
                 if sched.inline:
-                    step = f"{lt.STATE}.step" if self.linen else f"{sched.optimizer}.step.value"
+                    step = self.target.step_count(sched.optimizer)
                     return expr(f"[{sched.name}({step})]")
                 quote = self._string_quote()
                 return expr(f"[{self._lr_slot(sched.optimizer, quote)}]")
@@ -324,7 +319,7 @@ class CallsMixin:
                     a.keyword and a.keyword.value == tr.KEY for a in updated.args):
             return updated.with_changes(args=_fix_commas(
                 [*updated.args, arg(self._subkey(original), tr.KEY)]))
-        if name == "functools.partial" and original.args and not self.linen:
+        if name == "functools.partial" and original.args and self.target.stateful_modules:
             factory = self._partial_of_layer(original)
             if factory is not None:
                 return factory
@@ -348,7 +343,7 @@ class CallsMixin:
                 and len(original.args) == 1 and not original.args[0].keyword
                 and self._normalized_list(original.func.value)):
             return self._normalized_append(original, updated)
-        if isinstance(original.func, cst.Name) and not self.linen:
+        if isinstance(original.func, cst.Name) and self.target.stateful_modules:
             n = original.func.value
             factory = Layouts(self.rules, self, self.index).factory_rule(n)
             if (factory is not None and _activation_value(factory) is not None) or (
@@ -359,7 +354,7 @@ class CallsMixin:
                 # an activation class handed in (activation_layer(inplace=True)): the
                 # classes passed for it are their functions
                 return self._activation_factory_call(original, updated)
-        if isinstance(original.func, cst.Name) and not self.linen and (
+        if isinstance(original.func, cst.Name) and self.target.stateful_modules and (
                 self._layer_subclass_rule(original.func.value) is not None
                 and self._takes_layer_arguments(original.func.value)):
             # LayerNorm2d(dim, eps=1e-6): built with the JAX layer's arguments
@@ -369,7 +364,7 @@ class CallsMixin:
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
         if (m.matches(original.func, m.Attribute(attr=m.Name("requires_grad_")))
-                and self.emitter.name == "nnx" and not self.for_equinox
+                and self.target.stateful_modules and not self.target.intermediate
                 and self._builds_layers_here() and _false_flag(original)
                 and self._is_module_expr(original.func.value)):
             # self.embed_positions.requires_grad_(False) while building: its parameters are
@@ -412,7 +407,7 @@ class CallsMixin:
     def _remat(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``checkpoint(fn, *args, use_reentrant=False)``: see passes/remat.py for the forms."""
         ofn, fn, args = rm.split_args(original, updated)
-        transform = "nn.remat" if self.linen else "nnx.remat"
+        transform = self.target.remat
         result = self._remat_form(original, ofn, fn, args, transform)
         if transform in code(result):
             self.diag(original, rm.CHECKPOINT, "info", "torch's checkpoint runs the function "
@@ -480,8 +475,9 @@ class CallsMixin:
     def _function(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)
         site = Site(rule=rule, args=b, unpack=self._unpack.get(id(original)),
-                    target=self.emitter.name, defined=self.index.defined,
-                    optional=self._optional_args(original, rule))
+                    target=self.target.name, defined=self.index.defined,
+                    optional=self._optional_args(original, rule),
+                    sequences=self._sequence_args(original, rule))
         binder = self._binder(original)
         if binder is not None:
             site.bind, site.before = binder
@@ -515,11 +511,23 @@ class CallsMixin:
 
     def _optional_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The arguments of ``original`` that may hold None at run time (value analysis)."""
-        if self.values is None or rule.special != "functional_layer_norm":
+        if self.values is None or rule.special not in ("functional_layer_norm",
+                                                       "conv_function",
+                                                       "conv_transpose_function"):
             return frozenset()
         given = bind(original.args, rule.params)
         return frozenset(name for name in ("weight", "bias") if given.get(name) is not None
                          and self.values.may_be_none(given.get(name)))
+
+    def _sequence_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
+        """The size arguments of a functional convolution that hold a tuple or list
+        (``F.conv2d(x, w, None, self.stride)`` where ``self.stride`` is a tuple)."""
+        if self.values is None or rule.special not in ("conv_function",
+                                                       "conv_transpose_function"):
+            return frozenset()
+        given = bind(original.args, rule.params)
+        return frozenset(k for k in ("stride", "padding", "dilation") if given.get(k) is not None
+                         and self.values.kind(given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
 
     def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)
@@ -529,7 +537,7 @@ class CallsMixin:
             dtypes = frozenset(k for k in ("device", "dtype") if given.get(k) is not None
                                and self.values.is_dtype(given.get(k)))
         site = Site(rule=rule, args=b, receiver=updated.func.value,
-                    unpack=self._unpack.get(id(original)), target=self.emitter.name,
+                    unpack=self._unpack.get(id(original)), target=self.target.name,
                     dtypes=dtypes)
         binder = self._binder(original)
         if binder is not None:
@@ -547,7 +555,7 @@ class CallsMixin:
             raise Untranslatable(f"{rule.torch} called with *args/**kwargs", rule=rule.id)
         if rule.special:
             out = SPECIALS[rule.special](site)
-            if self.linen and rule.special == "pool_function":
+            if self.target.setup_modules and rule.special == "pool_function":
                 self.need("linen")  # nn.max_pool / nn.avg_pool
         else:
             out = self._generic(site, receiver_first)
@@ -583,7 +591,7 @@ class CallsMixin:
             index = int_value(parent.slice[0].slice.value)
         site = CallSite(rule=rule, func=updated.func, ctor=bind(ctor.args, rule.params),
                         args=bind(updated.args, rule.call_params), unpack=unpack, index=index,
-                        target="linen" if self.linen else "nnx")
+                        target=self.target.name)
         out = CALLS[rule.call](site)
         for severity, msg in site.notes:
             self.diag(original, rule.id, severity, msg)

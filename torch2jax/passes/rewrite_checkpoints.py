@@ -50,7 +50,7 @@ class CheckpointsMixin:
         """Checkpoint dicts (analysis/accumulate.py find_checkpoint_dicts), nnx:
         ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
         -> the orbax PyTree restored."""
-        if self.linen or self.for_equinox or self.emitter.name != "nnx" or not (
+        if not self.target.stateful_modules or self.target.intermediate or not (
                 self._ckpt_dicts or self._ckpt_loads):
             return None
         func = original_node.func
@@ -76,7 +76,7 @@ class CheckpointsMixin:
 
     def _checkpoint_dict_statement(self, original_node: cst.Expr):
         value = original_node.value
-        if self.linen or self.for_equinox or self.emitter.name != "nnx" or not isinstance(
+        if not self.target.stateful_modules or self.target.intermediate or not isinstance(
                 value, cst.Call):
             return None
         if self.q(value.func) == "torch.save" and len(value.args) >= 2 and isinstance(
@@ -108,7 +108,7 @@ class CheckpointsMixin:
 
     def _checkpoint_statement(self, original_node: cst.Expr):
         value = original_node.value
-        if self.emitter.name not in ("nnx", "linen"):
+        if not (self.target.stateful_modules or self.target.train_state):
             return None
         handled = self._checkpoint_dict_statement(original_node)
         if handled is not None:
@@ -123,7 +123,7 @@ class CheckpointsMixin:
             return None
         kind, model, path = site
         p = code(path)
-        if self.linen:
+        if self.target.train_state:
             return self._lt_checkpoint(original_node, kind, model, p)
         if kind == "save":
             inner = f"checkpointer.save(os.path.abspath({p}), nnx.state({model}), force=True)"

@@ -70,10 +70,10 @@ class ModuleClassMixin:
         for b, ob in zip(updated_node.bases, original_node.bases):
             q = self.q(ob.value)
             if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
-                bases.append(b.with_changes(value=expr(self.emitter.module_base)))
-                self.need("linen" if self.linen else "nnx")
+                bases.append(b.with_changes(value=expr(self.target.module_base)))
+                self.need(self.target.module_import)
             elif (q in self.rules.layers and self.rules.layers[q].special in (
-                    "sequential", "module_dict", "module_list") and not self.linen):
+                    "sequential", "module_dict", "module_list") and self.target.stateful_modules):
                 # class ConvNormActivation(nn.Sequential): super().__init__(*layers) fills it;
                 # class _DenseBlock(nn.ModuleDict): a dict of layers in insertion order
                 special = self.rules.layers[q].special
@@ -103,14 +103,15 @@ class ModuleClassMixin:
         hoisted_all = (self._training_hoisted.get(name, 0) == self._training_reads.get(name, 0)
                        and self._training_hoisted.get(name, 0) > 0 and not any(
                            c.module_base == name for c in self.index.classes.values()))
-        if (info.uses_training and has_init and not self.linen and not hoisted_all
+        if (info.uses_training and has_init and self.target.stateful_modules
+                and not hoisted_all
                 and (info.module_base == "torch" or not self._training_base(info))):
             body = [self._add_training_flag(s) if isinstance(s, cst.FunctionDef)
                     and s.name.value == "__init__" else s for s in body]
         new = updated_node.with_changes(
             bases=bases, body=updated_node.body.with_changes(body=body))
         new = self._add_dropouts(name, new)
-        if self.linen:
+        if self.target.setup_modules:
             try:
                 is_base = any(c.module_base == name for c in self.index.classes.values())
                 new = linen_target.readable_dense(new, self._linear_inputs(info))
@@ -173,7 +174,7 @@ class ModuleClassMixin:
         self._key_scopes.append(tr.KeyScope(
             has_key=takes_key, takes_key=takes_key,
             seeds_here=free and name in self.training.seed_functions))
-        if self.linen and (self.current_class, name) in self._lt_init_fns:
+        if self.target.setup_modules and (self.current_class, name) in self._lt_init_fns:
             return False  # its initializers went to the layers; removed in leave_FunctionDef
         return None
 
@@ -196,7 +197,7 @@ class ModuleClassMixin:
         info = self.index.classes.get(self.current_class or "")
         if (self.in_module_class() and original_node.name.value == "__init__" and info
                 and info.module_base == "torch" and info.container == "sequential"
-                and not self.linen):
+                and self.target.stateful_modules):
             self._fn_stack.append(original_node)
             try:
                 if self._sequential_children():
@@ -221,16 +222,17 @@ class ModuleClassMixin:
                 self.diag(original_node, "seed", "error", exc.message)
         if self.in_module_class() and node.name.value == "forward":
             node = node.with_changes(name=cst.Name("__call__"))
-        if self.linen and not self._class_stack and not self._fn_stack:
+        if self.target.train_state and not self._class_stack and not self._fn_stack:
             node = self._lt_function(node)
-        if self.linen and (self.current_class, node.name.value) in self._lt_init_fns:
+        if self.target.setup_modules and (self.current_class, node.name.value) in self._lt_init_fns:
             return cst.RemoveFromParent()
-        if takes_rngs and self.linen and self.uses_train and not self.in_module_class():
+        if takes_rngs and self.target.setup_modules and self.uses_train and \
+                not self.in_module_class():
             # a layer-building helper: says whether the layers it builds train
             node = add_kwonly_param(node, linen_target.TRAIN, "bool", "False")
-        if takes_rngs and not self.linen:
+        if takes_rngs and self.target.stateful_modules:
             self.need("nnx")
-            node = add_kwonly_param(node, "rngs", self.emitter.rngs_type)
+            node = add_kwonly_param(node, "rngs", self.target.rngs_type)
         # @torch.no_grad() decorators
         decos = [d for d, od in zip(node.decorators, original_node.decorators)
                  if not (self.q(od.decorator) or "").startswith(("torch.no_grad",
@@ -243,8 +245,8 @@ class ModuleClassMixin:
                               od.decorator) or "").startswith(("torch.no_grad",
                                                                "torch.inference_mode"))
                       for od in original_node.decorators)
-        if no_grad and not self._class_stack and not self._fn_stack and not self.linen and (
-                self.emitter.name == "nnx"):
+        if no_grad and not self._class_stack and not self._fn_stack and \
+                self.target.stateful_modules:
             # @torch.no_grad() def evaluate(model, loader): its model calls go through the
             # jit-compiled eval step, as in a `with torch.no_grad():` block
             jitted = tr.JitModelCalls(self._model_names())
@@ -253,8 +255,8 @@ class ModuleClassMixin:
                 self._eval_step = True
                 self.need("nnx")
         node = node.with_changes(decorators=decos)
-        ep = self._lt_epoch.get(node.name.value) if self.linen and not self._class_stack and \
-            not self._fn_stack else None
+        ep = self._lt_epoch.get(node.name.value) if self.target.train_state and \
+            not self._class_stack and not self._fn_stack else None
         if ep is not None and ep.module_step is not None:
             # the train step of a function run once per epoch, compiled once
             return cst.FlattenSentinel([ep.module_step.with_changes(
@@ -266,7 +268,7 @@ class ModuleClassMixin:
         """for m in self.modules(): -> for _, m in nnx.iter_modules(self): (also of a
         submodule: for m in self.mlp.modules(), swin's init)"""
         owner = m.Name("self") | m.Attribute(value=m.Name("self"))
-        if (self.emitter.name == "nnx" and self.in_module_class()
+        if (self.target.stateful_modules and self.in_module_class()
                 and m.matches(original_node.iter, m.Call(func=m.Attribute(
                     value=owner, attr=m.Name("modules")), args=[]))
                 and isinstance(original_node.target, cst.Name)):
@@ -296,7 +298,7 @@ class ModuleClassMixin:
                 out.append(expr("jax.Array"))
                 continue
             rule = self.rules.layers.get(q)
-            target = rule.targets.get(self.emitter.name) if rule else None
+            target = rule.targets.get(self.target.name) if rule else None
             if not target or not re.fullmatch(r"nnx\.[A-Z]\w*", target):
                 raise Untranslatable(f"isinstance check against {q}: no single JAX class",
                                      rule="isinstance")
@@ -326,7 +328,7 @@ class ModuleClassMixin:
         nnx.Rngs from the function's key when the init function draws."""
         fn = updated_node.value.args[0].value.value
         model = updated_node.value.func.value.value
-        if self.linen or self.emitter.name != "nnx":
+        if not self.target.stateful_modules:
             self.diag(original_node, "target", "error", f"{model}.apply(init function): "
                       f"translated for --target nnx so far")
             return updated_node
@@ -373,7 +375,7 @@ class ModuleClassMixin:
 
         info = self.index.classes.get(original.name.value)
         dicts = frozenset(a for a, r in info.attr_rule.items() if r == "torch.nn.ModuleDict") \
-            if self.linen and info is not None else frozenset()
+            if self.target.setup_modules and info is not None else frozenset()
         updated, moved = closures.lambdas_to_methods(updated, mark, dicts)
         for attr in moved:
             line, col = self.pos(where(attr))
@@ -399,18 +401,19 @@ class ModuleClassMixin:
         info = self.index.classes.get(cls or "")
         if not info or cls not in self.index.module_classes:
             return updated
-        if info.module_base == "torch" and info.container == "sequential" and not self.linen:
+        if info.module_base == "torch" and info.container == "sequential" and \
+                self.target.stateful_modules:
             return self._sequential_super_init(original, updated)
         rule = self._layer_subclass_rule(cls)
         if rule is not None and (info.module_base == "torch"
                                  or self._takes_layer_arguments(info.module_base)):
             # super().__init__(normalized_shape, eps=eps): the JAX layer's arguments
             return self._layer_arguments(original, updated, rule, super_init=True)
-        if info.module_base == "torch" and info.container and not self.linen:
+        if info.module_base == "torch" and info.container and self.target.stateful_modules:
             return updated  # nnx.Dict / nnx.List take torch's arguments (a mapping, a list)
         if info.module_base == "torch":
             return cst.Name("__REMOVE__")
-        if self.linen:
+        if self.target.setup_modules:
             if updated.args:
                 raise Untranslatable("super().__init__(...) with arguments: a linen subclass "
                                      "inherits its base's fields", rule="linen")
@@ -544,7 +547,7 @@ class ModuleClassMixin:
         """Inside a function that builds layers with an ``rngs`` in scope (a module's
         __init__, a layer-building helper), outside lambdas and comprehensions."""
         return bool(self._rngs_scope and self._rngs_scope[-1] and not self._in_expr_scope
-                    and not self.linen)
+                    and self.target.stateful_modules)
 
     def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on
@@ -621,7 +624,7 @@ class ModuleClassMixin:
         return None
 
     def _with_rngs(self, original, updated: cst.Call):
-        if self.linen:
+        if self.target.setup_modules:
             # linen modules take no RNG state; the train flag is handed down instead
             inside = self.in_module_class() or (self._rngs_scope and self._rngs_scope[-1])
             if isinstance(original.func, cst.Name) and \

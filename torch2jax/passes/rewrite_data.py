@@ -213,7 +213,8 @@ class DataMixin:
         (the class keeps ``self.rngs = rngs.fork()``). Not for linen, whose modules draw
         with make_rng and a key given to apply, nor for the NNX translation the equinox
         target starts from."""
-        return (not self.linen and not self.for_equinox and self.in_module_class()
+        return (self.target.stateful_modules and not self.target.intermediate
+                and self.in_module_class()
                 and self.current_class in self.training.method_draws)
 
     def _with_host_rng(self, original_node, body: list) -> list:

@@ -43,7 +43,7 @@ class LayersMixin:
         """``self.<attr>`` of the current module class is assigned a layer somewhere: a torch
         layer or module class, or a call of a module class held in a local of this function
         (``inception_aux = inception_blocks[6]``)."""
-        if self.linen:
+        if self.target.setup_modules:
             return False
         info = self.index.classes[self.current_class]
         if attr in info.module_attrs:
@@ -197,11 +197,11 @@ class LayersMixin:
             self.diag(original, rule.id, "error", f"{q} as a value: the file defines its own "
                       "BatchNorm, the name of the converter's BatchNorm helper class: rename it")
             return None
-        if rule.special == "batch_norm" and self.linen:
+        if rule.special == "batch_norm" and self.target.setup_modules:
             self.need("partial", "linen")
             return expr(f"partial(BatchNorm, use_running_average=not {self._linen_train()}, "
                         "momentum=0.9, epsilon=1e-05)")
-        if rule.special == "batch_norm" and self.emitter.name == "nnx":
+        if rule.special == "batch_norm" and self.target.stateful_modules:
             self.need("partial", "nnx")
             if self.index.factory_layouts == {rule.layout}:
                 # its calls (norm_layer(planes)) are known to want channels-last input
@@ -210,30 +210,30 @@ class LayersMixin:
             self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
                       "axis 1 (channels first), so that it fits wherever it is used")
             return expr("partial(BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
-        if rule.special == "layer_norm" and self.emitter.name == "nnx" and not self.linen:
+        if rule.special == "layer_norm" and self.target.stateful_modules:
             # norm_layer: Callable[..., nn.Module] = nn.LayerNorm, called with the normalized
             # size (swin's PatchMerging): torch's epsilon, flax's default being 1e-6
             self.need("partial", "nnx")
             return expr("partial(nnx.LayerNorm, epsilon=1e-05)")
-        if rule.special == "conv" and self.emitter.name == "nnx" and not self.linen:
+        if rule.special == "conv" and self.target.stateful_modules:
             # conv_layer: Callable[..., nn.Module] = nn.Conv2d, called with Conv2d's arguments
             # wherever the value goes: a helper class with that signature and torch's layout
             return cst.Name(f"Conv{spatial_dims(rule.torch)}d")
-        if rule.special == "pool" and self.emitter.name == "nnx" and not self.linen:
+        if rule.special == "pool" and self.target.stateful_modules:
             # aa_layer = nn.AvgPool2d, called with torch's arguments (kernel_size, stride, ...):
             # a helper class with that signature on NCHW input
             return cst.Name(q.rsplit(".", 1)[1])
-        if rule.torch == "torch.nn.Linear" and self.emitter.name == "nnx" and not self.linen:
+        if rule.torch == "torch.nn.Linear" and self.target.stateful_modules:
             # linear_layer = nn.Linear, called with torch's arguments (bias=): a helper class
             # with that signature over nnx.Linear
             return cst.Name("Linear")
-        if rule.special == "layer_norm" and self.emitter.name == "nnx" and not self.linen:
+        if rule.special == "layer_norm" and self.target.stateful_modules:
             # norm_layer = nn.LayerNorm, called with the normalized size as nnx.LayerNorm is;
             # torch's eps (1e-5) written out, flax's default is 1e-6
             self.need("partial", "nnx")
             return expr("partial(nnx.LayerNorm, epsilon=1e-05)")
         activation = _activation_value(rule)
-        if activation is not None and not self.linen:
+        if activation is not None and self.target.stateful_modules:
             # activation_layer = nn.ReLU6: the function itself; the calls of a parameter
             # defaulting to an activation class (activation_layer(inplace=True)) give it back
             self._note_imports(activation)
@@ -274,7 +274,7 @@ class LayersMixin:
         follows ``.train()`` / ``.eval()``), called here. The rate must be a literal or an
         attribute ``__init__`` sets; any other call is left to the rule (marked)."""
         cls = self.current_class
-        if (self.emitter.name != "nnx" or not self.in_module_class()
+        if (not self.target.stateful_modules or not self.in_module_class()
                 or not self._class_inits.get(cls or "") or not self._fn_stack
                 or self._fn_stack[-1].name.value == "__init__" or self._in_expr_scope):
             return None
@@ -328,7 +328,7 @@ class LayersMixin:
         """``self.drop.p`` where ``self.drop`` is an nn.Dropout: ``self.drop.rate`` (a
         hyperparameter the JAX layer keeps under another name)."""
         inner = original.value
-        if self.linen or not (isinstance(inner, cst.Attribute) and m.matches(
+        if self.target.setup_modules or not (isinstance(inner, cst.Attribute) and m.matches(
                 inner.value, m.Name("self")) and self.current_class is not None):
             return None
         info = self.index.classes.get(self.current_class)
@@ -391,7 +391,7 @@ class LayersMixin:
         (``class LayerNorm2d(nn.LayerNorm)``), when the class derives from the JAX layer instead
         (NNX; a rule with a ``subclass`` table and a layer class as its target)."""
         info = self.index.classes.get(cls or "")
-        if info is None or info.layer_base is None or self.emitter.name != "nnx":
+        if info is None or info.layer_base is None or not self.target.stateful_modules:
             return None
         rule = self.rules.layers[info.layer_base]
         target = rule.targets.get("nnx", "")
@@ -573,15 +573,15 @@ class LayersMixin:
             raise Untranslatable(f"{rule.torch}: argument(s) {', '.join(unknown)} not translated",
                                  rule=rule.id)
         # linen layers are the NNX translation adapted by the linen emitter
-        target = rule.targets.get("nnx" if self.linen else self.emitter.name)
+        target = rule.targets.get(self.target.layer_column)
         if target is None:
-            raise Untranslatable(f"{rule.torch} has no {self.emitter.name} translation",
+            raise Untranslatable(f"{rule.torch} has no {self.target.name} translation",
                                  rule=rule.id)
         if rule.special in ("sequential", "module_list", "module_dict"):
             out = self._container(original, updated, rule)
-            return linen_target.layer(out, self._linen_train()) if self.linen else out
-        if (id(original) in self.index.torch_convs and self.emitter.name == "nnx"
-                and not self.linen):
+            return linen_target.layer(out, self._linen_train()) if self.target.setup_modules \
+                else out
+        if id(original) in self.index.torch_convs and self.target.stateful_modules:
             # a conv among torch-layout layers of an OrderedDict (maxvit's MBConv): the NCHW
             # helper class with torch's arguments
             if b.has("padding_mode") and try_literal(b.get("padding_mode"), ...) != "zeros":
@@ -593,22 +593,21 @@ class LayersMixin:
                         arg(self.rngs_expr(original), "rngs"))
         # a helper class of passes/helpers.py (TransformerEncoderLayer) for this target
         helper_class = target[:1].isupper() and target in HELPERS
-        emitter = "linen" if self.linen else "equinox" if self.for_equinox else \
-            self.emitter.name
+        emitter = self.target.helper_target
         if helper_class and emitter not in HELPERS[target]:
             raise Untranslatable(f"{rule.torch} has no {emitter} translation (the {target} "
                                  "helper class is NNX only)", rule=rule.id)
         needs_rngs = (target.startswith("nnx.") and target[4:5].isupper() or helper_class) \
-            and not self.linen
+            and self.target.stateful_modules
         sequences: frozenset[str] = frozenset()
         if self.values is not None and rule.special == "conv":  # kernel_size=patch_size
             given = bind(original.args, rule.params)
             sequences = frozenset(k for k in ("kernel_size", "stride", "dilation")
                                   if isinstance(given.get(k), cst.Name) and self.values.kind(
                                       given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
-        site = Site(rule=rule, args=b, target="nnx" if self.linen else self.emitter.name,
+        site = Site(rule=rule, args=b, target=self.target.layer_column,
                     rngs=self.rngs_expr(original) if needs_rngs else None,
-                    defined=self.index.defined, per_example=self.for_equinox,
+                    defined=self.index.defined, per_example=self.target.intermediate,
                     sequences=sequences)
         if rule.special:
             out = SPECIALS[rule.special](site)
@@ -622,7 +621,8 @@ class LayersMixin:
             args = _rule_args(site)
             if needs_rngs:
                 out = call(target, *args, *site.rngs_arg())
-            elif self.linen and target.startswith("nnx.") and target[4:5].isupper():
+            elif self.target.setup_modules and target.startswith("nnx.") and \
+                    target[4:5].isupper():
                 out = call(target, *args)  # a layer class, adapted below
             elif args:
                 out = call("partial", arg(expr(target)), *args)
@@ -635,7 +635,7 @@ class LayersMixin:
             if why is not None:
                 self.diag(original, rule.id, "warning", f"--init torch: {why}; the layer "
                           "keeps the JAX library's initialisation")
-        if self.linen:
+        if self.target.setup_modules:
             self.need("linen")
             out = linen_target.pooling(linen_target.layer(out, self._linen_train()))
             inits = self._lt_inits.get(self.current_class or "", {}).get(rule.torch)
@@ -656,7 +656,8 @@ class LayersMixin:
                                      "norm) and other layers in an order not known statically",
                                      rule=rule.id)
             named = len(original.args) == 1 and ordered_dict_items(
-                original.args[0], layouts.is_ordered_dict) is not None and not self.linen
+                original.args[0], layouts.is_ordered_dict) is not None and \
+                self.target.stateful_modules
             args = self._ordered_dict_values(original, list(updated.args), layouts)
             parent = self.get_metadata(ParentNodeProvider, original, None)
             returned_list = isinstance(parent, cst.Return) and any(
@@ -680,21 +681,22 @@ class LayersMixin:
                 # nn.Sequential(OrderedDict(...)): the layers in order, and by their names
                 # (self.heads.head)
                 return call("NamedSequential", arg(updated.args[0].value))
-            return call(rule.targets["nnx" if self.linen else self.emitter.name], *args)
+            return call(rule.targets[self.target.layer_column], *args)
         if rule.special == "module_list":
             if not updated.args:
-                return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(expr("[]")))
-            return call(rule.targets["nnx" if self.linen else self.emitter.name], arg(updated.args[0].value))
+                return call(rule.targets[self.target.layer_column], arg(expr("[]")))
+            return call(rule.targets[self.target.layer_column], arg(updated.args[0].value))
         # ModuleDict; iterated in the class (for, items(), values()): in insertion order
         parent = self.get_metadata(ParentNodeProvider, original, None)
         info = self.index.classes.get(self.current_class or "")
-        if (not self.linen and info is not None and isinstance(parent, cst.Assign)
+        if (self.target.stateful_modules and info is not None
+                and isinstance(parent, cst.Assign)
                 and m.matches(parent.targets[0].target, m.Attribute(value=m.Name("self")))
                 and parent.targets[0].target.attr.value in info.iterated):
             return call("LayerDict", *updated.args)
         if not updated.args:
-            return call(rule.targets["nnx" if self.linen else self.emitter.name])
-        return call(rule.targets["nnx" if self.linen else self.emitter.name], *updated.args)
+            return call(rule.targets[self.target.layer_column])
+        return call(rule.targets[self.target.layer_column], *updated.args)
 
     def _insert_transposes(self, args: list[cst.Arg], items: list[str]) -> list[cst.Arg]:
         out: list[cst.Arg] = []

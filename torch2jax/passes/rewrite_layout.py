@@ -227,19 +227,20 @@ class LayoutMixin:
             table = info.tied_heads.get(func.attr.value)
             if table is not None:
                 parts = table.split(".")
-                if self.linen and len(parts) == 3 and info.attr_rule.get(parts[1]) == \
-                        "torch.nn.ModuleDict":
+                if self.target.setup_modules and len(parts) == 3 and \
+                        info.attr_rule.get(parts[1]) == "torch.nn.ModuleDict":
                     table = f'self.{parts[1]}["{parts[2]}"]'
                 return updated.with_changes(func=expr(table + ".attend"))
-            if func.attr.value in info.batch_stats_only and not self.linen and not any(
-                    a.keyword and a.keyword.value == "use_running_average" for a in updated.args):
+            if func.attr.value in info.batch_stats_only and self.target.stateful_modules and \
+                    not any(a.keyword and a.keyword.value == "use_running_average"
+                            for a in updated.args):
                 # torch's BatchNorm(track_running_stats=False) normalises with the batch
                 # statistics in eval mode too; model.eval() must not switch it
                 updated = updated.with_changes(args=_fix_commas(
                     [*updated.args, arg(expr("False"), "use_running_average")]))
         layout = self._layout_of_callee(original.func)
         if layout == "mixed":
-            if self.for_equinox:  # (every equinox layer takes torch's channel-first layout)
+            if self.target.intermediate:  # (every equinox layer takes torch's channel-first layout)
                 return updated
             raise Untranslatable("calls a container mixing channels-last and other layers",
                                  rule="layout")

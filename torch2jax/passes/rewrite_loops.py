@@ -41,7 +41,8 @@ class LoopsMixin:
         ``p.requires_grad_(False)``; Whisper's ``_freeze_parameters``), nnx: the
         ``freeze_parameters(module)`` helper (passes/helpers.py), as ``module.requires_grad_(
         False)`` is. Before, the flag was set on each array, which JAX ignores."""
-        if self.emitter.name != "nnx" or self.for_equinox or node.orelse is not None or not (
+        if not self.target.stateful_modules or self.target.intermediate or (
+                node.orelse is not None) or not (
                 isinstance(node.target, cst.Name) and m.matches(node.iter, m.Call(
                     func=m.Attribute(attr=m.Name("parameters")), args=[]))
                 and isinstance(node.body, cst.IndentedBlock) and len(node.body.body) == 1
@@ -94,7 +95,7 @@ class LoopsMixin:
                              "torch.autograd.set_grad_enabled")):
                 continue
             if q in dt.AUTOCASTS and isinstance(item, cst.Call) and len(items) == 1:
-                if self.linen:
+                if self.target.train_state:
                     return self._lt_autocast_region(original_node, updated_node, item, q)
                 return self._autocast(original_node, updated_node, item, q)
             keep.append(ui)
@@ -104,17 +105,18 @@ class LoopsMixin:
             # outside of a differentiated function a no_grad block is plain code; the model
             # calls in it (evaluation) go through one jit-compiled eval step
             body = list(updated_node.body.body)
-            if not self.in_module_class() and self.linen and not self.training.optimizers:
+            if not self.in_module_class() and self.target.train_state and \
+                    not self.training.optimizers:
                 # no model is trained in this file, so no `variables` are bound here: the
                 # model calls stay as written, marked
                 body = self._lt_unapplied(original_node.body.body, body)
-            elif not self.in_module_class() and self.linen:
+            elif not self.in_module_class() and self.target.train_state:
                 jitted = tr.JitModelCalls(self._model_names(), extra=(lt.VARIABLES,))
                 body = [b.visit(jitted) for b in body]
                 if jitted.count:
                     self._eval_step = True
                     self.need("jax", "partial")
-            if not self.in_module_class() and self.emitter.name == "nnx":
+            if not self.in_module_class() and self.target.stateful_modules:
                 models = self._model_names()
                 jitted = tr.JitModelCalls(models)
                 body = [b.visit(jitted) for b in body]
@@ -257,13 +259,14 @@ class LoopsMixin:
         t = self.training
         body = list(node.body.body)
         surround: tuple[list, list] | None = None  # a functional step: split / update
-        linen_body = self._lt_loop(original_node, node, body) if self.linen else None
+        linen_body = self._lt_loop(original_node, node, body) if self.target.train_state \
+            else None
         if linen_body is not None:
             node = node.with_changes(body=node.body.with_changes(body=linen_body))
-        gan_body = self._gan_loop(original_node, body) if self.emitter.name == "nnx" else None
+        gan_body = self._gan_loop(original_node, body) if self.target.stateful_modules else None
         if gan_body is not None:
             node = node.with_changes(body=node.body.with_changes(body=gan_body))
-        for name in t.optimizer_names if self.emitter.name == "nnx" and gan_body is None else ():
+        for name in t.optimizer_names if self.target.stateful_modules and gan_body is None else ():
             model = t.model_of(name)
             if model is None:
                 continue
@@ -327,15 +330,12 @@ class LoopsMixin:
                 self.diag(original_node, "training-loop", "error",
                           "training loop not recognised (one loss.backward() and one "
                           "optimizer.step() in the same loop body): write the step as "
-                          "nnx.value_and_grad + optimizer.update" if self.emitter.name == "nnx"
-                          else "training loop not recognised (one loss.backward() and one "
-                          "optimizer.step() in the same loop body): write the step as "
-                          "jax.value_and_grad + state.apply_gradients" if self.linen
+                          f"{self.target.train_step_form}" if self.target.train_step_form
                           else f"training loops: translated for --target nnx so far "
-                          f"({self.emitter.name} is planned)")
+                          f"({self.target.name} is planned)")
         self._lt_marked = False
         pre, post = surround if surround is not None else ([], [])
-        if self.linen and not self._for_stack and self._lt_post:
+        if self.target.train_state and not self._for_stack and self._lt_post:
             post, self._lt_post = [*post, *self._lt_post], []
         if not self._for_stack and self._hoist:
             hoisted, self._hoist = self._hoist, []
@@ -402,11 +402,11 @@ class LoopsMixin:
         clip = self._while_clips.pop(id(original_node), None)
         t = self.training
         body = list(updated_node.body.body)
-        if self.emitter.name != "nnx" or self._for_stack:
+        if not self.target.stateful_modules or self._for_stack:
             if not self._for_stack and any("backward()" in code(s) for s in body):
                 self.diag(original_node, "training-loop", "error",
                           f"a train step in a while loop: translated for --target nnx only "
-                          f"so far ({self.emitter.name} is planned)")
+                          f"so far ({self.target.name} is planned)")
             return self._unclipped(updated_node, clip)
         clip_stmt = next((s for s in body if clip is not None and "clip_grad_norm_(" in code(s)),
                          None)

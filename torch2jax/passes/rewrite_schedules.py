@@ -26,19 +26,18 @@ from torch2jax.passes.rewrite_support import (
     GRAD_MODES,
     _apply_loop,
 )
-from torch2jax.targets import linen_training as lt
 
 
 class SchedulesMixin:
     def _nnx_only(self, what: str) -> None:
-        if self.emitter.name != "nnx":
+        if not self.target.stateful_modules:
             raise Untranslatable(f"{what}: translated for --target nnx so far "
-                                 f"({self.emitter.name} is planned)", rule="target")
+                                 f"({self.target.name} is planned)", rule="target")
 
     def _training_assign(self, original_node, updated_node, site):
         from torch2jax.analysis.training import SchedulerSite
 
-        if not self.linen:
+        if self.target.stateful_modules:
             self._nnx_only("optimizers and schedulers")
         if isinstance(site, SchedulerSite):
             return self._scheduler(original_node, updated_node, site)
@@ -109,7 +108,7 @@ class SchedulesMixin:
         for severity, msg in opt.notes:
             self.diag(original_node, site.qualname, severity, msg)
         model = site.model or "model"
-        if self.linen:  # the optax transform; the TrainState is made before the loop
+        if self.target.train_state:  # the optax transform; the TrainState is made before the loop
             self.need("optax")
             self._note_imports(tx)
             return tx
@@ -159,7 +158,7 @@ class SchedulesMixin:
             self.diag(original_node, sched.qualname, "info",
                       "scheduler stepped other than after every optimizer step: the learning "
                       "rate is an optax.inject_hyperparams hyperparameter set at each step()")
-        if self.linen and not sched.inline and not sched.part and sched.optimizer:
+        if self.target.train_state and not sched.inline and not sched.part and sched.optimizer:
             # the learning rate lives in the TrainState's optimizer state: set once it exists
             self._lt_after_state.extend([*before, *(cst.SimpleStatementLine(body=[a])
                                                     for a in after)])
@@ -171,7 +170,7 @@ class SchedulesMixin:
         return new
 
     def _lr_slot(self, optimizer: str, quote: str = '"') -> str:
-        return lt.lr_slot(quote) if self.linen else tr.lr_slot(optimizer, quote)
+        return self.target.lr_slot(optimizer, quote)
 
     def _plateau(self, original_node, updated_node, sched, schedule, base, before):
         """ReduceLROnPlateau: optax's transform keeps the scale in its state; the script steps
@@ -218,14 +217,14 @@ class SchedulesMixin:
                                     args=[m.Arg(m.Attribute(value=m.Name("self")))]))
                 and self.in_module_class()):
             # self.apply(self._init_weights): every submodule, children first, then self
-            if self.linen and (self.current_class, code(value.args[0].value.attr)) in (
-                    self._lt_init_fns):
+            if self.target.setup_modules and (
+                    self.current_class, code(value.args[0].value.attr)) in self._lt_init_fns:
                 self.diag(original_node, "init", "info", "self.apply(init function) -> the "
                           "layers' kernel_init / bias_init / embedding_init arguments")
                 return cst.RemoveFromParent()
-            if self.emitter.name != "nnx":
+            if not self.target.stateful_modules:
                 self.diag(original_node, "target", "error", "self.apply(init_fn): translated "
-                          f"for --target nnx so far ({self.emitter.name} is planned)")
+                          f"for --target nnx so far ({self.target.name} is planned)")
                 return updated_node
             fn = code(updated_node.value.args[0].value)
             self.need("nnx")
@@ -259,7 +258,7 @@ class SchedulesMixin:
             if any(site.clip is not None for site in t.optimizers.values()):
                 return cst.RemoveFromParent()  # folded into the optimizer's chain
             if (self._while_stack and not self._for_stack and CLIPS[q] == "norm"
-                    and self.emitter.name == "nnx"):
+                    and self.target.stateful_modules):
                 # decided where the loop is left: clipped inside its train step, or marked
                 self._while_clips[id(self._while_stack[-1])] = (original_node, q)
                 return updated_node
@@ -342,7 +341,7 @@ class SchedulesMixin:
             return None
         sched = site.scheduler
         if sched is not None and sched.inline:
-            step = f"{lt.STATE}.step" if self.linen else f"{name}.step.value"
+            step = self.target.step_count(name)
             return expr(f"{sched.name}({step})")
         if sched is not None:
             quote = self._string_quote()

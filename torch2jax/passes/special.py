@@ -52,7 +52,7 @@ _CONV_HELPER_ARGS = ("in_channels", "out_channels", "kernel_size", "stride", "pa
 def conv(site: Site) -> cst.BaseExpression:
     n = spatial_dims(site.rule.torch)
     a = site.args
-    if a.star and site.target == "nnx" and site.rngs is not None:
+    if a.star and site.renders.helper_classes and site.rngs is not None:
         # nn.Conv2d(cin, cout, bias=False, **kwargs) (torchvision's BasicConv2d): the callers'
         # keywords are torch's, unknown here; the Conv2d helper class takes them as they are
         # (and torch's layout: Layouts.of says so)
@@ -138,10 +138,9 @@ def batch_norm_helper(defined: set[str]) -> str:
     return "BatchNorm"
 
 
-@special("layer_norm")
-def layer_norm(site: Site) -> cst.BaseExpression:
-    a = site.args
-    shape = a.get("normalized_shape")
+def _normalized_shape(site: Site, what: str) -> list[cst.Arg]:
+    """torch's normalized_shape -> flax's feature count, and the axes for several of them."""
+    shape = site.args.get("normalized_shape")
     value = site.lit("normalized_shape")
     out: list[cst.Arg] = []
     if isinstance(value, (tuple, list)) and len(value) > 1:
@@ -151,16 +150,23 @@ def layer_norm(site: Site) -> cst.BaseExpression:
         axes = "(" + ", ".join(str(i) for i in range(-k, 0)) + ")"
         out.append(arg(expr(axes), "reduction_axes"))
         out.append(arg(expr(axes), "feature_axes"))
-        site.note(f"LayerNorm over the last {k} axes: the scale/bias of shape {tuple(value)} are "
-                  "stored flattened", "info")
+        site.note(f"{what} over the last {k} axes: the {'scale/bias' if what == 'LayerNorm' else 'scale'} "
+                  f"of shape {tuple(value)} are stored flattened", "info")
     elif isinstance(value, (tuple, list)):
         out.append(arg(py(value[0])))
     elif isinstance(shape, (cst.Tuple, cst.List)) and len(shape.elements) == 1:
         out.append(arg(shape.elements[0].value))
     elif isinstance(shape, (cst.Tuple, cst.List)):
-        raise Untranslatable("LayerNorm over several axes with non-literal sizes")
+        raise Untranslatable(f"{what} over several axes with non-literal sizes")
     else:
         out.append(arg(shape))
+    return out
+
+
+@special("layer_norm")
+def layer_norm(site: Site) -> cst.BaseExpression:
+    a = site.args
+    out = _normalized_shape(site, "LayerNorm")
     eps = a.get("eps")
     out.append(arg(eps if eps is not None else py(1e-5), "epsilon"))
     if site.lit("elementwise_affine") is not True:
@@ -168,6 +174,25 @@ def layer_norm(site: Site) -> cst.BaseExpression:
         out.append(arg(a.get("elementwise_affine"), "use_bias"))
     elif site.lit("bias") is not True:
         out.append(arg(a.get("bias"), "use_bias"))
+    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+@special("rms_norm")
+def rms_norm(site: Site) -> cst.BaseExpression:
+    """torch.nn.RMSNorm -> nnx.RMSNorm. torch's eps=None is the machine epsilon of the input's
+    dtype, taken at each call; flax's default is 1e-6 (equinox's 1e-5): the float32 one is
+    written out, and a note says so."""
+    a = site.args
+    out = _normalized_shape(site, "RMSNorm")
+    eps = a.get("eps")
+    if site.lit("eps") is None:
+        eps = expr("float(jnp.finfo(jnp.float32).eps)")
+        site.note("RMSNorm eps=None: torch takes the machine epsilon of the input's dtype at "
+                  "each call; written as float32's, jnp.finfo(jnp.float32).eps (for inputs of "
+                  "another dtype, write that dtype's)", "info")
+    out.append(arg(eps, "epsilon"))
+    if site.lit("elementwise_affine") is not True:
+        out.append(arg(a.get("elementwise_affine"), "use_scale"))
     return call(site.rule.targets[site.target], *out, *site.rngs_arg())
 
 
@@ -190,7 +215,7 @@ def embedding(site: Site) -> cst.BaseExpression:
     a = site.args
     if site.lit("padding_idx") is not None:
         # the Embedding helper (passes/helpers.py): the row zeroed, its gradient masked
-        if site.target != "nnx":
+        if not site.renders.helper_classes:
             raise Untranslatable("Embedding padding_idx: flax has no zeroed, gradient-masked "
                                  "row (the Embedding helper class is NNX only)")
         if "Embedding" in site.defined:
@@ -309,8 +334,7 @@ def pool_function(site: Site) -> cst.BaseExpression:
     moved = (isinstance(x, cst.Call) and code(x.func) == "jnp.moveaxis" and len(x.args) == 3
              and [code(a.value) for a in x.args[1:]] == ["-1", "1"])
     cl = x.args[0].value if moved else expr("jnp.moveaxis({x}, 1, -1)", x=x)
-    # linen has the same functions (flax.linen as nn)
-    target = site.rule.jax.replace("nnx.", "nn.") if site.target == "linen" else site.rule.jax
+    target = site.renders.flax_function(site.rule.jax)
     ceil_mode = site.lit("ceil_mode")
     if ceil_mode not in (False, None):
         if ceil_mode is not True:

@@ -145,7 +145,7 @@ def multihead_attention_call(cs: CallSite) -> cst.BaseExpression:
 def _as_given(site: Site, helper: str) -> cst.Call:
     """``helper(...)`` with the torch arguments the rule knows, positional or keyword as given
     (the dropped ones, device and dtype, left out)."""
-    if site.target != "nnx":
+    if not site.renders.helper_classes:
         raise Untranslatable(f"{site.rule.torch}: translated for the NNX target only")
     if site.args.star or site.args.extra_positional:
         raise Untranslatable(f"{site.rule.torch} with *args / **kwargs")
@@ -279,7 +279,7 @@ def lstm_call(cs: CallSite) -> cst.BaseExpression:
 
 def _zero_state(cs: CallSite, xs: str) -> str:
     """Zeros of (*x.shape[:-1], H): torch's state when a cell is called without one."""
-    size = "features" if cs.target == "linen" else "hidden_features"
+    size = cs.renders.rnn_cell_features
     return f"jnp.zeros((*{xs}.shape[:-1], {code(cs.func)}.{size}), {xs}.dtype)"
 
 

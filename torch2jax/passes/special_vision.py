@@ -152,6 +152,176 @@ def conv_transpose(site: Site) -> cst.BaseExpression:
 
 
 # --------------------------------------------------------------------------------------------
+# F.conv1d / conv2d / conv3d
+# --------------------------------------------------------------------------------------------
+
+_CONV_DIMS = {1: '("NCH", "OIH", "NCH")', 2: '("NCHW", "OIHW", "NCHW")',
+              3: '("NCDHW", "OIDHW", "NCDHW")'}
+
+
+def _seq(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _conv_sizes(site: Site, name: str, n: int) -> str | None:
+    """stride / dilation as the tuple of ``n`` ints lax takes; None when it is all ones."""
+    node = site.get(name)
+    value = site.lit(name)
+    if node is None or value == 1:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _seq([str(value)] * n)
+    if isinstance(value, (tuple, list)) and len(value) == n and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return None if all(v == 1 for v in value) else _seq([str(v) for v in value])
+    if isinstance(node, (cst.Tuple, cst.List)):
+        if len(node.elements) != n or any(isinstance(e, cst.StarredElement)
+                                          for e in node.elements):
+            raise Untranslatable(f"{site.rule.torch} {name}={code(node)}: not {n} sizes")
+        return _seq([code(e.value) for e in node.elements])
+    if value is not ...:
+        raise Untranslatable(f"{site.rule.torch} {name}={code(node)}")
+    if name in site.sequences:  # a tuple already (self.stride of an nn.Conv2d subclass)
+        return code(node)
+    text = code(node) if is_simple(node) else f"({code(node)})"
+    return _seq([text] * n)  # an int (a tuple there fails loudly in lax)
+
+
+def _conv_padding(site: Site, n: int) -> str | None:
+    """torch's symmetric zero padding as lax's (low, high) pairs, or 'SAME' / 'VALID'.
+
+    torch's 'same' (stride 1 only) pads ``d*(k-1)`` in all, the odd one on the right: lax's
+    "SAME" at stride 1 pads the same (checked for even and odd kernels and dilations)."""
+    node = site.get("padding")
+    value = site.lit("padding")
+    if node is None or value == 0:
+        return None
+    if isinstance(value, str):
+        if value not in ("same", "valid"):
+            raise Untranslatable(f"{site.rule.torch} padding={value!r} (torch raises)")
+        if value == "same" and _conv_sizes(site, "stride", n) is not None:
+            raise Untranslatable(f"{site.rule.torch} padding='same' with a stride (torch "
+                                 "raises)")
+        return repr(value.upper())
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _seq([f"({value}, {value})"] * n)
+    if isinstance(value, (tuple, list)) and len(value) == n and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return None if not any(value) else _seq([f"({v}, {v})" for v in value])
+    if isinstance(node, (cst.Tuple, cst.List)):
+        if len(node.elements) != n or any(isinstance(e, cst.StarredElement)
+                                          for e in node.elements):
+            raise Untranslatable(f"{site.rule.torch} padding={code(node)}: not {n} sizes")
+        items = [code(e.value) for e in node.elements]
+        return _seq([f"({v}, {v})" for v in items])
+    if value is not ...:
+        raise Untranslatable(f"{site.rule.torch} padding={code(node)}")
+    if not is_simple(node):
+        raise Untranslatable(f"{site.rule.torch} with a computed padding ({code(node)}): an "
+                             "int, a tuple or a padding string; assign it to a name first")
+    text = code(node)
+    if "padding" in site.sequences:  # a tuple (self.padding of an nn.Conv2d subclass)
+        return f"tuple((p, p) for p in {text})"
+    # an int: a tuple or a padding string there fails loudly in lax, never silently
+    site.note(f"{site.rule.torch}: padding={text} is read as an int (symmetric zero padding)",
+              "warning")
+    return _seq([f"({text}, {text})"] * n)
+
+
+@special("conv_function")
+def conv_function(site: Site) -> cst.BaseExpression:
+    """``F.conv2d(x, w, b, stride, padding, dilation, groups)`` on torch's layouts, (N, C, *s)
+    input and (out, in/groups, *k) weight: ``jax.lax.conv_general_dilated`` with dimension
+    numbers that say so (no moves of the channel axis) and the bias over the channel axis."""
+    n = spatial_dims(site.rule.torch)
+    x = site.x()
+    w = site.get("weight")
+    if w is None:
+        raise Untranslatable(f"{site.rule.torch} without a weight")
+    out = [arg(x), arg(w)]
+    strides = _conv_sizes(site, "stride", n)
+    out.append(arg(expr(strides or _seq(["1"] * n)), "window_strides"))
+    padding = _conv_padding(site, n)
+    out.append(arg(expr(padding or _seq(["(0, 0)"] * n)), "padding"))
+    dilation = _conv_sizes(site, "dilation", n)
+    if dilation is not None:
+        out.append(arg(expr(dilation), "rhs_dilation"))
+    groups = site.get("groups")
+    if groups is not None and site.lit("groups") != 1:
+        if site.lit("groups") is not ... and not isinstance(site.lit("groups"), int):
+            raise Untranslatable(f"{site.rule.torch} groups={code(groups)}")
+        out.append(arg(groups, "feature_group_count"))
+    out.append(arg(expr(_CONV_DIMS[n]), "dimension_numbers"))
+    y = call("jax.lax.conv_general_dilated", *out)
+    b = site.get("bias")
+    if b is None or site.lit("bias") is None:
+        return y
+    index = "[:, " + ", ".join(["None"] * n) + "]"
+    if (isinstance(b, cst.Subscript) and len(b.slice) == 1 and isinstance(
+            b.slice[0].slice, cst.Index) and isinstance(b.slice[0].slice.value, cst.Ellipsis)):
+        b = b.value  # self.bias[...] (an nnx.Param's array): indexing the Param reads it too
+    if "bias" in site.optional:  # self.bias of a class that sets it to None without one
+        return expr("{y} + ({b}" + index + " if {b} is not None else 0.0)", y=y, b=b)
+    return expr("{y} + {b}" + index, y=y, b=b)
+
+
+def _literal_sizes(site: Site, name: str, n: int) -> tuple[int, ...]:
+    value = site.lit(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,) * n
+    if isinstance(value, (tuple, list)) and len(value) == n and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    raise Untranslatable(f"{site.rule.torch} with a non-literal {name}: the padding of the "
+                         "dilated input is computed from it")
+
+
+@special("conv_transpose_function")
+def conv_transpose_function(site: Site) -> cst.BaseExpression:
+    """``F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation)``:
+    ``jax.lax.conv_transpose`` with ``transpose_kernel=True`` on torch's (in, out, *k) weight
+    (read as "OI..." and swapped back by lax), padding the stride-dilated input by
+    ``(d*(k-1) - p, d*(k-1) - p + output_padding)`` per axis (k from the weight's shape)."""
+    n = spatial_dims(site.rule.torch)
+    x = site.x()
+    w = site.get("weight")
+    if w is None:
+        raise Untranslatable(f"{site.rule.torch} without a weight")
+    if site.lit("groups") != 1:
+        raise Untranslatable(f"{site.rule.torch} with groups: jax.lax.conv_transpose has no "
+                             "feature groups")
+    if not is_simple(w):
+        raise Untranslatable(f"{site.rule.torch} of a computed weight: the padding reads its "
+                             "shape; assign it to a name first")
+    p, op, d = (_literal_sizes(site, k, n) for k in ("padding", "output_padding", "dilation"))
+    wt = code(w)
+    pads = []
+    def plus(base: str, c: int) -> str:
+        return base if c == 0 else f"{base} + {c}" if c > 0 else f"{base} - {-c}"
+
+    for i in range(n):
+        k = f"{wt}.shape[{2 + i}]"
+        if d[i] == 1:  # k - 1 - p, k - 1 - p + output_padding
+            pads.append(f"({plus(k, -1 - p[i])}, {plus(k, -1 - p[i] + op[i])})")
+        else:
+            base = f"{d[i]} * ({k} - 1)"
+            pads.append(f"({plus(base, -p[i])}, {plus(base, op[i] - p[i])})")
+    out = [arg(x), arg(w), arg(expr(_conv_sizes(site, "stride", n) or _seq(["1"] * n)),
+                               "strides"), arg(expr(_seq(pads)), "padding")]
+    if any(v != 1 for v in d):
+        out.append(arg(expr(_seq([str(v) for v in d])), "rhs_dilation"))
+    out += [arg(expr(_CONV_DIMS[n]), "dimension_numbers"), arg(py(True), "transpose_kernel")]
+    y = call("jax.lax.conv_transpose", *out)
+    b = site.get("bias")
+    if b is None or site.lit("bias") is None:
+        return y
+    index = "[:, " + ", ".join(["None"] * n) + "]"
+    if "bias" in site.optional:
+        return expr("{y} + ({b}" + index + " if {b} is not None else 0.0)", y=y, b=b)
+    return expr("{y} + {b}" + index, y=y, b=b)
+
+
+# --------------------------------------------------------------------------------------------
 # Upsample / F.interpolate
 # --------------------------------------------------------------------------------------------
 

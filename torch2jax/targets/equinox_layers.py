@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from torch2jax.passes.common import Untranslatable, code, one_line, try_literal
+from torch2jax.targets import layer_table
 
 RULE = "equinox"
 KEY = "__key{}__"  # placeholders for per-call keys, named once a function is done
@@ -119,12 +120,12 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
         name = code(node.func)
         pos, kw = _pos(node), _kw(node)
         kw.pop("rngs", None)
-        if name == "nnx.Linear":
-            extra = [(k, kw.pop(k)) for k in ("use_bias",) if k in kw]
-            if kw:
-                raise EquinoxError(f"nnx.Linear argument {min(kw)} has no equinox form")
-            return _call("eqx.nn.Linear", pos, [*extra, ("key", cst.Name("__needs_key__"))]), \
-                Layer("linear")
+        built = layer_table.construct(node, "equinox", error=EquinoxError)
+        if built is not None:  # a layer with an equinox table in its rule
+            spec = built.spec
+            key = [("key", cst.Name("__needs_key__"))] if spec.key else []
+            return _call(spec.cls, built.pos, [*built.kw, *key]), Layer(
+                spec.kind or "module", keyed=spec.kind == "dropout")
         if name == "nnx.Conv":
             size = kw.get("kernel_size")
             size = size.elements if isinstance(size, cst.Tuple) else None
@@ -157,26 +158,6 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
             return _call("BatchNorm", pos, out), Layer("bn", cls="BatchNorm", stateful=True)
         if name == "nnx.BatchNorm":
             raise EquinoxError("BatchNorm with track_running_stats=False has no equinox form yet")
-        if name == "nnx.LayerNorm":
-            out = []
-            for k, new in (("epsilon", "eps"), ("use_bias", "use_bias"),
-                           ("use_scale", "use_weight")):
-                if k in kw:
-                    out.append((new, kw.pop(k)))
-            if kw:
-                raise EquinoxError(f"nnx.LayerNorm argument {min(kw)} (a LayerNorm over "
-                                   "several dims?) has no equinox form yet")
-            return _call("eqx.nn.LayerNorm", pos, out), Layer("layernorm")
-        if name == "nnx.Embed":
-            if kw:
-                raise EquinoxError(f"nnx.Embed argument {min(kw)}")
-            return _call("eqx.nn.Embedding", pos, [("key", cst.Name("__needs_key__"))]), \
-                Layer("embedding")
-        if name == "nnx.Dropout":
-            rate = pos[0] if pos else kw.pop("rate", None)
-            if rate is None or kw:
-                raise EquinoxError("nnx.Dropout arguments")
-            return _call("eqx.nn.Dropout", [rate], []), Layer("dropout", keyed=True)
         if name == "partial" and pos and code(pos[0]) in ("nnx.max_pool", "nnx.avg_pool"):
             which = "Max" if code(pos[0]) == "nnx.max_pool" else "Avg"
             window = try_literal(kw.pop("window_shape", None), None)

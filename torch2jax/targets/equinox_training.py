@@ -34,6 +34,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import code
+from torch2jax.targets import layer_table
 
 STATE = "state"
 OPT_STATE = "opt_state"
@@ -621,6 +622,23 @@ class Scope(cst.CSTTransformer):
                 return []  # the compute dtype: the train step's autocast
             if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
                                                        attr=m.Name("update")),
+                                      args=[m.Arg(m.Tuple(elements=[m.Element(m.Name()),
+                                                                    m.ZeroOrMore()])),
+                                            m.Arg(m.Call(func=m.Attribute(
+                                                value=m.Name("jax"), attr=m.Name("device_put")),
+                                                args=[m.Arg(keyword=None),
+                                                      m.Arg(keyword=None)]))])) and \
+                    call.args[0].value.elements[0].value.value in self.models:
+                # data parallel: the model and optimizer state replicated over the mesh
+                # before the first step, as the step returns them (one compile)
+                model = call.args[0].value.elements[0].value.value
+                names = ", ".join([model, *([STATE] if self.flags(model)[0] else []),
+                                   OPT_STATE])
+                sharding = code(call.args[1].value.args[1].value)
+                return [_stmt(f"{names} = eqx.filter_shard(  # replicated, as the step "
+                              f"returns them\n    ({names}), {sharding})")]
+            if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
+                                                       attr=m.Name("update")),
                                       args=[m.Arg(m.Tuple()), m.Arg()])):
                 return []  # after a functional train step: the step returned the objects
             if m.matches(call, m.Call(func=m.Attribute(value=m.Name("nnx"),
@@ -972,11 +990,12 @@ INIT_SRC = (f"def {INIT_FN}(fn, tree, types, *, key):\n"
             "    return jax.tree.unflatten(treedef, [fn(x, key=k) if is_layer(x) else x\n"
             "                                        for x, k in zip(leaves, keys, strict=True)])\n")
 # NNX layer -> (equinox class, {NNX variable: equinox field})
+# (the layers whose rule has an equinox table with its weights, and the convolutions, whose
+# equinox class depends on the kernel's rank)
 INIT_LAYERS = {
-    "nnx.Linear": ("eqx.nn.Linear", {"kernel": "weight", "bias": "bias"}),
-    "nnx.Embed": ("eqx.nn.Embedding", {"embedding": "weight"}),
+    **{nnx: (spec.cls, spec.weights) for nnx, (_, spec) in layer_table.tables("equinox").items()
+       if spec.weights},
     "nnx.Conv": ("eqx.nn.Conv", {"kernel": "weight", "bias": "bias"}),
-    "nnx.LayerNorm": ("eqx.nn.LayerNorm", {"scale": "weight", "bias": "bias"}),
 }
 
 

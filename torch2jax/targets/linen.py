@@ -31,17 +31,17 @@ from torch2jax.passes.common import (
     try_literal,
 )
 from torch2jax.passes.training import names_of
+from torch2jax.targets import layer_table
 
 TRAIN = "train"
 
 
-# NNX layer classes and their linen counterparts (for annotations and isinstance checks)
-CLASSES = {"nnx.Linear": "nn.Dense", "nnx.Conv": "nn.Conv", "nnx.BatchNorm": "nn.BatchNorm",
-           "nnx.ConvTranspose": "nn.ConvTranspose",
+# NNX layer classes and their linen counterparts (for annotations and isinstance checks): the
+# layers built by their rule's linen table (rules/layers.toml), and the special ones below
+CLASSES = {**layer_table.classes("linen"),
+           "nnx.BatchNorm": "nn.BatchNorm",
            "nnx.MultiHeadAttention": "nn.MultiHeadDotProductAttention",
            "nnx.OptimizedLSTMCell": "nn.OptimizedLSTMCell", "nnx.RNN": "nn.RNN",
-           "nnx.LayerNorm": "nn.LayerNorm", "nnx.GroupNorm": "nn.GroupNorm",
-           "nnx.Embed": "nn.Embed", "nnx.Dropout": "nn.Dropout",
            "nnx.Sequential": "nn.Sequential", "nnx.Module": "nn.Module"}
 
 
@@ -66,17 +66,9 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
         return node
     name = code(node.func)
     pos, kw = _pos(node), _kw(node)
-    if name == "nnx.Linear":
-        # nnx.Linear(in, out) -> nn.Dense(out): linen infers the input size
-        if len(pos) < 2 and "out_features" not in kw:
-            raise Untranslatable("Linear without an output size")
-        out = pos[1] if len(pos) > 1 else kw.pop("out_features")
-        kw.pop("in_features", None)
-        return _rebuild("nn.Dense", [out], kw)
-    if name == "nnx.Conv":
-        out = pos[1] if len(pos) > 1 else kw.pop("out_features")
-        kw.pop("in_features", None)
-        return _rebuild("nn.Conv", [out], kw)
+    built = layer_table.construct(node, "linen", {"train": train})
+    if built is not None:  # a layer with a linen table in its rule
+        return _rebuild(built.spec.cls, built.pos, dict(built.kw))
     if name in ("BatchNorm", "nnx.BatchNorm"):  # the helper (torch's running variance) or not
         kw.pop("num_features", None)
         running = kw.pop("use_running_average", None)
@@ -84,19 +76,6 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
             running = expr(f"not {train}")
         return _rebuild("BatchNorm" if name == "BatchNorm" else "nn.BatchNorm", [],
                         {"use_running_average": running, **kw})
-    if name == "nnx.LayerNorm":
-        kw.pop("num_features", None)
-        return _rebuild("nn.LayerNorm", [], kw)
-    if name == "nnx.GroupNorm":
-        kw.pop("num_features", None)
-        return _rebuild("nn.GroupNorm", [], kw)
-    if name == "nnx.Embed":
-        return _rebuild("nn.Embed", pos, kw)
-    if name == "nnx.ConvTranspose":
-        # the same padding and kernel layout as NNX's (transpose_kernel=True)
-        out = pos[1] if len(pos) > 1 else kw.pop("out_features")
-        kw.pop("in_features", None)
-        return _rebuild("nn.ConvTranspose", [out], kw)
     if name == "nnx.MultiHeadAttention":
         # linen infers the input sizes; dropout of the attention weights off in eval mode
         for k in ("in_features", "in_kv_features", "decode"):
@@ -115,9 +94,6 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
         return _rebuild("TorchGRUCell", [pos[1]], kw)
     if name == "nnx.RNN":
         return _rebuild("nn.RNN", [layer(p, train) for p in pos], kw)
-    if name == "nnx.Dropout":
-        rate = pos[0] if pos else kw.pop("rate")
-        return _rebuild("nn.Dropout", [rate], {**kw, "deterministic": expr(f"not {train}")})
     if name == "nnx.Sequential":
         if any(a.star for a in node.args):
             (star,) = [a for a in node.args if a.star]
