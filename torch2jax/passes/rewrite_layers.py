@@ -336,6 +336,7 @@ class LayersMixin:
         rule = self.rules.layers.get(torch_layer or "")
         ctor = info.attr_ctor.get(inner.attr.value)
         if (original.attr.value == "stride" and rule is not None and rule.special == "conv"
+                and not self.target.intermediate  # (equinox's Conv has torch's .stride)
                 and torch_layer[-2:] in ("1d", "2d", "3d") and ctor is not None
                 and not any(a.star for a in ctor.args)):
             # self.conv1.stride (Whisper's encoder): torch's tuple. nnx.Conv keeps what it was
