@@ -614,13 +614,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                     self.diag(original_node, "register_buffer", "error",
                               "register_buffer with a computed name")
                     return updated_node
-                if self.target.setup_modules:  # a constant computed in setup()
-                    return cst.Assign(targets=[cst.AssignTarget(expr(f"self.{name}"))],
-                                      value=b.get("tensor"))
-                self.need("nnx")
-                return cst.Assign(
-                    targets=[cst.AssignTarget(expr(f"self.{name}"))],
-                    value=call(self.target.buffer, arg(b.get("tensor"))))
+                value, imports = self.target.buffer_value(b.get("tensor"))
+                self.need(*imports)
+                return cst.Assign(targets=[cst.AssignTarget(expr(f"self.{name}"))], value=value)
             if meth in ("to", "cuda", "cpu", "train", "eval", "zero_grad") and \
                     self._is_module_expr(recv) and meth in ("to", "cuda", "cpu"):
                 return cst.RemoveFromParent()

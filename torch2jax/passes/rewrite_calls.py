@@ -211,23 +211,20 @@ class CallsMixin:
             return self._super_init(original, updated)
         if name and name in self.rules.layers:
             return self._layer(original, updated, self.rules.layers[name])
-        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter") and \
-                self.target.setup_modules:
-            return self._linen_param(original, updated)
         if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):
             # self.x = nn.Buffer(t, persistent=False): as self.register_buffer("x", t)
             b = bind(updated.args, ("data", "persistent"))
-            if self.target.setup_modules:  # a constant computed in setup()
-                return b.get("data")
-            self.need("nnx")
-            return call(self.target.buffer, arg(b.get("data")))
+            value, imports = self.target.buffer_value(b.get("data"))
+            self.need(*imports)
+            return value
         if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             b = bind(updated.args, ("data", "requires_grad"))
-            if b.literal("requires_grad") is False:
-                self.diag(original, "parameter", "warning",
-                          "requires_grad=False parameter: kept as a non-trainable variable")
-                return call(self.target.buffer, arg(b.get("data")))
-            return call(self.target.param, arg(b.get("data")))
+            attr = self._parameter_attribute(original) if self.target.parameters_named else None
+            value, warning = self.target.parameter_value(
+                attr, b.get("data"), b.literal("requires_grad") is not False)
+            if warning is not None:
+                self.diag(original, "parameter", "warning", warning)
+            return value
         if name in RANDOM and self._builds_layers_here():
             # a draw while building layers (pos_embedding = torch.randn(...) in __init__):
             # from the rngs the layers are built with

@@ -385,16 +385,14 @@ class ModuleClassMixin:
                         "parameters would get no gradient)")
         return updated
 
-    def _linen_param(self, original, updated):
-        """self.w = nn.Parameter(t) -> self.w = self.param("w", lambda key: t)"""
-        b = bind(updated.args, ("data", "requires_grad"))
+    def _parameter_attribute(self, original: cst.Call) -> str:
+        """The name of the ``self.<name>`` that ``nn.Parameter(...)`` is assigned to (a target
+        that declares parameters by name: ``self.param("w", ...)``)."""
         assign = self.get_metadata(ParentNodeProvider, original, None)
         target = assign.targets[0].target if isinstance(assign, cst.Assign) else None
         if not m.matches(target, m.Attribute(value=m.Name("self"))):
             raise Untranslatable("nn.Parameter not assigned to self.<name>", rule="parameter")
-        if b.literal("requires_grad") is False:
-            return b.get("data")  # a constant
-        return expr(f'self.param("{target.attr.value}", lambda key: {{d}})', d=b.get("data"))
+        return target.attr.value
 
     def _super_init(self, original, updated):
         cls = self.current_class

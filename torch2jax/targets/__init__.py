@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from torch2jax.passes.common import arg, call, expr
+
 
 @dataclass(frozen=True)
 class Target:
@@ -55,6 +57,9 @@ class Target:
     helper_classes: bool = False
     # the attribute of a recurrent cell module that holds its hidden size
     rnn_cell_features: str = "hidden_features"
+    # a parameter is declared under the name of the attribute it is assigned to
+    # (``self.param("w", ...)``): the pass finds that ``self.<name>``
+    parameters_named: bool = False
     # how a training step is written, for the message on a loop not recognised ("" when
     # training loops are not translated for the target)
     train_step_form: str = ""
@@ -103,6 +108,22 @@ class Target:
         """The target's own last step over the rewritten file."""
         return module
 
+    def buffer_value(self, data: cst.BaseExpression
+                     ) -> tuple[cst.BaseExpression, tuple[str, ...]]:
+        """``register_buffer(name, data)`` / ``nn.Buffer(data)``: the attribute's value and the
+        import keys it needs."""
+        return call(self.buffer, arg(data)), (self.module_import,)
+
+    def parameter_value(self, name: str | None, data: cst.BaseExpression, trainable: bool
+                        ) -> tuple[cst.BaseExpression, str | None]:
+        """``nn.Parameter(data, requires_grad=trainable)`` assigned to ``self.<name>`` (the
+        name when :attr:`parameters_named`): the attribute's value, and a warning for the pass
+        to report (or None)."""
+        if not trainable:
+            return (call(self.buffer, arg(data)),
+                    "requires_grad=False parameter: kept as a non-trainable variable")
+        return call(self.param, arg(data)), None
+
     def flax_function(self, name: str) -> str:
         """A flax function of the rule tables (``nnx.max_pool``) under this target's import."""
         return name
@@ -144,6 +165,17 @@ class LinenTarget(Target):
         from torch2jax.targets.linen import freeze_configs
 
         return freeze_configs(module)
+
+    def buffer_value(self, data: cst.BaseExpression
+                     ) -> tuple[cst.BaseExpression, tuple[str, ...]]:
+        return data, ()  # a constant computed in setup()
+
+    def parameter_value(self, name: str | None, data: cst.BaseExpression, trainable: bool
+                        ) -> tuple[cst.BaseExpression, str | None]:
+        """self.w = nn.Parameter(t) -> self.w = self.param("w", lambda key: t)"""
+        if not trainable:
+            return data, None  # a constant
+        return expr(f'self.param("{name}", lambda key: {{d}})', d=data), None
 
     def flax_function(self, name: str) -> str:
         return name.replace("nnx.", "nn.")  # flax.linen as nn has the same functions
@@ -201,6 +233,7 @@ LINEN = LinenTarget(
     setup_modules=True,
     train_state=True,
     rnn_cell_features="features",
+    parameters_named=True,
     helper_target="linen",
     layer_column="nnx",
     remat="nn.remat",
