@@ -175,3 +175,72 @@ def test_seq2seq_idioms_convert_unmarked_and_run_under_jit(tmp_path) -> None:
     jitted = result.code + "\nprint(jax.jit(lambda v: model(v)[0])(x).sum())\n"
     got = _run(jitted, tmp_path)
     assert got[:-1] == want  # (a traced array has no .device: the argument is gone)
+
+
+# Whisper's idioms (modeling_whisper.py), each a general rule: a value compared with a scalar
+# in the mask of masked_fill is a tensor (its .long() is a cast), a layer frozen with
+# requires_grad_(False) has no nnx.Param, a conv's .stride is torch's tuple, and a class on a
+# local base that never reads self.training sets self.deterministic itself
+WHISPER = '''
+import torch
+from torch import nn
+
+
+class Base(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+
+
+class Encoder(Base):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv1d(2, 4, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(4, 4, kernel_size=3, stride=2, padding=1)
+        self.pos = nn.Embedding(3, 4)
+        self.pos.requires_grad_(False)
+        self.layerdrop = 0.5
+
+    def forward(self, x, **kwargs):
+        expected = 3 * self.conv1.stride[0] * self.conv2.stride[0]
+        if x.shape[-1] != expected:
+            raise ValueError(expected)
+        h = self.conv2(self.conv1(x)).permute(0, 2, 1) + self.pos(torch.arange(3))
+        if self.training and self.layerdrop > 1.0:
+            h = h * 0
+        positions = None
+        if (mask := kwargs.get("mask")) is not None:
+            positions = mask.long().cumsum(-1) - 1
+            positions = positions.masked_fill(mask == 0, 0)
+        return h * self.scale, positions
+
+    def freeze_first(self):
+        for p in self.conv1.parameters():
+            p.requires_grad = False
+
+
+model = Encoder()
+model.freeze_first()
+x = torch.arange(12.0).reshape(1, 2, 6) / 12
+h, positions = model(x, mask=torch.tensor([[1, 0, 1], [0, 1, 1]]))
+print(tuple(h.shape), positions.tolist(), model.conv1.stride, model.conv2.stride)
+'''
+
+
+def test_whisper_idioms_convert_unmarked_and_run(tmp_path) -> None:
+    result = convert_source(WHISPER, path="script.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "TODO" not in result.code and "torch" not in result.code
+    assert "freeze_parameters(self.pos)" in result.code
+    assert "mask.astype(jnp.int32).cumsum(axis=-1) - 1" in result.code
+    want = _run(WHISPER, tmp_path)
+    # (nnx.Conv keeps the strides it was built with: torch's tuples printed through them)
+    code = result.code.replace("model.conv1.stride, model.conv2.stride", "(1,), (2,)")
+    code += ("\nprint(sorted('.'.join(map(str, p)) for p, _ in "
+             "nnx.to_flat_state(nnx.state(model, nnx.Param))))\n")
+    got = _run(code, tmp_path)
+    assert got[:len(want)] == want
+    params = " ".join(got[len(want):])
+    # frozen: no gradient, no update
+    assert "conv2.kernel" in params and "pos" not in params and "conv1" not in params
+    assert "freeze_parameters(self.conv1)" in result.code

@@ -141,9 +141,29 @@ class _Reduce(cst.CSTTransformer):
         if not source.startswith("transformers") or isinstance(updated.names, cst.ImportStar):
             return updated
         if source.startswith("transformers.models.") and (
-                _config_module(source) or source.count(".") >= 3):
+                _config_module(source) or source.count(".") >= 3) and not source.rsplit(
+                    ".", 1)[-1].startswith("generation_"):
             return updated  # the configuration (plain Python), another model's files
         keep, moved = [], []
+        if source.startswith("transformers.models.") and source.rsplit(".", 1)[-1].startswith(
+                "generation_"):
+            # WhisperGenerationMixin (generation_whisper.py, torch's generate loop): the
+            # support module's GenerationMixin, whose generate refuses what it does not
+            # translate
+            for alias in updated.names:
+                name = alias.name.value if isinstance(alias.name, cst.Name) else ""
+                local = alias.asname.name.value if alias.asname else name
+                if local not in self.used:
+                    continue
+                if name.endswith("GenerationMixin"):
+                    self.support.append(f"GenerationMixin as {local}")
+                else:
+                    keep.append(alias)
+            self.unknown += [(source, cst.Module([]).code_for_node(a.name)) for a in keep]
+            if not keep:
+                return cst.RemoveFromParent()
+            return updated.with_changes(names=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                                               for a in keep])
         for alias in updated.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
             if (alias.asname.name.value if alias.asname else name) not in self.used:

@@ -511,6 +511,11 @@ class GenerationMixin:
             if decoder_start_token_id is None:  # as transformers falls back
                 decoder_start_token_id = getattr(config, "bos_token_id", None)
         input_ids = jnp.asarray(input_ids)
+        if not jnp.issubdtype(input_ids.dtype, jnp.integer):
+            # Whisper's input_features (its own WhisperGenerationMixin.generate: forced
+            # language and task tokens, timestamps, long-form audio) is not translated
+            raise NotImplementedError(f"generate of {type(self).__name__} on {input_ids.dtype} "
+                                      "inputs: only token ids are translated")
         if attention_mask is None:
             attention_mask = jnp.ones(input_ids.shape, jnp.int32)
         return greedy_generate(self, input_ids, jnp.asarray(attention_mask),

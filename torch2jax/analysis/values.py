@@ -222,6 +222,9 @@ _ANY_RECEIVER_METHODS: dict[str, Value] = {
     "items": Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(SCALAR, UNKNOWN))),
     "keys": Value(Kind.OBJECT, item=SCALAR), "get_last_lr": Value(Kind.LIST, item=SCALAR),
 }
+# tensor methods whose first argument is a boolean tensor mask
+_MASK_METHODS = {"masked_fill", "masked_fill_", "masked_scatter", "masked_scatter_",
+                 "masked_select"}
 _DICT_METHODS = {"items", "keys", "values", "get", "pop", "setdefault", "copy", "update"}
 _BUILTIN_CALLS: dict[str, Value] = {
     **{f"builtins.{n}": SCALAR for n in (
@@ -836,6 +839,9 @@ class ValueFacts:
                 elif isinstance(parent, cst.Arg) and parent.keyword is None and (
                         self._tensor_data_arg(parent)):
                     found.add(Kind.TENSOR)  # nn.Buffer(x) / nn.Parameter(x): x is a tensor
+                elif isinstance(parent, cst.Comparison) and self._compared_in_mask(
+                        access.node, parent):
+                    found.add(Kind.TENSOR)  # y.masked_fill(x == 0, v): x is a tensor
                 elif isinstance(parent, cst.Subscript) and parent.value is access.node and (
                         len(parent.slice) == 1 and isinstance(parent.slice[0].slice, cst.Index)
                         and isinstance(parent.slice[0].slice.value,
@@ -844,6 +850,49 @@ class ValueFacts:
         if len(found) == 1:
             return Value(found.pop())
         return None
+
+    def _compared_in_mask(self, name: cst.Name, comparison: cst.Comparison) -> bool:
+        """``name`` compared with a number or string (``x == 0``, ``x > t``; not ``is``/``in``)
+        where the comparison, possibly inverted or combined with ``&``/``|``, is the mask of
+        ``y.masked_fill(mask, v)`` (``masked_fill_``, ``masked_scatter``, ``masked_select``)
+        or the condition of ``torch.where(cond, ...)``. Those take a tensor mask only (a
+        Python bool or a numpy array raises in torch), and compared with a scalar only a
+        tensor gives a tensor: ``name`` is a tensor."""
+        operands = [comparison.left, *(c.comparator for c in comparison.comparisons)]
+        if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn))
+               for c in comparison.comparisons) or not any(o is name for o in operands):
+            return False
+        if any(self.kind(o) != Kind.SCALAR for o in operands if o is not name):
+            return False
+        child, at = comparison, self._parents.get(comparison)
+        while (isinstance(at, cst.UnaryOperation) and isinstance(at.operator, cst.BitInvert)) or (
+                isinstance(at, cst.BinaryOperation) and isinstance(
+                    at.operator, (cst.BitAnd, cst.BitOr, cst.BitXor))):
+            child, at = at, self._parents.get(at)
+        if not isinstance(at, cst.Arg) or at.star:
+            return False
+        call = self._parents.get(at)
+        if not isinstance(call, cst.Call):
+            return False
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        keyword = at.keyword.value if at.keyword is not None else None
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _MASK_METHODS:
+            if self._file_method(func.attr.value):
+                return False  # a class of the file has a method of that name
+            return keyword == "mask" or (keyword is None and positional[:1] == [at])
+        q = self._q(func) if _dotted(func) else None
+        if q == "torch.where":
+            return keyword == "condition" or (keyword is None and positional[:1] == [at])
+        if q == "torch.masked_select":
+            return keyword == "mask" or (keyword is None and positional[1:2] == [at])
+        return False
+
+    def _file_method(self, name: str) -> bool:
+        """Whether a class of the file defines a method ``name``."""
+        self._file_class("")
+        return any(isinstance(s, cst.FunctionDef) and s.name.value == name
+                   for c in self._classes.values() for s in c.body.body)
 
     def _tensor_data_arg(self, node: cst.Arg) -> bool:
         """``node`` is the first argument of ``nn.Buffer(...)`` / ``nn.Parameter(...)``, which

@@ -52,6 +52,20 @@ helper("adaptive_avg_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="avg", reduce=
 helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce="max"))
 
 
+
+# module.requires_grad_(False) in a module's __init__ (nnx; passes/rewrite_calls.py)
+helper("freeze_parameters", {"nnx"}, '''
+def freeze_parameters(module: nnx.Module) -> None:
+    """Freezes ``module`` (PyTorch's requires_grad_(False)): its parameters become plain
+    nnx.Variables, which nnx.grad(..., wrt=nnx.Param) and nnx.Optimizer(..., wrt=nnx.Param)
+    leave as they are."""
+    for _, sub in nnx.iter_modules(module):
+        for name, value in list(vars(sub).items()):
+            if isinstance(value, nnx.Param):
+                setattr(sub, name, nnx.Variable(value.get_value()))
+''', targets=("nnx",))
+
+
 # F.interpolate(mode="bicubic") (passes/special_vision.py): torch's cubic convolution, a=-0.75
 helper("resize_bicubic", {"Any", "jax", "jnp"}, '''
 def resize_bicubic(x: jax.Array, shape: tuple[int, ...], align_corners: bool = False,

@@ -360,6 +360,14 @@ class CallsMixin:
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
+        if (m.matches(original.func, m.Attribute(attr=m.Name("requires_grad_")))
+                and self.target.stateful_modules and not self.target.intermediate
+                and self._builds_layers_here() and _false_flag(original)
+                and self._is_module_expr(original.func.value)):
+            # self.embed_positions.requires_grad_(False) while building: its parameters are
+            # plain nnx.Variables (passes/helpers.py), which nnx.grad and nnx.Optimizer over
+            # nnx.Param leave alone, as torch's backward and optimizers leave them
+            return cst.Call(cst.Name("freeze_parameters"), [cst.Arg(updated.func.value)])
         # method calls on tensors
         if isinstance(original.func, cst.Attribute):
             meth = original.func.attr.value
@@ -586,3 +594,10 @@ class CallsMixin:
             self.diag(original, rule.id, severity, msg)
         self._note_imports(out)
         return out
+
+
+def _false_flag(call: cst.Call) -> bool:
+    """``x.requires_grad_(False)`` / ``x.requires_grad_(requires_grad=False)``."""
+    return len(call.args) == 1 and not call.args[0].star and (
+        call.args[0].keyword is None or call.args[0].keyword.value == "requires_grad") and (
+        m.matches(call.args[0].value, m.Name("False")))

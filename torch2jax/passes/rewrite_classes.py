@@ -103,8 +103,9 @@ class ModuleClassMixin:
         hoisted_all = (self._training_hoisted.get(name, 0) == self._training_reads.get(name, 0)
                        and self._training_hoisted.get(name, 0) > 0 and not any(
                            c.module_base == name for c in self.index.classes.values()))
-        if (info.uses_training and info.module_base == "torch" and has_init
-                and self.target.stateful_modules and not hoisted_all):
+        if (info.uses_training and has_init and self.target.stateful_modules
+                and not hoisted_all
+                and (info.module_base == "torch" or not self._training_base(info))):
             body = [self._add_training_flag(s) if isinstance(s, cst.FunctionDef)
                     and s.name.value == "__init__" else s for s in body]
         new = updated_node.with_changes(
@@ -135,6 +136,19 @@ class ModuleClassMixin:
                 if size is not None:
                     out[attr] = size
         return out
+
+    def _training_base(self, info) -> bool:
+        """Whether a module class of the file that ``info``'s class derives from reads
+        ``self.training`` (and so sets ``self.deterministic``). A class built on a base that
+        does not (WhisperEncoder on transformers' PreTrainedModel, from _hf_support) sets the
+        flag itself."""
+        base, seen = info.module_base, set()
+        while base in self.index.classes and base not in seen:
+            seen.add(base)
+            if self.index.classes[base].uses_training:
+                return True
+            base = self.index.classes[base].module_base
+        return False
 
     def _add_training_flag(self, fn: cst.FunctionDef) -> cst.FunctionDef:
         stmt = cst.parse_statement("self.deterministic = False  # flipped by .train()/.eval()")

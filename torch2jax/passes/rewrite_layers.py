@@ -333,6 +333,18 @@ class LayersMixin:
             return None
         info = self.index.classes.get(self.current_class)
         torch_layer = info.attr_rule.get(inner.attr.value) if info is not None else None
+        rule = self.rules.layers.get(torch_layer or "")
+        ctor = info.attr_ctor.get(inner.attr.value)
+        if (original.attr.value == "stride" and rule is not None and rule.special == "conv"
+                and not self.target.intermediate  # (equinox's Conv has torch's .stride)
+                and torch_layer[-2:] in ("1d", "2d", "3d") and ctor is not None
+                and not any(a.star for a in ctor.args)):
+            # self.conv1.stride (Whisper's encoder): torch's tuple. nnx.Conv keeps what it was
+            # built with: strides= is written unless the stride is 1 (flax's default, an int)
+            stride = bind(ctor.args, rule.params).get("stride")
+            if stride is None or m.matches(stride, m.Integer("1")):
+                return expr(repr((1,) * int(torch_layer[-2])))
+            return updated.with_changes(attr=cst.Name("strides"))
         new = _LAYER_ATTRIBUTES.get(torch_layer or "", {}).get(original.attr.value)
         if new is None:
             return None

@@ -7,6 +7,7 @@ the transformer's per-file state through ``self``."""
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.passes import data as dt
@@ -29,8 +30,38 @@ from torch2jax.targets import linen_training as lt
 
 class LoopsMixin:
     def leave_For(self, original_node, updated_node):
+        frozen = self._frozen_loop(original_node)
+        if frozen is not None:
+            return frozen
         updated_node = self._loader_loop(original_node, updated_node)
         return self._leave_for(original_node, self._modules_loop(original_node, updated_node))
+
+    def _frozen_loop(self, node: cst.For) -> cst.SimpleStatementLine | None:
+        """``for p in module.parameters(): p.requires_grad = False`` (or
+        ``p.requires_grad_(False)``; Whisper's ``_freeze_parameters``), nnx: the
+        ``freeze_parameters(module)`` helper (passes/helpers.py), as ``module.requires_grad_(
+        False)`` is. Before, the flag was set on each array, which JAX ignores."""
+        if not self.target.stateful_modules or self.target.intermediate or (
+                node.orelse is not None) or not (
+                isinstance(node.target, cst.Name) and m.matches(node.iter, m.Call(
+                    func=m.Attribute(attr=m.Name("parameters")), args=[]))
+                and isinstance(node.body, cst.IndentedBlock) and len(node.body.body) == 1
+                and m.matches(node.body.body[0], m.SimpleStatementLine(body=[m.DoNotCare()]))):
+            return None
+        p, stmt = node.target.value, node.body.body[0].body[0]
+        flag = m.Attribute(value=m.Name(p), attr=m.Name("requires_grad"))
+        if not (m.matches(stmt, m.Assign(targets=[m.AssignTarget(target=flag)],
+                                         value=m.Name("False")))
+                or m.matches(stmt, m.Expr(value=m.Call(
+                    func=m.Attribute(value=m.Name(p), attr=m.Name("requires_grad_")),
+                    args=[m.Arg(value=m.Name("False"), keyword=None)])))):
+            return None
+        module = node.iter.func.value
+        if not self._is_module_expr(module):
+            return None
+        return cst.SimpleStatementLine(
+            [cst.Expr(cst.Call(cst.Name("freeze_parameters"), [cst.Arg(module)]))],
+            leading_lines=node.leading_lines)
 
     def _per_call_trainer(self, optimizer: str) -> bool:
         """The loop is in a top-level function that receives the optimizer (``def train(model,
