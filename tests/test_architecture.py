@@ -91,15 +91,9 @@ TARGET_NAMES = frozenset({"nnx", "linen", "equinox", "nnx-for-equinox"})
 
 # (module path under torch2jax/, enclosing function) -> why it still branches on a target name
 TARGET_BRANCH_ALLOWED = {
-    ("verify/run.py", "_check_request"):
-        "the verifier's per-target sides: to go behind one JaxSide interface (issue 18, item 4)",
-    ("verify/run.py", "_run_jax_side"):
-        "the verifier's per-target sides: to go behind one JaxSide interface (issue 18, item 4)",
     ("ruleset.py", "_parse_rule"):
         "the rule loader checks which columns a TOML rule has (a layer's linen / equinox table "
         "needs its nnx constructor): a table key, not the target being converted",
-    ("verify/trajectory.py", "_verify_trajectory"):
-        "the verifier's per-target sides: to go behind one JaxSide interface (issue 18, item 4)",
 }
 
 

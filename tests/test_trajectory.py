@@ -159,7 +159,7 @@ def test_plateau_really_reduces(pair) -> None:
     torch_model, _ = pair
     import copy
 
-    from torch2jax.verify.trajectory import torch_setup
+    from torch2jax.verify.train_common import torch_setup
 
     opt, sched = torch_setup(TrainSpec(optimizer, MSE, None, scheduler), copy.deepcopy(
         torch_model))

@@ -200,7 +200,7 @@ def test_a_float32_computation_inside_the_jax_side_is_found():
     import jax
     import jax.numpy as jnp
 
-    from torch2jax.verify.run import Float32Inside, check_float64
+    from torch2jax.verify.common import Float32Inside, check_float64
 
     with jax.enable_x64(True):
         q = jnp.ones((2, 5, 4, 4), dtype=jnp.float64)

@@ -369,7 +369,8 @@ def load_target(target: str, option: str) -> tuple[Any, str, Path]:
 
 def _build(target: str, args: dict | None, build: str | None, *, nnx_side: bool) -> Any:
     from torch2jax.verify.load import LoadError, find_name
-    from torch2jax.verify.run import VerifyError, build_nnx_model, build_torch_model
+    from torch2jax.verify.nnx import build_nnx_model
+    from torch2jax.verify.run import VerifyError, build_torch_model
 
     option = "--model" if nnx_side else "--torch-model"
     try:

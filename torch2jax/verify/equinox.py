@@ -499,3 +499,20 @@ def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | Non
     r.passed = r.loss_max_rel_diff <= rtol and p_rel <= rtol
     vr.compare_stats(r, stat_pairs(tm, model, state, plan), f"after {train.steps} steps")
     return r
+
+
+def equinox_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str,
+                       torch_model: Any) -> None:
+    """The trajectory check of :mod:`torch2jax.verify.trajectory` on the equinox target: train
+    the torch model and the converted equinox one and copy the figures into ``r``."""
+    from dataclasses import fields
+
+    from torch2jax.verify.load import load_module
+
+    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
+    done = train_equinox(torch_model, jax_module, name, req.args, train, list(req.inputs),
+                         build=req.build, seed=req.seed, rtol=req.rtol, rules=req.rules)
+    for f in fields(done):
+        if f.name not in ("model", "target", "atol", "todos", "device", "notes"):
+            setattr(r, f.name, getattr(done, f.name))
+    r.notes += done.notes

@@ -48,44 +48,26 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from torch2jax.ruleset import RuleSet
 from torch2jax.verify.common import (
-    DROP_PATH_CLASSES,
     GRAD_REL_NOTE,
     Float32Inside,
     PassFigures,
     VerifyError,
     VerifyResult,
     build_call,
-    check_float64,
-    compare_grads,
-    compare_outputs,
-    compare_stats,
-    cotangents,
-    flatten_output,
-    jax_inputs,
-    jax_to_numpy,
     stage,
-    torch_grads,
-    torch_inputs,
-    torch_stats,
-    torch_to_numpy,
-    torch_train_mode,
-    train_mode_note,
-    widen,
 )
 from torch2jax.verify.load import LoadError, find_name, load_module, split_target
-from torch2jax.verify.spec import InputSpec, call_with, parse_specs
+from torch2jax.verify.sides import SIDES
+from torch2jax.verify.spec import InputSpec, parse_specs
 
-SUPPORTED_TARGETS = ("nnx", "linen", "equinox")
+SUPPORTED_TARGETS = tuple(SIDES)
 ATOL, RTOL = 1e-5, 1e-4  # the float32 pass (float32 rounding through a network: about 1e-6)
 # The float64 pass: right translations agree to about 1e-14 relative (measured over the
 # fixtures and the test models, docs/verification.md); a default that differs moves the
 # numbers by 1e-8 or more.
 ATOL64, RTOL64 = 1e-10, 1e-10
-_RNGS_NAME = "__torch2jax_rngs__"
 
 
 # --- building -------------------------------------------------------------------------------
@@ -96,63 +78,6 @@ def build_torch_model(module: ModuleType, name: str, args: dict | None, build: s
         code = compile(build_call(build), "<--build>", "eval")
         return eval(code, dict(vars(module)))  # the user's own expression
     return find_name(module, name, module.__file__ or name)(**(args or {}))
-
-
-def build_nnx_model(
-    module: ModuleType, name: str, args: dict | None, build: str | None, seed: int
-) -> Any:
-    """The same construction as on the torch side, with ``rngs=nnx.Rngs(seed)`` added to the
-    outermost call (docs/nnx-output.md: every converted constructor takes ``*, rngs``)."""
-    from flax import nnx
-
-    if build is None:
-        return find_name(module, name, module.__file__ or name)(**(args or {}), rngs=nnx.Rngs(seed))
-    tree = build_call(build)
-    call = tree.body
-    assert isinstance(call, ast.Call)
-    call.keywords.append(ast.keyword(arg="rngs", value=ast.Name(_RNGS_NAME, ast.Load())))
-    ast.fix_missing_locations(tree)
-    rngs = nnx.Rngs(seed)
-    namespace = {**vars(module), **with_keyword(vars(module), "rngs", rngs, _names_in(tree)),
-                 _RNGS_NAME: rngs}
-    return eval(compile(tree, "<--build>", "eval"), namespace)
-
-
-def _names_in(tree: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-
-
-def with_keyword(namespace: dict[str, Any], keyword: str, value: Any, names: set[str]
-                 ) -> dict[str, Any]:
-    """For the ``names`` of ``namespace`` that are callables taking a ``keyword`` parameter
-    (the converted file's helper functions and classes, which the conversion gave
-    ``*, rngs``): a wrapper that passes ``keyword=value`` unless the call gives it, so that
-    ``VGG(make_layers(cfg, batch_norm=True))`` builds as torch's does. Only the build
-    expression sees the wrappers; the module's own code keeps calling the originals."""
-    import functools
-    import inspect
-
-    def wrap(fn: Any) -> Any:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            kwargs.setdefault(keyword, value)
-            return fn(*args, **kwargs)
-
-        return call
-
-    wrapped = {}
-    for name in names:
-        fn = namespace.get(name)
-        if not callable(fn):
-            continue
-        try:
-            params = inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            continue
-        if keyword in params and params[keyword].kind in (
-                inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
-            wrapped[name] = wrap(fn)
-    return wrapped
 
 
 def randomise_for_verification(model: Any, seed: int) -> list[str]:
@@ -303,69 +228,7 @@ def _converted_todos(converted: str) -> int:
 # --- running and comparing ------------------------------------------------------------------
 
 
-def _jax_forward(model: Any, inputs: list[Any], specs: list[InputSpec]) -> Any:
-    """The model's output under ``jax.jit``; what the call updates (BatchNorm's running
-    statistics in training mode) is written back into ``model``."""
-    import jax
-    from flax import nnx
-
-    graphdef, state = nnx.split(model)
-
-    @jax.jit
-    def forward(state: Any, xs: list[Any]) -> Any:
-        model = nnx.merge(graphdef, state)
-        return call_with(model, xs, specs), nnx.state(model)
-
-    out, state = forward(state, inputs)
-    nnx.update(model, state)
-    return out
-
-
 # --- training mode ----------------------------------------------------------------------------
-
-
-def _nnx_train_mode(model: Any) -> int:
-    """The NNX counterpart of :func:`torch_train_mode`: ``model.train()`` (BatchNorm on batch
-    statistics), then ``eval()`` on nnx.Dropout and the converted drop-path modules."""
-    from flax import nnx
-
-    model.train()
-    dropouts = [m for _, m in nnx.iter_modules(model) if isinstance(m, nnx.Dropout)
-                or type(m).__name__ in DROP_PATH_CLASSES]
-    for m in dropouts:
-        m.eval()
-    return len(dropouts)
-
-
-def nnx_stat_pairs(torch_model: Any, jax_model: Any, rules: RuleSet | None
-                   ) -> list[tuple[str, str, Any, Any]]:
-    """Each torch running statistic with its NNX variable's current value, by the transfer's
-    own mapping (docs/nnx-output.md)."""
-    from torch2jax.weights import plan_transfer
-
-    plan = plan_transfer(torch_model, jax_model, rules)
-    ref = torch_stats(torch_model)
-    return [(m.torch_name, m.nnx_name, np.asarray(plan.variables[m.slot][...]),
-             ref[m.torch_name]) for m in plan.mappings
-            if m.status == "mapped" and m.torch_name in ref]
-
-
-def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray],
-               specs: list[InputSpec]) -> dict:
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-
-    def scalar(params: Any, rest: Any, xs: list[Any], cots: dict[str, Any]) -> Any:
-        out = call_with(nnx.merge(graphdef, params, rest, copy=True), xs, specs)
-        leaves = dict(flatten_output(out))
-        return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32)) * c) for k, c in cots.items())
-
-    cots = {k: jnp.asarray(v) for k, v in cotangents.items()}
-    grads = jax.jit(jax.grad(scalar))(params, rest, inputs, cots)
-    return {tuple(path): np.asarray(v.get_value()) for path, v in nnx.to_flat_state(grads)}
 
 
 # --- the entry point --------------------------------------------------------------------------
@@ -549,14 +412,14 @@ class _JaxSource:
 
 
 def _check_request(req: VerifyRequest) -> tuple[Path, str, list[InputSpec]]:
-    if req.jax_target not in SUPPORTED_TARGETS:
+    if req.jax_target not in SIDES:
         raise VerifyError(
             f"--target {req.jax_target}: verify supports {', '.join(SUPPORTED_TARGETS)}"
         )
     if req.args is not None and req.build is not None:
         raise VerifyError("give either args (--args) or a build expression (--build), not both")
     specs = parse_specs(req.inputs)
-    if any(s.name for s in specs) and req.jax_target != "nnx":
+    if any(s.name for s in specs) and not SIDES[req.jax_target].keyword_inputs:
         raise VerifyError("NAME=SPEC (keyword) inputs are verified with the nnx target only")
     if not specs:
         raise VerifyError("no inputs: give at least one --input SPEC, e.g. float32[2,3,32,32]")
@@ -617,27 +480,6 @@ def x64(enabled: bool) -> Iterator[None]:
         yield
 
 
-def widen_nnx_dtypes(model: Any) -> int:
-    """Set the ``dtype`` attributes that read float32 on the model's NNX layers to float64:
-    the rest of torch's ``.double()``. A layer that fixes its compute dtype at construction
-    (``nnx.Embed``: ``dtype or embedding.dtype``) would otherwise cast the widened parameters
-    back to float32. Returns the number of layers changed."""
-    import jax.numpy as jnp
-    from flax import nnx
-
-    changed = 0
-    for _, module in nnx.iter_modules(model):
-        value = getattr(module, "dtype", None)
-        try:
-            is_f32 = value is not None and jnp.dtype(value) == jnp.float32
-        except TypeError:
-            is_f32 = False
-        if is_f32:
-            module.dtype = jnp.float64
-            changed += 1
-    return changed
-
-
 @contextlib.contextmanager
 def _device(device: str | None) -> Iterator[str]:
     """Run the JAX side on ``device`` (default: JAX's default backend) at full float32 matmul
@@ -667,121 +509,9 @@ def _run_jax_side(
     torch_model: Any,
     specs: list[InputSpec],
 ) -> None:
-    import torch
-
-    from torch2jax.weights import WeightTransferError, transfer_state_dict
-
     jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
     if req.build is None:
         find_name(jax_module, name, jax_path)
-    if req.jax_target == "linen":
-        from torch2jax.verify.linen import run_linen_side
-
-        run_linen_side(r, req, jax_module, jax_path, name, torch_model, specs)
-        return
-    if req.jax_target == "equinox":
-        from torch2jax.verify.equinox import run_equinox_side
-
-        run_equinox_side(r, req, jax_module, jax_path, name, torch_model, specs)
-        return
-    with stage("building the JAX model"):
-        jax_model = build_nnx_model(jax_module, name, req.args, req.build, req.seed)
-    if req.float64:
-        from flax import nnx
-
-        nnx.update(jax_model, widen(nnx.state(jax_model)))
-        widened = widen_nnx_dtypes(jax_model)
-        if widened:
-            r.notes.append(f"float64: the compute dtype of {widened} NNX layers (fixed to "
-                           "float32 at construction, as nnx.Embed does) widened too")
-    try:
-        report = transfer_state_dict(torch_model, jax_model, req.rules)
-    except WeightTransferError as exc:
-        raise VerifyError(str(exc)) from None
-    r.notes.append(report.summary())
-    if req.train_mode:
-        n_torch, n_jax = torch_train_mode(torch_model), _nnx_train_mode(jax_model)
-        r.notes.append(train_mode_note(n_torch, f"{n_jax} NNX modules in eval mode"))
-    else:
-        jax_model.eval()
-
-    rng = np.random.default_rng(req.seed)
-    arrays = [s.sample(rng) for s in specs]
-    r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
-    torch_in = torch_inputs(arrays, specs)
-    jax_in = jax_inputs(arrays, specs)
-    if req.float64:  # before torch's pass, which may not run in float64 (grouped_mm)
-        from flax import nnx
-
-        graphdef, state = nnx.split(jax_model)
-        check_float64(lambda st, xs: call_with(nnx.merge(graphdef, st), xs, specs), state,
-                      jax_in)
-    with stage("the torch forward pass"), torch.no_grad():
-        torch_out = call_with(torch_model, torch_in, specs)
-    torch_leaves = [(k, torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
-    with stage("the JAX forward pass (under jax.jit)"):
-        jax_out = _jax_forward(jax_model, jax_in, specs)
-    jax_leaves = [(k, jax_to_numpy(v)) for k, v in flatten_output(jax_out)]
-    out = compare_outputs(jax_leaves, torch_leaves, r)
-    r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
-    r.passed, r.mismatch = out.ok, out.first_failure
-    if req.train_mode:  # before the gradients: torch's backward pass runs the model again
-        compare_stats(r, nnx_stat_pairs(torch_model, jax_model, req.rules),
-                      "after the forward pass")
-    if req.benchmark and out.shapes_match:
-        from torch2jax.verify.benchmark import benchmark_forward
-
-        with stage("the benchmark"):
-            benchmark_forward(r, torch_model, torch_in, jax_model, jax_in)
-
-    if req.grad and out.shapes_match:
-        _run_grads(r, req, torch_model, jax_model, (torch_in, jax_in), torch_leaves, specs)
-    elif req.grad:
-        r.notes.append("gradients not compared: the outputs differ in structure or shape")
+    SIDES[req.jax_target].forward(r, req, jax_module, jax_path, name, torch_model, specs)
 
 
-@contextlib.contextmanager
-def _autograd_on(model: Any, r: VerifyResult) -> Iterator[None]:
-    """torch's backward pass runs its forward with autograd on, which turns off torch's
-    inference fast paths (TransformerEncoder's nested tensors: 0.0 at padded positions); the
-    converted modules that reproduce one (``inference_fast_path``) follow torch's autograd
-    forward while the JAX gradient is taken, so that both sides differentiate one function."""
-    from flax import nnx
-
-    modules = [m for _, m in nnx.iter_modules(model)
-               if getattr(m, "inference_fast_path", None) is True]
-    if modules:
-        r.notes.append(f"gradients: {len(modules)} module(s) with torch's inference fast path "
-                       "(TransformerEncoder) run as torch's forward with autograd on")
-    for m in modules:
-        m.inference_fast_path = False
-    try:
-        yield
-    finally:
-        for m in modules:
-            m.inference_fast_path = True
-
-
-def _run_grads(
-    r: VerifyResult,
-    req: VerifyRequest,
-    torch_model: Any,
-    jax_model: Any,
-    inputs: tuple[list[Any], list[Any]],
-    torch_leaves: list[tuple[str, Any]],
-    specs: list[InputSpec],
-) -> None:
-    from torch2jax.weights import gradient_parts
-
-    cots = cotangents(torch_leaves, req.seed)
-    if not cots:
-        raise VerifyError("--grad: the model has no floating-point output to differentiate")
-    mapping = gradient_parts(torch_model, jax_model, req.rules)
-    with stage("the torch backward pass"):
-        tg = torch_grads(torch_model, inputs[0], cots, specs)
-    with stage("the JAX gradient (jax.grad under jax.jit)"), _autograd_on(jax_model, r):
-        jg = _jax_grads(jax_model, inputs[1], cots, specs)
-    g = compare_grads(jg, tg, mapping, r)
-    r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
-    r.passed = r.passed and g.ok
-    r.mismatch = r.mismatch or g.first_failure

@@ -27,196 +27,35 @@ from __future__ import annotations
 
 import copy
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from torch2jax.ruleset import RuleSet
-from torch2jax.verify.common import (
-    DROP_PATH_CLASSES,
-    VerifyError,
-    compare_arrays,
-    compare_stats,
-    jax_inputs,
-    stage,
-    torch_inputs,
-)
-from torch2jax.verify.load import LoadError, find_name, load_module
+from torch2jax.verify.common import VerifyError
+from torch2jax.verify.load import LoadError
+from torch2jax.verify.nnx import compare, disable_dropout, nnx_model_from_torch, run_steps
 from torch2jax.verify.run import (
     VerifyRequest,
     _converted_todos,
     _device,
-    build_nnx_model,
     build_torch_side,
     convert_tree,
     entry_classes,
-    nnx_stat_pairs,
 )
-from torch2jax.verify.spec import InputSpec, parse_spec
+from torch2jax.verify.sides import SIDES
+from torch2jax.verify.spec import parse_spec
 from torch2jax.verify.train_common import (
-    JaxSetup,
     TrainSpec,
-    Trajectory,
     TrajectoryResult,
     relative_loss_diff,
-    torch_loss,
-    torch_setup,
     translate_loss,
     translate_setup,
-    unalias,
 )
 
 # --- translating the training setup --------------------------------------------------------
 
 
 # --- the two training loops -------------------------------------------------------------------
-
-
-def disable_dropout(torch_model: Any, jax_model: Any) -> list[str]:
-    """p = 0 on both sides (masks from two RNGs cannot agree); returns the notes."""
-    import torch
-    from flax import nnx
-
-    n_torch = 0
-    for mod in torch_model.modules():
-        if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p:
-            mod.p = 0.0
-            n_torch += 1
-    n_jax = 0
-    for _, mod in nnx.iter_graph(jax_model):
-        if isinstance(mod, nnx.Dropout) and mod.rate:
-            mod.rate = 0.0
-            n_jax += 1
-    notes = [("training mode on both sides; BatchNorm uses batch statistics and updates its "
-             "running averages")]
-    # stochastic depth (torchvision's StochasticDepth, timm's DropPath) reads self.training
-    drop_paths = [m for m in torch_model.modules() if type(m).__name__ in DROP_PATH_CLASSES]
-    drop_paths += [m for _, m in nnx.iter_modules(jax_model)
-                   if type(m).__name__ in DROP_PATH_CLASSES]
-    for mod in drop_paths:
-        mod.eval()
-    if n_torch or n_jax:
-        notes.append(f"dropout disabled for the trajectory: {n_torch} torch Dropout modules "
-                     f"and {n_jax} nnx.Dropout set to p=0 (random masks cannot agree)")
-    if drop_paths:
-        notes.append(f"stochastic depth off for the trajectory: {len(drop_paths)} drop-path "
-                     "modules (torch and JAX) in eval mode")
-    if not (n_torch or n_jax or drop_paths):
-        notes.append("dropout disabled for the trajectory (no Dropout modules found; "
-                     "functional dropout in forward() is not switched off)")
-    return notes
-
-
-def run_steps(
-    torch_model: Any,
-    jax_model: Any,
-    spec: TrainSpec,
-    specs: list[InputSpec],
-    setup: JaxSetup,
-    loss_jax: Callable[..., Any],
-    seed: int = 0,
-) -> Trajectory:
-    """Train both models in place for ``spec.steps`` steps on the same batches."""
-    import jax
-    import jax.numpy as jnp
-    import torch
-    from flax import nnx
-
-    label_spec = parse_spec(spec.labels) if spec.labels else None
-    loss_torch = torch_loss(spec.loss)
-    opt, sched = torch_setup(spec, torch_model)
-    optimizer = nnx.Optimizer(jax_model, setup.tx, wrt=nnx.Param)
-
-    @nnx.jit
-    def train_step(model: Any, optimizer: Any, xs: list[Any], labels: Any) -> Any:
-        def loss_fn(model: Any) -> Any:
-            return loss_jax(model(*xs), labels)
-
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
-        optimizer.update(model, grads)
-        return loss
-
-    plateau_state = None
-    if setup.plateau is not None:
-        plateau_state = setup.plateau.init(nnx.state(jax_model, nnx.Param))
-
-    rng = np.random.default_rng(seed + 3)
-    torch_losses: list[float] = []
-    jax_losses: list[float] = []
-    for step in range(spec.steps):
-        arrays = [s.sample(rng) for s in specs]
-        label_arr = label_spec.sample(rng) if label_spec else None
-        t_in = torch_inputs(arrays, specs)
-        t_lab = torch_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with stage(f"the torch training step {step}"):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_torch(torch_model(*t_in), t_lab)
-            loss.backward()
-            if spec.clip_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(torch_model.parameters(), spec.clip_grad_norm)
-            opt.step()
-            if sched is not None:
-                if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                    sched.step(loss.item())
-                else:
-                    sched.step()
-        torch_losses.append(float(loss.item()))
-        j_in = jax_inputs(arrays, specs)
-        j_lab = jax_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with stage(f"the JAX training step {step} (nnx.jit)"):
-            jloss = train_step(jax_model, optimizer, j_in, j_lab)
-            if setup.plateau is not None:
-                value = -jloss if setup.negate_metric else jloss
-                _, plateau_state = setup.plateau.update(None, plateau_state, value=value)
-                slot = optimizer.opt_state.hyperparams["learning_rate"]
-                slot.value = jnp.asarray(setup.base_lr * plateau_state.scale, slot.value.dtype)
-        jax_losses.append(float(jax.device_get(jloss)))
-    params_torch = {n: p.detach().cpu().float().numpy().copy()
-                    for n, p in torch_model.named_parameters()}
-    params_jax = {tuple(path): np.asarray(v.get_value())
-                  for path, v in nnx.to_flat_state(nnx.state(jax_model, nnx.Param))}
-    return Trajectory(torch_losses, jax_losses, params_torch, params_jax)
-
-
-def compare(traj: Trajectory, torch_model: Any, jax_model: Any, r: TrajectoryResult,
-            rules: RuleSet | None) -> None:
-    """Fill ``r`` with the worst loss and parameter differences."""
-    from torch2jax.weights import apply_layout, gradient_map
-
-    r.losses_torch, r.losses_jax = traj.losses_torch, traj.losses_jax
-    rels = [relative_loss_diff(a, b)
-            for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
-    worst_step = int(np.argmax(rels)) if rels else 0
-    loss_rel = rels[worst_step] if rels else 0.0
-    r.loss_max_rel_diff = loss_rel
-    mapping = gradient_map(torch_model, jax_model, rules)
-    p_abs, p_rel, worst = 0.0, -1.0, None
-    for name, m in mapping.items():
-        ref = apply_layout(traj.params_torch[name], m.layout)
-        got = traj.params_jax.get(tuple(m.nnx_path))
-        if got is None:
-            raise VerifyError(f"the JAX model has no parameter for {name} ({m.nnx_name})")
-        if ref.shape != got.shape and ref.size == got.size:
-            ref = ref.reshape(got.shape)
-        d = compare_arrays(got, ref, r.atol, r.rtol)
-        r.compared.append(f"param {name} -> {m.nnx_name} ({m.layout}) after {r.steps} steps")
-        p_abs = max(p_abs, d.abs)
-        if d.rel > p_rel:
-            p_rel, worst = d.rel, name
-    p_rel = max(p_rel, 0.0)
-    r.param_max_abs_diff, r.param_max_rel_diff, r.worst_param = p_abs, p_rel, worst
-    r.max_abs_diff, r.max_rel_diff = p_abs, p_rel
-    r.passed = loss_rel <= r.rtol and p_rel <= r.rtol
-    if not r.passed:
-        if loss_rel > r.rtol:
-            i = worst_step
-            r.mismatch = (f"loss at step {i}: jax {traj.losses_jax[i]:.7g} vs torch "
-                          f"{traj.losses_torch[i]:.7g} (rel {loss_rel:.2e})")
-        else:
-            r.mismatch = f"parameter {worst} after {r.steps} steps: rel {p_rel:.2e}"
-    compare_stats(r, nnx_stat_pairs(torch_model, jax_model, rules), f"after {r.steps} steps")
 
 
 # --- the entry point --------------------------------------------------------------------------
@@ -263,60 +102,10 @@ def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec
                                    entry_classes(name, req.build))
         with _device(req.device) as platform:
             r.device = platform
-            if req.jax_target == "linen":
-                from torch2jax.verify.linen import linen_trajectory
-
-                linen_trajectory(r, req, train, jax_path, name, torch_model, specs, setup,
-                                 loss_fn)
-                if r.todos and not r.passed:
-                    r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
-                return
-            if req.jax_target == "equinox":
-                _equinox_trajectory(r, req, train, jax_path, name, torch_model)
-                return
-            jax_model = _jax_model(r, req, jax_path, name, torch_model)
-            torch_model.train()
-            jax_model.train()
-            r.notes += disable_dropout(torch_model, jax_model)
-            traj = run_steps(torch_model, jax_model, train, specs, setup, loss_fn, req.seed)
-            compare(traj, torch_model, jax_model, r, req.rules)
+            SIDES[req.jax_target].trajectory(r, req, train, jax_path, name, torch_model,
+                                             specs, setup, loss_fn)
     if r.todos and not r.passed:
         r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
-
-
-def _equinox_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec,
-                        jax_path: Path, name: str, torch_model: Any) -> None:
-    from dataclasses import fields
-
-    from torch2jax.verify.equinox import train_equinox
-
-    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
-    done = train_equinox(torch_model, jax_module, name, req.args, train, list(req.inputs),
-                         build=req.build, seed=req.seed, rtol=req.rtol, rules=req.rules)
-    for f in fields(done):
-        if f.name not in ("model", "target", "atol", "todos", "device", "notes"):
-            setattr(r, f.name, getattr(done, f.name))
-    r.notes += done.notes
-    if r.todos and not r.passed:
-        r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
-
-
-def _jax_model(r: TrajectoryResult, req: VerifyRequest, jax_path: Path, name: str,
-               torch_model: Any) -> Any:
-    from torch2jax.weights import WeightTransferError, transfer_state_dict
-
-    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
-    if req.build is None:
-        find_name(jax_module, name, jax_path)
-    with stage("building the JAX model"):
-        jax_model = build_nnx_model(jax_module, name, req.args, req.build, req.seed)
-    try:
-        report = transfer_state_dict(torch_model, jax_model, req.rules)
-    except WeightTransferError as exc:
-        raise VerifyError(str(exc)) from None
-    r.notes.append(report.summary())
-    unalias(torch_model)
-    return jax_model
 
 
 def build_models(req: VerifyRequest, workdir: str | Path) -> tuple[Any, Any]:
@@ -329,7 +118,7 @@ def build_models(req: VerifyRequest, workdir: str | Path) -> tuple[Any, Any]:
     if req.converted is None:
         convert_tree(path, Path(workdir), req.jax_target, req.rules,
                      entry_classes(name, req.build))
-    jax_model = _jax_model(scratch, req, jax_path, name, torch_model)
+    jax_model = nnx_model_from_torch(scratch, req, jax_path, name, torch_model)
     return torch_model, jax_model
 
 
