@@ -88,7 +88,7 @@ def _check_learns(out: str) -> tuple[float, float]:
 
 
 def test_library_nnx_runs_unedited(torch_run, converted):
-    done, root = converted("nnx")
+    _, root = converted("nnx")
     for name in FILES:
         code = (root / name).read_text()
         assert "import torch" not in code, name

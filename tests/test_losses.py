@@ -526,7 +526,7 @@ def test_a_compound_target_read_twice_is_bound_once() -> None:
     y = rng.integers(0, 5, (8, 2))
     y[[1, 4], 0] = 0  # two ignored rows
     scope: dict = {"x": jnp.asarray(x), "y": jnp.asarray(y)}
-    exec(compile(code, "converted", "exec"), scope)  # noqa: S102: the converted snippet
+    exec(compile(code, "converted", "exec"), scope)  # noqa: S102 (the converted snippet)
     want = torch.nn.functional.cross_entropy(torch.from_numpy(x), torch.from_numpy(y[:, 0]),
                                              ignore_index=0)
     np.testing.assert_allclose(np.asarray(scope["loss"]), want.numpy(), rtol=RTOL, atol=ATOL)

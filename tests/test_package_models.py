@@ -220,9 +220,10 @@ def test_converted_package_model_runs_and_verifies(fake_torchvision, tmp_path):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(code)
     run = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.modules.update(torch=None, torchvision=None, "
-         "torch2jax=None)\nimport jax.numpy as jnp\nfrom flax import nnx\nfrom net import Net\n"
-         "print(Net(rngs=nnx.Rngs(0))(jnp.ones((2, 3, 8, 8))).shape)"],
+        [sys.executable, "-c", ("import sys; sys.modules.update(torch=None, torchvision=None, "
+                                "torch2jax=None)\nimport jax.numpy as jnp\nfrom flax import nnx\n"
+                                "from net import Net\n"
+                                "print(Net(rngs=nnx.Rngs(0))(jnp.ones((2, 3, 8, 8))).shape)")],
         cwd=out, capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "(2, 3)"

@@ -314,8 +314,8 @@ def test_seeding_helper_returns_its_key() -> None:
     ("g = torch.Generator()\nx = torch.randn(2, generator=g)", "torch.randn"),
     ("loss = model(x).sum()\nloss.backward()", "training-loop"),
     # (the learning rate set this way is translated: SCRIPTS["sgd_lr_by_hand"])
-    ("opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
-     "for g in opt.param_groups:\n    g['momentum'] = 0.5", "param_groups"),
+    (("opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
+      "for g in opt.param_groups:\n    g['momentum'] = 0.5"), "param_groups"),
 ])
 def test_untranslatable_randomness_and_training_is_marked(snippet: str, rule: str) -> None:
     source = "import torch\nimport torch.nn as nn\ntorch.manual_seed(0)\nmodel = nn.Linear(2, 2)\n" \
@@ -385,7 +385,7 @@ def test_torch_types_in_annotations_become_jax_types() -> None:
     assert "-> nnx.Conv:" in code and "Optional[nnx.Module]" in code
     assert "def __call__(self, x: jax.Array, y: jax.Array) -> jax.Array:" in code
     scope: dict = {}
-    exec(compile(code, "converted", "exec"), scope)  # noqa: S102: the annotations resolve
+    exec(compile(code, "converted", "exec"), scope)  # noqa: S102 (the annotations resolve)
 
 
 def test_fan_based_init_has_torchs_scale() -> None:

@@ -151,7 +151,7 @@ def verified(request):
 
 
 def test_logits_and_gradients_match_torch(verified) -> None:
-    family, masked, r = verified
+    family, _, r = verified
     assert r.error is None, r.error
     assert r.todos == 0
     assert r.passed, (r.mismatch, r.max_rel_diff, r.grad_max_rel_diff)
@@ -401,7 +401,7 @@ def test_converted_whisper_file_reads_like_jax(whisper) -> None:
     path, todos, _ = whisper
     code = path.read_text()
     assert todos == 0 and "TODO(torch2jax)" not in code
-    assert not re.search(r"^\s*(import|from) (torch|transformers)\b", code, re.M)
+    assert not re.search(r"^\s*(import|from) (torch|transformers)\b", code, re.MULTILINE)
     assert "generation_whisper" not in code  # (its module imports torch)
     assert "GenerationMixin as WhisperGenerationMixin" in code
     assert "freeze_parameters(self.embed_positions)" in code

@@ -864,11 +864,11 @@ class ValueFacts:
             return False
         if any(self.kind(o) != Kind.SCALAR for o in operands if o is not name):
             return False
-        child, at = comparison, self._parents.get(comparison)
+        at = self._parents.get(comparison)
         while (isinstance(at, cst.UnaryOperation) and isinstance(at.operator, cst.BitInvert)) or (
                 isinstance(at, cst.BinaryOperation) and isinstance(
                     at.operator, (cst.BitAnd, cst.BitOr, cst.BitXor))):
-            child, at = at, self._parents.get(at)
+            at = self._parents.get(at)
         if not isinstance(at, cst.Arg) or at.star:
             return False
         call = self._parents.get(at)
