@@ -152,3 +152,14 @@ def test_no_branch_on_a_target_name_outside_targets():
                        "(targets/__init__.py) instead\n" + "\n".join(found))
     # an allowance whose branches are gone goes too
     assert allowed_seen == set(TARGET_BRANCH_ALLOWED), set(TARGET_BRANCH_ALLOWED) - allowed_seen
+
+
+# --- no source file over 1,200 lines (issue 18) -------------------------------------------------
+MAX_LINES = 1200
+
+
+def test_no_source_file_over_the_line_limit():
+    long = {path.relative_to(ROOT).as_posix(): n for path in sorted((ROOT / "torch2jax").rglob(
+        "*.py")) if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, (f"split these by concern (docs/architecture.md says where things go): "
+                      f"{long}")
