@@ -24,7 +24,7 @@ ATOL, RTOL, ATOL64, RTOL64 = 1e-5, 1e-4, 1e-10, 1e-10
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Rewrite PyTorch code as JAX (flax NNX) and verify it numerically.")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # a path in a message is never broken over lines
 out_console = Console(soft_wrap=True)
 
 
@@ -57,8 +57,7 @@ def _usage_error(message: str) -> typer.Exit:
 def _modeling_module(path: Path) -> str | None:
     """The dotted name of ``path`` when it is a modeling file of an installed transformers
     (``transformers.models.llama.modeling_llama``), else None."""
-    from torch2jax.hf import is_modeling_file
-    from torch2jax.verify.package import package_of
+    from torch2jax.hf import is_modeling_file, package_of  # (not through verify: no numpy)
 
     found = package_of(path) if path.is_file() and path.suffix == ".py" else None
     return found[1] if found is not None and is_modeling_file(found[1]) else None

@@ -280,3 +280,17 @@ def _insert_import(code: str, line: str) -> str:
 
 def runtime_source() -> str:
     return RUNTIME.read_text(encoding="utf-8")
+
+
+def package_of(path: Path) -> tuple[Path, str] | None:
+    """(the directory holding the top-level package, dotted module name), or None when
+    ``path`` is not inside a package (its directory has no ``__init__.py``)."""
+    path = path.resolve()
+    directory = path.parent
+    if not (directory / "__init__.py").is_file():
+        return None
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    while (directory / "__init__.py").is_file():
+        parts.insert(0, directory.name)
+        directory = directory.parent
+    return directory, ".".join(parts)

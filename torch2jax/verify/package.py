@@ -29,25 +29,12 @@ from torch2jax.hf import (
     SUPPORT_LAYERS,
     SUPPORT_MODULE,
     is_modeling_file,
+    package_of,
     reduce_modeling,
     runtime_source,
 )
 
 _counter = itertools.count()
-
-
-def package_of(path: Path) -> tuple[Path, str] | None:
-    """(the directory holding the top-level package, dotted module name), or None when
-    ``path`` is not inside a package (its directory has no ``__init__.py``)."""
-    path = path.resolve()
-    directory = path.parent
-    if not (directory / "__init__.py").is_file():
-        return None
-    parts = [] if path.name == "__init__.py" else [path.stem]
-    while (directory / "__init__.py").is_file():
-        parts.insert(0, directory.name)
-        directory = directory.parent
-    return directory, ".".join(parts)
 
 
 def import_package_file(path: Path) -> ModuleType:
