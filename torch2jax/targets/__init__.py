@@ -14,7 +14,7 @@ over an NNX translation made for it (:data:`NNX_FOR_EQUINOX`, ``targets/equinox.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -206,21 +206,8 @@ NNX = NnxTarget(
 )
 
 # the NNX translation that the equinox target's pass (targets/equinox.py) rewrites
-NNX_FOR_EQUINOX = NnxTarget(
-    name="nnx",
-    module_base="nnx.Module",
-    rngs_type="nnx.Rngs",
-    param="nnx.Param",
-    buffer="nnx.Variable",
-    imports=("from flax import nnx",),
-    stateful_modules=True,
-    helper_classes=True,
-    intermediate=True,
-    helper_target="equinox",
-    layer_column="nnx",
-    remat="nnx.remat",
-    train_step_form="nnx.value_and_grad + optimizer.update",
-)
+NNX_FOR_EQUINOX = replace(NNX, intermediate=True, helper_target="equinox",
+                          converts_package_models=False)
 
 LINEN = LinenTarget(
     name="linen",
