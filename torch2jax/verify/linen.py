@@ -502,14 +502,4 @@ def _compare_trajectory(traj: Any, torch_model: Any, plan: LinenPlan, r: Any) ->
         p_abs = max(p_abs, d.abs)
         if d.rel > p_rel:
             p_rel, worst = d.rel, name
-    p_rel = max(p_rel, 0.0)
-    r.param_max_abs_diff, r.param_max_rel_diff, r.worst_param = p_abs, p_rel, worst
-    r.max_abs_diff, r.max_rel_diff = p_abs, p_rel
-    r.passed = loss_rel <= r.rtol and p_rel <= r.rtol
-    if not r.passed:
-        if loss_rel > r.rtol:
-            i = worst_step
-            r.mismatch = (f"loss at step {i}: jax {traj.losses_jax[i]:.7g} vs torch "
-                          f"{traj.losses_torch[i]:.7g} (rel {loss_rel:.2e})")
-        else:
-            r.mismatch = f"parameter {worst} after {r.steps} steps: rel {p_rel:.2e}"
+    vt.settle_trajectory(r, traj, loss_rel, worst_step, p_abs, p_rel, worst)

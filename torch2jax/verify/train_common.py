@@ -253,3 +253,20 @@ def unalias(torch_model: Any) -> None:
             p.data = p.data.clone()
         for b in torch_model.buffers():
             b.data = b.data.clone()
+
+
+def settle_trajectory(r: TrajectoryResult, traj: Trajectory, loss_rel: float, worst_step: int,
+                      p_abs: float, p_rel: float, worst: str | None) -> None:
+    """The verdict of a trajectory from its largest loss and parameter differences: the
+    figures on ``r``, whether it passed, and what differed first when it did not."""
+    p_rel = max(p_rel, 0.0)
+    r.param_max_abs_diff, r.param_max_rel_diff, r.worst_param = p_abs, p_rel, worst
+    r.max_abs_diff, r.max_rel_diff = p_abs, p_rel
+    r.passed = loss_rel <= r.rtol and p_rel <= r.rtol
+    if not r.passed:
+        if loss_rel > r.rtol:
+            i = worst_step
+            r.mismatch = (f"loss at step {i}: jax {traj.losses_jax[i]:.7g} vs torch "
+                          f"{traj.losses_torch[i]:.7g} (rel {loss_rel:.2e})")
+        else:
+            r.mismatch = f"parameter {worst} after {r.steps} steps: rel {p_rel:.2e}"
