@@ -431,19 +431,8 @@ def linen_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str, tor
         label_arr = label_spec.sample(rng) if label_spec else None
         t_in = vr.torch_inputs(arrays, specs)
         t_lab = vr.torch_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with vr.stage(f"the torch training step {step}"):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_torch(torch_model(*t_in), t_lab)
-            loss.backward()
-            if train.clip_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(torch_model.parameters(), train.clip_grad_norm)
-            opt.step()
-            if sched is not None:
-                if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                    sched.step(loss.item())
-                else:
-                    sched.step()
-        torch_losses.append(float(loss.item()))
+        torch_losses.append(vt.torch_step(torch_model, opt, sched, loss_torch, t_in, t_lab,
+                                          train.clip_grad_norm, step))
         j_in = vr.jax_inputs(arrays, specs)
         j_lab = vr.jax_inputs([label_arr], [label_spec])[0] if label_spec else None
         with vr.stage(f"the linen training step {step} (jax.jit)"):

@@ -52,6 +52,7 @@ from torch2jax.verify.train_common import (
     settle_trajectory,
     torch_loss,
     torch_setup,
+    torch_step,
     unalias,
 )
 
@@ -361,7 +362,6 @@ def run_steps(
     """Train both models in place for ``spec.steps`` steps on the same batches."""
     import jax
     import jax.numpy as jnp
-    import torch
     from flax import nnx
 
     label_spec = parse_spec(spec.labels) if spec.labels else None
@@ -390,19 +390,8 @@ def run_steps(
         label_arr = label_spec.sample(rng) if label_spec else None
         t_in = torch_inputs(arrays, specs)
         t_lab = torch_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with stage(f"the torch training step {step}"):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_torch(torch_model(*t_in), t_lab)
-            loss.backward()
-            if spec.clip_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(torch_model.parameters(), spec.clip_grad_norm)
-            opt.step()
-            if sched is not None:
-                if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                    sched.step(loss.item())
-                else:
-                    sched.step()
-        torch_losses.append(float(loss.item()))
+        torch_losses.append(torch_step(torch_model, opt, sched, loss_torch, t_in, t_lab,
+                                          spec.clip_grad_norm, step))
         j_in = jax_inputs(arrays, specs)
         j_lab = jax_inputs([label_arr], [label_spec])[0] if label_spec else None
         with stage(f"the JAX training step {step} (nnx.jit)"):

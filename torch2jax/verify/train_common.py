@@ -270,3 +270,24 @@ def settle_trajectory(r: TrajectoryResult, traj: Trajectory, loss_rel: float, wo
                           f"{traj.losses_torch[i]:.7g} (rel {loss_rel:.2e})")
         else:
             r.mismatch = f"parameter {worst} after {r.steps} steps: rel {p_rel:.2e}"
+
+
+def torch_step(torch_model: Any, opt: Any, sched: Any, loss_torch: Callable[..., Any],
+               t_in: list[Any], t_lab: Any, clip_grad_norm: float | None, step: int) -> float:
+    """One torch training step of a trajectory (the gradient clipped, the scheduler stepped,
+    ReduceLROnPlateau on the loss); its loss."""
+    import torch
+
+    with stage(f"the torch training step {step}"):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_torch(torch_model(*t_in), t_lab)
+        loss.backward()
+        if clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(torch_model.parameters(), clip_grad_norm)
+        opt.step()
+        if sched is not None:
+            if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                sched.step(loss.item())
+            else:
+                sched.step()
+    return float(loss.item())
