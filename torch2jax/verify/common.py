@@ -1,7 +1,7 @@
-"""What the verifier's three target sides (NNX in run.py, linen.py, equinox.py) share: building the
-inputs, calling the models, comparing outputs, gradients and running statistics, and the errors
-and results they report. It imports no target side, so each side depends on it and not on
-another side.
+"""What the verifier's drivers (:mod:`torch2jax.verify.sides`) and the three target sides
+(nnx.py, linen.py, equinox.py) share: the request, building the inputs, calling the models,
+comparing outputs, gradients and running statistics, and the errors and results they report.
+It imports no target side, so each side depends on it and not on another side.
 """
 
 from __future__ import annotations

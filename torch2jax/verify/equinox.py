@@ -39,7 +39,7 @@ from torch2jax.verify.load import find_name
 from torch2jax.verify.sides import JaxSide, ParamPairs, StatPairs, Trainer, check_trajectory
 from torch2jax.verify.train_common import (
     TrajectoryResult,
-    hyperparams,
+    set_injected_learning_rate,
     translate_loss,
     translate_setup,
 )
@@ -316,10 +316,7 @@ class EquinoxTrainer(Trainer):
         return eqx.filter(self.model, eqx.is_array)
 
     def set_learning_rate(self, value: float) -> None:
-        import jax.numpy as jnp
-
-        hp = hyperparams(self.opt_state)
-        hp["learning_rate"] = jnp.asarray(value, hp["learning_rate"].dtype)
+        set_injected_learning_rate(self.opt_state, value)
 
     def trained(self) -> tuple[Any, Any]:
         return EquinoxModel(self.model, self.state, self.plan), self.state
@@ -397,9 +394,8 @@ class EquinoxSide(JaxSide):
 
         grads = eqx.filter_jit(eqx.filter_grad(scalar))(model.model, model.state, jax_in)
         jg, mapping = {}, {}
-        params = {n for n, p in torch_model.named_parameters() if p.requires_grad}
         by_name = dict(model.plan.params)
-        for tname in params:
+        for tname in (n for n, p in torch_model.named_parameters() if p.requires_grad):
             parts = by_name.get(model.plan.tied.get(tname, tname))
             if parts is None:
                 continue

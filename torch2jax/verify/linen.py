@@ -30,7 +30,7 @@ from torch2jax.verify.common import (
 )
 from torch2jax.verify.load import find_name
 from torch2jax.verify.sides import JaxSide, ParamPairs, StatPairs, Trainer
-from torch2jax.verify.train_common import hyperparams
+from torch2jax.verify.train_common import set_injected_learning_rate
 from torch2jax.weights import (
     ParamMapping,
     WeightTransferError,
@@ -290,10 +290,7 @@ class LinenTrainer(Trainer):
         return self.state.params
 
     def set_learning_rate(self, value: float) -> None:
-        import jax.numpy as jnp
-
-        hp = hyperparams(self.state.opt_state)
-        hp["learning_rate"] = jnp.asarray(value, hp["learning_rate"].dtype)
+        set_injected_learning_rate(self.state.opt_state, value)
 
     def trained(self) -> tuple[Any, Any]:
         variables = {"params": self.state.params}

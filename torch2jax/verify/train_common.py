@@ -1,6 +1,7 @@
-"""What the training trajectories of the three target sides (NNX in trajectory.py, linen.py,
-equinox.py) share: the train spec, the torch side's optimizer, scheduler and loss, their optax
-translation, and the result. It imports no target side.
+"""What the training trajectories of the three target sides share: the train spec, the torch
+side's training mode, optimizer, scheduler, loss and step, their optax translation, and the
+result. It imports no target side; :func:`torch2jax.verify.sides.check_trajectory` runs the
+loop.
 """
 
 from __future__ import annotations
@@ -313,13 +314,20 @@ def torch_trajectory_mode(torch_model: Any) -> tuple[int, int]:
     return dropouts, len(drop_paths)
 
 
-def hyperparams(opt_state: Any) -> dict | None:
-    """The hyperparameters ``optax.inject_hyperparams`` put in ``opt_state`` (inside a chain:
-    clipping comes first), or None."""
+def set_injected_learning_rate(opt_state: Any, value: float) -> None:
+    """Write ``value`` into the ``learning_rate`` that ``optax.inject_hyperparams`` put in
+    ``opt_state`` (inside a chain: clipping comes first)."""
+    import jax.numpy as jnp
+
+    hp = _hyperparams(opt_state)
+    hp["learning_rate"] = jnp.asarray(value, hp["learning_rate"].dtype)
+
+
+def _hyperparams(opt_state: Any) -> Any:
     if hasattr(opt_state, "hyperparams"):
         return opt_state.hyperparams
     for part in opt_state if isinstance(opt_state, tuple) else ():
-        found = hyperparams(part)
+        found = _hyperparams(part)
         if found is not None:
             return found
     return None

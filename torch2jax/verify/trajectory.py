@@ -3,17 +3,22 @@
 ``verify --optimizer "torch.optim.SGD(params, lr=0.05, momentum=0.9)" --loss "F.cross_entropy(
 output, labels)" --labels "int64[4]:10" --steps 10``:
 
-1. build the torch model and the converted NNX model exactly as :mod:`torch2jax.verify.run` does
-   (same seed, same randomised statistics, the torch weights transplanted);
-2. put both in training mode with dropout switched off (``p = 0`` / ``nnx.Dropout.rate = 0``,
-   random masks cannot agree across frameworks); BatchNorm stays in training mode on both sides
-   (batch statistics, running averages updated);
+1. build the torch model and the converted model of ``--target`` exactly as
+   :mod:`torch2jax.verify.run` does (same seed, same randomised statistics, the torch weights
+   transplanted);
+2. put both in training mode with dropout switched off (``p = 0`` on torch's Dropout, the
+   drop-path modules in eval mode, and the JAX side's counterparts: ``nnx.Dropout.rate = 0``,
+   linen's intercepted, equinox's in inference mode; random masks cannot agree across
+   frameworks); BatchNorm stays in training mode on both sides (batch statistics, running
+   averages updated);
 3. translate the optimizer, the scheduler (stepped after every optimizer step) and gradient
    clipping with :mod:`torch2jax.training.optim`, and the loss expression with the converter
    (``loss = <expr>`` in a tiny torch snippet, ``output`` and ``labels`` bound);
 4. run ``steps`` steps on fresh random batches (the same arrays on both sides): torch
-   ``zero_grad / backward / clip_grad_norm_ / step / scheduler.step()``, JAX one ``nnx.jit``
-   step of ``nnx.value_and_grad`` + ``nnx.Optimizer.update``;
+   ``zero_grad / backward / clip_grad_norm_ / step / scheduler.step()``, JAX one step of the
+   target's training code (NNX: ``nnx.jit`` of ``nnx.value_and_grad`` +
+   ``nnx.Optimizer.update``; linen: a TrainState under ``jax.jit``; equinox: the emitted
+   ``eqx.filter_jit`` step), :func:`torch2jax.verify.sides.check_trajectory`;
 5. compare the loss of every step, every parameter at the end and BatchNorm's running
    statistics at the end (torch's ``running_mean`` / ``running_var`` buffers against the JAX
    statistics they were transferred into).
