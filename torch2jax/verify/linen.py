@@ -27,6 +27,7 @@ from torch2jax.weights import (
     apply_layout,
     layer_rules_by_class,
     rule_for_module,
+    trainable_parts,
 )
 
 STATS = {"mean", "var"}
@@ -194,19 +195,23 @@ def _thaw(tree: Any) -> Any:
     return tree
 
 
+def _build_model(req: Any, jax_module: Any, name: str, jax_path: Any) -> Any:
+    """The linen module ``name`` of the converted file, built with ``req.args`` (or by the
+    ``--build`` expression)."""
+    from torch2jax.verify import common as vr
+
+    with vr.stage("building the linen model"):
+        if req.build is None:
+            return find_name(jax_module, name, jax_path)(**(req.args or {}))
+        return eval(compile(vr.build_call(req.build), "<--build>", "eval"),
+                    dict(vars(jax_module)))
+
+
 def gradient_map_linen(torch_model: Any, plan: LinenPlan) -> dict[str, list[ParamMapping]]:
     """For each trainable torch parameter, the linen parameters (one per part) that hold it,
     paths inside ``params``. A summed parameter has the gradient of the sum."""
-    by_key: dict[str, list[ParamMapping]] = {}
-    for m in plan.mappings:
-        by_key.setdefault(m.torch_name, []).append(m)
     result = {}
-    for name, param in torch_model.named_parameters():
-        ms = by_key.get(name)
-        if ms is None or not param.requires_grad or ms[0].status == "dropped":
-            continue
-        if ms[0].status == "tied":
-            ms = by_key[ms[0].tied_to or name]
+    for name, ms in trainable_parts(torch_model, plan.mappings).items():
         if ms[0].nnx_path is not None and ms[0].nnx_path[0] == "params":
             result[name] = [ParamMapping(m.torch_name, m.status, tuple(m.nnx_path[1:]),
                                          m.layout, m.rule, torch_shape=m.torch_shape,
@@ -233,12 +238,7 @@ def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
 
     from torch2jax.verify import common as vr
 
-    with vr.stage("building the linen model"):
-        if req.build is None:
-            model = find_name(jax_module, name, jax_path)(**(req.args or {}))
-        else:
-            model = eval(compile(vr.build_call(req.build), "<--build>", "eval"),
-                         dict(vars(jax_module)))
+    model = _build_model(req, jax_module, name, jax_path)
     rng = np.random.default_rng(req.seed)
     arrays = [s.sample(rng) for s in specs]
     r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
@@ -364,12 +364,7 @@ def linen_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str, tor
     from torch2jax.verify.spec import parse_spec
 
     jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
-    with vr.stage("building the linen model"):
-        if req.build is None:
-            model = find_name(jax_module, name, jax_path)(**(req.args or {}))
-        else:
-            model = eval(compile(vr.build_call(req.build), "<--build>", "eval"),
-                         dict(vars(jax_module)))
+    model = _build_model(req, jax_module, name, jax_path)
     rng = np.random.default_rng(req.seed)
     sample = vr.jax_inputs([s.sample(rng) for s in specs], specs)
     with vr.stage("initialising the linen variables"):
