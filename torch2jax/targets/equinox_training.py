@@ -33,7 +33,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
-from torch2jax.passes.common import code
+from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
 from torch2jax.targets import layer_table
 from torch2jax.targets.equinox_init import _has_nnx
@@ -320,16 +320,6 @@ class _Fail(Exception):
         self.message = message
 
 
-class _Dedent(cst.CSTTransformer):
-    """Continuation lines of the optax transform move out one level with nnx.Optimizer."""
-
-    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
-        last = updated_node.last_line.value
-        if last.startswith("    "):
-            return updated_node.with_changes(last_line=cst.SimpleWhitespace(last[4:]))
-        return updated_node
-
-
 def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
     """The class of ``Class(..., rngs=nnx.Rngs(k))`` (a model class of this file, or one
     imported, with None for its flags in ``classes``)."""
@@ -607,7 +597,7 @@ class Scope(cst.CSTTransformer):
                     raise _Fail("an nnx.Optimizer over other variables than the parameters")
                 model = code(args[0].value)
                 self.optimizers.add(target.value)
-                tx = args[1].value.visit(_Dedent())
+                tx = args[1].value.visit(Dedent())
                 out = [_stmt(f"{target.value} = {code(tx)}"),
                        _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter({model}, "
                              "eqx.is_array))")]
@@ -1180,7 +1170,7 @@ def optimizer_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
                 if kw.get("wrt", "nnx.Param") == "nnx.Param" and len(pos) == 2 and \
                         code(pos[0].value) == "self":
                     self.n += 1
-                    return updated_node.with_changes(value=pos[1].value.visit(_Dedent()))
+                    return updated_node.with_changes(value=pos[1].value.visit(Dedent()))
             return updated_node
 
     r = Ret()
