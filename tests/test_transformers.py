@@ -75,10 +75,10 @@ FAMILIES = {
     "vit": ("vit/modeling_vit.py", "ViTForImageClassification",
             ("ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
              "num_attention_heads=4, image_size=16, patch_size=4, num_labels=5)")),
-    # hierarchical windows: shifted windows (the second block of each stage) over a grid
-    # padded to the window (8 x 8 patches, windows of 3), patch merging between the stages
+    # hierarchical windows: a shifted window in the first stage's second block, over grids
+    # padded to the window (8 x 8 patches, then 4 x 4, windows of 3), patch merging between
     "swin": ("swin/modeling_swin.py", "SwinForImageClassification",
-             ("SwinConfig(image_size=16, patch_size=2, embed_dim=16, depths=[2, 2], "
+             ("SwinConfig(image_size=16, patch_size=2, embed_dim=16, depths=[2, 1], "
               "num_heads=[2, 2], window_size=3, num_labels=5)")),
     # an encoder with local (a bidirectional window) and global attention layers, fused qkv
     "modernbert": ("modernbert/modeling_modernbert.py", "ModernBertForMaskedLM",

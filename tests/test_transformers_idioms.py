@@ -253,7 +253,9 @@ def test_whisper_idioms_convert_unmarked_and_run(tmp_path) -> None:
 # module-level table of module classes built with rngs; a parameter that the file's calls of
 # the class give a module class (downsample=Merge); device=x.device passed to a method whose
 # device parameter has no default; a parameter annotated torch.dtype is a dtype (before:
-# .astype(dtype.dtype)); a buffer used as an index is read as its array
+# .astype(dtype.dtype)); a buffer used as an index is read as its array; x.sort(dim) is
+# (values, indices) (before: left as it is, jax.Array.sort's values unpacked along the first
+# axis, silently) and x.argsort(dim) / torch.argsort translated
 STAGES = '''
 import torch
 import torch.nn.functional as F
@@ -314,7 +316,9 @@ class Stage(nn.Module):
         wide = torch.broadcast_to(x[:, :1], (3, 2, -1))
         mask = self.window_mask(3, dtype=x.dtype, device=x.device)
         bias = self.table[self.index]
-        return a + b * c - d, padded, filled, wide, mask, bias
+        values, order = x.sort(-1, descending=True)
+        ranked = torch.argsort(x, 0, descending=True)
+        return a + b * c - d, padded, filled, wide, mask, bias, values * order.float(), ranked.float()
 
 
 stages = [Stage(4, "plain", Merge), Stage(4, "gated", None)]
