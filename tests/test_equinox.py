@@ -7,12 +7,15 @@ checked on small layers. Training code: tests/test_equinox_training.py."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
+import libcst as cst
 import numpy as np
 import pytest
 
 from torch2jax.convert import convert_source
+from torch2jax.targets.equinox_layers import EquinoxError, layer_of
 from torch2jax.verify.run import verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -602,3 +605,89 @@ def test_functional_pooling_in_forward_verifies(tmp_path: Path) -> None:
     assert result.todos == 0
     assert result.max_abs_diff <= 1e-5 and result.grad_max_abs_diff <= 1e-5
     assert result.passed
+
+
+# --- layers built from the rules' equinox tables (rules/layers.toml, targets/layer_table.py)
+
+@pytest.mark.parametrize(("nnx_call", "built", "rank"), [
+    ("nnx.Conv(2, 4, kernel_size=(3, 1, 2), strides=(2, 2, 1), rngs=rngs)",
+     "eqx.nn.Conv3d(2, 4, kernel_size=(3, 1, 2), stride=(2, 2, 1), key=__needs_key__)", 4),
+    ("nnx.Conv(2, 4, kernel_size=(3,), padding='VALID', rngs=rngs)",
+     "eqx.nn.Conv1d(2, 4, kernel_size=(3,), padding='VALID', key=__needs_key__)", 2),
+    # flax's GroupNorm takes num_groups second: positional or keyword, the same layer
+    ("nnx.GroupNorm(16, 4, epsilon=1e-05, rngs=rngs)", "eqx.nn.GroupNorm(4, 16, eps=1e-05)", None),
+    ("nnx.GroupNorm(16, num_groups=4, epsilon=1e-05, use_scale=a, use_bias=a, rngs=rngs)",
+     "eqx.nn.GroupNorm(4, 16, eps=1e-05, channelwise_affine=a)", None),
+])
+def test_equinox_layer_tables_build(nnx_call: str, built: str, rank: int | None) -> None:
+    new, layer = layer_of(cst.parse_expression(nnx_call), set())
+    assert cst.Module([]).code_for_node(new) == built
+    assert layer.rank == rank and layer.cls == built.split("(")[0]
+
+
+@pytest.mark.parametrize(("nnx_call", "message"), [
+    ("nnx.Conv(3, 8, kernel_size=k, rngs=rngs)",
+     "nnx.Conv whose kernel_size is not a tuple of 1 to 3 sizes"),
+    ("nnx.Conv(3, 8, kernel_size=(3, 3), padding='CIRCULAR', rngs=rngs)",
+     "nnx.Conv padding='CIRCULAR' has no equinox form"),
+    ("nnx.Conv(3, 8, kernel_size=(3, 3), mask=m, rngs=rngs)",
+     "nnx.Conv argument mask has no equinox form"),
+    ("nnx.GroupNorm(16, num_groups=4, use_scale=False, rngs=rngs)",
+     ("nnx.GroupNorm with use_scale and use_bias not the same: eqx.nn.GroupNorm has one "
+      "channelwise_affine for them")),
+    ("nnx.GroupNorm(16, num_groups=4, use_scale=False, use_bias=True, rngs=rngs)",
+     "nnx.GroupNorm with use_scale and use_bias not the same"),
+    ("nnx.GroupNorm(16, epsilon=1e-05, rngs=rngs)", "nnx.GroupNorm without its num_groups"),
+])
+def test_equinox_layer_tables_refuse(nnx_call: str, message: str) -> None:
+    """What a table has no form for raises EquinoxError, which the pass writes as a TODO."""
+    with pytest.raises(EquinoxError, match=re.escape(message)):
+        layer_of(cst.parse_expression(nnx_call), set())
+
+
+GROUPNORM_INIT_SOURCE = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.norm = nn.GroupNorm(2, 4)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Conv2d):
+            nn.init.constant_(module.weight, 0.1)
+            nn.init.constant_(module.bias, 0.05)
+        elif isinstance(module, nn.GroupNorm):
+            nn.init.constant_(module.weight, 2.0)
+            nn.init.constant_(module.bias, -0.5)
+
+    def forward(self, x):
+        return self.norm(self.conv(x) * torch.linspace(-1.0, 2.0, 8))
+'''
+
+
+def test_groupnorm_weight_initialisation() -> None:
+    """``self.apply(self._init_weights)`` over a GroupNorm: its equinox table's weights
+    (NNX's scale is equinox's weight) give init_layers the layer and its fields; the converted
+    model computes what torch's computes with those weights."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    result = convert_source(GROUPNORM_INIT_SOURCE, target="equinox")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "(eqx.nn.Conv, eqx.nn.GroupNorm)" in result.code
+    ns: dict = {}
+    exec(compile(result.code, "net.py", "exec"), ns)  # noqa: S102 - the converter's output
+    model = ns["Net"](key=jax.random.key(0))
+    x = np.linspace(-2.0, 3.0, 2 * 2 * 8 * 8, dtype=np.float32).reshape(2, 2, 8, 8)
+    got = jax.vmap(model)(jnp.asarray(x))
+    torch_ns: dict = {}
+    exec(GROUPNORM_INIT_SOURCE, torch_ns)  # noqa: S102 - the torch original above
+    with torch.no_grad():
+        want = torch_ns["Net"]()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)

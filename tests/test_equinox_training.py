@@ -299,6 +299,12 @@ TRAJECTORIES = {
                   "weight_decay=5e-4)",
         scheduler="torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.3)",
         loss="F.cross_entropy(output, labels, label_smoothing=0.1)", labels="int64[4]:3")),
+    # ReduceLROnPlateau stepped on each step's loss, as on NNX and linen (one shared loop)
+    "mlp-sgd-plateau-clip": ("mlp", {"in_features": 6, "hidden_sizes": [8], "num_classes": 3},
+                             ["float32[4,6]"], TrainSpec(
+        optimizer="torch.optim.SGD(params, lr=0.1, momentum=0.9)",
+        scheduler="torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0)",
+        clip_grad_norm=1.0, loss="F.cross_entropy(output, labels)", labels="int64[4]:3")),
     # BatchNorm in training mode (batch statistics over the vmapped batch), dropout off
     "cnn-sgd-momentum": ("cnn", {"num_classes": 4}, ["float32[4,3,32,32]"], TrainSpec(
         optimizer="torch.optim.SGD(params, lr=0.01, momentum=0.9)",

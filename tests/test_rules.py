@@ -692,10 +692,15 @@ def test_target_tables_resolve(rule: Rule, target: str) -> None:
     keywords the table writes."""
     spec = rule.target_layers[target]
     assert spec.cls.split(".")[0] in TARGET_NS_BY[target], spec.cls
-    sig = _signature(_resolve(spec.cls))
     written = set(spec.add) | set((spec.keywords or {}).values()) | ({"key"} if spec.key else set())
-    missing = sorted(k for k in written if not _accepts(sig, k))
-    assert not missing, f"{rule.torch}: {spec.cls}{sig} does not accept {missing}"
+    base = _resolve(spec.cls)
+    # a class by rank (eqx.nn.Conv2d): each of them, a subclass of the table's (isinstance)
+    for cls in [f"{spec.cls}{n}d" for n in (1, 2, 3)] if spec.rank else [spec.cls]:
+        found = _resolve(cls)
+        assert issubclass(found, base), f"{cls} is not a {spec.cls}"
+        sig = _signature(found)
+        missing = sorted(k for k in written if not _accepts(sig, k))
+        assert not missing, f"{rule.torch}: {cls}{sig} does not accept {missing}"
 
 
 def _special_params() -> list[Any]:

@@ -18,7 +18,7 @@ from torch2jax.report import display, unified_diff
 from torch2jax.ruleset import RuleError, load_rules
 from torch2jax.targets import get_target
 
-# verify's default tolerances (torch2jax.verify.run's ATOL, RTOL, ATOL64, RTOL64; not imported
+# verify's default tolerances (torch2jax.verify.common's ATOL, RTOL, ATOL64, RTOL64; not imported
 # here: the verifier needs numpy, the converter's command line does not)
 ATOL, RTOL, ATOL64, RTOL64 = 1e-5, 1e-4, 1e-10, 1e-10
 

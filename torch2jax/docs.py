@@ -34,7 +34,7 @@ def _target(rule: Rule) -> str:
     if rule.special:
         shown = (shown + " " if shown else "") + f"(transform `{rule.special}`)"
     for target, spec in rule.target_layers.items():  # built by the rule's target table
-        shown += f"; {target}: `{spec.cls}`"
+        shown += f"; {target}: `{spec.cls}{'1d/2d/3d' if spec.rank else ''}`"
     return shown
 
 

@@ -90,8 +90,9 @@ class TargetLayer:
 
     ``cls``       the target's constructor (``nn.Dense``, ``eqx.nn.LayerNorm``)
     ``args``      the target's positional arguments, by the NNX parameter names of the rule's
-                  ``nnx_params`` (bound from the NNX call's positionals or keywords); None:
-                  the NNX positionals as they are
+                  ``nnx_params`` (bound from the NNX call's positionals or keywords; one it
+                  does not take and ``drop`` does not drop is a keyword); None: the NNX
+                  positionals as they are
     ``keywords``  NNX keyword -> the target's keyword, in the target's order; any other NNX
                   keyword not in ``drop`` has no target form (the line is marked). None: every
                   NNX keyword passes through, in its order
@@ -105,6 +106,15 @@ class TargetLayer:
                   (equinox's LayerNorm ``weight`` is NNX's ``scale``)
     ``refuse``    what the mark says after "<NNX class> argument <name>" when an NNX keyword
                   has no target form (default: "has no <target> form")
+    ``rank``      the NNX keyword whose literal tuple's length n (1 to 3) picks the class:
+                  ``cls`` + ``"{n}d"`` (``eqx.nn.Conv`` -> ``eqx.nn.Conv2d``; ``cls`` is their
+                  base class, which isinstance tests name); the per-example input has n + 1
+                  axes (channels first)
+    ``strings``   NNX keyword -> the strings the target takes for it (``padding``: SAME,
+                  VALID); another literal string there is marked
+
+    Two NNX keywords that ``keywords`` maps to one target keyword (GroupNorm's use_scale and
+    use_bias -> channelwise_affine) must both be given, with the same value.
     """
 
     cls: str
@@ -116,6 +126,8 @@ class TargetLayer:
     kind: str = ""
     weights: dict[str, str] = field(default_factory=dict)
     refuse: str = ""
+    rank: str = ""
+    strings: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,7 +206,7 @@ _KNOWN_KEYS = {
     "call_params", "subclass", "nnx_params",
 }
 _TARGET_LAYER_KEYS = {"class", "args", "keywords", "drop", "add", "key", "kind", "weights",
-                      "refuse"}
+                      "refuse", "rank", "strings"}
 
 
 def _parse_target_layer(table: dict[str, Any], nnx_params: tuple[str, ...],
@@ -212,7 +224,9 @@ def _parse_target_layer(table: dict[str, Any], nnx_params: tuple[str, ...],
         keywords=dict(table["keywords"]) if "keywords" in table else None,
         drop=tuple(table.get("drop", ())), add=dict(table.get("add", {})),
         key=bool(table.get("key", False)), kind=table.get("kind", ""),
-        weights=dict(table.get("weights", {})), refuse=table.get("refuse", ""))
+        weights=dict(table.get("weights", {})), refuse=table.get("refuse", ""),
+        rank=table.get("rank", ""),
+        strings={k: tuple(v) for k, v in table.get("strings", {}).items()})
 
 
 

@@ -18,9 +18,6 @@ from torch2jax.targets import layer_table
 RULE = "equinox"
 KEY = "__key{}__"  # placeholders for per-call keys, named once a function is done
 
-# NNX layers (as the rules emit them) -> equinox layers and how their arguments translate
-CONV_KW = {"strides": "stride", "kernel_dilation": "dilation", "feature_group_count": "groups",
-           "use_bias": "use_bias", "padding": "padding", "kernel_size": "kernel_size"}
 ELEMENTWISE_PREFIXES = ("jax.nn.", "jnp.")
 # jnp functions that act element by element (a batched operand needs nothing)
 ELEMENTWISE_JNP = {"exp", "log", "tanh", "sqrt", "abs", "maximum", "minimum", "where", "clip",
@@ -124,23 +121,10 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
         if built is not None:  # a layer with an equinox table in its rule
             spec = built.spec
             key = [("key", cst.Name("__needs_key__"))] if spec.key else []
-            return _call(spec.cls, built.pos, [*built.kw, *key]), Layer(
-                spec.kind or "module", keyed=spec.kind == "dropout")
-        if name == "nnx.Conv":
-            size = kw.get("kernel_size")
-            size = size.elements if isinstance(size, cst.Tuple) else None
-            if size is None or not 1 <= len(size) <= 3:
-                raise EquinoxError("a convolution whose kernel size is not a tuple")
-            out = []
-            for k, v in kw.items():
-                if k not in CONV_KW:
-                    raise EquinoxError(f"nnx.Conv argument {k} has no equinox form")
-                if k == "padding" and isinstance(try_literal(v, None), str) and \
-                        try_literal(v) not in ("SAME", "VALID"):
-                    raise EquinoxError(f"conv padding {code(v)}")
-                out.append((CONV_KW[k], v))
-            return _call(f"eqx.nn.Conv{len(size)}d", pos, [*out, ("key", cst.Name(
-                "__needs_key__"))]), Layer("conv", rank=len(size) + 1)
+            # a class by the kernel's rank (convolutions): one example is (C, *spatial)
+            rank = built.rank + 1 if built.rank is not None else None
+            return _call(built.cls, built.pos, [*built.kw, *key]), Layer(
+                spec.kind or "module", keyed=spec.kind == "dropout", rank=rank)
         if name == "BatchNorm":  # the NNX helper -> the equinox one (passes/helpers.py)
             out = [("axis_name", cst.SimpleString('"batch"'))]
             if "epsilon" in kw:
@@ -184,8 +168,6 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
                 Layer("pool", rank=len(window) + 1)
         if name in SEQUENCE_LAYERS:
             return SEQUENCE_LAYERS[name](pos, kw)
-        if name == "nnx.GroupNorm":
-            return _group_norm(pos, kw)
         if name == "nnx.ConvTranspose":
             return _conv_transpose(pos, kw)
         if name == "nnx.Sequential":
@@ -208,23 +190,6 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
             node, cst.Call) or text.startswith("partial(jax.nn."):
         return node, Layer("fn")
     return node, Layer("value")
-
-
-def _group_norm(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
-    """nnx.GroupNorm(C, num_groups=G, epsilon=e) -> eqx.nn.GroupNorm(G, C, eps=e): channel
-    first, any number of spatial axes."""
-    groups = kw.pop("num_groups", None)
-    if groups is None or len(pos) != 1:
-        raise EquinoxError("GroupNorm without its group and channel counts")
-    out = [("eps", kw.pop("epsilon", cst.Float("1e-05")))]
-    scale, bias = kw.pop("use_scale", None), kw.pop("use_bias", None)
-    if scale is not None or bias is not None:
-        if scale is None or bias is None or code(scale) != code(bias):
-            raise EquinoxError("GroupNorm with a scale but no shift (or the reverse)")
-        out.append(("channelwise_affine", scale))
-    if kw:
-        raise EquinoxError(f"nnx.GroupNorm argument {min(kw)} has no equinox form")
-    return _call("eqx.nn.GroupNorm", [groups, pos[0]], out), Layer("groupnorm")
 
 
 def _conv_transpose(pos: list, kw: dict) -> tuple[cst.Call, Layer]:

@@ -989,14 +989,10 @@ INIT_SRC = (f"def {INIT_FN}(fn, tree, types, *, key):\n"
             "    keys = jax.random.split(key, len(leaves))\n"
             "    return jax.tree.unflatten(treedef, [fn(x, key=k) if is_layer(x) else x\n"
             "                                        for x, k in zip(leaves, keys, strict=True)])\n")
-# NNX layer -> (equinox class, {NNX variable: equinox field})
-# (the layers whose rule has an equinox table with its weights, and the convolutions, whose
-# equinox class depends on the kernel's rank)
-INIT_LAYERS = {
-    **{nnx: (spec.cls, spec.weights) for nnx, (_, spec) in layer_table.tables("equinox").items()
-       if spec.weights},
-    "nnx.Conv": ("eqx.nn.Conv", {"kernel": "weight", "bias": "bias"}),
-}
+# NNX layer -> (equinox class, {NNX variable: equinox field}): the layers whose rule has an
+# equinox table with its weights (a class by rank: the table's class is their base, eqx.nn.Conv)
+INIT_LAYERS = {nnx: (spec.cls, spec.weights)
+               for nnx, (_, spec) in layer_table.tables("equinox").items() if spec.weights}
 
 
 def init_loop(s: cst.BaseStatement, fields: list[str], methods: dict[str, cst.FunctionDef]

@@ -15,7 +15,7 @@ from functools import cache
 
 import libcst as cst
 
-from torch2jax.passes.common import Untranslatable, code
+from torch2jax.passes.common import Untranslatable, code, try_literal
 from torch2jax.ruleset import Rule, RuleError, TargetLayer, builtin_rules
 
 
@@ -26,6 +26,12 @@ class Built:
     spec: TargetLayer
     pos: list[cst.BaseExpression]
     kw: list[tuple[str, cst.BaseExpression]]
+    rank: int | None = None  # the class's n (spec.rank): n spatial axes
+
+    @property
+    def cls(self) -> str:
+        """The class written: the table's, or its rank's (``eqx.nn.Conv2d``)."""
+        return self.spec.cls if self.rank is None else f"{self.spec.cls}{self.rank}d"
 
 
 @cache
@@ -64,6 +70,16 @@ def construct(node: cst.Call, target: str, fields: dict[str, str] | None = None,
         raise error(f"{name} with unpacked arguments has no {target} form")
     kw = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
     kw.pop("rngs", None)
+    rank = None
+    if spec.rank:
+        size = kw.get(spec.rank)
+        if not isinstance(size, cst.Tuple) or not 1 <= len(size.elements) <= 3:
+            raise error(f"{name} whose {spec.rank} is not a tuple of 1 to 3 sizes")
+        rank = len(size.elements)
+    for k, allowed in spec.strings.items():
+        value = try_literal(kw.get(k), None)
+        if isinstance(value, str) and value not in allowed:
+            raise error(f"{name} {k}={code(kw[k])} has no {target} form")
     if spec.args is None:
         out_pos = pos
     else:
@@ -77,17 +93,27 @@ def construct(node: cst.Call, target: str, fields: dict[str, str] | None = None,
         if missing:
             raise error(f"{name} without its {missing[0]}")
         out_pos = [bound.pop(a) for a in spec.args]
-        left = [p for p in bound if p not in spec.drop]
-        if left:
-            raise error(f"{name} argument {left[0]} has no {target} form")
+        # the others, unless dropped, are the target's keywords (first, in NNX's order)
+        kw = {**{p: v for p, v in bound.items() if p not in spec.drop}, **kw}
     for d in spec.drop:
         kw.pop(d, None)
     if spec.keywords is None:
         out_kw = list(kw.items())
     else:
-        out_kw = [(new, kw.pop(old)) for old, new in spec.keywords.items() if old in kw]
+        out_kw = []
+        merged: dict[str, list[str]] = {}  # target keyword -> the NNX keywords it takes
+        for old, new in spec.keywords.items():
+            merged.setdefault(new, []).append(old)
+        for new, olds in merged.items():
+            given = [kw.pop(old) for old in olds if old in kw]
+            if not given:
+                continue
+            if len(given) != len(olds) or len({code(v) for v in given}) > 1:
+                raise error(f"{name} with {' and '.join(olds)} not the same: {spec.cls} has "
+                            f"one {new} for them")
+            out_kw.append((new, given[0]))
         if kw:
             raise error(f"{name} argument {min(kw)} {spec.refuse or f'has no {target} form'}")
     for k, text in spec.add.items():
         out_kw.append((k, cst.parse_expression(text.format(**(fields or {})))))
-    return Built(spec, out_pos, out_kw)
+    return Built(spec, out_pos, out_kw, rank)

@@ -68,7 +68,7 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
     pos, kw = _pos(node), _kw(node)
     built = layer_table.construct(node, "linen", {"train": train})
     if built is not None:  # a layer with a linen table in its rule
-        return _rebuild(built.spec.cls, built.pos, dict(built.kw))
+        return _rebuild(built.cls, built.pos, dict(built.kw))
     if name in ("BatchNorm", "nnx.BatchNorm"):  # the helper (torch's running variance) or not
         kw.pop("num_features", None)
         running = kw.pop("use_running_average", None)

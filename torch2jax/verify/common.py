@@ -1,7 +1,7 @@
-"""What the verifier's three target sides (NNX in run.py, linen.py, equinox.py) share: building the
-inputs, calling the models, comparing outputs, gradients and running statistics, and the errors
-and results they report. It imports no target side, so each side depends on it and not on
-another side.
+"""What the verifier's drivers (:mod:`torch2jax.verify.sides`) and the three target sides
+(nnx.py, linen.py, equinox.py) share: the request, building the inputs, calling the models,
+comparing outputs, gradients and running statistics, and the errors and results they report.
+It imports no target side, so each side depends on it and not on another side.
 """
 
 from __future__ import annotations
@@ -18,10 +18,43 @@ from typing import Any
 
 import numpy as np
 
+from torch2jax.ruleset import RuleSet
 from torch2jax.verify.load import LoadError
 from torch2jax.verify.spec import InputSpec, call_with
 
 _OUR_CODE = str(Path(__file__).resolve().parents[1])  # frames in torch2jax itself are not news
+
+ATOL, RTOL = 1e-5, 1e-4  # the float32 pass (float32 rounding through a network: about 1e-6)
+# The float64 pass: right translations agree to about 1e-14 relative (measured over the
+# fixtures and the test models, docs/verification.md); a default that differs moves the
+# numbers by 1e-8 or more.
+ATOL64, RTOL64 = 1e-10, 1e-10
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """Everything :func:`~torch2jax.verify.run.verify` was asked to do, passed along as one
+    value (to the target sides too)."""
+
+    target: str
+    args: dict | None = None
+    build: str | None = None
+    inputs: tuple[str, ...] = ()
+    jax_target: str = "nnx"
+    grad: bool = True  # also compare the gradients of every parameter
+    atol: float = ATOL  # the float32 pass
+    rtol: float = RTOL
+    seed: int = 0
+    device: str | None = None
+    converted: str | None = None
+    rules: RuleSet | None = None
+    benchmark: bool = False  # also time both forward passes (verify/benchmark.py)
+    train_mode: bool = False  # one forward in training mode, running statistics compared
+    # None: a float32 pass, then a float64 pass where both sides support it; True: the float64
+    # pass only (torch .double(), JAX with x64 enabled); False: the float32 pass only
+    float64: bool | None = None
+    atol64: float = ATOL64  # the float64 pass
+    rtol64: float = RTOL64
 
 
 class VerifyError(RuntimeError):

@@ -24,7 +24,25 @@ from typing import Any
 
 import numpy as np
 
+from torch2jax.verify.common import (
+    DROP_PATH_CLASSES,
+    VerifyError,
+    VerifyRequest,
+    build_call,
+    check_float64,
+    flatten_output,
+    torch_stats,
+    train_mode_note,
+    widen,
+)
 from torch2jax.verify.load import find_name
+from torch2jax.verify.sides import JaxSide, ParamPairs, StatPairs, Trainer, check_trajectory
+from torch2jax.verify.train_common import (
+    TrajectoryResult,
+    set_injected_learning_rate,
+    translate_loss,
+    translate_setup,
+)
 from torch2jax.weights import (
     ParamMapping,
     WeightTransferError,
@@ -222,13 +240,11 @@ def build_equinox_model(module: Any, name: str, args: dict | None, build: str | 
     import equinox as eqx
     import jax
 
-    from torch2jax.verify import common as vr
-
     key = jax.random.key(seed)
     if build is None:
         cls = find_name(module, name, module.__file__ or name)
         return eqx.nn.make_with_state(cls)(**(args or {}), key=key)
-    tree = vr.build_call(build)
+    tree = build_call(build)
     call = tree.body
     assert isinstance(call, ast.Call)
     call.func = ast.Call(func=ast.Name(_MAKE, ast.Load()), args=[call.func], keywords=[])
@@ -254,97 +270,163 @@ def batched(model: Any, n_inputs: int) -> Any:
     return lambda state, *xs: (mapped(*xs), state)
 
 
-def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
-                     torch_model: Any, specs: list) -> None:
-    """Build, transfer, run (under eqx.filter_jit) and differentiate the equinox model."""
-    import equinox as eqx
-    import jax.numpy as jnp
-    import torch
+@dataclass
+class EquinoxModel:
+    """The equinox side's model: the module, its ``eqx.nn.State`` and where the torch weights
+    went."""
 
-    from torch2jax.verify import common as vr
+    model: Any
+    state: Any
+    plan: EquinoxPlan | None = None
 
-    with vr.stage("building the equinox model"):
-        model, state = build_equinox_model(jax_module, name, req.args, req.build, req.seed)
-    if req.float64:
-        model, state = vr.widen(model), vr.widen(state)
-    try:
-        model, state, plan = transfer_to_equinox(torch_model, model, state)
-    except WeightTransferError as exc:
-        raise vr.VerifyError(str(exc)) from None
-    note = f"{len(plan.params)} tensors transferred into the equinox model"
-    if plan.stats:
-        note += f", the running statistics of {len(plan.stats)} BatchNorm layers into its State"
-    if plan.tied:
-        note += "; tied: " + ", ".join(f"{k} -> {v}" for k, v in plan.tied.items())
-    r.notes.append(note)
-    if req.train_mode:
-        n_torch = vr.torch_train_mode(torch_model)
-        model, n_jax = train_mode(model)
-        r.notes.append(vr.train_mode_note(n_torch, f"{n_jax} equinox modules in inference mode"))
+
+class EquinoxTrainer(Trainer):
+    """The train step ``--target equinox`` emits (docs/equinox.md), over :func:`batched`:
+    ``eqx.filter_value_and_grad`` of the loss of the model mapped over the batch, the optax
+    update of ``eqx.filter(model, eqx.is_array)``, ``eqx.apply_updates``."""
+
+    def __init__(self, model: EquinoxModel, setup: Any, loss_fn: Any) -> None:
+        import equinox as eqx
+
+        tx = setup.tx
+        self.model, self.state, self.plan = model.model, model.state, model.plan
+        self.opt_state = tx.init(eqx.filter(self.model, eqx.is_array))
+
+        @eqx.filter_jit
+        def train_step(model: Any, state: Any, opt_state: Any, xs: list, labels: Any) -> Any:
+            def loss_of(model: Any, state: Any) -> Any:
+                out, state = batched(model, len(xs))(state, *xs)
+                return loss_fn(out, labels), state
+
+            (loss, state), grads = eqx.filter_value_and_grad(loss_of, has_aux=True)(model,
+                                                                                    state)
+            updates, opt_state = tx.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+            return eqx.apply_updates(model, updates), state, opt_state, loss
+
+        self._step = train_step
+
+    def step(self, xs: list, labels: Any) -> Any:
+        self.model, self.state, self.opt_state, loss = self._step(
+            self.model, self.state, self.opt_state, xs, labels)
+        return loss
+
+    def params(self) -> Any:
+        import equinox as eqx
+
+        return eqx.filter(self.model, eqx.is_array)
+
+    def set_learning_rate(self, value: float) -> None:
+        set_injected_learning_rate(self.opt_state, value)
+
+    def trained(self) -> tuple[Any, Any]:
+        return EquinoxModel(self.model, self.state, self.plan), self.state
+
+
+class EquinoxSide(JaxSide):
+    """The per-example model mapped over the batch (:func:`batched`) under
+    ``eqx.filter_jit``; gradients from ``eqx.filter_grad``."""
+
+    name = "equinox"
+    build_stage = "building the equinox model"
+    forward_stage = "the equinox forward pass (jax.vmap under eqx.filter_jit)"
+    grad_stage = "the equinox gradient (eqx.filter_grad under eqx.filter_jit)"
+    step_stage = "the equinox training step {step} (eqx.filter_jit)"
+
+    def build(self, req: Any, module: Any, name: str, sample: list) -> EquinoxModel:
+        return EquinoxModel(*build_equinox_model(module, name, req.args, req.build, req.seed))
+
+    def load_weights(self, r: Any, req: Any, model: EquinoxModel, torch_model: Any
+                     ) -> EquinoxModel:
+        mdl, state = model.model, model.state
+        if req.float64:
+            mdl, state = widen(mdl), widen(state)
+        mdl, state, plan = transfer_to_equinox(torch_model, mdl, state)
+        note = f"{len(plan.params)} tensors transferred into the equinox model"
+        if plan.stats:
+            note += (f", the running statistics of {len(plan.stats)} BatchNorm layers into its "
+                     "State")
+        if plan.tied:
+            note += "; tied: " + ", ".join(f"{k} -> {v}" for k, v in plan.tied.items())
+        r.notes.append(note)
+        return EquinoxModel(mdl, state, plan)
+
+    def train_mode(self, r: Any, model: EquinoxModel, n_torch: int) -> EquinoxModel:
+        mdl, n_jax = train_mode(model.model)
+        r.notes.append(train_mode_note(n_torch, f"{n_jax} equinox modules in inference mode"))
         r.notes.append("per-example model mapped over the batch with jax.vmap")
-    else:
-        model = eqx.nn.inference_mode(model)
+        return EquinoxModel(mdl, model.state, model.plan)
+
+    def eval_mode(self, r: Any, model: EquinoxModel) -> EquinoxModel:
+        import equinox as eqx
+
         r.notes.append("per-example model mapped over the batch with jax.vmap, "
                        "eqx.nn.inference_mode")
-    rng = np.random.default_rng(req.seed)
-    arrays = [s.sample(rng) for s in specs]
-    r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
-    torch_in = vr.torch_inputs(arrays, specs)
-    jax_in = vr.jax_inputs(arrays, specs)
-    with vr.stage("the torch forward pass"), torch.no_grad():
-        torch_out = torch_model(*torch_in)
-    torch_leaves = [(k, vr.torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
+        return EquinoxModel(eqx.nn.inference_mode(model.model), model.state, model.plan)
 
-    def forward(model: Any, state: Any, xs: list) -> Any:
-        return batched(model, len(xs))(state, *xs)[0]
+    def check_float64(self, model: EquinoxModel, jax_in: list, specs: list) -> None:
+        import equinox as eqx
 
-    if req.float64:
-        params, static = eqx.partition(model, eqx.is_array)
-        vr.check_float64(lambda p, st, xs: batched(eqx.combine(p, static), len(xs))(st, *xs),
-                         params, state, jax_in)
-    with vr.stage("the equinox forward pass (jax.vmap under eqx.filter_jit)"):
-        jax_out, new_state = eqx.filter_jit(
-            lambda model, state, xs: batched(model, len(xs))(state, *xs))(model, state, jax_in)
-    jax_leaves = [(k, vr.jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
-    out = vr.compare_outputs(jax_leaves, torch_leaves, r)
-    r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
-    r.passed, r.mismatch = out.ok, out.first_failure
-    if req.train_mode:  # before the gradients: torch's backward pass runs the model again
-        vr.compare_stats(r, stat_pairs(torch_model, model, new_state, plan),
-                         "after the forward pass")
-    if not (req.grad and out.shapes_match):
-        if req.grad:
-            r.notes.append("gradients not compared: the outputs differ in structure or shape")
-        return
-    cots = vr.cotangents(torch_leaves, req.seed)
-    with vr.stage("the torch backward pass"):
-        tg = vr.torch_grads(torch_model, torch_in, cots)
-    jcots = {k: jnp.asarray(v) for k, v in cots.items()}
+        params, static = eqx.partition(model.model, eqx.is_array)
+        check_float64(lambda p, st, xs: batched(eqx.combine(p, static), len(xs))(st, *xs),
+                      params, model.state, jax_in)
 
-    def scalar(model: Any, state: Any, xs: list) -> Any:
-        leaves = dict(vr.flatten_output(forward(model, state, xs)))
-        return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32)) * c) for k, c in jcots.items())
+    def forward(self, model: EquinoxModel, jax_in: list, specs: list) -> tuple[Any, Any]:
+        import equinox as eqx
 
-    with vr.stage("the equinox gradient (eqx.filter_grad under eqx.filter_jit)"):
-        grads = eqx.filter_jit(eqx.filter_grad(scalar))(model, state, jax_in)
-    jg, mapping = {}, {}
-    params = {n for n, p in torch_model.named_parameters() if p.requires_grad}
-    by_name = dict(plan.params)
-    for tname in params:
-        carrier = plan.tied.get(tname, tname)
-        parts = by_name.get(carrier)
-        if parts is None:
-            continue
-        mapping[tname] = []
-        for p in parts:
-            g = walk(grads, p.path)
-            jg[p.path] = np.zeros(walk(model, p.path).shape, np.float32) if g is None \
-                else np.asarray(g)
-            mapping[tname].append(ParamMapping(tname, "mapped", p.path, p.layout, None))
-    g = vr.compare_grads(jg, tg, mapping, r)
-    r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
-    r.passed = r.passed and g.ok
-    r.mismatch = r.mismatch or g.first_failure
+        return eqx.filter_jit(lambda model, state, xs: batched(model, len(xs))(state, *xs))(
+            model.model, model.state, jax_in)
+
+    def stats(self, req: Any, torch_model: Any, model: EquinoxModel, updated: Any
+              ) -> StatPairs:
+        return stat_pairs(torch_model, model.model, updated, model.plan)
+
+    def grads(self, r: Any, req: Any, torch_model: Any, model: EquinoxModel, jax_in: list,
+              cots: dict, specs: list) -> tuple[dict, dict]:
+        import equinox as eqx
+        import jax.numpy as jnp
+
+        jcots = {k: jnp.asarray(v) for k, v in cots.items()}
+
+        def scalar(mdl: Any, state: Any, xs: list) -> Any:
+            leaves = dict(flatten_output(batched(mdl, len(xs))(state, *xs)[0]))
+            return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32))
+                               * c) for k, c in jcots.items())
+
+        grads = eqx.filter_jit(eqx.filter_grad(scalar))(model.model, model.state, jax_in)
+        jg, mapping = {}, {}
+        by_name = dict(model.plan.params)
+        for tname in (n for n, p in torch_model.named_parameters() if p.requires_grad):
+            parts = by_name.get(model.plan.tied.get(tname, tname))
+            if parts is None:
+                continue
+            mapping[tname] = []
+            for p in parts:
+                g = walk(grads, p.path)
+                jg[p.path] = np.zeros(walk(model.model, p.path).shape, np.float32) if g is None \
+                    else np.asarray(g)
+                mapping[tname].append(ParamMapping(tname, "mapped", p.path, p.layout, None))
+        return jg, mapping
+
+    def trajectory_mode(self, r: Any, model: EquinoxModel, n_dropout: int, n_drop_path: int
+                        ) -> EquinoxModel:
+        return EquinoxModel(train_mode(model.model)[0], model.state, model.plan)
+
+    def train_step(self, model: EquinoxModel, setup: Any, loss_fn: Any) -> Trainer:
+        return EquinoxTrainer(model, setup, loss_fn)
+
+    def param_pairs(self, req: Any, torch_model: Any, model: EquinoxModel,
+                    params_torch: dict[str, np.ndarray], steps: int) -> ParamPairs:
+        names = {n for n, p in torch_model.named_parameters() if p.requires_grad}
+        pairs = []
+        for key, parts in model.plan.params:
+            if key not in names:
+                continue
+            if any(p.summed for p in parts):
+                raise VerifyError(f"{key} is summed with another torch tensor in the equinox "
+                                  "model: torch trains the two apart")
+            pairs.append((key, f"param {key} after {steps} steps",
+                          torch_value(model.model, parts), params_torch[key]))
+        return pairs
 
 
 # --- training mode ----------------------------------------------------------------------------
@@ -352,8 +434,6 @@ def run_equinox_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str
 
 def _is_dropout(x: Any) -> bool:
     import equinox as eqx
-
-    from torch2jax.verify.common import DROP_PATH_CLASSES
 
     return isinstance(x, eqx.nn.Dropout) or (isinstance(x, eqx.Module) and type(
         x).__name__ in DROP_PATH_CLASSES)
@@ -378,8 +458,6 @@ def train_mode(model: Any) -> tuple[Any, int]:
 def stat_pairs(torch_model: Any, model: Any, state: Any, plan: EquinoxPlan
                ) -> list[tuple[str, str, Any, Any]]:
     """Each torch running statistic with its value in the ``State``."""
-    from torch2jax.verify.common import torch_stats
-
     ref = torch_stats(torch_model)
     pairs = []
     for path, names in plan.stats.items():
@@ -394,125 +472,27 @@ def stat_pairs(torch_model: Any, model: Any, state: Any, plan: EquinoxPlan
 # --- training trajectories --------------------------------------------------------------------
 
 
-def train_step_equinox(tx: Any, loss_jax: Any) -> Any:
-    """The train step ``--target equinox`` emits (docs/equinox.md), over ``batched``:
-    ``eqx.filter_value_and_grad`` of the loss of the model mapped over the batch, the optax
-    update of ``eqx.filter(model, eqx.is_array)``, ``eqx.apply_updates``."""
-    import equinox as eqx
-
-    @eqx.filter_jit
-    def step(model: Any, state: Any, opt_state: Any, xs: list, labels: Any) -> Any:
-        def loss_fn(model: Any, state: Any) -> Any:
-            out, state = batched(model, len(xs))(state, *xs)
-            return loss_jax(out, labels), state
-
-        (loss, state), grads = eqx.filter_value_and_grad(loss_fn, has_aux=True)(model, state)
-        updates, opt_state = tx.update(grads, opt_state, eqx.filter(model, eqx.is_array))
-        return eqx.apply_updates(model, updates), state, opt_state, loss
-
-    return step
-
-
 def train_equinox(torch_model: Any, jax_module: Any, name: str, args: dict | None,
                   train: Any, inputs: list[str], *, build: str | None = None, seed: int = 0,
-                  rtol: float = 1e-4, rules: Any = None) -> Any:
-    """The trajectory check (torch2jax.verify.trajectory) for the equinox target: the
-    converted ``eqx.Module`` built with ``key=`` and the torch weights, then ``train.steps``
-    steps of the equinox train step against torch's ``zero_grad / backward / clip / step /
-    scheduler.step()`` on the same batches; the loss of every step and every parameter at the
-    end are compared, and so are BatchNorm's running statistics. Dropout is off on both sides
-    (dropout-like modules in eval / inference mode); BatchNorm normalises with batch
-    statistics on both sides."""
+                  rtol: float = 1e-4, rules: Any = None) -> TrajectoryResult:
+    """The trajectory check (:func:`torch2jax.verify.sides.check_trajectory`) of a copy of
+    ``torch_model`` against the converted ``eqx.Module`` of ``jax_module``, built with
+    ``key=`` and given the torch weights: ``train.steps`` steps of the equinox train step
+    (:class:`EquinoxTrainer`) against torch's on the same batches; the loss of every step and
+    every parameter and BatchNorm running statistic at the end are compared. Dropout is off on
+    both sides; BatchNorm normalises with batch statistics on both sides."""
     import copy
 
-    import equinox as eqx
-    import jax
-    import torch
+    from torch2jax.verify.spec import parse_specs
 
-    from torch2jax.verify import common as vr
-    from torch2jax.verify import train_common as tr
-    from torch2jax.verify.spec import parse_spec, parse_specs
-
-    r = tr.TrajectoryResult(model=name, target="equinox", rtol=rtol,
-                            mode=f"train {train.steps} steps", steps=train.steps,
-                            optimizer=train.optimizer, scheduler=train.scheduler,
-                            loss=train.loss)
-    tm = copy.deepcopy(torch_model)
-    model, state = build_equinox_model(jax_module, name, args, build, seed)
-    model, state, plan = transfer_to_equinox(tm, model, state)
-    tr.unalias(tm)
-    setup = tr.translate_setup(train)
-    if setup.plateau is not None:
-        raise vr.VerifyError("ReduceLROnPlateau: not checked for equinox")
+    r = TrajectoryResult(model=name, target="equinox", rtol=rtol,
+                         mode=f"train {train.steps} steps", steps=train.steps,
+                         optimizer=train.optimizer, scheduler=train.scheduler, loss=train.loss)
+    setup = translate_setup(train)
     r.optax, r.schedule = setup.tx_code, setup.schedule_code
-    loss_jax, _ = tr.translate_loss(train.loss, rules)
-    vr.torch_train_mode(tm)
-    model, _ = train_mode(model)
-    tx = setup.tx
-    opt_state = tx.init(eqx.filter(model, eqx.is_array))
-    step = train_step_equinox(tx, loss_jax)
-    loss_torch = tr.torch_loss(train.loss)
-    opt, sched = tr.torch_setup(train, tm)
-    specs = parse_specs(inputs)
-    label_spec = parse_spec(train.labels) if train.labels else None
-    rng = np.random.default_rng(seed + 3)
-    for i in range(train.steps):
-        arrays = [s.sample(rng) for s in specs]
-        label_arr = label_spec.sample(rng) if label_spec else None
-        t_in = vr.torch_inputs(arrays, specs)
-        t_lab = vr.torch_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with vr.stage(f"the torch training step {i}"):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_torch(tm(*t_in), t_lab)
-            loss.backward()
-            if train.clip_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(tm.parameters(), train.clip_grad_norm)
-            opt.step()
-            if sched is not None:
-                sched.step()
-        r.losses_torch.append(float(loss.item()))
-        j_in = vr.jax_inputs(arrays, specs)
-        j_lab = vr.jax_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with vr.stage(f"the equinox training step {i} (eqx.filter_jit)"):
-            model, state, opt_state, jloss = step(model, state, opt_state, j_in, j_lab)
-        r.losses_jax.append(float(jax.device_get(jloss)))
-    rels = [tr.relative_loss_diff(a, b)
-            for a, b in zip(r.losses_jax, r.losses_torch, strict=True)]
-    r.loss_max_rel_diff = max(rels, default=0.0)
-    names = {n for n, p in tm.named_parameters() if p.requires_grad}
-    p_abs, p_rel, worst = 0.0, 0.0, None
-    for key, parts in plan.params:
-        if key not in names:
-            continue
-        if any(p.summed for p in parts):
-            raise vr.VerifyError(f"{key} is summed with another torch tensor in the equinox "
-                                 "model: torch trains the two apart")
-        got = torch_value(model, parts)
-        ref = tm.state_dict()[key].detach().cpu().float().numpy().reshape(got.shape)
-        d = vr.compare_arrays(got, ref, r.atol, rtol)
-        r.compared.append(f"param {key} after {train.steps} steps")
-        p_abs = max(p_abs, d.abs)
-        if d.rel > p_rel:
-            p_rel, worst = d.rel, key
-    r.param_max_abs_diff, r.param_max_rel_diff, r.worst_param = p_abs, p_rel, worst
-    r.max_abs_diff, r.max_rel_diff = p_abs, p_rel
-    r.passed = r.loss_max_rel_diff <= rtol and p_rel <= rtol
-    vr.compare_stats(r, stat_pairs(tm, model, state, plan), f"after {train.steps} steps")
+    loss_fn, _ = translate_loss(train.loss, rules)
+    req = VerifyRequest(name, args=args, build=build, inputs=tuple(inputs),
+                        jax_target="equinox", rtol=rtol, seed=seed, rules=rules)
+    check_trajectory(EquinoxSide(), r, req, train, jax_module, name, copy.deepcopy(torch_model),
+                     parse_specs(inputs), setup, loss_fn)
     return r
-
-
-def equinox_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str,
-                       torch_model: Any) -> None:
-    """The trajectory check of :mod:`torch2jax.verify.trajectory` on the equinox target: train
-    the torch model and the converted equinox one and copy the figures into ``r``."""
-    from dataclasses import fields
-
-    from torch2jax.verify.load import load_module
-
-    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
-    done = train_equinox(torch_model, jax_module, name, req.args, train, list(req.inputs),
-                         build=req.build, seed=req.seed, rtol=req.rtol, rules=req.rules)
-    for f in fields(done):
-        if f.name not in ("model", "target", "atol", "todos", "device", "notes"):
-            setattr(r, f.name, getattr(done, f.name))
-    r.notes += done.notes

@@ -17,7 +17,20 @@ from typing import Any
 import numpy as np
 
 from torch2jax.ruleset import Rule, RuleSet, builtin_rules
+from torch2jax.verify.common import (
+    DROP_PATH_CLASSES,
+    VerifyError,
+    build_call,
+    check_float64,
+    flatten_output,
+    stage,
+    torch_stats,
+    train_mode_note,
+    widen,
+)
 from torch2jax.verify.load import find_name
+from torch2jax.verify.sides import JaxSide, ParamPairs, StatPairs, Trainer
+from torch2jax.verify.train_common import set_injected_learning_rate
 from torch2jax.weights import (
     ParamMapping,
     WeightTransferError,
@@ -224,77 +237,171 @@ def flat_params(tree: dict, prefix: tuple = ()) -> dict[tuple, np.ndarray]:
     return out
 
 
-def run_linen_side(r: Any, req: Any, jax_module: Any, jax_path: Any, name: str,
-                   torch_model: Any, specs: list) -> None:
-    """Build, init, transfer, run (under jit) and differentiate the linen model."""
-    import jax
-    import jax.numpy as jnp
-    import torch
+@dataclass
+class LinenModel:
+    """The linen side's model: the module (cloned with ``train=True`` in training mode), its
+    variables and where the torch weights went."""
 
-    from torch2jax.verify import common as vr
+    module: Any
+    variables: dict
+    plan: LinenPlan | None = None
 
-    with vr.stage("building the linen model"):
+
+class LinenTrainer(Trainer):
+    """The training code linen output uses: a TrainState, ``jax.value_and_grad`` of
+    ``apply`` under ``jax.jit``, ``mutable=["batch_stats"]``."""
+
+    def __init__(self, model: LinenModel, setup: Any, loss_fn: Any) -> None:
+        import flax.linen as nn
+        import jax
+        from flax.training import train_state
+
+        self.model = model
+        stats = "batch_stats" in model.variables
+
+        class State(train_state.TrainState):
+            batch_stats: Any = None
+
+        self.state = State.create(apply_fn=model.module.apply,
+                                  params=model.variables["params"], tx=setup.tx,
+                                  batch_stats=model.variables.get("batch_stats"))
+
+        @jax.jit
+        def train_step(state: Any, xs: list, labels: Any) -> Any:
+            def loss_of(params: Any) -> Any:
+                with nn.intercept_methods(_no_dropout):
+                    if stats:
+                        out, updates = state.apply_fn(
+                            {"params": params, "batch_stats": state.batch_stats}, *xs,
+                            mutable=["batch_stats"])
+                        return loss_fn(out, labels), updates["batch_stats"]
+                    return loss_fn(state.apply_fn({"params": params}, *xs), labels), None
+
+            (loss, new_stats), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
+            return state.apply_gradients(grads=grads, batch_stats=new_stats), loss
+
+        self._step = train_step
+
+    def step(self, xs: list, labels: Any) -> Any:
+        self.state, loss = self._step(self.state, xs, labels)
+        return loss
+
+    def params(self) -> Any:
+        return self.state.params
+
+    def set_learning_rate(self, value: float) -> None:
+        set_injected_learning_rate(self.state.opt_state, value)
+
+    def trained(self) -> tuple[Any, Any]:
+        variables = {"params": self.state.params}
+        if self.state.batch_stats is not None:
+            variables["batch_stats"] = self.state.batch_stats
+        return LinenModel(self.model.module, variables, self.model.plan), \
+            self.state.batch_stats or {}
+
+
+class LinenSide(JaxSide):
+    name = "linen"
+    build_stage = "building the linen model"
+    forward_stage = "the linen forward pass (model.apply under jax.jit)"
+    grad_stage = "the linen gradient (jax.grad under jax.jit)"
+    step_stage = "the linen training step {step} (jax.jit)"
+
+    def build(self, req: Any, module: Any, name: str, sample: list) -> LinenModel:
+        """The module, then its variables initialised on ``sample`` (under jax.jit)."""
+        import jax
+
         if req.build is None:
-            model = find_name(jax_module, name, jax_path)(**(req.args or {}))
+            model = find_name(module, name, module.__file__ or name)(**(req.args or {}))
         else:
-            model = eval(compile(vr.build_call(req.build), "<--build>", "eval"),
-                         dict(vars(jax_module)))
-    rng = np.random.default_rng(req.seed)
-    arrays = [s.sample(rng) for s in specs]
-    r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
-    torch_in = vr.torch_inputs(arrays, specs)
-    jax_in = vr.jax_inputs(arrays, specs)
-    with vr.stage("initialising the linen variables"):
-        variables = jax.jit(lambda xs: model.init(jax.random.key(req.seed), *xs))(jax_in)
-    variables = _thaw(variables)
-    if req.float64:
-        variables = vr.widen(variables)
-    try:
+            model = eval(compile(build_call(req.build), "<--build>", "eval"), dict(vars(module)))
+        with stage("initialising the linen variables"):
+            variables = jax.jit(lambda xs: model.init(jax.random.key(req.seed), *xs))(sample)
+        return LinenModel(model, _thaw(variables))
+
+    def load_weights(self, r: Any, req: Any, model: LinenModel, torch_model: Any
+                     ) -> LinenModel:
+        variables = widen(model.variables) if req.float64 else model.variables
         variables, plan = transfer_to_linen(torch_model, variables, req.rules)
-    except WeightTransferError as exc:
-        raise vr.VerifyError(str(exc)) from None
-    mapped = sum(1 for m in plan.mappings if m.status == "mapped")
-    note = f"{mapped} tensors transferred into the linen variables"
-    if plan.constants:
-        note += f"; {len(plan.constants)} buffers recomputed by setup(): " + ", ".join(
-            plan.constants)
-    r.notes.append(note)
-    if req.train_mode:
-        model = _train_mode(model, torch_model, r)
-    with vr.stage("the torch forward pass"), torch.no_grad():
-        torch_out = torch_model(*torch_in)
-    torch_leaves = [(k, vr.torch_to_numpy(v)) for k, v in vr.flatten_output(torch_out)]
-    if req.float64:
-        vr.check_float64(lambda v, xs: _apply(model, v, xs), variables, jax_in)
-    with vr.stage("the linen forward pass (model.apply under jax.jit)"):
-        jax_out, stats = jax.jit(lambda v, xs: _apply(model, v, xs))(variables, jax_in)
-    jax_leaves = [(k, vr.jax_to_numpy(v)) for k, v in vr.flatten_output(jax_out)]
-    out = vr.compare_outputs(jax_leaves, torch_leaves, r)
-    r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
-    r.passed, r.mismatch = out.ok, out.first_failure
-    if req.train_mode:  # before the gradients: torch's backward pass runs the model again
-        vr.compare_stats(r, stat_pairs(torch_model, plan, stats), "after the forward pass")
-    if not (req.grad and out.shapes_match):
-        if req.grad:
-            r.notes.append("gradients not compared: the outputs differ in structure or shape")
-        return
-    cots = vr.cotangents(torch_leaves, req.seed)
-    with vr.stage("the torch backward pass"):
-        tg = vr.torch_grads(torch_model, torch_in, cots)
-    jcots = {k: jnp.asarray(v) for k, v in cots.items()}
-    rest = {k: v for k, v in variables.items() if k != "params"}
+        mapped = sum(1 for m in plan.mappings if m.status == "mapped")
+        note = f"{mapped} tensors transferred into the linen variables"
+        if plan.constants:
+            note += f"; {len(plan.constants)} buffers recomputed by setup(): " + ", ".join(
+                plan.constants)
+        r.notes.append(note)
+        return LinenModel(model.module, variables, plan)
 
-    def scalar(params: Any, xs: list) -> Any:
-        leaves = dict(vr.flatten_output(_apply(model, {"params": params, **rest}, xs)[0]))
-        return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32)) * c) for k, c in jcots.items())
+    def train_mode(self, r: Any, model: LinenModel, n_torch: int) -> LinenModel:
+        """Dropout-like modules deterministic (intercepted: :func:`_no_dropout`), the module
+        cloned with ``train=True`` where it has that field."""
+        r.notes.append(train_mode_note(n_torch, "linen's intercepted (they return their input)"))
+        return LinenModel(_with_train(model.module), model.variables, model.plan)
 
-    with vr.stage("the linen gradient (jax.grad under jax.jit)"):
-        jg = flat_params(jax.jit(jax.grad(scalar))(variables["params"], jax_in))
-    mapping = gradient_map_linen(torch_model, plan)
-    g = vr.compare_grads(jg, tg, mapping, r)
-    r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
-    r.passed = r.passed and g.ok
-    r.mismatch = r.mismatch or g.first_failure
+    def eval_mode(self, r: Any, model: LinenModel) -> LinenModel:
+        return model
+
+    def check_float64(self, model: LinenModel, jax_in: list, specs: list) -> None:
+        check_float64(lambda v, xs: _apply(model.module, v, xs), model.variables, jax_in)
+
+    def forward(self, model: LinenModel, jax_in: list, specs: list) -> tuple[Any, Any]:
+        import jax
+
+        return jax.jit(lambda v, xs: _apply(model.module, v, xs))(model.variables, jax_in)
+
+    def stats(self, req: Any, torch_model: Any, model: LinenModel, updated: Any) -> StatPairs:
+        return stat_pairs(torch_model, model.plan, updated)
+
+    def grads(self, r: Any, req: Any, torch_model: Any, model: LinenModel, jax_in: list,
+              cots: dict, specs: list) -> tuple[dict, dict]:
+        import jax
+        import jax.numpy as jnp
+
+        jcots = {k: jnp.asarray(v) for k, v in cots.items()}
+        rest = {k: v for k, v in model.variables.items() if k != "params"}
+
+        def scalar(params: Any, xs: list) -> Any:
+            out = _apply(model.module, {"params": params, **rest}, xs)[0]
+            leaves = dict(flatten_output(out))
+            return sum(jnp.sum(leaves[k].astype(jnp.promote_types(leaves[k].dtype, jnp.float32))
+                               * c) for k, c in jcots.items())
+
+        jg = flat_params(jax.jit(jax.grad(scalar))(model.variables["params"], jax_in))
+        return jg, gradient_map_linen(torch_model, model.plan)
+
+    def trajectory_mode(self, r: Any, model: LinenModel, n_dropout: int, n_drop_path: int
+                        ) -> LinenModel:
+        if n_dropout:
+            r.notes.append(f"dropout disabled for the trajectory: {n_dropout} torch Dropout "
+                           "modules set to p=0, nn.Dropout intercepted (random masks cannot "
+                           "agree)")
+        if n_drop_path:
+            r.notes.append(f"stochastic depth off for the trajectory: {n_drop_path} torch "
+                           "drop-path modules in eval mode, the converted ones intercepted")
+        trained = _with_train(model.module)
+        r.notes.append("training mode on both sides" + (" (model.clone(train=True))"
+                                                         if trained is not model.module else "")
+                       + "; BatchNorm uses batch statistics and updates its running averages")
+        return LinenModel(trained, model.variables, model.plan)
+
+    def train_step(self, model: LinenModel, setup: Any, loss_fn: Any) -> Trainer:
+        return LinenTrainer(model, setup, loss_fn)
+
+    def param_pairs(self, req: Any, torch_model: Any, model: LinenModel,
+                    params_torch: dict[str, np.ndarray], steps: int) -> ParamPairs:
+        params_jax = flat_params(model.variables["params"])
+        pairs = []
+        for name, mp in ((n, mp) for n, ms in gradient_map_linen(torch_model, model.plan).items()
+                         for mp in ms):
+            if ("params", *mp.nnx_path) in model.plan.summed:
+                raise VerifyError(f"{name} is summed with another torch tensor in the linen "
+                                  "parameters: torch trains the two apart")
+            got = params_jax.get(tuple(mp.nnx_path))
+            if got is None:
+                raise VerifyError(f"the linen variables have no parameter for {name}")
+            compared = (f"param {name} -> params/{'/'.join(map(str, mp.nnx_path))} "
+                        f"({mp.layout}) after {steps} steps")
+            pairs.append((name, compared, got, apply_layout(params_torch[name], mp.layout)))
+        return pairs
 
 
 def _apply(model: Any, variables: dict, xs: list) -> tuple[Any, dict]:
@@ -310,23 +417,16 @@ def _apply(model: Any, variables: dict, xs: list) -> tuple[Any, dict]:
         return model.apply(variables, *xs), {}
 
 
-def _train_mode(model: Any, torch_model: Any, r: Any) -> Any:
-    """Both models in training mode, dropout-like modules deterministic: the linen model
-    cloned with ``train=True`` where it has that field."""
-    from torch2jax.verify import common as vr
-
-    n_torch = vr.torch_train_mode(torch_model)
-    r.notes.append(vr.train_mode_note(n_torch, "linen's intercepted (they return their input)"))
-    if TRAIN_FIELD in getattr(type(model), "__dataclass_fields__", {}):
-        return model.clone(train=True)
-    return model
+def _with_train(module: Any) -> Any:
+    """The module cloned with ``train=True`` where it has that field (docs/linen-output.md)."""
+    if TRAIN_FIELD in getattr(type(module), "__dataclass_fields__", {}):
+        return module.clone(train=True)
+    return module
 
 
 def stat_pairs(torch_model: Any, plan: LinenPlan, stats: dict) -> list[tuple[str, str, Any, Any]]:
     """Each torch running statistic with its value in the linen ``batch_stats``."""
-    from torch2jax.verify import common as vr
-
-    ref = vr.torch_stats(torch_model)
+    ref = torch_stats(torch_model)
     return [(m.torch_name, "/".join(map(str, m.nnx_path)), _lookup(stats, list(m.nnx_path[1:])),
              ref[m.torch_name]) for m in plan.mappings
             if m.status == "mapped" and m.torch_name in ref and m.nnx_path[0] == "batch_stats"]
@@ -338,157 +438,7 @@ def _no_dropout(next_fun: Any, args: tuple, kwargs: dict, context: Any) -> Any:
     input (random masks from two RNGs cannot agree; torch's get p = 0 or eval mode)."""
     import flax.linen as nn
 
-    from torch2jax.verify.common import DROP_PATH_CLASSES
-
     if (isinstance(context.module, nn.Dropout) or type(context.module).__name__ in
             DROP_PATH_CLASSES) and context.method_name == "__call__":
         return args[0]
     return next_fun(*args, **kwargs)
-
-
-def linen_trajectory(r: Any, req: Any, train: Any, jax_path: Any, name: str, torch_model: Any,
-                     specs: list, setup: Any, loss_jax: Any) -> None:
-    """The trajectory check for --target linen: the converted module initialised, the torch
-    weights transferred, then ``train.steps`` steps of the training code linen output uses
-    (a TrainState, ``jax.value_and_grad`` of ``model.clone(train=True).apply`` under
-    ``jax.jit``, ``mutable=["batch_stats"]``) against torch's, on the same batches."""
-    import flax.linen as nn
-    import jax
-    import jax.numpy as jnp
-    import torch
-    from flax.training import train_state
-
-    from torch2jax.verify import common as vr
-    from torch2jax.verify import train_common as vt
-    from torch2jax.verify.load import load_module
-    from torch2jax.verify.spec import parse_spec
-
-    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
-    with vr.stage("building the linen model"):
-        if req.build is None:
-            model = find_name(jax_module, name, jax_path)(**(req.args or {}))
-        else:
-            model = eval(compile(vr.build_call(req.build), "<--build>", "eval"),
-                         dict(vars(jax_module)))
-    rng = np.random.default_rng(req.seed)
-    sample = vr.jax_inputs([s.sample(rng) for s in specs], specs)
-    with vr.stage("initialising the linen variables"):
-        variables = _thaw(jax.jit(lambda xs: model.init(jax.random.key(req.seed), *xs))(sample))
-    try:
-        variables, plan = transfer_to_linen(torch_model, variables, req.rules)
-    except WeightTransferError as exc:
-        raise vr.VerifyError(str(exc)) from None
-    r.notes.append(f"{sum(1 for m in plan.mappings if m.status == 'mapped')} tensors "
-                   "transferred into the linen variables")
-    vt.unalias(torch_model)
-    torch_model.train()
-    dropped = 0
-    for mod in torch_model.modules():
-        if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p:
-            mod.p = 0.0
-            dropped += 1
-    if dropped:
-        r.notes.append(f"dropout disabled for the trajectory: {dropped} torch Dropout modules "
-                       "set to p=0, nn.Dropout intercepted (random masks cannot agree)")
-    trained = model.clone(train=True) if "train" in getattr(
-        type(model), "__dataclass_fields__", {}) else model
-    r.notes.append("training mode on both sides" + (" (model.clone(train=True))"
-                                                     if trained is not model else "")
-                   + "; BatchNorm uses batch statistics and updates its running averages")
-    stats = "batch_stats" in variables
-
-    class State(train_state.TrainState):
-        batch_stats: Any = None
-
-    state = State.create(apply_fn=trained.apply, params=variables["params"], tx=setup.tx,
-                         batch_stats=variables.get("batch_stats"))
-
-    @jax.jit
-    def train_step(state: Any, xs: list, labels: Any) -> Any:
-        def loss_fn(params: Any) -> Any:
-            with nn.intercept_methods(_no_dropout):
-                if stats:
-                    out, updates = state.apply_fn(
-                        {"params": params, "batch_stats": state.batch_stats}, *xs,
-                        mutable=["batch_stats"])
-                    return loss_jax(out, labels), updates["batch_stats"]
-                return loss_jax(state.apply_fn({"params": params}, *xs), labels), None
-
-        (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        return state.apply_gradients(grads=grads, batch_stats=new_stats), loss
-
-    plateau_state = None
-    if setup.plateau is not None:
-        plateau_state = setup.plateau.init(state.params)
-    label_spec = parse_spec(train.labels) if train.labels else None
-    loss_torch = vt.torch_loss(train.loss)
-    opt, sched = vt.torch_setup(train, torch_model)
-    rng = np.random.default_rng(req.seed + 3)
-    torch_losses: list[float] = []
-    jax_losses: list[float] = []
-    for step in range(train.steps):
-        arrays = [s.sample(rng) for s in specs]
-        label_arr = label_spec.sample(rng) if label_spec else None
-        t_in = vr.torch_inputs(arrays, specs)
-        t_lab = vr.torch_inputs([label_arr], [label_spec])[0] if label_spec else None
-        torch_losses.append(vt.torch_step(torch_model, opt, sched, loss_torch, t_in, t_lab,
-                                          train.clip_grad_norm, step))
-        j_in = vr.jax_inputs(arrays, specs)
-        j_lab = vr.jax_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with vr.stage(f"the linen training step {step} (jax.jit)"):
-            state, jloss = train_step(state, j_in, j_lab)
-            if setup.plateau is not None:
-                value = -jloss if setup.negate_metric else jloss
-                _, plateau_state = setup.plateau.update(None, plateau_state, value=value)
-                hp = _hyperparams(state.opt_state)
-                hp["learning_rate"] = jnp.asarray(setup.base_lr * plateau_state.scale,
-                                                  hp["learning_rate"].dtype)
-        jax_losses.append(float(jax.device_get(jloss)))
-    params_torch = {n: p.detach().cpu().float().numpy().copy()
-                    for n, p in torch_model.named_parameters()}
-    traj = vt.Trajectory(torch_losses, jax_losses, params_torch, flat_params(state.params))
-    _compare_trajectory(traj, torch_model, plan, r)
-    vr.compare_stats(r, stat_pairs(torch_model, plan, state.batch_stats or {}),
-                     f"after {train.steps} steps")
-
-
-def _hyperparams(opt_state: Any) -> dict:
-    """The injected hyperparameters (inside a chain: clipping comes first)."""
-    if hasattr(opt_state, "hyperparams"):
-        return opt_state.hyperparams
-    for part in opt_state if isinstance(opt_state, tuple) else ():
-        found = _hyperparams(part)
-        if found is not None:
-            return found
-    return None
-
-
-def _compare_trajectory(traj: Any, torch_model: Any, plan: LinenPlan, r: Any) -> None:
-    from torch2jax.verify import train_common as vt
-    from torch2jax.verify.common import VerifyError, compare_arrays
-
-    r.losses_torch, r.losses_jax = traj.losses_torch, traj.losses_jax
-    rels = [vt.relative_loss_diff(a, b)
-            for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
-    worst_step = int(np.argmax(rels)) if rels else 0
-    loss_rel = rels[worst_step] if rels else 0.0
-    r.loss_max_rel_diff = loss_rel
-    p_abs, p_rel, worst = 0.0, -1.0, None
-    for name, mp in ((n, mp) for n, ms in gradient_map_linen(torch_model, plan).items()
-                     for mp in ms):
-        if ("params", *mp.nnx_path) in plan.summed:
-            raise VerifyError(f"{name} is summed with another torch tensor in the linen "
-                              "parameters: torch trains the two apart")
-        ref = apply_layout(traj.params_torch[name], mp.layout)
-        got = traj.params_jax.get(tuple(mp.nnx_path))
-        if got is None:
-            raise VerifyError(f"the linen variables have no parameter for {name}")
-        if ref.shape != got.shape and ref.size == got.size:
-            ref = ref.reshape(got.shape)
-        d = compare_arrays(got, ref, r.atol, r.rtol)
-        r.compared.append(f"param {name} -> params/{'/'.join(map(str, mp.nnx_path))} "
-                          f"({mp.layout}) after {r.steps} steps")
-        p_abs = max(p_abs, d.abs)
-        if d.rel > p_rel:
-            p_rel, worst = d.rel, name
-    vt.settle_trajectory(r, traj, loss_rel, worst_step, p_abs, p_rel, worst)

@@ -1,9 +1,8 @@
 """Verification for the flax NNX target (the default): the model built with
 ``rngs=nnx.Rngs(seed)``, the torch ``state_dict`` copied in (:mod:`torch2jax.weights`), the
-forward pass under ``jax.jit``, gradients with ``nnx.grad``, BatchNorm statistics, and the
-training trajectory (``nnx.Optimizer``, one ``nnx.jit`` step per batch). The NNX side of
-:mod:`torch2jax.verify.sides`; :mod:`torch2jax.verify.run` and
-:mod:`torch2jax.verify.trajectory` hold what the targets share.
+forward pass under ``jax.jit``, gradients with ``jax.grad`` of the split state, BatchNorm
+statistics, and the training trajectory (``nnx.Optimizer``, one ``nnx.jit`` step per batch).
+The NNX :class:`~torch2jax.verify.sides.JaxSide`; :mod:`torch2jax.verify.sides` drives it.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import ast
 import contextlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -24,37 +22,15 @@ from torch2jax.verify.common import (
     VerifyResult,
     build_call,
     check_float64,
-    compare_arrays,
-    compare_grads,
-    compare_outputs,
-    compare_stats,
-    cotangents,
     flatten_output,
-    jax_inputs,
-    jax_to_numpy,
-    stage,
-    torch_grads,
-    torch_inputs,
     torch_stats,
-    torch_to_numpy,
-    torch_train_mode,
     train_mode_note,
     widen,
 )
-from torch2jax.verify.load import find_name, load_module
-from torch2jax.verify.spec import InputSpec, call_with, parse_spec
-from torch2jax.verify.train_common import (
-    JaxSetup,
-    TrainSpec,
-    Trajectory,
-    TrajectoryResult,
-    relative_loss_diff,
-    settle_trajectory,
-    torch_loss,
-    torch_setup,
-    torch_step,
-    unalias,
-)
+from torch2jax.verify.load import find_name
+from torch2jax.verify.sides import JaxSide, ParamPairs, StatPairs, Trainer
+from torch2jax.verify.spec import InputSpec, call_with
+from torch2jax.verify.train_common import JaxSetup, TrajectoryResult
 
 # --- building, the forward pass, gradients and statistics ------------------------------------
 
@@ -223,246 +199,160 @@ def _autograd_on(model: Any, r: VerifyResult) -> Iterator[None]:
             m.inference_fast_path = True
 
 
-def _run_grads(
-    r: VerifyResult,
-    req: Any,
-    torch_model: Any,
-    jax_model: Any,
-    inputs: tuple[list[Any], list[Any]],
-    torch_leaves: list[tuple[str, Any]],
-    specs: list[InputSpec],
-) -> None:
-    from torch2jax.weights import gradient_parts
+class NnxTrainer(Trainer):
+    """``nnx.Optimizer`` over the parameters, one ``nnx.jit`` step of ``nnx.value_and_grad``
+    and ``optimizer.update`` per batch; the model is trained in place."""
 
-    cots = cotangents(torch_leaves, req.seed)
-    if not cots:
-        raise VerifyError("--grad: the model has no floating-point output to differentiate")
-    mapping = gradient_parts(torch_model, jax_model, req.rules)
-    with stage("the torch backward pass"):
-        tg = torch_grads(torch_model, inputs[0], cots, specs)
-    with stage("the JAX gradient (jax.grad under jax.jit)"), _autograd_on(jax_model, r):
-        jg = _jax_grads(jax_model, inputs[1], cots, specs)
-    g = compare_grads(jg, tg, mapping, r)
-    r.grad_max_abs_diff, r.grad_max_rel_diff = g.abs, g.rel
-    r.passed = r.passed and g.ok
-    r.mismatch = r.mismatch or g.first_failure
-
-
-def run_nnx_side(r: VerifyResult, req: Any, jax_module: ModuleType, jax_path: Path, name: str,
-                 torch_model: Any, specs: list[InputSpec]) -> None:
-    """Build the NNX model, transfer the torch weights, compare the forward pass (and, as
-    asked, gradients, statistics, a benchmark) into ``r``."""
-    import torch
-
-    from torch2jax.weights import WeightTransferError, transfer_state_dict
-
-    with stage("building the JAX model"):
-        jax_model = build_nnx_model(jax_module, name, req.args, req.build, req.seed)
-    if req.float64:
+    def __init__(self, model: Any, setup: JaxSetup, loss_fn: Callable[..., Any]) -> None:
         from flax import nnx
 
-        nnx.update(jax_model, widen(nnx.state(jax_model)))
-        widened = widen_nnx_dtypes(jax_model)
-        if widened:
-            r.notes.append(f"float64: the compute dtype of {widened} NNX layers (fixed to "
-                           "float32 at construction, as nnx.Embed does) widened too")
-    try:
-        report = transfer_state_dict(torch_model, jax_model, req.rules)
-    except WeightTransferError as exc:
-        raise VerifyError(str(exc)) from None
-    r.notes.append(report.summary())
-    if req.train_mode:
-        n_torch, n_jax = torch_train_mode(torch_model), _nnx_train_mode(jax_model)
-        r.notes.append(train_mode_note(n_torch, f"{n_jax} NNX modules in eval mode"))
-    else:
-        jax_model.eval()
+        self.model = model
+        self.optimizer = nnx.Optimizer(model, setup.tx, wrt=nnx.Param)
 
-    rng = np.random.default_rng(req.seed)
-    arrays = [s.sample(rng) for s in specs]
-    r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
-    torch_in = torch_inputs(arrays, specs)
-    jax_in = jax_inputs(arrays, specs)
-    if req.float64:  # before torch's pass, which may not run in float64 (grouped_mm)
+        @nnx.jit
+        def train_step(model: Any, optimizer: Any, xs: list[Any], labels: Any) -> Any:
+            def loss_of(model: Any) -> Any:
+                return loss_fn(model(*xs), labels)
+
+            loss, grads = nnx.value_and_grad(loss_of)(model)
+            optimizer.update(model, grads)
+            return loss
+
+        self._step = train_step
+
+    def step(self, xs: list[Any], labels: Any) -> Any:
+        return self._step(self.model, self.optimizer, xs, labels)
+
+    def params(self) -> Any:
         from flax import nnx
 
-        graphdef, state = nnx.split(jax_model)
+        return nnx.state(self.model, nnx.Param)
+
+    def set_learning_rate(self, value: float) -> None:
+        import jax.numpy as jnp
+
+        slot = self.optimizer.opt_state.hyperparams["learning_rate"]
+        slot.value = jnp.asarray(value, slot.value.dtype)
+
+    def trained(self) -> tuple[Any, Any]:
+        return self.model, None
+
+
+class NnxSide(JaxSide):
+    name = "nnx"
+    keyword_inputs = True
+    build_stage = "building the JAX model"
+    forward_stage = "the JAX forward pass (under jax.jit)"
+    grad_stage = "the JAX gradient (jax.grad under jax.jit)"
+    step_stage = "the JAX training step {step} (nnx.jit)"
+
+    def build(self, req: Any, module: ModuleType, name: str, sample: list[Any]) -> Any:
+        return build_nnx_model(module, name, req.args, req.build, req.seed)
+
+    def load_weights(self, r: VerifyResult, req: Any, model: Any, torch_model: Any) -> Any:
+        from torch2jax.weights import transfer_state_dict
+
+        if req.float64:
+            from flax import nnx
+
+            nnx.update(model, widen(nnx.state(model)))
+            widened = widen_nnx_dtypes(model)
+            if widened:
+                r.notes.append(f"float64: the compute dtype of {widened} NNX layers (fixed to "
+                               "float32 at construction, as nnx.Embed does) widened too")
+        r.notes.append(transfer_state_dict(torch_model, model, req.rules).summary())
+        return model
+
+    def train_mode(self, r: VerifyResult, model: Any, n_torch: int) -> Any:
+        r.notes.append(train_mode_note(n_torch, f"{_nnx_train_mode(model)} NNX modules in "
+                                                "eval mode"))
+        return model
+
+    def eval_mode(self, r: VerifyResult, model: Any) -> Any:
+        model.eval()
+        return model
+
+    def check_float64(self, model: Any, jax_in: list[Any], specs: list[InputSpec]) -> None:
+        from flax import nnx
+
+        graphdef, state = nnx.split(model)
         check_float64(lambda st, xs: call_with(nnx.merge(graphdef, st), xs, specs), state,
                       jax_in)
-    with stage("the torch forward pass"), torch.no_grad():
-        torch_out = call_with(torch_model, torch_in, specs)
-    torch_leaves = [(k, torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
-    with stage("the JAX forward pass (under jax.jit)"):
-        jax_out = _jax_forward(jax_model, jax_in, specs)
-    jax_leaves = [(k, jax_to_numpy(v)) for k, v in flatten_output(jax_out)]
-    out = compare_outputs(jax_leaves, torch_leaves, r)
-    r.max_abs_diff, r.max_rel_diff = out.abs, out.rel
-    r.passed, r.mismatch = out.ok, out.first_failure
-    if req.train_mode:  # before the gradients: torch's backward pass runs the model again
-        compare_stats(r, nnx_stat_pairs(torch_model, jax_model, req.rules),
-                      "after the forward pass")
-    if req.benchmark and out.shapes_match:
+
+    def forward(self, model: Any, jax_in: list[Any], specs: list[InputSpec]
+                ) -> tuple[Any, Any]:
+        return _jax_forward(model, jax_in, specs), None
+
+    def stats(self, req: Any, torch_model: Any, model: Any, updated: Any) -> StatPairs:
+        return nnx_stat_pairs(torch_model, model, req.rules)
+
+    def grads(self, r: VerifyResult, req: Any, torch_model: Any, model: Any,
+              jax_in: list[Any], cots: dict[str, Any], specs: list[InputSpec]
+              ) -> tuple[dict, dict]:
+        from torch2jax.weights import gradient_parts
+
+        mapping = gradient_parts(torch_model, model, req.rules)
+        with _autograd_on(model, r):
+            return _jax_grads(model, jax_in, cots, specs), mapping
+
+    def benchmark(self, r: VerifyResult, torch_model: Any, torch_in: list[Any], model: Any,
+                  jax_in: list[Any]) -> None:
         from torch2jax.verify.benchmark import benchmark_forward
 
-        with stage("the benchmark"):
-            benchmark_forward(r, torch_model, torch_in, jax_model, jax_in)
+        benchmark_forward(r, torch_model, torch_in, model, jax_in)
 
-    if req.grad and out.shapes_match:
-        _run_grads(r, req, torch_model, jax_model, (torch_in, jax_in), torch_leaves, specs)
-    elif req.grad:
-        r.notes.append("gradients not compared: the outputs differ in structure or shape")
+    def trajectory_mode(self, r: TrajectoryResult, model: Any, n_dropout: int,
+                        n_drop_path: int) -> Any:
+        r.notes += nnx_trajectory_mode(model, n_dropout, n_drop_path)
+        return model
+
+    def train_step(self, model: Any, setup: JaxSetup, loss_fn: Callable[..., Any]) -> Trainer:
+        return NnxTrainer(model, setup, loss_fn)
+
+    def param_pairs(self, req: Any, torch_model: Any, model: Any,
+                    params_torch: dict[str, np.ndarray], steps: int) -> ParamPairs:
+        from flax import nnx
+
+        from torch2jax.weights import apply_layout, gradient_map
+
+        params_jax = {tuple(path): np.asarray(v.get_value())
+                      for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+        pairs = []
+        for name, m in gradient_map(torch_model, model, req.rules).items():
+            got = params_jax.get(tuple(m.nnx_path))
+            if got is None:
+                raise VerifyError(f"the JAX model has no parameter for {name} ({m.nnx_name})")
+            compared = f"param {name} -> {m.nnx_name} ({m.layout}) after {steps} steps"
+            pairs.append((name, compared, got, apply_layout(params_torch[name], m.layout)))
+        return pairs
 
 
-# --- the training trajectory ------------------------------------------------------------------
-
-
-def disable_dropout(torch_model: Any, jax_model: Any) -> list[str]:
-    """p = 0 on both sides (masks from two RNGs cannot agree); returns the notes."""
-    import torch
+def nnx_trajectory_mode(model: Any, n_dropout: int, n_drop_path: int) -> list[str]:
+    """The NNX model in training mode for a trajectory: nnx.Dropout at rate 0, the converted
+    drop-path modules in eval mode (the torch side's counterpart,
+    :func:`~torch2jax.verify.train_common.torch_trajectory_mode`, switched off ``n_dropout``
+    Dropout and ``n_drop_path`` drop-path modules); returns the notes."""
     from flax import nnx
 
-    n_torch = 0
-    for mod in torch_model.modules():
-        if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p:
-            mod.p = 0.0
-            n_torch += 1
+    model.train()
     n_jax = 0
-    for _, mod in nnx.iter_graph(jax_model):
+    for _, mod in nnx.iter_graph(model):
         if isinstance(mod, nnx.Dropout) and mod.rate:
             mod.rate = 0.0
             n_jax += 1
-    notes = [("training mode on both sides; BatchNorm uses batch statistics and updates its "
-             "running averages")]
-    # stochastic depth (torchvision's StochasticDepth, timm's DropPath) reads self.training
-    drop_paths = [m for m in torch_model.modules() if type(m).__name__ in DROP_PATH_CLASSES]
-    drop_paths += [m for _, m in nnx.iter_modules(jax_model)
-                   if type(m).__name__ in DROP_PATH_CLASSES]
+    drop_paths = [m for _, m in nnx.iter_modules(model) if type(m).__name__ in DROP_PATH_CLASSES]
     for mod in drop_paths:
         mod.eval()
-    if n_torch or n_jax:
-        notes.append(f"dropout disabled for the trajectory: {n_torch} torch Dropout modules "
+    n_paths = n_drop_path + len(drop_paths)
+    notes = [("training mode on both sides; BatchNorm uses batch statistics and updates its "
+             "running averages")]
+    if n_dropout or n_jax:
+        notes.append(f"dropout disabled for the trajectory: {n_dropout} torch Dropout modules "
                      f"and {n_jax} nnx.Dropout set to p=0 (random masks cannot agree)")
-    if drop_paths:
-        notes.append(f"stochastic depth off for the trajectory: {len(drop_paths)} drop-path "
+    if n_paths:
+        notes.append(f"stochastic depth off for the trajectory: {n_paths} drop-path "
                      "modules (torch and JAX) in eval mode")
-    if not (n_torch or n_jax or drop_paths):
+    if not (n_dropout or n_jax or n_paths):
         notes.append("dropout disabled for the trajectory (no Dropout modules found; "
                      "functional dropout in forward() is not switched off)")
     return notes
-
-
-def run_steps(
-    torch_model: Any,
-    jax_model: Any,
-    spec: TrainSpec,
-    specs: list[InputSpec],
-    setup: JaxSetup,
-    loss_jax: Callable[..., Any],
-    seed: int = 0,
-) -> Trajectory:
-    """Train both models in place for ``spec.steps`` steps on the same batches."""
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-
-    label_spec = parse_spec(spec.labels) if spec.labels else None
-    loss_torch = torch_loss(spec.loss)
-    opt, sched = torch_setup(spec, torch_model)
-    optimizer = nnx.Optimizer(jax_model, setup.tx, wrt=nnx.Param)
-
-    @nnx.jit
-    def train_step(model: Any, optimizer: Any, xs: list[Any], labels: Any) -> Any:
-        def loss_fn(model: Any) -> Any:
-            return loss_jax(model(*xs), labels)
-
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
-        optimizer.update(model, grads)
-        return loss
-
-    plateau_state = None
-    if setup.plateau is not None:
-        plateau_state = setup.plateau.init(nnx.state(jax_model, nnx.Param))
-
-    rng = np.random.default_rng(seed + 3)
-    torch_losses: list[float] = []
-    jax_losses: list[float] = []
-    for step in range(spec.steps):
-        arrays = [s.sample(rng) for s in specs]
-        label_arr = label_spec.sample(rng) if label_spec else None
-        t_in = torch_inputs(arrays, specs)
-        t_lab = torch_inputs([label_arr], [label_spec])[0] if label_spec else None
-        torch_losses.append(torch_step(torch_model, opt, sched, loss_torch, t_in, t_lab,
-                                          spec.clip_grad_norm, step))
-        j_in = jax_inputs(arrays, specs)
-        j_lab = jax_inputs([label_arr], [label_spec])[0] if label_spec else None
-        with stage(f"the JAX training step {step} (nnx.jit)"):
-            jloss = train_step(jax_model, optimizer, j_in, j_lab)
-            if setup.plateau is not None:
-                value = -jloss if setup.negate_metric else jloss
-                _, plateau_state = setup.plateau.update(None, plateau_state, value=value)
-                slot = optimizer.opt_state.hyperparams["learning_rate"]
-                slot.value = jnp.asarray(setup.base_lr * plateau_state.scale, slot.value.dtype)
-        jax_losses.append(float(jax.device_get(jloss)))
-    params_torch = {n: p.detach().cpu().float().numpy().copy()
-                    for n, p in torch_model.named_parameters()}
-    params_jax = {tuple(path): np.asarray(v.get_value())
-                  for path, v in nnx.to_flat_state(nnx.state(jax_model, nnx.Param))}
-    return Trajectory(torch_losses, jax_losses, params_torch, params_jax)
-
-
-def compare(traj: Trajectory, torch_model: Any, jax_model: Any, r: TrajectoryResult,
-            rules: RuleSet | None) -> None:
-    """Fill ``r`` with the worst loss and parameter differences."""
-    from torch2jax.weights import apply_layout, gradient_map
-
-    r.losses_torch, r.losses_jax = traj.losses_torch, traj.losses_jax
-    rels = [relative_loss_diff(a, b)
-            for a, b in zip(traj.losses_jax, traj.losses_torch, strict=True)]
-    worst_step = int(np.argmax(rels)) if rels else 0
-    loss_rel = rels[worst_step] if rels else 0.0
-    r.loss_max_rel_diff = loss_rel
-    mapping = gradient_map(torch_model, jax_model, rules)
-    p_abs, p_rel, worst = 0.0, -1.0, None
-    for name, m in mapping.items():
-        ref = apply_layout(traj.params_torch[name], m.layout)
-        got = traj.params_jax.get(tuple(m.nnx_path))
-        if got is None:
-            raise VerifyError(f"the JAX model has no parameter for {name} ({m.nnx_name})")
-        if ref.shape != got.shape and ref.size == got.size:
-            ref = ref.reshape(got.shape)
-        d = compare_arrays(got, ref, r.atol, r.rtol)
-        r.compared.append(f"param {name} -> {m.nnx_name} ({m.layout}) after {r.steps} steps")
-        p_abs = max(p_abs, d.abs)
-        if d.rel > p_rel:
-            p_rel, worst = d.rel, name
-    settle_trajectory(r, traj, loss_rel, worst_step, p_abs, p_rel, worst)
-    compare_stats(r, nnx_stat_pairs(torch_model, jax_model, rules), f"after {r.steps} steps")
-
-
-def nnx_model_from_torch(r: TrajectoryResult, req: Any, jax_path: Path, name: str,
-               torch_model: Any) -> Any:
-    from torch2jax.weights import WeightTransferError, transfer_state_dict
-
-    jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
-    if req.build is None:
-        find_name(jax_module, name, jax_path)
-    with stage("building the JAX model"):
-        jax_model = build_nnx_model(jax_module, name, req.args, req.build, req.seed)
-    try:
-        report = transfer_state_dict(torch_model, jax_model, req.rules)
-    except WeightTransferError as exc:
-        raise VerifyError(str(exc)) from None
-    r.notes.append(report.summary())
-    unalias(torch_model)
-    return jax_model
-
-
-def nnx_trajectory(r: TrajectoryResult, req: Any, train: TrainSpec, jax_path: Path, name: str,
-                   torch_model: Any, specs: list[InputSpec], setup: JaxSetup,
-                   loss_fn: Callable[..., Any]) -> None:
-    """Train the torch model and its NNX twin ``train.steps`` steps and compare into ``r``."""
-    jax_model = nnx_model_from_torch(r, req, jax_path, name, torch_model)
-    torch_model.train()
-    jax_model.train()
-    r.notes += disable_dropout(torch_model, jax_model)
-    traj = run_steps(torch_model, jax_model, train, specs, setup, loss_fn, req.seed)
-    compare(traj, torch_model, jax_model, r, req.rules)

@@ -43,31 +43,32 @@ import math
 import re
 import tempfile
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from torch2jax.ruleset import RuleSet
 from torch2jax.verify.common import (
+    ATOL,
+    ATOL64,
     GRAD_REL_NOTE,
+    RTOL,
+    RTOL64,
     Float32Inside,
     PassFigures,
     VerifyError,
+    VerifyRequest,
     VerifyResult,
     build_call,
     stage,
 )
 from torch2jax.verify.load import LoadError, find_name, load_module, split_target
-from torch2jax.verify.sides import SIDES
+from torch2jax.verify.registry import SIDES
+from torch2jax.verify.sides import check_forward
 from torch2jax.verify.spec import InputSpec, parse_specs
 
 SUPPORTED_TARGETS = tuple(SIDES)
-ATOL, RTOL = 1e-5, 1e-4  # the float32 pass (float32 rounding through a network: about 1e-6)
-# The float64 pass: right translations agree to about 1e-14 relative (measured over the
-# fixtures and the test models, docs/verification.md); a default that differs moves the
-# numbers by 1e-8 or more.
-ATOL64, RTOL64 = 1e-10, 1e-10
 
 
 # --- building -------------------------------------------------------------------------------
@@ -225,38 +226,7 @@ def _converted_todos(converted: str) -> int:
     return conv.read_text().count("TODO(torch2jax)")
 
 
-# --- running and comparing ------------------------------------------------------------------
-
-
-# --- training mode ----------------------------------------------------------------------------
-
-
 # --- the entry point --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class VerifyRequest:
-    """Everything :func:`verify` was asked to do, passed along as one value."""
-
-    target: str
-    args: dict | None = None
-    build: str | None = None
-    inputs: tuple[str, ...] = ()
-    jax_target: str = "nnx"
-    grad: bool = True  # also compare the gradients of every parameter
-    atol: float = ATOL  # the float32 pass
-    rtol: float = RTOL
-    seed: int = 0
-    device: str | None = None
-    converted: str | None = None
-    rules: RuleSet | None = None
-    benchmark: bool = False  # also time both forward passes (verify/benchmark.py)
-    train_mode: bool = False  # one forward in training mode, running statistics compared
-    # None: a float32 pass, then a float64 pass where both sides support it; True: the float64
-    # pass only (torch .double(), JAX with x64 enabled); False: the float32 pass only
-    float64: bool | None = None
-    atol64: float = ATOL64  # the float64 pass
-    rtol64: float = RTOL64
 
 
 def verify(
@@ -459,7 +429,8 @@ def _verify(r: VerifyResult, req: VerifyRequest, source: _JaxSource) -> None:
     jax_path, r.todos = source.get(path, name)
     with _device(req.device) as platform, x64(bool(req.float64)):
         r.device = platform
-        _run_jax_side(r, req, jax_path, name, torch_model, specs)
+        check_forward(SIDES[req.jax_target], r, req, load_converted(jax_path, name, req.build),
+                      name, torch_model, specs)
 
 
 def _param_dtype(model: Any) -> str:
@@ -501,17 +472,9 @@ def _device(device: str | None) -> Iterator[str]:
             yield dev.platform
 
 
-def _run_jax_side(
-    r: VerifyResult,
-    req: VerifyRequest,
-    jax_path: Path,
-    name: str,
-    torch_model: Any,
-    specs: list[InputSpec],
-) -> None:
+def load_converted(jax_path: Path, name: str, build: str | None) -> ModuleType:
+    """The converted module, checked to define ``name`` when the model is built by name."""
     jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
-    if req.build is None:
+    if build is None:
         find_name(jax_module, name, jax_path)
-    SIDES[req.jax_target].forward(r, req, jax_module, jax_path, name, torch_model, specs)
-
-
+    return jax_module

@@ -1,6 +1,7 @@
-"""What the training trajectories of the three target sides (NNX in trajectory.py, linen.py,
-equinox.py) share: the train spec, the torch side's optimizer, scheduler and loss, their optax
-translation, and the result. It imports no target side.
+"""What the training trajectories of the three target sides share: the train spec, the torch
+side's training mode, optimizer, scheduler, loss and step, their optax translation, and the
+result. It imports no target side; :func:`torch2jax.verify.sides.check_trajectory` runs the
+loop.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from torch2jax.ruleset import RuleSet
 from torch2jax.verify.common import (
+    DROP_PATH_CLASSES,
     VerifyError,
     VerifyResult,
     stage,
@@ -228,10 +230,10 @@ def torch_setup(spec: TrainSpec, model: Any) -> tuple[Any, Any]:
 
 @dataclass
 class Trajectory:
+    """The loss of every step on each side."""
+
     losses_torch: list[float]
     losses_jax: list[float]
-    params_torch: dict[str, np.ndarray]  # torch name -> final value (torch layout)
-    params_jax: dict[tuple, np.ndarray]  # nnx path -> final value
 
 
 def relative_loss_diff(a: float, b: float) -> float:
@@ -291,3 +293,41 @@ def torch_step(torch_model: Any, opt: Any, sched: Any, loss_torch: Callable[...,
             else:
                 sched.step()
     return float(loss.item())
+
+
+def torch_trajectory_mode(torch_model: Any) -> tuple[int, int]:
+    """The torch model in training mode for a trajectory: BatchNorm on batch statistics,
+    every Dropout at p = 0 and the drop-path modules (torchvision's StochasticDepth, timm's
+    DropPath, which read self.training) in eval mode: random masks from two RNGs cannot
+    agree. ``(the Dropout modules set to p = 0, the drop-path modules)``."""
+    import torch
+
+    torch_model.train()
+    dropouts = 0
+    for mod in torch_model.modules():
+        if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p:
+            mod.p = 0.0
+            dropouts += 1
+    drop_paths = [m for m in torch_model.modules() if type(m).__name__ in DROP_PATH_CLASSES]
+    for mod in drop_paths:
+        mod.eval()
+    return dropouts, len(drop_paths)
+
+
+def set_injected_learning_rate(opt_state: Any, value: float) -> None:
+    """Write ``value`` into the ``learning_rate`` that ``optax.inject_hyperparams`` put in
+    ``opt_state`` (inside a chain: clipping comes first)."""
+    import jax.numpy as jnp
+
+    hp = _hyperparams(opt_state)
+    hp["learning_rate"] = jnp.asarray(value, hp["learning_rate"].dtype)
+
+
+def _hyperparams(opt_state: Any) -> Any:
+    if hasattr(opt_state, "hyperparams"):
+        return opt_state.hyperparams
+    for part in opt_state if isinstance(opt_state, tuple) else ():
+        found = _hyperparams(part)
+        if found is not None:
+            return found
+    return None

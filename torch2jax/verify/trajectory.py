@@ -3,17 +3,22 @@
 ``verify --optimizer "torch.optim.SGD(params, lr=0.05, momentum=0.9)" --loss "F.cross_entropy(
 output, labels)" --labels "int64[4]:10" --steps 10``:
 
-1. build the torch model and the converted NNX model exactly as :mod:`torch2jax.verify.run` does
-   (same seed, same randomised statistics, the torch weights transplanted);
-2. put both in training mode with dropout switched off (``p = 0`` / ``nnx.Dropout.rate = 0``,
-   random masks cannot agree across frameworks); BatchNorm stays in training mode on both sides
-   (batch statistics, running averages updated);
+1. build the torch model and the converted model of ``--target`` exactly as
+   :mod:`torch2jax.verify.run` does (same seed, same randomised statistics, the torch weights
+   transplanted);
+2. put both in training mode with dropout switched off (``p = 0`` on torch's Dropout, the
+   drop-path modules in eval mode, and the JAX side's counterparts: ``nnx.Dropout.rate = 0``,
+   linen's intercepted, equinox's in inference mode; random masks cannot agree across
+   frameworks); BatchNorm stays in training mode on both sides (batch statistics, running
+   averages updated);
 3. translate the optimizer, the scheduler (stepped after every optimizer step) and gradient
    clipping with :mod:`torch2jax.training.optim`, and the loss expression with the converter
    (``loss = <expr>`` in a tiny torch snippet, ``output`` and ``labels`` bound);
 4. run ``steps`` steps on fresh random batches (the same arrays on both sides): torch
-   ``zero_grad / backward / clip_grad_norm_ / step / scheduler.step()``, JAX one ``nnx.jit``
-   step of ``nnx.value_and_grad`` + ``nnx.Optimizer.update``;
+   ``zero_grad / backward / clip_grad_norm_ / step / scheduler.step()``, JAX one step of the
+   target's training code (NNX: ``nnx.jit`` of ``nnx.value_and_grad`` +
+   ``nnx.Optimizer.update``; linen: a TrainState under ``jax.jit``; equinox: the emitted
+   ``eqx.filter_jit`` step), :func:`torch2jax.verify.sides.check_trajectory`;
 5. compare the loss of every step, every parameter at the end and BatchNorm's running
    statistics at the end (torch's ``running_mean`` / ``running_var`` buffers against the JAX
    statistics they were transferred into).
@@ -33,17 +38,17 @@ from typing import Any
 from torch2jax.ruleset import RuleSet
 from torch2jax.verify.common import VerifyError
 from torch2jax.verify.load import LoadError
-from torch2jax.verify.nnx import compare, disable_dropout, nnx_model_from_torch, run_steps
+from torch2jax.verify.nnx import NnxSide
+from torch2jax.verify.registry import SIDES
 from torch2jax.verify.run import (
     VerifyRequest,
-    _converted_todos,
     _device,
+    _JaxSource,
     build_torch_side,
-    convert_tree,
-    entry_classes,
+    load_converted,
 )
-from torch2jax.verify.sides import SIDES
-from torch2jax.verify.spec import parse_spec
+from torch2jax.verify.sides import check_trajectory, model_for_training, train_and_compare
+from torch2jax.verify.spec import parse_spec, parse_specs
 from torch2jax.verify.train_common import (
     TrainSpec,
     TrajectoryResult,
@@ -51,14 +56,6 @@ from torch2jax.verify.train_common import (
     translate_loss,
     translate_setup,
 )
-
-# --- translating the training setup --------------------------------------------------------
-
-
-# --- the two training loops -------------------------------------------------------------------
-
-
-# --- the entry point --------------------------------------------------------------------------
 
 
 def verify_trajectory(req: VerifyRequest, train: TrainSpec) -> TrajectoryResult:
@@ -93,17 +90,12 @@ def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec
     loss_fn, loss_text = translate_loss(train.loss, req.rules)
     r.notes.append(f"loss: {loss_text}")
     with tempfile.TemporaryDirectory(prefix="torch2jax-verify-") as tmp:
-        if req.converted is not None:
-            jax_path = Path(req.converted)
-            r.todos = _converted_todos(req.converted)
-        else:
-            jax_path = Path(tmp) / path.name
-            r.todos = convert_tree(path, Path(tmp), req.jax_target, req.rules,
-                                   entry_classes(name, req.build))
+        jax_path, r.todos = _JaxSource(req, Path(tmp)).get(path, name)
         with _device(req.device) as platform:
             r.device = platform
-            SIDES[req.jax_target].trajectory(r, req, train, jax_path, name, torch_model,
-                                             specs, setup, loss_fn)
+            check_trajectory(SIDES[req.jax_target], r, req, train,
+                             load_converted(jax_path, name, req.build), name, torch_model,
+                             specs, setup, loss_fn)
     if r.todos and not r.passed:
         r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
 
@@ -113,37 +105,31 @@ def build_models(req: VerifyRequest, workdir: str | Path) -> tuple[Any, Any]:
     shared), as :func:`verify_trajectory` builds them; the conversion is written to
     ``workdir``. For callers that run many trajectories on one pair (:func:`train_models`)."""
     scratch = TrajectoryResult(model=req.target)  # notes nobody reads here
-    path, name, _, torch_model = build_torch_side(scratch, req)
-    jax_path = Path(req.converted) if req.converted else Path(workdir) / path.name
-    if req.converted is None:
-        convert_tree(path, Path(workdir), req.jax_target, req.rules,
-                     entry_classes(name, req.build))
-    jax_model = nnx_model_from_torch(scratch, req, jax_path, name, torch_model)
+    path, name, specs, torch_model = build_torch_side(scratch, req)
+    jax_path, _ = _JaxSource(req, Path(workdir)).get(path, name)
+    jax_model = model_for_training(NnxSide(), scratch, req,
+                                   load_converted(jax_path, name, req.build), name,
+                                   torch_model, specs)
     return torch_model, jax_model
 
 
 def train_models(torch_model: Any, jax_model: Any, train: TrainSpec, inputs: list[str],
                  *, seed: int = 0, rtol: float = 1e-4, rules: RuleSet | None = None
                  ) -> TrajectoryResult:
-    """The trajectory check on models already built (the JAX one with the torch weights):
+    """The trajectory check on models already built (the NNX one with the torch weights):
     both are copied first, so the same pair serves many checks (tests build them once)."""
     from flax import nnx
-
-    from torch2jax.verify.spec import parse_specs
 
     r = TrajectoryResult(model=type(torch_model).__name__, rtol=rtol,
                          mode=f"train {train.steps} steps", steps=train.steps,
                          optimizer=train.optimizer, scheduler=train.scheduler, loss=train.loss)
-    tm, jm = copy.deepcopy(torch_model), nnx.clone(jax_model)
     setup = translate_setup(train)
     r.optax, r.schedule = setup.tx_code, setup.schedule_code
     r.notes += setup.notes
     loss_fn, _ = translate_loss(train.loss, rules)
-    tm.train()
-    jm.train()
-    r.notes += disable_dropout(tm, jm)
-    traj = run_steps(tm, jm, train, parse_specs(inputs), setup, loss_fn, seed)
-    compare(traj, tm, jm, r, rules)
+    req = VerifyRequest(r.model, inputs=tuple(inputs), rtol=rtol, seed=seed, rules=rules)
+    train_and_compare(NnxSide(), r, req, nnx.clone(jax_model), copy.deepcopy(torch_model),
+                      train, parse_specs(inputs), setup, loss_fn)
     return r
 
 
