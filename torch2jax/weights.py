@@ -693,8 +693,15 @@ def gradient_parts(
     plan = plan_transfer(torch_module, nnx_model, rules)
     if plan.problems:
         raise WeightTransferError(plan.problems)
+    return trainable_parts(torch_module, plan.mappings)
+
+
+def trainable_parts(torch_module: Any, mappings: Sequence[ParamMapping]
+                    ) -> dict[str, list[ParamMapping]]:
+    """For each trainable torch parameter (``requires_grad``, not dropped), the mappings of
+    a transfer plan that hold it; a tied parameter has those of the one it is tied to."""
     by_key: dict[str, list[ParamMapping]] = {}
-    for m in plan.mappings:
+    for m in mappings:
         by_key.setdefault(m.torch_name, []).append(m)
     result: dict[str, list[ParamMapping]] = {}
     for name, param in torch_module.named_parameters():

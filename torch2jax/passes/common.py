@@ -246,6 +246,18 @@ def py(value) -> cst.BaseExpression:
 MAX_LINE = 99
 
 
+class Dedent(cst.CSTTransformer):
+    """Continuation lines move out one level (4 spaces): an expression lifted out of a call
+    it was an argument of (``nnx.Optimizer(model, tx)``'s ``tx``, ``nnx.Dict(dict(...))``'s
+    dict) keeps the indentation its old place gave it otherwise."""
+
+    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
+        last = updated_node.last_line.value
+        if last.startswith("    "):
+            return updated_node.with_changes(last_line=cst.SimpleWhitespace(last[4:]))
+        return updated_node
+
+
 def _newline(extra: int) -> cst.ParenthesizedWhitespace:
     return cst.ParenthesizedWhitespace(
         first_line=cst.TrailingWhitespace(), empty_lines=[], indent=True,

@@ -780,13 +780,32 @@ def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:
     raise Untranslatable(f"autocast(dtype={text})", rule="torch.autocast")
 
 
-def is_model_call(node: cst.BaseExpression, models: set[str]) -> bool:
+def _is_model_call(node: cst.BaseExpression, models: set[str]) -> bool:
     return m.matches(node, m.Call(func=m.Name())) and node.func.value in models
 
 
-def cast_output(node: cst.BaseExpression) -> cst.BaseExpression:
+def _cast_output(node: cst.BaseExpression) -> cst.BaseExpression:
     return cst.Call(func=cst.Attribute(value=node, attr=cst.Name("astype")),
                     args=[cst.Arg(expr("jnp.float32"))])
+
+
+def cast_model_outputs(body: list[cst.BaseStatement], models: set[str]
+                       ) -> tuple[list[str], list[cst.BaseStatement]]:
+    """The statements of an autocast region with each ``out = model(...)`` cast to float32
+    (``out = model(...).astype(jnp.float32)``): torch runs the loss (and softmax, norms,
+    reductions) of a low-precision output in float32. Returns the models called that way, in
+    order, and the new statements."""
+    called: list[str] = []
+    new_body = []
+    for stmt in body:
+        if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                and isinstance(stmt.body[0], cst.Assign)
+                and _is_model_call(stmt.body[0].value, models)):
+            a = stmt.body[0]
+            called.append(a.value.func.value)
+            stmt = stmt.with_changes(body=[a.with_changes(value=_cast_output(a.value))])
+        new_body.append(stmt)
+    return called, new_body
 
 
 def set_dtype(model: str, dtype: str) -> cst.SimpleStatementLine:

@@ -320,17 +320,7 @@ class LinenTrainingMixin:
         body = list(updated_node.body.body)
         if not dtype:
             return cst.FlattenSentinel(body)
-        models = self._model_names()
-        called: list[str] = []
-        new_body = []
-        for stmt in body:
-            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                    and isinstance(stmt.body[0], cst.Assign)
-                    and dt.is_model_call(stmt.body[0].value, models)):
-                a = stmt.body[0]
-                called.append(a.value.func.value)
-                stmt = stmt.with_changes(body=[a.with_changes(value=dt.cast_output(a.value))])
-            new_body.append(stmt)
+        called, new_body = dt.cast_model_outputs(body, self._model_names())
         if not called or not self._for_stack or not self._lt_dtype_classes:
             self.diag(original_node, q, "error", "autocast region outside a training loop, or "
                       "without a model call assigned to a name: give the model a dtype by "

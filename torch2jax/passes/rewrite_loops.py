@@ -141,19 +141,7 @@ class LoopsMixin:
         body = list(updated_node.body.body)
         if not dtype:  # enabled=False
             return cst.FlattenSentinel(body)
-        models = self._model_names()
-        called: list[str] = []
-        new_body = []
-        for stmt in body:
-            if (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                    and isinstance(stmt.body[0], cst.Assign)
-                    and dt.is_model_call(stmt.body[0].value, models)):
-                a = stmt.body[0]
-                called.append(a.value.func.value)
-                # torch runs the loss (and softmax, norms, reductions) of a low-precision
-                # output in float32
-                stmt = stmt.with_changes(body=[a.with_changes(value=dt.cast_output(a.value))])
-            new_body.append(stmt)
+        called, new_body = dt.cast_model_outputs(body, self._model_names())
         if not called:
             self.diag(original_node, q, "error", "autocast region without a model call "
                       "assigned to a name: no dtype policy emitted")

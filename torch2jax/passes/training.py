@@ -290,6 +290,23 @@ def assigned_in_order(stmts: Sequence[cst.CSTNode]) -> list[str]:
     return out
 
 
+def split_loss(before: Sequence[cst.BaseStatement], in_slice: Sequence[bool], model: str
+               ) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement]]:
+    """The statements before ``backward()`` that form the loss function (those of the loss's
+    backward slice, ``in_slice``, that depend on the model), and the others, in order."""
+    diff: set[str] = {model}
+    loss_body: list[cst.BaseStatement] = []
+    outside: list[cst.BaseStatement] = []
+    for s, sliced in zip(before, in_slice):
+        n = names_of(s)
+        if sliced and set(n.used) & diff:
+            loss_body.append(s)
+            diff |= set(n.assigned)
+        else:
+            outside.append(s)
+    return loss_body, outside
+
+
 def tuple_text(names: Sequence[str]) -> str:
     """``a, b`` / ``a,``: the inside of a tuple of ``names`` (one name keeps its comma)."""
     return ", ".join(names) + ("," if len(names) == 1 else "")
@@ -404,17 +421,7 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
             in_slice[i] = True
             needed -= set(n.assigned)
             needed |= set(n.used)  # (loss = loss / accum reads the loss assigned before)
-    # of those, the ones that depend on the model form the loss function
-    diff: set[str] = {model}
-    loss_body: list[cst.BaseStatement] = []
-    outside: list[cst.BaseStatement] = []
-    for s, sliced in zip(before, in_slice):
-        n = names_of(s)
-        if sliced and set(n.used) & diff:
-            loss_body.append(s)
-            diff |= set(n.assigned)
-        else:
-            outside.append(s)
+    loss_body, outside = split_loss(before, in_slice, model)
     if not loss_body:
         return None
     defined = assigned_in_order(loss_body)

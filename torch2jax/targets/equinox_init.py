@@ -16,7 +16,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
-from torch2jax.passes.common import code, expr, is_identity_lambda, try_literal
+from torch2jax.passes.common import Dedent, code, expr, is_identity_lambda, try_literal
 from torch2jax.targets.equinox_layers import (
     ELEMENTWISE_PREFIXES,
     KEY,
@@ -106,7 +106,7 @@ class _InitRewriter(cst.CSTTransformer):
             if (inner is None or inner.kind == "value") and isinstance(orig, cst.Call) and \
                     code(orig.func) == "dict":
                 inner = self._dict_layer(orig)
-            new = orig.visit(_Dedent()) if orig is not None else (
+            new = orig.visit(Dedent()) if orig is not None else (
                 cst.List([]) if lay.kind == "list" else cst.Dict([]))
             lay = inner or lay
         if lay.kind == "value" and isinstance(updated_node.func, cst.Name) and \
@@ -431,16 +431,6 @@ def _split_keys(body: list[cst.BaseStatement], sites: int) -> list[cst.BaseState
     # sequential: before each statement that uses a key, split off a subkey; the last use
     # outside any loop takes the key itself
     return _sequential_keys(list(mod.body), set(text_names))
-
-
-class _Dedent(cst.CSTTransformer):
-    """Continuation lines of an unwrapped ``nnx.Dict(dict(...))`` move out one level."""
-
-    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
-        last = updated_node.last_line.value
-        if last.startswith("    "):
-            return updated_node.with_changes(last_line=cst.SimpleWhitespace(last[4:]))
-        return updated_node
 
 
 def _has_nnx(node: cst.CSTNode) -> bool:

@@ -33,7 +33,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
-from torch2jax.passes.common import code
+from torch2jax.passes.common import Dedent, code
 from torch2jax.targets import layer_table
 
 STATE = "state"
@@ -288,16 +288,6 @@ class _Fail(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-
-
-class _Dedent(cst.CSTTransformer):
-    """Continuation lines of the optax transform move out one level with nnx.Optimizer."""
-
-    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
-        last = updated_node.last_line.value
-        if last.startswith("    "):
-            return updated_node.with_changes(last_line=cst.SimpleWhitespace(last[4:]))
-        return updated_node
 
 
 def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
@@ -574,7 +564,7 @@ class Scope(cst.CSTTransformer):
                     raise _Fail("an nnx.Optimizer over other variables than the parameters")
                 model = code(args[0].value)
                 self.optimizers.add(target.value)
-                tx = args[1].value.visit(_Dedent())
+                tx = args[1].value.visit(Dedent())
                 out = [_stmt(f"{target.value} = {code(tx)}"),
                        _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter({model}, "
                              "eqx.is_array))")]
@@ -1140,7 +1130,7 @@ def optimizer_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
                 if kw.get("wrt", "nnx.Param") == "nnx.Param" and len(pos) == 2 and \
                         code(pos[0].value) == "self":
                     self.n += 1
-                    return updated_node.with_changes(value=pos[1].value.visit(_Dedent()))
+                    return updated_node.with_changes(value=pos[1].value.visit(Dedent()))
             return updated_node
 
     r = Ret()

@@ -92,23 +92,10 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
             in_slice[i] = True
             needed -= set(n.assigned)
             needed |= set(n.used) - set(n.assigned)
-    diff: set[str] = {model}
-    loss_body: list[cst.BaseStatement] = []
-    outside: list[cst.BaseStatement] = []
-    for s, sliced in zip(before, in_slice):
-        n = tr.names_of(s)
-        if sliced and set(n.used) & diff:
-            loss_body.append(s)
-            diff |= set(n.assigned)
-        else:
-            outside.append(s)
+    loss_body, outside = tr.split_loss(before, in_slice, model)
     if not loss_body:
         return None
-    defined: list[str] = []
-    for s in loss_body:
-        for a in tr.names_of(s).assigned:
-            if a not in defined:
-                defined.append(a)
+    defined = tr.assigned_in_order(loss_body)
     after = [s for s in body[ib + 1:] if s is not body[istep]]
     used_later: set[str] = set()
     for s in [*outside, *after]:

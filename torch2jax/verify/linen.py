@@ -40,6 +40,7 @@ from torch2jax.weights import (
     apply_layout,
     layer_rules_by_class,
     rule_for_module,
+    trainable_parts,
 )
 
 STATS = {"mean", "var"}
@@ -210,16 +211,8 @@ def _thaw(tree: Any) -> Any:
 def gradient_map_linen(torch_model: Any, plan: LinenPlan) -> dict[str, list[ParamMapping]]:
     """For each trainable torch parameter, the linen parameters (one per part) that hold it,
     paths inside ``params``. A summed parameter has the gradient of the sum."""
-    by_key: dict[str, list[ParamMapping]] = {}
-    for m in plan.mappings:
-        by_key.setdefault(m.torch_name, []).append(m)
     result = {}
-    for name, param in torch_model.named_parameters():
-        ms = by_key.get(name)
-        if ms is None or not param.requires_grad or ms[0].status == "dropped":
-            continue
-        if ms[0].status == "tied":
-            ms = by_key[ms[0].tied_to or name]
+    for name, ms in trainable_parts(torch_model, plan.mappings).items():
         if ms[0].nnx_path is not None and ms[0].nnx_path[0] == "params":
             result[name] = [ParamMapping(m.torch_name, m.status, tuple(m.nnx_path[1:]),
                                          m.layout, m.rule, torch_shape=m.torch_shape,
