@@ -75,6 +75,17 @@ FAMILIES = {
     "vit": ("vit/modeling_vit.py", "ViTForImageClassification",
             ("ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
              "num_attention_heads=4, image_size=16, patch_size=4, num_labels=5)")),
+    # hierarchical windows: a shifted window in the first stage's second block, over grids
+    # padded to the window (8 x 8 patches, then 4 x 4, windows of 3), patch merging between
+    "swin": ("swin/modeling_swin.py", "SwinForImageClassification",
+             ("SwinConfig(image_size=16, patch_size=2, embed_dim=16, depths=[2, 1], "
+              "num_heads=[2, 2], window_size=3, num_labels=5)")),
+    # an encoder with local (a bidirectional window) and global attention layers, fused qkv
+    "modernbert": ("modernbert/modeling_modernbert.py", "ModernBertForMaskedLM",
+                   ("ModernBertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
+                    "num_attention_heads=4, vocab_size=64, max_position_embeddings=16, "
+                    "global_attn_every_n_layers=2, local_attention=4, pad_token_id=0, "
+                    "bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)")),
     # a mixture of experts: a top-2 router over 4 fused experts (@use_experts_implementation)
     "mixtral": ("mixtral/modeling_mixtral.py", "MixtralForCausalLM",
                 ("MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
@@ -114,7 +125,7 @@ FAMILIES = {
 FLOAT64 = {"gpt2", "bert", "roberta", "vit", "clip"}
 PIXELS = "float32[2,3,16,16]"
 # the inputs of the families that take other inputs than (tokens, mask), and their output
-INPUTS = {"vit": (PIXELS,), "clip": (TOKENS, f"pixel_values={PIXELS}", MASK)}
+INPUTS = {"vit": (PIXELS,), "swin": (PIXELS,), "clip": (TOKENS, f"pixel_values={PIXELS}", MASK)}
 LOGITS = {"clip": "logits_per_image"}
 # the encoder-decoders' decoder inputs (the mask is the encoder's)
 DECODER = {"t5": "decoder_input_ids=int64[2,5]:64", "whisper": "decoder_input_ids=int64[2,5]:64"}
@@ -125,8 +136,8 @@ AUDIO = {"whisper": ("float32[2,8,32]", "decoder_attention_mask=int64[2,5]:2")}
 CASES = [(f, masked) for f in FAMILIES for masked in (False, True)
          if masked or f in ("llama", "gpt2", "t5", "whisper")]
 # families that cast to float32 nowhere but whose float64 pass is left out (CI time; Whisper's
-# passes by hand, docs/transformers.md)
-FLOAT32_ONLY = {"whisper"}
+# and Swin's pass by hand, docs/transformers.md)
+FLOAT32_ONLY = {"whisper", "swin"}
 # families whose cases share one conversion (the module-scoped fixture of that name)
 SHARED = {"whisper"}
 

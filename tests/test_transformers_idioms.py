@@ -244,3 +244,99 @@ def test_whisper_idioms_convert_unmarked_and_run(tmp_path) -> None:
     # frozen: no gradient, no update
     assert "conv2.kernel" in params and "pos" not in params and "conv1" not in params
     assert "freeze_parameters(self.conv1)" in result.code
+
+
+# Swin's, Falcon's and ModernBERT's idioms, each a general rule: a torch function with no rule
+# of its own is its tensor method on the first argument (torch.masked_fill,
+# torch.broadcast_to); x.unbind(dim=...) on a known tensor (before: left as it is, unmarked,
+# an AttributeError when run); F.pad with a padding held in a local tuple; an item of a
+# module-level table of module classes built with rngs; a parameter that the file's calls of
+# the class give a module class (downsample=Merge); device=x.device passed to a method whose
+# device parameter has no default; a parameter annotated torch.dtype is a dtype (before:
+# .astype(dtype.dtype)); a buffer used as an index is read as its array; x.sort(dim) is
+# (values, indices) (before: left as it is, jax.Array.sort's values unpacked along the first
+# axis, silently) and x.argsort(dim) / torch.argsort translated
+STAGES = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Plain(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class Gated(Plain):
+    def forward(self, x):
+        return torch.sigmoid(self.proj(x))
+
+
+MIXERS = {"plain": Plain, "gated": Gated}
+
+
+class Merge(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.reduce = nn.Linear(2 * dim, dim // 2)
+
+    def forward(self, x):
+        return self.reduce(torch.cat([x, x], dim=-1))
+
+
+class Stage(nn.Module):
+    def __init__(self, dim, kind, downsample):
+        super().__init__()
+        self.mixer = MIXERS[kind](dim)
+        self.downsample = downsample(dim) if downsample is not None else None
+        self.table = nn.Parameter(torch.arange(10.0).reshape(5, 2) / 10)
+        self.index = nn.Buffer(torch.tensor([4, 0, 2]), persistent=False)
+
+    def window_mask(self, n: int, dtype: torch.dtype, device: torch.device):
+        ids = torch.arange(n, device=device)
+        return (ids[:, None] >= ids[None, :]).to(dtype)
+
+    def hidden(self, x):
+        h = self.mixer(x)
+        if self.downsample is not None:
+            h = self.downsample(h)
+        return h
+
+    def forward(self, x):
+        pairs = x.reshape(2, 2, 2)
+        a, b = pairs.unbind(dim=-2)
+        c, d = torch.unbind(pairs, 1)
+        pad_values = (0, 1, 2, 0)
+        padded = F.pad(x, pad_values)
+        filled = torch.masked_fill(x, x > 0.5, -1.0)
+        wide = torch.broadcast_to(x[:, :1], (3, 2, -1))
+        mask = self.window_mask(3, dtype=x.dtype, device=x.device)
+        bias = self.table[self.index]
+        values, order = x.sort(-1, descending=True)
+        ranked = torch.argsort(x, 0, descending=True)
+        return a + b * c - d, padded, filled, wide, mask, bias, values * order.float(), ranked.float()
+
+
+stages = [Stage(4, "plain", Merge), Stage(4, "gated", None)]
+x = torch.arange(8.0).reshape(2, 4) / 8
+for stage in stages:
+    print(type(stage.mixer).__name__, stage.downsample is None, tuple(stage.hidden(x).shape))
+    for y in stage(x):
+        print(str(y.dtype).split(".")[-1], tuple(y.shape), [round(float(v), 4) for v in y.flatten()])
+'''
+
+
+def test_stage_idioms_convert_unmarked_and_print_what_torch_prints(tmp_path) -> None:
+    result = convert_source(STAGES, path="script.py")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "TODO" not in result.code and "torch" not in result.code
+    assert "dtype.dtype" not in result.code
+    assert "MIXERS[kind](dim, rngs=rngs)" in result.code
+    assert "downsample(dim, rngs=rngs)" in result.code
+    assert "self.window_mask(3, dtype=x.dtype, device=None)" in result.code
+    want = _run(STAGES, tmp_path)
+    assert _run(result.code, tmp_path) == want

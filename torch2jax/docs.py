@@ -68,8 +68,12 @@ def render(rules: RuleSet | None = None) -> str:
          " tests/test_docs.py fails when this file is stale. -->"),
         "",
         ("Every torch API the converter translates, on the NNX target, with what the rule "
-         "writes out and the semantic difference it handles. Anything not listed is left in "
-         "place with a `# TODO(torch2jax)` marker. `torch2jax explain NAME` shows one rule "
+         "writes out and the semantic difference it handles. A torch function not listed "
+         "whose `Tensor` method is (`torch.masked_fill(x, mask, v)`) is that method on its "
+         "first argument. Any other function not listed is left in place with a "
+         "`# TODO(torch2jax)` marker; a method call with no rule is left as written, without "
+         "a marker (a `jax.Array` may have a method of that name, `x.tolist()`, "
+         "`x.item()`). `torch2jax explain NAME` shows one rule "
          "with its examples; [writing-rules.md](writing-rules.md) explains the fields."),
         "",
         "| kind | rules |",

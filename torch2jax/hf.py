@@ -57,8 +57,10 @@ SUPPORT_NAMES = {
     "slice_logits_to_keep", "Unpack", "TransformersKwargs", "can_return_tuple", "logging",
     "deprecate_kwarg", "merge_with_config_defaults", "capture_outputs", "check_model_inputs",
     "Conv1D", "attention_dropout", "OutputRecorder", "maybe_autocast", "EncoderDecoderCache",
-    "create_bidirectional_mask", "FlashAttentionKwargs", "apply_chunking_to_forward",
-    "torch_int", "use_experts_implementation", "DUMMY_INPUTS", "DUMMY_MASK",
+    "create_bidirectional_mask", "create_bidirectional_sliding_window_mask",
+    "FlashAttentionKwargs", "apply_chunking_to_forward",
+    "torch_int", "is_torchdynamo_compiling", "is_deepspeed_zero3_enabled",
+    "use_experts_implementation", "DUMMY_INPUTS", "DUMMY_MASK",
 }
 # layer classes of the support module (their constructors take rngs)
 SUPPORT_LAYERS = {"PreTrainedModel", "GradientCheckpointingLayer", "Conv1D"}

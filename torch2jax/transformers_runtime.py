@@ -149,6 +149,16 @@ def torch_int(x: Any) -> int:
     return int(x)
 
 
+def is_torchdynamo_compiling() -> bool:
+    """transformers.utils.is_torchdynamo_compiling: torch's compiler never runs here."""
+    return False
+
+
+def is_deepspeed_zero3_enabled() -> bool:
+    """transformers.integrations.deepspeed.is_deepspeed_zero3_enabled: no DeepSpeed here."""
+    return False
+
+
 def get_activation(name: str) -> Callable[[jax.Array], jax.Array]:
     return ACT2FN[name]
 
@@ -685,10 +695,11 @@ class PreTrainedModel(nnx.Module):
     def __init__(self, config: Any, *args: Any, rngs: nnx.Rngs | None = None,
                  **kwargs: Any) -> None:
         self.config = config
-        if getattr(config, "_attn_implementation", None) is None and not self._supports_sdpa:
-            # as transformers picks: sdpa when the model supports it, eager otherwise
-            # (Gemma 2, whose softcapping sdpa does not apply)
-            config._attn_implementation = "eager"
+        if getattr(config, "_attn_implementation", None) is None:
+            # as transformers picks and writes into the config: sdpa when the model supports
+            # it, eager otherwise (Gemma 2, whose softcapping sdpa does not apply); a file may
+            # read the name itself (Falcon's FALCON_ATTENTION_CLASSES[config._attn_implementation])
+            config._attn_implementation = "sdpa" if self._supports_sdpa else "eager"
 
     def post_init(self) -> None:
         tied = type(self)._tied_weights_keys
@@ -1041,10 +1052,39 @@ def create_bidirectional_mask(config: Any, inputs_embeds: jax.Array,
         return None
     if attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
+    return _bidirectional(config, inputs_embeds, attention_mask, None)
+
+
+def create_bidirectional_sliding_window_mask(config: Any, inputs_embeds: jax.Array,
+                                             attention_mask: jax.Array | None,
+                                             encoder_hidden_states: jax.Array | None = None,
+                                             **kwargs: Any) -> jax.Array:
+    """create_bidirectional_mask, each query seeing the keys at most ``config.sliding_window``
+    positions away on either side (ModernBERT's local attention)."""
+    if kwargs.get("or_mask_function") is not None or kwargs.get("and_mask_function") is not None:
+        raise NotImplementedError("custom mask functions are not translated to JAX")
+    if kwargs.get("cache") is not None or encoder_hidden_states is not None:
+        raise NotImplementedError("a sliding-window bidirectional mask over a cache or encoder "
+                                  "states is not translated to JAX")
+    window = getattr(config, "sliding_window", None)
+    if window is None:
+        raise ValueError("the config sets no sliding_window")
+    if attention_mask is None:
+        attention_mask = jnp.ones(inputs_embeds.shape[:2], bool)
+    elif attention_mask.ndim != 2:
+        raise NotImplementedError("only (batch, seq) padding masks are translated")
+    return _bidirectional(config, inputs_embeds, attention_mask, window)
+
+
+def _bidirectional(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array,
+                   window: int | None) -> jax.Array:
     batch, q_len = inputs_embeds.shape[:2]
     kv_len = attention_mask.shape[1]
     allowed = jnp.broadcast_to(attention_mask.astype(bool)[:, None, None, :],
                                (batch, 1, q_len, kv_len))
+    if window is not None:
+        q, kv = jnp.arange(q_len)[:, None], jnp.arange(kv_len)[None, :]
+        allowed = allowed & (jnp.abs(q - kv) <= window)
     if not _eager(config):
         return allowed
     return jnp.where(allowed, 0.0, jnp.finfo(inputs_embeds.dtype).min).astype(inputs_embeds.dtype)

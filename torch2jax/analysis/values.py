@@ -834,6 +834,8 @@ class ValueFacts:
             return TENSOR
         if q in ("builtins.int", "builtins.float", "builtins.str", "builtins.bool"):
             return SCALAR
+        if q == "torch.dtype":  # def get_attn_mask(self, ..., dtype: torch.dtype)
+            return DTYPE
         if q.startswith(("builtins.dict", "typing.Dict")) or text.startswith(("dict", "Dict")):
             return DICT
         if q.startswith(("builtins.list", "typing.List")) or text.startswith(("list", "List")):

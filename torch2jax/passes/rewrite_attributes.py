@@ -396,6 +396,10 @@ class AttributesMixin:
                 # reads it; the equinox pass keeps it, a plain array's x[...] being x);
                 # F.conv2d(x, self.weight) too: jax.lax takes arrays only
                 return expr("{v}[...]", v=updated_node)
+            if isinstance(parent, cst.Index):
+                # table[self.relative_position_index]: an index is an array, not the
+                # nnx.Variable that holds it
+                return expr("{v}[...]", v=updated_node)
         if (original_node.attr.value in _CONV_ATTRS and self.in_module_class()
                 and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
             # self.conv_proj.in_channels (vit's init)

@@ -302,6 +302,9 @@ class CallsMixin:
         if name and name in self.rules.functions:
             return self._function(original, updated, self.rules.functions[name])
         if name and name.startswith("torch."):
+            method = self._function_as_method(original, updated, name)
+            if method is not None:
+                return method
             raise Untranslatable(f"no rule for {name}", rule=name)
         if m.matches(original.func, m.Attribute(value=m.Name(), attr=m.Name("get_last_lr"))):
             sched = self.training.scheduler_names.get(original.func.value.value)
@@ -525,6 +528,21 @@ class CallsMixin:
         given = bind(original.args, rule.params)
         return frozenset(k for k in ("stride", "padding", "dilation") if given.get(k) is not None
                          and self.values.kind(given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
+
+    def _function_as_method(self, original: cst.Call, updated: cst.Call,
+                            name: str) -> cst.BaseExpression | None:
+        """``torch.masked_fill(x, mask, v)``, a torch function with no rule of its own whose
+        tensor method has one: torch's function form of a method is that method on its first
+        argument (a tensor, as the function takes one), ``x.masked_fill(mask, v)``."""
+        short = name.removeprefix("torch.")
+        rule = self.rules.methods.get(short)
+        if rule is None or "." in short or not updated.args or updated.args[0].keyword or (
+                updated.args[0].star):
+            return None
+        method = updated.with_changes(
+            func=cst.Attribute(value=updated.args[0].value, attr=cst.Name(short)),
+            args=_fix_commas(list(updated.args[1:])))
+        return self._method(original, method, rule)
 
     def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:
         b = bind(updated.args, rule.params)

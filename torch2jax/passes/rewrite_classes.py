@@ -533,7 +533,17 @@ class ModuleClassMixin:
             if self._param_default(n) in self.index.module_classes or (
                     n in self._module_class_locals()):
                 return True
+            if n in self._param_names[-1] and self.current_class and (
+                    self._fn_stack[-1].name.value == "__init__") and n in (
+                    self._module_class_arguments(original).get(self.current_class, ())):
+                # SwinStage(..., downsample=SwinPatchMerging if last else None): a parameter
+                # of __init__ that the file's calls of the class give a module class
+                return True
             return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls"))
+        if m.matches(func, m.Subscript(value=m.Name())) and self._builds_layers_here():
+            # ATTENTION_CLASSES[config._attn_implementation](config, layer_idx): an item of a
+            # table of the file's module classes
+            return func.value.value in self._module_class_tables(original)
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
             return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
         # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
@@ -587,6 +597,72 @@ class ModuleClassMixin:
                         "    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])",
                         m=updated.args[1].value)
         return expr(f"{target}.append({{m}})", m=updated.args[1].value)
+
+    def _module_class_arguments(self, node: cst.CSTNode) -> dict[str, set[str]]:
+        """For each module class of the file, the parameters of its ``__init__`` that a call
+        of the class in the file passes a module class of the file to (or one of two, or
+        None: ``downsample=PatchMerging if i < n - 1 else None``)."""
+        while not isinstance(node, cst.Module):
+            node = self.get_metadata(ParentNodeProvider, node)
+        cached = getattr(self, "_class_arguments", None)
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        classes = self.index.module_classes
+
+        def a_class(value: cst.BaseExpression, none: bool = False) -> bool:
+            if isinstance(value, cst.IfExp):
+                return a_class(value.body, True) and a_class(value.orelse, True) and not (
+                    m.matches(value.body, m.Name("None"))
+                    and m.matches(value.orelse, m.Name("None")))
+            return (isinstance(value, cst.Name) and value.value in classes
+                    and not self._no_constructor(value.value)) or (
+                none and m.matches(value, m.Name("None")))
+
+        inits = {c.name.value: f for c in findall(node, m.ClassDef()) if c.name.value in classes
+                 for f in c.body.body if m.matches(f, m.FunctionDef(name=m.Name("__init__")))}
+        found: dict[str, set[str]] = {}
+        for c in findall(node, m.Call(func=m.Name())):
+            init = inits.get(c.func.value)
+            if init is None:
+                continue
+            positional = [p.name.value for p in init.params.params][1:]
+            for i, a in enumerate(c.args):
+                if a.star or not a_class(a.value):
+                    continue
+                if a.keyword is not None:
+                    found.setdefault(c.func.value, set()).add(a.keyword.value)
+                elif i < len(positional):
+                    found.setdefault(c.func.value, set()).add(positional[i])
+        self._class_arguments = (node, found)
+        return found
+
+    def _module_class_tables(self, node: cst.CSTNode) -> set[str]:
+        """The names the file binds at its top level to a dict, list or tuple of its module
+        classes (``ATTENTION_CLASSES = {"eager": Attention, "sdpa": SdpaAttention}``)."""
+        while not isinstance(node, cst.Module):
+            node = self.get_metadata(ParentNodeProvider, node)
+        cached = getattr(self, "_class_tables", None)
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        classes = self.index.module_classes
+        tables = set()
+        for stmt in node.body:
+            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                    and isinstance(stmt.body[0], cst.Assign)
+                    and len(stmt.body[0].targets) == 1
+                    and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+                continue
+            value = stmt.body[0].value
+            items = ([e.value for e in value.elements if isinstance(e, cst.DictElement)]
+                     if isinstance(value, cst.Dict) else
+                     [e.value for e in value.elements if isinstance(e, cst.Element)]
+                     if isinstance(value, (cst.List, cst.Tuple)) else [])
+            if items and len(items) == len(value.elements) and all(
+                    isinstance(v, cst.Name) and v.value in classes
+                    and not self._no_constructor(v.value) for v in items):
+                tables.add(stmt.body[0].targets[0].target.value)
+        self._class_tables = (node, tables)
+        return tables
 
     def _module_class_locals(self) -> set[str]:
         """Names the enclosing function assigns a module class of the file (or of another

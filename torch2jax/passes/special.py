@@ -983,27 +983,35 @@ def pad(site: Site) -> cst.BaseExpression:
         items = [e.value for e in node.elements]
         pads = [try_literal(v, ...) for v in items]
         pads = [code(v) if p is ... else p for v, p in zip(items, pads)]
+    if pads is ... and node is not None and is_simple(node) and is_simple(x):
+        # pad_values = (0, 0, 0, right, 0, bottom); F.pad(x, pad_values): torch takes a
+        # Python sequence of ints, (low, high) pairs from the last axis back
+        return _pad_call(site, x, expr("[(0, 0)] * ({x}.ndim - len({p}) // 2) + list(zip("
+                                       "{p}[-2::-2], {p}[::-2]))", x=x, p=node))
     if pads is ... or not isinstance(pads, (tuple, list)) or len(pads) % 2:
         raise Untranslatable("F.pad with a non-literal padding")
     if any(isinstance(p, (int, float)) and p < 0 for p in pads):
         raise Untranslatable("F.pad with negative (cropping) padding")
-    mode = site.lit("mode") or "constant"
-    modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
-    if mode not in modes:
-        raise Untranslatable(f"F.pad mode={mode!r}")
     pairs = [(pads[i], pads[i + 1]) for i in range(0, len(pads), 2)][::-1]
     k = len(pairs)
     if not is_simple(x):
         raise Untranslatable("F.pad of a compound expression: assign it to a name first")
     listed = "[" + ", ".join(f"({lo}, {hi})" for lo, hi in pairs) + "]"
-    width = f"[(0, 0)] * ({code(x)}.ndim - {k}) + {listed}"
+    return _pad_call(site, x, expr(f"[(0, 0)] * ({code(x)}.ndim - {k}) + {listed}"))
+
+
+def _pad_call(site: Site, x: cst.BaseExpression, width: cst.BaseExpression) -> cst.BaseExpression:
+    mode = site.lit("mode") or "constant"
+    modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+    if mode not in modes:
+        raise Untranslatable(f"F.pad mode={mode!r}")
     kws = []
     if mode != "constant":
         kws.append(arg(py(modes[mode]), "mode"))
     value = site.args.get("value")
     if value is not None and try_literal(value, ...) not in (0, 0.0, None):
         kws.append(arg(value, "constant_values"))
-    return call("jnp.pad", arg(x), arg(expr(width)), *kws)
+    return call("jnp.pad", arg(x), arg(width), *kws)
 
 
 @special("one_hot")

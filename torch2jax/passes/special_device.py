@@ -54,28 +54,32 @@ def device(site: Site) -> cst.BaseExpression:
     return expr(_one_device(kind, index))
 
 
-def device_default_functions(module: cst.Module) -> set[str]:
-    """The functions and methods of the file (by name) that take a ``device`` parameter with
-    a default (``def compute_bias(self, q, k, device=None)``): what the converted body does
-    with it is nothing (JAX places arrays itself; the converter drops ``device=`` from the
-    array constructors and the device bookkeeping)."""
-    found = set()
+def device_default_functions(module: cst.Module) -> dict[str, bool]:
+    """The functions and methods of the file (by name) that take a ``device`` parameter, and
+    whether it has a default (``def compute_bias(self, q, k, device=None)``): what the
+    converted body does with it is nothing (JAX places arrays itself; the converter drops
+    ``device=`` from the array constructors and the device bookkeeping)."""
+    found: dict[str, bool] = {}
     for stmt in module.body:
         defs = [stmt] if isinstance(stmt, cst.FunctionDef) else [
             s for s in stmt.body.body if isinstance(s, cst.FunctionDef)
         ] if isinstance(stmt, cst.ClassDef) else []
         for fn in defs:
             params = [*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params]
-            if any(p.name.value == "device" and p.default is not None for p in params):
-                found.add(fn.name.value)
+            device = [p for p in params if p.name.value == "device"]
+            if device:
+                found[fn.name.value] = found.get(fn.name.value, True) and (
+                    device[0].default is not None)
     return found
 
 
-def drop_device_argument(original: cst.Call, updated: cst.Call, names: set[str],
+def drop_device_argument(original: cst.Call, updated: cst.Call, names: dict[str, bool],
                          is_tensor) -> cst.Call:
     """``self.compute_bias(q, k, device=query.device)``, a function of the file whose
     ``device`` has a default: the argument goes (a traced JAX array has no device; the
-    callee's converted body does not use it). Only when the value is a tensor's ``.device``."""
+    callee's converted body does not use it); where the parameter has no default
+    (``def get_attn_mask(self, height, width, dtype, device)``) it is given None. Only when
+    the value is a tensor's ``.device``."""
     func = original.func
     name = (func.value if isinstance(func, cst.Name) else func.attr.value
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
@@ -88,6 +92,10 @@ def drop_device_argument(original: cst.Call, updated: cst.Call, names: set[str],
             and is_tensor(a.value.value)]
     if not drop or len(updated.args) != len(original.args):
         return updated
+    if not names[name]:
+        return updated.with_changes(args=[
+            a.with_changes(value=cst.Name("None")) if i in drop else a
+            for i, a in enumerate(updated.args)])
     args = [a for i, a in enumerate(updated.args) if i not in drop]
     if args:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)

@@ -1,0 +1,59 @@
+"""The support module of converted modeling files (torch2jax/transformers_runtime.py, written
+as ``_hf_support.py``) against transformers' own machinery: the attention implementation it
+writes into the config, and the masks, compared with transformers' mask functions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers", exc_type=ImportError)
+torch = pytest.importorskip("torch")
+pytest.importorskip("flax.nnx")
+
+from jax import numpy as jnp
+from transformers import masking_utils
+
+from torch2jax import transformers_runtime as rt
+
+pytestmark = pytest.mark.transformers
+
+
+@pytest.mark.parametrize(("supports_sdpa", "given", "want"), [
+    (True, None, "sdpa"), (False, None, "eager"), (True, "eager", "eager")])
+def test_the_attention_implementation_is_written_into_the_config(supports_sdpa, given,
+                                                                  want) -> None:
+    """As transformers does when it builds a model: a file may read the name itself
+    (Falcon's ``FALCON_ATTENTION_CLASSES[config._attn_implementation]``: before, None there,
+    a KeyError)."""
+    config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, vocab_size=8)
+    if given is not None:
+        config._attn_implementation = given
+    model = type("Model", (rt.PreTrainedModel,), {"_supports_sdpa": supports_sdpa})(config)
+    assert model.config._attn_implementation == want
+    torch_model = transformers.LlamaModel(transformers.LlamaConfig(
+        hidden_size=8, num_attention_heads=2, vocab_size=8, num_hidden_layers=1))
+    assert torch_model.config._attn_implementation == "sdpa"  # what transformers writes
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_bidirectional_sliding_window_mask_matches_transformers(implementation, masked) -> None:
+    """ModernBERT's local attention: each query sees the keys at most ``sliding_window``
+    positions away on either side, and not the padding."""
+    config = transformers.ModernBertConfig(local_attention=4)  # sliding_window 2
+    config._attn_implementation = implementation
+    embeds = np.zeros((2, 7, 4), np.float32)
+    mask = np.random.default_rng(0).integers(0, 2, (2, 7)) if masked else None
+    want = masking_utils.create_bidirectional_sliding_window_mask(
+        config=config, inputs_embeds=torch.from_numpy(embeds),
+        attention_mask=None if mask is None else torch.from_numpy(mask),
+        allow_is_bidirectional_skip=False)
+    got = rt.create_bidirectional_sliding_window_mask(
+        config, jnp.asarray(embeds), None if mask is None else jnp.asarray(mask))
+    got = np.asarray(got)
+    if implementation == "sdpa":
+        assert got.dtype == bool and (got == want.numpy()).all()
+    else:
+        np.testing.assert_array_equal(got, want.numpy())
+    assert not got[..., 0, 3:].any() if implementation == "sdpa" else (got[..., 0, 3:] < 0).all()
