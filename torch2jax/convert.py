@@ -205,6 +205,8 @@ def convert_source(
     diagnostics.sort(key=lambda d: (d.line, d.column))
     result = ConversionResult(code=new.code, diagnostics=diagnostics,
                               per_example=transformer.per_example_code,
+                              train_steps=tuple(transformer.train_steps),
+                              eval_step=transformer.eval_step,
                               facts=input_facts(wrapper, TORCH_PACKAGES),
                               removed=transformer.removed, failed=transformer.failed_sites)
     if not hoist_steps:  # the NNX translation the equinox pass goes on from: checked there

@@ -12,7 +12,25 @@ from torch2jax.finish.invariants import InputFacts
 from torch2jax.finish.removed import Removed
 from torch2jax.report import Diagnostic
 
-__all__ = ["ConversionResult"]
+__all__ = ["ConversionResult", "TrainStepRecord"]
+
+
+@dataclass(frozen=True)
+class TrainStepRecord:
+    """A train step the rewrite wrote (passes/training.py ``build_train_step``): a function
+    ``name`` that takes the gradient of a loss of ``model`` and applies it with ``optimizer``.
+    Target-neutral (names only, no code): a pass over the translation (targets/equinox.py)
+    finds the step by its name instead of reading the code for it.
+
+    ``functional``: the step is a function of the split state (``(graphdef, state, ...)``, the
+    model and optimizer named ``model`` and ``optimizer`` inside it); ``closure``: of the state
+    alone, closing over the graphdef split before it."""
+
+    name: str
+    model: str
+    optimizer: str
+    functional: bool = False
+    closure: bool = False
 
 
 @dataclass
@@ -22,6 +40,11 @@ class ConversionResult:
     uses_torch: bool = True
     # (target "nnx-for-equinox") code of the layers written for one example (nn.Upsample)
     per_example: set[str] = field(default_factory=set)
+    # the train steps the rewrite wrote, in the order it wrote them
+    train_steps: tuple[TrainStepRecord, ...] = ()
+    # the name of the evaluation step (``model(*inputs)`` jit-compiled) the rewrite wrote at
+    # the top of the file, before any other function, or None
+    eval_step: str | None = None
     # what the output checks need to know about the input (finish/invariants.py)
     facts: InputFacts | None = field(default=None, repr=False, compare=False)
     # removed statements that the finished file may need back (finish/removed.py)

@@ -70,6 +70,7 @@ from torch2jax.passes.rewrite_support import (
     _python_list,
 )
 from torch2jax.passes.special_device import device_default_functions
+from torch2jax.result import TrainStepRecord
 from torch2jax.ruleset import RuleSet
 from torch2jax.targets import Target
 from torch2jax.targets import linen_training as lt
@@ -87,6 +88,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         super().__init__()
         self.values = values  # what kind of value an expression of the file holds
         self.per_example_code: set[str] = set()  # (code of what was written per example)
+        # the train steps written (ConversionResult.train_steps) and the name of the eval
+        # step written at the top of the file (ConversionResult.eval_step)
+        self.train_steps: list[TrainStepRecord] = []
+        self.eval_step: str | None = None
         self.torch_init = torch_init  # convert --init torch (passes/torch_init.py)
         self.hoist_steps = hoist_steps  # a per-epoch train function's step to the top level
         self.rules = rules
@@ -714,7 +719,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                     cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
                     *[ln for ln in body[i + 1].leading_lines if ln.comment is not None]])
         if self._eval_step:
-            body.insert(i, self.target.eval_step_function(tree_mode=not self.data.aliasing))
+            eval_fn = self.target.eval_step_function(tree_mode=not self.data.aliasing)
+            body.insert(i, eval_fn)
+            self.eval_step = eval_fn.name.value
             if i < len(body) - 1:
                 body[i + 1] = body[i + 1].with_changes(leading_lines=[
                     cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),

@@ -285,6 +285,8 @@ class LoopsMixin:
                     step, around = closed, closed_around
             if step is not None:
                 self.need("nnx")
+                if step.record is not None:
+                    self.train_steps.append(step.record)
                 new_body = around[1] if around is not None else step.body
                 batch = dt.loop_names(original_node.target)
                 if self.data.distributed and batch and isinstance(original_node.iter, (
@@ -409,6 +411,8 @@ class LoopsMixin:
             if step is None:
                 break
             self.need("nnx")
+            if step.record is not None:
+                self.train_steps.append(step.record)
             if clip_stmt is not None:
                 self.need("optax")
             blank = [cst.EmptyLine(indent=False)]

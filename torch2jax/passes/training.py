@@ -36,6 +36,7 @@ from torch2jax.passes.common import (
     expr,
     try_literal,
 )
+from torch2jax.result import TrainStepRecord
 
 KEY = "key"
 
@@ -385,6 +386,9 @@ class TrainStep:
     call: cst.SimpleStatementLine  # the statement of the body that calls the step
     functional: bool = False  # the step is a jax.jit function of (graphdef, state)
     closure: bool = False  # ... of the state alone, closing over the graphdef split before it
+    # what a pass over the translation needs to know of the step (None: a step that returns
+    # the gradients instead of applying them, or a GAN step)
+    record: TrainStepRecord | None = None
 
 
 def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
@@ -520,8 +524,10 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         call_stmt = call_stmt.with_changes(leading_lines=first.leading_lines)
     keep = [cst.parse_statement(f"self.{kept_attr} = {kept_attr}\n")] if kept_attr else []
     new_body = [*pre, call_stmt, *keep, *post_dep, *after]
+    record = None if grads_out is not None else TrainStepRecord(
+        step_name, model, optimizer, functional=functional, closure=closure and functional)
     return TrainStep(function=fn, body=new_body, call=call_stmt, functional=functional,
-                     closure=closure and functional)
+                     closure=closure and functional, record=record)
 
 
 GRAPHDEF, STATE = "graphdef", "train_state"

@@ -433,9 +433,15 @@ def _split_keys(body: list[cst.BaseStatement], sites: int) -> list[cst.BaseState
     return _sequential_keys(list(mod.body), set(text_names))
 
 
+def _uses_nnx(node: cst.CSTNode) -> bool:
+    """Whether ``node`` reads an attribute of the ``nnx`` module (``nnx.Param``)."""
+    return any(m.matches(a.value, m.Name("nnx")) for a in findall(node, m.Attribute()))
+
+
 def _has_nnx(node: cst.CSTNode) -> bool:
-    return any(m.matches(a.value, m.Name("nnx")) for a in findall(node, m.Attribute())) or \
-        bool(findall(node, m.Name("rngs")))
+    """Whether anything of NNX is left in ``node``: the ``nnx`` module, or an ``rngs`` name
+    (comments and strings do not count)."""
+    return _uses_nnx(node) or bool(findall(node, m.Name("rngs")))
 
 
 class _NoNnx(cst.CSTTransformer):
@@ -589,8 +595,13 @@ class ClassInfo:
     assumed: list[tuple[str, int, str]] = field(default_factory=list)
 
 
+# the base class of the NNX translation's module classes
+NNX_MODULE = m.Attribute(value=m.Name("nnx"), attr=m.Name("Module"))
+
+
 def _is_module_class(cls: cst.ClassDef, classes: set[str]) -> bool:
-    return any(code(b.value) in ("nnx.Module", *classes) for b in cls.bases)
+    return any(m.matches(b.value, NNX_MODULE) or (
+        isinstance(b.value, cst.Name) and b.value.value in classes) for b in cls.bases)
 
 
 def _init_of(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
