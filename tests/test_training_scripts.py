@@ -120,6 +120,21 @@ for it in range(3):
     optimizer.zero_grad(set_to_none=True)
     print(f"{loss.item():.8f}")
 """,
+    # the model's output reassigned before the loss (a cast, a temperature): the loss
+    # function starts at the model call, not at the last assignment of ``out``
+    "output_reassigned": """
+model = Net()
+optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+for step in range(4):
+    optimizer.zero_grad()
+    out = model(X)
+    out = out.float()
+    out = out / 2.0
+    loss = F.cross_entropy(out, Y)
+    loss.backward()
+    optimizer.step()
+    print(f"{loss.item():.8f}")
+""",
     # per-epoch StepLR: an injected learning rate set where scheduler.step() was called
     "sgd_nesterov_steplr_per_epoch": """
 model = Net()

@@ -291,6 +291,21 @@ def assigned_in_order(stmts: Sequence[cst.CSTNode]) -> list[str]:
     return out
 
 
+def loss_slice(before: Sequence[cst.BaseStatement], loss: str) -> list[bool]:
+    """Which of the statements before ``loss.backward()`` the loss depends on (its backward
+    slice). A statement that reads the name it assigns (``out = out.float()``,
+    ``loss = loss / accum``) keeps the earlier assignment in the slice."""
+    needed = {loss}
+    in_slice = [False] * len(before)
+    for i in range(len(before) - 1, -1, -1):
+        n = names_of(before[i])
+        if set(n.assigned) & needed:
+            in_slice[i] = True
+            needed -= set(n.assigned)
+            needed |= set(n.used)
+    return in_slice
+
+
 def split_loss(before: Sequence[cst.BaseStatement], in_slice: Sequence[bool], model: str
                ) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement]]:
     """The statements before ``backward()`` that form the loss function (those of the loss's
@@ -416,16 +431,7 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     ib, istep = back[0], steps[0]
     loss = _is_method_stmt(body[ib], None, "backward")
     before = [s for s in body[:ib] if not _is_method_stmt(s, {optimizer, model}, "zero_grad")]
-    # backward slice of the loss among the statements before backward()
-    needed = {loss}
-    in_slice: list[bool] = [False] * len(before)
-    for i in range(len(before) - 1, -1, -1):
-        n = names_of(before[i])
-        if set(n.assigned) & needed:
-            in_slice[i] = True
-            needed -= set(n.assigned)
-            needed |= set(n.used)  # (loss = loss / accum reads the loss assigned before)
-    loss_body, outside = split_loss(before, in_slice, model)
+    loss_body, outside = split_loss(before, loss_slice(before, loss), model)
     if not loss_body:
         return None
     defined = assigned_in_order(loss_body)

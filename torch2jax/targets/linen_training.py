@@ -84,15 +84,7 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     loss = tr._is_method_stmt(body[ib], None, "backward")
     before = [s for s in body[:ib]
               if not tr._is_method_stmt(s, {optimizer, model}, "zero_grad")]
-    needed = {loss}
-    in_slice = [False] * len(before)
-    for i in range(len(before) - 1, -1, -1):
-        n = tr.names_of(before[i])
-        if set(n.assigned) & needed:
-            in_slice[i] = True
-            needed -= set(n.assigned)
-            needed |= set(n.used) - set(n.assigned)
-    loss_body, outside = tr.split_loss(before, in_slice, model)
+    loss_body, outside = tr.split_loss(before, tr.loss_slice(before, loss), model)
     if not loss_body:
         return None
     defined = tr.assigned_in_order(loss_body)
