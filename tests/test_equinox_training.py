@@ -107,6 +107,69 @@ def test_autocast_region_computes_in_bfloat16(converted) -> None:
     assert "set_attributes" not in code
 
 
+def _autocast_use(code: str) -> tuple[bool, bool]:
+    """Whether ``code`` defines the autocast helper at its top level, and whether it calls
+    the bare name ``autocast`` (torch.amp.autocast(...) is an attribute, not that call)."""
+    tree = ast.parse(code)
+    defined = any(isinstance(n, ast.FunctionDef) and n.name == "autocast" for n in tree.body)
+    called = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                 and n.func.id == "autocast" for n in ast.walk(tree))
+    return defined, called
+
+
+def test_autocast_helper_written_exactly_where_called(converted) -> None:
+    uses = {stem: _autocast_use(result.code) for stem, result in converted.items()}
+    assert uses["ddp_amp_dataloader"] == (True, True)
+    assert all(defined == called for defined, called in uses.values()), uses
+
+
+# nanoGPT's context chosen at run time: the torch.amp.autocast branch is kept (marked); the
+# train step computes in float32, so nothing calls the autocast helper
+LEFTOVER_AUTOCAST = '''from contextlib import nullcontext
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 6)
+        self.fc2 = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+device_type = 'cpu'
+ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16)
+x = torch.arange(32, dtype=torch.float32).reshape(8, 4) / 32
+y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+for step in range(6):
+    with ctx:
+        loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"{loss.item():.6f}")
+'''
+
+
+def test_leftover_autocast_context_writes_no_helper(tmp_path: Path) -> None:
+    from test_training_scripts import _run
+
+    result = convert_source(LEFTOVER_AUTOCAST, path="script.py", target="equinox")
+    assert "torch.amp.autocast(device_type=device_type" in result.code  # kept, marked
+    assert _autocast_use(result.code) == (False, False)
+    assert "def autocast" not in result.code
+    assert "def train_step(model, opt_state):" in result.code
+    losses = [float(v) for v in _run(result.code, tmp_path)]
+    assert len(losses) == 6 and losses[-1] < losses[0] - 0.01, losses  # it runs and learns
+
+
 TRAINS_AND_RETURNS = '''
 import torch
 from torch import nn

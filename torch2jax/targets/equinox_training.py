@@ -170,6 +170,7 @@ class _ModelCalls(cst.CSTTransformer):
         self.model, self.stateful, self.keyed, self.dtype = model, stateful, keyed, dtype
         self.hoisted: list[str] = []
         self.n = 0
+        self.cast = False  # a call of the autocast helper written
 
     def mapped(self, call: cst.Call) -> str:
         args = [a for a in call.args]
@@ -178,6 +179,7 @@ class _ModelCalls(cst.CSTTransformer):
         pos = [code(a.value) for a in args]
         model = self.model
         if self.dtype:
+            self.cast = True
             model = f"{AUTOCAST_FN}({model}, {self.dtype})"
             pos = [f"{AUTOCAST_FN}({p}, {self.dtype})" for p in pos]
         kw = ""
@@ -201,8 +203,11 @@ class _ModelCalls(cst.CSTTransformer):
 
 
 def _loss_body(stmts: list[cst.BaseStatement], model: str, stateful: bool, keyed: bool,
-               dtype: str | None, ctx: TrainingContext) -> list[cst.BaseStatement]:
+               dtype: str | None, ctx: TrainingContext
+               ) -> tuple[list[cst.BaseStatement], bool]:
+    """The loss function's statements, and whether they call the autocast helper."""
     out: list[cst.BaseStatement] = []
+    cast = False
     for s in stmts:
         tr = _ModelCalls(model, stateful, keyed, dtype)
         # `y = model(x)` with state: `y, state = ...` without a temporary
@@ -214,12 +219,14 @@ def _loss_body(stmts: list[cst.BaseStatement], model: str, stateful: bool, keyed
                 t = f"({t})"
             out.append(_stmt(f"{t}, {STATE} = {tr.mapped(a.value)}").with_changes(
                 leading_lines=s.leading_lines))
+            cast |= tr.cast
             continue
         new = s.visit(tr)
         out += [_stmt(h) for h in tr.hoisted]
         out.append(new)
         out += _batch_reductions(s, model, ctx)
-    return out
+        cast |= tr.cast
+    return out, cast
 
 
 def _batch_reductions(s: cst.BaseStatement, model: str, ctx: TrainingContext
@@ -244,9 +251,10 @@ def _batch_reductions(s: cst.BaseStatement, model: str, ctx: TrainingContext
 
 
 def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
-               dtype: str | None, ctx: TrainingContext) -> cst.FunctionDef:
+               dtype: str | None, ctx: TrainingContext) -> tuple[cst.FunctionDef, bool]:
+    """The equinox train step, and whether it calls the autocast helper."""
     model, opt, loss, aux, grads = (parts[k] for k in ("model", "opt", "loss", "aux", "grads"))
-    inner = _loss_body(parts["inner"], model, stateful, keyed, dtype, ctx)
+    inner, cast = _loss_body(parts["inner"], model, stateful, keyed, dtype, ctx)
     aux_out = ([STATE] if stateful else []) + aux
     loss_fn = parts["loss_fn"].name.value
     lf_params = f"{model}, {STATE}" if stateful else model
@@ -270,7 +278,7 @@ def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
            f"    {model} = eqx.apply_updates({model}, updates)\n"
            f"    return {', '.join(head + parts['outs'])}\n")
     new = cst.parse_statement(src)
-    return new.with_changes(leading_lines=fn.leading_lines)
+    return new.with_changes(leading_lines=fn.leading_lines), cast
 
 
 def eval_step(stateful: bool) -> cst.FunctionDef:
@@ -367,7 +375,7 @@ class Scope(cst.CSTTransformer):
         self.keyed_trainers: set[str] = set()
         self.layers: set[str] = set()  # torch layers built here, outside a module
         self.layer_called: str | None = None  # such a layer called in the statement
-        self.needs_autocast = False
+        self.needs_autocast = False  # a train step written here calls the autocast helper
         self.in_step = 0
         for s in stmts:
             for fn in findall(s, m.FunctionDef()):
@@ -400,9 +408,9 @@ class Scope(cst.CSTTransformer):
             return updated_node
         self.in_step -= 1
         stateful, keyed = self.flags(parts["model"])
-        if self.dtype:
-            self.needs_autocast = True
-        return train_step(updated_node, parts, stateful, keyed, self.dtype, self.ctx)
+        new, cast = train_step(updated_node, parts, stateful, keyed, self.dtype, self.ctx)
+        self.needs_autocast |= cast
+        return new
 
     def leave_Attribute(self, original_node, updated_node):
         # the optimizer's entry of a functional step's state is the optimizer
@@ -922,6 +930,8 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                       ctx=ctx)
     top_scope.keyed_trainers = keyed_trainers
     eval_calls = 0
+    # a statement written below calls the autocast helper (a train step under a compute dtype)
+    needs_autocast = False
     hoisted: set[str] = set()
     # the eval step of the NNX pass: written before the other functions of the file
     nnx_eval = next((s for s in stmts if isinstance(s, cst.FunctionDef) and
@@ -942,6 +952,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 scope.keyed_trainers = keyed_trainers
                 new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
                 _rebound(scope)
+                casts = scope.needs_autocast
                 eval_calls += scope.eval_calls
                 new = s.with_changes(body=s.body.with_changes(body=new_body))
                 if name in receivers:
@@ -968,6 +979,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                             if step is not None:
                                 hoisted.add(step.name.value)
                                 out.append([step, new])
+                                needs_autocast |= casts
                                 continue
                     elif stateful:
                         plist = list(new.params.params)
@@ -975,12 +987,15 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                             whitespace_after=cst.SimpleWhitespace(" "))))
                         new = new.with_changes(params=new.params.with_changes(params=plist))
                 out.append([new])
+                needs_autocast |= casts
             else:
                 before = top_scope.eval_calls
+                top_scope.needs_autocast = False
                 done = list(cst.Module(body=[s]).visit(top_scope).visit(_DropRemoved()).body)
                 _rebound(top_scope)
                 eval_calls += top_scope.eval_calls - before
                 out.append(done)
+                needs_autocast |= top_scope.needs_autocast
         except _Fail as exc:
             out.append(exc.message)
     if eval_calls and autocast_at is None:
@@ -994,16 +1009,15 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                        *out[at][1:]]
     # (a statement of the NNX form that equinox drops, nnx.split(...) or nnx.update(...),
     # leaves [])
-    # (a substring test, kept for byte-identical output: it also matches torch.amp.autocast(
-    # in a statement left as torch, which writes the helper where nothing calls it)
-    if any(not isinstance(o, str) and o and AUTOCAST_FN + "(" in code(o[0]) for o in out):
+    # the helper, written where a statement of the output calls it (a call the train step
+    # writes, recorded as it is written: not a torch.amp.autocast( left as torch)
+    if needs_autocast:
         helper = _stmt(AUTOCAST_SRC).with_changes(leading_lines=[cst.EmptyLine(indent=False),
                                                                  cst.EmptyLine(indent=False)])
+        written = [i for i, o in enumerate(out) if not isinstance(o, str) and o]
         at = autocast_at if autocast_at is not None else next(
-            (i for i, o in enumerate(out) if not isinstance(o, str) and o and
-             isinstance(o[0], cst.FunctionDef)), 0)
-        if not isinstance(out[at], str):
-            out[at] = [*out[at], helper]
+            (i for i in written if isinstance(out[i][0], cst.FunctionDef)), written[0])
+        out[at] = [*out[at], helper]
     return out
 
 
