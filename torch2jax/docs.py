@@ -70,10 +70,12 @@ def render(rules: RuleSet | None = None) -> str:
         ("Every torch API the converter translates, on the NNX target, with what the rule "
          "writes out and the semantic difference it handles. A torch function not listed "
          "whose `Tensor` method is (`torch.masked_fill(x, mask, v)`) is that method on its "
-         "first argument. Any other function not listed is left in place with a "
-         "`# TODO(torch2jax)` marker; a method call with no rule is left as written, without "
-         "a marker (a `jax.Array` may have a method of that name, `x.tolist()`, "
-         "`x.item()`). `torch2jax explain NAME` shows one rule "
+         "first argument, and a `Tensor` method not listed whose function is (`x.mul(y)`) "
+         "is that function of its receiver. Any other function not listed is left in place "
+         "with a `# TODO(torch2jax)` marker, and so is any other method that torch's tensors "
+         "have and a `jax.Array` lacks, called on a value known to be a tensor "
+         "(`tensor-method`); a method a `jax.Array` has too (`x.tolist()`, `x.item()`) is "
+         "left as written. `torch2jax explain NAME` shows one rule "
          "with its examples; [writing-rules.md](writing-rules.md) explains the fields."),
         "",
         "| kind | rules |",

@@ -13,7 +13,7 @@ from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
-from torch2jax.analysis.torch_api import FILLED_NEW
+from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
 from torch2jax.analysis.training import (
     CLIPS,
     DROPPED_SEEDS,
@@ -401,6 +401,21 @@ class CallsMixin:
                 # torch.zeros(n).scatter_add_(0, i, s): the new tensor, which nothing else
                 # reads, is the value of the out-of-place method
                 return self._method(original, updated, made)
+            known = (rule is None and made is None and self.values is not None
+                     and self.values.kind(recv) == vk.Kind.TENSOR)
+            function = self.rules.functions.get(f"torch.{meth}") if known else None
+            if function is not None and function.params[:1] == ("input",):
+                # x.mul(y), x.flip(0), x.gather(1, i): a tensor method with no rule of its own
+                # whose torch function has one is that function of the receiver
+                return self._function(original, updated.with_changes(
+                    func=expr(f"torch.{meth}"),
+                    args=[arg(updated.func.value), *_fix_commas(list(updated.args))]), function)
+            if known and meth in TORCH_ONLY_TENSOR_METHODS:
+                # x.register_hook(...), x.index_fill(...): no rule, and a JAX array has no such
+                # method: marked, not left to raise AttributeError where it runs
+                raise Untranslatable(f"{code(recv)}.{meth}(...): torch's tensor method "
+                                     f".{meth} has no rule, and a JAX array has no .{meth}",
+                                     rule="tensor-method")
         # self.layer(x): activation layout
         return self._layout_call(original, updated)
 
