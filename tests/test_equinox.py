@@ -265,6 +265,62 @@ def test_batch_size_used_beyond_a_reshape_is_marked() -> None:
     assert "batch axis" in result.code or "batch size" in result.code
 
 
+# five layers: the equinox class has a field line per layer, so the equinox pass's own output
+# lines are not the torch lines of the statements it marks
+MARKED_SOURCE = """import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 8)
+        self.fc3 = nn.Linear(8, 8)
+        self.fc4 = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.fc4(self.fc3(self.fc2(self.fc1(x))))
+        h = h.reshape(-1, 8)
+        return self.out(h)
+
+
+model = MLP()
+state = {k: v.clone() for k, v in model.state_dict().items()}
+model.load_state_dict(state)
+print(model(torch.ones(3, 4)).shape)
+"""
+
+
+def test_equinox_diagnostics_name_the_torch_line_of_the_marked_statement() -> None:
+    result = convert_source(MARKED_SOURCE, path="mlp.py", target="equinox")
+    torch_lines = MARKED_SOURCE.splitlines()
+    out_lines = result.code.splitlines()
+    marked = {}
+    for i, line in enumerate(out_lines):
+        if line.strip().startswith("# TODO(torch2jax):") and line.endswith("[equinox]"):
+            marked[line.split(": ", 1)[1].removesuffix(" [equinox]")] = (
+                out_lines[i + 1].strip(), i + 2)
+    errors = [d for d in result.diagnostics if d.rule == "equinox" and d.severity == "error"]
+    assert [(d.message, torch_lines[d.line - 1].strip()) for d in errors] == [
+        ("a linear layer applied to a value whose rank is not known here", "return self.out(h)"),
+        (("model.load_state_dict(...): torch's Module API has no counterpart on an equinox "
+         "model (a pytree of arrays): left as written"), "model.load_state_dict(state)"),
+    ]
+    # the statement each marks, at other lines of the output
+    assert {k: s for k, (s, _) in marked.items()} == {
+        d.message: torch_lines[d.line - 1].strip() for d in errors}
+    assert [d.line for d in errors] == [17, 22]
+    assert [at for _, at in marked.values()] == [25, 31]
+    # so a marker on the torch line suppresses the diagnostic
+    ignored = MARKED_SOURCE.replace("model.load_state_dict(state)",
+                                    "model.load_state_dict(state)  # torch2jax: ignore[equinox]")
+    result = convert_source(ignored, path="mlp.py", target="equinox")
+    assert [d.line for d in result.diagnostics if d.rule == "equinox" and d.severity == "error"
+            ] == [17]
+
+
 BUILDER_SOURCE = '''
 import torch
 from torch import nn
@@ -563,13 +619,15 @@ class Net(nn.Module):
     assert not [d for d in result.diagnostics if d.rule == "internal"]
     ast.parse(result.code)
     # the helper's conditional result is not a layer the pass follows: marked at its call (the
-    # equinox pass's diagnostics name the line of the converted file, which it writes from the
-    # NNX translation; see docs/equinox.md)
-    lines = result.code.splitlines()
+    # equinox pass's diagnostics name the torch line, as the other targets' do)
+    lines = source.splitlines()
     [error] = [d for d in result.diagnostics if d.severity == "error"]
     assert error.rule == "equinox"
     assert lines[error.line - 1].strip() == "return self.b(self.a(x))"
-    assert lines[error.line - 2].strip() == (
+    assert error.message == "self.a is not a layer the equinox target translated"
+    out = result.code.splitlines()
+    at = out.index("        return self.b(self.a(x))")
+    assert out[at - 1].strip() == (
         "# TODO(torch2jax): self.a is not a layer the equinox target translated [equinox]")
 
 

@@ -72,6 +72,7 @@ from torch2jax.targets.equinox_init import (
     reads_nnx_weight,
 )
 from torch2jax.targets.equinox_layers import RULE, EquinoxError, Info, Layer, _todo, layer_of
+from torch2jax.targets.equinox_lines import torch_lines
 
 
 class EquinoxFile:
@@ -753,8 +754,12 @@ def from_nnx(nnx: ConversionResult, source: str, path: str) -> ConversionResult:
     diagnostics are kept (their TODO lines stay in the code); this pass adds its own."""
     text, todos, assumed = convert(nnx.code, source, nnx.per_example, nnx.train_steps,
                                    nnx.eval_step)
+    # (their lines in ``text`` are neither the torch file's nor the finished file's)
+    lines = torch_lines(text, source, f"[{RULE}]")
+    if len(lines) != len(todos):  # (a TODO comment not before a statement)
+        lines = [1] * len(todos)
     diags = list(nnx.diagnostics) + [Diagnostic(path, line, 0, RULE, "error", msg.rsplit(
-        f" [{RULE}]", 1)[0]) for line, msg in todos]
+        f" [{RULE}]", 1)[0]) for line, (_, msg) in zip(lines, todos, strict=True)]
     lines = source.splitlines()
     for name, message in assumed:  # a warning at the torch class
         at = next((i + 1 for i, line in enumerate(lines)
