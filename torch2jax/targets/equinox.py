@@ -68,6 +68,8 @@ from torch2jax.targets.equinox_init import (
     _split_keys,
     _squeeze,
     _uses_nnx,
+    direct_init,
+    reads_nnx_weight,
 )
 from torch2jax.targets.equinox_layers import RULE, EquinoxError, Info, Layer, _todo, layer_of
 from torch2jax.targets.equinox_lines import torch_lines
@@ -618,6 +620,7 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
                 c.init_methods.add(code(loop).split("(self.", 1)[1].split(",", 1)[0])
                 f.needs.add(training.INIT_FN)
                 s = loop
+            s = direct_init(s, c.attrs) or s  # nn.init.constant_(self.fc.weight, 0.1)
             for a in findall(s, m.AssignTarget(m.Attribute(value=m.Name("self")))):
                 name = a.target.attr.value
                 if name not in assigned and c.attrs.get(name, Layer("value")).kind not in (
@@ -626,7 +629,8 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
             new_body.append(s)
         torch_init = _init_of(torch_cls, "__init__") if torch_cls is not None else None
         new_body = [_untranslated_init_line(s, new_body[i + 1:], torch_init)
-                    if _uses_nnx(s) else s for i, s in enumerate(new_body)]
+                    if _uses_nnx(s) or reads_nnx_weight(s, c.attrs) else s
+                    for i, s in enumerate(new_body)]
         try:
             new_body = _split_keys(new_body, getattr(c, "init_sites", 0))
         except EquinoxError as exc:

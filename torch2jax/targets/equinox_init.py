@@ -17,6 +17,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import Dedent, code, expr, is_identity_lambda, try_literal
+from torch2jax.targets import layer_table
 from torch2jax.targets.equinox_layers import (
     ELEMENTWISE_PREFIXES,
     KEY,
@@ -687,3 +688,84 @@ def _comment_out(s: cst.BaseStatement) -> cst.BaseStatement:
     comments = [cst.EmptyLine(comment=cst.Comment("# " + ln if ln.strip() else "#"))
                 for ln in lines]
     return cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=comments)
+
+
+# ------------------------------------- torch's nn.init.*_(self.layer.weight) in __init__
+# NNX variable names of the layers' weights (kernel, bias, scale, embedding)
+_NNX_VARS = frozenset({"kernel", "bias", "scale", "embedding"})
+# elementwise fills: the same whatever the weight's layout (NNX's kernel is (in, out), the
+# equinox weight torch's (out, in))
+_FILLS = {"jnp.zeros_like": 1, "jnp.ones_like": 1, "jnp.full_like": 2}
+
+
+def _weight_fields(cls: str) -> dict[str, str]:
+    """An equinox layer class -> {its NNX variable: its equinox field} (empty: not known)."""
+    for _, spec in layer_table.tables("equinox").values():
+        if spec.weights and (cls == spec.cls or re.fullmatch(
+                re.escape(spec.cls) + r"[123]d", cls)):
+            return dict(spec.weights)
+    return {}
+
+
+def _self_root(node: cst.BaseExpression) -> str | None:
+    """``self.a.b.c`` -> ``a``; None when not an attribute chain from ``self``."""
+    while isinstance(node, cst.Attribute) and isinstance(node.value, cst.Attribute):
+        node = node.value
+    if isinstance(node, cst.Attribute) and m.matches(node.value, m.Name("self")):
+        return node.attr.value
+    return None
+
+
+def reads_nnx_weight(s: cst.CSTNode, attrs: dict[str, Layer]) -> bool:
+    """Whether ``s`` reads an NNX variable (``self.fc.kernel``, ``self.fc.bias.value``) of a
+    layer of the class: the NNX translation of torch's ``self.fc.weight``, which equinox's
+    layers do not have; or sets one (``layer.bias.value = ...``), which an equinox layer does
+    not allow."""
+    nnx_var = m.Attribute(value=m.Attribute(attr=m.OneOf(*map(m.Name, _NNX_VARS))),
+                          attr=m.Name("value"))
+    if findall(s, m.AssignTarget(nnx_var) | m.AugAssign(target=nnx_var)):
+        return True
+    for a in findall(s, m.Attribute(attr=m.Name())):
+        root = _self_root(a.value)
+        lay = attrs.get(root) if root is not None else None
+        if lay is None or lay.kind in ("value", "buffer", "param", "fn", "lambda"):
+            continue
+        if a.attr.value in _NNX_VARS - {"bias"} or (a.attr.value == "value" and isinstance(
+                a.value, cst.Attribute) and a.value.attr.value in _NNX_VARS):
+            return True
+    return False
+
+
+def direct_init(s: cst.BaseStatement, attrs: dict[str, Layer]) -> cst.BaseStatement | None:
+    """``self.fc.kernel.value = jnp.full_like(self.fc.kernel.value, 0.1)`` (NNX's translation
+    of torch's ``nn.init.constant_(self.fc.weight, 0.1)`` in ``__init__``) -> ``self.fc =
+    eqx.tree_at(lambda m: m.weight, self.fc, jnp.full_like(self.fc.weight, 0.1))``: equinox's
+    layers are immutable, and ``__init__`` may still set the field. Only elementwise fills of
+    the weight itself (zeros, ones, a constant), which do not depend on its layout; None for
+    anything else."""
+    if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+            and isinstance(s.body[0], cst.Assign) and len(s.body[0].targets) == 1):
+        return None
+    assign = s.body[0]
+    target = assign.targets[0].target
+    if not m.matches(target, m.Attribute(value=m.Attribute(value=m.Attribute(
+            value=m.Name("self"), attr=m.Name()), attr=m.Name()), attr=m.Name("value"))):
+        return None
+    name, var = target.value.value.attr.value, target.value.attr.value
+    lay = attrs.get(name)
+    field = _weight_fields(lay.cls).get(var) if lay is not None and lay.cls else None
+    value = assign.value
+    if field is None or not isinstance(value, cst.Call) or \
+            _FILLS.get(code(value.func)) != len(value.args) or \
+            any(a.keyword is not None or a.star for a in value.args) or \
+            not target.deep_equals(value.args[0].value):
+        return None
+    fill = value.args[1].value if len(value.args) == 2 else None
+    # the constant: a number, or names and arithmetic of them (no attribute, call or subscript)
+    if fill is not None and findall(fill, m.Attribute() | m.Call() | m.Subscript()):
+        return None
+    rest = f", {code(fill)}" if fill is not None else ""
+    return cst.parse_statement(
+        f"self.{name} = eqx.tree_at(lambda m: m.{field}, self.{name}, "
+        f"{code(value.func)}(self.{name}.{field}{rest}))\n").with_changes(
+            leading_lines=s.leading_lines)
