@@ -82,3 +82,13 @@ def test_torch_only_method_on_a_known_tensor_is_marked() -> None:
     # an object the analysis cannot type keeps its method unmarked (it may not be a tensor)
     at = next(i for i, ln in enumerate(lines) if "run.register_hook(" in ln)
     assert "TODO" not in lines[at - 1]
+
+
+def test_backward_is_left_to_the_training_loop_on_every_target() -> None:
+    """``loss.backward()`` is the training loop's: the equinox pass goes on from an NNX
+    translation that keeps it, so it is not a method to mark."""
+    source = (Path(__file__).resolve().parent.parent / "fixtures" / "training"
+              / "cnn_sgd_steplr.py").read_text()
+    for target in ("nnx", "linen", "equinox"):
+        result = convert_source(source, path="train.py", target=target)
+        assert [str(d) for d in result.diagnostics if d.severity == "error"] == [], target

@@ -410,7 +410,9 @@ class CallsMixin:
                 return self._function(original, updated.with_changes(
                     func=expr(f"torch.{meth}"),
                     args=[arg(updated.func.value), *_fix_commas(list(updated.args))]), function)
-            if known and meth in TORCH_ONLY_TENSOR_METHODS:
+            if known and meth in TORCH_ONLY_TENSOR_METHODS and meth != "backward":
+                # (loss.backward() belongs to the training loop, which translates it or
+                # marks the loop; the NNX translation the equinox pass goes on from keeps it)
                 # x.register_hook(...), x.index_fill(...): no rule, and a JAX array has no such
                 # method: marked, not left to raise AttributeError where it runs
                 raise Untranslatable(f"{code(recv)}.{meth}(...): torch's tensor method "
