@@ -445,6 +445,7 @@ def _has_nnx(node: cst.CSTNode) -> bool:
     advice is NNX's: the statement, or the class holding it, goes back to torch's)."""
     return _uses_nnx(node) or bool(findall(node, m.Name("rngs"))) or any(
         c.value.startswith("# TODO(torch2jax)") and "nnx." in c.value
+        and not c.value.endswith("[equinox]")  # (this pass's own marks)
         for c in findall(node, m.Comment()))
 
 
