@@ -410,7 +410,11 @@ class CallsMixin:
                 return self._function(original, updated.with_changes(
                     func=expr(f"torch.{meth}"),
                     args=[arg(updated.func.value), *_fix_commas(list(updated.args))]), function)
-            if known and meth in TORCH_ONLY_TENSOR_METHODS and meth != "backward":
+            if known and meth in TORCH_ONLY_TENSOR_METHODS and meth != "backward" and not (
+                    meth.endswith("_") and isinstance(
+                        self.get_metadata(ParentNodeProvider, original, None), cst.Expr)):
+                # (an in-place method as a statement, x.zero_(), w[i].fill_(v), is the
+                # statement's: translated there or marked as an in-place update)
                 # (loss.backward() belongs to the training loop, which translates it or
                 # marks the loop; the NNX translation the equinox pass goes on from keeps it)
                 # x.register_hook(...), x.index_fill(...): no rule, and a JAX array has no such

@@ -440,9 +440,13 @@ def _uses_nnx(node: cst.CSTNode) -> bool:
 
 
 def _has_nnx(node: cst.CSTNode) -> bool:
-    """Whether anything of NNX is left in ``node``: the ``nnx`` module, or an ``rngs`` name
-    (comments and strings do not count)."""
-    return _uses_nnx(node) or bool(findall(node, m.Name("rngs")))
+    """Whether anything of NNX is left in ``node``: the ``nnx`` module, an ``rngs`` name, or a
+    TODO of the NNX pass that names an NNX construct (a loop it could not translate, whose
+    advice is NNX's: the statement, or the class holding it, goes back to torch's)."""
+    return _uses_nnx(node) or bool(findall(node, m.Name("rngs"))) or any(
+        c.value.startswith("# TODO(torch2jax)") and "nnx." in c.value
+        and not c.value.endswith("[equinox]")  # (this pass's own marks)
+        for c in findall(node, m.Comment()))
 
 
 class _NoNnx(cst.CSTTransformer):
