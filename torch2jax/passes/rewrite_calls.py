@@ -99,8 +99,7 @@ class CallsMixin:
                 and self.values is not None
                 and self.values.kind(func.value) == vk.Kind.MODULE):
             return None
-        parent = self.get_metadata(ParentNodeProvider, original_node, None)
-        if not (isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original_node):
+        if not self._iterated(original_node):
             return None
         here = self._fn_stack[-1].name.value if self._fn_stack else None
         if any(site.function == here for site in self.training.optimizers.values()):
@@ -278,6 +277,10 @@ class CallsMixin:
                 original.args[0].value.value in self._ckpt_dicts) and isinstance(
                 self.get_metadata(ParentNodeProvider, original, None), cst.Expr):
             return updated  # a checkpoint dict: handled in leave_Expr
+        if name == "torch.save" and self._ckpt_inline and len(original.args) >= 2 and (
+                isinstance(original.args[0].value, cst.Dict)) and isinstance(
+                self.get_metadata(ParentNodeProvider, original, None), cst.Expr):
+            return updated  # a checkpoint dict literal: handled in leave_Expr
         if name == "isinstance" or (isinstance(original.func, cst.Name)
                                     and original.func.value == "isinstance"):
             return self._isinstance(original, updated)

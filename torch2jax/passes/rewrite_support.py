@@ -21,7 +21,7 @@ from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.specials import Site
 from torch2jax.ruleset import Rule
 
-_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp|grain|os)\b(?=[.(])")
+_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp|grain|os|tensorboardX)\b(?=[.(])")
 
 
 DTYPES = {

@@ -654,6 +654,51 @@ def identity_method(site: Site) -> cst.BaseExpression:
     return site.x()
 
 
+@special("flip")
+def flip(site: Site) -> cst.BaseExpression:
+    """``x.flip(0)`` / ``x.flip(0, 1)`` / ``x.flip(dims=[0, 1])`` -> ``jnp.flip(x, axis=...)``
+    (jnp.flip takes an int or a tuple, not a list)."""
+    dims = [site.args.get("dims"), *site.args.extra_positional]
+    if dims[0] is None:
+        raise Untranslatable("flip without dims")
+    if len(dims) > 1:
+        axis: cst.BaseExpression = expr("(" + ", ".join(code(d) for d in dims) + ")")
+    elif isinstance(dims[0], cst.List):
+        axis = cst.Tuple(elements=dims[0].elements) if len(dims[0].elements) != 1 else \
+            expr("({d},)", d=dims[0].elements[0].value)
+    elif isinstance(dims[0], (cst.Tuple, cst.Integer, cst.UnaryOperation)):
+        axis = dims[0]
+    else:
+        axis = expr("tuple({d}) if isinstance({d}, list) else {d}", d=dims[0]) \
+            if is_simple(dims[0]) else call("tuple", arg(dims[0]))
+    return call("jnp.flip", arg(site.x()), arg(axis, "axis"))
+
+
+@special("tensor_norm")
+def tensor_norm(site: Site) -> cst.BaseExpression:
+    """``x.norm(p='fro', dim=None, keepdim=False)`` / ``torch.norm``: torch's vector p-norm
+    over ``dim`` (all the elements when None; 'fro' is the 2-norm over them), which is
+    ``jnp.linalg.vector_norm`` (jnp.linalg.norm reads a 2-tuple of axes as a matrix norm)."""
+    p = site.lit("p")
+    if p == "nuc" or site.get("dtype") is not None:
+        raise Untranslatable(f"{site.rule.torch} with p='nuc' or dtype= is not translated")
+    out = [arg(site.x())]
+    if p is ...:
+        out.append(arg(site.get("p"), "ord"))
+    elif p not in (None, "fro", 2, 2.0):
+        if isinstance(p, str):
+            raise Untranslatable(f"{site.rule.torch}(p={p!r}) is not translated")
+        out.append(arg(site.get("p"), "ord"))
+    dim = site.get("dim")
+    if dim is not None and not (isinstance(dim, cst.Name) and dim.value == "None"):
+        if isinstance(dim, cst.List):
+            dim = cst.Tuple(elements=dim.elements)
+        out.append(arg(dim, "axis"))
+    if site.get("keepdim") is not None and site.lit("keepdim") is not False:
+        out.append(arg(site.get("keepdim"), "keepdims"))
+    return call("jnp.linalg.vector_norm", *out)
+
+
 @special("size")
 def size(site: Site) -> cst.BaseExpression:
     d = site.args.get("dim")
