@@ -335,3 +335,21 @@ for i in range(3):
     prev = X * i + 1
 """, bound=False)
     assert "prev.sum().item()" in code
+
+
+def test_the_loss_read_at_the_top_of_a_training_loop_is_the_previous_steps():
+    """``print(loss.item())`` at the top of the loop body reads the loss of the step before
+    (``loss`` is a tensor: every assignment binds one); the statement stays before the train
+    step call, not after it."""
+    code = _same_as_torch("""
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+for step in range(4):
+    if step > 0:
+        print(step, loss.item())
+    loss = F.cross_entropy(model(X), Y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""", bound=False)
+    assert code.index("print(step, loss.item())") < code.index("loss = train_step(")
