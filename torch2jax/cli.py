@@ -100,13 +100,14 @@ def _usage_error(message: str) -> typer.Exit:
 def _require_extra(command: str, modules: list[str]) -> None:
     """Exit 2 (could not run), naming the extra to install, when one of ``modules`` (what
     ``command`` imports: the [verify] extra of pyproject.toml) cannot be imported."""
-    import importlib
+    from importlib.util import find_spec
 
     missing = []
-    for name in modules:
+    for name in modules:  # found, not imported (the command imports them in its own order)
         try:
-            importlib.import_module(name)
-        except ImportError:
+            if find_spec(name) is None:
+                missing.append(name)
+        except (ImportError, ValueError):
             missing.append(name)
     if missing:
         raise _usage_error(f"{command} needs {', '.join(missing)}, not installed here (the "
