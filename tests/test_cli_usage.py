@@ -143,6 +143,13 @@ def test_option_help_keeps_its_brackets() -> None:
     assert "the shard setting of [tool.torch2jax]" in result.output
 
 
+def test_the_target_names_known_without_importing_the_targets_are_the_targets() -> None:
+    from torch2jax.cli import KNOWN_TARGETS
+    from torch2jax.targets import TARGETS
+
+    assert sorted(KNOWN_TARGETS) == sorted(TARGETS)
+
+
 def test_python_m_torch2jax_cli_runs_the_command_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "torch2jax.cli", "check", "gone.py"],
                           capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=60,

@@ -99,7 +99,7 @@ def _usage_error(message: str) -> typer.Exit:
 
 def _require_extra(command: str, modules: list[str]) -> None:
     """Exit 2 (could not run), naming the extra to install, when one of ``modules`` (what
-    ``command`` imports: the [verify] extra of pyproject.toml) cannot be imported."""
+    ``command`` imports: the [verify] extra of pyproject.toml) is not installed."""
     from importlib.util import find_spec
 
     missing = []
@@ -233,8 +233,8 @@ def convert(
     if timeout is not None and not timeout > 0:
         raise _usage_error(f"--timeout {timeout}: expected a positive number of seconds")
     if report is not None and not report.parent.is_dir():
-        raise _usage_error(f"--report {display(str(report))}: the folder {display(str(report.parent))} "
-                           "does not exist")
+        raise _usage_error(f"--report {display(str(report))}: the folder "
+                           f"{display(str(report.parent))} does not exist")
     if report is not None and (report.suffix == ".py" or any(
             report.resolve() == p.resolve() for p in paths)):
         raise _usage_error(f"--report {display(str(report))} is an input or a Python file: "
