@@ -423,7 +423,8 @@ def _single_pass_reason(result: VerifyResult, req: VerifyRequest) -> str:
         failed = next((q for q in result.passes[1:] if q.error), None)
         why = f"float64 could not run: {failed.error.splitlines()[0]}" if failed else ""
     if not result.passed:
-        line += "; float64 cannot tell rounding from a mistranslation here, so float32 decides"
+        line += (f"; float64 cannot tell rounding from a mistranslation here, so {p.dtype} "
+                 "decides")
     return f"{line} ({why})" if why else line
 
 
