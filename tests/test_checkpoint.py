@@ -335,21 +335,31 @@ def test_library_save_is_relative_path_safe_and_refuses_to_clobber(
 
 def test_documented_inline_save_and_load(converted, monkeypatch, tmp_path):
     """The code docs/checkpoints.md says converted scripts contain for torch.save(...state_dict())
-    and load_state_dict(torch.load(...)): a relative path, a second save that overwrites."""
+    and load_state_dict(torch.load(...)): a relative path, a second save that overwrites, the
+    model's RNG state left as its own seed made it."""
     import os
+
+    import jax
 
     module = load_module(converted["mlp"])
     model = module.MLP(hidden_sizes=(8,), rngs=nnx.Rngs(0))
+    model.drop = nnx.Dropout(0.5, rngs=nnx.Rngs(2))  # RNG state: a key and a count
+    model.drop(np.ones(4, np.float32))  # count 1
     monkeypatch.chdir(tmp_path)
     path = "model.pt"
     for _ in range(2):
         with ocp.StandardCheckpointer() as checkpointer:
             checkpointer.save(os.path.abspath(path), nnx.state(model), force=True)
     other = module.MLP(hidden_sizes=(8,), rngs=nnx.Rngs(1))
+    other.drop = nnx.Dropout(0.5, rngs=nnx.Rngs(3))
+    own_key = jax.random.key_data(other.drop.rngs.key[...])
     with ocp.StandardCheckpointer() as checkpointer:
-        nnx.update(other, checkpointer.restore(os.path.abspath(path), nnx.state(other)))
+        nnx.update(other, checkpointer.restore(os.path.abspath(path), nnx.state(other)).filter(nnx.Not(nnx.RngState)))
     np.testing.assert_array_equal(
         np.asarray(other.layers.layers[0].kernel[...]),
         np.asarray(model.layers.layers[0].kernel[...]),
     )
+    # what torch's load_state_dict restores and no more: the RNG state stays the model's own
+    np.testing.assert_array_equal(jax.random.key_data(other.drop.rngs.key[...]), own_key)
+    assert int(other.drop.rngs.count[...]) == 0 and int(model.drop.rngs.count[...]) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]

@@ -199,6 +199,8 @@ def _details(r: VerifyResult) -> list[str]:
     lines = []
     if r.error:
         lines.append(f"could not run: {r.error.splitlines()[0]}")
+    if r.reason and (not r.passed or not all(p.passed for p in r.passes)):
+        lines.append(f"verdict {'pass' if r.passed else 'FAIL'}: {r.reason}")
     if r.mismatch and not r.passed:
         lines.append(f"worst: {r.mismatch}")
     loss_rel = getattr(r, "loss_max_rel_diff", None)
@@ -248,8 +250,11 @@ def print_cases_summary(results: list[VerifyResult], console: Console) -> None:
         label = _label(r, None if uniform else f"{r.target}, {r.device or '-'}")
         passes = r.passes or [PassFigures.of(r)]
         for i, p in enumerate(passes):
+            # a float32 pass outside its tolerance in a case that float64 passed: rounding
+            rounding = r.passed and not p.passed and p.error is None and p.dtype == "float32"
             table.add_row(label if i == 0 else "", _mode(r) if i == 0 else "", p.dtype,
-                          _verdict(p.passed, p.error), _fmt(p.max_rel_diff),
+                          "[yellow]rounding[/]" if rounding else _verdict(p.passed, p.error),
+                          _fmt(p.max_rel_diff),
                           _fmt(p.grad_max_rel_diff), _tol(p.atol), _tol(p.rtol),
                           end_section=len(passes) > 1 and i == len(passes) - 1)
         details = _details(r)

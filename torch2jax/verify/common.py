@@ -116,6 +116,9 @@ class VerifyResult:
     # (``passed`` and ``mismatch`` cover all of them)
     passes: list[PassFigures] = field(default_factory=list)
     float64_skipped: str | None = None  # why the float64 pass did not run, when it did not
+    # why ``passed`` reads as it does, in a sentence (which pass decided, on what figures);
+    # None when the comparison could not run (``error`` says why)
+    reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; non-finite differences become the strings "nan"/"inf"."""
