@@ -278,3 +278,21 @@ def test_emitted_schedules_evaluate_under_jit() -> None:
         fn = eval(code(_sched(src).fn), NS)
         values = jax.jit(jax.vmap(fn))(jnp.arange(12))
         assert values.shape == (12,) and bool(jnp.all(jnp.isfinite(values)))
+
+
+def test_injected_optimizer_keeps_its_mask_static() -> None:
+    """inject_hyperparams calls every callable hyperparameter with the step count: a mask
+    passed to the injected factory must be one of its static_args (issue 29)."""
+    mask = cst.parse_expression("lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)")
+    tx = _opt("torch.optim.AdamW(p, lr=3e-4, weight_decay=0.1)")
+    text = code(tx.build(inject=True, mask=mask))
+    assert 'optax.inject_hyperparams(optax.adamw, static_args=("mask",))(' in text
+    ada = _opt("torch.optim.Adadelta(p, weight_decay=0.1)")
+    assert 'static_args=("weight_decay_mask",)' in code(ada.build(inject=True, mask=mask))
+    params = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+    for t in (tx, ada):
+        built = eval(code(t.build(inject=True, mask=mask)), NS)
+        state = built.init(params)
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        new = optax.apply_updates(params, built.update(zeros, state, params)[0])
+        assert float(new["b"][0]) == 1.0 and float(new["w"][0, 0]) < 1.0, t.kind
