@@ -144,3 +144,55 @@ def test_corpus_gpt_configure_optimizers_decays_rank2_tensors(tmp_path) -> None:
     got = _jax_moves(before, nnx.state(model, nnx.Param))
     assert got == want
     assert sum(moved for _, moved in got) == 10
+
+
+@pytest.mark.parametrize("target", ["nnx", "equinox", "linen"])
+def test_group_size_prints_are_kept(target, tmp_path, capsys) -> None:
+    """configure_optimizers' two prints of the group sizes: printed by the converted method
+    as torch prints them (nnx, equinox: the lists come from the model's parameters), and on
+    linen, whose module holds no parameters, removed with a warning (not an info note)."""
+    tmod = _load(PROGRAM, "optim_prints_torch")
+    torch.manual_seed(0)
+    tmod.TinyGPT(tmod.VOCAB, tmod.BLOCK, tmod.EMBD, 0.0).configure_optimizers(WD, LR, BETAS)
+    want = capsys.readouterr().out
+    assert want.count("num decayed parameter tensors: 4, with 288 parameters") == 1
+    mod, result = _convert(PROGRAM, target, tmp_path, f"optim_prints_{target}")
+    if target == "nnx":
+        from flax import nnx
+
+        model = mod.TinyGPT(mod.VOCAB, mod.BLOCK, mod.EMBD, 0.0, rngs=nnx.Rngs(0))
+    elif target == "equinox":
+        model = mod.TinyGPT(mod.VOCAB, mod.BLOCK, mod.EMBD, 0.0, key=jax.random.key(0))
+    else:
+        model = mod.TinyGPT(mod.VOCAB, mod.BLOCK, mod.EMBD, 0.0)
+    model.configure_optimizers(WD, LR, BETAS)
+    got = capsys.readouterr().out
+    assert not [d for d in result.diagnostics if d.severity == "error"]
+    if target == "linen":
+        assert got == ""
+        assert any(d.severity == "warning" and d.rule == "param-groups"
+                   and "print of the parameter groups' sizes is removed" in d.message
+                   for d in result.diagnostics)
+    else:
+        assert got == want
+
+
+def test_corpus_gpt_group_size_prints(tmp_path, capsys) -> None:
+    """The corpus GPT (nnx): the same two lines as torch, weight tying included."""
+    from flax import nnx
+
+    cfg = {"block_size": 8, "vocab_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 8,
+           "dropout": 0.0, "bias": True}
+    sys.path.insert(0, str(CORPUS_MODEL.parent))
+    try:
+        tmod = _load(CORPUS_MODEL, "optim_corpus_prints_torch")
+    finally:
+        sys.path.remove(str(CORPUS_MODEL.parent))
+    tmod.GPT(tmod.GPTConfig(**cfg)).configure_optimizers(WD, LR, BETAS, "cpu")
+    want = capsys.readouterr().out
+    mod, _ = _convert(CORPUS_MODEL, "nnx", tmp_path, "optim_corpus_prints_nnx")
+    capsys.readouterr()
+    mod.GPT(mod.GPTConfig(**cfg), rngs=nnx.Rngs(0)).configure_optimizers(WD, LR, BETAS, "cpu")
+    got = capsys.readouterr().out
+    assert "num decayed parameter tensors: 10" in want
+    assert got == want

@@ -62,7 +62,8 @@ class SchedulesMixin:
             overrides, mask = tr.group_mask(site.groups, opt)
             self.diag(original_node, "param-groups", "info",
                       "parameter groups became an optax mask; the statements that only "
-                      "built the groups were removed")
+                      "built the groups were removed (a print of the group sizes keeps the "
+                      "lists it reads, taken from the model's parameters)")
         elif site.groups_problem:
             raise Untranslatable(site.groups_problem, rule="param-groups")
         sched = site.scheduler
