@@ -1,6 +1,8 @@
 """The torch.optim / lr_scheduler -> optax translation library (torch2jax.training.optim):
 the emitted text (torch's defaults written out), what is refused, and that every emitted
-expression evaluates to an optax object. The numbers are in tests/test_trajectory.py."""
+expression evaluates to an optax object. The numbers are in tests/test_trajectory.py (the
+transforms built here) and tests/test_optim_programs.py (the converted programs as emitted:
+injected learning rates, masks, clipping, accumulation, schedules)."""
 
 from __future__ import annotations
 

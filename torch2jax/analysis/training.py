@@ -436,6 +436,13 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 return
             groups.append(group)
         site.groups = groups
+        if site.model is None:  # a script's groups: the model whose parameters they list
+            owners = {c.func.value.value for line in self._lines.get(site.scope, [])
+                      for c in findall(line, m.Call(func=m.Attribute(
+                          value=m.Name(), attr=m.Name("parameters") | m.Name(
+                              "named_parameters")), args=[]))}
+            if len(owners) == 1:
+                site.model = owners.pop()
         # the statements that only computed the groups have no counterpart in JAX
         tainted: set[str] = set()
         lists = {g.name: g for g in groups if g.name is not None}
