@@ -202,6 +202,8 @@ def convert_source(
         new = new.visit(FuseLayoutMoves())
     new, helper_imports = add_helpers(new, spec.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)
+    diagnostics[:] = [d for d in diagnostics if not any(
+        lo <= d.line <= hi for lo, hi in transformer.rewritten_lines)]
     diagnostics.sort(key=lambda d: (d.line, d.column))
     result = ConversionResult(code=new.code, diagnostics=diagnostics,
                               per_example=transformer.per_example_code,

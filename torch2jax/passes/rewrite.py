@@ -183,6 +183,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         # is finished (finish/removed.py), keyed by their placeholder's number
         self.removed: dict[int, rmv.Removed] = {}
         self.failed_sites: set[int] = set()  # optimizer sites whose translation failed
+        # (first, last) lines of methods written anew from the torch source (a Dataset's
+        # methods in numpy): the diagnostics reported inside them are withdrawn
+        self.rewritten_lines: list[tuple[int, int]] = []
         self._indent = "    "
         self._acc = acc.Accumulation()  # micro-step gradient accumulation (nnx)
         self._top_steps: list[cst.FunctionDef] = []  # steps defined after the imports
