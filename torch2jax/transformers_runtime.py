@@ -46,6 +46,7 @@ __all__ = [
     "ModelOutput",
     "OutputRecorder",
     "PreTrainedModel",
+    "Sampling",
     "StaticCache",
     "TransformersKwargs",
     "Unpack",
@@ -59,11 +60,13 @@ __all__ = [
     "deprecate_kwarg",
     "dynamic_rope_update",
     "gelu",
+    "generate_tokens",
     "get_activation",
     "greedy_generate",
     "logging",
     "maybe_autocast",
     "merge_with_config_defaults",
+    "sample_uniforms",
     "slice_logits_to_keep",
     "torch_int",
     "use_experts_implementation",
@@ -401,14 +404,58 @@ def _step(model: Any, tokens: jax.Array, mask: jax.Array, positions: jax.Array,
     return out.logits[:, -1, :], cache
 
 
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """transformers' sampling warpers, in its order: temperature, then top-k, then top-p
+    (``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``, each keeping
+    at least one token). ``top_k=0`` and ``top_p=1.0`` turn those off, as in transformers."""
+
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 1.0
+
+    def scores(self, logits: jax.Array) -> jax.Array:
+        """The processed scores (float32, -inf where a token is filtered out)."""
+        scores = logits.astype(jnp.float32)
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        if self.top_k:
+            kth = jax.lax.top_k(scores, min(self.top_k, scores.shape[-1]))[0][..., -1:]
+            scores = jnp.where(scores < kth, -jnp.inf, scores)
+        if self.top_p < 1.0:
+            order = jnp.argsort(scores, axis=-1)  # ascending, as torch.sort(descending=False)
+            ranked = jnp.take_along_axis(scores, order, -1)
+            drop = jnp.cumsum(jax.nn.softmax(ranked, -1), -1) <= 1 - self.top_p
+            drop = drop.at[..., -1].set(False)  # the most likely token stays
+            drop = jnp.take_along_axis(drop, jnp.argsort(order, axis=-1), -1)
+            scores = jnp.where(drop, -jnp.inf, scores)
+        return scores
+
+    def pick(self, logits: jax.Array, u: jax.Array) -> jax.Array:
+        """One token per row from softmax(scores), by inverse CDF of the uniform ``u`` (one
+        per row): the first token whose cumulative probability exceeds ``u``."""
+        probs = jax.nn.softmax(self.scores(logits), -1)
+        cdf = jnp.cumsum(probs, -1)
+        token = jnp.sum(cdf <= u[:, None] * cdf[:, -1:], -1)
+        return jnp.minimum(token, logits.shape[-1] - 1)
+
+
 def _decode_loop(decode: Callable[[jax.Array, Any], tuple[jax.Array, Any]], first: jax.Array,
                  cache: Any, max_new_tokens: int, eos: jax.Array,
-                 pad_token_id: int) -> jax.Array:
-    """Greedy tokens after ``first`` (the logits of the first pass): ``decode(token, cache)``
-    gives the next logits and the cache, one ``lax.while_loop`` step per token (compiled
-    once), until ``max_new_tokens`` or every row has produced an end token; a row that has
-    ended gets ``pad_token_id``. Returns ``(batch, max_new_tokens)``."""
-    token = jnp.argmax(first, -1).astype(eos.dtype)
+                 pad_token_id: int, sampling: Sampling | None = None,
+                 uniforms: jax.Array | None = None) -> jax.Array:
+    """Tokens after ``first`` (the logits of the first pass): ``decode(token, cache)`` gives
+    the next logits and the cache, one ``lax.while_loop`` step per token (compiled once),
+    until ``max_new_tokens`` or every row has produced an end token; a row that has ended
+    gets ``pad_token_id``. Greedy (argmax) without ``sampling``; with it, token ``i`` of a
+    row is drawn with ``uniforms[row, i]``. Returns ``(batch, max_new_tokens)``."""
+    def choose(logits: jax.Array, i: Any) -> jax.Array:
+        if sampling is None:
+            return jnp.argmax(logits, -1).astype(eos.dtype)
+        u = jax.lax.dynamic_index_in_dim(uniforms, i, axis=1, keepdims=False)
+        return sampling.pick(logits, u).astype(eos.dtype)
+
+    token = choose(first, 0)
     tokens = jnp.full((first.shape[0], max_new_tokens), pad_token_id, eos.dtype)
     tokens = tokens.at[:, 0].set(token)
     done = jnp.isin(token, eos)
@@ -420,7 +467,7 @@ def _decode_loop(decode: Callable[[jax.Array, Any], tuple[jax.Array, Any]], firs
     def step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
         i, token, cache, tokens, done = carry
         logits, cache = decode(token, cache)
-        token = jnp.where(done, pad_token_id, jnp.argmax(logits, -1).astype(token.dtype))
+        token = jnp.where(done, pad_token_id, choose(logits, i))
         tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, i))
         return i + 1, token, cache, tokens, done | jnp.isin(token, eos)
 
@@ -430,7 +477,8 @@ def _decode_loop(decode: Callable[[jax.Array, Any], tuple[jax.Array, Any]], firs
 
 def _seq2seq_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array,
                       max_new_tokens: int, eos: jax.Array, pad_token_id: int,
-                      decoder_start_token_id: int) -> jax.Array:
+                      decoder_start_token_id: int, sampling: Sampling | None,
+                      uniforms: jax.Array | None) -> jax.Array:
     """An encoder-decoder's greedy decoding: the encoder once, then the decoder from
     ``decoder_start_token_id``, one token per step, with an :class:`EncoderDecoderCache`
     (a :class:`StaticCache` of ``max_new_tokens`` slots for its self-attention; its
@@ -447,22 +495,28 @@ def _seq2seq_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Arra
     start = jnp.full((input_ids.shape[0],), decoder_start_token_id, input_ids.dtype)
     cache = EncoderDecoderCache(StaticCache(max_new_tokens), CrossAttentionCache())
     logits, cache = decode(start, cache)
-    tokens = _decode_loop(decode, logits, cache, max_new_tokens, eos, pad_token_id)
+    tokens = _decode_loop(decode, logits, cache, max_new_tokens, eos, pad_token_id, sampling,
+                          uniforms)
     return jnp.concatenate([start[:, None], tokens], axis=1)
 
 
 @nnx.jit(static_argnames=("max_new_tokens", "eos_token_ids", "pad_token_id",
-                          "decoder_start_token_id"))
-def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array, *,
-                    max_new_tokens: int, eos_token_ids: tuple[int, ...] = (),
-                    pad_token_id: int = 0,
-                    decoder_start_token_id: int | None = None) -> jax.Array:
-    """Greedy decoding with a :class:`StaticCache` of ``prompt + max_new_tokens`` slots: the
-    prompt in one pass, then one token per ``lax.while_loop`` step (compiled once), until
+                          "decoder_start_token_id", "sampling"))
+def generate_tokens(model: Any, input_ids: jax.Array, attention_mask: jax.Array,
+                    uniforms: jax.Array | None = None, *, max_new_tokens: int,
+                    eos_token_ids: tuple[int, ...] = (), pad_token_id: int = 0,
+                    decoder_start_token_id: int | None = None,
+                    sampling: Sampling | None = None) -> jax.Array:
+    """Decoding with a :class:`StaticCache` of ``prompt + max_new_tokens`` slots: the prompt
+    in one pass, then one token per ``lax.while_loop`` step (compiled once), until
     ``max_new_tokens`` or every row has produced an end token. Returns the prompt and the
     new tokens, ``(batch, prompt + max_new_tokens)``; a row that has ended is padded with
     ``pad_token_id``, as transformers' generate pads it. Left padding (``attention_mask`` 0
     before the prompt) gives the positions transformers gives: ``cumsum(mask) - 1``.
+
+    Greedy without ``sampling``. With it, new token ``i`` of a row is drawn from the
+    processed distribution (:class:`Sampling`) with ``uniforms[row, i]``, by inverse CDF:
+    the draws are an argument, so one key gives one text and the same key the same text.
 
     An encoder-decoder model (``config.is_encoder_decoder``) encodes ``input_ids`` once and
     decodes from ``decoder_start_token_id`` (:func:`_seq2seq_generate`): the result is the
@@ -474,7 +528,7 @@ def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array,
             raise ValueError("`decoder_start_token_id` or `bos_token_id` has to be defined "
                              "for encoder-decoder generation")
         return _seq2seq_generate(model, input_ids, attention_mask, max_new_tokens, eos,
-                                 pad_token_id, decoder_start_token_id)
+                                 pad_token_id, decoder_start_token_id, sampling, uniforms)
     batch, prompt = input_ids.shape
     total = prompt + max_new_tokens
     mask = jnp.concatenate([attention_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], 1)
@@ -487,25 +541,61 @@ def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array,
         return logits, (position + 1, cache)
 
     state = (jnp.sum(attention_mask, -1), cache)
-    tokens = _decode_loop(decode, logits, state, max_new_tokens, eos, pad_token_id)
+    tokens = _decode_loop(decode, logits, state, max_new_tokens, eos, pad_token_id, sampling,
+                          uniforms)
     return jnp.concatenate([input_ids, tokens], axis=1)
 
 
+def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array, *,
+                    max_new_tokens: int, eos_token_ids: tuple[int, ...] = (),
+                    pad_token_id: int = 0,
+                    decoder_start_token_id: int | None = None) -> jax.Array:
+    """Greedy decoding: :func:`generate_tokens` without sampling."""
+    return generate_tokens(model, input_ids, attention_mask, max_new_tokens=max_new_tokens,
+                           eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
+                           decoder_start_token_id=decoder_start_token_id)
+
+
+def sample_uniforms(key: jax.Array, batch: int, max_new_tokens: int) -> jax.Array:
+    """The draws of a sampled generation: one uniform per row and new token."""
+    return jax.random.uniform(key, (batch, max_new_tokens))
+
+
+# transformers' defaults where neither the call nor the model's generation config sets one
+# (GenerationConfig._get_default_generation_params)
+_SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
+
+
 class GenerationMixin:
-    """transformers' generate, greedy only (:func:`greedy_generate`): the other strategies
-    (sampling, beams) raise."""
+    """transformers' generate (:func:`generate_tokens`): greedy, or sampled with
+    ``do_sample=True`` and an explicit ``key`` (``temperature``, ``top_k``, ``top_p``); the
+    other strategies (beams, other logits processors) raise."""
 
     def generate(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
                  max_new_tokens: int | None = None, do_sample: bool = False,
                  num_beams: int = 1, eos_token_id: int | list[int] | None = None,
                  pad_token_id: int | None = None, decoder_start_token_id: int | None = None,
+                 key: jax.Array | None = None, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None,
                  **kwargs: Any) -> jax.Array:
-        if do_sample or num_beams != 1 or kwargs:
-            asked = {"do_sample": do_sample, "num_beams": num_beams, **kwargs}
-            raise NotImplementedError(f"generate{asked}: only greedy decoding is translated "
-                                      "(do_sample=False, num_beams=1, max_new_tokens, "
-                                      "attention_mask, eos_token_id, pad_token_id)")
+        if num_beams != 1 or kwargs:
+            asked = {"num_beams": num_beams, **kwargs}
+            raise NotImplementedError(f"generate{asked}: greedy decoding and sampling are "
+                                      "translated (num_beams=1; do_sample, key, temperature, "
+                                      "top_k, top_p, max_new_tokens, attention_mask, "
+                                      "eos_token_id, pad_token_id)")
         config = getattr(self, "generation_config", None) or self.config
+        sampling = None
+        if do_sample:
+            if key is None:
+                raise ValueError("generate(do_sample=True) draws from an explicit key: pass "
+                                 "key=jax.random.key(seed)")
+            asked = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+            values = {name: value if value is not None else getattr(config, name, None)
+                      for name, value in asked.items()}
+            sampling = Sampling(**{name: type(_SAMPLING_DEFAULTS[name])(
+                _SAMPLING_DEFAULTS[name] if value is None else value)
+                for name, value in values.items()})
         if max_new_tokens is None:
             max_new_tokens = getattr(config, "max_new_tokens", None) or 20
         if eos_token_id is None:
@@ -528,11 +618,13 @@ class GenerationMixin:
                                       "inputs: only token ids are translated")
         if attention_mask is None:
             attention_mask = jnp.ones(input_ids.shape, jnp.int32)
-        return greedy_generate(self, input_ids, jnp.asarray(attention_mask),
+        uniforms = None if sampling is None else sample_uniforms(
+            key, input_ids.shape[0], int(max_new_tokens))
+        return generate_tokens(self, input_ids, jnp.asarray(attention_mask), uniforms,
                                max_new_tokens=int(max_new_tokens), eos_token_ids=eos,
                                pad_token_id=int(pad_token_id),
                                decoder_start_token_id=None if decoder_start_token_id is None
-                               else int(decoder_start_token_id))
+                               else int(decoder_start_token_id), sampling=sampling)
 
 
 # --- decorators (transformers.utils) ----------------------------------------------------------
