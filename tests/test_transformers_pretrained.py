@@ -318,6 +318,47 @@ def test_generation_stops_at_the_end_token(family, generator) -> None:
 
 
 
+def _manual_loop_matches_torch(torch_model, model) -> None:
+    """A manual decoding loop on a default config (use_cache=True): the forward returns a
+    DynamicCache (a pytree) that the next call takes back; logits at every step and the
+    cache's keys and values equal torch's (a sliding-window layer keeps the window's last
+    keys, as torch's does)."""
+    import torch
+    from jax import numpy as jnp
+
+    ids = np.random.default_rng(3).integers(3, 64, (2, 6))
+    mask = np.ones((2, 6), np.int64)
+    mask[0, :2] = 0
+    with torch.no_grad():
+        t_out = torch_model(torch.tensor(ids), attention_mask=torch.tensor(mask))
+    j_out = model(jnp.asarray(ids), attention_mask=jnp.asarray(mask))
+    assert type(j_out.cache).__name__ == "DynamicCache"
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(j_out.logits), t_out.logits.numpy(), rtol=1e-4,
+                                   atol=1e-5)
+        token = t_out.logits[:, -1].argmax(-1, keepdim=True).numpy()
+        mask = np.concatenate([mask, np.ones((2, 1), np.int64)], 1)
+        with torch.no_grad():
+            t_out = torch_model(torch.tensor(token), attention_mask=torch.tensor(mask),
+                                cache=t_out.cache)
+        j_out = model(jnp.asarray(token), attention_mask=jnp.asarray(mask), cache=j_out.cache)
+    np.testing.assert_allclose(np.asarray(j_out.logits), t_out.logits.numpy(), rtol=1e-4,
+                               atol=1e-5)
+    assert len(j_out.cache.layers) == len(t_out.cache.layers)
+    for jl, tl in zip(j_out.cache.layers, t_out.cache.layers, strict=True):
+        assert jl.keys.shape == tuple(tl.keys.shape)
+        np.testing.assert_allclose(np.asarray(jl.keys), tl.keys.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(jl.values), tl.values.numpy(), rtol=1e-4,
+                                   atol=1e-5)
+
+
+def test_manual_decoding_loop_with_the_returned_cache_matches_torch(family, generator) -> None:
+    """Llama and GPT-2 from their default use_cache=True: see _manual_loop_matches_torch."""
+    model, _ = generator
+    assert family.config.use_cache
+    _manual_loop_matches_torch(family.torch_model, model)
+
+
 SAMPLINGS = [{}, {"temperature": 0.7, "top_k": 5}, {"top_k": 0, "top_p": 0.8},
              {"temperature": 1.3, "top_k": 20, "top_p": 0.9}]
 
@@ -399,7 +440,8 @@ _SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
 
 @pytest.mark.parametrize("name", list(DECODERS))
 def test_more_decoders_generate_like_torch(name, tmp_path_factory) -> None:
-    """Left-padded greedy generation of other decoder families: torch's tokens."""
+    """Left-padded greedy generation of other decoder families: torch's tokens; and a manual
+    decoding loop through the DynamicCache the forward returns (sliding-window layers)."""
     import torch
     from flax import nnx
     from jax import numpy as jnp
@@ -435,6 +477,8 @@ def test_more_decoders_generate_like_torch(name, tmp_path_factory) -> None:
     got = model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask), max_new_tokens=12,
                          eos_token_id=[])
     np.testing.assert_array_equal(np.asarray(got), want)
+    # the sliding windows of a DynamicCache: a manual loop past the window of 4
+    _manual_loop_matches_torch(torch_model, model)
 
 
 # --- an encoder-decoder: T5 ---------------------------------------------------------------------

@@ -256,14 +256,110 @@ class Cache:
     """The type of transformers' KV caches (annotations only)."""
 
 
+def _layer_windows(config: Any) -> tuple[int | None, ...]:
+    """Per decoder layer, the sliding window its cache keeps (None: all keys), as
+    transformers' ``DynamicCache(config=...)`` decides (``get_layer_types_and_kwargs``);
+    ``()`` without a config (layers then keep every key, made at their first update)."""
+    if config is None:
+        return ()
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config(decoder=True)
+    layers = getattr(config, "per_layer_config", None)
+    if layers is None:
+        layers = [config] * int(getattr(config, "num_hidden_layers", 0) or 0)
+    types = getattr(config, "layer_types", None) or [
+        "sliding_attention" if getattr(c, "sliding_window", None) is not None
+        else "chunked_attention" if getattr(c, "attention_chunk_size", None) is not None
+        else "full_attention" for c in layers]
+    windows = []
+    for kind, layer in zip(types, layers, strict=False):
+        if kind == "full_attention":
+            windows.append(None)
+        elif kind == "sliding_attention":
+            windows.append(int(layer.sliding_window))
+        else:
+            raise NotImplementedError(f"a DynamicCache over {kind} layers is not translated to "
+                                      "JAX: pass a StaticCache, call model.generate, or "
+                                      "use_cache=False")
+    return tuple(windows)
+
+
+@jax.tree_util.register_pytree_node_class
 class DynamicCache(Cache):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("KV caches that grow (DynamicCache) are not translated to "
-                                  "JAX: pass a StaticCache (cache=StaticCache(max_length)) or "
-                                  "call model.generate; without a cache, use_cache=False "
-                                  "(config.use_cache is not read)")
+    """transformers' cache that grows: per layer the keys and values kept so far,
+    ``(batch, kv_heads, kept, head_dim)``, each ``update`` appending the new ones (what a
+    forward pass with ``use_cache=True`` and no cache makes, and returns as ``cache``). A
+    pytree, so a manual decoding loop passes it back in (``cache=out.cache``). A
+    sliding-window layer keeps the last ``window - 1`` keys, as transformers'
+    ``DynamicSlidingWindowLayer`` does, and counts every key it has seen. The lengths are
+    shapes: under jit every new length is a new compilation (``model.generate`` uses a
+    :class:`StaticCache` and compiles once)."""
 
+    def __init__(self, *args: Any, config: Any = None, keys: list[jax.Array] | None = None,
+                 values: list[jax.Array] | None = None,
+                 windows: tuple[int | None, ...] | None = None,
+                 seen: tuple[int, ...] = (), **kwargs: Any) -> None:
+        if args or kwargs:
+            raise NotImplementedError("DynamicCache(...) from data or with offloading is not "
+                                      "translated to JAX: DynamicCache() or "
+                                      "DynamicCache(config=config)")
+        self.windows = _layer_windows(config) if windows is None else tuple(windows)
+        self.keys = list(keys or [])
+        self.values = list(values or [])
+        self.seen = list(seen)  # keys seen per layer (a sliding layer keeps fewer)
 
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return (self.keys, self.values), (self.windows, tuple(self.seen))
+
+    @classmethod
+    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> DynamicCache:
+        return cls(keys=children[0], values=children[1], windows=aux[0], seen=aux[1])
+
+    def window(self, layer_idx: int) -> int | None:
+        return self.windows[layer_idx] if layer_idx < len(self.windows) else None
+
+    def update(self, key_states: jax.Array, value_states: jax.Array, layer_idx: int,
+               *args: Any, **kwargs: Any) -> tuple[jax.Array, jax.Array]:
+        if layer_idx == len(self.keys):  # the layer's first update
+            full_keys, full_values = key_states, value_states
+            self.keys.append(key_states)
+            self.values.append(value_states)
+            self.seen.append(0)
+        else:
+            full_keys = jnp.concatenate([self.keys[layer_idx], key_states], -2)
+            full_values = jnp.concatenate([self.values[layer_idx], value_states], -2)
+        self.seen[layer_idx] += key_states.shape[-2]
+        window = self.window(layer_idx)
+        start = 0 if window is None else max(full_keys.shape[-2] - (window - 1), 0)
+        self.keys[layer_idx] = full_keys[:, :, start:, :]
+        self.values[layer_idx] = full_values[:, :, start:, :]
+        return full_keys, full_values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen[layer_idx] if layer_idx < len(self.seen) else 0
+
+    def mask_sizes(self, query_length: int, sliding: bool) -> tuple[int, int]:
+        """The keys a query block sees: their number and the position of the first, for the
+        first layer with (``sliding``) or without a window, as transformers'
+        ``get_mask_sizes``."""
+        layer = next((i for i in range(len(self.windows))
+                      if (self.windows[i] is not None) == sliding), 0)
+        seen, window = self.get_seq_length(layer), self.window(layer)
+        if window is None:
+            return seen + query_length, 0
+        offset = max(seen - window + 1, 0)
+        return min(seen, window - 1) + query_length, offset
+
+    def get_max_cache_shape(self, layer_idx: int = 0) -> int:
+        window = self.window(layer_idx)
+        return -1 if window is None else window
+
+    @property
+    def layers(self) -> list[_LayerKV]:
+        return [_LayerKV(k, v) for k, v in zip(self.keys, self.values, strict=True)]
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -658,9 +754,19 @@ def deprecate_kwarg(old_name: str, version: str | None = None, new_name: str | N
 
 
 def merge_with_config_defaults(func: Callable) -> Callable:
-    """transformers fills use_cache (and vision options) from the config; here use_cache is
-    left as the caller passed it (True needs a StaticCache passed in)."""
-    return func
+    """transformers fills ``use_cache`` from the config when the call does not set it (its
+    default config says True: the forward then makes a :class:`DynamicCache` and returns
+    it); the vision options it also fills are not translated."""
+
+    @functools.wraps(func)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("use_cache") is None:
+            value = getattr(getattr(self, "config", None), "use_cache", None)
+            if value is not None:
+                kwargs["use_cache"] = value
+        return func(self, *args, **kwargs)
+
+    return wrapper
 
 
 def _refuse_capture(self: Any, kwargs: dict[str, Any]) -> None:
@@ -1096,21 +1202,32 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
     plain causal mask, which sdpa applies itself), (batch, 1, seq, keys). With a
     :class:`StaticCache` the keys are its ``max_length`` slots, the queries at slots
     ``cache.offset...``, and ``attention_mask`` covers the slots."""
-    if cache is not None and not isinstance(cache, StaticCache):
-        raise NotImplementedError("only StaticCache is translated to JAX (use_cache=False "
-                                  "without a cache)")
+    if isinstance(cache, EncoderDecoderCache):
+        cache = cache.self_attention_cache
+    if cache is not None and not isinstance(cache, (StaticCache, DynamicCache)):
+        raise NotImplementedError(f"{type(cache).__name__} is not translated to JAX "
+                                  "(StaticCache and DynamicCache are)")
     if attention_mask is not None and attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     eager = _eager(config)
     if attention_mask is None and window is None and not eager and cache is None:
         return None
     batch, length = inputs_embeds.shape[:2]
-    keys, first = (length, 0) if cache is None else (cache.max_length, cache.offset)
+    offset = 0  # the position of the first key
+    if cache is None:
+        keys, first = length, 0
+    elif isinstance(cache, DynamicCache):  # the keys kept so far, then these
+        first = cache.get_seq_length()
+        keys, offset = cache.mask_sizes(length, window is not None)
+        if attention_mask is not None and attention_mask.shape[1] == first + length:
+            attention_mask = attention_mask[:, offset:offset + keys]
+    else:
+        keys, first = cache.max_length, cache.offset
     if attention_mask is not None and attention_mask.shape[1] != keys:
         raise ValueError(f"attention_mask has {attention_mask.shape[1]} columns, the keys are "
                          f"{keys} (with a StaticCache: one per slot)")
     q = first + jnp.arange(length)[:, None]
-    kv = jnp.arange(keys)[None, :]
+    kv = offset + jnp.arange(keys)[None, :]
     allowed = kv <= q
     if window is not None:
         allowed = allowed & (kv > q - window)
