@@ -385,7 +385,7 @@ def test_converted_llama_file_reads_like_jax(llama) -> None:
 
 
 def test_what_is_not_translated_refuses_to_run(llama) -> None:
-    """A growing cache over sliding windows, output capture, other attention kernels:
+    """A growing cache over chunked attention, output capture, other attention kernels:
     NotImplementedError, never a silently different result."""
     import jax.numpy as jnp
     from flax import nnx
@@ -399,8 +399,9 @@ def test_what_is_not_translated_refuses_to_run(llama) -> None:
     assert model(ids, return_dict=False)[0].shape == (1, 3, 64)
     out = model(ids, use_cache=True)  # a DynamicCache, as torch's forward makes
     assert [k.shape for k in out.cache.keys] == [(1, 2, 3, 8)]
-    with pytest.raises(NotImplementedError, match="sliding-window layers"):
-        module.DynamicCache(config=types.SimpleNamespace(layer_types=["sliding_attention"]))
+    with pytest.raises(NotImplementedError, match="chunked_attention layers"):
+        module.DynamicCache(config=types.SimpleNamespace(
+            layer_types=["chunked_attention"], attention_chunk_size=4))
     with pytest.raises(NotImplementedError, match="output_hidden_states"):
         model(ids, output_hidden_states=True)
     config._attn_implementation = "flash_attention_2"
