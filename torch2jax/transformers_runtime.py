@@ -266,7 +266,9 @@ def _layer_windows(config: Any) -> tuple[int | None, ...]:
         config = config.get_text_config(decoder=True)
     layers = getattr(config, "per_layer_config", None)
     if layers is None:
-        layers = [config] * int(getattr(config, "num_hidden_layers", 0) or 0)
+        count = len(getattr(config, "layer_types", None) or ()) or int(
+            getattr(config, "num_hidden_layers", 0) or 0)
+        layers = [config] * count
     types = getattr(config, "layer_types", None) or [
         "sliding_attention" if getattr(c, "sliding_window", None) is not None
         else "chunked_attention" if getattr(c, "attention_chunk_size", None) is not None
