@@ -179,7 +179,16 @@ def build_call(build: str) -> ast.Expression:
 
 
 def flatten_output(value: Any, prefix: str = "output") -> list[tuple[str, Any]]:
-    """Leaves of a (nested) tuple/list/dict output with their paths; None stays a leaf."""
+    """Leaves of a (nested) tuple/list/dict output with their paths; None stays a leaf. A
+    transformers KV cache (torch's, or the converted ``_hf_support``'s) is its layers' keys
+    and values, and an encoder-decoder's its two caches, so both sides flatten alike."""
+    if type(value).__name__ == "EncoderDecoderCache":
+        return flatten_output({"self_attention_cache": value.self_attention_cache,
+                               "cross_attention_cache": value.cross_attention_cache}, prefix)
+    layers = getattr(value, "layers", None) if type(value).__name__.endswith("Cache") else None
+    if isinstance(layers, (list, tuple)):
+        return flatten_output([{"keys": layer.keys, "values": layer.values}
+                               for layer in layers], prefix)
     if isinstance(value, dict):
         return [leaf for k in value for leaf in flatten_output(value[k], f"{prefix}[{k!r}]")]
     if isinstance(value, (tuple, list)):
