@@ -5,12 +5,20 @@ sibling modules with the same names (``model.py`` importing ``config.py``). Each
 file's directory first on ``sys.path``, hides same-named modules imported from elsewhere, and
 afterwards forgets the siblings it imported, so the JAX side never picks up a torch sibling
 cached by the torch load (and the reverse).
+
+A model file is often a training script too. Importing it runs its top level, which
+:func:`script_guard` keeps harmless: the file is imported under a name of its own (never
+``__main__``, so an ``if __name__ == "__main__":`` block does not run), ``sys.argv`` holds the
+file alone (an ``argparse`` parse at the top level reads its defaults, not verify's own
+arguments), and every network connection fails at once with ``OSError`` (a download at the top
+level, guarded by ``try``, falls back at once instead of hanging or fetching gigabytes).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import itertools
+import socket
 import sys
 import traceback
 from collections.abc import Iterator
@@ -71,6 +79,50 @@ def sibling_imports(directory: Path) -> Iterator[None]:
         sys.modules.update(hidden)
 
 
+class NetworkBlocked(OSError):
+    """A network connection attempted while verify imported a file (:func:`script_guard`)."""
+
+
+_INET = (socket.AF_INET, socket.AF_INET6)
+
+
+@contextmanager
+def script_guard(path: Path) -> Iterator[None]:
+    """For the import of ``path``: ``sys.argv == [path]``, and no network (a connection
+    raises :class:`NetworkBlocked` at once; local Unix sockets still work). Both are restored
+    afterwards."""
+    argv = sys.argv
+    saved = {name: getattr(socket.socket, name) for name in ("connect", "connect_ex")}
+    getaddrinfo = socket.getaddrinfo
+
+    def refuse(what: object) -> NetworkBlocked:
+        return NetworkBlocked(f"network access is blocked while torch2jax verify imports "
+                              f"{path} (it tried to reach {what})")
+
+    def connect(sock: socket.socket, address: object) -> None:
+        if sock.family in _INET:
+            raise refuse(address)
+        saved["connect"](sock, address)
+
+    def connect_ex(sock: socket.socket, address: object) -> int:
+        if sock.family in _INET:
+            raise refuse(address)
+        return saved["connect_ex"](sock, address)
+
+    def no_lookup(host: object, *args: object, **kwargs: object) -> object:
+        raise refuse(host)
+
+    sys.argv = [str(path)]
+    socket.socket.connect, socket.socket.connect_ex = connect, connect_ex  # type: ignore[method-assign]
+    socket.getaddrinfo = no_lookup  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.argv = argv
+        socket.socket.connect, socket.socket.connect_ex = saved["connect"], saved["connect_ex"]  # type: ignore[method-assign]
+        socket.getaddrinfo = getaddrinfo
+
+
 def load_module(path: str | Path, *, prefix: str = "torch2jax_verify") -> ModuleType:
     """Execute the file at ``path`` as a fresh module with a unique name and return it.
 
@@ -84,8 +136,9 @@ def load_module(path: str | Path, *, prefix: str = "torch2jax_verify") -> Module
 
     if package_of(path) is not None:  # relative imports: import it by its dotted name
         try:
-            return import_package_file(path)
-        except Exception as exc:
+            with script_guard(path):
+                return import_package_file(path)
+        except (Exception, SystemExit) as exc:
             raise LoadError(f"importing {path} failed: {_where(exc, path)}") from exc
     name = f"{prefix}_{path.stem}_{next(_counter)}"
     spec = importlib.util.spec_from_file_location(name, path.resolve())
@@ -93,12 +146,12 @@ def load_module(path: str | Path, *, prefix: str = "torch2jax_verify") -> Module
         raise LoadError(f"{path}: cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    with sibling_imports(path.parent):
+    with sibling_imports(path.parent), script_guard(path):
         try:
             spec.loader.exec_module(module)
         except BaseException as exc:
             del sys.modules[name]
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            if isinstance(exc, KeyboardInterrupt):
                 raise
             raise LoadError(f"importing {path} failed: {_where(exc, path)}") from exc
     return module
@@ -107,6 +160,10 @@ def load_module(path: str | Path, *, prefix: str = "torch2jax_verify") -> Module
 def _where(exc: BaseException, path: Path) -> str:
     """``Type: message (line N: source)`` for the deepest frame in ``path``."""
     text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SystemExit):  # argparse with a required argument, say
+        text = (f"the file's top level exited (SystemExit: {exc.code}); it is imported with "
+                "sys.argv holding the file alone, so an argparse parse sees no arguments: "
+                "give its options defaults")
     target = str(path.resolve())
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == target]
     if isinstance(exc, SyntaxError) or not frames:
