@@ -80,13 +80,14 @@ def input_facts(wrapper: MetadataWrapper, packages: tuple[str, ...]) -> InputFac
 def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, path: str,
                  source: str, removed: dict[int, rmv.Removed] | None = None,
                  own_imports: Callable[[cst.Module, set[str]], cst.Module] | None = None,
-                 own_names: Collection[str] = (), failed: set[int] = frozenset()
-                 ) -> tuple[str, list[Diagnostic]]:
+                 own_names: Collection[str] = (), failed: set[int] = frozenset(),
+                 known: Collection[str] = ()) -> tuple[str, list[Diagnostic]]:
     """``code`` and ``diagnostics`` with the invariants enforced (see the module docstring).
     Output that does not parse is a converter bug: the file is returned unchanged, with an
     error diagnostic, so that nothing is lost. ``own_names`` are the names the converter's
     own imports bind (``jnp``): ``own_imports(module, names)`` adds their imports when a
-    statement put back reads one."""
+    statement put back reads one. ``known``: names converted elsewhere (a followed package
+    model, whose torch import is replaced afterwards): not torch."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError) as exc:
@@ -114,7 +115,7 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
     if suspects or kept_imports:
         code, diagnostics = _mark_reads(code, tree, suspects, kept_imports, diagnostics, facts,
                                         path)
-    return mark_torch_calls(code, diagnostics, facts, path)
+    return mark_torch_calls(code, diagnostics, facts, path, known)
 
 
 def _torch_bindings(tree: ast.Module) -> dict[str, tuple[str, str]]:
@@ -164,11 +165,19 @@ def _annotation_nodes(tree: ast.Module) -> set[int]:
     return {id(n) for root in roots for n in ast.walk(root)}
 
 
+def _root(value: ast.AST | None) -> ast.AST | None:
+    """The Name a value is made from: ``Rearrange`` in ``Rearrange(...)``, ``nn`` in
+    ``nn.GELU`` (None for anything else: ``'cuda' if torch.cuda.is_available() else 'cpu'``)."""
+    while isinstance(value, (ast.Call, ast.Attribute)):
+        value = value.func if isinstance(value, ast.Call) else value.value
+    return value if isinstance(value, ast.Name) else None
+
+
 def _torch_attribute_calls(reads: list[ast.Name], parents: dict[int, ast.AST]
                            ) -> list[tuple[ast.Name, str]]:
-    """The reads of ``self.X`` in a class whose statement ``self.X = ...`` reads one of
-    ``reads`` (``self.r = Rearrange(...)``): calling it (or passing it on) runs the torch
-    object. Each with its message."""
+    """The reads of ``self.X`` in a class whose statement ``self.X = ...`` assigns an object
+    made by one of ``reads`` (``self.r = Rearrange(...)``, ``self.act = nn.GELU``): calling
+    it (or passing it on) runs the torch object. Each with its message."""
     held: set[tuple[int, str]] = set()  # (class id, attribute)
     for node in reads:
         stmt, cls = node, None
@@ -177,7 +186,8 @@ def _torch_attribute_calls(reads: list[ast.Name], parents: dict[int, ast.AST]
         at = parents.get(id(stmt))
         while at is not None and not isinstance(at, ast.ClassDef):
             at = parents.get(id(at))
-        if at is None or not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        if at is None or not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or \
+                _root(stmt.value) is not node:  # it holds what torch returned, not torch's
             continue
         cls = at
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -196,15 +206,16 @@ def _torch_attribute_calls(reads: list[ast.Name], parents: dict[int, ast.AST]
     return sorted(out, key=lambda c: (c[0].lineno, c[0].col_offset))
 
 
-def mark_torch_calls(code: str, diagnostics: list[Diagnostic], facts: InputFacts, path: str
-                     ) -> tuple[str, list[Diagnostic]]:
+def mark_torch_calls(code: str, diagnostics: list[Diagnostic], facts: InputFacts, path: str,
+                     known: Collection[str] = ()) -> tuple[str, list[Diagnostic]]:
     """Invariant (e): a TODO line above each statement that reads a name bound to torch (see
-    the module docstring) and carries no TODO yet, with an error diagnostic."""
+    the module docstring) and carries no TODO yet, with an error diagnostic. The names of
+    ``known`` are converted elsewhere (check_output)."""
     if not any(p.split(".")[0] in code for p in TORCH_RUNTIME):
         return code, diagnostics
     tree = ast.parse(code)
-    bindings = {name: b for name, b in _torch_bindings(tree).items()
-                if _is_torch(b[0]) or any(p.startswith(b[0] + ".") for p in TORCH_RUNTIME)}
+    bindings = {name: b for name, b in _torch_bindings(tree).items() if name not in known
+                and (_is_torch(b[0]) or any(p.startswith(b[0] + ".") for p in TORCH_RUNTIME))}
     if not bindings:
         return code, diagnostics
     parents = rmv.parents_of(tree)
