@@ -168,3 +168,121 @@ def test_a_script_that_exits_at_import_is_a_load_error(tmp_path):
     """))
     with pytest.raises(LoadError, match="exited"):
         load_module(path)
+
+
+RNN_SCRIPT = """\
+import torch
+import torch.nn as nn
+
+
+class Config:
+    hidden = 8
+
+
+class CharRNN(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(VOCAB, cfg.hidden)  # VOCAB: set by the script below
+        self.rnn = nn.GRU(cfg.hidden, cfg.hidden, batch_first=True)
+        self.head = nn.Linear(cfg.hidden, VOCAB)
+
+    def init_hidden(self, batch):
+        return torch.zeros(1, batch, self.cfg.hidden)
+
+    def forward(self, ids, hidden, temperature=1.0):
+        out, hidden = self.rnn(self.embed(ids), hidden)
+        return self.head(out) / temperature, hidden
+
+
+if __name__ == "__main__":
+    text = open("input.txt").read()
+    VOCAB = len(set(text))
+    cfg = Config()
+    cfg.hidden = 32
+    model = CharRNN(cfg)
+"""
+
+
+def test_verify_setup_and_input_expressions(tmp_path):
+    """A config built by statements and a global the model reads (``--setup``, here a file),
+    a hidden state built by a method of each side's model and a forward keyword argument
+    (``--input-expr``): both sides get the equivalent inputs and agree, outputs (the new
+    hidden state too) and gradients, in float32 and float64. On main ``--setup`` does not
+    exist (exit code 2)."""
+    (tmp_path / "charrnn.py").write_text(RNN_SCRIPT)
+    (tmp_path / "setup.py").write_text("VOCAB = 11\ncfg = Config()\ncfg.hidden = 6\n")
+    done, result = _verify(
+        "charrnn.py::CharRNN", "--setup", "setup.py", "--build", "CharRNN(cfg)",
+        "--input", "int64[2,5]:11", "--input-expr", "model.init_hidden(2) + 0.5",
+        "--input-expr", "temperature=0.5", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert result["passed"] and result["error"] is None
+    assert result["compared"][:5] == [
+        "input[0] int64[2,5]:11", "input[1] model.init_hidden(2) + 0.5",
+        "input[2] temperature=0.5", "output[0] float32[2,5,11]", "output[1] float32[1,2,6]"]
+    assert [p["dtype"] for p in result["passes"]] == ["float32", "float64"]
+    assert all(p["passed"] for p in result["passes"])
+
+
+def test_input_expressions_must_agree_across_the_sides():
+    import jax.numpy as jnp
+    import torch
+
+    from torch2jax.verify.common import VerifyError, VerifyResult, compare_expression_inputs
+    from torch2jax.verify.spec import parse_specs
+
+    specs = parse_specs(["float32[2]"], ["h=model.init_hidden(2)"])
+    r = VerifyResult(model="m")
+    compare_expression_inputs(r, [None, torch.zeros(1, 2)], [None, jnp.zeros((1, 2))], specs)
+    with pytest.raises(VerifyError, match="differs between the two sides"):
+        compare_expression_inputs(r, [None, torch.zeros(1, 2)], [None, jnp.ones((1, 2))], specs)
+    with pytest.raises(VerifyError, match="different structure"):
+        compare_expression_inputs(r, [None, (torch.zeros(1),)], [None, jnp.zeros(1)], specs)
+
+
+def test_input_expression_specs():
+    from torch2jax.verify.spec import parse_input_expr, parse_specs
+
+    assert str(parse_input_expr("hidden=model.init_hidden(2)")) == "hidden=model.init_hidden(2)"
+    assert parse_input_expr("a == b").name is None
+    specs = parse_specs(["float32[2,3]", "mask=bool[2,3]"], ["k=1.5", "model.h(2)"])
+    assert [str(s) for s in specs] == ["float32[2,3]", "model.h(2)", "mask=bool[2,3]", "k=1.5"]
+    with pytest.raises(ValueError, match="not a Python expression"):
+        parse_input_expr("x = = 1")
+
+
+def test_setup_source_reads_a_file(tmp_path):
+    from torch2jax.verify.common import VerifyError, setup_source
+
+    (tmp_path / "s.py").write_text("x = 1\n")
+    assert setup_source(str(tmp_path / "s.py")) == "x = 1\n"
+    assert setup_source("cfg = Config(); cfg.n = 2") == "cfg = Config(); cfg.n = 2"
+    with pytest.raises(VerifyError, match="no such file"):
+        setup_source(str(tmp_path / "missing.py"))
+
+
+def test_cases_file_takes_setup_and_input_exprs(tmp_path):
+    from torch2jax.verify.cases import CaseError, load_cases
+
+    (tmp_path / "cases.toml").write_text(textwrap.dedent("""\
+        [[case]]
+        target = "charrnn.py::CharRNN"
+        setup = "setup.py"
+        build = "CharRNN(cfg)"
+        inputs = ["int64[2,5]:11"]
+        input_exprs = ["model.init_hidden(2)", "temperature=0.5"]
+
+        [[case]]
+        target = "charrnn.py::CharRNN"
+        setup = "VOCAB = 11; cfg = Config()"
+        build = "CharRNN(cfg)"
+        inputs = ["int64[2,5]:11"]
+    """))
+    first, second = load_cases(tmp_path / "cases.toml")
+    assert first.request.setup == str(tmp_path / "setup.py")
+    assert first.request.input_exprs == ("model.init_hidden(2)", "temperature=0.5")
+    assert second.request.setup == "VOCAB = 11; cfg = Config()"
+    (tmp_path / "bad.toml").write_text('[[case]]\ntarget = "a.py::A"\ninput_exprs = "x"\n')
+    with pytest.raises(CaseError, match="input_exprs"):
+        load_cases(tmp_path / "bad.toml")
