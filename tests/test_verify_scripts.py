@@ -110,6 +110,7 @@ class _Server:
 NETWORK_SCRIPT = """\
 import urllib.request
 
+import requests  # not installed here: verify imports a stand-in
 import torch.nn as nn
 
 try:  # the vocabulary, downloaded when the script runs
@@ -118,9 +119,14 @@ try:  # the vocabulary, downloaded when the script runs
 except OSError:
     VOCAB = 50
 
+try:
+    DIM = len(requests.get("http://127.0.0.1:{port}/dim.txt").text.split())
+except requests.exceptions.RequestException:
+    DIM = 8
+
 
 class Net(nn.Module):
-    def __init__(self, dim=8):
+    def __init__(self, dim=DIM):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, dim)
         self.head = nn.Linear(dim, VOCAB)
@@ -133,7 +139,10 @@ class Net(nn.Module):
 def test_verify_blocks_the_network_while_importing_a_script(tmp_path):
     """A download at the top level, guarded by ``try``, fails at once and falls back: no
     connection reaches the server (on main both imports fetch the file), and the model is
-    built with the fallback vocabulary (50 rows, ids up to 49)."""
+    built with the fallback vocabulary (50 rows, ids up to 49). ``requests``, imported at the
+    top level, is not installed in the test environment: a stand-in whose calls raise lets
+    the guarded fetch fall back (on main the import fails); where it is installed, the
+    network block makes its fetch fail just as fast."""
     server = _Server()
     try:
         (tmp_path / "lm.py").write_text(NETWORK_SCRIPT.format(port=server.port))
@@ -143,6 +152,7 @@ def test_verify_blocks_the_network_while_importing_a_script(tmp_path):
     assert server.connections == 0
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert result["passed"] and result["error"] is None
+    assert "output float32[2,5,50]" in result["compared"]
 
 
 def test_script_guard_restores_argv_and_sockets(tmp_path):
@@ -154,6 +164,25 @@ def test_script_guard_restores_argv_and_sockets(tmp_path):
         with socket.socket() as s, pytest.raises(NetworkBlocked):
             s.connect(("127.0.0.1", 9))
     assert sys.argv is argv and socket.socket.connect is connect
+
+
+def test_a_package_not_installed_gets_a_stand_in(tmp_path):
+    from torch2jax.verify import load_module
+
+    path = tmp_path / "uses_absent.py"
+    path.write_text(textwrap.dedent("""\
+        import torch2jax_absent_package as absent
+        from torch2jax_absent_package.sub import thing
+        try:
+            N = absent.fetch()
+        except absent.FetchError:
+            N = 3
+    """))
+    with pytest.warns(UserWarning, match="torch2jax_absent_package is not installed"):
+        module = load_module(path)
+    assert module.N == 3 and "torch2jax_absent_package" not in sys.modules
+    with pytest.raises(ModuleNotFoundError, match="stand-in"):
+        module.absent.anything()
 
 
 def test_a_script_that_exits_at_import_is_a_load_error(tmp_path):
