@@ -319,6 +319,12 @@ def verify(
     args: Annotated[str | None, typer.Option("--args", help="Constructor kwargs as JSON.")] = None,
     build: Annotated[str | None, typer.Option("--build", help="Constructor expression.")] = None,
     input: Annotated[list[str] | None, typer.Option("--input", help="DTYPE[D0,D1,...]")] = None,
+    setup: Annotated[str | None, typer.Option(
+        "--setup", help="Python statements (or a .py file) run in the model file's namespace, "
+        "torch and converted, before --build and --input-expr.")] = None,
+    input_expr: Annotated[list[str] | None, typer.Option(
+        "--input-expr", help="EXPR or NAME=EXPR: a forward input built by code on each side, "
+        "`model` bound, e.g. hidden=model.init_hidden(2).")] = None,
     jax_target: Annotated[str, typer.Option(
         "--target", help="nnx, linen or equinox (not read from pyproject.toml).")] = "nnx",
     grad: Annotated[bool, typer.Option(
@@ -408,7 +414,8 @@ def verify(
 
         request = VerifyRequest(target, kwargs, build, tuple(input or []), jax_target,
                                 atol=atol, rtol=rtol, device=device,
-                                converted=str(converted) if converted else None)
+                                converted=str(converted) if converted else None,
+                                setup=setup, input_exprs=tuple(input_expr or []))
         train = TrainSpec(optimizer, loss or "", labels, scheduler, clip_grad_norm, steps,
                           optax_tx)
         result = verify_trajectory(request, train)
@@ -419,7 +426,8 @@ def verify(
                             jax_target=jax_target, grad=grad, atol=atol, rtol=rtol,
                             device=device, converted=str(converted) if converted else None,
                             benchmark=benchmark, train_mode=train_mode, float64=float64,
-                            atol64=atol64, rtol64=rtol64)
+                            atol64=atol64, rtol64=rtol64, setup=setup,
+                            input_exprs=list(input_expr or []))
     if as_json:
         print(json.dumps(result.to_json()))
     else:

@@ -140,7 +140,8 @@ def convert_source(
                              target=spec.rewrites_translation_of)
         if not nnx.uses_torch:
             return nnx
-        return suppress(_finish(from_nnx(nnx, source, path), nnx, path, source), source)
+        return suppress(_finish(from_nnx(nnx, source, path), nnx, path, source,
+                                known_modules or ()), source)
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -213,18 +214,20 @@ def convert_source(
                               removed=transformer.removed, failed=transformer.failed_sites)
     if not hoist_steps:  # the NNX translation the equinox pass goes on from: checked there
         return result
-    return suppress(_finish(result, result, path, source), source)
+    return suppress(_finish(result, result, path, source, known_modules or ()), source)
 
 
 def _finish(result: ConversionResult, rewrite: ConversionResult, path: str,
-            source: str) -> ConversionResult:
+            source: str, known: Collection[str] = ()) -> ConversionResult:
     """The output invariants (finish/invariants.py) on a converted file; ``rewrite`` is the
-    rewrite's own result (for equinox, the NNX translation the target started from)."""
+    rewrite's own result (for equinox, the NNX translation the target started from).
+    ``known``: the module classes converted elsewhere (a package's model, followed): their
+    imports are rewritten after this check, so reading them is not torch."""
     if rewrite.facts is None:
         return result
     code, diagnostics = check_output(result.code, result.diagnostics, rewrite.facts, path,
                                      source, rewrite.removed, _add_imports, OWN_NAMES,
-                                     rewrite.failed)
+                                     rewrite.failed, known)
     if code is result.code and diagnostics is result.diagnostics:
         return result
     return replace(result, code=code, diagnostics=diagnostics)

@@ -66,6 +66,7 @@ from torch2jax.verify.common import (
     VerifyRequest,
     VerifyResult,
     build_call,
+    run_setup,
     stage,
 )
 from torch2jax.verify.load import LoadError, find_name, load_module, split_target
@@ -253,6 +254,8 @@ def verify(
     float64: bool | None = None,
     atol64: float = ATOL64,
     rtol64: float = RTOL64,
+    setup: str | None = None,
+    input_exprs: list[str] | tuple[str, ...] = (),
 ) -> VerifyResult:
     """Verify ``FILE.py::Name`` against its conversion; never raises for a model's faults.
 
@@ -272,10 +275,19 @@ def verify(
     hides (GELU's approximation, an eps) and tells float32 rounding (a pre-activation on the
     other side of a ReLU, say) from a translation error. ``True`` runs the float64 pass only,
     ``False`` the float32 pass only.
+
+    ``setup``: Python statements (or a ``.py`` file's path) run in the torch file's namespace
+    before the model is built, and again in the converted file's; the build expression, the
+    input expressions and the model's own code see the names it binds. ``input_exprs``: more
+    inputs to the forward pass, ``EXPR`` (positional, after the specs' positional inputs) or
+    ``NAME=EXPR`` (keyword), each evaluated on each side in its file's namespace with
+    ``model`` bound to that side's built model (``hidden=model.init_hidden(2)``); both sides'
+    values must agree. NNX target only.
     """
     req = VerifyRequest(
         target, args, build, tuple(inputs), jax_target, grad, atol, rtol, seed, device,
-        converted, rules, benchmark, train_mode, float64, atol64, rtol64,
+        converted, rules, benchmark, train_mode, float64, atol64, rtol64, setup,
+        tuple(input_exprs),
     )  # fmt: skip
     return run_request(req)
 
@@ -456,9 +468,11 @@ def _check_request(req: VerifyRequest) -> tuple[Path, str, list[InputSpec]]:
         )
     if req.args is not None and req.build is not None:
         raise VerifyError("give either args (--args) or a build expression (--build), not both")
-    specs = parse_specs(req.inputs)
+    specs = parse_specs(req.inputs, req.input_exprs)
     if any(s.name for s in specs) and not SIDES[req.jax_target].keyword_inputs:
         raise VerifyError("NAME=SPEC (keyword) inputs are verified with the nnx target only")
+    if req.input_exprs and not SIDES[req.jax_target].keyword_inputs:
+        raise VerifyError("--input-expr inputs are verified with the nnx target only")
     if not specs:
         raise VerifyError("no inputs: give at least one --input SPEC, e.g. float32[2,3,32,32]")
     path, name = split_target(req.target)
@@ -467,15 +481,18 @@ def _check_request(req: VerifyRequest) -> tuple[Path, str, list[InputSpec]]:
     return path, name, specs
 
 
-def build_torch_side(r: Any, req: VerifyRequest) -> tuple[Path, str, list[InputSpec], Any]:
-    """Check the request, import the torch file and build its model with randomised
-    statistics (seeded): ``(path, name, input specs, model)``. Also used by trajectories."""
+def build_torch_side(r: Any, req: VerifyRequest
+                     ) -> tuple[Path, str, list[InputSpec], Any, ModuleType]:
+    """Check the request, import the torch file (then run ``--setup`` in it) and build its
+    model with randomised statistics (seeded): ``(path, name, input specs, model, the torch
+    module)``. Also used by trajectories."""
     import torch
 
     path, name, specs = _check_request(req)
     if req.float64:
         specs = [replace(s, dtype="float64") if s.dtype == "float32" else s for s in specs]
     torch_module = load_module(path)
+    run_setup(vars(torch_module), req.setup, "torch")
     if req.build is None:
         find_name(torch_module, name, path)
     with stage("building the torch model"):
@@ -487,18 +504,19 @@ def build_torch_side(r: Any, req: VerifyRequest) -> tuple[Path, str, list[InputS
         r.notes.append("float64 on both sides: torch .double(), JAX with x64 enabled and "
                        "every float32 array of the model widened")
     r.dtype = _param_dtype(torch_model)
-    return path, name, specs, torch_model
+    return path, name, specs, torch_model, torch_module
 
 
 def _verify(r: VerifyResult, req: VerifyRequest, source: _JaxSource) -> None:
     """One pass: float64 when ``req.float64``, else float32."""
-    path, name, specs, torch_model = build_torch_side(r, req)
+    path, name, specs, torch_model, torch_module = build_torch_side(r, req)
     torch_model.eval()
     jax_path, r.todos = source.get(path, name)
     with _device(req.device) as platform, x64(bool(req.float64)):
         r.device = platform
-        check_forward(SIDES[req.jax_target], r, req, load_converted(jax_path, name, req.build),
-                      name, torch_model, specs)
+        check_forward(SIDES[req.jax_target], r, req,
+                      load_converted(jax_path, name, req.build, req.setup), name, torch_model,
+                      specs, vars(torch_module))
 
 
 def _param_dtype(model: Any) -> str:
@@ -540,9 +558,12 @@ def _device(device: str | None) -> Iterator[str]:
             yield dev.platform
 
 
-def load_converted(jax_path: Path, name: str, build: str | None) -> ModuleType:
-    """The converted module, checked to define ``name`` when the model is built by name."""
+def load_converted(jax_path: Path, name: str, build: str | None, setup: str | None = None
+                   ) -> ModuleType:
+    """The converted module (``--setup`` run in it), checked to define ``name`` when the
+    model is built by name."""
     jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
+    run_setup(vars(jax_module), setup, "JAX")
     if build is None:
         find_name(jax_module, name, jax_path)
     return jax_module
