@@ -1209,7 +1209,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--count", type=int, default=100,
+                        help="combinations drawn (repeats and ones that do not apply skipped)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--program", default=None, help="only programs whose name has this")
     args = parser.parse_args(argv)
