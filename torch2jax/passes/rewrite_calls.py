@@ -41,6 +41,7 @@ from torch2jax.passes.rewrite_support import (
     _KERNEL_CHOICES,
     _MADE,
     _SIGNATURE_OPTIMIZERS,
+    EINOPS_TORCH_LAYERS,
     GRAD_MODES,
     _activation_value,
     _call_name,
@@ -211,6 +212,8 @@ class CallsMixin:
             return self._super_init(original, updated)
         if name and name in self.rules.layers:
             return self._layer(original, updated, self.rules.layers[name])
+        if name and name.startswith(EINOPS_TORCH_LAYERS):
+            return self._einops_layer(updated, name)
         if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):
             # self.x = nn.Buffer(t, persistent=False): as self.register_buffer("x", t)
             b = bind(updated.args, ("data", "persistent"))

@@ -26,6 +26,7 @@ from torch2jax.passes.common import (
 from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.registry import spatial_dims
 from torch2jax.passes.rewrite_support import (
+    _EINOPS_FUNCTIONS,
     _LAYER_ATTRIBUTES,
     _activation_value,
     _is_dotted_text,
@@ -39,6 +40,26 @@ from torch2jax.targets import linen_training as lt
 
 
 class LayersMixin:
+    def _einops_layer(self, updated: cst.Call, name: str) -> cst.BaseExpression:
+        """``Rearrange('b c h w -> b (h w) c')`` (einops' torch layer: it calls torch's
+        methods on its input) -> ``lambda t: einops.rearrange(t, 'b c h w -> b (h w) c')``,
+        the same einops function on JAX arrays; ``Reduce(pattern, 'mean', h=2)`` likewise
+        with einops.reduce. EinMix holds weights: marked."""
+        layer = name.rsplit(".", 1)[-1]
+        if layer not in _EINOPS_FUNCTIONS:
+            raise Untranslatable(f"einops.layers.torch.{layer}: a layer with weights built by "
+                                 "einops for torch, not translated; write its einsum with an "
+                                 "nnx.Param (or einops.layers.flax for linen)", rule=name)
+        fn, positional = _EINOPS_FUNCTIONS[layer]
+        b = bind(updated.args, positional)
+        if b.star or b.extra_positional or any(b.get(p) is None for p in positional):
+            raise Untranslatable(f"einops.layers.torch.{layer} with arguments not written "
+                                 "out", rule=name)
+        parts = [code(b.get(p)) for p in positional]
+        parts += [f"{k}={code(v)}" for k, v in b.named.items() if k not in positional]
+        self.need("einops")
+        return expr(f"lambda t: einops.{fn}(t, {', '.join(parts)})")
+
     def _holds_layer(self, attr: str) -> bool:
         """``self.<attr>`` of the current module class is assigned a layer somewhere: a torch
         layer or module class, or a call of a module class held in a local of this function
