@@ -68,13 +68,44 @@ SOURCE = textwrap.dedent('''
         def forward(self, x):
             a = self.to_patch(x) + self.conv_patch(x)
             return self.head(a).sum(1) + self.pool(a)[:, :4]
+
+
+    class SeqLoop(nn.Module):
+        """transformers' ResNetModel: `for layer in self.layers` over an nn.Sequential;
+        indexing and len."""
+
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 4), nn.Tanh())
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            x = self.layers[0](x) if len(self.layers) == 4 else x
+            x = self.layers[-1](self.layers[2](self.layers[1](x)))
+            for i, layer in enumerate(self.layers):
+                if i % 2 == 1:  # the activations
+                    x = layer(x)
+            return x
+
+
+    class SeqSlice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 3))
+
+        def forward(self, x):
+            h = self.layers[:1](x)
+            return self.layers[1:](h) + self.layers[-1](x)
 ''')
 
 MODELS = {
     "SplitHeads": "float32[2,5,8]",
     "PatchNet": "float32[2,3,4,6]",
+    "SeqLoop": "float32[3,4]",
+    "SeqSlice": "float32[3,4]",
 }
-LINEN = ["PatchNet"]
+LINEN = ["PatchNet", "SeqLoop"]
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +168,41 @@ def test_einops_layers_on_equinox_are_marked():
     assert "TODO(torch2jax)" in lines[call - 1], "\n".join(lines[call - 3:call + 1])
 
 
+def test_sequential_is_iterated_indexed_measured_and_sliced(converted):
+    code = converted.code
+    assert "for layer in self.layers.layers:" in code
+    assert "enumerate(self.layers.layers)" in code and "len(self.layers.layers) == 4" in code
+    assert "self.layers.layers[-1](self.layers.layers[2](self.layers.layers[1](x)))" in code
+    assert "nnx.Sequential(*self.layers.layers[1:])(h)" in code
+
+
+SEQUENTIAL_MARKED = textwrap.dedent("""
+    import torch.nn as nn
+
+
+    class Convs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 1))
+            self.fcs = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+        def forward(self, x):
+            for conv in self.convs:
+                x = conv(x)
+            return self.fcs[1:](x.mean((2, 3)))
+""")
+
+
+@pytest.mark.parametrize("target", ["nnx", "linen"])
+def test_sequential_items_that_are_not_torchs_are_marked(target):
+    # the convolutions run channels-last (transposes between them and torch's NCHW): the
+    # loop would hand them NCHW; a linen Sequential cannot be built in __call__
+    result = convert_source(SEQUENTIAL_MARKED, path="convs.py", target=target)
+    marked = [d.line for d in result.diagnostics if d.rule == "torch.nn.Sequential"]
+    assert marked[:1] == [12], result.diagnostics
+    assert (14 in marked) == (target == "linen"), result.diagnostics
+
+
 @pytest.mark.parametrize("name,target", [*((n, "nnx") for n in sorted(MODELS)),
                                          *((n, "linen") for n in LINEN)])
 def test_forward_and_gradients_match(source_file, name, target):
@@ -145,5 +211,6 @@ def test_forward_and_gradients_match(source_file, name, target):
                                        float64=False))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
-    assert result.todos == 0
+    # linen: the two slices of SeqSlice, marked, in the same file
+    assert result.todos == (2 if target == "linen" else 0)
     assert any(c.startswith("grad ") for c in result.compared)
