@@ -268,6 +268,8 @@ class CallsMixin:
             return data
         if name in SEEDS or name in DROPPED_SEEDS or name in CLIPS or name in GRAD_MODES:
             return updated  # statements, with blocks and decorators: handled there
+        if name == "torch.nn.init.calculate_gain":
+            return self._calculate_gain(updated)
         if name and name.startswith("torch.nn.init.") and self._is_statement_call(original):
             return updated  # an initialisation statement: handled in leave_Expr
         if name in ("torch.save", "torch.load") and self._checkpoint_call(original) is not None:
