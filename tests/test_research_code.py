@@ -23,6 +23,7 @@ SOURCE = textwrap.dedent('''
     import einops
     import torch
     import torch.nn as nn
+    import torch.nn.functional as F
     from einops import rearrange
     from einops.layers.torch import Rearrange, Reduce
 
@@ -72,6 +73,23 @@ SOURCE = textwrap.dedent('''
             return self.head(a).sum(1) + self.pool(a)[:, :4]
 
 
+    class PadNet(nn.Module):
+        """torch's padding modes: written out, and a mode chosen by the constructor."""
+
+        def __init__(self, pad=1, mode="reflect"):
+            super().__init__()
+            self.widths = (pad, pad, pad + 1, pad)
+            self.mode = mode
+            self.conv = nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            x = F.pad(x, self.widths, mode=self.mode)
+            x = F.pad(x, [1, 2, 0, 1], "replicate")
+            x = F.pad(x, (1, 0, 2, 1), mode="circular")
+            x = F.pad(self.conv(x), (1, 1, 2, 0), mode="reflect")
+            return F.pad(x, (0, 1, 1, 0), value=0.5)
+
+
     class SeqLoop(nn.Module):
         """transformers' ResNetModel: `for layer in self.layers` over an nn.Sequential;
         indexing and len."""
@@ -104,10 +122,11 @@ SOURCE = textwrap.dedent('''
 MODELS = {
     "SplitHeads": "float32[2,5,8]",
     "PatchNet": "float32[2,3,4,6]",
+    "PadNet": "float32[2,3,5,6]",
     "SeqLoop": "float32[3,4]",
     "SeqSlice": "float32[3,4]",
 }
-LINEN = ["PatchNet", "SeqLoop"]
+LINEN = ["PadNet", "PatchNet", "SeqLoop"]
 
 
 @pytest.fixture(scope="module")
