@@ -81,6 +81,11 @@ FAMILIES = {
     "swin": ("swin/modeling_swin.py", "SwinForImageClassification",
              ("SwinConfig(image_size=16, patch_size=2, embed_dim=16, depths=[2, 1], "
               "num_heads=[2, 2], window_size=3, num_labels=5)")),
+    # a convolutional network: each stage iterates its nn.Sequential of layers
+    # (`for layer in self.layers`), batch norms, a shortcut projection between stages
+    "resnet": ("resnet/modeling_resnet.py", "ResNetForImageClassification",
+               ("ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 2], "
+                "layer_type='basic', num_labels=5)")),
     # an encoder with local (a bidirectional window) and global attention layers, fused qkv
     "modernbert": ("modernbert/modeling_modernbert.py", "ModernBertForMaskedLM",
                    ("ModernBertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
@@ -126,7 +131,8 @@ FAMILIES = {
 FLOAT64 = {"gpt2", "bert", "roberta", "vit", "clip"}
 PIXELS = "float32[2,3,16,16]"
 # the inputs of the families that take other inputs than (tokens, mask), and their output
-INPUTS = {"vit": (PIXELS,), "swin": (PIXELS,), "clip": (TOKENS, f"pixel_values={PIXELS}", MASK)}
+INPUTS = {"vit": (PIXELS,), "swin": (PIXELS,), "resnet": (PIXELS,),
+          "clip": (TOKENS, f"pixel_values={PIXELS}", MASK)}
 LOGITS = {"clip": "logits_per_image"}
 # the encoder-decoders' decoder inputs (the mask is the encoder's)
 DECODER = {"t5": "decoder_input_ids=int64[2,5]:64", "whisper": "decoder_input_ids=int64[2,5]:64"}
@@ -137,8 +143,8 @@ AUDIO = {"whisper": ("float32[2,8,32]", "decoder_attention_mask=int64[2,5]:2")}
 CASES = [(f, masked) for f in FAMILIES for masked in (False, True)
          if masked or f in ("llama", "gpt2", "t5", "whisper")]
 # families that cast to float32 nowhere but whose float64 pass is left out (CI time; Whisper's
-# and Swin's pass by hand, docs/transformers.md)
-FLOAT32_ONLY = {"whisper", "swin"}
+# and Swin's pass by hand, docs/transformers.md; ResNet's batch norms)
+FLOAT32_ONLY = {"whisper", "swin", "resnet"}
 # families whose cases share one conversion (the module-scoped fixture of that name)
 SHARED = {"whisper"}
 

@@ -51,12 +51,13 @@ IMPORT_LINES = {
     "Any": "from typing import Any",
     "dataclasses": "import dataclasses",
     "train_state": "from flax.training import train_state",
+    "einops": "import einops",
 }
 # the names the converter's own imports bind -> their IMPORT_LINES key (NamedSharding -> sharding)
 OWN_NAMES = {name.strip().split(" as ")[-1]: key for key, line in IMPORT_LINES.items()
              for name in line.split("import ", 1)[-1].split(",")}
 IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
-                "optax", "ocp", "nnx", "linen", "train_state"]
+                "optax", "ocp", "nnx", "linen", "train_state", "einops"]
 
 
 class ParseError(Exception):

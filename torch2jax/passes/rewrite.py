@@ -60,7 +60,9 @@ from torch2jax.passes.rewrite_linen import LinenTrainingMixin
 from torch2jax.passes.rewrite_loops import LoopsMixin
 from torch2jax.passes.rewrite_schedules import SchedulesMixin
 from torch2jax.passes.rewrite_support import (
+    _EINOPS_FUNCTIONS,
     _IMPORT_NAME,
+    EINOPS_TORCH_LAYERS,
     Pending,
     _factory_dict,
     _fix_commas,
@@ -455,6 +457,12 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         mod = code(updated_node.module) if updated_node.module else ""
         if self._dropped_import(mod):
             return cst.RemoveFromParent()
+        if f"{mod}." in EINOPS_TORCH_LAYERS and isinstance(updated_node.names, (list, tuple)):
+            # einops' torch layers: Rearrange and Reduce become einops' functions; EinMix stays
+            keep = [a for a in updated_node.names if code(a.name) not in _EINOPS_FUNCTIONS]
+            if not keep:
+                return cst.RemoveFromParent()
+            return updated_node.with_changes(names=_fix_commas(keep))
         if mod == "torchvision" and isinstance(updated_node.names, (list, tuple)):
             keep = [a for a in updated_node.names
                     if not self._dropped_import(f"torchvision.{code(a.name)}")]
