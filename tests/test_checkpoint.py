@@ -263,17 +263,56 @@ def test_missing_model_file_exits_2(trained, tmp_path):
 
 
 def test_existing_out_is_kept_unless_overwrite(converted, trained, tmp_path):
+    """--overwrite replaces an earlier checkpoint, never a folder of the user's own files
+    (issue 33: a folder holding them was replaced, and its files were gone)."""
     path = tmp_path / "mlp.pt"
     torch.save(trained["mlp"].state_dict(), path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    _one_line_error(_weights(str(path), *_targets("mlp", converted), "--out", str(mine)), "exists")
+    _one_line_error(_weights(str(path), *_targets("mlp", converted), "--out", str(mine),
+                             "--overwrite"), str(mine), "not an orbax checkpoint")
+    assert sorted(p.name for p in mine.iterdir()) == ["keep.txt"]
+    assert (mine / "keep.txt").read_text() == "mine"
     out = tmp_path / "ckpt"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
-    _one_line_error(_weights(str(path), *_targets("mlp", converted), "--out", str(out)), "exists")
-    assert (out / "keep.txt").read_text() == "mine"
+    assert _weights(str(path), *_targets("mlp", converted), "--out", str(out)).exit_code == 0
+    (out / "notes.txt").write_text("mine too")  # a checkpoint folder with a file of the user's
+    _one_line_error(_weights(str(path), *_targets("mlp", converted), "--out", str(out),
+                             "--overwrite"), "notes.txt", "which orbax does not write")
+    assert (out / "notes.txt").read_text() == "mine too"
+    (out / "notes.txt").unlink()
+    stamp = (out / "_CHECKPOINT_METADATA").read_bytes()
     result = _weights(str(path), *_targets("mlp", converted), "--out", str(out), "--overwrite")
     assert result.exit_code == 0, result.output
-    assert not (out / "keep.txt").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "mlp.pt"]
+    assert (out / "_CHECKPOINT_METADATA").read_bytes() != stamp  # written again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "mine", "mlp.pt"]
+
+
+def test_library_save_replaces_only_a_checkpoint(converted, tmp_path):
+    module = load_module(converted["mlp"])
+    model = module.MLP(hidden_sizes=(8,), rngs=nnx.Rngs(0))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "data.csv").write_text("1,2\n")
+    with pytest.raises(CheckpointError, match="not an orbax checkpoint"):
+        save_nnx_checkpoint(model, mine, overwrite=True)
+    assert [p.name for p in mine.iterdir()] == ["data.csv"]
+    a_file = tmp_path / "model.ckpt"
+    a_file.write_text("not a folder")
+    with pytest.raises(CheckpointError, match="not a folder"):
+        save_nnx_checkpoint(model, a_file, overwrite=True)
+    assert a_file.read_text() == "not a folder"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert save_nnx_checkpoint(model, empty, overwrite=True) == empty
+    other = module.MLP(hidden_sizes=(8,), rngs=nnx.Rngs(3))
+    assert save_nnx_checkpoint(other, empty, overwrite=True) == empty  # the earlier one
+    restored = restore_nnx_checkpoint(module.MLP(hidden_sizes=(8,), rngs=nnx.Rngs(5)), empty)
+    np.testing.assert_array_equal(
+        np.asarray(restored.layers.layers[0].kernel[...]),
+        np.asarray(other.layers.layers[0].kernel[...]),
+    )
 
 
 def test_library_save_is_relative_path_safe_and_refuses_to_clobber(
@@ -296,21 +335,31 @@ def test_library_save_is_relative_path_safe_and_refuses_to_clobber(
 
 def test_documented_inline_save_and_load(converted, monkeypatch, tmp_path):
     """The code docs/checkpoints.md says converted scripts contain for torch.save(...state_dict())
-    and load_state_dict(torch.load(...)): a relative path, a second save that overwrites."""
+    and load_state_dict(torch.load(...)): a relative path, a second save that overwrites, the
+    model's RNG state left as its own seed made it."""
     import os
+
+    import jax
 
     module = load_module(converted["mlp"])
     model = module.MLP(hidden_sizes=(8,), rngs=nnx.Rngs(0))
+    model.drop = nnx.Dropout(0.5, rngs=nnx.Rngs(2))  # RNG state: a key and a count
+    model.drop(np.ones(4, np.float32))  # count 1
     monkeypatch.chdir(tmp_path)
     path = "model.pt"
     for _ in range(2):
         with ocp.StandardCheckpointer() as checkpointer:
             checkpointer.save(os.path.abspath(path), nnx.state(model), force=True)
     other = module.MLP(hidden_sizes=(8,), rngs=nnx.Rngs(1))
+    other.drop = nnx.Dropout(0.5, rngs=nnx.Rngs(3))
+    own_key = jax.random.key_data(other.drop.rngs.key[...])
     with ocp.StandardCheckpointer() as checkpointer:
-        nnx.update(other, checkpointer.restore(os.path.abspath(path), nnx.state(other)))
+        nnx.update(other, checkpointer.restore(os.path.abspath(path), nnx.state(other)).filter(nnx.Not(nnx.RngState)))
     np.testing.assert_array_equal(
         np.asarray(other.layers.layers[0].kernel[...]),
         np.asarray(model.layers.layers[0].kernel[...]),
     )
+    # what torch's load_state_dict restores and no more: the RNG state stays the model's own
+    np.testing.assert_array_equal(jax.random.key_data(other.drop.rngs.key[...]), own_key)
+    assert int(other.drop.rngs.count[...]) == 0 and int(model.drop.rngs.count[...]) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]

@@ -11,10 +11,14 @@ import pytest
 from unbound import assert_names_bound
 
 from torch2jax.convert import convert_source
-from torch2jax.finish.claims import CLAIMS
+from torch2jax.finish.claims import CLAIMS, check_claims
+from torch2jax.report import Diagnostic
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_AMP = (ROOT / "fixtures" / "training" / "ddp_amp_dataloader.py").read_text()
+GROUPS = (ROOT / "tests" / "data" / "optim" / "gpt_groups_lr.py").read_text()
+# the claims the DDP + autocast fixture makes (the others have their own tests below)
+DDP_CLAIMS = ("ddp-sharding", "grad-scaler", "world-size-one")
 
 # an autocast context chosen at run time (not translated) and an unrecognised training loop
 NOT_DONE = """
@@ -70,7 +74,11 @@ def not_done() -> dict[str, tuple[str, str]]:
     return _notes(NOT_DONE)
 
 
-@pytest.mark.parametrize("claim_id", sorted(CLAIMS))
+def test_every_claim_is_tested() -> None:
+    assert set(CLAIMS) == {*DDP_CLAIMS, "param-groups-mask"}
+
+
+@pytest.mark.parametrize("claim_id", DDP_CLAIMS)
 def test_claim_is_made_where_the_code_does_it(claim_id: str, done) -> None:
     """The DDP + bfloat16 autocast + GradScaler fixture: translated, so each note stays."""
     severity, message = done[claim_id]
@@ -78,10 +86,81 @@ def test_claim_is_made_where_the_code_does_it(claim_id: str, done) -> None:
     assert message.startswith(CLAIMS[claim_id].prefix)
 
 
-@pytest.mark.parametrize("claim_id", sorted(CLAIMS))
+@pytest.mark.parametrize("claim_id", DDP_CLAIMS)
 def test_claim_is_not_made_where_the_code_does_not(claim_id: str, not_done) -> None:
     """The autocast context is chosen at run time and the loop is not recognised: no region
     computes in bfloat16, no batch is sharded. Each note is a warning that says so."""
     severity, message = not_done[claim_id]
     assert severity == "warning"
     assert message == CLAIMS[claim_id].instead
+
+
+# --------------------------------------------------------------------------------------------
+# parameter groups: the mask must reach the update (issue 29)
+# --------------------------------------------------------------------------------------------
+
+_MASK = "mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)"
+# what the converter wrote before: a callable hyperparameter of inject_hyperparams is called
+# with the step count, so this mask decays no parameter
+_INJECTED_MASK = ("tx = optax.inject_hyperparams(optax.adamw)(learning_rate=lr, "
+                  f"weight_decay=0.1, {_MASK})\n")
+
+
+def _groups_note(code: str) -> Diagnostic:
+    note = Diagnostic("f.py", 1, 0, "param-groups", "info",
+                      "parameter groups became an optax mask; the statements that only built "
+                      "the groups were removed")
+    return check_claims(code, [note])[0]
+
+
+def test_param_groups_claim_holds_in_the_converted_program() -> None:
+    """nanoGPT's groups with an injected learning rate (the scheduler is stepped in another
+    function): the mask is a static_arg, the note stays."""
+    notes = _notes(GROUPS)
+    assert notes["param-groups-mask"][0] == "info", notes
+
+
+@pytest.mark.parametrize(("code", "holds"), [
+    (_INJECTED_MASK, False),
+    (_INJECTED_MASK.replace("(optax.adamw)", '(optax.adamw, static_args=("mask",))'), True),
+    (f"tx = optax.adamw(1e-3, weight_decay=0.1, {_MASK})\n", True),
+    (("tx = optax.inject_hyperparams(lambda learning_rate: optax.chain(optax.adamw("
+      f"learning_rate, {_MASK})))(learning_rate=lr)\n"), True),
+    (("tx = optax.inject_hyperparams(optax.adadelta)(learning_rate=lr, weight_decay=0.1, "
+      "weight_decay_mask=m)\n"), False),
+    ("tx = optax.adamw(1e-3, weight_decay=0.1)\n", False),  # no mask at all
+])
+def test_param_groups_claim_checks_where_the_mask_goes(code: str, holds: bool) -> None:
+    d = _groups_note(code)
+    assert d.severity == ("info" if holds else "warning")
+    if not holds:
+        assert d.message == CLAIMS["param-groups-mask"].instead
+
+
+# --------------------------------------------------------------------------------------------
+# verify's trajectory notes: "no Dropout modules found" only where there are none
+# --------------------------------------------------------------------------------------------
+
+
+def test_dropout_at_rate_zero_is_not_reported_missing() -> None:
+    """nanoGPT's dropout=0.0 config builds nn.Dropout(0.0) modules: they are there."""
+    from flax import nnx
+
+    from torch2jax.verify.nnx import nnx_trajectory_mode
+
+    class WithDropout(nnx.Module):
+        def __init__(self, rate):
+            self.drop = nnx.Dropout(rate, rngs=nnx.Rngs(0))
+            self.fc = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+
+    class WithoutDropout(nnx.Module):
+        def __init__(self):
+            self.fc = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+
+    notes = nnx_trajectory_mode(WithDropout(0.0), 0, 0)
+    assert not any("no Dropout modules found" in n for n in notes), notes
+    assert any("1 nnx.Dropout modules at rate 0 already" in n for n in notes), notes
+    notes = nnx_trajectory_mode(WithDropout(0.1), 1, 0)
+    assert any("1 torch Dropout modules and 1 nnx.Dropout set to p=0" in n for n in notes)
+    assert any("no Dropout modules found" in n
+               for n in nnx_trajectory_mode(WithoutDropout(), 0, 0))

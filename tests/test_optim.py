@@ -1,6 +1,8 @@
 """The torch.optim / lr_scheduler -> optax translation library (torch2jax.training.optim):
 the emitted text (torch's defaults written out), what is refused, and that every emitted
-expression evaluates to an optax object. The numbers are in tests/test_trajectory.py."""
+expression evaluates to an optax object. The numbers are in tests/test_trajectory.py (the
+transforms built here) and tests/test_optim_programs.py (the converted programs as emitted:
+injected learning rates, masks, clipping, accumulation, schedules)."""
 
 from __future__ import annotations
 
@@ -278,3 +280,21 @@ def test_emitted_schedules_evaluate_under_jit() -> None:
         fn = eval(code(_sched(src).fn), NS)
         values = jax.jit(jax.vmap(fn))(jnp.arange(12))
         assert values.shape == (12,) and bool(jnp.all(jnp.isfinite(values)))
+
+
+def test_injected_optimizer_keeps_its_mask_static() -> None:
+    """inject_hyperparams calls every callable hyperparameter with the step count: a mask
+    passed to the injected factory must be one of its static_args (issue 29)."""
+    mask = cst.parse_expression("lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)")
+    tx = _opt("torch.optim.AdamW(p, lr=3e-4, weight_decay=0.1)")
+    text = code(tx.build(inject=True, mask=mask))
+    assert 'optax.inject_hyperparams(optax.adamw, static_args=("mask",))(' in text
+    ada = _opt("torch.optim.Adadelta(p, weight_decay=0.1)")
+    assert 'static_args=("weight_decay_mask",)' in code(ada.build(inject=True, mask=mask))
+    params = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+    for t in (tx, ada):
+        built = eval(code(t.build(inject=True, mask=mask)), NS)
+        state = built.init(params)
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        new = optax.apply_updates(params, built.update(zeros, state, params)[0])
+        assert float(new["b"][0]) == 1.0 and float(new["w"][0, 0]) < 1.0, t.kind

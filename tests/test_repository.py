@@ -180,3 +180,36 @@ def test_a_seed_function_of_another_file_seeds_the_models(tmp_path: Path) -> Non
     first, other, again = run(1), run(2), run(1)
     assert first != other
     assert first == again
+
+
+def test_module_classes_of_a_star_import_are_known(tmp_path: Path) -> None:
+    # a model split across files with `from .parts import *` (Pytorch-UNet's layout): the
+    # classes the star import binds are module classes, built with the rngs
+    src, out = tmp_path / "src", tmp_path / "out"
+    _write(src, {
+        "unetpkg/__init__.py": "",
+        "unetpkg/parts.py": (
+            "import torch.nn as nn\n\n\nclass DoubleConv(nn.Module):\n"
+            "    def __init__(self, cin, cout):\n        super().__init__()\n"
+            "        self.net = nn.Sequential(nn.Linear(cin, cout), nn.ReLU(),\n"
+            "                                 nn.Linear(cout, cout))\n\n"
+            "    def forward(self, x):\n        return self.net(x)\n"),
+        "unetpkg/model.py": (
+            "import torch.nn as nn\n\nfrom .parts import *\n\n\nclass UNet(nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n"
+            "        self.inc = DoubleConv(4, 8)\n        self.out = nn.Linear(8, 2)\n\n"
+            "    def forward(self, x):\n        return self.out(self.inc(x))\n"),
+        "app.py": "from unetpkg.model import UNet\n",
+    })
+    idx = index_repository(sorted(src.rglob("*.py")), load_rules().layers)
+    assert "DoubleConv" in idx.known_for(src / "unetpkg" / "model.py")
+    res = runner.invoke(app, ["convert", str(src), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "self.inc = DoubleConv(4, 8, rngs=rngs)" in (out / "unetpkg" / "model.py").read_text()
+
+    from torch2jax.verify.run import verify
+
+    result = verify(f"{src / 'unetpkg' / 'model.py'}::UNet", inputs=["float32[2,4]"], grad=True,
+                    converted=str(out / "unetpkg" / "model.py"))
+    assert result.error is None, result.error
+    assert result.passed, result.to_json()

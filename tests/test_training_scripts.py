@@ -379,6 +379,27 @@ def test_checkpoint_round_trip(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "script.py"]
 
 
+def test_a_checkpoint_restore_leaves_the_rng_state(tmp_path: Path) -> None:
+    """load_state_dict restores parameters and buffers, not random state: torch's generator
+    is global and stays where it was; the converted restore leaves the model's own
+    ``nnx.RngState`` (here the Dropout's key and count) as its seed made it."""
+    source = HEADER + textwrap.dedent("""\
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+        model(X)
+        torch.save(model.state_dict(), "ckpt")
+        restored = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+        restored.load_state_dict(torch.load("ckpt"))
+        print(int(bool((restored(X) == model(X)).all())))
+        """)
+    code = _convert(source)
+    assert ".filter(nnx.Not(nnx.RngState))" in code, code
+    out = _run(code, tmp_path)
+    # torch: two draws of the global generator, other masks; with the training run's RNG
+    # state restored the restored model would draw the same mask as the original
+    assert out[-1] == "0", code
+
+
 def test_torch_types_in_annotations_become_jax_types() -> None:
     code = _convert(textwrap.dedent("""\
         from typing import Optional

@@ -295,3 +295,40 @@ def test_fixture_cases_carry_a_training_case() -> None:
     trained = [c for c in cases if c.train is not None]
     assert [c.name for c in trained] == ["mlp"]
     assert trained[0].train.scheduler and trained[0].train.clip_grad_norm == 1.0
+
+
+@pytest.mark.parametrize("loss", [
+    "F.cross_entropy(output[0].flatten(0, 1), labels.flatten())",
+    "F.cross_entropy(output[0].flatten(0, 1), labels.flatten(), label_smoothing=0.1)",
+    ("F.mse_loss(F.normalize(output[0].flatten(0, 1) + 1, dim=-1), "
+     "F.one_hot(labels.flatten(), 5).float())"),
+])
+def test_loss_of_compound_operands_is_bound_by_the_verifier(loss: str) -> None:
+    """`--loss` is one expression: where a rule needs an operand as a name ("assign it to a
+    name first"), the verifier binds it to a fresh name itself; the converted loss computes
+    torch's value (on main: refused, "did not convert")."""
+    import jax.numpy as jnp
+
+    from torch2jax.verify.train_common import torch_loss, translate_loss
+
+    jax_loss, text = translate_loss(loss)
+    assert "_loss0 = output[0]" in text and "torch" not in text
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 5, generator=g)
+    labels = torch.randint(0, 5, (2, 3), generator=g)
+    expected = float(torch_loss(loss)((logits, None), labels))
+    got = float(jax_loss((jnp.asarray(logits.numpy()), None), jnp.asarray(labels.numpy())))
+    assert got == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_loss_parts_are_bound_in_evaluation_order_and_never_when_conditional() -> None:
+    from torch2jax.verify.train_common import bind_operands
+
+    assert bind_operands("F.cross_entropy(output[0].flatten(0, 1), labels.view(-1))") == (
+        [("_loss0", "output[0]"), ("_loss1", "_loss0.flatten(0, 1)"),
+         ("_loss2", "labels.view(-1)")], "F.cross_entropy(_loss1, _loss2)")
+    assert bind_operands("F.mse_loss(output, labels)") is None  # nothing compound
+    assert bind_operands("F.mse_loss(output[0] if labels.dim() else output, labels)") is None
+    assert bind_operands("sum(F.mse_loss(o.flatten(0, 1), labels) for o in output)") is None
+    bindings, _ = bind_operands("F.l1_loss(_loss0.flatten(0, 1), labels.abs())")
+    assert [name for name, _ in bindings] == ["_loss1", "_loss2"]  # a taken name is skipped

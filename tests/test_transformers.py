@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -27,14 +28,15 @@ MODELS = Path(transformers.__file__).parent / "models"
 TOKENS = "int64[2,7]:64"
 MASK = "attention_mask=int64[2,7]:2"  # random 0/1: padding anywhere, whole rows masked too
 
-# family -> (modeling file, class, config expression)
+# family -> (modeling file, class, config expression). Llama, GPT-2 and Qwen3 keep their
+# configs' default use_cache=True: the forward returns a DynamicCache, compared key by key
 FAMILIES = {
     "llama": ("llama/modeling_llama.py", "LlamaForCausalLM",
               ("LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
-               "num_attention_heads=4, num_key_value_heads=2, vocab_size=64, use_cache=False)")),
+               "num_attention_heads=4, num_key_value_heads=2, vocab_size=64)")),
     "gpt2": ("gpt2/modeling_gpt2.py", "GPT2LMHeadModel",
              ("GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=64, n_positions=16, "
-              "use_cache=False, bos_token_id=0, eos_token_id=0)")),
+              "bos_token_id=0, eos_token_id=0)")),
     # Llama's neighbours: a sliding window on every layer / on the layers past the first
     "mistral": ("mistral/modeling_mistral.py", "MistralForCausalLM",
                 ("MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
@@ -46,8 +48,7 @@ FAMILIES = {
                "use_sliding_window=True, sliding_window=4, max_window_layers=1)")),
     "qwen3": ("qwen3/modeling_qwen3.py", "Qwen3ForCausalLM",
               ("Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
-               "num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64, "
-               "use_cache=False)")),
+               "num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=64)")),
     "phi3": ("phi3/modeling_phi3.py", "Phi3ForCausalLM",
              ("Phi3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
               "num_attention_heads=4, num_key_value_heads=2, vocab_size=64, use_cache=False, "
@@ -80,6 +81,11 @@ FAMILIES = {
     "swin": ("swin/modeling_swin.py", "SwinForImageClassification",
              ("SwinConfig(image_size=16, patch_size=2, embed_dim=16, depths=[2, 1], "
               "num_heads=[2, 2], window_size=3, num_labels=5)")),
+    # a convolutional network: each stage iterates its nn.Sequential of layers
+    # (`for layer in self.layers`), batch norms, a shortcut projection between stages
+    "resnet": ("resnet/modeling_resnet.py", "ResNetForImageClassification",
+               ("ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 2], "
+                "layer_type='basic', num_labels=5)")),
     # an encoder with local (a bidirectional window) and global attention layers, fused qkv
     "modernbert": ("modernbert/modeling_modernbert.py", "ModernBertForMaskedLM",
                    ("ModernBertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, "
@@ -125,7 +131,8 @@ FAMILIES = {
 FLOAT64 = {"gpt2", "bert", "roberta", "vit", "clip"}
 PIXELS = "float32[2,3,16,16]"
 # the inputs of the families that take other inputs than (tokens, mask), and their output
-INPUTS = {"vit": (PIXELS,), "swin": (PIXELS,), "clip": (TOKENS, f"pixel_values={PIXELS}", MASK)}
+INPUTS = {"vit": (PIXELS,), "swin": (PIXELS,), "resnet": (PIXELS,),
+          "clip": (TOKENS, f"pixel_values={PIXELS}", MASK)}
 LOGITS = {"clip": "logits_per_image"}
 # the encoder-decoders' decoder inputs (the mask is the encoder's)
 DECODER = {"t5": "decoder_input_ids=int64[2,5]:64", "whisper": "decoder_input_ids=int64[2,5]:64"}
@@ -136,8 +143,8 @@ AUDIO = {"whisper": ("float32[2,8,32]", "decoder_attention_mask=int64[2,5]:2")}
 CASES = [(f, masked) for f in FAMILIES for masked in (False, True)
          if masked or f in ("llama", "gpt2", "t5", "whisper")]
 # families that cast to float32 nowhere but whose float64 pass is left out (CI time; Whisper's
-# and Swin's pass by hand, docs/transformers.md)
-FLOAT32_ONLY = {"whisper", "swin"}
+# and Swin's pass by hand, docs/transformers.md; ResNet's batch norms)
+FLOAT32_ONLY = {"whisper", "swin", "resnet"}
 # families whose cases share one conversion (the module-scoped fixture of that name)
 SHARED = {"whisper"}
 
@@ -384,8 +391,8 @@ def test_converted_llama_file_reads_like_jax(llama) -> None:
 
 
 def test_what_is_not_translated_refuses_to_run(llama) -> None:
-    """KV caches, output capture, other attention kernels: NotImplementedError, never a
-    silently different result."""
+    """A growing cache over chunked attention, output capture, other attention kernels:
+    NotImplementedError, never a silently different result."""
     import jax.numpy as jnp
     from flax import nnx
 
@@ -396,8 +403,11 @@ def test_what_is_not_translated_refuses_to_run(llama) -> None:
     ids = jnp.zeros((1, 3), jnp.int32)
     assert model(ids).logits.shape == (1, 3, 64)
     assert model(ids, return_dict=False)[0].shape == (1, 3, 64)
-    with pytest.raises(NotImplementedError, match="KV caches"):
-        model(ids, use_cache=True)
+    out = model(ids, use_cache=True)  # a DynamicCache, as torch's forward makes
+    assert [k.shape for k in out.cache.keys] == [(1, 2, 3, 8)]
+    with pytest.raises(NotImplementedError, match="chunked_attention layers"):
+        module.DynamicCache(config=types.SimpleNamespace(
+            layer_types=["chunked_attention"], attention_chunk_size=4))
     with pytest.raises(NotImplementedError, match="output_hidden_states"):
         model(ids, output_hidden_states=True)
     config._attn_implementation = "flash_attention_2"

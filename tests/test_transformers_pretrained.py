@@ -317,6 +317,111 @@ def test_generation_stops_at_the_end_token(family, generator) -> None:
     assert (got[:, want.shape[1]:] == 0).all()  # torch stopped where every row had ended
 
 
+
+def _manual_loop_matches_torch(torch_model, model) -> None:
+    """A manual decoding loop on a default config (use_cache=True): the forward returns a
+    DynamicCache (a pytree) that the next call takes back; logits at every step and the
+    cache's keys and values equal torch's (a sliding-window layer keeps the window's last
+    keys, as torch's does)."""
+    import torch
+    from jax import numpy as jnp
+
+    ids = np.random.default_rng(3).integers(3, 64, (2, 6))
+    mask = np.ones((2, 6), np.int64)
+    mask[0, :2] = 0
+    with torch.no_grad():
+        t_out = torch_model(torch.tensor(ids), attention_mask=torch.tensor(mask))
+    j_out = model(jnp.asarray(ids), attention_mask=jnp.asarray(mask))
+    assert type(j_out.cache).__name__ == "DynamicCache"
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(j_out.logits), t_out.logits.numpy(), rtol=1e-4,
+                                   atol=1e-5)
+        token = t_out.logits[:, -1].argmax(-1, keepdim=True).numpy()
+        mask = np.concatenate([mask, np.ones((2, 1), np.int64)], 1)
+        with torch.no_grad():
+            t_out = torch_model(torch.tensor(token), attention_mask=torch.tensor(mask),
+                                cache=t_out.cache)
+        j_out = model(jnp.asarray(token), attention_mask=jnp.asarray(mask), cache=j_out.cache)
+    np.testing.assert_allclose(np.asarray(j_out.logits), t_out.logits.numpy(), rtol=1e-4,
+                               atol=1e-5)
+    assert len(j_out.cache.layers) == len(t_out.cache.layers)
+    for jl, tl in zip(j_out.cache.layers, t_out.cache.layers, strict=True):
+        assert jl.keys.shape == tuple(tl.keys.shape)
+        np.testing.assert_allclose(np.asarray(jl.keys), tl.keys.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(jl.values), tl.values.numpy(), rtol=1e-4,
+                                   atol=1e-5)
+
+
+def test_manual_decoding_loop_with_the_returned_cache_matches_torch(family, generator) -> None:
+    """Llama and GPT-2 from their default use_cache=True: see _manual_loop_matches_torch."""
+    model, _ = generator
+    assert family.config.use_cache
+    _manual_loop_matches_torch(family.torch_model, model)
+
+
+SAMPLINGS = [{}, {"temperature": 0.7, "top_k": 5}, {"top_k": 0, "top_p": 0.8},
+             {"temperature": 1.3, "top_k": 20, "top_p": 0.9}]
+
+
+@pytest.mark.parametrize("settings", SAMPLINGS, ids=lambda s: ",".join(
+    f"{k}={v}" for k, v in s.items()) or "defaults")
+def test_sampled_generation_matches_torch_under_forced_draws(family, generator, settings,
+                                                             monkeypatch) -> None:
+    """generate(do_sample=True, key=...) draws token i of a row with the uniform
+    ``sample_uniforms(key, batch, n)[row, i]`` by inverse CDF of the processed distribution
+    (temperature, top-k, top-p in transformers' order; transformers' default top_k=50 where
+    none is given). torch's generate, with torch.multinomial made to draw by the same rule
+    from the same uniforms, gives the same tokens: the processed distributions are torch's.
+    Compiled once: another key traces nothing and gives other tokens."""
+    import jax
+    import torch
+    from jax import numpy as jnp
+
+    model, traces = generator
+    support = importlib.import_module(next(
+        c for c in type(model).__mro__ if c.__name__ == "GenerationMixin").__module__)
+    rng = np.random.default_rng(11)
+    ids = rng.integers(3, 64, (2, 7))
+    mask = np.ones((2, 7), np.int64)
+    mask[0, :2], ids[0, :2] = 0, 0
+    key = jax.random.key(5)
+    uniforms = np.asarray(support.sample_uniforms(key, 2, 10))
+    step = iter(range(10))
+
+    def multinomial(probs, num_samples):  # the inverse CDF of the same uniforms
+        assert num_samples == 1
+        u = torch.tensor(uniforms[:, next(step)], dtype=probs.dtype)
+        cdf = probs.cumsum(-1)
+        return (cdf <= u[:, None] * cdf[:, -1:]).sum(-1).clamp(max=probs.shape[-1] - 1)[:, None]
+
+    monkeypatch.setattr(torch, "multinomial", multinomial)
+    with torch.no_grad():
+        want = family.torch_model.generate(
+            torch.tensor(ids), attention_mask=torch.tensor(mask), do_sample=True,
+            max_new_tokens=10, eos_token_id=2, pad_token_id=0, **settings).numpy()
+    del traces[:]
+    got = np.asarray(model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                                    do_sample=True, key=key, max_new_tokens=10,
+                                    eos_token_id=2, pad_token_id=0, **settings))
+    np.testing.assert_array_equal(got[:, :want.shape[1]], want)
+    assert (got[:, want.shape[1]:] == 0).all()
+    assert len(set(got[:, 7:].ravel())) > 3  # sampled, not one token repeated
+    assert traces == [(2, 7), (2, 1)]  # the prompt, and one decoding step for every token
+    other = np.asarray(model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                                      do_sample=True, key=jax.random.key(6), max_new_tokens=10,
+                                      eos_token_id=2, pad_token_id=0, **settings))
+    assert traces == [(2, 7), (2, 1)]  # compiled once
+    assert (other != got).any()
+
+
+def test_sampling_needs_an_explicit_key(generator) -> None:
+    from jax import numpy as jnp
+
+    model, _ = generator
+    with pytest.raises(ValueError, match="key=jax.random.key"):
+        model.generate(jnp.ones((1, 3), jnp.int32), do_sample=True, max_new_tokens=2)
+
+
 # more decoders, generation only: a window over the cache's slots (Mistral: 4 of 19 slots),
 # softcapping and eager attention (Gemma 2), sliding and full layers mixed (Gemma 3)
 DECODERS = {
@@ -335,7 +440,8 @@ _SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
 
 @pytest.mark.parametrize("name", list(DECODERS))
 def test_more_decoders_generate_like_torch(name, tmp_path_factory) -> None:
-    """Left-padded greedy generation of other decoder families: torch's tokens."""
+    """Left-padded greedy generation of other decoder families: torch's tokens; and a manual
+    decoding loop through the DynamicCache the forward returns (sliding-window layers)."""
     import torch
     from flax import nnx
     from jax import numpy as jnp
@@ -371,6 +477,8 @@ def test_more_decoders_generate_like_torch(name, tmp_path_factory) -> None:
     got = model.generate(jnp.asarray(ids), attention_mask=jnp.asarray(mask), max_new_tokens=12,
                          eos_token_id=[])
     np.testing.assert_array_equal(np.asarray(got), want)
+    # the sliding windows of a DynamicCache: a manual loop past the window of 4
+    _manual_loop_matches_torch(torch_model, model)
 
 
 # --- an encoder-decoder: T5 ---------------------------------------------------------------------

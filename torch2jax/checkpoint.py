@@ -261,13 +261,41 @@ def _staging(out: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# what orbax writes at the top of a checkpoint folder (StandardCheckpointer, OCDBT format)
+_ORBAX_NAMES = frozenset({"_CHECKPOINT_METADATA", "_METADATA", "_sharding", "_ROOT_METADATA",
+                          "commit_success.txt", "manifest.ocdbt", "d", "array_metadatas",
+                          "descriptor"})
+
+
+def not_replaceable(out: Path) -> str | None:
+    """Why ``overwrite`` must not replace the existing ``out`` (None: it may): only an empty
+    folder or an orbax checkpoint folder (its ``_CHECKPOINT_METADATA``, nothing but what orbax
+    writes beside it) is replaced; a folder of the user's own files, a file or a link is not."""
+    if out.is_symlink() or not out.is_dir():
+        return f"{out}: exists and is not a folder; --overwrite replaces only a checkpoint folder"
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return None
+    if "_CHECKPOINT_METADATA" not in entries:
+        return (f"{out}: not an orbax checkpoint (no _CHECKPOINT_METADATA); --overwrite replaces "
+                "only a checkpoint folder, not one of other files: remove it or choose another "
+                "--out")
+    foreign = [n for n in entries if n not in _ORBAX_NAMES and not n.startswith("ocdbt.process_")]
+    if foreign:
+        return (f"{out}: holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, "
+                "which orbax does not write; --overwrite replaces only a checkpoint folder: "
+                "remove it or choose another --out")
+    return None
+
+
 def save_nnx_checkpoint(model: Any, path: str | Path, *, overwrite: bool = False) -> Path:
     """Write ``nnx.state(model)`` as an orbax checkpoint folder at ``path``; return its
     absolute path.
 
     The checkpoint is written into a temporary folder beside ``path`` and renamed into place,
     so ``path`` holds either nothing, the previous checkpoint or the complete new one. An
-    existing ``path`` is replaced only with ``overwrite=True``.
+    existing ``path`` is replaced only with ``overwrite=True``, and only when it is an empty
+    folder or an orbax checkpoint (:func:`not_replaceable`).
     """
     import orbax.checkpoint as ocp
     from flax import nnx
@@ -275,8 +303,11 @@ def save_nnx_checkpoint(model: Any, path: str | Path, *, overwrite: bool = False
     out = Path(os.path.abspath(path))  # orbax wants absolute paths
     if not out.parent.is_dir():
         raise CheckpointError(f"{out}: the folder {out.parent} does not exist")
-    if out.exists() and not overwrite:
-        raise CheckpointError(f"{out}: already exists (pass overwrite=True / --overwrite)")
+    if out.exists() or out.is_symlink():
+        if not overwrite:
+            raise CheckpointError(f"{out}: already exists (pass overwrite=True / --overwrite)")
+        if (why := not_replaceable(out)) is not None:
+            raise CheckpointError(why)
     with _staging(out) as tmp:
         written = tmp / "checkpoint"
         try:
@@ -344,10 +375,13 @@ def _no_bytecode() -> Iterator[None]:
 
 def checkpoint_destination(out: str | Path, overwrite: bool) -> Path:
     """The checkpoint's absolute path, checked before any work: it does not exist (unless
-    ``overwrite``) and its folder does."""
+    ``overwrite``, and then it is one :func:`not_replaceable` accepts) and its folder does."""
     out_path = Path(os.path.abspath(out))
-    if out_path.exists() and not overwrite:
-        raise CheckpointError(f"{out_path}: already exists (pass --overwrite to replace it)")
+    if out_path.exists() or out_path.is_symlink():
+        if not overwrite:
+            raise CheckpointError(f"{out_path}: already exists (pass --overwrite to replace it)")
+        if (why := not_replaceable(out_path)) is not None:
+            raise CheckpointError(why)
     if not out_path.parent.is_dir():
         raise CheckpointError(f"{out_path}: the folder {out_path.parent} does not exist")
     return out_path

@@ -1,57 +1,129 @@
-"""The ``torch2jax`` command line: a thin typer layer over the library."""
+"""The ``torch2jax`` command line: a thin typer layer over the library.
+
+It imports at start-up only what every command needs (typer); each command imports what it
+uses when it runs (the engine, rich, the converter, the verifier), so that ``--help`` and
+``check`` (a pre-commit hook, run on every commit) start quickly (benchmarks/startup.py)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
-from torch2jax.config import Config, ConfigError, find_config, load_user_rules
-from torch2jax.discover import Exclude
-from torch2jax.engine import Options, Request, UsageError, default_jobs
-from torch2jax.engine import run as run_engine
-from torch2jax.report import display, unified_diff
-from torch2jax.ruleset import RuleError, load_rules
-from torch2jax.targets import get_target
+if TYPE_CHECKING:
+    from torch2jax.config import Config
+    from torch2jax.discover import Exclude
+    from torch2jax.engine import Options
 
 # verify's default tolerances (torch2jax.verify.common's ATOL, RTOL, ATOL64, RTOL64; not imported
 # here: the verifier needs numpy, the converter's command line does not)
 ATOL, RTOL, ATOL64, RTOL64 = 1e-5, 1e-4, 1e-10, 1e-10
+# the targets a configuration may name, checked without importing them (libcst); another name
+# goes to torch2jax.targets.get_target, whose error lists the targets
+KNOWN_TARGETS = ("nnx", "linen", "equinox")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Rewrite PyTorch code as JAX (flax NNX) and verify it numerically.")
-console = Console(stderr=True, soft_wrap=True)  # a path in a message is never broken over lines
-out_console = Console(soft_wrap=True)
+
+
+class _LazyConsole:
+    """A rich Console made on first use (importing rich.console costs start-up time)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._console: Any = None
+
+    def get(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._kwargs)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
+
+
+console = _LazyConsole(stderr=True, soft_wrap=True)  # a path in a message is never broken
+out_console = _LazyConsole(soft_wrap=True)
 
 
 def _setup(paths: list[Path], target: str | None, exclude: list[str] | None,
            rules_dirs: list[Path] | None, shard: str | None = None, init: str = "jax"
            ) -> tuple[Config, Options, tuple[Exclude, ...]]:
     """The configuration ([tool.torch2jax] above the first path) merged with the options."""
+    from torch2jax.config import Config, find_config, load_user_rules
+    from torch2jax.discover import Exclude
+    from torch2jax.engine import Options
+
     cfg = find_config(paths[0]) if paths else Config()
     rule_dirs = (*cfg.rules, *(d.resolve() for d in rules_dirs or ()))
     if rule_dirs:
         load_user_rules(rule_dirs)  # validate now: a bad rule file is a usage error
-    get_target(target or cfg.target or "nnx")
-    options = Options(target=target or cfg.target or "nnx", rule_dirs=rule_dirs,
+    name = target or cfg.target or "nnx"
+    if name not in KNOWN_TARGETS:
+        from torch2jax.targets import get_target
+
+        get_target(name)
+    options = Options(target=name, rule_dirs=rule_dirs,
                       ignore=cfg.ignore, shard=shard or cfg.shard or "data", init=init)
     excludes = (Exclude(cfg.exclude, cfg.base), Exclude(tuple(exclude or ())))
     return cfg, options, excludes
 
 
+def _setup_errors() -> tuple[type[Exception], ...]:
+    """What _setup raises for a usage error."""
+    from torch2jax.config import ConfigError
+    from torch2jax.ruleset import RuleError
+
+    return (ValueError, RuleError, ConfigError)
+
+
 def _print_diff(old: str, new: str, name: str) -> None:
+    from torch2jax.report import display, unified_diff
+
     color = sys.stdout.isatty()
     sys.stdout.write(unified_diff(old, new, display(name), color=color))
     sys.stdout.flush()
 
 
 def _usage_error(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/] {message}", highlight=False)
+    from rich.markup import escape  # a message is text: ".[verify]" or a path in brackets
+
+    console.print(f"[red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(2)
+
+
+def _require_extra(command: str, modules: list[str]) -> None:
+    """Exit 2 (could not run), naming the extra to install, when one of ``modules`` (what
+    ``command`` imports: the [verify] extra of pyproject.toml) is not installed."""
+    from importlib.util import find_spec
+
+    missing = []
+    for name in modules:  # found, not imported (the command imports them in its own order)
+        try:
+            if find_spec(name) is None:
+                missing.append(name)
+        except (ImportError, ValueError):
+            missing.append(name)
+    if missing:
+        raise _usage_error(f"{command} needs {', '.join(missing)}, not installed here (the "
+                           "converter alone does not): install the verify extra, "
+                           "pip install -e '.[verify]' in a checkout or "
+                           "pip install 'torch2jax-port[verify]'")
+
+
+def _require_paths(paths: list[Path], option: str = "") -> None:
+    """A usage error (exit 2) naming the first of ``paths`` that does not exist: a wrong path
+    in a pre-commit hook or a script must not pass silently."""
+    for p in paths:
+        if not p.exists() and not p.is_symlink():
+            from torch2jax.report import display
+
+            raise _usage_error(f"{option}{display(str(p))}: no such file or folder")
 
 
 def _modeling_module(path: Path) -> str | None:
@@ -68,6 +140,8 @@ def _convert_modeling(path: Path, out: Path, options: Options, classes: set[str]
     writes it: the file reduced and converted, ``_hf_support.py``, the configuration
     forwarded to the installed one); the exit code."""
     from torch2jax.convert import convert_source
+    from torch2jax.report import display
+    from torch2jax.ruleset import load_rules
     from torch2jax.verify.package import convert_package_file, package_of
 
     mirror = out / "transformers_jax"
@@ -112,11 +186,13 @@ def convert(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders to convert.")],
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Output folder (mirror tree).")] = None,
     target: Annotated[str | None, typer.Option(
-        help="nnx, linen or equinox; default: [tool.torch2jax] target, else nnx.")] = None,
+        help="nnx, linen or equinox; default: the target setting of \\[tool.torch2jax] in the "
+             "pyproject.toml above the first path, else nnx.")] = None,
     shard: Annotated[str | None, typer.Option(
         help="Data-parallel scripts: data (batches split over the devices, the state "
              "replicated) or params (the parameters and optimizer state split too, FSDP-style); "
-             "default: [tool.torch2jax] shard, else data.")] = None,
+             "default: the shard setting of \\[tool.torch2jax] in the pyproject.toml above the "
+             "first path, else data.")] = None,
     init: Annotated[str, typer.Option(
         help="Parameter initialisation: jax (the target library's own) or torch (torch's "
              "defaults written into the layers: kernel_init=, bias_init=, ...).")] = "jax",
@@ -146,16 +222,19 @@ def convert(
     2: usage error (nothing written). A modeling file of the installed transformers
     (.../transformers/models/llama/modeling_llama.py) is written with -o as its mirror
     package, OUT/transformers_jax/models/llama/modeling_llama.py beside _hf_support.py."""
+    from torch2jax.report import display
+
     modes = sum([out is not None, in_place, diff, check])
     if modes != 1:
         raise _usage_error("give exactly one of -o/--out, --in-place, --diff, --check")
-    for p in paths:
-        if not p.exists() and not p.is_symlink():
-            raise _usage_error(f"{display(str(p))}: no such file or folder")
+    _require_paths(paths)
     if allow_overlap and out is None:
         raise _usage_error("--allow-overlap goes with -o/--out")
     if timeout is not None and not timeout > 0:
         raise _usage_error(f"--timeout {timeout}: expected a positive number of seconds")
+    if report is not None and not report.parent.is_dir():
+        raise _usage_error(f"--report {display(str(report))}: the folder "
+                           f"{display(str(report.parent))} does not exist")
     if report is not None and (report.suffix == ".py" or any(
             report.resolve() == p.resolve() for p in paths)):
         raise _usage_error(f"--report {display(str(report))} is an input or a Python file: "
@@ -166,7 +245,7 @@ def convert(
         if init not in ("jax", "torch"):
             raise _usage_error(f"--init {init}: expected jax or torch")
         _, options, excludes = _setup(paths, target, exclude, rules_dir, shard, init)
-    except (ValueError, RuleError, ConfigError) as exc:
+    except _setup_errors() as exc:
         raise _usage_error(str(exc)) from None
     options.timeout = timeout
     modeling = [p for p in paths if _modeling_module(p)]
@@ -175,15 +254,18 @@ def convert(
             raise _usage_error("a transformers modeling file converts alone, with -o/--out "
                                "(its mirror package is written there); --class goes with one")
         raise typer.Exit(_convert_modeling(paths[0], out, options, set(classes or ())))
+    from torch2jax.engine import Request, UsageError, default_jobs
+    from torch2jax.engine import run as run_engine
+
     mode = "out" if out is not None else "in-place" if in_place else "diff" if diff else "check"
     req = Request(paths=list(paths), mode=mode, out=out, options=options,
                   jobs=jobs or default_jobs(), excludes=excludes,
                   use_gitignore=not no_gitignore, allow_overlap=allow_overlap)
     try:
-        run = run_engine(req, show_diff=_print_diff, progress_console=console)
+        run = run_engine(req, show_diff=_print_diff, progress_console=console.get())
     except UsageError as exc:
         raise _usage_error(str(exc)) from None
-    run.print_summary(console)
+    run.print_summary(console.get())
     if report is not None:
         run.write_json(report)
     code = run.exit_code
@@ -204,13 +286,15 @@ def check(paths: Annotated[list[Path], typer.Argument(help="Files to check.")],
     TODO(torch2jax) markers of an earlier conversion, or cannot be read or parsed. A file is
     not converted to answer (its imports are read) unless --explain is given; the markers and
     errors found are printed."""
-    paths = [p for p in paths if p.exists() or p.is_symlink()]
-    if not paths:
-        raise typer.Exit(0)
+    _require_paths(paths)
     try:
         _, options, excludes = _setup(paths, None, None, None)
-    except (ValueError, RuleError, ConfigError) as exc:
+    except _setup_errors() as exc:
         raise _usage_error(str(exc)) from None
+    from torch2jax.engine import Request, default_jobs
+    from torch2jax.engine import run as run_engine
+    from torch2jax.report import display
+
     req = Request(paths=list(paths), mode="check", options=options,
                   jobs=jobs or default_jobs(), excludes=excludes, explain=explain)
     run = run_engine(req)
@@ -235,7 +319,14 @@ def verify(
     args: Annotated[str | None, typer.Option("--args", help="Constructor kwargs as JSON.")] = None,
     build: Annotated[str | None, typer.Option("--build", help="Constructor expression.")] = None,
     input: Annotated[list[str] | None, typer.Option("--input", help="DTYPE[D0,D1,...]")] = None,
-    jax_target: Annotated[str, typer.Option("--target")] = "nnx",
+    setup: Annotated[str | None, typer.Option(
+        "--setup", help="Python statements (or a .py file) run in the model file's namespace, "
+        "torch and converted, before --build and --input-expr.")] = None,
+    input_expr: Annotated[list[str] | None, typer.Option(
+        "--input-expr", help="EXPR or NAME=EXPR: a forward input built by code on each side, "
+        "`model` bound, e.g. hidden=model.init_hidden(2).")] = None,
+    jax_target: Annotated[str, typer.Option(
+        "--target", help="nnx, linen or equinox (not read from pyproject.toml).")] = "nnx",
     grad: Annotated[bool, typer.Option(
         "--grad/--no-grad", help="Compare the gradients of every parameter too (the default; "
         "--grad is accepted and does nothing more).")] = True,
@@ -283,10 +374,25 @@ def verify(
         console.print("[red]error:[/] --optimizer needs --loss, and goes without --cases, "
                       "--train-mode and --float64")
         raise typer.Exit(2)
+    named = target is not None and "::" in target
+    _require_paths([Path(target.rpartition("::")[0])] if named else [])
+    _require_paths([cases] if cases is not None else [], "--cases ")
+    _require_paths([converted] if converted is not None else [], "--converted ")
+    if named or cases is not None:
+        _require_extra("verify", ["numpy", "torch", "jax",
+                                  *(["optax"] if optimizer is not None else [])])
     if cases is not None:
-        from torch2jax.verify.cases import cases_exit_code, print_cases_summary, run_cases
+        from torch2jax.verify.cases import (
+            CaseError,
+            cases_exit_code,
+            print_cases_summary,
+            run_cases,
+        )
 
-        results = run_cases(cases)
+        try:
+            results = run_cases(cases)
+        except CaseError as exc:
+            raise _usage_error(str(exc)) from None
         if as_json:
             print(json.dumps([r.to_json() for r in results]))
         else:
@@ -308,7 +414,8 @@ def verify(
 
         request = VerifyRequest(target, kwargs, build, tuple(input or []), jax_target,
                                 atol=atol, rtol=rtol, device=device,
-                                converted=str(converted) if converted else None)
+                                converted=str(converted) if converted else None,
+                                setup=setup, input_exprs=tuple(input_expr or []))
         train = TrainSpec(optimizer, loss or "", labels, scheduler, clip_grad_norm, steps,
                           optax_tx)
         result = verify_trajectory(request, train)
@@ -319,7 +426,8 @@ def verify(
                             jax_target=jax_target, grad=grad, atol=atol, rtol=rtol,
                             device=device, converted=str(converted) if converted else None,
                             benchmark=benchmark, train_mode=train_mode, float64=float64,
-                            atol64=atol64, rtol64=rtol64)
+                            atol64=atol64, rtol64=rtol64, setup=setup,
+                            input_exprs=list(input_expr or []))
     if as_json:
         print(json.dumps(result.to_json()))
     else:
@@ -334,6 +442,9 @@ def verify(
 def _user_rules(rules_dir: list[Path] | None):
     """The built-in rules with those of [tool.torch2jax] (above the current folder) and
     --rules; a bad rule file is a usage error."""
+    from torch2jax.config import ConfigError, find_config, load_user_rules
+    from torch2jax.ruleset import RuleError, load_rules
+
     try:
         dirs = (*find_config(Path.cwd()).rules, *(d.resolve() for d in rules_dir or ()))
         return load_user_rules(dirs) if dirs else load_rules()
@@ -344,7 +455,8 @@ def _user_rules(rules_dir: list[Path] | None):
 @app.command("rules")
 def list_rules(rules_dir: Annotated[list[Path] | None, typer.Option(
         "--rules", help="A folder of extra rule files (repeatable).")] = None) -> None:
-    """List the translation rules (with those of [tool.torch2jax] rules and --rules)."""
+    r"""List the translation rules, with those of the rule folders that \[tool.torch2jax] in
+    the pyproject.toml above the current folder names (its rules setting) and of --rules."""
     from rich.table import Table
 
     table = Table(title="torch2jax rules")
@@ -400,12 +512,21 @@ def weights(
         "--torch-model", help="Its torch original (a state_dict file only).")] = None,
     args: Annotated[str | None, typer.Option("--args", help="Constructor kwargs as JSON.")] = None,
     build: Annotated[str | None, typer.Option("--build", help="Constructor expression.")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace an existing --out: an earlier checkpoint (orbax's "
+        "_CHECKPOINT_METADATA) or an empty folder; a folder of other files is refused.")] = False,
 ) -> None:
     """Convert trained torch weights into an orbax checkpoint of the converted NNX model (from
     a transformers save_pretrained directory: its safetensors and config.json, no torch)."""
+    if state_dict_file.exists():  # (a missing one: weights_command's usage error)
+        _require_extra("weights", ["numpy", "jax", "flax", "orbax.checkpoint",
+                                   *([] if state_dict_file.is_dir() else ["torch"])])
     from torch2jax.weights_cli import weights_command
 
     code = weights_command(state_dict_file, model, torch_model, out, args, build, overwrite,
                            lambda text, err: typer.echo(text, err=err))
     raise typer.Exit(code)
+
+
+if __name__ == "__main__":  # python -m torch2jax.cli
+    app()

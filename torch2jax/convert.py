@@ -52,12 +52,13 @@ IMPORT_LINES = {
     "Any": "from typing import Any",
     "dataclasses": "import dataclasses",
     "train_state": "from flax.training import train_state",
+    "einops": "import einops",
 }
 # the names the converter's own imports bind -> their IMPORT_LINES key (NamedSharding -> sharding)
 OWN_NAMES = {name.strip().split(" as ")[-1]: key for key, line in IMPORT_LINES.items()
              for name in line.split("import ", 1)[-1].split(",")}
 IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
-                "optax", "ocp", "tensorboardX", "nnx", "linen", "train_state"]
+                "optax", "ocp", "tensorboardX", "nnx", "linen", "train_state", "einops"]
 
 
 class ParseError(Exception):
@@ -141,7 +142,8 @@ def convert_source(
                              target=spec.rewrites_translation_of)
         if not nnx.uses_torch:
             return nnx
-        return suppress(_finish(from_nnx(nnx, source, path), nnx, path, source), source)
+        return suppress(_finish(from_nnx(nnx, source, path), nnx, path, source,
+                                known_modules or ()), source)
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -203,6 +205,8 @@ def convert_source(
         new = new.visit(FuseLayoutMoves())
     new, helper_imports = add_helpers(new, spec.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)
+    diagnostics[:] = [d for d in diagnostics if not any(
+        lo <= d.line <= hi for lo, hi in transformer.rewritten_lines)]
     diagnostics.sort(key=lambda d: (d.line, d.column))
     result = ConversionResult(code=new.code, diagnostics=diagnostics,
                               per_example=transformer.per_example_code,
@@ -212,18 +216,20 @@ def convert_source(
                               removed=transformer.removed, failed=transformer.failed_sites)
     if not hoist_steps:  # the NNX translation the equinox pass goes on from: checked there
         return result
-    return suppress(_finish(result, result, path, source), source)
+    return suppress(_finish(result, result, path, source, known_modules or ()), source)
 
 
 def _finish(result: ConversionResult, rewrite: ConversionResult, path: str,
-            source: str) -> ConversionResult:
+            source: str, known: Collection[str] = ()) -> ConversionResult:
     """The output invariants (finish/invariants.py) on a converted file; ``rewrite`` is the
-    rewrite's own result (for equinox, the NNX translation the target started from)."""
+    rewrite's own result (for equinox, the NNX translation the target started from).
+    ``known``: the module classes converted elsewhere (a package's model, followed): their
+    imports are rewritten after this check, so reading them is not torch."""
     if rewrite.facts is None:
         return result
     code, diagnostics = check_output(result.code, result.diagnostics, rewrite.facts, path,
                                      source, rewrite.removed, _add_imports, OWN_NAMES,
-                                     rewrite.failed)
+                                     rewrite.failed, known)
     if code is result.code and diagnostics is result.diagnostics:
         return result
     return replace(result, code=code, diagnostics=diagnostics)

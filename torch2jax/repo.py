@@ -342,6 +342,15 @@ def index_repository(files: Iterable[Path], torch_layers: Iterable[str] = (),
                 for sub_mod, cls in _reachable(resolver, modname, module_classes):
                     known.add(f"{b.qualified}{sub_mod}.{cls}")
                     imported.add((modname + sub_mod, cls))
+        if mod.star_imports:
+            # from .parts import *: the module classes that name resolves to there
+            for target in module_classes:
+                cls = target[1]
+                if cls in mod.bindings or cls.startswith("_"):
+                    continue
+                if resolver.name_in(mod.name, cls) == f"repo:{target[0]}:{target[1]}":
+                    known.add(cls)
+                    imported.add(target)
         index.known[path] = {k for k in known if k}
     for path, mod in by_path.items():
         index.exported[path] = {cls for name, cls in imported if name == mod.name}

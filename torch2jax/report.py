@@ -7,9 +7,10 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:  # (rich is imported where a summary is printed: `check` starts faster)
+    from rich.console import Console
 
 SEVERITIES = ("info", "warning", "error")
 STATUSES = ("converted", "unchanged", "skipped", "failed")
@@ -122,6 +123,8 @@ class RunReport:
         """What is left for review. On a terminal, a table of every warning and error (one row
         per rule when there are more than ``limit``); otherwise one ``file:line:col:`` line
         each. Then the failed files, the TODO count per rule and the file totals."""
+        from rich.table import Table
+
         shown = [d for d in self.diagnostics if d.severity != "info"]
         if shown and not console.is_terminal:
             for d in shown:

@@ -46,6 +46,7 @@ __all__ = [
     "ModelOutput",
     "OutputRecorder",
     "PreTrainedModel",
+    "Sampling",
     "StaticCache",
     "TransformersKwargs",
     "Unpack",
@@ -59,11 +60,13 @@ __all__ = [
     "deprecate_kwarg",
     "dynamic_rope_update",
     "gelu",
+    "generate_tokens",
     "get_activation",
     "greedy_generate",
     "logging",
     "maybe_autocast",
     "merge_with_config_defaults",
+    "sample_uniforms",
     "slice_logits_to_keep",
     "torch_int",
     "use_experts_implementation",
@@ -253,14 +256,112 @@ class Cache:
     """The type of transformers' KV caches (annotations only)."""
 
 
+def _layer_windows(config: Any) -> tuple[int | None, ...]:
+    """Per decoder layer, the sliding window its cache keeps (None: all keys), as
+    transformers' ``DynamicCache(config=...)`` decides (``get_layer_types_and_kwargs``);
+    ``()`` without a config (layers then keep every key, made at their first update)."""
+    if config is None:
+        return ()
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config(decoder=True)
+    layers = getattr(config, "per_layer_config", None)
+    if layers is None:
+        count = len(getattr(config, "layer_types", None) or ()) or int(
+            getattr(config, "num_hidden_layers", 0) or 0)
+        layers = [config] * count
+    types = getattr(config, "layer_types", None) or [
+        "sliding_attention" if getattr(c, "sliding_window", None) is not None
+        else "chunked_attention" if getattr(c, "attention_chunk_size", None) is not None
+        else "full_attention" for c in layers]
+    windows = []
+    for kind, layer in zip(types, layers, strict=False):
+        if kind == "full_attention":
+            windows.append(None)
+        elif kind == "sliding_attention":
+            windows.append(int(layer.sliding_window))
+        else:
+            raise NotImplementedError(f"a DynamicCache over {kind} layers is not translated to "
+                                      "JAX: pass a StaticCache, call model.generate, or "
+                                      "use_cache=False")
+    return tuple(windows)
+
+
+@jax.tree_util.register_pytree_node_class
 class DynamicCache(Cache):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("KV caches that grow (DynamicCache) are not translated to "
-                                  "JAX: pass a StaticCache (cache=StaticCache(max_length)) or "
-                                  "call model.generate; without a cache, use_cache=False "
-                                  "(config.use_cache is not read)")
+    """transformers' cache that grows: per layer the keys and values kept so far,
+    ``(batch, kv_heads, kept, head_dim)``, each ``update`` appending the new ones (what a
+    forward pass with ``use_cache=True`` and no cache makes, and returns as ``cache``). A
+    pytree, so a manual decoding loop passes it back in (``cache=out.cache``). A
+    sliding-window layer keeps the last ``window - 1`` keys, as transformers'
+    ``DynamicSlidingWindowLayer`` does, and counts every key it has seen. The lengths are
+    shapes: under jit every new length is a new compilation (``model.generate`` uses a
+    :class:`StaticCache` and compiles once)."""
 
+    def __init__(self, *args: Any, config: Any = None, keys: list[jax.Array] | None = None,
+                 values: list[jax.Array] | None = None,
+                 windows: tuple[int | None, ...] | None = None,
+                 seen: tuple[int, ...] = (), **kwargs: Any) -> None:
+        if args or kwargs:
+            raise NotImplementedError("DynamicCache(...) from data or with offloading is not "
+                                      "translated to JAX: DynamicCache() or "
+                                      "DynamicCache(config=config)")
+        self.windows = _layer_windows(config) if windows is None else tuple(windows)
+        self.keys = list(keys or [])
+        self.values = list(values or [])
+        self.seen = list(seen)  # keys seen per layer (a sliding layer keeps fewer)
 
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return (self.keys, self.values), (self.windows, tuple(self.seen))
+
+    @classmethod
+    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> DynamicCache:
+        return cls(keys=children[0], values=children[1], windows=aux[0], seen=aux[1])
+
+    def window(self, layer_idx: int) -> int | None:
+        return self.windows[layer_idx] if layer_idx < len(self.windows) else None
+
+    def update(self, key_states: jax.Array, value_states: jax.Array, layer_idx: int,
+               *args: Any, **kwargs: Any) -> tuple[jax.Array, jax.Array]:
+        if layer_idx == len(self.keys):  # the layer's first update
+            full_keys, full_values = key_states, value_states
+            self.keys.append(key_states)
+            self.values.append(value_states)
+            self.seen.append(0)
+        else:
+            full_keys = jnp.concatenate([self.keys[layer_idx], key_states], -2)
+            full_values = jnp.concatenate([self.values[layer_idx], value_states], -2)
+        self.seen[layer_idx] += key_states.shape[-2]
+        window = self.window(layer_idx)
+        start = 0 if window is None else max(full_keys.shape[-2] - (window - 1), 0)
+        self.keys[layer_idx] = full_keys[:, :, start:, :]
+        self.values[layer_idx] = full_values[:, :, start:, :]
+        return full_keys, full_values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen[layer_idx] if layer_idx < len(self.seen) else 0
+
+    def mask_sizes(self, query_length: int, sliding: bool) -> tuple[int, int]:
+        """The keys a query block sees: their number and the position of the first, for the
+        first layer with (``sliding``) or without a window, as transformers'
+        ``get_mask_sizes``."""
+        layer = next((i for i in range(len(self.windows))
+                      if (self.windows[i] is not None) == sliding), 0)
+        seen, window = self.get_seq_length(layer), self.window(layer)
+        if window is None:
+            return seen + query_length, 0
+        offset = max(seen - window + 1, 0)
+        return min(seen, window - 1) + query_length, offset
+
+    def get_max_cache_shape(self, layer_idx: int = 0) -> int:
+        window = self.window(layer_idx)
+        return -1 if window is None else window
+
+    @property
+    def layers(self) -> list[_LayerKV]:
+        return [_LayerKV(k, v) for k, v in zip(self.keys, self.values, strict=True)]
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -401,14 +502,58 @@ def _step(model: Any, tokens: jax.Array, mask: jax.Array, positions: jax.Array,
     return out.logits[:, -1, :], cache
 
 
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """transformers' sampling warpers, in its order: temperature, then top-k, then top-p
+    (``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``, each keeping
+    at least one token). ``top_k=0`` and ``top_p=1.0`` turn those off, as in transformers."""
+
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 1.0
+
+    def scores(self, logits: jax.Array) -> jax.Array:
+        """The processed scores (float32, -inf where a token is filtered out)."""
+        scores = logits.astype(jnp.float32)
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        if self.top_k:
+            kth = jax.lax.top_k(scores, min(self.top_k, scores.shape[-1]))[0][..., -1:]
+            scores = jnp.where(scores < kth, -jnp.inf, scores)
+        if self.top_p < 1.0:
+            order = jnp.argsort(scores, axis=-1)  # ascending, as torch.sort(descending=False)
+            ranked = jnp.take_along_axis(scores, order, -1)
+            drop = jnp.cumsum(jax.nn.softmax(ranked, -1), -1) <= 1 - self.top_p
+            drop = drop.at[..., -1].set(False)  # the most likely token stays
+            drop = jnp.take_along_axis(drop, jnp.argsort(order, axis=-1), -1)
+            scores = jnp.where(drop, -jnp.inf, scores)
+        return scores
+
+    def pick(self, logits: jax.Array, u: jax.Array) -> jax.Array:
+        """One token per row from softmax(scores), by inverse CDF of the uniform ``u`` (one
+        per row): the first token whose cumulative probability exceeds ``u``."""
+        probs = jax.nn.softmax(self.scores(logits), -1)
+        cdf = jnp.cumsum(probs, -1)
+        token = jnp.sum(cdf <= u[:, None] * cdf[:, -1:], -1)
+        return jnp.minimum(token, logits.shape[-1] - 1)
+
+
 def _decode_loop(decode: Callable[[jax.Array, Any], tuple[jax.Array, Any]], first: jax.Array,
                  cache: Any, max_new_tokens: int, eos: jax.Array,
-                 pad_token_id: int) -> jax.Array:
-    """Greedy tokens after ``first`` (the logits of the first pass): ``decode(token, cache)``
-    gives the next logits and the cache, one ``lax.while_loop`` step per token (compiled
-    once), until ``max_new_tokens`` or every row has produced an end token; a row that has
-    ended gets ``pad_token_id``. Returns ``(batch, max_new_tokens)``."""
-    token = jnp.argmax(first, -1).astype(eos.dtype)
+                 pad_token_id: int, sampling: Sampling | None = None,
+                 uniforms: jax.Array | None = None) -> jax.Array:
+    """Tokens after ``first`` (the logits of the first pass): ``decode(token, cache)`` gives
+    the next logits and the cache, one ``lax.while_loop`` step per token (compiled once),
+    until ``max_new_tokens`` or every row has produced an end token; a row that has ended
+    gets ``pad_token_id``. Greedy (argmax) without ``sampling``; with it, token ``i`` of a
+    row is drawn with ``uniforms[row, i]``. Returns ``(batch, max_new_tokens)``."""
+    def choose(logits: jax.Array, i: Any) -> jax.Array:
+        if sampling is None:
+            return jnp.argmax(logits, -1).astype(eos.dtype)
+        u = jax.lax.dynamic_index_in_dim(uniforms, i, axis=1, keepdims=False)
+        return sampling.pick(logits, u).astype(eos.dtype)
+
+    token = choose(first, 0)
     tokens = jnp.full((first.shape[0], max_new_tokens), pad_token_id, eos.dtype)
     tokens = tokens.at[:, 0].set(token)
     done = jnp.isin(token, eos)
@@ -420,7 +565,7 @@ def _decode_loop(decode: Callable[[jax.Array, Any], tuple[jax.Array, Any]], firs
     def step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
         i, token, cache, tokens, done = carry
         logits, cache = decode(token, cache)
-        token = jnp.where(done, pad_token_id, jnp.argmax(logits, -1).astype(token.dtype))
+        token = jnp.where(done, pad_token_id, choose(logits, i))
         tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, i))
         return i + 1, token, cache, tokens, done | jnp.isin(token, eos)
 
@@ -430,7 +575,8 @@ def _decode_loop(decode: Callable[[jax.Array, Any], tuple[jax.Array, Any]], firs
 
 def _seq2seq_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array,
                       max_new_tokens: int, eos: jax.Array, pad_token_id: int,
-                      decoder_start_token_id: int) -> jax.Array:
+                      decoder_start_token_id: int, sampling: Sampling | None,
+                      uniforms: jax.Array | None) -> jax.Array:
     """An encoder-decoder's greedy decoding: the encoder once, then the decoder from
     ``decoder_start_token_id``, one token per step, with an :class:`EncoderDecoderCache`
     (a :class:`StaticCache` of ``max_new_tokens`` slots for its self-attention; its
@@ -447,22 +593,28 @@ def _seq2seq_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Arra
     start = jnp.full((input_ids.shape[0],), decoder_start_token_id, input_ids.dtype)
     cache = EncoderDecoderCache(StaticCache(max_new_tokens), CrossAttentionCache())
     logits, cache = decode(start, cache)
-    tokens = _decode_loop(decode, logits, cache, max_new_tokens, eos, pad_token_id)
+    tokens = _decode_loop(decode, logits, cache, max_new_tokens, eos, pad_token_id, sampling,
+                          uniforms)
     return jnp.concatenate([start[:, None], tokens], axis=1)
 
 
 @nnx.jit(static_argnames=("max_new_tokens", "eos_token_ids", "pad_token_id",
-                          "decoder_start_token_id"))
-def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array, *,
-                    max_new_tokens: int, eos_token_ids: tuple[int, ...] = (),
-                    pad_token_id: int = 0,
-                    decoder_start_token_id: int | None = None) -> jax.Array:
-    """Greedy decoding with a :class:`StaticCache` of ``prompt + max_new_tokens`` slots: the
-    prompt in one pass, then one token per ``lax.while_loop`` step (compiled once), until
+                          "decoder_start_token_id", "sampling"))
+def generate_tokens(model: Any, input_ids: jax.Array, attention_mask: jax.Array,
+                    uniforms: jax.Array | None = None, *, max_new_tokens: int,
+                    eos_token_ids: tuple[int, ...] = (), pad_token_id: int = 0,
+                    decoder_start_token_id: int | None = None,
+                    sampling: Sampling | None = None) -> jax.Array:
+    """Decoding with a :class:`StaticCache` of ``prompt + max_new_tokens`` slots: the prompt
+    in one pass, then one token per ``lax.while_loop`` step (compiled once), until
     ``max_new_tokens`` or every row has produced an end token. Returns the prompt and the
     new tokens, ``(batch, prompt + max_new_tokens)``; a row that has ended is padded with
     ``pad_token_id``, as transformers' generate pads it. Left padding (``attention_mask`` 0
     before the prompt) gives the positions transformers gives: ``cumsum(mask) - 1``.
+
+    Greedy without ``sampling``. With it, new token ``i`` of a row is drawn from the
+    processed distribution (:class:`Sampling`) with ``uniforms[row, i]``, by inverse CDF:
+    the draws are an argument, so one key gives one text and the same key the same text.
 
     An encoder-decoder model (``config.is_encoder_decoder``) encodes ``input_ids`` once and
     decodes from ``decoder_start_token_id`` (:func:`_seq2seq_generate`): the result is the
@@ -474,7 +626,7 @@ def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array,
             raise ValueError("`decoder_start_token_id` or `bos_token_id` has to be defined "
                              "for encoder-decoder generation")
         return _seq2seq_generate(model, input_ids, attention_mask, max_new_tokens, eos,
-                                 pad_token_id, decoder_start_token_id)
+                                 pad_token_id, decoder_start_token_id, sampling, uniforms)
     batch, prompt = input_ids.shape
     total = prompt + max_new_tokens
     mask = jnp.concatenate([attention_mask, jnp.ones((batch, max_new_tokens), jnp.int32)], 1)
@@ -487,25 +639,61 @@ def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array,
         return logits, (position + 1, cache)
 
     state = (jnp.sum(attention_mask, -1), cache)
-    tokens = _decode_loop(decode, logits, state, max_new_tokens, eos, pad_token_id)
+    tokens = _decode_loop(decode, logits, state, max_new_tokens, eos, pad_token_id, sampling,
+                          uniforms)
     return jnp.concatenate([input_ids, tokens], axis=1)
 
 
+def greedy_generate(model: Any, input_ids: jax.Array, attention_mask: jax.Array, *,
+                    max_new_tokens: int, eos_token_ids: tuple[int, ...] = (),
+                    pad_token_id: int = 0,
+                    decoder_start_token_id: int | None = None) -> jax.Array:
+    """Greedy decoding: :func:`generate_tokens` without sampling."""
+    return generate_tokens(model, input_ids, attention_mask, max_new_tokens=max_new_tokens,
+                           eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
+                           decoder_start_token_id=decoder_start_token_id)
+
+
+def sample_uniforms(key: jax.Array, batch: int, max_new_tokens: int) -> jax.Array:
+    """The draws of a sampled generation: one uniform per row and new token."""
+    return jax.random.uniform(key, (batch, max_new_tokens))
+
+
+# transformers' defaults where neither the call nor the model's generation config sets one
+# (GenerationConfig._get_default_generation_params)
+_SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
+
+
 class GenerationMixin:
-    """transformers' generate, greedy only (:func:`greedy_generate`): the other strategies
-    (sampling, beams) raise."""
+    """transformers' generate (:func:`generate_tokens`): greedy, or sampled with
+    ``do_sample=True`` and an explicit ``key`` (``temperature``, ``top_k``, ``top_p``); the
+    other strategies (beams, other logits processors) raise."""
 
     def generate(self, input_ids: jax.Array, attention_mask: jax.Array | None = None, *,
                  max_new_tokens: int | None = None, do_sample: bool = False,
                  num_beams: int = 1, eos_token_id: int | list[int] | None = None,
                  pad_token_id: int | None = None, decoder_start_token_id: int | None = None,
+                 key: jax.Array | None = None, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None,
                  **kwargs: Any) -> jax.Array:
-        if do_sample or num_beams != 1 or kwargs:
-            asked = {"do_sample": do_sample, "num_beams": num_beams, **kwargs}
-            raise NotImplementedError(f"generate{asked}: only greedy decoding is translated "
-                                      "(do_sample=False, num_beams=1, max_new_tokens, "
-                                      "attention_mask, eos_token_id, pad_token_id)")
+        if num_beams != 1 or kwargs:
+            asked = {"num_beams": num_beams, **kwargs}
+            raise NotImplementedError(f"generate{asked}: greedy decoding and sampling are "
+                                      "translated (num_beams=1; do_sample, key, temperature, "
+                                      "top_k, top_p, max_new_tokens, attention_mask, "
+                                      "eos_token_id, pad_token_id)")
         config = getattr(self, "generation_config", None) or self.config
+        sampling = None
+        if do_sample:
+            if key is None:
+                raise ValueError("generate(do_sample=True) draws from an explicit key: pass "
+                                 "key=jax.random.key(seed)")
+            asked = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+            values = {name: value if value is not None else getattr(config, name, None)
+                      for name, value in asked.items()}
+            sampling = Sampling(**{name: type(_SAMPLING_DEFAULTS[name])(
+                _SAMPLING_DEFAULTS[name] if value is None else value)
+                for name, value in values.items()})
         if max_new_tokens is None:
             max_new_tokens = getattr(config, "max_new_tokens", None) or 20
         if eos_token_id is None:
@@ -528,11 +716,13 @@ class GenerationMixin:
                                       "inputs: only token ids are translated")
         if attention_mask is None:
             attention_mask = jnp.ones(input_ids.shape, jnp.int32)
-        return greedy_generate(self, input_ids, jnp.asarray(attention_mask),
+        uniforms = None if sampling is None else sample_uniforms(
+            key, input_ids.shape[0], int(max_new_tokens))
+        return generate_tokens(self, input_ids, jnp.asarray(attention_mask), uniforms,
                                max_new_tokens=int(max_new_tokens), eos_token_ids=eos,
                                pad_token_id=int(pad_token_id),
                                decoder_start_token_id=None if decoder_start_token_id is None
-                               else int(decoder_start_token_id))
+                               else int(decoder_start_token_id), sampling=sampling)
 
 
 # --- decorators (transformers.utils) ----------------------------------------------------------
@@ -566,9 +756,19 @@ def deprecate_kwarg(old_name: str, version: str | None = None, new_name: str | N
 
 
 def merge_with_config_defaults(func: Callable) -> Callable:
-    """transformers fills use_cache (and vision options) from the config; here use_cache is
-    left as the caller passed it (True needs a StaticCache passed in)."""
-    return func
+    """transformers fills ``use_cache`` from the config when the call does not set it (its
+    default config says True: the forward then makes a :class:`DynamicCache` and returns
+    it); the vision options it also fills are not translated."""
+
+    @functools.wraps(func)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("use_cache") is None:
+            value = getattr(getattr(self, "config", None), "use_cache", None)
+            if value is not None:
+                kwargs["use_cache"] = value
+        return func(self, *args, **kwargs)
+
+    return wrapper
 
 
 def _refuse_capture(self: Any, kwargs: dict[str, Any]) -> None:
@@ -1004,21 +1204,32 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
     plain causal mask, which sdpa applies itself), (batch, 1, seq, keys). With a
     :class:`StaticCache` the keys are its ``max_length`` slots, the queries at slots
     ``cache.offset...``, and ``attention_mask`` covers the slots."""
-    if cache is not None and not isinstance(cache, StaticCache):
-        raise NotImplementedError("only StaticCache is translated to JAX (use_cache=False "
-                                  "without a cache)")
+    if isinstance(cache, EncoderDecoderCache):
+        cache = cache.self_attention_cache
+    if cache is not None and not isinstance(cache, (StaticCache, DynamicCache)):
+        raise NotImplementedError(f"{type(cache).__name__} is not translated to JAX "
+                                  "(StaticCache and DynamicCache are)")
     if attention_mask is not None and attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     eager = _eager(config)
     if attention_mask is None and window is None and not eager and cache is None:
         return None
     batch, length = inputs_embeds.shape[:2]
-    keys, first = (length, 0) if cache is None else (cache.max_length, cache.offset)
+    offset = 0  # the position of the first key
+    if cache is None:
+        keys, first = length, 0
+    elif isinstance(cache, DynamicCache):  # the keys kept so far, then these
+        first = cache.get_seq_length()
+        keys, offset = cache.mask_sizes(length, window is not None)
+        if attention_mask is not None and attention_mask.shape[1] == first + length:
+            attention_mask = attention_mask[:, offset:offset + keys]
+    else:
+        keys, first = cache.max_length, cache.offset
     if attention_mask is not None and attention_mask.shape[1] != keys:
         raise ValueError(f"attention_mask has {attention_mask.shape[1]} columns, the keys are "
                          f"{keys} (with a StaticCache: one per slot)")
     q = first + jnp.arange(length)[:, None]
-    kv = jnp.arange(keys)[None, :]
+    kv = offset + jnp.arange(keys)[None, :]
     allowed = kv <= q
     if window is not None:
         allowed = allowed & (kv > q - window)

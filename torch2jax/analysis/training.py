@@ -42,6 +42,10 @@ def _every_k(test: cst.BaseExpression) -> cst.BaseExpression | None:
     return None
 
 
+def _is_print(line: cst.CSTNode) -> bool:
+    return m.matches(line, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Name("print")))]))
+
+
 def is_optimizer(q: str | None) -> bool:
     return bool(q) and q.startswith(OPTIM) and not q.startswith(SCHED) and (
         q.rsplit(".", 1)[-1][:1].isupper())
@@ -76,6 +80,7 @@ class ParamGroup:
     predicate: cst.BaseExpression | None  # on the parameter ``p``; None: every parameter
     param: str  # the name the predicate uses for the parameter
     options: dict[str, cst.BaseExpression]  # the group's own lr, weight_decay, ...
+    name: str | None = None  # the variable holding the group's parameter list
 
 
 @dataclass
@@ -109,6 +114,14 @@ class TrainingIndex:
     # removed statement -> id of the optimizer site whose translation they are part of: kept
     # when that translation fails
     removed_for: dict[int, int] = field(default_factory=dict)
+    # removed parameter-group statements that can be put back translated when a kept line
+    # (the print of the group sizes) reads them: line id -> the group whose list the line
+    # builds (``decay_params = [...]``, written from the target's parameter leaves), or None
+    # for a line computed from those lists only (``n = sum(p.numel() for p in decay_params)``,
+    # put back as the rewrite translated it)
+    group_lines: dict[int, ParamGroup | None] = field(default_factory=dict)
+    # the prints that report parameter groups (kept) -> id of their optimizer site
+    group_prints: dict[int, int] = field(default_factory=dict)
     self_keyed: set[str] = field(default_factory=set)  # functions that make their own key
     model_vars: set[str] = field(default_factory=set)  # names assigned a model instance
 
@@ -414,6 +427,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 else:
                     options[k] = el.value
             group = self._selection(site.scope, selected, options)
+            if group is not None and isinstance(selected, cst.Name):
+                group.name = selected.value
             if group is None:
                 site.groups_problem = ("a parameter group whose parameters are not selected by "
                                        "a comprehension over the model's parameters with a "
@@ -421,18 +436,38 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 return
             groups.append(group)
         site.groups = groups
+        if site.model is None:  # a script's groups: the model whose parameters they list
+            owners = {c.func.value.value for line in self._lines.get(site.scope, [])
+                      for c in findall(line, m.Call(func=m.Attribute(
+                          value=m.Name(), attr=m.Name("parameters") | m.Name(
+                              "named_parameters")), args=[]))}
+            if len(owners) == 1:
+                site.model = owners.pop()
         # the statements that only computed the groups have no counterpart in JAX
         tainted: set[str] = set()
+        lists = {g.name: g for g in groups if g.name is not None}
+        derived: set[str] = set()  # names computed from the group lists only
         for line in self._lines.get(site.scope, []):
             if line is self._line_of(site.statement):
                 continue
             text = cst.Module([]).code_for_node(line)
             names = {n.value for n in findall(line, m.Name())}
+            if (names & tainted) and _is_print(line):
+                # reports the groups: kept, with what it reads (finish/removed.py)
+                self.index.group_prints[id(line)] = id(site)
+                continue
             if "named_parameters" in text or ".parameters()" in text or names & tainted:
                 self.index.removed.add(id(line))
                 self.index.removed_for[id(line)] = id(site)
-                for a in findall(line, m.AssignTarget(target=m.Name())):
-                    tainted.add(a.target.value)
+                bound = [a.target.value for a in findall(line, m.AssignTarget(
+                    target=m.Name()))]
+                if len(bound) == 1 and bound[0] in lists and len(line.body) == 1:
+                    self.index.group_lines[id(line)] = lists[bound[0]]
+                elif bound and ".parameters()" not in text and "named_parameters" not in text \
+                        and not names & (tainted - set(lists) - derived):
+                    self.index.group_lines[id(line)] = None
+                    derived.update(bound)
+                tainted.update(bound)
 
     def _line_of(self, stmt: cst.CSTNode) -> cst.CSTNode | None:
         for lines in self._lines.values():

@@ -392,7 +392,16 @@ class ValueFacts:
                     a.element() for a in args)))
             if q == "builtins.reversed" and args:
                 return Value(Kind.OBJECT, item=args[0].element())
+            if q == "builtins.map" and len(args) == 2:
+                item = self._mapped(node.args[0].value, args[1])
+                if item is not None:
+                    return Value(Kind.OBJECT, item=item)
             return OBJECT
+        if q.split(".")[0] == "einops" and q.rsplit(".", 1)[-1] in _EINOPS_TENSOR_FUNCTIONS:
+            first = self.value(node.args[0].value) if node.args else UNKNOWN
+            if first.kind in (Kind.LIST, Kind.TUPLE) and first.element().kind == Kind.TENSOR:
+                return TENSOR  # rearrange([a, b], ...) stacks them
+            return first if first.kind in (Kind.TENSOR, Kind.PARAM) else UNKNOWN
         if q.startswith("torch."):
             return self._torch_call(q, node)
         if q.startswith(("numpy.", "np.")):
@@ -401,6 +410,17 @@ class ValueFacts:
             return OBJECT if q.split(".")[0] in ("argparse", "logging", "collections",
                                                  "functools", "contextlib") else SCALAR
         return None
+
+    def _mapped(self, fn: cst.BaseExpression, over: Value) -> Value | None:
+        """What ``map(fn, over)`` yields: a lambda's body, a tensor when it is a tensor, or
+        when it is one if its parameter is (PARAM) and ``over`` yields tensors
+        (``map(lambda t: rearrange(t, ...), qkv.chunk(3, dim=-1))``)."""
+        if not isinstance(fn, cst.Lambda) or len(fn.params.params) != 1:
+            return None
+        body = self.value(fn.body)
+        if body.kind == Kind.PARAM:
+            return TENSOR if over.element().kind == Kind.TENSOR else None
+        return body if body.kind == Kind.TENSOR else None
 
     def _torch_call(self, q: str, node: cst.Call) -> Value:
         if q.startswith("torch.optim.lr_scheduler."):
@@ -1022,6 +1042,10 @@ class ValueFacts:
                     self._q(assign.value.func) or "").startswith("argparse."):
                 return True
         return False
+
+
+# einops' functions that return a tensor of their first argument's kind
+_EINOPS_TENSOR_FUNCTIONS = frozenset({"rearrange", "reduce", "repeat", "einsum"})
 
 
 def _dotted(node: cst.BaseExpression) -> bool:

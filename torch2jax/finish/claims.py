@@ -3,14 +3,16 @@
 Some notes are written where one statement is translated but speak for another part of the
 file: "GradScaler removed: the autocast region computes in bfloat16" is true only when the
 autocast region was translated; "DistributedDataParallel removed: the batch is sharded" only
-when a training loop got the data sharding. Each such note has a claim id here, the text it
-starts with, and a test of the converted code. When the code does not do what the note
-says, the note is replaced by an honest warning; the test suite checks every claim id both
-ways (tests/test_claims.py).
+when a training loop got the data sharding; "parameter groups became an optax mask" only
+when the mask reaches the update (not a callable passed as an injected hyperparameter). Each
+such note has a claim id here, the text it starts with, and a test of the converted code.
+When the code does not do what the note says, the note is replaced by an honest warning; the
+test suite checks every claim id both ways (tests/test_claims.py).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -37,6 +39,39 @@ def _batches_sharded(code: str) -> bool:
         r"jax\.device_put\([^\n]*\bdata_sharding\)", code) is not None
 
 
+_MASK_ARGS = ("mask", "weight_decay_mask")
+
+
+def _mask_reaches_the_update(code: str) -> bool:
+    """A weight-decay mask is given to an optax transform, and none is an
+    ``optax.inject_hyperparams(f)(..., mask=...)`` hyperparameter: inject_hyperparams calls
+    every callable argument that is not one of its ``static_args`` with the step count, so
+    such a mask decays nothing."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    masked = False
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        given = [k.arg for k in node.keywords if k.arg in _MASK_ARGS]
+        if not given:
+            continue
+        masked = True
+        inner = node.func
+        if isinstance(inner, ast.Call) and ast.unparse(inner.func).endswith("inject_hyperparams"):
+            static = next((k.value for k in inner.keywords if k.arg == "static_args"), None)
+            names = set()
+            if isinstance(static, (ast.Tuple, ast.List, ast.Set)):
+                names = {e.value for e in static.elts if isinstance(e, ast.Constant)}
+            elif isinstance(static, ast.Constant):
+                names = {static.value}
+            if set(given) - names:
+                return False
+    return masked
+
+
 CLAIMS: dict[str, Claim] = {c.id: c for c in (
     Claim("grad-scaler", "GradScaler removed: the autocast region computes in bfloat16",
           _computes_in_bfloat16,
@@ -54,6 +89,11 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
           "world size 1: the JAX script is one program over every device, but no training "
           "loop of this file shards its batches over them (a loop left untranslated carries "
           "a TODO)"),
+    Claim("param-groups-mask", "parameter groups became an optax mask",
+          _mask_reaches_the_update,
+          "parameter groups: the weight-decay mask written does not reach the update (an "
+          "optax.inject_hyperparams hyperparameter that is a callable is called with the "
+          "step count): no parameter is decayed; pass the mask in static_args"),
 )}
 
 

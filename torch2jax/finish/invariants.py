@@ -5,7 +5,13 @@
 matches the code written (finish/claims.py); (b) every name it reads is bound. A read that the
 conversion left unbound (a torch name whose import went, a name whose statement went) is
 never left to fail at run time with a NameError: a torch import that is still read is kept,
-and every such line is marked ``# TODO(torch2jax)`` with an error diagnostic.
+and every such line is marked ``# TODO(torch2jax)`` with an error diagnostic. (e) nothing
+reaches torch unmarked: a read of a name that an import of torch, its libraries
+(``torchvision``, ``torchaudio``, ``torchtext``) or einops' torch layers
+(``einops.layers.torch``) binds, left in the converted code (a torch layer class, a torch
+function applied to a converted value), is marked the same way unless its statement already
+carries a TODO. Annotations are not calls and are left alone. So a converted file that fails
+at run time because torch received a JAX value fails on a marked line.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ TODO_PREFIX = "# TODO(torch2jax):"
 # random branch of a functional dropout: F.dropout), with the import that binds them when the
 # input does not (it reads nn.functional.dropout, or torch.nn.functional.dropout)
 EMITTED_TORCH_NAMES = {"F": "import torch.nn.functional as F"}
+# (e): what converted code must not call unmarked (a dotted prefix, matched at dots)
+TORCH_RUNTIME = ("torch", "torchvision", "torchaudio", "torchtext", "einops.layers.torch")
 
 
 @dataclass
@@ -72,13 +80,14 @@ def input_facts(wrapper: MetadataWrapper, packages: tuple[str, ...]) -> InputFac
 def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, path: str,
                  source: str, removed: dict[int, rmv.Removed] | None = None,
                  own_imports: Callable[[cst.Module, set[str]], cst.Module] | None = None,
-                 own_names: Collection[str] = (), failed: set[int] = frozenset()
-                 ) -> tuple[str, list[Diagnostic]]:
+                 own_names: Collection[str] = (), failed: set[int] = frozenset(),
+                 known: Collection[str] = ()) -> tuple[str, list[Diagnostic]]:
     """``code`` and ``diagnostics`` with the invariants enforced (see the module docstring).
     Output that does not parse is a converter bug: the file is returned unchanged, with an
     error diagnostic, so that nothing is lost. ``own_names`` are the names the converter's
     own imports bind (``jnp``): ``own_imports(module, names)`` adds their imports when a
-    statement put back reads one."""
+    statement put back reads one. ``known``: names converted elsewhere (a followed package
+    model, whose torch import is replaced afterwards): not torch."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError) as exc:
@@ -103,9 +112,153 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
     if own and own_imports is not None:
         code = own_imports(cst.parse_module(code), own).code
         suspects -= own
-    if not suspects and not kept_imports:
+    if suspects or kept_imports:
+        code, diagnostics = _mark_reads(code, tree, suspects, kept_imports, diagnostics, facts,
+                                        path)
+    return mark_torch_calls(code, diagnostics, facts, path, known)
+
+
+def _torch_bindings(tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """name -> (the dotted path it is bound to, its import line), for the names the file's
+    imports bind (at any depth); ``import a.b`` binds ``a`` to ``a``. A name that some other
+    top-level statement binds as well is left out: what it holds is not known."""
+    out: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                bound = a.asname or a.name.split(".")[0]
+                line = f"import {a.name}" + (f" as {a.asname}" if a.asname else "")
+                out.setdefault(bound, (a.name if a.asname else bound, line))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for a in node.names:
+                if a.name == "*":
+                    continue
+                line = f"from {node.module} import {a.name}" + (
+                    f" as {a.asname}" if a.asname else "")
+                out.setdefault(a.asname or a.name, (f"{node.module}.{a.name}", line))
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            continue
+        for node in ast.walk(stmt):
+            name = (node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+                    else getattr(node, "name", None) if isinstance(
+                        node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None)
+            if name in out and (stmt is node or isinstance(node, ast.Name)):
+                del out[name]
+    return out
+
+
+def _is_torch(dotted: str) -> bool:
+    return any(dotted == p or dotted.startswith(p + ".") for p in TORCH_RUNTIME)
+
+
+def _annotation_nodes(tree: ast.Module) -> set[int]:
+    """The ids of the nodes inside annotations (not run, or not as a call)."""
+    roots: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            roots.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns:
+            roots.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            roots.append(node.annotation)
+    return {id(n) for root in roots for n in ast.walk(root)}
+
+
+def _root(value: ast.AST | None) -> ast.AST | None:
+    """The Name a value is made from: ``Rearrange`` in ``Rearrange(...)``, ``nn`` in
+    ``nn.GELU`` (None for anything else: ``'cuda' if torch.cuda.is_available() else 'cpu'``)."""
+    while isinstance(value, (ast.Call, ast.Attribute)):
+        value = value.func if isinstance(value, ast.Call) else value.value
+    return value if isinstance(value, ast.Name) else None
+
+
+def _torch_attribute_calls(reads: list[ast.Name], parents: dict[int, ast.AST]
+                           ) -> list[tuple[ast.Name, str]]:
+    """The reads of ``self.X`` in a class whose statement ``self.X = ...`` assigns an object
+    made by one of ``reads`` (``self.r = Rearrange(...)``, ``self.act = nn.GELU``): calling
+    it (or passing it on) runs the torch object. Each with its message."""
+    held: set[tuple[int, str]] = set()  # (class id, attribute)
+    for node in reads:
+        stmt, cls = node, None
+        while not isinstance(stmt, ast.stmt):
+            stmt = parents[id(stmt)]
+        at = parents.get(id(stmt))
+        while at is not None and not isinstance(at, ast.ClassDef):
+            at = parents.get(id(at))
+        if at is None or not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or \
+                _root(stmt.value) is not node:  # it holds what torch returned, not torch's
+            continue
+        cls = at
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for t in targets:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
+                    t.value.id == "self":
+                held.add((id(cls), t.attr))
+    out = []
+    classes = {id(n): n for n in parents.values() if isinstance(n, ast.ClassDef)}
+    for cls_id, attr in sorted(held):
+        msg = f"self.{attr} holds torch code (its assignment is marked): using it runs torch"
+        for n in ast.walk(classes[cls_id]):
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and \
+                    n.attr == attr and isinstance(n.value, ast.Name) and n.value.id == "self":
+                out.append((n.value, msg))
+    return sorted(out, key=lambda c: (c[0].lineno, c[0].col_offset))
+
+
+def mark_torch_calls(code: str, diagnostics: list[Diagnostic], facts: InputFacts, path: str,
+                     known: Collection[str] = ()) -> tuple[str, list[Diagnostic]]:
+    """Invariant (e): a TODO line above each statement that reads a name bound to torch (see
+    the module docstring) and carries no TODO yet, with an error diagnostic. The names of
+    ``known`` are converted elsewhere (check_output)."""
+    if not any(p.split(".")[0] in code for p in TORCH_RUNTIME):
         return code, diagnostics
-    return _mark_reads(code, tree, suspects, kept_imports, diagnostics, facts, path)
+    tree = ast.parse(code)
+    bindings = {name: b for name, b in _torch_bindings(tree).items() if name not in known
+                and (_is_torch(b[0]) or any(p.startswith(b[0] + ".") for p in TORCH_RUNTIME))}
+    if not bindings:
+        return code, diagnostics
+    parents = rmv.parents_of(tree)
+    annotations = _annotation_nodes(tree)
+    reads = []
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in bindings):
+            continue
+        text = _dotted_ast(n, parents)
+        full = bindings[n.id][0] + text[len(n.id):]
+        if _is_torch(full) and id(n) not in annotations and not rmv.shadowed(n, parents):
+            reads.append(n)
+    if not reads:
+        return code, diagnostics
+    reads.sort(key=lambda n: (n.lineno, n.col_offset))
+    dotted = {id(n): _dotted_ast(n, parents) for n in reads}
+    calls = _torch_attribute_calls(reads, parents)
+    dotted |= {id(n): _dotted_ast(n, parents) for n, _ in calls}
+    lines = code.splitlines(keepends=True)
+    todos: dict[int, list[str]] = {}
+    out = list(diagnostics)
+    for node, msg in [*((n, None) for n in reads), *calls]:
+        stmt = node
+        while not isinstance(stmt, ast.stmt):
+            stmt = parents[id(stmt)]
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", []))])
+        if first in todos or any(c.startswith(TODO_PREFIX) for c in _comments_above(lines, first)):
+            continue
+        if msg is None:
+            msg = (f"{dotted[id(node)]} is not translated here ({bindings[node.id][1]} is "
+                   "kept for it): it runs torch at run time")
+        todos[first] = [f"{TODO_PREFIX} {msg} [torch-leftover]"]
+        same = [n for n, _ in calls] if msg.startswith("self.") else reads
+        line, col = _input_position(node, dotted, same, facts)
+        out.append(Diagnostic(path, line, col, "torch-leftover", "error", msg))
+    new = []
+    for number, line in enumerate(lines, start=1):
+        if number in todos:
+            indent = line[:len(line) - len(line.lstrip())]
+            new += [f"{indent}{t}\n" for t in todos[number]]
+        new.append(line)
+    out.sort(key=lambda d: (d.line, d.column))
+    return "".join(new), out
 
 
 def _mark_reads(code: str, tree: ast.Module, suspects: set[str], kept_imports: set[str],
@@ -250,4 +403,4 @@ def _add_import_lines(code: str, lines: list[str]) -> str:
     return "".join(text)
 
 
-__all__ = ["BUILTINS", "InputFacts", "check_output", "input_facts"]
+__all__ = ["BUILTINS", "InputFacts", "check_output", "input_facts", "mark_torch_calls"]

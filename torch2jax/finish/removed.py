@@ -45,6 +45,10 @@ class Removed:
     # translation failed
     part_of: int | None = None
     imports: bool = False  # an import (of torch): the lines that still read it are marked
+    # what to write back when the names are read, where that differs from ``statement``
+    # (a parameter group's list from the target's parameters; ``statement`` then is what the
+    # torch line was, put back as it was when the optimizer's translation failed)
+    read_statement: str | None = None
 
 
     def kept_message(self) -> str:
@@ -56,7 +60,9 @@ class Removed:
         """What to write back: marked when it is back only because its names are read."""
         kept = f"# TODO(torch2jax): {self.kept_message()} [{RULE}]\n" if (
             read and self.translated is None and not self.imports) else ""
-        return self.leading + self.todos + kept + self.statement
+        statement = self.read_statement if read and self.read_statement is not None \
+            else self.statement
+        return self.leading + self.todos + kept + statement
 
 
 def bound_names(stmt: cst.CSTNode) -> set[str]:

@@ -766,8 +766,13 @@ def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:
     b = bind(node.args, ("device_type", "dtype", "enabled") if q in (
         "torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
         else ("enabled", "dtype"))
-    if b.literal("enabled") is False:
+    enabled = b.literal("enabled", True)
+    if enabled is False:
         return "", []
+    if enabled is not True:  # on or off only at run time: assuming on would be silently wrong
+        raise Untranslatable(f"autocast(enabled={code(b.get('enabled'))}): whether the region "
+                             "is on is known only at run time; write enabled=True or False",
+                             rule="torch.autocast")
     dtype = b.get("dtype")
     text = code(dtype) if dtype is not None else ""
     device = b.literal("device_type")

@@ -60,7 +60,9 @@ from torch2jax.passes.rewrite_linen import LinenTrainingMixin
 from torch2jax.passes.rewrite_loops import LoopsMixin
 from torch2jax.passes.rewrite_schedules import SchedulesMixin
 from torch2jax.passes.rewrite_support import (
+    _EINOPS_FUNCTIONS,
     _IMPORT_NAME,
+    EINOPS_TORCH_LAYERS,
     Pending,
     _factory_dict,
     _fix_commas,
@@ -186,6 +188,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         # is finished (finish/removed.py), keyed by their placeholder's number
         self.removed: dict[int, rmv.Removed] = {}
         self.failed_sites: set[int] = set()  # optimizer sites whose translation failed
+        # (first, last) lines of methods written anew from the torch source (a Dataset's
+        # methods in numpy): the diagnostics reported inside them are withdrawn
+        self.rewritten_lines: list[tuple[int, int]] = []
         self._indent = "    "
         self._acc = acc.Accumulation()  # micro-step gradient accumulation (nnx)
         self._top_steps: list[cst.FunctionDef] = []  # steps defined after the imports
@@ -313,7 +318,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             pending = self._pending.pop()
             if self._pending:  # a removed block knows what was reported inside it
                 self._pending[-1].reported.extend(pending.reported)
-            if id(original_node) in self.training.removed:
+            if id(original_node) in self.training.removed or self._group_print_dropped(
+                    original_node):
                 return self._placeholder(original_node, updated_node, pending) or \
                     cst.RemoveFromParent()
             if not pending.before and not pending.after and (
@@ -361,7 +367,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         optimizer translation that may yet fail): a placeholder, and what to put back in its
         place if the finished file needs it (finish/removed.py)."""
         names = rmv.bound_names(original)
-        part_of = self.training.removed_for.get(id(original))
+        part_of = self.training.removed_for.get(id(original),
+                                                self.training.group_prints.get(id(original)))
         scope = self.get_metadata(ScopeProvider, original, None)
         if part_of is None and (not names or scope is None or not any(
                 a.references for n in names for a in scope.assignments[n])):
@@ -381,15 +388,63 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         line, col = self.pos(original)
         imports = isinstance(original, cst.SimpleStatementLine) and all(
             isinstance(s, (cst.Import, cst.ImportFrom)) for s in original.body)
+        statement = empty.with_changes(body=[stmt]).code
+        translated = pending.translated if not pending.todos else None
+        read_statement = None
+        if id(original) in self.training.group_lines and not pending.todos:
+            read_statement = self._group_line(original, part_of, statement)
+            if read_statement is not None:
+                translated = ("parameter-group statement kept (a kept line reads it, the print "
+                              "of the group sizes), computed from the model's parameters")
         self.removed[key] = rmv.Removed(
             names=frozenset(names), line=line, column=col, reported=list(pending.reported),
-            translated=pending.translated if not pending.todos else None, part_of=part_of,
-            imports=imports,
-            statement=empty.with_changes(body=[stmt]).code,
+            translated=translated, part_of=part_of,
+            imports=imports, read_statement=read_statement,
+            statement=statement,
             leading="".join(empty.code_for_node(ll) for ll in original.leading_lines),
             todos="".join(f"# TODO(torch2jax): {msg} [{rule}]\n"
                           for rule, msg in pending.todos))
         return rmv.placeholder(key, imports)
+
+    def _group_print_dropped(self, original) -> bool:
+        """A print of the parameter groups' sizes where the target's model holds no parameters
+        (linen: they exist once ``model.init`` made them): removed, with a warning."""
+        if id(original) not in self.training.group_prints or \
+                self.target.parameter_leaves(False) is not None or self.target.intermediate:
+            return False
+        self.diag(original, "param-groups", "warning",
+                  "the print of the parameter groups' sizes is removed: a linen module holds "
+                  "no parameters (print the counts from the params once model.init made them)")
+        return True
+
+    def _group_line(self, original, part_of: int | None, statement: str) -> str | None:
+        """A removed parameter-group statement as JAX, for a kept line that reads it:
+        ``decay_params = [p for p in <the target's parameter leaves> if p.ndim >= 2]``, or a
+        line computed from such lists as the rewrite translated it; None: no translation (the
+        target has no parameters on the model: linen)."""
+        group = self.training.group_lines[id(original)]
+        if group is None:
+            return statement
+        site = next((s for s in self.training.optimizers.values() if id(s) == part_of), None)
+        target = self.target
+        if target.intermediate:  # the NNX translation the equinox pass goes on from
+            from torch2jax.targets import TARGETS
+
+            target = TARGETS.get(target.helper_target, target)
+        leaves = target.parameter_leaves(False)
+        if site is None or site.model is None or leaves is None:
+            return None
+        source = leaves[0].replace("{m}", site.model)
+        p = group.param
+        if group.predicate is None:
+            value = f"list({source})"
+        else:
+            try:
+                value = f"[{p} for {p} in {source} if {tr.predicate_text(group.predicate)}]"
+            except Untranslatable:
+                return None
+        self.need(*(k for k in leaves[1] if k != "eqx"))  # (an equinox file imports eqx)
+        return f"{group.name} = {value}\n"
 
     # ------------------------------------------------------------------ imports
     def _dropped_import(self, module: str) -> bool:
@@ -407,6 +462,12 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         mod = code(updated_node.module) if updated_node.module else ""
         if self._dropped_import(mod):
             return cst.RemoveFromParent()
+        if f"{mod}." in EINOPS_TORCH_LAYERS and isinstance(updated_node.names, (list, tuple)):
+            # einops' torch layers: Rearrange and Reduce become einops' functions; EinMix stays
+            keep = [a for a in updated_node.names if code(a.name) not in _EINOPS_FUNCTIONS]
+            if not keep:
+                return cst.RemoveFromParent()
+            return updated_node.with_changes(names=_fix_commas(keep))
         if mod == "torchvision" and isinstance(updated_node.names, (list, tuple)):
             keep = [a for a in updated_node.names
                     if not self._dropped_import(f"torchvision.{code(a.name)}")]

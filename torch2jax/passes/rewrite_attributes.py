@@ -13,6 +13,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
+from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.passes.common import (
     arg,
@@ -33,6 +34,10 @@ from torch2jax.passes.rewrite_support import (
 )
 from torch2jax.ruleset import Rule
 from torch2jax.targets import linen as linen_target
+
+# builtins that iterate their argument (or measure it)
+_ITERATING = frozenset({"builtins.len", "builtins.enumerate", "builtins.reversed",
+                        "builtins.list", "builtins.tuple", "builtins.iter", "builtins.zip"})
 
 
 class AttributesMixin:
@@ -133,6 +138,19 @@ class AttributesMixin:
         lr = self._group_lr(original_node)
         if lr is not None:
             return lr
+        if (m.matches(updated_node.value, m.Attribute(
+                value=m.Attribute(value=m.Name("self")), attr=m.Name("layers")))
+                and m.matches(original_node.value, m.Attribute(value=m.Name("self")))
+                and len(updated_node.slice) == 1
+                and isinstance(updated_node.slice[0].slice, cst.Slice)):
+            # self.layers[1:] of a Sequential: a Sequential of those layers
+            if self.target.setup_modules:
+                self.diag(original_node, "torch.nn.Sequential", "error",
+                          f"{code(original_node)}: a linen Sequential cannot be built in "
+                          "__call__; call the layers in a loop")
+                return updated_node
+            self.need("nnx")
+            return expr("nnx.Sequential(*{s})", s=updated_node)
         # [x][0], left by a rewrite that returns a one-element list (get_last_lr()[0])
         if (isinstance(updated_node.value, cst.List) and len(updated_node.value.elements) == 1
                 and not isinstance(original_node.value, cst.List)
@@ -189,6 +207,39 @@ class AttributesMixin:
         return updated_node
 
     # ------------------------------------------------------------------ attributes
+    def _sequential_items(self, original: cst.Attribute,
+                          updated: cst.Attribute) -> cst.BaseExpression | None:
+        """``self.layers`` (an nn.Sequential attribute) iterated (``for layer in self.layers``,
+        ``enumerate(self.layers)``), indexed (``self.layers[0]``, ``[-1]``, a slice: see
+        leave_Subscript) or measured (``len``): NNX's and linen's Sequential are none of
+        these, their list of layers is: ``self.layers.layers``. A Sequential the translation
+        put transposes into, or one whose layers run channels-last, is marked: its items are
+        not torch's."""
+        if not (self.current_class and m.matches(original, m.Attribute(value=m.Name("self")))
+                and (self.target.stateful_modules or self.target.setup_modules)):
+            return None
+        info = self.index.classes.get(self.current_class)
+        attr = original.attr.value
+        if info is None or info.attr_rule.get(attr) != "torch.nn.Sequential":
+            return None
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        used = isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original or \
+            isinstance(parent, cst.Subscript) and parent.value is original
+        if not used and isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            used = isinstance(outer, cst.Call) and self.q(outer.func) in _ITERATING
+        if not used:
+            return None
+        ctor = info.attr_ctor.get(attr)
+        overall, items = Layouts(self.rules, self, self.index).sequential(
+            ctor.args, {}) if ctor is not None else ("mixed", [])
+        if overall == "mixed" or "channels_last" in items:
+            self.diag(original, "torch.nn.Sequential", "error",
+                      f"self.{attr} iterated or indexed: its translation holds channels-last "
+                      "layers (and the transposes around them), not torch's items")
+            return None
+        return updated.with_changes(value=updated, attr=cst.Name("layers"))
+
     def leave_Attribute(self, original_node, updated_node):
         if original_node.attr.value == "type" and (
                 m.matches(original_node.value, m.Name()) and original_node.value.value in
@@ -201,6 +252,9 @@ class AttributesMixin:
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
+        items = self._sequential_items(original_node, updated_node)
+        if items is not None:
+            return items
         if original_node.attr.value == "data" and id(original_node.value) in self._weight_reads:
             return updated_node.value  # model.weight.data: the array read above
         if original_node.attr.value == "data" and (

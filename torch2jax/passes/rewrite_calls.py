@@ -44,6 +44,7 @@ from torch2jax.passes.rewrite_support import (
     _KERNEL_CHOICES,
     _MADE,
     _SIGNATURE_OPTIMIZERS,
+    EINOPS_TORCH_LAYERS,
     GRAD_MODES,
     _activation_value,
     _call_name,
@@ -213,6 +214,8 @@ class CallsMixin:
             return self._super_init(original, updated)
         if name and name in self.rules.layers:
             return self._layer(original, updated, self.rules.layers[name])
+        if name and name.startswith(EINOPS_TORCH_LAYERS):
+            return self._einops_layer(updated, name)
         if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):
             # self.x = nn.Buffer(t, persistent=False): as self.register_buffer("x", t)
             b = bind(updated.args, ("data", "persistent"))
@@ -267,6 +270,8 @@ class CallsMixin:
             return data
         if name in SEEDS or name in DROPPED_SEEDS or name in CLIPS or name in GRAD_MODES:
             return updated  # statements, with blocks and decorators: handled there
+        if name == "torch.nn.init.calculate_gain":
+            return self._calculate_gain(updated)
         if name and name.startswith("torch.nn.init.") and self._is_statement_call(original):
             return updated  # an initialisation statement: handled in leave_Expr
         if name in ("torch.save", "torch.load") and self._checkpoint_call(original) is not None:

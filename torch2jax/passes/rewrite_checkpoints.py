@@ -15,6 +15,9 @@ from torch2jax.passes.common import (
     expr,
 )
 
+# the state filter of a model's checkpoint: everything but the RNG state (RngKey, RngCount)
+RNG_FREE = "nnx.Not(nnx.RngState)"
+
 
 class CheckpointsMixin:
     def _checkpoint_call(self, node: cst.Call) -> tuple[str, str, cst.BaseExpression] | None:
@@ -46,6 +49,19 @@ class CheckpointsMixin:
         return self.values is not None and self.values.kind(node) in (
             vk.Kind.MODULE, vk.Kind.OPTIMIZER)
 
+    def _holds_optimizer(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Name) and self.values is not None and (
+            self.values.kind(node) == vk.Kind.OPTIMIZER)
+
+    def _saved_state(self, owner: cst.BaseExpression) -> str:
+        """What a converted ``state_dict`` / ``load_state_dict`` covers: a model's params and
+        buffers, as torch's do, not its RNG state (``nnx.Rngs`` and each Dropout's key and
+        count), which stays the one the program's seed made; an optimizer's whole state."""
+        name = code(owner)
+        if name in self.training.optimizer_names or self._holds_optimizer(owner):
+            return f"nnx.state({name})"
+        return f"nnx.state({name}, {RNG_FREE})"
+
     def _checkpoint_dict_call(self, original_node: cst.Call):
         """Checkpoint dicts (analysis/accumulate.py find_checkpoint_dicts), nnx:
         ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
@@ -58,7 +74,7 @@ class CheckpointsMixin:
                 and self._stateful(func.value) and isinstance(self.get_metadata(
                     ParentNodeProvider, original_node, None), cst.DictElement):
             self.need("nnx")
-            return expr(f"nnx.state({code(func.value)}).to_pure_dict()")
+            return expr(f"{self._saved_state(func.value)}.to_pure_dict()")
         if self.q(func) == "torch.load" and original_node.args and m.matches(
                 self.get_metadata(ParentNodeProvider, original_node, None),
                 m.Assign(targets=[m.AssignTarget(target=m.Name())])):
@@ -117,10 +133,11 @@ class CheckpointsMixin:
                 f"{state}.replace_by_pure_dict({code(value.args[0].value)})\n",
                 f"nnx.update({owner}, {state})\n"))
             self.diag(original_node, "load_state_dict", "info",
-                      f"{owner}.load_state_dict(d) -> its nnx.state with the checkpoint's pure "
-                      "dict put in, then nnx.update")
+                      f"{owner}.load_state_dict(d) -> its nnx.state (a model's without its RNG "
+                      "state, which torch's state_dict does not hold either) with the "
+                      "checkpoint's pure dict put in, then nnx.update")
             return cst.Assign(targets=[cst.AssignTarget(cst.Name(state))],
-                              value=expr(f"nnx.state({owner})"))
+                              value=expr(self._saved_state(value.func.value)))
         return None
 
     def _checkpoint_statement(self, original_node: cst.Expr,
@@ -143,11 +160,12 @@ class CheckpointsMixin:
         p = code(path)
         if self.target.train_state:
             return self._lt_checkpoint(original_node, kind, model, p)
-        if kind == "save":
+        if kind == "save":  # the whole state: the layout `torch2jax weights` writes too
             inner = f"checkpointer.save(os.path.abspath({p}), nnx.state({model}), force=True)"
-        else:
+        else:  # orbax restores the whole tree; what goes into the model: not the RNG state
+            keep = "" if model in self.training.optimizer_names else f".filter({RNG_FREE})"
             inner = (f"nnx.update({model}, checkpointer.restore(os.path.abspath({p}), "
-                     f"nnx.state({model})))")
+                     f"nnx.state({model})){keep})")
         self.need("nnx")
         return self._orbax(original_node, kind, inner, "the model's nnx.state")
 

@@ -517,6 +517,10 @@ class ModuleClassMixin:
                 return False  # class NewGELU(nn.Module) with only a forward: built bare
             if n in self.index.module_classes or n in self.index.rngs_functions:
                 return True
+            if n in self._file_functions and not (
+                    self._param_names and n in self._param_names[-1]):
+                return False  # a function of the file that builds no layer (its def takes
+                # no rngs): get_norm_layer(name) returning a class
             # a layer factory handed in as an argument (block(...), norm_layer(...))
             # (or held in a local: norm_layer = self._norm_layer)
             factory = n.endswith(("layer", "block", "Layer", "Block", "norm", "module"))
@@ -682,6 +686,9 @@ class ModuleClassMixin:
         def a_class(value: cst.BaseExpression) -> bool:
             if isinstance(value, cst.IfExp):  # Cross if is_cross_attention else Self
                 return a_class(value.body) and a_class(value.orelse)
+            if isinstance(value, cst.Call) and value.args and not value.args[0].keyword and (
+                    self.q(value.func) == "functools.partial"):
+                return a_class(value.args[0].value)  # mlp = partial(Mlp, hidden=12)
             return (isinstance(value, cst.Name) and value.value in classes) or (
                 isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name)
                 and value.value.value in lists)

@@ -10,8 +10,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import host as ha
-from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.passes import data as dt
+from torch2jax.passes import host_data as hd
 from torch2jax.passes.common import (
     Untranslatable,
     bind,
@@ -35,13 +36,35 @@ class DataMixin:
         if len(keep) == len(updated_node.bases):
             return updated_node
         self.need("jax")
-        updated_node = updated_node.with_changes(body=updated_node.body.with_changes(body=[
-            dt.host_arrays(st) if isinstance(st, cst.FunctionDef) and st.name.value == "__init__"
-            else st for st in updated_node.body.body]))
+        body = []
+        for st, ost in zip(updated_node.body.body, original_node.body.body):
+            host = self._host_method(ost) if isinstance(ost, cst.FunctionDef) else None
+            if host is not None:
+                st = host
+            elif isinstance(st, cst.FunctionDef) and st.name.value == "__init__":
+                st = dt.host_arrays(st)
+            body.append(st)
+        updated_node = updated_node.with_changes(body=updated_node.body.with_changes(body=body))
         if not keep:
             return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
                                              rpar=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(bases=_fix_commas(keep))
+
+    def _host_method(self, original: cst.FunctionDef) -> cst.FunctionDef | None:
+        """A Dataset method that reads torch, in numpy (passes/host_data.py), or None. The
+        rewriter's diagnostics inside it are withdrawn: the method is written anew."""
+        if not hd.reads_torch(original, self.q):
+            return None
+        host = hd.numpy_method(original, self.q)
+        if host is None:
+            return None
+        self.need("np")
+        try:
+            span = self.get_metadata(PositionProvider, original)
+        except KeyError:
+            return None
+        self.rewritten_lines.append((span.start.line, span.end.line))
+        return host
 
     def _data_assign(self, original_node: cst.Assign, updated_node: cst.Assign):
         """Samplers and scalers (consumed where they are used) and per-epoch loaders."""

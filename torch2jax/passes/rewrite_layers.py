@@ -26,6 +26,7 @@ from torch2jax.passes.common import (
 from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.registry import spatial_dims
 from torch2jax.passes.rewrite_support import (
+    _EINOPS_FUNCTIONS,
     _LAYER_ATTRIBUTES,
     _activation_value,
     _is_dotted_text,
@@ -39,6 +40,26 @@ from torch2jax.targets import linen_training as lt
 
 
 class LayersMixin:
+    def _einops_layer(self, updated: cst.Call, name: str) -> cst.BaseExpression:
+        """``Rearrange('b c h w -> b (h w) c')`` (einops' torch layer: it calls torch's
+        methods on its input) -> ``lambda t: einops.rearrange(t, 'b c h w -> b (h w) c')``,
+        the same einops function on JAX arrays; ``Reduce(pattern, 'mean', h=2)`` likewise
+        with einops.reduce. EinMix holds weights: marked."""
+        layer = name.rsplit(".", 1)[-1]
+        if layer not in _EINOPS_FUNCTIONS:
+            raise Untranslatable(f"einops.layers.torch.{layer}: a layer with weights built by "
+                                 "einops for torch, not translated; write its einsum with an "
+                                 "nnx.Param (or einops.layers.flax for linen)", rule=name)
+        fn, positional = _EINOPS_FUNCTIONS[layer]
+        b = bind(updated.args, positional)
+        if b.star or b.extra_positional or any(b.get(p) is None for p in positional):
+            raise Untranslatable(f"einops.layers.torch.{layer} with arguments not written "
+                                 "out", rule=name)
+        parts = [code(b.get(p)) for p in positional]
+        parts += [f"{k}={code(v)}" for k, v in b.named.items() if k not in positional]
+        self.need("einops")
+        return expr(f"lambda t: einops.{fn}(t, {', '.join(parts)})")
+
     def _holds_layer(self, attr: str) -> bool:
         """``self.<attr>`` of the current module class is assigned a layer somewhere: a torch
         layer or module class, or a call of a module class held in a local of this function
@@ -62,6 +83,18 @@ class LayersMixin:
         return m.matches(node, m.Attribute(value=m.Name("self"))) and info.attr_rule.get(
             node.attr.value) in ("torch.nn.ModuleDict", "torch.nn.ModuleList")
 
+    def _calculate_gain(self, updated: cst.Call) -> cst.BaseExpression:
+        """``nn.init.calculate_gain('relu')`` -> its number (torch_init.calculate_gain)."""
+        q = "torch.nn.init.calculate_gain"
+        b = bind(updated.args, ("nonlinearity", "param"))
+        gain = None if b.star else torch_init.calculate_gain(
+            b.literal("nonlinearity", ...), b.literal("param", None))
+        if gain is None:
+            raise Untranslatable(f"{q} of {code(updated.args[0].value) if updated.args else '?'}"
+                                 ": a nonlinearity not written out as one of torch's names",
+                                 rule=q)
+        return cst.Float(repr(gain))
+
     def _init_statement(self, original_node: cst.Expr, updated_node: cst.Expr, q: str):
         """torch.nn.init.normal_(module.weight, std=0.02) -> module.kernel.value = ..."""
         fn = q.rsplit(".", 1)[-1]
@@ -74,6 +107,8 @@ class LayersMixin:
                 "xavier_normal_": ("tensor", "gain"), "xavier_uniform_": ("tensor", "gain")}
         if fn in fans:
             return self._fan_init(new_call, fn, fans[fn], q)
+        if fn == "orthogonal_":
+            return self._orthogonal_init(new_call, q)
         if fn not in params:
             raise Untranslatable(f"{q}: structured initialisers are not translated; set the "
                                  "layer's kernel_init instead", rule=q)
@@ -112,6 +147,30 @@ class LayersMixin:
             value = f"jnp.full_like({code(v)}, {g('val', '0.0')})"
         self.need("jax", "jnp")
         return cst.Assign(targets=[cst.AssignTarget(v)], value=cst.parse_expression(value))
+
+    def _orthogonal_init(self, new_call: cst.Call, q: str):
+        """orthogonal_(w, gain) -> jax.nn.initializers.orthogonal(gain) on the JAX weight.
+        torch makes the weight flattened to (shape[0], rest) orthogonal; JAX the weight
+        flattened to (rest, shape[column_axis]). NNX's Linear and Conv kernels (*k, in, out)
+        (ConvTranspose's (*k, out, in)) hold torch's first axis last, the default
+        column_axis=-1: the same matrix, transposed (and its rows permuted), whose
+        distribution is torch's. A 2-d weight (an embedding) is the same matrix either way."""
+        b = bind(new_call.args, ("tensor", "gain"))
+        t = b.get("tensor")
+        if b.star or not m.matches(t, m.Attribute(attr=m.Name("kernel") | m.Name(
+                "embedding"))):
+            raise Untranslatable(f"{q} of {code(t) if t is not None else '?'}: only Linear "
+                                 "and Conv kernels and embeddings are translated", rule=q)
+        if not (self._rngs_scope and self._rngs_scope[-1]):
+            raise Untranslatable(f"{q} outside module construction: no key", rule=q)
+        gain = b.literal("gain", 1.0)
+        if not isinstance(gain, (int, float)) or isinstance(gain, bool):
+            raise Untranslatable(f"{q} with a computed gain", rule=q)
+        v = code(t) + ".value"
+        self.need("jax")
+        return cst.Assign(targets=[cst.AssignTarget(expr(v))], value=expr(
+            f"jax.nn.initializers.orthogonal({float(gain)!r})("
+            f"rngs.params(), {v}.shape, {v}.dtype)"))
 
     def _fan_init(self, new_call: cst.Call, fn: str, params: tuple[str, ...], q: str):
         """kaiming_* / xavier_*: jax.nn.initializers.variance_scaling, whose fans (in axis -2,

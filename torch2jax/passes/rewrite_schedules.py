@@ -62,7 +62,8 @@ class SchedulesMixin:
             overrides, mask = tr.group_mask(site.groups, opt)
             self.diag(original_node, "param-groups", "info",
                       "parameter groups became an optax mask; the statements that only "
-                      "built the groups were removed")
+                      "built the groups were removed (a print of the group sizes keeps the "
+                      "lists it reads, taken from the model's parameters)")
         elif site.groups_problem:
             raise Untranslatable(site.groups_problem, rule="param-groups")
         sched = site.scheduler
@@ -78,12 +79,15 @@ class SchedulesMixin:
         inject = (sched is not None and not inline) or sched is None and (
             site.lr_set or site.returned and not site.aliases)
         clip = site.clip
+        # OneCycleLR's cycle_momentum: the momentum / beta1 schedule is injected with the
+        # optimizer (the scheduler line itself only gives the learning-rate schedule)
+        momentum = self._cycled_momentum(sched, opt) if inline else None
         if inject and clip is not None:
             # the injected hyperparameters must be the outermost state: clip inside
             tx = opt.build(lr=cst.Name("learning_rate"), overrides=overrides, mask=mask)
         else:
             tx = opt.build(lr=cst.Name(sched.name) if inline else None, overrides=overrides,
-                           mask=mask, inject=inject)
+                           mask=mask, inject=inject, momentum=momentum)
         if clip is not None:
             kind, limit = clip
             tx = (optim.with_clipping(tx, max_norm=limit) if kind == "norm"
@@ -117,6 +121,19 @@ class SchedulesMixin:
         self._note_imports(out)
         return out
 
+    def _cycled_momentum(self, sched, opt) -> cst.BaseExpression | None:
+        """The momentum / beta1 schedule of a scheduler folded into the optimizer (OneCycleLR
+        with cycle_momentum), translated ahead of the scheduler's own line; None when it has
+        none or cannot be translated (the scheduler's line reports why)."""
+        from torch2jax.training import optim
+
+        try:
+            schedule = optim.translate_scheduler(sched.call, sched.qualname, opt.lr,
+                                                 lambda e: self._schedules.get(code(e)))
+        except Untranslatable:
+            return None
+        return schedule.momentum
+
     def _scheduler(self, original_node, updated_node, sched):
         from torch2jax.training import optim
 
@@ -137,6 +154,12 @@ class SchedulesMixin:
             return self._plateau(original_node, updated_node, sched, schedule, base, before)
         if schedule.fn is None:
             raise Untranslatable(f"{sched.qualname}: no schedule", rule=sched.qualname)
+        if schedule.momentum is not None and not sched.inline:
+            raise Untranslatable(f"{sched.qualname}: cycle_momentum=True with a scheduler "
+                                 "stepped other than after every optimizer step: only the "
+                                 "learning rate is set at each step(), the momentum / beta1 "
+                                 "would stay constant (pass cycle_momentum=False, or step it "
+                                 "after every update)", rule=sched.qualname)
         self._schedules[sched.name] = schedule
         for severity, msg in schedule.notes:
             self.diag(original_node, sched.qualname, severity, msg)

@@ -21,6 +21,11 @@ from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
 from torch2jax.passes.specials import Site
 from torch2jax.ruleset import Rule
 
+# einops' torch layers (the modules that define them) -> the einops function each calls and its
+# parameters before the axis lengths
+EINOPS_TORCH_LAYERS = ("einops.layers.torch.", "einops.layers._einmix.")
+_EINOPS_FUNCTIONS = {"Rearrange": ("rearrange", ("pattern",)),
+                     "Reduce": ("reduce", ("pattern", "reduction"))}
 _IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp|grain|os|tensorboardX)\b(?=[.(])")
 
 

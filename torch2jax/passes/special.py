@@ -1031,17 +1031,32 @@ def pad(site: Site) -> cst.BaseExpression:
         raise Untranslatable("F.pad with negative (cropping) padding")
     pairs = [(pads[i], pads[i + 1]) for i in range(0, len(pads), 2)][::-1]
     k = len(pairs)
-    if not is_simple(x):
-        raise Untranslatable("F.pad of a compound expression: assign it to a name first")
     listed = "[" + ", ".join(f"({lo}, {hi})" for lo, hi in pairs) + "]"
+    if not is_simple(x):
+        # F.pad(self.conv(x), ...): the widths read the operand's rank; the operand is
+        # computed once, handed to a function of it
+        t = cst.Name("_t")
+        padded = _pad_call(site, t, expr(f"[(0, 0)] * (_t.ndim - {k}) + {listed}"))
+        return cst.Call(func=cst.Lambda(params=cst.Parameters([cst.Param(t)]), body=padded,
+                                        lpar=[cst.LeftParen()], rpar=[cst.RightParen()]),
+                        args=[arg(x)])
     return _pad_call(site, x, expr(f"[(0, 0)] * ({code(x)}.ndim - {k}) + {listed}"))
 
 
 def _pad_call(site: Site, x: cst.BaseExpression, width: cst.BaseExpression) -> cst.BaseExpression:
     mode = site.lit("mode") or "constant"
     modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+    given = site.args.get("mode")
+    if mode is ... and given is not None and is_simple(given) and site.args.get(
+            "value") is None:
+        # F.pad(x, pad, mode=self.mode): torch's names mapped where it runs (a KeyError for
+        # another name, as torch raises)
+        table = "{" + ", ".join(f"{k!r}: {v!r}" for k, v in modes.items()) + "}"
+        return call("jnp.pad", arg(x), arg(width),
+                    arg(expr(f"{table}[{code(given)}]"), "mode"))
     if mode not in modes:
-        raise Untranslatable(f"F.pad mode={mode!r}")
+        raise Untranslatable(f"F.pad mode={mode!r}" if mode is not ... else
+                             f"F.pad mode={code(given)}: a mode not written out, with a value")
     kws = []
     if mode != "constant":
         kws.append(arg(py(modes[mode]), "mode"))

@@ -21,12 +21,31 @@ zero biases, out_proj torch's Linear weight. Normalisation layers: ones and zero
 
 from __future__ import annotations
 
+import math
+
 import libcst as cst
 
 from torch2jax.passes.common import BoundArgs, arg, code, expr, try_literal
 from torch2jax.ruleset import Rule
 
 KAIMING = 'jax.nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform")'
+
+
+def calculate_gain(nonlinearity, param=None) -> float | None:
+    """torch.nn.init.calculate_gain's table (None where the nonlinearity is not a literal
+    name of it): 1 for linear, convolutions and sigmoid, 5/3 for tanh, sqrt(2) for relu,
+    sqrt(2 / (1 + slope^2)) for leaky_relu (slope 0.01 by default), 3/4 for selu."""
+    if nonlinearity in ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                        "conv_transpose2d", "conv_transpose3d", "sigmoid"):
+        return 1.0
+    table = {"tanh": 5.0 / 3, "relu": math.sqrt(2.0), "selu": 3.0 / 4}
+    if nonlinearity in table:
+        return table[nonlinearity]
+    if nonlinearity == "leaky_relu" and (param is None or isinstance(param, (int, float))
+                                         and not isinstance(param, bool)):
+        slope = 0.01 if param is None else float(param)
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    return None
 
 
 def _kw(call: cst.Call, name: str) -> cst.BaseExpression | None:

@@ -677,7 +677,9 @@ def loop_assigned_names(loop: cst.CSTNode) -> set[str]:
 _PRED_METHODS = {r"\.dim\(\)": ".ndim", r"\.numel\(\)": ".size", r"\.ndimension\(\)": ".ndim"}
 
 
-def _predicate_text(pred: cst.BaseExpression, param: str) -> str:
+def predicate_text(pred: cst.BaseExpression) -> str:
+    """A parameter group's condition on the parameter as JAX (``p.dim()`` -> ``p.ndim``);
+    raises Untranslatable for another method call."""
     import re
 
     text = code(pred)
@@ -708,7 +710,7 @@ def group_mask(groups, build) -> tuple[dict[str, cst.BaseExpression],
     if decayed.predicate is None:
         raise Untranslatable("the decayed parameter group selects every parameter")
     p = decayed.param
-    pred = _predicate_text(decayed.predicate, p)
+    pred = predicate_text(decayed.predicate)
     mask = expr(f"lambda params: jax.tree.map(lambda {p}: {pred}, params)")
     overrides = {}
     if "weight_decay" in decayed.options:

@@ -1104,6 +1104,12 @@ class _InitBody(cst.CSTTransformer):
     def leave_Call(self, original_node, updated_node):
         if m.matches(updated_node, m.Call(func=m.Attribute(value=m.Name("rngs")))):
             return cst.Name("key")
+        # the initializers NNX's kernels (*k, in, out) take with their default axes: an
+        # equinox weight keeps torch's layout (out, in, *k)
+        axes = {"jax.nn.initializers.variance_scaling": ", in_axis=1, out_axis=0",
+                "jax.nn.initializers.orthogonal": ", column_axis=0"}.get(code(updated_node.func))
+        if axes is not None and not any(a.keyword for a in updated_node.args):
+            return cst.parse_expression(code(updated_node)[:-1] + axes + ")")
         return updated_node
 
 

@@ -28,8 +28,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
+from torch2jax.passes import torch_init
 from torch2jax.passes import training as tr
-from torch2jax.passes.common import Untranslatable, arg, call, code, expr
+from torch2jax.passes.common import Untranslatable, arg, bind, call, code, expr, try_literal
 
 STATE = "state"
 VARIABLES = "variables"
@@ -453,6 +454,9 @@ def _initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression:
     params = {"normal_": ("tensor", "mean", "std"), "zeros_": ("tensor",),
               "ones_": ("tensor",), "constant_": ("tensor", "val"),
               "trunc_normal_": ("tensor", "mean", "std", "a", "b")}
+    structured = _structured_initializer(fn, call_node)
+    if structured is not None:
+        return structured
     if fn not in params:
         raise Untranslatable(f"torch.nn.init.{fn} in an init function applied with "
                              "self.apply: no linen initializer written for it")
@@ -476,6 +480,44 @@ def _initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression:
     return expr("nn.initializers.truncated_normal(stddev={s}, lower={lo}, upper={hi})",
                 s=std, lo=cst.parse_expression(repr(float(lo))),
                 hi=cst.parse_expression(repr(float(hi))))
+
+
+def _literal_gain(node: cst.BaseExpression | None, fn: str) -> float:
+    """A gain written as a number or as ``calculate_gain('relu')`` (torch's table)."""
+    if node is None:
+        return 1.0
+    if isinstance(node, cst.Call) and m.matches(node.func, m.Name("calculate_gain") | m.Attribute(
+            attr=m.Name("calculate_gain"))):
+        b = bind(node.args, ("nonlinearity", "param"))
+        gain = torch_init.calculate_gain(b.literal("nonlinearity", ...),
+                                         b.literal("param", None))
+    else:
+        gain = try_literal(node, None)
+    if not isinstance(gain, (int, float)) or isinstance(gain, bool):
+        raise Untranslatable(f"torch.nn.init.{fn} with a computed gain")
+    return float(gain)
+
+
+def _structured_initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression | None:
+    """kaiming_* / xavier_* -> nn.initializers.variance_scaling (a linen Dense or Conv
+    kernel's fans are torch's: in axis -2, out axis -1, the rest receptive field; see
+    passes/torch_init.py), orthogonal_ -> nn.initializers.orthogonal (the kernel holds torch's
+    first axis last, the default column_axis). None for other functions."""
+    dist = "normal" if fn.endswith("normal_") else "uniform"
+    if fn in ("xavier_normal_", "xavier_uniform_"):
+        gain = _literal_gain(bind(call_node.args, ("tensor", "gain")).get("gain"), fn)
+        return expr(f'nn.initializers.variance_scaling({gain * gain!r}, "fan_avg", "{dist}")')
+    if fn in ("kaiming_normal_", "kaiming_uniform_"):
+        b = bind(call_node.args, ("tensor", "a", "mode", "nonlinearity"))
+        mode, nl = b.literal("mode", "fan_in"), b.literal("nonlinearity", "leaky_relu")
+        gain = torch_init.calculate_gain(nl, b.literal("a", 0))
+        if gain is None or mode not in ("fan_in", "fan_out"):
+            raise Untranslatable(f"torch.nn.init.{fn} with mode={mode!r}, nonlinearity={nl!r}")
+        return expr(f'nn.initializers.variance_scaling({gain * gain!r}, "{mode}", "{dist}")')
+    if fn == "orthogonal_":
+        gain = _literal_gain(bind(call_node.args, ("tensor", "gain")).get("gain"), fn)
+        return expr(f"nn.initializers.orthogonal({gain!r})")
+    return None
 
 
 def init_specs(fn: cst.FunctionDef, qualify) -> dict[str, dict[str, cst.BaseExpression]]:
@@ -508,6 +550,11 @@ def init_specs(fn: cst.FunctionDef, qualify) -> dict[str, dict[str, cst.BaseExpr
             if unknown:
                 raise Untranslatable(f"an init function setting {', '.join(sorted(unknown))} "
                                      f"of {q}")
+            if any(mapping[w] != "kernel_init" and "variance_scaling" in code(v)
+                   for w, v in found.items()):
+                # an Embedding's weight (num, dim): torch's fan_in is dim, JAX's num
+                raise Untranslatable(f"an init function drawing {q}'s weight with torch's "
+                                     "fans: the JAX weight's fans are not torch's")
             specs.setdefault(q, {}).update({mapping[w]: v for w, v in found.items()})
         if isinstance(stmt.orelse, cst.If):
             body.insert(0, stmt.orelse)

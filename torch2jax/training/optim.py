@@ -242,6 +242,9 @@ class _Part:
 
 
 _LR = "learning_rate"  # placeholder names in the transform factories of inject_hyperparams
+# the arguments of optax's optimizers that take a pytree or a callable of the params, never a
+# schedule (optax.inject_hyperparams must not call them with the step count)
+_MASK_ARGS = ("mask", "weight_decay_mask")
 
 
 @dataclass
@@ -317,13 +320,21 @@ def _chain(parts: list[_Part]) -> str:
 
 def _inject(parts: list[_Part], values: dict[str, str]) -> str:
     """``optax.inject_hyperparams``: the factory itself when the transform is one optax
-    optimizer taking the learning rate first, else a lambda over the injected names."""
+    optimizer taking the learning rate first, else a lambda over the injected names.
+
+    ``inject_hyperparams`` calls every callable argument with the step count (a schedule):
+    a weight-decay mask (``mask=lambda params: ...``) given to the factory would be called on
+    the count and decay nothing, so the mask arguments are ``static_args``."""
     if len(parts) == 1 and parts[0].args[:1] == [_LR] and len(parts[0].args) == 1 and all(
             v not in values or k == v for k, v in parts[0].kwargs.items()):
         p = parts[0]
         kwargs = {_LR: values[_LR]}
         for k, v in p.kwargs.items():
             kwargs[k] = values.get(v, v) if v in values else v
+        static = [k for k in p.kwargs if k in _MASK_ARGS]
+        if static:
+            names = ", ".join(f'"{k}"' for k in static)
+            return _call(f"optax.inject_hyperparams({p.fn}, static_args=({names},))", **kwargs)
         return _call(f"optax.inject_hyperparams({p.fn})", **kwargs)
     names = ", ".join(values)
     factory = f"lambda {names}: {_chain(parts)}"

@@ -7,6 +7,8 @@ target = "models/mlp.py::MLP"   # relative to this file
 args = {}                       # or: build = "GPT(GPTConfig(n_layer=2))"
 inputs = ["float32[4,784]"]
 # optional: atol, rtol, atol64, rtol64, seed, device, converted, jax_target
+# optional: setup = "cfg = Config(); cfg.n = 2" (or "setup.py", relative to this file),
+#           input_exprs = ["hidden=model.init_hidden(4)"] (verify --setup, --input-expr)
 grad = false                    # optional: gradients are compared unless false (--no-grad)
 train_mode = true               # optional: the forward in training mode (verify --train-mode)
 float64 = false                 # optional: absent, a float32 pass then a float64 pass;
@@ -51,6 +53,7 @@ from torch2jax.verify.trajectory import verify_trajectory
 _KEYS = {
     "name", "target", "args", "build", "inputs", "grad", "atol", "rtol", "seed", "device",
     "converted", "jax_target", "train", "train_mode", "float64", "atol64", "rtol64",
+    "setup", "input_exprs",
 }  # fmt: skip
 _TRAIN_KEYS = {"optimizer", "scheduler", "loss", "labels", "clip_grad_norm", "steps", "optax"}
 
@@ -107,6 +110,15 @@ def _parse_case(raw: dict[str, Any], index: int, base: Path, source: Path) -> Ca
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
         raise CaseError(f"{where}: 'inputs' must be a list of specs like \"float32[2,8]\"")
     converted = raw.get("converted")
+    exprs = raw.get("input_exprs", [])
+    if not isinstance(exprs, list) or not all(isinstance(i, str) for i in exprs):
+        raise CaseError(f"{where}: 'input_exprs' must be a list of expressions like "
+                        "\"hidden=model.init_hidden(2)\"")
+    setup = raw.get("setup")
+    if setup is not None and not isinstance(setup, str):
+        raise CaseError(f"{where}: 'setup' must be Python code or a .py file's path")
+    if setup is not None and setup.strip().endswith(".py") and "\n" not in setup.strip():
+        setup = str(base / setup.strip())  # relative to the cases file, as the target is
     request = VerifyRequest(
         target=_relative(base, raw["target"]),
         args=raw.get("args"),
@@ -123,6 +135,8 @@ def _parse_case(raw: dict[str, Any], index: int, base: Path, source: Path) -> Ca
         converted=str(base / converted) if converted else None,
         train_mode=bool(raw.get("train_mode", False)),
         float64=None if raw.get("float64") is None else bool(raw["float64"]),
+        setup=setup,
+        input_exprs=tuple(exprs),
     )
     train = _parse_train(raw["train"], where) if "train" in raw else None
     return Case(name, request, train)
@@ -199,6 +213,8 @@ def _details(r: VerifyResult) -> list[str]:
     lines = []
     if r.error:
         lines.append(f"could not run: {r.error.splitlines()[0]}")
+    if r.reason and (not r.passed or not all(p.passed for p in r.passes)):
+        lines.append(f"verdict {'pass' if r.passed else 'FAIL'}: {r.reason}")
     if r.mismatch and not r.passed:
         lines.append(f"worst: {r.mismatch}")
     loss_rel = getattr(r, "loss_max_rel_diff", None)
@@ -248,8 +264,11 @@ def print_cases_summary(results: list[VerifyResult], console: Console) -> None:
         label = _label(r, None if uniform else f"{r.target}, {r.device or '-'}")
         passes = r.passes or [PassFigures.of(r)]
         for i, p in enumerate(passes):
+            # a float32 pass outside its tolerance in a case that float64 passed: rounding
+            rounding = r.passed and not p.passed and p.error is None and p.dtype == "float32"
             table.add_row(label if i == 0 else "", _mode(r) if i == 0 else "", p.dtype,
-                          _verdict(p.passed, p.error), _fmt(p.max_rel_diff),
+                          "[yellow]rounding[/]" if rounding else _verdict(p.passed, p.error),
+                          _fmt(p.max_rel_diff),
                           _fmt(p.grad_max_rel_diff), _tol(p.atol), _tol(p.rtol),
                           end_section=len(passes) > 1 and i == len(passes) - 1)
         details = _details(r)

@@ -55,6 +55,10 @@ class VerifyRequest:
     float64: bool | None = None
     atol64: float = ATOL64  # the float64 pass
     rtol64: float = RTOL64
+    # Python statements run in the model file's namespace before the model is built, on the
+    # torch side and again on the converted side (--setup; a .py file's path reads the file)
+    setup: str | None = None
+    input_exprs: tuple[str, ...] = ()  # --input-expr: EXPR or NAME=EXPR inputs (spec.py)
 
 
 class VerifyError(RuntimeError):
@@ -116,6 +120,9 @@ class VerifyResult:
     # (``passed`` and ``mismatch`` cover all of them)
     passes: list[PassFigures] = field(default_factory=list)
     float64_skipped: str | None = None  # why the float64 pass did not run, when it did not
+    # why ``passed`` reads as it does, in a sentence (which pass decided, on what figures);
+    # None when the comparison could not run (``error`` says why)
+    reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; non-finite differences become the strings "nan"/"inf"."""
@@ -176,7 +183,16 @@ def build_call(build: str) -> ast.Expression:
 
 
 def flatten_output(value: Any, prefix: str = "output") -> list[tuple[str, Any]]:
-    """Leaves of a (nested) tuple/list/dict output with their paths; None stays a leaf."""
+    """Leaves of a (nested) tuple/list/dict output with their paths; None stays a leaf. A
+    transformers KV cache (torch's, or the converted ``_hf_support``'s) is its layers' keys
+    and values, and an encoder-decoder's its two caches, so both sides flatten alike."""
+    if type(value).__name__ == "EncoderDecoderCache":
+        return flatten_output({"self_attention_cache": value.self_attention_cache,
+                               "cross_attention_cache": value.cross_attention_cache}, prefix)
+    layers = getattr(value, "layers", None) if type(value).__name__.endswith("Cache") else None
+    if isinstance(layers, (list, tuple)):
+        return flatten_output([{"keys": layer.keys, "values": layer.values}
+                               for layer in layers], prefix)
     if isinstance(value, dict):
         return [leaf for k in value for leaf in flatten_output(value[k], f"{prefix}[{k!r}]")]
     if isinstance(value, (tuple, list)):
@@ -252,6 +268,9 @@ def torch_inputs(arrays: list[np.ndarray], specs: list[InputSpec]) -> list[Any]:
 
     out = []
     for arr, spec in zip(arrays, specs, strict=True):
+        if spec.expr is not None:  # filled in by expression_inputs
+            out.append(None)
+            continue
         t = torch.from_numpy(np.array(arr))
         out.append(t.to(getattr(torch, spec.dtype)))
     return out
@@ -263,9 +282,93 @@ def jax_inputs(arrays: list[np.ndarray], specs: list[InputSpec]) -> list[Any]:
 
     out = []
     for arr, spec in zip(arrays, specs, strict=True):
+        if spec.expr is not None:  # filled in by expression_inputs
+            out.append(None)
+            continue
         dtype = jax.dtypes.canonicalize_dtype(jnp.dtype(spec.dtype))
         out.append(jnp.asarray(arr).astype(dtype))
     return out
+
+
+def setup_source(setup: str) -> str:
+    """The ``--setup`` code: the text itself, or the file's when it names a ``.py`` file."""
+    if setup.strip().endswith(".py") and "\n" not in setup.strip():
+        path = Path(setup.strip())
+        if not path.is_file():
+            raise VerifyError(f"--setup {setup}: no such file")
+        return path.read_text()
+    return setup
+
+
+def run_setup(namespace: dict[str, Any], setup: str | None, side: str) -> None:
+    """Run the ``--setup`` code in a model file's own namespace (so that the model's code
+    sees the names it binds, as a script's globals)."""
+    if not setup:
+        return
+    code = setup_source(setup)
+    try:
+        compiled = compile(code, "<--setup>", "exec")
+    except SyntaxError as exc:
+        raise VerifyError(f"--setup is not Python: {exc.msg} (line {exc.lineno})") from None
+    with stage(f"running --setup on the {side} side"):
+        exec(compiled, namespace)  # noqa: S102 (the user's own code)
+
+
+def expression_inputs(xs: list[Any], specs: list[InputSpec], namespace: dict[str, Any],
+                      model: Any, float64: bool, side: str) -> list[Any]:
+    """``xs`` with each ``--input-expr`` placeholder replaced by its value: the expression
+    evaluated in the model file's namespace with ``model`` bound to that side's model;
+    float32 arrays in it widened to float64 in the float64 pass, as the model's are."""
+    if not any(s.expr is not None for s in specs):
+        return xs
+    out = list(xs)
+    for i, spec in enumerate(specs):
+        if spec.expr is None:
+            continue
+        with stage(f"--input-expr {spec} on the {side} side"):
+            value = eval(compile(spec.expr, "<--input-expr>", "eval"),  # the user's own code
+                         {**namespace, "model": model})
+        out[i] = _widen_input(value, side) if float64 else value
+    return out
+
+
+def _widen_input(value: Any, side: str) -> Any:
+    if side == "torch":
+        import torch
+        from torch.utils._pytree import tree_map
+
+        return tree_map(lambda v: v.double() if isinstance(v, torch.Tensor)
+                        and v.dtype == torch.float32 else v, value)
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree.map(lambda v: v.astype(jnp.float64) if hasattr(v, "dtype")
+                        and v.dtype == jnp.float32 else v, value)
+
+
+def compare_expression_inputs(r: VerifyResult, torch_in: list[Any], jax_in: list[Any],
+                              specs: list[InputSpec]) -> None:
+    """Each ``--input-expr`` value must be the same on both sides (same structure, shapes
+    and numbers, at the pass's tolerance): otherwise the comparison of the outputs says
+    nothing, and verification stops with an error that names the input."""
+    for t, j, spec in zip(torch_in, jax_in, specs, strict=True):
+        if spec.expr is None:
+            continue
+        tl = [(k, torch_to_numpy(v)) for k, v in flatten_output(t, "input")]
+        jl = [(k, jax_to_numpy(v)) for k, v in flatten_output(j, "input")]
+        if [k for k, _ in tl] != [k for k, _ in jl]:
+            raise VerifyError(f"--input-expr {spec}: the two sides give values of different "
+                              f"structure ({', '.join(k for k, _ in jl)} vs torch "
+                              f"{', '.join(k for k, _ in tl)})")
+        for (k, a), (_, b) in zip(jl, tl, strict=True):
+            if a is None and b is None:
+                continue
+            if a is None or b is None:
+                raise VerifyError(f"--input-expr {spec}: {k} is None on one side only")
+            d = compare_arrays(a, b, r.atol, r.rtol)
+            if not d.ok:
+                raise VerifyError(f"--input-expr {spec}: {k} differs between the two sides "
+                                  f"({d.worst}); both models must receive the same input")
 
 
 RUNNING_STATS = ("running_mean", "running_var")  # torch buffers a training forward updates

@@ -335,11 +335,13 @@ def nnx_trajectory_mode(model: Any, n_dropout: int, n_drop_path: int) -> list[st
     from flax import nnx
 
     model.train()
-    n_jax = 0
+    n_jax = n_off = 0  # nnx.Dropout set to rate 0 here / at rate 0 already (dropout=0.0)
     for _, mod in nnx.iter_graph(model):
         if isinstance(mod, nnx.Dropout) and mod.rate:
             mod.rate = 0.0
             n_jax += 1
+        elif isinstance(mod, nnx.Dropout):
+            n_off += 1
     drop_paths = [m for _, m in nnx.iter_modules(model) if type(m).__name__ in DROP_PATH_CLASSES]
     for mod in drop_paths:
         mod.eval()
@@ -352,7 +354,10 @@ def nnx_trajectory_mode(model: Any, n_dropout: int, n_drop_path: int) -> list[st
     if n_paths:
         notes.append(f"stochastic depth off for the trajectory: {n_paths} drop-path "
                      "modules (torch and JAX) in eval mode")
-    if not (n_dropout or n_jax or n_paths):
+    if n_off:
+        notes.append(f"{n_off} nnx.Dropout modules at rate 0 already (built with dropout "
+                     "0.0): nothing to disable there")
+    if not (n_dropout or n_jax or n_paths or n_off):
         notes.append("dropout disabled for the trajectory (no Dropout modules found; "
                      "functional dropout in forward() is not switched off)")
     return notes

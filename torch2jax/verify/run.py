@@ -33,6 +33,11 @@ Two passes by default: float32 at ``atol``/``rtol``, then the same comparison in
 (GELU's tanh approximation for the exact one, another LayerNorm eps) is far above float64
 rounding, so the second pass fails on it. ``float64=True`` runs the float64 pass only,
 ``float64=False`` the float32 pass only.
+
+The verdict: where the float64 pass ran, it decides. float32 outside its tolerance with
+float64 within is float32 rounding (gradients through 50 layers), and passes with the float64
+figures as the evidence; float64 outside fails. Where float64 did not run or could not run,
+float32 decides. ``reason`` says which, with the deciding figures.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from torch2jax.verify.common import (
     VerifyRequest,
     VerifyResult,
     build_call,
+    run_setup,
     stage,
 )
 from torch2jax.verify.load import LoadError, find_name, load_module, split_target
@@ -248,6 +254,8 @@ def verify(
     float64: bool | None = None,
     atol64: float = ATOL64,
     rtol64: float = RTOL64,
+    setup: str | None = None,
+    input_exprs: list[str] | tuple[str, ...] = (),
 ) -> VerifyResult:
     """Verify ``FILE.py::Name`` against its conversion; never raises for a model's faults.
 
@@ -267,10 +275,19 @@ def verify(
     hides (GELU's approximation, an eps) and tells float32 rounding (a pre-activation on the
     other side of a ReLU, say) from a translation error. ``True`` runs the float64 pass only,
     ``False`` the float32 pass only.
+
+    ``setup``: Python statements (or a ``.py`` file's path) run in the torch file's namespace
+    before the model is built, and again in the converted file's; the build expression, the
+    input expressions and the model's own code see the names it binds. ``input_exprs``: more
+    inputs to the forward pass, ``EXPR`` (positional, after the specs' positional inputs) or
+    ``NAME=EXPR`` (keyword), each evaluated on each side in its file's namespace with
+    ``model`` bound to that side's built model (``hidden=model.init_hidden(2)``); both sides'
+    values must agree. NNX target only.
     """
     req = VerifyRequest(
         target, args, build, tuple(inputs), jax_target, grad, atol, rtol, seed, device,
-        converted, rules, benchmark, train_mode, float64, atol64, rtol64,
+        converted, rules, benchmark, train_mode, float64, atol64, rtol64, setup,
+        tuple(input_exprs),
     )  # fmt: skip
     return run_request(req)
 
@@ -297,6 +314,8 @@ def run_request(req: VerifyRequest) -> VerifyResult:
                             "default, without --no-float64), the difference is float32 "
                             "rounding (a value at a ReLU's kink, say), not the translation "
                             "(docs/verification.md)")
+    if result.error is None and result.reason is None:
+        result.reason = _single_pass_reason(result, req)
     if result.todos and not result.passed:
         hint = "fix them and pass the edited file as converted= (--converted)"
         result.notes.append(f"the conversion left {result.todos} TODO(torch2jax) markers: {hint}")
@@ -341,23 +360,84 @@ def _float64_pass(result: VerifyResult, req: VerifyRequest, source: _JaxSource) 
         result.notes.append(f"the float64 pass could not run ({r64.error}); the verdict is "
                             "the float32 comparison's")
         return
-    if result.passed and not r64.passed:
+    f32 = result.passes[0]
+    if f32.passed and r64.passed:
+        result.reason = (f"float32 and float64 agree within their tolerances "
+                         f"({_figures(f32)}; {_figures(r64)})")
+    elif f32.passed:
         result.notes.append(
             "float32 agrees within its tolerance but float64 does not: a difference below "
             "float32 noise, such as a default that differs (GELU's approximation, an eps, a "
             "momentum), or a computation the model does in float32 on purpose (then "
             "--no-float64) (docs/verification.md)")
-    elif not result.passed and r64.passed:
+        result.reason = (f"float64 differs ({_figures(r64)}, beyond atol64 {_tol(r64.atol)} "
+                         f"rtol64 {_tol(r64.rtol)}) although float32 agrees ({_figures(f32)}): "
+                         "a difference below float32 noise, the translation computes "
+                         "something else")
+    elif r64.passed:
         result.notes.append(
             "float32 differs but float64 agrees to float64 rounding: the float32 difference "
             "is rounding (a value at a ReLU's kink, say), not the translation "
             "(docs/verification.md)")
-    elif not result.passed:
+        result.reason = (f"float32 rounding: float32 is outside its tolerance ({_figures(f32)}"
+                         f", atol {_tol(f32.atol)} rtol {_tol(f32.rtol)}) but float64 agrees "
+                         f"({_figures(r64)}, within atol64 {_tol(r64.atol)} rtol64 "
+                         f"{_tol(r64.rtol)}): the float64 figures are the evidence that the "
+                         "translation computes what torch computes")
+    else:
         result.notes.append("float64 differs as well: not float32 rounding, the two models "
                             "compute different things")
-    result.passed = result.passed and r64.passed
-    if r64.mismatch and not result.mismatch:
+        result.reason = (f"float64 differs as well ({_figures(r64)}, beyond atol64 "
+                         f"{_tol(r64.atol)} rtol64 {_tol(r64.rtol)}): not float32 rounding, "
+                         "the two models compute different things")
+    # float64 decides: a right translation agrees there to float64 rounding whatever float32
+    # rounding did through a deep network, and a wrong one differs there
+    result.passed = r64.passed
+    if result.passed:  # float32's worst tensor stays in passes[0].mismatch
+        result.mismatch = None
+    elif not result.mismatch:
         result.mismatch = f"float64: {r64.mismatch}"
+
+
+def _figures(p: PassFigures | VerifyResult) -> str:
+    """``float32 out rel 1.2e-07, grad rel 6.0e-04``: one pass's relative figures."""
+    parts = [f"{p.dtype or 'float32'} out rel {_num(p.max_rel_diff)}"]
+    if p.grad_max_rel_diff is not None:
+        parts.append(f"grad rel {_num(p.grad_max_rel_diff)}")
+    if p.stats_max_rel_diff is not None:
+        parts.append(f"stats rel {_num(p.stats_max_rel_diff)}")
+    return ", ".join(parts)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1e}"
+
+
+def _tol(value: float) -> str:
+    return f"{value:.0e}" if value else "0"
+
+
+def _single_pass_reason(result: VerifyResult, req: VerifyRequest) -> str:
+    """The verdict's reason when one pass decided: float64 only (--float64), float32 only
+    (--no-float64), or float32 because the float64 pass was not run or could not run."""
+    p = result.passes[0] if result.passes else PassFigures.of(result)
+    within = "within" if result.passed else "outside"
+    tol = "atol64" if p.dtype == "float64" else "atol"
+    line = (f"{p.dtype} is {within} its tolerance ({_figures(p)}, {tol} {_tol(p.atol)} "
+            f"r{tol[1:]} {_tol(p.rtol)})")
+    if p.dtype == "float64":
+        return line + " (--float64: the float64 pass only)"
+    if req.float64 is False:
+        why = "--no-float64"
+    elif result.float64_skipped:
+        why = f"float64 not run: {result.float64_skipped}"
+    else:
+        failed = next((q for q in result.passes[1:] if q.error), None)
+        why = f"float64 could not run: {failed.error.splitlines()[0]}" if failed else ""
+    if not result.passed:
+        line += (f"; float64 cannot tell rounding from a mistranslation here, so {p.dtype} "
+                 "decides")
+    return f"{line} ({why})" if why else line
 
 
 class _JaxSource:
@@ -388,9 +468,11 @@ def _check_request(req: VerifyRequest) -> tuple[Path, str, list[InputSpec]]:
         )
     if req.args is not None and req.build is not None:
         raise VerifyError("give either args (--args) or a build expression (--build), not both")
-    specs = parse_specs(req.inputs)
+    specs = parse_specs(req.inputs, req.input_exprs)
     if any(s.name for s in specs) and not SIDES[req.jax_target].keyword_inputs:
         raise VerifyError("NAME=SPEC (keyword) inputs are verified with the nnx target only")
+    if req.input_exprs and not SIDES[req.jax_target].keyword_inputs:
+        raise VerifyError("--input-expr inputs are verified with the nnx target only")
     if not specs:
         raise VerifyError("no inputs: give at least one --input SPEC, e.g. float32[2,3,32,32]")
     path, name = split_target(req.target)
@@ -399,15 +481,18 @@ def _check_request(req: VerifyRequest) -> tuple[Path, str, list[InputSpec]]:
     return path, name, specs
 
 
-def build_torch_side(r: Any, req: VerifyRequest) -> tuple[Path, str, list[InputSpec], Any]:
-    """Check the request, import the torch file and build its model with randomised
-    statistics (seeded): ``(path, name, input specs, model)``. Also used by trajectories."""
+def build_torch_side(r: Any, req: VerifyRequest
+                     ) -> tuple[Path, str, list[InputSpec], Any, ModuleType]:
+    """Check the request, import the torch file (then run ``--setup`` in it) and build its
+    model with randomised statistics (seeded): ``(path, name, input specs, model, the torch
+    module)``. Also used by trajectories."""
     import torch
 
     path, name, specs = _check_request(req)
     if req.float64:
         specs = [replace(s, dtype="float64") if s.dtype == "float32" else s for s in specs]
     torch_module = load_module(path)
+    run_setup(vars(torch_module), req.setup, "torch")
     if req.build is None:
         find_name(torch_module, name, path)
     with stage("building the torch model"):
@@ -419,18 +504,19 @@ def build_torch_side(r: Any, req: VerifyRequest) -> tuple[Path, str, list[InputS
         r.notes.append("float64 on both sides: torch .double(), JAX with x64 enabled and "
                        "every float32 array of the model widened")
     r.dtype = _param_dtype(torch_model)
-    return path, name, specs, torch_model
+    return path, name, specs, torch_model, torch_module
 
 
 def _verify(r: VerifyResult, req: VerifyRequest, source: _JaxSource) -> None:
     """One pass: float64 when ``req.float64``, else float32."""
-    path, name, specs, torch_model = build_torch_side(r, req)
+    path, name, specs, torch_model, torch_module = build_torch_side(r, req)
     torch_model.eval()
     jax_path, r.todos = source.get(path, name)
     with _device(req.device) as platform, x64(bool(req.float64)):
         r.device = platform
-        check_forward(SIDES[req.jax_target], r, req, load_converted(jax_path, name, req.build),
-                      name, torch_model, specs)
+        check_forward(SIDES[req.jax_target], r, req,
+                      load_converted(jax_path, name, req.build, req.setup), name, torch_model,
+                      specs, vars(torch_module))
 
 
 def _param_dtype(model: Any) -> str:
@@ -472,9 +558,12 @@ def _device(device: str | None) -> Iterator[str]:
             yield dev.platform
 
 
-def load_converted(jax_path: Path, name: str, build: str | None) -> ModuleType:
-    """The converted module, checked to define ``name`` when the model is built by name."""
+def load_converted(jax_path: Path, name: str, build: str | None, setup: str | None = None
+                   ) -> ModuleType:
+    """The converted module (``--setup`` run in it), checked to define ``name`` when the
+    model is built by name."""
     jax_module = load_module(jax_path, prefix="torch2jax_verify_jax")
+    run_setup(vars(jax_module), setup, "JAX")
     if build is None:
         find_name(jax_module, name, jax_path)
     return jax_module

@@ -27,10 +27,12 @@ from torch2jax.verify.common import (
     VerifyError,
     VerifyResult,
     compare_arrays,
+    compare_expression_inputs,
     compare_grads,
     compare_outputs,
     compare_stats,
     cotangents,
+    expression_inputs,
     flatten_output,
     jax_inputs,
     jax_to_numpy,
@@ -164,9 +166,12 @@ def build_and_load(side: JaxSide, r: VerifyResult, req: Any, module: ModuleType,
 
 
 def check_forward(side: JaxSide, r: VerifyResult, req: Any, module: ModuleType, name: str,
-                  torch_model: Any, specs: list[InputSpec]) -> None:
+                  torch_model: Any, specs: list[InputSpec],
+                  torch_namespace: dict[str, Any] | None = None) -> None:
     """Build the side's model, load the torch weights, compare the forward pass (and, as
-    ``req`` asks, gradients, running statistics, a benchmark) into ``r``."""
+    ``req`` asks, gradients, running statistics, a benchmark) into ``r``. ``torch_namespace``:
+    the torch file's globals, where ``--input-expr`` inputs are evaluated on the torch side
+    (the converted file's, ``module``, on the JAX side)."""
     import torch
 
     rng = np.random.default_rng(req.seed)
@@ -178,6 +183,12 @@ def check_forward(side: JaxSide, r: VerifyResult, req: Any, module: ModuleType, 
         model = side.train_mode(r, model, torch_train_mode(torch_model))
     else:
         model = side.eval_mode(r, model)
+    if any(s.expr is not None for s in specs):  # now that both models are built
+        torch_in = expression_inputs(torch_in, specs, torch_namespace or {}, torch_model,
+                                     bool(req.float64), "torch")
+        jax_in = expression_inputs(jax_in, specs, vars(module), model, bool(req.float64),
+                                   "JAX")
+        compare_expression_inputs(r, torch_in, jax_in, specs)
     r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
     if req.float64:  # before torch's pass, which may not run in float64 (grouped_mm)
         side.check_float64(model, jax_in, specs)

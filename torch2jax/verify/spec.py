@@ -35,8 +35,13 @@ class InputSpec:
     shape: tuple[int, ...]
     high: int | None = None
     name: str | None = None  # NAME=SPEC: passed as the keyword argument NAME
+    # --input-expr: a Python expression each side evaluates (its value is the input), not a
+    # random array; ``dtype`` is then "expr" and ``shape`` empty
+    expr: str | None = None
 
     def __str__(self) -> str:
+        if self.expr is not None:
+            return f"{self.name}={self.expr}" if self.name else self.expr
         dims = ",".join(str(d) for d in self.shape)
         bound = f":{self.high}" if self.high is not None else ""
         named = f"{self.name}=" if self.name else ""
@@ -46,9 +51,12 @@ class InputSpec:
     def is_float(self) -> bool:
         return self.dtype in FLOAT_DTYPES
 
-    def sample(self, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, rng: np.random.Generator) -> np.ndarray | None:
         """Draw the array. Floats are standard normal, drawn in float32 (float64 for float64)
-        and cast by each side, because numpy cannot hold bfloat16 for torch."""
+        and cast by each side, because numpy cannot hold bfloat16 for torch. None for an
+        expression (each side evaluates it once the models are built)."""
+        if self.expr is not None:
+            return None
         if self.dtype == "bool":
             return rng.random(self.shape) < 0.5
         if self.dtype in INT_DTYPES:
@@ -99,8 +107,33 @@ def _parse_bound(text: str, dtype: str, raw: str | None) -> int | None:
     return int(raw)
 
 
-def parse_specs(texts: list[str] | tuple[str, ...]) -> list[InputSpec]:
+def parse_input_expr(text: str) -> InputSpec:
+    """``EXPR`` (a positional input) or ``NAME=EXPR`` (a keyword input) of ``--input-expr``,
+    e.g. ``hidden=model.init_hidden(2)``; ValueError when it is not a Python expression."""
+    import ast
+
+    named = _NAMED.match(text)
+    name, expr = (named.group(1), named.group(2).strip()) if named and not \
+        named.group(2).startswith("=") else (None, text.strip())
+    try:
+        ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"--input-expr {text!r}: not a Python expression ({exc.msg}); write "
+                         "EXPR or NAME=EXPR, e.g. hidden=model.init_hidden(2)") from None
+    return InputSpec("expr", (), None, name, expr)
+
+
+def parse_specs(texts: list[str] | tuple[str, ...], exprs: list[str] | tuple[str, ...] = ()
+                ) -> list[InputSpec]:
+    """The ``--input`` specs, then the ``--input-expr`` ones: positional inputs first (the
+    specs', then the expressions'), keyword inputs after them."""
     specs = [parse_spec(t) for t in texts]
+    if exprs:
+        if any(a.name and not b.name for a, b in itertools.pairwise(specs)):
+            raise ValueError("input specs: positional inputs come before NAME=SPEC ones")
+        extra = [parse_input_expr(t) for t in exprs]
+        specs = ([s for s in specs if not s.name] + [s for s in extra if not s.name]
+                 + [s for s in specs if s.name] + [s for s in extra if s.name])
     names = [s.name for s in specs if s.name]
     if len(set(names)) != len(names):
         raise ValueError(f"input specs: a keyword given twice ({', '.join(names)})")

@@ -166,37 +166,117 @@ def translate_setup(spec: TrainSpec) -> JaxSetup:
 
 def translate_loss(loss: str, rules: RuleSet | None = None) -> tuple[Callable[..., Any], str]:
     """``loss`` (torch code over ``output`` and ``labels``) converted: (fn(output, labels),
-    the JAX expression)."""
-    from torch2jax.convert import convert_source
+    the JAX code).
 
+    A rule that needs an operand as a name (``flatten(0, 1)`` of ``output[0]``, an input that
+    ``F.cross_entropy(..., label_smoothing=...)`` reads twice) asks the user to assign it first,
+    which a one-expression option cannot do: when the expression does not convert as it is,
+    each compound receiver and argument of a call is bound to a fresh name, in evaluation
+    order, and the statements are converted together (:func:`bind_operands`)."""
     try:
         ast.parse(loss, mode="eval")
     except SyntaxError as exc:
         raise VerifyError(f"--loss {loss!r} is not a Python expression: {exc.msg}") from None
+    try:
+        return _translate_loss(loss, [], loss, rules)
+    except VerifyError:
+        bound = bind_operands(loss)
+        if bound is None:
+            raise
+    return _translate_loss(loss, *bound, rules)
+
+
+def bind_operands(expression: str) -> tuple[list[tuple[str, str]], str] | None:
+    """``expression`` with each compound receiver and argument of a call bound to a fresh name:
+    (the bindings in evaluation order, the expression over them); None when there is nothing to
+    bind or when a part is evaluated conditionally or repeatedly (``and``/``or``, ``x if c else
+    y``, a lambda or a comprehension: binding it beforehand would evaluate it always, once)."""
+    tree = ast.parse(expression, mode="eval")
+    lazy = (ast.BoolOp, ast.IfExp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+            ast.GeneratorExp, ast.NamedExpr, ast.Starred)
+    if any(isinstance(n, lazy) for n in ast.walk(tree)):
+        return None
+    taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    bindings: list[tuple[str, str]] = []
+
+    def simple(node: ast.expr) -> bool:
+        if isinstance(node, ast.Attribute):
+            return simple(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return isinstance(node.operand, ast.Constant)
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return all(simple(e) for e in node.elts)
+        return isinstance(node, (ast.Name, ast.Constant))
+
+    def bind(node: ast.expr) -> ast.expr:
+        node = visit(node)
+        if simple(node):
+            return node
+        i = len(bindings)
+        while f"_loss{i}" in taken:
+            i += 1
+        name = f"_loss{i}"
+        taken.add(name)
+        bindings.append((name, ast.unparse(node)))
+        return ast.Name(id=name, ctx=ast.Load())
+
+    def visit(node: ast.expr) -> ast.expr:
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute):
+                node.func.value = bind(node.func.value)
+            node.args = [bind(a) for a in node.args]
+            for kw in node.keywords:
+                kw.value = bind(kw.value)
+            return node
+        for field_name, value in ast.iter_fields(node):
+            if isinstance(value, ast.expr):
+                setattr(node, field_name, visit(value))
+            elif isinstance(value, list):
+                setattr(node, field_name, [visit(v) if isinstance(v, ast.expr) else v
+                                           for v in value])
+        return node
+
+    value = visit(tree.body)
+    if not bindings:
+        return None
+    return bindings, ast.unparse(value)
+
+
+def _translate_loss(loss: str, bindings: list[tuple[str, str]], value: str,
+                    rules: RuleSet | None) -> tuple[Callable[..., Any], str]:
+    """:func:`translate_loss` of ``value`` after ``bindings`` (``loss`` names it in errors)."""
+    from torch2jax.convert import convert_source
+
     # in a function over annotated tensors: the value analysis then knows what output and
     # labels are (a method such as .mean() is rewritten only on a known tensor)
+    body = "".join(f"    {name} = {text}\n" for name, text in bindings)
     source = (LOSS_PRELUDE + "\n\ndef loss_of(output: torch.Tensor, labels: torch.Tensor):\n"
-              f"    loss = {loss}\n    return loss\n")
+              f"{body}    loss = {value}\n    return loss\n")
     with stage("converting the loss"):
         result = convert_source(source, path="<--loss>", rules=rules)
     errors = [d.message for d in result.diagnostics if d.severity == "error"]
     if errors:
         raise VerifyError(f"--loss {loss!r} did not convert: {'; '.join(errors)}")
     tree = ast.parse(result.code)
-    value = None
+    found: dict[str, ast.expr] = {}
+    wanted = [name for name, _ in bindings] + ["loss"]
     for stmt in ast.walk(tree):
-        if isinstance(stmt, ast.Assign) and [ast.unparse(t) for t in stmt.targets] == ["loss"]:
-            value = stmt.value
-    if value is None:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                stmt.targets[0], ast.Name) and stmt.targets[0].id in wanted:
+            found[stmt.targets[0].id] = stmt.value
+    if set(found) != set(wanted):
         raise VerifyError(f"--loss {loss!r}: the converted snippet lost its assignment")
     header = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
-    text = ast.unparse(value)
+    text = ast.unparse(found["loss"])
+    lines = [f"    {name} = {ast.unparse(found[name])}\n" for name, _ in bindings]
     module = ast.Module(body=[*header, *ast.parse(
-        f"def __loss__(output, labels):\n    return {text}\n").body], type_ignores=[])
+        f"def __loss__(output, labels):\n{''.join(lines)}    return {text}\n").body],
+        type_ignores=[])
     ns: dict[str, Any] = {"__name__": "torch2jax_verify_loss"}
     with stage("building the JAX loss"):
         exec(compile(module, "<--loss converted>", "exec"), ns)  # noqa: S102 - converter output
-    return ns["__loss__"], text
+    shown = "; ".join([*(f"{name} = {ast.unparse(found[name])}" for name, _ in bindings), text])
+    return ns["__loss__"], shown
 
 
 def torch_loss(loss: str) -> Callable[..., Any]:

@@ -80,10 +80,10 @@ def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec
                           "training trajectories")
     if train.labels:
         parse_spec(train.labels)
-    path, name, specs, torch_model = build_torch_side(r, req)
-    if any(s.name for s in specs):
-        raise VerifyError("NAME=SPEC (keyword) inputs are verified for the forward pass and "
-                          "gradients only, not for training trajectories")
+    path, name, specs, torch_model, _ = build_torch_side(r, req)
+    if any(s.name or s.expr is not None for s in specs):
+        raise VerifyError("NAME=SPEC (keyword) and --input-expr inputs are verified for the "
+                          "forward pass and gradients only, not for training trajectories")
     setup = translate_setup(train)
     r.optax, r.schedule = setup.tx_code, setup.schedule_code
     r.notes += setup.notes
@@ -94,8 +94,8 @@ def _verify_trajectory(r: TrajectoryResult, req: VerifyRequest, train: TrainSpec
         with _device(req.device) as platform:
             r.device = platform
             check_trajectory(SIDES[req.jax_target], r, req, train,
-                             load_converted(jax_path, name, req.build), name, torch_model,
-                             specs, setup, loss_fn)
+                             load_converted(jax_path, name, req.build, req.setup), name,
+                             torch_model, specs, setup, loss_fn)
     if r.todos and not r.passed:
         r.notes.append(f"the conversion left {r.todos} TODO(torch2jax) markers")
 
@@ -105,10 +105,10 @@ def build_models(req: VerifyRequest, workdir: str | Path) -> tuple[Any, Any]:
     shared), as :func:`verify_trajectory` builds them; the conversion is written to
     ``workdir``. For callers that run many trajectories on one pair (:func:`train_models`)."""
     scratch = TrajectoryResult(model=req.target)  # notes nobody reads here
-    path, name, specs, torch_model = build_torch_side(scratch, req)
+    path, name, specs, torch_model, _ = build_torch_side(scratch, req)
     jax_path, _ = _JaxSource(req, Path(workdir)).get(path, name)
     jax_model = model_for_training(NnxSide(), scratch, req,
-                                   load_converted(jax_path, name, req.build), name,
+                                   load_converted(jax_path, name, req.build, req.setup), name,
                                    torch_model, specs)
     return torch_model, jax_model
 

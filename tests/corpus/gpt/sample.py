@@ -1,6 +1,9 @@
-"""Sample from a trained model's checkpoint."""
+"""Sample from a trained model's checkpoint. Settings are overridden as train.py's are:
+``--name=value`` (e.g. ``python sample.py --seed=2``)."""
 
 import os
+import sys
+from ast import literal_eval
 from contextlib import nullcontext
 
 import torch
@@ -16,6 +19,14 @@ top_k = 10
 seed = 1337
 device = 'cpu'
 dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float32'
+for arg in sys.argv[1:]:
+    key, val = arg[2:].split('=', 1)
+    assert key in globals(), f"unknown config key {key}"
+    try:
+        val = literal_eval(val)
+    except (SyntaxError, ValueError):
+        pass
+    globals()[key] = val
 
 torch.manual_seed(seed)
 device_type = 'cuda' if 'cuda' in device else 'cpu'
