@@ -307,13 +307,14 @@ def test_functional_pooling_matches_torch(torch_expr, shape):
                                   .astype(np.float32))
 
 
-def test_ceil_mode_pooling_of_an_expression_is_marked():
-    """The overhang padding is computed from the input's shape: a compound input would be
-    written twice, so it is marked instead."""
+def test_ceil_mode_pooling_of_an_expression_is_bound_once():
+    """The overhang padding is computed from the input's shape: a compound input is read
+    twice, so it is bound to a fresh name (evaluated once) and the pooling matches torch."""
     source = ("import torch.nn.functional as F\n\n\n"
               "def f(x):\n    return F.max_pool2d(x + 1, 3, 2, ceil_mode=True)\n")
-    result = convert_source(source, path="<op>")
-    assert "TODO(torch2jax): ceil_mode pooling of a compound expression" in result.code
+    x = np.random.default_rng(0).standard_normal((1, 2, 8, 9)).astype(np.float32)
+    result = assert_function_matches_torch(source, x)
+    assert "pooled_input = x + 1" in result.code
 
 
 def test_functional_pooling_in_linen_uses_linen_names():

@@ -46,6 +46,7 @@ IMPORT_LINES = {
     "sharding": "from jax.sharding import AxisType, NamedSharding, PartitionSpec as P",
     "optax": "import optax",
     "ocp": "import orbax.checkpoint as ocp",
+    "tensorboardX": "import tensorboardX",
     "nnx": "from flax import nnx",
     "linen": "import flax.linen as nn",
     "Any": "from typing import Any",
@@ -57,7 +58,7 @@ IMPORT_LINES = {
 OWN_NAMES = {name.strip().split(" as ")[-1]: key for key, line in IMPORT_LINES.items()
              for name in line.split("import ", 1)[-1].split(",")}
 IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
-                "optax", "ocp", "nnx", "linen", "train_state", "einops"]
+                "optax", "ocp", "tensorboardX", "nnx", "linen", "train_state", "einops"]
 
 
 class ParseError(Exception):

@@ -150,6 +150,17 @@ def find_lr_loops(module: cst.Module) -> dict[int, tuple[str, cst.BaseExpression
     return found
 
 
+def inline_checkpoint_dicts(module: cst.Module) -> bool:
+    """Whether ``torch.save`` writes a dict literal holding a ``x.state_dict()`` value
+    (``torch.save({'model': model.state_dict(), 'config': config}, path)``, a checkpoint
+    dict written where it is built)."""
+    return any(any(m.matches(e, m.DictElement(value=m.Call(func=m.Attribute(
+        attr=m.Name("state_dict")), args=[]))) for e in c.args[0].value.elements)
+        for c in findall(module, m.Call(func=m.Attribute(value=m.Name("torch"),
+                                                         attr=m.Name("save")),
+                                        args=[m.Arg(value=m.Dict()), m.ZeroOrMore()])))
+
+
 def find_checkpoint_dicts(module: cst.Module) -> tuple[set[str], set[str]]:
     """Checkpoint dicts: the names assigned a dict literal holding ``x.state_dict()`` values
     (``checkpoint = {'model': model.state_dict(), 'iter_num': iter_num}``) that

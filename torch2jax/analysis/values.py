@@ -560,8 +560,10 @@ class ValueFacts:
                     return self._binding(a)
             return UNKNOWN
         assignments = [a for a in access.referents if isinstance(a, Assignment)]
+        if not assignments and not access.referents:
+            return self._read_before_bound(node)
         if not assignments:
-            return OBJECT if access.referents else UNKNOWN  # builtins (print, len)
+            return OBJECT  # builtins (print, len)
         reaching = self._reaching(node, assignments)
         value = _join([self._binding(a) for a in reaching])
         if value is _BUSY:
@@ -575,6 +577,22 @@ class ValueFacts:
             if evidence is not None:
                 return evidence
         return value
+
+    def _read_before_bound(self, read: cst.Name) -> Value:
+        """A read that no assignment precedes in its scope, which the scope analysis leaves
+        without referents: a loop-carried name (``loss.item()`` at the top of a loop body,
+        ``loss`` assigned further down). Flow-insensitively, within the scope: a tensor when
+        every assignment of the name in its scope binds a tensor."""
+        scope = self._scopes.get(read)
+        own = [a for a in scope.assignments[read.value] if isinstance(a, Assignment)
+               and a.scope is scope] if scope is not None else []
+        if not own:
+            return UNKNOWN
+        values = [self._binding(a) for a in own]
+        if any(v is _BUSY for v in values):
+            return _BUSY
+        value = _join(values)
+        return value if value.kind == Kind.TENSOR else UNKNOWN
 
     def _narrowed(self, read: cst.Name, reaching: list[Assignment]) -> Value | None:
         """In the body of ``if isinstance(name, C):`` (or of ``if ... and isinstance(name,

@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from torch2jax.passes.common import BoundArgs, Untranslatable, arg, code, expr, try_literal
+from torch2jax.passes.common import (
+    BoundArgs,
+    Untranslatable,
+    arg,
+    code,
+    expr,
+    is_simple,
+    try_literal,
+)
 from torch2jax.ruleset import Rule
 from torch2jax.targets import Target, get_target
 
@@ -37,9 +45,13 @@ class Site:
     # arguments that hold a tuple or list (kernel_size=patch_size, where patch_size is
     # ``p if isinstance(p, Iterable) else (p, p)``): value analysis
     sequences: frozenset[str] = frozenset()
-    # binds an expression to a new name in a statement before the current one and returns the
-    # name (None where the call is not in a simple statement): a tensor used twice
+    # binds an expression to a fresh name and returns the name: a tensor the translation reads
+    # twice. The binding is a statement before the current one where that keeps the order and
+    # the count of evaluation, else a walrus at the name's first read in the translation
+    # (``walrus``, written by the rewriter). None where neither is possible.
     bind: Callable[[cst.BaseExpression, str], cst.Name] | None = None
+    # (name, value) bound by ``bind`` as walrus targets (passes/rewrite_calls.py writes them)
+    walrus: list[tuple[str, cst.BaseExpression]] = field(default_factory=list)
     # puts a statement before the current one (None where there is no simple statement)
     before: Callable[[cst.BaseStatement], None] | None = None
 
@@ -56,6 +68,18 @@ class Site:
 
     def get(self, name: str) -> cst.BaseExpression | None:
         return self.args.get(name)
+
+    def once(self, node: cst.BaseExpression, hint: str, what: str) -> cst.BaseExpression:
+        """``node`` where the translation reads it more than once: itself when it is a name or
+        an attribute chain, else a fresh name bound to it (``bind``: evaluated once, in torch's
+        order). ``what`` names it in the refusal where it cannot be bound."""
+        if is_simple(node):
+            return node
+        if self.bind is None:
+            raise Untranslatable(f"{what} `{code(node)}` is used more than once in the "
+                                 "translation and cannot be bound here: assign it to a name "
+                                 "first")
+        return self.bind(node, hint)
 
     def lit(self, name: str):
         """The literal value of an argument, torch's default when absent, ``...`` if not literal."""

@@ -77,6 +77,9 @@ from torch2jax.ruleset import RuleSet
 from torch2jax.targets import Target
 from torch2jax.targets import linen_training as lt
 
+# builtins that only iterate their arguments (a list of arrays serves as a generator)
+_ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter"))
+
 
 class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, LinenTrainingMixin,
                  NoAttributeHooks, cst.CSTTransformer):
@@ -196,6 +199,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         # checkpoint dicts: names assigned {..., 'model': m.state_dict()} (saved), names
         # assigned torch.load(path) and read by key (loaded)
         self._ckpt_dicts: set[str] = set()
+        self._ckpt_inline = False  # torch.save of a dict literal holding state_dicts
         self._ckpt_loads: set[str] = set()
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -205,6 +209,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             t = self.training
             self._lr_loops = acc.find_lr_loops(node)
             self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
+            self._ckpt_inline = acc.inline_checkpoint_dicts(node)
             for opt, _ in self._lr_loops.values():
                 if opt in t.optimizer_names:
                     t.optimizer_names[opt].lr_set = True
@@ -729,9 +734,13 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             return None
         parent = self.get_metadata(ParentNodeProvider, original_node, None)
         self.need("nnx", "jax")
-        if func.attr.value == "parameters" and isinstance(parent, (cst.CompFor, cst.For)) \
-                and parent.iter is original_node:
+        if func.attr.value == "parameters" and self._iterated(original_node):
             return expr(f"jax.tree.leaves(nnx.state({owner}, nnx.Param))")
+        grand = self.get_metadata(ParentNodeProvider, parent, None)
+        if func.attr.value == "parameters" and isinstance(parent, cst.Arg) and isinstance(
+                grand, cst.Call) and m.matches(grand.func, m.Name("next")):
+            # next(model.parameters()): the first parameter (its dtype, its device)
+            return expr(f"iter(jax.tree.leaves(nnx.state({owner}, nnx.Param)))")
         if func.attr.value == "named_parameters" and isinstance(parent, cst.For) and \
                 parent.iter is original_node:
             return cst.parse_expression(
@@ -740,6 +749,19 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 f"path[-1])))), p) for path, p in nnx.iter_graph({owner}) "
                 f"if isinstance(p, nnx.Param))")
         return None
+
+    def _iterated(self, node: cst.Call) -> bool:
+        """``node`` is only iterated: the iterable of a for loop or a comprehension, or an
+        argument of ``zip``, ``enumerate``, ``list``, ``tuple``, ``sorted``, ``reversed`` or
+        ``iter`` (where a list of the arrays serves as torch's generator does)."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(parent, (cst.CompFor, cst.For)):
+            return parent.iter is node
+        grand = self.get_metadata(ParentNodeProvider, parent, None)
+        return (isinstance(parent, cst.Arg) and not parent.keyword and not parent.star
+                and isinstance(grand, cst.Call) and isinstance(grand.func, cst.Name)
+                and grand.func.value in _ITERATING and self.q(grand.func) in (
+                    None, grand.func.value, f"builtins.{grand.func.value}"))
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         return isinstance(self.get_metadata(ParentNodeProvider, node, None), cst.Expr)

@@ -6,13 +6,15 @@ the transformer's per-file state through ``self``."""
 
 from __future__ import annotations
 
+import itertools
+
 import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts
-from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
 from torch2jax.analysis.training import (
     CLIPS,
@@ -25,6 +27,7 @@ from torch2jax.passes import remat as rm
 from torch2jax.passes import training as tr
 from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import (
+    BoundArgs,
     Untranslatable,
     arg,
     bind,
@@ -97,8 +100,7 @@ class CallsMixin:
                 and self.values is not None
                 and self.values.kind(func.value) == vk.Kind.MODULE):
             return None
-        parent = self.get_metadata(ParentNodeProvider, original_node, None)
-        if not (isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original_node):
+        if not self._iterated(original_node):
             return None
         here = self._fn_stack[-1].name.value if self._fn_stack else None
         if any(site.function == here for site in self.training.optimizers.values()):
@@ -280,6 +282,10 @@ class CallsMixin:
                 original.args[0].value.value in self._ckpt_dicts) and isinstance(
                 self.get_metadata(ParentNodeProvider, original, None), cst.Expr):
             return updated  # a checkpoint dict: handled in leave_Expr
+        if name == "torch.save" and self._ckpt_inline and len(original.args) >= 2 and (
+                isinstance(original.args[0].value, cst.Dict)) and isinstance(
+                self.get_metadata(ParentNodeProvider, original, None), cst.Expr):
+            return updated  # a checkpoint dict literal: handled in leave_Expr
         if name == "isinstance" or (isinstance(original.func, cst.Name)
                                     and original.func.value == "isinstance"):
             return self._isinstance(original, updated)
@@ -504,36 +510,110 @@ class CallsMixin:
                     target=self.target.name, defined=self.index.defined,
                     optional=self._optional_args(original, rule),
                     sequences=self._sequence_args(original, rule))
-        binder = self._binder(original)
-        if binder is not None:
-            site.bind, site.before = binder
-        return self._apply(original, site, receiver_first=False)
+        given = bind(original.args, rule.params) if len(original.args) == len(updated.args) \
+            else BoundArgs()
+        pairs = [(b.get(k), given.get(k)) for k in b.named if given.get(k) is not None]
+        flush = self._binder(original, site, pairs)
+        return flush(self._apply(original, site, receiver_first=False))
 
-    def _binder(self, original: cst.Call):
-        """Site.bind for a call in a simple statement, outside lambdas and comprehensions:
-        ``name = expression`` goes before the statement."""
-        if self._in_expr_scope or not self._pending:
-            return None
-        node = original
-        while node is not None and not isinstance(node, cst.SimpleStatementLine):
-            if isinstance(node, (cst.BaseCompoundStatement, cst.Lambda, cst.BaseComp)):
-                return None
+    def _binder(self, original: cst.Call, site: Site, pairs):
+        """Gives ``site`` its ``bind`` (a tensor the translation reads twice, bound to a fresh
+        name, evaluated once and in torch's order) and returns what completes the translation
+        ``out`` once the special has written it: the bound statements go before the current
+        one, in the order of their source, and the walrus bindings into ``out``.
+
+        A binding is a statement before the current one when nothing the statement evaluates
+        before the expression can have an effect (no call outside the ones it sits in) and the
+        statement evaluates it exactly once (not in a branch of ``a if c else b``, ``a and b``,
+        a lambda or a comprehension). Elsewhere it is a walrus, ``(name := value)``, at the
+        first read of the name in the translation, where Python allows one."""
+        path: list[cst.CSTNode] = [original]
+        node: cst.CSTNode | None = original
+        while node is not None and not isinstance(node, (cst.SimpleStatementLine,
+                                                         cst.BaseCompoundStatement)):
             node = self.get_metadata(ParentNodeProvider, node, None)
-        if node is None:
-            return None
-        pending = self._pending[-1]
+            if node is not None:
+                path.append(node)
+        stmt = node if isinstance(node, cst.SimpleStatementLine) else None
+        once = stmt is not None and not self._in_expr_scope and bool(self._pending)
+        walrus_ok = True
+        for child, parent in itertools.pairwise(path):
+            if isinstance(parent, (cst.Lambda, cst.BaseComp, cst.CompFor)) or (
+                    isinstance(parent, cst.IfExp) and child is not parent.test) or (
+                    isinstance(parent, cst.BooleanOperation) and child is parent.right):
+                once = False
+            if isinstance(parent, cst.CompFor) and child is parent.iter:
+                walrus_ok = False  # Python: not in a comprehension's iterable
+            if isinstance(parent, (cst.BaseComp, cst.CompFor)):
+                scope = next((n for n in path[path.index(parent):]
+                              if isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef))),
+                             None)
+                if scope is None:
+                    scope = self._enclosing_scope(parent)
+                walrus_ok = walrus_ok and not isinstance(scope, cst.ClassDef)
+        pending = self._pending[-1] if self._pending else None
+        hoisted: list[tuple[tuple[int, int], cst.CSTNode, cst.BaseStatement]] = []
 
-        def bind(value: cst.BaseExpression, hint: str) -> cst.Name:
-            name = hint
-            n = 1
+        def start(n: cst.CSTNode) -> tuple[int, int]:
+            return self.get_metadata(PositionProvider, n).start
+
+        def in_order(source: cst.CSTNode) -> bool:
+            """Nothing the statement evaluates before ``source`` is a call, but the calls it
+            is an argument of and the expressions bound before it."""
+            chain = {id(source)}
+            n: cst.CSTNode | None = source
+            while n is not None and n is not stmt:
+                n = self.get_metadata(ParentNodeProvider, n, None)
+                chain.add(id(n))
+            first = start(source)
+            first = (first.line, first.column)
+            bound = {id(c) for _, h, _ in hoisted for c in findall(h, m.Call())}
+            for c in findall(stmt, m.Call() | m.Await() | m.Yield()):
+                if id(c) in chain or id(c) in bound:
+                    continue
+                p = start(c)
+                if (p.line, p.column) < first:
+                    return False
+            return True
+
+        def bind_name(value: cst.BaseExpression, hint: str) -> cst.Name:
+            source = next((o for u, o in pairs if u is value), None)
+            name, n = hint, 1
             while name in self._file_names:
                 n += 1
                 name = f"{hint}{n}"
+            if once and source is not None and pending is not None and in_order(source):
+                self._file_names.add(name)
+                p = start(source)
+                hoisted.append(((p.line, p.column), source, cst.SimpleStatementLine(
+                    body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))], value=value)])))
+                return cst.Name(name)
+            if not walrus_ok:
+                raise Untranslatable(f"`{code(value)}` is used more than once in the "
+                                     "translation, and Python allows no binding here (a "
+                                     "comprehension's iterable, or one in a class body): "
+                                     "assign it to a name first")
             self._file_names.add(name)
-            pending.before.append(cst.SimpleStatementLine(body=[cst.Assign(
-                targets=[cst.AssignTarget(cst.Name(name))], value=value)]))
+            site.walrus.append((name, value))
             return cst.Name(name)
-        return bind, pending.before.append
+
+        site.bind = bind_name
+        if once and pending is not None:
+            site.before = pending.before.append
+
+        def flush(out):
+            for name, value in site.walrus:
+                out = _write_walrus(out, name, value)
+            if pending is not None:
+                pending.before.extend(s for _, _, s in sorted(hoisted, key=lambda h: h[0]))
+            return out
+        return flush
+
+    def _enclosing_scope(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        while node is not None and not isinstance(node, (cst.FunctionDef, cst.Lambda,
+                                                         cst.ClassDef)):
+            node = self.get_metadata(ParentNodeProvider, node, None)
+        return node
 
     def _optional_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The arguments of ``original`` that may hold None at run time (value analysis)."""
@@ -568,9 +648,13 @@ class CallsMixin:
         method = updated.with_changes(
             func=cst.Attribute(value=updated.args[0].value, attr=cst.Name(short)),
             args=_fix_commas(list(updated.args[1:])))
-        return self._method(original, method, rule)
+        return self._method(original, method, rule,
+                            receiver=original.args[0].value if original.args else None)
 
-    def _method(self, original, updated, rule: Rule) -> cst.BaseExpression:
+    def _method(self, original, updated, rule: Rule,
+                receiver: cst.BaseExpression | None = None) -> cst.BaseExpression:
+        """``receiver``: the original node of the receiver where the call is torch's function
+        form of the method (``torch.sort(x)``), else the original call's ``func.value``."""
         b = bind(updated.args, rule.params)
         dtypes: frozenset[str] = frozenset()
         if rule.special in ("to", "type_cast") and self.values is not None:  # x.to(y.dtype)
@@ -580,10 +664,14 @@ class CallsMixin:
         site = Site(rule=rule, args=b, receiver=updated.func.value,
                     unpack=self._unpack.get(id(original)), target=self.target.name,
                     dtypes=dtypes)
-        binder = self._binder(original)
-        if binder is not None:
-            site.bind, site.before = binder
-        return self._apply(original, site, receiver_first=True)
+        if receiver is None and isinstance(original.func, cst.Attribute):
+            receiver = original.func.value
+        pairs = [(site.receiver, receiver)] if receiver is not None else []
+        given = bind(original.args, rule.params) if len(original.args) == len(updated.args) \
+            else BoundArgs()
+        pairs += [(b.get(k), given.get(k)) for k in b.named if given.get(k) is not None]
+        flush = self._binder(original, site, pairs)
+        return flush(self._apply(original, site, receiver_first=True))
 
     def _apply(self, original, site: Site, receiver_first: bool) -> cst.BaseExpression:
         rule = site.rule
@@ -645,3 +733,50 @@ def _false_flag(call: cst.Call) -> bool:
     return len(call.args) == 1 and not call.args[0].star and (
         call.args[0].keyword is None or call.args[0].keyword.value == "requires_grad") and (
         m.matches(call.args[0].value, m.Name("False")))
+
+
+class _Walrus(cst.CSTTransformer):
+    """Writes ``(name := value)`` at the first read of ``name`` (in the order Python evaluates
+    the translation's calls, attributes and operators: the order of the text), where that read
+    is evaluated exactly once (not in a lambda, a comprehension or a branch)."""
+
+    def __init__(self, name: str, value: cst.BaseExpression):
+        self.name, self.value = name, value
+        self.done = self.failed = False
+        self.depth = 0
+
+        self.attrs: set[int] = set()  # attribute names are not reads
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Attribute):
+            self.attrs.add(id(node.attr))
+        if isinstance(node, (cst.Lambda, cst.BaseComp, cst.IfExp, cst.BooleanOperation)):
+            self.depth += 1
+        return super().on_visit(node)
+
+    def on_leave(self, original, updated):
+        if isinstance(original, (cst.Lambda, cst.BaseComp, cst.IfExp, cst.BooleanOperation)):
+            self.depth -= 1
+        return super().on_leave(original, updated)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        if self.done or updated.value != self.name or id(original) in self.attrs:
+            return updated
+        self.done = True
+        if self.depth:
+            self.failed = True
+            return updated
+        return cst.NamedExpr(target=cst.Name(self.name), value=self.value,
+                             lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _write_walrus(out: cst.BaseExpression, name: str,
+                  value: cst.BaseExpression) -> cst.BaseExpression:
+    writer = _Walrus(name, value)
+    if isinstance(out, cst.CSTNode):
+        out = out.visit(writer)
+    if not writer.done or writer.failed:
+        raise Untranslatable(f"`{code(value)}` is used more than once in the translation, and "
+                             "is not read first where it is evaluated once: assign it to a "
+                             "name first")
+    return out

@@ -67,7 +67,7 @@ class CheckpointsMixin:
         ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
         -> the orbax PyTree restored."""
         if not self.target.stateful_modules or self.target.intermediate or not (
-                self._ckpt_dicts or self._ckpt_loads):
+                self._ckpt_dicts or self._ckpt_loads or self._ckpt_inline):
             return None
         func = original_node.func
         if m.matches(func, m.Attribute(attr=m.Name("state_dict"))) and not original_node.args \
@@ -90,11 +90,28 @@ class CheckpointsMixin:
                         f"{code(original_node.args[0].value)}))")
         return None
 
-    def _checkpoint_dict_statement(self, original_node: cst.Expr):
+    def _checkpoint_dict_statement(self, original_node: cst.Expr,
+                                   updated_node: cst.Expr | None = None):
         value = original_node.value
         if not self.target.stateful_modules or self.target.intermediate or not isinstance(
                 value, cst.Call):
             return None
+        if self.q(value.func) == "torch.save" and len(value.args) >= 2 and isinstance(
+                value.args[0].value, cst.Dict) and self._ckpt_inline and isinstance(
+                updated_node, cst.Expr) and isinstance(updated_node.value, cst.Call) and \
+                len(updated_node.value.args) >= 2 and not value.args[0].keyword and any(
+                m.matches(e, m.DictElement(value=m.Call(func=m.Attribute(
+                    attr=m.Name("state_dict")), args=[]))) for e in value.args[0].value.elements):
+            # torch.save({'model': model.state_dict(), 'config': config}, path): the dict
+            # (its state_dicts nnx.state pure dicts) as an orbax PyTree checkpoint
+            self.need("os", "ocp")
+            self.diag(original_node, "torch.save", "info",
+                      "torch.save of a checkpoint dict -> an orbax PyTree checkpoint (a "
+                      "directory at that path); its state_dicts are nnx.state pure dicts")
+            args = updated_node.value.args
+            return cst.Expr(expr(
+                f"ocp.PyTreeCheckpointer().save(os.path.abspath({code(args[1].value)}), "
+                "{d}, force=True)", d=args[0].value))
         if self.q(value.func) == "torch.save" and len(value.args) >= 2 and isinstance(
                 value.args[0].value, cst.Name) and value.args[0].value.value in self._ckpt_dicts:
             self.need("os", "ocp")
@@ -123,11 +140,12 @@ class CheckpointsMixin:
                               value=expr(self._saved_state(value.func.value)))
         return None
 
-    def _checkpoint_statement(self, original_node: cst.Expr):
+    def _checkpoint_statement(self, original_node: cst.Expr,
+                              updated_node: cst.Expr | None = None):
         value = original_node.value
         if not (self.target.stateful_modules or self.target.train_state):
             return None
-        handled = self._checkpoint_dict_statement(original_node)
+        handled = self._checkpoint_dict_statement(original_node, updated_node)
         if handled is not None:
             return handled
         site = None

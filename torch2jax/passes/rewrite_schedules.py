@@ -223,7 +223,7 @@ class SchedulesMixin:
             return None
         q = self.q(value.func)
         t = self.training
-        checkpoint = self._checkpoint_statement(original_node)
+        checkpoint = self._checkpoint_statement(original_node, updated_node)
         if checkpoint is not None:
             return checkpoint
         if (q or "").endswith("._log_api_usage_once") or m.matches(

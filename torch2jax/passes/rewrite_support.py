@@ -26,7 +26,7 @@ from torch2jax.ruleset import Rule
 EINOPS_TORCH_LAYERS = ("einops.layers.torch.", "einops.layers._einmix.")
 _EINOPS_FUNCTIONS = {"Rearrange": ("rearrange", ("pattern",)),
                      "Reduce": ("reduce", ("pattern", "reduction"))}
-_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp|grain|os)\b(?=[.(])")
+_IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp|grain|os|tensorboardX)\b(?=[.(])")
 
 
 DTYPES = {

@@ -339,9 +339,9 @@ def pool_function(site: Site) -> cst.BaseExpression:
     if ceil_mode not in (False, None):
         if ceil_mode is not True:
             raise Untranslatable("pooling with a non-literal ceil_mode")
-        if not is_simple(x):
-            raise Untranslatable("ceil_mode pooling of a compound expression: the padding is "
-                                 "computed from its shape; assign it to a name first")
+        if not is_simple(x):  # the padding is computed from its shape
+            x = site.once(x, "pooled_input", "ceil_mode pooling's input")
+            cl = expr("jnp.moveaxis({x}, 1, -1)", x=x)
         pooled = expr(_ceil_pool(site, n, k, stride, code(x), 2, source=code(cl),
                                  target=target))
     else:
@@ -557,9 +557,7 @@ def normalize(site: Site) -> cst.BaseExpression:
     """F.normalize: x over its p-norm along dim, the norm clamped below at eps. For p=2 as
     x / sqrt(max(sum(x * x), eps ** 2)): the same values, and a zero vector (a padded token)
     gets torch's gradient (1 / eps) where the gradient of jnp.linalg.norm at 0 is NaN."""
-    x = site.x()
-    if not is_simple(x):
-        raise Untranslatable("F.normalize of a compound expression: assign it to a name first")
+    x = site.once(site.x(), "normalized", "F.normalize's input")
     p, dim, eps = site.lit("p"), site.args.get("dim") or py(1), site.args.get("eps")
     e = try_literal(eps, ...) if eps is not None else 1e-12
     if p == 2:
@@ -627,11 +625,10 @@ def flatten(site: Site) -> cst.BaseExpression:
     end = -1 if end is None else end
     if start is ... or end is ...:
         raise Untranslatable("flatten with non-literal dims")
-    if is_simple(x):
-        return expr(_flatten_text(code(x), start, end))
-    if end == -1:
+    if end == -1 and not is_simple(x):
         return expr(f"jax.lax.collapse({{x}}, {start})", x=x)
-    raise Untranslatable("flatten(start, end) of a compound expression: assign it to a name first")
+    x = site.once(x, "flat", "flatten(start, end)'s input")
+    return expr(_flatten_text(code(x), start, end))
 
 
 @special("permute")
@@ -655,6 +652,51 @@ def transpose(site: Site) -> cst.BaseExpression:
 @special("identity_method")
 def identity_method(site: Site) -> cst.BaseExpression:
     return site.x()
+
+
+@special("flip")
+def flip(site: Site) -> cst.BaseExpression:
+    """``x.flip(0)`` / ``x.flip(0, 1)`` / ``x.flip(dims=[0, 1])`` -> ``jnp.flip(x, axis=...)``
+    (jnp.flip takes an int or a tuple, not a list)."""
+    dims = [site.args.get("dims"), *site.args.extra_positional]
+    if dims[0] is None:
+        raise Untranslatable("flip without dims")
+    if len(dims) > 1:
+        axis: cst.BaseExpression = expr("(" + ", ".join(code(d) for d in dims) + ")")
+    elif isinstance(dims[0], cst.List):
+        axis = cst.Tuple(elements=dims[0].elements) if len(dims[0].elements) != 1 else \
+            expr("({d},)", d=dims[0].elements[0].value)
+    elif isinstance(dims[0], (cst.Tuple, cst.Integer, cst.UnaryOperation)):
+        axis = dims[0]
+    else:
+        axis = expr("tuple({d}) if isinstance({d}, list) else {d}", d=dims[0]) \
+            if is_simple(dims[0]) else call("tuple", arg(dims[0]))
+    return call("jnp.flip", arg(site.x()), arg(axis, "axis"))
+
+
+@special("tensor_norm")
+def tensor_norm(site: Site) -> cst.BaseExpression:
+    """``x.norm(p='fro', dim=None, keepdim=False)`` / ``torch.norm``: torch's vector p-norm
+    over ``dim`` (all the elements when None; 'fro' is the 2-norm over them), which is
+    ``jnp.linalg.vector_norm`` (jnp.linalg.norm reads a 2-tuple of axes as a matrix norm)."""
+    p = site.lit("p")
+    if p == "nuc" or site.get("dtype") is not None:
+        raise Untranslatable(f"{site.rule.torch} with p='nuc' or dtype= is not translated")
+    out = [arg(site.x())]
+    if p is ...:
+        out.append(arg(site.get("p"), "ord"))
+    elif p not in (None, "fro", 2, 2.0):
+        if isinstance(p, str):
+            raise Untranslatable(f"{site.rule.torch}(p={p!r}) is not translated")
+        out.append(arg(site.get("p"), "ord"))
+    dim = site.get("dim")
+    if dim is not None and not (isinstance(dim, cst.Name) and dim.value == "None"):
+        if isinstance(dim, cst.List):
+            dim = cst.Tuple(elements=dim.elements)
+        out.append(arg(dim, "axis"))
+    if site.get("keepdim") is not None and site.lit("keepdim") is not False:
+        out.append(arg(site.get("keepdim"), "keepdims"))
+    return call("jnp.linalg.vector_norm", *out)
 
 
 @special("size")
@@ -747,14 +789,12 @@ def expand(site: Site) -> cst.BaseExpression:
         return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
     n = len(sizes)
     parts = []
-    if not is_simple(x) and any(int_value(s) == -1 for s in sizes) and site.bind is not None:
-        # torch.arange(n).expand((1, -1)): the tensor named before the statement, as its
-        # sizes are read (x.shape[i]) beside it
-        x = site.bind(x, _hint(x))
+    if any(int_value(s) == -1 for s in sizes):
+        # torch.arange(n).expand((1, -1)): the tensor bound to a name, as its sizes are read
+        # (x.shape[i]) beside it
+        x = site.once(x, _hint(x), "expand(-1, ...)'s input")
     for i, s in enumerate(sizes):
         if int_value(s) == -1:
-            if not is_simple(x):
-                raise Untranslatable("expand(-1, ...) of a compound expression: name it first")
             parts.append(f"{code(x)}.shape[{i - n}]")
         else:
             parts.append(code(s))
@@ -807,13 +847,11 @@ def split(site: Site) -> cst.BaseExpression:
         s = code(size_node)
         idx = [s if i == 1 else f"{i} * {s}" for i in range(1, site.unpack)]
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(idx) + "]")), *axis)
-    if is_simple(x):
-        dim = code(d) if d is not None else "0"
-        return call("jnp.split", arg(x),
-                    arg(expr(f"list(range({code(size_node)}, {code(x)}.shape[{dim}], "
-                             f"{code(size_node)}))")), *axis)
-    raise Untranslatable("split of a compound expression into an unknown number of chunks: "
-                         "assign it to a name first")
+    x = site.once(x, "whole", "split's input (an unknown number of chunks)")
+    dim = code(d) if d is not None else "0"
+    return call("jnp.split", arg(x),
+                arg(expr(f"list(range({code(size_node)}, {code(x)}.shape[{dim}], "
+                         f"{code(size_node)}))")), *axis)
 
 
 @special("chunk")
@@ -839,8 +877,7 @@ def sort(site: Site) -> cst.BaseExpression:
     desc = site.args.get("descending")
     if desc is not None and try_literal(desc, ...) is not False:
         kw.append(arg(desc, "descending"))
-    if not is_simple(x):
-        raise Untranslatable("torch.sort of a compound expression: assign it to a name first")
+    x = site.once(x, "unsorted", "torch.sort's input")
     return cst.Tuple(elements=[cst.Element(call("jnp.sort", arg(x), *kw)),
                                cst.Element(call("jnp.argsort", arg(x), *kw))])
 

@@ -22,6 +22,13 @@ def bf16_backend(site: Site) -> cst.BaseExpression:
     return expr('jax.default_backend() in ("gpu", "tpu")')
 
 
+@special("synchronize")
+def synchronize(site: Site) -> cst.BaseExpression:
+    """``torch.cuda.synchronize()``: wait for every array dispatched so far (JAX's dispatch
+    is asynchronous on every backend)."""
+    return expr(site.rule.jax)
+
+
 def _one_device(node: cst.BaseExpression, index: cst.BaseExpression | None) -> str:
     """A string literal naming a torch device -> a JAX device expression."""
     name = try_literal(node, ...)

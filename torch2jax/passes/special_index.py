@@ -30,10 +30,7 @@ def _named(site: Site, node: cst.BaseExpression, name: str) -> cst.BaseExpressio
     """``node`` bound to a name before the statement when it is read twice."""
     if isinstance(node, cst.Name):
         return node
-    if site.bind is None:
-        raise Untranslatable(f"{site.rule.torch} of a compound expression outside a simple "
-                             "statement: assign it to a name first")
-    return site.bind(node, name)
+    return site.once(node, name, f"{site.rule.torch}'s {name}")
 
 
 def _scaled(site: Site, src: cst.BaseExpression) -> cst.BaseExpression:

@@ -8,8 +8,8 @@ lambda, so that they are evaluated once, when the loss is built, as in torch.
 
 The emitted expression is the simplest one that is faithful for the options actually given:
 masking machinery only appears with ``ignore_index=`` / ``weight=``. Where a tensor would be
-used twice and is not a plain name, the transform refuses ("assign it to a name first") rather
-than duplicating a computation.
+used twice and is not a plain name, the transform binds it to a fresh name (``Site.once``)
+rather than duplicating a computation.
 """
 
 from __future__ import annotations
@@ -75,13 +75,14 @@ def _reduce(per: cst.BaseExpression, reduction: str) -> cst.BaseExpression:
     return expr("{p}." + reduction + "()", p=per)
 
 
-def _simple(node: cst.BaseExpression, what: str, why: str) -> cst.BaseExpression:
+def _simple(site: Site, node: cst.BaseExpression, what: str, why: str,
+            hint: str) -> cst.BaseExpression:
     """``node`` when it may be written twice (a name or attribute chain, or a reshape of one:
-    ``targets.view(-1)`` as minGPT-style models pass it), else refuse."""
-    if not (is_simple(node) or _reshaped_name(node)):
-        raise Untranslatable(f"{what} `{code(node)}` is used more than once ({why}): "
-                             "assign it to a name first")
-    return node
+    ``targets.view(-1)`` as minGPT-style models pass it), else a fresh name bound to it
+    (``Site.once``: evaluated once, in torch's order)."""
+    if is_simple(node) or _reshaped_name(node):
+        return node
+    return site.once(node, hint, f"{what} ({why})")
 
 
 def _reshaped_name(node: cst.BaseExpression) -> bool:
@@ -123,7 +124,8 @@ def _index(site: Site, node: cst.BaseExpression) -> cst.BaseExpression:
     """ignore_index: a literal or a name (the mask it builds is written more than once)."""
     if isinstance(site.lit("ignore_index"), int):
         return node
-    return _simple(node, "ignore_index", "the mask is written more than once")
+    return _simple(site, node, "ignore_index", "the mask is written more than once",
+                   "ignore_index")
 
 
 def _is_float_target(t: cst.BaseExpression) -> bool:
@@ -151,7 +153,7 @@ def _cross_entropy(site: Site, x: cst.BaseExpression, t: cst.BaseExpression) -> 
         per = expr("optax.softmax_cross_entropy_with_integer_labels(" + args + ")", x=x, t=t,
                    v=valid if valid is not None else py(None))
     else:
-        x = _simple(x, "the input", "its class count is read for one_hot")
+        x = _simple(site, x, "the input", "its class count is read for one_hot", "logits")
         labels = expr("optax.smooth_labels(jax.nn.one_hot({t}, {x}.shape[1]), {a})",
                       t=t, x=x, a=ls_node)
         if w is not None:
@@ -199,17 +201,18 @@ def _mask_and_weight(site: Site, t: cst.BaseExpression, w: cst.BaseExpression | 
                      ii_node: cst.BaseExpression | None, reduction: str):
     """Shared by cross_entropy and nll_loss: ``(target, weight, valid mask or None)``, with the
     operands used more than once required to be names."""
-    if (ii_node is not None or w is not None) and not is_simple(t) and site.bind is not None:
-        t = site.bind(t, "target")  # (targets.view(-1): computed once, before the statement)
+    if (ii_node is not None or w is not None) and not is_simple(t):
+        t = site.once(t, "target", "the target (ignore_index/weight mask and weigh it)")
     if ii_node is None:
         site.note(_DEFAULT_IGNORE_NOTE)
         valid = None
     else:
         valid = expr("{t} != {i}", t=t, i=_index(site, ii_node))
     if ii_node is not None or w is not None:
-        t = _simple(t, "the target", "ignore_index/weight mask and weigh it")
+        t = _simple(site, t, "the target", "ignore_index/weight mask and weigh it", "target")
     if w is not None and reduction == "mean":
-        w = _simple(w, "the class weight", "the mean divides by the weight of the targets")
+        w = _simple(site, w, "the class weight",
+                    "the mean divides by the weight of the targets", "class_weight")
     return t, w, valid
 
 
@@ -243,7 +246,7 @@ def _elementwise(site: Site, per: cst.BaseExpression, reduction: str,
     if w is None:
         return _reduce(per, reduction)
     if reduction == "mean" and weighted_mean == "weight":
-        w = _simple(w, "the weight", "the mean divides by its sum")
+        w = _simple(site, w, "the weight", "the mean divides by its sum", "weight")
         return expr("({w} * {p}).sum() / {w}.sum()", w=w, p=per)
     return _reduce(expr("{w} * {p}", w=w, p=per), reduction)
 
@@ -303,8 +306,8 @@ def _binary_cross_entropy(site: Site, x, t) -> cst.BaseExpression:
     site.note("the file defines its own binary_cross_entropy, the name of the helper with "
               "torch's gradient: written out instead, whose gradient is nan where the "
               "input is exactly 0 or 1", "warning")
-    p = _simple(x, "the input", "log(p) and log(1 - p)")
-    y = _simple(t, "the target", "y and 1 - y")
+    p = _simple(site, x, "the input", "log(p) and log(1 - p)", "probs")
+    y = _simple(site, t, "the target", "y and 1 - y", "target")
     per = expr("{y} * jnp.maximum(jnp.log({p}), -100) + (1 - {y}) * "
                "jnp.maximum(jnp.log1p(-{p}), -100)", y=y, p=p)
     per = expr("-({p})", p=per) if w is None else expr("-{w} * ({p})", w=w, p=per)
@@ -317,8 +320,9 @@ def _binary_cross_entropy_with_logits(site: Site, x, t) -> cst.BaseExpression:
     if pw is None:
         per = expr("optax.sigmoid_binary_cross_entropy({x}, {t})", x=x, t=t)
     else:
-        x = _simple(x, "the input", "log_sigmoid(x) and log_sigmoid(-x) with pos_weight")
-        t = _simple(t, "the target", "y and 1 - y with pos_weight")
+        x = _simple(site, x, "the input",
+                    "log_sigmoid(x) and log_sigmoid(-x) with pos_weight", "logits")
+        t = _simple(site, t, "the target", "y and 1 - y with pos_weight", "target")
         per = expr("-({pw} * {y} * jax.nn.log_sigmoid({x}) + (1 - {y}) * "
                    "jax.nn.log_sigmoid(-{x}))", pw=pw, y=t, x=x)
     w = _tensor_opt(site, "weight")

@@ -69,10 +69,7 @@ def pixel_shuffle_module(site: Site) -> cst.BaseExpression:
 def pixel_shuffle(site: Site) -> cst.BaseExpression:
     unshuffle = site.rule.torch.endswith("unshuffle")
     r = _factor(site, "downscale_factor" if unshuffle else "upscale_factor")
-    x = site.x()
-    if not is_simple(x):
-        raise Untranslatable(f"{site.rule.torch} of a compound expression: assign it to a name "
-                             "first")
+    x = site.once(site.x(), "shuffled", f"{site.rule.torch}'s input")
     return expr(_shuffle_text(code(x), r, unshuffle))
 
 
@@ -216,10 +213,7 @@ def _conv_padding(site: Site, n: int) -> str | None:
         return _seq([f"({v}, {v})" for v in items])
     if value is not ...:
         raise Untranslatable(f"{site.rule.torch} padding={code(node)}")
-    if not is_simple(node):
-        raise Untranslatable(f"{site.rule.torch} with a computed padding ({code(node)}): an "
-                             "int, a tuple or a padding string; assign it to a name first")
-    text = code(node)
+    text = code(site.once(node, "pad", f"{site.rule.torch}'s computed padding"))
     if "padding" in site.sequences:  # a tuple (self.padding of an nn.Conv2d subclass)
         return f"tuple((p, p) for p in {text})"
     # an int: a tuple or a padding string there fails loudly in lax, never silently
@@ -290,9 +284,7 @@ def conv_transpose_function(site: Site) -> cst.BaseExpression:
     if site.lit("groups") != 1:
         raise Untranslatable(f"{site.rule.torch} with groups: jax.lax.conv_transpose has no "
                              "feature groups")
-    if not is_simple(w):
-        raise Untranslatable(f"{site.rule.torch} of a computed weight: the padding reads its "
-                             "shape; assign it to a name first")
+    w = site.once(w, "kernel", f"{site.rule.torch}'s weight (the padding reads its shape)")
     p, op, d = (_literal_sizes(site, k, n) for k in ("padding", "output_padding", "dilation"))
     wt = code(w)
     pads = []
@@ -470,9 +462,7 @@ def upsample(site: Site) -> cst.BaseExpression:
 
 @special("interpolate")
 def interpolate(site: Site) -> cst.BaseExpression:
-    x = site.x()
-    if not is_simple(x):
-        raise Untranslatable("F.interpolate of a compound expression: assign it to a name first")
+    x = site.once(site.x(), "resized", "F.interpolate's input")
     return expr(_resize(site, code(x)))
 
 

@@ -458,8 +458,13 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         # batch fetched ahead: X, Y = get_batch('train'), runs after the step too)
         rebinds = set(names_of(s).assigned) & {
             u for st in loss_body if order[id(st)] < order[id(s)] for u in names_of(st).used}
-        (post_dep if set(names_of(s).used) & set(defined) or _restores_dtype(s) or rebinds
-         else pre).append(s)
+        # what it reads of the loss function's names, computed before it in this iteration
+        # (one read before any such statement, loss.item() at the top of the loop body,
+        # is the previous iteration's value: the statement stays before the step)
+        fresh = {d for st in loss_body if order[id(st)] < order[id(s)]
+                 for d in names_of(st).assigned}
+        (post_dep if set(names_of(s).used) & set(defined) & fresh or _restores_dtype(s)
+         or rebinds else pre).append(s)
     # batch expressions (X[i:i + 4], train_x[idx]) are computed by the caller and passed in:
     # their indices may be Python ints that a jit-compiled function cannot slice with
     taken0 = set(used_later) | set(loop_names) | {u for st in loss_body
