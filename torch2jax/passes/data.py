@@ -356,13 +356,17 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
 
 def _kept_opaque_arguments(init: cst.FunctionDef) -> list[cst.Param]:
     """The parameters ``arg`` of ``self.x = arg`` in ``__init__`` that have no literal default
-    or scalar annotation: their type (a config dataclass, a list) is not known here."""
+    or scalar annotation: their type (a config dataclass, a list) is not known here. A
+    ``None`` default says nothing of the type when an annotation names another one
+    (``config: GPTConfig = None``: a dataclass, unhashable)."""
     scalar = {"int", "float", "str", "bool"}
     opaque = {}
     for p in [*init.params.params, *init.params.kwonly_params]:
         ann = code(p.annotation.annotation) if p.annotation else ""
         literal_default = isinstance(p.default, (cst.Integer, cst.Float, cst.SimpleString)) or (
-            isinstance(p.default, cst.Name) and p.default.value in ("True", "False", "None"))
+            isinstance(p.default, cst.Name) and p.default.value in ("True", "False")) or (
+            m.matches(p.default, m.Name("None")) and not (ann and ann.strip("'\"").replace(
+                "Optional[", "").rstrip("]").split(" | ")[0] not in scalar))
         if p.name.value != "self" and ann not in scalar and not literal_default:
             opaque[p.name.value] = p
     kept = []
