@@ -36,12 +36,9 @@ SAMPLE_LEN, NUM_SAMPLES = 3 + 12, 2
 
 # target -> file -> [(line of the marker, rule)] of the converted program
 EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
-    "nnx": {
-        # ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(...): the
-        # torch branch is kept (torch is imported for it); the CPU run takes nullcontext
-        "train.py": [(111, "torch-leftover")],
-        "sample.py": [(27, "torch-leftover")],
-    },
+    # ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(...): ``with ctx:``
+    # is an autocast region enabled when the device is not the CPU (passes/rewrite_loops.py)
+    "nnx": {},
     "linen": {
         "model.py": [(17, "linen"), (23, "parameter"), (163, "module-api"), (166, "target"),
                      (172, "module-api"), (238, "random")],

@@ -765,8 +765,10 @@ def subset(node: cst.Call, data: DataIndex) -> cst.BaseExpression:
                 f"lambda i: {code(dataset)}[{code(indices)}[i]])")
 
 
-def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:
-    """The jnp dtype an autocast region computes in, and notes."""
+def autocast_dtype(node: cst.Call, q: str, variable: bool = False) -> tuple[str, list[str]]:
+    """The jnp dtype an autocast region computes in, and notes. ``variable``: a dtype held
+    by a variable (``dtype=ptdtype``, chosen from a config string) is that variable's value,
+    float16 computed in bfloat16 as below."""
     b = bind(node.args, ("device_type", "dtype", "enabled") if q in (
         "torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
         else ("enabled", "dtype"))
@@ -774,6 +776,10 @@ def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:
         return "", []
     dtype = b.get("dtype")
     text = code(dtype) if dtype is not None else ""
+    if variable and isinstance(dtype, cst.Name):
+        return f"(jnp.bfloat16 if {text} == jnp.float16 else {text})", [
+            (f"autocast(dtype={text}): computes in {text}, float16 in bfloat16 (float16 "
+             "would need dynamic loss scaling, which is not emitted)")]
     device = b.literal("device_type")
     if "bfloat16" in text or (dtype is None and (device == "cpu" or q == "torch.cpu.amp.autocast")):
         return "jnp.bfloat16", []
@@ -782,6 +788,18 @@ def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:
                                 "range, so no loss scaling is needed (float16 would need "
                                 "dynamic loss scaling, which is not emitted)")]
     raise Untranslatable(f"autocast(dtype={text})", rule="torch.autocast")
+
+
+def autocast_enabled(node: cst.Call, q: str) -> cst.BaseExpression | None:
+    """``enabled=`` of an autocast call when it is an expression decided at run time
+    (``enabled=(dtype == "bfloat16")``); None when absent or a literal."""
+    b = bind(node.args, ("device_type", "dtype", "enabled") if q in (
+        "torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+        else ("enabled", "dtype"))
+    enabled = b.get("enabled")
+    if enabled is None or b.literal("enabled", ...) is not ...:
+        return None
+    return enabled
 
 
 def _is_model_call(node: cst.BaseExpression, models: set[str]) -> bool:
@@ -807,9 +825,38 @@ def cast_model_outputs(body: list[cst.BaseStatement], models: set[str]
                 and _is_model_call(stmt.body[0].value, models)):
             a = stmt.body[0]
             called.append(a.value.func.value)
-            stmt = stmt.with_changes(body=[a.with_changes(value=_cast_output(a.value))])
+            cast = _cast_output(a.value) if isinstance(a.targets[0].target, cst.Name) or len(
+                a.targets) != 1 else _cast_outputs(a.value)  # logits, loss = model(X, Y)
+            stmt = stmt.with_changes(body=[a.with_changes(value=cast)])
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            # loss = F.cross_entropy(model(x), y): the output read where it is computed
+            nested = _CastNested(models)
+            stmt = stmt.visit(nested)
+            called.extend(nested.called)
         new_body.append(stmt)
     return called, new_body
+
+
+def _cast_outputs(node: cst.BaseExpression) -> cst.BaseExpression:
+    return expr("jax.tree.map(lambda a: a.astype(jnp.float32), {v})", v=node)
+
+
+class _CastNested(cst.CSTTransformer):
+    """Model calls that are arguments of another call, cast to float32."""
+
+    def __init__(self, models: set[str]) -> None:
+        super().__init__()
+        self.models = models
+        self.called: list[str] = []
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+    def leave_Arg(self, original_node, updated_node):
+        if _is_model_call(updated_node.value, self.models):
+            self.called.append(updated_node.value.func.value)
+            return updated_node.with_changes(value=_cast_output(updated_node.value))
+        return updated_node
 
 
 def set_dtype(model: str, dtype: str) -> cst.SimpleStatementLine:
