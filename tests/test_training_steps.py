@@ -97,6 +97,23 @@ for it in range(2):
         val = F.cross_entropy(model(X), Y)
     print(f"{val.item():.8f}")
 """,
+    # the helper's own names for the model and the optimizer, and a loss function passed in
+    "step_helper_renamed": """
+def fit_one(net, optim, xb, yb, criterion):
+    optim.zero_grad()
+    out = net(xb)
+    loss = criterion(out, yb)
+    loss.backward()
+    optim.step()
+    return loss.item()
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+crit = nn.CrossEntropyLoss()
+for epoch in range(3):
+    print(f"{fit_one(model, optimizer, X, Y, crit):.8f}")
+""",
     # a while loop with a counter
     "while_counter": """
 model = Net()

@@ -21,45 +21,64 @@ the transformer's per-file state through ``self``."""
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
+from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
 from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
 
 _REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
 
 
-def _blocks(node: cst.CSTNode):
+def _blocks(node: cst.CSTNode, fn: cst.FunctionDef | None = None):
     """The statement blocks that are not (inside) a loop body: the module's, and those of
-    functions, methods, ``with`` / ``if`` / ``try`` statements."""
+    functions, methods, ``with`` / ``if`` / ``try`` statements; each with the function it is
+    in (None: the module level)."""
     if isinstance(node, (cst.For, cst.While)):
         return
+    if isinstance(node, cst.FunctionDef):
+        fn = node
     body = getattr(node, "body", None)
     if isinstance(node, cst.Module):
-        yield node, node.body
+        yield node, node.body, fn
     elif isinstance(body, cst.IndentedBlock):
-        yield body, body.body
+        yield body, body.body, fn
     children = node.body if isinstance(node, cst.Module) else (
         body.body if isinstance(body, cst.IndentedBlock) else ())
     for child in children:
         if isinstance(child, cst.BaseCompoundStatement):
-            yield from _blocks(child)
+            yield from _blocks(child, fn)
             orelse = getattr(child, "orelse", None)
             while orelse is not None:
-                yield from _blocks(orelse)
+                yield from _blocks(orelse, fn)
                 orelse = getattr(orelse, "orelse", None)
+
+
+def _stepped(stmt: cst.CSTNode, receivers: set[str]) -> str | None:
+    """``opt.step()`` without arguments (not ``scaler.step(opt)``, nor a closure)."""
+    opt = tr._is_method_stmt(stmt, receivers, "step")
+    return opt if opt is not None and not stmt.body[0].value.args else None
+
+
+def _params(fn: cst.FunctionDef | None) -> set[str]:
+    if fn is None:
+        return set()
+    return {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
 
 
 def find_block_steps(module: cst.Module, optimizers: set[str]) -> tuple[set[int], set[int]]:
     """(ids of the blocks that hold a step, ids of their ``backward()`` expressions): a block
-    with ``X.backward()`` followed by ``opt.step()`` of a known optimizer."""
+    with ``X.backward()`` followed by ``opt.step()`` of a known optimizer, or of an optimizer
+    a function receives (``def fit(net, optim, xb, yb)``)."""
     blocks: set[int] = set()
     backwards: set[int] = set()
-    for owner, stmts in _blocks(module):
+    for owner, stmts, fn in _blocks(module):
         pending = None
+        receivers = optimizers | _params(fn) - {"self", "cls"}
         for s in stmts:
             if tr._is_method_stmt(s, None, "backward"):
                 pending = s
-            elif pending is not None and tr._is_method_stmt(s, optimizers, "step"):
+            elif pending is not None and _stepped(s, receivers):
                 blocks.add(id(owner))
                 backwards.add(id(pending.body[0]))
                 pending = None
@@ -70,6 +89,9 @@ class StepsMixin:
     def _find_block_steps(self, module: cst.Module) -> None:
         t = self.training
         self._step_opts = {n for n in t.optimizer_names if t.model_of(n)}
+        if not t.optimizers:
+            self._step_blocks, self._step_backwards = set(), set()
+            return
         self._step_blocks, self._step_backwards = find_block_steps(module, self._step_opts)
         self._step_names: set[str] = set()
         self._step_backwards_at: dict[int, cst.CSTNode] = {}
@@ -78,6 +100,9 @@ class StepsMixin:
         if id(original_node) not in getattr(self, "_step_blocks", ()):
             return updated_node
         body = self._block_steps(list(updated_node.body), original_node)
+        if body and body[0] is not updated_node.body[0] and all(
+                ln.comment is None for ln in body[0].leading_lines):
+            body[0] = body[0].with_changes(leading_lines=[])  # a step first in its function
         return updated_node.with_changes(body=body)
 
     def _module_block_steps(self, original_node, updated_node):
@@ -101,7 +126,8 @@ class StepsMixin:
                 out.extend(stmts[start:i + 1])
                 start = i = i + 1
                 continue
-            opt = tr._is_method_stmt(s, self._step_opts, "step")
+            opt = _stepped(s, self._step_opts | (_params(self._scope_function())
+                                                 - {"self", "cls"}))
             if opt is None:
                 i += 1
                 continue
@@ -115,8 +141,21 @@ class StepsMixin:
         out.extend(stmts[start:])
         return out
 
+    def _model_of(self, region: list, opt: str) -> str | None:
+        """The model ``opt`` updates: a known optimizer's; for an optimizer the function
+        receives, the one parameter of the function that the region calls."""
+        fn = self._scope_function()
+        params = _params(fn) - {"self", "cls", opt}
+        if opt in _params(fn):
+            called = {c.func.value for s in region for c in findall(
+                s, m.Call(func=m.Name())) if c.func.value in params}
+            if len(called) > 1:  # model(x) and criterion(out, y): the model's name
+                called &= self._model_names()
+            return called.pop() if len(called) == 1 else None
+        return self.training.model_of(opt)
+
     def _region_step(self, region: list, opt: str) -> list | None:
-        model = self.training.model_of(opt)
+        model = self._model_of(region, opt)
         back = [s for s in region if tr._is_method_stmt(s, None, "backward")]
         if model is None or len(back) != 1:
             return self._marked(region, back, "the statements since the parameters last "
@@ -134,8 +173,12 @@ class StepsMixin:
             params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
         # passed to the step: the function's parameters (a helper called per step) and what
         # the region computes; the rest is read from the scope the step is defined in
-        loop_names = (params | set(tr.names_of(cst.Module(body=region)).assigned)) - {
+        # (a parameter the region calls, criterion(out, y), is a function: closed over)
+        called = {c.func.value for st in region for c in findall(st, m.Call(func=m.Name()))}
+        loop_names = (params - called | set(tr.names_of(cst.Module(body=region)).assigned)) - {
             model, opt}
+        # zero_grad() of the optimizer or the model goes: JAX computes fresh gradients
+        prefix = [st for st in prefix if not tr._is_method_stmt(st, {opt, model}, "zero_grad")]
         taken = self._file_names | self._step_names
         name = tr._fresh("train_step", taken)
         step = tr.build_train_step(region, optimizer=opt, model=model, loop_names=loop_names,
