@@ -811,12 +811,14 @@ def _cast_output(node: cst.BaseExpression) -> cst.BaseExpression:
                     args=[cst.Arg(expr("jnp.float32"))])
 
 
-def cast_model_outputs(body: list[cst.BaseStatement], models: set[str]
+def cast_model_outputs(body: list[cst.BaseStatement], models: set[str], nested: bool = False
                        ) -> tuple[list[str], list[cst.BaseStatement]]:
     """The statements of an autocast region with each ``out = model(...)`` cast to float32
     (``out = model(...).astype(jnp.float32)``): torch runs the loss (and softmax, norms,
     reductions) of a low-precision output in float32. Returns the models called that way, in
-    order, and the new statements."""
+    order, and the new statements. ``nested``: also a tuple of outputs
+    (``logits, loss = model(X, Y)``, cast leaf by leaf) and a model call that is an argument
+    of another call (``F.cross_entropy(model(x), y)``)."""
     called: list[str] = []
     new_body = []
     for stmt in body:
@@ -825,14 +827,14 @@ def cast_model_outputs(body: list[cst.BaseStatement], models: set[str]
                 and _is_model_call(stmt.body[0].value, models)):
             a = stmt.body[0]
             called.append(a.value.func.value)
-            cast = _cast_output(a.value) if isinstance(a.targets[0].target, cst.Name) or len(
-                a.targets) != 1 else _cast_outputs(a.value)  # logits, loss = model(X, Y)
+            cast = _cast_outputs(a.value) if nested and len(a.targets) == 1 and not isinstance(
+                a.targets[0].target, cst.Name) else _cast_output(a.value)
             stmt = stmt.with_changes(body=[a.with_changes(value=cast)])
-        elif isinstance(stmt, cst.SimpleStatementLine):
+        elif nested and isinstance(stmt, cst.SimpleStatementLine):
             # loss = F.cross_entropy(model(x), y): the output read where it is computed
-            nested = _CastNested(models)
-            stmt = stmt.visit(nested)
-            called.extend(nested.called)
+            caster = _CastNested(models)
+            stmt = stmt.visit(caster)
+            called.extend(caster.called)
         new_body.append(stmt)
     return called, new_body
 

@@ -198,7 +198,7 @@ class LoopsMixin:
         body = list(updated_node.body.body)
         if not dtype:  # enabled=False
             return cst.FlattenSentinel(body)
-        called, new_body = dt.cast_model_outputs(body, self._model_names())
+        called, new_body = dt.cast_model_outputs(body, self._model_names(), nested=True)
         if not called:
             # model.generate(...): the model's methods compute in the region's dtype; their
             # outputs (sampled token ids) are left as they come
