@@ -427,6 +427,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self._fn_calls.setdefault(key, set()).add(node.func.value)
                 if node.func.value in self.known_modules:
                     builds = True
+                if node.func.value == "cls" and self._class_stack and _is_classmethod(
+                        self._fn_stack[-1]):
+                    # GPT.from_pretrained(...): cls(config) builds the class itself
+                    self._fn_calls[key].add(self._class_stack[-1].name)
             elif self._class_stack and m.matches(node.func, m.Attribute(value=m.Name("self"))):
                 method = f"{self._class_stack[-1].name}.{node.func.attr.value}"
                 self._fn_calls.setdefault(key, set()).add(method)
@@ -828,6 +832,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         idx.rngs_functions = builders
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx
+
+
+def _is_classmethod(fn: cst.FunctionDef) -> bool:
+    return any(m.matches(d.decorator, m.Name("classmethod")) for d in fn.decorators)
 
 
 def _list_layout(layouts: list[str]) -> str:

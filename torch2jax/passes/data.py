@@ -356,13 +356,17 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
 
 def _kept_opaque_arguments(init: cst.FunctionDef) -> list[cst.Param]:
     """The parameters ``arg`` of ``self.x = arg`` in ``__init__`` that have no literal default
-    or scalar annotation: their type (a config dataclass, a list) is not known here."""
+    or scalar annotation: their type (a config dataclass, a list) is not known here. A
+    ``None`` default says nothing of the type when an annotation names another one
+    (``config: GPTConfig = None``: a dataclass, unhashable)."""
     scalar = {"int", "float", "str", "bool"}
     opaque = {}
     for p in [*init.params.params, *init.params.kwonly_params]:
         ann = code(p.annotation.annotation) if p.annotation else ""
         literal_default = isinstance(p.default, (cst.Integer, cst.Float, cst.SimpleString)) or (
-            isinstance(p.default, cst.Name) and p.default.value in ("True", "False", "None"))
+            isinstance(p.default, cst.Name) and p.default.value in ("True", "False")) or (
+            m.matches(p.default, m.Name("None")) and not (ann and ann.strip("'\"").replace(
+                "Optional[", "").rstrip("]").split(" | ")[0] not in scalar))
         if p.name.value != "self" and ann not in scalar and not literal_default:
             opaque[p.name.value] = p
     kept = []
@@ -761,8 +765,10 @@ def subset(node: cst.Call, data: DataIndex) -> cst.BaseExpression:
                 f"lambda i: {code(dataset)}[{code(indices)}[i]])")
 
 
-def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:
-    """The jnp dtype an autocast region computes in, and notes."""
+def autocast_dtype(node: cst.Call, q: str, variable: bool = False) -> tuple[str, list[str]]:
+    """The jnp dtype an autocast region computes in, and notes. ``variable``: a dtype held
+    by a variable (``dtype=ptdtype``, chosen from a config string) is that variable's value,
+    float16 computed in bfloat16 as below."""
     b = bind(node.args, ("device_type", "dtype", "enabled") if q in (
         "torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
         else ("enabled", "dtype"))
@@ -775,6 +781,10 @@ def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:
                              rule="torch.autocast")
     dtype = b.get("dtype")
     text = code(dtype) if dtype is not None else ""
+    if variable and isinstance(dtype, cst.Name):
+        return f"(jnp.bfloat16 if {text} == jnp.float16 else {text})", [
+            (f"autocast(dtype={text}): computes in {text}, float16 in bfloat16 (float16 "
+             "would need dynamic loss scaling, which is not emitted)")]
     device = b.literal("device_type")
     if "bfloat16" in text or (dtype is None and (device == "cpu" or q == "torch.cpu.amp.autocast")):
         return "jnp.bfloat16", []
@@ -783,6 +793,18 @@ def autocast_dtype(node: cst.Call, q: str) -> tuple[str, list[str]]:
                                 "range, so no loss scaling is needed (float16 would need "
                                 "dynamic loss scaling, which is not emitted)")]
     raise Untranslatable(f"autocast(dtype={text})", rule="torch.autocast")
+
+
+def autocast_enabled(node: cst.Call, q: str) -> cst.BaseExpression | None:
+    """``enabled=`` of an autocast call when it is an expression decided at run time
+    (``enabled=(dtype == "bfloat16")``); None when absent or a literal."""
+    b = bind(node.args, ("device_type", "dtype", "enabled") if q in (
+        "torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+        else ("enabled", "dtype"))
+    enabled = b.get("enabled")
+    if enabled is None or b.literal("enabled", ...) is not ...:
+        return None
+    return enabled
 
 
 def _is_model_call(node: cst.BaseExpression, models: set[str]) -> bool:
@@ -794,12 +816,14 @@ def _cast_output(node: cst.BaseExpression) -> cst.BaseExpression:
                     args=[cst.Arg(expr("jnp.float32"))])
 
 
-def cast_model_outputs(body: list[cst.BaseStatement], models: set[str]
+def cast_model_outputs(body: list[cst.BaseStatement], models: set[str], nested: bool = False
                        ) -> tuple[list[str], list[cst.BaseStatement]]:
     """The statements of an autocast region with each ``out = model(...)`` cast to float32
     (``out = model(...).astype(jnp.float32)``): torch runs the loss (and softmax, norms,
     reductions) of a low-precision output in float32. Returns the models called that way, in
-    order, and the new statements."""
+    order, and the new statements. ``nested``: also a tuple of outputs
+    (``logits, loss = model(X, Y)``, cast leaf by leaf) and a model call that is an argument
+    of another call (``F.cross_entropy(model(x), y)``)."""
     called: list[str] = []
     new_body = []
     for stmt in body:
@@ -808,9 +832,38 @@ def cast_model_outputs(body: list[cst.BaseStatement], models: set[str]
                 and _is_model_call(stmt.body[0].value, models)):
             a = stmt.body[0]
             called.append(a.value.func.value)
-            stmt = stmt.with_changes(body=[a.with_changes(value=_cast_output(a.value))])
+            cast = _cast_outputs(a.value) if nested and len(a.targets) == 1 and not isinstance(
+                a.targets[0].target, cst.Name) else _cast_output(a.value)
+            stmt = stmt.with_changes(body=[a.with_changes(value=cast)])
+        elif nested and isinstance(stmt, cst.SimpleStatementLine):
+            # loss = F.cross_entropy(model(x), y): the output read where it is computed
+            caster = _CastNested(models)
+            stmt = stmt.visit(caster)
+            called.extend(caster.called)
         new_body.append(stmt)
     return called, new_body
+
+
+def _cast_outputs(node: cst.BaseExpression) -> cst.BaseExpression:
+    return expr("jax.tree.map(lambda a: a.astype(jnp.float32), {v})", v=node)
+
+
+class _CastNested(cst.CSTTransformer):
+    """Model calls that are arguments of another call, cast to float32."""
+
+    def __init__(self, models: set[str]) -> None:
+        super().__init__()
+        self.models = models
+        self.called: list[str] = []
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+    def leave_Arg(self, original_node, updated_node):
+        if _is_model_call(updated_node.value, self.models):
+            self.called.append(updated_node.value.func.value)
+            return updated_node.with_changes(value=_cast_output(updated_node.value))
+        return updated_node
 
 
 def set_dtype(model: str, dtype: str) -> cst.SimpleStatementLine:

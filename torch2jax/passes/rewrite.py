@@ -15,6 +15,7 @@ dispatch to the concerns:
 - rewrite_checkpoints.py: checkpoints;
 - rewrite_schedules.py: optimizers, schedules, training bookkeeping statements;
 - rewrite_loops.py: the training loop (NNX), gradient accumulation, GAN step, autocast;
+- rewrite_steps.py: a train step outside a loop body (a single step, a step helper);
 - rewrite_linen.py: the linen training glue (``--target linen``);
 - rewrite_support.py: constants and syntax helpers that they share.
 
@@ -59,6 +60,7 @@ from torch2jax.passes.rewrite_layout import LayoutMixin
 from torch2jax.passes.rewrite_linen import LinenTrainingMixin
 from torch2jax.passes.rewrite_loops import LoopsMixin
 from torch2jax.passes.rewrite_schedules import SchedulesMixin
+from torch2jax.passes.rewrite_steps import StepsMixin
 from torch2jax.passes.rewrite_support import (
     _EINOPS_FUNCTIONS,
     _IMPORT_NAME,
@@ -81,7 +83,7 @@ from torch2jax.targets import linen_training as lt
 _ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter"))
 
 
-class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, LinenTrainingMixin,
+class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, StepsMixin, LinenTrainingMixin,
                  NoAttributeHooks, cst.CSTTransformer):
     METADATA_DEPENDENCIES = (ScopeProvider, PositionProvider, ParentNodeProvider)
 
@@ -193,6 +195,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self.rewritten_lines: list[tuple[int, int]] = []
         self._indent = "    "
         self._acc = acc.Accumulation()  # micro-step gradient accumulation (nnx)
+        # ctx = nullcontext() if ... else torch.amp.autocast(...): name -> (the autocast
+        # call, its qualified name, when it is enabled), and the ids of those IfExps (nnx)
+        self._ctx_autocasts: dict[str, tuple[cst.Call, str, cst.BaseExpression]] = {}
+        self._ctx_ifexps: set[int] = set()
         self._top_steps: list[cst.FunctionDef] = []  # steps defined after the imports
         self._lr_loops: dict[int, tuple[str, cst.BaseExpression]] = {}  # param_groups lr
         self._file_names: set[str] = set()  # every name the file writes (fresh names)
@@ -216,6 +222,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             self._acc = acc.find_micro_steps(
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)
+            self._find_block_steps(node)
+            self._find_autocast_contexts(node)
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
         self._device_functions = device_default_functions(node)
         self._module_names = _module_names(node)
@@ -767,6 +775,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         return isinstance(self.get_metadata(ParentNodeProvider, node, None), cst.Expr)
 
     def leave_Module(self, original_node, updated_node):
+        updated_node = self._module_block_steps(original_node, updated_node)
         if self._top_steps:
             body = list(updated_node.body)
             i = 0

@@ -517,6 +517,10 @@ class ModuleClassMixin:
                 return False  # class NewGELU(nn.Module) with only a forward: built bare
             if n in self.index.module_classes or n in self.index.rngs_functions:
                 return True
+            if n == "cls" and self.current_class and self._fn_stack and (
+                    f"{self.current_class}.{self._fn_stack[-1].name.value}"
+                    in self.index.rngs_functions):
+                return True  # a classmethod constructor: cls(config)
             if n in self._file_functions and not (
                     self._param_names and n in self._param_names[-1]):
                 return False  # a function of the file that builds no layer (its def takes
@@ -550,6 +554,10 @@ class ModuleClassMixin:
             return func.value.value in self._module_class_tables(original)
         if m.matches(func, m.Attribute(value=m.Name("self"))) and self.current_class:
             return f"{self.current_class}.{func.attr.value}" in self.index.rngs_functions
+        if m.matches(func, m.Attribute(value=m.Name())) and (
+                func.value.value in self.index.module_classes) and (
+                f"{func.value.value}.{func.attr.value}" in self.index.rngs_functions):
+            return True  # Net.from_config(...): a classmethod constructor that takes rngs
         # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
         return bool(isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
                     and func.attr.value.endswith(("block", "Block")) and self._rngs_scope

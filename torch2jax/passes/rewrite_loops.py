@@ -10,12 +10,14 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.walk import findall
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
     code,
+    expr,
 )
 from torch2jax.passes.rewrite_support import (
     ACC_GRADS,
@@ -98,6 +100,12 @@ class LoopsMixin:
                 if self.target.train_state:
                     return self._lt_autocast_region(original_node, updated_node, item, q)
                 return self._autocast(original_node, updated_node, item, q)
+            ctx = self._ctx_autocasts.get(item.value) if isinstance(item, cst.Name) and len(
+                items) == 1 and self.target.stateful_modules else None
+            if ctx is not None:
+                # with ctx: where ctx = nullcontext() if ... else torch.amp.autocast(...)
+                call, cq, enabled = ctx
+                return self._autocast(original_node, updated_node, call, cq, enabled)
             keep.append(ui)
         if len(keep) == len(items):
             return updated_node
@@ -129,27 +137,86 @@ class LoopsMixin:
             return cst.FlattenSentinel(body)
         return updated_node.with_changes(items=_fix_commas(keep))
 
-    def _autocast(self, original_node, updated_node, item: cst.Call, q: str):
-        """with torch.autocast(...): the model computes in bfloat16 for these statements."""
+    def _find_autocast_contexts(self, module: cst.Module) -> None:
+        """``ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(...)``,
+        assigned once at the top level: ``with ctx:`` is an autocast region enabled when the
+        condition selects the autocast (a run-time dtype); ``ctx`` itself is a nullcontext."""
+        found: dict[str, tuple[cst.Call, str, cst.BaseExpression]] = {}
+        counts: dict[str, int] = {}
+        for a in findall(module, m.AssignTarget(target=m.Name())):
+            counts[a.target.value] = counts.get(a.target.value, 0) + 1
+        for stmt in module.body:
+            if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(
+                    targets=[m.AssignTarget(target=m.Name())], value=m.IfExp())])):
+                continue
+            a = stmt.body[0]
+            name, ifexp = a.targets[0].target.value, a.value
+            if counts.get(name) != 1:
+                continue
+            branches = (ifexp.body, ifexp.orelse)
+            null = [isinstance(b, cst.Call) and not b.args and self.q(b.func) ==
+                    "contextlib.nullcontext" for b in branches]
+            auto = [isinstance(b, cst.Call) and self.q(b.func) in dt.AUTOCASTS
+                    for b in branches]
+            if null == [True, False] and auto == [False, True]:
+                enabled = expr("not {t}", t=ifexp.test)
+                call = ifexp.orelse
+            elif null == [False, True] and auto == [True, False]:
+                enabled = ifexp.test
+                call = ifexp.body
+            else:
+                continue
+            found[name] = (call, self.q(call.func), enabled)
+            self._ctx_ifexps.add(id(ifexp))
+        self._ctx_autocasts = found
+
+    def leave_IfExp(self, original_node, updated_node):
+        if id(original_node) in self._ctx_ifexps:
+            # the autocast is applied where ``with ctx:`` stands (leave_With)
+            return updated_node.body if isinstance(original_node.body, cst.Call) and (
+                not original_node.body.args) and self.q(original_node.body.func) == (
+                    "contextlib.nullcontext") else updated_node.orelse
+        return updated_node
+
+    def _autocast(self, original_node, updated_node, item: cst.Call, q: str,
+                  enabled: cst.BaseExpression | None = None):
+        """with torch.autocast(...): the model computes in bfloat16 for these statements.
+        ``enabled``: decided at run time (``enabled=(dtype == "bfloat16")``, or the condition
+        under which ``ctx`` is the autocast rather than ``nullcontext()``): the dtype is set
+        to ``bfloat16 if enabled else None``."""
         try:
-            dtype, notes = dt.autocast_dtype(item, q)
+            dtype, notes = dt.autocast_dtype(item, q, variable=True)
         except Untranslatable as exc:
             self.diag(original_node, exc.rule or q, "error", exc.message)
             return updated_node
+        own = dt.autocast_enabled(item, q)
+        if own is not None:
+            enabled = own if enabled is None else expr(
+                "({a}) and ({b})", a=enabled, b=own)
         for note in notes:
             self.diag(original_node, q, "warning", note)
         body = list(updated_node.body.body)
         if not dtype:  # enabled=False
             return cst.FlattenSentinel(body)
-        called, new_body = dt.cast_model_outputs(body, self._model_names())
+        called, new_body = dt.cast_model_outputs(body, self._model_names(), nested=True)
+        if not called:
+            # model.generate(...): the model's methods compute in the region's dtype; their
+            # outputs (sampled token ids) are left as they come
+            called = [c.func.value.value for b in body for c in findall(b, m.Call(
+                func=m.Attribute(value=m.Name(), attr=m.Name())))
+                if c.func.value.value in self._model_names()]
         if not called:
             self.diag(original_node, q, "error", "autocast region without a model call "
                       "assigned to a name: no dtype policy emitted")
             return updated_node
         self.need("jnp")
+        if any("jax.tree.map" in code(b) for b in new_body):
+            self.need("jax")
         self.diag(original_node, q, "info", f"autocast -> {', '.join(sorted(set(called)))} "
                   f"computes in {dtype.removeprefix('jnp.')} (flax layers' dtype) with "
                   "float32 parameters; outputs cast to float32")
+        if enabled is not None:
+            dtype = f"{dtype} if {code(enabled)} else None"
         before = [dt.set_dtype(name, dtype) for name in dict.fromkeys(called)]
         after = [dt.set_dtype(name, "None") for name in dict.fromkeys(called)]
         if updated_node.leading_lines:

@@ -298,6 +298,8 @@ class SchedulesMixin:
         if meth == "zero_grad" and (recv in t.optimizer_names or any(
                 recv == s.model for s in t.optimizers.values())):
             return cst.RemoveFromParent()  # JAX computes fresh gradients every step
+        if meth == "backward" and self._step_backward(original_node, updated_node):
+            return updated_node  # translated with its block (passes/rewrite_steps.py)
         if meth == "backward" and not self._for_stack and not self._while_stack:
             self.diag(original_node, "training-loop", "error",
                       "backward() outside a loop that steps an optimizer: write the step "

@@ -1,0 +1,234 @@
+"""Train steps where they stand: ``loss.backward()`` and ``optimizer.step()`` in one block that
+is not a loop body (NNX).
+
+torch's training step is implicit state: ``.grad`` accumulates what ``backward()`` computes,
+``zero_grad()`` resets it, ``clip_grad_norm_`` transforms it and ``optimizer.step()`` applies
+it. The loop translations (passes/rewrite_loops.py) recognise that state inside a ``for`` or
+a ``while`` body; this mixin translates it in any other block (a module's statements, a
+function's or a method's body, a ``with`` or ``if`` body): a single step in a notebook, a
+``def train_step(model, opt, x, y)`` helper called from a loop, consecutive steps written
+out. Each *region* of the block, from after the previous ``optimizer.step()`` (the last
+change of the parameters) to the next one, holds one ``backward()``: its loss is the backward
+slice of the region's statements (training.loss_slice), and the region becomes a call of a
+jit-compiled step that takes ``grad(loss)`` and applies it (training.build_train_step).
+
+A region the step builder cannot prove (two backward() calls, a loss that does not depend on
+the model, statements it does not know how to order) keeps its statements and is marked.
+
+A mixin of :class:`torch2jax.passes.rewrite.TorchToJax` (one traversal): its methods read
+the transformer's per-file state through ``self``."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis.walk import findall
+from torch2jax.passes import training as tr
+from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
+
+_REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
+
+
+def _blocks(node: cst.CSTNode, fn: cst.FunctionDef | None = None):
+    """The statement blocks that are not (inside) a loop body: the module's, and those of
+    functions, methods, ``with`` / ``if`` / ``try`` statements; each with the function it is
+    in (None: the module level)."""
+    if isinstance(node, (cst.For, cst.While)):
+        return
+    if isinstance(node, cst.FunctionDef):
+        fn = node
+    body = getattr(node, "body", None)
+    if isinstance(node, cst.Module):
+        yield node, node.body, fn
+    elif isinstance(body, cst.IndentedBlock):
+        yield body, body.body, fn
+    children = node.body if isinstance(node, cst.Module) else (
+        body.body if isinstance(body, cst.IndentedBlock) else ())
+    for child in children:
+        if isinstance(child, cst.BaseCompoundStatement):
+            yield from _blocks(child, fn)
+            orelse = getattr(child, "orelse", None)
+            while orelse is not None:
+                yield from _blocks(orelse, fn)
+                orelse = getattr(orelse, "orelse", None)
+
+
+def _stepped(stmt: cst.CSTNode, receivers: set[str]) -> str | None:
+    """``opt.step()`` without arguments (not ``scaler.step(opt)``, nor a closure)."""
+    opt = tr._is_method_stmt(stmt, receivers, "step")
+    return opt if opt is not None and not stmt.body[0].value.args else None
+
+
+def _params(fn: cst.FunctionDef | None) -> set[str]:
+    if fn is None:
+        return set()
+    return {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+
+
+def find_block_steps(module: cst.Module, optimizers: set[str]) -> tuple[set[int], set[int]]:
+    """(ids of the blocks that hold a step, ids of their ``backward()`` expressions): a block
+    with ``X.backward()`` followed by ``opt.step()`` of a known optimizer, or of an optimizer
+    a function receives (``def fit(net, optim, xb, yb)``)."""
+    blocks: set[int] = set()
+    backwards: set[int] = set()
+    for owner, stmts, fn in _blocks(module):
+        pending = None
+        receivers = optimizers | _params(fn) - {"self", "cls"}
+        for s in stmts:
+            if tr._is_method_stmt(s, None, "backward"):
+                pending = s
+            elif pending is not None and _stepped(s, receivers):
+                blocks.add(id(owner))
+                backwards.add(id(pending.body[0]))
+                pending = None
+    return blocks, backwards
+
+
+class StepsMixin:
+    def _find_block_steps(self, module: cst.Module) -> None:
+        t = self.training
+        self._step_opts = {n for n in t.optimizer_names if t.model_of(n)}
+        if not t.optimizers:
+            self._step_blocks, self._step_backwards = set(), set()
+            return
+        self._step_blocks, self._step_backwards = find_block_steps(module, self._step_opts)
+        self._step_names: set[str] = set()
+        self._step_backwards_at: dict[int, cst.CSTNode] = {}
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        if id(original_node) not in getattr(self, "_step_blocks", ()):
+            return updated_node
+        body = self._block_steps(list(updated_node.body), original_node)
+        if body and body[0] is not updated_node.body[0] and all(
+                ln.comment is None for ln in body[0].leading_lines):
+            body[0] = body[0].with_changes(leading_lines=[])  # a step first in its function
+        return updated_node.with_changes(body=body)
+
+    def _module_block_steps(self, original_node, updated_node):
+        if id(original_node) not in getattr(self, "_step_blocks", ()):
+            return updated_node
+        return updated_node.with_changes(body=self._block_steps(list(updated_node.body),
+                                                                original_node))
+
+    def _scope_function(self) -> cst.FunctionDef | None:
+        return self._fn_stack[-1] if self._fn_stack else None
+
+    def _block_steps(self, stmts: list, original_block) -> list:
+        """The block's statements with each region that ends in ``optimizer.step()``
+        rewritten as a call of a jit-compiled step."""
+        out: list = []
+        start = 0
+        i = 0
+        while i < len(stmts):
+            s = stmts[i]
+            if not isinstance(s, _REGION_STATEMENTS):
+                out.extend(stmts[start:i + 1])
+                start = i = i + 1
+                continue
+            opt = _stepped(s, self._step_opts | (_params(self._scope_function())
+                                                 - {"self", "cls"}))
+            if opt is None:
+                i += 1
+                continue
+            region = stmts[start:i + 1]
+            new = self._region_step(region, opt)
+            if new is None:
+                out.extend(region)
+            else:
+                out.extend(new)
+            start = i = i + 1
+        out.extend(stmts[start:])
+        return out
+
+    def _model_of(self, region: list, opt: str) -> str | None:
+        """The model ``opt`` updates: a known optimizer's; for an optimizer the function
+        receives, the one parameter of the function that the region calls."""
+        fn = self._scope_function()
+        params = _params(fn) - {"self", "cls", opt}
+        if opt in _params(fn):
+            called = {c.func.value for s in region for c in findall(
+                s, m.Call(func=m.Name())) if c.func.value in params}
+            if len(called) > 1:  # model(x) and criterion(out, y): the model's name
+                called &= self._model_names()
+            return called.pop() if len(called) == 1 else None
+        return self.training.model_of(opt)
+
+    def _region_step(self, region: list, opt: str) -> list | None:
+        model = self._model_of(region, opt)
+        back = [s for s in region if tr._is_method_stmt(s, None, "backward")]
+        if model is None or len(back) != 1:
+            return self._marked(region, back, "the statements since the parameters last "
+                                "changed hold no single backward()")
+        # the statements before the loss's first statement stay before the step's call
+        ib = next(i for i, s in enumerate(region) if s is back[0])
+        before = region[:ib]
+        loss_body, _ = tr.split_loss(before, tr.loss_slice(
+            before, tr._is_method_stmt(back[0], None, "backward")), model)
+        first = next((i for i, s in enumerate(before) if loss_body and s is loss_body[0]), ib)
+        prefix, region = region[:first], region[first:]
+        fn = self._scope_function()
+        params = set()
+        if fn is not None:
+            params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+        # passed to the step: the function's parameters (a helper called per step) and what
+        # the region computes; the rest is read from the scope the step is defined in
+        # (a parameter the region calls, criterion(out, y), is a function: closed over)
+        called = {c.func.value for st in region for c in findall(st, m.Call(func=m.Name()))}
+        loop_names = (params - called | set(tr.names_of(cst.Module(body=region)).assigned)) - {
+            model, opt}
+        # zero_grad() of the optimizer or the model goes: JAX computes fresh gradients
+        prefix = [st for st in prefix if not tr._is_method_stmt(st, {opt, model}, "zero_grad")]
+        taken = self._file_names | self._step_names
+        name = tr._fresh("train_step", taken)
+        step = tr.build_train_step(region, optimizer=opt, model=model, loop_names=loop_names,
+                                   step_name=name, tree_mode=not self.data.aliasing)
+        if step is None:
+            return self._marked(region, back, "its loss is not a function of "
+                                f"{model} that torch2jax can separate (its backward slice)")
+        self._step_names.add(name)
+        self.need("nnx")
+        if step.record is not None:
+            self.train_steps.append(step.record)
+        self.diag(self._step_backwards_at.get(id(back[0].body[0]), back[0]), "training-step",
+                  "info",
+                  f"train step: {name} takes grad(loss) of {model} (the backward slice of the "
+                  f"statements since the parameters last changed) and applies it with "
+                  f"{opt}.update, jit-compiled")
+        function = step.function
+        hoist = (fn is not None and len(self._fn_stack) == 1 and not self._class_stack
+                 and not _free_names(function) - (self._module_names | STEP_GLOBALS))
+        if hoist:
+            # a helper called once per step: its step is compiled once, at the top level
+            self._module_hoist.append((fn.name.value, function))
+            return [*prefix, *step.body]
+        i = next(i for i, b in enumerate(step.body) if b is step.call)
+        lines = step.call.leading_lines
+        blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
+        function = function.with_changes(leading_lines=[*lines, *blank] if not lines else
+                                         [*lines])
+        call_stmt = step.call.with_changes(leading_lines=blank)
+        return [*prefix, *step.body[:i], function, call_stmt, *step.body[i + 1:]]
+
+    def _marked(self, region: list, back: list, why: str) -> list:
+        """The region as it is, each ``backward()`` marked at its line."""
+        out = []
+        for s in region:
+            if any(s is b for b in back):
+                message = (f"backward() not translated: {why}; write the step as "
+                           "nnx.value_and_grad + optimizer.update")
+                line, col = self.pos(self._step_backwards_at.get(id(s.body[0]), s))
+                self.report(line, col, "training-loop", "error", message)
+                s = s.with_changes(leading_lines=[*s.leading_lines, cst.EmptyLine(
+                    comment=cst.Comment(f"# TODO(torch2jax): {message} [training-loop]"))])
+            out.append(s)
+        return out
+
+    def _step_backward(self, original_node: cst.Expr, updated_node: cst.Expr) -> bool:
+        """``loss.backward()`` of a block that holds a step: left for the block (its
+        original, for the position of what is reported there)."""
+        if id(original_node) not in getattr(self, "_step_backwards", ()):
+            return False
+        self._step_backwards_at[id(updated_node)] = original_node
+        return True
+
