@@ -20,7 +20,8 @@ GROUPS = (ROOT / "tests" / "data" / "optim" / "gpt_groups_lr.py").read_text()
 # the claims the DDP + autocast fixture makes (the others have their own tests below)
 DDP_CLAIMS = ("ddp-sharding", "grad-scaler", "world-size-one")
 
-# an autocast context chosen at run time (not translated) and an unrecognised training loop
+# an autocast context chosen at run time in a dtype that is not translated (float32), and an
+# unrecognised training loop
 NOT_DONE = """
 import os
 from contextlib import nullcontext
@@ -34,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 ddp = int(os.environ.get('RANK', -1)) != -1
 world_size = dist.get_world_size() if ddp else 1
 device_type = 'cpu'
-ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16)
+ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(device_type=device_type, dtype=torch.float32)
 model = nn.Linear(4, 2)
 scaler = torch.cuda.amp.GradScaler(enabled=False)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

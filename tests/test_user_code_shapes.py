@@ -286,7 +286,6 @@ def test_weight_standardised_conv_through_functional_conv2d(tmp_path, jax_target
 @pytest.mark.parametrize(("call", "why"), [
     ("F.conv2d(x, w, padding='same', stride=2)", "padding='same' with a stride"),
     ("F.conv2d(x, w, padding='full')", "padding='full'"),
-    ("F.conv2d(x, w, padding=k // 2)", "computed padding"),
     ("F.conv2d(x, w, padding=(1, 1, 1))", "not 2 sizes"),
     ("F.conv_transpose2d(x, w, groups=2)", "has no feature groups"),
     ("F.conv_transpose2d(x, w, padding=k)", "non-literal padding"),
@@ -296,3 +295,26 @@ def test_functional_conv_arguments_it_cannot_read_are_marked(call, why) -> None:
                          f"    return {call}\n")
     assert "TODO(torch2jax): torch.nn.functional.conv" in out.code and why in out.code
     assert f"    return {call}\n" in out.code  # the call kept as it is
+
+
+def test_functional_conv_computed_padding_is_bound_once() -> None:
+    """``padding=k // 2`` (once marked "computed padding"): the value is bound to a name and
+    read for both sides of each spatial axis; the convolution equals torch's."""
+    import numpy as np
+    import torch
+
+    source = ("import torch.nn.functional as F\n\n\ndef f(x, w, k):\n"
+              "    return F.conv2d(x, w, padding=k // 2)\n")
+    out = convert_source(source)
+    assert "TODO(torch2jax)" not in out.code, out.code
+    assert out.code.count("k // 2") == 1
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(out.code, ns_j)  # noqa: S102 - its conversion
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 8, 7)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
+    want = ns_t["f"](torch.from_numpy(x), torch.from_numpy(w), 5).numpy()
+    got = np.asarray(ns_j["f"](x, w, 5))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -768,14 +768,16 @@ def subset(node: cst.Call, data: DataIndex) -> cst.BaseExpression:
 def autocast_dtype(node: cst.Call, q: str, variable: bool = False) -> tuple[str, list[str]]:
     """The jnp dtype an autocast region computes in, and notes. ``variable``: a dtype held
     by a variable (``dtype=ptdtype``, chosen from a config string) is that variable's value,
-    float16 computed in bfloat16 as below."""
+    float16 computed in bfloat16 as below; the caller then also decides an ``enabled=``
+    expression at run time (:func:`autocast_enabled`). Without it such an expression is
+    refused: assuming the region on would be silently wrong."""
     b = bind(node.args, ("device_type", "dtype", "enabled") if q in (
         "torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
         else ("enabled", "dtype"))
     enabled = b.literal("enabled", True)
     if enabled is False:
         return "", []
-    if enabled is not True:  # on or off only at run time: assuming on would be silently wrong
+    if enabled is not True and not variable:  # on or off only at run time
         raise Untranslatable(f"autocast(enabled={code(b.get('enabled'))}): whether the region "
                              "is on is known only at run time; write enabled=True or False",
                              rule="torch.autocast")

@@ -569,7 +569,7 @@ class CallsMixin:
             first = (first.line, first.column)
             bound = {id(c) for _, h, _ in hoisted for c in findall(h, m.Call())}
             for c in findall(stmt, m.Call() | m.Await() | m.Yield()):
-                if id(c) in chain or id(c) in bound:
+                if id(c) in chain or id(c) in bound or self._pure_call(c):
                     continue
                 p = start(c)
                 if (p.line, p.column) < first:
@@ -608,6 +608,22 @@ class CallsMixin:
                 pending.before.extend(s for _, _, s in sorted(hoisted, key=lambda h: h[0]))
             return out
         return flush
+
+    def _pure_call(self, c: cst.CSTNode) -> bool:
+        """A call whose evaluation has no effect another expression could see, so an operand
+        may be bound before it: a torch function that is not in-place and draws nothing
+        (``torch.zeros(n)``), or a method of a known tensor that is not in-place
+        (``logits.view(-1, logits.size(-1))``)."""
+        if not isinstance(c, cst.Call):
+            return False
+        q = self.q(c.func) or ""
+        if q.startswith("torch.") and q.count(".") == 1:
+            return not q.endswith("_") and q not in RANDOM and q not in SEEDS
+        if isinstance(c.func, cst.Attribute) and self.values is not None:
+            name = c.func.attr.value
+            return (not name.endswith("_") and name not in _EFFECT_METHODS
+                    and self.values.kind(c.func.value) is vk.Kind.TENSOR)
+        return False
 
     def _enclosing_scope(self, node: cst.CSTNode) -> cst.CSTNode | None:
         while node is not None and not isinstance(node, (cst.FunctionDef, cst.Lambda,
@@ -726,6 +742,11 @@ class CallsMixin:
             self.diag(original, rule.id, severity, msg)
         self._note_imports(out)
         return out
+
+
+# tensor methods with an effect beyond their value (not in-place by name)
+_EFFECT_METHODS = frozenset({"backward", "register_hook", "record_stream", "retain_grad",
+                             "share_memory_", "pin_memory", "tolist", "item"})
 
 
 def _false_flag(call: cst.Call) -> bool:

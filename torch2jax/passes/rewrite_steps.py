@@ -132,7 +132,9 @@ class StepsMixin:
                 i += 1
                 continue
             region = stmts[start:i + 1]
-            new = self._region_step(region, opt)
+            # what the rest of the block reads (return loss, out): the step returns it too
+            later = set(tr.names_of(cst.Module(body=stmts[i + 1:])).used)
+            new = self._region_step(region, opt, later)
             if new is None:
                 out.extend(region)
             else:
@@ -154,7 +156,8 @@ class StepsMixin:
             return called.pop() if len(called) == 1 else None
         return self.training.model_of(opt)
 
-    def _region_step(self, region: list, opt: str) -> list | None:
+    def _region_step(self, region: list, opt: str, later: set[str] = frozenset()
+                     ) -> list | None:
         model = self._model_of(region, opt)
         back = [s for s in region if tr._is_method_stmt(s, None, "backward")]
         if model is None or len(back) != 1:
@@ -182,7 +185,8 @@ class StepsMixin:
         taken = self._file_names | self._step_names
         name = tr._fresh("train_step", taken)
         step = tr.build_train_step(region, optimizer=opt, model=model, loop_names=loop_names,
-                                   step_name=name, tree_mode=not self.data.aliasing)
+                                   step_name=name, tree_mode=not self.data.aliasing,
+                                   read_later=later)
         if step is None:
             return self._marked(region, back, "its loss is not a function of "
                                 f"{model} that torch2jax can separate (its backward slice)")

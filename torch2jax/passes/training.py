@@ -395,7 +395,8 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                      loop_names: set[str], step_name: str, accumulate: bool = False,
                      functional: bool = False, tree_mode: bool = False,
                      clip: cst.BaseStatement | None = None,
-                     grads_out: str | None = None, closure: bool = False) -> TrainStep | None:
+                     grads_out: str | None = None, closure: bool = False,
+                     read_later: frozenset[str] | set[str] = frozenset()) -> TrainStep | None:
     """Restructure a loop body that runs ``backward()`` and ``optimizer.step()``.
 
     ``loop_names``: names assigned in the enclosing loops (batches, targets): they are passed
@@ -409,6 +410,9 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     ``closure``: the functional step reads ``graphdef`` from its scope instead of taking it
     as a static argument, which ``jax.jit`` would hash on every call; the caller defines it
     after the split (the loop is the outermost of its scope, so the split runs once).
+
+    ``read_later``: names that code after ``body`` reads (a step where it stands, in a
+    function that returns what the loss computed): the step returns those it computes.
 
     ``grads_out``: a gradient step for accumulation (analysis/accumulate.py): the step takes
     no optimizer and returns the gradients too, bound to ``grads_out`` at the call; the body
@@ -446,7 +450,7 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
             return None
         clip_line = (f"    {{grads}}, _ = optax.clip_by_global_norm({code(max_norm)}).update("
                      f"{{grads}}, optax.EmptyState())\n")
-    used_later = set()
+    used_later = set(read_later)
     for s in [*outside, *after]:
         used_later |= set(names_of(s).used)
     aux = [d for d in defined if d != loss and d in used_later]

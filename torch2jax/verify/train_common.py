@@ -258,24 +258,26 @@ def _translate_loss(loss: str, bindings: list[tuple[str, str]], value: str,
     if errors:
         raise VerifyError(f"--loss {loss!r} did not convert: {'; '.join(errors)}")
     tree = ast.parse(result.code)
-    found: dict[str, ast.expr] = {}
-    wanted = [name for name, _ in bindings] + ["loss"]
-    for stmt in ast.walk(tree):
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
-                stmt.targets[0], ast.Name) and stmt.targets[0].id in wanted:
-            found[stmt.targets[0].id] = stmt.value
-    if set(found) != set(wanted):
+    # the converted function whole: its rules may bind operands to names of their own in
+    # statements before the loss (a fresh name for a value read twice)
+    fn = next((s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "loss_of"),
+              None)
+    assigned = {t.id for s in ast.walk(fn) if isinstance(s, ast.Assign)
+                for t in s.targets if isinstance(t, ast.Name)} if fn is not None else set()
+    if fn is None or not {name for name, _ in bindings} | {"loss"} <= assigned:
         raise VerifyError(f"--loss {loss!r}: the converted snippet lost its assignment")
+    fn.name = "__loss__"
+    fn.args = ast.parse("def f(output, labels): pass").body[0].args
+    fn.returns = None
     header = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
-    text = ast.unparse(found["loss"])
-    lines = [f"    {name} = {ast.unparse(found[name])}\n" for name, _ in bindings]
-    module = ast.Module(body=[*header, *ast.parse(
-        f"def __loss__(output, labels):\n{''.join(lines)}    return {text}\n").body],
-        type_ignores=[])
+    module = ast.Module(body=[*header, fn], type_ignores=[])
+    ast.fix_missing_locations(module)
     ns: dict[str, Any] = {"__name__": "torch2jax_verify_loss"}
     with stage("building the JAX loss"):
         exec(compile(module, "<--loss converted>", "exec"), ns)  # noqa: S102 - converter output
-    shown = "; ".join([*(f"{name} = {ast.unparse(found[name])}" for name, _ in bindings), text])
+    body = [st for st in fn.body if not (isinstance(st, ast.Return) and isinstance(
+        st.value, ast.Name) and st.value.id == "loss")]
+    shown = "; ".join(ast.unparse(st).removeprefix("loss = ") for st in body)
     return ns["__loss__"], shown
 
 
