@@ -41,7 +41,7 @@ EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
     "nnx": {},
     "linen": {
         "model.py": [(17, "linen"), (23, "parameter"), (163, "module-api"), (166, "target"),
-                     (172, "module-api"), (237, "random")],
+                     (172, "module-api"), (238, "random")],
         "train.py": [(91, "torch-leftover"), (137, "torch.load"), (205, "training-loop"),
                      (208, "param_groups"), (235, "torch.save"), (238, "training-loop"),
                      (249, "torch.nn.utils.clip_grad_norm_")],
@@ -49,10 +49,10 @@ EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
     },
     "equinox": {
         "model.py": [(35, "equinox"), (41, "equinox"), (122, "equinox"), (125, "equinox"),
-                     (184, "equinox"), (189, "equinox"), (221, "equinox"), (230, "equinox"),
-                     (245, "torch-leftover"), (249, "torch-leftover"), (267, "equinox"),
-                     (275, "torch-leftover"), (278, "torch-leftover"), (280, "torch-leftover"),
-                     (282, "torch-leftover")],
+                     (184, "equinox"), (189, "equinox"), (222, "equinox"), (231, "equinox"),
+                     (246, "torch-leftover"), (250, "torch-leftover"), (268, "equinox"),
+                     (276, "torch-leftover"), (279, "torch-leftover"), (281, "torch-leftover"),
+                     (283, "torch-leftover")],
         "train.py": [(98, "torch-leftover"), (145, "torch.load"), (154, "equinox"),
                      (217, "training-loop"), (218, "torch.nn.utils.clip_grad_norm_"),
                      (221, "param_groups"), (248, "torch.save"), (251, "training-loop"),
