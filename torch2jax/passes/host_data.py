@@ -34,6 +34,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.torch_api import TORCH_ONLY_TENSOR_METHODS
+from torch2jax.passes.common import arg
 
 DTYPES = {
     "torch.long": "np.int64", "torch.int64": "np.int64", "torch.int": "np.int32",
@@ -60,14 +61,6 @@ def _dotted(node: cst.BaseExpression) -> bool:
     while isinstance(node, cst.Attribute):
         node = node.value
     return isinstance(node, cst.Name)
-
-
-def _arg(value: cst.BaseExpression, keyword: str | None = None) -> cst.Arg:
-    if keyword is None:
-        return cst.Arg(value)
-    return cst.Arg(value, keyword=cst.Name(keyword),
-                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                         whitespace_after=cst.SimpleWhitespace("")))
 
 
 def _np(name: str, *args: cst.Arg) -> cst.Call:
@@ -134,7 +127,7 @@ class _ToNumpy(cst.CSTTransformer):
         if (m.matches(call, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("manual_seed"))))
                 and call.func.value.value in self.generators and len(call.args) == 1):
             return cst.Assign(targets=[cst.AssignTarget(cst.Name(call.func.value.value))],
-                              value=_np("np.random.default_rng", _arg(call.args[0].value)))
+                              value=_np("np.random.default_rng", arg(call.args[0].value)))
         return updated_node
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
@@ -163,14 +156,14 @@ class _ToNumpy(cst.CSTTransformer):
         if name in ("tensor", "as_tensor") and len(pos) == 1 and not kw:
             if dtype is None:
                 raise _Refused(q)  # float32 or int64 depends on the values
-            return _np("np.array" if name == "tensor" else "np.asarray", _arg(pos[0]),
-                       _arg(dtype, "dtype"))
+            return _np("np.array" if name == "tensor" else "np.asarray", arg(pos[0]),
+                       arg(dtype, "dtype"))
         if name == "from_numpy" and len(pos) == 1 and not kw and dtype is None:
-            return _np("np.asarray", _arg(pos[0]))
+            return _np("np.asarray", arg(pos[0]))
         if name in ("zeros", "ones", "empty") and pos and not kw:
             shape = pos[0] if len(pos) == 1 else cst.Tuple([cst.Element(p) for p in pos])
-            return _np(f"np.{name}", _arg(shape),
-                       _arg(dtype or cst.parse_expression("np.float32"), "dtype"))
+            return _np(f"np.{name}", arg(shape),
+                       arg(dtype or cst.parse_expression("np.float32"), "dtype"))
         if name == "full" and len(pos) == 2 and not kw:
             if dtype is None:
                 if isinstance(pos[1], cst.Float):
@@ -179,40 +172,40 @@ class _ToNumpy(cst.CSTTransformer):
                     dtype = cst.parse_expression("np.int64")
                 else:
                     raise _Refused(q)
-            return _np("np.full", _arg(pos[0]), _arg(pos[1]), _arg(dtype, "dtype"))
+            return _np("np.full", arg(pos[0]), arg(pos[1]), arg(dtype, "dtype"))
         if name == "arange" and pos and not kw:
             if dtype is None and any(isinstance(p, cst.Float) for p in pos):
                 dtype = cst.parse_expression("np.float32")
-            args = [_arg(p) for p in pos]
-            return _np("np.arange", *args, *([_arg(dtype, "dtype")] if dtype is not None else []))
+            args = [arg(p) for p in pos]
+            return _np("np.arange", *args, *([arg(dtype, "dtype")] if dtype is not None else []))
         if dtype is not None:
             raise _Refused(q)
         if name in ("cat", "concat", "concatenate", "stack") and len(pos) == 1 and set(kw) <= {
                 "dim"}:
             fn = "np.stack" if name == "stack" else "np.concatenate"
-            return _np(fn, _arg(pos[0]), _arg(kw.get("dim", cst.Integer("0")), "axis"))
+            return _np(fn, arg(pos[0]), arg(kw.get("dim", cst.Integer("0")), "axis"))
         if name == "flip" and len(pos) + len(kw) == 2 and set(kw) <= {"dims"}:
             dims = pos[1] if len(pos) == 2 else kw["dims"]
-            return _np("np.flip", _arg(pos[0]), _arg(dims, "axis"))
+            return _np("np.flip", arg(pos[0]), arg(dims, "axis"))
         if name == "sort" and len(pos) in (1, 2) and set(kw) <= {"dim"}:
             x = pos[0]
             dim = pos[1] if len(pos) == 2 else kw.get("dim", cst.parse_expression("-1"))
             return cst.Tuple([
-                cst.Element(_np("np.sort", _arg(x), _arg(dim, "axis"))),
-                cst.Element(_np("np.argsort", _arg(x), _arg(dim, "axis"),
-                                _arg(cst.SimpleString('"stable"'), "kind")))])
+                cst.Element(_np("np.sort", arg(x), arg(dim, "axis"))),
+                cst.Element(_np("np.argsort", arg(x), arg(dim, "axis"),
+                                arg(cst.SimpleString('"stable"'), "kind")))])
         if name == "where" and len(pos) == 3 and not kw:
-            return _np("np.where", *(_arg(p) for p in pos))
+            return _np("np.where", *(arg(p) for p in pos))
         generator = kw.pop("generator", None)
         if not (isinstance(generator, cst.Name) and generator.value in self.generators):
             raise _Refused(q)  # torch's global generator: left to the key plumbing
         if name == "randperm" and len(pos) == 1 and not kw:
             return cst.Call(func=cst.Attribute(generator, cst.Name("permutation")),
-                            args=[_arg(pos[0])])
+                            args=[arg(pos[0])])
         if name == "randint" and len(pos) in (2, 3) and not kw:
             low, high, size = ([cst.Integer("0")] + pos) if len(pos) == 2 else pos
             return cst.Call(func=cst.Attribute(generator, cst.Name("integers")),
-                            args=[_arg(low), _arg(high), _arg(size, "size")])
+                            args=[arg(low), arg(high), arg(size, "size")])
         raise _Refused(q)
 
     # tensor methods (the receiver's kind is not known here: only torch's own names change)
@@ -228,7 +221,7 @@ class _ToNumpy(cst.CSTTransformer):
         if meth == "manual_seed" and m.matches(recv, m.Call(
                 func=m.Attribute(value=m.Name("np"), attr=m.Name("random")) | m.Attribute(
                     attr=m.Name("default_rng")))) and len(pos) == 1 and not recv.args:
-            return recv.with_changes(args=[_arg(pos[0])])
+            return recv.with_changes(args=[arg(pos[0])])
         if kws & {"dim", "keepdim"}:
             if meth in _SAME_METHODS or meth in TORCH_ONLY_TENSOR_METHODS:
                 raise _Refused(meth)  # torch's dim= (and max(dim)'s (values, indices))
@@ -239,19 +232,19 @@ class _ToNumpy(cst.CSTTransformer):
             return recv
         if meth in _CAST_METHODS and not node.args:
             return cst.Call(func=cst.Attribute(recv, cst.Name("astype")),
-                            args=[_arg(cst.parse_expression(_CAST_METHODS[meth]))])
+                            args=[arg(cst.parse_expression(_CAST_METHODS[meth]))])
         if meth == "view" and pos and not kws:
             if any(self._is_dtype(p) for p in pos):
                 raise _Refused(meth)
             return node.with_changes(func=node.func.with_changes(attr=cst.Name("reshape")))
         if meth == "unsqueeze" and len(pos) == 1 and not kws:
-            return _np("np.expand_dims", _arg(recv), _arg(pos[0]))
+            return _np("np.expand_dims", arg(recv), arg(pos[0]))
         if meth == "flip" and pos and not kws:
             dims = pos[0] if len(pos) == 1 else cst.Tuple([cst.Element(p) for p in pos])
-            return _np("np.flip", _arg(recv), _arg(dims, "axis"))
+            return _np("np.flip", arg(recv), arg(dims, "axis"))
         if meth == "permute" and pos and not kws:
             dims = pos[0] if len(pos) == 1 else cst.Tuple([cst.Element(p) for p in pos])
-            return cst.Call(func=cst.Attribute(recv, cst.Name("transpose")), args=[_arg(dims)])
+            return cst.Call(func=cst.Attribute(recv, cst.Name("transpose")), args=[arg(dims)])
         if meth in ("numel", "nelement") and not node.args:
             return cst.Attribute(_paren(recv), cst.Name("size"))
         if meth == "dim" and not node.args:
