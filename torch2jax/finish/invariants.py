@@ -251,14 +251,8 @@ def mark_torch_calls(code: str, diagnostics: list[Diagnostic], facts: InputFacts
         same = [n for n, _ in calls] if msg.startswith("self.") else reads
         line, col = _input_position(node, dotted, same, facts)
         out.append(Diagnostic(path, line, col, "torch-leftover", "error", msg))
-    new = []
-    for number, line in enumerate(lines, start=1):
-        if number in todos:
-            indent = line[:len(line) - len(line.lstrip())]
-            new += [f"{indent}{t}\n" for t in todos[number]]
-        new.append(line)
     out.sort(key=lambda d: (d.line, d.column))
-    return "".join(new), out
+    return _insert_todos(lines, todos), out
 
 
 def _mark_reads(code: str, tree: ast.Module, suspects: set[str], kept_imports: set[str],
@@ -305,17 +299,23 @@ def _mark_reads(code: str, tree: ast.Module, suspects: set[str], kept_imports: s
             todos.setdefault(first, []).append(text)
         line, col = _input_position(node, dotted, reads, facts)
         out.append(Diagnostic(path, line, col, rule, "error", msg))
+    code = _insert_todos(lines, todos)
+    if restored:
+        code = _add_import_lines(code, [facts.torch_imports[n] for n in restored])
+    out.sort(key=lambda d: (d.line, d.column))
+    return code, out
+
+
+def _insert_todos(lines: list[str], todos: dict[int, list[str]]) -> str:
+    """``lines`` (with their ends) joined, each line number of ``todos`` (1-based) preceded by
+    its comment texts at the line's indentation."""
     new = []
     for number, line in enumerate(lines, start=1):
         if number in todos:
             indent = line[:len(line) - len(line.lstrip())]
             new += [f"{indent}{t}\n" for t in todos[number]]
         new.append(line)
-    code = "".join(new)
-    if restored:
-        code = _add_import_lines(code, [facts.torch_imports[n] for n in restored])
-    out.sort(key=lambda d: (d.line, d.column))
-    return code, out
+    return "".join(new)
 
 
 def _comments_above(lines: list[str], first: int) -> list[str]:
