@@ -232,9 +232,11 @@ RENAMES = {"model": "net", "optimizer": "opt", "loss": "batch_loss", "xb": "inpu
            "logits": "scores", "out": "output", "step": "it", "x": "features", "y": "labels"}
 
 
-class _Rename(cst.CSTTransformer):
-    def __init__(self, names: dict[str, str]):
-        self.names = names
+class _NameReads(cst.CSTTransformer):
+    """A transformer of variable reads: ``skip`` holds the Names that are attribute names
+    (``x.model``) or keywords (``f(model=...)``), which are not variables."""
+
+    def __init__(self):
         self.skip: set[int] = set()
 
     def visit_Attribute(self, node):
@@ -243,6 +245,12 @@ class _Rename(cst.CSTTransformer):
     def visit_Arg(self, node):
         if node.keyword is not None:
             self.skip.add(id(node.keyword))
+
+
+class _Rename(_NameReads):
+    def __init__(self, names: dict[str, str]):
+        super().__init__()
+        self.names = names
 
     def leave_Name(self, original, updated):
         if id(original) in self.skip or original.value not in self.names:
@@ -767,17 +775,10 @@ def _number(e: cst.BaseExpression) -> bool:
     return isinstance(e, (cst.Integer, cst.Float))
 
 
-class _ConfigUse(cst.CSTTransformer):
+class _ConfigUse(_NameReads):
     def __init__(self, constants: dict[str, str], literals: dict[int, str], access):
+        super().__init__()
         self.constants, self.literals, self.access = constants, literals, access
-        self.skip: set[int] = set()
-
-    def visit_Attribute(self, node):
-        self.skip.add(id(node.attr))
-
-    def visit_Arg(self, node):
-        if node.keyword is not None:
-            self.skip.add(id(node.keyword))
 
     def leave_Arg(self, original, updated):
         if id(original) in self.literals:
