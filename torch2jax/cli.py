@@ -362,9 +362,19 @@ def verify(
         "wherever both sides support it (catches a default that float32 noise hides; tells "
         "float32 rounding from a translation error). --float64: the float64 pass only; "
         "--no-float64: the float32 pass only.")] = None,
+    program: Annotated[Path | None, typer.Option(
+        "--program", help="Verify a whole training program instead: run it and its conversion "
+        "(--converted, or converted here) side by side for --steps optimizer steps and compare "
+        "losses, learning rates, parameters, optimizer state, weight decay and prints.")] = None,
+    program_args: Annotated[str | None, typer.Option(
+        "--program-args", help="The command line both programs get (--program), e.g. "
+        "'--batch_size=8'.")] = None,
 ) -> None:
     """Run the torch model and its JAX translation on the same weights and inputs (with
     --optimizer and --loss: train both for --steps steps and compare the trajectories)."""
+    if program is not None:
+        _verify_program(program, converted, steps, jax_target, program_args, as_json,
+                        target is not None or cases is not None)
     training = (optimizer, scheduler, loss, labels, clip_grad_norm, optax_tx)
     if optimizer is None and any(v is not None for v in training):
         console.print("[red]error:[/] --scheduler, --loss, --labels, --clip-grad-norm and --optax "
@@ -437,6 +447,28 @@ def verify(
     if result.error:
         raise typer.Exit(2)
     raise typer.Exit(0 if result.passed else 1)
+
+
+def _verify_program(program: Path, converted: Path | None, steps: int, jax_target: str,
+                    program_args: str | None, as_json: bool, other: bool) -> None:
+    """``verify --program``; exits 0 (pass), 1 (a mismatch) or 2 (could not run)."""
+    import shlex
+
+    if other:
+        console.print("[red]error:[/] --program goes without FILE.py::Name and --cases")
+        raise typer.Exit(2)
+    _require_paths([program], "--program ")
+    _require_paths([converted] if converted is not None else [], "--converted ")
+    _require_extra("verify", ["numpy", "torch", "jax", "flax", "optax"])
+    from torch2jax.verify.program import print_program_result, verify_program
+
+    result = verify_program(program, converted, steps, jax_target,
+                            shlex.split(program_args or ""))
+    if as_json:
+        print(json.dumps(result.to_json()))
+    else:
+        print_program_result(result, out_console)
+    raise typer.Exit(2 if result.error else 0 if result.passed else 1)
 
 
 def _user_rules(rules_dir: list[Path] | None):

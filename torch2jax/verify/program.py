@@ -1,0 +1,296 @@
+"""``torch2jax verify --program``: run a torch program and its converted program side by side
+for N optimizer steps and compare what the programs themselves compute (docs/verification.md,
+"Verifying a program").
+
+Each side runs in its own process, instrumented before the program starts
+(``program_torch.py``, ``program_jax.py``): the torch side first, which records the model's
+initial weights and the inputs of each of its forward calls; then the converted program, whose
+model receives those weights and replays those inputs. Both stop after their N-th optimizer
+step. This module compares the two records: the loss at every ``backward`` /
+``value_and_grad``, the learning rate of every step, the parameters and the optimizer state
+after the last one, which tensors weight decay touches and by how much, and the printed lines.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PROGRAM_RTOL = 1e-3  # norm-wise, parameters and optimizer state after N float32 steps
+LOSS_RTOL = 1e-4
+LR_RTOL = 1e-5  # the JAX side keeps the injected learning rate in float32
+DECAY_RTOL = 1e-3
+# torch's optimizer state slot -> optax's (adam/adamw/..., sgd with momentum)
+SLOTS = {"exp_avg": "mu", "exp_avg_sq": "nu", "momentum_buffer": "trace"}
+_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+@dataclass
+class Check:
+    kind: str  # loss, lr, param, opt_state, decay, print
+    name: str  # the step, the tensor or the line
+    passed: bool
+    detail: str
+    figure: float | None = None
+
+
+@dataclass
+class ProgramResult:
+    program: str
+    converted: str
+    target: str
+    steps: int
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(c.passed for c in self.checks)
+
+    def failures(self, kind: str | None = None) -> list[Check]:
+        return [c for c in self.checks if not c.passed and kind in (None, c.kind)]
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["passed"] = self.passed
+        return out
+
+
+class ProgramError(RuntimeError):
+    pass
+
+
+def _run_side(module: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    try:
+        return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise ProgramError(f"{module} ran past {timeout:.0f}s") from None
+
+
+def _load(path: Path, proc: subprocess.CompletedProcess, side: str) -> dict[str, Any]:
+    if not path.exists():
+        raise ProgramError(f"the {side} side failed (exit {proc.returncode}):\n"
+                           + proc.stderr[-3000:])
+    with path.open("rb") as f:
+        record = pickle.load(f)
+    record["stdout"] = proc.stdout
+    return record
+
+
+def torch_side(program: Path, steps: int, args: list[str], record: Path,
+               timeout: float = 600) -> dict[str, Any]:
+    """Run the torch program for ``steps`` optimizer steps; its record (also pickled to
+    ``record``, which :func:`jax_side` reads)."""
+    proc = _run_side("torch2jax.verify.program_torch",
+                     [str(record), str(steps), str(program), *args], timeout)
+    return _load(record, proc, "torch")
+
+
+def jax_side(converted: Path, torch_record: Path, steps: int, args: list[str], record: Path,
+             timeout: float = 600) -> dict[str, Any]:
+    """Run the converted program for ``steps`` optimizer steps from the torch side's start."""
+    proc = _run_side("torch2jax.verify.program_jax",
+                     [str(record), str(torch_record), str(steps), str(converted), *args],
+                     timeout)
+    return _load(record, proc, "JAX")
+
+
+def verify_program(program: Path, converted: Path | None = None, steps: int = 10,
+                   target: str = "nnx", args: list[str] | None = None,
+                   rtol: float = PROGRAM_RTOL, timeout: float = 600) -> ProgramResult:
+    """Run ``program`` and its conversion (``converted``, or made here) for ``steps``
+    optimizer steps each, with ``args`` as their command line, and compare them."""
+    r = ProgramResult(str(program), str(converted or ""), target, steps)
+    if target != "nnx":
+        r.error = f"--program supports the nnx target (not {target})"
+        return r
+    with tempfile.TemporaryDirectory(prefix="torch2jax_program_") as tmp_name:
+        tmp = Path(tmp_name)
+        try:
+            if converted is None:
+                from torch2jax.verify.run import convert_tree, converted_location
+
+                convert_tree(program.resolve(), tmp / "converted", target, None)
+                converted = converted_location(program.resolve(), tmp / "converted")
+            torch_rec = torch_side(program, steps, args or [], tmp / "torch.pkl", timeout)
+            jax_rec = jax_side(converted, tmp / "torch.pkl", steps, args or [],
+                               tmp / "jax.pkl", timeout)
+        except ProgramError as exc:
+            r.error = str(exc)
+            return r
+        except Exception as exc:  # the conversion itself
+            r.error = f"converting {program}: {type(exc).__name__}: {exc}"
+            return r
+    compare(r, torch_rec, jax_rec, rtol)
+    return r
+
+
+def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float) -> None:
+    """Fill ``r`` from the two sides' records."""
+    r.notes += t["notes"] + j["notes"]
+    if t["error"] or not t["stopped"]:
+        r.error = (f"the torch program took {t['steps']} optimizer steps of {r.steps}"
+                   + (f":\n{t['error']}" if t["error"] else ""))
+        return
+    if j["error"] or not j["stopped"]:
+        r.checks.append(Check("run", "converted program", False,
+                              f"took {j['steps']} optimizer steps of {r.steps}"
+                              + (f":\n{j['error']}" if j["error"] else "")))
+    r.notes.append(f"inputs replayed: {j['replayed']} arrays over {len(t['forwards'])} "
+                   "torch forward calls")
+    r.notes += [f"replay: {p}" for p in j["replay_problems"]]
+    _compare_losses(r, t["losses"], j["losses"])
+    _compare_lrs(r, t["lrs"], j["lrs"])
+    if "params" in t and "params" in j:
+        _compare_tensors(r, t, j, rtol)
+    _compare_prints(r, t["stdout"], j["stdout"], rtol)
+
+
+def _close(got: float, ref: float, rtol: float, atol: float = 0.0) -> bool:
+    return abs(got - ref) <= atol + rtol * abs(ref)
+
+
+def _compare_losses(r: ProgramResult, t: list[float], j: list[float]) -> None:
+    if len(t) != len(j):
+        r.checks.append(Check("loss", "count", False, f"torch computed {len(t)} losses "
+                              f"(backward), the converted program {len(j)} (value_and_grad)"))
+    for i, (a, b) in enumerate(zip(t, j, strict=False)):
+        rel = abs(b - a) / max(abs(a), 1e-30)
+        r.checks.append(Check("loss", f"loss {i + 1}", _close(b, a, LOSS_RTOL, 1e-6),
+                              f"torch {a:.7g}, JAX {b:.7g}", rel))
+
+
+def _compare_lrs(r: ProgramResult, t: list[list[float]], j: list[list[float]]) -> None:
+    if not any(j):
+        r.notes.append("learning rate not compared: the converted optimizer state holds no "
+                       "injected learning_rate (optax.inject_hyperparams)")
+        return
+    for step, (groups, rates) in enumerate(zip(t, j, strict=False), 1):
+        if len(rates) not in (1, len(groups)):
+            r.checks.append(Check("lr", f"step {step}", False, f"torch has {len(groups)} "
+                                  f"parameter groups, the JAX state {len(rates)} rates"))
+            continue
+        pairs = zip(groups, rates if len(rates) == len(groups) else rates * len(groups),
+                    strict=True)
+        for g, (a, b) in enumerate(pairs):
+            r.checks.append(Check("lr", f"step {step} group {g}", _close(b, a, LR_RTOL, 1e-12),
+                                  f"torch {a:.7g}, JAX {b:.7g}",
+                                  abs(b - a) / max(abs(a), 1e-30)))
+
+
+def _compare_tensors(r: ProgramResult, t: dict[str, Any], j: dict[str, Any],
+                     rtol: float) -> None:
+    from torch2jax.weights import apply_layout
+
+    def pair(ref: np.ndarray, got: np.ndarray, m: dict[str, Any]) -> float:
+        ref = apply_layout(np.asarray(ref), m["layout"]).reshape(m["nnx_shape"] or got.shape)
+        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        diff = float(np.max(np.abs(np.asarray(got, np.float64) - ref))) if ref.size else 0.0
+        return diff / scale if scale else diff
+
+    for m in j["mappings"]:
+        name = m["torch"]
+        if m["status"] != "mapped" or name not in t["params"]:
+            continue
+        got = j["params"].get(m["nnx"])
+        if got is None:
+            r.checks.append(Check("param", name, False, f"no JAX parameter {m['nnx']}"))
+            continue
+        rel = pair(t["params"][name], got, m)
+        r.checks.append(Check("param", name, rel <= rtol, f"-> {m['nnx']}, rel {rel:.1e}", rel))
+        slots = j["opt_state"].get(name, {})
+        for slot, value in t["opt_state"].get(name, {}).items():
+            ours = SLOTS.get(slot)
+            if ours is None:
+                continue
+            if ours not in slots:
+                r.checks.append(Check("opt_state", f"{name} {slot}", False,
+                                      f"no {ours} for {m['nnx']} in the JAX optimizer state"))
+                continue
+            rel = pair(value, slots[ours], m)
+            r.checks.append(Check("opt_state", f"{name} {slot}", rel <= rtol,
+                                  f"-> {ours}, rel {rel:.1e}", rel))
+        _compare_decay(r, name, t["decay"].get(name), j["decay"].get(m["nnx"]))
+
+
+def _compare_decay(r: ProgramResult, name: str, t: tuple | None, j: tuple | None) -> None:
+    if t is None or j is None:
+        return
+    (t_moved, t_decay), (j_moved, j_decay) = t, j
+    if t_moved != j_moved:
+        r.checks.append(Check("decay", name, False, "weight decay touches it in "
+                              f"{'torch' if t_moved else 'JAX'} only"))
+    elif t_moved and j_decay is not None:
+        ok = _close(j_decay, t_decay, DECAY_RTOL, 1e-9)
+        r.checks.append(Check("decay", name, ok, f"decay torch {t_decay:.6g}, JAX {j_decay:.6g}",
+                              abs(j_decay - t_decay) / max(abs(t_decay), 1e-30)))
+    else:
+        r.checks.append(Check("decay", name, True, "decayed on both sides" if t_moved
+                              else "not decayed on either side"))
+
+
+def _compare_prints(r: ProgramResult, t_out: str, j_out: str, rtol: float) -> None:
+    t_lines, j_lines = t_out.splitlines(), j_out.splitlines()
+    for i in range(max(len(t_lines), len(j_lines))):
+        a = t_lines[i] if i < len(t_lines) else None
+        b = j_lines[i] if i < len(j_lines) else None
+        ok = a is not None and b is not None and _same_line(a, b, rtol)
+        r.checks.append(Check("print", f"line {i + 1}", ok, f"torch {a!r}, JAX {b!r}"))
+
+
+def _same_line(a: str, b: str, rtol: float) -> bool:
+    """The same text with the same numbers, each within ``rtol`` or one unit of its last
+    printed decimal (integers exactly)."""
+    if _NUMBER.sub("#", a).split() != _NUMBER.sub("#", b).split():
+        return False
+    for x, y in zip(_NUMBER.findall(a), _NUMBER.findall(b), strict=True):
+        decimals = len(x.split(".")[1].split("e")[0].split("E")[0]) if "." in x else 0
+        if "." not in x and "e" not in x.lower():
+            if x != y:
+                return False
+        elif not _close(float(y), float(x), rtol, 1.01 * 10.0 ** -decimals if decimals else 0):
+            return False
+    return True
+
+
+def print_program_result(r: ProgramResult, console: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"torch2jax verify --program: {r.program} ({r.target}, "
+                        f"{r.steps} steps)")
+    for col in ("compared", "checks", "failed", "worst rel"):  # the kind, then its figures
+        table.add_column(col)
+    for kind in ("run", "loss", "lr", "param", "opt_state", "decay", "print"):
+        checks = [c for c in r.checks if c.kind == kind]
+        if not checks:
+            continue
+        figures = [c.figure for c in checks if c.figure is not None]
+        table.add_row(kind, str(len(checks)), str(sum(not c.passed for c in checks)),
+                      f"{max(figures):.1e}" if figures else "")
+    console.print(table)
+    for kind in ("run", "loss", "lr", "param", "opt_state", "decay", "print"):
+        failed = r.failures(kind)
+        for c in failed[:8]:
+            console.print(escape(f"FAIL {kind} {c.name}: {c.detail}"), soft_wrap=True)
+        if len(failed) > 8:
+            console.print(f"... {len(failed) - 8} more {kind} mismatches")
+    for note in r.notes:
+        console.print(escape(f"note: {note}"), soft_wrap=True)
+    if r.error:
+        console.print(escape(f"error: {r.error}"), soft_wrap=True)
+    console.print("PASS" if r.passed else "FAIL" if not r.error else "ERROR")

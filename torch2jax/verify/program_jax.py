@@ -1,0 +1,272 @@
+"""The JAX side of ``verify --program`` (the nnx target): run the converted program unchanged,
+observed, from the torch side's start.
+
+``python -m torch2jax.verify.program_jax RESULT TORCH_RECORD STEPS PROGRAM [ARGS...]`` runs
+PROGRAM as ``__main__`` under ``jax.disable_jit()`` (the converted code as written, executed
+eagerly, so that the values crossing the hooks are concrete). At the first ``nnx.Optimizer``
+the model receives the torch side's initial ``state_dict`` (the ``weights`` command's transfer)
+and its nnx.Dropout modules go to rate 0; the model's class replays, at its k-th outermost
+call, the arrays torch's model received at its k-th forward call. Every ``Optimizer.update``
+records the learning rates of the optimizer state (``optax.inject_hyperparams``), every
+``value_and_grad`` the loss it returns; after STEPS updates the parameters, the optimizer state
+and a weight-decay probe are taken and the program is stopped.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from typing import Any
+
+import numpy as np
+
+from torch2jax.verify.program_common import ProgramStopped, run_program
+
+
+def _keys(path: tuple) -> tuple[str, ...]:
+    out = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                out.append(str(getattr(k, attr)))
+                break
+        else:
+            out.append(str(k))
+    return tuple(out)
+
+
+def _leaves(tree: Any) -> list[tuple[tuple[str, ...], Any]]:
+    import jax
+
+    return [(_keys(p), v) for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def _learning_rates(opt_state: Any) -> list[float]:
+    return [float(np.asarray(v)) for path, v in _leaves(opt_state)
+            if path and path[-1] == "learning_rate" and "hyperparams" in path]
+
+
+class JaxRecorder:
+    def __init__(self, steps: int, torch_record: dict[str, Any]) -> None:
+        self.steps, self.torch = steps, torch_record
+        self.record: dict[str, Any] = {"losses": [], "lrs": [], "notes": [], "steps": 0,
+                                       "replayed": 0, "replay_problems": []}
+        self.model_class: Any = None
+        self.mappings: list[dict[str, Any]] = []
+        self.calls = 0
+        self.depth = 0  # inside a value_and_grad
+        self.in_forward = False
+        self.optimizers = 0
+
+    # --- the start ------------------------------------------------------------------------
+    def on_optimizer(self, model: Any) -> None:
+        from flax import nnx
+
+        from torch2jax.weights import format_nnx_path, plan_array_transfer
+
+        self.optimizers += 1
+        if self.optimizers > 1:
+            self.record["notes"].append("more than one nnx.Optimizer: every update counts as "
+                                        "a step, the first optimizer's model is the one fed")
+            return
+        init = self.torch.get("init")
+        if init is None:
+            self.record["notes"].append("the torch side found no model: weights not shared")
+        else:
+            plan = plan_array_transfer(init, model, None, self.torch.get("ties"),
+                                       "torch initial tensor")
+            if plan.problems:
+                self.record["error"] = ("the torch model's initial weights do not fit the "
+                                        "converted model: " + "; ".join(plan.problems[:5]))
+                raise ProgramStopped
+            import jax.numpy as jnp
+
+            for slot, var in plan.variables.items():
+                var.set_value(jnp.asarray(plan.values[slot], dtype=var.dtype))
+            self.mappings = [{"torch": m.torch_name, "status": m.status, "layout": m.layout,
+                              "nnx": format_nnx_path(m.nnx_path) if m.nnx_path else "",
+                              "nnx_shape": tuple(m.nnx_shape)} for m in plan.mappings]
+        n = 0
+        for _, mod in nnx.iter_graph(model):
+            if isinstance(mod, nnx.Dropout) and mod.rate:
+                mod.rate = 0.0
+                n += 1
+        if n:
+            self.record["notes"].append(f"JAX: {n} nnx.Dropout modules set to rate 0")
+        self._replay_calls(type(model))
+
+    def _replay_calls(self, cls: type) -> None:
+        original = cls.__call__
+        recorder = self
+
+        def call(this: Any, *args: Any, **kwargs: Any) -> Any:
+            if recorder.in_forward:
+                return original(this, *args, **kwargs)
+            args, kwargs = recorder.replay(args, kwargs)
+            recorder.in_forward = True
+            try:
+                return original(this, *args, **kwargs)
+            finally:
+                recorder.in_forward = False
+
+        cls.__call__ = call  # type: ignore[method-assign]
+
+    def replay(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        forwards = self.torch.get("forwards", [])
+        k, self.calls = self.calls, self.calls + 1
+        if k >= len(forwards):
+            self._problem(f"forward call {k + 1}: torch's model was called {len(forwards)} "
+                          "times before its last step; inputs not replayed")
+            return args, kwargs
+        t_args, t_kwargs = forwards[k]
+        new_args = tuple(self._substitute(a, t_args[i] if i < len(t_args) else None,
+                                          f"forward call {k + 1}, argument {i}")
+                         for i, a in enumerate(args))
+        new_kwargs = {n: self._substitute(v, t_kwargs.get(n), f"forward call {k + 1}, {n}=")
+                      for n, v in kwargs.items()}
+        return new_args, new_kwargs
+
+    def _substitute(self, value: Any, torch_value: Any, where: str) -> Any:
+        import jax.numpy as jnp
+
+        if not isinstance(torch_value, np.ndarray) or not hasattr(value, "shape"):
+            return value
+        if tuple(value.shape) != torch_value.shape:
+            self._problem(f"{where}: JAX shape {tuple(value.shape)}, torch "
+                          f"{torch_value.shape}; not replayed")
+            return value
+        self.record["replayed"] += 1
+        return jnp.asarray(torch_value, dtype=value.dtype)
+
+    def _problem(self, text: str) -> None:
+        if len(self.record["replay_problems"]) < 10:
+            self.record["replay_problems"].append(text)
+
+    # --- steps ----------------------------------------------------------------------------
+    def on_loss(self, value: Any) -> None:
+        if self.depth == 0 and np.size(value) == 1:
+            self.record["losses"].append(float(np.asarray(value)))
+
+    def on_update(self, optimizer: Any, model: Any, original: Any, grads: Any,
+                  kwargs: dict) -> Any:
+        from flax import nnx
+
+        self.record["lrs"].append(_learning_rates(nnx.as_pure(optimizer.opt_state)))
+        out = original(optimizer, model, grads, **kwargs)
+        self.record["steps"] += 1
+        if self.record["steps"] >= self.steps:
+            self.snapshot(optimizer, model)
+            raise ProgramStopped
+        return out
+
+    def snapshot(self, optimizer: Any, model: Any) -> None:
+        from flax import nnx
+
+        from torch2jax.weights import format_nnx_path
+
+        self.record["params"] = {format_nnx_path(p): np.asarray(v.get_value())
+                                 for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+        by_path = {tuple(m["nnx"].split(".")): m["torch"] for m in self.mappings
+                   if m["status"] == "mapped"}
+        opt_state: dict[str, dict[str, np.ndarray]] = {}
+        for path, leaf in _leaves(nnx.as_pure(optimizer.opt_state)):
+            for start in range(1, len(path)):
+                name = by_path.get(path[start:])
+                if name is not None and np.ndim(leaf):
+                    opt_state.setdefault(name, {})[path[start - 1]] = np.asarray(leaf)
+                    break
+        self.record["opt_state"] = opt_state
+        self.record["decay"] = self.decay_probe(optimizer, model)
+
+    def decay_probe(self, optimizer: Any, model: Any) -> dict[str, tuple[bool, float | None]]:
+        """The torch side's probe (program_torch.TorchRecorder.decay_probe): the optimizer's
+        transform from a fresh state, zero gradients, the current parameters; ``lr`` is the
+        fresh state's injected learning rate (None without one: the amount is not compared)."""
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        from torch2jax.weights import format_nnx_path
+
+        params = nnx.as_pure(nnx.state(model, optimizer.wrt))
+        fresh = optimizer.tx.init(params)
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        updates, _ = optimizer.tx.update(zeros, fresh, params)
+        rates = set(_learning_rates(fresh))
+        lr = rates.pop() if len(rates) == 1 else None
+        flat_p = dict(_leaves(params))
+        out: dict[str, tuple[bool, float | None]] = {}
+        for path, u in _leaves(updates):
+            p = np.asarray(flat_p[path], dtype=np.float64)
+            u = np.asarray(u, dtype=np.float64)
+            norm = float((p * p).sum())
+            decay = -float((u * p).sum()) / (lr * norm) if lr and norm else None
+            out[format_nnx_path(path)] = (bool((u != 0).any()), decay)
+        return out
+
+
+def _record_value(recorder: JaxRecorder, transform: Any) -> Any:
+    """``transform`` (a ``value_and_grad``) whose functions record the value they return."""
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        if not args or not callable(args[0]):  # decorator form: value_and_grad(has_aux=...)
+            return lambda f: patched(f, *args, **kwargs)
+        fn = transform(*args, **kwargs)
+        has_aux = kwargs.get("has_aux", False)
+
+        def wrapped(*a: Any, **k: Any) -> Any:
+            recorder.depth += 1
+            try:
+                out = fn(*a, **k)
+            finally:
+                recorder.depth -= 1
+            value = out[0][0] if has_aux else out[0]
+            recorder.on_loss(value)
+            return out
+
+        return wrapped
+
+    return patched
+
+
+def install(recorder: JaxRecorder) -> None:
+    import jax
+    from flax import nnx
+
+    original_init = nnx.Optimizer.__init__
+    original_update = nnx.Optimizer.update
+
+    def init(self: Any, model: Any, *args: Any, **kwargs: Any) -> None:
+        recorder.on_optimizer(model)
+        original_init(self, model, *args, **kwargs)
+
+    def update(self: Any, model: Any, grads: Any, /, **kwargs: Any) -> Any:
+        return recorder.on_update(self, model, original_update, grads, kwargs)
+
+    nnx.Optimizer.__init__ = init  # type: ignore[method-assign]
+    nnx.Optimizer.update = update  # type: ignore[method-assign]
+    nnx.value_and_grad = _record_value(recorder, nnx.value_and_grad)
+    jax.value_and_grad = _record_value(recorder, jax.value_and_grad)
+
+
+def main(argv: list[str]) -> int:
+    import jax
+
+    result, torch_record, steps, program, *args = argv
+    with open(torch_record, "rb") as f:
+        record = pickle.load(f)
+    recorder = JaxRecorder(int(steps), record)
+    install(recorder)
+    with jax.disable_jit():
+        outcome = run_program(program, args)
+    if "error" in recorder.record:
+        outcome.update(error=recorder.record.pop("error"), stopped=False)
+    recorder.record.update(outcome)
+    recorder.record["mappings"] = recorder.mappings
+    with open(result, "wb") as f:
+        pickle.dump(recorder.record, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,197 @@
+"""The torch side of ``verify --program``: run the user's torch program unchanged, observed.
+
+``python -m torch2jax.verify.program_torch RESULT STEPS PROGRAM [ARGS...]`` installs the
+instrumentation, then runs PROGRAM as ``__main__``. At the first optimizer's construction it
+finds the model (the innermost module holding every parameter of the optimizer), keeps its
+initial ``state_dict``, turns its Dropout modules off and records the inputs of each of its
+forward calls. Every optimizer step records each group's learning rate (global step hooks, so
+that an optimizer's own ``step`` is covered), every scalar ``backward()`` the loss. After
+STEPS steps it takes the parameters, the optimizer state and a weight-decay probe, and stops
+the program. The record is pickled to RESULT (numpy arrays only: the JAX side reads it without
+torch).
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import sys
+import warnings
+from typing import Any
+
+from torch2jax.verify.program_common import ProgramStopped, run_program
+
+
+def _np(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy().copy()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_np(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _np(v) for k, v in value.items()}
+    return value
+
+
+def _float(value: Any) -> float:
+    return float(value.detach()) if hasattr(value, "detach") else float(value)
+
+
+class TorchRecorder:
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.record: dict[str, Any] = {"losses": [], "lrs": [], "forwards": [], "notes": [],
+                                       "steps": 0}
+        self.optimizer: Any = None
+        self.model: Any = None
+        self.names: dict[int, str] = {}
+        self.busy = False
+
+    # --- the model ------------------------------------------------------------------------
+    def _find_model(self, optimizer: Any) -> Any:
+        import torch
+
+        wanted = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        with warnings.catch_warnings():  # isinstance on deprecated module attributes warns
+            warnings.simplefilter("ignore")
+            modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+        found = [m for m in modules if wanted <= {id(p) for p in m.parameters()}]
+        # the innermost: no other candidate below it (a DDP wrapper holds the model)
+        inner = [m for m in found
+                 if not any(o is not m and o in set(m.modules()) for o in found)]
+        return min(inner, key=lambda m: sum(1 for _ in m.parameters()), default=None)
+
+    def on_optimizer(self, optimizer: Any) -> None:
+        from torch2jax.verify.common import is_torch_dropout
+
+        if self.busy or self.optimizer is not None:
+            return
+        self.optimizer = optimizer
+        model = self.model = self._find_model(optimizer)
+        if model is None:
+            self.record["notes"].append("no module holds every parameter of the optimizer: "
+                                        "initial weights and batches are not shared")
+            return
+        state = model.state_dict(keep_vars=True)
+        by_storage: dict[int, str] = {}
+        ties = {}
+        for key, tensor in state.items():
+            if tensor.is_floating_point() and tensor.numel():
+                first = by_storage.setdefault(tensor.data_ptr(), key)
+                if first != key:
+                    ties[key] = first
+        self.record["init"] = {k: _np(v) for k, v in state.items()}
+        self.record["ties"] = ties
+        self.record["model_class"] = type(model).__name__
+        self.names = {id(p): n for n, p in model.named_parameters()}
+        dropouts = [m for m in model.modules() if is_torch_dropout(m)]
+        for m in dropouts:
+            m.p = 0.0
+        if dropouts:
+            self.record["notes"].append(f"torch: {len(dropouts)} Dropout modules set to p=0")
+        model.register_forward_pre_hook(self.on_forward, with_kwargs=True)
+
+    def on_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
+        if not self.busy:
+            self.record["forwards"].append((_np(tuple(args)), _np(dict(kwargs))))
+
+    # --- steps ----------------------------------------------------------------------------
+    def pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self.busy and optimizer is self.optimizer:
+            self.record["lrs"].append([_float(g["lr"]) for g in optimizer.param_groups])
+
+    def post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.busy or optimizer is not self.optimizer:
+            return
+        self.record["steps"] += 1
+        if self.record["steps"] >= self.steps:
+            self.snapshot()
+            raise ProgramStopped
+
+    def on_backward(self, tensor: Any) -> None:
+        if not self.busy and tensor.numel() == 1:
+            self.record["losses"].append(_float(tensor))
+
+    def snapshot(self) -> None:
+        opt = self.optimizer
+        if self.model is None:
+            return
+        self.record["params"] = {n: _np(p) for n, p in self.model.named_parameters()}
+        self.record["opt_state"] = {
+            self.names[id(p)]: {k: _np(v) for k, v in opt.state[p].items()
+                                if hasattr(v, "dim") and v.dim() > 0}
+            for g in opt.param_groups for p in g["params"] if id(p) in self.names}
+        self.record["decay"] = self.decay_probe()
+
+    def decay_probe(self) -> dict[str, tuple[bool, float]]:
+        """Which tensors weight decay touches, and by how much: one step of a fresh optimizer
+        of the same class and groups on copies of the parameters with zero gradients (only
+        decay moves a parameter then). Per tensor: ``(moved, -<delta, p> / (lr <p, p>))``,
+        AdamW's ``weight_decay`` itself."""
+        import torch
+
+        opt, out = self.optimizer, {}
+        groups, pairs = [], []
+        for g in opt.param_groups:
+            copies = []
+            for p in g["params"]:
+                c = p.detach().double().clone().requires_grad_(True)  # decay, not rounding
+                c.grad = torch.zeros_like(c)
+                copies.append(c)
+                pairs.append((p, c, _float(g["lr"])))
+            groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": copies})
+        self.busy = True
+        try:
+            fresh = type(opt)(groups)
+            fresh.step()
+        finally:
+            self.busy = False
+        for p, c, lr in pairs:
+            if id(p) not in self.names:
+                continue
+            before = p.detach().double()
+            delta = c.detach() - before
+            norm = float((before * before).sum())
+            decay = -float((delta * before).sum()) / (lr * norm) if lr and norm else 0.0
+            out[self.names[id(p)]] = (bool((delta != 0).any()), decay)
+        return out
+
+
+def install(recorder: TorchRecorder) -> None:
+    import torch
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    original_init = torch.optim.Optimizer.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        recorder.on_optimizer(self)
+
+    torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign]
+    register_optimizer_step_pre_hook(recorder.pre_step)
+    register_optimizer_step_post_hook(recorder.post_step)
+    original_backward = torch.Tensor.backward
+
+    def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder.on_backward(self)
+        return original_backward(self, *args, **kwargs)
+
+    torch.Tensor.backward = backward  # type: ignore[method-assign]
+
+
+def main(argv: list[str]) -> int:
+    result, steps, program, *args = argv
+    recorder = TorchRecorder(int(steps))
+    install(recorder)
+    recorder.record.update(run_program(program, args))
+    with open(result, "wb") as f:
+        pickle.dump(recorder.record, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
