@@ -369,12 +369,15 @@ def verify(
     program_args: Annotated[str | None, typer.Option(
         "--program-args", help="The command line both programs get (--program), e.g. "
         "'--batch_size=8'.")] = None,
+    print_skip: Annotated[list[str] | None, typer.Option(
+        "--print-skip", help="A regular expression: printed lines that match it (timings) "
+        "are not compared (--program; repeatable).")] = None,
 ) -> None:
     """Run the torch model and its JAX translation on the same weights and inputs (with
     --optimizer and --loss: train both for --steps steps and compare the trajectories)."""
     if program is not None:
         _verify_program(program, converted, steps, jax_target, program_args, as_json,
-                        target is not None or cases is not None)
+                        target is not None or cases is not None, print_skip or [])
     training = (optimizer, scheduler, loss, labels, clip_grad_norm, optax_tx)
     if optimizer is None and any(v is not None for v in training):
         console.print("[red]error:[/] --scheduler, --loss, --labels, --clip-grad-norm and --optax "
@@ -450,7 +453,8 @@ def verify(
 
 
 def _verify_program(program: Path, converted: Path | None, steps: int, jax_target: str,
-                    program_args: str | None, as_json: bool, other: bool) -> None:
+                    program_args: str | None, as_json: bool, other: bool,
+                    print_skip: list[str]) -> None:
     """``verify --program``; exits 0 (pass), 1 (a mismatch) or 2 (could not run)."""
     import shlex
 
@@ -463,7 +467,7 @@ def _verify_program(program: Path, converted: Path | None, steps: int, jax_targe
     from torch2jax.verify.program import print_program_result, verify_program
 
     result = verify_program(program, converted, steps, jax_target,
-                            shlex.split(program_args or ""))
+                            shlex.split(program_args or ""), print_skip=print_skip)
     if as_json:
         print(json.dumps(result.to_json()))
     else:

@@ -112,9 +112,11 @@ def jax_side(converted: Path, torch_record: Path, steps: int, args: list[str], r
 
 def verify_program(program: Path, converted: Path | None = None, steps: int = 10,
                    target: str = "nnx", args: list[str] | None = None,
-                   rtol: float = PROGRAM_RTOL, timeout: float = 600) -> ProgramResult:
+                   rtol: float = PROGRAM_RTOL, timeout: float = 600,
+                   print_skip: list[str] | None = None) -> ProgramResult:
     """Run ``program`` and its conversion (``converted``, or made here) for ``steps``
-    optimizer steps each, with ``args`` as their command line, and compare them."""
+    optimizer steps each, with ``args`` as their command line, and compare them (printed
+    lines matching a ``print_skip`` pattern, such as timings, left out)."""
     r = ProgramResult(str(program), str(converted or ""), target, steps)
     if target != "nnx":
         r.error = f"--program supports the nnx target (not {target})"
@@ -136,11 +138,12 @@ def verify_program(program: Path, converted: Path | None = None, steps: int = 10
         except Exception as exc:  # the conversion itself
             r.error = f"converting {program}: {type(exc).__name__}: {exc}"
             return r
-    compare(r, torch_rec, jax_rec, rtol)
+    compare(r, torch_rec, jax_rec, rtol, print_skip)
     return r
 
 
-def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float) -> None:
+def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float,
+            print_skip: list[str] | None = None) -> None:
     """Fill ``r`` from the two sides' records."""
     r.notes += t["notes"] + j["notes"]
     if t["error"] or not t["stopped"]:
@@ -158,7 +161,7 @@ def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float)
     _compare_lrs(r, t["lrs"], j["lrs"])
     if "params" in t and "params" in j:
         _compare_tensors(r, t, j, rtol)
-    _compare_prints(r, t["stdout"], j["stdout"], rtol)
+    _compare_prints(r, t["stdout"], j["stdout"], rtol, print_skip or [])
 
 
 def _close(got: float, ref: float, rtol: float, atol: float = 0.0) -> bool:
@@ -275,8 +278,18 @@ def _compare_decay(r: ProgramResult, name: str, t: tuple | None, j: tuple | None
                               else "not decayed on either side"))
 
 
-def _compare_prints(r: ProgramResult, t_out: str, j_out: str, rtol: float) -> None:
-    t_lines, j_lines = t_out.splitlines(), j_out.splitlines()
+def _compare_prints(r: ProgramResult, t_out: str, j_out: str, rtol: float,
+                    skip: list[str]) -> None:
+    patterns = [re.compile(p) for p in skip]
+
+    def kept(out: str) -> list[str]:
+        return [line for line in out.splitlines() if not any(p.search(line) for p in patterns)]
+
+    t_lines, j_lines = kept(t_out), kept(j_out)
+    if skip:
+        r.notes.append(f"printed lines left out (--print-skip): "
+                       f"{len(t_out.splitlines()) - len(t_lines)} of torch's, "
+                       f"{len(j_out.splitlines()) - len(j_lines)} of the converted program's")
     for i in range(max(len(t_lines), len(j_lines))):
         a = t_lines[i] if i < len(t_lines) else None
         b = j_lines[i] if i < len(j_lines) else None

@@ -57,10 +57,17 @@ class TorchRecorder:
             warnings.simplefilter("ignore")
             modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
         found = [m for m in modules if wanted <= {id(p) for p in m.parameters()}]
-        # the innermost: no other candidate below it (a DDP wrapper holds the model)
-        inner = [m for m in found
-                 if not any(o is not m and o in set(m.modules()) for o in found)]
-        return min(inner, key=lambda m: sum(1 for _ in m.parameters()), default=None)
+        # the outermost (a container inside a model with tied weights can hold all of them:
+        # nanoGPT's `transformer` ModuleDict), then through wrappers (DDP's `module`,
+        # torch.compile's `_orig_mod`) to the model they wrap
+        outer = [m for m in found if not any(o is not m and m in set(o.modules()) for o in found)]
+        model = outer[0] if len(outer) == 1 else None
+        while model is not None:
+            inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+            if not any(inner is m for m in found):
+                break
+            model = inner
+        return model
 
     def on_optimizer(self, optimizer: Any) -> None:
         from torch2jax.verify.common import is_torch_dropout
