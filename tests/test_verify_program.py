@@ -11,6 +11,7 @@ every comparison; each seeded bug is reported as a mismatch naming what differs.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from torch2jax.verify.run import convert_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "fixtures" / "training" / "gpt_param_groups.py"
+CORPUS_GPT = ROOT / "tests" / "corpus" / "gpt" / "train.py"
 STEPS = 2
 # the tensors of rank >= 2: torch's decay group (wte and lm_head are one tied tensor)
 DECAYED = {"wte.weight", "wpe.weight"} | {
@@ -102,6 +104,61 @@ def test_a_different_weight_decay_is_caught(sides):
     # parameters: the probe is what sees it
     assert not r.failures("lr") and not r.failures("print")
     assert not r.failures("loss") and not r.failures("param")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """The nanoGPT-shaped corpus program (evaluation before training, two micro-batches of
+    gradient accumulation, AdamW parameter groups through ``configure_optimizers``, the lr set
+    in the loop, tied weights), its torch side run for three steps in a folder of its own."""
+    tmp = tmp_path_factory.mktemp("corpus")
+    convert_tree(CORPUS_GPT, tmp / "converted", "nnx", None)
+    torch_rec = torch_side(CORPUS_GPT, 3, [], tmp / "torch.pkl", cwd=tmp)
+    return tmp, tmp / "converted", torch_rec
+
+
+def run_corpus(corpus: tuple[Path, Path, dict], name: str,
+               *edits: tuple[str, str, str]) -> ProgramResult:
+    """The converted corpus program with ``edits`` (file, old, new) as a copy of its folder."""
+    tmp, converted, torch_rec = corpus
+    folder = tmp / name
+    shutil.copytree(converted, folder)
+    for file, old, new in edits:
+        text = (folder / file).read_text()
+        assert text.count(old) == 1, old
+        (folder / file).write_text(text.replace(old, new))
+    jax_rec = jax_side(folder / "train.py", tmp / "torch.pkl", 3, [], tmp / f"{name}.pkl",
+                       cwd=tmp)
+    r = ProgramResult(str(CORPUS_GPT), str(folder), "nnx", 3)
+    compare(r, torch_rec, jax_rec, 1e-3, [r"time .*ms"])
+    return r
+
+
+def test_the_corpus_gpt_program_agrees(corpus):
+    r = run_corpus(corpus, "as_converted")
+    assert r.error is None and r.passed, [(c.name, c.detail) for c in r.failures()]
+    # 3 steps x 2 micro-batches; 2 groups; 28 parameters; the evaluation before training
+    assert kinds(r) == {"loss": 6, "lr": 6, "param": 28, "opt_state": 56, "decay": 28,
+                        "print": 7}
+    assert "inputs replayed: 28 arrays over 14 torch forward calls" in r.notes
+
+
+def test_the_corpus_gpt_mask_as_a_schedule_and_an_undivided_accumulation(corpus):
+    """The bug of issue 29 (``inject_hyperparams`` calls a callable mask on the step count
+    unless it is static: no tensor decays) and the accumulated loss not divided by the number
+    of micro-batches, seeded together: each is named by its own comparison."""
+    r = run_corpus(corpus, "two_bugs",
+                   ("model.py", 'optax.inject_hyperparams(optax.adamw, static_args=("mask",))',
+                    "optax.inject_hyperparams(optax.adamw)"),
+                   ("train.py", "loss = loss / gradient_accumulation_steps", "loss = loss"))
+    torch_params = corpus[2]["params"]
+    assert {c.name for c in r.failures("decay")} == {
+        n for n, p in torch_params.items() if p.ndim >= 2}
+    assert all("in torch only" in c.detail for c in r.failures("decay"))
+    # every loss is twice torch's; the moments follow the doubled gradients
+    assert [c.name for c in r.failures("loss")] == [f"loss {i}" for i in range(1, 7)]
+    assert all(c.name.endswith(("exp_avg", "exp_avg_sq")) for c in r.failures("opt_state"))
+    assert r.failures("opt_state")
 
 
 def test_cli_program_mode(tmp_path):

@@ -71,13 +71,15 @@ class ProgramError(RuntimeError):
     pass
 
 
-def _run_side(module: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+def _run_side(module: str, args: list[str], timeout: float,
+              cwd: Path | None = None) -> subprocess.CompletedProcess:
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     try:
         return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
-                              text=True, timeout=timeout, env=env)
+                              text=True, timeout=timeout, env=env, cwd=cwd,
+                              check=False)
     except subprocess.TimeoutExpired:
         raise ProgramError(f"{module} ran past {timeout:.0f}s") from None
 
@@ -93,20 +95,20 @@ def _load(path: Path, proc: subprocess.CompletedProcess, side: str) -> dict[str,
 
 
 def torch_side(program: Path, steps: int, args: list[str], record: Path,
-               timeout: float = 600) -> dict[str, Any]:
-    """Run the torch program for ``steps`` optimizer steps; its record (also pickled to
-    ``record``, which :func:`jax_side` reads)."""
+               timeout: float = 600, cwd: Path | None = None) -> dict[str, Any]:
+    """Run the torch program for ``steps`` optimizer steps (in ``cwd``: the current folder by
+    default); its record (also pickled to ``record``, which :func:`jax_side` reads)."""
     proc = _run_side("torch2jax.verify.program_torch",
-                     [str(record), str(steps), str(program), *args], timeout)
+                     [str(record), str(steps), str(program), *args], timeout, cwd)
     return _load(record, proc, "torch")
 
 
 def jax_side(converted: Path, torch_record: Path, steps: int, args: list[str], record: Path,
-             timeout: float = 600) -> dict[str, Any]:
+             timeout: float = 600, cwd: Path | None = None) -> dict[str, Any]:
     """Run the converted program for ``steps`` optimizer steps from the torch side's start."""
     proc = _run_side("torch2jax.verify.program_jax",
                      [str(record), str(torch_record), str(steps), str(converted), *args],
-                     timeout)
+                     timeout, cwd)
     return _load(record, proc, "JAX")
 
 
@@ -135,7 +137,7 @@ def verify_program(program: Path, converted: Path | None = None, steps: int = 10
         except ProgramError as exc:
             r.error = str(exc)
             return r
-        except Exception as exc:  # the conversion itself
+        except Exception as exc:  # noqa: BLE001 - the conversion itself
             r.error = f"converting {program}: {type(exc).__name__}: {exc}"
             return r
     compare(r, torch_rec, jax_rec, rtol, print_skip)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 
-class ProgramStopped(BaseException):  # noqa: N818 (not an error: the harness's stop)
+class ProgramStopped(BaseException):
     """Raised by an instrumented optimizer step once the program has taken its N steps; a
     BaseException, so that a program's ``except Exception`` does not swallow it."""
 
@@ -30,7 +30,7 @@ def run_program(path: str, args: list[str]) -> dict[str, Any]:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             out["error"] = f"the program exited with status {exc.code}"
-    except Exception:  # the program's own failure: reported, not raised
+    except Exception:  # noqa: BLE001 - the program's own failure: reported, not raised
         out["error"] = traceback.format_exc(limit=-8)
     finally:
         sys.stdout.flush()
