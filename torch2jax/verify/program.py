@@ -32,6 +32,8 @@ DECAY_RTOL = 1e-3
 NOISE = 1e-4  # a gradient this far below the model's largest is float32 rounding
 # torch's optimizer state slot -> optax's (adam/adamw/..., sgd with momentum)
 SLOTS = {"exp_avg": "mu", "exp_avg_sq": "nu", "momentum_buffer": "trace"}
+# the targets whose converted programs can be instrumented, and the module that does it
+JAX_SIDES = {"nnx": "torch2jax.verify.program_jax"}
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -104,9 +106,11 @@ def torch_side(program: Path, steps: int, args: list[str], record: Path,
 
 
 def jax_side(converted: Path, torch_record: Path, steps: int, args: list[str], record: Path,
-             timeout: float = 600, cwd: Path | None = None) -> dict[str, Any]:
-    """Run the converted program for ``steps`` optimizer steps from the torch side's start."""
-    proc = _run_side("torch2jax.verify.program_jax",
+             timeout: float = 600, cwd: Path | None = None,
+             side: str = "torch2jax.verify.program_jax") -> dict[str, Any]:
+    """Run the converted program for ``steps`` optimizer steps from the torch side's start
+    (``side``: the module instrumenting the target's program)."""
+    proc = _run_side(side,
                      [str(record), str(torch_record), str(steps), str(converted), *args],
                      timeout, cwd)
     return _load(record, proc, "JAX")
@@ -120,8 +124,8 @@ def verify_program(program: Path, converted: Path | None = None, steps: int = 10
     optimizer steps each, with ``args`` as their command line, and compare them (printed
     lines matching a ``print_skip`` pattern, such as timings, left out)."""
     r = ProgramResult(str(program), str(converted or ""), target, steps)
-    if target != "nnx":
-        r.error = f"--program supports the nnx target (not {target})"
+    if target not in JAX_SIDES:
+        r.error = f"--program supports the {', '.join(JAX_SIDES)} target (not {target})"
         return r
     with tempfile.TemporaryDirectory(prefix="torch2jax_program_") as tmp_name:
         tmp = Path(tmp_name)
@@ -133,7 +137,7 @@ def verify_program(program: Path, converted: Path | None = None, steps: int = 10
                 converted = converted_location(program.resolve(), tmp / "converted")
             torch_rec = torch_side(program, steps, args or [], tmp / "torch.pkl", timeout)
             jax_rec = jax_side(converted, tmp / "torch.pkl", steps, args or [],
-                               tmp / "jax.pkl", timeout)
+                               tmp / "jax.pkl", timeout, side=JAX_SIDES[target])
         except ProgramError as exc:
             r.error = str(exc)
             return r
