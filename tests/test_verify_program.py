@@ -169,3 +169,11 @@ def test_cli_program_mode(tmp_path):
     assert data["passed"] and data["steps"] == 1
     assert {c["kind"] for c in data["checks"]} == {"loss", "lr", "param", "opt_state", "decay",
                                                     "print"}
+
+
+@pytest.mark.parametrize("extra", [["fixtures/models/mlp.py::MLP"], ["--target", "linen"]])
+def test_cli_program_usage_errors(extra):
+    """--program goes without a model to verify; a target without a program side is refused
+    before anything runs (exit 2)."""
+    result = CliRunner().invoke(app, ["verify", "--program", str(PROGRAM), *extra])
+    assert result.exit_code == 2, result.output
