@@ -232,7 +232,7 @@ def _compare_tensors(r: ProgramResult, t: dict[str, Any], j: dict[str, Any],
         worst = float(np.max(diff)) if ref.size else 0.0
         return worst / scale if scale else worst
 
-    masks, excluded = _noise_masks(t), {}
+    masks, excluded, unknown = _noise_masks(t), {}, set()
     for m in j["mappings"]:
         name = m["torch"]
         if m["status"] != "mapped" or name not in t["params"]:
@@ -250,6 +250,7 @@ def _compare_tensors(r: ProgramResult, t: dict[str, Any], j: dict[str, Any],
         for slot, value in t["opt_state"].get(name, {}).items():
             ours = SLOTS.get(slot)
             if ours is None:
+                unknown.add(slot)
                 continue
             if ours not in slots:
                 r.checks.append(Check("opt_state", f"{name} {slot}", False,
@@ -259,6 +260,9 @@ def _compare_tensors(r: ProgramResult, t: dict[str, Any], j: dict[str, Any],
             r.checks.append(Check("opt_state", f"{name} {slot}", rel <= rtol,
                                   f"-> {ours}, rel {rel:.1e}", rel))
         _compare_decay(r, name, t["decay"].get(name), j["decay"].get(m["nnx"]))
+    if unknown:
+        r.notes.append("optimizer state not compared (no known optax counterpart): "
+                       + ", ".join(sorted(unknown)))
     if excluded:
         r.notes.append(
             f"{sum(excluded.values())} parameter elements of {len(excluded)} tensors had "
