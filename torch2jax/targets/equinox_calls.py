@@ -131,7 +131,8 @@ class LayerCalls:
             return cst.Call(func, new_args), Info(x.batched, x.rank,
                                                   channels_last=x.channels_last)
         channel_first = lay.kind == "seq" and bool(lay.items) and all(
-            p.kind in ("conv", "bn", "pool", "fn", "resize") for p in lay.items.values())
+            p.kind in ("conv", "bn", "pool", "fn", "resize", "dropout", "groupnorm")
+            for p in lay.items.values())
         if x.channels_last and lay.kind not in ("fn", "dropout") and not channel_first:
             raise EquinoxError(f"a {lay.kind} layer inside a channels-last region")
         if lay.kind == "dropout":

@@ -1,0 +1,124 @@
+"""Shapes of batched torch code that the equinox target used to refuse (issue 32, item 1): an
+einsum, a layer in the NNX translation's channels-last region, a loop over a list of layers
+handed to the constructor. Each module is converted to equinox, built, and checked against
+torch (outputs and gradients, float32 on CPU, the per-example model under ``jax.vmap``); the
+shapes whose per-example meaning cannot be shown stay marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torch2jax.convert import convert_source
+from torch2jax.verify.run import verify
+
+EINSUM = '''
+import torch
+import torch.nn as nn
+
+
+class Attn(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+        self.k = nn.Linear(d, d)
+        self.v = nn.Linear(d, d)
+        self.scale = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q = self.q(x)
+        k = self.k(x)
+        s = torch.einsum("btc,bsc->bts", q, k) / 4.0
+        a = s.softmax(dim=-1)
+        y = torch.einsum("bts,bsc->btc", a, self.v(x))
+        return torch.einsum("...c,c->...c", y, self.scale)
+'''
+
+# torch's permute of a channel-first activation, then a Sequential of vector layers
+PERMUTE = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.mlp = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 4))
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = x.permute(0, 2, 3, 1)
+        x = self.mlp(x)
+        return x.mean(dim=(1, 2))
+'''
+
+# a Sequential with dropout inside the NNX translation's channels-last region
+CHANNELS_LAST = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.body = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Dropout(0.1),
+                                  nn.GroupNorm(2, 8))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = self.body(x)
+        return self.head(x.mean(dim=(2, 3)))
+'''
+
+CASES = {
+    "einsum": (EINSUM, "Attn", "float32[2,5,16]"),
+    "permute": (PERMUTE, "Net", "float32[2,3,6,6]"),
+    "channels_last": (CHANNELS_LAST, "Net", "float32[2,3,6,6]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_formerly_refused_shape_converts_and_matches_torch(case: str, tmp_path: Path) -> None:
+    source, name, shape = CASES[case]
+    result = convert_source(source, target="equinox")
+    assert "TODO(torch2jax)" not in result.code, result.code
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    path = tmp_path / f"{case}.py"
+    path.write_text(source)
+    r = verify(f"{path}::{name}", inputs=[shape], jax_target="equinox", grad=True)
+    assert r.error is None, r.error
+    assert r.todos == 0
+    assert r.max_abs_diff is not None and r.max_abs_diff <= 1e-5, r.to_json()
+    assert r.grad_max_abs_diff is not None and r.grad_max_abs_diff <= 1e-5, r.to_json()
+    assert r.passed, r.mismatch
+
+
+MIXING = '''
+import torch
+import torch.nn as nn
+
+
+class Gram(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.einsum("bi,bj->ij", h, h)
+'''
+
+
+def test_an_einsum_over_the_batch_stays_marked() -> None:
+    """``bi,bj->ij`` sums over the batch: no per-example form, so the line is marked."""
+    result = convert_source(MIXING, target="equinox")
+    line = next(ln for ln in result.code.splitlines() if "einsum" in ln and "TODO" not in ln)
+    at = result.code.splitlines().index(line)
+    assert "TODO(torch2jax): jnp.einsum that sums over or moves the batch axis" in \
+        result.code.splitlines()[at - 1]
+    assert any(d.severity == "error" and "einsum" in d.message for d in result.diagnostics)
