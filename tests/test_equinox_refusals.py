@@ -75,10 +75,39 @@ class Net(nn.Module):
         return self.head(x.mean(dim=(2, 3)))
 '''
 
+# a ModuleList of layers handed to the constructor, looped over in forward
+LOOP = '''
+import torch
+import torch.nn as nn
+
+
+class Stack(nn.Module):
+    def __init__(self, layers, width=8):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.out = nn.Linear(width, 3)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.out(x)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stack = Stack([nn.Linear(8, 8), nn.Linear(8, 8)])
+        self.deep = Stack(layers=[nn.Linear(8, 8) for _ in range(3)])
+
+    def forward(self, x):
+        return self.stack(x) + self.deep(x)
+'''
+
 CASES = {
     "einsum": (EINSUM, "Attn", "float32[2,5,16]"),
     "permute": (PERMUTE, "Net", "float32[2,3,6,6]"),
     "channels_last": (CHANNELS_LAST, "Net", "float32[2,3,6,6]"),
+    "loop": (LOOP, "Model", "float32[3,8]"),
 }
 
 
@@ -122,3 +151,12 @@ def test_an_einsum_over_the_batch_stays_marked() -> None:
     assert "TODO(torch2jax): jnp.einsum that sums over or moves the batch axis" in \
         result.code.splitlines()[at - 1]
     assert any(d.severity == "error" and "einsum" in d.message for d in result.diagnostics)
+
+
+def test_a_loop_over_layers_of_several_kinds_stays_marked() -> None:
+    """One call passes Linear layers, another LayerNorms: the loop body's calls have no
+    single per-example form, so the loop is marked."""
+    source = LOOP.replace("self.deep = Stack(layers=[nn.Linear(8, 8) for _ in range(3)])",
+                          "self.deep = Stack(layers=[nn.LayerNorm(8)])")
+    result = convert_source(source, target="equinox")
+    assert "# TODO(torch2jax): a loop over a list of unknown layers [equinox]" in result.code
