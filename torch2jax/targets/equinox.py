@@ -340,7 +340,12 @@ def _passed_layers(cls: str, index: int, param: str, module: cst.Module, names: 
     """The one kind of layer that every call ``cls(...)`` of the file passes as the argument
     ``param`` (positional ``index``), or None."""
     found: list[Layer] = []
-    for call in findall(module, m.Call(func=m.Name(cls))):
+    calls = findall(module, m.Call(func=m.Name(cls)))
+    # the class used otherwise than called (a subclass, a partial, passed as a value) may be
+    # built with other layers
+    if len(findall(module, m.Name(cls))) != len(calls) + 1:
+        return None
+    for call in calls:
         pos = [a for a in call.args if a.keyword is None]
         if any(a.star for a in call.args):
             return None

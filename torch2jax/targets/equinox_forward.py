@@ -449,6 +449,9 @@ class Forward(LayerCalls):
             raise EquinoxError("a transpose with computed axes of a batched value")
         if axes[0] != 0 or any(a < 0 for a in axes):
             raise EquinoxError("a transpose that moves the batch axis")
+        if info.rank is not None and len(axes) != info.rank + 1:
+            raise EquinoxError(f"a transpose of {len(axes)} axes of a value of rank "
+                               f"{info.rank} per example")
         new = tuple(a - 1 for a in axes[1:])
         func = node.func.with_changes(value=recv, attr=cst.Name("transpose"))
         return cst.Call(func, [cst.Arg(cst.parse_expression(repr(new)))]), replace(
@@ -459,8 +462,9 @@ class Forward(LayerCalls):
         contraction without the batch letter, ``jnp.einsum("tc,sc->ts", q, k)``. It holds
         when every batched operand starts with one letter that no unbatched operand has and
         that leads the output once (each example's output reads only its own rows); a spec
-        that starts with ``...`` keeps its ellipsis (the batch is its first axis) when no
-        unbatched operand has one. Other specs sum over or move the batch: marked."""
+        that starts with ``...`` keeps its ellipsis (the batch is its first axis) when one
+        operand is batched and no unbatched operand has one. Other specs sum over or move
+        the batch, or are not shown to keep it: marked."""
         spec_arg = call.args[0] if call.args else None
         spec = try_literal(spec_arg.value, None) if spec_arg is not None and \
             spec_arg.keyword is None else None
@@ -489,7 +493,9 @@ class Forward(LayerCalls):
         refuse = EquinoxError("jnp.einsum that sums over or moves the batch axis (its "
                               "per-example form is not a contraction of one example)")
         if all(s.startswith("...") for s in batched):
-            if not out.startswith("...") or any("..." in s for s in others):
+            # one batched operand: its ellipsis, less the batch, is the same per example
+            if len(batched) != 1 or not out.startswith("...") or any("..." in s
+                                                                     for s in others):
                 raise refuse
             new_ins, new_out, rank = ins, out, None
         else:
