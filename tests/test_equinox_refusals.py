@@ -103,11 +103,30 @@ class Model(nn.Module):
         return self.stack(x) + self.deep(x)
 '''
 
+# vector layers on a value whose rank per example no line states: mapped over the leading
+# axes it has when traced (the over_leading helper)
+UNKNOWN_RANK = '''
+import torch
+import torch.nn as nn
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.ln = nn.LayerNorm(4)
+
+    def forward(self, x):
+        h = x[..., :8]
+        return self.ln(torch.tanh(self.fc(h)))
+'''
+
 CASES = {
     "einsum": (EINSUM, "Attn", "float32[2,5,16]"),
     "permute": (PERMUTE, "Net", "float32[2,3,6,6]"),
     "channels_last": (CHANNELS_LAST, "Net", "float32[2,3,6,6]"),
     "loop": (LOOP, "Model", "float32[3,8]"),
+    "unknown_rank": (UNKNOWN_RANK, "Head", "float32[2,3,5,10]"),
 }
 
 
@@ -123,7 +142,10 @@ def test_formerly_refused_shape_converts_and_matches_torch(case: str, tmp_path: 
     assert r.error is None, r.error
     assert r.todos == 0
     assert r.max_abs_diff is not None and r.max_abs_diff <= 1e-5, r.to_json()
-    assert r.grad_max_abs_diff is not None and r.grad_max_abs_diff <= 1e-5, r.to_json()
+    # the gradients of unknown_rank sum over 30 rows per example (values near 40): 1e-4
+    # absolute is 8e-7 relative there
+    tol = 1e-4 if case == "unknown_rank" else 1e-5
+    assert r.grad_max_abs_diff is not None and r.grad_max_abs_diff <= tol, r.to_json()
     assert r.passed, r.mismatch
 
 
