@@ -143,6 +143,18 @@ def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Arra
 ''')
 
 
+# equinox (torch2jax/targets/equinox_calls.py): a vector layer on a value whose rank per
+# example is not known when converting
+helper("over_leading", {"jax"}, '''
+def over_leading(layer, x: jax.Array, rank: int) -> jax.Array:
+    """layer, written for one input of rank axes, applied to x over all its leading axes
+    (one jax.vmap per leading axis)."""
+    for _ in range(x.ndim - rank):
+        layer = jax.vmap(layer)
+    return layer(x)
+''', targets=("equinox",))
+
+
 # torch's GRU cell (rules/sequence.toml): n = tanh(W_in x + b_in + r * (W_hn h + b_hn)); the
 # library cells have no hidden-side bias b_hn
 helper("TorchGRUCell", {"Any", "nnx"}, '''

@@ -299,6 +299,79 @@ class _LoopSplit(cst.CSTTransformer):
         return updated_node
 
 
+def _lists_passed_in(classes: dict[str, ClassInfo], nnx: dict[str, cst.ClassDef],
+                     module: cst.Module) -> None:
+    """``self.layers = nn.ModuleList(layers)`` with ``layers`` a constructor argument: the
+    layers it holds are those of the calls that build the class in the file's other modules
+    (``Stack([nn.Linear(8, 8), nn.Linear(8, 8)])``), anywhere in the file, when every such
+    call passes a literal list (or a comprehension) of layers of one kind. Any other call,
+    or none, leaves the list unknown."""
+    for name, c in classes.items():
+        init = _init_of(nnx[name], "__init__")
+        if init is None:
+            continue
+        params = [p.name.value for p in init.params.params[1:]]
+        for attr, lay in list(c.attrs.items()):
+            if lay.kind != "list" or lay.items:
+                continue
+            param = _list_param(init, attr)
+            if param is None or param not in params:
+                continue
+            kinds = _passed_layers(name, params.index(param), param, module, set(nnx))
+            if kinds is not None:
+                c.attrs[attr] = replace(lay, items={"*": kinds})
+
+
+def _list_param(init: cst.FunctionDef, attr: str) -> str | None:
+    """The parameter ``p`` of ``self.attr = nnx.List(p)`` (or ``list(p)``, or ``p``)."""
+    wrapped = m.Call(func=m.Attribute(value=m.Name("nnx"), attr=m.Name("List")) | m.Name(
+        "list"), args=[m.Arg(value=m.Name(), keyword=None)])
+    for a in findall(init, m.Assign(targets=[m.AssignTarget(m.Attribute(
+            value=m.Name("self"), attr=m.Name(attr)))])):
+        value = a.value
+        if m.matches(value, wrapped):
+            value = value.args[0].value
+        return value.value if isinstance(value, cst.Name) else None
+    return None
+
+
+def _passed_layers(cls: str, index: int, param: str, module: cst.Module, names: set[str]
+                   ) -> Layer | None:
+    """The one kind of layer that every call ``cls(...)`` of the file passes as the argument
+    ``param`` (positional ``index``), or None."""
+    found: list[Layer] = []
+    calls = findall(module, m.Call(func=m.Name(cls)))
+    # the class used otherwise than called (a subclass, a partial, passed as a value) may be
+    # built with other layers
+    if len(findall(module, m.Name(cls))) != len(calls) + 1:
+        return None
+    for call in calls:
+        pos = [a for a in call.args if a.keyword is None]
+        if any(a.star for a in call.args):
+            return None
+        kw = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        value = kw.get(param, pos[index].value if index < len(pos) else None)
+        if isinstance(value, (cst.List, cst.Tuple)) and value.elements:
+            elements = [e.value for e in value.elements]
+        elif isinstance(value, cst.ListComp):
+            elements = [value.elt]
+        else:
+            return None
+        for e in elements:
+            if isinstance(e, cst.StarredElement):
+                return None
+            try:
+                _, lay = layer_of(e, names)
+            except EquinoxError:
+                return None
+            if lay.kind in ("value", "list", "dict", "seq"):
+                return None
+            found.append(lay)
+    if not found or len({(p.kind, p.cls, p.stateful, p.keyed, p.rank) for p in found}) != 1:
+        return None
+    return found[0]
+
+
 def _keys_needed(classes: dict[str, ClassInfo]) -> None:
     changed = True
     for c in classes.values():
@@ -381,6 +454,9 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     for c in module.body:
         if isinstance(c, cst.ClassDef) and c.name.value in f.class_names:
             f.classes[c.name.value] = f.init(c)
+    _lists_passed_in(f.classes, {c.name.value: c for c in module.body
+                                 if isinstance(c, cst.ClassDef) and c.name.value in f.classes},
+                     module)
     _keys_needed(f.classes)
     # the classes no other class uses are the models: their inputs are batched, rank unknown
     used = {n for c in f.classes.values() for a in _all_layers(c) if a.kind == "module"

@@ -101,8 +101,11 @@ class LayerCalls:
             if x.channels_last:
                 raise EquinoxError(f"a {lay.kind} layer inside a channels-last region")
             if x.rank is None and not x.is_input and x.batched:
-                raise EquinoxError(f"a {lay.kind} layer applied to a value whose rank is not "
-                                   "known here")
+                # the rank per example is not known here: the layer mapped over whatever
+                # leading axes the value has when traced (a helper written into the file)
+                out = Info(True, None)
+                return expr("over_leading({f}, {x}, {n})", f=func, x=new_args[0].value,
+                            n=cst.Integer(str(need))), out
             rank = x.rank if x.rank is not None else need
             self._fix_input_rank(args[0].value, rank, lay.kind)
             if rank < need:
@@ -131,7 +134,8 @@ class LayerCalls:
             return cst.Call(func, new_args), Info(x.batched, x.rank,
                                                   channels_last=x.channels_last)
         channel_first = lay.kind == "seq" and bool(lay.items) and all(
-            p.kind in ("conv", "bn", "pool", "fn", "resize") for p in lay.items.values())
+            p.kind in ("conv", "bn", "pool", "fn", "resize", "dropout", "groupnorm")
+            for p in lay.items.values())
         if x.channels_last and lay.kind not in ("fn", "dropout") and not channel_first:
             raise EquinoxError(f"a {lay.kind} layer inside a channels-last region")
         if lay.kind == "dropout":

@@ -323,6 +323,8 @@ class Forward(LayerCalls):
                                    "axis")
             if method == "reshape":
                 return self.reshape(node, recv, info)
+            if method in ("transpose", "permute") and node.args:
+                return self.method_transpose(node, recv, info)
             if method in ("astype",):
                 return node.with_changes(func=func.with_changes(value=recv)), info
             if method in AXIS_REDUCTIONS:
@@ -430,7 +432,85 @@ class Forward(LayerCalls):
                 value=cst.parse_expression(repr(new)))]), Info(True, len(new))
         if name == "jax.lax.collapse" and first.batched:
             return self.collapse(node, new_args, first)
+        if name == "jnp.einsum":
+            return self.einsum(call, [i for _, _, i in args])
         raise EquinoxError(f"{name} on a batched value (its per-example form is not known)")
+
+    def method_transpose(self, node: cst.Call, recv: cst.BaseExpression, info: Info
+                         ) -> tuple[cst.BaseExpression, Info]:
+        """``x.transpose(0, 2, 3, 1)`` (torch's ``permute``) of a batched x that keeps the batch
+        axis first: the other axes, moved down by one, per example."""
+        if any(a.keyword is not None or a.star for a in node.args):
+            raise EquinoxError("a transpose with keyword or starred arguments")
+        axes = try_literal(node.args[0].value, None) if len(node.args) == 1 else tuple(
+            try_literal(a.value, None) for a in node.args)
+        if not isinstance(axes, tuple) or not axes or not all(
+                isinstance(a, int) and not isinstance(a, bool) for a in axes):
+            raise EquinoxError("a transpose with computed axes of a batched value")
+        if axes[0] != 0 or any(a < 0 for a in axes):
+            raise EquinoxError("a transpose that moves the batch axis")
+        if info.rank is not None and len(axes) != info.rank + 1:
+            raise EquinoxError(f"a transpose of {len(axes)} axes of a value of rank "
+                               f"{info.rank} per example")
+        new = tuple(a - 1 for a in axes[1:])
+        func = node.func.with_changes(value=recv, attr=cst.Name("transpose"))
+        return cst.Call(func, [cst.Arg(cst.parse_expression(repr(new)))]), replace(
+            info, rank=len(new), kind="value", elements=())
+
+    def einsum(self, call: cst.Call, infos: list[Info]) -> tuple[cst.BaseExpression, Info]:
+        """``jnp.einsum("btc,bsc->bts", q, k)`` with batched operands: per example the same
+        contraction without the batch letter, ``jnp.einsum("tc,sc->ts", q, k)``. It holds
+        when every batched operand starts with one letter that no unbatched operand has and
+        that leads the output once (each example's output reads only its own rows); a spec
+        that starts with ``...`` keeps its ellipsis (the batch is its first axis) when one
+        operand is batched and no unbatched operand has one. Other specs sum over or move
+        the batch, or are not shown to keep it: marked."""
+        spec_arg = call.args[0] if call.args else None
+        spec = try_literal(spec_arg.value, None) if spec_arg is not None and \
+            spec_arg.keyword is None else None
+        operands = [(a, i) for a, i in zip(call.args[1:], infos[1:], strict=True)
+                    if a.keyword is None]
+        if not isinstance(spec, str) or any(a.star for a in call.args) or any(
+                i.batched for a, i in zip(call.args[1:], infos[1:], strict=True)
+                if a.keyword is not None):
+            raise EquinoxError("jnp.einsum with subscripts that are not a literal string "
+                               "(whether it keeps the batch axis is not known)")
+        spec = spec.replace(" ", "")
+        lhs, arrow, out = spec.partition("->")
+        ins = lhs.split(",")
+        if len(ins) != len(operands):
+            raise EquinoxError("jnp.einsum with another number of operands than subscripts")
+        if not arrow:  # implicit output: the letters seen once, sorted, after the ellipsis
+            letters = lhs.replace("...", "").replace(",", "")
+            out = ("..." if "..." in lhs else "") + "".join(sorted(
+                c for c in set(letters) if letters.count(c) == 1))
+        for s, (a, i) in zip(ins, operands, strict=True):
+            if i.batched and i.rank is not None and "..." not in s and len(s) != i.rank + 1:
+                raise EquinoxError(f"jnp.einsum subscripts {s!r} for {code(a.value)}, of rank "
+                                   f"{i.rank} per example here")
+        batched = [s for s, (_, i) in zip(ins, operands, strict=True) if i.batched]
+        others = [s for s, (_, i) in zip(ins, operands, strict=True) if not i.batched]
+        refuse = EquinoxError("jnp.einsum that sums over or moves the batch axis (its "
+                              "per-example form is not a contraction of one example)")
+        if all(s.startswith("...") for s in batched):
+            # one batched operand: its ellipsis, less the batch, is the same per example
+            if len(batched) != 1 or not out.startswith("...") or any("..." in s
+                                                                     for s in others):
+                raise refuse
+            new_ins, new_out, rank = ins, out, None
+        else:
+            b = batched[0][:1]
+            if not b.isalpha() or any(s[:1] != b or s.count(b) != 1 for s in batched) or any(
+                    b in s for s in others) or out[:1] != b or out.count(b) != 1:
+                raise refuse
+            new_ins = [s[1:] if (i.batched) else s
+                       for s, (_, i) in zip(ins, operands, strict=True)]
+            new_out = out[1:]
+            rank = None if "..." in new_out else len(new_out)
+        text = ",".join(new_ins) + "->" + new_out
+        new_spec = cst.SimpleString(repr(text).replace("'", '"'))
+        call = call.with_changes(args=[spec_arg.with_changes(value=new_spec), *call.args[1:]])
+        return call, Info(True, rank)
 
     def pad(self, node: cst.Call) -> tuple[cst.BaseExpression, Info] | None:
         """``jnp.pad(x, widths)`` of a batched x, one pair per axis: per example without the
