@@ -1,0 +1,218 @@
+"""Classes deriving from torch's containers and ``.children()`` (issue 34), converted, built
+and verified against torch (outputs and gradients) on NNX.
+
+* ``class Encoder(nn.Sequential)`` grown by ``self.append`` and iterated, indexed and measured
+  in its own forward (``for layer in self``, ``self[0]``, ``len(self)``): nnx.Sequential is
+  none of these, its ``layers`` are;
+* ``backbone.children()`` / ``self.named_children()`` on a module class of the file: the
+  attributes in torch's registration order (activations included), also spread into a
+  Sequential (``nn.Sequential(*list(backbone.children())[:-1])``);
+* what is not known statically (a child assigned under a branch, a container of
+  channels-last layers iterated) is marked, never left to fail at run time.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("flax")
+
+from torch2jax.convert import convert_source
+from torch2jax.verify.common import VerifyRequest
+from torch2jax.verify.run import run_request
+
+SOURCE = '''
+from collections import OrderedDict
+
+import torch
+import torch.nn as nn
+
+
+class Encoder(nn.Sequential):
+    def __init__(self, d):
+        super().__init__(nn.Linear(d, d), nn.GELU())
+        self.append(nn.Linear(d, d))
+        self.extend([nn.Tanh(), nn.LayerNorm(d)])
+
+    def forward(self, x):
+        h = x
+        for i, layer in enumerate(self):
+            h = layer(h) if i < len(self) - 1 else h + layer(h)
+        return h + self[0](x)
+
+
+class Grown(nn.Sequential):
+    def __init__(self, d):
+        super().__init__()
+        self.add_module("fc", nn.Linear(d, d))
+        self.append(nn.ReLU())
+
+    def forward(self, x):
+        return super().forward(x) + x
+
+
+class Named(nn.Sequential):
+    def __init__(self, d):
+        super().__init__(OrderedDict([("fc", nn.Linear(d, d)), ("act", nn.Tanh())]))
+
+
+class Blocks(nn.ModuleList):
+    def __init__(self, d, n):
+        super().__init__()
+        for _ in range(n):
+            self.append(nn.Linear(d, d))
+        self.extend([nn.LayerNorm(d)])
+
+    def forward(self, x):
+        for i in range(len(self) - 1):
+            x = x + torch.relu(self[i](x))
+        return self[-1](x)
+
+
+class Heads(nn.ModuleDict):
+    def __init__(self, d):
+        super().__init__()
+        self["a"] = nn.Linear(d, 2)
+        self.update({"b": nn.Linear(d, 3)})
+
+    def forward(self, x):
+        return torch.cat([m(x) for m in self.values()], dim=-1)
+
+
+class Containers(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.enc = Encoder(d)
+        self.grown = Grown(d)
+        self.named = Named(d)
+        self.blocks = Blocks(d, 2)
+        self.heads = Heads(d)
+
+    def forward(self, x):
+        return self.heads(self.blocks(self.named(self.grown(self.enc(x)))))
+
+
+class Backbone(nn.Module):
+    def __init__(self, d=8, classes: int = 3):
+        super().__init__()
+        self.width = d * 2
+        self.a = nn.Linear(d, self.width)
+        self.act = nn.ReLU()
+        self.b = nn.Linear(self.width, d)
+        self.fc = nn.Linear(d, classes)
+
+    def forward(self, x):
+        return self.fc(self.b(self.act(self.a(x))))
+
+
+class Headless(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        backbone = Backbone(d)
+        self.features = nn.Sequential(*list(backbone.children())[:-1])
+        self.head = nn.Linear(d, 2)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+class Walk(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.l1 = nn.Linear(d, d)
+        self.act = nn.Tanh()
+        self.l2 = nn.Linear(d, d)
+
+    def forward(self, x):
+        for layer in self.children():
+            x = layer(x)
+        for name, layer in self.named_children():
+            if name != "act":
+                x = x + 0.5 * layer(x)
+        return x
+'''
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("containers")
+    result = convert_source(SOURCE, path="containers.py")
+    (folder / "containers.py").write_text(SOURCE)
+    (folder / "containers_jax.py").write_text(result.code)
+    return folder, result
+
+
+def test_converts_without_a_mark(files):
+    _, result = files
+    errors = [d.render() for d in result.diagnostics if d.severity == "error"]
+    assert errors == [], result.code
+    assert "TODO(torch2jax)" not in result.code
+    assert "children()" not in result.code
+
+
+@pytest.mark.parametrize("name", ["Containers", "Headless", "Walk"])
+def test_module_matches_torch(files, name):
+    folder, _ = files
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run_request(VerifyRequest(
+            f"{folder / 'containers.py'}::{name}", inputs=("float32[4,8]",), grad=True,
+            atol=1e-5, rtol=1e-5, float64=False,
+            converted=str(folder / "containers_jax.py")))
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch
+    assert any(c.startswith("grad ") for c in result.compared)
+
+
+MARKED = '''
+import torch.nn as nn
+
+
+class Maybe(nn.Module):
+    def __init__(self, d, gate):
+        super().__init__()
+        self.a = nn.Linear(d, d)
+        if gate:
+            self.g = nn.Sigmoid()
+        self.b = nn.Linear(d, d)
+
+
+class Given(nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+
+class Convs(nn.Sequential):
+    def __init__(self):
+        super().__init__(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3))
+        self.insert(0, nn.Identity())
+
+    def forward(self, x):
+        for layer in self:
+            x = layer(x)
+        return x
+
+
+def heads(d):
+    maybe = Maybe(d, True)
+    given = Given(nn.Linear(d, d))
+    return list(maybe.children()), [n for n, _ in given.named_children()]
+'''
+
+
+def test_what_is_not_known_statically_is_marked():
+    result = convert_source(MARKED, path="marked.py")
+    errors = [(d.line, d.message) for d in result.diagnostics if d.severity == "error"]
+    lines = MARKED.splitlines()
+    assert any("children()" in lines[n - 1] and "under a condition" in msg
+               for n, msg in errors), errors
+    assert any("named_children()" in lines[n - 1] and "self.block" in msg
+               for n, msg in errors), errors
+    assert any("for layer in self" in lines[n - 1] and "channels-last" in msg
+               for n, msg in errors), errors
+    assert any("self.insert(" in lines[n - 1] and "cannot shift" in msg
+               for n, msg in errors), errors
