@@ -231,6 +231,15 @@ class CallsMixin:
                 raise Untranslatable(str(exc), rule="torch.nn.Module.children") from None
             if listed is not None:
                 return listed
+        if (m.matches(original, m.Call(func=m.Attribute(attr=m.Name("named_modules")), args=[]))
+                and self.target.stateful_modules and self._is_module_expr(original.func.value)):
+            # minGPT's configure_optimizers walks them with isinstance(m, whitelist): NNX's
+            # modules are not torch's (no activation modules, Sequential's .layers in paths)
+            raise Untranslatable(
+                "named_modules() of a converted model: NNX's modules (nnx.iter_modules) are "
+                "not torch's (activations are functions, a Sequential's layers sit under "
+                "'layers'); select the parameters by their names instead",
+                rule="torch.nn.Module.named_modules")
         if name and name.startswith(EINOPS_TORCH_LAYERS):
             return self._einops_layer(updated, name)
         if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):
