@@ -24,6 +24,7 @@ from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import visit
 from torch2jax.finish.invariants import check_output, input_facts
+from torch2jax.passes import loader_classes
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
 from torch2jax.passes.helpers import add_helpers, defined_names
@@ -163,12 +164,18 @@ def convert_source(
                          f"{exc.message}") from None
     if not uses_torch(module):
         return ConversionResult(code=source, uses_torch=False)
+    canonical = loader_classes.canonicalise(module)
+    # a line the canonical form moved (a wrapper class removed): reported at the user's line
+    lines = (loader_classes.line_map(module.code, canonical.code)
+             if canonical is not module else {})
+    module = canonical
     wrapper = FileMetadata(module)
     wrapper.resolve_many(METADATA)  # every visitor's below, in two rounds
     diagnostics: list[Diagnostic] = []
 
     def report(line: int, col: int, rule: str, severity: str, message: str) -> None:
-        diagnostics.append(Diagnostic(path, line, col, rule, severity, message))
+        diagnostics.append(Diagnostic(path, lines.get(line, line), col, rule, severity,
+                                      message))
 
     # two passes: the first learns what layer-building helper functions return, the second
     # uses it for the attributes they build (when every helper returns torch's layout, the
