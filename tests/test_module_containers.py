@@ -302,3 +302,15 @@ def test_mingpt_whitelist_walk_fails_only_on_a_marked_line(tmp_path):
     lines = result.code.splitlines()
     assert "TODO(torch2jax)" in lines[line - 2], (lines[line - 2], lines[line - 1])
     assert "named_modules() of a converted model" in result.code
+
+
+@pytest.mark.parametrize("target", ["linen", "equinox"])
+def test_container_subclasses_are_marked_on_the_other_targets(target):
+    """linen and equinox do not translate container subclasses yet: each class is marked at
+    its line, never left to fail unmarked."""
+    result = convert_source(SOURCE, path="containers.py", target=target)
+    lines = SOURCE.splitlines()
+    marked = {d.line for d in result.diagnostics if d.severity == "error"}
+    for name in ("Encoder", "Grown", "Named", "Blocks", "Heads"):
+        at = next(i for i, line in enumerate(lines, 1) if line.startswith(f"class {name}("))
+        assert at in marked, (target, name, sorted(marked))
