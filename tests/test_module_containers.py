@@ -127,6 +127,7 @@ class Walk(nn.Module):
         self.l2 = nn.Linear(d, d)
 
     def forward(self, x):
+        x = next(self.children())(x)  # the first child (a generator in torch)
         for layer in self.children():
             x = layer(x)
         for name, layer in self.named_children():

@@ -149,9 +149,11 @@ def receiver_class(rw, recv: cst.BaseExpression, fn: cst.FunctionDef | None) -> 
 
 
 def children_call(rw, original: cst.Call, updated: cst.Call, root: cst.Module,
-                  fn: cst.FunctionDef | None) -> cst.BaseExpression | None:
+                  fn: cst.FunctionDef | None, iterated: bool = False) -> cst.BaseExpression | None:
     """``recv.children()`` / ``recv.named_children()`` on a module class of the file: the
-    attributes in torch's order (None when ``recv`` is not one)."""
+    attributes in torch's order (None when ``recv`` is not one); a list where the call is
+    only iterated (``iterated``: a for loop, ``list(...)``), else an iterator over it, as
+    torch's generator."""
     cls = receiver_class(rw, original.func.value, fn)
     if cls is None:
         return None
@@ -161,8 +163,8 @@ def children_call(rw, original: cst.Call, updated: cst.Call, root: cst.Module,
     items = [cst.Tuple([cst.Element(cst.SimpleString(f'"{a}"')), cst.Element(
         cst.Attribute(value=recv, attr=cst.Name(a)))]) if named
         else cst.Attribute(value=recv, attr=cst.Name(a)) for a in attrs]
-    return cst.Call(func=cst.Name("iter"), args=[cst.Arg(cst.List(
-        [cst.Element(i) for i in items]))])
+    listed = cst.List([cst.Element(i) for i in items])
+    return listed if iterated else cst.Call(func=cst.Name("iter"), args=[cst.Arg(listed)])
 
 
 def children_layouts(rw, v: cst.BaseExpression, root: cst.Module,

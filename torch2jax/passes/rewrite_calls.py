@@ -224,9 +224,17 @@ class CallsMixin:
         if m.matches(original, m.Call(func=m.Attribute(attr=m.Name("children")
                                                         | m.Name("named_children")), args=[])):
             # backbone.children(): its layers in torch's order (passes/children.py)
+            parent = self.get_metadata(ParentNodeProvider, original, None)
+            outer = (self.get_metadata(ParentNodeProvider, parent, None)
+                     if isinstance(parent, cst.Arg) else None)
+            iterated = (isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original
+                        or isinstance(outer, cst.Call) and len(outer.args) == 1
+                        and m.matches(outer.func, m.Name("list") | m.Name("tuple")
+                                      | m.Name("enumerate") | m.Name("sorted")))
             try:
                 listed = children.children_call(self, original, updated, self._root,
-                                                self._fn_stack[-1] if self._fn_stack else None)
+                                                self._fn_stack[-1] if self._fn_stack else None,
+                                                iterated)
             except children.ChildrenUnknown as exc:
                 raise Untranslatable(str(exc), rule="torch.nn.Module.children") from None
             if listed is not None:
