@@ -152,3 +152,13 @@ def test_options_not_known_stay_marked(call):
     result = convert_source(source, path="script.py")
     assert any("DataLoader(**kwargs)" in d.message for d in result.diagnostics
                if d.severity == "error"), result.diagnostics
+
+
+def test_diagnostics_after_a_removed_wrapper_name_the_users_lines():
+    source = WRAPPER.replace("batch_size=4)", "batch_size=4, shuffle=True)")
+    result = convert_source(source, path="script.py")
+    line = next(i for i, text in enumerate(source.splitlines(), 1)
+                if text.startswith("loader = Batches("))
+    notes = [d for d in result.diagnostics if "shuffle" in d.message]
+    assert notes and {d.line for d in notes} == {line}, [(d.line, d.message)
+                                                           for d in result.diagnostics]

@@ -134,14 +134,21 @@ def _infinite(module: cst.Module, cls: cst.ClassDef) -> tuple[cst.Call, str] | N
 
 
 def line_map(before: str, after: str) -> dict[int, int]:
-    """Each line of ``after`` (1-based) that ``before`` also has -> its line there."""
+    """Each line of ``after`` (1-based) -> its line in ``before``: the same line where
+    ``before`` has it, else (a call rewritten in place) the line as far below the last
+    matched one as it is in ``after``."""
     import difflib
 
-    out = {}
-    matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(),
-                                      autojunk=False)
+    same = {}
+    after_lines = after.splitlines()
+    matcher = difflib.SequenceMatcher(None, before.splitlines(), after_lines, autojunk=False)
     for a, b, n in matcher.get_matching_blocks():
-        out.update({b + i + 1: a + i + 1 for i in range(n)})
+        same.update({b + i + 1: a + i + 1 for i in range(n)})
+    out, offset = {}, 0
+    for line in range(1, len(after_lines) + 1):
+        if line in same:
+            offset = same[line] - line
+        out[line] = line + offset
     return out
 
 
