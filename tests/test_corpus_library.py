@@ -162,3 +162,70 @@ def test_library_refusals_marked(converted, target):
         for (line, below), (why, start) in zip(found, expected, strict=True):
             assert why in line, (name, line, why)
             assert below.startswith(start), (name, below, start)
+
+
+# one AdamW step with zero gradients from the model's own configure_optimizers: with zero
+# gradients the moments give a zero step, so exactly the decayed tensors move, by -lr*wd*p
+_DECAY_TORCH = """
+import json, torch
+from tinygpt.model import GPT
+from tinygpt.trainer import Trainer
+torch.manual_seed(0)
+c = GPT.get_default_config(); c.vocab_size, c.block_size = 3, 11
+model = GPT(c)
+t = Trainer.get_default_config(); t.learning_rate = 1e-2
+opt = model.configure_optimizers(t)
+params = list(model.parameters())
+with torch.no_grad():  # no tensor at zero, where decay would not show
+    for p in params:
+        p.fill_(0.5)
+before = [p.detach().clone() for p in params]
+for p in params:
+    p.grad = torch.zeros_like(p)
+opt.step()
+moved = []
+for p, b in zip(params, before):
+    if not torch.equal(p.detach(), b):
+        torch.testing.assert_close(p.detach() - b, -1e-2 * t.weight_decay * b, rtol=1e-4,
+                                   atol=1e-9)
+        moved.append(b.numel())
+print(json.dumps({"moved": sorted(moved), "all": len(params)}))
+"""
+_DECAY_NNX = """
+import json, jax, jax.numpy as jnp
+from flax import nnx
+from tinygpt.model import GPT
+from tinygpt.trainer import Trainer
+c = GPT.get_default_config(); c.vocab_size, c.block_size = 3, 11
+model = GPT(c, rngs=nnx.Rngs(0))
+t = Trainer.get_default_config(); t.learning_rate = 1e-2
+opt = model.configure_optimizers(t)
+# no tensor at zero, where decay would not show (flax's biases start there)
+nnx.update(model, jax.tree.map(lambda p: jnp.full_like(p, 0.5), nnx.state(model, nnx.Param)))
+before = jax.tree.map(jnp.array, nnx.state(model, nnx.Param))
+opt.update(model, jax.tree.map(jnp.zeros_like, nnx.state(model, nnx.Param)))
+moved, leaves = [], jax.tree.leaves(before)
+for b, a in zip(leaves, jax.tree.leaves(nnx.state(model, nnx.Param)), strict=True):
+    if not bool(jnp.array_equal(a, b)):
+        assert jnp.allclose(a - b, -1e-2 * t.weight_decay * b, rtol=1e-4, atol=1e-9)
+        moved.append(int(b.size))
+print(json.dumps({"moved": sorted(moved), "all": len(leaves)}))
+"""
+
+
+def test_library_configure_optimizers_decays_what_torch_decays(converted):
+    """The library's ``configure_optimizers`` converted (NNX): stepped once with zero
+    gradients, the same tensors decay as under torch's AdamW, by the same amount."""
+    import json
+
+    pytest.importorskip("torch")
+    _, root = converted("nnx")
+    runs = []
+    for script, cwd in ((_DECAY_TORCH, CORPUS), (_DECAY_NNX, root)):
+        done = subprocess.run([sys.executable, "-W", "ignore", "-c", script], cwd=cwd,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    want, got = runs
+    assert got == want
+    assert want["moved"], want  # the premise: weight decay moves some tensors

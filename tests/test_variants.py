@@ -35,8 +35,6 @@ AUTOCAST_EXPR = ("autocast(enabled=DEVICE_TYPE == \"cuda\"): whether the region 
 # a step in a function or a method whose region reads F / torch outside the loss function
 F_KEPT = "F is not translated here (import torch.nn.functional as F is kept for it)"
 TORCH_KEPT = "torch is not translated here (import torch is kept for it)"
-LOADER_KWARGS = ("DataLoader(**kwargs): kwargs is not one dict literal (or dict(...) call) of "
-                 "this file with constant keys: the loader's options cannot be read")
 
 # (program, transforms applied in this order): every transform alone on every program of the
 # script table and on one fixture, then combinations drawn once with random.Random(28)
@@ -214,13 +212,12 @@ XFAIL: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {
     ('script:train_function_per_epoch', ('step_in_function',)): ('convert', F_KEPT),
     ('script:train_function_per_epoch', ('step_in_method',)): ('convert', F_KEPT),
     ('script:train_function_per_epoch', ('micro_steps',)): ('run', BACKWARD_KEPT),
-    ('script:train_function_per_epoch', ('loader_class',)): ('convert', LOADER_KWARGS),
     ('fixture:mlp_adamw_cosine', ('step_in_function',)): ('convert', TORCH_KEPT),
     ('fixture:mlp_adamw_cosine', ('micro_steps',)): ('run', BACKWARD_KEPT),
     ('fixture:seeds_in_helper', ('step_in_method', 'nullcontext', 'config_argparse')): ('convert', TORCH_KEPT),
     ('script:adam_lambda_warmup', ('micro_steps', 'autocast_disabled', 'name_temporaries', 'config_dataclass')): ('run', BACKWARD_KEPT),
     ('script:sgd_plateau', ('step_in_function', 'micro_steps', 'nullcontext')): ('run', BACKWARD_KEPT),
-    ('script:train_function_per_epoch', ('step_in_method', 'loader_class')): ('convert', LOADER_KWARGS),
+    ('script:train_function_per_epoch', ('step_in_method', 'loader_class')): ('convert', F_KEPT),
     ('script:accumulate_rmsprop_exponential', ('step_in_method', 'autocast_disabled', 'config_argparse', 'log_dict')): ('convert', STEP_OUTSIDE),
     ('script:accumulate_rmsprop_exponential', ('step_in_function', 'name_temporaries', 'config_dict')): ('convert', STEP_OUTSIDE),
     ('script:sgd_nesterov_steplr_per_epoch', ('rename', 'micro_steps', 'config_argparse')): ('run', BACKWARD_KEPT),

@@ -14,8 +14,9 @@ from dataclasses import replace
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis import children
 from torch2jax.analysis.host import find_host_draws
-from torch2jax.analysis.index import Indexer, share_names
+from torch2jax.analysis.index import Indexer, qualified, share_names
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.torch_api import TORCH_PACKAGES
@@ -23,6 +24,7 @@ from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import visit
 from torch2jax.finish.invariants import check_output, input_facts
+from torch2jax.passes import loader_classes
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
 from torch2jax.passes.helpers import add_helpers, defined_names
@@ -66,6 +68,17 @@ class ParseError(Exception):
 
 
 
+
+
+def _reads_children(indexer: Indexer) -> Indexer:
+    """The indexer, reading ``*list(backbone.children())[a:b]`` through analysis/children.py."""
+
+    def layouts(ix, cls, v, root, fn):
+        return children.children_layouts(
+            children.IndexView(ix, cls, lambda n: qualified(ix, n)), v, root, fn)
+
+    indexer.children_layouts = layouts
+    return indexer
 
 def uses_torch(module: cst.Module) -> bool:
     """Whether the file imports torch or torchvision (its data transforms) at its top level."""
@@ -151,25 +164,31 @@ def convert_source(
                          f"{exc.message}") from None
     if not uses_torch(module):
         return ConversionResult(code=source, uses_torch=False)
+    canonical = loader_classes.canonicalise(module)
+    # a line the canonical form moved (a wrapper class removed): reported at the user's line
+    lines = (loader_classes.line_map(module.code, canonical.code)
+             if canonical is not module else {})
+    module = canonical
     wrapper = FileMetadata(module)
     wrapper.resolve_many(METADATA)  # every visitor's below, in two rounds
     diagnostics: list[Diagnostic] = []
 
     def report(line: int, col: int, rule: str, severity: str, message: str) -> None:
-        diagnostics.append(Diagnostic(path, line, col, rule, severity, message))
+        diagnostics.append(Diagnostic(path, lines.get(line, line), col, rule, severity,
+                                      message))
 
     # two passes: the first learns what layer-building helper functions return, the second
     # uses it for the attributes they build (when every helper returns torch's layout, the
     # second pass would compute the first one's index again: it is skipped)
     names: dict = {}  # qualified names: the visitors below read the same metadata
-    first = share_names(names, Indexer(rules, set(known_modules or ())))
+    first = share_names(names, _reads_children(Indexer(rules, set(known_modules or ()))))
     visit(wrapper, first)
     index = first.finish()
     # (so does the file's use of layer classes as values: a layout decided before a later
     # line showed the factory to be channels-first would be stale)
     if any(layout != "torch" for layout in index.fn_returns.values()) or index.factory_layouts:
-        indexer = share_names(names, Indexer(rules, set(known_modules or ()),
-                                             index.fn_returns, index.factory_layouts))
+        indexer = share_names(names, _reads_children(Indexer(
+            rules, set(known_modules or ()), index.fn_returns, index.factory_layouts)))
         visit(wrapper, indexer)
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs

@@ -244,7 +244,9 @@ class Layouts:
                 elif isinstance(v, cst.Name):
                     layouts.append((scope_lists or {}).get(v.value) or "mixed")
                 else:
-                    layouts.append("mixed")
+                    # *list(backbone.children())[:-1]: the rewriter reads the children
+                    spread = getattr(self.meta, "children_layout", None)
+                    layouts.append((spread(v) if spread is not None else None) or "mixed")
             elif a.star:
                 layouts.append("mixed")
             else:
@@ -332,6 +334,11 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
         self._fn_param_calls: set[str] = set()  # functions that call one of their parameters
+        self._spread_fns: dict[int, cst.FunctionDef] = {}  # Sequential(*xs) -> its function
+        self._root: cst.Module | None = None
+        # analysis/children.py's reading of *list(backbone.children())[a:b], handed in by
+        # analyse() (children.py reads this module's results)
+        self.children_layouts = lambda indexer, cls, v, root, fn: None
 
     # -- classes
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -413,7 +420,13 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                                                         *fn.params.kwonly_params)}:
             self._fn_param_calls.add(key)
 
+    def visit_Module(self, node: cst.Module) -> None:
+        self._root = node
+
     def visit_Call(self, node: cst.Call) -> None:
+        if self._fn_stack and any(a.star == "*" for a in node.args):
+            # nn.Sequential(*list(backbone.children())[:-1]): read again in finish()
+            self._spread_fns[id(node)] = self._fn_stack[-1]
         key = self._fn_key()
         if m.matches(node.func, m.Attribute(attr=m.Name("append"))) or self._is_sequential(node):
             for a in node.args:
@@ -484,6 +497,15 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             elif m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("add_module"))
                            ) and len(node.args) == 2:
                 layers = [node.args[1].value]
+            elif m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("insert"))
+                           ) and len(node.args) == 2:
+                layers = [node.args[1].value]
+            elif (m.matches(node.func, m.Attribute(value=m.Call(func=m.Name("super")),
+                                                   attr=m.Name("__init__")))
+                  and node.args and (len(node.args) > 1 or node.args[0].star
+                                     or self._is_layer_call(node.args[0].value))):
+                # a Sequential subclass's super().__init__(conv, norm, act): one layer an argument
+                layers = [None if a.star or a.keyword else a.value for a in node.args]
             elif (m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("extend")))
                   or m.matches(node.func, m.Attribute(value=m.Call(func=m.Name("super")),
                                                       attr=m.Name("__init__")))) and node.args:
@@ -536,6 +558,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if len(v.args) == 1 and not v.args[0].keyword:  # OrderedDict([(name, layer), ...])
                 return self._container_values(v.args[0].value)
         return [None]
+
+    def _is_layer_call(self, v: cst.BaseExpression) -> bool:
+        """A call that builds one layer (not a list, a dict or an OrderedDict of them)."""
+        return isinstance(v, cst.Call) and not m.matches(v.func, m.Name("dict") | m.Name(
+            "OrderedDict") | m.Name("list") | m.Name("tuple")
+            | m.Attribute(attr=m.Name("OrderedDict")))
 
     def _is_sequential(self, node: cst.Call) -> bool:
         rule = self.rules.layers.get(qualified(self.meta, node.func) or "")
@@ -719,6 +747,20 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     elif isinstance(inner, cst.Name):
                         info.elem_layout[attr] = self._scope().get(inner.value, "mixed")
 
+    def _children_layouts(self) -> None:
+        """``self.x = nn.Sequential(*list(backbone.children())[:-1])``: the layout of the
+        children spread into it, now that every class of the file is known."""
+        for info in self.index.classes.values():
+            for attr, ctor in info.attr_ctor.items():
+                if (info.attr_layout.get(attr) != "mixed" or id(ctor) not in self._spread_fns
+                        or info.attr_rule.get(attr) != "torch.nn.Sequential"
+                        or len(ctor.args) != 1):
+                    continue
+                layouts = self.children_layouts(self, info.name, ctor.args[0].value,
+                                                self._root, self._spread_fns[id(ctor)])
+                if layouts is not None and combine(layouts or ["any"]) != "mixed":
+                    info.attr_layout[attr] = combine(layouts or ["any"])
+
     def finish(self) -> FileIndex:
         # module classes: fixed point over bases
         idx = self.index
@@ -746,7 +788,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.container = special
             info.layer_base = next((b for b in info.bases if b in self.rules.layers and (
                 self.rules.layers[b].special not in _CONTAINERS)), None)
-            if info.container in ("module_dict", "module_list"):
+            if info.container in ("module_dict", "module_list", "sequential"):
                 info.self_elem_layout = combine(info.self_items) if info.self_items else None
             for attr, added in info.added_layouts.items():
                 ctor = info.attr_ctor.get(attr)
@@ -762,6 +804,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                         and "torch" in added and "mixed" not in added):
                     info.attr_layout[attr] = "torch"
                     info.normalized_seqs.add(attr)
+        self._children_layouts()
         for info in idx.classes.values():  # through local bases: class Wide(LayerNorm2d)
             base, seen = info.module_base, set()
             while info.layer_base is None and base in idx.classes and base not in seen:

@@ -210,6 +210,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
 
     def visit_Module(self, node: cst.Module) -> None:
         self._indent = node.default_indent
+        self._root = node
         self._file_names = {n.value for n in findall(node, m.Name())}
         if self.target.stateful_modules and not self.target.intermediate:
             t = self.training

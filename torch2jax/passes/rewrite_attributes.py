@@ -197,6 +197,9 @@ class AttributesMixin:
 
     def leave_Name(self, original_node, updated_node):
         parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        items = self._sequential_self(original_node, parent)
+        if items is not None:
+            return items
         if self._in_annotation and not isinstance(parent, cst.Attribute):
             return self._annotation_type(original_node) or updated_node
         if not isinstance(parent, cst.Attribute):
@@ -205,6 +208,41 @@ class AttributesMixin:
                 return expr("jax.Array")
             return self._layer_class_value(original_node) or updated_node
         return updated_node
+
+    def _sequential_self(self, original: cst.Name, parent) -> cst.BaseExpression | None:
+        """``self`` in a subclass of nn.Sequential, iterated (``for layer in self``,
+        ``enumerate(self)``), indexed (``self[0]``), measured (``len(self)``) or grown
+        (``self.append(layer)``, ``extend``): nnx.Sequential is none of these, its
+        list of layers is, ``self.layers``. One whose layers run channels-last (the
+        translation put transposes among them) is marked: its items are not torch's."""
+        if original.value != "self" or not self.in_module_class() or not (
+                self.target.stateful_modules):
+            return None
+        info = self.index.classes[self.current_class]
+        if info.container != "sequential":
+            return None
+        used = isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original or \
+            isinstance(parent, cst.Subscript) and parent.value is original or \
+            isinstance(parent, cst.Attribute) and parent.value is original and \
+            parent.attr.value in ("append", "extend", "insert", "pop")
+        if not used and isinstance(parent, cst.Arg):
+            outer = self.get_metadata(ParentNodeProvider, parent, None)
+            used = isinstance(outer, cst.Call) and self.q(outer.func) in _ITERATING
+        if not used:
+            return None
+        if isinstance(parent, cst.Attribute) and parent.attr.value in ("insert", "pop"):
+            self.diag(original, "torch.nn.Sequential", "error",
+                      f"self.{parent.attr.value}(...) in an nn.Sequential subclass: NNX's list "
+                      "of layers cannot shift the functions (activations) it holds; build "
+                      "the layers in order")
+            return None
+        if info.self_elem_layout not in (None, "any", "torch"):
+            self.diag(original, "torch.nn.Sequential", "error",
+                      "an nn.Sequential subclass iterated, indexed or grown: its translation "
+                      "holds channels-last layers (and the transposes around them), not "
+                      "torch's items")
+            return None
+        return cst.Attribute(value=cst.Name("self"), attr=cst.Name("layers"))
 
     # ------------------------------------------------------------------ attributes
     def _sequential_items(self, original: cst.Attribute,

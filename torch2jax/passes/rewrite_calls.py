@@ -12,8 +12,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import host as ha
+from torch2jax.analysis import children
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts
+from torch2jax.analysis.index import Layouts, combine
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
 from torch2jax.analysis.training import (
@@ -179,6 +180,12 @@ class CallsMixin:
                 result = result.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return result
 
+    def children_layout(self, v: cst.BaseExpression) -> str | None:
+        """The layout of ``*list(recv.children())[a:b]`` spread into a Sequential (Layouts)."""
+        layouts = children.children_layouts(self, v, self._root,
+                                            self._fn_stack[-1] if self._fn_stack else None)
+        return None if layouts is None else combine(layouts or ["any"])
+
     def _factory_dict_call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         """``torch.ones(n, **dd)`` / ``nn.Linear(a, b, **dd)`` with ``dd`` a factory keyword dict:
         a torch function that takes a dtype gets ``dtype=`` (the dict's value); a torch layer
@@ -214,6 +221,33 @@ class CallsMixin:
             return self._super_init(original, updated)
         if name and name in self.rules.layers:
             return self._layer(original, updated, self.rules.layers[name])
+        if m.matches(original, m.Call(func=m.Attribute(attr=m.Name("children")
+                                                        | m.Name("named_children")), args=[])):
+            # backbone.children(): its layers in torch's order (passes/children.py)
+            parent = self.get_metadata(ParentNodeProvider, original, None)
+            outer = (self.get_metadata(ParentNodeProvider, parent, None)
+                     if isinstance(parent, cst.Arg) else None)
+            iterated = (isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original
+                        or isinstance(outer, cst.Call) and len(outer.args) == 1
+                        and m.matches(outer.func, m.Name("list") | m.Name("tuple")
+                                      | m.Name("enumerate") | m.Name("sorted")))
+            try:
+                listed = children.children_call(self, original, updated, self._root,
+                                                self._fn_stack[-1] if self._fn_stack else None,
+                                                iterated)
+            except children.ChildrenUnknown as exc:
+                raise Untranslatable(str(exc), rule="torch.nn.Module.children") from None
+            if listed is not None:
+                return listed
+        if (m.matches(original, m.Call(func=m.Attribute(attr=m.Name("named_modules")), args=[]))
+                and self.target.stateful_modules and self._is_module_expr(original.func.value)):
+            # minGPT's configure_optimizers walks them with isinstance(m, whitelist): NNX's
+            # modules are not torch's (no activation modules, Sequential's .layers in paths)
+            raise Untranslatable(
+                "named_modules() of a converted model: NNX's modules (nnx.iter_modules) are "
+                "not torch's (activations are functions, a Sequential's layers sit under "
+                "'layers'); select the parameters by their names instead",
+                rule="torch.nn.Module.named_modules")
         if name and name.startswith(EINOPS_TORCH_LAYERS):
             return self._einops_layer(updated, name)
         if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):

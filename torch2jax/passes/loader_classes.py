@@ -1,0 +1,223 @@
+"""A DataLoader wrapped in the user's own class (issue 28), made readable to the data pass.
+
+The data pass translates a ``DataLoader(...)`` whose options it can read. A class that builds
+its loader from its constructor's ``**kwargs`` hides them at the call of the class. Two
+shapes are rewritten here, on the torch source, before the analysis (each line keeps its
+place, so diagnostics point at the user's lines):
+
+* a *transparent wrapper*: a plain class whose ``__init__(self, *args, **kwargs)`` only builds
+  ``self.loader = DataLoader(*args, **kwargs)`` and whose other methods only hand on to it
+  (``__iter__`` returning ``iter(self.loader)``, ``__len__`` returning
+  ``len(self.loader)``, ``__getattr__`` returning ``getattr(self.loader, name)``). Iterating,
+  measuring or reading it is iterating, measuring or reading the loader: each call of the
+  class is that ``DataLoader(...)`` call, and the class goes;
+* an *infinite loader* (makemore's ``InfiniteDataLoader``): a class whose ``__init__`` builds
+  ``DataLoader(dataset, sampler=..., **kwargs)`` and keeps restarting its iterator. Built
+  once, at the top level of the file, with keywords that are constants: the keywords are
+  written into the class's DataLoader call, where the data pass reads them, and leave the
+  call of the class. (Evaluated at the same moment with the same values: the class body runs
+  when the class is called, and a constant is the same everywhere.)
+
+Any other use of the class (a second construction, ``isinstance``, a keyword that is not a
+constant, ``*args`` in the infinite shape) leaves the file as it is, where the loader's
+``**kwargs`` stays marked.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+_LOADERS = ("DataLoader", "torch.utils.data.DataLoader", "data.DataLoader")
+_CONSTANTS = (cst.Integer, cst.Float, cst.SimpleString, cst.Imaginary)
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _is_loader(module: cst.Module, func: cst.BaseExpression) -> bool:
+    name = _code(func)
+    if name == "DataLoader":  # imported by name from torch
+        return any(m.matches(i, m.ImportFrom(module=m.Attribute(value=m.Attribute(
+            value=m.Name("torch"), attr=m.Name("utils")), attr=m.Name("data"))))
+            and not isinstance(i.names, cst.ImportStar)
+            and any(a.name.value == "DataLoader" and a.asname is None for a in i.names)
+            for i in m.findall(module, m.ImportFrom()))
+    return name in _LOADERS[1:]
+
+
+def _constant(e: cst.BaseExpression) -> bool:
+    if isinstance(e, cst.UnaryOperation):
+        return _constant(e.expression)
+    if isinstance(e, _CONSTANTS) or m.matches(e, m.Name("True") | m.Name("False")
+                                                | m.Name("None")):
+        return True
+    if isinstance(e, cst.Call) and m.matches(e.func, m.Name("int") | m.Name("float")):
+        return all(not a.keyword and not a.star and _constant(a.value) for a in e.args)
+    return False
+
+
+def _methods(cls: cst.ClassDef) -> dict[str, cst.FunctionDef] | None:
+    out = {}
+    for s in cls.body.body:
+        if m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString()
+                                                           | m.ConcatenatedString())])):
+            continue  # the docstring
+        if not isinstance(s, cst.FunctionDef) or s.decorators:
+            return None
+        out[s.name.value] = s
+    return out
+
+
+def _single_return(fn: cst.FunctionDef) -> cst.BaseExpression | None:
+    body = fn.body.body
+    if len(body) == 1 and m.matches(body[0], m.SimpleStatementLine(body=[m.Return()])):
+        return body[0].body[0].value
+    return None
+
+
+def _transparent(module: cst.Module, cls: cst.ClassDef) -> cst.Call | None:
+    """The ``DataLoader(*args, **kwargs)`` call of a transparent wrapper class, else None."""
+    methods = _methods(cls)
+    if not methods or set(methods) - {"__init__", "__iter__", "__len__", "__getattr__"}:
+        return None
+    init = methods.get("__init__")
+    p = init.params if init is not None else None
+    if (p is None or len(p.params) != 1 or p.kwonly_params or p.posonly_params
+            or not isinstance(p.star_arg, cst.Param) or p.star_kwarg is None):
+        return None
+    args, kwargs = p.star_arg.name.value, p.star_kwarg.name.value
+    body = init.body.body
+    if len(body) != 1 or not m.matches(body[0], m.SimpleStatementLine(body=[m.Assign(
+            targets=[m.AssignTarget(target=m.Attribute(value=m.Name("self")))],
+            value=m.Call())])):
+        return None
+    assign = body[0].body[0]
+    attr, call = assign.targets[0].target.attr.value, assign.value
+    if not _is_loader(module, call.func) or not m.matches(call, m.Call(args=[
+            m.Arg(value=m.Name(args), star="*"), m.Arg(value=m.Name(kwargs), star="**")])):
+        return None
+    loader = m.Attribute(value=m.Name("self"), attr=m.Name(attr))
+    expected = {"__iter__": m.Call(func=m.Name("iter"), args=[m.Arg(value=loader)]),
+                "__len__": m.Call(func=m.Name("len"), args=[m.Arg(value=loader)])}
+    for name, fn in methods.items():
+        if name == "__init__":
+            continue
+        value = _single_return(fn)
+        if name == "__getattr__":
+            if len(fn.params.params) != 2:
+                return None
+            key = fn.params.params[1].name.value
+            expected[name] = m.Call(func=m.Name("getattr"), args=[
+                m.Arg(value=loader), m.Arg(value=m.Name(key))])
+        if value is None or not m.matches(value, expected[name]):
+            return None
+    return call
+
+
+def _infinite(module: cst.Module, cls: cst.ClassDef) -> tuple[cst.Call, str] | None:
+    """The ``DataLoader(..., **kwargs)`` call of ``__init__`` and the name of ``**kwargs``,
+    for a class whose ``__init__`` forwards its ``**kwargs`` to one DataLoader only."""
+    methods = _methods(cls)
+    init = (methods or {}).get("__init__")
+    if init is None or init.params.star_kwarg is None or isinstance(
+            init.params.star_arg, cst.Param):
+        return None
+    kwargs = init.params.star_kwarg.name.value
+    reads = [n for n in m.findall(init.body, m.Name(kwargs))]
+    calls = [c for c in m.findall(init.body, m.Call()) if _is_loader(module, c.func)
+             and any(a.star == "**" and m.matches(a.value, m.Name(kwargs)) for a in c.args)]
+    if len(calls) != 1 or len(reads) != 1:
+        return None
+    return calls[0], kwargs
+
+
+def line_map(before: str, after: str) -> dict[int, int]:
+    """Each line of ``after`` (1-based) -> its line in ``before``: the same line where
+    ``before`` has it, else (a call rewritten in place) the line as far below the last
+    matched one as it is in ``after``."""
+    import difflib
+
+    same = {}
+    after_lines = after.splitlines()
+    matcher = difflib.SequenceMatcher(None, before.splitlines(), after_lines, autojunk=False)
+    for a, b, n in matcher.get_matching_blocks():
+        same.update({b + i + 1: a + i + 1 for i in range(n)})
+    out, offset = {}, 0
+    for line in range(1, len(after_lines) + 1):
+        if line in same:
+            offset = same[line] - line
+        out[line] = line + offset
+    return out
+
+
+def canonicalise(module: cst.Module) -> cst.Module:
+    """The file with its loader classes made readable (see the module's docstring)."""
+    classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)
+               and not s.bases and not s.decorators}
+    for name, cls in classes.items():
+        uses = [n for n in m.findall(module, m.Name(name))]
+        calls = [c for c in m.findall(module, m.Call(func=m.Name(name)))]
+        if len(uses) != len(calls) + 1 or not calls:  # the class statement's own name
+            continue
+        call = _transparent(module, cls)
+        if call is not None:
+            module = module.visit(_Unwrap(name, call.func, cls))
+            continue
+        found = _infinite(module, cls)
+        top = [s.body[0] for s in module.body if m.matches(s, m.SimpleStatementLine(
+            body=[m.Assign(value=m.Call(func=m.Name(name)))]))]
+        if found is None or len(calls) != 1 or len(top) != 1 or top[0].value is not calls[0]:
+            continue
+        keywords = [a for a in calls[0].args if a.keyword is not None]
+        if any(a.star for a in calls[0].args) or not keywords or not all(
+                _constant(a.value) for a in keywords):
+            continue
+        init = _methods(cls)["__init__"]
+        taken = {p.name.value for p in [*init.params.params, *init.params.kwonly_params]}
+        if any(a.keyword.value in taken for a in keywords):
+            continue  # a keyword that __init__ takes itself
+        module = module.visit(_Specialise(found[0], found[1], calls[0], keywords))
+    return module
+
+
+class _Unwrap(cst.CSTTransformer):
+    """Each call of the wrapper class becomes the DataLoader call; the class goes."""
+
+    def __init__(self, name: str, loader: cst.BaseExpression, cls: cst.ClassDef) -> None:
+        self.name, self.loader, self.cls = name, loader, cls
+
+    def leave_Call(self, original, updated):
+        if m.matches(original.func, m.Name(self.name)):
+            return updated.with_changes(func=self.loader)
+        return updated
+
+    def leave_ClassDef(self, original, updated):
+        if original is self.cls:
+            return cst.RemoveFromParent()
+        return updated
+
+
+class _Specialise(cst.CSTTransformer):
+    """The call's keywords move into the class's DataLoader call, in place of ``**kwargs``."""
+
+    def __init__(self, loader: cst.Call, kwargs: str, call: cst.Call,
+                 keywords: list[cst.Arg]) -> None:
+        self.loader, self.kwargs, self.call, self.keywords = loader, kwargs, call, keywords
+
+    def leave_Call(self, original, updated):
+        if original is self.loader:
+            args = []
+            for a in updated.args:
+                if a.star == "**" and m.matches(a.value, m.Name(self.kwargs)):
+                    args.extend(k.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                                for k in self.keywords)
+                else:
+                    args.append(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            return updated.with_changes(args=args)
+        if original is self.call:
+            args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated.args
+                    if a.keyword is None]
+            return updated.with_changes(args=args)
+        return updated
