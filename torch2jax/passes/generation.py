@@ -461,13 +461,15 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
         jitted, count = _jit_forward(node, method)
         if not count:
             continue
-        why = ("the model reads only the last position at inference, so a padded buffer "
-               "would read the padding" if causal and compiled is not None else
-               "the model is not known to be causal, so a padded buffer could change "
-               "the logits")
+        if compiled is None:  # no growing sequence the buffer route knows
+            why = "one compile per distinct input shape, then cached"
+        else:
+            why = "one compile per distinct sequence length, then cached: " + (
+                "the model reads only the last position at inference, so a padded buffer "
+                "would read the padding" if causal else "the model is not known to be "
+                "causal, so a padded buffer could change the logits")
         report(line, 0, "generation", "info",
-               f"{name}(): each token's forward is the jit-compiled {EVAL_STEP} (one "
-               f"compile per distinct sequence length, then cached): {why}")
+               f"{name}(): each token's forward is the jit-compiled {EVAL_STEP} ({why})")
         if jitted is not node:
             body[i] = jitted
             changed = True
