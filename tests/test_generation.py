@@ -212,18 +212,20 @@ LAST_POSITION = ("return self.lm_head(x), None",
 def test_exact_route_jits_the_forward_once_per_length(variant, tmp_path):
     """A model not known causal, or one computing only the last position at inference
     (nanoGPT's forward): a padded buffer is not exact, so each token's forward is the jitted
-    eval_step, one compile per distinct length; noted as info, no TODO, tokens as torch's."""
+    generate_step (the model call and the draw, one nnx.jit), one compile per distinct
+    length; noted as info, no TODO, tokens as torch's."""
     source = SCRIPT.replace("MASK", "" if variant == "not causal" else CAUSAL_MASK)
     if variant == "last position":
         source = source.replace(*LAST_POSITION)
     result = convert_source(source, path="sample.py")
-    body = result.code.split("def generate", 1)[1]
+    body = result.code.split("def generate(", 1)[1]
     assert "TODO" not in result.code and "fori_loop" not in body
-    assert "eval_step(model, idx_cond)" in body
+    assert "idx_next, key = generate_step(idx_cond, model, temperature, key)" in body
+    assert "eval_step(" not in body
     assert [d.severity for d in result.diagnostics if d.rule == "generation"] == ["info"]
     want, got, compiles = _greedy(tmp_path, source, result.code, _generate14)
     assert (got == want).all(), (got, want)
-    forwards = [c for c in compiles if "eval_step" in c]
+    forwards = [c for c in compiles if "generate_step" in c]
     assert len(forwards) == 8 - 3 + 1, forwards  # lengths 3..8, then the window slides
 
 
@@ -259,8 +261,8 @@ def test_causal_loop_shapes_compile_once(rewrites, tmp_path):
 @pytest.mark.slow
 def test_nanogpt_method_reading_the_last_position(tmp_path):
     """nanoGPT's own shape: ``model.generate`` a method calling ``self(idx_cond)``, the
-    forward computing ``x[:, [-1], :]`` when targets is None. Each token's forward is the
-    jitted eval_step (not an op-by-op eager forward); tokens as torch's."""
+    forward computing ``x[:, [-1], :]`` when targets is None. Each token's forward and draw
+    are one jitted step (not an op-by-op eager forward); tokens as torch's."""
     source = SCRIPT.replace("MASK", CAUSAL_MASK).replace(*LAST_POSITION)
     start = source.index("@torch.no_grad()\ndef generate(model,")
     end = source.index("if __name__", start)
@@ -274,15 +276,15 @@ def test_nanogpt_method_reading_the_last_position(tmp_path):
     source = source.replace("out = generate(model, ", "out = model.generate(")
     result = convert_source(source, path="sample.py")
     code = result.code.split("    def generate", 1)[1].split("\ndef ", 1)[0]
-    assert "eval_step(self, idx_cond)" in code and "TODO" not in result.code
-    assert "\ndef eval_step(" in result.code
+    assert "idx_next = generate_step(idx_cond, self, " in code and "TODO" not in result.code
+    assert "\ndef generate_step(" in result.code
 
     def run(mod, model, prompt):
         return model.generate(prompt, 14, temperature=1e-6)
 
     want, got, compiles = _greedy(tmp_path, source, result.code, run)
     assert (got == want).all(), (got, want)
-    assert len([c for c in compiles if "eval_step" in c]) == 6, compiles
+    assert len([c for c in compiles if "generate_step" in c]) == 6, compiles
 
 
 RNN = '''import torch
@@ -329,12 +331,13 @@ if __name__ == "__main__":
 @pytest.mark.slow
 def test_char_rnn_sampled_one_token_at_a_time(tmp_path):
     """A char-level RNN sampled one token at a time with a carried hidden state: each step's
-    forward is the jitted eval_step, compiled once; tokens as torch's under greedy
+    forward and draw are one jitted step, compiled once; tokens as torch's under greedy
     sampling."""
     result = convert_source(RNN, path="rnn.py")
     assert "TODO" not in result.code, result.code
-    body = result.code.split("def sample", 1)[1]
-    assert "eval_step(net, x, h)" in body
+    step = result.code.split("def sample_step", 1)[1].split("\ndef ", 1)[0]
+    assert "net(x, h)" in step and "jax.random.categorical" in step
+    assert "= sample_step(" in result.code.split("def sample(", 1)[1]
 
     def run(mod, model, prompt):
         return mod.sample(model, prompt, 10, temperature=1e-6, **_key(mod.sample))
@@ -342,7 +345,7 @@ def test_char_rnn_sampled_one_token_at_a_time(tmp_path):
     want, got, compiles = _greedy(tmp_path, RNN, result.code, run, model="CharRNN",
                                   prompt=((1,), (5,)))
     assert (got == want).all(), (got, want)
-    assert len([c for c in compiles if "eval_step" in c]) == 1, compiles
+    assert len([c for c in compiles if "sample_step" in c]) == 1, compiles
 
 
 def test_generate_method_draws_one_key_and_runs(tmp_path):

@@ -402,14 +402,147 @@ def _jit_forward(fn: cst.FunctionDef, method: bool) -> tuple[cst.FunctionDef, in
     return fn.visit(_Loops()), count
 
 
+_PURE_ROOTS = {"jax", "jnp", "nnx", "F", "math"}
+_STATIC_USES = {"min", "max", "range", "int", "len"}
+
+
+def _locals(fn: cst.FunctionDef) -> set[str]:
+    params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+    return params | _assigned(fn) | {n.value for loop in m.findall(fn, m.For())
+                                     for n in m.findall(loop.target, m.Name())}
+
+
+def _pure(stmt: cst.BaseStatement, models: set[str], local: set[str]) -> bool:
+    """Whether a statement of a token step can be traced: assignments, and ``if`` statements
+    around them, whose calls are jax / jnp / F functions, methods of local values, the model
+    (or the eval step), ``self.rngs()`` and ``min`` / ``max``."""
+    if isinstance(stmt, cst.If):
+        return stmt.orelse is None and all(_pure(s, models, local) for s in stmt.body.body)
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], (cst.Assign, cst.AugAssign))):
+        return False
+    for c in m.findall(stmt, m.Call()):
+        f = c.func
+        if isinstance(f, cst.Name):
+            if f.value not in models | {EVAL_STEP, "min", "max", "float", "int"}:
+                return False
+        elif isinstance(f, cst.Attribute):
+            root = f
+            while isinstance(root, (cst.Attribute, cst.Subscript, cst.Call)):
+                root = root.value if not isinstance(root, cst.Call) else root.func
+            if not isinstance(root, cst.Name):
+                return False
+            if root.value in models:
+                if not m.matches(c, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("rngs")),
+                                           args=[])):
+                    return False
+            elif root.value not in _PURE_ROOTS and root.value not in local:
+                return False
+        else:
+            return False
+    return True
+
+
+def _step_route(fn: cst.FunctionDef, method: bool, taken: set[str], tree: bool
+                ) -> tuple[cst.FunctionDef, cst.FunctionDef] | None:
+    """The token step compiled whole: in ``fn``'s token loop, the statements from the model
+    call to the draw (``jax.random.categorical`` / ``jnp.argmax``) become one module-level
+    ``nnx.jit`` function of the values they read, called once per token; what comes before
+    (a crop of the context) and after (appending the token) stays as written. The model call
+    then runs with the sampling in one compiled call. -> (the new function, the step), or
+    None when the loop has no such run of traceable statements."""
+    params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
+    defaults = {p.name.value: p.default for p in (*fn.params.params, *fn.params.kwonly_params)}
+    models = {p for p in params if _MODEL_PARAM.search(p)} | ({params[0]} if method and params
+                                                             else set())
+    loops = [n for n in m.findall(fn, m.For() | m.While()) if m.findall(n.body, _SAMPLES)]
+    if len(loops) != 1 or m.findall(loops[0].body, m.For() | m.While()):
+        return None
+    loop = loops[0]
+    stmts = list(loop.body.body)
+    model_call = m.Call(func=m.Name(EVAL_STEP) | m.OneOf(*(m.Name(n) for n in models))
+                        ) if models else m.Call(func=m.Name(EVAL_STEP))
+    first = next((i for i, s in enumerate(stmts) if m.findall(s, model_call)), None)
+    last = max((i for i, s in enumerate(stmts) if m.findall(s, _SAMPLES)), default=None)
+    local = _locals(fn)
+    if first is None or last is None or last < first or not all(
+            _pure(s, models, local) for s in stmts[first:last + 1]):
+        return None
+    step = stmts[first:last + 1]
+    block = cst.Module(body=step)
+    # inputs: the locals the step reads before it assigns them; outputs: what it assigns
+    # and the rest of the function reads
+    inputs: list[str] = []
+    done: set[str] = set()
+    for small in m.findall(block, m.Assign() | m.AugAssign() | m.If()):
+        reads = _names(small.test) if isinstance(small, cst.If) else (
+            _names(small.value) | (_names(small.target) if isinstance(small, cst.AugAssign)
+                                   else set()))
+        inputs += [n for n in sorted(reads & local - done) if n not in inputs]
+        if not isinstance(small, cst.If):
+            done |= _assigned(small) if isinstance(small, cst.Assign) else _names(small.target)
+    rest = fn.with_changes(body=fn.body.with_changes(body=[
+        *[s for s in fn.body.body if s is not loop],
+        loop.with_changes(body=loop.body.with_changes(
+            body=[*stmts[:first], *stmts[last + 1:]]))]))
+    outputs = sorted((done - {"_"}) & (_names(rest) | _names(loop.test if isinstance(
+        loop, cst.While) else loop.iter) | set(inputs)))
+    if not outputs or any(n in models for n in outputs):
+        return None
+    static = [n for n in inputs if (defaults.get(n) is not None and m.matches(
+        defaults[n], m.Name("None"))) or any(n in _names(i.test) for i in m.findall(
+            block, m.If())) or any(n in _names(c) for c in m.findall(block, m.Call(
+                func=m.OneOf(*(m.Name(u) for u in _STATIC_USES)))))]
+    name = _fresh(f"{fn.name.value}_step", taken)
+
+    class _Unjit(cst.CSTTransformer):  # eval_step(model, x) -> model(x): already compiled
+        def leave_Call(self, original, updated):
+            if m.matches(updated.func, m.Name(EVAL_STEP)) and updated.args:
+                return updated.with_changes(func=updated.args[0].value, args=updated.args[1:])
+            return updated
+
+    body = [s.visit(_Unjit()).visit(_MaskSet()) for s in step]
+    ret = ", ".join(outputs)
+    names = ", ".join(f'"{n}"' for n in static) + ("," if len(static) == 1 else "")
+    tree = tree and not m.findall(block, m.Call(func=m.Attribute(attr=m.Name("rngs"))))
+    options = ["graph=False"] * tree + [f"static_argnames=({names})"] * bool(static)
+    deco = f"nnx.jit({', '.join(options)})" if options else "nnx.jit"
+    step_fn = cst.parse_statement(
+        f"@{deco}\ndef {name}({', '.join(inputs)}):\n    pass\n    return {ret}\n")
+    step_fn = step_fn.with_changes(body=step_fn.body.with_changes(
+        body=[*(s.with_changes(leading_lines=[]) if i == 0 else s for i, s in enumerate(body)),
+              step_fn.body.body[1]]), leading_lines=[cst.EmptyLine(indent=False)] * 2)
+    args = ", ".join(f"{n}={n}" if n in static else n for n in inputs)
+    call = cst.parse_statement(f"{ret} = {name}({args})\n").with_changes(
+        leading_lines=stmts[first].leading_lines)
+    new_loop = loop.with_changes(body=loop.body.with_changes(
+        body=[*stmts[:first], call, *stmts[last + 1:]]))
+    return fn.visit(_ReplaceNode(loop, new_loop)), step_fn
+
+
+class _ReplaceNode(cst.CSTTransformer):
+    def __init__(self, old: cst.CSTNode, new: cst.CSTNode) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def on_leave(self, original, updated):
+        return self.new if original is self.old else updated
+
+
 def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
                        report: Callable[[int, int, str, str, str], None]) -> cst.Module:
     """Compile the file's generation loops (module docstring); ``report(line, column, rule,
     severity, message)`` gets one diagnostic per loop."""
     compiled_names: set[str] = set()
     needs_eval_step: list[bool] = []
+    taken = _names(module) | _names(source)
+    # the step takes flax's tree mode where the file's eval step does (no shared Variables)
+    taken.add("tree mode" if any(isinstance(n, cst.FunctionDef) and n.name.value == EVAL_STEP
+                                and m.findall(n, m.Arg(keyword=m.Name("graph"),
+                                                       value=m.Name("False")))
+                                for n in module.body) else "graph mode")
     module = _compile_in(module, source, source_text, report, compiled_names,
-                         needs_eval_step, method=False)
+                         needs_eval_step, taken, None)
     if needs_eval_step and not any(
             isinstance(n, cst.FunctionDef) and n.name.value == EVAL_STEP for n in module.body):
         body = list(module.body)
@@ -422,10 +555,16 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
 
 def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                 report: Callable[[int, int, str, str, str], None], compiled_names: set[str],
-                needs_eval_step: list[bool], method: bool) -> cst.Module:
+                needs_eval_step: list[bool], taken: set[str],
+                hoist: list[cst.FunctionDef] | None) -> cst.Module:
+    """The generation loops of ``module``'s functions, or of a class's methods when ``hoist``
+    is a list (the compiled token steps of methods go there, to be written before the
+    class)."""
+    method = hoist is not None
     causal = None
     body = list(module.body)
     changed = False
+    before: dict[int, list[cst.FunctionDef]] = {}
     for i, node in enumerate(body):
         if isinstance(node, cst.ClassDef):
             if not any(m.findall(b.value, m.Name("Module") | m.Attribute(attr=m.Name("Module")))
@@ -433,8 +572,10 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                 continue
             methods = [n for n in node.body.body if isinstance(n, cst.FunctionDef)]
             mod = cst.Module(body=methods)
+            steps: list[cst.FunctionDef] = []
             inner = _compile_in(mod, source, source_text, report, compiled_names,
-                                needs_eval_step, method=True)
+                                needs_eval_step, taken, steps)
+            before[i] = steps
             if inner is not mod:
                 done = dict(zip(map(id, methods), inner.body))
                 body[i] = node.with_changes(body=node.body.with_changes(body=[
@@ -458,7 +599,8 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                        f"{name}(): the token loop is one compiled decode step over a "
                        f"fixed-size buffer (one compile per prompt shape and length)")
                 continue
-        jitted, count = _jit_forward(node, method)
+        routed = _step_route(node, method, taken, "tree mode" in taken)
+        jitted, count = _jit_forward(node, method) if routed is None else (routed[0], 1)
         if not count:
             continue
         if compiled is None:  # no growing sequence the buffer route knows
@@ -468,13 +610,22 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                 "the model reads only the last position at inference, so a padded buffer "
                 "would read the padding" if causal else "the model is not known to be "
                 "causal, so a padded buffer could change the logits")
-        report(line, 0, "generation", "info",
-               f"{name}(): each token's forward is the jit-compiled {EVAL_STEP} ({why})")
+        if routed is not None:
+            (hoist if hoist is not None else before.setdefault(i, [])).append(routed[1])
+            report(line, 0, "generation", "info",
+                   f"{name}(): each token's model call and draw are one jit-compiled step, "
+                   f"{routed[1].name.value}() ({why})")
+        else:
+            report(line, 0, "generation", "info",
+                   f"{name}(): each token's forward is the jit-compiled {EVAL_STEP} ({why})")
         if jitted is not node:
             body[i] = jitted
             changed = True
-            needs_eval_step.append(True)
-    return module.with_changes(body=body) if changed else module
+            needs_eval_step.extend([True] * (routed is None))
+    if not changed:
+        return module
+    return module.with_changes(body=[x for i, node in enumerate(body)
+                                     for x in (*before.get(i, ()), node)])
 
 
 class _BlockDiscarded(cst.CSTTransformer):
