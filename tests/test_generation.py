@@ -387,3 +387,41 @@ def test_a_discarded_compiled_call_is_waited_for():
     assert ("    jax.block_until_ready(generate(model, jnp.zeros((2, 3), dtype=jnp.int32), 12, "
             "key=subkey))\n") in code
     assert code.count("block_until_ready") == 1
+
+
+def test_an_evaluation_loop_taking_an_argmax_is_no_token_loop(tmp_path):
+    """An accuracy loop draws nothing back into the model: it keeps the file's eval step for
+    the model call, gets no token step and no generation note, and computes torch's count."""
+    source = '''import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+@torch.no_grad()
+def evaluate(model, xs, ys):
+    correct = 0
+    for i in range(xs.size(0)):
+        logits = model(xs[i])
+        pred = torch.argmax(logits, dim=-1)
+        correct += int((pred == ys[i]).sum())
+    return correct
+
+
+if __name__ == "__main__":
+    model = nn.Linear(4, 3)
+    print("correct", evaluate(model, torch.randn(5, 2, 4), torch.randint(0, 3, (5, 2))))
+'''
+    result = convert_source(source, path="acc.py")
+    assert not [d for d in result.diagnostics if d.rule == "generation"]
+    assert "evaluate_step" not in result.code
+    tmod = _load(tmp_path, "acc_torch", source)
+    jmod = _load(tmp_path, "acc_nnx", result.code)
+    from flax import nnx
+
+    tm = torch.nn.Linear(4, 3)
+    jm = nnx.Linear(4, 3, rngs=nnx.Rngs(0))
+    transfer_state_dict(tm, jm)
+    xs, ys = np.random.default_rng(0).normal(size=(5, 2, 4)), np.array([[0, 1]] * 5)
+    want = tmod.evaluate(tm, torch.tensor(xs, dtype=torch.float32), torch.tensor(ys))
+    assert jmod.evaluate(jm, jnp.asarray(xs, jnp.float32), jnp.asarray(ys)) == want

@@ -353,6 +353,25 @@ _SAMPLES = m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("jax"), attr=m
                   | m.Attribute(value=m.Name("jnp"), attr=m.Name("argmax")))
 
 
+def _model_call(models: set[str]) -> m.Call:
+    return m.Call(func=m.Name(EVAL_STEP) | m.OneOf(*(m.Name(n) for n in models))) if models \
+        else m.Call(func=m.Name(EVAL_STEP))
+
+
+def _token_loop(loop: cst.For | cst.While, models: set[str]) -> bool:
+    """Whether ``loop`` samples tokens autoregressively: it calls the model, then draws
+    (``jax.random.categorical`` / ``jnp.argmax``), and what it assigns from the draw on is read
+    by the model call or before it (the token, or the sequence it is appended to, goes back
+    in). An evaluation loop that takes an argmax of the model's output is not one."""
+    stmts = list(loop.body.body)
+    call = next((i for i, s in enumerate(stmts) if m.findall(s, _model_call(models))), None)
+    draw = max((i for i, s in enumerate(stmts) if m.findall(s, _SAMPLES)), default=None)
+    if call is None or draw is None or draw < call:
+        return False
+    return bool(_assigned(cst.Module(body=stmts[draw:]))
+                & _names(cst.Module(body=stmts[:call + 1])))
+
+
 class _JitModelCalls(cst.CSTTransformer):
     """``model(x, h)`` -> ``eval_step(model, x, h)`` (the jitted forward the NNX pass writes)
     for the given callee names; counts the calls that go through it, those already written so
@@ -374,8 +393,7 @@ class _JitModelCalls(cst.CSTTransformer):
 
 
 def _jit_forward(fn: cst.FunctionDef, method: bool) -> tuple[cst.FunctionDef, int]:
-    """The exact route for any forward: in ``fn``'s token loops (a loop that samples with
-    ``jax.random.categorical`` or ``jnp.argmax``) the model is called through the jitted
+    """The exact route for any forward: in ``fn``'s token loops (``_token_loop``) the model is called through the jitted
     ``eval_step``, which compiles once per distinct input shape. -> (function, the number of
     model calls in its token loops that are jitted)."""
     params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
@@ -392,7 +410,7 @@ def _jit_forward(fn: cst.FunctionDef, method: bool) -> tuple[cst.FunctionDef, in
 
         def _loop(self, loop):
             nonlocal count
-            if not m.findall(loop.body, _SAMPLES):
+            if not _token_loop(loop, models):
                 return loop
             jitted = _JitModelCalls(models)
             loop = loop.with_changes(body=loop.body.visit(jitted))
@@ -455,14 +473,12 @@ def _step_route(fn: cst.FunctionDef, method: bool, taken: set[str], tree: bool
     defaults = {p.name.value: p.default for p in (*fn.params.params, *fn.params.kwonly_params)}
     models = {p for p in params if _MODEL_PARAM.search(p)} | ({params[0]} if method and params
                                                              else set())
-    loops = [n for n in m.findall(fn, m.For() | m.While()) if m.findall(n.body, _SAMPLES)]
+    loops = [n for n in m.findall(fn, m.For() | m.While()) if _token_loop(n, models)]
     if len(loops) != 1 or m.findall(loops[0].body, m.For() | m.While()):
         return None
     loop = loops[0]
     stmts = list(loop.body.body)
-    model_call = m.Call(func=m.Name(EVAL_STEP) | m.OneOf(*(m.Name(n) for n in models))
-                        ) if models else m.Call(func=m.Name(EVAL_STEP))
-    first = next((i for i, s in enumerate(stmts) if m.findall(s, model_call)), None)
+    first = next((i for i, s in enumerate(stmts) if m.findall(s, _model_call(models))), None)
     last = max((i for i, s in enumerate(stmts) if m.findall(s, _SAMPLES)), default=None)
     local = _locals(fn)
     if first is None or last is None or last < first or not all(
