@@ -520,7 +520,6 @@ def _step_route(fn: cst.FunctionDef, method: bool, taken: set[str], tree: bool
     body = [s.visit(_Unjit()).visit(_MaskSet()) for s in step]
     ret = ", ".join(outputs)
     names = ", ".join(f'"{n}"' for n in static) + ("," if len(static) == 1 else "")
-    tree = tree and not m.findall(block, m.Call(func=m.Attribute(attr=m.Name("rngs"))))
     options = ["graph=False"] * tree + [f"static_argnames=({names})"] * bool(static)
     deco = f"nnx.jit({', '.join(options)})" if options else "nnx.jit"
     step_fn = cst.parse_statement(
@@ -546,17 +545,16 @@ class _ReplaceNode(cst.CSTTransformer):
 
 
 def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
-                       report: Callable[[int, int, str, str, str], None]) -> cst.Module:
+                       report: Callable[[int, int, str, str, str], None],
+                       tree_mode: bool = False) -> cst.Module:
     """Compile the file's generation loops (module docstring); ``report(line, column, rule,
-    severity, message)`` gets one diagnostic per loop."""
+    severity, message)`` gets one diagnostic per loop. ``tree_mode``: no module shares a
+    Variable, so the token steps take flax's tree mode (``passes/training.py``'s
+    ``nnx_jit``)."""
     compiled_names: set[str] = set()
     needs_eval_step: list[bool] = []
     taken = _names(module) | _names(source)
-    # the step takes flax's tree mode where the file's eval step does (no shared Variables)
-    taken.add("tree mode" if any(isinstance(n, cst.FunctionDef) and n.name.value == EVAL_STEP
-                                and m.findall(n, m.Arg(keyword=m.Name("graph"),
-                                                       value=m.Name("False")))
-                                for n in module.body) else "graph mode")
+    taken.add("tree mode" if tree_mode else "graph mode")
     module = _compile_in(module, source, source_text, report, compiled_names,
                          needs_eval_step, taken, None)
     if needs_eval_step and not any(
