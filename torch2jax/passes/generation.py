@@ -613,7 +613,16 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                        f"{name}(): the token loop is one compiled decode step over a "
                        f"fixed-size buffer (one compile per prompt shape and length)")
                 continue
-        routed = _step_route(node, method, taken, "tree mode" in taken)
+        if "tree mode" not in taken:
+            # modules share a Variable (tied weights): flax's graph mode, in which a jitted
+            # step was seen to compile again for the same shapes on nanoGPT's model
+            if compiled is not None or _jit_forward(node, method)[1]:
+                report(line, 0, "generation", "warning",
+                       f"{name}(): the token loop stays eager (a compile per sequence length "
+                       f"and op): modules share a Variable, and a step jitted in flax's graph "
+                       f"mode compiled again for the same shapes")
+            continue
+        routed = _step_route(node, method, taken, True)
         jitted, count = _jit_forward(node, method) if routed is None else (routed[0], 1)
         if not count:
             continue
