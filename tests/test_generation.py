@@ -425,3 +425,21 @@ if __name__ == "__main__":
     xs, ys = np.random.default_rng(0).normal(size=(5, 2, 4)), np.array([[0, 1]] * 5)
     want = tmod.evaluate(tm, torch.tensor(xs, dtype=torch.float32), torch.tensor(ys))
     assert jmod.evaluate(jm, jnp.asarray(xs, jnp.float32), jnp.asarray(ys)) == want
+
+
+def test_tied_weights_keep_the_loop_eager_with_a_warning(tmp_path):
+    """Modules sharing a Variable (the head tied to the embedding) put flax in graph mode,
+    where a jitted token step compiled again for the same shapes on nanoGPT's model: the
+    loop stays as written, with a warning, and still samples."""
+    source = SCRIPT.replace("MASK", "").replace(
+        "        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n",
+        "        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n"
+        "        self.wte.weight = self.lm_head.weight\n")
+    result = convert_source(source, path="sample.py")
+    assert "generate_step" not in result.code and "fori_loop" not in result.code
+    assert [d.severity for d in result.diagnostics if d.rule == "generation"] == ["warning"]
+    path = tmp_path / "sample_jax.py"
+    path.write_text(result.code)
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    assert out.split("\n")[:2] == ["shape (2, 15)", "in_vocab True"]
