@@ -1,8 +1,11 @@
 """Whole programs, torch vs converted vs hand-written JAX (issue 20, item 4).
 
-Two programs in benchmarks/programs/: a nanoGPT-shaped training script (gpt_train.py: ms per
+Programs in benchmarks/programs/: a nanoGPT-shaped training script (gpt_train.py: ms per
 iteration, data, step and logging included) and a sampling script (gpt_sample.py: tokens per
-second of a token-by-token generate()). Each is run three ways in one process, in turn:
+second of a token-by-token generate()); issue 30's public shapes: nanogpt.py (training with
+micro-step accumulation, parameter groups and an lr set per iteration; sampling with a
+generate() method whose forward computes the last position only), mingpt_trainer.py (minGPT's
+Dataset and Trainer) and char_rnn_sample.py (a GRU sampled one character at a time). Each is run three ways in one process, in turn:
 
 * torch: the original script;
 * converted: the script converted by torch2jax now (convert_source of the working tree);
@@ -45,7 +48,16 @@ CASES = {  # name: (torch script, twin, metric, environment of the run)
     # without top-k: the same loop with one step fewer
     "sample, no top-k": ("gpt_sample.py", "gpt_sample_jax.py", "tokens_per_s",
                          {"GPT_TOP_K": "0"}),
+    # issue 30: the public shapes. nanoGPT: micro-step accumulation, parameter groups, an lr
+    # set per iteration; generate() a method whose forward computes the last position only
+    "nanogpt train": ("nanogpt.py", "nanogpt_jax.py", "ms_per_iter", {"GPT_MODE": "train"}),
+    "nanogpt sample": ("nanogpt.py", "nanogpt_jax.py", "tokens_per_s", {"GPT_MODE": "sample"}),
+    # minGPT's demo: a Dataset drawing in __getitem__, a Trainer class with a DataLoader
+    "mingpt trainer": ("mingpt_trainer.py", "mingpt_trainer_jax.py", "ms_per_iter", {}),
+    # a char-level GRU sampled one token at a time with torch.multinomial
+    "charrnn sample": ("char_rnn_sample.py", "char_rnn_sample_jax.py", "tokens_per_s", {}),
 }
+GROUPS = ["train", "sample", "nanogpt", "mingpt", "charrnn"]  # --cases: a case's first word
 METRIC = re.compile(r"^(ms_per_iter|tokens_per_s)=([0-9.]+)$", re.MULTILINE)
 
 
@@ -119,20 +131,23 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=100, help="tokens generated per run")
     p.add_argument("--slow-s", type=float, default=15.0,
                    help="a program whose run takes longer is not repeated")
-    p.add_argument("--cases", nargs="+", choices=["train", "sample"], default=["train", "sample"],
-                   help="the programs to run (sample: both sampling rows)")
+    p.add_argument("--cases", nargs="+", choices=GROUPS, default=GROUPS,
+                   help="the programs to run, by a case's first word (sample: both "
+                        "sampling rows; nanogpt: its training and sampling rows)")
+    p.add_argument("--one-thread", action="store_true",
+                   help="on the CPU, the 1-thread setting only")
     p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     for case in list(CASES):
-        if case.split(",")[0] not in args.cases:
+        if re.split(r"[ ,]", case)[0] not in args.cases:
             del CASES[case]
     if args.child:
         child(args)
         return
     env = {**os.environ, "GPT_MAX_ITERS": str(args.iters), "GPT_NEW_TOKENS": str(args.tokens),
            "GPT_DEVICE": args.device}
-    settings = [1, 0] if args.device == "cpu" else [0]
+    settings = ([1] if args.one_thread else [1, 0]) if args.device == "cpu" else [0]
     rows = []
     for threads in settings:
         e = dict(env)

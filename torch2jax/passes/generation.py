@@ -31,9 +31,8 @@ from collections.abc import Callable
 import libcst as cst
 import libcst.matchers as m
 
-TODO = ("# TODO(torch2jax): not compiled: each new sequence length compiles the model again; "
-        "a fixed-size decode buffer is exact only for a causal model, and this file's model "
-        "is not known to be causal [generation]")
+from torch2jax.passes.training import EVAL_STEP, eval_step_function
+
 
 # layers that mix sequence positions; each needs is_causal=True to count as causal
 _MIXING = {"Conv1d", "LSTM", "GRU", "RNN", "MultiheadAttention", "TransformerEncoderLayer",
@@ -164,6 +163,11 @@ def _reads_before_writes(stmts: list[cst.BaseStatement], seq: str, key: str) -> 
     return True
 
 
+def _assigned(node: cst.CSTNode) -> set[str]:
+    return {n.value for t in m.findall(node, m.AssignTarget() | m.AugAssign() | m.AnnAssign())
+            for n in m.findall(t.target, m.Name())}
+
+
 def _fresh(base: str, taken: set[str]) -> str:
     name = base
     while name in taken:
@@ -172,24 +176,53 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
-    """The compiled form of a generation function, or None when ``fn`` is not one."""
+def _loop(fn: cst.FunctionDef) -> tuple[cst.For | cst.While, str, set[str], str] | None:
+    """A token loop, the function's whole body: ``for _ in range(n): ...`` or
+    ``while idx.shape[1] < n: ...``, then ``return idx``. -> (loop, sequence name, the names
+    the final length depends on, the final length as code, written
+    with the placeholder ``{t0}`` for the prompt length)."""
     body = list(fn.body.body)
-    if len(body) != 2 or not isinstance(body[0], cst.For) or fn.decorators:
+    if len(body) != 2 or not isinstance(body[0], (cst.For, cst.While)) or fn.decorators:
         return None
     loop, ret = body
     if not (m.matches(ret, m.SimpleStatementLine(body=[m.Return(value=m.Name())]))
-            and loop.orelse is None and isinstance(loop.target, cst.Name)
-            and m.matches(loop.iter, m.Call(func=m.Name("range"), args=[m.Arg(value=m.Name())]))):
+            and loop.orelse is None):
         return None
     seq = ret.body[0].value.value
-    steps = loop.iter.args[0].value.value
+    code = cst.Module(body=[]).code_for_node
+    if isinstance(loop, cst.For):
+        if not (isinstance(loop.target, cst.Name) and m.matches(
+                loop.iter, m.Call(func=m.Name("range"), args=[m.Arg(keyword=None)]))
+                and (loop.target.value == "_" or loop.target.value not in _names(loop.body))):
+            return None
+        n = loop.iter.args[0].value
+        return loop, seq, _names(n), "{t0} + " + code(n)
+    # while idx.shape[1] < n  (idx.size(1) < n in torch)
+    if not m.matches(loop.test, m.Comparison(
+            left=m.Subscript(value=m.Attribute(value=m.Name(seq), attr=m.Name("shape")),
+                             slice=[m.SubscriptElement(m.Index(m.Integer("1")))]),
+            comparisons=[m.ComparisonTarget(operator=m.LessThan())])):
+        return None
+    n = loop.test.comparisons[0].comparator
+    if seq in _names(n):
+        return None
+    return loop, seq, _names(n), "max({t0}, " + code(n) + ")"
+
+
+def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
+    """The compiled form of a generation function, or None when ``fn`` is not one."""
+    found_loop = _loop(fn)
+    if found_loop is None:
+        return None
+    loop, seq, steps, total_code = found_loop
+    ret = fn.body.body[1]
     stmts = list(loop.body.body)
-    if len(stmts) < 5 or (loop.target.value != "_" and loop.target.value in _names(loop.body)):
+    if len(stmts) < 4:
         return None
     params = {p.name.value: p for p in (*fn.params.params, *fn.params.kwonly_params)}
-    if seq not in params or steps not in params:
+    if seq not in params or steps & _assigned(loop.body):
         return None
+    steps = sorted(steps & set(params))  # static: they fix the buffer's length
     # 1. idx_cond = idx if idx.shape[1] <= BS else idx[:, -BS:]
     first = _target_name(stmts[0])
     if first is None or not m.matches(first[1], m.IfExp(
@@ -239,11 +272,12 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
                                     attr=m.Name("split")))
     draws = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("rngs")), args=[])
     prelude: list[cst.BaseStatement] = []
+    key: str | None = None  # greedy decoding (argmax) draws nothing
     if "key" in params:  # a function: its key is split in the loop
         key = "key"
         if not any(m.findall(s, split) for s in middle):
             return None
-    else:  # a method drawing from its nnx.Rngs: one key drawn before the loop, split per step
+    elif any(m.findall(s, draws | split) for s in middle):  # a method drawing from its nnx.Rngs: one key drawn before the loop, split per step
         found = [i for i, s in enumerate(middle) if m.findall(s, draws)]
         if len(found) != 1 or len(m.findall(middle[found[0]], draws)) != 1 \
                 or not isinstance(middle[found[0]], cst.SimpleStatementLine) \
@@ -256,12 +290,13 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
         middle[found[0]] = m.replace(middle[found[0]], draws, cst.Name(subkey))
         middle.insert(found[0], cst.parse_statement(
             f"{key}, {subkey} = jax.random.split({key})\n"))
-    if not _reads_before_writes(stmts, seq, key):
+    if not _reads_before_writes(stmts, seq, key or seq):
         return None
+    carry = f"{seq}, {key}" if key else f"{seq},"
 
     t, t0, b, width, start, step = (_fresh(n, taken) for n in
                                     ("t", "t0", "b", "width", "start", "decode_step"))
-    total = f"{t0} + {steps}"
+    total = total_code.format(t0=t0)
     block_code = cst.Module(body=[]).code_for_node(block)
 
     class _Read(cst.CSTTransformer):
@@ -275,22 +310,23 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
 
     stmt = cst.parse_statement
     loop_body = [
-        stmt(f"{seq}, {key} = carry\n"),
+        stmt(f"{carry} = carry\n"),
         stmt(f"{start} = jnp.maximum({t} - {block_code}, 0)\n"),
         stmt(f"{cond_name} = jax.lax.dynamic_slice_in_dim({seq}, {start}, {width}, axis=1)\n"),
         stmts[1].with_changes(body=[stmts[1].body[0].with_changes(value=model_call)]),
         stmts[2].visit(_Read()),
         *(s.visit(_MaskSet()) for s in middle),
         stmt(f"{seq} = {seq}.at[:, {t}].set({nxt}[:, 0])\n"),
-        stmt(f"return {seq}, {key}\n"),
+        stmt(f"return {carry}\n"),
     ]
     inner = cst.FunctionDef(
         name=cst.Name(step),
         params=cst.Parameters(params=[cst.Param(cst.Name(t)), cst.Param(cst.Name("carry"))]),
         body=cst.IndentedBlock(body=loop_body))
-    static = [steps] + [n for n, p in params.items()
-                        if p.default is not None and m.matches(p.default, m.Name("None"))]
+    static = [*dict.fromkeys(steps + [n for n, p in params.items() if p.default is not None
+                                      and m.matches(p.default, m.Name("None"))])]
     names = ", ".join(f'"{n}"' for n in static) + ("," if len(static) == 1 else "")
+    jit = f"nnx.jit(static_argnames=({names}))" if static else "nnx.jit"
     new_body = [
         stmt(f"{b}, {t0} = {seq}.shape\n").with_changes(leading_lines=[
             cst.EmptyLine(comment=cst.Comment(
@@ -302,27 +338,258 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
         stmt(f"{width} = min({block_code}, {total})\n"),
         *prelude,
         inner.with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
-        stmt(f"{seq}, {key} = jax.lax.fori_loop({t0}, {total}, {step}, ({seq}, {key}))\n")
+        stmt(f"{carry} = jax.lax.fori_loop({t0}, {total}, {step}, ({carry}))\n")
         .with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
         ret,
     ]
-    decorator = cst.Decorator(cst.parse_expression(f"nnx.jit(static_argnames=({names}))"))
+    decorator = cst.Decorator(cst.parse_expression(jit))
     return fn.with_changes(decorators=[decorator], body=fn.body.with_changes(body=new_body))
 
 
+# a parameter that holds the model a token loop calls (``generate(model, idx, n)``)
+_MODEL_PARAM = re.compile(r"(^|_)(model|net|rnn|lstm|gru|gpt|lm|decoder)(_|\d|$)|^m$")
+_SAMPLES = m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("jax"), attr=m.Name("random")),
+                                   attr=m.Name("categorical"))
+                  | m.Attribute(value=m.Name("jnp"), attr=m.Name("argmax")))
+
+
+def _model_call(models: set[str]) -> m.Call:
+    return m.Call(func=m.Name(EVAL_STEP) | m.OneOf(*(m.Name(n) for n in models))) if models \
+        else m.Call(func=m.Name(EVAL_STEP))
+
+
+def _token_loop(loop: cst.For | cst.While, models: set[str]) -> bool:
+    """Whether ``loop`` samples tokens autoregressively: it calls the model, then draws
+    (``jax.random.categorical`` / ``jnp.argmax``), and what it assigns from the draw on is read
+    by the model call or before it (the token, or the sequence it is appended to, goes back
+    in). An evaluation loop that takes an argmax of the model's output is not one."""
+    stmts = list(loop.body.body)
+    call = next((i for i, s in enumerate(stmts) if m.findall(s, _model_call(models))), None)
+    draw = max((i for i, s in enumerate(stmts) if m.findall(s, _SAMPLES)), default=None)
+    if call is None or draw is None or draw < call:
+        return False
+    return bool(_assigned(cst.Module(body=stmts[draw:]))
+                & _names(cst.Module(body=stmts[:call + 1])))
+
+
+class _JitModelCalls(cst.CSTTransformer):
+    """``model(x, h)`` -> ``eval_step(model, x, h)`` (the jitted forward the NNX pass writes)
+    for the given callee names; counts the calls that go through it, those already written so
+    included."""
+
+    def __init__(self, models: set[str]) -> None:
+        super().__init__()
+        self.models, self.count = models, 0
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if m.matches(updated.func, m.Name(EVAL_STEP)):
+            self.count += 1
+        elif isinstance(updated.func, cst.Name) and updated.func.value in self.models \
+                and all(a.keyword is None and not a.star for a in updated.args):
+            self.count += 1
+            return updated.with_changes(func=cst.Name(EVAL_STEP),
+                                        args=[cst.Arg(updated.func), *updated.args])
+        return updated
+
+
+def _jit_forward(fn: cst.FunctionDef, method: bool) -> tuple[cst.FunctionDef, int]:
+    """The exact route for any forward: in ``fn``'s token loops (``_token_loop``) the model is called through the jitted
+    ``eval_step``, which compiles once per distinct input shape. -> (function, the number of
+    model calls in its token loops that are jitted)."""
+    params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
+    models = {p for p in params if _MODEL_PARAM.search(p)} | ({params[0]} if method and params
+                                                             else set())
+    count = 0
+
+    class _Loops(cst.CSTTransformer):
+        def leave_For(self, original, updated):
+            return self._loop(updated)
+
+        def leave_While(self, original, updated):
+            return self._loop(updated)
+
+        def _loop(self, loop):
+            nonlocal count
+            if not _token_loop(loop, models):
+                return loop
+            jitted = _JitModelCalls(models)
+            loop = loop.with_changes(body=loop.body.visit(jitted))
+            count += jitted.count
+            return loop
+
+    return fn.visit(_Loops()), count
+
+
+_PURE_ROOTS = {"jax", "jnp", "nnx", "F", "math"}
+_STATIC_USES = {"min", "max", "range", "int", "len"}
+
+
+def _locals(fn: cst.FunctionDef) -> set[str]:
+    params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+    return params | _assigned(fn) | {n.value for loop in m.findall(fn, m.For())
+                                     for n in m.findall(loop.target, m.Name())}
+
+
+def _pure(stmt: cst.BaseStatement, models: set[str], local: set[str]) -> bool:
+    """Whether a statement of a token step can be traced: assignments, and ``if`` statements
+    around them, whose calls are jax / jnp / F functions, methods of local values, the model
+    (or the eval step), ``self.rngs()`` and ``min`` / ``max``."""
+    if isinstance(stmt, cst.If):
+        return stmt.orelse is None and all(_pure(s, models, local) for s in stmt.body.body)
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], (cst.Assign, cst.AugAssign))):
+        return False
+    for c in m.findall(stmt, m.Call()):
+        f = c.func
+        if isinstance(f, cst.Name):
+            if f.value not in models | {EVAL_STEP, "min", "max", "float", "int"}:
+                return False
+        elif isinstance(f, cst.Attribute):
+            root = f
+            while isinstance(root, (cst.Attribute, cst.Subscript, cst.Call)):
+                root = root.value if not isinstance(root, cst.Call) else root.func
+            if not isinstance(root, cst.Name):
+                return False
+            if root.value in models:
+                if not m.matches(c, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("rngs")),
+                                           args=[])):
+                    return False
+            elif root.value not in _PURE_ROOTS and root.value not in local:
+                return False
+        else:
+            return False
+    return True
+
+
+def _step_route(fn: cst.FunctionDef, method: bool, taken: set[str], tree: bool
+                ) -> tuple[cst.FunctionDef, cst.FunctionDef] | None:
+    """The token step compiled whole: in ``fn``'s token loop, the statements from the model
+    call to the draw (``jax.random.categorical`` / ``jnp.argmax``) become one module-level
+    ``nnx.jit`` function of the values they read, called once per token; what comes before
+    (a crop of the context) and after (appending the token) stays as written. The model call
+    then runs with the sampling in one compiled call. -> (the new function, the step), or
+    None when the loop has no such run of traceable statements."""
+    params = [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
+    defaults = {p.name.value: p.default for p in (*fn.params.params, *fn.params.kwonly_params)}
+    models = {p for p in params if _MODEL_PARAM.search(p)} | ({params[0]} if method and params
+                                                             else set())
+    loops = [n for n in m.findall(fn, m.For() | m.While()) if _token_loop(n, models)]
+    if len(loops) != 1 or m.findall(loops[0].body, m.For() | m.While()):
+        return None
+    loop = loops[0]
+    stmts = list(loop.body.body)
+    first = next((i for i, s in enumerate(stmts) if m.findall(s, _model_call(models))), None)
+    last = max((i for i, s in enumerate(stmts) if m.findall(s, _SAMPLES)), default=None)
+    local = _locals(fn)
+    if first is None or last is None or last < first or not all(
+            _pure(s, models, local) for s in stmts[first:last + 1]):
+        return None
+    step = stmts[first:last + 1]
+    block = cst.Module(body=step)
+    # inputs: the locals the step reads before it assigns them; outputs: what it assigns
+    # and the rest of the function reads
+    inputs: list[str] = []
+    done: set[str] = set()
+    for small in m.findall(block, m.Assign() | m.AugAssign() | m.If()):
+        reads = _names(small.test) if isinstance(small, cst.If) else (
+            _names(small.value) | (_names(small.target) if isinstance(small, cst.AugAssign)
+                                   else set()))
+        inputs += [n for n in sorted(reads & local - done) if n not in inputs]
+        if not isinstance(small, cst.If):
+            done |= _assigned(small) if isinstance(small, cst.Assign) else _names(small.target)
+    rest = fn.with_changes(body=fn.body.with_changes(body=[
+        *[s for s in fn.body.body if s is not loop],
+        loop.with_changes(body=loop.body.with_changes(
+            body=[*stmts[:first], *stmts[last + 1:]]))]))
+    outputs = sorted((done - {"_"}) & (_names(rest) | _names(loop.test if isinstance(
+        loop, cst.While) else loop.iter) | set(inputs)))
+    if not outputs or any(n in models for n in outputs):
+        return None
+    static = [n for n in inputs if (defaults.get(n) is not None and m.matches(
+        defaults[n], m.Name("None"))) or any(n in _names(i.test) for i in m.findall(
+            block, m.If())) or any(n in _names(c) for c in m.findall(block, m.Call(
+                func=m.OneOf(*(m.Name(u) for u in _STATIC_USES)))))]
+    name = _fresh(f"{fn.name.value}_step", taken)
+
+    class _Unjit(cst.CSTTransformer):  # eval_step(model, x) -> model(x): already compiled
+        def leave_Call(self, original, updated):
+            if m.matches(updated.func, m.Name(EVAL_STEP)) and updated.args:
+                return updated.with_changes(func=updated.args[0].value, args=updated.args[1:])
+            return updated
+
+    body = [s.visit(_Unjit()).visit(_MaskSet()) for s in step]
+    ret = ", ".join(outputs)
+    names = ", ".join(f'"{n}"' for n in static) + ("," if len(static) == 1 else "")
+    options = ["graph=False"] * tree + [f"static_argnames=({names})"] * bool(static)
+    deco = f"nnx.jit({', '.join(options)})" if options else "nnx.jit"
+    step_fn = cst.parse_statement(
+        f"@{deco}\ndef {name}({', '.join(inputs)}):\n    pass\n    return {ret}\n")
+    step_fn = step_fn.with_changes(body=step_fn.body.with_changes(
+        body=[*(s.with_changes(leading_lines=[]) if i == 0 else s for i, s in enumerate(body)),
+              step_fn.body.body[1]]), leading_lines=[cst.EmptyLine(indent=False)] * 2)
+    args = ", ".join(f"{n}={n}" if n in static else n for n in inputs)
+    call = cst.parse_statement(f"{ret} = {name}({args})\n").with_changes(
+        leading_lines=stmts[first].leading_lines)
+    new_loop = loop.with_changes(body=loop.body.with_changes(
+        body=[*stmts[:first], call, *stmts[last + 1:]]))
+    return fn.visit(_ReplaceNode(loop, new_loop)), step_fn
+
+
+class _ReplaceNode(cst.CSTTransformer):
+    def __init__(self, old: cst.CSTNode, new: cst.CSTNode) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def on_leave(self, original, updated):
+        return self.new if original is self.old else updated
+
+
 def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
-                       report: Callable[[int, int, str, str, str], None]) -> cst.Module:
+                       report: Callable[[int, int, str, str, str], None],
+                       tree_mode: bool = False) -> cst.Module:
     """Compile the file's generation loops (module docstring); ``report(line, column, rule,
-    severity, message)`` gets one diagnostic per loop."""
+    severity, message)`` gets one diagnostic per loop. ``tree_mode``: no module shares a
+    Variable, so the token steps take flax's tree mode (``passes/training.py``'s
+    ``nnx_jit``)."""
+    compiled_names: set[str] = set()
+    needs_eval_step: list[bool] = []
+    taken = _names(module) | _names(source)
+    taken.add("tree mode" if tree_mode else "graph mode")
+    module = _compile_in(module, source, source_text, report, compiled_names,
+                         needs_eval_step, taken, None)
+    if needs_eval_step and not any(
+            isinstance(n, cst.FunctionDef) and n.name.value == EVAL_STEP for n in module.body):
+        body = list(module.body)
+        i = next((i for i, n in enumerate(body)
+                  if isinstance(n, (cst.FunctionDef, cst.ClassDef))), len(body))
+        body.insert(i, eval_step_function())
+        module = module.with_changes(body=body)
+    return module.visit(_BlockDiscarded(compiled_names)) if compiled_names else module
+
+
+def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
+                report: Callable[[int, int, str, str, str], None], compiled_names: set[str],
+                needs_eval_step: list[bool], taken: set[str],
+                hoist: list[cst.FunctionDef] | None) -> cst.Module:
+    """The generation loops of ``module``'s functions, or of a class's methods when ``hoist``
+    is a list (the compiled token steps of methods go there, to be written before the
+    class)."""
+    method = hoist is not None
     causal = None
     body = list(module.body)
     changed = False
-    compiled_names: set[str] = set()
+    before: dict[int, list[cst.FunctionDef]] = {}
     for i, node in enumerate(body):
         if isinstance(node, cst.ClassDef):
+            if not any(m.findall(b.value, m.Name("Module") | m.Attribute(attr=m.Name("Module")))
+                       for b in node.bases):
+                continue
             methods = [n for n in node.body.body if isinstance(n, cst.FunctionDef)]
             mod = cst.Module(body=methods)
-            inner = compile_generation(mod, source, source_text, report)
+            steps: list[cst.FunctionDef] = []
+            inner = _compile_in(mod, source, source_text, report, compiled_names,
+                                needs_eval_step, taken, steps)
+            before[i] = steps
             if inner is not mod:
                 done = dict(zip(map(id, methods), inner.body))
                 body[i] = node.with_changes(body=node.body.with_changes(body=[
@@ -333,37 +600,55 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
             continue
         match = re.search(rf"^[ \t]*def {re.escape(node.name.value)}\b", source_text, re.MULTILINE)
         line = source_text[:match.start()].count("\n") + 1 if match else 1
+        name = node.name.value
         compiled = _compile(node)
-        if compiled is None:
+        if compiled is not None:
+            if causal is None:
+                causal = is_causal(source)
+            if causal and not reads_last_position(source, name):
+                body[i] = compiled
+                compiled_names.add(name)
+                changed = True
+                report(line, 0, "generation", "info",
+                       f"{name}(): the token loop is one compiled decode step over a "
+                       f"fixed-size buffer (one compile per prompt shape and length)")
+                continue
+        if "tree mode" not in taken:
+            # modules share a Variable (tied weights): flax's graph mode, in which a jitted
+            # step was seen to compile again for the same shapes on nanoGPT's model
+            if compiled is not None or _jit_forward(node, method)[1]:
+                report(line, 0, "generation", "warning",
+                       f"{name}(): the token loop stays eager (a compile per sequence length "
+                       f"and op): modules share a Variable, and a step jitted in flax's graph "
+                       f"mode compiled again for the same shapes")
             continue
-        if causal is None:
-            causal = is_causal(source)
-        if causal and reads_last_position(source, node.name.value):
-            report(line, 0, "generation", "warning",
-                   f"{node.name.value}(): the token loop stays eager (a compile per sequence "
-                   f"length): the model reads only the last position, so a padded window "
-                   f"would read the padding")
+        routed = _step_route(node, method, taken, True)
+        jitted, count = _jit_forward(node, method) if routed is None else (routed[0], 1)
+        if not count:
             continue
-        if causal:
-            body[i] = compiled
-            compiled_names.add(node.name.value)
-            report(line, 0, "generation", "info",
-                   f"{node.name.value}(): the token loop is one compiled decode step over a "
-                   f"fixed-size buffer (one compile per prompt shape and length)")
+        if compiled is None:  # no growing sequence the buffer route knows
+            why = "one compile per distinct input shape, then cached"
         else:
-            loop = node.body.body[0]
-            marked = loop.with_changes(leading_lines=[
-                *loop.leading_lines, cst.EmptyLine(comment=cst.Comment(TODO))])
-            body[i] = node.with_changes(body=node.body.with_changes(
-                body=[marked, *node.body.body[1:]]))
-            report(line, 0, "generation", "warning",
-                   f"{node.name.value}(): the token loop stays eager (a compile per sequence "
-                   f"length): the model is not known to be causal")
-        changed = True
+            why = "one compile per distinct sequence length, then cached: " + (
+                "the model reads only the last position at inference, so a padded buffer "
+                "would read the padding" if causal else "the model is not known to be "
+                "causal, so a padded buffer could change the logits")
+        if routed is not None:
+            (hoist if hoist is not None else before.setdefault(i, [])).append(routed[1])
+            report(line, 0, "generation", "info",
+                   f"{name}(): each token's model call and draw are one jit-compiled step, "
+                   f"{routed[1].name.value}() ({why})")
+        else:
+            report(line, 0, "generation", "info",
+                   f"{name}(): each token's forward is the jit-compiled {EVAL_STEP} ({why})")
+        if jitted is not node:
+            body[i] = jitted
+            changed = True
+            needs_eval_step.extend([True] * (routed is None))
     if not changed:
         return module
-    module = module.with_changes(body=body)
-    return module.visit(_BlockDiscarded(compiled_names)) if compiled_names else module
+    return module.with_changes(body=[x for i, node in enumerate(body)
+                                     for x in (*before.get(i, ()), node)])
 
 
 class _BlockDiscarded(cst.CSTTransformer):
