@@ -37,8 +37,8 @@ def _load(path: Path, name: str):
     return module
 
 
-def _convert(source: Path, target: str, tmp: Path, name: str):
-    result = convert_source(source.read_text(), path=str(source), target=target)
+def _convert(source: Path, target: str, tmp: Path, name: str, text: str | None = None):
+    result = convert_source(text or source.read_text(), path=str(source), target=target)
     assert "TODO(torch2jax)" not in result.code.split("def configure_optimizers", 1)[1].split(
         "\n    def ", 1)[0], result.code
     out = tmp / f"{name}.py"
@@ -92,10 +92,21 @@ def torch_program():
     return _torch_moves(model)
 
 
+# semantics-preserving variants of the groups' conditions (every parameter requires grad)
+GROUP_VARIANTS = {
+    "as written": lambda s: s,
+    "requires_grad": lambda s: s.replace("if p.dim()", "if p.requires_grad and p.dim()"),
+}
+
+
 @pytest.mark.parametrize("target", ["nnx", "linen", "equinox"])
-@pytest.mark.parametrize("lr", [None, 0.5])
-def test_param_groups_decay_what_torch_decays(target, lr, torch_program, tmp_path) -> None:
-    mod, _ = _convert(PROGRAM, target, tmp_path, f"optim_program_{target}")
+@pytest.mark.parametrize("lr, variant", [(None, "as written"), (0.5, "as written"),
+                                         (None, "requires_grad")])
+def test_param_groups_decay_what_torch_decays(target, lr, variant, torch_program,
+                                              tmp_path) -> None:
+    text = GROUP_VARIANTS[variant](PROGRAM.read_text())
+    assert variant == "as written" or text != PROGRAM.read_text()
+    mod, _ = _convert(PROGRAM, target, tmp_path, f"optim_program_{target}", text)
     x = jnp.zeros((2, mod.BLOCK), jnp.int32)
     if target == "nnx":
         from flax import nnx

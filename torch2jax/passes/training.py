@@ -681,12 +681,32 @@ def loop_assigned_names(loop: cst.CSTNode) -> set[str]:
 _PRED_METHODS = {r"\.dim\(\)": ".ndim", r"\.numel\(\)": ".size", r"\.ndimension\(\)": ".ndim"}
 
 
+class _Trainable(cst.CSTTransformer):
+    """``p.requires_grad`` -> ``True``: the parameters an optimizer holds are trainable (a
+    frozen layer's are not ``nnx.Param`` once converted, so the optimizer never sees them), and
+    ``True and c`` / ``c and True`` -> ``c``."""
+
+    def leave_Attribute(self, original_node, updated_node):
+        if updated_node.attr.value == "requires_grad" and isinstance(updated_node.value,
+                                                                      cst.Name):
+            return cst.Name("True")
+        return updated_node
+
+    def leave_BooleanOperation(self, original_node, updated_node):
+        if isinstance(updated_node.operator, cst.And):
+            if m.matches(updated_node.left, m.Name("True")):
+                return updated_node.right
+            if m.matches(updated_node.right, m.Name("True")):
+                return updated_node.left
+        return updated_node
+
+
 def predicate_text(pred: cst.BaseExpression) -> str:
-    """A parameter group's condition on the parameter as JAX (``p.dim()`` -> ``p.ndim``);
-    raises Untranslatable for another method call."""
+    """A parameter group's condition on the parameter as JAX (``p.dim()`` -> ``p.ndim``,
+    ``p.requires_grad`` -> True); raises Untranslatable for another method call."""
     import re
 
-    text = code(pred)
+    text = code(pred.visit(_Trainable()))
     for pat, rep in _PRED_METHODS.items():
         text = re.sub(pat, rep, text)
     text = re.sub(r"\.size\(\)", ".shape", text)
