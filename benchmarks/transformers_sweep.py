@@ -76,7 +76,7 @@ SIZES = {
                      "decoder_num_attention_heads", "encoder_num_attention_heads"), HEADS_N),
     **dict.fromkeys(("head_dim", "d_kv", "attention_head_dim", "kv_channels",
                      "attention_head_size", "qk_nope_head_dim", "v_head_dim"), HEAD_DIM),
-    **dict.fromkeys(("qk_rope_head_dim",), HEAD_DIM // 2),
+    **dict.fromkeys(("qk_rope_head_dim", "rotary_dim", "rotary_emb_dim"), HEAD_DIM // 2),
     **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), 16),
     **dict.fromkeys(("vocab_size", "n_vocab"), VOCAB),
     **dict.fromkeys(("max_position_embeddings", "n_positions", "max_target_positions",
@@ -107,7 +107,10 @@ def shrink(config) -> dict:
     out: dict = {}
     layers = next((values[k] for k in LAYER_COUNTS if isinstance(values.get(k), int)), None)
     for key, value in values.items():
-        sub = getattr(config, key, None)
+        try:
+            sub = getattr(config, key, None)
+        except Exception:  # noqa: BLE001 (a per-layer attribute read as one)
+            sub = None
         if key.endswith("_config") and hasattr(sub, "to_dict"):
             changed = shrink(sub)
             if changed:
@@ -149,6 +152,23 @@ def shrink(config) -> dict:
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
     return out
+
+
+def tiny_config(config_class):
+    """``config_class`` built from its shrunk defaults, and the keywords that build it. Where a
+    config's validation refuses the whole set (a size tied to another), the keywords it
+    refuses are left at their defaults, one at a time."""
+    kwargs = shrink(config_class())
+    try:
+        return config_class(**kwargs), kwargs
+    except Exception as first:  # noqa: BLE001
+        for key in list(kwargs):
+            fewer = {k: v for k, v in kwargs.items() if k != key}
+            try:
+                return config_class(**fewer), fewer
+            except Exception:  # noqa: BLE001
+                continue
+        raise first
 
 
 def _literal(value) -> str:
@@ -249,8 +269,7 @@ def run_one(path: Path) -> list[dict]:
     if config_class is None or not isinstance(config_class, type):
         return done("the class names no config_class")
     try:
-        kwargs = shrink(config_class())
-        config = config_class(**kwargs)
+        config, kwargs = tiny_config(config_class)
         specs, masked = _inputs(cls, config)
     except Exception as exc:  # noqa: BLE001
         return done(f"config: {type(exc).__name__}: {exc}")

@@ -699,6 +699,26 @@ def tensor_norm(site: Site) -> cst.BaseExpression:
     return call("jnp.linalg.vector_norm", *out)
 
 
+@special("linalg_norm")
+def linalg_norm(site: Site) -> cst.BaseExpression:
+    """``torch.linalg.norm`` / ``torch.linalg.vector_norm(x, ord, dim, keepdim)``: numpy's
+    norms, which ``jnp.linalg.norm`` / ``jnp.linalg.vector_norm`` compute with the same ``ord``
+    (``dim`` is ``axis``; an int is a vector norm, a pair a matrix norm, None every element)."""
+    if site.get("dtype") is not None:
+        raise Untranslatable(f"{site.rule.torch} with dtype= is not translated")
+    out = [arg(site.x())]
+    if site.get("ord") is not None:
+        out.append(arg(site.get("ord"), "ord"))
+    dim = site.get("dim")
+    if dim is not None and not (isinstance(dim, cst.Name) and dim.value == "None"):
+        if isinstance(dim, cst.List):
+            dim = cst.Tuple(elements=dim.elements)
+        out.append(arg(dim, "axis"))
+    if site.get("keepdim") is not None and site.lit("keepdim") is not False:
+        out.append(arg(site.get("keepdim"), "keepdims"))
+    return call(site.rule.jax, *out)
+
+
 @special("size")
 def size(site: Site) -> cst.BaseExpression:
     d = site.args.get("dim")
