@@ -43,3 +43,22 @@ def test_linalg_norms_verify(tmp_path) -> None:
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+def test_a_state_space_cache_flattens_to_its_states() -> None:
+    """Mamba's and the hybrids' caches hold LinearAttentionLayers (conv and recurrent states,
+    no keys): verify compares those states instead of failing on the missing keys."""
+    import types
+
+    import numpy as np
+
+    from torch2jax.verify.common import flatten_output
+
+    conv, rec = np.zeros((1, 4, 3)), np.ones((1, 4, 2))
+    state = types.SimpleNamespace(conv_states={0: conv}, recurrent_states={0: rec})
+    attention = types.SimpleNamespace(keys=np.ones(2), values=np.zeros(2))
+    cache = type("DynamicCache", (), {"layers": [state, attention]})()
+    leaves = dict(flatten_output(cache))
+    assert list(leaves) == ["output[0]['conv_states'][0]", "output[0]['recurrent_states'][0]",
+                            "output[1]['keys']", "output[1]['values']"]
+    assert leaves["output[0]['recurrent_states'][0]"] is rec
