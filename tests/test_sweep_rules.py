@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from torch2jax.verify.common import VerifyRequest
 from torch2jax.verify.run import run_request
 
@@ -32,10 +34,38 @@ class Contrastive(nn.Module):
 '''
 
 
-def _verify(tmp_path: Path, source: str, target: str, *inputs: str):
+PATCHES = '''
+import torch
+from torch import nn
+
+
+class PatchEmbed(nn.Module):
+    """CLAP's audio patch embedding: sizes that are an int or a pair, made pairs by
+    ``(p, p) if isinstance(p, int) else p``, and a padding computed as a tuple."""
+
+    def __init__(self, patch=5, stride=3):
+        super().__init__()
+        patch_size = (patch, patch) if isinstance(patch, int) else patch
+        patch_stride = (stride, stride) if isinstance(stride, int) else stride
+        padding = ((patch_size[0] - patch_stride[0]) // 2, (patch_size[1] - patch_stride[1]) // 2)
+        self.proj = nn.Conv2d(3, 8, kernel_size=patch_size, stride=patch_stride, padding=padding)
+
+    def forward(self, x):
+        return self.proj(x)
+'''
+
+
+def _verify(tmp_path: Path, source: str, target: str, *inputs: str, build: str | None = None):
     path = tmp_path / "model.py"
     path.write_text(source)
-    return run_request(VerifyRequest(target=f"{path}::{target}", inputs=inputs))
+    return run_request(VerifyRequest(target=f"{path}::{target}", inputs=inputs, build=build))
+
+
+@pytest.mark.parametrize("build", [None, "PatchEmbed(patch=(5, 3), stride=(3, 1))"])
+def test_sizes_made_pairs_by_isinstance_int_verify(tmp_path, build) -> None:
+    r = _verify(tmp_path, PATCHES, "PatchEmbed", "float32[2,3,12,10]", build=build)
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
 
 
 def test_linalg_norms_verify(tmp_path) -> None:
