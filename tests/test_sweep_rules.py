@@ -92,3 +92,42 @@ def test_a_state_space_cache_flattens_to_its_states() -> None:
     assert list(leaves) == ["output[0]['conv_states'][0]", "output[0]['recurrent_states'][0]",
                             "output[1]['keys']", "output[1]['values']"]
     assert leaves["output[0]['recurrent_states'][0]"] is rec
+
+
+LEGACY = '''
+import torch
+from torch import nn
+
+
+class RelativeBias(nn.Module):
+    """FastSpeech2-Conformer's and the DETRs' parameters made by the legacy constructors."""
+
+    def __init__(self, heads=4, dim=3):
+        super().__init__()
+        self.num_heads = heads
+        self.head_dim = dim
+        self.linear = nn.Linear(12, 12)
+        self.pos_bias_u = nn.Parameter(torch.Tensor(self.num_heads, self.head_dim))
+        self.pos_bias_v = nn.Parameter(torch.FloatTensor(heads * dim))
+        nn.init.normal_(self.pos_bias_u)
+        nn.init.normal_(self.pos_bias_v)
+        self.offsets = nn.Buffer(torch.Tensor([0.5, -1.0, 2.0]))
+
+    def forward(self, x):
+        y = self.linear(x).view(x.shape[0], self.num_heads, self.head_dim)
+        v = self.pos_bias_v.view(self.num_heads, self.head_dim)
+        return y * self.pos_bias_u + v * self.offsets
+'''
+
+
+def test_legacy_tensor_constructors_verify(tmp_path) -> None:
+    r = _verify(tmp_path, LEGACY, "RelativeBias", "float32[2,12]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+def test_a_legacy_constructor_of_one_unknown_name_is_marked() -> None:
+    from torch2jax.convert import convert_source
+
+    out = convert_source("import torch\n\ndef f(values):\n    return torch.Tensor(values)\n")
+    assert "TODO(torch2jax): torch.Tensor(values): a size or data" in out.code

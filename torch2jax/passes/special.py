@@ -543,6 +543,27 @@ def creation(site: Site) -> cst.BaseExpression:
     return call(site.rule.jax, arg(shape), *extra, *_dtype_kw(site))
 
 
+@special("legacy_tensor")
+def legacy_tensor(site: Site) -> cst.BaseExpression:
+    """``torch.Tensor(2, 3)`` / ``torch.FloatTensor(n)``, torch's legacy constructors: sizes
+    (two or more arguments, or one int expression or config size) make an uninitialised
+    float32 tensor, ``jnp.empty`` (zeros: JAX has no uninitialised memory); one list or tuple
+    is data, ``jnp.asarray(data, jnp.float32)``. One other name may be either: marked."""
+    first, rest = site.args.get("data"), site.args.extra_positional
+    if first is None:
+        raise Untranslatable(f"{site.rule.torch}() without arguments is not translated")
+    if isinstance(first, (cst.List, cst.Tuple)) and not rest:
+        return expr("jnp.asarray({d}, dtype=jnp.float32)", d=first)
+    config_size = isinstance(first, cst.Attribute) and code(first).startswith(
+        ("config.", "self.config."))
+    if rest or isinstance(first, (cst.Integer, cst.BinaryOperation)) or config_size:
+        sizes = [first, *rest]
+        return expr("jnp.empty((" + ", ".join(code(n) for n in sizes)
+                    + ("," if len(sizes) == 1 else "") + "), dtype=jnp.float32)")
+    raise Untranslatable(f"{site.rule.torch}({code(first)}): a size or data, unknown here "
+                         "(write torch.empty(n) or torch.tensor(data))")
+
+
 @special("new_creation")
 def new_creation(site: Site) -> cst.BaseExpression:
     """x.new_zeros(shape) / new_ones / new_full / new_empty: a new array of x's dtype (unless
