@@ -131,3 +131,30 @@ def test_a_legacy_constructor_of_one_unknown_name_is_marked() -> None:
 
     out = convert_source("import torch\n\ndef f(values):\n    return torch.Tensor(values)\n")
     assert "TODO(torch2jax): torch.Tensor(values): a size or data" in out.code
+
+
+DEVICE_PAIR = '''
+import torch
+from torch import nn
+
+
+class Positions(nn.Module):
+    """CPM-Ant's and others' ``dtype, device = input_ids.dtype, input_ids.device``."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(16, 8)
+
+    def forward(self, input_ids):
+        dtype, device = input_ids.dtype, input_ids.device
+        length = input_ids.size(1)
+        position = torch.arange(length, dtype=dtype, device=device)
+        scale, where = 0.5, input_ids.device
+        return self.emb(input_ids + position) * torch.ones(8, device=where) * scale
+'''
+
+
+def test_a_device_in_a_tuple_assignment_goes_and_verifies_under_jit(tmp_path) -> None:
+    r = _verify(tmp_path, DEVICE_PAIR, "Positions", "int64[2,5]:8")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
