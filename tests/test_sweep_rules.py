@@ -158,3 +158,24 @@ def test_a_device_in_a_tuple_assignment_goes_and_verifies_under_jit(tmp_path) ->
     r = _verify(tmp_path, DEVICE_PAIR, "Positions", "int64[2,5]:8")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+def test_every_activation_of_transformers_is_in_the_support_module() -> None:
+    """ACT2FN of the support module against transformers' (PP-LCNet's hardswish was missing):
+    each name the installed transformers knows, on the same inputs. xielu and prelu have
+    parameters (modules, not functions): refused by name."""
+    activations = pytest.importorskip("transformers.activations", exc_type=ImportError)
+    import numpy as np
+    import torch
+
+    from torch2jax import transformers_runtime as runtime
+
+    x = np.linspace(-12.0, 12.0, 97, dtype=np.float32)
+    for name in sorted(activations.ACT2CLS):
+        if name in ("xielu", "prelu"):
+            with pytest.raises(NotImplementedError, match=name):
+                runtime.ACT2FN[name]
+            continue
+        want = activations.ACT2FN[name](torch.tensor(x)).numpy()
+        got = np.asarray(runtime.ACT2FN[name](x))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
