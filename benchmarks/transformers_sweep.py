@@ -39,7 +39,6 @@ import inspect
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_table import Result, write_markdown  # noqa: E402
+from sweep_table import Result, write_markdown
 
 # the head classes, in the order the sweep prefers them (a class name's ending)
 HEADS = ("ForCausalLM", "ForConditionalGeneration", "ForMaskedLM", "LMHeadModel",
@@ -114,7 +113,7 @@ def shrink(config) -> dict:
         if key.endswith("_config") and hasattr(sub, "to_dict"):
             changed = shrink(sub)
             if changed:
-                out[key] = {**{"model_type": getattr(sub, "model_type", None)}, **changed}
+                out[key] = {"model_type": getattr(sub, "model_type", None), **changed}
                 if out[key]["model_type"] in (None, ""):
                     del out[key]["model_type"]
             continue
@@ -159,16 +158,14 @@ def tiny_config(config_class):
     config's validation refuses the whole set (a size tied to another), the keywords it
     refuses are left at their defaults, one at a time."""
     kwargs = shrink(config_class())
-    try:
-        return config_class(**kwargs), kwargs
-    except Exception as first:  # noqa: BLE001
-        for key in list(kwargs):
-            fewer = {k: v for k, v in kwargs.items() if k != key}
-            try:
-                return config_class(**fewer), fewer
-            except Exception:  # noqa: BLE001
-                continue
-        raise first
+    tries = [kwargs] + [{k: v for k, v in kwargs.items() if k != key} for key in kwargs]
+    errors: list[Exception] = []
+    for attempt in tries:
+        try:
+            return config_class(**attempt), attempt
+        except Exception as exc:  # noqa: BLE001 (a validator's refusal)
+            errors.append(exc)
+    raise errors[0]
 
 
 def _literal(value) -> str:
@@ -313,7 +310,7 @@ def _child(path: Path, timeout: float) -> list[dict]:
         "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
     row = Result(family=family_of(path), entry="", target="nnx")
     try:
-        done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env,
+        done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env, check=False,
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         row.reason = f"timed out after {timeout:.0f} s"

@@ -179,3 +179,53 @@ def test_every_activation_of_transformers_is_in_the_support_module() -> None:
         want = activations.ACT2FN[name](torch.tensor(x)).numpy()
         got = np.asarray(runtime.ACT2FN[name](x))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+LAYER_SIZES = '''
+import torch
+from torch import nn
+
+
+class ConvLayer(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.convolution = nn.Conv2d(cin, cout, 3, padding=1)
+
+    def forward(self, x):
+        return self.convolution(x)
+
+
+class Body(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_1x1 = ConvLayer(3, 6)
+
+    def forward(self, x):
+        return self.conv_1x1(x)
+
+
+class Net(nn.Module):
+    \"\"\"MobileNetV2's head sized from a layer deep in the body; FSMT's embed_dim from the
+    embedding.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.body = Body()
+        self.embed_tokens = nn.Embedding(10, 5)
+        embed_dim = self.embed_tokens.embedding_dim
+        last = self.body.conv_1x1.convolution.out_channels
+        self.head = nn.Linear(last + embed_dim, 4)
+
+    def forward(self, x, ids):
+        h = self.body(x).mean(dim=(2, 3))
+        e = self.embed_tokens(ids).mean(dim=1)
+        return self.head(torch.cat([h, e], dim=-1))
+'''
+
+
+def test_sizes_read_from_layers_verify(tmp_path) -> None:
+    """A layer's torch size attributes (out_channels deep in a body, embedding_dim) read by
+    NNX's names (MobileNetV2's head, FSMT's embed_dim)."""
+    r = _verify(tmp_path, LAYER_SIZES, "Net", "float32[2,3,6,6]", "int64[2,4]:10")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
