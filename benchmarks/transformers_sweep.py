@@ -194,6 +194,8 @@ def entry_classes(module) -> tuple[type | None, type | None]:
     bases = sorted((c for c in own if c.__name__.endswith("Model") and "For" not in c.__name__
                     and not c.__name__.endswith("LMHeadModel")), key=lambda c: len(c.__name__))
     head = next((c for suffix in HEADS for c in own if c.__name__.endswith(suffix)), None)
+    if not bases:  # a backbone (VitPoseBackbone) or a model named otherwise
+        bases = sorted(own, key=lambda c: len(c.__name__))
     return (bases[0] if bases else None), head
 
 
