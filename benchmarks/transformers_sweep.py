@@ -331,12 +331,14 @@ def preamble(results: list[Result], command: str) -> str:
     import transformers
 
     files = len(discover(Path(transformers.__file__).parent / "models"))
-    verified = sum(r.verified for r in results)
+    verified, swept = sum(r.verified for r in results), len(results)
     return (f"transformers {transformers.__version__}, swept on "
             f"{datetime.date.today().isoformat()} by `{command}` "
-            f"(benchmarks/transformers_sweep.py describes what each row does).\n\n"
-            f"{len(results)} of the {files} modeling files of `transformers/models/` were swept; "
-            f"{verified} verified: {100 * verified / max(files, 1):.0f}% of all of them.")
+            "(benchmarks/transformers_sweep.py says what each row does; docs/transformers.md, "
+            "\"The sweep\", what the failures are).\n\n"
+            f"{swept} of the {files} modeling files of `transformers/models/` swept; {verified} "
+            f"verified: {100 * verified / max(swept, 1):.0f}% of those swept, "
+            f"{100 * verified / max(files, 1):.0f}% of all {files}.")
 
 
 def main(argv: list[str] | None = None) -> int:
