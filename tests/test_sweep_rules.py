@@ -229,3 +229,33 @@ def test_sizes_read_from_layers_verify(tmp_path) -> None:
     r = _verify(tmp_path, LAYER_SIZES, "Net", "float32[2,3,6,6]", "int64[2,4]:10")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+ANGLES = '''
+import math
+
+import torch
+from torch import nn
+
+
+class Expectation(nn.Module):
+    """YOSO's collision expectation: an angle between normalised vectors, torch.acos."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(6, 8)
+        self.k = nn.Linear(6, 8)
+
+    def forward(self, x):
+        q = nn.functional.normalize(self.q(x), dim=-1)
+        k = nn.functional.normalize(self.k(x), dim=-1)
+        cos = torch.clamp(q @ k.transpose(-1, -2), -0.99, 0.99)
+        angle = torch.acos(cos) + cos.asin().abs() + torch.atan(cos).trunc()
+        return (1 - angle / math.pi) * torch.tan(cos) + torch.sinh(cos) * cos.cosh()
+'''
+
+
+def test_inverse_trigonometric_functions_verify(tmp_path) -> None:
+    r = _verify(tmp_path, ANGLES, "Expectation", "float32[2,5,6]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
