@@ -259,3 +259,28 @@ def test_inverse_trigonometric_functions_verify(tmp_path) -> None:
     r = _verify(tmp_path, ANGLES, "Expectation", "float32[2,5,6]")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+LOOKUP = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RelativeBias(nn.Module):
+    """CPM-Ant's relative position bias: a parameter table read by F.embedding."""
+
+    def __init__(self, buckets=6, heads=2):
+        super().__init__()
+        self.relative_attention_bias = nn.Parameter(torch.randn(buckets, heads))
+
+    def forward(self, x, bucket):
+        bias = F.embedding(bucket, self.relative_attention_bias)
+        return x + bias.permute(2, 0, 1)
+'''
+
+
+def test_functional_embedding_of_a_parameter_verifies(tmp_path) -> None:
+    r = _verify(tmp_path, LOOKUP, "RelativeBias", "float32[2,4,4]", "int64[4,4]:6")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)

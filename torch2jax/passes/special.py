@@ -543,27 +543,6 @@ def creation(site: Site) -> cst.BaseExpression:
     return call(site.rule.jax, arg(shape), *extra, *_dtype_kw(site))
 
 
-@special("legacy_tensor")
-def legacy_tensor(site: Site) -> cst.BaseExpression:
-    """``torch.Tensor(2, 3)`` / ``torch.FloatTensor(n)``, torch's legacy constructors: sizes
-    (two or more arguments, or one int expression or config size) make an uninitialised
-    float32 tensor, ``jnp.empty`` (zeros: JAX has no uninitialised memory); one list or tuple
-    is data, ``jnp.asarray(data, jnp.float32)``. One other name may be either: marked."""
-    first, rest = site.args.get("data"), site.args.extra_positional
-    if first is None:
-        raise Untranslatable(f"{site.rule.torch}() without arguments is not translated")
-    if isinstance(first, (cst.List, cst.Tuple)) and not rest:
-        return expr("jnp.asarray({d}, dtype=jnp.float32)", d=first)
-    config_size = isinstance(first, cst.Attribute) and code(first).startswith(
-        ("config.", "self.config."))
-    if rest or isinstance(first, (cst.Integer, cst.BinaryOperation)) or config_size:
-        sizes = [first, *rest]
-        return expr("jnp.empty((" + ", ".join(code(n) for n in sizes)
-                    + ("," if len(sizes) == 1 else "") + "), dtype=jnp.float32)")
-    raise Untranslatable(f"{site.rule.torch}({code(first)}): a size or data, unknown here "
-                         "(write torch.empty(n) or torch.tensor(data))")
-
-
 @special("new_creation")
 def new_creation(site: Site) -> cst.BaseExpression:
     """x.new_zeros(shape) / new_ones / new_full / new_empty: a new array of x's dtype (unless
@@ -721,26 +700,6 @@ def tensor_norm(site: Site) -> cst.BaseExpression:
     if site.get("keepdim") is not None and site.lit("keepdim") is not False:
         out.append(arg(site.get("keepdim"), "keepdims"))
     return call("jnp.linalg.vector_norm", *out)
-
-
-@special("linalg_norm")
-def linalg_norm(site: Site) -> cst.BaseExpression:
-    """``torch.linalg.norm`` / ``torch.linalg.vector_norm(x, ord, dim, keepdim)``: numpy's
-    norms, which ``jnp.linalg.norm`` / ``jnp.linalg.vector_norm`` compute with the same ``ord``
-    (``dim`` is ``axis``; an int is a vector norm, a pair a matrix norm, None every element)."""
-    if site.get("dtype") is not None:
-        raise Untranslatable(f"{site.rule.torch} with dtype= is not translated")
-    out = [arg(site.x())]
-    if site.get("ord") is not None:
-        out.append(arg(site.get("ord"), "ord"))
-    dim = site.get("dim")
-    if dim is not None and not (isinstance(dim, cst.Name) and dim.value == "None"):
-        if isinstance(dim, cst.List):
-            dim = cst.Tuple(elements=dim.elements)
-        out.append(arg(dim, "axis"))
-    if site.get("keepdim") is not None and site.lit("keepdim") is not False:
-        out.append(arg(site.get("keepdim"), "keepdims"))
-    return call(site.rule.jax, *out)
 
 
 @special("size")
