@@ -39,6 +39,7 @@ import inspect
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -327,6 +328,14 @@ def _child(path: Path, timeout: float) -> list[dict]:
     return [dataclasses.asdict(row)]
 
 
+def clean_reason(text: str) -> str:
+    """A failure's reason on one line, without the temporary folders of the converted
+    package (rows that differ only there count as one reason)."""
+    text = re.sub(r"/tmp/[\w.\-/]*?transformers_jax_\d+/", "", text)
+    text = re.sub(r"/tmp/[\w.\-]+/", "", text)
+    return " ".join(text.split())
+
+
 def preamble(results: list[Result], command: str) -> str:
     import transformers
 
@@ -385,11 +394,11 @@ def main(argv: list[str] | None = None) -> int:
                             f.write(json.dumps(row) + "\n")
                     print(f"{row['family']:30} {'ok' if row['verified'] else 'FAIL':4} "
                           f"{row['seconds']:6.1f}s {row['reason'][:120]}", flush=True)
-    results = [Result(**r) for r in rows]
+    results = [Result(**{**r, "reason": clean_reason(r["reason"])}) for r in rows]
     if args.doc:
         command = "python benchmarks/transformers_sweep.py " + " ".join(
-            a for a in (argv if argv is not None else sys.argv[1:])
-            if not a.startswith("/")) 
+            Path(a).name if a.startswith("/") else a
+            for a in (argv if argv is not None else sys.argv[1:]))
         write_markdown(Path(args.doc), "The transformers sweep", preamble(results, command),
                        results)
     verified = sum(r.verified for r in results)
