@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import logging as _logging
+import math
 import re
 from collections import OrderedDict
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any, TypedDict, Unpack
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special
 from flax import nnx
 
 __all__ = [
@@ -121,6 +123,18 @@ def _relu2(x: jax.Array) -> jax.Array:
     return jnp.square(jax.nn.relu(x))
 
 
+def _gelu_10(x: jax.Array) -> jax.Array:
+    return jnp.clip(_gelu(x), -10.0, 10.0)
+
+
+def _laplace(x: jax.Array, mu: float = 0.707107, sigma: float = 0.282095) -> jax.Array:
+    return 0.5 * (1.0 + jax.scipy.special.erf((x - mu) / (sigma * math.sqrt(2.0))))
+
+
+def _sqrt_softplus(x: jax.Array) -> jax.Array:
+    return jnp.sqrt(jax.nn.softplus(x))
+
+
 class _Activations(dict):
     def __getitem__(self, name: str) -> Callable[[jax.Array], jax.Array]:
         if name not in self:
@@ -135,6 +149,8 @@ ACT2FN = _Activations({
     "relu2": _relu2, "relu6": jax.nn.relu6, "sigmoid": jax.nn.sigmoid, "silu": jax.nn.silu,
     "swish": jax.nn.silu, "tanh": jnp.tanh, "mish": jax.nn.mish,
     "leaky_relu": jax.nn.leaky_relu, "linear": lambda x: x,
+    "gelu_accurate": _gelu_tanh, "gelu_python_tanh": _gelu_tanh, "gelu_10": _gelu_10,
+    "hardswish": jax.nn.hard_swish, "laplace": _laplace, "sqrtsoftplus": _sqrt_softplus,
 })
 
 

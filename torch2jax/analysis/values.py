@@ -250,8 +250,8 @@ class ValueFacts:
         if isinstance(node, cst.BooleanOperation):
             return _join([self.value(node.left), self.value(node.right)])
         if isinstance(node, cst.IfExp):
-            if _pair_idiom(node):  # p if isinstance(p, Iterable) else (p, p): a sequence
-                return self.value(node.orelse)
+            if (pair := _pair_idiom(node)) is not None:  # a sequence: p, or (p, p)
+                return self.value(pair)
             return _join([self.value(node.body), self.value(node.orelse)])
         if isinstance(node, cst.NamedExpr):
             return self.value(node.value)
@@ -1119,16 +1119,25 @@ _SEQUENCE_TYPES = {"Iterable", "abc.Iterable", "collections.abc.Iterable", "Sequ
                    "(tuple, list)", "(list, tuple)"}
 
 
-def _pair_idiom(node: cst.IfExp) -> bool:
-    """``p if isinstance(p, Iterable) else (p, p)`` (transformers' vision embeddings): p when
-    it is a sequence already, else a tuple of it."""
+_SCALAR_TYPES = {"int", "float", "(int, float)", "(float, int)"}
+
+
+def _pair_idiom(node: cst.IfExp) -> cst.Tuple | None:
+    """``p if isinstance(p, Iterable) else (p, p)`` (transformers' vision embeddings), or
+    ``(p, p) if isinstance(p, int) else p`` (CLAP's, Swin's): p when it is a sequence already,
+    else a tuple of it. Returns that tuple."""
     test, code = node.test, cst.Module([]).code_for_node
     if not (isinstance(test, cst.Call) and m.matches(test.func, m.Name("isinstance"))
-            and len(test.args) == 2 and isinstance(node.orelse, cst.Tuple)):
-        return False
-    subject = code(test.args[0].value)
-    return (code(node.body) == subject and code(test.args[1].value) in _SEQUENCE_TYPES
-            and all(code(e.value) == subject for e in node.orelse.elements))
+            and len(test.args) == 2):
+        return None
+    subject, types = code(test.args[0].value), code(test.args[1].value)
+    pair, other, wanted = ((node.orelse, node.body, _SEQUENCE_TYPES)
+                           if isinstance(node.orelse, cst.Tuple)
+                           else (node.body, node.orelse, _SCALAR_TYPES))
+    if (isinstance(pair, cst.Tuple) and code(other) == subject and types in wanted
+            and all(code(e.value) == subject for e in pair.elements)):
+        return pair
+    return None
 
 
 def _attr_key(name: cst.BaseExpression) -> str | None:

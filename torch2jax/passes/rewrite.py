@@ -558,6 +558,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 return updated_node.with_changes(value=updated_node.value.with_changes(
                     elements=kept))
             return updated_node
+        if isinstance(target, cst.Tuple):  # dtype, device = x.dtype, x.device
+            split = self._device_pairs(target, original_node.value, updated_node)
+            if split is not None:
+                return split
         # device bookkeeping: device = torch.device(...), device = x.device
         if isinstance(target, cst.Name) and _is_device_expr(original_node.value, self):
             # removed unless a later line still reads it (then put back: finish/removed.py)
@@ -586,6 +590,29 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                                         "set", updated_node.value)
         # self.x = nn.Parameter(...) handled in calls; register_buffer in leave_Expr
         return updated_node
+
+    def _device_pairs(self, target: cst.Tuple, value: cst.BaseExpression,
+                      updated: cst.Assign) -> cst.Assign | cst.RemovalSentinel | None:
+        """``dtype, device = x.dtype, x.device``: the device pairs go as ``device = x.device``
+        does (a traced array has no device; JAX places arrays by sharding), the rest stays."""
+        new = updated.value
+        if not (isinstance(value, cst.Tuple) and isinstance(new, cst.Tuple)
+                and len(target.elements) == len(value.elements) == len(new.elements)):
+            return None
+        device = [isinstance(t.value, cst.Name) and _is_device_expr(v.value, self)
+                  for t, v in zip(target.elements, value.elements)]
+        if not any(device):
+            return None
+        self._device_names.update(t.value.value for t, d in zip(target.elements, device) if d)
+        kept = [(t.value, v.value) for t, v, d in zip(target.elements, new.elements, device)
+                if not d]
+        if not kept:
+            return cst.RemoveFromParent()
+        if len(kept) == 1:
+            return updated.with_changes(targets=[cst.AssignTarget(kept[0][0])], value=kept[0][1])
+        return updated.with_changes(
+            targets=[cst.AssignTarget(cst.Tuple([cst.Element(t) for t, _ in kept]))],
+            value=cst.Tuple([cst.Element(v) for _, v in kept]))
 
     def leave_AnnAssign(self, original_node, updated_node):
         # self.AuxLogits: Optional[nn.Module] = None, a layer later (inception_v3)

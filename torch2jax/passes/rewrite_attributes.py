@@ -28,6 +28,7 @@ from torch2jax.passes.rewrite_support import (
     _CONV_ATTRS,
     _FINAL,
     _INPLACE_DTYPE,
+    _LAYER_ATTRS,
     AMBIGUOUS_METHODS,
     DTYPES,
     INPLACE_OPS,
@@ -471,6 +472,19 @@ class AttributesMixin:
                     wm.layout == "as_is" or (isinstance(parent, cst.Attribute)
                                              and parent.attr.value == "dtype")):
                 return updated_node.with_changes(attr=cst.Name(wm.to))
+        if self.in_module_class() and m.matches(original_node.value, m.Attribute(
+                value=m.Name("self") | m.Attribute())) and any(
+                    original_node.attr.value in t for t in _LAYER_ATTRS.values()):
+            # self.embed_tokens.embedding_dim, self.a.b.conv.out_channels: the NNX layer's
+            # name for the size (nnx.Embed's features, nnx.Conv's out_features)
+            inner = original_node.value
+            q = (self._inherited_attr_rule(inner.attr.value)
+                 if m.matches(inner.value, m.Name("self")) else self._chain_layer_rule(inner))
+            rule = self.rules.layers.get(q or "")
+            to = _LAYER_ATTRS.get(rule.special or "", {}).get(original_node.attr.value) \
+                if rule is not None else None
+            if to:
+                return updated_node.with_changes(attr=cst.Name(to))
         if (self.target.stateful_modules and self.in_module_class()
                 and m.matches(original_node.value, m.Name("self"))
                 and original_node.attr.value in self._variable_attrs.get(

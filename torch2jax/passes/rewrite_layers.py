@@ -662,7 +662,7 @@ class LayersMixin:
         sequences: frozenset[str] = frozenset()
         if self.values is not None and rule.special == "conv":  # kernel_size=patch_size
             given = bind(original.args, rule.params)
-            sequences = frozenset(k for k in ("kernel_size", "stride", "dilation")
+            sequences = frozenset(k for k in ("kernel_size", "stride", "padding", "dilation")
                                   if isinstance(given.get(k), cst.Name) and self.values.kind(
                                       given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
         site = Site(rule=rule, args=b, target=self.target.layer_column,

@@ -145,6 +145,8 @@ _MADE = _FILLED | {"torch.full", "torch.zeros_like", "torch.ones_like", "torch.e
 # a torch conv layer's constructor attributes on nnx.Conv (kernel_size keeps its name)
 _CONV_ATTRS = {"in_channels": "in_features", "out_channels": "out_features",
                "groups": "feature_group_count"}
+# the sizes a torch layer keeps as attributes, by its rule's special: NNX's names for them
+_LAYER_ATTRS = {"conv": _CONV_ATTRS, "embedding": {"embedding_dim": "features"}}
 
 
 def _isinstance_of(test: cst.BaseExpression, subject: str) -> list[cst.BaseExpression] | None:

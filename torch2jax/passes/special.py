@@ -88,6 +88,9 @@ def conv(site: Site) -> cst.BaseExpression:
         if pad_value not in ("same", "valid"):
             raise Untranslatable(f"unknown padding {pad_value!r}")
         out.append(arg(py(pad_value.upper()), "padding"))
+    elif padding is not None and "padding" in site.sequences and not isinstance(
+            padding, (cst.Tuple, cst.List)):  # a name bound to a tuple: one pair per entry
+        out.append(arg(expr("tuple((p, p) for p in {x})", x=padding), "padding"))
     else:
         out.append(arg(_pairs(padding if padding is not None else py(0), n), "padding"))
     if site.lit("dilation") != 1:

@@ -14,6 +14,7 @@ from torch2jax.passes import (  # noqa: F401  (each import registers its transfo
     special_losses,  # losses
     special_optim,  # optimizers and schedulers outside a training script
     special_sequence,  # attention and recurrent layers
+    special_tensors,  # linalg norms, legacy constructors, F.embedding
     special_vision,  # vision layers and functions
 )
 from torch2jax.passes.registry import SPECIALS, Site

@@ -182,16 +182,22 @@ def build_call(build: str) -> ast.Expression:
     return tree
 
 
+# what a cache layer holds: keys and values (attention), convolution and recurrent states
+# (transformers' LinearAttentionLayer of the state-space and linear-attention models)
+CACHE_STATES = ("keys", "values", "conv_states", "recurrent_states")
+
+
 def flatten_output(value: Any, prefix: str = "output") -> list[tuple[str, Any]]:
     """Leaves of a (nested) tuple/list/dict output with their paths; None stays a leaf. A
     transformers KV cache (torch's, or the converted ``_hf_support``'s) is its layers' keys
-    and values, and an encoder-decoder's its two caches, so both sides flatten alike."""
+    and values (a state-space layer's its states), and an encoder-decoder's its two caches, so
+    both sides flatten alike."""
     if type(value).__name__ == "EncoderDecoderCache":
         return flatten_output({"self_attention_cache": value.self_attention_cache,
                                "cross_attention_cache": value.cross_attention_cache}, prefix)
     layers = getattr(value, "layers", None) if type(value).__name__.endswith("Cache") else None
-    if isinstance(layers, (list, tuple)):
-        return flatten_output([{"keys": layer.keys, "values": layer.values}
+    if isinstance(layers, (list, tuple)):  # a state-space layer's states beside keys/values
+        return flatten_output([{n: getattr(layer, n) for n in CACHE_STATES if hasattr(layer, n)}
                                for layer in layers], prefix)
     if isinstance(value, dict):
         return [leaf for k in value for leaf in flatten_output(value[k], f"{prefix}[{k!r}]")]

@@ -1,0 +1,410 @@
+"""The sweep over the installed transformers' ``models/`` folder (issue 31).
+
+For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
+
+* imports it and finds its base class (``<Prefix>Model``) and its head classes
+  (``...ForCausalLM``, ``...ForMaskedLM``, ``...ForImageClassification``, ...): the classes
+  of the file that subclass ``PreTrainedModel``; the head it verifies is the first in
+  ``HEADS``'s order, else the base;
+* builds a tiny config by shrinking the config class's defaults (hidden sizes, layers, heads,
+  key-value heads, vocabulary, positions, experts, image and audio sizes; ``head_dim`` kept
+  consistent with the hidden size and the heads; lists per layer cut to the new layer count;
+  token ids kept inside the vocabulary). Nothing else of the default config changes: the
+  cache stays on where the config has it on;
+* converts the file once into a mirror package (as ``torch2jax verify`` does) and runs
+  ``verify`` on it: logits and every parameter's gradient in float32, without and with a
+  random padding mask where the forward takes ``attention_mask``;
+* writes one row per file with ``sweep_table.write_markdown``: family, entry, converted,
+  TODOs, verified, largest difference and the first reason of a failure.
+
+Each family runs in its own process with a time limit (``--timeout``), so that one hang or
+crash does not stop the sweep; ``--jobs`` runs several at once. Every finished row is appended
+to ``--jsonl`` as it comes, and ``--resume`` skips the families already there, so a long sweep
+can be stopped and continued. The command::
+
+    nice python benchmarks/transformers_sweep.py --jobs 2 --timeout 300 \\
+        --jsonl sweep.jsonl --doc docs/transformers-sweep.md
+
+``--families llama,bert`` (directory names or file stems) and ``--limit N`` choose a subset;
+``--doc-only`` rewrites the doc from the rows of ``--jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import datetime
+import inspect
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep_table import Result, write_markdown
+
+# the head classes, in the order the sweep prefers them (a class name's ending)
+HEADS = ("ForCausalLM", "ForConditionalGeneration", "ForMaskedLM", "LMHeadModel",
+         "ForImageClassification", "ForSequenceClassification", "ForAudioClassification",
+         "ForTokenClassification", "ForQuestionAnswering", "ForPreTraining")
+SEQ, DECODER_SEQ, BATCH = 7, 5, 2
+WIDTH, FFN, LAYERS, HEADS_N, HEAD_DIM, VOCAB, POSITIONS = 32, 64, 2, 4, 8, 64, 64
+
+# config keys shrunk to a fixed value when their default is larger
+SIZES = {
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "hidden_dim",
+                     "word_embed_proj_dim", "projection_dim", "text_embed_dim",
+                     "vision_embed_dim", "embedding_size", "d_embed", "n_embed",
+                     "encoder_hidden_size", "decoder_hidden_size", "proj_dim",
+                     "hidden_size_per_head"), WIDTH),
+    **dict.fromkeys(("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim",
+                     "decoder_ffn_dim", "n_inner", "moe_intermediate_size",
+                     "shared_expert_intermediate_size", "decoder_intermediate_size",
+                     "ffn_hidden_size", "mlp_dim", "expert_intermediate_size",
+                     "intermediate_size_mlp", "d_inner"), FFN),
+    **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
+                     "decoder_layers", "num_decoder_layers", "n_layers",
+                     "num_encoder_layers", "decoder_num_layers", "encoder_num_layers"), LAYERS),
+    **dict.fromkeys(("num_attention_heads", "n_head", "encoder_attention_heads",
+                     "decoder_attention_heads", "num_heads", "n_heads",
+                     "decoder_num_attention_heads", "encoder_num_attention_heads"), HEADS_N),
+    **dict.fromkeys(("head_dim", "d_kv", "attention_head_dim", "kv_channels",
+                     "attention_head_size", "qk_nope_head_dim", "v_head_dim"), HEAD_DIM),
+    **dict.fromkeys(("qk_rope_head_dim", "rotary_dim", "rotary_emb_dim"), HEAD_DIM // 2),
+    **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), 16),
+    **dict.fromkeys(("vocab_size", "n_vocab"), VOCAB),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "max_target_positions",
+                     "n_ctx", "max_seq_len", "max_sequence_length", "seq_length",
+                     "max_text_positions"), POSITIONS),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts",
+                     "num_experts_total"), 4),
+    **dict.fromkeys(("num_experts_per_tok", "top_k", "moe_topk", "num_selected_experts",
+                     "n_group", "topk_group"), 2),
+    **dict.fromkeys(("image_size", "img_size", "input_size"), 32),
+    **dict.fromkeys(("patch_size",), 4),
+    **dict.fromkeys(("num_mel_bins", "feature_size", "n_mels"), 8),
+    **dict.fromkeys(("max_source_positions",), 16),
+    **dict.fromkeys(("num_labels",), 5),
+    **dict.fromkeys(("relative_attention_num_buckets",), 8),
+    **dict.fromkeys(("relative_attention_max_distance",), 16),
+    **dict.fromkeys(("type_vocab_size",), 2),
+}
+KV_HEADS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num")
+LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
+                "decoder_layers", "n_layers")
+
+
+def shrink(config) -> dict:
+    """The keyword arguments that make ``type(config)``'s defaults tiny: the changed keys
+    only, sub-configs as dicts of theirs."""
+    values = config.to_dict() if hasattr(config, "to_dict") else dict(vars(config))
+    out: dict = {}
+    layers = next((values[k] for k in LAYER_COUNTS if isinstance(values.get(k), int)), None)
+    for key, value in values.items():
+        try:
+            sub = getattr(config, key, None)
+        except Exception:  # noqa: BLE001 (a per-layer attribute read as one)
+            sub = None
+        if key.endswith("_config") and hasattr(sub, "to_dict"):
+            changed = shrink(sub)
+            if changed:
+                out[key] = {"model_type": getattr(sub, "model_type", None), **changed}
+                if out[key]["model_type"] in (None, ""):
+                    del out[key]["model_type"]
+            continue
+        if isinstance(value, bool):
+            continue
+        if key in SIZES and isinstance(value, int) and value > SIZES[key]:
+            out[key] = SIZES[key]
+        elif key in ("depths", "hidden_sizes", "num_heads", "embed_dims", "dims",
+                     "block_sizes") and isinstance(value, list) and value and all(
+                         isinstance(v, int) for v in value):
+            n = min(len(value), 2)
+            base = {"depths": 1, "hidden_sizes": 8, "embed_dims": 8, "dims": 8,
+                    "num_heads": 2, "block_sizes": 1}[key]
+            out[key] = [base * (2 ** i) if key in ("hidden_sizes", "embed_dims", "dims")
+                        else base for i in range(n)]
+        elif (isinstance(value, list) and layers and len(value) == layers and layers > LAYERS
+              and key not in ("depths",)):
+            out[key] = value[:LAYERS]
+        elif key.endswith("token_id") and isinstance(value, int) and value >= VOCAB:
+            out[key] = 3 + abs(hash(key)) % 8
+        elif key.endswith("token_id") and isinstance(value, list) and any(
+                isinstance(v, int) and v >= VOCAB for v in value):
+            out[key] = [v if v < VOCAB else 3 + i for i, v in enumerate(value)]
+        elif key.endswith("_token_index") and isinstance(value, int) and value >= VOCAB:
+            out[key] = VOCAB - 1
+    heads = out.get("num_attention_heads", values.get("num_attention_heads"))
+    for key in KV_HEADS:
+        kv = values.get(key)
+        if isinstance(kv, int) and isinstance(heads, int):
+            original = values.get("num_attention_heads")
+            out[key] = heads if kv == original else max(1, min(kv, heads // 2))
+    width = out.get("hidden_size", values.get("hidden_size"))
+    if isinstance(values.get("head_dim"), int) and isinstance(width, int) and heads:
+        out["head_dim"] = max(width // heads, 1)
+    if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
+        out["sliding_window"] = 4
+    return out
+
+
+def tiny_config(config_class):
+    """``config_class`` built from its shrunk defaults, and the keywords that build it. Where a
+    config's validation refuses the whole set (a size tied to another), the keywords it
+    refuses are left at their defaults, one at a time."""
+    kwargs = shrink(config_class())
+    tries = [kwargs] + [{k: v for k, v in kwargs.items() if k != key} for key in kwargs]
+    errors: list[Exception] = []
+    for attempt in tries:
+        try:
+            return config_class(**attempt), attempt
+        except Exception as exc:  # noqa: BLE001 (a validator's refusal)
+            errors.append(exc)
+    raise errors[0]
+
+
+def _literal(value) -> str:
+    if isinstance(value, dict):
+        return "dict(" + ", ".join(f"{k}={_literal(v)}" for k, v in value.items()) + ")"
+    return repr(value)
+
+
+def discover(models: Path) -> list[Path]:
+    return sorted(p for p in models.glob("*/modeling_*.py")
+                  if not p.stem.startswith(("modeling_tf_", "modeling_flax_")))
+
+
+def family_of(path: Path) -> str:
+    name = path.stem.removeprefix("modeling_")
+    return name if name == path.parent.name else f"{path.parent.name}/{name}"
+
+
+def entry_classes(module) -> tuple[type | None, type | None]:
+    """(base, head) of a modeling module: its own PreTrainedModel subclasses."""
+    from transformers import PreTrainedModel
+
+    own = [c for c in vars(module).values() if isinstance(c, type)
+           and c.__module__ == module.__name__ and issubclass(c, PreTrainedModel)
+           and not c.__name__.endswith("PreTrainedModel") and not inspect.isabstract(c)]
+    bases = sorted((c for c in own if c.__name__.endswith("Model") and "For" not in c.__name__
+                    and not c.__name__.endswith("LMHeadModel")), key=lambda c: len(c.__name__))
+    head = next((c for suffix in HEADS for c in own if c.__name__.endswith(suffix)), None)
+    if not bases:  # a backbone (VitPoseBackbone) or a model named otherwise
+        bases = sorted(own, key=lambda c: len(c.__name__))
+    return (bases[0] if bases else None), head
+
+
+def _inputs(cls, config) -> tuple[list[str], bool]:
+    """The verify input specs of ``cls``'s forward (and whether it takes a padding mask)."""
+    params = inspect.signature(cls.forward).parameters
+    first = next((n for n in params if n != "self"), "")
+    vocab = getattr(config, "vocab_size", None) or getattr(
+        getattr(config, "text_config", None), "vocab_size", None) or VOCAB
+    tokens = f"int64[{BATCH},{SEQ}]:{min(vocab, VOCAB)}"
+    vision = getattr(config, "vision_config", None) or config
+    size = getattr(vision, "image_size", 32)
+    size = size[0] if isinstance(size, (list, tuple)) else size
+    pixels = f"float32[{BATCH},{getattr(vision, 'num_channels', 3)},{size},{size}]"
+    specs: list[str] = []
+    if first in ("input_ids", "input_ids_or_embeds"):
+        specs.append(tokens)
+        # a text and a vision tower compared (CLIP's kind) need both; a model that splices
+        # image features into the text at image tokens runs on text alone
+        token = any(hasattr(config, k) for k in ("image_token_id", "image_token_index"))
+        if "pixel_values" in params and (params["pixel_values"].default is inspect._empty or (
+                hasattr(config, "vision_config") and not token)):
+            specs.append(f"pixel_values={pixels}")
+    elif first == "pixel_values":
+        specs.append(pixels)
+    elif first == "input_features":
+        mel = getattr(config, "num_mel_bins", 8)
+        frames = 2 * getattr(config, "max_source_positions", 16)
+        specs.append(f"float32[{BATCH},{mel},{frames}]")
+    elif first == "input_values":
+        specs.append(f"float32[{BATCH},400]")
+    else:
+        raise ValueError(f"the forward's first input {first!r} is not one the sweep builds")
+    if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
+        specs.append(f"decoder_input_ids=int64[{BATCH},{DECODER_SEQ}]:{min(vocab, VOCAB)}")
+    masked = "attention_mask" in params and first in ("input_ids", "input_ids_or_embeds")
+    return specs, masked
+
+
+def run_one(path: Path) -> list[dict]:
+    """One modeling file: find, shrink, convert once, verify (without and with a mask)."""
+    import importlib
+
+    import transformers
+
+    from torch2jax.verify.common import VerifyRequest
+    from torch2jax.verify.package import convert_package_file
+    from torch2jax.verify.run import _convert_file, run_request
+
+    start = time.perf_counter()
+    family = family_of(path)
+    result = Result(family=family, entry="", target="nnx")
+
+    def done(reason: str = "") -> list[dict]:
+        result.reason = reason
+        result.seconds = round(time.perf_counter() - start, 1)
+        return [dataclasses.asdict(result)]
+
+    name = f"transformers.models.{path.parent.name}.{path.stem}"
+    try:
+        module = importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001 (a file that needs a missing package)
+        return done(f"import: {type(exc).__name__}: {exc}")
+    base, head = entry_classes(module)
+    cls = head or base
+    if cls is None:
+        return done("no PreTrainedModel class with a head or a base in the file")
+    result.entry = cls.__name__ if base is None or cls is base else f"{cls.__name__}"
+    config_class = getattr(cls, "config_class", None)
+    if config_class is None or not isinstance(config_class, type):
+        return done("the class names no config_class")
+    try:
+        config, kwargs = tiny_config(config_class)
+        specs, masked = _inputs(cls, config)
+    except Exception as exc:  # noqa: BLE001
+        return done(f"config: {type(exc).__name__}: {exc}")
+    expression = f"{cls.__name__}(_SweepConfig({', '.join(f'{k}={_literal(v)}' for k, v in kwargs.items())}))"
+    setup = f"from {config_class.__module__} import {config_class.__name__} as _SweepConfig"
+    with tempfile.TemporaryDirectory(prefix="t2j-sweep-") as tmp:
+        try:
+            converted, todos = convert_package_file(
+                path, Path(tmp), lambda f, known: _convert_file(f, "nnx", None, known),
+                {cls.__name__})
+        except Exception as exc:  # noqa: BLE001
+            return done(f"convert: {type(exc).__name__}: {exc}")
+        result.converted, result.todos = True, todos
+        worst = 0.0
+        for mask in ((False, True) if masked else (False,)):
+            inputs = tuple(specs) + ((f"attention_mask=int64[{BATCH},{SEQ}]:2",) if mask else ())
+            req = VerifyRequest(target=f"{path}::{cls.__name__}", build=expression,
+                                inputs=inputs, atol=1e-5, rtol=1e-4, converted=str(converted),
+                                float64=False, setup=setup)
+            try:
+                r = run_request(req)
+            except Exception as exc:  # noqa: BLE001
+                return done(f"verify: {type(exc).__name__}: {exc}")
+            diffs = [d for d in (r.max_rel_diff, r.grad_max_rel_diff) if d is not None]
+            worst = max([worst, *diffs])
+            result.max_diff = worst if diffs or result.max_diff is not None else None
+            if r.error or not r.passed:
+                where = "with the mask: " if mask else ""
+                return done(where + (r.error or r.mismatch or r.reason or "did not pass"))
+    result.verified = True
+    del transformers
+    return done()
+
+
+def _child(path: Path, timeout: float) -> list[dict]:
+    """``run_one`` in a process of its own, with a time limit."""
+    start = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+        "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
+        "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    row = Result(family=family_of(path), entry="", target="nnx")
+    try:
+        done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env, check=False,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        row.reason = f"timed out after {timeout:.0f} s"
+        row.seconds = round(time.perf_counter() - start, 1)
+        return [dataclasses.asdict(row)]
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("SWEEP ")]
+    if lines:
+        return json.loads(lines[-1][len("SWEEP "):])
+    tail = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    row.reason = f"crashed (exit {done.returncode}): {tail[-1] if tail else ''}"
+    row.seconds = round(time.perf_counter() - start, 1)
+    return [dataclasses.asdict(row)]
+
+
+def clean_reason(text: str) -> str:
+    """A failure's reason on one line, without the temporary folders of the converted
+    package (rows that differ only there count as one reason)."""
+    text = re.sub(r"/tmp/[\w.\-/]*?transformers_jax_\d+/", "", text)
+    text = re.sub(r"/tmp/[\w.\-]+/", "", text)
+    return " ".join(text.split())
+
+
+def preamble(results: list[Result], command: str) -> str:
+    import transformers
+
+    files = len(discover(Path(transformers.__file__).parent / "models"))
+    verified, swept = sum(r.verified for r in results), len(results)
+    return (f"transformers {transformers.__version__}, swept on "
+            f"{datetime.date.today().isoformat()} by `{command}` "
+            "(benchmarks/transformers_sweep.py says what each row does; docs/transformers.md, "
+            "\"The sweep\", what the failures are).\n\n"
+            f"{swept} of the {files} modeling files of `transformers/models/` swept; {verified} "
+            f"verified: {100 * verified / max(swept, 1):.0f}% of those swept, "
+            f"{100 * verified / max(files, 1):.0f}% of all {files}.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--families", default="", help="comma-separated directory names or stems")
+    parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per family")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--jsonl", default="", help="append each row here (and --resume from it)")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--shuffle", action="store_true",
+                        help="a fixed random order (a partial sweep is then a fair sample)")
+    parser.add_argument("--doc", default="", help="write the markdown table here")
+    parser.add_argument("--doc-only", action="store_true")
+    parser.add_argument("--one", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print("SWEEP " + json.dumps(run_one(Path(args.one))), flush=True)
+        return 0
+    import transformers
+
+    files = discover(Path(transformers.__file__).parent / "models")
+    if args.families:
+        wanted = set(args.families.split(","))
+        files = [p for p in files if p.parent.name in wanted or family_of(p) in wanted]
+    if args.shuffle:
+        random.Random(0).shuffle(files)
+    if args.limit:
+        files = files[:args.limit]
+    rows: list[dict] = []
+    jsonl = Path(args.jsonl) if args.jsonl else None
+    if jsonl and jsonl.exists() and (args.resume or args.doc_only):
+        rows = [json.loads(ln) for ln in jsonl.read_text().splitlines() if ln.strip()]
+        seen = {r["family"] for r in rows}
+        files = [p for p in files if family_of(p) not in seen]
+    if not args.doc_only:
+        with concurrent.futures.ThreadPoolExecutor(max(args.jobs, 1)) as pool:
+            futures = {pool.submit(_child, p, args.timeout): p for p in files}
+            for future in concurrent.futures.as_completed(futures):
+                for row in future.result():
+                    rows.append(row)
+                    if jsonl:
+                        with jsonl.open("a") as f:
+                            f.write(json.dumps(row) + "\n")
+                    print(f"{row['family']:30} {'ok' if row['verified'] else 'FAIL':4} "
+                          f"{row['seconds']:6.1f}s {row['reason'][:120]}", flush=True)
+    results = [Result(**{**r, "reason": clean_reason(r["reason"])}) for r in rows]
+    if args.doc:
+        command = "python benchmarks/transformers_sweep.py " + " ".join(
+            Path(a).name if a.startswith("/") else a
+            for a in (argv if argv is not None else sys.argv[1:]))
+        write_markdown(Path(args.doc), "The transformers sweep", preamble(results, command),
+                       results)
+    verified = sum(r.verified for r in results)
+    print(f"{verified} of {len(results)} verified")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""General rules the transformers sweep found missing (docs/transformers-sweep.md), each on a
+module of our own in the shape the modeling files write it: converted, built with torch's
+weights and verified against torch (outputs and gradients)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torch2jax.verify.common import VerifyRequest
+from torch2jax.verify.run import run_request
+
+NORMS = '''
+import torch
+from torch import nn
+
+
+class Contrastive(nn.Module):
+    """OWL-ViT's and CLIP-like heads: embeddings divided by their norms, torch.linalg's."""
+
+    def __init__(self):
+        super().__init__()
+        self.image = nn.Linear(6, 8)
+        self.text = nn.Linear(6, 8)
+
+    def forward(self, x, y):
+        i = self.image(x)
+        t = self.text(y)
+        i = i / torch.linalg.norm(i, ord=2, dim=-1, keepdim=True)
+        t = t / (torch.linalg.vector_norm(t, dim=[-1], keepdim=True) + 1e-6)
+        scale = torch.norm(i, p=2, dim=-1) + torch.linalg.norm(t)
+        return (i @ t.T) * scale[:, None]
+'''
+
+
+PATCHES = '''
+import torch
+from torch import nn
+
+
+class PatchEmbed(nn.Module):
+    """CLAP's audio patch embedding: sizes that are an int or a pair, made pairs by
+    ``(p, p) if isinstance(p, int) else p``, and a padding computed as a tuple."""
+
+    def __init__(self, patch=5, stride=3):
+        super().__init__()
+        patch_size = (patch, patch) if isinstance(patch, int) else patch
+        patch_stride = (stride, stride) if isinstance(stride, int) else stride
+        padding = ((patch_size[0] - patch_stride[0]) // 2, (patch_size[1] - patch_stride[1]) // 2)
+        self.proj = nn.Conv2d(3, 8, kernel_size=patch_size, stride=patch_stride, padding=padding)
+
+    def forward(self, x):
+        return self.proj(x)
+'''
+
+
+def _verify(tmp_path: Path, source: str, target: str, *inputs: str, build: str | None = None):
+    path = tmp_path / "model.py"
+    path.write_text(source)
+    return run_request(VerifyRequest(target=f"{path}::{target}", inputs=inputs, build=build))
+
+
+@pytest.mark.parametrize("build", [None, "PatchEmbed(patch=(5, 3), stride=(3, 1))"])
+def test_sizes_made_pairs_by_isinstance_int_verify(tmp_path, build) -> None:
+    r = _verify(tmp_path, PATCHES, "PatchEmbed", "float32[2,3,12,10]", build=build)
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+def test_linalg_norms_verify(tmp_path) -> None:
+    r = _verify(tmp_path, NORMS, "Contrastive", "float32[3,6]", "float32[4,6]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+def test_a_state_space_cache_flattens_to_its_states() -> None:
+    """Mamba's and the hybrids' caches hold LinearAttentionLayers (conv and recurrent states,
+    no keys): verify compares those states instead of failing on the missing keys."""
+    import types
+
+    import numpy as np
+
+    from torch2jax.verify.common import flatten_output
+
+    conv, rec = np.zeros((1, 4, 3)), np.ones((1, 4, 2))
+    state = types.SimpleNamespace(conv_states={0: conv}, recurrent_states={0: rec})
+    attention = types.SimpleNamespace(keys=np.ones(2), values=np.zeros(2))
+    cache = type("DynamicCache", (), {"layers": [state, attention]})()
+    leaves = dict(flatten_output(cache))
+    assert list(leaves) == ["output[0]['conv_states'][0]", "output[0]['recurrent_states'][0]",
+                            "output[1]['keys']", "output[1]['values']"]
+    assert leaves["output[0]['recurrent_states'][0]"] is rec
+
+
+LEGACY = '''
+import torch
+from torch import nn
+
+
+class RelativeBias(nn.Module):
+    """FastSpeech2-Conformer's and the DETRs' parameters made by the legacy constructors."""
+
+    def __init__(self, heads=4, dim=3):
+        super().__init__()
+        self.num_heads = heads
+        self.head_dim = dim
+        self.linear = nn.Linear(12, 12)
+        self.pos_bias_u = nn.Parameter(torch.Tensor(self.num_heads, self.head_dim))
+        self.pos_bias_v = nn.Parameter(torch.FloatTensor(heads * dim))
+        nn.init.normal_(self.pos_bias_u)
+        nn.init.normal_(self.pos_bias_v)
+        self.offsets = nn.Buffer(torch.Tensor([0.5, -1.0, 2.0]))
+
+    def forward(self, x):
+        y = self.linear(x).view(x.shape[0], self.num_heads, self.head_dim)
+        v = self.pos_bias_v.view(self.num_heads, self.head_dim)
+        return y * self.pos_bias_u + v * self.offsets
+'''
+
+
+def test_legacy_tensor_constructors_verify(tmp_path) -> None:
+    r = _verify(tmp_path, LEGACY, "RelativeBias", "float32[2,12]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+def test_a_legacy_constructor_of_one_unknown_name_is_marked() -> None:
+    from torch2jax.convert import convert_source
+
+    out = convert_source("import torch\n\ndef f(values):\n    return torch.Tensor(values)\n")
+    assert "TODO(torch2jax): torch.Tensor(values): a size or data" in out.code
+
+
+DEVICE_PAIR = '''
+import torch
+from torch import nn
+
+
+class Positions(nn.Module):
+    """CPM-Ant's and others' ``dtype, device = input_ids.dtype, input_ids.device``."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(16, 8)
+
+    def forward(self, input_ids):
+        dtype, device = input_ids.dtype, input_ids.device
+        length = input_ids.size(1)
+        position = torch.arange(length, dtype=dtype, device=device)
+        scale, where = 0.5, input_ids.device
+        return self.emb(input_ids + position) * torch.ones(8, device=where) * scale
+'''
+
+
+def test_a_device_in_a_tuple_assignment_goes_and_verifies_under_jit(tmp_path) -> None:
+    r = _verify(tmp_path, DEVICE_PAIR, "Positions", "int64[2,5]:8")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+def test_every_activation_of_transformers_is_in_the_support_module() -> None:
+    """ACT2FN of the support module against transformers' (PP-LCNet's hardswish was missing):
+    each name the installed transformers knows, on the same inputs. xielu and prelu have
+    parameters (modules, not functions): refused by name."""
+    activations = pytest.importorskip("transformers.activations", exc_type=ImportError)
+    import numpy as np
+    import torch
+
+    from torch2jax import transformers_runtime as runtime
+
+    x = np.linspace(-12.0, 12.0, 97, dtype=np.float32)
+    for name in sorted(activations.ACT2CLS):
+        if name in ("xielu", "prelu"):
+            with pytest.raises(NotImplementedError, match=name):
+                runtime.ACT2FN[name]
+            continue
+        want = activations.ACT2FN[name](torch.tensor(x)).numpy()
+        got = np.asarray(runtime.ACT2FN[name](x))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+LAYER_SIZES = '''
+import torch
+from torch import nn
+
+
+class ConvLayer(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.convolution = nn.Conv2d(cin, cout, 3, padding=1)
+
+    def forward(self, x):
+        return self.convolution(x)
+
+
+class Body(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_1x1 = ConvLayer(3, 6)
+
+    def forward(self, x):
+        return self.conv_1x1(x)
+
+
+class Net(nn.Module):
+    \"\"\"MobileNetV2's head sized from a layer deep in the body; FSMT's embed_dim from the
+    embedding.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.body = Body()
+        self.embed_tokens = nn.Embedding(10, 5)
+        embed_dim = self.embed_tokens.embedding_dim
+        last = self.body.conv_1x1.convolution.out_channels
+        self.head = nn.Linear(last + embed_dim, 4)
+
+    def forward(self, x, ids):
+        h = self.body(x).mean(dim=(2, 3))
+        e = self.embed_tokens(ids).mean(dim=1)
+        return self.head(torch.cat([h, e], dim=-1))
+'''
+
+
+def test_sizes_read_from_layers_verify(tmp_path) -> None:
+    """A layer's torch size attributes (out_channels deep in a body, embedding_dim) read by
+    NNX's names (MobileNetV2's head, FSMT's embed_dim)."""
+    r = _verify(tmp_path, LAYER_SIZES, "Net", "float32[2,3,6,6]", "int64[2,4]:10")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+ANGLES = '''
+import math
+
+import torch
+from torch import nn
+
+
+class Expectation(nn.Module):
+    """YOSO's collision expectation: an angle between normalised vectors, torch.acos."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(6, 8)
+        self.k = nn.Linear(6, 8)
+
+    def forward(self, x):
+        q = nn.functional.normalize(self.q(x), dim=-1)
+        k = nn.functional.normalize(self.k(x), dim=-1)
+        cos = torch.clamp(q @ k.transpose(-1, -2), -0.99, 0.99)
+        angle = torch.acos(cos) + cos.asin().abs() + torch.atan(cos).trunc()
+        return (1 - angle / math.pi) * torch.tan(cos) + torch.sinh(cos) * cos.cosh()
+'''
+
+
+def test_inverse_trigonometric_functions_verify(tmp_path) -> None:
+    r = _verify(tmp_path, ANGLES, "Expectation", "float32[2,5,6]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+LOOKUP = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RelativeBias(nn.Module):
+    """CPM-Ant's relative position bias: a parameter table read by F.embedding."""
+
+    def __init__(self, buckets=6, heads=2):
+        super().__init__()
+        self.relative_attention_bias = nn.Parameter(torch.randn(buckets, heads))
+
+    def forward(self, x, bucket):
+        bias = F.embedding(bucket, self.relative_attention_bias)
+        return x + bias.permute(2, 0, 1)
+'''
+
+
+def test_functional_embedding_of_a_parameter_verifies(tmp_path) -> None:
+    r = _verify(tmp_path, LOOKUP, "RelativeBias", "float32[2,4,4]", "int64[4,4]:6")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)

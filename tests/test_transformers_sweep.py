@@ -1,0 +1,68 @@
+"""A fixed sample of the transformers sweep (benchmarks/transformers_sweep.py, issue 31).
+
+The sweep finds each modeling file's head class, shrinks its config class's *defaults* (the
+cache stays on where the config has it on), converts the file and verifies logits and
+gradients against torch, without and with a padding mask. Here a decoder (GPT-2, its default
+config's DynamicCache compared), an encoder (BERT), a vision model (ViT) and a mixture of
+experts (Mixtral) go through the very function the sweep runs per family, so that the table
+in docs/transformers-sweep.md stays what the code gives. About two minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers", exc_type=ImportError)
+
+pytestmark = pytest.mark.transformers
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = Path(transformers.__file__).parent / "models"
+
+
+def _sweep():
+    spec = importlib.util.spec_from_file_location("transformers_sweep",
+                                                  ROOT / "benchmarks" / "transformers_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("transformers_sweep", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+sweep = _sweep()
+
+
+def test_shrink_keeps_the_defaults_but_the_sizes() -> None:
+    from transformers import LlamaConfig, WhisperConfig
+
+    kwargs = sweep.shrink(LlamaConfig())
+    assert kwargs["hidden_size"] == 32 and kwargs["num_hidden_layers"] == 2
+    assert kwargs["vocab_size"] == 64 and "use_cache" not in kwargs
+    config = LlamaConfig(**kwargs)
+    assert config.use_cache and config.hidden_size // config.num_attention_heads == 8
+    whisper = WhisperConfig(**sweep.shrink(WhisperConfig()))
+    assert max(whisper.pad_token_id, whisper.eos_token_id, whisper.decoder_start_token_id) < 64
+    assert whisper.d_model == 32 and whisper.encoder_layers == 2
+
+
+def test_the_sweep_finds_base_and_head() -> None:
+    from transformers.models.gpt2 import modeling_gpt2
+    from transformers.models.vit import modeling_vit
+
+    assert [c.__name__ for c in sweep.entry_classes(modeling_gpt2)] == [
+        "GPT2Model", "GPT2LMHeadModel"]
+    assert [c.__name__ for c in sweep.entry_classes(modeling_vit)] == [
+        "ViTModel", "ViTForImageClassification"]
+    assert sweep.family_of(MODELS / "gpt2" / "modeling_gpt2.py") == "gpt2"
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert", "vit", "mixtral"])
+def test_sample_of_the_sweep_verifies(family) -> None:
+    [row] = sweep.run_one(MODELS / family / f"modeling_{family}.py")
+    assert row["converted"] and row["todos"] == 0, row
+    assert row["verified"], row["reason"]
+    assert row["max_diff"] is not None and row["max_diff"] < 1e-4

@@ -1,0 +1,63 @@
+"""Tensor functions the transformers sweep found without a rule (docs/transformers-sweep.md):
+torch.linalg's norms, the legacy constructors (``torch.Tensor(2, 3)``) and ``F.embedding``."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from torch2jax.passes.common import Untranslatable, arg, call, code, expr
+from torch2jax.passes.registry import Site, special
+
+
+@special("linalg_norm")
+def linalg_norm(site: Site) -> cst.BaseExpression:
+    """``torch.linalg.norm`` / ``torch.linalg.vector_norm(x, ord, dim, keepdim)``: numpy's
+    norms, which ``jnp.linalg.norm`` / ``jnp.linalg.vector_norm`` compute with the same ``ord``
+    (``dim`` is ``axis``; an int is a vector norm, a pair a matrix norm, None every element)."""
+    if site.get("dtype") is not None:
+        raise Untranslatable(f"{site.rule.torch} with dtype= is not translated")
+    out = [arg(site.x())]
+    if site.get("ord") is not None:
+        out.append(arg(site.get("ord"), "ord"))
+    dim = site.get("dim")
+    if dim is not None and not (isinstance(dim, cst.Name) and dim.value == "None"):
+        if isinstance(dim, cst.List):
+            dim = cst.Tuple(elements=dim.elements)
+        out.append(arg(dim, "axis"))
+    if site.get("keepdim") is not None and site.lit("keepdim") is not False:
+        out.append(arg(site.get("keepdim"), "keepdims"))
+    return call(site.rule.jax, *out)
+
+
+@special("legacy_tensor")
+def legacy_tensor(site: Site) -> cst.BaseExpression:
+    """``torch.Tensor(2, 3)`` / ``torch.FloatTensor(n)``, torch's legacy constructors: sizes
+    (two or more arguments, or one int expression or config size) make an uninitialised
+    float32 tensor, ``jnp.empty`` (zeros: JAX has no uninitialised memory); one list or tuple
+    is data, ``jnp.asarray(data, jnp.float32)``. One other name may be either: marked."""
+    first, rest = site.args.get("data"), site.args.extra_positional
+    if first is None:
+        raise Untranslatable(f"{site.rule.torch}() without arguments is not translated")
+    if isinstance(first, (cst.List, cst.Tuple)) and not rest:
+        return expr("jnp.asarray({d}, dtype=jnp.float32)", d=first)
+    config_size = isinstance(first, cst.Attribute) and code(first).startswith(
+        ("config.", "self.config."))
+    if rest or isinstance(first, (cst.Integer, cst.BinaryOperation)) or config_size:
+        sizes = [first, *rest]
+        return expr("jnp.empty((" + ", ".join(code(n) for n in sizes)
+                    + ("," if len(sizes) == 1 else "") + "), dtype=jnp.float32)")
+    raise Untranslatable(f"{site.rule.torch}({code(first)}): a size or data, unknown here "
+                         "(write torch.empty(n) or torch.tensor(data))")
+
+
+@special("embedding_function")
+def embedding_function(site: Site) -> cst.BaseExpression:
+    """``F.embedding(input, weight)``: the rows of ``weight`` at ``input``. padding_idx (a
+    gradient masked on that row), max_norm (renormalised in place) and scale_grad_by_freq
+    change the gradient or the weight in torch: marked."""
+    for name in ("padding_idx", "max_norm"):
+        if site.get(name) is not None and site.lit(name) is not None:
+            raise Untranslatable(f"F.embedding with {name}= is not translated")
+    if site.get("scale_grad_by_freq") is not None and site.lit("scale_grad_by_freq") is not False:
+        raise Untranslatable("F.embedding with scale_grad_by_freq= is not translated")
+    return expr("jnp.take({w}, {i}, axis=0)", w=site.args.get("weight"), i=site.x())
