@@ -30,6 +30,25 @@ from torch2jax.passes.rewrite_support import (
 from torch2jax.targets import linen_training as lt
 
 
+def _named_backward(body: list, taken: set[str]) -> tuple[list, bool]:
+    """``(loss / k).backward()`` -> ``micro_loss = loss / k`` and ``micro_loss.backward()``
+    (the step builder differentiates a name); whether a name was made."""
+    for i, s in enumerate(body):
+        if m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+                func=m.Attribute(attr=m.Name("backward")), args=[]))])):
+            receiver = s.body[0].value.func.value
+            if isinstance(receiver, cst.Name):
+                return body, False
+            name = tr._fresh("micro_loss", taken)
+            value = receiver.with_changes(lpar=[], rpar=[]) if isinstance(
+                receiver, cst.BinaryOperation) else receiver
+            bind = s.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))],
+                                                   value=value)])
+            back = cst.parse_statement(f"{name}.backward()\n")
+            return [*body[:i], bind, back, *body[i + 1:]], True
+    return body, False
+
+
 class LoopsMixin:
     def leave_For(self, original_node, updated_node):
         frozen = self._frozen_loop(original_node)
@@ -274,15 +293,29 @@ class LoopsMixin:
 
     def _micro_step_loop(self, original_node, node):
         """``for micro_step in range(k): ... loss.backward()`` then ``optimizer.step()``: a
-        jit-compiled gradient step per micro-step, the gradients summed in the loop."""
+        jit-compiled gradient step per micro-step, the gradients summed in the loop. The loop
+        may stand in any block (nested in the epoch loop, in a function); the backward may be
+        of an expression (``(loss / k).backward()``: the gradient step differentiates it and
+        returns the names the rest of the program reads, ``loss`` among them)."""
         site = self._acc.loops.get(id(original_node))
-        if site is None or self._fn_stack or self._class_stack:
+        if site is None or (self._class_stack and not self._fn_stack):
             return None
-        body = list(node.body.body)
+        body, scaled = _named_backward(list(node.body.body), self._file_names)
+        # the names the enclosing loops assign are passed to the step (a batch X[i:i + 4] of
+        # the epoch loop's i): closed over, jit would keep their first value
         loop_names = tr.loop_assigned_names(original_node)
+        for outer in (*self._for_stack[:1], *self._while_stack[:1]):
+            loop_names |= tr.loop_assigned_names(outer)
+        if self._fn_stack:
+            loop_names |= {p.name.value for p in (*self._fn_stack[-1].params.params,
+                                                  *self._fn_stack[-1].params.kwonly_params)}
+        taken = self._file_names | self._step_names_taken()
+        name = tr._fresh("grad_step", taken) if self._fn_stack else "grad_step"
         step = tr.build_train_step(body, optimizer=site.optimizer, model=site.model,
-                                   loop_names=loop_names, step_name="grad_step",
-                                   tree_mode=not self.data.aliasing, grads_out=ACC_MICRO)
+                                   loop_names=loop_names - {site.model, site.optimizer},
+                                   step_name=name, tree_mode=not self.data.aliasing,
+                                   grads_out=ACC_MICRO,
+                                   read_later=self._file_names if scaled else frozenset())
         if step is None:
             return None
         i = next(i for i, b in enumerate(step.body) if b is step.call)
@@ -291,16 +324,29 @@ class LoopsMixin:
             f"{ACC_GRADS}, {ACC_MICRO})\n")
         new_body = [*step.body[:i + 1], add, *step.body[i + 1:]]
         self.need("nnx", "jax", "jnp")
-        self._top_steps.append(step.function)
         self._acc.done.add(id(original_node))
         self.diag(original_node, "accumulation", "info",
-                  f"gradient accumulation: grad_step computes each micro-step's gradients "
+                  f"gradient accumulation: {name} computes each micro-step's gradients "
                   f"(jit-compiled), summed in the loop as torch sums .grad; "
                   f"{site.optimizer}.update applies the sum once after the loop")
         init = cst.parse_statement(f"{ACC_GRADS} = None\n").with_changes(
             leading_lines=node.leading_lines)
-        return cst.FlattenSentinel([init, node.with_changes(
-            leading_lines=[], body=node.body.with_changes(body=new_body))])
+        loop = node.with_changes(leading_lines=[], body=node.body.with_changes(body=new_body))
+        if not self._fn_stack and not self._class_stack:
+            self._top_steps.append(step.function)
+        elif self._for_stack:  # defined before the outermost loop of its function
+            self._hoist.append(step.function)
+            self._micro_names.add(name)
+        else:
+            self._micro_names.add(name)
+            return cst.FlattenSentinel([step.function.with_changes(leading_lines=[
+                *node.leading_lines]), init.with_changes(leading_lines=[]), loop])
+        return cst.FlattenSentinel([init, loop])
+
+    def _step_names_taken(self) -> set[str]:
+        if not hasattr(self, "_micro_names"):
+            self._micro_names: set[str] = set()
+        return self._micro_names | getattr(self, "_step_names", set())
 
     def _leave_for(self, original_node, updated_node):
         self._for_stack.pop()
