@@ -200,7 +200,6 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
 # today's failures: (status, the message); status is where it fails: "convert" (an error
 # diagnostic) or "run" (the converted program raises)
 XFAIL: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {
-    ('script:micro_steps_clip', ('for_to_while',)): ('convert', LOOP),
     ('script:accumulate_rmsprop_exponential', ('for_to_while',)): ('convert', LOOP),
     ('script:accumulate_rmsprop_exponential', ('micro_steps',)): ('convert', BACKWARD_MARKED),
     ('script:accumulate_rmsprop_exponential', ('step_in_function',)): ('convert', STEP_OUTSIDE),

@@ -56,8 +56,8 @@ def _why(call: ast.Call, optimizers: set[str]) -> str | None:
         return None
     if func.attr == "backward":
         return ("backward() not translated: torch2jax did not recognise the training step "
-                "around it (JAX computes gradients with nnx.value_and_grad); write the step as "
-                "nnx.value_and_grad + optimizer.update")
+                "around it (JAX computes gradients with value_and_grad): write the step as "
+                "value_and_grad and the optimizer's update")
     receiver = _text(func.value)
     if func.attr == "zero_grad":
         return ("zero_grad() not translated: the gradients it resets belong to a step "

@@ -21,7 +21,6 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.rewrite_support import (
     ACC_GRADS,
-    ACC_MICRO,
     STEP_GLOBALS,
     _after,
     _fix_commas,
@@ -250,14 +249,15 @@ class LoopsMixin:
             if id(site.loop) not in self._acc.done:
                 return None
             return cst.parse_statement(
-                f"{site.optimizer}.update({site.model}, {ACC_GRADS})\n").body[0]
+                f"{self._acc.applies[id(site)]}({site.model}, {site.optimizer}, {ACC_GRADS})\n"
+            ).body[0]
         site = self._acc.clips.get(id(original_node))
         if site is not None:
             if id(site.loop) not in self._acc.done:
                 return None
             local = self.training.optimizer_names.get(site.optimizer)
-            if local is not None and local.clip is not None:
-                return cst.RemoveFromParent()  # already in the optimizer's chain
+            if local is not None and local.clip is not None or id(site) in self._acc.folded:
+                return cst.RemoveFromParent()  # in the optimizer's chain, or apply_grads'
             self.need("optax")
             return cst.parse_statement(
                 f"{ACC_GRADS}, _ = optax.clip_by_global_norm({code(site.max_norm)}).update("
@@ -314,15 +314,12 @@ class LoopsMixin:
         step = tr.build_train_step(body, optimizer=site.optimizer, model=site.model,
                                    loop_names=loop_names - {site.model, site.optimizer},
                                    step_name=name, tree_mode=not self.data.aliasing,
-                                   grads_out=ACC_MICRO,
+                                   grads_out=ACC_GRADS,
                                    read_later=self._file_names if scaled else frozenset())
         if step is None:
             return None
-        i = next(i for i, b in enumerate(step.body) if b is step.call)
-        add = cst.parse_statement(
-            f"{ACC_GRADS} = {ACC_MICRO} if {ACC_GRADS} is None else jax.tree.map(jnp.add, "
-            f"{ACC_GRADS}, {ACC_MICRO})\n")
-        new_body = [*step.body[:i + 1], add, *step.body[i + 1:]]
+        apply = self._apply_grads(site, loop_names)
+        new_body = step.body
         self.need("nnx", "jax", "jnp")
         self._acc.done.add(id(original_node))
         self.diag(original_node, "accumulation", "info",
@@ -332,16 +329,42 @@ class LoopsMixin:
         init = cst.parse_statement(f"{ACC_GRADS} = None\n").with_changes(
             leading_lines=node.leading_lines)
         loop = node.with_changes(leading_lines=[], body=node.body.with_changes(body=new_body))
+        functions = [step.function, apply]
         if not self._fn_stack and not self._class_stack:
-            self._top_steps.append(step.function)
+            self._top_steps.extend(functions)
+        elif len(self._fn_stack) == 1 and not self._class_stack and not any(
+                _free_names(f) - (self._module_names | STEP_GLOBALS) for f in functions):
+            # a helper called once per step: its functions are compiled once, at the top level
+            self._module_hoist.extend((self._fn_stack[0].name.value, f) for f in functions)
         elif self._for_stack:  # defined before the outermost loop of its function
-            self._hoist.append(step.function)
-            self._micro_names.add(name)
+            self._hoist.extend(functions)
         else:
-            self._micro_names.add(name)
+            blank = [cst.EmptyLine(indent=False)]
             return cst.FlattenSentinel([step.function.with_changes(leading_lines=[
-                *node.leading_lines]), init.with_changes(leading_lines=[]), loop])
+                *node.leading_lines]), apply.with_changes(leading_lines=blank),
+                init.with_changes(leading_lines=blank), loop])
         return cst.FlattenSentinel([init, loop])
+
+    def _apply_grads(self, site, loop_names: set[str]) -> cst.FunctionDef:
+        """The jit-compiled update that ``optimizer.step()`` after the micro-steps becomes:
+        it applies the summed gradients, clipped first where ``clip_grad_norm_`` stands
+        unconditionally between the loop and the step (with a norm that the loops do not
+        change): no eager optax call between the gradient steps and the update."""
+        name = tr._fresh("apply_grads", self._file_names | self._step_names_taken())
+        self._micro_names.add(name)
+        local = self.training.optimizer_names.get(site.optimizer)
+        clip = ""
+        if site.max_norm is not None and site.clip_direct and not (
+                local is not None and local.clip is not None) and not (
+                set(tr.names_of(site.max_norm).used) & loop_names):
+            clip = (f"    {ACC_GRADS}, _ = optax.clip_by_global_norm({code(site.max_norm)})"
+                    f".update({ACC_GRADS}, optax.EmptyState())\n")
+            self._acc.folded.add(id(site))
+            self.need("optax")
+        self._acc.applies[id(site)] = name
+        return cst.parse_statement(
+            f"{tr.nnx_jit(not self.data.aliasing)}\ndef {name}({site.model}, {site.optimizer}, "
+            f"{ACC_GRADS}):\n{clip}    {site.optimizer}.update({site.model}, {ACC_GRADS})\n")
 
     def _step_names_taken(self) -> set[str]:
         if not hasattr(self, "_micro_names"):
@@ -502,6 +525,9 @@ class LoopsMixin:
         forward, backward, clip, step, callbacks, break after max_iters): the step becomes a
         jitted function defined just before the loop."""
         self._while_stack.pop()
+        micro = self._micro_step_loop(original_node, updated_node) if self._acc.loops else None
+        if micro is not None:
+            return micro
         clip = self._while_clips.pop(id(original_node), None)
         t = self.training
         body = list(updated_node.body.body)
