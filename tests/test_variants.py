@@ -34,9 +34,8 @@ LOOP = ("training loop not recognised (one loss.backward() and one optimizer.ste
 BACKWARD_MARKED = "backward() not translated: torch2jax did not recognise the training step"
 AUTOCAST_EXPR = ("autocast(enabled=DEVICE_TYPE == \"cuda\"): whether the region is on is known "
                  "only at run time; write enabled=True or False")
-# a step in a function or a method whose region reads F / torch outside the loss function
-F_KEPT = "F is not translated here (import torch.nn.functional as F is kept for it)"
-TORCH_KEPT = "torch is not translated here (import torch is kept for it)"
+# the input pipeline's random draws (torch.randint, randn_like) in a method of a plain class
+RANDOM_IN_METHOD = "random draw in a method: pass a key to it"
 LOADER_KWARGS = ("DataLoader(**kwargs): kwargs is not one dict literal (or dict(...) call) of "
                  "this file with constant keys: the loader's options cannot be read")
 
@@ -204,11 +203,8 @@ XFAIL: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {
     ('script:accumulate_rmsprop_exponential', ('micro_steps',)): ('convert', BACKWARD_MARKED),
     ('script:accumulate_rmsprop_exponential', ('step_in_function',)): ('convert', STEP_OUTSIDE),
     ('script:accumulate_rmsprop_exponential', ('step_in_method',)): ('convert', STEP_OUTSIDE),
-    ('script:train_function_per_epoch', ('step_in_function',)): ('convert', F_KEPT),
-    ('script:train_function_per_epoch', ('step_in_method',)): ('convert', F_KEPT),
     ('script:train_function_per_epoch', ('loader_class',)): ('convert', LOADER_KWARGS),
-    ('fixture:mlp_adamw_cosine', ('step_in_function',)): ('convert', TORCH_KEPT),
-    ('fixture:seeds_in_helper', ('step_in_method', 'nullcontext', 'config_argparse')): ('convert', TORCH_KEPT),
+    ('fixture:seeds_in_helper', ('step_in_method', 'nullcontext', 'config_argparse')): ('convert', RANDOM_IN_METHOD),
     ('script:train_function_per_epoch', ('step_in_method', 'loader_class')): ('convert', LOADER_KWARGS),
     ('script:accumulate_rmsprop_exponential', ('step_in_method', 'autocast_disabled', 'config_argparse', 'log_dict')): ('convert', STEP_OUTSIDE),
     ('script:accumulate_rmsprop_exponential', ('step_in_function', 'name_temporaries', 'config_dict')): ('convert', STEP_OUTSIDE),

@@ -378,6 +378,11 @@ def _extract_step(source: str, as_method: bool) -> str | None:
     bound = _scope_names(scope_code) if scope is not None else {
         n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)
         and isinstance(n.ctx, ast.Store)}
+    # the file's imports (torch, F) are globals the function reads as its caller did: no one
+    # passes a module as an argument
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(ast.parse(source))
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    bound -= imported
     params = [n for n in loads if n in bound]
     if scope is not None:
         outer = [a.arg for a in ast.walk(ast.parse(scope_code)) if isinstance(a, ast.arg)]
