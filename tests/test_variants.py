@@ -195,6 +195,13 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ('script:sgd_plateau', ('step_in_method', 'name_temporaries', 'config_dict')),
     ('script:sgd_nesterov_steplr_per_epoch', ('rename', 'micro_steps', 'config_argparse')),
     ('script:sgd_plateau', ('name_temporaries', 'config_dict')),
+    # zero_grad() after the step, alone and under the micro-steps; the micro-steps in a while
+    # loop of a helper function
+    ('script:sgd_plateau', ('zero_grad_at_end',)),
+    ('script:adamw_cosine_clip', ('zero_grad_at_end',)),
+    ('fixture:mlp_adamw_cosine', ('zero_grad_at_end',)),
+    ('script:sgd_lr_by_hand', ('zero_grad_at_end', 'micro_steps')),
+    ('script:micro_steps_clip', ('step_in_function', 'for_to_while')),
 ]
 # today's failures: (status, the message); status is where it fails: "convert" (an error
 # diagnostic) or "run" (the converted program raises)
