@@ -27,8 +27,6 @@ from torch2jax.convert import convert_source
 # the exact messages of today's failures
 STEP_OUTSIDE = ("backward() outside a loop that steps an optimizer: write the step as "
                 "nnx.value_and_grad + optimizer.update")
-LOOP = ("training loop not recognised (one loss.backward() and one optimizer.step() in the "
-        "same loop body): write the step as nnx.value_and_grad + optimizer.update")
 # a backward() no step translation recognised (micro-steps inside a step every k batches):
 # marked by the output invariant (finish/grad_state.py), never left to fail at run time
 BACKWARD_MARKED = "backward() not translated: torch2jax did not recognise the training step"
@@ -206,7 +204,6 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
 # today's failures: (status, the message); status is where it fails: "convert" (an error
 # diagnostic) or "run" (the converted program raises)
 XFAIL: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {
-    ('script:accumulate_rmsprop_exponential', ('for_to_while',)): ('convert', LOOP),
     ('script:accumulate_rmsprop_exponential', ('micro_steps',)): ('convert', BACKWARD_MARKED),
     ('script:accumulate_rmsprop_exponential', ('step_in_function',)): ('convert', STEP_OUTSIDE),
     ('script:accumulate_rmsprop_exponential', ('step_in_method',)): ('convert', STEP_OUTSIDE),

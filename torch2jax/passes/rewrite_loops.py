@@ -541,10 +541,20 @@ class LoopsMixin:
                          None)
         for name in t.optimizer_names:
             model = t.model_of(name)
-            if model is None or not any(tr._is_method_stmt(s, {name}, "step") for s in body):
+            # a step every k batches (`if (i + 1) % k == 0: optimizer.step()`): the optimizer
+            # is optax.MultiSteps, updated at every batch, as in a for loop
+            every_k = t.optimizer_names[name].accumulate is not None
+            if model is None or not any(tr._is_method_stmt(s, {name}, "step") or (
+                    every_k and isinstance(s, cst.If) and not s.orelse
+                    and len(s.body.body) == 1 and tr._is_method_stmt(s.body.body[0], {name},
+                                                                     "step"))
+                    for s in body):
                 continue
+            loop_names = tr.loop_assigned_names(original_node)
+            if self._while_stack:  # names of the enclosing while (the epoch) are passed too
+                loop_names |= tr.loop_assigned_names(self._while_stack[0])
             step = tr.build_train_step(body, optimizer=name, model=model,
-                                       loop_names=tr.loop_assigned_names(original_node),
+                                       loop_names=loop_names, accumulate=every_k,
                                        step_name="train_step", clip=clip_stmt,
                                        tree_mode=not self.data.aliasing)
             if step is None:
