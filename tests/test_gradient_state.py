@@ -103,3 +103,27 @@ def test_a_backward_no_translation_recognises_is_marked(target) -> None:
         assert lines[i - 1].strip().startswith("# TODO(torch2jax):"), (lines[i], result.code)
     errors = [d for d in result.diagnostics if d.severity == "error"]
     assert any(d.line == 30 for d in errors), errors  # loss.backward(), the input's line
+
+
+# torch keeps the last micro-step's gradients only (zero_grad inside the loop), or never
+# clears them: not a sum from zero, so not the accumulating translation; marked
+ZERO_INSIDE = HEADER + """
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(0, 8, 4):
+    for micro in range(2):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(X[i:i + 4]), Y[i:i + 4])
+        loss.backward()
+    optimizer.step()
+"""
+NEVER_CLEARED = ZERO_INSIDE.replace("        optimizer.zero_grad()\n", "")
+
+
+@pytest.mark.parametrize("source", [ZERO_INSIDE, NEVER_CLEARED], ids=["inside", "never"])
+def test_micro_steps_that_do_not_sum_from_zero_are_marked(source) -> None:
+    result = convert_source(source, path="s.py")
+    lines = result.code.splitlines()
+    back = next(i for i, line in enumerate(lines) if line.strip() == "loss.backward()")
+    assert lines[back - 1].strip().startswith("# TODO(torch2jax):"), result.code
+    assert "grad_step" not in result.code

@@ -112,6 +112,14 @@ def find_micro_steps(module: cst.Module, optimizers: dict[str, str], model_vars:
                 continue
             if opt not in known:
                 continue
+            # the sum starts from zero at the loop: torch's .grad is cleared in this block
+            # (before the loop, or after the step) and not inside the loop, where it would
+            # keep the last micro-step's gradients only
+            clears = [k for k, st in enumerate(body) if (_method(st, "zero_grad") or ("", 0))[0]
+                      in (opt, known[opt])]
+            if findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("zero_grad")))) or not (
+                    any(k < i or k > j for k in clears)):
+                continue
             site = MicroSteps(loop=loop, optimizer=opt, model=known[opt])
             for stmt in body[i + 1:j]:
                 lines = [stmt] if isinstance(stmt, cst.SimpleStatementLine) else findall(

@@ -106,11 +106,10 @@ def mark_gradient_state(code: str, diagnostics: list[Diagnostic], path: str, sou
     lines = code.splitlines(keepends=True)
     todos: dict[int, str] = {}
     out = list(diagnostics)
-    seen: dict[str, int] = {}
+    inputs = source.splitlines()
+    used: set[int] = set()
     for node, why in found:
         attr = node.func.attr
-        k = seen.get(attr, 0)
-        seen[attr] = k + 1
         stmt = node
         while not isinstance(stmt, ast.stmt):
             stmt = parents[id(stmt)]
@@ -118,8 +117,13 @@ def mark_gradient_state(code: str, diagnostics: list[Diagnostic], path: str, sou
         if first in todos or any(c.startswith(TODO_PREFIX) for c in _comments_above(lines, first)):
             continue
         todos[first] = f"{TODO_PREFIX} {why} [{RULE}]"
-        at = _input_lines(source, attr)
-        out.append(Diagnostic(path, at[min(k, len(at) - 1)] if at else 1, 1, RULE, "error", why))
+        # the input's line: the first not yet reported that calls the same method, the same
+        # text first (a leftover call is usually the input's line unchanged)
+        text = lines[first - 1].strip()
+        at = [n for n in _input_lines(source, attr) if n not in used]
+        line = next((n for n in at if inputs[n - 1].strip() == text), at[0] if at else 1)
+        used.add(line)
+        out.append(Diagnostic(path, line, 1, RULE, "error", why))
     new = []
     for number, line in enumerate(lines, start=1):
         if number in todos:
