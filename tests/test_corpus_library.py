@@ -116,11 +116,16 @@ REFUSED = {
         "tinygpt/model.py": [
             ("self.parameters(): the linen model's parameters are not attributes",
              "n_params = sum(")],
+        # the zero_grad, backward and step of the marked loop are marked at their lines too
+        # (finish/grad_state.py)
         "tinygpt/trainer.py": [
             ("a train step in a while loop: translated for --target nnx only so far",
              "while True:"),
+            ("zero_grad() not translated", "model.zero_grad("),
+            ("backward() not translated", "self.loss.backward()"),
             ("gradient clipping outside a recognised training step",
-             "torch.nn.utils.clip_grad_norm_(")],
+             "torch.nn.utils.clip_grad_norm_("),
+            ("optimizer.step() not translated", "optimizer.step()")],
     },
     "equinox": {
         "train_script.py": [
@@ -139,8 +144,11 @@ REFUSED = {
             ("DataLoader is not translated here", "train_loader = DataLoader("),
             ("torch.utils.data.RandomSampler is not translated here",
              "train_loader = DataLoader("),
+            ("zero_grad() not translated", "model.zero_grad("),
+            ("backward() not translated", "self.loss.backward()"),
             ("torch.nn.utils.clip_grad_norm_ is not translated here",
-             "torch.nn.utils.clip_grad_norm_(")],
+             "torch.nn.utils.clip_grad_norm_("),
+            ("optimizer.step() not translated", "optimizer.step()")],
     },
 }
 

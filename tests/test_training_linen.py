@@ -156,7 +156,8 @@ LINEN_REFUSES = {
 def test_linen_marks_the_scripts_it_refuses(name: str) -> None:
     result = convert_source(HEADER + CONSTRUCTS[name], path="script.py", target="linen")
     errors = [d for d in result.diagnostics if d.severity == "error"]
-    assert [d.rule for d in errors] == [LINEN_REFUSES[name]]
+    # (the backward() and step() of a refused loop are marked too: finish/grad_state.py)
+    assert errors and {d.rule for d in errors} == {LINEN_REFUSES[name]}
     lines = result.code.splitlines()
     assert any(ln.strip().startswith("# TODO(torch2jax)") and f"[{LINEN_REFUSES[name]}]" in ln
                for ln in lines), result.code

@@ -2,7 +2,8 @@
 
 Each transform below rewrites a TORCH program's source (libcst) into another program that
 computes the same thing: a ``for`` over ``range`` as a ``while`` with a counter, the training
-step moved into a function or a method, k micro-steps of ``loss / k`` on the same batch, the
+step moved into a function or a method, ``zero_grad()`` moved after the step, k micro-steps
+of ``loss / k`` on the same batch, the
 forward under a disabled autocast or a ``nullcontext``, the evaluation under ``no_grad``,
 temporaries named or inlined, the loader built from ``**kwargs`` or wrapped in a class, the
 constants in a dict, an argparse namespace or a dataclass, renamed variables, and the prints
@@ -378,6 +379,11 @@ def _extract_step(source: str, as_method: bool) -> str | None:
     bound = _scope_names(scope_code) if scope is not None else {
         n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)
         and isinstance(n.ctx, ast.Store)}
+    # the file's imports (torch, F) are globals the function reads as its caller did: no one
+    # passes a module as an argument
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(ast.parse(source))
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    bound -= imported
     params = [n for n in loads if n in bound]
     if scope is not None:
         outer = [a.arg for a in ast.walk(ast.parse(scope_code)) if isinstance(a, ast.arg)]
@@ -419,6 +425,36 @@ def step_in_function(source: str) -> str | None:
 @transform("step_in_method", group="step")
 def step_in_method(source: str) -> str | None:
     return _extract_step(source, as_method=True)
+
+
+@transform("zero_grad_at_end")
+def zero_grad_at_end(source: str) -> str | None:
+    """``optimizer.zero_grad()`` moved from before the forward to just after the step, as
+    ``zero_grad(set_to_none=True)``: the gradients start as None in torch, so every backward
+    still adds to cleared ones."""
+    if ".grad" in source.replace(".grad(", "").replace("zero_grad", ""):
+        return None
+    module = cst.parse_module(source)
+    for body in _bodies(module):
+        stmts = list(body.body)
+        zeros = [i for i, st in enumerate(stmts) if _is_zero_grad(st)]
+        steps = [i for i, st in enumerate(stmts) if isinstance(st, cst.SimpleStatementLine)
+                 and _has(st, ".step()") and not _has(st, "sched")]
+        if len(zeros) != 1 or not steps or not zeros[0] < steps[0]:
+            continue
+        z, st = zeros[0], steps[0]
+        if not any(_has(x, ".backward(") for x in stmts[z + 1:st]):
+            continue
+        call = stmts[z].body[0].value
+        moved = stmts[z].with_changes(leading_lines=[], body=[cst.Expr(_expr(
+            f"{_code(call.func)}(set_to_none=True)"))])
+        rest = stmts[z + 1:]
+        if stmts[z].leading_lines and rest:
+            rest[0] = rest[0].with_changes(leading_lines=stmts[z].leading_lines)
+        at = st - z
+        new = [*stmts[:z], *rest[:at], moved, *rest[at:]]
+        return _replace_body(module, body, new).code
+    return None
 
 
 # --- the forward slice before a backward ------------------------------------------------------

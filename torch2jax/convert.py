@@ -249,10 +249,17 @@ def _finish(result: ConversionResult, rewrite: ConversionResult, path: str,
         return result
     code, diagnostics = check_output(result.code, result.diagnostics, rewrite.facts, path,
                                      source, rewrite.removed, _add_imports, OWN_NAMES,
-                                     rewrite.failed, known)
+                                     rewrite.failed, known, _optimizer_names(rewrite))
     if code is result.code and diagnostics is result.diagnostics:
         return result
     return replace(result, code=code, diagnostics=diagnostics)
+
+
+def _optimizer_names(rewrite: TorchToJax) -> set[str]:
+    """The names the training analysis knows to hold an optimizer (and their aliases)."""
+    t = getattr(rewrite, "training", None)
+    sites = getattr(t, "optimizer_names", {}) if t is not None else {}
+    return {*sites, *(a for site in sites.values() for a in site.aliases)}
 
 
 def _uses_train_mode(source: str) -> bool:

@@ -34,10 +34,11 @@ CLIP_NORM = "clip_grad_norm_"
 
 @dataclass
 class MicroSteps:
-    loop: cst.For
+    loop: cst.For | cst.While
     optimizer: str
     model: str
     max_norm: cst.BaseExpression | None = None  # clip_grad_norm_ of the summed gradients
+    clip_direct: bool = False  # the clip is a statement of the step's block (no condition)
 
 
 @dataclass
@@ -47,6 +48,8 @@ class Accumulation:
     clips: dict[int, MicroSteps] = field(default_factory=dict)  # id(Expr of the clip) ->
     dropped: set[int] = field(default_factory=set)  # zero_grad / unscale_ Exprs of the step
     done: set[int] = field(default_factory=set)  # loops the rewrite translated
+    applies: dict[int, str] = field(default_factory=dict)  # id(site) -> its apply function
+    folded: set[int] = field(default_factory=set)  # sites whose clip is in the apply function
     # optimizers returned by a model's method (model.configure_optimizers(...)) ->
     # "model.configure_optimizers"
     foreign: dict[str, str] = field(default_factory=dict)
@@ -94,8 +97,9 @@ def find_micro_steps(module: cst.Module, optimizers: dict[str, str], model_vars:
             acc.foreign[a.targets[0].target.value] = f"{owner}.{a.value.func.attr.value}"
     for body in _blocks(module):
         for i, loop in enumerate(body):
-            if not (isinstance(loop, cst.For) and m.matches(loop.iter, m.Call(
-                    func=m.Name("range"), args=[m.Arg()])) and loop.orelse is None):
+            # for micro_step in range(k), or a while over a counter: the gradients are summed
+            # whatever the loop runs over
+            if not isinstance(loop, (cst.For, cst.While)) or loop.orelse is not None:
                 continue
             if len(findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("backward"))))) != 1 \
                     or findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("step")))):
@@ -108,6 +112,14 @@ def find_micro_steps(module: cst.Module, optimizers: dict[str, str], model_vars:
                 continue
             if opt not in known:
                 continue
+            # the sum starts from zero at the loop: torch's .grad is cleared in this block
+            # (before the loop, or after the step) and not inside the loop, where it would
+            # keep the last micro-step's gradients only
+            clears = [k for k, st in enumerate(body) if (_method(st, "zero_grad") or ("", 0))[0]
+                      in (opt, known[opt])]
+            if findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("zero_grad")))) or not (
+                    any(k < i or k > j for k in clears)):
+                continue
             site = MicroSteps(loop=loop, optimizer=opt, model=known[opt])
             for stmt in body[i + 1:j]:
                 lines = [stmt] if isinstance(stmt, cst.SimpleStatementLine) else findall(
@@ -118,6 +130,7 @@ def find_micro_steps(module: cst.Module, optimizers: dict[str, str], model_vars:
                             cst.Module([]).code_for_node(first.value.func).endswith(
                                 CLIP_NORM) and len(first.value.args) >= 2:
                         site.max_norm = first.value.args[1].value
+                        site.clip_direct = line is stmt
                         acc.clips[id(first)] = site
                     unscale = _method(line, "unscale_")
                     if unscale is not None and unscale[0] in scalers:

@@ -27,6 +27,7 @@ from libcst.metadata import MetadataWrapper, ScopeProvider
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.finish import removed as rmv
 from torch2jax.finish.claims import check_claims
+from torch2jax.finish.grad_state import mark_gradient_state, optimizer_names
 from torch2jax.finish.names import BUILTINS, torch_import_lines, unbound_names, unbound_reads
 from torch2jax.report import Diagnostic
 
@@ -81,13 +82,15 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
                  source: str, removed: dict[int, rmv.Removed] | None = None,
                  own_imports: Callable[[cst.Module, set[str]], cst.Module] | None = None,
                  own_names: Collection[str] = (), failed: set[int] = frozenset(),
-                 known: Collection[str] = ()) -> tuple[str, list[Diagnostic]]:
+                 known: Collection[str] = (), optimizers: Collection[str] = ()
+                 ) -> tuple[str, list[Diagnostic]]:
     """``code`` and ``diagnostics`` with the invariants enforced (see the module docstring).
     Output that does not parse is a converter bug: the file is returned unchanged, with an
     error diagnostic, so that nothing is lost. ``own_names`` are the names the converter's
     own imports bind (``jnp``): ``own_imports(module, names)`` adds their imports when a
     statement put back reads one. ``known``: names converted elsewhere (a followed package
-    model, whose torch import is replaced afterwards): not torch."""
+    model, whose torch import is replaced afterwards): not torch. ``optimizers``: what holds an
+    optimizer in the input (finish/grad_state.py)."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError) as exc:
@@ -115,7 +118,9 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
     if suspects or kept_imports:
         code, diagnostics = _mark_reads(code, tree, suspects, kept_imports, diagnostics, facts,
                                         path)
-    return mark_torch_calls(code, diagnostics, facts, path, known)
+    code, diagnostics = mark_torch_calls(code, diagnostics, facts, path, known)
+    return mark_gradient_state(code, diagnostics, path, source,
+                               optimizer_names(source, optimizers))
 
 
 def _torch_bindings(tree: ast.Module) -> dict[str, tuple[str, str]]:

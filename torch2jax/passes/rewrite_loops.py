@@ -21,13 +21,31 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.rewrite_support import (
     ACC_GRADS,
-    ACC_MICRO,
     STEP_GLOBALS,
     _after,
     _fix_commas,
     _free_names,
 )
 from torch2jax.targets import linen_training as lt
+
+
+def _named_backward(body: list, taken: set[str]) -> tuple[list, bool]:
+    """``(loss / k).backward()`` -> ``micro_loss = loss / k`` and ``micro_loss.backward()``
+    (the step builder differentiates a name); whether a name was made."""
+    for i, s in enumerate(body):
+        if m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+                func=m.Attribute(attr=m.Name("backward")), args=[]))])):
+            receiver = s.body[0].value.func.value
+            if isinstance(receiver, cst.Name):
+                return body, False
+            name = tr._fresh("micro_loss", taken)
+            value = receiver.with_changes(lpar=[], rpar=[]) if isinstance(
+                receiver, cst.BinaryOperation) else receiver
+            bind = s.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))],
+                                                   value=value)])
+            back = cst.parse_statement(f"{name}.backward()\n")
+            return [*body[:i], bind, back, *body[i + 1:]], True
+    return body, False
 
 
 class LoopsMixin:
@@ -231,14 +249,15 @@ class LoopsMixin:
             if id(site.loop) not in self._acc.done:
                 return None
             return cst.parse_statement(
-                f"{site.optimizer}.update({site.model}, {ACC_GRADS})\n").body[0]
+                f"{self._acc.applies[id(site)]}({site.model}, {site.optimizer}, {ACC_GRADS})\n"
+            ).body[0]
         site = self._acc.clips.get(id(original_node))
         if site is not None:
             if id(site.loop) not in self._acc.done:
                 return None
             local = self.training.optimizer_names.get(site.optimizer)
-            if local is not None and local.clip is not None:
-                return cst.RemoveFromParent()  # already in the optimizer's chain
+            if local is not None and local.clip is not None or id(site) in self._acc.folded:
+                return cst.RemoveFromParent()  # in the optimizer's chain, or apply_grads'
             self.need("optax")
             return cst.parse_statement(
                 f"{ACC_GRADS}, _ = optax.clip_by_global_norm({code(site.max_norm)}).update("
@@ -274,33 +293,83 @@ class LoopsMixin:
 
     def _micro_step_loop(self, original_node, node):
         """``for micro_step in range(k): ... loss.backward()`` then ``optimizer.step()``: a
-        jit-compiled gradient step per micro-step, the gradients summed in the loop."""
+        jit-compiled gradient step per micro-step, the gradients summed in the loop. The loop
+        may stand in any block (nested in the epoch loop, in a function); the backward may be
+        of an expression (``(loss / k).backward()``: the gradient step differentiates it and
+        returns the names the rest of the program reads, ``loss`` among them)."""
         site = self._acc.loops.get(id(original_node))
-        if site is None or self._fn_stack or self._class_stack:
+        if site is None or (self._class_stack and not self._fn_stack):
             return None
-        body = list(node.body.body)
+        body, scaled = _named_backward(list(node.body.body), self._file_names)
+        # the names the enclosing loops assign are passed to the step (a batch X[i:i + 4] of
+        # the epoch loop's i): closed over, jit would keep their first value
         loop_names = tr.loop_assigned_names(original_node)
+        for outer in (*self._for_stack[:1], *self._while_stack[:1]):
+            loop_names |= tr.loop_assigned_names(outer)
+        if self._fn_stack:
+            loop_names |= {p.name.value for p in (*self._fn_stack[-1].params.params,
+                                                  *self._fn_stack[-1].params.kwonly_params)}
+        taken = self._file_names | self._step_names_taken()
+        name = tr._fresh("grad_step", taken) if self._fn_stack else "grad_step"
         step = tr.build_train_step(body, optimizer=site.optimizer, model=site.model,
-                                   loop_names=loop_names, step_name="grad_step",
-                                   tree_mode=not self.data.aliasing, grads_out=ACC_MICRO)
+                                   loop_names=loop_names - {site.model, site.optimizer},
+                                   step_name=name, tree_mode=not self.data.aliasing,
+                                   grads_out=ACC_GRADS,
+                                   read_later=self._file_names if scaled else frozenset())
         if step is None:
             return None
-        i = next(i for i, b in enumerate(step.body) if b is step.call)
-        add = cst.parse_statement(
-            f"{ACC_GRADS} = {ACC_MICRO} if {ACC_GRADS} is None else jax.tree.map(jnp.add, "
-            f"{ACC_GRADS}, {ACC_MICRO})\n")
-        new_body = [*step.body[:i + 1], add, *step.body[i + 1:]]
+        apply = self._apply_grads(site, loop_names)
+        new_body = step.body
         self.need("nnx", "jax", "jnp")
-        self._top_steps.append(step.function)
         self._acc.done.add(id(original_node))
         self.diag(original_node, "accumulation", "info",
-                  f"gradient accumulation: grad_step computes each micro-step's gradients "
+                  f"gradient accumulation: {name} computes each micro-step's gradients "
                   f"(jit-compiled), summed in the loop as torch sums .grad; "
                   f"{site.optimizer}.update applies the sum once after the loop")
         init = cst.parse_statement(f"{ACC_GRADS} = None\n").with_changes(
             leading_lines=node.leading_lines)
-        return cst.FlattenSentinel([init, node.with_changes(
-            leading_lines=[], body=node.body.with_changes(body=new_body))])
+        loop = node.with_changes(leading_lines=[], body=node.body.with_changes(body=new_body))
+        functions = [step.function, apply]
+        if not self._fn_stack and not self._class_stack:
+            self._top_steps.extend(functions)
+        elif len(self._fn_stack) == 1 and not self._class_stack and not any(
+                _free_names(f) - (self._module_names | STEP_GLOBALS) for f in functions):
+            # a helper called once per step: its functions are compiled once, at the top level
+            self._module_hoist.extend((self._fn_stack[0].name.value, f) for f in functions)
+        elif self._for_stack:  # defined before the outermost loop of its function
+            self._hoist.extend(functions)
+        else:
+            blank = [cst.EmptyLine(indent=False)]
+            return cst.FlattenSentinel([step.function.with_changes(leading_lines=[
+                *node.leading_lines]), apply.with_changes(leading_lines=blank),
+                init.with_changes(leading_lines=blank), loop])
+        return cst.FlattenSentinel([init, loop])
+
+    def _apply_grads(self, site, loop_names: set[str]) -> cst.FunctionDef:
+        """The jit-compiled update that ``optimizer.step()`` after the micro-steps becomes:
+        it applies the summed gradients, clipped first where ``clip_grad_norm_`` stands
+        unconditionally between the loop and the step (with a norm that the loops do not
+        change): no eager optax call between the gradient steps and the update."""
+        name = tr._fresh("apply_grads", self._file_names | self._step_names_taken())
+        self._micro_names.add(name)
+        local = self.training.optimizer_names.get(site.optimizer)
+        clip = ""
+        if site.max_norm is not None and site.clip_direct and not (
+                local is not None and local.clip is not None) and not (
+                set(tr.names_of(site.max_norm).used) & loop_names):
+            clip = (f"    {ACC_GRADS}, _ = optax.clip_by_global_norm({code(site.max_norm)})"
+                    f".update({ACC_GRADS}, optax.EmptyState())\n")
+            self._acc.folded.add(id(site))
+            self.need("optax")
+        self._acc.applies[id(site)] = name
+        return cst.parse_statement(
+            f"{tr.nnx_jit(not self.data.aliasing)}\ndef {name}({site.model}, {site.optimizer}, "
+            f"{ACC_GRADS}):\n{clip}    {site.optimizer}.update({site.model}, {ACC_GRADS})\n")
+
+    def _step_names_taken(self) -> set[str]:
+        if not hasattr(self, "_micro_names"):
+            self._micro_names: set[str] = set()
+        return self._micro_names | getattr(self, "_step_names", set())
 
     def _leave_for(self, original_node, updated_node):
         self._for_stack.pop()
@@ -456,6 +525,9 @@ class LoopsMixin:
         forward, backward, clip, step, callbacks, break after max_iters): the step becomes a
         jitted function defined just before the loop."""
         self._while_stack.pop()
+        micro = self._micro_step_loop(original_node, updated_node) if self._acc.loops else None
+        if micro is not None:
+            return micro
         clip = self._while_clips.pop(id(original_node), None)
         t = self.training
         body = list(updated_node.body.body)
@@ -469,10 +541,20 @@ class LoopsMixin:
                          None)
         for name in t.optimizer_names:
             model = t.model_of(name)
-            if model is None or not any(tr._is_method_stmt(s, {name}, "step") for s in body):
+            # a step every k batches (`if (i + 1) % k == 0: optimizer.step()`): the optimizer
+            # is optax.MultiSteps, updated at every batch, as in a for loop
+            every_k = t.optimizer_names[name].accumulate is not None
+            if model is None or not any(tr._is_method_stmt(s, {name}, "step") or (
+                    every_k and isinstance(s, cst.If) and not s.orelse
+                    and len(s.body.body) == 1 and tr._is_method_stmt(s.body.body[0], {name},
+                                                                     "step"))
+                    for s in body):
                 continue
+            loop_names = tr.loop_assigned_names(original_node)
+            if self._while_stack:  # names of the enclosing while (the epoch) are passed too
+                loop_names |= tr.loop_assigned_names(self._while_stack[0])
             step = tr.build_train_step(body, optimizer=name, model=model,
-                                       loop_names=tr.loop_assigned_names(original_node),
+                                       loop_names=loop_names, accumulate=every_k,
                                        step_name="train_step", clip=clip_stmt,
                                        tree_mode=not self.data.aliasing)
             if step is None:

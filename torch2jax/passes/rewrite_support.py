@@ -239,7 +239,7 @@ _KERNEL_CHOICES = {"fused", "foreach", "capturable"}  # torch optimizer kernel c
 _SIGNATURE_OPTIMIZERS = {"torch.optim.AdamW": "optax.adamw", "torch.optim.Adam": "optax.adam",
                          "torch.optim.SGD": "optax.sgd", "torch.optim.RMSprop": "optax.rmsprop",
                          "torch.optim.Adagrad": "optax.adagrad"}
-ACC_GRADS, ACC_MICRO = "grads", "micro_grads"  # gradient accumulation (_micro_step_loop)
+ACC_GRADS = "grads"  # the gradient accumulator (_micro_step_loop)
 STEP_GLOBALS = {"jax", "jnp", "nnx", "optax", "partial", "np", "functools", "math", "grain",
                 "ocp", "os"}
 

@@ -415,8 +415,9 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     function that returns what the loss computed): the step returns those it computes.
 
     ``grads_out``: a gradient step for accumulation (analysis/accumulate.py): the step takes
-    no optimizer and returns the gradients too, bound to ``grads_out`` at the call; the body
-    needs no ``optimizer.step()``.
+    the accumulated gradients ``grads_out`` (None: none yet) instead of the optimizer, adds
+    the loss's gradients to them and returns the sum, bound to ``grads_out`` at the call; the
+    body needs no ``optimizer.step()``.
     """
     body = list(body)
     clip_at = next((i for i, s in enumerate(body) if s is clip), None)
@@ -506,12 +507,17 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         ret = f"    return {loss}\n"
         lhs = loss
     if grads_out is not None:
+        # the gradients summed into the accumulator (``grads_out``, None after zero_grad)
+        # in the compiled step, as backward() sums into .grad
         ret = ret.rstrip("\n") + f", {grads}\n"
         lhs = f"{lhs}, {grads_out}"
-        params = params.replace(f"{model}, {optimizer}", model, 1)
-        call_args = call_args.replace(f"{model}, {optimizer}", model, 1)
+        acc = _fresh("acc", taken | {grads})
+        params = params.replace(f"{model}, {optimizer}", f"{model}, {acc}", 1)
+        call_args = call_args.replace(f"{model}, {optimizer}", f"{model}, {grads_out}", 1)
+        add = (f"    {grads} = {grads} if {acc} is None else jax.tree.map(jnp.add, {acc}, "
+               f"{grads})\n")
         src = (f"{nnx_jit(tree_mode)}\ndef {step_name}({params}):\n"
-               f"    def {loss_fn}({model}):\n{inner}{ret_inner}{vg}{ret}")
+               f"    def {loss_fn}({model}):\n{inner}{ret_inner}{vg}{add}{ret}")
     elif functional:
         ret = ret.replace("    return ", f"    return nnx.state(({model}, {optimizer})), ", 1)
         lhs = f"{STATE}, {lhs}"
