@@ -525,6 +525,10 @@ class ModuleClassMixin:
                     self._param_names and n in self._param_names[-1]):
                 return False  # a function of the file that builds no layer (its def takes
                 # no rngs): get_norm_layer(name) returning a class
+            if not (self._param_names and n in self._param_names[-1]) and (
+                    n.startswith("get_") or self._returns_factory(original)):
+                return False  # an imported lookup: act_layer = get_act_layer(act_layer)
+                # (a name ending in "layer" reads as a factory handed in, below)
             # a layer factory handed in as an argument (block(...), norm_layer(...))
             # (or held in a local: norm_layer = self._norm_layer)
             factory = n.endswith(("layer", "block", "Layer", "Block", "norm", "module"))
@@ -562,6 +566,24 @@ class ModuleClassMixin:
         return bool(isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
                     and func.attr.value.endswith(("block", "Block")) and self._rngs_scope
                     and self._rngs_scope[-1])
+
+    def _returns_factory(self, call: cst.Call) -> bool:
+        """The call's value is a layer class or factory, not a layer: it is bound to a name
+        that the call itself takes (``act_layer = get_act_layer(act_layer)``), or that the
+        function calls afterwards (``norm_layer = get_norm_layer(kind) or LayerNorm`` then
+        ``norm_layer(dim)``)."""
+        node: cst.CSTNode = call
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        while isinstance(parent, cst.BooleanOperation):  # get_norm_layer(kind) or LayerNorm
+            node, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        if not (isinstance(parent, cst.Assign) and parent.value is node
+                and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)
+                and self._fn_stack):
+            return False
+        bound = parent.targets[0].target.value
+        if any(m.matches(a.value, m.Name(bound)) for a in call.args):
+            return True
+        return bool(findall(self._fn_stack[-1].body, m.Call(func=m.Name(bound))))
 
     def _builds_layers_here(self) -> bool:
         """Inside a function that builds layers with an ``rngs`` in scope (a module's

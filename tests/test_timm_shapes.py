@@ -1,0 +1,76 @@
+"""Shapes of timm's model code (benchmarks/timm_sweep.py, docs/timm-sweep.md), each on a model
+of our own written that way, converted, built and verified against torch (outputs and
+gradients, float32 then float64).
+
+* a layer *lookup* imported from another module (timm.layers' ``get_act_layer``,
+  ``get_norm_layer``): ``act_layer = get_act_layer(act_layer)`` returns a class, not a layer,
+  so the call takes no ``rngs`` (it failed with "unexpected keyword argument 'rngs'").
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from torch2jax.verify.run import VerifyRequest, run_request
+
+LAYERS = textwrap.dedent('''
+    import torch.nn as nn
+
+    _ACTS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+
+
+    def get_act_layer(name="relu"):
+        """A layer class by name (a class passes through)."""
+        if not isinstance(name, str):  # a class (or None) passes through
+            return name
+        return _ACTS[name]
+
+
+    def get_norm_layer(kind):
+        if kind == "layernorm":
+            return nn.LayerNorm
+        return None
+''')
+
+MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from layers import get_act_layer, get_norm_layer
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, act_layer="gelu", norm_layer="layernorm"):
+            super().__init__()
+            act_layer = get_act_layer(act_layer)
+            norm_layer = get_norm_layer(norm_layer) or nn.LayerNorm
+            self.norm = norm_layer(dim)
+            self.fc1 = nn.Linear(dim, 2 * dim)
+            self.act = act_layer()
+            self.fc2 = nn.Linear(2 * dim, dim)
+
+        def forward(self, x):
+            return x + self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=8, depth=2, num_classes=3, act_layer="silu"):
+            super().__init__()
+            act = get_act_layer(act_layer)
+            self.blocks = nn.Sequential(*[Block(dim, act) for _ in range(depth)])
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.blocks(x).mean(1))
+''')
+
+
+@pytest.mark.parametrize("target", ["nnx"])  # linen, equinox: layer classes as values are marked
+def test_an_imported_layer_lookup_takes_no_rngs(tmp_path, target):
+    (tmp_path / "layers.py").write_text(LAYERS)
+    (tmp_path / "model.py").write_text(MODEL)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net", inputs=("float32[2,5,8]",),
+                                       jax_target=target))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
