@@ -4,7 +4,11 @@ gradients, float32 then float64).
 
 * a layer *lookup* imported from another module (timm.layers' ``get_act_layer``,
   ``get_norm_layer``): ``act_layer = get_act_layer(act_layer)`` returns a class, not a layer,
-  so the call takes no ``rngs`` (it failed with "unexpected keyword argument 'rngs'").
+  so the call takes no ``rngs`` (it failed with "unexpected keyword argument 'rngs'");
+* block classes handed to a stage builder in a typed tuple and taken in a loop (timm's
+  resnet ``make_blocks``: ``for block_fn, n in zip(block_fns, depths)`` with ``block_fns:
+  Tuple[Type[BasicBlock], ...]``): each ``block_fn(...)`` builds a module and takes ``rngs``
+  (it failed with "missing 1 required keyword-only argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -72,5 +76,65 @@ def test_an_imported_layer_lookup_takes_no_rngs(tmp_path, target):
     (tmp_path / "model.py").write_text(MODEL)
     result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net", inputs=("float32[2,5,8]",),
                                        jax_target=target))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+STAGES = textwrap.dedent('''
+    from typing import List, Tuple, Type, Union
+
+    import torch.nn as nn
+
+
+    class Basic(nn.Module):
+        expansion = 1
+
+        def __init__(self, dim):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim * self.expansion)
+
+        def forward(self, x):
+            return x + self.fc(x).relu()
+
+
+    class Wide(nn.Module):
+        expansion = 1
+
+        def __init__(self, dim):
+            super().__init__()
+            self.fc1 = nn.Linear(dim, 2 * dim)
+            self.fc2 = nn.Linear(2 * dim, dim)
+
+        def forward(self, x):
+            return x + self.fc2(self.fc1(x).tanh())
+
+
+    def make_blocks(block_fns: Tuple[Union[Type[Basic], Type[Wide]], ...],
+                    repeats: Tuple[int, ...], dim: int) -> List[nn.Module]:
+        stages = []
+        for stage_idx, (block_fn, n) in enumerate(zip(block_fns, repeats)):
+            blocks = []
+            for _ in range(n):
+                blocks.append(block_fn(dim * block_fn.expansion))
+            stages.append(nn.Sequential(*blocks))
+        return stages
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3):
+            super().__init__()
+            self.stages = nn.ModuleList(make_blocks((Basic, Wide), (1, 2), dim))
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            for stage in self.stages:
+                x = stage(x)
+            return self.head(x)
+''')
+
+
+def test_block_classes_taken_from_a_typed_tuple_in_a_loop_take_rngs(tmp_path):
+    (tmp_path / "stages.py").write_text(STAGES)
+    result = run_request(VerifyRequest(f"{tmp_path / 'stages.py'}::Net", inputs=("float32[2,6]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason

@@ -17,7 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
-from torch2jax.analysis.walk import NoAttributeHooks, of_type
+from torch2jax.analysis.walk import NoAttributeHooks, of_type, walk
 from torch2jax.ruleset import Rule, RuleSet
 
 _CONTAINERS = ("sequential", "module_list", "module_dict")
@@ -273,6 +273,33 @@ def built_layout(rule: Rule, node: cst.Call) -> str:
     return rule.layout
 
 
+def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
+    """{loop target: the parameter whose items it takes} in ``fn``: ``for block_fn in
+    block_fns``, ``for block_fn, n in zip(block_fns, depths)``, ``for i, (b, n) in
+    enumerate(zip(block_fns, depths))``."""
+    params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+    found: dict[str, str] = {}
+
+    def pair(target: cst.BaseExpression, it: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name) and isinstance(it, cst.Name):
+            if it.value in params:
+                found[target.value] = it.value
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(it, cst.Call) and (
+                isinstance(it.func, cst.Name) and not any(a.keyword or a.star for a in it.args)):
+            items = [e.value for e in target.elements]
+            args = [a.value for a in it.args]
+            if it.func.value == "zip" and len(items) == len(args):
+                for t, a in zip(items, args):
+                    pair(t, a)
+            elif it.func.value == "enumerate" and len(items) == 2 and len(args) == 1:
+                pair(items[1], args[0])
+
+    for node in walk(fn.body, False):
+        if isinstance(node, cst.For):
+            pair(node.target, node.iter)
+    return found
+
+
 def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
     """The layers a lone Sequential argument holds by name: ``OrderedDict(pairs)`` -> ``pairs``,
     a local OrderedDict of layers (``layers["a"] = ...``) -> ``layers``; else None."""
@@ -410,7 +437,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             return
         fn = self._fn_stack[-1]
         if value.func.value in {p.name.value for p in (*fn.params.params,
-                                                        *fn.params.kwonly_params)}:
+                                                        *fn.params.kwonly_params)} or (
+                value.func.value in param_loop_targets(fn)):
             self._fn_param_calls.add(key)
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -12,7 +12,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts, ordered_dict_items
+from torch2jax.analysis.index import Layouts, ordered_dict_items, param_loop_targets
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import closures
@@ -724,7 +724,26 @@ class ModuleClassMixin:
                 and value.value.value in lists)
 
         found = self._class_locals[fn] = {name for name, value in assigns if a_class(value)}
+        found |= self._class_loop_targets(fn)
         return found
+
+    def _class_loop_targets(self, fn: cst.FunctionDef) -> set[str]:
+        """Loop targets that take the items of a parameter annotated as module classes:
+        ``for block_fn, n in zip(block_fns, depths)`` with ``block_fns: Tuple[Type[Block],
+        ...]`` (timm's make_blocks)."""
+        params = {p.name.value: p for p in (*fn.params.params, *fn.params.kwonly_params)}
+        code = cst.Module([]).code_for_node
+        classes = self.index.module_classes
+
+        def class_typed(name: str) -> bool:
+            annotation = params[name].annotation
+            if annotation is None:
+                return False
+            text = code(annotation.annotation)
+            return "nn.Module" in text or any(
+                f"Type[{c}]" in text or f"type[{c}]" in text for c in classes)
+
+        return {t for t, p in param_loop_targets(fn).items() if class_typed(p)}
 
     def _param_default(self, name: str) -> str | None:
         """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
