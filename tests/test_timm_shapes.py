@@ -8,7 +8,11 @@ gradients, float32 then float64).
 * block classes handed to a stage builder in a typed tuple and taken in a loop (timm's
   resnet ``make_blocks``: ``for block_fn, n in zip(block_fns, depths)`` with ``block_fns:
   Tuple[Type[BasicBlock], ...]``): each ``block_fn(...)`` builds a module and takes ``rngs``
-  (it failed with "missing 1 required keyword-only argument: 'rngs'").
+  (it failed with "missing 1 required keyword-only argument: 'rngs'");
+* a Sequential of channels-last layers handed to a module class of the file (timm's convmixer:
+  ``Residual(nn.Sequential(conv, act, bn))``, whose forward is ``self.fn(x) + x``) takes and
+  returns NCHW itself: the class calls it on torch's layout (it was given NCHW input unchanged,
+  "conv_general_dilated lhs feature dimension ... feature_group_count").
 """
 
 from __future__ import annotations
@@ -136,5 +140,47 @@ STAGES = textwrap.dedent('''
 def test_block_classes_taken_from_a_typed_tuple_in_a_loop_take_rngs(tmp_path):
     (tmp_path / "stages.py").write_text(STAGES)
     result = run_request(VerifyRequest(f"{tmp_path / 'stages.py'}::Net", inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+CONVMIXER = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Residual(nn.Module):
+        def __init__(self, fn: nn.Module):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return self.fn(x) + x
+
+
+    class ConvMixer(nn.Module):
+        def __init__(self, dim=8, depth=2, kernel_size=3, patch_size=2, num_classes=3,
+                     act_layer=nn.GELU):
+            super().__init__()
+            self.stem = nn.Sequential(
+                nn.Conv2d(3, dim, kernel_size=patch_size, stride=patch_size), act_layer(),
+                nn.BatchNorm2d(dim))
+            self.blocks = nn.Sequential(*[nn.Sequential(
+                Residual(nn.Sequential(
+                    nn.Conv2d(dim, dim, kernel_size, groups=dim, padding="same"),
+                    act_layer(), nn.BatchNorm2d(dim))),
+                nn.Conv2d(dim, dim, kernel_size=1), act_layer(), nn.BatchNorm2d(dim),
+            ) for _ in range(depth)])
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            x = self.blocks(self.stem(x))
+            return self.head(x.mean((2, 3)))
+''')
+
+
+def test_a_sequential_handed_to_a_module_class_takes_torch_layout(tmp_path):
+    (tmp_path / "convmixer.py").write_text(CONVMIXER)
+    result = run_request(VerifyRequest(f"{tmp_path / 'convmixer.py'}::ConvMixer",
+                                       inputs=("float32[2,3,8,8]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason

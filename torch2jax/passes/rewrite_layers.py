@@ -728,6 +728,12 @@ class LayersMixin:
                 # from a list (vgg's make_layers) and handed on: nothing tracks its layout there,
                 # so it takes and returns NCHW itself
                 overall = "torch"
+            if overall == "channels_last" and isinstance(parent, cst.Arg) and m.matches(
+                    self.get_metadata(ParentNodeProvider, parent, None),
+                    m.Call(func=m.Name(m.MatchIfTrue(self.index.module_classes.__contains__)))):
+                # handed to a module class of the file (Residual(nn.Sequential(conv, act, bn))
+                # in timm's convmixer): that class calls it on NCHW, so it takes NCHW itself
+                overall = "torch"
             info = self.index.classes.get(self.current_class or "")
             if (info is not None and isinstance(parent, cst.Assign) and m.matches(
                     parent.targets[0].target, m.Attribute(value=m.Name("self")))
