@@ -4,7 +4,8 @@ gradients, float32 then float64).
 
 * a layer *lookup* imported from another module (timm.layers' ``get_act_layer``,
   ``get_norm_layer``): ``act_layer = get_act_layer(act_layer)`` returns a class, not a layer,
-  so the call takes no ``rngs`` (it failed with "unexpected keyword argument 'rngs'");
+  so the call takes no ``rngs`` (it failed with "unexpected keyword argument 'rngs'"), nor
+  does an imported predicate whose name ends like a factory's (``is_fast_norm()``);
 * block classes handed to a stage builder in a typed tuple and taken in a loop (timm's
   resnet ``make_blocks``: ``for block_fn, n in zip(block_fns, depths)`` with ``block_fns:
   Tuple[Type[BasicBlock], ...]``): each ``block_fn(...)`` builds a module and takes ``rngs``
@@ -36,8 +37,12 @@ LAYERS = textwrap.dedent('''
         return _ACTS[name]
 
 
+    def is_fast_norm():
+        return False
+
+
     def get_norm_layer(kind):
-        if kind == "layernorm":
+        if kind == "layernorm" and not is_fast_norm():
             return nn.LayerNorm
         return None
 ''')
@@ -45,7 +50,7 @@ LAYERS = textwrap.dedent('''
 MODEL = textwrap.dedent('''
     import torch.nn as nn
 
-    from layers import get_act_layer, get_norm_layer
+    from layers import get_act_layer, get_norm_layer, is_fast_norm
 
 
     class Block(nn.Module):
@@ -57,6 +62,7 @@ MODEL = textwrap.dedent('''
             self.fc1 = nn.Linear(dim, 2 * dim)
             self.act = act_layer()
             self.fc2 = nn.Linear(2 * dim, dim)
+            self.fast = is_fast_norm()
 
         def forward(self, x):
             return x + self.fc2(self.act(self.fc1(self.norm(x))))

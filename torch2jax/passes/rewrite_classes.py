@@ -526,9 +526,11 @@ class ModuleClassMixin:
                 return False  # a function of the file that builds no layer (its def takes
                 # no rngs): get_norm_layer(name) returning a class
             if not (self._param_names and n in self._param_names[-1]) and (
-                    n.startswith("get_") or self._returns_factory(original)):
-                return False  # an imported lookup: act_layer = get_act_layer(act_layer)
-                # (a name ending in "layer" reads as a factory handed in, below)
+                    n.startswith(("get_", "is_", "has_")) or self._returns_factory(original)):
+                # an imported lookup or predicate: act_layer = get_act_layer(act_layer),
+                # is_fast_norm() (a name ending in "layer" or "norm" reads as a factory
+                # handed in, below)
+                return False
             # a layer factory handed in as an argument (block(...), norm_layer(...))
             # (or held in a local: norm_layer = self._norm_layer)
             factory = n.endswith(("layer", "block", "Layer", "Block", "norm", "module"))
