@@ -14,6 +14,10 @@ import pytest
 
 pytest.importorskip("timm", exc_type=ImportError)
 
+import textwrap  # noqa: E402
+
+from torch2jax.verify.run import VerifyRequest, run_request  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from timm_sweep import _child  # noqa: E402
@@ -29,3 +33,38 @@ def test_sweep_sample_verifies(module):
     result = _child(module, "nnx", timeout=240)
     assert result.verified, result.reason
     assert result.max_diff is not None and result.max_diff < 1e-6
+
+
+TRUNC_NORMAL = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    from timm.layers import trunc_normal_
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=8, num_classes=3):
+            super().__init__()
+            self.pos_embed = nn.Parameter(torch.zeros(1, 4, dim))
+            self.fc = nn.Linear(dim, num_classes)
+            trunc_normal_(self.pos_embed, std=.02)
+            self.apply(self._init_weights)
+
+        def _init_weights(self, m):
+            if isinstance(m, nn.Linear):
+                trunc_normal_(m.weight, std=.02)
+                nn.init.zeros_(m.bias)
+
+        def forward(self, x):
+            return self.fc(x + self.pos_embed).mean(1)
+''')
+
+
+def test_timms_trunc_normal_is_torchs(tmp_path):
+    """timm.layers.trunc_normal_ (49 of timm's model files call it) is torch's
+    nn.init.trunc_normal_ to the letter: translated as torch's, its import dropped. It was
+    left as timm's, which called .uniform_ on a JAX array when the model was built."""
+    (tmp_path / "net.py").write_text(TRUNC_NORMAL)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,4,8]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

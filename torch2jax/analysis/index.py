@@ -24,6 +24,12 @@ _CONTAINERS = ("sequential", "module_list", "module_dict")
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 FACTORY_SUFFIXES = ("norm_layer", "_norm")
 RANDOM_INITS = {f"torch.nn.init.{n}" for n in ("normal_", "uniform_", "trunc_normal_")}
+# functions of other packages that are torch's to the letter (same signature, same meaning):
+# they are read as torch's, and translated as torch's are. timm's trunc_normal_ (mean, std and
+# the absolute cut-offs a, b, drawn in place) is torch.nn.init.trunc_normal_; its
+# trunc_normal_tf_ (cut-offs in units of std) is not.
+SAME_AS = {f"{m}.trunc_normal_": "torch.nn.init.trunc_normal_"
+           for m in ("timm.layers", "timm.layers.weight_init", "timm.models.layers")}
 
 
 _NAMES = "_qualified_names"
@@ -45,7 +51,8 @@ def qualified(visitor: cst.MetadataDependent, node: cst.CSTNode) -> str | None:
         return cache[node]
     scope = visitor.get_metadata(ScopeProvider, node, None)
     names = scope.get_qualified_names_for(node) if scope else None
-    found = cache[node] = min(n.name for n in names) if names else None
+    found = min(n.name for n in names) if names else None
+    found = cache[node] = SAME_AS.get(found, found)  # type: ignore[arg-type]
     return found
 
 
