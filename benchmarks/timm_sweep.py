@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -43,15 +44,16 @@ MAX_PARAMS = 40_000_000  # larger models are not verified (2 CPU cores): the row
 CHOSEN: dict[str, tuple[str, dict]] = {}
 
 PREAMBLE = """\
-`python benchmarks/timm_sweep.py` (timm {version}, the torchvision tier's environment): every
-file of `timm/models/` that registers entry points, one small model each, converted and
-verified against torch (outputs and gradients, in float64: the pass that decides; the
-float32 pass is left out for the sweep's time). The entry point is the file's smallest `test_*` model where it has one, else its entry
-point with the fewest parameters, built with `num_classes=10` and, where the class takes them,
-`depth=2` and a small `img_size`; the input is the smallest square image among
-{sizes} that the torch model accepts. Each file is converted into a mirror package with the
-timm.layers modules it builds layers from (see docs/torchvision.md, "Package models"). A file
-whose conversion or verification does not finish in {timeout} s counts as not verified.
+`python benchmarks/timm_sweep.py` (timm {version}, the torchvision tier's environment):
+every file of `timm/models/` that registers entry points, one small model each, converted
+and verified against torch (outputs and gradients, in float64, the pass that decides; the
+float32 pass is left out for the sweep's time). The entry point is the file's smallest
+`test_*` model where it has one, else its entry point with the fewest parameters, built
+with `num_classes=10` and, where the class takes them, `depth=2` and a small `img_size`;
+the input is the smallest square image among {sizes} that the torch model accepts. Each
+file is converted into verify's mirror package with the timm.layers modules it builds
+layers from (torch2jax/verify/package.py). A file whose conversion and verification do
+not finish in {timeout} s counts as not verified.
 """
 
 
@@ -135,6 +137,12 @@ def plan(module: str, entry: str) -> tuple[dict, int] | None:
     return None
 
 
+def clean(reason: str) -> str:
+    """The mirror package's temporary paths and names read as timm's own."""
+    reason = re.sub(r"/\S*?/timm_jax_\d+/", "timm/", reason)
+    return re.sub(r"timm_jax_\d+\.", "timm.", reason)
+
+
 def run_one(module: str, entries: list[str], target: str) -> Result:
     """One file and target, in this process (the child of :func:`main`)."""
     import timm
@@ -167,7 +175,8 @@ def run_one(module: str, entries: list[str], target: str) -> Result:
     diffs = [d for d in (last.max_abs_diff, last.grad_max_abs_diff) if d is not None]
     result.max_diff = max(diffs) if diffs else None
     if not result.verified:
-        result.reason = verdict.error or verdict.mismatch or verdict.reason or "not verified"
+        result.reason = clean(verdict.error or verdict.mismatch or verdict.reason
+                              or "not verified")
     result.seconds = time.monotonic() - start
     return result
 
@@ -203,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a JSON-lines file: each result is appended to it, and the table is "
                              "written from all of its rows (a later row of a file and target "
                              "replaces an earlier one), so a partial rerun updates the table")
+    parser.add_argument("--write-only", action="store_true",
+                        help="run nothing: write the table from --results")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     targets = args.targets.split(",")
@@ -220,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.files.split(",") if args.files else sorted(files)
     names = names[: args.limit] if args.limit else names
     results = []
-    for name in names:
+    for name in [] if args.write_only else names:
         for target in targets:
             r = _child(name, target, args.timeout)
             results.append(r)
@@ -234,8 +245,16 @@ def main(argv: list[str] | None = None) -> int:
         rows = {}
         for line in args.results.read_text().splitlines():
             r = Result(**json.loads(line))
+            r.reason = clean(r.reason)
             rows[r.family, r.target] = r
         results = list(rows.values())
+    if args.write_only or args.results:
+        # every file of the sweep has a row: one the run did not reach says so
+        have = {(r.family, r.target) for r in results}
+        results += [Result(f"{name}.py", files[name][0], target,
+                           reason="not run: the sweep did not reach this file")
+                    for name in names for target in targets
+                    if (f"{name}.py", target) not in have]
     if not args.json:
         write_markdown(args.out, "The timm sweep", PREAMBLE.format(
             version=timm.__version__, sizes=", ".join(map(str, SIZES)),
