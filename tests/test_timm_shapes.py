@@ -13,7 +13,12 @@ gradients, float32 then float64).
 * a Sequential of channels-last layers handed to a module class of the file (timm's convmixer:
   ``Residual(nn.Sequential(conv, act, bn))``, whose forward is ``self.fn(x) + x``) takes and
   returns NCHW itself: the class calls it on torch's layout (it was given NCHW input unchanged,
-  "conv_general_dilated lhs feature dimension ... feature_group_count").
+  "conv_general_dilated lhs feature dimension ... feature_group_count");
+* a subclass of a torch layer whose ``super().__init__`` passes on its own ``**kwargs``
+  (timm's ``LayerNorm2d(nn.LayerNorm)``, built with ``**dd``, the device and dtype): the
+  keywords torch's layer takes are translated, and the ``**kwargs`` are passed on without the
+  factory keywords the rule drops, marked (it was left with torch's keywords,
+  "LayerNorm.__init__() got an unexpected keyword argument 'eps'").
 """
 
 from __future__ import annotations
@@ -190,3 +195,38 @@ def test_a_sequential_handed_to_a_module_class_takes_torch_layout(tmp_path):
                                        inputs=("float32[2,3,8,8]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason
+
+
+LAYERNORM2D = textwrap.dedent('''
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class LayerNorm2d(nn.LayerNorm):
+        def __init__(self, num_channels, eps=1e-6, affine=True, **kwargs):
+            super().__init__(num_channels, eps=eps, elementwise_affine=affine, **kwargs)
+
+        def forward(self, x):
+            x = x.permute(0, 2, 3, 1)
+            x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+            return x.permute(0, 3, 1, 2)
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, num_classes=3, device=None, dtype=None):
+            super().__init__()
+            dd = {"device": device, "dtype": dtype}
+            self.norm = LayerNorm2d(dim, eps=1e-5, **dd)
+            self.head = nn.Linear(dim, num_classes, **dd)
+
+        def forward(self, x):
+            return self.head(self.norm(x).mean((2, 3)))
+''')
+
+
+def test_a_layer_subclass_passing_on_its_kwargs_builds(tmp_path):
+    (tmp_path / "ln.py").write_text(LAYERNORM2D)
+    result = run_request(VerifyRequest(f"{tmp_path / 'ln.py'}::Net", inputs=("float32[2,4,6,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 1  # the **kwargs passed on, marked
