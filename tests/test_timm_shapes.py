@@ -18,7 +18,11 @@ gradients, float32 then float64).
   (timm's ``LayerNorm2d(nn.LayerNorm)``, built with ``**dd``, the device and dtype): the
   keywords torch's layer takes are translated, and the ``**kwargs`` are passed on without the
   factory keywords the rule drops, marked (it was left with torch's keywords,
-  "LayerNorm.__init__() got an unexpected keyword argument 'eps'").
+  "LayerNorm.__init__() got an unexpected keyword argument 'eps'");
+* a model file inside a package that takes a layer lookup from the package's layers
+  subpackage (timm's ``from timm.layers import get_act_layer``, re-exported from
+  ``timm/layers/create_act.py``): verify's mirror package converts that module too, so the
+  classes it returns are JAX (it was copied as torch, and a torch GELU reached the model).
 """
 
 from __future__ import annotations
@@ -230,3 +234,49 @@ def test_a_layer_subclass_passing_on_its_kwargs_builds(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 1  # the **kwargs passed on, marked
+
+
+PKG_ACT = textwrap.dedent('''
+    import torch.nn as nn
+
+    _ACTS = dict(gelu=nn.GELU, relu=nn.ReLU, tanh=nn.Tanh)
+
+
+    def get_act_layer(name):
+        if not isinstance(name, str):
+            return name
+        return _ACTS[name]
+''')
+
+PKG_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ..layers import get_act_layer
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, act_layer="gelu"):
+            super().__init__()
+            act_layer = get_act_layer(act_layer)
+            self.fc1 = nn.Linear(dim, 2 * dim)
+            self.act = act_layer()
+            self.fc2 = nn.Linear(2 * dim, num_classes)
+
+        def forward(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+''')
+
+
+def test_a_package_models_layer_lookup_is_converted_with_it(tmp_path):
+    pkg = tmp_path / "tinypkg_lookup"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "layers" / "__init__.py").write_text("from .create_act import get_act_layer\n")
+    (pkg / "layers" / "create_act.py").write_text(PKG_ACT)
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "net.py").write_text(PKG_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
