@@ -22,7 +22,9 @@ gradients, float32 then float64).
 * a model file inside a package that takes a layer lookup from the package's layers
   subpackage (timm's ``from timm.layers import get_act_layer``, re-exported from
   ``timm/layers/create_act.py``): verify's mirror package converts that module too, so the
-  classes it returns are JAX (it was copied as torch, and a torch GELU reached the model).
+  classes it returns are JAX (it was copied as torch, and a torch GELU reached the model);
+  where the submodule has the function's name (``timm.layers.create_attn``), the package's
+  name stays the function.
 """
 
 from __future__ import annotations
@@ -272,8 +274,10 @@ def test_a_package_models_layer_lookup_is_converted_with_it(tmp_path):
     (pkg / "layers").mkdir(parents=True)
     (pkg / "models").mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "layers" / "__init__.py").write_text("from .create_act import get_act_layer\n")
-    (pkg / "layers" / "create_act.py").write_text(PKG_ACT)
+    # a submodule named like the function it holds (timm.layers.create_attn): the package's
+    # name is the function
+    (pkg / "layers" / "__init__.py").write_text("from .get_act_layer import get_act_layer\n")
+    (pkg / "layers" / "get_act_layer.py").write_text(PKG_ACT)
     (pkg / "models" / "__init__.py").write_text("")
     (pkg / "models" / "net.py").write_text(PKG_MODEL)
     result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",

@@ -181,11 +181,24 @@ sys.modules[__name__] = importlib.import_module("{original}")
 _PACKAGE = """# verify's mirror of the package {original}: its modules here are converted or copied;
 # any other name is the original package's
 import importlib as _importlib
+import sys as _sys
+import types as _types
 from pathlib import Path as _Path
 
 
 # layer classes the original package re-exports from a converted submodule of it
 _REEXPORTED = {reexported!r}
+
+
+class _Package(_types.ModuleType):
+    def __setattr__(self, name, value):
+        if name in _REEXPORTED and isinstance(value, _types.ModuleType):
+            return  # the submodule create_attn, named like the function it re-exports:
+            # the package's create_attn stays the function (__getattr__)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name):
