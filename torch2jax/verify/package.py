@@ -123,7 +123,8 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
     """The imported names that the importer uses inside its functions and that are functions
     of the package whose module uses ``torch.nn`` (timm.layers' get_act_layer, returning layer
     classes; create_conv2d, building a layer): their module is converted, not copied, so that
-    what they return is JAX (they are not module classes: ``known`` does not name them)."""
+    what they return is JAX (they are not module classes: ``known`` does not name them).
+    A private module's functions (``_api``, ``_builder``) are the package's machinery."""
     import inspect
 
     try:
@@ -137,6 +138,9 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
         home = getattr(value, "__module__", "") or ""
         if not (name in used and inspect.isfunction(value) and home.startswith(top + ".")):
             continue
+        if home.rpartition(".")[2].startswith("_"):
+            continue  # the package's machinery (_api, _utils, _builder: registries, weight
+            # enums, argument helpers) is copied and runs inert
         try:
             source = _source_of(home)[0].read_text()
         except (ImportError, OSError):
