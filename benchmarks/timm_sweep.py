@@ -67,7 +67,7 @@ average about 15), two files at a time, with a limit of 150 s per file, and was 
 a few files were rerun after fixes, and at the end of the session the files not reached or
 timed out were run again with a limit of 90 s until the session's time ran out ({reached}
 of the {total} files have a row; the rest say "not run"). The branch's fixes landed while it ran, so a row reflects the converter at the
-time its file was reached. Many rows are time-outs: converting a model file with the
+time its file was reached. The first run's rows were mostly time-outs: converting a model file with the
 timm.layers modules it uses and building both models did not finish in the limit under
 that load, the more so once the mirror converted the modules of the functions a file uses
 (item 5 below); a quiet machine and `--timeout 600` are what the next full run needs. No
@@ -114,7 +114,9 @@ a builder function imported from another converted module is called without `rng
 methods in `__init__` (beit's `self.k_bias.zero_()`); `jnp.linspace(...).split(depths)`
 (convnext, timm.layers' drop-path rates); `named_children()` on a converted model (vit,
 timm's `_manipulate`); densenet's `BatchNormAct2d` is still the torch class; cait's patch
-embedding is given NCHW. With the machine quiet again at the end of the session, a file took
+embedding is given NCHW; deit imports `trunc_normal_` from the converted
+vision_transformer.py, whose import of it the converter dropped (a name a file re-exports
+is still read there). With the machine quiet again at the end of the session, a file took
 10 to 30 s, so the time-outs above are the load, not the converter.
 """
 
