@@ -1,7 +1,7 @@
 """The sweep over timm's model files: convert each one and verify a small model built from it.
 
     python benchmarks/timm_sweep.py                       # every model file, NNX, docs/timm-sweep.md
-    python benchmarks/timm_sweep.py --targets nnx,linen,equinox --files resnet,vgg --out /tmp/t.md
+    python benchmarks/timm_sweep.py --targets nnx,linen,equinox --files resnet,vgg --out t.md
     python benchmarks/timm_sweep.py --files resnet --json   # one JSON line per result, no doc
 
 Needs timm (the torchvision tier's environment, tests/torchvision_tier.sh, pins timm==1.0.31).
