@@ -37,6 +37,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
+from torch2jax.analysis.index import SAME_AS
 from torch2jax.package_code import (
     FOLLOWED,
     Convert,
@@ -248,6 +249,8 @@ class _Collect(cst.CSTVisitor):
     def _ref(self, node) -> bool:
         q = self._q(node)
         top = (q or "").split(".")[0]
+        if q in SAME_AS:  # timm.layers.trunc_normal_: torch's, translated as torch's
+            return False
         if q and (top in NOT_FOLLOWED or (top in FOLLOWED and q.startswith(
                 f"{top}.{FOLLOWED[top][0]}."))):
             self.refs.append(_Ref(node, q, self.stmts[-1] if self.stmts else None))

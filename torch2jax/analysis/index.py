@@ -17,13 +17,19 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
-from torch2jax.analysis.walk import NoAttributeHooks, of_type
+from torch2jax.analysis.walk import NoAttributeHooks, of_type, walk
 from torch2jax.ruleset import Rule, RuleSet
 
 _CONTAINERS = ("sequential", "module_list", "module_dict")
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 FACTORY_SUFFIXES = ("norm_layer", "_norm")
 RANDOM_INITS = {f"torch.nn.init.{n}" for n in ("normal_", "uniform_", "trunc_normal_")}
+# functions of other packages that are torch's to the letter (same signature, same meaning):
+# they are read as torch's, and translated as torch's are. timm's trunc_normal_ (mean, std and
+# the absolute cut-offs a, b, drawn in place) is torch.nn.init.trunc_normal_; its
+# trunc_normal_tf_ (cut-offs in units of std) is not.
+SAME_AS = {f"{m}.trunc_normal_": "torch.nn.init.trunc_normal_"
+           for m in ("timm.layers", "timm.layers.weight_init", "timm.models.layers")}
 
 
 _NAMES = "_qualified_names"
@@ -45,7 +51,8 @@ def qualified(visitor: cst.MetadataDependent, node: cst.CSTNode) -> str | None:
         return cache[node]
     scope = visitor.get_metadata(ScopeProvider, node, None)
     names = scope.get_qualified_names_for(node) if scope else None
-    found = cache[node] = min(n.name for n in names) if names else None
+    found = min(n.name for n in names) if names else None
+    found = cache[node] = SAME_AS.get(found, found)  # type: ignore[arg-type]
     return found
 
 
@@ -275,6 +282,33 @@ def built_layout(rule: Rule, node: cst.Call) -> str:
     return rule.layout
 
 
+def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
+    """{loop target: the parameter whose items it takes} in ``fn``: ``for block_fn in
+    block_fns``, ``for block_fn, n in zip(block_fns, depths)``, ``for i, (b, n) in
+    enumerate(zip(block_fns, depths))``."""
+    params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+    found: dict[str, str] = {}
+
+    def pair(target: cst.BaseExpression, it: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name) and isinstance(it, cst.Name):
+            if it.value in params:
+                found[target.value] = it.value
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(it, cst.Call) and (
+                isinstance(it.func, cst.Name) and not any(a.keyword or a.star for a in it.args)):
+            items = [e.value for e in target.elements]
+            args = [a.value for a in it.args]
+            if it.func.value == "zip" and len(items) == len(args):
+                for t, a in zip(items, args):
+                    pair(t, a)
+            elif it.func.value == "enumerate" and len(items) == 2 and len(args) == 1:
+                pair(items[1], args[0])
+
+    for node in walk(fn.body, False):
+        if isinstance(node, cst.For):
+            pair(node.target, node.iter)
+    return found
+
+
 def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
     """The layers a lone Sequential argument holds by name: ``OrderedDict(pairs)`` -> ``pairs``,
     a local OrderedDict of layers (``layers["a"] = ...``) -> ``layers``; else None."""
@@ -417,7 +451,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             return
         fn = self._fn_stack[-1]
         if value.func.value in {p.name.value for p in (*fn.params.params,
-                                                        *fn.params.kwonly_params)}:
+                                                        *fn.params.kwonly_params)} or (
+                value.func.value in param_loop_targets(fn)):
             self._fn_param_calls.add(key)
 
     def visit_Module(self, node: cst.Module) -> None:

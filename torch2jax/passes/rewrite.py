@@ -31,7 +31,7 @@ from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis import accumulate as acc
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import FileIndex, Layouts, qualified
+from torch2jax.analysis.index import SAME_AS, FileIndex, Layouts, qualified
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.training import TrainingIndex
 from torch2jax.analysis.walk import NoAttributeHooks, findall
@@ -474,6 +474,14 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         if f"{mod}." in EINOPS_TORCH_LAYERS and isinstance(updated_node.names, (list, tuple)):
             # einops' torch layers: Rearrange and Reduce become einops' functions; EinMix stays
             keep = [a for a in updated_node.names if code(a.name) not in _EINOPS_FUNCTIONS]
+            if not keep:
+                return cst.RemoveFromParent()
+            return updated_node.with_changes(names=_fix_commas(keep))
+        if isinstance(updated_node.names, (list, tuple)) and any(
+                f"{mod}.{code(a.name)}" in SAME_AS for a in updated_node.names):
+            # from timm.layers import trunc_normal_: translated as torch's, where it is read
+            # (a read left untranslated gets its import back, marked: finish/)
+            keep = [a for a in updated_node.names if f"{mod}.{code(a.name)}" not in SAME_AS]
             if not keep:
                 return cst.RemoveFromParent()
             return updated_node.with_changes(names=_fix_commas(keep))

@@ -12,7 +12,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts, ordered_dict_items
+from torch2jax.analysis.index import Layouts, ordered_dict_items, param_loop_targets
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import closures
@@ -525,6 +525,12 @@ class ModuleClassMixin:
                     self._param_names and n in self._param_names[-1]):
                 return False  # a function of the file that builds no layer (its def takes
                 # no rngs): get_norm_layer(name) returning a class
+            if not (self._param_names and n in self._param_names[-1]) and (
+                    n.startswith(("get_", "is_", "has_")) or self._returns_factory(original)):
+                # an imported lookup or predicate: act_layer = get_act_layer(act_layer),
+                # is_fast_norm() (a name ending in "layer" or "norm" reads as a factory
+                # handed in, below)
+                return False
             # a layer factory handed in as an argument (block(...), norm_layer(...))
             # (or held in a local: norm_layer = self._norm_layer)
             factory = n.endswith(("layer", "block", "Layer", "Block", "norm", "module"))
@@ -562,6 +568,24 @@ class ModuleClassMixin:
         return bool(isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
                     and func.attr.value.endswith(("block", "Block")) and self._rngs_scope
                     and self._rngs_scope[-1])
+
+    def _returns_factory(self, call: cst.Call) -> bool:
+        """The call's value is a layer class or factory, not a layer: it is bound to a name
+        that the call itself takes (``act_layer = get_act_layer(act_layer)``), or that the
+        function calls afterwards (``norm_layer = get_norm_layer(kind) or LayerNorm`` then
+        ``norm_layer(dim)``)."""
+        node: cst.CSTNode = call
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        while isinstance(parent, cst.BooleanOperation):  # get_norm_layer(kind) or LayerNorm
+            node, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        if not (isinstance(parent, cst.Assign) and parent.value is node
+                and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)
+                and self._fn_stack):
+            return False
+        bound = parent.targets[0].target.value
+        if any(m.matches(a.value, m.Name(bound)) for a in call.args):
+            return True
+        return bool(findall(self._fn_stack[-1].body, m.Call(func=m.Name(bound))))
 
     def _builds_layers_here(self) -> bool:
         """Inside a function that builds layers with an ``rngs`` in scope (a module's
@@ -702,7 +726,26 @@ class ModuleClassMixin:
                 and value.value.value in lists)
 
         found = self._class_locals[fn] = {name for name, value in assigns if a_class(value)}
+        found |= self._class_loop_targets(fn)
         return found
+
+    def _class_loop_targets(self, fn: cst.FunctionDef) -> set[str]:
+        """Loop targets that take the items of a parameter annotated as module classes:
+        ``for block_fn, n in zip(block_fns, depths)`` with ``block_fns: Tuple[Type[Block],
+        ...]`` (timm's make_blocks)."""
+        params = {p.name.value: p for p in (*fn.params.params, *fn.params.kwonly_params)}
+        code = cst.Module([]).code_for_node
+        classes = self.index.module_classes
+
+        def class_typed(name: str) -> bool:
+            annotation = params[name].annotation
+            if annotation is None:
+                return False
+            text = code(annotation.annotation)
+            return "nn.Module" in text or any(
+                f"Type[{c}]" in text or f"type[{c}]" in text for c in classes)
+
+        return {t for t, p in param_loop_targets(fn).items() if class_typed(p)}
 
     def _param_default(self, name: str) -> str | None:
         """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""

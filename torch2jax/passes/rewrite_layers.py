@@ -489,7 +489,9 @@ class LayersMixin:
         """A call that builds a subclass of a torch layer (``LayerNorm2d(dim, eps=1e-6)``,
         ``super().__init__(...)``): the layer rule's translation of the arguments, called on
         the subclass."""
-        b = bind(updated.args, rule.params)
+        passed_on = self._passed_on_kwargs(updated, super_init)
+        args = [a for a in updated.args if a is not passed_on]
+        b = bind(args, rule.params)
         unknown = [k for k in b.named if k not in rule.params and k not in rule.drop]
         if unknown or b.star:
             raise Untranslatable(f"{rule.torch} subclass: argument(s) "
@@ -512,7 +514,29 @@ class LayersMixin:
         for severity, msg in site.notes:
             self.diag(original, rule.id, severity, msg)
         self.need("nnx")
+        if passed_on is not None and isinstance(out, cst.Call):
+            # super().__init__(dim, eps=eps, **kwargs) in timm's LayerNorm(nn.LayerNorm): the
+            # factory keywords (device, dtype: timm's **dd) are dropped as the rule drops them
+            name = code(passed_on.value)
+            drop = ", ".join(repr(d) for d in rule.drop) + ("," if len(rule.drop) == 1 else "")
+            self.diag(original, rule.id, "error",
+                      f"{rule.torch} subclass: **{name} is passed on without {drop.rstrip(',')};"
+                      f" any other {rule.torch} keyword in it reaches the JAX layer untranslated")
+            out = out.with_changes(args=[*out.args, cst.Arg(expr(
+                f"{{k: v for k, v in {name}.items() if k not in ({drop})}}"), star="**")])
         return out.with_changes(func=updated.func)
+
+    def _passed_on_kwargs(self, updated: cst.Call, super_init: bool) -> cst.Arg | None:
+        """The ``**kwargs`` of ``super().__init__(..., **kwargs)`` that passes on the
+        enclosing ``__init__``'s own ``**kwargs``, or None."""
+        stars = [a for a in updated.args if a.star]
+        if not (super_init and self._fn_stack and len(stars) == 1 and stars[0].star == "**"
+                and isinstance(stars[0].value, cst.Name)):
+            return None
+        kw = self._fn_stack[-1].params.star_kwarg
+        if isinstance(kw, cst.Param) and kw.name.value == stars[0].value.value:
+            return stars[0]
+        return None
 
     def _own_functional(self, node: cst.Call) -> bool:
         """``F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)`` in a
@@ -727,6 +751,12 @@ class LayersMixin:
                 # a Sequential kept in a local (downsample = nn.Sequential(conv, bn)) or returned
                 # from a list (vgg's make_layers) and handed on: nothing tracks its layout there,
                 # so it takes and returns NCHW itself
+                overall = "torch"
+            if overall == "channels_last" and isinstance(parent, cst.Arg) and m.matches(
+                    self.get_metadata(ParentNodeProvider, parent, None),
+                    m.Call(func=m.Name(m.MatchIfTrue(self.index.module_classes.__contains__)))):
+                # handed to a module class of the file (Residual(nn.Sequential(conv, act, bn))
+                # in timm's convmixer): that class calls it on NCHW, so it takes NCHW itself
                 overall = "torch"
             info = self.index.classes.get(self.current_class or "")
             if (info is not None and isinstance(parent, cst.Assign) and m.matches(

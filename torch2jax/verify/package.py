@@ -119,6 +119,37 @@ def _layer_classes(module_name: str, names: list[str], used: set[str]) -> set[st
     return found
 
 
+def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[str]:
+    """The imported names that the importer uses inside its functions and that are functions
+    of the package whose module uses ``torch.nn`` (timm.layers' get_act_layer, returning layer
+    classes; create_conv2d, building a layer): their module is converted, not copied, so that
+    what they return is JAX (they are not module classes: ``known`` does not name them).
+    A private module's functions (``_api``, ``_builder``) are the package's machinery."""
+    import inspect
+
+    try:
+        original = importlib.import_module(module_name)
+    except ImportError:
+        return set()
+    top = module_name.split(".")[0]
+    found = set()
+    for name in names:
+        value = getattr(original, name, None)
+        home = getattr(value, "__module__", "") or ""
+        if not (name in used and inspect.isfunction(value) and home.startswith(top + ".")):
+            continue
+        if home.rpartition(".")[2].startswith("_"):
+            continue  # the package's machinery (_api, _utils, _builder: registries, weight
+            # enums, argument helpers) is copied and runs inert
+        try:
+            source = _source_of(home)[0].read_text()
+        except (ImportError, OSError):
+            continue
+        if "torch.nn" in source or "import nn" in source:
+            found.add(name)
+    return found
+
+
 def _moved_layer_classes(package: str, classes: set[str]) -> dict[str, str]:
     """{class: submodule} for the layer classes a package re-exports from a submodule of its
     own (torchvision.ops.StochasticDepth is torchvision.ops.stochastic_depth's)."""
@@ -154,11 +185,24 @@ sys.modules[__name__] = importlib.import_module("{original}")
 _PACKAGE = """# verify's mirror of the package {original}: its modules here are converted or copied;
 # any other name is the original package's
 import importlib as _importlib
+import sys as _sys
+import types as _types
 from pathlib import Path as _Path
 
 
 # layer classes the original package re-exports from a converted submodule of it
 _REEXPORTED = {reexported!r}
+
+
+class _Package(_types.ModuleType):
+    def __setattr__(self, name, value):
+        if name in _REEXPORTED and isinstance(value, _types.ModuleType):
+            return  # the submodule create_attn, named like the function it re-exports:
+            # the package's create_attn stays the function (__getattr__)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name):
@@ -228,8 +272,10 @@ def convert_package_file(
         deps = _relative_imports(source, module, is_package)
         layers = {dep: _layer_classes(dep, names, used) for dep, names in deps
                   if mode == "convert"}
+        functions = {dep: _layer_functions(dep, names, used) for dep, names in deps
+                     if mode == "convert"}
         for dep, classes in layers.items():
-            moved = _moved_layer_classes(dep, classes)
+            moved = _moved_layer_classes(dep, classes | functions[dep])
             if moved:  # from ..ops import StochasticDepth: convert ops/stochastic_depth.py
                 reexported.setdefault(dep, {}).update(moved)
                 work += [(f"{dep}.{sub}", "convert") for sub in set(moved.values())]
@@ -250,7 +296,8 @@ def convert_package_file(
             continue
         for dep, _ in deps:
             if mode == "convert":
-                convert_dep = layers[dep] and not (layers[dep] <= set(reexported.get(dep, {})))
+                wanted = layers[dep] | functions[dep]
+                convert_dep = wanted and not (wanted <= set(reexported.get(dep, {})))
                 work.append((dep, "convert" if convert_dep else "copy"))
             else:
                 work.append((dep, "alias"))

@@ -1,0 +1,286 @@
+"""Shapes of timm's model code (benchmarks/timm_sweep.py, docs/timm-sweep.md), each on a model
+of our own written that way, converted, built and verified against torch (outputs and
+gradients, float32 then float64).
+
+* a layer *lookup* imported from another module (timm.layers' ``get_act_layer``,
+  ``get_norm_layer``): ``act_layer = get_act_layer(act_layer)`` returns a class, not a layer,
+  so the call takes no ``rngs`` (it failed with "unexpected keyword argument 'rngs'"), nor
+  does an imported predicate whose name ends like a factory's (``is_fast_norm()``);
+* block classes handed to a stage builder in a typed tuple and taken in a loop (timm's
+  resnet ``make_blocks``: ``for block_fn, n in zip(block_fns, depths)`` with ``block_fns:
+  Tuple[Type[BasicBlock], ...]``): each ``block_fn(...)`` builds a module and takes ``rngs``
+  (it failed with "missing 1 required keyword-only argument: 'rngs'");
+* a Sequential of channels-last layers handed to a module class of the file (timm's convmixer:
+  ``Residual(nn.Sequential(conv, act, bn))``, whose forward is ``self.fn(x) + x``) takes and
+  returns NCHW itself: the class calls it on torch's layout (it was given NCHW input unchanged,
+  "conv_general_dilated lhs feature dimension ... feature_group_count");
+* a subclass of a torch layer whose ``super().__init__`` passes on its own ``**kwargs``
+  (timm's ``LayerNorm2d(nn.LayerNorm)``, built with ``**dd``, the device and dtype): the
+  keywords torch's layer takes are translated, and the ``**kwargs`` are passed on without the
+  factory keywords the rule drops, marked (it was left with torch's keywords,
+  "LayerNorm.__init__() got an unexpected keyword argument 'eps'");
+* a model file inside a package that takes a layer lookup from the package's layers
+  subpackage (timm's ``from timm.layers import get_act_layer``, re-exported from
+  ``timm/layers/create_act.py``): verify's mirror package converts that module too, so the
+  classes it returns are JAX (it was copied as torch, and a torch GELU reached the model);
+  where the submodule has the function's name (``timm.layers.create_attn``), the package's
+  name stays the function.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from torch2jax.verify.run import VerifyRequest, run_request
+
+LAYERS = textwrap.dedent('''
+    import torch.nn as nn
+
+    _ACTS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+
+
+    def get_act_layer(name="relu"):
+        """A layer class by name (a class passes through)."""
+        if not isinstance(name, str):  # a class (or None) passes through
+            return name
+        return _ACTS[name]
+
+
+    def is_fast_norm():
+        return False
+
+
+    def get_norm_layer(kind):
+        if kind == "layernorm" and not is_fast_norm():
+            return nn.LayerNorm
+        return None
+''')
+
+MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from layers import get_act_layer, get_norm_layer, is_fast_norm
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, act_layer="gelu", norm_layer="layernorm"):
+            super().__init__()
+            act_layer = get_act_layer(act_layer)
+            norm_layer = get_norm_layer(norm_layer) or nn.LayerNorm
+            self.norm = norm_layer(dim)
+            self.fc1 = nn.Linear(dim, 2 * dim)
+            self.act = act_layer()
+            self.fc2 = nn.Linear(2 * dim, dim)
+            self.fast = is_fast_norm()
+
+        def forward(self, x):
+            return x + self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=8, depth=2, num_classes=3, act_layer="silu"):
+            super().__init__()
+            act = get_act_layer(act_layer)
+            self.blocks = nn.Sequential(*[Block(dim, act) for _ in range(depth)])
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.blocks(x).mean(1))
+''')
+
+
+@pytest.mark.parametrize("target", ["nnx"])  # linen, equinox: layer classes as values are marked
+def test_an_imported_layer_lookup_takes_no_rngs(tmp_path, target):
+    (tmp_path / "layers.py").write_text(LAYERS)
+    (tmp_path / "model.py").write_text(MODEL)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net", inputs=("float32[2,5,8]",),
+                                       jax_target=target))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+STAGES = textwrap.dedent('''
+    from typing import List, Tuple, Type, Union
+
+    import torch.nn as nn
+
+
+    class Basic(nn.Module):
+        expansion = 1
+
+        def __init__(self, dim):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim * self.expansion)
+
+        def forward(self, x):
+            return x + self.fc(x).relu()
+
+
+    class Wide(nn.Module):
+        expansion = 1
+
+        def __init__(self, dim):
+            super().__init__()
+            self.fc1 = nn.Linear(dim, 2 * dim)
+            self.fc2 = nn.Linear(2 * dim, dim)
+
+        def forward(self, x):
+            return x + self.fc2(self.fc1(x).tanh())
+
+
+    def make_blocks(block_fns: Tuple[Union[Type[Basic], Type[Wide]], ...],
+                    repeats: Tuple[int, ...], dim: int) -> List[nn.Module]:
+        stages = []
+        for stage_idx, (block_fn, n) in enumerate(zip(block_fns, repeats)):
+            blocks = []
+            for _ in range(n):
+                blocks.append(block_fn(dim * block_fn.expansion))
+            stages.append(nn.Sequential(*blocks))
+        return stages
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3):
+            super().__init__()
+            self.stages = nn.ModuleList(make_blocks((Basic, Wide), (1, 2), dim))
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            for stage in self.stages:
+                x = stage(x)
+            return self.head(x)
+''')
+
+
+def test_block_classes_taken_from_a_typed_tuple_in_a_loop_take_rngs(tmp_path):
+    (tmp_path / "stages.py").write_text(STAGES)
+    result = run_request(VerifyRequest(f"{tmp_path / 'stages.py'}::Net", inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+CONVMIXER = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Residual(nn.Module):
+        def __init__(self, fn: nn.Module):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return self.fn(x) + x
+
+
+    class ConvMixer(nn.Module):
+        def __init__(self, dim=8, depth=2, kernel_size=3, patch_size=2, num_classes=3,
+                     act_layer=nn.GELU):
+            super().__init__()
+            self.stem = nn.Sequential(
+                nn.Conv2d(3, dim, kernel_size=patch_size, stride=patch_size), act_layer(),
+                nn.BatchNorm2d(dim))
+            self.blocks = nn.Sequential(*[nn.Sequential(
+                Residual(nn.Sequential(
+                    nn.Conv2d(dim, dim, kernel_size, groups=dim, padding="same"),
+                    act_layer(), nn.BatchNorm2d(dim))),
+                nn.Conv2d(dim, dim, kernel_size=1), act_layer(), nn.BatchNorm2d(dim),
+            ) for _ in range(depth)])
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            x = self.blocks(self.stem(x))
+            return self.head(x.mean((2, 3)))
+''')
+
+
+def test_a_sequential_handed_to_a_module_class_takes_torch_layout(tmp_path):
+    (tmp_path / "convmixer.py").write_text(CONVMIXER)
+    result = run_request(VerifyRequest(f"{tmp_path / 'convmixer.py'}::ConvMixer",
+                                       inputs=("float32[2,3,8,8]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+LAYERNORM2D = textwrap.dedent('''
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class LayerNorm2d(nn.LayerNorm):
+        def __init__(self, num_channels, eps=1e-6, affine=True, **kwargs):
+            super().__init__(num_channels, eps=eps, elementwise_affine=affine, **kwargs)
+
+        def forward(self, x):
+            x = x.permute(0, 2, 3, 1)
+            x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+            return x.permute(0, 3, 1, 2)
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, num_classes=3, device=None, dtype=None):
+            super().__init__()
+            dd = {"device": device, "dtype": dtype}
+            self.norm = LayerNorm2d(dim, eps=1e-5, **dd)
+            self.head = nn.Linear(dim, num_classes, **dd)
+
+        def forward(self, x):
+            return self.head(self.norm(x).mean((2, 3)))
+''')
+
+
+def test_a_layer_subclass_passing_on_its_kwargs_builds(tmp_path):
+    (tmp_path / "ln.py").write_text(LAYERNORM2D)
+    result = run_request(VerifyRequest(f"{tmp_path / 'ln.py'}::Net", inputs=("float32[2,4,6,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 1  # the **kwargs passed on, marked
+
+
+PKG_ACT = textwrap.dedent('''
+    import torch.nn as nn
+
+    _ACTS = dict(gelu=nn.GELU, relu=nn.ReLU, tanh=nn.Tanh)
+
+
+    def get_act_layer(name):
+        if not isinstance(name, str):
+            return name
+        return _ACTS[name]
+''')
+
+PKG_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ..layers import get_act_layer
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, act_layer="gelu"):
+            super().__init__()
+            act_layer = get_act_layer(act_layer)
+            self.fc1 = nn.Linear(dim, 2 * dim)
+            self.act = act_layer()
+            self.fc2 = nn.Linear(2 * dim, num_classes)
+
+        def forward(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+''')
+
+
+def test_a_package_models_layer_lookup_is_converted_with_it(tmp_path):
+    pkg = tmp_path / "tinypkg_lookup"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    (pkg / "__init__.py").write_text("")
+    # a submodule named like the function it holds (timm.layers.create_attn): the package's
+    # name is the function
+    (pkg / "layers" / "__init__.py").write_text("from .get_act_layer import get_act_layer\n")
+    (pkg / "layers" / "get_act_layer.py").write_text(PKG_ACT)
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "net.py").write_text(PKG_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
