@@ -38,6 +38,9 @@ from torch2jax.ruleset import Rule, weight_source
 from torch2jax.targets import linen as linen_target
 from torch2jax.targets import linen_training as lt
 
+# torch's tensor types, also legacy constructors (rules/functions.toml: torch.Tensor(2, 3))
+_TENSOR_TYPES = ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor")
+
 
 class LayersMixin:
     def _einops_layer(self, updated: cst.Call, name: str) -> cst.BaseExpression:
@@ -215,7 +218,7 @@ class LayersMixin:
         """``Tensor`` (from torch) as a value outside annotations: a namedtuple's
         ``__annotations__ = {"logits": Tensor, "aux": Optional[Tensor]}`` (googlenet). Not an
         import, a construction or an isinstance check (handled there)."""
-        if self.q(original) not in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor"):
+        if self.q(original) not in _TENSOR_TYPES:
             return False
         if isinstance(parent, (cst.ImportAlias, cst.Call)):
             return False
@@ -309,6 +312,8 @@ class LayersMixin:
         if (isinstance(parent, cst.Call) and parent.func is original) or isinstance(
                 parent, cst.Attribute):
             return None
+        if self.q(original) in _TENSOR_TYPES:
+            return None  # the type as a value (torch.jit.annotate(torch.Tensor, x)): jax.Array
         target = rule.jax
         if not target or not _is_dotted_text(target):
             return None
