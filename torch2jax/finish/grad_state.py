@@ -71,15 +71,6 @@ def _why(call: ast.Call, optimizers: set[str]) -> str | None:
     return None
 
 
-def _comments_above(lines: list[str], first: int) -> list[str]:
-    out = []
-    i = first - 2
-    while i >= 0 and lines[i].lstrip().startswith("#"):
-        out.append(lines[i].strip())
-        i -= 1
-    return out
-
-
 def _input_lines(source: str, attr: str) -> list[int]:
     """The input's lines that call ``.attr(``, in order (where a diagnostic points)."""
     return [i for i, line in enumerate(source.splitlines(), start=1)
@@ -114,7 +105,7 @@ def mark_gradient_state(code: str, diagnostics: list[Diagnostic], path: str, sou
         while not isinstance(stmt, ast.stmt):
             stmt = parents[id(stmt)]
         first = stmt.lineno
-        if first in todos or any(c.startswith(TODO_PREFIX) for c in _comments_above(lines, first)):
+        if first in todos or any(c.startswith(TODO_PREFIX) for c in rmv.comments_above(lines, first)):
             continue
         todos[first] = f"{TODO_PREFIX} {why} [{RULE}]"
         # the input's line: the first not yet reported that calls the same method, the same

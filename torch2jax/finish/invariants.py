@@ -247,7 +247,7 @@ def mark_torch_calls(code: str, diagnostics: list[Diagnostic], facts: InputFacts
         while not isinstance(stmt, ast.stmt):
             stmt = parents[id(stmt)]
         first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", []))])
-        if first in todos or any(c.startswith(TODO_PREFIX) for c in _comments_above(lines, first)):
+        if first in todos or any(c.startswith(TODO_PREFIX) for c in rmv.comments_above(lines, first)):
             continue
         if msg is None:
             msg = (f"{dotted[id(node)]} is not translated here ({bindings[node.id][1]} is "
@@ -294,7 +294,7 @@ def _mark_reads(code: str, tree: ast.Module, suspects: set[str], kept_imports: s
         while not isinstance(stmt, ast.stmt):
             stmt = parents[id(stmt)]
         first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", []))])
-        above = _comments_above(lines, first)
+        above = rmv.comments_above(lines, first)
         if (rule == "torch-leftover" and any(c.startswith(TODO_PREFIX) for c in above)) or (
                 (first, name, rule) in seen):
             continue
@@ -321,16 +321,6 @@ def _insert_todos(lines: list[str], todos: dict[int, list[str]]) -> str:
             new += [f"{indent}{t}\n" for t in todos[number]]
         new.append(line)
     return "".join(new)
-
-
-def _comments_above(lines: list[str], first: int) -> list[str]:
-    """The comment lines right above line ``first`` (1-based), stripped."""
-    out = []
-    i = first - 2
-    while i >= 0 and lines[i].lstrip().startswith("#"):
-        out.append(lines[i].strip())
-        i -= 1
-    return out
 
 
 def _dotted_ast(node: ast.Name, parents: dict[int, ast.AST]) -> str:

@@ -415,3 +415,13 @@ def _drop(code: str, present: dict[int, ast.stmt], parents: dict[int, ast.AST]) 
         elif number in passes:
             out.append(f"{mt.group('indent')}pass{line[len(line.rstrip(chr(13) + chr(10))):]}")
     return "".join(out)
+
+
+def comments_above(lines: list[str], first: int) -> list[str]:
+    """The comment lines right above line ``first`` (1-based), stripped."""
+    out = []
+    i = first - 2
+    while i >= 0 and lines[i].lstrip().startswith("#"):
+        out.append(lines[i].strip())
+        i -= 1
+    return out

@@ -677,6 +677,20 @@ def flip(site: Site) -> cst.BaseExpression:
     return call("jnp.flip", arg(site.x()), arg(axis, "axis"))
 
 
+def norm_axes(site: Site) -> list[cst.Arg]:
+    """A norm's ``dim`` and ``keepdim`` as ``axis=`` / ``keepdims=`` (a list of dims a
+    tuple; ``dim=None`` every element)."""
+    out = []
+    dim = site.get("dim")
+    if dim is not None and not (isinstance(dim, cst.Name) and dim.value == "None"):
+        if isinstance(dim, cst.List):
+            dim = cst.Tuple(elements=dim.elements)
+        out.append(arg(dim, "axis"))
+    if site.get("keepdim") is not None and site.lit("keepdim") is not False:
+        out.append(arg(site.get("keepdim"), "keepdims"))
+    return out
+
+
 @special("tensor_norm")
 def tensor_norm(site: Site) -> cst.BaseExpression:
     """``x.norm(p='fro', dim=None, keepdim=False)`` / ``torch.norm``: torch's vector p-norm
@@ -692,13 +706,7 @@ def tensor_norm(site: Site) -> cst.BaseExpression:
         if isinstance(p, str):
             raise Untranslatable(f"{site.rule.torch}(p={p!r}) is not translated")
         out.append(arg(site.get("p"), "ord"))
-    dim = site.get("dim")
-    if dim is not None and not (isinstance(dim, cst.Name) and dim.value == "None"):
-        if isinstance(dim, cst.List):
-            dim = cst.Tuple(elements=dim.elements)
-        out.append(arg(dim, "axis"))
-    if site.get("keepdim") is not None and site.lit("keepdim") is not False:
-        out.append(arg(site.get("keepdim"), "keepdims"))
+    out += norm_axes(site)
     return call("jnp.linalg.vector_norm", *out)
 
 

@@ -7,6 +7,7 @@ import libcst as cst
 
 from torch2jax.passes.common import Untranslatable, arg, call, code, expr
 from torch2jax.passes.registry import Site, special
+from torch2jax.passes.special import norm_axes
 
 
 @special("linalg_norm")
@@ -19,13 +20,7 @@ def linalg_norm(site: Site) -> cst.BaseExpression:
     out = [arg(site.x())]
     if site.get("ord") is not None:
         out.append(arg(site.get("ord"), "ord"))
-    dim = site.get("dim")
-    if dim is not None and not (isinstance(dim, cst.Name) and dim.value == "None"):
-        if isinstance(dim, cst.List):
-            dim = cst.Tuple(elements=dim.elements)
-        out.append(arg(dim, "axis"))
-    if site.get("keepdim") is not None and site.lit("keepdim") is not False:
-        out.append(arg(site.get("keepdim"), "keepdims"))
+    out += norm_axes(site)
     return call(site.rule.jax, *out)
 
 
