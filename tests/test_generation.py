@@ -203,9 +203,9 @@ def _key(fn) -> dict:
 
 
 LAST_POSITION = ("return self.lm_head(x), None",
-                 "if targets is None:\n"
-                 "            return self.lm_head(x[:, [-1], :]), None\n"
-                 "        return self.lm_head(x), None")
+                 ("if targets is None:\n"
+                  "            return self.lm_head(x[:, [-1], :]), None\n"
+                  "        return self.lm_head(x), None"))
 
 
 @pytest.mark.parametrize("variant", ["not causal", "last position"])
@@ -231,13 +231,13 @@ def test_exact_route_jits_the_forward_once_per_length(variant, tmp_path):
 
 WHILE_LOOP = ("    for _ in range(max_new_tokens):\n",
               "    while idx.size(1) < max_new_tokens + 3:\n")
-ARGMAX = ("        probs = F.softmax(logits, dim=-1)\n        idx_next = torch.multinomial("
-          "probs, num_samples=1)\n",
+ARGMAX = (("        probs = F.softmax(logits, dim=-1)\n        idx_next = torch.multinomial("
+           "probs, num_samples=1)\n"),
           "        idx_next = torch.argmax(logits, dim=-1, keepdim=True)\n")
 TOPK = ("        probs = F.softmax(",
-        "        v, _ = torch.topk(logits, min(4, logits.size(-1)))\n"
-        "        logits[logits < v[:, [-1]]] = -float(\"Inf\")\n"
-        "        probs = F.softmax(")
+        ("        v, _ = torch.topk(logits, min(4, logits.size(-1)))\n"
+         "        logits[logits < v[:, [-1]]] = -float(\"Inf\")\n"
+         "        probs = F.softmax("))
 
 
 @pytest.mark.slow

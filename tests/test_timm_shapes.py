@@ -161,6 +161,39 @@ def test_block_classes_taken_from_a_typed_tuple_in_a_loop_take_rngs(tmp_path):
     assert result.passed, result.reason
 
 
+# timm's ResNet: make_blocks returns (name, stage) pairs that __init__ registers with
+# self.add_module(*stage) and forward reads as attributes (an unmarked line that failed with
+# "'ResNet' object has no attribute 'add_module'")
+ADD_MODULE = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    def make_stages(widths):
+        stages, prev = [], 6
+        for i, w in enumerate(widths):
+            stages.append((f"layer{i + 1}", nn.Sequential(nn.Linear(prev, w), nn.ReLU())))
+            prev = w
+        return stages
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            for stage in make_stages([8, 5]):
+                self.add_module(*stage)  # layer1, layer2
+
+        def forward(self, x):
+            return self.layer2(self.layer1(x))
+''')
+
+
+def test_add_module_of_a_name_module_pair_registers_the_attribute(tmp_path):
+    (tmp_path / "stages.py").write_text(ADD_MODULE)
+    result = run_request(VerifyRequest(f"{tmp_path / 'stages.py'}::Net", inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
 CONVMIXER = textwrap.dedent('''
     import torch.nn as nn
 

@@ -14,13 +14,13 @@ import pytest
 
 pytest.importorskip("timm", exc_type=ImportError)
 
-import textwrap  # noqa: E402
+import textwrap
 
-from torch2jax.verify.run import VerifyRequest, run_request  # noqa: E402
+from torch2jax.verify.run import VerifyRequest, run_request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from timm_sweep import _child  # noqa: E402
+from timm_sweep import _child
 
 pytestmark = pytest.mark.torchvision
 

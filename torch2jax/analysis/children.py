@@ -17,7 +17,6 @@ import libcst as cst
 import libcst.matchers as m
 
 
-
 class ChildrenUnknown(Exception):
     """The children of a module class are not known statically (the message says why)."""
 

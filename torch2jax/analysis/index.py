@@ -529,10 +529,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("append"))
                          ) and node.args:
                 layers = [node.args[0].value]
-            elif m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("add_module"))
-                           ) and len(node.args) == 2:
-                layers = [node.args[1].value]
-            elif m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("insert"))
+            elif m.matches(node.func, m.Attribute(
+                    value=m.Name("self"), attr=m.Name("add_module") | m.Name("insert"))
                            ) and len(node.args) == 2:
                 layers = [node.args[1].value]
             elif (m.matches(node.func, m.Attribute(value=m.Call(func=m.Name("super")),

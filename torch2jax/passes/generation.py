@@ -33,7 +33,6 @@ import libcst.matchers as m
 
 from torch2jax.passes.training import EVAL_STEP, eval_step_function
 
-
 # layers that mix sequence positions; each needs is_causal=True to count as causal
 _MIXING = {"Conv1d", "LSTM", "GRU", "RNN", "MultiheadAttention", "TransformerEncoderLayer",
            "TransformerEncoder", "Transformer", "TransformerDecoderLayer",

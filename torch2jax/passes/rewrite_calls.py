@@ -11,8 +11,8 @@ import itertools
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.analysis import host as ha
 from torch2jax.analysis import children
+from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts, combine
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
@@ -379,6 +379,13 @@ class CallsMixin:
                 and not self._builds_layers_here() and self._module_rngs()):
             # a module's draw at call time (Mixtral's router jitter): from its nnx.Rngs
             return self._random_fill(original, updated, self._subkey(original))
+        if (m.matches(original.func, m.Attribute(value=m.Name("self"), attr=m.Name("add_module")))
+                and len(original.args) == 1 and original.args[0].star == "*"
+                and self.in_module_class()
+                and self.index.classes[self.current_class].container is None):
+            # self.add_module(*stage), stage a (name, module) pair (timm's ResNet): setattr,
+            # as the two-argument form on a plain module
+            return call("setattr", arg(cst.Name("self")), *updated.args)
         if (m.matches(original.func, m.Attribute(attr=m.Name("add_module")))
                 and len(original.args) == 2 and self.in_module_class()):
             added = self._add_module(original, updated)
