@@ -43,6 +43,26 @@ def recompiles(log: str, names: set[str]) -> dict[tuple[str, str], int]:
     return {(name, shapes[:200]): n for (name, shapes), n in seen.items() if n > 1}
 
 
+def compiled_while(fn):
+    """fn()'s value and jax's "Compiling ..." log messages emitted while it ran (the
+    in-process counterpart of recompiles())."""
+    import logging
+
+    import jax
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles():
+            value = fn()
+    finally:
+        logger.removeHandler(handler)
+    return value, [r.getMessage() for r in records if "Compiling" in r.getMessage()]
+
+
 def program_functions(*paths: Path) -> set[str]:
     """The jitted functions of the Python files ``paths`` (files or folders)."""
     names: set[str] = set()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import logging
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from launch import compiled_while
 
 from torch2jax.convert import convert_source
 from torch2jax.weights import transfer_state_dict
@@ -140,37 +140,12 @@ def test_greedy_tokens_match_torch_and_compile_once(causal, tmp_path):
     prompt = np.array([[1, 2, 3], [4, 5, 6]])
     # a tiny temperature makes sampling greedy; 14 new tokens slide the window of 8
     want = tmod.generate(tm, torch.tensor(prompt), 14, temperature=1e-6).numpy()
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("jax")
-    logger.addHandler(handler)
-    try:
-        with jax.log_compiles():
-            got = [np.asarray(jmod.generate(jm, jnp.asarray(prompt, jnp.int32), 14,
-                                            temperature=1e-6, key=jax.random.key(i)))
-                   for i in range(2)]
-    finally:
-        logger.removeHandler(handler)
+    got, compiles = compiled_while(lambda: [
+        np.asarray(jmod.generate(jm, jnp.asarray(prompt, jnp.int32), 14, temperature=1e-6,
+                                 key=jax.random.key(i))) for i in range(2)])
     assert all((g == want).all() for g in got), (got, want)
-    compiles = [r for r in records if "generate" in r.getMessage()
-                and "Compiling" in r.getMessage()]
-    assert len(compiles) == 1, [r.getMessage() for r in compiles]
-
-
-def _compiles(fn):
-    """fn()'s value and the names of the functions jax compiled while it ran."""
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("jax")
-    logger.addHandler(handler)
-    try:
-        with jax.log_compiles():
-            value = fn()
-    finally:
-        logger.removeHandler(handler)
-    return value, [r.getMessage() for r in records if "Compiling" in r.getMessage()]
+    compiles = [c for c in compiles if "generate" in c]
+    assert len(compiles) == 1, compiles
 
 
 def _greedy(tmp_path, source, code, call, model="GPT", prompt=((1, 2, 3), (4, 5, 6))):
@@ -186,7 +161,7 @@ def _greedy(tmp_path, source, code, call, model="GPT", prompt=((1, 2, 3), (4, 5,
     jm.eval()
     transfer_state_dict(tm, jm)
     want = np.asarray(call(tmod, tm, torch.tensor(prompt)))
-    got, compiles = _compiles(lambda: np.asarray(call(jmod, jm, jnp.asarray(prompt, jnp.int32))))
+    got, compiles = compiled_while(lambda: np.asarray(call(jmod, jm, jnp.asarray(prompt, jnp.int32))))
     assert got.shape == want.shape, (got.shape, want.shape)
     return want, got, compiles
 

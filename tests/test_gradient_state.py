@@ -10,12 +10,11 @@ backward``).
 
 from __future__ import annotations
 
-import logging
 import re
 
-import jax
 import pytest
 import variants as v
+from launch import compiled_while
 from test_training_scripts import HEADER
 
 from torch2jax.convert import convert_source
@@ -73,21 +72,11 @@ def test_micro_steps_in_a_helper_print_torchs_numbers() -> None:
     # compiled both halves: a gradient step that sums, an update that applies the sum
     assert "def grad_step(" in result.code and "def apply_grads(" in result.code
     assert result.code.count("@nnx.jit") == 2
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("jax")
-    logger.addHandler(handler)
-    try:
-        with jax.log_compiles():
-            jax_lines = v.run_source(result.code)
-    finally:
-        logger.removeHandler(handler)
+    jax_lines, compiles = compiled_while(lambda: v.run_source(result.code))
     assert v.same_output(jax_lines, torch_lines, 2e-5) is None, (jax_lines, torch_lines)
     # defined at the top level (the helper reads nothing local to it): compiled once per
     # input structure over the 6 steps, not at every call of the helper (the gradient step
     # twice: the accumulator is None at the first micro-step)
-    compiles = [r.getMessage() for r in records if "Compiling" in r.getMessage()]
     assert len([c for c in compiles if "jit(grad_step)" in c]) == 2, compiles
     assert len([c for c in compiles if "jit(apply_grads)" in c]) == 1, compiles
 
