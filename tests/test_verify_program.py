@@ -139,7 +139,11 @@ def test_the_corpus_gpt_program_agrees(corpus):
     assert r.error is None and r.passed, [(c.name, c.detail) for c in r.failures()]
     # 3 steps x 2 micro-batches; 2 groups; 28 parameters; the evaluation before training
     assert kinds(r) == {"loss": 6, "lr": 6, "param": 28, "opt_state": 56, "decay": 28,
-                        "print": 7}
+                        "seed": 2, "print": 7}
+    # torch.manual_seed(1337) -> jax.random.key(1337); numpy's generator stays numpy's
+    assert [c.detail for c in r.checks if c.kind == "seed"] == [
+        "torch torch.manual_seed(1337), JAX jax.random.key(1337), before step 1",
+        "torch np.random.default_rng(1337), JAX np.random.default_rng(1337), before step 1"]
     assert "inputs replayed: 28 arrays over 14 torch forward calls" in r.notes
 
 
@@ -157,8 +161,63 @@ def test_the_corpus_gpt_mask_as_a_schedule_and_an_undivided_accumulation(corpus)
     assert all("in torch only" in c.detail for c in r.failures("decay"))
     # every loss is twice torch's; the moments follow the doubled gradients
     assert [c.name for c in r.failures("loss")] == [f"loss {i}" for i in range(1, 7)]
+    assert [c.step for c in r.failures("loss")] == [1, 1, 2, 2, 3, 3]
     assert all(c.name.endswith(("exp_avg", "exp_avg_sq")) for c in r.failures("opt_state"))
-    assert r.failures("opt_state")
+    assert r.failures("opt_state") and {c.step for c in r.failures("opt_state")} == {1}
+    assert {c.step for c in r.failures("decay")} == {1}
+
+
+# --- seeded mutations of the converted corpus program: each named by its step and tensor ------
+CLIP = ("    if grad_clip != 0.0:\n"
+        "        grads, _ = optax.clip_by_global_norm(grad_clip).update(grads, optax.EmptyState())\n")
+UPDATE = "    apply_grads(model, optimizer, grads)\n"
+
+
+def test_the_corpus_gpt_decay_off_and_the_wrong_seed(corpus):
+    """``weight_decay=0.0`` in the converted ``configure_optimizers`` and the program's key
+    made from another seed, seeded together (one JAX run): the decay probe names every tensor
+    torch decays at step 1, the seed check the first seed call; nothing else differs (the
+    weights and batches are torch's)."""
+    r = run_corpus(corpus, "decay_off_seed",
+                   ("model.py", "weight_decay=weight_decay,", "weight_decay=0.0,"),
+                   ("train.py", "jax.random.key(seed + seed_offset)",
+                    "jax.random.key(seed + seed_offset + 1)"))
+    torch_params = corpus[2]["params"]
+    assert {c.name for c in r.failures("decay")} == {
+        n for n, p in torch_params.items() if p.ndim >= 2}
+    assert {(c.step, c.detail) for c in r.failures("decay")} == {
+        (1, "weight decay touches it in torch only")}
+    [seed] = r.failures("seed")
+    assert (seed.name, seed.step) == ("seed 1", 1)
+    assert seed.detail == ("torch torch.manual_seed(1337), JAX jax.random.key(1338), "
+                           "before step 1")
+    # the missing decay shows in no rate nor the first step's losses
+    assert not r.failures("lr") and not [c for c in r.failures("loss") if c.step == 1]
+
+
+def test_the_corpus_gpt_schedule_one_step_ahead(corpus):
+    r = run_corpus(corpus, "schedule_ahead",
+                   ("train.py", "lr = get_lr(iter_num) if", "lr = get_lr(iter_num + 1) if"))
+    # every step's rate is the next one's, in both groups; the parameters show it from step 1
+    assert [(c.name, c.step) for c in r.failures("lr")] == [
+        (f"step {s} group {g}", s) for s in (1, 2, 3) for g in (0, 1)]
+    assert r.failures("param") and {c.step for c in r.failures("param")} == {1}
+    # the first step's losses come before any update
+    assert not [c for c in r.failures("loss") if c.step == 1]
+
+
+def test_the_corpus_gpt_clipping_after_the_update(corpus):
+    """The clipping moved after ``apply_grads``: the moments take the unclipped gradients.
+    Torch's clipping first engages at step 3 here (the gradients' global norm passes
+    ``grad_clip=1.0`` there): every tensor's ``exp_avg`` is named from that step, nothing
+    before it differs."""
+    r = run_corpus(corpus, "clip_after", ("train.py", CLIP + UPDATE, UPDATE + CLIP))
+    failed = r.failures("opt_state")
+    assert {c.name for c in failed if c.name.endswith(" exp_avg")} == {
+        f"{n} exp_avg" for n in corpus[2]["opt_state"]}
+    assert {c.step for c in failed} == {3}
+    assert "after step 3 of 3" in failed[0].detail
+    assert not r.failures("lr") and not r.failures("seed") and not r.failures("loss")
 
 
 def test_cli_program_mode(tmp_path):
