@@ -73,7 +73,7 @@ def test_the_conversion_computes_what_the_program_computes(sides):
     # every kind was compared: 2 losses, 2 steps x 2 groups of lr, 28 parameters (the tied
     # lm_head is wte), their Adam moments, the decay probe, the two printed lines
     assert kinds(r) == {"loss": STEPS, "lr": 2 * STEPS, "param": 28, "opt_state": 56,
-                        "decay": 28, "print": 2}
+                        "decay": 28, "seed": 1, "print": 2}
     decayed = {c.name for c in r.checks if c.kind == "decay" and c.detail.startswith("decay")}
     assert decayed == DECAYED
     assert "inputs replayed: 4 arrays over 2 torch forward calls" in r.notes
@@ -227,7 +227,7 @@ def test_cli_program_mode(tmp_path):
     data = json.loads(result.output.strip().splitlines()[-1])
     assert data["passed"] and data["steps"] == 1
     assert {c["kind"] for c in data["checks"]} == {"loss", "lr", "param", "opt_state", "decay",
-                                                    "print"}
+                                                    "seed", "print"}
 
 
 @pytest.mark.parametrize("extra", [["fixtures/models/mlp.py::MLP"], ["--target", "linen"]])

@@ -104,6 +104,14 @@ class SeedLog:
         self.folder, self.step = str(folder.resolve()), step
         self.calls: list[tuple[str, int, int]] = []
 
+    def note(self, label: str, values: list[Any], depth: int = 2) -> None:
+        """Record the integers of ``values`` when the call ``depth`` frames up is the
+        program's own."""
+        if sys._getframe(depth).f_code.co_filename.startswith(self.folder):
+            for v in values:
+                if isinstance(v, int) and not isinstance(v, bool):
+                    self.calls.append((label, int(v), self.step()))
+
     def patch(self, owner: Any, attr: str, label: str, *, first_int: bool = True) -> None:
         original = getattr(owner, attr, None)
         if original is None:

@@ -220,6 +220,13 @@ def install_seeds(recorder: TorchRecorder, program: str) -> SeedLog:
     log.patch(torch.random, "manual_seed", "torch.manual_seed")
     log.patch(torch.cuda, "manual_seed", "torch.cuda.manual_seed")
     log.patch(torch.cuda, "manual_seed_all", "torch.cuda.manual_seed_all")
+
+    class Generator(torch.Generator):  # a C type: its methods cannot be patched in place
+        def manual_seed(self, seed: Any) -> Any:
+            log.note("torch.Generator().manual_seed", [seed])
+            return super().manual_seed(seed)
+
+    torch.Generator = Generator  # type: ignore[misc]
     return log
 
 
