@@ -236,3 +236,81 @@ def test_cli_program_usage_errors(extra):
     before anything runs (exit 2)."""
     result = CliRunner().invoke(app, ["verify", "--program", str(PROGRAM), *extra])
     assert result.exit_code == 2, result.output
+
+
+# --- the minGPT-shaped library: its trainer in the package, a grain loader, set_seed ----------
+LIBRARY = ROOT / "tests" / "corpus" / "library" / "train_script.py"
+LIB_CLIP = ("            grads, _ = optax.clip_by_global_norm(config.grad_norm_clip)"
+            ".update(grads, optax.EmptyState())\n")
+LIB_UPDATE = "            optimizer.update(model, grads)\n"
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    tmp = tmp_path_factory.mktemp("library")
+    convert_tree(LIBRARY, tmp / "converted", "nnx", None)
+    torch_rec = torch_side(LIBRARY, 3, [], tmp / "torch.pkl", cwd=tmp)
+    return tmp, tmp / "converted", torch_rec
+
+
+def run_library(library: tuple[Path, Path, dict], name: str,
+                *edits: tuple[str, str, str]) -> ProgramResult:
+    tmp, converted, torch_rec = library
+    folder = tmp / name
+    shutil.copytree(converted, folder)
+    for file, old, new in edits:
+        text = (folder / file).read_text()
+        assert text.count(old) == 1, old
+        (folder / file).write_text(text.replace(old, new))
+    jax_rec = jax_side(folder / LIBRARY.name, tmp / "torch.pkl", 3, [], tmp / f"{name}.pkl",
+                       cwd=tmp)
+    r = ProgramResult(str(LIBRARY), str(folder), "nnx", 3)
+    compare(r, torch_rec, jax_rec, 1e-3)
+    return r
+
+
+@pytest.mark.slow
+def test_the_corpus_library_agrees(library):
+    r = run_library(library, "as_converted")
+    assert r.error is None and r.passed, [(c.name, c.detail) for c in r.failures()]
+    # set_seed's random.seed and torch.manual_seed, the two splits' torch.Generator seeds
+    assert [c.detail.split(", before")[0] for c in r.checks if c.kind == "seed"] == [
+        "torch random.seed(3407), JAX random.seed(3407)",
+        "torch torch.manual_seed(3407), JAX jax.random.key(3407)",
+        "torch torch.Generator().manual_seed(0), JAX jax.random.key(0)",
+        "torch torch.Generator().manual_seed(1), JAX jax.random.key(1)"]
+    assert any(n.startswith("batches replayed: 6 arrays over 3 batches") for n in r.notes)
+
+
+@pytest.mark.slow
+def test_the_corpus_library_decay_off_and_the_wrong_seed(library):
+    """Two bugs seeded into the package (one JAX run): no weight decay in
+    ``configure_optimizers`` and ``set_seed`` keyed with another seed. Each is named: the decay
+    of every tensor torch decays, at step 1, and the seed call before step 1."""
+    r = run_library(library, "decay_seed",
+                    ("tinygpt/model.py", "weight_decay=train_config.weight_decay,",
+                     "weight_decay=0.0,"),
+                    ("tinygpt/utils.py", "jax.random.key(seed)", "jax.random.key(seed + 1)"))
+    decayed = {n for n, (moved, _) in library[2]["decay"].items() if moved}
+    assert decayed and {c.name for c in r.failures("decay")} == decayed
+    assert {(c.step, c.detail) for c in r.failures("decay")} == {
+        (1, "weight decay touches it in torch only")}
+    assert [(c.name, c.detail) for c in r.failures("seed")] == [
+        ("seed 2", "torch torch.manual_seed(3407), JAX jax.random.key(3408), before step 1")]
+    assert not r.failures("lr") and not [c for c in r.failures("loss") if c.step == 1]
+
+
+@pytest.mark.slow
+def test_the_corpus_library_clipping_after_the_update(library):
+    """The trainer's step clips after ``optimizer.update``: the moments are named from the
+    first step whose gradient torch clips; rates and seeds agree."""
+    r = run_library(library, "clip_after",
+                    ("tinygpt/trainer.py", LIB_CLIP + LIB_UPDATE, LIB_UPDATE + LIB_CLIP))
+    failed = r.failures("opt_state")
+    assert failed and all(c.step is not None and f"after step {c.step} of 3" in c.detail
+                          for c in failed)
+    first = min(c.step for c in failed)
+    assert any(c.name.endswith(" exp_avg") and c.step == first for c in failed)
+    # nothing differs before that step: the losses computed before its update agree
+    assert not [c for c in r.failures("loss") if c.step <= first]
+    assert not r.failures("lr") and not r.failures("seed") and not r.failures("decay")
