@@ -6,6 +6,12 @@ runs once (two optimizer steps); the converted program then runs from the torch 
 as converted and with a bug seeded into the converted text: the weight-decay mask off, the
 weight decay halved, the schedule one step ahead, a print dropped. The right conversion passes
 every comparison; each seeded bug is reported as a mismatch naming what differs.
+
+The nanoGPT-shaped corpus program and the minGPT-shaped library (``tests/corpus``) run the
+same way, with the mutations of issue 29 seeded into their converted text: weight decay off,
+the schedule one step ahead, clipping after the update, the accumulation not divided, the
+wrong seed. Each failure names the step where it first shows and the tensor (or rate, or
+seed call).
 """
 
 from __future__ import annotations

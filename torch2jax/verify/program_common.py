@@ -70,7 +70,7 @@ def wrap_iter(cls: type, on_batch: Any, guard: list[bool]) -> None:
     loader iterating its parents is one loader)."""
     original = cls.__dict__["__iter__"]
 
-    def __iter__(self: Any) -> Any:  # noqa: N807 - the method it replaces
+    def __iter__(self: Any) -> Any:
         if guard[0]:
             return original(self)
         guard[0] = True
@@ -145,7 +145,7 @@ class SeedLog:
         original = cls.__init__
         log = self
 
-        def __init__(this: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        def __init__(this: Any, *args: Any, **kwargs: Any) -> None:
             caller = sys._getframe(1).f_code.co_filename
             if caller.startswith(log.folder):
                 for v in [*args, *kwargs.values()]:

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import pickle
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from pathlib import Path
 
 from torch2jax.verify.program_common import (
     ProgramStopped,

@@ -19,9 +19,8 @@ import gc
 import pickle
 import sys
 import warnings
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from torch2jax.verify.program_common import (
     ProgramStopped,

@@ -5,7 +5,7 @@ slots with optax's on (tests/test_verify_program_optimizers.py)."""
 import sys
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
