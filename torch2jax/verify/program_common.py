@@ -97,8 +97,8 @@ def _observed(inner: Any, on_batch: Any, guard: list[bool]) -> Any:
 
 # --- seeds ------------------------------------------------------------------------------------
 class SeedLog:
-    """The integer seeds the program's own code (a file under ``folder``) passes to seeding
-    functions, each as ``(call, value, step)``: ``step`` is the optimizer step it precedes."""
+    """The integer seeds the program's own code (a file under ``folder``, not an installed
+    package there) passes to seeding functions, each as ``(call, value, step)``: ``step`` is the optimizer step it precedes."""
 
     def __init__(self, folder: Path, step: Any) -> None:
         self.folder, self.step = str(folder.resolve()), step
@@ -107,24 +107,22 @@ class SeedLog:
     def note(self, label: str, values: list[Any], depth: int = 2) -> None:
         """Record the integers of ``values`` when the call ``depth`` frames up is the
         program's own."""
-        if sys._getframe(depth).f_code.co_filename.startswith(self.folder):
+        caller = sys._getframe(depth).f_code.co_filename
+        if caller.startswith(self.folder) and not any(
+                part in caller for part in ("site-packages", "dist-packages")):
             for v in values:
                 if isinstance(v, int) and not isinstance(v, bool):
                     self.calls.append((label, int(v), self.step()))
 
-    def patch(self, owner: Any, attr: str, label: str, *, first_int: bool = True) -> None:
+    def patch(self, owner: Any, attr: str, label: str) -> None:
+        """``owner.attr(seed, ...)``'s seed (its first argument, or ``seed=``)."""
         original = getattr(owner, attr, None)
         if original is None:
             return
         log = self
 
         def seeded(*args: Any, **kwargs: Any) -> Any:
-            caller = sys._getframe(1).f_code.co_filename
-            if caller.startswith(log.folder):
-                values = list(args[:1]) if first_int else [*args, *kwargs.values()]
-                for v in values:
-                    if isinstance(v, int) and not isinstance(v, bool):
-                        log.calls.append((label, int(v), log.step()))
+            log.note(label, list(args[:1]) or [kwargs.get("seed")])
             return original(*args, **kwargs)
 
         setattr(owner, attr, seeded)
@@ -146,11 +144,7 @@ class SeedLog:
         log = self
 
         def __init__(this: Any, *args: Any, **kwargs: Any) -> None:
-            caller = sys._getframe(1).f_code.co_filename
-            if caller.startswith(log.folder):
-                for v in [*args, *kwargs.values()]:
-                    if isinstance(v, int) and not isinstance(v, bool):
-                        log.calls.append((label, int(v), log.step()))
+            log.note(label, [*args, *kwargs.values()])
             original(this, *args, **kwargs)
 
         cls.__init__ = __init__  # type: ignore[method-assign]
