@@ -149,6 +149,8 @@ class JaxRecorder:
                           f"{torch_value.shape}; not replayed")
             return value
         self.record[count] += 1
+        if isinstance(value, np.ndarray):  # a grain batch is numpy: it stays numpy
+            return np.asarray(torch_value, dtype=value.dtype)
         return jnp.asarray(torch_value, dtype=value.dtype)
 
     def on_batch(self, batch: Any) -> Any:
