@@ -21,6 +21,11 @@ when the torch file builds a causal mask (``torch.tril`` / ``torch.triu`` or ``i
 and holds no layer that mixes positions without one (``nn.Conv1d``, recurrent layers, attention
 modules or ``scaled_dot_product_attention`` calls without ``is_causal=True``). Otherwise the loop
 stays eager, marked with a TODO and a warning.
+
+Other token loops: a function whose loop carries a state of fixed shape (a recurrent model's
+hidden state, the last token) and collects the tokens in lists becomes one ``nnx.jit`` with a
+``jax.lax.scan`` over the tokens (``_scan_route``); any other loop calls one jitted step per
+token (``_step_route``), or the jitted forward (``_jit_forward``).
 """
 
 from __future__ import annotations
