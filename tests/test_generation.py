@@ -364,6 +364,46 @@ def test_char_rnn_sampled_one_token_at_a_time(variant, tmp_path):
 
 
 @pytest.mark.slow
+def test_char_rnn_sample_method_is_one_scan(tmp_path):
+    """The sampler a method of the model (``model.sample(start, n)``, drawing from the
+    module's nnx.Rngs once converted): the method is one nnx.jit with a jax.lax.scan, the
+    model's state (its Rngs' count) carried out, so a second call draws on; greedy tokens
+    as torch's, one compile for two calls."""
+    start = RNN.index("@torch.no_grad()\ndef sample(")
+    end = RNN.index("if __name__", start)
+    method = "\n".join("    " + ln if ln.strip() else ln
+                       for ln in RNN[start:end].rstrip().split("\n"))
+    method = method.replace("def sample(net, ", "def sample(self, ").replace(
+        "net(x, h)", "self(x, h)")
+    source = RNN[:start] + RNN[end:]
+    source = source.replace("        return self.head(out), h\n",
+                            "        return self.head(out), h\n\n" + method + "\n", 1)
+    source = source.replace("print(\"shape\", tuple(sample(model, ",
+                            "print(\"shape\", tuple(model.sample(")
+    result = convert_source(source, path="rnn.py")
+    assert "TODO" not in result.code, result.code
+    body = result.code.split("    def sample(self", 1)[1]
+    assert "jax.lax.scan(sample_token" in body and "self.rngs()" in body
+    assert "sample_step" not in result.code
+
+    def run(mod, model, prompt):
+        return model.sample(prompt, 10, temperature=1e-6)
+
+    want, got, compiles = _greedy(tmp_path, source, result.code, run, model="CharRNN",
+                                  prompt=((1,), (5,)))
+    assert (got == want).all(), (got, want)
+    assert len([c for c in compiles if "jit(sample)" in c]) == 1, compiles
+    jmod = _load(tmp_path, "method_again", result.code)
+    from flax import nnx
+
+    jm = jmod.CharRNN(rngs=nnx.Rngs(0))
+    jm.eval()
+    prompt = jnp.zeros((2, 1), jnp.int32)
+    first, second = (np.asarray(jm.sample(prompt, 12)) for _ in range(2))
+    assert first.shape == (2, 13) and not (first == second).all()  # the draws go on
+
+
+@pytest.mark.slow
 def test_char_rnn_scan_draws_from_torchs_distribution(tmp_path):
     """Sampling, not only greedy decoding: 4000 rows from one start token, the first drawn
     token's frequencies against the probabilities torch's model gives (the same weights),

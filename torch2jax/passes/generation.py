@@ -551,7 +551,8 @@ _LITERALS = m.Integer() | m.Float() | m.Name("None") | m.Name("True") | m.Name("
     | m.SimpleString() | m.UnaryOperation(expression=m.Integer() | m.Float())
 
 
-def _scan_route(fn: cst.FunctionDef, taken: set[str]) -> tuple[cst.FunctionDef, str] | None:
+def _scan_route(fn: cst.FunctionDef, taken: set[str], method: bool = False
+                ) -> tuple[cst.FunctionDef, str] | None:
     """A sampling function with a carried state compiled whole (issue 30)::
 
         def sample(model, start, n, temperature=1.0, *, key):
@@ -580,6 +581,8 @@ def _scan_route(fn: cst.FunctionDef, taken: set[str]) -> tuple[cst.FunctionDef, 
         return None
     params = [p.name.value for p in plist]
     models = {p for p in params if _MODEL_PARAM.search(p)}
+    if method:  # a method of the model: ``self`` is the model, its draws ``self.rngs()``
+        models = {params[0]} if params and not models else set()
     body = list(fn.body.body)
     loops = [i for i, s in enumerate(body) if isinstance(s, (cst.For, cst.While))]
     if len(models) != 1 or len(loops) != 1 or len(m.findall(fn, m.Return())) != 1 \
@@ -788,10 +791,11 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                        f"and op): modules share a Variable, and a step jitted in flax's graph "
                        f"mode compiled again for the same shapes")
             continue
-        scanned = None if method else _scan_route(node, taken)
+        scanned = _scan_route(node, taken, method)
         if scanned is not None:
             body[i] = scanned[0]
-            compiled_names.add(name)
+            if not method:  # (a method's discarded calls are not matched by name)
+                compiled_names.add(name)
             changed = True
             report(line, 0, "generation", "info", scanned[1])
             continue
