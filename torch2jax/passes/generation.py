@@ -551,6 +551,24 @@ _LITERALS = m.Integer() | m.Float() | m.Name("None") | m.Name("True") | m.Name("
     | m.SimpleString() | m.UnaryOperation(expression=m.Integer() | m.Float())
 
 
+_SHAPED = m.Call(func=m.Attribute(value=m.Name("jnp"), attr=m.OneOf(*(m.Name(f) for f in (
+    "zeros", "ones", "full", "empty", "arange", "eye", "linspace", "broadcast_to"))))
+    | m.Attribute(attr=m.Name("reshape")))
+
+
+def _shape_names(node: cst.CSTNode) -> set[str]:
+    """The names a shape is made of: in the arguments of ``jnp.zeros`` / ``ones`` / ``full``
+    / ``arange`` / ... and ``.reshape`` (a traced value cannot be a shape), not those read
+    as ``x.shape`` / ``x.dtype`` / ``x.ndim``."""
+    found: set[str] = set()
+    for call in m.findall(node, _SHAPED):
+        for a in call.args:
+            meta = {id(n.value) for n in m.findall(a.value, m.Attribute(
+                value=m.Name(), attr=m.Name("shape") | m.Name("dtype") | m.Name("ndim")))}
+            found |= {n.value for n in m.findall(a.value, m.Name()) if id(n) not in meta}
+    return found
+
+
 def _scan_route(fn: cst.FunctionDef, taken: set[str], method: bool = False
                 ) -> tuple[cst.FunctionDef, str] | None:
     """A sampling function with a carried state compiled whole (issue 30)::
@@ -647,6 +665,7 @@ def _scan_route(fn: cst.FunctionDef, taken: set[str], method: bool = False
     for node in m.findall(everything, m.If() | m.IfExp() | m.Call(func=m.OneOf(
             *(m.Name(u) for u in _STATIC_USES)))):
         static |= _names(node.test if not isinstance(node, cst.Call) else node) & set(params)
+    static |= _shape_names(everything) & set(params)
     if (static & models) or (_assigned(everything) & static):
         return None
     tests = [_names(i.test) for i in m.findall(everything, m.If() | m.IfExp())]
