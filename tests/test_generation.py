@@ -313,11 +313,11 @@ TOKEN_LOOP_VARIANTS = {
     # the list starts empty, the loop counts with a name it does not read
     "empty list": [("    out = [start]\n", "    out = []\n"),
                    ("    for i in range(n):\n", "    for _step in range(n):\n")],
-    # the temperature applied to the logits before the slice, greedy argmax (no key)
-    "argmax": [("        probs = F.softmax(logits[:, -1, :] / temperature, dim=-1)\n"
-                "        x = torch.multinomial(probs, num_samples=1)\n",
-                "        x = torch.argmax(logits[:, -1, :] / temperature, dim=-1, "
-                "keepdim=True)\n")],
+    # greedy decoding by argmax: no key to carry
+    "argmax": [(("        probs = F.softmax(logits[:, -1, :] / temperature, dim=-1)\n"
+                 "        x = torch.multinomial(probs, num_samples=1)\n"),
+                ("        x = torch.argmax(logits[:, -1, :] / temperature, dim=-1, "
+                 "keepdim=True)\n"))],
 }
 
 
