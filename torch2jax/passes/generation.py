@@ -677,6 +677,16 @@ def _scan_route(fn: cst.FunctionDef, taken: set[str], method: bool = False
         n for v in appends.values() for e in v for n in _names(e)}
     carry = [n for n in dict.fromkeys(sorted(_assigned(step_module)))
              if n in set_before and n in reads and n != "_"]
+    if set(carry) & static:
+        return None
+    for s in m.findall(cst.Module(body=before), m.Assign()):
+        if _assigned(s) & set(carry) and (m.matches(s.value, m.Name("None") | m.Name("True")
+                                                    | m.Name("False")) or not isinstance(
+                s.value, (cst.Call, cst.Name, cst.Tuple, cst.BinaryOperation, cst.Subscript,
+                          cst.Attribute, cst.Integer, cst.Float))):
+            return None  # ``h = None`` and the like: no carry of one type through the scan
+    if any(_assigned(i) & set(carry) for i in m.findall(cst.Module(body=before), m.If())):
+        return None
     grows = m.Call(func=m.Attribute(value=m.Name("jnp"), attr=m.OneOf(*(m.Name(f) for f in (
         "concatenate", "append", "stack", "hstack", "vstack", "pad", "repeat", "tile")))))
     for a in m.findall(step_module, m.Assign()):
