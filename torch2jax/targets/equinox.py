@@ -201,6 +201,7 @@ class EquinoxFile:
         for p in params[len(info.inputs or params):]:
             fw.env[p.name.value] = Info(True)
         body = fw.block(list(fn.body.body))
+        info.failed = fw.failed
         if info.inputs is not None:
             # a model input whose rank a layer decided (channel-first conv: 3): later calls
             # compare with it (a U-Net's block called on the input, then on pooled values)
@@ -467,6 +468,7 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     for name, c in f.classes.items():
         if c.inputs is None:
             f.analyse(name, [Info(True, is_input=True) for _ in _call_params(c.node)])
+    _batched_fallback(f, used)
     body = []
     needs_callable = needs_any = False
     frozen = freezable_dataclasses(module) if _stores_objects(f) else set()
@@ -529,6 +531,42 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     assumed = [(name, _assumed_ranks(name, c.assumed)) for name, c in f.classes.items()
                if name not in used and c.assumed]
     return text, todos, assumed
+
+
+def _batched_fallback(f: EquinoxFile, used: set[str]) -> None:
+    """The modules whose forward has a statement with no per-example form shown, with the
+    modules they call and those that call them: their forward keeps torch's batch axis, as
+    the NNX translation has it (``ClassInfo.batched``), each equinox layer mapped over the
+    leading axes. A group of modules stays per example (its statements marked) when its
+    batched form has marks too."""
+    calls = {n: {k for a in _all_layers(c) if a.kind == "module"
+                 for k in (a.cls, *a.alts) if k in f.classes} for n, c in f.classes.items()}
+    done: set[str] = set()
+    for start in [n for n, c in f.classes.items() if c.failed]:
+        if start in done:
+            continue
+        group, todo = set(), [start]
+        while todo:  # the modules connected to it, callers and callees
+            n = todo.pop()
+            if n in group:
+                continue
+            group.add(n)
+            todo += [k for k in calls[n] if k not in group]
+            todo += [k for k, v in calls.items() if n in v and k not in group]
+        done |= group
+        saved = {n: replace(f.classes[n], errors=list(f.classes[n].errors),
+                            assumed=list(f.classes[n].assumed)) for n in group}
+        for n in group:
+            c = f.classes[n]
+            c.batched, c.inputs, c.output, c.new_call = True, None, None, None
+            c.reduced, c.assumed, c.failed = {}, [], []
+            c.errors = [e for e in c.errors if "is called with inputs of different" not in e]
+        order = sorted(group, key=lambda n: n in used)  # the models first
+        for n in order:
+            if f.classes[n].inputs is None:
+                f.analyse(n, [Info() for _ in _call_params(f.classes[n].node)])
+        if any(f.classes[n].failed for n in group):
+            f.classes.update(saved)
 
 
 def _assumed_ranks(name: str, assumed: list[tuple[str, int, str]]) -> str:
@@ -746,10 +784,22 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
             body[at] = first.with_changes(leading_lines=[cst.EmptyLine(indent=False), *(
                 line for line in first.leading_lines if line.comment is not None)])
         body = [*body[:at], *fields, *body[at:]]
+    if c.batched:
+        at = _after_docstring(body) + len(fields)
+        marker = cst.parse_statement("batched = True\n").with_changes(leading_lines=[
+            cst.EmptyLine(indent=False), *(cst.EmptyLine(comment=cst.Comment(f"# {line}"))
+                                           for line in BATCHED_NOTE)])
+        body = [*body[:at], marker, *body[at:]]
     bases = [b.with_changes(value=cst.parse_expression("eqx.Module"))
              if m.matches(b.value, NNX_MODULE) else b for b in cls.bases]
     return cls.with_changes(bases=bases, body=cls.body.with_changes(body=body)), \
         needs_callable, needs_any
+
+
+# the comment above ``batched = True`` in a module kept batched
+BATCHED_NOTE = ("called on a batch, not per example: its forward keeps torch's batch axis",
+                "(no per-example form of it was shown), each equinox layer mapped over the",
+                "leading axes")
 
 
 def _imports(module: cst.Module, needs_callable: bool, needs_any: bool) -> cst.Module:

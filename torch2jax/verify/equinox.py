@@ -259,9 +259,15 @@ def takes_state(model: Any) -> bool:
 
 
 def batched(model: Any, n_inputs: int) -> Any:
-    """The per-example model mapped over the batch: ``f(state, *xs) -> (out, state)``."""
+    """The per-example model mapped over the batch: ``f(state, *xs) -> (out, state)``. A
+    model the converter kept batched (``batched = True`` on its class) is called on the
+    batch as it is."""
     import jax
 
+    if getattr(type(model), "batched", False) is True:
+        if takes_state(model):
+            return lambda state, *xs: model(*xs, state)
+        return lambda state, *xs: (model(*xs), state)
     if takes_state(model):
         mapped = jax.vmap(model, axis_name="batch", in_axes=(*(0,) * n_inputs, None),
                           out_axes=(0, None))
