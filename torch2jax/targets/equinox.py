@@ -71,7 +71,15 @@ from torch2jax.targets.equinox_init import (
     direct_init,
     reads_nnx_weight,
 )
-from torch2jax.targets.equinox_layers import RULE, EquinoxError, Info, Layer, _todo, layer_of
+from torch2jax.targets.equinox_layers import (
+    RULE,
+    EquinoxError,
+    Info,
+    Layer,
+    _todo,
+    batched_form,
+    layer_of,
+)
 from torch2jax.targets.equinox_lines import torch_lines
 
 
@@ -319,8 +327,11 @@ def _lists_passed_in(classes: dict[str, ClassInfo], nnx: dict[str, cst.ClassDef]
             if param is None or param not in params:
                 continue
             kinds = _passed_layers(name, params.index(param), param, module, set(nnx))
-            if kinds is not None:
-                c.attrs[attr] = replace(lay, items={"*": kinds})
+            if kinds is not None and len({(p.kind, p.cls, p.stateful, p.keyed, p.rank)
+                                          for p in kinds}) == 1:
+                c.attrs[attr] = replace(lay, items={"*": kinds[0]})
+            elif kinds is not None and len({batched_form(p) for p in kinds}) == 1:
+                c.attrs[attr] = replace(lay, mixed=kinds[0])
 
 
 def _list_param(init: cst.FunctionDef, attr: str) -> str | None:
@@ -337,9 +348,9 @@ def _list_param(init: cst.FunctionDef, attr: str) -> str | None:
 
 
 def _passed_layers(cls: str, index: int, param: str, module: cst.Module, names: set[str]
-                   ) -> Layer | None:
-    """The one kind of layer that every call ``cls(...)`` of the file passes as the argument
-    ``param`` (positional ``index``), or None."""
+                   ) -> list[Layer] | None:
+    """The layers that the calls ``cls(...)`` of the file pass as the argument ``param``
+    (positional ``index``), each call a literal list or a comprehension; None otherwise."""
     found: list[Layer] = []
     calls = findall(module, m.Call(func=m.Name(cls)))
     # the class used otherwise than called (a subclass, a partial, passed as a value) may be
@@ -368,9 +379,7 @@ def _passed_layers(cls: str, index: int, param: str, module: cst.Module, names: 
             if lay.kind in ("value", "list", "dict", "seq"):
                 return None
             found.append(lay)
-    if not found or len({(p.kind, p.cls, p.stateful, p.keyed, p.rank) for p in found}) != 1:
-        return None
-    return found[0]
+    return found or None
 
 
 def _keys_needed(classes: dict[str, ClassInfo]) -> None:
@@ -414,7 +423,7 @@ def _all_layers(c: ClassInfo):
     while stack:
         a = stack.pop()
         yield a
-        stack += list(a.items.values())
+        stack += list(a.items.values()) + ([a.mixed] if a.mixed is not None else [])
 
 
 class _LayerDictToDict(cst.CSTTransformer):
@@ -487,7 +496,8 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
         optimizer_methods={n: frozenset(s.name.value for s in c.node.body.body if isinstance(
             s, cst.FunctionDef) and training.optimizer_method(s) is not None)
             for n, c in f.classes.items()},
-        layer_of=_training_layer, train_steps=tuple(train_steps), eval_step=eval_step)
+        layer_of=_training_layer, train_steps=tuple(train_steps), eval_step=eval_step,
+        batched=frozenset(n for n, c in f.classes.items() if c.batched))
     translated = dict(zip(map(id, rest), training.translate(rest, flags, ctx), strict=True))
     for s in module.body:
         if isinstance(s, cst.ClassDef) and s.name.value in f.classes:

@@ -420,8 +420,11 @@ class LayerCalls:
         new_args = [a.with_changes(value=v[0]) for a, v in zip(args, values, strict=True)]
         infos = [v[1] for v in values]
         x = infos[0] if infos else Info()
-        if lay.kind not in ("conv", "pool", "groupnorm", "bn", "dropout", "module") and \
-                x.channels_last:
+        channel_first = lay.kind == "seq" and bool(lay.items) and all(
+            p.kind in ("conv", "bn", "pool", "fn", "resize", "dropout", "groupnorm")
+            for p in lay.items.values())
+        if x.channels_last and not channel_first and lay.kind not in (
+                "conv", "pool", "groupnorm", "bn", "dropout", "resize", "fn"):
             raise EquinoxError(f"a {lay.kind} layer inside a channels-last region")
         if lay.kind in VECTOR_LAYERS:
             return expr("over_leading({f}, {x}, {n})", f=func, x=new_args[0].value,

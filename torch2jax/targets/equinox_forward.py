@@ -381,7 +381,10 @@ class Forward(LayerCalls):
             rank = None
             if name == "jnp.arange":
                 rank = 1
-            return call, Info(rank=rank)
+            # (a module kept batched: an elementwise function inside a channels-last region
+            # stays in it)
+            return call, Info(rank=rank, channels_last=any(i.channels_last
+                                                           for _, _, i in args))
         first = args[0][2] if args else Info()
         short = name.split(".")[-1]
         if name.startswith("jax.nn.") or (name.startswith("jnp.") and short in ELEMENTWISE_JNP) \
@@ -904,6 +907,8 @@ class Forward(LayerCalls):
             self.loop_depth -= 1
             return [s.with_changes(body=s.body.with_changes(body=body))]
         element = lay.items.get("*") or next(iter(lay.items.values()), None)
+        if element is None and self.owner.batched:
+            element = lay.mixed  # (layers of several kinds, called alike on a batch)
         if element is None:
             raise EquinoxError("a loop over a list of unknown layers")
         kind = f"layer:{s.target.value}"

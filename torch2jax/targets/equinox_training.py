@@ -37,6 +37,7 @@ from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
 from torch2jax.targets import layer_table
 from torch2jax.targets.equinox_init import _has_nnx
+from torch2jax.targets.equinox_layers import _todo
 
 STATE = "state"
 OPT_STATE = "opt_state"
@@ -61,13 +62,16 @@ class TrainingContext:
     * ``train_steps``: the train steps the NNX pass wrote (ConversionResult.train_steps):
       a function is rewritten as a train step when a record names it;
     * ``eval_step``: the name of the evaluation step the NNX pass wrote at the top of the
-      file (ConversionResult.eval_step), or None."""
+      file (ConversionResult.eval_step), or None;
+    * ``batched``: the model classes kept batched (ClassInfo.batched): called on the batch as
+      they are, not mapped over it."""
 
     batch_reduced: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     optimizer_methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
     layer_of: Callable[[cst.Call], tuple[cst.BaseExpression, str] | str] | None = None
     train_steps: tuple[TrainStepRecord, ...] = ()
     eval_step: str | None = None
+    batched: frozenset[str] = frozenset()
 
 
 class _DropRemoved(cst.CSTTransformer):
@@ -166,8 +170,10 @@ def _step_parts(fn: cst.FunctionDef, ctx: TrainingContext) -> dict | None:
 class _ModelCalls(cst.CSTTransformer):
     """``model(...)`` inside the loss function -> the model mapped over the batch."""
 
-    def __init__(self, model: str, stateful: bool, keyed: bool, dtype: str | None) -> None:
+    def __init__(self, model: str, stateful: bool, keyed: bool, dtype: str | None,
+                 batched: bool = False) -> None:
         self.model, self.stateful, self.keyed, self.dtype = model, stateful, keyed, dtype
+        self.batched = batched
         self.hoisted: list[str] = []
         self.n = 0
         self.cast = False  # a call of the autocast helper written
@@ -183,6 +189,10 @@ class _ModelCalls(cst.CSTTransformer):
             model = f"{AUTOCAST_FN}({model}, {self.dtype})"
             pos = [f"{AUTOCAST_FN}({p}, {self.dtype})" for p in pos]
         kw = ""
+        if self.batched:  # a model kept batched: called on the batch, one key
+            args = ", ".join([*pos, *([STATE] if self.stateful else []),
+                              *(["key=key"] if self.keyed else [])])
+            return f"{model}({args})"
         if self.keyed:
             kw = f", key=jax.random.split(key, {pos[0]}.shape[0])" if pos else ""
         if self.stateful:
@@ -203,13 +213,13 @@ class _ModelCalls(cst.CSTTransformer):
 
 
 def _loss_body(stmts: list[cst.BaseStatement], model: str, stateful: bool, keyed: bool,
-               dtype: str | None, ctx: TrainingContext
+               dtype: str | None, ctx: TrainingContext, batched: bool = False
                ) -> tuple[list[cst.BaseStatement], bool]:
     """The loss function's statements, and whether they call the autocast helper."""
     out: list[cst.BaseStatement] = []
     cast = False
     for s in stmts:
-        tr = _ModelCalls(model, stateful, keyed, dtype)
+        tr = _ModelCalls(model, stateful, keyed, dtype, batched)
         # `y = model(x)` with state: `y, state = ...` without a temporary
         if stateful and m.matches(s, m.SimpleStatementLine(body=[m.Assign(
                 targets=[m.AssignTarget()], value=m.Call(func=m.Name(model)))])):
@@ -251,10 +261,12 @@ def _batch_reductions(s: cst.BaseStatement, model: str, ctx: TrainingContext
 
 
 def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
-               dtype: str | None, ctx: TrainingContext) -> tuple[cst.FunctionDef, bool]:
-    """The equinox train step, and whether it calls the autocast helper."""
+               dtype: str | None, ctx: TrainingContext, batched: bool = False
+               ) -> tuple[cst.FunctionDef, bool]:
+    """The equinox train step, and whether it calls the autocast helper; ``batched``: the
+    model is kept batched (called on the batch as it is)."""
     model, opt, loss, aux, grads = (parts[k] for k in ("model", "opt", "loss", "aux", "grads"))
-    inner, cast = _loss_body(parts["inner"], model, stateful, keyed, dtype, ctx)
+    inner, cast = _loss_body(parts["inner"], model, stateful, keyed, dtype, ctx, batched)
     aux_out = ([STATE] if stateful else []) + aux
     loss_fn = parts["loss_fn"].name.value
     lf_params = f"{model}, {STATE}" if stateful else model
@@ -281,7 +293,12 @@ def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
     return new.with_changes(leading_lines=fn.leading_lines), cast
 
 
-def eval_step(stateful: bool) -> cst.FunctionDef:
+def eval_step(stateful: bool, batched: bool = False) -> cst.FunctionDef:
+    if batched:  # the models kept batched: called on the batch as they are
+        src = ("@eqx.filter_jit\ndef eval_step(model, *inputs):\n    return model(*inputs)\n"
+               if not stateful else "@eqx.filter_jit\ndef eval_step(model, state, *inputs):\n"
+               "    return model(*inputs, state)[0]\n")
+        return cst.parse_statement(src)
     if stateful:
         src = ("@eqx.filter_jit\ndef eval_step(model, state, *inputs):\n"
                "    return jax.vmap(lambda *xs: model(*xs, state)[0], "
@@ -408,7 +425,8 @@ class Scope(cst.CSTTransformer):
             return updated_node
         self.in_step -= 1
         stateful, keyed = self.flags(parts["model"])
-        new, cast = train_step(updated_node, parts, stateful, keyed, self.dtype, self.ctx)
+        new, cast = train_step(updated_node, parts, stateful, keyed, self.dtype, self.ctx,
+                               self.models.get(parts["model"]) in self.ctx.batched)
         self.needs_autocast |= cast
         return new
 
@@ -461,6 +479,8 @@ class Scope(cst.CSTTransformer):
             if stateful or keyed or not plain:
                 raise _Fail("the model called outside the train and eval steps with "
                             "BatchNorm state or dropout")
+            if self.models.get(func) in self.ctx.batched:
+                return updated_node  # (kept batched: called on the batch)
             return updated_node.with_changes(func=cst.parse_expression(f"jax.vmap({func})"))
         if func == EVAL_STEP or func in self.receivers:
             at = 0 if func == EVAL_STEP else self.receivers[func]
@@ -914,6 +934,14 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     opt_receivers = {g: i for g, i in opt_receivers.items() if g in trainers}
     any_stateful = any((classes[c] or (False, False))[0] for ms in models.values()
                        for c in ms.values())
+    # one eval step for the models of the file: on the batch when they are kept batched
+    kinds = {c in ctx.batched for ms in models.values() for c in ms.values()}
+    all_batched = kinds == {True}
+
+    def the_eval_step() -> cst.FunctionDef:
+        if len(kinds) > 1:
+            raise _Fail("models kept batched and models per example share one eval_step")
+        return eval_step(any_stateful, all_batched)
 
     def needs_key(g: str) -> bool:
         """A trainer of a model with dropout that has no `key` of its own: it takes one."""
@@ -940,7 +968,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
         try:
             if s is nnx_eval:
                 autocast_at = len(out)
-                out.append([eval_step(any_stateful).with_changes(leading_lines=s.leading_lines)])
+                out.append([the_eval_step().with_changes(leading_lines=s.leading_lines)])
                 continue
             if isinstance(s, cst.FunctionDef) and s.name.value in fns:
                 name = s.name.value
@@ -1004,7 +1032,10 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
             o[0], cst.FunctionDef) and findall(o[0], m.Call(func=m.Name(EVAL_STEP)))), None)
         if at is not None:
             first = out[at][0]
-            step = eval_step(any_stateful).with_changes(leading_lines=first.leading_lines)
+            try:
+                step = the_eval_step().with_changes(leading_lines=first.leading_lines)
+            except _Fail as exc:
+                step = _todo(eval_step(any_stateful), exc.message)
             out[at] = [step, first.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2),
                        *out[at][1:]]
     # (a statement of the NNX form that equinox drops, nnx.split(...) or nnx.update(...),

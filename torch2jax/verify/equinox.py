@@ -276,6 +276,13 @@ def batched(model: Any, n_inputs: int) -> Any:
     return lambda state, *xs: (mapped(*xs), state)
 
 
+def _called(model: Any) -> str:
+    """How :func:`batched` calls the model, for the notes."""
+    if getattr(type(model), "batched", False) is True:
+        return "model kept batched by the converter, called on the batch"
+    return "per-example model mapped over the batch with jax.vmap"
+
+
 @dataclass
 class EquinoxModel:
     """The equinox side's model: the module, its ``eqx.nn.State`` and where the torch weights
@@ -359,14 +366,13 @@ class EquinoxSide(JaxSide):
     def train_mode(self, r: Any, model: EquinoxModel, n_torch: int) -> EquinoxModel:
         mdl, n_jax = train_mode(model.model)
         r.notes.append(train_mode_note(n_torch, f"{n_jax} equinox modules in inference mode"))
-        r.notes.append("per-example model mapped over the batch with jax.vmap")
+        r.notes.append(_called(mdl))
         return EquinoxModel(mdl, model.state, model.plan)
 
     def eval_mode(self, r: Any, model: EquinoxModel) -> EquinoxModel:
         import equinox as eqx
 
-        r.notes.append("per-example model mapped over the batch with jax.vmap, "
-                       "eqx.nn.inference_mode")
+        r.notes.append(_called(model.model) + ", eqx.nn.inference_mode")
         return EquinoxModel(eqx.nn.inference_mode(model.model), model.state, model.plan)
 
     def check_float64(self, model: EquinoxModel, jax_in: list, specs: list) -> None:
