@@ -193,6 +193,7 @@ class EquinoxFile:
                                                               for i in inputs]:
                 info.errors.append(f"{name} is called with inputs of different ranks; its "
                                    "per-example code follows the first call")
+                info.failed.append(info.errors[-1])
             return info.output
         info.inputs = inputs
         self.forward(info)
