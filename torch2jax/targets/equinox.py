@@ -45,6 +45,7 @@ from torch2jax.passes.common import code, expr, freezable_dataclasses, freeze_da
 from torch2jax.passes.helpers import add_helpers
 from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult, TrainStepRecord
+from torch2jax.targets import equinox_methods as class_methods
 from torch2jax.targets import equinox_training as training
 from torch2jax.targets.equinox_forward import Forward, _reshape_rank
 from torch2jax.targets.equinox_init import (
@@ -495,7 +496,7 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
         batch_reduced={n: c.reduced for n, c in f.classes.items()
                        if n not in used and c.reduced},
         optimizer_methods={n: frozenset(s.name.value for s in c.node.body.body if isinstance(
-            s, cst.FunctionDef) and training.optimizer_method(s) is not None)
+            s, cst.FunctionDef) and class_methods.optimizer_method(s) is not None)
             for n, c in f.classes.items()},
         layer_of=_training_layer, train_steps=tuple(train_steps), eval_step=eval_step,
         batched=frozenset(n for n, c in f.classes.items() if c.batched))
@@ -523,9 +524,9 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
             body.append(_torch_back(s, torch_defs))
         else:
             body.append(s)
-    if training.INIT_FN in f.needs:
+    if class_methods.INIT_FN in f.needs:
         at = next(i for i, s in enumerate(body) if isinstance(s, cst.ClassDef))
-        body.insert(at, cst.parse_statement(training.INIT_SRC).with_changes(
+        body.insert(at, cst.parse_statement(class_methods.INIT_SRC).with_changes(
             leading_lines=body[at].leading_lines))
         body[at + 1] = body[at + 1].with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
     # nothing NNX is left: annotations naming NNX classes become Any, other leftovers are
@@ -740,10 +741,10 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
         methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}
         new_body, assigned = [], []
         for s in init.body.body:
-            loop = training.init_loop(s, list(assigned), methods)
+            loop = class_methods.init_loop(s, list(assigned), methods)
             if loop is not None:
                 c.init_methods.add(code(loop).split("(self.", 1)[1].split(",", 1)[0])
-                f.needs.add(training.INIT_FN)
+                f.needs.add(class_methods.INIT_FN)
                 s = loop
             s = direct_init(s, c.attrs) or s  # nn.init.constant_(self.fc.weight, 0.1)
             for a in findall(s, m.AssignTarget(m.Attribute(value=m.Name("self")))):
@@ -771,12 +772,12 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
                      if isinstance(t, cst.FunctionDef)}
     for i, s in enumerate(body):
         if isinstance(s, cst.FunctionDef) and s.name.value in c.init_methods:
-            body[i] = training.init_method(s)
+            body[i] = class_methods.init_method(s)
         elif isinstance(s, cst.FunctionDef) and s.name.value in c.methods:
             body[i] = c.methods[s.name.value]
         elif isinstance(s, cst.FunctionDef) and s.name.value in optimizer_methods.get(
                 c.name, ()):
-            body[i] = training.optimizer_method(s)
+            body[i] = class_methods.optimizer_method(s)
         elif isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") \
                 and "nnx." in code(s):
             # (a substring test, kept for byte-identical output: it also takes a method whose
