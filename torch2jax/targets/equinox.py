@@ -19,8 +19,11 @@ The rules describe torch once and the rewrite pass emits NNX; this pass takes th
   split from the ``key`` that ``__call__`` receives (``None`` in inference mode).
 
 What cannot be shown to keep its meaning per example (the batch size used other than in a
-reshape, a reduction over the batch axis, an unknown function applied to a batched value) is
-left as it was with a ``# TODO(torch2jax)`` marker and an error diagnostic. Training code
+reshape, a reduction over the batch axis, an unknown function applied to a batched value)
+keeps the module batched, with the modules connected to it (:func:`_batched_fallback`): NNX's
+batched code, each equinox layer mapped over the leading axes, ``batched = True`` on the
+class. What neither form can write is left as it was with a ``# TODO(torch2jax)`` marker and
+an error diagnostic. Training code
 (optimizers, train and eval steps, loops) is rewritten by equinox_training.py; what it does not
 rewrite is put back as the torch source and marked.
 
