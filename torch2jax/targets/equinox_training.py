@@ -291,7 +291,15 @@ def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
     return new.with_changes(leading_lines=fn.leading_lines), cast
 
 
-def eval_step(stateful: bool, batched: bool = False) -> cst.FunctionDef:
+def eval_step(stateful: bool, batched: bool | None = False) -> cst.FunctionDef:
+    """The evaluation step; ``batched``: the models are kept batched (called on the batch as
+    they are), None: not known here (a class of another file), decided by its ``batched``."""
+    if batched is None:
+        return cst.parse_statement(
+            "@eqx.filter_jit\ndef eval_step(model, *inputs):\n"
+            "    if getattr(model, \"batched\", False):  # kept batched by the converter\n"
+            "        return model(*inputs)\n"
+            "    return jax.vmap(model)(*inputs)\n")
     if batched:  # the models kept batched: called on the batch as they are
         src = ("@eqx.filter_jit\ndef eval_step(model, *inputs):\n    return model(*inputs)\n"
                if not stateful else "@eqx.filter_jit\ndef eval_step(model, state, *inputs):\n"
@@ -932,14 +940,18 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     opt_receivers = {g: i for g, i in opt_receivers.items() if g in trainers}
     any_stateful = any((classes[c] or (False, False))[0] for ms in models.values()
                        for c in ms.values())
-    # one eval step for the models of the file: on the batch when they are kept batched
-    kinds = {c in ctx.batched for ms in models.values() for c in ms.values()}
-    all_batched = kinds == {True}
+    # one eval step for the models of the file: on the batch when they are kept batched;
+    # a model class imported from another file decides when called (its `batched`)
+    kinds = {c in ctx.batched for ms in models.values() for c in ms.values()
+             if classes.get(c) is not None}
+    imported = any(classes.get(c) is None for ms in models.values() for c in ms.values())
 
     def the_eval_step() -> cst.FunctionDef:
         if len(kinds) > 1:
             raise _Fail("models kept batched and models per example share one eval_step")
-        return eval_step(any_stateful, all_batched)
+        if imported and not any_stateful:
+            return eval_step(False, None)
+        return eval_step(any_stateful, kinds == {True})
 
     def needs_key(g: str) -> bool:
         """A trainer of a model with dropout that has no `key` of its own: it takes one."""
