@@ -55,10 +55,19 @@ class DataMixin:
         rewriter's diagnostics inside it are withdrawn: the method is written anew."""
         if not hd.reads_torch(original, self.q):
             return None
-        host = hd.numpy_method(original, self.q)
-        if host is None:
+        translated = hd.numpy_method(original, self.q, ha.GENERATOR)
+        if translated is None:
             return None
+        host, draws = translated
         self.need("np")
+        if draws:
+            # torch's global generator drawn in the dataset: the file's host generator
+            self._host_rng = True
+            if self.data.host.seed is None:
+                self.diag(original, "random", "info",
+                          f"the dataset's random draws come from {ha.GENERATOR}, a numpy "
+                          "Generator seeded with 0: the program's seed is not a literal of "
+                          "this file (seed it there to change the stream)")
         try:
             span = self.get_metadata(PositionProvider, original)
         except KeyError:
@@ -244,8 +253,8 @@ class DataMixin:
         """``host_rng = np.random.default_rng(SEED)`` after the statement that binds the seed
         (after the imports for a literal seed): the generator of the host-side draws."""
         host = self.data.host
-        stmt = cst.parse_statement(
-            f"{ha.GENERATOR} = np.random.default_rng({code(host.seed)})\n")
+        seed = code(host.seed) if host.seed is not None else "0"
+        stmt = cst.parse_statement(f"{ha.GENERATOR} = np.random.default_rng({seed})\n")
         at = None
         if isinstance(host.seed, cst.Name):
             binds = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(

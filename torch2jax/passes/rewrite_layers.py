@@ -275,10 +275,11 @@ class LayersMixin:
                     return None
             if self._class_check_tuple(grand):
                 target = rule.targets.get(self.target.name)
-                if not target or not re.fullmatch(r"nnx\.[A-Z]\w*", target):
-                    raise Untranslatable(f"isinstance check against {q}: no single JAX class",
-                                         rule="isinstance")
-                return expr(target)
+                if target and re.fullmatch(r"nnx\.[A-Z]\w*", target):
+                    return expr(target)
+                self.diag(original, "isinstance", "error",
+                          f"isinstance check against {q}: no single JAX class")
+                return None
         if rule.special == "batch_norm" and "BatchNorm" in self.index.defined:
             self.diag(original, rule.id, "error", f"{q} as a value: the file defines its own "
                       "BatchNorm, the name of the converter's BatchNorm helper class: rename it")
