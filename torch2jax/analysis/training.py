@@ -249,6 +249,10 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             self._opt_from_fn.append((name, node.value.func.attr.value,
                                       recv.value if isinstance(recv, cst.Name) else None))
             self._opt_from_fn_at[name] = (node, self.scope)
+        elif name and isinstance(node.value.func, cst.Name):
+            # optimizer = make_optimizer(model, lr): a function of the file returning one
+            self._opt_from_fn.append((name, node.value.func.value, None))
+            self._opt_from_fn_at[name] = (node, self.scope)
 
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is not None and self.free_fn:

@@ -94,10 +94,12 @@ def _first_index(body: list[cst.BaseStatement]) -> int:
     return 0
 
 
-def _localise(fn: cst.FunctionDef, attr: str) -> cst.FunctionDef:
+def _localise(fn: cst.FunctionDef, attr: str, built_only: bool = False) -> cst.FunctionDef:
     body = list(fn.body.body)
     assigns = _assigns_of(fn.body, attr)
     local = _fresh(fn, attr)
+    if not assigns and built_only:
+        return fn
     if not assigns:
         read = cst.parse_statement(f"{local} = self.{attr}\n")
         at = _first_index(body)
@@ -123,23 +125,50 @@ class _Methods(cst.CSTTransformer):
     def __init__(self, optimizer_call) -> None:
         self.is_optimizer = optimizer_call
 
-    def leave_ClassDef(self, original_node, updated_node):
-        held = set()
-        for a in m.findall(updated_node, m.Assign(value=m.Call())):
-            if self.is_optimizer(a.value.func):
-                held |= {t.target.attr.value for t in a.targets
+    def _held(self, cls: cst.ClassDef) -> tuple[set[str], set[str]]:
+        """(the attributes holding an optimizer, those holding the model it updates: ``self.M``
+        in ``torch.optim.X(self.M.parameters())``, or ``self.M = model`` beside
+        ``torch.optim.X(model.parameters())`` in the same method)."""
+        held, models = set(), set()
+        for fn in m.findall(cls, m.FunctionDef()):
+            for a in m.findall(fn, m.Assign(value=m.Call())):
+                if not self.is_optimizer(a.value.func):
+                    continue
+                attrs = {t.target.attr.value for t in a.targets
                          if m.matches(t.target, _self_attr())}
+                held |= attrs
+                first = a.value.args[0].value if attrs and a.value.args else None
+                params = m.Call(func=m.Attribute(attr=m.Name("parameters")), args=[])
+                if not m.matches(first, params):
+                    continue
+                owner = first.func.value
+                if m.matches(owner, _self_attr()):
+                    models.add(owner.attr.value)
+                elif isinstance(owner, cst.Name):
+                    models |= {b.targets[0].target.attr.value for b in m.findall(fn, m.Assign(
+                        targets=[m.AssignTarget(target=_self_attr())],
+                        value=m.Name(owner.value)))}
+        return held, models - held
+
+    def leave_ClassDef(self, original_node, updated_node):
+        held, models = self._held(updated_node)
         if not held:
             return updated_node
         body = []
         for stmt in updated_node.body.body:
             if isinstance(stmt, cst.FunctionDef) and stmt.params.params and (
                     stmt.params.params[0].name.value == "self"):
-                for attr in sorted(held):
-                    stepped = m.Call(func=m.Attribute(value=_self_attr(attr),
-                                                      attr=m.Name("step")), args=[])
-                    if m.findall(stmt.body, stepped):
-                        stmt = _localise(stmt, attr)
+                stepping = [attr for attr in sorted(held) if m.findall(stmt.body, m.Call(
+                    func=m.Attribute(value=_self_attr(attr), attr=m.Name("step")), args=[]))]
+                for attr in stepping:
+                    stmt = _localise(stmt, attr)
+                if stepping:  # the model the step updates: read through a local too
+                    for attr in sorted(models):
+                        if m.findall(stmt.body, _self_attr(attr)):
+                            stmt = _localise(stmt, attr)
+                else:  # where the optimizer is built: bound to a local first
+                    for attr in sorted(held):
+                        stmt = _localise(stmt, attr, built_only=True)
             body.append(stmt)
         return updated_node.with_changes(body=updated_node.body.with_changes(body=body))
 
