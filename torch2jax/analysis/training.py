@@ -530,9 +530,9 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         if (table.key.value, table.value.value) != (key, value):
             return None
         names = node.for_in.iter
-        if m.matches(names, m.Call(func=m.Name("sorted") | m.Name("list"), args=[m.Arg(
+        while m.matches(names, m.Call(func=m.Name("sorted") | m.Name("list"), args=[m.Arg(
                 keyword=None, star="")])):
-            names = names.args[0].value
+            names = names.args[0].value  # sorted(list(decay))
         if not isinstance(names, cst.Name):
             return None
         return ParamGroup(predicate=None, param=pn, options=options, names=names)

@@ -23,7 +23,11 @@ difference is the rounding of one division.
 
 The random draws of a dataset with its own generator (``g = torch.Generator();
 g.manual_seed(s)``, ``torch.randperm(n, generator=g)``) become a numpy ``Generator`` seeded
-with the same number: a different stream from torch's, as every translated draw is.
+with the same number: a different stream from torch's, as every translated draw is. A draw
+from torch's global generator (``torch.randint(n, size=(L,))``, ``torch.rand(1)``,
+``torch.randn(L)`` in ``__getitem__``, issue 28) comes from the file's host generator
+(``host_rng``, analysis/host.py) when the caller passes its name: the dataset is read on the
+host, one item at a time, where a JAX key per item would cost a device round trip.
 """
 
 from __future__ import annotations
