@@ -309,9 +309,12 @@ def test_mingpt_whitelist_walk_decays_what_torch_decays(tmp_path):
     flat = jax.tree_util.tree_flatten_with_path(nnx.state(model, nnx.Param))[0]
     got = sorted(module.torch_parameter_name(p) for p, a in flat if not bool(jnp.all(a == 1)))
 
-    torch_ns: dict = {}
-    exec(compile(MINGPT, "gpt.py", "exec"), torch_ns)
-    reference = torch_ns["GPT"]()
+    torch_path = tmp_path / "gpt_torch.py"
+    torch_path.write_text(MINGPT)
+    spec = importlib.util.spec_from_file_location("gpt_torch_containers", torch_path)
+    torch_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(torch_module)
+    reference = torch_module.GPT()
     opt = reference.configure_optimizers(config)
     with torch.no_grad():
         for p in reference.parameters():
