@@ -275,3 +275,9 @@ def test_a_global_draw_in_getitem_is_numpy_on_the_host(tmp_path) -> None:
     assert "jax.random" not in code.split("def __getitem__")[1].split("\n\n")[0]
     want = _torch(_DRAWING_DATASET, tmp_path)
     assert _run(code, tmp_path) == want[:-1] + ["float32"]  # torch.float32 / float32
+    # a program seeded elsewhere (minGPT's set_seed in another file): seeded with 0, said
+    unseeded = convert_source(_DRAWING_DATASET.replace("torch.manual_seed(0)\n", ""),
+                              path="data.py")
+    assert "host_rng = np.random.default_rng(0)" in unseeded.code
+    assert any(d.severity == "info" and "seeded with 0" in d.message
+               for d in unseeded.diagnostics), unseeded.diagnostics

@@ -37,6 +37,7 @@ class DataMixin:
             return updated_node
         self.need("jax")
         body = []
+        self._unseeded_host_draws = False
         for st, ost in zip(updated_node.body.body, original_node.body.body):
             host = self._host_method(ost) if isinstance(ost, cst.FunctionDef) else None
             if host is not None:
@@ -45,6 +46,11 @@ class DataMixin:
                 st = dt.host_arrays(st)
             body.append(st)
         updated_node = updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+        if self._unseeded_host_draws:  # (at the class: its methods' lines are written anew)
+            self.diag(original_node, "random", "info",
+                      f"the dataset's random draws come from {ha.GENERATOR}, a numpy Generator "
+                      "seeded with 0: the program's seed is not a literal of this file (seed "
+                      "it there to change the stream)")
         if not keep:
             return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
                                              rpar=cst.MaybeSentinel.DEFAULT)
@@ -63,11 +69,7 @@ class DataMixin:
         if draws:
             # torch's global generator drawn in the dataset: the file's host generator
             self._host_rng = True
-            if self.data.host.seed is None:
-                self.diag(original, "random", "info",
-                          f"the dataset's random draws come from {ha.GENERATOR}, a numpy "
-                          "Generator seeded with 0: the program's seed is not a literal of "
-                          "this file (seed it there to change the stream)")
+            self._unseeded_host_draws = self.data.host.seed is None
         try:
             span = self.get_metadata(PositionProvider, original)
         except KeyError:
