@@ -93,7 +93,8 @@ class ViewDataset(Dataset):
 
 
 class NoisyDataset(Dataset):
-    """A draw from torch's global generator: left to the rewriter (which marks it)."""
+    """A draw off the numpy table (randn_like; torch.randn from the global generator is on
+    it, from the file's host_rng): left to the rewriter (which marks it)."""
     def __init__(self):
         self.x = torch.arange(6.0)
 
@@ -101,7 +102,7 @@ class NoisyDataset(Dataset):
         return 6
 
     def __getitem__(self, idx):
-        return self.x[idx] + torch.randn(())
+        return self.x[idx] + torch.randn_like(self.x[idx])
 '''
 
 

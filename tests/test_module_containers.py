@@ -277,32 +277,52 @@ class GPT(nn.Module):
 '''
 
 
-def test_mingpt_whitelist_walk_fails_only_on_a_marked_line(tmp_path):
-    """NNX's modules are not torch's (activations are functions, a Sequential's layers sit
-    under ``layers``), so the walk is not translated yet: the converted method must fail on
-    a marked line, never on an unmarked one."""
+def test_mingpt_whitelist_walk_decays_what_torch_decays(tmp_path):
+    """minGPT's walk, as minGPT writes it (issue 28): ``named_modules()`` becomes NNX's modules
+    with their dotted paths, the whitelist tuples NNX's classes, and the two groups an optax
+    mask by torch's parameter names (``torch_parameter_name``). Stepped once with zero
+    gradients from all-ones weights, only weight decay moves a tensor: the same tensors move
+    under torch and under the converted method (the Linear weights, not the biases, the
+    LayerNorms or the Embedding)."""
     import importlib.util
     import sys
-    import traceback
     from types import SimpleNamespace
 
+    import jax
+    import jax.numpy as jnp
     from flax import nnx
 
+    torch = pytest.importorskip("torch")
     result = convert_source(MINGPT, path="gpt.py")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.diagnostics
     path = tmp_path / "gpt_jax.py"
     path.write_text(result.code)
     spec = importlib.util.spec_from_file_location("gpt_jax_containers", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    config = SimpleNamespace(weight_decay=0.1, learning_rate=1e-2, betas=(0.9, 0.95))
     model = module.GPT(rngs=nnx.Rngs(0))
-    config = SimpleNamespace(weight_decay=0.1, learning_rate=1e-3, betas=(0.9, 0.95))
-    with pytest.raises(Exception) as info:
-        model.configure_optimizers(config)
-    line = [f for f in traceback.extract_tb(info.tb) if f.filename == str(path)][-1].lineno
-    lines = result.code.splitlines()
-    assert "TODO(torch2jax)" in lines[line - 2], (lines[line - 2], lines[line - 1])
-    assert "named_modules() of a converted model" in result.code
+    optimizer = model.configure_optimizers(config)
+    nnx.update(model, jax.tree.map(jnp.ones_like, nnx.state(model, nnx.Param)))
+    optimizer.update(model, jax.tree.map(jnp.zeros_like, nnx.state(model, nnx.Param)))
+    flat = jax.tree_util.tree_flatten_with_path(nnx.state(model, nnx.Param))[0]
+    got = sorted(module.torch_parameter_name(p) for p, a in flat if not bool(jnp.all(a == 1)))
+
+    torch_path = tmp_path / "gpt_torch.py"
+    torch_path.write_text(MINGPT)
+    spec = importlib.util.spec_from_file_location("gpt_torch_containers", torch_path)
+    torch_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(torch_module)
+    reference = torch_module.GPT()
+    opt = reference.configure_optimizers(config)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.fill_(1.0)
+            p.grad = torch.zeros_like(p)
+    opt.step()
+    want = sorted(n for n, p in reference.named_parameters() if not bool((p == 1).all()))
+    assert got == want == ["h.0.fc.weight", "h.1.fc.weight", "lm_head.weight"]
 
 
 @pytest.mark.parametrize("target", ["linen", "equinox"])

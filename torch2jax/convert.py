@@ -24,7 +24,7 @@ from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import visit
 from torch2jax.finish.invariants import check_output, input_facts
-from torch2jax.passes import loader_classes
+from torch2jax.passes import loader_classes, optimizer_attributes
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
 from torch2jax.passes.helpers import add_helpers, defined_names
@@ -164,7 +164,7 @@ def convert_source(
                          f"{exc.message}") from None
     if not uses_torch(module):
         return ConversionResult(code=source, uses_torch=False)
-    canonical = loader_classes.canonicalise(module)
+    canonical = optimizer_attributes.canonicalise(loader_classes.canonicalise(module))
     # a line the canonical form moved (a wrapper class removed): reported at the user's line
     lines = (loader_classes.line_map(module.code, canonical.code)
              if canonical is not module else {})

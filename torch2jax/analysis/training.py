@@ -81,6 +81,9 @@ class ParamGroup:
     param: str  # the name the predicate uses for the parameter
     options: dict[str, cst.BaseExpression]  # the group's own lr, weight_decay, ...
     name: str | None = None  # the variable holding the group's parameter list
+    # the torch names selecting the group (minGPT: [param_dict[pn] for pn in sorted(decay)],
+    # param_dict being {pn: p for pn, p in self.named_parameters()}): the set expression
+    names: cst.BaseExpression | None = None
 
 
 @dataclass
@@ -245,6 +248,10 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             recv = node.value.func.value
             self._opt_from_fn.append((name, node.value.func.attr.value,
                                       recv.value if isinstance(recv, cst.Name) else None))
+            self._opt_from_fn_at[name] = (node, self.scope)
+        elif name and isinstance(node.value.func, cst.Name):
+            # optimizer = make_optimizer(model, lr): a function of the file returning one
+            self._opt_from_fn.append((name, node.value.func.value, None))
             self._opt_from_fn_at[name] = (node, self.scope)
 
     def visit_Return(self, node: cst.Return) -> None:
@@ -481,6 +488,9 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             node = self._assigns.get((scope, node.value))
         if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
             return ParamGroup(predicate=None, param="p", options=options)
+        named = self._named_selection(scope, node, options)
+        if named is not None:
+            return named
         if not isinstance(node, cst.ListComp) or not isinstance(node.elt, cst.Name):
             return None
         comp = node.for_in
@@ -497,3 +507,32 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         if used & (target_names - {p}):
             return None  # a condition on the parameter's name: not supported (yet)
         return ParamGroup(predicate=cond, param=p, options=options)
+
+    def _named_selection(self, scope: int, node, options) -> ParamGroup | None:
+        """``[param_dict[pn] for pn in sorted(names)]`` (also ``in names``, ``list(names)``)
+        where ``param_dict = {pn: p for pn, p in <model>.named_parameters()}``: the group of
+        the parameters whose torch names are in ``names``."""
+        if not m.matches(node, m.ListComp(elt=m.Subscript(value=m.Name()), for_in=m.CompFor(
+                target=m.Name(), ifs=[], inner_for_in=None))):
+            return None
+        index = node.elt.slice
+        pn = node.for_in.target.value
+        if len(index) != 1 or not m.matches(index[0], m.SubscriptElement(
+                slice=m.Index(value=m.Name(pn)))):
+            return None
+        table = self._assigns.get((scope, node.elt.value.value))
+        if not m.matches(table, m.DictComp(key=m.Name(), value=m.Name(), for_in=m.CompFor(
+                target=m.Tuple(elements=[m.Element(value=m.Name()), m.Element(value=m.Name())]),
+                iter=m.Call(func=m.Attribute(attr=m.Name("named_parameters")), args=[]),
+                ifs=[], inner_for_in=None))):
+            return None
+        key, value = (e.value.value for e in table.for_in.target.elements)
+        if (table.key.value, table.value.value) != (key, value):
+            return None
+        names = node.for_in.iter
+        while m.matches(names, m.Call(func=m.Name("sorted") | m.Name("list"), args=[m.Arg(
+                keyword=None, star="")])):
+            names = names.args[0].value  # sorted(list(decay))
+        if not isinstance(names, cst.Name):
+            return None
+        return ParamGroup(predicate=None, param=pn, options=options, names=names)

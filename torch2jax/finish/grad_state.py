@@ -42,11 +42,22 @@ def optimizer_names(source: str, known: Collection[str] = ()) -> set[str]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return names
+    aliases = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             func = _text(node.value.func) or ""
             if _OPTIM_CALL.search(func) or func.endswith("configure_optimizers"):
                 names |= {t for t in map(_text, node.targets) if t}
+        elif isinstance(node, ast.Assign) and _text(node.value):
+            aliases.append((_text(node.value), {t for t in map(_text, node.targets) if t}))
+    # opt = self.optimizer: the same optimizer under another name
+    changed = True
+    while changed:
+        changed = False
+        for value, targets in aliases:
+            if value in names and not targets <= names:
+                names |= targets
+                changed = True
     return names
 
 

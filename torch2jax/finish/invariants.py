@@ -48,6 +48,9 @@ class InputFacts:
     unbound: set[str] = field(default_factory=set)  # names the input itself never binds
     # dotted text read (``torch.optim.AdamW``, ``device``) -> its positions, in order
     reads: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    # names holding an optimizer in the file as the analysis read it (an optimizer attribute
+    # read through a local of the method that steps it: passes/optimizer_attributes.py)
+    optimizers: frozenset[str] = frozenset()
 
 
 def _dotted(node: cst.Name, parents) -> str:
@@ -75,7 +78,8 @@ def input_facts(wrapper: MetadataWrapper, packages: tuple[str, ...]) -> InputFac
     for found in reads.values():
         found.sort()
     return InputFacts(torch_imports=torch_import_lines(wrapper, packages),
-                      unbound={n.value for n in unbound_reads(wrapper)}, reads=dict(reads))
+                      unbound={n.value for n in unbound_reads(wrapper)}, reads=dict(reads),
+                      optimizers=frozenset(optimizer_names(wrapper.module.code)))
 
 
 def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, path: str,
@@ -120,7 +124,7 @@ def check_output(code: str, diagnostics: list[Diagnostic], facts: InputFacts, pa
                                         path)
     code, diagnostics = mark_torch_calls(code, diagnostics, facts, path, known)
     return mark_gradient_state(code, diagnostics, path, source,
-                               optimizer_names(source, optimizers))
+                               optimizer_names(source, {*optimizers, *facts.optimizers}))
 
 
 def _torch_bindings(tree: ast.Module) -> dict[str, tuple[str, str]]:

@@ -395,6 +395,22 @@ class Linear(nnx.Linear):
 ''')
 
 
+# parameter groups selected by torch's names (minGPT's configure_optimizers walks
+# named_modules / named_parameters into sets of names): the optax mask names each NNX
+# parameter as torch does (passes/training.py, group_mask); the same names as the loop's
+helper("torch_parameter_name", {"jax"}, '''
+def torch_parameter_name(path: tuple) -> str:
+    """torch's dotted name of the parameter at ``path`` (a key path of an nnx.Param state):
+    the attribute names and list indices joined by dots, a layer's kernel, embedding or scale
+    being torch's weight."""
+    keys = [k.key if isinstance(k, jax.tree_util.DictKey)
+            else k.idx if isinstance(k, jax.tree_util.SequenceKey) else k
+            for k in path if not isinstance(k, jax.tree_util.GetAttrKey)]
+    last = {"kernel": "weight", "embedding": "weight", "scale": "weight"}.get(keys[-1], keys[-1])
+    return ".".join(map(str, (*keys[:-1], last)))
+''', targets=("nnx",))
+
+
 helper("checkpoint_sequential", {"Any", "jax", "nnx"}, '''
 def checkpoint_sequential(layers: Any, segments: int, x: jax.Array) -> jax.Array:
     """torch.utils.checkpoint.checkpoint_sequential: the layers (an nnx.Sequential or a list)

@@ -23,7 +23,11 @@ difference is the rounding of one division.
 
 The random draws of a dataset with its own generator (``g = torch.Generator();
 g.manual_seed(s)``, ``torch.randperm(n, generator=g)``) become a numpy ``Generator`` seeded
-with the same number: a different stream from torch's, as every translated draw is.
+with the same number: a different stream from torch's, as every translated draw is. A draw
+from torch's global generator (``torch.randint(n, size=(L,))``, ``torch.rand(1)``,
+``torch.randn(L)`` in ``__getitem__``, issue 28) comes from the file's host generator
+(``host_rng``, analysis/host.py) when the caller passes its name: the dataset is read on the
+host, one item at a time, where a JAX key per item would cost a device round trip.
 """
 
 from __future__ import annotations
@@ -78,9 +82,13 @@ class _ToNumpy(cst.CSTTransformer):
     """Translates one method; raises :class:`_Refused` at the first construct off the table.
     ``q`` gives the qualified name of a node of the original tree."""
 
-    def __init__(self, q: Callable[[cst.CSTNode], str | None]) -> None:
+    def __init__(self, q: Callable[[cst.CSTNode], str | None],
+                 host_generator: str | None = None) -> None:
         super().__init__()
         self.q = q
+        # the file's numpy Generator for draws from torch's global generator (None: refused)
+        self.host_generator = host_generator
+        self.used_host_generator = False
         self.funcs: set[int] = set()  # original call functions (checked at the call)
         self.generators: set[str] = set()  # local names bound to torch.Generator()
 
@@ -178,6 +186,8 @@ class _ToNumpy(cst.CSTTransformer):
                 dtype = cst.parse_expression("np.float32")
             args = [arg(p) for p in pos]
             return _np("np.arange", *args, *([arg(dtype, "dtype")] if dtype is not None else []))
+        if name in ("randint", "rand", "randn", "randperm") and self._drawn(kw):
+            return self._draw(name, pos, kw, dtype, q)
         if dtype is not None:
             raise _Refused(q)
         if name in ("cat", "concat", "concatenate", "stack") and len(pos) == 1 and set(kw) <= {
@@ -196,16 +206,41 @@ class _ToNumpy(cst.CSTTransformer):
                                 arg(cst.SimpleString('"stable"'), "kind")))])
         if name == "where" and len(pos) == 3 and not kw:
             return _np("np.where", *(arg(p) for p in pos))
+        raise _Refused(q)  # (a draw without a generator the table knows: refused above)
+
+    def _drawn(self, kw: dict) -> bool:
+        generator = kw.get("generator")
+        return (isinstance(generator, cst.Name) and generator.value in self.generators
+                or generator is None and self.host_generator is not None)
+
+    def _draw(self, name: str, pos: list, kw: dict, dtype, q: str) -> cst.BaseExpression:
+        """A draw from the dataset's own generator, or from torch's global one (the file's
+        numpy Generator, ``host_rng``: a global draw in ``__getitem__`` is a host draw of the
+        input pipeline, as grain reads the dataset on the host)."""
         generator = kw.pop("generator", None)
-        if not (isinstance(generator, cst.Name) and generator.value in self.generators):
-            raise _Refused(q)  # torch's global generator: left to the key plumbing
-        if name == "randperm" and len(pos) == 1 and not kw:
+        if generator is None:
+            generator = cst.Name(self.host_generator)
+            self.used_host_generator = True
+        size = kw.pop("size", None)
+        if kw:
+            raise _Refused(q)
+        if name == "randperm" and len(pos) == 1 and size is None and dtype is None:
             return cst.Call(func=cst.Attribute(generator, cst.Name("permutation")),
                             args=[arg(pos[0])])
-        if name == "randint" and len(pos) in (2, 3) and not kw:
+        if name == "randint" and (len(pos) in (2, 3) and size is None
+                                  or len(pos) in (1, 2) and size is not None):
+            if size is not None:
+                pos = [*pos, size]
             low, high, size = ([cst.Integer("0")] + pos) if len(pos) == 2 else pos
-            return cst.Call(func=cst.Attribute(generator, cst.Name("integers")),
-                            args=[arg(low), arg(high), arg(size, "size")])
+            return cst.Call(func=cst.Attribute(generator, cst.Name("integers")), args=[
+                arg(low), arg(high), arg(size, "size"),
+                *([arg(dtype, "dtype")] if dtype is not None else [])])
+        if name in ("rand", "randn") and (pos and size is None or size is not None and not pos):
+            if size is None:
+                size = pos[0] if len(pos) == 1 else cst.Tuple([cst.Element(p) for p in pos])
+            method = "random" if name == "rand" else "standard_normal"
+            return cst.Call(func=cst.Attribute(generator, cst.Name(method)), args=[
+                arg(size), arg(dtype or cst.parse_expression("np.float32"), "dtype")])
         raise _Refused(q)
 
     # tensor methods (the receiver's kind is not known here: only torch's own names change)
@@ -245,6 +280,8 @@ class _ToNumpy(cst.CSTTransformer):
         if meth == "permute" and pos and not kws:
             dims = pos[0] if len(pos) == 1 else cst.Tuple([cst.Element(p) for p in pos])
             return cst.Call(func=cst.Attribute(recv, cst.Name("transpose")), args=[arg(dims)])
+        if meth == "unique" and not node.args:  # sorted, as torch's default
+            return _np("np.unique", arg(recv))
         if meth in ("numel", "nelement") and not node.args:
             return cst.Attribute(_paren(recv), cst.Name("size"))
         if meth == "dim" and not node.args:
@@ -265,15 +302,17 @@ class _ToNumpy(cst.CSTTransformer):
         return m.matches(node, m.Attribute(value=m.Name("np")))
 
 
-def numpy_method(fn: cst.FunctionDef, q: Callable[[cst.CSTNode], str | None]
-                 ) -> cst.FunctionDef | None:
-    """``fn`` (a method of the original torch tree) translated to numpy, or None when it reads
+def numpy_method(fn: cst.FunctionDef, q: Callable[[cst.CSTNode], str | None],
+                 host_generator: str | None = None) -> tuple[cst.FunctionDef, bool] | None:
+    """``fn`` (a method of the original torch tree) translated to numpy, and whether it draws
+    from ``host_generator`` (torch's global generator's draws, when given); None when it reads
     torch API outside the table (the method then keeps the rewriter's ``jnp`` form)."""
+    numpy = _ToNumpy(q, host_generator)
     try:
-        out = fn.visit(_ToNumpy(q))
+        out = fn.visit(numpy)
     except _Refused:
         return None
-    return out if isinstance(out, cst.FunctionDef) else None
+    return (out, numpy.used_host_generator) if isinstance(out, cst.FunctionDef) else None
 
 
 def reads_torch(fn: cst.FunctionDef, q: Callable[[cst.CSTNode], str | None]) -> bool:

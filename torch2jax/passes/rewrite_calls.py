@@ -91,6 +91,26 @@ class CallsMixin:
         if self._class_stack and self._own_functional(node):
             self._own_calls.add(id(node))
 
+    def _group_modules(self, original: cst.Call, updated: cst.Call):
+        """``for mn, m in self.named_modules():`` in the function that builds an optimizer
+        whose parameter groups are selected by torch's names (minGPT's configure_optimizers):
+        the NNX modules with their dotted paths. The names the loop builds from them
+        (``mn + "." + pn``, ``pn`` from ``m.named_parameters()``) are the names the mask
+        gives the parameters (``torch_parameter_name``), so each parameter is sorted as the
+        loop sorts it, by the class of the module holding it and its name. (A Sequential's
+        layers are under ``layers`` on both sides.)"""
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        here = self._fn_stack[-1].name.value if self._fn_stack else None
+        if not isinstance(parent, cst.For) or parent.iter is not original or not any(
+                site.function == here and site.groups and any(
+                    g.names is not None for g in site.groups)
+                for site in self.training.optimizers.values()):
+            return None
+        self.need("nnx")
+        return expr('((".".join(map(str, path)), module) for path, module in '
+                    'nnx.iter_graph({m}) if isinstance(module, nnx.Module))',
+                    m=updated.func.value)
+
     def _parameter_listing(self, original_node: cst.Call, updated_node: cst.Call):
         """``for p in model.parameters()`` / ``for n, p in model.named_parameters()`` (also in
         a comprehension: ``sum(p.numel() for p in self.parameters())``) on a module: the
@@ -241,6 +261,9 @@ class CallsMixin:
                 return listed
         if (m.matches(original, m.Call(func=m.Attribute(attr=m.Name("named_modules")), args=[]))
                 and self.target.stateful_modules and self._is_module_expr(original.func.value)):
+            walked = self._group_modules(original, updated)
+            if walked is not None:
+                return walked
             # minGPT's configure_optimizers walks them with isinstance(m, whitelist): NNX's
             # modules are not torch's (no activation modules, Sequential's .layers in paths)
             raise Untranslatable(

@@ -37,6 +37,7 @@ class DataMixin:
             return updated_node
         self.need("jax")
         body = []
+        self._unseeded_host_draws = False
         for st, ost in zip(updated_node.body.body, original_node.body.body):
             host = self._host_method(ost) if isinstance(ost, cst.FunctionDef) else None
             if host is not None:
@@ -45,6 +46,11 @@ class DataMixin:
                 st = dt.host_arrays(st)
             body.append(st)
         updated_node = updated_node.with_changes(body=updated_node.body.with_changes(body=body))
+        if self._unseeded_host_draws:  # (at the class: its methods' lines are written anew)
+            self.diag(original_node, "random", "info",
+                      f"the dataset's random draws come from {ha.GENERATOR}, a numpy Generator "
+                      "seeded with 0: the program's seed is not a literal of this file (seed "
+                      "it there to change the stream)")
         if not keep:
             return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
                                              rpar=cst.MaybeSentinel.DEFAULT)
@@ -55,10 +61,15 @@ class DataMixin:
         rewriter's diagnostics inside it are withdrawn: the method is written anew."""
         if not hd.reads_torch(original, self.q):
             return None
-        host = hd.numpy_method(original, self.q)
-        if host is None:
+        translated = hd.numpy_method(original, self.q, ha.GENERATOR)
+        if translated is None:
             return None
+        host, draws = translated
         self.need("np")
+        if draws:
+            # torch's global generator drawn in the dataset: the file's host generator
+            self._host_rng = True
+            self._unseeded_host_draws = self.data.host.seed is None
         try:
             span = self.get_metadata(PositionProvider, original)
         except KeyError:
@@ -244,8 +255,8 @@ class DataMixin:
         """``host_rng = np.random.default_rng(SEED)`` after the statement that binds the seed
         (after the imports for a literal seed): the generator of the host-side draws."""
         host = self.data.host
-        stmt = cst.parse_statement(
-            f"{ha.GENERATOR} = np.random.default_rng({code(host.seed)})\n")
+        seed = code(host.seed) if host.seed is not None else "0"
+        stmt = cst.parse_statement(f"{ha.GENERATOR} = np.random.default_rng({seed})\n")
         at = None
         if isinstance(host.seed, cst.Name):
             binds = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(

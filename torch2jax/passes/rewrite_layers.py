@@ -6,6 +6,8 @@ the transformer's per-file state through ``self``."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -227,6 +229,22 @@ class LayersMixin:
             return not m.matches(outer, m.Call(func=m.Name("isinstance")))
         return True
 
+    def _class_check_tuple(self, node: cst.CSTNode | None) -> bool:
+        """``whitelist = (nn.Linear, nn.Conv2d)`` in a function that reads ``whitelist`` only
+        as the classes of ``isinstance(m, whitelist)`` (minGPT's configure_optimizers): the
+        layer classes are the classes NNX builds, as in an isinstance call itself."""
+        assign = node
+        if not self._fn_stack or not m.matches(assign, m.Assign(
+                targets=[m.AssignTarget(target=m.Name())], value=m.Tuple())):
+            return False
+        name = assign.targets[0].target.value
+        fn = self._fn_stack[-1]
+        reads = [n for n in m.findall(fn, m.Name(name))]
+        checks = [c for c in m.findall(fn, m.Call(func=m.Name("isinstance"), args=[
+            m.Arg(), m.Arg(value=m.Name(name))]))]
+        return bool(checks) and len(reads) == len(checks) + 1 and len(
+            m.findall(fn, m.AssignTarget(target=m.Name(name)))) == 1
+
     def _layer_class_value(self, original: cst.BaseExpression) -> cst.BaseExpression | None:
         """``norm_layer = nn.BatchNorm2d``: a torch layer class used as a value (a factory)."""
         q = self.q(original)
@@ -255,6 +273,13 @@ class LayersMixin:
                 grand = self.get_metadata(ParentNodeProvider, grand, None)
                 if isinstance(grand, cst.Call) and m.matches(grand.func, m.Name("isinstance")):
                     return None
+            if self._class_check_tuple(grand):
+                target = rule.targets.get(self.target.name)
+                if target and re.fullmatch(r"nnx\.[A-Z]\w*", target):
+                    return expr(target)
+                self.diag(original, "isinstance", "error",
+                          f"isinstance check against {q}: no single JAX class")
+                return None
         if rule.special == "batch_norm" and "BatchNorm" in self.index.defined:
             self.diag(original, rule.id, "error", f"{q} as a value: the file defines its own "
                       "BatchNorm, the name of the converter's BatchNorm helper class: rename it")

@@ -59,6 +59,11 @@ class SchedulesMixin:
         overrides: dict[str, cst.BaseExpression] = {}
         mask = None
         if site.groups is not None:
+            if not self.target.stateful_modules and any(g.names is not None
+                                                        for g in site.groups):
+                raise Untranslatable("parameter groups selected by torch's parameter names: "
+                                     f"translated for NNX only, not {self.target.name}",
+                                     rule="param-groups")
             overrides, mask = tr.group_mask(site.groups, opt)
             self.diag(original_node, "param-groups", "info",
                       "parameter groups became an optax mask; the statements that only "

@@ -737,6 +737,17 @@ def group_mask(groups, build) -> tuple[dict[str, cst.BaseExpression],
     if len(zero) != 1:
         raise Untranslatable("parameter groups without a group that has weight_decay=0")
     decayed = groups[1 - zero[0]]
+    if decayed.names is not None:
+        # selected by torch's parameter names: the same names of the NNX parameters
+        # (torch_parameter_name, passes/helpers.py), so the mask is computed from the
+        # converted model's structure
+        mask = expr("lambda params: jax.tree_util.tree_map_with_path("
+                    "lambda path, _: torch_parameter_name(path) in {names}, params)",
+                    names=decayed.names)
+        overrides = {}
+        if "weight_decay" in decayed.options:
+            overrides["weight_decay"] = decayed.options["weight_decay"]
+        return overrides, mask
     if decayed.predicate is None:
         raise Untranslatable("the decayed parameter group selects every parameter")
     p = decayed.param

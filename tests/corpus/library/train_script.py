@@ -16,18 +16,20 @@ from tinygpt.utils import set_seed
 
 
 class SortDataset(Dataset):
-    """Sequences of `length` digits in [0, num_digits), each paired with its sorted copy."""
+    """Sequences of `length` digits in [0, num_digits), each paired with its sorted copy.
 
-    def __init__(self, split, length=6, num_digits=3, size=2000):
+    Each item is a fresh draw from torch's global generator; a hash of the digits puts a
+    sequence in the test split (one in four) or the train split, and a draw of the other split
+    is drawn again."""
+
+    def __init__(self, split, length=6, num_digits=3):
         assert split in {'train', 'test'}
         self.split = split
         self.length = length
         self.num_digits = num_digits
-        g = torch.Generator().manual_seed(0 if split == 'train' else 1)
-        self.inputs = torch.randint(num_digits, size=(size, length), generator=g)
 
     def __len__(self):
-        return self.inputs.shape[0]
+        return 10000
 
     def get_vocab_size(self):
         return self.num_digits
@@ -36,7 +38,11 @@ class SortDataset(Dataset):
         return self.length * 2 - 1
 
     def __getitem__(self, idx):
-        inp = self.inputs[idx]
+        while True:
+            inp = torch.randint(self.num_digits, size=(self.length,), dtype=torch.long)
+            in_test = hash(tuple(inp.tolist())) % 4 == 0
+            if in_test == (self.split == 'test'):
+                break
         sol = torch.sort(inp)[0]
         cat = torch.cat((inp, sol), dim=0)
         x = cat[:-1].clone()
@@ -67,8 +73,9 @@ def evaluate(model, dataset, n):
     correct = 0
     total = 0
     with torch.no_grad():
-        x = torch.stack([dataset[i][0] for i in range(n)])
-        y = torch.stack([dataset[i][1] for i in range(n)])
+        pairs = [dataset[i] for i in range(n)]
+        x = torch.stack([x for x, _ in pairs])
+        y = torch.stack([y for _, y in pairs])
         logits, loss = model(x, y)
         pred = logits.argmax(dim=-1)
         mask = y != -1
@@ -83,7 +90,7 @@ if __name__ == '__main__':
     set_seed(config.system.seed)
 
     train_dataset = SortDataset('train')
-    test_dataset = SortDataset('test', size=500)
+    test_dataset = SortDataset('test')
     config.model.vocab_size = train_dataset.get_vocab_size()
     config.model.block_size = train_dataset.get_block_size()
 

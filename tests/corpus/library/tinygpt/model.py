@@ -78,9 +78,31 @@ class GPT(nn.Module):
         print("number of parameters: %.3fK" % (n_params / 1e3,))
 
     def configure_optimizers(self, train_config):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=train_config.learning_rate,
-                                      betas=train_config.betas,
-                                      weight_decay=train_config.weight_decay)
+        """AdamW with weight decay on the weights of Linear layers only: biases, LayerNorm and
+        Embedding weights are not decayed."""
+        decay = set()
+        no_decay = set()
+        whitelist = (torch.nn.Linear, )
+        blacklist = (torch.nn.LayerNorm, torch.nn.Embedding)
+        for mn, m in self.named_modules():
+            for pn, p in m.named_parameters():
+                fpn = '%s.%s' % (mn, pn) if mn else pn
+                if pn.endswith('bias'):
+                    no_decay.add(fpn)
+                elif pn.endswith('weight') and isinstance(m, whitelist):
+                    decay.add(fpn)
+                elif pn.endswith('weight') and isinstance(m, blacklist):
+                    no_decay.add(fpn)
+        param_dict = {pn: p for pn, p in self.named_parameters()}
+        assert len(decay & no_decay) == 0
+        assert len(param_dict.keys() - (decay | no_decay)) == 0
+        optim_groups = [
+            {"params": [param_dict[pn] for pn in sorted(decay)],
+             "weight_decay": train_config.weight_decay},
+            {"params": [param_dict[pn] for pn in sorted(no_decay)], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(optim_groups, lr=train_config.learning_rate,
+                                      betas=train_config.betas)
         return optimizer
 
     def forward(self, idx, targets=None):

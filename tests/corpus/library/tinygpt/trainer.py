@@ -54,7 +54,7 @@ class Trainer:
     def run(self):
         model, config = self.model, self.config
 
-        optimizer = model.configure_optimizers(config)
+        self.optimizer = model.configure_optimizers(config)
 
         train_loader = DataLoader(
             self.train_dataset,
@@ -84,7 +84,7 @@ class Trainer:
             model.zero_grad(set_to_none=True)
             self.loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-            optimizer.step()
+            self.optimizer.step()
 
             self.trigger_callbacks('on_batch_end')
             self.iter_num += 1
