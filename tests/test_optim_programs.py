@@ -219,6 +219,8 @@ def test_corpus_gpt_group_size_prints(tmp_path, capsys) -> None:
 # (weight decay and momentum alone move the parameters).
 
 PROGRAM_TEMPLATE = '''
+import math
+
 import torch
 import torch.nn as nn
 
@@ -267,6 +269,13 @@ def _case(opt: str = "", *, setup: str = "", before: str = "", clip: str = "",
     setup = setup or f"    optimizer = torch.optim.{opt}\n"
     loop = loop or _LOOP.format(before=before, clip=clip, after=after, scale=scale)
     return PROGRAM_TEMPLATE.format(setup=setup.rstrip("\n"), loop=loop.rstrip("\n"))
+
+
+def _sched(opt: str, scheduler: str, scale: str = "1.0") -> str:
+    """``opt`` with ``scheduler`` stepped after every update."""
+    return _case(setup=(f"    optimizer = torch.optim.{opt}\n"
+                        f"    scheduler = torch.optim.lr_scheduler.{scheduler}\n"),
+                 after="        scheduler.step()\n", scale=scale)
 
 
 EMITTED = {
@@ -383,6 +392,63 @@ EMITTED = {
                                    before=_LR_BY_HAND),
     "adadelta_groups_lr_by_hand": _case(setup=_GROUPS.format(wd=0.1, opt="Adadelta", lr=1.0),
                                         before=_LR_BY_HAND),
+    # the schedules the rules translate that the cases above do not step (issue 29)
+    "sgd_multisteplr": _sched("SGD(model.parameters(), lr=0.1)",
+                              "MultiStepLR(optimizer, milestones=[1, 3], gamma=0.3)"),
+    "sgd_linearlr_decay": _sched(
+        "SGD(model.parameters(), lr=0.1, momentum=0.5)",
+        "LinearLR(optimizer, start_factor=1.0, end_factor=0.2, total_iters=3)"),
+    "adam_linearlr_defaults": _sched("Adam(model.parameters(), lr=0.01)", "LinearLR(optimizer)"),
+    "sgd_constantlr": _sched("SGD(model.parameters(), lr=0.1)",
+                             "ConstantLR(optimizer, factor=0.5, total_iters=3)"),
+    "adam_polynomiallr": _sched("Adam(model.parameters(), lr=0.01)",
+                                "PolynomialLR(optimizer, total_iters=4, power=2.0)"),
+    "sgd_polynomiallr_defaults": _sched("SGD(model.parameters(), lr=0.1)",
+                                        "PolynomialLR(optimizer)"),
+    # past T_max torch's cosine rises again; eta_min is the floor it swings around
+    "sgd_cosine_eta_min_past_t_max": _sched(
+        "SGD(model.parameters(), lr=0.1)", "CosineAnnealingLR(optimizer, T_max=3, eta_min=0.01)"),
+    "adamw_lambdalr_math": _sched(
+        "AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
+        "LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / 6)))"),
+    "sgd_exponential_zero_grad_wd": _sched(
+        "SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)",
+        "ExponentialLR(optimizer, gamma=0.7)", scale="0.0"),
+    # accumulation with clipping and with a schedule stepped after each update
+    "adamw_accumulation_clip": _case(
+        "AdamW(model.parameters(), lr=0.01, weight_decay=0.1)",
+        loop=("    optimizer.zero_grad()\n    for step in range(2 * steps):\n"
+              "        loss = ((model(x) - y) ** 2).mean() / 2\n"
+              "        loss.backward()\n        if (step + 1) % 2 == 0:\n"
+              "            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)\n"
+              "            optimizer.step()\n            optimizer.zero_grad()\n")),
+    "sgd_accumulation_steplr": _case(
+        setup=("    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
+               "    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, "
+               "gamma=0.5)\n"),
+        loop=("    optimizer.zero_grad()\n    for step in range(3 * steps):\n"
+              "        loss = ((model(x) - y) ** 2).mean() / 3\n"
+              "        loss.backward()\n        if (step + 1) % 3 == 0:\n"
+              "            optimizer.step()\n            scheduler.step()\n"
+              "            optimizer.zero_grad()\n")),
+    # parameter groups on each optimizer that has a weight decay (the mask per optimizer)
+    "adam_groups_coupled": _case(setup=_GROUPS.format(wd=0.1, opt="Adam", lr=0.01)),
+    "adam_groups_coupled_zero_grad": _case(setup=_GROUPS.format(wd=0.1, opt="Adam", lr=0.01),
+                                           scale="0.0"),
+    "sgd_momentum_groups_zero_grad": _case(
+        setup=_GROUPS.format(wd=0.1, opt="SGD", lr=0.1).replace("lr=0.1)", "lr=0.1, "
+                                                                "momentum=0.9)"),
+        scale="0.0"),
+    "rmsprop_groups": _case(setup=_GROUPS.format(wd=0.1, opt="RMSprop", lr=0.01)),
+    "adagrad_groups": _case(setup=_GROUPS.format(wd=0.1, opt="Adagrad", lr=0.1)),
+    "adamax_groups": _case(setup=_GROUPS.format(wd=0.1, opt="Adamax", lr=0.01)),
+    "radam_groups": _case(setup=_GROUPS.format(wd=0.1, opt="RAdam", lr=0.01)),
+    "adadelta_groups_zero_grad": _case(setup=_GROUPS.format(wd=0.1, opt="Adadelta", lr=1.0),
+                                       scale="0.0"),
+    "adamw_groups_clip_cosine": _case(
+        setup=_GROUPS.format(wd=0.1, opt="AdamW", lr=0.01) + (
+            "    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=4)\n"),
+        clip=_CLIP_NORM, after="        scheduler.step()\n"),
 }
 # refused, never emitted silently: a TODO marks the optimizer
 REFUSED = {
