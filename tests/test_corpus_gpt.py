@@ -59,8 +59,8 @@ EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
                      (285, "torch-leftover"), (287, "torch-leftover"), (289, "torch-leftover")],
         "train.py": [(98, "torch-leftover"), (145, "torch.load"), (154, "equinox"),
                      (217, "training-loop"), (218, "torch.nn.utils.clip_grad_norm_"),
-                     (221, "param_groups"), (248, "torch.save"), (251, "training-loop"),
-                     (279, "equinox")],
+                     (246, "torch.save"), (249, "training-loop"),
+                     (277, "equinox")],
         # model.load_state_dict(...) kept as written (no equinox counterpart), marked
         "sample.py": [(37, "torch-leftover"), (41, "torch.load"), (47, "equinox")],
     },
