@@ -72,6 +72,18 @@ def _mask_reaches_the_update(code: str) -> bool:
     return masked
 
 
+# opt_state.hyperparams["learning_rate"] = ... (equinox, linen's state.opt_state...) or
+# optimizer.opt_state.hyperparams["learning_rate"].value = ... (nnx)
+_LR_SLOT = re.compile(r"""opt_state\.hyperparams\[["']learning_rate["']\](\.value)? = """)
+
+
+def _lr_is_injected(code: str) -> bool:
+    """The learning rate set by hand is written into an injected hyperparameter, and the
+    optimizer of the file is built with optax.inject_hyperparams (without it the state has
+    no hyperparams)."""
+    return "optax.inject_hyperparams(" in code and _LR_SLOT.search(code) is not None
+
+
 CLAIMS: dict[str, Claim] = {c.id: c for c in (
     Claim("grad-scaler", "GradScaler removed: the autocast region computes in bfloat16",
           _computes_in_bfloat16,
@@ -94,6 +106,11 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
           "parameter groups: the weight-decay mask written does not reach the update (an "
           "optax.inject_hyperparams hyperparameter that is a callable is called with the "
           "step count): no parameter is decayed; pass the mask in static_args"),
+    Claim("lr-injected", "param_groups learning rate set in the optimizer state",
+          _lr_is_injected,
+          "param_groups learning rate: no injected learning_rate is set in the code written "
+          "(or the optimizer is not built with optax.inject_hyperparams): the rate set by "
+          "hand does not reach the update; set opt_state.hyperparams['learning_rate']"),
 )}
 
 

@@ -166,6 +166,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_evaluators: dict[str, int] = {}  # helpers that call it: model param index
         # helpers called once per epoch with the model and the optimizer of their caller
         self._lt_epoch: dict[str, lt.EpochFunction] = {}
+        self._lt_marked_calls: set[int] = set()  # linen model calls marked unbound
         self._lt_state_made: set[int] = set()  # callers (id, 0: module) that made the state
         self._lt_batch_stats = False
         self._lt_dropout = False

@@ -48,6 +48,11 @@ def _named_backward(body: list, taken: set[str]) -> tuple[list, bool]:
     return body, False
 
 
+# the note of a learning rate set by hand in the file's own optimizer state (a claim that
+# finish/claims.py checks against the code written)
+LR_INJECTED = "param_groups learning rate set in the optimizer state"
+
+
 class LoopsMixin:
     def leave_For(self, original_node, updated_node):
         frozen = self._frozen_loop(original_node)
@@ -284,26 +289,27 @@ class LoopsMixin:
                 return self._lr_loop_left(original_node, opt)
             self.need("jnp")
             self.diag(original_node, "param_groups", "info",
-                      f"param_groups learning rate -> the injected learning_rate in the "
-                      f"TrainState's optimizer state ({opt} is built with "
-                      "optax.inject_hyperparams)")
+                      f"{LR_INJECTED}: the TrainState's injected learning_rate ({opt} is "
+                      "built with optax.inject_hyperparams)")
             return cst.parse_statement(
                 f"{self._lr_slot(opt)} = jnp.float32({code(value)})\n").with_changes(
                 leading_lines=node.leading_lines)
         if site is not None and not site.external:
             if id(site) in self.failed_sites or site.scheduler is not None:
                 return self._lr_loop_left(original_node, opt)
-            where = "built with optax.inject_hyperparams"
+            self.diag(original_node, "param_groups", "info",
+                      f"{LR_INJECTED}: {opt}'s injected learning_rate (the optimizer is built "
+                      "with optax.inject_hyperparams)")
         elif site is not None or opt in self._acc.foreign:
             source = self._acc.foreign.get(opt) or f"{site.model}.configure_optimizers"
             where = (f"returned by {source}, built with "
                      "optax.inject_hyperparams where torch2jax converts an optimizer that a "
                      "function returns to another file")
+            self.diag(original_node, "param_groups", "info",
+                      f"param_groups learning rate -> {opt}'s injected learning_rate (the "
+                      f"optimizer is {where})")
         else:
             return self._lr_loop_left(original_node, opt)
-        self.diag(original_node, "param_groups", "info",
-                  f"param_groups learning rate -> {opt}'s injected learning_rate (the optimizer "
-                  f"is {where})")
         value = code(value)
         if self.target.intermediate:
             # equinox's step is an eqx.filter_jit: a Python float in the optimizer state would
