@@ -167,7 +167,9 @@ class CheckpointsMixin:
             inner = (f"nnx.update({model}, checkpointer.restore(os.path.abspath({p}), "
                      f"nnx.state({model})){keep})")
         self.need("nnx")
-        return self._orbax(original_node, kind, inner, "the model's nnx.state")
+        # (the equinox pass writes the model's arrays, eqx.filter(model, eqx.is_array))
+        what = "the model's arrays" if self.target.intermediate else "the model's nnx.state"
+        return self._orbax(original_node, kind, inner, what)
 
     def _orbax(self, original_node, kind: str, inner: str, what: str):
         """The statement becomes ``with ocp.StandardCheckpointer() as checkpointer: inner``."""
