@@ -147,8 +147,8 @@ print(f"{model.fc.weight.sum().item():.6f} {model.fc.bias.sum().item():.6f}")
 @pytest.mark.parametrize("target", ["nnx", "equinox"])
 def test_restore_puts_in_the_saved_weights(target: str, tmp_path) -> None:
     """Built under seed 1, restored from a checkpoint written under seed 0: the weights are
-    seed 0's, on equinox too (its pass drops the restore's nnx.RngState filter: equinox
-    arrays hold no RNG state)."""
+    seed 0's, on equinox too (its restore has no nnx.RngState filter: equinox arrays hold
+    no RNG state)."""
     result = convert_source(RESTORE, path="restore.py", target=target)
     assert not [d for d in result.diagnostics if d.severity == "error"], result.code
     assert "TODO(torch2jax)" not in result.code

@@ -163,7 +163,9 @@ class CheckpointsMixin:
         if kind == "save":  # the whole state: the layout `torch2jax weights` writes too
             inner = f"checkpointer.save(os.path.abspath({p}), nnx.state({model}), force=True)"
         else:  # orbax restores the whole tree; what goes into the model: not the RNG state
-            keep = "" if model in self.training.optimizer_names else f".filter({RNG_FREE})"
+            # (the equinox pass writes eqx.combine of the model's arrays: no RNG state)
+            keep = "" if model in self.training.optimizer_names or self.target.intermediate \
+                else f".filter({RNG_FREE})"
             inner = (f"nnx.update({model}, checkpointer.restore(os.path.abspath({p}), "
                      f"nnx.state({model})){keep})")
         self.need("nnx")

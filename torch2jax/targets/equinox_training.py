@@ -438,12 +438,6 @@ class Scope(cst.CSTTransformer):
         return f"eqx.filter({tree}, eqx.is_array)"
 
     def leave_Call(self, original_node, updated_node):
-        if m.matches(updated_node, m.Call(func=m.Attribute(attr=m.Name("filter")), args=[
-                m.Arg(m.Call(func=m.Attribute(value=m.Name("nnx"), attr=m.Name("Not")),
-                             args=[m.Arg(m.Attribute(value=m.Name("nnx"),
-                                                     attr=m.Name("RngState")))]))])):
-            # a restore's .filter(nnx.Not(nnx.RngState)): equinox's arrays hold no RNG state
-            return updated_node.func.value
         func = code(updated_node.func)
         if func in self.layers:
             self.layer_called = func
