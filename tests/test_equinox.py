@@ -257,12 +257,19 @@ class Net(nn.Module):
 '''
 
 
-def test_batch_size_used_beyond_a_reshape_is_marked() -> None:
+def test_batch_size_used_beyond_a_reshape_keeps_the_module_batched(tmp_path: Path) -> None:
+    """A sum over the batch has no per-example form: the module keeps torch's batch axis
+    (``batched = True``, its Linear mapped over the leading axes) and computes torch's
+    numbers, called on the batch (issue 32)."""
     result = convert_source(BATCH_SIZE_SOURCE, target="equinox")
-    errors = [d for d in result.diagnostics if d.severity == "error"]
-    assert errors and all(d.rule == "equinox" for d in errors)
-    assert "TODO(torch2jax)" in result.code
-    assert "batch axis" in result.code or "batch size" in result.code
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "TODO(torch2jax)" not in result.code
+    assert "batched = True" in result.code
+    assert "y = over_leading(self.fc, x, 1)" in result.code
+    r = verify(str(_write(tmp_path, "batch_size.py", BATCH_SIZE_SOURCE)) + "::Net",
+               inputs=["float32[5,4]"], jax_target="equinox", grad=True)
+    assert r.error is None and r.todos == 0, r.error
+    assert r.passed, r.mismatch
 
 
 # five layers: the equinox class has a field line per layer, so the equinox pass's own output
@@ -485,11 +492,34 @@ def test_batch_loss_in_forward_is_a_per_example_mean_averaged_by_the_caller() ->
     np.testing.assert_allclose(float(per_example.mean()), want.item(), rtol=1e-6)
 
 
-def test_other_uses_of_folded_rows_stay_marked() -> None:
+def test_other_uses_of_folded_rows_keep_the_module_batched() -> None:
+    """The first folded row (an example's first token) has no per-example form: the module
+    keeps torch's batch axis and computes torch's loss, called on the batch."""
+    import equinox as eqx
+    import jax
+    import torch
+
     source = BATCH_LOSS.replace("return logits, loss",
                                 "return logits, loss + logits.view(-1, 7)[0].sum()")
     result = convert_source(source, path="tagger.py", target="equinox")
-    assert "TODO(torch2jax)" in result.code
+    assert "TODO(torch2jax)" not in result.code
+    assert "batched = True" in result.code
+    ns: dict = {}
+    exec(compile(result.code, "tagger.py", "exec"), ns)  # noqa: S102 (our snippet)
+    torch_ns: dict = {}
+    exec(compile(source, "tagger_torch.py", "exec"), torch_ns)  # noqa: S102
+    torch.manual_seed(0)
+    t_model = torch_ns["Tagger"]()
+    model = ns["Tagger"](key=jax.random.key(0))
+    model = eqx.tree_at(lambda mm: (mm.emb.weight, mm.head.weight, mm.head.bias), model, tuple(
+        jax.numpy.asarray(p.detach().numpy()) for p in (t_model.emb.weight, t_model.head.weight,
+                                                        t_model.head.bias)))
+    rng = np.random.default_rng(0)
+    idx, targets = rng.integers(0, 7, (3, 4)), rng.integers(0, 7, (3, 4))
+    want_logits, want = t_model(torch.from_numpy(idx), torch.from_numpy(targets))
+    logits, loss = model(idx, targets)
+    np.testing.assert_allclose(np.asarray(logits), want_logits.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(float(loss), want.item(), rtol=1e-5)
 
 
 def test_empty_module_dict_filled_in_a_loop_converts() -> None:

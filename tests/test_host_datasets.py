@@ -165,3 +165,129 @@ def test_methods_off_the_table_keep_the_jnp_route(sides) -> None:
     lines = {d.line for d in result.diagnostics}
     first = SOURCE.count("\n", 0, SOURCE.index("class NoisyDataset")) + 1
     assert lines and all(line >= first for line in lines), result.diagnostics
+
+
+PROGRAM = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+
+class Ramps(Dataset):
+    """Features computed in __getitem__ from a fixed table, as a user's Dataset does."""
+
+    def __init__(self, n):
+        self.t = torch.arange(n, dtype=torch.float32) / n
+        self.labels = torch.arange(n) % 3
+
+    def __len__(self):
+        return self.t.shape[0]
+
+    def __getitem__(self, idx):
+        t = self.t[idx]
+        x = torch.stack([t, t * t, 1.0 - t, 0.5 * t])
+        return x, self.labels[idx]
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def held_out(n):
+    t = torch.arange(n, dtype=torch.float32) / n + 0.01
+    return TensorDataset(torch.stack([t, t * t, 1.0 - t, 0.5 * t], dim=1), torch.arange(n) % 3)
+
+
+def loader_of(data):
+    return DataLoader(data, batch_size=8)
+
+
+def evaluate(model, loader):
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            total += F.cross_entropy(model(x), y).item()
+    return total
+
+
+def train(model, loader, epochs):
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    for _ in range(epochs):
+        model.train()
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model
+'''
+
+
+EVAL_VARIANTS = {  # the evaluation loop, rewritten without changing what it computes
+    "as written": [],
+    "no_grad decorator": [(
+        ("def evaluate(model, loader):\n    model.eval()\n    total = 0.0\n"
+         "    with torch.no_grad():\n        for x, y in loader:\n"
+         "            total += F.cross_entropy(model(x), y).item()\n"),
+        ("@torch.no_grad()\ndef evaluate(model, loader):\n    model.eval()\n    total = 0.0\n"
+         "    for x, y in loader:\n        total += F.cross_entropy(model(x), y).item()\n"))],
+    "inference_mode": [("    with torch.no_grad():\n", "    with torch.inference_mode():\n")],
+    "named logits": [("            total += F.cross_entropy(model(x), y).item()\n",
+                      ("            logits = model(x)\n"
+                       "            loss = F.cross_entropy(logits, y)\n"
+                       "            total += loss.item()\n"))],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", list(EVAL_VARIANTS))
+def test_dataset_program_trains_as_torch_with_host_batches(variant) -> None:
+    """A Dataset-shaped program (issue 30): the converted Dataset's elements and a
+    TensorDataset's rows are numpy (host), the loader's batches numpy collated once per batch;
+    from the same weights the program trains to torch's held-out loss, and the evaluation
+    loop (model.eval(), torch.no_grad() over a loader) calls a forward compiled once."""
+    import jax
+    import torch
+    from flax import nnx
+    from launch import compiled_while
+
+    from torch2jax.weights import transfer_state_dict
+
+    source = PROGRAM
+    for before, after in EVAL_VARIANTS[variant]:
+        assert before in source, before
+        source = source.replace(before, after)
+    result = convert_source(source, path="program.py")
+    assert "TODO" not in result.code, result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(source, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    data_j, held_j = ns_j["Ramps"](48), ns_j["held_out"](16)
+    for element in (data_j[5], held_j[5]):
+        assert all(isinstance(v, np.ndarray | np.generic) for v in element), element
+    _same(data_j[5][0], ns_t["Ramps"](48)[5][0])
+    batch = next(iter(ns_j["loader_of"](data_j)))
+    assert all(isinstance(v, np.ndarray) for v in batch) and batch[0].shape == (8, 4)
+    assert not any(isinstance(v, jax.Array) for v in batch)
+
+    torch.manual_seed(0)
+    tm = ns_t["Net"]()
+    jm = ns_j["Net"](rngs=nnx.Rngs(0))
+    transfer_state_dict(tm, jm)
+    ns_t["train"](tm, ns_t["loader_of"](ns_t["Ramps"](48)), 3)
+    ns_j["train"](jm, ns_j["loader_of"](data_j), 3)
+    want = ns_t["evaluate"](tm, ns_t["loader_of"](ns_t["held_out"](16)))
+    got, compiles = compiled_while(lambda: ns_j["evaluate"](jm, ns_j["loader_of"](held_j)))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    assert len([c for c in compiles if "jit(eval_step)" in c]) == 1, compiles
+    again, compiles = compiled_while(lambda: ns_j["evaluate"](jm, ns_j["loader_of"](held_j)))
+    assert again == got and not compiles, compiles  # the eval forward is compiled, cached

@@ -250,6 +250,28 @@ def test_converted_sampling_program_compiles_generate_once(tmp_path: Path) -> No
     assert re.search(r"^tokens_per_s=[0-9.]+$", done.stdout, re.MULTILINE)
 
 
+CHAR_RNN = ROOT / "benchmarks" / "programs" / "char_rnn_sample.py"
+
+
+@pytest.mark.slow
+def test_converted_char_rnn_program_compiles_sample_once(tmp_path: Path) -> None:
+    """The char-level GRU benchmark (issue 30), converted: sample() is one nnx.jit whose token
+    loop is a jax.lax.scan, so its warm-up and timed calls share one compile and no step is
+    called per token; it prints the characters it drew."""
+    script = tmp_path / "char_rnn_sample.py"
+    code = convert_source(CHAR_RNN.read_text(), path=str(CHAR_RNN)).code
+    assert "jax.lax.scan(" in code and "jax.block_until_ready(sample(model, " in code
+    script.write_text(code)
+    done = _run(script, tmp_path, GPT_NEW_TOKENS="6")
+    log = done.stdout + done.stderr
+    assert len(re.findall(r"Compiling jit\(sample\)", log)) == 1, log[-3000:]
+    assert not re.findall(r"Compiling jit\((sample_step|eval_step)\)", log)
+    tokens = re.search(r"^sample ((?:\d+ ?)+)$", done.stdout, re.MULTILINE)
+    assert tokens and len(tokens[1].split()) == 12  # GPT_NEW_TOKENS * 2 drawn
+    assert all(0 <= int(t) < 65 for t in tokens[1].split())
+    assert re.search(r"^tokens_per_s=[0-9.]+$", done.stdout, re.MULTILINE)
+
+
 def test_the_compile_count_sees_a_step_compiled_again(tmp_path: Path) -> None:
     """The check the program runs above go through: a step defined anew in every epoch
     compiles again for the same shapes, and the log shows it."""

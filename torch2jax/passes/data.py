@@ -699,16 +699,16 @@ def host_arrays(init: cst.FunctionDef) -> cst.FunctionDef:
 
 
 def tensor_dataset(node: cst.Call) -> cst.BaseExpression:
-    """``TensorDataset(a, b)`` -> a grain MapDataset of ``(a[i], b[i])``."""
+    """``TensorDataset(a, b)`` -> a grain MapDataset over the rows ``(a[i], b[i])`` on the
+    host: ``jax.device_get`` copies the arrays to numpy once (each argument is evaluated
+    once, as torch's are), and ``zip`` pairs their rows, so an element is numpy views, not a
+    device gather per element (issue 30)."""
     tensors = [a.value for a in node.args if a.keyword is None and not a.star]
     if not tensors or len(tensors) != len(node.args):
         raise Untranslatable("TensorDataset with starred or keyword arguments",
                              rule="torch.utils.data.TensorDataset")
-    first = code(tensors[0])
-    items = ", ".join(f"{code(t)}[i]" for t in tensors)
-    if len(tensors) == 1:
-        items += ","
-    return expr(f"grain.MapDataset.range(len({first})).map(lambda i: ({items}))")
+    items = ", ".join(code(t) for t in tensors) + ("," if len(tensors) == 1 else "")
+    return expr(f"grain.MapDataset.source(list(zip(*jax.device_get(({items})))))")
 
 
 def _source(dataset: cst.BaseExpression, data: DataIndex) -> str:

@@ -21,6 +21,11 @@ when the torch file builds a causal mask (``torch.tril`` / ``torch.triu`` or ``i
 and holds no layer that mixes positions without one (``nn.Conv1d``, recurrent layers, attention
 modules or ``scaled_dot_product_attention`` calls without ``is_causal=True``). Otherwise the loop
 stays eager, marked with a TODO and a warning.
+
+Other token loops: a function whose loop carries a state of fixed shape (a recurrent model's
+hidden state, the last token) and collects the tokens in lists becomes one ``nnx.jit`` with a
+``jax.lax.scan`` over the tokens (``_scan_route``); any other loop calls one jitted step per
+token (``_step_route``), or the jitted forward (``_jit_forward``).
 """
 
 from __future__ import annotations
@@ -510,12 +515,6 @@ def _step_route(fn: cst.FunctionDef, method: bool, taken: set[str], tree: bool
                 func=m.OneOf(*(m.Name(u) for u in _STATIC_USES)))))]
     name = _fresh(f"{fn.name.value}_step", taken)
 
-    class _Unjit(cst.CSTTransformer):  # eval_step(model, x) -> model(x): already compiled
-        def leave_Call(self, original, updated):
-            if m.matches(updated.func, m.Name(EVAL_STEP)) and updated.args:
-                return updated.with_changes(func=updated.args[0].value, args=updated.args[1:])
-            return updated
-
     body = [s.visit(_Unjit()).visit(_MaskSet()) for s in step]
     ret = ", ".join(outputs)
     names = ", ".join(f'"{n}"' for n in static) + ("," if len(static) == 1 else "")
@@ -532,6 +531,206 @@ def _step_route(fn: cst.FunctionDef, method: bool, taken: set[str], tree: bool
     new_loop = loop.with_changes(body=loop.body.with_changes(
         body=[*stmts[:first], call, *stmts[last + 1:]]))
     return fn.visit(_ReplaceNode(loop, new_loop)), step_fn
+
+
+class _Unjit(cst.CSTTransformer):
+    """``eval_step(model, x)`` -> ``model(x)``: inside a compiled function already."""
+
+    def leave_Call(self, original, updated):
+        if m.matches(updated.func, m.Name(EVAL_STEP)) and updated.args:
+            return updated.with_changes(func=updated.args[0].value, args=updated.args[1:])
+        return updated
+
+
+# calls that need a concrete value: under a whole-function jit they would fail on a tracer
+_HOST_CALLS = m.Call(func=m.Name("float") | m.Name("int") | m.Name("bool") | m.Name("print")
+                     | m.Name("len") | m.Attribute(attr=m.OneOf(*(m.Name(n) for n in (
+                         "item", "tolist", "numpy", "block_until_ready", "eval", "train",
+                         "append", "extend")))))
+_LITERALS = m.Integer() | m.Float() | m.Name("None") | m.Name("True") | m.Name("False") \
+    | m.SimpleString() | m.UnaryOperation(expression=m.Integer() | m.Float())
+
+
+_SHAPED = m.Call(func=m.Attribute(value=m.Name("jnp"), attr=m.OneOf(*(m.Name(f) for f in (
+    "zeros", "ones", "full", "empty", "arange", "eye", "linspace", "broadcast_to"))))
+    | m.Attribute(attr=m.Name("reshape")))
+
+
+def _shape_names(node: cst.CSTNode) -> set[str]:
+    """The names a shape is made of: in the arguments of ``jnp.zeros`` / ``ones`` / ``full``
+    / ``arange`` / ... and ``.reshape`` (a traced value cannot be a shape), not those read
+    as ``x.shape`` / ``x.dtype`` / ``x.ndim``."""
+    found: set[str] = set()
+    for call in m.findall(node, _SHAPED):
+        for a in call.args:
+            meta = {id(n.value) for n in m.findall(a.value, m.Attribute(
+                value=m.Name(), attr=m.Name("shape") | m.Name("dtype") | m.Name("ndim")))}
+            found |= {n.value for n in m.findall(a.value, m.Name()) if id(n) not in meta}
+    return found
+
+
+def _scan_route(fn: cst.FunctionDef, taken: set[str], method: bool = False
+                ) -> tuple[cst.FunctionDef, str] | None:
+    """A sampling function with a carried state compiled whole (issue 30)::
+
+        def sample(model, start, n, temperature=1.0, *, key):
+            h = jnp.zeros(...)                      # traceable set-up
+            chars = []
+            for _ in range(n):                      # the token loop, a static count
+                logits, h = model(x, h)             # traceable: model call ... draw
+                ...
+                x = jax.random.categorical(...)
+                chars.append(x)                     # lists collect per-token values
+            return jnp.concatenate(chars, axis=1)   # traceable
+
+    becomes one ``nnx.jit`` (tree mode) whose token loop is a ``jax.lax.scan`` of ``n``
+    steps: the names the loop carries (assigned in it, set before it) and the model's state
+    (split before the scan, merged in each step and carried, so a module that updates a
+    Variable keeps its updates) are the carry; each list's appended values are the scan's
+    outputs, put back into the list after the scan. The count, the parameters with a literal
+    default and those read by an ``if`` or a shape function are static arguments. -> (the new
+    function, a note), or None when the function is not of that shape, every statement
+    traceable and no value taken to the host."""
+    if fn.decorators or fn.asynchronous:
+        return None
+    plist = [*fn.params.params, *fn.params.kwonly_params]
+    if isinstance(fn.params.star_arg, cst.Param) or fn.params.star_kwarg \
+            or fn.params.posonly_params:
+        return None
+    params = [p.name.value for p in plist]
+    models = {p for p in params if _MODEL_PARAM.search(p)}
+    if method:  # a method of the model: ``self`` is the model, its draws ``self.rngs()``
+        models = {params[0]} if params and not models else set()
+    body = list(fn.body.body)
+    loops = [i for i, s in enumerate(body) if isinstance(s, (cst.For, cst.While))]
+    if len(models) != 1 or len(loops) != 1 or len(m.findall(fn, m.Return())) != 1 \
+            or m.findall(fn.body, m.Yield() | m.Break() | m.Continue() | m.Global()
+                         | m.Nonlocal() | m.Lambda() | m.With() | m.Try() | m.FunctionDef()
+                         | m.ClassDef() | m.Del()):
+        return None
+    model = next(iter(models))
+    at = loops[0]
+    loop = body[at]
+    if not (isinstance(loop, cst.For) and loop.orelse is None and _token_loop(loop, models)
+            and isinstance(loop.target, cst.Name) and m.matches(loop.iter, m.Call(
+                func=m.Name("range"), args=[m.Arg(keyword=None, star="")]))
+            and (loop.target.value == "_" or loop.target.value not in _names(loop.body))
+            and not m.findall(loop.body, m.For() | m.While() | m.FunctionDef())):
+        return None
+    before, after = body[:at], body[at + 1:]
+    if not (after and m.matches(after[-1], m.SimpleStatementLine(body=[m.Return()]))
+            and after[-1].body[0].value is not None):
+        return None
+    count = loop.iter.args[0].value
+    local = _locals(fn)
+    # lists: ``L = [...]`` before the loop, appended to in it and read only after it
+    lists: list[str] = []
+    for s in before:
+        if m.matches(s, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())],
+                                                             value=m.List())])):
+            lists.append(s.body[0].targets[0].target.value)
+    appends: dict[str, list[cst.BaseExpression]] = {}
+    steps: list[cst.BaseStatement] = []
+    for s in loop.body.body:
+        if m.matches(s, m.SimpleStatementLine(body=[m.Expr(m.Call(
+                func=m.Attribute(value=m.Name(), attr=m.Name("append")),
+                args=[m.Arg(keyword=None, star="")]))])):
+            name = s.body[0].value.func.value.value
+            if name not in lists:
+                return None
+            appends.setdefault(name, []).append(s.body[0].value.args[0].value)
+        else:
+            steps.append(s)
+    if not appends or any(len(v) != 1 for v in appends.values()):
+        return None
+    pure_return = [cst.SimpleStatementLine(body=[cst.Assign(
+        targets=[cst.AssignTarget(cst.Name("_"))], value=after[-1].body[0].value)])]
+    checked = [*(s for s in before if not (m.matches(s, m.SimpleStatementLine(
+        body=[m.Assign(value=m.List())])))), *steps, *after[:-1], *pure_return]
+    with_models = models | {EVAL_STEP}
+    if not all(_pure(s, with_models, local) for s in checked) or any(
+            m.findall(s, _HOST_CALLS) for s in checked):
+        return None
+    step_module = cst.Module(body=steps)
+    if any(n in _names(step_module) for n in lists) or any(
+            m.findall(s, m.Assign(value=m.List())) for s in [*steps, *after])\
+            or (_assigned(step_module) | _assigned(cst.Module(body=after))) & (
+                set(lists) | models):
+        return None
+    # static: the count, literal defaults, names in if tests and shape functions
+    static = {n for n in _names(count) if n in params}
+    static |= {p.name.value for p in plist if p.default is not None
+               and m.matches(p.default, _LITERALS)}
+    everything = cst.Module(body=body)
+    for node in m.findall(everything, m.If() | m.IfExp() | m.Call(func=m.OneOf(
+            *(m.Name(u) for u in _STATIC_USES)))):
+        static |= _names(node.test if not isinstance(node, cst.Call) else node) & set(params)
+    static |= _shape_names(everything) & set(params)
+    if (static & models) or (_assigned(everything) & static):
+        return None
+    tests = [_names(i.test) for i in m.findall(everything, m.If() | m.IfExp())]
+    if any(t & (local - static) for t in tests):
+        return None
+    # the carry: names the loop assigns that are set before it and read in it or after it
+    set_before = (_assigned(cst.Module(body=before)) | set(params)) - set(lists)
+    reads = _names(step_module) | _names(cst.Module(body=after)) | {
+        n for v in appends.values() for e in v for n in _names(e)}
+    carry = [n for n in dict.fromkeys(sorted(_assigned(step_module)))
+             if n in set_before and n in reads and n != "_"]
+    if set(carry) & static:
+        return None
+    for s in m.findall(cst.Module(body=before), m.Assign()):
+        if _assigned(s) & set(carry) and (m.matches(s.value, m.Name("None") | m.Name("True")
+                                                    | m.Name("False")) or not isinstance(
+                s.value, (cst.Call, cst.Name, cst.Tuple, cst.BinaryOperation, cst.Subscript,
+                          cst.Attribute, cst.Integer, cst.Float))):
+            return None  # ``h = None`` and the like: no carry of one type through the scan
+    if any(_assigned(i) & set(carry) for i in m.findall(cst.Module(body=before), m.If())):
+        return None
+    grows = m.Call(func=m.Attribute(value=m.Name("jnp"), attr=m.OneOf(*(m.Name(f) for f in (
+        "concatenate", "append", "stack", "hstack", "vstack", "pad", "repeat", "tile")))))
+    for a in m.findall(step_module, m.Assign()):
+        if _assigned(a) & set(carry) and m.findall(a.value, grows):
+            return None  # a carried value whose shape may change: no scan carry
+    born = _assigned(step_module) - set_before
+    if not carry or born & (_names(cst.Module(body=after)) - _assigned(cst.Module(body=after))):
+        return None  # a value made in the loop read after it: the last iteration's
+    name = fn.name.value
+    graphdef, state, token = (_fresh(n, taken) for n in ("graphdef", "state", f"{name}_token"))
+    outs = {n: _fresh(f"{n}_scanned", taken) for n in appends}
+    code = cst.Module(body=[]).code_for_node
+    ctuple = ", ".join(carry) + ("," if len(carry) == 1 else "")
+    otuple = ", ".join(outs.values()) + ("," if len(outs) == 1 else "")
+    ys = ", ".join(code(v[0]) for v in appends.values()) + ("," if len(outs) == 1 else "")
+    stmt = cst.parse_statement
+    inner = cst.parse_statement(
+        f"def {token}(carry, _):\n"
+        f"    ({ctuple}), {state} = carry\n"
+        f"    {model} = nnx.merge({graphdef}, {state})\n"
+        f"    pass\n"
+        f"    return (({ctuple}), nnx.state({model})), ({ys})\n")
+    work = [s.visit(_Unjit()).visit(_MaskSet()) for s in steps]
+    work[0] = work[0].with_changes(leading_lines=[])
+    inner = inner.with_changes(body=inner.body.with_changes(body=[
+        *inner.body.body[:2], *work, inner.body.body[3]]),
+        leading_lines=[cst.EmptyLine(indent=False)])
+    n_code = code(count)
+    tail = [stmt(f"{graphdef}, {state} = nnx.split({model})\n").with_changes(
+                leading_lines=loop.leading_lines),
+            inner,
+            stmt(f"(({ctuple}), {state}), ({otuple}) = jax.lax.scan({token}, "
+                 f"(({ctuple}), {state}), length={n_code})\n").with_changes(
+                leading_lines=[cst.EmptyLine(indent=False)]),
+            stmt(f"nnx.update({model}, {state})\n"),
+            *(stmt(f"{lst}.extend({out})\n") for lst, out in outs.items())]
+    names = ", ".join(f'"{n}"' for n in sorted(static)) + ("," if len(static) == 1 else "")
+    deco = "nnx.jit(graph=False" + (f", static_argnames=({names}))" if static else ")")
+    new = fn.with_changes(decorators=[cst.Decorator(cst.parse_expression(deco))],
+                          body=fn.body.with_changes(body=[*before, *tail, *after]))
+    note = (f"{name}(): one nnx.jit whose token loop is a jax.lax.scan of {n_code} steps "
+            f"carrying {', '.join(carry)} and the model's state (compiled once per value of "
+            f"its static arguments: {', '.join(sorted(static)) or 'none'})")
+    return new, note
 
 
 class _ReplaceNode(cst.CSTTransformer):
@@ -620,6 +819,14 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                        f"{name}(): the token loop stays eager (a compile per sequence length "
                        f"and op): modules share a Variable, and a step jitted in flax's graph "
                        f"mode compiled again for the same shapes")
+            continue
+        scanned = _scan_route(node, taken, method)
+        if scanned is not None:
+            body[i] = scanned[0]
+            if not method:  # (a method's discarded calls are not matched by name)
+                compiled_names.add(name)
+            changed = True
+            report(line, 0, "generation", "info", scanned[1])
             continue
         routed = _step_route(node, method, taken, True)
         jitted, count = _jit_forward(node, method) if routed is None else (routed[0], 1)

@@ -19,8 +19,11 @@ The rules describe torch once and the rewrite pass emits NNX; this pass takes th
   split from the ``key`` that ``__call__`` receives (``None`` in inference mode).
 
 What cannot be shown to keep its meaning per example (the batch size used other than in a
-reshape, a reduction over the batch axis, an unknown function applied to a batched value) is
-left as it was with a ``# TODO(torch2jax)`` marker and an error diagnostic. Training code
+reshape, a reduction over the batch axis, an unknown function applied to a batched value)
+keeps the module batched, with the modules connected to it (:func:`_batched_fallback`): NNX's
+batched code, each equinox layer mapped over the leading axes, ``batched = True`` on the
+class. What neither form can write is left as it was with a ``# TODO(torch2jax)`` marker and
+an error diagnostic. Training code
 (optimizers, train and eval steps, loops) is rewritten by equinox_training.py; what it does not
 rewrite is put back as the torch source and marked.
 
@@ -45,6 +48,7 @@ from torch2jax.passes.common import code, expr, freezable_dataclasses, freeze_da
 from torch2jax.passes.helpers import add_helpers
 from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult, TrainStepRecord
+from torch2jax.targets import equinox_methods as class_methods
 from torch2jax.targets import equinox_training as training
 from torch2jax.targets.equinox_forward import Forward, _reshape_rank
 from torch2jax.targets.equinox_init import (
@@ -71,7 +75,15 @@ from torch2jax.targets.equinox_init import (
     direct_init,
     reads_nnx_weight,
 )
-from torch2jax.targets.equinox_layers import RULE, EquinoxError, Info, Layer, _todo, layer_of
+from torch2jax.targets.equinox_layers import (
+    RULE,
+    EquinoxError,
+    Info,
+    Layer,
+    _todo,
+    batched_form,
+    layer_of,
+)
 from torch2jax.targets.equinox_lines import torch_lines
 
 
@@ -185,6 +197,7 @@ class EquinoxFile:
                                                               for i in inputs]:
                 info.errors.append(f"{name} is called with inputs of different ranks; its "
                                    "per-example code follows the first call")
+                info.failed.append(info.errors[-1])
             return info.output
         info.inputs = inputs
         self.forward(info)
@@ -201,6 +214,7 @@ class EquinoxFile:
         for p in params[len(info.inputs or params):]:
             fw.env[p.name.value] = Info(True)
         body = fw.block(list(fn.body.body))
+        info.failed = fw.failed
         if info.inputs is not None:
             # a model input whose rank a layer decided (channel-first conv: 3): later calls
             # compare with it (a U-Net's block called on the input, then on pooled values)
@@ -318,8 +332,11 @@ def _lists_passed_in(classes: dict[str, ClassInfo], nnx: dict[str, cst.ClassDef]
             if param is None or param not in params:
                 continue
             kinds = _passed_layers(name, params.index(param), param, module, set(nnx))
-            if kinds is not None:
-                c.attrs[attr] = replace(lay, items={"*": kinds})
+            if kinds is not None and len({(p.kind, p.cls, p.stateful, p.keyed, p.rank)
+                                          for p in kinds}) == 1:
+                c.attrs[attr] = replace(lay, items={"*": kinds[0]})
+            elif kinds is not None and len({batched_form(p) for p in kinds}) == 1:
+                c.attrs[attr] = replace(lay, mixed=kinds[0])
 
 
 def _list_param(init: cst.FunctionDef, attr: str) -> str | None:
@@ -336,9 +353,9 @@ def _list_param(init: cst.FunctionDef, attr: str) -> str | None:
 
 
 def _passed_layers(cls: str, index: int, param: str, module: cst.Module, names: set[str]
-                   ) -> Layer | None:
-    """The one kind of layer that every call ``cls(...)`` of the file passes as the argument
-    ``param`` (positional ``index``), or None."""
+                   ) -> list[Layer] | None:
+    """The layers that the calls ``cls(...)`` of the file pass as the argument ``param``
+    (positional ``index``), each call a literal list or a comprehension; None otherwise."""
     found: list[Layer] = []
     calls = findall(module, m.Call(func=m.Name(cls)))
     # the class used otherwise than called (a subclass, a partial, passed as a value) may be
@@ -367,9 +384,7 @@ def _passed_layers(cls: str, index: int, param: str, module: cst.Module, names: 
             if lay.kind in ("value", "list", "dict", "seq"):
                 return None
             found.append(lay)
-    if not found or len({(p.kind, p.cls, p.stateful, p.keyed, p.rank) for p in found}) != 1:
-        return None
-    return found[0]
+    return found or None
 
 
 def _keys_needed(classes: dict[str, ClassInfo]) -> None:
@@ -413,7 +428,7 @@ def _all_layers(c: ClassInfo):
     while stack:
         a = stack.pop()
         yield a
-        stack += list(a.items.values())
+        stack += list(a.items.values()) + ([a.mixed] if a.mixed is not None else [])
 
 
 class _LayerDictToDict(cst.CSTTransformer):
@@ -467,6 +482,7 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     for name, c in f.classes.items():
         if c.inputs is None:
             f.analyse(name, [Info(True, is_input=True) for _ in _call_params(c.node)])
+    _batched_fallback(f, used)
     body = []
     needs_callable = needs_any = False
     frozen = freezable_dataclasses(module) if _stores_objects(f) else set()
@@ -483,9 +499,10 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
         batch_reduced={n: c.reduced for n, c in f.classes.items()
                        if n not in used and c.reduced},
         optimizer_methods={n: frozenset(s.name.value for s in c.node.body.body if isinstance(
-            s, cst.FunctionDef) and training.optimizer_method(s) is not None)
+            s, cst.FunctionDef) and class_methods.optimizer_method(s) is not None)
             for n, c in f.classes.items()},
-        layer_of=_training_layer, train_steps=tuple(train_steps), eval_step=eval_step)
+        layer_of=_training_layer, train_steps=tuple(train_steps), eval_step=eval_step,
+        batched=frozenset(n for n, c in f.classes.items() if c.batched))
     translated = dict(zip(map(id, rest), training.translate(rest, flags, ctx), strict=True))
     for s in module.body:
         if isinstance(s, cst.ClassDef) and s.name.value in f.classes:
@@ -510,9 +527,9 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
             body.append(_torch_back(s, torch_defs))
         else:
             body.append(s)
-    if training.INIT_FN in f.needs:
+    if class_methods.INIT_FN in f.needs:
         at = next(i for i, s in enumerate(body) if isinstance(s, cst.ClassDef))
-        body.insert(at, cst.parse_statement(training.INIT_SRC).with_changes(
+        body.insert(at, cst.parse_statement(class_methods.INIT_SRC).with_changes(
             leading_lines=body[at].leading_lines))
         body[at + 1] = body[at + 1].with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
     # nothing NNX is left: annotations naming NNX classes become Any, other leftovers are
@@ -529,6 +546,42 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     assumed = [(name, _assumed_ranks(name, c.assumed)) for name, c in f.classes.items()
                if name not in used and c.assumed]
     return text, todos, assumed
+
+
+def _batched_fallback(f: EquinoxFile, used: set[str]) -> None:
+    """The modules whose forward has a statement with no per-example form shown, with the
+    modules they call and those that call them: their forward keeps torch's batch axis, as
+    the NNX translation has it (``ClassInfo.batched``), each equinox layer mapped over the
+    leading axes. A group of modules stays per example (its statements marked) when its
+    batched form has marks too."""
+    calls = {n: {k for a in _all_layers(c) if a.kind == "module"
+                 for k in (a.cls, *a.alts) if k in f.classes} for n, c in f.classes.items()}
+    done: set[str] = set()
+    for start in [n for n, c in f.classes.items() if c.failed]:
+        if start in done:
+            continue
+        group, todo = set(), [start]
+        while todo:  # the modules connected to it, callers and callees
+            n = todo.pop()
+            if n in group:
+                continue
+            group.add(n)
+            todo += [k for k in calls[n] if k not in group]
+            todo += [k for k, v in calls.items() if n in v and k not in group]
+        done |= group
+        saved = {n: replace(f.classes[n], errors=list(f.classes[n].errors),
+                            assumed=list(f.classes[n].assumed)) for n in group}
+        for n in group:
+            c = f.classes[n]
+            c.batched, c.inputs, c.output, c.new_call = True, None, None, None
+            c.reduced, c.assumed, c.failed = {}, [], []
+            c.errors = [e for e in c.errors if "is called with inputs of different" not in e]
+        order = sorted(group, key=lambda n: n in used)  # the models first
+        for n in order:
+            if f.classes[n].inputs is None:
+                f.analyse(n, [Info() for _ in _call_params(f.classes[n].node)])
+        if any(f.classes[n].failed for n in group):
+            f.classes.update(saved)
 
 
 def _assumed_ranks(name: str, assumed: list[tuple[str, int, str]]) -> str:
@@ -691,10 +744,10 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
         methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}
         new_body, assigned = [], []
         for s in init.body.body:
-            loop = training.init_loop(s, list(assigned), methods)
+            loop = class_methods.init_loop(s, list(assigned), methods)
             if loop is not None:
                 c.init_methods.add(code(loop).split("(self.", 1)[1].split(",", 1)[0])
-                f.needs.add(training.INIT_FN)
+                f.needs.add(class_methods.INIT_FN)
                 s = loop
             s = direct_init(s, c.attrs) or s  # nn.init.constant_(self.fc.weight, 0.1)
             for a in findall(s, m.AssignTarget(m.Attribute(value=m.Name("self")))):
@@ -722,12 +775,12 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
                      if isinstance(t, cst.FunctionDef)}
     for i, s in enumerate(body):
         if isinstance(s, cst.FunctionDef) and s.name.value in c.init_methods:
-            body[i] = training.init_method(s)
+            body[i] = class_methods.init_method(s)
         elif isinstance(s, cst.FunctionDef) and s.name.value in c.methods:
             body[i] = c.methods[s.name.value]
         elif isinstance(s, cst.FunctionDef) and s.name.value in optimizer_methods.get(
                 c.name, ()):
-            body[i] = training.optimizer_method(s)
+            body[i] = class_methods.optimizer_method(s)
         elif isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") \
                 and "nnx." in code(s):
             # (a substring test, kept for byte-identical output: it also takes a method whose
@@ -746,10 +799,22 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
             body[at] = first.with_changes(leading_lines=[cst.EmptyLine(indent=False), *(
                 line for line in first.leading_lines if line.comment is not None)])
         body = [*body[:at], *fields, *body[at:]]
+    if c.batched:
+        at = _after_docstring(body) + len(fields)
+        marker = cst.parse_statement("batched = True\n").with_changes(leading_lines=[
+            cst.EmptyLine(indent=False), *(cst.EmptyLine(comment=cst.Comment(f"# {line}"))
+                                           for line in BATCHED_NOTE)])
+        body = [*body[:at], marker, *body[at:]]
     bases = [b.with_changes(value=cst.parse_expression("eqx.Module"))
              if m.matches(b.value, NNX_MODULE) else b for b in cls.bases]
     return cls.with_changes(bases=bases, body=cls.body.with_changes(body=body)), \
         needs_callable, needs_any
+
+
+# the comment above ``batched = True`` in a module kept batched
+BATCHED_NOTE = ("called on a batch, not per example: its forward keeps torch's batch axis",
+                "(no per-example form of it was shown), each equinox layer mapped over the",
+                "leading axes")
 
 
 def _imports(module: cst.Module, needs_callable: bool, needs_any: bool) -> cst.Module:

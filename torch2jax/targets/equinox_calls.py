@@ -84,6 +84,8 @@ class LayerCalls:
 
     def call_layer(self, func: cst.BaseExpression, lay: Layer, node: cst.Call) -> tuple[
             cst.BaseExpression, Info]:
+        if self.owner.batched:
+            return self.batched_call(func, lay, node)
         if lay.kind == "mha":
             return self.call_attention(func, lay, node)
         if lay.kind in RNN_NAMES:
@@ -402,3 +404,64 @@ class LayerCalls:
             if not i.batched or i.rank not in (None, 1):
                 raise EquinoxError("a GRUCell state that is not a vector per example")
         return expr("{f}({x}, {h})", f=func, x=x, h=h), Info(True, 1)
+
+    # --- a module kept batched (its per-example form was not shown)
+    def batched_call(self, func: cst.BaseExpression, lay: Layer, node: cst.Call) -> tuple[
+            cst.BaseExpression, Info]:
+        """A layer called in a module whose code keeps torch's batch axis (ClassInfo.batched):
+        an equinox layer, written for one example, mapped over the leading axes (``jax.vmap``
+        over the batch for the channel-first layers, ``over_leading`` for vector layers, whose
+        inputs may carry more leading axes); dropout, elementwise, on the whole batch with
+        one key; the file's own modules, batched as well, called as they are."""
+        args = [a for a in node.args]
+        if lay.kind != "module" and (len(args) != 1 or args[0].keyword or args[0].star):
+            raise EquinoxError(f"a {lay.kind} layer called with several arguments")
+        values = [self.ev(a.value) for a in args]
+        new_args = [a.with_changes(value=v[0]) for a, v in zip(args, values, strict=True)]
+        infos = [v[1] for v in values]
+        x = infos[0] if infos else Info()
+        channel_first = lay.kind == "seq" and bool(lay.items) and all(
+            p.kind in ("conv", "bn", "pool", "fn", "resize", "dropout", "groupnorm")
+            for p in lay.items.values())
+        if x.channels_last and not channel_first and lay.kind not in (
+                "conv", "pool", "groupnorm", "bn", "dropout", "resize", "fn"):
+            raise EquinoxError(f"a {lay.kind} layer inside a channels-last region")
+        if lay.kind in VECTOR_LAYERS:
+            return expr("over_leading({f}, {x}, {n})", f=func, x=new_args[0].value,
+                        n=cst.Integer(str(VECTOR_LAYERS[lay.kind]))), Info()
+        if lay.kind in ("conv", "pool", "groupnorm", "resize", "fn"):
+            # (a conv, pool or norm inside the NNX pass's moves to channels-last and back:
+            # channel-first here, the moves dropped)
+            return cst.Call(expr("jax.vmap({f})", f=func), new_args), replace(x)
+        if lay.kind == "bn":
+            mapped = expr('jax.vmap({f}, axis_name="batch", in_axes=(0, None), '
+                          "out_axes=(0, None))", f=func)
+            return self.stateful_call(cst.Call(mapped, new_args)), replace(x)
+        if lay.kind == "dropout":
+            return _fix_commas(cst.Call(func, [*new_args, _kwarg("key", self.key())])), \
+                replace(x)
+        if lay.kind == "seq":
+            parts = [lay.items.get(str(i)) for i in range(len(lay.items))]
+            if not parts or lay.loop or any(p is None or p.kind in ("value", "list", "dict",
+                                                                    "seq") for p in parts):
+                raise EquinoxError("a Sequential whose layers are not known here")
+            if not (lay.keyed or lay.stateful) and all(
+                    p.kind in ("conv", "pool", "groupnorm", "fn") for p in parts) and any(
+                    p.kind != "fn" for p in parts):
+                return cst.Call(expr("jax.vmap({f})", f=func), new_args), replace(x)
+            return self.unroll(func, lay, new_args[0].value, x)
+        if lay.kind == "module" and lay.cls in self.classes:
+            sub = self.classes[lay.cls]
+            if not sub.batched:
+                raise EquinoxError(f"{lay.cls}, written per example, called from a module "
+                                   "kept batched")
+            self.callees.append((lay.cls, infos))
+            self.analyse(lay.cls, infos)
+            call = cst.Call(func, new_args)
+            if sub.keyed:
+                call = _fix_commas(call.with_changes(args=[*call.args, _kwarg("key",
+                                                                              self.key())]))
+            if sub.stateful:
+                return self.stateful_call(call), Info()
+            return call, Info()
+        raise EquinoxError(f"a {lay.kind} layer in a module kept batched")

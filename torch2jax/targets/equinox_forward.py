@@ -51,6 +51,7 @@ class Forward(LayerCalls):
         self.callees: list[tuple[str, list[Info]]] = []
         self.loop_layers: dict[str, Layer] = {}  # loop names over lists of layers
         self.loops: set[int] = set()  # ids of the loops of loop_over
+        self.failed: list[str] = []  # why statements were marked
 
     def call_lambda(self, attr: str, lam: cst.Lambda, infos: list[Info]) -> Info:
         """``self.pool = lambda x: jnp.mean(x, axis=(2, 3), keepdims=True)``: its body is
@@ -347,7 +348,8 @@ class Forward(LayerCalls):
                 return node.with_changes(args=[a.with_changes(value=v) for a, v, _ in args]), \
                     Info(True, None, merged=True)
             raise EquinoxError(f"{name} of rows that merge the batch with another axis")
-        if name == "jnp.moveaxis" and len(args) == 3 and args[0][2].batched:
+        if name == "jnp.moveaxis" and len(args) == 3 and (args[0][2].batched or
+                                                          self.owner.batched):
             # the NNX pass's moves to channels-last and back: equinox layers are channel-first
             src, dst = int_value(args[1][1]), int_value(args[2][1])
             x = args[0][2]
@@ -355,9 +357,11 @@ class Forward(LayerCalls):
                 return args[0][1], replace(x, channels_last=True)
             if (src, dst) == (-1, 1) and x.channels_last:
                 return args[0][1], replace(x, channels_last=False)
-        if name in ("nnx.max_pool", "nnx.avg_pool") and args and args[0][2].batched and \
-                args[0][2].channels_last:
+        if name in ("nnx.max_pool", "nnx.avg_pool") and args and (
+                args[0][2].batched or self.owner.batched) and args[0][2].channels_last:
             pooled = self.pool(node, args[0][1], args[0][2], name)
+            if pooled is not None and self.owner.batched:  # (over the batch)
+                return expr("jax.vmap({f})({x})", f=pooled[0].func, x=args[0][1]), pooled[1]
             if pooled is not None:
                 return pooled
         if name in TRAILING_AXES_HELPERS and args and args[0][2].batched and not any(
@@ -377,7 +381,10 @@ class Forward(LayerCalls):
             rank = None
             if name == "jnp.arange":
                 rank = 1
-            return call, Info(rank=rank)
+            # (a module kept batched: an elementwise function inside a channels-last region
+            # stays in it)
+            return call, Info(rank=rank, channels_last=any(i.channels_last
+                                                           for _, _, i in args))
         first = args[0][2] if args else Info()
         short = name.split(".")[-1]
         if name.startswith("jax.nn.") or (name.startswith("jnp.") and short in ELEMENTWISE_JNP) \
@@ -657,6 +664,7 @@ class Forward(LayerCalls):
             return self._stmt(s)
         except EquinoxError as exc:
             self.hoisted = []
+            self.failed.append(exc.message)
             return [_todo(s, exc.message)]
 
     def _stmt(self, s: cst.BaseStatement) -> list[cst.BaseStatement]:
@@ -677,6 +685,9 @@ class Forward(LayerCalls):
                 if small.value is None:
                     raise EquinoxError("a forward pass that returns nothing")
                 v, info = self.ev(small.value)
+                if info.channels_last or any(e.channels_last for e in info.elements):
+                    raise EquinoxError("a value returned inside a channels-last region of the "
+                                       "NNX translation")
                 self.returns.append(info)
                 outs = small.value.elements if isinstance(small.value, cst.Tuple) else ()
                 for i, e in enumerate(outs):
@@ -896,6 +907,8 @@ class Forward(LayerCalls):
             self.loop_depth -= 1
             return [s.with_changes(body=s.body.with_changes(body=body))]
         element = lay.items.get("*") or next(iter(lay.items.values()), None)
+        if element is None and self.owner.batched:
+            element = lay.mixed  # (layers of several kinds, called alike on a batch)
         if element is None:
             raise EquinoxError("a loop over a list of unknown layers")
         kind = f"layer:{s.target.value}"

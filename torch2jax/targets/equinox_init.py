@@ -598,6 +598,10 @@ class ClassInfo:
     # inputs of __call__ whose per-example rank no line states, taken from the first layer
     # applied to them: (parameter, rank, layer kind)
     assumed: list[tuple[str, int, str]] = field(default_factory=list)
+    # its forward keeps torch's batch axis (no per-example form was shown): it is called on
+    # a batch, its equinox layers mapped over the leading axes
+    batched: bool = False
+    failed: list[str] = field(default_factory=list)  # why its forward's statements were marked
 
 
 # the base class of the NNX translation's module classes

@@ -38,6 +38,16 @@ RANK_REDUCTIONS = {"sum", "mean", "max", "min", "var", "std", "prod", "argmax", 
 VECTOR_LAYERS = {"linear": 1, "layernorm": 1, "embedding": 0}  # rank of one example's input
 
 
+def batched_form(lay: Layer) -> tuple:
+    """How a module kept batched calls the layer (equinox_calls.LayerCalls.batched_call):
+    layers of one form are called alike."""
+    if lay.kind in VECTOR_LAYERS:
+        return ("over_leading", VECTOR_LAYERS[lay.kind])
+    if lay.kind in ("conv", "pool", "groupnorm", "resize", "fn"):
+        return ("vmap",)
+    return (lay.kind, lay.cls, lay.alts, lay.stateful, lay.keyed)
+
+
 @dataclass
 class Info:
     """What is known about a value in forward code."""
@@ -69,6 +79,9 @@ class Layer:
     # seq / list: its layers were appended in a loop (how many is not known here)
     loop: bool = False
     bare: bool = False  # kind == "module" of a class with no constructor: built without a key
+    # kind == "list" of layers of several kinds that one batched call form fits (a module
+    # kept batched calls them in a loop; per example they stay unknown): one of them
+    mixed: Layer | None = None
 
 
 # recurrent layer kinds -> torch's names (for messages)

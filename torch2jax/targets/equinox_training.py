@@ -35,8 +35,7 @@ import libcst.matchers as m
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
-from torch2jax.targets import layer_table
-from torch2jax.targets.equinox_init import _has_nnx
+from torch2jax.targets.equinox_layers import _todo
 
 STATE = "state"
 OPT_STATE = "opt_state"
@@ -61,13 +60,16 @@ class TrainingContext:
     * ``train_steps``: the train steps the NNX pass wrote (ConversionResult.train_steps):
       a function is rewritten as a train step when a record names it;
     * ``eval_step``: the name of the evaluation step the NNX pass wrote at the top of the
-      file (ConversionResult.eval_step), or None."""
+      file (ConversionResult.eval_step), or None;
+    * ``batched``: the model classes kept batched (ClassInfo.batched): called on the batch as
+      they are, not mapped over it."""
 
     batch_reduced: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     optimizer_methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
     layer_of: Callable[[cst.Call], tuple[cst.BaseExpression, str] | str] | None = None
     train_steps: tuple[TrainStepRecord, ...] = ()
     eval_step: str | None = None
+    batched: frozenset[str] = frozenset()
 
 
 class _DropRemoved(cst.CSTTransformer):
@@ -166,8 +168,10 @@ def _step_parts(fn: cst.FunctionDef, ctx: TrainingContext) -> dict | None:
 class _ModelCalls(cst.CSTTransformer):
     """``model(...)`` inside the loss function -> the model mapped over the batch."""
 
-    def __init__(self, model: str, stateful: bool, keyed: bool, dtype: str | None) -> None:
+    def __init__(self, model: str, stateful: bool, keyed: bool, dtype: str | None,
+                 batched: bool = False) -> None:
         self.model, self.stateful, self.keyed, self.dtype = model, stateful, keyed, dtype
+        self.batched = batched
         self.hoisted: list[str] = []
         self.n = 0
         self.cast = False  # a call of the autocast helper written
@@ -183,6 +187,10 @@ class _ModelCalls(cst.CSTTransformer):
             model = f"{AUTOCAST_FN}({model}, {self.dtype})"
             pos = [f"{AUTOCAST_FN}({p}, {self.dtype})" for p in pos]
         kw = ""
+        if self.batched:  # a model kept batched: called on the batch, one key
+            args = ", ".join([*pos, *([STATE] if self.stateful else []),
+                              *(["key=key"] if self.keyed else [])])
+            return f"{model}({args})"
         if self.keyed:
             kw = f", key=jax.random.split(key, {pos[0]}.shape[0])" if pos else ""
         if self.stateful:
@@ -203,13 +211,13 @@ class _ModelCalls(cst.CSTTransformer):
 
 
 def _loss_body(stmts: list[cst.BaseStatement], model: str, stateful: bool, keyed: bool,
-               dtype: str | None, ctx: TrainingContext
+               dtype: str | None, ctx: TrainingContext, batched: bool = False
                ) -> tuple[list[cst.BaseStatement], bool]:
     """The loss function's statements, and whether they call the autocast helper."""
     out: list[cst.BaseStatement] = []
     cast = False
     for s in stmts:
-        tr = _ModelCalls(model, stateful, keyed, dtype)
+        tr = _ModelCalls(model, stateful, keyed, dtype, batched)
         # `y = model(x)` with state: `y, state = ...` without a temporary
         if stateful and m.matches(s, m.SimpleStatementLine(body=[m.Assign(
                 targets=[m.AssignTarget()], value=m.Call(func=m.Name(model)))])):
@@ -251,10 +259,12 @@ def _batch_reductions(s: cst.BaseStatement, model: str, ctx: TrainingContext
 
 
 def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
-               dtype: str | None, ctx: TrainingContext) -> tuple[cst.FunctionDef, bool]:
-    """The equinox train step, and whether it calls the autocast helper."""
+               dtype: str | None, ctx: TrainingContext, batched: bool = False
+               ) -> tuple[cst.FunctionDef, bool]:
+    """The equinox train step, and whether it calls the autocast helper; ``batched``: the
+    model is kept batched (called on the batch as it is)."""
     model, opt, loss, aux, grads = (parts[k] for k in ("model", "opt", "loss", "aux", "grads"))
-    inner, cast = _loss_body(parts["inner"], model, stateful, keyed, dtype, ctx)
+    inner, cast = _loss_body(parts["inner"], model, stateful, keyed, dtype, ctx, batched)
     aux_out = ([STATE] if stateful else []) + aux
     loss_fn = parts["loss_fn"].name.value
     lf_params = f"{model}, {STATE}" if stateful else model
@@ -281,7 +291,20 @@ def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
     return new.with_changes(leading_lines=fn.leading_lines), cast
 
 
-def eval_step(stateful: bool) -> cst.FunctionDef:
+def eval_step(stateful: bool, batched: bool | None = False) -> cst.FunctionDef:
+    """The evaluation step; ``batched``: the models are kept batched (called on the batch as
+    they are), None: not known here (a class of another file), decided by its ``batched``."""
+    if batched is None:
+        return cst.parse_statement(
+            "@eqx.filter_jit\ndef eval_step(model, *inputs):\n"
+            "    if getattr(model, \"batched\", False):  # kept batched by the converter\n"
+            "        return model(*inputs)\n"
+            "    return jax.vmap(model)(*inputs)\n")
+    if batched:  # the models kept batched: called on the batch as they are
+        src = ("@eqx.filter_jit\ndef eval_step(model, *inputs):\n    return model(*inputs)\n"
+               if not stateful else "@eqx.filter_jit\ndef eval_step(model, state, *inputs):\n"
+               "    return model(*inputs, state)[0]\n")
+        return cst.parse_statement(src)
     if stateful:
         src = ("@eqx.filter_jit\ndef eval_step(model, state, *inputs):\n"
                "    return jax.vmap(lambda *xs: model(*xs, state)[0], "
@@ -408,7 +431,8 @@ class Scope(cst.CSTTransformer):
             return updated_node
         self.in_step -= 1
         stateful, keyed = self.flags(parts["model"])
-        new, cast = train_step(updated_node, parts, stateful, keyed, self.dtype, self.ctx)
+        new, cast = train_step(updated_node, parts, stateful, keyed, self.dtype, self.ctx,
+                               self.models.get(parts["model"]) in self.ctx.batched)
         self.needs_autocast |= cast
         return new
 
@@ -461,6 +485,8 @@ class Scope(cst.CSTTransformer):
             if stateful or keyed or not plain:
                 raise _Fail("the model called outside the train and eval steps with "
                             "BatchNorm state or dropout")
+            if self.models.get(func) in self.ctx.batched:
+                return updated_node  # (kept batched: called on the batch)
             return updated_node.with_changes(func=cst.parse_expression(f"jax.vmap({func})"))
         if func == EVAL_STEP or func in self.receivers:
             at = 0 if func == EVAL_STEP else self.receivers[func]
@@ -914,6 +940,18 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     opt_receivers = {g: i for g, i in opt_receivers.items() if g in trainers}
     any_stateful = any((classes[c] or (False, False))[0] for ms in models.values()
                        for c in ms.values())
+    # one eval step for the models of the file: on the batch when they are kept batched;
+    # a model class imported from another file decides when called (its `batched`)
+    kinds = {c in ctx.batched for ms in models.values() for c in ms.values()
+             if classes.get(c) is not None}
+    imported = any(classes.get(c) is None for ms in models.values() for c in ms.values())
+
+    def the_eval_step() -> cst.FunctionDef:
+        if len(kinds) > 1:
+            raise _Fail("models kept batched and models per example share one eval_step")
+        if imported and not any_stateful:
+            return eval_step(False, None)
+        return eval_step(any_stateful, kinds == {True})
 
     def needs_key(g: str) -> bool:
         """A trainer of a model with dropout that has no `key` of its own: it takes one."""
@@ -940,7 +978,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
         try:
             if s is nnx_eval:
                 autocast_at = len(out)
-                out.append([eval_step(any_stateful).with_changes(leading_lines=s.leading_lines)])
+                out.append([the_eval_step().with_changes(leading_lines=s.leading_lines)])
                 continue
             if isinstance(s, cst.FunctionDef) and s.name.value in fns:
                 name = s.name.value
@@ -1004,7 +1042,10 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
             o[0], cst.FunctionDef) and findall(o[0], m.Call(func=m.Name(EVAL_STEP)))), None)
         if at is not None:
             first = out[at][0]
-            step = eval_step(any_stateful).with_changes(leading_lines=first.leading_lines)
+            try:
+                step = the_eval_step().with_changes(leading_lines=first.leading_lines)
+            except _Fail as exc:
+                step = _todo(eval_step(any_stateful), exc.message)
             out[at] = [step, first.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2),
                        *out[at][1:]]
     # (a statement of the NNX form that equinox drops, nnx.split(...) or nnx.update(...),
@@ -1019,182 +1060,3 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
             (i for i in written if isinstance(out[i][0], cst.FunctionDef)), written[0])
         out[at] = [*out[at], helper]
     return out
-
-
-# --- weight initialisation: torch's self.apply(self._init_weights) ---------------------------
-
-INIT_FN = "init_layers"
-INIT_SRC = (f"def {INIT_FN}(fn, tree, types, *, key):\n"
-            "    \"\"\"torch's Module.apply(fn) for weight initialisation: every layer of the "
-            "given types\n    in tree replaced by fn(layer, key=k), each with its own key.\"\"\"\n"
-            "    def is_layer(x):\n        return isinstance(x, types)\n"
-            "    leaves, treedef = jax.tree.flatten(tree, is_leaf=is_layer)\n"
-            "    keys = jax.random.split(key, len(leaves))\n"
-            "    return jax.tree.unflatten(treedef, [fn(x, key=k) if is_layer(x) else x\n"
-            "                                        for x, k in zip(leaves, keys, strict=True)])\n")
-# NNX layer -> (equinox class, {NNX variable: equinox field}): the layers whose rule has an
-# equinox table with its weights (a class by rank: the table's class is their base, eqx.nn.Conv)
-INIT_LAYERS = {nnx: (spec.cls, spec.weights)
-               for nnx, (_, spec) in layer_table.tables("equinox").items() if spec.weights}
-
-
-def init_loop(s: cst.BaseStatement, fields: list[str], methods: dict[str, cst.FunctionDef]
-              ) -> cst.BaseStatement | None:
-    """``for _, module in nnx.iter_modules(self): self.m(module, key=K)`` (NNX's
-    ``self.apply(self.m)``) -> ``self.a, self.b = init_layers(self.m, (self.a, self.b),
-    (eqx.nn.Linear, ...), key=K)`` over the fields set before it; None when not that loop or
-    when the method has no equinox translation (init_method)."""
-    if not (isinstance(s, cst.For) and m.matches(s.iter, m.Call(func=m.Attribute(
-            value=m.Name("nnx"), attr=m.Name("iter_modules")), args=[m.Arg(m.Name("self"))]))
-            and isinstance(s.target, cst.Tuple) and len(s.body.body) == 1):
-        return None
-    var = code(s.target.elements[-1].value)
-    call = s.body.body[0]
-    if not m.matches(call, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
-            value=m.Name("self"))))])):
-        return None
-    c = call.body[0].value
-    name = c.func.attr.value
-    pos = [a for a in c.args if a.keyword is None]
-    key = [a for a in c.args if a.keyword is not None and a.keyword.value == "key"]
-    if len(pos) != 1 or code(pos[0].value) != var or name not in methods or not fields:
-        return None
-    types = init_types(methods[name])
-    if types is None or init_method(methods[name]) is None:
-        return None
-    lhs = ", ".join(f"self.{f}" for f in fields) + ("," if len(fields) == 1 else "")
-    tup = f"({lhs})"
-    kw = f", key={code(key[0].value)}" if key else ""
-    kinds = f"({types[0]},)" if len(types) == 1 else f"({', '.join(types)})"
-    return _stmt(f"{lhs} = {INIT_FN}(self.{name}, {tup}, {kinds}{kw})"
-                 ).with_changes(leading_lines=s.leading_lines)
-
-
-def init_types(fn: cst.FunctionDef) -> list[str] | None:
-    types = []
-    for c in findall(fn, m.Call(func=m.Name("isinstance"))):
-        t = code(c.args[1].value)
-        if t not in INIT_LAYERS:
-            return None
-        if INIT_LAYERS[t][0] not in types:
-            types.append(INIT_LAYERS[t][0])
-    return types or None
-
-
-class _InitBody(cst.CSTTransformer):
-    def __init__(self, var: str, fields: dict[str, str]) -> None:
-        self.var, self.fields = var, fields
-        self.failed: str | None = None
-
-    def leave_Attribute(self, original_node, updated_node):
-        # module.kernel.value -> module.weight
-        if m.matches(updated_node, m.Attribute(value=m.Attribute(value=m.Name(self.var)),
-                                                attr=m.Name("value"))):
-            attr = updated_node.value.attr.value
-            if attr not in self.fields:
-                self.failed = f"{self.var}.{attr}"
-                return updated_node
-            return cst.parse_expression(f"{self.var}.{self.fields[attr]}")
-        if m.matches(updated_node, m.Attribute(value=m.Name("nnx"))):
-            full = code(updated_node)
-            if full in INIT_LAYERS:
-                return cst.parse_expression(INIT_LAYERS[full][0])
-        return updated_node
-
-    def leave_Call(self, original_node, updated_node):
-        if m.matches(updated_node, m.Call(func=m.Attribute(value=m.Name("rngs")))):
-            return cst.Name("key")
-        # the initializers NNX's kernels (*k, in, out) take with their default axes: an
-        # equinox weight keeps torch's layout (out, in, *k)
-        axes = {"jax.nn.initializers.variance_scaling": ", in_axis=1, out_axis=0",
-                "jax.nn.initializers.orthogonal": ", column_axis=0"}.get(code(updated_node.func))
-        if axes is not None and not any(a.keyword for a in updated_node.args):
-            return cst.parse_expression(code(updated_node)[:-1] + axes + ")")
-        return updated_node
-
-
-def _draws(node: cst.CSTNode) -> int:
-    """The most ``rngs.`` draws one pass through ``node`` makes (if/elif branches: the
-    largest)."""
-    if isinstance(node, cst.If):
-        return max(_draws(node.body), _draws(node.orelse) if node.orelse else 0)
-    if isinstance(node, cst.Else):
-        return _draws(node.body)
-    if isinstance(node, cst.IndentedBlock):
-        return sum(_draws(s) for s in node.body)
-    return len(findall(node, m.Call(func=m.Attribute(value=m.Name("rngs")))))
-
-
-def init_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
-    """NNX's ``_init_weights(self, module, *, rngs)`` (``module.kernel.value = ...`` under
-    ``isinstance(module, nnx.Linear)``) -> ``_init_weights(self, module, *, key)`` returning
-    the module with ``eqx.tree_at``. None when anything does not fit: shapes read by index
-    (NNX's kernel layout is not equinox's), several draws, other NNX code."""
-    params = fn.params.params
-    if len(params) != 2:
-        return None
-    var = params[1].name.value
-    # (x.kernel.value.shape[i])
-    if _draws(fn.body) > 1 or findall(fn.body, m.Subscript(value=m.Attribute(
-            value=m.Attribute(attr=m.Name("value")), attr=m.Name("shape")))):
-        return None
-    fields = {k: v for _, fs in INIT_LAYERS.values() for k, v in fs.items()}
-
-    class Assigns(cst.CSTTransformer):
-        def __init__(self) -> None:
-            self.failed = False
-
-        def leave_SimpleStatementLine(self, original_node, updated_node):
-            small = updated_node.body[0]
-            if isinstance(small, cst.Assign) and m.matches(small.targets[0].target, m.Attribute(
-                    value=m.Attribute(value=m.Name(var)), attr=m.Name("value"))):
-                attr = small.targets[0].target.value.attr.value
-                if attr not in fields:
-                    self.failed = True
-                    return updated_node
-                tr = _InitBody(var, fields)
-                value = small.value.visit(tr)
-                if tr.failed:
-                    self.failed = True
-                return _stmt(f"{var} = eqx.tree_at(lambda m: m.{fields[attr]}, {var}, "
-                             f"{code(value)})").with_changes(
-                                 leading_lines=updated_node.leading_lines)
-            return updated_node
-
-    a = Assigns()
-    body = fn.body.visit(a)
-    tr = _InitBody(var, fields)
-    body = body.visit(tr)
-    if a.failed or tr.failed or _has_nnx(body):
-        return None
-    body = body.with_changes(body=[*body.body, _stmt(f"return {var}")])
-    kw = [p.with_changes(name=cst.Name("key"), annotation=None)
-          if p.name.value == "rngs" else p for p in fn.params.kwonly_params]
-    return fn.with_changes(body=body, params=fn.params.with_changes(kwonly_params=kw))
-
-
-def optimizer_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
-    """A model method that returns ``nnx.Optimizer(self, tx, wrt=nnx.Param)`` (torch's
-    ``configure_optimizers``) -> the method returning ``tx``; None when not that form."""
-
-    class Ret(cst.CSTTransformer):
-        def __init__(self) -> None:
-            self.n = 0
-
-        def leave_Return(self, original_node, updated_node):
-            v = updated_node.value
-            if m.matches(v, m.Call(func=m.Attribute(value=m.Name("nnx"),
-                                                    attr=m.Name("Optimizer")))):
-                kw = {a.keyword.value: code(a.value) for a in v.args if a.keyword}
-                pos = [a for a in v.args if a.keyword is None]
-                if kw.get("wrt", "nnx.Param") == "nnx.Param" and len(pos) == 2 and \
-                        code(pos[0].value) == "self":
-                    self.n += 1
-                    return updated_node.with_changes(value=pos[1].value.visit(Dedent()))
-            return updated_node
-
-    r = Ret()
-    new = fn.visit(r)
-    if not r.n or _has_nnx(new):
-        return None
-    return new

@@ -259,15 +259,28 @@ def takes_state(model: Any) -> bool:
 
 
 def batched(model: Any, n_inputs: int) -> Any:
-    """The per-example model mapped over the batch: ``f(state, *xs) -> (out, state)``."""
+    """The per-example model mapped over the batch: ``f(state, *xs) -> (out, state)``. A
+    model the converter kept batched (``batched = True`` on its class) is called on the
+    batch as it is."""
     import jax
 
+    if getattr(type(model), "batched", False) is True:
+        if takes_state(model):
+            return lambda state, *xs: model(*xs, state)
+        return lambda state, *xs: (model(*xs), state)
     if takes_state(model):
         mapped = jax.vmap(model, axis_name="batch", in_axes=(*(0,) * n_inputs, None),
                           out_axes=(0, None))
         return lambda state, *xs: mapped(*xs, state)
     mapped = jax.vmap(model)
     return lambda state, *xs: (mapped(*xs), state)
+
+
+def _called(model: Any) -> str:
+    """How :func:`batched` calls the model, for the notes."""
+    if getattr(type(model), "batched", False) is True:
+        return "model kept batched by the converter, called on the batch"
+    return "per-example model mapped over the batch with jax.vmap"
 
 
 @dataclass
@@ -353,14 +366,13 @@ class EquinoxSide(JaxSide):
     def train_mode(self, r: Any, model: EquinoxModel, n_torch: int) -> EquinoxModel:
         mdl, n_jax = train_mode(model.model)
         r.notes.append(train_mode_note(n_torch, f"{n_jax} equinox modules in inference mode"))
-        r.notes.append("per-example model mapped over the batch with jax.vmap")
+        r.notes.append(_called(mdl))
         return EquinoxModel(mdl, model.state, model.plan)
 
     def eval_mode(self, r: Any, model: EquinoxModel) -> EquinoxModel:
         import equinox as eqx
 
-        r.notes.append("per-example model mapped over the batch with jax.vmap, "
-                       "eqx.nn.inference_mode")
+        r.notes.append(_called(model.model) + ", eqx.nn.inference_mode")
         return EquinoxModel(eqx.nn.inference_mode(model.model), model.state, model.plan)
 
     def check_float64(self, model: EquinoxModel, jax_in: list, specs: list) -> None:

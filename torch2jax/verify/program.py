@@ -8,7 +8,8 @@ initial weights and the inputs of each of its forward calls; then the converted 
 model receives those weights and replays those inputs. Both stop after their N-th optimizer
 step. This module compares the two records: the loss at every ``backward`` /
 ``value_and_grad``, the learning rate of every step, the parameters and the optimizer state
-after the last one, which tensors weight decay touches and by how much, and the printed lines.
+after every step (a mismatch names the first step it shows at), which tensors weight decay
+touches and by how much, the seeds the programs set, and the printed lines.
 """
 
 from __future__ import annotations
@@ -30,20 +31,26 @@ LOSS_RTOL = 1e-4
 LR_RTOL = 1e-5  # the JAX side keeps the injected learning rate in float32
 DECAY_RTOL = 1e-3
 NOISE = 1e-4  # a gradient this far below the model's largest is float32 rounding
-# torch's optimizer state slot -> optax's (adam/adamw/..., sgd with momentum)
-SLOTS = {"exp_avg": "mu", "exp_avg_sq": "nu", "momentum_buffer": "trace"}
+# torch's optimizer state slot -> optax's, the first one the JAX state has: Adam and its kin
+# (Adamax's infinity norm is optax's nu), SGD's and RMSprop's momentum, RMSprop's averages
+# (centered: optax's scale_by_stddev mu and nu), Adadelta's, Adagrad's sum of squares
+SLOTS = {"exp_avg": ("mu",), "exp_avg_sq": ("nu",), "exp_inf": ("nu",),
+         "momentum_buffer": ("trace",), "square_avg": ("e_g", "nu"), "acc_delta": ("e_x",),
+         "grad_avg": ("mu",), "sum": ("sum_of_squares",)}
 # the targets whose converted programs can be instrumented, and the module that does it
 JAX_SIDES = {"nnx": "torch2jax.verify.program_jax"}
+KINDS = ("run", "loss", "lr", "param", "opt_state", "decay", "seed", "print")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
 @dataclass
 class Check:
-    kind: str  # loss, lr, param, opt_state, decay, print
-    name: str  # the step, the tensor or the line
+    kind: str  # loss, lr, param, opt_state, decay, seed, print
+    name: str  # the step, the tensor, the seed call or the line
     passed: bool
     detail: str
     figure: float | None = None
+    step: int | None = None  # the optimizer step it concerns (a mismatch: the first one)
 
 
 @dataclass
@@ -162,11 +169,16 @@ def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float,
                               + (f":\n{j['error']}" if j["error"] else "")))
     r.notes.append(f"inputs replayed: {j['replayed']} arrays over {len(t['forwards'])} "
                    "torch forward calls")
+    if t.get("batches"):
+        r.notes.append(f"batches replayed: {j['batch_arrays']} arrays over {j['batches']} "
+                       f"batches the converted program drew ({len(t['batches'])} torch "
+                       "DataLoader batches)")
     r.notes += [f"replay: {p}" for p in j["replay_problems"]]
-    _compare_losses(r, t["losses"], j["losses"])
+    _compare_losses(r, t["losses"], j["losses"], t.get("loss_steps"))
     _compare_lrs(r, t["lrs"], j["lrs"])
-    if "params" in t and "params" in j:
+    if t.get("trace") and j.get("trace"):
         _compare_tensors(r, t, j, rtol)
+    _compare_seeds(r, t.get("seeds", []), j.get("seeds", []))
     _compare_prints(r, t["stdout"], j["stdout"], rtol, print_skip or [])
 
 
@@ -174,14 +186,16 @@ def _close(got: float, ref: float, rtol: float, atol: float = 0.0) -> bool:
     return abs(got - ref) <= atol + rtol * abs(ref)
 
 
-def _compare_losses(r: ProgramResult, t: list[float], j: list[float]) -> None:
+def _compare_losses(r: ProgramResult, t: list[float], j: list[float],
+                    steps: list[int] | None = None) -> None:
     if len(t) != len(j):
         r.checks.append(Check("loss", "count", False, f"torch computed {len(t)} losses "
                               f"(backward), the converted program {len(j)} (value_and_grad)"))
     for i, (a, b) in enumerate(zip(t, j, strict=False)):
         rel = abs(b - a) / max(abs(a), 1e-30)
         r.checks.append(Check("loss", f"loss {i + 1}", _close(b, a, LOSS_RTOL, 1e-6),
-                              f"torch {a:.7g}, JAX {b:.7g}", rel))
+                              f"torch {a:.7g}, JAX {b:.7g}", rel,
+                              steps[i] if steps and i < len(steps) else None))
 
 
 def _compare_lrs(r: ProgramResult, t: list[list[float]], j: list[list[float]]) -> None:
@@ -199,10 +213,10 @@ def _compare_lrs(r: ProgramResult, t: list[list[float]], j: list[list[float]]) -
         for g, (a, b) in enumerate(pairs):
             r.checks.append(Check("lr", f"step {step} group {g}", _close(b, a, LR_RTOL, 1e-12),
                                   f"torch {a:.7g}, JAX {b:.7g}",
-                                  abs(b - a) / max(abs(a), 1e-30)))
+                                  abs(b - a) / max(abs(a), 1e-30), step))
 
 
-def _noise_masks(t: dict[str, Any]) -> dict[str, np.ndarray]:
+def _noise_masks(t: dict[str, Any]) -> dict[str, np.ndarray]:  # one step's record
     """Per torch parameter, the elements whose gradients were all zero up to float32 rounding
     (``sqrt(exp_avg_sq)`` below ``NOISE`` times the model's largest): Adam divides such a
     gradient by its own size, so rounding becomes a difference of the order of the learning
@@ -216,6 +230,8 @@ def _noise_masks(t: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def _compare_tensors(r: ProgramResult, t: dict[str, Any], j: dict[str, Any],
                      rtol: float) -> None:
+    """Each mapped parameter, its optimizer state and its decay after every step both sides
+    took: one check per tensor (and slot), failing at the first step it differs."""
     from torch2jax.weights import apply_layout
 
     def pair(ref: np.ndarray, got: np.ndarray, m: dict[str, Any],
@@ -232,34 +248,57 @@ def _compare_tensors(r: ProgramResult, t: dict[str, Any], j: dict[str, Any],
         worst = float(np.max(diff)) if ref.size else 0.0
         return worst / scale if scale else worst
 
-    masks, excluded, unknown = _noise_masks(t), {}, set()
+    steps = list(enumerate(zip(t["trace"], j["trace"], strict=False), 1))
+    masks = [_noise_masks(ts) for _, (ts, _) in steps]
+    excluded: dict[str, int] = {}
+    unknown: set[str] = set()
+
+    def first_off(kind: str, name: str, values: list[tuple[int, float | None, str]]) -> None:
+        """One check from per-step ``(step, rel, detail)`` (rel None: missing)."""
+        for step, rel, detail in values:
+            if rel is None or rel > rtol:
+                r.checks.append(Check(kind, name, False, f"{detail} after step {step} of "
+                                      f"{len(steps)}", rel, step))
+                return
+        worst = max((v[1] for v in values), default=0.0)
+        r.checks.append(Check(kind, name, True, f"{values[-1][2] if values else ''}, worst "
+                              f"{worst:.1e} over {len(values)} steps", worst))
+
     for m in j["mappings"]:
         name = m["torch"]
         if m["status"] != "mapped" or name not in t["params"]:
             continue
-        got = j["params"].get(m["nnx"])
-        if got is None:
+        if m["nnx"] not in j["params"]:
             r.checks.append(Check("param", name, False, f"no JAX parameter {m['nnx']}"))
             continue
-        noise = masks.get(name)
+        noise = masks[-1].get(name) if masks else None
         if noise is not None and noise.any():
             excluded[name] = int(noise.sum())
-        rel = pair(t["params"][name], got, m, noise)
-        r.checks.append(Check("param", name, rel <= rtol, f"-> {m['nnx']}, rel {rel:.1e}", rel))
-        slots = j["opt_state"].get(name, {})
-        for slot, value in t["opt_state"].get(name, {}).items():
-            ours = SLOTS.get(slot)
-            if ours is None:
+        first_off("param", name, [
+            (k, rel := pair(ts["params"][name], js["params"][m["nnx"]], m,
+                            masks[k - 1].get(name)), f"-> {m['nnx']}, rel {rel:.1e}")
+            for k, (ts, js) in steps])
+        unnamed = _unnamed_slot(t["opt_state"].get(name, {}), j["opt_state"].get(name, {}))
+        for slot in t["opt_state"].get(name, {}):
+            ours = next((o for o in SLOTS.get(slot, ()) if o in j["opt_state"].get(name, {})),
+                        None) or unnamed.get(slot)
+            if slot not in SLOTS and ours is None:
                 unknown.add(slot)
                 continue
-            if ours not in slots:
+            if ours is None:
                 r.checks.append(Check("opt_state", f"{name} {slot}", False,
-                                      f"no {ours} for {m['nnx']} in the JAX optimizer state"))
+                                      f"no {' or '.join(SLOTS[slot])} for {m['nnx']} in the "
+                                      "JAX optimizer state"))
                 continue
-            rel = pair(value, slots[ours], m)
-            r.checks.append(Check("opt_state", f"{name} {slot}", rel <= rtol,
-                                  f"-> {ours}, rel {rel:.1e}", rel))
-        _compare_decay(r, name, t["decay"].get(name), j["decay"].get(m["nnx"]))
+            per_step = []
+            for k, (ts, js) in steps:
+                got = js["opt_state"].get(name, {}).get(ours)
+                rel = None if got is None else pair(ts["opt_state"][name][slot], got, m)
+                per_step.append((k, rel, f"-> {ours}, " + (f"rel {rel:.1e}" if rel is not None
+                                                           else "missing")))
+            first_off("opt_state", f"{name} {slot}", per_step)
+        _compare_decay(r, name, [(k, ts["decay"].get(name), js["decay"].get(m["nnx"]))
+                                 for k, (ts, js) in steps])
     if unknown:
         r.notes.append("optimizer state not compared (no known optax counterpart): "
                        + ", ".join(sorted(unknown)))
@@ -272,20 +311,62 @@ def _compare_tensors(r: ProgramResult, t: dict[str, Any], j: dict[str, Any],
             + ", ".join(f"{n} ({k})" for n, k in list(excluded.items())[:6]))
 
 
-def _compare_decay(r: ProgramResult, name: str, t: tuple | None, j: tuple | None) -> None:
-    if t is None or j is None:
+def _unnamed_slot(t_slots: dict[str, Any], j_slots: dict[str, Any]) -> dict[str, str]:
+    """A hand-written optax transformation keeps its state as a bare tree, named by its place
+    in the chain only (the converter's Adagrad): the one torch slot without a named
+    counterpart is paired with the one such JAX slot, when there is exactly one of each."""
+    named = {o for cands in SLOTS.values() for o in cands}
+    unpaired = [s for s in t_slots if not any(o in j_slots for o in SLOTS.get(s, ()))]
+    anonymous = [k for k in j_slots if k not in named]
+    return ({unpaired[0]: anonymous[0]} if len(unpaired) == 1 and len(anonymous) == 1
+            else {})
+
+
+def _compare_decay(r: ProgramResult, name: str,
+                   per_step: list[tuple[int, tuple | None, tuple | None]]) -> None:
+    """The decay probes of every step: the first that differs fails."""
+    last = None
+    for step, t, j in per_step:
+        if t is None or j is None:
+            continue
+        (t_moved, t_decay), (j_moved, j_decay) = t, j
+        if t_moved != j_moved:
+            r.checks.append(Check("decay", name, False, "weight decay touches it in "
+                                  f"{'torch' if t_moved else 'JAX'} only", step=step))
+            return
+        if t_moved and j_decay is not None:
+            rel = abs(j_decay - t_decay) / max(abs(t_decay), 1e-30)
+            last = Check("decay", name, _close(j_decay, t_decay, DECAY_RTOL, 1e-9),
+                         f"decay torch {t_decay:.6g}, JAX {j_decay:.6g}", rel, step)
+            if not last.passed:
+                r.checks.append(last)
+                return
+        else:
+            last = Check("decay", name, True, "decayed on both sides" if t_moved
+                         else "not decayed on either side", step=step)
+    if last is not None:
+        r.checks.append(last)
+
+
+def _compare_seeds(r: ProgramResult, t: list[tuple], j: list[tuple]) -> None:
+    """The integer seeds the two programs' own code set, in order: torch's
+    ``torch.manual_seed(s)`` is the converted program's ``jax.random.key(s)``, numpy's and
+    Python's seeds stay theirs. A torch program that sets no seed draws from torch's default
+    one: nothing to compare."""
+    if not t:
+        if j:
+            r.notes.append("seeds not compared: the torch program sets none, the converted "
+                           f"program {', '.join(f'{c}({v})' for c, v, _ in j)}")
         return
-    (t_moved, t_decay), (j_moved, j_decay) = t, j
-    if t_moved != j_moved:
-        r.checks.append(Check("decay", name, False, "weight decay touches it in "
-                              f"{'torch' if t_moved else 'JAX'} only"))
-    elif t_moved and j_decay is not None:
-        ok = _close(j_decay, t_decay, DECAY_RTOL, 1e-9)
-        r.checks.append(Check("decay", name, ok, f"decay torch {t_decay:.6g}, JAX {j_decay:.6g}",
-                              abs(j_decay - t_decay) / max(abs(t_decay), 1e-30)))
-    else:
-        r.checks.append(Check("decay", name, True, "decayed on both sides" if t_moved
-                              else "not decayed on either side"))
+    for i in range(max(len(t), len(j))):
+        a = t[i] if i < len(t) else None
+        b = j[i] if i < len(j) else None
+        ok = a is not None and b is not None and a[1] == b[1]
+        r.checks.append(Check(
+            "seed", f"seed {i + 1}", ok,
+            f"torch {f'{a[0]}({a[1]})' if a else 'none'}, JAX "
+            f"{f'{b[0]}({b[1]})' if b else 'none'}, before step {(a or b)[2]}",
+            step=(a or b)[2]))
 
 
 def _compare_prints(r: ProgramResult, t_out: str, j_out: str, rtol: float,
@@ -330,7 +411,7 @@ def print_program_result(r: ProgramResult, console: Any) -> None:
                         f"{r.steps} steps)")
     for col in ("compared", "checks", "failed", "worst rel"):  # the kind, then its figures
         table.add_column(col)
-    for kind in ("run", "loss", "lr", "param", "opt_state", "decay", "print"):
+    for kind in KINDS:
         checks = [c for c in r.checks if c.kind == kind]
         if not checks:
             continue
@@ -338,10 +419,12 @@ def print_program_result(r: ProgramResult, console: Any) -> None:
         table.add_row(kind, str(len(checks)), str(sum(not c.passed for c in checks)),
                       f"{max(figures):.1e}" if figures else "")
     console.print(table)
-    for kind in ("run", "loss", "lr", "param", "opt_state", "decay", "print"):
+    for kind in KINDS:
         failed = r.failures(kind)
         for c in failed[:8]:
-            console.print(escape(f"FAIL {kind} {c.name}: {c.detail}"), soft_wrap=True)
+            at = f" (step {c.step})" if c.step and f"step {c.step}" not in c.name + c.detail \
+                else ""
+            console.print(escape(f"FAIL {kind} {c.name}{at}: {c.detail}"), soft_wrap=True)
         if len(failed) > 8:
             console.print(f"... {len(failed) - 8} more {kind} mismatches")
     for note in r.notes:

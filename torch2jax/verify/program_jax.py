@@ -6,21 +6,32 @@ PROGRAM as ``__main__`` under ``jax.disable_jit()`` (the converted code as writt
 eagerly, so that the values crossing the hooks are concrete). At the first ``nnx.Optimizer``
 the model receives the torch side's initial ``state_dict`` (the ``weights`` command's transfer)
 and its nnx.Dropout modules go to rate 0; the model's class replays, at its k-th outermost
-call, the arrays torch's model received at its k-th forward call. Every ``Optimizer.update``
-records the learning rates of the optimizer state (``optax.inject_hyperparams``), every
-``value_and_grad`` the loss it returns; after STEPS updates the parameters, the optimizer state
-and a weight-decay probe are taken and the program is stopped.
+call, the arrays torch's model received at its k-th forward call; the k-th batch a grain
+dataset yields to the program is torch's k-th ``DataLoader`` batch (labels included). Every
+``Optimizer.update`` records the learning rates of the optimizer state
+(``optax.inject_hyperparams``), every ``value_and_grad`` the loss it returns, and the integer
+seeds the program's own code gives ``jax.random.key`` and its kin are recorded; after each
+update the parameters, the optimizer state and a weight-decay probe are taken, and after
+STEPS updates the program is stopped.
 """
 
 from __future__ import annotations
 
 import pickle
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from torch2jax.verify.program_common import ProgramStopped, run_program
+from torch2jax.verify.program_common import (
+    ProgramStopped,
+    SeedLog,
+    batch_leaves,
+    rebuild_batch,
+    run_program,
+    wrap_iter,
+)
 
 
 def _keys(path: tuple) -> tuple[str, ...]:
@@ -49,8 +60,9 @@ def _learning_rates(opt_state: Any) -> list[float]:
 class JaxRecorder:
     def __init__(self, steps: int, torch_record: dict[str, Any]) -> None:
         self.steps, self.torch = steps, torch_record
-        self.record: dict[str, Any] = {"losses": [], "lrs": [], "notes": [], "steps": 0,
-                                       "replayed": 0, "replay_problems": []}
+        self.record: dict[str, Any] = {"losses": [], "loss_steps": [], "lrs": [], "notes": [],
+                                       "steps": 0, "replayed": 0, "replay_problems": [],
+                                       "batches": 0, "batch_arrays": 0, "trace": []}
         self.model_class: Any = None
         self.mappings: list[dict[str, Any]] = []
         self.calls = 0
@@ -126,7 +138,8 @@ class JaxRecorder:
                       for n, v in kwargs.items()}
         return new_args, new_kwargs
 
-    def _substitute(self, value: Any, torch_value: Any, where: str) -> Any:
+    def _substitute(self, value: Any, torch_value: Any, where: str,
+                    count: str = "replayed") -> Any:
         import jax.numpy as jnp
 
         if not isinstance(torch_value, np.ndarray) or not hasattr(value, "shape"):
@@ -135,8 +148,30 @@ class JaxRecorder:
             self._problem(f"{where}: JAX shape {tuple(value.shape)}, torch "
                           f"{torch_value.shape}; not replayed")
             return value
-        self.record["replayed"] += 1
+        self.record[count] += 1
+        if isinstance(value, np.ndarray):  # a grain batch is numpy: it stays numpy
+            return np.asarray(torch_value, dtype=value.dtype)
         return jnp.asarray(torch_value, dtype=value.dtype)
+
+    def on_batch(self, batch: Any) -> Any:
+        """The program's k-th batch from a grain dataset, with torch's k-th DataLoader batch's
+        arrays in its place (each of the same shape; the JAX dtype kept)."""
+        batches = self.torch.get("batches", [])
+        k = self.record["batches"]
+        self.record["batches"] += 1
+        if k >= len(batches):
+            if batches:
+                self._problem(f"batch {k + 1}: torch's loaders yielded {len(batches)} batches "
+                              "before its last step; not replayed")
+            return batch
+        ours, theirs = batch_leaves(batch), batches[k]
+        if len(ours) != len(theirs):
+            self._problem(f"batch {k + 1}: {len(ours)} arrays, torch's {len(theirs)}; "
+                          "not replayed")
+            return batch
+        new = [self._substitute(a, b, f"batch {k + 1}, array {i}", "batch_arrays")
+               for i, (a, b) in enumerate(zip(ours, theirs, strict=True))]
+        return rebuild_batch(batch, new)
 
     def _problem(self, text: str) -> None:
         if len(self.record["replay_problems"]) < 10:
@@ -146,6 +181,7 @@ class JaxRecorder:
     def on_loss(self, value: Any) -> None:
         if self.depth == 0 and np.size(value) == 1:
             self.record["losses"].append(float(np.asarray(value)))
+            self.record["loss_steps"].append(self.record["steps"] + 1)
 
     def on_update(self, optimizer: Any, model: Any, original: Any, grads: Any,
                   kwargs: dict) -> Any:
@@ -154,8 +190,8 @@ class JaxRecorder:
         self.record["lrs"].append(_learning_rates(nnx.as_pure(optimizer.opt_state)))
         out = original(optimizer, model, grads, **kwargs)
         self.record["steps"] += 1
+        self.snapshot(optimizer, model)
         if self.record["steps"] >= self.steps:
-            self.snapshot(optimizer, model)
             raise ProgramStopped
         return out
 
@@ -164,8 +200,8 @@ class JaxRecorder:
 
         from torch2jax.weights import format_nnx_path
 
-        self.record["params"] = {format_nnx_path(p): np.asarray(v.get_value())
-                                 for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+        params = {format_nnx_path(p): np.asarray(v.get_value())
+                  for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
         by_path = {tuple(m["nnx"].split(".")): m["torch"] for m in self.mappings
                    if m["status"] == "mapped"}
         opt_state: dict[str, dict[str, np.ndarray]] = {}
@@ -175,8 +211,9 @@ class JaxRecorder:
                 if name is not None and np.ndim(leaf):
                     opt_state.setdefault(name, {})[path[start - 1]] = np.asarray(leaf)
                     break
-        self.record["opt_state"] = opt_state
-        self.record["decay"] = self.decay_probe(optimizer, model)
+        self.record["trace"].append({"params": params, "opt_state": opt_state,
+                                     "decay": self.decay_probe(optimizer, model)})
+        self.record.update(self.record["trace"][-1])  # the last step's, at the top
 
     def decay_probe(self, optimizer: Any, model: Any) -> dict[str, tuple[bool, float | None]]:
         """The torch side's probe (program_torch.TorchRecorder.decay_probe): the optimizer's
@@ -247,6 +284,39 @@ def install(recorder: JaxRecorder) -> None:
     nnx.Optimizer.update = update  # type: ignore[method-assign]
     nnx.value_and_grad = _record_value(recorder, nnx.value_and_grad)
     jax.value_and_grad = _record_value(recorder, jax.value_and_grad)
+    install_loaders(recorder)
+
+
+def install_loaders(recorder: JaxRecorder) -> None:
+    """Every grain dataset class's ``__iter__`` (``IterDataset`` subclasses define their own)
+    replays torch's batches."""
+    try:
+        import grain
+    except ImportError:
+        return
+    guard = [False]
+    seen: set[type] = set()
+    todo = [grain.MapDataset, grain.IterDataset]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo += cls.__subclasses__()
+        if "__iter__" in cls.__dict__:
+            wrap_iter(cls, recorder.on_batch, guard)
+
+
+def install_seeds(recorder: JaxRecorder, program: str) -> SeedLog:
+    import jax
+    from flax import nnx
+
+    log = SeedLog(Path(program).parent, lambda: recorder.record["steps"] + 1)
+    log.patch_common()
+    log.patch(jax.random, "key", "jax.random.key")
+    log.patch(jax.random, "PRNGKey", "jax.random.PRNGKey")
+    log.patch_init(nnx.Rngs, "nnx.Rngs")
+    return log
 
 
 def compilation_cache() -> None:
@@ -276,8 +346,10 @@ def main(argv: list[str]) -> int:
         record = pickle.load(f)
     recorder = JaxRecorder(int(steps), record)
     install(recorder)
+    seeds = install_seeds(recorder, program)
     with jax.disable_jit():
         outcome = run_program(program, args)
+    recorder.record["seeds"] = seeds.calls
     if "error" in recorder.record:
         outcome.update(error=recorder.record.pop("error"), stopped=False)
     recorder.record.update(outcome)

@@ -4,10 +4,12 @@
 instrumentation, then runs PROGRAM as ``__main__``. At the first optimizer's construction it
 finds the model (the innermost module holding every parameter of the optimizer), keeps its
 initial ``state_dict``, turns its Dropout modules off and records the inputs of each of its
-forward calls. Every optimizer step records each group's learning rate (global step hooks, so
-that an optimizer's own ``step`` is covered), every scalar ``backward()`` the loss. After
-STEPS steps it takes the parameters, the optimizer state and a weight-decay probe, and stops
-the program. The record is pickled to RESULT (numpy arrays only: the JAX side reads it without
+forward calls; every batch a ``DataLoader`` yields is recorded too (labels that never reach
+the model included), and the integer seeds the program's own code passes to ``torch.manual_seed``
+and its kin. Every optimizer step records each group's learning rate (global step hooks, so
+that an optimizer's own ``step`` is covered), every scalar ``backward()`` the loss and the
+step it belongs to. After each step it takes the parameters, the optimizer state and a
+weight-decay probe; after STEPS steps it stops the program. The record is pickled to RESULT (numpy arrays only: the JAX side reads it without
 torch).
 """
 
@@ -17,9 +19,16 @@ import gc
 import pickle
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
-from torch2jax.verify.program_common import ProgramStopped, run_program
+from torch2jax.verify.program_common import (
+    ProgramStopped,
+    SeedLog,
+    batch_leaves,
+    run_program,
+    wrap_iter,
+)
 
 
 def _np(value: Any) -> Any:
@@ -41,8 +50,9 @@ def _float(value: Any) -> float:
 class TorchRecorder:
     def __init__(self, steps: int) -> None:
         self.steps = steps
-        self.record: dict[str, Any] = {"losses": [], "lrs": [], "forwards": [], "notes": [],
-                                       "steps": 0}
+        self.record: dict[str, Any] = {"losses": [], "loss_steps": [], "lrs": [],
+                                       "forwards": [], "batches": [], "notes": [], "steps": 0,
+                                       "trace": []}
         self.optimizer: Any = None
         self.model: Any = None
         self.names: dict[int, str] = {}
@@ -103,6 +113,12 @@ class TorchRecorder:
         if not self.busy:
             self.record["forwards"].append((_np(tuple(args)), _np(dict(kwargs))))
 
+    def on_batch(self, batch: Any) -> Any:
+        if not self.busy:
+            self.record["batches"].append(
+                [_np(v) if hasattr(v, "detach") else None for v in batch_leaves(batch)])
+        return batch
+
     # --- steps ----------------------------------------------------------------------------
     def pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.busy and optimizer is self.optimizer:
@@ -112,24 +128,27 @@ class TorchRecorder:
         if self.busy or optimizer is not self.optimizer:
             return
         self.record["steps"] += 1
+        self.snapshot()
         if self.record["steps"] >= self.steps:
-            self.snapshot()
             raise ProgramStopped
 
     def on_backward(self, tensor: Any) -> None:
         if not self.busy and tensor.numel() == 1:
             self.record["losses"].append(_float(tensor))
+            self.record["loss_steps"].append(self.record["steps"] + 1)
 
     def snapshot(self) -> None:
         opt = self.optimizer
         if self.model is None:
             return
-        self.record["params"] = {n: _np(p) for n, p in self.model.named_parameters()}
-        self.record["opt_state"] = {
+        params = {n: _np(p) for n, p in self.model.named_parameters()}
+        opt_state = {
             self.names[id(p)]: {k: _np(v) for k, v in opt.state[p].items()
                                 if hasattr(v, "dim") and v.dim() > 0}
             for g in opt.param_groups for p in g["params"] if id(p) in self.names}
-        self.record["decay"] = self.decay_probe()
+        self.record["trace"].append({"params": params, "opt_state": opt_state,
+                                     "decay": self.decay_probe()})
+        self.record.update(self.record["trace"][-1])  # the last step's, at the top
 
     def decay_probe(self) -> dict[str, tuple[bool, float]]:
         """Which tensors weight decay touches, and by how much: one step of a fresh optimizer
@@ -188,13 +207,35 @@ def install(recorder: TorchRecorder) -> None:
         return original_backward(self, *args, **kwargs)
 
     torch.Tensor.backward = backward  # type: ignore[method-assign]
+    wrap_iter(torch.utils.data.DataLoader, recorder.on_batch, [False])
+
+
+def install_seeds(recorder: TorchRecorder, program: str) -> SeedLog:
+    import torch
+
+    log = SeedLog(Path(program).parent, lambda: recorder.record["steps"] + 1)
+    log.patch_common()
+    log.patch(torch, "manual_seed", "torch.manual_seed")
+    log.patch(torch.random, "manual_seed", "torch.manual_seed")
+    log.patch(torch.cuda, "manual_seed", "torch.cuda.manual_seed")
+    log.patch(torch.cuda, "manual_seed_all", "torch.cuda.manual_seed_all")
+
+    class Generator(torch.Generator):  # a C type: its methods cannot be patched in place
+        def manual_seed(self, seed: Any) -> Any:
+            log.note("torch.Generator().manual_seed", [seed])
+            return super().manual_seed(seed)
+
+    torch.Generator = Generator  # type: ignore[misc]
+    return log
 
 
 def main(argv: list[str]) -> int:
     result, steps, program, *args = argv
     recorder = TorchRecorder(int(steps))
     install(recorder)
+    seeds = install_seeds(recorder, program)
     recorder.record.update(run_program(program, args))
+    recorder.record["seeds"] = seeds.calls
     with open(result, "wb") as f:
         pickle.dump(recorder.record, f)
     return 0
