@@ -76,7 +76,8 @@ def not_done() -> dict[str, tuple[str, str]]:
 
 
 def test_every_claim_is_tested() -> None:
-    assert set(CLAIMS) == {*DDP_CLAIMS, "param-groups-mask"}
+    assert set(CLAIMS) == {*DDP_CLAIMS, "param-groups-mask", "lr-injected", "orbax-save",
+                           "orbax-restore"}
 
 
 @pytest.mark.parametrize("claim_id", DDP_CLAIMS)
@@ -165,3 +166,116 @@ def test_dropout_at_rate_zero_is_not_reported_missing() -> None:
     assert any("1 torch Dropout modules and 1 nnx.Dropout set to p=0" in n for n in notes)
     assert any("no Dropout modules found" in n
                for n in nnx_trajectory_mode(WithoutDropout(), 0, 0))
+
+
+# --------------------------------------------------------------------------------------------
+# the learning rate set by hand: an injected hyperparameter the code sets
+# --------------------------------------------------------------------------------------------
+
+LR_BY_HAND = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def train(steps):
+    torch.manual_seed(0)
+    model = Model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = torch.ones(5, 3), torch.zeros(5, 4)
+    for step in range(steps):
+        for g in optimizer.param_groups:
+            g['lr'] = 0.01 * (step + 1)
+        optimizer.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+    return model
+"""
+
+
+@pytest.mark.parametrize("target", ["nnx", "linen", "equinox"])
+def test_lr_injected_claim_holds_in_the_converted_program(target: str) -> None:
+    result = convert_source(LR_BY_HAND, path="script.py", target=target)
+    notes = [d for d in result.diagnostics if d.message.startswith(CLAIMS["lr-injected"].prefix)
+             or d.message == CLAIMS["lr-injected"].instead]
+    assert [d.severity for d in notes] == ["info"], [str(d) for d in result.diagnostics]
+
+
+def _lr_note(code: str) -> Diagnostic:
+    note = Diagnostic("f.py", 1, 0, "param_groups", "info",
+                      f"{CLAIMS['lr-injected'].prefix}: optimizer's injected learning_rate")
+    return check_claims(code, [note])[0]
+
+
+_INJECTED = "tx = optax.inject_hyperparams(optax.adamw)(learning_rate=0.01)\n"
+
+
+@pytest.mark.parametrize(("code", "holds"), [
+    (_INJECTED + 'optimizer.opt_state.hyperparams["learning_rate"].value = lr\n', True),
+    (_INJECTED + "opt_state.hyperparams['learning_rate'] = jnp.float32(lr)\n", True),
+    (_INJECTED + 'state.opt_state.hyperparams["learning_rate"] = jnp.float32(lr)\n', True),
+    # the loop left as torch wrote it: nothing sets the injected rate
+    (_INJECTED + "for g in optimizer.param_groups:\n    g['lr'] = lr\n", False),
+    # the slot set, but the optimizer is not injected (its state has no hyperparams)
+    ("tx = optax.adamw(0.01)\n" 'opt_state.hyperparams["learning_rate"] = lr\n', False),
+])
+def test_lr_injected_claim_checks_the_code(code: str, holds: bool) -> None:
+    d = _lr_note(code)
+    assert d.severity == ("info" if holds else "warning")
+    if not holds:
+        assert d.message == CLAIMS["lr-injected"].instead
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoints: "saves / restores an orbax checkpoint" only where the orbax call is written
+# --------------------------------------------------------------------------------------------
+
+CHECKPOINT = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+
+
+torch.manual_seed(0)
+model = Net()
+run = True
+if run:
+    torch.save(model.state_dict(), "net.pt")
+    model.load_state_dict(torch.load("net.pt"))
+    {use}
+"""
+
+
+@pytest.mark.parametrize(("target", "use", "holds"), [
+    ("nnx", "print(run)", True),
+    ("equinox", "print(run)", True),
+    # equinox: the model called with dropout outside a step: the block is commented out,
+    # the save and the restore in it with it
+    ("equinox", "print(model(torch.ones(2, 3)))", False),
+])
+def test_checkpoint_claims_follow_the_code(target: str, use: str, holds: bool) -> None:
+    result = convert_source(CHECKPOINT.format(use=use), path="script.py", target=target)
+    for claim in ("orbax-save", "orbax-restore"):
+        notes = [d for d in result.diagnostics
+                 if d.message.startswith(CLAIMS[claim].prefix)
+                 or d.message == CLAIMS[claim].instead]
+        assert [d.severity for d in notes] == ["info" if holds else "warning"], (
+            claim, [str(d) for d in result.diagnostics], result.code)

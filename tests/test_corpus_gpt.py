@@ -61,8 +61,7 @@ EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
                      (311, "torch-leftover")],
         "train.py": [(100, "torch-leftover"), (147, "torch.load"), (156, "equinox"),
                      (219, "training-loop"), (220, "torch.nn.utils.clip_grad_norm_"),
-                     (223, "param_groups"), (250, "torch.save"), (253, "training-loop"),
-                     (281, "equinox")],
+                     (248, "torch.save"), (251, "training-loop"), (279, "equinox")],
         # model.load_state_dict(...) kept as written (no equinox counterpart), marked
         "sample.py": [(37, "torch-leftover"), (41, "torch.load"), (47, "equinox")],
     },

@@ -148,7 +148,6 @@ def test_linen_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Pa
 # (docs/linen-output.md), each marked: the rule of its TODO
 LINEN_REFUSES = {
     "micro_steps_clip": "training-loop",  # micro-steps summing gradients before one update
-    "sgd_lr_by_hand": "param_groups",  # param_group['lr'] = ... each epoch
 }
 
 

@@ -72,6 +72,32 @@ def _mask_reaches_the_update(code: str) -> bool:
     return masked
 
 
+def _checkpointer_call(method: str) -> Callable[[str], bool]:
+    """An orbax ``checkpointer.<method>(...)`` call in the code (not in a comment: the
+    equinox pass comments out a block it cannot translate)."""
+    def holds(code: str) -> bool:
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            return False
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                   and n.func.attr == method and isinstance(n.func.value, ast.Name)
+                   and n.func.value.id == "checkpointer" for n in ast.walk(tree))
+    return holds
+
+
+# opt_state.hyperparams["learning_rate"] = ... (equinox, linen's state.opt_state...) or
+# optimizer.opt_state.hyperparams["learning_rate"].value = ... (nnx)
+_LR_SLOT = re.compile(r"""opt_state\.hyperparams\[["']learning_rate["']\](\.value)? = """)
+
+
+def _lr_is_injected(code: str) -> bool:
+    """The learning rate set by hand is written into an injected hyperparameter, and the
+    optimizer of the file is built with optax.inject_hyperparams (without it the state has
+    no hyperparams)."""
+    return "optax.inject_hyperparams(" in code and _LR_SLOT.search(code) is not None
+
+
 CLAIMS: dict[str, Claim] = {c.id: c for c in (
     Claim("grad-scaler", "GradScaler removed: the autocast region computes in bfloat16",
           _computes_in_bfloat16,
@@ -94,6 +120,18 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
           "parameter groups: the weight-decay mask written does not reach the update (an "
           "optax.inject_hyperparams hyperparameter that is a callable is called with the "
           "step count): no parameter is decayed; pass the mask in static_args"),
+    Claim("orbax-save", "saves an orbax checkpoint", _checkpointer_call("save"),
+          "torch.save: no orbax checkpoint is written in the code (the statement is kept as "
+          "torch wrote it or commented out, see its TODO): nothing is saved"),
+    Claim("orbax-restore", "restores an orbax checkpoint", _checkpointer_call("restore"),
+          "torch.load: no orbax checkpoint is restored in the code (the statement is kept as "
+          "torch wrote it or commented out, see its TODO): the model keeps the weights it "
+          "was built with"),
+    Claim("lr-injected", "param_groups learning rate set in the optimizer state",
+          _lr_is_injected,
+          "param_groups learning rate: no injected learning_rate is set in the code written "
+          "(or the optimizer is not built with optax.inject_hyperparams): the rate set by "
+          "hand does not reach the update; set opt_state.hyperparams['learning_rate']"),
 )}
 
 

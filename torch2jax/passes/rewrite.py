@@ -166,6 +166,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_evaluators: dict[str, int] = {}  # helpers that call it: model param index
         # helpers called once per epoch with the model and the optimizer of their caller
         self._lt_epoch: dict[str, lt.EpochFunction] = {}
+        self._lt_marked_calls: set[int] = set()  # linen model calls marked unbound
         self._lt_state_made: set[int] = set()  # callers (id, 0: module) that made the state
         self._lt_batch_stats = False
         self._lt_dropout = False
@@ -212,14 +213,17 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._indent = node.default_indent
         self._root = node
         self._file_names = {n.value for n in findall(node, m.Name())}
-        if self.target.stateful_modules and not self.target.intermediate:
-            t = self.training
+        t = self.training
+        if self.target.stateful_modules or self.target.train_state:
+            # the learning rate set by hand: an injected hyperparameter (the equinox pass
+            # reads the NNX translation's as its own optimizer state)
             self._lr_loops = acc.find_lr_loops(node)
-            self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
-            self._ckpt_inline = acc.inline_checkpoint_dicts(node)
             for opt, _ in self._lr_loops.values():
                 if opt in t.optimizer_names:
                     t.optimizer_names[opt].lr_set = True
+        if self.target.stateful_modules and not self.target.intermediate:
+            self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
+            self._ckpt_inline = acc.inline_checkpoint_dicts(node)
             self._acc = acc.find_micro_steps(
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)

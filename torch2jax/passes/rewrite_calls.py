@@ -140,6 +140,8 @@ class CallsMixin:
         return updated_node
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
+        if self.target.train_state:
+            self._lt_unbound_call(original_node)
         handled = self._checkpoint_dict_call(original_node) or self._parameters_call(
             original_node)
         if handled is not None:

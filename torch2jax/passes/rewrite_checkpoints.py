@@ -163,11 +163,15 @@ class CheckpointsMixin:
         if kind == "save":  # the whole state: the layout `torch2jax weights` writes too
             inner = f"checkpointer.save(os.path.abspath({p}), nnx.state({model}), force=True)"
         else:  # orbax restores the whole tree; what goes into the model: not the RNG state
-            keep = "" if model in self.training.optimizer_names else f".filter({RNG_FREE})"
+            # (the equinox pass writes eqx.combine of the model's arrays: no RNG state)
+            keep = "" if model in self.training.optimizer_names or self.target.intermediate \
+                else f".filter({RNG_FREE})"
             inner = (f"nnx.update({model}, checkpointer.restore(os.path.abspath({p}), "
                      f"nnx.state({model})){keep})")
         self.need("nnx")
-        return self._orbax(original_node, kind, inner, "the model's nnx.state")
+        # (the equinox pass writes the model's arrays, eqx.filter(model, eqx.is_array))
+        what = "the model's arrays" if self.target.intermediate else "the model's nnx.state"
+        return self._orbax(original_node, kind, inner, what)
 
     def _orbax(self, original_node, kind: str, inner: str, what: str):
         """The statement becomes ``with ocp.StandardCheckpointer() as checkpointer: inner``."""

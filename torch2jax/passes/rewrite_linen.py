@@ -100,6 +100,13 @@ class LinenTrainingMixin:
         variables, where they are known: after the training loop, or read from the state
         after each epoch's training call."""
         scope = id(self._fn_stack[-1]) if self._fn_stack else 0
+        if self._lt_trains_none() and model in self._model_names():
+            # no training loop of this file binds the variables (no model.init is written)
+            self.diag(original_node, f"torch.{kind}", "error",
+                      f"torch.{kind} of {model}'s state_dict in a file that trains no model: "
+                      f"linen keeps the parameters outside the module and this file binds "
+                      f"none (build them with {model}.init(key, sample_input))")
+            return None
         if model not in self._model_names() or (self._for_stack and scope not in (
                 self._lt_state_made)) or (self._fn_stack and self._fn_stack[0].name.value
                                           in self._lt_epoch):
@@ -119,12 +126,30 @@ class LinenTrainingMixin:
                     "its variables (it is trained elsewhere): left as written; pass its "
                     "variables in and call model.apply(variables, ...)")
 
+    def _lt_trains_none(self) -> bool:
+        """No optimizer and no backward() in the file: no training loop binds variables."""
+        if not hasattr(self, "_lt_no_training"):
+            self._lt_no_training = not self.training.optimizers and not findall(
+                self._root, m.Call(func=m.Attribute(attr=m.Name("backward"))))
+        return self._lt_no_training
+
+    def _lt_unbound_call(self, original_node: cst.Call) -> None:
+        """linen: a model called outside a module class in a file that trains no model (and
+        binds none of its variables): an unbound module's call fails, so it is marked."""
+        if not self.target.train_state or self.in_module_class() or not self._lt_trains_none() \
+                or not isinstance(original_node.func, cst.Name) or \
+                original_node.func.value not in self._model_names():
+            return
+        self._lt_marked_calls.add(id(original_node))
+        self.diag(original_node, "linen", "error", self.LT_UNAPPLIED)
+
     def _lt_unapplied(self, original: list, body: list) -> list:
         """linen: model calls in an evaluation block of a file that trains no model are marked
         at their lines (``eval_step(model, variables, ...)`` would read unbound variables)."""
         models = self._model_names()
         pattern = m.Call(func=m.Name(value=m.MatchIfTrue(lambda v: v in models)))
-        found = [c for s in original for c in findall(s, pattern)]
+        found = [c for s in original for c in findall(s, pattern)
+                 if id(c) not in self._lt_marked_calls]  # (marked at the call already)
         if not found:
             return body
         for c in found:

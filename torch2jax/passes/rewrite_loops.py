@@ -48,6 +48,11 @@ def _named_backward(body: list, taken: set[str]) -> tuple[list, bool]:
     return body, False
 
 
+# the note of a learning rate set by hand in the file's own optimizer state (a claim that
+# finish/claims.py checks against the code written)
+LR_INJECTED = "param_groups learning rate set in the optimizer state"
+
+
 class LoopsMixin:
     def leave_For(self, original_node, updated_node):
         frozen = self._frozen_loop(original_node)
@@ -274,22 +279,56 @@ class LoopsMixin:
         opt, _ = self._lr_loops[id(original_node)]
         value = node.body.body[0].body[0].value
         site = self.training.optimizer_names.get(opt)
+        if self.target.train_state:
+            # linen: the TrainState the training loop around it makes holds the optimizer
+            # state; only in the body of a loop that steps this optimizer
+            steps = m.Call(func=m.Attribute(value=m.Name(opt), attr=m.Name("step")))
+            if site is None or site.external or id(site) in self.failed_sites or \
+                    site.scheduler is not None or not self._for_stack or \
+                    not m.findall(self._for_stack[-1], steps):
+                return self._lr_loop_left(original_node, opt)
+            self.need("jnp")
+            self.diag(original_node, "param_groups", "info",
+                      f"{LR_INJECTED}: the TrainState's injected learning_rate ({opt} is "
+                      "built with optax.inject_hyperparams)")
+            return cst.parse_statement(
+                f"{self._lr_slot(opt)} = jnp.float32({code(value)})\n").with_changes(
+                leading_lines=node.leading_lines)
         if site is not None and not site.external:
             if id(site) in self.failed_sites or site.scheduler is not None:
-                return None
-            where = "built with optax.inject_hyperparams"
+                return self._lr_loop_left(original_node, opt)
+            self.diag(original_node, "param_groups", "info",
+                      f"{LR_INJECTED}: {opt}'s injected learning_rate (the optimizer is built "
+                      "with optax.inject_hyperparams)")
         elif site is not None or opt in self._acc.foreign:
             source = self._acc.foreign.get(opt) or f"{site.model}.configure_optimizers"
             where = (f"returned by {source}, built with "
                      "optax.inject_hyperparams where torch2jax converts an optimizer that a "
                      "function returns to another file")
+            self.diag(original_node, "param_groups", "info",
+                      f"param_groups learning rate -> {opt}'s injected learning_rate (the "
+                      f"optimizer is {where})")
         else:
-            return None
-        self.diag(original_node, "param_groups", "info",
-                  f"param_groups learning rate -> {opt}'s injected learning_rate (the optimizer "
-                  f"is {where})")
-        return cst.parse_statement(f"{tr.lr_slot(opt)} = {code(value)}\n").with_changes(
+            return self._lr_loop_left(original_node, opt)
+        value = code(value)
+        if self.target.intermediate:
+            # equinox's step is an eqx.filter_jit: a Python float in the optimizer state would
+            # be a static argument (one compile per learning rate)
+            self.need("jnp")
+            value = f"jnp.float32({value})"
+        return cst.parse_statement(f"{tr.lr_slot(opt)} = {value}\n").with_changes(
             leading_lines=node.leading_lines)
+
+    def _lr_loop_left(self, original_node, opt: str) -> None:
+        """The learning rate set by hand on an optimizer the file does not build here (a
+        helper's argument) or whose schedule owns it: the loop stays, marked (an optax
+        transform has no param_groups)."""
+        self.diag(original_node, "param_groups", "error",
+                  f"{opt}.param_groups' learning rate set by hand, on an optimizer whose "
+                  "learning rate torch2jax does not inject here (an argument of this function, "
+                  "or one a scheduler drives): build it with optax.inject_hyperparams and set "
+                  "opt_state.hyperparams['learning_rate']")
+        return None
 
     def _micro_step_loop(self, original_node, node):
         """``for micro_step in range(k): ... loss.backward()`` then ``optimizer.step()``: a
