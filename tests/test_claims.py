@@ -226,7 +226,7 @@ _INJECTED = "tx = optax.inject_hyperparams(optax.adamw)(learning_rate=0.01)\n"
     # the loop left as torch wrote it: nothing sets the injected rate
     (_INJECTED + "for g in optimizer.param_groups:\n    g['lr'] = lr\n", False),
     # the slot set, but the optimizer is not injected (its state has no hyperparams)
-    ("tx = optax.adamw(0.01)\n" 'opt_state.hyperparams["learning_rate"] = lr\n', False),
+    (("tx = optax.adamw(0.01)\n" 'opt_state.hyperparams["learning_rate"] = lr\n'), False),
 ])
 def test_lr_injected_claim_checks_the_code(code: str, holds: bool) -> None:
     d = _lr_note(code)

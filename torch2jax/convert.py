@@ -233,7 +233,8 @@ def convert_source(
                               train_steps=tuple(transformer.train_steps),
                               eval_step=transformer.eval_step,
                               facts=input_facts(wrapper, TORCH_PACKAGES),
-                              removed=transformer.removed, failed=transformer.failed_sites)
+                              removed=transformer.removed, failed=transformer.failed_sites,
+                              optimizer_names=_optimizer_names(transformer))
     if not hoist_steps:  # the NNX translation the equinox pass goes on from: checked there
         return result
     return suppress(_finish(result, result, path, source, known_modules or ()), source)
@@ -249,17 +250,16 @@ def _finish(result: ConversionResult, rewrite: ConversionResult, path: str,
         return result
     code, diagnostics = check_output(result.code, result.diagnostics, rewrite.facts, path,
                                      source, rewrite.removed, _add_imports, OWN_NAMES,
-                                     rewrite.failed, known, _optimizer_names(rewrite))
+                                     rewrite.failed, known, set(rewrite.optimizer_names))
     if code is result.code and diagnostics is result.diagnostics:
         return result
     return replace(result, code=code, diagnostics=diagnostics)
 
 
-def _optimizer_names(rewrite: TorchToJax) -> set[str]:
+def _optimizer_names(rewrite: TorchToJax) -> frozenset[str]:
     """The names the training analysis knows to hold an optimizer (and their aliases)."""
-    t = getattr(rewrite, "training", None)
-    sites = getattr(t, "optimizer_names", {}) if t is not None else {}
-    return {*sites, *(a for site in sites.values() for a in site.aliases)}
+    sites = rewrite.training.optimizer_names
+    return frozenset({*sites, *(a for site in sites.values() for a in site.aliases)})
 
 
 def _uses_train_mode(source: str) -> bool:

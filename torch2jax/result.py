@@ -50,6 +50,9 @@ class ConversionResult:
     # removed statements that the finished file may need back (finish/removed.py)
     removed: dict[int, Removed] = field(default_factory=dict, repr=False, compare=False)
     failed: set[int] = field(default_factory=set, repr=False, compare=False)
+    # the names the training analysis knows to hold an optimizer, with their aliases
+    # (finish/grad_state.py marks a step() left on them)
+    optimizer_names: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     # files written beside the converted one (path relative to its folder -> code): the
     # converted model code of installed packages it builds models from (package_models.py)
     files: dict[str, str] = field(default_factory=dict)

@@ -328,7 +328,6 @@ class LoopsMixin:
                   "learning rate torch2jax does not inject here (an argument of this function, "
                   "or one a scheduler drives): build it with optax.inject_hyperparams and set "
                   "opt_state.hyperparams['learning_rate']")
-        return None
 
     def _micro_step_loop(self, original_node, node):
         """``for micro_step in range(k): ... loss.backward()`` then ``optimizer.step()``: a
