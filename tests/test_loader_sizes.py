@@ -79,3 +79,36 @@ def test_loader_sizes_match_torch(body, shuffle):
     want = _run(source)
     assert want.splitlines() == ["70 9 2415.0"] * 2
     assert _run(result.code) == want
+
+
+DRAWN = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_data(n):
+    return TensorDataset(torch.randn(n, 1))
+
+
+scale = torch.rand(1)
+train_loader = DataLoader(make_data(16), batch_size=4, shuffle=True)
+test_loader = DataLoader(make_data(16), batch_size=4)
+seen = []
+for epoch in range(2):
+    values = sorted(float(v) for (x,) in train_loader for v in x.reshape(-1))
+    seen.append(values)
+test = sorted(float(v) for (x,) in test_loader for v in x.reshape(-1))
+print("same data each epoch", seen[0] == seen[1])
+print("train is the test set", seen[0] == test)
+'''
+
+
+def test_inline_dataset_of_a_shuffled_loader_draws_its_own_key_once():
+    """The dataset built inline by a random draw, in a loader made a function of the epoch: it
+    is drawn once, where torch draws it, with a key of its own (not re-drawn each epoch, not
+    with the key the next statement's draw splits off)."""
+    result = convert_source(DRAWN)
+    assert "TODO(torch2jax)" not in result.code, result.code
+    want = _run(DRAWN)
+    assert want.splitlines() == ["same data each epoch True", "train is the test set False"]
+    assert _run(result.code) == want

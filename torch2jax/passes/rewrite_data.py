@@ -92,6 +92,7 @@ class DataMixin:
             try:
                 expanded, warnings = dt.expand_loader_kwargs(
                     original_node.value, updated_node.value, self.get_metadata)
+                expanded, built = _dataset_bound_once(expanded, f"{name}_dataset")
                 pipeline, notes = dt.loader_pipeline(original_node.value, expanded, self.q,
                                                      self.data, "epoch")
             except Untranslatable as exc:
@@ -103,6 +104,8 @@ class DataMixin:
                 self.diag(original_node, q, "warning", note)
             self.need("grain")
             blank = [cst.EmptyLine(indent=False)]
+            if built is not None:
+                self._pending[-1].after.append(built)
             self._pending[-1].after.append(dt.loader_function(name, "epoch", pipeline, blank))
             return cst.RemoveFromParent()
         return None
@@ -352,3 +355,20 @@ class DataMixin:
         """A torch.Generator variable read only as the generator= of loaders and splits."""
         return (name in self.data.generators and name not in self.data.generators_kept
                 and self.data.generators[name] is not None)
+
+
+def _dataset_bound_once(loader: cst.Call, fresh: str) -> tuple[cst.Call, cst.SimpleStatementLine | None]:
+    """A per-epoch loader function reads its dataset each time it is called: a dataset built
+    by a call (``DataLoader(make_data(n, key=subkey), ...)``) is bound to a fresh name where
+    the loader was built, so it is built once, from the names (keys) as they were there."""
+    for i, arg in enumerate(loader.args):
+        if (arg.keyword is None and not arg.star and i == 0) or (
+                arg.keyword is not None and arg.keyword.value == "dataset"):
+            if not isinstance(arg.value, cst.Call):
+                return loader, None
+            line = cst.SimpleStatementLine([cst.Assign(
+                [cst.AssignTarget(cst.Name(fresh))], arg.value)])
+            args = list(loader.args)
+            args[i] = arg.with_changes(value=cst.Name(fresh))
+            return loader.with_changes(args=args), line
+    return loader, None
