@@ -112,3 +112,32 @@ def test_inline_dataset_of_a_shuffled_loader_draws_its_own_key_once():
     want = _run(DRAWN)
     assert want.splitlines() == ["same data each epoch True", "train is the test set False"]
     assert _run(result.code) == want
+
+
+ORDER = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.arange(32.0)), batch_size=32, shuffle=True)
+
+
+def train(epoch):
+    for (x,) in loader:
+        return [float(v) for v in x]
+
+
+orders = [train(epoch) for epoch in range(1, 4)]
+print("orders differ", orders[0] != orders[1] and orders[1] != orders[2])
+print("same examples", sorted(orders[0]) == sorted(orders[2]))
+'''
+
+
+def test_shuffled_loader_read_in_train_epoch_reshuffles_each_epoch():
+    """``def train(epoch): for x in loader:``: the converted per-epoch loader is called with
+    the function's epoch, so each epoch has its own order, as torch's reshuffle has."""
+    result = convert_source(ORDER)
+    assert "TODO(torch2jax)" not in result.code, result.code
+    want = _run(ORDER)
+    assert want.splitlines() == ["orders differ True", "same examples True"]
+    assert _run(result.code) == want

@@ -114,8 +114,10 @@ class DataMixin:
         """for x, y in loader: -> for x, y in loader(epoch): (a loader shuffled per epoch), also
         where the loop wraps it: enumerate(loader), tqdm(loader), zip(loader, ...)."""
         outer = [f.target.value for f in self._for_stack[:-1] if isinstance(f.target, cst.Name)]
-        return updated_node.with_changes(iter=self._epoch_loaders(
-            updated_node.iter, outer[-1] if outer else "0"))
+        epoch = outer[-1] if outer else "0"
+        if not outer and self._param_names and "epoch" in self._param_names[-1]:
+            epoch = "epoch"  # def train(epoch): for x in loader: (a new order each epoch)
+        return updated_node.with_changes(iter=self._epoch_loaders(updated_node.iter, epoch))
 
     def _epoch_loaders(self, it: cst.BaseExpression, epoch: str) -> cst.BaseExpression:
         """``it`` with each loader shuffled per epoch, bare or an argument of the calls that wrap
