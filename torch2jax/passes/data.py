@@ -263,8 +263,7 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
                 "sampler")
             site = _known_sampler(sampler, sampler, self.q, self.index) if sampler else None
             if (b.get("batch_size") is not None and b.literal("batch_size", 1) is None
-                    or not isinstance(dataset, cst.Name)
-                    or dataset.value in self.index.iterable_datasets
+                    or not _map_dataset_expr(dataset, self.index)
                     or site is not None and site.kind == "replacement"):
                 self.index.unbatched_loader = True
         if q in LOADERS or q in RANDOM_SPLITS:
@@ -935,3 +934,12 @@ def loader_function(name: str, param: str, pipeline: cst.BaseExpression,
     assert isinstance(fn, cst.FunctionDef)
     return fn.with_changes(leading_lines=leading)
 
+
+
+def _map_dataset_expr(dataset: cst.BaseExpression | None, index: DataIndex) -> bool:
+    """Whether a loader's dataset is a map-style dataset the pipeline sources directly: a
+    variable not bound to an IterableDataset, or one built inline by calling a name
+    (``DataLoader(make_data(640), ...)``) that is not an IterableDataset subclass."""
+    if isinstance(dataset, cst.Call) and isinstance(dataset.func, cst.Name):
+        return dataset.func.value not in index.iterable_classes
+    return isinstance(dataset, cst.Name) and dataset.value not in index.iterable_datasets

@@ -371,7 +371,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                     result = result.with_changes(leading_lines=[])
                 result = cst.FlattenSentinel([*pending.before, result, *pending.after])
             elif pending.after and isinstance(result, cst.RemovalSentinel):
-                result = cst.FlattenSentinel(pending.after)
+                # a statement replaced by what follows it (a loader made a function of the
+                # epoch): what goes before it (its key split) stays
+                result = cst.FlattenSentinel([*pending.before, *pending.after])
         return result
 
     def _placeholder(self, original, updated, pending: Pending

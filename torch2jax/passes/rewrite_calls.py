@@ -139,6 +139,25 @@ class CallsMixin:
                   f"{self.target.name}")
         return updated_node
 
+    def _epoch_loader_len(self, original_node: cst.Call, updated_node: cst.Call):
+        """len(loader) and len(loader.dataset) of a loader shuffled per epoch (a function of the
+        epoch after the rewrite): the sizes do not depend on the epoch, so they are read from
+        the pipeline of epoch 0."""
+        if not m.matches(original_node, m.Call(func=m.Name("len"), args=[m.Arg(keyword=None,
+                                                                            star="")])):
+            return None
+        arg = updated_node.args[0].value
+        name = arg
+        if m.matches(arg, m.Subscript(value=m.Attribute(value=m.Name(), attr=m.Name("parents")))):
+            name = arg.value.value
+        if not (isinstance(name, cst.Name) and name.value in self.data.loaders
+                and self.data.loaders[name.value].shuffled and not self._shadowed(name.value)):
+            return None
+        called = expr(f"{name.value}(0)")
+        value = called if arg is name else arg.with_changes(
+            value=arg.value.with_changes(value=called))
+        return updated_node.with_changes(args=[updated_node.args[0].with_changes(value=value)])
+
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
         if self.target.train_state:
             self._lt_unbound_call(original_node)
@@ -159,6 +178,9 @@ class CallsMixin:
             # the flash-attention guard: JAX's fused attention is jax.nn.dot_product_attention
             self.need("jax")
             return expr("hasattr(jax.nn, 'dot_product_attention')")
+        sized = self._epoch_loader_len(original_node, updated_node)
+        if sized is not None:
+            return sized
         if isinstance(updated_node.func, cst.Lambda) and not updated_node.func.lpar:
             # a layer or loss built and called on the spot: nn.Identity()(x)
             updated_node = updated_node.with_changes(func=updated_node.func.with_changes(

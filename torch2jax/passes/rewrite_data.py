@@ -103,6 +103,7 @@ class DataMixin:
             try:
                 expanded, warnings = dt.expand_loader_kwargs(
                     original_node.value, updated_node.value, self.get_metadata)
+                expanded, built = _dataset_bound_once(expanded, f"{name}_dataset")
                 pipeline, notes = dt.loader_pipeline(original_node.value, expanded, self.q,
                                                      self.data, "epoch")
             except Untranslatable as exc:
@@ -114,6 +115,8 @@ class DataMixin:
                 self.diag(original_node, q, "warning", note)
             self.need("grain")
             blank = [cst.EmptyLine(indent=False)]
+            if built is not None:
+                self._pending[-1].after.append(built)
             self._pending[-1].after.append(dt.loader_function(name, "epoch", pipeline, blank))
             return cst.RemoveFromParent()
         return None
@@ -122,8 +125,10 @@ class DataMixin:
         """for x, y in loader: -> for x, y in loader(epoch): (a loader shuffled per epoch), also
         where the loop wraps it: enumerate(loader), tqdm(loader), zip(loader, ...)."""
         outer = [f.target.value for f in self._for_stack[:-1] if isinstance(f.target, cst.Name)]
-        return updated_node.with_changes(iter=self._epoch_loaders(
-            updated_node.iter, outer[-1] if outer else "0"))
+        epoch = outer[-1] if outer else "0"
+        if not outer and self._param_names and "epoch" in self._param_names[-1]:
+            epoch = "epoch"  # def train(epoch): for x in loader: (a new order each epoch)
+        return updated_node.with_changes(iter=self._epoch_loaders(updated_node.iter, epoch))
 
     def _epoch_loaders(self, it: cst.BaseExpression, epoch: str) -> cst.BaseExpression:
         """``it`` with each loader shuffled per epoch, bare or an argument of the calls that wrap
@@ -363,3 +368,20 @@ class DataMixin:
         """A torch.Generator variable read only as the generator= of loaders and splits."""
         return (name in self.data.generators and name not in self.data.generators_kept
                 and self.data.generators[name] is not None)
+
+
+def _dataset_bound_once(loader: cst.Call, fresh: str) -> tuple[cst.Call, cst.SimpleStatementLine | None]:
+    """A per-epoch loader function reads its dataset each time it is called: a dataset built
+    by a call (``DataLoader(make_data(n, key=subkey), ...)``) is bound to a fresh name where
+    the loader was built, so it is built once, from the names (keys) as they were there."""
+    for i, arg in enumerate(loader.args):
+        if (arg.keyword is None and not arg.star and i == 0) or (
+                arg.keyword is not None and arg.keyword.value == "dataset"):
+            if not isinstance(arg.value, cst.Call):
+                return loader, None
+            line = cst.SimpleStatementLine([cst.Assign(
+                [cst.AssignTarget(cst.Name(fresh))], arg.value)])
+            args = list(loader.args)
+            args[i] = arg.with_changes(value=cst.Name(fresh))
+            return loader.with_changes(args=args), line
+    return loader, None
