@@ -15,6 +15,8 @@ on the host, from the file's ``host_rng``).
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -128,6 +130,14 @@ def test_a_trainer_object_steps_like_torch(name: str, tmp_path: Path) -> None:
     got = _run(code, tmp_path)
     assert len(want) >= 6
     _close(got, want)
+    # the method is called at every step: its jitted step is defined once, at the top level,
+    # and compiled once (a step defined inside the method would compile at every call)
+    done = subprocess.run([sys.executable, str(tmp_path / "script.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240, check=False,
+                          env={**os.environ, "JAX_LOG_COMPILES": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiles = re.findall(r"Compiling jit\((train_step\w*)\)", done.stderr)
+    assert len(compiles) == 1, compiles
 
 
 def test_an_optimizer_attribute_reassigned_in_the_stepping_method_stays_marked() -> None:

@@ -200,11 +200,15 @@ class StepsMixin:
                   f"statements since the parameters last changed) and applies it with "
                   f"{opt}.update, jit-compiled")
         function = step.function
-        hoist = (fn is not None and len(self._fn_stack) == 1 and not self._class_stack
+        # a helper or a top-level class's method: the one function around the step
+        owner = (fn.name.value if not self._class_stack else
+                 self._class_stack[0] if len(self._class_stack) == 1 else None)
+        hoist = (fn is not None and len(self._fn_stack) == 1 and owner is not None
                  and not _free_names(function) - (self._module_names | STEP_GLOBALS))
         if hoist:
-            # a helper called once per step: its step is compiled once, at the top level
-            self._module_hoist.append((fn.name.value, function))
+            # a helper (or a trainer's method) called once per step: its step is defined and
+            # compiled once, at the top level, not again at every call
+            self._module_hoist.append((owner, function))
             return [*prefix, *step.body]
         i = next(i for i, b in enumerate(step.body) if b is step.call)
         lines = step.call.leading_lines

@@ -282,10 +282,11 @@ def _free_names(fn: cst.FunctionDef) -> set[str]:
 
 
 def _insert_before_functions(body: list, items: list[tuple[str, cst.BaseStatement]]) -> list:
-    """Each statement put before the top-level function of its name, two blank lines apart."""
+    """Each statement put before the top-level function (or class) of its name, two blank
+    lines apart."""
     blank = [cst.EmptyLine(indent=False)] * 2
     for fn_name, stmt in items:
-        at = next((i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)
+        at = next((i for i, s in enumerate(body) if isinstance(s, (cst.FunctionDef, cst.ClassDef))
                    and s.name.value == fn_name), None)
         if at is None:
             continue
