@@ -869,8 +869,10 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                        f"{name}(): the token loop is one compiled decode step over a "
                        f"fixed-size buffer (one compile per prompt shape and length)")
                 continue
+            # (flax's graph mode, modules sharing a Variable: the compiled generate() was
+            # seen to compile again for the same shapes on the corpus GPT, so not there)
             forward = _last_position_forward(module, source, name, taken) \
-                if causal and method else None
+                if causal and method and "tree mode" in taken else None
             compiled = _compile(node, forward[2]) if forward else None
             if compiled is not None:
                 body[i], body[forward[0]] = compiled, forward[1]
