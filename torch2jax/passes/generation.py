@@ -20,7 +20,9 @@ after the current position must not reach the logits read before it. The model c
 when the torch file builds a causal mask (``torch.tril`` / ``torch.triu`` or ``is_causal=True``)
 and holds no layer that mixes positions without one (``nn.Conv1d``, recurrent layers, attention
 modules or ``scaled_dot_product_attention`` calls without ``is_causal=True``). Otherwise the loop
-stays eager, marked with a TODO and a warning.
+stays eager, marked with a TODO and a warning. A causal model whose forward computes only the
+last position (nanoGPT's ``x[:, [-1], :]``) is given the position to compute instead
+(``_last_position_forward``), so the buffer route applies to it too.
 
 Other token loops: a function whose loop carries a state of fixed shape (a recurrent model's
 hidden state, the last token) and collects the tokens in lists becomes one ``nnx.jit`` with a
