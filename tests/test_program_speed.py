@@ -272,6 +272,29 @@ def test_converted_char_rnn_program_compiles_sample_once(tmp_path: Path) -> None
     assert re.search(r"^tokens_per_s=[0-9.]+$", done.stdout, re.MULTILINE)
 
 
+NANOGPT = ROOT / "benchmarks" / "programs" / "nanogpt.py"
+
+
+@pytest.mark.slow
+def test_converted_nanogpt_sampling_compiles_generate_once(tmp_path: Path) -> None:
+    """nanoGPT's sample.py shape (issue 30), converted: the forward computes the last position
+    only at inference, and generate() is still one nnx.jit over a fixed buffer (the forward
+    told which position to compute), so the warm-up and the timed calls share one compile:
+    no per-length compile, no step called per token."""
+    script = tmp_path / "nanogpt.py"
+    code = convert_source(NANOGPT.read_text(), path=str(NANOGPT)).code
+    assert "jax.lax.fori_loop(" in code and "generate_step" not in code
+    script.write_text(code)
+    done = _run(script, tmp_path, GPT_MODE="sample", GPT_NEW_TOKENS="40")
+    log = done.stdout + done.stderr
+    assert len(re.findall(r"Compiling jit\(generate\)", log)) == 1, log[-3000:]
+    assert not re.findall(r"Compiling jit\((generate_step|eval_step)\)", log)
+    samples = re.findall(r"^sample ((?:\d+ ?)+)$", done.stdout, re.MULTILINE)
+    assert len(samples) == 2 and all(len(t.split()) == 20 for t in samples)
+    assert all(0 <= int(t) < 48 for s in samples for t in s.split())
+    assert re.search(r"^tokens_per_s=[0-9.]+$", done.stdout, re.MULTILINE)
+
+
 def test_the_compile_count_sees_a_step_compiled_again(tmp_path: Path) -> None:
     """The check the program runs above go through: a step defined anew in every epoch
     compiles again for the same shapes, and the log shows it."""

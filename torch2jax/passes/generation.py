@@ -20,7 +20,9 @@ after the current position must not reach the logits read before it. The model c
 when the torch file builds a causal mask (``torch.tril`` / ``torch.triu`` or ``is_causal=True``)
 and holds no layer that mixes positions without one (``nn.Conv1d``, recurrent layers, attention
 modules or ``scaled_dot_product_attention`` calls without ``is_causal=True``). Otherwise the loop
-stays eager, marked with a TODO and a warning.
+stays eager, marked with a TODO and a warning. A causal model whose forward computes only the
+last position (nanoGPT's ``x[:, [-1], :]``) is given the position to compute instead
+(``_last_position_forward``), so the buffer route applies to it too.
 
 Other token loops: a function whose loop carries a state of fixed shape (a recurrent model's
 hidden state, the last token) and collects the tokens in lists becomes one ``nnx.jit`` with a
@@ -98,6 +100,56 @@ def reads_last_position(source: cst.Module, generator: str) -> bool:
     outside = [n for n in m.findall(source, m.FunctionDef())
                if n.name.value != generator]
     return any(m.findall(fn, last) for fn in outside)
+
+
+_FULL = m.SubscriptElement(m.Slice(lower=None, upper=None, step=None))
+_MINUS_ONE = m.UnaryOperation(m.Minus(), m.Integer("1"))
+_LAST_READ = m.Subscript(slice=[_FULL, m.SubscriptElement(
+    m.Index(_MINUS_ONE | m.List([m.Element(_MINUS_ONE)])) | m.Slice(lower=_MINUS_ONE, upper=None,
+                                                                     step=None)),
+    m.ZeroOrMore(_FULL)])
+
+
+def _last_position_forward(methods: cst.Module, source: cst.Module, generator: str,
+                           taken: set[str]) -> tuple[int, cst.FunctionDef, str] | None:
+    """nanoGPT's forward computing only the last position at inference (``x[:, [-1], :]``),
+    given a keyword that, when set, makes it compute position ``k`` instead::
+
+        x[:, [-1], :] if k is None else jax.lax.dynamic_slice_in_dim(x, k, 1, axis=1)
+
+    so that a padded window can be read at its true last position (the model being causal).
+    Only when the torch file reads the last position once, outside ``generator``, and that
+    read is in the class's ``__call__``. -> (its index in ``methods``, the rewritten
+    ``__call__``, the keyword)."""
+    gens = [f for f in m.findall(source, m.FunctionDef(name=m.Name(generator)))]
+    if len(m.findall(source, _LAST_READ)) - sum(len(m.findall(f, _LAST_READ)) for f in gens) != 1:
+        return None
+    found = [(i, n) for i, n in enumerate(methods.body)
+             if m.matches(n, m.FunctionDef(name=m.Name("__call__")))]
+    if len(found) != 1 or len(m.findall(found[0][1], _LAST_READ)) != 1 \
+            or found[0][1].params.star_kwarg is not None:
+        return None
+    index, forward = found[0]
+    kw = _fresh("last_position", taken)
+    code = cst.Module(body=[]).code_for_node
+
+    class _Position(cst.CSTTransformer):
+        def leave_Subscript(self, original, updated):
+            if not m.matches(original, _LAST_READ):
+                return updated
+            x = code(updated.value)  # (the elements after the position are all ``:``)
+            read = (f"jax.lax.dynamic_index_in_dim({x}, {kw}, axis=1, keepdims=False)"
+                    if m.matches(updated.slice[1].slice, m.Index(_MINUS_ONE))
+                    else f"jax.lax.dynamic_slice_in_dim({x}, {kw}, 1, axis=1)")
+            return cst.parse_expression(f"({code(updated)} if {kw} is None else {read})")
+
+    params = forward.params
+    star = params.star_arg if isinstance(params.star_arg, cst.Param) else cst.ParamStar()
+    params = params.with_changes(star_arg=star, kwonly_params=[
+        *params.kwonly_params, cst.Param(cst.Name(kw), default=cst.Name("None"),
+                                         equal=cst.AssignEqual(cst.SimpleWhitespace(""),
+                                                               cst.SimpleWhitespace("")))])
+    return index, forward.visit(_Position()).with_changes(params=params), kw
 
 
 def _names(node: cst.CSTNode) -> set[str]:
@@ -213,8 +265,10 @@ def _loop(fn: cst.FunctionDef) -> tuple[cst.For | cst.While, str, set[str], str]
     return loop, seq, _names(n), "max({t0}, " + code(n) + ")"
 
 
-def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
-    """The compiled form of a generation function, or None when ``fn`` is not one."""
+def _compile(fn: cst.FunctionDef, last_kw: str | None = None) -> cst.FunctionDef | None:
+    """The compiled form of a generation function, or None when ``fn`` is not one.
+    ``last_kw``: the model is called as ``self(window, last_kw=position)`` and computes that
+    position only (``_last_position_forward``), so the read stays at ``-1``."""
     found_loop = _loop(fn)
     if found_loop is None:
         return None
@@ -250,6 +304,8 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
         model_call = cst.Call(func=args[0], args=[cst.Arg(cst.Name(cond_name))])
     elif not (isinstance(model_call.func, cst.Name) and len(args) == 1
               and m.matches(args[0], m.Name(cond_name))):
+        return None
+    if last_kw is not None and not m.matches(model_call.func, m.Name("self")):
         return None
     # 3. logits = logits[:, -1, :] ... : the read at the last valid position
     read = _target_name(stmts[2])
@@ -313,12 +369,16 @@ def _compile(fn: cst.FunctionDef) -> cst.FunctionDef | None:
             return updated
 
     stmt = cst.parse_statement
+    if last_kw is not None:  # the forward computes the position given, the read stays -1
+        model_call = model_call.with_changes(args=[*model_call.args, cst.Arg(
+            cst.parse_expression(f"{t} - 1 - {start}"), keyword=cst.Name(last_kw),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))])
     loop_body = [
         stmt(f"{carry} = carry\n"),
         stmt(f"{start} = jnp.maximum({t} - {block_code}, 0)\n"),
         stmt(f"{cond_name} = jax.lax.dynamic_slice_in_dim({seq}, {start}, {width}, axis=1)\n"),
         stmts[1].with_changes(body=[stmts[1].body[0].with_changes(value=model_call)]),
-        stmts[2].visit(_Read()),
+        stmts[2] if last_kw is not None else stmts[2].visit(_Read()),
         *(s.visit(_MaskSet()) for s in middle),
         stmt(f"{seq} = {seq}.at[:, {t}].set({nxt}[:, 0])\n"),
         stmt(f"return {carry}\n"),
@@ -810,6 +870,21 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                 report(line, 0, "generation", "info",
                        f"{name}(): the token loop is one compiled decode step over a "
                        f"fixed-size buffer (one compile per prompt shape and length)")
+                continue
+            # (flax's graph mode, modules sharing a Variable: the compiled generate() was
+            # seen to compile again for the same shapes on the corpus GPT, so not there)
+            forward = _last_position_forward(module, source, name, taken) \
+                if causal and method and "tree mode" in taken else None
+            compiled = _compile(node, forward[2]) if forward else None
+            if compiled is not None:
+                body[i], body[forward[0]] = compiled, forward[1]
+                compiled_names.add(name)
+                changed = True
+                report(line, 0, "generation", "info",
+                       f"{name}(): the token loop is one compiled decode step over a "
+                       f"fixed-size buffer (one compile per prompt shape and length); the "
+                       f"forward computes the last position only, so it is given the "
+                       f"position to compute ({forward[2]}=)")
                 continue
         if "tree mode" not in taken:
             # modules share a Variable (tied weights): flax's graph mode, in which a jitted
