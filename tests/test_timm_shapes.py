@@ -317,3 +317,104 @@ def test_a_package_models_layer_lookup_is_converted_with_it(tmp_path):
                                        inputs=("float32[2,6]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason
+
+
+# timm's create_classifier (timm.layers.classifier) and create_conv2d_pad: builder functions of
+# another module of the package, converted with the model file in verify's mirror package, take
+# rngs there; the model file's calls of them (and of a function of its own that calls one)
+# were left without it ("create_classifier() missing 1 required keyword-only argument: 'rngs'")
+PKG_LINEAR = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    def make_linear(in_features, out_features, bias=True):
+        return nn.Linear(in_features, out_features, bias=bias)
+''')
+
+PKG_CLASSIFIER = textwrap.dedent('''
+    import torch.nn as nn
+
+    from .linear import make_linear
+
+
+    def create_classifier(num_features, num_classes, use_bias=True):
+        norm = nn.LayerNorm(num_features)
+        fc = make_linear(num_features, num_classes, bias=use_bias)
+        return norm, fc
+''')
+
+PKG_BUILDER_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ..layers import create_classifier
+    from ..layers.linear import make_linear as linear
+
+
+    def _stem(dim, hidden):
+        return nn.Sequential(linear(dim, hidden), nn.GELU())
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, hidden=8, num_classes=3):
+            super().__init__()
+            self.stem = _stem(dim, hidden)
+            self.norm, self.fc = create_classifier(hidden, num_classes)
+
+        def forward(self, x):
+            return self.fc(self.norm(self.stem(x)))
+''')
+
+
+def test_a_builder_function_of_another_converted_module_takes_rngs(tmp_path):
+    pkg = tmp_path / "tinypkg_builder"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "layers" / "__init__.py").write_text(
+        "from .classifier import create_classifier\nfrom .linear import make_linear\n")
+    (pkg / "layers" / "linear.py").write_text(PKG_LINEAR)
+    (pkg / "layers" / "classifier.py").write_text(PKG_CLASSIFIER)
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "net.py").write_text(PKG_BUILDER_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+# timm's ResNet.init_weights, called from __init__: `for n, m in self.named_modules()` whose
+# body never reads the name, and kaiming_normal_ there (a draw: the method takes rngs). It
+# was marked (named_modules) and then, once walked, kaiming_normal_ had no key
+INIT_METHOD = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, zero_init_last=True):
+            super().__init__()
+            self.conv = nn.Conv2d(3, dim, 3, padding=1)
+            self.bn = nn.BatchNorm2d(dim)
+            self.fc = nn.Linear(dim, num_classes)
+            self.init_weights(zero_init_last=zero_init_last)
+
+        @torch.jit.ignore
+        def init_weights(self, zero_init_last: bool = True) -> None:
+            for n, m in self.named_modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                elif isinstance(m, nn.Linear):
+                    nn.init.xavier_uniform_(m.weight)
+
+        def forward(self, x):
+            return self.fc(self.bn(self.conv(x)).relu().mean((2, 3)))
+''')
+
+
+def test_an_init_method_walking_named_modules_takes_rngs(tmp_path):
+    (tmp_path / "net.py").write_text(INIT_METHOD)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net",
+                                       inputs=("float32[2,3,6,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

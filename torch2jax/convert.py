@@ -31,7 +31,7 @@ from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
-from torch2jax.repo import SEED_FUNCTION
+from torch2jax.repo import RNGS_FUNCTION, SEED_FUNCTION
 from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult
 from torch2jax.ruleset import RuleSet, load_rules
@@ -181,14 +181,18 @@ def convert_source(
     # uses it for the attributes they build (when every helper returns torch's layout, the
     # second pass would compute the first one's index again: it is skipped)
     names: dict = {}  # qualified names: the visitors below read the same metadata
-    first = share_names(names, _reads_children(Indexer(rules, set(known_modules or ()))))
+    builders = frozenset(k.removeprefix(RNGS_FUNCTION) for k in known_modules or ()
+                         if k.startswith(RNGS_FUNCTION))
+    first = share_names(names, _reads_children(Indexer(rules, set(known_modules or ()),
+                                                       imported_builders=builders)))
     visit(wrapper, first)
     index = first.finish()
     # (so does the file's use of layer classes as values: a layout decided before a later
     # line showed the factory to be channels-first would be stale)
     if any(layout != "torch" for layout in index.fn_returns.values()) or index.factory_layouts:
         indexer = share_names(names, _reads_children(Indexer(
-            rules, set(known_modules or ()), index.fn_returns, index.factory_layouts)))
+            rules, set(known_modules or ()), index.fn_returns, index.factory_layouts,
+            imported_builders=builders)))
         visit(wrapper, indexer)
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs

@@ -23,7 +23,9 @@ from torch2jax.ruleset import Rule, RuleSet
 _CONTAINERS = ("sequential", "module_list", "module_dict")
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 FACTORY_SUFFIXES = ("norm_layer", "_norm")
-RANDOM_INITS = {f"torch.nn.init.{n}" for n in ("normal_", "uniform_", "trunc_normal_")}
+RANDOM_INITS = {f"torch.nn.init.{n}" for n in (
+    "normal_", "uniform_", "trunc_normal_", "kaiming_normal_", "kaiming_uniform_",
+    "xavier_normal_", "xavier_uniform_", "orthogonal_")}
 # functions of other packages that are torch's to the letter (same signature, same meaning):
 # they are read as torch's, and translated as torch's are. timm's trunc_normal_ (mean, std and
 # the absolute cut-offs a, b, drawn in place) is torch.nn.init.trunc_normal_; its
@@ -351,9 +353,13 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
     def __init__(self, rules: RuleSet, known_modules: set[str],
                  fn_returns: dict[str, str] | None = None,
-                 factory_layouts: set[str] | None = None) -> None:
+                 factory_layouts: set[str] | None = None,
+                 imported_builders: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.rules = rules
+        # functions of other converted files that build layers (their conversion takes rngs):
+        # a call of one builds a module, and the function making it takes rngs too
+        self.imported_builders = imported_builders
         self.meta = self
         self.index = FileIndex(fn_returns=dict(fn_returns or {}),
                                factory_layouts=set(factory_layouts or ()))
@@ -473,7 +479,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             )
             if isinstance(node.func, cst.Name):
                 self._fn_calls.setdefault(key, set()).add(node.func.value)
-                if node.func.value in self.known_modules:
+                if node.func.value in self.known_modules | self.imported_builders:
                     builds = True
                 if node.func.value == "cls" and self._class_stack and _is_classmethod(
                         self._fn_stack[-1]):
@@ -905,7 +911,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     if pair & builders and not pair <= builders:
                         builders |= pair
                         changed = True
-        idx.rngs_functions = builders
+        idx.rngs_functions = builders | self.imported_builders
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx
 

@@ -24,6 +24,7 @@ from torch2jax.passes.common import (
     bind,
     call,
     expr,
+    unnamed_modules_loop,
     wrap_long_statement,
 )
 from torch2jax.passes.rewrite_support import (
@@ -266,7 +267,8 @@ class ModuleClassMixin:
 
     def _modules_loop(self, original_node, updated_node):
         """for m in self.modules(): -> for _, m in nnx.iter_modules(self): (also of a
-        submodule: for m in self.mlp.modules(), swin's init)"""
+        submodule: for m in self.mlp.modules(), swin's init); for _n, m in
+        self.named_modules() whose loop never reads the name likewise (timm's init)"""
         owner = m.Name("self") | m.Attribute(value=m.Name("self"))
         if (self.target.stateful_modules and self.in_module_class()
                 and m.matches(original_node.iter, m.Call(func=m.Attribute(
@@ -276,6 +278,14 @@ class ModuleClassMixin:
             return updated_node.with_changes(
                 target=cst.Tuple([cst.Element(cst.Name("_")),
                                   cst.Element(original_node.target)], lpar=[], rpar=[]),
+                iter=expr("nnx.iter_modules({o})", o=original_node.iter.func.value))
+        if self.target.stateful_modules and self.in_module_class() and \
+                unnamed_modules_loop(original_node):
+            self.need("nnx")
+            return updated_node.with_changes(
+                target=cst.Tuple([cst.Element(cst.Name("_")),
+                                  cst.Element(original_node.target.elements[1].value)],
+                                 lpar=[], rpar=[]),
                 iter=expr("nnx.iter_modules({o})", o=original_node.iter.func.value))
         return updated_node
 
@@ -782,3 +792,4 @@ class ModuleClassMixin:
             return updated
         return updated.with_changes(args=_fix_commas([*updated.args,
                                                       arg(self.rngs_expr(original), "rngs")]))
+

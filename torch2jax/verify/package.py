@@ -33,6 +33,7 @@ from torch2jax.hf import (
     reduce_modeling,
     runtime_source,
 )
+from torch2jax.repo import RNGS_FUNCTION
 
 _counter = itertools.count()
 
@@ -168,6 +169,68 @@ def _moved_layer_classes(package: str, classes: set[str]) -> dict[str, str]:
     return moved
 
 
+def _dependencies_first(root: str, plans: dict, modes: dict[str, str]) -> list[str]:
+    """Every planned module, the converted ones after the converted modules they import
+    (depth first from ``root``; a cycle is cut where it closes)."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(module: str) -> None:
+        seen.add(module)
+        if modes.get(module) == "convert":
+            for dep in plans[module][3]:
+                if dep in plans and dep not in seen:
+                    visit(dep)
+        order.append(module)
+
+    for module in [root, *plans]:
+        if module in plans and module not in seen:
+            visit(module)
+    return order
+
+
+def _imported_functions(source: str, module: str, is_package: bool,
+                        reexported: dict[str, dict[str, str]]) -> list[tuple[str, str, str]]:
+    """(the name bound, the module that defines it, its name there) for each name a
+    ``from ... import`` of the package binds; a name a package re-exports from a converted
+    submodule of it is that submodule's (from timm.layers import create_classifier)."""
+    package = module if is_package else module.rpartition(".")[0]
+    top = module.split(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom) or node.module is None and not node.level:
+            continue
+        if node.level:
+            home = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+        elif node.module.split(".")[0] == top:
+            home = node.module
+        else:
+            continue
+        for a in node.names:
+            where = reexported.get(home, {}).get(a.name)
+            out.append((a.asname or a.name, f"{home}.{where}" if where else home, a.name))
+    return out
+
+
+def _home_of(module: str, name: str) -> str:
+    """The module that defines the function ``module.name`` (a package re-exports it)."""
+    try:
+        value = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return module
+    return getattr(value, "__module__", None) or module
+
+
+def _rngs_functions(code: str) -> set[str]:
+    """The top-level functions of a converted module whose signature takes ``rngs``."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and "rngs" in {
+        a.arg for a in [*node.args.args, *node.args.kwonlyargs]}}
+
+
 def _source_of(module_name: str) -> tuple[Path, bool]:
     spec = importlib.util.find_spec(module_name)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
@@ -241,6 +304,7 @@ def convert_package_file(
         base = out_dir.joinpath(alias, *rel)
         return base / "__init__.py" if is_package else base.with_suffix(".py")
 
+    plans: dict[str, tuple[Path, bool, str, list, set[str]]] = {}
     while work:
         module, mode = work.pop()
         if module in modes and rank[modes[module]] >= rank[mode]:
@@ -267,6 +331,7 @@ def convert_package_file(
             target.write_text(code)
             (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
+            plans.pop(module, None)
             continue
         used = _names_in_functions(source) if mode == "convert" else set()
         deps = _relative_imports(source, module, is_package)
@@ -274,24 +339,14 @@ def convert_package_file(
                   if mode == "convert"}
         functions = {dep: _layer_functions(dep, names, used) for dep, names in deps
                      if mode == "convert"}
+        after = [dep for dep, _ in deps]  # the modules converted before this one
         for dep, classes in layers.items():
             moved = _moved_layer_classes(dep, classes | functions[dep])
             if moved:  # from ..ops import StochasticDepth: convert ops/stochastic_depth.py
                 reexported.setdefault(dep, {}).update(moved)
                 work += [(f"{dep}.{sub}", "convert") for sub in set(moved.values())]
-        if mode == "convert":
-            code, n = convert(file, set().union(*layers.values()))
-            todos += n
-            # the package's own modules imported absolutely come from the mirror too
-            code = re.sub(rf"^(\s*)from {top}(\.[\w.]+)? import", rf"\1from {alias}\2 import",
-                          code, flags=re.MULTILINE)
-        elif mode == "copy":  # runs as in torch, with registries of its own
-            code = source
-        else:
-            code = _ALIAS.format(original=module)
-        target = target_of(module, is_package)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(code)
+                after += [f"{dep}.{sub}" for sub in set(moved.values())]
+        plans[module] = (file, is_package, source, after, set().union(*layers.values()))
         if mode == "alias":
             continue
         for dep, _ in deps:
@@ -301,6 +356,29 @@ def convert_package_file(
                 work.append((dep, "convert" if convert_dep else "copy"))
             else:
                 work.append((dep, "alias"))
+    # the converted modules, each after the converted modules it imports (a cycle is cut
+    # where it closes), so that the builder functions of a dependency whose conversion takes
+    # rngs are known to its importers: create_classifier(..., rngs=rngs)
+    builders: dict[str, set[str]] = {}  # converted module -> its functions that take rngs
+    for module in _dependencies_first(name, plans, modes):
+        file, is_package, source, deps, known = plans[module]
+        target = target_of(module, is_package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if modes[module] == "convert":
+            known = known | {RNGS_FUNCTION + local for local, home, attr in _imported_functions(
+                source, module, is_package, reexported)
+                if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())}
+            code, n = convert(file, known)
+            todos += n
+            builders[module] = _rngs_functions(code)
+            # the package's own modules imported absolutely come from the mirror too
+            code = re.sub(rf"^(\s*)from {top}(\.[\w.]+)? import", rf"\1from {alias}\2 import",
+                          code, flags=re.MULTILINE)
+        elif modes[module] == "copy":  # runs as in torch, with registries of its own
+            code = source
+        else:
+            code = _ALIAS.format(original=module)
+        target.write_text(code)
     # every package directory of the mirror forwards the names it does not hold itself
     package = out_dir / alias
     for module in forwarded:
