@@ -418,3 +418,56 @@ def test_an_init_method_walking_named_modules_takes_rngs(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's deit: `from .vision_transformer import VisionTransformer, trunc_normal_`, a torch
+# function that vision_transformer.py imports (and so re-exports): its conversion drops that
+# import (the calls are translated), so the importer must take the name from its home
+# ("cannot import name 'trunc_normal_' from ...vision_transformer")
+PKG_VIT = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    from torch.nn.init import trunc_normal_
+
+
+    class Encoder(nn.Module):
+        def __init__(self, dim=6, num_classes=3):
+            super().__init__()
+            self.pos = nn.Parameter(torch.zeros(1, 4, dim))
+            self.fc = nn.Linear(dim, num_classes)
+            trunc_normal_(self.pos, std=0.02)
+
+        def forward(self, x):
+            return self.fc(x + self.pos).mean(1)
+''')
+
+PKG_DEIT = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+    from .vit import Encoder, trunc_normal_
+
+
+    class Distilled(Encoder):
+        def __init__(self, dim=6, num_classes=3):
+            super().__init__(dim, num_classes)
+            self.dist = nn.Parameter(torch.zeros(1, 1, dim))
+            trunc_normal_(self.dist, std=0.02)
+
+        def forward(self, x):
+            return super().forward(x + self.dist)
+''')
+
+
+def test_a_torch_function_reexported_by_a_converted_module_is_imported_from_home(tmp_path):
+    pkg = tmp_path / "tinypkg_reexport"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "vit.py").write_text(PKG_VIT)
+    (pkg / "models" / "deit.py").write_text(PKG_DEIT)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'deit.py'}::Distilled",
+                                       inputs=("float32[2,4,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

@@ -212,6 +212,50 @@ def _imported_functions(source: str, module: str, is_package: bool,
     return out
 
 
+def _imports_from_home(source: str, module: str, is_package: bool, converted: set[str]) -> str:
+    """``source`` with each name it imports from a converted module of the package that is a
+    torch function there, imported from its home instead (deit's ``from .vision_transformer
+    import VisionTransformer, trunc_normal_``): the converted module no longer binds it (its
+    import is dropped, its calls translated), while the importer's calls translate alike."""
+    import inspect
+
+    from torch2jax.analysis.index import SAME_AS
+
+    package = module if is_package else module.rpartition(".")[0]
+    lines = source.splitlines(keepends=True)
+    edits = []
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.ImportFrom) and (node.level or node.module)):
+            continue
+        home = (importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                if node.level else node.module)
+        if home not in converted or node.module is None:
+            continue
+        try:
+            original = importlib.import_module(home)
+        except ImportError:
+            continue
+        moved, kept = [], []
+        for a in node.names:
+            value = getattr(original, a.name, None)
+            where = getattr(value, "__module__", None) or ""
+            torch_fn = (inspect.isfunction(value) or inspect.isbuiltin(value)) and (
+                where.split(".")[0] == "torch" or f"{where}.{a.name}" in SAME_AS)
+            if torch_fn and where != home and getattr(value, "__name__", None) == a.name:
+                moved.append(f"from {where} import {a.name}"
+                             + (f" as {a.asname}" if a.asname else ""))
+            else:
+                kept.append(a.name + (f" as {a.asname}" if a.asname else ""))
+        if moved:
+            dots = "." * node.level
+            stmts = ([f"from {dots}{node.module} import {', '.join(kept)}"] if kept else []) \
+                + moved
+            edits.append((node.lineno, node.end_lineno or node.lineno, stmts))
+    for first, last, stmts in reversed(edits):
+        lines[first - 1:last] = [s + "\n" for s in stmts]
+    return "".join(lines)
+
+
 def _home_of(module: str, name: str) -> str:
     """The module that defines the function ``module.name`` (a package re-exports it)."""
     try:
@@ -368,7 +412,11 @@ def convert_package_file(
             known = known | {RNGS_FUNCTION + local for local, home, attr in _imported_functions(
                 source, module, is_package, reexported)
                 if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())}
-            code, n = convert(file, known)
+            homed = _imports_from_home(source, module, is_package,
+                                       {k for k, v in modes.items() if v == "convert"})
+            if homed != source:  # read from the file as the mirror holds it
+                target.write_text(homed)
+            code, n = convert(target if homed != source else file, known)
             todos += n
             builders[module] = _rngs_functions(code)
             # the package's own modules imported absolutely come from the mirror too
