@@ -343,11 +343,22 @@ PKG_CLASSIFIER = textwrap.dedent('''
         return norm, fc
 ''')
 
+# a builder module that imports no torch at all (timm's create_conv2d.py, calling
+# create_conv2d_pad): converted all the same, its calls of builders take rngs
+PKG_FACTORY = textwrap.dedent('''
+    from .linear import make_linear
+
+
+    def create_fc(in_features, out_features, **kwargs):
+        kwargs.setdefault("bias", True)
+        return make_linear(in_features, out_features, **kwargs)
+''')
+
 PKG_BUILDER_MODEL = textwrap.dedent('''
     import torch.nn as nn
 
     from ..layers import create_classifier
-    from ..layers.linear import make_linear as linear
+    from ..layers.factory import create_fc as linear
 
 
     def _stem(dim, hidden):
@@ -373,6 +384,7 @@ def test_a_builder_function_of_another_converted_module_takes_rngs(tmp_path):
     (pkg / "layers" / "__init__.py").write_text(
         "from .classifier import create_classifier\nfrom .linear import make_linear\n")
     (pkg / "layers" / "linear.py").write_text(PKG_LINEAR)
+    (pkg / "layers" / "factory.py").write_text(PKG_FACTORY)
     (pkg / "layers" / "classifier.py").write_text(PKG_CLASSIFIER)
     (pkg / "models" / "__init__.py").write_text("")
     (pkg / "models" / "net.py").write_text(PKG_BUILDER_MODEL)
@@ -468,6 +480,41 @@ def test_a_torch_function_reexported_by_a_converted_module_is_imported_from_home
     (pkg / "models" / "deit.py").write_text(PKG_DEIT)
     result = run_request(VerifyRequest(f"{pkg / 'models' / 'deit.py'}::Distilled",
                                        inputs=("float32[2,4,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0
+
+
+# timm.layers' drop-path rates (convnext, edgenext, metaformer and others):
+# [x.tolist() for x in torch.linspace(0, rate, sum(depths)).split(depths)], a split by a
+# sequence of sizes held by a name, in a comprehension's iterable (no binding there): it was
+# marked and failed ("'ArrayImpl' object has no attribute 'split'"); an int size held by a
+# name took the input twice. Both are torch_split (sizes or a chunk size, told apart at run
+# time)
+SPLIT_BY_NAME = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, depths=(1, 2), drop_path_rate=2.0, sizes=(2, 4), chunk=4):
+            super().__init__()
+            rates = [x.tolist() for x in torch.linspace(0, drop_path_rate, sum(depths)).split(depths)]
+            self.scales = [1.0 + r for stage in rates for r in stage]  # exact: 1, 2, 3
+            self.sizes = list(sizes)
+            self.chunk = chunk
+            self.fc = nn.Linear(dim, 3)
+
+        def forward(self, x):
+            a, b = x.split(self.sizes, dim=-1)
+            c = torch.cat(x.split(self.chunk, -1)[::-1], -1)
+            return self.fc(torch.cat([b, a], -1) * self.scales[-1] + c)
+''')
+
+
+def test_a_split_by_sizes_held_by_a_name(tmp_path):
+    (tmp_path / "net.py").write_text(SPLIT_BY_NAME)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,6]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0

@@ -22,7 +22,7 @@ from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.torch_api import TORCH_PACKAGES
 from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.analysis.values import ValueFacts
-from torch2jax.analysis.walk import visit
+from torch2jax.analysis.walk import findall, visit
 from torch2jax.finish.invariants import check_output, input_facts
 from torch2jax.passes import loader_classes
 from torch2jax.passes.data import DataIndexer
@@ -94,6 +94,16 @@ def uses_torch(module: cst.Module) -> bool:
     return False
 
 
+def _builds_known(module: cst.Module, known: Collection[str]) -> bool:
+    """Whether a file that imports no torch calls a module class or a builder function of
+    another converted file (timm's create_conv2d, calling create_conv2d_pad and MixedConv2d):
+    those calls take rngs, so the file is converted too."""
+    names = {k.removeprefix(RNGS_FUNCTION) for k in known
+             if k.isidentifier() or k.startswith(RNGS_FUNCTION)}
+    return bool(names) and any(
+        isinstance(c.func, cst.Name) and c.func.value in names for c in findall(module, m.Call()))
+
+
 def _channel_first(rules: RuleSet) -> RuleSet:
     """The rules of the NNX translation the equinox pass starts from: nn.Upsample's lambda
     (channels-last in the NNX and linen translations, between channels-last convolutions)
@@ -162,7 +172,7 @@ def convert_source(
     except cst.ParserSyntaxError as exc:
         raise ParseError(f"{path}:{exc.raw_line}:{exc.raw_column}: not valid Python: "
                          f"{exc.message}") from None
-    if not uses_torch(module):
+    if not uses_torch(module) and not _builds_known(module, known_modules or ()):
         return ConversionResult(code=source, uses_torch=False)
     canonical = loader_classes.canonicalise(module)
     # a line the canonical form moved (a wrapper class removed): reported at the user's line

@@ -53,6 +53,22 @@ helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce=
 
 
 
+# x.split(size) whose size is not a literal (passes/special.py): torch takes a chunk size or
+# a sequence of sizes, jnp.split a count or the indices to split at
+helper("torch_split", {"jax", "jnp"}, '''
+def torch_split(x: jax.Array, size, axis: int = 0) -> list[jax.Array]:
+    """torch's split: chunks of ``size`` along ``axis`` (the last one smaller), or chunks of
+    the sizes in a sequence ``size``."""
+    if jnp.ndim(size) == 0:  # a chunk size
+        return jnp.split(x, list(range(size, x.shape[axis], size)), axis=axis)
+    at, total = [], 0
+    for n in list(size)[:-1]:
+        total += int(n)
+        at.append(total)
+    return jnp.split(x, at, axis=axis)
+''')
+
+
 # module.requires_grad_(False) in a module's __init__ (nnx; passes/rewrite_calls.py)
 helper("freeze_parameters", {"nnx"}, '''
 def freeze_parameters(module: nnx.Module) -> None:

@@ -100,7 +100,9 @@ def _names_in_functions(source: str) -> set[str]:
             used |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         elif isinstance(node, ast.ClassDef):  # class MLPBlock(MLP): a layer class too
             used |= {b.id for b in node.bases if isinstance(b, ast.Name)}
-    return used
+    # from .factory import create_fc as linear: create_fc is used where linear is
+    return used | {a.name for node in ast.walk(ast.parse(source))
+                   if isinstance(node, ast.ImportFrom) for a in node.names if a.asname in used}
 
 
 def _layer_classes(module_name: str, names: list[str], used: set[str]) -> set[str]:
@@ -142,13 +144,45 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
         if home.rpartition(".")[2].startswith("_"):
             continue  # the package's machinery (_api, _utils, _builder: registries, weight
             # enums, argument helpers) is copied and runs inert
-        try:
-            source = _source_of(home)[0].read_text()
-        except (ImportError, OSError):
-            continue
-        if "torch.nn" in source or "import nn" in source:
+        if _builds_layers(home):
             found.add(name)
     return found
+
+
+def _builds_layers(module: str, seen: set[str] | None = None) -> bool:
+    """Whether the package module uses ``torch.nn``, or imports from the package a layer
+    class or a function of such a module (timm's create_conv2d.py imports no torch: its
+    create_conv2d calls create_conv2d_pad and MixedConv2d)."""
+    import inspect
+
+    import torch
+
+    seen = set() if seen is None else seen
+    if module in seen:
+        return False
+    seen.add(module)
+    try:
+        file, is_package = _source_of(module)
+        source = file.read_text()
+    except (ImportError, OSError):
+        return False
+    if "torch.nn" in source or "import nn" in source:
+        return True
+    top = module.split(".")[0]
+    for dep, names in _relative_imports(source, module, is_package):
+        try:
+            original = importlib.import_module(dep)
+        except ImportError:
+            continue
+        for name in names:
+            value = getattr(original, name, None)
+            if isinstance(value, type) and issubclass(value, torch.nn.Module):
+                return True
+            home = getattr(value, "__module__", "") or ""
+            if inspect.isfunction(value) and home.startswith(top + ".") and _builds_layers(
+                    home, seen):
+                return True
+    return False
 
 
 def _moved_layer_classes(package: str, classes: set[str]) -> dict[str, str]:
