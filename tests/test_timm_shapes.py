@@ -518,3 +518,38 @@ def test_a_split_by_sizes_held_by_a_name(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's create_conv2d_pad: nn.Conv2d(in_chs, out_chs, kernel_size, padding=padding,
+# **kwargs), the kwargs holding the factory keywords (**dd: device, dtype) with bias, stride
+# and groups; the Conv2d that takes torch's arguments took no device or dtype ("Conv2d.
+# __init__() got an unexpected keyword argument 'dtype'")
+CONV_KWARGS = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    def make_conv(in_chs, out_chs, kernel_size, **kwargs):
+        padding = kwargs.pop("padding", kernel_size // 2)
+        kwargs.setdefault("bias", False)
+        return nn.Conv2d(in_chs, out_chs, kernel_size, padding=padding, **kwargs)
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=4, num_classes=3, device=None, dtype=None):
+            super().__init__()
+            dd = {"device": device, "dtype": dtype}
+            self.conv1 = make_conv(3, chs, 3, stride=2, **dd)
+            self.conv2 = make_conv(chs, chs, 3, groups=chs, bias=True, **dd)
+            self.fc = nn.Linear(chs, num_classes, **dd)
+
+        def forward(self, x):
+            return self.fc(self.conv2(self.conv1(x).relu()).mean((2, 3)))
+''')
+
+
+def test_a_conv_built_with_factory_keywords_in_kwargs(tmp_path):
+    (tmp_path / "net.py").write_text(CONV_KWARGS)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net",
+                                       inputs=("float32[2,3,8,8]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason

@@ -290,7 +290,8 @@ _CONV = '''
 class Conv{n}d(nnx.Conv):
     """nn.Conv{n}d where its arguments are the callers' (conv_layer=nn.Conv{n}d handed around,
     nn.Conv{n}d(cin, cout, **kwargs)): torch's arguments and its channels-first input and output
-    around an nnx.Conv (kernel (*k, in, out), zero padding)."""
+    around an nnx.Conv (kernel (*k, in, out), zero padding; dtype= the parameters' dtype,
+    device= has no meaning: JAX places arrays by sharding)."""
 
     def __init__(
         self,
@@ -302,12 +303,17 @@ class Conv{n}d(nnx.Conv):
         dilation: int | tuple[int, ...] = 1,
         groups: int = 1,
         bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
         *,
         rngs: nnx.Rngs,
     ) -> None:
         def spatial(v):
             return (v,) * {n} if isinstance(v, int) else tuple(v)
 
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"padding_mode={{padding_mode!r}}: zero padding only")
         super().__init__(
             in_channels,
             out_channels,
@@ -317,6 +323,7 @@ class Conv{n}d(nnx.Conv):
             kernel_dilation=spatial(dilation),
             feature_group_count=groups,
             use_bias=bias,
+            param_dtype=jnp.float32 if dtype is None else dtype,
             rngs=rngs,
         )
 
