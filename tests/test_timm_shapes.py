@@ -553,3 +553,42 @@ def test_a_conv_built_with_factory_keywords_in_kwargs(tmp_path):
                                        inputs=("float32[2,3,8,8]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason
+
+
+# timm's regnet: the stage widths are computed with torch ops in __init__, the number of
+# stages is len(torch.unique(widths)): torch.unique was left as torch's, on a JAX array
+UNIQUE_WIDTHS = textwrap.dedent('''
+    import math
+
+    import torch
+    import torch.nn as nn
+
+
+    def stage_widths(depth=4, slope=3.0, initial=4, mult=2.0):
+        cont = torch.arange(depth, dtype=torch.float32) * slope + initial
+        exps = torch.round(torch.log(cont / initial) / math.log(mult))
+        widths = torch.round(initial * torch.pow(mult, exps))
+        return widths.int().tolist(), len(torch.unique(widths))
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, num_classes=3):
+            super().__init__()
+            widths, num_stages = stage_widths()
+            chans = [dim] + sorted(set(widths))[:num_stages]
+            self.stages = nn.ModuleList(nn.Linear(a, b) for a, b in zip(chans[:-1], chans[1:]))
+            self.head = nn.Linear(chans[-1], num_classes)
+
+        def forward(self, x):
+            for stage in self.stages:
+                x = stage(x).relu()
+            return self.head(x)
+''')
+
+
+def test_torch_unique_in_a_width_computation(tmp_path):
+    (tmp_path / "net.py").write_text(UNIQUE_WIDTHS)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,4]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0
