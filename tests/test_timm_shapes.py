@@ -592,3 +592,37 @@ def test_torch_unique_in_a_width_computation(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's selecsls: the block class held by a config dict, cfg['block'](*block_args) in a
+# comprehension; it was built without rngs ("missing 1 required keyword-only argument")
+DICT_BLOCK = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Block(nn.Module):
+        def __init__(self, in_chs, out_chs):
+            super().__init__()
+            self.fc = nn.Linear(in_chs, out_chs)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+
+
+    class Net(nn.Module):
+        def __init__(self, cfg=None, num_classes=3):
+            super().__init__()
+            cfg = cfg or {"block": Block, "features": [(4, 5), (5, 6)], "num_features": 6}
+            self.features = nn.Sequential(*[cfg["block"](*args) for args in cfg["features"]])
+            self.head = nn.Linear(cfg["num_features"], num_classes)
+
+        def forward(self, x):
+            return self.head(self.features(x))
+''')
+
+
+def test_a_block_class_held_by_a_config_dict_takes_rngs(tmp_path):
+    (tmp_path / "net.py").write_text(DICT_BLOCK)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,4]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason

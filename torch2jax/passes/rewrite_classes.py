@@ -574,10 +574,14 @@ class ModuleClassMixin:
                 func.value.value in self.index.module_classes) and (
                 f"{func.value.value}.{func.attr.value}" in self.index.rngs_functions):
             return True  # Net.from_config(...): a classmethod constructor that takes rngs
-        # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
-        return bool(isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
-                    and func.attr.value.endswith(("block", "Block")) and self._rngs_scope
-                    and self._rngs_scope[-1])
+        # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer),
+        # or by a dict of one: cfg["block"](*block_args) (timm's selecsls)
+        held = (func.attr.value if isinstance(func, cst.Attribute) and not m.matches(
+            func.value, m.Name("self")) else func.slice[0].slice.value.evaluated_value
+            if m.matches(func, m.Subscript(slice=[m.SubscriptElement(m.Index(m.SimpleString()))]))
+            else None)
+        return bool(isinstance(held, str) and held.endswith(("block", "Block"))
+                    and self._rngs_scope and self._rngs_scope[-1])
 
     def _returns_factory(self, call: cst.Call) -> bool:
         """The call's value is a layer class or factory, not a layer: it is bound to a name
