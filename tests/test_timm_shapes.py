@@ -626,3 +626,44 @@ def test_a_block_class_held_by_a_config_dict_takes_rngs(tmp_path):
     result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,4]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason
+
+
+# timm's senet: a list of (name, layer) pairs for nn.Sequential(OrderedDict(...)), its convs
+# given **dd (dd = {"device": device, "dtype": dtype}): such a conv is NNX's channels-last
+# Conv (the keywords are translated), but the layout analysis took it for the torch-layout
+# Conv2d of **kwargs, and transposes were put between the pairs ("'function' object is not
+# iterable")
+NAMED_PAIRS_DD = textwrap.dedent('''
+    from collections import OrderedDict
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self, input_3x3=False, inplanes=4, device=None, dtype=None):
+            super().__init__()
+            dd = {'device': device, 'dtype': dtype}
+            if input_3x3:
+                layer0_modules = [
+                    ('conv1', nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False, **dd)),
+                    ('relu1', nn.ReLU(inplace=True)),
+                    ('conv2', nn.Conv2d(8, inplanes, 3, padding=1, bias=False, **dd)),
+                ]
+            else:
+                layer0_modules = [
+                    ('conv1', nn.Conv2d(3, inplanes, kernel_size=7, stride=2, padding=3, bias=False, **dd)),
+                    ('bn1', nn.BatchNorm2d(inplanes, **dd)),
+                    ('relu1', nn.ReLU(inplace=True)),
+                ]
+            self.layer0 = nn.Sequential(OrderedDict(layer0_modules))
+            self.fc = nn.Linear(inplanes, 3)
+
+        def forward(self, x):
+            return self.fc(self.layer0(x).mean((2, 3)))
+''')
+
+
+def test_named_layer_pairs_with_factory_keywords(tmp_path):
+    (tmp_path / "net.py").write_text(NAMED_PAIRS_DD)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net",
+                                       inputs=("float32[2,3,16,16]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -111,6 +112,9 @@ class FileIndex:
     # where they are put in, so that the list as a whole is in torch's layout
     normalized_lists: set[tuple[int, str]] = field(default_factory=set)
     ordered_dicts: set[tuple[int, str]] = field(default_factory=set)  # layers = OrderedDict()
+    # names bound to torch's factory keywords, dd = {"device": device, "dtype": dtype}: a
+    # layer given **dd is translated with its keywords (passes/rewrite.py), not as **kwargs
+    factory_dicts: set[str] = field(default_factory=set)
     # nn.Conv2d(...) calls (ids) put into an OrderedDict of layers in torch's layout otherwise
     # (maxvit's MBConv): built as the NCHW Conv2d helper class, so that the dict is one layout
     torch_convs: set[int] = field(default_factory=set)
@@ -167,7 +171,7 @@ class Layouts:
             return self.sequential(node.args, scope_lists)[0]
         if rule.special in ("module_list", "module_dict"):
             return "torch"
-        return built_layout(rule, node)
+        return built_layout(rule, node, self.index.factory_dicts)
 
     def is_ordered_dict(self, name: str) -> bool:
         """``name`` holds an OrderedDict of layers in the enclosing function."""
@@ -276,12 +280,22 @@ class Layouts:
         return "torch", items
 
 
-def built_layout(rule: Rule, node: cst.Call) -> str:
+def built_layout(rule: Rule, node: cst.Call, factory_dicts: Collection[str] = ()) -> str:
     """The activation layout of the layer ``node`` builds with ``rule``: the rule's, but a
-    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout."""
-    if rule.special == "conv" and any(a.star for a in node.args):
+    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout (not one
+    given only ``**dd``, a dict of factory keywords: ``factory_dicts``)."""
+    if rule.special == "conv" and any(a.star and not (
+            a.star == "**" and isinstance(a.value, cst.Name) and a.value.value in factory_dicts)
+            for a in node.args):
         return "torch"
     return rule.layout
+
+
+def is_factory_dict(node: cst.BaseExpression) -> bool:
+    """``{"device": device, "dtype": dtype}`` (either key or both, nothing else)."""
+    return isinstance(node, cst.Dict) and bool(node.elements) and all(
+        isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+        and e.key.evaluated_value in ("device", "dtype") for e in node.elements)
 
 
 def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
@@ -667,6 +681,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         return layout
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if m.matches(node, m.Assign(targets=[m.AssignTarget(m.Name())])) and is_factory_dict(
+                node.value):
+            self.index.factory_dicts.add(node.targets[0].target.value)
         if len(node.targets) != 1:
             return
         if m.matches(node.targets[0].target, m.Attribute(value=m.Name("self"))):
@@ -702,7 +719,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if rule is not None and rule.special not in ("sequential", "module_list",
                                                          "module_dict"):
                 self._lists[id(self._fn_stack[-1])][target.value] = [
-                    built_layout(rule, node.value)]
+                    built_layout(rule, node.value, self.index.factory_dicts)]
         # a layer bound to a plain name (pool = nn.MaxPool2d(2), at module level or in a
         # function) and called by it: the call moves a channels-last layer's input and output
         if isinstance(target, cst.Name) and isinstance(node.value, cst.Call) and (
@@ -711,7 +728,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if rule is not None and rule.special not in ("sequential", "module_list",
                                                          "module_dict"):
                 key = (id(self._fn_stack[-1]) if self._fn_stack else 0, target.value)
-                layout = built_layout(rule, node.value)
+                layout = built_layout(rule, node.value, self.index.factory_dicts)
                 old = self.index.name_layouts.get(key, layout)
                 self.index.name_layouts[key] = layout if old == layout else "mixed"
         if not self._class_stack:
