@@ -11,6 +11,9 @@ Such a file imports its helpers relatively (``from ..ops.misc import Conv2dNormA
   copied verbatim, so that they run as in torch, inert, with registries of their own. The
   package's ``__init__`` files are left empty in the mirror: only what the file needs is
   imported. Nothing is downloaded: the builders run with their default ``weights=None``.
+  The converted modules are converted after the converted modules they import: the
+  functions of a dependency whose conversion takes ``rngs`` (timm's ``create_classifier``)
+  are handed to the importer's conversion, which passes ``rngs`` to them.
 """
 
 from __future__ import annotations
