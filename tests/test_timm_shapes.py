@@ -667,3 +667,68 @@ def test_named_layer_pairs_with_factory_keywords(tmp_path):
                                        inputs=("float32[2,3,16,16]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason
+
+
+# timm's create_norm_act.py: no torch import, its lookup reads a module-level table of the
+# layer classes of norm_act.py (_NORM_ACT_MAP = dict(batchnorm=BatchNormAct2d, ...)); the
+# mirror copied norm_act.py as torch, so the class the lookup returned was torch's
+# ("BatchNormAct2d.__init__() got an unexpected keyword argument 'rngs'")
+PKG_NORM_ACT = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class LayerNormAct(nn.Module):
+        def __init__(self, num_features, apply_act=True):
+            super().__init__()
+            self.norm = nn.LayerNorm(num_features)
+            self.act = nn.ReLU() if apply_act else nn.Identity()
+
+        def forward(self, x):
+            return self.act(self.norm(x))
+''')
+
+PKG_CREATE_NORM_ACT = textwrap.dedent('''
+    from .norm_act import LayerNormAct
+
+    _NORM_ACT_MAP = dict(layernorm=LayerNormAct)
+    _NORM_ACT_TYPES = {m for n, m in _NORM_ACT_MAP.items()}
+
+
+    def get_norm_act_layer(name):
+        if name in _NORM_ACT_TYPES:
+            return name
+        return _NORM_ACT_MAP[name]
+''')
+
+PKG_NORM_ACT_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ..layers.create_norm_act import get_norm_act_layer
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, norm_layer="layernorm"):
+            super().__init__()
+            norm_act_layer = get_norm_act_layer(norm_layer)
+            self.fc1 = nn.Linear(dim, 8)
+            self.norm = norm_act_layer(8)
+            self.fc2 = nn.Linear(8, num_classes)
+
+        def forward(self, x):
+            return self.fc2(self.norm(self.fc1(x)))
+''')
+
+
+def test_a_lookup_through_a_table_of_layer_classes_is_converted_with_them(tmp_path):
+    pkg = tmp_path / "tinypkg_table"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    for init in (pkg, pkg / "layers", pkg / "models"):
+        (init / "__init__.py").write_text("")
+    (pkg / "layers" / "norm_act.py").write_text(PKG_NORM_ACT)
+    (pkg / "layers" / "create_norm_act.py").write_text(PKG_CREATE_NORM_ACT)
+    (pkg / "models" / "net.py").write_text(PKG_NORM_ACT_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason

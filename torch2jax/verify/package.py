@@ -98,13 +98,26 @@ def _names_in_functions(source: str) -> set[str]:
     """Names read inside function bodies (where layers are built and called), and the base
     classes named by the file's classes."""
     used = set()
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             used |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         elif isinstance(node, ast.ClassDef):  # class MLPBlock(MLP): a layer class too
             used |= {b.id for b in node.bases if isinstance(b, ast.Name)}
+    # a module-level table the functions read (timm's _NORM_ACT_MAP = dict(batchnorm=
+    # BatchNormAct2d, ...), and a set made from it): the names in it are used too
+    tables = [(t.id, {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)})
+              for node in tree.body if isinstance(node, ast.Assign)
+              for t in node.targets if isinstance(t, ast.Name)]
+    changed = True
+    while changed:
+        changed = False
+        for name, reads in tables:
+            if name in used and not reads <= used:
+                used |= reads
+                changed = True
     # from .factory import create_fc as linear: create_fc is used where linear is
-    return used | {a.name for node in ast.walk(ast.parse(source))
+    return used | {a.name for node in ast.walk(tree)
                    if isinstance(node, ast.ImportFrom) for a in node.names if a.asname in used}
 
 
