@@ -506,7 +506,8 @@ SPLIT_BY_NAME = textwrap.dedent('''
             self.fc = nn.Linear(dim, 3)
 
         def forward(self, x):
-            a, b = x.split(self.sizes, dim=-1)
+            parts = x.split(self.sizes, dim=-1)
+            a, b = parts[0], parts[1]
             c = torch.cat(x.split(self.chunk, -1)[::-1], -1)
             return self.fc(torch.cat([b, a], -1) * self.scales[-1] + c)
 ''')

@@ -854,7 +854,7 @@ def split(site: Site) -> cst.BaseExpression:
             acc.append(code(e.value))
             parts.append(" + ".join(acc))
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(parts) + "]")), *axis)
-    if site.unpack and isinstance(size_node, (cst.Integer, cst.BinaryOperation)):
+    if site.unpack:  # q, k, v = x.split(self.n_embd, dim=2): a chunk size
         s = code(size_node)
         idx = [s if i == 1 else f"{i} * {s}" for i in range(1, site.unpack)]
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(idx) + "]")), *axis)
