@@ -22,7 +22,7 @@ from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.torch_api import TORCH_PACKAGES
 from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.analysis.values import ValueFacts
-from torch2jax.analysis.walk import visit
+from torch2jax.analysis.walk import findall, visit
 from torch2jax.finish.invariants import check_output, input_facts
 from torch2jax.passes import loader_classes, optimizer_attributes
 from torch2jax.passes.data import DataIndexer
@@ -31,7 +31,7 @@ from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
-from torch2jax.repo import SEED_FUNCTION
+from torch2jax.repo import RNGS_FUNCTION, SEED_FUNCTION
 from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult
 from torch2jax.ruleset import RuleSet, load_rules
@@ -92,6 +92,16 @@ def uses_torch(module: cst.Module) -> bool:
                     cst.Module([]).code_for_node(stmt.module).split(".")[0] in TORCH_PACKAGES):
                 return True
     return False
+
+
+def _builds_known(module: cst.Module, known: Collection[str]) -> bool:
+    """Whether a file that imports no torch calls a module class or a builder function of
+    another converted file (timm's create_conv2d, calling create_conv2d_pad and MixedConv2d):
+    those calls take rngs, so the file is converted too."""
+    names = {k.removeprefix(RNGS_FUNCTION) for k in known
+             if k.isidentifier() or k.startswith(RNGS_FUNCTION)}
+    return bool(names) and any(
+        isinstance(c.func, cst.Name) and c.func.value in names for c in findall(module, m.Call()))
 
 
 def _channel_first(rules: RuleSet) -> RuleSet:
@@ -162,7 +172,7 @@ def convert_source(
     except cst.ParserSyntaxError as exc:
         raise ParseError(f"{path}:{exc.raw_line}:{exc.raw_column}: not valid Python: "
                          f"{exc.message}") from None
-    if not uses_torch(module):
+    if not uses_torch(module) and not _builds_known(module, known_modules or ()):
         return ConversionResult(code=source, uses_torch=False)
     canonical = optimizer_attributes.canonicalise(loader_classes.canonicalise(module))
     # a line the canonical form moved (a wrapper class removed): reported at the user's line
@@ -181,14 +191,18 @@ def convert_source(
     # uses it for the attributes they build (when every helper returns torch's layout, the
     # second pass would compute the first one's index again: it is skipped)
     names: dict = {}  # qualified names: the visitors below read the same metadata
-    first = share_names(names, _reads_children(Indexer(rules, set(known_modules or ()))))
+    builders = frozenset(k.removeprefix(RNGS_FUNCTION) for k in known_modules or ()
+                         if k.startswith(RNGS_FUNCTION))
+    first = share_names(names, _reads_children(Indexer(rules, set(known_modules or ()),
+                                                       imported_builders=builders)))
     visit(wrapper, first)
     index = first.finish()
     # (so does the file's use of layer classes as values: a layout decided before a later
     # line showed the factory to be channels-first would be stale)
     if any(layout != "torch" for layout in index.fn_returns.values()) or index.factory_layouts:
         indexer = share_names(names, _reads_children(Indexer(
-            rules, set(known_modules or ()), index.fn_returns, index.factory_layouts)))
+            rules, set(known_modules or ()), index.fn_returns, index.factory_layouts,
+            imported_builders=builders)))
         visit(wrapper, indexer)
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs

@@ -34,6 +34,9 @@ MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 # in a file's known names: a function of another file that seeds and returns nothing (its
 # conversion returns a key), written SEED_FUNCTION + the name the file binds it to
 SEED_FUNCTION = "seed-function:"
+# in a file's known names: a function of another converted file that builds layers (its
+# conversion takes rngs, so a call of it passes them), written RNGS_FUNCTION + the bound name
+RNGS_FUNCTION = "rngs-function:"
 
 
 @dataclass

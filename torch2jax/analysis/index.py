@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -23,7 +24,9 @@ from torch2jax.ruleset import Rule, RuleSet
 _CONTAINERS = ("sequential", "module_list", "module_dict")
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
 FACTORY_SUFFIXES = ("norm_layer", "_norm")
-RANDOM_INITS = {f"torch.nn.init.{n}" for n in ("normal_", "uniform_", "trunc_normal_")}
+RANDOM_INITS = {f"torch.nn.init.{n}" for n in (
+    "normal_", "uniform_", "trunc_normal_", "kaiming_normal_", "kaiming_uniform_",
+    "xavier_normal_", "xavier_uniform_", "orthogonal_")}
 # functions of other packages that are torch's to the letter (same signature, same meaning):
 # they are read as torch's, and translated as torch's are. timm's trunc_normal_ (mean, std and
 # the absolute cut-offs a, b, drawn in place) is torch.nn.init.trunc_normal_; its
@@ -109,6 +112,9 @@ class FileIndex:
     # where they are put in, so that the list as a whole is in torch's layout
     normalized_lists: set[tuple[int, str]] = field(default_factory=set)
     ordered_dicts: set[tuple[int, str]] = field(default_factory=set)  # layers = OrderedDict()
+    # names bound to torch's factory keywords, dd = {"device": device, "dtype": dtype}: a
+    # layer given **dd is translated with its keywords (passes/rewrite.py), not as **kwargs
+    factory_dicts: set[str] = field(default_factory=set)
     # nn.Conv2d(...) calls (ids) put into an OrderedDict of layers in torch's layout otherwise
     # (maxvit's MBConv): built as the NCHW Conv2d helper class, so that the dict is one layout
     torch_convs: set[int] = field(default_factory=set)
@@ -165,7 +171,7 @@ class Layouts:
             return self.sequential(node.args, scope_lists)[0]
         if rule.special in ("module_list", "module_dict"):
             return "torch"
-        return built_layout(rule, node)
+        return built_layout(rule, node, self.index.factory_dicts)
 
     def is_ordered_dict(self, name: str) -> bool:
         """``name`` holds an OrderedDict of layers in the enclosing function."""
@@ -274,12 +280,22 @@ class Layouts:
         return "torch", items
 
 
-def built_layout(rule: Rule, node: cst.Call) -> str:
+def built_layout(rule: Rule, node: cst.Call, factory_dicts: Collection[str] = ()) -> str:
     """The activation layout of the layer ``node`` builds with ``rule``: the rule's, but a
-    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout."""
-    if rule.special == "conv" and any(a.star for a in node.args):
+    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout (not one
+    given only ``**dd``, a dict of factory keywords: ``factory_dicts``)."""
+    if rule.special == "conv" and any(a.star and not (
+            a.star == "**" and isinstance(a.value, cst.Name) and a.value.value in factory_dicts)
+            for a in node.args):
         return "torch"
     return rule.layout
+
+
+def is_factory_dict(node: cst.BaseExpression) -> bool:
+    """``{"device": device, "dtype": dtype}`` (either key or both, nothing else)."""
+    return isinstance(node, cst.Dict) and bool(node.elements) and all(
+        isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+        and e.key.evaluated_value in ("device", "dtype") for e in node.elements)
 
 
 def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
@@ -351,9 +367,13 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
     def __init__(self, rules: RuleSet, known_modules: set[str],
                  fn_returns: dict[str, str] | None = None,
-                 factory_layouts: set[str] | None = None) -> None:
+                 factory_layouts: set[str] | None = None,
+                 imported_builders: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.rules = rules
+        # functions of other converted files that build layers (their conversion takes rngs):
+        # a call of one builds a module, and the function making it takes rngs too
+        self.imported_builders = imported_builders
         self.meta = self
         self.index = FileIndex(fn_returns=dict(fn_returns or {}),
                                factory_layouts=set(factory_layouts or ()))
@@ -473,7 +493,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             )
             if isinstance(node.func, cst.Name):
                 self._fn_calls.setdefault(key, set()).add(node.func.value)
-                if node.func.value in self.known_modules:
+                if node.func.value in self.known_modules | self.imported_builders:
                     builds = True
                 if node.func.value == "cls" and self._class_stack and _is_classmethod(
                         self._fn_stack[-1]):
@@ -661,6 +681,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         return layout
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if m.matches(node, m.Assign(targets=[m.AssignTarget(m.Name())])) and is_factory_dict(
+                node.value):
+            self.index.factory_dicts.add(node.targets[0].target.value)
         if len(node.targets) != 1:
             return
         if m.matches(node.targets[0].target, m.Attribute(value=m.Name("self"))):
@@ -696,7 +719,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if rule is not None and rule.special not in ("sequential", "module_list",
                                                          "module_dict"):
                 self._lists[id(self._fn_stack[-1])][target.value] = [
-                    built_layout(rule, node.value)]
+                    built_layout(rule, node.value, self.index.factory_dicts)]
         # a layer bound to a plain name (pool = nn.MaxPool2d(2), at module level or in a
         # function) and called by it: the call moves a channels-last layer's input and output
         if isinstance(target, cst.Name) and isinstance(node.value, cst.Call) and (
@@ -705,7 +728,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if rule is not None and rule.special not in ("sequential", "module_list",
                                                          "module_dict"):
                 key = (id(self._fn_stack[-1]) if self._fn_stack else 0, target.value)
-                layout = built_layout(rule, node.value)
+                layout = built_layout(rule, node.value, self.index.factory_dicts)
                 old = self.index.name_layouts.get(key, layout)
                 self.index.name_layouts[key] = layout if old == layout else "mixed"
         if not self._class_stack:
@@ -905,7 +928,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     if pair & builders and not pair <= builders:
                         builders |= pair
                         changed = True
-        idx.rngs_functions = builders
+        idx.rngs_functions = builders | self.imported_builders
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx
 

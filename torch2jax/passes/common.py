@@ -333,3 +333,16 @@ def freeze_dataclass(cls: cst.ClassDef) -> cst.ClassDef:
     decorators = [d.with_changes(decorator=cst.parse_expression("dataclass(frozen=True)"))
                   if m.matches(d.decorator, m.Name("dataclass")) else d for d in cls.decorators]
     return cls.with_changes(decorators=decorators)
+
+
+def unnamed_modules_loop(loop: cst.CSTNode) -> bool:
+    """``for name, m in self.named_modules():`` (or of a submodule of self) whose body never
+    reads ``name``: torch's names and NNX's paths differ, the modules walked are the same."""
+    if not (isinstance(loop, cst.For) and m.matches(loop.iter, m.Call(func=m.Attribute(
+            value=m.Name("self") | m.Attribute(value=m.Name("self")),
+            attr=m.Name("named_modules")), args=[]))
+            and m.matches(loop.target, m.Tuple([m.Element(m.Name()), m.Element(m.Name())]))):
+        return False
+    name = loop.target.elements[0].value.value
+    return not any(m.findall(part, m.Name(name)) for part in (loop.body, loop.orelse) if part)
+

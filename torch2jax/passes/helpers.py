@@ -53,6 +53,22 @@ helper("adaptive_max_pool", {"jax", "jnp"}, _ADAPTIVE.format(kind="max", reduce=
 
 
 
+# x.split(size) whose size is not a literal (passes/special.py): torch takes a chunk size or
+# a sequence of sizes, jnp.split a count or the indices to split at
+helper("torch_split", {"jax", "jnp"}, '''
+def torch_split(x: jax.Array, size, axis: int = 0) -> list[jax.Array]:
+    """torch's split: chunks of ``size`` along ``axis`` (the last one smaller), or chunks of
+    the sizes in a sequence ``size``."""
+    if jnp.ndim(size) == 0:  # a chunk size
+        return jnp.split(x, list(range(size, x.shape[axis], size)), axis=axis)
+    at, total = [], 0
+    for n in list(size)[:-1]:
+        total += int(n)
+        at.append(total)
+    return jnp.split(x, at, axis=axis)
+''')
+
+
 # module.requires_grad_(False) in a module's __init__ (nnx; passes/rewrite_calls.py)
 helper("freeze_parameters", {"nnx"}, '''
 def freeze_parameters(module: nnx.Module) -> None:
@@ -274,7 +290,8 @@ _CONV = '''
 class Conv{n}d(nnx.Conv):
     """nn.Conv{n}d where its arguments are the callers' (conv_layer=nn.Conv{n}d handed around,
     nn.Conv{n}d(cin, cout, **kwargs)): torch's arguments and its channels-first input and output
-    around an nnx.Conv (kernel (*k, in, out), zero padding)."""
+    around an nnx.Conv (kernel (*k, in, out), zero padding; dtype= the parameters' dtype,
+    device= has no meaning: JAX places arrays by sharding)."""
 
     def __init__(
         self,
@@ -286,12 +303,17 @@ class Conv{n}d(nnx.Conv):
         dilation: int | tuple[int, ...] = 1,
         groups: int = 1,
         bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
         *,
         rngs: nnx.Rngs,
     ) -> None:
         def spatial(v):
             return (v,) * {n} if isinstance(v, int) else tuple(v)
 
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"padding_mode={{padding_mode!r}}: zero padding only")
         super().__init__(
             in_channels,
             out_channels,
@@ -301,6 +323,7 @@ class Conv{n}d(nnx.Conv):
             kernel_dilation=spatial(dilation),
             feature_group_count=groups,
             use_bias=bias,
+            param_dtype=jnp.float32 if dtype is None else dtype,
             rngs=rngs,
         )
 

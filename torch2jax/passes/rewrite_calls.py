@@ -38,6 +38,7 @@ from torch2jax.passes.common import (
     int_value,
     needs_parens,
     try_literal,
+    unnamed_modules_loop,
 )
 from torch2jax.passes.rewrite_support import (
     _FILLED,
@@ -284,7 +285,9 @@ class CallsMixin:
             if listed is not None:
                 return listed
         if (m.matches(original, m.Call(func=m.Attribute(attr=m.Name("named_modules")), args=[]))
-                and self.target.stateful_modules and self._is_module_expr(original.func.value)):
+                and self.target.stateful_modules and self._is_module_expr(original.func.value)
+                and not unnamed_modules_loop(self.get_metadata(ParentNodeProvider, original,
+                                                                None))):
             walked = self._group_modules(original, updated)
             if walked is not None:
                 return walked

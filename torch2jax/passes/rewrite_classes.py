@@ -24,6 +24,7 @@ from torch2jax.passes.common import (
     bind,
     call,
     expr,
+    unnamed_modules_loop,
     wrap_long_statement,
 )
 from torch2jax.passes.rewrite_support import (
@@ -266,7 +267,8 @@ class ModuleClassMixin:
 
     def _modules_loop(self, original_node, updated_node):
         """for m in self.modules(): -> for _, m in nnx.iter_modules(self): (also of a
-        submodule: for m in self.mlp.modules(), swin's init)"""
+        submodule: for m in self.mlp.modules(), swin's init); for _n, m in
+        self.named_modules() whose loop never reads the name likewise (timm's init)"""
         owner = m.Name("self") | m.Attribute(value=m.Name("self"))
         if (self.target.stateful_modules and self.in_module_class()
                 and m.matches(original_node.iter, m.Call(func=m.Attribute(
@@ -276,6 +278,14 @@ class ModuleClassMixin:
             return updated_node.with_changes(
                 target=cst.Tuple([cst.Element(cst.Name("_")),
                                   cst.Element(original_node.target)], lpar=[], rpar=[]),
+                iter=expr("nnx.iter_modules({o})", o=original_node.iter.func.value))
+        if self.target.stateful_modules and self.in_module_class() and \
+                unnamed_modules_loop(original_node):
+            self.need("nnx")
+            return updated_node.with_changes(
+                target=cst.Tuple([cst.Element(cst.Name("_")),
+                                  cst.Element(original_node.target.elements[1].value)],
+                                 lpar=[], rpar=[]),
                 iter=expr("nnx.iter_modules({o})", o=original_node.iter.func.value))
         return updated_node
 
@@ -564,10 +574,14 @@ class ModuleClassMixin:
                 func.value.value in self.index.module_classes) and (
                 f"{func.value.value}.{func.attr.value}" in self.index.rngs_functions):
             return True  # Net.from_config(...): a classmethod constructor that takes rngs
-        # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
-        return bool(isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
-                    and func.attr.value.endswith(("block", "Block")) and self._rngs_scope
-                    and self._rngs_scope[-1])
+        # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer),
+        # or by a dict of one: cfg["block"](*block_args) (timm's selecsls)
+        held = (func.attr.value if isinstance(func, cst.Attribute) and not m.matches(
+            func.value, m.Name("self")) else func.slice[0].slice.value.evaluated_value
+            if m.matches(func, m.Subscript(slice=[m.SubscriptElement(m.Index(m.SimpleString()))]))
+            else None)
+        return bool(isinstance(held, str) and held.endswith(("block", "Block"))
+                    and self._rngs_scope and self._rngs_scope[-1])
 
     def _returns_factory(self, call: cst.Call) -> bool:
         """The call's value is a layer class or factory, not a layer: it is bound to a name
@@ -782,3 +796,4 @@ class ModuleClassMixin:
             return updated
         return updated.with_changes(args=_fix_commas([*updated.args,
                                                       arg(self.rngs_expr(original), "rngs")]))
+

@@ -854,15 +854,13 @@ def split(site: Site) -> cst.BaseExpression:
             acc.append(code(e.value))
             parts.append(" + ".join(acc))
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(parts) + "]")), *axis)
-    if site.unpack:
+    if site.unpack:  # q, k, v = x.split(self.n_embd, dim=2): a chunk size
         s = code(size_node)
         idx = [s if i == 1 else f"{i} * {s}" for i in range(1, site.unpack)]
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(idx) + "]")), *axis)
-    x = site.once(x, "whole", "split's input (an unknown number of chunks)")
-    dim = code(d) if d is not None else "0"
-    return call("jnp.split", arg(x),
-                arg(expr(f"list(range({code(size_node)}, {code(x)}.shape[{dim}], "
-                         f"{code(size_node)}))")), *axis)
+    # a size held by a name: an int or a sequence of sizes (timm's drop-path rates,
+    # torch.linspace(0, rate, sum(depths)).split(depths)), told apart when it runs
+    return call("torch_split", arg(x), arg(size_node), *axis)
 
 
 @special("chunk")

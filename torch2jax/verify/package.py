@@ -11,6 +11,9 @@ Such a file imports its helpers relatively (``from ..ops.misc import Conv2dNormA
   copied verbatim, so that they run as in torch, inert, with registries of their own. The
   package's ``__init__`` files are left empty in the mirror: only what the file needs is
   imported. Nothing is downloaded: the builders run with their default ``weights=None``.
+  The converted modules are converted after the converted modules they import: the
+  functions of a dependency whose conversion takes ``rngs`` (timm's ``create_classifier``)
+  are handed to the importer's conversion, which passes ``rngs`` to them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from torch2jax.hf import (
     reduce_modeling,
     runtime_source,
 )
+from torch2jax.repo import RNGS_FUNCTION
 
 _counter = itertools.count()
 
@@ -94,12 +98,27 @@ def _names_in_functions(source: str) -> set[str]:
     """Names read inside function bodies (where layers are built and called), and the base
     classes named by the file's classes."""
     used = set()
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             used |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         elif isinstance(node, ast.ClassDef):  # class MLPBlock(MLP): a layer class too
             used |= {b.id for b in node.bases if isinstance(b, ast.Name)}
-    return used
+    # a module-level table the functions read (timm's _NORM_ACT_MAP = dict(batchnorm=
+    # BatchNormAct2d, ...), and a set made from it): the names in it are used too
+    tables = [(t.id, {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)})
+              for node in tree.body if isinstance(node, ast.Assign)
+              for t in node.targets if isinstance(t, ast.Name)]
+    changed = True
+    while changed:
+        changed = False
+        for name, reads in tables:
+            if name in used and not reads <= used:
+                used |= reads
+                changed = True
+    # from .factory import create_fc as linear: create_fc is used where linear is
+    return used | {a.name for node in ast.walk(tree)
+                   if isinstance(node, ast.ImportFrom) for a in node.names if a.asname in used}
 
 
 def _layer_classes(module_name: str, names: list[str], used: set[str]) -> set[str]:
@@ -141,13 +160,45 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
         if home.rpartition(".")[2].startswith("_"):
             continue  # the package's machinery (_api, _utils, _builder: registries, weight
             # enums, argument helpers) is copied and runs inert
-        try:
-            source = _source_of(home)[0].read_text()
-        except (ImportError, OSError):
-            continue
-        if "torch.nn" in source or "import nn" in source:
+        if _builds_layers(home):
             found.add(name)
     return found
+
+
+def _builds_layers(module: str, seen: set[str] | None = None) -> bool:
+    """Whether the package module uses ``torch.nn``, or imports from the package a layer
+    class or a function of such a module (timm's create_conv2d.py imports no torch: its
+    create_conv2d calls create_conv2d_pad and MixedConv2d)."""
+    import inspect
+
+    import torch
+
+    seen = set() if seen is None else seen
+    if module in seen:
+        return False
+    seen.add(module)
+    try:
+        file, is_package = _source_of(module)
+        source = file.read_text()
+    except (ImportError, OSError):
+        return False
+    if "torch.nn" in source or "import nn" in source:
+        return True
+    top = module.split(".")[0]
+    for dep, names in _relative_imports(source, module, is_package):
+        try:
+            original = importlib.import_module(dep)
+        except ImportError:
+            continue
+        for name in names:
+            value = getattr(original, name, None)
+            if isinstance(value, type) and issubclass(value, torch.nn.Module):
+                return True
+            home = getattr(value, "__module__", "") or ""
+            if inspect.isfunction(value) and home.startswith(top + ".") and _builds_layers(
+                    home, seen):
+                return True
+    return False
 
 
 def _moved_layer_classes(package: str, classes: set[str]) -> dict[str, str]:
@@ -166,6 +217,112 @@ def _moved_layer_classes(package: str, classes: set[str]) -> dict[str, str]:
         if home.startswith(package + ".") and "." not in home[len(package) + 1:]:
             moved[name] = home[len(package) + 1:]
     return moved
+
+
+def _dependencies_first(root: str, plans: dict, modes: dict[str, str]) -> list[str]:
+    """Every planned module, the converted ones after the converted modules they import
+    (depth first from ``root``; a cycle is cut where it closes)."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(module: str) -> None:
+        seen.add(module)
+        if modes.get(module) == "convert":
+            for dep in plans[module][3]:
+                if dep in plans and dep not in seen:
+                    visit(dep)
+        order.append(module)
+
+    for module in [root, *plans]:
+        if module in plans and module not in seen:
+            visit(module)
+    return order
+
+
+def _imported_functions(source: str, module: str, is_package: bool,
+                        reexported: dict[str, dict[str, str]]) -> list[tuple[str, str, str]]:
+    """(the name bound, the module that defines it, its name there) for each name a
+    ``from ... import`` of the package binds; a name a package re-exports from a converted
+    submodule of it is that submodule's (from timm.layers import create_classifier)."""
+    package = module if is_package else module.rpartition(".")[0]
+    top = module.split(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom) or node.module is None and not node.level:
+            continue
+        if node.level:
+            home = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+        elif node.module.split(".")[0] == top:
+            home = node.module
+        else:
+            continue
+        for a in node.names:
+            where = reexported.get(home, {}).get(a.name)
+            out.append((a.asname or a.name, f"{home}.{where}" if where else home, a.name))
+    return out
+
+
+def _imports_from_home(source: str, module: str, is_package: bool, converted: set[str]) -> str:
+    """``source`` with each name it imports from a converted module of the package that is a
+    torch function there, imported from its home instead (deit's ``from .vision_transformer
+    import VisionTransformer, trunc_normal_``): the converted module no longer binds it (its
+    import is dropped, its calls translated), while the importer's calls translate alike."""
+    import inspect
+
+    from torch2jax.analysis.index import SAME_AS
+
+    package = module if is_package else module.rpartition(".")[0]
+    lines = source.splitlines(keepends=True)
+    edits = []
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.ImportFrom) and (node.level or node.module)):
+            continue
+        home = (importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                if node.level else node.module)
+        if home not in converted or node.module is None:
+            continue
+        try:
+            original = importlib.import_module(home)
+        except ImportError:
+            continue
+        moved, kept = [], []
+        for a in node.names:
+            value = getattr(original, a.name, None)
+            where = getattr(value, "__module__", None) or ""
+            torch_fn = (inspect.isfunction(value) or inspect.isbuiltin(value)) and (
+                where.split(".")[0] == "torch" or f"{where}.{a.name}" in SAME_AS)
+            if torch_fn and where != home and getattr(value, "__name__", None) == a.name:
+                moved.append(f"from {where} import {a.name}"
+                             + (f" as {a.asname}" if a.asname else ""))
+            else:
+                kept.append(a.name + (f" as {a.asname}" if a.asname else ""))
+        if moved:
+            dots = "." * node.level
+            stmts = ([f"from {dots}{node.module} import {', '.join(kept)}"] if kept else []) \
+                + moved
+            edits.append((node.lineno, node.end_lineno or node.lineno, stmts))
+    for first, last, stmts in reversed(edits):
+        lines[first - 1:last] = [s + "\n" for s in stmts]
+    return "".join(lines)
+
+
+def _home_of(module: str, name: str) -> str:
+    """The module that defines the function ``module.name`` (a package re-exports it)."""
+    try:
+        value = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return module
+    return getattr(value, "__module__", None) or module
+
+
+def _rngs_functions(code: str) -> set[str]:
+    """The top-level functions of a converted module whose signature takes ``rngs``."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and "rngs" in {
+        a.arg for a in [*node.args.args, *node.args.kwonlyargs]}}
 
 
 def _source_of(module_name: str) -> tuple[Path, bool]:
@@ -241,6 +398,7 @@ def convert_package_file(
         base = out_dir.joinpath(alias, *rel)
         return base / "__init__.py" if is_package else base.with_suffix(".py")
 
+    plans: dict[str, tuple[Path, bool, str, list, set[str]]] = {}
     while work:
         module, mode = work.pop()
         if module in modes and rank[modes[module]] >= rank[mode]:
@@ -267,6 +425,7 @@ def convert_package_file(
             target.write_text(code)
             (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
+            plans.pop(module, None)
             continue
         used = _names_in_functions(source) if mode == "convert" else set()
         deps = _relative_imports(source, module, is_package)
@@ -274,24 +433,14 @@ def convert_package_file(
                   if mode == "convert"}
         functions = {dep: _layer_functions(dep, names, used) for dep, names in deps
                      if mode == "convert"}
+        after = [dep for dep, _ in deps]  # the modules converted before this one
         for dep, classes in layers.items():
             moved = _moved_layer_classes(dep, classes | functions[dep])
             if moved:  # from ..ops import StochasticDepth: convert ops/stochastic_depth.py
                 reexported.setdefault(dep, {}).update(moved)
                 work += [(f"{dep}.{sub}", "convert") for sub in set(moved.values())]
-        if mode == "convert":
-            code, n = convert(file, set().union(*layers.values()))
-            todos += n
-            # the package's own modules imported absolutely come from the mirror too
-            code = re.sub(rf"^(\s*)from {top}(\.[\w.]+)? import", rf"\1from {alias}\2 import",
-                          code, flags=re.MULTILINE)
-        elif mode == "copy":  # runs as in torch, with registries of its own
-            code = source
-        else:
-            code = _ALIAS.format(original=module)
-        target = target_of(module, is_package)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(code)
+                after += [f"{dep}.{sub}" for sub in set(moved.values())]
+        plans[module] = (file, is_package, source, after, set().union(*layers.values()))
         if mode == "alias":
             continue
         for dep, _ in deps:
@@ -301,6 +450,33 @@ def convert_package_file(
                 work.append((dep, "convert" if convert_dep else "copy"))
             else:
                 work.append((dep, "alias"))
+    # the converted modules, each after the converted modules it imports (a cycle is cut
+    # where it closes), so that the builder functions of a dependency whose conversion takes
+    # rngs are known to its importers: create_classifier(..., rngs=rngs)
+    builders: dict[str, set[str]] = {}  # converted module -> its functions that take rngs
+    for module in _dependencies_first(name, plans, modes):
+        file, is_package, source, deps, known = plans[module]
+        target = target_of(module, is_package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if modes[module] == "convert":
+            known = known | {RNGS_FUNCTION + local for local, home, attr in _imported_functions(
+                source, module, is_package, reexported)
+                if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())}
+            homed = _imports_from_home(source, module, is_package,
+                                       {k for k, v in modes.items() if v == "convert"})
+            if homed != source:  # read from the file as the mirror holds it
+                target.write_text(homed)
+            code, n = convert(target if homed != source else file, known)
+            todos += n
+            builders[module] = _rngs_functions(code)
+            # the package's own modules imported absolutely come from the mirror too
+            code = re.sub(rf"^(\s*)from {top}(\.[\w.]+)? import", rf"\1from {alias}\2 import",
+                          code, flags=re.MULTILINE)
+        elif modes[module] == "copy":  # runs as in torch, with registries of its own
+            code = source
+        else:
+            code = _ALIAS.format(original=module)
+        target.write_text(code)
     # every package directory of the mirror forwards the names it does not hold itself
     package = out_dir / alias
     for module in forwarded:
