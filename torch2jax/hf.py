@@ -23,6 +23,10 @@ and hub plumbing). It *reduces* the modeling file first (:func:`reduce_modeling`
   ``dropout=0.0`` unless training) becomes ``attention_dropout(w, dropout)`` from the same
   module;
 * ``Model._from_config(config)`` of a class of the file is ``Model(config)``;
+* ``AutoModel.from_config(config.text_config)`` (and every ``AutoModelFor...``) reads the
+  support module's ``AutoModel``, whose ``from_config`` builds the *converted* class that the
+  config's ``model_type`` maps to: the package side (``verify/package.py``) converts those
+  modeling files too and writes the table of them (``_hf_auto.py``) beside the support module;
 * ``_init_weights`` methods go (torch initialisation: the converted model starts from flax's
   initialisers; trained weights come with ``torch2jax weights``);
 * the classes and functions that no requested class reaches go
@@ -67,6 +71,10 @@ SUPPORT_LAYERS = {"PreTrainedModel", "GradientCheckpointingLayer", "Conv1D"}
 # transformers.modeling_outputs' classes (ImageClassifierOutput, Seq2SeqLMOutput, ...): the
 # support module makes each one it is asked for (a ModelOutput, its fields by keyword)
 _OUTPUT = re.compile(r"^[A-Z]\w*Output(With\w+)?$")
+# transformers' auto classes (AutoModel, AutoModelForCausalLM, ...): the support module's
+# stand-ins build the converted class of a config's model_type (``from_config``)
+AUTO = re.compile(r"^AutoModel(For\w+)?$")
+AUTO_TABLE = "_hf_auto"
 _DROPOUT = re.compile(r"^(nn\.functional|F|torch\.nn\.functional)\.dropout$")
 
 
@@ -126,6 +134,7 @@ class _Reduce(cst.CSTTransformer):
         self.used: set[str] | None = None  # the second pass: the names the code reads
         self.support: list[str] = []
         self.unknown: list[tuple[str, str]] = []  # (module, name) of the machinery not supported
+        self.autos: set[str] = set()  # the auto classes the file builds sub-models with
 
     def _absolute(self, node: cst.ImportFrom) -> str:
         dots = len(node.relative)
@@ -142,7 +151,9 @@ class _Reduce(cst.CSTTransformer):
         source = self._absolute(original)
         if not source.startswith("transformers") or isinstance(updated.names, cst.ImportStar):
             return updated
-        if source.startswith("transformers.models.") and (
+        autos = source in ("transformers", "transformers.models.auto",
+                           "transformers.models.auto.modeling_auto")
+        if source.startswith("transformers.models.") and not autos and (
                 _config_module(source) or source.count(".") >= 3) and not source.rsplit(
                     ".", 1)[-1].startswith("generation_"):
             return updated  # the configuration (plain Python), another model's files
@@ -170,8 +181,12 @@ class _Reduce(cst.CSTTransformer):
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
             if (alias.asname.name.value if alias.asname else name) not in self.used:
                 continue  # used only by what the reduction removed
-            (moved if name in SUPPORT_NAMES or (source == "transformers.modeling_outputs"
-                                                and _OUTPUT.match(name)) else keep).append(alias)
+            auto = autos and AUTO.match(name)
+            (moved if name in SUPPORT_NAMES or auto or (source == "transformers.modeling_outputs"
+                                                        and _OUTPUT.match(name))
+             else keep).append(alias)
+            if auto:
+                self.autos.add(name)
         self.support += [a.name.value for a in moved]
         for alias in keep:
             self.unknown.append((source, cst.Module([]).code_for_node(alias.name)))
@@ -242,11 +257,12 @@ class _Reduce(cst.CSTTransformer):
         return updated
 
 
-def reduce_modeling(source: str, module: str, entry: set[str] | None = None
-                    ) -> tuple[str, list[str]]:
+def reduce_modeling(source: str, module: str, entry: set[str] | None = None,
+                    autos: set[str] | None = None) -> tuple[str, list[str]]:
     """The modeling file ``source`` of ``module`` reduced for conversion (see the module doc);
     returns (source, the machinery names that have no JAX counterpart here). ``entry``: the
-    classes wanted (the others that none of them reaches are dropped); None keeps all."""
+    classes wanted (the others that none of them reaches are dropped); None keeps all.
+    ``autos``, when given, receives the auto classes (``AutoModel``) the reduced file uses."""
     tree = ast.parse(source)
     keep = _reached(tree, set(entry)) if entry else None
     defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
@@ -256,6 +272,8 @@ def reduce_modeling(source: str, module: str, entry: set[str] | None = None
     reduced = reduced.visit(reducer)
     code = reduced.code
     unknown = [f"{m}.{n}" for m, n in reducer.unknown]
+    if autos is not None:
+        autos |= reducer.autos
     names = sorted(set(reducer.support))
     if names:
         dots = "." * module.count(".")

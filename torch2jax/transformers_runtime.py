@@ -253,15 +253,44 @@ class MaskedLMOutput(ModelOutput):
     pass
 
 
-def __getattr__(name: str) -> type[ModelOutput]:
+class AutoModel:
+    """transformers' AutoModel (and each AutoModelFor..., made by the module's __getattr__):
+    ``from_config(config, rngs=...)`` builds the converted class that ``config.model_type``
+    maps to, from the modeling files converted with this package (the table ``_hf_auto.py``
+    beside this file names them: {(auto class, model_type): (module, class)})."""
+
+    @classmethod
+    def from_config(cls, config: Any, *args: Any, rngs: nnx.Rngs, **kwargs: Any) -> nnx.Module:
+        import importlib
+
+        for option in ("dtype", "torch_dtype", "attn_implementation", "trust_remote_code"):
+            kwargs.pop(option, None)
+        package = __name__.rpartition(".")[0]
+        table = importlib.import_module(f"{package}._hf_auto").MODELS
+        found = table.get((cls.__name__, getattr(config, "model_type", None)))
+        if found is None:
+            raise NotImplementedError(
+                f"{cls.__name__}.from_config: model_type {config.model_type!r} was not "
+                f"converted with this package (converted: {sorted(table)})")
+        module, name = found
+        built = getattr(importlib.import_module(f"{package}.{module}"), name)
+        return built(config, *args, rngs=rngs, **kwargs)
+
+
+def __getattr__(name: str) -> type[ModelOutput] | type[AutoModel]:
     """The other output classes of transformers.modeling_outputs (ImageClassifierOutput,
     Seq2SeqLMOutput, MoeCausalLMOutputWithPast, ...), made when a converted file imports one:
-    each a ModelOutput of the fields it is given."""
-    if not re.match(r"^[A-Z]\w*Output(With\w+)?$", name):
+    each a ModelOutput of the fields it is given; and the other auto classes
+    (AutoModelForCausalLM, ...), each an AutoModel of its name."""
+    if re.match(r"^AutoModelFor\w+$", name):
+        base: type = AutoModel
+    elif re.match(r"^[A-Z]\w*Output(With\w+)?$", name):
+        base = ModelOutput
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     cls = globals().get(name)
     if cls is None:
-        cls = globals()[name] = type(name, (ModelOutput,), {"__module__": __name__})
+        cls = globals()[name] = type(name, (base,), {"__module__": __name__})
     return cls
 
 

@@ -564,6 +564,10 @@ class ModuleClassMixin:
                 func.value.value in self.index.module_classes) and (
                 f"{func.value.value}.{func.attr.value}" in self.index.rngs_functions):
             return True  # Net.from_config(...): a classmethod constructor that takes rngs
+        if m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("from_config"))) and (
+                func.value.value in self.index.module_classes) and (
+                func.value.value not in self.index.classes):
+            return True  # AutoModel.from_config(...) of a converted module: it takes rngs
         # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer)
         return bool(isinstance(func, cst.Attribute) and not m.matches(func.value, m.Name("self"))
                     and func.attr.value.endswith(("block", "Block")) and self._rngs_scope

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import ModuleType
 
 from torch2jax.hf import (
+    AUTO_TABLE,
     SUPPORT_LAYERS,
     SUPPORT_MODULE,
     is_modeling_file,
@@ -175,6 +176,48 @@ def _source_of(module_name: str) -> tuple[Path, bool]:
     return Path(spec.origin), spec.submodule_search_locations is not None
 
 
+def _auto_models(module_name: str, autos: set[str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """{(auto class, model_type): (modeling module, class)} for the sub-configs that the
+    default configs of ``module_name``'s models hold (LlavaConfig's text_config, a LlamaConfig):
+    the classes ``AutoModel.from_config(config.text_config)`` builds there, as transformers'
+    own auto mappings name them."""
+    import transformers
+    from transformers import PretrainedConfig, PreTrainedModel
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    original = importlib.import_module(module_name)
+    configs = {c.config_class for c in vars(original).values() if isinstance(c, type)
+               and issubclass(c, PreTrainedModel) and isinstance(c.config_class, type)}
+    types: set[str] = set()
+
+    def walk(config, depth: int = 0) -> None:
+        for value in vars(config).values():
+            if isinstance(value, PretrainedConfig) and depth < 4:
+                types.add(value.model_type)
+                walk(value, depth + 1)
+
+    for config_class in configs:
+        try:
+            walk(config_class())
+        except Exception:  # noqa: BLE001 (a config whose defaults do not build: none taken)
+            continue
+    table = {}
+    for auto in autos:
+        names = getattr(getattr(transformers, auto, None), "_model_mapping", None)
+        for model_type in types:
+            name = getattr(names, "_model_mapping", {}).get(model_type)
+            name = name[0] if isinstance(name, (list, tuple)) else name
+            try:
+                package = importlib.import_module(
+                    f"transformers.models.{model_type_to_module_name(model_type)}")
+                cls = getattr(package, name) if name else None
+            except (ImportError, AttributeError):
+                continue
+            if cls is not None and is_modeling_file(cls.__module__):
+                table[(auto, model_type)] = (cls.__module__, name)
+    return table
+
+
 _ALIAS = """# the original module, unconverted (verify's mirror package)
 import importlib
 import sys
@@ -235,6 +278,8 @@ def convert_package_file(
     work = [(name, "convert")]
     todos = 0
     forwarded: set[str] = set()
+    entries: dict[str, set[str] | None] = {name: entry}  # the classes wanted of a modeling file
+    autos: dict[tuple[str, str], tuple[str, str]] = {}  # AutoModel.from_config's table
 
     def target_of(module: str, is_package: bool) -> Path:
         rel = module.split(".")[1:]
@@ -260,13 +305,27 @@ def convert_package_file(
             # a transformers modeling file: reduced, its machinery from _hf_support (hf.py)
             target = target_of(module, is_package)
             target.parent.mkdir(parents=True, exist_ok=True)
-            source, unknown = reduce_modeling(source, module, entry)
+            used: set[str] = set()
+            source, unknown = reduce_modeling(source, module, entries.get(module), used)
             target.write_text(source)
-            code, n = convert(target, set(SUPPORT_LAYERS))
+            code, n = convert(target, set(SUPPORT_LAYERS) | used)
             todos += n + len(unknown)
             target.write_text(code)
             (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
+            # AutoModel.from_config(config.text_config): the modeling files of the sub-models
+            # converted too (only their classes built there), and named in the table
+            found = _auto_models(module, used) if used else {}
+            autos.update(found)
+            for sub, cls in set(found.values()):
+                if sub == module:
+                    continue
+                wanted = entries.get(sub, set())
+                if sub not in entries or (wanted is not None and cls not in wanted):
+                    entries[sub] = None if sub in entries and wanted is None else (
+                        (wanted or set()) | {cls})
+                    modes.pop(sub, None)
+                    work.append((sub, "convert"))
             continue
         used = _names_in_functions(source) if mode == "convert" else set()
         deps = _relative_imports(source, module, is_package)
@@ -301,6 +360,13 @@ def convert_package_file(
                 work.append((dep, "convert" if convert_dep else "copy"))
             else:
                 work.append((dep, "alias"))
+    if autos:
+        rows = "".join(f"    ({a!r}, {t!r}): ({mod.split('.', 1)[1]!r}, {cls!r}),\n"
+                       for (a, t), (mod, cls) in sorted(autos.items()))
+        (out_dir / alias / f"{AUTO_TABLE}.py").write_text(
+            "# the converted classes that AutoModel.from_config builds here, by the config's "
+            "model_type\n# (written by torch2jax with the converted modeling files)\n"
+            f"MODELS = {{\n{rows}}}\n")
     # every package directory of the mirror forwards the names it does not hold itself
     package = out_dir / alias
     for module in forwarded:
