@@ -191,6 +191,10 @@ class ModelOutput(OrderedDict):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("__annotations__") and "__init__" not in cls.__dict__:
+            # @dataclass class LlavaModelOutputWithPast(MultimodalBaseModelOutputWithPast),
+            # no fields of its own: @dataclass keeps this __init__ (of the fields given)
+            cls.__init__ = ModelOutput.__init__  # type: ignore[method-assign]
         jax.tree_util.register_pytree_node(
             cls, lambda o: (list(o.values()), list(o.keys())),
             lambda keys, values: cls(**dict(zip(keys, values))))
@@ -978,6 +982,21 @@ class PreTrainedModel(nnx.Module):
                 raise NotImplementedError(f"tying {target} to {source}: only a Linear or an "
                                           "Embedding to an Embedding is translated")
             setattr(owner, name, _TiedHead(embed, head.bias))
+
+    def get_input_embeddings(self) -> Any:
+        """The token embedding, where transformers finds it: the ``_input_embed_layer``
+        attribute (``embed_tokens``) here, in ``embeddings``, in ``model``, else what the
+        ``language_model`` or the base model answers."""
+        name = getattr(self, "_input_embed_layer", "embed_tokens")
+        for owner in (self, getattr(self, "embeddings", None), getattr(self, "model", None)):
+            if owner is not None and getattr(owner, name, None) is not None:
+                return getattr(owner, name)
+        for inner in (getattr(self, "language_model", None),
+                      getattr(self, self.base_model_prefix, None) if self.base_model_prefix
+                      else None):
+            if inner is not None and inner is not self and hasattr(inner, "get_input_embeddings"):
+                return inner.get_input_embeddings()
+        raise NotImplementedError(f"{type(self).__name__}: no input embedding found")
 
     def get_encoder(self) -> Any:
         """The encoder of an encoder-decoder model (``self.encoder``, or the base model's),
