@@ -284,3 +284,29 @@ def test_functional_embedding_of_a_parameter_verifies(tmp_path) -> None:
     r = _verify(tmp_path, LOOKUP, "RelativeBias", "float32[2,4,4]", "int64[4,4]:6")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("text", ["mistral", "qwen2"])
+def test_a_composite_model_builds_its_sub_models_converted(text) -> None:
+    """Llava builds its towers with ``AutoModel.from_config(config.vision_config)`` and
+    ``AutoModel.from_config(config.text_config)`` (124 modeling files do so). The converted
+    file builds the *converted* classes of those configs' model types: here a text model other
+    than the default config's (Llava's default is Llama), so the sub-model's modeling file is
+    found from the model verify builds, converted beside Llava's and built with rngs."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    path = Path(transformers.__file__).parent / "models" / "llava" / "modeling_llava.py"
+    small = "hidden_size=32, intermediate_size=64, num_attention_heads=4"
+    text_config = (f"dict(model_type={text!r}, {small}, num_hidden_layers=2, "
+                   "num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)")
+    vision = (f"dict(model_type='siglip_vision_model', {small}, num_hidden_layers=1, "
+              "image_size=16, patch_size=4)")
+    build = (f"LlavaForConditionalGeneration(LlavaConfig(text_config={text_config}, "
+             f"vision_config={vision}, image_token_id=63, vision_feature_layer=-1))")
+    r = run_request(VerifyRequest(
+        target=f"{path}::LlavaForConditionalGeneration", build=build,
+        setup="from transformers import LlavaConfig",
+        inputs=("int64[2,6]:60", "attention_mask=int64[2,6]:2"), float64=False))
+    assert r.error is None, r.error
+    assert r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4

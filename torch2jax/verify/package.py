@@ -176,11 +176,12 @@ def _source_of(module_name: str) -> tuple[Path, bool]:
     return Path(spec.origin), spec.submodule_search_locations is not None
 
 
-def _auto_models(module_name: str, autos: set[str]) -> dict[tuple[str, str], tuple[str, str]]:
+def _auto_models(module_name: str, autos: set[str], types: set[str]
+                 ) -> dict[tuple[str, str], tuple[str, str]]:
     """{(auto class, model_type): (modeling module, class)} for the sub-configs that the
     default configs of ``module_name``'s models hold (LlavaConfig's text_config, a LlamaConfig):
     the classes ``AutoModel.from_config(config.text_config)`` builds there, as transformers'
-    own auto mappings name them."""
+    own auto mappings name them; and those of the model ``types`` given."""
     import transformers
     from transformers import PretrainedConfig, PreTrainedModel
     from transformers.models.auto.configuration_auto import model_type_to_module_name
@@ -188,7 +189,7 @@ def _auto_models(module_name: str, autos: set[str]) -> dict[tuple[str, str], tup
     original = importlib.import_module(module_name)
     configs = {c.config_class for c in vars(original).values() if isinstance(c, type)
                and issubclass(c, PreTrainedModel) and isinstance(c.config_class, type)}
-    types: set[str] = set()
+    types = set(types)
 
     def walk(config, depth: int = 0) -> None:
         for value in vars(config).values():
@@ -261,12 +262,15 @@ def __getattr__(name):
 def convert_package_file(
     path: Path, out_dir: Path, convert: Callable[[Path, set[str]], tuple[str, int]],
     entry: set[str] | None = None, alias: str | None = None,
+    model_types: set[str] | None = None,
 ) -> tuple[Path, int]:
     """Write the mirror package for ``path`` under ``out_dir``; return (the converted file's
     path in it, the number of TODOs the conversions left). ``convert(file, known)`` gives
     (JAX source, TODO count); ``known`` names the module classes the file imports from
     converted modules (their constructors take ``rngs``). ``alias``: the mirror's top-level
-    name (default: ``<top>_jax_<n>``, new in this process)."""
+    name (default: ``<top>_jax_<n>``, new in this process). ``model_types``: transformers
+    model types that ``AutoModel.from_config`` may build besides those of the default configs
+    (the sub-models of the model verify builds)."""
     found = package_of(path)
     assert found is not None
     _, name = found
@@ -315,7 +319,7 @@ def convert_package_file(
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
             # AutoModel.from_config(config.text_config): the modeling files of the sub-models
             # converted too (only their classes built there), and named in the table
-            found = _auto_models(module, used) if used else {}
+            found = _auto_models(module, used, model_types or set()) if used else {}
             autos.update(found)
             for sub, cls in set(found.values()):
                 if sub == module:
