@@ -280,7 +280,7 @@ def convert_package_file(
     modes: dict[str, str] = {}
     reexported: dict[str, dict[str, str]] = {}  # package -> {layer class: its submodule}
     work = [(name, "convert")]
-    todos = 0
+    counts: dict[str, int] = {}  # the TODOs of each converted module
     forwarded: set[str] = set()
     entries: dict[str, set[str] | None] = {name: entry}  # the classes wanted of a modeling file
     autos: dict[tuple[str, str], tuple[str, str]] = {}  # AutoModel.from_config's table
@@ -313,7 +313,7 @@ def convert_package_file(
             source, unknown = reduce_modeling(source, module, entries.get(module), used)
             target.write_text(source)
             code, n = convert(target, set(SUPPORT_LAYERS) | used)
-            todos += n + len(unknown)
+            counts[module] = n + len(unknown)  # (a file converted again counts once)
             target.write_text(code)
             (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
@@ -321,15 +321,15 @@ def convert_package_file(
             # converted too (only their classes built there), and named in the table
             found = _auto_models(module, used, model_types or set()) if used else {}
             autos.update(found)
-            for sub, cls in set(found.values()):
-                if sub == module:
-                    continue
+            for sub, cls in sorted(set(found.values())):
                 wanted = entries.get(sub, set())
-                if sub not in entries or (wanted is not None and cls not in wanted):
-                    entries[sub] = None if sub in entries and wanted is None else (
-                        (wanted or set()) | {cls})
-                    modes.pop(sub, None)
-                    work.append((sub, "convert"))
+                if wanted is None or (sub in entries and cls in wanted):
+                    continue  # converted with that class (or whole) already
+                # (Qwen3VLModel's AutoModel.from_config(config.vision_config) builds a class
+                # of its own file: the file again, with that class kept)
+                entries[sub] = wanted | {cls}
+                modes.pop(sub, None)
+                work.append((sub, "convert"))
             continue
         used = _names_in_functions(source) if mode == "convert" else set()
         deps = _relative_imports(source, module, is_package)
@@ -344,7 +344,7 @@ def convert_package_file(
                 work += [(f"{dep}.{sub}", "convert") for sub in set(moved.values())]
         if mode == "convert":
             code, n = convert(file, set().union(*layers.values()))
-            todos += n
+            counts[module] = n
             # the package's own modules imported absolutely come from the mirror too
             code = re.sub(rf"^(\s*)from {top}(\.[\w.]+)? import", rf"\1from {alias}\2 import",
                           code, flags=re.MULTILINE)
@@ -381,4 +381,4 @@ def convert_package_file(
             original = ".".join([top, *directory.relative_to(package).parts])
             init.write_text(_PACKAGE.format(original=original,
                                             reexported=reexported.get(original, {})))
-    return target_of(name, path.name == "__init__.py"), todos
+    return target_of(name, path.name == "__init__.py"), sum(counts.values())
