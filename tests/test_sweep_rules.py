@@ -310,3 +310,38 @@ def test_a_composite_model_builds_its_sub_models_converted(text) -> None:
     assert r.error is None, r.error
     assert r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+CLASS_OR_NONE = '''
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+class Block(nn.Module):
+    """Bamba's decoder layer: the feed-forward class picked as ``MLP if ... else None``."""
+
+    def __init__(self, width=6, num_experts=1):
+        super().__init__()
+        ffn_layer_class = MLP if num_experts == 1 else None
+        self.feed_forward = ffn_layer_class(width)
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x):
+        return x + self.feed_forward(self.norm(x))
+'''
+
+
+def test_a_layer_class_or_none_picked_by_a_condition_verifies(tmp_path) -> None:
+    r = _verify(tmp_path, CLASS_OR_NONE, "Block", "float32[3,6]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)

@@ -983,6 +983,19 @@ class PreTrainedModel(nnx.Module):
                                           "Embedding to an Embedding is translated")
             setattr(owner, name, _TiedHead(embed, head.bias))
 
+    @property
+    def dtype(self) -> Any:
+        """transformers' ``model.dtype``: its first floating parameter's (float32 before any)."""
+        if "_dtype" in vars(self):
+            return vars(self)["_dtype"]
+        leaves = jax.tree.leaves(nnx.state(self, nnx.Param))
+        return next((x.dtype for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)),
+                    jnp.dtype(jnp.float32))
+
+    @dtype.setter
+    def dtype(self, value: Any) -> None:
+        vars(self)["_dtype"] = value
+
     def get_input_embeddings(self) -> Any:
         """The token embedding, where transformers finds it: the ``_input_embed_layer``
         attribute (``embed_tokens``) here, in ``embeddings``, in ``model``, else what the

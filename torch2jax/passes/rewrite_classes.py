@@ -721,7 +721,10 @@ class ModuleClassMixin:
                                             and e.value.value in classes for e in value.elements)}
         def a_class(value: cst.BaseExpression) -> bool:
             if isinstance(value, cst.IfExp):  # Cross if is_cross_attention else Self
-                return a_class(value.body) and a_class(value.orelse)
+                # (or Bamba's MLP if num_experts == 1 else None: None is never called)
+                none = [m.matches(v, m.Name("None")) for v in (value.body, value.orelse)]
+                return not all(none) and all(n or a_class(v) for n, v in zip(
+                    none, (value.body, value.orelse), strict=True))
             if isinstance(value, cst.Call) and value.args and not value.args[0].keyword and (
                     self.q(value.func) == "functools.partial"):
                 return a_class(value.args[0].value)  # mlp = partial(Mlp, hidden=12)
