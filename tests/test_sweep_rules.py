@@ -345,3 +345,30 @@ def test_a_layer_class_or_none_picked_by_a_condition_verifies(tmp_path) -> None:
     r = _verify(tmp_path, CLASS_OR_NONE, "Block", "float32[3,6]")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+@pytest.mark.transformers
+def test_the_support_models_dtype_is_its_parameters_as_in_transformers() -> None:
+    """PaliGemma and LLaVA-NeXT-Video read ``self.dtype`` in ``__init__``: the support
+    module's PreTrainedModel answers its parameters' dtype, as transformers' does."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    import jax.numpy as jnp
+    import torch
+    from flax import nnx
+
+    from torch2jax import transformers_runtime as runtime
+
+    config = transformers.LlamaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                      num_attention_heads=2, vocab_size=16)
+
+    class Tiny(runtime.PreTrainedModel):
+        def __init__(self, config, dtype, *, rngs):
+            super().__init__(config, rngs=rngs)
+            self.before = self.dtype
+            self.proj = nnx.Linear(8, 8, param_dtype=dtype, rngs=rngs)
+
+    for name in ("float32", "bfloat16"):
+        torch_model = transformers.LlamaModel(config).to(getattr(torch, name))
+        jax_model = Tiny(config, getattr(jnp, name), rngs=nnx.Rngs(0))
+        assert str(jax_model.dtype) == str(torch_model.dtype).removeprefix("torch.") == name
+        assert jax_model.before == jnp.float32
