@@ -372,3 +372,37 @@ def test_the_support_models_dtype_is_its_parameters_as_in_transformers() -> None
         jax_model = Tiny(config, getattr(jnp, name), rngs=nnx.Rngs(0))
         assert str(jax_model.dtype) == str(torch_model.dtype).removeprefix("torch.") == name
         assert jax_model.before == jnp.float32
+
+
+ROPES = [
+    {"rope_type": "linear", "factor": 4.0},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+     "mscale": 0.7, "mscale_all_dim": 1.0, "beta_fast": 16, "partial_rotary_factor": 0.5},
+    {"rope_type": "proportional", "partial_rotary_factor": 0.25},
+]
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("rope", ROPES, ids=lambda r: r["rope_type"])
+def test_static_rope_types_give_transformers_frequencies(rope) -> None:
+    """CWM (llama3), Gemma 4 (proportional) and the YaRN models read
+    ROPE_INIT_FUNCTIONS[rope_type] at init: the support module's give the same inverse
+    frequencies and attention factor as transformers' own."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    import numpy as np
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from torch2jax import transformers_runtime as runtime
+
+    def config():
+        return transformers.LlamaConfig(
+            hidden_size=64, num_attention_heads=4, max_position_embeddings=256,
+            rope_parameters={"rope_theta": 10000.0, **rope})
+
+    torch_freq, torch_factor = ROPE_INIT_FUNCTIONS[rope["rope_type"]](config())
+    jax_freq, jax_factor = runtime.ROPE_INIT_FUNCTIONS[rope["rope_type"]](config())
+    np.testing.assert_allclose(np.asarray(jax_freq), torch_freq.numpy(), rtol=1e-6)
+    assert jax_factor == pytest.approx(torch_factor, rel=1e-7)

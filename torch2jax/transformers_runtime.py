@@ -880,10 +880,95 @@ def dynamic_rope_update(func: Callable) -> Callable:
     return wrapper
 
 
+def _rope(config: Any, layer_type: str | None, head_key: str = "head_dim"
+          ) -> tuple[dict, float, int, jax.Array]:
+    """(rope parameters, theta, head_dim, inverse frequencies over the rotated dimensions)."""
+    with contextlib.suppress(ValueError):
+        config = config.per_layer_config[layer_type] if layer_type is not None else config
+    config.standardize_rope_params()
+    params = config.rope_parameters[layer_type] if layer_type is not None else (
+        config.rope_parameters)
+    head_dim = getattr(config, head_key, None) or config.hidden_size // config.num_attention_heads
+    dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
+    theta = params["rope_theta"]
+    return params, theta, head_dim, 1.0 / theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
+
+
+def _rope_linear(config: Any, device: Any = None, seq_len: Any = None,
+                 layer_type: str | None = None) -> tuple[jax.Array, float]:
+    params, _, _, inv_freq = _rope(config, layer_type)
+    return inv_freq / params["factor"], 1.0
+
+
+def _rope_proportional(config: Any, device: Any = None, seq_len: Any = None,
+                       layer_type: str | None = None, head_dim_key: str = "head_dim"
+                       ) -> tuple[jax.Array, float]:
+    """Gemma 4's: the first partial_rotary_factor of the angles rotate (over the whole
+    head_dim's frequencies), the others are zero."""
+    params, theta, head_dim, _ = _rope(config, layer_type, head_dim_key)
+    angles = int(params.get("partial_rotary_factor", 1.0) * head_dim // 2)
+    inv_freq = 1.0 / theta ** (jnp.arange(0, 2 * angles, 2, dtype=jnp.float32) / head_dim)
+    inv_freq = jnp.concatenate([inv_freq, jnp.zeros(head_dim // 2 - angles, jnp.float32)])
+    return inv_freq / params.get("factor", 1.0), 1.0
+
+
+def _rope_llama3(config: Any, device: Any = None, seq_len: Any = None,
+                 layer_type: str | None = None) -> tuple[jax.Array, float]:
+    """Llama 3's: long wavelengths divided by factor, short ones kept, smoothed between."""
+    params, _, _, inv_freq = _rope(config, layer_type)
+    factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+    context = params["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = jnp.where(wavelen > context / low, inv_freq / factor, inv_freq)
+    smooth = (context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= context / high) & (wavelen <= context / low)
+    return jnp.where(medium, smoothed, scaled), 1.0
+
+
+def _rope_yarn(config: Any, device: Any = None, seq_len: Any = None,
+               layer_type: str | None = None) -> tuple[jax.Array, float]:
+    """YaRN: interpolated and extrapolated frequencies blended by a linear ramp between the
+    correction dimensions of beta_fast and beta_slow; the attention factor from mscale."""
+    params, theta, _, extrapolated = _rope(config, layer_type)
+    dim = 2 * extrapolated.shape[0]
+    context = params["original_max_position_embeddings"]
+    factor = params["factor"] or config.max_position_embeddings / context
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = params.get("attention_factor")
+    if attention is None:
+        m, m_all = params.get("mscale"), params.get("mscale_all_dim")
+        attention = float(mscale(factor, m) / mscale(factor, m_all)) if m and m_all else (
+            mscale(factor))
+
+    def correction(rotations: float) -> float:
+        return dim * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = correction(params.get("beta_fast") or 32), correction(
+        params.get("beta_slow") or 1)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low)
+                    / ((high + 0.001 if low == high else high) - low), 0, 1)
+    keep = 1 - ramp
+    return extrapolated / factor * (1 - keep) + extrapolated * keep, attention
+
+
 class _RopeInit(dict):
+    """transformers' ROPE_INIT_FUNCTIONS: the static rope types (their frequencies computed
+    once, at init); the dynamic ones are refused."""
+
     def __getitem__(self, name: str) -> Any:
-        raise NotImplementedError(f"rope_type {name!r} is not translated to JAX yet (only "
-                                  "'default', computed in the modeling file)")
+        found = {"linear": _rope_linear, "llama3": _rope_llama3, "yarn": _rope_yarn,
+                 "proportional": _rope_proportional}.get(name)
+        if found is None:
+            raise NotImplementedError(f"rope_type {name!r} is not translated to JAX yet (only "
+                                      "'default', linear, llama3, yarn and proportional)")
+        return found
 
 
 ROPE_INIT_FUNCTIONS = _RopeInit()
