@@ -406,3 +406,51 @@ def test_static_rope_types_give_transformers_frequencies(rope) -> None:
     jax_freq, jax_factor = runtime.ROPE_INIT_FUNCTIONS[rope["rope_type"]](config())
     np.testing.assert_allclose(np.asarray(jax_freq), torch_freq.numpy(), rtol=1e-6)
     assert jax_factor == pytest.approx(torch_factor, rel=1e-7)
+
+
+PARAM_COPY = '''
+import torch
+from torch import nn
+
+
+class Mixer(nn.Module):
+    """Mamba's and Bamba's mixers: parameters set after they are made, by copy_ under no_grad
+    (what transformers' init.copy_ does) and by assigning .data."""
+
+    def __init__(self, heads=4):
+        super().__init__()
+        A = torch.arange(1, heads + 1)
+        self.A_log = nn.Parameter(torch.log(A))
+        self.dt_bias = nn.Parameter(torch.ones(heads))
+        self.D = nn.Parameter(torch.ones(1, heads))
+        with torch.no_grad():
+            self.A_log.copy_(torch.log(A) * 2)
+            self.D.data.copy_(torch.tensor(0.5))
+        self.dt_bias.data = torch.linspace(0.5, 1.5, heads)
+
+    def forward(self, x):
+        return x * torch.exp(self.A_log) + self.D * self.dt_bias
+'''
+
+
+def test_a_parameter_copied_into_or_given_new_data_verifies(tmp_path) -> None:
+    r = _verify(tmp_path, PARAM_COPY, "Mixer", "float32[3,4]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    # verify brings torch's weights over; the values set at init are compared here
+    import numpy as np
+    import torch
+    from flax import nnx
+
+    from torch2jax.convert import convert_source
+
+    torch_space: dict = {}
+    exec(compile(PARAM_COPY, "torch_mixer", "exec"), torch_space)
+    jax_space: dict = {}
+    exec(compile(convert_source(PARAM_COPY).code, "jax_mixer", "exec"), jax_space)
+    with torch.no_grad():
+        torch_model = torch_space["Mixer"]()
+    jax_model = jax_space["Mixer"](rngs=nnx.Rngs(0))
+    for name in ("A_log", "D", "dt_bias"):
+        np.testing.assert_allclose(np.asarray(getattr(jax_model, name).value),
+                                   getattr(torch_model, name).detach().numpy(), rtol=1e-6)
