@@ -454,3 +454,59 @@ def test_a_parameter_copied_into_or_given_new_data_verifies(tmp_path) -> None:
     for name in ("A_log", "D", "dt_bias"):
         np.testing.assert_allclose(np.asarray(getattr(jax_model, name).value),
                                    getattr(torch_model, name).detach().numpy(), rtol=1e-6)
+
+
+HF_INIT = '''
+import torch
+from torch import nn
+
+from ... import initialization as init
+
+
+class Mixer(nn.Module):
+    """Bamba's and Mamba's mixers: transformers' init functions called outside _init_weights."""
+
+    def __init__(self, heads=4):
+        super().__init__()
+        self.A_log = nn.Parameter(torch.empty(heads))
+        self.D = nn.Parameter(torch.empty(heads))
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self):
+        A = torch.arange(1, self.A_log.shape[0] + 1, dtype=torch.float32)
+        init.copy_(self.A_log, torch.log(A))
+        init.ones_(self.D)
+
+    def forward(self, x):
+        return x * torch.exp(self.A_log) + self.D
+'''
+
+
+@pytest.mark.transformers
+def test_transformers_init_functions_outside_init_weights_convert() -> None:
+    """``from ... import initialization as init`` in a modeling file: its functions are
+    torch.nn.init's for a model being built, and ``init.copy_`` the tensor's own copy_. The
+    reduced and converted file sets the values transformers' functions set."""
+    pytest.importorskip("transformers", exc_type=ImportError)
+    import numpy as np
+    import torch
+    from flax import nnx
+
+    from torch2jax.convert import convert_source
+    from torch2jax.hf import reduce_modeling
+
+    torch_space: dict = {"__name__": "transformers.models.mixer.modeling_mixer",
+                         "__package__": "transformers.models.mixer"}
+    exec(compile(HF_INIT, "torch_mixer", "exec"), torch_space)
+    reduced, unknown = reduce_modeling(HF_INIT, "transformers.models.mixer.modeling_mixer")
+    assert unknown == []
+    jax_space: dict = {}
+    exec(compile(convert_source(reduced).code, "jax_mixer", "exec"), jax_space)
+    torch_model, jax_model = torch_space["Mixer"](), jax_space["Mixer"](rngs=nnx.Rngs(0))
+    for name in ("A_log", "D"):
+        np.testing.assert_allclose(np.asarray(getattr(jax_model, name).value),
+                                   getattr(torch_model, name).detach().numpy(), rtol=1e-6)
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(jax_model(x)), torch_model(torch.from_numpy(x))
+                               .detach().numpy(), rtol=1e-6)

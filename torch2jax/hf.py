@@ -135,6 +135,7 @@ class _Reduce(cst.CSTTransformer):
         self.support: list[str] = []
         self.unknown: list[tuple[str, str]] = []  # (module, name) of the machinery not supported
         self.autos: set[str] = set()  # the auto classes the file builds sub-models with
+        self.init_alias = ""  # from ... import initialization as init: "init"
 
     def _absolute(self, node: cst.ImportFrom) -> str:
         dots = len(node.relative)
@@ -151,6 +152,14 @@ class _Reduce(cst.CSTTransformer):
         source = self._absolute(original)
         if not source.startswith("transformers") or isinstance(updated.names, cst.ImportStar):
             return updated
+        if source == "transformers" and [cst.Module([]).code_for_node(a.name)
+                                         for a in updated.names] == ["initialization"]:
+            # from ... import initialization as init: torch.nn.init's functions (transformers'
+            # skip the tensors it marks initialised, which a model being built has none of)
+            return updated.with_changes(relative=[], module=cst.Attribute(
+                cst.Name("torch"), cst.Name("nn")), names=[cst.ImportAlias(
+                    cst.Name("init"), asname=None if self.init_alias == "init"
+                    else updated.names[0].asname)])
         autos = source in ("transformers", "transformers.models.auto",
                            "transformers.models.auto.modeling_auto")
         if source.startswith("transformers.models.") and not autos and (
@@ -211,6 +220,11 @@ class _Reduce(cst.CSTTransformer):
             # transformers' _from_config does, less its dtype and attention options)
             return updated.with_changes(func=updated.func.value)
         func = cst.Module([]).code_for_node(updated.func)
+        if self.init_alias and func == f"{self.init_alias}.copy_" and len(updated.args) == 2 \
+                and not any(a.keyword or a.star for a in updated.args):
+            # init.copy_(self.A_log, value): torch.nn.init has no copy_; the tensor's own
+            return cst.Call(func=cst.Attribute(updated.args[0].value, cst.Name("copy_")),
+                            args=[updated.args[1].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
         if not _DROPOUT.match(func):
             return updated
         args = {a.keyword.value if a.keyword else i: a.value for i, a in enumerate(updated.args)}
@@ -267,6 +281,8 @@ def reduce_modeling(source: str, module: str, entry: set[str] | None = None,
     keep = _reached(tree, set(entry)) if entry else None
     defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     reducer = _Reduce(module, keep, defined)
+    alias = re.search(r"^from \.\.\. import initialization as (\w+)$", source, re.MULTILINE)
+    reducer.init_alias = alias.group(1) if alias else ""
     reduced = cst.parse_module(source).visit(reducer)
     reducer.used = {n.id for n in ast.walk(ast.parse(reduced.code)) if isinstance(n, ast.Name)}
     reduced = reduced.visit(reducer)
