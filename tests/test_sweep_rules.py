@@ -510,3 +510,46 @@ def test_transformers_init_functions_outside_init_weights_convert() -> None:
     x = np.linspace(-1, 1, 4, dtype=np.float32)
     np.testing.assert_allclose(np.asarray(jax_model(x)), torch_model(torch.from_numpy(x))
                                .detach().numpy(), rtol=1e-6)
+
+
+@pytest.mark.transformers
+def test_config_class_comes_from_the_config_annotation_as_in_transformers() -> None:
+    """VisionTextDualEncoderModel checks ``isinstance(config, self.config_class)`` and names its
+    config class only as ``config: VisionTextDualEncoderConfig``: the support PreTrainedModel
+    derives config_class from that annotation as transformers' does (and resolves a string
+    annotation, where transformers would keep the string)."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    from torch2jax import transformers_runtime as runtime
+
+    source = '''
+from transformers import LlamaConfig
+
+
+class Annotated(Base):
+    config: LlamaConfig
+
+
+class Named(Base):
+    config_class = LlamaConfig
+
+
+class Inherited(Annotated):
+    pass
+'''
+    import sys
+    import types
+
+    sides = {}
+    for side, base in (("torch", transformers.PreTrainedModel),
+                       ("jax", runtime.PreTrainedModel)):
+        module = types.ModuleType(f"t2j_{side}_classes")  # string annotations resolve in it
+        module.Base = base
+        sys.modules[module.__name__] = module
+        try:
+            exec(compile(source, module.__name__, "exec", dont_inherit=True), vars(module))
+        finally:
+            del sys.modules[module.__name__]
+        sides[side] = {name: getattr(module, name).config_class
+                       for name in ("Annotated", "Named", "Inherited")}
+    assert sides["jax"] == sides["torch"]
+    assert sides["jax"]["Annotated"] is transformers.LlamaConfig

@@ -1025,6 +1025,15 @@ class PreTrainedModel(nnx.Module):
     base_model_prefix = ""
     _tied_weights_keys: Any = None
     _supports_sdpa = False
+    config_class: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # as transformers: config_class from the class's own, else its `config: XConfig`
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("config_class") is None:
+            with contextlib.suppress(Exception):  # an annotation that does not resolve
+                found = inspect.get_annotations(cls, eval_str=True).get("config")
+                cls.config_class = found if isinstance(found, type) else cls.config_class
 
     def __init__(self, config: Any, *args: Any, rngs: nnx.Rngs | None = None,
                  **kwargs: Any) -> None:
