@@ -445,9 +445,9 @@ def test_a_parameter_copied_into_or_given_new_data_verifies(tmp_path) -> None:
     from torch2jax.convert import convert_source
 
     torch_space: dict = {}
-    exec(compile(PARAM_COPY, "torch_mixer", "exec"), torch_space)
+    exec(compile(PARAM_COPY, "torch_mixer", "exec"), torch_space)  # noqa: S102
     jax_space: dict = {}
-    exec(compile(convert_source(PARAM_COPY).code, "jax_mixer", "exec"), jax_space)
+    exec(compile(convert_source(PARAM_COPY).code, "jax_mixer", "exec"), jax_space)  # noqa: S102
     with torch.no_grad():
         torch_model = torch_space["Mixer"]()
     jax_model = jax_space["Mixer"](rngs=nnx.Rngs(0))
@@ -498,11 +498,11 @@ def test_transformers_init_functions_outside_init_weights_convert() -> None:
 
     torch_space: dict = {"__name__": "transformers.models.mixer.modeling_mixer",
                          "__package__": "transformers.models.mixer"}
-    exec(compile(HF_INIT, "torch_mixer", "exec"), torch_space)
+    exec(compile(HF_INIT, "torch_mixer", "exec"), torch_space)  # noqa: S102
     reduced, unknown = reduce_modeling(HF_INIT, "transformers.models.mixer.modeling_mixer")
     assert unknown == []
     jax_space: dict = {}
-    exec(compile(convert_source(reduced).code, "jax_mixer", "exec"), jax_space)
+    exec(compile(convert_source(reduced).code, "jax_mixer", "exec"), jax_space)  # noqa: S102
     torch_model, jax_model = torch_space["Mixer"](), jax_space["Mixer"](rngs=nnx.Rngs(0))
     for name in ("A_log", "D"):
         np.testing.assert_allclose(np.asarray(getattr(jax_model, name).value),
@@ -546,7 +546,7 @@ class Inherited(Annotated):
         module.Base = base
         sys.modules[module.__name__] = module
         try:
-            exec(compile(source, module.__name__, "exec", dont_inherit=True), vars(module))
+            exec(compile(source, module.__name__, "exec", dont_inherit=True), vars(module))  # noqa: S102
         finally:
             del sys.modules[module.__name__]
         sides[side] = {name: getattr(module, name).config_class

@@ -191,7 +191,7 @@ class ModelOutput(OrderedDict):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not cls.__dict__.get("__annotations__") and "__init__" not in cls.__dict__:
+        if not inspect.get_annotations(cls) and "__init__" not in cls.__dict__:
             # @dataclass class LlavaModelOutputWithPast(MultimodalBaseModelOutputWithPast),
             # no fields of its own: @dataclass keeps this __init__ (of the fields given)
             cls.__init__ = ModelOutput.__init__  # type: ignore[method-assign]
@@ -281,7 +281,7 @@ class AutoModel:
         return built(config, *args, rngs=rngs, **kwargs)
 
 
-def __getattr__(name: str) -> type[ModelOutput] | type[AutoModel]:
+def __getattr__(name: str) -> type[ModelOutput | AutoModel]:
     """The other output classes of transformers.modeling_outputs (ImageClassifierOutput,
     Seq2SeqLMOutput, MoeCausalLMOutputWithPast, ...), made when a converted file imports one:
     each a ModelOutput of the fields it is given; and the other auto classes

@@ -16,6 +16,7 @@ Such a file imports its helpers relatively (``from ..ops.misc import Conv2dNormA
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.util
 import itertools
@@ -198,10 +199,8 @@ def _auto_models(module_name: str, autos: set[str], types: set[str]
                 walk(value, depth + 1)
 
     for config_class in configs:
-        try:
+        with contextlib.suppress(Exception):  # a config whose defaults do not build: none
             walk(config_class())
-        except Exception:  # noqa: BLE001 (a config whose defaults do not build: none taken)
-            continue
     table = {}
     for auto in autos:
         names = getattr(getattr(transformers, auto, None), "_model_mapping", None)
