@@ -553,3 +553,28 @@ class Inherited(Annotated):
                        for name in ("Annotated", "Named", "Inherited")}
     assert sides["jax"] == sides["torch"]
     assert sides["jax"]["Annotated"] is transformers.LlamaConfig
+
+
+@pytest.mark.transformers
+def test_dataclass_outputs_over_the_support_output_classes_take_every_field() -> None:
+    """LLaVA's ``@dataclass class LlavaModelOutputWithPast(MultimodalBaseModelOutputWithPast)``
+    (no field of its own) and Gemma 4's ``Gemma4TextModelOutputWithPast(BaseModelOutputWithPast)``
+    (one more field) are built with their parents' fields by keyword: the support module's
+    output classes are no dataclasses, so @dataclass alone would take only the class's own
+    fields. Read as transformers' own outputs read."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    import dataclasses
+
+    from torch2jax import transformers_runtime as runtime
+
+    reads = {}
+    for side, base in (("torch", transformers.modeling_outputs.BaseModelOutputWithPast),
+                       ("jax", runtime.BaseModelOutputWithPast)):
+        plain = dataclasses.dataclass(type("Plain", (base,), {}))
+        more = dataclasses.dataclass(type("More", (base,), {
+            "__annotations__": {"per_layer": object}, "per_layer": None}))
+        a = plain(last_hidden_state=1.0, past_key_values=None)
+        b = more(last_hidden_state=2.0, per_layer=3.0)
+        reads[side] = (dict(a), a.last_hidden_state, a[0], dict(b), b.per_layer,
+                       b.last_hidden_state, b.past_key_values, b.to_tuple())
+    assert reads["jax"] == reads["torch"]

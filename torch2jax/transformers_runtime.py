@@ -191,9 +191,12 @@ class ModelOutput(OrderedDict):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if not inspect.get_annotations(cls) and "__init__" not in cls.__dict__:
-            # @dataclass class LlavaModelOutputWithPast(MultimodalBaseModelOutputWithPast),
-            # no fields of its own: @dataclass keeps this __init__ (of the fields given)
+        parents = [b for b in cls.__mro__[1:] if issubclass(b, ModelOutput)][:-1]
+        if "__init__" not in cls.__dict__ and any(
+                "__dataclass_fields__" not in vars(b) for b in parents):
+            # @dataclass class Gemma4TextModelOutputWithPast(BaseModelOutputWithPast): a parent
+            # here is no dataclass, whose fields @dataclass's __init__ would not take; it
+            # keeps this one (of every field, by keyword)
             cls.__init__ = ModelOutput.__init__  # type: ignore[method-assign]
         jax.tree_util.register_pytree_node(
             cls, lambda o: (list(o.values()), list(o.keys())),
@@ -201,6 +204,8 @@ class ModelOutput(OrderedDict):
 
     def __init__(self, **fields: Any) -> None:
         super().__init__((k, v) for k, v in fields.items() if v is not None)
+        for name, value in self.items():  # over a @dataclass field's class-level default
+            object.__setattr__(self, name, value)
 
     def __post_init__(self) -> None:
         # a @dataclass output class of the modeling file (CLIPOutput): its fields that are set
