@@ -132,7 +132,7 @@ def shrink(config) -> dict:
                         else base for i in range(n)]
         elif (isinstance(value, list) and layers and len(value) == layers and layers > LAYERS
               and key not in ("depths",)):
-            out[key] = value[:LAYERS]
+            out[key] = _per_layer(value)
         elif key.endswith("token_id") and isinstance(value, int) and value >= VOCAB:
             out[key] = 3 + abs(hash(key)) % 8
         elif key.endswith("token_id") and isinstance(value, list) and any(
@@ -152,6 +152,17 @@ def shrink(config) -> dict:
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
     return out
+
+
+def _per_layer(values: list) -> list:
+    """A per-layer list cut to LAYERS entries, keeping one layer of each kind where the
+    entries are names (a hybrid's ["mamba", "mamba", ..., "attention"]: a cut to its first
+    entries would leave no attention layer, which the torch model refuses)."""
+    if not all(isinstance(v, str) for v in values):
+        return values[:LAYERS]
+    firsts = [values.index(kind) for kind in dict.fromkeys(values)][:LAYERS]
+    rest = [i for i in range(len(values)) if i not in firsts][:LAYERS - len(firsts)]
+    return [values[i] for i in sorted(firsts + rest)]
 
 
 def tiny_config(config_class):

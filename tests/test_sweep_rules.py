@@ -284,3 +284,297 @@ def test_functional_embedding_of_a_parameter_verifies(tmp_path) -> None:
     r = _verify(tmp_path, LOOKUP, "RelativeBias", "float32[2,4,4]", "int64[4,4]:6")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("text", ["mistral", "qwen2"])
+def test_a_composite_model_builds_its_sub_models_converted(text) -> None:
+    """Llava builds its towers with ``AutoModel.from_config(config.vision_config)`` and
+    ``AutoModel.from_config(config.text_config)`` (124 modeling files do so). The converted
+    file builds the *converted* classes of those configs' model types: here a text model other
+    than the default config's (Llava's default is Llama), so the sub-model's modeling file is
+    found from the model verify builds, converted beside Llava's and built with rngs."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    path = Path(transformers.__file__).parent / "models" / "llava" / "modeling_llava.py"
+    small = "hidden_size=32, intermediate_size=64, num_attention_heads=4"
+    text_config = (f"dict(model_type={text!r}, {small}, num_hidden_layers=2, "
+                   "num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)")
+    vision = (f"dict(model_type='siglip_vision_model', {small}, num_hidden_layers=1, "
+              "image_size=16, patch_size=4)")
+    build = (f"LlavaForConditionalGeneration(LlavaConfig(text_config={text_config}, "
+             f"vision_config={vision}, image_token_id=63, vision_feature_layer=-1))")
+    r = run_request(VerifyRequest(
+        target=f"{path}::LlavaForConditionalGeneration", build=build,
+        setup="from transformers import LlavaConfig",
+        inputs=("int64[2,6]:60", "attention_mask=int64[2,6]:2"), float64=False))
+    assert r.error is None, r.error
+    assert r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+CLASS_OR_NONE = '''
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+class Block(nn.Module):
+    """Bamba's decoder layer: the feed-forward class picked as ``MLP if ... else None``."""
+
+    def __init__(self, width=6, num_experts=1):
+        super().__init__()
+        ffn_layer_class = MLP if num_experts == 1 else None
+        self.feed_forward = ffn_layer_class(width)
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x):
+        return x + self.feed_forward(self.norm(x))
+'''
+
+
+def test_a_layer_class_or_none_picked_by_a_condition_verifies(tmp_path) -> None:
+    r = _verify(tmp_path, CLASS_OR_NONE, "Block", "float32[3,6]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+@pytest.mark.transformers
+def test_the_support_models_dtype_is_its_parameters_as_in_transformers() -> None:
+    """PaliGemma and LLaVA-NeXT-Video read ``self.dtype`` in ``__init__``: the support
+    module's PreTrainedModel answers its parameters' dtype, as transformers' does."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    import jax.numpy as jnp
+    import torch
+    from flax import nnx
+
+    from torch2jax import transformers_runtime as runtime
+
+    config = transformers.LlamaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                      num_attention_heads=2, vocab_size=16)
+
+    class Tiny(runtime.PreTrainedModel):
+        def __init__(self, config, dtype, *, rngs):
+            super().__init__(config, rngs=rngs)
+            self.before = self.dtype
+            self.proj = nnx.Linear(8, 8, param_dtype=dtype, rngs=rngs)
+
+    for name in ("float32", "bfloat16"):
+        torch_model = transformers.LlamaModel(config).to(getattr(torch, name))
+        jax_model = Tiny(config, getattr(jnp, name), rngs=nnx.Rngs(0))
+        assert str(jax_model.dtype) == str(torch_model.dtype).removeprefix("torch.") == name
+        assert jax_model.before == jnp.float32
+
+
+ROPES = [
+    {"rope_type": "linear", "factor": 4.0},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+     "mscale": 0.7, "mscale_all_dim": 1.0, "beta_fast": 16, "partial_rotary_factor": 0.5},
+    {"rope_type": "proportional", "partial_rotary_factor": 0.25},
+]
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("rope", ROPES, ids=lambda r: r["rope_type"])
+def test_static_rope_types_give_transformers_frequencies(rope) -> None:
+    """CWM (llama3), Gemma 4 (proportional) and the YaRN models read
+    ROPE_INIT_FUNCTIONS[rope_type] at init: the support module's give the same inverse
+    frequencies and attention factor as transformers' own."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    import numpy as np
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from torch2jax import transformers_runtime as runtime
+
+    def config():
+        return transformers.LlamaConfig(
+            hidden_size=64, num_attention_heads=4, max_position_embeddings=256,
+            rope_parameters={"rope_theta": 10000.0, **rope})
+
+    torch_freq, torch_factor = ROPE_INIT_FUNCTIONS[rope["rope_type"]](config())
+    jax_freq, jax_factor = runtime.ROPE_INIT_FUNCTIONS[rope["rope_type"]](config())
+    np.testing.assert_allclose(np.asarray(jax_freq), torch_freq.numpy(), rtol=1e-6)
+    assert jax_factor == pytest.approx(torch_factor, rel=1e-7)
+
+
+PARAM_COPY = '''
+import torch
+from torch import nn
+
+
+class Mixer(nn.Module):
+    """Mamba's and Bamba's mixers: parameters set after they are made, by copy_ under no_grad
+    (what transformers' init.copy_ does) and by assigning .data."""
+
+    def __init__(self, heads=4):
+        super().__init__()
+        A = torch.arange(1, heads + 1)
+        self.A_log = nn.Parameter(torch.log(A))
+        self.dt_bias = nn.Parameter(torch.ones(heads))
+        self.D = nn.Parameter(torch.ones(1, heads))
+        with torch.no_grad():
+            self.A_log.copy_(torch.log(A) * 2)
+            self.D.data.copy_(torch.tensor(0.5))
+        self.dt_bias.data = torch.linspace(0.5, 1.5, heads)
+
+    def forward(self, x):
+        return x * torch.exp(self.A_log) + self.D * self.dt_bias
+'''
+
+
+def test_a_parameter_copied_into_or_given_new_data_verifies(tmp_path) -> None:
+    r = _verify(tmp_path, PARAM_COPY, "Mixer", "float32[3,4]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    # verify brings torch's weights over; the values set at init are compared here
+    import numpy as np
+    import torch
+    from flax import nnx
+
+    from torch2jax.convert import convert_source
+
+    torch_space: dict = {}
+    exec(compile(PARAM_COPY, "torch_mixer", "exec"), torch_space)  # noqa: S102
+    jax_space: dict = {}
+    exec(compile(convert_source(PARAM_COPY).code, "jax_mixer", "exec"), jax_space)  # noqa: S102
+    with torch.no_grad():
+        torch_model = torch_space["Mixer"]()
+    jax_model = jax_space["Mixer"](rngs=nnx.Rngs(0))
+    for name in ("A_log", "D", "dt_bias"):
+        np.testing.assert_allclose(np.asarray(getattr(jax_model, name).value),
+                                   getattr(torch_model, name).detach().numpy(), rtol=1e-6)
+
+
+HF_INIT = '''
+import torch
+from torch import nn
+
+from ... import initialization as init
+
+
+class Mixer(nn.Module):
+    """Bamba's and Mamba's mixers: transformers' init functions called outside _init_weights."""
+
+    def __init__(self, heads=4):
+        super().__init__()
+        self.A_log = nn.Parameter(torch.empty(heads))
+        self.D = nn.Parameter(torch.empty(heads))
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self):
+        A = torch.arange(1, self.A_log.shape[0] + 1, dtype=torch.float32)
+        init.copy_(self.A_log, torch.log(A))
+        init.ones_(self.D)
+
+    def forward(self, x):
+        return x * torch.exp(self.A_log) + self.D
+'''
+
+
+@pytest.mark.transformers
+def test_transformers_init_functions_outside_init_weights_convert() -> None:
+    """``from ... import initialization as init`` in a modeling file: its functions are
+    torch.nn.init's for a model being built, and ``init.copy_`` the tensor's own copy_. The
+    reduced and converted file sets the values transformers' functions set."""
+    pytest.importorskip("transformers", exc_type=ImportError)
+    import numpy as np
+    import torch
+    from flax import nnx
+
+    from torch2jax.convert import convert_source
+    from torch2jax.hf import reduce_modeling
+
+    torch_space: dict = {"__name__": "transformers.models.mixer.modeling_mixer",
+                         "__package__": "transformers.models.mixer"}
+    exec(compile(HF_INIT, "torch_mixer", "exec"), torch_space)  # noqa: S102
+    reduced, unknown = reduce_modeling(HF_INIT, "transformers.models.mixer.modeling_mixer")
+    assert unknown == []
+    jax_space: dict = {}
+    exec(compile(convert_source(reduced).code, "jax_mixer", "exec"), jax_space)  # noqa: S102
+    torch_model, jax_model = torch_space["Mixer"](), jax_space["Mixer"](rngs=nnx.Rngs(0))
+    for name in ("A_log", "D"):
+        np.testing.assert_allclose(np.asarray(getattr(jax_model, name).value),
+                                   getattr(torch_model, name).detach().numpy(), rtol=1e-6)
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(jax_model(x)), torch_model(torch.from_numpy(x))
+                               .detach().numpy(), rtol=1e-6)
+
+
+@pytest.mark.transformers
+def test_config_class_comes_from_the_config_annotation_as_in_transformers() -> None:
+    """VisionTextDualEncoderModel checks ``isinstance(config, self.config_class)`` and names its
+    config class only as ``config: VisionTextDualEncoderConfig``: the support PreTrainedModel
+    derives config_class from that annotation as transformers' does (and resolves a string
+    annotation, where transformers would keep the string)."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    from torch2jax import transformers_runtime as runtime
+
+    source = '''
+from transformers import LlamaConfig
+
+
+class Annotated(Base):
+    config: LlamaConfig
+
+
+class Named(Base):
+    config_class = LlamaConfig
+
+
+class Inherited(Annotated):
+    pass
+'''
+    import sys
+    import types
+
+    sides = {}
+    for side, base in (("torch", transformers.PreTrainedModel),
+                       ("jax", runtime.PreTrainedModel)):
+        module = types.ModuleType(f"t2j_{side}_classes")  # string annotations resolve in it
+        module.Base = base
+        sys.modules[module.__name__] = module
+        try:
+            exec(compile(source, module.__name__, "exec", dont_inherit=True), vars(module))  # noqa: S102
+        finally:
+            del sys.modules[module.__name__]
+        sides[side] = {name: getattr(module, name).config_class
+                       for name in ("Annotated", "Named", "Inherited")}
+    assert sides["jax"] == sides["torch"]
+    assert sides["jax"]["Annotated"] is transformers.LlamaConfig
+
+
+@pytest.mark.transformers
+def test_dataclass_outputs_over_the_support_output_classes_take_every_field() -> None:
+    """LLaVA's ``@dataclass class LlavaModelOutputWithPast(MultimodalBaseModelOutputWithPast)``
+    (no field of its own) and Gemma 4's ``Gemma4TextModelOutputWithPast(BaseModelOutputWithPast)``
+    (one more field) are built with their parents' fields by keyword: the support module's
+    output classes are no dataclasses, so @dataclass alone would take only the class's own
+    fields. Read as transformers' own outputs read."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    import dataclasses
+
+    from torch2jax import transformers_runtime as runtime
+
+    reads = {}
+    for side, base in (("torch", transformers.modeling_outputs.BaseModelOutputWithPast),
+                       ("jax", runtime.BaseModelOutputWithPast)):
+        plain = dataclasses.dataclass(type("Plain", (base,), {}))
+        more = dataclasses.dataclass(type("More", (base,), {
+            "__annotations__": {"per_layer": object}, "per_layer": None}))
+        a = plain(last_hidden_state=1.0, past_key_values=None)
+        b = more(last_hidden_state=2.0, per_layer=3.0)
+        reads[side] = (dict(a), a.last_hidden_state, a[0], dict(b), b.per_layer,
+                       b.last_hidden_state, b.past_key_values, b.to_tuple())
+    assert reads["jax"] == reads["torch"]

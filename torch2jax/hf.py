@@ -23,6 +23,10 @@ and hub plumbing). It *reduces* the modeling file first (:func:`reduce_modeling`
   ``dropout=0.0`` unless training) becomes ``attention_dropout(w, dropout)`` from the same
   module;
 * ``Model._from_config(config)`` of a class of the file is ``Model(config)``;
+* ``AutoModel.from_config(config.text_config)`` (and every ``AutoModelFor...``) reads the
+  support module's ``AutoModel``, whose ``from_config`` builds the *converted* class that the
+  config's ``model_type`` maps to: the package side (``verify/package.py``) converts those
+  modeling files too and writes the table of them (``_hf_auto.py``) beside the support module;
 * ``_init_weights`` methods go (torch initialisation: the converted model starts from flax's
   initialisers; trained weights come with ``torch2jax weights``);
 * the classes and functions that no requested class reaches go
@@ -67,6 +71,10 @@ SUPPORT_LAYERS = {"PreTrainedModel", "GradientCheckpointingLayer", "Conv1D"}
 # transformers.modeling_outputs' classes (ImageClassifierOutput, Seq2SeqLMOutput, ...): the
 # support module makes each one it is asked for (a ModelOutput, its fields by keyword)
 _OUTPUT = re.compile(r"^[A-Z]\w*Output(With\w+)?$")
+# transformers' auto classes (AutoModel, AutoModelForCausalLM, ...): the support module's
+# stand-ins build the converted class of a config's model_type (``from_config``)
+AUTO = re.compile(r"^AutoModel(For\w+)?$")
+AUTO_TABLE = "_hf_auto"
 _DROPOUT = re.compile(r"^(nn\.functional|F|torch\.nn\.functional)\.dropout$")
 
 
@@ -126,6 +134,8 @@ class _Reduce(cst.CSTTransformer):
         self.used: set[str] | None = None  # the second pass: the names the code reads
         self.support: list[str] = []
         self.unknown: list[tuple[str, str]] = []  # (module, name) of the machinery not supported
+        self.autos: set[str] = set()  # the auto classes the file builds sub-models with
+        self.init_alias = ""  # from ... import initialization as init: "init"
 
     def _absolute(self, node: cst.ImportFrom) -> str:
         dots = len(node.relative)
@@ -142,7 +152,17 @@ class _Reduce(cst.CSTTransformer):
         source = self._absolute(original)
         if not source.startswith("transformers") or isinstance(updated.names, cst.ImportStar):
             return updated
-        if source.startswith("transformers.models.") and (
+        if source == "transformers" and [cst.Module([]).code_for_node(a.name)
+                                         for a in updated.names] == ["initialization"]:
+            # from ... import initialization as init: torch.nn.init's functions (transformers'
+            # skip the tensors it marks initialised, which a model being built has none of)
+            return updated.with_changes(relative=[], module=cst.Attribute(
+                cst.Name("torch"), cst.Name("nn")), names=[cst.ImportAlias(
+                    cst.Name("init"), asname=None if self.init_alias == "init"
+                    else updated.names[0].asname)])
+        autos = source in ("transformers", "transformers.models.auto",
+                           "transformers.models.auto.modeling_auto")
+        if source.startswith("transformers.models.") and not autos and (
                 _config_module(source) or source.count(".") >= 3) and not source.rsplit(
                     ".", 1)[-1].startswith("generation_"):
             return updated  # the configuration (plain Python), another model's files
@@ -170,8 +190,12 @@ class _Reduce(cst.CSTTransformer):
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
             if (alias.asname.name.value if alias.asname else name) not in self.used:
                 continue  # used only by what the reduction removed
-            (moved if name in SUPPORT_NAMES or (source == "transformers.modeling_outputs"
-                                                and _OUTPUT.match(name)) else keep).append(alias)
+            auto = autos and AUTO.match(name)
+            (moved if name in SUPPORT_NAMES or auto or (source == "transformers.modeling_outputs"
+                                                        and _OUTPUT.match(name))
+             else keep).append(alias)
+            if auto:
+                self.autos.add(name)
         self.support += [a.name.value for a in moved]
         for alias in keep:
             self.unknown.append((source, cst.Module([]).code_for_node(alias.name)))
@@ -196,6 +220,11 @@ class _Reduce(cst.CSTTransformer):
             # transformers' _from_config does, less its dtype and attention options)
             return updated.with_changes(func=updated.func.value)
         func = cst.Module([]).code_for_node(updated.func)
+        if self.init_alias and func == f"{self.init_alias}.copy_" and len(updated.args) == 2 \
+                and not any(a.keyword or a.star for a in updated.args):
+            # init.copy_(self.A_log, value): torch.nn.init has no copy_; the tensor's own
+            return cst.Call(func=cst.Attribute(updated.args[0].value, cst.Name("copy_")),
+                            args=[updated.args[1].with_changes(comma=cst.MaybeSentinel.DEFAULT)])
         if not _DROPOUT.match(func):
             return updated
         args = {a.keyword.value if a.keyword else i: a.value for i, a in enumerate(updated.args)}
@@ -242,20 +271,25 @@ class _Reduce(cst.CSTTransformer):
         return updated
 
 
-def reduce_modeling(source: str, module: str, entry: set[str] | None = None
-                    ) -> tuple[str, list[str]]:
+def reduce_modeling(source: str, module: str, entry: set[str] | None = None,
+                    autos: set[str] | None = None) -> tuple[str, list[str]]:
     """The modeling file ``source`` of ``module`` reduced for conversion (see the module doc);
     returns (source, the machinery names that have no JAX counterpart here). ``entry``: the
-    classes wanted (the others that none of them reaches are dropped); None keeps all."""
+    classes wanted (the others that none of them reaches are dropped); None keeps all.
+    ``autos``, when given, receives the auto classes (``AutoModel``) the reduced file uses."""
     tree = ast.parse(source)
     keep = _reached(tree, set(entry)) if entry else None
     defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     reducer = _Reduce(module, keep, defined)
+    alias = re.search(r"^from \.\.\. import initialization as (\w+)$", source, re.MULTILINE)
+    reducer.init_alias = alias.group(1) if alias else ""
     reduced = cst.parse_module(source).visit(reducer)
     reducer.used = {n.id for n in ast.walk(ast.parse(reduced.code)) if isinstance(n, ast.Name)}
     reduced = reduced.visit(reducer)
     code = reduced.code
     unknown = [f"{m}.{n}" for m, n in reducer.unknown]
+    if autos is not None:
+        autos |= reducer.autos
     names = sorted(set(reducer.support))
     if names:
         dots = "." * module.count(".")

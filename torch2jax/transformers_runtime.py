@@ -191,12 +191,21 @@ class ModelOutput(OrderedDict):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        parents = [b for b in cls.__mro__[1:] if issubclass(b, ModelOutput)][:-1]
+        if "__init__" not in cls.__dict__ and any(
+                "__dataclass_fields__" not in vars(b) for b in parents):
+            # @dataclass class Gemma4TextModelOutputWithPast(BaseModelOutputWithPast): a parent
+            # here is no dataclass, whose fields @dataclass's __init__ would not take; it
+            # keeps this one (of every field, by keyword)
+            cls.__init__ = ModelOutput.__init__  # type: ignore[method-assign]
         jax.tree_util.register_pytree_node(
             cls, lambda o: (list(o.values()), list(o.keys())),
             lambda keys, values: cls(**dict(zip(keys, values))))
 
     def __init__(self, **fields: Any) -> None:
         super().__init__((k, v) for k, v in fields.items() if v is not None)
+        for name, value in self.items():  # over a @dataclass field's class-level default
+            object.__setattr__(self, name, value)
 
     def __post_init__(self) -> None:
         # a @dataclass output class of the modeling file (CLIPOutput): its fields that are set
@@ -253,15 +262,44 @@ class MaskedLMOutput(ModelOutput):
     pass
 
 
-def __getattr__(name: str) -> type[ModelOutput]:
+class AutoModel:
+    """transformers' AutoModel (and each AutoModelFor..., made by the module's __getattr__):
+    ``from_config(config, rngs=...)`` builds the converted class that ``config.model_type``
+    maps to, from the modeling files converted with this package (the table ``_hf_auto.py``
+    beside this file names them: {(auto class, model_type): (module, class)})."""
+
+    @classmethod
+    def from_config(cls, config: Any, *args: Any, rngs: nnx.Rngs, **kwargs: Any) -> nnx.Module:
+        import importlib
+
+        for option in ("dtype", "torch_dtype", "attn_implementation", "trust_remote_code"):
+            kwargs.pop(option, None)
+        package = __name__.rpartition(".")[0]
+        table = importlib.import_module(f"{package}._hf_auto").MODELS
+        found = table.get((cls.__name__, getattr(config, "model_type", None)))
+        if found is None:
+            raise NotImplementedError(
+                f"{cls.__name__}.from_config: model_type {config.model_type!r} was not "
+                f"converted with this package (converted: {sorted(table)})")
+        module, name = found
+        built = getattr(importlib.import_module(f"{package}.{module}"), name)
+        return built(config, *args, rngs=rngs, **kwargs)
+
+
+def __getattr__(name: str) -> type[ModelOutput | AutoModel]:
     """The other output classes of transformers.modeling_outputs (ImageClassifierOutput,
     Seq2SeqLMOutput, MoeCausalLMOutputWithPast, ...), made when a converted file imports one:
-    each a ModelOutput of the fields it is given."""
-    if not re.match(r"^[A-Z]\w*Output(With\w+)?$", name):
+    each a ModelOutput of the fields it is given; and the other auto classes
+    (AutoModelForCausalLM, ...), each an AutoModel of its name."""
+    if re.match(r"^AutoModelFor\w+$", name):
+        base: type = AutoModel
+    elif re.match(r"^[A-Z]\w*Output(With\w+)?$", name):
+        base = ModelOutput
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     cls = globals().get(name)
     if cls is None:
-        cls = globals()[name] = type(name, (ModelOutput,), {"__module__": __name__})
+        cls = globals()[name] = type(name, (base,), {"__module__": __name__})
     return cls
 
 
@@ -847,10 +885,95 @@ def dynamic_rope_update(func: Callable) -> Callable:
     return wrapper
 
 
+def _rope(config: Any, layer_type: str | None, head_key: str = "head_dim"
+          ) -> tuple[dict, float, int, jax.Array]:
+    """(rope parameters, theta, head_dim, inverse frequencies over the rotated dimensions)."""
+    with contextlib.suppress(ValueError):
+        config = config.per_layer_config[layer_type] if layer_type is not None else config
+    config.standardize_rope_params()
+    params = config.rope_parameters[layer_type] if layer_type is not None else (
+        config.rope_parameters)
+    head_dim = getattr(config, head_key, None) or config.hidden_size // config.num_attention_heads
+    dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
+    theta = params["rope_theta"]
+    return params, theta, head_dim, 1.0 / theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
+
+
+def _rope_linear(config: Any, device: Any = None, seq_len: Any = None,
+                 layer_type: str | None = None) -> tuple[jax.Array, float]:
+    params, _, _, inv_freq = _rope(config, layer_type)
+    return inv_freq / params["factor"], 1.0
+
+
+def _rope_proportional(config: Any, device: Any = None, seq_len: Any = None,
+                       layer_type: str | None = None, head_dim_key: str = "head_dim"
+                       ) -> tuple[jax.Array, float]:
+    """Gemma 4's: the first partial_rotary_factor of the angles rotate (over the whole
+    head_dim's frequencies), the others are zero."""
+    params, theta, head_dim, _ = _rope(config, layer_type, head_dim_key)
+    angles = int(params.get("partial_rotary_factor", 1.0) * head_dim // 2)
+    inv_freq = 1.0 / theta ** (jnp.arange(0, 2 * angles, 2, dtype=jnp.float32) / head_dim)
+    inv_freq = jnp.concatenate([inv_freq, jnp.zeros(head_dim // 2 - angles, jnp.float32)])
+    return inv_freq / params.get("factor", 1.0), 1.0
+
+
+def _rope_llama3(config: Any, device: Any = None, seq_len: Any = None,
+                 layer_type: str | None = None) -> tuple[jax.Array, float]:
+    """Llama 3's: long wavelengths divided by factor, short ones kept, smoothed between."""
+    params, _, _, inv_freq = _rope(config, layer_type)
+    factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+    context = params["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = jnp.where(wavelen > context / low, inv_freq / factor, inv_freq)
+    smooth = (context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= context / high) & (wavelen <= context / low)
+    return jnp.where(medium, smoothed, scaled), 1.0
+
+
+def _rope_yarn(config: Any, device: Any = None, seq_len: Any = None,
+               layer_type: str | None = None) -> tuple[jax.Array, float]:
+    """YaRN: interpolated and extrapolated frequencies blended by a linear ramp between the
+    correction dimensions of beta_fast and beta_slow; the attention factor from mscale."""
+    params, theta, _, extrapolated = _rope(config, layer_type)
+    dim = 2 * extrapolated.shape[0]
+    context = params["original_max_position_embeddings"]
+    factor = params["factor"] or config.max_position_embeddings / context
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = params.get("attention_factor")
+    if attention is None:
+        m, m_all = params.get("mscale"), params.get("mscale_all_dim")
+        attention = float(mscale(factor, m) / mscale(factor, m_all)) if m and m_all else (
+            mscale(factor))
+
+    def correction(rotations: float) -> float:
+        return dim * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = correction(params.get("beta_fast") or 32), correction(
+        params.get("beta_slow") or 1)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low)
+                    / ((high + 0.001 if low == high else high) - low), 0, 1)
+    keep = 1 - ramp
+    return extrapolated / factor * (1 - keep) + extrapolated * keep, attention
+
+
 class _RopeInit(dict):
+    """transformers' ROPE_INIT_FUNCTIONS: the static rope types (their frequencies computed
+    once, at init); the dynamic ones are refused."""
+
     def __getitem__(self, name: str) -> Any:
-        raise NotImplementedError(f"rope_type {name!r} is not translated to JAX yet (only "
-                                  "'default', computed in the modeling file)")
+        found = {"linear": _rope_linear, "llama3": _rope_llama3, "yarn": _rope_yarn,
+                 "proportional": _rope_proportional}.get(name)
+        if found is None:
+            raise NotImplementedError(f"rope_type {name!r} is not translated to JAX yet (only "
+                                      "'default', linear, llama3, yarn and proportional)")
+        return found
 
 
 ROPE_INIT_FUNCTIONS = _RopeInit()
@@ -907,6 +1030,15 @@ class PreTrainedModel(nnx.Module):
     base_model_prefix = ""
     _tied_weights_keys: Any = None
     _supports_sdpa = False
+    config_class: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # as transformers: config_class from the class's own, else its `config: XConfig`
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("config_class") is None:
+            with contextlib.suppress(Exception):  # an annotation that does not resolve
+                found = inspect.get_annotations(cls, eval_str=True).get("config")
+                cls.config_class = found if isinstance(found, type) else cls.config_class
 
     def __init__(self, config: Any, *args: Any, rngs: nnx.Rngs | None = None,
                  **kwargs: Any) -> None:
@@ -949,6 +1081,34 @@ class PreTrainedModel(nnx.Module):
                 raise NotImplementedError(f"tying {target} to {source}: only a Linear or an "
                                           "Embedding to an Embedding is translated")
             setattr(owner, name, _TiedHead(embed, head.bias))
+
+    @property
+    def dtype(self) -> Any:
+        """transformers' ``model.dtype``: its first floating parameter's (float32 before any)."""
+        if "_dtype" in vars(self):
+            return vars(self)["_dtype"]
+        leaves = jax.tree.leaves(nnx.state(self, nnx.Param))
+        return next((x.dtype for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)),
+                    jnp.dtype(jnp.float32))
+
+    @dtype.setter
+    def dtype(self, value: Any) -> None:
+        vars(self)["_dtype"] = value
+
+    def get_input_embeddings(self) -> Any:
+        """The token embedding, where transformers finds it: the ``_input_embed_layer``
+        attribute (``embed_tokens``) here, in ``embeddings``, in ``model``, else what the
+        ``language_model`` or the base model answers."""
+        name = getattr(self, "_input_embed_layer", "embed_tokens")
+        for owner in (self, getattr(self, "embeddings", None), getattr(self, "model", None)):
+            if owner is not None and getattr(owner, name, None) is not None:
+                return getattr(owner, name)
+        for inner in (getattr(self, "language_model", None),
+                      getattr(self, self.base_model_prefix, None) if self.base_model_prefix
+                      else None):
+            if inner is not None and inner is not self and hasattr(inner, "get_input_embeddings"):
+                return inner.get_input_embeddings()
+        raise NotImplementedError(f"{type(self).__name__}: no input embedding found")
 
     def get_encoder(self) -> Any:
         """The encoder of an encoder-decoder model (``self.encoder``, or the base model's),

@@ -365,6 +365,12 @@ def _name_assigns(meta, fn: cst.FunctionDef) -> dict[str, list[cst.Assign]]:
 class Indexer(NoAttributeHooks, cst.CSTVisitor):
     METADATA_DEPENDENCIES = (ScopeProvider,)
 
+    def _known_from_config(self, func: cst.BaseExpression) -> bool:
+        """``AutoModel.from_config(config.text_config)``: the classmethod constructor of a
+        module class of another converted module (it takes rngs there)."""
+        return m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("from_config"))) and (
+            func.value.value in self.known_modules)
+
     def __init__(self, rules: RuleSet, known_modules: set[str],
                  fn_returns: dict[str, str] | None = None,
                  factory_layouts: set[str] | None = None,
@@ -490,7 +496,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         if key is not None:
             builds = (q in self.rules.layers and self._needs_rngs(q)) or (
                 q in self.known_modules
-            )
+            ) or self._known_from_config(node.func)
             if isinstance(node.func, cst.Name):
                 self._fn_calls.setdefault(key, set()).add(node.func.value)
                 if node.func.value in self.known_modules | self.imported_builders:
@@ -768,7 +774,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if isinstance(value, cst.Call):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
-                if rule is not None or q in self.known_modules:
+                if rule is not None or q in self.known_modules or self._known_from_config(
+                        value.func):
                     info.module_attrs.add(attr)
                     if rule is None or rule.special != "identity":
                         info.real_layer_attrs.add(attr)

@@ -514,6 +514,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             return self._lt_epoch_call(original_node.value, updated_node.value,
                                        updated_node.targets[0].target)
         data = self._data_assign(original_node, updated_node)
+        if data is None and self.current_class:
+            data = self._param_copy(original_node, updated_node)  # self.A_log.data = v
         if data is not None:
             return data
         site = self.training.statements.get(id(original_node))

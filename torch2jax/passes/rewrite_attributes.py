@@ -66,10 +66,47 @@ class AttributesMixin:
             return None
         return self.rules.methods.get(meth[:-1])
 
+    def _own_tensor_attr(self, node: cst.BaseExpression) -> str | None:
+        """``self.A_log`` (or ``self.A_log.data``) where the class holds a parameter or
+        buffer of that name: the name."""
+        if m.matches(node, m.Attribute(attr=m.Name("data"))):
+            node = node.value
+        info = self.index.classes.get(self.current_class or "")
+        if info and m.matches(node, m.Attribute(value=m.Name("self"))) and (
+                node.attr.value in info.tensor_attrs):
+            return node.attr.value
+        return None
+
+    def _param_copy(self, original_node, updated_node):
+        """``self.A_log.copy_(v)`` / ``self.A_log.data.copy_(v)`` (Mamba's, under no_grad;
+        transformers' ``init.copy_(self.A_log, v)``) and ``self.A_log.data = v`` on a parameter
+        or buffer of the class: its value rebound (copy_ keeps its shape and dtype)."""
+        if isinstance(original_node, cst.Assign):
+            target = original_node.targets[0].target if len(original_node.targets) == 1 else None
+            if target is None or not m.matches(target, m.Attribute(attr=m.Name("data"))):
+                return None
+            name = self._own_tensor_attr(target)
+            return None if name is None else cst.Assign(
+                targets=[cst.AssignTarget(expr(f"self.{name}.value"))], value=updated_node.value)
+        call_node = original_node.value
+        name = self._own_tensor_attr(call_node.func.value)
+        if name is None or len(call_node.args) != 1 or call_node.args[0].keyword:
+            return None
+        value = updated_node.value.args[0].value if isinstance(updated_node.value, cst.Call) \
+            and len(updated_node.value.args) == 1 else call_node.args[0].value
+        self.need("jnp")
+        return cst.Assign(targets=[cst.AssignTarget(expr(f"self.{name}.value"))], value=expr(
+            "jnp.broadcast_to(jnp.asarray({v}, dtype={p}.dtype), {p}.shape)", v=value,
+            p=expr(f"self.{name}.value")))
+
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
         recv = call_node.func.value
         new_value = updated_node.value  # the rewritten call, if a rule matched the base name
+        if meth == "copy_" and self.current_class:
+            copied = self._param_copy(original_node, updated_node)
+            if copied is not None:
+                return copied
         if isinstance(recv, (cst.Subscript, cst.Attribute)) and meth in (
                 "zero_", "fill_", *INPLACE_OPS):
             indexed = self._inplace_indexed(original_node, updated_node, meth)

@@ -574,6 +574,10 @@ class ModuleClassMixin:
                 func.value.value in self.index.module_classes) and (
                 f"{func.value.value}.{func.attr.value}" in self.index.rngs_functions):
             return True  # Net.from_config(...): a classmethod constructor that takes rngs
+        if m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("from_config"))) and (
+                func.value.value in self.index.module_classes) and (
+                func.value.value not in self.index.classes):
+            return True  # AutoModel.from_config(...) of a converted module: it takes rngs
         # a module class held by a config: block_cnf.block(block_cnf, sd_prob, norm_layer),
         # or by a dict of one: cfg["block"](*block_args) (timm's selecsls)
         held = (func.attr.value if isinstance(func, cst.Attribute) and not m.matches(
@@ -731,7 +735,10 @@ class ModuleClassMixin:
                                             and e.value.value in classes for e in value.elements)}
         def a_class(value: cst.BaseExpression) -> bool:
             if isinstance(value, cst.IfExp):  # Cross if is_cross_attention else Self
-                return a_class(value.body) and a_class(value.orelse)
+                # (or Bamba's MLP if num_experts == 1 else None: None is never called)
+                none = [m.matches(v, m.Name("None")) for v in (value.body, value.orelse)]
+                return not all(none) and all(n or a_class(v) for n, v in zip(
+                    none, (value.body, value.orelse), strict=True))
             if isinstance(value, cst.Call) and value.args and not value.args[0].keyword and (
                     self.q(value.func) == "functools.partial"):
                 return a_class(value.args[0].value)  # mlp = partial(Mlp, hidden=12)

@@ -19,6 +19,7 @@ Such a file imports its helpers relatively (``from ..ops.misc import Conv2dNormA
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.util
 import itertools
@@ -29,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 
 from torch2jax.hf import (
+    AUTO_TABLE,
     SUPPORT_LAYERS,
     SUPPORT_MODULE,
     is_modeling_file,
@@ -219,6 +221,47 @@ def _moved_layer_classes(package: str, classes: set[str]) -> dict[str, str]:
     return moved
 
 
+def _auto_models(module_name: str, autos: set[str], types: set[str]
+                 ) -> dict[tuple[str, str], tuple[str, str]]:
+    """{(auto class, model_type): (modeling module, class)} for the sub-configs that the
+    default configs of ``module_name``'s models hold (LlavaConfig's text_config, a LlamaConfig):
+    the classes ``AutoModel.from_config(config.text_config)`` builds there, as transformers'
+    own auto mappings name them; and those of the model ``types`` given."""
+    import transformers
+    from transformers import PretrainedConfig, PreTrainedModel
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    original = importlib.import_module(module_name)
+    configs = {c.config_class for c in vars(original).values() if isinstance(c, type)
+               and issubclass(c, PreTrainedModel) and isinstance(c.config_class, type)}
+    types = set(types)
+
+    def walk(config, depth: int = 0) -> None:
+        for value in vars(config).values():
+            if isinstance(value, PretrainedConfig) and depth < 4:
+                types.add(value.model_type)
+                walk(value, depth + 1)
+
+    for config_class in configs:
+        with contextlib.suppress(Exception):  # a config whose defaults do not build: none
+            walk(config_class())
+    table = {}
+    for auto in autos:
+        names = getattr(getattr(transformers, auto, None), "_model_mapping", None)
+        for model_type in types:
+            name = getattr(names, "_model_mapping", {}).get(model_type)
+            name = name[0] if isinstance(name, (list, tuple)) else name
+            try:
+                package = importlib.import_module(
+                    f"transformers.models.{model_type_to_module_name(model_type)}")
+                cls = getattr(package, name) if name else None
+            except (ImportError, AttributeError):
+                continue
+            if cls is not None and is_modeling_file(cls.__module__):
+                table[(auto, model_type)] = (cls.__module__, name)
+    return table
+
+
 def _dependencies_first(root: str, plans: dict, modes: dict[str, str]) -> list[str]:
     """Every planned module, the converted ones after the converted modules they import
     (depth first from ``root``; a cycle is cut where it closes)."""
@@ -375,12 +418,15 @@ def __getattr__(name):
 def convert_package_file(
     path: Path, out_dir: Path, convert: Callable[[Path, set[str]], tuple[str, int]],
     entry: set[str] | None = None, alias: str | None = None,
+    model_types: set[str] | None = None,
 ) -> tuple[Path, int]:
     """Write the mirror package for ``path`` under ``out_dir``; return (the converted file's
     path in it, the number of TODOs the conversions left). ``convert(file, known)`` gives
     (JAX source, TODO count); ``known`` names the module classes the file imports from
     converted modules (their constructors take ``rngs``). ``alias``: the mirror's top-level
-    name (default: ``<top>_jax_<n>``, new in this process)."""
+    name (default: ``<top>_jax_<n>``, new in this process). ``model_types``: transformers
+    model types that ``AutoModel.from_config`` may build besides those of the default configs
+    (the sub-models of the model verify builds)."""
     found = package_of(path)
     assert found is not None
     _, name = found
@@ -390,8 +436,10 @@ def convert_package_file(
     modes: dict[str, str] = {}
     reexported: dict[str, dict[str, str]] = {}  # package -> {layer class: its submodule}
     work = [(name, "convert")]
-    todos = 0
+    counts: dict[str, int] = {}  # the TODOs of each converted module
     forwarded: set[str] = set()
+    entries: dict[str, set[str] | None] = {name: entry}  # the classes wanted of a modeling file
+    autos: dict[tuple[str, str], tuple[str, str]] = {}  # AutoModel.from_config's table
 
     def target_of(module: str, is_package: bool) -> Path:
         rel = module.split(".")[1:]
@@ -418,13 +466,27 @@ def convert_package_file(
             # a transformers modeling file: reduced, its machinery from _hf_support (hf.py)
             target = target_of(module, is_package)
             target.parent.mkdir(parents=True, exist_ok=True)
-            source, unknown = reduce_modeling(source, module, entry)
+            used: set[str] = set()
+            source, unknown = reduce_modeling(source, module, entries.get(module), used)
             target.write_text(source)
-            code, n = convert(target, set(SUPPORT_LAYERS))
-            todos += n + len(unknown)
+            code, n = convert(target, set(SUPPORT_LAYERS) | used)
+            counts[module] = n + len(unknown)  # (a file converted again counts once)
             target.write_text(code)
             (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
+            # AutoModel.from_config(config.text_config): the modeling files of the sub-models
+            # converted too (only their classes built there), and named in the table
+            found = _auto_models(module, used, model_types or set()) if used else {}
+            autos.update(found)
+            for sub, cls in sorted(set(found.values())):
+                wanted = entries.get(sub, set())
+                if wanted is None or (sub in entries and cls in wanted):
+                    continue  # converted with that class (or whole) already
+                # (Qwen3VLModel's AutoModel.from_config(config.vision_config) builds a class
+                # of its own file: the file again, with that class kept)
+                entries[sub] = wanted | {cls}
+                modes.pop(sub, None)
+                work.append((sub, "convert"))
             plans.pop(module, None)
             continue
         used = _names_in_functions(source) if mode == "convert" else set()
@@ -467,7 +529,7 @@ def convert_package_file(
             if homed != source:  # read from the file as the mirror holds it
                 target.write_text(homed)
             code, n = convert(target if homed != source else file, known)
-            todos += n
+            counts[module] = n
             builders[module] = _rngs_functions(code)
             # the package's own modules imported absolutely come from the mirror too
             code = re.sub(rf"^(\s*)from {top}(\.[\w.]+)? import", rf"\1from {alias}\2 import",
@@ -477,6 +539,13 @@ def convert_package_file(
         else:
             code = _ALIAS.format(original=module)
         target.write_text(code)
+    if autos:
+        rows = "".join(f"    ({a!r}, {t!r}): ({mod.split('.', 1)[1]!r}, {cls!r}),\n"
+                       for (a, t), (mod, cls) in sorted(autos.items()))
+        (out_dir / alias / f"{AUTO_TABLE}.py").write_text(
+            "# the converted classes that AutoModel.from_config builds here, by the config's "
+            "model_type\n# (written by torch2jax with the converted modeling files)\n"
+            f"MODELS = {{\n{rows}}}\n")
     # every package directory of the mirror forwards the names it does not hold itself
     package = out_dir / alias
     for module in forwarded:
@@ -487,4 +556,4 @@ def convert_package_file(
             original = ".".join([top, *directory.relative_to(package).parts])
             init.write_text(_PACKAGE.format(original=original,
                                             reexported=reexported.get(original, {})))
-    return target_of(name, path.name == "__init__.py"), todos
+    return target_of(name, path.name == "__init__.py"), sum(counts.values())

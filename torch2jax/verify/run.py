@@ -169,18 +169,20 @@ def _convert_file(
 
 
 def convert_tree(path: Path, out_dir: Path, jax_target: str, rules: RuleSet | None,
-                 entry: Collection[str] = ()) -> int:
+                 entry: Collection[str] = (), model_types: Collection[str] = ()) -> int:
     """Convert ``path`` and the local modules it imports (transitively) into ``out_dir``,
     keeping their relative paths, so that the converted model imports converted siblings.
     Returns the number of untranslated constructs (TODOs) over all of them. ``entry``: the
-    classes of ``path`` the verifier builds and calls (they keep torch's layout)."""
+    classes of ``path`` the verifier builds and calls (they keep torch's layout);
+    ``model_types``: the transformers model types of the model built (its sub-models that
+    ``AutoModel.from_config`` builds are converted too)."""
     from torch2jax.verify.package import convert_package_file, package_of
 
     if package_of(path) is not None:  # a package's module: a mirror package (verify/package.py)
         # (which classes the package's other modules import is not indexed: all keep NCHW)
         return convert_package_file(
             path, out_dir, lambda f, known: _convert_file(f, jax_target, rules, known),
-            set(entry) or None)[1]
+            set(entry) or None, model_types=set(model_types))[1]
     from torch2jax.repo import import_closure, index_repository
     from torch2jax.ruleset import load_rules
 
@@ -448,15 +450,18 @@ class _JaxSource:
         self.req, self.tmp = req, tmp
         self.done: tuple[Path, int] | None = None
 
-    def get(self, path: Path, name: str) -> tuple[Path, int]:
-        """``(the JAX file, its TODO count)``."""
+    def get(self, path: Path, name: str, torch_model: Any = None) -> tuple[Path, int]:
+        """``(the JAX file, its TODO count)``. ``torch_model``: the model built, whose
+        sub-models' configs name the model types that ``AutoModel.from_config`` builds."""
         req = self.req
         if self.done is None:
             if req.converted is not None:
                 self.done = Path(req.converted), _converted_todos(req.converted)
             else:  # same file names, so that tracebacks read like the user's files
+                types = {t for mod in getattr(torch_model, "modules", list)() if isinstance(
+                    t := getattr(getattr(mod, "config", None), "model_type", None), str) and t}
                 todos = convert_tree(path, self.tmp, req.jax_target, req.rules,
-                                     entry_classes(name, req.build))
+                                     entry_classes(name, req.build), types)
                 self.done = converted_location(path, self.tmp), todos
         return self.done
 
@@ -511,7 +516,7 @@ def _verify(r: VerifyResult, req: VerifyRequest, source: _JaxSource) -> None:
     """One pass: float64 when ``req.float64``, else float32."""
     path, name, specs, torch_model, torch_module = build_torch_side(r, req)
     torch_model.eval()
-    jax_path, r.todos = source.get(path, name)
+    jax_path, r.todos = source.get(path, name, torch_model)
     with _device(req.device) as platform, x64(bool(req.float64)):
         r.device = platform
         check_forward(SIDES[req.jax_target], r, req,
