@@ -369,15 +369,10 @@ def gru_cell_call(cs: CallSite) -> cst.BaseExpression:
     x = cs.args.get("input")
     if x is None:
         raise Untranslatable("GRUCell called without input")
-    hx = cs.args.get("hx")
-    if hx is None or cs.lit("hx") is None:
+    if cs.args.get("hx") is None or cs.lit("hx") is None:
         h = _zero_state(cs, _simple(x, "GRUCell's input without hx"))
-    elif isinstance(hx, cst.Name):
-        # a name can hold None at run time (``forward(self, x, h=None)``): zeros then, as torch
-        zero = _zero_state(cs, _simple(x, "GRUCell's input with a state that may be None"))
-        h = f"{zero} if {hx.value} is None else {hx.value}"
     else:
-        h = code(hx)
+        h = code(cs.args.get("hx"))
     return expr(f"{func}({h}, {code(x)})[0]")
 
 

@@ -395,7 +395,7 @@ class LayerCalls:
             raise EquinoxError("a GRUCell applied to a value that is not a vector per example")
         self._fix_input_rank(call.args[1].value, 1)
         h = call.args[0].value
-        if isinstance(h, cst.Call) and code(h).startswith("jnp.zeros((*"):
+        if code(h).startswith("jnp.zeros((*"):
             h = expr("jnp.zeros({f}.hidden_size, {x}.dtype)", f=func, x=x)
         else:
             h, i = self.ev(h)
