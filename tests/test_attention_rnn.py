@@ -337,7 +337,8 @@ def test_gru_h_n_last_layer_matches_torch(models):
 def test_lstm_call_with_a_state_variable(models):
     tm, jm, _ = models
     text = _call_text("lstm", "self.lstm(x, hx)")
-    assert "initial_carry=(hx[1][0], hx[0][0])" in text, text
+    # a name may hold None at run time (forward(self, x, hx=None)): torch's zero state then
+    assert "initial_carry=None if hx is None else (hx[1][0], hx[0][0])" in text, text
     with torch.no_grad():
         want = tm.lstm(torch.from_numpy(XS), (torch.from_numpy(H0), torch.from_numpy(C0)))
     got = eval(text, {"self": jm, "jnp": jnp, "x": jnp.asarray(XS),
@@ -506,6 +507,29 @@ MODULES = textwrap.dedent('''
 
         def forward(self, x):
             return self.mine(self.gru(x)[0])
+
+
+    class GRUMaybeState(nn.Module):  # the state a parameter that defaults to None
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(5, 6, batch_first=True)
+
+        def forward(self, x, h=None):
+            out, h = self.gru(x, h)
+            return out * h[-1][:, None]
+
+
+    class LSTMMaybeState(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(5, 6, batch_first=True)
+
+        def init_hidden(self, batch):
+            return (torch.full((1, batch, 6), 0.3), torch.full((1, batch, 6), -0.2))
+
+        def forward(self, x, hx=None):
+            out, (h, c) = self.lstm(x, hx)
+            return out * h[-1][:, None] + c[-1][:, None]
 ''')
 
 
@@ -519,6 +543,23 @@ def test_whole_module_verifies(tmp_path, name, spec):
     path.write_text(MODULES)
     result = run_request(VerifyRequest(f"{path}::{name}", inputs=(spec,), grad=True,
                                        atol=1e-5, rtol=1e-5, float64=False))  # float64: tests/test_verify_defaults.py
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch
+
+
+@pytest.mark.parametrize(("name", "inputs", "exprs"), [
+    ("GRUMaybeState", ("float32[2,7,5]",), ()),  # h None: torch's zero state
+    ("GRUMaybeState", ("float32[2,7,5]", "float32[1,2,6]"), ()),
+    ("LSTMMaybeState", ("float32[2,7,5]",), ()),
+    ("LSTMMaybeState", ("float32[2,7,5]",), ("hx=model.init_hidden(2)",)),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_a_state_that_may_be_none_verifies(tmp_path, name, inputs, exprs):
+    """``def forward(self, x, h=None): self.gru(x, h)``: None is torch's zero state, on an
+    unmarked line it must not be indexed (``h[0]``); float64 too (the zero carry's dtype)."""
+    path = tmp_path / "seq_models.py"
+    path.write_text(MODULES)
+    result = run_request(VerifyRequest(f"{path}::{name}", inputs=inputs, input_exprs=exprs,
+                                       grad=True, atol=1e-5, rtol=1e-5))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
 

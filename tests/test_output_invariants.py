@@ -213,3 +213,68 @@ def test_functional_dropout_branch_keeps_the_import_of_the_f_it_reads() -> None:
     want = torch_ns["attend"](Eval(), torch.from_numpy(q), torch.from_numpy(k), 0.1).numpy()
     got = np.asarray(ns["attend"](Eval(), q, k, 0.1))
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+# --- (e) through names: torch objects held by a name, a parameter default, an attribute -----
+
+HELD_TORCH = {
+    # a module-level table of torch layer classes, looked up by name
+    "table": ('ACTS = {"weird": nn.Hardshrink}\n', "self.act = ACTS[name]()", "self.act(h)"),
+    # a parameter whose default is a torch layer class
+    "default": ("", "self.act = act()", "self.act(h)"),
+    # a torch function held by a name, applied to a converted value
+    "function": ('FNS = {"fn": torch.special.i1e}\n', "self.scale = 2.0",
+                 "FNS['fn'](h) * self.scale"),
+    # ... through a local name first
+    "local": ('FNS = [torch.special.i1e]\n', "self.scale = 2.0",
+              "(f := FNS[0]) and f(h)"),
+}
+
+
+def _held_torch_source(kind: str) -> str:
+    table, build, use = HELD_TORCH[kind]
+    return (
+        "import torch\nimport torch.nn as nn\n\n" + table + "\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self, act=nn.Hardshrink, name='weird'):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 4)\n"
+        f"        {build}\n\n"
+        "    def forward(self, x):\n"
+        "        h = self.fc(x)\n"
+        f"        return {use}\n")
+
+
+@pytest.mark.parametrize("kind", sorted(HELD_TORCH))
+def test_torch_held_by_a_name_fails_on_a_marked_line(kind: str, tmp_path: Path) -> None:
+    """A converted file that reaches torch at run time through a name that holds a torch
+    object (no torch name read on that line) fails there, and that line is marked."""
+    import traceback
+
+    import jax.numpy as jnp
+    from flax import nnx
+
+    torch = pytest.importorskip("torch")
+    source = _held_torch_source(kind)
+    ns: dict = {}
+    exec(compile(source, "torch_side.py", "exec"), ns)
+    ns["Net"]()(torch.ones(2, 4))  # torch's own runs
+    result = convert_source(source)
+    assert "import torch2jax" not in result.code
+    path = tmp_path / f"held_{kind}.py"
+    path.write_text(result.code)
+    ns = {"__name__": f"held_{kind}"}
+    with pytest.raises(Exception) as err:  # torch reached with JAX values or nnx arguments
+        exec(compile(result.code, str(path), "exec"), ns)
+        ns["Net"](rngs=nnx.Rngs(0))(jnp.ones((2, 4)))
+    frames = [f for f in traceback.extract_tb(err.value.__traceback__) if f.filename == str(path)]
+    assert frames, (err.value, result.code)
+    lines = result.code.splitlines()
+    tree = ast.parse(result.code)
+    failing = frames[-1].lineno
+    stmt = min((s for s in ast.walk(tree) if isinstance(s, ast.stmt) and not isinstance(
+        s, (ast.FunctionDef, ast.ClassDef)) and s.lineno <= failing <= s.end_lineno),
+        key=lambda s: s.end_lineno - s.lineno)
+    above = lines[stmt.lineno - 2].strip()
+    assert above.startswith("# TODO(torch2jax):"), (failing, result.code)
+    assert any(d.severity == "error" for d in result.diagnostics)

@@ -28,6 +28,7 @@ from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.finish import removed as rmv
 from torch2jax.finish.claims import check_claims
 from torch2jax.finish.grad_state import mark_gradient_state, optimizer_names
+from torch2jax.finish.holders import torch_holders
 from torch2jax.finish.names import BUILTINS, torch_import_lines, unbound_names, unbound_reads
 from torch2jax.report import Diagnostic
 
@@ -177,7 +178,7 @@ def _annotation_nodes(tree: ast.Module) -> set[int]:
 def _root(value: ast.AST | None) -> ast.AST | None:
     """The Name a value is made from: ``Rearrange`` in ``Rearrange(...)``, ``nn`` in
     ``nn.GELU`` (None for anything else: ``'cuda' if torch.cuda.is_available() else 'cpu'``)."""
-    while isinstance(value, (ast.Call, ast.Attribute)):
+    while isinstance(value, (ast.Call, ast.Attribute, ast.Subscript)):
         value = value.func if isinstance(value, ast.Call) else value.value
     return value if isinstance(value, ast.Name) else None
 
@@ -241,12 +242,13 @@ def mark_torch_calls(code: str, diagnostics: list[Diagnostic], facts: InputFacts
         return code, diagnostics
     reads.sort(key=lambda n: (n.lineno, n.col_offset))
     dotted = {id(n): _dotted_ast(n, parents) for n in reads}
-    calls = _torch_attribute_calls(reads, parents)
-    dotted |= {id(n): _dotted_ast(n, parents) for n, _ in calls}
+    holders = torch_holders(tree, reads, parents)
+    calls = _torch_attribute_calls([*reads, *(n for n, _ in holders)], parents)
+    dotted |= {id(n): _dotted_ast(n, parents) for n, _ in [*holders, *calls]}
     lines = code.splitlines(keepends=True)
     todos: dict[int, list[str]] = {}
     out = list(diagnostics)
-    for node, msg in [*((n, None) for n in reads), *calls]:
+    for node, msg in [*((n, None) for n in reads), *holders, *calls]:
         stmt = node
         while not isinstance(stmt, ast.stmt):
             stmt = parents[id(stmt)]
@@ -257,7 +259,8 @@ def mark_torch_calls(code: str, diagnostics: list[Diagnostic], facts: InputFacts
             msg = (f"{dotted[id(node)]} is not translated here ({bindings[node.id][1]} is "
                    "kept for it): it runs torch at run time")
         todos[first] = [f"{TODO_PREFIX} {msg} [torch-leftover]"]
-        same = [n for n, _ in calls] if msg.startswith("self.") else reads
+        same = [n for n, _ in calls] if msg.startswith("self.") else [
+            n for n, _ in holders] if msg.startswith("`") else reads
         line, col = _input_position(node, dotted, same, facts)
         out.append(Diagnostic(path, line, col, "torch-leftover", "error", msg))
     out.sort(key=lambda d: (d.line, d.column))

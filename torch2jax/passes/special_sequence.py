@@ -267,7 +267,13 @@ def lstm_call(cs: CallSite) -> cst.BaseExpression:
         raise Untranslatable("LSTM called without input")
     args = [code(x)]
     hx = _hx(cs, "hx")
-    if hx is not None:
+    node = cs.args.get("hx")
+    if hx is not None and isinstance(node, cst.Name):
+        # a name can hold None at run time (``def forward(self, x, hx=None)``): torch's zero
+        # state then, as nnx.RNN's without an initial carry
+        args.append(f"initial_carry=None if {node.value} is None else "
+                    f"({node.value}[1][0], {node.value}[0][0])")
+    elif hx is not None:
         h, c = hx
         args.append(f"initial_carry=({c}[0], {h}[0])")  # torch's (1, N, H) per layer
     if cs.unused(1):
@@ -344,7 +350,11 @@ def gru_call(cs: CallSite) -> cst.BaseExpression:
         raise Untranslatable("GRU called without input")
     args = [code(x)]
     h0 = _state(cs)
-    if h0 is not None:
+    if h0 is not None and isinstance(cs.args.get("hx"), cst.Name):
+        # a name can hold None at run time (``def forward(self, x, h=None)``): torch's zero
+        # state then, as nnx.RNN's without an initial carry
+        args.append(f"initial_carry=None if {h0} is None else {h0}[0]")
+    elif h0 is not None:
         args.append(f"initial_carry={h0}[0]")  # torch's (1, N, H)
     if cs.unused(1):
         return expr(f"({func}({', '.join(args)}), None)")

@@ -157,7 +157,7 @@ def _jax_grads(model: Any, inputs: list[Any], cotangents: dict[str, np.ndarray],
 
 
 def widen_nnx_dtypes(model: Any) -> int:
-    """Set the ``dtype`` attributes that read float32 on the model's NNX layers to float64:
+    """Set the ``dtype`` (and ``param_dtype``) attributes that read float32 on the model's NNX layers to float64:
     the rest of torch's ``.double()``. A layer that fixes its compute dtype at construction
     (``nnx.Embed``: ``dtype or embedding.dtype``) would otherwise cast the widened parameters
     back to float32. Returns the number of layers changed."""
@@ -166,14 +166,18 @@ def widen_nnx_dtypes(model: Any) -> int:
 
     changed = 0
     for _, module in nnx.iter_modules(model):
-        value = getattr(module, "dtype", None)
-        try:
-            is_f32 = value is not None and jnp.dtype(value) == jnp.float32
-        except TypeError:
-            is_f32 = False
-        if is_f32:
-            module.dtype = jnp.float64
-            changed += 1
+        widened = False
+        # param_dtype too: a recurrent cell builds its zero carry in it (initialize_carry)
+        for attr in ("dtype", "param_dtype"):
+            value = getattr(module, attr, None)
+            try:
+                is_f32 = value is not None and jnp.dtype(value) == jnp.float32
+            except TypeError:
+                is_f32 = False
+            if is_f32:
+                setattr(module, attr, jnp.float64)
+                widened = True
+        changed += widened
     return changed
 
 
