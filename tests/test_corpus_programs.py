@@ -65,7 +65,7 @@ def _dcgan(torch_out: str, jax_out: str) -> None:
     want = re.findall(line, torch_out)
     got = re.findall(line, jax_out)
     assert len(got) == len(want) == 6, jax_out
-    mean = lambda rows: sum(float(r[0]) for r in rows) / len(rows)  # noqa: E731
+    mean = lambda rows: sum(float(r[0]) for r in rows) / len(rows)
     assert abs(mean(got) - mean(want)) < 0.4, (torch_out, jax_out)
     assert all(0.0 < float(r[2]) < 1.0 for r in got), jax_out
 
@@ -85,7 +85,7 @@ def _makemore(torch_out: str, jax_out: str) -> None:
     got = re.findall(line, jax_out)
     assert [r[0] for r in got] == [r[0] for r in want] == ["100", "200"], jax_out
     assert abs(float(got[-1][2]) - float(want[-1][2])) < 0.3, (torch_out, jax_out)
-    assert len(re.findall(r"^sample: [a-z]*$", jax_out, re.M)) == 5, jax_out
+    assert len(re.findall(r"^sample: [a-z]*$", jax_out, re.MULTILINE)) == 5, jax_out
 
 
 PROGRAMS = {

@@ -257,7 +257,7 @@ def test_torch_held_by_a_name_fails_on_a_marked_line(kind: str, tmp_path: Path) 
     torch = pytest.importorskip("torch")
     source = _held_torch_source(kind)
     ns: dict = {}
-    exec(compile(source, "torch_side.py", "exec"), ns)
+    exec(compile(source, "torch_side.py", "exec"), ns)  # noqa: S102 - a test program of our own
     ns["Net"]()(torch.ones(2, 4))  # torch's own runs
     result = convert_source(source)
     assert "import torch2jax" not in result.code
@@ -265,7 +265,7 @@ def test_torch_held_by_a_name_fails_on_a_marked_line(kind: str, tmp_path: Path) 
     path.write_text(result.code)
     ns = {"__name__": f"held_{kind}"}
     with pytest.raises(Exception) as err:  # torch reached with JAX values or nnx arguments
-        exec(compile(result.code, str(path), "exec"), ns)
+        exec(compile(result.code, str(path), "exec"), ns)  # noqa: S102 - the converter's output
         ns["Net"](rngs=nnx.Rngs(0))(jnp.ones((2, 4)))
     frames = [f for f in traceback.extract_tb(err.value.__traceback__) if f.filename == str(path)]
     assert frames, (err.value, result.code)

@@ -72,6 +72,6 @@ def torch_holders(tree: ast.Module, reads: list[ast.Name], parents: dict[int, as
     for n in ast.walk(tree):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in direct \
                 and (_scope(n, n.id, parents), n.id) in held:
-            out.append((n, f"`{n.id}` holds torch code (its assignment is marked): using it "
-                           "runs torch"))
+            why = f"`{n.id}` holds torch code (its assignment is marked): using it runs torch"
+            out.append((n, why))
     return sorted(out, key=lambda c: (c[0].lineno, c[0].col_offset))
