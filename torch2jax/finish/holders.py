@@ -34,6 +34,11 @@ def _made_of(value: ast.AST | None, is_torch) -> bool:
     if isinstance(value, ast.IfExp):
         return _made_of(value.body, is_torch) or _made_of(value.orelse, is_torch)
     while isinstance(value, (ast.Call, ast.Attribute, ast.Subscript)):
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
+                value.func.attr[:1].islower():
+            # F.dropout(attn, ...), torch.cat(...): a value computed by torch, on its own
+            # (marked) line; it is an array, not a torch object read later
+            return False
         value = value.func if isinstance(value, ast.Call) else value.value
     return isinstance(value, ast.Name) and is_torch(value)
 

@@ -201,7 +201,7 @@ class StepsMixin:
                   f"{opt}.update, jit-compiled")
         function = step.function
         # a helper or a top-level class's method: the one function around the step
-        owner = (fn.name.value if not self._class_stack else
+        owner = (None if fn is None else fn.name.value if not self._class_stack else
                  self._class_stack[0] if len(self._class_stack) == 1 else None)
         hoist = (fn is not None and len(self._fn_stack) == 1 and owner is not None
                  and not _free_names(function) - (self._module_names | STEP_GLOBALS))
