@@ -859,14 +859,11 @@ def split(site: Site) -> cst.BaseExpression:
         idx = [s if i == 1 else f"{i} * {s}" for i in range(1, site.unpack)]
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(idx) + "]")), *axis)
     if isinstance(sizes, int) or not isinstance(size_node, (cst.Name, cst.Attribute)):
-        # a chunk size (a literal, an attribute, an expression): cut every size
-        x = site.once(x, "whole", "split's input (an unknown number of chunks)")
-        dim = code(d) if d is not None else "0"
-        return call("jnp.split", arg(x),
-                    arg(expr(f"list(range({code(size_node)}, {code(x)}.shape[{dim}], "
-                             f"{code(size_node)}))")), *axis)
-    # a size held by a name: an int or a sequence of sizes (timm's drop-path rates,
-    # torch.linspace(0, rate, sum(depths)).split(depths)), told apart when it runs
+        x = site.once(x, "whole", "split's input (an unknown number of chunks)")  # a chunk size
+        s, dim = code(size_node), code(d) if d is not None else "0"
+        return call("jnp.split", arg(x), arg(expr(f"list(range({s}, {code(x)}.shape[{dim}], {s}))")),
+                    *axis)
+    # a size held by a name: an int or sizes (timm's drop-path rates), told apart when it runs
     return call("torch_split", arg(x), arg(size_node), *axis)
 
 
