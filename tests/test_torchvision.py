@@ -146,8 +146,10 @@ def test_mirror_package_converts_only_layer_modules(tmp_path):
 
     target, _ = convert_package_file(MODELS / "mobilenetv2.py", tmp_path, convert)
     assert target.relative_to(tmp_path).parts[1:] == ("models", "mobilenetv2.py")
+    # (utils.py too: the dependencies are converted first, so that the builder functions the
+    # model file calls are known with their rngs; it holds no layer class)
     assert sorted(converted) == [("models/mobilenetv2.py", ["Conv2dNormActivation"]),
-                                 ("ops/misc.py", [])]
+                                 ("ops/misc.py", []), ("utils.py", [])]
     mirror = target.parent.parent
     assert (mirror / "models" / "_api.py").read_text() == (MODELS / "_api.py").read_text()
     assert "sys.modules[__name__]" in (mirror / "_internally_replaced_utils.py").read_text()
