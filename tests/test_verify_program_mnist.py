@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_verify_program import kinds
 
 pytest.importorskip("torch")
 pytest.importorskip("flax")
@@ -54,13 +55,6 @@ def run(mnist: tuple[Path, str, dict], name: str, *edits: tuple[str, str]) -> Pr
     r = ProgramResult(str(MNIST), str(folder), "nnx", STEPS)
     compare(r, torch_rec, jax_rec, 1e-3)
     return r
-
-
-def kinds(r: ProgramResult) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in r.checks:
-        out[c.kind] = out.get(c.kind, 0) + 1
-    return out
 
 
 def test_the_mnist_script_agrees_with_its_labels_replayed(mnist):
