@@ -76,8 +76,8 @@ def not_done() -> dict[str, tuple[str, str]]:
 
 
 def test_every_claim_is_tested() -> None:
-    assert set(CLAIMS) == {*DDP_CLAIMS, "param-groups-mask", "lr-injected", "orbax-save",
-                           "orbax-restore"}
+    assert set(CLAIMS) == {*DDP_CLAIMS, "param-groups-mask", "param-groups-multi",
+                           "lr-injected", "orbax-save", "orbax-restore"}
 
 
 @pytest.mark.parametrize("claim_id", DDP_CLAIMS)
@@ -279,3 +279,16 @@ def test_checkpoint_claims_follow_the_code(target: str, use: str, holds: bool) -
                  or d.message == CLAIMS[claim].instead]
         assert [d.severity for d in notes] == ["info" if holds else "warning"], (
             claim, [str(d) for d in result.diagnostics], result.code)
+
+
+@pytest.mark.parametrize(("code", "holds"), [
+    ('tx = optax.multi_transform({"body": optax.sgd(0.1), "head": optax.sgd(0.01)}, labels)\n',
+     True),
+    ("tx = torch.optim.SGD(groups, lr=0.1)\n", False),  # kept as torch wrote it
+])
+def test_multi_transform_claim(code: str, holds: bool) -> None:
+    note = Diagnostic("f.py", 1, 0, "param-groups", "info",
+                      "parameter groups became optax.multi_transform (2 groups: one transform "
+                      "per group, a label per parameter)")
+    out = check_claims(code, [note])[0]
+    assert (out.severity == "info") is holds, out

@@ -445,6 +445,15 @@ EMITTED = {
     "radam_groups": _case(setup=_GROUPS.format(wd=0.1, opt="RAdam", lr=0.01)),
     "adadelta_groups_zero_grad": _case(setup=_GROUPS.format(wd=0.1, opt="Adadelta", lr=1.0),
                                        scale="0.0"),
+    # per-group options: optax.multi_transform, one transform per group (a group lr of 0.03:
+    # at 0.1, five Adam steps of size 0.1 put XLA's float32 3.8e-6 from torch's on b, while
+    # JAX in float64 equals torch in float64 to 1e-8: rounding, outside this test's 2e-6)
+    "adamw_groups_per_group_lr": _case(
+        setup=_GROUPS.format(wd=0.1, opt="AdamW", lr=0.01).replace(
+            '"weight_decay": 0.0}', '"weight_decay": 0.0, "lr": 0.03}')),
+    "sgd_groups_per_group_momentum_clip": _case(
+        setup=_GROUPS.format(wd=0.1, opt="SGD", lr=0.1).replace(
+            '"weight_decay": 0.0}', '"weight_decay": 0.0, "momentum": 0.9}'), clip=_CLIP_NORM),
     "adamw_groups_clip_cosine": _case(
         setup=_GROUPS.format(wd=0.1, opt="AdamW", lr=0.01) + (
             "    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=4)\n"),
@@ -463,8 +472,10 @@ REFUSED = {
               "            loss = ((model(x) - y) ** 2).mean()\n"
               "            loss.backward()\n            optimizer.step()\n"
               "        scheduler.step()\n")),
-    "groups_per_group_lr": _case(setup=_GROUPS.format(wd=0.1, opt="AdamW", lr=0.01).replace(
-        '"weight_decay": 0.0}', '"weight_decay": 0.0, "lr": 0.1}')),
+    # per-group options with the learning rate set by hand (multi_transform takes fixed ones)
+    "groups_per_group_lr_by_hand": _case(
+        setup=_GROUPS.format(wd=0.1, opt="AdamW", lr=0.01).replace(
+            '"weight_decay": 0.0}', '"weight_decay": 0.0, "lr": 0.1}'), before=_LR_BY_HAND),
 }
 
 

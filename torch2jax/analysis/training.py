@@ -42,6 +42,18 @@ def _every_k(test: cst.BaseExpression) -> cst.BaseExpression | None:
     return None
 
 
+def _attribute_chain(node) -> list[str] | None:
+    """``model.body.fc`` -> ["model", "body", "fc"]; None for anything but names and
+    attributes."""
+    out: list[str] = []
+    while isinstance(node, cst.Attribute):
+        out.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    return [node.value, *reversed(out)]
+
+
 def _is_print(line: cst.CSTNode) -> bool:
     return m.matches(line, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Name("print")))]))
 
@@ -84,6 +96,11 @@ class ParamGroup:
     # the torch names selecting the group (minGPT: [param_dict[pn] for pn in sorted(decay)],
     # param_dict being {pn: p for pn, p in self.named_parameters()}): the set expression
     names: cst.BaseExpression | None = None
+    # the group's parameters by their place in the model, as torch names relative to it:
+    # ``model.body.parameters()`` -> ("body.",) (a prefix), ``[model.w, model.head.bias]`` ->
+    # ("w", "head.bias") (exact names); ``root`` is the model they are read from
+    paths: tuple[str, ...] | None = None
+    root: str | None = None
 
 
 @dataclass
@@ -420,6 +437,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 "or a list of parameter-group dicts"
             return
         groups = []
+        selections: list[cst.BaseExpression] = []
         for e in value.elements:
             options: dict[str, cst.BaseExpression] = {}
             selected = None
@@ -442,7 +460,14 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                                        "condition on the parameter")
                 return
             groups.append(group)
+            selections.append(selected)
+        roots = {g.root for g in groups if g.root is not None}
+        if len(roots) > 1:
+            site.groups_problem = "parameter groups read from different models"
+            return
         site.groups = groups
+        if site.model is None and roots:
+            site.model = roots.pop()
         if site.model is None:  # a script's groups: the model whose parameters they list
             owners = {c.func.value.value for line in self._lines.get(site.scope, [])
                       for c in findall(line, m.Call(func=m.Attribute(
@@ -450,6 +475,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                               "named_parameters")), args=[]))}
             if len(owners) == 1:
                 site.model = owners.pop()
+        needed = self._group_inputs(site, selections)
         # the statements that only computed the groups have no counterpart in JAX
         tainted: set[str] = set()
         lists = {g.name: g for g in groups if g.name is not None}
@@ -463,11 +489,13 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 # reports the groups: kept, with what it reads (finish/removed.py)
                 self.index.group_prints[id(line)] = id(site)
                 continue
-            if "named_parameters" in text or ".parameters()" in text or names & tainted:
+            bound = [a.target.value for a in findall(line, m.AssignTarget(target=m.Name()))]
+            # a line reading the parameters is a group's when it binds what a group reads (a
+            # parameter count printed, or a copy of the weights, stays and is translated)
+            if ("named_parameters" in text or ".parameters()" in text) and set(
+                    bound) & needed or names & tainted:
                 self.index.removed.add(id(line))
                 self.index.removed_for[id(line)] = id(site)
-                bound = [a.target.value for a in findall(line, m.AssignTarget(
-                    target=m.Name()))]
                 if len(bound) == 1 and bound[0] in lists and len(line.body) == 1:
                     self.index.group_lines[id(line)] = lists[bound[0]]
                 elif bound and ".parameters()" not in text and "named_parameters" not in text \
@@ -475,6 +503,26 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                     self.index.group_lines[id(line)] = None
                     derived.update(bound)
                 tainted.update(bound)
+
+    def _group_inputs(self, site: OptimizerSite, selections) -> set[str]:
+        """The names the groups' parameter selections read, closed over the lines of the
+        optimizer's scope that bind them (the model itself excluded)."""
+        model = {site.model or "model", "self"}
+        needed = {n.value for sel in selections if sel is not None
+                  for n in findall(sel, m.Name())} - model
+        lines = self._lines.get(site.scope, [])
+        changed = True
+        while changed:
+            changed = False
+            for line in lines:
+                bound = {a.target.value for a in findall(line, m.AssignTarget(
+                    target=m.Name()))}
+                if bound & needed:
+                    new = {n.value for n in findall(line, m.Name())} - model - needed
+                    if new:
+                        needed |= new
+                        changed = True
+        return needed
 
     def _line_of(self, stmt: cst.CSTNode) -> cst.CSTNode | None:
         for lines in self._lines.values():
@@ -486,8 +534,22 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
     def _selection(self, scope: int, node, options) -> ParamGroup | None:
         if isinstance(node, cst.Name):
             node = self._assigns.get((scope, node.value))
-        if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
-            return ParamGroup(predicate=None, param="p", options=options)
+        if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("parameters")), args=[])):
+            chain = _attribute_chain(node.func.value)
+            if chain is None:
+                return None  # (model.blocks[0].parameters(): not translated yet)
+            if len(chain) == 1:  # the model's: every parameter
+                return ParamGroup(predicate=None, param="p", options=options)
+            return ParamGroup(predicate=None, param="p", options=options,
+                              paths=(".".join(chain[1:]) + ".",), root=chain[0])
+        if isinstance(node, (cst.List, cst.Tuple)) and node.elements:
+            chains = [_attribute_chain(e.value) if isinstance(e, cst.Element) else None
+                      for e in node.elements]
+            if all(c is not None and len(c) > 1 for c in chains) and len(
+                    {c[0] for c in chains}) == 1:  # [model.w, model.head.bias]
+                return ParamGroup(predicate=None, param="p", options=options, paths=tuple(
+                    ".".join(c[1:]) for c in chains), root=chains[0][0])
+            return None
         named = self._named_selection(scope, node, options)
         if named is not None:
             return named

@@ -120,6 +120,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in (
           "parameter groups: the weight-decay mask written does not reach the update (an "
           "optax.inject_hyperparams hyperparameter that is a callable is called with the "
           "step count): no parameter is decayed; pass the mask in static_args"),
+    Claim("param-groups-multi", "parameter groups became optax.multi_transform",
+          lambda code: "optax.multi_transform(" in code,
+          "parameter groups: no optax.multi_transform is written in the code (the optimizer "
+          "is kept as torch wrote it, see its TODO): the groups' own options are not used"),
     Claim("orbax-save", "saves an orbax checkpoint", _checkpointer_call("save"),
           "torch.save: no orbax checkpoint is written in the code (the statement is kept as "
           "torch wrote it or commented out, see its TODO): nothing is saved"),

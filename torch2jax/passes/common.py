@@ -298,6 +298,27 @@ def _wrap_expr(node: cst.BaseExpression, level: int) -> cst.BaseExpression:
         return node.with_changes(func=func, args=args)
     if isinstance(node, cst.Lambda):
         return node.with_changes(body=_wrap_expr(node.body, level))
+    if isinstance(node, cst.IfExp) and not node.lpar:
+        pad = 4 * level  # one branch per line, in parentheses
+
+        def branches(e):
+            if not isinstance(e, cst.IfExp) or e.lpar:
+                return e
+            return e.with_changes(whitespace_before_else=_newline(pad),
+                                  orelse=branches(e.orelse))
+        return branches(node).with_changes(
+            lpar=[cst.LeftParen(whitespace_after=_newline(pad))],
+            rpar=[cst.RightParen(whitespace_before=_newline(pad - 4))])
+    if isinstance(node, cst.Dict) and len(node.elements) > 1 and all(
+            isinstance(e, cst.DictElement) for e in node.elements):
+        pad = 4 * level  # one entry per line (optax.multi_transform's transforms)
+        last = len(node.elements) - 1
+        elements = [e.with_changes(value=_wrap_expr(e.value, level + 1) if len(
+            code(e.value)) + pad > MAX_LINE else e.value, comma=cst.Comma(
+                whitespace_after=_newline(pad - 4 if i == last else pad)))
+            for i, e in enumerate(node.elements)]
+        return node.with_changes(elements=elements, lbrace=cst.LeftCurlyBrace(
+            whitespace_after=_newline(pad)), rbrace=cst.RightCurlyBrace())
     return node
 
 

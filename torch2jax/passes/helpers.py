@@ -432,6 +432,15 @@ def torch_parameter_name(path: tuple) -> str:
     last = {"kernel": "weight", "embedding": "weight", "scale": "weight"}.get(keys[-1], keys[-1])
     return ".".join(map(str, (*keys[:-1], last)))
 ''', targets=("nnx",))
+helper("torch_parameter_name", {"jax"}, '''
+def torch_parameter_name(path: tuple) -> str:
+    """torch's dotted name of the parameter at ``path`` (a key path into an equinox model):
+    the field names and list indices joined by dots (equinox's layers name their arrays
+    weight and bias, as torch does)."""
+    keys = [k.name if isinstance(k, jax.tree_util.GetAttrKey)
+            else k.key if isinstance(k, jax.tree_util.DictKey) else k.idx for k in path]
+    return ".".join(map(str, keys))
+''', targets=("equinox",))
 
 
 helper("checkpoint_sequential", {"Any", "jax", "nnx"}, '''

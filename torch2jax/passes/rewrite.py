@@ -451,8 +451,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             return None
         source = leaves[0].replace("{m}", site.model)
         p = group.param
-        if group.names is not None:
-            return None  # selected by name in a loop that stays: no list to rebuild
+        if group.names is not None or group.paths is not None:
+            return None  # selected by name or by submodule: no list to rebuild
         if group.predicate is None:
             value = f"list({source})"
         else:

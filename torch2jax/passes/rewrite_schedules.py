@@ -58,36 +58,49 @@ class SchedulesMixin:
         opt = optim.translate_optimizer(value, site.qualname)
         overrides: dict[str, cst.BaseExpression] = {}
         mask = None
-        if site.groups is not None:
-            if not self.target.stateful_modules and any(g.names is not None
-                                                        for g in site.groups):
-                raise Untranslatable("parameter groups selected by torch's parameter names: "
-                                     f"translated for NNX only, not {self.target.name}",
-                                     rule="param-groups")
-            overrides, mask = tr.group_mask(site.groups, opt)
-            self.diag(original_node, "param-groups", "info",
-                      "parameter groups became an optax mask; the statements that only "
-                      "built the groups were removed (a print of the group sizes keeps the "
-                      "lists it reads, taken from the model's parameters)")
-        elif site.groups_problem:
-            raise Untranslatable(site.groups_problem, rule="param-groups")
         sched = site.scheduler
+        # the learning rate set by hand (param_groups), or the optimizer returned to another
+        # file (configure_optimizers), whose loop may set it: an injected hyperparameter
         inline = bool(sched is not None and sched.per_update and sched.scope == site.scope
                       and site.name is not None
                       and not sched.qualname.endswith("ReduceLROnPlateau"))
+        inject = (sched is not None and not inline) or sched is None and (
+            site.lr_set or site.returned and not site.aliases)
+        multi = None
+        if site.groups is not None:
+            if not self.target.stateful_modules and any(
+                    g.names is not None or g.paths is not None for g in site.groups):
+                raise Untranslatable("parameter groups selected by torch's parameter names "
+                                     "or by submodule: translated for NNX and equinox, not "
+                                     f"{self.target.name}", rule="param-groups")
+            try:
+                overrides, mask = tr.group_mask(site.groups, opt)
+            except Untranslatable as why:
+                if sched is not None or inject:
+                    raise Untranslatable(f"{why}; per-group options with a learning rate "
+                                         "scheduled or set by hand are not translated",
+                                         rule="param-groups") from None
+                multi = tr.group_transform(site.groups, opt)
+            self.diag(original_node, "param-groups", "info", (
+                f"parameter groups became optax.multi_transform ({len(site.groups)} "
+                "groups: one transform per group, a label per parameter)" if multi is not None
+                else
+                "parameter groups became an optax mask") + "; the statements that only "
+                "built the groups were removed (a print of the group sizes keeps the "
+                "lists it reads, taken from the model's parameters)")
+        elif site.groups_problem:
+            raise Untranslatable(site.groups_problem, rule="param-groups")
         if sched is not None:
             sched.inline = inline
         if site.name:  # (aliases in other scopes read the lr from the optimizer)
             self._opt_lr[site.name] = opt.lr
-        # the learning rate set by hand (param_groups), or the optimizer returned to another
-        # file (configure_optimizers), whose loop may set it: an injected hyperparameter
-        inject = (sched is not None and not inline) or sched is None and (
-            site.lr_set or site.returned and not site.aliases)
         clip = site.clip
         # OneCycleLR's cycle_momentum: the momentum / beta1 schedule is injected with the
         # optimizer (the scheduler line itself only gives the learning-rate schedule)
         momentum = self._cycled_momentum(sched, opt) if inline else None
-        if inject and clip is not None:
+        if multi is not None:
+            tx = multi
+        elif inject and clip is not None:
             # the injected hyperparameters must be the outermost state: clip inside
             tx = opt.build(lr=cst.Name("learning_rate"), overrides=overrides, mask=mask)
         else:

@@ -727,7 +727,10 @@ def group_mask(groups, build) -> tuple[dict[str, cst.BaseExpression],
     weight decay and one of them has none (nanoGPT's "no decay for biases and norms");
     raises Untranslatable otherwise (``multi_transform`` is built by the caller)."""
     if len(groups) != 2:
-        raise Untranslatable(f"{len(groups)} parameter groups (two are translated)")
+        raise Untranslatable(f"{len(groups)} parameter groups (a mask takes two)")
+    if any(g.paths is not None for g in groups):
+        raise Untranslatable("parameter groups by submodule (a mask needs the groups to cover "
+                             "every parameter)")
     keys = set(groups[0].options) | set(groups[1].options)
     if keys - {"weight_decay"}:
         raise Untranslatable("parameter groups that differ in " + ", ".join(
@@ -757,6 +760,60 @@ def group_mask(groups, build) -> tuple[dict[str, cst.BaseExpression],
     if "weight_decay" in decayed.options:
         overrides["weight_decay"] = decayed.options["weight_decay"]
     return overrides, mask
+
+
+class _Rename(cst.CSTTransformer):
+    def __init__(self, old: str, new: str) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def leave_Name(self, original_node, updated_node):
+        return updated_node.with_changes(value=self.new) if updated_node.value == self.old \
+            else updated_node
+
+
+def _group_test(group) -> str | None:
+    """The condition on ``(path, p)`` (a parameter's key path and array) that selects the
+    group's parameters; None: every parameter."""
+    if group.names is not None:
+        return f"torch_parameter_name(path) in {code(group.names)}"
+    if group.paths is not None:
+        tests = [f'torch_parameter_name(path).startswith("{q}")' if q.endswith(".")
+                 else f'torch_parameter_name(path) == "{q}"' for q in group.paths]
+        return " or ".join(tests) if len(tests) == 1 else "(" + " or ".join(tests) + ")"
+    if group.predicate is None:
+        return None
+    return predicate_text(group.predicate.visit(_Rename(group.param, "p")))
+
+
+def group_transform(groups, opt) -> cst.BaseExpression:
+    """Parameter groups with their own options (lr, weight decay, betas, ...) as
+    ``optax.multi_transform``: one transform per group, built with the group's options over the
+    optimizer's, and a label per parameter from the group that selects it (torch refuses a
+    parameter in two groups, so the first test that holds is its group). A parameter that no
+    group selects is not updated by torch: the label ``frozen``, ``optax.set_to_zero()``."""
+    tests = [_group_test(g) for g in groups]
+    if None in tests and len(groups) > 1:
+        raise Untranslatable("a parameter group that selects every parameter beside other "
+                             "groups (torch raises: a parameter in two groups)")
+    labels = []
+    for i, g in enumerate(groups):
+        label = f"group{i}"
+        if g.paths is not None and len(g.paths) == 1 and g.paths[0].endswith("."):
+            name = g.paths[0][:-1].replace(".", "_")
+            if name.isidentifier() and name not in labels:
+                label = name
+        labels.append(label)
+    transforms = {label: opt.build(overrides=g.options) for label, g in zip(labels, groups)}
+    if None in tests:  # one group of every parameter
+        choose = f'"{labels[0]}"'
+    else:
+        choose = " else ".join(f'"{label}" if {t}' for label, t in zip(labels, tests)) + \
+            ' else "frozen"'
+        transforms["frozen"] = expr("optax.set_to_zero()")
+    fn = f"lambda params: jax.tree_util.tree_map_with_path(lambda path, p: {choose}, params)"
+    items = ", ".join(f'"{label}": {code(tx)}' for label, tx in transforms.items())
+    return cst.parse_expression(f"optax.multi_transform({{{items}}}, {fn})")
 
 
 def optimizer_object(model: str, tx: cst.BaseExpression) -> cst.BaseExpression:

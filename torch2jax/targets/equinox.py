@@ -45,7 +45,7 @@ import libcst.matchers as m
 from torch2jax.analysis.walk import findall
 from torch2jax.finish.removed import bound_names
 from torch2jax.passes.common import code, expr, freezable_dataclasses, freeze_dataclass, int_value
-from torch2jax.passes.helpers import add_helpers
+from torch2jax.passes.helpers import HELPERS, add_helpers
 from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult, TrainStepRecord
 from torch2jax.targets import equinox_methods as class_methods
@@ -535,7 +535,7 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     # nothing NNX is left: annotations naming NNX classes become Any, other leftovers are
     # commented out and marked
     guard = _NoNnx()
-    body = [s if _is_import(s) else s.visit(guard) for s in body]
+    body = [s if _is_import(s) else s.visit(guard) for s in body if not _nnx_helper(s)]
     needs_any |= guard.any
     module, _ = add_helpers(module.with_changes(body=body), "equinox")  # lstm_scan, BatchNorm
     module = _imports(module, needs_callable, needs_any)
@@ -647,6 +647,13 @@ def _imported_names(module: cst.Module) -> set[str]:
             names |= {(a.asname.name if a.asname else a.name).value for a in s.body[0].names
                       if isinstance((a.asname.name if a.asname else a.name), cst.Name)}
     return names
+
+
+def _nnx_helper(stmt) -> bool:
+    """A helper function the NNX translation wrote whose equinox form differs (the key paths
+    of an equinox model are its fields): dropped, add_helpers writes the equinox one."""
+    forms = HELPERS.get(stmt.name.value, {}) if isinstance(stmt, cst.FunctionDef) else {}
+    return "equinox" in forms and "nnx" in forms and forms["equinox"] != forms["nnx"]
 
 
 def _is_import(s: cst.BaseStatement) -> bool:
