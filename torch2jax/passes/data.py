@@ -155,11 +155,17 @@ class DataIndex:
     # a loader of the file is not a batched grain MapDataset over its whole dataset (no batch
     # size, an IterableDataset): len(loader.dataset) cannot be read off its pipeline
     unbatched_loader: bool = False
+    # the program (this file or another, repo.py's HOST_DRAWS) draws from torch's global
+    # generator in a Dataset: numpy's global generator on the host (passes/host_data.py),
+    # which every torch.manual_seed's translation then seeds too
+    global_host_draws: bool = False
+    torch_seeded: bool = False  # some file of the program seeds torch (repo.py's TORCH_SEEDED)
 
     def dataset_length_known(self) -> bool:
         """Every loader is ``<source>[.shuffle(...)].batch(...)``, so the number of examples,
         torch's ``len(loader.dataset)``, is ``len(loader.parents[0])``."""
-        return not (self.unbatched_loader or self.random_augment or self.distributed)
+        return not (self.unbatched_loader or self.random_augment or self.distributed
+                    or self.global_host_draws)
 
     def seeded_draw(self, generator: str) -> bool:
         """A draw from ``generator``, a ``torch.Generator().manual_seed(s)`` read only by draws
@@ -613,7 +619,13 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
         if collate is not None:
             args.append(f"batch_fn={code(collate)}")
         pipeline += f".batch({', '.join(args)})"
-    if data.random_augment:
+    if data.global_host_draws:
+        pipeline += ".to_iter_dataset(grain.ReadOptions(num_threads=0))"
+        notes.append("read in the calling thread (num_threads=0), as torch's DataLoader without "
+                     "workers reads: a dataset of the program draws from numpy's global "
+                     "generator, to which grain's reading threads would hand the elements in "
+                     "a different order on every run")
+    elif data.random_augment:
         pipeline += ".to_iter_dataset(grain.ReadOptions(num_threads=1))"
         notes.append("read in one thread: the file's random transforms draw from seeded numpy "
                      "Generators, and grain's default 16 threads would hand the draws to "
