@@ -4,11 +4,13 @@ A program of three files, in the shape minGPT-like libraries have: ``seeding.py`
 ``set_seed(seed)`` (Python's and torch's seeds), ``data.py`` a Dataset whose ``__getitem__``
 draws from torch's global generator (``torch.randperm``, ``torch.randint``), and ``train.py``
 seeds through ``set_seed(args.seed)`` from argparse, then trains a small model on the loader's
-batches, printing the first example of each batch and the loss.
+batches, printing the first example of each batch and the loss. A variant's Dataset draws
+nothing and the script's loader shuffles it: the order is then what the seed decides.
 
 torch's data depend on the seed and only on it. The converted program must do the same: its
 Dataset draws from numpy's global generator, which the translation of ``torch.manual_seed``
-(in ``set_seed``, another file) seeds too, and its loader reads in the calling thread. Each
+(in ``set_seed``, another file) seeds too, and its loader reads in the calling thread (a
+shuffled loader draws its seed from numpy's global generator in the same way). Each
 converted program runs twice per seed: equal outputs for equal seeds, different data for
 different seeds, as torch's. The streams are not torch's (numpy's generator is not torch's),
 so the converted data are not compared with torch's values, only their properties (a
@@ -27,7 +29,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-DATA = '''"""A dataset that draws every item from torch's global generator."""
+DATA = {
+    # every item drawn from torch's global generator; read in order
+    "draws": '''"""A dataset that draws every item from torch's global generator."""
 
 import torch
 from torch.utils.data import Dataset
@@ -45,7 +49,29 @@ class Shuffles(Dataset):
         perm = torch.randperm(self.n)
         digits = torch.randint(0, 10, (self.n,), dtype=torch.long)
         return perm, digits
-'''
+''',
+    # items that are a function of their index; the script's loader shuffles them (its
+    # order's seed drawn from torch's global generator, in torch)
+    "order": '''"""A dataset whose items are a function of their index."""
+
+import torch
+from torch.utils.data import Dataset
+
+
+class Shuffles(Dataset):
+    def __init__(self, n=5, size=64):
+        self.n = n
+        self.size = size
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, idx):
+        perm = (torch.arange(self.n) + idx) % self.n
+        digits = (torch.arange(self.n) * 0 + idx) % 10
+        return perm, digits
+''',
+}
 
 SEEDING = {
     # Python's and torch's seeds (numpy's comes from torch's translation)
@@ -89,7 +115,7 @@ parser.add_argument("--steps", type=int, default=3)
 args = parser.parse_args()
 set_seed(args.seed)
 
-loader = DataLoader(Shuffles(), batch_size=8)
+loader = DataLoader(Shuffles(), batch_size=8, shuffle=SHUFFLE)
 model = nn.Linear(5, 10)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 step = 0
@@ -108,11 +134,11 @@ for perm, digits in loader:
 EXAMPLE = re.compile(r"perm \[([0-9, ]+)\] digits \[([0-9, ]+)\]")
 
 
-def _write(folder: Path, seeding: str, train: str = TRAIN) -> Path:
+def _write(folder: Path, seeding: str, data: str = "draws") -> Path:
     folder.mkdir(parents=True)
-    (folder / "data.py").write_text(DATA)
+    (folder / "data.py").write_text(DATA[data])
     (folder / "seeding.py").write_text(seeding)
-    (folder / "train.py").write_text(train)
+    (folder / "train.py").write_text(TRAIN.replace("SHUFFLE", str(data == "order")))
     return folder
 
 
@@ -157,10 +183,14 @@ def _data(out: str) -> list[tuple[list[int], list[int]]]:
     return examples
 
 
-@pytest.mark.parametrize("seeding", sorted(SEEDING))
-def test_the_seed_of_another_file_drives_the_dataset(seeding: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("seeding", "data"), [
+    ("torch_only", "draws"), ("mingpt", "draws"), ("torch_only", "order")])
+def test_the_seed_of_another_file_drives_the_data(seeding: str, data: str,
+                                                  tmp_path: Path) -> None:
+    """``draws``: the Dataset's own draws; ``order``: the loader's shuffle (in the script,
+    which does not seed torch itself)."""
     pytest.importorskip("torch")
-    src = _write(tmp_path / "torch", SEEDING[seeding])
+    src = _write(tmp_path / "torch", SEEDING[seeding], data)
     torch_1, torch_2 = _run(src, "--seed", "1"), _run(src, "--seed", "2")
     assert _data(torch_1) != _data(torch_2)  # torch: the seed decides the data
     _convert(src, tmp_path / "jax")

@@ -43,6 +43,9 @@ RNGS_FUNCTION = "rngs-function:"
 # generator (the dataset's file then leaves the seeding to it)
 HOST_DRAWS = "host-draws:global"
 TORCH_SEEDED = "torch-seeded:global"
+# ... and when a file shuffles a loader (DataLoader(shuffle=...), RandomSampler) without seeding
+# torch itself: its order's seed is then drawn from numpy's global generator (passes/data.py)
+SHUFFLES = "host-shuffles:global"
 _GLOBAL_DRAWS = frozenset({"torch.randint", "torch.randperm", "torch.rand", "torch.randn"})
 _TORCH_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 
@@ -192,16 +195,31 @@ def host_facts(tree: ast.Module) -> set[str]:
     base is a ``...Dataset`` calls ``torch.randint`` / ``randperm`` / ``rand`` / ``randn``
     without a generator, ``TORCH_SEEDED`` when it calls ``torch.manual_seed``."""
     facts: set[str] = set()
+    shuffles = False
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _dotted(node.func) in _TORCH_SEEDS:
             facts.add(TORCH_SEEDED)
+        if isinstance(node, ast.Call):
+            name = (_dotted(node.func) or "").rsplit(".", 1)[-1]
+            shuffles |= name == "RandomSampler" or name == "DataLoader" and any(
+                k.arg == "shuffle" and not (isinstance(k.value, ast.Constant)
+                                            and not k.value.value) for k in node.keywords)
         if isinstance(node, ast.ClassDef) and any(
                 (_dotted(b) or "").endswith("Dataset") for b in node.bases) and any(
                 isinstance(c, ast.Call) and _dotted(c.func) in _GLOBAL_DRAWS
                 and not any(k.arg == "generator" for k in c.keywords)
                 for c in ast.walk(node)):
             facts.add(HOST_DRAWS)
+    if shuffles and TORCH_SEEDED not in facts:
+        facts.add(SHUFFLES)
     return facts
+
+
+def numpy_seeded(facts: set[str]) -> bool:
+    """Whether each ``torch.manual_seed`` of a program with these facts seeds numpy's global
+    generator too: a dataset draws from it in torch's global generator's place, or a loader
+    draws its order's seed from it."""
+    return HOST_DRAWS in facts or SHUFFLES in facts
 
 
 def source_facts(text: str) -> set[str]:

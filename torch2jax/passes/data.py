@@ -160,6 +160,22 @@ class DataIndex:
     # which every torch.manual_seed's translation then seeds too
     global_host_draws: bool = False
     torch_seeded: bool = False  # some file of the program seeds torch (repo.py's TORCH_SEEDED)
+    # numpy's global generator is seeded by every torch.manual_seed of the program
+    # (repo.py's numpy_seeded): a loader of a file that does not seed draws its seed there
+    numpy_seeded: bool = False
+    drawn_seed: bool = False  # a loader of this file draws its seed from numpy (np import)
+
+    def host_seed(self) -> cst.BaseExpression:
+        """The seed of a loader's order: the file's ``torch.manual_seed`` argument; in a file
+        that does not seed, of a program seeded elsewhere, a draw from numpy's global
+        generator (which that seed seeds, as torch's sampler draws its seed from torch's
+        global generator); else 0."""
+        if self.seed is not None:
+            return self.seed
+        if self.torch_seeded and self.numpy_seeded:
+            self.drawn_seed = True
+            return cst.parse_expression("np.random.randint(2**31)")
+        return cst.Integer("0")
 
     def dataset_length_known(self) -> bool:
         """Every loader is ``<source>[.shuffle(...)].batch(...)``, so the number of examples,
@@ -600,7 +616,7 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
                                  "assign it to a name first", rule="torch.utils.data.DataLoader")
         count = site.num_samples if site.num_samples is not None else expr(
             "len({d})", d=dataset)
-        seed = data.seed if data.seed is not None else cst.Integer("0")
+        seed = data.host_seed()
         pipeline = (f"grain.MapDataset.range({code(count)}).random_map(lambda _, rng: "
                     f"{code(dataset)}[rng.integers(len({code(dataset)}))], seed={code(seed)})")
         notes.append(f"RandomSampler(replacement=True): every example an independent uniform "
@@ -681,7 +697,7 @@ def _shuffle_seed(site: SamplerSite | None, generator: cst.BaseExpression | None
                 "DataLoader(generator=...) with a generator that is not seeded with "
                 "manual_seed", rule="torch.Generator")
         return seed
-    base = data.seed if data.seed is not None else cst.Integer("0")
+    base = data.host_seed()
     notes.append(f"DataLoader(shuffle=True): shuffled with seed {code(base)} + epoch "
                  "(torch drew the order from its global generator)")
     return base
@@ -738,7 +754,7 @@ def random_split(node: cst.Call, data: DataIndex) -> cst.BaseExpression:
                              rule="torch.utils.data.random_split")
     parts = [e.value for e in lengths.elements]
     seed = data.generator_seed(b.get("generator"))
-    if seed is None:
+    if seed is None:  # (read twice below: never a draw)
         seed = data.seed if data.seed is not None else cst.Integer("0")
     base = f"{_source(dataset, data)}.shuffle(seed={code(seed)})"
     if any(isinstance(p, cst.Float) for p in parts):

@@ -30,7 +30,8 @@ from torch's global generator (``torch.randint(n, size=(L,))``, ``torch.rand(1)`
 read on the host, one item at a time, where a JAX key per item would cost a device round trip.
 numpy's global generator is, like torch's, one stream for the whole process: the translation
 of every ``torch.manual_seed(s)`` of the program, in whichever file and helper it stands,
-seeds it with ``s`` too (issue 29, docs/training.md "Where the random state lives").
+seeds it with ``s`` too (issue 29, docs/training.md "Where the random state lives on the
+host").
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ class DataMixin:
                 self.diag(original_node, q, "info", note)
             for note in warnings:
                 self.diag(original_node, q, "warning", note)
-            self.need("grain")
+            self.need("grain", *(["np"] if self.data.drawn_seed else []))
             blank = [cst.EmptyLine(indent=False)]
             if built is not None:
                 self._pending[-1].after.append(built)
@@ -358,7 +358,7 @@ class DataMixin:
                 self.diag(original, name, "info", note)
             for note in warnings:
                 self.diag(original, name, "warning", note)
-            self.need("grain")
+            self.need("grain", *(["np"] if self.data.drawn_seed else []))
             return pipeline
         if name in dt.SAMPLERS | dt.BATCH_SAMPLERS or name in dt.SCALERS or (
                 name in dt.AUTOCASTS) or name in dt.DIST_GATHERS or (

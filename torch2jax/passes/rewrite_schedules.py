@@ -225,8 +225,9 @@ class SchedulesMixin:
 
     def _seed_numpy(self, original_node, seed: cst.BaseExpression) -> None:
         """``np.random.seed(s)`` before the key of ``torch.manual_seed(s)``: a dataset of the
-        program draws from numpy's global generator in torch's place (passes/host_data.py),
-        so torch's seed seeds it too, wherever the program seeds. A seed computed by a call
+        program draws from numpy's global generator in torch's place (passes/host_data.py), or
+        a loader its order's seed (passes/data.py's ``host_seed``), so torch's seed seeds it
+        too, wherever the program seeds. A seed computed by a call
         (evaluated twice, it could differ) is not repeated: the line is marked."""
         if m.findall(seed, m.Call(func=m.DoesNotMatch(m.Name("int")))):
             self.diag(original_node, "seed", "error", "the seed is computed by a call: numpy's "
@@ -289,7 +290,7 @@ class SchedulesMixin:
                 return updated_node
             self._key_scopes[-1].has_key = True
             self.need("jax")
-            if self.data.global_host_draws:
+            if self.data.numpy_seeded:
                 self._seed_numpy(original_node, updated_node.value.args[0].value)
             return tr.seed_statement(updated_node.value.args[0].value)
         if q in GRAD_MODES:

@@ -351,8 +351,9 @@ def _compare_decay(r: ProgramResult, name: str,
 def _seeds_numpy(program: str) -> bool:
     """Whether the conversion of ``program`` seeds numpy's global generator at each
     ``torch.manual_seed``: a Dataset of the files it imports (the files ``convert_tree``
-    converts) draws from torch's global generator (repo.py's ``HOST_DRAWS``)."""
-    from torch2jax.repo import HOST_DRAWS, import_closure, source_facts
+    converts) draws from torch's global generator, or a loader of a file that does not seed
+    shuffles (repo.py's ``numpy_seeded``)."""
+    from torch2jax.repo import import_closure, numpy_seeded, source_facts
 
     path = Path(program)
     if path.is_dir():
@@ -361,7 +362,8 @@ def _seeds_numpy(program: str) -> bool:
         files = [f for f in import_closure([path]) if f.is_relative_to(path.parent.resolve())]
     else:
         return False
-    return any(HOST_DRAWS in source_facts(f.read_text(errors="replace")) for f in files)
+    return numpy_seeded(set().union(*(source_facts(f.read_text(errors="replace"))
+                                      for f in files)))
 
 
 def _compare_seeds(r: ProgramResult, t: list[tuple], j: list[tuple],
@@ -380,7 +382,7 @@ def _compare_seeds(r: ProgramResult, t: list[tuple], j: list[tuple],
         return
     if numpy_too:
         r.notes.append("each torch.manual_seed(s) is compared with np.random.seed(s) and "
-                       "jax.random.key(s): the Dataset's draws from torch's global generator "
+                       "jax.random.key(s): the host-side draws from torch's global generator "
                        "come from numpy's global generator in the converted program")
         t = [e for a in t for e in ([(a[0], a[1], a[2], "np.random.seed"), a]
                                     if a[0] == "torch.manual_seed" else [a])]
