@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from torch2jax.convert import convert_source
+from torch2jax.verify.program import ProgramResult, _compare_seeds
 
 DATA = {
     # every item drawn from torch's global generator; read in order
@@ -183,6 +184,7 @@ def _data(out: str) -> list[tuple[list[int], list[int]]]:
     return examples
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("seeding", "data"), [
     ("torch_only", "draws"), ("mingpt", "draws"), ("torch_only", "order")])
 def test_the_seed_of_another_file_drives_the_data(seeding: str, data: str,
@@ -200,6 +202,7 @@ def test_the_seed_of_another_file_drives_the_data(seeding: str, data: str,
     assert _data(runs["1"][0]) != _data(runs["2"][0])  # another seed: other data
 
 
+@pytest.mark.slow
 def test_a_program_that_never_seeds_keeps_a_fixed_stream(tmp_path: Path) -> None:
     """No seed anywhere: the converted stream stays fixed, as it was (numpy's global
     generator seeded 0 where the dataset's file is imported), and a note says so; torch's
@@ -211,3 +214,40 @@ def test_a_program_that_never_seeds_keeps_a_fixed_stream(tmp_path: Path) -> None
     first, second = (_run(tmp_path / "jax", "--seed", s) for s in ("1", "2"))
     assert first == second and _data(first)
     assert any("seeded with 0" in note for note in report), report
+
+
+def test_a_seed_computed_by_a_call_is_marked_not_repeated() -> None:
+    """``torch.manual_seed(int(time.time()))`` in a program whose dataset draws from numpy's
+    global generator: evaluated twice, the call could give numpy and JAX two seeds, so numpy
+    is not seeded with it and the line is marked."""
+    source = DATA["draws"] + (
+        "\n\nimport time\n\ntorch.manual_seed(int(time.time()))\n"
+        "print(Shuffles()[0][1].tolist())\n")
+    result = convert_source(source, path="data.py")
+    assert "np.random.seed(" not in result.code
+    assert "key = jax.random.key(int(time.time()))" in result.code
+    assert any(d.severity == "error" and "computed by a call" in d.message
+               for d in result.diagnostics), result.diagnostics
+    assert "# TODO(torch2jax): the seed is computed by a call" in result.code
+
+
+def test_the_seed_check_compares_numpy_seeds_by_name_and_value() -> None:
+    """``verify --program``'s seed check for such a program: torch's ``manual_seed(s)`` is the
+    converted ``np.random.seed(s)`` then ``jax.random.key(s)``. A converted program that
+    seeds numpy with another value, or not at all, fails at that seed."""
+    torch_seeds = [("random.seed", 7, 1), ("torch.manual_seed", 7, 1)]
+    right = [("random.seed", 7, 1), ("np.random.seed", 7, 1), ("jax.random.key", 7, 1)]
+    other = [("random.seed", 7, 1), ("np.random.seed", 8, 1), ("jax.random.key", 7, 1)]
+    unseeded = [("random.seed", 7, 1), ("jax.random.key", 7, 1)]
+
+    def failures(jax_seeds: list[tuple]) -> list[str]:
+        r = ProgramResult("p.py", "", "nnx", 1)
+        _compare_seeds(r, torch_seeds, jax_seeds, numpy_too=True)
+        return [c.detail for c in r.failures("seed")]
+
+    assert failures(right) == []
+    assert failures(other) == [
+        "torch torch.manual_seed(7), JAX np.random.seed(8), before step 1"]
+    assert failures(unseeded) == [
+        "torch torch.manual_seed(7), JAX jax.random.key(7), before step 1",
+        "torch torch.manual_seed(7), JAX none, before step 1"]

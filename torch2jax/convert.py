@@ -31,7 +31,14 @@ from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
-from torch2jax.repo import HOST_DRAWS, RNGS_FUNCTION, SEED_FUNCTION, TORCH_SEEDED, numpy_seeded, source_facts
+from torch2jax.repo import (
+    HOST_DRAWS,
+    RNGS_FUNCTION,
+    SEED_FUNCTION,
+    TORCH_SEEDED,
+    numpy_seeded,
+    source_facts,
+)
 from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult
 from torch2jax.ruleset import RuleSet, load_rules

@@ -21,7 +21,6 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.rewrite_support import _fix_commas
 
-
 _GLOBAL_DRAWS_NOTE = ("the dataset's draws from torch's global generator come from numpy's "
                       "global generator (one host stream for the process, as torch's is), ")
 # where a program never seeds torch: numpy's global generator seeded at import, as a fixed

@@ -231,8 +231,8 @@ class SchedulesMixin:
         (evaluated twice, it could differ) is not repeated: the line is marked."""
         if m.findall(seed, m.Call(func=m.DoesNotMatch(m.Name("int")))):
             self.diag(original_node, "seed", "error", "the seed is computed by a call: numpy's "
-                      "global generator, which the program's dataset draws from in torch's "
-                      "place, is not seeded with it (bind the seed to a name first)")
+                      "global generator, which the program's host-side draws come from in "
+                      "torch's place, is not seeded with it (bind the seed to a name first)")
             return
         self.need("np")
         self._pending[-1].before.append(cst.SimpleStatementLine(
