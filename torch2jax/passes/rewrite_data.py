@@ -57,8 +57,9 @@ class DataMixin:
             self.diag(original_node, "random", "info", _GLOBAL_DRAWS_NOTE + (
                 "which the translation of the program's torch.manual_seed seeds too (in "
                 "whichever file it stands)" if self.data.torch_seeded else
-                "seeded with 0 where this file is imported: the program never seeds torch's "
-                "global generator (torch would draw another stream at every run)"))
+                "seeded with 0 where this file is imported: no file of the program converted "
+                "with it seeds torch's global generator (torch would draw another stream at "
+                "every run; a torch.manual_seed run after this import still seeds it)"))
             self._unseeded_global_draws |= not self.data.torch_seeded
         if not keep:
             return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
