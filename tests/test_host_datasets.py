@@ -94,7 +94,7 @@ class ViewDataset(Dataset):
 
 class NoisyDataset(Dataset):
     """A draw off the numpy table (randn_like; torch.randn from the global generator is on
-    it, from the file's host_rng): left to the rewriter (which marks it)."""
+    it, from numpy's global generator): left to the rewriter (which marks it)."""
     def __init__(self):
         self.x = torch.arange(6.0)
 

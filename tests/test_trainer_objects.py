@@ -9,8 +9,8 @@ data from ``linspace``): the converted program must print torch's losses, step b
 
 Also here: minGPT's ``configure_optimizers`` over a module whitelist (``named_modules()`` x
 ``named_parameters()`` sorted by ``isinstance(m, whitelist)``) as an optax mask by torch's
-parameter names, and a Dataset whose ``__getitem__`` draws from torch's global generator (numpy
-on the host, from the file's ``host_rng``).
+parameter names, and a Dataset whose ``__getitem__`` draws from torch's global generator (numpy's
+global generator on the host).
 """
 
 from __future__ import annotations
@@ -273,21 +273,22 @@ print(f"{abs(float(noise.mean())):.1f} {float(noise.std()):.1f} {noise.dtype}")
 
 def test_a_global_draw_in_getitem_is_numpy_on_the_host(tmp_path) -> None:
     """``torch.randint`` / ``torch.rand`` / ``torch.randn`` without a generator in a Dataset's
-    ``__getitem__``: drawn by numpy from the file's generator (seeded from the script's
-    seed), not a JAX key per item. The draws have torch's ranges, shapes and dtypes."""
+    ``__getitem__``: drawn by numpy's global generator (seeded where the program seeds torch,
+    tests/test_seeds_across_files.py), not a JAX key per item. The draws have torch's ranges,
+    shapes and dtypes."""
     result = convert_source(_DRAWING_DATASET, path="data.py")
     assert not [d for d in result.diagnostics if d.severity == "error"], result.diagnostics
     code = result.code
-    assert "host_rng = np.random.default_rng(0)" in code
-    assert "host_rng.integers(0, 3, size=(self.length,), dtype=np.int64)" in code
-    assert "host_rng.random(1, dtype=np.float32)" in code
-    assert "host_rng.standard_normal(self.length, dtype=np.float32)" in code
+    assert "np.random.seed(0)\nkey = jax.random.key(0)" in code  # torch.manual_seed(0)
+    assert "np.random.randint(0, 3, size=(self.length,), dtype=np.int64)" in code
+    assert "np.random.random(1).astype(np.float32)" in code
+    assert "np.random.standard_normal(self.length).astype(np.float32)" in code
     assert "jax.random" not in code.split("def __getitem__")[1].split("\n\n")[0]
     want = _torch(_DRAWING_DATASET, tmp_path)
     assert _run(code, tmp_path) == want[:-1] + ["float32"]  # torch.float32 / float32
-    # a program seeded elsewhere (minGPT's set_seed in another file): seeded with 0, said
+    # a program that never seeds: a fixed stream (seeded 0 at import), said
     unseeded = convert_source(_DRAWING_DATASET.replace("torch.manual_seed(0)\n", ""),
                               path="data.py")
-    assert "host_rng = np.random.default_rng(0)" in unseeded.code
+    assert "np.random.seed(0)  # torch's global generator is never seeded" in unseeded.code
     assert any(d.severity == "info" and "seeded with 0" in d.message
                for d in unseeded.diagnostics), unseeded.diagnostics

@@ -31,7 +31,14 @@ from torch2jax.passes.helpers import add_helpers, defined_names
 from torch2jax.passes.layout_blocks import channels_last_blocks
 from torch2jax.passes.layout_fuse import FuseLayoutMoves
 from torch2jax.passes.rewrite import TorchToJax
-from torch2jax.repo import RNGS_FUNCTION, SEED_FUNCTION
+from torch2jax.repo import (
+    HOST_DRAWS,
+    RNGS_FUNCTION,
+    SEED_FUNCTION,
+    TORCH_SEEDED,
+    numpy_seeded,
+    source_facts,
+)
 from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult
 from torch2jax.ruleset import RuleSet, load_rules
@@ -214,6 +221,10 @@ def convert_source(
     visit(wrapper, data_indexer)
     data_indexer.index.shard = shard
     data_indexer.index.host = find_host_draws(wrapper)
+    facts = source_facts(module.code) | set(known_modules or ())  # (repo.py)
+    data_indexer.index.global_host_draws = HOST_DRAWS in facts
+    data_indexer.index.torch_seeded = TORCH_SEEDED in facts
+    data_indexer.index.numpy_seeded = numpy_seeded(facts)
     training_indexer = share_names(names, TrainingIndexer(
         index.module_classes, index.rngs_functions,
         data_indexer.index.own_key_draws() | data_indexer.index.host.draws,

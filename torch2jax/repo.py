@@ -37,6 +37,17 @@ SEED_FUNCTION = "seed-function:"
 # in a file's known names: a function of another converted file that builds layers (its
 # conversion takes rngs, so a call of it passes them), written RNGS_FUNCTION + the bound name
 RNGS_FUNCTION = "rngs-function:"
+# in every file's known names when a Dataset of the repository draws from torch's global
+# generator (its draws become numpy's global generator's: each torch.manual_seed of the
+# program then seeds numpy's too, passes/host_data.py), and when a file seeds torch's global
+# generator (the dataset's file then leaves the seeding to it)
+HOST_DRAWS = "host-draws:global"
+TORCH_SEEDED = "torch-seeded:global"
+# ... and when a file shuffles a loader (DataLoader(shuffle=...), RandomSampler) without seeding
+# torch itself: its order's seed is then drawn from numpy's global generator (passes/data.py)
+SHUFFLES = "host-shuffles:global"
+_GLOBAL_DRAWS = frozenset({"torch.randint", "torch.randperm", "torch.rand", "torch.randn"})
+_TORCH_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 
 
 @dataclass
@@ -67,6 +78,7 @@ class _Module:
     all_names: list[str] | None = None
     # top-level functions that seed torch and return nothing (def set_seed(s): torch.manual_seed)
     seed_functions: set[str] = field(default_factory=set)
+    facts: set[str] = field(default_factory=set)  # HOST_DRAWS, TORCH_SEEDED (host_facts)
 
 
 @dataclass
@@ -178,7 +190,48 @@ def _seeds_only(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return bool(calls & SEEDS) and not calls & RANDOM and not returns
 
 
+def host_facts(tree: ast.Module) -> set[str]:
+    """What a file says of the program's host randomness: ``HOST_DRAWS`` when a class whose
+    base is a ``...Dataset`` calls ``torch.randint`` / ``randperm`` / ``rand`` / ``randn``
+    without a generator, ``TORCH_SEEDED`` when it calls ``torch.manual_seed``."""
+    facts: set[str] = set()
+    shuffles = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _dotted(node.func) in _TORCH_SEEDS:
+            facts.add(TORCH_SEEDED)
+        if isinstance(node, ast.Call):
+            name = (_dotted(node.func) or "").rsplit(".", 1)[-1]
+            shuffles |= name == "RandomSampler" or name == "DataLoader" and any(
+                k.arg == "shuffle" and not (isinstance(k.value, ast.Constant)
+                                            and not k.value.value) for k in node.keywords)
+        if isinstance(node, ast.ClassDef) and any(
+                (_dotted(b) or "").endswith("Dataset") for b in node.bases) and any(
+                isinstance(c, ast.Call) and _dotted(c.func) in _GLOBAL_DRAWS
+                and not any(k.arg == "generator" for k in c.keywords)
+                for c in ast.walk(node)):
+            facts.add(HOST_DRAWS)
+    if shuffles and TORCH_SEEDED not in facts:
+        facts.add(SHUFFLES)
+    return facts
+
+
+def numpy_seeded(facts: set[str]) -> bool:
+    """Whether each ``torch.manual_seed`` of a program with these facts seeds numpy's global
+    generator too: a dataset draws from it in torch's global generator's place, or a loader
+    draws its order's seed from it."""
+    return HOST_DRAWS in facts or SHUFFLES in facts
+
+
+def source_facts(text: str) -> set[str]:
+    """:func:`host_facts` of a file's text (none when ``ast`` cannot parse it)."""
+    try:
+        return host_facts(ast.parse(text))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+
+
 def _collect(mod: _Module, tree: ast.Module) -> None:
+    mod.facts = host_facts(tree)
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and _seeds_only(stmt):
             mod.seed_functions.add(stmt.name)
@@ -323,8 +376,9 @@ def index_repository(files: Iterable[Path], torch_layers: Iterable[str] = (),
 
     index = RepoIndex(module_classes=module_classes)
     imported: set[tuple[str, str]] = set()
+    facts = set().union(*(mod.facts for mod in by_path.values()))  # the whole program's
     for path, mod in by_path.items():
-        known: set[str] = set()
+        known: set[str] = set(facts)
         for local, b in mod.bindings.items():
             if b.kind == "class":
                 continue  # classes of the file itself: the converter sees them

@@ -155,11 +155,33 @@ class DataIndex:
     # a loader of the file is not a batched grain MapDataset over its whole dataset (no batch
     # size, an IterableDataset): len(loader.dataset) cannot be read off its pipeline
     unbatched_loader: bool = False
+    # the program (this file or another, repo.py's HOST_DRAWS) draws from torch's global
+    # generator in a Dataset: numpy's global generator on the host (passes/host_data.py),
+    # which every torch.manual_seed's translation then seeds too
+    global_host_draws: bool = False
+    torch_seeded: bool = False  # some file of the program seeds torch (repo.py's TORCH_SEEDED)
+    # numpy's global generator is seeded by every torch.manual_seed of the program
+    # (repo.py's numpy_seeded): a loader of a file that does not seed draws its seed there
+    numpy_seeded: bool = False
+    drawn_seed: bool = False  # a loader of this file draws its seed from numpy (np import)
+
+    def host_seed(self) -> cst.BaseExpression:
+        """The seed of a loader's order: the file's ``torch.manual_seed`` argument; in a file
+        that does not seed, of a program seeded elsewhere, a draw from numpy's global
+        generator (which that seed seeds, as torch's sampler draws its seed from torch's
+        global generator); else 0."""
+        if self.seed is not None:
+            return self.seed
+        if self.torch_seeded and self.numpy_seeded:
+            self.drawn_seed = True
+            return cst.parse_expression("np.random.randint(2**31)")
+        return cst.Integer("0")
 
     def dataset_length_known(self) -> bool:
         """Every loader is ``<source>[.shuffle(...)].batch(...)``, so the number of examples,
         torch's ``len(loader.dataset)``, is ``len(loader.parents[0])``."""
-        return not (self.unbatched_loader or self.random_augment or self.distributed)
+        return not (self.unbatched_loader or self.random_augment or self.distributed
+                    or self.global_host_draws)
 
     def seeded_draw(self, generator: str) -> bool:
         """A draw from ``generator``, a ``torch.Generator().manual_seed(s)`` read only by draws
@@ -594,7 +616,7 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
                                  "assign it to a name first", rule="torch.utils.data.DataLoader")
         count = site.num_samples if site.num_samples is not None else expr(
             "len({d})", d=dataset)
-        seed = data.seed if data.seed is not None else cst.Integer("0")
+        seed = data.host_seed()
         pipeline = (f"grain.MapDataset.range({code(count)}).random_map(lambda _, rng: "
                     f"{code(dataset)}[rng.integers(len({code(dataset)}))], seed={code(seed)})")
         notes.append(f"RandomSampler(replacement=True): every example an independent uniform "
@@ -613,7 +635,13 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
         if collate is not None:
             args.append(f"batch_fn={code(collate)}")
         pipeline += f".batch({', '.join(args)})"
-    if data.random_augment:
+    if data.global_host_draws:
+        pipeline += ".to_iter_dataset(grain.ReadOptions(num_threads=0))"
+        notes.append("read in the calling thread (num_threads=0), as torch's DataLoader without "
+                     "workers reads: a dataset of the program draws from numpy's global "
+                     "generator, to which grain's reading threads would hand the elements in "
+                     "a different order on every run")
+    elif data.random_augment:
         pipeline += ".to_iter_dataset(grain.ReadOptions(num_threads=1))"
         notes.append("read in one thread: the file's random transforms draw from seeded numpy "
                      "Generators, and grain's default 16 threads would hand the draws to "
@@ -669,7 +697,7 @@ def _shuffle_seed(site: SamplerSite | None, generator: cst.BaseExpression | None
                 "DataLoader(generator=...) with a generator that is not seeded with "
                 "manual_seed", rule="torch.Generator")
         return seed
-    base = data.seed if data.seed is not None else cst.Integer("0")
+    base = data.host_seed()
     notes.append(f"DataLoader(shuffle=True): shuffled with seed {code(base)} + epoch "
                  "(torch drew the order from its global generator)")
     return base
@@ -726,7 +754,7 @@ def random_split(node: cst.Call, data: DataIndex) -> cst.BaseExpression:
                              rule="torch.utils.data.random_split")
     parts = [e.value for e in lengths.elements]
     seed = data.generator_seed(b.get("generator"))
-    if seed is None:
+    if seed is None:  # (read twice below: never a draw)
         seed = data.seed if data.seed is not None else cst.Integer("0")
     base = f"{_source(dataset, data)}.shuffle(seed={code(seed)})"
     if any(isinstance(p, cst.Float) for p in parts):

@@ -25,9 +25,13 @@ The random draws of a dataset with its own generator (``g = torch.Generator();
 g.manual_seed(s)``, ``torch.randperm(n, generator=g)``) become a numpy ``Generator`` seeded
 with the same number: a different stream from torch's, as every translated draw is. A draw
 from torch's global generator (``torch.randint(n, size=(L,))``, ``torch.rand(1)``,
-``torch.randn(L)`` in ``__getitem__``, issue 28) comes from the file's host generator
-(``host_rng``, analysis/host.py) when the caller passes its name: the dataset is read on the
-host, one item at a time, where a JAX key per item would cost a device round trip.
+``torch.randn(L)`` in ``__getitem__``, issue 28) comes from numpy's global generator
+(``np.random.randint``, ``np.random.random``, ...) when the caller allows it: the dataset is
+read on the host, one item at a time, where a JAX key per item would cost a device round trip.
+numpy's global generator is, like torch's, one stream for the whole process: the translation
+of every ``torch.manual_seed(s)`` of the program, in whichever file and helper it stands,
+seeds it with ``s`` too (issue 29, docs/training.md "Where the random state lives on the
+host").
 """
 
 from __future__ import annotations
@@ -83,12 +87,12 @@ class _ToNumpy(cst.CSTTransformer):
     ``q`` gives the qualified name of a node of the original tree."""
 
     def __init__(self, q: Callable[[cst.CSTNode], str | None],
-                 host_generator: str | None = None) -> None:
+                 global_draws: bool = False) -> None:
         super().__init__()
         self.q = q
-        # the file's numpy Generator for draws from torch's global generator (None: refused)
-        self.host_generator = host_generator
-        self.used_host_generator = False
+        # draws from torch's global generator become numpy's global ones (False: refused)
+        self.global_draws = global_draws
+        self.used_global = False
         self.funcs: set[int] = set()  # original call functions (checked at the call)
         self.generators: set[str] = set()  # local names bound to torch.Generator()
 
@@ -211,19 +215,19 @@ class _ToNumpy(cst.CSTTransformer):
     def _drawn(self, kw: dict) -> bool:
         generator = kw.get("generator")
         return (isinstance(generator, cst.Name) and generator.value in self.generators
-                or generator is None and self.host_generator is not None)
+                or generator is None and self.global_draws)
 
     def _draw(self, name: str, pos: list, kw: dict, dtype, q: str) -> cst.BaseExpression:
-        """A draw from the dataset's own generator, or from torch's global one (the file's
-        numpy Generator, ``host_rng``: a global draw in ``__getitem__`` is a host draw of the
-        input pipeline, as grain reads the dataset on the host)."""
+        """A draw from the dataset's own generator, or from torch's global one (numpy's
+        global generator: a global draw in ``__getitem__`` is a host draw of the input
+        pipeline, as grain reads the dataset on the host)."""
         generator = kw.pop("generator", None)
-        if generator is None:
-            generator = cst.Name(self.host_generator)
-            self.used_host_generator = True
         size = kw.pop("size", None)
         if kw:
             raise _Refused(q)
+        if generator is None:
+            self.used_global = True
+            return _global_draw(name, pos, size, dtype, q)
         if name == "randperm" and len(pos) == 1 and size is None and dtype is None:
             return cst.Call(func=cst.Attribute(generator, cst.Name("permutation")),
                             args=[arg(pos[0])])
@@ -302,17 +306,40 @@ class _ToNumpy(cst.CSTTransformer):
         return m.matches(node, m.Attribute(value=m.Name("np")))
 
 
+def _global_draw(name: str, pos: list, size, dtype, q: str) -> cst.BaseExpression:
+    """A draw from torch's global generator as numpy's global generator's (its legacy
+    functions, one stream for the process as torch's is): the same range, shape and dtype."""
+    if name == "randperm" and len(pos) == 1 and size is None and dtype is None:
+        return _np("np.random.permutation", arg(pos[0]))
+    if name == "randint" and (len(pos) in (2, 3) and size is None
+                              or len(pos) in (1, 2) and size is not None):
+        if size is not None:
+            pos = [*pos, size]
+        low, high, size = ([cst.Integer("0")] + pos) if len(pos) == 2 else pos
+        return _np("np.random.randint", arg(low), arg(high), arg(size, "size"),
+                   arg(dtype or cst.parse_expression("np.int64"), "dtype"))
+    if name in ("rand", "randn") and (pos and size is None or size is not None and not pos):
+        if size is None:
+            size = pos[0] if len(pos) == 1 else cst.Tuple([cst.Element(p) for p in pos])
+        drawn = _np("np.random.random" if name == "rand" else "np.random.standard_normal",
+                    arg(size))
+        return cst.Call(func=cst.Attribute(drawn, cst.Name("astype")), args=[
+            arg(dtype or cst.parse_expression("np.float32"))])
+    raise _Refused(q)
+
+
 def numpy_method(fn: cst.FunctionDef, q: Callable[[cst.CSTNode], str | None],
-                 host_generator: str | None = None) -> tuple[cst.FunctionDef, bool] | None:
+                 global_draws: bool = False) -> tuple[cst.FunctionDef, bool] | None:
     """``fn`` (a method of the original torch tree) translated to numpy, and whether it draws
-    from ``host_generator`` (torch's global generator's draws, when given); None when it reads
-    torch API outside the table (the method then keeps the rewriter's ``jnp`` form)."""
-    numpy = _ToNumpy(q, host_generator)
+    from numpy's global generator (torch's global generator's draws, when ``global_draws``);
+    None when it reads torch API outside the table (the method then keeps the rewriter's
+    ``jnp`` form)."""
+    numpy = _ToNumpy(q, global_draws)
     try:
         out = fn.visit(numpy)
     except _Refused:
         return None
-    return (out, numpy.used_host_generator) if isinstance(out, cst.FunctionDef) else None
+    return (out, numpy.used_global) if isinstance(out, cst.FunctionDef) else None
 
 
 def reads_torch(fn: cst.FunctionDef, q: Callable[[cst.CSTNode], str | None]) -> bool:

@@ -141,6 +141,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._fstring_quotes: list[str] = []
         self._eval_step = False  # an eval step is defined at the top of the file
         self._host_rng = False  # host-side draws use host_rng (analysis/host.py)
+        # a dataset draws from numpy's global generator in a program that never seeds torch
+        self._unseeded_global_draws = False
         self._depth = 0  # indentation level of the statement being rewritten
         self._in_annotation = 0
         # self.<attr> read by a layer subclass's call of its own functional (super().__call__)
@@ -841,6 +843,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         if self._host_rng:
             updated_node = updated_node.with_changes(body=self._with_host_rng(
                 original_node, list(updated_node.body)))
+        if self._unseeded_global_draws:
+            updated_node = updated_node.with_changes(body=self._with_numpy_seed(
+                list(updated_node.body)))
         if not self._key_scopes[0].root_needed and not self._eval_step and not (
                 self._lt_train_state_class):
             return updated_node

@@ -21,6 +21,12 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.rewrite_support import _fix_commas
 
+_GLOBAL_DRAWS_NOTE = ("the dataset's draws from torch's global generator come from numpy's "
+                      "global generator (one host stream for the process, as torch's is), ")
+# where a program never seeds torch: numpy's global generator seeded at import, as a fixed
+# stream (torch's unseeded stream differs at every run)
+_UNSEEDED = "np.random.seed(0)  # torch's global generator is never seeded: a fixed stream\n"
+
 
 class DataMixin:
     def _dataset_class(self, original_node, updated_node):
@@ -37,45 +43,47 @@ class DataMixin:
             return updated_node
         self.need("jax")
         body = []
-        self._unseeded_host_draws = False
+        global_draws = False
         for st, ost in zip(updated_node.body.body, original_node.body.body):
             host = self._host_method(ost) if isinstance(ost, cst.FunctionDef) else None
             if host is not None:
-                st = host
+                st, draws = host
+                global_draws |= draws
             elif isinstance(st, cst.FunctionDef) and st.name.value == "__init__":
                 st = dt.host_arrays(st)
             body.append(st)
         updated_node = updated_node.with_changes(body=updated_node.body.with_changes(body=body))
-        if self._unseeded_host_draws:  # (at the class: its methods' lines are written anew)
-            self.diag(original_node, "random", "info",
-                      f"the dataset's random draws come from {ha.GENERATOR}, a numpy Generator "
-                      "seeded with 0: the program's seed is not a literal of this file (seed "
-                      "it there to change the stream)")
+        if global_draws:  # (at the class: its methods' lines are written anew)
+            self.diag(original_node, "random", "info", _GLOBAL_DRAWS_NOTE + (
+                "which the translation of the program's torch.manual_seed seeds too (in "
+                "whichever file it stands)" if self.data.torch_seeded else
+                "seeded with 0 where this file is imported: no file of the program converted "
+                "with it seeds torch's global generator (torch would draw another stream at "
+                "every run; a torch.manual_seed run after this import still seeds it)"))
+            self._unseeded_global_draws |= not self.data.torch_seeded
         if not keep:
             return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
                                              rpar=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(bases=_fix_commas(keep))
 
-    def _host_method(self, original: cst.FunctionDef) -> cst.FunctionDef | None:
-        """A Dataset method that reads torch, in numpy (passes/host_data.py), or None. The
-        rewriter's diagnostics inside it are withdrawn: the method is written anew."""
+    def _host_method(self, original: cst.FunctionDef) -> tuple[cst.FunctionDef, bool] | None:
+        """A Dataset method that reads torch, in numpy (passes/host_data.py), and whether it
+        draws from numpy's global generator (torch's global one's draws); None when the table
+        does not cover it. The rewriter's diagnostics inside it are withdrawn: the method is
+        written anew."""
         if not hd.reads_torch(original, self.q):
             return None
-        translated = hd.numpy_method(original, self.q, ha.GENERATOR)
+        translated = hd.numpy_method(original, self.q, global_draws=True)
         if translated is None:
             return None
         host, draws = translated
         self.need("np")
-        if draws:
-            # torch's global generator drawn in the dataset: the file's host generator
-            self._host_rng = True
-            self._unseeded_host_draws = self.data.host.seed is None
         try:
             span = self.get_metadata(PositionProvider, original)
         except KeyError:
             return None
         self.rewritten_lines.append((span.start.line, span.end.line))
-        return host
+        return host, draws
 
     def _data_assign(self, original_node: cst.Assign, updated_node: cst.Assign):
         """Samplers and scalers (consumed where they are used) and per-epoch loaders."""
@@ -113,7 +121,7 @@ class DataMixin:
                 self.diag(original_node, q, "info", note)
             for note in warnings:
                 self.diag(original_node, q, "warning", note)
-            self.need("grain")
+            self.need("grain", *(["np"] if self.data.drawn_seed else []))
             blank = [cst.EmptyLine(indent=False)]
             if built is not None:
                 self._pending[-1].after.append(built)
@@ -256,6 +264,18 @@ class DataMixin:
                 and self.in_module_class()
                 and self.current_class in self.training.method_draws)
 
+    def _with_numpy_seed(self, body: list) -> list:
+        """``np.random.seed(0)`` after the imports: the stream of a dataset's global draws in
+        a program that never seeds torch (the stream stays fixed, as it was before issue 29)."""
+        at = 0
+        while at < len(body) and (m.matches(body[at], m.SimpleStatementLine(
+                body=[m.Import() | m.ImportFrom()])) or (at == 0 and m.matches(
+                body[at], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())])))):
+            at += 1
+        stmt = cst.parse_statement(_UNSEEDED).with_changes(
+            leading_lines=[cst.EmptyLine(indent=False)])
+        return [*body[:at], stmt, *body[at:]]
+
     def _with_host_rng(self, original_node, body: list) -> list:
         """``host_rng = np.random.default_rng(SEED)`` after the statement that binds the seed
         (after the imports for a literal seed): the generator of the host-side draws."""
@@ -338,7 +358,7 @@ class DataMixin:
                 self.diag(original, name, "info", note)
             for note in warnings:
                 self.diag(original, name, "warning", note)
-            self.need("grain")
+            self.need("grain", *(["np"] if self.data.drawn_seed else []))
             return pipeline
         if name in dt.SAMPLERS | dt.BATCH_SAMPLERS or name in dt.SCALERS or (
                 name in dt.AUTOCASTS) or name in dt.DIST_GATHERS or (

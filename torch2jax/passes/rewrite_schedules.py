@@ -18,6 +18,8 @@ from torch2jax.analysis.training import (
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
+    arg,
+    call,
     code,
     expr,
     try_literal,
@@ -234,6 +236,21 @@ class SchedulesMixin:
         self._plateaus[sched.name] = (schedule, base_code)
         return updated_node.with_changes(value=schedule.plateau)
 
+    def _seed_numpy(self, original_node, seed: cst.BaseExpression) -> None:
+        """``np.random.seed(s)`` before the key of ``torch.manual_seed(s)``: a dataset of the
+        program draws from numpy's global generator in torch's place (passes/host_data.py), or
+        a loader its order's seed (passes/data.py's ``host_seed``), so torch's seed seeds it
+        too, wherever the program seeds. A seed computed by a call
+        (evaluated twice, it could differ) is not repeated: the line is marked."""
+        if m.findall(seed, m.Call(func=m.DoesNotMatch(m.Name("int")))):
+            self.diag(original_node, "seed", "error", "the seed is computed by a call: numpy's "
+                      "global generator, which the program's host-side draws come from in "
+                      "torch's place, is not seeded with it (bind the seed to a name first)")
+            return
+        self.need("np")
+        self._pending[-1].before.append(cst.SimpleStatementLine(
+            [cst.Expr(call("np.random.seed", arg(seed)))]))
+
     def _training_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
         """Seeding, gradient bookkeeping and scheduler steps used as statements."""
         value = original_node.value
@@ -286,6 +303,8 @@ class SchedulesMixin:
                 return updated_node
             self._key_scopes[-1].has_key = True
             self.need("jax")
+            if self.data.numpy_seeded:
+                self._seed_numpy(original_node, updated_node.value.args[0].value)
             return tr.seed_statement(updated_node.value.args[0].value)
         if q in GRAD_MODES:
             self.diag(original_node, q, "info", f"{q}() removed: JAX only differentiates what "

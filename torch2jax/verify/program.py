@@ -178,7 +178,7 @@ def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float,
     _compare_lrs(r, t["lrs"], j["lrs"])
     if t.get("trace") and j.get("trace"):
         _compare_tensors(r, t, j, rtol)
-    _compare_seeds(r, t.get("seeds", []), j.get("seeds", []))
+    _compare_seeds(r, t.get("seeds", []), j.get("seeds", []), _seeds_numpy(r.program))
     _compare_prints(r, t["stdout"], j["stdout"], rtol, print_skip or [])
 
 
@@ -348,20 +348,49 @@ def _compare_decay(r: ProgramResult, name: str,
         r.checks.append(last)
 
 
-def _compare_seeds(r: ProgramResult, t: list[tuple], j: list[tuple]) -> None:
+def _seeds_numpy(program: str) -> bool:
+    """Whether the conversion of ``program`` seeds numpy's global generator at each
+    ``torch.manual_seed``: a Dataset of the files it imports (the files ``convert_tree``
+    converts) draws from torch's global generator, or a loader of a file that does not seed
+    shuffles (repo.py's ``numpy_seeded``)."""
+    from torch2jax.repo import import_closure, numpy_seeded, source_facts
+
+    path = Path(program)
+    if path.is_dir():
+        files = sorted(path.rglob("*.py"))
+    elif path.is_file():
+        files = [f for f in import_closure([path]) if f.is_relative_to(path.parent.resolve())]
+    else:
+        return False
+    return numpy_seeded(set().union(*(source_facts(f.read_text(errors="replace"))
+                                      for f in files)))
+
+
+def _compare_seeds(r: ProgramResult, t: list[tuple], j: list[tuple],
+                   numpy_too: bool = False) -> None:
     """The integer seeds the two programs' own code set, in order: torch's
     ``torch.manual_seed(s)`` is the converted program's ``jax.random.key(s)``, numpy's and
-    Python's seeds stay theirs. A torch program that sets no seed draws from torch's default
-    one: nothing to compare."""
+    Python's seeds stay theirs. ``numpy_too``: the program's Dataset draws from torch's
+    global generator, which the converted one draws from numpy's global generator in its
+    place, so ``torch.manual_seed(s)`` is ``np.random.seed(s)`` then ``jax.random.key(s)``
+    (the two streams are not the same: the values drawn are not compared, the seeds are). A
+    torch program that sets no seed draws from torch's default one: nothing to compare."""
     if not t:
         if j:
             r.notes.append("seeds not compared: the torch program sets none, the converted "
                            f"program {', '.join(f'{c}({v})' for c, v, _ in j)}")
         return
+    if numpy_too:
+        r.notes.append("each torch.manual_seed(s) is compared with np.random.seed(s) and "
+                       "jax.random.key(s): the host-side draws from torch's global generator "
+                       "come from numpy's global generator in the converted program")
+        t = [e for a in t for e in ([(a[0], a[1], a[2], "np.random.seed"), a]
+                                    if a[0] == "torch.manual_seed" else [a])]
     for i in range(max(len(t), len(j))):
         a = t[i] if i < len(t) else None
         b = j[i] if i < len(j) else None
-        ok = a is not None and b is not None and a[1] == b[1]
+        ok = a is not None and b is not None and a[1] == b[1] and (
+            len(a) < 4 or b[0] == a[3])  # (numpy's host stream: seeded by np.random.seed)
         r.checks.append(Check(
             "seed", f"seed {i + 1}", ok,
             f"torch {f'{a[0]}({a[1]})' if a else 'none'}, JAX "
