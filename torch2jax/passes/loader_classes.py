@@ -166,19 +166,23 @@ def canonicalise(module: cst.Module) -> cst.Module:
             module = module.visit(_Unwrap(name, call.func, cls))
             continue
         found = _infinite(module, cls)
-        top = [s.body[0] for s in module.body if m.matches(s, m.SimpleStatementLine(
-            body=[m.Assign(value=m.Call(func=m.Name(name)))]))]
-        if found is None or len(calls) != 1 or len(top) != 1 or top[0].value is not calls[0]:
-            continue
-        keywords = [a for a in calls[0].args if a.keyword is not None]
-        if any(a.star for a in calls[0].args) or not keywords or not all(
-                _constant(a.value) for a in keywords):
+        if found is None or any(a.star for c in calls for a in c.args):
             continue
         init = _methods(cls)["__init__"]
         taken = {p.name.value for p in [*init.params.params, *init.params.kwonly_params]}
-        if any(a.keyword.value in taken for a in keywords):
-            continue  # a keyword that __init__ takes itself
-        module = module.visit(_Specialise(found[0], found[1], calls[0], keywords))
+        options = [[a for a in c.args if a.keyword is not None and a.keyword.value not in taken]
+                   for c in calls]
+        names = {a.keyword.value for a in options[0]}
+        if not names or any({a.keyword.value for a in o} != names for o in options):
+            continue  # the calls do not all give the same options
+        if any(n.value in names for n in m.findall(init, m.Name())):
+            continue  # a parameter of that name would shadow what __init__ reads
+        first = {a.keyword.value: a.value for a in options[0]}
+        inline = {k for k, v in first.items() if _constant(v) and all(
+            any(a.keyword.value == k and a.value.deep_equals(v) for a in o) for o in options)}
+        module = module.visit(_Specialise(found[0], found[1], init, calls,
+                                          [a for a in options[0] if a.keyword.value in inline],
+                                          [k for k in first if k not in inline]))
     return module
 
 
@@ -200,11 +204,24 @@ class _Unwrap(cst.CSTTransformer):
 
 
 class _Specialise(cst.CSTTransformer):
-    """The call's keywords move into the class's DataLoader call, in place of ``**kwargs``."""
+    """The options the calls give: a constant that every call gives alike moves into the
+    class's DataLoader call and leaves the calls; any other becomes a keyword-only parameter
+    of ``__init__``, handed to the DataLoader by name, in place of ``**kwargs``."""
 
-    def __init__(self, loader: cst.Call, kwargs: str, call: cst.Call,
-                 keywords: list[cst.Arg]) -> None:
-        self.loader, self.kwargs, self.call, self.keywords = loader, kwargs, call, keywords
+    def __init__(self, loader: cst.Call, kwargs: str, init: cst.FunctionDef,
+                 calls: list[cst.Call], inline: list[cst.Arg], passed: list[str]) -> None:
+        self.loader, self.kwargs, self.init = loader, kwargs, init
+        self.calls, self.inline, self.passed = calls, inline, passed
+        self.moved = {a.keyword.value for a in inline}
+
+    def leave_FunctionDef(self, original, updated):
+        if original is not self.init or not self.passed:
+            return updated
+        params = updated.params
+        added = [cst.Param(cst.Name(k)) for k in self.passed]
+        star = params.star_arg if isinstance(params.star_arg, cst.ParamStar) else cst.ParamStar()
+        return updated.with_changes(params=params.with_changes(
+            star_arg=star, kwonly_params=[*params.kwonly_params, *added]))
 
     def leave_Call(self, original, updated):
         if original is self.loader:
@@ -212,12 +229,13 @@ class _Specialise(cst.CSTTransformer):
             for a in updated.args:
                 if a.star == "**" and m.matches(a.value, m.Name(self.kwargs)):
                     args.extend(k.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                                for k in self.keywords)
+                                for k in self.inline)
+                    args.extend(cst.Arg(cst.Name(k), keyword=cst.Name(k)) for k in self.passed)
                 else:
                     args.append(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))
             return updated.with_changes(args=args)
-        if original is self.call:
+        if any(original is c for c in self.calls):
             args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated.args
-                    if a.keyword is None]
+                    if a.keyword is None or a.keyword.value not in self.moved]
             return updated.with_changes(args=args)
         return updated
