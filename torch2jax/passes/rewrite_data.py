@@ -13,6 +13,7 @@ from torch2jax.analysis import host as ha
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.passes import data as dt
 from torch2jax.passes import host_data as hd
+from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
     bind,
@@ -37,7 +38,9 @@ class DataMixin:
             return updated_node
         self.need("jax")
         body = []
-        self._unseeded_host_draws = False
+        # (draws of the rewritten methods: _dataset_draw, while the class was visited)
+        self._unseeded_host_draws, self._unseeded_dataset_draws = \
+            self._unseeded_dataset_draws, False
         for st, ost in zip(updated_node.body.body, original_node.body.body):
             host = self._host_method(ost) if isinstance(ost, cst.FunctionDef) else None
             if host is not None:
@@ -55,6 +58,22 @@ class DataMixin:
             return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
                                              rpar=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(bases=_fix_commas(keep))
+
+    def _dataset_draw(self, original: cst.Call, name: str) -> bool:
+        """A draw from torch's global generator in a method of a Dataset class (its
+        ``__init__`` making synthetic data, a ``__getitem__`` augmenting): the dataset is
+        built and read on the host, so the draw is numpy's, from the file's host generator
+        (``host_rng``), where a JAX key would need plumbing into the class and a device round
+        trip per item."""
+        if name not in tr.HOST_RANDOM or any(
+                a.keyword is not None and a.keyword.value in ("generator", "out")
+                for a in original.args):
+            return False
+        at = self.get_metadata(ParentNodeProvider, original, None)
+        while at is not None and not isinstance(at, cst.ClassDef):
+            at = self.get_metadata(ParentNodeProvider, at, None)
+        return at is not None and any(self.q(b.value) in dt.DATASET_BASES | dt.ITERABLE_BASES
+                                      for b in at.bases)
 
     def _host_method(self, original: cst.FunctionDef) -> cst.FunctionDef | None:
         """A Dataset method that reads torch, in numpy (passes/host_data.py), or None. The
