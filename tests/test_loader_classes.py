@@ -146,8 +146,8 @@ _BUILT = ("batch_loader = InfiniteDataLoader(Line(32), batch_size=8, pin_memory=
 # the infinite loader's construction, rewritten without changing what it computes (issue 28,
 # testing by variants): each must convert with no TODO and train as torch does
 LOADER_VARIANTS = {
-    "a module constant": [(_BUILT, "BATCH = 8\nbatch_loader = InfiniteDataLoader(Line(32), "
-                                   "batch_size=BATCH)")],
+    "a module constant": [(_BUILT, ("BATCH = 8\nbatch_loader = InfiniteDataLoader("
+                                    "Line(32), batch_size=BATCH)"))],
     "an argparse attribute": [(_BUILT, (
         "import argparse\nparser = argparse.ArgumentParser()\n"
         "parser.add_argument('--batch-size', type=int, default=8)\n"

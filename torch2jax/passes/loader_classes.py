@@ -12,15 +12,19 @@ place, so diagnostics point at the user's lines):
   measuring or reading it is iterating, measuring or reading the loader: each call of the
   class is that ``DataLoader(...)`` call, and the class goes;
 * an *infinite loader* (makemore's ``InfiniteDataLoader``): a class whose ``__init__`` builds
-  ``DataLoader(dataset, sampler=..., **kwargs)`` and keeps restarting its iterator. Built
-  once, at the top level of the file, with keywords that are constants: the keywords are
-  written into the class's DataLoader call, where the data pass reads them, and leave the
-  call of the class. (Evaluated at the same moment with the same values: the class body runs
-  when the class is called, and a constant is the same everywhere.)
+  ``DataLoader(dataset, sampler=..., **kwargs)`` and keeps restarting its iterator. Each call
+  of the class gives the same option names (the keywords ``__init__`` does not take). An
+  option that every call gives as the same constant is written into the class's DataLoader
+  call and leaves the calls (evaluated at the same moment with the same value: the class
+  body runs when the class is called, and a constant is the same everywhere). Any other
+  (``batch_size=args.batch_size``) becomes a keyword-only parameter of ``__init__``, which
+  hands it to the DataLoader by name: the calls keep it, evaluated where torch evaluates it.
+  The data pass then reads every option at the DataLoader.
 
-Any other use of the class (a second construction, ``isinstance``, a keyword that is not a
-constant, ``*args`` in the infinite shape) leaves the file as it is, where the loader's
-``**kwargs`` stays marked.
+Any other use of the class (``isinstance``, ``**options`` or ``*args`` at a call, calls that
+give different option names, an option named like a name ``__init__`` reads, which a
+parameter would shadow) leaves the file as it is, where the loader's ``**kwargs`` stays
+marked.
 """
 
 from __future__ import annotations
