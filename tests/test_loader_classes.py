@@ -163,6 +163,9 @@ LOADER_VARIANTS = {
         "batch_loader = InfiniteDataLoader(Line(32), batch_size=8)\n"
         "other = InfiniteDataLoader(Line(16), batch_size=4)\n"
         "assert other.next()[0].shape == (4, 1)"))],
+    "options in a dict": [(_BUILT, (
+        "OPTIONS = {'batch_size': 8, 'num_workers': 0}\n"
+        "batch_loader = InfiniteDataLoader(Line(32), **OPTIONS)"))],
     "literal keywords in the class": [
         ("    def __init__(self, dataset, **kwargs):", "    def __init__(self, dataset):"),
         ("DataLoader(dataset, sampler=train_sampler, **kwargs)",
@@ -207,9 +210,14 @@ def test_infinite_loader_variants_train_like_torch(variant):
     assert got[2] < 1e-5
 
 
-def test_options_not_known_stay_marked():
-    source = INFINITE.replace(_BUILT, "OPTIONS = {}\nbatch_loader = InfiniteDataLoader("
-                                      "Line(32), **OPTIONS)")
+@pytest.mark.parametrize("options", [
+    "OPTIONS = {}",  # no option: nothing to hand on
+    "OPTIONS = {'batch_size': 4}\nOPTIONS['batch_size'] = 8",  # changed after it was built
+    "OPTIONS = dict(BASE, batch_size=8)",  # keys the file does not show
+])
+def test_options_not_known_stay_marked(options):
+    source = INFINITE.replace(_BUILT, f"BASE = {{}}\n{options}\nbatch_loader = "
+                                      "InfiniteDataLoader(Line(32), **OPTIONS)")
     result = convert_source(source, path="script.py")
     assert any("DataLoader(**kwargs)" in d.message for d in result.diagnostics
                if d.severity == "error"), result.diagnostics

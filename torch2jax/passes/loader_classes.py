@@ -19,10 +19,11 @@ place, so diagnostics point at the user's lines):
   body runs when the class is called, and a constant is the same everywhere). Any other
   (``batch_size=args.batch_size``) becomes a keyword-only parameter of ``__init__``, which
   hands it to the DataLoader by name: the calls keep it, evaluated where torch evaluates it.
-  The data pass then reads every option at the DataLoader.
+  The data pass then reads every option at the DataLoader. A call may give its options as
+``**options``, a dict literal bound once and read nowhere else (its keys are the options).
 
-Any other use of the class (``isinstance``, ``**options`` or ``*args`` at a call, calls that
-give different option names, an option named like a name ``__init__`` reads, which a
+Any other use of the class (``isinstance``, ``*args`` at a call, ``**options`` that is not
+such a dict, calls that give different option names, an option named like a name ``__init__`` reads, which a
 parameter would shadow) leaves the file as it is, where the loader's ``**kwargs`` stays
 marked.
 """
@@ -170,24 +171,61 @@ def canonicalise(module: cst.Module) -> cst.Module:
             module = module.visit(_Unwrap(name, call.func, cls))
             continue
         found = _infinite(module, cls)
-        if found is None or any(a.star for c in calls for a in c.args):
+        if found is None or any(a.star == "*" for c in calls for a in c.args):
             continue
         init = _methods(cls)["__init__"]
         taken = {p.name.value for p in [*init.params.params, *init.params.kwonly_params]}
-        options = [[a for a in c.args if a.keyword is not None and a.keyword.value not in taken]
-                   for c in calls]
-        names = {a.keyword.value for a in options[0]}
-        if not names or any({a.keyword.value for a in o} != names for o in options):
+        options = [_options(module, c, taken) for c in calls]
+        if any(o is None for o in options):
+            continue
+        names = set(options[0])
+        if not names or any(set(o) != names for o in options):
             continue  # the calls do not all give the same options
         if any(n.value in names for n in m.findall(init, m.Name())):
             continue  # a parameter of that name would shadow what __init__ reads
-        first = {a.keyword.value: a.value for a in options[0]}
-        inline = {k for k, v in first.items() if _constant(v) and all(
-            any(a.keyword.value == k and a.value.deep_equals(v) for a in o) for o in options)}
+        inline = {k for k, v in options[0].items() if v is not None and _constant(v) and all(
+            o[k] is not None and o[k].deep_equals(v) for o in options)}
         module = module.visit(_Specialise(found[0], found[1], init, calls,
-                                          [a for a in options[0] if a.keyword.value in inline],
-                                          [k for k in first if k not in inline]))
+                                          [a for a in calls[0].args if a.keyword is not None
+                                           and a.keyword.value in inline],
+                                          [k for k in options[0] if k not in inline]))
     return module
+
+
+def _options(module: cst.Module, call: cst.Call, taken: set[str]
+             ) -> dict[str, cst.BaseExpression | None] | None:
+    """The options a call of the class gives its ``**kwargs``: each keyword's value, and the
+    keys of a ``**options`` dict (None for their values); None when they cannot be known."""
+    out: dict[str, cst.BaseExpression | None] = {}
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value not in taken:
+            out[a.keyword.value] = a.value
+        elif a.star == "**":
+            keys = _dict_keys(module, a.value)
+            if keys is None or taken & keys:
+                return None
+            out.update(dict.fromkeys(keys))
+    return out
+
+
+def _dict_keys(module: cst.Module, value: cst.BaseExpression) -> set[str] | None:
+    """The keys of ``**name``, where ``name`` is bound once, to a dict literal with constant
+    string keys (or ``dict(k=...)``), and read only by ``**name`` at calls: nothing else can
+    change it, so the call passes exactly those keys."""
+    if not isinstance(value, cst.Name):
+        return None
+    binds = m.findall(module, m.Assign(targets=[m.AssignTarget(m.Name(value.value))]))
+    starred = m.findall(module, m.Arg(star="**", value=m.Name(value.value)))
+    if len(binds) != 1 or len(m.findall(module, m.Name(value.value))) != 1 + len(starred):
+        return None
+    bound = binds[0].value
+    if isinstance(bound, cst.Dict) and all(isinstance(e, cst.DictElement) and isinstance(
+            e.key, cst.SimpleString) for e in bound.elements):
+        return {e.key.evaluated_value for e in bound.elements}
+    if m.matches(bound, m.Call(func=m.Name("dict"))) and all(
+            a.keyword is not None and not a.star for a in bound.args):
+        return {a.keyword.value for a in bound.args}
+    return None
 
 
 class _Unwrap(cst.CSTTransformer):
