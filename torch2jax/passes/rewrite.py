@@ -142,7 +142,6 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._fstring_quotes: list[str] = []
         self._eval_step = False  # an eval step is defined at the top of the file
         self._host_rng = False  # host-side draws use host_rng (analysis/host.py)
-        self._unseeded_dataset_draws = False  # a Dataset's draws, from host_rng seeded 0
         self._depth = 0  # indentation level of the statement being rewritten
         self._in_annotation = 0
         # self.<attr> read by a layer subclass's call of its own functional (super().__call__)

@@ -340,15 +340,14 @@ class CallsMixin:
             if gathered is not None:
                 self.need("np", "jnp")
                 return gathered
-        if name in RANDOM and (id(original) in self.data.host.draws
-                               or self._dataset_draw(original, name)):
-            # batch indices of the input pipeline, or a draw of a Dataset's method (read on
-            # the host, as grain reads it): numpy, from the script's seed
+        if name in RANDOM and id(original) in self.data.host.draws:
+            # batch indices of the input pipeline: numpy, from the script's seed
             self.need("np")
             self._host_rng = True
-            self._unseeded_dataset_draws |= self.data.host.seed is None and bool(
-                self.current_class)
             return tr.host_random_call(name, updated)
+        drawn = self._dataset_draw(original, updated, name) if name in RANDOM else None
+        if drawn is not None:  # a Dataset's method, read on the host as grain reads it
+            return drawn
         if name in RANDOM:
             return tr.random_call(name, updated, self._subkey(original))
         if name in ("torch.fx.wrap", "torch._assert") and self._is_statement_call(original):

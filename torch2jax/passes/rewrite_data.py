@@ -38,9 +38,7 @@ class DataMixin:
             return updated_node
         self.need("jax")
         body = []
-        # (draws of the rewritten methods: _dataset_draw, while the class was visited)
-        self._unseeded_host_draws, self._unseeded_dataset_draws = \
-            self._unseeded_dataset_draws, False
+        self._unseeded_host_draws = False
         for st, ost in zip(updated_node.body.body, original_node.body.body):
             host = self._host_method(ost) if isinstance(ost, cst.FunctionDef) else None
             if host is not None:
@@ -59,21 +57,32 @@ class DataMixin:
                                              rpar=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(bases=_fix_commas(keep))
 
-    def _dataset_draw(self, original: cst.Call, name: str) -> bool:
-        """A draw from torch's global generator in a method of a Dataset class (its
-        ``__init__`` making synthetic data, a ``__getitem__`` augmenting): the dataset is
-        built and read on the host, so the draw is numpy's, from the file's host generator
-        (``host_rng``), where a JAX key would need plumbing into the class and a device round
-        trip per item."""
+    def _dataset_draw(self, original: cst.Call, updated: cst.Call, name: str
+                      ) -> cst.BaseExpression | None:
+        """A draw from torch's global generator in a method of a Dataset class that stays on
+        the ``jnp`` route (its ``__init__`` making synthetic data with ``F.avg_pool2d``, off
+        the numpy table): the dataset is built and read on the host, so the draw is numpy's,
+        from the file's host generator (``host_rng``), where a JAX key would need plumbing
+        into the class and a device round trip per item. None for any other draw."""
         if name not in tr.HOST_RANDOM or any(
                 a.keyword is not None and a.keyword.value in ("generator", "out")
                 for a in original.args):
-            return False
+            return None
         at = self.get_metadata(ParentNodeProvider, original, None)
         while at is not None and not isinstance(at, cst.ClassDef):
             at = self.get_metadata(ParentNodeProvider, at, None)
-        return at is not None and any(self.q(b.value) in dt.DATASET_BASES | dt.ITERABLE_BASES
-                                      for b in at.bases)
+        if at is None or not any(self.q(b.value) in dt.DATASET_BASES | dt.ITERABLE_BASES
+                                 for b in at.bases):
+            return None
+        drawn = tr.host_random_call(name, updated)
+        self.need("np")
+        self._host_rng = True
+        if self.data.host.seed is None:
+            self.diag(original, "random", "info",
+                      f"the dataset's random draws come from {ha.GENERATOR}, a numpy Generator "
+                      "seeded with 0: the program's seed is not a literal of this file (seed "
+                      "it there to change the stream)")
+        return drawn
 
     def _host_method(self, original: cst.FunctionDef) -> cst.FunctionDef | None:
         """A Dataset method that reads torch, in numpy (passes/host_data.py), or None. The
