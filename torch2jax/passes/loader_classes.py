@@ -20,12 +20,12 @@ place, so diagnostics point at the user's lines):
   (``batch_size=args.batch_size``) becomes a keyword-only parameter of ``__init__``, which
   hands it to the DataLoader by name: the calls keep it, evaluated where torch evaluates it.
   The data pass then reads every option at the DataLoader. A call may give its options as
-``**options``, a dict literal bound once and read nowhere else (its keys are the options).
+  ``**options``, a dict literal bound once and read nowhere else (its keys are the options).
 
 Any other use of the class (``isinstance``, ``*args`` at a call, ``**options`` that is not
-such a dict, calls that give different option names, an option named like a name ``__init__`` reads, which a
-parameter would shadow) leaves the file as it is, where the loader's ``**kwargs`` stays
-marked.
+such a dict, calls that give different option names, an option named like a name that
+``__init__`` reads, which a parameter would shadow) leaves the file as it is, where the
+loader's ``**kwargs`` stays marked.
 """
 
 from __future__ import annotations
