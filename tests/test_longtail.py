@@ -231,6 +231,9 @@ class _Writer:
     def add_scalar(self, tag, value, step=None):
         self.scalars.append((tag, float(value), step))
 
+    def flush(self):
+        pass
+
     def close(self):
         self.closed = True
 
@@ -278,6 +281,69 @@ writer.close()
     assert _Writer.last.closed and _Writer.last.log_dir == "runs/exp"
     assert [(t, s) for t, _, s in _Writer.last.scalars] == [(t, s) for t, _, s in logged]
     _close([str(v) for _, v, _ in _Writer.last.scalars], [str(v) for _, v, _ in logged])
+
+
+OPTIONAL_BOARD = """
+import argparse
+
+try:
+    from torch.utils.tensorboard import SummaryWriter
+except ImportError:  # tensorboard is optional: no event files without it
+    SummaryWriter = None
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--log-dir", default="")
+args = parser.parse_args(ARGS)
+writer = SummaryWriter(log_dir=args.log_dir) if SummaryWriter is not None and args.log_dir \\
+    else None
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+for step in range(3):
+    loss = F.cross_entropy(model(X), Y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if writer is not None:
+        writer.add_scalar("Loss/train", loss.item(), step)
+        writer.flush()
+    print(loss.item())
+"""
+
+
+@pytest.mark.parametrize("log_dir", ["", "runs/exp"])
+@pytest.mark.parametrize("installed", [False, True])
+def test_optional_tensorboard_import_needs_no_torch(monkeypatch, installed, log_dir):
+    """makemore's optional writer (``try: from torch.utils.tensorboard import SummaryWriter``
+    / ``except ImportError: SummaryWriter = None``, then a writer only where it imported and
+    the program asks for one): the optional import is of tensorboardX's SummaryWriter (the
+    same API, no torch), the program's own fallback stays, and nothing imports torch. With
+    tensorboardX absent or the flag off it runs without a writer; with both it logs what
+    torch's writer logs."""
+    source = HEADER + OPTIONAL_BOARD.replace("ARGS", repr(["--log-dir", log_dir] if log_dir
+                                                          else []))
+    code = _convert(source)
+    assert "    from tensorboardX import SummaryWriter\n" in code
+    assert "import torch" not in code and "from torch" not in code
+    board = types.ModuleType("torch.utils.tensorboard")
+    board.SummaryWriter = _Writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", board if installed else None)
+    _Writer.last = None
+    want, _ = _run(source)
+    logged = _Writer.last.scalars if _Writer.last is not None else None
+    assert (logged is not None) == (installed and bool(log_dir))  # (the premise)
+    _Writer.last = None
+    monkeypatch.setitem(sys.modules, "tensorboardX", types.SimpleNamespace(
+        SummaryWriter=_Writer) if installed else None)
+    for name in [n for n in sys.modules if n == "torch" or n.startswith("torch.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # import torch fails from here on
+    got, _ = _run(code)
+    _close(got, want)
+    if logged is None:
+        assert _Writer.last is None
+    else:
+        assert _Writer.last.log_dir == log_dir
+        assert [(t, s) for t, _, s in _Writer.last.scalars] == [(t, s) for t, _, s in logged]
+        _close([str(v) for _, v, _ in _Writer.last.scalars], [str(v) for _, v, _ in logged])
 
 
 def test_checkpoint_dict_saved_inside_a_function_round_trips(tmp_path, monkeypatch):

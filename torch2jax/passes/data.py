@@ -111,6 +111,7 @@ class BatchSamplerSite:
 class LoaderSite:
     name: str
     shuffled: bool
+    dataset: cst.BaseExpression | None = None  # its first argument
 
 
 @dataclass
@@ -339,7 +340,8 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         elif q in SAMPLERS:
             self.index.samplers[name] = sampler_site(q, value)
         elif q in LOADERS:
-            self.index.loaders[name] = LoaderSite(name, self._shuffled(value))
+            self.index.loaders[name] = LoaderSite(name, self._shuffled(value), (
+                value.args[0].value if value.args and value.args[0].keyword is None else None))
         elif q in WRAPPERS:
             self.index.wrapped.add(name)
         elif q in SCALERS:
@@ -647,6 +649,14 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
                      "Generators, and grain's default 16 threads would hand the draws to "
                      "elements in a different order on every run")
     return expr(pipeline), notes
+
+
+def read_by_iterator(site: LoaderSite, data: DataIndex) -> bool:
+    """Whether the loader's pipeline ends in ``.to_iter_dataset(...)`` (loader_pipeline),
+    which has no ``len``: its batches are counted on the MapDataset it reads,
+    ``loader.parents[0]``."""
+    return (data.global_host_draws or data.random_augment) and site.dataset is not None and \
+        not _iterable(site.dataset, data)
 
 
 def _iterable(dataset: cst.BaseExpression, data: DataIndex) -> bool:

@@ -12,15 +12,20 @@ place, so diagnostics point at the user's lines):
   measuring or reading it is iterating, measuring or reading the loader: each call of the
   class is that ``DataLoader(...)`` call, and the class goes;
 * an *infinite loader* (makemore's ``InfiniteDataLoader``): a class whose ``__init__`` builds
-  ``DataLoader(dataset, sampler=..., **kwargs)`` and keeps restarting its iterator. Built
-  once, at the top level of the file, with keywords that are constants: the keywords are
-  written into the class's DataLoader call, where the data pass reads them, and leave the
-  call of the class. (Evaluated at the same moment with the same values: the class body runs
-  when the class is called, and a constant is the same everywhere.)
+  ``DataLoader(dataset, sampler=..., **kwargs)`` and keeps restarting its iterator. Each call
+  of the class gives the same option names (the keywords ``__init__`` does not take). An
+  option that every call gives as the same constant is written into the class's DataLoader
+  call and leaves the calls (evaluated at the same moment with the same value: the class
+  body runs when the class is called, and a constant is the same everywhere). Any other
+  (``batch_size=args.batch_size``) becomes a keyword-only parameter of ``__init__``, which
+  hands it to the DataLoader by name: the calls keep it, evaluated where torch evaluates it.
+  The data pass then reads every option at the DataLoader. A call may give its options as
+  ``**options``, a dict literal bound once and read nowhere else (its keys are the options).
 
-Any other use of the class (a second construction, ``isinstance``, a keyword that is not a
-constant, ``*args`` in the infinite shape) leaves the file as it is, where the loader's
-``**kwargs`` stays marked.
+Any other use of the class (``isinstance``, ``*args`` at a call, ``**options`` that is not
+such a dict, calls that give different option names, an option named like a name that
+``__init__`` reads, which a parameter would shadow) leaves the file as it is, where the
+loader's ``**kwargs`` stays marked.
 """
 
 from __future__ import annotations
@@ -166,20 +171,61 @@ def canonicalise(module: cst.Module) -> cst.Module:
             module = module.visit(_Unwrap(name, call.func, cls))
             continue
         found = _infinite(module, cls)
-        top = [s.body[0] for s in module.body if m.matches(s, m.SimpleStatementLine(
-            body=[m.Assign(value=m.Call(func=m.Name(name)))]))]
-        if found is None or len(calls) != 1 or len(top) != 1 or top[0].value is not calls[0]:
-            continue
-        keywords = [a for a in calls[0].args if a.keyword is not None]
-        if any(a.star for a in calls[0].args) or not keywords or not all(
-                _constant(a.value) for a in keywords):
+        if found is None or any(a.star == "*" for c in calls for a in c.args):
             continue
         init = _methods(cls)["__init__"]
         taken = {p.name.value for p in [*init.params.params, *init.params.kwonly_params]}
-        if any(a.keyword.value in taken for a in keywords):
-            continue  # a keyword that __init__ takes itself
-        module = module.visit(_Specialise(found[0], found[1], calls[0], keywords))
+        options = [_options(module, c, taken) for c in calls]
+        if any(o is None for o in options):
+            continue
+        names = set(options[0])
+        if not names or any(set(o) != names for o in options):
+            continue  # the calls do not all give the same options
+        if any(n.value in names for n in m.findall(init, m.Name())):
+            continue  # a parameter of that name would shadow what __init__ reads
+        inline = {k for k, v in options[0].items() if v is not None and _constant(v) and all(
+            o[k] is not None and o[k].deep_equals(v) for o in options)}
+        module = module.visit(_Specialise(found[0], found[1], init, calls,
+                                          [a for a in calls[0].args if a.keyword is not None
+                                           and a.keyword.value in inline],
+                                          [k for k in options[0] if k not in inline]))
     return module
+
+
+def _options(module: cst.Module, call: cst.Call, taken: set[str]
+             ) -> dict[str, cst.BaseExpression | None] | None:
+    """The options a call of the class gives its ``**kwargs``: each keyword's value, and the
+    keys of a ``**options`` dict (None for their values); None when they cannot be known."""
+    out: dict[str, cst.BaseExpression | None] = {}
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value not in taken:
+            out[a.keyword.value] = a.value
+        elif a.star == "**":
+            keys = _dict_keys(module, a.value)
+            if keys is None or taken & keys:
+                return None
+            out.update(dict.fromkeys(keys))
+    return out
+
+
+def _dict_keys(module: cst.Module, value: cst.BaseExpression) -> set[str] | None:
+    """The keys of ``**name``, where ``name`` is bound once, to a dict literal with constant
+    string keys (or ``dict(k=...)``), and read only by ``**name`` at calls: nothing else can
+    change it, so the call passes exactly those keys."""
+    if not isinstance(value, cst.Name):
+        return None
+    binds = m.findall(module, m.Assign(targets=[m.AssignTarget(m.Name(value.value))]))
+    starred = m.findall(module, m.Arg(star="**", value=m.Name(value.value)))
+    if len(binds) != 1 or len(m.findall(module, m.Name(value.value))) != 1 + len(starred):
+        return None
+    bound = binds[0].value
+    if isinstance(bound, cst.Dict) and all(isinstance(e, cst.DictElement) and isinstance(
+            e.key, cst.SimpleString) for e in bound.elements):
+        return {e.key.evaluated_value for e in bound.elements}
+    if m.matches(bound, m.Call(func=m.Name("dict"))) and all(
+            a.keyword is not None and not a.star for a in bound.args):
+        return {a.keyword.value for a in bound.args}
+    return None
 
 
 class _Unwrap(cst.CSTTransformer):
@@ -200,11 +246,24 @@ class _Unwrap(cst.CSTTransformer):
 
 
 class _Specialise(cst.CSTTransformer):
-    """The call's keywords move into the class's DataLoader call, in place of ``**kwargs``."""
+    """The options the calls give: a constant that every call gives alike moves into the
+    class's DataLoader call and leaves the calls; any other becomes a keyword-only parameter
+    of ``__init__``, handed to the DataLoader by name, in place of ``**kwargs``."""
 
-    def __init__(self, loader: cst.Call, kwargs: str, call: cst.Call,
-                 keywords: list[cst.Arg]) -> None:
-        self.loader, self.kwargs, self.call, self.keywords = loader, kwargs, call, keywords
+    def __init__(self, loader: cst.Call, kwargs: str, init: cst.FunctionDef,
+                 calls: list[cst.Call], inline: list[cst.Arg], passed: list[str]) -> None:
+        self.loader, self.kwargs, self.init = loader, kwargs, init
+        self.calls, self.inline, self.passed = calls, inline, passed
+        self.moved = {a.keyword.value for a in inline}
+
+    def leave_FunctionDef(self, original, updated):
+        if original is not self.init or not self.passed:
+            return updated
+        params = updated.params
+        added = [cst.Param(cst.Name(k)) for k in self.passed]
+        star = params.star_arg if isinstance(params.star_arg, cst.ParamStar) else cst.ParamStar()
+        return updated.with_changes(params=params.with_changes(
+            star_arg=star, kwonly_params=[*params.kwonly_params, *added]))
 
     def leave_Call(self, original, updated):
         if original is self.loader:
@@ -212,12 +271,13 @@ class _Specialise(cst.CSTTransformer):
             for a in updated.args:
                 if a.star == "**" and m.matches(a.value, m.Name(self.kwargs)):
                     args.extend(k.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                                for k in self.keywords)
+                                for k in self.inline)
+                    args.extend(cst.Arg(cst.Name(k), keyword=cst.Name(k)) for k in self.passed)
                 else:
                     args.append(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))
             return updated.with_changes(args=args)
-        if original is self.call:
+        if any(original is c for c in self.calls):
             args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated.args
-                    if a.keyword is None]
+                    if a.keyword is None or a.keyword.value not in self.moved]
             return updated.with_changes(args=args)
         return updated

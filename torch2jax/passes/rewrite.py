@@ -64,6 +64,7 @@ from torch2jax.passes.rewrite_steps import StepsMixin
 from torch2jax.passes.rewrite_support import (
     _EINOPS_FUNCTIONS,
     _IMPORT_NAME,
+    DROP_IN_PACKAGES,
     EINOPS_TORCH_LAYERS,
     Pending,
     _factory_dict,
@@ -471,6 +472,33 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         return module.split(".")[0] == "torch" or self.data.transforms_translated and (
             module == "torchvision.transforms" or module.startswith(dt.TRANSFORM_MODULES))
 
+    def _optional_import(self, node: cst.ImportFrom, mod: str) -> cst.ImportFrom | None:
+        """``try: from torch.utils.tensorboard import SummaryWriter`` / ``except ImportError:
+        SummaryWriter = None``: the program's own optional dependency. Where each name has a
+        plain rename to a drop-in package with torch's API (tensorboardX's SummaryWriter),
+        the import is of that package, and the program's fallback still applies without it."""
+        line = self.get_metadata(ParentNodeProvider, node, None)
+        block = self.get_metadata(ParentNodeProvider, line, None) if line is not None else None
+        at = self.get_metadata(ParentNodeProvider, block, None) if block is not None else None
+        if not isinstance(at, cst.Try) or at.body is not block or isinstance(
+                node.names, cst.ImportStar) or not any(
+                h.type is not None and {"ImportError", "ModuleNotFoundError"} & {
+                    code(n) for n in ([h.type] if not isinstance(h.type, cst.Tuple)
+                                      else [e.value for e in h.type.elements])}
+                for h in at.handlers):
+            return None
+        names = []
+        for a in node.names:
+            rule = self.rules.functions.get(f"{mod}.{code(a.name)}")
+            package, _, name = (rule.jax or "").rpartition(".") if rule else ("", "", "")
+            if rule is None or package not in DROP_IN_PACKAGES or rule.special or rule.rename \
+                    or rule.emit or rule.drop:
+                return None
+            alias = a.asname or (cst.AsName(cst.Name(code(a.name)))
+                                 if name != code(a.name) else None)
+            names.append(cst.ImportAlias(cst.Name(name), asname=alias))
+        return node.with_changes(module=cst.parse_expression(package), names=_fix_commas(names))
+
     def leave_Import(self, original_node, updated_node):
         keep = [a for a in updated_node.names if not self._dropped_import(code(a.name))]
         if not keep:
@@ -480,7 +508,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
     def leave_ImportFrom(self, original_node, updated_node):
         mod = code(updated_node.module) if updated_node.module else ""
         if self._dropped_import(mod):
-            return cst.RemoveFromParent()
+            return self._optional_import(original_node, mod) or cst.RemoveFromParent()
         if f"{mod}." in EINOPS_TORCH_LAYERS and isinstance(updated_node.names, (list, tuple)):
             # einops' torch layers: Rearrange and Reduce become einops' functions; EinMix stays
             keep = [a for a in updated_node.names if code(a.name) not in _EINOPS_FUNCTIONS]

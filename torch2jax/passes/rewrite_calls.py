@@ -40,6 +40,7 @@ from torch2jax.passes.common import (
     try_literal,
     unnamed_modules_loop,
 )
+from torch2jax.passes.data import read_by_iterator
 from torch2jax.passes.rewrite_support import (
     _FILLED,
     _INPLACE_DTYPE,
@@ -151,12 +152,17 @@ class CallsMixin:
         name = arg
         if m.matches(arg, m.Subscript(value=m.Attribute(value=m.Name(), attr=m.Name("parents")))):
             name = arg.value.value
-        if not (isinstance(name, cst.Name) and name.value in self.data.loaders
-                and self.data.loaders[name.value].shuffled and not self._shadowed(name.value)):
+        site = self.data.loaders.get(name.value) if isinstance(name, cst.Name) else None
+        if site is None or self._shadowed(name.value):
             return None
-        called = expr(f"{name.value}(0)")
+        iterated = arg is name and read_by_iterator(site, self.data)
+        if not (site.shuffled or iterated):
+            return None
+        called = expr(f"{name.value}(0)") if site.shuffled else name
         value = called if arg is name else arg.with_changes(
             value=arg.value.with_changes(value=called))
+        if iterated:  # (a grain IterDataset has no len: the MapDataset it reads has)
+            value = expr("{v}.parents[0]", v=value)
         return updated_node.with_changes(args=[updated_node.args[0].with_changes(value=value)])
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
@@ -345,6 +351,9 @@ class CallsMixin:
             self.need("np")
             self._host_rng = True
             return tr.host_random_call(name, updated)
+        drawn = self._dataset_draw(original, updated, name) if name in RANDOM else None
+        if drawn is not None:  # a Dataset's method, read on the host as grain reads it
+            return drawn
         if name in RANDOM:
             return tr.random_call(name, updated, self._subkey(original))
         if name in ("torch.fx.wrap", "torch._assert") and self._is_statement_call(original):

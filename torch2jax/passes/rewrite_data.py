@@ -13,6 +13,7 @@ from torch2jax.analysis import host as ha
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.passes import data as dt
 from torch2jax.passes import host_data as hd
+from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
     bind,
@@ -65,6 +66,33 @@ class DataMixin:
             return updated_node.with_changes(bases=[], lpar=cst.MaybeSentinel.DEFAULT,
                                              rpar=cst.MaybeSentinel.DEFAULT)
         return updated_node.with_changes(bases=_fix_commas(keep))
+
+    def _dataset_draw(self, original: cst.Call, updated: cst.Call, name: str
+                      ) -> cst.BaseExpression | None:
+        """A draw from torch's global generator in a method of a Dataset class that stays on
+        the ``jnp`` route (its ``__init__`` making synthetic data with ``F.avg_pool2d``, off
+        the numpy table): the dataset is built and read on the host, so the draw is numpy's
+        global generator's (as the numpy route's, passes/host_data.py: one host stream that
+        the program's torch.manual_seed seeds), where a JAX key would need plumbing into the
+        class and a device round trip per item. None for any other draw."""
+        if name not in tr.HOST_RANDOM or any(
+                a.keyword is not None and a.keyword.value in ("generator", "out")
+                for a in original.args):
+            return None
+        at = self.get_metadata(ParentNodeProvider, original, None)
+        while at is not None and not isinstance(at, cst.ClassDef):
+            at = self.get_metadata(ParentNodeProvider, at, None)
+        if at is None or not any(self.q(b.value) in dt.DATASET_BASES | dt.ITERABLE_BASES
+                                 for b in at.bases):
+            return None
+        drawn = tr.host_random_call(name, updated, global_draws=True)
+        self.need("np")
+        self._unseeded_global_draws |= not self.data.torch_seeded
+        if not self.data.torch_seeded:
+            self.diag(original, "random", "info", _GLOBAL_DRAWS_NOTE + (
+                "seeded with 0 where this file is imported: no file of the program converted "
+                "with it seeds torch's global generator"))
+        return drawn
 
     def _host_method(self, original: cst.FunctionDef) -> tuple[cst.FunctionDef, bool] | None:
         """A Dataset method that reads torch, in numpy (passes/host_data.py), and whether it

@@ -26,6 +26,10 @@ from torch2jax.ruleset import Rule
 EINOPS_TORCH_LAYERS = ("einops.layers.torch.", "einops.layers._einmix.")
 _EINOPS_FUNCTIONS = {"Rearrange": ("rearrange", ("pattern",)),
                      "Reduce": ("reduce", ("pattern", "reduction"))}
+# packages whose classes take torch's arguments and have its methods, without torch: a rule
+# that renames a torch name to one of theirs is a drop-in replacement (an optional import of
+# the torch name becomes an optional import of theirs, rewrite.py's _optional_import)
+DROP_IN_PACKAGES = ("tensorboardX",)
 _IMPORT_NAME = re.compile(r"\b(jnp|jax|nnx|partial|np|optax|ocp|grain|os|tensorboardX)\b(?=[.(])")
 
 

@@ -151,16 +151,41 @@ def _randint_bounds(b) -> tuple[cst.BaseExpression, cst.BaseExpression, cst.Base
     return (low if low is not None else cst.Integer("0")), high, size
 
 
-def host_random_call(qualname: str, node: cst.Call) -> cst.BaseExpression:
+# the draws that have a numpy form from the script's Generator (host_random_call)
+HOST_RANDOM = frozenset({"torch.randint", "torch.randperm", "torch.rand", "torch.randn"})
+_HOST_FLOATS = {f"{m}.{n}": f"np.{n}" for m in ("jnp", "np") for n in ("float32", "float64")}
+
+
+def host_random_call(qualname: str, node: cst.Call, *,
+                     global_draws: bool = False) -> cst.BaseExpression:
     """The numpy draw for a host-side ``torch.randint`` / ``torch.randperm``
-    (analysis/host.py): from the script's ``numpy.random.Generator``."""
+    (analysis/host.py), or a ``torch.rand`` / ``torch.randn`` of a Dataset's method: from
+    the script's ``numpy.random.Generator``, or with ``global_draws`` from numpy's global
+    generator (a Dataset's draws from torch's global one, passes/host_data.py). A float draw
+    is float32 as torch's default (a dtype other than float32 or float64, which numpy's draws
+    take, is refused)."""
     short = qualname.rsplit(".", 1)[-1]
+    if short in ("rand", "randn"):
+        b = bind([a for a in node.args if not (a.keyword and a.keyword.value in (
+            "requires_grad", "pin_memory", "layout", "device"))], ())
+        dtype = b.get("dtype")
+        name = _HOST_FLOATS.get(code(dtype)) if dtype is not None else "np.float32"
+        if name is None:
+            raise Untranslatable(f"torch.{short}(dtype={code(dtype)}) on the host: numpy draws "
+                                 "float32 or float64 only", rule="random")
+        method = "random" if short == "rand" else "standard_normal"
+        if global_draws:
+            return expr(f"np.random.{method}({{size}}).astype({name})", size=_size(b, short))
+        return expr(f"{GENERATOR}.{method}({{size}}, dtype={name})", size=_size(b, short))
     drop = {"requires_grad", "pin_memory", "layout", "dtype"}
     b = bind([a for a in node.args if not (a.keyword and a.keyword.value in drop)], ())
     if short == "randperm":
         n = b.extra_positional[0] if b.extra_positional else b.get("n")
-        return expr(f"{GENERATOR}.permutation({{n}})", n=n)
+        return expr(("np.random" if global_draws else GENERATOR) + ".permutation({n})", n=n)
     low, high, size = _randint_bounds(b)
+    if global_draws:
+        return expr("np.random.randint({lo}, {hi}, {size}, dtype=np.int64)", lo=low, hi=high,
+                    size=size)
     return expr(f"{GENERATOR}.integers({{lo}}, {{hi}}, {{size}})", lo=low, hi=high, size=size)
 
 
