@@ -24,6 +24,7 @@ from torch2jax.analysis.training import TrainingIndexer
 from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import findall, visit
 from torch2jax.finish.invariants import check_output, input_facts
+from torch2jax.finish.noop import DropNoopAssigns
 from torch2jax.passes import loader_classes, optimizer_attributes
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
@@ -240,7 +241,7 @@ def convert_source(
         data=data_indexer.index, torch_init=init == "torch", hoist_steps=hoist_steps,
         values=ValueFacts(wrapper, index.module_classes, lambda q: q in rules.layers)))
     new = wrapper.visit(transformer)
-    new = spec.finish_module(new)
+    new = spec.finish_module(new).visit(DropNoopAssigns())
     if spec.stateful_modules and hoist_steps:  # (passes/generation.py writes NNX)
         new = compile_generation(new, module, source, report,
                                  tree_mode=not data_indexer.index.aliasing)

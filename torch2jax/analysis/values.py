@@ -316,6 +316,9 @@ class ValueFacts:
                 index = -int(literal.expression.value)
         elif base.kind in (Kind.LIST, Kind.TUPLE):
             return base  # a slice of a list is a list
+        if base.kind == Kind.OBJECT and base.item is not None and base.item.kind == \
+                Kind.TUPLE and base.cls is None and base.items is None:
+            return base.item  # an item of a TensorDataset
         if base.kind in (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.OBJECT):
             if base.items is not None and index is not None and index < 0:
                 index += len(base.items)
@@ -429,6 +432,10 @@ class ValueFacts:
             return Value(Kind.OPTIMIZER)
         if q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"):
             return Value(Kind.LOADER)
+        if q in ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"
+                 ) and node.args and not any(a.star or a.keyword for a in node.args):
+            # its items are tuples of one row of each tensor (dataset[i][0] is a tensor)
+            return Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(TENSOR,) * len(node.args)))
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer",
                  "torch.nn.parameter.Buffer"):
             return TENSOR
