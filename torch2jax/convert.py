@@ -16,6 +16,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis import children
 from torch2jax.analysis.host import find_host_draws
+from torch2jax.analysis.host_generators import find_numpy_generators
 from torch2jax.analysis.index import Indexer, qualified, share_names
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
@@ -214,9 +215,11 @@ def convert_source(
     visit(wrapper, data_indexer)
     data_indexer.index.shard = shard
     data_indexer.index.host = find_host_draws(wrapper)
+    data_indexer.index.numpy_generators = find_numpy_generators(wrapper, index.module_classes)
     training_indexer = share_names(names, TrainingIndexer(
         index.module_classes, index.rngs_functions,
-        data_indexer.index.own_key_draws() | data_indexer.index.host.draws,
+        data_indexer.index.own_key_draws() | data_indexer.index.host.draws
+        | set(data_indexer.index.numpy_generators.draws),
         step_keys=spec.train_state and ("Dropout" in source or "dropout" in source),
         imported_seeds=frozenset(k.removeprefix(SEED_FUNCTION) for k in known_modules or ()
                                  if k.startswith(SEED_FUNCTION))))

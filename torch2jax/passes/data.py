@@ -30,6 +30,7 @@ import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.host import HostDraws
+from torch2jax.analysis.host_generators import NumpyGenerators
 from torch2jax.analysis.index import qualified
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.training import RANDOM
@@ -146,6 +147,8 @@ class DataIndex:
     # they become keys, g = jax.random.key(s), split at every draw
     draw_generators: set[str] = field(default_factory=set)
     generator_draws: dict[int, str] = field(default_factory=dict)  # draw call id -> generator
+    # generators passed around as objects: numpy Generators (analysis/host_generators.py)
+    numpy_generators: NumpyGenerators = field(default_factory=NumpyGenerators)
     # every torchvision.transforms name the file reads has a numpy counterpart: its imports go
     transforms_translated: bool = True
     random_transforms: int = 0  # random transforms built so far (each gets its own stream)

@@ -159,6 +159,21 @@ def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Arra
 ''')
 
 
+# torch.multinomial(w, n, replacement, generator=g) with g a numpy Generator
+# (analysis/host_generators.py)
+helper("host_multinomial", {"Any", "np", "jnp"}, '''
+def host_multinomial(rng: Any, weights: Any, num_samples: int,
+                     replacement: bool = False) -> Any:
+    """torch.multinomial drawn from rng, a numpy Generator: num_samples category indices per
+    row of weights (1-D or 2-D, non-negative, each row normalised as torch does), with or
+    without replacement."""
+    w = np.asarray(weights, dtype=np.float64)
+    rows = [rng.choice(len(p), size=num_samples, replace=replacement, p=p / p.sum())
+            for p in w.reshape(-1, w.shape[-1])]
+    return jnp.asarray(np.stack(rows).reshape(*w.shape[:-1], num_samples))
+''')
+
+
 # torch's nn.LSTM with num_layers > 1 (rules/sequence.toml): stacked one-layer nnx.RNNs, torch's
 # dropout on each layer's output but the last, torch's call and return
 helper("TorchLSTM", {"jnp", "nnx"}, '''

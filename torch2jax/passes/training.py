@@ -164,6 +164,43 @@ def host_random_call(qualname: str, node: cst.Call) -> cst.BaseExpression:
     return expr(f"{GENERATOR}.integers({{lo}}, {{hi}}, {{size}})", lo=low, hi=high, size=size)
 
 
+def numpy_generator_call(qualname: str, node: cst.Call, gen: str) -> cst.BaseExpression:
+    """A draw from ``gen``, a torch.Generator that is a numpy Generator in the converted file
+    (analysis/host_generators.py): the numpy draw, as a JAX array (torch's draw is a tensor).
+    ``torch.multinomial`` goes through the ``host_multinomial`` helper (weights normalised per
+    row, as torch's)."""
+    short = qualname.rsplit(".", 1)[-1]
+    drop = {"generator", "device", "requires_grad", "pin_memory", "layout", "memory_format"}
+    args = [a for a in node.args if not (a.keyword and a.keyword.value in drop)]
+    if any(a.keyword and a.keyword.value == "out" for a in args):
+        raise Untranslatable(f"torch.{short} with out=")
+    dtype = next((a.value for a in args if a.keyword and a.keyword.value == "dtype"), None)
+    b = bind([a for a in args if not (a.keyword and a.keyword.value == "dtype")], ())
+    if short in ("rand", "randn"):
+        fn = "random" if short == "rand" else "standard_normal"
+        out = expr(f"{gen}.{fn}({{size}}, dtype=np.float32)", size=_size(b, short))
+    elif short == "randint":
+        low, high, size = _randint_bounds(b)
+        out = expr(f"{gen}.integers({{lo}}, {{hi}}, {{size}})", lo=low, hi=high, size=size)
+    elif short == "randperm":
+        n = b.extra_positional[0] if b.extra_positional else b.get("n")
+        out = expr(f"{gen}.permutation({{n}})", n=n)
+    elif short == "multinomial":
+        b = bind(args, ("input", "num_samples", "replacement"))
+        probs, n = b.get("input"), b.get("num_samples")
+        if probs is None or n is None:
+            raise Untranslatable("torch.multinomial without its weights and sample count")
+        repl = b.get("replacement")
+        out = expr(f"host_multinomial({gen}, {{p}}, {{n}}, {{r}})", p=probs, n=n,
+                   r=repl if repl is not None else cst.Name("False"))
+        return out
+    else:
+        raise Untranslatable(f"no numpy translation for torch.{short} from a generator")
+    if dtype is not None:
+        return expr("jnp.asarray({x}, dtype={d})", x=out, d=dtype)
+    return expr("jnp.asarray({x})", x=out)
+
+
 # ---------------------------------------------------------------------------- key plumbing
 @dataclass
 class KeyScope:
