@@ -202,3 +202,156 @@ b = draw(3, None)
     code = convert_source(source, path="script.py").code
     assert "default_rng" not in code
     assert "TODO(torch2jax)" in code.split("def draw")[1].split("\n\n")[0], code
+
+
+SGD = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Cell(nn.Module):
+    def __init__(self, n=4, hid=5):
+        super().__init__()
+        self.inp = nn.Linear(n, hid)
+        self.rec = nn.Linear(hid, hid)
+        self.head = nn.Linear(hid, 2)
+
+    def forward(self, x, h):
+        h = torch.tanh(self.inp(x) + self.rec(h))
+        return self.head(h), h
+
+
+clip = 0.5
+model = Cell()
+
+
+def train(xs, ys, h):
+    losses = []
+    for i in range(xs.shape[0]):
+        model.zero_grad()
+        h = h.detach()
+        out, h = model(xs[i], h)
+        loss = F.mse_loss(out, ys[i])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+        losses.append(loss.item())
+    return losses
+
+
+lr = 0.5
+'''
+
+
+def _copy_linears(jmodel, tmodel) -> None:
+    for name in ("inp", "rec", "head"):
+        t = getattr(tmodel, name)
+        j = getattr(jmodel, name)
+        j.kernel.value = jax.numpy.asarray(t.weight.detach().numpy().T)
+        j.bias.value = jax.numpy.asarray(t.bias.detach().numpy())
+
+
+def test_hand_written_sgd_with_a_carried_state_trains_like_torch():
+    """``for p in model.parameters(): p.data.add_(p.grad, alpha=-lr)`` after clip_grad_norm_,
+    the recurrent state carried between steps (detached) and the learning rate changed
+    between calls by the program: the same losses and parameters as torch, step by step."""
+    code = convert_source(SGD, path="script.py").code
+    assert "optax.sgd" in code and "clip_by_global_norm" in code, code
+    ns: dict = {"__name__": "torch_side"}
+    exec(SGD, ns)
+    scope = _convert(SGD)
+    _copy_linears(scope["model"], ns["model"])
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(2, 6, 3, 4)).astype(np.float32)
+    ys = rng.normal(size=(2, 6, 3, 2)).astype(np.float32)
+    h0 = np.zeros((3, 5), np.float32)
+    for epoch in range(2):  # the second at lr / 4, as the program sets it
+        want = ns["train"](torch.tensor(xs[epoch]), torch.tensor(ys[epoch]), torch.tensor(h0))
+        got = scope["train"](jax.numpy.asarray(xs[epoch]), jax.numpy.asarray(ys[epoch]),
+                             jax.numpy.asarray(h0))
+        np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=2e-5,
+                                   atol=1e-6)
+        ns["lr"] /= 4.0
+        scope["lr"] /= 4.0
+    for name in ("inp", "rec", "head"):
+        np.testing.assert_allclose(
+            np.asarray(getattr(scope["model"], name).kernel.value),
+            getattr(ns["model"], name).weight.detach().numpy().T, rtol=2e-5, atol=1e-6)
+
+
+TIED = '''
+import torch
+import torch.nn as nn
+
+
+class LM(nn.Module):
+    def __init__(self, ntoken=11, nhid=6, tie_weights=False):
+        super().__init__()
+        self.encoder = nn.Embedding(ntoken, nhid)
+        self.decoder = nn.Linear(nhid, ntoken)
+        if tie_weights:
+            self.decoder.weight = self.encoder.weight
+
+    def forward(self, x):
+        return self.decoder(torch.tanh(self.encoder(x)))
+'''
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_tied_linear_head_with_a_bias_keeps_one_table(tied):
+    """``self.decoder.weight = self.encoder.weight`` (a Linear with a bias, tied in a branch):
+    the decoder reads the embedding's table, which stays one parameter, with its own bias;
+    outputs and gradients match torch's."""
+    ns: dict = {}
+    exec(TIED, ns)
+    scope = _convert(TIED)
+    nnx = scope["nnx"]
+    torch.manual_seed(0)
+    tmodel = ns["LM"](tie_weights=tied)
+    jmodel = scope["LM"](tie_weights=tied, rngs=nnx.Rngs(0))
+    jmodel.encoder.embedding.value = jax.numpy.asarray(tmodel.encoder.weight.detach().numpy())
+    jmodel.decoder.bias.value = jax.numpy.asarray(tmodel.decoder.bias.detach().numpy())
+    if not tied:
+        jmodel.decoder.kernel.value = jax.numpy.asarray(tmodel.decoder.weight.detach().numpy().T)
+    n_params = len(jax.tree.leaves(nnx.state(jmodel, nnx.Param)))
+    assert n_params == len(list(tmodel.parameters())) == (2 if tied else 3)
+    x = np.array([[1, 4, 7], [0, 10, 3]])
+    out = tmodel(torch.tensor(x))
+    out.square().sum().backward()
+    got = jmodel(jax.numpy.asarray(x))
+    np.testing.assert_allclose(np.asarray(got), out.detach().numpy(), rtol=1e-5, atol=1e-6)
+    grads = nnx.grad(lambda mdl: jax.numpy.square(mdl(jax.numpy.asarray(x))).sum())(jmodel)
+    np.testing.assert_allclose(np.asarray(grads["encoder"]["embedding"].value),
+                               tmodel.encoder.weight.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+CHECKPOINT = '''
+import torch
+import torch.nn as nn
+
+model = nn.Linear(3, 2)
+
+
+def save(path):
+    with open(path, "wb") as f:
+        torch.save(model.state_dict(), f)
+
+
+def load(path):
+    with open(path, "rb") as f:
+        model.load_state_dict(torch.load(f))
+'''
+
+
+def test_a_checkpoint_through_an_opened_file_round_trips(tmp_path):
+    """``with open(path, "wb") as f: torch.save(model.state_dict(), f)`` and its load: the
+    orbax checkpoint at that path; the model saved, changed, loaded is the model saved."""
+    scope = _convert(CHECKPOINT)
+    model = scope["model"]
+    before = np.asarray(model.kernel.value).copy()
+    scope["save"](str(tmp_path / "model.pt"))
+    model.kernel.value = model.kernel.value + 1.0
+    scope["load"](str(tmp_path / "model.pt"))
+    np.testing.assert_array_equal(np.asarray(model.kernel.value), before)
