@@ -9,6 +9,8 @@ torch's numbers.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -253,15 +255,25 @@ def _copy_linears(jmodel, tmodel) -> None:
         j.bias.value = jax.numpy.asarray(t.bias.detach().numpy())
 
 
-def test_hand_written_sgd_with_a_carried_state_trains_like_torch():
+# the spellings of one SGD update (variants of the same program)
+UPDATES = ["p.data.add_(p.grad, alpha=-lr)", "p.data.add_(-lr, p.grad)",
+           "p.data.sub_(p.grad, alpha=lr)", "p.data.sub_(lr * p.grad)",
+           "p.data.add_(-lr * p.grad)", "p.data -= lr * p.grad"]
+
+
+@pytest.mark.parametrize("update", UPDATES)
+def test_hand_written_sgd_with_a_carried_state_trains_like_torch(update):
     """``for p in model.parameters(): p.data.add_(p.grad, alpha=-lr)`` after clip_grad_norm_,
     the recurrent state carried between steps (detached) and the learning rate changed
     between calls by the program: the same losses and parameters as torch, step by step."""
-    code = convert_source(SGD, path="script.py").code
+    source = SGD.replace("p.data.add_(p.grad, alpha=-lr)", update)
+    code = convert_source(source, path="script.py").code
     assert "optax.sgd" in code and "clip_by_global_norm" in code, code
     ns: dict = {"__name__": "torch_side"}
-    exec(SGD, ns)
-    scope = _convert(SGD)
+    with warnings.catch_warnings():  # add_(value, tensor): torch's deprecated signature
+        warnings.simplefilter("ignore", UserWarning)
+        exec(source, ns)
+    scope = _convert(source)
     _copy_linears(scope["model"], ns["model"])
     rng = np.random.default_rng(0)
     xs = rng.normal(size=(2, 6, 3, 4)).astype(np.float32)
