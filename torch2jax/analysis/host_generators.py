@@ -35,15 +35,13 @@ from torch2jax.analysis.metadata import ParentNodeProvider
 GENERATORS = frozenset({"torch.Generator", "torch._C.Generator"})
 NUMPY_DRAWS = frozenset({"torch.randint", "torch.randperm", "torch.rand", "torch.randn",
                          "torch.multinomial"})
-# torch.Generator()'s seed when it is never seeded (torch.Generator().initial_seed())
-DEFAULT_SEED = "67280421310721"
 
 
 @dataclass
 class NumpyGenerators:
-    """``assigns``: ids of the ``g = torch.Generator()[.manual_seed(s)]`` statements, to the seed
-    source (``DEFAULT_SEED`` when never seeded); ``ctors``: ids of their ``torch.Generator()``
-    calls; ``draws``: ids of the draw calls from one, to the generator's name there."""
+    """``assigns``: ids of the ``g = torch.Generator().manual_seed(s)`` statements, to the seed
+    (source); ``ctors``: ids of their ``torch.Generator()`` calls; ``draws``: ids of the draw
+    calls from one, to the generator's name there."""
 
     assigns: dict[int, str] = field(default_factory=dict)
     ctors: set[int] = field(default_factory=set)
@@ -51,17 +49,17 @@ class NumpyGenerators:
 
 
 def _generator_assign(node: cst.Assign, q) -> tuple[cst.Call, str] | None:
-    """``g = torch.Generator()`` or ``g = torch.Generator().manual_seed(s)``: the
-    ``torch.Generator()`` call and the seed (source)."""
+    """``g = torch.Generator().manual_seed(s)``: the ``torch.Generator()`` call and the seed
+    (source). (An unseeded generator, or one seeded by a later statement, is not one.)"""
     if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
         return None
     value = node.value
-    seed = DEFAULT_SEED
-    if m.matches(value, m.Call(func=m.Attribute(attr=m.Name("manual_seed")))):
-        if len(value.args) != 1 or value.args[0].keyword is not None or value.args[0].star:
-            return None
-        seed = cst.Module([]).code_for_node(value.args[0].value)
-        value = value.func.value
+    if not m.matches(value, m.Call(func=m.Attribute(attr=m.Name("manual_seed")))):
+        return None
+    if len(value.args) != 1 or value.args[0].keyword is not None or value.args[0].star:
+        return None
+    seed = cst.Module([]).code_for_node(value.args[0].value)
+    value = value.func.value
     if not isinstance(value, cst.Call) or value.args or q(value.func) not in GENERATORS:
         return None
     return value, seed
