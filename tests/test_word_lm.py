@@ -367,3 +367,44 @@ def test_a_checkpoint_through_an_opened_file_round_trips(tmp_path):
     model.kernel.value = model.kernel.value + 1.0
     scope["load"](str(tmp_path / "model.pt"))
     np.testing.assert_array_equal(np.asarray(model.kernel.value), before)
+
+
+STACKED_MODELS = '''
+import torch
+import torch.nn as nn
+
+
+class Stacked(nn.Module):
+    def __init__(self, nlayers=2):
+        super().__init__()
+        self.rnn = nn.LSTM(5, 6, nlayers, dropout=0.3)
+
+    def forward(self, x):
+        out, (h, c) = self.rnn(x)
+        return out * h[-1] + c[0]
+
+
+class Single(nn.Module):
+    def __init__(self, nlayers=1):
+        super().__init__()
+        self.rnn = nn.LSTM(5, 6, nlayers, batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+'''
+
+
+@pytest.mark.parametrize(("name", "spec"), [("Stacked", "float32[7,2,5]"),
+                                            ("Single", "float32[2,7,5]")])
+def test_stacked_lstm_verifies_with_its_weights_moved(tmp_path, name, spec):
+    """torch2jax verify moves torch's per-layer LSTM weights (weight_ih_l{k}, the two biases
+    summed) into the TorchLSTM helper's layers[k], also for one layer held by the helper
+    (num_layers a variable that is 1), and compares outputs and gradients."""
+    from torch2jax.verify.run import VerifyRequest, run_request
+
+    path = tmp_path / "stacked.py"
+    path.write_text(STACKED_MODELS)
+    result = run_request(VerifyRequest(f"{path}::{name}", inputs=(spec,), grad=True,
+                                       atol=1e-5, rtol=1e-5, float64=False))
+    assert result.error is None, result.error
+    assert result.passed, result.mismatch
