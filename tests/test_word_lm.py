@@ -258,7 +258,14 @@ def _copy_linears(jmodel, tmodel) -> None:
 # the spellings of one SGD update (variants of the same program)
 UPDATES = ["p.data.add_(p.grad, alpha=-lr)", "p.data.add_(-lr, p.grad)",
            "p.data.sub_(p.grad, alpha=lr)", "p.data.sub_(lr * p.grad)",
-           "p.data.add_(-lr * p.grad)", "p.data -= lr * p.grad"]
+           "p.data.add_(-lr * p.grad)", "p.data -= lr * p.grad", "no_grad"]
+LOOP = """        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+"""
+NO_GRAD = """        with torch.no_grad():
+            for p in model.parameters():
+                p -= p.grad * lr
+"""
 
 
 @pytest.mark.parametrize("update", UPDATES)
@@ -266,7 +273,8 @@ def test_hand_written_sgd_with_a_carried_state_trains_like_torch(update):
     """``for p in model.parameters(): p.data.add_(p.grad, alpha=-lr)`` after clip_grad_norm_,
     the recurrent state carried between steps (detached) and the learning rate changed
     between calls by the program: the same losses and parameters as torch, step by step."""
-    source = SGD.replace("p.data.add_(p.grad, alpha=-lr)", update)
+    source = SGD.replace(LOOP, NO_GRAD) if update == "no_grad" else SGD.replace(
+        "p.data.add_(p.grad, alpha=-lr)", update)
     code = convert_source(source, path="script.py").code
     assert "optax.sgd" in code and "clip_by_global_norm" in code, code
     ns: dict = {"__name__": "torch_side"}
@@ -408,3 +416,12 @@ def test_stacked_lstm_verifies_with_its_weights_moved(tmp_path, name, spec):
                                        atol=1e-5, rtol=1e-5, float64=False))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
+
+
+def test_hand_written_update_without_zero_grad_stays_marked():
+    """Without zero_grad torch sums the gradients of every step into .grad: not one SGD step
+    per backward, so the update is not made an optimizer and stays marked."""
+    source = SGD.replace("        model.zero_grad()\n", "")
+    code = convert_source(source, path="script.py").code
+    assert "optax.sgd" not in code
+    assert "TODO(torch2jax)" in code

@@ -23,7 +23,10 @@ clipping chained before it, one jit-compiled step):
 Recognised updates of ``X`` (``p.data``): ``X.add_(p.grad, alpha=-LR)``, ``X.add_(-LR,
 p.grad)``, ``X.sub_(p.grad, alpha=LR)``, ``X.sub_(LR * p.grad)``, ``X.add_(-LR * p.grad)`` and
 ``X -= LR * p.grad``, the loop's body that one statement, over ``M.parameters()`` of a model
-``M`` bound once at module level, after a ``backward()`` in the same block. Anything else is
+``M`` bound once at module level, after a ``backward()`` in the same block, which also holds ``M.zero_grad()`` (without it
+torch sums the gradients over the steps); ``X`` may be ``p``
+itself when the loop is the body of a ``with torch.no_grad():`` (then optionally followed by
+``M.zero_grad()``, which stays after the step). Anything else is
 left as it is (and stays marked by the passes). Lines keep their places but for the
 optimizer's line and the step's (``loader_classes.line_map`` maps the diagnostics back).
 """
@@ -56,12 +59,15 @@ def _times_grad(node: cst.BaseExpression, p: str) -> cst.BaseExpression | None:
     return None
 
 
-def _update_lr(stmt: cst.BaseStatement, p: str) -> cst.BaseExpression | None:
-    """The learning rate of one hand-written SGD update of ``p.data``, or None."""
+def _update_lr(stmt: cst.BaseStatement, p: str, no_grad: bool) -> cst.BaseExpression | None:
+    """The learning rate of one hand-written SGD update of ``p.data`` (or of ``p`` itself
+    under ``torch.no_grad()``), or None."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
         return None
     small = stmt.body[0]
     data = m.Attribute(value=m.Name(p), attr=m.Name("data"))
+    if no_grad:
+        data = data | m.Name(p)
     grad = m.Attribute(value=m.Name(p), attr=m.Name("grad"))
     if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.SubtractAssign) \
             and m.matches(small.target, data):
@@ -95,7 +101,8 @@ def _update_lr(stmt: cst.BaseStatement, p: str) -> cst.BaseExpression | None:
     return None
 
 
-def _sgd_loop(stmt: cst.BaseStatement, models: set[str]) -> tuple[str, cst.BaseExpression] | None:
+def _sgd_loop(stmt: cst.BaseStatement, models: set[str], no_grad: bool = False
+              ) -> tuple[str, cst.BaseExpression] | None:
     """(the model, the learning rate) of ``for p in M.parameters(): <update of p.data>``."""
     if not isinstance(stmt, cst.For) or stmt.orelse is not None or stmt.asynchronous:
         return None
@@ -106,10 +113,33 @@ def _sgd_loop(stmt: cst.BaseStatement, models: set[str]) -> tuple[str, cst.BaseE
     body = stmt.body.body
     if model not in models or len(body) != 1:
         return None
-    lr = _update_lr(body[0], stmt.target.value)
+    lr = _update_lr(body[0], stmt.target.value, no_grad)
     if lr is None or stmt.target.value in {n.value for n in m.findall(lr, m.Name())}:
         return None
     return model, lr
+
+
+_NO_GRAD = m.With(items=[m.WithItem(item=m.Call(func=m.Attribute(
+    value=m.Name("torch"), attr=m.Name("no_grad")), args=[]), asname=None)])
+
+
+def _no_grad_update(stmt: cst.BaseStatement, models: set[str]
+                    ) -> tuple[str, cst.BaseExpression, list[cst.BaseStatement]] | None:
+    """``with torch.no_grad():`` around the update loop (the tutorial's ``p -= p.grad * lr``),
+    optionally followed by ``M.zero_grad()`` / ``p.grad.zero_()`` of the same model in the
+    block: (the model, the learning rate, the statements kept after the step)."""
+    if not m.matches(stmt, _NO_GRAD) or not isinstance(stmt.body, cst.IndentedBlock):
+        return None
+    body = stmt.body.body
+    found = _sgd_loop(body[0], models, no_grad=True) if body else None
+    if found is None:
+        return None
+    rest = list(body[1:])
+    zero = m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
+        value=m.Name(found[0]), attr=m.Name("zero_grad"))))])
+    if any(not m.matches(s, zero) for s in rest):
+        return None
+    return found[0], found[1], rest
 
 
 def _backward(stmt: cst.BaseStatement) -> bool:
@@ -144,14 +174,23 @@ class _Rewrite(cst.CSTTransformer):
         changed = False
         for i, stmt in enumerate(body):
             found = _sgd_loop(stmt, self.models)
+            kept: list[cst.BaseStatement] = []
+            if found is None:
+                wrapped = _no_grad_update(stmt, self.models)
+                found = wrapped[:2] if wrapped is not None else None
+                kept = wrapped[2] if wrapped is not None else []
             if found is None or not any(_backward(s) for s in body[:i]):
                 continue
             model, lr = found
+            zeroed = m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
+                value=m.Name(model), attr=m.Name("zero_grad"))))])
+            if not kept and not any(m.matches(s, zeroed) for s in body):
+                continue  # torch sums the gradients of every step: not one SGD step each
             opt = self.optimizers.setdefault(model, self.fresh("optimizer"))
             group = self.fresh("group")
             new = cst.parse_module(f"for {group} in {opt}.param_groups:\n    {group}[\"lr\"] = "
                                    f"{_code(lr)}\n{opt}.step()\n").body
-            out[i] = [new[0].with_changes(leading_lines=stmt.leading_lines), new[1]]
+            out[i] = [new[0].with_changes(leading_lines=stmt.leading_lines), new[1], *kept]
             changed = True
         if not changed:
             return None
