@@ -16,6 +16,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis import children
 from torch2jax.analysis.host import find_host_draws
+from torch2jax.analysis.host_generators import find_numpy_generators
 from torch2jax.analysis.index import Indexer, qualified, share_names
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
@@ -25,7 +26,7 @@ from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import findall, visit
 from torch2jax.finish.invariants import check_output, input_facts
 from torch2jax.finish.noop import DropNoopAssigns
-from torch2jax.passes import loader_classes, optimizer_attributes
+from torch2jax.passes import loader_classes, manual_sgd, open_checkpoints, optimizer_attributes
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
 from torch2jax.passes.helpers import add_helpers, defined_names
@@ -182,7 +183,8 @@ def convert_source(
                          f"{exc.message}") from None
     if not uses_torch(module) and not _builds_known(module, known_modules or ()):
         return ConversionResult(code=source, uses_torch=False)
-    canonical = optimizer_attributes.canonicalise(loader_classes.canonicalise(module))
+    canonical = open_checkpoints.canonicalise(manual_sgd.canonicalise(
+        optimizer_attributes.canonicalise(loader_classes.canonicalise(module))))
     # a line the canonical form moved (a wrapper class removed): reported at the user's line
     lines = (loader_classes.line_map(module.code, canonical.code)
              if canonical is not module else {})
@@ -226,9 +228,11 @@ def convert_source(
     data_indexer.index.global_host_draws = HOST_DRAWS in facts
     data_indexer.index.torch_seeded = TORCH_SEEDED in facts
     data_indexer.index.numpy_seeded = numpy_seeded(facts)
+    data_indexer.index.numpy_generators = find_numpy_generators(wrapper, index.module_classes)
     training_indexer = share_names(names, TrainingIndexer(
         index.module_classes, index.rngs_functions,
-        data_indexer.index.own_key_draws() | data_indexer.index.host.draws,
+        data_indexer.index.own_key_draws() | data_indexer.index.host.draws
+        | set(data_indexer.index.numpy_generators.draws),
         step_keys=spec.train_state and ("Dropout" in source or "dropout" in source),
         imported_seeds=frozenset(k.removeprefix(SEED_FUNCTION) for k in known_modules or ()
                                  if k.startswith(SEED_FUNCTION))))

@@ -19,6 +19,7 @@ which NNX parameter holds it and which layout transform to apply to torch's grad
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -383,6 +384,14 @@ class _Target:
     layout: str  # with the part: "transpose[0/3]"
     rule: str | None
     sum: bool = False
+    # where the entry goes when ``components`` is not in the model: a stacked recurrent layer
+    # (the TorchLSTM helper of an LSTM whose num_layers is not the literal 1) keeps layer k's
+    # weights under layers.k
+    fallback: list[str] | None = None
+
+
+# a recurrent layer's per-layer entry (weight_ih_l1, bias_hh_l0): the name and the layer
+_LAYER_ENTRY = re.compile(r"(\w+_l)(\d+)")
 
 
 def _rule_entries(rule: Rule, attr: str) -> list[WeightMap]:
@@ -404,7 +413,22 @@ def _target_of(key: str, rule_at: Callable[[str], Rule | None]) -> list[_Target]
         rule = rule_at(".".join(parts[:cut]))
         if rule is None:
             continue
-        entries = _rule_entries(rule, ".".join(parts[cut:]))
+        rest = ".".join(parts[cut:])
+        entries = _rule_entries(rule, rest)
+        layer = _LAYER_ENTRY.fullmatch(rest)
+        if layer is not None and not entries or layer is not None and layer[2] == "0":
+            # layer k of a stacked recurrent layer: the rule's layer-0 entry under layers.k
+            stacked = _rule_entries(rule, f"{layer[1]}0")
+            if stacked and not entries:
+                return [_Target([*parts[:cut], "layers", layer[2], *wm.to.split(".")],
+                                wm.transfer_layout, rule.torch, wm.sum)
+                        for wm in stacked if wm.to is not None]
+            if entries:
+                return [_Target(None if wm.to is None else [*parts[:cut], *wm.to.split(".")],
+                                wm.transfer_layout, rule.torch, wm.sum,
+                                None if wm.to is None else [*parts[:cut], "layers", "0",
+                                                            *wm.to.split(".")])
+                        for wm in entries]
         if entries:
             return [_Target(None if wm.to is None else [*parts[:cut], *wm.to.split(".")],
                             wm.transfer_layout, rule.torch, wm.sum) for wm in entries]
@@ -540,6 +564,8 @@ def _plan(source: _Source, nnx_model: Any) -> TransferPlan:
                                                  torch_shape=shape)
                     continue
                 var, why = _find_variable(nnx_model, source.positional(t.components))
+                if var is None and t.fallback is not None:
+                    var, _ = _find_variable(nnx_model, t.fallback)
                 if var is None:
                     unresolved.append((key, t.rule, why or ""))
                     break

@@ -72,6 +72,8 @@ class ClassInfo:
     no_bias: set[str] = field(default_factory=set)  # self.x built with bias=False
     batch_stats_only: set[str] = field(default_factory=set)  # BatchNorm without running stats
     tied_heads: dict[str, str] = field(default_factory=dict)  # linear attr -> embedding path
+    # a Linear head with a bias tied to an Embedding attribute: head attr -> "self.<embedding>"
+    tied_bias_heads: dict[str, str] = field(default_factory=dict)
     container: str | None = None  # "sequential" / "module_dict" / "module_list": a subclass
     # the torch layer (not a container) it derives from, directly or through local classes:
     # class LayerNorm2d(nn.LayerNorm)
@@ -899,6 +901,11 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 base = parent.module_base
         # a tied pair is an LM head only when one side is a bias-free Linear attribute
         for info in idx.classes.values():
+            info.tied_bias_heads = {
+                head: table for head, table in info.tied_heads.items()
+                if info.attr_rule.get(head) == "torch.nn.Linear" and head not in info.no_bias
+                and table.count(".") == 1 and table.startswith("self.")
+                and info.attr_rule.get(table[5:]) == "torch.nn.Embedding"}
             info.tied_heads = {
                 head: table for head, table in info.tied_heads.items()
                 if info.attr_rule.get(head) == "torch.nn.Linear" and head in info.no_bias

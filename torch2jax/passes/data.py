@@ -30,6 +30,7 @@ import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.host import HostDraws
+from torch2jax.analysis.host_generators import NumpyGenerators
 from torch2jax.analysis.index import qualified
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.training import RANDOM
@@ -147,6 +148,8 @@ class DataIndex:
     # they become keys, g = jax.random.key(s), split at every draw
     draw_generators: set[str] = field(default_factory=set)
     generator_draws: dict[int, str] = field(default_factory=dict)  # draw call id -> generator
+    # generators passed around as objects: numpy Generators (analysis/host_generators.py)
+    numpy_generators: NumpyGenerators = field(default_factory=NumpyGenerators)
     # every torchvision.transforms name the file reads has a numpy counterpart: its imports go
     transforms_translated: bool = True
     random_transforms: int = 0  # random transforms built so far (each gets its own stream)
@@ -340,8 +343,11 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         elif q in SAMPLERS:
             self.index.samplers[name] = sampler_site(q, value)
         elif q in LOADERS:
-            self.index.loaders[name] = LoaderSite(name, self._shuffled(value), (
-                value.args[0].value if value.args and value.args[0].keyword is None else None))
+            dataset = next((a.value for a in value.args if a.keyword is not None
+                            and a.keyword.value == "dataset"), None)
+            if value.args and value.args[0].keyword is None and not value.args[0].star:
+                dataset = value.args[0].value
+            self.index.loaders[name] = LoaderSite(name, self._shuffled(value), dataset)
         elif q in WRAPPERS:
             self.index.wrapped.add(name)
         elif q in SCALERS:

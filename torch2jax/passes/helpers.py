@@ -159,6 +159,52 @@ def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Arra
 ''')
 
 
+# torch.multinomial(w, n, replacement, generator=g) with g a numpy Generator
+# (analysis/host_generators.py)
+helper("host_multinomial", {"Any", "np", "jnp"}, '''
+def host_multinomial(rng: Any, weights: Any, num_samples: int,
+                     replacement: bool = False) -> Any:
+    """torch.multinomial drawn from rng, a numpy Generator: num_samples category indices per
+    row of weights (1-D or 2-D, non-negative, each row normalised as torch does), with or
+    without replacement."""
+    w = np.asarray(weights, dtype=np.float64)
+    rows = [rng.choice(len(p), size=num_samples, replace=replacement, p=p / p.sum())
+            for p in w.reshape(-1, w.shape[-1])]
+    return jnp.asarray(np.stack(rows).reshape(*w.shape[:-1], num_samples))
+''')
+
+
+# torch's nn.LSTM with num_layers > 1 (rules/sequence.toml): stacked one-layer nnx.RNNs, torch's
+# dropout on each layer's output but the last, torch's call and return
+helper("TorchLSTM", {"jnp", "nnx"}, '''
+class TorchLSTM(nnx.Module):
+    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout): num_layers
+    nnx.RNN(nnx.OptimizedLSTMCell) layers (gates i, f, g, o as torch's), layer k reading layer
+    k - 1's output, with dropout on every layer's output but the last. Called as torch's:
+    lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c (num_layers, N, H)."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, *,
+                 rngs: nnx.Rngs) -> None:
+        self.layers = nnx.List([
+            nnx.RNN(nnx.OptimizedLSTMCell(input_size if k == 0 else hidden_size, hidden_size,
+                                          rngs=rngs), time_major=not batch_first)
+            for k in range(num_layers)])
+        self.dropout = nnx.Dropout(dropout, rngs=rngs)
+
+    def __call__(self, input, hx=None):
+        x, hs, cs = input, [], []
+        for k, layer in enumerate(self.layers):
+            if k > 0:
+                x = self.dropout(x)
+            carry = None if hx is None else (hx[1][k], hx[0][k])
+            (c, h), x = layer(x, initial_carry=carry, return_carry=True)
+            hs.append(h)
+            cs.append(c)
+        return x, (jnp.stack(hs), jnp.stack(cs))
+''', targets=("nnx",))
+
+
 # equinox (torch2jax/targets/equinox_calls.py): a vector layer on a value whose rank per
 # example is not known when converting
 helper("over_leading", {"jax"}, '''

@@ -567,6 +567,14 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 and isinstance(original_node.value, cst.Attribute)
                 and original_node.value.attr.value == "weight" and self.in_module_class()):
             info = self.index.classes[self.current_class]
+            head = code(target.value).removeprefix("self.")
+            if head in info.tied_bias_heads and self.target.stateful_modules:
+                # a Linear head with a bias: it reads the embedding's table (one parameter)
+                # and keeps its bias; its own kernel goes
+                self.diag(original_node, "tied-weights", "info",
+                          f"tied weights: self.{head} has no kernel of its own; its calls "
+                          f"read {info.tied_bias_heads[head]}.attend() plus its bias")
+                return cst.parse_statement(f"del self.{head}.kernel\n").body[0]
             if not info.tied_heads:
                 self.diag(original_node, "tied-weights", "error",
                           "weight tying other than a bias-free Linear head with an Embedding")

@@ -341,6 +341,11 @@ class CallsMixin:
                 kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return tr.random_call(name, updated.with_changes(args=kept),
                                   cst.Name(f"{g}_key"))
+        if name in RANDOM and id(original) in self.data.numpy_generators.draws:
+            # a draw from a generator passed around as an object: a numpy Generator
+            self.need("np", "jnp")
+            return tr.numpy_generator_call(name, updated,
+                                           self.data.numpy_generators.draws[id(original)])
         if name == "torch.stack" and self.data.host.loops:
             gathered = ha.stacked_slices(original, updated, self.data.host)
             if gathered is not None:

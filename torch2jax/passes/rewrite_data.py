@@ -130,6 +130,10 @@ class DataMixin:
                 "jax.random.key({s})", s=self.data.generators[name]))
         if self._consumed_generator(name):
             return cst.RemoveFromParent()  # its seed is the shuffle seed of what reads it
+        seed = self.data.numpy_generators.assigns.get(id(original_node))
+        if seed is not None:  # a generator passed around as an object: a numpy Generator
+            self.need("np")
+            return updated_node.with_changes(value=expr(f"np.random.default_rng({seed})"))
         if q in dt.SCALERS:
             self.diag(original_node, q, "info", "GradScaler removed: the autocast region "
                       "computes in bfloat16, which needs no loss scaling")
@@ -364,7 +368,8 @@ class DataMixin:
                       "sharded over the devices and XLA inserts the gradient all-reduce")
             return module
         if name in dt.GENERATORS and (self._seeds_a_split(original) or self._consumed_generator(
-                self._generator_variable(original))):
+                self._generator_variable(original))
+                or id(original) in self.data.numpy_generators.ctors):
             return updated  # torch.Generator().manual_seed(s): the split or loader reads s
         if name in dt.TENSOR_DATASETS:
             self.need("grain")

@@ -15,6 +15,7 @@ from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
     arg,
+    code,
     expr,
 )
 from torch2jax.passes.layout_fuse import FROM_CHANNELS_LAST as _FROM_CL
@@ -224,6 +225,13 @@ class LayoutMixin:
             if rule is not None and rule.call:
                 return self._rule_call(original, updated, rule,
                                        info.attr_ctor[func.attr.value])
+            table = info.tied_bias_heads.get(func.attr.value)
+            if table is not None and self.target.stateful_modules and len(updated.args) == 1 \
+                    and not updated.args[0].keyword and not updated.args[0].star:
+                # tied in a branch of __init__ (passes/rewrite.py): the head's kernel deleted
+                head, x = code(updated.func), updated.args[0].value
+                return expr(f"({head}({{x}}) if hasattr({head}, 'kernel') else "
+                            f"{table}.attend({{x}}) + {head}.bias)", x=x)
             table = info.tied_heads.get(func.attr.value)
             if table is not None:
                 parts = table.split(".")

@@ -142,7 +142,7 @@ def multihead_attention_call(cs: CallSite) -> cst.BaseExpression:
 # --------------------------------------------------------------------------------------------
 
 
-def _as_given(site: Site, helper: str) -> cst.Call:
+def _as_given(site: Site, helper: str, skip: tuple[str, ...] = ()) -> cst.Call:
     """``helper(...)`` with the torch arguments the rule knows, positional or keyword as given
     (the dropped ones, device and dtype, left out)."""
     if not site.renders.helper_classes:
@@ -153,7 +153,7 @@ def _as_given(site: Site, helper: str) -> cst.Call:
         raise Untranslatable(f"the file defines its own {helper}: rename it, the converted file "
                              f"needs that name for the {helper} helper class")
     out = [arg(site.get(name), name if name in site.args.keywords else None)
-           for name in site.rule.params if site.args.has(name)]
+           for name in site.rule.params if site.args.has(name) and name not in skip]
     return call(helper, *out, *site.rngs_arg())
 
 
@@ -231,10 +231,32 @@ def lstm(site: Site) -> cst.BaseExpression:
     layer, one direction; gates in torch's order i, f, g, o, so torch's (4H, I) and (4H, H)
     weights are the cell's fused kernels transposed and b_ih + b_hh its bias."""
     _lstm_checks(site)
+    if _stacked(site):
+        return _stacked_lstm(site)
     _flag_calls(site, "forward(input, (h_0, c_0)) returns (output, (h_n, c_n)) with a "
                 "leading layer axis on h_n and c_n", "returns the output, or (carry, output) "
                 "with carry (c, h)")
     return _rnn(site, _cell(site, "nnx.OptimizedLSTMCell"))
+
+
+def _stacked(site: Site) -> bool:
+    """Whether an LSTM may have more than one layer (num_layers not the literal 1)."""
+    return site.lit("num_layers") != 1
+
+
+def _stacked_lstm(site: Site) -> cst.BaseExpression:
+    """``nn.LSTM(I, H, L, dropout=p)`` with L not the literal 1 -> ``TorchLSTM(I, H, L,
+    dropout=p)``, the helper of passes/helpers.py (stacked nnx.RNNs, dropout between layers,
+    torch's call and return), its arguments as given."""
+    if not site.renders.helper_classes or site.renders.intermediate:
+        kind = site.rule.torch.rsplit(".", 1)[-1]
+        raise Untranslatable(f"{kind}(num_layers={code(site.get('num_layers'))}): not "
+                             "translated on this target (stack one-layer RNNs)")
+    for name, ok, why in [("bidirectional", False, "nnx.Bidirectional of two nnx.RNN"),
+                          ("proj_size", 0, "flax's LSTM cells have no projection")]:
+        if site.lit(name) != ok:
+            raise Untranslatable(f"LSTM({name}={code(site.get(name))}): not translated ({why})")
+    return _as_given(site, "TorchLSTM", skip=("bidirectional", "proj_size"))
 
 
 @special("lstm_cell")
@@ -265,6 +287,9 @@ def lstm_call(cs: CallSite) -> cst.BaseExpression:
     x = cs.args.get("input")
     if x is None:
         raise Untranslatable("LSTM called without input")
+    if cs.ctor_lit("num_layers") != 1:  # the TorchLSTM helper: torch's call and return
+        hx = cs.args.get("hx")
+        return expr(f"{func}({code(x)}" + ("" if hx is None else f", {code(hx)}") + ")")
     args = [code(x)]
     hx = _hx(cs, "hx")
     node = cs.args.get("hx")

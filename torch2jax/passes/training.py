@@ -189,6 +189,43 @@ def host_random_call(qualname: str, node: cst.Call, *,
     return expr(f"{GENERATOR}.integers({{lo}}, {{hi}}, {{size}})", lo=low, hi=high, size=size)
 
 
+def numpy_generator_call(qualname: str, node: cst.Call, gen: str) -> cst.BaseExpression:
+    """A draw from ``gen``, a torch.Generator that is a numpy Generator in the converted file
+    (analysis/host_generators.py): the numpy draw, as a JAX array (torch's draw is a tensor).
+    ``torch.multinomial`` goes through the ``host_multinomial`` helper (weights normalised per
+    row, as torch's)."""
+    short = qualname.rsplit(".", 1)[-1]
+    drop = {"generator", "device", "requires_grad", "pin_memory", "layout", "memory_format"}
+    args = [a for a in node.args if not (a.keyword and a.keyword.value in drop)]
+    if any(a.keyword and a.keyword.value == "out" for a in args):
+        raise Untranslatable(f"torch.{short} with out=")
+    dtype = next((a.value for a in args if a.keyword and a.keyword.value == "dtype"), None)
+    b = bind([a for a in args if not (a.keyword and a.keyword.value == "dtype")], ())
+    if short in ("rand", "randn"):
+        fn = "random" if short == "rand" else "standard_normal"
+        out = expr(f"{gen}.{fn}({{size}}, dtype=np.float32)", size=_size(b, short))
+    elif short == "randint":
+        low, high, size = _randint_bounds(b)
+        out = expr(f"{gen}.integers({{lo}}, {{hi}}, {{size}})", lo=low, hi=high, size=size)
+    elif short == "randperm":
+        n = b.extra_positional[0] if b.extra_positional else b.get("n")
+        out = expr(f"{gen}.permutation({{n}})", n=n)
+    elif short == "multinomial":
+        b = bind(args, ("input", "num_samples", "replacement"))
+        probs, n = b.get("input"), b.get("num_samples")
+        if probs is None or n is None:
+            raise Untranslatable("torch.multinomial without its weights and sample count")
+        repl = b.get("replacement")
+        out = expr(f"host_multinomial({gen}, {{p}}, {{n}}, {{r}})", p=probs, n=n,
+                   r=repl if repl is not None else cst.Name("False"))
+        return out
+    else:
+        raise Untranslatable(f"no numpy translation for torch.{short} from a generator")
+    if dtype is not None:
+        return expr("jnp.asarray({x}, dtype={d})", x=out, d=dtype)
+    return expr("jnp.asarray({x})", x=out)
+
+
 # ---------------------------------------------------------------------------- key plumbing
 @dataclass
 class KeyScope:
@@ -467,6 +504,12 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     defined = assigned_in_order(loss_body)
     after = [s for s in body[ib + 1:]
              if (istep is None or s is not body[istep]) and s is not clip]
+    # the learning rate set between backward() and step() (a hand-written SGD's, made an
+    # optimizer by passes/manual_sgd.py): the step it precedes reads it, so it is set before
+    # the call (it reads nothing the loss computes)
+    early = [s for s in after if istep is not None and body.index(s) < istep
+             and _sets_hyperparameter(s, optimizer) and not set(names_of(s).used) & set(defined)]
+    after = [s for s in after if not any(s is e for e in early)]
     clip_line = ""
     if clip is not None:
         if istep is None or not ib < clip_at < istep:
@@ -502,10 +545,14 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     lifter = _LiftBatches({model, *defined}, loop_names, taken0)
     loss_body = [st.visit(lifter) for st in loss_body]
     free = []
+    # names the loss body reads before it binds them (``output, hidden = model(x, hidden)``,
+    # a recurrent state carried between steps): arguments of the step and of the loss function
+    carried = _read_before_bound(loss_body, model)
     for s in loss_body:
         n = names_of(s)
         for u in n.used:
-            if u not in defined and u != model and u not in free and u in loop_names:
+            if u != model and u not in free and (u not in defined and u in loop_names
+                                                 or u in carried):
                 free.append(u)
     taken = set(used_later) | set(loop_names) | {u for st in loss_body
                                                   for u in names_of(st).used}
@@ -514,6 +561,7 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     vg_clip = clip_line.format(grads=grads)
     head = ([STATE] if closure else [GRAPHDEF, STATE]) if functional else [model, optimizer]
     params = ", ".join([*head, *free, *(n for n, _ in lifter.lifted)])
+    loss_params = ", ".join([model, *carried])
     call_args = ", ".join([*head, *free, *(code(e) for _, e in lifter.lifted)])
     first = loss_body[0]
     if isinstance(first, cst.SimpleStatementLine):  # its blank lines go to the call
@@ -523,12 +571,12 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     if aux:
         ret_inner = f"        return {loss}, ({tuple_text(aux)})\n"
         vg = (f"    ({loss}, ({tuple_text(aux)})), {grads} = "
-              f"nnx.value_and_grad({loss_fn}, has_aux=True)({model})\n")
+              f"nnx.value_and_grad({loss_fn}, has_aux=True)({loss_params})\n")
         ret = f"    return {loss}, {', '.join(aux)}\n"
         lhs = f"{loss}, {', '.join(aux)}"
     else:
         ret_inner = f"        return {loss}\n"
-        vg = f"    {loss}, {grads} = nnx.value_and_grad({loss_fn})({model})\n"
+        vg = f"    {loss}, {grads} = nnx.value_and_grad({loss_fn})({loss_params})\n"
         ret = f"    return {loss}\n"
         lhs = loss
     if grads_out is not None:
@@ -542,7 +590,7 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         add = (f"    {grads} = {grads} if {acc} is None else jax.tree.map(jnp.add, {acc}, "
                f"{grads})\n")
         src = (f"{nnx_jit(tree_mode)}\ndef {step_name}({params}):\n"
-               f"    def {loss_fn}({model}):\n{inner}{ret_inner}{vg}{add}{ret}")
+               f"    def {loss_fn}({loss_params}):\n{inner}{ret_inner}{vg}{add}{ret}")
     elif functional:
         ret = ret.replace("    return ", f"    return nnx.state(({model}, {optimizer})), ", 1)
         lhs = f"{STATE}, {lhs}"
@@ -551,11 +599,11 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         src = (f"{jit}\n"
                f"def {step_name}({params}):\n"
                f"    {model}, {optimizer} = nnx.merge({GRAPHDEF}, {STATE})\n"
-               f"    def {loss_fn}({model}):\n{inner}{ret_inner}"
+               f"    def {loss_fn}({loss_params}):\n{inner}{ret_inner}"
                f"{vg}{vg_clip}    {optimizer}.update({model}, {grads})\n{ret}")
     else:
         src = (f"{nnx_jit(tree_mode)}\ndef {step_name}({params}):\n"
-               f"    def {loss_fn}({model}):\n{inner}{ret_inner}"
+               f"    def {loss_fn}({loss_params}):\n{inner}{ret_inner}"
                f"{vg}{vg_clip}    {optimizer}.update({model}, {grads})\n{ret}")
     fn = cst.parse_statement(src)
     assert isinstance(fn, cst.FunctionDef)
@@ -563,11 +611,33 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     if isinstance(first, cst.SimpleStatementLine) and first.leading_lines:
         call_stmt = call_stmt.with_changes(leading_lines=first.leading_lines)
     keep = [cst.parse_statement(f"self.{kept_attr} = {kept_attr}\n")] if kept_attr else []
-    new_body = [*pre, call_stmt, *keep, *post_dep, *after]
+    new_body = [*pre, *early, call_stmt, *keep, *post_dep, *after]
     record = None if grads_out is not None else TrainStepRecord(
         step_name, model, optimizer, functional=functional, closure=closure and functional)
     return TrainStep(function=fn, body=new_body, call=call_stmt, functional=functional,
                      closure=closure and functional, record=record)
+
+
+def _read_before_bound(loss_body: Sequence[cst.BaseStatement], model: str) -> list[str]:
+    """The names a statement of ``loss_body`` reads before any statement of it binds them,
+    that one of its statements binds (in order of first read)."""
+    bound: set[str] = set()
+    read_first: list[str] = []
+    for s in loss_body:
+        n = names_of(s)
+        read_first += [u for u in n.used if u not in bound and u not in read_first
+                       and u != model]
+        bound |= set(n.assigned)
+    return [u for u in read_first if u in bound]
+
+
+def _sets_hyperparameter(stmt: cst.BaseStatement, optimizer: str) -> bool:
+    """``optimizer.opt_state.hyperparams[...].value = v``: an injected hyperparameter set."""
+    slot = m.Attribute(attr=m.Name("value"), value=m.Subscript(value=m.Attribute(
+        attr=m.Name("hyperparams"), value=m.Attribute(value=m.Name(optimizer),
+                                                     attr=m.Name("opt_state")))))
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(
+        targets=[m.AssignTarget(target=slot)])]))
 
 
 GRAPHDEF, STATE = "graphdef", "train_state"
