@@ -404,6 +404,11 @@ class LoopsMixin:
             f"{tr.nnx_jit(not self.data.aliasing)}\ndef {name}({site.model}, {site.optimizer}, "
             f"{ACC_GRADS}):\n{clip}    {site.optimizer}.update({site.model}, {ACC_GRADS})\n")
 
+    def _loop_step_name(self) -> str:
+        """``train_step``, or a fresh name where a step of a block (passes/rewrite_steps.py)
+        already took it."""
+        return tr._fresh("train_step", getattr(self, "_step_names", set()))
+
     def _step_names_taken(self) -> set[str]:
         if not hasattr(self, "_micro_names"):
             self._micro_names: set[str] = set()
@@ -436,7 +441,7 @@ class LoopsMixin:
             loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
             site = t.optimizer_names[name]
             kwargs = {"optimizer": name, "model": model, "loop_names": loop_names,
-                      "step_name": "train_step", "accumulate": site.accumulate is not None}
+                      "step_name": self._loop_step_name(), "accumulate": site.accumulate is not None}
             step = tr.build_train_step(body, functional=True, **kwargs) if (
                 self.data.functional_ok(model, self.index.module_classes,
                                         self._scalar_param)) else None
@@ -445,6 +450,11 @@ class LoopsMixin:
                 step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
             else:
                 self.need("jax", "partial")
+            stale = self._stale_models(step.function, model) if step is not None else []
+            if stale:
+                self.diag(original_node, "training-loop", "error",
+                          self._stale_message(stale, model))
+                break
             module_hoist = step is not None and self.hoist_steps and self._per_call_trainer(
                 name) and not _free_names(step.function) - (self._module_names | STEP_GLOBALS)
             if around is not None and not module_hoist and not self._for_stack and (
@@ -545,7 +555,7 @@ class LoopsMixin:
         step = gan.build_gan_step(body, d_opt=d_opt, d_model=d_model, g_opt=g_opt,
                                   g_model=g_model, loop_names=loop_names,
                                   used_outside=gan.names_outside(outer, original_node),
-                                  step_name="train_step", tree_mode=True)
+                                  step_name=self._loop_step_name(), tree_mode=True)
         if step is None:
             return None
         self.need("nnx")
@@ -593,10 +603,15 @@ class LoopsMixin:
                 loop_names |= tr.loop_assigned_names(self._while_stack[0])
             step = tr.build_train_step(body, optimizer=name, model=model,
                                        loop_names=loop_names, accumulate=every_k,
-                                       step_name="train_step", clip=clip_stmt,
+                                       step_name=self._loop_step_name(), clip=clip_stmt,
                                        tree_mode=not self.data.aliasing)
             if step is None:
                 break
+            stale = self._stale_models(step.function, model)
+            if stale:
+                self.diag(original_node, "training-loop", "error",
+                          self._stale_message(stale, model))
+                return self._unclipped(updated_node, clip)
             self.need("nnx")
             if step.record is not None:
                 self.train_steps.append(step.record)
