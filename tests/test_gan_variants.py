@@ -146,8 +146,8 @@ def train_d(real, fake):
 D_FUNCTION = _replace(
     GAN, ("real_label, fake_label = 1.0, 0.0\n", "real_label, fake_label = 1.0, 0.0\n" + D_STEP),
     (GAN[GAN.index("        netD.zero_grad()\n"):GAN.index("        netG.zero_grad()\n")],
-     "        fake = netG(noise)\n        errD, D_x = train_d(real, fake)\n"
-     "        label = torch.full((real.size(0),), real_label)\n"))
+     ("        fake = netG(noise)\n        errD, D_x = train_d(real, fake)\n"
+      "        label = torch.full((real.size(0),), real_label)\n")))
 
 VARIANTS = {
     "summed": SUMMED,
@@ -245,6 +245,25 @@ def test_two_backwards_in_a_helper_are_summed(tmp_path):
     want = _run(TWO_BACKWARDS, tmp_path)
     assert len(want) == 12 and float(want[-1]) < float(want[1])  # it learns
     _close(want, _run(code, tmp_path))
+
+
+# the same two backwards written in the loop body (a variant: the helper inlined)
+TWO_IN_LOOP = _replace(
+    TWO_BACKWARDS,
+    (TWO_BACKWARDS[TWO_BACKWARDS.index("\n\ndef train_two"):TWO_BACKWARDS.index("\n\nx = ")], ""),
+    ("    a, b = train_two(x[:8], y[:8], x[8:], y[8:])\n    print(a, b)\n",
+     "    opt.zero_grad()\n    out = model(x[:8])\n    loss = crit(out, y[:8])\n"
+     "    loss.backward()\n    first = loss.item()\n    out = model(x[8:] * 2.0)\n"
+     "    loss = crit(out, y[8:])\n    loss.backward()\n    opt.step()\n"
+     "    if epoch % 2 == 0 or epoch == 5:\n        print(first, loss.item())\n"))
+
+
+def test_two_backwards_in_a_loop_are_summed(tmp_path):
+    code = _converted(TWO_IN_LOOP)
+    assert "loss_sum = loss_1 + loss" in code
+    want = _run(TWO_BACKWARDS, tmp_path)
+    got = _run(code, tmp_path)
+    _close([want[i] for i in (0, 1, 4, 5, 8, 9, 10, 11)], got)
 
 
 def _errors(source: str) -> list[str]:

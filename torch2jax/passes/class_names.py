@@ -102,7 +102,7 @@ def class_name_test(test: cst.BaseExpression, fn: cst.FunctionDef | None) -> Nam
             s, x = _subject(a, fn), _text(b)
             if s is not None and x is not None:
                 same = isinstance(op, cst.Equal)
-                return s, lambda n: (n == x) == same
+                return s, lambda n, x=x, same=same: (n == x) == same
     return None
 
 

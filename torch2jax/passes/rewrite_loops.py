@@ -13,6 +13,7 @@ from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
+from torch2jax.passes import grad_sum as gs
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -433,6 +434,8 @@ class LoopsMixin:
         gan_body = self._gan_loop(original_node, body) if self.target.stateful_modules else None
         if gan_body is not None:
             node = node.with_changes(body=node.body.with_changes(body=gan_body))
+        body = self._summed_loop_body(original_node, body) if (
+            self.target.stateful_modules and gan_body is None) else body
         for name in t.optimizer_names if self.target.stateful_modules and gan_body is None else ():
             model = t.model_of(name)
             if model is None:
@@ -533,6 +536,27 @@ class LoopsMixin:
             return cst.FlattenSentinel([*pre, node.with_changes(
                 leading_lines=_after(pre, blank)), *post])
         return node
+
+    def _summed_loop_body(self, original_node, body: list) -> list:
+        """A loop body whose one optimizer steps after several ``backward()`` calls (nothing
+        between them touching the gradients): the gradient of the sum of the losses, as in
+        a block (passes/rewrite_steps.py, "Several backward() calls")."""
+        t = self.training
+        orig = list(original_node.body.body)
+        stepped = [n for n in t.optimizer_names if any(
+            tr._is_method_stmt(s, {n}, "step") for s in orig)]
+        if len(stepped) != 1 or t.optimizer_names[stepped[0]].accumulate is not None or (
+                not gs.summable_backwards(orig)):
+            return body
+        at = [i for i, s in enumerate(orig) if tr._is_method_stmt(s, None, "backward")]
+        if not any(tr._is_method_stmt(s, stepped, "step") for s in orig[at[-1]:]):
+            return body
+        taken = self._file_names | self._step_names_taken()
+        summed = gs.summed_region(body, taken)
+        if summed is None:
+            return body
+        self._file_names |= taken
+        return summed[0]
 
     def _gan_loop(self, original_node, body) -> list | None:
         """A GAN iteration (passes/gan_step.py): the loop's new body, the step hoisted."""

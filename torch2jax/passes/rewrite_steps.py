@@ -25,6 +25,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
+from torch2jax.passes.grad_sum import _plain_backward, _touches_grads, summed_region
 from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
 
 _REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
@@ -91,105 +92,6 @@ def find_block_steps(module: cst.Module, optimizers: set[str]) -> tuple[set[int]
             if pending:
                 since.append(s)
     return blocks, backwards
-
-
-def _plain_backward(stmt: cst.SimpleStatementLine) -> bool:
-    """``loss.backward()`` of a name, with no argument but ``retain_graph``."""
-    call = stmt.body[0].value
-    return isinstance(call.func.value, cst.Name) and all(
-        a.keyword is not None and a.keyword.value == "retain_graph" for a in call.args)
-
-
-def _touches_grads(stmt: cst.CSTNode) -> bool:
-    """A statement that reads or changes ``.grad`` (a zero_grad, clipping, ``p.grad``)."""
-    return bool(findall(stmt, m.Attribute(attr=m.Name("grad") | m.Name("zero_grad")
-                                          | m.Name("clip_grad_norm_")
-                                          | m.Name("clip_grad_value_"))
-                        | m.Name("clip_grad_norm_") | m.Name("clip_grad_value_")))
-
-
-class _Rename(cst.CSTTransformer):
-    """Names read (and, with ``targets``, assigned) renamed; attribute and keyword names
-    left alone."""
-
-    def __init__(self, names: dict[str, str]) -> None:
-        self.names = names
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # (only the receiver is a name read; done in leave)
-        return False
-
-    def leave_Attribute(self, original_node, updated_node):
-        return updated_node.with_changes(value=original_node.value.visit(self))
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        return True
-
-    def leave_Arg(self, original_node, updated_node):
-        return updated_node.with_changes(keyword=original_node.keyword)
-
-    def leave_Name(self, original_node, updated_node):
-        new = self.names.get(original_node.value)
-        return updated_node.with_changes(value=new) if new else updated_node
-
-
-def _single_assignments(region: list, taken: set[str]) -> list | None:
-    """The region with each name it assigns more than once renamed at all but its last
-    assignment (``output`` of the real batch, then of the fake one: ``output_1``, then
-    ``output``), so that the step builder may order its statements by what they read; None
-    where a statement is not a plain assignment, an expression or a backward() (a name bound
-    in a compound statement or by augmented assignment is not renamed)."""
-    counts: dict[str, int] = {}
-    for st in region:
-        if not isinstance(st, cst.SimpleStatementLine) or len(st.body) != 1 or not (
-                isinstance(st.body[0], cst.Expr) or m.matches(st.body[0], m.Assign(
-                    targets=[m.AssignTarget(target=m.Name() | m.Tuple(elements=[
-                        m.ZeroOrMore(m.Element(value=m.Name()))]))]))):
-            return None
-        for name in tr.names_of(st).assigned:
-            counts[name] = counts.get(name, 0) + 1
-    current: dict[str, str] = {}
-    seen: dict[str, int] = {}
-    out = []
-    for st in region:
-        new = st.with_changes(body=[st.body[0].with_changes(value=st.body[0].value.visit(
-            _Rename(current)))])
-        if isinstance(st.body[0], cst.Assign):
-            target = st.body[0].targets[0].target
-            for name in tr.names_of(target).used:
-                seen[name] = seen.get(name, 0) + 1
-                if seen[name] < counts[name]:
-                    fresh = tr._fresh(f"{name}_{seen[name]}", taken)
-                    taken.add(fresh)
-                    current[name] = fresh
-                else:
-                    current.pop(name, None)
-            renamed = target.visit(_Rename({n: current[n] for n in tr.names_of(target).used
-                                            if n in current}))
-            new = new.with_changes(body=[new.body[0].with_changes(
-                targets=[new.body[0].targets[0].with_changes(target=renamed)])])
-        out.append(new)
-    return out
-
-
-def _summed_backwards(region: list, back: list, taken: set[str]) -> tuple[list, list]:
-    """torch adds each ``L.backward()`` of a region into ``.grad``, and the parameters do not
-    change within it: its gradient is that of the sum of the losses, each as it was when its
-    backward ran (the region's names are assigned once: _single_assignments). The region with
-    the last backward replaced by ``loss_sum = L1 + L2`` and ``loss_sum.backward()``, the
-    others dropped, and that statement."""
-    name = tr._fresh("loss_sum", taken)
-    taken.add(name)
-    losses = " + ".join(b.body[0].value.func.value.value for b in back)
-    out = []
-    last = cst.parse_statement(f"{name}.backward()\n")
-    for s in region:
-        if s is back[-1]:
-            out += [cst.parse_statement(f"{name} = {losses}\n").with_changes(
-                leading_lines=s.leading_lines), last]
-        elif not any(s is b for b in back):
-            out.append(s)
-    return out, [last]
 
 
 class StepsMixin:
@@ -271,13 +173,12 @@ class StepsMixin:
             # (find_block_steps kept them all: nothing between them touches the gradients)
             where = self._step_backwards_at[id(back[-1].body[0])]
             taken = self._file_names | self._step_names
-            renamed = _single_assignments(region, taken)
-            if renamed is None:
+            summed = summed_region(region, taken)
+            if summed is None:
                 return self._marked(region, back, "the losses summed from several "
                                     "backward() calls are computed in statements other than "
                                     "assignments to names")
-            at = [i for i, st in enumerate(region) if any(st is b for b in back)]
-            region, back = _summed_backwards(renamed, [renamed[i] for i in at], taken)
+            region, back = summed
             self._step_backwards_at[id(back[0].body[0])] = where
             self._file_names |= taken
         if model is None or len(back) != 1:
