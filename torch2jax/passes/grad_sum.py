@@ -20,7 +20,9 @@ def summable_backwards(stmts: list) -> bool:
     sums: plain backwards of names, and nothing from the first to the last that reads or
     resets the gradients."""
     at = [i for i, s in enumerate(stmts) if tr._is_method_stmt(s, None, "backward")]
-    return len(at) > 1 and all(_plain_backward(stmts[i]) for i in at) and not any(
+    nested = [s for s in stmts if not isinstance(s, cst.SimpleStatementLine) and findall(
+        s, m.Call(func=m.Attribute(attr=m.Name("backward"))))]
+    return len(at) > 1 and not nested and all(_plain_backward(stmts[i]) for i in at) and not any(
         _touches_grads(s) for s in stmts[at[0]:at[-1]])
 
 

@@ -327,7 +327,8 @@ class ModuleClassMixin:
             named = class_names.narrowed_by(parent.test, name, self._fn_stack[-1] if (
                 self._fn_stack) else None) if isinstance(parent, cst.If) and (
                 elems is None) else None
-            if child is getattr(parent, "body", None) and named is not None:
+            if child is getattr(parent, "body", None) and named is not None and (
+                    self._module_subject(name)):
                 try:
                     layers, users = self._classes_named(named[1])
                 except Untranslatable:
@@ -377,6 +378,22 @@ class ModuleClassMixin:
             cls = info.module_base if info.module_base != "torch" else None
         return out
 
+    def _module_subject(self, subject: str) -> bool:
+        """``subject`` is a module being walked: the first parameter of a function this file
+        gives to ``.apply(fn)``, or the target of a loop over ``.modules()`` /
+        ``.children()`` in the current function (a class-name test of anything else, a
+        tensor's type, is not about layers)."""
+        fn = self._fn_stack[-1] if self._fn_stack else None
+        if fn is None:
+            return False
+        applied = {c.args[0].value.value for c in findall(self._root, m.Call(
+            func=m.Attribute(attr=m.Name("apply")), args=[m.Arg(value=m.Name())]))}
+        first = fn.params.params[0].name.value if fn.params.params else None
+        if fn.name.value in applied and first == subject:
+            return True
+        walks = m.Call(func=m.Attribute(attr=m.Name("modules") | m.Name("children")))
+        return bool(findall(fn, m.For(target=m.Name(subject), iter=walks)))
+
     def _classes_named(self, test) -> tuple[set[str], set[str]]:
         """The torch layers and the file's module classes whose class name passes ``test``
         (a predicate on torch's class name), checked to be told apart by an ``isinstance``
@@ -411,6 +428,8 @@ class ModuleClassMixin:
         if found is None:
             return updated_node
         subject, test = found
+        if not self._module_subject(subject):
+            return updated_node
         try:
             layers, users = self._classes_named(test)
         except Untranslatable as exc:

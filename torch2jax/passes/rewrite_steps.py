@@ -25,7 +25,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
-from torch2jax.passes.grad_sum import _plain_backward, _touches_grads, summed_region
+from torch2jax.passes.grad_sum import _touches_grads, summable_backwards, summed_region
 from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
 
 _REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
@@ -84,7 +84,7 @@ def find_block_steps(module: cst.Module, optimizers: set[str]) -> tuple[set[int]
                 blocks.add(id(owner))
                 # several backward() calls: summed (accumulated) where nothing between them
                 # reads or resets the gradients; otherwise the last alone (marked there)
-                summed = all(_plain_backward(b) for b in pending) and not any(
+                summed = summable_backwards(since) and not any(
                     _touches_grads(x) for x in since)
                 backwards.update(id(b.body[0]) for b in (pending if summed else pending[-1:]))
                 pending, since = [], []
