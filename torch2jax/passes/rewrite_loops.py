@@ -453,7 +453,8 @@ class LoopsMixin:
                 step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
             else:
                 self.need("jax", "partial")
-            stale = self._stale_models(step.function, model) if step is not None else []
+            stale = self._stale_models(step.function, model, original_node) if (
+                step is not None) else []
             if stale:
                 self.diag(original_node, "training-loop", "error",
                           self._stale_message(stale, model))
@@ -631,7 +632,7 @@ class LoopsMixin:
                                        tree_mode=not self.data.aliasing)
             if step is None:
                 break
-            stale = self._stale_models(step.function, model)
+            stale = self._stale_models(step.function, model, original_node)
             if stale:
                 self.diag(original_node, "training-loop", "error",
                           self._stale_message(stale, model))

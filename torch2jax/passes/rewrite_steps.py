@@ -242,12 +242,21 @@ class StepsMixin:
         call_stmt = step.call.with_changes(leading_lines=blank)
         return [*prefix, *step.body[:i], function, call_stmt, *step.body[i + 1:]]
 
-    def _stale_models(self, function: cst.FunctionDef, model: str) -> list[str]:
+    def _stale_models(self, function: cst.FunctionDef, model: str,
+                      loop: cst.CSTNode | None = None) -> list[str]:
         """The models another optimizer of the file trains that a jit-compiled step of
         ``model`` reads without taking them as arguments: jit would keep their parameters of
-        the first call (a generator's step reading the discriminator)."""
+        the first call (a generator's step reading the discriminator). In a ``loop``, those
+        whose optimizer steps in it, or in a function of the file it calls."""
         t = self.training
-        trained = {t.model_of(n) for n in t.optimizer_names} - {model, None}
+        stepped = set(t.optimizer_names)
+        if loop is not None:
+            called = {c.func.value for c in findall(loop, m.Call(func=m.Name()))}
+            scopes = [loop, *(f for f in findall(self._root, m.FunctionDef())
+                              if f.name.value in called)]
+            stepped = {n for n in stepped for sc in scopes if findall(sc, m.Call(
+                func=m.Attribute(value=m.Name(n), attr=m.Name("step"))))}
+        trained = {t.model_of(n) for n in stepped} - {model, None}
         return sorted(_free_names(function) & trained)
 
     def _stale_message(self, stale: list[str], model: str) -> str:
