@@ -386,13 +386,29 @@ class ModuleClassMixin:
         fn = self._fn_stack[-1] if self._fn_stack else None
         if fn is None:
             return False
-        applied = {c.args[0].value.value for c in findall(self._root, m.Call(
-            func=m.Attribute(attr=m.Name("apply")), args=[m.Arg(value=m.Name())]))}
+        applies = [c for c in findall(self._root, m.Call(func=m.Attribute(attr=m.Name(
+            "apply")), args=[m.Arg(value=m.Name(fn.name.value))]))]
         first = fn.params.params[0].name.value if fn.params.params else None
-        if fn.name.value in applied and first == subject:
-            return True
-        walks = m.Call(func=m.Attribute(attr=m.Name("modules") | m.Name("children")))
-        return bool(findall(fn, m.For(target=m.Name(subject), iter=walks)))
+        if applies and first == subject:
+            return all(self._built_here(c.func.value) for c in applies)
+        walks = [f.iter.func.value for f in findall(fn, m.For(target=m.Name(subject), iter=m.Call(
+            func=m.Attribute(attr=m.Name("modules") | m.Name("children")))))]
+        return bool(walks) and all(self._built_here(w) for w in walks)
+
+    def _built_here(self, model: cst.BaseExpression) -> bool:
+        """``model`` is ``self`` in a module class of this file, or a name every assignment
+        of which builds one of its module classes or a torch layer (``nn.Sequential(...)``):
+        its modules are classes this file names (a model received as an argument may hold
+        any)."""
+        if m.matches(model, m.Name("self")):
+            return self.in_module_class()
+        if not isinstance(model, cst.Name):
+            return False
+        values = [a.value for a in findall(self._root, m.Assign(targets=[m.AssignTarget(
+            target=m.Name(model.value))]))]
+        return bool(values) and all(isinstance(v, cst.Call) and (
+            self.q(v.func) in self.rules.layers or m.matches(v.func, m.Name())
+            and v.func.value in self.index.module_classes) for v in values)
 
     def _classes_named(self, test) -> tuple[set[str], set[str]]:
         """The torch layers and the file's module classes whose class name passes ``test``
