@@ -110,6 +110,23 @@ def check_gan_source(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: 
     return _reads_detached_only(d_phase, fake) or min(zero_g) > back_d[-1]
 
 
+def _device_value(stmt: cst.BaseStatement) -> tuple[cst.BaseStatement, str | None]:
+    """``D_x = output.mean().item()`` in the step: ``D_x = output.mean()`` there and the name,
+    whose ``.item()`` is read on the host after the step returns it (a jit-compiled function
+    cannot read a value on the host)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1
+            and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+        return stmt, None
+    value = stmt.body[0].value
+    if not (isinstance(value, cst.Call) and not value.args and isinstance(
+            value.func, cst.Attribute) and value.func.attr.value == "item"):
+        return stmt, None
+    inner = value.func.value
+    return stmt.with_changes(body=[stmt.body[0].with_changes(value=inner)]), \
+        stmt.body[0].targets[0].target.value
+
+
 def _free_reads(stmts: Sequence[cst.BaseStatement]) -> list[str]:
     """Names the statements read before assigning them (in order)."""
     assigned: set[str] = set()
@@ -154,6 +171,7 @@ def build_gan_step(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: st
     diff: set[str] = {d_model}
     kept_reads: set[str] = set()
     kept_writes: set[str] = set()
+    host_reads: list[str] = []  # name = value.item() in the step: the step returns value
     for i, s in enumerate(region):
         if i == sd:
             continue
@@ -186,6 +204,9 @@ def build_gan_step(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: st
             if not (isinstance(s, cst.SimpleStatementLine) and all(
                     isinstance(b, (cst.Assign, cst.AnnAssign)) for b in s.body)):
                 return None
+            s, host = _device_value(s)
+            if host is not None:
+                host_reads.append(host)
             text = cst.Module(body=[s]).code
             if ".item(" in text or ".tolist(" in text:
                 return None  # host values inside the jit-compiled step
@@ -273,7 +294,9 @@ def build_gan_step(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: st
     assert isinstance(fn, cst.FunctionDef)
     call_stmt = cst.parse_statement(f"{', '.join(returned)} = {step_name}("
                                     f"{', '.join(call_args)})\n")
-    return TrainStep(function=fn, body=[*hoisted, call_stmt, *after], call=call_stmt)
+    # the host reads (.item()) of values the step computes, after it
+    reads = [cst.parse_statement(f"{h} = {h}.item()\n") for h in host_reads if h in returned]
+    return TrainStep(function=fn, body=[*hoisted, call_stmt, *reads, *after], call=call_stmt)
 
 
 def names_outside(outer: cst.CSTNode, loop: cst.CSTNode) -> set[str]:

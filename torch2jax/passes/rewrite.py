@@ -689,6 +689,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
     def leave_If(self, original_node, updated_node):
         """``if torch.jit.is_scripting(): ...`` is dead in JAX code (the query is False): the
         branch goes, its ``else`` (if any) stays in its place."""
+        updated_node = self._class_name_if(original_node, updated_node)
         test = original_node.test
         rule = self.rules.functions.get(self.q(test.func) or "") if isinstance(
             test, cst.Call) else None

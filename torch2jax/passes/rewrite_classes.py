@@ -15,7 +15,7 @@ from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts, ordered_dict_items, param_loop_targets
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
-from torch2jax.passes import closures
+from torch2jax.passes import class_names, closures
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -319,10 +319,21 @@ class ModuleClassMixin:
 
     def _narrowed_layer(self, node: cst.CSTNode, name: str) -> list[str] | None:
         """The torch layer ``name`` is known to be at ``node`` (inside an
-        ``if isinstance(name, nn.Linear):`` body)."""
+        ``if isinstance(name, nn.Linear):`` body, or a test of its class name that selects
+        torch layers only: ``if m.__class__.__name__.find("Conv") != -1:``)."""
         child, parent = node, self.get_metadata(ParentNodeProvider, node, None)
         while parent is not None:
             elems = _isinstance_of(parent.test, name) if isinstance(parent, cst.If) else None
+            named = class_names.narrowed_by(parent.test, name, self._fn_stack[-1] if (
+                self._fn_stack) else None) if isinstance(parent, cst.If) and (
+                elems is None) else None
+            if child is getattr(parent, "body", None) and named is not None and (
+                    self._module_subject(name)):
+                try:
+                    layers, users = self._classes_named(named[1])
+                except Untranslatable:
+                    return None
+                return sorted(layers) if layers and not users else None
             if child is getattr(parent, "body", None) and elems is not None:
                 names = {self.q(e) for e in elems}
                 layers = sorted(n for n in names if n in self.rules.layers)
@@ -331,6 +342,121 @@ class ModuleClassMixin:
                 return layers
             child, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
         return None
+
+    def _module_classes_here(self) -> tuple[set[str], set[str]]:
+        """The classes a module walked in this file can be: the torch layers the file names
+        (rules/layers.toml's) and its own module classes. Untranslatable where the file builds
+        models of a package, whose layers it does not name."""
+        if getattr(self, "_classes_here", None) is None:
+            names = {self.q(n) for n in findall(self._root, m.Name() | m.Attribute())}
+            if any(q and q.startswith(("torchvision.models", "timm.", "transformers."))
+                   for q in names):
+                raise Untranslatable("a test of a module's class name, in a file that builds "
+                                     "models of a package (their layers are not known here)",
+                                     rule="class-name")
+            self._classes_here = ({q for q in names if q in self.rules.layers},
+                                  set(self.index.module_classes))
+        return self._classes_here
+
+    def _jax_classes_of(self, torch_layer: str) -> str | None:
+        """The JAX module class of a torch layer (None: a function, or no single class)."""
+        rule = self.rules.layers.get(torch_layer)
+        target = rule.targets.get(self.target.name) if rule else None
+        return target if target and re.fullmatch(r"nnx\.[A-Z]\w*", target) else None
+
+    def _matched_by(self, cls: str) -> set[str]:
+        """The JAX classes an instance of this file's module class ``cls`` is an instance of:
+        its own, its local bases' and the JAX layer it extends."""
+        out: set[str] = set()
+        while cls and cls not in out:
+            out.add(cls)
+            info = self.index.classes.get(cls)
+            if info is None:
+                break
+            if info.layer_base and self._jax_classes_of(info.layer_base):
+                out.add(self._jax_classes_of(info.layer_base))
+            cls = info.module_base if info.module_base != "torch" else None
+        return out
+
+    def _module_subject(self, subject: str) -> bool:
+        """``subject`` is a module being walked: the first parameter of a function this file
+        gives to ``.apply(fn)``, or the target of a loop over ``.modules()`` /
+        ``.children()`` in the current function (a class-name test of anything else, a
+        tensor's type, is not about layers)."""
+        fn = self._fn_stack[-1] if self._fn_stack else None
+        if fn is None:
+            return False
+        applies = [c for c in findall(self._root, m.Call(func=m.Attribute(attr=m.Name(
+            "apply")), args=[m.Arg(value=m.Name(fn.name.value))]))]
+        first = fn.params.params[0].name.value if fn.params.params else None
+        if applies and first == subject:
+            return all(self._built_here(c.func.value) for c in applies)
+        walks = [f.iter.func.value for f in findall(fn, m.For(target=m.Name(subject), iter=m.Call(
+            func=m.Attribute(attr=m.Name("modules") | m.Name("children")))))]
+        return bool(walks) and all(self._built_here(w) for w in walks)
+
+    def _built_here(self, model: cst.BaseExpression) -> bool:
+        """``model`` is ``self`` in a module class of this file, or a name every assignment
+        of which builds one of its module classes or a torch layer (``nn.Sequential(...)``):
+        its modules are classes this file names (a model received as an argument may hold
+        any)."""
+        if m.matches(model, m.Name("self")):
+            return self.in_module_class()
+        if not isinstance(model, cst.Name):
+            return False
+        values = [a.value for a in findall(self._root, m.Assign(targets=[m.AssignTarget(
+            target=m.Name(model.value))]))]
+        return bool(values) and all(isinstance(v, cst.Call) and (
+            self.q(v.func) in self.rules.layers or m.matches(v.func, m.Name())
+            and v.func.value in self.index.module_classes) for v in values)
+
+    def _classes_named(self, test) -> tuple[set[str], set[str]]:
+        """The torch layers and the file's module classes whose class name passes ``test``
+        (a predicate on torch's class name), checked to be told apart by an ``isinstance``
+        of their JAX classes from the classes it does not pass."""
+        layers, users = self._module_classes_here()
+        short = lambda q: q.rsplit(".", 1)[-1]
+        picked = {q for q in layers if test(short(q))}
+        picked_users = {c for c in users if test(c)}
+        for q in sorted(picked):
+            if self._jax_classes_of(q) is None:
+                raise Untranslatable(f"the class-name test selects {short(q)}, which is no "
+                                     "module class in JAX (a function, or several classes)",
+                                     rule="class-name")
+        chosen = {self._jax_classes_of(q) for q in picked} | picked_users
+        others = [(short(q), {self._jax_classes_of(q)}) for q in layers - picked] + [
+            (c, self._matched_by(c)) for c in users - picked_users]
+        for name, jax_classes in others:
+            if jax_classes & chosen:
+                raise Untranslatable(f"the class-name test does not select {name}, whose JAX "
+                                     f"class is also that of a class it selects "
+                                     f"({', '.join(sorted(jax_classes & chosen))}): write "
+                                     "the test with isinstance", rule="class-name")
+        return picked, picked_users
+
+    def _class_name_if(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
+        """``if classname.find("Conv") != -1:`` (``classname = m.__class__.__name__``) ->
+        ``if isinstance(m, (nnx.Conv, nnx.ConvTranspose)):``: the torch classes of this file
+        whose name passes the test, as their JAX classes (class_names.py)."""
+        if not self.target.stateful_modules or not self._fn_stack:
+            return updated_node
+        found = class_names.class_name_test(original_node.test, self._fn_stack[-1])
+        if found is None:
+            return updated_node
+        subject, test = found
+        if not self._module_subject(subject):
+            return updated_node
+        try:
+            layers, users = self._classes_named(test)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or "class-name", "error", exc.message)
+            return updated_node
+        kinds = sorted({self._jax_classes_of(q) for q in layers}) + sorted(users)
+        if not kinds:
+            return updated_node.with_changes(test=cst.Name("False"))
+        self.need("nnx")
+        spelled = kinds[0] if len(kinds) == 1 else f"({', '.join(kinds)})"
+        return updated_node.with_changes(test=expr(f"isinstance({subject}, {spelled})"))
 
     def _model_apply(self, original_node: cst.Expr, updated_node: cst.Expr):
         """``net.apply(init_weights)`` on a model, outside its class: ``init_weights`` on every

@@ -121,6 +121,9 @@ class LayersMixin:
         t = b.get("tensor")
         if b.star or t is None or not isinstance(t, (cst.Attribute, cst.Name)):
             raise Untranslatable(f"{q} of a computed tensor", rule=q)
+        if m.matches(t, m.Attribute(value=m.Attribute(value=m.Name() | m.Attribute()),
+                                    attr=m.Name("data"))):
+            t = t.value  # normal_(m.weight.data, ...): the parameter's value is set either way
         if isinstance(t, cst.Attribute) and (t.attr.value == "data" or (
                 t.attr.value == "weight" and not m.matches(t.value, m.Name("self")))):
             # m.weight where m's layer type is not known (a test of m.__class__.__name__,

@@ -13,6 +13,7 @@ from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
+from torch2jax.passes import grad_sum as gs
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -404,6 +405,11 @@ class LoopsMixin:
             f"{tr.nnx_jit(not self.data.aliasing)}\ndef {name}({site.model}, {site.optimizer}, "
             f"{ACC_GRADS}):\n{clip}    {site.optimizer}.update({site.model}, {ACC_GRADS})\n")
 
+    def _loop_step_name(self) -> str:
+        """``train_step``, or a fresh name where a step of a block (passes/rewrite_steps.py)
+        already took it."""
+        return tr._fresh("train_step", getattr(self, "_step_names", set()))
+
     def _step_names_taken(self) -> set[str]:
         if not hasattr(self, "_micro_names"):
             self._micro_names: set[str] = set()
@@ -428,6 +434,8 @@ class LoopsMixin:
         gan_body = self._gan_loop(original_node, body) if self.target.stateful_modules else None
         if gan_body is not None:
             node = node.with_changes(body=node.body.with_changes(body=gan_body))
+        body = self._summed_loop_body(original_node, body) if (
+            self.target.stateful_modules and gan_body is None) else body
         for name in t.optimizer_names if self.target.stateful_modules and gan_body is None else ():
             model = t.model_of(name)
             if model is None:
@@ -436,7 +444,7 @@ class LoopsMixin:
             loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
             site = t.optimizer_names[name]
             kwargs = {"optimizer": name, "model": model, "loop_names": loop_names,
-                      "step_name": "train_step", "accumulate": site.accumulate is not None}
+                      "step_name": self._loop_step_name(), "accumulate": site.accumulate is not None}
             step = tr.build_train_step(body, functional=True, **kwargs) if (
                 self.data.functional_ok(model, self.index.module_classes,
                                         self._scalar_param)) else None
@@ -445,6 +453,12 @@ class LoopsMixin:
                 step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
             else:
                 self.need("jax", "partial")
+            stale = self._stale_models(step.function, model, original_node) if (
+                step is not None) else []
+            if stale:
+                self.diag(original_node, "training-loop", "error",
+                          self._stale_message(stale, model))
+                break
             module_hoist = step is not None and self.hoist_steps and self._per_call_trainer(
                 name) and not _free_names(step.function) - (self._module_names | STEP_GLOBALS)
             if around is not None and not module_hoist and not self._for_stack and (
@@ -524,6 +538,27 @@ class LoopsMixin:
                 leading_lines=_after(pre, blank)), *post])
         return node
 
+    def _summed_loop_body(self, original_node, body: list) -> list:
+        """A loop body whose one optimizer steps after several ``backward()`` calls (nothing
+        between them touching the gradients): the gradient of the sum of the losses, as in
+        a block (passes/rewrite_steps.py, "Several backward() calls")."""
+        t = self.training
+        orig = list(original_node.body.body)
+        stepped = [n for n in t.optimizer_names if any(
+            tr._is_method_stmt(s, {n}, "step") for s in orig)]
+        if len(stepped) != 1 or t.optimizer_names[stepped[0]].accumulate is not None or (
+                not gs.summable_backwards(orig)):
+            return body
+        at = [i for i, s in enumerate(orig) if tr._is_method_stmt(s, None, "backward")]
+        if not any(tr._is_method_stmt(s, stepped, "step") for s in orig[at[-1]:]):
+            return body
+        taken = self._file_names | self._step_names_taken()
+        summed = gs.summed_region(body, taken)
+        if summed is None:
+            return body
+        self._file_names |= taken
+        return summed[0]
+
     def _gan_loop(self, original_node, body) -> list | None:
         """A GAN iteration (passes/gan_step.py): the loop's new body, the step hoisted."""
         t = self.training
@@ -545,7 +580,7 @@ class LoopsMixin:
         step = gan.build_gan_step(body, d_opt=d_opt, d_model=d_model, g_opt=g_opt,
                                   g_model=g_model, loop_names=loop_names,
                                   used_outside=gan.names_outside(outer, original_node),
-                                  step_name="train_step", tree_mode=True)
+                                  step_name=self._loop_step_name(), tree_mode=True)
         if step is None:
             return None
         self.need("nnx")
@@ -593,10 +628,15 @@ class LoopsMixin:
                 loop_names |= tr.loop_assigned_names(self._while_stack[0])
             step = tr.build_train_step(body, optimizer=name, model=model,
                                        loop_names=loop_names, accumulate=every_k,
-                                       step_name="train_step", clip=clip_stmt,
+                                       step_name=self._loop_step_name(), clip=clip_stmt,
                                        tree_mode=not self.data.aliasing)
             if step is None:
                 break
+            stale = self._stale_models(step.function, model, original_node)
+            if stale:
+                self.diag(original_node, "training-loop", "error",
+                          self._stale_message(stale, model))
+                return self._unclipped(updated_node, clip)
             self.need("nnx")
             if step.record is not None:
                 self.train_steps.append(step.record)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis import values as vk
 from torch2jax.analysis.training import (
     CLIPS,
     DROPPED_SEEDS,
@@ -293,7 +294,9 @@ class SchedulesMixin:
             return cst.RemoveFromParent()
         if (m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("apply")),
                                     args=[m.Arg(m.Name())]))
-                and value.func.value.value in self.training.model_vars
+                and (value.func.value.value in self.training.model_vars
+                     or self.values is not None and self.values.kind(
+                         original_node.value.func.value) == vk.Kind.MODULE)
                 and not self.in_module_class()):
             return self._model_apply(original_node, updated_node)
         if q in SEEDS:

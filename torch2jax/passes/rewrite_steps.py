@@ -25,6 +25,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
+from torch2jax.passes.grad_sum import _touches_grads, summable_backwards, summed_region
 from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
 
 _REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
@@ -73,15 +74,23 @@ def find_block_steps(module: cst.Module, optimizers: set[str]) -> tuple[set[int]
     blocks: set[int] = set()
     backwards: set[int] = set()
     for owner, stmts, fn in _blocks(module):
-        pending = None
+        pending: list[cst.SimpleStatementLine] = []
+        since: list[cst.CSTNode] = []  # the statements from the first pending backward on
         receivers = optimizers | _params(fn) - {"self", "cls"}
         for s in stmts:
             if tr._is_method_stmt(s, None, "backward"):
-                pending = s
-            elif pending is not None and _stepped(s, receivers):
+                pending.append(s)
+            elif pending and _stepped(s, receivers):
                 blocks.add(id(owner))
-                backwards.add(id(pending.body[0]))
-                pending = None
+                # several backward() calls: summed (accumulated) where nothing between them
+                # reads or resets the gradients; otherwise the last alone (marked there)
+                summed = summable_backwards(since) and not any(
+                    _touches_grads(x) for x in since)
+                backwards.update(id(b.body[0]) for b in (pending if summed else pending[-1:]))
+                pending, since = [], []
+                continue
+            if pending:
+                since.append(s)
     return blocks, backwards
 
 
@@ -160,6 +169,18 @@ class StepsMixin:
                      ) -> list | None:
         model = self._model_of(region, opt)
         back = [s for s in region if tr._is_method_stmt(s, None, "backward")]
+        if len(back) > 1 and all(id(b.body[0]) in self._step_backwards_at for b in back):
+            # (find_block_steps kept them all: nothing between them touches the gradients)
+            where = self._step_backwards_at[id(back[-1].body[0])]
+            taken = self._file_names | self._step_names
+            summed = summed_region(region, taken)
+            if summed is None:
+                return self._marked(region, back, "the losses summed from several "
+                                    "backward() calls are computed in statements other than "
+                                    "assignments to names")
+            region, back = summed
+            self._step_backwards_at[id(back[0].body[0])] = where
+            self._file_names |= taken
         if model is None or len(back) != 1:
             return self._marked(region, back, "the statements since the parameters last "
                                 "changed hold no single backward()")
@@ -190,6 +211,9 @@ class StepsMixin:
         if step is None:
             return self._marked(region, back, "its loss is not a function of "
                                 f"{model} that torch2jax can separate (its backward slice)")
+        stale = self._stale_models(step.function, model)
+        if stale:
+            return self._marked(region, back, self._stale_message(stale, model))
         self._step_names.add(name)
         self.need("nnx")
         if step.record is not None:
@@ -217,6 +241,29 @@ class StepsMixin:
                                          [*lines])
         call_stmt = step.call.with_changes(leading_lines=blank)
         return [*prefix, *step.body[:i], function, call_stmt, *step.body[i + 1:]]
+
+    def _stale_models(self, function: cst.FunctionDef, model: str,
+                      loop: cst.CSTNode | None = None) -> list[str]:
+        """The models another optimizer of the file trains that a jit-compiled step of
+        ``model`` reads without taking them as arguments: jit would keep their parameters of
+        the first call (a generator's step reading the discriminator). In a ``loop``, those
+        whose optimizer steps in it, or in a function of the file it calls."""
+        t = self.training
+        stepped = set(t.optimizer_names)
+        if loop is not None:
+            called = {c.func.value for c in findall(loop, m.Call(func=m.Name()))}
+            scopes = [loop, *(f for f in findall(self._root, m.FunctionDef())
+                              if f.name.value in called)]
+            stepped = {n for n in stepped for sc in scopes if findall(sc, m.Call(
+                func=m.Attribute(value=m.Name(n), attr=m.Name("step"))))}
+        trained = {t.model_of(n) for n in stepped} - {model, None}
+        return sorted(_free_names(function) & trained)
+
+    def _stale_message(self, stale: list[str], model: str) -> str:
+        return (f"the step of {model} reads {', '.join(stale)}, which another optimizer "
+                "trains: a jit-compiled step that does not take it as an argument would keep "
+                "its first parameters (and torch2jax does not order the two steps); write the "
+                "step with both models as arguments")
 
     def _marked(self, region: list, back: list, why: str) -> list:
         """The region as it is, each ``backward()`` marked at its line."""
