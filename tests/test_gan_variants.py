@@ -252,10 +252,10 @@ TWO_IN_LOOP = _replace(
     TWO_BACKWARDS,
     (TWO_BACKWARDS[TWO_BACKWARDS.index("\n\ndef train_two"):TWO_BACKWARDS.index("\n\nx = ")], ""),
     ("    a, b = train_two(x[:8], y[:8], x[8:], y[8:])\n    print(a, b)\n",
-     "    opt.zero_grad()\n    out = model(x[:8])\n    loss = crit(out, y[:8])\n"
+     ("    opt.zero_grad()\n    out = model(x[:8])\n    loss = crit(out, y[:8])\n"
      "    loss.backward()\n    first = loss.item()\n    out = model(x[8:] * 2.0)\n"
      "    loss = crit(out, y[8:])\n    loss.backward()\n    opt.step()\n"
-     "    if epoch % 2 == 0 or epoch == 5:\n        print(first, loss.item())\n"))
+     "    if epoch % 2 == 0 or epoch == 5:\n        print(first, loss.item())\n")))
 
 
 def test_two_backwards_in_a_loop_are_summed(tmp_path):
