@@ -733,3 +733,99 @@ def test_a_lookup_through_a_table_of_layer_classes_is_converted_with_them(tmp_pa
                                        inputs=("float32[2,6]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason
+
+
+# timm's named_apply (models/_manipulate.py), walking the model it is given with
+# module.named_children() and calling an init function with each module's dotted name
+# (vision_transformer, deit, mlp_mixer, regnet: named_apply(partial(_init_weights, ...),
+# self)). The converted model had no named_children ("'Net' object has no attribute
+# 'named_children'"): the walker's module is converted, its named_children() is the
+# torch_named_children helper, and the partial binds the rngs of the init function's draws.
+# The init function sets a plain attribute by torch's name, which the weight transfer leaves
+# alone: the outputs agree only where the walk gives torch's names.
+PKG_MANIPULATE = textwrap.dedent('''
+    from typing import Callable
+
+    from torch import nn
+
+
+    def named_apply(fn: Callable, module: nn.Module, name="", depth_first: bool = True,
+                    include_root: bool = False) -> nn.Module:
+        if not depth_first and include_root:
+            fn(module=module, name=name)
+        for child_name, child_module in module.named_children():
+            child_name = ".".join((name, child_name)) if name else child_name
+            named_apply(fn=fn, module=child_module, name=child_name, depth_first=depth_first,
+                        include_root=True)
+        if depth_first and include_root:
+            fn(module=module, name=name)
+        return module
+''')
+
+PKG_NAMED_APPLY_MODEL = textwrap.dedent('''
+    from functools import partial
+
+    import torch.nn as nn
+
+    from ._manipulate import named_apply
+
+
+    class Block(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.norm = nn.LayerNorm(dim)
+            self.mlp = nn.Linear(dim, dim)
+            self.gamma = 0.5
+
+        def init_weights(self):
+            nn.init.ones_(self.norm.weight)
+
+        def forward(self, x):
+            return x + self.gamma * self.mlp(self.norm(x)).relu()
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, depth=2, num_classes=3, head_bias=0.1):
+            super().__init__()
+            self.stem = nn.Linear(4, dim)
+            self.blocks = nn.Sequential(*[Block(dim) for _ in range(depth)])
+            self.head = nn.Linear(dim, num_classes)
+            self.init_weights(head_bias=head_bias)
+
+        def init_weights(self, head_bias=0.0):
+            named_apply(partial(_init_weights, head_bias=head_bias), module=self)
+
+        def forward(self, x):
+            return self.head(self.blocks(self.stem(x)))
+
+
+    def _init_weights(module: nn.Module, name: str, head_bias: float = 0.) -> None:
+        if isinstance(module, nn.Linear):
+            if name.startswith("head"):
+                nn.init.zeros_(module.weight)
+                nn.init.constant_(module.bias, head_bias)
+            else:
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    if "mlp" in name:
+                        nn.init.normal_(module.bias, std=1e-6)
+                    else:
+                        nn.init.zeros_(module.bias)
+        elif isinstance(module, Block):
+            module.gamma = 0.25 if name == "blocks.1" else 0.5  # by torch's name
+            module.init_weights()
+''')
+
+
+def test_named_apply_walks_a_converted_model_with_torchs_names(tmp_path):
+    pkg = tmp_path / "tinypkg_named_apply"
+    (pkg / "models").mkdir(parents=True)
+    for init in (pkg, pkg / "models"):
+        (init / "__init__.py").write_text("")
+    (pkg / "models" / "_manipulate.py").write_text(PKG_MANIPULATE)
+    (pkg / "models" / "net.py").write_text(PKG_NAMED_APPLY_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,4]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

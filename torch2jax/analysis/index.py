@@ -102,6 +102,9 @@ class FileIndex:
     module_classes: set[str] = field(default_factory=set)
     defined: set[str] = field(default_factory=set)  # names bound at the top level of the file
     rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
+    # the functions of the file that take rngs only for their random draws, building no
+    # module (timm's _init_weights): handed on as partial(fn, ...), the partial binds rngs
+    draw_functions: set[str] = field(default_factory=set)
     list_layouts: dict[tuple[int, str], str] = field(default_factory=dict)  # (fn id, name)
     tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)
     fn_returns: dict[str, str] = field(default_factory=dict)  # layer-returning helpers
@@ -393,6 +396,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
+        self._fn_draws: set[str] = set()  # functions that draw (torch.nn.init) or apply one
+        self._fn_partials: dict[str, set[str]] = {}  # partial(fn, ...) of a file's function
         self._fn_param_calls: set[str] = set()  # functions that call one of their parameters
         self._spread_fns: dict[int, cst.FunctionDef] = {}  # Sequential(*xs) -> its function
         self._root: cst.Module | None = None
@@ -442,6 +447,19 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 layout = "torch"
             self.index.list_layouts[(id(node), name)] = layout
         self._fn_stack.pop()
+
+    def _callers_fixed_point(self, builders: set[str],
+                             calls: dict[str, set[str]] | None = None) -> set[str]:
+        """``builders`` and every function that calls one of them (or a module class)."""
+        calls = self._fn_calls if calls is None else calls
+        changed = True
+        while changed:
+            changed = False
+            for fn, called in calls.items():
+                if fn not in builders and called & (builders | self.index.module_classes):
+                    builders.add(fn)
+                    changed = True
+        return builders
 
     def _fn_key(self) -> str | None:
         if not self._fn_stack:
@@ -510,12 +528,17 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self._fn_calls.setdefault(key, set()).add(method)
             # torch.nn.init draws need a key: the function takes rngs
             if q in RANDOM_INITS:
-                builds = True
+                self._fn_draws.add(key)
             # self.apply(self._init_weights): the init method runs with rngs
             if (self._class_stack and m.matches(node.func, m.Attribute(
                     value=m.Name("self"), attr=m.Name("apply"))) and node.args
                     and m.matches(node.args[0].value, m.Attribute(value=m.Name("self")))):
-                self._fn_builds.add(f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
+                self._fn_draws.add(f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
+            # named_apply(partial(_init_weights, head_bias=0.), self): a function of the file
+            # handed on with some arguments bound (it runs elsewhere, with rngs if it draws)
+            if q == "functools.partial" and node.args and isinstance(node.args[0].value,
+                                                                      cst.Name):
+                self._fn_partials.setdefault(key, set()).add(node.args[0].value.value)
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer
@@ -906,16 +929,15 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         # functions that build layers, and their callers (fixed point). A helper called from
         # a constructor that calls one of its parameters builds layers too: ResNet's
         # self._make_layer(block, ...) calls block(...), a module class handed in
-        builders = set(self._fn_builds) | {
+        module_builders = self._callers_fixed_point(set(self._fn_builds) | {
             fn for fn in self._fn_param_calls if any(
-                k.endswith(".__init__") and fn in called for k, called in self._fn_calls.items())}
-        changed = True
-        while changed:
-            changed = False
-            for fn, called in self._fn_calls.items():
-                if fn not in builders and called & (builders | idx.module_classes):
-                    builders.add(fn)
-                    changed = True
+                k.endswith(".__init__") and fn in called for k, called in self._fn_calls.items())})
+        # the functions that take rngs only to draw (torch.nn.init), and those that call
+        # them or bind them in a partial (that draw when the partial is called)
+        calls = {k: self._fn_calls.get(k, set()) | (
+            self._fn_partials.get(k, set()) - idx.module_classes)
+            for k in {*self._fn_calls, *self._fn_partials}}
+        builders = self._callers_fixed_point(module_builders | self._fn_draws, calls)
         # an override takes rngs when the method it overrides (or one overriding it) does:
         # ShiftedWindowAttention.__init__ calls self.define_relative_position_bias_table(rngs=)
         # and runs ShiftedWindowAttentionV2's
@@ -936,6 +958,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                         builders |= pair
                         changed = True
         idx.rngs_functions = builders | self.imported_builders
+        idx.draw_functions = builders - module_builders - idx.module_classes
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx
 

@@ -284,6 +284,18 @@ class CallsMixin:
                 raise Untranslatable(str(exc), rule="torch.nn.Module.children") from None
             if listed is not None:
                 return listed
+            if self.target.stateful_modules and not self.target.setup_modules and (
+                    self._is_module_expr(original.func.value)):
+                # a module of a class the file does not define (timm's named_apply walks the
+                # model it is given): its submodules as NNX holds them
+                self.diag(original, "torch.nn.Module.children", "info",
+                          "children of a module of another file: the torch_named_children "
+                          "helper (its submodules in torch's order; activation layers are "
+                          "JAX functions, not children)")
+                walk = cst.Call(cst.Name("torch_named_children"), [cst.Arg(updated.func.value)])
+                if original.func.attr.value == "named_children":
+                    return walk
+                return expr("(child for _, child in {w})", w=walk)
         if (m.matches(original, m.Call(func=m.Attribute(attr=m.Name("named_modules")), args=[]))
                 and self.target.stateful_modules and self._is_module_expr(original.func.value)
                 and not unnamed_modules_loop(self.get_metadata(ParentNodeProvider, original,
@@ -462,6 +474,13 @@ class CallsMixin:
             # LayerNorm2d(dim, eps=1e-6): built with the JAX layer's arguments
             return self._layer_arguments(original, updated,
                                          self._layer_subclass_rule(original.func.value))
+        if (name == "functools.partial" and original.args and self.target.stateful_modules
+                and m.matches(original.args[0].value, m.Name())
+                and original.args[0].value.value in self.index.draw_functions
+                and self._rngs_scope and self._rngs_scope[-1]):
+            # named_apply(partial(_init_weights, head_bias=0.), self): the init function runs
+            # elsewhere, its draws with the rngs the partial binds
+            return self._with_rngs(original, updated)
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)

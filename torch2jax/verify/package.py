@@ -159,12 +159,25 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
         home = getattr(value, "__module__", "") or ""
         if not (name in used and inspect.isfunction(value) and home.startswith(top + ".")):
             continue
-        if home.rpartition(".")[2].startswith("_"):
+        if home.rpartition(".")[2].startswith("_") and not _walks_modules(value):
             continue  # the package's machinery (_api, _utils, _builder: registries, weight
-            # enums, argument helpers) is copied and runs inert
+            # enums, argument helpers) is copied and runs inert; a function that walks the
+            # model it is given (timm's named_apply: module.named_children()) runs on the
+            # converted model, so its module is converted
         if _builds_layers(home):
             found.add(name)
     return found
+
+
+def _walks_modules(fn: object) -> bool:
+    """Whether the function reads a module's children (``module.named_children()``)."""
+    import inspect
+
+    try:
+        source = inspect.getsource(fn)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return False
+    return bool(re.search(r"\.(named_)?children\(\)", source))
 
 
 def _builds_layers(module: str, seen: set[str] | None = None) -> bool:
