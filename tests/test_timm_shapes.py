@@ -829,3 +829,46 @@ def test_named_apply_walks_a_converted_model_with_torchs_names(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's ConvBN(nn.Sequential) (repvit, starnet, iformer): the layers registered with
+# self.add_module("bn", ...) and then read as attributes (nn.init.constant_(self.bn.weight,
+# 1)); the Sequential's layers were appended without a name ("'ConvBN' object has no
+# attribute 'bn'"). The layer is an attribute too, the nnx.Sequential holds the same one.
+SEQ_ADD_MODULE = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class ConvBN(nn.Sequential):
+        def __init__(self, in_chs, out_chs, kernel_size=1, with_bn=True, bn_weight_init=1.0,
+                     device=None, dtype=None):
+            dd = {"device": device, "dtype": dtype}
+            super().__init__()
+            self.add_module("conv", nn.Conv2d(in_chs, out_chs, kernel_size,
+                                              padding=kernel_size // 2, **dd))
+            if with_bn:
+                self.add_module("bn", nn.BatchNorm2d(out_chs, **dd))
+                nn.init.constant_(self.bn.weight, bn_weight_init)
+                nn.init.constant_(self.bn.bias, 0)
+
+
+    class Net(nn.Module):
+        def __init__(self, num_classes=3):
+            super().__init__()
+            self.stem = ConvBN(3, 4, 3)
+            self.mix = ConvBN(4, 4, with_bn=False)
+            self.head = nn.Linear(4, num_classes)
+
+        def forward(self, x):
+            x = self.mix(self.stem(x).relu())
+            return self.head(x.mean((2, 3)))
+''')
+
+
+def test_add_module_in_a_sequential_subclass_is_an_attribute_too(tmp_path):
+    (tmp_path / "net.py").write_text(SEQ_ADD_MODULE)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net",
+                                       inputs=("float32[2,3,6,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

@@ -448,6 +448,23 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             self.index.list_layouts[(id(node), name)] = layout
         self._fn_stack.pop()
 
+    def _note_added_attr(self, attr: object, value: cst.Call) -> None:
+        """The layer ``self.add_module(attr, value)`` registers under a literal name."""
+        if not (isinstance(attr, str) and attr.isidentifier()):
+            return
+        info = self._class_stack[-1]
+        q = qualified(self.meta, value.func)
+        rule = self.rules.layers.get(q or "")
+        if rule is not None or q in self.known_modules:
+            info.module_attrs.add(attr)
+            if rule is None or rule.special != "identity":
+                info.real_layer_attrs.add(attr)
+        elif isinstance(value.func, cst.Name):
+            info.built_by.setdefault(attr, set()).add(value.func.value)
+        if rule is not None:
+            info.attr_rule.setdefault(attr, rule.torch)
+            info.attr_ctor.setdefault(attr, value)
+
     def _callers_fixed_point(self, builders: set[str],
                              calls: dict[str, set[str]] | None = None) -> set[str]:
         """``builders`` and every function that calls one of them (or a module class)."""
@@ -571,6 +588,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 value=m.Attribute(value=m.Name("self")), attr=m.Name("items")
                 | m.Name("values") | m.Name("keys"))):
             self._class_stack[-1].iterated.add(node.func.value.attr.value)
+        # self.add_module("bn", nn.BatchNorm2d(c)) (timm's ConvBN(nn.Sequential)), then
+        # self.bn.weight: the attribute holds that layer, as self.bn = ... would
+        if self._class_stack and self._fn_stack and m.matches(node, m.Call(
+                func=m.Attribute(value=m.Name("self"), attr=m.Name("add_module")),
+                args=[m.Arg(m.SimpleString(), keyword=None), m.Arg(m.Call(), keyword=None)])):
+            self._note_added_attr(node.args[0].value.evaluated_value, node.args[1].value)
         # a ModuleList / ModuleDict subclass filling itself
         if self._class_stack and self._fn_stack:
             info = self._class_stack[-1]

@@ -641,6 +641,16 @@ class ModuleClassMixin:
                     rule="torch.nn.Sequential")
         else:
             return None
+        layer = updated.args[1].value
+        name = original.args[0].value
+        if m.matches(recv, m.Name("self")) and isinstance(name, cst.SimpleString) and isinstance(
+                name.evaluated_value, str) and name.evaluated_value.isidentifier():
+            # self.add_module("bn", layer) in a Sequential subclass, then self.bn.weight
+            # (timm's ConvBN): the layer is an attribute too, the Sequential holds the same
+            held = cst.Attribute(value=cst.Name("self"), attr=cst.Name(name.evaluated_value))
+            self._pending[-1].before.append(cst.SimpleStatementLine([cst.Assign(
+                targets=[cst.AssignTarget(held)], value=layer)]))
+            layer = held
         if layout == "channels_last" and seq_layout == "any":
             raise Untranslatable("add_module of a channels-last layer into a Sequential: "
                                  "wrap it with transposes", rule="torch.nn.Sequential")
@@ -648,9 +658,8 @@ class ModuleClassMixin:
             # the Sequential takes NCHW: the layer gets its input channels-last
             self.need("jnp")
             return expr(f"{target}.extend([\n    lambda x: jnp.moveaxis(x, 1, -1),\n"
-                        "    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])",
-                        m=updated.args[1].value)
-        return expr(f"{target}.append({{m}})", m=updated.args[1].value)
+                        "    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])", m=layer)
+        return expr(f"{target}.append({{m}})", m=layer)
 
     def _module_class_arguments(self, node: cst.CSTNode) -> dict[str, set[str]]:
         """For each module class of the file, the parameters of its ``__init__`` that a call
