@@ -872,3 +872,44 @@ def test_add_module_in_a_sequential_subclass_is_an_attribute_too(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's get_norm_act_layer (timm.layers.create_norm_act; vovnet, cspnext, dpn): assert
+# isinstance(act_layer, (type, str, types.FunctionType, functools.partial)). The activation
+# class handed on is a JAX function after conversion, jax.nn.relu a jitted one, no
+# FunctionType: the assert failed. A layer class or function test passes any callable that
+# is not a module instance.
+LAYER_TYPE_ASSERT = textwrap.dedent('''
+    import functools
+    import types
+
+    import torch.nn as nn
+
+
+    def get_norm_act(norm_layer, act_layer=None):
+        assert isinstance(norm_layer, (type, str, types.FunctionType, functools.partial))
+        assert act_layer is None or isinstance(act_layer, (type, str, types.FunctionType,
+                                                           functools.partial))
+        return norm_layer, act_layer
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, act_layer=nn.ReLU, norm_layer=nn.LayerNorm):
+            super().__init__()
+            norm_layer, act_layer = get_norm_act(norm_layer, act_layer)
+            self.fc = nn.Linear(dim, dim)
+            self.norm = norm_layer(dim)
+            self.act = act_layer()
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.act(self.norm(self.fc(x))))
+''')
+
+
+def test_a_layer_class_or_function_check_passes_a_jax_activation(tmp_path):
+    (tmp_path / "net.py").write_text(LAYER_TYPE_ASSERT)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

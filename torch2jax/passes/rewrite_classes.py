@@ -23,6 +23,7 @@ from torch2jax.passes.common import (
     arg,
     bind,
     call,
+    code,
     expr,
     unnamed_modules_loop,
     wrap_long_statement,
@@ -290,7 +291,26 @@ class ModuleClassMixin:
         return updated_node
 
     def _isinstance(self, original: cst.Call, updated: cst.Call):
-        """isinstance(m, nn.Linear) -> isinstance(m, nnx.Linear)."""
+        """isinstance(m, nn.Linear) -> isinstance(m, nnx.Linear); a test of a layer class
+        or a function also passes a JAX function (an activation class handed on)."""
+        new = self._isinstance_classes(original, updated)
+        kinds = original.args[1].value if len(original.args) == 2 else None
+        elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        names = {(self.q(e) or code(e)).removeprefix("builtins.") for e in elems if e is not None}
+        if {"type", "types.FunctionType"} <= names and self.target.stateful_modules and (
+                not self.target.setup_modules) and isinstance(new, cst.Call) and isinstance(
+                    original.args[0].value, (cst.Name, cst.Attribute)):
+            # isinstance(act_layer, (type, str, types.FunctionType, partial)): a layer class
+            # or a function (timm's get_norm_act_layer). An activation class handed on is a
+            # JAX function here, often a jitted one (jax.nn.relu), no FunctionType: any
+            # callable that is not a module instance passes, as a class would in torch
+            self.need("nnx")
+            x = new.args[0].value
+            return expr("({c} or callable({x}) and not isinstance({x}, nnx.Module))",
+                        c=new, x=x)
+        return new
+
+    def _isinstance_classes(self, original: cst.Call, updated: cst.Call):
         if len(original.args) != 2:
             return updated
         kinds = original.args[1].value
