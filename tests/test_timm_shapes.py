@@ -913,3 +913,57 @@ def test_a_layer_class_or_function_check_passes_a_jax_activation(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's ghostnet: _SE_LAYER = partial(SqueezeExcite, gate_layer=...) at the top of the file,
+# called in a block's __init__; the call was left without rngs ("SqueezeExcite.__init__()
+# missing 1 required keyword-only argument: 'rngs'"). A module-level partial of a module
+# class builds that class: its calls take rngs.
+MODULE_PARTIAL = textwrap.dedent('''
+    from functools import partial
+
+    import torch.nn as nn
+
+
+    class SqueezeExcite(nn.Module):
+        def __init__(self, chs, rd_ratio=0.25, gate_layer=nn.Sigmoid):
+            super().__init__()
+            rd = max(1, int(chs * rd_ratio))
+            self.reduce = nn.Linear(chs, rd)
+            self.expand = nn.Linear(rd, chs)
+            self.gate = gate_layer()
+
+        def forward(self, x):
+            return x * self.gate(self.expand(self.reduce(x).relu()))
+
+
+    _SE_LAYER = partial(SqueezeExcite, gate_layer=nn.Tanh)
+
+
+    class Block(nn.Module):
+        def __init__(self, chs, se_ratio=0.5, has_se=True):
+            super().__init__()
+            self.fc = nn.Linear(chs, chs)
+            self.se = _SE_LAYER(chs, rd_ratio=se_ratio) if has_se else nn.Identity()
+
+        def forward(self, x):
+            return self.se(self.fc(x))
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=8, num_classes=3):
+            super().__init__()
+            self.blocks = nn.Sequential(Block(chs), Block(chs, has_se=False))
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            return self.head(self.blocks(x))
+''')
+
+
+def test_a_module_level_partial_of_a_module_class_takes_rngs(tmp_path):
+    (tmp_path / "net.py").write_text(MODULE_PARTIAL)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,8]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

@@ -397,7 +397,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
         self._fn_draws: set[str] = set()  # functions that draw (torch.nn.init) or apply one
-        self._fn_partials: dict[str, set[str]] = {}  # partial(fn, ...) of a file's function
+        self._fn_partials: dict[str, set[str]] = {}
+        self._module_partials: dict[str, str] = {}  # NAME = partial(cls, ...) at the top  # partial(fn, ...) of a file's function
         self._fn_param_calls: set[str] = set()  # functions that call one of their parameters
         self._spread_fns: dict[int, cst.FunctionDef] = {}  # Sequential(*xs) -> its function
         self._root: cst.Module | None = None
@@ -733,6 +734,13 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         return layout
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if not self._fn_stack and not self._class_stack and m.matches(node, m.Assign(
+                targets=[m.AssignTarget(m.Name())], value=m.Call(args=[m.Arg(
+                    m.Name(), keyword=None), m.ZeroOrMore()]))) and qualified(
+                    self.meta, node.value.func) == "functools.partial":
+            # _SE_LAYER = partial(SqueezeExcite, gate_layer="hard_sigmoid") (timm's ghostnet):
+            # a call of it builds that module class (resolved in finish)
+            self._module_partials[node.targets[0].target.value] = node.value.args[0].value.value
         if m.matches(node, m.Assign(targets=[m.AssignTarget(m.Name())])) and is_factory_dict(
                 node.value):
             self.index.factory_dicts.add(node.targets[0].target.value)
@@ -952,7 +960,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         # functions that build layers, and their callers (fixed point). A helper called from
         # a constructor that calls one of its parameters builds layers too: ResNet's
         # self._make_layer(block, ...) calls block(...), a module class handed in
-        module_builders = self._callers_fixed_point(set(self._fn_builds) | {
+        partials = {n for n, c in self._module_partials.items()
+                    if c in idx.module_classes or c in self.known_modules}
+        module_builders = self._callers_fixed_point(partials | set(self._fn_builds) | {
             fn for fn in self._fn_param_calls if any(
                 k.endswith(".__init__") and fn in called for k, called in self._fn_calls.items())})
         # the functions that take rngs only to draw (torch.nn.init), and those that call
