@@ -967,3 +967,110 @@ def test_a_module_level_partial_of_a_module_class_takes_rngs(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# the same check in a module of the package that imports no torch (timm's create_norm_act.py,
+# a table of the layer classes of norm_act.py): it was copied unchanged into the mirror (no
+# torch import), so the assert failed on the JAX activation. A file naming a converted module
+# class is converted too.
+PKG_NORM_ACT_CHECKED = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class LayerNormAct(nn.Module):
+        def __init__(self, num_features, act_layer=nn.ReLU):
+            super().__init__()
+            self.norm = nn.LayerNorm(num_features)
+            self.act = act_layer()
+
+        def forward(self, x):
+            return self.act(self.norm(x))
+''')
+
+PKG_CREATE_NORM_ACT_CHECKED = textwrap.dedent('''
+    import functools
+    import types
+
+    from .norm_act import LayerNormAct
+
+    _NORM_ACT_MAP = dict(layernorm=LayerNormAct)
+
+
+    def get_norm_act_layer(norm_layer, act_layer=None):
+        assert isinstance(norm_layer, (type, str, types.FunctionType, functools.partial))
+        assert act_layer is None or isinstance(act_layer, (type, str, types.FunctionType,
+                                                           functools.partial))
+        layer = _NORM_ACT_MAP[norm_layer] if isinstance(norm_layer, str) else norm_layer
+        return functools.partial(layer, act_layer=act_layer) if act_layer else layer
+''')
+
+PKG_CHECKED_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ..layers.create_norm_act import get_norm_act_layer
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, act_layer=nn.ReLU):
+            super().__init__()
+            norm_act_layer = get_norm_act_layer("layernorm", act_layer=act_layer)
+            self.fc1 = nn.Linear(dim, 8)
+            self.norm = norm_act_layer(8)
+            self.fc2 = nn.Linear(8, num_classes)
+
+        def forward(self, x):
+            return self.fc2(self.norm(self.fc1(x)))
+''')
+
+
+def test_a_layer_check_in_a_module_without_torch_is_converted(tmp_path):
+    pkg = tmp_path / "tinypkg_checked"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    for init in (pkg, pkg / "layers", pkg / "models"):
+        (init / "__init__.py").write_text("")
+    (pkg / "layers" / "norm_act.py").write_text(PKG_NORM_ACT_CHECKED)
+    (pkg / "layers" / "create_norm_act.py").write_text(PKG_CREATE_NORM_ACT_CHECKED)
+    (pkg / "models" / "net.py").write_text(PKG_CHECKED_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+# timm's iformer (and others): self.apply(partial(self._init_weights, needs_reset=...)) in
+# __init__, an init method given a keyword through a partial; only self.apply(self.method)
+# was translated ("'IFormer' object has no attribute 'apply'")
+APPLY_PARTIAL = textwrap.dedent('''
+    from functools import partial
+
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, needs_reset=True):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.norm = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, num_classes)
+            self.apply(partial(self._init_weights, needs_reset=needs_reset))
+
+        def _init_weights(self, m, needs_reset=True):
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm) and needs_reset:
+                nn.init.ones_(m.weight)
+
+        def forward(self, x):
+            return self.head(self.norm(self.fc(x)).relu())
+''')
+
+
+def test_self_apply_of_a_partial_of_an_init_method(tmp_path):
+    (tmp_path / "net.py").write_text(APPLY_PARTIAL)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

@@ -548,10 +548,15 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if q in RANDOM_INITS:
                 self._fn_draws.add(key)
             # self.apply(self._init_weights): the init method runs with rngs
+            fn = node.args[0].value if node.args else None
+            if fn is not None and m.matches(fn, m.Call(args=[m.Arg(m.Attribute(
+                    value=m.Name("self")), keyword=None), m.ZeroOrMore()])) and qualified(
+                    self.meta, fn.func) == "functools.partial":
+                fn = fn.args[0].value  # self.apply(partial(self._init_weights, flag=flag))
             if (self._class_stack and m.matches(node.func, m.Attribute(
-                    value=m.Name("self"), attr=m.Name("apply"))) and node.args
-                    and m.matches(node.args[0].value, m.Attribute(value=m.Name("self")))):
-                self._fn_draws.add(f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
+                    value=m.Name("self"), attr=m.Name("apply")))
+                    and m.matches(fn, m.Attribute(value=m.Name("self")))):
+                self._fn_draws.add(f"{self._class_stack[-1].name}.{fn.attr.value}")
             # named_apply(partial(_init_weights, head_bias=0.), self): a function of the file
             # handed on with some arguments bound (it runs elsewhere, with rngs if it draws)
             if q == "functools.partial" and node.args and isinstance(node.args[0].value,
