@@ -1038,9 +1038,10 @@ def test_a_layer_check_in_a_module_without_torch_is_converted(tmp_path):
     assert result.passed, result.reason
 
 
-# timm's iformer (and others): self.apply(partial(self._init_weights, needs_reset=...)) in
-# __init__, an init method given a keyword through a partial; only self.apply(self.method)
-# was translated ("'IFormer' object has no attribute 'apply'")
+# timm's iformer (and others): self.apply(partial(self._init_weights, needs_reset=...)) in an
+# init_weights method called by __init__, an init method given a keyword through a partial;
+# only self.apply(self.method) was translated ("'IFormer' object has no attribute 'apply'"),
+# and the method running it takes rngs
 APPLY_PARTIAL = textwrap.dedent('''
     from functools import partial
 
@@ -1053,6 +1054,9 @@ APPLY_PARTIAL = textwrap.dedent('''
             self.fc = nn.Linear(dim, dim)
             self.norm = nn.LayerNorm(dim)
             self.head = nn.Linear(dim, num_classes)
+            self.init_weights(needs_reset)
+
+        def init_weights(self, needs_reset: bool = True) -> None:
             self.apply(partial(self._init_weights, needs_reset=needs_reset))
 
         def _init_weights(self, m, needs_reset=True):

@@ -556,7 +556,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if (self._class_stack and m.matches(node.func, m.Attribute(
                     value=m.Name("self"), attr=m.Name("apply")))
                     and m.matches(fn, m.Attribute(value=m.Name("self")))):
-                self._fn_draws.add(f"{self._class_stack[-1].name}.{fn.attr.value}")
+                method = f"{self._class_stack[-1].name}.{fn.attr.value}"
+                self._fn_draws.add(method)
+                self._fn_calls.setdefault(key, set()).add(method)  # it runs here, with rngs
             # named_apply(partial(_init_weights, head_bias=0.), self): a function of the file
             # handed on with some arguments bound (it runs elsewhere, with rngs if it draws)
             if q == "functools.partial" and node.args and isinstance(node.args[0].value,
