@@ -1078,3 +1078,68 @@ def test_self_apply_of_a_partial_of_an_init_method(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's create_act_layer (timm.layers.create_act; repvit, dpn, vovnet, ghostnet):
+# act_layer = get_act_layer(name), then act_layer(inplace=inplace, **kwargs). The lookup's
+# torch activation classes are JAX functions after conversion (jax.nn.relu, called with no
+# input: "The input arguments to the custom_jvp-decorated function relu could not be
+# resolved"), its own module classes (timm's Swish) are still classes: a class is built (with
+# rngs), a function is the layer itself.
+CREATE_ACT = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Swish(nn.Module):
+        def __init__(self, inplace: bool = False):
+            super().__init__()
+            self.inplace = inplace
+
+        def forward(self, x):
+            return x * torch.sigmoid(x)
+
+
+    _ACT_LAYERS = dict(relu=nn.ReLU, gelu=nn.GELU, swish=Swish, tanh=nn.Tanh)
+
+
+    def get_act_layer(name="relu"):
+        if name is None:
+            return None
+        if not isinstance(name, str):
+            return name
+        return _ACT_LAYERS[name]
+
+
+    def create_act_layer(name, inplace=None, **kwargs):
+        act_layer = get_act_layer(name)
+        if act_layer is None:
+            return None
+        if inplace is None:
+            return act_layer(**kwargs)
+        try:
+            return act_layer(inplace=inplace, **kwargs)
+        except TypeError:
+            return act_layer(**kwargs)
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, act_layer="relu", gate_layer="swish"):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.act = create_act_layer(act_layer, inplace=True)
+            self.gate = create_act_layer(gate_layer)
+            self.other = create_act_layer(nn.Tanh)
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.other(self.gate(self.act(self.fc(x)))))
+''')
+
+
+def test_an_activation_class_from_a_lookup_built_with_inplace(tmp_path):
+    (tmp_path / "net.py").write_text(CREATE_ACT)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

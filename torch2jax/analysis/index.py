@@ -301,6 +301,23 @@ def is_factory_dict(node: cst.BaseExpression) -> bool:
         and e.key.evaluated_value in ("device", "dtype") for e in node.elements)
 
 
+def looked_up_activation(fn: cst.FunctionDef, call: cst.Call) -> bool:
+    """``act_layer(**kwargs)`` / ``act_layer(inplace=inplace)`` of a local that ``fn`` assigns
+    from a call (timm's create_act_layer: ``act_layer = get_act_layer(name)``): an activation
+    class from a lookup, which is a JAX function after conversion, or a module class."""
+    if not isinstance(call.func, cst.Name):
+        return False
+    n = call.func.value
+    if not ("activation" in n or n.endswith("act_layer")) or n in {
+            p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}:
+        return False
+    if not all(a.star == "**" or (a.keyword and a.keyword.value == "inplace")
+               for a in call.args):
+        return False
+    assigns = [a for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(n))]))]
+    return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
+
+
 def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
     """{loop target: the parameter whose items it takes} in ``fn``: ``for block_fn in
     block_fns``, ``for block_fn, n in zip(block_fns, depths)``, ``for i, (b, n) in
@@ -544,6 +561,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             elif self._class_stack and m.matches(node.func, m.Attribute(value=m.Name("self"))):
                 method = f"{self._class_stack[-1].name}.{node.func.attr.value}"
                 self._fn_calls.setdefault(key, set()).add(method)
+            # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
+            # where the lookup gives one (timm's create_act_layer)
+            if looked_up_activation(self._fn_stack[-1], node):
+                builds = True
             # torch.nn.init draws need a key: the function takes rngs
             if q in RANDOM_INITS:
                 self._fn_draws.add(key)

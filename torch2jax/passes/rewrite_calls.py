@@ -14,7 +14,7 @@ import libcst.matchers as m
 from torch2jax.analysis import children
 from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts, combine
+from torch2jax.analysis.index import Layouts, combine, looked_up_activation
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
 from torch2jax.analysis.training import (
@@ -468,6 +468,16 @@ class CallsMixin:
                 # an activation class handed in (activation_layer(inplace=True)): the
                 # classes passed for it are their functions
                 return self._activation_factory_call(original, updated)
+            if self._fn_stack and not self.target.setup_modules and looked_up_activation(
+                    self._fn_stack[-1], original):
+                # act_layer = get_act_layer(name); act_layer(inplace=inplace): the lookup
+                # gives a JAX function (a torch activation class converted) or a module class
+                self.diag(original, "layer-factory", "info",
+                          f"{n}(...): an activation function from a lookup is used as it is "
+                          "(its constructor keywords, inplace, are dropped); a module class "
+                          "is built")
+                built = self._with_rngs(original, updated)
+                return expr("({b} if isinstance({f}, type) else {f})", b=built, f=updated.func)
         if isinstance(original.func, cst.Name) and self.target.stateful_modules and (
                 self._layer_subclass_rule(original.func.value) is not None
                 and self._takes_layer_arguments(original.func.value)):
