@@ -1143,3 +1143,75 @@ def test_an_activation_class_from_a_lookup_built_with_inplace(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# the same lookup in a package module whose torch comes through a star import (timm's
+# create_act.py: from .activations import *, then nn.ReLU in its table): it imports no torch
+# itself, so it was copied unchanged into verify's mirror, and act_layer(inplace=True) called
+# the JAX activation the model file handed it. The star import's torch modules are written
+# out for the conversion.
+PKG_ACTIVATIONS = textwrap.dedent('''
+    import torch
+    from torch import nn as nn
+
+
+    class Swish(nn.Module):
+        def __init__(self, inplace: bool = False):
+            super().__init__()
+            self.inplace = inplace
+
+        def forward(self, x):
+            return x * torch.sigmoid(x)
+''')
+
+PKG_CREATE_ACT = textwrap.dedent('''
+    from .activations import *
+
+    _ACT_LAYERS = dict(relu=nn.ReLU, swish=Swish, tanh=nn.Tanh)
+
+
+    def get_act_layer(name="relu"):
+        if not isinstance(name, str):
+            return name
+        return _ACT_LAYERS[name]
+
+
+    def create_act_layer(name, inplace=None, **kwargs):
+        act_layer = get_act_layer(name)
+        if inplace is None:
+            return act_layer(**kwargs)
+        return act_layer(inplace=inplace, **kwargs)
+''')
+
+PKG_CREATE_ACT_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ..layers.create_act import create_act_layer
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, act_layer=nn.ReLU):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.act = create_act_layer(act_layer, inplace=True)
+            self.gate = create_act_layer("swish")
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.gate(self.act(self.fc(x))))
+''')
+
+
+def test_a_package_module_with_torch_through_a_star_import_is_converted(tmp_path):
+    pkg = tmp_path / "tinypkg_star"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    for init in (pkg, pkg / "layers", pkg / "models"):
+        (init / "__init__.py").write_text("")
+    (pkg / "layers" / "activations.py").write_text(PKG_ACTIVATIONS)
+    (pkg / "layers" / "create_act.py").write_text(PKG_CREATE_ACT)
+    (pkg / "models" / "net.py").write_text(PKG_CREATE_ACT_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
