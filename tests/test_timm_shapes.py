@@ -1215,3 +1215,30 @@ def test_a_package_module_with_torch_through_a_star_import_is_converted(tmp_path
                                        inputs=("float32[2,6]",)))
     assert result.error is None, result.error
     assert result.passed, result.reason
+
+
+# timm's iformer: self.downsample = nn.Identity() if in_dim == dim else ConvNorm(...). The
+# identity's lambda took the whole conditional as its body (lambda x: x if ... else
+# ConvNorm(...)): a layer built on each call, or the input returned, whatever the condition
+IDENTITY_IF = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self, in_dim=6, dim=6, num_classes=3):
+            super().__init__()
+            self.down = nn.Identity() if in_dim == dim else nn.Linear(in_dim, dim)
+            self.proj = nn.Identity() if in_dim != dim else nn.Linear(in_dim, dim)
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.proj(self.down(x)))
+''')
+
+
+def test_an_identity_in_a_conditional_expression(tmp_path):
+    (tmp_path / "net.py").write_text(IDENTITY_IF)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0
