@@ -1242,3 +1242,55 @@ def test_an_identity_in_a_conditional_expression(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's create_attn (timm.layers.create_attn; vovnet, maxxvit): module_cls =
+# get_attn(attn_type), then module_cls(channels, **kwargs): a module class from a lookup,
+# built without rngs ("EffectiveSEModule.__init__() missing 1 required keyword-only argument:
+# 'rngs'"). A local named for a class, assigned from a call and called, builds a module.
+CREATE_ATTN = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class SEModule(nn.Module):
+        def __init__(self, channels, rd_ratio=0.5):
+            super().__init__()
+            rd = max(1, int(channels * rd_ratio))
+            self.fc1 = nn.Linear(channels, rd)
+            self.fc2 = nn.Linear(rd, channels)
+
+        def forward(self, x):
+            return x * self.fc2(self.fc1(x).relu()).sigmoid()
+
+
+    def get_attn(attn_type):
+        if attn_type == "se":
+            return SEModule
+        return None
+
+
+    def create_attn(attn_type, channels, **kwargs):
+        module_cls = get_attn(attn_type)
+        if module_cls is not None:
+            return module_cls(channels, **kwargs)
+        return None
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.attn = create_attn("se", dim, rd_ratio=0.25)
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.attn(self.fc(x)))
+''')
+
+
+def test_a_module_class_from_a_lookup_takes_rngs(tmp_path):
+    (tmp_path / "net.py").write_text(CREATE_ATTN)
+    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net", inputs=("float32[2,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0

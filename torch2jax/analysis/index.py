@@ -318,6 +318,19 @@ def looked_up_activation(fn: cst.FunctionDef, call: cst.Call) -> bool:
     return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
 
 
+def looked_up_class(fn: cst.FunctionDef, call: cst.Call) -> bool:
+    """``module_cls(channels, **kwargs)`` of a local named for a class that ``fn`` assigns
+    from a call (timm's create_attn: ``module_cls = get_attn(attn_type)``): a module class
+    from a lookup, built."""
+    if not isinstance(call.func, cst.Name) or not call.func.value.endswith(("_cls", "_class")):
+        return False
+    n = call.func.value
+    if n in {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}:
+        return False
+    assigns = [a for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(n))]))]
+    return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
+
+
 def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
     """{loop target: the parameter whose items it takes} in ``fn``: ``for block_fn in
     block_fns``, ``for block_fn, n in zip(block_fns, depths)``, ``for i, (b, n) in
@@ -563,7 +576,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self._fn_calls.setdefault(key, set()).add(method)
             # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
             # where the lookup gives one (timm's create_act_layer)
-            if looked_up_activation(self._fn_stack[-1], node):
+            if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
+                    self._fn_stack[-1], node):
                 builds = True
             # torch.nn.init draws need a key: the function takes rngs
             if q in RANDOM_INITS:

@@ -12,7 +12,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts, ordered_dict_items, param_loop_targets
+from torch2jax.analysis.index import (
+    Layouts,
+    looked_up_class,
+    ordered_dict_items,
+    param_loop_targets,
+)
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import closures
@@ -583,7 +588,8 @@ class ModuleClassMixin:
                 # SwinStage(..., downsample=SwinPatchMerging if last else None): a parameter
                 # of __init__ that the file's calls of the class give a module class
                 return True
-            return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls"))
+            return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls")) or (
+                looked_up_class(self._fn_stack[-1], original))
         if m.matches(func, m.Subscript(value=m.Name())) and self._builds_layers_here():
             # ATTENTION_CLASSES[config._attn_implementation](config, layer_idx): an item of a
             # table of the file's module classes
