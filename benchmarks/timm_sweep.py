@@ -67,10 +67,10 @@ FINDINGS = """\
 that the second run's most common reasons stopped and this session's fixes touch (regnet,
 deit, mlp_mixer, vision_transformer, repvit, starnet, iformer, vovnet, cspnext, dpn, ghostnet,
 maxxvit; the files a later fix touched were run again, so a row reflects the converter at the
-time its file was reached), and senet, the CI sample, again (it still verifies); the rows of
-the other files are the second run's, or the first run's
-(their reason starts "the first run:"). A file took 45 to 170 s; vision_transformer did not
-finish in 300 s. Each file run got past the reason it stopped at: repvit verifies
+time its file was reached), fastvit and lcnetv2 (the create_norm_act assert), and senet, the
+CI sample, again (it still verifies); the rows of the other files are the second run's, or
+the first run's (their reason starts "the first run:"). A file took 45 to 210 s;
+vision_transformer did not finish in 300 s. Each file run got past the reason it stopped at: repvit verifies
 (`repvit_m1`, largest difference 2.7e-15 in float64), the second file after senet; the others
 stop at a later reason (deit now builds and runs: it stops in timm.layers' Attention, below).
 Two files of 98 verify on NNX, far from the done-when target of 60%.
@@ -155,7 +155,8 @@ The ten most common reasons the rows stop at now (a file stops at its first):
 2. **a module assigned to an attribute NNX made static** (xception's tuple target; hgnet;
    dpn), NNX wants `nnx.data`.
 3. **`get_norm_act_layer`'s classes called with keywords NNX names differently**
-   (`BatchNormAct2d(axis=...)`: rexnet, cspnext, ghostnet, efficientformer_v2).
+   (`BatchNormAct2d(axis=...)` in timm's `ConvNormAct`: rexnet, cspnext, ghostnet, fastvit,
+   lcnetv2, efficientformer_v2), the most common reason of the files run now.
 4. **`F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)`** in timm.layers'
    Attention, the mask a parameter (None in practice) whose kind is not known: marked, and
    reached as torch's on a tracer (deit; vision_transformer's `Attention` alike).
