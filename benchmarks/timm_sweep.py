@@ -154,9 +154,11 @@ The ten most common reasons the rows stop at now (a file stops at its first):
    subclass and a list of blocks, marked, kept as torch's).
 2. **a module assigned to an attribute NNX made static** (xception's tuple target; hgnet;
    dpn), NNX wants `nnx.data`.
-3. **`get_norm_act_layer`'s classes called with keywords NNX names differently**
-   (`BatchNormAct2d(axis=...)` in timm's `ConvNormAct`: rexnet, cspnext, ghostnet, fastvit,
-   lcnetv2, efficientformer_v2), the most common reason of the files run now.
+3. **`get_norm_act_layer` given the converted BatchNorm factory** (`BatchNormAct2d(axis=...)`
+   in timm's `ConvNormAct`: rexnet, cspnext, ghostnet, fastvit, lcnetv2, efficientformer_v2;
+   the most common reason of the files run now): `norm_layer=nn.BatchNorm2d` as a default is
+   `partial(BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)` after conversion, and the lookup
+   unbinds a partial and hands its keywords, JAX's, to timm's class, which takes torch's.
 4. **`F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)`** in timm.layers'
    Attention, the mask a parameter (None in practice) whose kind is not known: marked, and
    reached as torch's on a tracer (deit; vision_transformer's `Attention` alike).
