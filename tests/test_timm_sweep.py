@@ -25,8 +25,9 @@ from timm_sweep import _child
 pytestmark = pytest.mark.torchvision
 
 # model files that verify on NNX in docs/timm-sweep.md (small models, fast): senet's
-# legacy_seresnet18, the first to verify (the second run; about 100 s on 2 loaded cores)
-SAMPLE: list[str] = ["senet"]
+# legacy_seresnet18, the first to verify (the second run; about 100 s on 2 loaded cores), and
+# repvit's repvit_m1 (the third run: named Sequential layers, timm's activation lookups)
+SAMPLE: list[str] = ["senet", "repvit"]
 # a file the sample runs whatever its verdict: the sweep's machinery (entry point, overrides,
 # input size, conversion into the mirror package, verify) works end to end on it
 SMOKE = "resnet"

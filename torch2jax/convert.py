@@ -106,11 +106,18 @@ def uses_torch(module: cst.Module) -> bool:
 def _builds_known(module: cst.Module, known: Collection[str]) -> bool:
     """Whether a file that imports no torch calls a module class or a builder function of
     another converted file (timm's create_conv2d, calling create_conv2d_pad and MixedConv2d):
-    those calls take rngs, so the file is converted too."""
+    those calls take rngs, so the file is converted too; likewise a file that names such a
+    class (a table of them)."""
     names = {k.removeprefix(RNGS_FUNCTION) for k in known
              if k.isidentifier() or k.startswith(RNGS_FUNCTION)}
-    return bool(names) and any(
-        isinstance(c.func, cst.Name) and c.func.value in names for c in findall(module, m.Call()))
+    if names and any(isinstance(c.func, cst.Name) and c.func.value in names
+                     for c in findall(module, m.Call())):
+        return True
+    # a lookup of converted layer classes (timm's create_norm_act.py: _NORM_ACT_MAP =
+    # dict(batchnorm=BatchNormAct2d, ...), get_norm_act_layer) checks the classes it is
+    # handed: an activation class is a JAX function there
+    classes = {k for k in known if k.isidentifier()}
+    return bool(classes) and any(n.value in classes for n in findall(module, m.Name()))
 
 
 def _channel_first(rules: RuleSet) -> RuleSet:

@@ -104,6 +104,9 @@ class FileIndex:
     module_classes: set[str] = field(default_factory=set)
     defined: set[str] = field(default_factory=set)  # names bound at the top level of the file
     rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
+    # the functions of the file that take rngs only for their random draws, building no
+    # module (timm's _init_weights): handed on as partial(fn, ...), the partial binds rngs
+    draw_functions: set[str] = field(default_factory=set)
     list_layouts: dict[tuple[int, str], str] = field(default_factory=dict)  # (fn id, name)
     tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)
     fn_returns: dict[str, str] = field(default_factory=dict)  # layer-returning helpers
@@ -300,6 +303,36 @@ def is_factory_dict(node: cst.BaseExpression) -> bool:
         and e.key.evaluated_value in ("device", "dtype") for e in node.elements)
 
 
+def looked_up_activation(fn: cst.FunctionDef, call: cst.Call) -> bool:
+    """``act_layer(**kwargs)`` / ``act_layer(inplace=inplace)`` of a local that ``fn`` assigns
+    from a call (timm's create_act_layer: ``act_layer = get_act_layer(name)``): an activation
+    class from a lookup, which is a JAX function after conversion, or a module class."""
+    if not isinstance(call.func, cst.Name):
+        return False
+    n = call.func.value
+    if not ("activation" in n or n.endswith("act_layer")) or n in {
+            p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}:
+        return False
+    if not all(a.star == "**" or (a.keyword and a.keyword.value == "inplace")
+               for a in call.args):
+        return False
+    assigns = [a for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(n))]))]
+    return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
+
+
+def looked_up_class(fn: cst.FunctionDef, call: cst.Call) -> bool:
+    """``module_cls(channels, **kwargs)`` of a local named for a class that ``fn`` assigns
+    from a call (timm's create_attn: ``module_cls = get_attn(attn_type)``): a module class
+    from a lookup, built."""
+    if not isinstance(call.func, cst.Name) or not call.func.value.endswith(("_cls", "_class")):
+        return False
+    n = call.func.value
+    if n in {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}:
+        return False
+    assigns = [a for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(n))]))]
+    return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
+
+
 def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
     """{loop target: the parameter whose items it takes} in ``fn``: ``for block_fn in
     block_fns``, ``for block_fn, n in zip(block_fns, depths)``, ``for i, (b, n) in
@@ -395,6 +428,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
+        self._fn_draws: set[str] = set()  # functions that draw (torch.nn.init) or apply one
+        self._fn_partials: dict[str, set[str]] = {}
+        self._module_partials: dict[str, str] = {}  # NAME = partial(cls, ...) at the top  # partial(fn, ...) of a file's function
         self._fn_param_calls: set[str] = set()  # functions that call one of their parameters
         self._spread_fns: dict[int, cst.FunctionDef] = {}  # Sequential(*xs) -> its function
         self._root: cst.Module | None = None
@@ -444,6 +480,36 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 layout = "torch"
             self.index.list_layouts[(id(node), name)] = layout
         self._fn_stack.pop()
+
+    def _note_added_attr(self, attr: object, value: cst.Call) -> None:
+        """The layer ``self.add_module(attr, value)`` registers under a literal name."""
+        if not (isinstance(attr, str) and attr.isidentifier()):
+            return
+        info = self._class_stack[-1]
+        q = qualified(self.meta, value.func)
+        rule = self.rules.layers.get(q or "")
+        if rule is not None or q in self.known_modules:
+            info.module_attrs.add(attr)
+            if rule is None or rule.special != "identity":
+                info.real_layer_attrs.add(attr)
+        elif isinstance(value.func, cst.Name):
+            info.built_by.setdefault(attr, set()).add(value.func.value)
+        if rule is not None:
+            info.attr_rule.setdefault(attr, rule.torch)
+            info.attr_ctor.setdefault(attr, value)
+
+    def _callers_fixed_point(self, builders: set[str],
+                             calls: dict[str, set[str]] | None = None) -> set[str]:
+        """``builders`` and every function that calls one of them (or a module class)."""
+        calls = self._fn_calls if calls is None else calls
+        changed = True
+        while changed:
+            changed = False
+            for fn, called in calls.items():
+                if fn not in builders and called & (builders | self.index.module_classes):
+                    builders.add(fn)
+                    changed = True
+        return builders
 
     def _fn_key(self) -> str | None:
         if not self._fn_stack:
@@ -510,14 +576,31 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             elif self._class_stack and m.matches(node.func, m.Attribute(value=m.Name("self"))):
                 method = f"{self._class_stack[-1].name}.{node.func.attr.value}"
                 self._fn_calls.setdefault(key, set()).add(method)
+            # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
+            # where the lookup gives one (timm's create_act_layer)
+            if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
+                    self._fn_stack[-1], node):
+                builds = True
             # torch.nn.init draws need a key: the function takes rngs
             if q in RANDOM_INITS:
-                builds = True
+                self._fn_draws.add(key)
             # self.apply(self._init_weights): the init method runs with rngs
+            fn = node.args[0].value if node.args else None
+            if fn is not None and m.matches(fn, m.Call(args=[m.Arg(m.Attribute(
+                    value=m.Name("self")), keyword=None), m.ZeroOrMore()])) and qualified(
+                    self.meta, fn.func) == "functools.partial":
+                fn = fn.args[0].value  # self.apply(partial(self._init_weights, flag=flag))
             if (self._class_stack and m.matches(node.func, m.Attribute(
-                    value=m.Name("self"), attr=m.Name("apply"))) and node.args
-                    and m.matches(node.args[0].value, m.Attribute(value=m.Name("self")))):
-                self._fn_builds.add(f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
+                    value=m.Name("self"), attr=m.Name("apply")))
+                    and m.matches(fn, m.Attribute(value=m.Name("self")))):
+                method = f"{self._class_stack[-1].name}.{fn.attr.value}"
+                self._fn_draws.add(method)
+                self._fn_calls.setdefault(key, set()).add(method)  # it runs here, with rngs
+            # named_apply(partial(_init_weights, head_bias=0.), self): a function of the file
+            # handed on with some arguments bound (it runs elsewhere, with rngs if it draws)
+            if q == "functools.partial" and node.args and isinstance(node.args[0].value,
+                                                                      cst.Name):
+                self._fn_partials.setdefault(key, set()).add(node.args[0].value.value)
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer
@@ -550,6 +633,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 value=m.Attribute(value=m.Name("self")), attr=m.Name("items")
                 | m.Name("values") | m.Name("keys"))):
             self._class_stack[-1].iterated.add(node.func.value.attr.value)
+        # self.add_module("bn", nn.BatchNorm2d(c)) (timm's ConvBN(nn.Sequential)), then
+        # self.bn.weight: the attribute holds that layer, as self.bn = ... would
+        if self._class_stack and self._fn_stack and m.matches(node, m.Call(
+                func=m.Attribute(value=m.Name("self"), attr=m.Name("add_module")),
+                args=[m.Arg(m.SimpleString(), keyword=None), m.Arg(m.Call(), keyword=None)])):
+            self._note_added_attr(node.args[0].value.evaluated_value, node.args[1].value)
         # a ModuleList / ModuleDict subclass filling itself
         if self._class_stack and self._fn_stack:
             info = self._class_stack[-1]
@@ -689,6 +778,13 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         return layout
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if not self._fn_stack and not self._class_stack and m.matches(node, m.Assign(
+                targets=[m.AssignTarget(m.Name())], value=m.Call(args=[m.Arg(
+                    m.Name(), keyword=None), m.ZeroOrMore()]))) and qualified(
+                    self.meta, node.value.func) == "functools.partial":
+            # _SE_LAYER = partial(SqueezeExcite, gate_layer="hard_sigmoid") (timm's ghostnet):
+            # a call of it builds that module class (resolved in finish)
+            self._module_partials[node.targets[0].target.value] = node.value.args[0].value.value
         if m.matches(node, m.Assign(targets=[m.AssignTarget(m.Name())])) and is_factory_dict(
                 node.value):
             self.index.factory_dicts.add(node.targets[0].target.value)
@@ -913,16 +1009,17 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         # functions that build layers, and their callers (fixed point). A helper called from
         # a constructor that calls one of its parameters builds layers too: ResNet's
         # self._make_layer(block, ...) calls block(...), a module class handed in
-        builders = set(self._fn_builds) | {
+        partials = {n for n, c in self._module_partials.items()
+                    if c in idx.module_classes or c in self.known_modules}
+        module_builders = self._callers_fixed_point(partials | set(self._fn_builds) | {
             fn for fn in self._fn_param_calls if any(
-                k.endswith(".__init__") and fn in called for k, called in self._fn_calls.items())}
-        changed = True
-        while changed:
-            changed = False
-            for fn, called in self._fn_calls.items():
-                if fn not in builders and called & (builders | idx.module_classes):
-                    builders.add(fn)
-                    changed = True
+                k.endswith(".__init__") and fn in called for k, called in self._fn_calls.items())})
+        # the functions that take rngs only to draw (torch.nn.init), and those that call
+        # them or bind them in a partial (that draw when the partial is called)
+        calls = {k: self._fn_calls.get(k, set()) | (
+            self._fn_partials.get(k, set()) - idx.module_classes)
+            for k in {*self._fn_calls, *self._fn_partials}}
+        builders = self._callers_fixed_point(module_builders | self._fn_draws, calls)
         # an override takes rngs when the method it overrides (or one overriding it) does:
         # ShiftedWindowAttention.__init__ calls self.define_relative_position_bias_table(rngs=)
         # and runs ShiftedWindowAttentionV2's
@@ -943,6 +1040,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                         builders |= pair
                         changed = True
         idx.rngs_functions = builders | self.imported_builders
+        idx.draw_functions = builders - module_builders - idx.module_classes
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx
 

@@ -464,6 +464,29 @@ class Linear(nnx.Linear):
 ''')
 
 
+# module.named_children() / .children() on a module whose class the file does not define
+# (timm's named_apply walking the model it is given, passes/rewrite_calls.py)
+helper("torch_named_children", {"Any", "nnx"}, '''
+def torch_named_children(module: Any) -> Any:
+    """torch's module.named_children() of an NNX module: its direct submodules in the order
+    it assigned them (torch's registration order), a Sequential's, a List's or a Dict's by
+    their index or key, each once. Activation layers, JAX functions here, are not modules."""
+    if isinstance(module, nnx.Sequential):
+        items = enumerate(module.layers)
+    elif isinstance(module, (nnx.List, list, tuple)):
+        items = enumerate(module)
+    elif isinstance(module, (nnx.Dict, dict)):
+        items = module.items()
+    else:
+        items = vars(module).items()
+    seen = set()
+    for name, child in list(items):
+        if isinstance(child, nnx.Module) and id(child) not in seen:
+            seen.add(id(child))
+            yield str(name), child
+''', targets=("nnx",))
+
+
 # parameter groups selected by torch's names (minGPT's configure_optimizers walks
 # named_modules / named_parameters into sets of names): the optax mask names each NNX
 # parameter as torch does (passes/training.py, group_mask); the same names as the loop's

@@ -14,7 +14,7 @@ import libcst.matchers as m
 from torch2jax.analysis import children
 from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts, combine
+from torch2jax.analysis.index import Layouts, combine, looked_up_activation
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
 from torch2jax.analysis.training import (
@@ -290,6 +290,18 @@ class CallsMixin:
                 raise Untranslatable(str(exc), rule="torch.nn.Module.children") from None
             if listed is not None:
                 return listed
+            if self.target.stateful_modules and not self.target.setup_modules and (
+                    self._is_module_expr(original.func.value)):
+                # a module of a class the file does not define (timm's named_apply walks the
+                # model it is given): its submodules as NNX holds them
+                self.diag(original, "torch.nn.Module.children", "info",
+                          "children of a module of another file: the torch_named_children "
+                          "helper (its submodules in torch's order; activation layers are "
+                          "JAX functions, not children)")
+                walk = cst.Call(cst.Name("torch_named_children"), [cst.Arg(updated.func.value)])
+                if original.func.attr.value == "named_children":
+                    return walk
+                return expr("(child for _, child in {w})", w=walk)
         if (m.matches(original, m.Call(func=m.Attribute(attr=m.Name("named_modules")), args=[]))
                 and self.target.stateful_modules and self._is_module_expr(original.func.value)
                 and not unnamed_modules_loop(self.get_metadata(ParentNodeProvider, original,
@@ -470,12 +482,29 @@ class CallsMixin:
                 # an activation class handed in (activation_layer(inplace=True)): the
                 # classes passed for it are their functions
                 return self._activation_factory_call(original, updated)
+            if self._fn_stack and not self.target.setup_modules and looked_up_activation(
+                    self._fn_stack[-1], original):
+                # act_layer = get_act_layer(name); act_layer(inplace=inplace): the lookup
+                # gives a JAX function (a torch activation class converted) or a module class
+                self.diag(original, "layer-factory", "info",
+                          f"{n}(...): an activation function from a lookup is used as it is "
+                          "(its constructor keywords, inplace, are dropped); a module class "
+                          "is built")
+                built = self._with_rngs(original, updated)
+                return expr("({b} if isinstance({f}, type) else {f})", b=built, f=updated.func)
         if isinstance(original.func, cst.Name) and self.target.stateful_modules and (
                 self._layer_subclass_rule(original.func.value) is not None
                 and self._takes_layer_arguments(original.func.value)):
             # LayerNorm2d(dim, eps=1e-6): built with the JAX layer's arguments
             return self._layer_arguments(original, updated,
                                          self._layer_subclass_rule(original.func.value))
+        if (name == "functools.partial" and original.args and self.target.stateful_modules
+                and m.matches(original.args[0].value, m.Name())
+                and original.args[0].value.value in self.index.draw_functions
+                and self._rngs_scope and self._rngs_scope[-1]):
+            # named_apply(partial(_init_weights, head_bias=0.), self): the init function runs
+            # elsewhere, its draws with the rngs the partial binds
+            return self._with_rngs(original, updated)
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)

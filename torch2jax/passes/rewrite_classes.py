@@ -12,7 +12,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts, ordered_dict_items, param_loop_targets
+from torch2jax.analysis.index import (
+    Layouts,
+    looked_up_class,
+    ordered_dict_items,
+    param_loop_targets,
+)
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import class_names, closures
@@ -23,6 +28,7 @@ from torch2jax.passes.common import (
     arg,
     bind,
     call,
+    code,
     expr,
     unnamed_modules_loop,
     wrap_long_statement,
@@ -290,7 +296,26 @@ class ModuleClassMixin:
         return updated_node
 
     def _isinstance(self, original: cst.Call, updated: cst.Call):
-        """isinstance(m, nn.Linear) -> isinstance(m, nnx.Linear)."""
+        """isinstance(m, nn.Linear) -> isinstance(m, nnx.Linear); a test of a layer class
+        or a function also passes a JAX function (an activation class handed on)."""
+        new = self._isinstance_classes(original, updated)
+        kinds = original.args[1].value if len(original.args) == 2 else None
+        elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        names = {(self.q(e) or code(e)).removeprefix("builtins.") for e in elems if e is not None}
+        if {"type", "types.FunctionType"} <= names and self.target.stateful_modules and (
+                not self.target.setup_modules) and isinstance(new, cst.Call) and isinstance(
+                    original.args[0].value, (cst.Name, cst.Attribute)):
+            # isinstance(act_layer, (type, str, types.FunctionType, partial)): a layer class
+            # or a function (timm's get_norm_act_layer). An activation class handed on is a
+            # JAX function here, often a jitted one (jax.nn.relu), no FunctionType: any
+            # callable that is not a module instance passes, as a class would in torch
+            self.need("nnx")
+            x = new.args[0].value
+            return expr("({c} or callable({x}) and not isinstance({x}, nnx.Module))",
+                        c=new, x=x)
+        return new
+
+    def _isinstance_classes(self, original: cst.Call, updated: cst.Call):
         if len(original.args) != 2:
             return updated
         kinds = original.args[1].value
@@ -689,7 +714,8 @@ class ModuleClassMixin:
                 # SwinStage(..., downsample=SwinPatchMerging if last else None): a parameter
                 # of __init__ that the file's calls of the class give a module class
                 return True
-            return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls"))
+            return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls")) or (
+                looked_up_class(self._fn_stack[-1], original))
         if m.matches(func, m.Subscript(value=m.Name())) and self._builds_layers_here():
             # ATTENTION_CLASSES[config._attn_implementation](config, layer_idx): an item of a
             # table of the file's module classes
@@ -767,6 +793,16 @@ class ModuleClassMixin:
                     rule="torch.nn.Sequential")
         else:
             return None
+        layer = updated.args[1].value
+        name = original.args[0].value
+        if m.matches(recv, m.Name("self")) and isinstance(name, cst.SimpleString) and isinstance(
+                name.evaluated_value, str) and name.evaluated_value.isidentifier():
+            # self.add_module("bn", layer) in a Sequential subclass, then self.bn.weight
+            # (timm's ConvBN): the layer is an attribute too, the Sequential holds the same
+            held = cst.Attribute(value=cst.Name("self"), attr=cst.Name(name.evaluated_value))
+            self._pending[-1].before.append(cst.SimpleStatementLine([cst.Assign(
+                targets=[cst.AssignTarget(held)], value=layer)]))
+            layer = held
         if layout == "channels_last" and seq_layout == "any":
             raise Untranslatable("add_module of a channels-last layer into a Sequential: "
                                  "wrap it with transposes", rule="torch.nn.Sequential")
@@ -774,9 +810,8 @@ class ModuleClassMixin:
             # the Sequential takes NCHW: the layer gets its input channels-last
             self.need("jnp")
             return expr(f"{target}.extend([\n    lambda x: jnp.moveaxis(x, 1, -1),\n"
-                        "    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])",
-                        m=updated.args[1].value)
-        return expr(f"{target}.append({{m}})", m=updated.args[1].value)
+                        "    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])", m=layer)
+        return expr(f"{target}.append({{m}})", m=layer)
 
     def _module_class_arguments(self, node: cst.CSTNode) -> dict[str, set[str]]:
         """For each module class of the file, the parameters of its ``__init__`` that a call

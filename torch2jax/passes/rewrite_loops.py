@@ -200,7 +200,15 @@ class LoopsMixin:
             return updated_node.body if isinstance(original_node.body, cst.Call) and (
                 not original_node.body.args) and self.q(original_node.body.func) == (
                     "contextlib.nullcontext") else updated_node.orelse
-        return updated_node
+        # nn.Identity() if a else B -> (lambda x: x) if a else B: a bare lambda would take
+        # the whole conditional as its body (iformer's downsample)
+        parts = {}
+        for field in ("body", "test"):
+            part = getattr(updated_node, field)
+            if isinstance(part, cst.Lambda) and not part.lpar:
+                parts[field] = part.with_changes(lpar=[cst.LeftParen()],
+                                                 rpar=[cst.RightParen()])
+        return updated_node.with_changes(**parts) if parts else updated_node
 
     def _autocast(self, original_node, updated_node, item: cst.Call, q: str,
                   enabled: cst.BaseExpression | None = None):

@@ -272,12 +272,19 @@ class SchedulesMixin:
             except Untranslatable as exc:
                 self.diag(original_node, exc.rule or q, "error", exc.message)
                 return updated_node
+        init_fn = m.Attribute(value=m.Name("self"))
         if (m.matches(value, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("apply")),
-                                    args=[m.Arg(m.Attribute(value=m.Name("self")))]))
+                                    args=[m.Arg(init_fn | m.Call(
+                                        func=m.Name("partial") | m.Attribute(attr=m.Name(
+                                            "partial")), args=[m.Arg(init_fn, keyword=None),
+                                                               m.ZeroOrMore()]))]))
                 and self.in_module_class()):
-            # self.apply(self._init_weights): every submodule, children first, then self
+            # self.apply(self._init_weights): every submodule, children first, then self;
+            # self.apply(partial(self._init_weights, flag=flag)) likewise
+            method = value.args[0].value
+            method = method if isinstance(method, cst.Attribute) else method.args[0].value
             if self.target.setup_modules and (
-                    self.current_class, code(value.args[0].value.attr)) in self._lt_init_fns:
+                    self.current_class, code(method.attr)) in self._lt_init_fns:
                 self.diag(original_node, "init", "info", "self.apply(init function) -> the "
                           "layers' kernel_init / bias_init / embedding_init arguments")
                 return cst.RemoveFromParent()
@@ -286,9 +293,16 @@ class SchedulesMixin:
                           f"for --target nnx so far ({self.target.name} is planned)")
                 return updated_node
             fn = code(updated_node.value.args[0].value)
+            rngs = "rngs" if self._rngs_scope and self._rngs_scope[-1] else None
+            bound = updated_node.value.args[0].value
+            keywords = ""
+            if isinstance(bound, cst.Call) and all(a.keyword for a in bound.args[1:]):
+                # partial(self._init_weights, flag=flag): the method, given those keywords
+                fn = code(bound.args[0].value)
+                keywords = "".join(", " + code(a.with_changes(
+                    comma=cst.MaybeSentinel.DEFAULT)) for a in bound.args[1:])
             self.need("nnx")
-            loop = _apply_loop("self", fn, "rngs" if self._rngs_scope and self._rngs_scope[-1]
-                               else None)
+            loop = _apply_loop("self", fn, rngs, keywords)
             self._pending[-1].after.append(loop.with_changes(
                 leading_lines=self._pending_line_comments()))
             return cst.RemoveFromParent()

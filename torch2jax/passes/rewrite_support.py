@@ -65,10 +65,12 @@ class Pending:
     translated: str | None = None  # removed, but its rewritten form is a translation
 
 
-def _apply_loop(model: str, fn: str, rngs: str | None) -> cst.BaseStatement:
+def _apply_loop(model: str, fn: str, rngs: str | None, keywords: str = ""
+                ) -> cst.BaseStatement:
     """torch's ``model.apply(fn)``: ``fn`` on every submodule, children before their parent
-    (nnx.iter_modules' order, as torch's apply), given ``rngs`` when it draws."""
-    extra = f", rngs={rngs}" if rngs else ""
+    (nnx.iter_modules' order, as torch's apply), given ``rngs`` when it draws (and the
+    ``keywords`` a partial bound: ", flag=flag")."""
+    extra = keywords + (f", rngs={rngs}" if rngs else "")
     return cst.parse_statement(f"for _, module in nnx.iter_modules({model}):\n"
                                f"    {fn}(module{extra})\n")
 

@@ -159,12 +159,25 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
         home = getattr(value, "__module__", "") or ""
         if not (name in used and inspect.isfunction(value) and home.startswith(top + ".")):
             continue
-        if home.rpartition(".")[2].startswith("_"):
+        if home.rpartition(".")[2].startswith("_") and not _walks_modules(value):
             continue  # the package's machinery (_api, _utils, _builder: registries, weight
-            # enums, argument helpers) is copied and runs inert
+            # enums, argument helpers) is copied and runs inert; a function that walks the
+            # model it is given (timm's named_apply: module.named_children()) runs on the
+            # converted model, so its module is converted
         if _builds_layers(home):
             found.add(name)
     return found
+
+
+def _walks_modules(fn: object) -> bool:
+    """Whether the function reads a module's children (``module.named_children()``)."""
+    import inspect
+
+    try:
+        source = inspect.getsource(fn)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return False
+    return bool(re.search(r"\.(named_)?children\(\)", source))
 
 
 def _builds_layers(module: str, seen: set[str] | None = None) -> bool:
@@ -188,6 +201,8 @@ def _builds_layers(module: str, seen: set[str] | None = None) -> bool:
         return True
     top = module.split(".")[0]
     for dep, names in _relative_imports(source, module, is_package):
+        if names == ["*"] and _builds_layers(dep, seen):
+            return True  # from .activations import *: its torch and layer classes
         try:
             original = importlib.import_module(dep)
         except ImportError:
@@ -349,6 +364,48 @@ def _imports_from_home(source: str, module: str, is_package: bool, converted: se
     return "".join(lines)
 
 
+def _star_torch_imports(source: str, module: str, is_package: bool) -> str:
+    """``source`` with the torch modules its star imports of the package bind written out
+    after them (timm's create_act.py: ``from .activations import *`` binds ``torch`` and
+    ``nn``, and its table reads ``nn.ReLU``): the converter reads a file's imports, so a file
+    whose torch comes through a star import is converted as one that imports it."""
+    package = module if is_package else module.rpartition(".")[0]
+    top = module.split(".")[0]
+    lines = source.splitlines(keepends=True)
+    edits, written = [], set()
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["*"]):
+            continue
+        home = (importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                if node.level else node.module or "")
+        if home.split(".")[0] != top:
+            continue
+        try:
+            original = importlib.import_module(home)
+        except ImportError:
+            continue
+        names = getattr(original, "__all__", None) or [
+            n for n in vars(original) if not n.startswith("_")]
+        stmts = []
+        for name in names:
+            value = getattr(original, name, None)
+            full = getattr(value, "__name__", "") if isinstance(value, ModuleType) else ""
+            if full.split(".")[0] != "torch":
+                continue
+            parent, _, leaf = full.rpartition(".")
+            stmt = (f"import {full}" if name == full else
+                    f"from {parent} import {leaf} as {name}" if parent else
+                    f"import {full} as {name}")
+            if stmt not in written:
+                written.add(stmt)
+                stmts.append(stmt)
+        if stmts:
+            edits.append((node.end_lineno or node.lineno, stmts))
+    for last, stmts in reversed(edits):
+        lines[last:last] = [s + "\n" for s in sorted(stmts)]
+    return "".join(lines)
+
+
 def _home_of(module: str, name: str) -> str:
     """The module that defines the function ``module.name`` (a package re-exports it)."""
     try:
@@ -505,10 +562,13 @@ def convert_package_file(
         plans[module] = (file, is_package, source, after, set().union(*layers.values()))
         if mode == "alias":
             continue
-        for dep, _ in deps:
+        for dep, names in deps:
             if mode == "convert":
                 wanted = layers[dep] | functions[dep]
                 convert_dep = wanted and not (wanted <= set(reexported.get(dep, {})))
+                # from .activations import *: its layer classes are the importer's (a table
+                # of them: timm's create_act.py)
+                convert_dep = convert_dep or (names == ["*"] and _builds_layers(dep))
                 work.append((dep, "convert" if convert_dep else "copy"))
             else:
                 work.append((dep, "alias"))
@@ -526,6 +586,7 @@ def convert_package_file(
                 if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())}
             homed = _imports_from_home(source, module, is_package,
                                        {k for k, v in modes.items() if v == "convert"})
+            homed = _star_torch_imports(homed, module, is_package)
             if homed != source:  # read from the file as the mirror holds it
                 target.write_text(homed)
             code, n = convert(target if homed != source else file, known)
