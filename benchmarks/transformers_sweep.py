@@ -95,6 +95,11 @@ SIZES = {
     **dict.fromkeys(("relative_attention_max_distance",), 16),
     **dict.fromkeys(("type_vocab_size",), 2),
 }
+# lists with one entry per stage of a hierarchical vision model (SegFormer, Swin, Hiera):
+# what kind of size each entry is
+STAGES = {**dict.fromkeys(("depths", "block_sizes"), "depth"),
+          **dict.fromkeys(("hidden_sizes", "embed_dims", "dims"), "width"),
+          **dict.fromkeys(("num_heads", "num_attention_heads"), "heads")}
 KV_HEADS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num")
 LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
                 "decoder_layers", "n_layers")
@@ -122,14 +127,16 @@ def shrink(config) -> dict:
             continue
         if key in SIZES and isinstance(value, int) and value > SIZES[key]:
             out[key] = SIZES[key]
-        elif key in ("depths", "hidden_sizes", "num_heads", "embed_dims", "dims",
-                     "block_sizes") and isinstance(value, list) and value and all(
-                         isinstance(v, int) for v in value):
-            n = min(len(value), 2)
-            base = {"depths": 1, "hidden_sizes": 8, "embed_dims": 8, "dims": 8,
-                    "num_heads": 2, "block_sizes": 1}[key]
-            out[key] = [base * (2 ** i) if key in ("hidden_sizes", "embed_dims", "dims")
-                        else base for i in range(n)]
+        elif key in ("image_size", "img_size", "input_size") and isinstance(value, list) and all(
+                isinstance(v, int) and v > 32 for v in value):
+            out[key] = [32] * len(value)  # an image size given as (height, width)
+        elif key in STAGES and isinstance(value, list) and value and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            # one entry per stage: the stage count kept (sibling lists, strides, patch sizes,
+            # ratios, have one entry per stage too), each entry made small
+            small = _stage_list(key, value)
+            if small != value:
+                out[key] = small
         elif (isinstance(value, list) and layers and len(value) == layers and layers > LAYERS
               and key not in ("depths",)):
             out[key] = _per_layer(value)
@@ -152,6 +159,18 @@ def shrink(config) -> dict:
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
     return out
+
+
+def _stage_list(key: str, values: list[int]) -> list[int]:
+    """A per-stage list of ``STAGES`` made small, its length kept: one block per stage,
+    widths 8, 16, 32, ... (doubling as torch's defaults do), at most two heads a stage (one
+    where the default has one, so that the widths stay divisible)."""
+    kind = STAGES[key]
+    if kind == "depth":
+        return [1] * len(values)
+    if kind == "heads":
+        return [min(v, 2) for v in values]
+    return [min(v, 8 * 2 ** i) for i, v in enumerate(values)]
 
 
 def _per_layer(values: list) -> list:

@@ -212,3 +212,35 @@ _BUILTIN_CALLS: dict[str, Value] = {
     "argparse.ArgumentParser": OBJECT, "types.SimpleNamespace": CONFIG,
     "argparse.Namespace": CONFIG,
 }
+
+# ---- transformers' machinery that modeling files use on tensors ------------------------------
+# a KV cache (``past_key_values: Cache | None``, ``isinstance(c, EncoderDecoderCache)``) and one
+# of its layers (``cache.layers[i]``): objects of no class of the file, named by a class name
+# that no file class has (a dot)
+CACHE = Value(Kind.OBJECT, cls="<transformers.Cache>")
+CACHE_LAYER = Value(Kind.OBJECT, cls="<transformers.CacheLayer>")
+# ``ACT2FN[name]`` / ``get_activation(name)``: a function of a tensor that gives a tensor
+ACTIVATION = Value(Kind.FUNCTION, cls="<transformers.activation>")
+LIBRARY_METHODS: dict[tuple[str | None, str], Value] = {
+    (CACHE.cls, "update"): Value(Kind.TUPLE, items=(TENSOR, TENSOR)),  # the keys and values
+    (CACHE.cls, "get_seq_length"): SCALAR, (CACHE.cls, "get_max_cache_shape"): SCALAR,
+}
+LIBRARY_ATTRS: dict[tuple[str | None, str], Value] = {
+    (CACHE.cls, "self_attention_cache"): CACHE, (CACHE.cls, "cross_attention_cache"): CACHE,
+    (CACHE.cls, "layers"): Value(Kind.LIST, item=CACHE_LAYER),
+    (CACHE.cls, "is_updated"): DICT, (CACHE_LAYER.cls, "keys"): TENSOR,
+    (CACHE_LAYER.cls, "values"): TENSOR,
+}
+
+
+def library_class(name: str) -> Value | None:
+    """An instance of transformers' class ``name`` (the last part of a qualified name
+    imported from a library other than torch), where the analysis knows the class."""
+    return CACHE if name.endswith("Cache") and name[:1].isupper() else None
+
+
+def library_function(qualified: str) -> Value | None:
+    """What a library name not called yet is: ``ACT2FN`` (indexed) / ``get_activation``."""
+    last = qualified.rsplit(".", 1)[-1]
+    return ACTIVATION if last in ("ACT2FN", "get_activation") and (
+        not qualified.startswith("torch.")) else None

@@ -72,7 +72,10 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     Kind,
     Value,
     _join,
+    library_class,
+    library_function,
 )
+from torch2jax.analysis.value_kinds import ACTIVATION, LIBRARY_ATTRS, LIBRARY_METHODS
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp,
            cst.GeneratorExp)
@@ -293,6 +296,8 @@ class ValueFacts:
                                                     or SCALAR)
         if base == NUMPY:
             return NUMPY if attr == "T" else OBJECT  # (a.shape, a.dtype, a.size)
+        if (base.cls, attr) in LIBRARY_ATTRS:  # cache.layers, layer.keys
+            return LIBRARY_ATTRS[base.cls, attr]
         if base.kind == Kind.OBJECT and base.cls is not None:
             return self._class_attr(base.cls, attr) or UNKNOWN
         if attr == "param_groups":
@@ -303,6 +308,9 @@ class ValueFacts:
         return UNKNOWN
 
     def _subscript(self, node: cst.Subscript) -> Value:
+        q = self._q(node.value) if isinstance(node.value, cst.Name) else None
+        if q is not None and library_function(q) is not None:
+            return library_function(q)  # ACT2FN[config.hidden_act]
         base = self.value(node.value)
         if base.kind == Kind.TENSOR:
             return TENSOR
@@ -343,6 +351,8 @@ class ValueFacts:
         if isinstance(func, cst.Attribute):
             return self._method_call(node, func)
         callee = self.value(func)
+        if callee == ACTIVATION:
+            return TENSOR  # ACT2FN[name](x)
         if callee.kind == Kind.MODULE:
             return TENSOR  # model(x), self.layer(x), block(x)
         if callee.kind == Kind.FUNCTION and isinstance(func, cst.Name):
@@ -363,6 +373,8 @@ class ValueFacts:
             return UNKNOWN
         if q in _BUILTIN_CALLS:
             return _BUILTIN_CALLS[q]
+        if q.endswith(".get_activation") and library_function(q) is not None:
+            return ACTIVATION  # get_activation(name): the function
         if q in ("builtins.max", "builtins.min", "builtins.sum", "builtins.abs"):
             args = [self.value(a.value) for a in node.args if not a.keyword]
             if any(v.kind == Kind.TENSOR for v in args):
@@ -497,6 +509,8 @@ class ValueFacts:
             if meth in _NUMPY_SCALAR_METHODS:
                 return SCALAR
             return Value(Kind.LIST, item=UNKNOWN) if meth == "tolist" else NUMPY
+        if (base.cls, meth) in LIBRARY_METHODS:  # cache.update(k, v, i): the keys, values
+            return LIBRARY_METHODS[base.cls, meth]
         if base.kind in (Kind.OBJECT, Kind.CONFIG) and base.cls is not None:
             method = self._method(base.cls, meth)
             return self._returned(method) if method is not None else UNKNOWN
@@ -640,7 +654,9 @@ class ValueFacts:
             return None
         if isinstance(cls, cst.Name) and cls.value in self.module_classes:
             return None
-        return OBJECT if "." in q else None  # a class imported from another library
+        if "." not in q:
+            return None
+        return library_class(q.rsplit(".", 1)[-1]) or OBJECT  # a class of another library
 
     def _reaching(self, read: cst.Name, assignments: list[Assignment]) -> list[Assignment]:
         """The assignments of the read's own scope that reach it in straight-line code: the
@@ -888,7 +904,8 @@ class ValueFacts:
                 "torch.", "builtins.", "typing.", "collections.", "numpy.", "jax.")) and (
                 node.value not in self.module_classes and "<locals>" not in q):
             # a class imported from another library (cache: Cache | None): not a tensor
-            return CONFIG if node.value.endswith("Config") else OBJECT
+            return library_class(node.value) or (
+                CONFIG if node.value.endswith("Config") else OBJECT)
         return None
 
     def _from_call_sites(self, fn: cst.FunctionDef, cls: cst.ClassDef | None,

@@ -27,9 +27,10 @@ def linalg_norm(site: Site) -> cst.BaseExpression:
 @special("legacy_tensor")
 def legacy_tensor(site: Site) -> cst.BaseExpression:
     """``torch.Tensor(2, 3)`` / ``torch.FloatTensor(n)``, torch's legacy constructors: sizes
-    (two or more arguments, or one int expression or config size) make an uninitialised
-    float32 tensor, ``jnp.empty`` (zeros: JAX has no uninitialised memory); one list or tuple
-    is data, ``jnp.asarray(data, jnp.float32)``. One other name may be either: marked."""
+    (two or more arguments, or one int expression, config size or name that value analysis
+    knows holds a number) make an uninitialised float32 tensor, ``jnp.empty`` (zeros: JAX has
+    no uninitialised memory); one list or tuple is data, ``jnp.asarray(data, jnp.float32)``.
+    One other name may be either: marked."""
     first, rest = site.args.get("data"), site.args.extra_positional
     if first is None:
         raise Untranslatable(f"{site.rule.torch}() without arguments is not translated")
@@ -37,7 +38,8 @@ def legacy_tensor(site: Site) -> cst.BaseExpression:
         return expr("jnp.asarray({d}, dtype=jnp.float32)", d=first)
     config_size = isinstance(first, cst.Attribute) and code(first).startswith(
         ("config.", "self.config."))
-    if rest or isinstance(first, (cst.Integer, cst.BinaryOperation)) or config_size:
+    if rest or isinstance(first, (cst.Integer, cst.BinaryOperation)) or config_size or (
+            "data" in site.scalars):  # dim = config.hidden_size; torch.Tensor(dim)
         sizes = [first, *rest]
         return expr("jnp.empty((" + ", ".join(code(n) for n in sizes)
                     + ("," if len(sizes) == 1 else "") + "), dtype=jnp.float32)")

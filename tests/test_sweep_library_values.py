@@ -1,0 +1,179 @@
+"""The transformers sweep's next most common reasons (docs/transformers-sweep.md) that are general
+rules: what transformers' own machinery gives in a modeling file, which value analysis did not
+know, so that tensor methods on the results were left as they are and marked (``out.to(...)``,
+``key.size(2)``), and the sweep's own per-stage lists. Each on a module of our own in the shape
+the modeling files write it, reduced and converted as the sweep does, run against torch."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.transformers
+
+MODELING = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from ...activations import ACT2FN, get_activation
+from ...cache_utils import Cache
+
+
+def causal_conv(hidden_states, weight, bias=None, activation=None):
+    """Inkling's and the Mamba mixers' causal convolution: its activation read from ACT2FN by
+    name, after which ``out`` is one of two assignments."""
+    _, channels, seq_len = hidden_states.shape
+    out = F.conv1d(hidden_states, weight.unsqueeze(1), bias, padding=weight.shape[-1] - 1,
+                   groups=channels)[:, :, :seq_len]
+    if activation is not None:
+        out = ACT2FN[activation](out)
+    return out.to(hidden_states.dtype)
+
+
+class Block(nn.Module):
+    """CPM-Ant's and FSMT's attention (the keys and values a KV cache's ``update`` returns, read
+    again), LW-DETR's layer scale (``torch.Tensor(dim)``, a size held by a name)."""
+
+    def __init__(self, width=8, heads=2, kernel=3):
+        super().__init__()
+        dim = width
+        self.heads = heads
+        self.conv_weight = nn.Parameter(torch.randn(width, kernel))
+        self.conv_bias = nn.Parameter(torch.randn(width))
+        self.scale = nn.Parameter(torch.Tensor(dim))
+        nn.init.constant_(self.scale, 0.5)
+        self.k_proj = nn.Linear(width, width)
+        self.v_proj = nn.Linear(width, width)
+
+    def forward(self, x, cache: Cache | None = None):
+        b, s, w = x.shape
+        key = self.k_proj(x).view(b, s, self.heads, -1).transpose(1, 2)
+        value = self.v_proj(x).view(b, s, self.heads, -1).transpose(1, 2)
+        if cache is not None:
+            key, value = cache.update(key, value, 0)
+        keys_seen = key.size(2)
+        mixed = causal_conv(x.transpose(1, 2), self.conv_weight, self.conv_bias, "silu")
+        summary = (key * value).sum(dim=2).reshape(b, 1, w) / keys_seen
+        return mixed.transpose(1, 2) * self.scale + get_activation("gelu")(summary)
+'''
+
+NAME = "transformers.models.mixer.modeling_mixer"
+
+
+def _modules(tmp_path: Path):
+    """The torch module (the source run as a modeling file of the installed transformers) and
+    the converted one (reduced and converted as the sweep does, beside the support module)."""
+    pytest.importorskip("transformers", exc_type=ImportError)
+    from torch2jax.convert import convert_source
+    from torch2jax.hf import RUNTIME, SUPPORT_MODULE, reduce_modeling
+
+    torch_space: dict = {"__name__": NAME, "__package__": NAME.rpartition(".")[0]}
+    exec(compile(MODELING, "torch_mixer", "exec"), torch_space)  # noqa: S102
+    reduced, unknown = reduce_modeling(MODELING, NAME)
+    assert unknown == []
+    result = convert_source(reduced)
+    assert "TODO(torch2jax)" not in result.code, result.code
+    package = tmp_path / "t2j_lib_values"
+    (package / "models" / "mixer").mkdir(parents=True)
+    for folder in (package, package / "models", package / "models" / "mixer"):
+        (folder / "__init__.py").write_text("")
+    (package / f"{SUPPORT_MODULE}.py").write_text(RUNTIME.read_text())
+    (package / "models" / "mixer" / "modeling_mixer.py").write_text(result.code)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        jax_module = importlib.import_module("t2j_lib_values.models.mixer.modeling_mixer")
+        support = importlib.import_module(f"t2j_lib_values.{SUPPORT_MODULE}")
+    finally:
+        sys.path.remove(str(tmp_path))
+    return torch_space, jax_module, support
+
+
+def _same_weights(torch_model, jax_model) -> None:
+    import jax.numpy as jnp
+
+    t = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()}
+    jax_model.conv_weight.value = jnp.asarray(t["conv_weight"])
+    jax_model.conv_bias.value = jnp.asarray(t["conv_bias"])
+    jax_model.scale.value = jnp.asarray(t["scale"])
+    for name in ("k_proj", "v_proj"):
+        getattr(jax_model, name).kernel.value = jnp.asarray(t[f"{name}.weight"].T)
+        getattr(jax_model, name).bias.value = jnp.asarray(t[f"{name}.bias"])
+
+
+def test_activation_tables_caches_and_legacy_sizes_convert_and_match_torch(tmp_path) -> None:
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from flax import nnx
+    from transformers import DynamicCache
+
+    torch_space, jax_module, support = _modules(tmp_path)
+    torch.manual_seed(0)
+    torch_model = torch_space["Block"]()
+    jax_model = jax_module.Block(rngs=nnx.Rngs(0))
+    assert jax_model.scale.value.shape == (8,)
+    _same_weights(torch_model, jax_model)
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    past = np.random.default_rng(1).standard_normal((2, 2, 3, 4)).astype(np.float32)
+
+    # without a cache: outputs and every parameter's gradient
+    xt = torch.from_numpy(x)
+    out = torch_model(xt)
+    out.square().sum().backward()
+    np.testing.assert_allclose(np.asarray(jax_model(jnp.asarray(x))), out.detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+    grads = nnx.grad(lambda m: jnp.sum(jnp.square(m(jnp.asarray(x)))))(jax_model)
+    np.testing.assert_allclose(np.asarray(grads.scale.value), torch_model.scale.grad.numpy(),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(grads.k_proj.kernel.value),
+                               torch_model.k_proj.weight.grad.numpy().T, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(grads.conv_weight.value),
+                               torch_model.conv_weight.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+    # with a cache that holds three earlier positions: the keys seen are 3 + 5, in both
+    torch_cache = DynamicCache()
+    torch_cache.update(torch.from_numpy(past), torch.from_numpy(past), 0)
+    jax_cache = support.DynamicCache()
+    jax_cache.update(jnp.asarray(past), jnp.asarray(past), 0)
+    with torch.no_grad():
+        expected = torch_model(xt, cache=torch_cache).numpy()
+    got = jax.jit(lambda m, c, v: m(v, cache=c))(jax_model, jax_cache, jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_sweep_keeps_the_stage_count_of_per_stage_lists() -> None:
+    """SegFormer, PoolFormer, GLPN, Hiera: ``depths`` and ``hidden_sizes`` cut to two stages
+    while ``strides``, ``patch_sizes``, ``sr_ratios`` keep four (IndexError in torch's own
+    constructor). Shrunk, every per-stage list keeps its length, and torch builds and runs the
+    tiny model."""
+    pytest.importorskip("transformers", exc_type=ImportError)
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from transformers_sweep import tiny_config
+    finally:
+        sys.path.pop(0)
+    from transformers import (
+        HieraConfig,
+        HieraForImageClassification,
+        SegformerConfig,
+        SegformerForImageClassification,
+    )
+
+    for config_class, model_class in ((SegformerConfig, SegformerForImageClassification),
+                                      (HieraConfig, HieraForImageClassification)):
+        config, kwargs = tiny_config(config_class)
+        assert len(kwargs["depths"]) == len(config_class().depths)
+        assert max(kwargs["depths"]) == 1
+        torch.manual_seed(0)
+        model = model_class(config).eval()
+        with torch.no_grad():
+            logits = model(torch.randn(2, 3, 32, 32)).logits
+        assert logits.shape == (2, config.num_labels)
+        assert sum(p.numel() for p in model.parameters()) < 1_500_000
