@@ -25,7 +25,8 @@ can be stopped and continued. The command::
     nice python benchmarks/transformers_sweep.py --jobs 2 --timeout 300 \\
         --jsonl sweep.jsonl --doc docs/transformers-sweep.md
 
-``--families llama,bert`` (directory names or file stems) and ``--limit N`` choose a subset;
+``--families llama,bert`` (directory names or file stems), ``--range 100:200`` (a slice of the
+file list, after ``--shuffle``) and ``--limit N`` choose a subset;
 ``--doc-only`` rewrites the doc from the rows of ``--jsonl``.
 """
 
@@ -158,6 +159,15 @@ def shrink(config) -> dict:
         out["head_dim"] = max(width // heads, 1)
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
+    # a pattern of layer kinds repeated over the layers (RecurrentGemma's block_types,
+    # ["recurrent", "recurrent", "attention"]): as many layers as the pattern has, so that
+    # each kind is built (two layers would have no attention layer, which torch refuses)
+    pattern = max((len(v) for k, v in values.items() if isinstance(v, list) and layers
+                   and LAYERS < len(v) <= 4 and len(v) < layers and k not in STAGES
+                   and all(isinstance(x, str) for x in v) and len(set(v)) > 1), default=0)
+    if pattern:
+        key = next(k for k in LAYER_COUNTS if isinstance(values.get(k), int))
+        out[key] = pattern
     return out
 
 
@@ -384,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--families", default="", help="comma-separated directory names or stems")
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--range", default="", help="START:STOP of the (shuffled) file list: "
+                        "a long sweep in parts, run one after another or on several machines")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per family")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--jsonl", default="", help="append each row here (and --resume from it)")
@@ -405,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
         files = [p for p in files if p.parent.name in wanted or family_of(p) in wanted]
     if args.shuffle:
         random.Random(0).shuffle(files)
+    if args.range:
+        start, _, stop = args.range.partition(":")
+        files = files[int(start or 0):int(stop) if stop else None]
     if args.limit:
         files = files[:args.limit]
     rows: list[dict] = []

@@ -177,3 +177,26 @@ def test_the_sweep_keeps_the_stage_count_of_per_stage_lists() -> None:
             logits = model(torch.randn(2, 3, 32, 32)).logits
         assert logits.shape == (2, config.num_labels)
         assert sum(p.numel() for p in model.parameters()) < 1_500_000
+
+
+def test_the_sweep_builds_each_layer_kind_of_a_repeated_pattern() -> None:
+    """RecurrentGemma's ``block_types`` repeats ["recurrent", "recurrent", "attention"] over
+    26 layers: cut to two layers, the tiny model had no attention layer and torch's own forward
+    refused its cache. Shrunk, it has one layer per entry of the pattern and runs."""
+    pytest.importorskip("transformers", exc_type=ImportError)
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from transformers_sweep import tiny_config
+    finally:
+        sys.path.pop(0)
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
+
+    config, kwargs = tiny_config(RecurrentGemmaConfig)
+    assert kwargs["num_hidden_layers"] == 3
+    torch.manual_seed(0)
+    model = RecurrentGemmaForCausalLM(config).eval()
+    with torch.no_grad():
+        logits = model(torch.randint(0, 64, (2, 7))).logits
+    assert logits.shape == (2, 7, config.vocab_size)

@@ -224,6 +224,11 @@ ACTIVATION = Value(Kind.FUNCTION, cls="<transformers.activation>")
 LIBRARY_METHODS: dict[tuple[str | None, str], Value] = {
     (CACHE.cls, "update"): Value(Kind.TUPLE, items=(TENSOR, TENSOR)),  # the keys and values
     (CACHE.cls, "get_seq_length"): SCALAR, (CACHE.cls, "get_max_cache_shape"): SCALAR,
+    (CACHE.cls, "get_query_offset"): SCALAR, (CACHE.cls, "is_recording_past"): SCALAR,
+    (CACHE.cls, "has_previous_state"): SCALAR,
+    # a state-space layer's convolution and recurrent states (Mamba's, the hybrids')
+    **{(CACHE.cls, m): TENSOR for m in ("update_conv_state", "get_conv_state",
+                                        "update_recurrent_state", "get_recurrent_state")},
 }
 LIBRARY_ATTRS: dict[tuple[str | None, str], Value] = {
     (CACHE.cls, "self_attention_cache"): CACHE, (CACHE.cls, "cross_attention_cache"): CACHE,
