@@ -200,3 +200,81 @@ def test_the_sweep_builds_each_layer_kind_of_a_repeated_pattern() -> None:
     with torch.no_grad():
         logits = model(torch.randint(0, 64, (2, 7))).logits
     assert logits.shape == (2, 7, config.vocab_size)
+
+
+def test_the_support_models_output_embeddings_are_transformers_answer() -> None:
+    """EncoderDecoderModel ties through ``decoder.get_output_embeddings()`` of a base model
+    (BertModel: None in transformers); the support PreTrainedModel had no such method. It
+    answers as transformers does: the lm_head of a model with one and an input embedding,
+    else None."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    from flax import nnx
+
+    from torch2jax import transformers_runtime as runtime
+
+    config = transformers.LlamaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                      num_attention_heads=2, vocab_size=16)
+
+    class Base(runtime.PreTrainedModel):
+        def __init__(self, config, *, rngs):
+            super().__init__(config, rngs=rngs)
+            self.embed_tokens = nnx.Embed(16, 8, rngs=rngs)
+
+    class Head(Base):
+        def __init__(self, config, *, rngs):
+            super().__init__(config, rngs=rngs)
+            self.lm_head = nnx.Linear(8, 16, use_bias=False, rngs=rngs)
+
+    class Backbone(runtime.PreTrainedModel):  # a head without an input embedding
+        def __init__(self, config, *, rngs):
+            super().__init__(config, rngs=rngs)
+            self.lm_head = nnx.Linear(8, 16, use_bias=False, rngs=rngs)
+
+    base, head = Base(config, rngs=nnx.Rngs(0)), Head(config, rngs=nnx.Rngs(0))
+    assert base.get_output_embeddings() is None
+    assert transformers.LlamaModel(config).get_output_embeddings() is None
+    assert head.get_output_embeddings() is head.lm_head
+    assert transformers.LlamaForCausalLM(config).get_output_embeddings() is not None
+    assert Backbone(config, rngs=nnx.Rngs(0)).get_output_embeddings() is None
+
+
+TOWER = '''
+import torch
+from torch import nn
+
+from ...modeling_utils import PreTrainedModel
+from ..auto import AutoModel
+
+
+class Model(PreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.text_model = AutoModel.from_config(config.text_config)
+
+    def forward(self, ids):
+        x = self.text_model.get_input_embeddings()(ids).to(torch.float32)
+        return x.transpose(0, 1)
+'''
+
+
+def test_a_towers_input_embedding_applied_is_a_tensor() -> None:
+    """Granite-Docling's and other composites' ``self.text_model.get_input_embeddings()(ids)
+    .to(...)``, the tower built by AutoModel: the embedding of a transformers model is a
+    module, its output a tensor, so the methods on it translate (they were marked)."""
+    pytest.importorskip("transformers", exc_type=ImportError)
+    import libcst as cst
+
+    from torch2jax.analysis.metadata import ALL, FileMetadata
+    from torch2jax.analysis.values import Kind, ValueFacts
+    from torch2jax.convert import convert_source
+    from torch2jax.hf import reduce_modeling
+
+    reduced, _ = reduce_modeling(TOWER, NAME)
+    wrapper = FileMetadata(cst.parse_module(reduced))
+    wrapper.resolve_many(ALL)
+    facts = ValueFacts(wrapper, {"Model"}, lambda q: False)
+    forward = wrapper.module.body[-1].body.body[1]
+    embedded = forward.body.body[0].body[0].value  # ...get_input_embeddings()(ids).to(...)
+    assert facts.kind(embedded.func.value) == Kind.TENSOR
+    assert facts.kind(embedded.func.value.func) == Kind.MODULE
+    assert "TODO(torch2jax)" not in convert_source(reduced).code

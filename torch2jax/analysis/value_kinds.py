@@ -167,6 +167,10 @@ _MODULE_METHODS: dict[str, Value] = {
     "float": MODULE, "half": MODULE, "double": MODULE, "bfloat16": MODULE,
     "requires_grad_": MODULE, "apply": MODULE, "zero_grad": NONE, "register_buffer": NONE,
     "register_parameter": NONE, "add_module": NONE, "extra_repr": SCALAR,
+    # transformers' PreTrainedModel: the embedding layers and the towers it holds (modules of
+    # no class the analysis knows: not the receiver's)
+    **dict.fromkeys(("get_input_embeddings", "get_output_embeddings", "get_decoder",
+                     "get_encoder"), Value(Kind.MODULE, cls="<submodule>")),
 }
 _MODULE_PARAM_ATTRS = {"weight", "bias", "running_mean", "running_var", "in_proj_weight",
                        "in_proj_bias", "weight_ih_l0", "weight_hh_l0", "bias_ih_l0",
@@ -193,6 +197,9 @@ _ANY_RECEIVER_METHODS: dict[str, Value] = {
     "state_dict": DICT, "param_groups": Value(Kind.LIST, item=DICT), "parse_args": CONFIG,
     "items": Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(SCALAR, UNKNOWN))),
     "keys": Value(Kind.OBJECT, item=SCALAR), "get_last_lr": Value(Kind.LIST, item=SCALAR),
+    # a transformers model's (a tower built by AutoModel.from_config)
+    **{m: _MODULE_METHODS[m] for m in ("get_input_embeddings", "get_output_embeddings",
+                                       "get_decoder", "get_encoder")},
 }
 # tensor methods whose first argument is a boolean tensor mask
 _MASK_METHODS = {"masked_fill", "masked_fill_", "masked_scatter", "masked_scatter_",
