@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from ...activations import ACT2FN, get_activation
 from ...cache_utils import Cache
+from ...modeling_outputs import BaseModelOutputWithPooling
 
 
 def causal_conv(hidden_states, weight, bias=None, activation=None):
@@ -35,9 +36,22 @@ def causal_conv(hidden_states, weight, bias=None, activation=None):
     return out.to(hidden_states.dtype)
 
 
+class Tower(nn.Module):
+    """A vision tower: its output a ModelOutput, whose fields the caller reads."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return BaseModelOutputWithPooling(last_hidden_state=h, pooler_output=h.mean(dim=1))
+
+
 class Block(nn.Module):
     """CPM-Ant's and FSMT's attention (the keys and values a KV cache's ``update`` returns, read
-    again), LW-DETR's layer scale (``torch.Tensor(dim)``, a size held by a name)."""
+    again), LW-DETR's layer scale (``torch.Tensor(dim)``, a size held by a name), the VLMs'
+    ``tower(x).pooler_output.to(dtype)``."""
 
     def __init__(self, width=8, heads=2, kernel=3):
         super().__init__()
@@ -49,6 +63,7 @@ class Block(nn.Module):
         nn.init.constant_(self.scale, 0.5)
         self.k_proj = nn.Linear(width, width)
         self.v_proj = nn.Linear(width, width)
+        self.tower = Tower(width)
 
     def forward(self, x, cache: Cache | None = None):
         b, s, w = x.shape
@@ -59,7 +74,8 @@ class Block(nn.Module):
         keys_seen = key.size(2)
         mixed = causal_conv(x.transpose(1, 2), self.conv_weight, self.conv_bias, "silu")
         summary = (key * value).sum(dim=2).reshape(b, 1, w) / keys_seen
-        return mixed.transpose(1, 2) * self.scale + get_activation("gelu")(summary)
+        pooled = self.tower(x).pooler_output.to(x.dtype).view(b, 1, w)
+        return mixed.transpose(1, 2) * self.scale + get_activation("gelu")(summary) + pooled
 '''
 
 NAME = "transformers.models.mixer.modeling_mixer"
@@ -100,9 +116,10 @@ def _same_weights(torch_model, jax_model) -> None:
     jax_model.conv_weight.value = jnp.asarray(t["conv_weight"])
     jax_model.conv_bias.value = jnp.asarray(t["conv_bias"])
     jax_model.scale.value = jnp.asarray(t["scale"])
-    for name in ("k_proj", "v_proj"):
-        getattr(jax_model, name).kernel.value = jnp.asarray(t[f"{name}.weight"].T)
-        getattr(jax_model, name).bias.value = jnp.asarray(t[f"{name}.bias"])
+    for name, layer in (("k_proj", jax_model.k_proj), ("v_proj", jax_model.v_proj),
+                        ("tower.proj", jax_model.tower.proj)):
+        layer.kernel.value = jnp.asarray(t[f"{name}.weight"].T)
+        layer.bias.value = jnp.asarray(t[f"{name}.bias"])
 
 
 def test_activation_tables_caches_and_legacy_sizes_convert_and_match_torch(tmp_path) -> None:
@@ -132,6 +149,8 @@ def test_activation_tables_caches_and_legacy_sizes_convert_and_match_torch(tmp_p
                                rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(grads.k_proj.kernel.value),
                                torch_model.k_proj.weight.grad.numpy().T, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(grads.tower.proj.kernel.value),
+                               torch_model.tower.proj.weight.grad.numpy().T, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(grads.conv_weight.value),
                                torch_model.conv_weight.grad.numpy(), rtol=1e-4, atol=1e-5)
 

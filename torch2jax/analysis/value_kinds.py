@@ -256,3 +256,15 @@ def library_function(qualified: str) -> Value | None:
     last = qualified.rsplit(".", 1)[-1]
     return ACTIVATION if last in ("ACT2FN", "get_activation") and (
         not qualified.startswith("torch.")) else None
+# the fields of transformers' model outputs (ModelOutput dataclasses) read from what a module
+# call gave, which the analysis takes for a tensor (``self.vision_tower(x).pooler_output``):
+# no tensor has these attributes
+OUTPUT_FIELDS: dict[str, Value] = {
+    **dict.fromkeys(("last_hidden_state", "pooler_output", "logits", "image_embeds",
+                     "text_embeds", "audio_embeds", "image_hidden_states", "start_logits",
+                     "end_logits", "encoder_last_hidden_state", "prediction_logits"), TENSOR),
+    **dict.fromkeys(("hidden_states", "attentions", "cross_attentions",
+                     "encoder_hidden_states", "decoder_hidden_states", "encoder_attentions",
+                     "decoder_attentions", "feature_maps"), Value(Kind.TUPLE, item=TENSOR)),
+    "past_key_values": CACHE,
+}

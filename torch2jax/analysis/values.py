@@ -75,7 +75,7 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     library_class,
     library_function,
 )
-from torch2jax.analysis.value_kinds import ACTIVATION, LIBRARY_ATTRS, LIBRARY_METHODS
+from torch2jax.analysis.value_kinds import ACTIVATION, LIBRARY_ATTRS, LIBRARY_METHODS, OUTPUT_FIELDS
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp,
            cst.GeneratorExp)
@@ -275,8 +275,8 @@ class ValueFacts:
             return DTYPE if q in TORCH_DTYPES else OBJECT  # torch.float32, torch.nn.functional
         attr = node.attr.value
         base = self.value(node.value)
-        if base.kind == Kind.TENSOR:
-            return _TENSOR_ATTRS.get(attr, UNKNOWN)
+        if base.kind == Kind.TENSOR:  # (a module's output: outputs.logits)
+            return _TENSOR_ATTRS.get(attr, OUTPUT_FIELDS.get(attr, UNKNOWN))
         if base.kind == Kind.MODULE:
             if base.cls is not None:
                 found = self._class_attr(base.cls, attr)
@@ -292,8 +292,10 @@ class ValueFacts:
         if base.kind == Kind.LOADER:
             return OBJECT if attr == "dataset" else SCALAR if attr == "batch_size" else UNKNOWN
         if base.kind == Kind.CONFIG:
-            return SCALAR if base.cls is None else (self._class_attr(base.cls, attr)
-                                                    or SCALAR)
+            found = self._class_attr(base.cls, attr) if base.cls is not None else None
+            if base.cls and attr in OUTPUT_FIELDS and found in (None, NONE):  # an output's
+                return OUTPUT_FIELDS[attr]  # field (``logits: torch.Tensor | None = None``)
+            return found or SCALAR
         if base == NUMPY:
             return NUMPY if attr == "T" else OBJECT  # (a.shape, a.dtype, a.size)
         if (base.cls, attr) in LIBRARY_ATTRS:  # cache.layers, layer.keys
@@ -305,6 +307,8 @@ class ValueFacts:
         if base.kind == Kind.OBJECT and base.cls is None and not isinstance(node.value,
                                                                             cst.Call):
             return OBJECT  # np.random, os.path, wandb.run
+        if base.kind in (Kind.UNKNOWN, Kind.PARAM) and attr in OUTPUT_FIELDS:
+            return OUTPUT_FIELDS[attr]  # what a tower of no known class gave
         return UNKNOWN
 
     def _subscript(self, node: cst.Subscript) -> Value:
