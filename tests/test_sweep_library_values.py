@@ -297,3 +297,68 @@ def test_a_towers_input_embedding_applied_is_a_tensor() -> None:
     assert facts.kind(embedded.func.value) == Kind.TENSOR
     assert facts.kind(embedded.func.value.func) == Kind.MODULE
     assert "TODO(torch2jax)" not in convert_source(reduced).code
+
+
+MASK = '''
+import torch
+from torch import nn
+
+from ...masking_utils import create_causal_mask
+
+
+class Masked(nn.Module):
+    """MPT's decoder: the mask transformers builds, made boolean by ``.to(torch.bool)``."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+    def forward(self, inputs_embeds, attention_mask=None):
+        return create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            cache=None,
+        ).to(torch.bool)
+'''
+
+
+def test_a_mask_made_by_transformers_is_a_tensor_and_other_results_are_marked(tmp_path) -> None:
+    """``create_causal_mask(...).to(torch.bool)`` was left as it is, unmarked (an imported
+    function's name was taken for what it returns), and crashed under jit: the mask is a
+    tensor, and what another library's function returns is marked, not left silently."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    import jax.numpy as jnp
+    import torch
+
+    from torch2jax import transformers_runtime as runtime
+    from torch2jax.convert import convert_source
+    from torch2jax.hf import reduce_modeling
+
+    reduced, _ = reduce_modeling(MASK, NAME)
+    code = convert_source(reduced).code
+    assert "TODO(torch2jax)" not in code and ".astype(jnp.bool_)" in code
+    space: dict = {"create_causal_mask": runtime.create_causal_mask}  # the support module's
+    code = code.replace("from ..._hf_support import create_causal_mask\n", "")
+    exec(compile(code, "jax_masked", "exec"), space)  # noqa: S102
+    config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, vocab_size=16,
+                                      num_hidden_layers=1)
+    config._attn_implementation = "eager"
+    embeds = np.zeros((2, 5, 8), np.float32)
+    padding = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    from transformers.masking_utils import create_causal_mask
+
+    expected = create_causal_mask(config=config, inputs_embeds=torch.from_numpy(embeds),
+                                  attention_mask=torch.from_numpy(padding), cache=None)
+    from flax import nnx
+
+    masked = space["Masked"](config, rngs=nnx.Rngs(0))
+    got = np.asarray(masked(jnp.asarray(embeds), jnp.asarray(padding)))
+    assert got.dtype == np.bool_
+    want = expected.to(torch.bool).numpy()  # what MPT's line computes in torch
+    np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+    other = convert_source("import torch\nfrom somelib import make\n\n\ndef f(x):\n"
+                           "    return make(x).to(torch.float32)\n")
+    assert [d.rule for d in other.diagnostics if d.severity == "error"] == ["unknown-receiver"]
+    assert "# TODO(torch2jax): make(x).to(...)" in other.code

@@ -251,6 +251,12 @@ def library_class(name: str) -> Value | None:
     return CACHE if name.endswith("Cache") and name[:1].isupper() else None
 
 
+# transformers' mask functions (masking_utils): the attention mask, a tensor
+MASK_FUNCTIONS = frozenset({"create_causal_mask", "create_sliding_window_causal_mask",
+                            "create_bidirectional_mask", "create_chunked_causal_mask",
+                            "create_bidirectional_sliding_window_mask"})
+
+
 def library_function(qualified: str) -> Value | None:
     """What a library name not called yet is: ``ACT2FN`` (indexed) / ``get_activation``."""
     last = qualified.rsplit(".", 1)[-1]

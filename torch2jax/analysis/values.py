@@ -75,7 +75,13 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     library_class,
     library_function,
 )
-from torch2jax.analysis.value_kinds import ACTIVATION, LIBRARY_ATTRS, LIBRARY_METHODS, OUTPUT_FIELDS
+from torch2jax.analysis.value_kinds import (
+    ACTIVATION,
+    LIBRARY_ATTRS,
+    LIBRARY_METHODS,
+    MASK_FUNCTIONS,
+    OUTPUT_FIELDS,
+)
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp,
            cst.GeneratorExp)
@@ -379,6 +385,8 @@ class ValueFacts:
             return _BUILTIN_CALLS[q]
         if q.endswith(".get_activation") and library_function(q) is not None:
             return ACTIVATION  # get_activation(name): the function
+        if q.rsplit(".", 1)[-1] in MASK_FUNCTIONS and not q.startswith("torch."):
+            return TENSOR  # create_causal_mask(...).to(torch.bool)
         if q in ("builtins.max", "builtins.min", "builtins.sum", "builtins.abs"):
             args = [self.value(a.value) for a in node.args if not a.keyword]
             if any(v.kind == Kind.TENSOR for v in args):

@@ -763,8 +763,9 @@ class AttributesMixin:
         if q == "builtins.None" and not isinstance(recv, cst.Name):
             q = None  # (a - b).permute(1, 2, 0): libcst names the call of a parenthesised sum so
         if q and not q.startswith("torch") and "." in q and "<locals>" not in q \
-                and not q.startswith("self."):
-            # an imported module or object: os.path, np, math
+                and not q.startswith("self.") and not isinstance(recv, cst.Call):
+            # an imported module or object: os.path, np, math (what an imported function
+            # returns, create_causal_mask(...), is not known from its name)
             return False
         if q in ("math", "np", "numpy", "os", "random", "re", "json", "sys"):
             return False
