@@ -58,3 +58,18 @@ def embedding_function(site: Site) -> cst.BaseExpression:
     if site.get("scale_grad_by_freq") is not None and site.lit("scale_grad_by_freq") is not False:
         raise Untranslatable("F.embedding with scale_grad_by_freq= is not translated")
     return expr("jnp.take({w}, {i}, axis=0)", w=site.args.get("weight"), i=site.x())
+
+
+@special("masked_scatter")
+def masked_scatter(site: Site) -> cst.BaseExpression:
+    """``x.masked_scatter(mask, source)``: the elements of ``source``, in order, written where
+    ``mask`` (broadcast to ``x``) is True (the VLMs' ``inputs_embeds.masked_scatter(image_mask,
+    image_features)``). With static shapes: the k-th True position takes ``source``'s k-th
+    element, found by a running count of the mask."""
+    x = site.once(site.x(), "scattered", "masked_scatter's input")
+    mask = site.once(site.get("mask"), "scatter_mask", "masked_scatter's mask")
+    source = site.once(site.get("source"), "scatter_source", "masked_scatter's source")
+    where = site.once(expr("jnp.broadcast_to({m}, {x}.shape).reshape(-1)", m=mask, x=x),
+                      "scatter_where", "masked_scatter's mask")
+    return expr("jnp.where({w}, {s}.reshape(-1)[jnp.clip(jnp.cumsum({w}) - 1, 0, {s}.size - 1)]"
+                ".astype({x}.dtype), {x}.reshape(-1)).reshape({x}.shape)", w=where, s=source, x=x)
