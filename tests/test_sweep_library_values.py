@@ -362,3 +362,45 @@ def test_a_mask_made_by_transformers_is_a_tensor_and_other_results_are_marked(tm
                            "    return make(x).to(torch.float32)\n")
     assert [d.rule for d in other.diagnostics if d.severity == "error"] == ["unknown-receiver"]
     assert "# TODO(torch2jax): make(x).to(...)" in other.code
+
+
+LEVIT = '''
+import itertools
+
+import torch
+from torch import nn
+
+
+class AttentionBias(nn.Module):
+    """LeViT's attention biases: one per offset, gathered by indices built as a list and made a
+    tensor by the legacy ``torch.LongTensor(indices)``."""
+
+    def __init__(self, resolution=3, heads=2):
+        super().__init__()
+        points = list(itertools.product(range(resolution), range(resolution)))
+        offsets, indices = {}, []
+        for p1 in points:
+            for p2 in points:
+                offset = (abs(p1[0] - p2[0]), abs(p1[1] - p2[1]))
+                if offset not in offsets:
+                    offsets[offset] = len(offsets)
+                indices.append(offsets[offset])
+        n = len(points)
+        self.biases = nn.Parameter(torch.randn(heads, len(offsets)))
+        self.register_buffer("idxs", torch.LongTensor(indices).view(n, n), persistent=False)
+
+    def forward(self, scores):
+        return scores + self.biases[:, self.idxs]
+'''
+
+
+def test_a_legacy_long_tensor_of_a_list_verifies(tmp_path) -> None:
+    from torch2jax.verify.common import VerifyRequest
+    from torch2jax.verify.run import run_request
+
+    path = tmp_path / "levit_bias.py"
+    path.write_text(LEVIT)
+    r = run_request(VerifyRequest(target=f"{path}::AttentionBias", inputs=("float32[4,2,9,9]",)))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4

@@ -736,6 +736,10 @@ class CallsMixin:
     def _sequence_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The size arguments of a functional convolution that hold a tuple or list
         (``F.conv2d(x, w, None, self.stride)`` where ``self.stride`` is a tuple)."""
+        if self.values is not None and rule.special == "legacy_tensor":  # LongTensor(indices)
+            data = bind(original.args, rule.params).get("data")
+            return frozenset({"data"}) if data is not None and self.values.kind(data) in (
+                vk.Kind.TUPLE, vk.Kind.LIST) else frozenset()
         if self.values is None or rule.special not in ("conv_function",
                                                        "conv_transpose_function"):
             return frozenset()

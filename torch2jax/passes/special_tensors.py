@@ -24,6 +24,11 @@ def linalg_norm(site: Site) -> cst.BaseExpression:
     return call(site.rule.jax, *out)
 
 
+# the legacy constructors' dtypes (torch.Tensor and torch.FloatTensor: float32); int64 is
+# JAX's default integer width, int32, as everywhere in the translation
+_LEGACY_DTYPES = {"torch.LongTensor": "jnp.int32", "torch.BoolTensor": "jnp.bool_"}
+
+
 @special("legacy_tensor")
 def legacy_tensor(site: Site) -> cst.BaseExpression:
     """``torch.Tensor(2, 3)`` / ``torch.FloatTensor(n)``, torch's legacy constructors: sizes
@@ -32,17 +37,19 @@ def legacy_tensor(site: Site) -> cst.BaseExpression:
     no uninitialised memory); one list or tuple is data, ``jnp.asarray(data, jnp.float32)``.
     One other name may be either: marked."""
     first, rest = site.args.get("data"), site.args.extra_positional
+    dtype = _LEGACY_DTYPES.get(site.rule.torch, "jnp.float32")
     if first is None:
         raise Untranslatable(f"{site.rule.torch}() without arguments is not translated")
-    if isinstance(first, (cst.List, cst.Tuple)) and not rest:
-        return expr("jnp.asarray({d}, dtype=jnp.float32)", d=first)
+    if (isinstance(first, (cst.List, cst.Tuple)) or "data" in site.sequences) and not rest:
+        # (a name: one that value analysis knows holds a list, LeViT's indices)
+        return expr("jnp.asarray({d}, dtype=" + dtype + ")", d=first)
     config_size = isinstance(first, cst.Attribute) and code(first).startswith(
         ("config.", "self.config."))
     if rest or isinstance(first, (cst.Integer, cst.BinaryOperation)) or config_size or (
             "data" in site.scalars):  # dim = config.hidden_size; torch.Tensor(dim)
         sizes = [first, *rest]
         return expr("jnp.empty((" + ", ".join(code(n) for n in sizes)
-                    + ("," if len(sizes) == 1 else "") + "), dtype=jnp.float32)")
+                    + ("," if len(sizes) == 1 else "") + "), dtype=" + dtype + ")")
     raise Untranslatable(f"{site.rule.torch}({code(first)}): a size or data, unknown here "
                          "(write torch.empty(n) or torch.tensor(data))")
 
