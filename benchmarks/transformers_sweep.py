@@ -25,7 +25,8 @@ can be stopped and continued. The command::
     nice python benchmarks/transformers_sweep.py --jobs 2 --timeout 300 \\
         --jsonl sweep.jsonl --doc docs/transformers-sweep.md
 
-``--families llama,bert`` (directory names or file stems) and ``--limit N`` choose a subset;
+``--families llama,bert`` (directory names or file stems), ``--range 100:200`` (a slice of the
+file list, after ``--shuffle``) and ``--limit N`` choose a subset;
 ``--doc-only`` rewrites the doc from the rows of ``--jsonl``.
 """
 
@@ -95,6 +96,11 @@ SIZES = {
     **dict.fromkeys(("relative_attention_max_distance",), 16),
     **dict.fromkeys(("type_vocab_size",), 2),
 }
+# lists with one entry per stage of a hierarchical vision model (SegFormer, Swin, Hiera):
+# what kind of size each entry is
+STAGES = {**dict.fromkeys(("depths", "block_sizes"), "depth"),
+          **dict.fromkeys(("hidden_sizes", "embed_dims", "dims"), "width"),
+          **dict.fromkeys(("num_heads", "num_attention_heads"), "heads")}
 KV_HEADS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num")
 LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
                 "decoder_layers", "n_layers")
@@ -122,14 +128,16 @@ def shrink(config) -> dict:
             continue
         if key in SIZES and isinstance(value, int) and value > SIZES[key]:
             out[key] = SIZES[key]
-        elif key in ("depths", "hidden_sizes", "num_heads", "embed_dims", "dims",
-                     "block_sizes") and isinstance(value, list) and value and all(
-                         isinstance(v, int) for v in value):
-            n = min(len(value), 2)
-            base = {"depths": 1, "hidden_sizes": 8, "embed_dims": 8, "dims": 8,
-                    "num_heads": 2, "block_sizes": 1}[key]
-            out[key] = [base * (2 ** i) if key in ("hidden_sizes", "embed_dims", "dims")
-                        else base for i in range(n)]
+        elif key in ("image_size", "img_size", "input_size") and isinstance(value, list) and all(
+                isinstance(v, int) and v > 32 for v in value):
+            out[key] = [32] * len(value)  # an image size given as (height, width)
+        elif key in STAGES and isinstance(value, list) and value and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            # one entry per stage: the stage count kept (sibling lists, strides, patch sizes,
+            # ratios, have one entry per stage too), each entry made small
+            small = _stage_list(key, value)
+            if small != value:
+                out[key] = small
         elif (isinstance(value, list) and layers and len(value) == layers and layers > LAYERS
               and key not in ("depths",)):
             out[key] = _per_layer(value)
@@ -151,7 +159,28 @@ def shrink(config) -> dict:
         out["head_dim"] = max(width // heads, 1)
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
+    # a pattern of layer kinds repeated over the layers (RecurrentGemma's block_types,
+    # ["recurrent", "recurrent", "attention"]): as many layers as the pattern has, so that
+    # each kind is built (two layers would have no attention layer, which torch refuses)
+    pattern = max((len(v) for k, v in values.items() if isinstance(v, list) and layers
+                   and LAYERS < len(v) <= 4 and len(v) < layers and k not in STAGES
+                   and all(isinstance(x, str) for x in v) and len(set(v)) > 1), default=0)
+    if pattern:
+        key = next(k for k in LAYER_COUNTS if isinstance(values.get(k), int))
+        out[key] = pattern
     return out
+
+
+def _stage_list(key: str, values: list[int]) -> list[int]:
+    """A per-stage list of ``STAGES`` made small, its length kept: one block per stage,
+    widths 8, 16, 32, ... (doubling as torch's defaults do), at most two heads a stage (one
+    where the default has one, so that the widths stay divisible)."""
+    kind = STAGES[key]
+    if kind == "depth":
+        return [1] * len(values)
+    if kind == "heads":
+        return [min(v, 2) for v in values]
+    return [min(v, 8 * 2 ** i) for i, v in enumerate(values)]
 
 
 def _per_layer(values: list) -> list:
@@ -365,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--families", default="", help="comma-separated directory names or stems")
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--range", default="", help="START:STOP of the (shuffled) file list: "
+                        "a long sweep in parts, run one after another or on several machines")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per family")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--jsonl", default="", help="append each row here (and --resume from it)")
@@ -386,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
         files = [p for p in files if p.parent.name in wanted or family_of(p) in wanted]
     if args.shuffle:
         random.Random(0).shuffle(files)
+    if args.range:
+        start, _, stop = args.range.partition(":")
+        files = files[int(start or 0):int(stop) if stop else None]
     if args.limit:
         files = files[:args.limit]
     rows: list[dict] = []

@@ -1095,6 +1095,17 @@ class PreTrainedModel(nnx.Module):
     def dtype(self, value: Any) -> None:
         vars(self)["_dtype"] = value
 
+    def get_output_embeddings(self) -> Any:
+        """The head, ``lm_head``, where the model has one and an input embedding (else None,
+        as transformers answers for base models and backbones)."""
+        if getattr(self, "lm_head", None) is None:
+            return None
+        try:
+            self.get_input_embeddings()
+        except NotImplementedError:
+            return None
+        return self.lm_head
+
     def get_input_embeddings(self) -> Any:
         """The token embedding, where transformers finds it: the ``_input_embed_layer``
         attribute (``embed_tokens``) here, in ``embeddings``, in ``model``, else what the

@@ -167,6 +167,10 @@ _MODULE_METHODS: dict[str, Value] = {
     "float": MODULE, "half": MODULE, "double": MODULE, "bfloat16": MODULE,
     "requires_grad_": MODULE, "apply": MODULE, "zero_grad": NONE, "register_buffer": NONE,
     "register_parameter": NONE, "add_module": NONE, "extra_repr": SCALAR,
+    # transformers' PreTrainedModel: the embedding layers and the towers it holds (modules of
+    # no class the analysis knows: not the receiver's)
+    **dict.fromkeys(("get_input_embeddings", "get_output_embeddings", "get_decoder",
+                     "get_encoder"), Value(Kind.MODULE, cls="<submodule>")),
 }
 _MODULE_PARAM_ATTRS = {"weight", "bias", "running_mean", "running_var", "in_proj_weight",
                        "in_proj_bias", "weight_ih_l0", "weight_hh_l0", "bias_ih_l0",
@@ -193,6 +197,9 @@ _ANY_RECEIVER_METHODS: dict[str, Value] = {
     "state_dict": DICT, "param_groups": Value(Kind.LIST, item=DICT), "parse_args": CONFIG,
     "items": Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(SCALAR, UNKNOWN))),
     "keys": Value(Kind.OBJECT, item=SCALAR), "get_last_lr": Value(Kind.LIST, item=SCALAR),
+    # a transformers model's (a tower built by AutoModel.from_config)
+    **{m: _MODULE_METHODS[m] for m in ("get_input_embeddings", "get_output_embeddings",
+                                       "get_decoder", "get_encoder")},
 }
 # tensor methods whose first argument is a boolean tensor mask
 _MASK_METHODS = {"masked_fill", "masked_fill_", "masked_scatter", "masked_scatter_",
@@ -211,4 +218,59 @@ _BUILTIN_CALLS: dict[str, Value] = {
     "builtins.type": OBJECT, "builtins.object": OBJECT, "builtins.super": OBJECT,
     "argparse.ArgumentParser": OBJECT, "types.SimpleNamespace": CONFIG,
     "argparse.Namespace": CONFIG,
+}
+
+# ---- transformers' machinery that modeling files use on tensors ------------------------------
+# a KV cache (``past_key_values: Cache | None``, ``isinstance(c, EncoderDecoderCache)``) and one
+# of its layers (``cache.layers[i]``): objects of no class of the file, named by a class name
+# that no file class has (a dot)
+CACHE = Value(Kind.OBJECT, cls="<transformers.Cache>")
+CACHE_LAYER = Value(Kind.OBJECT, cls="<transformers.CacheLayer>")
+# ``ACT2FN[name]`` / ``get_activation(name)``: a function of a tensor that gives a tensor
+ACTIVATION = Value(Kind.FUNCTION, cls="<transformers.activation>")
+LIBRARY_METHODS: dict[tuple[str | None, str], Value] = {
+    (CACHE.cls, "update"): Value(Kind.TUPLE, items=(TENSOR, TENSOR)),  # the keys and values
+    (CACHE.cls, "get_seq_length"): SCALAR, (CACHE.cls, "get_max_cache_shape"): SCALAR,
+    (CACHE.cls, "get_query_offset"): SCALAR, (CACHE.cls, "is_recording_past"): SCALAR,
+    (CACHE.cls, "has_previous_state"): SCALAR,
+    # a state-space layer's convolution and recurrent states (Mamba's, the hybrids')
+    **{(CACHE.cls, m): TENSOR for m in ("update_conv_state", "get_conv_state",
+                                        "update_recurrent_state", "get_recurrent_state")},
+}
+LIBRARY_ATTRS: dict[tuple[str | None, str], Value] = {
+    (CACHE.cls, "self_attention_cache"): CACHE, (CACHE.cls, "cross_attention_cache"): CACHE,
+    (CACHE.cls, "layers"): Value(Kind.LIST, item=CACHE_LAYER),
+    (CACHE.cls, "is_updated"): DICT, (CACHE_LAYER.cls, "keys"): TENSOR,
+    (CACHE_LAYER.cls, "values"): TENSOR,
+}
+
+
+def library_class(name: str) -> Value | None:
+    """An instance of transformers' class ``name`` (the last part of a qualified name
+    imported from a library other than torch), where the analysis knows the class."""
+    return CACHE if name.endswith("Cache") and name[:1].isupper() else None
+
+
+# transformers' mask functions (masking_utils): the attention mask, a tensor
+MASK_FUNCTIONS = frozenset({"create_causal_mask", "create_sliding_window_causal_mask",
+                            "create_bidirectional_mask", "create_chunked_causal_mask",
+                            "create_bidirectional_sliding_window_mask"})
+
+
+def library_function(qualified: str) -> Value | None:
+    """What a library name not called yet is: ``ACT2FN`` (indexed) / ``get_activation``."""
+    last = qualified.rsplit(".", 1)[-1]
+    return ACTIVATION if last in ("ACT2FN", "get_activation") and (
+        not qualified.startswith("torch.")) else None
+# the fields of transformers' model outputs (ModelOutput dataclasses) read from what a module
+# call gave, which the analysis takes for a tensor (``self.vision_tower(x).pooler_output``):
+# no tensor has these attributes
+OUTPUT_FIELDS: dict[str, Value] = {
+    **dict.fromkeys(("last_hidden_state", "pooler_output", "logits", "image_embeds",
+                     "text_embeds", "audio_embeds", "image_hidden_states", "start_logits",
+                     "end_logits", "encoder_last_hidden_state", "prediction_logits"), TENSOR),
+    **dict.fromkeys(("hidden_states", "attentions", "cross_attentions",
+                     "encoder_hidden_states", "decoder_hidden_states", "encoder_attentions",
+                     "decoder_attentions", "feature_maps"), Value(Kind.TUPLE, item=TENSOR)),
+    "past_key_values": CACHE,
 }

@@ -53,16 +53,21 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     _TORCH_SCALARS,
     _TORCH_TUPLES,
     _USE_EVIDENCE,
+    ACTIVATION,
     CONFIG,
     DICT,
     DTYPE,
     FUNCTION,
+    LIBRARY_ATTRS,
+    LIBRARY_METHODS,
     LIST,
+    MASK_FUNCTIONS,
     MODULE,
     NON_TENSOR,
     NONE,
     NUMPY,
     OBJECT,
+    OUTPUT_FIELDS,
     PARAM,
     SCALAR,
     SHARED_METHODS,
@@ -72,6 +77,8 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     Kind,
     Value,
     _join,
+    library_class,
+    library_function,
 )
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp,
@@ -272,8 +279,8 @@ class ValueFacts:
             return DTYPE if q in TORCH_DTYPES else OBJECT  # torch.float32, torch.nn.functional
         attr = node.attr.value
         base = self.value(node.value)
-        if base.kind == Kind.TENSOR:
-            return _TENSOR_ATTRS.get(attr, UNKNOWN)
+        if base.kind == Kind.TENSOR:  # (a module's output: outputs.logits)
+            return _TENSOR_ATTRS.get(attr, OUTPUT_FIELDS.get(attr, UNKNOWN))
         if base.kind == Kind.MODULE:
             if base.cls is not None:
                 found = self._class_attr(base.cls, attr)
@@ -289,10 +296,14 @@ class ValueFacts:
         if base.kind == Kind.LOADER:
             return OBJECT if attr == "dataset" else SCALAR if attr == "batch_size" else UNKNOWN
         if base.kind == Kind.CONFIG:
-            return SCALAR if base.cls is None else (self._class_attr(base.cls, attr)
-                                                    or SCALAR)
+            found = self._class_attr(base.cls, attr) if base.cls is not None else None
+            if base.cls and attr in OUTPUT_FIELDS and found in (None, NONE):  # an output's
+                return OUTPUT_FIELDS[attr]  # field (``logits: torch.Tensor | None = None``)
+            return found or SCALAR
         if base == NUMPY:
             return NUMPY if attr == "T" else OBJECT  # (a.shape, a.dtype, a.size)
+        if (base.cls, attr) in LIBRARY_ATTRS:  # cache.layers, layer.keys
+            return LIBRARY_ATTRS[base.cls, attr]
         if base.kind == Kind.OBJECT and base.cls is not None:
             return self._class_attr(base.cls, attr) or UNKNOWN
         if attr == "param_groups":
@@ -300,9 +311,14 @@ class ValueFacts:
         if base.kind == Kind.OBJECT and base.cls is None and not isinstance(node.value,
                                                                             cst.Call):
             return OBJECT  # np.random, os.path, wandb.run
+        if base.kind in (Kind.UNKNOWN, Kind.PARAM) and attr in OUTPUT_FIELDS:
+            return OUTPUT_FIELDS[attr]  # what a tower of no known class gave
         return UNKNOWN
 
     def _subscript(self, node: cst.Subscript) -> Value:
+        q = self._q(node.value) if isinstance(node.value, cst.Name) else None
+        if q is not None and library_function(q) is not None:
+            return library_function(q)  # ACT2FN[config.hidden_act]
         base = self.value(node.value)
         if base.kind == Kind.TENSOR:
             return TENSOR
@@ -316,8 +332,7 @@ class ValueFacts:
                 index = -int(literal.expression.value)
         elif base.kind in (Kind.LIST, Kind.TUPLE):
             return base  # a slice of a list is a list
-        if base.kind == Kind.OBJECT and base.item is not None and base.item.kind == \
-                Kind.TUPLE and base.cls is None and base.items is None:
+        if base.kind == Kind.OBJECT and base.item is not None and base.item.kind == Kind.TUPLE:
             return base.item  # an item of a TensorDataset
         if base.kind in (Kind.LIST, Kind.TUPLE, Kind.DICT, Kind.OBJECT):
             if base.items is not None and index is not None and index < 0:
@@ -346,6 +361,8 @@ class ValueFacts:
         if isinstance(func, cst.Attribute):
             return self._method_call(node, func)
         callee = self.value(func)
+        if callee == ACTIVATION:
+            return TENSOR  # ACT2FN[name](x)
         if callee.kind == Kind.MODULE:
             return TENSOR  # model(x), self.layer(x), block(x)
         if callee.kind == Kind.FUNCTION and isinstance(func, cst.Name):
@@ -366,6 +383,10 @@ class ValueFacts:
             return UNKNOWN
         if q in _BUILTIN_CALLS:
             return _BUILTIN_CALLS[q]
+        if q.endswith(".get_activation") and library_function(q) is not None:
+            return ACTIVATION  # get_activation(name): the function
+        if q.rsplit(".", 1)[-1] in MASK_FUNCTIONS and not q.startswith("torch."):
+            return TENSOR  # create_causal_mask(...).to(torch.bool)
         if q in ("builtins.max", "builtins.min", "builtins.sum", "builtins.abs"):
             args = [self.value(a.value) for a in node.args if not a.keyword]
             if any(v.kind == Kind.TENSOR for v in args):
@@ -432,9 +453,8 @@ class ValueFacts:
             return Value(Kind.OPTIMIZER)
         if q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"):
             return Value(Kind.LOADER)
-        if q in ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"
-                 ) and node.args and not any(a.star or a.keyword for a in node.args):
-            # its items are tuples of one row of each tensor (dataset[i][0] is a tensor)
+        if q.endswith(".TensorDataset") and not any(a.star or a.keyword for a in node.args):
+            # its items: tuples of one row of each tensor (dataset[i][0] is a tensor)
             return Value(Kind.OBJECT, item=Value(Kind.TUPLE, items=(TENSOR,) * len(node.args)))
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer",
                  "torch.nn.parameter.Buffer"):
@@ -504,6 +524,8 @@ class ValueFacts:
             if meth in _NUMPY_SCALAR_METHODS:
                 return SCALAR
             return Value(Kind.LIST, item=UNKNOWN) if meth == "tolist" else NUMPY
+        if (base.cls, meth) in LIBRARY_METHODS:  # cache.update(k, v, i): the keys, values
+            return LIBRARY_METHODS[base.cls, meth]
         if base.kind in (Kind.OBJECT, Kind.CONFIG) and base.cls is not None:
             method = self._method(base.cls, meth)
             return self._returned(method) if method is not None else UNKNOWN
@@ -647,7 +669,9 @@ class ValueFacts:
             return None
         if isinstance(cls, cst.Name) and cls.value in self.module_classes:
             return None
-        return OBJECT if "." in q else None  # a class imported from another library
+        if "." not in q:
+            return None
+        return library_class(q.rsplit(".", 1)[-1]) or OBJECT  # a class of another library
 
     def _reaching(self, read: cst.Name, assignments: list[Assignment]) -> list[Assignment]:
         """The assignments of the read's own scope that reach it in straight-line code: the
@@ -895,7 +919,8 @@ class ValueFacts:
                 "torch.", "builtins.", "typing.", "collections.", "numpy.", "jax.")) and (
                 node.value not in self.module_classes and "<locals>" not in q):
             # a class imported from another library (cache: Cache | None): not a tensor
-            return CONFIG if node.value.endswith("Config") else OBJECT
+            return library_class(node.value) or (
+                CONFIG if node.value.endswith("Config") else OBJECT)
         return None
 
     def _from_call_sites(self, fn: cst.FunctionDef, cls: cst.ClassDef | None,

@@ -45,6 +45,9 @@ class Site:
     # arguments that hold a tuple or list (kernel_size=patch_size, where patch_size is
     # ``p if isinstance(p, Iterable) else (p, p)``): value analysis
     sequences: frozenset[str] = frozenset()
+    # arguments that hold a Python number (torch.Tensor(dim), dim = config.hidden_size):
+    # value analysis
+    scalars: frozenset[str] = frozenset()
     # binds an expression to a fresh name and returns the name: a tensor the translation reads
     # twice. The binding is a statement before the current one where that keeps the order and
     # the count of evaluation, else a walrus at the name's first read in the translation

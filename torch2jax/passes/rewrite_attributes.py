@@ -728,8 +728,18 @@ class AttributesMixin:
     def _receiver_unsure(self, recv: cst.BaseExpression, meth: str) -> bool:
         """``recv.meth(...)`` where the value analysis cannot see what ``recv`` is and
         ``meth`` is also a method of other objects (``run.log``): marked, not rewritten."""
-        return (self.values is not None and meth in vk.SHARED_METHODS
-                and self.values.kind(recv) == vk.Kind.UNKNOWN)
+        if self.values is None or self.values.kind(recv) != vk.Kind.UNKNOWN:
+            return False
+        return meth in vk.SHARED_METHODS or self._imported_result(recv)
+
+    def _imported_result(self, recv: cst.BaseExpression) -> bool:
+        """What a function of another library returns (``Image.open(p)``,
+        ``make_mask(...)``): any method on it is marked when its kind is not known."""
+        if not isinstance(recv, cst.Call):
+            return False
+        q = self.q(recv)
+        return bool(q) and not q.startswith("torch") and "." in q and "<locals>" not in q \
+            and not q.startswith("self.")
 
     def _array_target(self, base: cst.BaseExpression) -> str:
         """``base[i] = v``: "array" (rebind it with .at[i].set(v)), "python" (a dict, list,
@@ -763,8 +773,9 @@ class AttributesMixin:
         if q == "builtins.None" and not isinstance(recv, cst.Name):
             q = None  # (a - b).permute(1, 2, 0): libcst names the call of a parenthesised sum so
         if q and not q.startswith("torch") and "." in q and "<locals>" not in q \
-                and not q.startswith("self."):
-            # an imported module or object: os.path, np, math
+                and not q.startswith("self.") and not isinstance(recv, cst.Call):
+            # an imported module or object: os.path, np, math (what an imported function
+            # returns, create_causal_mask(...), is not known from its name)
             return False
         if q in ("math", "np", "numpy", "os", "random", "re", "json", "sys"):
             return False

@@ -643,7 +643,8 @@ class CallsMixin:
         site = Site(rule=rule, args=b, unpack=self._unpack.get(id(original)),
                     target=self.target.name, defined=self.index.defined,
                     optional=self._optional_args(original, rule),
-                    sequences=self._sequence_args(original, rule))
+                    sequences=self._sequence_args(original, rule),
+                    scalars=self._scalar_args(original, rule))
         given = bind(original.args, rule.params) if len(original.args) == len(updated.args) \
             else BoundArgs()
         pairs = [(b.get(k), given.get(k)) for k in b.named if given.get(k) is not None]
@@ -778,12 +779,25 @@ class CallsMixin:
     def _sequence_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The size arguments of a functional convolution that hold a tuple or list
         (``F.conv2d(x, w, None, self.stride)`` where ``self.stride`` is a tuple)."""
+        if self.values is not None and rule.special == "legacy_tensor":  # LongTensor(indices)
+            data = bind(original.args, rule.params).get("data")
+            return frozenset({"data"}) if data is not None and self.values.kind(data) in (
+                vk.Kind.TUPLE, vk.Kind.LIST) else frozenset()
         if self.values is None or rule.special not in ("conv_function",
                                                        "conv_transpose_function"):
             return frozenset()
         given = bind(original.args, rule.params)
         return frozenset(k for k in ("stride", "padding", "dilation") if given.get(k) is not None
                          and self.values.kind(given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
+
+    def _scalar_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
+        """The first argument of a legacy constructor (``torch.Tensor(dim)``) when it holds a
+        Python number: a size, not data."""
+        if self.values is None or rule.special != "legacy_tensor":
+            return frozenset()
+        first = bind(original.args, rule.params).get("data")
+        return frozenset({"data"}) if first is not None and self.values.kind(first) == (
+            vk.Kind.SCALAR) else frozenset()
 
     def _function_as_method(self, original: cst.Call, updated: cst.Call,
                             name: str) -> cst.BaseExpression | None:
