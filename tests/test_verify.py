@@ -503,3 +503,17 @@ def test_build_calls_helpers_that_the_conversion_gave_rngs(tmp_path):
     assert r.error is None and r.passed, (r.error, r.mismatch)
     assert r.grad_max_rel_diff < 1e-5
     assert "16 tensors transferred" in " ".join(r.notes), r.notes  # make_layers' too
+
+
+def test_a_forward_that_cannot_be_traced_in_float64_is_an_error(tmp_path):
+    """The float64 pass traces the JAX forward before running it (check_float64): a forward
+    that cannot be traced (a Python int of a traced value) was a raw traceback out of verify
+    (timm's deit in the sweep's float64-only pass); it is the case's error, naming the stage."""
+    source = ("import torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n"
+              "    def __init__(self):\n        super().__init__()\n"
+              "        self.fc = nn.Linear(4, 4)\n\n    def forward(self, x):\n"
+              "        n = int(x.sum() > 0)\n        return self.fc(x) * n\n")
+    (tmp_path / "traced.py").write_text(source)
+    r = verify(f"{tmp_path / 'traced.py'}::M", inputs=["float32[2,4]"], float64=True)
+    assert not r.passed and r.error is not None
+    assert "the JAX forward pass traced in float64 failed: ConcretizationTypeError" in r.error

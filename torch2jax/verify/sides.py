@@ -191,7 +191,8 @@ def check_forward(side: JaxSide, r: VerifyResult, req: Any, module: ModuleType, 
         compare_expression_inputs(r, torch_in, jax_in, specs)
     r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
     if req.float64:  # before torch's pass, which may not run in float64 (grouped_mm)
-        side.check_float64(model, jax_in, specs)
+        with stage("the JAX forward pass traced in float64"):
+            side.check_float64(model, jax_in, specs)
     with stage("the torch forward pass"), torch.no_grad():
         torch_out = call_with(torch_model, torch_in, specs)
     torch_leaves = [(k, torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
