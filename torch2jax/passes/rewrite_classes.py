@@ -276,9 +276,19 @@ class ModuleClassMixin:
         submodule: for m in self.mlp.modules(), swin's init); for _n, m in
         self.named_modules() whose loop never reads the name likewise (timm's init)"""
         owner = m.Name("self") | m.Attribute(value=m.Name("self"))
-        if (self.target.stateful_modules and self.in_module_class()
+        modules = m.matches(original_node.iter, m.Call(func=m.Attribute(
+            attr=m.Name("modules")), args=[])) and isinstance(original_node.target, cst.Name)
+        # (also a model of a script or function: for m in net.modules())
+        of_a_model = modules and not self._class_stack and self.values is not None and \
+            self.values.kind(original_node.iter.func.value) == vk.Kind.MODULE
+        if of_a_model and not self.target.stateful_modules:
+            self.diag(original_node, "modules", "error", "for m in model.modules(): the "
+                      f"modules of a {self.target.name} model are not walked this way")
+            return updated_node
+        if (self.target.stateful_modules and (self.in_module_class() or of_a_model)
                 and m.matches(original_node.iter, m.Call(func=m.Attribute(
-                    value=owner, attr=m.Name("modules")), args=[]))
+                    value=owner if not of_a_model else m.DoNotCare(),
+                    attr=m.Name("modules")), args=[]))
                 and isinstance(original_node.target, cst.Name)):
             self.need("nnx")
             return updated_node.with_changes(
