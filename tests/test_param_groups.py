@@ -229,3 +229,23 @@ def test_other_lines_reading_the_parameters_stay(tmp_path) -> None:
         out[side] = subprocess.run([sys.executable, str(tmp_path / f"script_{side}.py")],
                                    capture_output=True, text=True, check=True).stdout
     assert out["jax"] == out["torch"] == "params: 15\nmoved: 15\n"
+
+
+def test_a_group_lr_read_is_that_groups(tmp_path) -> None:
+    """``optimizer.param_groups[i]['lr']`` of per-group options reads group i's rate (it read
+    the optimizer's default lr, silently); an index known only at run time is marked."""
+    loop = FOR.format(clip="") + ("\n    print(optimizer.param_groups[0]['lr'], "
+                                  "optimizer.param_groups[1]['lr'], "
+                                  "optimizer.param_groups[-1]['lr'])")
+    source = PROGRAM.format(setup=BY_MODULE, loop=loop) + "\n\ntrain(2)\n"
+    result = convert_source(source, path="lrs.py", target="nnx")
+    assert "TODO(torch2jax)" not in result.code, result.code
+    out = {}
+    for side, text in (("torch", source), ("jax", result.code)):
+        (tmp_path / f"lrs_{side}.py").write_text(text)
+        out[side] = subprocess.run([sys.executable, str(tmp_path / f"lrs_{side}.py")],
+                                   capture_output=True, text=True, check=True).stdout
+    assert out["jax"] == out["torch"] == "0.05 0.01 0.01\n"
+    unknown = source.replace("param_groups[0]['lr']", "param_groups[steps % 2]['lr']")
+    result = convert_source(unknown, path="lrs.py", target="nnx")
+    assert any(d.rule == "param_groups" and d.severity == "error" for d in result.diagnostics)

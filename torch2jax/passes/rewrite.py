@@ -157,6 +157,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         # self.fc.weight.data read for its values in a module's method: detached
         self._detached_weight_reads: set[int] = set()
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
+        # optimizer var -> each parameter group's lr (optax.multi_transform: fixed per group)
+        self._group_lrs: dict[str, list[cst.BaseExpression]] = {}
         self._deferred: dict[str, cst.BaseSmallStatement] = {}  # scheduler -> optimizer stmt
         self._schedules: dict[str, object] = {}  # scheduler var -> translated Schedule
         self._plateaus: dict[str, object] = {}  # ReduceLROnPlateau vars

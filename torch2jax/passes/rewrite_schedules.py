@@ -97,6 +97,8 @@ class SchedulesMixin:
             sched.inline = inline
         if site.name:  # (aliases in other scopes read the lr from the optimizer)
             self._opt_lr[site.name] = opt.lr
+            if multi is not None:
+                self._group_lrs[site.name] = [g.options.get("lr", opt.lr) for g in site.groups]
         clip = site.clip
         # OneCycleLR's cycle_momentum: the momentum / beta1 schedule is injected with the
         # optimizer (the scheduler line itself only gives the learning-rate schedule)
@@ -425,5 +427,12 @@ class SchedulesMixin:
         if sched is not None:
             quote = self._string_quote()
             return expr(self._lr_slot(name, quote))
+        lrs = self._group_lrs.get(name)
+        if lrs is not None:  # param_groups[i]["lr"]: group i's own
+            index = try_literal(getattr(node.value.slice[0].slice, "value", None), ...) if len(
+                node.value.slice) == 1 else ...
+            if isinstance(index, int) and -len(lrs) <= index < len(lrs):
+                return lrs[index]
+            return None
         lr = self._opt_lr.get(name)
         return lr
