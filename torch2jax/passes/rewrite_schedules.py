@@ -73,8 +73,12 @@ class SchedulesMixin:
         if site.groups is not None:
             if not self.target.stateful_modules and any(
                     g.names is not None or g.paths is not None for g in site.groups):
-                raise Untranslatable("parameter groups selected by torch's parameter names "
-                                     "or by submodule: translated for NNX and equinox, not "
+                if any(g.names is not None for g in site.groups):
+                    raise Untranslatable("parameter groups selected by torch's parameter "
+                                         f"names: translated for NNX only, not "
+                                         f"{self.target.name}", rule="param-groups")
+                raise Untranslatable("parameter groups selected by submodule or by a list of "
+                                     "parameters: translated for NNX and equinox, not "
                                      f"{self.target.name}", rule="param-groups")
             try:
                 overrides, mask = tr.group_mask(site.groups, opt)
