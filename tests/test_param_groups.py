@@ -218,16 +218,22 @@ print("moved:", sum(int((p != b).sum()) for p, b in zip(model.parameters(), befo
 '''
 
 
+def _printed(tmp_path: Path, name: str, source: str, converted: str) -> dict[str, str]:
+    """What the torch script and its conversion print, each run as a program."""
+    out = {}
+    for side, text in (("torch", source), ("jax", converted)):
+        (tmp_path / f"{name}_{side}.py").write_text(text)
+        out[side] = subprocess.run([sys.executable, str(tmp_path / f"{name}_{side}.py")],
+                                   capture_output=True, text=True, check=True).stdout
+    return out
+
+
 def test_other_lines_reading_the_parameters_stay(tmp_path) -> None:
     """A parameter count and a copy of the weights in the script that builds the groups were
     removed as group lines (the print silently; the copy kept with a TODO)."""
     result = convert_source(SCRIPT, path="script.py", target="nnx")
     assert "TODO(torch2jax)" not in result.code, result.code
-    out = {}
-    for side, text in (("torch", SCRIPT), ("jax", result.code)):
-        (tmp_path / f"script_{side}.py").write_text(text)
-        out[side] = subprocess.run([sys.executable, str(tmp_path / f"script_{side}.py")],
-                                   capture_output=True, text=True, check=True).stdout
+    out = _printed(tmp_path, "script", SCRIPT, result.code)
     assert out["jax"] == out["torch"] == "params: 15\nmoved: 15\n"
 
 
@@ -240,11 +246,7 @@ def test_a_group_lr_read_is_that_groups(tmp_path) -> None:
     source = PROGRAM.format(setup=BY_MODULE, loop=loop) + "\n\ntrain(2)\n"
     result = convert_source(source, path="lrs.py", target="nnx")
     assert "TODO(torch2jax)" not in result.code, result.code
-    out = {}
-    for side, text in (("torch", source), ("jax", result.code)):
-        (tmp_path / f"lrs_{side}.py").write_text(text)
-        out[side] = subprocess.run([sys.executable, str(tmp_path / f"lrs_{side}.py")],
-                                   capture_output=True, text=True, check=True).stdout
+    out = _printed(tmp_path, "lrs", source, result.code)
     assert out["jax"] == out["torch"] == "0.05 0.01 0.01\n"
     unknown = source.replace("param_groups[0]['lr']", "param_groups[steps % 2]['lr']")
     result = convert_source(unknown, path="lrs.py", target="nnx")
