@@ -367,3 +367,27 @@ def unnamed_modules_loop(loop: cst.CSTNode) -> bool:
     name = loop.target.elements[0].value.value
     return not any(m.findall(part, m.Name(name)) for part in (loop.body, loop.orelse) if part)
 
+
+class RenameNames(cst.CSTTransformer):
+    """The names of ``names`` renamed where they are read or assigned; attribute and keyword
+    names left alone (``p.dim()`` with ``{"dim": ...}`` keeps its method)."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return False  # (only the receiver is a name: renamed in leave_Attribute)
+
+    def leave_Attribute(self, original_node, updated_node):
+        return updated_node.with_changes(value=original_node.value.visit(self))
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        return True
+
+    def leave_Arg(self, original_node, updated_node):
+        return updated_node.with_changes(keyword=original_node.keyword)
+
+    def leave_Name(self, original_node, updated_node):
+        new = self.names.get(original_node.value)
+        return updated_node.with_changes(value=new) if new else updated_node

@@ -13,6 +13,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
+from torch2jax.passes.common import RenameNames
 
 
 def summable_backwards(stmts: list) -> bool:
@@ -51,31 +52,6 @@ def _touches_grads(stmt: cst.CSTNode) -> bool:
                         | m.Name("clip_grad_norm_") | m.Name("clip_grad_value_")))
 
 
-class _Rename(cst.CSTTransformer):
-    """Names read (and, with ``targets``, assigned) renamed; attribute and keyword names
-    left alone."""
-
-    def __init__(self, names: dict[str, str]) -> None:
-        self.names = names
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # (only the receiver is a name read; done in leave)
-        return False
-
-    def leave_Attribute(self, original_node, updated_node):
-        return updated_node.with_changes(value=original_node.value.visit(self))
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        return True
-
-    def leave_Arg(self, original_node, updated_node):
-        return updated_node.with_changes(keyword=original_node.keyword)
-
-    def leave_Name(self, original_node, updated_node):
-        new = self.names.get(original_node.value)
-        return updated_node.with_changes(value=new) if new else updated_node
-
-
 def _single_assignments(region: list, taken: set[str]) -> list | None:
     """The region with each name it assigns more than once renamed at all but its last
     assignment (``output`` of the real batch, then of the fake one: ``output_1``, then
@@ -98,10 +74,10 @@ def _single_assignments(region: list, taken: set[str]) -> list | None:
     out = []
     for st in region:
         if not isinstance(st, cst.SimpleStatementLine):
-            out.append(st.visit(_Rename(current)))
+            out.append(st.visit(RenameNames(current)))
             continue
         new = st.with_changes(body=[st.body[0].with_changes(value=st.body[0].value.visit(
-            _Rename(current)))])
+            RenameNames(current)))])
         if isinstance(st.body[0], cst.Assign):
             target = st.body[0].targets[0].target
             for name in tr.names_of(target).used:
@@ -112,7 +88,7 @@ def _single_assignments(region: list, taken: set[str]) -> list | None:
                     current[name] = fresh
                 else:
                     current.pop(name, None)
-            renamed = target.visit(_Rename({n: current[n] for n in tr.names_of(target).used
+            renamed = target.visit(RenameNames({n: current[n] for n in tr.names_of(target).used
                                             if n in current}))
             new = new.with_changes(body=[new.body[0].with_changes(
                 targets=[new.body[0].targets[0].with_changes(target=renamed)])])

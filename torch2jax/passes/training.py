@@ -27,6 +27,7 @@ import libcst.matchers as m
 from torch2jax.analysis.host import GENERATOR
 from torch2jax.analysis.walk import NoAttributeHooks, findall, visit
 from torch2jax.passes.common import (
+    RenameNames,
     Untranslatable,
     add_kwonly_param,
     arg,
@@ -857,16 +858,6 @@ def group_mask(groups, build) -> tuple[dict[str, cst.BaseExpression],
     return overrides, mask
 
 
-class _Rename(cst.CSTTransformer):
-    def __init__(self, old: str, new: str) -> None:
-        super().__init__()
-        self.old, self.new = old, new
-
-    def leave_Name(self, original_node, updated_node):
-        return updated_node.with_changes(value=self.new) if updated_node.value == self.old \
-            else updated_node
-
-
 def _group_test(group) -> str | None:
     """The condition on ``(path, p)`` (a parameter's key path and array) that selects the
     group's parameters; None: every parameter."""
@@ -878,7 +869,7 @@ def _group_test(group) -> str | None:
         return " or ".join(tests) if len(tests) == 1 else "(" + " or ".join(tests) + ")"
     if group.predicate is None:
         return None
-    return predicate_text(group.predicate.visit(_Rename(group.param, "p")))
+    return predicate_text(group.predicate.visit(RenameNames({group.param: "p"})))
 
 
 def group_transform(groups, opt) -> cst.BaseExpression:
