@@ -264,7 +264,7 @@ class LayersMixin:
             outer = self.get_metadata(ParentNodeProvider, parent, None)
             if (isinstance(outer, cst.Call) and outer.args and outer.args[0] is parent
                     and self.q(outer.func) == "functools.partial"
-                    and rule.special in ("batch_norm", "layer_norm")):
+                    and rule.special in ("batch_norm", "layer_norm", "activation_with_args")):
                 return None  # partial(nn.LayerNorm, eps=1e-6): translated as a whole
         if isinstance(parent, (cst.Arg, cst.Element)):
             grand = self.get_metadata(ParentNodeProvider, parent, None)
@@ -627,6 +627,18 @@ class LayersMixin:
         if rule is not None and _activation_value(rule) is not None and all(
                 a.keyword and a.keyword.value == "inplace" for a in original.args[1:]):
             return _activation_value(rule)  # partial(nn.SiLU, inplace=True): the function
+        if rule is not None and rule.special == "activation_with_args" and (
+                self.target.layer_column in rule.targets):
+            # partial(nn.LeakyReLU, 0.1): the function with its arguments, as the layer built
+            # with them (the calls of an activation factory give the function back)
+            b = bind(original.args[1:], rule.params)
+            if b.star or set(b.named) - set(rule.params):
+                raise Untranslatable(f"partial({rule.torch}, ...) with arguments not known",
+                                     rule=rule.id)
+            out = SPECIALS["activation_with_args"](Site(rule, b, target=self.target.layer_column))
+            self._note_imports(out)
+            self.need("partial")
+            return out
         if rule is not None and rule.special == "layer_norm":
             return self._partial_layer_norm(original, rule)
         if rule is None or rule.special != "batch_norm":

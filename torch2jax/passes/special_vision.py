@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from torch2jax.passes.common import Untranslatable, arg, call, code, expr, is_simple, py
+from torch2jax.passes.common import (
+    Untranslatable,
+    arg,
+    call,
+    code,
+    expr,
+    is_simple,
+    py,
+    try_literal,
+)
 from torch2jax.passes.registry import Site, spatial_dims, special, tuple_of
 
 # --------------------------------------------------------------------------------------------
@@ -495,3 +504,46 @@ def random_fill(site: Site) -> cst.BaseExpression:
         f"x.{site.rule.torch}(...) fills x in place from torch's global random generator: "
         f"draw it with {site.rule.jax}(key, ...) from an explicit key (an nnx.Rngs stream of "
         "the module that calls this)")
+
+
+# --------------------------------------------------------------------------------------------
+# Padding layers (ReflectionPad2d, ReplicationPad1d, ZeroPad2d, ConstantPad3d, ...)
+# --------------------------------------------------------------------------------------------
+
+_PAD_MODES = {"Reflection": "reflect", "Replication": "edge", "Circular": "wrap"}
+
+
+@special("pad_module")
+def pad_module(site: Site) -> cst.BaseExpression:
+    """``nn.ReflectionPad2d(p)``: a function padding the last n axes as torch's layer does
+    (torch's spatial axes, so it holds for a batch and for one example alike)."""
+    n = spatial_dims(site.rule.torch)
+    short = site.rule.torch.rsplit(".", 1)[1]
+    mode = next((v for k, v in _PAD_MODES.items() if short.startswith(k)), "constant")
+    node = site.get("padding")
+    if node is None:
+        raise Untranslatable(f"{site.rule.torch} without its padding")
+    pads = try_literal(node, ...)
+    if isinstance(pads, int):
+        width = f"[(0, 0)] * (x.ndim - {n}) + [{', '.join([f'({pads}, {pads})'] * n)}]"
+    elif isinstance(pads, (tuple, list)) and pads and len(pads) % 2 == 0 and all(
+            isinstance(p, int) for p in pads):
+        # torch hands a tuple to F.pad as it is: the last len // 2 axes
+        pairs = [(pads[i], pads[i + 1]) for i in range(0, len(pads), 2)][::-1]
+        width = (f"[(0, 0)] * (x.ndim - {len(pairs)}) + "
+                 f"[{', '.join(f'({a}, {b})' for a, b in pairs)}]")
+    elif is_simple(node):
+        # a padding held in a name: an int or torch's (before, after) pairs, read where it runs
+        p = code(node)
+        width = (f"[(0, 0)] * (x.ndim - {n}) + ([({p}, {p})] * {n} if isinstance({p}, int) "
+                 f"else list(zip({p}[-2::-2], {p}[::-2])))")
+    else:
+        raise Untranslatable(f"{site.rule.torch} with a computed padding")
+    if isinstance(pads, (tuple, list)) and any(isinstance(p, int) and p < 0 for p in pads) or (
+            isinstance(pads, int) and pads < 0):
+        raise Untranslatable(f"{site.rule.torch} with negative (cropping) padding")
+    kws = f", mode={mode!r}" if mode != "constant" else ""
+    value = site.get("value")
+    if value is not None and try_literal(value, ...) not in (0, 0.0):
+        kws += f", constant_values={code(value)}"
+    return expr(f"lambda x: jnp.pad(x, {width}{kws})")

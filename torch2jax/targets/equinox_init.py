@@ -27,6 +27,7 @@ from torch2jax.targets.equinox_layers import (
     _kw,
     _pos,
     _todo,
+    is_function_layer,
     layer_of,
 )
 
@@ -150,8 +151,8 @@ class _InitRewriter(cst.CSTTransformer):
         elements = [cst.Element(self._wrap_fn(a.value)) for a in args]
         inner = cst.List(elements)
         self.values[id(inner)] = Layer("list", items={
-            str(i): self.values.get(id(a.value)) or (Layer("fn") if code(a.value).startswith(
-                ("jax.nn.", "partial(jax.nn.")) else Layer("value"))
+            str(i): self.values.get(id(a.value)) or (
+                Layer("fn") if is_function_layer(code(a.value)) else Layer("value"))
             for i, a in enumerate(args)})
         return cst.Call(cst.parse_expression("eqx.nn.Sequential"), [cst.Arg(inner)])
 
@@ -160,8 +161,8 @@ class _InitRewriter(cst.CSTTransformer):
         return isinstance(value, cst.Lambda) and _squeeze(code(value)) in self.per_example
 
     def _wrap_fn(self, value: cst.BaseExpression) -> cst.BaseExpression:
-        if self.values.get(id(value), Layer("value")).kind in ("fn", "resize") or code(value).startswith(
-                ("jax.nn.", "partial(jax.nn.")):
+        if self.values.get(id(value), Layer("value")).kind in ("fn", "resize") or (
+                is_function_layer(code(value))):
             return expr("eqx.nn.Lambda({f})", f=value)
         return value
 
@@ -202,7 +203,7 @@ class _InitRewriter(cst.CSTTransformer):
         if m.matches(v, m.Call(func=m.Attribute(attr=m.Name("append")), args=[m.Arg()])):
             a = v.args[0].value
             lay = self.values.get(id(a))
-            if lay is None and code(a).startswith(("jax.nn.", "partial(jax.nn.")):
+            if lay is None and is_function_layer(code(a)):
                 lay = Layer("fn")
             if lay is not None and isinstance(v.func.value, cst.Name):
                 lst = self.local.setdefault(v.func.value.value, Layer("list"))

@@ -19,6 +19,16 @@ RULE = "equinox"
 KEY = "__key{}__"  # placeholders for per-call keys, named once a function is done
 
 ELEMENTWISE_PREFIXES = ("jax.nn.", "jnp.")
+# layers the NNX pass writes as functions that hold per example as they are: activations, and
+# the padding layers' lambdas (they pad the trailing, spatial, axes only: passes/special_vision.py)
+FUNCTION_LAYERS = ("jax.nn.", "partial(jax.nn.", "lambda x: jnp.pad(x, [(0, 0)] * (x.ndim - ")
+
+
+def is_function_layer(text: str, prefixes: tuple[str, ...] = FUNCTION_LAYERS) -> bool:
+    """Whether ``text`` (an expression's code, however it is laid out) starts with one of
+    ``prefixes``."""
+    squeezed = "".join(text.split())
+    return squeezed.startswith(tuple("".join(p.split()) for p in prefixes))
 # jnp functions that act element by element (a batched operand needs nothing)
 ELEMENTWISE_JNP = {"exp", "log", "tanh", "sqrt", "abs", "maximum", "minimum", "where", "clip",
                    "sin", "cos", "square", "power", "sign", "log1p", "expm1", "rsqrt",
@@ -200,7 +210,7 @@ def _layer_of(node: cst.BaseExpression, classes: set[str]) -> tuple[cst.BaseExpr
             raise EquinoxError(f"{name} has no equinox translation yet")
     text = code(node)
     if text.startswith(("jax.nn.", "partial(jax.nn.", "jnp.")) and not isinstance(
-            node, cst.Call) or text.startswith("partial(jax.nn."):
+            node, cst.Call) or is_function_layer(text, FUNCTION_LAYERS[1:]):
         return node, Layer("fn")
     return node, Layer("value")
 
