@@ -333,12 +333,19 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                                 self._loops[-1] if self._loops else None))
         if m.matches(node.func, m.Attribute(value=m.Name(), attr=m.Name("step"))):
             loop = self._loops[-1] if self._loops else None
-            self._step_calls.append((node.func.value.value, loop, self.scope))
+            # optimizer.step(), or scaler.step(optimizer) (a GradScaler steps the optimizer
+            # it is handed; names that are not optimizers are dropped where they are read)
+            stepped = [node.func.value.value, *(
+                [node.args[0].value.value] if len(node.args) == 1 and m.matches(
+                    node.args[0], m.Arg(value=m.Name(), keyword=None)) else [])]
+            for recv in stepped:
+                self._step_calls.append((recv, loop, self.scope))
             # gradient accumulation: `if (i + 1) % k == 0: optimizer.step()` in the loop
             if self._ifs and self._ifs[-1][1] == loop and loop is not None:
                 k = _every_k(self._ifs[-1][0].test)
                 if k is not None:
-                    self._accumulate[node.func.value.value] = k
+                    for recv in stepped:
+                        self._accumulate[recv] = k
 
     def _builds_model(self, node: cst.Call) -> bool:
         return isinstance(node.func, cst.Name) and node.func.value in self.model_classes

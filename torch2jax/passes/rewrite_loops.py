@@ -123,7 +123,8 @@ class LoopsMixin:
             if q in dt.AUTOCASTS and isinstance(item, cst.Call) and len(items) == 1:
                 if self.target.train_state:
                     return self._lt_autocast_region(original_node, updated_node, item, q)
-                return self._autocast(original_node, updated_node, item, q)
+                return self._autocast(original_node, updated_node, item, q,
+                                      translated=ui.item)
             ctx = self._ctx_autocasts.get(item.value) if isinstance(item, cst.Name) and len(
                 items) == 1 and self.target.stateful_modules else None
             if ctx is not None:
@@ -211,17 +212,21 @@ class LoopsMixin:
         return updated_node.with_changes(**parts) if parts else updated_node
 
     def _autocast(self, original_node, updated_node, item: cst.Call, q: str,
-                  enabled: cst.BaseExpression | None = None):
+                  enabled: cst.BaseExpression | None = None,
+                  translated: cst.BaseExpression | None = None):
         """with torch.autocast(...): the model computes in bfloat16 for these statements.
         ``enabled``: decided at run time (``enabled=(dtype == "bfloat16")``, or the condition
         under which ``ctx`` is the autocast rather than ``nullcontext()``): the dtype is set
-        to ``bfloat16 if enabled else None``."""
+        to ``bfloat16 if enabled else None``. ``translated``: the call as the rewriter left
+        it, whose ``enabled=`` expression reads the converted names (``device.type``)."""
         try:
             dtype, notes = dt.autocast_dtype(item, q, variable=True)
         except Untranslatable as exc:
             self.diag(original_node, exc.rule or q, "error", exc.message)
             return updated_node
         own = dt.autocast_enabled(item, q)
+        if own is not None and isinstance(translated, cst.Call):
+            own = dt.autocast_enabled(translated, q) or own
         if own is not None:
             enabled = own if enabled is None else expr(
                 "({a}) and ({b})", a=enabled, b=own)

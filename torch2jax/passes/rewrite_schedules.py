@@ -154,9 +154,17 @@ class SchedulesMixin:
         none or cannot be translated (the scheduler's line reports why)."""
         from torch2jax.training import optim
 
+        mixin = self
+
+        class _Lengths(cst.CSTTransformer):
+            # steps_per_epoch=len(loader): read as the scheduler's own line reads it (a loader
+            # shuffled per epoch is a function of the epoch there)
+            def leave_Call(self, original_node, updated_node):
+                return mixin._epoch_loader_len(original_node, updated_node) or updated_node
+
         try:
-            schedule = optim.translate_scheduler(sched.call, sched.qualname, opt.lr,
-                                                 lambda e: self._schedules.get(code(e)))
+            schedule = optim.translate_scheduler(sched.call.visit(_Lengths()), sched.qualname,
+                                                 opt.lr, lambda e: self._schedules.get(code(e)))
         except Untranslatable:
             return None
         return schedule.momentum

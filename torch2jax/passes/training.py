@@ -694,7 +694,7 @@ def _optimizer_state_reads(stmt: cst.BaseStatement, model: str, optimizer: str
                            ) -> cst.BaseStatement | None:
     """``stmt`` with its reads and writes of ``optimizer.step`` / ``optimizer.opt_state``
     turned into the split state's (``train_state[1].step``), or None when it uses the model
-    or the optimizer in any other way. A log line ``scheduler(optimizer.step.value)`` and a
+    or the optimizer in any other way. A log line ``scheduler(optimizer.step[...])`` and a
     per-step ``optimizer.opt_state.hyperparams["learning_rate"].value = lr`` then leave the
     functional step in place: the state between steps is ``train_state``."""
     n = names_of(stmt)

@@ -85,7 +85,7 @@ class Target:
 
     def step_count(self, optimizer: str) -> str:
         """The optimizer's step counter, read where a scheduler is called."""
-        return f"{optimizer}.step.value"
+        return f"{optimizer}.step[...]"
 
     def lr_slot(self, optimizer: str, quote: str = '"') -> str:
         """The optimizer's learning rate, where torch reads ``param_groups[i]["lr"]``."""

@@ -40,6 +40,9 @@ from torch2jax.targets.equinox_layers import _todo
 STATE = "state"
 OPT_STATE = "opt_state"
 COUNTER = "opt_step"
+# optimizer.step[...]: the NNX optimizer's update count, as the NNX pass reads it (Target.step_count)
+_STEP_READ = m.Subscript(value=m.Attribute(attr=m.Name("step")),
+                         slice=[m.SubscriptElement(m.Index(m.Ellipsis()))])
 AUTOCAST_FN = "autocast"
 REMOVED = "__removed__"
 # the evaluation step: the NNX pass's name (ConversionResult.eval_step) is kept
@@ -391,8 +394,7 @@ class Scope(cst.CSTTransformer):
         self.eval_calls = 0  # model calls that became eval_step calls
         self.trainer_calls: list[cst.Call] = []  # calls of trainers not yet rebound
         self.split_model: str | None = None
-        self.counter = any(findall(s, m.Attribute(value=m.Attribute(attr=m.Name("step")),
-                                                    attr=m.Name("value"))) for s in stmts)
+        self.counter = any(findall(s, _STEP_READ) for s in stmts)
         self.trained: set[str] = set()  # models rebound by a train step here
         # trainers given a `key` (their model has dropout): their calls pass one
         self.keyed_trainers: set[str] = set()
@@ -449,10 +451,13 @@ class Scope(cst.CSTTransformer):
         if m.matches(updated_node, m.Attribute(value=m.Subscript(value=m.Attribute(
                 attr=m.Name("hyperparams"))), attr=m.Name("value"))):
             return updated_node.value
-        if m.matches(updated_node, m.Attribute(value=m.Attribute(value=m.Name(),
-                                                                  attr=m.Name("step")),
-                                                attr=m.Name("value"))) and \
-                updated_node.value.value.value in self.optimizers:
+        return updated_node
+
+    def leave_Subscript(self, original_node, updated_node):
+        # optimizer.step[...] (the NNX optimizer's update count) -> the step counter
+        if m.matches(updated_node, _STEP_READ) and m.matches(
+                updated_node.value.value, m.Name()) and (
+                updated_node.value.value.value in self.optimizers):
             return cst.Name(COUNTER)
         return updated_node
 

@@ -825,9 +825,13 @@ def _sched_onecycle(a: _Args, base: str, resolve) -> Schedule:
     name = a.name
     if a.given("total_steps") and a.lit("total_steps") is not None:
         total: Any = a.require("total_steps", (int,), "a literal integer")
-    elif a.lit("epochs") is not None and a.lit("steps_per_epoch") is not None:
-        total = a.require("epochs", (int,), "a literal integer") * a.require(
-            "steps_per_epoch", (int,), "a literal integer")
+    elif a.given("total_steps"):
+        total = _o(a.code("total_steps"))  # total_steps=args.steps: read when the lr is
+    elif a.given("epochs") and a.given("steps_per_epoch"):
+        epochs, per_epoch = a.lit("epochs"), a.lit("steps_per_epoch")
+        total = (epochs * per_epoch if isinstance(epochs, int) and isinstance(per_epoch, int)
+                 and not isinstance(epochs, bool) and not isinstance(per_epoch, bool)
+                 else _o(_fold("*", a.node("epochs"), a.node("steps_per_epoch"))))
     else:
         raise Untranslatable(f"{name}: needs total_steps or epochs and steps_per_epoch "
                              "(torch raises the same)", rule=name)
@@ -844,10 +848,13 @@ def _sched_onecycle(a: _Args, base: str, resolve) -> Schedule:
     initial = _fold("/", max_lr, a.node("div_factor"))
     minimum = _fold("/", initial, a.node("final_div_factor"))
     mx = _c(max_lr)
-    e1 = _py(float(pct * total) - 1)
-    end = _py(total - 1)
+    # a total known only at run time (epochs=args.epochs, steps_per_epoch=len(loader)): the
+    # same arithmetic written out, read when the schedule is
+    symbolic = isinstance(total, str)
+    e1 = f"{_py(pct)} * {total} - 1" if symbolic else _py(float(pct * total) - 1)
+    end = f"{total} - 1" if symbolic else _py(total - 1)
     if three:
-        e2 = _py(float(2 * pct * total) - 2)
+        e2 = f"{_py(2 * pct)} * {total} - 2" if symbolic else _py(float(2 * pct * total) - 2)
         knots = [(e1, initial, mx), (e2, mx, initial), (end, initial, minimum)]
     else:
         knots = [(e1, initial, mx), (end, mx, minimum)]

@@ -57,6 +57,20 @@ def _learning_rates(opt_state: Any) -> list[float]:
             if path and path[-1] == "learning_rate" and "hyperparams" in path]
 
 
+def _with_hyperparams(fresh: Any, before: Any) -> Any:
+    """``fresh`` (a newly initialised optax state) with the injected hyperparameters and
+    schedule states of ``before`` (the same optimizer's state), wherever both hold them."""
+    if hasattr(fresh, "hyperparams_states") and hasattr(before, "hyperparams_states"):
+        return fresh._replace(hyperparams=before.hyperparams,
+                              hyperparams_states=before.hyperparams_states)
+    if isinstance(fresh, tuple) and isinstance(before, tuple) and len(fresh) == len(before):
+        items = [_with_hyperparams(a, b) for a, b in zip(fresh, before, strict=True)]
+        return fresh._make(items) if hasattr(fresh, "_make") else type(fresh)(items)
+    if isinstance(fresh, dict) and isinstance(before, dict) and fresh.keys() == before.keys():
+        return type(fresh)({k: _with_hyperparams(v, before[k]) for k, v in fresh.items()})
+    return fresh
+
+
 class JaxRecorder:
     def __init__(self, steps: int, torch_record: dict[str, Any]) -> None:
         self.steps, self.torch = steps, torch_record
@@ -187,15 +201,19 @@ class JaxRecorder:
                   kwargs: dict) -> Any:
         from flax import nnx
 
-        self.record["lrs"].append(_learning_rates(nnx.as_pure(optimizer.opt_state)))
+        before = nnx.as_pure(optimizer.opt_state)
         out = original(optimizer, model, grads, **kwargs)
+        # the rates this update used: optax.inject_hyperparams computes a scheduled value at
+        # the update and keeps it in the new state (the state before holds the previous
+        # update's); a value set by hand before the update is kept as it was set
+        self.record["lrs"].append(_learning_rates(nnx.as_pure(optimizer.opt_state)))
         self.record["steps"] += 1
-        self.snapshot(optimizer, model)
+        self.snapshot(optimizer, model, before)
         if self.record["steps"] >= self.steps:
             raise ProgramStopped
         return out
 
-    def snapshot(self, optimizer: Any, model: Any) -> None:
+    def snapshot(self, optimizer: Any, model: Any, before: Any = None) -> None:
         from flax import nnx
 
         from torch2jax.weights import format_nnx_path
@@ -212,13 +230,17 @@ class JaxRecorder:
                     opt_state.setdefault(name, {})[path[start - 1]] = np.asarray(leaf)
                     break
         self.record["trace"].append({"params": params, "opt_state": opt_state,
-                                     "decay": self.decay_probe(optimizer, model)})
+                                     "decay": self.decay_probe(optimizer, model, before)})
         self.record.update(self.record["trace"][-1])  # the last step's, at the top
 
-    def decay_probe(self, optimizer: Any, model: Any) -> dict[str, tuple[bool, float | None]]:
+    def decay_probe(self, optimizer: Any, model: Any,
+                    before: Any = None) -> dict[str, tuple[bool, float | None]]:
         """The torch side's probe (program_torch.TorchRecorder.decay_probe): the optimizer's
         transform from a fresh state, zero gradients, the current parameters; ``lr`` is the
-        fresh state's injected learning rate (None without one: the amount is not compared)."""
+        fresh state's injected learning rate (None without one: the amount is not compared).
+        ``before``: the state the last update started from, whose injected hyperparameters
+        and schedule counts the fresh state takes, so that the probe runs with the rates of
+        that step (torch's probe reads the param groups' current lr and momentum)."""
         import jax
         import jax.numpy as jnp
         from flax import nnx
@@ -227,9 +249,12 @@ class JaxRecorder:
 
         params = nnx.as_pure(nnx.state(model, optimizer.wrt))
         fresh = optimizer.tx.init(params)
+        if before is not None:
+            fresh = _with_hyperparams(fresh, before)
         zeros = jax.tree.map(jnp.zeros_like, params)
         updates, _ = optimizer.tx.update(zeros, fresh, params)
-        rates = set(_learning_rates(fresh))
+        rates = set(_learning_rates(nnx.as_pure(optimizer.opt_state) if before is not None
+                                    else fresh))
         lr = rates.pop() if len(rates) == 1 else None
         flat_p = dict(_leaves(params))
         out: dict[str, tuple[bool, float | None]] = {}
