@@ -167,6 +167,9 @@ class DataIndex:
     # numpy's global generator is seeded by every torch.manual_seed of the program
     # (repo.py's numpy_seeded): a loader of a file that does not seed draws its seed there
     numpy_seeded: bool = False
+    # the file's torch seed is a seeding helper's parameter, and the helper seeds numpy with
+    # it too (DataIndexer._resolve_helper_seed)
+    helper_seeds_numpy: bool = False
     drawn_seed: bool = False  # a loader of this file draws its seed from numpy (np import)
 
     def host_seed(self) -> cst.BaseExpression:
@@ -176,7 +179,7 @@ class DataIndex:
         global generator); else 0."""
         if self.seed is not None:
             return self.seed
-        if self.torch_seeded and self.numpy_seeded:
+        if self.torch_seeded and self.numpy_seeded or self.helper_seeds_numpy:
             self.drawn_seed = True
             return cst.parse_expression("np.random.randint(2**31)")
         return cst.Integer("0")
@@ -226,6 +229,7 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         self._consumed: set[int] = set()  # ids of Names read as generator= of a loader/split
         self._other_reads: dict[str, int] = {}
         self._seedings: dict[str, int] = {}
+        self._seed_param: tuple[str, int, str] | None = None  # (helper, position, name)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._note_transform(node)
@@ -241,6 +245,8 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
             self._other_reads[node.value] = self._other_reads.get(node.value, 0) + 1
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        if self._seed_param is not None:
+            self._resolve_helper_seed(original_node)
         # a generator is consumed when its only other reads are its assignment and seeding
         for name, reads in self._other_reads.items():
             if reads > self._seedings.get(name, 0) + 1:
@@ -310,6 +316,43 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         if q in ("torch.manual_seed", "torch.random.manual_seed") and node.args and (
                 self.index.seed is None):
             self.index.seed = node.args[0].value
+            self._seed_param = self._helper_parameter(node.args[0].value)
+
+    def _helper_parameter(self, seed: cst.BaseExpression) -> tuple[str, int, str] | None:
+        """``def set_seed(seed): torch.manual_seed(seed)``: the helper's name, and the
+        position and name of the parameter the seed is, which a loader elsewhere cannot read."""
+        if not isinstance(seed, cst.Name):
+            return None
+        scope = self.get_metadata(ScopeProvider, seed, None)
+        if not isinstance(scope, cst.metadata.FunctionScope) or not isinstance(
+                scope.node, cst.FunctionDef):
+            return None
+        params = list(scope.node.params.params)
+        at = next((i for i, p in enumerate(params) if p.name.value == seed.value), None)
+        return (scope.node.name.value, at, seed.value) if at is not None else None
+
+    def _resolve_helper_seed(self, module: cst.Module) -> None:
+        """The seed of a seeding helper's parameter, for the loaders: the literal every call
+        of the helper passes; else, when the helper also seeds numpy with it, a draw from
+        numpy's global generator (as torch's sampler draws its seed from torch's); else the
+        parameter's name stays (the output invariant marks where it is read)."""
+        fn, at, name = self._seed_param
+        values = set()
+        for c in m.findall(module, m.Call(func=m.Name(fn))):
+            given = [a.value for a in c.args if a.keyword and a.keyword.value == name] or [
+                a.value for a in c.args[at:at + 1] if not a.keyword and not a.star]
+            values.add(try_literal(given[0], ...) if given else ...)
+        if len(values) == 1 and isinstance(next(iter(values)), int):
+            self.index.seed = cst.Integer(str(next(iter(values))))
+            return
+        if m.findall(module, m.FunctionDef(name=m.Name(fn), body=m.IndentedBlock(body=[
+                m.ZeroOrMore(), m.SimpleStatementLine(body=[m.Expr(m.Call(
+                    func=m.Attribute(value=m.Attribute(value=m.Name("np") | m.Name("numpy"),
+                                                       attr=m.Name("random")),
+                                     attr=m.Name("seed")),
+                    args=[m.Arg(value=m.Name(name))]))]), m.ZeroOrMore()]))):
+            self.index.seed = None
+            self.index.helper_seeds_numpy = True
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if (len(node.targets) == 1 and isinstance(node.targets[0].target, (cst.Tuple, cst.List))
