@@ -223,7 +223,8 @@ class LinenTrainingMixin:
             init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                     else st for st in init]
             new_body = step.body
-            batch = dt.loop_names(original_node.target)
+            batch = dt.loop_names(original_node.target) if isinstance(
+                original_node, cst.For) else None
             if self.data.distributed and batch and isinstance(original_node.iter, (
                     cst.Name, cst.Call)):
                 # the batch is split over the devices; the replicated parameters follow
@@ -240,6 +241,24 @@ class LinenTrainingMixin:
             self._lt_post.append(lt.final_variables(self._lt_batch_stats))
             return new_body
         return None
+
+    def _lt_while(self, original_node, updated_node, body):
+        """``while True:`` around a train step (makemore's, minGPT's Trainer.run): the step,
+        model.init and the TrainState before the loop, as for a ``for`` loop (the sample input
+        is the first batch, drawn before the loop); the variables after it."""
+        new_body = self._lt_loop(original_node, updated_node, body)
+        if new_body is None:
+            return None
+        self._lt_marked = False
+        hoisted, self._hoist = self._hoist, []
+        post, self._lt_post = self._lt_post, []
+        blank = [cst.EmptyLine(indent=False)]
+        hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
+            h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1], cst.BaseCompoundStatement)
+            else h for i, h in enumerate(hoisted)]
+        loop = updated_node.with_changes(body=updated_node.body.with_changes(body=new_body),
+                                         leading_lines=blank)
+        return cst.FlattenSentinel([*hoisted, loop, *post])
 
     def _lt_epoch_loop(self, ep, step, body, original_node, updated_node, loop_names):
         """The training loop of a function called once per epoch: its step, and what its
@@ -259,8 +278,10 @@ class LinenTrainingMixin:
         self.diag(original_node, "training-loop", "info",
                   f"{ep.name} runs once per epoch: its caller makes the variables and the "
                   f"TrainState once; {ep.name} takes the state"
-                  f"{'' if ep.drop_model else ' (after the model)'} in place of the "
-                  "optimizer and returns it first")
+                  + (f" first (in place of the module's {ep.model} and {ep.optimizer})"
+                     if ep.reads_globals else
+                     f"{'' if ep.drop_model else ' (after the model)'} in place of the "
+                     "optimizer") + " and returns it first")
         return step.body
 
     def _lt_epoch_call(self, original: cst.Call, updated: cst.Call,
@@ -288,7 +309,8 @@ class LinenTrainingMixin:
     def _lt_epoch_state(self, ep, original: cst.Call, updated: cst.Call):
         """model.init on a sample of the loader the call passes, and the TrainState."""
         b = ep.bound(original)
-        model, optimizer = b[ep.model].value, b[ep.optimizer].value
+        model, optimizer = (ep.model, ep.optimizer) if ep.reads_globals else (
+            b[ep.model].value, b[ep.optimizer].value)
         if not self._key_scopes[-1].has_key and len(self._key_scopes) == 1:
             self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
             self.diag(original, "random", "warning", "model.init without torch.manual_seed: "
@@ -391,7 +413,9 @@ class LinenTrainingMixin:
             i = self._lt_evaluators[name]
             # its model calls (a @torch.no_grad() evaluation) apply the variables under jit
             jitted = tr.JitModelCalls({node.params.params[i].name.value}, extra=(lt.VARIABLES,))
-            node = node.with_changes(body=node.body.visit(jitted))
+            node = node.with_changes(body=node.body.visit(jitted).visit(lt.ApplyMethods(
+                node.params.params[i].name.value, lt.module_methods(
+                    self._root, self.index.module_classes))))
             if jitted.count:
                 self._eval_step = True
                 self.need("jax", "partial")

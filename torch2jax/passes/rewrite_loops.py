@@ -612,8 +612,14 @@ class LoopsMixin:
         clip = self._while_clips.pop(id(original_node), None)
         t = self.training
         body = list(updated_node.body.body)
+        if self.target.train_state and not self._for_stack and not self._while_stack and (
+                clip is None):
+            loop = self._lt_while(original_node, updated_node, body)
+            if loop is not None:
+                return loop
         if not self.target.stateful_modules or self._for_stack:
-            if not self._for_stack and any("backward()" in code(s) for s in body):
+            if not self._for_stack and any("backward()" in code(s) for s in body) and (
+                    not self._lt_marked):
                 self.diag(original_node, "training-loop", "error",
                           f"a train step in a while loop: translated for --target nnx only "
                           f"so far ({self.target.name} is planned)")
