@@ -212,6 +212,10 @@ class LinenTrainingMixin:
             if step is None:
                 continue
             sample = lt.sample_inputs(step, body, updated_node, self._for_stack, loop_names)
+            if isinstance(original_node, cst.While) and (sample is None or sample[0]):
+                # the batch is drawn in the loop (the next batch of an iterator): drawn once
+                # more before it, the loop would start one batch later
+                return self._lt_lazy_init(model, name, step, original_node)
             if sample is None:
                 self.diag(original_node, "training-loop", "error",
                           "no sample input for model.init: the model's inputs are not a "
@@ -241,6 +245,27 @@ class LinenTrainingMixin:
             self._lt_post.append(lt.final_variables(self._lt_batch_stats))
             return new_body
         return None
+
+    def _lt_lazy_init(self, model: str, optimizer: str, step, loop) -> list[cst.BaseStatement]:
+        """model.init on the loop's first batch, at the first step (``if state is None:``),
+        where the batch is drawn in the loop; the state is None before it."""
+        init = self._lt_init(model, optimizer, step.model_args)
+        depth = 4 * (self._depth + 2)
+        init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
+                else st for st in [*init, *self._lt_after_state]]
+        self._lt_after_state = []
+        guard = cst.If(test=cst.parse_expression(f"{lt.STATE} is None"),
+                       body=cst.IndentedBlock(body=init))
+        body = list(step.body)
+        at = next((i for i, st in enumerate(body) if st is step.call), 0)
+        guard = guard.with_changes(leading_lines=body[at].leading_lines)
+        body[at] = body[at].with_changes(leading_lines=[])
+        self._hoist.extend([step.function, cst.parse_statement(f"{lt.STATE} = None\n")])
+        self._lt_post.append(lt.final_variables(self._lt_batch_stats))
+        self.diag(loop, "training-loop", "info",
+                  f"model.init runs at the first step, on the loop's first batch ({lt.STATE} "
+                  "is None before it): the loop draws its batches itself")
+        return [*body[:at], guard, *body[at:]]
 
     def _lt_while(self, original_node, updated_node, body):
         """``while True:`` around a train step (makemore's, minGPT's Trainer.run): the step,

@@ -341,17 +341,6 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied):
             if isinstance(a.value, cst.Tuple) and len(a.value.elements) == len(t.elements):
                 return _sample_of(a.value.elements[k].value, body[:j], loop, outer,
                                   loop_names, stmts, copied)
-            if isinstance(a.value, cst.Name) and a.value.value in loop_names:
-                # batch = loader.next(); x, y = batch: both bound before the loop
-                first = _sample_of(a.value, body[:j], loop, outer, loop_names, stmts, copied)
-                if first is None:
-                    return None
-                if id(s) not in copied:
-                    copied.add(id(s))
-                    stmts.append(s.with_changes(leading_lines=[]) if m.matches(
-                        first, m.Name(a.value.value)) else s.with_changes(
-                        leading_lines=[], body=[a.with_changes(value=first)]))
-                return cst.Name(name)
             if isinstance(a.value, cst.Call):
                 # x, y = get_batch(...): the first batch, drawn before the loop
                 used = set(tr.names_of(a.value).used)
