@@ -117,9 +117,6 @@ GAPS: dict[tuple[str, str], str] = {
                         "translated for --target nnx only",
     ("dcgan", "equinox"): "the equinox pass keeps torch.nn.init in weights_init and has no "
                           "translation of two models with BatchNorm state in one step",
-    ("vae", "linen"): "the random draw in the module's reparameterize (randn_like) is marked "
-                      "on linen: no make_rng stream, and no key for it in the train step's "
-                      "and the evaluation's apply",
     ("vae", "equinox"): "the train step around a forward that draws (randn_like) is not "
                         "recognised on equinox",
     ("superres", "equinox"): "the train step in a function that reads the model as a "

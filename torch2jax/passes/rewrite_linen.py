@@ -183,10 +183,12 @@ class LinenTrainingMixin:
             try:
                 step = lt.build_step(body, optimizer=name, model=model, loop_names=loop_names,
                                      step_name="train_step", batch_stats=self._lt_batch_stats,
-                                     dropout=self._lt_dropout, accumulate=site is not None
+                                     dropout=self._lt_dropout, noise=self._lt_noise,
+                                     accumulate=site is not None
                                      and site.accumulate is not None)
                 if ep is not None and step is not None:
-                    if self._lt_dropout and not self._key_scopes[-1].has_key:
+                    if (self._lt_dropout or self._lt_noise) and not (
+                            self._key_scopes[-1].has_key):
                         raise Untranslatable(
                             f"no key in {ep.name} for the dropout keys: {ep.name} runs once "
                             "per epoch with the TrainState its caller makes; pass it a key",
@@ -437,7 +439,7 @@ class LinenTrainingMixin:
         if name in self._lt_evaluators:
             i = self._lt_evaluators[name]
             # its model calls (a @torch.no_grad() evaluation) apply the variables under jit
-            jitted = tr.JitModelCalls({node.params.params[i].name.value}, extra=(lt.VARIABLES,))
+            jitted = self._lt_eval_calls({node.params.params[i].name.value})
             node = node.with_changes(body=node.body.visit(jitted).visit(lt.ApplyMethods(
                 node.params.params[i].name.value, lt.module_methods(
                     self._root, self.index.module_classes))))
@@ -451,6 +453,13 @@ class LinenTrainingMixin:
             body = [*node.body.body, cst.parse_statement(f"return {lt.VARIABLES}\n")]
             node = node.with_changes(body=node.body.with_changes(body=body))
         return node
+
+    def _lt_eval_calls(self, models: set[str]) -> cst.CSTTransformer:
+        """The model calls of evaluation code through ``eval_step``, with a key split for
+        each when the model's methods draw (a VAE's reparameterisation)."""
+        if self._lt_noise:
+            return lt.KeyedModelCalls(models)
+        return tr.JitModelCalls(models, extra=(lt.VARIABLES,))
 
     def _lt_pass_variables(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         i = self._lt_evaluators[original.func.value]

@@ -143,7 +143,7 @@ class LoopsMixin:
                 # model calls stay as written, marked
                 body = self._lt_unapplied(original_node.body.body, body)
             elif not self.in_module_class() and self.target.train_state:
-                jitted = tr.JitModelCalls(self._model_names(), extra=(lt.VARIABLES,))
+                jitted = self._lt_eval_calls(self._model_names())
                 body = [b.visit(jitted) for b in body]
                 if jitted.count:
                     self._eval_step = True

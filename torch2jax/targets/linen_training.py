@@ -35,6 +35,11 @@ from torch2jax.passes.common import Untranslatable, arg, bind, call, code, expr,
 STATE = "state"
 VARIABLES = "variables"
 DROPOUT_KEY = "dropout_key"
+# the stream a module method's own draws take (a VAE's reparameterisation:
+# ``self.make_rng("noise")``), with its key given to every apply
+NOISE = "noise"
+NOISE_KEY = "noise_key"
+SUBKEY = "subkey"
 EVAL_STEP = "eval_step"
 
 
@@ -70,7 +75,7 @@ class _ApplyCalls(cst.CSTTransformer):
 
 def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                loop_names: set[str], step_name: str, batch_stats: bool, dropout: bool,
-               accumulate: bool = False) -> LinenStep | None:
+               accumulate: bool = False, noise: bool = False) -> LinenStep | None:
     """The linen counterpart of :func:`torch2jax.passes.training.build_train_step`: the same
     statements form the loss function, which takes the parameters and calls the model through
     ``state.apply_fn``."""
@@ -112,7 +117,7 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
         for u in tr.names_of(s).used:
             if u not in defined and u != model and u not in free and u in loop_names:
                 free.append(u)
-    taken = taken0 | {n for n, _ in lifter.lifted} | {STATE, DROPOUT_KEY}
+    taken = taken0 | {n for n, _ in lifter.lifted} | {STATE, DROPOUT_KEY, NOISE_KEY}
     loss_fn = tr._fresh("loss_fn", taken)
     grads = tr._fresh("grads", taken)
     params = tr._fresh("params", taken)
@@ -120,8 +125,11 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     variables = (f'{{"params": {params}, "batch_stats": {STATE}.batch_stats}}' if batch_stats
                  else f'{{"params": {params}}}')
     extra = []
-    if dropout:
-        extra.append(arg(cst.parse_expression(f'{{"dropout": {DROPOUT_KEY}}}'), "rngs"))
+    streams = [*(["dropout"] if dropout else []), *([NOISE] if noise else [])]
+    keys = {"dropout": DROPOUT_KEY, NOISE: NOISE_KEY}
+    if streams:
+        extra.append(arg(cst.parse_expression("{" + ", ".join(
+            f'"{s}": {keys[s]}' for s in streams) + "}"), "rngs"))
     if batch_stats:
         extra.append(arg(expr('["batch_stats"]'), "mutable"))
     applier = _ApplyCalls(model, variables, extra)
@@ -137,9 +145,9 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                              "linen loss function by hand", rule="training-loop")
     step_args = [STATE, *free, *(n for n, _ in lifter.lifted)]
     call_args = [STATE, *free, *(code(e) for _, e in lifter.lifted)]
-    if dropout:
-        step_args.append(DROPOUT_KEY)
-        call_args.append(DROPOUT_KEY)
+    for s in streams:
+        step_args.append(keys[s])
+        call_args.append(keys[s])
     inner = "".join("        " + line + "\n" for s in new_loss_body
                     for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
     aux_all = [*aux, *([updates] if batch_stats else [])]
@@ -165,16 +173,16 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     first = loss_body[0]
     lines = first.leading_lines if isinstance(first, cst.SimpleStatementLine) else []
     stmts: list[cst.BaseStatement] = []
-    if dropout:
+    for s in streams:
         stmts.append(cst.parse_statement(
-            f"{tr.KEY}, {DROPOUT_KEY} = jax.random.split({tr.KEY})\n"))
+            f"{tr.KEY}, {keys[s]} = jax.random.split({tr.KEY})\n"))
     stmts.append(call_stmt)
     if lines:
         stmts[0] = stmts[0].with_changes(leading_lines=lines)
     # the loop's other model calls (a validation loss between updates) read the TrainState
     reads = _ApplyCalls(model, f'{{"params": {STATE}.params}}', [])
     outside_step = [st.visit(reads) for st in [*pre, *post_dep, *after]]
-    if reads.calls and (batch_stats or dropout):
+    if reads.calls and (batch_stats or dropout or noise):
         raise Untranslatable(f"{model} is called in the training loop outside the loss, in "
                              "training mode, with BatchNorm or Dropout: apply it by hand",
                              rule="training-loop")
@@ -432,10 +440,13 @@ def lr_slot(quote: str = '"') -> str:
 
 
 # ---------------------------------------------------------------------------- evaluation
-def eval_step_function() -> cst.FunctionDef:
+def eval_step_function(noise: bool = False) -> cst.FunctionDef:
     fn = cst.parse_statement(
         f"@partial(jax.jit, static_argnums=0)\ndef {EVAL_STEP}(model, variables, *inputs):\n"
-        "    return model.apply(variables, *inputs)\n")
+        "    return model.apply(variables, *inputs)\n" if not noise else
+        f"@partial(jax.jit, static_argnums=0)\ndef {EVAL_STEP}(model, variables, {NOISE_KEY}, "
+        f"*inputs):\n    return model.apply(variables, *inputs, rngs={{\"{NOISE}\": "
+        f"{NOISE_KEY}}})\n")
     assert isinstance(fn, cst.FunctionDef)
     return fn.with_changes(leading_lines=[cst.EmptyLine(indent=False),
                                           cst.EmptyLine(indent=False)])
@@ -456,6 +467,26 @@ def model_functions(module: cst.Module, models: set[str], trainers: set[str]
                 out[stmt.name.value] = i
                 break
     return out
+
+
+class KeyedModelCalls(tr.JitModelCalls):
+    """``model(x)`` -> ``eval_step(model, variables, subkey, x)`` after ``key, subkey =
+    jax.random.split(key)``: the model's methods draw from the ``noise`` stream."""
+
+    def __init__(self, models: set[str]) -> None:
+        super().__init__(models, extra=(VARIABLES, SUBKEY))
+        self._before: list[int] = []
+
+    def visit_SimpleStatementLine(self, node) -> None:
+        self._before.append(self.count)
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if self.count == self._before.pop():
+            return updated_node
+        split = cst.parse_statement(f"{tr.KEY}, {SUBKEY} = jax.random.split({tr.KEY})\n")
+        return cst.FlattenSentinel([split.with_changes(
+            leading_lines=updated_node.leading_lines), updated_node.with_changes(
+            leading_lines=[])])
 
 
 class ApplyMethods(cst.CSTTransformer):
