@@ -618,9 +618,15 @@ class LoopsMixin:
             if loop is not None:
                 return loop
         if not self.target.stateful_modules or self._for_stack:
+            marked = self._lt_marked and not self._for_stack  # (linen: marked by _lt_loop)
+            if not self._for_stack:
+                self._lt_marked = False
             if not self._for_stack and any("backward()" in code(s) for s in body) and (
-                    not self._lt_marked):
+                    not marked):
                 self.diag(original_node, "training-loop", "error",
+                          "a train step in a while loop: translated for --target nnx only "
+                          "so far when the loop clips the gradients or stands in a for loop "
+                          "(linen translates the others)" if self.target.train_state else
                           f"a train step in a while loop: translated for --target nnx only "
                           f"so far ({self.target.name} is planned)")
             return self._unclipped(updated_node, clip)
