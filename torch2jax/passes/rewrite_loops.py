@@ -625,8 +625,8 @@ class LoopsMixin:
                     not marked):
                 self.diag(original_node, "training-loop", "error",
                           "a train step in a while loop: translated for --target nnx only "
-                          "so far when the loop clips the gradients or stands in a for loop "
-                          "(linen translates the others)" if self.target.train_state else
+                          "so far unless the loop body holds one backward() and one step() "
+                          "and the loop stands in no for loop" if self.target.train_state else
                           f"a train step in a while loop: translated for --target nnx only "
                           f"so far ({self.target.name} is planned)")
             return self._unclipped(updated_node, clip)
