@@ -279,7 +279,7 @@ class LinenTrainingMixin:
         self._lt_marked = False
         hoisted, self._hoist = self._hoist, []
         post, self._lt_post = self._lt_post, []
-        blank = [cst.EmptyLine(indent=False)]
+        blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
         hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
             h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1], cst.BaseCompoundStatement)
             else h for i, h in enumerate(hoisted)]
