@@ -267,9 +267,22 @@ while True:
 print(f"{evaluate(model):.8f}")
 """,
     # the PyTorch examples' shape (super_resolution, vae): ``train(epoch)`` reads the
-    # module-level model and optimizer
+    # module-level model and optimizer; the model draws in a method of its own (a VAE's
+    # reparameterisation; scaled by 0 here, so that torch's numbers can be printed)
     "train_epoch_reads_globals": """
-model = Net()
+class Noisy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+
+    def jitter(self, x):
+        return x + 0.0 * torch.randn_like(x)
+
+    def forward(self, x):
+        return self.net(self.jitter(x))
+
+
+model = Noisy()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
 
 

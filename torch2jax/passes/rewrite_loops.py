@@ -144,7 +144,7 @@ class LoopsMixin:
                 body = self._lt_unapplied(original_node.body.body, body)
             elif not self.in_module_class() and self.target.train_state:
                 jitted = self._lt_eval_calls(self._model_names())
-                body = [b.visit(jitted) for b in body]
+                body = [x for b in body for x in lt.statements(b.visit(jitted))]
                 if jitted.count:
                     self._eval_step = True
                     self.need("jax", "partial")

@@ -489,6 +489,11 @@ class KeyedModelCalls(tr.JitModelCalls):
             leading_lines=[])])
 
 
+def statements(node) -> list[cst.BaseStatement]:
+    """A statement a transformer returned, as a list (a FlattenSentinel's nodes)."""
+    return list(node.nodes) if isinstance(node, cst.FlattenSentinel) else [node]
+
+
 class ApplyMethods(cst.CSTTransformer):
     """``model.get_block_size()`` -> ``model.apply(variables, method="get_block_size")`` in
     a helper that receives the model and its variables: a linen module's attributes made
