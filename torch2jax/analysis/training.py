@@ -159,11 +159,11 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
     def __init__(self, model_classes: set[str], rngs_functions: set[str],
                  own_key_draws: set[int] | frozenset[int] = frozenset(),
                  step_keys: bool = False, imported_seeds: frozenset[str] = frozenset(),
-                 linen: bool = False) -> None:
+                 keys_in_apply: bool = False) -> None:
         super().__init__()
-        # linen: a module method's draws take their key from apply's rngs, so the functions
+        # a module method's draws take their key from apply's rngs (linen), so the functions
         # that train or call a model of such a class take a key (a VAE's train and test)
-        self.linen = linen
+        self.keys_in_apply = keys_in_apply
         self._backward_fns: set[str] = set()
         self.index = TrainingIndex()
         # seeding functions imported from other files of the repository (repo.py)
@@ -407,7 +407,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         # seeding helpers (seed and return nothing: they will return the key), and functions
         # that need a key (fixpoint over the call graph)
         draws = {f for f, v in self._draws.items() if v}
-        if self.linen and idx.method_draws:
+        if self.keys_in_apply and idx.method_draws:
             draws |= {f for f, callees in self._calls_in_fn.items()
                       if f in self._backward_fns or callees & idx.model_vars}
         idx.seed_functions = {f for f in self._seeds_in

@@ -21,7 +21,6 @@ from torch2jax.passes.common import (
     expr,
 )
 from torch2jax.passes.rewrite_support import _fix_commas
-from torch2jax.targets import linen_training as lt
 
 _GLOBAL_DRAWS_NOTE = ("the dataset's draws from torch's global generator come from numpy's "
                       "global generator (one host stream for the process, as torch's is), ")
@@ -280,7 +279,7 @@ class DataMixin:
             elif self.target.train_state and self.in_module_class() and (
                     self.current_class in self.training.method_draws):
                 # linen: the stream apply is given a key for (rngs={"noise": key})
-                return expr(f'self.make_rng("{lt.NOISE}")')
+                return self._lt_draw_key()
             elif self._module_rngs():
                 # a module's own random numbers at call time (a VAE's reparameterisation):
                 # from the nnx.Rngs that __init__ keeps, whose state advances at every draw

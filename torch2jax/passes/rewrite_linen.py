@@ -454,6 +454,11 @@ class LinenTrainingMixin:
             node = node.with_changes(body=node.body.with_changes(body=body))
         return node
 
+    def _lt_draw_key(self) -> cst.BaseExpression:
+        """The key of a draw in a module method: the stream every apply gives a key."""
+        self.need("jax")
+        return cst.parse_expression(f'self.make_rng("{lt.NOISE}")')
+
     def _lt_eval_calls(self, models: set[str]) -> cst.CSTTransformer:
         """The model calls of evaluation code through ``eval_step``, with a key split for
         each when the model's methods draw (a VAE's reparameterisation)."""
