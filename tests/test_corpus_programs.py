@@ -103,7 +103,6 @@ PROGRAMS = {
 
 # the combinations that do not run converted yet, each with the converter gap it meets (every
 # program runs on NNX)
-_MAKEMORE_LINEN = "the train step in a while loop is translated for NNX only (linen is planned)"
 GAPS: dict[tuple[str, str], str] = {
     ("word_lm", "linen"): "the stacked nn.LSTM (the TorchLSTM helper) and the tied head with a "
                           "bias are NNX only; the train step has no sample input for model.init "
@@ -118,15 +117,8 @@ GAPS: dict[tuple[str, str], str] = {
                         "translated for --target nnx only",
     ("dcgan", "equinox"): "the equinox pass keeps torch.nn.init in weights_init and has no "
                           "translation of two models with BatchNorm state in one step",
-    ("vae", "linen"): "the train step around a forward that draws (randn_like) is not "
-                      "recognised on linen",
     ("vae", "equinox"): "the train step around a forward that draws (randn_like) is not "
                         "recognised on equinox",
-    ("makemore-bigram", "linen"): _MAKEMORE_LINEN,
-    ("makemore-mlp", "linen"): _MAKEMORE_LINEN,
-    ("makemore-rnn", "linen"): _MAKEMORE_LINEN,
-    ("superres", "linen"): "the train step in a function called per epoch (train(epoch)) is "
-                           "not recognised on linen (no key for model.init there)",
     ("superres", "equinox"): "the train step in a function that reads the model as a "
                              "global (train(epoch)) is not translated on equinox (model is "
                              "not a model this pass knows the class of); the Dataset's "

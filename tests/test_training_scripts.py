@@ -234,6 +234,80 @@ for epoch in range(5):
     loss = train(model, loader, optimizer, scheduler)
     print(f"{loss:.8f} {evaluate(model, loader):.8f} {scheduler.get_last_lr()[0]:.8f}")
 """,
+    # makemore's shape: ``while True`` around the step, the batch drawn from an iterator in
+    # the loop, an evaluation helper every other step, ``break`` after max steps
+    "while_step_eval_every": """
+import itertools
+
+
+@torch.no_grad()
+def evaluate(model):
+    model.eval()
+    out = F.cross_entropy(model(X), Y).item()
+    model.train()
+    return out
+
+
+batches = itertools.cycle([(X[:4], Y[:4]), (X[4:], Y[4:])])
+model = Net()
+optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+step = 0
+while True:
+    batch = next(batches)
+    xb, yb = batch
+    loss = F.cross_entropy(model(xb), yb)
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    if step % 2 == 1:
+        print(f"{loss.item():.8f} {evaluate(model):.8f}")
+    step += 1
+    if step >= 6:
+        break
+print(f"{evaluate(model):.8f}")
+""",
+    # the PyTorch examples' shape (super_resolution, vae): ``train(epoch)`` reads the
+    # module-level model and optimizer; the model draws in a method of its own (a VAE's
+    # reparameterisation; scaled by 0 here, so that torch's numbers can be printed)
+    "train_epoch_reads_globals": """
+class Noisy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+
+    def jitter(self, x):
+        return x + 0.0 * torch.randn_like(x)
+
+    def forward(self, x):
+        return self.net(self.jitter(x))
+
+
+model = Noisy()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
+
+
+def train(epoch):
+    model.train()
+    total = 0.0
+    for i in range(0, 8, 4):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(X[i:i + 4]), Y[i:i + 4])
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    print(f"{epoch} {total:.8f}")
+
+
+def test():
+    model.eval()
+    with torch.no_grad():
+        print(f"{F.cross_entropy(model(X), Y).item():.8f}")
+
+
+for epoch in range(1, 4):
+    train(epoch)
+test()
+""",
 }
 
 

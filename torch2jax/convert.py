@@ -241,6 +241,7 @@ def convert_source(
         data_indexer.index.own_key_draws() | data_indexer.index.host.draws
         | set(data_indexer.index.numpy_generators.draws),
         step_keys=spec.train_state and ("Dropout" in source or "dropout" in source),
+        keys_in_apply=spec.train_state,
         imported_seeds=frozenset(k.removeprefix(SEED_FUNCTION) for k in known_modules or ()
                                  if k.startswith(SEED_FUNCTION))))
     visit(wrapper, training_indexer)

@@ -158,9 +158,13 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
 
     def __init__(self, model_classes: set[str], rngs_functions: set[str],
                  own_key_draws: set[int] | frozenset[int] = frozenset(),
-                 step_keys: bool = False, imported_seeds: frozenset[str] = frozenset()
-                 ) -> None:
+                 step_keys: bool = False, imported_seeds: frozenset[str] = frozenset(),
+                 keys_in_apply: bool = False) -> None:
         super().__init__()
+        # a module method's draws take their key from apply's rngs (linen), so the functions
+        # that train or call a model of such a class take a key (a VAE's train and test)
+        self.keys_in_apply = keys_in_apply
+        self._backward_fns: set[str] = set()
         self.index = TrainingIndex()
         # seeding functions imported from other files of the repository (repo.py)
         self.imported_seeds = imported_seeds
@@ -318,8 +322,10 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         fn = self.free_fn
         if q in SEEDS and fn:
             self._seeds_in.add(fn)
-        if self.step_keys and fn and m.matches(node.func, m.Attribute(attr=m.Name("backward"))):
-            self._draws[fn] = True
+        if fn and m.matches(node.func, m.Attribute(attr=m.Name("backward"))):
+            self._backward_fns.add(fn)
+            if self.step_keys:
+                self._draws[fn] = True
         if ((q in RANDOM or self._fills_new(node)) and self._classes and self._fns
                 and self._fns[-1].name.value != "__init__"):
             self.index.method_draws.add(self._classes[-1])
@@ -408,6 +414,9 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         # seeding helpers (seed and return nothing: they will return the key), and functions
         # that need a key (fixpoint over the call graph)
         draws = {f for f, v in self._draws.items() if v}
+        if self.keys_in_apply and idx.method_draws:
+            draws |= {f for f, callees in self._calls_in_fn.items()
+                      if f in self._backward_fns or callees & idx.model_vars}
         idx.seed_functions = {f for f in self._seeds_in
                               if f not in draws and f not in self._returns_value
                               } | self.imported_seeds

@@ -248,6 +248,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         source = node.code
         self._lt_batch_stats = "BatchNorm" in source
         self._lt_dropout = "Dropout" in source or "dropout" in source
+        # a module method draws (a VAE): self.make_rng("noise"), a key in every apply
+        self._lt_noise = bool(self.training.method_draws)
         # helpers whose optimizer is over a model they receive: they return its variables
         params: dict[str, set[str]] = {}
         for stmt in node.body:
@@ -901,7 +903,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                     cst.EmptyLine(indent=False), cst.EmptyLine(indent=False),
                     *[ln for ln in body[i + 1].leading_lines if ln.comment is not None]])
         if self._eval_step:
-            eval_fn = self.target.eval_step_function(tree_mode=not self.data.aliasing)
+            eval_fn = lt.eval_step_function(noise=True) if self.target.train_state and (
+                self._lt_noise) else self.target.eval_step_function(
+                tree_mode=not self.data.aliasing)
             body.insert(i, eval_fn)
             self.eval_step = eval_fn.name.value
             if i < len(body) - 1:

@@ -276,6 +276,10 @@ class DataMixin:
                 self.diag(node, "random", "warning",
                           "random draw without torch.manual_seed: a root key "
                           "jax.random.key(0) is added at the top of the file")
+            elif self.target.train_state and self.in_module_class() and (
+                    self.current_class in self.training.method_draws):
+                # linen: the stream apply is given a key for (rngs={"noise": key})
+                return self._lt_draw_key()
             elif self._module_rngs():
                 # a module's own random numbers at call time (a VAE's reparameterisation):
                 # from the nnx.Rngs that __init__ keeps, whose state advances at every draw

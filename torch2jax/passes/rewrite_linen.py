@@ -183,10 +183,12 @@ class LinenTrainingMixin:
             try:
                 step = lt.build_step(body, optimizer=name, model=model, loop_names=loop_names,
                                      step_name="train_step", batch_stats=self._lt_batch_stats,
-                                     dropout=self._lt_dropout, accumulate=site is not None
+                                     dropout=self._lt_dropout, noise=self._lt_noise,
+                                     accumulate=site is not None
                                      and site.accumulate is not None)
                 if ep is not None and step is not None:
-                    if self._lt_dropout and not self._key_scopes[-1].has_key:
+                    if (self._lt_dropout or self._lt_noise) and not (
+                            self._key_scopes[-1].has_key):
                         raise Untranslatable(
                             f"no key in {ep.name} for the dropout keys: {ep.name} runs once "
                             "per epoch with the TrainState its caller makes; pass it a key",
@@ -212,6 +214,10 @@ class LinenTrainingMixin:
             if step is None:
                 continue
             sample = lt.sample_inputs(step, body, updated_node, self._for_stack, loop_names)
+            if isinstance(original_node, cst.While) and (sample is None or sample[0]):
+                # the batch is drawn in the loop (the next batch of an iterator): drawn once
+                # more before it, the loop would start one batch later
+                return self._lt_lazy_init(model, name, step, original_node)
             if sample is None:
                 self.diag(original_node, "training-loop", "error",
                           "no sample input for model.init: the model's inputs are not a "
@@ -223,7 +229,8 @@ class LinenTrainingMixin:
             init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                     else st for st in init]
             new_body = step.body
-            batch = dt.loop_names(original_node.target)
+            batch = dt.loop_names(original_node.target) if isinstance(
+                original_node, cst.For) else None
             if self.data.distributed and batch and isinstance(original_node.iter, (
                     cst.Name, cst.Call)):
                 # the batch is split over the devices; the replicated parameters follow
@@ -240,6 +247,45 @@ class LinenTrainingMixin:
             self._lt_post.append(lt.final_variables(self._lt_batch_stats))
             return new_body
         return None
+
+    def _lt_lazy_init(self, model: str, optimizer: str, step, loop) -> list[cst.BaseStatement]:
+        """model.init on the loop's first batch, at the first step (``if state is None:``),
+        where the batch is drawn in the loop; the state is None before it."""
+        init = self._lt_init(model, optimizer, step.model_args)
+        depth = 4 * (self._depth + 2)
+        init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
+                else st for st in [*init, *self._lt_after_state]]
+        self._lt_after_state = []
+        guard = cst.If(test=cst.parse_expression(f"{lt.STATE} is None"),
+                       body=cst.IndentedBlock(body=init))
+        body = list(step.body)
+        at = next((i for i, st in enumerate(body) if st is step.call), 0)
+        guard = guard.with_changes(leading_lines=body[at].leading_lines)
+        body[at] = body[at].with_changes(leading_lines=[])
+        self._hoist.extend([step.function, cst.parse_statement(f"{lt.STATE} = None\n")])
+        self._lt_post.append(lt.final_variables(self._lt_batch_stats))
+        self.diag(loop, "training-loop", "info",
+                  f"model.init runs at the first step, on the loop's first batch ({lt.STATE} "
+                  "is None before it): the loop draws its batches itself")
+        return [*body[:at], guard, *body[at:]]
+
+    def _lt_while(self, original_node, updated_node, body):
+        """``while True:`` around a train step (makemore's, minGPT's Trainer.run): the step,
+        model.init and the TrainState before the loop, as for a ``for`` loop (the sample input
+        is the first batch, drawn before the loop); the variables after it."""
+        new_body = self._lt_loop(original_node, updated_node, body)
+        if new_body is None:
+            return None
+        self._lt_marked = False
+        hoisted, self._hoist = self._hoist, []
+        post, self._lt_post = self._lt_post, []
+        blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
+        hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
+            h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1], cst.BaseCompoundStatement)
+            else h for i, h in enumerate(hoisted)]
+        loop = updated_node.with_changes(body=updated_node.body.with_changes(body=new_body),
+                                         leading_lines=blank)
+        return cst.FlattenSentinel([*hoisted, loop, *post])
 
     def _lt_epoch_loop(self, ep, step, body, original_node, updated_node, loop_names):
         """The training loop of a function called once per epoch: its step, and what its
@@ -259,8 +305,10 @@ class LinenTrainingMixin:
         self.diag(original_node, "training-loop", "info",
                   f"{ep.name} runs once per epoch: its caller makes the variables and the "
                   f"TrainState once; {ep.name} takes the state"
-                  f"{'' if ep.drop_model else ' (after the model)'} in place of the "
-                  "optimizer and returns it first")
+                  + (f" first (in place of the module's {ep.model} and {ep.optimizer})"
+                     if ep.reads_globals else
+                     f"{'' if ep.drop_model else ' (after the model)'} in place of the "
+                     "optimizer") + " and returns it first")
         return step.body
 
     def _lt_epoch_call(self, original: cst.Call, updated: cst.Call,
@@ -288,7 +336,8 @@ class LinenTrainingMixin:
     def _lt_epoch_state(self, ep, original: cst.Call, updated: cst.Call):
         """model.init on a sample of the loader the call passes, and the TrainState."""
         b = ep.bound(original)
-        model, optimizer = b[ep.model].value, b[ep.optimizer].value
+        model, optimizer = (ep.model, ep.optimizer) if ep.reads_globals else (
+            b[ep.model].value, b[ep.optimizer].value)
         if not self._key_scopes[-1].has_key and len(self._key_scopes) == 1:
             self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
             self.diag(original, "random", "warning", "model.init without torch.manual_seed: "
@@ -390,8 +439,10 @@ class LinenTrainingMixin:
         if name in self._lt_evaluators:
             i = self._lt_evaluators[name]
             # its model calls (a @torch.no_grad() evaluation) apply the variables under jit
-            jitted = tr.JitModelCalls({node.params.params[i].name.value}, extra=(lt.VARIABLES,))
-            node = node.with_changes(body=node.body.visit(jitted))
+            jitted = self._lt_eval_calls({node.params.params[i].name.value})
+            node = node.with_changes(body=node.body.visit(jitted).visit(lt.ApplyMethods(
+                node.params.params[i].name.value, lt.module_methods(
+                    self._root, self.index.module_classes))))
             if jitted.count:
                 self._eval_step = True
                 self.need("jax", "partial")
@@ -402,6 +453,18 @@ class LinenTrainingMixin:
             body = [*node.body.body, cst.parse_statement(f"return {lt.VARIABLES}\n")]
             node = node.with_changes(body=node.body.with_changes(body=body))
         return node
+
+    def _lt_draw_key(self) -> cst.BaseExpression:
+        """The key of a draw in a module method: the stream every apply gives a key."""
+        self.need("jax")
+        return cst.parse_expression(f'self.make_rng("{lt.NOISE}")')
+
+    def _lt_eval_calls(self, models: set[str]) -> cst.CSTTransformer:
+        """The model calls of evaluation code through ``eval_step``, with a key split for
+        each when the model's methods draw (a VAE's reparameterisation)."""
+        if self._lt_noise:
+            return lt.KeyedModelCalls(models)
+        return tr.JitModelCalls(models, extra=(lt.VARIABLES,))
 
     def _lt_pass_variables(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         i = self._lt_evaluators[original.func.value]

@@ -144,8 +144,8 @@ class LoopsMixin:
                 # model calls stay as written, marked
                 body = self._lt_unapplied(original_node.body.body, body)
             elif not self.in_module_class() and self.target.train_state:
-                jitted = tr.JitModelCalls(self._model_names(), extra=(lt.VARIABLES,))
-                body = [b.visit(jitted) for b in body]
+                jitted = self._lt_eval_calls(self._model_names())
+                body = [x for b in body for x in lt.statements(b.visit(jitted))]
                 if jitted.count:
                     self._eval_step = True
                     self.need("jax", "partial")
@@ -617,9 +617,21 @@ class LoopsMixin:
         clip = self._while_clips.pop(id(original_node), None)
         t = self.training
         body = list(updated_node.body.body)
+        if self.target.train_state and not self._for_stack and not self._while_stack and (
+                clip is None):
+            loop = self._lt_while(original_node, updated_node, body)
+            if loop is not None:
+                return loop
         if not self.target.stateful_modules or self._for_stack:
-            if not self._for_stack and any("backward()" in code(s) for s in body):
+            marked = self._lt_marked and not self._for_stack  # (linen: marked by _lt_loop)
+            if not self._for_stack:
+                self._lt_marked = False
+            if not self._for_stack and any("backward()" in code(s) for s in body) and (
+                    not marked):
                 self.diag(original_node, "training-loop", "error",
+                          "a train step in a while loop: translated for --target nnx only "
+                          "so far unless the loop body holds one backward() and one step() "
+                          "and the loop stands in no for loop" if self.target.train_state else
                           f"a train step in a while loop: translated for --target nnx only "
                           f"so far ({self.target.name} is planned)")
             return self._unclipped(updated_node, clip)

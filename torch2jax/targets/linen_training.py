@@ -35,6 +35,11 @@ from torch2jax.passes.common import Untranslatable, arg, bind, call, code, expr,
 STATE = "state"
 VARIABLES = "variables"
 DROPOUT_KEY = "dropout_key"
+# the stream a module method's own draws take (a VAE's reparameterisation:
+# ``self.make_rng("noise")``), with its key given to every apply
+NOISE = "noise"
+NOISE_KEY = "noise_key"
+SUBKEY = "subkey"
 EVAL_STEP = "eval_step"
 
 
@@ -70,7 +75,7 @@ class _ApplyCalls(cst.CSTTransformer):
 
 def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                loop_names: set[str], step_name: str, batch_stats: bool, dropout: bool,
-               accumulate: bool = False) -> LinenStep | None:
+               accumulate: bool = False, noise: bool = False) -> LinenStep | None:
     """The linen counterpart of :func:`torch2jax.passes.training.build_train_step`: the same
     statements form the loss function, which takes the parameters and calls the model through
     ``state.apply_fn``."""
@@ -112,7 +117,7 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
         for u in tr.names_of(s).used:
             if u not in defined and u != model and u not in free and u in loop_names:
                 free.append(u)
-    taken = taken0 | {n for n, _ in lifter.lifted} | {STATE, DROPOUT_KEY}
+    taken = taken0 | {n for n, _ in lifter.lifted} | {STATE, DROPOUT_KEY, NOISE_KEY}
     loss_fn = tr._fresh("loss_fn", taken)
     grads = tr._fresh("grads", taken)
     params = tr._fresh("params", taken)
@@ -120,8 +125,11 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     variables = (f'{{"params": {params}, "batch_stats": {STATE}.batch_stats}}' if batch_stats
                  else f'{{"params": {params}}}')
     extra = []
-    if dropout:
-        extra.append(arg(cst.parse_expression(f'{{"dropout": {DROPOUT_KEY}}}'), "rngs"))
+    streams = [*(["dropout"] if dropout else []), *([NOISE] if noise else [])]
+    keys = {"dropout": DROPOUT_KEY, NOISE: NOISE_KEY}
+    if streams:
+        extra.append(arg(cst.parse_expression("{" + ", ".join(
+            f'"{s}": {keys[s]}' for s in streams) + "}"), "rngs"))
     if batch_stats:
         extra.append(arg(expr('["batch_stats"]'), "mutable"))
     applier = _ApplyCalls(model, variables, extra)
@@ -137,9 +145,9 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                              "linen loss function by hand", rule="training-loop")
     step_args = [STATE, *free, *(n for n, _ in lifter.lifted)]
     call_args = [STATE, *free, *(code(e) for _, e in lifter.lifted)]
-    if dropout:
-        step_args.append(DROPOUT_KEY)
-        call_args.append(DROPOUT_KEY)
+    for s in streams:
+        step_args.append(keys[s])
+        call_args.append(keys[s])
     inner = "".join("        " + line + "\n" for s in new_loss_body
                     for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
     aux_all = [*aux, *([updates] if batch_stats else [])]
@@ -165,28 +173,70 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     first = loss_body[0]
     lines = first.leading_lines if isinstance(first, cst.SimpleStatementLine) else []
     stmts: list[cst.BaseStatement] = []
-    if dropout:
+    for s in streams:
         stmts.append(cst.parse_statement(
-            f"{tr.KEY}, {DROPOUT_KEY} = jax.random.split({tr.KEY})\n"))
+            f"{tr.KEY}, {keys[s]} = jax.random.split({tr.KEY})\n"))
     stmts.append(call_stmt)
     if lines:
         stmts[0] = stmts[0].with_changes(leading_lines=lines)
     # the loop's other model calls (a validation loss between updates) read the TrainState
     reads = _ApplyCalls(model, f'{{"params": {STATE}.params}}', [])
     outside_step = [st.visit(reads) for st in [*pre, *post_dep, *after]]
-    if reads.calls and (batch_stats or dropout):
+    if reads.calls and (batch_stats or dropout or noise):
         raise Untranslatable(f"{model} is called in the training loop outside the loss, in "
                              "training mode, with BatchNorm or Dropout: apply it by hand",
                              rule="training-loop")
-    if model in {u for st in outside_step for u in tr.names_of(st).used}:
+    if model in {u for st in outside_step for u in tr.names_of(st.visit(_EvaluatorArgs(
+            model))).used}:
         raise Untranslatable(f"the training loop reads {model} other than by calling it",
                              rule="training-loop")
+    outside_step = current_variables(outside_step, batch_stats)
     n_pre, n_dep = len(pre), len(post_dep)
     pre, post_dep, after = (outside_step[:n_pre], outside_step[n_pre:n_pre + n_dep],
                             outside_step[n_pre + n_dep:])
     new_body = [*pre, *stmts, *post_dep, *after]
     return LinenStep(function=fn, body=new_body, call=call_stmt, model_args=inputs[0],
                      model_kwargs=inputs[1])
+
+
+class _EvaluatorArgs(cst.CSTTransformer):
+    """Drops ``model, variables`` from the arguments of a call (an evaluation helper's,
+    ``evaluate(model, variables, ...)``, as the rewrite passes them): such a call reads the
+    model's variables, bound where it stands (:func:`current_variables`)."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def leave_Call(self, original_node, updated_node):
+        args = list(updated_node.args)
+        for i in range(len(args) - 1):
+            if m.matches(args[i], m.Arg(value=m.Name(self.model), keyword=None)) and \
+                    m.matches(args[i + 1], m.Arg(value=m.Name(VARIABLES), keyword=None)):
+                return updated_node.with_changes(args=[*args[:i], *args[i + 2:]])
+        return updated_node
+
+
+def current_variables(stmts: list[cst.BaseStatement], batch_stats: bool
+                      ) -> list[cst.BaseStatement]:
+    """The loop's statements that read ``variables`` between updates (an evaluation helper,
+    a checkpoint) read the TrainState's: ``variables = {"params": state.params, ...}`` is
+    bound first, at the head of the ``if`` block that reads them when one does (an
+    evaluation every k steps), else before the statement."""
+    out: list[cst.BaseStatement] = []
+    reads = m.Name(VARIABLES)
+    for s in stmts:
+        if not findall(s, reads):
+            out.append(s)
+            continue
+        bind_ = final_variables(batch_stats)
+        if isinstance(s, cst.If) and s.orelse is None and isinstance(
+                s.body, cst.IndentedBlock) and not findall(s.test, reads):
+            body = list(s.body.body)
+            out.append(s.with_changes(body=s.body.with_changes(body=[bind_, *body])))
+            continue
+        out.append(bind_.with_changes(leading_lines=getattr(s, "leading_lines", ())))
+        out.append(s.with_changes(leading_lines=[]) if hasattr(s, "leading_lines") else s)
+    return out
 
 
 def _model_inputs(loss_body, model: str):
@@ -265,14 +315,21 @@ def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=()
 def _sample_of(e, body, loop, outer, loop_names, stmts, copied):
     if m.matches(e, m.Call(func=m.Attribute(attr=m.Name("to")))):
         e = e.func.value  # data.to(device): the batch itself
-    if m.matches(loop.iter, m.Call(func=m.Name("enumerate"), args=[m.Arg(keyword=None)])) and (
+    if isinstance(loop, cst.For) and m.matches(loop.iter, m.Call(
+            func=m.Name("enumerate"))) and 1 <= len(loop.iter.args) <= 2 and not any(
+            a.star for a in loop.iter.args) and loop.iter.args[0].keyword is None and (
             isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2):
-        # for i, (x, y) in enumerate(loader): the batch is the second element
+        # for i, (x, y) in enumerate(loader[, start]): the batch is the second element
         inner = loop.target.elements[1].value
         loop = loop.with_changes(target=inner, iter=loop.iter.args[0].value)
-    rows = _first_rows(e, loop_names, [*outer, loop])
+    rows = _first_rows(e, loop_names, [*outer, loop] if isinstance(loop, cst.For) else outer)
     if rows is not None:
         return rows
+    if m.matches(e, m.Subscript(value=m.Name(), slice=[m.SubscriptElement(m.Index(
+            m.Integer()))])) and e.value.value in loop_names:
+        # batch[0] of a batch the loop binds: read from the first batch, bound before it
+        first = _sample_of(e.value, body, loop, outer, loop_names, stmts, copied)
+        return e if m.matches(first, m.Name(e.value.value)) else None
     if not isinstance(e, cst.Name):
         return None if set(tr.names_of(e).used) & loop_names else e
     name = e.value
@@ -309,9 +366,9 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied):
                 return cst.Name(name)
             return None
     # a loop target: for x, y in loader
-    if isinstance(loop.target, cst.Tuple) and name in [
+    if isinstance(loop, cst.For) and (isinstance(loop.target, cst.Tuple) and name in [
             getattr(el.value, "value", None) for el in loop.target.elements] or (
-            isinstance(loop.target, cst.Name) and loop.target.value == name):
+            isinstance(loop.target, cst.Name) and loop.target.value == name)):
         it = loop.iter
         firsts = {}
         for f in outer:
@@ -383,10 +440,13 @@ def lr_slot(quote: str = '"') -> str:
 
 
 # ---------------------------------------------------------------------------- evaluation
-def eval_step_function() -> cst.FunctionDef:
+def eval_step_function(noise: bool = False) -> cst.FunctionDef:
     fn = cst.parse_statement(
         f"@partial(jax.jit, static_argnums=0)\ndef {EVAL_STEP}(model, variables, *inputs):\n"
-        "    return model.apply(variables, *inputs)\n")
+        "    return model.apply(variables, *inputs)\n" if not noise else
+        f"@partial(jax.jit, static_argnums=0)\ndef {EVAL_STEP}(model, variables, {NOISE_KEY}, "
+        f"*inputs):\n    return model.apply(variables, *inputs, rngs={{\"{NOISE}\": "
+        f"{NOISE_KEY}}})\n")
     assert isinstance(fn, cst.FunctionDef)
     return fn.with_changes(leading_lines=[cst.EmptyLine(indent=False),
                                           cst.EmptyLine(indent=False)])
@@ -407,6 +467,60 @@ def model_functions(module: cst.Module, models: set[str], trainers: set[str]
                 out[stmt.name.value] = i
                 break
     return out
+
+
+class KeyedModelCalls(tr.JitModelCalls):
+    """``model(x)`` -> ``eval_step(model, variables, subkey, x)`` after ``key, subkey =
+    jax.random.split(key)``: the model's methods draw from the ``noise`` stream."""
+
+    def __init__(self, models: set[str]) -> None:
+        super().__init__(models, extra=(VARIABLES, SUBKEY))
+        self._before: list[int] = []
+
+    def visit_SimpleStatementLine(self, node) -> None:
+        self._before.append(self.count)
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if self.count == self._before.pop():
+            return updated_node
+        split = cst.parse_statement(f"{tr.KEY}, {SUBKEY} = jax.random.split({tr.KEY})\n")
+        return cst.FlattenSentinel([split.with_changes(
+            leading_lines=updated_node.leading_lines), updated_node.with_changes(
+            leading_lines=[])])
+
+
+def statements(node) -> list[cst.BaseStatement]:
+    """A statement a transformer returned, as a list (a FlattenSentinel's nodes)."""
+    return list(node.nodes) if isinstance(node, cst.FlattenSentinel) else [node]
+
+
+class ApplyMethods(cst.CSTTransformer):
+    """``model.get_block_size()`` -> ``model.apply(variables, method="get_block_size")`` in
+    a helper that receives the model and its variables: a linen module's attributes made
+    in ``setup()`` (and its layers) exist only inside ``init`` / ``apply``."""
+
+    def __init__(self, model: str, methods: set[str]) -> None:
+        self.model, self.methods = model, methods
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False
+
+    def leave_Call(self, original_node, updated_node):
+        f = updated_node.func
+        if m.matches(f, m.Attribute(value=m.Name(self.model))) and f.attr.value in (
+                self.methods) and not any(a.star for a in updated_node.args):
+            args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated_node.args]
+            return call(f"{self.model}.apply", arg(cst.Name(VARIABLES)), *args,
+                        arg(cst.SimpleString(f'"{f.attr.value}"'), "method"))
+        return updated_node
+
+
+def module_methods(module: cst.Module, classes) -> set[str]:
+    """The methods the file's module classes define, other than their constructor and
+    forward."""
+    return {f.name.value for c in module.body if isinstance(c, cst.ClassDef)
+            and c.name.value in classes for f in c.body.body if isinstance(f, cst.FunctionDef)
+            and not f.name.value.startswith("__") and f.name.value != "forward"}
 
 
 def returns(fn: cst.FunctionDef) -> bool:
@@ -642,6 +756,9 @@ class EpochFunction:
     loop_names: set[str] | None = None
     module_step: cst.FunctionDef | None = None  # the step, defined before the function
     fn: cst.FunctionDef | None = None  # the torch definition
+    # the model and the optimizer are module-level names the function reads (``def
+    # train(epoch)``): the state is added as its first parameter
+    reads_globals: bool = False
 
     def bound(self, c: cst.Call) -> dict[str, cst.BaseExpression] | None:
         """The call's arguments by parameter name (None with * or ** arguments)."""
@@ -658,12 +775,14 @@ class EpochFunction:
     @property
     def replaced(self) -> tuple[str, str]:
         """The parameter the state takes the place of, and the one dropped."""
+        if self.reads_globals:
+            return "", ""
         return (self.model, self.optimizer) if self.drop_model else (self.optimizer, "")
 
     def call_args(self, c: cst.Call) -> list[cst.Arg]:
         """The call's arguments with the state in place of the model or the optimizer."""
         state, dropped = self.replaced
-        args = []
+        args = [arg(cst.Name(STATE))] if self.reads_globals else []
         for i, a in enumerate(c.args):
             p = a.keyword.value if a.keyword is not None else (
                 self.params[i] if i < len(self.params) else None)
@@ -700,6 +819,18 @@ def epoch_functions(module: cst.Module, optimizers: dict[str, str], trainers: se
                 found.add(("", ""))
                 break
             found.add((opt[0][0], mod.pop()))
+        reads_globals = False
+        if found == {("", "")} and not any(  # def train(epoch): the module's, read
+                isinstance(v, cst.Name) and v.value in optimizers
+                for c in calls for v in (self_bound(fn, c) or {}).values()):
+            steps = {c.func.value.value for c in findall(fn.body, m.Call(func=m.Attribute(
+                value=m.Name(), attr=m.Name("step"))))} & set(module_names(module))
+            inner = local_names(fn)
+            opts = [o for o in steps if o in optimizers and o not in inner
+                    and optimizers[o] not in inner and optimizers[o] in module_names(module)]
+            if len(opts) == 1 and calls:
+                found = {(opts[0], optimizers[opts[0]])}
+                reads_globals = True
         if len(found) != 1 or ("", "") in found:
             continue
         optimizer, model = found.pop()
@@ -712,9 +843,24 @@ def epoch_functions(module: cst.Module, optimizers: dict[str, str], trainers: se
         calls_or_modes = len(findall(fn.body, m.Call(func=m.Name(model)) | m.Call(
             func=m.Attribute(value=m.Name(model), attr=m.Name("train") | m.Name("eval")
                              | m.Name("zero_grad")))))
+        if reads_globals and (uses != calls_or_modes or any(
+                a.star for c in calls for a in c.args)):
+            continue
         out[fn.name.value] = EpochFunction(fn.name.value, params, optimizer, model,
-                                           drop_model=uses == calls_or_modes, fn=fn)
+                                           drop_model=uses == calls_or_modes, fn=fn,
+                                           reads_globals=reads_globals)
     return out
+
+
+def self_bound(fn: cst.FunctionDef, c: cst.Call) -> dict[str, cst.BaseExpression] | None:
+    return EpochFunction(fn.name.value, [p.name.value for p in fn.params.params], "", "",
+                         False).bound(c)
+
+
+def module_names(module: cst.Module) -> set[str]:
+    """The names the module's top-level statements assign."""
+    return {n for s in module.body if isinstance(s, cst.SimpleStatementLine)
+            for n in tr.names_of(s).assigned}
 
 
 def takes_state(fn: cst.FunctionDef, ep: EpochFunction) -> cst.FunctionDef:
@@ -724,6 +870,8 @@ def takes_state(fn: cst.FunctionDef, ep: EpochFunction) -> cst.FunctionDef:
     params = [p.with_changes(name=cst.Name(STATE), annotation=None, default=None)
               if p.name.value == state else p for p in fn.params.params
               if p.name.value != dropped]
+    if ep.reads_globals:
+        params = [cst.Param(cst.Name(STATE)), *params]
     params = [p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in params]
 
     class Returns(cst.CSTTransformer):
