@@ -427,14 +427,23 @@ class CallsMixin:
             if method is not None:
                 return method
             raise Untranslatable(f"no rule for {name}", rule=name)
+        if m.matches(original.func, m.Attribute(value=m.Name(), attr=m.Name("state_dict"))) and (
+                original.func.value.value in self.training.scheduler_names):
+            sched = self.training.scheduler_names[original.func.value.value]
+            state = self._scheduler_state(original, sched) if sched.optimizer else None
+            if state is None:
+                raise Untranslatable("scheduler.state_dict() of a schedule not translated to "
+                                     "optax, or of ReduceLROnPlateau", rule=sched.qualname)
+            return state
         if m.matches(original.func, m.Attribute(value=m.Name(), attr=m.Name("get_last_lr"))):
             sched = self.training.scheduler_names.get(original.func.value.value)
             if sched is not None and sched.optimizer:
+                # torch's list of Python floats (a JAX array would print as Array(...))
                 if sched.inline:
                     step = self.target.step_count(sched.optimizer)
-                    return expr(f"[{sched.name}({step})]")
+                    return expr(f"[float({sched.name}({step}))]")
                 quote = self._string_quote()
-                return expr(f"[{self._lr_slot(sched.optimizer, quote)}]")
+                return expr(f"[float({self._lr_slot(sched.optimizer, quote)})]")
         if isinstance(original.func, cst.Name) and (
                 original.func.value in self.training.key_functions) and not any(
                     a.keyword and a.keyword.value == tr.KEY for a in updated.args):

@@ -376,7 +376,38 @@ class SchedulesMixin:
         sched = t.scheduler_names.get(recv)
         if meth == "step" and sched is not None:
             return self._scheduler_step(original_node, updated_node, sched)
+        if meth == "load_state_dict" and sched is not None:
+            return self._scheduler_load(original_node, updated_node, sched)
         return None
+
+    def _scheduler_load(self, original_node, updated_node, sched):
+        """``scheduler.load_state_dict(d)``: torch restores the scheduler's count (its
+        ``last_epoch``), not the optimizer's lr (the optimizer's own state_dict holds that).
+        A schedule of the update count is restored with the optimizer's state; a counted
+        schedule takes ``d["last_epoch"]`` (what :meth:`_scheduler_state` saves)."""
+        args = updated_node.value.args
+        if sched.name not in self._schedules or len(args) != 1 or args[0].keyword or (
+                sched.name in self._plateaus):
+            self.diag(original_node, sched.qualname, "error",
+                      "scheduler.load_state_dict: only the count of a schedule translated "
+                      "to optax is restored (not ReduceLROnPlateau's state)")
+            return updated_node
+        if sched.inline:
+            self.diag(original_node, sched.qualname, "info",
+                      "scheduler.load_state_dict: the schedule reads the optimizer's update "
+                      "count, restored with the optimizer's state")
+            return cst.RemoveFromParent()
+        return cst.Assign(targets=[cst.AssignTarget(cst.parse_expression(
+            self._steps(sched.name)))], value=expr('{d}["last_epoch"]', d=args[0].value))
+
+    def _scheduler_state(self, original, sched) -> cst.BaseExpression | None:
+        """``scheduler.state_dict()``: ``{"last_epoch": count}``, the count torch's scheduler
+        saves (the update count for a schedule of it)."""
+        if original.args or sched.name not in self._schedules or sched.name in self._plateaus:
+            return None
+        count = (self.target.step_count(sched.optimizer) if sched.inline
+                 else self._steps(sched.name))
+        return cst.parse_expression(f'{{"last_epoch": int({count})}}')
 
     def _scheduler_step(self, original_node, updated_node, sched):
         if sched.inline:
