@@ -39,6 +39,8 @@ class MicroSteps:
     model: str
     max_norm: cst.BaseExpression | None = None  # clip_grad_norm_ of the summed gradients
     clip_direct: bool = False  # the clip is a statement of the step's block (no condition)
+    # the statements between the loop and the optimizer's step
+    between: list[cst.BaseStatement] = field(default_factory=list)
 
 
 @dataclass
@@ -49,6 +51,8 @@ class Accumulation:
     dropped: set[int] = field(default_factory=set)  # zero_grad / unscale_ Exprs of the step
     done: set[int] = field(default_factory=set)  # loops the rewrite translated
     applies: dict[int, str] = field(default_factory=dict)  # id(site) -> its apply function
+    # id(site) -> the call of the one compiled step (passes/accum_scan.py) at the step()
+    scans: dict[int, str] = field(default_factory=dict)
     folded: set[int] = field(default_factory=set)  # sites whose clip is in the apply function
     # optimizers returned by a model's method (model.configure_optimizers(...)) ->
     # "model.configure_optimizers"
@@ -120,7 +124,8 @@ def find_micro_steps(module: cst.Module, optimizers: dict[str, str], model_vars:
             if findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("zero_grad")))) or not (
                     any(k < i or k > j for k in clears)):
                 continue
-            site = MicroSteps(loop=loop, optimizer=opt, model=known[opt])
+            site = MicroSteps(loop=loop, optimizer=opt, model=known[opt],
+                              between=list(body[i + 1:j]))
             for stmt in body[i + 1:j]:
                 lines = [stmt] if isinstance(stmt, cst.SimpleStatementLine) else findall(
                     stmt, m.SimpleStatementLine())
