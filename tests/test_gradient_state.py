@@ -20,8 +20,10 @@ from test_training_scripts import HEADER
 from torch2jax.convert import convert_source
 
 # micro-steps in a helper that receives the model and the optimizer, the batch indexed by
-# the epoch loop's counter, zero_grad at the end of the step, clipping of the sum
+# the epoch loop's counter, zero_grad at the end of the step, clipping of the sum under a
+# condition (nanoGPT's ``if grad_clip != 0.0``), the learning rate set at each epoch
 MICRO_IN_HELPER = HEADER + """
+grad_clip = 0.2
 model = Net()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
 
@@ -31,12 +33,16 @@ def train_one_step(model, optimizer, xb, yb, k):
         part = slice(micro * 2, micro * 2 + 2)
         loss = F.cross_entropy(model(xb[part]), yb[part])
         (loss / k).backward()
+    if grad_clip != 0.0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss
 
 
 for epoch in range(3):
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = 0.2 * 0.5 ** epoch
     for i in range(0, 8, 4):
         loss = train_one_step(model, optimizer, X[i:i + 4], Y[i:i + 4], 2)
         print(f"{loss.item():.8f}")

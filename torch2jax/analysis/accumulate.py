@@ -49,6 +49,7 @@ class Accumulation:
     steps: dict[int, MicroSteps] = field(default_factory=dict)  # id(Expr of step()) ->
     clips: dict[int, MicroSteps] = field(default_factory=dict)  # id(Expr of the clip) ->
     dropped: set[int] = field(default_factory=set)  # zero_grad / unscale_ Exprs of the step
+    dropped_ifs: set[int] = field(default_factory=set)  # ifs around a clip folded in the step
     done: set[int] = field(default_factory=set)  # loops the rewrite translated
     applies: dict[int, str] = field(default_factory=dict)  # id(site) -> its apply function
     # id(site) -> the call of the one compiled step (passes/accum_scan.py) at the step()

@@ -411,20 +411,38 @@ class LoopsMixin:
         the translation drops; None: the two-function route."""
         local = self.training.optimizer_names.get(site.optimizer)
         in_chain = local is not None and local.clip is not None
-        clip = ""
-        for stmt in site.between:
+        clip, guards = "", []
+
+        def kind(stmt) -> str | None:
             first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(
                 stmt.body) == 1 else None
             if first is not None and id(first) in self._acc.dropped:
-                continue
-            if first is None or self._acc.clips.get(id(first)) is not site or not (
-                    site.clip_direct):
-                return None
-            if not in_chain:
-                if set(tr.names_of(site.max_norm).used) & loop_names:
+                return "drop"
+            return "clip" if first is not None and self._acc.clips.get(id(first)) is site \
+                else None
+
+        for stmt in site.between:
+            test = None
+            if isinstance(stmt, cst.If) and stmt.orelse is None and isinstance(
+                    stmt.body, cst.IndentedBlock):
+                # ``if grad_clip != 0.0:`` around the clip (nanoGPT): it goes where the clip is
+                # in the optimizer's chain (a condition of names the loops do not assign)
+                kinds = [kind(s) for s in stmt.body.body]
+                if set(tr.names_of(stmt.test).used) & (loop_names | {site.model,
+                                                                     site.optimizer}):
                     return None
-                clip = (f"    {{grads}}, _ = optax.clip_by_global_norm("
-                        f"{code(site.max_norm)}).update({{grads}}, optax.EmptyState())\n")
+                guards.append(stmt)
+                test = code(stmt.test)
+            else:
+                kinds = [kind(stmt)]
+            if None in kinds:
+                return None
+            if "clip" not in kinds or in_chain:
+                continue
+            if test is not None or set(tr.names_of(site.max_norm).used) & loop_names:
+                return None
+            clip = (f"    {{grads}}, _ = optax.clip_by_global_norm({code(site.max_norm)})"
+                    f".update({{grads}}, optax.EmptyState())\n")
         name = tr._fresh("accum_step", self._file_names | self._step_names_taken())
         scan = accum_scan.build(step, original_node, model=site.model,
                                 optimizer=site.optimizer, acc_grads=ACC_GRADS, name=name,
@@ -434,6 +452,7 @@ class LoopsMixin:
             return None
         self._micro_names.add(name)
         self._acc.scans[id(site)] = scan.call
+        self._acc.dropped_ifs |= {id(g) for g in guards}
         if clip:
             self._acc.folded.add(id(site))
             self.need("optax")
