@@ -21,7 +21,7 @@ from torch2jax.convert import convert_source
 
 # micro-steps in a helper that receives the model and the optimizer, the batch indexed by
 # the epoch loop's counter, zero_grad at the end of the step, clipping of the sum under a
-# condition (nanoGPT's ``if grad_clip != 0.0``), the learning rate set at each epoch
+# condition (nanoGPT's ``if grad_clip != 0.0``), the learning rate set at each step
 MICRO_IN_HELPER = HEADER + """
 grad_clip = 0.2
 model = Net()
@@ -41,9 +41,9 @@ def train_one_step(model, optimizer, xb, yb, k):
 
 
 for epoch in range(3):
-    for param_group in optimizer.param_groups:
-        param_group["lr"] = 0.2 * 0.5 ** epoch
     for i in range(0, 8, 4):
+        for param_group in optimizer.param_groups:
+            param_group["lr"] = 0.2 * 0.5 ** (epoch + i / 8)
         loss = train_one_step(model, optimizer, X[i:i + 4], Y[i:i + 4], 2)
         print(f"{loss.item():.8f}")
 print(f"{model.fc.weight.sum().item():.8f}")

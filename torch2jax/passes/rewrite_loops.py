@@ -409,6 +409,8 @@ class LoopsMixin:
         (passes/accum_scan.py), where nothing stands between the loop and the optimizer's
         step but the clip (in the optimizer's chain, or folded into the step) and statements
         the translation drops; None: the two-function route."""
+        if site.ragged:
+            return None
         local = self.training.optimizer_names.get(site.optimizer)
         in_chain = local is not None and local.clip is not None
         clip, guards = "", []
