@@ -183,19 +183,40 @@ LAST_POSITION = ("return self.lm_head(x), None",
                   "        return self.lm_head(x), None"))
 
 
+# nanoGPT's top_k: a parameter defaulting to None, read in the token step
+TOP_K_PARAM = ("""def generate(model, idx, max_new_tokens, temperature=1.0):
+    for _ in range(max_new_tokens):
+        idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]
+        logits, _ = model(idx_cond)
+        logits = logits[:, -1, :] / temperature
+""", """def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
+    for _ in range(max_new_tokens):
+        idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]
+        logits, _ = model(idx_cond)
+        logits = logits[:, -1, :] / temperature
+        if top_k is not None:
+            v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+            logits[logits < v[:, [-1]]] = -float("Inf")
+""")
+
+
 @pytest.mark.parametrize("variant", ["not causal", "last position"])
 def test_exact_route_jits_the_forward_once_per_length(variant, tmp_path):
     """A model not known causal, or one computing only the last position at inference
     (nanoGPT's forward): a padded buffer is not exact, so each token's forward is the jitted
     generate_step (the model call and the draw, one nnx.jit), one compile per distinct
-    length; noted as info, no TODO, tokens as torch's."""
+    length; noted as info, no TODO, tokens as torch's. The nanoGPT variant's generate()
+    also takes ``top_k=None`` (a static argument of the step, listed before the key: passed
+    by keyword after the others, where the converter once wrote an invalid call)."""
     source = SCRIPT.replace("MASK", "" if variant == "not causal" else CAUSAL_MASK)
+    call = "idx_next, key = generate_step(idx_cond, model, temperature, key)"
     if variant == "last position":
-        source = source.replace(*LAST_POSITION)
+        source = source.replace(*LAST_POSITION).replace(*TOP_K_PARAM)
+        call = "idx_next, key = generate_step(idx_cond, model, temperature, key, top_k=top_k)"
     result = convert_source(source, path="sample.py")
     body = result.code.split("def generate(", 1)[1]
     assert "TODO" not in result.code and "fori_loop" not in body
-    assert "idx_next, key = generate_step(idx_cond, model, temperature, key)" in body
+    assert call in body
     assert "eval_step(" not in body
     assert [d.severity for d in result.diagnostics if d.rule == "generation"] == ["info"]
     want, got, compiles = _greedy(tmp_path, source, result.code, _generate14)

@@ -295,6 +295,27 @@ def test_converted_nanogpt_sampling_compiles_generate_once(tmp_path: Path) -> No
     assert re.search(r"^tokens_per_s=[0-9.]+$", done.stdout, re.MULTILINE)
 
 
+@pytest.mark.slow
+def test_converted_nanogpt_training_is_one_compiled_step_per_iteration(tmp_path: Path) -> None:
+    """nanoGPT's train.py shape (issue 30), converted: the micro-batches (drawn by get_batch on
+    the host, the next one fetched between forward and backward) are collected by the loop,
+    and one nnx.jit step scans their gradients, clips and updates, compiled once: no gradient
+    step per micro-step, no separate update. The loss it logs is the last micro-step's times
+    k, as torch's, from the same starting point (log(vocab_size))."""
+    script = tmp_path / "nanogpt.py"
+    code = convert_source(NANOGPT.read_text(), path=str(NANOGPT)).code
+    assert "jax.lax.scan(" in code and "def apply_grads(" not in code
+    script.write_text(code)
+    done = _run(script, tmp_path, GPT_MODE="train", GPT_MAX_ITERS="14")
+    log = done.stdout + done.stderr
+    assert len(re.findall(r"Compiling jit\(accum_step\)", log)) == 1, log[-3000:]
+    assert not re.findall(r"Compiling jit\((grad_step|apply_grads)\)", log)
+    iters = re.compile(r"^iter (\d+) loss ([0-9.]+) lr", re.MULTILINE)
+    losses = iters.findall(done.stdout)
+    assert [i for i, _ in losses] == ["0", "6"], done.stdout
+    assert all(abs(float(loss) - 3.87) < 0.6 for _, loss in losses), losses
+
+
 def test_the_compile_count_sees_a_step_compiled_again(tmp_path: Path) -> None:
     """The check the program runs above go through: a step defined anew in every epoch
     compiles again for the same shapes, and the log shows it."""

@@ -39,6 +39,11 @@ class MicroSteps:
     model: str
     max_norm: cst.BaseExpression | None = None  # clip_grad_norm_ of the summed gradients
     clip_direct: bool = False  # the clip is a statement of the step's block (no condition)
+    # the statements between the loop and the optimizer's step
+    between: list[cst.BaseStatement] = field(default_factory=list)
+    # the micro-batches may differ in shape (drawn from an iterator: a loader's last,
+    # shorter batch): they are not stacked (passes/accum_scan.py)
+    ragged: bool = False
 
 
 @dataclass
@@ -47,8 +52,11 @@ class Accumulation:
     steps: dict[int, MicroSteps] = field(default_factory=dict)  # id(Expr of step()) ->
     clips: dict[int, MicroSteps] = field(default_factory=dict)  # id(Expr of the clip) ->
     dropped: set[int] = field(default_factory=set)  # zero_grad / unscale_ Exprs of the step
+    dropped_ifs: set[int] = field(default_factory=set)  # ifs around a clip folded in the step
     done: set[int] = field(default_factory=set)  # loops the rewrite translated
     applies: dict[int, str] = field(default_factory=dict)  # id(site) -> its apply function
+    # id(site) -> the call of the one compiled step (passes/accum_scan.py) at the step()
+    scans: dict[int, str] = field(default_factory=dict)
     folded: set[int] = field(default_factory=set)  # sites whose clip is in the apply function
     # optimizers returned by a model's method (model.configure_optimizers(...)) ->
     # "model.configure_optimizers"
@@ -89,6 +97,7 @@ def find_micro_steps(module: cst.Module, optimizers: dict[str, str], model_vars:
     counts too."""
     known = dict(optimizers)
     acc = Accumulation()
+    functions = {f.name.value: f for f in module.body if isinstance(f, cst.FunctionDef)}
     for a in findall(module, m.Assign(targets=[m.AssignTarget(target=m.Name())],
                                       value=m.Call(func=m.Attribute(value=m.Name())))):
         owner = a.value.func.value.value
@@ -120,7 +129,8 @@ def find_micro_steps(module: cst.Module, optimizers: dict[str, str], model_vars:
             if findall(loop.body, m.Call(func=m.Attribute(attr=m.Name("zero_grad")))) or not (
                     any(k < i or k > j for k in clears)):
                 continue
-            site = MicroSteps(loop=loop, optimizer=opt, model=known[opt])
+            site = MicroSteps(loop=loop, optimizer=opt, model=known[opt],
+                              between=list(body[i + 1:j]), ragged=_ragged(loop, functions))
             for stmt in body[i + 1:j]:
                 lines = [stmt] if isinstance(stmt, cst.SimpleStatementLine) else findall(
                     stmt, m.SimpleStatementLine())
@@ -142,6 +152,21 @@ def find_micro_steps(module: cst.Module, optimizers: dict[str, str], model_vars:
                 if hit is not None and hit[0] in (opt, site.model, *scalers):
                     acc.dropped.add(id(stmt.body[0]))
     return acc
+
+
+_NEXT = m.Call(func=m.Name("next"))
+
+
+def _ragged(loop: cst.For | cst.While, functions: dict[str, cst.FunctionDef]) -> bool:
+    """Whether the micro-batches may come from an iterator (whose last batch may be shorter):
+    a loop over anything but ``range(...)``, a ``next(...)`` in its body or in a function of
+    the module that its body calls (``get_batch()``)."""
+    if isinstance(loop, cst.For) and not m.matches(loop.iter, m.Call(func=m.Name("range"))):
+        return True
+    if findall(loop.body, _NEXT):
+        return True
+    called = {c.func.value for c in findall(loop.body, m.Call(func=m.Name()))}
+    return any(findall(functions[n], _NEXT) for n in called if n in functions)
 
 
 def find_lr_loops(module: cst.Module) -> dict[int, tuple[str, cst.BaseExpression]]:

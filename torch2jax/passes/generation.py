@@ -573,6 +573,9 @@ def _step_route(fn: cst.FunctionDef, method: bool, taken: set[str], tree: bool
         defaults[n], m.Name("None"))) or any(n in _names(i.test) for i in m.findall(
             block, m.If())) or any(n in _names(c) for c in m.findall(block, m.Call(
                 func=m.OneOf(*(m.Name(u) for u in _STATIC_USES)))))]
+    # the static inputs last, passed by keyword after the others (top_k=None read before
+    # the key that the draw splits)
+    inputs = [*(n for n in inputs if n not in static), *(n for n in inputs if n in static)]
     name = _fresh(f"{fn.name.value}_step", taken)
 
     body = [s.visit(_Unjit()).visit(_MaskSet()) for s in step]

@@ -692,7 +692,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
 
     def leave_If(self, original_node, updated_node):
         """``if torch.jit.is_scripting(): ...`` is dead in JAX code (the query is False): the
-        branch goes, its ``else`` (if any) stays in its place."""
+        branch goes, its ``else`` (if any) stays in its place. An ``if`` around a clip that the
+        micro-steps' compiled step holds (passes/accum_scan.py) goes too."""
+        if id(original_node) in self._acc.dropped_ifs:
+            return cst.RemoveFromParent()
         updated_node = self._class_name_if(original_node, updated_node)
         test = original_node.test
         rule = self.rules.functions.get(self.q(test.func) or "") if isinstance(

@@ -11,6 +11,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall
+from torch2jax.passes import accum_scan
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import grad_sum as gs
@@ -267,6 +268,8 @@ class LoopsMixin:
         if site is not None:
             if id(site.loop) not in self._acc.done:
                 return None
+            if id(site) in self._acc.scans:
+                return cst.parse_statement(self._acc.scans[id(site)]).body[0]
             return cst.parse_statement(
                 f"{self._acc.applies[id(site)]}({site.model}, {site.optimizer}, {ACC_GRADS})\n"
             ).body[0]
@@ -370,18 +373,26 @@ class LoopsMixin:
                                    read_later=self._file_names if scaled else frozenset())
         if step is None:
             return None
-        apply = self._apply_grads(site, loop_names)
-        new_body = step.body
         self.need("nnx", "jax", "jnp")
         self._acc.done.add(id(original_node))
-        self.diag(original_node, "accumulation", "info",
-                  f"gradient accumulation: {name} computes each micro-step's gradients "
-                  f"(jit-compiled), summed in the loop as torch sums .grad; "
-                  f"{site.optimizer}.update applies the sum once after the loop")
-        init = cst.parse_statement(f"{ACC_GRADS} = None\n").with_changes(
-            leading_lines=node.leading_lines)
+        scan = self._scan_micro_steps(site, step, original_node, loop_names)
+        if scan is not None:
+            new_body, init, functions = scan.body, scan.init, [scan.function]
+            self.diag(original_node, "accumulation", "info",
+                      f"gradient accumulation: the loop collects the micro-batches; "
+                      f"{scan.function.name.value} computes the micro-steps' gradients (a "
+                      f"jax.lax.scan over the stacked batches, summed as torch sums .grad) and "
+                      f"applies {site.optimizer}.update to the sum, in one compiled step")
+        else:
+            apply = self._apply_grads(site, loop_names)
+            new_body, functions = step.body, [step.function, apply]
+            self.diag(original_node, "accumulation", "info",
+                      f"gradient accumulation: {name} computes each micro-step's gradients "
+                      f"(jit-compiled), summed in the loop as torch sums .grad; "
+                      f"{site.optimizer}.update applies the sum once after the loop")
+            init = cst.parse_statement(f"{ACC_GRADS} = None\n")
+        init = init.with_changes(leading_lines=node.leading_lines)
         loop = node.with_changes(leading_lines=[], body=node.body.with_changes(body=new_body))
-        functions = [step.function, apply]
         if not self._fn_stack and not self._class_stack:
             self._top_steps.extend(functions)
         elif len(self._fn_stack) == 1 and not self._class_stack and not any(
@@ -392,10 +403,68 @@ class LoopsMixin:
             self._hoist.extend(functions)
         else:
             blank = [cst.EmptyLine(indent=False)]
-            return cst.FlattenSentinel([step.function.with_changes(leading_lines=[
-                *node.leading_lines]), apply.with_changes(leading_lines=blank),
+            return cst.FlattenSentinel([
+                functions[0].with_changes(leading_lines=[*node.leading_lines]),
+                *(f.with_changes(leading_lines=blank) for f in functions[1:]),
                 init.with_changes(leading_lines=blank), loop])
         return cst.FlattenSentinel([init, loop])
+
+    def _scan_micro_steps(self, site, step, original_node, loop_names: set[str]):
+        """The micro-steps, the clip and the update as one compiled step
+        (passes/accum_scan.py), where nothing stands between the loop and the optimizer's
+        step but the clip (in the optimizer's chain, or folded into the step) and statements
+        the translation drops; None: the two-function route."""
+        if site.ragged:
+            return None
+        local = self.training.optimizer_names.get(site.optimizer)
+        in_chain = local is not None and local.clip is not None
+        clip, guards = "", []
+
+        def kind(stmt) -> str | None:
+            first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(
+                stmt.body) == 1 else None
+            if first is not None and id(first) in self._acc.dropped:
+                return "drop"
+            return "clip" if first is not None and self._acc.clips.get(id(first)) is site \
+                else None
+
+        for stmt in site.between:
+            test = None
+            if isinstance(stmt, cst.If) and stmt.orelse is None and isinstance(
+                    stmt.body, cst.IndentedBlock):
+                # ``if grad_clip != 0.0:`` around the clip (nanoGPT): it goes where the clip is
+                # in the optimizer's chain (a condition of names the loops do not assign)
+                kinds = [kind(s) for s in stmt.body.body]
+                if set(tr.names_of(stmt.test).used) & (loop_names | {site.model,
+                                                                     site.optimizer}):
+                    return None
+                guards.append(stmt)
+                test = code(stmt.test)
+            else:
+                kinds = [kind(stmt)]
+            if None in kinds:
+                return None
+            if "clip" not in kinds or in_chain:
+                continue
+            if test is not None or set(tr.names_of(site.max_norm).used) & loop_names:
+                return None
+            clip = (f"    {{grads}}, _ = optax.clip_by_global_norm({code(site.max_norm)})"
+                    f".update({{grads}}, optax.EmptyState())\n")
+        name = tr._fresh("accum_step", self._file_names | self._step_names_taken())
+        scan = accum_scan.build(step, original_node, model=site.model,
+                                optimizer=site.optimizer, acc_grads=ACC_GRADS, name=name,
+                                clip=clip, taken=set(self._file_names),
+                                tree_mode=not self.data.aliasing)
+        if scan is None:
+            return None
+        self._micro_names.add(name)
+        self._acc.scans[id(site)] = scan.call
+        self._acc.dropped_ifs |= {id(g) for g in guards}
+        if clip:
+            self._acc.folded.add(id(site))
+            self.need("optax")
+        self.need("np")
+        return scan
 
     def _apply_grads(self, site, loop_names: set[str]) -> cst.FunctionDef:
         """The jit-compiled update that ``optimizer.step()`` after the micro-steps becomes:
