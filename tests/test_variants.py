@@ -203,11 +203,7 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
 # diagnostic) or "run" (the converted program raises)
 XFAIL: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {
     ('script:accumulate_rmsprop_exponential', ('micro_steps',)): ('convert', BACKWARD_MARKED),
-    ('script:accumulate_rmsprop_exponential', ('step_in_function',)): ('convert', STEP_OUTSIDE),
-    ('script:accumulate_rmsprop_exponential', ('step_in_method',)): ('convert', STEP_OUTSIDE),
     ('fixture:seeds_in_helper', ('step_in_method', 'nullcontext', 'config_argparse')): ('convert', RANDOM_IN_METHOD),
-    ('script:accumulate_rmsprop_exponential', ('step_in_method', 'autocast_disabled', 'config_argparse', 'log_dict')): ('convert', STEP_OUTSIDE),
-    ('script:accumulate_rmsprop_exponential', ('step_in_function', 'name_temporaries', 'config_dict')): ('convert', STEP_OUTSIDE),
 }
 
 

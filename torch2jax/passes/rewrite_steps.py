@@ -26,6 +26,7 @@ import libcst.matchers as m
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
 from torch2jax.passes.grad_sum import _touches_grads, summable_backwards, summed_region
+from torch2jax.passes.held_steps import HeldStep, find_held_steps
 from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
 
 _REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
@@ -104,6 +105,15 @@ class StepsMixin:
         self._step_blocks, self._step_backwards = find_block_steps(module, self._step_opts)
         self._step_names: set[str] = set()
         self._step_backwards_at: dict[int, cst.CSTNode] = {}
+        # steps held back by a condition (passes/held_steps.py): .grad as an accumulator
+        self._held = find_held_steps(
+            module, list(_blocks(module)), {n: t.model_of(n) for n in self._step_opts},
+            self._model_names(), self._file_names)
+        for held in self._held.values():
+            self._step_names |= {held.holder, held.grad_step, held.apply}
+        self._held_keep = {z for held in self._held.values() for z in held.zeros}
+        self._step_blocks |= set(self._held)
+        self._step_backwards |= {held.backward for held in self._held.values()}
 
     def leave_IndentedBlock(self, original_node, updated_node):
         if id(original_node) not in getattr(self, "_step_blocks", ()):
@@ -126,6 +136,9 @@ class StepsMixin:
     def _block_steps(self, stmts: list, original_block) -> list:
         """The block's statements with each region that ends in ``optimizer.step()``
         rewritten as a call of a jit-compiled step."""
+        held = self._held.get(id(original_block))
+        if held is not None:
+            return self._held_block(stmts, held)
         out: list = []
         start = 0
         i = 0
@@ -287,3 +300,66 @@ class StepsMixin:
         self._step_backwards_at[id(updated_node)] = original_node
         return True
 
+
+    # -- a step held back by a condition: .grad as an explicit accumulator (held_steps.py)
+    def _held_statements(self, stmts: list, held: HeldStep) -> list:
+        """zero_grad() -> ``grads = None``; ``optimizer.step()`` -> the compiled update; in
+        the block and in the ``if`` that holds the step."""
+        out = []
+        for s in stmts:
+            if tr._is_method_stmt(s, {held.optimizer, held.model}, "zero_grad"):
+                s = cst.parse_statement(f"{held.holder} = None\n").with_changes(
+                    leading_lines=s.leading_lines)
+            elif _stepped(s, {held.optimizer}):
+                s = cst.parse_statement(
+                    f"{held.apply}({held.model}, {held.optimizer}, {held.holder})\n"
+                ).with_changes(leading_lines=s.leading_lines)
+            elif isinstance(s, cst.If) and s.orelse is None:
+                s = s.with_changes(body=s.body.with_changes(
+                    body=self._held_statements(list(s.body.body), held)))
+            out.append(s)
+        return out
+
+    def _held_block(self, stmts: list, held: HeldStep) -> list:
+        ib = next(i for i, s in enumerate(stmts) if tr._is_method_stmt(s, None, "backward"))
+        start = max((i + 1 for i, s in enumerate(stmts[:ib])
+                     if not isinstance(s, _REGION_STATEMENTS)), default=0)
+        region = self._held_statements(stmts[start:ib + 1], held)
+        rest = self._held_statements(stmts[ib + 1:], held)
+        fn = held.function
+        called = {c.func.value for st in region for c in findall(st, m.Call(func=m.Name()))}
+        loop_names = (_params(fn) - {"self", "cls"} - called | set(
+            tr.names_of(cst.Module(body=region)).assigned)) - {held.model, held.optimizer}
+        later = set(tr.names_of(cst.Module(body=rest)).used)
+        step = tr.build_train_step(region, optimizer=held.optimizer, model=held.model,
+                                   loop_names=loop_names, step_name=held.grad_step,
+                                   tree_mode=not self.data.aliasing, grads_out=held.holder,
+                                   read_later=later)
+        back = [s for s in region if tr._is_method_stmt(s, None, "backward")]
+        if step is None:
+            return [*stmts[:start], *self._marked(region, back, (
+                f"its loss is not a function of {held.model} that torch2jax can separate "
+                "(its backward slice)")), *rest]
+        jit = tr.nnx_jit(not self.data.aliasing)
+        apply = cst.parse_statement(
+            f"{jit}\ndef {held.apply}({held.model}, {held.optimizer}, {held.holder}):\n"
+            f"    {held.optimizer}.update({held.model}, {held.holder})\n")
+        functions = [step.function, apply]
+        if any(_free_names(f) - (self._module_names | STEP_GLOBALS) for f in functions):
+            return [*stmts[:start], *self._marked(region, back, (
+                "the gradient step reads names of the function around it")), *rest]
+        self.need("nnx", "jax", "jnp")
+        self.diag(self._step_backwards_at.get(id(back[0].body[0]), back[0]), "training-step",
+                  "info", f"gradient accumulator: {held.holder} holds torch's .grad of "
+                  f"{held.model}; backward() adds the gradients {held.grad_step} computes "
+                  f"(the backward slice since the parameters last changed), "
+                  f"{held.optimizer}.step() applies them with {held.apply}, zero_grad() "
+                  f"resets them (None); both jit-compiled")
+        init = cst.parse_statement(f"{held.holder} = None\n")
+        if fn is None:  # module level: the functions after the imports
+            self._top_steps.extend(functions)
+            return [*stmts[:start], init, *step.body, *rest]
+        # a function's or a method's: .grad outlives the call (module state)
+        self._module_hoist.extend((held.owner, f) for f in (*functions, init))
+        glob = cst.parse_statement(f"global {held.holder}\n")
+        return [glob, *stmts[:start], *step.body, *rest]
