@@ -202,7 +202,6 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
 # today's failures: (status, the message); status is where it fails: "convert" (an error
 # diagnostic) or "run" (the converted program raises)
 XFAIL: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {
-    ('script:accumulate_rmsprop_exponential', ('micro_steps',)): ('convert', BACKWARD_MARKED),
     ('fixture:seeds_in_helper', ('step_in_method', 'nullcontext', 'config_argparse')): ('convert', RANDOM_IN_METHOD),
 }
 

@@ -24,29 +24,26 @@ take: the fused translations or the output invariant (finish/grad_state.py) mark
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
-from torch2jax.passes.grad_sum import _touches_grads
-
-REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
-
 
 @dataclass
 class HeldStep:
     optimizer: str
     model: str
-    holder: str  # the accumulator (torch's .grad)
+    holder: str  # the accumulator (torch's .grad), one per optimizer
     grad_step: str  # the jit-compiled gradient step backward() becomes
-    apply: str  # the jit-compiled update optimizer.step() becomes
+    apply: str  # the jit-compiled update optimizer.step() becomes, one per optimizer
     function: cst.FunctionDef | None  # the function around the block (None: the module)
-    owner: str | None = None  # the top-level function or class the functions go before
     backward: int = 0  # id of the backward() Expr
-    zeros: set[int] = field(default_factory=set)  # ids of the zero_grad() Exprs
+    node: cst.CSTNode | None = None  # that Expr (where diagnostics point)
+    outer: cst.CSTNode | None = None  # the outermost loop around the block, in its function
+    declare: bool = False  # the first in its function: ``global holder`` goes here
 
 
 def _params(fn: cst.FunctionDef | None) -> list[str]:
@@ -55,15 +52,46 @@ def _params(fn: cst.FunctionDef | None) -> list[str]:
     return [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
 
 
-def _stepped(stmt: cst.CSTNode, receivers: set[str]) -> str | None:
+def _stepped(stmt: cst.CSTNode, receivers: set[str] | None) -> str | None:
     opt = tr._is_method_stmt(stmt, receivers, "step")
     return opt if opt is not None and not stmt.body[0].value.args else None
+
+
+def _walk(node: cst.CSTNode, fn, loops: tuple, parent):
+    """Every statement block (loop bodies too): (owner, statements, function, the loops
+    around it in its function, (the parent's statements, the compound statement) or None)."""
+    if isinstance(node, cst.FunctionDef):
+        fn, loops = node, ()
+    stmts = node.body if isinstance(node, cst.Module) else getattr(
+        getattr(node, "body", None), "body", None)
+    if not isinstance(stmts, (list, tuple)):
+        return
+    owner = node if isinstance(node, cst.Module) else node.body
+    yield owner, list(stmts), fn, loops, parent
+    inner = (*loops, node) if isinstance(node, (cst.For, cst.While)) else loops
+    for child in stmts:
+        if isinstance(child, cst.BaseCompoundStatement):
+            yield from _walk(child, fn, inner, (list(stmts), child))
+            orelse = getattr(child, "orelse", None)
+            while orelse is not None:
+                yield from _walk(orelse, fn, inner, (list(stmts), child))
+                orelse = getattr(orelse, "orelse", None)
+
+
+def _held_if(stmts: list, receivers: set[str]) -> tuple[cst.If, str] | None:
+    """The one ``if ...: optimizer.step()`` (no else) of ``stmts``, and the optimizer."""
+    held = [s for s in stmts if isinstance(s, cst.If) and s.orelse is None
+            and any(_stepped(x, receivers) for x in s.body.body)]
+    if len(held) != 1:
+        return None
+    return held[0], next(_stepped(x, receivers) for x in held[0].body.body
+                         if _stepped(x, receivers))
 
 
 def _one_optimizer_passed(module: cst.Module, fn: cst.FunctionDef, opt: str,
                           method: bool) -> bool:
     """Every call of ``fn`` in the file passes the same expression for its parameter ``opt``
-    (the accumulator is one per function: two optimizers would share it)."""
+    (the accumulator is one per optimizer name: two optimizers would share it)."""
     names = _params(fn)
     index = names.index(opt) - (1 if method else 0)
     name = fn.name.value
@@ -93,50 +121,110 @@ def _model(stmts: list, opt: str, fn, model_of: dict[str, str], models: set[str]
     return called.pop() if len(called) == 1 else None
 
 
-def find_held_steps(module: cst.Module, blocks, model_of: dict[str, str], models: set[str],
-                    taken: set[str]) -> dict[int, HeldStep]:
-    """id(block) -> its held step, for each block (``blocks``: rewrite_steps._blocks) whose one
-    ``backward()`` is followed by one ``if ...: optimizer.step()`` (no other step, nothing else
-    that reads or changes the gradients than ``zero_grad()`` in the block or that ``if``)."""
-    out: dict[int, HeldStep] = {}
-    classes = {id(f): c.name.value for c in module.body if isinstance(c, cst.ClassDef)
+def named_backward(body: list, taken: set[str]) -> tuple[list, bool]:
+    """``(loss / k).backward()`` -> ``micro_loss = loss / k`` and ``micro_loss.backward()``
+    (the step builder differentiates a name); whether a name was made."""
+    for i, s in enumerate(body):
+        if m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+                func=m.Attribute(attr=m.Name("backward")), args=[]))])):
+            receiver = s.body[0].value.func.value
+            if isinstance(receiver, cst.Name):
+                return body, False
+            name = tr._fresh("micro_loss", taken)
+            value = receiver.with_changes(lpar=[], rpar=[]) if isinstance(
+                receiver, cst.BinaryOperation) else receiver
+            bind = s.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))],
+                                                   value=value)])
+            back = cst.parse_statement(f"{name}.backward()\n")
+            return [*body[:i], bind, back, *body[i + 1:]], True
+    return body, False
+
+
+_BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
+
+
+def _is_backward(s: cst.CSTNode) -> bool:
+    """``X.backward()`` as a statement, of a name or of an expression (``(loss / k)``)."""
+    return m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+        func=m.Attribute(attr=m.Name("backward")), args=[]))]))
+
+
+def find_held_steps(module: cst.Module, model_of: dict[str, str], models: set[str],
+                    taken: set[str]) -> tuple[dict[int, HeldStep], dict[int, tuple]]:
+    """(id(block) -> its held step, id(Expr) -> (kind, step) of each ``optimizer.step()``
+    and ``zero_grad()`` the route rewrites). A block is held when its one ``backward()`` is
+    followed by one ``if ...: optimizer.step()`` in the block, or, in a loop body (the
+    micro-steps), after the loop. All or nothing: every ``backward()`` and every step of the
+    optimizer in the file must be held, and nothing else may read or change the gradients
+    (clipping, ``p.grad``), or none is taken."""
+    sites: list[tuple[int, HeldStep, cst.If, list]] = []
+    classes = {id(f) for c in module.body if isinstance(c, cst.ClassDef)
                for f in c.body.body if isinstance(f, cst.FunctionDef)}
-    tops = {id(f) for f in module.body if isinstance(f, cst.FunctionDef)}
-    for owner, stmts, fn in blocks:
-        if fn is not None and id(fn) not in tops and id(fn) not in classes:
-            continue  # a nested function: its compiled functions would have no top level
+    tops = {id(f) for f in module.body if isinstance(f, cst.FunctionDef)} | classes
+    for owner, stmts, fn, loops, parent in _walk(module, None, (), None):
+        if fn is not None and id(fn) not in tops:
+            continue  # a nested function
         receivers = set(model_of) | set(_params(fn)) - {"self", "cls"}
-        back = [i for i, s in enumerate(stmts) if tr._is_method_stmt(s, None, "backward")]
-        if len(back) != 1 or any(_stepped(s, receivers) for s in stmts):
+        back = [i for i, s in enumerate(stmts) if _is_backward(s)]
+        if len(back) != 1 or any(_stepped(s, None) for s in stmts):
             continue
         ib = back[0]
-        held = [s for s in stmts[ib + 1:] if isinstance(s, cst.If) and s.orelse is None
-                and any(_stepped(x, receivers) for x in s.body.body)]
-        if len(held) != 1:
+        held = _held_if(stmts[ib + 1:], receivers)
+        scope = stmts
+        if held is None and parent is not None and isinstance(parent[1], (cst.For, cst.While)) \
+                and parent[1].orelse is None and len(findall(parent[1], _BACKWARD)) == 1:
+            at = next(i for i, s in enumerate(parent[0]) if s is parent[1])
+            held, scope = _held_if(parent[0][at + 1:], receivers), parent[0]
+        if held is None:
             continue
-        opt = next(_stepped(x, receivers) for x in held[0].body.body if _stepped(x, receivers))
-        calls = m.Call(func=m.Attribute(value=m.Name(opt), attr=m.Name("step")))
-        if sum(len(findall(s, calls)) for s in stmts) != 1:
-            continue
-        start = max((i + 1 for i, s in enumerate(stmts[:ib])
-                     if not isinstance(s, REGION_STATEMENTS)), default=0)
-        model = _model(stmts[start:ib], opt, fn, model_of, models)
+        step_if, opt = held
+        model = _model(stmts[:ib], opt, fn, model_of, models)
         if model is None or fn is not None and opt in _params(fn) and not (
                 _one_optimizer_passed(module, fn, opt, id(fn) in classes)):
             continue
-        zeros, clean = set(), True
-        for s in [*stmts, *held[0].body.body]:
-            if s is stmts[ib] or s is held[0] or _stepped(s, {opt}):
-                continue
-            if tr._is_method_stmt(s, {opt, model}, "zero_grad"):
-                zeros.add(id(s.body[0]))
-            elif _touches_grads(s) or findall(s, m.Attribute(attr=m.Name("backward"))):
-                clean = False
-        if not clean:
-            continue
-        names = [tr._fresh(base, taken) for base in ("grads", "grad_step", "apply_grads")]
-        taken |= set(names)
-        owner_name = None if fn is None else classes.get(id(fn), fn.name.value)
-        out[id(owner)] = HeldStep(opt, model, *names, function=fn, owner=owner_name,
-                                  backward=id(stmts[ib].body[0]), zeros=zeros)
-    return out
+        grad_step = tr._fresh("grad_step", taken)
+        taken.add(grad_step)
+        outer = loops[0] if loops else None
+        sites.append((id(owner), HeldStep(opt, model, "", grad_step, "", fn,
+                                          backward=id(stmts[ib].body[0]), node=stmts[ib].body[0],
+                                          outer=outer),
+                      step_if, scope))
+    if not sites:
+        return {}, {}
+    # all or nothing
+    backwards = findall(module, _BACKWARD)
+    opts = {h.optimizer for _, h, _, _ in sites}
+    steps = [c for c in findall(module, m.Call(func=m.Attribute(attr=m.Name("step"))))
+             if isinstance(c.func.value, cst.Name) and c.func.value.value in opts]
+    ifs = {id(i) for _, _, i, _ in sites}
+    if len(backwards) != len(sites) or len(steps) != len(ifs) or len(opts) != 1:
+        return {}, {}
+    opt = opts.pop()
+    models_ = {h.model for _, h, _, _ in sites}
+    holder = tr._fresh("grads", taken)
+    apply = tr._fresh("apply_grads", taken | {holder})
+    taken |= {holder, apply}
+    exprs: dict[int, tuple] = {}
+    for _, h, step_if, scope in sites:
+        h.holder, h.apply = holder, apply
+        for s in [*scope, *step_if.body.body]:
+            if _stepped(s, {opt}):
+                exprs[id(s.body[0])] = ("step", h)
+            elif tr._is_method_stmt(s, {opt, *models_}, "zero_grad"):
+                exprs[id(s.body[0])] = ("zero", h)
+    # nothing else reads or changes the gradients
+    for node in findall(module, m.Attribute(attr=m.Name("grad") | m.Name("zero_grad")
+                                            | m.Name("clip_grad_norm_")
+                                            | m.Name("clip_grad_value_"))
+                        | m.Name("clip_grad_norm_") | m.Name("clip_grad_value_")):
+        if not isinstance(node, cst.Attribute) or node.attr.value != "zero_grad":
+            return {}, {}
+    zero_calls = findall(module, m.Call(func=m.Attribute(attr=m.Name("zero_grad"))))
+    if len(zero_calls) != sum(1 for k, _ in exprs.values() if k == "zero"):
+        return {}, {}
+    declared: set[int] = set()
+    for _, h, _, _ in sites:  # in source order: the first of each function declares
+        if h.function is not None and id(h.function) not in declared:
+            h.declare = True
+            declared.add(id(h.function))
+    return {i: h for i, h, _, _ in sites}, exprs

@@ -26,7 +26,7 @@ import libcst.matchers as m
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
 from torch2jax.passes.grad_sum import _touches_grads, summable_backwards, summed_region
-from torch2jax.passes.held_steps import HeldStep, find_held_steps
+from torch2jax.passes.held_steps import HeldStep, find_held_steps, named_backward
 from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
 
 _REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
@@ -106,12 +106,15 @@ class StepsMixin:
         self._step_names: set[str] = set()
         self._step_backwards_at: dict[int, cst.CSTNode] = {}
         # steps held back by a condition (passes/held_steps.py): .grad as an accumulator
-        self._held = find_held_steps(
-            module, list(_blocks(module)), {n: t.model_of(n) for n in self._step_opts},
-            self._model_names(), self._file_names)
+        self._held, self._held_exprs = find_held_steps(
+            module, {n: t.model_of(n) for n in self._step_opts}, self._model_names(),
+            self._file_names)
         for held in self._held.values():
             self._step_names |= {held.holder, held.grad_step, held.apply}
-        self._held_keep = {z for held in self._held.values() for z in held.zeros}
+            site = t.optimizer_names.get(held.optimizer)
+            if site is not None:
+                site.accumulate = None  # not optax.MultiSteps: the accumulator steps
+        self._held_defined: set[str] = set()
         self._step_blocks |= set(self._held)
         self._step_backwards |= {held.backward for held in self._held.values()}
 
@@ -136,7 +139,7 @@ class StepsMixin:
     def _block_steps(self, stmts: list, original_block) -> list:
         """The block's statements with each region that ends in ``optimizer.step()``
         rewritten as a call of a jit-compiled step."""
-        held = self._held.get(id(original_block))
+        held = getattr(self, "_held", {}).get(id(original_block))
         if held is not None:
             return self._held_block(stmts, held)
         out: list = []
@@ -302,35 +305,33 @@ class StepsMixin:
 
 
     # -- a step held back by a condition: .grad as an explicit accumulator (held_steps.py)
-    def _held_statements(self, stmts: list, held: HeldStep) -> list:
-        """zero_grad() -> ``grads = None``; ``optimizer.step()`` -> the compiled update; in
-        the block and in the ``if`` that holds the step."""
-        out = []
-        for s in stmts:
-            if tr._is_method_stmt(s, {held.optimizer, held.model}, "zero_grad"):
-                s = cst.parse_statement(f"{held.holder} = None\n").with_changes(
-                    leading_lines=s.leading_lines)
-            elif _stepped(s, {held.optimizer}):
-                s = cst.parse_statement(
-                    f"{held.apply}({held.model}, {held.optimizer}, {held.holder})\n"
-                ).with_changes(leading_lines=s.leading_lines)
-            elif isinstance(s, cst.If) and s.orelse is None:
-                s = s.with_changes(body=s.body.with_changes(
-                    body=self._held_statements(list(s.body.body), held)))
-            out.append(s)
-        return out
+    def _held_statement(self, original_node: cst.Expr):
+        """``optimizer.step()`` of a held step -> the compiled update; ``zero_grad()`` ->
+        ``grads = None``."""
+        kind, held = self._held_exprs[id(original_node)]
+        text = (f"{held.holder} = None\n" if kind == "zero" else
+                f"{held.apply}({held.model}, {held.optimizer}, {held.holder})\n")
+        return cst.parse_statement(text).body[0]
 
     def _held_block(self, stmts: list, held: HeldStep) -> list:
+        stmts, named = named_backward(stmts, self._file_names)
+        if named:  # (loss / k).backward(): the step differentiates a name
+            back = next(s for s in stmts if tr._is_method_stmt(s, None, "backward"))
+            self._step_backwards_at[id(back.body[0])] = held.node
         ib = next(i for i, s in enumerate(stmts) if tr._is_method_stmt(s, None, "backward"))
         start = max((i + 1 for i, s in enumerate(stmts[:ib])
                      if not isinstance(s, _REGION_STATEMENTS)), default=0)
-        region = self._held_statements(stmts[start:ib + 1], held)
-        rest = self._held_statements(stmts[ib + 1:], held)
+        region, rest = stmts[start:ib + 1], stmts[ib + 1:]
         fn = held.function
         called = {c.func.value for st in region for c in findall(st, m.Call(func=m.Name()))}
-        loop_names = (_params(fn) - {"self", "cls"} - called | set(
-            tr.names_of(cst.Module(body=region)).assigned)) - {held.model, held.optimizer}
+        loop_names = _params(fn) - {"self", "cls"} - called | set(
+            tr.names_of(cst.Module(body=region)).assigned)
+        if held.outer is not None:  # closed over, jit would keep their first value
+            loop_names |= tr.loop_assigned_names(held.outer)
+        loop_names -= {held.model, held.optimizer}
         later = set(tr.names_of(cst.Module(body=rest)).used)
+        if held.outer is not None or named:  # what the function (the module) reads
+            later |= set(tr.names_of(held.function or self._root).used)
         step = tr.build_train_step(region, optimizer=held.optimizer, model=held.model,
                                    loop_names=loop_names, step_name=held.grad_step,
                                    tree_mode=not self.data.aliasing, grads_out=held.holder,
@@ -340,26 +341,25 @@ class StepsMixin:
             return [*stmts[:start], *self._marked(region, back, (
                 f"its loss is not a function of {held.model} that torch2jax can separate "
                 "(its backward slice)")), *rest]
-        jit = tr.nnx_jit(not self.data.aliasing)
-        apply = cst.parse_statement(
-            f"{jit}\ndef {held.apply}({held.model}, {held.optimizer}, {held.holder}):\n"
-            f"    {held.optimizer}.update({held.model}, {held.holder})\n")
-        functions = [step.function, apply]
-        if any(_free_names(f) - (self._module_names | STEP_GLOBALS) for f in functions):
+        if _free_names(step.function) - (self._module_names | STEP_GLOBALS):
             return [*stmts[:start], *self._marked(region, back, (
                 "the gradient step reads names of the function around it")), *rest]
         self.need("nnx", "jax", "jnp")
-        self.diag(self._step_backwards_at.get(id(back[0].body[0]), back[0]), "training-step",
-                  "info", f"gradient accumulator: {held.holder} holds torch's .grad of "
+        self.diag(held.node, "training-step", "info",
+                  f"gradient accumulator: {held.holder} holds torch's .grad of "
                   f"{held.model}; backward() adds the gradients {held.grad_step} computes "
                   f"(the backward slice since the parameters last changed), "
                   f"{held.optimizer}.step() applies them with {held.apply}, zero_grad() "
                   f"resets them (None); both jit-compiled")
-        init = cst.parse_statement(f"{held.holder} = None\n")
-        if fn is None:  # module level: the functions after the imports
-            self._top_steps.extend(functions)
-            return [*stmts[:start], init, *step.body, *rest]
+        if held.holder not in self._held_defined:  # once: the holder and the update
+            self._held_defined.add(held.holder)
+            self._top_steps.extend([
+                cst.parse_statement(f"{held.holder} = None\n"),
+                cst.parse_statement(
+                    f"{tr.nnx_jit(not self.data.aliasing)}\n"
+                    f"def {held.apply}({held.model}, {held.optimizer}, {held.holder}):\n"
+                    f"    {held.optimizer}.update({held.model}, {held.holder})\n")])
+        self._top_steps.append(step.function)
         # a function's or a method's: .grad outlives the call (module state)
-        self._module_hoist.extend((held.owner, f) for f in (*functions, init))
-        glob = cst.parse_statement(f"global {held.holder}\n")
-        return [glob, *stmts[:start], *step.body, *rest]
+        glob = [cst.parse_statement(f"global {held.holder}\n")] if held.declare else []
+        return [*glob, *stmts[:start], *step.body, *rest]
