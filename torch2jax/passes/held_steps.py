@@ -32,6 +32,7 @@ import libcst.matchers as m
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
 
+
 @dataclass
 class HeldStep:
     optimizer: str

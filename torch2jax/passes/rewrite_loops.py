@@ -15,12 +15,12 @@ from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import grad_sum as gs
 from torch2jax.passes import training as tr
-from torch2jax.passes.held_steps import named_backward as _named_backward
 from torch2jax.passes.common import (
     Untranslatable,
     code,
     expr,
 )
+from torch2jax.passes.held_steps import named_backward as _named_backward
 from torch2jax.passes.rewrite_support import (
     ACC_GRADS,
     STEP_GLOBALS,
@@ -29,7 +29,6 @@ from torch2jax.passes.rewrite_support import (
     _free_names,
 )
 from torch2jax.targets import linen_training as lt
-
 
 # the note of a learning rate set by hand in the file's own optimizer state (a claim that
 # finish/claims.py checks against the code written)
