@@ -151,14 +151,18 @@ def _is_backward(s: cst.CSTNode) -> bool:
 
 
 def find_held_steps(module: cst.Module, model_of: dict[str, str], models: set[str],
-                    taken: set[str]) -> tuple[dict[int, HeldStep], dict[int, tuple]]:
+                    taken: set[str], multi_steps=lambda opt: False
+                    ) -> tuple[dict[int, HeldStep], dict[int, tuple]]:
     """(id(block) -> its held step, id(Expr) -> (kind, step) of each ``optimizer.step()``
     and ``zero_grad()`` the route rewrites). A block is held when its one ``backward()`` is
     followed by one ``if ...: optimizer.step()`` in the block, or, in a loop body (the
     micro-steps), after the loop. All or nothing: every ``backward()`` and every step of the
     optimizer in the file must be held, and nothing else may read or change the gradients
-    (clipping, ``p.grad``), or none is taken."""
+    (clipping, ``p.grad``), or none is taken. The fast path keeps its shape: one step every k
+    batches in a loop body, where ``multi_steps(optimizer)`` says the optimizer becomes
+    ``optax.MultiSteps`` (passes/rewrite_schedules.py), is left to it."""
     sites: list[tuple[int, HeldStep, cst.If, list]] = []
+    fast = False  # a site the fast path takes
     classes = {id(f) for c in module.body if isinstance(c, cst.ClassDef)
                for f in c.body.body if isinstance(f, cst.FunctionDef)}
     tops = {id(f) for f in module.body if isinstance(f, cst.FunctionDef)} | classes
@@ -186,11 +190,14 @@ def find_held_steps(module: cst.Module, model_of: dict[str, str], models: set[st
         grad_step = tr._fresh("grad_step", taken)
         taken.add(grad_step)
         outer = loops[0] if loops else None
+        in_loop = parent is not None and isinstance(parent[1], (cst.For, cst.While))
+        if in_loop and scope is stmts and multi_steps(opt):
+            fast = True
         sites.append((id(owner), HeldStep(opt, model, "", grad_step, "", fn,
                                           backward=id(stmts[ib].body[0]), node=stmts[ib].body[0],
                                           outer=outer),
                       step_if, scope))
-    if not sites:
+    if not sites or fast and len(sites) == 1:
         return {}, {}
     # all or nothing
     backwards = findall(module, _BACKWARD)

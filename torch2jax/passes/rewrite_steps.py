@@ -108,7 +108,7 @@ class StepsMixin:
         # steps held back by a condition (passes/held_steps.py): .grad as an accumulator
         self._held, self._held_exprs = find_held_steps(
             module, {n: t.model_of(n) for n in self._step_opts}, self._model_names(),
-            self._file_names)
+            self._file_names, self._multi_steps)
         for held in self._held.values():
             self._step_names |= {held.holder, held.grad_step, held.apply}
             site = t.optimizer_names.get(held.optimizer)
@@ -305,6 +305,13 @@ class StepsMixin:
 
 
     # -- a step held back by a condition: .grad as an explicit accumulator (held_steps.py)
+    def _multi_steps(self, opt: str) -> bool:
+        """The optimizer becomes optax.MultiSteps (the fast path of a step every k batches
+        in a loop body): no learning rate set outside its update."""
+        site = self.training.optimizer_names.get(opt)
+        return site is not None and site.accumulate is not None and not site.lr_set and (
+            site.scheduler is None or site.scheduler.per_update)
+
     def _held_statement(self, original_node: cst.Expr):
         """``optimizer.step()`` of a held step -> the compiled update; ``zero_grad()`` ->
         ``grads = None``."""
