@@ -115,6 +115,7 @@ class StepsMixin:
             if site is not None:
                 site.accumulate = None  # not optax.MultiSteps: the accumulator steps
         self._held_defined: set[str] = set()
+        self._held_fns: dict[str, str] = {}  # a gradient step's code -> its name
         self._step_blocks |= set(self._held)
         self._step_backwards |= {held.backward for held in self._held.values()}
 
@@ -344,6 +345,13 @@ class StepsMixin:
                                    tree_mode=not self.data.aliasing, grads_out=held.holder,
                                    read_later=later)
         back = [s for s in region if tr._is_method_stmt(s, None, "backward")]
+        same = None if step is None else self._held_fns.get(cst.Module(body=[
+            step.function.with_changes(name=cst.Name("_"), leading_lines=[])]).code)
+        if same is not None:  # the same gradient step as another held site's (a peeled loop)
+            step = tr.build_train_step(region, optimizer=held.optimizer, model=held.model,
+                                       loop_names=loop_names, step_name=same,
+                                       tree_mode=not self.data.aliasing,
+                                       grads_out=held.holder, read_later=later)
         if step is None:
             return [*stmts[:start], *self._marked(region, back, (
                 f"its loss is not a function of {held.model} that torch2jax can separate "
@@ -354,7 +362,7 @@ class StepsMixin:
         self.need("nnx", "jax", "jnp")
         self.diag(held.node, "training-step", "info",
                   f"gradient accumulator: {held.holder} holds torch's .grad of "
-                  f"{held.model}; backward() adds the gradients {held.grad_step} computes "
+                  f"{held.model}; backward() adds the gradients {same or held.grad_step} computes "
                   f"(the backward slice since the parameters last changed), "
                   f"{held.optimizer}.step() applies them with {held.apply}, zero_grad() "
                   f"resets them (None); both jit-compiled")
@@ -366,7 +374,10 @@ class StepsMixin:
                     f"{tr.nnx_jit(not self.data.aliasing)}\n"
                     f"def {held.apply}({held.model}, {held.optimizer}, {held.holder}):\n"
                     f"    {held.optimizer}.update({held.model}, {held.holder})\n")])
-        self._top_steps.append(step.function)
+        if same is None:
+            self._top_steps.append(step.function)
+            self._held_fns[cst.Module(body=[step.function.with_changes(
+                name=cst.Name("_"), leading_lines=[])]).code] = held.grad_step
         # a function's or a method's: .grad outlives the call (module state)
         glob = [cst.parse_statement(f"global {held.holder}\n")] if held.declare else []
         return [*glob, *stmts[:start], *step.body, *rest]
