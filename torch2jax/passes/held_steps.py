@@ -68,8 +68,8 @@ def _walk(node: cst.CSTNode, fn, loops: tuple, parent):
     if not isinstance(stmts, (list, tuple)):
         return
     owner = node if isinstance(node, cst.Module) else node.body
-    yield owner, list(stmts), fn, loops, parent
     inner = (*loops, node) if isinstance(node, (cst.For, cst.While)) else loops
+    yield owner, list(stmts), fn, inner, parent
     for child in stmts:
         if isinstance(child, cst.BaseCompoundStatement):
             yield from _walk(child, fn, inner, (list(stmts), child))

@@ -344,6 +344,18 @@ class StepsMixin:
                                    loop_names=loop_names, step_name=held.grad_step,
                                    tree_mode=not self.data.aliasing, grads_out=held.holder,
                                    read_later=later)
+        # a function's or a method's: .grad outlives the call (module state)
+        glob = [cst.parse_statement(f"global {held.holder}\n")] if held.declare else []
+        self.need("nnx", "jax", "jnp")
+        if held.holder not in self._held_defined:  # once: the holder and the update
+            # (the steps and zero_grad() read them, the others translated or not)
+            self._held_defined.add(held.holder)
+            self._top_steps.extend([
+                cst.parse_statement(f"{held.holder} = None\n"),
+                cst.parse_statement(
+                    f"{tr.nnx_jit(not self.data.aliasing)}\n"
+                    f"def {held.apply}({held.model}, {held.optimizer}, {held.holder}):\n"
+                    f"    {held.optimizer}.update({held.model}, {held.holder})\n")])
         back = [s for s in region if tr._is_method_stmt(s, None, "backward")]
         same = None if step is None else self._held_fns.get(cst.Module(body=[
             step.function.with_changes(name=cst.Name("_"), leading_lines=[])]).code)
@@ -353,31 +365,20 @@ class StepsMixin:
                                        tree_mode=not self.data.aliasing,
                                        grads_out=held.holder, read_later=later)
         if step is None:
-            return [*stmts[:start], *self._marked(region, back, (
+            return [*glob, *stmts[:start], *self._marked(region, back, (
                 f"its loss is not a function of {held.model} that torch2jax can separate "
                 "(its backward slice)")), *rest]
         if _free_names(step.function) - (self._module_names | STEP_GLOBALS):
-            return [*stmts[:start], *self._marked(region, back, (
+            return [*glob, *stmts[:start], *self._marked(region, back, (
                 "the gradient step reads names of the function around it")), *rest]
-        self.need("nnx", "jax", "jnp")
         self.diag(held.node, "training-step", "info",
                   f"gradient accumulator: {held.holder} holds torch's .grad of "
-                  f"{held.model}; backward() adds the gradients {same or held.grad_step} computes "
-                  f"(the backward slice since the parameters last changed), "
+                  f"{held.model}; backward() adds the gradients {same or held.grad_step} "
+                  f"computes (the backward slice since the parameters last changed), "
                   f"{held.optimizer}.step() applies them with {held.apply}, zero_grad() "
                   f"resets them (None); both jit-compiled")
-        if held.holder not in self._held_defined:  # once: the holder and the update
-            self._held_defined.add(held.holder)
-            self._top_steps.extend([
-                cst.parse_statement(f"{held.holder} = None\n"),
-                cst.parse_statement(
-                    f"{tr.nnx_jit(not self.data.aliasing)}\n"
-                    f"def {held.apply}({held.model}, {held.optimizer}, {held.holder}):\n"
-                    f"    {held.optimizer}.update({held.model}, {held.holder})\n")])
         if same is None:
             self._top_steps.append(step.function)
             self._held_fns[cst.Module(body=[step.function.with_changes(
                 name=cst.Name("_"), leading_lines=[])]).code] = held.grad_step
-        # a function's or a method's: .grad outlives the call (module state)
-        glob = [cst.parse_statement(f"global {held.holder}\n")] if held.declare else []
         return [*glob, *stmts[:start], *step.body, *rest]
