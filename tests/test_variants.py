@@ -329,16 +329,31 @@ def test_a_step_every_k_batches_in_another_shape_trains_like_torch() -> None:
     assert v.same_output(v.run_source(result.code), want, 2e-5) is None
 
 
-def test_a_held_step_that_clips_stays_marked() -> None:
-    """All or nothing: clipping the accumulated gradients is not translated on this route
-    yet, so the step in a function keeps its backward() marked (never run unmarked)."""
+def _held_in_function(line: str) -> str:
+    """accumulate_rmsprop_exponential with its step in a function, ``line`` before its
+    ``optimizer.step()``."""
     source = v.apply(v.programs()["script:accumulate_rmsprop_exponential"].source,
                      ("step_in_function",))
-    clipped = source.replace("        optimizer.step()\n", (
-        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-        "        optimizer.step()\n"))
-    assert clipped != source
-    result = convert_source(clipped, path="s.py")
+    new = source.replace("        optimizer.step()\n", f"        {line}\n        optimizer.step()\n")
+    assert new != source
+    return new
+
+
+def test_a_held_step_clips_like_torch() -> None:
+    """clip_grad_norm_ before a held step: the optimizer's chain clips the accumulated
+    gradients it applies, as torch clips .grad before the step."""
+    source = _held_in_function("torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)")
+    result = convert_source(source, path="s.py")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.diagnostics
+    assert "optax.clip_by_global_norm(0.05)" in result.code and "global grads" in result.code
+    assert v.same_output(v.run_source(result.code), v.run_source(source), 2e-5) is None
+
+
+def test_a_held_step_that_reads_the_gradients_stays_marked() -> None:
+    """All or nothing: a read of ``.grad`` is not translated on this route, so the step in a
+    function keeps its backward() marked (never run unmarked)."""
+    source = _held_in_function("print(float(model.fc.weight.grad.abs().sum()))")
+    result = convert_source(source, path="s.py")
     errors = [d.message for d in result.diagnostics if d.severity == "error"]
     assert any(e.startswith("backward()") for e in errors), errors
     assert "# TODO(torch2jax): backward()" in result.code

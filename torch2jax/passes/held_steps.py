@@ -142,6 +142,14 @@ def named_backward(body: list, taken: set[str]) -> tuple[list, bool]:
 
 
 _BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
+_CLIPS = m.Name("clip_grad_norm_") | m.Name("clip_grad_value_")
+_GRADS = m.Attribute(attr=m.Name("grad") | m.Name("zero_grad") | _CLIPS) | _CLIPS
+
+
+def _is_clip(s: cst.CSTNode) -> bool:
+    """``torch.nn.utils.clip_grad_norm_(...)`` (or ``clip_grad_value_``) as a statement."""
+    return m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+        func=_CLIPS | m.Attribute(attr=_CLIPS)))]))
 
 
 def _is_backward(s: cst.CSTNode) -> bool:
@@ -220,12 +228,18 @@ def find_held_steps(module: cst.Module, model_of: dict[str, str], models: set[st
                 exprs[id(s.body[0])] = ("step", h)
             elif tr._is_method_stmt(s, {opt, *models_}, "zero_grad"):
                 exprs[id(s.body[0])] = ("zero", h)
-    # nothing else reads or changes the gradients
-    for node in findall(module, m.Attribute(attr=m.Name("grad") | m.Name("zero_grad")
-                                            | m.Name("clip_grad_norm_")
-                                            | m.Name("clip_grad_value_"))
-                        | m.Name("clip_grad_norm_") | m.Name("clip_grad_value_")):
-        if not isinstance(node, cst.Attribute) or node.attr.value != "zero_grad":
+    # nothing else reads or changes the gradients but clipping before each held step, the
+    # same at each (the optimizer's chain clips what it applies: passes/rewrite_schedules.py)
+    clip_stmts = {id(step_if): [x for x in step_if.body.body[:next(
+        i for i, x in enumerate(step_if.body.body) if _stepped(x, {opt}))] if _is_clip(x)]
+        for _, _, step_if, _ in sites}
+    if len({tuple(cst.Module(body=[]).code_for_node(c.body[0]) for c in cs)
+            for cs in clip_stmts.values()}) > 1:
+        return {}, {}
+    clipping = {id(n) for cs in clip_stmts.values() for c in cs for n in findall(c, _GRADS)}
+    for node in findall(module, _GRADS):
+        if id(node) not in clipping and not (
+                isinstance(node, cst.Attribute) and node.attr.value == "zero_grad"):
             return {}, {}
     zero_calls = findall(module, m.Call(func=m.Attribute(attr=m.Name("zero_grad"))))
     if len(zero_calls) != sum(1 for k, _ in exprs.values() if k == "zero"):
