@@ -3,8 +3,9 @@ condition (a step every k calls) where the fused step translations refuse it.
 
 The fused translations (passes/rewrite_steps.py, passes/rewrite_loops.py) make one
 jit-compiled step of a region that runs ``backward()`` and then ``optimizer.step()``. A block
-that is not a loop body (a helper's or a method's body, the module's statements) whose one
-``loss.backward()`` is followed by ``if cond: optimizer.step()`` is not such a region: the
+(a helper's or a method's body, the module's statements, a loop body where optax.MultiSteps
+does not apply, micro-steps) whose one ``loss.backward()`` is followed by ``if cond:
+optimizer.step()`` (after the micro-step loop, for micro-steps) is not such a region: the
 gradients of several calls add up in ``.grad`` until the step applies them. Here that state is
 an explicit gradient accumulator, ``grads`` (None after ``zero_grad()``, as torch's
 ``set_to_none``):
@@ -17,9 +18,10 @@ an explicit gradient accumulator, ``grads`` (None after ``zero_grad()``, as torc
 In a function or a method, ``grads`` is module state (``global grads``: it outlives the
 call, as ``.grad`` does), defined once at the top level with the two compiled functions. This
 module finds the blocks (``find_held_steps``); the rewrite is
-``StepsMixin._held_block`` (passes/rewrite_steps.py). What it cannot prove one step of one
-optimizer (another gradient read, clipping, two optimizers passed to the helper) it does not
-take: the fused translations or the output invariant (finish/grad_state.py) mark it.
+``StepsMixin._held_block`` (passes/rewrite_steps.py). What it cannot prove the steps of one
+optimizer (another gradient read, clipping other than just before each step, two optimizers
+passed to the helper, a backward() that is not held) it does not take: the fused
+translations or the output invariant (finish/grad_state.py) mark it.
 """
 
 from __future__ import annotations
