@@ -421,22 +421,6 @@ def test_gradient_accumulation_becomes_multisteps() -> None:
     assert "use_grad_mean=False" in code and "% ACCUM" not in code
 
 
-def test_accumulation_in_an_unusual_shape_is_marked() -> None:
-    source = HEADER + textwrap.dedent("""\
-        model = Net()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for i in range(8):
-            loss = F.cross_entropy(model(X[i:i + 1]), Y[i:i + 1]) / 4
-            loss.backward()
-            if i % 4 == 3:
-                optimizer.step()
-                optimizer.zero_grad()
-        """)
-    result = convert_source(source, path="s.py")
-    assert any(d.severity == "error" and d.rule == "training-loop"
-               for d in result.diagnostics)
-
-
 def test_checkpoint_round_trip(tmp_path: Path) -> None:
     source = HEADER + textwrap.dedent("""\
         model = Net()

@@ -1006,6 +1006,67 @@ def log_dict(source: str) -> str | None:
     return _changed(source, cst.parse_module(source).visit(T()))
 
 
+# --- the first step outside any loop ----------------------------------------------------------
+
+
+def _literal_range(loop: cst.CSTNode) -> tuple[int, int, int] | None:
+    """(start, stop, step) of ``for name in range(...)`` over integer literals, with at least
+    one iteration and no ``break`` / ``continue`` / ``else``."""
+    it = getattr(loop, "iter", None)
+    if (not isinstance(loop, cst.For) or loop.orelse is not None
+            or not isinstance(loop.target, cst.Name) or not isinstance(it, cst.Call)
+            or _code(it.func) != "range" or not 1 <= len(it.args) <= 3
+            or any(a.keyword or a.star for a in it.args)
+            or _find(loop.body, cst.Continue) or _find(loop.body, cst.Break)):
+        return None
+    try:
+        values = [int(ast.literal_eval(_code(a.value))) for a in it.args]
+    except (ValueError, SyntaxError):
+        return None
+    start, stop, step = ((0, values[0], 1) if len(values) == 1 else
+                         (values[0], values[1], 1) if len(values) == 2 else tuple(values))
+    return (start, stop, step) if step > 0 and start < stop else None
+
+
+def _peeled(loop: cst.For, chain: list) -> list:
+    """The loop's first iteration written out before the loop over the others (the loops of
+    ``chain``, nested in it, peeled the same way inside that first iteration)."""
+    start, stop, step = _literal_range(loop)
+    body = []
+    for s in loop.body.body:
+        body.extend(_peeled(s, chain[1:]) if chain and s is chain[0] else [s])
+    first = [_stmt(f"{loop.target.value} = {start}\n").with_changes(
+        leading_lines=loop.leading_lines), *body]
+    if start + step >= stop:
+        return first
+    rest = f"range({start + step}, {stop}{'' if step == 1 else f', {step}'})"
+    return [*first, loop.with_changes(iter=_expr(rest), leading_lines=[])]
+
+
+@transform("first_step_outside")
+def first_step_outside(source: str) -> str | None:
+    """The first iteration of the training loop (and of the loops around it) written out
+    before it: one step outside any loop (a notebook's first step), then the loop over the
+    rest. Loops over integer literals at the module level only."""
+    module = cst.parse_module(source)
+    loop = _step_loop(module)
+    if loop is None:
+        return None
+    top = next((s for s in module.body if _contains(s, loop)), None)
+    chain = [top]
+    while chain[-1] is not loop:
+        inner = next((s for s in getattr(chain[-1].body, "body", ()) if _contains(s, loop)
+                      and isinstance(s, cst.For)), None)
+        if inner is None:
+            return None
+        chain.append(inner)
+    if any(_literal_range(c) is None for c in chain):
+        return None
+    i = next(i for i, s in enumerate(module.body) if s is top)
+    body = [*module.body[:i], *_peeled(top, chain[1:]), *module.body[i + 1:]]
+    return _changed(source, module.with_changes(body=body))
+
+
 def apply(source: str, names: Iterable[str]) -> str | None:
     """The variant made by applying the transforms ``names`` in order; None when one of them
     does not apply."""

@@ -748,6 +748,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
 
     def leave_Expr(self, original_node, updated_node):
         value = original_node.value
+        if id(original_node) in getattr(self, "_held_exprs", ()):
+            return self._held_statement(original_node)  # passes/held_steps.py
         handled = self._accumulation_statement(original_node)
         if handled is not None:
             return handled

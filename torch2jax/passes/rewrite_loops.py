@@ -21,6 +21,7 @@ from torch2jax.passes.common import (
     code,
     expr,
 )
+from torch2jax.passes.held_steps import named_backward as _named_backward
 from torch2jax.passes.rewrite_support import (
     ACC_GRADS,
     STEP_GLOBALS,
@@ -29,26 +30,6 @@ from torch2jax.passes.rewrite_support import (
     _free_names,
 )
 from torch2jax.targets import linen_training as lt
-
-
-def _named_backward(body: list, taken: set[str]) -> tuple[list, bool]:
-    """``(loss / k).backward()`` -> ``micro_loss = loss / k`` and ``micro_loss.backward()``
-    (the step builder differentiates a name); whether a name was made."""
-    for i, s in enumerate(body):
-        if m.matches(s, m.SimpleStatementLine(body=[m.Expr(value=m.Call(
-                func=m.Attribute(attr=m.Name("backward")), args=[]))])):
-            receiver = s.body[0].value.func.value
-            if isinstance(receiver, cst.Name):
-                return body, False
-            name = tr._fresh("micro_loss", taken)
-            value = receiver.with_changes(lpar=[], rpar=[]) if isinstance(
-                receiver, cst.BinaryOperation) else receiver
-            bind = s.with_changes(body=[cst.Assign(targets=[cst.AssignTarget(cst.Name(name))],
-                                                   value=value)])
-            back = cst.parse_statement(f"{name}.backward()\n")
-            return [*body[:i], bind, back, *body[i + 1:]], True
-    return body, False
-
 
 # the note of a learning rate set by hand in the file's own optimizer state (a claim that
 # finish/claims.py checks against the code written)

@@ -26,6 +26,7 @@ import libcst.matchers as m
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
 from torch2jax.passes.grad_sum import _touches_grads, summable_backwards, summed_region
+from torch2jax.passes.held_steps import HeldStep, find_held_steps, named_backward
 from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
 
 _REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
@@ -104,6 +105,19 @@ class StepsMixin:
         self._step_blocks, self._step_backwards = find_block_steps(module, self._step_opts)
         self._step_names: set[str] = set()
         self._step_backwards_at: dict[int, cst.CSTNode] = {}
+        # steps held back by a condition (passes/held_steps.py): .grad as an accumulator
+        self._held, self._held_exprs = find_held_steps(
+            module, {n: t.model_of(n) for n in self._step_opts}, self._model_names(),
+            self._file_names, self._multi_steps)
+        for held in self._held.values():
+            self._step_names |= {held.holder, held.grad_step, held.apply}
+            site = t.optimizer_names.get(held.optimizer)
+            if site is not None:
+                site.accumulate = None  # not optax.MultiSteps: the accumulator steps
+        self._held_defined: set[str] = set()
+        self._held_fns: dict[str, str] = {}  # a gradient step's code -> its name
+        self._step_blocks |= set(self._held)
+        self._step_backwards |= {held.backward for held in self._held.values()}
 
     def leave_IndentedBlock(self, original_node, updated_node):
         if id(original_node) not in getattr(self, "_step_blocks", ()):
@@ -126,6 +140,9 @@ class StepsMixin:
     def _block_steps(self, stmts: list, original_block) -> list:
         """The block's statements with each region that ends in ``optimizer.step()``
         rewritten as a call of a jit-compiled step."""
+        held = getattr(self, "_held", {}).get(id(original_block))
+        if held is not None:
+            return self._held_block(stmts, held)
         out: list = []
         start = 0
         i = 0
@@ -287,3 +304,81 @@ class StepsMixin:
         self._step_backwards_at[id(updated_node)] = original_node
         return True
 
+
+    # -- a step held back by a condition: .grad as an explicit accumulator (held_steps.py)
+    def _multi_steps(self, opt: str) -> bool:
+        """The optimizer becomes optax.MultiSteps (the fast path of a step every k batches
+        in a loop body): no learning rate set outside its update."""
+        site = self.training.optimizer_names.get(opt)
+        return site is not None and site.accumulate is not None and not site.lr_set and (
+            site.scheduler is None or site.scheduler.per_update)
+
+    def _held_statement(self, original_node: cst.Expr):
+        """``optimizer.step()`` of a held step -> the compiled update; ``zero_grad()`` ->
+        ``grads = None``."""
+        kind, held = self._held_exprs[id(original_node)]
+        text = (f"{held.holder} = None\n" if kind == "zero" else
+                f"{held.apply}({held.model}, {held.optimizer}, {held.holder})\n")
+        return cst.parse_statement(text).body[0]
+
+    def _held_block(self, stmts: list, held: HeldStep) -> list:
+        stmts, named = named_backward(stmts, self._file_names)
+        if named:  # (loss / k).backward(): the step differentiates a name
+            back = next(s for s in stmts if tr._is_method_stmt(s, None, "backward"))
+            self._step_backwards_at[id(back.body[0])] = held.node
+        ib = next(i for i, s in enumerate(stmts) if tr._is_method_stmt(s, None, "backward"))
+        start = max((i + 1 for i, s in enumerate(stmts[:ib])
+                     if not isinstance(s, _REGION_STATEMENTS)), default=0)
+        region, rest = stmts[start:ib + 1], stmts[ib + 1:]
+        fn = held.function
+        called = {c.func.value for st in region for c in findall(st, m.Call(func=m.Name()))}
+        loop_names = _params(fn) - {"self", "cls"} - called | set(
+            tr.names_of(cst.Module(body=region)).assigned)
+        if held.outer is not None:  # closed over, jit would keep their first value
+            loop_names |= tr.loop_assigned_names(held.outer)
+        loop_names -= {held.model, held.optimizer}
+        later = set(tr.names_of(cst.Module(body=rest)).used)
+        if held.outer is not None or named:  # what the function (the module) reads
+            later |= set(tr.names_of(held.function or self._root).used)
+        step = tr.build_train_step(region, optimizer=held.optimizer, model=held.model,
+                                   loop_names=loop_names, step_name=held.grad_step,
+                                   tree_mode=not self.data.aliasing, grads_out=held.holder,
+                                   read_later=later)
+        # a function's or a method's: .grad outlives the call (module state)
+        glob = [cst.parse_statement(f"global {held.holder}\n")] if held.declare else []
+        self.need("nnx", "jax", "jnp")
+        if held.holder not in self._held_defined:  # once: the holder and the update
+            # (the steps and zero_grad() read them, the others translated or not)
+            self._held_defined.add(held.holder)
+            self._top_steps.extend([
+                cst.parse_statement(f"{held.holder} = None\n"),
+                cst.parse_statement(
+                    f"{tr.nnx_jit(not self.data.aliasing)}\n"
+                    f"def {held.apply}({held.model}, {held.optimizer}, {held.holder}):\n"
+                    f"    {held.optimizer}.update({held.model}, {held.holder})\n")])
+        back = [s for s in region if tr._is_method_stmt(s, None, "backward")]
+        same = None if step is None else self._held_fns.get(cst.Module(body=[
+            step.function.with_changes(name=cst.Name("_"), leading_lines=[])]).code)
+        if same is not None:  # the same gradient step as another held site's (a peeled loop)
+            step = tr.build_train_step(region, optimizer=held.optimizer, model=held.model,
+                                       loop_names=loop_names, step_name=same,
+                                       tree_mode=not self.data.aliasing,
+                                       grads_out=held.holder, read_later=later)
+        if step is None:
+            return [*glob, *stmts[:start], *self._marked(region, back, (
+                f"its loss is not a function of {held.model} that torch2jax can separate "
+                "(its backward slice)")), *rest]
+        if _free_names(step.function) - (self._module_names | STEP_GLOBALS):
+            return [*glob, *stmts[:start], *self._marked(region, back, (
+                "the gradient step reads names of the function around it")), *rest]
+        self.diag(held.node, "training-step", "info",
+                  f"gradient accumulator: {held.holder} holds torch's .grad of "
+                  f"{held.model}; backward() adds the gradients {same or held.grad_step} "
+                  f"computes (the backward slice since the parameters last changed), "
+                  f"{held.optimizer}.step() applies them with {held.apply}, zero_grad() "
+                  f"resets them (None); both jit-compiled")
+        if same is None:
+            self._top_steps.append(step.function)
+            self._held_fns[cst.Module(body=[step.function.with_changes(
+                name=cst.Name("_"), leading_lines=[])]).code] = held.grad_step
+        return [*glob, *stmts[:start], *step.body, *rest]
