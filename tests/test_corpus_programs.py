@@ -127,11 +127,6 @@ GAPS: dict[tuple[str, str], str] = {
     ("makemore-rnn", "linen"): _MAKEMORE_LINEN,
     ("superres", "linen"): "the train step in a function called per epoch (train(epoch)) is "
                            "not recognised on linen (no key for model.init there)",
-    ("superres", "equinox"): "the train step in a function that reads the model as a "
-                             "global (train(epoch)) is not translated on equinox (model is "
-                             "not a model this pass knows the class of); the Dataset's "
-                             "__init__ pools with F.avg_pool2d (nnx.avg_pool in its jnp "
-                             "form), which the pass refuses in a class that is not a module",
 }
 
 

@@ -50,6 +50,7 @@ from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult, TrainStepRecord
 from torch2jax.targets import equinox_methods as class_methods
 from torch2jax.targets import equinox_training as training
+from torch2jax.targets.equinox_host import HostPools
 from torch2jax.targets.equinox_forward import Forward, _reshape_rank
 from torch2jax.targets.equinox_init import (
     NNX_MODULE,
@@ -523,6 +524,9 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
                 body.append(_torch_back(s, torch_defs))
             else:
                 body += done
+        elif isinstance(s, cst.ClassDef) and not _nnx_module_class(s) and _has_nnx(s) and \
+                not _has_nnx(host := s.visit(HostPools())):
+            body.append(host)  # host-side code (a Dataset's arrays): equinox_host.py
         elif _has_nnx(s) and not _is_import(s):
             body.append(_torch_back(s, torch_defs))
         else:

@@ -35,6 +35,7 @@ import libcst.matchers as m
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
+from torch2jax.targets.equinox_globals import declare_globals, read_globals
 from torch2jax.targets.equinox_layers import _todo
 
 STATE = "state"
@@ -909,6 +910,23 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
 
     optimizers = {name: optimizers_built(name, fn.body.body) for name, fn in fns.items()}
     optimizers[""] = optimizers_built("", top)
+    # a function that reads a model (and its optimizer) of the top level as a global
+    # (`def train(epoch)` of a script): they are its too, and what it rebinds of them (the
+    # step's results, the key it splits) is declared global (equinox_globals.py)
+    top_bound = _assigned_names(top)
+    rebinds: dict[str, set[str]] = {}
+    for name, fn in fns.items():
+        ms = read_globals(fn, set(models[""]), _params(fn))
+        opts = read_globals(fn, optimizers[""], _params(fn))
+        if not ms:
+            continue
+        models[name].update({g: models[""][g] for g in ms})
+        optimizers[name] |= opts
+        rebinds[name] = set(ms) | read_globals(fn, {"key"} & top_bound, _params(fn))
+        if any((classes[models[""][g]] or (False, False))[0] for g in ms):
+            rebinds[name].add(STATE)
+        if opts:
+            rebinds[name] |= {OPT_STATE, COUNTER}
     receivers: dict[str, int] = {}
     opt_receivers: dict[str, int] = {}  # function -> the parameter its optimizer comes in
     changed = True
@@ -984,7 +1002,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 name = s.name.value
                 body = list(s.body.body)
                 has_key = "key" in _params(s) or "key" in _assigned_names(body) or \
-                    name in keyed_trainers
+                    name in keyed_trainers or "key" in rebinds.get(name, ())
                 scope = Scope(models[name], classes, receivers, trainers, has_key, body,
                               opt_receivers, optimizers[name], ctx=ctx)
                 scope.keyed_trainers = keyed_trainers
@@ -993,6 +1011,8 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 casts = scope.needs_autocast
                 eval_calls += scope.eval_calls
                 new = s.with_changes(body=s.body.with_changes(body=new_body))
+                if name in rebinds:
+                    new = declare_globals(new, rebinds[name])
                 if name in receivers:
                     at = receivers[name]
                     pname = s.params.params[at].name.value
