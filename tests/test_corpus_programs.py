@@ -120,8 +120,6 @@ GAPS: dict[tuple[str, str], str] = {
                           "translation of two models with BatchNorm state in one step",
     ("vae", "linen"): "the train step around a forward that draws (randn_like) is not "
                       "recognised on linen",
-    ("vae", "equinox"): "the train step around a forward that draws (randn_like) is not "
-                        "recognised on equinox",
     ("makemore-bigram", "linen"): _MAKEMORE_LINEN,
     ("makemore-mlp", "linen"): _MAKEMORE_LINEN,
     ("makemore-rnn", "linen"): _MAKEMORE_LINEN,

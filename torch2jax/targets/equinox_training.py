@@ -35,7 +35,7 @@ import libcst.matchers as m
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
-from torch2jax.targets.equinox_globals import declare_globals, read_globals
+from torch2jax.targets.equinox_globals import declare_globals, own_scope, read_globals
 from torch2jax.targets.equinox_layers import _todo
 
 STATE = "state"
@@ -63,7 +63,9 @@ class TrainingContext:
     * ``eval_step``: the name of the evaluation step the NNX pass wrote at the top of the
       file (ConversionResult.eval_step), or None;
     * ``batched``: the model classes kept batched (ClassInfo.batched): called on the batch as
-      they are, not mapped over it."""
+      they are, not mapped over it;
+    * ``draws``: the model classes whose forward draws random numbers (ClassInfo.draws): they
+      take a key in evaluation too."""
 
     batch_reduced: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     optimizer_methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -71,6 +73,7 @@ class TrainingContext:
     train_steps: tuple[TrainStepRecord, ...] = ()
     eval_step: str | None = None
     batched: frozenset[str] = frozenset()
+    draws: frozenset[str] = frozenset()
 
 
 class _DropRemoved(cst.CSTTransformer):
@@ -292,9 +295,24 @@ def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
     return new.with_changes(leading_lines=fn.leading_lines), cast
 
 
-def eval_step(stateful: bool, batched: bool | None = False) -> cst.FunctionDef:
+def eval_step(stateful: bool, batched: bool | None = False, draws: bool = False
+              ) -> cst.FunctionDef:
     """The evaluation step; ``batched``: the models are kept batched (called on the batch as
-    they are), None: not known here (a class of another file), decided by its ``batched``."""
+    they are), None: not known here (a class of another file), decided by its ``batched``;
+    ``draws``: their forward draws (a VAE's sample), in inference mode too: the step takes a
+    key (one per example for a model mapped over the batch)."""
+    if draws:
+        head = f"@eqx.filter_jit\ndef eval_step(model, {'state, ' if stateful else ''}*inputs, key):\n"
+        keys = "jax.random.split(key, inputs[0].shape[0])"
+        if batched:
+            body = f"    return model(*inputs{', state' if stateful else ''}, key=key)" + (
+                "[0]\n" if stateful else "\n")
+        elif stateful:
+            body = (f"    return jax.vmap(lambda k, *xs: model(*xs, state, key=k)[0], "
+                    f"axis_name=\"batch\")({keys}, *inputs)\n")
+        else:
+            body = f"    return jax.vmap(model)(*inputs, key={keys})\n"
+        return cst.parse_statement(head + body)
     if batched is None:
         return cst.parse_statement(
             "@eqx.filter_jit\ndef eval_step(model, *inputs):\n"
@@ -401,6 +419,7 @@ class Scope(cst.CSTTransformer):
         self.layer_called: str | None = None  # such a layer called in the statement
         self.needs_autocast = False  # a train step written here calls the autocast helper
         self.in_step = 0
+        self.pre: list[cst.BaseStatement] = []  # to write before the statement (eval_key)
         for s in stmts:
             for fn in findall(s, m.FunctionDef()):
                 parts = _step_parts(fn, ctx)
@@ -482,7 +501,7 @@ class Scope(cst.CSTTransformer):
                 args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
                     " "))) for a in args[:-1]] + [args[-1].with_changes(
                         comma=cst.MaybeSentinel.DEFAULT)]
-                return cst.Call(func=cst.Name(EVAL_STEP), args=args)
+                return self.eval_key(cst.Call(func=cst.Name(EVAL_STEP), args=args), func)
             if stateful or keyed or not plain:
                 raise _Fail("the model called outside the train and eval steps with "
                             "BatchNorm state or dropout")
@@ -511,8 +530,26 @@ class Scope(cst.CSTTransformer):
                 self.trainer_calls.append(updated_node)
                 return updated_node
             if added:
-                return updated_node.with_changes(args=args)
+                updated_node = updated_node.with_changes(args=args)
+            if func == EVAL_STEP and args and args[0].keyword is None:
+                return self.eval_key(updated_node, code(args[0].value))
         return updated_node
+
+    def eval_key(self, call: cst.Call, model: str) -> cst.Call:
+        """``eval_step(model, x)`` of a model whose forward draws: a key split off the
+        scope's before the statement (``key, subkey = jax.random.split(key)``), passed as
+        ``key=subkey``."""
+        if self.models.get(model) not in self.ctx.draws:
+            return call
+        if not self.has_key:
+            raise _Fail("the model draws random numbers in its forward pass and no `key` is "
+                        "in scope here")
+        self.pre.append(_stmt("key, subkey = jax.random.split(key)"))
+        args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" ")))]
+        return call.with_changes(args=[*args, cst.Arg(cst.Name("subkey"), keyword=cst.Name(
+            "key"), equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                          whitespace_after=cst.SimpleWhitespace("")))])
 
     def trainer_call(self, call: cst.Call, target: cst.BaseAssignTargetExpression | None
                      ) -> list:
@@ -544,6 +581,15 @@ class Scope(cst.CSTTransformer):
 
     # -- statements
     def leave_SimpleStatementLine(self, original_node, updated_node):
+        pre, self.pre = self.pre, []
+        if pre:  # (statements a call in it needs first: eval_key)
+            out = self._statement_line(original_node, updated_node)
+            first, *rest = out.nodes if isinstance(out, cst.FlattenSentinel) else [out]
+            pre[0] = pre[0].with_changes(leading_lines=first.leading_lines)
+            return cst.FlattenSentinel([*pre, first.with_changes(leading_lines=[]), *rest])
+        return self._statement_line(original_node, updated_node)
+
+    def _statement_line(self, original_node, updated_node):
         called, self.layer_called = self.layer_called, False
         if len(updated_node.body) != 1:
             return self._layer_call_marked(updated_node, called)
@@ -737,8 +783,10 @@ class Scope(cst.CSTTransformer):
         if keyed:
             if not self.has_key:
                 raise _Fail("the model needs a dropout key and no `key` is in scope here")
-            out.append(_stmt("key, dropout_key = jax.random.split(key)"))
-            extra.append("dropout_key")
+            # (the key of a forward that draws is not only dropout's)
+            sub = "step_key" if self.models.get(model) in self.ctx.draws else "dropout_key"
+            out.append(_stmt(f"key, {sub} = jax.random.split(key)"))
+            extra.append(sub)
         self.trained.add(model)
         out.append(_stmt(f"{', '.join(head + rest)} = {call.func.value}"
                          f"({', '.join(head + extra)})"))
@@ -922,7 +970,8 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
             continue
         models[name].update({g: models[""][g] for g in ms})
         optimizers[name] |= opts
-        rebinds[name] = set(ms) | read_globals(fn, {"key"} & top_bound, _params(fn))
+        # the script's key, for the keys of its steps (split, so rebound)
+        rebinds[name] = set(ms) | ({"key"} & top_bound) - own_scope(fn.body, _params(fn))[0]
         if any((classes[models[""][g]] or (False, False))[0] for g in ms):
             rebinds[name].add(STATE)
         if opts:
@@ -964,12 +1013,18 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
              if classes.get(c) is not None}
     imported = any(classes.get(c) is None for ms in models.values() for c in ms.values())
 
+    draws = {c in ctx.draws for ms in models.values() for c in ms.values()
+             if classes.get(c) is not None}
+
     def the_eval_step() -> cst.FunctionDef:
         if len(kinds) > 1:
             raise _Fail("models kept batched and models per example share one eval_step")
+        if len(draws) > 1 or (draws == {True} and imported):
+            raise _Fail("models that draw in their forward pass and models that do not "
+                        "share one eval_step")
         if imported and not any_stateful:
             return eval_step(False, None)
-        return eval_step(any_stateful, kinds == {True})
+        return eval_step(any_stateful, kinds == {True}, draws == {True})
 
     def needs_key(g: str) -> bool:
         """A trainer of a model with dropout that has no `key` of its own: it takes one."""
