@@ -862,11 +862,12 @@ class _AddArg(cst.CSTTransformer):
         return updated_node.with_changes(args=args)
 
 
-def hoist_step(fn: cst.FunctionDef, opt: str, taken: set[str]
+def hoist_step(fn: cst.FunctionDef, opt: str | None, taken: set[str]
                ) -> tuple[cst.FunctionDef | None, cst.FunctionDef]:
     """The train step of a function called once per epoch, moved to the top level with the
     optax transform ``opt`` (the function's parameter, the step's only closure) as its
-    argument: a step defined inside the function is a new function at every call, which
+    argument, or as it is when ``opt`` is None (the function reads the optimizer as a
+    global): a step defined inside the function is a new function at every call, which
     eqx.filter_jit traces and compiles again every epoch. ``(None, fn)`` when it closes over
     other local names or its name is ``taken``."""
     steps = [i for i, st in enumerate(fn.body.body) if isinstance(st, cst.FunctionDef) and
@@ -876,20 +877,24 @@ def hoist_step(fn: cst.FunctionDef, opt: str, taken: set[str]
     step = fn.body.body[steps[0]]
     name = step.name.value
     rest = [st for i, st in enumerate(fn.body.body) if i != steps[0]]
-    local = set(_params(fn)) | _bound(cst.Module(body=rest))
+    # (names the function declares global are the script's)
+    local = (set(_params(fn)) | _bound(cst.Module(body=rest))) - own_scope(fn.body)[1]
     used = {n.value for n in findall(step, m.Name())}
     params = [p.name.value for p in step.params.params]
-    if name in taken or (used - _bound(step.body) - set(params)) & local != {opt} or \
-            OPT_STATE not in params or opt in params:
+    closure = (used - _bound(step.body) - set(params)) & local
+    if name in taken or closure != ({opt} if opt else set()) or OPT_STATE not in params or \
+            opt in params:
         return None, fn
     at = params.index(OPT_STATE)
-    plist = list(step.params.params)
-    plist.insert(at + 1, cst.Param(cst.Name(opt), comma=cst.Comma(
-        whitespace_after=cst.SimpleWhitespace(" "))))
-    step = step.with_changes(params=step.params.with_changes(params=plist),
-                             leading_lines=fn.leading_lines)
+    body = rest
+    if opt is not None:
+        plist = list(step.params.params)
+        plist.insert(at + 1, cst.Param(cst.Name(opt), comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))))
+        step = step.with_changes(params=step.params.with_changes(params=plist))
+        body = [st.visit(_AddArg(name, at, opt)) for st in rest]
+    step = step.with_changes(leading_lines=fn.leading_lines)
     lead = step.leading_lines
-    body = [st.visit(_AddArg(name, at, opt)) for st in rest]
     if body and steps[0] < len(body):
         body[steps[0]] = body[steps[0]].with_changes(leading_lines=[
             ln for ln in body[steps[0]].leading_lines if ln.comment is not None])
@@ -1068,6 +1073,16 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 new = s.with_changes(body=s.body.with_changes(body=new_body))
                 if name in rebinds:
                     new = declare_globals(new, rebinds[name])
+                    taken = {t.name.value for t in stmts
+                             if isinstance(t, cst.FunctionDef | cst.ClassDef)}
+                    taken |= _assigned_names([t for t in stmts if not isinstance(
+                        t, cst.FunctionDef | cst.ClassDef)]) | hoisted
+                    step, new = hoist_step(new, None, taken)
+                    if step is not None:  # (the optimizer a global: the step's as it is)
+                        hoisted.add(step.name.value)
+                        out.append([step, new])
+                        needs_autocast |= casts
+                        continue
                 if name in receivers:
                     at = receivers[name]
                     pname = s.params.params[at].name.value
