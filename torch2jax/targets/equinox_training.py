@@ -420,6 +420,7 @@ class Scope(cst.CSTTransformer):
         self.needs_autocast = False  # a train step written here calls the autocast helper
         self.in_step = 0
         self.pre: list[cst.BaseStatement] = []  # to write before the statement (eval_key)
+        self.in_line = 0  # inside a simple statement (not a compound statement's header)
         for s in stmts:
             for fn in findall(s, m.FunctionDef()):
                 parts = _step_parts(fn, ctx)
@@ -544,6 +545,9 @@ class Scope(cst.CSTTransformer):
         if not self.has_key:
             raise _Fail("the model draws random numbers in its forward pass and no `key` is "
                         "in scope here")
+        if not self.in_line:
+            raise _Fail("an evaluation of a model that draws in a compound statement's header "
+                        "(its key is split off in a statement before it)")
         self.pre.append(_stmt("key, subkey = jax.random.split(key)"))
         args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.Comma(
             whitespace_after=cst.SimpleWhitespace(" ")))]
@@ -580,7 +584,12 @@ class Scope(cst.CSTTransformer):
         return [_stmt("key, subkey = jax.random.split(key)"), _stmt(f"{lhs} = {code(call)}")]
 
     # -- statements
+    def visit_SimpleStatementLine(self, node) -> bool:
+        self.in_line += 1
+        return True
+
     def leave_SimpleStatementLine(self, original_node, updated_node):
+        self.in_line -= 1
         pre, self.pre = self.pre, []
         if pre:  # (statements a call in it needs first: eval_key)
             out = self._statement_line(original_node, updated_node)
