@@ -117,13 +117,6 @@ GAPS: dict[tuple[str, str], str] = {
                         "translated for --target nnx only",
     ("dcgan", "equinox"): "the equinox pass keeps torch.nn.init in weights_init and has no "
                           "translation of two models with BatchNorm state in one step",
-    ("vae", "equinox"): "the train step around a forward that draws (randn_like) is not "
-                        "recognised on equinox",
-    ("superres", "equinox"): "the train step in a function that reads the model as a "
-                             "global (train(epoch)) is not translated on equinox (model is "
-                             "not a model this pass knows the class of); the Dataset's "
-                             "__init__ pools with F.avg_pool2d (nnx.avg_pool in its jnp "
-                             "form), which the pass refuses in a class that is not a module",
 }
 
 

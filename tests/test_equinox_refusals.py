@@ -124,7 +124,36 @@ class Head(nn.Module):
         return self.ln(torch.tanh(self.fc(h)))
 '''
 
+# the module's other methods called from forward: written like forward, for the values they
+# are called with (per example here; batched below)
+METHODS = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class AE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 8)
+        self.fc21 = nn.Linear(8, 4)
+        self.fc22 = nn.Linear(8, 4)
+        self.fc3 = nn.Linear(4, 16)
+
+    def encode(self, x):
+        h1 = F.relu(self.fc1(x))
+        return self.fc21(h1), self.fc22(h1)
+
+    def decode(self, z, scale=2.0):
+        return torch.sigmoid(self.fc3(z) * scale)
+
+    def forward(self, x):
+        mu, logvar = self.encode(x.view(x.size(0), -1))
+        return self.decode(mu * logvar.exp(), scale=0.5), mu
+'''
+
 CASES = {
+    "methods": (METHODS, "AE", "float32[4,1,16]"),
     "einsum": (EINSUM, "Attn", "float32[2,5,16]"),
     "permute": (PERMUTE, "Net", "float32[2,3,6,6]"),
     "channels_last": (CHANNELS_LAST, "Net", "float32[2,3,6,6]"),
@@ -171,6 +200,12 @@ class Gram(nn.Module):
 BATCHED = {
     # bi,bj->ij sums over the batch: no per-example form
     "einsum_over_batch": (MIXING, "Gram", "float32[5,4]"),
+    # a layer on the rows of the whole batch (torch returns (B * 1, 6), not (B, 1, 6))
+    "layer_on_rows": (MIXING.replace("return torch.einsum(\"bi,bj->ij\", h, h)",
+                                     "return self.fc(h.view(-1, 4))"), "Gram", "float32[5,4]"),
+    # the batch folded into the rows before the methods are called
+    "methods_on_rows": (METHODS.replace("x.view(x.size(0), -1)", "x.view(-1, 16)"), "AE",
+                        "float32[4,1,16]"),
     # one call passes Linear layers, another LayerNorms: no single per-example loop body,
     # but one batched call form (over_leading(layer, x, 1))
     "loop_of_two_kinds": (LOOP.replace(
@@ -266,3 +301,57 @@ def test_a_batched_model_trains_like_torch(tmp_path: Path) -> None:
     got = _printed(result.code, tmp_path / "jax")
     assert len(got) == len(want) == 7
     assert got == pytest.approx(want, rel=2e-5), (got, want)
+
+
+# a forward that draws (a VAE's reparameterisation, in a method)
+DRAWS = '''
+import torch
+import torch.nn as nn
+
+
+class Noisy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mu = nn.Linear(4, 256)
+        self.logvar = nn.Linear(4, 256)
+
+    def sample(self, mu, logvar):
+        std = torch.exp(0.5 * logvar)
+        return mu + torch.randn_like(std) * std
+
+    def forward(self, x):
+        mu, logvar = self.mu(x), self.logvar(x)
+        return self.sample(mu, logvar), mu, logvar
+'''
+
+
+@pytest.mark.parametrize("rows", [False, True], ids=["per_example", "batched"])
+def test_a_forward_that_draws_takes_a_key(rows: bool) -> None:
+    """NNX's module stream (self.rngs()) is a key the equinox forward takes, in the methods it
+    calls too: per example (one key each, under jax.vmap) or on the batch (kept batched). The
+    noise it draws is standard normal and new for each key (the converted VAE's evaluation
+    step, which takes a key too, is run by tests/test_corpus_programs.py)."""
+    import jax
+    import jax.numpy as jnp
+
+    source = DRAWS if not rows else DRAWS.replace(
+        "self.mu(x), self.logvar(x)", "self.mu(x.view(-1, 4)), self.logvar(x.view(-1, 4))")
+    result = convert_source(source, target="equinox")
+    assert "TODO(torch2jax)" not in result.code, result.code
+    assert ("batched = True" in result.code) == rows
+    ns: dict = {}
+    exec(compile(result.code, "noisy.py", "exec"), ns)  # noqa: S102 (the converted module)
+    model = ns["Noisy"](key=jax.random.key(0))
+    x = jnp.linspace(-1.0, 1.0, 32).reshape(8, 4)
+
+    def run(key):
+        if rows:
+            return model(x, key=key)
+        return jax.vmap(model)(x, key=jax.random.split(key, x.shape[0]))
+
+    z, mu, logvar = run(jax.random.key(1))
+    eps = (z - mu) / jnp.exp(0.5 * logvar)
+    assert z.shape == (8, 256)
+    assert abs(float(eps.mean())) < 0.1 and abs(float(eps.std()) - 1.0) < 0.1
+    z2, mu2, _ = run(jax.random.key(2))
+    assert jnp.allclose(mu, mu2) and not jnp.allclose(z, z2)

@@ -294,10 +294,9 @@ class DataMixin:
     def _module_rngs(self) -> bool:
         """In a method of an NNX module class that draws random numbers outside __init__
         (the class keeps ``self.rngs = rngs.fork()``). Not for linen, whose modules draw
-        with make_rng and a key given to apply, nor for the NNX translation the equinox
-        target starts from."""
-        return (self.target.stateful_modules and not self.target.intermediate
-                and self.in_module_class()
+        with make_rng and a key given to apply. The equinox target reads ``self.rngs()`` as
+        a key its forward pass takes (targets/equinox_forward.py, Forward.draw)."""
+        return (self.target.stateful_modules and self.in_module_class()
                 and self.current_class in self.training.method_draws)
 
     def _with_numpy_seed(self, body: list) -> list:

@@ -50,7 +50,8 @@ from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult, TrainStepRecord
 from torch2jax.targets import equinox_methods as class_methods
 from torch2jax.targets import equinox_training as training
-from torch2jax.targets.equinox_forward import Forward, _reshape_rank
+from torch2jax.targets.equinox_forward import DRAW_KEY, Forward, _reshape_rank
+from torch2jax.targets.equinox_host import HostPools
 from torch2jax.targets.equinox_init import (
     NNX_MODULE,
     ClassInfo,
@@ -391,7 +392,9 @@ def _keys_needed(classes: dict[str, ClassInfo]) -> None:
     changed = True
     for c in classes.values():
         c.stateful = any(a.stateful or a.kind == "bn" for a in _all_layers(c))
-        c.keyed = any(a.keyed or a.kind == "dropout" for a in _all_layers(c))
+        # a forward that draws (NNX's self.rngs()) takes a key, in inference mode too
+        c.draws = bool(findall(c.node, DRAW_KEY))
+        c.keyed = c.draws or any(a.keyed or a.kind == "dropout" for a in _all_layers(c))
     while changed:
         changed = False
         for c in classes.values():
@@ -402,6 +405,8 @@ def _keys_needed(classes: dict[str, ClassInfo]) -> None:
                         c.stateful = changed = True
                     if sub.keyed and not c.keyed:
                         c.keyed = changed = True
+                    if sub.draws and not c.draws:
+                        c.draws = changed = True
     for c in classes.values():
         for a in _all_layers(c):
             takes = {(classes[n].stateful, classes[n].keyed) for n in (a.cls, *a.alts)
@@ -502,7 +507,8 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
             s, cst.FunctionDef) and class_methods.optimizer_method(s) is not None)
             for n, c in f.classes.items()},
         layer_of=_training_layer, train_steps=tuple(train_steps), eval_step=eval_step,
-        batched=frozenset(n for n, c in f.classes.items() if c.batched))
+        batched=frozenset(n for n, c in f.classes.items() if c.batched),
+        draws=frozenset(n for n, c in f.classes.items() if c.draws))
     translated = dict(zip(map(id, rest), training.translate(rest, flags, ctx), strict=True))
     for s in module.body:
         if isinstance(s, cst.ClassDef) and s.name.value in f.classes:
@@ -523,6 +529,9 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
                 body.append(_torch_back(s, torch_defs))
             else:
                 body += done
+        elif isinstance(s, cst.ClassDef) and not _nnx_module_class(s) and _has_nnx(s) and \
+                not _has_nnx(host := s.visit(HostPools())):
+            body.append(host)  # host-side code (a Dataset's arrays): equinox_host.py
         elif _has_nnx(s) and not _is_import(s):
             body.append(_torch_back(s, torch_defs))
         else:
@@ -574,6 +583,7 @@ def _batched_fallback(f: EquinoxFile, used: set[str]) -> None:
         for n in group:
             c = f.classes[n]
             c.batched, c.inputs, c.output, c.new_call = True, None, None, None
+            c.fw_methods = {}
             c.reduced, c.assumed, c.failed = {}, [], []
             c.errors = [e for e in c.errors if "is called with inputs of different" not in e]
         order = sorted(group, key=lambda n: n in used)  # the models first
@@ -716,6 +726,7 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
         if stateful or keyed:
             cls = cls.visit(_Identity({name}, "eqx.nn.Sequential([])" if stateful
                                       else "eqx.nn.Identity()"))
+    cls = _without_module_stream(cls)
     init = _init_of(cls, "__init__")
     torch_cls = next((t for t in f.torch_module.body if isinstance(t, cst.ClassDef)
                       and t.name.value == c.name), None)
@@ -788,8 +799,14 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
         elif isinstance(s, cst.FunctionDef) and s.name.value in optimizer_methods.get(
                 c.name, ()):
             body[i] = class_methods.optimizer_method(s)
+        elif isinstance(s, cst.FunctionDef) and s.name.value in c.fw_methods:
+            # a method the forward pass calls, written like it (Forward.call_method)
+            fn, sites = c.fw_methods[s.name.value]
+            fn = fn.with_changes(body=fn.body.with_changes(body=_name_call_keys(
+                list(fn.body.body), sites)))
+            body[i] = _key_param(fn, default_none=True) if sites else fn
         elif isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") \
-                and "nnx." in code(s):
+                and ("nnx." in code(s) or findall(s, DRAW_KEY)):
             # (a substring test, kept for byte-identical output: it also takes a method whose
             # translation mentions nnx only in a TODO comment for the torch method)
             msg = ("a method that the NNX translation rewrites (weight initialisation, "
@@ -816,6 +833,24 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
              if m.matches(b.value, NNX_MODULE) else b for b in cls.bases]
     return cls.with_changes(bases=bases, body=cls.body.with_changes(body=body)), \
         needs_callable, needs_any
+
+
+_FORK = m.SimpleStatementLine(body=[m.Assign(
+    targets=[m.AssignTarget(m.Attribute(value=m.Name("self"), attr=m.Name("rngs")))],
+    value=m.Call(func=m.Attribute(value=m.Name("rngs"), attr=m.Name("fork"))))])
+
+
+def _without_module_stream(cls: cst.ClassDef) -> cst.ClassDef:
+    """NNX's ``self.rngs = rngs.fork()`` (the module's own stream, for draws at call time)
+    goes: the equinox forward pass takes a key instead (Forward.draw); a method that still
+    draws from it is marked where the class is written."""
+    init = _init_of(cls, "__init__")
+    if init is None or not any(m.matches(s, _FORK) for s in init.body.body):
+        return cls
+    new = init.with_changes(body=init.body.with_changes(body=[
+        s for s in init.body.body if not m.matches(s, _FORK)]))
+    return cls.with_changes(body=cls.body.with_changes(body=[
+        new if s is init else s for s in cls.body.body]))
 
 
 # the comment above ``batched = True`` in a module kept batched

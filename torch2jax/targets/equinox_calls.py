@@ -97,6 +97,11 @@ class LayerCalls:
         values = [self.ev(a.value) for a in args]
         new_args = [a.with_changes(value=v[0]) for a, v in zip(args, values, strict=True)]
         infos = [v[1] for v in values]
+        if any(i.merged for i in infos):
+            # (per example the rows are the example's alone: what the layer returns would
+            # not be torch's rows of the whole batch)
+            raise EquinoxError(f"a {lay.kind} layer on rows that merge the batch with another "
+                               "axis")
         x = infos[0] if infos else Info()
         if lay.kind in VECTOR_LAYERS:
             need = VECTOR_LAYERS[lay.kind]

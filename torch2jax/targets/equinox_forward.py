@@ -31,6 +31,9 @@ from torch2jax.targets.equinox_layers import (
     _todo,
 )
 
+# NNX's per-module random stream (``self.rngs = rngs.fork()``), drawn from in forward code
+DRAW_KEY = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("rngs")), args=[])
+
 
 # ---------------------------------------------------------------------------- forward
 class Forward(LayerCalls):
@@ -52,6 +55,7 @@ class Forward(LayerCalls):
         self.loop_layers: dict[str, Layer] = {}  # loop names over lists of layers
         self.loops: set[int] = set()  # ids of the loops of loop_over
         self.failed: list[str] = []  # why statements were marked
+        self.calling: set[str] = set()  # the methods being written (call_method)
 
     def call_lambda(self, attr: str, lam: cst.Lambda, infos: list[Info]) -> Info:
         """``self.pool = lambda x: jnp.mean(x, axis=(2, 3), keepdims=True)``: its body is
@@ -99,6 +103,9 @@ class Forward(LayerCalls):
         if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString)):
             return node, Info(rank=0)
         if isinstance(node, cst.Attribute):
+            if node.attr.value == "dtype":  # (one example's is the batch's)
+                inner, _ = self.ev(node.value)
+                return node.with_changes(value=inner), Info(kind="dtype")
             if node.attr.value == "shape":
                 inner, info = self.ev(node.value)
                 return node.with_changes(value=inner), Info(kind="shape", batched=info.batched,
@@ -300,6 +307,13 @@ class Forward(LayerCalls):
             if elay is not None and elay.kind == "embedding":
                 x, info = self.ev(node.args[0].value)
                 return expr("{x} @ {w}.weight.T", x=x, w=emb), Info(info.batched, info.rank)
+        if (m.matches(func, m.Attribute(value=m.Name("jax"))) or m.matches(
+                func, m.Attribute(value=m.Attribute(value=m.Name("jax"))))) and (
+                node.args and m.matches(node.args[0].value, DRAW_KEY)):
+            return self.draw(node, name)
+        if m.matches(func, m.Attribute(value=m.Name("self"))) and \
+                func.attr.value in self.helper_methods():
+            return self.call_method(node, func.attr.value)
         # methods of arrays
         if isinstance(func, cst.Attribute) and not _is_library(func) and \
                 name not in ("nnx.max_pool", "nnx.avg_pool"):
@@ -651,6 +665,86 @@ class Forward(LayerCalls):
             raise EquinoxError("a reshape to the batch size alone")
         new = cst.Call(cst.Attribute(recv, cst.Name("reshape")), [cst.Arg(v) for v in rest])
         return _fix_commas(new), Info(True, len(rest))
+
+    # --- random draws and the module's other methods
+    def draw(self, node: cst.Call, name: str) -> tuple[cst.BaseExpression, Info]:
+        """``jax.random.normal(self.rngs(), x.shape, x.dtype)`` (NNX's form of torch's
+        ``randn_like``): the module's NNX stream is a key the forward pass takes (one per
+        example when the model is mapped over the batch, drawn from that example's shape:
+        torch's elements are independent alike). Only the draws of a value's shape
+        (``normal``, ``uniform``) and ``bernoulli(key, p)`` are known per example."""
+        short = name.split(".")[-1]
+        rest = [(a, *self.ev(a.value)) for a in node.args[1:]]
+        shapes = [i for _, _, i in rest if i.kind == "shape"]
+        others = [i for _, _, i in rest if i.kind != "shape" and i.batched]
+        if short in ("normal", "uniform") and len(shapes) == 1 and not others and \
+                rest[0][2].kind == "shape":
+            out = Info(shapes[0].batched, shapes[0].rank)
+        elif short == "bernoulli" and len(rest) == 1 and rest[0][0].keyword is None:
+            out = replace(rest[0][2], kind="value")
+        else:
+            raise EquinoxError(f"{name} in a forward pass: a draw whose per-example form is "
+                               "not known")
+        self.owner.draws = True
+        args = [node.args[0].with_changes(value=self.key()),
+                *(a.with_changes(value=v) for a, v, _ in rest)]
+        return node.with_changes(args=args), out
+
+    def helper_methods(self) -> dict[str, cst.FunctionDef]:
+        """The module's methods its forward may call (``self.encode(x)``)."""
+        skip = {"__init__", "__call__", *self.owner.methods, *self.owner.init_methods}
+        return {s.name.value: s for s in self.owner.node.body.body
+                if isinstance(s, cst.FunctionDef) and s.name.value not in skip}
+
+    def call_method(self, node: cst.Call, name: str) -> tuple[cst.BaseExpression, Info]:
+        """``self.encode(x)``: the method is written like the forward pass, for the values it
+        is called with (one translation for all its calls, as for a lambda), taking ``key``
+        when something in it draws or calls a layer that takes one."""
+        fn = self.helper_methods()[name]
+        params = fn.params
+        if self.owner.stateful:
+            raise EquinoxError(f"self.{name}(...): a method of a module with BatchNorm state")
+        if name in self.calling:
+            raise EquinoxError(f"self.{name}(...): a method that calls itself")
+        if any(a.star for a in node.args) or params.star_arg not in (
+                cst.MaybeSentinel.DEFAULT, None) or params.kwonly_params or \
+                params.star_kwarg is not None:
+            raise EquinoxError(f"self.{name}(...): a method called with starred or "
+                               "keyword-only arguments")
+        names = [p.name.value for p in params.params[1:]]
+        args = [(a, *self.ev(a.value)) for a in node.args]
+        if any(i.merged for _, _, i in args):
+            raise EquinoxError(f"self.{name}(...) of rows that merge the batch with another "
+                               "axis")
+        bound: dict[str, Info] = {}
+        for i, (a, _, info) in enumerate(args):
+            at = a.keyword.value if a.keyword is not None else (
+                names[i] if i < len(names) else None)
+            if at is None or at not in names:
+                raise EquinoxError(f"self.{name}(...): an argument the method does not take")
+            bound[at] = info
+        sub = Forward(self.owner, self.classes, self.analyse)
+        sub.calling = {*self.calling, name}
+        for n in names:
+            sub.env[n] = replace(bound.get(n, Info()))
+        body = sub.block(list(fn.body.body))
+        if sub.failed:
+            raise EquinoxError(f"self.{name}(...): {sub.failed[0]}")
+        outs = {repr(r) for r in sub.returns}
+        if len(outs) > 1:
+            raise EquinoxError(f"self.{name}(...): returns values of different ranks")
+        new = fn.with_changes(body=fn.body.with_changes(body=body))
+        prev = self.owner.fw_methods.get(name)
+        if prev is not None and code(prev[0]) != code(new):
+            raise EquinoxError(f"self.{name}(...): called with values of other ranks")
+        self.owner.fw_methods[name] = (new, list(sub.key_sites))
+        call_args = [a.with_changes(value=v) for a, v, _ in args]
+        if sub.key_sites:
+            call_args.append(cst.Arg(self.key(), keyword=cst.Name("key"), equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""),
+                whitespace_after=cst.SimpleWhitespace(""))))
+        return _fix_commas(node.with_changes(args=call_args)), (
+            sub.returns[0] if sub.returns else Info())
 
     # --- statements
     def block(self, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:

@@ -603,6 +603,12 @@ class ClassInfo:
     # a batch, its equinox layers mapped over the leading axes
     batched: bool = False
     failed: list[str] = field(default_factory=list)  # why its forward's statements were marked
+    # its forward draws random numbers (NNX's ``self.rngs()``, torch's randn_like): it takes a
+    # key in inference mode too (equinox_forward.py, Forward.draw)
+    draws: bool = False
+    # the other methods its forward calls (``self.encode(x)``), written like it: name -> (the
+    # method, the placeholders of the keys it takes), see Forward.call_method
+    fw_methods: dict[str, tuple[cst.FunctionDef, list[str]]] = field(default_factory=dict)
 
 
 # the base class of the NNX translation's module classes

@@ -35,6 +35,7 @@ import libcst.matchers as m
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
+from torch2jax.targets.equinox_globals import declare_globals, own_scope, read_globals
 from torch2jax.targets.equinox_layers import _todo
 
 STATE = "state"
@@ -65,7 +66,9 @@ class TrainingContext:
     * ``eval_step``: the name of the evaluation step the NNX pass wrote at the top of the
       file (ConversionResult.eval_step), or None;
     * ``batched``: the model classes kept batched (ClassInfo.batched): called on the batch as
-      they are, not mapped over it."""
+      they are, not mapped over it;
+    * ``draws``: the model classes whose forward draws random numbers (ClassInfo.draws): they
+      take a key in evaluation too."""
 
     batch_reduced: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     optimizer_methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -73,6 +76,7 @@ class TrainingContext:
     train_steps: tuple[TrainStepRecord, ...] = ()
     eval_step: str | None = None
     batched: frozenset[str] = frozenset()
+    draws: frozenset[str] = frozenset()
 
 
 class _DropRemoved(cst.CSTTransformer):
@@ -294,9 +298,24 @@ def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
     return new.with_changes(leading_lines=fn.leading_lines), cast
 
 
-def eval_step(stateful: bool, batched: bool | None = False) -> cst.FunctionDef:
+def eval_step(stateful: bool, batched: bool | None = False, draws: bool = False
+              ) -> cst.FunctionDef:
     """The evaluation step; ``batched``: the models are kept batched (called on the batch as
-    they are), None: not known here (a class of another file), decided by its ``batched``."""
+    they are), None: not known here (a class of another file), decided by its ``batched``;
+    ``draws``: their forward draws (a VAE's sample), in inference mode too: the step takes a
+    key (one per example for a model mapped over the batch)."""
+    if draws:
+        head = f"@eqx.filter_jit\ndef eval_step(model, {'state, ' if stateful else ''}*inputs, key):\n"
+        keys = "jax.random.split(key, inputs[0].shape[0])"
+        if batched:
+            body = f"    return model(*inputs{', state' if stateful else ''}, key=key)" + (
+                "[0]\n" if stateful else "\n")
+        elif stateful:
+            body = (f"    return jax.vmap(lambda k, *xs: model(*xs, state, key=k)[0], "
+                    f"axis_name=\"batch\")({keys}, *inputs)\n")
+        else:
+            body = f"    return jax.vmap(model)(*inputs, key={keys})\n"
+        return cst.parse_statement(head + body)
     if batched is None:
         return cst.parse_statement(
             "@eqx.filter_jit\ndef eval_step(model, *inputs):\n"
@@ -402,6 +421,8 @@ class Scope(cst.CSTTransformer):
         self.layer_called: str | None = None  # such a layer called in the statement
         self.needs_autocast = False  # a train step written here calls the autocast helper
         self.in_step = 0
+        self.pre: list[cst.BaseStatement] = []  # to write before the statement (eval_key)
+        self.in_line = 0  # inside a simple statement (not a compound statement's header)
         for s in stmts:
             for fn in findall(s, m.FunctionDef()):
                 parts = _step_parts(fn, ctx)
@@ -486,7 +507,7 @@ class Scope(cst.CSTTransformer):
                 args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
                     " "))) for a in args[:-1]] + [args[-1].with_changes(
                         comma=cst.MaybeSentinel.DEFAULT)]
-                return cst.Call(func=cst.Name(EVAL_STEP), args=args)
+                return self.eval_key(cst.Call(func=cst.Name(EVAL_STEP), args=args), func)
             if stateful or keyed or not plain:
                 raise _Fail("the model called outside the train and eval steps with "
                             "BatchNorm state or dropout")
@@ -515,8 +536,29 @@ class Scope(cst.CSTTransformer):
                 self.trainer_calls.append(updated_node)
                 return updated_node
             if added:
-                return updated_node.with_changes(args=args)
+                updated_node = updated_node.with_changes(args=args)
+            if func == EVAL_STEP and args and args[0].keyword is None:
+                return self.eval_key(updated_node, code(args[0].value))
         return updated_node
+
+    def eval_key(self, call: cst.Call, model: str) -> cst.Call:
+        """``eval_step(model, x)`` of a model whose forward draws: a key split off the
+        scope's before the statement (``key, subkey = jax.random.split(key)``), passed as
+        ``key=subkey``."""
+        if self.models.get(model) not in self.ctx.draws:
+            return call
+        if not self.has_key:
+            raise _Fail("the model draws random numbers in its forward pass and no `key` is "
+                        "in scope here")
+        if not self.in_line:
+            raise _Fail("an evaluation of a model that draws in a compound statement's header "
+                        "(its key is split off in a statement before it)")
+        self.pre.append(_stmt("key, subkey = jax.random.split(key)"))
+        args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" ")))]
+        return call.with_changes(args=[*args, cst.Arg(cst.Name("subkey"), keyword=cst.Name(
+            "key"), equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                          whitespace_after=cst.SimpleWhitespace("")))])
 
     def trainer_call(self, call: cst.Call, target: cst.BaseAssignTargetExpression | None
                      ) -> list:
@@ -547,7 +589,21 @@ class Scope(cst.CSTTransformer):
         return [_stmt("key, subkey = jax.random.split(key)"), _stmt(f"{lhs} = {code(call)}")]
 
     # -- statements
+    def visit_SimpleStatementLine(self, node) -> bool:
+        self.in_line += 1
+        return True
+
     def leave_SimpleStatementLine(self, original_node, updated_node):
+        self.in_line -= 1
+        pre, self.pre = self.pre, []
+        if pre:  # (statements a call in it needs first: eval_key)
+            out = self._statement_line(original_node, updated_node)
+            first, *rest = out.nodes if isinstance(out, cst.FlattenSentinel) else [out]
+            pre[0] = pre[0].with_changes(leading_lines=first.leading_lines)
+            return cst.FlattenSentinel([*pre, first.with_changes(leading_lines=[]), *rest])
+        return self._statement_line(original_node, updated_node)
+
+    def _statement_line(self, original_node, updated_node):
         called, self.layer_called = self.layer_called, False
         if len(updated_node.body) != 1:
             return self._layer_call_marked(updated_node, called)
@@ -741,8 +797,10 @@ class Scope(cst.CSTTransformer):
         if keyed:
             if not self.has_key:
                 raise _Fail("the model needs a dropout key and no `key` is in scope here")
-            out.append(_stmt("key, dropout_key = jax.random.split(key)"))
-            extra.append("dropout_key")
+            # (the key of a forward that draws is not only dropout's)
+            sub = "step_key" if self.models.get(model) in self.ctx.draws else "dropout_key"
+            out.append(_stmt(f"key, {sub} = jax.random.split(key)"))
+            extra.append(sub)
         self.trained.add(model)
         out.append(_stmt(f"{', '.join(head + rest)} = {call.func.value}"
                          f"({', '.join(head + extra)})"))
@@ -818,11 +876,12 @@ class _AddArg(cst.CSTTransformer):
         return updated_node.with_changes(args=args)
 
 
-def hoist_step(fn: cst.FunctionDef, opt: str, taken: set[str]
+def hoist_step(fn: cst.FunctionDef, opt: str | None, taken: set[str]
                ) -> tuple[cst.FunctionDef | None, cst.FunctionDef]:
     """The train step of a function called once per epoch, moved to the top level with the
     optax transform ``opt`` (the function's parameter, the step's only closure) as its
-    argument: a step defined inside the function is a new function at every call, which
+    argument, or as it is when ``opt`` is None (the function reads the optimizer as a
+    global): a step defined inside the function is a new function at every call, which
     eqx.filter_jit traces and compiles again every epoch. ``(None, fn)`` when it closes over
     other local names or its name is ``taken``."""
     steps = [i for i, st in enumerate(fn.body.body) if isinstance(st, cst.FunctionDef) and
@@ -832,20 +891,24 @@ def hoist_step(fn: cst.FunctionDef, opt: str, taken: set[str]
     step = fn.body.body[steps[0]]
     name = step.name.value
     rest = [st for i, st in enumerate(fn.body.body) if i != steps[0]]
-    local = set(_params(fn)) | _bound(cst.Module(body=rest))
+    # (names the function declares global are the script's)
+    local = (set(_params(fn)) | _bound(cst.Module(body=rest))) - own_scope(fn.body)[1]
     used = {n.value for n in findall(step, m.Name())}
     params = [p.name.value for p in step.params.params]
-    if name in taken or (used - _bound(step.body) - set(params)) & local != {opt} or \
-            OPT_STATE not in params or opt in params:
+    closure = (used - _bound(step.body) - set(params)) & local
+    if name in taken or closure != ({opt} if opt else set()) or OPT_STATE not in params or \
+            opt in params:
         return None, fn
     at = params.index(OPT_STATE)
-    plist = list(step.params.params)
-    plist.insert(at + 1, cst.Param(cst.Name(opt), comma=cst.Comma(
-        whitespace_after=cst.SimpleWhitespace(" "))))
-    step = step.with_changes(params=step.params.with_changes(params=plist),
-                             leading_lines=fn.leading_lines)
+    body = rest
+    if opt is not None:
+        plist = list(step.params.params)
+        plist.insert(at + 1, cst.Param(cst.Name(opt), comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))))
+        step = step.with_changes(params=step.params.with_changes(params=plist))
+        body = [st.visit(_AddArg(name, at, opt)) for st in rest]
+    step = step.with_changes(leading_lines=fn.leading_lines)
     lead = step.leading_lines
-    body = [st.visit(_AddArg(name, at, opt)) for st in rest]
     if body and steps[0] < len(body):
         body[steps[0]] = body[steps[0]].with_changes(leading_lines=[
             ln for ln in body[steps[0]].leading_lines if ln.comment is not None])
@@ -914,6 +977,24 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
 
     optimizers = {name: optimizers_built(name, fn.body.body) for name, fn in fns.items()}
     optimizers[""] = optimizers_built("", top)
+    # a function that reads a model (and its optimizer) of the top level as a global
+    # (`def train(epoch)` of a script): they are its too, and what it rebinds of them (the
+    # step's results, the key it splits) is declared global (equinox_globals.py)
+    top_bound = _assigned_names(top)
+    rebinds: dict[str, set[str]] = {}
+    for name, fn in fns.items():
+        ms = read_globals(fn, set(models[""]), _params(fn))
+        opts = read_globals(fn, optimizers[""], _params(fn))
+        if not ms:
+            continue
+        models[name].update({g: models[""][g] for g in ms})
+        optimizers[name] |= opts
+        # the script's key, for the keys of its steps (split, so rebound)
+        rebinds[name] = set(ms) | ({"key"} & top_bound) - own_scope(fn.body, _params(fn))[0]
+        if any((classes[models[""][g]] or (False, False))[0] for g in ms):
+            rebinds[name].add(STATE)
+        if opts:
+            rebinds[name] |= {OPT_STATE, COUNTER}
     receivers: dict[str, int] = {}
     opt_receivers: dict[str, int] = {}  # function -> the parameter its optimizer comes in
     changed = True
@@ -951,12 +1032,18 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
              if classes.get(c) is not None}
     imported = any(classes.get(c) is None for ms in models.values() for c in ms.values())
 
+    draws = {c in ctx.draws for ms in models.values() for c in ms.values()
+             if classes.get(c) is not None}
+
     def the_eval_step() -> cst.FunctionDef:
         if len(kinds) > 1:
             raise _Fail("models kept batched and models per example share one eval_step")
+        if len(draws) > 1 or (draws == {True} and imported):
+            raise _Fail("models that draw in their forward pass and models that do not "
+                        "share one eval_step")
         if imported and not any_stateful:
             return eval_step(False, None)
-        return eval_step(any_stateful, kinds == {True})
+        return eval_step(any_stateful, kinds == {True}, draws == {True})
 
     def needs_key(g: str) -> bool:
         """A trainer of a model with dropout that has no `key` of its own: it takes one."""
@@ -989,7 +1076,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 name = s.name.value
                 body = list(s.body.body)
                 has_key = "key" in _params(s) or "key" in _assigned_names(body) or \
-                    name in keyed_trainers
+                    name in keyed_trainers or "key" in rebinds.get(name, ())
                 scope = Scope(models[name], classes, receivers, trainers, has_key, body,
                               opt_receivers, optimizers[name], ctx=ctx)
                 scope.keyed_trainers = keyed_trainers
@@ -998,6 +1085,18 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 casts = scope.needs_autocast
                 eval_calls += scope.eval_calls
                 new = s.with_changes(body=s.body.with_changes(body=new_body))
+                if name in rebinds:
+                    new = declare_globals(new, rebinds[name])
+                    taken = {t.name.value for t in stmts
+                             if isinstance(t, cst.FunctionDef | cst.ClassDef)}
+                    taken |= _assigned_names([t for t in stmts if not isinstance(
+                        t, cst.FunctionDef | cst.ClassDef)]) | hoisted
+                    step, new = hoist_step(new, None, taken)
+                    if step is not None:  # (the optimizer a global: the step's as it is)
+                        hoisted.add(step.name.value)
+                        out.append([step, new])
+                        needs_autocast |= casts
+                        continue
                 if name in receivers:
                     at = receivers[name]
                     pname = s.params.params[at].name.value
