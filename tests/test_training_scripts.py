@@ -69,6 +69,21 @@ def _close(a: list[str], b: list[str], rtol: float = 2e-5) -> None:
 
 
 SCRIPTS = {
+    # nanoGPT's clipping under `if grad_clip != 0.0:`, switched off: the chain must not clip
+    # (clip_by_global_norm(0.0) would zero every update)
+    "clip_guarded_off": """
+grad_clip = 0.0
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+for step in range(4):
+    loss = F.cross_entropy(model(X), Y)
+    optimizer.zero_grad()
+    loss.backward()
+    if grad_clip != 0.0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    print(f"{loss.item():.8f}")
+""",
     # per-update cosine schedule folded into the optimizer, clipping at the head of the chain
     "adamw_cosine_clip": """
 model = Net()
@@ -326,6 +341,16 @@ def test_converted_script_trains_like_torch(name: str, tmp_path: Path) -> None:
     torch_out = _run(source, torch_dir)
     jax_out = _run(code, jax_dir)
     _close(jax_out, torch_out)
+
+
+def test_clipping_under_a_condition_the_loop_changes_is_marked() -> None:
+    """`if step > 2: clip` cannot be a step of the optimizer's chain, which clips every step
+    (or never): the optimizer's line is marked, not translated."""
+    source = HEADER + SCRIPTS["clip_guarded_off"].replace("if grad_clip != 0.0:",
+                                                          "if step > 1:")
+    result = convert_source(source, path="script.py")
+    assert any(d.severity == "error" and "a condition the loop may change" in d.message
+               for d in result.diagnostics), result.diagnostics
 
 
 def test_per_update_schedule_is_folded_into_the_optimizer() -> None:

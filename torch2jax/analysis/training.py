@@ -77,6 +77,9 @@ class OptimizerSite:
     function: str | None  # enclosing function name (``configure_optimizers``)
     model: str | None  # the model the params come from ("model", "self")
     clip: tuple[str, cst.BaseExpression] | None = None  # ("norm", max_norm)
+    # why the loop's clipping cannot be a step of the optimizer's chain (a condition that
+    # changes from step to step): the optimizer's line is marked with it
+    clip_refused: str | None = None
     scheduler: SchedulerSite | None = None
     aliases: set[str] = field(default_factory=set)  # names holding it in other scopes
     groups: list[ParamGroup] | None = None  # parameter groups, when recognised
@@ -180,6 +183,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         self._loops: list[int] = []
         self._step_calls: list[tuple[str, int | None, int]] = []  # (receiver, loop, scope)
         self._ifs: list[tuple[cst.If, int | None]] = []  # enclosing ifs (and their loop)
+        self._loop_nodes: list[cst.For | cst.While] = []  # enclosing loops
         self._accumulate: dict[str, cst.BaseExpression] = {}  # optimizer var -> every k
         self._clips: list[tuple[str, cst.BaseExpression, int | None]] = []
         self._returns_optimizer: dict[str, OptimizerSite] = {}
@@ -222,15 +226,44 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
 
     def visit_For(self, node: cst.For) -> None:
         self._loops.append(id(node))
+        self._loop_nodes.append(node)
 
     def leave_For(self, node: cst.For) -> None:
         self._loops.pop()
+        self._loop_nodes.pop()
 
     def visit_While(self, node: cst.While) -> None:
         self._loops.append(id(node))
+        self._loop_nodes.append(node)
 
     def leave_While(self, node: cst.While) -> None:
         self._loops.pop()
+        self._loop_nodes.pop()
+
+    def _guarded_limit(self, clip: cst.Call) -> cst.BaseExpression | str:
+        """The clipping limit of ``clip``, as a step of the optimizer's chain: under ``if c:``
+        in its loop (nanoGPT's ``if grad_clip != 0.0:``) it is ``limit if c else inf``, as
+        clipping to an infinite norm or value leaves the gradients as they are. A condition
+        the loop may change (it reads a name the loop assigns, or calls something) is the
+        reason the clipping cannot be folded (a string)."""
+        limit = clip.args[1].value
+        loop = self._loops[-1] if self._loops else None
+        guards = [(n, any(c is clip for c in findall(n.body, m.Call())))
+                  for n, at in self._ifs if at == loop]
+        if not guards:
+            return limit
+        assigned = _assigned_names(self._loop_nodes[-1]) if self._loop_nodes else set()
+        tests = []
+        for node, in_body in guards:
+            names = {n.value for n in findall(node.test, m.Name())}
+            text = cst.Module([]).code_for_node(node.test)
+            if findall(node.test, m.Call()) or names & assigned:
+                return (f"clipping under `if {text}:`, a condition the loop may change from "
+                        "step to step: the optimizer's chain would clip every step")
+            tests.append(text if in_body else f"not ({text})")
+        cond = " and ".join(f"({t})" if len(tests) > 1 else t for t in tests)
+        return cst.IfExp(test=cst.parse_expression(cond), body=limit,
+                         orelse=cst.parse_expression("float('inf')"))
 
     def visit_If(self, node: cst.If) -> None:
         self._ifs.append((node, self._loops[-1] if self._loops else None))
@@ -335,7 +368,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         if isinstance(node.func, cst.Name) and fn:
             self._calls_in_fn[fn].add(node.func.value)
         if q in CLIPS and len(node.args) >= 2:
-            self._clips.append((CLIPS[q], node.args[1].value,
+            self._clips.append((CLIPS[q], self._guarded_limit(node),
                                 self._loops[-1] if self._loops else None))
         if m.matches(node.func, m.Attribute(value=m.Name(), attr=m.Name("step"))):
             loop = self._loops[-1] if self._loops else None
@@ -409,7 +442,10 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         for kind, value, loop in self._clips:
             for site in idx.optimizers.values():
                 if loop in opt_loops.get(id(site), set()) or len(idx.optimizers) == 1:
-                    site.clip = (kind, value)
+                    if isinstance(value, str):
+                        site.clip_refused = value
+                    else:
+                        site.clip = (kind, value)
                     break
         # seeding helpers (seed and return nothing: they will return the key), and functions
         # that need a key (fixpoint over the call graph)
@@ -614,3 +650,16 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         if not isinstance(names, cst.Name):
             return None
         return ParamGroup(predicate=None, param=pn, options=options, names=names)
+
+
+def _assigned_names(node: cst.CSTNode) -> set[str]:
+    """The names ``node`` binds anywhere in it: assignment, augmented and annotated
+    assignment, walrus and loop targets."""
+    out: set[str] = set()
+    for target in [*findall(node, m.AssignTarget()), *findall(node, m.AugAssign()),
+                   *findall(node, m.AnnAssign()), *findall(node, m.NamedExpr()),
+                   *findall(node, m.For()), *findall(node, m.CompFor())]:
+        t = target.target
+        out |= {n.value for n in findall(t, m.Name())} if not isinstance(t, cst.Name) else {
+            t.value}
+    return out

@@ -1,7 +1,8 @@
 """Assignments the translation left with nothing to do: ``x = x.to(device)`` and
 ``X, y = X.to(device), y.to(device)`` become ``x = x`` and ``X, y = X, y`` once the device
 moves are gone (JAX arrays live where jit puts them). Names only, so dropping them changes
-nothing; a block they were alone in keeps a ``pass``."""
+nothing; a block they were alone in keeps a ``pass``. An ``if`` with a side-effect-free test
+whose body the translation emptied to ``pass`` goes too."""
 
 from __future__ import annotations
 
@@ -19,7 +20,37 @@ def _names(node: cst.BaseExpression) -> bool:
         isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in node.elements)
 
 
+_PURE = (cst.Name, cst.Attribute, cst.Integer, cst.Float, cst.SimpleString, cst.Comparison,
+         cst.BooleanOperation, cst.UnaryOperation, cst.ComparisonTarget, cst.BaseCompOp,
+         cst.BaseBooleanOp, cst.BaseUnaryOp, cst.LeftParen, cst.RightParen,
+         cst.BaseParenthesizableWhitespace)
+
+
+def _pure(node: cst.CSTNode) -> bool:
+    """An expression of names, attributes, literals, comparisons and boolean operators only:
+    evaluating it has no effect (no call, no subscript)."""
+    return isinstance(node, _PURE) and all(_pure(c) for c in node.children)
+
+
+def _empty_if(stmt: cst.CSTNode) -> bool:
+    """``if grad_clip != 0.0: pass``, what is left of a block whose statements the
+    translation moved elsewhere (clipping folded into the optimizer's chain)."""
+    return (isinstance(stmt, cst.If) and stmt.orelse is None and _pure(stmt.test)
+            and isinstance(stmt.body, cst.IndentedBlock) and (
+                not stmt.body.body  # (libcst writes an emptied block as ``pass``)
+                or len(stmt.body.body) == 1 and m_pass(stmt.body.body[0])))
+
+
+def m_pass(stmt: cst.CSTNode) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Pass) and not any(
+                line.comment for line in stmt.leading_lines)
+            and stmt.trailing_whitespace.comment is None)
+
+
 def _noop(stmt: cst.CSTNode) -> bool:
+    if _empty_if(stmt):
+        return True
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
         return False
     a = stmt.body[0]

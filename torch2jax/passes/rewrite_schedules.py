@@ -58,6 +58,8 @@ class SchedulesMixin:
         except ImportError:  # pragma: no cover - the package is part of torch2jax
             raise Untranslatable(f"no translation for {site.qualname}") from None
         value = self._drop_noop_kwargs(value)
+        if site.clip_refused:
+            raise Untranslatable(site.clip_refused, rule="clip_grad_norm_")
         opt = optim.translate_optimizer(value, site.qualname)
         overrides: dict[str, cst.BaseExpression] = {}
         mask = None
