@@ -269,7 +269,8 @@ def test_param_group_lr_assignment_is_not_an_array_update() -> None:
     """`param_group['lr'] = lr` became `param_group = param_group.at['lr'].set(lr)`. The loop
     now sets the optimizer's injected learning rate (docs/training.md)."""
     result = convert_source(textwrap.dedent(PARAM_GROUP_LR), path="script.py")
-    assert 'optimizer.opt_state.hyperparams["learning_rate"].value = lr' in result.code
+    assert ('optimizer.opt_state.hyperparams["learning_rate"].value = jnp.float32(lr)'
+            in result.code)
     assert "optax.inject_hyperparams(optax.sgd)" in result.code
     assert ".at[" not in result.code
 

@@ -308,12 +308,11 @@ class LoopsMixin:
                       f"optimizer is {where})")
         else:
             return self._lr_loop_left(original_node, opt)
-        value = code(value)
-        if self.target.intermediate:
-            # equinox's step is an eqx.filter_jit: a Python float in the optimizer state would
-            # be a static argument (one compile per learning rate)
-            self.need("jnp")
-            value = f"jnp.float32({value})"
+        # a strong float32, as optax.inject_hyperparams keeps it: a Python float in the state
+        # is weakly typed and compiles the jitted step again (equinox's eqx.filter_jit would
+        # take it as a static argument: one compile per learning rate)
+        self.need("jnp")
+        value = f"jnp.float32({code(value)})"
         return cst.parse_statement(f"{tr.lr_slot(opt)} = {value}\n").with_changes(
             leading_lines=node.leading_lines)
 
