@@ -97,6 +97,21 @@ class Causal(nn.Module):
     def forward(self, x):
         mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
         return self.encoder(x, mask=mask, is_causal=True)
+
+
+class Additive(nn.Module):
+    """pytorch/examples' word_language_model: a float mask added to the scores (0 or -inf,
+    log(tril(ones))), here with a bias that is neither, and a boolean padding mask."""
+
+    def __init__(self, batch_first=False):
+        super().__init__()
+        self.encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(16, 4, 32, 0.0, batch_first=batch_first), 2)
+
+    def forward(self, x):
+        mask = torch.log(torch.tril(torch.ones(5, 5))) + 0.3 * torch.arange(5.0)
+        pad = padding([[False, False, False, False, False], [False, True, False, False, False]])
+        return self.encoder(x, mask, src_key_padding_mask=pad)
 '''
 
 SEQ_FIRST, BATCH_FIRST = "float32[5,2,16]", "float32[2,5,16]"
@@ -279,11 +294,8 @@ def test_dropout_is_random_in_training(jax_module):
     np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(model(x)))
 
 
-def test_float_mask_is_refused(jax_module):
-    layer = jax_module.Layer(rngs=nnx.Rngs(0)).layer
-    x = jnp.zeros((5, 2, 16))
-    with pytest.raises(TypeError, match="float"):
-        layer(x, src_mask=jnp.zeros((5, 5)))
+def test_float_mask_is_added_to_the_scores(source_file, converted):
+    _verify(source_file, converted, "Additive", SEQ_FIRST, {"batch_first": False})
 
 
 @pytest.mark.parametrize("target", ["linen", "equinox"])

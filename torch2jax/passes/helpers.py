@@ -830,8 +830,10 @@ class TransformerEncoderLayer(nnx.Module):
     (norm_first=False) or on each block's input (norm_first=True). Inputs are (S, N, E)
     unless batch_first (an unbatched (S, E) works either way). src_mask (S, S) or
     (N * nhead, S, S) and src_key_padding_mask (N, S) are boolean, True where attention is
-    NOT allowed (torch's convention; flax's masks are the opposite); float (additive) masks
-    raise TypeError. is_causal is a hint in torch: the mask decides, here too. Dropout (on
+    NOT allowed (torch's convention; flax's masks are the opposite), or a float src_mask,
+    added to the attention scores (word_language_model's log(tril(ones)): 0 or -inf), a
+    boolean padding mask then adding -inf at the padding as torch does. is_causal is a hint in
+    torch: the mask decides, here too. Dropout (on
     the attention probabilities, in the feed-forward block and on each block's output) is
     nnx.Dropout / the attention's own, off after model.eval().\"\"\"
 
@@ -845,7 +847,7 @@ class TransformerEncoderLayer(nnx.Module):
         self.self_attn = nnx.MultiHeadAttention(
             num_heads=nhead, in_features=d_model, dropout_rate=dropout, broadcast_dropout=False,
             use_bias=bias, decode=False, deterministic=False, param_dtype=param_dtype,
-            rngs=rngs)
+            attention_fn=_mask_or_bias_attention, rngs=rngs)
         self.linear1 = nnx.Linear(d_model, dim_feedforward, use_bias=bias,
                                   param_dtype=param_dtype, rngs=rngs)
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
@@ -891,19 +893,22 @@ class TransformerEncoderLayer(nnx.Module):
     def _sa_block(self, x: jax.Array, attn_mask: jax.Array | None,
                   key_padding_mask: jax.Array | None) -> jax.Array:
         mask = None
+        additive = attn_mask is not None and attn_mask.dtype != jnp.bool_
         if attn_mask is not None:
-            if attn_mask.dtype != jnp.bool_:
-                raise TypeError("TransformerEncoderLayer: a float (additive) attention mask "
-                                "is not translated; pass a boolean one (True = blocked)")
-            mask = ~attn_mask
+            # a boolean mask is True where attention is allowed (flax's convention); a float
+            # one is added to the scores (_mask_or_bias_attention)
+            mask = attn_mask if additive else ~attn_mask
             if mask.ndim == 3:  # torch's (N * nhead, S, S)
                 mask = mask.reshape(-1, self.self_attn.num_heads, *mask.shape[-2:])
         if key_padding_mask is not None:
             if key_padding_mask.dtype != jnp.bool_:
                 raise TypeError("TransformerEncoderLayer: a float src_key_padding_mask is not "
                                 "translated; pass a boolean one (True = padding)")
-            keep = ~key_padding_mask[..., None, None, :]
-            mask = keep if mask is None else jnp.logical_and(mask, keep)
+            blocked = key_padding_mask[..., None, None, :]
+            if additive:
+                mask = mask + jnp.where(blocked, -jnp.inf, 0.0).astype(mask.dtype)
+            else:
+                mask = ~blocked if mask is None else jnp.logical_and(mask, ~blocked)
         seq_first = not self.batch_first and x.ndim == 3
         if seq_first:  # (S, N, E) -> (N, S, E)
             x = jnp.swapaxes(x, 0, 1)
@@ -915,6 +920,15 @@ class TransformerEncoderLayer(nnx.Module):
     def _ff_block(self, x: jax.Array) -> jax.Array:
         x = self.linear2(self.dropout(self.activation(self.linear1(x))))
         return self.dropout2(x)
+
+
+def _mask_or_bias_attention(query: jax.Array, key: jax.Array, value: jax.Array,
+                            mask: jax.Array | None = None, **kwargs: Any) -> jax.Array:
+    \"\"\"nnx.dot_product_attention, whose mask may be a float array added to the attention
+    scores (torch's additive attn_mask) rather than a boolean one.\"\"\"
+    if mask is not None and mask.dtype != jnp.bool_:
+        return nnx.dot_product_attention(query, key, value, bias=mask, **kwargs)
+    return nnx.dot_product_attention(query, key, value, mask=mask, **kwargs)
 
 
 def _relu_or_gelu(fn: Any) -> bool:
