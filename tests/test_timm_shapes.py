@@ -1294,3 +1294,112 @@ def test_a_module_class_from_a_lookup_takes_rngs(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's ConvNormAct (rexnet, cspnext, ghostnet, fastvit, lcnetv2, efficientformer_v2):
+# ``norm_layer=nn.BatchNorm2d`` as a default, or ``partial(nn.BatchNorm2d, eps=1e-3)``, handed
+# to ``get_norm_act_layer``, which unbinds a partial, maps the class by its ``__name__`` to a
+# norm-act class of its own and rebinds the partial's keywords to it, then calls it with
+# torch's keywords. The value was ``partial(BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)``,
+# whose JAX keywords reached the norm-act class ("BatchNormAct2d.__init__() got an unexpected
+# keyword argument 'axis'"); it is now the ``BatchNorm2d`` helper class, torch's name and
+# signature (momentum 0.2 and 0.3 below are torch's, checked through the running statistics).
+PKG_BN_NORM_ACT = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class BatchNormAct2d(nn.Module):
+        def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                     track_running_stats=True, apply_act=True, act_layer=nn.ReLU, device=None,
+                     dtype=None):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(num_features, eps=eps, momentum=momentum, affine=affine,
+                                     track_running_stats=track_running_stats, device=device,
+                                     dtype=dtype)
+            self.act = act_layer() if apply_act else nn.Identity()
+
+        def forward(self, x):
+            return self.act(self.bn(x))
+''')
+
+PKG_BN_CREATE_NORM_ACT = textwrap.dedent('''
+    import functools
+    import types
+
+    from .norm_act import BatchNormAct2d
+
+    _NORM_ACT_MAP = dict(batchnorm=BatchNormAct2d)
+    _NORM_ACT_TYPES = {m for n, m in _NORM_ACT_MAP.items()}
+    _NORM_TO_NORM_ACT_MAP = dict(batchnorm=BatchNormAct2d, batchnorm2d=BatchNormAct2d)
+
+
+    def get_norm_act_layer(norm_layer, act_layer=None):
+        assert isinstance(norm_layer, (type, str, types.FunctionType, functools.partial))
+        norm_act_kwargs = {}
+        if isinstance(norm_layer, functools.partial):  # unbind, so the keywords are rebound
+            norm_act_kwargs.update(norm_layer.keywords)
+            norm_layer = norm_layer.func
+        if isinstance(norm_layer, str):
+            norm_act_layer = _NORM_ACT_MAP[norm_layer]
+        elif norm_layer in _NORM_ACT_TYPES:
+            norm_act_layer = norm_layer
+        else:
+            norm_act_layer = _NORM_TO_NORM_ACT_MAP.get(norm_layer.__name__.lower(), None)
+            assert norm_act_layer is not None, norm_layer.__name__
+        if act_layer is not None:
+            norm_act_kwargs.setdefault("act_layer", act_layer)
+        if norm_act_kwargs:
+            norm_act_layer = functools.partial(norm_act_layer, **norm_act_kwargs)
+        return norm_act_layer
+''')
+
+PKG_BN_MODEL = textwrap.dedent('''
+    from functools import partial
+
+    import torch.nn as nn
+
+    from ..layers.create_norm_act import get_norm_act_layer
+
+
+    class ConvNormAct(nn.Module):
+        def __init__(self, cin, cout, kernel_size=3, norm_layer=nn.BatchNorm2d, act_layer=nn.ReLU,
+                     norm_kwargs=None):
+            super().__init__()
+            norm_kwargs = norm_kwargs or {}
+            self.conv = nn.Conv2d(cin, cout, kernel_size, padding=kernel_size // 2, bias=False)
+            norm_act_layer = get_norm_act_layer(norm_layer, act_layer)
+            self.bn = norm_act_layer(cout, **norm_kwargs)
+
+        def forward(self, x):
+            return self.bn(self.conv(x))
+
+
+    class Net(nn.Module):
+        def __init__(self, cin=3, num_classes=4, norm_layer=nn.BatchNorm2d):
+            super().__init__()
+            self.stem = ConvNormAct(cin, 6)
+            self.block = ConvNormAct(6, 6, norm_layer=partial(nn.BatchNorm2d, eps=1e-3),
+                                     norm_kwargs=dict(momentum=0.2))
+            self.tail = ConvNormAct(6, 8, 1, norm_layer=norm_layer, act_layer=nn.SiLU)
+            self.norm = norm_layer(8, eps=1e-3, momentum=0.3)
+            self.head = nn.Linear(8, num_classes)
+
+        def forward(self, x):
+            x = self.norm(self.tail(self.block(self.stem(x))))
+            return self.head(x.mean((2, 3)))
+''')
+
+
+def test_a_batch_norm_class_as_a_value_keeps_torchs_signature(tmp_path):
+    pkg = tmp_path / "tinypkg_bnact"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    for init in (pkg, pkg / "layers", pkg / "models"):
+        (init / "__init__.py").write_text("")
+    (pkg / "layers" / "norm_act.py").write_text(PKG_BN_NORM_ACT)
+    (pkg / "layers" / "create_norm_act.py").write_text(PKG_BN_CREATE_NORM_ACT)
+    (pkg / "models" / "net.py").write_text(PKG_BN_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,3,8,8]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason

@@ -69,6 +69,26 @@ def torch_split(x: jax.Array, size, axis: int = 0) -> list[jax.Array]:
 ''')
 
 
+# F.scaled_dot_product_attention(q, k, v, attn_mask=m) (passes/special_sequence.py): torch
+# tells a boolean mask from a float one by its dtype, at run time; so does this helper
+helper("attention_with_mask", {"jax", "jnp"}, '''
+def attention_with_mask(query: jax.Array, key: jax.Array, value: jax.Array, attn_mask=None,
+                        is_causal: bool = False, scale: float | None = None) -> jax.Array:
+    """F.scaled_dot_product_attention over jax.nn.dot_product_attention: torch's (..., heads,
+    length, dim) layout, and its attn_mask, a boolean one (True takes part: jax's mask=) or
+    one added to the scores (jax's bias=), told apart by its dtype as torch does; a mask of
+    fewer axes than the query broadcasts from the right."""
+    boolean = attn_mask is not None and attn_mask.dtype == jnp.bool_
+    if attn_mask is not None:
+        attn_mask = attn_mask.reshape((1,) * (query.ndim - attn_mask.ndim) + attn_mask.shape)
+    out = jax.nn.dot_product_attention(
+        jnp.swapaxes(query, -3, -2), jnp.swapaxes(key, -3, -2), jnp.swapaxes(value, -3, -2),
+        bias=None if boolean else attn_mask, mask=attn_mask if boolean else None,
+        is_causal=is_causal, scale=scale)
+    return jnp.swapaxes(out, -3, -2)
+''')
+
+
 # module.requires_grad_(False) in a module's __init__ (nnx; passes/rewrite_calls.py)
 helper("freeze_parameters", {"nnx"}, '''
 def freeze_parameters(module: nnx.Module) -> None:
@@ -996,6 +1016,37 @@ class BatchNorm(nnx.BatchNorm):
             self.var[...] = self.momentum * var + batch_var * (n / (n - 1))
         return y
 ''', targets=("nnx",))
+
+
+# a BatchNorm class handed around as a value (norm_layer=nn.BatchNorm2d, partial(
+# nn.BatchNorm2d, eps=1e-3)) reaches code that calls it with torch's keywords and may read its
+# name (timm's get_norm_act_layer unbinds a partial, rebinds its keywords to a class of its
+# own and maps the class by ``__name__``): a class with torch's name and signature
+_BATCH_NORM_ND = '''
+class BatchNorm{n}d(BatchNorm):
+    """nn.BatchNorm{n}d as a value (a default argument, a table entry, a partial): torch's
+    arguments and name over the BatchNorm helper, on channels-first input (features on axis 1).
+    torch's momentum weighs the batch, flax's the running average: 1 - momentum."""
+
+    def __init__(self, num_features: int, eps: float = 1e-05, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, device=None,
+                 dtype=None, *, rngs: nnx.Rngs) -> None:
+        if momentum is None:
+            raise NotImplementedError("BatchNorm momentum=None (a cumulative moving average) "
+                                      "has no flax form")
+        super().__init__(num_features, axis=1, momentum=1 - momentum, epsilon=eps,
+                         use_bias=affine, use_scale=affine,
+                         param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
+        self.track_running_stats = track_running_stats
+
+    def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
+        if not self.track_running_stats:  # no running statistics: the batch's, in eval too
+            use_running_average = False
+        return super().__call__(x, use_running_average)
+'''
+for _n in (1, 2, 3):
+    helper(f"BatchNorm{_n}d", {"jax", "jnp", "nnx"}, _BATCH_NORM_ND.format(n=_n),
+           targets=("nnx",))
 
 
 helper("BatchNorm", {"jax", "linen"}, '''

@@ -296,6 +296,13 @@ class LayersMixin:
             if self.index.factory_layouts == {rule.layout}:
                 # its calls (norm_layer(planes)) are known to want channels-last input
                 return expr("partial(BatchNorm, momentum=0.9, epsilon=1e-05)")
+            helper = self._batch_norm_value(rule, q)
+            if helper is not None:
+                # torch's signature and name, called wherever the value goes (timm's
+                # get_norm_act_layer rebinds a partial's keywords to its own class)
+                self.diag(original, rule.id, "info", f"{q} as a value: the {helper} helper "
+                          "class, torch's arguments on channels-first input (axis 1)")
+                return cst.Name(helper)
             # normalises over every axis but 1: right for NCHW/NCL input without a transpose
             self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
                       "axis 1 (channels first), so that it fits wherever it is used")
@@ -610,6 +617,16 @@ class LayersMixin:
                       f"{rule.targets['nnx']}")
         return None
 
+    def _batch_norm_value(self, rule: Rule, q: str | None) -> str | None:
+        """The helper class with torch's signature (passes/helpers.py ``BatchNorm{n}d``) that a
+        BatchNorm class used as a value becomes, where its calls are not all known to want
+        channels-last input and the target has the helper; None otherwise."""
+        name = f"BatchNorm{spatial_dims(q or rule.torch)}d"  # (3d is 2d's alias)
+        if (self.index.factory_layouts == {rule.layout} or name in self.index.defined
+                or self.target.helper_target not in HELPERS.get(name, {})):
+            return None
+        return name
+
     def _partial_of_layer(self, original: cst.Call) -> cst.BaseExpression | None:
         """``partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)``: a factory with torch's
         keywords in flax's terms, in the layout the file's factories have (see
@@ -636,6 +653,10 @@ class LayersMixin:
             raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps and "
                                  "momentum", rule=rule.id)
         batch_norm_helper(self.index.defined)
+        helper = self._batch_norm_value(rule, self.q(first.value))
+        if helper is not None:  # partial(BatchNorm2d, eps=1e-3): torch's keywords, as given
+            self.need("partial", "nnx")
+            return call("partial", arg(cst.Name(helper)), *original.args[1:])
         momentum = b.get("momentum")
         m_value = try_literal(momentum, ...) if momentum is not None else 0.1
         if m_value is None:
