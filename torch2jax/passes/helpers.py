@@ -392,6 +392,10 @@ class Conv{n}d(nnx.Conv):
             param_dtype=jnp.float32 if dtype is None else dtype,
             rngs=rngs,
         )
+        # torch's attribute names, read by code that takes the layer as torch's (a block's
+        # out_channels); padding keeps nnx.Conv's meaning, the (low, high) pairs
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.stride, self.dilation = spatial(stride), spatial(dilation)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return jnp.moveaxis(super().__call__(jnp.moveaxis(x, 1, -1)), -1, 1)

@@ -106,12 +106,15 @@ class LayersMixin:
         new_call = updated_node.value
         params = {"normal_": ("tensor", "mean", "std"), "uniform_": ("tensor", "a", "b"),
                   "zeros_": ("tensor",), "ones_": ("tensor",), "constant_": ("tensor", "val"),
-                  "trunc_normal_": ("tensor", "mean", "std", "a", "b")}
+                  "trunc_normal_": ("tensor", "mean", "std", "a", "b"),
+                  "trunc_normal_tf_": ("tensor", "mean", "std", "a", "b")}
         fans = {"kaiming_normal_": ("tensor", "a", "mode", "nonlinearity"),
                 "kaiming_uniform_": ("tensor", "a", "mode", "nonlinearity"),
                 "xavier_normal_": ("tensor", "gain"), "xavier_uniform_": ("tensor", "gain")}
         if fn in fans:
             return self._fan_init(new_call, fn, fans[fn], q)
+        if fn in ("lecun_normal_", "variance_scaling_"):
+            return self._variance_scaling_init(new_call, fn, q)
         if fn == "orthogonal_":
             return self._orthogonal_init(new_call, q)
         if fn not in params:
@@ -134,7 +137,7 @@ class LayersMixin:
         v = expr("{t}.value", t=t)
         shape = f"{code(v)}.shape, {code(v)}.dtype"
         g = lambda n, d: code(b.get(n)) if b.get(n) is not None else d
-        if fn in ("normal_", "uniform_", "trunc_normal_") and not (
+        if fn in ("normal_", "uniform_", "trunc_normal_", "trunc_normal_tf_") and not (
                 self._rngs_scope and self._rngs_scope[-1]):
             raise Untranslatable(f"{q} outside module construction: no key", rule=q)
         key = "rngs.params()"
@@ -147,6 +150,9 @@ class LayersMixin:
             lo, hi = g("a", "-2.0"), g("b", "2.0")
             value = (f"{mean} + {std} * jax.random.truncated_normal({key}, ({lo} - {mean}) / "
                      f"{std}, ({hi} - {mean}) / {std}, {shape})")
+        elif fn == "trunc_normal_tf_":  # timm's: the cut-offs are in units of std
+            value = (f"{g('mean', '0.0')} + {g('std', '1.0')} * jax.random.truncated_normal("
+                     f"{key}, {g('a', '-2.0')}, {g('b', '2.0')}, {shape})")
         elif fn == "zeros_":
             value = f"jnp.zeros_like({code(v)})"
         elif fn == "ones_":
@@ -218,6 +224,43 @@ class LayersMixin:
         return cst.Assign(targets=[cst.AssignTarget(expr(v))], value=expr(
             f'jax.nn.initializers.variance_scaling({scale_text}, "{mode}", "{dist}")('
             f"rngs.params(), {v}.shape, {v}.dtype)"))
+
+    def _variance_scaling_init(self, new_call: cst.Call, fn: str, q: str):
+        """timm's ``lecun_normal_(w)`` / ``variance_scaling_(w, scale, mode, distribution)``:
+        jax.nn.initializers.variance_scaling, whose distributions are timm's (the truncated
+        normal cut at two standard deviations, rescaled by .8796...). The fans are torch's
+        (in: axis 1, out: axis 0, times the rest): JAX's default axes on an NNX Linear or Conv
+        kernel, axes 1 and 0 on a parameter of the module, which keeps torch's layout."""
+        params = ("tensor",) if fn == "lecun_normal_" else (
+            "tensor", "scale", "mode", "distribution")
+        b = bind(new_call.args, params)
+        t = b.get("tensor")
+        axes = ""
+        info = self.index.classes.get(self.current_class or "")
+        if b.star or t is None:
+            raise Untranslatable(f"{q} of a tensor not written out", rule=q)
+        if m.matches(t, m.Attribute(value=m.Name("self"), attr=m.Name())) and info is not None \
+                and t.attr.value in info.tensor_attrs:
+            axes = ", in_axis=1, out_axis=0"  # torch's layout (a 2-d or larger parameter)
+        elif not m.matches(t, m.Attribute(attr=m.Name("kernel"))):
+            raise Untranslatable(f"{q} of {code(t)}: only Linear and Conv kernels and the "
+                                 "module's own parameters have torch's fans here", rule=q)
+        if not (self._rngs_scope and self._rngs_scope[-1]):
+            raise Untranslatable(f"{q} outside module construction: no key", rule=q)
+        scale = b.literal("scale", 1.0)
+        mode = b.literal("mode", "fan_in")
+        dist = "truncated_normal" if fn == "lecun_normal_" else b.literal(
+            "distribution", "normal")
+        if (not isinstance(scale, (int, float)) or isinstance(scale, bool)
+                or mode not in ("fan_in", "fan_out", "fan_avg")
+                or dist not in ("normal", "truncated_normal", "uniform")):
+            raise Untranslatable(f"{q} with scale, mode or distribution not written out as "
+                                 "one of timm's", rule=q)
+        v = code(t) + ".value"
+        self.need("jax")
+        return cst.Assign(targets=[cst.AssignTarget(expr(v))], value=expr(
+            f'jax.nn.initializers.variance_scaling({float(scale)!r}, "{mode}", "{dist}"{axes})'
+            f"(rngs.params(), {v}.shape, {v}.dtype)"))
 
     def _tensor_type_value(self, original: cst.Name, parent: cst.CSTNode | None) -> bool:
         """``Tensor`` (from torch) as a value outside annotations: a namedtuple's
