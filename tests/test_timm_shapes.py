@@ -1303,25 +1303,56 @@ def test_a_module_class_from_a_lookup_takes_rngs(tmp_path):
 # torch's keywords. The value was ``partial(BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)``,
 # whose JAX keywords reached the norm-act class ("BatchNormAct2d.__init__() got an unexpected
 # keyword argument 'axis'"); it is now the ``BatchNorm2d`` helper class, torch's name and
-# signature (momentum 0.2 and 0.3 below are torch's, checked through the running statistics).
-# The block's out_channels reads the conv's (timm's ConvNormAct property; rexnet): the Conv2d
-# helper class that ``conv_layer=nn.Conv2d`` becomes has torch's attribute names.
+# signature (momentum 0.2 and 0.3 below are torch's, checked through the running statistics of
+# a forward in training mode). The norm-act class derives from nn.BatchNorm2d and copies its
+# forward (timm's BatchNormAct2d; regnet, vovnet: it stayed torch's, and the weight transfer
+# found no scale): it derives from that helper class, F.batch_norm over its own statistics is
+# the helper's call. The block's out_channels reads the conv's (timm's ConvNormAct property;
+# rexnet): the Conv2d helper class that ``conv_layer=nn.Conv2d`` becomes has torch's names.
 PKG_BN_NORM_ACT = textwrap.dedent('''
     import torch.nn as nn
+    import torch.nn.functional as F
 
 
-    class BatchNormAct2d(nn.Module):
+    class BatchNormAct2d(nn.BatchNorm2d):
+        """BatchNorm + activation, deriving from the BatchNorm for its weights' names."""
+
         def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                      track_running_stats=True, apply_act=True, act_layer=nn.ReLU, device=None,
                      dtype=None):
-            super().__init__()
-            self.bn = nn.BatchNorm2d(num_features, eps=eps, momentum=momentum, affine=affine,
-                                     track_running_stats=track_running_stats, device=device,
-                                     dtype=dtype)
+            factory_kwargs = {'device': device, 'dtype': dtype}
+            super().__init__(num_features, eps=eps, momentum=momentum, affine=affine,
+                             track_running_stats=track_running_stats, **factory_kwargs)
             self.act = act_layer() if apply_act else nn.Identity()
 
         def forward(self, x):
-            return self.act(self.bn(x))
+            # torch's BatchNorm2d.forward, copied
+            if self.momentum is None:
+                exponential_average_factor = 0.0
+            else:
+                exponential_average_factor = self.momentum
+            if self.training and self.track_running_stats:
+                if self.num_batches_tracked is not None:
+                    self.num_batches_tracked.add_(1)
+                    if self.momentum is None:
+                        exponential_average_factor = 1.0 / float(self.num_batches_tracked)
+                    else:
+                        exponential_average_factor = self.momentum
+            if self.training:
+                bn_training = True
+            else:
+                bn_training = (self.running_mean is None) and (self.running_var is None)
+            x = F.batch_norm(
+                x,
+                self.running_mean if not self.training or self.track_running_stats else None,
+                self.running_var if not self.training or self.track_running_stats else None,
+                self.weight,
+                self.bias,
+                bn_training,
+                exponential_average_factor,
+                self.eps,
+            )
+            return self.act(x)
 ''')
 
 PKG_BN_CREATE_NORM_ACT = textwrap.dedent('''
@@ -1407,7 +1438,7 @@ def test_a_batch_norm_class_as_a_value_keeps_torchs_signature(tmp_path):
     (pkg / "layers" / "create_norm_act.py").write_text(PKG_BN_CREATE_NORM_ACT)
     (pkg / "models" / "net.py").write_text(PKG_BN_MODEL)
     result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
-                                       inputs=("float32[2,3,8,8]",)))
+                                       inputs=("float32[2,3,8,8]",), train_mode=True))
     assert result.error is None, result.error
     assert result.passed, result.reason
 

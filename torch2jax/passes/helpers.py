@@ -1041,7 +1041,8 @@ class BatchNorm{n}d(BatchNorm):
         super().__init__(num_features, axis=1, momentum=1 - momentum, epsilon=eps,
                          use_bias=affine, use_scale=affine,
                          param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
-        self.track_running_stats = track_running_stats
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.num_batches_tracked = None  # no counter: momentum=None, its use, is refused
 
     def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
         if not self.track_running_stats:  # no running statistics: the batch's, in eval too

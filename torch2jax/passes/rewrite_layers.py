@@ -35,6 +35,10 @@ from torch2jax.passes.rewrite_support import (
     _rule_args,
 )
 from torch2jax.passes.special import batch_norm_helper
+
+# torch.nn.functional.batch_norm's parameters (the subclass forward of a BatchNorm, above)
+BATCH_NORM_PARAMS = ("input", "running_mean", "running_var", "weight", "bias", "training",
+                     "momentum", "eps")
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule, weight_source
 from torch2jax.targets import linen as linen_target
@@ -540,7 +544,21 @@ class LayersMixin:
         target = rule.targets.get("nnx", "")
         if rule.subclass is None or not (target.startswith("nnx.") and target[4:5].isupper()):
             return None
+        if rule.special == "batch_norm" and self._batch_norm_base(cls) is None:
+            return None
         return rule
+
+    def _batch_norm_base(self, cls: str | None) -> str | None:
+        """The helper class (``BatchNorm2d``, torch's signature on channels-first input) that a
+        subclass of nn.BatchNorm{n}d derives from instead (timm's ``BatchNormAct2d``), or None
+        where the target has no such helper."""
+        info = self.index.classes.get(cls or "")
+        if info is None or info.layer_base is None:
+            return None
+        name = f"BatchNorm{spatial_dims(info.layer_base)}d"
+        if name in self.index.defined or self.target.helper_target not in HELPERS.get(name, {}):
+            return None
+        return name
 
     def _no_constructor(self, cls: str) -> bool:
         """A module class of this file whose chain of module classes up to nn.Module defines
@@ -572,6 +590,11 @@ class LayersMixin:
         """A call that builds a subclass of a torch layer (``LayerNorm2d(dim, eps=1e-6)``,
         ``super().__init__(...)``): the layer rule's translation of the arguments, called on
         the subclass."""
+        if rule.special == "batch_norm":
+            # the BatchNorm{n}d helper base takes torch's arguments (device, dtype, **dd too)
+            self.need("nnx")
+            return updated.with_changes(args=[*updated.args, arg(self.rngs_expr(original),
+                                                                 "rngs")])
         passed_on = self._passed_on_kwargs(updated, super_init)
         args = [a for a in updated.args if a is not passed_on]
         b = bind(args, rule.params)
@@ -627,6 +650,8 @@ class LayersMixin:
         rule = self._layer_subclass_rule(self.current_class)
         if rule is None or self.q(node.func) != rule.subclass.functional:
             return False
+        if rule.special == "batch_norm":
+            return self._own_batch_norm(node, rule)
         fn = self.rules.functions.get(rule.subclass.functional)
         if fn is None:
             return False
@@ -638,6 +663,40 @@ class LayersMixin:
                    for n, r in zip(reads, rule.subclass.reads)):
             return False
         self._own_reads.update(id(n) for n in reads)
+        return True
+
+    def _own_batch_norm(self, node: cst.Call, rule: Rule) -> bool:
+        """``F.batch_norm(x, running_mean, running_var, self.weight, self.bias, training,
+        momentum, self.eps)`` in a subclass of nn.BatchNorm2d, torch's own forward as timm's
+        BatchNormAct2d copies it: the running statistics given are the module's own (the
+        arguments read ``self.running_mean`` / ``self.running_var`` and nothing else of
+        another tensor), the weight, bias and eps too, the training flag and the average
+        factor names or the module's attributes. It is the base's call, whose flag is the
+        module's train/eval state and whose factor its momentum (the helper refuses
+        momentum=None)."""
+        b = bind(node.args, BATCH_NORM_PARAMS)
+        if b.star or b.extra_positional or b.get("input") is None:
+            return False
+        own = {"weight": "weight", "bias": "bias", "eps": "eps"}
+        if not all(m.matches(b.get(p), m.Attribute(value=m.Name("self"), attr=m.Name(a)))
+                   for p, a in own.items()):
+            return False
+        for p in ("running_mean", "running_var"):
+            reads = m.findall(b.get(p) or cst.Name("None"), m.Attribute(value=m.Name("self")))
+            if not reads or {r.attr.value for r in reads} - {p, "training",
+                                                              "track_running_stats"}:
+                return False
+        for p, attr in (("training", "training"), ("momentum", "momentum")):
+            v = b.get(p)
+            if not (isinstance(v, cst.Name) or m.matches(v, m.Attribute(
+                    value=m.Name("self"), attr=m.Name(attr)))):
+                return False
+        self._own_reads.update(id(b.get(p)) for p in own)
+        for p in ("running_mean", "running_var", "training", "momentum"):
+            self._own_reads.update(id(r) for r in m.findall(b.get(p), m.Attribute(
+                value=m.Name("self"))))
+        self.diag(node, rule.id, "info", "F.batch_norm over the module's own statistics "
+                  "and weights: the base BatchNorm's call (its train/eval state, its momentum)")
         return True
 
     def _layer_subclass_attribute(self, original: cst.Attribute,
