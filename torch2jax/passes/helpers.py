@@ -16,8 +16,6 @@ import libcst as cst
 
 from torch2jax.analysis.walk import NoAttributeHooks, visit
 
-# the layer classes with torch's signatures (a layer class used as a value) are registered there
-from torch2jax.passes import helpers_layers  # noqa: F401
 from torch2jax.passes.helper_registry import HELPERS, TARGETS, helper  # noqa: F401
 
 
@@ -69,20 +67,20 @@ def torch_split(x: jax.Array, size, axis: int = 0) -> list[jax.Array]:
 helper("attention_with_mask", {"jax", "jnp"}, '''
 def attention_with_mask(query: jax.Array, key: jax.Array, value: jax.Array, attn_mask=None,
                         is_causal: bool = False, scale: float | None = None) -> jax.Array:
-    """F.scaled_dot_product_attention over jax.nn.dot_product_attention: torch's (..., heads,
-    length, dim) layout, and its attn_mask, a boolean one (True takes part: jax's mask=) or
-    one added to the scores (jax's bias=), told apart by its dtype as torch does; a mask of
-    fewer axes than the query broadcasts from the right."""
-    boolean = attn_mask is not None and attn_mask.dtype == jnp.bool_
-    if attn_mask is not None:
-        attn_mask = attn_mask.reshape((1,) * (query.ndim - attn_mask.ndim) + attn_mask.shape)
-    out = jax.nn.dot_product_attention(
-        jnp.swapaxes(query, -3, -2), jnp.swapaxes(key, -3, -2), jnp.swapaxes(value, -3, -2),
-        bias=None if boolean else attn_mask, mask=attn_mask if boolean else None,
-        is_causal=is_causal, scale=scale)
-    return jnp.swapaxes(out, -3, -2)
+    """F.scaled_dot_product_attention on torch's (..., heads, length, dim) layout, written out
+    so that it computes in the inputs' dtype (jax.nn.dot_product_attention's softmax runs in
+    float32). attn_mask: a boolean one (True takes part) or one added to the scores, told
+    apart by its dtype as torch does; it broadcasts against the scores (..., L, S)."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = jnp.einsum("...qd,...kd->...qk", query, key) * scale
+    if is_causal:
+        scores = jnp.where(jnp.tril(jnp.ones(scores.shape[-2:], bool)), scores, -jnp.inf)
+    if attn_mask is not None and attn_mask.dtype == jnp.bool_:
+        scores = jnp.where(attn_mask, scores, -jnp.inf)
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    return jnp.einsum("...qk,...kd->...qd", jax.nn.softmax(scores, axis=-1), value)
 ''')
-
 
 # module.requires_grad_(False) in a module's __init__ (nnx; passes/rewrite_calls.py)
 helper("freeze_parameters", {"nnx"}, '''
@@ -1049,3 +1047,9 @@ def add_helpers(module: cst.Module, target: str = "nnx") -> tuple[cst.Module, se
         body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *lines])
     body[at:at] = defs
     return module.with_changes(body=body), imports
+
+
+# the layer classes with torch's signatures (a layer class used as a value), registered after
+# the helpers above, which they may derive from (BatchNorm2d from BatchNorm): the table's order
+# is an order in which the definitions run
+from torch2jax.passes import helpers_layers  # noqa: E402, F401
