@@ -580,8 +580,30 @@ def test_scaled_dot_product_attention_matches_torch(torch_expr, shape):
     assert_function_matches_torch(source, q, k, v, rtol=1e-5)
 
 
+# attn_mask: a boolean mask (True takes part) or one added to the scores, told apart by its
+# dtype at run time as torch does (the attention_with_mask helper); a mask of fewer axes than
+# the query broadcasts from the right (timm's Attention(attn_mask=...), issue 34)
+@pytest.mark.parametrize("mask_shape,boolean,q_shape", [
+    ((2, 1, 5, 6), True, (2, 3, 5, 4)),
+    ((5, 6), False, (2, 3, 5, 4)),
+    ((3, 5, 6), True, (3, 5, 4)),  # no batch axis
+])
+def test_scaled_dot_product_attention_with_a_mask_matches_torch(mask_shape, boolean, q_shape):
+    source = ("import torch\nimport torch.nn.functional as F\n\n\n"
+              "def f(q, k, v, m):\n    return F.scaled_dot_product_attention(q, k, v, attn_mask=m)\n")
+    rng = np.random.default_rng(0)
+    kv_shape = q_shape[:-2] + (6, q_shape[-1])
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in (q_shape, kv_shape, kv_shape))
+    if boolean:
+        m = rng.random(mask_shape) > 0.4
+        m[..., 0] = True  # every query sees a key (a row of no keys is NaN in torch)
+    else:
+        m = rng.standard_normal(mask_shape).astype(np.float32)
+    result = assert_function_matches_torch(source, q, k, v, m, rtol=1e-5, atol=1e-5)
+    assert "attention_with_mask(" in result.code
+
+
 @pytest.mark.parametrize("call", [
-    "F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
     "F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)",
 ])
 def test_scaled_dot_product_attention_refuses_what_it_cannot_map(call):

@@ -1294,3 +1294,336 @@ def test_a_module_class_from_a_lookup_takes_rngs(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# timm's ConvNormAct (rexnet, cspnext, ghostnet, fastvit, lcnetv2, efficientformer_v2):
+# ``norm_layer=nn.BatchNorm2d`` as a default, or ``partial(nn.BatchNorm2d, eps=1e-3)``, handed
+# to ``get_norm_act_layer``, which unbinds a partial, maps the class by its ``__name__`` to a
+# norm-act class of its own and rebinds the partial's keywords to it, then calls it with
+# torch's keywords. The value was ``partial(BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)``,
+# whose JAX keywords reached the norm-act class ("BatchNormAct2d.__init__() got an unexpected
+# keyword argument 'axis'"); it is now the ``BatchNorm2d`` helper class, torch's name and
+# signature (momentum 0.2 and 0.3 below are torch's, checked through the running statistics of
+# a forward in training mode). The norm-act class derives from nn.BatchNorm2d and copies its
+# forward (timm's BatchNormAct2d; regnet, vovnet: it stayed torch's, and the weight transfer
+# found no scale): it derives from that helper class, F.batch_norm over its own statistics is
+# the helper's call. The block's out_channels reads the conv's (timm's ConvNormAct property;
+# rexnet): the Conv2d helper class that ``conv_layer=nn.Conv2d`` becomes has torch's names.
+PKG_BN_NORM_ACT = textwrap.dedent('''
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class BatchNormAct2d(nn.BatchNorm2d):
+        """BatchNorm + activation, deriving from the BatchNorm for its weights' names."""
+
+        def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                     track_running_stats=True, apply_act=True, act_layer=nn.ReLU, device=None,
+                     dtype=None):
+            factory_kwargs = {'device': device, 'dtype': dtype}
+            super().__init__(num_features, eps=eps, momentum=momentum, affine=affine,
+                             track_running_stats=track_running_stats, **factory_kwargs)
+            self.act = act_layer() if apply_act else nn.Identity()
+
+        def forward(self, x):
+            # torch's BatchNorm2d.forward, copied
+            if self.momentum is None:
+                exponential_average_factor = 0.0
+            else:
+                exponential_average_factor = self.momentum
+            if self.training and self.track_running_stats:
+                if self.num_batches_tracked is not None:
+                    self.num_batches_tracked.add_(1)
+                    if self.momentum is None:
+                        exponential_average_factor = 1.0 / float(self.num_batches_tracked)
+                    else:
+                        exponential_average_factor = self.momentum
+            if self.training:
+                bn_training = True
+            else:
+                bn_training = (self.running_mean is None) and (self.running_var is None)
+            x = F.batch_norm(
+                x,
+                self.running_mean if not self.training or self.track_running_stats else None,
+                self.running_var if not self.training or self.track_running_stats else None,
+                self.weight,
+                self.bias,
+                bn_training,
+                exponential_average_factor,
+                self.eps,
+            )
+            return self.act(x)
+''')
+
+PKG_BN_CREATE_NORM_ACT = textwrap.dedent('''
+    import functools
+    import types
+
+    from .norm_act import BatchNormAct2d
+
+    _NORM_ACT_MAP = dict(batchnorm=BatchNormAct2d)
+    _NORM_ACT_TYPES = {m for n, m in _NORM_ACT_MAP.items()}
+    _NORM_TO_NORM_ACT_MAP = dict(batchnorm=BatchNormAct2d, batchnorm2d=BatchNormAct2d)
+
+
+    def get_norm_act_layer(norm_layer, act_layer=None):
+        assert isinstance(norm_layer, (type, str, types.FunctionType, functools.partial))
+        norm_act_kwargs = {}
+        if isinstance(norm_layer, functools.partial):  # unbind, so the keywords are rebound
+            norm_act_kwargs.update(norm_layer.keywords)
+            norm_layer = norm_layer.func
+        if isinstance(norm_layer, str):
+            norm_act_layer = _NORM_ACT_MAP[norm_layer]
+        elif norm_layer in _NORM_ACT_TYPES:
+            norm_act_layer = norm_layer
+        else:
+            norm_act_layer = _NORM_TO_NORM_ACT_MAP.get(norm_layer.__name__.lower(), None)
+            assert norm_act_layer is not None, norm_layer.__name__
+        if act_layer is not None:
+            norm_act_kwargs.setdefault("act_layer", act_layer)
+        if norm_act_kwargs:
+            norm_act_layer = functools.partial(norm_act_layer, **norm_act_kwargs)
+        return norm_act_layer
+''')
+
+PKG_BN_MODEL = textwrap.dedent('''
+    from functools import partial
+
+    import torch.nn as nn
+
+    from ..layers.create_norm_act import get_norm_act_layer
+
+
+    class ConvNormAct(nn.Module):
+        def __init__(self, cin, cout, kernel_size=3, norm_layer=nn.BatchNorm2d, act_layer=nn.ReLU,
+                     norm_kwargs=None, conv_layer=nn.Conv2d):
+            super().__init__()
+            norm_kwargs = norm_kwargs or {}
+            self.conv = conv_layer(cin, cout, kernel_size, padding=kernel_size // 2, bias=False)
+            norm_act_layer = get_norm_act_layer(norm_layer, act_layer)
+            self.bn = norm_act_layer(cout, **norm_kwargs)
+
+        @property
+        def out_channels(self):
+            return self.conv.out_channels
+
+        def forward(self, x):
+            return self.bn(self.conv(x))
+
+
+    class Net(nn.Module):
+        def __init__(self, cin=3, num_classes=4, norm_layer=nn.BatchNorm2d):
+            super().__init__()
+            self.stem = ConvNormAct(cin, 6)
+            self.block = ConvNormAct(self.stem.out_channels, 6,
+                                     norm_layer=partial(nn.BatchNorm2d, eps=1e-3),
+                                     norm_kwargs=dict(momentum=0.2))
+            self.tail = ConvNormAct(6, 8, 1, norm_layer=norm_layer, act_layer=nn.SiLU)
+            self.norm = norm_layer(8, eps=1e-3, momentum=0.3)
+            self.head = nn.Linear(8, num_classes)
+
+        def forward(self, x):
+            x = self.norm(self.tail(self.block(self.stem(x))))
+            return self.head(x.mean((2, 3)))
+''')
+
+
+def test_a_batch_norm_class_as_a_value_keeps_torchs_signature(tmp_path):
+    pkg = tmp_path / "tinypkg_bnact"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    for init in (pkg, pkg / "layers", pkg / "models"):
+        (init / "__init__.py").write_text("")
+    (pkg / "layers" / "norm_act.py").write_text(PKG_BN_NORM_ACT)
+    (pkg / "layers" / "create_norm_act.py").write_text(PKG_BN_CREATE_NORM_ACT)
+    (pkg / "models" / "net.py").write_text(PKG_BN_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,3,8,8]",), train_mode=True,
+                                       float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+# timm.layers' Attention (deit, vision_transformer and the families built on it):
+# ``F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop.p if
+# self.training else 0., is_causal=is_causal)``, the mask a parameter whose kind is not known
+# where the call is (a boolean one here, True taking part, and a float one added to the
+# scores). It was marked and reached as torch's function on a tracer; the mask is now told
+# apart by its dtype at run time (the attention_with_mask helper), as torch does.
+SDPA_MASK = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Attention(nn.Module):
+        def __init__(self, dim, num_heads=2, qkv_bias=False, attn_drop=0.0):
+            super().__init__()
+            self.num_heads = num_heads
+            self.head_dim = dim // num_heads
+            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+            self.attn_drop = nn.Dropout(attn_drop)
+            self.proj = nn.Linear(dim, dim)
+
+        def forward(self, x, attn_mask=None, is_causal=False):
+            B, N, C = x.shape
+            qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)
+            x = F.scaled_dot_product_attention(
+                q, k, v,
+                attn_mask=attn_mask,
+                dropout_p=self.attn_drop.p if self.training else 0.,
+                is_causal=is_causal,
+            )
+            x = x.transpose(1, 2).reshape(B, N, C)
+            return self.proj(x)
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=8, seq=5, num_heads=2, num_classes=3):
+            super().__init__()
+            self.attn1 = Attention(dim, num_heads)
+            self.attn2 = Attention(dim, num_heads, qkv_bias=True)
+            self.rel_bias = nn.Parameter(torch.randn(num_heads, seq, seq))  # added to the scores
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            n = x.shape[1]
+            keep = torch.ones(n, n, dtype=torch.bool).tril()  # True takes part
+            x = x + self.attn1(x, attn_mask=keep)
+            x = x + self.attn2(x, self.rel_bias)
+            return self.head(x.mean(1))
+''')
+
+
+def test_attention_with_a_mask_parameter_of_either_kind(tmp_path):
+    (tmp_path / "model.py").write_text(SDPA_MASK)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,5,8]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+# timm's own initialisers (timm.layers' trunc_normal_tf_, lecun_normal_, variance_scaling_:
+# vision_transformer, maxxvit, beit and the families that init the way they do), applied to
+# the converted weights. They were copied as torch's functions and drew in place on a JAX array
+# ("'ArrayImpl' object has no attribute 'uniform_'"); now each is translated by its meaning
+# (trunc_normal_tf_'s cut-offs in units of std; torch's fans). The package is named timm so
+# that its functions are timm's to the converter (the torch environment has no timm). The
+# weights verify takes from torch, so the draws are checked apart: their spread on a model of
+# large sizes against torch's.
+TIMM_LAYERS_INIT = textwrap.dedent('''
+    from .weight_init import lecun_normal_, trunc_normal_, trunc_normal_tf_, variance_scaling_
+''')
+
+TIMM_WEIGHT_INIT = textwrap.dedent('''
+    import math
+
+    import torch
+
+
+    def trunc_normal_(tensor, mean=0., std=1., a=-2., b=2.):
+        with torch.no_grad():
+            return torch.nn.init.trunc_normal_(tensor, mean, std, a, b)
+
+
+    def trunc_normal_tf_(tensor, mean=0., std=1., a=-2., b=2.):
+        """The cut-offs a, b in units of std: drawn at mean 0, std 1, then scaled and shifted."""
+        with torch.no_grad():
+            torch.nn.init.trunc_normal_(tensor, 0, 1.0, a, b)
+            tensor.mul_(std).add_(mean)
+        return tensor
+
+
+    def variance_scaling_(tensor, scale=1.0, mode='fan_in', distribution='normal'):
+        fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(tensor)
+        denom = {'fan_in': fan_in, 'fan_out': fan_out, 'fan_avg': (fan_in + fan_out) / 2}[mode]
+        variance = scale / denom
+        with torch.no_grad():
+            if distribution == "truncated_normal":
+                trunc_normal_tf_(tensor, std=math.sqrt(variance) / .87962566103423978)
+            elif distribution == "normal":
+                tensor.normal_(std=math.sqrt(variance))
+            else:
+                bound = math.sqrt(3 * variance)
+                tensor.uniform_(-bound, bound)
+
+
+    def lecun_normal_(tensor):
+        variance_scaling_(tensor, mode='fan_in', distribution='truncated_normal')
+''')
+
+TIMM_INIT_MODEL = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+    from timm.layers import lecun_normal_, trunc_normal_, trunc_normal_tf_, variance_scaling_
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=8, tokens=4, num_classes=3):
+            super().__init__()
+            self.pos_embed = nn.Parameter(torch.zeros(1, tokens, dim))
+            self.proj = nn.Conv2d(3, dim, 2, stride=2)
+            self.fc1 = nn.Linear(dim, 2 * dim)
+            self.fc2 = nn.Linear(2 * dim, dim)
+            self.head = nn.Linear(dim, num_classes)
+            self.init_weights()
+
+        def init_weights(self):
+            trunc_normal_tf_(self.pos_embed, std=.02)
+            lecun_normal_(self.proj.weight)
+            variance_scaling_(self.fc1.weight, scale=2.0, mode='fan_avg', distribution='uniform')
+            variance_scaling_(self.fc2.weight, mode='fan_out')
+            trunc_normal_(self.head.weight, std=.02)
+
+        def forward(self, x):
+            x = self.proj(x).flatten(2).transpose(1, 2) + self.pos_embed
+            x = x + self.fc2(self.fc1(x).relu())
+            return self.head(x.mean(1))
+''')
+
+
+def test_timms_initialisers_draw_as_timms(tmp_path):
+    import importlib
+    import sys
+
+    import numpy as np
+    import torch
+    from flax import nnx
+
+    from torch2jax.verify.run import convert_tree
+
+    pkg = tmp_path / "src" / "timm"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "layers" / "__init__.py").write_text(TIMM_LAYERS_INIT)
+    (pkg / "layers" / "weight_init.py").write_text(TIMM_WEIGHT_INIT)
+    (pkg / "models" / "net.py").write_text(TIMM_INIT_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,3,4,4]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    out, alias = tmp_path / "out", "timm_jax"
+    sys.path[:0] = [str(tmp_path / "src"), str(out)]
+    try:  # converted again, built at large sizes
+        convert_tree(pkg / "models" / "net.py", out, "nnx", None, entry=("Net",))
+        (alias,) = [p.name for p in out.iterdir()]
+        jax_net = importlib.import_module(f"{alias}.models.net").Net(
+            dim=256, tokens=16, num_classes=16, rngs=nnx.Rngs(0))
+        torch.manual_seed(0)
+        torch_net = importlib.import_module("timm.models.net").Net(
+            dim=256, tokens=16, num_classes=16)
+    finally:
+        del sys.path[:2]
+        for key in [k for k in sys.modules if k.split(".")[0] in ("timm", alias)]:
+            del sys.modules[key]
+    pairs = {"pos_embed": jax_net.pos_embed, "proj.weight": jax_net.proj.kernel,
+             "fc1.weight": jax_net.fc1.kernel, "fc2.weight": jax_net.fc2.kernel,
+             "head.weight": jax_net.head.kernel}
+    for name, param in pairs.items():
+        want = float(torch_net.get_parameter(name).detach().std())
+        got = float(np.std(np.asarray(param[...])))
+        assert abs(got - want) < 0.06 * want, (name, got, want)

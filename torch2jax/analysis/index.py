@@ -31,8 +31,15 @@ RANDOM_INITS = {f"torch.nn.init.{n}" for n in (
 # they are read as torch's, and translated as torch's are. timm's trunc_normal_ (mean, std and
 # the absolute cut-offs a, b, drawn in place) is torch.nn.init.trunc_normal_; its
 # trunc_normal_tf_ (cut-offs in units of std) is not.
-SAME_AS = {f"{m}.trunc_normal_": "torch.nn.init.trunc_normal_"
-           for m in ("timm.layers", "timm.layers.weight_init", "timm.models.layers")}
+_TIMM_LAYERS = ("timm.layers", "timm.layers.weight_init", "timm.models.layers")
+SAME_AS = {f"{m}.trunc_normal_": "torch.nn.init.trunc_normal_" for m in _TIMM_LAYERS}
+# timm's other initialisers have no torch function of their meaning: they are read in
+# torch.nn.init's namespace under their own names, so that they take torch's initialisers' path
+# (imports, keys), and passes/rewrite_layers.py's _init_statement translates each by its name
+# (trunc_normal_tf_: cut-offs in units of std; lecun_normal_ and variance_scaling_: torch's fans)
+TIMM_INITS = ("trunc_normal_tf_", "lecun_normal_", "variance_scaling_")
+SAME_AS.update({f"{m}.{n}": f"torch.nn.init.{n}" for m in _TIMM_LAYERS for n in TIMM_INITS})
+RANDOM_INITS |= {f"torch.nn.init.{n}" for n in TIMM_INITS}
 
 
 _NAMES = "_qualified_names"

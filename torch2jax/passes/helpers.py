@@ -16,14 +16,7 @@ import libcst as cst
 
 from torch2jax.analysis.walk import NoAttributeHooks, visit
 
-TARGETS = ("nnx", "linen", "equinox")
-# name -> target -> (source, names it needs imported: keys of torch2jax.convert.IMPORT_LINES)
-HELPERS: dict[str, dict[str, tuple[str, set[str]]]] = {}
-
-
-def helper(name: str, imports: set[str], source: str, targets: tuple[str, ...] = TARGETS) -> None:
-    for target in targets:
-        HELPERS.setdefault(name, {})[target] = (source.strip() + "\n", imports)
+from torch2jax.passes.helper_registry import HELPERS, TARGETS, helper  # noqa: F401
 
 
 _ADAPTIVE = '''
@@ -68,6 +61,26 @@ def torch_split(x: jax.Array, size, axis: int = 0) -> list[jax.Array]:
     return jnp.split(x, at, axis=axis)
 ''')
 
+
+# F.scaled_dot_product_attention(q, k, v, attn_mask=m) (passes/special_sequence.py): torch
+# tells a boolean mask from a float one by its dtype, at run time; so does this helper
+helper("attention_with_mask", {"jax", "jnp"}, '''
+def attention_with_mask(query: jax.Array, key: jax.Array, value: jax.Array, attn_mask=None,
+                        is_causal: bool = False, scale: float | None = None) -> jax.Array:
+    """F.scaled_dot_product_attention on torch's (..., heads, length, dim) layout, written out
+    so that it computes in the inputs' dtype (jax.nn.dot_product_attention's softmax runs in
+    float32). attn_mask: a boolean one (True takes part) or one added to the scores, told
+    apart by its dtype as torch does; it broadcasts against the scores (..., L, S)."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = jnp.einsum("...qd,...kd->...qk", query, key) * scale
+    if is_causal:
+        scores = jnp.where(jnp.tril(jnp.ones(scores.shape[-2:], bool)), scores, -jnp.inf)
+    if attn_mask is not None and attn_mask.dtype == jnp.bool_:
+        scores = jnp.where(attn_mask, scores, -jnp.inf)
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    return jnp.einsum("...qk,...kd->...qd", jax.nn.softmax(scores, axis=-1), value)
+''')
 
 # module.requires_grad_(False) in a module's __init__ (nnx; passes/rewrite_calls.py)
 helper("freeze_parameters", {"nnx"}, '''
@@ -329,138 +342,6 @@ class ReadableDense(nn.Module):
     def __call__(self, x):
         y = x @ self.kernel
         return y if self.bias is None else y + self.bias
-''')
-
-
-_CONV = '''
-class Conv{n}d(nnx.Conv):
-    """nn.Conv{n}d where its arguments are the callers' (conv_layer=nn.Conv{n}d handed around,
-    nn.Conv{n}d(cin, cout, **kwargs)): torch's arguments and its channels-first input and output
-    around an nnx.Conv (kernel (*k, in, out), zero padding; dtype= the parameters' dtype,
-    device= has no meaning: JAX places arrays by sharding)."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int | tuple[int, ...],
-        stride: int | tuple[int, ...] = 1,
-        padding: int | tuple[int, ...] | str = 0,
-        dilation: int | tuple[int, ...] = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        device=None,
-        dtype=None,
-        *,
-        rngs: nnx.Rngs,
-    ) -> None:
-        def spatial(v):
-            return (v,) * {n} if isinstance(v, int) else tuple(v)
-
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"padding_mode={{padding_mode!r}}: zero padding only")
-        super().__init__(
-            in_channels,
-            out_channels,
-            kernel_size=spatial(kernel_size),
-            strides=spatial(stride),
-            padding=padding.upper() if isinstance(padding, str) else [(p, p) for p in spatial(padding)],
-            kernel_dilation=spatial(dilation),
-            feature_group_count=groups,
-            use_bias=bias,
-            param_dtype=jnp.float32 if dtype is None else dtype,
-            rngs=rngs,
-        )
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return jnp.moveaxis(super().__call__(jnp.moveaxis(x, 1, -1)), -1, 1)
-'''
-for _n in (1, 2, 3):
-    helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(n=_n))
-
-
-_POOL = '''
-class {kind}Pool{n}d(nnx.Module):
-    """nn.{kind}Pool{n}d where the class is handed around as a value (aa_layer=nn.{kind}Pool{n}d):
-    torch's arguments on channels-first input. The stride defaults to the kernel size; with
-    ceil_mode the last window may overhang the input, but never starts in the right padding;
-    {doc}"""
-
-    def __init__(
-        self,
-        kernel_size: int | tuple[int, ...],
-        stride: int | tuple[int, ...] | None = None,
-        padding: int | tuple[int, ...] = 0,
-        {params},
-        *,
-        rngs: nnx.Rngs | None = None,
-    ) -> None:
-        def spatial(v):
-            return (v,) * {n} if isinstance(v, int) else tuple(v)
-
-        self.kernel_size = spatial(kernel_size)
-        self.stride = spatial(kernel_size if stride is None else stride)
-        self.padding = spatial(padding)
-        self.ceil_mode = ceil_mode
-        {init}
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        lead = x.ndim - {n}  # batch and channels (or channels alone)
-        pads = []
-        for d, k, s, p, dil in zip(x.shape[lead:], self.kernel_size, self.stride, self.padding,
-                                   {dilation}):
-            span = dil * (k - 1) + 1
-            windows = d + 2 * p - span
-            out = (-(-windows // s) if self.ceil_mode else windows // s) + 1
-            if self.ceil_mode and (out - 1) * s >= d + p:
-                out -= 1  # torch drops a last window that would start in the right padding
-            pads.append((p, max(p, (out - 1) * s + span - d - p)))
-        window, strides = (1,) * lead + self.kernel_size, (1,) * lead + self.stride
-        {call}
-'''
-_MAX_CALL = '''return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides,
-                                     [(0, 0)] * lead + pads,
-                                     window_dilation=(1,) * lead + self.dilation)'''
-_AVG_CALL = '''total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides,
-                                      [(0, 0)] * lead + pads)
-        if self.divisor_override is not None:
-            return total / self.divisor_override
-        # the divisor: the part of each window inside the input, and inside its symmetric
-        # padding too with count_include_pad (the overhang of ceil_mode never counts)
-        inside = jnp.pad(jnp.ones(x.shape[lead:], x.dtype), [(p, p) for p, _ in pads],
-                         constant_values=1 if self.count_include_pad else 0)
-        count = jax.lax.reduce_window(inside, 0.0, jax.lax.add, self.kernel_size, self.stride,
-                                      [(0, hi - p) for p, hi in pads])
-        return total / count'''
-for _n in (1, 2, 3):
-    helper(f"MaxPool{_n}d", {"jax", "jnp", "nnx"}, _POOL.format(
-        kind="Max", n=_n, doc="the padding is -inf.",
-        params="dilation: int | tuple[int, ...] = 1,\n        return_indices: bool = False,\n"
-               "        ceil_mode: bool = False",
-        init="self.dilation = spatial(dilation)\n        if return_indices:\n"
-             "            raise NotImplementedError(\"MaxPool with return_indices=True\")",
-        dilation="self.dilation", call=_MAX_CALL))
-    helper(f"AvgPool{_n}d", {"jax", "jnp", "nnx"}, _POOL.format(
-        kind="Avg", n=_n, doc="the padding is zeros, counted in the\n"
-        "    divisor with count_include_pad.",
-        params="ceil_mode: bool = False,\n        count_include_pad: bool = True,\n"
-               "        divisor_override: int | None = None",
-        init="self.count_include_pad = count_include_pad\n"
-             "        self.divisor_override = divisor_override",
-        dilation="(1,) * " + str(_n), call=_AVG_CALL))
-
-
-helper("Linear", {"jnp", "nnx"}, '''
-class Linear(nnx.Linear):
-    """nn.Linear for code that hands the layer class around as a value (linear_layer=nn.Linear):
-    torch's arguments over an nnx.Linear (bias= is use_bias=, dtype= the parameters' dtype;
-    device= has no meaning: JAX places arrays by sharding)."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
-                 dtype=None, *, rngs: nnx.Rngs) -> None:
-        super().__init__(in_features, out_features, use_bias=bias,
-                         param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
 ''')
 
 
@@ -1180,3 +1061,9 @@ def add_helpers(module: cst.Module, target: str = "nnx") -> tuple[cst.Module, se
         body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *lines])
     body[at:at] = defs
     return module.with_changes(body=body), imports
+
+
+# the layer classes with torch's signatures (a layer class used as a value), registered after
+# the helpers above, which they may derive from (BatchNorm2d from BatchNorm): the table's order
+# is an order in which the definitions run
+from torch2jax.passes import helpers_layers  # noqa: E402, F401

@@ -404,8 +404,9 @@ class CallsMixin:
         if name and id(original) in self._own_calls:
             # F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) in a
             # subclass of nn.LayerNorm: the layer's own call
-            fn = self.rules.functions[name]
-            x = bind(updated.args, fn.params).get(fn.params[0])
+            fn = self.rules.functions.get(name)
+            params = fn.params if fn is not None else ("input",)  # F.batch_norm: no rule
+            x = bind(updated.args, params).get(params[0])
             return call("super().__call__", arg(x))
         if name == rm.CHECKPOINT:
             return self._remat(original, updated)

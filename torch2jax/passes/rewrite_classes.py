@@ -92,6 +92,8 @@ class ModuleClassMixin:
                     self._layer_subclass_rule(name) is not None):
                 # class LayerNorm2d(nn.LayerNorm): the JAX layer, with the subclass's methods
                 base = ("Embedding" if name in self._padded_embedding_subclasses
+                        else self._batch_norm_base(name)
+                        if self.rules.layers[q].special == "batch_norm"
                         else self.rules.layers[q].targets["nnx"])
                 bases.append(b.with_changes(value=expr(base)))
                 self.need("nnx")

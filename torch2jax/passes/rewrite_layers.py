@@ -35,6 +35,10 @@ from torch2jax.passes.rewrite_support import (
     _rule_args,
 )
 from torch2jax.passes.special import batch_norm_helper
+
+# torch.nn.functional.batch_norm's parameters (the subclass forward of a BatchNorm, above)
+BATCH_NORM_PARAMS = ("input", "running_mean", "running_var", "weight", "bias", "training",
+                     "momentum", "eps")
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule, weight_source
 from torch2jax.targets import linen as linen_target
@@ -106,12 +110,15 @@ class LayersMixin:
         new_call = updated_node.value
         params = {"normal_": ("tensor", "mean", "std"), "uniform_": ("tensor", "a", "b"),
                   "zeros_": ("tensor",), "ones_": ("tensor",), "constant_": ("tensor", "val"),
-                  "trunc_normal_": ("tensor", "mean", "std", "a", "b")}
+                  "trunc_normal_": ("tensor", "mean", "std", "a", "b"),
+                  "trunc_normal_tf_": ("tensor", "mean", "std", "a", "b")}
         fans = {"kaiming_normal_": ("tensor", "a", "mode", "nonlinearity"),
                 "kaiming_uniform_": ("tensor", "a", "mode", "nonlinearity"),
                 "xavier_normal_": ("tensor", "gain"), "xavier_uniform_": ("tensor", "gain")}
         if fn in fans:
             return self._fan_init(new_call, fn, fans[fn], q)
+        if fn in ("lecun_normal_", "variance_scaling_"):
+            return self._variance_scaling_init(new_call, fn, q)
         if fn == "orthogonal_":
             return self._orthogonal_init(new_call, q)
         if fn not in params:
@@ -134,7 +141,7 @@ class LayersMixin:
         v = expr("{t}.value", t=t)
         shape = f"{code(v)}.shape, {code(v)}.dtype"
         g = lambda n, d: code(b.get(n)) if b.get(n) is not None else d
-        if fn in ("normal_", "uniform_", "trunc_normal_") and not (
+        if fn in ("normal_", "uniform_", "trunc_normal_", "trunc_normal_tf_") and not (
                 self._rngs_scope and self._rngs_scope[-1]):
             raise Untranslatable(f"{q} outside module construction: no key", rule=q)
         key = "rngs.params()"
@@ -147,6 +154,9 @@ class LayersMixin:
             lo, hi = g("a", "-2.0"), g("b", "2.0")
             value = (f"{mean} + {std} * jax.random.truncated_normal({key}, ({lo} - {mean}) / "
                      f"{std}, ({hi} - {mean}) / {std}, {shape})")
+        elif fn == "trunc_normal_tf_":  # timm's: the cut-offs are in units of std
+            value = (f"{g('mean', '0.0')} + {g('std', '1.0')} * jax.random.truncated_normal("
+                     f"{key}, {g('a', '-2.0')}, {g('b', '2.0')}, {shape})")
         elif fn == "zeros_":
             value = f"jnp.zeros_like({code(v)})"
         elif fn == "ones_":
@@ -218,6 +228,43 @@ class LayersMixin:
         return cst.Assign(targets=[cst.AssignTarget(expr(v))], value=expr(
             f'jax.nn.initializers.variance_scaling({scale_text}, "{mode}", "{dist}")('
             f"rngs.params(), {v}.shape, {v}.dtype)"))
+
+    def _variance_scaling_init(self, new_call: cst.Call, fn: str, q: str):
+        """timm's ``lecun_normal_(w)`` / ``variance_scaling_(w, scale, mode, distribution)``:
+        jax.nn.initializers.variance_scaling, whose distributions are timm's (the truncated
+        normal cut at two standard deviations, rescaled by .8796...). The fans are torch's
+        (in: axis 1, out: axis 0, times the rest): JAX's default axes on an NNX Linear or Conv
+        kernel, axes 1 and 0 on a parameter of the module, which keeps torch's layout."""
+        params = ("tensor",) if fn == "lecun_normal_" else (
+            "tensor", "scale", "mode", "distribution")
+        b = bind(new_call.args, params)
+        t = b.get("tensor")
+        axes = ""
+        info = self.index.classes.get(self.current_class or "")
+        if b.star or t is None:
+            raise Untranslatable(f"{q} of a tensor not written out", rule=q)
+        if m.matches(t, m.Attribute(value=m.Name("self"), attr=m.Name())) and info is not None \
+                and t.attr.value in info.tensor_attrs:
+            axes = ", in_axis=1, out_axis=0"  # torch's layout (a 2-d or larger parameter)
+        elif not m.matches(t, m.Attribute(attr=m.Name("kernel"))):
+            raise Untranslatable(f"{q} of {code(t)}: only Linear and Conv kernels and the "
+                                 "module's own parameters have torch's fans here", rule=q)
+        if not (self._rngs_scope and self._rngs_scope[-1]):
+            raise Untranslatable(f"{q} outside module construction: no key", rule=q)
+        scale = b.literal("scale", 1.0)
+        mode = b.literal("mode", "fan_in")
+        dist = "truncated_normal" if fn == "lecun_normal_" else b.literal(
+            "distribution", "normal")
+        if (not isinstance(scale, (int, float)) or isinstance(scale, bool)
+                or mode not in ("fan_in", "fan_out", "fan_avg")
+                or dist not in ("normal", "truncated_normal", "uniform")):
+            raise Untranslatable(f"{q} with scale, mode or distribution not written out as "
+                                 "one of timm's", rule=q)
+        v = code(t) + ".value"
+        self.need("jax")
+        return cst.Assign(targets=[cst.AssignTarget(expr(v))], value=expr(
+            f'jax.nn.initializers.variance_scaling({float(scale)!r}, "{mode}", "{dist}"{axes})'
+            f"(rngs.params(), {v}.shape, {v}.dtype)"))
 
     def _tensor_type_value(self, original: cst.Name, parent: cst.CSTNode | None) -> bool:
         """``Tensor`` (from torch) as a value outside annotations: a namedtuple's
@@ -296,6 +343,13 @@ class LayersMixin:
             if self.index.factory_layouts == {rule.layout}:
                 # its calls (norm_layer(planes)) are known to want channels-last input
                 return expr("partial(BatchNorm, momentum=0.9, epsilon=1e-05)")
+            helper = self._batch_norm_value(rule, q)
+            if helper is not None:
+                # torch's signature and name, called wherever the value goes (timm's
+                # get_norm_act_layer rebinds a partial's keywords to its own class)
+                self.diag(original, rule.id, "info", f"{q} as a value: the {helper} helper "
+                          "class, torch's arguments on channels-first input (axis 1)")
+                return cst.Name(helper)
             # normalises over every axis but 1: right for NCHW/NCL input without a transpose
             self.diag(original, rule.id, "info", f"{q} as a value: a BatchNorm factory on "
                       "axis 1 (channels first), so that it fits wherever it is used")
@@ -490,7 +544,21 @@ class LayersMixin:
         target = rule.targets.get("nnx", "")
         if rule.subclass is None or not (target.startswith("nnx.") and target[4:5].isupper()):
             return None
+        if rule.special == "batch_norm" and self._batch_norm_base(cls) is None:
+            return None
         return rule
+
+    def _batch_norm_base(self, cls: str | None) -> str | None:
+        """The helper class (``BatchNorm2d``, torch's signature on channels-first input) that a
+        subclass of nn.BatchNorm{n}d derives from instead (timm's ``BatchNormAct2d``), or None
+        where the target has no such helper."""
+        info = self.index.classes.get(cls or "")
+        if info is None or info.layer_base is None:
+            return None
+        name = f"BatchNorm{spatial_dims(info.layer_base)}d"
+        if name in self.index.defined or self.target.helper_target not in HELPERS.get(name, {}):
+            return None
+        return name
 
     def _no_constructor(self, cls: str) -> bool:
         """A module class of this file whose chain of module classes up to nn.Module defines
@@ -522,6 +590,11 @@ class LayersMixin:
         """A call that builds a subclass of a torch layer (``LayerNorm2d(dim, eps=1e-6)``,
         ``super().__init__(...)``): the layer rule's translation of the arguments, called on
         the subclass."""
+        if rule.special == "batch_norm":
+            # the BatchNorm{n}d helper base takes torch's arguments (device, dtype, **dd too)
+            self.need("nnx")
+            return updated.with_changes(args=[*updated.args, arg(self.rngs_expr(original),
+                                                                 "rngs")])
         passed_on = self._passed_on_kwargs(updated, super_init)
         args = [a for a in updated.args if a is not passed_on]
         b = bind(args, rule.params)
@@ -577,6 +650,8 @@ class LayersMixin:
         rule = self._layer_subclass_rule(self.current_class)
         if rule is None or self.q(node.func) != rule.subclass.functional:
             return False
+        if rule.special == "batch_norm":
+            return self._own_batch_norm(node, rule)
         fn = self.rules.functions.get(rule.subclass.functional)
         if fn is None:
             return False
@@ -588,6 +663,40 @@ class LayersMixin:
                    for n, r in zip(reads, rule.subclass.reads)):
             return False
         self._own_reads.update(id(n) for n in reads)
+        return True
+
+    def _own_batch_norm(self, node: cst.Call, rule: Rule) -> bool:
+        """``F.batch_norm(x, running_mean, running_var, self.weight, self.bias, training,
+        momentum, self.eps)`` in a subclass of nn.BatchNorm2d, torch's own forward as timm's
+        BatchNormAct2d copies it: the running statistics given are the module's own (the
+        arguments read ``self.running_mean`` / ``self.running_var`` and nothing else of
+        another tensor), the weight, bias and eps too, the training flag and the average
+        factor names or the module's attributes. It is the base's call, whose flag is the
+        module's train/eval state and whose factor its momentum (the helper refuses
+        momentum=None)."""
+        b = bind(node.args, BATCH_NORM_PARAMS)
+        if b.star or b.extra_positional or b.get("input") is None:
+            return False
+        own = {"weight": "weight", "bias": "bias", "eps": "eps"}
+        if not all(m.matches(b.get(p), m.Attribute(value=m.Name("self"), attr=m.Name(a)))
+                   for p, a in own.items()):
+            return False
+        for p in ("running_mean", "running_var"):
+            reads = m.findall(b.get(p) or cst.Name("None"), m.Attribute(value=m.Name("self")))
+            if not reads or {r.attr.value for r in reads} - {p, "training",
+                                                              "track_running_stats"}:
+                return False
+        for p, attr in (("training", "training"), ("momentum", "momentum")):
+            v = b.get(p)
+            if not (isinstance(v, cst.Name) or m.matches(v, m.Attribute(
+                    value=m.Name("self"), attr=m.Name(attr)))):
+                return False
+        self._own_reads.update(id(b.get(p)) for p in own)
+        for p in ("running_mean", "running_var", "training", "momentum"):
+            self._own_reads.update(id(r) for r in m.findall(b.get(p), m.Attribute(
+                value=m.Name("self"))))
+        self.diag(node, rule.id, "info", "F.batch_norm over the module's own statistics "
+                  "and weights: the base BatchNorm's call (its train/eval state, its momentum)")
         return True
 
     def _layer_subclass_attribute(self, original: cst.Attribute,
@@ -609,6 +718,16 @@ class LayersMixin:
                       f"self.{name} of {rule.torch} has no counterpart in "
                       f"{rule.targets['nnx']}")
         return None
+
+    def _batch_norm_value(self, rule: Rule, q: str | None) -> str | None:
+        """The helper class with torch's signature (passes/helpers.py ``BatchNorm{n}d``) that a
+        BatchNorm class used as a value becomes, where its calls are not all known to want
+        channels-last input and the target has the helper; None otherwise."""
+        name = f"BatchNorm{spatial_dims(q or rule.torch)}d"  # (3d is 2d's alias)
+        if (self.index.factory_layouts == {rule.layout} or name in self.index.defined
+                or self.target.helper_target not in HELPERS.get(name, {})):
+            return None
+        return name
 
     def _partial_of_layer(self, original: cst.Call) -> cst.BaseExpression | None:
         """``partial(nn.BatchNorm2d, eps=1e-3, momentum=0.01)``: a factory with torch's
@@ -648,6 +767,10 @@ class LayersMixin:
             raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps and "
                                  "momentum", rule=rule.id)
         batch_norm_helper(self.index.defined)
+        helper = self._batch_norm_value(rule, self.q(first.value))
+        if helper is not None:  # partial(BatchNorm2d, eps=1e-3): torch's keywords, as given
+            self.need("partial", "nnx")
+            return call("partial", arg(cst.Name(helper)), *original.args[1:])
         momentum = b.get("momentum")
         m_value = try_literal(momentum, ...) if momentum is not None else 0.1
         if m_value is None:

@@ -404,10 +404,6 @@ def gru_cell_call(cs: CallSite) -> cst.BaseExpression:
 @special("scaled_dot_product_attention")
 def scaled_dot_product_attention(site: Site) -> cst.BaseExpression:
     q, k, v = (_required(site, n) for n in ("query", "key", "value"))
-    if site.lit("attn_mask") is not None:
-        raise Untranslatable("scaled_dot_product_attention(attn_mask=...): a boolean mask "
-                             "(jax's mask=) and a float mask (jax's bias=) look the same here; "
-                             "pass mask= or bias= to jax.nn.dot_product_attention")
     rate = site.lit("dropout_p")
     if rate is ... and site.before is not None:
         # a rate computed at run time (`self.dropout if self.training else 0`): GPT configs
@@ -424,7 +420,15 @@ def scaled_dot_product_attention(site: Site) -> cst.BaseExpression:
                              "jax.nn.dot_product_attention has no dropout")
     if site.lit("enable_gqa") not in (False, None):
         raise Untranslatable("scaled_dot_product_attention(enable_gqa=True)")
-    swapped = [f"jnp.swapaxes({code(t)}, -3, -2)" for t in (q, k, v)]
+    mask = site.get("attn_mask")
+    if mask is not None and site.lit("attn_mask") is not None:
+        # boolean (jax's mask=) or added to the scores (jax's bias=): told apart by its dtype
+        # at run time, by the attention_with_mask helper (passes/helpers.py)
+        swapped = [code(t) for t in (q, k, v)] + [code(mask)]
+        func = "attention_with_mask"
+    else:
+        swapped = [f"jnp.swapaxes({code(t)}, -3, -2)" for t in (q, k, v)]
+        func = ""
     extra = []
     causal = site.get("is_causal")
     if causal is not None and site.lit("is_causal") is not False:
@@ -433,4 +437,6 @@ def scaled_dot_product_attention(site: Site) -> cst.BaseExpression:
     if scale is not None and site.lit("scale") is not None:
         extra.append(f"scale={code(scale)}")
     inner = ", ".join([*swapped, *extra])
+    if func:
+        return expr(f"{func}({inner})")
     return expr(f"jnp.swapaxes(jax.nn.dot_product_attention({inner}), -3, -2)")

@@ -1,0 +1,176 @@
+"""Helper classes with torch's constructor signatures, for a torch layer class used as a value
+(``conv_layer=nn.Conv2d``, timm's ``aa_layer=nn.AvgPool2d``, ``norm_layer=nn.BatchNorm2d``,
+``linear_layer=nn.Linear``) and called later with torch's arguments on channels-first input
+(passes/rewrite_layers.py's ``_layer_class_value``; docs/nnx-output.md, "Layer classes used
+as values"). Registered in passes/helper_registry.py's table, written in by passes/helpers.py."""
+
+from __future__ import annotations
+
+from torch2jax.passes.helper_registry import helper
+
+_CONV = '''
+class Conv{n}d(nnx.Conv):
+    """nn.Conv{n}d where its arguments are the callers' (conv_layer=nn.Conv{n}d handed around,
+    nn.Conv{n}d(cin, cout, **kwargs)): torch's arguments and its channels-first input and output
+    around an nnx.Conv (kernel (*k, in, out), zero padding; dtype= the parameters' dtype,
+    device= has no meaning: JAX places arrays by sharding)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] = 1,
+        padding: int | tuple[int, ...] | str = 0,
+        dilation: int | tuple[int, ...] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
+        *,
+        rngs: nnx.Rngs,
+    ) -> None:
+        def spatial(v):
+            return (v,) * {n} if isinstance(v, int) else tuple(v)
+
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"padding_mode={{padding_mode!r}}: zero padding only")
+        super().__init__(
+            in_channels,
+            out_channels,
+            kernel_size=spatial(kernel_size),
+            strides=spatial(stride),
+            padding=padding.upper() if isinstance(padding, str) else [(p, p) for p in spatial(padding)],
+            kernel_dilation=spatial(dilation),
+            feature_group_count=groups,
+            use_bias=bias,
+            param_dtype=jnp.float32 if dtype is None else dtype,
+            rngs=rngs,
+        )
+        # torch's attribute names, read by code that takes the layer as torch's (a block's
+        # out_channels); padding keeps nnx.Conv's meaning, the (low, high) pairs
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.stride, self.dilation = spatial(stride), spatial(dilation)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return jnp.moveaxis(super().__call__(jnp.moveaxis(x, 1, -1)), -1, 1)
+'''
+for _n in (1, 2, 3):
+    helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(n=_n))
+
+
+_POOL = '''
+class {kind}Pool{n}d(nnx.Module):
+    """nn.{kind}Pool{n}d where the class is handed around as a value (aa_layer=nn.{kind}Pool{n}d):
+    torch's arguments on channels-first input. The stride defaults to the kernel size; with
+    ceil_mode the last window may overhang the input, but never starts in the right padding;
+    {doc}"""
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, ...],
+        stride: int | tuple[int, ...] | None = None,
+        padding: int | tuple[int, ...] = 0,
+        {params},
+        *,
+        rngs: nnx.Rngs | None = None,
+    ) -> None:
+        def spatial(v):
+            return (v,) * {n} if isinstance(v, int) else tuple(v)
+
+        self.kernel_size = spatial(kernel_size)
+        self.stride = spatial(kernel_size if stride is None else stride)
+        self.padding = spatial(padding)
+        self.ceil_mode = ceil_mode
+        {init}
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        lead = x.ndim - {n}  # batch and channels (or channels alone)
+        pads = []
+        for d, k, s, p, dil in zip(x.shape[lead:], self.kernel_size, self.stride, self.padding,
+                                   {dilation}):
+            span = dil * (k - 1) + 1
+            windows = d + 2 * p - span
+            out = (-(-windows // s) if self.ceil_mode else windows // s) + 1
+            if self.ceil_mode and (out - 1) * s >= d + p:
+                out -= 1  # torch drops a last window that would start in the right padding
+            pads.append((p, max(p, (out - 1) * s + span - d - p)))
+        window, strides = (1,) * lead + self.kernel_size, (1,) * lead + self.stride
+        {call}
+'''
+_MAX_CALL = '''return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides,
+                                     [(0, 0)] * lead + pads,
+                                     window_dilation=(1,) * lead + self.dilation)'''
+_AVG_CALL = '''total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides,
+                                      [(0, 0)] * lead + pads)
+        if self.divisor_override is not None:
+            return total / self.divisor_override
+        # the divisor: the part of each window inside the input, and inside its symmetric
+        # padding too with count_include_pad (the overhang of ceil_mode never counts)
+        inside = jnp.pad(jnp.ones(x.shape[lead:], x.dtype), [(p, p) for p, _ in pads],
+                         constant_values=1 if self.count_include_pad else 0)
+        count = jax.lax.reduce_window(inside, 0.0, jax.lax.add, self.kernel_size, self.stride,
+                                      [(0, hi - p) for p, hi in pads])
+        return total / count'''
+for _n in (1, 2, 3):
+    helper(f"MaxPool{_n}d", {"jax", "jnp", "nnx"}, _POOL.format(
+        kind="Max", n=_n, doc="the padding is -inf.",
+        params="dilation: int | tuple[int, ...] = 1,\n        return_indices: bool = False,\n"
+               "        ceil_mode: bool = False",
+        init="self.dilation = spatial(dilation)\n        if return_indices:\n"
+             "            raise NotImplementedError(\"MaxPool with return_indices=True\")",
+        dilation="self.dilation", call=_MAX_CALL))
+    helper(f"AvgPool{_n}d", {"jax", "jnp", "nnx"}, _POOL.format(
+        kind="Avg", n=_n, doc="the padding is zeros, counted in the\n"
+        "    divisor with count_include_pad.",
+        params="ceil_mode: bool = False,\n        count_include_pad: bool = True,\n"
+               "        divisor_override: int | None = None",
+        init="self.count_include_pad = count_include_pad\n"
+             "        self.divisor_override = divisor_override",
+        dilation="(1,) * " + str(_n), call=_AVG_CALL))
+
+
+helper("Linear", {"jnp", "nnx"}, '''
+class Linear(nnx.Linear):
+    """nn.Linear for code that hands the layer class around as a value (linear_layer=nn.Linear):
+    torch's arguments over an nnx.Linear (bias= is use_bias=, dtype= the parameters' dtype;
+    device= has no meaning: JAX places arrays by sharding)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None,
+                 dtype=None, *, rngs: nnx.Rngs) -> None:
+        super().__init__(in_features, out_features, use_bias=bias,
+                         param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
+''')
+
+
+# a BatchNorm class handed around as a value (norm_layer=nn.BatchNorm2d, partial(
+# nn.BatchNorm2d, eps=1e-3)) reaches code that calls it with torch's keywords and may read its
+# name (timm's get_norm_act_layer unbinds a partial, rebinds its keywords to a class of its
+# own and maps the class by ``__name__``): a class with torch's name and signature
+_BATCH_NORM_ND = '''
+class BatchNorm{n}d(BatchNorm):
+    """nn.BatchNorm{n}d as a value (a default argument, a table entry, a partial): torch's
+    arguments and name over the BatchNorm helper, on channels-first input (features on axis 1).
+    torch's momentum weighs the batch, flax's the running average: 1 - momentum."""
+
+    def __init__(self, num_features: int, eps: float = 1e-05, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, device=None,
+                 dtype=None, *, rngs: nnx.Rngs) -> None:
+        if momentum is None:
+            raise NotImplementedError("BatchNorm momentum=None (a cumulative moving average) "
+                                      "has no flax form")
+        super().__init__(num_features, axis=1, momentum=1 - momentum, epsilon=eps,
+                         use_bias=affine, use_scale=affine,
+                         param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.num_batches_tracked = None  # no counter: momentum=None, its use, is refused
+
+    def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
+        if not self.track_running_stats:  # no running statistics: the batch's, in eval too
+            use_running_average = False
+        return super().__call__(x, use_running_average)
+'''
+for _n in (1, 2, 3):
+    helper(f"BatchNorm{_n}d", {"jax", "jnp", "nnx"}, _BATCH_NORM_ND.format(n=_n),
+           targets=("nnx",))
