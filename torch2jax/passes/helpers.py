@@ -15,9 +15,7 @@ import functools
 import libcst as cst
 
 from torch2jax.analysis.walk import NoAttributeHooks, visit
-
 from torch2jax.passes.helper_registry import HELPERS, TARGETS, helper  # noqa: F401
-
 
 _ADAPTIVE = '''
 def adaptive_{kind}_pool(x: jax.Array, output_size: tuple[int | None, ...]) -> jax.Array:
@@ -1066,4 +1064,4 @@ def add_helpers(module: cst.Module, target: str = "nnx") -> tuple[cst.Module, se
 # the layer classes with torch's signatures (a layer class used as a value), registered after
 # the helpers above, which they may derive from (BatchNorm2d from BatchNorm): the table's order
 # is an order in which the definitions run
-from torch2jax.passes import helpers_layers  # noqa: E402, F401
+from torch2jax.passes import helpers_layers  # noqa: F401
