@@ -35,6 +35,16 @@ import pytest
 
 from torch2jax.verify.run import VerifyRequest, run_request
 
+
+def _verifies(tmp_path, source: str, entry: str, *inputs: str):
+    """``source`` written as a file, its class ``entry`` verified against torch (forward and
+    gradients) on ``inputs``: the result, which passed."""
+    (tmp_path / "model.py").write_text(source)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::{entry}", inputs=inputs))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    return result
+
 LAYERS = textwrap.dedent('''
     import torch.nn as nn
 
@@ -229,11 +239,7 @@ CONVMIXER = textwrap.dedent('''
 
 
 def test_a_sequential_handed_to_a_module_class_takes_torch_layout(tmp_path):
-    (tmp_path / "convmixer.py").write_text(CONVMIXER)
-    result = run_request(VerifyRequest(f"{tmp_path / 'convmixer.py'}::ConvMixer",
-                                       inputs=("float32[2,3,8,8]",)))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    _verifies(tmp_path, CONVMIXER, "ConvMixer", "float32[2,3,8,8]")
 
 
 LAYERNORM2D = textwrap.dedent('''
@@ -424,11 +430,7 @@ INIT_METHOD = textwrap.dedent('''
 
 
 def test_an_init_method_walking_named_modules_takes_rngs(tmp_path):
-    (tmp_path / "net.py").write_text(INIT_METHOD)
-    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net",
-                                       inputs=("float32[2,3,6,6]",)))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    result = _verifies(tmp_path, INIT_METHOD, "Net", "float32[2,3,6,6]")
     assert result.todos == 0
 
 
@@ -549,11 +551,7 @@ CONV_KWARGS = textwrap.dedent('''
 
 
 def test_a_conv_built_with_factory_keywords_in_kwargs(tmp_path):
-    (tmp_path / "net.py").write_text(CONV_KWARGS)
-    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net",
-                                       inputs=("float32[2,3,8,8]",)))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    _verifies(tmp_path, CONV_KWARGS, "Net", "float32[2,3,8,8]")
 
 
 # timm's regnet: the stage widths are computed with torch ops in __init__, the number of
@@ -663,11 +661,7 @@ NAMED_PAIRS_DD = textwrap.dedent('''
 
 
 def test_named_layer_pairs_with_factory_keywords(tmp_path):
-    (tmp_path / "net.py").write_text(NAMED_PAIRS_DD)
-    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net",
-                                       inputs=("float32[2,3,16,16]",)))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    _verifies(tmp_path, NAMED_PAIRS_DD, "Net", "float32[2,3,16,16]")
 
 
 # timm's create_norm_act.py: no torch import, its lookup reads a module-level table of the
@@ -866,11 +860,7 @@ SEQ_ADD_MODULE = textwrap.dedent('''
 
 
 def test_add_module_in_a_sequential_subclass_is_an_attribute_too(tmp_path):
-    (tmp_path / "net.py").write_text(SEQ_ADD_MODULE)
-    result = run_request(VerifyRequest(f"{tmp_path / 'net.py'}::Net",
-                                       inputs=("float32[2,3,6,6]",)))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    result = _verifies(tmp_path, SEQ_ADD_MODULE, "Net", "float32[2,3,6,6]")
     assert result.todos == 0
 
 
@@ -1497,11 +1487,7 @@ SDPA_MASK = textwrap.dedent('''
 
 
 def test_attention_with_a_mask_parameter_of_either_kind(tmp_path):
-    (tmp_path / "model.py").write_text(SDPA_MASK)
-    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
-                                       inputs=("float32[2,5,8]",)))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    _verifies(tmp_path, SDPA_MASK, "Net", "float32[2,5,8]")
 
 
 # timm's own initialisers (timm.layers' trunc_normal_tf_, lecun_normal_, variance_scaling_:
