@@ -54,6 +54,8 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     _TORCH_TUPLES,
     _USE_EVIDENCE,
     ACTIVATION,
+    ATTENTION,
+    ATTENTION_RESULT,
     CONFIG,
     DICT,
     DTYPE,
@@ -363,6 +365,8 @@ class ValueFacts:
         callee = self.value(func)
         if callee == ACTIVATION:
             return TENSOR  # ACT2FN[name](x)
+        if callee == ATTENTION:
+            return ATTENTION_RESULT  # attention_interface(self, q, k, v, mask, ...)
         if callee.kind == Kind.MODULE:
             return TENSOR  # model(x), self.layer(x), block(x)
         if callee.kind == Kind.FUNCTION and isinstance(func, cst.Name):
@@ -492,6 +496,10 @@ class ValueFacts:
 
     def _method_call(self, node: cst.Call, func: cst.Attribute) -> Value:
         meth = func.attr.value
+        if meth == "get_interface" and isinstance(func.value, cst.Name):
+            q = self._q(func.value)
+            if q is not None and library_function(q) == ATTENTION:
+                return ATTENTION  # ALL_ATTENTION_FUNCTIONS.get_interface(impl, eager)
         base = self.value(func.value)
         if base.kind == Kind.TENSOR:
             if meth in _TENSOR_SCALAR_METHODS:

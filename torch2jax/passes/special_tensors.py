@@ -80,3 +80,17 @@ def masked_scatter(site: Site) -> cst.BaseExpression:
                       "scatter_where", "masked_scatter's mask")
     return expr("jnp.where({w}, {s}.reshape(-1)[jnp.clip(jnp.cumsum({w}) - 1, 0, {s}.size - 1)]"
                 ".astype({x}.dtype), {x}.reshape(-1)).reshape({x}.shape)", w=where, s=source, x=x)
+
+
+@special("default_dtype")
+def default_dtype(site: Site) -> cst.BaseExpression:
+    """``torch.get_default_dtype()``: float32, torch's default float type and JAX's (a program
+    that changes torch's with ``torch.set_default_dtype`` has that line marked: no rule)."""
+    return expr("jnp.float32")
+
+
+@special("is_tensor")
+def is_tensor(site: Site) -> cst.BaseExpression:
+    """``torch.is_tensor(obj)``: whether ``obj`` is an array, ``isinstance(obj, jax.Array)``
+    (a traced array is one too; a Python or numpy number is not, as it is no tensor in torch)."""
+    return expr("isinstance({x}, jax.Array)", x=site.get("obj"))
