@@ -510,3 +510,75 @@ def test_default_dtype_is_tensor_positional_device_and_attention_results(impleme
         got = jax.jit(lambda m, v, s: m(v, s))(jax_model, jnp.asarray(x),
                                                None if scale is None else jnp.asarray(scale))
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+ACTIVATIONS = '''
+import torch
+from torch import nn
+
+from ...activations import ACT2CLS, gelu_new, silu
+
+
+class CastNorm(nn.LayerNorm):
+    """ESMC's LayerNorm that gives back its input's dtype."""
+
+    def forward(self, hidden_states):
+        return super().forward(hidden_states).to(hidden_states.dtype)
+
+
+ACT_FNS = {"gelu": gelu_new, "silu": silu}
+
+
+class Mlp(nn.Module):
+    """RT-DETR's and SwiftFormer's ``ACT2CLS[name]()``, OpenAI GPT's table of transformers'
+    module-level activation functions."""
+
+    def __init__(self, width=8, activation="gelu", afn="silu"):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.norm = CastNorm(width)
+        self.activation = nn.Identity() if activation is None else ACT2CLS[activation]()
+        self.act = ACT_FNS[afn]
+
+    def forward(self, x):
+        h = self.activation(self.fc(x))
+        return self.norm(self.act(h).view(h.size(0), -1).view(x.shape) + gelu_new(x))
+'''
+
+
+def test_activation_classes_functions_and_a_parents_forward_convert_and_match_torch() -> None:
+    """The sweep's reasons on OpenAI GPT (``gelu_new``, ``silu`` imported from transformers'
+    activations had no JAX counterpart), the ACT2CLS files and ESMC
+    (``super().forward(x).to(...)`` was left as it is): no TODO, the same values as torch, and
+    ACT2CLS with keywords refused rather than ignored."""
+    pytest.importorskip("transformers", exc_type=ImportError)
+    import jax.numpy as jnp
+    import torch
+    from flax import nnx
+
+    from torch2jax import transformers_runtime as runtime
+    from torch2jax.convert import convert_source
+    from torch2jax.hf import reduce_modeling
+
+    reduced, unknown = reduce_modeling(ACTIVATIONS, NAME)
+    assert unknown == []
+    code = convert_source(reduced).code
+    assert "TODO(torch2jax)" not in code, code
+    torch_space: dict = {"__name__": NAME, "__package__": NAME.rpartition(".")[0]}
+    exec(compile(ACTIVATIONS, "torch_activations", "exec"), torch_space)  # noqa: S102
+    space: dict = {n: getattr(runtime, n) for n in ("ACT2CLS", "gelu_new", "silu")}
+    code = code.replace("from ..._hf_support import ACT2CLS, gelu_new, silu\n", "")
+    exec(compile(code, "jax_activations", "exec"), space)  # noqa: S102
+    x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    for activation, afn in (("gelu", "silu"), ("quick_gelu", "gelu"), (None, "silu")):
+        torch.manual_seed(0)
+        torch_model = torch_space["Mlp"](activation=activation, afn=afn)
+        jax_model = space["Mlp"](activation=activation, afn=afn, rngs=nnx.Rngs(0))
+        jax_model.fc.kernel.value = jnp.asarray(torch_model.fc.weight.detach().numpy().T)
+        jax_model.fc.bias.value = jnp.asarray(torch_model.fc.bias.detach().numpy())
+        with torch.no_grad():
+            want = torch_model(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(np.asarray(jax_model(jnp.asarray(x))), want, rtol=1e-5,
+                                   atol=1e-5)
+    with pytest.raises(NotImplementedError, match="ACT2CLS"):
+        runtime.ACT2CLS["gelu"](approximate="tanh")

@@ -233,6 +233,8 @@ ACTIVATION = Value(Kind.FUNCTION, cls="<transformers.activation>")
 # or None where the implementation computes none)
 ATTENTION = Value(Kind.FUNCTION, cls="<transformers.attention>")
 ATTENTION_RESULT = Value(Kind.TUPLE, items=(TENSOR, UNKNOWN))
+# ``ACT2CLS[name]``: the activation's class, which built (``ACT2CLS[name]()``) is an activation
+ACTIVATION_CLASS = Value(Kind.FUNCTION, cls="<transformers.activation_class>")
 LIBRARY_METHODS: dict[tuple[str | None, str], Value] = {
     (CACHE.cls, "update"): Value(Kind.TUPLE, items=(TENSOR, TENSOR)),  # the keys and values
     (CACHE.cls, "get_seq_length"): SCALAR, (CACHE.cls, "get_max_cache_shape"): SCALAR,
@@ -268,6 +270,8 @@ def library_function(qualified: str) -> Value | None:
     last = qualified.rsplit(".", 1)[-1]
     if last == "ALL_ATTENTION_FUNCTIONS" and not qualified.startswith("torch."):
         return ATTENTION
+    if last == "ACT2CLS" and not qualified.startswith("torch."):
+        return ACTIVATION_CLASS
     return ACTIVATION if last in ("ACT2FN", "get_activation") and (
         not qualified.startswith("torch.")) else None
 # the fields of transformers' model outputs (ModelOutput dataclasses) read from what a module

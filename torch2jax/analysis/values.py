@@ -54,6 +54,7 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     _TORCH_TUPLES,
     _USE_EVIDENCE,
     ACTIVATION,
+    ACTIVATION_CLASS,
     ATTENTION,
     ATTENTION_RESULT,
     CONFIG,
@@ -365,6 +366,8 @@ class ValueFacts:
         callee = self.value(func)
         if callee == ACTIVATION:
             return TENSOR  # ACT2FN[name](x)
+        if callee == ACTIVATION_CLASS:
+            return ACTIVATION  # ACT2CLS[name]()
         if callee == ATTENTION:
             return ATTENTION_RESULT  # attention_interface(self, q, k, v, mask, ...)
         if callee.kind == Kind.MODULE:
@@ -496,6 +499,12 @@ class ValueFacts:
 
     def _method_call(self, node: cst.Call, func: cst.Attribute) -> Value:
         meth = func.attr.value
+        if meth in ("forward", "__call__") and isinstance(func.value, cst.Call) and isinstance(
+                func.value.func, cst.Name) and func.value.func.value == "super" and (
+                not func.value.args):
+            found = self._super_forward(func)
+            if found is not None:
+                return found
         if meth == "get_interface" and isinstance(func.value, cst.Name):
             q = self._q(func.value)
             if q is not None and library_function(q) == ATTENTION:
@@ -995,6 +1004,20 @@ class ValueFacts:
         if dataclass_ or cls.endswith(("Config", "Args", "Arguments", "Params")):
             return Value(Kind.CONFIG, cls=cls)
         return Value(Kind.OBJECT, cls=cls)
+
+    def _super_forward(self, node: cst.CSTNode) -> Value | None:
+        """``super().forward(x)`` in a method of a module class of the file (ESMC's LayerNorm
+        that casts back, ``super().forward(x).to(x.dtype)``): what the parent's forward returns,
+        the file's class or a torch layer (a tensor). None outside a module class."""
+        at = self._parents.get(node)
+        while at is not None and not isinstance(at, cst.FunctionDef):
+            at = self._parents.get(at)
+        cls = self._parents.get(self._parents.get(at)) if at is not None else None
+        if not isinstance(cls, cst.ClassDef) or cls.name.value not in self.module_classes:
+            return None
+        bases = [b.value.value for b in cls.bases if isinstance(b.value, cst.Name)]
+        method = self._method(bases[0], "forward") if bases else None
+        return self._returned(method) if method is not None else TENSOR
 
     def _method(self, cls: str, name: str) -> cst.FunctionDef | None:
         seen = set()
