@@ -428,7 +428,8 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
 class Attention(nn.Module):
     """M2M100's and Speech2Text's sinusoidal positions (``torch.get_default_dtype()``), a scale
     tested with ``torch.is_tensor``, Funnel's device passed by position to a method of the file,
-    and the ViTs' ``context.size()`` of what the attention function returns."""
+    the ViTs' ``context.size()`` of what the attention function returns and PVT's tensor
+    annotated ``int``."""
 
     def __init__(self, config):
         super().__init__()
@@ -450,13 +451,17 @@ class Attention(nn.Module):
     def positions(self, seq_len, dtype, device):
         return self.get_embedding(seq_len, self.config.hidden_size).to(dtype=dtype, device=device)
 
+    def transpose_for_scores(self, hidden_states: int) -> torch.Tensor:
+        new_shape = hidden_states.size()[:-1] + (self.heads, self.head_size)
+        return hidden_states.view(new_shape).permute(0, 2, 1, 3)
+
     def forward(self, hidden_states, scale=None):
         b, s, _ = hidden_states.shape
         hidden_states = hidden_states + self.positions(s, hidden_states.dtype, hidden_states.device)
         if torch.is_tensor(scale):
             hidden_states = hidden_states * scale
         shape = (b, -1, self.heads, self.head_size)
-        q = self.query(hidden_states).view(shape).transpose(1, 2)
+        q = self.transpose_for_scores(self.query(hidden_states))
         k = self.key(hidden_states).view(shape).transpose(1, 2)
         v = self.value(hidden_states).view(shape).transpose(1, 2)
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -472,7 +477,8 @@ def test_default_dtype_is_tensor_positional_device_and_attention_results(impleme
     """The sweep's reasons on M2M100, MusicGen, Speech2Text, Kosmos-2 (``torch.get_default_dtype``
     had no rule), Funnel (``x.device`` passed by position reached the traced code) and YOLOS,
     DPT, VideoMAE (``context.size()`` of what ``attention_interface`` returns was marked, its
-    result unknown): converted as the sweep does with no TODO, run under jit against torch."""
+    result unknown), PVT (``hidden_states: int`` then ``hidden_states.size()``, left as it is,
+    unmarked): converted as the sweep does with no TODO, run under jit against torch."""
     transformers = pytest.importorskip("transformers", exc_type=ImportError)
     import jax
     import jax.numpy as jnp
