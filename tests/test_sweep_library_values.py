@@ -416,9 +416,9 @@ from torch import nn
 from ...modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 
-def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0,
-                            **kwargs):
-    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+def eager_attention_forward(module: nn.Module, query, key, value, attention_mask, scaling,
+                            dropout=0.0, **kwargs):
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling + module.sinks.view(1, -1, 1, 1)
     if attention_mask is not None:
         weights = weights + attention_mask
     weights = nn.functional.softmax(weights, dim=-1)
@@ -428,8 +428,9 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
 class Attention(nn.Module):
     """M2M100's and Speech2Text's sinusoidal positions (``torch.get_default_dtype()``), a scale
     tested with ``torch.is_tensor``, Funnel's device passed by position to a method of the file,
-    the ViTs' ``context.size()`` of what the attention function returns and PVT's tensor
-    annotated ``int``."""
+    the ViTs' ``context.size()`` of what the attention function returns, PVT's tensor
+    annotated ``int`` and GPT-OSS's ``module.sinks`` (a parameter of the module the attention
+    function is given)."""
 
     def __init__(self, config):
         super().__init__()
@@ -439,6 +440,7 @@ class Attention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.sinks = nn.Parameter(torch.randn(self.heads))
 
     @staticmethod
     def get_embedding(num, dim):
@@ -478,7 +480,8 @@ def test_default_dtype_is_tensor_positional_device_and_attention_results(impleme
     had no rule), Funnel (``x.device`` passed by position reached the traced code) and YOLOS,
     DPT, VideoMAE (``context.size()`` of what ``attention_interface`` returns was marked, its
     result unknown), PVT (``hidden_states: int`` then ``hidden_states.size()``, left as it is,
-    unmarked): converted as the sweep does with no TODO, run under jit against torch."""
+    unmarked), GraniteSWA (``module.sinks.view(...)`` marked): converted as the sweep does
+    with no TODO, run under jit against torch."""
     transformers = pytest.importorskip("transformers", exc_type=ImportError)
     import jax
     import jax.numpy as jnp
@@ -508,6 +511,7 @@ def test_default_dtype_is_tensor_positional_device_and_attention_results(impleme
         layer = getattr(torch_model, name)
         getattr(jax_model, name).kernel.value = jnp.asarray(layer.weight.detach().numpy().T)
         getattr(jax_model, name).bias.value = jnp.asarray(layer.bias.detach().numpy())
+    jax_model.sinks.value = jnp.asarray(torch_model.sinks.detach().numpy())
     x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
     for scale in (None, np.float32(1.5)):
         with torch.no_grad():

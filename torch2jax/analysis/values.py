@@ -293,7 +293,7 @@ class ValueFacts:
                 return TENSOR
             if attr in ("training",):
                 return SCALAR
-            return UNKNOWN
+            return self._file_modules_attr(attr) if base.cls is None else UNKNOWN
         if base.kind == Kind.OPTIMIZER:
             return _OPTIMIZER_ATTRS.get(attr, UNKNOWN)
         if base.kind == Kind.LOADER:
@@ -1042,6 +1042,14 @@ class ValueFacts:
             bases = [b.value.value for b in node.bases if isinstance(b.value, cst.Name)]
             cls = bases[0] if bases else None
         return found
+
+    def _file_modules_attr(self, attr: str) -> Value:
+        """``module.<attr>`` of a module of no known class (the ``module`` an attention function
+        is given: ``module.sinks.reshape(...)``): a tensor where every module class of the file
+        that sets ``self.<attr>`` sets a tensor (a parameter, a buffer), else unknown."""
+        found = [v for c in sorted(self.module_classes) if self._file_class(c)
+                 and (v := self._class_attr(c, attr)) is not None]
+        return TENSOR if found and all(v.kind == Kind.TENSOR for v in found) else UNKNOWN
 
     def _class_attr(self, cls: str, attr: str) -> Value | None:
         """The kind of ``self.<attr>`` in the file's class ``cls`` (and its bases of the
