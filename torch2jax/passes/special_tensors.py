@@ -94,3 +94,12 @@ def is_tensor(site: Site) -> cst.BaseExpression:
     """``torch.is_tensor(obj)``: whether ``obj`` is an array, ``isinstance(obj, jax.Array)``
     (a traced array is one too; a Python or numpy number is not, as it is no tensor in torch)."""
     return expr("isinstance({x}, jax.Array)", x=site.get("obj"))
+
+
+@special("scalar_tensor")
+def scalar_tensor(site: Site) -> cst.BaseExpression:
+    """``torch.scalar_tensor(s, dtype=...)``: a 0-d array of ``s``, float32 (torch's default
+    dtype) unless ``dtype`` says otherwise; ``device`` has no JAX meaning."""
+    dtype = site.get("dtype")
+    return expr("jnp.asarray({s}, dtype={d})", s=site.get("s"),
+                d=dtype if dtype is not None else expr("jnp.float32"))
