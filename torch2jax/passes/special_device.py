@@ -91,8 +91,11 @@ def device_default_functions(module: cst.Module) -> dict[str, tuple[bool, int | 
 
 
 def _device_read(node: cst.BaseExpression, is_tensor) -> bool:
-    """``x.device`` of a tensor ``x``."""
-    return isinstance(node, cst.Attribute) and node.attr.value == "device" and is_tensor(node.value)
+    """``x.device``: of a tensor, or of whatever the analysis cannot tell (Kosmos-2's
+    ``inputs_embeds``, a parameter nothing annotates); what it is does not matter, since it is
+    given to a ``device`` parameter that the converted callee does not use."""
+    return isinstance(node, cst.Attribute) and node.attr.value == "device" and (
+        is_tensor(node.value) or not isinstance(node.value, (cst.Call, cst.Subscript)))
 
 
 def drop_device_argument(original: cst.Call, updated: cst.Call,
@@ -104,7 +107,7 @@ def drop_device_argument(original: cst.Call, updated: cst.Call,
     (``def get_attn_mask(self, height, width, dtype, device)``), or the device is passed by
     position (Funnel's ``self.get_position_embeds(seq_len, x.dtype, x.device)``), it is given
     None. A layer of the file called (``self.position_embeddings(shape, x.device)``) is its
-    ``forward``. Only when the value is a tensor's ``.device``."""
+    ``forward``. Only when the value is a ``.device`` read (:func:`_device_read`)."""
     func = original.func
     name = (func.value if isinstance(func, cst.Name) else func.attr.value
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
