@@ -52,7 +52,8 @@ DROPPED_DECORATORS = {"auto_docstring", "use_kernel_forward_from_hub", "use_kern
                       "use_kernel_func_from_hub"}
 # the support module's names: every import of them from transformers' machinery reads them there
 SUPPORT_NAMES = {
-    "ACT2FN", "get_activation", "gelu", "Cache", "DynamicCache", "GenerationMixin",
+    "ACT2FN", "ACT2CLS", "get_activation", "gelu", "gelu_new", "gelu_fast", "gelu_python",
+    "gelu_pytorch_tanh", "quick_gelu", "silu", "mish", "Cache", "DynamicCache", "GenerationMixin",
     "create_causal_mask", "create_sliding_window_causal_mask", "GradientCheckpointingLayer",
     "BaseModelOutput", "BaseModelOutputWithPast", "BaseModelOutputWithPastAndCrossAttentions",
     "CausalLMOutputWithPast", "CausalLMOutputWithCrossAttentions",

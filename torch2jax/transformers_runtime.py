@@ -26,52 +26,19 @@ import jax.scipy.special
 from flax import nnx
 
 __all__ = [
-    "ACT2FN",
-    "ALL_ATTENTION_FUNCTIONS",
-    "DUMMY_INPUTS",
-    "DUMMY_MASK",
-    "ROPE_INIT_FUNCTIONS",
-    "BaseModelOutput",
-    "BaseModelOutputWithPast",
-    "BaseModelOutputWithPastAndCrossAttentions",
-    "BaseModelOutputWithPoolingAndCrossAttentions",
-    "Cache",
-    "CausalLMOutputWithCrossAttentions",
-    "CausalLMOutputWithPast",
-    "Conv1D",
-    "CrossAttentionCache",
-    "DynamicCache",
-    "EncoderDecoderCache",
-    "GenerationMixin",
-    "GradientCheckpointingLayer",
-    "MaskedLMOutput",
-    "ModelOutput",
-    "OutputRecorder",
-    "PreTrainedModel",
-    "Sampling",
-    "StaticCache",
-    "TransformersKwargs",
-    "Unpack",
-    "attention_dropout",
-    "can_return_tuple",
-    "capture_outputs",
-    "check_model_inputs",
-    "create_bidirectional_mask",
-    "create_causal_mask",
-    "create_sliding_window_causal_mask",
-    "deprecate_kwarg",
-    "dynamic_rope_update",
-    "gelu",
-    "generate_tokens",
-    "get_activation",
-    "greedy_generate",
-    "logging",
-    "maybe_autocast",
-    "merge_with_config_defaults",
-    "sample_uniforms",
-    "slice_logits_to_keep",
-    "torch_int",
-    "use_experts_implementation",
+    "ACT2CLS", "ACT2FN", "ALL_ATTENTION_FUNCTIONS", "DUMMY_INPUTS", "DUMMY_MASK",
+    "ROPE_INIT_FUNCTIONS", "BaseModelOutput", "BaseModelOutputWithPast",
+    "BaseModelOutputWithPastAndCrossAttentions", "BaseModelOutputWithPoolingAndCrossAttentions",
+    "Cache", "CausalLMOutputWithCrossAttentions", "CausalLMOutputWithPast", "Conv1D",
+    "CrossAttentionCache", "DynamicCache", "EncoderDecoderCache", "GenerationMixin",
+    "GradientCheckpointingLayer", "MaskedLMOutput", "ModelOutput", "OutputRecorder",
+    "PreTrainedModel", "Sampling", "StaticCache", "TransformersKwargs", "Unpack",
+    "attention_dropout", "can_return_tuple", "capture_outputs", "check_model_inputs",
+    "create_bidirectional_mask", "create_causal_mask", "create_sliding_window_causal_mask",
+    "deprecate_kwarg", "dynamic_rope_update", "gelu", "gelu_fast", "gelu_new", "gelu_python",
+    "gelu_pytorch_tanh", "generate_tokens", "get_activation", "greedy_generate", "logging",
+    "maybe_autocast", "merge_with_config_defaults", "mish", "quick_gelu", "sample_uniforms",
+    "silu", "slice_logits_to_keep", "torch_int", "use_experts_implementation",
 ]
 
 
@@ -154,7 +121,31 @@ ACT2FN = _Activations({
 })
 
 
-gelu = _gelu  # transformers.activations.gelu (exact)
+# transformers.activations' module-level functions (ACT2FN's entries)
+gelu = gelu_python = _gelu
+gelu_new = gelu_fast = gelu_pytorch_tanh = _gelu_tanh
+quick_gelu, silu, mish = _quick_gelu, jax.nn.silu, jax.nn.mish
+
+
+class _ActivationClasses(dict):
+    """transformers' ACT2CLS: ``ACT2CLS[name]()`` is the activation (ACT2FN's function here);
+    keywords (XIELU's dtype, a ClippedGELU's bounds) are not translated, so refused."""
+
+    def __getitem__(self, name: str) -> Callable[..., Callable[[jax.Array], jax.Array]]:
+        function = ACT2FN[name]
+
+        def build(**kwargs: Any) -> Callable[[jax.Array], jax.Array]:
+            if kwargs:
+                raise NotImplementedError(f"ACT2CLS[{name!r}] with {sorted(kwargs)} is not "
+                                          "translated to JAX")
+            return function
+        return build
+
+    def __contains__(self, name: object) -> bool:
+        return name in ACT2FN
+
+
+ACT2CLS = _ActivationClasses()
 
 
 # transformers.utils' example inputs (the dummy_inputs of a model): plain lists

@@ -228,6 +228,13 @@ CACHE = Value(Kind.OBJECT, cls="<transformers.Cache>")
 CACHE_LAYER = Value(Kind.OBJECT, cls="<transformers.CacheLayer>")
 # ``ACT2FN[name]`` / ``get_activation(name)``: a function of a tensor that gives a tensor
 ACTIVATION = Value(Kind.FUNCTION, cls="<transformers.activation>")
+# ``ALL_ATTENTION_FUNCTIONS.get_interface(impl, eager)`` / ``ALL_ATTENTION_FUNCTIONS[impl]``: an
+# attention function, which returns the attention output (a tensor) and its weights (a tensor,
+# or None where the implementation computes none)
+ATTENTION = Value(Kind.FUNCTION, cls="<transformers.attention>")
+ATTENTION_RESULT = Value(Kind.TUPLE, items=(TENSOR, UNKNOWN))
+# ``ACT2CLS[name]``: the activation's class, which built (``ACT2CLS[name]()``) is an activation
+ACTIVATION_CLASS = Value(Kind.FUNCTION, cls="<transformers.activation_class>")
 LIBRARY_METHODS: dict[tuple[str | None, str], Value] = {
     (CACHE.cls, "update"): Value(Kind.TUPLE, items=(TENSOR, TENSOR)),  # the keys and values
     (CACHE.cls, "get_seq_length"): SCALAR, (CACHE.cls, "get_max_cache_shape"): SCALAR,
@@ -258,8 +265,13 @@ MASK_FUNCTIONS = frozenset({"create_causal_mask", "create_sliding_window_causal_
 
 
 def library_function(qualified: str) -> Value | None:
-    """What a library name not called yet is: ``ACT2FN`` (indexed) / ``get_activation``."""
+    """What a library name not called yet is: ``ACT2FN`` (indexed) / ``get_activation``, and
+    ``ALL_ATTENTION_FUNCTIONS`` (indexed)."""
     last = qualified.rsplit(".", 1)[-1]
+    if last == "ALL_ATTENTION_FUNCTIONS" and not qualified.startswith("torch."):
+        return ATTENTION
+    if last == "ACT2CLS" and not qualified.startswith("torch."):
+        return ACTIVATION_CLASS
     return ACTIVATION if last in ("ACT2FN", "get_activation") and (
         not qualified.startswith("torch.")) else None
 # the fields of transformers' model outputs (ModelOutput dataclasses) read from what a module

@@ -54,6 +54,9 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     _TORCH_TUPLES,
     _USE_EVIDENCE,
     ACTIVATION,
+    ACTIVATION_CLASS,
+    ATTENTION,
+    ATTENTION_RESULT,
     CONFIG,
     DICT,
     DTYPE,
@@ -79,6 +82,17 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     _join,
     library_class,
     library_function,
+)
+from torch2jax.analysis.value_syntax import (
+    _EINOPS_TENSOR_FUNCTIONS,
+    _at,
+    _attr_key,
+    _collect_self_assignments,
+    _dotted,
+    _isinstance_class,
+    _none_branch,
+    _pair_idiom,
+    _return_values,
 )
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp,
@@ -290,7 +304,7 @@ class ValueFacts:
                 return TENSOR
             if attr in ("training",):
                 return SCALAR
-            return UNKNOWN
+            return self._file_modules_attr(attr) if base.cls is None else UNKNOWN
         if base.kind == Kind.OPTIMIZER:
             return _OPTIMIZER_ATTRS.get(attr, UNKNOWN)
         if base.kind == Kind.LOADER:
@@ -363,6 +377,10 @@ class ValueFacts:
         callee = self.value(func)
         if callee == ACTIVATION:
             return TENSOR  # ACT2FN[name](x)
+        if callee == ACTIVATION_CLASS:
+            return ACTIVATION  # ACT2CLS[name]()
+        if callee == ATTENTION:
+            return ATTENTION_RESULT  # attention_interface(self, q, k, v, mask, ...)
         if callee.kind == Kind.MODULE:
             return TENSOR  # model(x), self.layer(x), block(x)
         if callee.kind == Kind.FUNCTION and isinstance(func, cst.Name):
@@ -492,6 +510,16 @@ class ValueFacts:
 
     def _method_call(self, node: cst.Call, func: cst.Attribute) -> Value:
         meth = func.attr.value
+        if meth in ("forward", "__call__") and isinstance(func.value, cst.Call) and isinstance(
+                func.value.func, cst.Name) and func.value.func.value == "super" and (
+                not func.value.args):
+            found = self._super_forward(func)
+            if found is not None:
+                return found
+        if meth == "get_interface" and isinstance(func.value, cst.Name):
+            q = self._q(func.value)
+            if q is not None and library_function(q) == ATTENTION:
+                return ATTENTION  # ALL_ATTENTION_FUNCTIONS.get_interface(impl, eager)
         base = self.value(func.value)
         if base.kind == Kind.TENSOR:
             if meth in _TENSOR_SCALAR_METHODS:
@@ -988,6 +1016,20 @@ class ValueFacts:
             return Value(Kind.CONFIG, cls=cls)
         return Value(Kind.OBJECT, cls=cls)
 
+    def _super_forward(self, node: cst.CSTNode) -> Value | None:
+        """``super().forward(x)`` in a method of a module class of the file (ESMC's LayerNorm
+        that casts back, ``super().forward(x).to(x.dtype)``): what the parent's forward returns,
+        the file's class or a torch layer (a tensor). None outside a module class."""
+        at = self._parents.get(node)
+        while at is not None and not isinstance(at, cst.FunctionDef):
+            at = self._parents.get(at)
+        cls = self._parents.get(self._parents.get(at)) if at is not None else None
+        if not isinstance(cls, cst.ClassDef) or cls.name.value not in self.module_classes:
+            return None
+        bases = [b.value.value for b in cls.bases if isinstance(b.value, cst.Name)]
+        method = self._method(bases[0], "forward") if bases else None
+        return self._returned(method) if method is not None else TENSOR
+
     def _method(self, cls: str, name: str) -> cst.FunctionDef | None:
         seen = set()
         while cls and cls not in seen and self._file_class(cls):
@@ -1011,6 +1053,14 @@ class ValueFacts:
             bases = [b.value.value for b in node.bases if isinstance(b.value, cst.Name)]
             cls = bases[0] if bases else None
         return found
+
+    def _file_modules_attr(self, attr: str) -> Value:
+        """``module.<attr>`` of a module of no known class (the ``module`` an attention function
+        is given: ``module.sinks.reshape(...)``): a tensor where every module class of the file
+        that sets ``self.<attr>`` sets a tensor (a parameter, a buffer), else unknown."""
+        found = [v for c in sorted(self.module_classes) if self._file_class(c)
+                 and (v := self._class_attr(c, attr)) is not None]
+        return TENSOR if found and all(v.kind == Kind.TENSOR for v in found) else UNKNOWN
 
     def _class_attr(self, cls: str, attr: str) -> Value | None:
         """The kind of ``self.<attr>`` in the file's class ``cls`` (and its bases of the
@@ -1074,127 +1124,3 @@ class ValueFacts:
                     self._q(assign.value.func) or "").startswith("argparse."):
                 return True
         return False
-
-
-# einops' functions that return a tensor of their first argument's kind
-_EINOPS_TENSOR_FUNCTIONS = frozenset({"rearrange", "reduce", "repeat", "einsum"})
-
-
-def _dotted(node: cst.BaseExpression) -> bool:
-    """``a`` / ``a.b.c``: a name that may resolve to an import."""
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return isinstance(node, cst.Name)
-
-
-def _at(position) -> tuple[int, int]:
-    return position.line, position.column
-
-
-def _isinstance_class(test: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
-    """The class of ``isinstance(name, C)`` when ``test`` is that call or an ``and`` of it."""
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return _isinstance_class(test.left, name) or _isinstance_class(test.right, name)
-    if (isinstance(test, cst.Call) and m.matches(test.func, m.Name("isinstance"))
-            and len(test.args) == 2 and not any(a.keyword or a.star for a in test.args)
-            and m.matches(test.args[0].value, m.Name(name))
-            and not isinstance(test.args[1].value, cst.Tuple)):
-        return test.args[1].value
-    return None
-
-
-def _none_branch(node: cst.BaseExpression) -> bool:
-    """``None``, or a conditional with a None branch."""
-    if isinstance(node, cst.Name):
-        return node.value == "None"
-    if isinstance(node, cst.IfExp):
-        return _none_branch(node.body) or _none_branch(node.orelse)
-    return False
-
-
-def _collect_self_assignments(fn: cst.FunctionDef,
-                              attrs: dict[str, list[cst.BaseExpression]]) -> None:
-    """``self.x = value`` (and ``self.register_buffer("x", value)``) in ``fn``, not in
-    nested functions or classes."""
-    stack: list[cst.CSTNode] = list(fn.body.children)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        if isinstance(node, cst.Assign):
-            for t in node.targets:
-                target = t.target
-                if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) \
-                        and target.value.value == "self":
-                    attrs.setdefault(target.attr.value, []).append(node.value)
-        elif isinstance(node, cst.AnnAssign) and node.value is not None and isinstance(
-                node.target, cst.Attribute) and isinstance(node.target.value, cst.Name) and \
-                node.target.value.value == "self":
-            attrs.setdefault(node.target.attr.value, []).append(node.value)
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and (
-                node.func.attr.value == "register_buffer") and len(node.args) >= 2 and \
-                isinstance(node.args[0].value, cst.SimpleString):
-            attrs.setdefault(node.args[0].value.evaluated_value, []).append(node.args[1].value)
-        elif isinstance(node, cst.Call) and m.matches(node, m.Call(
-                func=m.Name("setattr"), args=[m.Arg(value=m.Name("self"), keyword=None),
-                                              m.Arg(keyword=None), m.Arg(keyword=None)])):
-            key = _attr_key(node.args[1].value)  # setattr(self, f"{kind}_inv_freq", value)
-            if key is not None:
-                attrs.setdefault(key, []).append(node.args[2].value)
-        if isinstance(node, cst.BaseExpression) and not isinstance(node, cst.Call):
-            continue
-        stack.extend(node.children)
-
-
-_SEQUENCE_TYPES = {"Iterable", "abc.Iterable", "collections.abc.Iterable", "Sequence",
-                   "abc.Sequence", "collections.abc.Sequence", "tuple", "list",
-                   "(tuple, list)", "(list, tuple)"}
-
-
-_SCALAR_TYPES = {"int", "float", "(int, float)", "(float, int)"}
-
-
-def _pair_idiom(node: cst.IfExp) -> cst.Tuple | None:
-    """``p if isinstance(p, Iterable) else (p, p)`` (transformers' vision embeddings), or
-    ``(p, p) if isinstance(p, int) else p`` (CLAP's, Swin's): p when it is a sequence already,
-    else a tuple of it. Returns that tuple."""
-    test, code = node.test, cst.Module([]).code_for_node
-    if not (isinstance(test, cst.Call) and m.matches(test.func, m.Name("isinstance"))
-            and len(test.args) == 2):
-        return None
-    subject, types = code(test.args[0].value), code(test.args[1].value)
-    pair, other, wanted = ((node.orelse, node.body, _SEQUENCE_TYPES)
-                           if isinstance(node.orelse, cst.Tuple)
-                           else (node.body, node.orelse, _SCALAR_TYPES))
-    if (isinstance(pair, cst.Tuple) and code(other) == subject and types in wanted
-            and all(code(e.value) == subject for e in pair.elements)):
-        return pair
-    return None
-
-
-def _attr_key(name: cst.BaseExpression) -> str | None:
-    """The attribute a ``getattr``/``setattr`` name stands for: a string literal's value, or
-    an f-string's source (``f"{kind}_inv_freq"``: the same attribute where the same
-    f-string is written)."""
-    if isinstance(name, cst.SimpleString):
-        return name.evaluated_value
-    if isinstance(name, cst.FormattedString):
-        return cst.Module([]).code_for_node(name)
-    return None
-
-
-def _return_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
-    """The values ``fn`` returns (not its nested functions'); empty for a generator."""
-    out = []
-    stack: list[cst.CSTNode] = list(fn.body.children)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        if isinstance(node, (cst.Yield,)):
-            return []
-        if isinstance(node, cst.Return):
-            out.append(node.value if node.value is not None else cst.Name("None"))
-            continue
-        stack.extend(node.children)
-    return out

@@ -158,8 +158,14 @@ class BoundArgs:
         return try_literal(node, ...)
 
 
+# the numpy spellings torch's argument parser takes for its own (torch.mean(x, axis=-1,
+# keepdims=True), torch.cat(xs, axis=1)): bound to torch's names
+_NUMPY_ALIASES = {"axis": "dim", "keepdims": "keepdim"}
+
+
 def bind(args: tuple[cst.Arg, ...] | list[cst.Arg], params: tuple[str, ...]) -> BoundArgs:
     bound = BoundArgs()
+    known = params
     if "*" in params:  # parameters after "*" are keyword-only
         params = params[: params.index("*")]
     i = 0
@@ -167,8 +173,11 @@ def bind(args: tuple[cst.Arg, ...] | list[cst.Arg], params: tuple[str, ...]) -> 
         if arg.star:
             bound.star.append(arg)
         elif arg.keyword is not None:
-            bound.named[arg.keyword.value] = arg.value
-            bound.keywords.add(arg.keyword.value)
+            name = arg.keyword.value
+            if name in _NUMPY_ALIASES and name not in known and _NUMPY_ALIASES[name] in known:
+                name = _NUMPY_ALIASES[name]
+            bound.named[name] = arg.value
+            bound.keywords.add(name)
         elif i < len(params):
             bound.named[params[i]] = arg.value
             i += 1

@@ -760,6 +760,11 @@ class AttributesMixin:
             kind = self.values.kind(recv)
             if kind == vk.Kind.TENSOR:
                 return True
+            if kind == vk.Kind.SCALAR and meth in self.rules.methods and not any(
+                    hasattr(t, meth) for t in (int, float, complex, str, bytes)):
+                # a tensor method no Python number or string has: the value is a tensor
+                # whatever its annotation says (PVT's ``hidden_states: int``, then .size())
+                return True
             if kind in vk.NON_TENSOR:
                 return False  # wandb.log(...), config.get(...), model.to(...)
             rule = self.rules.methods.get(meth or "")

@@ -199,7 +199,8 @@ class CallsMixin:
             updated_node = self._factory_dict_call(original_node, updated_node)
         if self._device_functions and self.values is not None:
             updated_node = drop_device_argument(original_node, updated_node,
-                                                self._device_functions, self.values.is_tensor)
+                                                self._device_functions, self.values.is_tensor,
+                                                self._is_module_expr)
         listed = self._parameter_listing(original_node, updated_node)
         if listed is not None:
             return listed

@@ -61,49 +61,78 @@ def device(site: Site) -> cst.BaseExpression:
     return expr(_one_device(kind, index))
 
 
-def device_default_functions(module: cst.Module) -> dict[str, bool]:
-    """The functions and methods of the file (by name) that take a ``device`` parameter, and
-    whether it has a default (``def compute_bias(self, q, k, device=None)``): what the
-    converted body does with it is nothing (JAX places arrays itself; the converter drops
-    ``device=`` from the array constructors and the device bookkeeping)."""
-    found: dict[str, bool] = {}
+def device_default_functions(module: cst.Module) -> dict[str, tuple[bool, int | None]]:
+    """The functions and methods of the file (by name) that take a ``device`` parameter: whether
+    it has a default (``def compute_bias(self, q, k, device=None)``), and its position among the
+    arguments a call passes (after ``self`` for a method; None where it is keyword-only or the
+    file's functions of that name disagree). What the converted body does with it is nothing
+    (JAX places arrays itself; the converter drops ``device=`` from the array constructors and
+    the device bookkeeping)."""
+    found: dict[str, tuple[bool, int | None]] = {}
     for stmt in module.body:
-        defs = [stmt] if isinstance(stmt, cst.FunctionDef) else [
-            s for s in stmt.body.body if isinstance(s, cst.FunctionDef)
+        defs = [(stmt, False)] if isinstance(stmt, cst.FunctionDef) else [
+            (s, True) for s in stmt.body.body if isinstance(s, cst.FunctionDef)
         ] if isinstance(stmt, cst.ClassDef) else []
-        for fn in defs:
+        for fn, method in defs:
             params = [*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params]
             device = [p for p in params if p.name.value == "device"]
-            if device:
-                found[fn.name.value] = found.get(fn.name.value, True) and (
-                    device[0].default is not None)
+            if not device:
+                continue
+            positional = [*fn.params.posonly_params, *fn.params.params]
+            static = any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
+                         for d in fn.decorators)
+            if method and not static:
+                positional = positional[1:]
+            index = positional.index(device[0]) if device[0] in positional else None
+            default, known = found.get(fn.name.value, (True, index))
+            found[fn.name.value] = (default and device[0].default is not None,
+                                    index if known == index else None)
     return found
 
 
-def drop_device_argument(original: cst.Call, updated: cst.Call, names: dict[str, bool],
-                         is_tensor) -> cst.Call:
+def _device_read(node: cst.BaseExpression, is_tensor) -> bool:
+    """``x.device``: of a tensor, or of whatever the analysis cannot tell (Kosmos-2's
+    ``inputs_embeds``, a parameter nothing annotates); what it is does not matter, since it is
+    given to a ``device`` parameter that the converted callee does not use."""
+    return isinstance(node, cst.Attribute) and node.attr.value == "device" and (
+        is_tensor(node.value) or not isinstance(node.value, (cst.Call, cst.Subscript)))
+
+
+def drop_device_argument(original: cst.Call, updated: cst.Call,
+                         names: dict[str, tuple[bool, int | None]], is_tensor,
+                         is_module=lambda node: False) -> cst.Call:
     """``self.compute_bias(q, k, device=query.device)``, a function of the file whose
     ``device`` has a default: the argument goes (a traced JAX array has no device; the
     callee's converted body does not use it); where the parameter has no default
-    (``def get_attn_mask(self, height, width, dtype, device)``) it is given None. Only when
-    the value is a tensor's ``.device``."""
+    (``def get_attn_mask(self, height, width, dtype, device)``), or the device is passed by
+    position (Funnel's ``self.get_position_embeds(seq_len, x.dtype, x.device)``), it is given
+    None. A layer of the file called (``self.position_embeddings(shape, x.device)``) is its
+    ``forward``. Only when the value is a ``.device`` read (:func:`_device_read`)."""
     func = original.func
     name = (func.value if isinstance(func, cst.Name) else func.attr.value
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
             and func.value.value == "self" else None)
-    if name not in names:
+    if name not in names and name is not None and isinstance(func, cst.Attribute) and (
+            is_module(func)):
+        name = "forward"
+    if name not in names or len(updated.args) != len(original.args):
         return updated
+    has_default, index = names[name]
+    none = set()
+    if index is not None and len(original.args) > index and all(
+            a.keyword is None and not a.star for a in original.args[:index + 1]) and (
+            _device_read(original.args[index].value, is_tensor)):
+        none.add(index)
     drop = [i for i, a in enumerate(original.args)
             if a.keyword is not None and a.keyword.value == "device"
-            and isinstance(a.value, cst.Attribute) and a.value.attr.value == "device"
-            and is_tensor(a.value.value)]
-    if not drop or len(updated.args) != len(original.args):
+            and _device_read(a.value, is_tensor)]
+    if not has_default:
+        none.update(drop)
+        drop = []
+    if not drop and not none:
         return updated
-    if not names[name]:
-        return updated.with_changes(args=[
-            a.with_changes(value=cst.Name("None")) if i in drop else a
-            for i, a in enumerate(updated.args)])
-    args = [a for i, a in enumerate(updated.args) if i not in drop]
+    args = [a.with_changes(value=cst.Name("None")) if i in none else a
+            for i, a in enumerate(updated.args) if i not in drop]
     if args:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return updated.with_changes(args=args)

@@ -80,3 +80,26 @@ def masked_scatter(site: Site) -> cst.BaseExpression:
                       "scatter_where", "masked_scatter's mask")
     return expr("jnp.where({w}, {s}.reshape(-1)[jnp.clip(jnp.cumsum({w}) - 1, 0, {s}.size - 1)]"
                 ".astype({x}.dtype), {x}.reshape(-1)).reshape({x}.shape)", w=where, s=source, x=x)
+
+
+@special("default_dtype")
+def default_dtype(site: Site) -> cst.BaseExpression:
+    """``torch.get_default_dtype()``: float32, torch's default float type and JAX's (a program
+    that changes torch's with ``torch.set_default_dtype`` has that line marked: no rule)."""
+    return expr("jnp.float32")
+
+
+@special("is_tensor")
+def is_tensor(site: Site) -> cst.BaseExpression:
+    """``torch.is_tensor(obj)``: whether ``obj`` is an array, ``isinstance(obj, jax.Array)``
+    (a traced array is one too; a Python or numpy number is not, as it is no tensor in torch)."""
+    return expr("isinstance({x}, jax.Array)", x=site.get("obj"))
+
+
+@special("scalar_tensor")
+def scalar_tensor(site: Site) -> cst.BaseExpression:
+    """``torch.scalar_tensor(s, dtype=...)``: a 0-d array of ``s``, float32 (torch's default
+    dtype) unless ``dtype`` says otherwise; ``device`` has no JAX meaning."""
+    dtype = site.get("dtype")
+    return expr("jnp.asarray({s}, dtype={d})", s=site.get("s"),
+                d=dtype if dtype is not None else expr("jnp.float32"))
