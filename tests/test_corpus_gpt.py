@@ -40,14 +40,15 @@ EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
     # is an autocast region enabled when the device is not the CPU (passes/rewrite_loops.py)
     "nnx": {},
     "linen": {
+        # (generate's draw is the module's "noise" stream, self.make_rng: translated)
         "model.py": [(17, "linen"), (23, "parameter"), (163, "module-api"), (166, "target"),
-                     (172, "module-api"), (238, "random")],
+                     (172, "module-api")],
         # the backward() and step() of the marked micro-step loop are marked at their lines
         # too (finish/grad_state.py)
-        "train.py": [(91, "torch-leftover"), (137, "torch.load"), (205, "training-loop"),
-                     (208, "param_groups"), (235, "torch.save"), (238, "training-loop"),
-                     (247, "training-loop"), (250, "torch.nn.utils.clip_grad_norm_"),
-                     (252, "training-loop")],
+        "train.py": [(91, "torch-leftover"), (137, "torch.load"), (203, "training-loop"),
+                     (206, "param_groups"), (233, "torch.save"), (236, "training-loop"),
+                     (245, "training-loop"), (248, "torch.nn.utils.clip_grad_norm_"),
+                     (250, "training-loop")],
         "sample.py": [(36, "torch-leftover"), (40, "torch.load")],
     },
     "equinox": {
@@ -60,9 +61,12 @@ EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
                      (297, "equinox"),
                      (305, "torch-leftover"), (308, "torch-leftover"), (310, "torch-leftover"),
                      (312, "torch-leftover")],
+        # (estimate_loss reads the model as a global: the global-model route needs its
+        # class's flags, which a class of another file does not give here: marked, 167-173)
         "train.py": [(100, "torch-leftover"), (147, "torch.load"), (156, "equinox"),
-                     (219, "training-loop"), (220, "torch.nn.utils.clip_grad_norm_"),
-                     (248, "torch.save"), (251, "training-loop"), (279, "equinox")],
+                     (167, "equinox"), (173, "torch-leftover"),
+                     (218, "training-loop"), (219, "torch.nn.utils.clip_grad_norm_"),
+                     (247, "torch.save"), (250, "training-loop"), (278, "equinox")],
         # model.load_state_dict(...) kept as written (no equinox counterpart), marked
         "sample.py": [(37, "torch-leftover"), (41, "torch.load"), (47, "equinox")],
     },

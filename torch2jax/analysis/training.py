@@ -248,8 +248,11 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         reason the clipping cannot be folded (a string)."""
         limit = clip.args[1].value
         loop = self._loops[-1] if self._loops else None
+        # (an `if` that also steps the optimizer, `if (i + 1) % k == 0: clip; step()`, clips
+        # exactly when the optimizer's chain runs: no condition to add)
         guards = [(n, any(c is clip for c in findall(n.body, m.Call())))
-                  for n, at in self._ifs if at == loop]
+                  for n, at in self._ifs if at == loop and not findall(
+                      n, m.Call(func=m.Attribute(attr=m.Name("step"))))]
         if not guards:
             return limit
         assigned = _assigned_names(self._loop_nodes[-1]) if self._loop_nodes else set()
