@@ -45,6 +45,19 @@ def _verifies(tmp_path, source: str, entry: str, *inputs: str):
     assert result.passed, result.reason
     return result
 
+
+def _package(pkg, model: str, layers: dict[str, str]):
+    """A package of timm's layout at ``pkg``: ``layers/<name>.py`` for each of ``layers``
+    and ``models/net.py`` holding ``model``."""
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "models").mkdir()
+    for init in (pkg, pkg / "layers", pkg / "models"):
+        (init / "__init__.py").write_text("")
+    for name, text in layers.items():
+        (pkg / "layers" / f"{name}.py").write_text(text)
+    (pkg / "models" / "net.py").write_text(model)
+    return pkg
+
 LAYERS = textwrap.dedent('''
     import torch.nn as nn
 
@@ -715,14 +728,8 @@ PKG_NORM_ACT_MODEL = textwrap.dedent('''
 
 
 def test_a_lookup_through_a_table_of_layer_classes_is_converted_with_them(tmp_path):
-    pkg = tmp_path / "tinypkg_table"
-    (pkg / "layers").mkdir(parents=True)
-    (pkg / "models").mkdir()
-    for init in (pkg, pkg / "layers", pkg / "models"):
-        (init / "__init__.py").write_text("")
-    (pkg / "layers" / "norm_act.py").write_text(PKG_NORM_ACT)
-    (pkg / "layers" / "create_norm_act.py").write_text(PKG_CREATE_NORM_ACT)
-    (pkg / "models" / "net.py").write_text(PKG_NORM_ACT_MODEL)
+    pkg = _package(tmp_path / "tinypkg_table", PKG_NORM_ACT_MODEL,
+                   {"norm_act": PKG_NORM_ACT, "create_norm_act": PKG_CREATE_NORM_ACT})
     result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
                                        inputs=("float32[2,6]",)))
     assert result.error is None, result.error
@@ -1014,14 +1021,8 @@ PKG_CHECKED_MODEL = textwrap.dedent('''
 
 
 def test_a_layer_check_in_a_module_without_torch_is_converted(tmp_path):
-    pkg = tmp_path / "tinypkg_checked"
-    (pkg / "layers").mkdir(parents=True)
-    (pkg / "models").mkdir()
-    for init in (pkg, pkg / "layers", pkg / "models"):
-        (init / "__init__.py").write_text("")
-    (pkg / "layers" / "norm_act.py").write_text(PKG_NORM_ACT_CHECKED)
-    (pkg / "layers" / "create_norm_act.py").write_text(PKG_CREATE_NORM_ACT_CHECKED)
-    (pkg / "models" / "net.py").write_text(PKG_CHECKED_MODEL)
+    pkg = _package(tmp_path / "tinypkg_checked", PKG_CHECKED_MODEL,
+                   {"norm_act": PKG_NORM_ACT_CHECKED, "create_norm_act": PKG_CREATE_NORM_ACT_CHECKED})
     result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
                                        inputs=("float32[2,6]",)))
     assert result.error is None, result.error
@@ -1193,14 +1194,8 @@ PKG_CREATE_ACT_MODEL = textwrap.dedent('''
 
 
 def test_a_package_module_with_torch_through_a_star_import_is_converted(tmp_path):
-    pkg = tmp_path / "tinypkg_star"
-    (pkg / "layers").mkdir(parents=True)
-    (pkg / "models").mkdir()
-    for init in (pkg, pkg / "layers", pkg / "models"):
-        (init / "__init__.py").write_text("")
-    (pkg / "layers" / "activations.py").write_text(PKG_ACTIVATIONS)
-    (pkg / "layers" / "create_act.py").write_text(PKG_CREATE_ACT)
-    (pkg / "models" / "net.py").write_text(PKG_CREATE_ACT_MODEL)
+    pkg = _package(tmp_path / "tinypkg_star", PKG_CREATE_ACT_MODEL,
+                   {"activations": PKG_ACTIVATIONS, "create_act": PKG_CREATE_ACT})
     result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
                                        inputs=("float32[2,6]",)))
     assert result.error is None, result.error
@@ -1419,14 +1414,8 @@ PKG_BN_MODEL = textwrap.dedent('''
 
 
 def test_a_batch_norm_class_as_a_value_keeps_torchs_signature(tmp_path):
-    pkg = tmp_path / "tinypkg_bnact"
-    (pkg / "layers").mkdir(parents=True)
-    (pkg / "models").mkdir()
-    for init in (pkg, pkg / "layers", pkg / "models"):
-        (init / "__init__.py").write_text("")
-    (pkg / "layers" / "norm_act.py").write_text(PKG_BN_NORM_ACT)
-    (pkg / "layers" / "create_norm_act.py").write_text(PKG_BN_CREATE_NORM_ACT)
-    (pkg / "models" / "net.py").write_text(PKG_BN_MODEL)
+    pkg = _package(tmp_path / "tinypkg_bnact", PKG_BN_MODEL,
+                   {"norm_act": PKG_BN_NORM_ACT, "create_norm_act": PKG_BN_CREATE_NORM_ACT})
     result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
                                        inputs=("float32[2,3,8,8]",), train_mode=True,
                                        float64=True))
