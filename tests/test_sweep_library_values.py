@@ -406,6 +406,25 @@ def test_a_legacy_long_tensor_of_a_list_verifies(tmp_path) -> None:
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
 
 
+
+def _both_sides(source: str, support: tuple[str, ...]) -> tuple[dict, dict]:
+    """A modeling file's torch namespace, and its conversion's (no TODO), run with the
+    ``support`` names of the transformers runtime its ``_hf_support`` import gives."""
+    from torch2jax import transformers_runtime as runtime
+    from torch2jax.convert import convert_source
+    from torch2jax.hf import reduce_modeling
+
+    reduced, unknown = reduce_modeling(source, NAME)
+    assert unknown == []
+    code = convert_source(reduced).code
+    assert "TODO(torch2jax)" not in code, code
+    torch_space: dict = {"__name__": NAME, "__package__": NAME.rpartition(".")[0]}
+    exec(compile(source, "torch_side", "exec"), torch_space)  # noqa: S102
+    space: dict = {n: getattr(runtime, n) for n in support}
+    code = code.replace(f"from ..._hf_support import {', '.join(support)}\n", "")
+    exec(compile(code, "jax_side", "exec"), space)  # noqa: S102
+    return torch_space, space
+
 ATTENTION = '''
 import math
 from collections.abc import Callable
@@ -488,19 +507,7 @@ def test_default_dtype_is_tensor_positional_device_and_attention_results(impleme
     import torch
     from flax import nnx
 
-    from torch2jax import transformers_runtime as runtime
-    from torch2jax.convert import convert_source
-    from torch2jax.hf import reduce_modeling
-
-    reduced, unknown = reduce_modeling(ATTENTION, NAME)
-    assert unknown == []
-    code = convert_source(reduced).code
-    assert "TODO(torch2jax)" not in code, code
-    torch_space: dict = {"__name__": NAME, "__package__": NAME.rpartition(".")[0]}
-    exec(compile(ATTENTION, "torch_attention", "exec"), torch_space)  # noqa: S102
-    space: dict = {"ALL_ATTENTION_FUNCTIONS": runtime.ALL_ATTENTION_FUNCTIONS}
-    code = code.replace("from ..._hf_support import ALL_ATTENTION_FUNCTIONS\n", "")
-    exec(compile(code, "jax_attention", "exec"), space)  # noqa: S102
+    torch_space, space = _both_sides(ATTENTION, ("ALL_ATTENTION_FUNCTIONS",))
     config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, vocab_size=16,
                                       num_hidden_layers=1)
     config._attn_implementation = implementation
@@ -567,18 +574,8 @@ def test_activation_classes_functions_and_a_parents_forward_convert_and_match_to
     from flax import nnx
 
     from torch2jax import transformers_runtime as runtime
-    from torch2jax.convert import convert_source
-    from torch2jax.hf import reduce_modeling
 
-    reduced, unknown = reduce_modeling(ACTIVATIONS, NAME)
-    assert unknown == []
-    code = convert_source(reduced).code
-    assert "TODO(torch2jax)" not in code, code
-    torch_space: dict = {"__name__": NAME, "__package__": NAME.rpartition(".")[0]}
-    exec(compile(ACTIVATIONS, "torch_activations", "exec"), torch_space)  # noqa: S102
-    space: dict = {n: getattr(runtime, n) for n in ("ACT2CLS", "gelu_new", "silu")}
-    code = code.replace("from ..._hf_support import ACT2CLS, gelu_new, silu\n", "")
-    exec(compile(code, "jax_activations", "exec"), space)  # noqa: S102
+    torch_space, space = _both_sides(ACTIVATIONS, ("ACT2CLS", "gelu_new", "silu"))
     x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
     for activation, afn in (("gelu", "silu"), ("quick_gelu", "gelu"), (None, "silu")):
         torch.manual_seed(0)
