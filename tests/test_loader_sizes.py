@@ -44,6 +44,21 @@ def train(epoch):
 for epoch in range(2):
     train(epoch)
 ''',
+    # the batches drawn with next() from iter(loader) until StopIteration (a while loop in
+    # the epoch loop): iter() reads that epoch's loader, as `for x in loader` does
+    "iter_next": '''
+loader = DataLoader(make_data(70), batch_size=8, shuffle={shuffle})
+for epoch in range(2):
+    total = 0.0
+    batches = iter(loader)
+    while True:
+        try:
+            (x,) = next(batches)
+        except StopIteration:
+            break
+        total += x.sum().item()
+    print(len(loader.dataset), len(loader), total)
+''',
     "named_dataset": '''
 data = make_data(70)
 loader = DataLoader(data, batch_size=8, shuffle={shuffle})

@@ -188,6 +188,19 @@ class CallsMixin:
         sized = self._epoch_loader_len(original_node, updated_node)
         if sized is not None:
             return sized
+        if m.matches(original_node, m.Call(func=m.Name("iter"), args=[m.Arg(
+                value=m.Name(), keyword=None, star="")])):
+            # iter(loader) of a loader shuffled per epoch (a function of the epoch after the
+            # rewrite), as `for x in loader` reads it: in the epoch loop, that epoch's order
+            arg = updated_node.args[0].value
+            site = self.data.loaders.get(arg.value)
+            if site is not None and site.shuffled and not self._shadowed(arg.value):
+                epochs = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
+                if not epochs:
+                    raise Untranslatable(f"iter({arg.value}) outside a for loop over epochs: the "
+                                         "loader is shuffled per epoch (a function of it)")
+                return updated_node.with_changes(args=[updated_node.args[0].with_changes(
+                    value=self._epoch_loaders(arg, epochs[-1]))])
         if isinstance(updated_node.func, cst.Lambda) and not updated_node.func.lpar:
             # a layer or loss built and called on the spot: nn.Identity()(x)
             updated_node = updated_node.with_changes(func=updated_node.func.with_changes(
