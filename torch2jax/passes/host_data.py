@@ -43,6 +43,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.torch_api import TORCH_ONLY_TENSOR_METHODS
 from torch2jax.passes.common import arg
+from torch2jax.passes.numpy_draws import numpy_draw
 
 DTYPES = {
     "torch.long": "np.int64", "torch.int64": "np.int64", "torch.int": "np.int32",
@@ -227,25 +228,11 @@ class _ToNumpy(cst.CSTTransformer):
             raise _Refused(q)
         if generator is None:
             self.used_global = True
-            return _global_draw(name, pos, size, dtype, q)
-        if name == "randperm" and len(pos) == 1 and size is None and dtype is None:
-            return cst.Call(func=cst.Attribute(generator, cst.Name("permutation")),
-                            args=[arg(pos[0])])
-        if name == "randint" and (len(pos) in (2, 3) and size is None
-                                  or len(pos) in (1, 2) and size is not None):
-            if size is not None:
-                pos = [*pos, size]
-            low, high, size = ([cst.Integer("0")] + pos) if len(pos) == 2 else pos
-            return cst.Call(func=cst.Attribute(generator, cst.Name("integers")), args=[
-                arg(low), arg(high), arg(size, "size"),
-                *([arg(dtype, "dtype")] if dtype is not None else [])])
-        if name in ("rand", "randn") and (pos and size is None or size is not None and not pos):
-            if size is None:
-                size = pos[0] if len(pos) == 1 else cst.Tuple([cst.Element(p) for p in pos])
-            method = "random" if name == "rand" else "standard_normal"
-            return cst.Call(func=cst.Attribute(generator, cst.Name(method)), args=[
-                arg(size), arg(dtype or cst.parse_expression("np.float32"), "dtype")])
-        raise _Refused(q)
+        draw = _draw_parts(name, pos, size, dtype)
+        if draw is None:
+            raise _Refused(q)
+        kind, parts = draw
+        return numpy_draw(kind, generator, **parts)
 
     # tensor methods (the receiver's kind is not known here: only torch's own names change)
     def _method(self, node: cst.Call) -> cst.BaseExpression:
@@ -306,26 +293,22 @@ class _ToNumpy(cst.CSTTransformer):
         return m.matches(node, m.Attribute(value=m.Name("np")))
 
 
-def _global_draw(name: str, pos: list, size, dtype, q: str) -> cst.BaseExpression:
-    """A draw from torch's global generator as numpy's global generator's (its legacy
-    functions, one stream for the process as torch's is): the same range, shape and dtype."""
+def _draw_parts(name: str, pos: list, size, dtype) -> tuple[str, dict] | None:
+    """The parts of a draw (:func:`numpy_draw`'s keywords) from torch's positional arguments
+    and its ``size=`` / ``dtype=``, or None for a form off the table."""
     if name == "randperm" and len(pos) == 1 and size is None and dtype is None:
-        return _np("np.random.permutation", arg(pos[0]))
+        return name, {"n": pos[0]}
     if name == "randint" and (len(pos) in (2, 3) and size is None
                               or len(pos) in (1, 2) and size is not None):
         if size is not None:
             pos = [*pos, size]
         low, high, size = ([cst.Integer("0")] + pos) if len(pos) == 2 else pos
-        return _np("np.random.randint", arg(low), arg(high), arg(size, "size"),
-                   arg(dtype or cst.parse_expression("np.int64"), "dtype"))
+        return name, {"low": low, "high": high, "size": size, "dtype": dtype}
     if name in ("rand", "randn") and (pos and size is None or size is not None and not pos):
         if size is None:
             size = pos[0] if len(pos) == 1 else cst.Tuple([cst.Element(p) for p in pos])
-        drawn = _np("np.random.random" if name == "rand" else "np.random.standard_normal",
-                    arg(size))
-        return cst.Call(func=cst.Attribute(drawn, cst.Name("astype")), args=[
-            arg(dtype or cst.parse_expression("np.float32"))])
-    raise _Refused(q)
+        return name, {"size": size, "dtype": dtype}
+    return None
 
 
 def numpy_method(fn: cst.FunctionDef, q: Callable[[cst.CSTNode], str | None],

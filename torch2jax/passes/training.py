@@ -37,6 +37,7 @@ from torch2jax.passes.common import (
     expr,
     try_literal,
 )
+from torch2jax.passes.numpy_draws import numpy_draw
 from torch2jax.result import TrainStepRecord
 
 KEY = "key"
@@ -166,6 +167,7 @@ def host_random_call(qualname: str, node: cst.Call, *,
     is float32 as torch's default (a dtype other than float32 or float64, which numpy's draws
     take, is refused)."""
     short = qualname.rsplit(".", 1)[-1]
+    source = None if global_draws else cst.Name(GENERATOR)
     if short in ("rand", "randn"):
         b = bind([a for a in node.args if not (a.keyword and a.keyword.value in (
             "requires_grad", "pin_memory", "layout", "device"))], ())
@@ -174,20 +176,14 @@ def host_random_call(qualname: str, node: cst.Call, *,
         if name is None:
             raise Untranslatable(f"torch.{short}(dtype={code(dtype)}) on the host: numpy draws "
                                  "float32 or float64 only", rule="random")
-        method = "random" if short == "rand" else "standard_normal"
-        if global_draws:
-            return expr(f"np.random.{method}({{size}}).astype({name})", size=_size(b, short))
-        return expr(f"{GENERATOR}.{method}({{size}}, dtype={name})", size=_size(b, short))
+        return numpy_draw(short, source, size=_size(b, short), dtype=cst.parse_expression(name))
     drop = {"requires_grad", "pin_memory", "layout", "dtype"}
     b = bind([a for a in node.args if not (a.keyword and a.keyword.value in drop)], ())
     if short == "randperm":
-        n = b.extra_positional[0] if b.extra_positional else b.get("n")
-        return expr(("np.random" if global_draws else GENERATOR) + ".permutation({n})", n=n)
+        return numpy_draw(short, source, n=b.extra_positional[0] if b.extra_positional
+                          else b.get("n"))
     low, high, size = _randint_bounds(b)
-    if global_draws:
-        return expr("np.random.randint({lo}, {hi}, {size}, dtype=np.int64)", lo=low, hi=high,
-                    size=size)
-    return expr(f"{GENERATOR}.integers({{lo}}, {{hi}}, {{size}})", lo=low, hi=high, size=size)
+    return numpy_draw(short, source, low=low, high=high, size=size)
 
 
 def numpy_generator_call(qualname: str, node: cst.Call, gen: str) -> cst.BaseExpression:
@@ -203,14 +199,13 @@ def numpy_generator_call(qualname: str, node: cst.Call, gen: str) -> cst.BaseExp
     dtype = next((a.value for a in args if a.keyword and a.keyword.value == "dtype"), None)
     b = bind([a for a in args if not (a.keyword and a.keyword.value == "dtype")], ())
     if short in ("rand", "randn"):
-        fn = "random" if short == "rand" else "standard_normal"
-        out = expr(f"{gen}.{fn}({{size}}, dtype=np.float32)", size=_size(b, short))
+        out = numpy_draw(short, cst.parse_expression(gen), size=_size(b, short))
     elif short == "randint":
         low, high, size = _randint_bounds(b)
-        out = expr(f"{gen}.integers({{lo}}, {{hi}}, {{size}})", lo=low, hi=high, size=size)
+        out = numpy_draw(short, cst.parse_expression(gen), low=low, high=high, size=size)
     elif short == "randperm":
         n = b.extra_positional[0] if b.extra_positional else b.get("n")
-        out = expr(f"{gen}.permutation({{n}})", n=n)
+        out = numpy_draw(short, cst.parse_expression(gen), n=n)
     elif short == "multinomial":
         b = bind(args, ("input", "num_samples", "replacement"))
         probs, n = b.get("input"), b.get("num_samples")
