@@ -275,3 +275,89 @@ def test_classes_other_files_import_keep_torch_layout(tmp_path):
     code = convert_source(BOUNDARIES, public=repo.exported_from(blocks)).code
     assert "jnp.moveaxis(x, 1, -1)" in _method(code, "Block")
     assert "moveaxis" not in _method(code, "Unit")
+
+
+# Loops that unpack what they iterate: each element of a ModuleList of ModuleLists by position,
+# enumerate and zip. The convolutions keep 4 channels on 4x4 images, so a call given the
+# wrong layout would run and be wrong, not raise.
+UNPACKED = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+
+    def up(c):
+        return nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(c, c, 3, padding=1))
+
+
+    class Stages(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stages = nn.ModuleList([])
+            for i in range(2):
+                self.stages.append(nn.ModuleList([
+                    nn.Conv2d(4, 4, 3, padding=1), nn.Tanh(),
+                    up(4) if i == 0 else nn.Conv2d(4, 4, 1)]))
+
+        def forward(self, x):
+            for conv, act, last in self.stages:
+                x = act(conv(x))
+                x = last(x)
+            return x
+
+
+    class Enumerated(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Conv2d(4, 4, 3, padding=1) for _ in range(3)])
+
+        def forward(self, x):
+            for i, blk in enumerate(self.blocks):
+                x = blk(x) if i % 2 == 0 else torch.tanh(blk(x))
+            return x
+
+
+    class Zipped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.ModuleList([nn.Conv2d(4, 4, 3, padding=1) for _ in range(2)])
+            self.norms = nn.ModuleList([nn.BatchNorm2d(4) for _ in range(2)])
+
+        def forward(self, x):
+            for conv, norm in zip(self.convs, self.norms):
+                x = torch.relu(norm(conv(x)))
+            return x
+
+
+    class MixedPosition(nn.Module):
+        """The last position is a channels-first function of the image in one stage and a
+        convolution in the other."""
+        def __init__(self):
+            super().__init__()
+            self.stages = nn.ModuleList([
+                nn.ModuleList([nn.Conv2d(4, 4, 1), nn.Identity() if i == 0 else nn.Conv2d(4, 4, 1)])
+                for i in range(2)])
+            self.stages.append(nn.ModuleList([nn.Conv2d(4, 4, 1), nn.Flatten(2)]))
+
+        def forward(self, x):
+            for conv, last in self.stages:
+                x = last(conv(x))
+            return x
+''')
+
+
+@pytest.fixture(scope="module")
+def unpacked(tmp_path_factory):
+    path = tmp_path_factory.mktemp("layout") / "unpacked.py"
+    path.write_text(UNPACKED)
+    return path
+
+
+@pytest.mark.parametrize("name", ["Stages", "Enumerated", "Zipped"])
+def test_unpacked_loops_match_torch(unpacked, name):
+    _verify(unpacked, name, "float32[2,4,4,4]")
+
+
+def test_unpacked_position_of_either_layout_is_marked():
+    code = convert_source(UNPACKED).code
+    mixed = _method(code, "MixedPosition")
+    assert "# TODO(torch2jax): calls a container mixing channels-last and other layers" in mixed

@@ -164,6 +164,23 @@ SOURCE = textwrap.dedent('''
         def forward(self, x):
             h = self.layers[:1](x)
             return self.layers[1:](h) + self.layers[-1](x)
+
+
+    class BufferLambda(nn.Module):
+        """Buffers registered through a short local name (denoising-diffusion-pytorch's
+        shape): it stayed self.register_buffer on the JAX module, unmarked."""
+
+        def __init__(self, n=4):
+            super().__init__()
+            self.lin = nn.Linear(n, n)
+            betas = torch.linspace(0.1, 0.5, n)
+            # buffers in float32
+            register_buffer = lambda name, val: self.register_buffer(name, val.to(torch.float32))
+            register_buffer("betas", betas)
+            register_buffer("alphas_cumprod", torch.cumprod(1. - betas, dim=0))
+
+        def forward(self, x):
+            return self.lin(x) * self.alphas_cumprod + self.betas
 ''')
 
 MODELS = {
@@ -173,10 +190,11 @@ MODELS = {
     "FactoryBlock": "float32[3,8]",
     "SeqLoop": "float32[3,4]",
     "SeqSlice": "float32[3,4]",
+    "BufferLambda": "float32[3,4]",
 }
 # (FactoryBlock on linen: layer classes as values are not translated there yet, docs/linen-output.md)
-LINEN = ["PadNet", "PatchNet", "SeqLoop"]
-EQUINOX = ["PadNet"]  # (the padding layers are functions that hold per example too)
+LINEN = ["PadNet", "PatchNet", "SeqLoop", "BufferLambda"]
+EQUINOX = ["PadNet", "BufferLambda"]  # (the padding layers are functions that hold per example too)
 
 
 @pytest.fixture(scope="module")

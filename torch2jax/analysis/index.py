@@ -97,6 +97,12 @@ class ClassInfo:
     # of a list, self.append / extend / add_module, self[name] = ...): `for layer in self`
     self_items: list[str] = field(default_factory=list)
     self_elem_layout: str | None = None
+    # a ModuleList whose elements are fixed-length containers (nn.ModuleList([block, attn,
+    # down]) per stage, unpacked by `for block, attn, down in self.stages`): each element's
+    # layouts by position (None: an element whose positions are not known), and once the
+    # class is read, their layouts combined per position (absent when one is not known)
+    elem_items: dict[str, list[list[str] | None]] = field(default_factory=dict)
+    elem_positions: dict[str, list[str]] = field(default_factory=dict)
     module_attrs: set[str] = field(default_factory=set)  # self.x assigned a layer somewhere
     # self.x assigned a layer other than nn.Identity somewhere (an Identity in another branch
     # must then be a module in NNX: an attribute first set to a function is static)
@@ -634,6 +640,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 info.added_layouts.setdefault(attr, []).extend(
                     self.layouts.of(v, self._scope()) if v is not None else "mixed"
                     for v in added)
+                if meth != "add_module":
+                    info.elem_items.setdefault(attr, []).extend(self._positions(v)
+                                                                for v in added)
             if meth in ("items", "values", "keys") and not node.args:
                 info.iterated.add(attr)
         if self._class_stack and m.matches(node.func, m.Attribute(
@@ -715,6 +724,21 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if len(v.args) == 1 and not v.args[0].keyword:  # OrderedDict([(name, layer), ...])
                 return self._container_values(v.args[0].value)
         return [None]
+
+    def _positions(self, v: cst.BaseExpression | None) -> list[str] | None:
+        """The layouts, by position, of a fixed-length container of layers put into a
+        ModuleList (``nn.ModuleList([a, b])``, ``nn.Sequential(a, b)``, ``[a, b]``), or None."""
+        if isinstance(v, cst.Call) and len(v.args) == 1 and not v.args[0].keyword:
+            rule = self.rules.layers.get(qualified(self.meta, v.func) or "")
+            if rule is not None and rule.special == "module_list":
+                v = v.args[0].value
+        if isinstance(v, cst.Call) and self._is_sequential(v) and not any(
+                a.keyword or a.star for a in v.args):
+            return [self.layouts.of(a.value, self._scope()) for a in v.args]
+        if isinstance(v, (cst.List, cst.Tuple)) and not any(
+                isinstance(e, cst.StarredElement) for e in v.elements):
+            return [self.layouts.of(e.value, self._scope()) for e in v.elements]
+        return None
 
     def _is_layer_call(self, v: cst.BaseExpression) -> bool:
         """A call that builds one layer (not a list, a dict or an OrderedDict of them)."""
@@ -907,6 +931,11 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                          for v in layers])
                 if rule is not None and rule.special == "module_list" and value.args:
                     inner = value.args[0].value
+                    info.elem_items[attr] = (
+                        [self._positions(e.value) for e in inner.elements]
+                        if isinstance(inner, (cst.List, cst.Tuple)) else
+                        [self._positions(inner.elt)] if isinstance(inner, cst.ListComp)
+                        else [None])
                     if isinstance(inner, (cst.List, cst.Tuple)):
                         info.elem_layout[attr] = combine(
                             [self.layouts.of(e.value, self._scope()) for e in inner.elements])
@@ -958,6 +987,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self.rules.layers[b].special not in _CONTAINERS)), None)
             if info.container in ("module_dict", "module_list", "sequential"):
                 info.self_elem_layout = combine(info.self_items) if info.self_items else None
+            for attr, items in info.elem_items.items():
+                if items and all(i is not None and len(i) == len(items[0]) for i in items):
+                    info.elem_positions[attr] = [combine(list(p)) for p in zip(*items)]
             for attr, added in info.added_layouts.items():
                 ctor = info.attr_ctor.get(attr)
                 if info.attr_rule.get(attr) in ("torch.nn.ModuleList", "torch.nn.ModuleDict") \

@@ -29,14 +29,28 @@ from torch2jax.passes.rewrite_support import (
 class LayoutMixin:
     def _bind_loop_layout(self, target: cst.BaseExpression, it: cst.BaseExpression) -> None:
         """A loop over a container of layers: calls of its loop variable take the layout of
-        the container's elements."""
+        the container's elements (``for layer in self.layers``, ``enumerate(...)``,
+        ``zip(...)``, ``.items()``; ``for block, attn, down in self.stages`` over a
+        ModuleList of fixed-length containers, by position)."""
         info = self.index.classes.get(self.current_class or "")
         if info is None or not self._loop_layouts:
             return
+        if m.matches(it, m.Call(func=m.Name("enumerate"), args=[m.Arg(keyword=None)])):
+            if m.matches(target, m.Tuple(elements=[m.Element(), m.Element()])):
+                self._bind_loop_layout(target.elements[1].value, it.args[0].value)
+            return
+        if m.matches(it, m.Call(func=m.Name("zip"))) and isinstance(target, cst.Tuple) and (
+                len(target.elements) == len(it.args)) and not any(
+                    a.keyword or a.star for a in it.args):
+            for element, a in zip(target.elements, it.args):
+                self._bind_loop_layout(element.value, a.value)
+            return
         layout = None
+        attr = None
         if m.matches(it, m.Attribute(value=m.Name("self"))):
             # for layer in self.layers
-            layout = info.elem_layout.get(it.attr.value)
+            attr = it.attr.value
+            layout = info.elem_layout.get(attr)
         elif m.matches(it, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self")),
                                                    attr=m.Name("items") | m.Name("values")),
                                   args=[])):
@@ -53,6 +67,18 @@ class LayoutMixin:
                 elements=[m.Element(), m.Element()])) else None)
         if layout and isinstance(target, cst.Name):
             self._loop_layouts[-1][target.value] = layout
+        elif attr is not None and isinstance(target, (cst.Tuple, cst.List)) and (
+                attr in info.elem_items):
+            # unpacking each element of a ModuleList of containers: by position, or, when the
+            # positions are not known, calls of the names are marked (a layer of either
+            # layout may stand there)
+            positions = info.elem_positions.get(attr)
+            if positions is not None and len(positions) != len(target.elements):
+                positions = None
+            for i, element in enumerate(target.elements):
+                if isinstance(element.value, cst.Name):
+                    self._loop_layouts[-1][element.value.value] = (
+                        positions[i] if positions is not None else "mixed")
 
     def _string_quote(self) -> str:
         """A quote character that may be written inside the f-string being rewritten."""
