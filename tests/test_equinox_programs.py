@@ -1,0 +1,103 @@
+"""Programs of several files under ``--target equinox`` (issue 32): converted as the CLI
+converts a folder (the first pass over the files, then each file with its known names), run,
+and compared with torch's printed numbers.
+
+A training script that imports its model class from another file (the corpus GPT's
+``train.py`` with ``from model import GPT``) needs to know how that class is called on
+equinox: whether it keeps BatchNorm state, takes a dropout key, is kept batched. The converter
+reads them from the other file's conversion (targets/equinox_imported.py); without them a
+function that reads the model as a global (``estimate_loss``) was marked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_training_scripts import _close, _run
+
+from torch2jax.convert import convert_source
+from torch2jax.repo import index_repository
+
+pytestmark = pytest.mark.slow
+
+# a BatchNorm (state) and a dropout layer (a key; p=0 so that both sides compute alike),
+# weights set to constants so that torch's and JAX's runs print the same numbers
+MODEL = '''import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 6)
+        self.bn = nn.BatchNorm1d(6)
+        self.drop = nn.Dropout(0.0)
+        self.fc2 = nn.Linear(6, 3)
+        nn.init.constant_(self.fc1.weight, 0.1)
+        nn.init.constant_(self.fc1.bias, 0.05)
+        nn.init.constant_(self.fc2.weight, -0.1)
+        nn.init.constant_(self.fc2.bias, 0.02)
+
+    def forward(self, x):
+        return self.fc2(self.drop(F.relu(self.bn(self.fc1(x)))))
+'''
+
+# nanoGPT's shape: the model a global of the script, an evaluation function reading it
+SCRIPT = '''import torch
+import torch.nn.functional as F
+from model import Net
+
+torch.manual_seed(0)
+x = torch.linspace(-1.0, 1.0, 48).reshape(12, 4) ** 3
+y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2])
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+
+
+@torch.no_grad()
+def estimate_loss():
+    model.eval()
+    loss = F.cross_entropy(model(x), y)
+    model.train()
+    return loss.item()
+
+
+for step in range(5):
+    loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"{loss.item():.8f} {estimate_loss():.8f}")
+'''
+
+
+def _convert_folder(files: dict[str, str], folder: Path) -> dict[str, str]:
+    """Each file converted for equinox with the known names the CLI's first pass gives it."""
+    folder.mkdir()
+    paths = {name: folder / name for name in files}
+    for name, text in files.items():
+        paths[name].write_text(text)
+    repo = index_repository(paths.values())
+    out = {}
+    for name, path in paths.items():
+        result = convert_source(files[name], path=str(path), target="equinox",
+                                known_modules=set(repo.known_for(path)),
+                                public=set(repo.exported_from(path)))
+        assert "TODO(torch2jax)" not in result.code, result.code
+        out[name] = result.code
+    return out
+
+
+def test_global_model_of_an_imported_class(tmp_path: Path) -> None:
+    """The model's flags come from model.py: the evaluation function reads it as a global
+    (``global model``, inference mode set and unset), with its BatchNorm state, and the
+    numbers are torch's."""
+    code = _convert_folder({"model.py": MODEL, "script.py": SCRIPT}, tmp_path / "src")
+    assert "    global model\n    model = eqx.nn.inference_mode(model)\n" in code["script.py"]
+    torch_dir, jax_dir = tmp_path / "torch", tmp_path / "jax"
+    torch_dir.mkdir()
+    jax_dir.mkdir()
+    (torch_dir / "model.py").write_text(MODEL)
+    (jax_dir / "model.py").write_text(code["model.py"])
+    _close(_run(code["script.py"], jax_dir), _run(SCRIPT, torch_dir), rtol=1e-5)
