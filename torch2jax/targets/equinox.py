@@ -499,6 +499,7 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     frozen = freezable_dataclasses(module) if _stores_objects(f) else set()
     torch_defs = {s.name.value: s for s in torch_module.body
                   if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+    module = _init_function_loops(module, f)  # model.apply(weights_init)
     # training code (optimizer, train and eval steps, loops): equinox_training.py
     rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
             and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
@@ -567,6 +568,27 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
                if name not in used and c.assumed]
     return text, todos, assumed, {n: ModuleFlags(c.stateful, c.keyed, c.batched, c.draws)
                                   for n, c in f.classes.items()}
+
+
+def _init_function_loops(module: cst.Module, f: EquinoxFile) -> cst.Module:
+    """``model.apply(weights_init)`` of a function of the file, at the top level or in a
+    function's body (equinox_methods.py's init_function_loops): ``model = init_layers(...)``,
+    and the function in its equinox form."""
+    fns = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    body, used = class_methods.init_function_loops(list(module.body), fns)
+    for i, s in enumerate(body):
+        if isinstance(s, cst.FunctionDef):
+            inner, u = class_methods.init_function_loops(list(s.body.body), fns)
+            if u:
+                body[i] = s.with_changes(body=s.body.with_changes(body=inner))
+                used |= u
+    if not used:
+        return module
+    if any(findall(s, m.Call(func=m.Name(class_methods.INIT_FN))) for s in body):
+        f.needs.add(class_methods.INIT_FN)
+    return module.with_changes(body=[
+        class_methods.init_method(s, method=False) if isinstance(s, cst.FunctionDef) and
+        s.name.value in used else s for s in body])
 
 
 def _batched_fallback(f: EquinoxFile, used: set[str]) -> None:

@@ -418,6 +418,7 @@ class Scope(cst.CSTTransformer):
         # trainers given a `key` (their model has dropout): their calls pass one
         self.keyed_trainers: set[str] = set()
         self.layers: set[str] = set()  # torch layers built here, outside a module
+        self.eval_stateful = False  # the file's eval_step takes the models' state
         self.layer_called: str | None = None  # such a layer called in the statement
         self.needs_autocast = False  # a train step written here calls the autocast helper
         self.in_step = 0
@@ -522,6 +523,9 @@ class Scope(cst.CSTTransformer):
                     code(args[at].value) in self.models and \
                     self.flags(code(args[at].value))[0]:
                 added.append(STATE)
+            elif func == EVAL_STEP and self.eval_stateful:
+                raise _Fail("a model without BatchNorm state evaluated by the eval_step of "
+                            "the models with state")
             if func in self.opt_receivers:
                 j = self.opt_receivers[func]
                 if len(args) <= j or args[j].keyword is not None or args[j].star or \
@@ -1059,6 +1063,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                       "key" in _assigned_names(top), top, opt_receivers, optimizers[""],
                       ctx=ctx)
     top_scope.keyed_trainers = keyed_trainers
+    top_scope.eval_stateful = any_stateful
     eval_calls = 0
     # a statement written below calls the autocast helper (a train step under a compute dtype)
     needs_autocast = False
@@ -1080,6 +1085,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 scope = Scope(models[name], classes, receivers, trainers, has_key, body,
                               opt_receivers, optimizers[name], ctx=ctx)
                 scope.keyed_trainers = keyed_trainers
+                scope.eval_stateful = any_stateful
                 new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
                 _rebound(scope)
                 casts = scope.needs_autocast
