@@ -467,7 +467,7 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     pass wrote (ConversionResult.train_steps, ConversionResult.eval_step); ``imported``: the
     flags of module classes the file imports from other files of the repository, where the
     converter read them (targets/equinox_imported.py)."""
-    imported = imported or {}
+    imported = {} if imported is None else imported
     module = _without_nnx_helpers(cst.parse_module(nnx_code))
     torch_module = cst.parse_module(torch_source)
     f = EquinoxFile(module, torch_module, per_example)
@@ -506,10 +506,14 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     flags: dict[str, tuple[bool, bool] | None] = {n: (c.stateful, c.keyed)
                                                    for n, c in f.classes.items()}
     # classes imported from the other files: Class(..., rngs=nnx.Rngs(k)) -> Class(..., key=k)
-    flags.update({n: (imported[n].stateful, imported[n].keyed) if n in imported else None
+    # (the flags of a class imported are read only for those the file builds: each costs
+    # the conversion of its file, equinox_imported.py)
+    built = {c.func.value for c in findall(module, m.Call(func=m.Name(), args=[
+        m.ZeroOrMore(), m.Arg(keyword=m.Name("rngs")), m.ZeroOrMore()]))}
+    outside = {n: imported[n] for n in _imported_names(module) & built
+               if n not in flags and n in imported}
+    flags.update({n: (outside[n].stateful, outside[n].keyed) if n in outside else None
                   for n in _imported_names(module) if n not in flags})
-    outside = {n: imported[n] for n in _imported_names(module) if n in imported
-               and n not in f.classes}
     ctx = training.TrainingContext(
         batch_reduced={n: c.reduced for n, c in f.classes.items()
                        if n not in used and c.reduced},

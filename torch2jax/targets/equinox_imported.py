@@ -12,7 +12,7 @@ the file being read is not followed (its classes stay unknown, and what needs th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 
 from torch2jax.repo import CLASS_FILE, import_closure, index_repository
@@ -36,17 +36,31 @@ def class_files(known: Collection[str]) -> dict[str, tuple[Path, str]]:
     return out
 
 
-def imported_flags(known: Collection[str], target: str, layers: Collection[str],
-                   convert: Callable[..., ConversionResult]) -> dict[str, ModuleFlags]:
+class ImportedFlags(Mapping[str, ModuleFlags]):
     """The flags of the classes in ``known`` (a file's known names) that another file of the
     repository defines, as ``convert`` (convert_source, with the rules) makes them for
-    ``target``; a class whose file cannot be read or converted is left out."""
-    out = {}
-    for local, (path, cls) in class_files(known).items():
-        flags = _file_flags(path, target, layers, convert)
-        if cls in flags:
-            out[local] = flags[cls]
-    return out
+    ``target``; a class whose file cannot be read or converted has none. Read when asked for:
+    only the classes the file builds cost the other file's conversion."""
+
+    def __init__(self, known: Collection[str], target: str, layers: Collection[str],
+                 convert: Callable[..., ConversionResult]) -> None:
+        self.files = class_files(known)
+        self.target, self.layers, self.convert = target, layers, convert
+
+    def __getitem__(self, name: str) -> ModuleFlags:
+        if name not in self.files:
+            raise KeyError(name)
+        path, cls = self.files[name]
+        flags = _file_flags(path, self.target, self.layers, self.convert)
+        if cls not in flags:
+            raise KeyError(name)
+        return flags[cls]
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n in self.files if n in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _file_flags(path: Path, target: str, layers: Collection[str],
