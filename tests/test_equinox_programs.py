@@ -23,8 +23,6 @@ from unbound import undefined_names
 from torch2jax.convert import convert_source
 from torch2jax.repo import index_repository
 
-pytestmark = pytest.mark.slow
-
 # a BatchNorm (state) and a dropout layer (a key; p=0 so that both sides compute alike),
 # weights set to constants so that torch's and JAX's runs print the same numbers
 MODEL = '''import torch.nn as nn
@@ -109,6 +107,7 @@ def _convert_folder(files: dict[str, str], folder: Path) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 def test_global_model_of_an_imported_class(tmp_path: Path) -> None:
     """The model's flags come from model.py: the evaluation function reads it as a global
     (``global model``, inference mode set and unset), with its BatchNorm state, and the
@@ -182,6 +181,7 @@ print(f"{spread.std().item():.6f}")
 '''
 
 
+@pytest.mark.slow
 def test_apply_of_an_init_function(tmp_path: Path) -> None:
     code = _convert_folder({"script.py": APPLY_INIT}, tmp_path / "src")["script.py"]
     assert "net = jax.tree.map(lambda m: weights_init(m) if isinstance(" in code
@@ -194,3 +194,51 @@ def test_apply_of_an_init_function(tmp_path: Path) -> None:
     _close(got[:3], want[:3], rtol=1e-5)
     # torch's seeds 0-4 give 0.0053 to 0.0074
     assert 0.5 < float(got[3]) / float(want[3]) < 2.0, (got, want)
+
+
+# two models, each with its own optimizer, trained in two loops of one scope: equinox's
+# optimizer state is an array the script holds, one `opt_state` name per function
+TWO_OPTIMIZERS = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+x = torch.linspace(-1.0, 1.0, 24).reshape(6, 4)
+y = torch.linspace(0.0, 1.0, 6).reshape(6, 1)
+a = Net()
+b = Net()
+opt_a = torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9)
+opt_b = torch.optim.SGD(b.parameters(), lr=0.1, momentum=0.9)
+for step in range(4):
+    loss_a = F.mse_loss(a(x), y)
+    opt_a.zero_grad()
+    loss_a.backward()
+    opt_a.step()
+for step in range(4):
+    loss_b = F.mse_loss(b(x), y)
+    opt_b.zero_grad()
+    loss_b.backward()
+    opt_b.step()
+'''
+
+
+def test_two_optimizers_in_one_scope_are_marked() -> None:
+    """The second optimizer's state replaced the first's under one name, unmarked: b's loop
+    then stepped with a's momentum (its losses 0.054, 0.005, 0.105 where torch's are 0.163,
+    0.049, 0.001), and both loops' steps, of one name, were written for b. Now the second
+    optimizer is marked and each loop's step is its own."""
+    result = convert_source(TWO_OPTIMIZERS, path="two.py", target="equinox")
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    assert any("two optimizers in one function (opt_a and opt_b)" in e for e in errors), errors
+    assert "def train_step(a, opt_state):" in result.code
+    assert "    a, opt_state = train_step(a, opt_state)" in result.code or \
+        "    a, opt_state, " in result.code

@@ -407,6 +407,10 @@ class Scope(cst.CSTTransformer):
         self.opt_receivers = opt_receivers or {}
         self.has_key = has_key
         self.steps: dict[str, dict] = {}
+        # the step each name is bound to at this point of the traversal (two loops, each
+        # with its own step of one name: the calls after each take its own)
+        self.current: dict[str, dict] = {}
+        self.built_optimizers: set[str] = set()  # built in this scope
         self.dtype: str | None = None
         self.optimizers: set[str] = set(optimizers)  # built here, or received
         self.inference: set[str] = set()  # models in inference mode here
@@ -450,9 +454,10 @@ class Scope(cst.CSTTransformer):
         return True
 
     def leave_FunctionDef(self, original_node, updated_node):
-        parts = self.steps.get(original_node.name.value)
-        if parts is None:
+        if original_node.name.value not in self.steps:
             return updated_node
+        parts = _step_parts(original_node, self.ctx) or self.steps[original_node.name.value]
+        self.current[original_node.name.value] = parts
         self.in_step -= 1
         stateful, keyed = self.flags(parts["model"])
         new, cast = train_step(updated_node, parts, stateful, keyed, self.dtype, self.ctx,
@@ -696,6 +701,7 @@ class Scope(cst.CSTTransformer):
                     raise _Fail("an nnx.Optimizer over other variables than the parameters")
                 model = code(args[0].value)
                 self.optimizers.add(target.value)
+                self.one_opt_state(target.value)
                 tx = args[1].value.visit(Dedent())
                 out = [_stmt(f"{target.value} = {code(tx)}"),
                        _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter({model}, "
@@ -717,6 +723,7 @@ class Scope(cst.CSTTransformer):
                         self.models[value.func.value.value], ()):
                 # torch's configure_optimizers: the method returns the optax transform
                 self.optimizers.add(target.value)
+                self.one_opt_state(target.value)
                 out = [_stmt(f"{target.value} = {code(value)}"),
                        _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter("
                              f"{value.func.value.value}, eqx.is_array))")]
@@ -781,8 +788,17 @@ class Scope(cst.CSTTransformer):
             return self.trainer_call(small.value, small.targets[0].target)
         return None
 
+    def one_opt_state(self, optimizer: str) -> None:
+        """One ``opt_state`` name per function: a second optimizer's state would replace the
+        first's (a step of the first would then update with the second's moments)."""
+        other = self.built_optimizers - {optimizer}
+        if other:
+            raise _Fail(f"two optimizers in one function ({min(other)} and {optimizer}): "
+                        "each needs its own optimizer state")
+        self.built_optimizers.add(optimizer)
+
     def step_call(self, call: cst.Call, target) -> list:
-        parts = self.steps[call.func.value]
+        parts = self.current.get(call.func.value, self.steps[call.func.value])
         args = list(call.args)
         if parts["functional"]:
             model = self.split_model or parts["model"]
