@@ -116,10 +116,9 @@ GAPS: dict[tuple[str, str], str] = {
     ("dcgan", "linen"): "torch.nn.init, model.apply(weights_init) and the GAN step are "
                         "translated for --target nnx only",
     # (weights_init applied by model.apply is translated: tests/test_equinox_programs.py)
-    ("dcgan", "equinox"): "the equinox pass has no translation of two models with BatchNorm "
-                          "state in one step (the GAN step: each needs its own eqx.nn.State), "
-                          "nor one eval_step for a model kept batched (the discriminator) "
-                          "and one per example (the generator)",
+    ("dcgan", "equinox"): "the equinox pass has no translation of the GAN step: two models "
+                          "with BatchNorm state in one function (each needs its own "
+                          "eqx.nn.State) and two optimizers (each its own optimizer state)",
 }
 
 

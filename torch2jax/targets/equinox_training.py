@@ -423,6 +423,7 @@ class Scope(cst.CSTTransformer):
         self.keyed_trainers: set[str] = set()
         self.layers: set[str] = set()  # torch layers built here, outside a module
         self.eval_stateful = False  # the file's eval_step takes the models' state
+        self.eval_batched = False  # ... and calls them on the batch as they are
         self.layer_called: str | None = None  # such a layer called in the statement
         self.needs_autocast = False  # a train step written here calls the autocast helper
         self.in_step = 0
@@ -553,7 +554,12 @@ class Scope(cst.CSTTransformer):
     def eval_key(self, call: cst.Call, model: str) -> cst.Call:
         """``eval_step(model, x)`` of a model whose forward draws: a key split off the
         scope's before the statement (``key, subkey = jax.random.split(key)``), passed as
-        ``key=subkey``."""
+        ``key=subkey``. A model kept batched evaluated by the eval_step of models mapped
+        over the batch (or the reverse) is refused."""
+        cls = self.models.get(model)
+        if cls is not None and self.classes.get(cls) is not None and \
+                (cls in self.ctx.batched) != self.eval_batched:
+            raise _Fail("a model kept batched and a model per example share one eval_step")
         if self.models.get(model) not in self.ctx.draws:
             return call
         if not self.has_key:
@@ -1048,8 +1054,14 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                        for c in ms.values())
     # one eval step for the models of the file: on the batch when they are kept batched;
     # a model class imported from another file decides when called (its `batched`)
-    kinds = {c in ctx.batched for ms in models.values() for c in ms.values()
-             if classes.get(c) is not None}
+    # (the models it evaluates: passed to it, or put in inference mode; a call of it written
+    # for another model is checked where it is written, Scope.eval_form)
+    evaluated = {code(c.args[0].value) for s in stmts for c in findall(s, m.Call(
+        func=m.Name(EVAL_STEP), args=[m.Arg(keyword=None), m.ZeroOrMore()]))} | {
+        c.func.value.value for s in stmts for c in findall(s, m.Call(func=m.Attribute(
+            value=m.Name(), attr=m.Name("eval"))))}
+    kinds = {c in ctx.batched for ms in models.values() for n, c in ms.items()
+             if classes.get(c) is not None and n in evaluated}
     imported = any(classes.get(c) is None for ms in models.values() for c in ms.values())
 
     draws = {c in ctx.draws for ms in models.values() for c in ms.values()
@@ -1080,6 +1092,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                       ctx=ctx)
     top_scope.keyed_trainers = keyed_trainers
     top_scope.eval_stateful = any_stateful
+    top_scope.eval_batched = kinds == {True}
     eval_calls = 0
     # a statement written below calls the autocast helper (a train step under a compute dtype)
     needs_autocast = False
@@ -1102,6 +1115,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                               opt_receivers, optimizers[name], ctx=ctx)
                 scope.keyed_trainers = keyed_trainers
                 scope.eval_stateful = any_stateful
+                scope.eval_batched = kinds == {True}
                 new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
                 _rebound(scope)
                 casts = scope.needs_autocast
