@@ -62,7 +62,7 @@ EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
                      (305, "torch-leftover"), (308, "torch-leftover"), (310, "torch-leftover"),
                      (312, "torch-leftover")],
         # (estimate_loss reads the model as a global: translated, GPT's flags read from
-        # model.py's conversion, targets/equinox_imported.py; its eval_step at the top)
+        # model.py's conversion, repo_classes.py; its eval_step at the top)
         "train.py": [(98, "torch-leftover"), (145, "torch.load"), (154, "equinox"),
                      (217, "training-loop"), (218, "torch.nn.utils.clip_grad_norm_"),
                      (246, "torch.save"), (249, "training-loop"), (277, "equinox")],

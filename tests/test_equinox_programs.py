@@ -5,7 +5,7 @@ and compared with torch's printed numbers.
 A training script that imports its model class from another file (the corpus GPT's
 ``train.py`` with ``from model import GPT``) needs to know how that class is called on
 equinox: whether it keeps BatchNorm state, takes a dropout key, is kept batched. The converter
-reads them from the other file's conversion (targets/equinox_imported.py); without them a
+reads them from the other file's conversion (repo_classes.py); without them a
 function that reads the model as a global (``estimate_loss``) was marked.
 """
 

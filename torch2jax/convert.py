@@ -175,7 +175,7 @@ def convert_source(
     hoist_steps = not spec.intermediate
     if spec.rewrites_translation_of:  # a pass over the NNX translation (targets/equinox.py)
         from torch2jax.targets.equinox import from_nnx
-        from torch2jax.targets.equinox_imported import ImportedFlags
+        from torch2jax.repo_classes import ImportedFlags
 
         nnx = convert_source(source, path=path, rules=_channel_first(rules),
                              known_modules=known_modules, fuse_layout=False,

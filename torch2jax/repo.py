@@ -48,7 +48,7 @@ TORCH_SEEDED = "torch-seeded:global"
 SHUFFLES = "host-shuffles:global"
 # in a file's known names: a module class it imports by name from another file of the
 # repository, written CLASS_FILE + "<bound name>=<path of that file>::<its class name>": the
-# equinox target reads that file's class flags (targets/equinox_imported.py)
+# equinox target reads that file's class flags (repo_classes.py)
 CLASS_FILE = "class-file:"
 _GLOBAL_DRAWS = frozenset({"torch.randint", "torch.randperm", "torch.rand", "torch.randn"})
 _TORCH_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})

@@ -466,7 +466,7 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     (ConversionResult.per_example); ``train_steps`` and ``eval_step``: the steps the NNX
     pass wrote (ConversionResult.train_steps, ConversionResult.eval_step); ``imported``: the
     flags of module classes the file imports from other files of the repository, where the
-    converter read them (targets/equinox_imported.py)."""
+    converter read them (repo_classes.py)."""
     imported = {} if imported is None else imported
     module = _without_nnx_helpers(cst.parse_module(nnx_code))
     torch_module = cst.parse_module(torch_source)
@@ -507,7 +507,7 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
                                                    for n, c in f.classes.items()}
     # classes imported from the other files: Class(..., rngs=nnx.Rngs(k)) -> Class(..., key=k)
     # (the flags of a class imported are read only for those the file builds: each costs
-    # the conversion of its file, equinox_imported.py)
+    # the conversion of its file, repo_classes.py)
     built = {c.func.value for c in findall(module, m.Call(func=m.Name(), args=[
         m.ZeroOrMore(), m.Arg(keyword=m.Name("rngs")), m.ZeroOrMore()]))}
     outside = {n: imported[n] for n in _imported_names(module) & built

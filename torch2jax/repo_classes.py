@@ -1,5 +1,5 @@
-"""How the module classes a file imports from other files of the repository are called on
-equinox (``from model import GPT`` in a training script).
+"""How the module classes a file imports from other files of the repository are called on a
+target whose training code needs it (equinox: ``from model import GPT`` in a training script).
 
 The training code of the importing file needs them: whether the model keeps BatchNorm state
 (``model(x, state)``), takes a dropout key, is called on the batch as it is, draws in its
@@ -8,6 +8,7 @@ converted (its own first pass over the files it imports included), and the flags
 its result (``ConversionResult.module_flags``): what the class is, not a guess from its
 torch source. Each file is converted once per process; a file that imports, through others,
 the file being read is not followed (its classes stay unknown, and what needs them is marked).
+Not a module of ``targets/``, which keep no state: the cache of converted files is this one's.
 """
 
 from __future__ import annotations
