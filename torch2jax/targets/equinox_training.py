@@ -407,8 +407,7 @@ class Scope(cst.CSTTransformer):
         self.opt_receivers = opt_receivers or {}
         self.has_key = has_key
         self.steps: dict[str, dict] = {}
-        # the step each name is bound to at this point of the traversal (two loops, each
-        # with its own step of one name: the calls after each take its own)
+        # the step each name is bound to at this point (two loops, each with its own step)
         self.current: dict[str, dict] = {}
         self.built_optimizers: set[str] = set()  # built in this scope
         self.dtype: str | None = None
@@ -795,8 +794,7 @@ class Scope(cst.CSTTransformer):
         return None
 
     def one_opt_state(self, optimizer: str) -> None:
-        """One ``opt_state`` name per function: a second optimizer's state would replace the
-        first's (a step of the first would then update with the second's moments)."""
+        """One ``opt_state`` name per function: a second optimizer's would replace the first's."""
         other = self.built_optimizers - {optimizer}
         if other:
             raise _Fail(f"two optimizers in one function ({min(other)} and {optimizer}): "
@@ -1054,8 +1052,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                        for c in ms.values())
     # one eval step for the models of the file: on the batch when they are kept batched;
     # a model class imported from another file decides when called (its `batched`)
-    # (the models it evaluates: passed to it, or put in inference mode; a call of it written
-    # for another model is checked where it is written, Scope.eval_form)
+    # (of the models it evaluates: passed to it, or put in inference mode; Scope.eval_key)
     evaluated = {code(c.args[0].value) for s in stmts for c in findall(s, m.Call(
         func=m.Name(EVAL_STEP), args=[m.Arg(keyword=None), m.ZeroOrMore()]))} | {
         c.func.value.value for s in stmts for c in findall(s, m.Call(func=m.Attribute(
