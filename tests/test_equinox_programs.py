@@ -242,3 +242,53 @@ def test_two_optimizers_in_one_scope_are_marked() -> None:
     assert "def train_step(a, opt_state):" in result.code
     assert "    a, opt_state = train_step(a, opt_state)" in result.code or \
         "    a, opt_state, " in result.code
+
+
+# DCGAN's evaluation: the generator (per example) evaluated, the discriminator (kept batched:
+# its .view(-1, 1).squeeze(1)) only built here. The one eval_step takes the generator's form
+EVAL_ONE_OF_TWO = '''import torch
+import torch.nn as nn
+
+
+class Gen(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.bn = nn.BatchNorm1d(4)
+        nn.init.constant_(self.fc.weight, 0.3)
+        nn.init.constant_(self.fc.bias, -0.1)
+
+    def forward(self, z):
+        return torch.tanh(self.bn(self.fc(z)))
+
+
+class Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x).view(-1, 1).squeeze(1)
+
+
+torch.manual_seed(0)
+netG = Gen()
+netD = Critic()
+z = torch.linspace(-1.0, 1.0, 6).reshape(2, 3)
+netG.eval()
+with torch.no_grad():
+    sample = netG(z)
+print(f"{sample.sum().item():.6f} {sample.pow(2).sum().item():.6f}")
+'''
+
+
+@pytest.mark.slow
+def test_eval_step_of_the_evaluated_model(tmp_path: Path) -> None:
+    """The eval_step was refused ("models kept batched and models per example share one
+    eval_step") as soon as the file built one model of each form."""
+    code = _convert_folder({"script.py": EVAL_ONE_OF_TWO}, tmp_path / "src")["script.py"]
+    assert "class Critic" in code and "    batched = True\n" in code
+    torch_dir, jax_dir = tmp_path / "torch", tmp_path / "jax"
+    torch_dir.mkdir()
+    jax_dir.mkdir()
+    _close(_run(code, jax_dir), _run(EVAL_ONE_OF_TWO, torch_dir), rtol=1e-5)
