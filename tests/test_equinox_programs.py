@@ -292,3 +292,14 @@ def test_eval_step_of_the_evaluated_model(tmp_path: Path) -> None:
     torch_dir.mkdir()
     jax_dir.mkdir()
     _close(_run(code, jax_dir), _run(EVAL_ONE_OF_TWO, torch_dir), rtol=1e-5)
+
+
+def test_init_function_also_called_on_one_layer_is_marked() -> None:
+    """Its equinox form returns the layer, where NNX's (and torch's) changes it in place: a
+    direct call, whose result is not kept, would leave the layer as it was. Marked."""
+    source = APPLY_INIT.replace("wide.apply(normal_init)\n",
+                                "wide.apply(normal_init)\nnormal_init(nn.Conv2d(2, 2, 3))\n")
+    result = convert_source(source, path="script.py", target="equinox")
+    assert "init_layers(normal_init" not in result.code
+    assert "TODO(torch2jax)" in result.code
+    assert "net = jax.tree.map(lambda m: weights_init(m)" in result.code  # (the other one)

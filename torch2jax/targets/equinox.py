@@ -579,13 +579,23 @@ def _init_function_loops(module: cst.Module, f: EquinoxFile) -> cst.Module:
     function's body (equinox_methods.py's init_function_loops): ``model = init_layers(...)``,
     and the function in its equinox form."""
     fns = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
-    body, used = class_methods.init_function_loops(list(module.body), fns)
-    for i, s in enumerate(body):
-        if isinstance(s, cst.FunctionDef):
-            inner, u = class_methods.init_function_loops(list(s.body.body), fns)
-            if u:
-                body[i] = s.with_changes(body=s.body.with_changes(body=inner))
-                used |= u
+
+    def rewrite(fns):
+        body, loops = class_methods.init_function_loops(list(module.body), fns)
+        for i, s in enumerate(body):
+            if isinstance(s, cst.FunctionDef):
+                inner, u = class_methods.init_function_loops(list(s.body.body), fns)
+                if u:
+                    body[i] = s.with_changes(body=s.body.with_changes(body=inner))
+                    loops += u
+        return body, loops
+    body, loops = rewrite(fns)
+    # a function also used otherwise (called on one layer: NNX's in place, equinox's
+    # returning the layer) stays NNX, marked
+    names = [n.value for n in findall(module, m.Name())]
+    used = {fn for fn in loops if names.count(fn) - 1 == loops.count(fn)}
+    if set(loops) != used:
+        body, _ = rewrite({n: fn for n, fn in fns.items() if n in used})
     if not used:
         return module
     if any(findall(s, m.Call(func=m.Name(class_methods.INIT_FN))) for s in body):

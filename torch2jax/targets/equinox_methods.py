@@ -90,13 +90,14 @@ def init_types(fn: cst.FunctionDef) -> list[str] | None:
 
 
 def init_function_loops(body: list[cst.BaseStatement], fns: dict[str, cst.FunctionDef]
-                        ) -> tuple[list[cst.BaseStatement], set[str]]:
+                        ) -> tuple[list[cst.BaseStatement], list[str]]:
     """NNX's ``model.apply(fn)`` of a function of the file (``init_rngs = nnx.Rngs(k)``, then
     ``for _, module in nnx.iter_modules(model): fn(module, rngs=init_rngs)``) -> ``model =
     init_layers(fn, model, (eqx.nn.Conv, ...), key=k)``, where ``fn`` has an equinox form
-    (:func:`init_method`). Returns the statements and the functions so applied."""
+    (:func:`init_method`). Returns the statements and the functions so applied, once per
+    loop."""
     out: list[cst.BaseStatement] = []
-    used: set[str] = set()
+    used: list[str] = []
     rngs = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())], value=m.Call(
         func=m.Attribute(value=m.Name("nnx"), attr=m.Name("Rngs")), args=[m.Arg()]))])
     for s in body:
@@ -128,7 +129,7 @@ def init_function_loops(body: list[cst.BaseStatement], fns: dict[str, cst.Functi
                 f"{model} = jax.tree.map(lambda m: {fn}(m) if isinstance(m, {kinds}) else m, "
                 f"{model}, is_leaf=lambda m: isinstance(m, {kinds}))").with_changes(
                     leading_lines=s.leading_lines))
-        used.add(fn)
+        used.append(fn)
     return out, used
 
 
