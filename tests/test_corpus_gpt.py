@@ -61,12 +61,11 @@ EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
                      (297, "equinox"),
                      (305, "torch-leftover"), (308, "torch-leftover"), (310, "torch-leftover"),
                      (312, "torch-leftover")],
-        # (estimate_loss reads the model as a global: the global-model route needs its
-        # class's flags, which a class of another file does not give here: marked, 167-173)
-        "train.py": [(100, "torch-leftover"), (147, "torch.load"), (156, "equinox"),
-                     (167, "equinox"), (173, "torch-leftover"),
-                     (218, "training-loop"), (219, "torch.nn.utils.clip_grad_norm_"),
-                     (247, "torch.save"), (250, "training-loop"), (278, "equinox")],
+        # (estimate_loss reads the model as a global: translated, GPT's flags read from
+        # model.py's conversion, repo_classes.py; its eval_step at the top)
+        "train.py": [(98, "torch-leftover"), (145, "torch.load"), (154, "equinox"),
+                     (217, "training-loop"), (218, "torch.nn.utils.clip_grad_norm_"),
+                     (246, "torch.save"), (249, "training-loop"), (277, "equinox")],
         # model.load_state_dict(...) kept as written (no equinox counterpart), marked
         "sample.py": [(37, "torch-leftover"), (41, "torch.load"), (47, "equinox")],
     },

@@ -181,13 +181,18 @@ def convert_source(
     hoist_steps = not spec.intermediate
     if spec.rewrites_translation_of:  # a pass over the NNX translation (targets/equinox.py)
         from torch2jax.targets.equinox import from_nnx
+        from torch2jax.repo_classes import ImportedFlags
 
         nnx = convert_source(source, path=path, rules=_channel_first(rules),
                              known_modules=known_modules, fuse_layout=False,
                              target=spec.rewrites_translation_of)
         if not nnx.uses_torch:
             return nnx
-        return suppress(_finish(from_nnx(nnx, source, path), nnx, path, source,
+        # how the module classes it imports from other files are called there
+        imported = ImportedFlags(known_modules or (), target, rules.layers,
+                                 functools.partial(convert_source, rules=rules, init=init,
+                                                   shard=shard))
+        return suppress(_finish(from_nnx(nnx, source, path, imported), nnx, path, source,
                                 known_modules or ()), source)
     try:
         module = cst.parse_module(source)

@@ -46,6 +46,10 @@ TORCH_SEEDED = "torch-seeded:global"
 # ... and when a file shuffles a loader (DataLoader(shuffle=...), RandomSampler) without seeding
 # torch itself: its order's seed is then drawn from numpy's global generator (passes/data.py)
 SHUFFLES = "host-shuffles:global"
+# in a file's known names: a module class it imports by name from another file of the
+# repository, written CLASS_FILE + "<bound name>=<path of that file>::<its class name>": the
+# equinox target reads that file's class flags (repo_classes.py)
+CLASS_FILE = "class-file:"
 _GLOBAL_DRAWS = frozenset({"torch.randint", "torch.randperm", "torch.rand", "torch.randn"})
 _TORCH_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 
@@ -393,6 +397,8 @@ def index_repository(files: Iterable[Path], torch_layers: Iterable[str] = (),
                 if target in module_classes:
                     known |= {local, b.qualified}
                     imported.add(target)
+                    if target[0] in modules:
+                        known.add(f"{CLASS_FILE}{local}={modules[target[0]].path}::{target[1]}")
             elif r.startswith("mod:") or (b.kind == "module" and r in modules):
                 # a module of the repository bound to a name: its module classes as attributes
                 modname = r.removeprefix("mod:")

@@ -7,12 +7,13 @@ need not import the converter that calls them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from torch2jax.finish.invariants import InputFacts
 from torch2jax.finish.removed import Removed
 from torch2jax.report import Diagnostic
 
-__all__ = ["ConversionResult", "TrainStepRecord"]
+__all__ = ["ConversionResult", "ModuleFlags", "TrainStepRecord"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,17 @@ class TrainStepRecord:
     optimizer: str
     functional: bool = False
     closure: bool = False
+
+
+class ModuleFlags(NamedTuple):
+    """How the target's form of a module class is called, for the files that import it: it
+    keeps state (BatchNorm), takes a key (dropout), is called on the batch as it is
+    (``batched``), draws in its forward pass (a VAE's sample)."""
+
+    stateful: bool
+    keyed: bool
+    batched: bool
+    draws: bool
 
 
 @dataclass
@@ -56,6 +68,9 @@ class ConversionResult:
     # files written beside the converted one (path relative to its folder -> code): the
     # converted model code of installed packages it builds models from (package_models.py)
     files: dict[str, str] = field(default_factory=dict)
+    # (equinox) the module classes of the file -> how they are called (ModuleFlags)
+    module_flags: dict[str, ModuleFlags] = field(default_factory=dict, repr=False,
+                                                 compare=False)
 
     @property
     def changed(self) -> bool:

@@ -47,7 +47,7 @@ from torch2jax.finish.removed import bound_names
 from torch2jax.passes.common import code, expr, freezable_dataclasses, freeze_dataclass, int_value
 from torch2jax.passes.helpers import HELPERS, add_helpers
 from torch2jax.report import Diagnostic
-from torch2jax.result import ConversionResult, TrainStepRecord
+from torch2jax.result import ConversionResult, ModuleFlags, TrainStepRecord
 from torch2jax.targets import equinox_methods as class_methods
 from torch2jax.targets import equinox_training as training
 from torch2jax.targets.equinox_forward import DRAW_KEY, Forward, _reshape_rank
@@ -455,13 +455,19 @@ def _without_nnx_helpers(module: cst.Module) -> cst.Module:
 
 
 def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
-            train_steps: tuple[TrainStepRecord, ...] = (), eval_step: str | None = None
-            ) -> tuple[str, list[tuple[int, str]], list[tuple[str, str]]]:
+            train_steps: tuple[TrainStepRecord, ...] = (), eval_step: str | None = None,
+            imported: Mapping[str, ModuleFlags] | None = None
+            ) -> tuple[str, list[tuple[int, str]], list[tuple[str, str]],
+                       dict[str, ModuleFlags]]:
     """NNX code -> equinox code. Returns the code, ``(line, message)`` of each TODO this
-    pass added, and ``(class, message)`` of the input ranks it took from a first layer.
+    pass added, ``(class, message)`` of the input ranks it took from a first layer, and how
+    each module class of the file is called (ModuleFlags, for the files importing it).
     ``per_example``: the code of the NNX pass's layers written for one example
     (ConversionResult.per_example); ``train_steps`` and ``eval_step``: the steps the NNX
-    pass wrote (ConversionResult.train_steps, ConversionResult.eval_step)."""
+    pass wrote (ConversionResult.train_steps, ConversionResult.eval_step); ``imported``: the
+    flags of module classes the file imports from other files of the repository, where the
+    converter read them (repo_classes.py)."""
+    imported = {} if imported is None else imported
     module = _without_nnx_helpers(cst.parse_module(nnx_code))
     torch_module = cst.parse_module(torch_source)
     f = EquinoxFile(module, torch_module, per_example)
@@ -493,13 +499,21 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     frozen = freezable_dataclasses(module) if _stores_objects(f) else set()
     torch_defs = {s.name.value: s for s in torch_module.body
                   if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
+    module = _init_function_loops(module, f)  # model.apply(weights_init)
     # training code (optimizer, train and eval steps, loops): equinox_training.py
     rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
             and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
     flags: dict[str, tuple[bool, bool] | None] = {n: (c.stateful, c.keyed)
                                                    for n, c in f.classes.items()}
     # classes imported from the other files: Class(..., rngs=nnx.Rngs(k)) -> Class(..., key=k)
-    flags.update({n: None for n in _imported_names(module) if n not in flags})
+    # (the flags of a class imported are read only for those the file builds: each costs
+    # the conversion of its file, repo_classes.py)
+    built = {c.func.value for c in findall(module, m.Call(func=m.Name(), args=[
+        m.ZeroOrMore(), m.Arg(keyword=m.Name("rngs")), m.ZeroOrMore()]))}
+    outside = {n: imported[n] for n in _imported_names(module) & built
+               if n not in flags and n in imported}
+    flags.update({n: (outside[n].stateful, outside[n].keyed) if n in outside else None
+                  for n in _imported_names(module) if n not in flags})
     ctx = training.TrainingContext(
         batch_reduced={n: c.reduced for n, c in f.classes.items()
                        if n not in used and c.reduced},
@@ -507,8 +521,10 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
             s, cst.FunctionDef) and class_methods.optimizer_method(s) is not None)
             for n, c in f.classes.items()},
         layer_of=_training_layer, train_steps=tuple(train_steps), eval_step=eval_step,
-        batched=frozenset(n for n, c in f.classes.items() if c.batched),
-        draws=frozenset(n for n, c in f.classes.items() if c.draws))
+        batched=frozenset(n for n, c in f.classes.items() if c.batched) | frozenset(
+            n for n, g in outside.items() if g.batched),
+        draws=frozenset(n for n, c in f.classes.items() if c.draws) | frozenset(
+            n for n, g in outside.items() if g.draws))
     translated = dict(zip(map(id, rest), training.translate(rest, flags, ctx), strict=True))
     for s in module.body:
         if isinstance(s, cst.ClassDef) and s.name.value in f.classes:
@@ -554,7 +570,39 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
              if f"[{RULE}]" in line and "# TODO(torch2jax): " in line]
     assumed = [(name, _assumed_ranks(name, c.assumed)) for name, c in f.classes.items()
                if name not in used and c.assumed]
-    return text, todos, assumed
+    return text, todos, assumed, {n: ModuleFlags(c.stateful, c.keyed, c.batched, c.draws)
+                                  for n, c in f.classes.items()}
+
+
+def _init_function_loops(module: cst.Module, f: EquinoxFile) -> cst.Module:
+    """``model.apply(weights_init)`` of a function of the file, at the top level or in a
+    function's body (equinox_methods.py's init_function_loops): ``model = init_layers(...)``,
+    and the function in its equinox form."""
+    fns = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+
+    def rewrite(fns):
+        body, loops = class_methods.init_function_loops(list(module.body), fns)
+        for i, s in enumerate(body):
+            if isinstance(s, cst.FunctionDef):
+                inner, u = class_methods.init_function_loops(list(s.body.body), fns)
+                if u:
+                    body[i] = s.with_changes(body=s.body.with_changes(body=inner))
+                    loops += u
+        return body, loops
+    body, loops = rewrite(fns)
+    # a function also used otherwise (called on one layer: NNX's in place, equinox's
+    # returning the layer) stays NNX, marked
+    names = [n.value for n in findall(module, m.Name())]
+    used = {fn for fn in loops if names.count(fn) - 1 == loops.count(fn)}
+    if set(loops) != used:
+        body, _ = rewrite({n: fn for n, fn in fns.items() if n in used})
+    if not used:
+        return module
+    if any(findall(s, m.Call(func=m.Name(class_methods.INIT_FN))) for s in body):
+        f.needs.add(class_methods.INIT_FN)
+    return module.with_changes(body=[
+        class_methods.init_method(s, method=False) if isinstance(s, cst.FunctionDef) and
+        s.name.value in used else s for s in body])
 
 
 def _batched_fallback(f: EquinoxFile, used: set[str]) -> None:
@@ -932,11 +980,13 @@ def _order_imports(body: list) -> list:
     return [*head, *ordered, *tail]
 
 
-def from_nnx(nnx: ConversionResult, source: str, path: str) -> ConversionResult:
+def from_nnx(nnx: ConversionResult, source: str, path: str,
+             imported: Mapping[str, ModuleFlags] | None = None) -> ConversionResult:
     """The converter's entry: a ConversionResult for NNX -> one for equinox. The NNX pass's
-    diagnostics are kept (their TODO lines stay in the code); this pass adds its own."""
-    text, todos, assumed = convert(nnx.code, source, nnx.per_example, nnx.train_steps,
-                                   nnx.eval_step)
+    diagnostics are kept (their TODO lines stay in the code); this pass adds its own.
+    ``imported``: the flags of the module classes it imports (:func:`convert`)."""
+    text, todos, assumed, flags = convert(nnx.code, source, nnx.per_example, nnx.train_steps,
+                                          nnx.eval_step, imported)
     # (their lines in ``text`` are neither the torch file's nor the finished file's)
     lines = torch_lines(text, source, f"[{RULE}]")
     if len(lines) != len(todos):  # (a TODO comment not before a statement)
@@ -948,4 +998,4 @@ def from_nnx(nnx: ConversionResult, source: str, path: str) -> ConversionResult:
         at = next((i + 1 for i, line in enumerate(lines)
                    if line.lstrip().startswith(f"class {name}(")), 1)
         diags.append(Diagnostic(path, at, 1, RULE, "warning", message))
-    return ConversionResult(code=text, diagnostics=diags)
+    return ConversionResult(code=text, diagnostics=diags, module_flags=flags)

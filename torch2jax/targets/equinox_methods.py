@@ -33,6 +33,11 @@ INIT_SRC = (f"def {INIT_FN}(fn, tree, types, *, key):\n"
 # equinox table with its weights (a class by rank: the table's class is their base, eqx.nn.Conv)
 INIT_LAYERS = {nnx: (spec.cls, spec.weights)
                for nnx, (_, spec) in layer_table.tables("equinox").items() if spec.weights}
+# ... and the layers whose equinox form is code (equinox_layers.py's layer_of): ConvTranspose's
+# weight (torch's layout turned, equinox_layers.py; a draw of iid values over its shape does
+# not depend on it) and the BatchNorm helper written into the file
+INIT_LAYERS |= {"nnx.ConvTranspose": ("eqx.nn.ConvTranspose", {"kernel": "weight", "bias": "bias"}),
+                "nnx.BatchNorm": ("BatchNorm", {"scale": "weight", "bias": "bias"})}
 
 
 def init_loop(s: cst.BaseStatement, fields: list[str], methods: dict[str, cst.FunctionDef]
@@ -68,14 +73,64 @@ def init_loop(s: cst.BaseStatement, fields: list[str], methods: dict[str, cst.Fu
 
 
 def init_types(fn: cst.FunctionDef) -> list[str] | None:
+    """The equinox classes of the layers the function tests with ``isinstance`` (a class or
+    a tuple of them); None when one has no equinox weights here."""
     types = []
     for c in findall(fn, m.Call(func=m.Name("isinstance"))):
-        t = code(c.args[1].value)
-        if t not in INIT_LAYERS:
+        if len(c.args) != 2:
             return None
-        if INIT_LAYERS[t][0] not in types:
-            types.append(INIT_LAYERS[t][0])
+        kinds = c.args[1].value
+        for t in ([code(e.value) for e in kinds.elements] if isinstance(kinds, cst.Tuple)
+                  else [code(kinds)]):
+            if t not in INIT_LAYERS:
+                return None
+            if INIT_LAYERS[t][0] not in types:
+                types.append(INIT_LAYERS[t][0])
     return types or None
+
+
+def init_function_loops(body: list[cst.BaseStatement], fns: dict[str, cst.FunctionDef]
+                        ) -> tuple[list[cst.BaseStatement], list[str]]:
+    """NNX's ``model.apply(fn)`` of a function of the file (``init_rngs = nnx.Rngs(k)``, then
+    ``for _, module in nnx.iter_modules(model): fn(module, rngs=init_rngs)``) -> ``model =
+    init_layers(fn, model, (eqx.nn.Conv, ...), key=k)``, where ``fn`` has an equinox form
+    (:func:`init_method`). Returns the statements and the functions so applied, once per
+    loop."""
+    out: list[cst.BaseStatement] = []
+    used: list[str] = []
+    rngs = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())], value=m.Call(
+        func=m.Attribute(value=m.Name("nnx"), attr=m.Name("Rngs")), args=[m.Arg()]))])
+    for s in body:
+        prev = out[-1] if out and m.matches(out[-1], rngs) else None
+        if not (isinstance(s, cst.For) and m.matches(s.iter, m.Call(func=m.Attribute(
+                value=m.Name("nnx"), attr=m.Name("iter_modules")), args=[m.Arg(m.Name())]))
+                and isinstance(s.target, cst.Tuple) and len(s.body.body) == 1):
+            out.append(s)
+            continue
+        var = code(s.target.elements[-1].value)
+        # fn(module, rngs=init_rngs) after init_rngs = nnx.Rngs(k), or fn(module): no draw
+        args = [m.Arg(m.Name(var), keyword=None)] + ([m.Arg(m.Name(
+            prev.body[0].targets[0].target.value), keyword=m.Name("rngs"))] if prev else [])
+        call = m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Name(), args=args))])
+        fn = s.body.body[0].body[0].value.func.value if m.matches(s.body.body[0], call) \
+            else None
+        types = init_types(fns[fn]) if fn in fns else None
+        if types is None or init_method(fns[fn], method=False) is None:
+            out.append(s)
+            continue
+        model = s.iter.args[0].value.value
+        kinds = f"({types[0]},)" if len(types) == 1 else f"({', '.join(types)})"
+        if prev is not None:
+            out[-1] = _stmt(f"{model} = {INIT_FN}({fn}, {model}, {kinds}, "
+                            f"key={code(prev.body[0].value.args[0].value)})").with_changes(
+                                leading_lines=prev.leading_lines)
+        else:  # no key to split: every layer of those types mapped through fn
+            out.append(_stmt(
+                f"{model} = jax.tree.map(lambda m: {fn}(m) if isinstance(m, {kinds}) else m, "
+                f"{model}, is_leaf=lambda m: isinstance(m, {kinds}))").with_changes(
+                    leading_lines=s.leading_lines))
+        used.append(fn)
+    return out, used
 
 
 class _InitBody(cst.CSTTransformer):
@@ -122,15 +177,17 @@ def _draws(node: cst.CSTNode) -> int:
     return len(findall(node, m.Call(func=m.Attribute(value=m.Name("rngs")))))
 
 
-def init_method(fn: cst.FunctionDef) -> cst.FunctionDef | None:
+def init_method(fn: cst.FunctionDef, method: bool = True) -> cst.FunctionDef | None:
     """NNX's ``_init_weights(self, module, *, rngs)`` (``module.kernel.value = ...`` under
     ``isinstance(module, nnx.Linear)``) -> ``_init_weights(self, module, *, key)`` returning
-    the module with ``eqx.tree_at``. None when anything does not fit: shapes read by index
+    the module with ``eqx.tree_at``; ``method=False``: a function of the file,
+    ``weights_init(m, *, rngs)``. None when anything does not fit: shapes read by index
     (NNX's kernel layout is not equinox's), several draws, other NNX code."""
     params = fn.params.params
-    if len(params) != 2:
+    if len(params) != (2 if method else 1) or isinstance(fn.params.star_arg, cst.Param) \
+            or fn.params.star_kwarg is not None:
         return None
-    var = params[1].name.value
+    var = params[-1].name.value
     # (x.kernel.value.shape[i])
     if _draws(fn.body) > 1 or findall(fn.body, m.Subscript(value=m.Attribute(
             value=m.Attribute(attr=m.Name("value")), attr=m.Name("shape")))):

@@ -407,6 +407,9 @@ class Scope(cst.CSTTransformer):
         self.opt_receivers = opt_receivers or {}
         self.has_key = has_key
         self.steps: dict[str, dict] = {}
+        # the step each name is bound to at this point (two loops, each with its own step)
+        self.current: dict[str, dict] = {}
+        self.built_optimizers: set[str] = set()  # built in this scope
         self.dtype: str | None = None
         self.optimizers: set[str] = set(optimizers)  # built here, or received
         self.inference: set[str] = set()  # models in inference mode here
@@ -418,6 +421,8 @@ class Scope(cst.CSTTransformer):
         # trainers given a `key` (their model has dropout): their calls pass one
         self.keyed_trainers: set[str] = set()
         self.layers: set[str] = set()  # torch layers built here, outside a module
+        self.eval_stateful = False  # the file's eval_step takes the models' state
+        self.eval_batched = False  # ... and calls them on the batch as they are
         self.layer_called: str | None = None  # such a layer called in the statement
         self.needs_autocast = False  # a train step written here calls the autocast helper
         self.in_step = 0
@@ -449,9 +454,10 @@ class Scope(cst.CSTTransformer):
         return True
 
     def leave_FunctionDef(self, original_node, updated_node):
-        parts = self.steps.get(original_node.name.value)
-        if parts is None:
+        if original_node.name.value not in self.steps:
             return updated_node
+        parts = _step_parts(original_node, self.ctx) or self.steps[original_node.name.value]
+        self.current[original_node.name.value] = parts
         self.in_step -= 1
         stateful, keyed = self.flags(parts["model"])
         new, cast = train_step(updated_node, parts, stateful, keyed, self.dtype, self.ctx,
@@ -522,6 +528,9 @@ class Scope(cst.CSTTransformer):
                     code(args[at].value) in self.models and \
                     self.flags(code(args[at].value))[0]:
                 added.append(STATE)
+            elif func == EVAL_STEP and self.eval_stateful:
+                raise _Fail("a model without BatchNorm state evaluated by the eval_step of "
+                            "the models with state")
             if func in self.opt_receivers:
                 j = self.opt_receivers[func]
                 if len(args) <= j or args[j].keyword is not None or args[j].star or \
@@ -544,7 +553,12 @@ class Scope(cst.CSTTransformer):
     def eval_key(self, call: cst.Call, model: str) -> cst.Call:
         """``eval_step(model, x)`` of a model whose forward draws: a key split off the
         scope's before the statement (``key, subkey = jax.random.split(key)``), passed as
-        ``key=subkey``."""
+        ``key=subkey``. A model kept batched evaluated by the eval_step of models mapped
+        over the batch (or the reverse) is refused."""
+        cls = self.models.get(model)
+        if cls is not None and self.classes.get(cls) is not None and \
+                (cls in self.ctx.batched) != self.eval_batched:
+            raise _Fail("a model kept batched and a model per example share one eval_step")
         if self.models.get(model) not in self.ctx.draws:
             return call
         if not self.has_key:
@@ -692,6 +706,7 @@ class Scope(cst.CSTTransformer):
                     raise _Fail("an nnx.Optimizer over other variables than the parameters")
                 model = code(args[0].value)
                 self.optimizers.add(target.value)
+                self.one_opt_state(target.value)
                 tx = args[1].value.visit(Dedent())
                 out = [_stmt(f"{target.value} = {code(tx)}"),
                        _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter({model}, "
@@ -713,6 +728,7 @@ class Scope(cst.CSTTransformer):
                         self.models[value.func.value.value], ()):
                 # torch's configure_optimizers: the method returns the optax transform
                 self.optimizers.add(target.value)
+                self.one_opt_state(target.value)
                 out = [_stmt(f"{target.value} = {code(value)}"),
                        _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter("
                              f"{value.func.value.value}, eqx.is_array))")]
@@ -777,8 +793,16 @@ class Scope(cst.CSTTransformer):
             return self.trainer_call(small.value, small.targets[0].target)
         return None
 
+    def one_opt_state(self, optimizer: str) -> None:
+        """One ``opt_state`` name per function: a second optimizer's would replace the first's."""
+        other = self.built_optimizers - {optimizer}
+        if other:
+            raise _Fail(f"two optimizers in one function ({min(other)} and {optimizer}): "
+                        "each needs its own optimizer state")
+        self.built_optimizers.add(optimizer)
+
     def step_call(self, call: cst.Call, target) -> list:
-        parts = self.steps[call.func.value]
+        parts = self.current.get(call.func.value, self.steps[call.func.value])
         args = list(call.args)
         if parts["functional"]:
             model = self.split_model or parts["model"]
@@ -1028,8 +1052,13 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                        for c in ms.values())
     # one eval step for the models of the file: on the batch when they are kept batched;
     # a model class imported from another file decides when called (its `batched`)
-    kinds = {c in ctx.batched for ms in models.values() for c in ms.values()
-             if classes.get(c) is not None}
+    # (of the models it evaluates: passed to it, or put in inference mode; Scope.eval_key)
+    evaluated = {code(c.args[0].value) for s in stmts for c in findall(s, m.Call(
+        func=m.Name(EVAL_STEP), args=[m.Arg(keyword=None), m.ZeroOrMore()]))} | {
+        c.func.value.value for s in stmts for c in findall(s, m.Call(func=m.Attribute(
+            value=m.Name(), attr=m.Name("eval"))))}
+    kinds = {c in ctx.batched for ms in models.values() for n, c in ms.items()
+             if classes.get(c) is not None and n in evaluated}
     imported = any(classes.get(c) is None for ms in models.values() for c in ms.values())
 
     draws = {c in ctx.draws for ms in models.values() for c in ms.values()
@@ -1059,6 +1088,8 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                       "key" in _assigned_names(top), top, opt_receivers, optimizers[""],
                       ctx=ctx)
     top_scope.keyed_trainers = keyed_trainers
+    top_scope.eval_stateful = any_stateful
+    top_scope.eval_batched = kinds == {True}
     eval_calls = 0
     # a statement written below calls the autocast helper (a train step under a compute dtype)
     needs_autocast = False
@@ -1080,6 +1111,8 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 scope = Scope(models[name], classes, receivers, trainers, has_key, body,
                               opt_receivers, optimizers[name], ctx=ctx)
                 scope.keyed_trainers = keyed_trainers
+                scope.eval_stateful = any_stateful
+                scope.eval_batched = kinds == {True}
                 new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
                 _rebound(scope)
                 casts = scope.needs_autocast
