@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import runpy
 import sys
 from pathlib import Path
 
@@ -80,10 +81,12 @@ def _run(code: str, folder: Path) -> list[str]:
     are imported once for the module's tests.)"""
     assert undefined_names(code, "script.py") == []
     out = io.StringIO()
+    script = folder / "script.py"
+    script.write_text(code)
     sys.path.insert(0, str(folder))
     try:
         with contextlib.redirect_stdout(out):
-            exec(compile(code, str(folder / "script.py"), "exec"), {"__name__": "__main__"})
+            runpy.run_path(str(script), run_name="__main__")
     finally:
         sys.path.remove(str(folder))
         sys.modules.pop("model", None)  # (the torch and the JAX side each have their own)

@@ -180,8 +180,8 @@ def convert_source(
     # the NNX translation that the equinox pass rewrites: train steps stay where the loop is
     hoist_steps = not spec.intermediate
     if spec.rewrites_translation_of:  # a pass over the NNX translation (targets/equinox.py)
-        from torch2jax.targets.equinox import from_nnx
         from torch2jax.repo_classes import ImportedFlags
+        from torch2jax.targets.equinox import from_nnx
 
         nnx = convert_source(source, path=path, rules=_channel_first(rules),
                              known_modules=known_modules, fuse_layout=False,
