@@ -294,3 +294,65 @@ def test_train_function_per_epoch_prints_what_torch_prints(tmp_path: Path) -> No
     assert rows[-1][0] < 0.25 * rows[0][0] and rows[-1][1] == 1.0  # it learns
     assert rows[-1][2] < 0.5 * rows[0][2]
     assert (jax_dir / "model.pt").is_dir()  # the orbax checkpoint
+
+
+# a model method other than forward called after training, one that draws (a sampler's
+# torch.multinomial, so sharp that it picks the argmax) and one that does not: linen applies
+# the trained variables with method=..., and the drawing one gets apply's "noise" stream
+METHOD_CALLS = '''
+class Sampler(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+
+    def forward(self, x):
+        return self.net(x)
+
+    def generate(self, x, temperature):
+        probs = F.softmax(self(x) / temperature, dim=-1)
+        return torch.multinomial(probs, num_samples=1)
+
+    def score(self, x):
+        return self(x)[:, 1].sum()
+
+
+torch.manual_seed(0)
+model = Sampler()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+for step in range(3):
+    loss = F.cross_entropy(model(X), Y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"{loss.item():.8f}")
+print(f"{model.score(X).item():.6f}")
+model.eval()
+with torch.no_grad():
+    print(" ".join(str(t) for t in model.generate(X, 0.001)[:, 0].tolist()))
+'''
+
+
+@pytest.mark.slow
+def test_a_model_method_applies_the_variables(tmp_path: Path) -> None:
+    """``model.generate(x, t)`` -> ``model.apply(variables, x, t, method="generate",
+    rngs={"noise": subkey})``: unapplied, a linen module has no layers (issue 32, the corpus
+    GPT's sample.py); the script prints torch's losses, score and samples."""
+    source = HEADER + METHOD_CALLS
+    result = convert_source(source, path="script.py", target="linen")
+    assert [str(d) for d in result.diagnostics if d.severity == "error"] == []
+    assert 'method="generate"' in result.code and 'rngs={"noise": subkey}' in result.code
+    torch_dir, jax_dir = tmp_path / "torch", tmp_path / "linen"
+    torch_dir.mkdir()
+    jax_dir.mkdir()
+    _close(_run(result.code, jax_dir), _run(source, torch_dir))
+
+
+def test_a_model_method_without_variables_is_marked() -> None:
+    """A file that trains no model and loads no state dict binds no variables: the method
+    call stays as written, marked (it would fail unapplied)."""
+    source = HEADER + "model = Net()\nprint(model.predict(X))\n".replace(
+        "model = Net()", "class P(Net):\n    def predict(self, x):\n        return self(x)\n\n\n"
+                         "model = P()")
+    result = convert_source(source, path="script.py", target="linen")
+    assert [d.rule for d in result.diagnostics if d.severity == "error"] == ["linen"]
+    assert "model.predict(X)" in result.code

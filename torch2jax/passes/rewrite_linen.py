@@ -12,6 +12,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.value_kinds import _MODULE_METHODS
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import data as dt
 from torch2jax.passes import training as tr
@@ -432,7 +433,88 @@ class LinenTrainingMixin:
             # the helper trains the model it receives: it returns the model's variables
             return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
                               value=updated_node.value)
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name(
+                "load_state_dict")), args=[m.Arg(value=m.Name(), keyword=None)])) and \
+                f.value.value in self._model_names() and not self._class_stack and \
+                self._lt_trains_none():
+            # sample.py: model.load_state_dict(checkpoint['model']) in a file that trains
+            # none: the dict is the model's variables (what the linen save writes)
+            self.diag(original_node, "load_state_dict", "info",
+                      f"{f.value.value}.load_state_dict(d) -> variables = d: the dict is "
+                      "read as the linen model's variables ({'params': ...}, as the linen "
+                      "checkpoint of variables saves them)")
+            return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
+                              value=value.args[0].value)
         return None
+
+    LT_METHOD_UNBOUND = ("a method of the linen model called outside apply, where none of "
+                         "its variables are bound: left as written; call model.apply("
+                         "variables, ..., method=...) with its variables")
+
+    def _lt_method_call(self, original: cst.Call, updated: cst.Call) -> cst.Call | None:
+        """``model.generate(x, n)`` outside the module classes -> ``model.apply(variables, x,
+        n, method="generate", rngs={"noise": subkey})`` after ``key, subkey =
+        jax.random.split(key)``: a linen module's layers exist only inside ``apply``, and a
+        method that draws reads apply's ``noise`` stream (``self.make_rng``). The key is
+        given when a module class of the file draws, and always for a class of another
+        file (whose methods this file cannot see; flax ignores a stream nothing reads)."""
+        f = original.func
+        if self._class_stack or not m.matches(f, m.Attribute(value=m.Name(), attr=m.Name())) \
+                or f.value.value not in self._model_names() or f.attr.value.startswith("_") \
+                or f.attr.value in _MODULE_METHODS or not self._is_module_expr(f.value):
+            return None
+        if self._assign_target(original) in self.training.optimizer_names:
+            return None  # configure_optimizers: it returns the optax transform, unbound
+        here = lt.module_methods(self._root, self.index.module_classes)
+        imported = self._lt_imported_model(f.value.value)
+        if f.attr.value not in here and not imported:
+            return None
+        if any(a.star for a in original.args) or not self._lt_variables_bound():
+            self._lt_marked_calls.add(id(original))
+            self.diag(original, "linen", "error", self.LT_METHOD_UNBOUND)
+            return None
+        if self._lt_noise or imported:
+            scope = self._key_scopes[-1]
+            if not scope.has_key and len(self._key_scopes) == 1:
+                self._key_scopes[0].root_needed = scope.has_key = True
+                self.diag(original, "random", "warning", "a model method's draws without "
+                          "torch.manual_seed: a root key jax.random.key(0) is added at the "
+                          "top of the file")
+            if not self._key_scopes[-1].has_key:
+                self._lt_marked_calls.add(id(original))
+                self.diag(original, "linen", "error", "no key in this scope for the model "
+                          "method's noise stream: seed with torch.manual_seed or pass one")
+                return None
+        q = self._string_quote()  # (inside an f-string: the other quote)
+        extra = []
+        if self._lt_noise or imported:
+            self.need("jax")
+            self._pending[-1].before.append(cst.parse_statement(
+                f"{tr.KEY}, {lt.SUBKEY} = jax.random.split({tr.KEY})\n"))
+            extra = [arg(cst.parse_expression(f'{{{q}{lt.NOISE}{q}: {lt.SUBKEY}}}'), "rngs")]
+        args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated.args]
+        return updated.with_changes(
+            func=cst.Attribute(value=f.value, attr=cst.Name("apply")),
+            args=_fix_commas([arg(cst.Name(lt.VARIABLES)), *args, arg(
+                cst.SimpleString(f'{q}{f.attr.value}{q}'), "method"), *extra]))
+
+    def _lt_imported_model(self, name: str) -> bool:
+        """``name`` is bound to an instance of a module class of another file (GPT(conf) in
+        sample.py, with ``from model import GPT``)."""
+        classes = {a.value.func.value for a in findall(self._root, m.Assign(
+            targets=[m.AssignTarget(target=m.Name(name))], value=m.Call(func=m.Name())))}
+        here = {c.name.value for c in self._root.body if isinstance(c, cst.ClassDef)}
+        return bool(classes) and all(c in self.index.module_classes and c not in here
+                                     for c in classes)
+
+    def _lt_variables_bound(self) -> bool:
+        """A file that trains a model binds its variables (model.init, then the state's);
+        one that trains none binds them where it loads a state dict into the model."""
+        if not self._lt_trains_none():
+            return True
+        return bool(findall(self._root, m.Call(func=m.Attribute(
+            value=m.Name(), attr=m.Name("load_state_dict")), args=[m.Arg(
+                value=m.Name(), keyword=None)])))
 
     def _lt_function(self, node: cst.FunctionDef) -> cst.FunctionDef:
         name = node.name.value
