@@ -288,6 +288,7 @@ def test_rms_norm_nnx_matches_torch(source_file: Path) -> None:
 
 
 BATCH_SECOND = '''
+import torch
 import torch.nn as nn
 
 
@@ -297,12 +298,14 @@ class Seq(nn.Module):
         self.attn = nn.MultiheadAttention(16, 4)
         self.lstm = nn.LSTM(16, 6)
         self.gru = nn.GRU(6, 6)
+        self.deep = nn.LSTM(6, 6, 2, dropout=0.2)
 
     def forward(self, x, h0):
         y, _ = self.attn(x, x, x, need_weights=False)
         out, _ = self.lstm(y)
         out, h = self.gru(out, h0)
-        return out * h[-1]
+        deep, (h2, c2) = self.deep(out, (torch.cat((h, h)), torch.cat((h0, h))))
+        return out * h[-1] + deep * c2[-1] + h2.sum(0)
 '''
 
 
@@ -317,9 +320,14 @@ def test_equinox_marks_sequence_layers_with_the_batch_on_axis_1() -> None:
 
 
 def test_linen_sequence_layers_with_the_batch_on_axis_1(tmp_path: Path) -> None:
-    """linen keeps torch's (L, N, E) layout (time_major=True): the GRU's initial state too."""
+    """linen keeps torch's (L, N, E) layout (time_major=True): the GRU's initial state too.
+    An LSTM of two layers with dropout between them is the TorchLSTM helper written for linen
+    (layers_0, layers_1: nn.RNN(nn.OptimizedLSTMCell)), called as torch's with (h_0, c_0),
+    torch's layer k weights in layers_k (issue 32: the corpus word_lm)."""
     path = tmp_path / "seq.py"
     path.write_text(BATCH_SECOND)
+    code = convert_source(BATCH_SECOND, target="linen").code
+    assert "self.deep = TorchLSTM(6, 2, dropout=0.2, deterministic=not self.train)" in code
     result = run_request(VerifyRequest(f"{path}::Seq", inputs=("float32[7,2,16]",
                                                                 "float32[1,2,6]"),
                                        jax_target="linen", grad=True, float64=False))
@@ -353,3 +361,4 @@ def test_transposed_conv_layout_is_its_own_inverse() -> None:
     assert eqx_w.shape == (3, 2, 4, 5)
     np.testing.assert_array_equal(eqx_w[1, 0], w[0, 1, ::-1, ::-1])
     np.testing.assert_array_equal(invert_layout(eqx_w, "flip_swap"), w)
+

@@ -216,6 +216,41 @@ class TorchLSTM(nnx.Module):
 ''', targets=("nnx",))
 
 
+# the same stacked LSTM on linen (targets/linen.py renders the NNX constructor): the layers
+# layers_0, layers_1, ... (a list assigned in setup()), each an nn.RNN(nn.OptimizedLSTMCell)
+helper("TorchLSTM", {"jnp", "linen"}, '''
+class TorchLSTM(nn.Module):
+    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout): num_layers
+    nn.RNN(nn.OptimizedLSTMCell) layers (gates i, f, g, o as torch's), layer k reading layer
+    k - 1's output, with dropout on every layer's output but the last (off when
+    deterministic). Called as torch's: lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c
+    (num_layers, N, H)."""
+
+    hidden_size: int
+    num_layers: int = 1
+    bias: bool = True
+    batch_first: bool = False
+    dropout: float = 0.0
+    deterministic: bool = True
+
+    def setup(self) -> None:
+        self.layers = [nn.RNN(nn.OptimizedLSTMCell(self.hidden_size),
+                              time_major=not self.batch_first) for _ in range(self.num_layers)]
+        self.drop = nn.Dropout(self.dropout, deterministic=self.deterministic)
+
+    def __call__(self, input, hx=None):
+        x, hs, cs = input, [], []
+        for k, layer in enumerate(self.layers):
+            if k > 0:
+                x = self.drop(x)
+            carry = None if hx is None else (hx[1][k], hx[0][k])
+            (c, h), x = layer(x, initial_carry=carry, return_carry=True)
+            hs.append(h)
+            cs.append(c)
+        return x, (jnp.stack(hs), jnp.stack(cs))
+''', targets=("linen",))
+
+
 # equinox (torch2jax/targets/equinox_calls.py): a vector layer on a value whose rank per
 # example is not known when converting
 helper("over_leading", {"jax"}, '''
