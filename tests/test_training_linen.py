@@ -297,8 +297,9 @@ def test_train_function_per_epoch_prints_what_torch_prints(tmp_path: Path) -> No
 
 
 # a model method other than forward called after training, one that draws (a sampler's
-# torch.multinomial, so sharp that it picks the argmax) and one that does not: linen applies
-# the trained variables with method=..., and the drawing one gets apply's "noise" stream
+# torch.multinomial, so sharp that it picks the argmax) and one that does not (and reads
+# next(self.parameters()), the variables apply binds): linen applies the trained variables
+# with method=..., and the drawing one gets apply's "noise" stream
 METHOD_CALLS = '''
 class Sampler(nn.Module):
     def __init__(self):
@@ -313,7 +314,8 @@ class Sampler(nn.Module):
         return torch.multinomial(probs, num_samples=1)
 
     def score(self, x):
-        return self(x)[:, 1].sum()
+        weight = next(self.parameters())
+        return self(x.to(weight.dtype))[:, 1].sum()
 
 
 torch.manual_seed(0)
