@@ -378,6 +378,30 @@ class ReadableDense(nn.Module):
 ''')
 
 
+# linen (torch2jax/targets/linen.py): a Linear head with a bias tied to an Embedding's table
+# under a condition of the constructor (word_lm's `if tie_weights:`)
+helper("TiedDense", {"linen", "Any"}, '''
+class TiedDense(nn.Module):
+    """nn.Dense(features) whose weight may be tied to an embedding's table: called with the
+    table (num_embeddings, in_features), it reads it as its kernel (and makes none of its own);
+    its bias is its own either way. The same variables as nn.Dense's."""
+
+    features: int
+    use_bias: bool = True
+    kernel_init: Any = nn.initializers.lecun_normal()
+    bias_init: Any = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x, table=None):
+        if table is None:
+            y = x @ self.param("kernel", self.kernel_init, (x.shape[-1], self.features))
+        else:
+            y = x @ table.T
+        if self.use_bias:
+            y = y + self.param("bias", self.bias_init, (self.features,))
+        return y
+''')
+
 # module.named_children() / .children() on a module whose class the file does not define
 # (timm's named_apply walking the model it is given, passes/rewrite_calls.py)
 helper("torch_named_children", {"Any", "nnx"}, '''

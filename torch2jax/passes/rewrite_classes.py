@@ -124,6 +124,7 @@ class ModuleClassMixin:
             try:
                 is_base = any(c.module_base == name for c in self.index.classes.values())
                 new = linen_target.readable_dense(new, self._linear_inputs(info))
+                new = linen_target.tied_dense(new, {h for c, h in self._lt_tied if c == name})
                 new, needs = linen_target.to_setup(
                     new, self.uses_train and info.module_base == "torch", kw_only=is_base)
                 self.need(*needs)

@@ -19,6 +19,7 @@ from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
     arg,
+    code,
     wrap_long_statement,
 )
 from torch2jax.passes.rewrite_support import _fix_commas
@@ -446,6 +447,52 @@ class LinenTrainingMixin:
             return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
                               value=value.args[0].value)
         return None
+
+    def _lt_tie_condition(self, original_node: cst.Assign) -> str | None:
+        """The condition under which ``self.head.weight = self.table.weight`` runs in the
+        constructor, over its fields (``self.tie_weights``); "True" when it always runs; None
+        when it reads anything else, or sits in a loop."""
+        tests: list[str] = []
+        node: cst.CSTNode = original_node
+        init = None
+        while True:
+            parent = self.get_metadata(ParentNodeProvider, node, None)
+            if parent is None:
+                return None
+            if isinstance(parent, cst.FunctionDef):
+                init = parent
+                break
+            if isinstance(parent, (cst.For, cst.While, cst.With, cst.Try)):
+                return None
+            if isinstance(parent, cst.If):
+                t = code(parent.test)
+                if not m.matches(parent.test, m.Name() | m.Attribute()):
+                    t = f"({t})"
+                tests.append(t if node is parent.body else f"not {t}")
+            node = parent
+        if init.name.value != "__init__":
+            return None
+        params = {p.name.value for p in init.params.params[1:]} | {
+            p.name.value for p in init.params.kwonly_params}
+        assigned = set(tr.names_of(init.body).assigned)
+        for t in tests:
+            names = {n.value for n in findall(cst.parse_expression(t), m.Name())}
+            if names - {"not", "self", "and", "or", "None", "True", "False"} - params or \
+                    names & assigned:
+                return None
+        if not tests:
+            return "True"
+
+        class Fields(cst.CSTTransformer):
+            def visit_Attribute(self, node) -> bool:
+                return False
+
+            def leave_Name(self, original_node, updated_node):
+                if updated_node.value in params:
+                    return cst.Attribute(value=cst.Name("self"), attr=updated_node.with_changes(
+                        lpar=[], rpar=[]), lpar=updated_node.lpar, rpar=updated_node.rpar)
+                return updated_node
+        return " and ".join(code(cst.parse_expression(t).visit(Fields())) for t in tests)
 
     LT_METHOD_UNBOUND = ("a method of the linen model called outside apply, where none of "
                          "its variables are bound: left as written; call model.apply("

@@ -156,6 +156,31 @@ def readable_dense(cls: cst.ClassDef, in_features: dict[str, cst.BaseExpression]
     return cls.visit(_Swap())
 
 
+def tied_dense(cls: cst.ClassDef, heads: set[str]) -> cst.ClassDef:
+    """A Linear head with a bias tied to an Embedding under a condition of the constructor
+    (``if tie_weights: self.decoder.weight = self.encoder.weight``) -> ``TiedDense(features)``
+    (a helper with nn.Dense's variables that reads the table it is called with as its kernel);
+    its calls pass the table when the condition holds."""
+    if not heads:
+        return cls
+
+    class _Swap(cst.CSTTransformer):
+        def leave_Assign(self, original_node, updated_node):
+            target, value = updated_node.targets[0].target, updated_node.value
+            if m.matches(target, m.Attribute(value=m.Name("self"))) and \
+                    target.attr.value in heads and m.matches(value, m.Call(
+                        func=m.Attribute(value=m.Name("nn"), attr=m.Name("Dense")))):
+                if any(a.keyword and a.keyword.value not in (
+                        "use_bias", "kernel_init", "bias_init") for a in value.args):
+                    raise Untranslatable(f"the tied head self.{target.attr.value} with "
+                                         f"{code(value)}: TiedDense takes no such argument")
+                return updated_node.with_changes(value=value.with_changes(
+                    func=cst.Name("TiedDense")))
+            return updated_node
+
+    return cls.visit(_Swap())
+
+
 def freeze_configs(module: cst.Module) -> cst.Module:
     """A linen module is hashed when it is a static argument of ``jax.jit`` (``eval_step``,
     ``TrainState.apply_fn``): a config object among its fields must be hashable, so the file's
