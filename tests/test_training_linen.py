@@ -296,7 +296,9 @@ def test_train_function_per_epoch_prints_what_torch_prints(tmp_path: Path) -> No
     assert (jax_dir / "model.pt").is_dir()  # the orbax checkpoint
 
 
-# a model method other than forward called after training, one that draws (a sampler's
+# a state carried from step to step through the model (an RNN's hidden state: an argument of
+# the jitted step, and the sample input of model.init its value before the loop); a model
+# method other than forward called after training, one that draws (a sampler's
 # torch.multinomial, so sharp that it picks the argmax) and one that does not (and reads
 # next(self.parameters()), the variables apply binds): linen applies the trained variables
 # with method=..., and the drawing one gets apply's "noise" stream
@@ -318,7 +320,29 @@ class Sampler(nn.Module):
         return self(x.to(weight.dtype))[:, 1].sum()
 
 
+class Carry(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+
+    def forward(self, x, h):
+        out = self.net(x) + h
+        return out, torch.tanh(out)
+
+
 torch.manual_seed(0)
+rnn = Carry()
+rnn_optimizer = torch.optim.SGD(rnn.parameters(), lr=0.5)
+h = torch.zeros(8, 3)
+for step in range(4):
+    h = h.detach()
+    out, h = rnn(X, h)
+    loss = F.cross_entropy(out, Y)
+    rnn_optimizer.zero_grad()
+    loss.backward()
+    rnn_optimizer.step()
+    print(f"{loss.item():.8f}")
+
 model = Sampler()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
 for step in range(3):
@@ -338,7 +362,8 @@ with torch.no_grad():
 def test_a_model_method_applies_the_variables(tmp_path: Path) -> None:
     """``model.generate(x, t)`` -> ``model.apply(variables, x, t, method="generate",
     rngs={"noise": subkey})``: unapplied, a linen module has no layers (issue 32, the corpus
-    GPT's sample.py); the script prints torch's losses, score and samples."""
+    GPT's sample.py); a carried state is an argument of the step (a jitted closure would keep
+    its first value); the script prints torch's losses, score and samples."""
     source = HEADER + METHOD_CALLS
     result = convert_source(source, path="script.py", target="linen")
     assert [str(d) for d in result.diagnostics if d.severity == "error"] == []

@@ -50,6 +50,7 @@ class LinenStep:
     call: cst.SimpleStatementLine
     model_args: list[cst.BaseExpression]  # what the loss function passes to the model
     model_kwargs: list[cst.Arg]
+    model: str = ""  # the model the step applies
 
 
 class _ApplyCalls(cst.CSTTransformer):
@@ -113,10 +114,18 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     lifter = tr._LiftBatches({model, *defined}, loop_names, taken0)
     loss_body = [st.visit(lifter) for st in loss_body]
     free: list[str] = []
+    seen: set[str] = set()  # defined by an earlier statement of the loss
     for s in loss_body:
         for u in tr.names_of(s).used:
-            if u not in defined and u != model and u not in free and u in loop_names:
+            # a name the loss reads before it defines it (an RNN's hidden state carried
+            # from step to step) is an argument of the step too: a jitted function's closure
+            # would keep its value of the first call
+            if (u not in defined or u not in seen) and u != model and u not in free and \
+                    u in loop_names:
                 free.append(u)
+        seen |= set(tr.names_of(s).assigned)
+    # (those the loss also assigns are parameters of the loss function: it reassigns them)
+    carried = [u for u in free if u in defined]
     taken = taken0 | {n for n, _ in lifter.lifted} | {STATE, DROPOUT_KEY, NOISE_KEY}
     loss_fn = tr._fresh("loss_fn", taken)
     grads = tr._fresh("grads", taken)
@@ -157,14 +166,15 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
             f"        return {loss}, {packed}\n"
         inner_t = f"({packed})" if len(aux_all) > 1 or aux else packed
         vg = (f"    ({loss}, {inner_t}), {grads} = jax.value_and_grad({loss_fn}, "
-              f"has_aux=True)({STATE}.params)\n")
+              f"has_aux=True)({', '.join([f'{STATE}.params', *carried])})\n")
     else:
         ret_inner = f"        return {loss}\n"
-        vg = f"    {loss}, {grads} = jax.value_and_grad({loss_fn})({STATE}.params)\n"
+        vg = (f"    {loss}, {grads} = jax.value_and_grad({loss_fn})("
+              f"{', '.join([f'{STATE}.params', *carried])})\n")
     bs = f', batch_stats={updates}["batch_stats"]' if batch_stats else ""
     ret = ", ".join([STATE, loss, *aux])
     src = (f"@jax.jit\ndef {step_name}({', '.join(step_args)}):\n"
-           f"    def {loss_fn}({params}):\n{inner}{ret_inner}{vg}"
+           f"    def {loss_fn}({', '.join([params, *carried])}):\n{inner}{ret_inner}{vg}"
            f"    {STATE} = {STATE}.apply_gradients(grads={grads}{bs})\n"
            f"    return {ret}\n")
     fn = cst.parse_statement(src)
@@ -196,7 +206,7 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                             outside_step[n_pre + n_dep:])
     new_body = [*pre, *stmts, *post_dep, *after]
     return LinenStep(function=fn, body=new_body, call=call_stmt, model_args=inputs[0],
-                     model_kwargs=inputs[1])
+                     model_kwargs=inputs[1], model=model)
 
 
 class _EvaluatorArgs(cst.CSTTransformer):
@@ -287,7 +297,7 @@ def sample_inputs(step: LinenStep, body: Sequence[cst.BaseStatement], loop: cst.
     out: list[cst.BaseExpression] = []
     copied: set[int] = set()
     for a in step.model_args:
-        e = _sample_of(a, body, loop, outer, loop_names, stmts, copied)
+        e = _sample_of(a, body, loop, outer, loop_names, stmts, copied, model=step.model or None)
         if e is None:
             return None
         out.append(e)
@@ -312,9 +322,39 @@ def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=()
     return None
 
 
-def _sample_of(e, body, loop, outer, loop_names, stmts, copied):
+_DETACHED = m.Call(func=m.Attribute(attr=m.Name("detach")), args=[]) | m.Call(
+    func=m.Attribute(value=m.Attribute(value=m.Name("jax"), attr=m.Name("lax")),
+                     attr=m.Name("stop_gradient")), args=[m.Arg()])
+
+
+def _carried(name: str, body, model: str) -> bool:
+    """``name`` is a state the loop carries from step to step (an RNN's hidden state): every
+    assignment to it in the loop body is the model's output (``out, h = model(x, h)``) or
+    reads it itself (``h = h.detach()``). Before the loop it holds the first step's input."""
+    found = False
+    for s in body:
+        for a in findall(s, m.Assign() | m.AugAssign() | m.AnnAssign()):
+            targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
+            if name not in {n.value for t in targets for n in findall(t, m.Name())}:
+                continue
+            found = True
+            if not isinstance(a, cst.Assign) or not (
+                    m.matches(a.value, m.Call(func=m.Name(model))) or (
+                        targets == [cst.Name(name)] or m.matches(targets[0], m.Name(name)))
+                    and name in set(tr.names_of(a.value).used)):
+                return False
+    return found
+
+
+def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
     if m.matches(e, m.Call(func=m.Attribute(attr=m.Name("to")))):
         e = e.func.value  # data.to(device): the batch itself
+    if m.matches(e, _DETACHED):
+        e = e.func.value if isinstance(e.func, cst.Attribute) and e.func.attr.value == \
+            "detach" else e.args[0].value  # h.detach(): the same shape
+    if model is not None and isinstance(e, cst.Name) and e.value in loop_names and _carried(
+            e.value, body, model):
+        return e  # a carried state: its value before the loop, the first step's input
     if isinstance(loop, cst.For) and m.matches(loop.iter, m.Call(
             func=m.Name("enumerate"))) and 1 <= len(loop.iter.args) <= 2 and not any(
             a.star for a in loop.iter.args) and loop.iter.args[0].keyword is None and (
