@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 from launch import final_accuracy
 from test_training_scripts import HEADER, _close, _run
@@ -383,3 +384,74 @@ def test_a_model_method_without_variables_is_marked() -> None:
     result = convert_source(source, path="script.py", target="linen")
     assert [d.rule for d in result.diagnostics if d.severity == "error"] == ["linen"]
     assert "model.predict(X)" in result.code
+
+
+# the DCGAN example's init function: torch.nn.init on the layers its class-name tests pick,
+# applied to the model from outside (net.apply(weights_init))
+DCGAN_INIT = '''
+import torch
+import torch.nn as nn
+
+
+def weights_init(m):
+    classname = m.__class__.__name__
+    if classname.find("Conv") != -1:
+        torch.nn.init.normal_(m.weight, 0.0, 0.02)
+    elif classname.find("BatchNorm") != -1:
+        torch.nn.init.normal_(m.weight, 1.0, 0.02)
+        torch.nn.init.zeros_(m.bias)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(8, 64, 4, 1, 0, bias=False)
+        self.bn = nn.BatchNorm2d(64)
+        self.conv = nn.Conv2d(64, 64, 3, bias=False)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(self.conv(torch.relu(self.bn(self.up(x)))))
+
+
+net = Net()
+net.apply(weights_init)
+'''
+
+
+def _init_stats(kernels: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    return {k: (float(np.mean(v)), float(np.std(v))) for k, v in kernels.items()}
+
+
+def test_model_apply_of_a_class_name_init_function() -> None:
+    """``net.apply(weights_init)`` whose branches pick layers by class name (``Conv`` passes
+    Conv2d and ConvTranspose2d) -> the layers' ``kernel_init`` / ``scale_init`` /
+    ``bias_init``, N(1, 0.02) a shifted normal (issue 32: the corpus dcgan). The initialised
+    linen variables have torch's statistics (16k and 9k kernel entries, 64 scales); the
+    Linear the tests do not pick keeps its own initialisation."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    result = convert_source(DCGAN_INIT, path="script.py", target="linen")
+    assert [str(d) for d in result.diagnostics if d.severity == "error"] == []
+    assert "weights_init" not in result.code
+    space: dict = {}
+    exec(compile(result.code, "script.py", "exec"), space)
+    params = space["net"].init(jax.random.key(0), jnp.zeros((1, 8, 1, 1)))["params"]
+    got = _init_stats({"up": params["up"]["kernel"], "conv": params["conv"]["kernel"],
+                       "scale": params["bn"]["scale"], "bias": params["bn"]["bias"],
+                       "fc": params["fc"]["kernel"]})
+    torch_space: dict = {}
+    torch.manual_seed(0)
+    exec(compile(DCGAN_INIT, "torch_script.py", "exec"), torch_space)
+    net = torch_space["net"]
+    want = _init_stats({"up": net.up.weight.detach().numpy(),
+                        "conv": net.conv.weight.detach().numpy(),
+                        "scale": net.bn.weight.detach().numpy(),
+                        "bias": net.bn.bias.detach().numpy(), "fc": net.fc.weight.detach().numpy()})
+    for k in ("up", "conv", "scale"):
+        assert abs(got[k][0] - want[k][0]) < 0.01 and abs(got[k][1] - want[k][1]) < 0.006, (
+            k, got, want)
+    assert got["bias"] == want["bias"] == (0.0, 0.0)
+    assert got["fc"][1] > 0.1 and want["fc"][1] > 0.1  # not the init function's

@@ -502,6 +502,10 @@ class ModuleClassMixin:
         nnx.Rngs from the function's key when the init function draws."""
         fn = updated_node.value.args[0].value.value
         model = updated_node.value.func.value.value
+        if self.target.setup_modules and (None, fn) in self._lt_init_fns:
+            self.diag(original_node, "init", "info", f"{model}.apply({fn}) -> the layers' "
+                      "kernel_init / scale_init / bias_init arguments")
+            return cst.RemoveFromParent()
         if not self.target.stateful_modules:
             self.diag(original_node, "target", "error", f"{model}.apply(init function): "
                       f"translated for --target nnx so far")

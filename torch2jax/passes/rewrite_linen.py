@@ -14,6 +14,7 @@ import libcst.matchers as m
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.value_kinds import _MODULE_METHODS
 from torch2jax.analysis.walk import findall
+from torch2jax.passes import class_names
 from torch2jax.passes import data as dt
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
@@ -96,6 +97,50 @@ class LinenTrainingMixin:
                     for layer, inits in specs.items():
                         merged.setdefault(layer, {}).update(inits)
                 self._lt_init_fns.add((name, fn.name.value))
+        # netG.apply(weights_init) at the top level, netG = Generator(): the DCGAN example's
+        # init function of the module, its branches picked by isinstance or the class name
+        functions = {f.name.value: f for f in node.body if isinstance(f, cst.FunctionDef)}
+        applied: dict[str, set[str]] = {}
+        calls: dict[str, int] = {}
+        for s in node.body:
+            if m.matches(s, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
+                    value=m.Name(), attr=m.Name("apply")), args=[m.Arg(m.Name(), keyword=None)]))])):
+                c = s.body[0].value
+                built_from = {a.value.func.value for a in findall(node, m.Assign(
+                    targets=[m.AssignTarget(m.Name(c.func.value.value))], value=m.Call(
+                        func=m.Name())))}
+                fname = c.args[0].value.value
+                calls[fname] = calls.get(fname, 0) + 1
+                applied.setdefault(fname, set()).update(
+                    built_from if len(built_from) == 1 and built_from <= set(classes) else {""})
+        for fname, models in applied.items():
+            fn = functions.get(fname)
+            if fn is None or "" in models or len(findall(node, m.Name(fname))) != 1 + calls[
+                    fname]:
+                continue  # a model of unknown class, or a function read elsewhere too
+            try:
+                specs = lt.init_specs(fn, self.q, named=self._lt_named_layers)
+            except Untranslatable:
+                continue  # marked where it is
+            for model_cls in models:
+                for reached in built(model_cls, set()):
+                    merged = self._lt_inits.setdefault(reached, {})
+                    for layer, inits in specs.items():
+                        merged.setdefault(layer, {}).update(inits)
+            self._lt_init_fns.add((None, fname))
+
+    def _lt_named_layers(self, test: cst.BaseExpression, fn: cst.FunctionDef) -> set[str] | None:
+        """The torch layers of the file whose class name passes ``test`` (``classname.find(
+        "Conv") != -1``); None when ``test`` is no such test; Untranslatable when it also
+        passes a module class of the file (whose weights are not one layer's)."""
+        found = class_names.class_name_test(test, fn)
+        if found is None:
+            return None
+        layers, users = self._module_classes_here()
+        short = lambda q: q.rsplit(".", 1)[-1]
+        if any(found[1](c) for c in users):
+            raise Untranslatable("a class-name test that passes a module class of the file")
+        return {q for q in layers if found[1](short(q))}
 
     def _lt_checkpoint(self, original_node, kind: str, model: str, p: str):
         """torch.save(model.state_dict(), path) -> an orbax checkpoint of the trained

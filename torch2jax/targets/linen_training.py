@@ -597,7 +597,14 @@ INIT_ARGS = {
     "torch.nn.Conv2d": {"weight": "kernel_init", "bias": "bias_init"},
     "torch.nn.Conv3d": {"weight": "kernel_init", "bias": "bias_init"},
     "torch.nn.LayerNorm": {"weight": "scale_init", "bias": "bias_init"},
+    **{f"torch.nn.ConvTranspose{d}d": {"weight": "kernel_init", "bias": "bias_init"}
+       for d in (1, 2, 3)},
+    **{f"torch.nn.BatchNorm{d}d": {"weight": "scale_init", "bias": "bias_init"}
+       for d in (1, 2, 3)},
 }
+# layers whose JAX kernel holds torch's weight in another order of its fans (a transposed
+# convolution's in / out channels): only elementwise initializers carry over
+_FANS_DIFFER = {f"torch.nn.ConvTranspose{d}d" for d in (1, 2, 3)}
 
 
 def _initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression:
@@ -622,9 +629,13 @@ def _initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression:
     if fn == "constant_":
         return expr("nn.initializers.constant({v})", v=b.get("val"))
     mean = try_literal(b.get("mean"), 0.0) if b.get("mean") is not None else 0.0
+    std = b.get("std") if b.get("std") is not None else cst.Float("1.0")
+    if fn == "normal_" and mean not in (0, 0.0) and b.get("mean") is not None:
+        # N(mean, std): linen's normal initializer shifted (DCGAN's BatchNorm scales)
+        return expr("lambda key, shape, dtype=jnp.float32: {m} + nn.initializers.normal("
+                    "stddev={s})(key, shape, dtype)", m=b.get("mean"), s=std)
     if mean not in (0, 0.0):
         raise Untranslatable(f"torch.nn.init.{fn} with a nonzero mean")
-    std = b.get("std") if b.get("std") is not None else cst.Float("1.0")
     if fn == "normal_":
         return expr("nn.initializers.normal(stddev={s})", s=std)
     lo = try_literal(b.get("a"), -2.0) if b.get("a") is not None else -2.0
@@ -674,25 +685,40 @@ def _structured_initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression 
     return None
 
 
-def init_specs(fn: cst.FunctionDef, qualify) -> dict[str, dict[str, cst.BaseExpression]]:
-    """An init function applied with ``self.apply(fn)``: ``if isinstance(m, nn.Linear):``
-    branches of ``torch.nn.init`` calls on ``m.weight`` / ``m.bias`` -> {torch layer: {linen
-    initializer argument: initializer}}. Untranslatable for any other statement."""
+def init_specs(fn: cst.FunctionDef, qualify, named=None
+               ) -> dict[str, dict[str, cst.BaseExpression]]:
+    """An init function applied with ``self.apply(fn)`` (a method) or ``model.apply(fn)`` (a
+    function of the module): ``if isinstance(m, nn.Linear):`` branches, or tests of the class
+    name (``if classname.find("Conv") != -1:``; ``named(test, fn)``: the torch layers of the
+    file it selects, None when it is no such test), of ``torch.nn.init`` calls on
+    ``m.weight`` / ``m.bias`` -> {torch layer: {linen initializer argument: initializer}}.
+    Untranslatable for any other statement."""
     params = [p.name.value for p in fn.params.params]
-    if len(params) != 2:
+    if len(params) != 2 and not (len(params) == 1 and named is not None):
         raise Untranslatable("an init function with other than (self, module) parameters")
-    mod = params[1]
+    mod = params[-1]
     specs: dict[str, dict[str, cst.BaseExpression]] = {}
     body = list(fn.body.body)
     while body:
         stmt = body.pop(0)
-        if not isinstance(stmt, cst.If) or not m.matches(stmt.test, m.Call(
-                func=m.Name("isinstance"), args=[m.Arg(m.Name(mod)), m.Arg()])):
+        if named is not None and m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(
+                targets=[m.AssignTarget(m.Name())], value=m.Attribute(
+                    value=m.Attribute(value=m.Name(mod), attr=m.Name("__class__")),
+                    attr=m.Name("__name__")))])):
+            continue  # classname = m.__class__.__name__: read by the tests below
+        picked = named(stmt.test, fn) if named is not None and isinstance(stmt, cst.If) \
+            else None
+        if picked is None and (not isinstance(stmt, cst.If) or not m.matches(stmt.test, m.Call(
+                func=m.Name("isinstance"), args=[m.Arg(m.Name(mod)), m.Arg()]))):
             raise Untranslatable("an init function with statements other than isinstance "
                                  "branches")
-        kinds = stmt.test.args[1].value
-        elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
-        layers = [qualify(e) for e in elems]
+        if picked is not None:
+            layers = sorted(picked)
+        else:
+            kinds = stmt.test.args[1].value
+            elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) \
+                else [kinds]
+            layers = [qualify(e) for e in elems]
         found: dict[str, cst.BaseExpression] = {}
         _branch(stmt.body.body, mod, found, qualify)
         for q in layers:
@@ -704,7 +730,8 @@ def init_specs(fn: cst.FunctionDef, qualify) -> dict[str, dict[str, cst.BaseExpr
             if unknown:
                 raise Untranslatable(f"an init function setting {', '.join(sorted(unknown))} "
                                      f"of {q}")
-            if any(mapping[w] != "kernel_init" and "variance_scaling" in code(v)
+            if any((mapping[w] != "kernel_init" or q in _FANS_DIFFER) and (
+                    "variance_scaling" in code(v) or "orthogonal" in code(v))
                    for w, v in found.items()):
                 # an Embedding's weight (num, dim): torch's fan_in is dim, JAX's num
                 raise Untranslatable(f"an init function drawing {q}'s weight with torch's "
