@@ -561,7 +561,8 @@ class LinenTrainingMixin:
         imported = self._lt_imported_model(f.value.value)
         if f.attr.value not in here and not imported:
             return None
-        if any(a.star for a in original.args) or not self._lt_variables_bound():
+        if any(a.star for a in original.args) or not self._lt_variables_bound() or \
+                not self._lt_bound_before(original):
             self._lt_marked_calls.add(id(original))
             self.diag(original, "linen", "error", self.LT_METHOD_UNBOUND)
             return None
@@ -598,6 +599,30 @@ class LinenTrainingMixin:
         here = {c.name.value for c in self._root.body if isinstance(c, cst.ClassDef)}
         return bool(classes) and all(c in self.index.module_classes and c not in here
                                      for c in classes)
+
+    def _lt_bound_before(self, node: cst.CSTNode) -> bool:
+        """A top-level statement binds the variables before ``node`` (a training loop, a
+        function it calls that trains, a state dict loaded), or ``node`` is in a function
+        (called later, as the evaluation helpers)."""
+        if self._fn_stack:
+            return True
+        while True:
+            parent = self.get_metadata(ParentNodeProvider, node, None)
+            if parent is None or isinstance(parent, cst.Module):
+                break
+            node = parent
+        binds = m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name(
+            "load_state_dict"))) | m.Call(func=m.Name(m.MatchIfTrue(
+                lambda n: n in self._lt_epoch or n in self._lt_trainers or any(
+                    isinstance(f, cst.FunctionDef) and f.name.value == n and findall(
+                        f, m.Call(func=m.Attribute(attr=m.Name("backward"))))
+                    for f in self._root.body))))
+        for s in self._root.body:
+            if findall(s, binds):
+                return True
+            if s is node:
+                return False
+        return False
 
     def _lt_variables_bound(self) -> bool:
         """A file that trains a model binds its variables (model.init, then the state's);
