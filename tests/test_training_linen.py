@@ -438,7 +438,7 @@ def test_model_apply_of_a_class_name_init_function() -> None:
     assert "weights_init" not in result.code
     space: dict = {}
     exec(compile(result.code, "script.py", "exec"), space)
-    params = space["net"].init(jax.random.key(0), jnp.zeros((1, 8, 1, 1)))["params"]
+    params = jax.jit(space["net"].init)(jax.random.key(0), jnp.zeros((1, 8, 1, 1)))["params"]
     got = _init_stats({"up": params["up"]["kernel"], "conv": params["conv"]["kernel"],
                        "scale": params["bn"]["scale"], "bias": params["bn"]["bias"],
                        "fc": params["fc"]["kernel"]})
