@@ -288,21 +288,29 @@ def test_rms_norm_nnx_matches_torch(source_file: Path) -> None:
 
 
 BATCH_SECOND = '''
+import torch
 import torch.nn as nn
 
 
 class Seq(nn.Module):
-    def __init__(self):
+    def __init__(self, tie=True):
         super().__init__()
         self.attn = nn.MultiheadAttention(16, 4)
         self.lstm = nn.LSTM(16, 6)
         self.gru = nn.GRU(6, 6)
+        self.deep = nn.LSTM(6, 6, 2, dropout=0.2)
+        self.emb = nn.Embedding(10, 6)
+        self.head = nn.Linear(6, 10)
+        if tie:
+            self.head.weight = self.emb.weight
 
-    def forward(self, x, h0):
+    def forward(self, x, h0, tokens):
         y, _ = self.attn(x, x, x, need_weights=False)
         out, _ = self.lstm(y)
         out, h = self.gru(out, h0)
-        return out * h[-1]
+        deep, (h2, c2) = self.deep(out + self.emb(tokens),
+                                   (torch.cat((h, h)), torch.cat((h0, h))))
+        return self.head(out * h[-1] + deep * c2[-1] + h2.sum(0))
 '''
 
 
@@ -317,11 +325,22 @@ def test_equinox_marks_sequence_layers_with_the_batch_on_axis_1() -> None:
 
 
 def test_linen_sequence_layers_with_the_batch_on_axis_1(tmp_path: Path) -> None:
-    """linen keeps torch's (L, N, E) layout (time_major=True): the GRU's initial state too."""
+    """linen keeps torch's (L, N, E) layout (time_major=True): the GRU's initial state too.
+    An LSTM of two layers with dropout between them is the TorchLSTM helper written for linen
+    (layers_0, layers_1: nn.RNN(nn.OptimizedLSTMCell)), called as torch's with (h_0, c_0),
+    torch's layer k weights in layers_k; a Linear head with a bias tied to an Embedding
+    under a constructor condition is the TiedDense helper (issue 32: the corpus word_lm)."""
     path = tmp_path / "seq.py"
     path.write_text(BATCH_SECOND)
+    code = convert_source(BATCH_SECOND, target="linen").code
+    assert "self.deep = TorchLSTM(6, 2, dropout=0.2, deterministic=not self.train)" in code
+    # a head with a bias tied under a constructor condition: nn.Dense's variables, the
+    # table passed as its kernel when tied
+    assert "self.head = TiedDense(10)" in code
+    assert "self.emb.embedding if self.tie else None,\n" in code
     result = run_request(VerifyRequest(f"{path}::Seq", inputs=("float32[7,2,16]",
-                                                                "float32[1,2,6]"),
+                                                                "float32[1,2,6]",
+                                                                "int64[7,2]:10"),
                                        jax_target="linen", grad=True, float64=False))
     assert result.error is None, result.error
     assert result.max_abs_diff <= 1e-5 and result.grad_max_abs_diff <= 1e-5, result.to_json()
@@ -353,3 +372,4 @@ def test_transposed_conv_layout_is_its_own_inverse() -> None:
     assert eqx_w.shape == (3, 2, 4, 5)
     np.testing.assert_array_equal(eqx_w[1, 0], w[0, 1, ::-1, ::-1])
     np.testing.assert_array_equal(invert_layout(eqx_w, "flip_swap"), w)
+

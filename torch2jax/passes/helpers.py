@@ -216,6 +216,41 @@ class TorchLSTM(nnx.Module):
 ''', targets=("nnx",))
 
 
+# the same stacked LSTM on linen (targets/linen.py renders the NNX constructor): the layers
+# layers_0, layers_1, ... (a list assigned in setup()), each an nn.RNN(nn.OptimizedLSTMCell)
+helper("TorchLSTM", {"jnp", "linen"}, '''
+class TorchLSTM(nn.Module):
+    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout): num_layers
+    nn.RNN(nn.OptimizedLSTMCell) layers (gates i, f, g, o as torch's), layer k reading layer
+    k - 1's output, with dropout on every layer's output but the last (off when
+    deterministic). Called as torch's: lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c
+    (num_layers, N, H)."""
+
+    hidden_size: int
+    num_layers: int = 1
+    bias: bool = True
+    batch_first: bool = False
+    dropout: float = 0.0
+    deterministic: bool = True
+
+    def setup(self) -> None:
+        self.layers = [nn.RNN(nn.OptimizedLSTMCell(self.hidden_size),
+                              time_major=not self.batch_first) for _ in range(self.num_layers)]
+        self.drop = nn.Dropout(self.dropout, deterministic=self.deterministic)
+
+    def __call__(self, input, hx=None):
+        x, hs, cs = input, [], []
+        for k, layer in enumerate(self.layers):
+            if k > 0:
+                x = self.drop(x)
+            carry = None if hx is None else (hx[1][k], hx[0][k])
+            (c, h), x = layer(x, initial_carry=carry, return_carry=True)
+            hs.append(h)
+            cs.append(c)
+        return x, (jnp.stack(hs), jnp.stack(cs))
+''', targets=("linen",))
+
+
 # equinox (torch2jax/targets/equinox_calls.py): a vector layer on a value whose rank per
 # example is not known when converting
 helper("over_leading", {"jax"}, '''
@@ -342,6 +377,30 @@ class ReadableDense(nn.Module):
         return y if self.bias is None else y + self.bias
 ''')
 
+
+# linen (torch2jax/targets/linen.py): a Linear head with a bias tied to an Embedding's table
+# under a condition of the constructor (word_lm's `if tie_weights:`)
+helper("TiedDense", {"linen", "Any"}, '''
+class TiedDense(nn.Module):
+    """nn.Dense(features) whose weight may be tied to an embedding's table: called with the
+    table (num_embeddings, in_features), it reads it as its kernel (and makes none of its own);
+    its bias is its own either way. The same variables as nn.Dense's."""
+
+    features: int
+    use_bias: bool = True
+    kernel_init: Any = nn.initializers.lecun_normal()
+    bias_init: Any = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(self, x, table=None):
+        if table is None:
+            y = x @ self.param("kernel", self.kernel_init, (x.shape[-1], self.features))
+        else:
+            y = x @ table.T
+        if self.use_bias:
+            y = y + self.param("bias", self.bias_init, (self.features,))
+        return y
+''')
 
 # module.named_children() / .children() on a module whose class the file does not define
 # (timm's named_apply walking the model it is given, passes/rewrite_calls.py)

@@ -172,6 +172,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         # helpers called once per epoch with the model and the optimizer of their caller
         self._lt_epoch: dict[str, lt.EpochFunction] = {}
         self._lt_marked_calls: set[int] = set()  # linen model calls marked unbound
+        # linen: (class, head) -> the condition under which the head is tied (TiedDense)
+        self._lt_tied: dict[tuple[str, str], str] = {}
         self._lt_state_made: set[int] = set()  # callers (id, 0: module) that made the state
         self._lt_batch_stats = False
         self._lt_dropout = False
@@ -572,6 +574,16 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 and original_node.value.attr.value == "weight" and self.in_module_class()):
             info = self.index.classes[self.current_class]
             head = code(target.value).removeprefix("self.")
+            if head in info.tied_bias_heads and self.target.setup_modules:
+                cond = self._lt_tie_condition(original_node)
+                if cond is not None:
+                    # linen: the head is a TiedDense, called with the table when tied
+                    self._lt_tied[self.current_class, head] = cond
+                    self.diag(original_node, "tied-weights", "info",
+                              f"tied weights: self.{head} is a TiedDense (nn.Dense's "
+                              f"variables) called with {info.tied_bias_heads[head]}'s table "
+                              f"as its kernel when {cond}; its bias is its own")
+                    return cst.RemoveFromParent()
             if head in info.tied_bias_heads and self.target.stateful_modules:
                 # a Linear head with a bias: it reads the embedding's table (one parameter)
                 # and keeps its bias; its own kernel goes

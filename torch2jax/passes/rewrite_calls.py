@@ -123,6 +123,13 @@ class CallsMixin:
                 and self.values is not None
                 and self.values.kind(func.value) == vk.Kind.MODULE):
             return None
+        if self.target.setup_modules and func.attr.value == "parameters" and m.matches(
+                func.value, m.Name("self")) and self.in_module_class() and \
+                self._applied_method():
+            # linen: a method runs under init / apply, which bind the module's variables
+            # (next(self.parameters()).dtype in a method that makes a state)
+            self.need("jax")
+            return expr('iter(jax.tree.leaves(self.variables.get("params", {})))')
         if not self._iterated(original_node):
             return None
         here = self._fn_stack[-1].name.value if self._fn_stack else None
@@ -140,6 +147,19 @@ class CallsMixin:
                   f"{code(original_node)}: parameter names are not translated for "
                   f"{self.target.name}")
         return updated_node
+
+    def _applied_method(self) -> bool:
+        """linen: the method being rewritten runs under init / apply with the variables made:
+        not the constructor (setup()) nor a method it calls (get_num_params in __init__)."""
+        if not self._fn_stack or self._fn_stack[0].name.value == "__init__":
+            return False
+        name = self._fn_stack[0].name.value
+        cls = next((c for c in self._root.body if isinstance(c, cst.ClassDef)
+                    and c.name.value == self.current_class), None)
+        init = next((f for f in (cls.body.body if cls else ()) if isinstance(
+            f, cst.FunctionDef) and f.name.value == "__init__"), None)
+        return init is None or not findall(init, m.Call(func=m.Attribute(
+            value=m.Name("self"), attr=m.Name(name))))
 
     def _epoch_loader_len(self, original_node: cst.Call, updated_node: cst.Call):
         """len(loader) and len(loader.dataset) of a loader shuffled per epoch (a function of the
@@ -168,6 +188,9 @@ class CallsMixin:
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
         if self.target.train_state:
             self._lt_unbound_call(original_node)
+            applied = self._lt_method_call(original_node, updated_node)
+            if applied is not None:
+                return applied
         handled = self._checkpoint_dict_call(original_node) or self._parameters_call(
             original_node)
         if handled is not None:

@@ -124,6 +124,7 @@ class ModuleClassMixin:
             try:
                 is_base = any(c.module_base == name for c in self.index.classes.values())
                 new = linen_target.readable_dense(new, self._linear_inputs(info))
+                new = linen_target.tied_dense(new, {h for c, h in self._lt_tied if c == name})
                 new, needs = linen_target.to_setup(
                     new, self.uses_train and info.module_base == "torch", kw_only=is_base)
                 self.need(*needs)
@@ -501,6 +502,10 @@ class ModuleClassMixin:
         nnx.Rngs from the function's key when the init function draws."""
         fn = updated_node.value.args[0].value.value
         model = updated_node.value.func.value.value
+        if self.target.setup_modules and (None, fn) in self._lt_init_fns:
+            self.diag(original_node, "init", "info", f"{model}.apply({fn}) -> the layers' "
+                      "kernel_init / scale_init / bias_init arguments")
+            return cst.RemoveFromParent()
         if not self.target.stateful_modules:
             self.diag(original_node, "target", "error", f"{model}.apply(init function): "
                       f"translated for --target nnx so far")

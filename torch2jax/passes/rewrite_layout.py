@@ -252,6 +252,14 @@ class LayoutMixin:
                 return self._rule_call(original, updated, rule,
                                        info.attr_ctor[func.attr.value])
             table = info.tied_bias_heads.get(func.attr.value)
+            cond = self._lt_tied.get((self.current_class, func.attr.value))
+            if table is not None and cond is not None and len(updated.args) == 1 and not \
+                    updated.args[0].keyword and not updated.args[0].star:
+                # linen: the TiedDense head, given the table when the constructor tied it
+                tied = f"{table}.embedding" if cond == "True" else \
+                    f"{table}.embedding if {cond} else None"
+                return updated.with_changes(args=[updated.args[0].with_changes(
+                    comma=cst.MaybeSentinel.DEFAULT), arg(cst.parse_expression(tied))])
             if table is not None and self.target.stateful_modules and len(updated.args) == 1 \
                     and not updated.args[0].keyword and not updated.args[0].star:
                 # tied in a branch of __init__ (passes/rewrite.py): the head's kernel deleted

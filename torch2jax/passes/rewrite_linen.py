@@ -12,12 +12,15 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.value_kinds import _MODULE_METHODS
 from torch2jax.analysis.walk import findall
+from torch2jax.passes import class_names
 from torch2jax.passes import data as dt
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
     arg,
+    code,
     wrap_long_statement,
 )
 from torch2jax.passes.rewrite_support import _fix_commas
@@ -94,6 +97,50 @@ class LinenTrainingMixin:
                     for layer, inits in specs.items():
                         merged.setdefault(layer, {}).update(inits)
                 self._lt_init_fns.add((name, fn.name.value))
+        # netG.apply(weights_init) at the top level, netG = Generator(): the DCGAN example's
+        # init function of the module, its branches picked by isinstance or the class name
+        functions = {f.name.value: f for f in node.body if isinstance(f, cst.FunctionDef)}
+        applied: dict[str, set[str]] = {}
+        calls: dict[str, int] = {}
+        for s in node.body:
+            if m.matches(s, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
+                    value=m.Name(), attr=m.Name("apply")), args=[m.Arg(m.Name(), keyword=None)]))])):
+                c = s.body[0].value
+                built_from = {a.value.func.value for a in findall(node, m.Assign(
+                    targets=[m.AssignTarget(m.Name(c.func.value.value))], value=m.Call(
+                        func=m.Name())))}
+                fname = c.args[0].value.value
+                calls[fname] = calls.get(fname, 0) + 1
+                applied.setdefault(fname, set()).update(
+                    built_from if len(built_from) == 1 and built_from <= set(classes) else {""})
+        for fname, models in applied.items():
+            fn = functions.get(fname)
+            if fn is None or "" in models or len(findall(node, m.Name(fname))) != 1 + calls[
+                    fname]:
+                continue  # a model of unknown class, or a function read elsewhere too
+            try:
+                specs = lt.init_specs(fn, self.q, named=self._lt_named_layers)
+            except Untranslatable:
+                continue  # marked where it is
+            for model_cls in models:
+                for reached in built(model_cls, set()):
+                    merged = self._lt_inits.setdefault(reached, {})
+                    for layer, inits in specs.items():
+                        merged.setdefault(layer, {}).update(inits)
+            self._lt_init_fns.add((None, fname))
+
+    def _lt_named_layers(self, test: cst.BaseExpression, fn: cst.FunctionDef) -> set[str] | None:
+        """The torch layers of the file whose class name passes ``test`` (``classname.find(
+        "Conv") != -1``); None when ``test`` is no such test; Untranslatable when it also
+        passes a module class of the file (whose weights are not one layer's)."""
+        found = class_names.class_name_test(test, fn)
+        if found is None:
+            return None
+        layers, users = self._module_classes_here()
+        short = lambda q: q.rsplit(".", 1)[-1]
+        if any(found[1](c) for c in users):
+            raise Untranslatable("a class-name test that passes a module class of the file")
+        return {q for q in layers if found[1](short(q))}
 
     def _lt_checkpoint(self, original_node, kind: str, model: str, p: str):
         """torch.save(model.state_dict(), path) -> an orbax checkpoint of the trained
@@ -432,7 +479,159 @@ class LinenTrainingMixin:
             # the helper trains the model it receives: it returns the model's variables
             return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
                               value=updated_node.value)
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name(
+                "load_state_dict")), args=[m.Arg(value=m.Name(), keyword=None)])) and \
+                f.value.value in self._model_names() and not self._class_stack and \
+                self._lt_trains_none():
+            # sample.py: model.load_state_dict(checkpoint['model']) in a file that trains
+            # none: the dict is the model's variables (what the linen save writes)
+            self.diag(original_node, "load_state_dict", "info",
+                      f"{f.value.value}.load_state_dict(d) -> variables = d: the dict is "
+                      "read as the linen model's variables ({'params': ...}, as the linen "
+                      "checkpoint of variables saves them)")
+            return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
+                              value=value.args[0].value)
         return None
+
+    def _lt_tie_condition(self, original_node: cst.Assign) -> str | None:
+        """The condition under which ``self.head.weight = self.table.weight`` runs in the
+        constructor, over its fields (``self.tie_weights``); "True" when it always runs; None
+        when it reads anything else, or sits in a loop."""
+        tests: list[str] = []
+        node: cst.CSTNode = original_node
+        init = None
+        while True:
+            parent = self.get_metadata(ParentNodeProvider, node, None)
+            if parent is None:
+                return None
+            if isinstance(parent, cst.FunctionDef):
+                init = parent
+                break
+            if isinstance(parent, (cst.For, cst.While, cst.With, cst.Try)):
+                return None
+            if isinstance(parent, cst.If):
+                t = code(parent.test)
+                if not m.matches(parent.test, m.Name() | m.Attribute()):
+                    t = f"({t})"
+                tests.append(t if node is parent.body else f"not {t}")
+            node = parent
+        if init.name.value != "__init__":
+            return None
+        params = {p.name.value for p in init.params.params[1:]} | {
+            p.name.value for p in init.params.kwonly_params}
+        assigned = set(tr.names_of(init.body).assigned)
+        for t in tests:
+            names = {n.value for n in findall(cst.parse_expression(t), m.Name())}
+            if names - {"not", "self", "and", "or", "None", "True", "False"} - params or \
+                    names & assigned:
+                return None
+        if not tests:
+            return "True"
+
+        class Fields(cst.CSTTransformer):
+            def visit_Attribute(self, node) -> bool:
+                return False
+
+            def leave_Name(self, original_node, updated_node):
+                if updated_node.value in params:
+                    return cst.Attribute(value=cst.Name("self"), attr=updated_node.with_changes(
+                        lpar=[], rpar=[]), lpar=updated_node.lpar, rpar=updated_node.rpar)
+                return updated_node
+        return " and ".join(code(cst.parse_expression(t).visit(Fields())) for t in tests)
+
+    LT_METHOD_UNBOUND = ("a method of the linen model called outside apply, where none of "
+                         "its variables are bound: left as written; call model.apply("
+                         "variables, ..., method=...) with its variables")
+
+    def _lt_method_call(self, original: cst.Call, updated: cst.Call) -> cst.Call | None:
+        """``model.generate(x, n)`` outside the module classes -> ``model.apply(variables, x,
+        n, method="generate", rngs={"noise": subkey})`` after ``key, subkey =
+        jax.random.split(key)``: a linen module's layers exist only inside ``apply``, and a
+        method that draws reads apply's ``noise`` stream (``self.make_rng``). The key is
+        given when a module class of the file draws, and always for a class of another
+        file (whose methods this file cannot see; flax ignores a stream nothing reads)."""
+        f = original.func
+        if self._class_stack or not m.matches(f, m.Attribute(value=m.Name(), attr=m.Name())) \
+                or f.value.value not in self._model_names() or f.attr.value.startswith("_") \
+                or f.attr.value in _MODULE_METHODS or not self._is_module_expr(f.value):
+            return None
+        if self._assign_target(original) in self.training.optimizer_names:
+            return None  # configure_optimizers: it returns the optax transform, unbound
+        here = lt.module_methods(self._root, self.index.module_classes)
+        imported = self._lt_imported_model(f.value.value)
+        if f.attr.value not in here and not imported:
+            return None
+        if any(a.star for a in original.args) or not self._lt_variables_bound() or \
+                not self._lt_bound_before(original):
+            self._lt_marked_calls.add(id(original))
+            self.diag(original, "linen", "error", self.LT_METHOD_UNBOUND)
+            return None
+        if self._lt_noise or imported:
+            scope = self._key_scopes[-1]
+            if not scope.has_key and len(self._key_scopes) == 1:
+                self._key_scopes[0].root_needed = scope.has_key = True
+                self.diag(original, "random", "warning", "a model method's draws without "
+                          "torch.manual_seed: a root key jax.random.key(0) is added at the "
+                          "top of the file")
+            if not self._key_scopes[-1].has_key:
+                self._lt_marked_calls.add(id(original))
+                self.diag(original, "linen", "error", "no key in this scope for the model "
+                          "method's noise stream: seed with torch.manual_seed or pass one")
+                return None
+        q = self._string_quote()  # (inside an f-string: the other quote)
+        extra = []
+        if self._lt_noise or imported:
+            self.need("jax")
+            self._pending[-1].before.append(cst.parse_statement(
+                f"{tr.KEY}, {lt.SUBKEY} = jax.random.split({tr.KEY})\n"))
+            extra = [arg(cst.parse_expression(f'{{{q}{lt.NOISE}{q}: {lt.SUBKEY}}}'), "rngs")]
+        args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated.args]
+        return updated.with_changes(
+            func=cst.Attribute(value=f.value, attr=cst.Name("apply")),
+            args=_fix_commas([arg(cst.Name(lt.VARIABLES)), *args, arg(
+                cst.SimpleString(f'{q}{f.attr.value}{q}'), "method"), *extra]))
+
+    def _lt_imported_model(self, name: str) -> bool:
+        """``name`` is bound to an instance of a module class of another file (GPT(conf) in
+        sample.py, with ``from model import GPT``)."""
+        classes = {a.value.func.value for a in findall(self._root, m.Assign(
+            targets=[m.AssignTarget(target=m.Name(name))], value=m.Call(func=m.Name())))}
+        here = {c.name.value for c in self._root.body if isinstance(c, cst.ClassDef)}
+        return bool(classes) and all(c in self.index.module_classes and c not in here
+                                     for c in classes)
+
+    def _lt_bound_before(self, node: cst.CSTNode) -> bool:
+        """A top-level statement binds the variables before ``node`` (a training loop, a
+        function it calls that trains, a state dict loaded), or ``node`` is in a function
+        (called later, as the evaluation helpers)."""
+        if self._fn_stack:
+            return True
+        while True:
+            parent = self.get_metadata(ParentNodeProvider, node, None)
+            if parent is None or isinstance(parent, cst.Module):
+                break
+            node = parent
+        binds = m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name(
+            "load_state_dict"))) | m.Call(func=m.Name(m.MatchIfTrue(
+                lambda n: n in self._lt_epoch or n in self._lt_trainers or any(
+                    isinstance(f, cst.FunctionDef) and f.name.value == n and findall(
+                        f, m.Call(func=m.Attribute(attr=m.Name("backward"))))
+                    for f in self._root.body))))
+        for s in self._root.body:
+            if findall(s, binds):
+                return True
+            if s is node:
+                return False
+        return False
+
+    def _lt_variables_bound(self) -> bool:
+        """A file that trains a model binds its variables (model.init, then the state's);
+        one that trains none binds them where it loads a state dict into the model."""
+        if not self._lt_trains_none():
+            return True
+        return bool(findall(self._root, m.Call(func=m.Attribute(
+            value=m.Name(), attr=m.Name("load_state_dict")), args=[m.Arg(
+                value=m.Name(), keyword=None)])))
 
     def _lt_function(self, node: cst.FunctionDef) -> cst.FunctionDef:
         name = node.name.value

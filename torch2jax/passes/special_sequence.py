@@ -142,10 +142,12 @@ def multihead_attention_call(cs: CallSite) -> cst.BaseExpression:
 # --------------------------------------------------------------------------------------------
 
 
-def _as_given(site: Site, helper: str, skip: tuple[str, ...] = ()) -> cst.Call:
+def _as_given(site: Site, helper: str, skip: tuple[str, ...] = (), written: bool = False
+              ) -> cst.Call:
     """``helper(...)`` with the torch arguments the rule knows, positional or keyword as given
-    (the dropped ones, device and dtype, left out)."""
-    if not site.renders.helper_classes:
+    (the dropped ones, device and dtype, left out). ``written``: the target writes this
+    helper (else only a target with the helper classes does)."""
+    if not (written or site.renders.helper_classes):
         raise Untranslatable(f"{site.rule.torch}: translated for the NNX target only")
     if site.args.star or site.args.extra_positional:
         raise Untranslatable(f"{site.rule.torch} with *args / **kwargs")
@@ -248,7 +250,7 @@ def _stacked_lstm(site: Site) -> cst.BaseExpression:
     """``nn.LSTM(I, H, L, dropout=p)`` with L not the literal 1 -> ``TorchLSTM(I, H, L,
     dropout=p)``, the helper of passes/helpers.py (stacked nnx.RNNs, dropout between layers,
     torch's call and return), its arguments as given."""
-    if not site.renders.helper_classes or site.renders.intermediate:
+    if not site.renders.stacked_rnn or site.renders.intermediate:
         kind = site.rule.torch.rsplit(".", 1)[-1]
         raise Untranslatable(f"{kind}(num_layers={code(site.get('num_layers'))}): not "
                              "translated on this target (stack one-layer RNNs)")
@@ -256,7 +258,7 @@ def _stacked_lstm(site: Site) -> cst.BaseExpression:
                           ("proj_size", 0, "flax's LSTM cells have no projection")]:
         if site.lit(name) != ok:
             raise Untranslatable(f"LSTM({name}={code(site.get(name))}): not translated ({why})")
-    return _as_given(site, "TorchLSTM", skip=("bidirectional", "proj_size"))
+    return _as_given(site, "TorchLSTM", skip=("bidirectional", "proj_size"), written=True)
 
 
 @special("lstm_cell")

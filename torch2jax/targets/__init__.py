@@ -55,6 +55,9 @@ class Target:
     # helper classes with torch's constructor signature (passes/helpers.py: Conv2d, Linear,
     # BatchNorm, Embedding with padding_idx, ...) are written into the file
     helper_classes: bool = False
+    # an LSTM of several layers is the TorchLSTM helper class (passes/helpers.py) written for
+    # this target
+    stacked_rnn: bool = False
     # the attribute of a recurrent cell module that holds its hidden size
     rnn_cell_features: str = "hidden_features"
     # a parameter is declared under the name of the attribute it is assigned to
@@ -198,6 +201,7 @@ NNX = NnxTarget(
     imports=("from flax import nnx",),
     stateful_modules=True,
     helper_classes=True,
+    stacked_rnn=True,
     helper_target="nnx",
     layer_column="nnx",
     remat="nnx.remat",
@@ -220,6 +224,7 @@ LINEN = LinenTarget(
     setup_modules=True,
     train_state=True,
     rnn_cell_features="features",
+    stacked_rnn=True,
     parameters_named=True,
     helper_target="linen",
     layer_column="nnx",

@@ -92,6 +92,15 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
         if len(pos) != 2:
             raise Untranslatable("a GRU cell without its two sizes")
         return _rebuild("TorchGRUCell", [pos[1]], kw)
+    if name == "TorchLSTM":  # the helper (stacked layers): its input size dropped
+        fields = ("hidden_size", "num_layers", "bias", "batch_first", "dropout")
+        kw.pop("input_size", None)
+        pos = pos[1:] if "input_size" not in _kw(node) else pos
+        if not pos and "hidden_size" not in kw:
+            raise Untranslatable("an LSTM without its hidden size")
+        if "dropout" in kw or len(pos) == len(fields):  # (the file has the train field)
+            kw["deterministic"] = expr(f"not {train}")
+        return _rebuild("TorchLSTM", pos, kw)
     if name == "nnx.RNN":
         return _rebuild("nn.RNN", [layer(p, train) for p in pos], kw)
     if name == "nnx.Sequential":
@@ -142,6 +151,31 @@ def readable_dense(cls: cst.ClassDef, in_features: dict[str, cst.BaseExpression]
                         func=m.Attribute(value=m.Name("nn"), attr=m.Name("Dense")))):
                 return updated_node.with_changes(value=call(
                     "ReadableDense", arg(in_features[target.attr.value]), *value.args))
+            return updated_node
+
+    return cls.visit(_Swap())
+
+
+def tied_dense(cls: cst.ClassDef, heads: set[str]) -> cst.ClassDef:
+    """A Linear head with a bias tied to an Embedding under a condition of the constructor
+    (``if tie_weights: self.decoder.weight = self.encoder.weight``) -> ``TiedDense(features)``
+    (a helper with nn.Dense's variables that reads the table it is called with as its kernel);
+    its calls pass the table when the condition holds."""
+    if not heads:
+        return cls
+
+    class _Swap(cst.CSTTransformer):
+        def leave_Assign(self, original_node, updated_node):
+            target, value = updated_node.targets[0].target, updated_node.value
+            if m.matches(target, m.Attribute(value=m.Name("self"))) and \
+                    target.attr.value in heads and m.matches(value, m.Call(
+                        func=m.Attribute(value=m.Name("nn"), attr=m.Name("Dense")))):
+                if any(a.keyword and a.keyword.value not in (
+                        "use_bias", "kernel_init", "bias_init") for a in value.args):
+                    raise Untranslatable(f"the tied head self.{target.attr.value} with "
+                                         f"{code(value)}: TiedDense takes no such argument")
+                return updated_node.with_changes(value=value.with_changes(
+                    func=cst.Name("TiedDense")))
             return updated_node
 
     return cls.visit(_Swap())

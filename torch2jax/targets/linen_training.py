@@ -50,6 +50,7 @@ class LinenStep:
     call: cst.SimpleStatementLine
     model_args: list[cst.BaseExpression]  # what the loss function passes to the model
     model_kwargs: list[cst.Arg]
+    model: str = ""  # the model the step applies
 
 
 class _ApplyCalls(cst.CSTTransformer):
@@ -113,10 +114,18 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     lifter = tr._LiftBatches({model, *defined}, loop_names, taken0)
     loss_body = [st.visit(lifter) for st in loss_body]
     free: list[str] = []
+    seen: set[str] = set()  # defined by an earlier statement of the loss
     for s in loss_body:
         for u in tr.names_of(s).used:
-            if u not in defined and u != model and u not in free and u in loop_names:
+            # a name the loss reads before it defines it (an RNN's hidden state carried
+            # from step to step) is an argument of the step too: a jitted function's closure
+            # would keep its value of the first call
+            if (u not in defined or u not in seen) and u != model and u not in free and \
+                    u in loop_names:
                 free.append(u)
+        seen |= set(tr.names_of(s).assigned)
+    # (those the loss also assigns are parameters of the loss function: it reassigns them)
+    carried = [u for u in free if u in defined]
     taken = taken0 | {n for n, _ in lifter.lifted} | {STATE, DROPOUT_KEY, NOISE_KEY}
     loss_fn = tr._fresh("loss_fn", taken)
     grads = tr._fresh("grads", taken)
@@ -157,14 +166,15 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
             f"        return {loss}, {packed}\n"
         inner_t = f"({packed})" if len(aux_all) > 1 or aux else packed
         vg = (f"    ({loss}, {inner_t}), {grads} = jax.value_and_grad({loss_fn}, "
-              f"has_aux=True)({STATE}.params)\n")
+              f"has_aux=True)({', '.join([f'{STATE}.params', *carried])})\n")
     else:
         ret_inner = f"        return {loss}\n"
-        vg = f"    {loss}, {grads} = jax.value_and_grad({loss_fn})({STATE}.params)\n"
+        vg = (f"    {loss}, {grads} = jax.value_and_grad({loss_fn})("
+              f"{', '.join([f'{STATE}.params', *carried])})\n")
     bs = f', batch_stats={updates}["batch_stats"]' if batch_stats else ""
     ret = ", ".join([STATE, loss, *aux])
     src = (f"@jax.jit\ndef {step_name}({', '.join(step_args)}):\n"
-           f"    def {loss_fn}({params}):\n{inner}{ret_inner}{vg}"
+           f"    def {loss_fn}({', '.join([params, *carried])}):\n{inner}{ret_inner}{vg}"
            f"    {STATE} = {STATE}.apply_gradients(grads={grads}{bs})\n"
            f"    return {ret}\n")
     fn = cst.parse_statement(src)
@@ -196,7 +206,7 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                             outside_step[n_pre + n_dep:])
     new_body = [*pre, *stmts, *post_dep, *after]
     return LinenStep(function=fn, body=new_body, call=call_stmt, model_args=inputs[0],
-                     model_kwargs=inputs[1])
+                     model_kwargs=inputs[1], model=model)
 
 
 class _EvaluatorArgs(cst.CSTTransformer):
@@ -287,7 +297,7 @@ def sample_inputs(step: LinenStep, body: Sequence[cst.BaseStatement], loop: cst.
     out: list[cst.BaseExpression] = []
     copied: set[int] = set()
     for a in step.model_args:
-        e = _sample_of(a, body, loop, outer, loop_names, stmts, copied)
+        e = _sample_of(a, body, loop, outer, loop_names, stmts, copied, model=step.model or None)
         if e is None:
             return None
         out.append(e)
@@ -312,9 +322,39 @@ def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=()
     return None
 
 
-def _sample_of(e, body, loop, outer, loop_names, stmts, copied):
+_DETACHED = m.Call(func=m.Attribute(attr=m.Name("detach")), args=[]) | m.Call(
+    func=m.Attribute(value=m.Attribute(value=m.Name("jax"), attr=m.Name("lax")),
+                     attr=m.Name("stop_gradient")), args=[m.Arg()])
+
+
+def _carried(name: str, body, model: str) -> bool:
+    """``name`` is a state the loop carries from step to step (an RNN's hidden state): every
+    assignment to it in the loop body is the model's output (``out, h = model(x, h)``) or
+    reads it itself (``h = h.detach()``). Before the loop it holds the first step's input."""
+    found = False
+    for s in body:
+        for a in findall(s, m.Assign() | m.AugAssign() | m.AnnAssign()):
+            targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
+            if name not in {n.value for t in targets for n in findall(t, m.Name())}:
+                continue
+            found = True
+            if not isinstance(a, cst.Assign) or not (
+                    m.matches(a.value, m.Call(func=m.Name(model))) or (
+                        targets == [cst.Name(name)] or m.matches(targets[0], m.Name(name)))
+                    and name in set(tr.names_of(a.value).used)):
+                return False
+    return found
+
+
+def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
     if m.matches(e, m.Call(func=m.Attribute(attr=m.Name("to")))):
         e = e.func.value  # data.to(device): the batch itself
+    if m.matches(e, _DETACHED):
+        e = e.func.value if isinstance(e.func, cst.Attribute) and e.func.attr.value == \
+            "detach" else e.args[0].value  # h.detach(): the same shape
+    if model is not None and isinstance(e, cst.Name) and e.value in loop_names and _carried(
+            e.value, body, model):
+        return e  # a carried state: its value before the loop, the first step's input
     if isinstance(loop, cst.For) and m.matches(loop.iter, m.Call(
             func=m.Name("enumerate"))) and 1 <= len(loop.iter.args) <= 2 and not any(
             a.star for a in loop.iter.args) and loop.iter.args[0].keyword is None and (
@@ -557,7 +597,14 @@ INIT_ARGS = {
     "torch.nn.Conv2d": {"weight": "kernel_init", "bias": "bias_init"},
     "torch.nn.Conv3d": {"weight": "kernel_init", "bias": "bias_init"},
     "torch.nn.LayerNorm": {"weight": "scale_init", "bias": "bias_init"},
+    **{f"torch.nn.ConvTranspose{d}d": {"weight": "kernel_init", "bias": "bias_init"}
+       for d in (1, 2, 3)},
+    **{f"torch.nn.BatchNorm{d}d": {"weight": "scale_init", "bias": "bias_init"}
+       for d in (1, 2, 3)},
 }
+# layers whose JAX kernel holds torch's weight in another order of its fans (a transposed
+# convolution's in / out channels): only elementwise initializers carry over
+_FANS_DIFFER = {f"torch.nn.ConvTranspose{d}d" for d in (1, 2, 3)}
 
 
 def _initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression:
@@ -582,9 +629,13 @@ def _initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression:
     if fn == "constant_":
         return expr("nn.initializers.constant({v})", v=b.get("val"))
     mean = try_literal(b.get("mean"), 0.0) if b.get("mean") is not None else 0.0
+    std = b.get("std") if b.get("std") is not None else cst.Float("1.0")
+    if fn == "normal_" and mean not in (0, 0.0) and b.get("mean") is not None:
+        # N(mean, std): linen's normal initializer shifted (DCGAN's BatchNorm scales)
+        return expr("lambda key, shape, dtype=jnp.float32: {m} + nn.initializers.normal("
+                    "stddev={s})(key, shape, dtype)", m=b.get("mean"), s=std)
     if mean not in (0, 0.0):
         raise Untranslatable(f"torch.nn.init.{fn} with a nonzero mean")
-    std = b.get("std") if b.get("std") is not None else cst.Float("1.0")
     if fn == "normal_":
         return expr("nn.initializers.normal(stddev={s})", s=std)
     lo = try_literal(b.get("a"), -2.0) if b.get("a") is not None else -2.0
@@ -634,25 +685,40 @@ def _structured_initializer(fn: str, call_node: cst.Call) -> cst.BaseExpression 
     return None
 
 
-def init_specs(fn: cst.FunctionDef, qualify) -> dict[str, dict[str, cst.BaseExpression]]:
-    """An init function applied with ``self.apply(fn)``: ``if isinstance(m, nn.Linear):``
-    branches of ``torch.nn.init`` calls on ``m.weight`` / ``m.bias`` -> {torch layer: {linen
-    initializer argument: initializer}}. Untranslatable for any other statement."""
+def init_specs(fn: cst.FunctionDef, qualify, named=None
+               ) -> dict[str, dict[str, cst.BaseExpression]]:
+    """An init function applied with ``self.apply(fn)`` (a method) or ``model.apply(fn)`` (a
+    function of the module): ``if isinstance(m, nn.Linear):`` branches, or tests of the class
+    name (``if classname.find("Conv") != -1:``; ``named(test, fn)``: the torch layers of the
+    file it selects, None when it is no such test), of ``torch.nn.init`` calls on
+    ``m.weight`` / ``m.bias`` -> {torch layer: {linen initializer argument: initializer}}.
+    Untranslatable for any other statement."""
     params = [p.name.value for p in fn.params.params]
-    if len(params) != 2:
+    if len(params) != 2 and not (len(params) == 1 and named is not None):
         raise Untranslatable("an init function with other than (self, module) parameters")
-    mod = params[1]
+    mod = params[-1]
     specs: dict[str, dict[str, cst.BaseExpression]] = {}
     body = list(fn.body.body)
     while body:
         stmt = body.pop(0)
-        if not isinstance(stmt, cst.If) or not m.matches(stmt.test, m.Call(
-                func=m.Name("isinstance"), args=[m.Arg(m.Name(mod)), m.Arg()])):
+        if named is not None and m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(
+                targets=[m.AssignTarget(m.Name())], value=m.Attribute(
+                    value=m.Attribute(value=m.Name(mod), attr=m.Name("__class__")),
+                    attr=m.Name("__name__")))])):
+            continue  # classname = m.__class__.__name__: read by the tests below
+        picked = named(stmt.test, fn) if named is not None and isinstance(stmt, cst.If) \
+            else None
+        if picked is None and (not isinstance(stmt, cst.If) or not m.matches(stmt.test, m.Call(
+                func=m.Name("isinstance"), args=[m.Arg(m.Name(mod)), m.Arg()]))):
             raise Untranslatable("an init function with statements other than isinstance "
                                  "branches")
-        kinds = stmt.test.args[1].value
-        elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
-        layers = [qualify(e) for e in elems]
+        if picked is not None:
+            layers = sorted(picked)
+        else:
+            kinds = stmt.test.args[1].value
+            elems = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) \
+                else [kinds]
+            layers = [qualify(e) for e in elems]
         found: dict[str, cst.BaseExpression] = {}
         _branch(stmt.body.body, mod, found, qualify)
         for q in layers:
@@ -664,7 +730,8 @@ def init_specs(fn: cst.FunctionDef, qualify) -> dict[str, dict[str, cst.BaseExpr
             if unknown:
                 raise Untranslatable(f"an init function setting {', '.join(sorted(unknown))} "
                                      f"of {q}")
-            if any(mapping[w] != "kernel_init" and "variance_scaling" in code(v)
+            if any((mapping[w] != "kernel_init" or q in _FANS_DIFFER) and (
+                    "variance_scaling" in code(v) or "orthogonal" in code(v))
                    for w, v in found.items()):
                 # an Embedding's weight (num, dim): torch's fan_in is dim, JAX's num
                 raise Untranslatable(f"an init function drawing {q}'s weight with torch's "

@@ -88,6 +88,9 @@ def _linen_path(components: list[str], modules: dict[str, Any], variables: dict 
                                         if variables else []))
         elif isinstance(parent, (torch.nn.ModuleList, torch.nn.ModuleDict)) and prefix:
             out[-1] = f"{out[-1]}_{c}"
+        elif c.isdigit() and prefix[-1:] == ["layers"] and isinstance(
+                modules.get(".".join(prefix[:-1])), torch.nn.RNNBase):
+            out[-1] = f"layers_{c}"  # layer k of the TorchLSTM helper, a list in setup()
         else:
             out.append(c)
         prefix.append(c)
@@ -166,15 +169,26 @@ def _destinations(key: str, shape: tuple, found: list, variables: dict, modules:
     out = []
     for target in found:
         per_gate = target.rule not in FUSED
-        for comps, layout in _linen_parts(target.components, target.layout, per_gate):
-            path = _linen_path(comps, modules, variables)
-            collection = "batch_stats" if target.rule is not None and path[-1] in STATS \
-                else "params"
-            leaf = _lookup(variables.get(collection, {}), path)
-            if leaf is None:
-                return [], f"{collection}/{'/'.join(path)}"
-            out.append(ParamMapping(key, "mapped", (collection, *path), layout, target.rule,
-                                    torch_shape=shape, nnx_shape=tuple(np.shape(leaf))))
+        # layer 0 of a stacked recurrent layer (the TorchLSTM helper): its fallback path
+        tries = [target.components, *([target.fallback] if target.fallback else [])]
+        for n, components in enumerate(tries):
+            new, missing = [], None
+            for comps, layout in _linen_parts(components, target.layout, per_gate):
+                path = _linen_path(comps, modules, variables)
+                collection = "batch_stats" if target.rule is not None and path[-1] in STATS \
+                    else "params"
+                leaf = _lookup(variables.get(collection, {}), path)
+                if leaf is None:
+                    missing = f"{collection}/{'/'.join(path)}"
+                    break
+                new.append(ParamMapping(key, "mapped", (collection, *path), layout,
+                                        target.rule, torch_shape=shape,
+                                        nnx_shape=tuple(np.shape(leaf))))
+            if missing is None:
+                break
+        if missing is not None:
+            return [], missing
+        out += new
     return out, None
 
 
