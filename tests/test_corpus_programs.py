@@ -113,8 +113,8 @@ GAPS: dict[tuple[str, str], str] = {
                             "model's forward takes several arguments (a value layer called "
                             "with several arguments); the training code is not translated",
     **{("word_lm-tied", t): f"as word_lm's: {g}" for t, g in (
-        ("linen", "train() reads the model as a global and calls model.init_hidden before "
-                  "model.init"),
+        ("linen", ("train() reads the model as a global and calls model.init_hidden "
+                   "before model.init")),
         ("equinox", "the stacked nn.LSTM is NNX only"))},
     # (torch.nn.init in weights_init and netG.apply(weights_init) are translated on linen)
     ("dcgan", "linen"): "the GAN step (two models with BatchNorm state in one step) is "

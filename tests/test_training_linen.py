@@ -13,6 +13,7 @@ NNX code.
 from __future__ import annotations
 
 import ast
+import runpy
 from pathlib import Path
 
 import numpy as np
@@ -423,7 +424,7 @@ def _init_stats(kernels: dict[str, np.ndarray]) -> dict[str, tuple[float, float]
     return {k: (float(np.mean(v)), float(np.std(v))) for k, v in kernels.items()}
 
 
-def test_model_apply_of_a_class_name_init_function() -> None:
+def test_model_apply_of_a_class_name_init_function(tmp_path: Path) -> None:
     """``net.apply(weights_init)`` whose branches pick layers by class name (``Conv`` passes
     Conv2d and ConvTranspose2d) -> the layers' ``kernel_init`` / ``scale_init`` /
     ``bias_init``, N(1, 0.02) a shifted normal (issue 32: the corpus dcgan). The initialised
@@ -436,15 +437,15 @@ def test_model_apply_of_a_class_name_init_function() -> None:
     result = convert_source(DCGAN_INIT, path="script.py", target="linen")
     assert [str(d) for d in result.diagnostics if d.severity == "error"] == []
     assert "weights_init" not in result.code
-    space: dict = {}
-    exec(compile(result.code, "script.py", "exec"), space)
+    (tmp_path / "script.py").write_text(result.code)
+    (tmp_path / "torch_script.py").write_text(DCGAN_INIT)
+    space = runpy.run_path(str(tmp_path / "script.py"))
     params = jax.jit(space["net"].init)(jax.random.key(0), jnp.zeros((1, 8, 1, 1)))["params"]
     got = _init_stats({"up": params["up"]["kernel"], "conv": params["conv"]["kernel"],
                        "scale": params["bn"]["scale"], "bias": params["bn"]["bias"],
                        "fc": params["fc"]["kernel"]})
-    torch_space: dict = {}
     torch.manual_seed(0)
-    exec(compile(DCGAN_INIT, "torch_script.py", "exec"), torch_space)
+    torch_space = runpy.run_path(str(tmp_path / "torch_script.py"))
     net = torch_space["net"]
     want = _init_stats({"up": net.up.weight.detach().numpy(),
                         "conv": net.conv.weight.detach().numpy(),
