@@ -1177,8 +1177,9 @@ def _shrink(name: str, source: str) -> str:
 
 
 def programs() -> dict[str, Program]:
-    """The training-script table of tests/test_training_scripts.py, the training fixtures and
-    the MNIST program of the corpus (shrunk). Not here: the ddp fixture (it opens a
+    """The training-script table of tests/test_training_scripts.py, the training fixtures, the
+    MNIST program of the corpus (shrunk) and the CIFAR-shaped schedule script
+    (tests/data/optim/one_cycle.py, one epoch). Not here: the ddp fixture (it opens a
     torch.distributed process group) and the GPT and library corpus programs (several files
     importing each other)."""
     if str(TESTS) not in sys.path:
@@ -1195,6 +1196,11 @@ def programs() -> dict[str, Program]:
         "corpus:mnist", mnist.replace("(1280, 200) if args.tiny", "(256, 64) if args.tiny"),
         rtol=2e-4, noise=0.15,
         argv=("--tiny", "--epochs", "1", "--batch-size", "32", "--log-interval", "2"))
+    # the CIFAR-shaped script of the schedule tests (device chosen at run time, GradScaler,
+    # clipping after unscale_, OneCycleLR, evaluation, the best checkpoint saved)
+    one_cycle = (TESTS / "data" / "optim" / "one_cycle.py").read_text()
+    found["data:one_cycle"] = Program("data:one_cycle", one_cycle, rtol=2e-4,
+                                      argv=("--epochs", "1"))
     return found
 
 
