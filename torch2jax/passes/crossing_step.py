@@ -153,7 +153,7 @@ def build_crossing_step(body: Sequence[cst.BaseStatement], *, optimizer: str, mo
     fake, g_call = gan._g_forward(before[f], model)  # type: ignore[misc]
     if any(model in tr.names_of(s).used for i, s in enumerate(body[:istep]) if i != f):
         return None
-    loss_body, outside = tr.split_loss(before[f + 1:], in_slice[f + 1:], fake)
+    loss_body, _ = tr.split_loss(before[f + 1:], in_slice[f + 1:], fake)
     if not loss_body or any(optimizer in tr.names_of(s).used for s in loss_body):
         return None
     if tr._read_before_bound(loss_body, fake):

@@ -31,7 +31,6 @@ from torch2jax.passes.rewrite_support import (
 )
 
 
-
 def _folded(site) -> bool:
     """The optimizer's scheduler is stepped once per update in the optimizer's scope: its
     schedule is folded into the optimizer's transformation (a function of the update count)."""
@@ -47,6 +46,7 @@ def decide_folded(optimizers) -> None:
     for site in optimizers:
         if site.scheduler is not None and _folded(site):
             site.scheduler.inline = True
+
 
 class SchedulesMixin:
     def _nnx_only(self, what: str) -> None:
