@@ -250,12 +250,13 @@ for epoch in range(5):
     print(f"{loss:.8f} {evaluate(model, loader):.8f} {scheduler.get_last_lr()[0]:.8f}")
 """,
     # the shape of image-classification training code (timm-like): a train function defined
-    # before main() builds the optimizer, taking (model, loader, optimizer, scheduler,
+    # before main() builds the optimizer, taking (model, loader, optimizer, scheduler, scaler,
     # epoch), zero_grad(set_to_none=True) at the top of each step, the scheduler stepped per
     # batch, the loss averaged by an AverageMeter, evaluation under torch.inference_mode().
     # The scheduler's step() in the function, rewritten before the optimizer is, was left as
     # a by-hand learning rate (`scheduler.steps += 1`) on an optimizer whose transformation
-    # already folds the schedule: AttributeError at run time
+    # already folds the schedule: AttributeError at run time. The GradScaler passed as an
+    # argument was kept, marked (passes/scaler_params.py now drops it with its calls)
     "train_one_epoch_meter": """
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -275,14 +276,15 @@ class AverageMeter:
         self.avg = self.sum / self.count
 
 
-def train_one_epoch(model, loader, optimizer, scheduler, epoch):
+def train_one_epoch(model, loader, optimizer, scheduler, scaler, epoch):
     model.train()
     losses = AverageMeter()
     for step, (inputs, target) in enumerate(loader):
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(inputs), target)
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
         scheduler.step()
         losses.update(loss.item(), inputs.size(0))
     return losses.avg
@@ -306,8 +308,9 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9, weight_decay=5e-4)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer,
                                                            T_max=epochs * len(loader))
+    scaler = torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available())
     for epoch in range(epochs):
-        loss = train_one_epoch(model, loader, optimizer, scheduler, epoch)
+        loss = train_one_epoch(model, loader, optimizer, scheduler, scaler, epoch)
         print(f"{loss:.8f} {validate(model, loader):.8f} {scheduler.get_last_lr()[0]:.8f}")
 
 

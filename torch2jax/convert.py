@@ -26,7 +26,13 @@ from torch2jax.analysis.values import ValueFacts
 from torch2jax.analysis.walk import findall, visit
 from torch2jax.finish.invariants import check_output, input_facts
 from torch2jax.finish.noop import DropNoopAssigns
-from torch2jax.passes import loader_classes, manual_sgd, open_checkpoints, optimizer_attributes
+from torch2jax.passes import (
+    loader_classes,
+    manual_sgd,
+    open_checkpoints,
+    optimizer_attributes,
+    scaler_params,
+)
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
 from torch2jax.passes.helpers import add_helpers, defined_names
@@ -191,7 +197,8 @@ def convert_source(
     if not uses_torch(module) and not _builds_known(module, known_modules or ()):
         return ConversionResult(code=source, uses_torch=False)
     canonical = open_checkpoints.canonicalise(manual_sgd.canonicalise(
-        optimizer_attributes.canonicalise(loader_classes.canonicalise(module))))
+        optimizer_attributes.canonicalise(scaler_params.canonicalise(
+            loader_classes.canonicalise(module)))))
     # a line the canonical form moved (a wrapper class removed): reported at the user's line
     lines = (loader_classes.line_map(module.code, canonical.code)
              if canonical is not module else {})
