@@ -38,8 +38,9 @@ RANDOM_IN_METHOD = "random draw in a method: pass a key to it"
 # (program, transforms applied in this order): every transform alone on every program of the
 # script table and on one fixture (config_dict, whose reads config_argparse and
 # config_dataclass share, alone on the fixture only: its script cases made way for
-# while_next's on six of the script programs (four of which main left marked) and on the
-# CIFAR-shaped script), then combinations drawn once with random.Random(28)
+# while_next's on five of the script programs (four of which main left marked), on the
+# timm-like one (a step counter) and on the CIFAR-shaped script), then combinations drawn
+# once with random.Random(28)
 CASES: list[tuple[str, tuple[str, ...]]] = [
     ('script:adamw_cosine_clip', ('rename',)),
     ('script:adamw_cosine_clip', ('for_to_while',)),
@@ -127,7 +128,6 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     ('script:sgd_plateau', ('nullcontext',)),
     ('script:sgd_plateau', ('no_grad_eval',)),
     ('script:sgd_plateau', ('name_temporaries',)),
-    ('script:sgd_plateau', ('while_next',)),
     ('script:sgd_plateau', ('config_argparse',)),
     ('script:sgd_plateau', ('config_dataclass',)),
     ('script:sgd_plateau', ('log_object',)),
@@ -169,6 +169,8 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
     # the CIFAR-shaped schedule script drawing each epoch's batches with next() in a while
     # loop inside the epoch loop (was 'training loop not recognised')
     ('data:one_cycle', ('while_next',)),
+    # enumerate(loader) in a train function: the while loop with a step counter
+    ('script:train_one_epoch_meter', ('while_next',)),
     ('fixture:mlp_adamw_cosine', ('log_object',)),
     ('fixture:seeds_in_helper', ('step_in_method', 'nullcontext', 'config_argparse')),
     ('script:output_reassigned', ('rename', 'config_argparse')),
