@@ -249,6 +249,74 @@ for epoch in range(5):
     loss = train(model, loader, optimizer, scheduler)
     print(f"{loss:.8f} {evaluate(model, loader):.8f} {scheduler.get_last_lr()[0]:.8f}")
 """,
+    # the shape of image-classification training code (timm-like): a train function defined
+    # before main() builds the optimizer, taking (model, loader, optimizer, scheduler, scaler,
+    # epoch), zero_grad(set_to_none=True) at the top of each step, the scheduler stepped per
+    # batch, the loss averaged by an AverageMeter, evaluation under torch.inference_mode().
+    # The scheduler's step() in the function, rewritten before the optimizer is, was left as
+    # a by-hand learning rate (`scheduler.steps += 1`) on an optimizer whose transformation
+    # already folds the schedule: AttributeError at run time. The GradScaler passed as an
+    # argument was kept, marked (passes/scaler_params.py now drops it with its calls)
+    "train_one_epoch_meter": """
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class AverageMeter:
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.sum = 0.0
+        self.count = 0
+        self.avg = 0.0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+def train_one_epoch(model, loader, optimizer, scheduler, scaler, epoch):
+    model.train()
+    losses = AverageMeter()
+    for step, (inputs, target) in enumerate(loader):
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(inputs), target)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        losses.update(loss.item(), inputs.size(0))
+    return losses.avg
+
+
+def validate(model, loader):
+    model.eval()
+    top1 = AverageMeter()
+    with torch.inference_mode():
+        for inputs, target in loader:
+            acc = (model(inputs).argmax(dim=1) == target).float().mean().item()
+            top1.update(acc, inputs.size(0))
+    return top1.avg
+
+
+def main():
+    torch.manual_seed(0)
+    epochs = 3
+    model = Net()
+    loader = DataLoader(TensorDataset(X, Y), batch_size=4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9, weight_decay=5e-4)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer,
+                                                           T_max=epochs * len(loader))
+    scaler = torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available())
+    for epoch in range(epochs):
+        loss = train_one_epoch(model, loader, optimizer, scheduler, scaler, epoch)
+        print(f"{loss:.8f} {validate(model, loader):.8f} {scheduler.get_last_lr()[0]:.8f}")
+
+
+if __name__ == "__main__":
+    main()
+""",
     # makemore's shape: ``while True`` around the step, the batch drawn from an iterator in
     # the loop, an evaluation helper every other step, ``break`` after max steps
     "while_step_eval_every": """

@@ -325,9 +325,58 @@ class _ForToWhile(cst.CSTTransformer):
         return cst.FlattenSentinel([*pre, loop])
 
 
-@transform("for_to_while")
+@transform("for_to_while", group="loop")
 def for_to_while(source: str) -> str | None:
     return _changed(source, cst.parse_module(source).visit(_ForToWhile(source)))
+
+
+# --- a for loop versus a while loop drawing next() batches -----------------------------------
+
+def _enumerated(loop: cst.For) -> tuple[cst.BaseExpression, str, cst.BaseExpression,
+                                        cst.BaseExpression] | None:
+    """``for i, b in enumerate(xs[, start])``: (i's target, i's name, b's target, xs, start)."""
+    it, t = loop.iter, loop.target
+    if not (isinstance(it, cst.Call) and _code(it.func) == "enumerate" and isinstance(
+            t, cst.Tuple) and len(t.elements) == 2 and isinstance(t.elements[0].value, cst.Name)
+            and 1 <= len(it.args) <= 2 and not any(a.star for a in it.args)
+            and it.args[0].keyword is None):
+        return None
+    start = it.args[1].value if len(it.args) == 2 else cst.Integer("0")
+    return t.elements[0].value.value, t.elements[1].value, it.args[0].value, start
+
+
+@transform("while_next", group="loop")
+def while_next(source: str) -> str | None:
+    """The training loop ``for b in xs:`` as ``batches = iter(xs)`` and ``while True:`` drawing
+    ``b = next(batches)`` until ``StopIteration``; ``for i, b in enumerate(xs)`` the same with
+    ``i`` a step counter (``i += 1`` at the end of the body, so not with ``continue``)."""
+    module = cst.parse_module(source)
+    loop = _step_loop(module)
+    if not isinstance(loop, cst.For) or loop.orelse is not None or loop.asynchronous:
+        return None
+    it_name = _fresh(source, "batches")
+    counted = _enumerated(loop)
+    pre, post = [], []
+    target, iterable = loop.target, loop.iter
+    if counted is not None:
+        if _find(loop.body, cst.Continue):
+            return None
+        counter, target, iterable, start = counted
+        pre = [_stmt(f"{counter} = {_code(start)}\n")]
+        post = [_stmt(f"{counter} += 1\n")]
+    draw = cst.parse_statement(
+        f"try:\n    {_code(target).strip('()') if isinstance(target, cst.Tuple) else _code(target)}"
+        f" = next({it_name})\nexcept StopIteration:\n    break\n")
+    body = [draw, *loop.body.body, *post]
+    new = cst.While(test=cst.Name("True"), body=loop.body.with_changes(body=body))
+    pre = [*pre, _stmt(f"{it_name} = iter({_code(iterable)})\n")]
+    pre[0] = pre[0].with_changes(leading_lines=loop.leading_lines)
+
+    class _Swap(cst.CSTTransformer):
+        def leave_For(self, original, updated):
+            return cst.FlattenSentinel([*pre, new]) if original is loop else updated
+
+    return _changed(source, module.visit(_Swap()))
 
 
 # --- the step in a function or a method ------------------------------------------------------
@@ -1128,8 +1177,9 @@ def _shrink(name: str, source: str) -> str:
 
 
 def programs() -> dict[str, Program]:
-    """The training-script table of tests/test_training_scripts.py, the training fixtures and
-    the MNIST program of the corpus (shrunk). Not here: the ddp fixture (it opens a
+    """The training-script table of tests/test_training_scripts.py, the training fixtures, the
+    MNIST program of the corpus (shrunk) and the CIFAR-shaped schedule script
+    (tests/data/optim/one_cycle.py, one epoch). Not here: the ddp fixture (it opens a
     torch.distributed process group) and the GPT and library corpus programs (several files
     importing each other)."""
     if str(TESTS) not in sys.path:
@@ -1146,6 +1196,11 @@ def programs() -> dict[str, Program]:
         "corpus:mnist", mnist.replace("(1280, 200) if args.tiny", "(256, 64) if args.tiny"),
         rtol=2e-4, noise=0.15,
         argv=("--tiny", "--epochs", "1", "--batch-size", "32", "--log-interval", "2"))
+    # the CIFAR-shaped script of the schedule tests (device chosen at run time, GradScaler,
+    # clipping after unscale_, OneCycleLR, evaluation, the best checkpoint saved)
+    one_cycle = (TESTS / "data" / "optim" / "one_cycle.py").read_text()
+    found["data:one_cycle"] = Program("data:one_cycle", one_cycle, rtol=2e-4,
+                                      argv=("--epochs", "1"))
     return found
 
 

@@ -32,6 +32,7 @@ from torch2jax.passes import (
     manual_sgd,
     open_checkpoints,
     optimizer_attributes,
+    scaler_params,
 )
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
@@ -76,6 +77,11 @@ OWN_NAMES = {name.strip().split(" as ")[-1]: key for key, line in IMPORT_LINES.i
              for name in line.split("import ", 1)[-1].split(",")}
 IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
                 "optax", "ocp", "tensorboardX", "nnx", "linen", "train_state", "einops"]
+
+# the rewrites of the torch source before the analysis, in order (each returns the module it
+# was given when it changes nothing)
+_CANONICAL_FORMS = (loader_classes, scaler_params, optimizer_attributes, manual_sgd,
+                    open_checkpoints, local_lambdas)
 
 
 class ParseError(Exception):
@@ -201,8 +207,9 @@ def convert_source(
                          f"{exc.message}") from None
     if not uses_torch(module) and not _builds_known(module, known_modules or ()):
         return ConversionResult(code=source, uses_torch=False)
-    canonical = local_lambdas.canonicalise(open_checkpoints.canonicalise(manual_sgd.canonicalise(
-        optimizer_attributes.canonicalise(loader_classes.canonicalise(module)))))
+    canonical = module
+    for step in _CANONICAL_FORMS:
+        canonical = step.canonicalise(canonical)
     # a line the canonical form moved (a wrapper class removed): reported at the user's line
     lines = (loader_classes.line_map(module.code, canonical.code)
              if canonical is not module else {})

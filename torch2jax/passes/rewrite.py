@@ -59,7 +59,7 @@ from torch2jax.passes.rewrite_layers import LayersMixin
 from torch2jax.passes.rewrite_layout import LayoutMixin
 from torch2jax.passes.rewrite_linen import LinenTrainingMixin
 from torch2jax.passes.rewrite_loops import LoopsMixin
-from torch2jax.passes.rewrite_schedules import SchedulesMixin
+from torch2jax.passes.rewrite_schedules import SchedulesMixin, decide_folded
 from torch2jax.passes.rewrite_steps import StepsMixin
 from torch2jax.passes.rewrite_support import (
     _EINOPS_FUNCTIONS,
@@ -241,6 +241,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._module_names = _module_names(node)
         # schedulers stepped in a function that receives them (train(model, loader, optimizer,
         # scheduler)): their step count travels with the schedule, `scheduler.steps`
+        decide_folded(t.optimizers.values())
         self._passed_schedulers = {
             c.func.value.value for f in findall(node, m.FunctionDef()) for c in findall(
                 f, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("step")), args=[]))

@@ -12,6 +12,7 @@ import libcst.matchers as m
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import accum_scan
+from torch2jax.passes import crossing_step as cs
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import grad_sum as gs
@@ -517,6 +518,11 @@ class LoopsMixin:
                 self.need("jax", "partial")
             stale = self._stale_models(step.function, model, original_node) if (
                 step is not None) else []
+            crossing = self._crossing_loop(original_node, body, name, model, stale,
+                                           loop_names) if stale else None
+            if crossing is not None:
+                node = node.with_changes(body=node.body.with_changes(body=crossing))
+                break
             if stale:
                 self.diag(original_node, "training-loop", "error",
                           self._stale_message(stale, model))
@@ -652,6 +658,40 @@ class LoopsMixin:
                   f"jit-compiled step; {g_model}'s forward runs once, under nnx.vjp")
         return step.body
 
+    def _crossing_loop(self, original_node, body: list, opt: str, model: str,
+                       others: list[str], loop_names: set[str]) -> list | None:
+        """A loop body whose step of ``model`` differentiates through its forward across
+        another optimizer's step (passes/crossing_step.py): the new body, the forward and
+        the step hoisted; None when it does not have that shape."""
+        t = self.training
+        orig = list(original_node.body.body)
+        forward = [gan._g_forward(s, model) for s in orig]
+        fakes = {f[0] for f in forward if f is not None}
+        if self.data.aliasing or len(fakes) != 1 or not cs.grads_isolated(
+                self._root, orig, optimizer=opt, model=model, fake=next(iter(fakes))):
+            return None
+        stepping = {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n) in others}
+        if set(stepping.values()) != set(others) or not cs.others_zeroed(
+                self._root, orig, stepping):
+            return None
+        outer = self._for_stack[0] if self._for_stack else original_node
+        functions = {f.name.value for f in findall(self._root, m.FunctionDef())}
+        step = cs.build_crossing_step(
+            body, optimizer=opt, model=model, others=others, loop_names=loop_names,
+            taken=self._file_names | self._step_names_taken(),
+            read_later=gan.names_outside(outer, original_node),
+            step_name=self._loop_step_name(), tree_mode=True, functions=functions)
+        if step is None or self._stale_models(step.step, model, original_node):
+            return None
+        self.need("nnx")
+        self._hoist.extend([step.forward, step.step])
+        self.diag(original_node, "training-loop", "info",
+                  f"{model}'s forward is recorded as torch records its graph (nnx.vjp, its "
+                  f"pullback kept until the backward that crosses {', '.join(others)}'s "
+                  f"step); {opt}'s step pulls the loss's gradient back through it, "
+                  f"jit-compiled")
+        return step.body
+
     def visit_While(self, node: cst.While) -> None:
         self._while_stack.append(node)
 
@@ -671,7 +711,8 @@ class LoopsMixin:
             loop = self._lt_while(original_node, updated_node, body)
             if loop is not None:
                 return loop
-        if not self.target.stateful_modules or self._for_stack:
+        if not self.target.stateful_modules or self._for_stack and any(
+                "clip_grad" in code(s) for s in body):
             marked = self._lt_marked and not self._for_stack  # (linen: marked by _lt_loop)
             if not self._for_stack:
                 self._lt_marked = False
@@ -700,6 +741,8 @@ class LoopsMixin:
             loop_names = tr.loop_assigned_names(original_node)
             if self._while_stack:  # names of the enclosing while (the epoch) are passed too
                 loop_names |= tr.loop_assigned_names(self._while_stack[0])
+            if self._for_stack:  # ... and those of the enclosing for loops
+                loop_names |= tr.loop_assigned_names(self._for_stack[0])
             step = tr.build_train_step(body, optimizer=name, model=model,
                                        loop_names=loop_names, accumulate=every_k,
                                        step_name=self._loop_step_name(), clip=clip_stmt,
@@ -716,11 +759,15 @@ class LoopsMixin:
                 self.train_steps.append(step.record)
             if clip_stmt is not None:
                 self.need("optax")
+            loop = updated_node.with_changes(body=updated_node.body.with_changes(body=step.body))
+            if self._for_stack:
+                # a while loop in a for loop (batches drawn with next() in each epoch): the
+                # step is defined once, before the outermost for loop, not at every epoch
+                self._hoist.append(step.function)
+                return loop
             blank = [cst.EmptyLine(indent=False)]
             fn = step.function.with_changes(leading_lines=blank)
-            loop = updated_node.with_changes(body=updated_node.body.with_changes(body=step.body),
-                                             leading_lines=blank)
-            return cst.FlattenSentinel([fn, loop])
+            return cst.FlattenSentinel([fn, loop.with_changes(leading_lines=blank)])
         if any(tr._is_method_stmt(s, None, "backward") for s in body) or any(
                 "backward()" in code(s) for s in body):
             self.diag(original_node, "training-loop", "error",

@@ -31,6 +31,23 @@ from torch2jax.passes.rewrite_support import (
 )
 
 
+def _folded(site) -> bool:
+    """The optimizer's scheduler is stepped once per update in the optimizer's scope: its
+    schedule is folded into the optimizer's transformation (a function of the update count)."""
+    sched = site.scheduler
+    return bool(sched is not None and sched.per_update and sched.scope == site.scope
+                and site.name is not None and not sched.qualname.endswith("ReduceLROnPlateau"))
+
+
+def decide_folded(optimizers) -> None:
+    """Decide every scheduler's folding before the rewrite: a ``scheduler.step()`` in a
+    function defined before the optimizer is built (``train_one_epoch(model, loader,
+    optimizer, scheduler, ...)`` above ``main()``) is rewritten first and must know it."""
+    for site in optimizers:
+        if site.scheduler is not None and _folded(site):
+            site.scheduler.inline = True
+
+
 class SchedulesMixin:
     def _nnx_only(self, what: str) -> None:
         if not self.target.stateful_modules:
@@ -66,9 +83,7 @@ class SchedulesMixin:
         sched = site.scheduler
         # the learning rate set by hand (param_groups), or the optimizer returned to another
         # file (configure_optimizers), whose loop may set it: an injected hyperparameter
-        inline = bool(sched is not None and sched.per_update and sched.scope == site.scope
-                      and site.name is not None
-                      and not sched.qualname.endswith("ReduceLROnPlateau"))
+        inline = _folded(site)
         inject = (sched is not None and not inline) or sched is None and (
             site.lr_set or site.returned and not site.aliases)
         multi = None
