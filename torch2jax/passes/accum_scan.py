@@ -197,7 +197,8 @@ def functional_body(body: list[cst.BaseStatement], scan: ScanStep, *, model: str
         if m.matches(value, _FLOAT32):  # (its float32 is written in the step)
             value = value.args[0].value
         used = set(tr.names_of(value).used)
-        if used & objects or any(set(tr.names_of(s).assigned) & used
+        # (evaluated at the call instead: no call in it, whose effects would move)
+        if findall(value, m.Call()) or used & objects or any(set(tr.names_of(s).assigned) & used
                                  for s in body[sets[0] + 1:at[0]]):
             return None
         lr = code(value)
