@@ -284,6 +284,10 @@ def test_converted_nanogpt_sampling_compiles_generate_once(tmp_path: Path) -> No
     script = tmp_path / "nanogpt.py"
     code = convert_source(NANOGPT.read_text(), path=str(NANOGPT)).code
     assert "jax.lax.fori_loop(" in code and "generate_step" not in code
+    # the warm-up method call, its result dropped, is waited for: its work would otherwise
+    # run inside the timed calls (torch's loop has finished when the call returns)
+    assert "    jax.block_until_ready(model.generate(x, max_new_tokens, " in code
+    assert code.count("block_until_ready") == 1
     script.write_text(code)
     done = _run(script, tmp_path, GPT_MODE="sample", GPT_NEW_TOKENS="40")
     log = done.stdout + done.stderr

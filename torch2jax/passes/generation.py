@@ -888,7 +888,7 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                 causal = is_causal(source)
             if causal and not reads_last_position(source, name):
                 body[i] = compiled
-                compiled_names.add(name)
+                compiled_names.add("." * method + name)
                 changed = True
                 report(line, 0, "generation", "info",
                        f"{name}(): the token loop is one compiled decode step over a "
@@ -902,7 +902,7 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
             compiled = _compile(node, forward[2]) if forward else None
             if compiled is not None:
                 body[i], body[forward[0]] = compiled, forward[1]
-                compiled_names.add(name)
+                compiled_names.add("." * method + name)
                 changed = True
                 report(line, 0, "generation", "info",
                        f"{name}(): the token loop is one compiled decode step over a "
@@ -957,8 +957,8 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
 
 
 class _BlockDiscarded(cst.CSTTransformer):
-    """``generate(model, idx, n)`` as a statement (a warm-up whose result is dropped):
-    ``jax.block_until_ready(generate(...))``. torch's loop has finished when the call
+    """``generate(model, idx, n)`` (or ``model.generate(idx, n)``, a compiled method) as a
+    statement (a warm-up whose result is dropped): ``jax.block_until_ready(generate(...))``. torch's loop has finished when the call
     returns; the compiled one is dispatched asynchronously, so without the wait its work
     would run into whatever the script does next, a timer read included."""
 
@@ -968,8 +968,10 @@ class _BlockDiscarded(cst.CSTTransformer):
 
     def leave_Expr(self, original: cst.Expr, updated: cst.Expr) -> cst.Expr:
         value = updated.value
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) \
-                and value.func.value in self.names:
+        func = value.func if isinstance(value, cst.Call) else None
+        # generate(...), or model.generate(...) of a compiled method (".generate")
+        if isinstance(func, cst.Name) and func.value in self.names or isinstance(
+                func, cst.Attribute) and "." + func.attr.value in self.names:
             return updated.with_changes(value=cst.Call(
                 func=cst.parse_expression("jax.block_until_ready"), args=[cst.Arg(value)]))
         return updated
