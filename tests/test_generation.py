@@ -200,19 +200,14 @@ TOP_K_PARAM = ("""def generate(model, idx, max_new_tokens, temperature=1.0):
 """)
 
 
-@pytest.mark.parametrize("variant", ["not causal", "last position"])
-def test_exact_route_jits_the_forward_once_per_length(variant, tmp_path):
-    """A model not known causal, or one computing only the last position at inference
-    (nanoGPT's forward): a padded buffer is not exact, so each token's forward is the jitted
-    generate_step (the model call and the draw, one nnx.jit), one compile per distinct
-    length; noted as info, no TODO, tokens as torch's. The nanoGPT variant's generate()
-    also takes ``top_k=None`` (a static argument of the step, listed before the key: passed
-    by keyword after the others, where the converter once wrote an invalid call)."""
-    source = SCRIPT.replace("MASK", "" if variant == "not causal" else CAUSAL_MASK)
-    call = "idx_next, key = generate_step(idx_cond, model, temperature, key)"
-    if variant == "last position":
-        source = source.replace(*LAST_POSITION).replace(*TOP_K_PARAM)
-        call = "idx_next, key = generate_step(idx_cond, model, temperature, key, top_k=top_k)"
+def test_exact_route_jits_the_forward_once_per_length(tmp_path):
+    """A model not known causal: a padded buffer is not exact, so each token's forward is the
+    jitted generate_step (the model call and the draw, one nnx.jit), one compile per distinct
+    length; noted as info, no TODO, tokens as torch's. generate() also takes ``top_k=None``
+    (a static argument of the step, listed before the key: passed by keyword after the
+    others, where the converter once wrote an invalid call)."""
+    source = SCRIPT.replace("MASK", "").replace(*TOP_K_PARAM)
+    call = "idx_next, key = generate_step(idx_cond, model, temperature, key, top_k=top_k)"
     result = convert_source(source, path="sample.py")
     body = result.code.split("def generate(", 1)[1]
     assert "TODO" not in result.code and "fori_loop" not in body
@@ -223,6 +218,29 @@ def test_exact_route_jits_the_forward_once_per_length(variant, tmp_path):
     assert (got == want).all(), (got, want)
     forwards = [c for c in compiles if "generate_step" in c]
     assert len(forwards) == 8 - 3 + 1, forwards  # lengths 3..8, then the window slides
+
+
+def test_free_function_generate_reading_the_last_position(tmp_path):
+    """nanoGPT's generate() written as a function ``generate(model, idx, n, temperature,
+    top_k)``, the forward computing only the last position at inference (issue 30): one
+    nnx.jit over a fixed buffer, the model's forward given the position to compute, as for
+    the method; two calls of the same shapes compile once (no per-length compile), tokens as
+    torch's greedy ones (top-k 4)."""
+    source = SCRIPT.replace("MASK", CAUSAL_MASK).replace(*LAST_POSITION).replace(*TOP_K_PARAM)
+    result = convert_source(source, path="sample.py")
+    body = result.code.split("def generate(", 1)[1]
+    assert "jax.lax.fori_loop(" in body and "generate_step" not in result.code
+    assert "logits, _ = model(idx_cond, last_position=t - 1 - start)" in body
+    assert "def __call__(self, idx, targets=None, *, last_position=None):" in result.code
+    assert "TODO" not in result.code
+
+    def run(mod, model, prompt):
+        return [mod.generate(model, prompt, 14, temperature=1e-6, top_k=4,
+                             **_key(mod.generate)) for _ in range(2)]
+
+    want, got, compiles = _greedy(tmp_path, source, result.code, run)
+    assert (got == want).all(), (got, want)
+    assert len([c for c in compiles if "generate" in c]) == 1, compiles
 
 
 WHILE_LOOP = ("    for _ in range(max_new_tokens):\n",

@@ -11,6 +11,7 @@ backward``).
 from __future__ import annotations
 
 import re
+import textwrap
 
 import pytest
 import variants as v
@@ -123,3 +124,70 @@ def test_micro_steps_that_do_not_sum_from_zero_are_marked(source) -> None:
     back = next(i for i, line in enumerate(lines) if line.strip() == "loss.backward()")
     assert lines[back - 1].strip().startswith("# TODO(torch2jax):"), result.code
     assert "grad_step" not in result.code
+
+
+# nanoGPT's loop (issue 30): the outermost loop of its scope sets the learning rate, collects
+# the micro-batches and steps; the model is read after the loop. The state is split once
+# before the loop, donated to one jax.jit step with the learning rate its argument, written
+# back after it. The loop in a function that builds the model (train.py's shape), at the top
+# level, without a learning rate set; and two variants that read the model between steps (in
+# the loop, through a helper reading it as a global), which keep the nnx.jit step.
+ONE_LOOP = HEADER + """
+def main():
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1)
+    for it in range(6):
+        lr = 0.1 * 0.5 ** it
+        for param_group in optimizer.param_groups:
+            param_group["lr"] = lr
+        i = (it % 2) * 4
+        for micro in range(2):
+            part = slice(i + micro * 2, i + micro * 2 + 2)
+            loss = F.cross_entropy(model(X[part]), Y[part])
+            (loss / 2).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        print(f"{loss.item():.8f}")
+    print(f"{model.fc.weight.sum().item():.8f}")
+
+
+main()
+"""
+_TOP = HEADER + textwrap.dedent(ONE_LOOP[len(HEADER):].replace("def main():\n", "").replace(
+    "\n\nmain()\n", ""))
+ONE_LOOP_VARIANTS = {
+    "in_function": (ONE_LOOP, True),
+    "top_level_no_lr": ("\n".join(line for line in _TOP.splitlines() if not re.match(
+        r"\s*(lr =|for param_group|param_group\[)", line)) + "\n", True),
+    "reads_model_in_loop": (ONE_LOOP.replace(
+        '        print(f"{loss.item():.8f}")\n',
+        '        print(f"{loss.item():.8f} {model.fc.bias.sum().item():.6f}")\n'), False),
+    "helper_reads_global_model": (_TOP.replace("for it in range(6):", "def report():\n"
+                                               "    print(f\"{model.fc.bias[0].item():.6f}\")"
+                                               "\n\n\nfor it in range(6):").replace(
+        '    print(f"{loss.item():.8f}")\n', '    print(f"{loss.item():.8f}")\n    report()\n'),
+        False),
+}
+
+
+@pytest.mark.parametrize("name", ONE_LOOP_VARIANTS)
+def test_micro_steps_of_the_outermost_loop_step_the_split_state(name) -> None:
+    source, split = ONE_LOOP_VARIANTS[name]
+    torch_lines = v.run_source(source)
+    result = convert_source(source, path="s.py")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.diagnostics
+    assert "TODO(torch2jax)" not in result.code
+    code = result.code
+    assert ("graphdef, train_state = nnx.split((model, optimizer))" in code) is split, code
+    if split:
+        lr = ", lr" if "param_group" in source else ""
+        assert re.search(r"@partial\(jax\.jit, donate_argnums=0\)\n\s*def accum_step\("
+                         rf"train_state, batches{lr}\):", code), code
+        assert "@nnx.jit" not in code and "opt_state" in code if lr else "@nnx.jit" not in code
+        assert code.count("nnx.update((model, optimizer), train_state)") == 1
+    else:
+        assert "@nnx.jit" in code and "def accum_step(model, optimizer, " in code
+    jax_lines, compiles = compiled_while(lambda: v.run_source(code))
+    assert v.same_output(jax_lines, torch_lines, 2e-5) is None, (jax_lines, torch_lines)
+    assert len([c for c in compiles if "jit(accum_step)" in c]) == 1, compiles

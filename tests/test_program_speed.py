@@ -284,6 +284,10 @@ def test_converted_nanogpt_sampling_compiles_generate_once(tmp_path: Path) -> No
     script = tmp_path / "nanogpt.py"
     code = convert_source(NANOGPT.read_text(), path=str(NANOGPT)).code
     assert "jax.lax.fori_loop(" in code and "generate_step" not in code
+    # the warm-up method call, its result dropped, is waited for: its work would otherwise
+    # run inside the timed calls (torch's loop has finished when the call returns)
+    assert "    jax.block_until_ready(model.generate(x, max_new_tokens, " in code
+    assert code.count("block_until_ready") == 1
     script.write_text(code)
     done = _run(script, tmp_path, GPT_MODE="sample", GPT_NEW_TOKENS="40")
     log = done.stdout + done.stderr
@@ -299,12 +303,19 @@ def test_converted_nanogpt_sampling_compiles_generate_once(tmp_path: Path) -> No
 def test_converted_nanogpt_training_is_one_compiled_step_per_iteration(tmp_path: Path) -> None:
     """nanoGPT's train.py shape (issue 30), converted: the micro-batches (drawn by get_batch on
     the host, the next one fetched between forward and backward) are collected by the loop,
-    and one nnx.jit step scans their gradients, clips and updates, compiled once: no gradient
-    step per micro-step, no separate update. The loss it logs is the last micro-step's times
-    k, as torch's, from the same starting point (log(vocab_size))."""
+    and one step scans their gradients, clips and updates, compiled once: no gradient step
+    per micro-step, no separate update. The step is the twin's form: a jax.jit of the state
+    split once before the loop, donated, the learning rate get_lr() gives an argument (no
+    nnx.jit, no eager write into the optimizer state per iteration). The loss it logs is the
+    last micro-step's times k, as torch's, from the same starting point (log(vocab_size))."""
     script = tmp_path / "nanogpt.py"
     code = convert_source(NANOGPT.read_text(), path=str(NANOGPT)).code
     assert "jax.lax.scan(" in code and "def apply_grads(" not in code
+    assert "    graphdef, train_state = nnx.split((model, optimizer))\n\n" \
+           "    @partial(jax.jit, donate_argnums=0)\n" \
+           "    def accum_step(train_state, batches, lr):\n" in code
+    assert "        train_state, loss = accum_step(train_state, jax.tree.map(" in code
+    assert code.count("opt_state.hyperparams") == 1 and "@nnx.jit\ndef accum" not in code
     script.write_text(code)
     done = _run(script, tmp_path, GPT_MODE="train", GPT_MAX_ITERS="14")
     log = done.stdout + done.stderr

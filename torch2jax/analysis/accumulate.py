@@ -58,6 +58,9 @@ class Accumulation:
     # id(site) -> the call of the one compiled step (passes/accum_scan.py) at the step()
     scans: dict[int, str] = field(default_factory=dict)
     folded: set[int] = field(default_factory=set)  # sites whose clip is in the apply function
+    # id(the loop around a one-step site, outermost in its scope) -> (site, its ScanStep, the
+    # nnx.jit step placed): the loop may make it the functional step (rewrite_loops.py)
+    functional: dict[int, tuple] = field(default_factory=dict)
     # optimizers returned by a model's method (model.configure_optimizers(...)) ->
     # "model.configure_optimizers"
     foreign: dict[str, str] = field(default_factory=dict)

@@ -18,10 +18,19 @@ loss it logs), as the loop left them. The model's other state (dropout's RNG cou
 statistics) is carried through the scan. :func:`build` returns None where that is not
 provable (a loop statement reads what a step computes, or the model; a carried state; a loop
 that breaks, continues or returns); the caller keeps the two-function route then.
+
+Where the loop around it reads neither the model nor the optimizer between steps (the caller
+checks), :meth:`ScanStep.functional` writes the step as a hand-written JAX program has it: a
+``jax.jit`` of the state split once before that loop (``nnx.split((model, optimizer))``),
+donated, closing over the graph definition, with the learning rate the loop sets by hand
+(``optimizer.opt_state.hyperparams["learning_rate"].value = lr``) an argument of the step::
+
+    train_state, loss = accum_step(train_state, jax.tree.map(...), lr)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -38,6 +47,12 @@ class ScanStep:
     init: cst.BaseStatement  # the list of micro-batches, before the loop
     body: list[cst.BaseStatement]  # the loop's body: the step call became an append
     call: str  # the statement the optimizer's step() becomes
+    # (the learning rate's value, or None) -> the functional step and its call (module doc)
+    render: Callable[[str | None], tuple[cst.FunctionDef, str]] | None = None
+
+    def functional(self, lr: str | None) -> tuple[cst.FunctionDef, str]:
+        assert self.render is not None
+        return self.render(lr)
 
 
 _JUMPS = m.Break() | m.Continue() | m.Return() | m.Yield() | m.Await()
@@ -83,7 +98,8 @@ def build(step: tr.TrainStep, loop: cst.For | cst.While, *, model: str, optimize
         return None
     if findall(loop.body, _JUMPS):
         return None
-    taken = taken | set(tr.names_of(fn).used) | set(tr.names_of(fn).assigned) | set(names)
+    taken = taken | set(tr.names_of(fn).used) | set(tr.names_of(fn).assigned) | set(names) | {
+        tr.GRAPHDEF, tr.STATE}
     for s in step.body:
         taken |= set(tr.names_of(s).used) | set(tr.names_of(s).assigned)
     fresh = {}
@@ -100,22 +116,24 @@ def build(step: tr.TrainStep, loop: cst.For | cst.While, *, model: str, optimize
                     for line in cst.Module(body=[s]).code.rstrip("\n").split("\n"))
     out_text = outs[0] if len(outs) == 1 else f"({', '.join(outs)})"
     last = f"{outs[0]}[-1]" if len(outs) == 1 else f"jax.tree.map(lambda v: v[-1], {out_text})"
-    src = (
-        f"{tr.nnx_jit(tree_mode)}\n"
-        f"def {name}({model}, {optimizer}, {xs}):\n"
-        f"    {g}, {p}, {r} = nnx.split({model}, nnx.Param, ...)\n"
-        f"    def {fresh['micro_grads']}({fresh['carry']}, {item}):\n"
-        f"        {acc}, {r} = {fresh['carry']}\n{unpack}"
-        f"        {model} = nnx.merge({g}, {p}, {r}, copy=True)\n{inner}"
-        f"        _, _, {r} = nnx.split({model}, nnx.Param, ...)\n"
-        f"        return (jax.tree.map(jnp.add, {acc}, {grads}), {r}), {out_text}\n"
-        f"    {acc} = jax.tree.map(jnp.zeros_like, {p})\n"
-        f"    ({grads}, {r}), {out_text} = jax.lax.scan({fresh['micro_grads']}, ({acc}, {r}), "
-        f"{xs})\n"
-        f"    nnx.update({model}, {r})\n"
-        f"{clip.format(grads=grads)}"
-        f"    {optimizer}.update({model}, {grads})\n"
-        f"    return {last}\n")
+
+    def source(lr: str = "") -> str:
+        return (
+            f"    {g}, {p}, {r} = nnx.split({model}, nnx.Param, ...)\n"
+            f"    def {fresh['micro_grads']}({fresh['carry']}, {item}):\n"
+            f"        {acc}, {r} = {fresh['carry']}\n{unpack}"
+            f"        {model} = nnx.merge({g}, {p}, {r}, copy=True)\n{inner}"
+            f"        _, _, {r} = nnx.split({model}, nnx.Param, ...)\n"
+            f"        return (jax.tree.map(jnp.add, {acc}, {grads}), {r}), {out_text}\n"
+            f"    {acc} = jax.tree.map(jnp.zeros_like, {p})\n"
+            f"    ({grads}, {r}), {out_text} = jax.lax.scan({fresh['micro_grads']}, "
+            f"({acc}, {r}), {xs})\n"
+            f"    nnx.update({model}, {r})\n"
+            f"{clip.format(grads=grads)}{lr}"
+            f"    {optimizer}.update({model}, {grads})\n")
+
+    src = (f"{tr.nnx_jit(tree_mode)}\ndef {name}({model}, {optimizer}, {xs}):\n"
+           f"{source()}    return {last}\n")
     function = cst.parse_statement(src)
     assert isinstance(function, cst.FunctionDef)
     micro = fresh["micro_batches"]
@@ -125,6 +143,77 @@ def build(step: tr.TrainStep, loop: cst.For | cst.While, *, model: str, optimize
         leading_lines=step.call.leading_lines)
     body = [append if s is step.call else s for s in step.body]
     init = cst.parse_statement(f"{micro} = []\n")
-    call_text = (f"{', '.join(outs)} = {name}({model}, {optimizer}, "
-                 f"jax.tree.map(lambda *b: np.stack(b), *{micro}))\n")
-    return ScanStep(function=function, init=init, body=body, call=call_text)
+    stacked = f"jax.tree.map(lambda *b: np.stack(b), *{micro})"
+    call_text = f"{', '.join(outs)} = {name}({model}, {optimizer}, {stacked})\n"
+
+    def render(lr: str | None) -> tuple[cst.FunctionDef, str]:
+        """The functional step: a jax.jit of the split state, the learning rate ``lr`` (the
+        value the loop sets, or None) an argument written into the optimizer's injected
+        hyperparameter before the update, as a strong float32 (the state keeps its type:
+        one compile)."""
+        inside = tr.names_of(function)  # (the parameter only shadows names of the step)
+        lr_param = tr._fresh("lr", {*inside.used, *inside.assigned, *fresh.values(), *names,
+                                    tr.STATE, tr.GRAPHDEF}) if lr is not None else None
+        set_lr = (f"    {tr.lr_slot(optimizer)} = jnp.float32({lr_param})\n"
+                  if lr_param else "")
+        params = ", ".join([tr.STATE, xs, *([lr_param] if lr_param else [])])
+        src = (f"@partial(jax.jit, donate_argnums=0)\ndef {name}({params}):\n"
+               f"    {model}, {optimizer} = nnx.merge({tr.GRAPHDEF}, {tr.STATE})\n"
+               f"{source(set_lr)}"
+               f"    return nnx.state(({model}, {optimizer})), {last}\n")
+        fn = cst.parse_statement(src)
+        assert isinstance(fn, cst.FunctionDef)
+        lhs = outs[0] if len(outs) == 1 else f"({', '.join(outs)})"
+        args = ", ".join([tr.STATE, stacked, *([lr] if lr is not None else [])])
+        return fn, f"{tr.STATE}, {lhs} = {name}({args})\n"
+
+    return ScanStep(function=function, init=init, body=body, call=call_text, render=render)
+
+
+_FLOAT32 = m.Call(func=m.Attribute(value=m.Name("jnp"), attr=m.Name("float32")),
+                  args=[m.Arg(keyword=None)])
+
+
+def functional_body(body: list[cst.BaseStatement], scan: ScanStep, *, model: str,
+                    optimizer: str, readers: set[str]
+                    ) -> tuple[list[cst.BaseStatement], cst.FunctionDef] | None:
+    """The body of the loop around the step (translated) with the functional step's call, and
+    that step (:meth:`ScanStep.functional`); None where the state cannot stay split through
+    the loop: a statement of the body other than the step's call and one learning rate set
+    before it uses the model or the optimizer, calls a function of ``readers`` (functions that
+    read them as globals), or returns (the state would not be written back); the learning
+    rate's value is rebound between its assignment and the call."""
+    objects = {model, optimizer, tr.GRAPHDEF, tr.STATE}
+    call = m.SimpleStatementLine(body=[m.Assign(value=m.Call(
+        func=m.Name(scan.function.name.value),
+        args=[m.Arg(m.Name(model)), m.Arg(m.Name(optimizer)), m.Arg()]))])
+    at = [i for i, s in enumerate(body) if m.matches(s, call)]
+    sets = [i for i, s in enumerate(body) if tr._sets_hyperparameter(s, optimizer)]
+    if len(at) != 1 or len(sets) > 1 or sets and sets[0] > at[0]:
+        return None
+    lr = None
+    if sets:
+        value = body[sets[0]].body[0].value
+        if m.matches(value, _FLOAT32):  # (its float32 is written in the step)
+            value = value.args[0].value
+        used = set(tr.names_of(value).used)
+        # (evaluated at the call instead: no call in it, whose effects would move)
+        if findall(value, m.Call()) or used & objects or any(set(tr.names_of(s).assigned) & used
+                                 for s in body[sets[0] + 1:at[0]]):
+            return None
+        lr = code(value)
+    for i, s in enumerate(body):
+        if i in at or i in sets:
+            continue
+        n = tr.names_of(s)
+        if (set(n.used) | set(n.assigned)) & objects or findall(
+                s, m.Return() | m.Yield() | m.Await()) or any(
+                isinstance(c.func, cst.Name) and c.func.value in readers
+                for c in findall(s, m.Call())):
+            return None
+    fn, text = scan.functional(lr)
+    new_call = cst.parse_statement(text).with_changes(leading_lines=body[at[0]].leading_lines)
+    new = [new_call if i in at else s for i, s in enumerate(body) if i not in sets]
+    if sets and sets[0] == 0 and new:  # (the set's blank lines stay)
+        new[0] = new[0].with_changes(leading_lines=body[0].leading_lines)
+    return new, fn

@@ -152,6 +152,25 @@ def _last_position_forward(methods: cst.Module, source: cst.Module, generator: s
     return index, forward.visit(_Position()).with_changes(params=params), kw
 
 
+def _model_class_forward(module: cst.Module, source: cst.Module, generator: str,
+                         taken: set[str]) -> tuple[int, cst.ClassDef, str] | None:
+    """A function ``generator(model, idx, ...)`` at the top level: the one class of the file
+    whose ``__call__`` computes the last position only (``_last_position_forward``), given the
+    keyword. -> (its index in ``module``, the class rewritten, the keyword)."""
+    found = []
+    for i, node in enumerate(module.body):
+        if not isinstance(node, cst.ClassDef):
+            continue
+        methods = cst.Module(body=list(node.body.body))
+        forward = _last_position_forward(methods, source, generator, taken)
+        if forward is not None:
+            body = list(node.body.body)
+            body[forward[0]] = forward[1]
+            found.append((i, node.with_changes(body=node.body.with_changes(body=body)),
+                          forward[2]))
+    return found[0] if len(found) == 1 else None
+
+
 def _names(node: cst.CSTNode) -> set[str]:
     return {n.value for n in m.findall(node, m.Name())}
 
@@ -305,8 +324,9 @@ def _compile(fn: cst.FunctionDef, last_kw: str | None = None) -> cst.FunctionDef
     elif not (isinstance(model_call.func, cst.Name) and len(args) == 1
               and m.matches(args[0], m.Name(cond_name))):
         return None
-    if last_kw is not None and not m.matches(model_call.func, m.Name("self")):
-        return None
+    if last_kw is not None and not (m.matches(model_call.func, m.Name("self")) or (
+            isinstance(model_call.func, cst.Name) and model_call.func.value in params)):
+        return None  # (a method calls self; a function, the model it is given)
     # 3. logits = logits[:, -1, :] ... : the read at the last valid position
     read = _target_name(stmts[2])
     last = m.Subscript(value=m.Name(logits), slice=[
@@ -868,7 +888,7 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                 causal = is_causal(source)
             if causal and not reads_last_position(source, name):
                 body[i] = compiled
-                compiled_names.add(name)
+                compiled_names.add("." * method + name)
                 changed = True
                 report(line, 0, "generation", "info",
                        f"{name}(): the token loop is one compiled decode step over a "
@@ -876,12 +896,13 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                 continue
             # (flax's graph mode, modules sharing a Variable: the compiled generate() was
             # seen to compile again for the same shapes on the corpus GPT, so not there)
-            forward = _last_position_forward(module, source, name, taken) \
-                if causal and method and "tree mode" in taken else None
+            forward = (_last_position_forward if method else _model_class_forward)(
+                module.with_changes(body=body), source, name, taken) \
+                if causal and "tree mode" in taken else None
             compiled = _compile(node, forward[2]) if forward else None
             if compiled is not None:
                 body[i], body[forward[0]] = compiled, forward[1]
-                compiled_names.add(name)
+                compiled_names.add("." * method + name)
                 changed = True
                 report(line, 0, "generation", "info",
                        f"{name}(): the token loop is one compiled decode step over a "
@@ -936,8 +957,8 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
 
 
 class _BlockDiscarded(cst.CSTTransformer):
-    """``generate(model, idx, n)`` as a statement (a warm-up whose result is dropped):
-    ``jax.block_until_ready(generate(...))``. torch's loop has finished when the call
+    """``generate(model, idx, n)`` (or ``model.generate(idx, n)``, a compiled method) as a
+    statement (a warm-up whose result is dropped): ``jax.block_until_ready(generate(...))``. torch's loop has finished when the call
     returns; the compiled one is dispatched asynchronously, so without the wait its work
     would run into whatever the script does next, a timer read included."""
 
@@ -947,8 +968,10 @@ class _BlockDiscarded(cst.CSTTransformer):
 
     def leave_Expr(self, original: cst.Expr, updated: cst.Expr) -> cst.Expr:
         value = updated.value
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) \
-                and value.func.value in self.names:
+        func = value.func if isinstance(value, cst.Call) else None
+        # generate(...), or model.generate(...) of a compiled method (".generate")
+        if isinstance(func, cst.Name) and func.value in self.names or isinstance(
+                func, cst.Attribute) and "." + func.attr.value in self.names:
             return updated.with_changes(value=cst.Call(
                 func=cst.parse_expression("jax.block_until_ready"), args=[cst.Arg(value)]))
         return updated

@@ -374,6 +374,14 @@ class LoopsMixin:
             init = cst.parse_statement(f"{ACC_GRADS} = None\n")
         init = init.with_changes(leading_lines=node.leading_lines)
         loop = node.with_changes(leading_lines=[], body=node.body.with_changes(body=new_body))
+        if scan is not None and len(self._for_stack) == 1 and not self._while_stack and (
+                not self._class_stack) and len(self._fn_stack) <= 1 and not (
+                self._shadowed(site.model) or self._shadowed(site.optimizer)) and (
+                not self.data.distributed) and self.data.functional_ok(
+                site.model, self.index.module_classes, self._scalar_param):
+            # the loop around it, outermost in a scope that builds the model and the
+            # optimizer (a function called once), may keep their state split (_functional_scan)
+            self._acc.functional[id(self._for_stack[0])] = (site, scan, functions[0])
         if not self._fn_stack and not self._class_stack:
             self._top_steps.extend(functions)
         elif len(self._fn_stack) == 1 and not self._class_stack and not any(
@@ -447,6 +455,43 @@ class LoopsMixin:
         self.need("np")
         return scan
 
+    def _functional_scan(self, original_node, node):
+        """The loop around a one-compiled-step accumulation (passes/accum_scan.py) that reads
+        neither the model nor the optimizer but through the step (the learning rate set before
+        it aside): the step becomes a ``jax.jit`` of their state, split once before the loop,
+        donated and written back after it, the learning rate an argument, as a hand-written
+        JAX program has it. (the new loop, (statements before it, after it)) or None."""
+        pending = self._acc.functional.pop(id(original_node), None)
+        if pending is None or original_node.orelse is not None:
+            return None
+        site, scan, placed = pending
+        objects = {site.model, site.optimizer}
+        defs = {f.name.value: f for f in findall(self._root, m.FunctionDef())}
+        readers = {n for n, f in defs.items() if set(tr.names_of(f).used) & objects}
+        while True:  # and the functions that call them
+            more = {n for n, f in defs.items() if n not in readers and any(
+                isinstance(c.func, cst.Name) and c.func.value in readers
+                for c in findall(f, m.Call()))}
+            if not more:
+                break
+            readers |= more
+        found = accum_scan.functional_body(list(node.body.body), scan, model=site.model,
+                                           optimizer=site.optimizer, readers=readers)
+        if found is None:
+            return None
+        body, function = found
+        self._top_steps[:] = [f for f in self._top_steps if f is not placed]
+        self._module_hoist[:] = [(n, f) for n, f in self._module_hoist if f is not placed]
+        self._hoist[:] = [f for f in self._hoist if f is not placed]
+        self.need("jax", "jnp", "nnx", "partial")
+        blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
+        split = cst.parse_statement(
+            f"{tr.GRAPHDEF}, {tr.STATE} = nnx.split(({site.model}, {site.optimizer}))\n")
+        update = cst.parse_statement(
+            f"nnx.update(({site.model}, {site.optimizer}), {tr.STATE})\n")
+        return node.with_changes(body=node.body.with_changes(body=body)), (
+            [split, function.with_changes(leading_lines=blank)], [update])
+
     def _apply_grads(self, site, loop_names: set[str]) -> cst.FunctionDef:
         """The jit-compiled update that ``optimizer.step()`` after the micro-steps becomes:
         it applies the summed gradients, clipped first where ``clip_grad_norm_`` stands
@@ -488,8 +533,11 @@ class LoopsMixin:
         if lr_loop is not None:
             return lr_loop
         t = self.training
-        body = list(node.body.body)
         surround: tuple[list, list] | None = None  # a functional step: split / update
+        functional = self._functional_scan(original_node, node)
+        if functional is not None:
+            node, surround = functional
+        body = list(node.body.body)
         linen_body = self._lt_loop(original_node, node, body) if self.target.train_state \
             else None
         if linen_body is not None:
@@ -499,7 +547,8 @@ class LoopsMixin:
             node = node.with_changes(body=node.body.with_changes(body=gan_body))
         body = self._summed_loop_body(original_node, body) if (
             self.target.stateful_modules and gan_body is None) else body
-        for name in t.optimizer_names if self.target.stateful_modules and gan_body is None else ():
+        for name in t.optimizer_names if self.target.stateful_modules and gan_body is None and (
+                functional is None) else ():
             model = t.model_of(name)
             if model is None:
                 continue
