@@ -95,7 +95,7 @@ PROGRAM = ROOT / "benchmarks" / "programs" / "gpt_train.py"
 def test_batch_indices_are_drawn_on_the_host() -> None:
     code = convert_source(PROGRAM.read_text(), path=str(PROGRAM)).code
     assert "host_rng = np.random.default_rng(seed)\n" in code
-    assert "    ix = host_rng.integers(0, len(data) - block_size, (batch_size,))\n" in code
+    assert "    ix = host_rng.integers(0, len(data) - block_size, size=(batch_size,))\n" in code
     # the data only feeds the batches: a numpy array, gathered by a numpy index
     assert ("data = np.asarray([(i * 7 + i // 11) % vocab_size for i in range(20000)], "
             "dtype=np.int32)\n") in code
@@ -138,7 +138,7 @@ def batch():
 
 def test_draws_that_reach_values_keep_jax_keys() -> None:
     code = convert_source(SNIPPET).code
-    assert "ix = host_rng.integers(0, 90, (4,))" in code
+    assert "ix = host_rng.integers(0, 90, size=(4,))" in code
     # the rows of a stack of equal slices are one gather with a host-side index
     assert ("return jnp.take(data, ix[:, None] + np.arange(8), axis=0) + start, noise, "
             "kept * 2") in code
