@@ -281,8 +281,8 @@ def __getattr__(name: str) -> type[ModelOutput | AutoModel]:
     """The other output classes of transformers.modeling_outputs (ImageClassifierOutput,
     Seq2SeqLMOutput, MoeCausalLMOutputWithPast, ...), made when a converted file imports one:
     each a ModelOutput of the fields it is given; and the other auto classes
-    (AutoModelForCausalLM, ...), each an AutoModel of its name."""
-    if re.match(r"^AutoModelFor\w+$", name):
+    (AutoModelForCausalLM, ..., AutoBackbone), each an AutoModel of its name."""
+    if re.match(r"^(AutoModelFor\w+|AutoBackbone)$", name):
         base: type = AutoModel
     elif re.match(r"^[A-Z]\w*Output(With\w+)?$", name):
         base = ModelOutput
