@@ -159,6 +159,16 @@ def shrink(config) -> dict:
         out["head_dim"] = max(width // heads, 1)
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
+    if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and heads and (
+            isinstance(width, int)):
+        # multimodal RoPE (Qwen2-VL's text model): sections of the rotary frequencies for time,
+        # height and width, which the modeling file defaults to the full-size [16, 24, 24]
+        # when the config has none; they must sum to half the tiny head dimension
+        half = out.get("head_dim", values.get("head_dim")) or width // heads
+        half //= 2
+        rope = dict(values.get("rope_parameters") or {})
+        rope["mrope_section"] = [half - 2 * (half // 4), half // 4, half // 4]
+        out["rope_parameters"] = rope
     # a pattern of layer kinds repeated over the layers (RecurrentGemma's block_types,
     # ["recurrent", "recurrent", "attention"]): as many layers as the pattern has, so that
     # each kind is built (two layers would have no attention layer, which torch refuses)

@@ -63,6 +63,20 @@ def test_shrink_keeps_a_layer_of_each_kind() -> None:
     assert sweep._per_layer(["a", "a", "b", "a"]) == ["a", "b"]
 
 
+def test_shrink_fits_multimodal_rope_sections_to_the_head() -> None:
+    """Qwen2-VL's text model splits its rotary frequencies into time, height and width
+    sections, [16, 24, 24] in the modeling file when the config names none (its config
+    declares the key): a tiny head needs sections that sum to half its size, else torch's
+    forward stops (``split_with_sizes``)."""
+    from transformers import Qwen2VLConfig
+
+    config, _ = sweep.tiny_config(Qwen2VLConfig)
+    text = config.text_config
+    sections = text.rope_parameters["mrope_section"]
+    assert len(sections) == 3 and min(sections) > 0
+    assert sum(sections) == text.hidden_size // text.num_attention_heads // 2
+
+
 def test_the_sweep_finds_base_and_head() -> None:
     from transformers.models.gpt2 import modeling_gpt2
     from transformers.models.vit import modeling_vit
