@@ -117,6 +117,14 @@ def shrink(config) -> dict:
             sub = getattr(config, key, None)
         except Exception:  # noqa: BLE001 (a per-layer attribute read as one)
             sub = None
+        if key == "backbone_config" and getattr(sub, "model_type", None) == "timm_backbone":
+            # DETR's default backbone is timm's ResNet-50, which needs the timm library (not
+            # converted either): transformers' own ResNet instead, tiny, with the same stages
+            from transformers import ResNetConfig
+
+            out[key] = {"model_type": "resnet", **shrink(ResNetConfig()),
+                        "out_indices": list(getattr(sub, "out_indices", None) or [4])}
+            continue
         if key.endswith("_config") and hasattr(sub, "to_dict"):
             changed = shrink(sub)
             if changed:

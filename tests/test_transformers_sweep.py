@@ -77,6 +77,17 @@ def test_shrink_fits_multimodal_rope_sections_to_the_head() -> None:
     assert sum(sections) == text.hidden_size // text.num_attention_heads // 2
 
 
+def test_shrink_gives_a_timm_backbone_transformers_resnet() -> None:
+    """DETR's default config builds timm's ResNet-50 (the timm library, which the sweep does
+    not convert): the tiny config holds transformers' ResNet, whose stages it returns."""
+    from transformers import DetrConfig
+
+    config, _ = sweep.tiny_config(DetrConfig)
+    backbone = config.backbone_config
+    assert backbone.model_type == "resnet" and max(backbone.hidden_sizes) <= 64
+    assert backbone.out_features == ["stage1", "stage2", "stage3", "stage4"]
+
+
 def test_the_sweep_finds_base_and_head() -> None:
     from transformers.models.gpt2 import modeling_gpt2
     from transformers.models.vit import modeling_vit
