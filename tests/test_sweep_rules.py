@@ -286,6 +286,44 @@ def test_functional_embedding_of_a_parameter_verifies(tmp_path) -> None:
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
 
 
+SPREAD = '''
+import torch
+from torch import nn
+
+
+class SpreadSizes(nn.Module):
+    """GPT-OSS's and Flint's attention sinks, Inkling's relative-position gather index and the
+    chunked state-space models' ``x[..., None].expand(*x.size(), n)``: sizes spread from a
+    tensor's shape, then given one by one (a -1 keeps the input's size)."""
+
+    def __init__(self, heads=2, extent=3):
+        super().__init__()
+        self.sinks = nn.Parameter(torch.randn(heads))
+        self.extent = extent
+
+    def forward(self, scores, positions):
+        sinks = self.sinks.reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        weights = torch.softmax(torch.cat([scores, sinks], dim=-1), dim=-1)[..., :-1]
+        distance = (positions[:, None] - positions[None, :])[None, None, :, :]
+        index = distance.clamp(0, self.extent - 1).expand(*scores.shape[:2], -1, -1)
+        chunks = scores[..., None].expand(*scores.size(), 2)
+        return weights * torch.gather(scores, -1, index) + chunks.sum(-1)
+'''
+
+
+def test_expand_of_spread_sizes_verifies(tmp_path) -> None:
+    r = _verify(tmp_path, SPREAD, "SpreadSizes", "float32[2,2,5,5]", "int64[5]:4")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+def test_expand_of_sizes_that_may_hold_minus_one_is_marked() -> None:
+    from torch2jax.convert import convert_source
+
+    out = convert_source("import torch\n\ndef f(x, sizes):\n    return x.expand(*sizes, 3)\n")
+    assert "TODO(torch2jax)" in out.code and "x.expand(*sizes, 3)" in out.code
+
+
 @pytest.mark.transformers
 @pytest.mark.parametrize("text", ["mistral", "qwen2"])
 def test_a_composite_model_builds_its_sub_models_converted(text) -> None:

@@ -58,6 +58,7 @@ from torch2jax.passes.rewrite_support import (
     _rule_args,
 )
 from torch2jax.passes.special_device import drop_device_argument
+from torch2jax.passes.special_tensors import STARRED_SPECIALS
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule
 
@@ -868,7 +869,8 @@ class CallsMixin:
         if unknown:
             raise Untranslatable(f"{rule.torch}: argument(s) {', '.join(unknown)} not "
                                  "translated", rule=rule.id)
-        if b.star:
+        if b.star and not (rule.special in STARRED_SPECIALS and all(
+                a.star == "*" for a in b.star)):
             raise Untranslatable(f"{rule.torch} called with *args/**kwargs", rule=rule.id)
         if rule.special:
             out = SPECIALS[rule.special](site)
