@@ -95,12 +95,15 @@ def test_a_state_space_cache_flattens_to_its_states() -> None:
 
 
 LEGACY = '''
+import numpy as np
 import torch
 from torch import nn
 
 
 class RelativeBias(nn.Module):
-    """FastSpeech2-Conformer's and the DETRs' parameters made by the legacy constructors."""
+    """FastSpeech2-Conformer's and the DETRs' parameters made by the legacy constructors, and
+    RoFormer's (XLM's, Marian's, DistilBERT's: nine files) sinusoidal table, a numpy array
+    given to ``torch.FloatTensor``."""
 
     def __init__(self, heads=4, dim=3):
         super().__init__()
@@ -112,11 +115,19 @@ class RelativeBias(nn.Module):
         nn.init.normal_(self.pos_bias_u)
         nn.init.normal_(self.pos_bias_v)
         self.offsets = nn.Buffer(torch.Tensor([0.5, -1.0, 2.0]))
+        n_pos = heads
+        position_enc = np.array([[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)]
+                                 for pos in range(n_pos)])
+        table = torch.empty(n_pos, dim, requires_grad=False)
+        sentinel = dim // 2 if dim % 2 == 0 else (dim // 2) + 1
+        table[:, 0:sentinel] = torch.FloatTensor(np.sin(position_enc[:, 0::2]))
+        table[:, sentinel:] = torch.FloatTensor(np.cos(position_enc[:, 1::2]))
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, x):
         y = self.linear(x).view(x.shape[0], self.num_heads, self.head_dim)
         v = self.pos_bias_v.view(self.num_heads, self.head_dim)
-        return y * self.pos_bias_u + v * self.offsets
+        return y * self.pos_bias_u + v * self.offsets + self.table
 '''
 
 

@@ -805,9 +805,12 @@ class CallsMixin:
         """The size arguments of a functional convolution that hold a tuple or list
         (``F.conv2d(x, w, None, self.stride)`` where ``self.stride`` is a tuple)."""
         if self.values is not None and rule.special == "legacy_tensor":  # LongTensor(indices)
+            # (or a numpy array: torch.FloatTensor(np.sin(table)), the sinusoidal positions of
+            # nine modeling files)
             data = bind(original.args, rule.params).get("data")
-            return frozenset({"data"}) if data is not None and self.values.kind(data) in (
-                vk.Kind.TUPLE, vk.Kind.LIST) else frozenset()
+            return frozenset({"data"}) if data is not None and (self.values.kind(data) in (
+                vk.Kind.TUPLE, vk.Kind.LIST) or self.values.value(data) == vk.NUMPY) \
+                else frozenset()
         if self.values is None or rule.special not in ("conv_function",
                                                        "conv_transpose_function"):
             return frozenset()
