@@ -163,7 +163,10 @@ def shrink(config) -> dict:
             original = values.get("num_attention_heads")
             out[key] = heads if kv == original else max(1, min(kv, heads // 2))
     width = out.get("hidden_size", values.get("hidden_size"))
-    if isinstance(values.get("head_dim"), int) and isinstance(width, int) and heads:
+    if "head_dim" in values and (isinstance(values["head_dim"], int) or values[
+            "head_dim"] is None) and isinstance(width, int) and heads:
+        # (a default of None too: Ministral's and Hunyuan's modeling files read it as a
+        # number, so torch refuses those defaults even at full size)
         out["head_dim"] = max(width // heads, 1)
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4

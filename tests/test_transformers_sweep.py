@@ -77,6 +77,16 @@ def test_shrink_fits_multimodal_rope_sections_to_the_head() -> None:
     assert sum(sections) == text.hidden_size // text.num_attention_heads // 2
 
 
+def test_shrink_gives_a_head_dim_of_none_its_size() -> None:
+    """Ministral's default ``head_dim`` is None, which its attention raises to a power: the
+    tiny config names the size the heads give, and torch builds the model."""
+    from transformers import MinistralConfig, MinistralForCausalLM
+
+    config, _ = sweep.tiny_config(MinistralConfig)
+    assert config.head_dim == config.hidden_size // config.num_attention_heads
+    MinistralForCausalLM(config)
+
+
 def test_shrink_gives_a_timm_backbone_transformers_resnet() -> None:
     """DETR's default config builds timm's ResNet-50 (the timm library, which the sweep does
     not convert): the tiny config holds transformers' ResNet, whose stages it returns."""
