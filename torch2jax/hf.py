@@ -27,6 +27,12 @@ and hub plumbing). It *reduces* the modeling file first (:func:`reduce_modeling`
   support module's ``AutoModel``, whose ``from_config`` builds the *converted* class that the
   config's ``model_type`` maps to: the package side (``verify/package.py``) converts those
   modeling files too and writes the table of them (``_hf_auto.py``) beside the support module;
+* ``load_backbone(config)`` (detection, segmentation, OCR, depth and pose models) reads
+  ``_hf_backbone.py`` (``torch2jax/transformers_backbone.py``, written beside the support
+  module), whose ``load_backbone`` builds the converted class of ``backbone_config``'s model
+  type through the support module's ``AutoBackbone`` (the backbone's file is converted with
+  the model's and named in ``_hf_auto.py``); ``BackboneMixin`` and
+  ``filter_output_hidden_states`` of a backbone class come from there too;
 * ``_init_weights`` methods go (torch initialisation: the converted model starts from flax's
   initialisers; trained weights come with ``torch2jax weights``);
 * the classes and functions that no requested class reaches go
