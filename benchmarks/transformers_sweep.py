@@ -297,6 +297,19 @@ def _inputs(cls, config) -> tuple[list[str], bool]:
     return specs, masked
 
 
+def _model_types(config, depth: int = 0) -> set[str]:
+    """The model types of the tiny config's sub-configs (a backbone the sweep chose, not the
+    default config's): ``AutoModel`` / ``AutoBackbone.from_config`` build those, so their
+    modeling files are converted with the file (as verify does from the torch model)."""
+    from transformers import PretrainedConfig
+
+    found: set[str] = set()
+    for value in vars(config).values():
+        if isinstance(value, PretrainedConfig) and depth < 4:
+            found |= {value.model_type} | _model_types(value, depth + 1)
+    return {t for t in found if t}
+
+
 def run_one(path: Path) -> list[dict]:
     """One modeling file: find, shrink, convert once, verify (without and with a mask)."""
     import importlib
@@ -340,7 +353,7 @@ def run_one(path: Path) -> list[dict]:
         try:
             converted, todos = convert_package_file(
                 path, Path(tmp), lambda f, known: _convert_file(f, "nnx", None, known),
-                {cls.__name__})
+                {cls.__name__}, model_types=_model_types(config))
         except Exception as exc:  # noqa: BLE001
             return done(f"convert: {type(exc).__name__}: {exc}")
         result.converted, result.todos = True, todos

@@ -96,6 +96,8 @@ def test_shrink_gives_a_timm_backbone_transformers_resnet() -> None:
     backbone = config.backbone_config
     assert backbone.model_type == "resnet" and max(backbone.hidden_sizes) <= 64
     assert backbone.out_features == ["stage1", "stage2", "stage3", "stage4"]
+    # its modeling file is converted with DETR's (AutoBackbone builds it)
+    assert sweep._model_types(config) == {"resnet"}
 
 
 def test_the_sweep_finds_base_and_head() -> None:
