@@ -117,6 +117,14 @@ def shrink(config) -> dict:
             sub = getattr(config, key, None)
         except Exception:  # noqa: BLE001 (a per-layer attribute read as one)
             sub = None
+        if key == "backbone_config" and getattr(sub, "model_type", None) == "timm_backbone":
+            # DETR's default backbone is timm's ResNet-50, which needs the timm library (not
+            # converted either): transformers' own ResNet instead, tiny, with the same stages
+            from transformers import ResNetConfig
+
+            out[key] = {"model_type": "resnet", **shrink(ResNetConfig()),
+                        "out_indices": list(getattr(sub, "out_indices", None) or [4])}
+            continue
         if key.endswith("_config") and hasattr(sub, "to_dict"):
             changed = shrink(sub)
             if changed:
@@ -155,10 +163,23 @@ def shrink(config) -> dict:
             original = values.get("num_attention_heads")
             out[key] = heads if kv == original else max(1, min(kv, heads // 2))
     width = out.get("hidden_size", values.get("hidden_size"))
-    if isinstance(values.get("head_dim"), int) and isinstance(width, int) and heads:
+    if "head_dim" in values and (isinstance(values["head_dim"], int) or values[
+            "head_dim"] is None) and isinstance(width, int) and heads:
+        # (a default of None too: Ministral's and Hunyuan's modeling files read it as a
+        # number, so torch refuses those defaults even at full size)
         out["head_dim"] = max(width // heads, 1)
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
+    if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and heads and (
+            isinstance(width, int)):
+        # multimodal RoPE (Qwen2-VL's text model): sections of the rotary frequencies for time,
+        # height and width, which the modeling file defaults to the full-size [16, 24, 24]
+        # when the config has none; they must sum to half the tiny head dimension
+        half = out.get("head_dim", values.get("head_dim")) or width // heads
+        half //= 2
+        rope = dict(values.get("rope_parameters") or {})
+        rope["mrope_section"] = [half - 2 * (half // 4), half // 4, half // 4]
+        out["rope_parameters"] = rope
     # a pattern of layer kinds repeated over the layers (RecurrentGemma's block_types,
     # ["recurrent", "recurrent", "attention"]): as many layers as the pattern has, so that
     # each kind is built (two layers would have no attention layer, which torch refuses)
@@ -276,6 +297,19 @@ def _inputs(cls, config) -> tuple[list[str], bool]:
     return specs, masked
 
 
+def _model_types(config, depth: int = 0) -> set[str]:
+    """The model types of the tiny config's sub-configs (a backbone the sweep chose, not the
+    default config's): ``AutoModel`` / ``AutoBackbone.from_config`` build those, so their
+    modeling files are converted with the file (as verify does from the torch model)."""
+    from transformers import PretrainedConfig
+
+    found: set[str] = set()
+    for value in vars(config).values():
+        if isinstance(value, PretrainedConfig) and depth < 4:
+            found |= {value.model_type} | _model_types(value, depth + 1)
+    return {t for t in found if t}
+
+
 def run_one(path: Path) -> list[dict]:
     """One modeling file: find, shrink, convert once, verify (without and with a mask)."""
     import importlib
@@ -319,7 +353,7 @@ def run_one(path: Path) -> list[dict]:
         try:
             converted, todos = convert_package_file(
                 path, Path(tmp), lambda f, known: _convert_file(f, "nnx", None, known),
-                {cls.__name__})
+                {cls.__name__}, model_types=_model_types(config))
         except Exception as exc:  # noqa: BLE001
             return done(f"convert: {type(exc).__name__}: {exc}")
         result.converted, result.todos = True, todos

@@ -57,3 +57,22 @@ def test_bidirectional_sliding_window_mask_matches_transformers(implementation, 
     else:
         np.testing.assert_array_equal(got, want.numpy())
     assert not got[..., 0, 3:].any() if implementation == "sdpa" else (got[..., 0, 3:] < 0).all()
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_the_mask_reads_the_cache_by_its_previous_keyword(window) -> None:
+    """transformers before 5.24 passes the cache as ``past_key_values=`` (5.24:
+    ``cache=``): a modeling file of 5.23 gave the mask function no cache, whose queries then
+    sat at the start, not after the kept keys (no error: a silently different mask)."""
+    config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, vocab_size=8,
+                                      num_hidden_layers=1, sliding_window=window)
+    config._attn_implementation = "eager"
+    cache = rt.DynamicCache(config=config)
+    cache.update(jnp.ones((2, 2, 3, 4)), jnp.ones((2, 2, 3, 4)), 0)
+    embeds, mask = jnp.zeros((2, 2, 8)), jnp.ones((2, 5), jnp.int32)
+    make = rt.create_causal_mask if window is None else rt.create_sliding_window_causal_mask
+    want = np.asarray(make(config, embeds, mask, cache=cache))
+    got = np.asarray(make(config, embeds, mask, past_key_values=cache))
+    kept = 3 if window is None else window - 1
+    assert want.shape[-1] == kept + 2 and (want[..., 0, :kept] == 0).all()  # the kept keys
+    np.testing.assert_array_equal(got, want)

@@ -441,6 +441,7 @@ def eager_attention_forward(module: nn.Module, query, key, value, attention_mask
     if attention_mask is not None:
         weights = weights + attention_mask
     weights = nn.functional.softmax(weights, dim=-1)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training).to(value.dtype)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
@@ -499,15 +500,17 @@ def test_default_dtype_is_tensor_positional_device_and_attention_results(impleme
     had no rule), Funnel (``x.device`` passed by position reached the traced code) and YOLOS,
     DPT, VideoMAE (``context.size()`` of what ``attention_interface`` returns was marked, its
     result unknown), PVT (``hidden_states: int`` then ``hidden_states.size()``, left as it is,
-    unmarked), GraniteSWA (``module.sinks.view(...)`` marked): converted as the sweep does
-    with no TODO, run under jit against torch."""
+    unmarked), GraniteSWA (``module.sinks.view(...)`` marked), MiMo-V2-Flash and GPT-OSS
+    (``dropout(w, p, training=module.training).to(dtype)``: the support module's
+    ``attention_dropout`` the reduction writes was not known to give a tensor, its ``.to`` left
+    as it is): converted as the sweep does with no TODO, run under jit against torch."""
     transformers = pytest.importorskip("transformers", exc_type=ImportError)
     import jax
     import jax.numpy as jnp
     import torch
     from flax import nnx
 
-    torch_space, space = _both_sides(ATTENTION, ("ALL_ATTENTION_FUNCTIONS",))
+    torch_space, space = _both_sides(ATTENTION, ("ALL_ATTENTION_FUNCTIONS", "attention_dropout"))
     config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, vocab_size=16,
                                       num_hidden_layers=1)
     config._attn_implementation = implementation

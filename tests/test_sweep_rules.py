@@ -95,12 +95,15 @@ def test_a_state_space_cache_flattens_to_its_states() -> None:
 
 
 LEGACY = '''
+import numpy as np
 import torch
 from torch import nn
 
 
 class RelativeBias(nn.Module):
-    """FastSpeech2-Conformer's and the DETRs' parameters made by the legacy constructors."""
+    """FastSpeech2-Conformer's and the DETRs' parameters made by the legacy constructors, and
+    RoFormer's (XLM's, Marian's, DistilBERT's: nine files) sinusoidal table, a numpy array
+    given to ``torch.FloatTensor``."""
 
     def __init__(self, heads=4, dim=3):
         super().__init__()
@@ -112,11 +115,19 @@ class RelativeBias(nn.Module):
         nn.init.normal_(self.pos_bias_u)
         nn.init.normal_(self.pos_bias_v)
         self.offsets = nn.Buffer(torch.Tensor([0.5, -1.0, 2.0]))
+        n_pos = heads
+        position_enc = np.array([[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)]
+                                 for pos in range(n_pos)])
+        table = torch.empty(n_pos, dim, requires_grad=False)
+        sentinel = dim // 2 if dim % 2 == 0 else (dim // 2) + 1
+        table[:, 0:sentinel] = torch.FloatTensor(np.sin(position_enc[:, 0::2]))
+        table[:, sentinel:] = torch.FloatTensor(np.cos(position_enc[:, 1::2]))
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, x):
         y = self.linear(x).view(x.shape[0], self.num_heads, self.head_dim)
         v = self.pos_bias_v.view(self.num_heads, self.head_dim)
-        return y * self.pos_bias_u + v * self.offsets
+        return y * self.pos_bias_u + v * self.offsets + self.table
 '''
 
 
@@ -284,6 +295,44 @@ def test_functional_embedding_of_a_parameter_verifies(tmp_path) -> None:
     r = _verify(tmp_path, LOOKUP, "RelativeBias", "float32[2,4,4]", "int64[4,4]:6")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+SPREAD = '''
+import torch
+from torch import nn
+
+
+class SpreadSizes(nn.Module):
+    """GPT-OSS's and Flint's attention sinks, Inkling's relative-position gather index and the
+    chunked state-space models' ``x[..., None].expand(*x.size(), n)``: sizes spread from a
+    tensor's shape, then given one by one (a -1 keeps the input's size)."""
+
+    def __init__(self, heads=2, extent=3):
+        super().__init__()
+        self.sinks = nn.Parameter(torch.randn(heads))
+        self.extent = extent
+
+    def forward(self, scores, positions):
+        sinks = self.sinks.reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        weights = torch.softmax(torch.cat([scores, sinks], dim=-1), dim=-1)[..., :-1]
+        distance = (positions[:, None] - positions[None, :])[None, None, :, :]
+        index = distance.clamp(0, self.extent - 1).expand(*scores.shape[:2], -1, -1)
+        chunks = scores[..., None].expand(*scores.size(), 2)
+        return weights * torch.gather(scores, -1, index) + chunks.sum(-1)
+'''
+
+
+def test_expand_of_spread_sizes_verifies(tmp_path) -> None:
+    r = _verify(tmp_path, SPREAD, "SpreadSizes", "float32[2,2,5,5]", "int64[5]:4")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+def test_expand_of_sizes_that_may_hold_minus_one_is_marked() -> None:
+    from torch2jax.convert import convert_source
+
+    out = convert_source("import torch\n\ndef f(x, sizes):\n    return x.expand(*sizes, 3)\n")
+    assert "TODO(torch2jax)" in out.code and "x.expand(*sizes, 3)" in out.code
 
 
 @pytest.mark.transformers

@@ -63,6 +63,43 @@ def test_shrink_keeps_a_layer_of_each_kind() -> None:
     assert sweep._per_layer(["a", "a", "b", "a"]) == ["a", "b"]
 
 
+def test_shrink_fits_multimodal_rope_sections_to_the_head() -> None:
+    """Qwen2-VL's text model splits its rotary frequencies into time, height and width
+    sections, [16, 24, 24] in the modeling file when the config names none (its config
+    declares the key): a tiny head needs sections that sum to half its size, else torch's
+    forward stops (``split_with_sizes``)."""
+    from transformers import Qwen2VLConfig
+
+    config, _ = sweep.tiny_config(Qwen2VLConfig)
+    text = config.text_config
+    sections = text.rope_parameters["mrope_section"]
+    assert len(sections) == 3 and min(sections) > 0
+    assert sum(sections) == text.hidden_size // text.num_attention_heads // 2
+
+
+def test_shrink_gives_a_head_dim_of_none_its_size() -> None:
+    """Ministral's default ``head_dim`` is None, which its attention raises to a power: the
+    tiny config names the size the heads give, and torch builds the model."""
+    from transformers import MinistralConfig, MinistralForCausalLM
+
+    config, _ = sweep.tiny_config(MinistralConfig)
+    assert config.head_dim == config.hidden_size // config.num_attention_heads
+    MinistralForCausalLM(config)
+
+
+def test_shrink_gives_a_timm_backbone_transformers_resnet() -> None:
+    """DETR's default config builds timm's ResNet-50 (the timm library, which the sweep does
+    not convert): the tiny config holds transformers' ResNet, whose stages it returns."""
+    from transformers import DetrConfig
+
+    config, _ = sweep.tiny_config(DetrConfig)
+    backbone = config.backbone_config
+    assert backbone.model_type == "resnet" and max(backbone.hidden_sizes) <= 64
+    assert backbone.out_features == ["stage1", "stage2", "stage3", "stage4"]
+    # its modeling file is converted with DETR's (AutoBackbone builds it)
+    assert sweep._model_types(config) == {"resnet"}
+
+
 def test_the_sweep_finds_base_and_head() -> None:
     from transformers.models.gpt2 import modeling_gpt2
     from transformers.models.vit import modeling_vit

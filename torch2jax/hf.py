@@ -27,6 +27,12 @@ and hub plumbing). It *reduces* the modeling file first (:func:`reduce_modeling`
   support module's ``AutoModel``, whose ``from_config`` builds the *converted* class that the
   config's ``model_type`` maps to: the package side (``verify/package.py``) converts those
   modeling files too and writes the table of them (``_hf_auto.py``) beside the support module;
+* ``load_backbone(config)`` (detection, segmentation, OCR, depth and pose models) reads
+  ``_hf_backbone.py`` (``torch2jax/transformers_backbone.py``, written beside the support
+  module), whose ``load_backbone`` builds the converted class of ``backbone_config``'s model
+  type through the support module's ``AutoBackbone`` (the backbone's file is converted with
+  the model's and named in ``_hf_auto.py``); ``BackboneMixin`` and
+  ``filter_output_hidden_states`` of a backbone class come from there too;
 * ``_init_weights`` methods go (torch initialisation: the converted model starts from flax's
   initialisers; trained weights come with ``torch2jax weights``);
 * the classes and functions that no requested class reaches go
@@ -47,6 +53,11 @@ import libcst.matchers as m
 
 SUPPORT_MODULE = "_hf_support"
 RUNTIME = Path(__file__).with_name("transformers_runtime.py")
+# transformers' backbone machinery (backbone_utils.py), written beside the support module
+BACKBONE_MODULE = "_hf_backbone"
+BACKBONE_RUNTIME = Path(__file__).with_name("transformers_backbone.py")
+BACKBONE_NAMES = {"load_backbone", "BackboneMixin", "filter_output_hidden_states"}
+_BACKBONE_SOURCES = ("transformers.backbone_utils", "transformers.utils.backbone_utils")
 # decorators that do nothing for a JAX model (documentation, kernels from the hub)
 DROPPED_DECORATORS = {"auto_docstring", "use_kernel_forward_from_hub", "use_kernelized_func",
                       "use_kernel_func_from_hub"}
@@ -74,7 +85,7 @@ SUPPORT_LAYERS = {"PreTrainedModel", "GradientCheckpointingLayer", "Conv1D"}
 _OUTPUT = re.compile(r"^[A-Z]\w*Output(With\w+)?$")
 # transformers' auto classes (AutoModel, AutoModelForCausalLM, ...): the support module's
 # stand-ins build the converted class of a config's model_type (``from_config``)
-AUTO = re.compile(r"^AutoModel(For\w+)?$")
+AUTO = re.compile(r"^Auto(Model(For\w+)?|Backbone)$")
 AUTO_TABLE = "_hf_auto"
 _DROPOUT = re.compile(r"^(nn\.functional|F|torch\.nn\.functional)\.dropout$")
 
@@ -134,6 +145,7 @@ class _Reduce(cst.CSTTransformer):
         self.depth = 0
         self.used: set[str] | None = None  # the second pass: the names the code reads
         self.support: list[str] = []
+        self.backbone: list[str] = []  # the names read from BACKBONE_MODULE
         self.unknown: list[tuple[str, str]] = []  # (module, name) of the machinery not supported
         self.autos: set[str] = set()  # the auto classes the file builds sub-models with
         self.init_alias = ""  # from ... import initialization as init: "init"
@@ -168,6 +180,24 @@ class _Reduce(cst.CSTTransformer):
                     ".", 1)[-1].startswith("generation_"):
             return updated  # the configuration (plain Python), another model's files
         keep, moved = [], []
+        if source in _BACKBONE_SOURCES:
+            # load_backbone(config): the converted backbone class, built by the support
+            # module's AutoBackbone (the table of the converted files names it)
+            for alias in updated.names:
+                name = alias.name.value if isinstance(alias.name, cst.Name) else ""
+                if (alias.asname.name.value if alias.asname else name) not in self.used:
+                    continue
+                if name in BACKBONE_NAMES:
+                    self.backbone.append(cst.Module([]).code_for_node(alias))
+                    if name == "load_backbone":
+                        self.autos.add("AutoBackbone")
+                else:
+                    keep.append(alias)
+            self.unknown += [(source, cst.Module([]).code_for_node(a.name)) for a in keep]
+            if not keep:
+                return cst.RemoveFromParent()
+            return updated.with_changes(names=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                                               for a in keep])
         if source.startswith("transformers.models.") and source.rsplit(".", 1)[-1].startswith(
                 "generation_"):
             # WhisperGenerationMixin (generation_whisper.py, torch's generate loop): the
@@ -292,10 +322,13 @@ def reduce_modeling(source: str, module: str, entry: set[str] | None = None,
     if autos is not None:
         autos |= reducer.autos
     names = sorted(set(reducer.support))
+    dots = "." * module.count(".")
     if names:
-        dots = "." * module.count(".")
         line = f"from {dots}{SUPPORT_MODULE} import {', '.join(names)}\n"
         code = _insert_import(code, line)
+    backbone = sorted({n.rstrip(", ") for n in reducer.backbone})
+    if backbone:
+        code = _insert_import(code, f"from {dots}{BACKBONE_MODULE} import {', '.join(backbone)}\n")
     if unknown:
         note = "".join(f"# TODO(torch2jax): {u} has no JAX counterpart in {SUPPORT_MODULE} "
                        "(torch2jax/transformers_runtime.py): the converted file still imports "

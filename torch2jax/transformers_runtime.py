@@ -281,8 +281,8 @@ def __getattr__(name: str) -> type[ModelOutput | AutoModel]:
     """The other output classes of transformers.modeling_outputs (ImageClassifierOutput,
     Seq2SeqLMOutput, MoeCausalLMOutputWithPast, ...), made when a converted file imports one:
     each a ModelOutput of the fields it is given; and the other auto classes
-    (AutoModelForCausalLM, ...), each an AutoModel of its name."""
-    if re.match(r"^AutoModelFor\w+$", name):
+    (AutoModelForCausalLM, ..., AutoBackbone), each an AutoModel of its name."""
+    if re.match(r"^(AutoModelFor\w+|AutoBackbone)$", name):
         base: type = AutoModel
     elif re.match(r"^[A-Z]\w*Output(With\w+)?$", name):
         base = ModelOutput
@@ -1422,10 +1422,11 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
 def create_causal_mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | None,
                        cache: Any = None, position_ids: jax.Array | None = None,
                        **kwargs: Any) -> jax.Array | None:
-    """The causal mask with the padding of ``attention_mask`` (see :func:`_mask`)."""
+    """The causal mask with the padding of ``attention_mask`` (see :func:`_mask`); the cache
+    is ``past_key_values=`` in transformers before 5.24."""
     if kwargs.get("or_mask_function") is not None or kwargs.get("and_mask_function") is not None:
         raise NotImplementedError("custom mask functions are not translated to JAX")
-    return _mask(config, inputs_embeds, attention_mask, cache, None)
+    return _mask(config, inputs_embeds, attention_mask, kwargs.get("past_key_values", cache), None)
 
 
 def create_bidirectional_mask(config: Any, inputs_embeds: jax.Array,
@@ -1486,6 +1487,6 @@ def create_sliding_window_causal_mask(config: Any, inputs_embeds: jax.Array,
     """create_causal_mask, each query seeing the last ``config.sliding_window`` keys only."""
     if kwargs.get("or_mask_function") is not None or kwargs.get("and_mask_function") is not None:
         raise NotImplementedError("custom mask functions are not translated to JAX")
-    return _mask(config, inputs_embeds, attention_mask, cache,
+    return _mask(config, inputs_embeds, attention_mask, kwargs.get("past_key_values", cache),
                  getattr(config, "sliding_window", None))
 

@@ -258,10 +258,12 @@ def library_class(name: str) -> Value | None:
     return CACHE if name.endswith("Cache") and name[:1].isupper() else None
 
 
-# transformers' mask functions (masking_utils): the attention mask, a tensor
+# transformers' mask functions (masking_utils): the attention mask, a tensor; and the support
+# module's attention_dropout, which the reduction writes for an attention function's
+# ``dropout(w, p, training=module.training)`` (hf.py): the weights, a tensor
 MASK_FUNCTIONS = frozenset({"create_causal_mask", "create_sliding_window_causal_mask",
                             "create_bidirectional_mask", "create_chunked_causal_mask",
-                            "create_bidirectional_sliding_window_mask"})
+                            "create_bidirectional_sliding_window_mask", "attention_dropout"})
 
 
 def library_function(qualified: str) -> Value | None:

@@ -144,6 +144,8 @@ class BoundArgs:
     extra_positional: list[cst.BaseExpression] = field(default_factory=list)
     star: list[cst.Arg] = field(default_factory=list)  # *args / **kwargs passed through
     keywords: set[str] = field(default_factory=set)  # names that were given as keywords
+    # the positional arguments in their order, starred ones too (x.expand(*y.shape[:-1], 1))
+    ordered: list[cst.Arg] = field(default_factory=list)
 
     def get(self, name: str) -> cst.BaseExpression | None:
         return self.named.get(name)
@@ -170,6 +172,8 @@ def bind(args: tuple[cst.Arg, ...] | list[cst.Arg], params: tuple[str, ...]) -> 
         params = params[: params.index("*")]
     i = 0
     for arg in args:
+        if arg.star != "**" and arg.keyword is None:
+            bound.ordered.append(arg)
         if arg.star:
             bound.star.append(arg)
         elif arg.keyword is not None:

@@ -58,6 +58,7 @@ from torch2jax.passes.rewrite_support import (
     _rule_args,
 )
 from torch2jax.passes.special_device import drop_device_argument
+from torch2jax.passes.special_tensors import STARRED_SPECIALS
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule
 
@@ -827,9 +828,12 @@ class CallsMixin:
         """The size arguments of a functional convolution that hold a tuple or list
         (``F.conv2d(x, w, None, self.stride)`` where ``self.stride`` is a tuple)."""
         if self.values is not None and rule.special == "legacy_tensor":  # LongTensor(indices)
+            # (or a numpy array: torch.FloatTensor(np.sin(table)), the sinusoidal positions of
+            # nine modeling files)
             data = bind(original.args, rule.params).get("data")
-            return frozenset({"data"}) if data is not None and self.values.kind(data) in (
-                vk.Kind.TUPLE, vk.Kind.LIST) else frozenset()
+            return frozenset({"data"}) if data is not None and (self.values.kind(data) in (
+                vk.Kind.TUPLE, vk.Kind.LIST) or self.values.value(data) == vk.NUMPY) \
+                else frozenset()
         if self.values is None or rule.special not in ("conv_function",
                                                        "conv_transpose_function"):
             return frozenset()
@@ -891,7 +895,8 @@ class CallsMixin:
         if unknown:
             raise Untranslatable(f"{rule.torch}: argument(s) {', '.join(unknown)} not "
                                  "translated", rule=rule.id)
-        if b.star:
+        if b.star and not (rule.special in STARRED_SPECIALS and all(
+                a.star == "*" for a in b.star)):
             raise Untranslatable(f"{rule.torch} called with *args/**kwargs", rule=rule.id)
         if rule.special:
             out = SPECIALS[rule.special](site)

@@ -787,32 +787,6 @@ def squeeze(site: Site) -> cst.BaseExpression:
     return call("jnp.squeeze", arg(site.x()), arg(d, "axis"))
 
 
-@special("expand")
-def expand(site: Site) -> cst.BaseExpression:
-    x = site.x()
-    sizes = [site.args.get("size"), *site.args.extra_positional]
-    if sizes[0] is None:
-        raise Untranslatable("expand without sizes")
-    if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)) and not any(
-            isinstance(e, cst.StarredElement) for e in sizes[0].elements):
-        sizes = [e.value for e in sizes[0].elements]  # x.expand((1, -1)): the sizes
-    if len(sizes) == 1 and not _is_int_like(sizes[0]):
-        return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
-    n = len(sizes)
-    parts = []
-    if any(int_value(s) == -1 for s in sizes):
-        # torch.arange(n).expand((1, -1)): the tensor bound to a name, as its sizes are read
-        # (x.shape[i]) beside it
-        x = site.once(x, _hint(x), "expand(-1, ...)'s input")
-    for i, s in enumerate(sizes):
-        if int_value(s) == -1:
-            parts.append(f"{code(x)}.shape[{i - n}]")
-        else:
-            parts.append(code(s))
-    return call("jnp.broadcast_to", arg(x), arg(expr("(" + ", ".join(parts) + ("," if n == 1
-                                                                                 else "") + ")")))
-
-
 def _hint(x: cst.BaseExpression) -> str:
     """A local name for the value of ``x``: its function's name (``jnp.arange(n)``: arange)."""
     if isinstance(x, cst.Call):

@@ -1,13 +1,15 @@
 """Tensor functions the transformers sweep found without a rule (docs/transformers-sweep.md):
-torch.linalg's norms, the legacy constructors (``torch.Tensor(2, 3)``) and ``F.embedding``."""
+torch.linalg's norms, the legacy constructors (``torch.Tensor(2, 3)``), ``F.embedding`` and
+``x.expand`` (with sizes spread from a tensor's shape: ``x.expand(*y.shape[:-1], 1)``)."""
 
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
-from torch2jax.passes.common import Untranslatable, arg, call, code, expr
+from torch2jax.passes.common import Untranslatable, arg, call, code, expr, int_value
 from torch2jax.passes.registry import Site, special
-from torch2jax.passes.special import norm_axes
+from torch2jax.passes.special import _hint, _is_int_like, norm_axes
 
 
 @special("linalg_norm")
@@ -103,3 +105,66 @@ def scalar_tensor(site: Site) -> cst.BaseExpression:
     dtype = site.get("dtype")
     return expr("jnp.asarray({s}, dtype={d})", s=site.get("s"),
                 d=dtype if dtype is not None else expr("jnp.float32"))
+
+
+# the specials that take sizes spread from a sequence (``x.expand(*y.shape[:-1], 1)``); the
+# others are marked when called with *args
+STARRED_SPECIALS = frozenset({"expand"})
+
+
+def _spread_sizes(node: cst.BaseExpression) -> bool:
+    """``y.shape`` / ``y.shape[:-1]`` (``y.size()`` once translated): sizes, never -1."""
+    if isinstance(node, cst.Subscript) and all(
+            isinstance(e.slice, cst.Slice) for e in node.slice):
+        node = node.value
+    return m.matches(node, m.Attribute(attr=m.Name("shape")))
+
+
+def _expand_spread(site: Site) -> cst.BaseExpression:
+    """``x.expand(*y.shape[:-1], 1)`` (GPT-OSS's sinks, Inkling's gather index): the sizes in
+    their order, the spread ones a tensor's (never -1); a -1 after the last spread part keeps
+    ``x``'s size there, counted from the end. A spread of other sizes, which may hold a -1, or a
+    -1 before a spread part (its axis unknown) is not translated."""
+    items = site.args.ordered
+    last = max(i for i, a in enumerate(items) if a.star)
+    for i, a in enumerate(items):
+        if a.star and not _spread_sizes(a.value):
+            raise Untranslatable(f"expand(*{code(a.value)}): sizes that may hold a -1")
+        if not a.star and int_value(a.value) == -1 and i < last:
+            raise Untranslatable("expand with a -1 before spread sizes: its axis is unknown")
+    x = site.x()
+    n = len(items)
+    if any(not a.star and int_value(a.value) == -1 for a in items):
+        x = site.once(x, _hint(x), "expand(-1, ...)'s input")
+    parts = [("*" + code(a.value)) if a.star else f"{code(x)}.shape[{i - n}]"
+             if int_value(a.value) == -1 else code(a.value) for i, a in enumerate(items)]
+    return call("jnp.broadcast_to", arg(x), arg(expr("(" + ", ".join(parts) + ("," if n == 1
+                                                                                 else "") + ")")))
+
+
+@special("expand")
+def expand(site: Site) -> cst.BaseExpression:
+    if site.args.star:
+        return _expand_spread(site)
+    x = site.x()
+    sizes = [site.args.get("size"), *site.args.extra_positional]
+    if sizes[0] is None:
+        raise Untranslatable("expand without sizes")
+    if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)) and not any(
+            isinstance(e, cst.StarredElement) for e in sizes[0].elements):
+        sizes = [e.value for e in sizes[0].elements]  # x.expand((1, -1)): the sizes
+    if len(sizes) == 1 and not _is_int_like(sizes[0]):
+        return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
+    n = len(sizes)
+    parts = []
+    if any(int_value(s) == -1 for s in sizes):
+        # torch.arange(n).expand((1, -1)): the tensor bound to a name, as its sizes are read
+        # (x.shape[i]) beside it
+        x = site.once(x, _hint(x), "expand(-1, ...)'s input")
+    for i, s in enumerate(sizes):
+        if int_value(s) == -1:
+            parts.append(f"{code(x)}.shape[{i - n}]")
+        else:
+            parts.append(code(s))
+    return call("jnp.broadcast_to", arg(x), arg(expr("(" + ", ".join(parts) + ("," if n == 1
+                                                                                 else "") + ")")))

@@ -31,6 +31,8 @@ from types import ModuleType
 
 from torch2jax.hf import (
     AUTO_TABLE,
+    BACKBONE_MODULE,
+    BACKBONE_RUNTIME,
     SUPPORT_LAYERS,
     SUPPORT_MODULE,
     is_modeling_file,
@@ -526,10 +528,13 @@ def convert_package_file(
             used: set[str] = set()
             source, unknown = reduce_modeling(source, module, entries.get(module), used)
             target.write_text(source)
-            code, n = convert(target, set(SUPPORT_LAYERS) | used)
+            # load_backbone(config) builds a converted model: it takes rngs
+            builds = {RNGS_FUNCTION + "load_backbone"} if "AutoBackbone" in used else set()
+            code, n = convert(target, set(SUPPORT_LAYERS) | used | builds)
             counts[module] = n + len(unknown)  # (a file converted again counts once)
             target.write_text(code)
             (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
+            (out_dir / alias / f"{BACKBONE_MODULE}.py").write_text(BACKBONE_RUNTIME.read_text())
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
             # AutoModel.from_config(config.text_config): the modeling files of the sub-models
             # converted too (only their classes built there), and named in the table
