@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,8 +114,14 @@ def sides(tmp_path_factory):
     from transformers import AutoBackbone, AutoConfig
 
     from torch2jax.convert import convert_source
-    from torch2jax.hf import BACKBONE_MODULE, BACKBONE_RUNTIME, RUNTIME, SUPPORT_LAYERS, \
-        SUPPORT_MODULE, reduce_modeling
+    from torch2jax.hf import (
+        BACKBONE_MODULE,
+        BACKBONE_RUNTIME,
+        RUNTIME,
+        SUPPORT_LAYERS,
+        SUPPORT_MODULE,
+        reduce_modeling,
+    )
     from torch2jax.repo import RNGS_FUNCTION
 
     backbone_config, detector_config = _configs()
