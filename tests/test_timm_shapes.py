@@ -1602,3 +1602,91 @@ def test_timms_initialisers_draw_as_timms(tmp_path):
         want = float(torch_net.get_parameter(name).detach().std())
         got = float(np.std(np.asarray(param[...])))
         assert abs(got - want) < 0.06 * want, (name, got, want)
+
+
+# Sequentials of stages as timm builds them, each kept as torch's nn.Sequential (or left
+# nnx.Sequential without its list's methods) on the previous main:
+# * ``self.stages = nn.Sequential()`` grown by ``self.stages.append(stage)`` and measured by
+#   ``len(self.stages)`` (cspnext, efficientvit_mit, mambaout: "'Sequential' object has no
+#   attribute 'append'"); a channels-last layer appended comes between transposes;
+# * ``nn.Sequential(*[conv, norm_layer(c), act_layer(), conv])``, norm_layer a BatchNorm class
+#   handed in (fasternet's MLPBlock: "Conv is not a Module subclass", the Sequential kept as
+#   torch's): each item of the spread literal has its layout, the NCHW norm between transposes;
+# * ``features, info = _build_blocks(...)``, a function of the file returning the list of
+#   blocks it built, then ``nn.Sequential(*features)`` (rexnet), and a local
+#   ``stages = nn.ModuleList([])`` grown by append, then ``nn.Sequential(*stages)`` (ghostnet).
+SEQ_STAGES = textwrap.dedent('''
+    from functools import partial
+
+    import torch.nn as nn
+
+
+    class ConvBnAct(nn.Module):
+        def __init__(self, cin, cout, stride=1):
+            super().__init__()
+            self.conv = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+            self.bn = nn.BatchNorm2d(cout)
+            self.act = nn.ReLU()
+
+        def forward(self, x):
+            return self.act(self.bn(self.conv(x)))
+
+
+    class MLPBlock(nn.Module):
+        def __init__(self, dim, act_layer=partial(nn.ReLU, inplace=True), norm_layer=nn.BatchNorm2d,
+                     device=None, dtype=None):
+            dd = {'device': device, 'dtype': dtype}
+            super().__init__()
+            self.mlp = nn.Sequential(*[
+                nn.Conv2d(dim, 2 * dim, 1, bias=False, **dd),
+                norm_layer(2 * dim, **dd),
+                act_layer(),
+                nn.Conv2d(2 * dim, dim, 1, bias=False, **dd),
+            ])
+
+        def forward(self, x):
+            return x + self.mlp(x)
+
+
+    def _build_blocks(chs, norm_layer):
+        features, info = [], []
+        prev = chs[0]
+        for c in chs:
+            features.append(ConvBnAct(prev, c, stride=2))
+            features.append(MLPBlock(c, norm_layer=norm_layer))
+            prev = c
+            info.append(prev)
+        return features, info
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=(4, 6), num_classes=3, norm_layer=nn.BatchNorm2d):
+            super().__init__()
+            self.stem = nn.Conv2d(3, chs[0], 3, padding=1)
+            features, self.info = _build_blocks(chs, norm_layer)
+            self.features = nn.Sequential(*features)
+            self.stages = nn.Sequential()
+            prev = chs[-1]
+            for c in chs:
+                layers = [ConvBnAct(prev, c)]
+                self.stages.append(nn.Sequential(*layers))
+                prev = c
+            self.num_stages = len(self.stages)
+            self.neck = nn.Sequential()
+            self.neck.append(nn.BatchNorm2d(prev))
+            self.neck.append(ConvBnAct(prev, prev))
+            stages = nn.ModuleList([])
+            for _ in range(2):
+                stages.append(nn.Sequential(*[ConvBnAct(prev, prev)]))
+            stages.append(nn.Sequential(nn.Conv2d(prev, prev, 1), nn.BatchNorm2d(prev)))
+            self.blocks = nn.Sequential(*stages)
+            self.head = nn.Linear(prev * self.num_stages, num_classes)
+
+        def forward(self, x):
+            x = self.blocks(self.neck(self.stages(self.features(self.stem(x)))))
+            return self.head(x.mean((2, 3)).repeat(1, self.num_stages))
+''')
+
+
+def test_sequentials_of_stages_as_timm_builds_them(tmp_path):
+    _verifies(tmp_path, SEQ_STAGES, "Net", "float32[2,3,8,8]")

@@ -309,7 +309,8 @@ class AttributesMixin:
         ctor = info.attr_ctor.get(attr)
         overall, items = Layouts(self.rules, self, self.index).sequential(
             ctor.args, {}) if ctor is not None else ("mixed", [])
-        if overall == "mixed" or "channels_last" in items:
+        items = [*items, *info.added_layouts.get(attr, ())]  # self.stages.append(stage)
+        if overall == "mixed" or "channels_last" in items or "mixed" in items:
             self.diag(original, "torch.nn.Sequential", "error",
                       f"self.{attr} iterated or indexed: its translation holds channels-last "
                       "layers (and the transposes around them), not torch's items")

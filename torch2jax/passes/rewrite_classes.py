@@ -17,6 +17,7 @@ from torch2jax.analysis.index import (
     looked_up_class,
     ordered_dict_items,
     param_loop_targets,
+    spread_literals,
 )
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
@@ -616,7 +617,7 @@ class ModuleClassMixin:
             raise Untranslatable("nn.Sequential subclass mixing channels-last layers and other "
                                  "layers in an order not known statically",
                                  rule="torch.nn.Sequential")
-        args = self._ordered_dict_values(original, list(updated.args), layouts)
+        args = self._ordered_dict_values(original, spread_literals(updated.args), layouts)
         if "channels_last" in items:
             args = self._insert_transposes(args, items)
         return updated.with_changes(args=_fix_commas(args))
@@ -784,8 +785,14 @@ class ModuleClassMixin:
         ``setattr(self, name, block)``."""
         recv = original.func.value
         info = self.index.classes[self.current_class]
-        layer = original.args[1].value
-        layout = Layouts(self.rules, self, self.index).of(layer, {})
+        appended = len(original.args) == 1  # self.stages.append(stage): no name
+        layer = original.args[-1].value
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if self._fn_stack and fid == id(self._fn_stack[-1])}
+        layout = Layouts(self.rules, self, self.index).of(layer, scope)
+        if appended and not (m.matches(recv, m.Attribute(value=m.Name("self"))) and
+                             info.attr_rule.get(recv.attr.value) == "torch.nn.Sequential"):
+            return None
         if m.matches(recv, m.Name("self")):
             if info.container == "sequential":
                 target, seq_layout = "self.layers", "torch"
@@ -805,9 +812,9 @@ class ModuleClassMixin:
                     rule="torch.nn.Sequential")
         else:
             return None
-        layer = updated.args[1].value
+        layer = updated.args[-1].value
         name = original.args[0].value
-        if m.matches(recv, m.Name("self")) and isinstance(name, cst.SimpleString) and isinstance(
+        if not appended and m.matches(recv, m.Name("self")) and isinstance(name, cst.SimpleString) and isinstance(
                 name.evaluated_value, str) and name.evaluated_value.isidentifier():
             # self.add_module("bn", layer) in a Sequential subclass, then self.bn.weight
             # (timm's ConvBN): the layer is an attribute too, the Sequential holds the same
