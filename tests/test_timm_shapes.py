@@ -1614,7 +1614,12 @@ def test_timms_initialisers_draw_as_timms(tmp_path):
 #   torch's): each item of the spread literal has its layout, the NCHW norm between transposes;
 # * ``features, info = _build_blocks(...)``, a function of the file returning the list of
 #   blocks it built, then ``nn.Sequential(*features)`` (rexnet), and a local
-#   ``stages = nn.ModuleList([])`` grown by append, then ``nn.Sequential(*stages)`` (ghostnet).
+#   ``stages = nn.ModuleList([])`` grown by append, then ``nn.Sequential(*stages)`` (ghostnet);
+# * ``stem = nn.Sequential()`` in a function, grown by ``stem.add_module(name, layer)`` (cspnet's
+#   stem: "'Sequential' object has no attribute 'add_module'"), a pooling between transposes;
+# * ``self.pool_q, self.pool_k = None, None``, layers in a branch (mvitv2: "Cannot assign data
+#   value of type Conv to static attribute 'pool_q'"): the None of a module is nnx.data, as in
+#   the one-attribute form; a pooling function's stays static.
 SEQ_STAGES = textwrap.dedent('''
     from functools import partial
 
@@ -1648,6 +1653,30 @@ SEQ_STAGES = textwrap.dedent('''
             return x + self.mlp(x)
 
 
+    class Pooled(nn.Module):
+        def __init__(self, dim, pool=True):
+            super().__init__()
+            self.proj = nn.Conv2d(dim, dim, 1)
+            self.pool_q, self.pool_k, self.scale = None, None, dim ** -0.5
+            if pool:
+                self.pool_q = nn.Conv2d(dim, dim, 3, padding=1, groups=dim, bias=False)
+                self.pool_k = nn.AvgPool2d(3, 1, 1)
+
+        def forward(self, x):
+            q = x if self.pool_q is None else self.pool_q(x)
+            k = x if self.pool_k is None else self.pool_k(x)
+            return self.proj(q * k * self.scale)
+
+
+    def create_stem(cin, cout, pool=True):
+        stem = nn.Sequential()
+        stem.add_module('conv1', ConvBnAct(cin, cout, stride=2))
+        if pool:
+            stem.add_module('pool', nn.MaxPool2d(kernel_size=3, stride=2, padding=1))
+        stem.add_module('conv2', ConvBnAct(cout, cout))
+        return stem
+
+
     def _build_blocks(chs, norm_layer):
         features, info = [], []
         prev = chs[0]
@@ -1662,7 +1691,7 @@ SEQ_STAGES = textwrap.dedent('''
     class Net(nn.Module):
         def __init__(self, chs=(4, 6), num_classes=3, norm_layer=nn.BatchNorm2d):
             super().__init__()
-            self.stem = nn.Conv2d(3, chs[0], 3, padding=1)
+            self.stem = create_stem(3, chs[0])
             features, self.info = _build_blocks(chs, norm_layer)
             self.features = nn.Sequential(*features)
             self.stages = nn.Sequential()
@@ -1680,13 +1709,16 @@ SEQ_STAGES = textwrap.dedent('''
                 stages.append(nn.Sequential(*[ConvBnAct(prev, prev)]))
             stages.append(nn.Sequential(nn.Conv2d(prev, prev, 1), nn.BatchNorm2d(prev)))
             self.blocks = nn.Sequential(*stages)
+            self.pooled = Pooled(prev)
+            self.unpooled = Pooled(prev, pool=False)
             self.head = nn.Linear(prev * self.num_stages, num_classes)
 
         def forward(self, x):
             x = self.blocks(self.neck(self.stages(self.features(self.stem(x)))))
+            x = self.unpooled(self.pooled(x))
             return self.head(x.mean((2, 3)).repeat(1, self.num_stages))
 ''')
 
 
 def test_sequentials_of_stages_as_timm_builds_them(tmp_path):
-    _verifies(tmp_path, SEQ_STAGES, "Net", "float32[2,3,8,8]")
+    _verifies(tmp_path, SEQ_STAGES, "Net", "float32[2,3,16,16]")

@@ -776,6 +776,35 @@ class ModuleClassMixin:
         return bool(self._rngs_scope and self._rngs_scope[-1] and not self._in_expr_scope
                     and self.target.stateful_modules)
 
+    def _local_sequential_add(self, original: cst.Call,
+                              updated: cst.Call) -> cst.BaseExpression | None:
+        """``stem.add_module(name, layer)`` / ``stem.append(layer)`` of a local the function
+        assigned an empty ``nn.Sequential()`` (timm's cspnet stem): appended to its layers. A
+        local Sequential takes NCHW, so a channels-last layer comes between transposes; one
+        whose layout is not known is marked."""
+        recv = original.func.value
+        if not (isinstance(recv, cst.Name) and self._fn_stack and self.target.stateful_modules):
+            return None
+        fn = self._fn_stack[-1]
+        built = [a.value for a in findall(fn, m.Assign(targets=[m.AssignTarget(
+            m.Name(recv.value))]))]
+        if not built or not all(isinstance(v, cst.Call) and not v.args and self.q(
+                v.func) == "torch.nn.Sequential" for v in built):
+            return None
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if fid == id(fn)}
+        layout = Layouts(self.rules, self, self.index).of(original.args[-1].value, scope)
+        if layout == "mixed":
+            raise Untranslatable(f"{original.func.attr.value} of a layer whose activation "
+                                 "layout is not known into a local nn.Sequential",
+                                 rule="torch.nn.Sequential")
+        layer = updated.args[-1].value
+        if layout == "channels_last":
+            self.need("jnp")
+            return expr(f"{recv.value}.layers.extend([\n    lambda x: jnp.moveaxis(x, 1, -1),"
+                        "\n    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])", m=layer)
+        return expr(f"{recv.value}.layers.append({{m}})", m=layer)
+
     def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on
         a Sequential attribute (densenet's self.features): appended to the nnx.Sequential's
