@@ -1722,3 +1722,66 @@ SEQ_STAGES = textwrap.dedent('''
 
 def test_sequentials_of_stages_as_timm_builds_them(tmp_path):
     _verifies(tmp_path, SEQ_STAGES, "Net", "float32[2,3,16,16]")
+
+
+# ``module.weight.data.mul_(head_init_scale)`` in timm's ``_init_weights`` (convnext and the
+# files that init as it does: "'ArrayImpl' object has no attribute 'data'" at build): the
+# layer's parameter is rebound, scaled by the number. The weights verify compares come from
+# torch, so the init is checked apart: deterministic here (ones, a constant), the converted
+# model built by itself gives torch's outputs.
+SCALED_INIT = textwrap.dedent('''
+    from typing import Optional
+
+    import torch.nn as nn
+
+
+    def _init_weights(module: nn.Module, name: Optional[str] = None,
+                      head_init_scale: float = 1.0) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.ones_(module.weight)
+            nn.init.constant_(module.bias, 0.5)
+            module.weight.data.mul_(head_init_scale)
+            module.bias.data.div_(head_init_scale)
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, num_classes=3, head_init_scale=2.0):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.head = nn.Linear(dim, num_classes)
+            for m in self.modules():
+                _init_weights(m, head_init_scale=head_init_scale)
+
+        def forward(self, x):
+            return self.head(self.fc(x).relu())
+''')
+
+
+def test_a_layer_weight_scaled_in_place_at_init(tmp_path):
+    import importlib
+    import sys
+
+    import numpy as np
+    import torch
+    from flax import nnx
+
+    from torch2jax.verify.run import convert_tree
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "scaled_init.py").write_text(SCALED_INIT)
+    out = tmp_path / "out"
+    convert_tree(tmp_path / "src" / "scaled_init.py", out, "nnx", None, entry=("Net",))
+    (converted,) = out.rglob("scaled_init.py")
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    sys.path[:0] = [str(converted.parent), str(tmp_path / "src")]
+    try:
+        jax_net = importlib.import_module("scaled_init").Net(head_init_scale=3.0,
+                                                            rngs=nnx.Rngs(0))
+        got = np.asarray(jax_net(x))
+        del sys.modules["scaled_init"], sys.path[0]
+        want = importlib.import_module("scaled_init").Net(head_init_scale=3.0)(
+            torch.from_numpy(x)).detach().numpy()
+    finally:
+        sys.modules.pop("scaled_init", None)
+        sys.path[:] = [p for p in sys.path if not p.startswith(str(tmp_path))]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
