@@ -1619,11 +1619,38 @@ def test_timms_initialisers_draw_as_timms(tmp_path):
 #   stem: "'Sequential' object has no attribute 'add_module'"), a pooling between transposes;
 # * ``self.pool_q, self.pool_k = None, None``, layers in a branch (mvitv2: "Cannot assign data
 #   value of type Conv to static attribute 'pool_q'"): the None of a module is nnx.data, as in
-#   the one-attribute form; a pooling function's stays static.
+#   the one-attribute form; a pooling function's stays static;
+# * ``patch_size = to_2tuple(patch_size)`` then ``nn.Conv2d(c, d, patch_size)`` (pvt_v2,
+#   swiftformer: "Shapes must be 1D sequences of concrete values of integer type, got ((3, 3),
+#   (3, 3), ...)"): the helper's result is a tuple, the kernel size as it is.
 SEQ_STAGES = textwrap.dedent('''
+    import collections.abc
     from functools import partial
+    from itertools import repeat
 
     import torch.nn as nn
+
+
+    def _ntuple(n):
+        def parse(x):
+            if isinstance(x, collections.abc.Iterable) and not isinstance(x, str):
+                return tuple(x)
+            return tuple(repeat(x, n))
+        return parse
+
+
+    to_2tuple = _ntuple(2)
+
+
+    class OverlapPatchEmbed(nn.Module):
+        def __init__(self, patch_size=3, in_chans=3, embed_dim=3):
+            super().__init__()
+            patch_size = to_2tuple(patch_size)
+            self.proj = nn.Conv2d(in_chans, embed_dim, patch_size,
+                                  padding=(patch_size[0] // 2, patch_size[1] // 2))
+
+        def forward(self, x):
+            return self.proj(x)
 
 
     class ConvBnAct(nn.Module):
@@ -1691,6 +1718,7 @@ SEQ_STAGES = textwrap.dedent('''
     class Net(nn.Module):
         def __init__(self, chs=(4, 6), num_classes=3, norm_layer=nn.BatchNorm2d):
             super().__init__()
+            self.embed = OverlapPatchEmbed()
             self.stem = create_stem(3, chs[0])
             features, self.info = _build_blocks(chs, norm_layer)
             self.features = nn.Sequential(*features)
@@ -1714,7 +1742,8 @@ SEQ_STAGES = textwrap.dedent('''
             self.head = nn.Linear(prev * self.num_stages, num_classes)
 
         def forward(self, x):
-            x = self.blocks(self.neck(self.stages(self.features(self.stem(x)))))
+            x = self.stem(self.embed(x))
+            x = self.blocks(self.neck(self.stages(self.features(x))))
             x = self.unpooled(self.pooled(x))
             return self.head(x.mean((2, 3)).repeat(1, self.num_stages))
 ''')
