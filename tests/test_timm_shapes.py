@@ -1757,7 +1757,10 @@ def test_sequentials_of_stages_as_timm_builds_them(tmp_path):
 # files that init as it does: "'ArrayImpl' object has no attribute 'data'" at build): the
 # layer's parameter is rebound, scaled by the number. The weights verify compares come from
 # torch, so the init is checked apart: deterministic here (ones, a constant), the converted
-# model built by itself gives torch's outputs.
+# model built by itself gives torch's outputs. Its blocks are built as timm's rdnet builds
+# them, ``_get_block_type(kind)(...)``, a function of the file returning one of its module
+# classes: the call takes ``rngs`` ("Block.__init__() missing 1 required keyword-only
+# argument: 'rngs'").
 SCALED_INIT = textwrap.dedent('''
     from typing import Optional
 
@@ -1773,16 +1776,41 @@ SCALED_INIT = textwrap.dedent('''
             module.bias.data.div_(head_init_scale)
 
 
-    class Net(nn.Module):
-        def __init__(self, dim=4, num_classes=3, head_init_scale=2.0):
+    class Block(nn.Module):
+        def __init__(self, in_chs, out_chs):
             super().__init__()
-            self.fc = nn.Linear(dim, dim)
+            self.fc = nn.Linear(in_chs, out_chs)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+
+
+    class BlockESE(Block):
+        def forward(self, x):
+            return self.fc(x).sigmoid() * x
+
+
+    def _get_block_type(block: str):
+        block = block.lower().strip()
+        if block == "block":
+            return Block
+        elif block == "blockese":
+            return BlockESE
+        else:
+            assert False, f"Unknown block type ({block})."
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, num_classes=3, head_init_scale=2.0, block_type="blockese"):
+            super().__init__()
+            self.fc = _get_block_type("block")(in_chs=dim, out_chs=dim)
+            self.gate = _get_block_type(block_type)(dim, dim)
             self.head = nn.Linear(dim, num_classes)
             for m in self.modules():
                 _init_weights(m, head_init_scale=head_init_scale)
 
         def forward(self, x):
-            return self.head(self.fc(x).relu())
+            return self.head(self.gate(self.fc(x)))
 ''')
 
 

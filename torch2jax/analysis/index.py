@@ -127,6 +127,9 @@ class FileIndex:
     # names bound to torch's factory keywords, dd = {"device": device, "dtype": dtype}: a
     # layer given **dd is translated with its keywords (passes/rewrite.py), not as **kwargs
     factory_dicts: set[str] = field(default_factory=set)
+    # module-level functions whose returns are all names of classes: {function: the names}
+    # (timm's rdnet _get_block_type returns Block or BlockESE); calling their result builds
+    class_returns: dict[str, set[str]] = field(default_factory=dict)
     # nn.Conv2d(...) calls (ids) put into an OrderedDict of layers in torch's layout otherwise
     # (maxvit's MBConv): built as the NCHW Conv2d helper class, so that the dict is one layout
     torch_convs: set[int] = field(default_factory=set)
@@ -506,6 +509,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             self.index.list_layouts[(id(node), name)] = layout
         if not self._class_stack and len(self._fn_stack) == 1:
             self._note_list_return(node)
+            returned = [r.value for r in m.findall(node, m.Return())]
+            if returned and all(isinstance(v, cst.Name) and v.value[:1].isupper()
+                                for v in returned):
+                self.index.class_returns[node.name.value] = {v.value for v in returned}
         self._fn_stack.pop()
 
     def _note_list_return(self, node: cst.FunctionDef) -> None:
@@ -622,8 +629,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
             # where the lookup gives one (timm's create_act_layer)
             if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
-                    self._fn_stack[-1], node):
-                builds = True
+                    self._fn_stack[-1], node) or m.matches(node.func, m.Call(
+                        func=m.Name(m.MatchIfTrue(self.index.class_returns.__contains__)))):
+                builds = True  # (or _get_block_type(kind)(...): resolved below)
             # torch.nn.init draws need a key: the function takes rngs
             if q in RANDOM_INITS:
                 self._fn_draws.add(key)

@@ -729,6 +729,12 @@ class ModuleClassMixin:
                 return True
             return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls")) or (
                 looked_up_class(self._fn_stack[-1], original))
+        if m.matches(func, m.Call(func=m.Name())) and self._builds_layers_here() and (
+                self.index.class_returns.get(func.func.value, {None}) <= (
+                    self.index.module_classes)):
+            # _get_block_type(block_type)(in_chs, ...) (timm's rdnet): a function of the file
+            # returning one of its module classes, the class built
+            return True
         if m.matches(func, m.Subscript(value=m.Name())) and self._builds_layers_here():
             # ATTENTION_CLASSES[config._attn_implementation](config, layer_idx): an item of a
             # table of the file's module classes
