@@ -458,9 +458,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._fn_partials: dict[str, set[str]] = {}
         self._module_partials: dict[str, str] = {}  # NAME = partial(cls, ...) at the top  # partial(fn, ...) of a file's function
         self._fn_param_calls: set[str] = set()  # functions that call one of their parameters
-        self._spread_fns: dict[int, cst.FunctionDef] = {}
+        self._spread_fns: dict[int, cst.FunctionDef] = {}  # Sequential(*xs) -> its function
         # module-level functions returning lists of layers: {position: layout}
-        self._list_returns: dict[str, dict[int, str]] = {}  # Sequential(*xs) -> its function
+        self._list_returns: dict[str, dict[int, str]] = {}
         self._root: cst.Module | None = None
         # analysis/children.py's reading of *list(backbone.children())[a:b], handed in by
         # analyse() (children.py reads this module's results)
