@@ -116,8 +116,10 @@ previous main:
 What the new rows stop at: timeouts (most), a model over 40M parameters at its smallest
 (naflexvit, nasnet, pnasnet), the n-tuple kernel size (pvt_v2, swiftformer, fixed above),
 mvitv2's static attribute (fixed above), rdnet's block class returned by a function and
-called (fixed above), nextvit's `act_layer(inplace=True)` of
-a JAX activation given as a default (`relu` got the keyword), tnt's `F.unfold` reached as
+called (fixed above), nextvit's `ConvMlp` and `DropPath`, imported with `from timm.layers
+import ...` and left timm's torch classes in the mirror (regnet's `ConvNormAct` alike:
+torch's ConvMlp called the JAX `relu` it was given bare, "missing a required argument:
+'x'"), tnt's `F.unfold` reached as
 torch's (`im2col`) on a marked line. The first run's 13 "'ArrayImpl' object has no
 attribute" rows were moved on by the fourth session's initialisers where probed
 (fasternet, mambaout: now the Sequential and `append` reasons fixed above); convnext's is

@@ -1618,8 +1618,9 @@ def test_timms_initialisers_draw_as_timms(tmp_path):
 # * ``stem = nn.Sequential()`` in a function, grown by ``stem.add_module(name, layer)`` (cspnet's
 #   stem: "'Sequential' object has no attribute 'add_module'"), a pooling between transposes;
 # * ``self.pool_q, self.pool_k = None, None``, layers in a branch (mvitv2: "Cannot assign data
-#   value of type Conv to static attribute 'pool_q'"): the None of a module is nnx.data, as in
-#   the one-attribute form; a pooling function's stays static;
+#   value of type Conv to static attribute 'pool_q'"): the None of a module (a layer, or what
+#   a norm_layer parameter builds) is nnx.data, as in the one-attribute form; a pooling
+#   function's stays static;
 # * ``patch_size = to_2tuple(patch_size)`` then ``nn.Conv2d(c, d, patch_size)`` (pvt_v2,
 #   swiftformer: "Shapes must be 1D sequences of concrete values of integer type, got ((3, 3),
 #   (3, 3), ...)"): the helper's result is a tuple, the kernel size as it is.
@@ -1681,16 +1682,18 @@ SEQ_STAGES = textwrap.dedent('''
 
 
     class Pooled(nn.Module):
-        def __init__(self, dim, pool=True):
+        def __init__(self, dim, pool=True, norm_layer=nn.BatchNorm2d):
             super().__init__()
             self.proj = nn.Conv2d(dim, dim, 1)
             self.pool_q, self.pool_k, self.scale = None, None, dim ** -0.5
+            self.norm_q, self.norm_k = None, None
             if pool:
                 self.pool_q = nn.Conv2d(dim, dim, 3, padding=1, groups=dim, bias=False)
                 self.pool_k = nn.AvgPool2d(3, 1, 1)
+                self.norm_q = norm_layer(dim)
 
         def forward(self, x):
-            q = x if self.pool_q is None else self.pool_q(x)
+            q = x if self.pool_q is None else self.norm_q(self.pool_q(x))
             k = x if self.pool_k is None else self.pool_k(x)
             return self.proj(q * k * self.scale)
 

@@ -595,6 +595,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             def a_module(attr: str) -> bool:  # not a pooling function (static, as None is)
                 rule = self.rules.layers.get(info.attr_rule.get(attr, ""))
                 nnx_target = rule.targets.get("nnx", "") if rule is not None else ""
+                if any(n.endswith(("norm_layer", "conv_layer"))
+                       for n in info.built_by.get(attr, ())):
+                    return True  # self.norm_q = norm_layer(dim) later (mvitv2): a module
                 return self._holds_layer(attr) and (rule is None or (nnx_target.startswith(
                     "nnx.") and nnx_target[4:5].isupper()))
 
