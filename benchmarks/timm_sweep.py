@@ -73,11 +73,12 @@ converter is not available"), has no row of this run. Four first-run rows were p
 with the same child (`--child FILE`) to find what the first run's reasons are now:
 fasternet and mambaout before this session's fixes, convnext and davit after the first;
 their rows are those probes. At the end, with the machine at a load of 9, fasternet,
-mvitv2, rdnet, pvt_v2 and cspnet were run again with the fixes (as far as the time let:
-a file of them without a row of that rerun shows the reason fixed below); fasternet is past
+mvitv2, rdnet, pvt_v2 and cspnet were run again with the fixes; fasternet is past
 its Sequential and stops at timm.layers' `Linear` given `rngs` (`from timm.layers import
 Linear`, see nextvit below), mvitv2 got past `pool_q` to `self.norm_q = norm_layer(...)`,
-which the last fix covers; rdnet builds and stops in its forward (a `GELU` built there
+which the last fix covers, and, run again after it, builds and stops in its forward at a
+grouped conv ("feature_group_count", the first run's cait and convmixer reason); cspnet is
+past its stem and stops at a stage class built without `rngs` (`CrossStage3`); rdnet builds and stops in its forward (a `GELU` built there
 without `rngs`); pvt_v2 is past the kernel size and stops at `m.kernel.data.normal_(0,
 std)` in its init (dla's reason, 5 below). The other files of this session's fixes (mambaout, cspnext,
 efficientvit_mit, rexnet, ghostnet, swiftformer, convnext) were not run again for the time,
