@@ -69,7 +69,7 @@ runs and this session's own): most of them stopped at the 300 s limit, so a time
 run is the machine's, not a verdict on the file (a file that finished took 40 to 200 s).
 The session's fixes below were made while the streams ran, so a row reflects the converter at
 the time its file was reached; qwen3_vit, reached while a fix was half written ("the
-converter is not available"), has no row of this run. Four first-run rows were probed
+converter is not available"), was run again alone at the end: that row is its row. Four first-run rows were probed
 with the same child (`--child FILE`) to find what the first run's reasons are now:
 fasternet and mambaout before this session's fixes, convnext and davit after the first;
 their rows are those probes. At the end, with the machine at a load of 9, fasternet,
