@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -133,6 +133,9 @@ class FileIndex:
     # names bound to torch's factory keywords, dd = {"device": device, "dtype": dtype}: a
     # layer given **dd is translated with its keywords (passes/rewrite.py), not as **kwargs
     factory_dicts: set[str] = field(default_factory=set)
+    # module-level functions whose returns are all names of classes: {function: the names}
+    # (timm's rdnet _get_block_type returns Block or BlockESE); calling their result builds
+    class_returns: dict[str, set[str]] = field(default_factory=dict)
     # nn.Conv2d(...) calls (ids) put into an OrderedDict of layers in torch's layout otherwise
     # (maxvit's MBConv): built as the NCHW Conv2d helper class, so that the dict is one layout
     torch_convs: set[int] = field(default_factory=set)
@@ -287,7 +290,7 @@ class Layouts:
     def sequential(self, args, scope_lists=None) -> tuple[str, list[str]]:
         """(overall layout, per-item layouts). Overall is channels_last when the first and last
         layout-sensitive items are channels-last, torch otherwise, any if all are any."""
-        items = self.items(args, scope_lists)
+        items = self.items(spread_literals(args), scope_lists)
         if "mixed" in items:
             return "mixed", items
         sensitive = [x for x in items if x != "any"]
@@ -296,6 +299,22 @@ class Layouts:
         if sensitive[0] == "channels_last" and sensitive[-1] == "channels_last":
             return "channels_last", items
         return "torch", items
+
+
+def spread_literals(args: Sequence[cst.Arg]) -> list[cst.Arg]:
+    """``nn.Sequential(*[conv, norm, act])``: the items of a spread literal list or tuple as
+    arguments of their own, so that each has its layout (the rewriter writes them so)."""
+    out: list[cst.Arg] = []
+    for a in args:
+        if a.star == "*" and isinstance(a.value, (cst.List, cst.Tuple)) and not any(
+                isinstance(e, cst.StarredElement) for e in a.value.elements):
+            out.extend(cst.Arg(e.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
+                " "))) for e in a.value.elements)
+        else:
+            out.append(a)
+    if len(out) == len(args) and all(x is y for x, y in zip(out, args)):
+        return out
+    return [*out[:-1], out[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if out else out
 
 
 def built_layout(rule: Rule, node: cst.Call, factory_dicts: Collection[str] = ()) -> str:
@@ -446,6 +465,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._module_partials: dict[str, str] = {}  # NAME = partial(cls, ...) at the top  # partial(fn, ...) of a file's function
         self._fn_param_calls: set[str] = set()  # functions that call one of their parameters
         self._spread_fns: dict[int, cst.FunctionDef] = {}  # Sequential(*xs) -> its function
+        # module-level functions returning lists of layers: {position: layout}
+        self._list_returns: dict[str, dict[int, str]] = {}
         self._root: cst.Module | None = None
         # analysis/children.py's reading of *list(backbone.children())[a:b], handed in by
         # analyse() (children.py reads this module's results)
@@ -492,7 +513,29 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self.index.normalized_lists.add((id(node), name))
                 layout = "torch"
             self.index.list_layouts[(id(node), name)] = layout
+        if not self._class_stack and len(self._fn_stack) == 1:
+            self._note_list_return(node)
+            returned = [r.value for r in m.findall(node, m.Return())]
+            if returned and all(isinstance(v, cst.Name) and v.value[:1].isupper()
+                                for v in returned):
+                self.index.class_returns[node.name.value] = {v.value for v in returned}
         self._fn_stack.pop()
+
+    def _note_list_return(self, node: cst.FunctionDef) -> None:
+        """A function of the file returning a list of layers it built (timm's rexnet:
+        ``return features, feature_info``): its callers' ``features, info = fn(...)`` bind
+        that list, with its layout."""
+        found = set()
+        for ret in m.findall(node, m.Return()):
+            value = ret.value
+            items = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [
+                value]
+            found.add(tuple((i, v.value) for i, v in enumerate(items) if isinstance(
+                v, cst.Name) and (id(node), v.value) in self.index.list_layouts))
+        if len(found) == 1:
+            self._list_returns[node.name.value] = {
+                position: self.index.list_layouts[(id(node), name)]
+                for position, name in next(iter(found))}
 
     def _note_added_attr(self, attr: object, value: cst.Call) -> None:
         """The layer ``self.add_module(attr, value)`` registers under a literal name."""
@@ -592,8 +635,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
             # where the lookup gives one (timm's create_act_layer)
             if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
-                    self._fn_stack[-1], node):
-                builds = True
+                    self._fn_stack[-1], node) or m.matches(node.func, m.Call(
+                        func=m.Name(m.MatchIfTrue(self.index.class_returns.__contains__)))):
+                builds = True  # (or _get_block_type(kind)(...): resolved below)
             # torch.nn.init draws need a key: the function takes rngs
             if q in RANDOM_INITS:
                 self._fn_draws.add(key)
@@ -834,6 +878,34 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self.layouts.of(e.value, self._scope()) for e in node.value.elements
                 if not isinstance(e, cst.StarredElement)
             ]
+        # features, info = [], []
+        if self._fn_stack and m.matches(node, m.Assign(
+                targets=[m.AssignTarget(m.Tuple(elements=[m.ZeroOrMore(m.Element(m.Name()))]))],
+                value=m.Tuple(elements=[m.ZeroOrMore(m.Element(m.List()))]))) and len(
+                    target.elements) == len(node.value.elements):
+            for t, v in zip(target.elements, node.value.elements):
+                self._lists[id(self._fn_stack[-1])][t.value.value] = [
+                    self.layouts.of(e.value, self._scope()) for e in v.value.elements
+                    if not isinstance(e, cst.StarredElement)]
+        # features, info = _build_blocks(...) returning a list of layers it built
+        if self._fn_stack and m.matches(node.value, m.Call(func=m.Name())) and (
+                node.value.func.value in self._list_returns):
+            names = [e.value for e in target.elements] if isinstance(
+                target, (cst.Tuple, cst.List)) else [target]
+            for position, layout in self._list_returns[node.value.func.value].items():
+                if position < len(names) and isinstance(names[position], cst.Name):
+                    self._lists[id(self._fn_stack[-1])][names[position].value] = [layout]
+        # stages = nn.ModuleList([]), then stages.append(stage) (timm's ghostnet): a list too
+        built = self.rules.layers.get(qualified(self.meta, node.value.func) or "") if (
+            isinstance(node.value, cst.Call)) else None
+        if self._fn_stack and isinstance(target, cst.Name) and built is not None and (
+                built.special == "module_list") and (not node.value.args or m.matches(
+                    node.value.args[0], m.Arg(m.List(), keyword=None, star=""))):
+            self._lists[id(self._fn_stack[-1])][target.value] = [
+                self.layouts.of(e.value, self._scope()) for e in (
+                    node.value.args[0].value.elements if node.value.args else ())
+                if not isinstance(e, cst.StarredElement)
+            ]
         # layers = OrderedDict(); layers["a"] = layer: a list of layers with names
         if (self._fn_stack and isinstance(target, cst.Name) and m.matches(node.value, m.Call(
                 func=m.Name("OrderedDict") | m.Attribute(attr=m.Name("OrderedDict")), args=[]))):
@@ -999,9 +1071,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.elem_layout[attr] = combine(base + added)
                 # a Sequential built channels-last (conv0, norm0, pool0) and given torch-layout
                 # layers later: it takes NCHW as a whole
+                # an empty one (self.stages = nn.Sequential(), then append) given layers of
+                # either layout: it takes NCHW, its channels-last layers between transposes
                 if (info.attr_rule.get(attr) == "torch.nn.Sequential"
                         and info.attr_layout.get(attr) in ("channels_last", "any")
-                        and "torch" in added and "mixed" not in added):
+                        and ("torch" in added or ctor is not None and not ctor.args
+                             and "channels_last" in added) and "mixed" not in added):
                     info.attr_layout[attr] = "torch"
                     info.normalized_seqs.add(attr)
         self._children_layouts()

@@ -100,6 +100,10 @@ _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp,
 _BLOCKS = (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite)
 
 
+# the helpers that make an int a tuple of ints (timm.layers.helpers, torch.nn.modules.utils)
+_NTUPLE_HELPERS = frozenset({"to_1tuple", "to_2tuple", "to_3tuple", "to_4tuple", "_single",
+                             "_pair", "_triple", "_quadruple"})
+
 class ValueFacts:
     """``kind(node)`` / ``value(node)`` for expressions of one file (see the module doc).
 
@@ -366,6 +370,9 @@ class ValueFacts:
             known = self._qualified_call(q, node)
             if known is not None:
                 return known
+        if q is not None and q.rsplit(".", 1)[-1] in _NTUPLE_HELPERS:
+            # patch_size = to_2tuple(patch_size) (timm.layers, torch's _pair): a tuple of ints
+            return Value(Kind.TUPLE, item=SCALAR)
         if isinstance(func, cst.Name):
             cls = self._file_class(func.value)
             if cls is not None and self._defines(func, cls):

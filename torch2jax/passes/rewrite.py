@@ -599,6 +599,29 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             self.diag(original_node, "tied-weights", "info",
                       "tied weights: the head calls the embedding's attend()")
             return cst.RemoveFromParent()
+        if m.matches(target, m.Tuple()) and m.matches(updated_node.value, m.Tuple()) and len(
+                target.elements) == len(updated_node.value.elements) and self.in_module_class():
+            # self.pool_q, self.pool_k = None, None, layers later (timm's mvitv2): each None of
+            # an attribute that holds a layer is data, as in the one-attribute form
+            info = self.index.classes[self.current_class]
+
+            def a_module(attr: str) -> bool:  # not a pooling function (static, as None is)
+                rule = self.rules.layers.get(info.attr_rule.get(attr, ""))
+                nnx_target = rule.targets.get("nnx", "") if rule is not None else ""
+                if any(n.endswith(("norm_layer", "conv_layer"))
+                       for n in info.built_by.get(attr, ())):
+                    return True  # self.norm_q = norm_layer(dim) later (mvitv2): a module
+                return self._holds_layer(attr) and (rule is None or (nnx_target.startswith(
+                    "nnx.") and nnx_target[4:5].isupper()))
+
+            data = [m.matches(t.value, m.Attribute(value=m.Name("self"))) and m.matches(
+                v.value, m.Name("None")) and a_module(t.value.attr.value)
+                for t, v in zip(target.elements, updated_node.value.elements)]
+            if any(data):
+                self.need("nnx")
+                return updated_node.with_changes(value=updated_node.value.with_changes(
+                    elements=[e.with_changes(value=expr("nnx.data(None)")) if d else e
+                              for e, d in zip(updated_node.value.elements, data)]))
         if m.matches(target, m.Attribute(value=m.Name("self"))) and self.in_module_class():
             info = self.index.classes[self.current_class]
             if target.attr.value in info.tied_heads:

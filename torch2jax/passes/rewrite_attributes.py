@@ -112,6 +112,9 @@ class AttributesMixin:
             indexed = self._inplace_indexed(original_node, updated_node, meth)
             if indexed is not None:
                 return indexed
+        scaled = self._scaled_layer_param(original_node, updated_node, meth)
+        if scaled is not None:
+            return scaled
         if not isinstance(recv, cst.Name):
             self.diag(original_node, "inplace", "error",
                       f"in-place {meth} on an expression: JAX arrays are immutable")
@@ -129,6 +132,35 @@ class AttributesMixin:
             return updated_node
         self._note_imports(new_value)
         return cst.Assign(targets=[cst.AssignTarget(cst.Name(recv.value))], value=new_value)
+
+    def _scaled_layer_param(self, original_node, updated_node, meth: str):
+        """``module.weight.data.mul_(head_init_scale)`` (timm's convnext ``_init_weights``) on a
+        layer's weight or bias translated to its flax parameter (``module.kernel``): the
+        parameter's value rebound, scaled. Only by a number: a scale is the same in any
+        layout, a tensor would meet the kernel's transposed axes."""
+        call_node = original_node.value
+        recv, new_recv = call_node.func.value, updated_node.value.func.value if isinstance(
+            updated_node.value, cst.Call) and isinstance(updated_node.value.func,
+                                                         cst.Attribute) else None
+        if meth not in ("mul_", "div_") or new_recv is None or len(call_node.args) != 1 or (
+                call_node.args[0].keyword or call_node.args[0].star):
+            return None
+        if m.matches(recv, m.Attribute(attr=m.Name("data"))):
+            recv = recv.value
+        if m.matches(new_recv, m.Attribute(attr=m.Name("data"))):
+            new_recv = new_recv.value
+        if not (m.matches(recv, m.Attribute(attr=m.Name("weight") | m.Name("bias")))
+                and m.matches(new_recv, m.Attribute(attr=m.Name("kernel") | m.Name("bias")
+                                                    | m.Name("scale") | m.Name("embedding")))):
+            return None
+        factor = call_node.args[0].value
+        if not (isinstance(factor, (cst.Integer, cst.Float)) or (
+                self.values is not None and self.values.kind(factor) == vk.Kind.SCALAR)):
+            return None
+        op = INPLACE_OPS[meth]
+        target = expr("{p}.value", p=new_recv)
+        return cst.Assign(targets=[cst.AssignTarget(target)], value=expr(
+            "{p} " + op + " {y}", p=target, y=updated_node.value.args[0].value))
 
     def _inplace_indexed(self, original_node, updated_node, meth: str):
         """``qkv_bias[n : 2 * n].zero_()`` -> ``qkv_bias = qkv_bias.at[n : 2 * n].set(0)``; on a
@@ -309,7 +341,8 @@ class AttributesMixin:
         ctor = info.attr_ctor.get(attr)
         overall, items = Layouts(self.rules, self, self.index).sequential(
             ctor.args, {}) if ctor is not None else ("mixed", [])
-        if overall == "mixed" or "channels_last" in items:
+        items = [*items, *info.added_layouts.get(attr, ())]  # self.stages.append(stage)
+        if overall == "mixed" or "channels_last" in items or "mixed" in items:
             self.diag(original, "torch.nn.Sequential", "error",
                       f"self.{attr} iterated or indexed: its translation holds channels-last "
                       "layers (and the transposes around them), not torch's items")

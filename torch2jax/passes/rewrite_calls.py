@@ -515,6 +515,21 @@ class CallsMixin:
             added = self._add_module(original, updated)
             if added is not None:
                 return added
+        if (m.matches(original.func, m.Attribute(value=m.Name(), attr=m.Name("add_module")))
+                and len(original.args) == 2 or m.matches(original.func, m.Attribute(
+                    value=m.Name(), attr=m.Name("append"))) and len(original.args) == 1) and (
+                not any(a.star or a.keyword for a in original.args)):
+            added = self._local_sequential_add(original, updated)
+            if added is not None:
+                return added
+        if (m.matches(original.func, m.Attribute(value=m.Attribute(value=m.Name("self")),
+                                                 attr=m.Name("append")))
+                and len(original.args) == 1 and not original.args[0].star
+                and not original.args[0].keyword and self.in_module_class()):
+            # self.stages.append(stage) of a Sequential attribute (timm's cspnext, mambaout)
+            added = self._add_module(original, updated)
+            if added is not None:
+                return added
         if (m.matches(original.func, m.Attribute(attr=m.Name("append")))
                 and len(original.args) == 1 and not original.args[0].keyword
                 and self._normalized_list(original.func.value)):

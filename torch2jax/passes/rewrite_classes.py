@@ -17,6 +17,7 @@ from torch2jax.analysis.index import (
     looked_up_class,
     ordered_dict_items,
     param_loop_targets,
+    spread_literals,
 )
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
@@ -621,7 +622,7 @@ class ModuleClassMixin:
             raise Untranslatable("nn.Sequential subclass mixing channels-last layers and other "
                                  "layers in an order not known statically",
                                  rule="torch.nn.Sequential")
-        args = self._ordered_dict_values(original, list(updated.args), layouts)
+        args = self._ordered_dict_values(original, spread_literals(updated.args), layouts)
         if "channels_last" in items:
             args = self._insert_transposes(args, items)
         return updated.with_changes(args=_fix_commas(args))
@@ -733,6 +734,12 @@ class ModuleClassMixin:
                 return True
             return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls")) or (
                 looked_up_class(self._fn_stack[-1], original))
+        if m.matches(func, m.Call(func=m.Name())) and self._builds_layers_here() and (
+                self.index.class_returns.get(func.func.value, {None}) <= (
+                    self.index.module_classes)):
+            # _get_block_type(block_type)(in_chs, ...) (timm's rdnet): a function of the file
+            # returning one of its module classes, the class built
+            return True
         if m.matches(func, m.Subscript(value=m.Name())) and self._builds_layers_here():
             # ATTENTION_CLASSES[config._attn_implementation](config, layer_idx): an item of a
             # table of the file's module classes
@@ -780,6 +787,35 @@ class ModuleClassMixin:
         return bool(self._rngs_scope and self._rngs_scope[-1] and not self._in_expr_scope
                     and self.target.stateful_modules)
 
+    def _local_sequential_add(self, original: cst.Call,
+                              updated: cst.Call) -> cst.BaseExpression | None:
+        """``stem.add_module(name, layer)`` / ``stem.append(layer)`` of a local the function
+        assigned an empty ``nn.Sequential()`` (timm's cspnet stem): appended to its layers. A
+        local Sequential takes NCHW, so a channels-last layer comes between transposes; one
+        whose layout is not known is marked."""
+        recv = original.func.value
+        if not (isinstance(recv, cst.Name) and self._fn_stack and self.target.stateful_modules):
+            return None
+        fn = self._fn_stack[-1]
+        built = [a.value for a in findall(fn, m.Assign(targets=[m.AssignTarget(
+            m.Name(recv.value))]))]
+        if not built or not all(isinstance(v, cst.Call) and not v.args and self.q(
+                v.func) == "torch.nn.Sequential" for v in built):
+            return None
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if fid == id(fn)}
+        layout = Layouts(self.rules, self, self.index).of(original.args[-1].value, scope)
+        if layout == "mixed":
+            raise Untranslatable(f"{original.func.attr.value} of a layer whose activation "
+                                 "layout is not known into a local nn.Sequential",
+                                 rule="torch.nn.Sequential")
+        layer = updated.args[-1].value
+        if layout == "channels_last":
+            self.need("jnp")
+            return expr(f"{recv.value}.layers.extend([\n    lambda x: jnp.moveaxis(x, 1, -1),"
+                        "\n    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])", m=layer)
+        return expr(f"{recv.value}.layers.append({{m}})", m=layer)
+
     def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on
         a Sequential attribute (densenet's self.features): appended to the nnx.Sequential's
@@ -789,8 +825,14 @@ class ModuleClassMixin:
         ``setattr(self, name, block)``."""
         recv = original.func.value
         info = self.index.classes[self.current_class]
-        layer = original.args[1].value
-        layout = Layouts(self.rules, self, self.index).of(layer, {})
+        appended = len(original.args) == 1  # self.stages.append(stage): no name
+        layer = original.args[-1].value
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if self._fn_stack and fid == id(self._fn_stack[-1])}
+        layout = Layouts(self.rules, self, self.index).of(layer, scope)
+        if appended and not (m.matches(recv, m.Attribute(value=m.Name("self"))) and
+                             info.attr_rule.get(recv.attr.value) == "torch.nn.Sequential"):
+            return None
         if m.matches(recv, m.Name("self")):
             if info.container == "sequential":
                 target, seq_layout = "self.layers", "torch"
@@ -810,9 +852,9 @@ class ModuleClassMixin:
                     rule="torch.nn.Sequential")
         else:
             return None
-        layer = updated.args[1].value
+        layer = updated.args[-1].value
         name = original.args[0].value
-        if m.matches(recv, m.Name("self")) and isinstance(name, cst.SimpleString) and isinstance(
+        if not appended and m.matches(recv, m.Name("self")) and isinstance(name, cst.SimpleString) and isinstance(
                 name.evaluated_value, str) and name.evaluated_value.isidentifier():
             # self.add_module("bn", layer) in a Sequential subclass, then self.bn.weight
             # (timm's ConvBN): the layer is an attribute too, the Sequential holds the same

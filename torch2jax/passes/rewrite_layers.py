@@ -12,7 +12,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts, ordered_dict_items
+from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literals
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.passes import torch_init
 from torch2jax.passes.common import (
@@ -902,7 +902,9 @@ class LayersMixin:
             layouts = Layouts(self.rules, self, self.index)
             scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
                      if self._fn_stack and fid == id(self._fn_stack[-1])}
-            overall, items = layouts.sequential(original.args, scope)
+            original_args, updated_args = spread_literals(original.args), spread_literals(
+                updated.args)
+            overall, items = layouts.sequential(original_args, scope)
             if overall == "mixed":
                 raise Untranslatable("nn.Sequential mixing channels-last layers (conv, pooling, "
                                      "norm) and other layers in an order not known statically",
@@ -910,7 +912,7 @@ class LayersMixin:
             named = len(original.args) == 1 and ordered_dict_items(
                 original.args[0], layouts.is_ordered_dict) is not None and \
                 self.target.stateful_modules
-            args = self._ordered_dict_values(original, list(updated.args), layouts)
+            args = self._ordered_dict_values(original, updated_args, layouts)
             parent = self.get_metadata(ParentNodeProvider, original, None)
             returned_list = isinstance(parent, cst.Return) and any(
                 a.star == "*" for a in original.args)
@@ -935,6 +937,10 @@ class LayersMixin:
                 overall = "torch"
             if overall == "torch" and "channels_last" in items:
                 args = self._insert_transposes(args, items)
+            elif overall == "channels_last" and "torch" in items:
+                # nn.Sequential(conv, norm_layer(c), act, conv), norm_layer a class handed in
+                # (the BatchNorm2d helper, on NCHW): channels-last around it, NCHW inside
+                args = self._insert_transposes(args, items, "channels_last")
             elif named:
                 # nn.Sequential(OrderedDict(...)): the layers in order, and by their names
                 # (self.heads.head)
@@ -956,9 +962,12 @@ class LayersMixin:
             return call(rule.targets[self.target.layer_column])
         return call(rule.targets[self.target.layer_column], *updated.args)
 
-    def _insert_transposes(self, args: list[cst.Arg], items: list[str]) -> list[cst.Arg]:
+    def _insert_transposes(self, args: list[cst.Arg], items: list[str],
+                           outer: str = "torch") -> list[cst.Arg]:
+        """``args`` with transposes between items of the two layouts, taking and returning
+        ``outer``."""
         out: list[cst.Arg] = []
-        state = "torch"
+        state = outer
         for a, lay in zip(args, items):
             if lay == "channels_last" and state == "torch":
                 out.append(arg(expr("lambda x: jnp.moveaxis(x, 1, -1)")))
@@ -967,7 +976,10 @@ class LayersMixin:
                 out.append(arg(expr("lambda x: jnp.moveaxis(x, -1, 1)")))
                 state = "torch"
             out.append(a)
-        if state == "channels_last":
+        if state == "channels_last" and outer == "torch":
             out.append(arg(expr("lambda x: jnp.moveaxis(x, -1, 1)")))
+        elif state == "torch" and outer == "channels_last":
+            out.append(arg(expr("lambda x: jnp.moveaxis(x, 1, -1)")))
         self.need("jnp")
         return out
+
