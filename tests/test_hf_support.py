@@ -76,3 +76,35 @@ def test_the_mask_reads_the_cache_by_its_previous_keyword(window) -> None:
     kept = 3 if window is None else window - 1
     assert want.shape[-1] == kept + 2 and (want[..., 0, :kept] == 0).all()  # the kept keys
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("masked", [False, True])
+def test_block_sequence_ids_overlay_the_causal_mask(implementation, window, masked) -> None:
+    """GIT's image tokens see each other both ways (``block_sequence_ids``: 0 for the image,
+    -1 for the text), the text stays causal. The mask functions dropped the keyword: the image
+    tokens were causal, and the logits of GIT 1.8e-3 off torch's, unmarked."""
+    config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, vocab_size=8,
+                                      sliding_window=window)
+    config._attn_implementation = implementation
+    embeds = np.zeros((2, 7, 8), np.float32)
+    blocks = np.array([[0, 0, 0, 0, -1, -1, -1], [0, 0, 0, -1, -1, -1, -1]])
+    mask = np.array([[1] * 7, [1, 1, 1, 0, 1, 1, 1]]) if masked else None
+    make = (masking_utils.create_causal_mask, rt.create_causal_mask) if window is None else (
+        masking_utils.create_sliding_window_causal_mask, rt.create_sliding_window_causal_mask)
+    want = make[0](config=config, inputs_embeds=torch.from_numpy(embeds),
+                   attention_mask=None if mask is None else torch.from_numpy(mask), cache=None,
+                   block_sequence_ids=torch.from_numpy(blocks), allow_is_causal_skip=False)
+    got = np.asarray(make[1](config, jnp.asarray(embeds), None if mask is None else
+                             jnp.asarray(mask), block_sequence_ids=jnp.asarray(blocks)))
+    np.testing.assert_array_equal(got, want.numpy())
+    first = got[0, 0, 0, :4] if implementation == "sdpa" else got[0, 0, 0, :4] == 0
+    assert first.all()  # the first image token sees the last one
+
+
+def test_an_untranslated_mask_keyword_raises() -> None:
+    config = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, vocab_size=8)
+    with pytest.raises(NotImplementedError, match="or_mask_function"):
+        rt.create_causal_mask(config, jnp.zeros((1, 3, 8)), None,
+                              or_mask_function=lambda *a: True)

@@ -1376,7 +1376,7 @@ def _eager(config: Any) -> bool:
 
 
 def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | None, cache: Any,
-          window: int | None) -> jax.Array | None:
+          window: int | None, blocks: jax.Array | None = None) -> jax.Array | None:
     """What transformers' mask functions give for eager attention (additive: 0 where a query
     may attend, the dtype's minimum elsewhere) or sdpa (boolean, True where it may; None for a
     plain causal mask, which sdpa applies itself), (batch, 1, seq, keys). With a
@@ -1390,7 +1390,8 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
     if attention_mask is not None and attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     eager = _eager(config)
-    if attention_mask is None and window is None and not eager and cache is None:
+    if attention_mask is None and window is None and not eager and cache is None and (
+            blocks is None):
         return None
     batch, length = inputs_embeds.shape[:2]
     offset = 0  # the position of the first key
@@ -1412,6 +1413,11 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
     if window is not None:
         allowed = allowed & (kv > q - window)
     allowed = jnp.broadcast_to(allowed, (batch, 1, length, keys))
+    if blocks is not None:  # a query and a key of one block (>= 0) see each other
+        blocks = jnp.pad(blocks, ((0, 0), (0, max(0, offset + keys - blocks.shape[1]))),
+                         constant_values=-1)
+        qg, kg = blocks[:, q[:, 0]][:, None, :, None], blocks[:, kv[0]][:, None, None, :]
+        allowed = allowed | ((qg == kg) & (qg >= 0))
     if attention_mask is not None:
         allowed = allowed & attention_mask.astype(bool)[:, None, None, :]
     if not eager:
@@ -1424,9 +1430,24 @@ def create_causal_mask(config: Any, inputs_embeds: jax.Array, attention_mask: ja
                        **kwargs: Any) -> jax.Array | None:
     """The causal mask with the padding of ``attention_mask`` (see :func:`_mask`); the cache
     is ``past_key_values=`` in transformers before 5.24."""
-    if kwargs.get("or_mask_function") is not None or kwargs.get("and_mask_function") is not None:
-        raise NotImplementedError("custom mask functions are not translated to JAX")
-    return _mask(config, inputs_embeds, attention_mask, kwargs.get("past_key_values", cache), None)
+    return _causal(config, inputs_embeds, attention_mask, cache, kwargs, None)
+
+
+_CAUSAL_KEYWORDS = {"past_key_values", "block_sequence_ids", "layer_idx", "allow_is_causal_skip",
+                    "cache_position", "output_attentions"}
+
+
+def _causal(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | None, cache: Any,
+            kwargs: dict, window: int | None) -> jax.Array | None:
+    """create_causal_mask and its sliding-window form: a keyword not translated (a custom mask
+    function) raises; ``block_sequence_ids`` (GIT's image tokens) is laid over as torch's."""
+    unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in _CAUSAL_KEYWORDS)
+    if unknown:
+        raise NotImplementedError(f"the causal mask's {', '.join(unknown)} is not translated")
+    if not getattr(config, "is_causal", True):  # a decoder used bidirectionally, as torch's
+        return create_bidirectional_mask(config, inputs_embeds, attention_mask)
+    return _mask(config, inputs_embeds, attention_mask, kwargs.get("past_key_values", cache),
+                 window, kwargs.get("block_sequence_ids"))
 
 
 def create_bidirectional_mask(config: Any, inputs_embeds: jax.Array,
@@ -1485,8 +1506,5 @@ def create_sliding_window_causal_mask(config: Any, inputs_embeds: jax.Array,
                                       position_ids: jax.Array | None = None,
                                       **kwargs: Any) -> jax.Array | None:
     """create_causal_mask, each query seeing the last ``config.sliding_window`` keys only."""
-    if kwargs.get("or_mask_function") is not None or kwargs.get("and_mask_function") is not None:
-        raise NotImplementedError("custom mask functions are not translated to JAX")
-    return _mask(config, inputs_embeds, attention_mask, kwargs.get("past_key_values", cache),
-                 getattr(config, "sliding_window", None))
-
+    return _causal(config, inputs_embeds, attention_mask, cache, kwargs,
+                   getattr(config, "sliding_window", None))
