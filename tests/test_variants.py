@@ -32,8 +32,6 @@ STEP_OUTSIDE = ("backward() outside a loop that steps an optimizer: write the st
 BACKWARD_MARKED = "backward() not translated: torch2jax did not recognise the training step"
 AUTOCAST_EXPR = ("autocast(enabled=DEVICE_TYPE == \"cuda\"): whether the region is on is known "
                  "only at run time; write enabled=True or False")
-# the input pipeline's random draws (torch.randint, randn_like) in a method of a plain class
-RANDOM_IN_METHOD = "random draw in a method: pass a key to it"
 
 # (program, transforms applied in this order): every transform alone on every program of the
 # script table and on one fixture (config_dict, whose reads config_argparse and
@@ -210,9 +208,7 @@ CASES: list[tuple[str, tuple[str, ...]]] = [
 ]
 # today's failures: (status, the message); status is where it fails: "convert" (an error
 # diagnostic) or "run" (the converted program raises)
-XFAIL: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {
-    ('fixture:seeds_in_helper', ('step_in_method', 'nullcontext', 'config_argparse')): ('convert', RANDOM_IN_METHOD),
-}
+XFAIL: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {}
 
 
 class KnownFailure(Exception):

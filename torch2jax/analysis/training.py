@@ -130,6 +130,9 @@ class TrainingIndex:
     scheduler_names: dict[str, SchedulerSite] = field(default_factory=dict)
     seed_functions: set[str] = field(default_factory=set)  # def set_seed(...): manual_seed
     key_functions: set[str] = field(default_factory=set)  # draw random numbers: take a key
+    # names bound once to an instance of a plain class of the file (its methods that draw
+    # are in key_functions as Class.method, and take a key as the file's functions do)
+    instances: dict[str, str] = field(default_factory=dict)
     # classes with a random draw in a method other than __init__ (a VAE's reparameterisation):
     # NNX modules keep an nnx.Rngs of their own for it
     method_draws: set[str] = field(default_factory=set)
@@ -191,6 +194,13 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         self._opt_from_fn_at: dict[str, tuple[cst.Assign, int]] = {}  # var -> (statement, scope)
         self._calls_in_fn: dict[str, set[str]] = {}
         self._draws: dict[str, bool] = {}
+        # names bound once in the file to an instance of one of its plain classes (whose
+        # methods draw with a key they are given, like the file's functions)
+        self._instances: dict[str, str] = {}
+        # (caller, receiver, method) of obj.method(...) calls, resolved once the file is read
+        self._method_calls: list[tuple[str, str, str]] = []
+        self._plain_classes: set[str] = set()
+        self._bound: dict[str, int] = {}
         self._seeds_in: set[str] = set()
         self._returns_value: set[str] = set()
         self._assigns: dict[tuple[int, str], cst.BaseExpression] = {}
@@ -206,12 +216,31 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         return self._fns[-1].name.value if self._fns else None
 
     @property
+    def plain_method(self) -> str | None:
+        """``Class.method`` of the enclosing method of a plain (not a module) class."""
+        if self._fns and self._classes and self._classes[-1] not in self.model_classes and (
+                self._fns[-1].name.value != "__init__"):
+            return f"{self._classes[-1]}.{self._fns[-1].name.value}"
+        return None
+
+    def instance_class(self, recv: str, caller: str | None) -> str | None:
+        """The plain class whose instance ``recv`` is: ``self`` in one of its methods
+        (``caller`` is ``Class.method``), or a name the file binds once, to ``Class(...)``."""
+        if recv == "self":
+            cls = caller.split(".", 1)[0] if caller and "." in caller else None
+        else:
+            cls = self._instances.get(recv) if self._bound.get(recv) == 1 else None
+        return cls if cls in self._plain_classes else None
+
+    @property
     def free_fn(self) -> str | None:
         """The enclosing function when it is a plain (not a method) function."""
         return self._fns[-1].name.value if self._fns and not self._classes else None
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._classes.append(node.name.value)
+        if node.name.value not in self.model_classes:
+            self._plain_classes.add(node.name.value)
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         self._classes.pop()
@@ -283,10 +312,15 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
 
     # -- what is seen
     def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            if isinstance(t.target, cst.Name):
+                self._bound[t.target.value] = self._bound.get(t.target.value, 0) + 1
         if len(node.targets) != 1 or not isinstance(node.value, cst.Call):
             return
         target = node.targets[0].target
         name = target.value if isinstance(target, cst.Name) else None
+        if name and isinstance(node.value.func, cst.Name):
+            self._instances[name] = node.value.func.value
         q = qualified(self, node.value.func)
         if name and self._builds_model(node.value):
             self.index.model_vars.add(name)
@@ -370,6 +404,15 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             self._draws[fn] = True
         if isinstance(node.func, cst.Name) and fn:
             self._calls_in_fn[fn].add(node.func.value)
+        method = self.plain_method
+        if method is not None:  # a plain class's method: its draws and calls, by name
+            if q in RANDOM and id(node) not in self.own_key_draws:
+                self._draws[method] = True
+            if isinstance(node.func, cst.Name):
+                self._calls_in_fn.setdefault(method, set()).add(node.func.value)
+        if m.matches(node.func, m.Attribute(value=m.Name(), attr=m.Name())):
+            self._method_calls.append((fn or method or "", node.func.value.value,
+                                       node.func.attr.value))
         if q in CLIPS and len(node.args) >= 2:
             self._clips.append((CLIPS[q], self._guarded_limit(node),
                                 self._loops[-1] if self._loops else None))
@@ -452,7 +495,22 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                     break
         # seeding helpers (seed and return nothing: they will return the key), and functions
         # that need a key (fixpoint over the call graph)
-        draws = {f for f, v in self._draws.items() if v}
+        # calls of plain classes' methods (obj bound once, to an instance of such a class)
+        unresolved, called = set(), set()
+        for caller, recv, meth in self._method_calls:
+            cls = self.instance_class(recv, caller)
+            if cls is None:
+                unresolved.add(meth)
+            else:
+                called.add(f"{cls}.{meth}")
+                if caller:
+                    self._calls_in_fn.setdefault(caller, set()).add(f"{cls}.{meth}")
+        # a method takes a key only where every call gives one: called by name on a known
+        # receiver, never on another (a Dataset's __getitem__, called by indexing, keeps its
+        # own translation: passes/host_data.py); otherwise its draws stay marked
+        blocked = {f for f in self._calls_in_fn.keys() | self._draws.keys()
+                   if "." in f and (f not in called or f.split(".", 1)[1] in unresolved)}
+        draws = {f for f, v in self._draws.items() if v and f not in blocked}
         if self.keys_in_apply and idx.method_draws:
             draws |= {f for f, callees in self._calls_in_fn.items()
                       if f in self._backward_fns or callees & idx.model_vars}
@@ -463,7 +521,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         while changed:
             changed = False
             for f, callees in self._calls_in_fn.items():
-                if f in draws or f in idx.seed_functions:
+                if f in draws or f in idx.seed_functions or f in blocked:
                     continue
                 if callees & draws:
                     draws.add(f)
@@ -473,6 +531,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                       if f in self._seeds_in or callees & idx.seed_functions}
         idx.self_keyed = self_keyed
         idx.key_functions = draws - self_keyed - self.rngs_functions
+        idx.instances = {n: c for n, c in self._instances.items()
+                         if self.instance_class(n, None) is not None}
         for site in idx.optimizers.values():
             self._param_groups(site)
         return idx

@@ -269,6 +269,20 @@ class CallsMixin:
                 result = result.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return result
 
+    def _takes_key(self, func: cst.BaseExpression) -> bool:
+        """A call of a function of the file that draws (it gained a ``key`` parameter), or of
+        such a method of a plain class: ``self.method`` in the class, ``obj.method`` on a name
+        the file binds once to an instance of it."""
+        keyed = self.training.key_functions
+        if isinstance(func, cst.Name):
+            return func.value in keyed
+        if not m.matches(func, m.Attribute(value=m.Name(), attr=m.Name())):
+            return False
+        recv = func.value.value
+        cls = (self.current_class if recv == "self" and self.current_class
+               and not self.in_module_class() else self.training.instances.get(recv))
+        return cls is not None and f"{cls}.{func.attr.value}" in keyed
+
     def children_layout(self, v: cst.BaseExpression) -> str | None:
         """The layout of ``*list(recv.children())[a:b]`` spread into a Sequential (Layouts)."""
         layouts = children.children_layouts(self, v, self._root,
@@ -483,9 +497,8 @@ class CallsMixin:
                     return expr(f"[float({sched.name}({step}))]")
                 quote = self._string_quote()
                 return expr(f"[float({self._lr_slot(sched.optimizer, quote)})]")
-        if isinstance(original.func, cst.Name) and (
-                original.func.value in self.training.key_functions) and not any(
-                    a.keyword and a.keyword.value == tr.KEY for a in updated.args):
+        if self._takes_key(original.func) and not any(
+                a.keyword and a.keyword.value == tr.KEY for a in updated.args):
             return updated.with_changes(args=_fix_commas(
                 [*updated.args, arg(self._subkey(original), tr.KEY)]))
         if name == "functools.partial" and original.args and self.target.stateful_modules:

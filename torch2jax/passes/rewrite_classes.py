@@ -181,7 +181,9 @@ class ModuleClassMixin:
         self._loop_layouts.append({})
         free = self.current_class is None
         name = node.name.value
-        takes_key = free and name in self.training.key_functions
+        takes_key = name in self.training.key_functions if free else (
+            not self.in_module_class() and f"{self.current_class}.{name}" in
+            self.training.key_functions)  # a plain class's method that draws
         self._key_scopes.append(tr.KeyScope(
             has_key=takes_key, takes_key=takes_key,
             seeds_here=free and name in self.training.seed_functions))
