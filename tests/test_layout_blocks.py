@@ -330,6 +330,10 @@ UNPACKED = textwrap.dedent('''
             return x
 
 
+    def default(val, d):
+        return val if val is not None else d
+
+
     def down(c):
         return nn.Sequential(Rearrange("b c (h p1) (w p2) -> b (c p1 p2) h w", p1=2, p2=2),
                              nn.Conv2d(c * 4, c, 1))
@@ -339,15 +343,17 @@ UNPACKED = textwrap.dedent('''
         """The last position is a Sequential of an einops layer and a convolution in one stage
         (denoising-diffusion's Downsample) and a convolution in the other: the einops layers
         read their patterns channels-last among channels-last layers."""
-        def __init__(self):
+        def __init__(self, out_dim=None):
             super().__init__()
             self.stages = nn.ModuleList([])
             for i in range(2):
                 self.stages.append(nn.ModuleList([
                     nn.Conv2d(4, 4, 3, padding=1), down(4) if i == 0 else nn.Conv2d(4, 4, 1)]))
+            # (linen: a value stored under the name of a constructor argument, renamed)
+            self.out_dim = default(out_dim, 3)
             self.up = nn.Sequential(
                 nn.Conv2d(4, 16, 1), Rearrange("b (c p1 p2) h w -> b c (h p1) (w p2)", p1=2, p2=2),
-                Reduce("b c (h 2) (w 2) -> b c h w", "max"), nn.Conv2d(4, 4, 1))
+                Reduce("b c (h 2) (w 2) -> b c h w", "max"), nn.Conv2d(4, self.out_dim, 1))
 
         def forward(self, x):
             for conv, last in self.stages:
@@ -379,9 +385,11 @@ def unpacked(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("name", ["Stages", "Enumerated", "Zipped", "Rearranged"])
+@pytest.mark.parametrize("name", ["Stages", "Enumerated", "Zipped", "Rearranged",
+                                  "Rearranged-linen"])
 def test_unpacked_loops_match_torch(unpacked, name):
-    _verify(unpacked, name, "float32[2,4,4,4]")
+    name, _, target = name.partition("-")
+    _verify(unpacked, name, "float32[2,4,4,4]", target=target or "nnx")
 
 
 def test_unpacked_position_of_either_layout_is_marked():
@@ -390,3 +398,6 @@ def test_unpacked_position_of_either_layout_is_marked():
     assert "# TODO(torch2jax): calls a container mixing channels-last and other layers" in mixed
     assert "TODO" not in _method(code, "Rearranged")
     assert '"b (h p1) (w p2) c -> b h w (c p1 p2)"' in code
+    linen = convert_source(UNPACKED, target="linen").code
+    assert "self.out_dim_value = default(self.out_dim, 3)" in linen
+    assert "self.out_dim has the name of a constructor argument" not in linen
