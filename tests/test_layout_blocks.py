@@ -334,6 +334,15 @@ UNPACKED = textwrap.dedent('''
         return val if val is not None else d
 
 
+    class Residual(nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return self.fn(x) + x
+
+
     def down(c):
         return nn.Sequential(Rearrange("b c (h p1) (w p2) -> b (c p1 p2) h w", p1=2, p2=2),
                              nn.Conv2d(c * 4, c, 1))
@@ -350,6 +359,9 @@ UNPACKED = textwrap.dedent('''
                 self.stages.append(nn.ModuleList([
                     nn.Conv2d(4, 4, 3, padding=1), down(4) if i == 0 else nn.Conv2d(4, 4, 1)]))
             # (linen: a value stored under the name of a constructor argument, renamed)
+            self.res = Residual(nn.Sequential(  # handed to a class of the file: NCHW outside
+                nn.Conv2d(4, 16, 1), Rearrange("b (c p1 p2) h w -> b c (h p1) (w p2)", p1=2, p2=2),
+                nn.AvgPool2d(2)))
             self.out_dim = default(out_dim, 3)
             self.up = nn.Sequential(
                 nn.Conv2d(4, 16, 1), Rearrange("b (c p1 p2) h w -> b c (h p1) (w p2)", p1=2, p2=2),
@@ -358,7 +370,7 @@ UNPACKED = textwrap.dedent('''
         def forward(self, x):
             for conv, last in self.stages:
                 x = last(torch.tanh(conv(x)))
-            return self.up(x)
+            return self.up(self.res(x))
 
 
     class MixedPosition(nn.Module):
