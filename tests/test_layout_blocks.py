@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("flax.nnx")
+pytest.importorskip("einops")
 
 from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
@@ -282,6 +283,7 @@ def test_classes_other_files_import_keep_torch_layout(tmp_path):
 # wrong layout would run and be wrong, not raise.
 UNPACKED = textwrap.dedent('''
     import torch
+    from einops.layers.torch import Rearrange, Reduce
     from torch import nn
 
 
@@ -328,6 +330,49 @@ UNPACKED = textwrap.dedent('''
             return x
 
 
+    def default(val, d):
+        return val if val is not None else d
+
+
+    class Residual(nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return self.fn(x) + x
+
+
+    def down(c):
+        return nn.Sequential(Rearrange("b c (h p1) (w p2) -> b (c p1 p2) h w", p1=2, p2=2),
+                             nn.Conv2d(c * 4, c, 1))
+
+
+    class Rearranged(nn.Module):
+        """The last position is a Sequential of an einops layer and a convolution in one stage
+        (denoising-diffusion's Downsample) and a convolution in the other: the einops layers
+        read their patterns channels-last among channels-last layers."""
+        def __init__(self, out_dim=None):
+            super().__init__()
+            self.stages = nn.ModuleList([])
+            for i in range(2):
+                self.stages.append(nn.ModuleList([
+                    nn.Conv2d(4, 4, 3, padding=1), down(4) if i == 0 else nn.Conv2d(4, 4, 1)]))
+            # (linen: a value stored under the name of a constructor argument, renamed)
+            self.res = Residual(nn.Sequential(  # handed to a class of the file: NCHW outside
+                nn.Conv2d(4, 16, 1), Rearrange("b (c p1 p2) h w -> b c (h p1) (w p2)", p1=2, p2=2),
+                nn.AvgPool2d(2)))
+            self.out_dim = default(out_dim, 3)
+            self.up = nn.Sequential(
+                nn.Conv2d(4, 16, 1), Rearrange("b (c p1 p2) h w -> b c (h p1) (w p2)", p1=2, p2=2),
+                Reduce("b c (h 2) (w 2) -> b c h w", "max"), nn.Conv2d(4, self.out_dim, 1))
+
+        def forward(self, x):
+            for conv, last in self.stages:
+                x = last(torch.tanh(conv(x)))
+            return self.up(self.res(x))
+
+
     class MixedPosition(nn.Module):
         """The last position is a channels-first function of the image in one stage and a
         convolution in the other."""
@@ -352,12 +397,19 @@ def unpacked(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("name", ["Stages", "Enumerated", "Zipped"])
+@pytest.mark.parametrize("name", ["Stages", "Enumerated", "Zipped", "Rearranged",
+                                  "Rearranged-linen"])
 def test_unpacked_loops_match_torch(unpacked, name):
-    _verify(unpacked, name, "float32[2,4,4,4]")
+    name, _, target = name.partition("-")
+    _verify(unpacked, name, "float32[2,4,4,4]", target=target or "nnx")
 
 
 def test_unpacked_position_of_either_layout_is_marked():
     code = convert_source(UNPACKED).code
     mixed = _method(code, "MixedPosition")
     assert "# TODO(torch2jax): calls a container mixing channels-last and other layers" in mixed
+    assert "TODO" not in _method(code, "Rearranged")
+    assert '"b (h p1) (w p2) c -> b h w (c p1 p2)"' in code
+    linen = convert_source(UNPACKED, target="linen").code
+    assert "self.out_dim_value = default(self.out_dim, 3)" in linen
+    assert "self.out_dim has the name of a constructor argument" not in linen

@@ -517,3 +517,20 @@ def test_a_forward_that_cannot_be_traced_in_float64_is_an_error(tmp_path):
     r = verify(f"{tmp_path / 'traced.py'}::M", inputs=["float32[2,4]"], float64=True)
     assert not r.passed and r.error is not None
     assert "the JAX forward pass traced in float64 failed: ConcretizationTypeError" in r.error
+
+
+def test_float64_pass_makes_undtyped_floats_float64_on_both_sides(tmp_path):
+    """A float made without a dtype (the sinusoidal time embedding of denoising-diffusion:
+    ``torch.arange(n) * -emb``) is torch's default float type, and JAX's under x64: the
+    float64 pass sets torch's to float64 as jax.enable_x64 sets JAX's. Torch computed it in
+    float32 there, and the float64 pass failed a right translation."""
+    source = ("import math\nimport torch\nimport torch.nn as nn\n\n\nclass M(nn.Module):\n"
+              "    def __init__(self):\n        super().__init__()\n"
+              "        self.fc = nn.Linear(8, 4)\n\n    def forward(self, t):\n"
+              "        emb = torch.exp(torch.arange(4) * -(math.log(10000) / 3))\n"
+              "        emb = t[:, None] * emb[None, :]\n"
+              "        return self.fc(torch.cat((emb.sin(), emb.cos()), dim=-1))\n")
+    (tmp_path / "emb.py").write_text(source)
+    r = verify(f"{tmp_path / 'emb.py'}::M", inputs=["float32[3]"], float64=True)
+    assert r.error is None and r.passed, (r.error, r.mismatch)
+    assert torch.get_default_dtype() == torch.float32

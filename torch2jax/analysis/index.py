@@ -18,6 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from torch2jax.analysis.value_syntax import channels_last_pattern
 from torch2jax.analysis.walk import NoAttributeHooks, of_type, walk
 from torch2jax.ruleset import Rule, RuleSet
 
@@ -194,6 +195,18 @@ class Layouts:
             return "torch"
         return built_layout(rule, node, self.index.factory_dicts)
 
+    def einops_channels_last(self, node: cst.BaseExpression) -> str | None:
+        """The pattern an einops layer (``Rearrange(pattern, ...)``, ``Reduce``) built by
+        ``node`` has on channels-last arrays (value_syntax.channels_last_pattern), or None."""
+        if not isinstance(node, cst.Call) or qualified(self.meta, node.func) not in (
+                "einops.layers.torch.Rearrange", "einops.layers.torch.Reduce"):
+            return None
+        given = [a.value for a in node.args if (a.keyword is None and not a.star) or (
+            a.keyword is not None and a.keyword.value == "pattern")][:1]
+        if not given or not isinstance(given[0], cst.SimpleString):
+            return None
+        return channels_last_pattern(given[0].evaluated_value)
+
     def is_ordered_dict(self, name: str) -> bool:
         """``name`` holds an OrderedDict of layers in the enclosing function."""
         stack = getattr(self.meta, "_fn_stack", None)
@@ -290,7 +303,16 @@ class Layouts:
     def sequential(self, args, scope_lists=None) -> tuple[str, list[str]]:
         """(overall layout, per-item layouts). Overall is channels_last when the first and last
         layout-sensitive items are channels-last, torch otherwise, any if all are any."""
-        items = self.items(spread_literals(args), scope_lists)
+        args = spread_literals(args)
+        items = self.items(args, scope_lists)
+        flexible = [i for i, a in enumerate(args) if not a.star and self.einops_channels_last(
+            a.value) is not None]
+        others = [x for i, x in enumerate(items) if i not in flexible and x != "any"]
+        if flexible and others and set(others) == {"channels_last"}:
+            # an einops layer over (N, C, H, W) among channels-last layers: it reads its
+            # pattern channels-last (rewrite_layers.py's _container writes it so)
+            for i in flexible:
+                items[i] = "channels_last"
         if "mixed" in items:
             return "mixed", items
         sensitive = [x for x in items if x != "any"]

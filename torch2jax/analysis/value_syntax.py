@@ -4,6 +4,8 @@ a method's ``self.x = ...`` assignments and a function's returned values."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -129,3 +131,22 @@ def _return_values(fn: cst.FunctionDef) -> list[cst.BaseExpression]:
             continue
         stack.extend(node.children)
     return out
+
+
+_EINOPS_GROUP = re.compile(r"\([^()]*\)|[^\s()]+")
+
+
+def channels_last_pattern(pattern: str) -> str | None:
+    """An einops pattern over torch's (N, C, H, W) read on channels-last arrays:
+    ``"b c (h p1) (w p2) -> b (c p1 p2) h w"`` -> ``"b (h p1) (w p2) c -> b h w (c p1 p2)"``.
+    Both sides must be four axes written out (no ``...``): the second of each moves last, as
+    ``jnp.moveaxis(x, 1, -1)`` moves the array's. None for any other pattern."""
+    if "..." in pattern or "…" in pattern or pattern.count("->") != 1:
+        return None
+    sides = []
+    for side in pattern.split("->"):
+        groups = _EINOPS_GROUP.findall(side)
+        if len(groups) != 4 or "".join("".join(groups).split()) != "".join(side.split()):
+            return None
+        sides.append(" ".join([groups[0], *groups[2:], groups[1]]))
+    return " -> ".join(sides)

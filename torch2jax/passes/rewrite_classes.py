@@ -126,8 +126,10 @@ class ModuleClassMixin:
                 is_base = any(c.module_base == name for c in self.index.classes.values())
                 new = linen_target.readable_dense(new, self._linear_inputs(info))
                 new = linen_target.tied_dense(new, {h for c, h in self._lt_tied if c == name})
+                values = () if is_base else self._plain_values(original_node)
                 new, needs = linen_target.to_setup(
-                    new, self.uses_train and info.module_base == "torch", kw_only=is_base)
+                    new, self.uses_train and info.module_base == "torch", kw_only=is_base,
+                    values=values)
                 self.need(*needs)
                 if name in self._lt_dtype_classes:
                     new = lt.add_dtype_field(new)
@@ -135,6 +137,23 @@ class ModuleClassMixin:
             except Untranslatable as exc:
                 self.diag(original_node, "linen", "error", exc.message)
         return new
+
+    def _plain_values(self, cls: cst.ClassDef) -> set[str]:
+        """The attributes of ``cls`` that hold values, not layers, and are read nowhere but on
+        ``self``: every ``self.x = ...`` of them calls only the file's functions that build
+        no layer and a few builtins (``self.out_dim = default(out_dim, channels)``)."""
+        plain = {f for f in self.index.fn_returns if "." not in f} - self.index.rngs_functions \
+            - self.index.module_classes | {"int", "float", "bool", "len", "max", "min", "abs"}
+        kinds: dict[str, bool] = {}
+        for a in findall(cls, m.Assign(targets=[m.AssignTarget(m.Attribute(
+                value=m.Name("self")))])):
+            calls = findall(a.value, m.Call())
+            kinds[a.targets[0].target.attr.value] = kinds.get(
+                a.targets[0].target.attr.value, True) and not findall(a.value, m.Lambda()) and all(
+                isinstance(c.func, cst.Name) and c.func.value in plain for c in calls)
+        read_elsewhere = {a.attr.value for a in findall(self._root, m.Attribute(
+            value=~m.Name("self")))}
+        return {a for a, plain_value in kinds.items() if plain_value} - read_elsewhere
 
     def _linear_inputs(self, info) -> dict[str, cst.BaseExpression]:
         """self.x -> the input size of its torch ``nn.Linear(in, out)``."""

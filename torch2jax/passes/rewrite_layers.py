@@ -912,7 +912,8 @@ class LayersMixin:
             named = len(original.args) == 1 and ordered_dict_items(
                 original.args[0], layouts.is_ordered_dict) is not None and \
                 self.target.stateful_modules
-            args = self._ordered_dict_values(original, updated_args, layouts)
+            args = self._ordered_dict_values(original, self._channels_last_einops(
+                original_args, updated_args, items, layouts), layouts)
             parent = self.get_metadata(ParentNodeProvider, original, None)
             returned_list = isinstance(parent, cst.Return) and any(
                 a.star == "*" for a in original.args)
@@ -961,6 +962,28 @@ class LayersMixin:
         if not updated.args:
             return call(rule.targets[self.target.layer_column])
         return call(rule.targets[self.target.layer_column], *updated.args)
+
+    def _channels_last_einops(self, original_args: list[cst.Arg], args: list[cst.Arg],
+                              items: list[str], layouts: Layouts) -> list[cst.Arg]:
+        """An einops layer that a Sequential runs channels-last (Layouts.sequential) reads its
+        pattern so: ``b c (h p1) (w p2) -> b (c p1 p2) h w`` as
+        ``b (h p1) (w p2) c -> b h w (c p1 p2)``."""
+        if len(args) != len(original_args):
+            return args
+        out = []
+        for a, new, lay in zip(original_args, args, items):
+            pattern = None if a.star or lay != "channels_last" else (
+                layouts.einops_channels_last(a.value))
+            if pattern is not None and m.matches(new.value, m.Lambda(body=m.Call(
+                    args=[m.DoNotCare(), m.Arg(m.SimpleString()), m.ZeroOrMore()]))):
+                body = new.value.body
+                q = body.args[1].value
+                pat = body.args[1].with_changes(value=cst.SimpleString(
+                    f"{q.prefix}{q.quote}{pattern}{q.quote}"))
+                new = new.with_changes(value=new.value.with_changes(body=body.with_changes(
+                    args=[body.args[0], pat, *body.args[2:]])))
+            out.append(new)
+        return out
 
     def _insert_transposes(self, args: list[cst.Arg], items: list[str],
                            outer: str = "torch") -> list[cst.Arg]:

@@ -16,6 +16,8 @@ mutable=["batch_stats"])`` on a ``Model(..., train=True)`` clone.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -302,9 +304,12 @@ class _RenameSelf(cst.CSTTransformer):
         return updated_node
 
 
-def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False
-             ) -> tuple[cst.ClassDef, set[str]]:
+def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False,
+             values: Collection[str] = ()) -> tuple[cst.ClassDef, set[str]]:
     """``__init__(self, a, b=2)`` -> fields ``a: Any`` / ``b: int = 2`` and ``setup(self)``.
+    ``values``: attributes that hold no layer and are read only as ``self.<attr>`` in this
+    class: one stored under a field's name (``self.out_dim = default(out_dim, channels)``) is
+    renamed ``<attr>_value``.
 
     Returns the class and the imports its fields need (``Any``)."""
     body = list(cls.body.body)
@@ -346,10 +351,11 @@ def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False
             for a in findall(s, m.Assign()):
                 t = a.targets[0].target
                 if m.matches(t, m.Attribute(value=m.Name("self"))) and t.attr.value in clashes \
-                        and not code(a.value).startswith(weightless):
+                        and t.attr.value not in values and not code(a.value).startswith(weightless):
                     raise Untranslatable(f"the submodule self.{t.attr.value} has the name of a "
                                          "constructor argument (a linen field)")
-        renamer2 = _RenameAttrs({c: f"{c}_layer" for c in clashes})
+        renamer2 = _RenameAttrs({c: f"{c}_value" if c in values else f"{c}_layer"
+                                 for c in clashes})
         body = [s.visit(renamer2) for s in body]
         init = next(s for s in body if isinstance(s, cst.FunctionDef)
                     and s.name.value == "__init__")

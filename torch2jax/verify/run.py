@@ -532,14 +532,23 @@ def _param_dtype(model: Any) -> str:
 
 @contextlib.contextmanager
 def x64(enabled: bool) -> Iterator[None]:
-    """JAX with 64-bit types (``jax.enable_x64``) inside, when ``enabled``."""
+    """JAX with 64-bit types (``jax.enable_x64``) inside, when ``enabled``, and torch's
+    default float type float64 to match: a float made without a dtype (``torch.arange(n) *
+    -emb``, ``jnp.arange(n) * -emb``) is float64 on both sides, as it is float32 on both in
+    the float32 pass."""
     if not enabled:
         yield
         return
     import jax
+    import torch
 
-    with jax.enable_x64(True):
-        yield
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with jax.enable_x64(True):
+            yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 @contextlib.contextmanager
