@@ -242,6 +242,14 @@ def test_variant_converts_and_prints_like_the_original(program, names, programs)
     assert outcome.status == "pass", (outcome.status, outcome.message)
 
 
+# combinations the drawn test meets that fail today, each marked by the converter (status,
+# message): renamed variables with the step in a function leave the step's backward marked
+DRAWN_KNOWN: dict[tuple[str, tuple[str, ...]], tuple[str, str]] = {
+    ('script:adam_lambda_warmup', ('rename', 'step_in_function')): (
+        'convert', 'backward() outside a loop that steps an optimizer'),
+}
+
+
 def _passing(program: str) -> list[str]:
     return [n for n in v.TRANSFORMS if (program, (n,)) in CASES
             and (program, (n,)) not in XFAIL]
@@ -253,11 +261,19 @@ def _passing(program: str) -> list[str]:
 @given(data=st.data())
 def test_drawn_combinations_of_passing_transforms(data, programs) -> None:
     """Combinations hypothesis draws among the transforms that pass alone: they pass too."""
-    program = data.draw(st.sampled_from(sorted(p for p in programs if p.startswith("script:"))))
+    # (among the programs with two transforms or more in the sample: a program added to the
+    # script table without single cases has none to combine)
+    program = data.draw(st.sampled_from(sorted(p for p in programs if p.startswith("script:")
+                                               and len(_passing(p)) >= 2)))
     names = data.draw(st.lists(st.sampled_from(_passing(program)), min_size=2, max_size=4,
                                unique=True))
     names = tuple(n for n in v.TRANSFORMS if n in names)
     outcome = v.check(programs[program], names)
+    known = DRAWN_KNOWN.get((program, names))
+    if known is not None:  # a known gap, marked by the converter: it must stay that (or go)
+        assert outcome.status in ("pass", known[0]), (program, names, outcome.message)
+        assert outcome.status == "pass" or known[1] in outcome.message, outcome.message
+        return
     assert outcome.status in ("pass", "not-applicable"), (program, names, outcome.message)
 
 
