@@ -254,6 +254,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         self._fns.pop()
 
     def visit_For(self, node: cst.For) -> None:
+        for n in findall(node.target, m.Name()):  # (a loop rebinds: not one instance)
+            self._bound[n.value] = self._bound.get(n.value, 0) + 2
         self._loops.append(id(node))
         self._loop_nodes.append(node)
 
