@@ -159,6 +159,15 @@ class _Reduce(cst.CSTTransformer):
         base = base[: len(base) - dots + 1]
         return ".".join(base + ([mod] if mod else []))
 
+    def _keep_only(self, updated: cst.ImportFrom, source: str, keep: list[cst.ImportAlias]):
+        """The import with only ``keep`` (names the support modules do not provide: recorded
+        as unknown), or removed when none is left."""
+        self.unknown += [(source, cst.Module([]).code_for_node(a.name)) for a in keep]
+        if not keep:
+            return cst.RemoveFromParent()
+        return updated.with_changes(names=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                                           for a in keep])
+
     def leave_ImportFrom(self, original, updated):
         if self.used is None:
             return updated
@@ -193,11 +202,7 @@ class _Reduce(cst.CSTTransformer):
                         self.autos.add("AutoBackbone")
                 else:
                     keep.append(alias)
-            self.unknown += [(source, cst.Module([]).code_for_node(a.name)) for a in keep]
-            if not keep:
-                return cst.RemoveFromParent()
-            return updated.with_changes(names=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                                               for a in keep])
+            return self._keep_only(updated, source, keep)
         if source.startswith("transformers.models.") and source.rsplit(".", 1)[-1].startswith(
                 "generation_"):
             # WhisperGenerationMixin (generation_whisper.py, torch's generate loop): the
@@ -212,11 +217,7 @@ class _Reduce(cst.CSTTransformer):
                     self.support.append(f"GenerationMixin as {local}")
                 else:
                     keep.append(alias)
-            self.unknown += [(source, cst.Module([]).code_for_node(a.name)) for a in keep]
-            if not keep:
-                return cst.RemoveFromParent()
-            return updated.with_changes(names=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                                               for a in keep])
+            return self._keep_only(updated, source, keep)
         for alias in updated.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
             if (alias.asname.name.value if alias.asname else name) not in self.used:

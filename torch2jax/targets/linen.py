@@ -131,6 +131,22 @@ def pooling(node: cst.BaseExpression) -> cst.BaseExpression:
     return node
 
 
+class _DenseAssigns(cst.CSTTransformer):
+    """``self.<attr> = nn.Dense(...)`` for an attribute of ``attrs``: its value replaced by
+    ``build(attr, value)``."""
+
+    def __init__(self, attrs: set[str], build) -> None:
+        self.attrs, self.build = attrs, build
+
+    def leave_Assign(self, original_node, updated_node):
+        target, value = updated_node.targets[0].target, updated_node.value
+        if m.matches(target, m.Attribute(value=m.Name("self"))) and \
+                target.attr.value in self.attrs and m.matches(value, m.Call(
+                    func=m.Attribute(value=m.Name("nn"), attr=m.Name("Dense")))):
+            return updated_node.with_changes(value=self.build(target.attr.value, value))
+        return updated_node
+
+
 def readable_dense(cls: cst.ClassDef, in_features: dict[str, cst.BaseExpression]
                    ) -> cst.ClassDef:
     """``nn.Dense`` makes its kernel when it is first called, so forward code cannot read it
@@ -145,17 +161,8 @@ def readable_dense(cls: cst.ClassDef, in_features: dict[str, cst.BaseExpression]
     if not wanted:
         return cls
 
-    class _Swap(cst.CSTTransformer):
-        def leave_Assign(self, original_node, updated_node):
-            target, value = updated_node.targets[0].target, updated_node.value
-            if m.matches(target, m.Attribute(value=m.Name("self"))) and \
-                    target.attr.value in wanted and m.matches(value, m.Call(
-                        func=m.Attribute(value=m.Name("nn"), attr=m.Name("Dense")))):
-                return updated_node.with_changes(value=call(
-                    "ReadableDense", arg(in_features[target.attr.value]), *value.args))
-            return updated_node
-
-    return cls.visit(_Swap())
+    return cls.visit(_DenseAssigns(wanted, lambda attr, value: call(
+        "ReadableDense", arg(in_features[attr]), *value.args)))
 
 
 def tied_dense(cls: cst.ClassDef, heads: set[str]) -> cst.ClassDef:
@@ -166,21 +173,14 @@ def tied_dense(cls: cst.ClassDef, heads: set[str]) -> cst.ClassDef:
     if not heads:
         return cls
 
-    class _Swap(cst.CSTTransformer):
-        def leave_Assign(self, original_node, updated_node):
-            target, value = updated_node.targets[0].target, updated_node.value
-            if m.matches(target, m.Attribute(value=m.Name("self"))) and \
-                    target.attr.value in heads and m.matches(value, m.Call(
-                        func=m.Attribute(value=m.Name("nn"), attr=m.Name("Dense")))):
-                if any(a.keyword and a.keyword.value not in (
-                        "use_bias", "kernel_init", "bias_init") for a in value.args):
-                    raise Untranslatable(f"the tied head self.{target.attr.value} with "
-                                         f"{code(value)}: TiedDense takes no such argument")
-                return updated_node.with_changes(value=value.with_changes(
-                    func=cst.Name("TiedDense")))
-            return updated_node
+    def tied(attr: str, value: cst.Call) -> cst.Call:
+        if any(a.keyword and a.keyword.value not in ("use_bias", "kernel_init", "bias_init")
+               for a in value.args):
+            raise Untranslatable(f"the tied head self.{attr} with {code(value)}: TiedDense "
+                                 "takes no such argument")
+        return value.with_changes(func=cst.Name("TiedDense"))
 
-    return cls.visit(_Swap())
+    return cls.visit(_DenseAssigns(heads, tied))
 
 
 def freeze_configs(module: cst.Module) -> cst.Module:
