@@ -50,7 +50,8 @@ for epoch in range(3):
 print(f"{model.fc.weight.sum().item():.8f}")
 """
 
-# the backward in a helper called from the loop, the step in the loop: not translated yet
+# the backward in a helper called from the loop, the step in the loop: .grad as an
+# accumulator on NNX (passes/held_steps.py _free_step); linen and equinox mark it
 BACKWARD_IN_HELPER = HEADER + """
 model = Net()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -89,7 +90,38 @@ def test_micro_steps_in_a_helper_print_torchs_numbers() -> None:
     assert not [c for c in compiles if "jit(grad_step)" in c or "jit(apply_grads)" in c]
 
 
-@pytest.mark.parametrize("target", ["nnx", "linen", "equinox"])
+def _renamed(source: str) -> str:
+    """The helper's parameters named apart from the globals it is given, zero_grad() in the
+    helper, and clipping in the caller's loop just before the step."""
+    return (source.replace("def compute(model, xb, yb):", "def compute(net, xb, yb):")
+            .replace("F.cross_entropy(model(xb), yb)", "F.cross_entropy(net(xb), yb)")
+            .replace("    loss.backward()\n", "    optimizer.zero_grad()\n    loss.backward()\n")
+            .replace("    optimizer.zero_grad()\n    loss = compute", "    loss = compute")
+            .replace("    optimizer.step()\n", "    torch.nn.utils.clip_grad_norm_("
+                     "model.parameters(), 0.05)\n    optimizer.step()\n"))
+
+
+@pytest.mark.parametrize("variant", ["as written", "renamed"])
+def test_a_backward_in_a_helper_with_the_step_in_the_loop_prints_torchs_numbers(variant):
+    source = BACKWARD_IN_HELPER if variant == "as written" else _renamed(BACKWARD_IN_HELPER)
+    assert source.count("clip_grad_norm_") == (variant == "renamed")
+    result = convert_source(source, path="s.py")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.diagnostics
+    assert "def grad_step(" in result.code and "def apply_grads(" in result.code
+    assert v.same_output(v.run_source(result.code), v.run_source(source), 2e-5) is None
+
+
+def test_a_helper_given_another_model_than_the_optimizers_is_marked() -> None:
+    source = BACKWARD_IN_HELPER.replace(
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nother = Net()\n").replace(
+        "compute(model, X", "compute(other, X")
+    result = convert_source(source, path="s.py")
+    assert "def apply_grads(" not in result.code
+    assert "# TODO(torch2jax)" in result.code and "loss.backward()" in result.code
+
+
+@pytest.mark.parametrize("target", ["linen", "equinox"])
 def test_a_backward_no_translation_recognises_is_marked(target) -> None:
     result = convert_source(BACKWARD_IN_HELPER, path="s.py", target=target)
     lines = result.code.splitlines()

@@ -110,6 +110,64 @@ def _one_optimizer_passed(module: cst.Module, fn: cst.FunctionDef, opt: str,
     return len(passed) <= 1
 
 
+def _passed(module: cst.Module, fn: cst.FunctionDef, param: str, method: bool
+            ) -> set[str] | None:
+    """The code of what each call of ``fn`` in the file passes for ``param`` (None: a call
+    that passes it in a form not read here, or does not pass it)."""
+    names = _params(fn)
+    index = names.index(param) - (1 if method else 0)
+    name = fn.name.value
+    passed = set()
+    for c in findall(module, m.Call(func=m.Name(name) | m.Attribute(attr=m.Name(name)))):
+        value = next((a.value for a in c.args if a.keyword and a.keyword.value == param), None)
+        positional = [a for a in c.args if a.keyword is None]
+        if value is None and 0 <= index < len(positional) and not positional[index].star:
+            value = positional[index].value
+        if value is None:
+            return None
+        passed.add(cst.Module(body=[]).code_for_node(value))
+    return passed
+
+
+def _free_step(module: cst.Module, stmts: list, ib: int, fn, method: bool,
+               model_of: dict[str, str]) -> tuple[str, str, list] | None:
+    """A backward() whose optimizer steps outside its function, unconditionally or not (a
+    helper runs ``loss.backward()`` and returns, the caller's loop calls ``optimizer.step()``):
+    the gradients add up in ``.grad`` until a step applies them, wherever it stands. Taken for
+    the file's one optimizer ``G`` (of model ``M``) when the block reads them under names that
+    are provably ``G`` and ``M`` (the globals, or parameters every call passes them to):
+    (the optimizer's and the model's names in the block, the blocks that call ``G.step()``,
+    each as (its statements, the statement))."""
+    if len(model_of) != 1:
+        return None
+    (g, model), = model_of.items()
+    params = set(_params(fn)) - {"self", "cls"}
+
+    def local(target: str) -> str | None:
+        if fn is None:
+            return target
+        bound = [p for p in params if _passed(module, fn, p, method) == {target}]
+        if len(bound) == 1:
+            return bound[0]
+        return None if bound or target in params else target
+
+    opt, mdl = local(g), local(model)
+    if opt is None or mdl is None:
+        return None
+    called = {c.func.value for s in stmts[:ib] for c in findall(s, m.Call(func=m.Name()))}
+    if mdl not in called:
+        return None  # the loss is not (visibly) the model's output
+    tops = {id(f) for f in module.body if isinstance(f, cst.FunctionDef)}
+    steps = []
+    for _, block, where, _, _ in _walk(module, None, (), None):
+        if where is fn and any(_stepped(s, None) for s in block):
+            return None  # a step in the backward's own function: the fused routes' shapes
+        if where is not None and (id(where) not in tops or g in _params(where)):
+            continue  # a method's, a nested function's, or one where the name is another's
+        steps += [(block, s) for s in block if _stepped(s, {g})]
+    return (opt, mdl, steps) if steps else None
+
+
 def _model(stmts: list, opt: str, fn, model_of: dict[str, str], models: set[str]
            ) -> str | None:
     """The model ``opt`` updates: a known optimizer's; for one the function receives, the
@@ -160,8 +218,31 @@ def _is_backward(s: cst.CSTNode) -> bool:
         func=m.Attribute(attr=m.Name("backward")), args=[]))]))
 
 
+@dataclass
+class _Place:
+    """Where an ``optimizer.step()`` of a held step stands."""
+    key: int  # id of the ``if`` holding it, or of the step's statement
+    block: list  # the statements around the step
+    step: cst.SimpleStatementLine
+    names: tuple[str, str]  # the model's and the optimizer's names there
+    held: bool  # inside its ``if`` (every clip before it counts), or free (those just before)
+
+
+def _clips_before(place: _Place) -> list:
+    """The clipping statements before the step (in its ``if``; or the run just before it)."""
+    before = place.block[:next(i for i, x in enumerate(place.block) if x is place.step)]
+    if place.held:
+        return [x for x in before if _is_clip(x)]
+    run = []
+    for x in reversed(before):
+        if not _is_clip(x):
+            break
+        run.insert(0, x)
+    return run
+
+
 def find_held_steps(module: cst.Module, model_of: dict[str, str], models: set[str],
-                    taken: set[str], multi_steps=lambda opt: False
+                    taken: set[str], multi_steps=lambda opt: False, fused=frozenset()
                     ) -> tuple[dict[int, HeldStep], dict[int, tuple]]:
     """(id(block) -> its held step, id(Expr) -> (kind, step) of each ``optimizer.step()``
     and ``zero_grad()`` the route rewrites). A block is held when its one ``backward()`` is
@@ -190,51 +271,65 @@ def find_held_steps(module: cst.Module, model_of: dict[str, str], models: set[st
                 and parent[1].orelse is None and len(findall(parent[1], _BACKWARD)) == 1:
             at = next(i for i, s in enumerate(parent[0]) if s is parent[1])
             held, scope = _held_if(parent[0][at + 1:], receivers), parent[0]
-        if held is None:
-            continue
-        step_if, opt = held
-        model = _model(stmts[:ib], opt, fn, model_of, models)
-        if model is None or fn is not None and opt in _params(fn) and not (
-                _one_optimizer_passed(module, fn, opt, id(fn) in classes)):
-            continue
+        free = None
+        if held is None and fn is not None and id(stmts[ib].body[0]) not in fused:
+            free = _free_step(module, stmts, ib, fn, id(fn) in classes, model_of)
+        if free is not None:  # the step stands elsewhere (passes/held_steps.py _free_step)
+            opt, model, found = free
+            (ident, gmodel), = model_of.items()
+            places = [_Place(id(st), block, st, (gmodel, ident), False) for block, st in found]
+            zeros = [(stmts, {opt, model})] + [(b, {ident, gmodel}) for b, _ in found]
+        else:
+            if held is None:
+                continue
+            step_if, opt = held
+            model = _model(stmts[:ib], opt, fn, model_of, models)
+            if model is None or fn is not None and opt in _params(fn) and not (
+                    _one_optimizer_passed(module, fn, opt, id(fn) in classes)):
+                continue
+            ident = opt
+            places = [_Place(id(step_if), step_if.body.body, next(
+                x for x in step_if.body.body if _stepped(x, {opt})), (model, opt), True)]
+            zeros = [([*scope, *step_if.body.body], None)]
         grad_step = tr._fresh("grad_step", taken)
         taken.add(grad_step)
         outer = loops[0] if loops else None
         in_loop = parent is not None and isinstance(parent[1], (cst.For, cst.While))
-        if in_loop and scope is stmts and multi_steps(opt):
+        if in_loop and free is None and scope is stmts and multi_steps(opt):
             fast = True
         sites.append((id(owner), HeldStep(opt, model, "", grad_step, "", fn,
                                           backward=id(stmts[ib].body[0]), node=stmts[ib].body[0],
                                           outer=outer),
-                      step_if, scope))
+                      ident, places, zeros))
     if not sites or fast and len(sites) == 1:
         return {}, {}
     # all or nothing
     backwards = findall(module, _BACKWARD)
-    opts = {h.optimizer for _, h, _, _ in sites}
+    opts = {ident for _, _, ident, _, _ in sites}
+    names = opts | {h.optimizer for _, h, _, _, _ in sites if h.function is None}
     steps = [c for c in findall(module, m.Call(func=m.Attribute(attr=m.Name("step"))))
-             if isinstance(c.func.value, cst.Name) and c.func.value.value in opts]
-    ifs = {id(i) for _, _, i, _ in sites}
-    if len(backwards) != len(sites) or len(steps) != len(ifs) or len(opts) != 1:
+             if isinstance(c.func.value, cst.Name) and c.func.value.value in names]
+    places = {p.key: p for _, _, _, ps, _ in sites for p in ps}
+    if len(backwards) != len(sites) or len(steps) != len(places) or len(opts) != 1:
         return {}, {}
-    opt = opts.pop()
-    models_ = {h.model for _, h, _, _ in sites}
+    models_ = {h.model for _, h, _, _, _ in sites}
     holder = tr._fresh("grads", taken)
     apply = tr._fresh("apply_grads", taken | {holder})
     taken |= {holder, apply}
     exprs: dict[int, tuple] = {}
-    for _, h, step_if, scope in sites:
+    for _, h, _, ps, zeros in sites:
         h.holder, h.apply = holder, apply
-        for s in [*scope, *step_if.body.body]:
-            if _stepped(s, {opt}):
-                exprs[id(s.body[0])] = ("step", h)
-            elif tr._is_method_stmt(s, {opt, *models_}, "zero_grad"):
-                exprs[id(s.body[0])] = ("zero", h)
+        for p in ps:
+            exprs.setdefault(id(p.step.body[0]), ("step", h, *p.names))
+        for block, receivers in zeros:
+            receivers = receivers or {h.optimizer, *models_}
+            for s in block:
+                if id(s.body[0] if isinstance(s, cst.SimpleStatementLine) else s) not in exprs \
+                        and tr._is_method_stmt(s, receivers, "zero_grad"):
+                    exprs[id(s.body[0])] = ("zero", h)
     # nothing else reads or changes the gradients but clipping before each held step, the
     # same at each (the optimizer's chain clips what it applies: passes/rewrite_schedules.py)
-    clip_stmts = {id(step_if): [x for x in step_if.body.body[:next(
-        i for i, x in enumerate(step_if.body.body) if _stepped(x, {opt}))] if _is_clip(x)]
-        for _, _, step_if, _ in sites}
+    clip_stmts = {k: _clips_before(p) for k, p in places.items()}
     if len({tuple(cst.Module(body=[]).code_for_node(c.body[0]) for c in cs)
             for cs in clip_stmts.values()}) > 1:
         return {}, {}
@@ -244,11 +339,11 @@ def find_held_steps(module: cst.Module, model_of: dict[str, str], models: set[st
                 isinstance(node, cst.Attribute) and node.attr.value == "zero_grad"):
             return {}, {}
     zero_calls = findall(module, m.Call(func=m.Attribute(attr=m.Name("zero_grad"))))
-    if len(zero_calls) != sum(1 for k, _ in exprs.values() if k == "zero"):
+    if len(zero_calls) != sum(1 for k, *_ in exprs.values() if k == "zero"):
         return {}, {}
     declared: set[int] = set()
-    for _, h, _, _ in sites:  # in source order: the first of each function declares
+    for _, h, _, _, _ in sites:  # in source order: the first of each function declares
         if h.function is not None and id(h.function) not in declared:
             h.declare = True
             declared.add(id(h.function))
-    return {i: h for i, h, _, _ in sites}, exprs
+    return {i: h for i, h, _, _, _ in sites}, exprs

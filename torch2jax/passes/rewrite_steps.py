@@ -108,7 +108,7 @@ class StepsMixin:
         # steps held back by a condition (passes/held_steps.py): .grad as an accumulator
         self._held, self._held_exprs = find_held_steps(
             module, {n: t.model_of(n) for n in self._step_opts}, self._model_names(),
-            self._file_names, self._multi_steps)
+            self._file_names, self._multi_steps, fused=self._step_backwards)
         for held in self._held.values():
             self._step_names |= {held.holder, held.grad_step, held.apply}
             site = t.optimizer_names.get(held.optimizer)
@@ -316,9 +316,9 @@ class StepsMixin:
     def _held_statement(self, original_node: cst.Expr):
         """``optimizer.step()`` of a held step -> the compiled update; ``zero_grad()`` ->
         ``grads = None``."""
-        kind, held = self._held_exprs[id(original_node)]
+        kind, held, *names = self._held_exprs[id(original_node)]
         text = (f"{held.holder} = None\n" if kind == "zero" else
-                f"{held.apply}({held.model}, {held.optimizer}, {held.holder})\n")
+                f"{held.apply}({names[0]}, {names[1]}, {held.holder})\n")
         return cst.parse_statement(text).body[0]
 
     def _held_block(self, stmts: list, held: HeldStep) -> list:
