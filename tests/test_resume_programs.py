@@ -48,3 +48,76 @@ def test_resumed_run_prints_torchs_epochs_and_learning_rates(tmp_path):
     assert [m["epoch"] for m in theirs] == [0, 1, 2, 3, 4, 5]
     assert [m["epoch"] for m in ours] == [m["epoch"] for m in theirs]
     assert [m["lr"] for m in ours] == pytest.approx([m["lr"] for m in theirs], rel=1e-6)
+
+
+# an early stop keeping the best weights in memory (copy.deepcopy(model.state_dict()) in a
+# tuple assignment, None at first, loaded back after the loop): the model's nnx.state as a
+# pure dict, put back with nnx.update. The rate is high enough that the validation loss
+# rises after its best epoch, so the weights loaded back are not the last ones.
+EARLY_STOP = """\
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        nn.init.constant_(self.fc.weight, 0.1)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+X = torch.linspace(-1.0, 1.0, 32).reshape(8, 4)
+Y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+XV, YV = X.flip(0) * 0.5, torch.tensor([1, 0, 2, 1, 0, 2, 1, 0])
+
+
+def evaluate(model):
+    model.eval()
+    with torch.no_grad():
+        return F.cross_entropy(model(XV), YV).item()
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=5.0)
+best_val, best_state, bad = float("inf"), None, 0
+for epoch in range(8):
+    model.train()
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(X), Y)
+    loss.backward()
+    optimizer.step()
+    val = evaluate(model)
+    print(f"{epoch} {val:.6f}")
+    if val < best_val:
+        best_val, best_state, bad = val, copy.deepcopy(model.state_dict()), 0
+    else:
+        bad += 1
+        if bad >= 3:
+            break
+model.load_state_dict(best_state)
+print(f"best {evaluate(model):.6f} {best_val:.6f}")
+"""
+
+
+def test_an_early_stop_keeps_and_loads_the_best_weights_in_memory():
+    v = pytest.importorskip("variants")
+    torch_lines = v.run_source(EARLY_STOP)
+    best, last = float(torch_lines[-1].split()[1]), float(torch_lines[-2].split()[1])
+    assert last - best > 0.05  # the weights loaded back are not the last epoch's
+    result = convert_source(EARLY_STOP, path="s.py")
+    assert "TODO(torch2jax)" not in result.code
+    assert ".to_pure_dict()" in result.code and "nnx.update(model" in result.code
+    assert v.same_output(v.run_source(result.code), torch_lines, 1e-5) is None
+    # a state dict whose flat keys the program reads is not this one: marked
+    keyed = EARLY_STOP.replace("model.load_state_dict(best_state)\n",
+                               "print(sorted(best_state))\nmodel.load_state_dict(best_state)\n")
+    code = convert_source(keyed, path="s.py").code
+    assert "copy.deepcopy(model.state_dict())" in code
+    assert "# TODO(torch2jax): model.state_dict() read as a dict" in code

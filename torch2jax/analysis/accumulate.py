@@ -224,3 +224,63 @@ def find_checkpoint_dicts(module: cst.Module) -> tuple[set[str], set[str]]:
         if a.targets[0].target.value in keyed:
             loaded.add(a.targets[0].target.value)
     return saved, loaded
+
+
+_STATE_DICT = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("state_dict")), args=[])
+_DEEPCOPY = m.Call(func=m.Name("deepcopy") | m.Attribute(value=m.Name("copy"),
+                                                          attr=m.Name("deepcopy")),
+                   args=[m.Arg(value=_STATE_DICT)])
+
+
+def find_memory_states(module: cst.Module) -> tuple[set[int], set[str]]:
+    """State dicts kept in memory (an early stop's best weights): ``best = model.state_dict()``
+    or ``copy.deepcopy(model.state_dict())`` (one element of a tuple assignment too), whose
+    name is only rebound, tested against None, deep-copied again or given to
+    ``x.load_state_dict(best)``. Their form is never read (a torch state_dict's flat keys),
+    so the model's nnx.state as a pure dict keeps their meaning. (ids of the ``state_dict()``
+    calls, the names)."""
+    calls: dict[str, list[int]] = {}
+    targets: set[int] = set()
+    other: set[str] = set()
+    for a in findall(module, m.Assign()):
+        for t in a.targets:
+            pairs = [(t.target, a.value)]
+            if isinstance(t.target, (cst.Tuple, cst.List)) and isinstance(
+                    a.value, (cst.Tuple, cst.List)) and len(t.target.elements) == len(
+                    a.value.elements):
+                pairs = [(e.value, v.value) for e, v in zip(t.target.elements,
+                                                             a.value.elements, strict=True)]
+            for target, value in pairs:
+                for n in findall(t.target, m.Name()):
+                    targets.add(id(n))
+                if isinstance(target, cst.Name):
+                    call = value if m.matches(value, _STATE_DICT) else (
+                        value.args[0].value if m.matches(value, _DEEPCOPY) else None)
+                    if call is not None:
+                        calls.setdefault(target.value, []).append(id(call))
+                    elif not m.matches(value, m.Name("None")):
+                        other.add(target.value)  # bound to something else too
+                else:
+                    other |= {n.value for n in findall(target, m.Name())}
+    for n in findall(module, m.For() | m.With() | m.AugAssign() | m.AnnAssign()
+                     | m.NamedExpr() | m.FunctionDef()):
+        # (a loop's, a with's, an augmented or annotated assignment's, a parameter's)
+        for part in (getattr(n, "target", None), *(getattr(i, "asname", None) for i in getattr(
+                n, "items", ())), getattr(n, "params", None)):
+            if part is not None:
+                other |= {x.value for x in findall(part, m.Name())}
+    calls = {n: c for n, c in calls.items() if n not in other}
+    if not calls:
+        return set(), set()
+    allowed: set[int] = set(targets)
+    for c in findall(module, m.Call(func=m.Attribute(attr=m.Name("load_state_dict")),
+                                    args=[m.Arg(value=m.Name(), keyword=None)])):
+        allowed.add(id(c.args[0].value))
+    for c in findall(module, m.Comparison(left=m.Name(), comparisons=[m.ComparisonTarget(
+            operator=m.Is() | m.IsNot(), comparator=m.Name("None"))])):
+        allowed.add(id(c.left))
+    for c in findall(module, m.Call(func=m.Name("deepcopy") | m.Attribute(
+            attr=m.Name("deepcopy")), args=[m.Arg(value=m.Name())])):
+        allowed.add(id(c.args[0].value))
+    names = {n for n in calls if all(id(x) in allowed for x in findall(module, m.Name(n)))}
+    return {i for n in names for i in calls[n]}, names

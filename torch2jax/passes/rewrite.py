@@ -231,6 +231,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         if self.target.stateful_modules and not self.target.intermediate:
             self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
             self._ckpt_inline = acc.inline_checkpoint_dicts(node)
+            self._memory_states, self._memory_state_names = acc.find_memory_states(node)
             self._acc = acc.find_micro_steps(
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)

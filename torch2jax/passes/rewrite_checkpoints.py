@@ -62,14 +62,36 @@ class CheckpointsMixin:
             return f"nnx.state({name})"
         return f"nnx.state({name}, {RNG_FREE})"
 
+    def _saved_state_dict(self, node: cst.Call) -> bool:
+        """``state_dict()`` in a form the checkpoint translations take: saved by
+        ``torch.save`` (its argument, or a value of a dict literal)."""
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        if isinstance(parent, cst.DictElement):
+            return True
+        outer = self.get_metadata(ParentNodeProvider, parent, None) if isinstance(
+            parent, cst.Arg) else None
+        return isinstance(outer, cst.Call) and self.q(outer.func) == "torch.save"
+
     def _checkpoint_dict_call(self, original_node: cst.Call):
         """Checkpoint dicts (analysis/accumulate.py find_checkpoint_dicts), nnx:
         ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
         -> the orbax PyTree restored."""
-        if not self.target.stateful_modules or self.target.intermediate or not (
-                self._ckpt_dicts or self._ckpt_loads or self._ckpt_inline):
-            return None
         func = original_node.func
+        if id(original_node) in getattr(self, "_memory_states", ()) and self._stateful(
+                func.value):  # best = copy.deepcopy(model.state_dict()): kept in memory
+            self.need("nnx")
+            return expr(f"{self._saved_state(func.value)}.to_pure_dict()")
+        if not self.target.stateful_modules or self.target.intermediate:
+            return None
+        if m.matches(func, m.Attribute(attr=m.Name("state_dict"))) and not original_node.args \
+                and self._stateful(func.value) and not self._saved_state_dict(original_node):
+            self.diag(original_node, "state_dict", "error",
+                      f"{code(func.value)}.state_dict() read as a dict: torch's is flat, by "
+                      f"dotted keys; the converted model's state is nnx.state({code(func.value)})"
+                      ", nested by attribute (its .to_pure_dict() for a plain dict)")
+            return None
+        if not (self._ckpt_dicts or self._ckpt_loads or self._ckpt_inline):
+            return None
         if m.matches(func, m.Attribute(attr=m.Name("state_dict"))) and not original_node.args \
                 and self._stateful(func.value) and isinstance(self.get_metadata(
                     ParentNodeProvider, original_node, None), cst.DictElement):
@@ -125,7 +147,8 @@ class CheckpointsMixin:
                                                     attr=m.Name("load_state_dict")),
                                    args=[m.Arg(keyword=None)])) and not m.matches(
                 value.args[0].value, m.Call()) and self._stateful(value.func.value) and (
-                self._ckpt_loads):
+                self._ckpt_loads or code(value.args[0].value) in getattr(
+                    self, "_memory_state_names", ())):
             owner = value.func.value.value
             state = f"{owner}_state"
             self.need("nnx")
