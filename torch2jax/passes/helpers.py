@@ -758,6 +758,57 @@ class Embedding(nnx.Embed):
         return jnp.where(padded, jax.lax.stop_gradient(out), out)
 """, targets=("nnx",))
 
+# nn.EmbeddingBag (rules/layers.toml)
+helper("EmbeddingBag", {"Any", "jax", "jnp", "nnx"}, """
+class EmbeddingBag(nnx.Embed):
+    \"\"\"nn.EmbeddingBag: the rows of each bag reduced by mode ('sum', 'mean' or 'max').
+    A 2-d input is one bag per row; a 1-d input with offsets has bag i from offsets[i] to
+    the next offset (include_last_offset: the last offset ends the last bag). Rows of
+    padding_idx are left out of the bags; per_sample_weights scale the rows ('sum'). An empty
+    bag is zeros, as torch's.\"\"\"
+
+    def __init__(self, num_embeddings: int, features: int, mode: str = "mean",
+                 include_last_offset: bool = False, padding_idx: int | None = None, *,
+                 rngs: nnx.Rngs, **kwargs: Any) -> None:
+        super().__init__(num_embeddings, features, rngs=rngs, **kwargs)
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError(f"EmbeddingBag mode {mode!r}: 'sum', 'mean' or 'max'")
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.mode, self.include_last_offset = mode, include_last_offset
+        self.padding_idx = padding_idx
+
+    def __call__(self, inputs: jax.Array, offsets: jax.Array | None = None,
+                 per_sample_weights: jax.Array | None = None) -> jax.Array:
+        if inputs.ndim == 2:
+            bags = inputs.shape[0]
+            segments = jnp.repeat(jnp.arange(bags), inputs.shape[1])
+            inputs = inputs.reshape(-1)
+            if per_sample_weights is not None:
+                per_sample_weights = per_sample_weights.reshape(-1)
+        else:
+            starts = offsets[:-1] if self.include_last_offset else offsets
+            bags = starts.shape[0]
+            segments = jnp.searchsorted(starts, jnp.arange(inputs.shape[0]), side="right") - 1
+            if self.include_last_offset:  # (past the last offset: in no bag)
+                segments = jnp.where(jnp.arange(inputs.shape[0]) < offsets[-1], segments, -1)
+        keep = jnp.ones(inputs.shape, bool) if self.padding_idx is None else (
+            inputs != self.padding_idx)
+        segments = jnp.where(keep & (segments >= 0), segments, bags)  # bag `bags`: dropped
+        rows = super().__call__(inputs)
+        if per_sample_weights is not None:
+            rows = rows * per_sample_weights[:, None]
+        count = jax.ops.segment_sum(jnp.ones(inputs.shape, rows.dtype), segments, bags + 1)
+        if self.mode == "max":
+            out = jax.ops.segment_max(rows, segments, bags + 1)
+            out = jnp.where(count[:, None] > 0, out, 0)
+        else:
+            out = jax.ops.segment_sum(rows, segments, bags + 1)
+            if self.mode == "mean":
+                out = out / jnp.maximum(count, 1)[:, None]
+        return out[:bags]
+""", targets=("nnx",))
+
 # nn.TransformerEncoderLayer / nn.TransformerEncoder (rules/sequence.toml): torch's attribute
 # names, so that the weight transfer maps torch's state_dict by path (self_attn through the
 # MultiheadAttention rule, linear1/linear2 and norm1/norm2 through Linear's and LayerNorm's)

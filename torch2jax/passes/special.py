@@ -231,6 +231,32 @@ def embedding(site: Site) -> cst.BaseExpression:
                 arg(a.get("embedding_dim")), *site.rngs_arg())
 
 
+@special("embedding_bag")
+def embedding_bag(site: Site) -> cst.BaseExpression:
+    """``nn.EmbeddingBag(num, dim, mode=..., ...)`` -> the EmbeddingBag helper class
+    (passes/helpers.py): an nnx.Embed whose call reduces each bag with jax.ops.segment_*."""
+    if not site.renders.helper_classes:
+        raise Untranslatable("EmbeddingBag: translated for the NNX target only (the "
+                             "EmbeddingBag helper class)")
+    if site.lit("max_norm") is not None:
+        raise Untranslatable("EmbeddingBag max_norm: lookups are renormalised in place in torch")
+    if site.lit("scale_grad_by_freq") not in (False, None):
+        raise Untranslatable("EmbeddingBag scale_grad_by_freq: gradients scaled by the "
+                             "frequency of each id in the batch")
+    mode = site.lit("mode")
+    if mode is not ... and mode not in ("mean", "sum", "max"):  # (a name: checked at run time)
+        raise Untranslatable(f"EmbeddingBag mode={mode!r}: not 'sum', 'mean' or 'max'")
+    if "EmbeddingBag" in site.defined:
+        raise Untranslatable("the file defines its own EmbeddingBag: rename it, the converted "
+                             "file needs that name for the EmbeddingBag helper class")
+    a = site.args
+    out = [arg(a.get("num_embeddings")), arg(a.get("embedding_dim"))]
+    for name in ("mode", "include_last_offset", "padding_idx"):
+        if a.has(name):
+            out.append(arg(a.get(name), name))
+    return call("EmbeddingBag", *out, *site.rngs_arg())
+
+
 @special("dropout")
 def dropout(site: Site) -> cst.BaseExpression:
     p = site.args.get("p")
