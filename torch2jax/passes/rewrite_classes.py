@@ -252,6 +252,11 @@ class ModuleClassMixin:
                 node = tr.return_key(node)
             except Untranslatable as exc:
                 self.diag(original_node, "seed", "error", exc.message)
+        if self.target.setup_modules and self.in_module_class() and node.name.value in \
+                self._lt_unbound.get(self.current_class, ()):
+            node = node.visit(f32 := lt.Float32Parameters())  # (runs unbound)
+            if f32.names:
+                self.need("jnp")
         if self.in_module_class() and node.name.value == "forward":
             node = node.with_changes(name=cst.Name("__call__"))
         if self.target.train_state and not self._class_stack and not self._fn_stack:

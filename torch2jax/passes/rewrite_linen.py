@@ -407,6 +407,9 @@ class LinenTrainingMixin:
                 inner = lt.local_names(ep.fn) - set(ep.params) if ep.fn is not None else set()
                 used = {n.value for x in [*stmts, *inputs] for n in findall(x, m.Name())}
                 used -= {n for st in stmts for n in tr.names_of(st).assigned}
+                starts = [lt.carried_start(ep, n, inner) for n in sorted(used & inner)]
+                if all(starts):  # a state the loop carries, started before it
+                    stmts, used = [*stmts, *starts], used - inner
                 sample = (stmts, inputs) if not used & inner else None
         if sample is None:
             self.diag(original, "training-loop", "error",
@@ -559,6 +562,11 @@ class LinenTrainingMixin:
             return None  # configure_optimizers: it returns the optax transform, unbound
         here = lt.module_methods(self._root, self.index.module_classes)
         imported = self._lt_imported_model(f.value.value)
+        classes = {a.value.func.value for a in findall(self._root, m.Assign(
+            targets=[m.AssignTarget(target=m.Name(f.value.value))], value=m.Call(
+                func=m.Name())))}
+        if classes and all(f.attr.value in self._lt_unbound.get(c, ()) for c in classes):
+            return None  # it reads only the module's fields: it runs on the unbound module
         if f.attr.value not in here and not imported:
             return None
         if any(a.star for a in original.args) or not self._lt_variables_bound() or \
@@ -647,6 +655,10 @@ class LinenTrainingMixin:
                 self.need("jax", "partial")
             node = lt.add_variables_param(node, i)
         if name in self._lt_epoch:
+            body = list(node.body.body)
+            loop = next((i for i, st in enumerate(body) if isinstance(st, (cst.For, cst.While))),
+                        len(body))
+            self._lt_epoch[name].prelude = body[:loop]
             node = lt.takes_state(node, self._lt_epoch[name])
         if name in self._lt_trainers and not lt.returns(node):
             body = [*node.body.body, cst.parse_statement(f"return {lt.VARIABLES}\n")]
