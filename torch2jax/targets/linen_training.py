@@ -56,11 +56,13 @@ class LinenStep:
 class _ApplyCalls(cst.CSTTransformer):
     """``model(x)`` -> ``state.apply_fn(vars, x, ...)`` in the loss function."""
 
-    def __init__(self, model: str, variables: str, extra: list[cst.Arg]) -> None:
+    def __init__(self, model: str, variables: str, extra: list[cst.Arg],
+                 state: str = STATE) -> None:
         super().__init__()
         self.model = model
         self.variables = variables
         self.extra = extra
+        self.state = state
         self.calls: list[cst.Call] = []
 
     def visit_Lambda(self, node) -> bool:
@@ -70,7 +72,8 @@ class _ApplyCalls(cst.CSTTransformer):
         if m.matches(updated_node.func, m.Name(self.model)):
             self.calls.append(original_node)
             args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated_node.args]
-            return call(f"{STATE}.apply_fn", arg(cst.parse_expression(self.variables)), *args, *self.extra)
+            return call(f"{self.state}.apply_fn", arg(cst.parse_expression(self.variables)),
+                        *args, *self.extra)
         return updated_node
 
 
@@ -267,7 +270,8 @@ def _model_inputs(loss_body, model: str):
             [a for a in c.args if a.keyword is not None])
 
 
-def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str]):
+def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str],
+                    state: str = STATE):
     """``y = state.apply_fn(..., mutable=...)`` -> ``y, updates = ...``; a call nested in an
     expression is assigned first."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
@@ -275,7 +279,7 @@ def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str]):
                              "loss", rule="training-loop")
     small = stmt.body[0]
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and m.matches(
-            small.value, m.Call(func=m.Attribute(value=m.Name(STATE),
+            small.value, m.Call(func=m.Attribute(value=m.Name(state),
                                                  attr=m.Name("apply_fn")))):
         target = small.targets[0].target
         if isinstance(target, cst.Tuple):
@@ -284,7 +288,7 @@ def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str]):
                           rpar=[])
         return stmt.with_changes(body=[small.with_changes(
             targets=[cst.AssignTarget(new_t)])])
-    found = findall(small, m.Call(func=m.Attribute(value=m.Name(STATE),
+    found = findall(small, m.Call(func=m.Attribute(value=m.Name(state),
                                                      attr=m.Name("apply_fn"))))
     out = tr._fresh("output", taken)
     taken.add(out)
@@ -303,22 +307,34 @@ def sample_inputs(step: LinenStep, body: Sequence[cst.BaseStatement], loop: cst.
     stmts: list[cst.BaseStatement] = []
     out: list[cst.BaseExpression] = []
     copied: set[int] = set()
+    # with a carried state (its first value has the whole batch), the whole first batch
+    exact = any(isinstance(a, cst.Name) and a.value in loop_names and step.model and _carried(
+        a.value, body, step.model) for a in step.model_args)
     for a in step.model_args:
-        e = _sample_of(a, body, loop, outer, loop_names, stmts, copied, model=step.model or None)
+        e = _sample_of(a, body, loop, outer, loop_names, stmts, copied, model=step.model or None,
+                       exact=exact)
         if e is None:
             return None
         out.append(e)
     return stmts, out
 
 
-def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=()
+def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=(), exact: bool = False
                 ) -> cst.BaseExpression | None:
     """A batch gathered from an array the loop does not assign: ``X[idx]`` or ``X[i:i + n]``
     -> ``X[:1]`` (the same shape past the batch axis); ``X[i]`` with ``i`` counting over a
-    range -> ``X[0]``."""
+    range -> ``X[0]``. ``exact``: the first batch itself (``X[0:0 + n]``, the counters at
+    their first values), or None."""
     if not (isinstance(e, cst.Subscript) and isinstance(e.value, cst.Name)
             and e.value.value not in loop_names and len(e.slice) == 1):
         return None
+    if exact:
+        firsts = _range_firsts(outer)
+        if set(tr.names_of(e.slice[0]).used) & loop_names - set(firsts):
+            return None
+        for k, v in firsts.items():
+            e = _replace_name(e, k, v)
+        return e
     index = e.slice[0].slice
     if isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and any(
             isinstance(f.target, cst.Name) and f.target.value == index.value.value
@@ -353,7 +369,7 @@ def _carried(name: str, body, model: str) -> bool:
     return found
 
 
-def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
+def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None, exact=False):
     if m.matches(e, m.Call(func=m.Attribute(attr=m.Name("to")))):
         e = e.func.value  # data.to(device): the batch itself
     if m.matches(e, _DETACHED):
@@ -369,8 +385,10 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
         # for i, (x, y) in enumerate(loader[, start]): the batch is the second element
         inner = loop.target.elements[1].value
         loop = loop.with_changes(target=inner, iter=loop.iter.args[0].value)
-    rows = _first_rows(e, loop_names, [*outer, loop] if isinstance(loop, cst.For) else outer)
-    if rows is not None:
+    rows = _first_rows(e, loop_names, [*outer, loop] if isinstance(loop, cst.For) else outer,
+                       exact)
+    if rows is not None or exact and m.matches(e, m.Subscript(value=m.Name(
+            m.MatchIfTrue(lambda n: n not in loop_names)))):
         return rows
     if m.matches(e, m.Subscript(value=m.Name(), slice=[m.SubscriptElement(m.Index(
             m.Integer()))])) and e.value.value in loop_names:
@@ -389,13 +407,14 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
         a = s.body[0]
         t = a.targets[0].target
         if isinstance(t, cst.Name) and t.value == name:
-            return _sample_of(a.value, body[:j], loop, outer, loop_names, stmts, copied)
+            return _sample_of(a.value, body[:j], loop, outer, loop_names, stmts, copied,
+                              exact=exact)
         if isinstance(t, cst.Tuple) and name in [getattr(el.value, "value", None)
                                                  for el in t.elements]:
             k = [getattr(el.value, "value", None) for el in t.elements].index(name)
             if isinstance(a.value, cst.Tuple) and len(a.value.elements) == len(t.elements):
                 return _sample_of(a.value.elements[k].value, body[:j], loop, outer,
-                                  loop_names, stmts, copied)
+                                  loop_names, stmts, copied, exact=exact)
             if isinstance(a.value, cst.Call):
                 # x, y = get_batch(...): the first batch, drawn before the loop
                 used = set(tr.names_of(a.value).used)
@@ -458,8 +477,8 @@ def _replace_name(node: cst.BaseExpression, name: str, value: cst.BaseExpression
 
 
 def init_statements(model: str, optimizer: str, sample: list[cst.BaseExpression] | None,
-                    *, uses_train: bool, batch_stats: bool, dtype: str | None = None
-                    ) -> list[cst.BaseStatement]:
+                    *, uses_train: bool, batch_stats: bool, dtype: str | None = None,
+                    state: str = STATE) -> list[cst.BaseStatement]:
     """``variables = model.init(...)`` and the TrainState, before the training loop."""
     inputs = ", ".join(code(s) for s in sample) if sample is not None else "..."
     stmts = [cst.parse_statement(f"{tr.KEY}, subkey = jax.random.split({tr.KEY})\n")]
@@ -475,14 +494,14 @@ def init_statements(model: str, optimizer: str, sample: list[cst.BaseExpression]
     cls = "TrainState" if batch_stats else "train_state.TrainState"
     bs = f', batch_stats={VARIABLES}["batch_stats"]' if batch_stats else ""
     stmts.append(cst.parse_statement(
-        f'{STATE} = {cls}.create(apply_fn={apply_fn}, params={VARIABLES}["params"], '
+        f'{state} = {cls}.create(apply_fn={apply_fn}, params={VARIABLES}["params"], '
         f"tx={optimizer}{bs})\n"))
     return stmts
 
 
-def final_variables(batch_stats: bool) -> cst.SimpleStatementLine:
-    bs = f', "batch_stats": {STATE}.batch_stats' if batch_stats else ""
-    return cst.parse_statement(f'{VARIABLES} = {{"params": {STATE}.params{bs}}}\n')
+def final_variables(batch_stats: bool, state: str = STATE) -> cst.SimpleStatementLine:
+    bs = f', "batch_stats": {state}.batch_stats' if batch_stats else ""
+    return cst.parse_statement(f'{VARIABLES} = {{"params": {state}.params{bs}}}\n')
 
 
 def train_state_class() -> cst.ClassDef:
