@@ -41,8 +41,9 @@ EXPECTED_TODOS: dict[str, dict[str, list[tuple[int, str]]]] = {
     "nnx": {},
     "linen": {
         # (generate's draw is the module's "noise" stream, self.make_rng: translated)
-        "model.py": [(17, "linen"), (23, "parameter"), (163, "module-api"), (166, "target"),
-                     (172, "module-api")],
+        # (LayerNorm's optional bias, a parameter under a constructor argument's name, is
+        # the attribute bias_param: translated)
+        "model.py": [(164, "module-api"), (167, "target"), (173, "module-api")],
         # the backward() and step() of the marked micro-step loop are marked at their lines
         # too (finish/grad_state.py)
         "train.py": [(91, "torch-leftover"), (137, "torch.load"), (203, "training-loop"),

@@ -171,6 +171,29 @@ class Rms(nn.Module):
         return self.out(self.bare(self.norm(0.01 * self.fc(x))))
 
 
+class OptBiasNorm(nn.Module):
+    # nanoGPT's LayerNorm: a parameter under the name of a constructor argument, made only
+    # when it is true (linen: the attribute bias_param, the parameter's path still "bias")
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, input):
+        return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class OptBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 6)
+        self.with_bias = OptBiasNorm(6, True)
+        self.without = OptBiasNorm(6, False)
+
+    def forward(self, x):
+        return self.without(self.with_bias(self.fc(x)))
+
+
 class Sizes(nn.Module):
     def __init__(self, sizes=[8, 6]):
         super().__init__()
@@ -197,6 +220,7 @@ CASES = {
     "TiedEmb": ["int64[4]:10"],
     "Sizes": ["float32[3,4]"],
     "Rms": ["float32[3,6]"],
+    "OptBias": ["float32[3,4]"],
 }
 TARGETS = ("equinox", "linen")
 
@@ -263,6 +287,8 @@ def test_equinox_and_linen_forms(converted) -> None:
         assert "self.fc = ReadableDense(8, 6)" in code and "class ReadableDense" in code
         # a list default is no dataclass field default, and not hashable
         assert "sizes: tuple = (8, 6)" in code
+        assert 'self.bias_param = self.param("bias", lambda key: jnp.zeros(self.ndim)) if ' \
+            'self.bias else None' in code
 
 
 @pytest.mark.parametrize("target", TARGETS)

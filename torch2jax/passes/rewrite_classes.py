@@ -594,6 +594,10 @@ class ModuleClassMixin:
         """The name of the ``self.<name>`` that ``nn.Parameter(...)`` is assigned to (a target
         that declares parameters by name: ``self.param("w", ...)``)."""
         assign = self.get_metadata(ParentNodeProvider, original, None)
+        if isinstance(assign, cst.IfExp) and (original is assign.body or original is
+                                              assign.orelse):
+            # self.bias = nn.Parameter(torch.zeros(n)) if bias else None
+            assign = self.get_metadata(ParentNodeProvider, assign, None)
         target = assign.targets[0].target if isinstance(assign, cst.Assign) else None
         if not m.matches(target, m.Attribute(value=m.Name("self"))):
             raise Untranslatable("nn.Parameter not assigned to self.<name>", rule="parameter")
