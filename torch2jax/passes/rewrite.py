@@ -229,6 +229,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             for opt, _ in self._lr_loops.values():
                 if opt in t.optimizer_names:
                     t.optimizer_names[opt].lr_set = True
+        if self.target.train_state:  # (linen: the loads of checkpoint dicts)
+            self._ckpt_loads = acc.find_checkpoint_dicts(node)[1]
         if self.target.stateful_modules and not self.target.intermediate:
             self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
             self._ckpt_inline = acc.inline_checkpoint_dicts(node)

@@ -582,6 +582,15 @@ class LinenTrainingMixin:
                       "checkpoint of variables saves them)")
             return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
                               value=value.args[0].value)
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name(
+                "load_state_dict")), args=[m.Arg(value=~m.Call(), keyword=None)])) and (
+                f.value.value in self._model_names() or f.value.value in
+                self.training.optimizer_names):
+            # a linen module or an optax transform has no state to load into
+            self.diag(original_node, "load_state_dict", "error",
+                      f"{f.value.value}.load_state_dict(d) where {f.value.value} is trained: "
+                      "linen keeps the variables and the optimizer state in the TrainState; "
+                      "restore them into it by hand")
         return None
 
     def _lt_tie_condition(self, original_node: cst.Assign) -> str | None:
