@@ -66,13 +66,11 @@ class CheckpointsMixin:
         """Checkpoint dicts (analysis/accumulate.py find_checkpoint_dicts), nnx:
         ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
         -> the orbax PyTree restored."""
-        if not (self.target.stateful_modules or self.target.train_state) or \
-                self.target.intermediate or not (
+        if not self.target.stateful_modules or self.target.intermediate or not (
                 self._ckpt_dicts or self._ckpt_loads or self._ckpt_inline):
             return None
         func = original_node.func
-        if self.target.stateful_modules and m.matches(func, m.Attribute(
-                attr=m.Name("state_dict"))) and not original_node.args \
+        if m.matches(func, m.Attribute(attr=m.Name("state_dict"))) and not original_node.args \
                 and self._stateful(func.value) and isinstance(self.get_metadata(
                     ParentNodeProvider, original_node, None), cst.DictElement):
             self.need("nnx")
@@ -81,16 +79,13 @@ class CheckpointsMixin:
                 self.get_metadata(ParentNodeProvider, original_node, None),
                 m.Assign(targets=[m.AssignTarget(target=m.Name())])):
             target = self.get_metadata(ParentNodeProvider, original_node, None).targets[0]
-            if target.target.value not in self._ckpt_loads or (
-                    self.target.train_state and not self._lt_trains_none()):
-                return None  # (linen: read where no model is trained, variables = d)
+            if target.target.value not in self._ckpt_loads:
+                return None
             self.need("os", "ocp")
             self.diag(original_node, "torch.load", "info",
                       "torch.load of a checkpoint dict -> the orbax PyTree checkpoint (a "
                       "directory at that path) that the converted torch.save writes; "
-                      + ("a model's state_dict in it is its linen variables ({'params': "
-                         "...})" if self.target.train_state else
-                         "state_dicts in it are nnx.state pure dicts"))
+                      "state_dicts in it are nnx.state pure dicts")
             return expr(f"ocp.PyTreeCheckpointer().restore(os.path.abspath("
                         f"{code(original_node.args[0].value)}))")
         return None

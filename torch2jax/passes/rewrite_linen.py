@@ -171,6 +171,25 @@ class LinenTrainingMixin:
                      f"{lt.VARIABLES})")
         return self._orbax(original_node, kind, inner, f"{model}'s variables")
 
+    def _lt_checkpoint_load(self, original_node: cst.Call) -> cst.BaseExpression | None:
+        """``checkpoint = torch.load(path)`` of a checkpoint dict (analysis/accumulate.py) in
+        a file that trains no model (a sampling script): the orbax PyTree restored, as on NNX;
+        a model's state_dict in it is read as its variables (``model.load_state_dict(d)`` ->
+        ``variables = d``). Where a model is trained, it stays marked."""
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        if self.q(original_node.func) != "torch.load" or not original_node.args or \
+                not m.matches(parent, m.Assign(targets=[m.AssignTarget(target=m.Name())])) or \
+                parent.targets[0].target.value not in self._ckpt_loads or \
+                not self._lt_trains_none():
+            return None
+        self.need("os", "ocp")
+        self.diag(original_node, "torch.load", "info",
+                  "torch.load of a checkpoint dict -> the orbax PyTree checkpoint (a directory "
+                  "at that path); a model's state_dict in it is read as its linen variables "
+                  "({'params': ...})")
+        return cst.parse_expression(f"ocp.PyTreeCheckpointer().restore(os.path.abspath("
+                                    f"{code(original_node.args[0].value)}))")
+
     LT_UNAPPLIED = ("the linen model called outside a train step, in a file that binds none of "
                     "its variables (it is trained elsewhere): left as written; pass its "
                     "variables in and call model.apply(variables, ...)")
