@@ -104,21 +104,10 @@ PROGRAMS = {
 # the combinations that do not run converted yet, each with the converter gap it meets (every
 # program runs on NNX)
 GAPS: dict[tuple[str, str], str] = {
-    # (the stacked nn.LSTM, the tied head with a bias, the hidden state carried by the train
-    # step and init_hidden's next(self.parameters()) are translated on linen)
-    ("word_lm", "linen"): "train() reads the model as a global and calls model.init_hidden, "
-                          "a method that needs the variables before model.init made them (no "
-                          "sample input for model.init); torch.save in a per-epoch loop",
     ("word_lm", "equinox"): "the stacked nn.LSTM (the TorchLSTM helper) is NNX only; the "
                             "model's forward takes several arguments (a value layer called "
                             "with several arguments); the training code is not translated",
-    **{("word_lm-tied", t): f"as word_lm's: {g}" for t, g in (
-        ("linen", ("train() reads the model as a global and calls model.init_hidden "
-                   "before model.init")),
-        ("equinox", "the stacked nn.LSTM is NNX only"))},
-    # (torch.nn.init in weights_init and netG.apply(weights_init) are translated on linen)
-    ("dcgan", "linen"): "the GAN step (two models with BatchNorm state in one step) is "
-                        "translated for --target nnx only",
+    ("word_lm-tied", "equinox"): "as word_lm's: the stacked nn.LSTM is NNX only",
     # (weights_init applied by model.apply is translated: tests/test_equinox_programs.py)
     ("dcgan", "equinox"): "the equinox pass has no translation of the GAN step: two models "
                           "with BatchNorm state in one function (each needs its own "

@@ -1,11 +1,14 @@
-"""The GAN training step (DCGAN shape, two models and two optimizers) for --target nnx,
-converted and run against torch: the losses of every iteration and the BatchNorm running
-statistics of both models agree (G's update once per iteration, D's on its three forwards;
-D's gradient is the sum of its two backward losses)."""
+"""The GAN training step (DCGAN shape, two models and two optimizers) for --target nnx and
+--target linen, converted and run against torch: the losses of every iteration and the
+BatchNorm running statistics of both models agree (G's update once per iteration, D's on its
+three forwards; D's gradient is the sum of its two backward losses). On linen each model's
+state is its own TrainState."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from test_training_scripts import _run as run_script
 
@@ -25,9 +28,6 @@ class Generator(nn.Module):
         self.fc1 = nn.Linear(nz, 6, bias=False)
         self.bn = nn.BatchNorm1d(6)
         self.fc2 = nn.Linear(6, 4)
-        nn.init.constant_(self.fc1.weight, 0.3)
-        nn.init.constant_(self.fc2.weight, -0.2)
-        nn.init.constant_(self.fc2.bias, 0.05)
 
     def forward(self, z):
         return torch.tanh(self.fc2(torch.relu(self.bn(self.fc1(z)))))
@@ -39,17 +39,31 @@ class Discriminator(nn.Module):
         self.fc1 = nn.Linear(4, 5, bias=False)
         self.bn = nn.BatchNorm1d(5)
         self.fc2 = nn.Linear(5, 1)
-        nn.init.constant_(self.fc1.weight, 0.25)
-        nn.init.constant_(self.fc2.weight, 0.4)
-        nn.init.constant_(self.fc2.bias, 0.0)
 
     def forward(self, x):
         h = nn.functional.leaky_relu(self.bn(self.fc1(x)), 0.2)
         return torch.sigmoid(self.fc2(h)).view(-1)
 
 
+# the weights set by init functions applied from outside (both targets translate them)
+def init_g(m):
+    if isinstance(m, nn.Linear):
+        nn.init.constant_(m.weight, 0.3)
+        if m.bias is not None:
+            nn.init.constant_(m.bias, 0.05)
+
+
+def init_d(m):
+    if isinstance(m, nn.Linear):
+        nn.init.constant_(m.weight, -0.25)
+        if m.bias is not None:
+            nn.init.constant_(m.bias, 0.1)
+
+
 netG = Generator()
+netG.apply(init_g)
 netD = Discriminator()
+netD.apply(init_d)
 criterion = nn.BCELoss()
 # eps=1e-3: Adam's first steps on near-zero gradients would amplify float rounding
 optimizerD = optim.Adam(netD.parameters(), lr=0.05, betas=(0.5, 0.999), eps=1e-3)
@@ -100,14 +114,20 @@ def _convert(source: str):
     return convert_source(source, path="script.py")
 
 
-def test_gan_step_matches_torch(tmp_path):
+@pytest.fixture(scope="module")
+def torch_numbers(tmp_path_factory):
+    """torch's losses and statistics (one run, for both targets)."""
+    return _run(SCRIPT + TORCH_STATS, tmp_path_factory.mktemp("torch"))
+
+
+def test_gan_step_matches_torch(tmp_path, torch_numbers):
     result = _convert(SCRIPT)
     errors = [str(d) for d in result.diagnostics if d.severity == "error"]
     assert errors == [], errors
     code = result.code
     assert "nnx.vjp(generate, netG" in code and code.count("netG(") == 1
     assert "return errD_real + errD_fake" in code
-    want = _run(SCRIPT + TORCH_STATS, tmp_path)
+    want = torch_numbers
     got = _run(code + JAX_STATS, tmp_path)
     assert len(want) == len(got) == 2 * 6 + 4
     for a, b in zip(want, got):
@@ -131,3 +151,35 @@ def test_other_two_optimizer_shapes_stay_marked():
     # the G step before the D step's update
     assert _marked(SCRIPT.replace("        optimizerD.step()\n", "").replace(
         "        optimizerG.step()\n", "        optimizerG.step()\n        optimizerD.step()\n"))
+
+
+# --target linen: each model's state in its own TrainState
+LINEN_STATS = """
+for state in (netG_state, netD_state):
+    print(state.batch_stats["bn"]["mean"][0].item(), state.batch_stats["bn"]["var"][0].item())
+"""
+
+
+def test_gan_step_on_linen_matches_torch(tmp_path, torch_numbers):
+    result = convert_source(SCRIPT, path="script.py", target="linen")
+    errors = [str(d) for d in result.diagnostics if d.severity == "error"]
+    assert errors == [] and "TODO" not in result.code, errors
+    code = result.code
+    # G's forward once, under jax.vjp; model.init on the loop's first batch and noise
+    assert "jax.vjp(generate, netG_state.params, has_aux=True)" in code
+    assert "noise = noises[0:0 + 4] * (0 + 1)" in code
+    want = torch_numbers
+    got = _run(code + LINEN_STATS, tmp_path)
+    assert len(want) == len(got) == 2 * 6 + 4
+    for a, b in zip(want, got):
+        assert abs(a - b) <= 1e-5 * max(abs(a), abs(b), 1e-3), (want, got)
+
+
+def test_gan_loop_reading_a_model_outside_the_step_stays_marked_on_linen():
+    # G called between iterations (in training mode, its state in the TrainState)
+    source = SCRIPT.replace("        print(errD.item(), errG.item())\n",
+                                  "        print(errD.item(), errG.item())\n"
+                                  "        sample = netG(noise)\n")
+    result = convert_source(source, path="script.py", target="linen")
+    assert any(d.rule == "training-loop" and d.severity == "error"
+               for d in result.diagnostics)

@@ -158,9 +158,23 @@ class TiedEmb(nn.Module):
         return h @ self.emb.weight.T + F.linear(h, self.proj.weight).sum(-1, keepdim=True)
 
 
+class OptBiasNorm(nn.Module):
+    # nanoGPT's LayerNorm: a parameter under the name of a constructor argument, made only
+    # when it is true (linen: the attribute bias_param, the parameter's path still "bias")
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, ndim))
+        self.bias = nn.Parameter(torch.linspace(-0.3, 0.2, ndim)) if bias else None
+
+    def forward(self, input):
+        return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
 class Rms(nn.Module):
     def __init__(self):
         super().__init__()
+        self.with_bias = OptBiasNorm(6, True)
+        self.without = OptBiasNorm(6, False)
         self.fc = nn.Linear(6, 8)
         self.norm = nn.RMSNorm(8, eps=1e-6)
         self.bare = nn.RMSNorm(8, eps=None, elementwise_affine=False)
@@ -168,6 +182,7 @@ class Rms(nn.Module):
 
     def forward(self, x):
         # small activations: an epsilon off by 10x (flax's or equinox's default) shows
+        x = self.without(self.with_bias(x))
         return self.out(self.bare(self.norm(0.01 * self.fc(x))))
 
 
@@ -263,6 +278,8 @@ def test_equinox_and_linen_forms(converted) -> None:
         assert "self.fc = ReadableDense(8, 6)" in code and "class ReadableDense" in code
         # a list default is no dataclass field default, and not hashable
         assert "sizes: tuple = (8, 6)" in code
+        assert 'self.bias_param = self.param("bias", lambda key: jnp.linspace(-0.3, stop=0.2, ' \
+            'num=self.ndim)) if self.bias else None' in code
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -349,20 +349,30 @@ while True:
         break
 print(f"{evaluate(model):.8f}")
 """,
-    # the PyTorch examples' shape (super_resolution, vae): ``train(epoch)`` reads the
-    # module-level model and optimizer; the model draws in a method of its own (a VAE's
-    # reparameterisation; scaled by 0 here, so that torch's numbers can be printed)
+    # the PyTorch examples' shape (super_resolution, vae, word_language_model): ``train(epoch)``
+    # reads the module-level model and optimizer; the model draws in a method of its own (a
+    # VAE's reparameterisation; scaled by 0 here, so that torch's numbers can be printed); a
+    # hidden state carried from step to step, started by a method that reads only the
+    # module's fields and its first parameter's dtype (linen: run on the unbound module, and
+    # model.init's sample); clipping and a learning rate set by hand between backward() and
+    # step() (word_lm's); a checkpoint after each epoch
     "train_epoch_reads_globals": """
 class Noisy(nn.Module):
-    def __init__(self):
+    def __init__(self, nhid=3):
         super().__init__()
         self.net = Net()
+        self.nhid = nhid
 
     def jitter(self, x):
         return x + 0.0 * torch.randn_like(x)
 
-    def forward(self, x):
-        return self.net(self.jitter(x))
+    def forward(self, x, h):
+        out = self.net(self.jitter(x)) + h
+        return out, torch.tanh(out)
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        return weight.new_zeros(bsz, self.nhid)
 
 
 model = Noisy()
@@ -372,10 +382,16 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
 def train(epoch):
     model.train()
     total = 0.0
+    hidden = model.init_hidden(4)
     for i in range(0, 8, 4):
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(X[i:i + 4]), Y[i:i + 4])
+        hidden = hidden.detach()
+        out, hidden = model(X[i:i + 4], hidden)
+        loss = F.cross_entropy(out, Y[i:i + 4])
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
         optimizer.step()
         total += loss.item()
     print(f"{epoch} {total:.8f}")
@@ -384,11 +400,15 @@ def train(epoch):
 def test():
     model.eval()
     with torch.no_grad():
-        print(f"{F.cross_entropy(model(X), Y).item():.8f}")
+        out, _ = model(X, model.init_hidden(8))
+        print(f"{F.cross_entropy(out, Y).item():.8f}")
 
 
+lr = 0.3
 for epoch in range(1, 4):
     train(epoch)
+    torch.save(model.state_dict(), "model.pt")
+    lr *= 0.5
 test()
 """,
 }

@@ -399,7 +399,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             if self.step_keys:
                 self._draws[fn] = True
         if ((q in RANDOM or self._fills_new(node)) and self._classes and self._fns
-                and self._fns[-1].name.value != "__init__"):
+                and self._fns[-1].name.value != "__init__"
+                and self._classes[-1] in self.model_classes):  # (a plain class's: its own)
             self.index.method_draws.add(self._classes[-1])
         if (q in RANDOM and id(node) not in self.own_key_draws
                 or (self._builds_model(node) and not self._classes)) and fn:

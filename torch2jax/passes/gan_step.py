@@ -21,6 +21,7 @@ is updated. Anything else with two optimizers stays marked TODO.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -147,12 +148,85 @@ def _indent(stmts: Sequence[cst.BaseStatement], depth: int) -> str:
                    if line.strip())
 
 
+@dataclass
+class GanParts:
+    """What the GAN step is made of, for a target to render (the NNX step below,
+    targets/linen_gan.py): the statements of each loss function, the names it passes."""
+    hoisted: list[cst.BaseStatement]  # loop statements that go before the step's call
+    kept_d: list[cst.BaseStatement]  # D's loss function (both backward losses)
+    kept_g: list[cst.BaseStatement]  # G's loss function (through the updated D)
+    after: list[cst.BaseStatement]  # the loop body after G's step
+    losses_d: list[str]
+    loss_g: str
+    fake: str
+    g_args: str  # G's forward's arguments
+    fresh: dict[str, str]  # the step's local names (generate, loss_fn_d, ...)
+    taken: set[str]
+    aux_d: list[str]
+    aux_g: list[str]
+    args_d: list[str]
+    args_g: list[str]
+    params: list[str]  # the step's parameters (the models and optimizers first)
+    call_args: list[str]
+    returned: list[str]
+    host_reads: list[str]
+
+
 def build_gan_step(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: str,
                    g_opt: str, g_model: str, loop_names: set[str], used_outside: set[str],
                    step_name: str, tree_mode: bool) -> TrainStep | None:
     """The step function and the loop's new body from the rewritten loop body (its torch
     form passed check_gan_source). ``used_outside``: names read in the enclosing loops
     outside this one (the step returns those it assigns). None when the body does not fit."""
+    p = gan_parts(body, d_opt=d_opt, d_model=d_model, g_opt=g_opt, g_model=g_model,
+                  loop_names=loop_names, used_outside=used_outside)
+    if p is None:
+        return None
+    fresh, fake, loss_g, aux_d, aux_g = p.fresh, p.fake, p.loss_g, p.aux_d, p.aux_g
+    value_d = " + ".join(p.losses_d)
+    ret_d = f"        return {value_d}, ({tuple_text(aux_d)})\n" if aux_d else \
+        f"        return {value_d}\n"
+    ret_g = f"        return {loss_g}, ({tuple_text(aux_g)})\n" if aux_g else \
+        f"        return {loss_g}\n"
+    sig_d = ", ".join([d_model, *p.args_d])
+    sig_g = ", ".join([d_model, fake, *p.args_g])
+    lhs_d = f"(_, ({tuple_text(aux_d)})), {fresh['grads_d']}" if aux_d else \
+        f"_, {fresh['grads_d']}"
+    lhs_g = (f"({loss_g}, ({tuple_text(aux_g)})), {fresh[f'{fake}_grad']}" if aux_g
+             else f"{loss_g}, {fresh[f'{fake}_grad']}")
+    vg_d = f"nnx.value_and_grad({fresh['loss_fn_d']}{', has_aux=True' if aux_d else ''})"
+    vg_g = (f"nnx.value_and_grad({fresh['loss_fn_g']}, argnums=1"
+            f"{', has_aux=True' if aux_g else ''})")
+    returned = p.returned
+    src = (
+        f"{nnx_jit(tree_mode)}\n"
+        f"def {step_name}({', '.join(p.params)}):\n"
+        f"    def {fresh['generate']}({g_model}):\n"
+        f"        return {g_model}({p.g_args})\n"
+        f"    {fake}, {fresh['generate_vjp']} = nnx.vjp({fresh['generate']}, {g_model}, "
+        f"graph=False)\n\n"
+        f"    def {fresh['loss_fn_d']}({sig_d}):\n{_indent(p.kept_d, 2)}{ret_d}"
+        f"    {lhs_d} = {vg_d}({sig_d})\n"
+        f"    {d_opt}.update({d_model}, {fresh['grads_d']})\n\n"
+        f"    def {fresh['loss_fn_g']}({sig_g}):\n{_indent(p.kept_g, 2)}{ret_g}"
+        f"    {lhs_g} = {vg_g}({sig_g})\n"
+        f"    ({fresh['grads_g']},) = {fresh['generate_vjp']}({fresh[f'{fake}_grad']})\n"
+        f"    {g_opt}.update({g_model}, {fresh['grads_g']})\n"
+        f"    return {', '.join(returned)}\n")
+    fn = cst.parse_statement(src)
+    assert isinstance(fn, cst.FunctionDef)
+    call_stmt = cst.parse_statement(f"{', '.join(returned)} = {step_name}("
+                                    f"{', '.join(p.call_args)})\n")
+    # the host reads (.item()) of values the step computes, after it
+    reads = [cst.parse_statement(f"{h} = {h}.item()\n") for h in p.host_reads
+             if h in returned]
+    return TrainStep(function=fn, body=[*p.hoisted, call_stmt, *reads, *p.after],
+                     call=call_stmt)
+
+
+def gan_parts(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: str, g_opt: str,
+              g_model: str, loop_names: set[str], used_outside: set[str]) -> GanParts | None:
+    """The parts of the GAN step (:class:`GanParts`); None when the body does not fit."""
     body = [s for s in body if not _is_method_stmt(s, {d_opt, d_model, g_opt, g_model},
                                                    "zero_grad")]
     steps_d = [i for i, s in enumerate(body) if _is_method_stmt(s, {d_opt}, "step")]
@@ -259,44 +333,13 @@ def build_gan_step(body: Sequence[cst.BaseStatement], *, d_opt: str, d_model: st
     params += [name for name, _ in lifter.lifted]
 
     g_args = ", ".join(cst.Module(body=[]).code_for_node(a.value) for a in g_call.args)
-    value_d = " + ".join(losses_d)
-    ret_d = f"        return {value_d}, ({tuple_text(aux_d)})\n" if aux_d else \
-        f"        return {value_d}\n"
-    ret_g = f"        return {loss_g}, ({tuple_text(aux_g)})\n" if aux_g else \
-        f"        return {loss_g}\n"
-    sig_d = ", ".join([d_model, *args_d])
-    sig_g = ", ".join([d_model, fake, *args_g])
-    lhs_d = f"(_, ({tuple_text(aux_d)})), {fresh['grads_d']}" if aux_d else \
-        f"_, {fresh['grads_d']}"
-    lhs_g = (f"({loss_g}, ({tuple_text(aux_g)})), {fresh[f'{fake}_grad']}" if aux_g
-             else f"{loss_g}, {fresh[f'{fake}_grad']}")
-    vg_d = f"nnx.value_and_grad({fresh['loss_fn_d']}{', has_aux=True' if aux_d else ''})"
-    vg_g = (f"nnx.value_and_grad({fresh['loss_fn_g']}, argnums=1"
-            f"{', has_aux=True' if aux_g else ''})")
     returned = [a for a in [*aux_d, *aux_g, fake] if a in later]
     returned = list(dict.fromkeys([*returned, loss_g]))
-    src = (
-        f"{nnx_jit(tree_mode)}\n"
-        f"def {step_name}({', '.join(params)}):\n"
-        f"    def {fresh['generate']}({g_model}):\n"
-        f"        return {g_model}({g_args})\n"
-        f"    {fake}, {fresh['generate_vjp']} = nnx.vjp({fresh['generate']}, {g_model}, "
-        f"graph=False)\n\n"
-        f"    def {fresh['loss_fn_d']}({sig_d}):\n{_indent(kept_d, 2)}{ret_d}"
-        f"    {lhs_d} = {vg_d}({sig_d})\n"
-        f"    {d_opt}.update({d_model}, {fresh['grads_d']})\n\n"
-        f"    def {fresh['loss_fn_g']}({sig_g}):\n{_indent(kept_g, 2)}{ret_g}"
-        f"    {lhs_g} = {vg_g}({sig_g})\n"
-        f"    ({fresh['grads_g']},) = {fresh['generate_vjp']}({fresh[f'{fake}_grad']})\n"
-        f"    {g_opt}.update({g_model}, {fresh['grads_g']})\n"
-        f"    return {', '.join(returned)}\n")
-    fn = cst.parse_statement(src)
-    assert isinstance(fn, cst.FunctionDef)
-    call_stmt = cst.parse_statement(f"{', '.join(returned)} = {step_name}("
-                                    f"{', '.join(call_args)})\n")
-    # the host reads (.item()) of values the step computes, after it
-    reads = [cst.parse_statement(f"{h} = {h}.item()\n") for h in host_reads if h in returned]
-    return TrainStep(function=fn, body=[*hoisted, call_stmt, *reads, *after], call=call_stmt)
+    return GanParts(hoisted=hoisted, kept_d=kept_d, kept_g=kept_g, after=after,
+                    losses_d=losses_d, loss_g=loss_g, fake=fake, g_args=g_args, fresh=fresh,
+                    taken=taken, aux_d=aux_d, aux_g=aux_g, args_d=args_d, args_g=args_g,
+                    params=params, call_args=call_args, returned=returned,
+                    host_reads=host_reads)
 
 
 def names_outside(outer: cst.CSTNode, loop: cst.CSTNode) -> set[str]:

@@ -171,6 +171,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_evaluators: dict[str, int] = {}  # helpers that call it: model param index
         # helpers called once per epoch with the model and the optimizer of their caller
         self._lt_epoch: dict[str, lt.EpochFunction] = {}
+        self._lt_unbound: dict[str, set[str]] = {}  # methods run on the unbound module
         self._lt_marked_calls: set[int] = set()  # linen model calls marked unbound
         # linen: (class, head) -> the condition under which the head is tied (TiedDense)
         self._lt_tied: dict[tuple[str, str], str] = {}
@@ -228,6 +229,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             for opt, _ in self._lr_loops.values():
                 if opt in t.optimizer_names:
                     t.optimizer_names[opt].lr_set = True
+        if self.target.train_state:  # (linen: the loads of checkpoint dicts)
+            self._ckpt_loads = acc.find_checkpoint_dicts(node)[1]
         if self.target.stateful_modules and not self.target.intermediate:
             self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
             self._ckpt_inline = acc.inline_checkpoint_dicts(node)
@@ -263,8 +266,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             if site.function in params and site.model in params[site.function]:
                 self._lt_trainers.add(site.function)
         optimizers = {n: self.training.model_of(n) for n in self.training.optimizer_names}
+        self._lt_unbound = lt.unbound_methods(node, self.index.module_classes, self.q)
         self._lt_epoch = lt.epoch_functions(
-            node, {n: v for n, v in optimizers.items() if v}, self._lt_trainers)
+            node, {n: v for n, v in optimizers.items() if v}, self._lt_trainers,
+            self._lt_unbound)
         if self.training.optimizers:  # the variables exist where a model was trained
             self._lt_evaluators = lt.model_functions(node, self._model_names(),
                                                      self._lt_trainers | set(self._lt_epoch))

@@ -189,7 +189,8 @@ class CallsMixin:
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
         if self.target.train_state:
             self._lt_unbound_call(original_node)
-            applied = self._lt_method_call(original_node, updated_node)
+            applied = self._lt_method_call(original_node, updated_node) or (
+                self._lt_checkpoint_load(original_node))
             if applied is not None:
                 return applied
         handled = self._checkpoint_dict_call(original_node) or self._parameters_call(

@@ -252,6 +252,11 @@ class ModuleClassMixin:
                 node = tr.return_key(node)
             except Untranslatable as exc:
                 self.diag(original_node, "seed", "error", exc.message)
+        if self.target.setup_modules and self.in_module_class() and node.name.value in \
+                self._lt_unbound.get(self.current_class, ()):
+            node = node.visit(f32 := lt.Float32Parameters())  # (runs unbound)
+            if f32.names:
+                self.need("jnp")
         if self.in_module_class() and node.name.value == "forward":
             node = node.with_changes(name=cst.Name("__call__"))
         if self.target.train_state and not self._class_stack and not self._fn_stack:
@@ -589,6 +594,10 @@ class ModuleClassMixin:
         """The name of the ``self.<name>`` that ``nn.Parameter(...)`` is assigned to (a target
         that declares parameters by name: ``self.param("w", ...)``)."""
         assign = self.get_metadata(ParentNodeProvider, original, None)
+        if isinstance(assign, cst.IfExp) and (original is assign.body or original is
+                                              assign.orelse):
+            # self.bias = nn.Parameter(torch.zeros(n)) if bias else None
+            assign = self.get_metadata(ParentNodeProvider, assign, None)
         target = assign.targets[0].target if isinstance(assign, cst.Assign) else None
         if not m.matches(target, m.Attribute(value=m.Name("self"))):
             raise Untranslatable("nn.Parameter not assigned to self.<name>", rule="parameter")

@@ -16,6 +16,7 @@ from torch2jax.analysis.value_kinds import _MODULE_METHODS
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import class_names
 from torch2jax.passes import data as dt
+from torch2jax.passes import gan_step as gan
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -25,6 +26,7 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.rewrite_support import _fix_commas
 from torch2jax.targets import linen as linen_target
+from torch2jax.targets import linen_gan as lg
 from torch2jax.targets import linen_training as lt
 
 
@@ -168,6 +170,25 @@ class LinenTrainingMixin:
             inner = (f"{lt.VARIABLES} = checkpointer.restore(os.path.abspath({p}), "
                      f"{lt.VARIABLES})")
         return self._orbax(original_node, kind, inner, f"{model}'s variables")
+
+    def _lt_checkpoint_load(self, original_node: cst.Call) -> cst.BaseExpression | None:
+        """``checkpoint = torch.load(path)`` of a checkpoint dict (analysis/accumulate.py) in
+        a file that trains no model (a sampling script): the orbax PyTree restored, as on NNX;
+        a model's state_dict in it is read as its variables (``model.load_state_dict(d)`` ->
+        ``variables = d``). Where a model is trained, it stays marked."""
+        parent = self.get_metadata(ParentNodeProvider, original_node, None)
+        if self.q(original_node.func) != "torch.load" or not original_node.args or \
+                not m.matches(parent, m.Assign(targets=[m.AssignTarget(target=m.Name())])) or \
+                parent.targets[0].target.value not in self._ckpt_loads or \
+                not self._lt_trains_none():
+            return None
+        self.need("os", "ocp")
+        self.diag(original_node, "torch.load", "info",
+                  "torch.load of a checkpoint dict -> the orbax PyTree checkpoint (a directory "
+                  "at that path); a model's state_dict in it is read as its linen variables "
+                  "({'params': ...})")
+        return cst.parse_expression(f"ocp.PyTreeCheckpointer().restore(os.path.abspath("
+                                    f"{code(original_node.args[0].value)}))")
 
     LT_UNAPPLIED = ("the linen model called outside a train step, in a file that binds none of "
                     "its variables (it is trained elsewhere): left as written; pass its "
@@ -407,6 +428,9 @@ class LinenTrainingMixin:
                 inner = lt.local_names(ep.fn) - set(ep.params) if ep.fn is not None else set()
                 used = {n.value for x in [*stmts, *inputs] for n in findall(x, m.Name())}
                 used -= {n for st in stmts for n in tr.names_of(st).assigned}
+                starts = [lt.carried_start(ep, n, inner) for n in sorted(used & inner)]
+                if all(starts):  # a state the loop carries, started before it
+                    stmts, used = [*stmts, *starts], used - inner
                 sample = (stmts, inputs) if not used & inner else None
         if sample is None:
             self.diag(original, "training-loop", "error",
@@ -419,7 +443,8 @@ class LinenTrainingMixin:
         after, self._lt_after_state = self._lt_after_state, []
         return [*stmts, *init, *after]
 
-    def _lt_init(self, model: str, optimizer: str, inputs) -> list[cst.BaseStatement]:
+    def _lt_init(self, model: str, optimizer: str, inputs, state: str = lt.STATE
+                 ) -> list[cst.BaseStatement]:
         """``model.init`` and the TrainState over ``optimizer`` (targets/linen_training.py)."""
         self.need("jax", "optax", "train_state")
         if self._lt_batch_stats:
@@ -427,7 +452,92 @@ class LinenTrainingMixin:
             self.need("Any")
         return lt.init_statements(model, optimizer, inputs, uses_train=self.uses_train,
                                   batch_stats=self._lt_batch_stats,
-                                  dtype=self._lt_autocast.get(model))
+                                  dtype=self._lt_autocast.get(model), state=state)
+
+    def _lt_gan_loop(self, original_node, node, body) -> list | None:
+        """A GAN iteration under linen (targets/linen_gan.py): the loop's new body; the step,
+        each model's init and TrainState before the outermost loop; after it, the variables
+        of the model read there."""
+        t = self.training
+        orig = list(original_node.body.body)
+        stepped = [n for n in t.optimizer_names if t.model_of(n) is not None and any(
+            tr._is_method_stmt(s, {n}, "step") for s in orig)]
+        if len(stepped) != 2 or self.data.aliasing or not isinstance(original_node, cst.For):
+            return None
+        d_opt = min(stepped, key=lambda n: next(i for i, s in enumerate(orig)
+                                                if tr._is_method_stmt(s, {n}, "step")))
+        g_opt = next(n for n in stepped if n != d_opt)
+        d_model, g_model = t.model_of(d_opt), t.model_of(g_opt)
+        if d_model == g_model or not gan.check_gan_source(
+                orig, d_opt=d_opt, d_model=d_model, g_opt=g_opt, g_model=g_model):
+            return None
+        outer = self._for_stack[0] if self._for_stack else original_node
+        loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+        outside = gan.names_outside(outer, original_node)
+        parts = gan.gan_parts(body, d_opt=d_opt, d_model=d_model, g_opt=g_opt,
+                              g_model=g_model, loop_names=loop_names, used_outside=outside)
+        if parts is None:
+            return None
+        models = {d_model, g_model}
+        try:
+            if self._lt_dropout or self._lt_noise:
+                raise Untranslatable("a GAN step whose models draw (Dropout, a method's "
+                                     "draws): each call needs its own key; write it by hand")
+            if models & (outside | {u for s in [*parts.hoisted, *parts.after]
+                                    for u in tr.names_of(s).used}):
+                raise Untranslatable("a GAN loop that reads a model outside the step (in "
+                                     "training mode, with its state in the TrainState)")
+            later = models & self._lt_read_after(outer)
+            if len(later) > 1:
+                raise Untranslatable(f"both {d_model} and {g_model} are read after the "
+                                     "GAN loop: one set of variables is bound there")
+            if not self._key_scopes[-1].has_key and len(self._key_scopes) == 1:
+                self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
+                self.need("jax")
+            if not self._key_scopes[-1].has_key:
+                raise Untranslatable("no key in this scope for model.init")
+            taken = set(parts.taken) | self._file_names
+            d_state = lg.state_name(d_model, taken)
+            g_state = lg.state_name(g_model, taken | {d_state})
+            fn, new_body, _ = lg.render_step(
+                parts, d_model=d_model, g_model=g_model, d_opt=d_opt, g_opt=g_opt,
+                d_state=d_state, g_state=g_state, step_name=self._loop_step_name(),
+                batch_stats=self._lt_batch_stats)
+            calls = [next(c for s in body for c in findall(s, m.Call(func=m.Name(x))))
+                     for x in (d_model, g_model)]
+            samples = lg.gan_samples(body, calls, node, self._for_stack, loop_names)
+            if samples is None:
+                raise Untranslatable("no sample input for model.init: the models' first "
+                                     "inputs are not computed from the loop's batch")
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or "training-loop", "error", exc.message)
+            self._lt_marked = True
+            return None
+        stmts, (d_in, g_in) = samples
+        init = [*self._lt_init(d_model, d_opt, d_in, d_state),
+                *self._lt_init(g_model, g_opt, g_in, g_state)]
+        depth = 4 * (self._depth - len(self._for_stack))
+        init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
+                else st for st in [*stmts, *init]]
+        self._hoist.extend([fn, *init, *self._lt_after_state])
+        self._lt_after_state = []
+        for name in later:
+            state = d_state if name == d_model else g_state
+            self._lt_post.append(lt.final_variables(self._lt_batch_stats, state))
+        self.diag(original_node, "training-loop", "info",
+                  f"GAN step: {d_opt} (on {d_model}) then {g_opt} (on {g_model}) in one "
+                  f"jit-compiled step over their TrainStates ({d_state}, {g_state}); "
+                  f"{g_model}'s forward runs once, under jax.vjp")
+        return new_body
+
+    def _lt_read_after(self, loop: cst.CSTNode) -> set[str]:
+        """Names read by the statements after ``loop`` in its block."""
+        parent = self.get_metadata(ParentNodeProvider, loop, None)
+        stmts = list(getattr(parent, "body", ()))
+        if not any(s is loop for s in stmts):
+            return set()
+        rest = stmts[next(i for i, s in enumerate(stmts) if s is loop) + 1:]
+        return {u for s in rest for u in tr.names_of(s).used}
 
     def _lt_autocast_region(self, original_node, updated_node, item: cst.Call, q: str):
         """with torch.autocast(...) in a training loop: the training step applies a clone of
@@ -491,6 +601,15 @@ class LinenTrainingMixin:
                       "checkpoint of variables saves them)")
             return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
                               value=value.args[0].value)
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name(
+                "load_state_dict")), args=[m.Arg(value=~m.Call(), keyword=None)])) and (
+                f.value.value in self._model_names() or f.value.value in
+                self.training.optimizer_names):
+            # a linen module or an optax transform has no state to load into
+            self.diag(original_node, "load_state_dict", "error",
+                      f"{f.value.value}.load_state_dict(d) where {f.value.value} is trained: "
+                      "linen keeps the variables and the optimizer state in the TrainState; "
+                      "restore them into it by hand")
         return None
 
     def _lt_tie_condition(self, original_node: cst.Assign) -> str | None:
@@ -559,6 +678,11 @@ class LinenTrainingMixin:
             return None  # configure_optimizers: it returns the optax transform, unbound
         here = lt.module_methods(self._root, self.index.module_classes)
         imported = self._lt_imported_model(f.value.value)
+        classes = {a.value.func.value for a in findall(self._root, m.Assign(
+            targets=[m.AssignTarget(target=m.Name(f.value.value))], value=m.Call(
+                func=m.Name())))}
+        if classes and all(f.attr.value in self._lt_unbound.get(c, ()) for c in classes):
+            return None  # it reads only the module's fields: it runs on the unbound module
         if f.attr.value not in here and not imported:
             return None
         if any(a.star for a in original.args) or not self._lt_variables_bound() or \
@@ -647,6 +771,10 @@ class LinenTrainingMixin:
                 self.need("jax", "partial")
             node = lt.add_variables_param(node, i)
         if name in self._lt_epoch:
+            body = list(node.body.body)
+            loop = next((i for i, st in enumerate(body) if isinstance(st, (cst.For, cst.While))),
+                        len(body))
+            self._lt_epoch[name].prelude = body[:loop]
             node = lt.takes_state(node, self._lt_epoch[name])
         if name in self._lt_trainers and not lt.returns(node):
             body = [*node.body.body, cst.parse_statement(f"return {lt.VARIABLES}\n")]

@@ -542,7 +542,9 @@ class LoopsMixin:
             else None
         if linen_body is not None:
             node = node.with_changes(body=node.body.with_changes(body=linen_body))
-        gan_body = self._gan_loop(original_node, body) if self.target.stateful_modules else None
+        gan_body = self._gan_loop(original_node, body) if self.target.stateful_modules else (
+            self._lt_gan_loop(original_node, node, body) if self.target.train_state
+            and linen_body is None and not self._lt_marked else None)
         if gan_body is not None:
             node = node.with_changes(body=node.body.with_changes(body=gan_body))
         body = self._summed_loop_body(original_node, body) if (

@@ -236,6 +236,15 @@ class _RenameAttrs(cst.CSTTransformer):
         return updated_node
 
 
+def _declares_param(value: cst.BaseExpression, name: str) -> bool:
+    """``self.param("name", ...)``, or it under a condition (``... if bias else None``)."""
+    declared = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("param")),
+                      args=[m.Arg(m.SimpleString(m.MatchIfTrue(
+                          lambda s: s[1:-1] == name))), m.ZeroOrMore()])
+    return m.matches(value, declared | m.IfExp(body=declared, orelse=m.Name("None"))
+                     | m.IfExp(body=m.Name("None"), orelse=declared))
+
+
 def _field(param: cst.Param) -> cst.SimpleStatementLine:
     value = try_literal(param.default, None) if param.default is not None else None
     if isinstance(value, list) and param.annotation is None:
@@ -347,15 +356,20 @@ def to_setup(cls: cst.ClassDef, uses_train: bool, kw_only: bool = False,
                 clashes.add(attr)
     if clashes:
         weightless = ("nn.Dropout(", "partial(", "jax.nn.", "lambda")
+        declared = set()  # a parameter (self.param("bias", ...)): its path keeps its name
         for s in init.body.body:
             for a in findall(s, m.Assign()):
                 t = a.targets[0].target
-                if m.matches(t, m.Attribute(value=m.Name("self"))) and t.attr.value in clashes \
-                        and t.attr.value not in values and not code(a.value).startswith(weightless):
-                    raise Untranslatable(f"the submodule self.{t.attr.value} has the name of a "
-                                         "constructor argument (a linen field)")
-        renamer2 = _RenameAttrs({c: f"{c}_value" if c in values else f"{c}_layer"
-                                 for c in clashes})
+                if not m.matches(t, m.Attribute(value=m.Name("self"))) or t.attr.value not in \
+                        clashes or t.attr.value in values or code(a.value).startswith(weightless):
+                    continue
+                if _declares_param(a.value, t.attr.value):
+                    declared.add(t.attr.value)
+                    continue
+                raise Untranslatable(f"the submodule self.{t.attr.value} has the name of a "
+                                     "constructor argument (a linen field)")
+        renamer2 = _RenameAttrs({c: f"{c}_value" if c in values else f"{c}_param" if c in declared
+                                 else f"{c}_layer" for c in clashes})
         body = [s.visit(renamer2) for s in body]
         init = next(s for s in body if isinstance(s, cst.FunctionDef)
                     and s.name.value == "__init__")

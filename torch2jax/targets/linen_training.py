@@ -56,11 +56,13 @@ class LinenStep:
 class _ApplyCalls(cst.CSTTransformer):
     """``model(x)`` -> ``state.apply_fn(vars, x, ...)`` in the loss function."""
 
-    def __init__(self, model: str, variables: str, extra: list[cst.Arg]) -> None:
+    def __init__(self, model: str, variables: str, extra: list[cst.Arg],
+                 state: str = STATE) -> None:
         super().__init__()
         self.model = model
         self.variables = variables
         self.extra = extra
+        self.state = state
         self.calls: list[cst.Call] = []
 
     def visit_Lambda(self, node) -> bool:
@@ -70,7 +72,8 @@ class _ApplyCalls(cst.CSTTransformer):
         if m.matches(updated_node.func, m.Name(self.model)):
             self.calls.append(original_node)
             args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in updated_node.args]
-            return call(f"{STATE}.apply_fn", arg(cst.parse_expression(self.variables)), *args, *self.extra)
+            return call(f"{self.state}.apply_fn", arg(cst.parse_expression(self.variables)),
+                        *args, *self.extra)
         return updated_node
 
 
@@ -103,6 +106,13 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     pre, post_dep = [], []
     for s in outside:
         (post_dep if set(tr.names_of(s).used) & set(defined) else pre).append(s)
+    # between backward() and step(), what reads nothing of the loss and writes nothing it
+    # reads (a learning rate set by hand for this step) runs before the step, as in torch
+    read = {u for st in loss_body for u in tr.names_of(st).used}
+    early = [s for s in body[ib + 1:istep] if not set(tr.names_of(s).used) & {*defined, loss}
+             and not set(tr.names_of(s).assigned) & read]
+    pre += early
+    after = [s for s in after if not any(s is e for e in early)]
     taken0 = set(used_later) | set(loop_names) | {u for st in loss_body
                                                   for u in tr.names_of(st).used}
     # the model's inputs as the loop computes them (for the sample input of model.init)
@@ -260,7 +270,8 @@ def _model_inputs(loss_body, model: str):
             [a for a in c.args if a.keyword is not None])
 
 
-def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str]):
+def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str],
+                    state: str = STATE):
     """``y = state.apply_fn(..., mutable=...)`` -> ``y, updates = ...``; a call nested in an
     expression is assigned first."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
@@ -268,7 +279,7 @@ def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str]):
                              "loss", rule="training-loop")
     small = stmt.body[0]
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and m.matches(
-            small.value, m.Call(func=m.Attribute(value=m.Name(STATE),
+            small.value, m.Call(func=m.Attribute(value=m.Name(state),
                                                  attr=m.Name("apply_fn")))):
         target = small.targets[0].target
         if isinstance(target, cst.Tuple):
@@ -277,7 +288,7 @@ def _unpack_updates(stmt: cst.BaseStatement, updates: str, taken: set[str]):
                           rpar=[])
         return stmt.with_changes(body=[small.with_changes(
             targets=[cst.AssignTarget(new_t)])])
-    found = findall(small, m.Call(func=m.Attribute(value=m.Name(STATE),
+    found = findall(small, m.Call(func=m.Attribute(value=m.Name(state),
                                                      attr=m.Name("apply_fn"))))
     out = tr._fresh("output", taken)
     taken.add(out)
@@ -296,22 +307,34 @@ def sample_inputs(step: LinenStep, body: Sequence[cst.BaseStatement], loop: cst.
     stmts: list[cst.BaseStatement] = []
     out: list[cst.BaseExpression] = []
     copied: set[int] = set()
+    # with a carried state (its first value has the whole batch), the whole first batch
+    exact = any(isinstance(a, cst.Name) and a.value in loop_names and step.model and _carried(
+        a.value, body, step.model) for a in step.model_args)
     for a in step.model_args:
-        e = _sample_of(a, body, loop, outer, loop_names, stmts, copied, model=step.model or None)
+        e = _sample_of(a, body, loop, outer, loop_names, stmts, copied, model=step.model or None,
+                       exact=exact)
         if e is None:
             return None
         out.append(e)
     return stmts, out
 
 
-def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=()
+def _first_rows(e: cst.BaseExpression, loop_names: set[str], outer=(), exact: bool = False
                 ) -> cst.BaseExpression | None:
     """A batch gathered from an array the loop does not assign: ``X[idx]`` or ``X[i:i + n]``
     -> ``X[:1]`` (the same shape past the batch axis); ``X[i]`` with ``i`` counting over a
-    range -> ``X[0]``."""
+    range -> ``X[0]``. ``exact``: the first batch itself (``X[0:0 + n]``, the counters at
+    their first values), or None."""
     if not (isinstance(e, cst.Subscript) and isinstance(e.value, cst.Name)
             and e.value.value not in loop_names and len(e.slice) == 1):
         return None
+    if exact:
+        firsts = _range_firsts(outer)
+        if set(tr.names_of(e.slice[0]).used) & loop_names - set(firsts):
+            return None
+        for k, v in firsts.items():
+            e = _replace_name(e, k, v)
+        return e
     index = e.slice[0].slice
     if isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and any(
             isinstance(f.target, cst.Name) and f.target.value == index.value.value
@@ -346,7 +369,7 @@ def _carried(name: str, body, model: str) -> bool:
     return found
 
 
-def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
+def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None, exact=False):
     if m.matches(e, m.Call(func=m.Attribute(attr=m.Name("to")))):
         e = e.func.value  # data.to(device): the batch itself
     if m.matches(e, _DETACHED):
@@ -362,8 +385,10 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
         # for i, (x, y) in enumerate(loader[, start]): the batch is the second element
         inner = loop.target.elements[1].value
         loop = loop.with_changes(target=inner, iter=loop.iter.args[0].value)
-    rows = _first_rows(e, loop_names, [*outer, loop] if isinstance(loop, cst.For) else outer)
-    if rows is not None:
+    rows = _first_rows(e, loop_names, [*outer, loop] if isinstance(loop, cst.For) else outer,
+                       exact)
+    if rows is not None or exact and m.matches(e, m.Subscript(value=m.Name(
+            m.MatchIfTrue(lambda n: n not in loop_names)))):
         return rows
     if m.matches(e, m.Subscript(value=m.Name(), slice=[m.SubscriptElement(m.Index(
             m.Integer()))])) and e.value.value in loop_names:
@@ -382,13 +407,14 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
         a = s.body[0]
         t = a.targets[0].target
         if isinstance(t, cst.Name) and t.value == name:
-            return _sample_of(a.value, body[:j], loop, outer, loop_names, stmts, copied)
+            return _sample_of(a.value, body[:j], loop, outer, loop_names, stmts, copied,
+                              exact=exact)
         if isinstance(t, cst.Tuple) and name in [getattr(el.value, "value", None)
                                                  for el in t.elements]:
             k = [getattr(el.value, "value", None) for el in t.elements].index(name)
             if isinstance(a.value, cst.Tuple) and len(a.value.elements) == len(t.elements):
                 return _sample_of(a.value.elements[k].value, body[:j], loop, outer,
-                                  loop_names, stmts, copied)
+                                  loop_names, stmts, copied, exact=exact)
             if isinstance(a.value, cst.Call):
                 # x, y = get_batch(...): the first batch, drawn before the loop
                 used = set(tr.names_of(a.value).used)
@@ -396,13 +422,19 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
                 split = prev is not None and m.matches(prev, m.SimpleStatementLine(body=[
                     m.Assign(value=m.Call(func=m.Attribute(attr=m.Name("split"))))]))
                 keys = set(tr.names_of(prev).assigned) if split else set()
-                if used & (loop_names - keys):
+                # get_batch(source, i), i counting over a range: its first value
+                firsts = _range_firsts([*outer, loop] if isinstance(loop, cst.For) else outer)
+                if used & (loop_names - keys - set(firsts)):
                     return None
                 if id(s) not in copied:
                     copied.add(id(s))
                     if split:
                         stmts.append(prev.with_changes(leading_lines=[]))
-                    stmts.append(s.with_changes(leading_lines=[]))
+                    first = s.with_changes(leading_lines=[])
+                    for k in used & set(firsts):
+                        first = first.with_changes(body=[first.body[0].with_changes(
+                            value=_replace_name(first.body[0].value, k, firsts[k]))])
+                    stmts.append(first)
                 return cst.Name(name)
             return None
     # a loop target: for x, y in loader
@@ -410,12 +442,7 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
             getattr(el.value, "value", None) for el in loop.target.elements] or (
             isinstance(loop.target, cst.Name) and loop.target.value == name)):
         it = loop.iter
-        firsts = {}
-        for f in outer:
-            if isinstance(f.target, cst.Name) and m.matches(f.iter, m.Call(
-                    func=m.Name("range"))):
-                r = f.iter.args
-                firsts[f.target.value] = r[0].value if len(r) > 1 else cst.Integer("0")
+        firsts = _range_firsts(outer)
         used = set(tr.names_of(it).used)
         if used & (loop_names - set(firsts)):
             return None
@@ -432,6 +459,16 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None):
     return None
 
 
+def _range_firsts(loops) -> dict[str, cst.BaseExpression]:
+    """The first value of each loop counter ``for i in range(a, ...)``."""
+    firsts = {}
+    for f in loops:
+        if isinstance(f.target, cst.Name) and m.matches(f.iter, m.Call(func=m.Name("range"))):
+            r = f.iter.args
+            firsts[f.target.value] = r[0].value if len(r) > 1 else cst.Integer("0")
+    return firsts
+
+
 def _replace_name(node: cst.BaseExpression, name: str, value: cst.BaseExpression):
     class R(cst.CSTTransformer):
         def leave_Name(self, original_node, updated_node):
@@ -440,8 +477,8 @@ def _replace_name(node: cst.BaseExpression, name: str, value: cst.BaseExpression
 
 
 def init_statements(model: str, optimizer: str, sample: list[cst.BaseExpression] | None,
-                    *, uses_train: bool, batch_stats: bool, dtype: str | None = None
-                    ) -> list[cst.BaseStatement]:
+                    *, uses_train: bool, batch_stats: bool, dtype: str | None = None,
+                    state: str = STATE) -> list[cst.BaseStatement]:
     """``variables = model.init(...)`` and the TrainState, before the training loop."""
     inputs = ", ".join(code(s) for s in sample) if sample is not None else "..."
     stmts = [cst.parse_statement(f"{tr.KEY}, subkey = jax.random.split({tr.KEY})\n")]
@@ -457,14 +494,14 @@ def init_statements(model: str, optimizer: str, sample: list[cst.BaseExpression]
     cls = "TrainState" if batch_stats else "train_state.TrainState"
     bs = f', batch_stats={VARIABLES}["batch_stats"]' if batch_stats else ""
     stmts.append(cst.parse_statement(
-        f'{STATE} = {cls}.create(apply_fn={apply_fn}, params={VARIABLES}["params"], '
+        f'{state} = {cls}.create(apply_fn={apply_fn}, params={VARIABLES}["params"], '
         f"tx={optimizer}{bs})\n"))
     return stmts
 
 
-def final_variables(batch_stats: bool) -> cst.SimpleStatementLine:
-    bs = f', "batch_stats": {STATE}.batch_stats' if batch_stats else ""
-    return cst.parse_statement(f'{VARIABLES} = {{"params": {STATE}.params{bs}}}\n')
+def final_variables(batch_stats: bool, state: str = STATE) -> cst.SimpleStatementLine:
+    bs = f', "batch_stats": {state}.batch_stats' if batch_stats else ""
+    return cst.parse_statement(f'{VARIABLES} = {{"params": {state}.params{bs}}}\n')
 
 
 def train_state_class() -> cst.ClassDef:
@@ -561,6 +598,96 @@ def module_methods(module: cst.Module, classes) -> set[str]:
     return {f.name.value for c in module.body if isinstance(c, cst.ClassDef)
             and c.name.value in classes for f in c.body.body if isinstance(f, cst.FunctionDef)
             and not f.name.value.startswith("__") and f.name.value != "forward"}
+
+
+_NEW_TENSORS = ("new_zeros", "new_ones", "new_full", "new_empty")
+# calls that change the dtype of a model's parameters (then their dtype is not float32)
+_CASTS = m.Call(func=m.Attribute(attr=m.Name("half") | m.Name("double") | m.Name("bfloat16"))
+                ) | m.Call(func=m.Attribute(attr=m.Name("set_default_dtype")))
+
+
+def unbound_methods(module: cst.Module, classes, qualify) -> dict[str, set[str]]:
+    """The methods of the file's module classes (class -> names) that read nothing of the
+    module but its fields (constructor arguments stored under their own name) and, for a
+    dtype, its first parameter (``w = next(self.parameters())`` read only as ``w.dtype`` or
+    by ``w.new_zeros(...)``; linen makes its parameters float32, param_dtype): they run on
+    the unbound module, as flax's ``initialize_carry`` does (an RNN's ``init_hidden``), so
+    they are called as written and can give ``model.init`` a sample input. None draws."""
+    from torch2jax.analysis.torch_api import RANDOM
+    out: dict[str, set[str]] = {}
+    if findall(module, _CASTS) or any(
+            "float16" in code(c) or "float64" in code(c) or "double" in code(c)
+            for c in findall(module, m.Call(func=m.Attribute(attr=m.Name("to")))) if c.args):
+        return out  # the parameters may be cast: their dtype is the torch program's
+    for cls in module.body:
+        if not isinstance(cls, cst.ClassDef) or cls.name.value not in classes:
+            continue
+        fns = {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+        init = fns.get("__init__")
+        if init is None:
+            continue
+        params = {p.name.value for p in init.params.params[1:]}
+        stores: dict[str, set[bool]] = {}
+        for a in findall(init.body, m.Assign(targets=[m.AssignTarget(m.Attribute(
+                value=m.Name("self"), attr=m.Name()))])):
+            attr = a.targets[0].target.attr.value
+            stores.setdefault(attr, set()).add(m.matches(a.value, m.Name(attr)))
+        fields = {p for p in params - set(tr.names_of(init.body).assigned)
+                  if stores.get(p, {True}) == {True}}
+        for name, fn in fns.items():
+            if name.startswith("__") or name == "forward" or any(
+                    qualify(c.func) in RANDOM for c in findall(fn, m.Call())):
+                continue
+            if _reads_only_fields(fn, fields):
+                out.setdefault(cls.name.value, set()).add(name)
+    return out
+
+
+def _reads_only_fields(fn: cst.FunctionDef, fields: set[str]) -> bool:
+    first = m.Call(func=m.Name("next"), args=[m.Arg(m.Call(func=m.Attribute(
+        value=m.Name("self"), attr=m.Name("parameters")), args=[]))])
+    dtype_of: set[str] = set()
+    allowed: set[int] = set()
+    for s in fn.body.body:
+        if m.matches(s, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(
+                m.Name())], value=first)])):
+            dtype_of.add(s.body[0].targets[0].target.value)
+            allowed.add(id(s.body[0].value.args[0].value.func.value))
+    for w in dtype_of:  # the parameter read for its dtype only
+        reads = findall(fn.body, m.Attribute(value=m.Name(w), attr=m.Name("dtype")))
+        news = findall(fn.body, m.Call(func=m.Attribute(value=m.Name(w), attr=m.MatchIfTrue(
+            lambda n: n.value in _NEW_TENSORS))))
+        if len(findall(fn.body, m.Name(w))) != 1 + len(reads) + len(news):
+            return False
+    reads = findall(fn.body, m.Attribute(value=m.Name("self"), attr=m.MatchIfTrue(
+        lambda n: n.value in fields)))
+    if len(findall(fn.body, m.Name("self"))) != len(reads) + len(allowed):
+        return False  # self passed on, or an attribute that is no field (a layer)
+    called = findall(fn.body, m.Call(func=m.Attribute(value=m.Name("self"))))
+    return all(id(c.func.value) in allowed for c in called)
+
+
+class Float32Parameters(cst.CSTTransformer):
+    """In a method of :func:`unbound_methods`: ``w = next(...)`` read for its dtype is
+    dropped and ``w.dtype`` is ``jnp.float32`` (linen's parameters' dtype)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if m.matches(updated_node, m.SimpleStatementLine(body=[m.Assign(targets=[
+                m.AssignTarget(m.Name())], value=m.Call(func=m.Name("next")))])) and \
+                "self.variables" in code(updated_node):
+            self.names.add(updated_node.body[0].targets[0].target.value)
+            return cst.RemoveFromParent()
+        return updated_node
+
+    def leave_Attribute(self, original_node, updated_node):
+        if m.matches(updated_node, m.Attribute(value=m.Name(), attr=m.Name("dtype"))) and \
+                updated_node.value.value in self.names:
+            return expr("jnp.float32")
+        return updated_node
 
 
 def returns(fn: cst.FunctionDef) -> bool:
@@ -826,6 +953,9 @@ class EpochFunction:
     # the model and the optimizer are module-level names the function reads (``def
     # train(epoch)``): the state is added as its first parameter
     reads_globals: bool = False
+    # its translated statements before its training loop (a state the loop carries starts
+    # there: ``hidden = model.init_hidden(n)``)
+    prelude: list[cst.BaseStatement] | None = None
 
     def bound(self, c: cst.Call) -> dict[str, cst.BaseExpression] | None:
         """The call's arguments by parameter name (None with * or ** arguments)."""
@@ -862,11 +992,12 @@ class EpochFunction:
         return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
 
 
-def epoch_functions(module: cst.Module, optimizers: dict[str, str], trainers: set[str]
-                    ) -> dict[str, EpochFunction]:
+def epoch_functions(module: cst.Module, optimizers: dict[str, str], trainers: set[str],
+                    unbound: dict[str, set[str]] | None = None) -> dict[str, EpochFunction]:
     """Free functions that step an optimizer and a model they receive (``optimizers``: the
     optimizer variables of other functions -> their models), every call passing them the
-    same way."""
+    same way. One that reads the module's model may also call its methods that run
+    unbound (``unbound``, :func:`unbound_methods`) and clip its gradients."""
     out = {}
     for fn in module.body:
         if not isinstance(fn, cst.FunctionDef) or fn.name.value in trainers or \
@@ -910,6 +1041,16 @@ def epoch_functions(module: cst.Module, optimizers: dict[str, str], trainers: se
         calls_or_modes = len(findall(fn.body, m.Call(func=m.Name(model)) | m.Call(
             func=m.Attribute(value=m.Name(model), attr=m.Name("train") | m.Name("eval")
                              | m.Name("zero_grad")))))
+        if reads_globals:  # model.init_hidden(n), clip_grad_norm_(model.parameters(), c)
+            classes = {a.value.func.value for a in findall(module, m.Assign(targets=[
+                m.AssignTarget(m.Name(model))], value=m.Call(func=m.Name())))}
+            free = set.intersection(*[(unbound or {}).get(c, set()) for c in classes]) \
+                if classes else set()
+            calls_or_modes += len(findall(fn.body, m.Call(func=m.Attribute(value=m.Name(
+                model), attr=m.MatchIfTrue(lambda n: n.value in free)))))
+            calls_or_modes += len(findall(fn.body, m.Call(func=m.Attribute(
+                attr=m.Name("clip_grad_norm_")), args=[m.Arg(m.Call(func=m.Attribute(
+                    value=m.Name(model), attr=m.Name("parameters")))), m.ZeroOrMore()])))
         if reads_globals and (uses != calls_or_modes or any(
                 a.star for c in calls for a in c.args)):
             continue
@@ -928,6 +1069,19 @@ def module_names(module: cst.Module) -> set[str]:
     """The names the module's top-level statements assign."""
     return {n for s in module.body if isinstance(s, cst.SimpleStatementLine)
             for n in tr.names_of(s).assigned}
+
+
+def carried_start(ep: EpochFunction, name: str, inner: set[str]
+                  ) -> cst.SimpleStatementLine | None:
+    """The statement of ``ep``'s function that starts the state ``name`` its loop carries
+    (``hidden = model.init_hidden(args.batch_size)``), when it reads none of the function's
+    locals: its caller can run it for the sample input of ``model.init``."""
+    for s in ep.prelude or ():
+        if m.matches(s, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(
+                m.Name(name))])])):
+            used = {n.value for n in findall(s.body[0].value, m.Name())}
+            return s.with_changes(leading_lines=[]) if not used & inner else None
+    return None
 
 
 def takes_state(fn: cst.FunctionDef, ep: EpochFunction) -> cst.FunctionDef:
