@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_training_scripts import _run as run_script
 
 from torch2jax.convert import convert_source

@@ -1047,7 +1047,7 @@ def epoch_functions(module: cst.Module, optimizers: dict[str, str], trainers: se
             free = set.intersection(*[(unbound or {}).get(c, set()) for c in classes]) \
                 if classes else set()
             calls_or_modes += len(findall(fn.body, m.Call(func=m.Attribute(value=m.Name(
-                model), attr=m.MatchIfTrue(lambda n: n.value in free)))))
+                model), attr=m.MatchIfTrue(lambda n, free=free: n.value in free)))))
             calls_or_modes += len(findall(fn.body, m.Call(func=m.Attribute(
                 attr=m.Name("clip_grad_norm_")), args=[m.Arg(m.Call(func=m.Attribute(
                     value=m.Name(model), attr=m.Name("parameters")))), m.ZeroOrMore()])))
