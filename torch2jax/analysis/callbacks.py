@@ -129,6 +129,11 @@ def registries(module: cst.Module) -> list[Registry]:
             if any(attr in _methods(c) or set(adders) & set(_methods(c)) for c in others) or (
                     not adders):
                 reg.complete = False
+            built = [c for s in module.body if not isinstance(s, (cst.FunctionDef,
+                                                                  cst.ClassDef))
+                     for c in findall(s, m.Call(func=m.Name(cls.name.value)))]
+            if not built:  # a class another file builds (and gives callbacks of its own)
+                reg.complete = False
             for stmt in module.body:  # the container reached from outside the class
                 if stmt is not cls and findall(stmt, m.Attribute(attr=m.Name(attr))):
                     reg.complete = False
