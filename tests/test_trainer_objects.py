@@ -337,6 +337,8 @@ def test_a_global_draw_in_getitem_is_numpy_on_the_host(tmp_path) -> None:
     assert "np.random.random(1).astype(np.float32)" in code
     assert "np.random.standard_normal(self.length).astype(np.float32)" in code
     assert "jax.random" not in code.split("def __getitem__")[1].split("\n\n")[0]
+    getitem = code.split("def __getitem__")[1].split("\n\n")[0]
+    assert "np.sort(x, axis=-1)" in getitem and "argsort" not in getitem  # torch.sort(x)[0]
     want = _torch(_DRAWING_DATASET, tmp_path)
     assert _run(code, tmp_path) == want[:-1] + ["float32"]  # torch.float32 / float32
     # a program that never seeds: a fixed stream (seeded 0 at import), said
