@@ -362,15 +362,25 @@ _READS = {
                               'show(trainer)'),
     "a lambda registered": ('trainer.add_callback("on_batch_end", on_batch_end)',
                             'trainer.add_callback("on_batch_end", lambda t: print(t.model))'),
+    "a list of the trainer's holding the model": (
+        "        self.iter_num = 0\n",
+        "        self.iter_num = 0\n        self.kept = []\n        self.kept.append(model)\n",
+        'print(f"{trainer.iter_num} {trainer.loss.item():.8f}")', "print(trainer.kept)"),
+    "the model put among the callbacks": (
+        "        self.callbacks[onevent].append(callback)\n",
+        ("        self.callbacks[onevent].append(callback)\n"
+         "        self.callbacks['x'].append(self.model)\n")),
 }
 
 
 def _callback_variant(what: str) -> str:
-    old, new = _READS[what]
+    edits = _READS[what]
     source = CALLBACKS.replace("trainer = Trainer(Net(), 6)", "net = Net()\n"
                                "trainer = Trainer(net, 6)")
-    assert old in source
-    return HEADER + source.replace(old, new) + "\n\ndef show(t):\n    print(t.model)\n"
+    for old, new in zip(edits[::2], edits[1::2]):
+        assert old in source
+        source = source.replace(old, new, 1)
+    return HEADER + source + "\n\ndef show(t):\n    print(t.model)\n"
 
 
 @pytest.mark.parametrize("what", sorted(_READS))

@@ -23,6 +23,8 @@ import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 
+_MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "add",
+                       "__setitem__"})
 _EMPTY = ("defaultdict", "dict", "list", "set")  # self.callbacks = defaultdict(list)
 
 
@@ -103,6 +105,11 @@ def _registration(fn: cst.FunctionDef, attr: str) -> int | None:
     return None
 
 
+def _registered(value: cst.BaseExpression, params: list[str], at: int | None) -> bool:
+    return at is not None and m.matches(value, m.Name()) and value.value in params and (
+        params.index(value.value) == at)
+
+
 def _empty(node: cst.BaseExpression) -> bool:
     if isinstance(node, (cst.Dict, cst.List, cst.Set)):
         return not node.elements
@@ -120,10 +127,22 @@ def registries(module: cst.Module) -> list[Registry]:
             out.append(reg)
             adders = {n: i for n, f in methods.items()
                       if (i := _registration(f, attr)) is not None}
-            for f in methods.values():  # other writes: only an empty container
+            for name, f in methods.items():  # other writes: only an empty container
                 for assign in findall(f, m.Assign()):
                     if any(_self_attr(t.target) == attr for t in assign.targets) and (
                             not _empty(assign.value)):
+                        reg.complete = False
+                params = _params(f)[1:]
+                for target, value in _bindings(f):  # what goes in: the registered parameter
+                    if isinstance(value, cst.List) and len(value.elements) == 1:
+                        value = value.elements[0].value
+                    if isinstance(target, cst.Subscript) and _container_root(target) == attr \
+                            and not _registered(value, params, adders.get(name)):
+                        reg.complete = False
+                for call in findall(f, m.Call(func=m.Attribute())):
+                    if _container_root(call.func.value) == attr and (
+                            call.func.attr.value in _MUTATORS) and not all(
+                            _registered(a.value, params, adders.get(name)) for a in call.args):
                         reg.complete = False
             others = [c for c in classes if c is not cls]
             if any(attr in _methods(c) or set(adders) & set(_methods(c)) for c in others) or (
@@ -247,12 +266,12 @@ class LoopReads:
         self.methods = _methods(cls) if cls is not None else {}
         self.globals = tainted_globals(module, module_classes)
         self.defs = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+        self.registries = {r.attr: r for r in registries(module)
+                           if cls is not None and r.cls == cls.name.value}
         self.holders = self._holders(objects) if cls is not None else set()
         self.objects = set(objects) | self._aliases(fn, set(objects))
         self.local = {t.value for t, _ in _bindings(fn) if isinstance(t, cst.Name)} | (
             set(_params(fn)) if isinstance(fn, cst.FunctionDef) else set())
-        self.registries = {r.attr: r for r in registries(module)
-                           if cls is not None and r.cls == cls.name.value}
         self._seen: set[tuple[str, str]] = set()
 
     def _holder_params(self) -> set[str]:
@@ -277,15 +296,23 @@ class LoopReads:
 
     def _holders(self, objects: set[str]) -> set[str]:
         init_params = self._holder_params()
+        # the callbacks' containers: what they hold is checked where they are called
+        complete = {a for a, r in self.registries.items() if r.complete}
         held: set[str] = set()
         while True:
             more = set()
             for name, fn in self.methods.items():
                 params = init_params if name == "__init__" else set(_params(fn)[1:])
                 names = params | set(objects) | self._aliases(fn, params | set(objects), held)
-                for target, value in _bindings(fn):
-                    attr = _self_attr(target)
-                    if attr is not None and attr not in held and _mentions(value, names, held):
+                for target, value in _bindings(fn):  # self.X = v, self.X[k] = v
+                    attr = _container_root(target)
+                    if attr is not None and attr not in held | set(complete) and _mentions(
+                            value, names, held):
+                        more.add(attr)
+                for call in findall(fn, m.Call(func=m.Attribute())):  # self.X.append(v)
+                    attr = _container_root(call.func.value)
+                    if attr is not None and attr not in held | set(complete) and any(
+                            _mentions(a.value, names, held) for a in call.args):
                         more.add(attr)
                 if findall(fn, m.Call(func=m.Name("setattr"))):
                     return {"*"}
