@@ -366,6 +366,7 @@ _READS = {
         "        self.iter_num = 0\n",
         "        self.iter_num = 0\n        self.kept = []\n        self.kept.append(model)\n",
         'print(f"{trainer.iter_num} {trainer.loss.item():.8f}")', "print(trainer.kept)"),
+    "the loop's condition": ("        while True:", "        while model.training:"),
     "the model put among the callbacks": (
         "        self.callbacks[onevent].append(callback)\n",
         ("        self.callbacks[onevent].append(callback)\n"
@@ -387,9 +388,9 @@ def _callback_variant(what: str) -> str:
 def test_a_callback_that_reads_the_model_keeps_the_step_on_the_objects(what: str) -> None:
     """A callback the run loop calls with the trainer that reads the model or the optimizer
     (through the trainer, as a global, or wherever the trainer is passed on), or one that is
-    not a function of the file: the loop does not keep their state split (it would read
-    donated arrays); the step is the nnx.jit one, on the objects (its numbers: the other
-    trainers above)."""
+    not a function of the file, or the loop's own condition reading the model: the loop does
+    not keep their state split (it would read donated arrays); the step is the nnx.jit one,
+    on the objects (its numbers: the other trainers above)."""
     code = convert_source(_callback_variant(what), path="script.py").code
     assert "nnx.split((model, optimizer))" not in code
     assert re.search(r"@nnx\.jit.*\n\s*def train_step\(model, optimizer", code)

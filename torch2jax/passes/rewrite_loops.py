@@ -849,7 +849,8 @@ class LoopsMixin:
         fn = self._fn_stack[-1] if self._fn_stack else self._root
         reads = cb.LoopReads(self._root, cls, fn, {model, optimizer},
                              set(self.index.module_classes))
-        if not reads.only_state([s for s in around[1] if s is not step.call]) or (
+        if not reads.only_state([original_node.test, *(s for s in around[1]
+                                                       if s is not step.call)]) or (
                 self._stale_models(step.function, model, original_node)):
             return None
         self.need("nnx", "jax", "partial")
