@@ -9,7 +9,9 @@ Dataset and Trainer) and char_rnn_sample.py (a GRU sampled one character at a ti
 
 * torch: the original script;
 * converted: the script converted by torch2jax now (convert_source of the working tree);
-* twin: the same program written by hand in idiomatic JAX (gpt_train_jax.py, gpt_sample_jax.py).
+* twin: the same program written by hand in idiomatic JAX (gpt_train_jax.py, gpt_sample_jax.py);
+  for the sampling program also a cached twin, a decoder with a key/value cache
+  (gpt_sample_cached_jax.py).
 
 Each program times itself (its warmup iterations and compilation excluded) and prints
 ``ms_per_iter=`` or ``tokens_per_s=``; a run is ``runpy.run_path`` of the script with its
@@ -57,6 +59,8 @@ CASES = {  # name: (torch script, twin, metric, environment of the run)
     # a char-level GRU sampled one token at a time with torch.multinomial
     "charrnn sample": ("char_rnn_sample.py", "char_rnn_sample_jax.py", "tokens_per_s", {}),
 }
+# a second twin for the sampling program: the decoder with a key/value cache (issue 30)
+CACHED = {"sample": "gpt_sample_cached_jax.py", "sample, no top-k": "gpt_sample_cached_jax.py"}
 GROUPS = ["train", "sample", "nanogpt", "mingpt", "charrnn"]  # --cases: a case's first word
 METRIC = re.compile(r"^(ms_per_iter|tokens_per_s)=([0-9.]+)$", re.MULTILINE)
 
@@ -103,13 +107,17 @@ def child(args: argparse.Namespace) -> None:
         converted = tmp / f"converted_{torch_name}"  # (the same file for both samples)
         converted.write_text(convert_source(src.read_text(), path=str(src)).code)
         scripts[case] = {"torch": src, "converted": converted, "twin": PROGRAMS / twin}
+        if case in CACHED:
+            scripts[case]["cached twin"] = PROGRAMS / CACHED[case]
     results: dict[str, dict[str, list[float]]] = {c: {} for c in CASES}
     errors: dict[str, dict[str, str]] = {c: {} for c in CASES}
     once: dict[str, set[str]] = {c: set() for c in CASES}  # runs too slow to repeat
     order = ["torch", "converted", "twin"]
     for rep in range(args.reps):
         for case in CASES:
-            for who in order[rep % 3:] + order[:rep % 3]:
+            sides = order + (["cached twin"] if case in scripts and "cached twin" in
+                             scripts[case] else [])
+            for who in sides[rep % len(sides):] + sides[:rep % len(sides)]:
                 if who in errors[case] or who in once[case]:
                     continue
                 start = time.perf_counter()
@@ -177,8 +185,9 @@ def main() -> None:
     print(f"device {args.device}; medians of {args.reps} runs; train: {clock}ms per iteration "
           f"({args.iters} iterations, 10 warmup), sample: tokens per {clock}s ({args.tokens} "
           "tokens)\n")
-    print("| program | threads | torch | converted | twin | converted/twin | converted speedup over torch |")
-    print("|---|---|---|---|---|---|---|")
+    print("| program | threads | torch | converted | twin | converted/twin | cached twin | "
+          "converted/cached twin | converted speedup over torch |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         threads = "1" if row["threads"] == 1 else "all"
         for case, (_, _, metric, _) in CASES.items():
@@ -189,16 +198,19 @@ def main() -> None:
                 return f"{med[who]:.2f}{mark}" if who in med else "fails"
 
             conv, twin, tor = med.get("converted"), med.get("twin"), med.get("torch")
+            cached = med.get("cached twin")
             if metric == "ms_per_iter":  # lower is better: converted takes x times the twin
                 ratio = f"{conv / twin:.2f}" if conv and twin else "-"
                 vs_torch = f"{tor / conv:.2f}" if conv and tor else "-"
             else:  # tokens/s, higher is better: the twin is x times faster than converted
                 ratio = f"{twin / conv:.2f}" if conv and twin else "-"
                 vs_torch = f"{conv / tor:.2f}" if conv and tor else "-"
+            vs_cached = f"{cached / conv:.2f}" if conv and cached else "-"
             print(f"| {case} ({metric}) | {threads} | {cell('torch')} | {cell('converted')} "
-                  f"| {cell('twin')} | {ratio} | {vs_torch} |")
+                  f"| {cell('twin')} | {ratio} | {cell('cached twin') if cached else '-'} "
+                  f"| {vs_cached} | {vs_torch} |")
             for who, msg in err.items():
-                print(f"|   {who} failed: {msg} |||||||")
+                print(f"|   {who} failed: {msg} |||||||||")
     print("\nconverted/twin: time (train) or inverse throughput (sample) of the converted "
           "program over the twin's; 1.0 is parity, above 1 slower. Speedup over torch: torch's "
           "time over the converted program's (train), the converted tokens/s over torch's "

@@ -342,3 +342,30 @@ def test_the_compile_count_sees_a_step_compiled_again(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=120, check=True, env=compile_once_env())
     assert_compiles_once(done, script)  # two shapes, one compile each
+
+
+@pytest.mark.slow
+def test_converted_mingpt_trainer_is_one_compiled_step_on_the_split_state(tmp_path: Path) -> None:
+    """minGPT's Trainer shape (issue 30), converted: the run loop (a while loop with next() /
+    StopIteration, callbacks given the trainer) reads the model and the optimizer only through
+    the step, so the step is the twin's form, a jax.jit of their state split once before the
+    loop and donated, written back after it; the callback's trainer.loss.item() is the step's
+    loss (nothing marked). One compile; the loss falls from about log(3)."""
+    program = NANOGPT.parent / "mingpt_trainer.py"
+    result = convert_source(program.read_text(), path=str(program))
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.diagnostics
+    code = result.code
+    assert "        graphdef, train_state = nnx.split((model, optimizer))\n\n" \
+           "        @partial(jax.jit, donate_argnums=0)\n" \
+           "        def train_step(train_state, x, y):\n" in code
+    assert "            train_state, loss = train_step(train_state, x, y)\n" in code
+    assert "        nnx.update((model, optimizer), train_state)\n" in code
+    script = tmp_path / "mingpt_trainer.py"
+    script.write_text(code)
+    done = _run(script, tmp_path, GPT_MAX_ITERS="21")
+    log = done.stdout + done.stderr
+    assert len(re.findall(r"Compiling jit\(train_step\)", log)) == 1, log[-3000:]
+    losses = re.findall(r"^iter (\d+) loss ([0-9.]+)$", done.stdout, re.MULTILINE)
+    assert [i for i, _ in losses] == ["0", "20"], done.stdout
+    assert abs(float(losses[0][1]) - 1.0986) < 0.5 and float(losses[1][1]) < float(
+        losses[0][1]), losses

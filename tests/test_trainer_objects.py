@@ -27,6 +27,51 @@ from test_training_scripts import HEADER, _close, _convert, _run
 
 from torch2jax.convert import convert_source
 
+CALLBACKS = """
+from collections import defaultdict
+
+
+class Trainer:
+    def __init__(self, model, max_iters):
+        self.model = model
+        self.max_iters = max_iters
+        self.callbacks = defaultdict(list)
+        self.iter_num = 0
+
+    def add_callback(self, onevent, callback):
+        self.callbacks[onevent].append(callback)
+
+    def trigger_callbacks(self, onevent):
+        for callback in self.callbacks.get(onevent, []):
+            callback(self)
+
+    def run(self):
+        model = self.model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
+        while True:
+            logits = model(X)
+            self.loss = F.cross_entropy(logits, Y)
+            model.zero_grad(set_to_none=True)
+            self.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            self.optimizer.step()
+            self.trigger_callbacks("on_batch_end")
+            self.iter_num += 1
+            if self.iter_num >= self.max_iters:
+                break
+
+
+def on_batch_end(trainer):
+    print(f"{trainer.iter_num} {trainer.loss.item():.8f}")
+
+
+torch.manual_seed(0)
+trainer = Trainer(Net(), 6)
+trainer.add_callback("on_batch_end", on_batch_end)
+trainer.run()
+print(f"{float(torch.sum(trainer.model(X))):.6f}")
+"""
+
 TRAINERS = {
     # built in __init__, stepped in a train_step method with clipping; a callback list and a
     # loss history on the trainer
@@ -107,6 +152,11 @@ trainer = Trainer(Net(), 6)
 trainer.set_callback("on_batch_end", on_batch_end)
 trainer.run()
 """,
+    # minGPT's callbacks: add_callback / trigger_callbacks call each with the trainer, which
+    # reads trainer.loss.item() (the loss the run loop keeps, a tensor). Nothing in the loop
+    # reads the model or the optimizer but the step: their state stays split, and is written
+    # back after the loop (the model's output read there)
+    "callbacks": CALLBACKS,
 }
 
 
@@ -126,6 +176,9 @@ def test_a_trainer_object_steps_like_torch(name: str, tmp_path: Path) -> None:
     source = HEADER + TRAINERS[name]
     code = _convert(source)  # no error: nothing marked
     assert "nnx.Optimizer(" in code and ".backward(" not in code and "torch" not in code
+    if name == "callbacks":  # the loop reads the model only through the step: split state
+        assert "graphdef, train_state = nnx.split((model, optimizer))" in code
+        assert "train_state, loss = train_step(train_state)" in code
     want = _torch(source, tmp_path)
     got = _run(code, tmp_path)
     assert len(want) >= 6
@@ -284,6 +337,8 @@ def test_a_global_draw_in_getitem_is_numpy_on_the_host(tmp_path) -> None:
     assert "np.random.random(1).astype(np.float32)" in code
     assert "np.random.standard_normal(self.length).astype(np.float32)" in code
     assert "jax.random" not in code.split("def __getitem__")[1].split("\n\n")[0]
+    getitem = code.split("def __getitem__")[1].split("\n\n")[0]
+    assert "np.sort(x, axis=-1)" in getitem and "argsort" not in getitem  # torch.sort(x)[0]
     want = _torch(_DRAWING_DATASET, tmp_path)
     assert _run(code, tmp_path) == want[:-1] + ["float32"]  # torch.float32 / float32
     # a program that never seeds: a fixed stream (seeded 0 at import), said
@@ -292,3 +347,50 @@ def test_a_global_draw_in_getitem_is_numpy_on_the_host(tmp_path) -> None:
     assert "np.random.seed(0)  # torch's global generator is never seeded" in unseeded.code
     assert any(d.severity == "info" and "seeded with 0" in d.message
                for d in unseeded.diagnostics), unseeded.diagnostics
+
+
+# what a callback may do that keeps the trainer's step the nnx.jit one (its state not split:
+# the model and the optimizer are read between steps, outside the step)
+_READS = {
+    "the trainer's model": ('print(f"{trainer.iter_num} {trainer.loss.item():.8f}")',
+                            'print(f"{float(torch.sum(trainer.model(X))):.8f}")'),
+    "the global model": ('print(f"{trainer.iter_num} {trainer.loss.item():.8f}")',
+                         'print(f"{float(torch.sum(net(X))):.8f}")'),
+    "the trainer's optimizer": ('print(f"{trainer.iter_num} {trainer.loss.item():.8f}")',
+                                'print(trainer.optimizer is not None)'),
+    "the trainer passed on": ('print(f"{trainer.iter_num} {trainer.loss.item():.8f}")',
+                              'show(trainer)'),
+    "a lambda registered": ('trainer.add_callback("on_batch_end", on_batch_end)',
+                            'trainer.add_callback("on_batch_end", lambda t: print(t.model))'),
+    "a list of the trainer's holding the model": (
+        "        self.iter_num = 0\n",
+        "        self.iter_num = 0\n        self.kept = []\n        self.kept.append(model)\n",
+        'print(f"{trainer.iter_num} {trainer.loss.item():.8f}")', "print(trainer.kept)"),
+    "the loop's condition": ("        while True:", "        while model.training:"),
+    "the model put among the callbacks": (
+        "        self.callbacks[onevent].append(callback)\n",
+        ("        self.callbacks[onevent].append(callback)\n"
+         "        self.callbacks['x'].append(self.model)\n")),
+}
+
+
+def _callback_variant(what: str) -> str:
+    edits = _READS[what]
+    source = CALLBACKS.replace("trainer = Trainer(Net(), 6)", "net = Net()\n"
+                               "trainer = Trainer(net, 6)")
+    for old, new in zip(edits[::2], edits[1::2]):
+        assert old in source
+        source = source.replace(old, new, 1)
+    return HEADER + source + "\n\ndef show(t):\n    print(t.model)\n"
+
+
+@pytest.mark.parametrize("what", sorted(_READS))
+def test_a_callback_that_reads_the_model_keeps_the_step_on_the_objects(what: str) -> None:
+    """A callback the run loop calls with the trainer that reads the model or the optimizer
+    (through the trainer, as a global, or wherever the trainer is passed on), or one that is
+    not a function of the file, or the loop's own condition reading the model: the loop does
+    not keep their state split (it would read donated arrays); the step is the nnx.jit one,
+    on the objects (its numbers: the other trainers above)."""
+    code = convert_source(_callback_variant(what), path="script.py").code
+    assert "nnx.split((model, optimizer))" not in code
+    assert re.search(r"@nnx\.jit.*\n\s*def train_step\(model, optimizer", code)

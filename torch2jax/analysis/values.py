@@ -32,6 +32,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import Assignment, ScopeProvider
 
+from torch2jax.analysis import callbacks
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the public name)
     _ANY_RECEIVER_METHODS,
@@ -94,6 +95,7 @@ from torch2jax.analysis.value_syntax import (
     _pair_idiom,
     _return_values,
 )
+from torch2jax.analysis.walk import findall
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp,
            cst.GeneratorExp)
@@ -125,6 +127,7 @@ class ValueFacts:
         self._classes: dict[str, cst.ClassDef] | None = None
         self._class_attrs: dict[str, dict[str, list[cst.BaseExpression]]] = {}
         self._returns: dict[int, list[cst.BaseExpression]] = {}
+        self._registries: list[callbacks.Registry] | None = None
 
     # ---------------------------------------------------------------- queries
     def is_dtype(self, node: cst.CSTNode) -> bool:
@@ -929,6 +932,13 @@ class ValueFacts:
         if cls is not None and fn.name.value in ("forward", "__call__") and (
                 cls.name.value in self.module_classes):
             return TENSOR
+        if cls is None:  # a callback a class of the file calls with its instance
+            if self._registries is None:
+                self._registries = callbacks.registries(self._module)
+            registered = callbacks.receiver(self._module, fn, self._registries)
+            if registered is not None and param in positional and (
+                    positional.index(param) == registered[1]):
+                return self._instance(registered[0])
         return self._from_call_sites(fn, cls, param)
 
     def _annotation(self, node: cst.BaseExpression) -> Value | None:
@@ -1072,11 +1082,26 @@ class ValueFacts:
     def _class_attr(self, cls: str, attr: str) -> Value | None:
         """The kind of ``self.<attr>`` in the file's class ``cls`` (and its bases of the
         file): its assignments in any method."""
-        found = [self.value(v) for v in self._class_values(cls, attr)]
+        found = [self.value(v) for v in self._class_values(cls, attr)] or (
+            self._unpacked_attr(cls, attr))
         if not found:
             return None
         value = _join(found)
         return None if value is _BUSY else value
+
+    def _unpacked_attr(self, cls: str, attr: str) -> list[Value]:
+        """``self.<attr>`` bound by unpacking in a method of the file's class ``cls`` (minGPT's
+        ``logits, self.loss = model(x, y)``): the items of what is unpacked."""
+        if self._file_class(cls) is None:
+            return []
+        found = []
+        for assign in findall(self._classes[cls], m.Assign(targets=[m.AssignTarget(
+                target=m.Tuple())])):
+            for i, e in enumerate(assign.targets[0].target.elements):
+                if isinstance(e, cst.Element) and m.matches(e.value, m.Attribute(
+                        value=m.Name("self"), attr=m.Name(attr))):
+                    found.append(self.value(assign.value).element(i))
+        return found
 
     def _attrs_of(self, cls: str) -> dict[str, list[cst.BaseExpression]]:
         attrs = self._class_attrs.get(cls)

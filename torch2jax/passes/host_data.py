@@ -151,6 +151,20 @@ class _ToNumpy(cst.CSTTransformer):
             return self._method(updated_node)
         return updated_node
 
+    def leave_Subscript(self, original_node: cst.Subscript, updated_node: cst.Subscript
+                        ) -> cst.BaseExpression:
+        """``torch.sort(x)[0]``: only the sorted values (``np.sort``), not the pair of
+        numpy calls the sort becomes with the index taken from it (both are pure)."""
+        value, index = updated_node.value, updated_node.slice
+        if isinstance(value, cst.Tuple) and len(index) == 1 and m.matches(
+                index[0].slice, m.Index(value=m.Integer())) and isinstance(
+                original_node.value, cst.Call) and _dotted(original_node.value.func) and (
+                self.q(original_node.value.func) == "torch.sort"):
+            at = int(index[0].slice.value.value)
+            if at < len(value.elements):
+                return value.elements[at].value
+        return updated_node
+
     # torch.* functions
     def _function(self, q: str, original: cst.Call, node: cst.Call) -> cst.BaseExpression:
         pos = [a.value for a in node.args if a.keyword is None and not a.star]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis import callbacks as cb
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import accum_scan
@@ -794,10 +795,13 @@ class LoopsMixin:
                 loop_names |= tr.loop_assigned_names(self._while_stack[0])
             if self._for_stack:  # ... and those of the enclosing for loops
                 loop_names |= tr.loop_assigned_names(self._for_stack[0])
-            step = tr.build_train_step(body, optimizer=name, model=model,
-                                       loop_names=loop_names, accumulate=every_k,
-                                       step_name=self._loop_step_name(), clip=clip_stmt,
-                                       tree_mode=not self.data.aliasing)
+            kwargs = {"optimizer": name, "model": model, "loop_names": loop_names,
+                      "accumulate": every_k, "step_name": self._loop_step_name(),
+                      "clip": clip_stmt}
+            split = self._split_while(original_node, body, model, kwargs)
+            if split is not None:
+                return split
+            step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
             if step is None:
                 break
             stale = self._stale_models(step.function, model, original_node)
@@ -826,6 +830,41 @@ class LoopsMixin:
                       "optimizer.step() in the same loop body): write the step as "
                       "nnx.value_and_grad + optimizer.update")
         return self._unclipped(updated_node, clip)
+
+    def _split_while(self, original_node, body: list, model: str, kwargs: dict):
+        """The outermost ``while`` loop of its scope around a train step (minGPT's
+        ``Trainer.run``) whose other statements read neither the model nor the optimizer,
+        by name, through ``self`` or through the methods and callbacks they call
+        (analysis/callbacks.py): the step is a ``jax.jit`` of their state split once before
+        the loop, donated to each call and written back after it, the form of the for loops'
+        steps. None where that is not shown (the ``nnx.jit`` step then)."""
+        optimizer = kwargs["optimizer"]
+        if self._for_stack or self._while_stack or original_node.orelse is not None or (
+                self.data.distributed) or findall(original_node.body, m.Return()):
+            return None
+        step = tr.build_train_step(body, functional=True, closure=True, **kwargs)
+        around = tr.functional_loop(step, model, optimizer) if step is not None else None
+        if around is None:
+            return None
+        cls = next((s for s in self._root.body if isinstance(s, cst.ClassDef) and (
+            self._class_stack and s.name.value == self._class_stack[-1])), None)
+        fn = self._fn_stack[-1] if self._fn_stack else self._root
+        reads = cb.LoopReads(self._root, cls, fn, {model, optimizer},
+                             set(self.index.module_classes))
+        if not reads.only_state([original_node.test, *(s for s in around[1]
+                                                       if s is not step.call)]) or (
+                self._stale_models(step.function, model, original_node)):
+            return None
+        self.need("nnx", "jax", "partial")
+        if step.record is not None:
+            self.train_steps.append(step.record)
+        if kwargs["clip"] is not None:
+            self.need("optax")
+        blank = [cst.EmptyLine(indent=False)]
+        loop = original_node.with_changes(body=original_node.body.with_changes(
+            body=around[1]), leading_lines=blank)
+        return cst.FlattenSentinel([*around[0], step.function.with_changes(
+            leading_lines=blank), loop, *around[2]])
 
     def visit_For(self, node: cst.For) -> None:
         self._for_stack.append(node)
