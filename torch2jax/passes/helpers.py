@@ -263,6 +263,19 @@ def over_leading(layer, x: jax.Array, rank: int) -> jax.Array:
 ''', targets=("equinox",))
 
 
+# equinox (torch2jax/targets/equinox_calls.py): a module handed to a module kept batched
+# whose class no call in the file shows
+helper("on_batch", {"jax"}, '''
+def on_batch(module, *args, **kwargs):
+    """module called on a batch: an equinox module written for one example (an equinox layer,
+    a model converted per example) mapped over the batch, axis 0 of every argument; one that
+    keeps the batch axis (batched = True) or a plain function called as it is."""
+    if isinstance(module, eqx.Module) and not getattr(module, "batched", False):
+        return jax.vmap(module)(*args, **kwargs)
+    return module(*args, **kwargs)
+''', targets=("equinox",))
+
+
 # torch's GRU cell (rules/sequence.toml): n = tanh(W_in x + b_in + r * (W_hn h + b_hn)); the
 # library cells have no hidden-side bias b_hn
 helper("TorchGRUCell", {"Any", "nnx"}, '''

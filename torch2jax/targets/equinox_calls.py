@@ -25,6 +25,7 @@ from torch2jax.targets.equinox_layers import (
     Layer,
     _fix_commas,
     _kwarg,
+    channel_first_seq,
 )
 
 
@@ -419,6 +420,12 @@ class LayerCalls:
         inputs may carry more leading axes); dropout, elementwise, on the whole batch with
         one key; the file's own modules, batched as well, called as they are."""
         args = [a for a in node.args]
+        if lay.kind == "value" and lay.passed:
+            # a module handed to the constructor that no call in the file shows: mapped over
+            # the batch when it is written for one example (a helper written into the file)
+            values = [self.ev(a.value)[0] for a in args]
+            return _fix_commas(cst.Call(cst.Name("on_batch"), [cst.Arg(func), *(
+                a.with_changes(value=v) for a, v in zip(args, values, strict=True))])), Info()
         if lay.kind != "module" and (len(args) != 1 or args[0].keyword or args[0].star):
             raise EquinoxError(f"a {lay.kind} layer called with several arguments")
         values = [self.ev(a.value) for a in args]
@@ -450,9 +457,7 @@ class LayerCalls:
             if not parts or lay.loop or any(p is None or p.kind in ("value", "list", "dict",
                                                                     "seq") for p in parts):
                 raise EquinoxError("a Sequential whose layers are not known here")
-            if not (lay.keyed or lay.stateful) and all(
-                    p.kind in ("conv", "pool", "groupnorm", "fn") for p in parts) and any(
-                    p.kind != "fn" for p in parts):
+            if channel_first_seq(lay):
                 return cst.Call(expr("jax.vmap({f})", f=func), new_args), replace(x)
             return self.unroll(func, lay, new_args[0].value, x)
         if lay.kind == "module" and lay.cls in self.classes:

@@ -53,9 +53,18 @@ def batched_form(lay: Layer) -> tuple:
     layers of one form are called alike."""
     if lay.kind in VECTOR_LAYERS:
         return ("over_leading", VECTOR_LAYERS[lay.kind])
-    if lay.kind in ("conv", "pool", "groupnorm", "resize", "fn"):
+    if lay.kind in ("conv", "pool", "groupnorm", "resize", "fn") or channel_first_seq(lay):
         return ("vmap",)
     return (lay.kind, lay.cls, lay.alts, lay.stateful, lay.keyed)
+
+
+def channel_first_seq(lay: Layer) -> bool:
+    """A Sequential of channel-first layers and per-example functions that takes neither state
+    nor a key: on a batch it is mapped over the batch as a whole, like a convolution."""
+    parts = [lay.items.get(str(i)) for i in range(len(lay.items))]
+    return lay.kind == "seq" and bool(parts) and not (lay.keyed or lay.stateful or lay.loop) \
+        and all(p is not None and p.kind in ("conv", "pool", "groupnorm", "fn", "resize")
+                for p in parts) and any(p.kind != "fn" for p in parts)
 
 
 @dataclass
@@ -92,6 +101,9 @@ class Layer:
     # kind == "list" of layers of several kinds that one batched call form fits (a module
     # kept batched calls them in a loop; per example they stay unknown): one of them
     mixed: Layer | None = None
+    # kind == "value" stored from a constructor argument that no call in the file shows (a
+    # model handed in): a module kept batched calls it through the on_batch helper
+    passed: bool = False
 
 
 # recurrent layer kinds -> torch's names (for messages)
