@@ -62,6 +62,7 @@ class _InitRewriter(cst.CSTTransformer):
         self.errors: list[str] = []
         self.sites = 0
         self.identities: set[str] = set()  # attributes that are an identity in some branch
+        self.unknown_lists: set[str] = set()  # list attributes appended layers of two kinds
 
     def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
@@ -223,10 +224,17 @@ class _InitRewriter(cst.CSTTransformer):
                 lay = Layer("fn")
             held = v.func.value  # self.downs.append(...): a list attribute, as a local's
             if lay is not None and m.matches(held, m.Attribute(value=m.Name("self"))) and \
-                    self.attrs.get(held.attr.value, Layer("value")).kind == "list":
+                    self.attrs.get(held.attr.value, Layer("value")).kind == "list" and \
+                    held.attr.value not in self.unknown_lists:
                 lst = self.attrs[held.attr.value]
-                lst.items[str(len(lst.items))] = lay
-                lst.loop = lst.loop or self.loop > 0
+                if any((p.kind, p.cls, p.alts) != (lay.kind, lay.cls, lay.alts)
+                       for p in lst.items.values()):
+                    # layers of several kinds appended: which is where is not known here
+                    self.unknown_lists.add(held.attr.value)
+                    lst.items.clear()
+                else:
+                    lst.items[str(len(lst.items))] = lay
+                    lst.loop = lst.loop or self.loop > 0
             if lay is not None and isinstance(v.func.value, cst.Name):
                 lst = self.local.setdefault(v.func.value.value, Layer("list"))
                 lst.items[str(len(lst.items))] = lay
