@@ -197,7 +197,30 @@ class Gram(nn.Module):
 '''
 
 
+# an einops layer that changes the rank, then vector layers, in one Sequential
+PATCHES = '''
+import torch
+import torch.nn as nn
+from einops.layers.torch import Rearrange
+
+
+class Patches(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.to_patch = nn.Sequential(
+            Rearrange("b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=2, p2=2),
+            nn.LayerNorm(12), nn.Linear(12, 8))
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.to_patch(x).mean(dim=1))
+'''
+
+
 BATCHED = {
+    # the einops layer is written for one example (c (h p1) (w p2) -> (h w) (p1 p2 c)), the
+    # vector layers after it mapped over the patches
+    "einops_patches": (PATCHES, "Patches", "float32[2,3,4,6]"),
     # bi,bj->ij sums over the batch: no per-example form
     "einsum_over_batch": (MIXING, "Gram", "float32[5,4]"),
     # a layer on the rows of the whole batch (torch returns (B * 1, 6), not (B, 1, 6))
@@ -232,12 +255,49 @@ def test_no_per_example_form_keeps_the_module_batched(case: str, tmp_path: Path)
     assert r.passed, (r.mismatch, r.to_json())
 
 
-def test_a_loop_over_layers_no_line_names_stays_marked() -> None:
+def test_a_loop_over_layers_no_line_names_calls_them_on_the_batch() -> None:
     """The list comes from outside the file (no call builds the class here): neither a
-    per-example nor a batched call form is known, so the loop is marked."""
+    per-example nor a batched call form is known when converting, so each layer is called
+    through on_batch (equinox's vector layers over every leading axis, a module written for
+    one example mapped over the batch). Built with equinox layers holding torch's weights,
+    it computes torch's outputs on a batch of sequences (it was marked: 'a loop over a list
+    of unknown layers')."""
+    import equinox as eqx
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
     source = LOOP.split("class Model")[0]
     result = convert_source(source, target="equinox")
-    assert "# TODO(torch2jax): a loop over a list of unknown layers [equinox]" in result.code
+    assert "TODO(torch2jax)" not in result.code, result.code
+    assert "x = jax.nn.relu(on_batch(layer, x))" in result.code
+    torch_ns: dict = {}
+    exec(compile(source, "stack.py", "exec"), torch_ns)  # noqa: S102 (the torch module)
+    ns: dict = {}
+    exec(compile(result.code, "stack.py", "exec"), ns)  # noqa: S102 (the converted module)
+    torch.manual_seed(0)
+    fc, norm = torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)
+    torch.nn.init.normal_(norm.weight)
+    torch.nn.init.normal_(norm.bias)
+    net = torch_ns["Stack"]([fc, norm])
+
+    def arr(t):
+        return jnp.asarray(t.detach().numpy())
+
+    import jax
+    layers = [eqx.nn.Linear(8, 8, key=jax.random.key(0)), eqx.nn.LayerNorm(8)]
+    layers[0] = eqx.tree_at(lambda m: (m.weight, m.bias), layers[0], (arr(fc.weight),
+                                                                       arr(fc.bias)))
+    layers[1] = eqx.tree_at(lambda m: (m.weight, m.bias), layers[1], (arr(norm.weight),
+                                                                       arr(norm.bias)))
+    model = ns["Stack"](layers, key=jax.random.key(1))
+    model = eqx.tree_at(lambda m: (m.out.weight, m.out.bias), model,
+                        (arr(net.out.weight), arr(net.out.bias)))
+    x = torch.linspace(-2.0, 2.0, 2 * 5 * 8).reshape(2, 5, 8)
+    want = net(x).detach().numpy()
+    got = np.asarray(model(arr(x)))
+    assert got.shape == want.shape == (2, 5, 3)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
 SCRIPT = '''

@@ -347,6 +347,8 @@ def _lists_passed_in(classes: dict[str, ClassInfo], nnx: dict[str, cst.ClassDef]
                 c.attrs[attr] = replace(lay, items={"*": kinds[0]})
             elif kinds is not None and len({batched_form(p) for p in kinds}) == 1:
                 c.attrs[attr] = replace(lay, mixed=kinds[0])
+            else:  # (a module kept batched calls each through on_batch)
+                c.attrs[attr] = replace(lay, passed=True)
 
 
 def _list_param(init: cst.FunctionDef, attr: str) -> str | None:

@@ -26,6 +26,7 @@ from torch2jax.targets.equinox_layers import (
     _fix_commas,
     _kwarg,
     channel_first_seq,
+    einops_ranks,
 )
 
 
@@ -139,8 +140,14 @@ class LayerCalls:
             return self.stateful_call(cst.Call(func, new_args)), Info(
                 True, x.rank, channels_last=x.channels_last)
         if lay.kind == "resize":  # (written for one example: channel-first, any rank)
-            return cst.Call(func, new_args), Info(x.batched, x.rank,
-                                                  channels_last=x.channels_last)
+            ranks = einops_ranks(lay.node)  # (an einops layer's: the ranks of its pattern)
+            if ranks is not None and x.rank not in (None, ranks[0]):
+                raise EquinoxError(f"an einops layer for rank {ranks[0]} applied to a value of "
+                                   f"rank {x.rank} per example")
+            if ranks is not None:
+                self._fix_input_rank(args[0].value, ranks[0])
+            return cst.Call(func, new_args), Info(
+                x.batched, x.rank if ranks is None else ranks[1], channels_last=x.channels_last)
         channel_first = lay.kind == "seq" and bool(lay.items) and all(
             p.kind in ("conv", "bn", "pool", "fn", "resize", "dropout", "groupnorm")
             for p in lay.items.values())
@@ -166,8 +173,8 @@ class LayerCalls:
                     raise EquinoxError("a Sequential with dropout or state applied to a "
                                        f"sequence (rank {x.rank} per example)")
                 vmaps = x.rank - VECTOR_LAYERS[first.kind]
-            if any(p.kind in ("conv", "pool", "bn") for p in lay.items.values()) and any(
-                    p.kind in VECTOR_LAYERS for p in lay.items.values()):
+            if any(p.kind in ("conv", "pool", "bn", "resize") for p in lay.items.values()) \
+                    and any(p.kind in VECTOR_LAYERS for p in lay.items.values()):
                 raise EquinoxError("a Sequential mixing channel-first and vector layers")
             if any(p.kind == "module" for p in lay.items.values()):
                 if lay.loop:

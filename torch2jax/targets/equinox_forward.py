@@ -1006,6 +1006,8 @@ class Forward(LayerCalls):
         element = lay.items.get("*") or next(iter(lay.items.values()), None)
         if element is None and self.owner.batched:
             element = lay.mixed  # (layers of several kinds, called alike on a batch)
+        if element is None and self.owner.batched and lay.passed:
+            element = Layer("value", passed=True)  # (no call of the file shows them)
         if element is None:
             raise EquinoxError("a loop over a list of unknown layers")
         kind = f"layer:{s.target.value}"

@@ -316,6 +316,8 @@ def if_layer(lays: list[Layer | None], nodes: list[cst.BaseExpression]) -> Layer
             return lay
         return None
     (a, _), (b, _) = known
+    if a.rank is not None and b.rank is not None and a.rank != b.rank:
+        return None
     if batched_form(a) == batched_form(b) == ("vmap",):
         return b if a.kind == "seq" else a
     return None

@@ -8,6 +8,7 @@ turns one NNX layer constructor into its equinox constructor.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -58,6 +59,20 @@ def batched_form(lay: Layer) -> tuple:
     return (lay.kind, lay.cls, lay.alts, lay.stateful, lay.keyed)
 
 
+def einops_ranks(node: cst.CSTNode | None) -> tuple[int, int] | None:
+    """The ranks in and out of ``lambda t: einops.rearrange(t, "c (h p) w -> (c p) h w")``
+    (an einops layer, per example: passes/rewrite_layers.py): its pattern's groups on each
+    side; None for another function or an ellipsis."""
+    if not (isinstance(node, cst.Lambda) and isinstance(node.body, cst.Call) and code(
+            node.body.func) in ("einops.rearrange", "einops.reduce") and len(node.body.args) > 1):
+        return None
+    pattern = try_literal(node.body.args[1].value, None)
+    if not isinstance(pattern, str) or "..." in pattern or pattern.count("->") != 1:
+        return None
+    sides = [re.sub(r"\([^)]*\)", "g", side).split() for side in pattern.split("->")]
+    return len(sides[0]), len(sides[1])
+
+
 def channel_first_seq(lay: Layer) -> bool:
     """A Sequential of channel-first layers and per-example functions that takes neither state
     nor a key: on a batch it is mapped over the batch as a whole, like a convolution."""
@@ -102,7 +117,8 @@ class Layer:
     # kept batched calls them in a loop; per example they stay unknown): one of them
     mixed: Layer | None = None
     # kind == "value" stored from a constructor argument that no call in the file shows (a
-    # model handed in): a module kept batched calls it through the on_batch helper
+    # model handed in), kind == "list" of layers handed in that no call shows or of several
+    # call forms: a module kept batched calls them through the on_batch helper
     passed: bool = False
 
 
