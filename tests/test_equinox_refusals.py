@@ -152,7 +152,24 @@ class AE(nn.Module):
         return self.decode(mu * logvar.exp(), scale=0.5), mu
 '''
 
+# nn.Flatten() in a Sequential before vector layers: written for one example (x.reshape(-1))
+FLATTEN = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv1d(1, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.SiLU())
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(32, 8), nn.Tanh(), nn.Linear(8, 3))
+
+    def forward(self, x):
+        return self.head(self.features(x.unsqueeze(1)))
+'''
+
 CASES = {
+    "flatten": (FLATTEN, "Net", "float32[2,8]"),
     "methods": (METHODS, "AE", "float32[4,1,16]"),
     "einsum": (EINSUM, "Attn", "float32[2,5,16]"),
     "permute": (PERMUTE, "Net", "float32[2,3,6,6]"),

@@ -44,6 +44,8 @@ from torch2jax.ruleset import Rule, weight_source
 from torch2jax.targets import linen as linen_target
 from torch2jax.targets import linen_training as lt
 
+# nn.Flatten() written for one example (passes/special.py, flatten_module)
+FLAT_EXAMPLE = "lambda x: x.reshape(-1)"
 # torch's tensor types, also legacy constructors (rules/functions.toml: torch.Tensor(2, 3))
 _TENSOR_TYPES = ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor")
 
@@ -873,7 +875,8 @@ class LayersMixin:
             if name in HELPERS and emitter not in HELPERS[name]:  # Embedding(padding_idx=)
                 raise Untranslatable(f"{rule.torch} as written has no {emitter} translation "
                                      f"(the {name} helper class is NNX only)", rule=rule.id)
-            if site.per_example and rule.special == "upsample":
+            if site.per_example and (rule.special == "upsample" or rule.special ==
+                                     "flatten_module" and code(out) == FLAT_EXAMPLE):
                 self.per_example_code.add(code(out))
         else:
             args = _rule_args(site)

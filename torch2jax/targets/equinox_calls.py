@@ -141,10 +141,10 @@ class LayerCalls:
                 True, x.rank, channels_last=x.channels_last)
         if lay.kind == "resize":  # (written for one example: channel-first, any rank)
             ranks = einops_ranks(lay.node)  # (an einops layer's: the ranks of its pattern)
-            if ranks is not None and x.rank not in (None, ranks[0]):
+            if ranks is not None and ranks[0] is not None and x.rank not in (None, ranks[0]):
                 raise EquinoxError(f"an einops layer for rank {ranks[0]} applied to a value of "
                                    f"rank {x.rank} per example")
-            if ranks is not None:
+            if ranks is not None and ranks[0] is not None:
                 self._fix_input_rank(args[0].value, ranks[0])
             return cst.Call(func, new_args), Info(
                 x.batched, x.rank if ranks is None else ranks[1], channels_last=x.channels_last)
@@ -173,8 +173,14 @@ class LayerCalls:
                     raise EquinoxError("a Sequential with dropout or state applied to a "
                                        f"sequence (rank {x.rank} per example)")
                 vmaps = x.rank - VECTOR_LAYERS[first.kind]
-            if any(p.kind in ("conv", "pool", "bn", "resize") for p in lay.items.values()) \
-                    and any(p.kind in VECTOR_LAYERS for p in lay.items.values()):
+            # (a function for one example that returns a vector, nn.Flatten's, may come
+            # before vector layers: equinox's Sequential hands them one vector each)
+            reshaped = [(einops_ranks(p.node) or (None, None))[1]
+                        for p in (lay.items.get(str(i)) for i in range(len(lay.items)))
+                        if p is not None and p.kind == "resize"]
+            if (any(p.kind in ("conv", "pool", "bn") for p in lay.items.values()) or any(
+                    r != 1 for r in reshaped)) and any(p.kind in VECTOR_LAYERS
+                                                       for p in lay.items.values()):
                 raise EquinoxError("a Sequential mixing channel-first and vector layers")
             if any(p.kind == "module" for p in lay.items.values()):
                 if lay.loop:
@@ -199,6 +205,8 @@ class LayerCalls:
                                  if p.kind in ("conv", "pool") and p.rank), None)
                 if out.rank is not None and x.is_input:
                     self._fix_input_rank(args[0].value, out.rank)
+            if any(r is not None for r in reshaped):  # (the layers after keep its rank)
+                out.rank = [r for r in reshaped if r is not None][-1]
             if lay.stateful:
                 return self.stateful_call(call), out
             return call, out

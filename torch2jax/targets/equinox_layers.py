@@ -59,10 +59,13 @@ def batched_form(lay: Layer) -> tuple:
     return (lay.kind, lay.cls, lay.alts, lay.stateful, lay.keyed)
 
 
-def einops_ranks(node: cst.CSTNode | None) -> tuple[int, int] | None:
+def einops_ranks(node: cst.CSTNode | None) -> tuple[int | None, int] | None:
     """The ranks in and out of ``lambda t: einops.rearrange(t, "c (h p) w -> (c p) h w")``
     (an einops layer, per example: passes/rewrite_layers.py): its pattern's groups on each
-    side; None for another function or an ellipsis."""
+    side; ``(None, 1)`` for nn.Flatten's ``lambda x: x.reshape(-1)``; None for another
+    function or an ellipsis."""
+    if isinstance(node, cst.Lambda) and "".join(code(node).split()) == "lambdax:x.reshape(-1)":
+        return None, 1
     if not (isinstance(node, cst.Lambda) and isinstance(node.body, cst.Call) and code(
             node.body.func) in ("einops.rearrange", "einops.reduce") and len(node.body.args) > 1):
         return None
