@@ -625,11 +625,7 @@ def test_module_dict_loops_and_string_keys(tmp_path: Path, name: str) -> None:
     assert result.passed, result.mismatch
 
 
-def test_a_conditional_sequential_converts_or_is_marked() -> None:
-    """`nn.Sequential(...) if c else nn.Identity()`, returned by a helper or assigned: the
-    equinox pass took the conditional expression for the Sequential call and crashed (an internal
-    error, the whole file not converted: seen on a diffusion UNet's helpers)."""
-    source = '''import torch
+CONDITIONAL_SOURCE = '''import torch
 from torch import nn
 
 
@@ -646,20 +642,26 @@ class Net(nn.Module):
     def forward(self, x):
         return self.b(self.a(x))
 '''
-    result = convert_source(source, target="equinox")
-    assert not [d for d in result.diagnostics if d.rule == "internal"]
-    ast.parse(result.code)
-    # the helper's conditional result is not a layer the pass follows: marked at its call (the
-    # equinox pass's diagnostics name the torch line, as the other targets' do)
-    lines = source.splitlines()
-    [error] = [d for d in result.diagnostics if d.severity == "error"]
-    assert error.rule == "equinox"
-    assert lines[error.line - 1].strip() == "return self.b(self.a(x))"
-    assert error.message == "self.a is not a layer the equinox target translated"
-    out = result.code.splitlines()
-    at = out.index("        return self.b(self.a(x))")
-    assert out[at - 1].strip() == (
-        "# TODO(torch2jax): self.a is not a layer the equinox target translated [equinox]")
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_a_conditional_sequential_converts(tmp_path: Path, last: bool) -> None:
+    """`nn.Sequential(...) if c else nn.Identity()`, returned by a helper or assigned: the
+    equinox pass took the conditional expression for the Sequential call and crashed (an internal
+    error, the whole file not converted: seen on a diffusion UNet's helpers), then marked the
+    call ('self.a is not a layer the equinox target translated'). The layer of a conditional
+    expression is its layer beside an identity (equinox_init.if_layer): both branches match
+    torch."""
+    result = convert_source(CONDITIONAL_SOURCE, target="equinox")
+    assert [d for d in result.diagnostics if d.severity == "error"] == []
+    assert "return eqx.nn.Sequential([eqx.nn.Linear(dim, dim, key=key), eqx.nn.Lambda(" \
+        "jax.nn.relu)]) if not last else lambda x: x" in result.code
+    r = verify(str(_write(tmp_path, "cond.py", CONDITIONAL_SOURCE)) + "::Net",
+               args={"dim": 4, "last": last}, inputs=["float32[3,4]"], jax_target="equinox",
+               grad=True, float64=False)
+    assert r.error is None, r.error
+    assert r.todos == 0
+    assert r.passed, r.mismatch
 
 
 FUNCTIONAL_POOL_SOURCE = '''

@@ -194,7 +194,9 @@ MODELS = {
 }
 # (FactoryBlock on linen: layer classes as values are not translated there yet, docs/linen-output.md)
 LINEN = ["PadNet", "PatchNet", "SeqLoop", "BufferLambda"]
-EQUINOX = ["PadNet", "BufferLambda"]  # (the padding layers are functions that hold per example too)
+# (the padding layers are functions that hold per example too; PatchNet's einops layers are
+# written for one example: test_einops_layers_on_equinox)
+EQUINOX = ["PadNet", "BufferLambda", "PatchNet"]
 
 
 @pytest.fixture(scope="module")
@@ -250,12 +252,17 @@ def test_einmix_is_marked():
         assert "from einops.layers.torch import EinMix\n" in result.code
 
 
-def test_einops_layers_on_equinox_are_marked():
-    # equinox's forward is per example: a pattern over the batch axis is not translated
+def test_einops_layers_on_equinox():
+    # equinox's layers take one example: an einops layer whose pattern keeps its first axis
+    # is written for one example (the batch axis dropped on both sides), channel-first, and
+    # mapped over the batch in a module kept batched (outputs: test_forward_and_gradients_match)
     result = convert_source(SOURCE, path="research_models.py", target="equinox")
-    lines = result.code.splitlines()
-    call = next(i for i, line in enumerate(lines) if "self.conv_patch(x)" in line)
-    assert "TODO(torch2jax)" in lines[call - 1], "\n".join(lines[call - 3:call + 1])
+    patch = result.code.split("class PatchNet(", 1)[1].split("\nclass ", 1)[0]
+    assert "TODO(torch2jax)" not in patch, patch
+    assert 'einops.rearrange(t, "c (h p1) (w p2) -> (h w) (p1 p2 c)", p1=patch, p2=patch)' \
+        in patch
+    assert "self.pool = lambda t: einops.reduce(t, \"n d -> d\", 'mean')" in patch
+    assert "jax.vmap(self.conv_patch)(x)" in patch
 
 
 def test_factories_and_partials_get_rngs_where_they_build(converted):

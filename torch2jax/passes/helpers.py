@@ -263,6 +263,31 @@ def over_leading(layer, x: jax.Array, rank: int) -> jax.Array:
 ''', targets=("equinox",))
 
 
+# equinox (torch2jax/targets/equinox_calls.py): a module handed to a module kept batched
+# whose class no call in the file shows
+helper("on_batch", {"jax"}, '''
+def on_batch(module, *args, **kwargs):
+    """module called on a batch: equinox's Linear, LayerNorm, RMSNorm and Embedding over every
+    leading axis; another equinox module written for one example (a layer, a model converted
+    per example) mapped over the batch, axis 0 of every argument; one that keeps the batch
+    axis (batched = True) or a plain function called as it is."""
+    vector = (eqx.nn.Linear, eqx.nn.LayerNorm, eqx.nn.RMSNorm, eqx.nn.Embedding)
+    if isinstance(module, vector) and len(args) == 1 and not kwargs:
+        if isinstance(module, eqx.nn.Embedding):
+            rank = 0
+        elif isinstance(module, eqx.nn.Linear):
+            rank = 0 if module.in_features == "scalar" else 1
+        else:
+            rank = len(module.shape)
+        for _ in range(args[0].ndim - rank):
+            module = jax.vmap(module)
+        return module(args[0])
+    if isinstance(module, eqx.Module) and not getattr(module, "batched", False):
+        return jax.vmap(module)(*args, **kwargs)
+    return module(*args, **kwargs)
+''', targets=("equinox",))
+
+
 # torch's GRU cell (rules/sequence.toml): n = tanh(W_in x + b_in + r * (W_hn h + b_hn)); the
 # library cells have no hidden-side bias b_hn
 helper("TorchGRUCell", {"Any", "nnx"}, '''

@@ -44,6 +44,8 @@ from torch2jax.ruleset import Rule, weight_source
 from torch2jax.targets import linen as linen_target
 from torch2jax.targets import linen_training as lt
 
+# nn.Flatten() written for one example (passes/special.py, flatten_module)
+FLAT_EXAMPLE = "lambda x: x.reshape(-1)"
 # torch's tensor types, also legacy constructors (rules/functions.toml: torch.Tensor(2, 3))
 _TENSOR_TYPES = ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor")
 
@@ -67,6 +69,12 @@ class LayersMixin:
         parts = [code(b.get(p)) for p in positional]
         parts += [f"{k}={code(v)}" for k, v in b.named.items() if k not in positional]
         self.need("einops")
+        one = per_example_pattern(b.get("pattern")) if self.target.intermediate else None
+        if one is not None:  # (the equinox pass's layers take one example)
+            parts[0] = one
+            out = expr(f"lambda t: einops.{fn}(t, {', '.join(parts)})")
+            self.per_example_code.add(code(out))
+            return out
         return expr(f"lambda t: einops.{fn}(t, {', '.join(parts)})")
 
     def _holds_layer(self, attr: str) -> bool:
@@ -867,7 +875,8 @@ class LayersMixin:
             if name in HELPERS and emitter not in HELPERS[name]:  # Embedding(padding_idx=)
                 raise Untranslatable(f"{rule.torch} as written has no {emitter} translation "
                                      f"(the {name} helper class is NNX only)", rule=rule.id)
-            if site.per_example and rule.special == "upsample":
+            if site.per_example and (rule.special == "upsample" or rule.special ==
+                                     "flatten_module" and code(out) == FLAT_EXAMPLE):
                 self.per_example_code.add(code(out))
         else:
             args = _rule_args(site)
@@ -968,8 +977,8 @@ class LayersMixin:
         """An einops layer that a Sequential runs channels-last (Layouts.sequential) reads its
         pattern so: ``b c (h p1) (w p2) -> b (c p1 p2) h w`` as
         ``b (h p1) (w p2) c -> b h w (c p1 p2)``."""
-        if len(args) != len(original_args):
-            return args
+        if len(args) != len(original_args) or self.target.intermediate:
+            return args  # (the equinox pass's einops layers take one channel-first example)
         out = []
         for a, new, lay in zip(original_args, args, items):
             pattern = None if a.star or lay != "channels_last" else (
@@ -1006,3 +1015,20 @@ class LayersMixin:
         self.need("jnp")
         return out
 
+
+
+def per_example_pattern(node: cst.BaseExpression | None) -> str | None:
+    """An einops pattern whose input and output both start with one axis, the same name, kept
+    as it is (``"b c (h p1) (w p2) -> b (c p1 p2) h w"``): the pattern for one example, that
+    axis dropped on both sides (``"c (h p1) (w p2) -> (c p1 p2) h w"``), as a string literal.
+    None for any other pattern (one that moves, splits or reduces the first axis)."""
+    if not isinstance(node, cst.SimpleString):
+        return None
+    text = node.evaluated_value
+    if not isinstance(text, str) or text.count("->") != 1:
+        return None
+    left, right = (side.split() for side in text.split("->"))
+    if len(left) < 2 or len(right) < 2 or left[0] != right[0] or not left[0].isidentifier() \
+            or re.findall(r"[A-Za-z_]\w*", text).count(left[0]) != 2:
+        return None
+    return repr(f"{' '.join(left[1:])} -> {' '.join(right[1:])}").replace("'", '"')

@@ -194,8 +194,10 @@ class EquinoxFile:
     def analyse(self, name: str, inputs: list[Info]) -> Info | None:
         info = self.classes[name]
         if info.inputs is not None:
-            if [(i.batched, i.rank) for i in info.inputs] != [(i.batched, i.rank)
-                                                              for i in inputs]:
+            # (a module kept batched is written once for whatever its callers pass: its
+            # code is the NNX translation's, each layer mapped over the leading axes)
+            if not info.batched and [(i.batched, i.rank) for i in info.inputs] != [
+                    (i.batched, i.rank) for i in inputs]:
                 info.errors.append(f"{name} is called with inputs of different ranks; its "
                                    "per-example code follows the first call")
                 info.failed.append(info.errors[-1])
@@ -327,6 +329,13 @@ def _lists_passed_in(classes: dict[str, ClassInfo], nnx: dict[str, cst.ClassDef]
             continue
         params = [p.name.value for p in init.params.params[1:]]
         for attr, lay in list(c.attrs.items()):
+            if lay.kind == "value":  # self.fn = fn: the layers the calls pass as fn
+                param = _list_param(init, attr)
+                if param is not None and param in params:
+                    one = _passed_layers(name, params.index(param), param, module, set(nnx),
+                                         single=True)
+                    c.attrs[attr] = _one_layer(one) or replace(lay, passed=one is None)
+                continue
             if lay.kind != "list" or lay.items:
                 continue
             param = _list_param(init, attr)
@@ -338,6 +347,8 @@ def _lists_passed_in(classes: dict[str, ClassInfo], nnx: dict[str, cst.ClassDef]
                 c.attrs[attr] = replace(lay, items={"*": kinds[0]})
             elif kinds is not None and len({batched_form(p) for p in kinds}) == 1:
                 c.attrs[attr] = replace(lay, mixed=kinds[0])
+            else:  # (a module kept batched calls each through on_batch)
+                c.attrs[attr] = replace(lay, passed=True)
 
 
 def _list_param(init: cst.FunctionDef, attr: str) -> str | None:
@@ -353,10 +364,25 @@ def _list_param(init: cst.FunctionDef, attr: str) -> str | None:
     return None
 
 
-def _passed_layers(cls: str, index: int, param: str, module: cst.Module, names: set[str]
-                   ) -> list[Layer] | None:
+def _one_layer(passed: list[Layer] | None) -> Layer | None:
+    """The layer an attribute holds when the calls of its class pass it (``Residual(
+    LinearAttention(...))``, ``Residual(Attention(...))``): the layer they all pass, or the
+    module classes of the file they pass (one ``module`` layer, the others ``alts``)."""
+    if not passed:
+        return None
+    if len({(p.kind, p.cls, p.stateful, p.keyed, p.rank) for p in passed}) == 1:
+        return passed[0]
+    if all(p.kind == "module" and not p.alts for p in passed):
+        classes = tuple(dict.fromkeys(p.cls for p in passed))
+        return Layer("module", cls=classes[0], alts=classes[1:])
+    return None
+
+
+def _passed_layers(cls: str, index: int, param: str, module: cst.Module, names: set[str],
+                   single: bool = False) -> list[Layer] | None:
     """The layers that the calls ``cls(...)`` of the file pass as the argument ``param``
-    (positional ``index``), each call a literal list or a comprehension; None otherwise."""
+    (positional ``index``), each call a literal list or a comprehension (``single``: one
+    layer); None otherwise."""
     found: list[Layer] = []
     calls = findall(module, m.Call(func=m.Name(cls)))
     # the class used otherwise than called (a subclass, a partial, passed as a value) may be
@@ -369,7 +395,11 @@ def _passed_layers(cls: str, index: int, param: str, module: cst.Module, names: 
             return None
         kw = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         value = kw.get(param, pos[index].value if index < len(pos) else None)
-        if isinstance(value, (cst.List, cst.Tuple)) and value.elements:
+        if single:
+            elements = [value] if isinstance(value, cst.Call) else None
+            if elements is None:
+                return None
+        elif isinstance(value, (cst.List, cst.Tuple)) and value.elements:
             elements = [e.value for e in value.elements]
         elif isinstance(value, cst.ListComp):
             elements = [value.elt]

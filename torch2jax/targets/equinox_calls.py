@@ -25,6 +25,8 @@ from torch2jax.targets.equinox_layers import (
     Layer,
     _fix_commas,
     _kwarg,
+    channel_first_seq,
+    einops_ranks,
 )
 
 
@@ -138,8 +140,14 @@ class LayerCalls:
             return self.stateful_call(cst.Call(func, new_args)), Info(
                 True, x.rank, channels_last=x.channels_last)
         if lay.kind == "resize":  # (written for one example: channel-first, any rank)
-            return cst.Call(func, new_args), Info(x.batched, x.rank,
-                                                  channels_last=x.channels_last)
+            ranks = einops_ranks(lay.node)  # (an einops layer's: the ranks of its pattern)
+            if ranks is not None and ranks[0] is not None and x.rank not in (None, ranks[0]):
+                raise EquinoxError(f"an einops layer for rank {ranks[0]} applied to a value of "
+                                   f"rank {x.rank} per example")
+            if ranks is not None and ranks[0] is not None:
+                self._fix_input_rank(args[0].value, ranks[0])
+            return cst.Call(func, new_args), Info(
+                x.batched, x.rank if ranks is None else ranks[1], channels_last=x.channels_last)
         channel_first = lay.kind == "seq" and bool(lay.items) and all(
             p.kind in ("conv", "bn", "pool", "fn", "resize", "dropout", "groupnorm")
             for p in lay.items.values())
@@ -165,8 +173,14 @@ class LayerCalls:
                     raise EquinoxError("a Sequential with dropout or state applied to a "
                                        f"sequence (rank {x.rank} per example)")
                 vmaps = x.rank - VECTOR_LAYERS[first.kind]
-            if any(p.kind in ("conv", "pool", "bn") for p in lay.items.values()) and any(
-                    p.kind in VECTOR_LAYERS for p in lay.items.values()):
+            # (a function for one example that returns a vector, nn.Flatten's, may come
+            # before vector layers: equinox's Sequential hands them one vector each)
+            reshaped = [(einops_ranks(p.node) or (None, None))[1]
+                        for p in (lay.items.get(str(i)) for i in range(len(lay.items)))
+                        if p is not None and p.kind == "resize"]
+            if (any(p.kind in ("conv", "pool", "bn") for p in lay.items.values()) or any(
+                    r != 1 for r in reshaped)) and any(p.kind in VECTOR_LAYERS
+                                                       for p in lay.items.values()):
                 raise EquinoxError("a Sequential mixing channel-first and vector layers")
             if any(p.kind == "module" for p in lay.items.values()):
                 if lay.loop:
@@ -191,6 +205,8 @@ class LayerCalls:
                                  if p.kind in ("conv", "pool") and p.rank), None)
                 if out.rank is not None and x.is_input:
                     self._fix_input_rank(args[0].value, out.rank)
+            if any(r is not None for r in reshaped):  # (the layers after keep its rank)
+                out.rank = [r for r in reshaped if r is not None][-1]
             if lay.stateful:
                 return self.stateful_call(call), out
             return call, out
@@ -419,6 +435,12 @@ class LayerCalls:
         inputs may carry more leading axes); dropout, elementwise, on the whole batch with
         one key; the file's own modules, batched as well, called as they are."""
         args = [a for a in node.args]
+        if lay.kind == "value" and lay.passed:
+            # a module handed to the constructor that no call in the file shows: mapped over
+            # the batch when it is written for one example (a helper written into the file)
+            values = [self.ev(a.value)[0] for a in args]
+            return _fix_commas(cst.Call(cst.Name("on_batch"), [cst.Arg(func), *(
+                a.with_changes(value=v) for a, v in zip(args, values, strict=True))])), Info()
         if lay.kind != "module" and (len(args) != 1 or args[0].keyword or args[0].star):
             raise EquinoxError(f"a {lay.kind} layer called with several arguments")
         values = [self.ev(a.value) for a in args]
@@ -450,9 +472,7 @@ class LayerCalls:
             if not parts or lay.loop or any(p is None or p.kind in ("value", "list", "dict",
                                                                     "seq") for p in parts):
                 raise EquinoxError("a Sequential whose layers are not known here")
-            if not (lay.keyed or lay.stateful) and all(
-                    p.kind in ("conv", "pool", "groupnorm", "fn") for p in parts) and any(
-                    p.kind != "fn" for p in parts):
+            if channel_first_seq(lay):
                 return cst.Call(expr("jax.vmap({f})", f=func), new_args), replace(x)
             return self.unroll(func, lay, new_args[0].value, x)
         if lay.kind == "module" and lay.cls in self.classes:

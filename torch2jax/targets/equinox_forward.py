@@ -992,6 +992,9 @@ class Forward(LayerCalls):
         if done is not None:
             return done
         it, lay = self.resolve(s.iter)
+        unpacked = self.unpacked_layers(s, lay)
+        if unpacked is not None:
+            return unpacked
         if lay is None or lay.kind != "list" or not isinstance(s.target, cst.Name):
             _, info = self.ev(s.iter)
             if info.batched:
@@ -1003,6 +1006,8 @@ class Forward(LayerCalls):
         element = lay.items.get("*") or next(iter(lay.items.values()), None)
         if element is None and self.owner.batched:
             element = lay.mixed  # (layers of several kinds, called alike on a batch)
+        if element is None and self.owner.batched and lay.passed:
+            element = Layer("value", passed=True)  # (no call of the file shows them)
         if element is None:
             raise EquinoxError("a loop over a list of unknown layers")
         kind = f"layer:{s.target.value}"
@@ -1012,6 +1017,32 @@ class Forward(LayerCalls):
         body = self.block(list(s.body.body))
         self.loop_depth -= 1
         return [s.with_changes(iter=it, body=s.body.with_changes(body=body))]
+
+
+    def unpacked_layers(self, s: cst.For, lay: Layer | None) -> list[cst.BaseStatement] | None:
+        """``for block1, block2, attn, down in self.downs:`` over a list of lists, each of
+        layers of one form per position (one Layer per position: equinox_init.if_layer for
+        the positions that differ by stage): each name is its position's layer. None: not
+        such a loop."""
+        if lay is None or lay.kind != "list" or not m.matches(s.target, m.Tuple(
+                elements=[m.ZeroOrMore(m.Element(m.Name()))])):
+            return None
+        rows = list(lay.items.values())
+        names = [e.value.value for e in s.target.elements]
+        if not rows or any(r.kind != "list" or sorted(r.items) != sorted(
+                map(str, range(len(names)))) for r in rows) or len({tuple(
+                    (p.kind, p.cls, p.alts) for _, p in sorted(r.items.items()))
+                                                                    for r in rows}) != 1:
+            raise EquinoxError("a loop over a list of lists whose layers are not known here")
+        layers = dict(self.loop_layers)
+        for i, n in enumerate(names):
+            layers[f"layer:{n}"] = rows[0].items[str(i)]
+            self.env[n] = Info(kind=f"layer:{n}")
+        self.loop_layers = layers
+        self.loop_depth += 1
+        body = self.block(list(s.body.body))
+        self.loop_depth -= 1
+        return [s.with_changes(body=s.body.with_changes(body=body))]
 
 
 def _is_library(func: cst.BaseExpression) -> bool:

@@ -27,6 +27,7 @@ from torch2jax.targets.equinox_layers import (
     _kw,
     _pos,
     _todo,
+    batched_form,
     is_function_layer,
     layer_of,
 )
@@ -61,6 +62,7 @@ class _InitRewriter(cst.CSTTransformer):
         self.errors: list[str] = []
         self.sites = 0
         self.identities: set[str] = set()  # attributes that are an identity in some branch
+        self.unknown_lists: set[str] = set()  # list attributes appended layers of two kinds
 
     def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
@@ -114,6 +116,10 @@ class _InitRewriter(cst.CSTTransformer):
         if lay.kind == "value" and isinstance(updated_node.func, cst.Name) and \
                 updated_node.func.value in self.builders:
             lay = self.builders[updated_node.func.value]
+        if lay.kind == "value" and isinstance(updated_node.func, cst.Name) and \
+                self.local.get(updated_node.func.value, Layer("value")).kind == "factory":
+            # block_klass(...) with block_klass = partial(ResnetBlock, groups=4): the class
+            lay = Layer("module", cls=self.local[updated_node.func.value].cls)
         func = updated_node.func
         if lay.kind == "value" and m.matches(func, m.Attribute(value=m.Name("self"))) and \
                 func.attr.value in self.methods:
@@ -197,6 +203,17 @@ class _InitRewriter(cst.CSTTransformer):
             self.values[id(updated_node)] = Layer("list", cls=lay.cls, items={"*": lay})
         return updated_node
 
+    def leave_IfExp(self, original_node, updated_node):
+        # `conv if c else (lambda x: x)`, `nn.Sequential(...) if c else None`: the layer;
+        # `Downsample(...) if c else conv`, two layers called alike (batched_form)
+        lays = [self._seq_layer(b) or self.values.get(id(b)) for b in (updated_node.body,
+                                                                       updated_node.orelse)]
+        if any(lay is not None and lay.kind not in ("value", "lambda") for lay in lays):
+            lay = if_layer(lays, [updated_node.body, updated_node.orelse])
+            if lay is not None:
+                self.values[id(updated_node)] = lay
+        return updated_node
+
     def leave_Expr(self, original_node, updated_node):
         # layers.append(fn): a function in a list of layers is wrapped in eqx.nn.Lambda
         v = updated_node.value
@@ -205,6 +222,19 @@ class _InitRewriter(cst.CSTTransformer):
             lay = self.values.get(id(a))
             if lay is None and is_function_layer(code(a)):
                 lay = Layer("fn")
+            held = v.func.value  # self.downs.append(...): a list attribute, as a local's
+            if lay is not None and m.matches(held, m.Attribute(value=m.Name("self"))) and \
+                    self.attrs.get(held.attr.value, Layer("value")).kind == "list" and \
+                    held.attr.value not in self.unknown_lists:
+                lst = self.attrs[held.attr.value]
+                if any((p.kind, p.cls, p.alts) != (lay.kind, lay.cls, lay.alts)
+                       for p in lst.items.values()):
+                    # layers of several kinds appended: which is where is not known here
+                    self.unknown_lists.add(held.attr.value)
+                    lst.items.clear()
+                else:
+                    lst.items[str(len(lst.items))] = lay
+                    lst.loop = lst.loop or self.loop > 0
             if lay is not None and isinstance(v.func.value, cst.Name):
                 lst = self.local.setdefault(v.func.value.value, Layer("list"))
                 lst.items[str(len(lst.items))] = lay
@@ -245,12 +275,16 @@ class _InitRewriter(cst.CSTTransformer):
             lay = self._dict_layer(value)
             self.values[id(value)] = lay
         if code(value).startswith("eqx.nn.Sequential("):
-            lay = self._seq_layer(value)
+            lay = self._seq_layer(value) or lay
         if isinstance(value, cst.Lambda):
             lay = Layer("resize" if self._is_per_example(value) else "lambda", node=value)
         if lay is None and isinstance(value, cst.Attribute) and code(value).startswith(
                 ELEMENTWISE_PREFIXES):
             lay = Layer("fn")  # a function stored as an attribute: `self.act = jax.nn.relu`
+        if isinstance(target, cst.Name) and m.matches(value, m.Call(
+                func=m.Name("partial"), args=[m.Arg(m.Name(), keyword=None), m.ZeroOrMore(
+                    m.Arg(keyword=m.Name()))])) and value.args[0].value.value in self.classes:
+            lay = Layer("factory", cls=value.args[0].value.value)  # partial(Block, groups=4)
         if isinstance(target, cst.Attribute) and m.matches(target.value, m.Name("self")):
             name, lay = target.attr.value, lay or Layer("value")
             before = self.attrs.setdefault(name, lay)
@@ -265,8 +299,34 @@ class _InitRewriter(cst.CSTTransformer):
         return updated_node
 
 
+def if_layer(lays: list[Layer | None], nodes: list[cst.BaseExpression]) -> Layer | None:
+    """The layer of ``a if c else b`` (equinox_init._InitRewriter.leave_IfExp): a layer and
+    ``None`` (never called) or an identity that a plain layer's call fits (not a module,
+    whose state and key are not known yet); two layers of one batched form mapped over the
+    batch alike and called alike on one example (channel-first: a convolution, a Sequential
+    of such layers), the one that is not a Sequential. None otherwise."""
+    known = [(lay, n) for lay, n in zip(lays, nodes, strict=True)
+             if lay is not None and lay.kind not in ("value", "lambda")]
+    others = [n for lay, n in zip(lays, nodes, strict=True)
+              if lay is None or lay.kind in ("value", "lambda")]
+    if len(known) == 1:
+        (lay, _), (other,) = known[0], others
+        plain = lay.kind not in ("module", "list", "dict") and not (lay.keyed or lay.stateful)
+        if m.matches(other, m.Name("None")) or (_is_identity(other) and plain):
+            return lay
+        return None
+    (a, _), (b, _) = known
+    if a.rank is not None and b.rank is not None and a.rank != b.rank:
+        return None
+    if batched_form(a) == batched_form(b) == ("vmap",):
+        return b if a.kind == "seq" else a
+    return None
+
+
 def _squeeze(text: str) -> str:
-    return re.sub(r"\s+", "", text)
+    """The code with its layout dropped: whitespace, and a trailing comma before a closing
+    bracket (a formatter's, when a call is split over lines)."""
+    return re.sub(r",([)\]}])", r"\1", re.sub(r"\s+", "", text))
 
 
 def _is_layout_move(node: cst.BaseExpression) -> bool:
@@ -330,6 +390,8 @@ def _annotation(value: cst.BaseExpression, lay: Layer, params: dict[str, cst.Par
                 dataclass_fields: dict[str, str]) -> tuple[str, bool]:
     """The field annotation for ``self.x = value`` and whether the field is static."""
     text = code(value)
+    if isinstance(value, cst.IfExp) and lay.kind != "value":
+        return "Any", False  # (a layer or None, an identity, another layer)
     if lay.kind == "value" and isinstance(value, cst.Name) and value.value in ("True", "False"):
         return "bool", False  # `inference`: eqx.nn.inference_mode replaces it (not static)
     if lay.kind == "value" and isinstance(value, cst.Call) and text.startswith("eqx.nn."):

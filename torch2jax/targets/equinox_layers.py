@@ -8,6 +8,7 @@ turns one NNX layer constructor into its equinox constructor.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -53,9 +54,35 @@ def batched_form(lay: Layer) -> tuple:
     layers of one form are called alike."""
     if lay.kind in VECTOR_LAYERS:
         return ("over_leading", VECTOR_LAYERS[lay.kind])
-    if lay.kind in ("conv", "pool", "groupnorm", "resize", "fn"):
+    if lay.kind in ("conv", "pool", "groupnorm", "resize", "fn") or channel_first_seq(lay):
         return ("vmap",)
     return (lay.kind, lay.cls, lay.alts, lay.stateful, lay.keyed)
+
+
+def einops_ranks(node: cst.CSTNode | None) -> tuple[int | None, int] | None:
+    """The ranks in and out of ``lambda t: einops.rearrange(t, "c (h p) w -> (c p) h w")``
+    (an einops layer, per example: passes/rewrite_layers.py): its pattern's groups on each
+    side; ``(None, 1)`` for nn.Flatten's ``lambda x: x.reshape(-1)``; None for another
+    function or an ellipsis."""
+    if isinstance(node, cst.Lambda) and "".join(code(node).split()) == "lambdax:x.reshape(-1)":
+        return None, 1
+    if not (isinstance(node, cst.Lambda) and isinstance(node.body, cst.Call) and code(
+            node.body.func) in ("einops.rearrange", "einops.reduce") and len(node.body.args) > 1):
+        return None
+    pattern = try_literal(node.body.args[1].value, None)
+    if not isinstance(pattern, str) or "..." in pattern or pattern.count("->") != 1:
+        return None
+    sides = [re.sub(r"\([^)]*\)", "g", side).split() for side in pattern.split("->")]
+    return len(sides[0]), len(sides[1])
+
+
+def channel_first_seq(lay: Layer) -> bool:
+    """A Sequential of channel-first layers and per-example functions that takes neither state
+    nor a key: on a batch it is mapped over the batch as a whole, like a convolution."""
+    parts = [lay.items.get(str(i)) for i in range(len(lay.items))]
+    return lay.kind == "seq" and bool(parts) and not (lay.keyed or lay.stateful or lay.loop) \
+        and all(p is not None and p.kind in ("conv", "pool", "groupnorm", "fn", "resize")
+                for p in parts) and any(p.kind != "fn" for p in parts)
 
 
 @dataclass
@@ -92,6 +119,10 @@ class Layer:
     # kind == "list" of layers of several kinds that one batched call form fits (a module
     # kept batched calls them in a loop; per example they stay unknown): one of them
     mixed: Layer | None = None
+    # kind == "value" stored from a constructor argument that no call in the file shows (a
+    # model handed in), kind == "list" of layers handed in that no call shows or of several
+    # call forms: a module kept batched calls them through the on_batch helper
+    passed: bool = False
 
 
 # recurrent layer kinds -> torch's names (for messages)

@@ -233,6 +233,20 @@ def transfer_to_equinox(torch_model: Any, model: Any, state: Any) -> tuple[Any, 
     return model, state, plan
 
 
+def _takes_key(cls: Any) -> bool:
+    """Whether ``cls`` is a module class of the converted file (an ``eqx.Module`` whose
+    constructor takes ``*, key``): weights come from torch, any key builds it."""
+    import equinox as eqx
+
+    if not (isinstance(cls, type) and issubclass(cls, eqx.Module)):
+        return False
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+    return "key" in params and params["key"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
 def build_equinox_model(module: Any, name: str, args: dict | None, build: str | None,
                         seed: int) -> tuple[Any, Any]:
     """``eqx.nn.make_with_state(Name)(..., key=jax.random.key(seed))``: the same construction
@@ -247,6 +261,11 @@ def build_equinox_model(module: Any, name: str, args: dict | None, build: str | 
     tree = build_call(build)
     call = tree.body
     assert isinstance(call, ast.Call)
+    for inner in ast.walk(call):  # a model built around another: Wrapper(Net(8), steps=10)
+        if inner is not call and isinstance(inner, ast.Call) and isinstance(
+                inner.func, ast.Name) and _takes_key(getattr(module, inner.func.id, None)) \
+                and not any(k.arg == "key" for k in inner.keywords):
+            inner.keywords.append(ast.keyword(arg="key", value=ast.Name(_KEY, ast.Load())))
     call.func = ast.Call(func=ast.Name(_MAKE, ast.Load()), args=[call.func], keywords=[])
     call.keywords.append(ast.keyword(arg="key", value=ast.Name(_KEY, ast.Load())))
     ast.fix_missing_locations(tree)
