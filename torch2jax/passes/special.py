@@ -238,11 +238,10 @@ def embedding_bag(site: Site) -> cst.BaseExpression:
     if not site.renders.helper_classes:
         raise Untranslatable("EmbeddingBag: translated for the NNX target only (the "
                              "EmbeddingBag helper class)")
-    if site.lit("max_norm") is not None:
-        raise Untranslatable("EmbeddingBag max_norm: lookups are renormalised in place in torch")
-    if site.lit("scale_grad_by_freq") not in (False, None):
-        raise Untranslatable("EmbeddingBag scale_grad_by_freq: gradients scaled by the "
-                             "frequency of each id in the batch")
+    for name, why in (("max_norm", "lookups are renormalised in place in torch"),
+                      ("scale_grad_by_freq", "gradients scaled by each id's frequency")):
+        if site.lit(name) not in (False, None):
+            raise Untranslatable(f"EmbeddingBag {name}: {why}")
     mode = site.lit("mode")
     if mode is not ... and mode not in ("mean", "sum", "max"):  # (a name: checked at run time)
         raise Untranslatable(f"EmbeddingBag mode={mode!r}: not 'sum', 'mean' or 'max'")
