@@ -31,6 +31,7 @@ from torch2jax.passes.rewrite_support import (
     _EINOPS_FUNCTIONS,
     _LAYER_ATTRIBUTES,
     _activation_value,
+    _fix_commas,
     _is_dotted_text,
     _rule_args,
 )
@@ -103,6 +104,43 @@ class LayersMixin:
                                  ": a nonlinearity not written out as one of torch's names",
                                  rule=q)
         return cst.Float(repr(gain))
+
+    def _param_fill(self, call: cst.Call) -> str | None:
+        """``self.emb.weight.data.uniform_(-r, r)`` / ``m.weight.data.normal_(0, 0.02)`` /
+        ``m.bias.data.zero_()`` / ``.fill_(v)`` as a statement, on NNX, on a layer's (or the
+        class's own) weight or bias: the ``torch.nn.init`` function that does the same
+        (``uniform_``, ``normal_``, ``zeros_``, ``constant_``), else None."""
+        fills = {"normal_": "normal_", "uniform_": "uniform_", "zero_": "zeros_",
+                 "fill_": "constant_"}
+        if not (self.target.stateful_modules and m.matches(call.func, m.Attribute(
+                attr=m.OneOf(*(m.Name(f) for f in fills))))
+                and isinstance(self.get_metadata(ParentNodeProvider, call, None), cst.Expr)):
+            return None
+        recv = call.func.value
+        if m.matches(recv, m.Attribute(attr=m.Name("data"))):
+            recv = recv.value
+        if not m.matches(recv, m.Attribute(value=m.Name() | m.Attribute(),
+                                           attr=m.Name("weight") | m.Name("bias"))):
+            return None
+        return fills[call.func.attr.value]
+
+    def _param_fill_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """:meth:`_param_fill`'s statement, as its ``torch.nn.init`` call."""
+        fn = self._param_fill(original_node.value)
+        new = updated_node.value
+        if fn is None or not isinstance(new, cst.Call) or not isinstance(new.func,
+                                                                         cst.Attribute):
+            return None
+        args = [a.with_changes(keyword=cst.Name("val")) if a.keyword and (
+            a.keyword.value == "value") else a for a in new.args]
+        init = new.with_changes(func=expr(f"torch.nn.init.{fn}"),
+                                args=_fix_commas([cst.Arg(new.func.value), *args]))
+        q = f"torch.nn.init.{fn}"
+        try:
+            return self._init_statement(original_node, updated_node.with_changes(value=init), q)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or q, "error", exc.message)
+            return updated_node
 
     def _init_statement(self, original_node: cst.Expr, updated_node: cst.Expr, q: str):
         """torch.nn.init.normal_(module.weight, std=0.02) -> module.kernel.value = ..."""
