@@ -198,6 +198,8 @@ class CallsMixin:
             return handled
         if self._param_fill(original_node):
             return updated_node  # an initialiser as a statement (_param_fill_statement)
+        if self.in_module_class():
+            self._inplace_input(original_node)  # self.block(x), ReLU(inplace=True) first
         if len(original_node.args) == 1 and self.q(original_node.func) == "inspect.signature" \
                 and self.q(original_node.args[0].value) in _SIGNATURE_OPTIMIZERS:
             # 'fused' in inspect.signature(torch.optim.AdamW).parameters: optax's signature
