@@ -618,3 +618,20 @@ def test_inplace_activation_that_cannot_be_replayed_is_marked():
     result = convert_source(source, path="block.py")
     assert [(d.rule, d.line) for d in result.diagnostics if d.severity == "error"] == [
         ("inplace-input", 11)], result.diagnostics
+
+
+def test_equinox_sequential_with_a_starred_list_among_layers_is_marked():
+    # nn.Sequential(stem, *[block for _ in range(depth)], head) (mlp-mixer, ConvMixer): the
+    # equinox pass kept the starred list alone, dropping the stem and the head, unmarked
+    source = textwrap.dedent("""
+        import torch.nn as nn
+
+
+        def Mixer(dim, depth):
+            return nn.Sequential(nn.Linear(3, dim), *[nn.Sequential(nn.Linear(dim, dim), nn.GELU())
+                                                     for _ in range(depth)], nn.Linear(dim, 2))
+    """)
+    result = convert_source(source, path="mixer.py", target="equinox")
+    lines = result.code.splitlines()
+    at = next(i for i, line in enumerate(lines) if "Sequential(" in line)
+    assert "TODO(torch2jax)" in lines[at - 1] and "Linear(dim, 2)" in result.code, result.code
