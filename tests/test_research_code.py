@@ -635,3 +635,44 @@ def test_equinox_sequential_with_a_starred_list_among_layers_is_marked():
     lines = result.code.splitlines()
     at = next(i for i, line in enumerate(lines) if "Sequential(" in line)
     assert "TODO(torch2jax)" in lines[at - 1] and "Linear(dim, 2)" in result.code, result.code
+
+
+@pytest.mark.parametrize("target", ["nnx"])
+def test_build_expression_builds_nested_module_classes(target, monkeypatch):
+    # GaussianDiffusion(Denoiser()): the inner class took no rngs / key on the JAX side
+    import sys
+    import types
+
+    from torch2jax.verify.equinox import build_equinox_model
+    from torch2jax.verify.nnx import build_nnx_model
+
+    source = textwrap.dedent("""
+        import torch.nn as nn
+
+
+        class Inner(nn.Module):
+            def __init__(self, n=3):
+                super().__init__()
+                self.fc = nn.Linear(n, n)
+
+            def forward(self, x):
+                return self.fc(x)
+
+
+        class Outer(nn.Module):
+            def __init__(self, model):
+                super().__init__()
+                self.model = model
+
+            def forward(self, x):
+                return self.model(x) * 2
+    """)
+    module = types.ModuleType("nested_build")
+    monkeypatch.setitem(sys.modules, "nested_build", module)  # (equinox's dataclasses)
+    exec(compile(convert_source(source, path="nested.py", target=target).code, "nested.py",
+                 "exec"), module.__dict__)  # noqa: S102 - the converter's output
+    if target == "nnx":
+        model = build_nnx_model(module, "Outer", None, "Outer(Inner(n=4))", 0)
+    else:
+        model, _ = build_equinox_model(module, "Outer", None, "Outer(Inner(n=4))", 0)
+    assert type(model.model).__name__ == "Inner"
