@@ -197,6 +197,10 @@ class CallsMixin:
             original_node)
         if handled is not None:
             return handled
+        if self._param_fill(original_node):
+            return updated_node  # an initialiser as a statement (_param_fill_statement)
+        if self.in_module_class():
+            self._inplace_input(original_node)  # self.block(x), ReLU(inplace=True) first
         if len(original_node.args) == 1 and self.q(original_node.func) == "inspect.signature" \
                 and self.q(original_node.args[0].value) in _SIGNATURE_OPTIMIZERS:
             # 'fused' in inspect.signature(torch.optim.AdamW).parameters: optax's signature
@@ -623,6 +627,14 @@ class CallsMixin:
                 # torch.zeros(n).scatter_add_(0, i, s): the new tensor, which nothing else
                 # reads, is the value of the out-of-place method
                 return self._method(original, updated, made)
+            if rule is None and meth in ("fill_", "zero_") and isinstance(recv, cst.Call) and (
+                    self.q(recv.func) in _MADE) and len(original.args) == (meth == "fill_") and (
+                    not original.args[0].star if original.args else True):
+                # torch.empty(b, 1, dtype=torch.long).fill_(sos): the new tensor filled
+                self.need("jnp")
+                return (expr("jnp.full_like({x}, {v})", x=updated.func.value,
+                             v=updated.args[0].value) if meth == "fill_"
+                        else expr("jnp.zeros_like({x})", x=updated.func.value))
             known = (rule is None and made is None and self.values is not None
                      and self.values.kind(recv) == vk.Kind.TENSOR)
             function = self.rules.functions.get(f"torch.{meth}") if known else None

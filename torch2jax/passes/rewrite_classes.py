@@ -754,7 +754,7 @@ class ModuleClassMixin:
             # assigned one (stem_type = SimpleStemIN), or a parameter named for one
             # (block_constructor, block_type)
             if self._param_default(n) in self.index.module_classes or (
-                    n in self._module_class_locals()):
+                    n in self._module_class_locals()) or self._layer_class_default(n):
                 return True
             if n in self._param_names[-1] and self.current_class and (
                     self._fn_stack[-1].name.value == "__init__") and n in (
@@ -1025,6 +1025,19 @@ class ModuleClassMixin:
             if p.name.value == name and isinstance(p.default, cst.Name):
                 return p.default.value
         return None
+
+    def _layer_class_default(self, name: str) -> bool:
+        """A parameter of the enclosing function defaulting to a torch layer class that builds
+        with rngs (mlp-mixer's ``FeedForward(dim, ..., dense=nn.Linear)``, called with
+        ``partial(nn.Conv1d, kernel_size=1)`` too): its calls build a layer."""
+        params = self._fn_stack[-1].params
+        for p in (*params.params, *params.kwonly_params):
+            if p.name.value == name and p.default is not None:
+                rule = self.rules.layers.get(self.q(p.default) or "")
+                nnx_target = rule.targets.get("nnx", "") if rule is not None else ""
+                return nnx_target.startswith("nnx.") and nnx_target[4:5].isupper() and (
+                    rule.special not in ("sequential", "module_list", "module_dict"))
+        return False
 
     def _with_rngs(self, original, updated: cst.Call):
         if self.target.setup_modules:

@@ -11,6 +11,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis import host as ha
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
+from torch2jax.analysis.walk import findall
 from torch2jax.passes import data as dt
 from torch2jax.passes import host_data as hd
 from torch2jax.passes import training as tr
@@ -271,6 +272,9 @@ class DataMixin:
                                  "needs its own key; make it a loop", rule="random")
         scope = self._key_scopes[-1]
         if not scope.has_key:
+            if self.target.setup_modules and self._linen_param_draw(node):
+                # linen: self.w = self.param("w", lambda key: <the draw>), the key given
+                return cst.Name("key")
             if len(self._key_scopes) == 1:
                 scope.root_needed = scope.has_key = True
                 self.diag(node, "random", "warning",
@@ -290,6 +294,23 @@ class DataMixin:
                                      "nnx.Rngs on the module)", rule="random")
         self.need("jax")
         return self._pending[-1].keys.take()
+
+    def _linen_param_draw(self, node: cst.CSTNode) -> bool:
+        """The only draw of an ``nn.Parameter(...)`` built in a module's ``__init__``
+        (vit-pytorch's ``nn.Parameter(torch.randn(1, n + 1, dim))``): on linen, the parameter's
+        init function, whose key it draws with."""
+        if not (self.in_module_class() and self._fn_stack
+                and self._fn_stack[-1].name.value == "__init__"):
+            return False
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        while parent is not None and not isinstance(parent, (cst.Lambda, cst.FunctionDef,
+                                                             cst.BaseStatement)):
+            if isinstance(parent, cst.Call) and self.q(parent.func) == "torch.nn.Parameter":
+                draws = [c for c in findall(parent, m.Call())
+                         if (self.q(c.func) or "").startswith(("torch.rand", "torch.normal"))]
+                return draws == [node]
+            parent = self.get_metadata(ParentNodeProvider, parent, None)
+        return False
 
     def _module_rngs(self) -> bool:
         """In a method of an NNX module class that draws random numbers outside __init__

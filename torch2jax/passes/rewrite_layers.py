@@ -13,7 +13,8 @@ import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literals
-from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
+from torch2jax.passes import inplace_inputs as ii
 from torch2jax.passes import torch_init
 from torch2jax.passes.common import (
     Untranslatable,
@@ -31,6 +32,7 @@ from torch2jax.passes.rewrite_support import (
     _EINOPS_FUNCTIONS,
     _LAYER_ATTRIBUTES,
     _activation_value,
+    _fix_commas,
     _is_dotted_text,
     _rule_args,
 )
@@ -111,6 +113,76 @@ class LayersMixin:
                                  ": a nonlinearity not written out as one of torch's names",
                                  rule=q)
         return cst.Float(repr(gain))
+
+    def _inplace_input(self, call: cst.Call) -> None:
+        """``self.block(x)`` where ``self.block`` activates its input in place (an
+        ``nn.ReLU(inplace=True)`` first): ``x`` rebound to the activated value before the
+        statement, or a read of it after the call marked (passes/inplace_inputs.py)."""
+        info = self.index.classes.get(self.current_class or "")
+        if info is None or not self._fn_stack or self._fn_stack[-1].name.value == "__init__" \
+                or not m.matches(call.func, m.Attribute(value=m.Name("self"))):
+            return
+        act = ii.inplace_activation(info.attr_ctor.get(call.func.attr.value), self.q)
+        if act is None:
+            return
+        statement: cst.CSTNode | None = self.get_metadata(ParentNodeProvider, call, None)
+        while statement is not None and not isinstance(statement, (
+                cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            statement = self.get_metadata(ParentNodeProvider, statement, None)
+        if statement is None:
+            return
+        seen = ii.visible_reads(self._fn_stack[-1], call, statement,
+                                lambda n: self.get_metadata(ParentNodeProvider, n, None),
+                                lambda n: self.get_metadata(PositionProvider, n))
+        if seen is None or not seen.read:
+            return
+        if seen.rebind and act in ii.IDEMPOTENT and self._pending:
+            self.need("jax")
+            self._pending[-1].before.append(cst.parse_statement(
+                f"{seen.name} = {ii.IDEMPOTENT[act]}({seen.name})  # torch's in-place "
+                f"{act.rsplit('.', 1)[-1]} in self.{call.func.attr.value}\n"))
+            return
+        self.diag(call, "inplace-input", "error",
+                  f"self.{call.func.attr.value} applies {act.rsplit('.', 1)[-1]}(inplace=True) "
+                  f"to {seen.name} in torch, and {seen.name} is read after this call: torch "
+                  "reads the activated values, JAX arrays are not changed in place")
+
+    def _param_fill(self, call: cst.Call) -> str | None:
+        """``self.emb.weight.data.uniform_(-r, r)`` / ``m.weight.data.normal_(0, 0.02)`` /
+        ``m.bias.data.zero_()`` / ``.fill_(v)`` as a statement, on NNX, on a layer's (or the
+        class's own) weight or bias: the ``torch.nn.init`` function that does the same
+        (``uniform_``, ``normal_``, ``zeros_``, ``constant_``), else None."""
+        fills = {"normal_": "normal_", "uniform_": "uniform_", "zero_": "zeros_",
+                 "fill_": "constant_"}
+        if not (self.target.stateful_modules and m.matches(call.func, m.Attribute(
+                attr=m.OneOf(*(m.Name(f) for f in fills))))
+                and isinstance(self.get_metadata(ParentNodeProvider, call, None), cst.Expr)):
+            return None
+        recv = call.func.value
+        if m.matches(recv, m.Attribute(attr=m.Name("data"))):
+            recv = recv.value
+        if not m.matches(recv, m.Attribute(value=m.Name() | m.Attribute(),
+                                           attr=m.Name("weight") | m.Name("bias"))):
+            return None
+        return fills[call.func.attr.value]
+
+    def _param_fill_statement(self, original_node: cst.Expr, updated_node: cst.Expr):
+        """:meth:`_param_fill`'s statement, as its ``torch.nn.init`` call."""
+        fn = self._param_fill(original_node.value)
+        new = updated_node.value
+        if fn is None or not isinstance(new, cst.Call) or not isinstance(new.func,
+                                                                         cst.Attribute):
+            return None
+        args = [a.with_changes(keyword=cst.Name("val")) if a.keyword and (
+            a.keyword.value == "value") else a for a in new.args]
+        init = new.with_changes(func=expr(f"torch.nn.init.{fn}"),
+                                args=_fix_commas([cst.Arg(new.func.value), *args]))
+        q = f"torch.nn.init.{fn}"
+        try:
+            return self._init_statement(original_node, updated_node.with_changes(value=init), q)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or q, "error", exc.message)
+            return updated_node
 
     def _init_statement(self, original_node: cst.Expr, updated_node: cst.Expr, q: str):
         """torch.nn.init.normal_(module.weight, std=0.02) -> module.kernel.value = ..."""

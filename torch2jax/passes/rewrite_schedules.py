@@ -303,6 +303,9 @@ class SchedulesMixin:
             except Untranslatable as exc:
                 self.diag(original_node, exc.rule or q, "error", exc.message)
                 return updated_node
+        filled = self._param_fill_statement(original_node, updated_node)
+        if filled is not None:
+            return filled
         init_fn = m.Attribute(value=m.Name("self"))
         if (m.matches(value, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("apply")),
                                     args=[m.Arg(init_fn | m.Call(

@@ -72,6 +72,50 @@ def scatter_add(site: Site) -> cst.BaseExpression:
     return call(expr("{x}.at[{w}].add", x=site.x(), w=where), arg(src))
 
 
+@special("scatter")
+def scatter(site: Site) -> cst.BaseExpression:
+    """``x.scatter(d, index, src)`` / ``x.scatter(d, index, value=v)``: ``x[..., index[i, j],
+    ...] = src[i, j]`` (or ``v``), the index on axis d as in :func:`scatter_add`, set instead of
+    added (a one-hot: ``torch.zeros(n, k).scatter_(1, idx, 1)``). ``reduce=`` is marked."""
+    d = _dim(site)
+    index, src = site.get("index"), site.get("src")
+    src = site.get("value") if src is None else src
+    if index is None or src is None:
+        raise Untranslatable(f"{site.rule.torch} without index or src")
+    if site.get("reduce") is not None:
+        raise Untranslatable(f"{site.rule.torch} with reduce=: not translated")
+    index = _named(site, index, "index")
+    where = expr(f"tuple({{i}} if axis == {d} % {{i}}.ndim else at for axis, at in "
+                 "enumerate(jnp.indices({i}.shape, sparse=True)))", i=index)
+    return call(expr("{x}.at[{w}].set", x=site.x(), w=where), arg(src))
+
+
+@special("cdist")
+def cdist(site: Site) -> cst.BaseExpression:
+    """``torch.cdist(x1, x2, p)``: the p-norm of ``x1[..., :, None, :] - x2[..., None, :, :]``
+    over the last axis. A zero distance (a point to itself) has torch's gradient, zero: the
+    root is taken where the sum is positive only (the gradient of jnp.sqrt at 0 is inf)."""
+    x1, x2, p = site.get("x1"), site.get("x2"), site.lit("p")
+    if x1 is None or x2 is None:
+        raise Untranslatable("torch.cdist without x1 and x2")
+    if p == float("inf"):
+        return expr("jnp.max(jnp.abs({a}[..., :, None, :] - {b}[..., None, :, :]), axis=-1)",
+                    a=x1, b=x2)
+    if p == 1:
+        return expr("jnp.sum(jnp.abs({a}[..., :, None, :] - {b}[..., None, :, :]), axis=-1)",
+                    a=x1, b=x2)
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or p < 1:
+        raise Untranslatable("torch.cdist with a p that is not a number of at least 1 written "
+                             "out")
+    powered = "({a}[..., :, None, :] - {b}[..., None, :, :]) ** 2" if p == 2 else (
+        f"jnp.abs({{a}}[..., :, None, :] - {{b}}[..., None, :, :]) ** {p!r}")
+    total = site.once(expr(f"jnp.sum({powered}, axis=-1)", a=x1, b=x2), "sum_p",
+                      "torch.cdist's sum")
+    root = "jnp.sqrt({s_safe})" if p == 2 else f"{{s_safe}} ** (1 / {p!r})"
+    return expr(f"jnp.where({{s}} > 0, {root}, 0.0)", s=total,
+                s_safe=expr("jnp.where({s} > 0, {s}, 1.0)", s=total))
+
+
 @special("topk")
 def topk(site: Site) -> cst.BaseExpression:
     """``torch.topk(x, k, dim=d)``: ``jax.lax.top_k`` works on the last axis; another axis is

@@ -102,7 +102,11 @@ class _InitRewriter(cst.CSTTransformer):
                                              cst.SimpleWhitespace(""),
                                              cst.SimpleWhitespace("")))])
         if lay.kind == "seq":
-            new = self._sequential(updated_node)
+            try:
+                new = self._sequential(updated_node)
+            except EquinoxError as exc:
+                self.errors.append(exc.message)
+                return updated_node
         if lay.kind in ("list", "dict"):
             pos = _pos(updated_node)
             orig = pos[0] if pos else None
@@ -146,6 +150,11 @@ class _InitRewriter(cst.CSTTransformer):
 
     def _sequential(self, node: cst.Call) -> cst.Call:
         if any(a.star for a in node.args):
+            if len(node.args) > 1:
+                # nn.Sequential(stem, *[block for _ in range(depth)], head) (mlp-mixer,
+                # ConvMixer): only the starred list was kept, the other layers dropped
+                raise EquinoxError("a Sequential of layers and a starred list of layers "
+                                   "together: not translated yet")
             (star,) = [a for a in node.args if a.star]
             return cst.Call(cst.parse_expression("eqx.nn.Sequential"), [cst.Arg(star.value)])
         # the NNX pass's moves to channels-last and back around its channels-last layers:

@@ -321,21 +321,45 @@ def run_setup(namespace: dict[str, Any], setup: str | None, side: str) -> None:
 
 
 def expression_inputs(xs: list[Any], specs: list[InputSpec], namespace: dict[str, Any],
-                      model: Any, float64: bool, side: str) -> list[Any]:
+                      model: Any, float64: bool, side: str,
+                      torch_values: list[Any] | None = None) -> list[Any]:
     """``xs`` with each ``--input-expr`` placeholder replaced by its value: the expression
     evaluated in the model file's namespace with ``model`` bound to that side's model;
-    float32 arrays in it widened to float64 in the float64 pass, as the model's are."""
+    float32 arrays in it widened to float64 in the float64 pass, as the model's are. On the
+    JAX side (``torch_values``: the torch side's inputs), an expression that names torch and
+    not the model (``torch.tensor([5, 3])``, which the converted file cannot evaluate) is the
+    torch side's value, as JAX arrays."""
     if not any(s.expr is not None for s in specs):
         return xs
     out = list(xs)
     for i, spec in enumerate(specs):
         if spec.expr is None:
             continue
+        if torch_values is not None and "torch" not in namespace and {"torch"} <= (
+                names := _expression_names(spec.expr)) and "model" not in names:
+            out[i] = _as_jax(torch_values[i])
+            continue
         with stage(f"--input-expr {spec} on the {side} side"):
             value = eval(compile(spec.expr, "<--input-expr>", "eval"),  # the user's own code
                          {**namespace, "model": model})
         out[i] = _widen_input(value, side) if float64 else value
     return out
+
+
+def _expression_names(text: str) -> set[str]:
+    import ast
+
+    return {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)}
+
+
+def _as_jax(value: Any) -> Any:
+    """A torch-side input value with its tensors made JAX arrays (the same numbers)."""
+    import jax.numpy as jnp
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda v: jnp.asarray(torch_to_numpy(v)) if isinstance(v, torch.Tensor)
+                    else v, value)
 
 
 def _widen_input(value: Any, side: str) -> Any:

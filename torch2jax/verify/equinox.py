@@ -269,7 +269,13 @@ def build_equinox_model(module: Any, name: str, args: dict | None, build: str | 
     call.func = ast.Call(func=ast.Name(_MAKE, ast.Load()), args=[call.func], keywords=[])
     call.keywords.append(ast.keyword(arg="key", value=ast.Name(_KEY, ast.Load())))
     ast.fix_missing_locations(tree)
-    namespace = {**vars(module), _MAKE: eqx.nn.make_with_state, _KEY: key}
+    from torch2jax.verify.nnx import with_keyword
+
+    # a module class of the file built inside the expression (GaussianDiffusion(Denoiser())):
+    # its key too (the weights are torch's, loaded afterwards)
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    namespace = {**vars(module), **with_keyword(vars(module), "key", key, names),
+                 _MAKE: eqx.nn.make_with_state, _KEY: key}
     return eval(compile(tree, "<--build>", "eval"), namespace)
 
 

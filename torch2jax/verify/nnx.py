@@ -85,7 +85,8 @@ def with_keyword(namespace: dict[str, Any], keyword: str, value: Any, names: set
         if not callable(fn):
             continue
         try:
-            params = inspect.signature(fn).parameters
+            # a class: its __init__'s (an nnx.Module's metaclass shows (*args, **kwargs))
+            params = inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters
         except (TypeError, ValueError):
             continue
         if keyword in params and params[keyword].kind in (

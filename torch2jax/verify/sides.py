@@ -187,7 +187,7 @@ def check_forward(side: JaxSide, r: VerifyResult, req: Any, module: ModuleType, 
         torch_in = expression_inputs(torch_in, specs, torch_namespace or {}, torch_model,
                                      bool(req.float64), "torch")
         jax_in = expression_inputs(jax_in, specs, vars(module), model, bool(req.float64),
-                                   "JAX")
+                                   "JAX", torch_in)
         compare_expression_inputs(r, torch_in, jax_in, specs)
     r.compared += [f"input[{i}] {s}" for i, s in enumerate(specs)]
     if req.float64:  # before torch's pass, which may not run in float64 (grouped_mm)
