@@ -645,10 +645,10 @@ def test_equinox_sequential_with_a_starred_list_among_layers_is_marked():
 
 
 @pytest.mark.parametrize("target", ["nnx"])
-def test_build_expression_builds_nested_module_classes(target, monkeypatch):
+def test_build_expression_builds_nested_module_classes(target, monkeypatch, tmp_path):
     # GaussianDiffusion(Denoiser()): the inner class took no rngs / key on the JAX side
+    import importlib.util
     import sys
-    import types
 
     from torch2jax.verify.equinox import build_equinox_model
     from torch2jax.verify.nnx import build_nnx_model
