@@ -185,6 +185,12 @@ def shrink(config) -> dict:
             out["mamba_d_head"] = expand * width // out["mamba_n_heads"]
         if isinstance(values.get("mamba_n_groups"), int) and values["mamba_n_groups"] > 1:
             out["mamba_n_groups"] = 1
+    elif isinstance(values.get("n_groups"), int) and isinstance(expand, int) and isinstance(
+            values.get("head_dim"), int) and isinstance(width, int) and isinstance(
+            out.get("num_heads"), int):
+        # Mamba-2's mixer: num_heads * head_dim = expand * hidden, its groups dividing the heads
+        out["head_dim"] = expand * width // out["num_heads"]
+        out["n_groups"] = 1
     if isinstance(values.get("num_kv_shared_layers"), int) and layers and layers > LAYERS:
         # layers that reuse an earlier layer's keys and values (Gemma 3n): none among the
         # few layers left, each of which then produces its own cache
