@@ -425,6 +425,8 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
             specs.append(f"pixel_values={pixels}")
     elif first == "pixel_values":
         specs.append(pixels)
+        if "input_ids" in params and params["input_ids"].default is inspect._empty:
+            specs.append(f"input_ids={tokens}")  # BLIP-2's captioner: images, then the text
     elif first == "input_features":
         mel = getattr(config, "num_mel_bins", 8)
         frames = 2 * getattr(config, "max_source_positions", 16)

@@ -3,7 +3,7 @@
 SuperGlue's ``self.register_parameter("bin_score", bin_score)``, EoMT-DINOv3's
 ``self.embeddings.register_parameter("mask_token", None)``, ConvBERT's
 ``self.depthwise.weight.data.normal_(mean=0.0, std=...)`` and Granite Speech's
-``self.query.data.normal_(...)``. They stayed as they were on the NNX module and failed when
+``self.query.data.normal_(...)``; and GPT-Neo's ``torch.bitwise_xor`` of two masks. They stayed as they were on the NNX module and failed when
 the model was built; each is now the form torch means (passes/module_methods.py). A module of
 our own in that shape, reduced and converted as the sweep does, built with its draws, then run
 against torch with torch's weights: outputs and every parameter's gradient."""
@@ -40,8 +40,12 @@ class Matcher(nn.Module):
     """A learned score (registered by name), an unused mask token dropped (registered as None),
     weights and a query drawn in place through ``.data``."""
 
-    def __init__(self, width=8, queries=64, initializer_range=0.02):
+    def __init__(self, width=8, queries=64, initializer_range=0.02, positions=5, window=2):
         super().__init__()
+        # GPT-Neo's local attention: the causal mask less what lies a window back
+        local = torch.tril(torch.ones((positions, positions), dtype=torch.bool))
+        local = torch.bitwise_xor(local, torch.tril(local, -window))
+        self.local = nn.Buffer(local, persistent=False)
         self.embeddings = Embeddings(width)
         self.embeddings.register_parameter("mask_token", None)
         self.depthwise = nn.Conv1d(width, width, 3, padding=1, groups=width, bias=False)
@@ -56,7 +60,7 @@ class Matcher(nn.Module):
         self.act = ACT2FN["gelu"]
 
     def forward(self, x):
-        h = self.embeddings(x).transpose(1, 2)
+        h = (self.local.float() @ self.embeddings(x)).transpose(1, 2)
         h = self.pointwise(self.depthwise(h)).transpose(1, 2)
         scores = h @ self.query[0, :4].transpose(0, 1)
         return self.act(scores) * self.bin_score
@@ -111,6 +115,7 @@ def test_module_methods_that_set_parameters_convert_and_match_torch(tmp_path) ->
     assert not np.asarray(jax_model.pointwise.bias.value).any()
     assert jax_model.embeddings.mask_token is None and torch_model.embeddings.mask_token is None
     assert float(jax_model.bin_score.value) == 1.0
+    np.testing.assert_array_equal(np.asarray(jax_model.local.value), torch_model.local.numpy())
 
     # torch's weights in the JAX model: outputs and gradients
     t = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()}
