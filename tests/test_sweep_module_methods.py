@@ -3,7 +3,8 @@
 SuperGlue's ``self.register_parameter("bin_score", bin_score)``, EoMT-DINOv3's
 ``self.embeddings.register_parameter("mask_token", None)``, ConvBERT's
 ``self.depthwise.weight.data.normal_(mean=0.0, std=...)`` and Granite Speech's
-``self.query.data.normal_(...)``; and GPT-Neo's ``torch.bitwise_xor`` of two masks. They stayed as they were on the NNX module and failed when
+``self.query.data.normal_(...)``; Falcon's ``class FalconLinear(nn.Linear)`` whose forward
+reads ``self.weight.T``; and GPT-Neo's ``torch.bitwise_xor`` of two masks. They stayed as they were on the NNX module and failed when
 the model was built; each is now the form torch means (passes/module_methods.py). A module of
 our own in that shape, reduced and converted as the sweep does, built with its draws, then run
 against torch with torch's weights: outputs and every parameter's gradient."""
@@ -36,6 +37,16 @@ class Embeddings(nn.Module):
         return self.proj(x)
 
 
+class FalconLinear(nn.Linear):
+    """Falcon's linear layer: the weight read by the subclass's own forward."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        hidden_states = input @ self.weight.T
+        if self.bias is None:
+            return hidden_states
+        return hidden_states + self.bias
+
+
 class Matcher(nn.Module):
     """A learned score (registered by name), an unused mask token dropped (registered as None),
     weights and a query drawn in place through ``.data``."""
@@ -58,12 +69,15 @@ class Matcher(nn.Module):
         bin_score = nn.Parameter(torch.tensor(1.0))
         self.register_parameter("bin_score", bin_score)
         self.act = ACT2FN["gelu"]
+        self.head = FalconLinear(4, 3, bias=False)
+        self.head_bias = FalconLinear(4, 3)
 
     def forward(self, x):
         h = (self.local.float() @ self.embeddings(x)).transpose(1, 2)
         h = self.pointwise(self.depthwise(h)).transpose(1, 2)
         scores = h @ self.query[0, :4].transpose(0, 1)
-        return self.act(scores) * self.bin_score
+        scores = self.act(scores) * self.bin_score
+        return self.head(scores) + self.head_bias(scores)
 '''
 
 NAME = "transformers.models.matcher.modeling_matcher"
@@ -126,6 +140,10 @@ def test_module_methods_that_set_parameters_convert_and_match_torch(tmp_path) ->
     jax_model.pointwise.kernel.value = jnp.asarray(t["pointwise.weight"].transpose(2, 1, 0))
     jax_model.pointwise.bias.value = jnp.asarray(t["pointwise.bias"])
     jax_model.query.value = jnp.asarray(t["query"])
+    assert jax_model.head.bias is None
+    jax_model.head.kernel.value = jnp.asarray(t["head.weight"].T)
+    jax_model.head_bias.kernel.value = jnp.asarray(t["head_bias.weight"].T)
+    jax_model.head_bias.bias.value = jnp.asarray(t["head_bias.bias"])
     with torch.no_grad():
         torch_model.bin_score.fill_(0.7)
     jax_model.bin_score.value = jnp.asarray(0.7)
@@ -139,6 +157,10 @@ def test_module_methods_that_set_parameters_convert_and_match_torch(tmp_path) ->
                                rtol=1e-4)
     np.testing.assert_allclose(np.asarray(grads.query.value), torch_model.query.grad.numpy(),
                                rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads.head.kernel.value),
+                               torch_model.head.weight.grad.numpy().T, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads.head_bias.bias.value),
+                               torch_model.head_bias.bias.grad.numpy(), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(np.asarray(grads.depthwise.kernel.value),
                                torch_model.depthwise.weight.grad.numpy().transpose(2, 1, 0),
                                rtol=1e-4, atol=1e-6)
