@@ -4,7 +4,8 @@ SuperGlue's ``self.register_parameter("bin_score", bin_score)``, EoMT-DINOv3's
 ``self.embeddings.register_parameter("mask_token", None)``, ConvBERT's
 ``self.depthwise.weight.data.normal_(mean=0.0, std=...)`` and Granite Speech's
 ``self.query.data.normal_(...)``; Falcon's ``class FalconLinear(nn.Linear)`` whose forward
-reads ``self.weight.T``; and GPT-Neo's ``torch.bitwise_xor`` of two masks. They stayed as they were on the NNX module and failed when
+reads ``self.weight.T``; the MoE routers' ``group_mask.scatter_(1, group_idx, 1)``; and
+GPT-Neo's ``torch.bitwise_xor`` of two masks. They stayed as they were on the NNX module and failed when
 the model was built; each is now the form torch means (passes/module_methods.py). A module of
 our own in that shape, reduced and converted as the sweep does, built with its draws, then run
 against torch with torch's weights: outputs and every parameter's gradient."""
@@ -77,7 +78,13 @@ class Matcher(nn.Module):
         h = self.pointwise(self.depthwise(h)).transpose(1, 2)
         scores = h @ self.query[0, :4].transpose(0, 1)
         scores = self.act(scores) * self.bin_score
-        return self.head(scores) + self.head_bias(scores)
+        out = self.head(scores) + self.head_bias(scores)
+        # the MoE routers' one-hot masks: written in place, and on a tensor made on the spot
+        top = out.argmax(-1, keepdim=True)
+        mask = torch.zeros_like(out)
+        mask.scatter_(2, top, 1)
+        hard = torch.zeros_like(out).scatter_(-1, top, 2.0)
+        return out + hard * mask
 '''
 
 NAME = "transformers.models.matcher.modeling_matcher"

@@ -1,4 +1,5 @@
 """Transforms for indexed accumulation and selection: ``index_add``, ``scatter_add``,
+``scatter``,
 ``torch.topk`` along any dimension, ``torch.histc``, ``repeat_interleave``.
 
 JAX arrays are immutable: torch's accumulating writes (``x.index_add(0, idx, src)``) are the
@@ -70,6 +71,24 @@ def scatter_add(site: Site) -> cst.BaseExpression:
     where = expr(f"tuple({{i}} if axis == {d} % {{i}}.ndim else at for axis, at in "
                  "enumerate(jnp.indices({i}.shape, sparse=True)))", i=index)
     return call(expr("{x}.at[{w}].add", x=site.x(), w=where), arg(src))
+
+
+@special("scatter")
+def scatter(site: Site) -> cst.BaseExpression:
+    """``x.scatter(d, index, src)`` (or a number ``value``): ``x[..., index[i, j], ...] =
+    src[i, j]``, placed as ``scatter_add`` places its sums, with ``.set``. A position that
+    ``index`` names twice gets one of its values in both libraries (torch leaves which one
+    unspecified). ``reduce=`` is refused."""
+    d = _dim(site)
+    if site.get("reduce") is not None:
+        raise Untranslatable(f"{site.rule.torch} with reduce=")
+    index, src = site.get("index"), site.get("src")
+    if index is None or src is None:
+        raise Untranslatable(f"{site.rule.torch} without index or src")
+    index = _named(site, index, "index")
+    where = expr(f"tuple({{i}} if axis == {d} % {{i}}.ndim else at for axis, at in "
+                 "enumerate(jnp.indices({i}.shape, sparse=True)))", i=index)
+    return call(expr("{x}.at[{w}].set", x=site.x(), w=where), arg(src))
 
 
 @special("topk")
