@@ -63,12 +63,13 @@ SIZES = {
                      "word_embed_proj_dim", "projection_dim", "text_embed_dim",
                      "vision_embed_dim", "embedding_size", "d_embed", "n_embed",
                      "encoder_hidden_size", "decoder_hidden_size", "proj_dim",
-                     "hidden_size_per_head"), WIDTH),
+                     "hidden_size_per_head", "emb_dim"), WIDTH),
     **dict.fromkeys(("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim",
                      "decoder_ffn_dim", "n_inner", "moe_intermediate_size",
                      "shared_expert_intermediate_size", "decoder_intermediate_size",
                      "ffn_hidden_size", "mlp_dim", "expert_intermediate_size",
-                     "intermediate_size_mlp", "d_inner"), FFN),
+                     "intermediate_size_mlp", "d_inner", "shared_intermediate_size",
+                     "encoder_feedforward_dim", "dim_feedforward"), FFN),
     **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
                      "decoder_layers", "num_decoder_layers", "n_layers",
                      "num_encoder_layers", "decoder_num_layers", "encoder_num_layers"), LAYERS),
@@ -76,10 +77,15 @@ SIZES = {
                      "decoder_attention_heads", "num_heads", "n_heads",
                      "decoder_num_attention_heads", "encoder_num_attention_heads"), HEADS_N),
     **dict.fromkeys(("head_dim", "d_kv", "attention_head_dim", "kv_channels",
-                     "attention_head_size", "qk_nope_head_dim", "v_head_dim"), HEAD_DIM),
+                     "attention_head_size", "qk_nope_head_dim", "v_head_dim",
+                     "index_head_dim", "linear_key_head_dim", "linear_value_head_dim",
+                     "swa_head_dim"), HEAD_DIM),
+    **dict.fromkeys(("mamba_d_state", "state_size", "ssm_state_size", "d_state",
+                     "classifier_proj_size"), 16),
     **dict.fromkeys(("qk_rope_head_dim", "rotary_dim", "rotary_emb_dim"), HEAD_DIM // 2),
     **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), 16),
-    **dict.fromkeys(("vocab_size", "n_vocab"), VOCAB),
+    **dict.fromkeys(("vocab_size", "n_vocab", "vocab_size_per_layer_input"), VOCAB),
+    **dict.fromkeys(("hidden_size_per_layer_input",), 16),
     **dict.fromkeys(("max_position_embeddings", "n_positions", "max_target_positions",
                      "n_ctx", "max_seq_len", "max_sequence_length", "seq_length",
                      "max_text_positions"), POSITIONS),
@@ -89,7 +95,8 @@ SIZES = {
                      "n_group", "topk_group"), 2),
     **dict.fromkeys(("image_size", "img_size", "input_size"), 32),
     **dict.fromkeys(("patch_size",), 4),
-    **dict.fromkeys(("num_mel_bins", "feature_size", "n_mels"), 8),
+    **dict.fromkeys(("num_mel_bins", "feature_size", "n_mels", "input_feat_size"), 8),
+    **dict.fromkeys(("num_frames",), 2),
     **dict.fromkeys(("max_source_positions",), 16),
     **dict.fromkeys(("num_labels",), 5),
     **dict.fromkeys(("relative_attention_num_buckets",), 8),
@@ -168,6 +175,26 @@ def shrink(config) -> dict:
         # (a default of None too: Ministral's and Hunyuan's modeling files read it as a
         # number, so torch refuses those defaults even at full size)
         out["head_dim"] = max(width // heads, 1)
+    expand = values.get("mamba_expand", values.get("expand"))
+    if isinstance(values.get("mamba_n_heads"), int) and isinstance(width, int) and isinstance(
+            expand, int):
+        # a state-space mixer's heads: n_heads * d_head = expand * hidden (Bamba's validation),
+        # its groups dividing the heads
+        out["mamba_n_heads"] = min(values["mamba_n_heads"], HEADS_N)
+        if isinstance(values.get("mamba_d_head"), int):
+            out["mamba_d_head"] = expand * width // out["mamba_n_heads"]
+        if isinstance(values.get("mamba_n_groups"), int) and values["mamba_n_groups"] > 1:
+            out["mamba_n_groups"] = 1
+    elif isinstance(values.get("n_groups"), int) and isinstance(expand, int) and isinstance(
+            values.get("head_dim"), int) and isinstance(width, int) and isinstance(
+            out.get("num_heads"), int):
+        # Mamba-2's mixer: num_heads * head_dim = expand * hidden, its groups dividing the heads
+        out["head_dim"] = expand * width // out["num_heads"]
+        out["n_groups"] = 1
+    if isinstance(values.get("num_kv_shared_layers"), int) and layers and layers > LAYERS:
+        # layers that reuse an earlier layer's keys and values (Gemma 3n): none among the
+        # few layers left, each of which then produces its own cache
+        out["num_kv_shared_layers"] = 0
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
     if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and heads and (
@@ -215,11 +242,116 @@ def _per_layer(values: list) -> list:
     return [values[i] for i in sorted(firsts + rest)]
 
 
+# the shrinks tried in turn, each leaving more of the default sizes as they are, where torch
+# refuses to build or run the tinier one (a size tied to another that the shrinking cannot
+# know: a GroupNorm's groups and the widths, a convolution's strides and the image, a
+# projection read from a width the file hard-codes): the expert counts (their grouping and
+# top-k); then the widths, image and audio sizes and positions (layers, stages, vocabulary and
+# experts still small); then the experts too
+WIDTH_KEYS = frozenset(k for k, v in SIZES.items() if k not in (
+    "vocab_size", "n_vocab", "num_labels", "type_vocab_size", "num_experts",
+    "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_total",
+    "num_experts_per_tok", "top_k", "moe_topk", "num_selected_experts", "n_group",
+    "topk_group", "num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
+    "decoder_layers", "num_decoder_layers", "n_layers", "num_encoder_layers",
+    "decoder_num_layers", "encoder_num_layers")) | {
+    "hidden_sizes", "embed_dims", "dims", "num_heads", "num_attention_heads", "head_dim",
+    "sliding_window", "rope_parameters", *KV_HEADS}
+EXPERT_KEYS = frozenset(("num_experts", "num_local_experts", "n_routed_experts",
+                         "moe_num_experts", "num_experts_total", "num_experts_per_tok", "top_k",
+                         "moe_topk", "num_selected_experts", "n_group", "topk_group"))
+LADDER = ((), (EXPERT_KEYS,), (WIDTH_KEYS,), (WIDTH_KEYS, EXPERT_KEYS))
+MAX_PARAMETERS = 130_000_000  # a rung whose model is larger is not tried
+
+
+def _without(kwargs: dict, keep: tuple[frozenset, ...]) -> dict:
+    """``kwargs`` less the keys of ``keep`` (left at their defaults), in sub-configs too."""
+    drop = frozenset().union(*keep) if keep else frozenset()
+    out = {}
+    for key, value in kwargs.items():
+        if key in drop:
+            continue
+        if isinstance(value, dict) and key.endswith("_config"):
+            value = _without(value, keep)
+            if set(value) <= {"model_type"} and key != "backbone_config":
+                continue
+        out[key] = value
+    return out
+
+
+def tiny_configs(config_class):
+    """The candidate tiny configs of ``config_class``, tiniest first (``LADDER``): each
+    ``(config, keywords)``; a rung whose keywords equal an earlier one's is skipped."""
+    full = shrink(config_class())
+    seen: list[dict] = []
+    for keep in LADDER:
+        kwargs = _without(full, keep)
+        if kwargs in seen:
+            continue
+        seen.append(kwargs)
+        try:
+            yield _built(config_class, kwargs)
+        except Exception:
+            if not keep:
+                raise
+
+
+def _probe(cls, config, specs: list[str], masked: bool) -> str:
+    """Why torch refuses ``cls(config)`` on the sweep's inputs ('' when it builds and runs):
+    its size counted on the meta device first, so that a large rung is not built."""
+    import torch
+
+    from torch2jax.verify.spec import parse_specs
+
+    try:
+        with torch.device("meta"):
+            size = sum(p.numel() for p in cls(config).parameters())
+        if size > MAX_PARAMETERS:
+            return f"{size} parameters"
+        torch.manual_seed(0)
+        model = cls(config).eval()
+        args, kwargs = [], {}
+        for spec in parse_specs(list(specs) + (
+                [f"attention_mask=int64[{BATCH},{SEQ}]:2"] if masked else [])):
+            value = (torch.randint(0, spec.high, spec.shape) if spec.high is not None
+                     else torch.randn(spec.shape))
+            (kwargs.__setitem__(spec.name, value) if spec.name else args.append(value))
+        with torch.no_grad():
+            model(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def fitting_config(cls, config_class):
+    """The tiniest candidate config (``tiny_configs``) that torch builds and runs, with its
+    keywords and the sweep's inputs for it; the tiniest one where torch refuses them all (the
+    row then says why)."""
+    first = None
+    for config, kwargs in tiny_configs(config_class):
+        tried: list = []
+        for variant in VARIANTS:
+            specs, masked = _inputs(cls, config, variant)
+            if (specs, masked) in tried:
+                continue
+            tried.append((specs, masked))
+            first = first or (config, kwargs, specs, masked)
+            why = _probe(cls, config, specs, masked)
+            if not why:
+                return config, kwargs, specs, masked
+            if why.endswith(" parameters"):
+                break  # too large for any inputs
+    return first
+
+
 def tiny_config(config_class):
-    """``config_class`` built from its shrunk defaults, and the keywords that build it. Where a
-    config's validation refuses the whole set (a size tied to another), the keywords it
-    refuses are left at their defaults, one at a time."""
-    kwargs = shrink(config_class())
+    """``config_class`` built from its shrunk defaults, and the keywords that build it."""
+    return _built(config_class, shrink(config_class()))
+
+
+def _built(config_class, kwargs: dict):
+    """``config_class(**kwargs)``; where a config's validation refuses the whole set (a size
+    tied to another), the keywords it refuses are left at their defaults, one at a time."""
     tries = [kwargs] + [{k: v for k, v in kwargs.items() if k != key} for key in kwargs]
     errors: list[Exception] = []
     for attempt in tries:
@@ -261,17 +393,27 @@ def entry_classes(module) -> tuple[type | None, type | None]:
     return (bases[0] if bases else None), head
 
 
-def _inputs(cls, config) -> tuple[list[str], bool]:
+# the ways of reading the forward's inputs the sweep tries in turn, where torch refuses the
+# plain one: the images passed where the forward takes them optionally (ViLT's masked LM needs
+# them); a video's frames (TimeSformer, X-CLIP: [batch, frames, channels, height, width]); one
+# row of tokens per codebook (MusicGen's decoder: [batch * codebooks, length])
+VARIANTS = ("", "pixels", "video", "codebooks")
+
+
+def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
     """The verify input specs of ``cls``'s forward (and whether it takes a padding mask)."""
     params = inspect.signature(cls.forward).parameters
     first = next((n for n in params if n != "self"), "")
     vocab = getattr(config, "vocab_size", None) or getattr(
         getattr(config, "text_config", None), "vocab_size", None) or VOCAB
-    tokens = f"int64[{BATCH},{SEQ}]:{min(vocab, VOCAB)}"
+    rows = BATCH * (getattr(config, "num_codebooks", 1) if variant == "codebooks" else 1)
+    tokens = f"int64[{rows},{SEQ}]:{min(vocab, VOCAB)}"
     vision = getattr(config, "vision_config", None) or config
     size = getattr(vision, "image_size", 32)
     size = size[0] if isinstance(size, (list, tuple)) else size
-    pixels = f"float32[{BATCH},{getattr(vision, 'num_channels', 3)},{size},{size}]"
+    frames = (f"{getattr(vision, 'num_frames', None) or getattr(config, 'num_frames', 2)},"
+              if variant == "video" else "")
+    pixels = f"float32[{BATCH},{frames}{getattr(vision, 'num_channels', 3)},{size},{size}]"
     specs: list[str] = []
     if first in ("input_ids", "input_ids_or_embeds"):
         specs.append(tokens)
@@ -279,10 +421,12 @@ def _inputs(cls, config) -> tuple[list[str], bool]:
         # image features into the text at image tokens runs on text alone
         token = any(hasattr(config, k) for k in ("image_token_id", "image_token_index"))
         if "pixel_values" in params and (params["pixel_values"].default is inspect._empty or (
-                hasattr(config, "vision_config") and not token)):
+                hasattr(config, "vision_config") and not token) or variant in ("pixels", "video")):
             specs.append(f"pixel_values={pixels}")
     elif first == "pixel_values":
         specs.append(pixels)
+        if "input_ids" in params and params["input_ids"].default is inspect._empty:
+            specs.append(f"input_ids={tokens}")  # BLIP-2's captioner: images, then the text
     elif first == "input_features":
         mel = getattr(config, "num_mel_bins", 8)
         frames = 2 * getattr(config, "max_source_positions", 16)
@@ -343,8 +487,7 @@ def run_one(path: Path) -> list[dict]:
     if config_class is None or not isinstance(config_class, type):
         return done("the class names no config_class")
     try:
-        config, kwargs = tiny_config(config_class)
-        specs, masked = _inputs(cls, config)
+        config, kwargs, specs, masked = fitting_config(cls, config_class)
     except Exception as exc:  # noqa: BLE001
         return done(f"config: {type(exc).__name__}: {exc}")
     expression = f"{cls.__name__}(_SweepConfig({', '.join(f'{k}={_literal(v)}' for k, v in kwargs.items())}))"

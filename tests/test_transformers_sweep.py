@@ -87,6 +87,38 @@ def test_shrink_gives_a_head_dim_of_none_its_size() -> None:
     MinistralForCausalLM(config)
 
 
+def test_shrink_keeps_the_state_space_mixers_ties() -> None:
+    """Mamba-2's config validates num_heads * head_dim == expand * hidden_size: the heads and
+    the head size shrunk on their own, the validator refused every shrink and the row said
+    'config:'. The tiny config keeps the tie (and one group, which divides the heads)."""
+    from transformers import BambaConfig, Mamba2Config
+
+    config, kwargs = sweep.tiny_config(Mamba2Config)
+    assert config.hidden_size == 32 and config.num_heads * config.head_dim == (
+        config.expand * config.hidden_size)
+    bamba, kwargs = sweep.tiny_config(BambaConfig)
+    assert kwargs["hidden_size"] == 32  # no longer left at 4096 by the validator
+    assert bamba.mamba_n_heads * bamba.mamba_d_head == bamba.mamba_expand * bamba.hidden_size
+
+
+def test_the_sweep_climbs_the_ladder_where_torch_refuses_the_tiniest() -> None:
+    """ERNIE 4.5 MoE groups its 64 experts for a top-k that four experts cannot give (torch's
+    own forward: 'selected index k out of range'). The sweep probes torch on each rung
+    (``LADDER``) and takes the first it builds and runs: the expert counts of the default,
+    every other size still tiny."""
+    from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
+
+    tiniest, _ = sweep.tiny_config(Ernie4_5_MoeConfig)
+    specs, masked = sweep._inputs(Ernie4_5_MoeForCausalLM, tiniest)
+    assert "out of range" in sweep._probe(Ernie4_5_MoeForCausalLM, tiniest, specs, masked)
+    config, kwargs, specs, masked = sweep.fitting_config(Ernie4_5_MoeForCausalLM,
+                                                         Ernie4_5_MoeConfig)
+    assert sweep._probe(Ernie4_5_MoeForCausalLM, config, specs, masked) == ""
+    assert config.hidden_size == 32 and config.num_hidden_layers == 2
+    assert config.moe_num_experts == Ernie4_5_MoeConfig().moe_num_experts
+    assert not set(kwargs) & sweep.EXPERT_KEYS
+
+
 def test_shrink_gives_a_timm_backbone_transformers_resnet() -> None:
     """DETR's default config builds timm's ResNet-50 (the timm library, which the sweep does
     not convert): the tiny config holds transformers' ResNet, whose stages it returns."""

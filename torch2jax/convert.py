@@ -30,6 +30,7 @@ from torch2jax.passes import (
     loader_classes,
     local_lambdas,
     manual_sgd,
+    module_methods,
     open_checkpoints,
     optimizer_attributes,
     scaler_params,
@@ -81,7 +82,7 @@ IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jn
 # the rewrites of the torch source before the analysis, in order (each returns the module it
 # was given when it changes nothing)
 _CANONICAL_FORMS = (loader_classes, scaler_params, optimizer_attributes, manual_sgd,
-                    open_checkpoints, local_lambdas)
+                    open_checkpoints, local_lambdas, module_methods)
 
 
 class ParseError(Exception):

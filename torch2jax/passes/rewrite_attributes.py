@@ -377,6 +377,10 @@ class AttributesMixin:
             return weight
         if self.current_class is not None and self._layer_subclass_rule(
                 self.current_class) is not None:
+            if (original_node.attr.value == "T" and m.matches(updated_node.value, m.Attribute(
+                    value=m.Attribute(attr=m.Name("value")), attr=m.Name("T")))
+                    and m.matches(original_node.value, m.Attribute(value=m.Name("self")))):
+                return updated_node.value.value  # self.weight.T of nn.Linear: the kernel
             mapped = self._layer_subclass_attribute(original_node, updated_node)
             if mapped is not None:
                 return mapped

@@ -790,6 +790,10 @@ class LayersMixin:
             return None
         name = original.attr.value
         to = rule.subclass.attrs.get(name)
+        if to is not None and "." in to:
+            # a weight the JAX layer holds in another layout (nn.Linear's weight, (out, in),
+            # is the transposed kernel): read as the torch weight
+            return expr(f"self.{to}")
         if to is not None:
             return updated.with_changes(attr=cst.Name(to)) if to != name else None
         torch_attrs = {*rule.params, *(weight_source(k) for k in rule.weights)}

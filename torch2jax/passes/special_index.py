@@ -1,4 +1,5 @@
 """Transforms for indexed accumulation and selection: ``index_add``, ``scatter_add``,
+``scatter``,
 ``torch.topk`` along any dimension, ``torch.histc``, ``repeat_interleave``.
 
 JAX arrays are immutable: torch's accumulating writes (``x.index_add(0, idx, src)``) are the
