@@ -77,3 +77,34 @@ def test_bags_of_rows_leave_out_the_padding(source_file):
                                        grad=True, atol=1e-5, rtol=1e-5, float64=False))
     assert result.error is None, result.error
     assert result.passed, result.mismatch
+
+
+def test_a_one_element_draw_converts_to_a_number(tmp_path):
+    # the tutorial-style synthetic data: int(torch.randint(0, n, (1,), generator=g)); torch
+    # converts any one-element tensor, JAX a 0-d array only (it raised TypeError, unmarked)
+    import runpy
+
+    source = textwrap.dedent("""
+        import torch
+
+
+        def make(n, seed=0):
+            g = torch.Generator().manual_seed(seed)
+            out = []
+            for _ in range(n):
+                label = int(torch.randint(0, 4, (1,), generator=g))
+                scale = float(torch.rand(1, generator=g))
+                out.append((label, scale))
+            return out
+
+
+        DATA = make(5)
+    """)
+    code = convert_source(source, path="data.py").code
+    assert "TODO(torch2jax)" not in code and ".item()" in code
+    path = tmp_path / "data.py"
+    path.write_text(code)
+    data = runpy.run_path(str(path))["DATA"]
+    assert len(data) == 5
+    assert all(type(a) is int and 0 <= a < 4 and type(b) is float and 0 <= b < 1
+               for a, b in data)

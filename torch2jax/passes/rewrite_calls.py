@@ -201,6 +201,14 @@ class CallsMixin:
             return updated_node  # an initialiser as a statement (_param_fill_statement)
         if self.in_module_class():
             self._inplace_input(original_node)  # self.block(x), ReLU(inplace=True) first
+        if m.matches(original_node, m.Call(func=m.Name("int") | m.Name("float") | m.Name(
+                "bool"), args=[m.Arg(value=m.Call(), keyword=None)])) and self.q(
+                original_node.args[0].value.func) in _SIZED_DRAWS and isinstance(
+                updated_node.args[0].value, cst.Call):
+            # int(torch.randint(0, n, (1,))): torch converts any one-element tensor, JAX a
+            # 0-d array only; .item() reads the one element of either
+            return updated_node.with_changes(args=[updated_node.args[0].with_changes(
+                value=expr("{x}.item()", x=updated_node.args[0].value))])
         if len(original_node.args) == 1 and self.q(original_node.func) == "inspect.signature" \
                 and self.q(original_node.args[0].value) in _SIGNATURE_OPTIMIZERS:
             # 'fused' in inspect.signature(torch.optim.AdamW).parameters: optax's signature
@@ -986,6 +994,10 @@ class CallsMixin:
 
 
 # tensor methods with an effect beyond their value (not in-place by name)
+# tensors made with a shape (a one-element one converts to a Python number in torch)
+_SIZED_DRAWS = frozenset({"torch.randint", "torch.rand", "torch.randn", "torch.zeros",
+                          "torch.ones", "torch.full", "torch.empty", "torch.multinomial",
+                          "torch.randperm", "torch.normal", "torch.bernoulli"})
 _EFFECT_METHODS = frozenset({"backward", "register_hook", "record_stream", "retain_grad",
                              "share_memory_", "pin_memory", "tolist", "item"})
 
