@@ -1849,3 +1849,75 @@ def test_a_layer_weight_scaled_in_place_at_init(tmp_path):
         sys.modules.pop("scaled_init", None)
         sys.path[:] = [p for p in sys.path if not p.startswith(str(tmp_path))]
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# timm.layers' ``Linear(nn.Linear)``, a subclass with only a forward (``F.linear`` over its own
+# weights), built with torch's arguments in the files that import it (fasternet's
+# ``Linear(out_chs, num_classes, bias=True, **dd)``: "Linear.__init__() got an unexpected
+# keyword argument 'rngs'", the class kept torch's); and a model file importing from the
+# package's layers twice (nextvit: ``from timm.layers import DropPath, ConvMlp, ...`` then
+# ``from timm.layers import ClassifierHead``), whose first import's classes were left torch's
+# in the mirror (the second import's names replaced the first's).
+PKG_TIMM_LINEAR = textwrap.dedent('''
+    import torch
+    import torch.nn.functional as F
+    from torch import nn as nn
+
+
+    class Linear(nn.Linear):
+        """Casts the weights to the input's dtype under torchscript."""
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            if torch.jit.is_scripting():
+                bias = self.bias.to(dtype=input.dtype) if self.bias is not None else None
+                return F.linear(input, self.weight.to(dtype=input.dtype), bias=bias)
+            else:
+                return F.linear(input, self.weight, self.bias)
+''')
+
+PKG_TIMM_MLP = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Mlp(nn.Module):
+        def __init__(self, dim, hidden, act_layer=nn.GELU, device=None, dtype=None):
+            super().__init__()
+            dd = {"device": device, "dtype": dtype}
+            self.fc1 = nn.Linear(dim, hidden, **dd)
+            self.act = act_layer()
+            self.fc2 = nn.Linear(hidden, dim, **dd)
+
+        def forward(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+''')
+
+PKG_TIMM_LINEAR_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from tinypkg_linear.layers import Mlp, get_device_dtype
+    from tinypkg_linear.layers import Linear
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, device=None, dtype=None):
+            super().__init__()
+            dd = {"device": device, "dtype": dtype}
+            self.mlp = Mlp(dim, 2 * dim, **dd)
+            self.proj = Linear(dim, dim, bias=False, **dd)
+            self.head = Linear(dim, num_classes, bias=True, **dd) if num_classes > 0 else (
+                nn.Identity())
+
+        def forward(self, x):
+            return self.head(self.proj(x + self.mlp(x)).relu())
+''')
+
+
+def test_timms_linear_and_classes_of_two_imports_from_its_layers(tmp_path):
+    pkg = _package(tmp_path / "tinypkg_linear", PKG_TIMM_LINEAR_MODEL,
+                   {"linear": PKG_TIMM_LINEAR, "mlp": PKG_TIMM_MLP,
+                    "helpers": "def get_device_dtype(x):\n    return None, None\n"})
+    (pkg / "layers" / "__init__.py").write_text(
+        "from .helpers import get_device_dtype\nfrom .linear import Linear\nfrom .mlp import Mlp\n")
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,6]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason

@@ -570,7 +570,8 @@ class CallsMixin:
                 return expr("({b} if isinstance({f}, type) else {f})", b=built, f=updated.func)
         if isinstance(original.func, cst.Name) and self.target.stateful_modules and (
                 self._layer_subclass_rule(original.func.value) is not None
-                and self._takes_layer_arguments(original.func.value)):
+                and self._takes_layer_arguments(original.func.value)
+                and not self._torch_signature_layer(original.func.value)):
             # LayerNorm2d(dim, eps=1e-6): built with the JAX layer's arguments
             return self._layer_arguments(original, updated,
                                          self._layer_subclass_rule(original.func.value))

@@ -108,6 +108,15 @@ class ModuleClassMixin:
         body = list(updated_node.body.body)
         has_init = any(isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
                        for s in body)
+        if info.module_base == "torch" and self._torch_signature_layer(name):
+            # class Linear(nn.Linear) with only a forward: built with torch's arguments
+            init = self._torch_signature_init(self._layer_subclass_rule(name))
+            i = 1 if body and _is_docstring(body[0]) else 0
+            body.insert(i, init)
+            if i + 1 < len(body) and isinstance(body[i + 1], cst.FunctionDef):
+                body[i + 1] = body[i + 1].with_changes(leading_lines=[cst.EmptyLine()])
+            has_init = True
+            self.need("nnx")
         # (not when every self.training read became an nnx.Dropout, which has its own flag,
         # and no class of the file derives from this one)
         hoisted_all = (self._training_hoisted.get(name, 0) == self._training_reads.get(name, 0)
@@ -603,8 +612,9 @@ class ModuleClassMixin:
                 self.target.stateful_modules:
             return self._sequential_super_init(original, updated)
         rule = self._layer_subclass_rule(cls)
-        if rule is not None and (info.module_base == "torch"
-                                 or self._takes_layer_arguments(info.module_base)):
+        if rule is not None and (info.module_base == "torch" or (
+                self._takes_layer_arguments(info.module_base)
+                and not self._torch_signature_layer(info.module_base))):
             # super().__init__(normalized_shape, eps=eps): the JAX layer's arguments
             return self._layer_arguments(original, updated, rule, super_init=True)
         if info.module_base == "torch" and info.container and self.target.stateful_modules:
