@@ -1921,3 +1921,62 @@ def test_timms_linear_and_classes_of_two_imports_from_its_layers(tmp_path):
                                        inputs=("float32[2,6]",), float64=True))
     assert result.error is None, result.error
     assert result.passed, result.reason
+
+
+# mvitv2's pooling attribute: ``self.pool_q = pool_op(kernel, stride, padding)`` in one branch,
+# ``pool_op`` timm's choice of nn.MaxPool2d / nn.AvgPool2d (the NCHW helper classes, as values),
+# and a grouped ``nn.Conv2d(..., groups=dim_conv)`` in another: one attribute of two layouts,
+# its call marked and given NCHW input, the conv's channels taken for the spatial axis
+# ("conv_general_dilated feature_group_count must divide ..."). The conv is built as the NCHW
+# Conv2d helper, so that the attribute is torch's layout in every branch.
+POOL_ATTRIBUTE = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Pooling(nn.Module):
+        def __init__(self, dim=8, num_heads=2, mode="conv", kernel_q=(3, 3), stride_q=(2, 2)):
+            super().__init__()
+            self.num_heads = num_heads
+            self.q = nn.Linear(dim, dim)
+            padding_q = tuple([int(q // 2) for q in kernel_q])
+            self.pool_q, self.norm_q = None, None
+            if mode in ("avg", "max"):
+                pool_op = nn.MaxPool2d if mode == "max" else nn.AvgPool2d
+                self.pool_q = pool_op(kernel_q, stride_q, padding_q)
+            elif mode == "conv":
+                dim_conv = dim // num_heads
+                self.pool_q = nn.Conv2d(dim_conv, dim_conv, kernel_q, stride=stride_q,
+                                        padding=padding_q, groups=dim_conv, bias=False)
+                self.norm_q = nn.LayerNorm(dim_conv)
+
+        def forward(self, x):
+            B, N, C = x.shape
+            H = W = int(N ** 0.5)
+            q = self.q(x).reshape(B, N, self.num_heads, C // self.num_heads).permute(0, 2, 1, 3)
+            q = q.reshape(B * self.num_heads, H, W, -1).permute(0, 3, 1, 2)
+            if self.pool_q is not None:
+                q = self.pool_q(q)
+            q = q.reshape(B, self.num_heads, C // self.num_heads, -1).transpose(2, 3)
+            if self.norm_q is not None:
+                q = self.norm_q(q)
+            return q
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=8):
+            super().__init__()
+            self.conv = Pooling(dim, mode="conv")
+            self.avg = Pooling(dim, mode="avg")
+            self.max = Pooling(dim, mode="max")
+
+        def forward(self, x):
+            return self.conv(x) + self.avg(x) * self.max(x)
+''')
+
+
+def test_an_attribute_holding_a_pooling_helper_or_a_grouped_conv(tmp_path):
+    (tmp_path / "model.py").write_text(POOL_ATTRIBUTE)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,16,8]",), float64=True))
+    assert result.error is None, result.error  # float64 only: the test's time (CI budget)
+    assert result.passed, result.reason

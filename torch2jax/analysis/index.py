@@ -479,6 +479,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._fn_stack: list[cst.FunctionDef] = []
         self._lists: dict[int, dict[str, list[str]]] = {}
         self._dict_convs: dict[tuple[int, str], list[cst.Call]] = {}  # convs put in by name
+        # (class, attribute) -> the layouts of the layers assigned to it, with the convs built
+        # in place among them (mvitv2: self.pool_q = pool_op(...) or nn.Conv2d(...))
+        self._attr_assigns: dict[tuple[str, str], list[tuple[str, cst.Call | None]]] = {}
         self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
@@ -988,6 +991,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             layout = self.layouts.of(value, self._scope())
             if m.matches(value, m.Name("None")):
                 layout = "any"  # self.proj = None: no layer, whatever the other branch builds
+            conv = self.rules.layers.get(qualified(self.meta, value.func) or "") if isinstance(
+                value, cst.Call) else None
+            self._attr_assigns.setdefault((info.name, attr), []).append(
+                (layout, value if conv is not None and conv.special == "conv" else None))
             if attr in info.attr_layout:  # assigned in several branches
                 layout = combine([info.attr_layout[attr], layout])
             info.attr_layout[attr] = layout
@@ -1037,6 +1044,24 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                         info.elem_layout[attr] = self.layouts.of(inner.elt, self._scope())
                     elif isinstance(inner, cst.Name):
                         info.elem_layout[attr] = self._scope().get(inner.value, "mixed")
+
+    def _torch_layout_attrs(self) -> None:
+        """An attribute given a torch-layout layer in one branch and a convolution built in
+        place in another (mvitv2's ``self.pool_q = pool_op(kernel, stride, padding)`` with
+        ``pool_op`` the NCHW pooling helper, or ``nn.Conv2d(..., groups=dim)``): the convs
+        become the NCHW Conv2d helper (torch_convs), so that the attribute takes torch's
+        layout whichever branch built it (it was called as channels-last or as NCHW, wrong
+        for one of them: marked)."""
+        for (cls, attr), assigns in self._attr_assigns.items():
+            info = self.index.classes.get(cls)
+            if info is None or info.attr_layout.get(attr) != "mixed":
+                continue
+            layouts = {layout for layout, conv in assigns if conv is None}
+            convs = [conv for layout, conv in assigns if conv is not None]
+            if convs and "torch" in layouts and layouts <= {"torch", "any"} and all(
+                    layout == "channels_last" for layout, conv in assigns if conv is not None):
+                self.index.torch_convs.update(id(c) for c in convs)
+                info.attr_layout[attr] = "torch"
 
     def _children_layouts(self) -> None:
         """``self.x = nn.Sequential(*list(backbone.children())[:-1])``: the layout of the
@@ -1102,6 +1127,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.attr_layout[attr] = "torch"
                     info.normalized_seqs.add(attr)
         self._children_layouts()
+        self._torch_layout_attrs()
         for info in idx.classes.values():  # through local bases: class Wide(LayerNorm2d)
             base, seen = info.module_base, set()
             while info.layer_base is None and base in idx.classes and base not in seen:
