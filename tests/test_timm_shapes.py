@@ -1980,3 +1980,91 @@ def test_an_attribute_holding_a_pooling_helper_or_a_grouped_conv(tmp_path):
                                        inputs=("float32[2,16,8]",), float64=True))
     assert result.error is None, result.error  # float64 only: the test's time (CI budget)
     assert result.passed, result.reason
+
+
+# cspnet's stages: ``stage_fn, stage_args = _get_stage_fn(stage_args)``, a function of the file
+# returning a tuple whose first item is one of its module classes (a local assigned
+# ``DarkStage`` or ``CrossStage3``), then ``stage_fn(prev_chs, **stage_args, ...)``: the call
+# builds that module and takes ``rngs`` ("CrossStage3.__init__() missing 1 required keyword-only
+# argument: 'rngs'", unmarked); the block class from ``_get_block_fn``'s tuple alike.
+STAGE_TUPLES = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, scale=1.0):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.scale = scale
+
+        def forward(self, x):
+            return x + self.scale * self.fc(x).tanh()
+
+
+    class DarkStage(nn.Module):
+        def __init__(self, in_chs, out_chs, depth=1, block_fn=Block):
+            super().__init__()
+            self.proj = nn.Linear(in_chs, out_chs)
+            self.blocks = nn.Sequential(*[block_fn(out_chs) for _ in range(depth)])
+
+        def forward(self, x):
+            return self.blocks(self.proj(x))
+
+
+    class CrossStage3(nn.Module):
+        def __init__(self, in_chs, out_chs, depth=1, block_fn=Block):
+            super().__init__()
+            self.proj = nn.Linear(in_chs, 2 * out_chs)
+            self.blocks = nn.Sequential(*[block_fn(out_chs, scale=0.5) for _ in range(depth)])
+
+        def forward(self, x):
+            a, b = self.proj(x).chunk(2, dim=-1)
+            return self.blocks(a) * b.sigmoid()
+
+
+    def _get_stage_fn(stage_args):
+        stage_type = stage_args.pop("stage_type")
+        if stage_type == "dark":
+            stage_fn = DarkStage
+        else:
+            stage_fn = CrossStage3
+        return stage_fn, stage_args
+
+
+    def _get_block_fn(stage_args):
+        block_type = stage_args.pop("block_type")
+        if block_type == "plain":
+            return Block, stage_args
+        return Block, stage_args
+
+
+    def create_stages(in_chs, cfgs):
+        stages = []
+        for stage_args in cfgs:
+            stage_args = dict(stage_args)
+            stage_fn, stage_args = _get_stage_fn(stage_args)
+            block_fn, stage_args = _get_block_fn(stage_args)
+            stages += [stage_fn(in_chs, **stage_args, block_fn=block_fn)]
+            in_chs = stage_args["out_chs"]
+        return nn.Sequential(*stages), in_chs
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3):
+            super().__init__()
+            cfgs = [dict(stage_type="dark", block_type="plain", out_chs=8, depth=1),
+                    dict(stage_type="cs3", block_type="plain", out_chs=4, depth=2)]
+            self.stages, chs = create_stages(dim, cfgs)
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            return self.head(self.stages(x))
+''')
+
+
+def test_a_stage_class_from_a_returned_tuple_takes_rngs(tmp_path):
+    (tmp_path / "model.py").write_text(STAGE_TUPLES)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,6]",), float64=True))
+    assert result.error is None, result.error  # float64 only: the test's time (CI budget)
+    assert result.passed, result.reason

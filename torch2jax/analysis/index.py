@@ -137,6 +137,10 @@ class FileIndex:
     # module-level functions whose returns are all names of classes: {function: the names}
     # (timm's rdnet _get_block_type returns Block or BlockESE); calling their result builds
     class_returns: dict[str, set[str]] = field(default_factory=dict)
+    # module-level functions returning tuples whose item i is a class name in every return:
+    # {function: {i: the names}} (timm's cspnet ``return stage_fn, stage_args``, stage_fn
+    # assigned DarkStage, CrossStage or CrossStage3); a local unpacked from their call builds
+    class_tuple_returns: dict[str, dict[int, set[str]]] = field(default_factory=dict)
     # nn.Conv2d(...) calls (ids) put into an OrderedDict of layers in torch's layout otherwise
     # (maxvit's MBConv): built as the NCHW Conv2d helper class, so that the dict is one layout
     torch_convs: set[int] = field(default_factory=set)
@@ -387,6 +391,51 @@ def looked_up_class(fn: cst.FunctionDef, call: cst.Call) -> bool:
     return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
 
 
+def tuple_class_returns(fn: cst.FunctionDef, returned: list) -> dict[int, set[str]]:
+    """{i: names} where every value ``fn`` returns is a tuple whose item i is a class name
+    (capitalised), directly or through a local that ``fn`` assigns only such names to
+    (cspnet's ``_get_stage_fn``: ``stage_fn = CrossStage3`` ... ``return stage_fn,
+    stage_args``)."""
+    if not returned or not all(isinstance(v, cst.Tuple) for v in returned):
+        return {}
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name())])):
+        assigned.setdefault(a.targets[0].target.value, []).append(a.value)
+
+    def names(v: cst.BaseExpression) -> set[str] | None:
+        if not isinstance(v, cst.Name):
+            return None
+        if v.value in assigned:
+            values = assigned[v.value]
+            if all(isinstance(x, cst.Name) and x.value[:1].isupper() for x in values):
+                return {x.value for x in values}
+            return None
+        return {v.value} if v.value[:1].isupper() else None
+
+    out: dict[int, set[str]] = {}
+    for i in range(min(len(v.elements) for v in returned)):
+        found = [names(v.elements[i].value) for v in returned]
+        if all(f is not None for f in found):
+            out[i] = set().union(*found)
+    return out
+
+
+def unpacked_classes(fn: cst.FunctionDef, tuple_returns: dict[str, dict[int, set[str]]],
+                     classes: Collection[str] | None = None) -> set[str]:
+    """Names ``fn`` binds by unpacking a call of such a function at a class position
+    (``stage_fn, stage_args = _get_stage_fn(stage_args)``), where the classes are all in
+    ``classes`` (when given)."""
+    out = set()
+    for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Tuple() | m.List())],
+                                    value=m.Call(func=m.Name()))):
+        table = tuple_returns.get(a.value.func.value, {})
+        for i, e in enumerate(a.targets[0].target.elements):
+            if i in table and isinstance(e.value, cst.Name) and (
+                    classes is None or table[i] <= set(classes)):
+                out.add(e.value.value)
+    return out
+
+
 def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
     """{loop target: the parameter whose items it takes} in ``fn``: ``for block_fn in
     block_fns``, ``for block_fn, n in zip(block_fns, depths)``, ``for i, (b, n) in
@@ -544,6 +593,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if returned and all(isinstance(v, cst.Name) and v.value[:1].isupper()
                                 for v in returned):
                 self.index.class_returns[node.name.value] = {v.value for v in returned}
+            items = tuple_class_returns(node, returned)
+            if items:
+                self.index.class_tuple_returns[node.name.value] = items
         self._fn_stack.pop()
 
     def _note_list_return(self, node: cst.FunctionDef) -> None:
@@ -660,7 +712,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
             # where the lookup gives one (timm's create_act_layer)
             if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
-                    self._fn_stack[-1], node) or m.matches(node.func, m.Call(
+                    self._fn_stack[-1], node) or isinstance(node.func, cst.Name) and (
+                    node.func.value in unpacked_classes(
+                        self._fn_stack[-1], self.index.class_tuple_returns)) or m.matches(
+                    node.func, m.Call(
                         func=m.Name(m.MatchIfTrue(self.index.class_returns.__contains__)))):
                 builds = True  # (or _get_block_type(kind)(...): resolved below)
             # torch.nn.init draws need a key: the function takes rngs

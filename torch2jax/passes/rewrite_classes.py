@@ -18,6 +18,7 @@ from torch2jax.analysis.index import (
     ordered_dict_items,
     param_loop_targets,
     spread_literals,
+    unpacked_classes,
 )
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
@@ -999,6 +1000,8 @@ class ModuleClassMixin:
 
         found = self._class_locals[fn] = {name for name, value in assigns if a_class(value)}
         found |= self._class_loop_targets(fn)
+        # stage_fn, stage_args = _get_stage_fn(stage_args): a class from a returned tuple
+        found |= unpacked_classes(fn, self.index.class_tuple_returns, classes)
         return found
 
     def _class_loop_targets(self, fn: cst.FunctionDef) -> set[str]:
