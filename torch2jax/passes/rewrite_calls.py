@@ -557,7 +557,18 @@ class CallsMixin:
                             for a in original.args)):
                 # an activation class handed in (activation_layer(inplace=True)): the
                 # classes passed for it are their functions
-                return self._activation_factory_call(original, updated)
+                out = self._activation_factory_call(original, updated)
+                if factory is None and self._rngs_scope and self._rngs_scope[-1]:
+                    # no default says what it is: a module class may come (rdnet's act_layer
+                    # from timm's get_act_layer("gelu"), timm's GELU module): built then, as
+                    # the torch call built it (it was called on the activations)
+                    self.diag(original, "layer-factory", "info",
+                              f"{n}(...): an activation function is used as it is, a "
+                              "module class is built")
+                    built = self._with_rngs(original, updated)
+                    return expr("({b} if isinstance({f}, type) else {f})", b=built,
+                                f=updated.func)
+                return out
             if self._fn_stack and not self.target.setup_modules and looked_up_activation(
                     self._fn_stack[-1], original):
                 # act_layer = get_act_layer(name); act_layer(inplace=inplace): the lookup
