@@ -1928,8 +1928,11 @@ def test_timms_linear_and_classes_of_two_imports_from_its_layers(tmp_path):
 # and a grouped ``nn.Conv2d(..., groups=dim_conv)`` in another: one attribute of two layouts,
 # its call marked and given NCHW input, the conv's channels taken for the spatial axis
 # ("conv_general_dilated feature_group_count must divide ..."). The conv is built as the NCHW
-# Conv2d helper, so that the attribute is torch's layout in every branch.
+# Conv2d helper, so that the attribute is torch's layout in every branch. Its relative
+# positions: ``dist_h += (k_h - 1) * ratio`` kept ``dist_h`` a tensor, so ``dist_h.long()``
+# translates (it was marked, then "DynamicJaxprTracer has no attribute long").
 POOL_ATTRIBUTE = textwrap.dedent('''
+    import torch
     import torch.nn as nn
 
 
@@ -1948,6 +1951,7 @@ POOL_ATTRIBUTE = textwrap.dedent('''
                 self.pool_q = nn.Conv2d(dim_conv, dim_conv, kernel_q, stride=stride_q,
                                         padding=padding_q, groups=dim_conv, bias=False)
                 self.norm_q = nn.LayerNorm(dim_conv)
+            self.rel_pos = nn.Parameter(torch.randn(7, dim // num_heads) * 0.1)
 
         def forward(self, x):
             B, N, C = x.shape
@@ -1959,7 +1963,10 @@ POOL_ATTRIBUTE = textwrap.dedent('''
             q = q.reshape(B, self.num_heads, C // self.num_heads, -1).transpose(2, 3)
             if self.norm_q is not None:
                 q = self.norm_q(q)
-            return q
+            # a tensor grown by += of a number stays one (mvitv2's dist_h): dist.long() translates
+            dist = (torch.arange(4).unsqueeze(-1) * 1.0 - torch.arange(4).unsqueeze(0) * 1.0)
+            dist += (4 - 1) * 1.0
+            return q + q @ self.rel_pos[dist.long()].mean(0)
 
 
     class Net(nn.Module):
