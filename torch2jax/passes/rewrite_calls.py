@@ -14,7 +14,8 @@ import libcst.matchers as m
 from torch2jax.analysis import children
 from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts, combine, looked_up_activation
+from torch2jax.analysis.class_locals import looked_up_activation
+from torch2jax.analysis.index import Layouts, combine
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
 from torch2jax.analysis.training import (

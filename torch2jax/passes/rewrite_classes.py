@@ -12,14 +12,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import (
-    Layouts,
+from torch2jax.analysis.class_locals import (
     looked_up_class,
-    ordered_dict_items,
     param_loop_targets,
-    spread_literals,
     unpacked_classes,
 )
+from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literals
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import class_names, closures

@@ -6,6 +6,7 @@ the transformer's per-file state through ``self``."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import libcst as cst
@@ -566,7 +567,7 @@ class LayersMixin:
         after one with)."""
         params = [p for p in rule.params if p != "*" and p not in rule.drop]
         defaults = [p in rule.defaults for p in params]
-        if any(a and not b for a, b in zip(defaults, defaults[1:])):
+        if any(a and not b for a, b in itertools.pairwise(defaults)):
             return None
         sig = [p if p not in rule.defaults else f"{p}={rule.defaults[p]!r}" if not isinstance(
             rule.defaults[p], str) else f"{p}={rule.defaults[p]}" for p in params]
