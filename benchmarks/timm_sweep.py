@@ -37,6 +37,7 @@ from sweep_table import Result, write_markdown
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "timm-sweep.md"
 SIZES = (32, 64, 96, 128, 160, 192, 224, 256)
+FLOAT32_INSIDE = "the JAX side computes in float32 even in float64: "  # verify/common.py
 MAX_PARAMS = 40_000_000  # larger models are not verified (2 CPU cores): the row says so
 
 # model file -> (entry point, extra keyword arguments): where the smallest entry point is not a
@@ -435,10 +436,16 @@ def run_one(module: str, entries: list[str], target: str) -> Result:
         result.reason = f"not run: {n / 1e6:.0f}M parameters at its smallest"
         return result
     path = Path(timm.__file__).parent / "models" / f"{module}.py"
-    verdict = run_request(VerifyRequest(
+    request = VerifyRequest(
         f"{path}::{entry}", args={"num_classes": 10, **kwargs},
         inputs=(f"float32[1,3,{size},{size}]",), jax_target=target, grad=True,
-        atol=1e-4, rtol=1e-4, float64=True))  # float64 decides; float32 doubles the time
+        atol=1e-4, rtol=1e-4, float64=True)  # float64 decides; float32 doubles the time
+    verdict = run_request(request)
+    if (verdict.error or "").startswith(FLOAT32_INSIDE):
+        # jax.nn.dot_product_attention keeps its softmax in float32: float64 cannot be
+        # checked, so the float32 pass decides, as verify's default does
+        verdict = run_request(dataclasses.replace(request, float64=False))
+        result.entry += " [float32 pass]"
     result.todos = verdict.todos
     result.converted = verdict.error is None or not verdict.error.startswith(
         ("converting", "conversion"))
