@@ -2069,21 +2069,13 @@ STAGE_TUPLES = textwrap.dedent('''
 ''')
 
 
-def test_a_stage_class_from_a_returned_tuple_takes_rngs(tmp_path):
-    (tmp_path / "model.py").write_text(STAGE_TUPLES)
-    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
-                                       inputs=("float32[2,6]",), float64=True))
-    assert result.error is None, result.error  # float64 only: the test's time (CI budget)
-    assert result.passed, result.reason
-
-
 # rdnet's blocks: ``act_layer()`` of a parameter with no default, in a Sequential, given timm's
 # ``get_act_layer("gelu")``, timm's GELU module class: the call was the bare parameter (an
 # activation function is used as it is), so the class itself sat in the Sequential and was built
 # on the activations in the forward ("GELU.__init__() missing 1 required keyword-only argument:
 # 'rngs'", unmarked). A module class is built, a function used as it is, told apart at run time.
+# (One file with the stages above, one verify run: the CI budget.)
 ACT_CLASS_PARAMETER = textwrap.dedent('''
-    import torch.nn as nn
     import torch.nn.functional as F
 
 
@@ -2102,31 +2094,33 @@ ACT_CLASS_PARAMETER = textwrap.dedent('''
         return _ACTS[name] if isinstance(name, str) else name
 
 
-    class Block(nn.Module):
+    class ActBlock(nn.Module):
         def __init__(self, dim, act_layer):
             super().__init__()
-            self.layers = nn.Sequential(nn.Linear(dim, 2 * dim), act_layer(), nn.Linear(2 * dim, dim))
+            self.layers = nn.Sequential(nn.Linear(dim, 2 * dim), act_layer(),
+                                        nn.Linear(2 * dim, dim))
 
         def forward(self, x):
             return x + self.layers(x)
 
 
-    class Net(nn.Module):
+    class Both(nn.Module):
         def __init__(self, dim=6, num_classes=3, act_layer="gelu"):
             super().__init__()
+            self.stages = Net(dim, num_classes=dim)
             act_layer = get_act_layer(act_layer)
-            self.block = Block(dim, act_layer)
-            self.plain = Block(dim, get_act_layer("relu"))
+            self.block = ActBlock(dim, act_layer)
+            self.plain = ActBlock(dim, get_act_layer("relu"))
             self.head = nn.Linear(dim, num_classes)
 
         def forward(self, x):
-            return self.head(self.plain(self.block(x)))
+            return self.head(self.plain(self.block(self.stages(x))))
 ''')
 
 
-def test_an_activation_parameter_given_a_module_class(tmp_path):
-    (tmp_path / "model.py").write_text(ACT_CLASS_PARAMETER)
-    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+def test_stage_classes_from_returned_tuples_and_activation_classes_take_rngs(tmp_path):
+    (tmp_path / "model.py").write_text(STAGE_TUPLES + ACT_CLASS_PARAMETER)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Both",
                                        inputs=("float32[2,6]",), float64=True))
     assert result.error is None, result.error  # float64 only: the test's time (CI budget)
     assert result.passed, result.reason
