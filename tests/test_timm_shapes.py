@@ -1964,8 +1964,9 @@ POOL_ATTRIBUTE = textwrap.dedent('''
             if self.norm_q is not None:
                 q = self.norm_q(q)
             # a tensor grown by += of a number stays one (mvitv2's dist_h): dist.long() translates
-            dist = (torch.arange(4).unsqueeze(-1) * 1.0 - torch.arange(4).unsqueeze(0) * 1.0)
-            dist += (4 - 1) * 1.0
+            ratio = max(q.shape[-1] / 4, 1.0)
+            dist = (torch.arange(4).unsqueeze(-1) * ratio - torch.arange(4).unsqueeze(0) * ratio)
+            dist += (4 - 1) * ratio
             return q + q @ self.rel_pos[dist.long()].mean(0)
 
 

@@ -902,11 +902,13 @@ class ValueFacts:
                 value = self._annotation(parent.annotation.annotation) or value
         elif isinstance(parent, cst.AugAssign):
             value = self.value(parent.value)
+            before = self._before_augmented(parent)
+            if before is not None and before.kind == Kind.TENSOR and value.kind != Kind.TENSOR:
+                # a tensor grown in place stays one, whatever is added (mvitv2's dist_h +=
+                # (k_h - 1) * k_h_ratio, a ratio from max(...), then dist_h.long())
+                return before
             if value.kind == Kind.SCALAR:
-                # x += 1 keeps the kind x had: a tensor stays one (mvitv2's dist_h +=
-                # (k_h - 1) * ratio, then dist_h.long()), as read where the statement reads it
-                before = self._before_augmented(parent)
-                return before if before is not None and before.kind == Kind.TENSOR else _BUSY
+                return _BUSY  # x += 1 keeps the kind x had
         elif isinstance(parent, (cst.For, cst.CompFor)) and parent.target is child:
             value = self.value(parent.iter).element()
         elif isinstance(parent, cst.AsName):
