@@ -18,8 +18,15 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from torch2jax.analysis.class_locals import (
+    looked_up_activation,
+    looked_up_class,
+    param_loop_targets,
+    tuple_class_returns,
+    unpacked_classes,
+)
 from torch2jax.analysis.value_syntax import channels_last_pattern
-from torch2jax.analysis.walk import NoAttributeHooks, of_type, walk
+from torch2jax.analysis.walk import NoAttributeHooks, of_type
 from torch2jax.ruleset import Rule, RuleSet
 
 _CONTAINERS = ("sequential", "module_list", "module_dict")
@@ -137,6 +144,10 @@ class FileIndex:
     # module-level functions whose returns are all names of classes: {function: the names}
     # (timm's rdnet _get_block_type returns Block or BlockESE); calling their result builds
     class_returns: dict[str, set[str]] = field(default_factory=dict)
+    # module-level functions returning tuples whose item i is a class name in every return:
+    # {function: {i: the names}} (timm's cspnet ``return stage_fn, stage_args``, stage_fn
+    # assigned DarkStage, CrossStage or CrossStage3); a local unpacked from their call builds
+    class_tuple_returns: dict[str, dict[int, set[str]]] = field(default_factory=dict)
     # nn.Conv2d(...) calls (ids) put into an OrderedDict of layers in torch's layout otherwise
     # (maxvit's MBConv): built as the NCHW Conv2d helper class, so that the dict is one layout
     torch_convs: set[int] = field(default_factory=set)
@@ -357,63 +368,6 @@ def is_factory_dict(node: cst.BaseExpression) -> bool:
         and e.key.evaluated_value in ("device", "dtype") for e in node.elements)
 
 
-def looked_up_activation(fn: cst.FunctionDef, call: cst.Call) -> bool:
-    """``act_layer(**kwargs)`` / ``act_layer(inplace=inplace)`` of a local that ``fn`` assigns
-    from a call (timm's create_act_layer: ``act_layer = get_act_layer(name)``): an activation
-    class from a lookup, which is a JAX function after conversion, or a module class."""
-    if not isinstance(call.func, cst.Name):
-        return False
-    n = call.func.value
-    if not ("activation" in n or n.endswith("act_layer")) or n in {
-            p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}:
-        return False
-    if not all(a.star == "**" or (a.keyword and a.keyword.value == "inplace")
-               for a in call.args):
-        return False
-    assigns = [a for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(n))]))]
-    return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
-
-
-def looked_up_class(fn: cst.FunctionDef, call: cst.Call) -> bool:
-    """``module_cls(channels, **kwargs)`` of a local named for a class that ``fn`` assigns
-    from a call (timm's create_attn: ``module_cls = get_attn(attn_type)``): a module class
-    from a lookup, built."""
-    if not isinstance(call.func, cst.Name) or not call.func.value.endswith(("_cls", "_class")):
-        return False
-    n = call.func.value
-    if n in {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}:
-        return False
-    assigns = [a for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(n))]))]
-    return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
-
-
-def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
-    """{loop target: the parameter whose items it takes} in ``fn``: ``for block_fn in
-    block_fns``, ``for block_fn, n in zip(block_fns, depths)``, ``for i, (b, n) in
-    enumerate(zip(block_fns, depths))``."""
-    params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
-    found: dict[str, str] = {}
-
-    def pair(target: cst.BaseExpression, it: cst.BaseExpression) -> None:
-        if isinstance(target, cst.Name) and isinstance(it, cst.Name):
-            if it.value in params:
-                found[target.value] = it.value
-        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(it, cst.Call) and (
-                isinstance(it.func, cst.Name) and not any(a.keyword or a.star for a in it.args)):
-            items = [e.value for e in target.elements]
-            args = [a.value for a in it.args]
-            if it.func.value == "zip" and len(items) == len(args):
-                for t, a in zip(items, args):
-                    pair(t, a)
-            elif it.func.value == "enumerate" and len(items) == 2 and len(args) == 1:
-                pair(items[1], args[0])
-
-    for node in walk(fn.body, False):
-        if isinstance(node, cst.For):
-            pair(node.target, node.iter)
-    return found
-
-
 def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
     """The layers a lone Sequential argument holds by name: ``OrderedDict(pairs)`` -> ``pairs``,
     a local OrderedDict of layers (``layers["a"] = ...``) -> ``layers``; else None."""
@@ -479,6 +433,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._fn_stack: list[cst.FunctionDef] = []
         self._lists: dict[int, dict[str, list[str]]] = {}
         self._dict_convs: dict[tuple[int, str], list[cst.Call]] = {}  # convs put in by name
+        # (class, attribute) -> the layouts of the layers assigned to it, with the convs built
+        # in place among them (mvitv2: self.pool_q = pool_op(...) or nn.Conv2d(...))
+        self._attr_assigns: dict[tuple[str, str], list[tuple[str, cst.Call | None]]] = {}
         self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
@@ -541,6 +498,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if returned and all(isinstance(v, cst.Name) and v.value[:1].isupper()
                                 for v in returned):
                 self.index.class_returns[node.name.value] = {v.value for v in returned}
+            items = tuple_class_returns(node, returned)
+            if items:
+                self.index.class_tuple_returns[node.name.value] = items
         self._fn_stack.pop()
 
     def _note_list_return(self, node: cst.FunctionDef) -> None:
@@ -657,7 +617,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
             # where the lookup gives one (timm's create_act_layer)
             if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
-                    self._fn_stack[-1], node) or m.matches(node.func, m.Call(
+                    self._fn_stack[-1], node) or isinstance(node.func, cst.Name) and (
+                    node.func.value in unpacked_classes(
+                        self._fn_stack[-1], self.index.class_tuple_returns)) or m.matches(
+                    node.func, m.Call(
                         func=m.Name(m.MatchIfTrue(self.index.class_returns.__contains__)))):
                 builds = True  # (or _get_block_type(kind)(...): resolved below)
             # torch.nn.init draws need a key: the function takes rngs
@@ -988,6 +951,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             layout = self.layouts.of(value, self._scope())
             if m.matches(value, m.Name("None")):
                 layout = "any"  # self.proj = None: no layer, whatever the other branch builds
+            conv = self.rules.layers.get(qualified(self.meta, value.func) or "") if isinstance(
+                value, cst.Call) else None
+            self._attr_assigns.setdefault((info.name, attr), []).append(
+                (layout, value if conv is not None and conv.special == "conv" else None))
             if attr in info.attr_layout:  # assigned in several branches
                 layout = combine([info.attr_layout[attr], layout])
             info.attr_layout[attr] = layout
@@ -1037,6 +1004,24 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                         info.elem_layout[attr] = self.layouts.of(inner.elt, self._scope())
                     elif isinstance(inner, cst.Name):
                         info.elem_layout[attr] = self._scope().get(inner.value, "mixed")
+
+    def _torch_layout_attrs(self) -> None:
+        """An attribute given a torch-layout layer in one branch and a convolution built in
+        place in another (mvitv2's ``self.pool_q = pool_op(kernel, stride, padding)`` with
+        ``pool_op`` the NCHW pooling helper, or ``nn.Conv2d(..., groups=dim)``): the convs
+        become the NCHW Conv2d helper (torch_convs), so that the attribute takes torch's
+        layout whichever branch built it (it was called as channels-last or as NCHW, wrong
+        for one of them: marked)."""
+        for (cls, attr), assigns in self._attr_assigns.items():
+            info = self.index.classes.get(cls)
+            if info is None or info.attr_layout.get(attr) != "mixed":
+                continue
+            layouts = {layout for layout, conv in assigns if conv is None}
+            convs = [conv for layout, conv in assigns if conv is not None]
+            if convs and "torch" in layouts and layouts <= {"torch", "any"} and all(
+                    layout == "channels_last" for layout, conv in assigns if conv is not None):
+                self.index.torch_convs.update(id(c) for c in convs)
+                info.attr_layout[attr] = "torch"
 
     def _children_layouts(self) -> None:
         """``self.x = nn.Sequential(*list(backbone.children())[:-1])``: the layout of the
@@ -1102,6 +1087,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.attr_layout[attr] = "torch"
                     info.normalized_seqs.add(attr)
         self._children_layouts()
+        self._torch_layout_attrs()
         for info in idx.classes.values():  # through local bases: class Wide(LayerNorm2d)
             base, seen = info.module_base, set()
             while info.layer_base is None and base in idx.classes and base not in seen:

@@ -711,6 +711,24 @@ class ValueFacts:
             return None
         return library_class(q.rsplit(".", 1)[-1]) or OBJECT  # a class of another library
 
+    def _before_augmented(self, stmt: cst.AugAssign) -> Value | None:
+        """What the target of ``x += ...`` held before the statement: the join of the other
+        assignments of ``x`` in its scope that reach it; None where one is not known."""
+        target = stmt.target
+        scope = self._scopes.get(target)
+        if not isinstance(target, cst.Name) or scope is None:
+            return None
+        others = [a for a in scope.assignments[target.value] if isinstance(a, Assignment)
+                  and a.node is not target and self._parents.get(a.node) is not stmt]
+        reaching = self._reaching(target, others) if others else []
+        if not reaching or len(reaching) == len(others) and any(
+                (self._reach(a.node) or (0, 0)) > (self._positions[target].start.line,
+                                                   self._positions[target].start.column)
+                for a in others if target in self._positions):
+            return None  # (none before it: a loop-carried name)
+        values = [self._binding(a) for a in reaching]
+        return None if any(v is _BUSY for v in values) else _join(values)
+
     def _reaching(self, read: cst.Name, assignments: list[Assignment]) -> list[Assignment]:
         """The assignments of the read's own scope that reach it in straight-line code: the
         latest one before it whose block encloses the read, and the ones in between (in
@@ -887,6 +905,11 @@ class ValueFacts:
                 value = self._annotation(parent.annotation.annotation) or value
         elif isinstance(parent, cst.AugAssign):
             value = self.value(parent.value)
+            before = self._before_augmented(parent)
+            if before is not None and before.kind == Kind.TENSOR and value.kind != Kind.TENSOR:
+                # a tensor grown in place stays one, whatever is added (mvitv2's dist_h +=
+                # (k_h - 1) * k_h_ratio, a ratio from max(...), then dist_h.long())
+                return before
             if value.kind == Kind.SCALAR:
                 return _BUSY  # x += 1 keeps the kind x had
         elif isinstance(parent, (cst.For, cst.CompFor)) and parent.target is child:

@@ -14,7 +14,8 @@ import libcst.matchers as m
 from torch2jax.analysis import children
 from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts, combine, looked_up_activation
+from torch2jax.analysis.class_locals import looked_up_activation
+from torch2jax.analysis.index import Layouts, combine
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
 from torch2jax.analysis.training import (
@@ -570,7 +571,18 @@ class CallsMixin:
                             for a in original.args)):
                 # an activation class handed in (activation_layer(inplace=True)): the
                 # classes passed for it are their functions
-                return self._activation_factory_call(original, updated)
+                out = self._activation_factory_call(original, updated)
+                if factory is None and self._rngs_scope and self._rngs_scope[-1]:
+                    # no default says what it is: a module class may come (rdnet's act_layer
+                    # from timm's get_act_layer("gelu"), timm's GELU module): built then, as
+                    # the torch call built it (it was called on the activations)
+                    self.diag(original, "layer-factory", "info",
+                              f"{n}(...): an activation function is used as it is, a "
+                              "module class is built")
+                    built = self._with_rngs(original, updated)
+                    return expr("({b} if isinstance({f}, type) else {f})", b=built,
+                                f=updated.func)
+                return out
             if self._fn_stack and not self.target.setup_modules and looked_up_activation(
                     self._fn_stack[-1], original):
                 # act_layer = get_act_layer(name); act_layer(inplace=inplace): the lookup
@@ -583,7 +595,8 @@ class CallsMixin:
                 return expr("({b} if isinstance({f}, type) else {f})", b=built, f=updated.func)
         if isinstance(original.func, cst.Name) and self.target.stateful_modules and (
                 self._layer_subclass_rule(original.func.value) is not None
-                and self._takes_layer_arguments(original.func.value)):
+                and self._takes_layer_arguments(original.func.value)
+                and not self._torch_signature_layer(original.func.value)):
             # LayerNorm2d(dim, eps=1e-6): built with the JAX layer's arguments
             return self._layer_arguments(original, updated,
                                          self._layer_subclass_rule(original.func.value))

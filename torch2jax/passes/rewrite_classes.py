@@ -12,13 +12,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import (
-    Layouts,
+from torch2jax.analysis.class_locals import (
     looked_up_class,
-    ordered_dict_items,
     param_loop_targets,
-    spread_literals,
+    unpacked_classes,
 )
+from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literals
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import class_names, closures
@@ -108,6 +107,15 @@ class ModuleClassMixin:
         body = list(updated_node.body.body)
         has_init = any(isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
                        for s in body)
+        if info.module_base == "torch" and self._torch_signature_layer(name):
+            # class Linear(nn.Linear) with only a forward: built with torch's arguments
+            init = self._torch_signature_init(self._layer_subclass_rule(name))
+            i = 1 if body and _is_docstring(body[0]) else 0
+            body.insert(i, init)
+            if i + 1 < len(body) and isinstance(body[i + 1], cst.FunctionDef):
+                body[i + 1] = body[i + 1].with_changes(leading_lines=[cst.EmptyLine()])
+            has_init = True
+            self.need("nnx")
         # (not when every self.training read became an nnx.Dropout, which has its own flag,
         # and no class of the file derives from this one)
         hoisted_all = (self._training_hoisted.get(name, 0) == self._training_reads.get(name, 0)
@@ -612,8 +620,9 @@ class ModuleClassMixin:
                 self.target.stateful_modules:
             return self._sequential_super_init(original, updated)
         rule = self._layer_subclass_rule(cls)
-        if rule is not None and (info.module_base == "torch"
-                                 or self._takes_layer_arguments(info.module_base)):
+        if rule is not None and (info.module_base == "torch" or (
+                self._takes_layer_arguments(info.module_base)
+                and not self._torch_signature_layer(info.module_base))):
             # super().__init__(normalized_shape, eps=eps): the JAX layer's arguments
             return self._layer_arguments(original, updated, rule, super_init=True)
         if info.module_base == "torch" and info.container and self.target.stateful_modules:
@@ -998,6 +1007,8 @@ class ModuleClassMixin:
 
         found = self._class_locals[fn] = {name for name, value in assigns if a_class(value)}
         found |= self._class_loop_targets(fn)
+        # stage_fn, stage_args = _get_stage_fn(stage_args): a class from a returned tuple
+        found |= unpacked_classes(fn, self.index.class_tuple_returns, classes)
         return found
 
     def _class_loop_targets(self, fn: cst.FunctionDef) -> set[str]:

@@ -6,6 +6,7 @@ the transformer's per-file state through ``self``."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import libcst as cst
@@ -628,6 +629,36 @@ class LayersMixin:
             return None
         return rule
 
+    def _torch_signature_layer(self, cls: str | None) -> bool:
+        """A subclass of a torch layer whose rule translates its arguments plainly (no special:
+        ``class Linear(nn.Linear)``, timm's) and that defines no ``__init__`` along its chain:
+        its JAX class is given an ``__init__`` of torch's signature
+        (:meth:`_torch_signature_init`), so that it is built with torch's arguments here and in
+        the files that import it (timm.layers' ``Linear(in, out, bias=True, **dd)``)."""
+        rule = self._layer_subclass_rule(cls)
+        return (rule is not None and rule.special is None and self._takes_layer_arguments(cls)
+                and self._torch_signature_init(rule) is not None)
+
+    def _torch_signature_init(self, rule: Rule) -> cst.FunctionDef | None:
+        """``def __init__(self, in_features, out_features, bias=True, device=None,
+        dtype=None, *, rngs)``: torch's parameters and defaults, the factory keywords the
+        rule drops accepted and unused, and the JAX layer built by the rule's translation of
+        them; None where the parameters cannot be written so (a parameter without a default
+        after one with)."""
+        params = [p for p in rule.params if p != "*" and p not in rule.drop]
+        defaults = [p in rule.defaults for p in params]
+        if any(a and not b for a, b in itertools.pairwise(defaults)):
+            return None
+        sig = [p if p not in rule.defaults else f"{p}={rule.defaults[p]!r}" if not isinstance(
+            rule.defaults[p], str) else f"{p}={rule.defaults[p]}" for p in params]
+        sig += [f"{d}=None" for d in rule.drop if d not in params]
+        site = Site(rule=rule, args=bind([arg(cst.Name(p)) for p in params], rule.params),
+                    target="nnx", rngs=cst.Name("rngs"), defined=self.index.defined)
+        body = call("super().__init__", *_rule_args(site), *site.rngs_arg())
+        return cst.parse_statement(
+            f"def __init__(self, {', '.join(sig)}, *, rngs: nnx.Rngs):\n"
+            f"    {code(body)}  # torch's arguments, the {rule.targets['nnx']} built from them\n")
+
     def _batch_norm_base(self, cls: str | None) -> str | None:
         """The helper class (``BatchNorm2d``, torch's signature on channels-first input) that a
         subclass of nn.BatchNorm{n}d derives from instead (timm's ``BatchNormAct2d``), or None
@@ -820,7 +851,8 @@ class LayersMixin:
         first = original.args[0]
         if isinstance(first.value, cst.Name) and not first.keyword and (
                 self._layer_subclass_rule(first.value.value) is not None
-                and self._takes_layer_arguments(first.value.value)):
+                and self._takes_layer_arguments(first.value.value)
+                and not self._torch_signature_layer(first.value.value)):
             # partial(LayerNorm2d, eps=1e-6): the subclass takes the JAX layer's arguments
             rule = self._layer_subclass_rule(first.value.value)
             if rule.special != "layer_norm":

@@ -98,6 +98,16 @@ def _relative_imports(source: str, module: str, is_package: bool) -> list[tuple[
     return out
 
 
+def _merged(deps: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """One entry per module, its names joined (nextvit imports from timm.layers twice: the
+    second import's names must not replace the first's); a star import stays its own."""
+    out: dict[tuple[str, bool], list[str]] = {}
+    for dep, names in deps:
+        have = out.setdefault((dep, names == ["*"]), [])
+        have += [n for n in names if n not in have]
+    return [(dep, names) for (dep, _), names in out.items()]
+
+
 def _names_in_functions(source: str) -> set[str]:
     """Names read inside function bodies (where layers are built and called), and the base
     classes named by the file's classes."""
@@ -552,11 +562,12 @@ def convert_package_file(
             plans.pop(module, None)
             continue
         used = _names_in_functions(source) if mode == "convert" else set()
-        deps = _relative_imports(source, module, is_package)
-        layers = {dep: _layer_classes(dep, names, used) for dep, names in deps
-                  if mode == "convert"}
-        functions = {dep: _layer_functions(dep, names, used) for dep, names in deps
-                     if mode == "convert"}
+        deps = _merged(_relative_imports(source, module, is_package))
+        layers: dict[str, set[str]] = {}
+        functions: dict[str, set[str]] = {}
+        for dep, names in deps if mode == "convert" else ():
+            layers[dep] = layers.get(dep, set()) | _layer_classes(dep, names, used)
+            functions[dep] = functions.get(dep, set()) | _layer_functions(dep, names, used)
         after = [dep for dep, _ in deps]  # the modules converted before this one
         for dep, classes in layers.items():
             moved = _moved_layer_classes(dep, classes | functions[dep])

@@ -1,0 +1,116 @@
+"""Which names of a function hold module classes, read from its syntax (the indexer and the
+rewriter ask): a class from a lookup (``act_layer = get_act_layer(name)``, ``module_cls =
+get_attn(kind)``), one unpacked from a returned tuple (``stage_fn, stage_args =
+_get_stage_fn(stage_args)``, timm's cspnet), a loop target taking the items of a parameter
+(``for block_fn, n in zip(block_fns, depths)``)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis.walk import walk
+
+
+def looked_up_activation(fn: cst.FunctionDef, call: cst.Call) -> bool:
+    """``act_layer(**kwargs)`` / ``act_layer(inplace=inplace)`` of a local that ``fn`` assigns
+    from a call (timm's create_act_layer: ``act_layer = get_act_layer(name)``): an activation
+    class from a lookup, which is a JAX function after conversion, or a module class."""
+    if not isinstance(call.func, cst.Name):
+        return False
+    n = call.func.value
+    if not ("activation" in n or n.endswith("act_layer")) or n in {
+            p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}:
+        return False
+    if not all(a.star == "**" or (a.keyword and a.keyword.value == "inplace")
+               for a in call.args):
+        return False
+    assigns = [a for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(n))]))]
+    return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
+
+
+def looked_up_class(fn: cst.FunctionDef, call: cst.Call) -> bool:
+    """``module_cls(channels, **kwargs)`` of a local named for a class that ``fn`` assigns
+    from a call (timm's create_attn: ``module_cls = get_attn(attn_type)``): a module class
+    from a lookup, built."""
+    if not isinstance(call.func, cst.Name) or not call.func.value.endswith(("_cls", "_class")):
+        return False
+    n = call.func.value
+    if n in {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}:
+        return False
+    assigns = [a for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(n))]))]
+    return bool(assigns) and all(isinstance(a.value, cst.Call) for a in assigns)
+
+
+def tuple_class_returns(fn: cst.FunctionDef, returned: list) -> dict[int, set[str]]:
+    """{i: names} where every value ``fn`` returns is a tuple whose item i is a class name
+    (capitalised), directly or through a local that ``fn`` assigns only such names to
+    (cspnet's ``_get_stage_fn``: ``stage_fn = CrossStage3`` ... ``return stage_fn,
+    stage_args``)."""
+    if not returned or not all(isinstance(v, cst.Tuple) for v in returned):
+        return {}
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name())])):
+        assigned.setdefault(a.targets[0].target.value, []).append(a.value)
+
+    def names(v: cst.BaseExpression) -> set[str] | None:
+        if not isinstance(v, cst.Name):
+            return None
+        if v.value in assigned:
+            values = assigned[v.value]
+            if all(isinstance(x, cst.Name) and x.value[:1].isupper() for x in values):
+                return {x.value for x in values}
+            return None
+        return {v.value} if v.value[:1].isupper() else None
+
+    out: dict[int, set[str]] = {}
+    for i in range(min(len(v.elements) for v in returned)):
+        found = [names(v.elements[i].value) for v in returned]
+        if all(f is not None for f in found):
+            out[i] = set().union(*found)
+    return out
+
+
+def unpacked_classes(fn: cst.FunctionDef, tuple_returns: dict[str, dict[int, set[str]]],
+                     classes: Collection[str] | None = None) -> set[str]:
+    """Names ``fn`` binds by unpacking a call of such a function at a class position
+    (``stage_fn, stage_args = _get_stage_fn(stage_args)``), where the classes are all in
+    ``classes`` (when given)."""
+    out = set()
+    for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Tuple() | m.List())],
+                                    value=m.Call(func=m.Name()))):
+        table = tuple_returns.get(a.value.func.value, {})
+        for i, e in enumerate(a.targets[0].target.elements):
+            if i in table and isinstance(e.value, cst.Name) and (
+                    classes is None or table[i] <= set(classes)):
+                out.add(e.value.value)
+    return out
+
+
+def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
+    """{loop target: the parameter whose items it takes} in ``fn``: ``for block_fn in
+    block_fns``, ``for block_fn, n in zip(block_fns, depths)``, ``for i, (b, n) in
+    enumerate(zip(block_fns, depths))``."""
+    params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+    found: dict[str, str] = {}
+
+    def pair(target: cst.BaseExpression, it: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name) and isinstance(it, cst.Name):
+            if it.value in params:
+                found[target.value] = it.value
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(it, cst.Call) and (
+                isinstance(it.func, cst.Name) and not any(a.keyword or a.star for a in it.args)):
+            items = [e.value for e in target.elements]
+            args = [a.value for a in it.args]
+            if it.func.value == "zip" and len(items) == len(args):
+                for t, a in zip(items, args):
+                    pair(t, a)
+            elif it.func.value == "enumerate" and len(items) == 2 and len(args) == 1:
+                pair(items[1], args[0])
+
+    for node in walk(fn.body, False):
+        if isinstance(node, cst.For):
+            pair(node.target, node.iter)
+    return found
