@@ -121,3 +121,10 @@ def test_an_early_stop_keeps_and_loads_the_best_weights_in_memory():
     code = convert_source(keyed, path="s.py").code
     assert "copy.deepcopy(model.state_dict())" in code
     assert "# TODO(torch2jax): model.state_dict() read as a dict" in code
+    # linen and equinox keep the state elsewhere (the TrainState, the model pytree): marked,
+    # the line that reads it and the one that loads it (they crashed unmarked)
+    for target in ("linen", "equinox"):
+        lines = convert_source(EARLY_STOP, path="s.py", target=target).code.splitlines()
+        for text in ("copy.deepcopy(model.state_dict())", "model.load_state_dict(best_state)"):
+            at = next(i for i, line in enumerate(lines) if text in line)
+            assert lines[at - 1].lstrip().startswith("# TODO(torch2jax):"), (target, text)

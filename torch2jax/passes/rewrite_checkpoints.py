@@ -81,6 +81,14 @@ class CheckpointsMixin:
                 func.value):  # best = copy.deepcopy(model.state_dict()): kept in memory
             self.need("nnx")
             return expr(f"{self._saved_state(func.value)}.to_pure_dict()")
+        if self.target.train_state and m.matches(func, m.Attribute(
+                value=m.Name(), attr=m.Name("state_dict"))) and not original_node.args and (
+                func.value.value in self.training.model_vars) and not self._saved_state_dict(
+                original_node):  # linen: best = copy.deepcopy(model.state_dict())
+            self.diag(original_node, "state_dict", "error",
+                      f"{code(func.value)}.state_dict() read as a dict: linen keeps the "
+                      "variables in the TrainState (state.params), not in the module")
+            return None
         if not self.target.stateful_modules or self.target.intermediate:
             return None
         if m.matches(func, m.Attribute(attr=m.Name("state_dict"))) and not original_node.args \

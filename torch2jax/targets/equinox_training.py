@@ -735,6 +735,13 @@ class Scope(cst.CSTTransformer):
                 if self.counter:
                     out.append(_stmt(f"{COUNTER} = 0"))
                 return out
+        if isinstance(small, cst.Assign) and any(
+                m.matches(c.func, m.Attribute(value=m.Name(), attr=m.Name()))
+                and c.func.value.value in self.models and c.func.attr.value == "state_dict"
+                for c in findall(small.value, m.Call())):  # best = deepcopy(model.state_dict())
+            return [_marked(small, "model.state_dict() has no counterpart on an equinox model "
+                            "(a pytree of arrays: the model itself is its state): left as "
+                            "written")]
         if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             call = small.value
             func = call.func
