@@ -95,19 +95,8 @@ def _one_optimizer_passed(module: cst.Module, fn: cst.FunctionDef, opt: str,
                           method: bool) -> bool:
     """Every call of ``fn`` in the file passes the same expression for its parameter ``opt``
     (the accumulator is one per optimizer name: two optimizers would share it)."""
-    names = _params(fn)
-    index = names.index(opt) - (1 if method else 0)
-    name = fn.name.value
-    passed = set()
-    for c in findall(module, m.Call(func=m.Name(name) | m.Attribute(attr=m.Name(name)))):
-        value = next((a.value for a in c.args if a.keyword and a.keyword.value == opt), None)
-        positional = [a for a in c.args if a.keyword is None]
-        if value is None and 0 <= index < len(positional) and not positional[index].star:
-            value = positional[index].value
-        if value is None:
-            return False
-        passed.add(cst.Module(body=[]).code_for_node(value))
-    return len(passed) <= 1
+    passed = _passed(module, fn, opt, method)
+    return passed is not None and len(passed) <= 1
 
 
 def _passed(module: cst.Module, fn: cst.FunctionDef, param: str, method: bool
