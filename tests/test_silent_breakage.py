@@ -400,7 +400,9 @@ def test_layer_norm_with_optional_bias_other_targets_are_marked_or_guarded() -> 
         result = convert_source(textwrap.dedent(OPTIONAL_BIAS), target=target)
         assert_names_bound(result.code)
         assert "+ self.bias\n" not in result.code
-        assert "(self.bias if self.bias is not None else 0.0)" in result.code or _errors(result)
+        # (linen stores the parameter as bias_param, the constructor argument keeping `bias`)
+        bias = "self.bias_param" if target == "linen" else "self.bias"
+        assert f"({bias} if {bias} is not None else 0.0)" in result.code or _errors(result)
 
 
 # --------------------------------------------------------------------------------------------

@@ -443,6 +443,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._fn_partials: dict[str, set[str]] = {}
         self._module_partials: dict[str, str] = {}  # NAME = partial(cls, ...) at the top  # partial(fn, ...) of a file's function
         self._fn_param_calls: set[str] = set()  # functions that call one of their parameters
+        self._loop_targets: dict = {}  # per function: its loop targets, its unpacked classes
         self._spread_fns: dict[int, cst.FunctionDef] = {}  # Sequential(*xs) -> its function
         # module-level functions returning lists of layers: {position: layout}
         self._list_returns: dict[str, dict[int, str]] = {}
@@ -575,6 +576,14 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                                                                attr=m.Name("training")))):
             self._class_stack[-1].uses_training = True
 
+    def _unpacked(self, fn: cst.FunctionDef) -> set[str]:
+        """:func:`unpacked_classes` of ``fn``, once per function and table (its calls are
+        many; the table grows only when a top-level function is left)."""
+        key = (id(fn), len(self.index.class_tuple_returns))
+        if key not in self._loop_targets:
+            self._loop_targets[key] = unpacked_classes(fn, self.index.class_tuple_returns)
+        return self._loop_targets[key]
+
     def _note_param_call(self, value: cst.BaseExpression | None) -> None:
         """``layers.append(block(...))``, ``return block(...)``, ``self.a = block(...)`` in a
         function whose parameter ``block`` is called: a class handed in, built into a layer."""
@@ -582,9 +591,11 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         if key is None or not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
             return
         fn = self._fn_stack[-1]
+        if id(fn) not in self._loop_targets:  # (once a function: its calls are many)
+            self._loop_targets[id(fn)] = param_loop_targets(fn)
         if value.func.value in {p.name.value for p in (*fn.params.params,
                                                         *fn.params.kwonly_params)} or (
-                value.func.value in param_loop_targets(fn)):
+                value.func.value in self._loop_targets[id(fn)]):
             self._fn_param_calls.add(key)
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -618,8 +629,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             # where the lookup gives one (timm's create_act_layer)
             if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
                     self._fn_stack[-1], node) or isinstance(node.func, cst.Name) and (
-                    node.func.value in unpacked_classes(
-                        self._fn_stack[-1], self.index.class_tuple_returns)) or m.matches(
+                    node.func.value in self._unpacked(self._fn_stack[-1])) or m.matches(
                     node.func, m.Call(
                         func=m.Name(m.MatchIfTrue(self.index.class_returns.__contains__)))):
                 builds = True  # (or _get_block_type(kind)(...): resolved below)

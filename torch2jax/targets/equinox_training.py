@@ -1,9 +1,8 @@
 """Training code under the equinox target: the NNX translation's training code, rewritten.
 
 The NNX pass turns torch's optimizer, loop and evaluation code into ``nnx.Optimizer``, a
-jit-compiled ``train_step`` (``nnx.jit`` of the objects, or ``jax.jit`` of ``nnx.split``
-state) and an ``eval_step``. Equinox models are immutable pytrees of per-example code, so
-this pass rewrites that output (docs/equinox.md, "Training"):
+jitted ``train_step`` (of the objects, or of ``nnx.split`` state) and an ``eval_step``; equinox
+models are immutable pytrees of per-example code: this rewrites it (docs/equinox.md).
 
 * ``model = Net(..., rngs=nnx.Rngs(k))`` -> ``model = Net(..., key=k)``, or
   ``model, state = eqx.nn.make_with_state(Net)(..., key=k)`` for a model with BatchNorm;
@@ -15,11 +14,9 @@ this pass rewrites that output (docs/equinox.md, "Training"):
   ``jax.vmap`` (BatchNorm's ``axis_name="batch"``, one dropout key per example);
 * ``model.train()`` / ``model.eval()`` -> ``model = eqx.nn.inference_mode(model, False/True)``;
 * a function that trains a model it receives returns it (with its state, and the optimizer
-  state when it receives the optimizer: ``train(model, state, opt_state, loader, optimizer)``)
-  before what it returned, and its callers rebind them:
-  ``model, state, opt_state, (loss, acc) = train(...)``;
-* the model called in a function that put it in inference mode -> ``eval_step(model, [state,]
-  x)``.
+  state when it receives the optimizer) before what it returned, and its callers rebind them:
+  ``model, state, opt_state, (loss, acc) = train(model, state, opt_state, loader, optimizer)``;
+* the model called where inference mode is on -> ``eval_step(model, [state,] x)``.
 
 What does not fit raises EquinoxError; the caller puts the torch original back, marked.
 """
@@ -735,13 +732,10 @@ class Scope(cst.CSTTransformer):
                 if self.counter:
                     out.append(_stmt(f"{COUNTER} = 0"))
                 return out
-        if isinstance(small, cst.Assign) and any(
-                m.matches(c.func, m.Attribute(value=m.Name(), attr=m.Name()))
-                and c.func.value.value in self.models and c.func.attr.value == "state_dict"
-                for c in findall(small.value, m.Call())):  # best = deepcopy(model.state_dict())
-            return [_marked(small, "model.state_dict() has no counterpart on an equinox model "
-                            "(a pytree of arrays: the model itself is its state): left as "
-                            "written")]
+        if isinstance(small, cst.Assign) and {f"{n}.state_dict" for n in self.models} & {
+                code(c.func) for c in findall(small.value, m.Call())}:  # deepcopy(m.state_dict())
+            return [_marked(small, "model.state_dict(): an equinox model is its own state (a "
+                            "pytree of arrays): left as written")]
         if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             call = small.value
             func = call.func
