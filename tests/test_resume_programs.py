@@ -19,6 +19,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("flax")
 
+from test_longtail import HEADER  # (the tiny classifier with constant weights)
+
 from torch2jax.convert import convert_source
 
 PROGRAM = Path(__file__).resolve().parent / "data" / "programs" / "resume_spirals.py"
@@ -54,28 +56,7 @@ def test_resumed_run_prints_torchs_epochs_and_learning_rates(tmp_path):
 # tuple assignment, None at first, loaded back after the loop): the model's nnx.state as a
 # pure dict, put back with nnx.update. The rate is high enough that the validation loss
 # rises after its best epoch, so the weights loaded back are not the last ones.
-EARLY_STOP = """\
-import copy
-
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
-        nn.init.constant_(self.fc.weight, 0.1)
-        nn.init.zeros_(self.fc.bias)
-
-    def forward(self, x):
-        return self.fc(x)
-
-
-X = torch.linspace(-1.0, 1.0, 32).reshape(8, 4)
-Y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
-XV, YV = X.flip(0) * 0.5, torch.tensor([1, 0, 2, 1, 0, 2, 1, 0])
+EARLY_STOP = "import copy\n" + HEADER + """XV, YV = X.flip(0) * 0.5, torch.tensor([1, 0, 2, 1, 0, 2, 1, 0])
 
 
 def evaluate(model):
