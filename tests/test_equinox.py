@@ -295,6 +295,7 @@ class MLP(nn.Module):
 
 model = MLP()
 state = {k: v.clone() for k, v in model.state_dict().items()}
+model.share_memory()
 model.load_state_dict(state)
 print(model(torch.ones(3, 4)).shape)
 """
@@ -312,9 +313,10 @@ def test_equinox_diagnostics_name_the_torch_line_of_the_marked_statement() -> No
     errors = [d for d in result.diagnostics if d.rule == "equinox" and d.severity == "error"]
     # (self.out(h) on a value of unknown rank was marked too; it is mapped over the leading
     # axes now: over_leading, tests/test_equinox_refusals.py)
+    # (the in-memory snapshot and its restore translate: tests/test_memory_snapshots.py)
     assert [(d.message, torch_lines[d.line - 1].strip()) for d in errors] == [
-        (("model.load_state_dict(...): torch's Module API has no counterpart on an equinox "
-         "model (a pytree of arrays): left as written"), "model.load_state_dict(state)"),
+        (("model.share_memory(...): torch's Module API has no counterpart on an equinox "
+         "model (a pytree of arrays): left as written"), "model.share_memory()"),
     ]
     # the statement each marks, at other lines of the output
     assert {k: s for k, (s, _) in marked.items()} == {
@@ -322,8 +324,8 @@ def test_equinox_diagnostics_name_the_torch_line_of_the_marked_statement() -> No
     assert [d.line for d in errors] == [22]
     assert [at for _, at in marked.values()] == [43]  # (after the over_leading helper)
     # so a marker on the torch line suppresses the diagnostic
-    ignored = MARKED_SOURCE.replace("model.load_state_dict(state)",
-                                    "model.load_state_dict(state)  # torch2jax: ignore[equinox]")
+    ignored = MARKED_SOURCE.replace("model.share_memory()",
+                                    "model.share_memory()  # torch2jax: ignore[equinox]")
     result = convert_source(ignored, path="mlp.py", target="equinox")
     assert [d.line for d in result.diagnostics if d.rule == "equinox" and d.severity == "error"
             ] == []

@@ -87,25 +87,52 @@ print(f"best {evaluate(model):.6f} {best_val:.6f}")
 """
 
 
-def test_an_early_stop_keeps_and_loads_the_best_weights_in_memory():
+# the forms of a copy of the weights kept in memory: each translates on NNX (the model's
+# nnx.state as a pure dict) and on equinox (eqx.filter(model, eqx.is_array), put back with
+# eqx.combine), and the converted program prints torch's numbers
+SNAPSHOTS = {
+    "deepcopy": "copy.deepcopy(model.state_dict())",
+    "clone": "{k: v.clone() for k, v in model.state_dict().items()}",
+    "detach-clone": "{name: t.detach().cpu().clone() for name, t in model.state_dict().items()}",
+}
+
+
+@pytest.fixture(scope="module")
+def early_stop_torch_lines():
     v = pytest.importorskip("variants")
-    torch_lines = v.run_source(EARLY_STOP)
-    best, last = float(torch_lines[-1].split()[1]), float(torch_lines[-2].split()[1])
+    lines = v.run_source(EARLY_STOP)
+    best, last = float(lines[-1].split()[1]), float(lines[-2].split()[1])
     assert last - best > 0.05  # the weights loaded back are not the last epoch's
-    result = convert_source(EARLY_STOP, path="s.py")
-    assert "TODO(torch2jax)" not in result.code
-    assert ".to_pure_dict()" in result.code and "nnx.update(model" in result.code
-    assert v.same_output(v.run_source(result.code), torch_lines, 1e-5) is None
+    return lines
+
+
+@pytest.mark.parametrize("target", ["nnx", "equinox"])
+@pytest.mark.parametrize("form", sorted(SNAPSHOTS))
+def test_an_early_stop_keeps_and_loads_the_best_weights_in_memory(early_stop_torch_lines, form,
+                                                                   target):
+    v = pytest.importorskip("variants")
+    source = EARLY_STOP.replace("copy.deepcopy(model.state_dict())", SNAPSHOTS[form])
+    result = convert_source(source, path="s.py", target=target)
+    assert "TODO(torch2jax)" not in result.code, result.code
+    if target == "nnx":
+        assert ".to_pure_dict()" in result.code and "nnx.update(model" in result.code
+    else:
+        assert "eqx.filter(model, eqx.is_array)" in result.code
+        assert "model = eqx.combine(best_state, model)" in result.code
+    assert v.same_output(v.run_source(result.code), early_stop_torch_lines, 1e-5) is None
+
+
+def test_a_state_dict_read_by_its_keys_is_marked():
     # a state dict whose flat keys the program reads is not this one: marked
     keyed = EARLY_STOP.replace("model.load_state_dict(best_state)\n",
                                "print(sorted(best_state))\nmodel.load_state_dict(best_state)\n")
     code = convert_source(keyed, path="s.py").code
     assert "copy.deepcopy(model.state_dict())" in code
     assert "# TODO(torch2jax): model.state_dict() read as a dict" in code
-    # linen and equinox keep the state elsewhere (the TrainState, the model pytree): marked,
-    # the line that reads it and the one that loads it (they crashed unmarked)
-    for target in ("linen", "equinox"):
-        lines = convert_source(EARLY_STOP, path="s.py", target=target).code.splitlines()
+    # ... on equinox too, the line that reads it and the one that loads it (they crashed
+    # unmarked); linen keeps the state in the TrainState: marked, in any form
+    for target, source in (("equinox", keyed), ("linen", EARLY_STOP)):
+        lines = convert_source(source, path="s.py", target=target).code.splitlines()
         for text in ("copy.deepcopy(model.state_dict())", "model.load_state_dict(best_state)"):
             at = next(i for i, line in enumerate(lines) if text in line)
             assert lines[at - 1].lstrip().startswith("# TODO(torch2jax):"), (target, text)

@@ -232,9 +232,46 @@ _DEEPCOPY = m.Call(func=m.Name("deepcopy") | m.Attribute(value=m.Name("copy"),
                    args=[m.Arg(value=_STATE_DICT)])
 
 
+def _copied_value(value: cst.BaseExpression, name: str) -> bool:
+    """``v`` copied as a tensor: ``v.clone()``, ``v.detach().clone()``, ``v.cpu().clone()``,
+    ``copy.deepcopy(v)`` (any chain of detach/clone/cpu/to(...) on ``v``)."""
+    if m.matches(value, m.Call(func=m.Name("deepcopy") | m.Attribute(
+            value=m.Name("copy"), attr=m.Name("deepcopy")), args=[m.Arg(m.Name(name))])):
+        return True
+    seen_clone = False
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        if value.func.attr.value in {"clone", "detach", "cpu", "to"}:
+            seen_clone |= value.func.attr.value == "clone"
+            value = value.func.value
+        elif m.matches(value.func, m.Attribute(value=m.Name("jnp"), attr=m.Name("copy")) |
+                       m.Attribute(value=m.Attribute(value=m.Name("jax"), attr=m.Name("lax")),
+                                   attr=m.Name("stop_gradient"))) and len(value.args) == 1:  # (the equinox pass reads the NNX pass's form)
+            seen_clone |= value.func.attr.value == "copy"
+            value = value.args[0].value
+        else:
+            break
+    return seen_clone and m.matches(value, m.Name(name))
+
+
+def snapshot_comprehension(value: cst.BaseExpression) -> cst.Call | None:
+    """``{k: v.clone() for k, v in model.state_dict().items()}`` (a copy of every tensor of
+    the state dict, keys kept): the ``state_dict()`` call, else None."""
+    if not (isinstance(value, cst.DictComp) and value.for_in.inner_for_in is None
+            and not value.for_in.ifs and m.matches(value.for_in.target, m.Tuple(
+                elements=[m.Element(m.Name()), m.Element(m.Name())])) and m.matches(
+                value.for_in.iter, m.Call(func=m.Attribute(value=_STATE_DICT,
+                                                           attr=m.Name("items")), args=[]))):
+        return None
+    k, v = (e.value.value for e in value.for_in.target.elements)
+    if not (m.matches(value.key, m.Name(k)) and _copied_value(value.value, v)):
+        return None
+    return value.for_in.iter.func.value
+
+
 def find_memory_states(module: cst.Module) -> tuple[set[int], set[str]]:
     """State dicts kept in memory (an early stop's best weights): ``best = model.state_dict()``
-    or ``copy.deepcopy(model.state_dict())`` (one element of a tuple assignment too), whose
+    or ``copy.deepcopy(model.state_dict())`` or ``{k: v.clone() for k, v in
+    model.state_dict().items()}`` (one element of a tuple assignment too), whose
     name is only rebound, tested against None, deep-copied again or given to
     ``x.load_state_dict(best)``. Their form is never read (a torch state_dict's flat keys),
     so the model's nnx.state as a pure dict keeps their meaning. (ids of the ``state_dict()``
@@ -255,7 +292,8 @@ def find_memory_states(module: cst.Module) -> tuple[set[int], set[str]]:
                     targets.add(id(n))
                 if isinstance(target, cst.Name):
                     call = value if m.matches(value, _STATE_DICT) else (
-                        value.args[0].value if m.matches(value, _DEEPCOPY) else None)
+                        value.args[0].value if m.matches(value, _DEEPCOPY) else
+                        snapshot_comprehension(value))
                     if call is not None:
                         calls.setdefault(target.value, []).append(id(call))
                     elif not m.matches(value, m.Name("None")):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.accumulate import snapshot_comprehension
 from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.passes import training as tr
@@ -176,6 +177,14 @@ class LayoutMixin:
 
     def leave_DictComp(self, original_node, updated_node):
         self._in_expr_scope -= 1
+        call = snapshot_comprehension(original_node)
+        if call is not None and id(call) in getattr(self, "_memory_states", ()) and m.matches(
+                updated_node.for_in.iter, m.Call(func=m.Attribute(attr=m.Name("items")))):
+            # {k: v.clone() for k, v in model.state_dict().items()}: a copy of the model's
+            # state as a pure dict (jax arrays are immutable; the copy keeps a snapshot safe
+            # from a step that donates the model's buffers)
+            self.need("jax", "jnp")
+            return expr("jax.tree.map(jnp.copy, {d})", d=updated_node.for_in.iter.func.value)
         return updated_node
 
     def _in_layer_layout(self, layer: cst.BaseExpression, build, args: list[cst.Arg]

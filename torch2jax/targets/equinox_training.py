@@ -1,8 +1,7 @@
 """Training code under the equinox target: the NNX translation's training code, rewritten.
 
-The NNX pass turns torch's optimizer, loop and evaluation code into ``nnx.Optimizer``, a
-jitted ``train_step`` (of the objects, or of ``nnx.split`` state) and an ``eval_step``; equinox
-models are immutable pytrees of per-example code: this rewrites it (docs/equinox.md).
+The NNX pass writes ``nnx.Optimizer``, a jitted ``train_step`` and an ``eval_step``; equinox
+models are immutable pytrees: this rewrites them (docs/equinox.md; equinox_snapshots.py).
 
 * ``model = Net(..., rngs=nnx.Rngs(k))`` -> ``model = Net(..., key=k)``, or
   ``model, state = eqx.nn.make_with_state(Net)(..., key=k)`` for a model with BatchNorm;
@@ -17,7 +16,6 @@ models are immutable pytrees of per-example code: this rewrites it (docs/equinox
   state when it receives the optimizer) before what it returned, and its callers rebind them:
   ``model, state, opt_state, (loss, acc) = train(model, state, opt_state, loader, optimizer)``;
 * the model called where inference mode is on -> ``eval_step(model, [state,] x)``.
-
 What does not fit raises EquinoxError; the caller puts the torch original back, marked.
 """
 
@@ -29,11 +27,13 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.accumulate import find_memory_states
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
 from torch2jax.targets.equinox_globals import declare_globals, own_scope, read_globals
 from torch2jax.targets.equinox_layers import _todo
+from torch2jax.targets.equinox_snapshots import restore, snapshot
 
 STATE = "state"
 OPT_STATE = "opt_state"
@@ -340,8 +340,7 @@ AUTOCAST_SRC = (f"def {AUTOCAST_FN}(tree, dtype):\n"
                 "else a, tree)\n")
 
 
-# torch's nn.Module methods that an equinox model (a pytree of arrays) has no counterpart of:
-# a statement calling one on a model is kept as written, marked
+# nn.Module methods with no counterpart on an equinox model: a call of one is kept, marked
 MODULE_API = {"load_state_dict", "state_dict", "to", "cuda", "cpu", "half", "float", "double",
               "bfloat16", "zero_grad", "requires_grad_", "share_memory", "apply",
               "register_buffer"}
@@ -366,8 +365,7 @@ BUILT_LAYERS = frozenset({"linear", "conv", "layernorm", "embedding"})
 
 class _Fail(Exception):
     def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__(message); self.message = message
 
 
 def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
@@ -425,6 +423,7 @@ class Scope(cst.CSTTransformer):
         self.in_step = 0
         self.pre: list[cst.BaseStatement] = []  # to write before the statement (eval_key)
         self.in_line = 0  # inside a simple statement (not a compound statement's header)
+        self.params, self.snapshots = set(), find_memory_states(cst.Module(body=stmts))[1]
         for s in stmts:
             for fn in findall(s, m.FunctionDef()):
                 parts = _step_parts(fn, ctx)
@@ -734,8 +733,9 @@ class Scope(cst.CSTTransformer):
                 return out
         if isinstance(small, cst.Assign) and {f"{n}.state_dict" for n in self.models} & {
                 code(c.func) for c in findall(small.value, m.Call())}:  # deepcopy(m.state_dict())
-            return [_marked(small, "model.state_dict(): an equinox model is its own state (a "
-                            "pytree of arrays): left as written")]
+            return snapshot(self, small) or [_marked(
+                small, "model.state_dict(): an equinox model is its own state (a pytree of "
+                "arrays): left as written")]
         if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             call = small.value
             func = call.func
@@ -750,7 +750,7 @@ class Scope(cst.CSTTransformer):
                 return [_stmt(f"{name} = eqx.nn.inference_mode({name}{flag})")]
             if m.matches(func, m.Attribute(value=m.Name(), attr=m.Name())) and \
                     func.value.value in self.models and func.attr.value in MODULE_API:
-                return [_marked(small, f"{code(func)}(...): torch's Module API has no "
+                return restore(self, call) or [_marked(small, f"{code(func)}(...): torch's Module API has no "
                                 "counterpart on an equinox model (a pytree of arrays): "
                                 "left as written")]
             if m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("set_attributes"))):
@@ -1111,7 +1111,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                     name in keyed_trainers or "key" in rebinds.get(name, ())
                 scope = Scope(models[name], classes, receivers, trainers, has_key, body,
                               opt_receivers, optimizers[name], ctx=ctx)
-                scope.keyed_trainers = keyed_trainers
+                scope.keyed_trainers, scope.params = keyed_trainers, set(_params(s))
                 scope.eval_stateful = any_stateful
                 scope.eval_batched = kinds == {True}
                 new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
