@@ -13,15 +13,16 @@ see the new binding)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 
-if TYPE_CHECKING:
-    from torch2jax.targets.equinox_training import Scope
+# (Scope: equinox_training.py's Scope, which imports this module: its models, params,
+# snapshots and flags(model) are what is read here)
+Scope = Any
 
 STATE = "state"
 
