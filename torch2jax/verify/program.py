@@ -178,7 +178,8 @@ def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float,
     _compare_lrs(r, t["lrs"], j["lrs"])
     if t.get("trace") and j.get("trace"):
         _compare_tensors(r, t, j, rtol)
-    _compare_seeds(r, t.get("seeds", []), j.get("seeds", []), _seeds_numpy(r.program))
+    _compare_seeds(r, t.get("seeds", []), j.get("seeds", []), _seeds_numpy(r.program),
+                   j.get("seeded_sources", []))
     _compare_prints(r, t["stdout"], j["stdout"], rtol, print_skip or [])
 
 
@@ -367,14 +368,18 @@ def _seeds_numpy(program: str) -> bool:
 
 
 def _compare_seeds(r: ProgramResult, t: list[tuple], j: list[tuple],
-                   numpy_too: bool = False) -> None:
+                   numpy_too: bool = False, sources: list[tuple] | tuple = ()) -> None:
     """The integer seeds the two programs' own code set, in order: torch's
     ``torch.manual_seed(s)`` is the converted program's ``jax.random.key(s)``, numpy's and
     Python's seeds stay theirs. ``numpy_too``: the program's Dataset draws from torch's
     global generator, which the converted one draws from numpy's global generator in its
     place, so ``torch.manual_seed(s)`` is ``np.random.seed(s)`` then ``jax.random.key(s)``
     (the two streams are not the same: the values drawn are not compared, the seeds are). A
-    torch program that sets no seed draws from torch's default one: nothing to compare."""
+    torch program that sets no seed draws from torch's default one: nothing to compare.
+    ``sources``: the seeds the converted program gave grain's ``shuffle`` / ``random_map``
+    (where a torch Generator given to a loader or ``random_split`` went): a
+    ``torch.Generator().manual_seed(s)`` that no seeding call of the converted program
+    matches in order is matched by a grain seed ``s``."""
     if not t:
         if j:
             r.notes.append("seeds not compared: the torch program sets none, the converted "
@@ -386,11 +391,24 @@ def _compare_seeds(r: ProgramResult, t: list[tuple], j: list[tuple],
                        "come from numpy's global generator in the converted program")
         t = [e for a in t for e in ([(a[0], a[1], a[2], "np.random.seed"), a]
                                     if a[0] == "torch.manual_seed" else [a])]
-    for i in range(max(len(t), len(j))):
-        a = t[i] if i < len(t) else None
-        b = j[i] if i < len(j) else None
-        ok = a is not None and b is not None and a[1] == b[1] and (
-            len(a) < 4 or b[0] == a[3])  # (numpy's host stream: seeded by np.random.seed)
+    def same(a: tuple, b: tuple) -> bool:
+        return a[1] == b[1] and (len(a) < 4 or b[0] == a[3])  # (numpy's: np.random.seed)
+
+    pairs: list[tuple[tuple | None, tuple | None]] = []
+    at, used = 0, 0  # (the grain seeds are matched in their order)
+    for a in t:
+        b = j[at] if at < len(j) else None
+        found = next((k for k in range(used, len(sources)) if sources[k][1] == a[1]), None)
+        if a[0] == "torch.Generator().manual_seed" and (b is None or not same(a, b)) and \
+                found is not None:
+            pairs.append((a, sources[found]))  # its seed is the grain pipeline's
+            used = found + 1
+            continue
+        pairs.append((a, b))
+        at += 1
+    pairs += [(None, b) for b in j[at:]]
+    for i, (a, b) in enumerate(pairs):
+        ok = a is not None and b is not None and same(a, b)
         r.checks.append(Check(
             "seed", f"seed {i + 1}", ok,
             f"torch {f'{a[0]}({a[1]})' if a else 'none'}, JAX "

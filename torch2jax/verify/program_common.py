@@ -103,6 +103,7 @@ class SeedLog:
     def __init__(self, folder: Path, step: Any) -> None:
         self.folder, self.step = str(folder.resolve()), step
         self.calls: list[tuple[str, int, int]] = []
+        self.sources: list[tuple[str, int, int]] = []  # (patch_method's)
 
     def note(self, label: str, values: list[Any], depth: int = 2) -> None:
         """Record the integers of ``values`` when the call ``depth`` frames up is the
@@ -136,6 +137,26 @@ class SeedLog:
         self.patch(random, "seed", "random.seed")
         self.patch(np.random, "seed", "np.random.seed")
         self.patch(np.random, "default_rng", "np.random.default_rng")
+
+    def patch_method(self, owner: type, attr: str, label: str) -> None:
+        """``obj.attr(seed, ...)``'s seed (its first argument after the object, or
+        ``seed=``), recorded apart in ``sources``: grain's ``shuffle(seed=...)`` is where the
+        converted program puts the seed of a torch Generator given to a loader or a split."""
+        original = owner.__dict__.get(attr)
+        if original is None:
+            return
+        log = self
+
+        def seeded(this: Any, *args: Any, **kwargs: Any) -> Any:
+            calls = log.calls
+            log.calls = log.sources
+            try:
+                log.note(label, list(args[:1]) or [kwargs.get("seed")])
+            finally:
+                log.calls = calls
+            return original(this, *args, **kwargs)
+
+        setattr(owner, attr, seeded)
 
     def patch_init(self, cls: type, label: str) -> None:
         """``cls(...)``'s integer arguments (a class: its ``__init__`` is wrapped, so that

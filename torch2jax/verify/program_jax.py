@@ -341,6 +341,12 @@ def install_seeds(recorder: JaxRecorder, program: str) -> SeedLog:
     log.patch(jax.random, "key", "jax.random.key")
     log.patch(jax.random, "PRNGKey", "jax.random.PRNGKey")
     log.patch_init(nnx.Rngs, "nnx.Rngs")
+    try:
+        import grain
+    except ImportError:
+        return log
+    for attr in ("shuffle", "random_map"):
+        log.patch_method(grain.MapDataset, attr, f"grain.MapDataset.{attr}")
     return log
 
 
@@ -375,6 +381,7 @@ def main(argv: list[str]) -> int:
     with jax.disable_jit():
         outcome = run_program(program, args)
     recorder.record["seeds"] = seeds.calls
+    recorder.record["seeded_sources"] = seeds.sources
     if "error" in recorder.record:
         outcome.update(error=recorder.record.pop("error"), stopped=False)
     recorder.record.update(outcome)
