@@ -873,3 +873,36 @@ class Net(nn.Module):
     assert result.code.count("# self.fc.kernel.value") == 1
     assert "#     layer.bias.value = jnp.zeros_like(layer.bias.value)" in result.code
     assert sum("equinox translation" in d.message for d in result.diagnostics) >= 2
+
+
+# a ViT's tokens: parameters drawn at build (NNX's jax.random.normal(rngs.params(), shape):
+# left marked, "Field 'pos' was not initialized" at build), and a class token expanded to the
+# batch size (x.shape[0] put in a shape: per example it is the sequence length, and the
+# per-example form concatenated a (n, 1, d) block with an (n, d) one, unmarked)
+TOKENS_SOURCE = '''import torch
+from torch import nn
+
+
+class Tokens(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(1, n + 1, dim))
+        self.tok = nn.Parameter(torch.zeros(1, 1, dim))
+        self.fc = nn.Linear(dim, 2)
+
+    def forward(self, x):
+        x = torch.cat((self.tok.expand(x.shape[0], -1, -1), x), dim=1) + self.pos
+        return self.fc(x)
+'''
+
+
+def test_parameters_drawn_at_build_and_a_token_expanded_to_the_batch(tmp_path: Path) -> None:
+    result = convert_source(TOKENS_SOURCE, target="equinox")
+    assert "TODO(torch2jax)" not in result.code, result.code
+    assert "self.pos = jax.random.normal(key1, (1, n + 1, dim))" in result.code
+    assert "batched = True" in result.code  # (the batch size in a shape)
+    r = verify(str(_write(tmp_path, "tokens.py", TOKENS_SOURCE)) + "::Tokens",
+               build="Tokens(3, 8)", inputs=["float32[2,3,8]"], jax_target="equinox",
+               grad=True)
+    assert r.error is None and r.todos == 0, r.error
+    assert r.passed, r.mismatch

@@ -158,6 +158,8 @@ class Forward(LayerCalls):
                 if isinstance(e, cst.StarredElement):
                     raise EquinoxError("a starred element in a forward pass")
                 v, info = self.ev(e.value)
+                if info.kind == "batch_size":  # (x.shape[0] is another axis per example)
+                    raise EquinoxError("the batch size in a tuple (a shape built from it)")
                 infos.append(info)
                 elts.append(e.with_changes(value=v))
             # batched values together (outputs, operands of concatenate/stack)

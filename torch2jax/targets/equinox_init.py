@@ -88,6 +88,11 @@ class _InitRewriter(cst.CSTTransformer):
         return not m.matches(node.func, m.Attribute(value=m.Name("nnx"), attr=m.Name("RNN")))
 
     def leave_Call(self, original_node, updated_node):
+        if m.matches(updated_node, _RNGS_DRAW):
+            # a parameter drawn at build (nn.Parameter(torch.randn(...)): NNX's
+            # jax.random.normal(rngs.params(), shape)): one of the constructor's keys
+            self.sites += 1
+            return cst.Name("__needs_key__")
         try:
             new, lay = layer_of(updated_node, self.classes)
         except EquinoxError as exc:
@@ -504,6 +509,10 @@ def _split_keys(body: list[cst.BaseStatement], sites: int) -> list[cst.BaseState
     # sequential: before each statement that uses a key, split off a subkey; the last use
     # outside any loop takes the key itself
     return _sequential_keys(list(mod.body), set(text_names))
+
+
+_RNGS_DRAW = m.Call(func=m.Attribute(value=m.Name("rngs"), attr=m.Name("params")) | m.Name(
+    "rngs"), args=[])
 
 
 def _uses_nnx(node: cst.CSTNode) -> bool:
