@@ -14,7 +14,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
-from torch2jax.passes.common import code, expr, is_simple, try_literal
+from torch2jax.passes.common import code, expr, is_identity_lambda, is_simple, try_literal
 from torch2jax.targets.equinox_init import _init_of, _rename_stmt
 from torch2jax.targets.equinox_layers import (
     KEY,
@@ -181,16 +181,17 @@ class LayerCalls:
             if (any(p.kind in ("conv", "pool", "bn") for p in lay.items.values()) or any(
                     r != 1 for r in reshaped)) and any(p.kind in VECTOR_LAYERS
                                                        for p in lay.items.values()):
-                raise EquinoxError("a Sequential mixing channel-first and vector layers")
+                # (an einops layer making vectors of an image, then vector layers: each
+                # layer called as it is, on the value as that layer sees it)
+                return self.unroll(func, lay, new_args[0].value, x)
             if any(p.kind == "module" for p in lay.items.values()):
                 if lay.loop:
                     return self.loop_over(func, lay, new_args[0].value, x)
                 return self.unroll(func, lay, new_args[0].value, x)
             rank = x.rank
             if rank is None and first is not None and first.kind in VECTOR_LAYERS:
-                if not x.is_input:
-                    raise EquinoxError("a Sequential applied to a value whose rank is not "
-                                       "known here")
+                if not x.is_input:  # (each layer called as it is: mapped where it needs)
+                    return self.unroll(func, lay, new_args[0].value, x)
                 rank = VECTOR_LAYERS[first.kind]
                 self._fix_input_rank(args[0].value, rank, first.kind)
             for _ in range(vmaps):
@@ -489,4 +490,11 @@ class LayerCalls:
             if sub.stateful:
                 return self.stateful_call(call), Info()
             return call, Info()
+        ranks = einops_ranks(lay.node) if lay.kind in ("lambda", "resize") else None
+        if lay.kind == "lambda" and is_identity_lambda(lay.node):  # (nn.Identity's)
+            return cst.Call(func, new_args), replace(x)
+        if ranks is not None and ranks[0] is not None:
+            # an einops layer (its pattern written for one example): over the leading axes
+            return expr("over_leading({f}, {x}, {n})", f=func, x=new_args[0].value,
+                        n=cst.Integer(str(ranks[0]))), Info()
         raise EquinoxError(f"a {lay.kind} layer in a module kept batched")

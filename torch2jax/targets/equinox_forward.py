@@ -165,6 +165,19 @@ class Forward(LayerCalls):
             # batched values together (outputs, operands of concatenate/stack)
             return node.with_changes(elements=elts), Info(any(i.batched for i in infos),
                                                           kind="tuple", elements=tuple(infos))
+        if isinstance(node, cst.IfExp):  # (a test of the module's settings, per example too)
+            test, ti = self.ev(node.test)
+            body, bi = self.ev(node.body)
+            orelse, oi = self.ev(node.orelse)
+            if ti.batched and not self.owner.batched:
+                raise EquinoxError("a conditional expression on a batched test")
+            return node.with_changes(test=test, body=body, orelse=orelse), Info(
+                bi.batched or oi.batched, bi.rank if bi.rank == oi.rank else None)
+        if self.owner.batched and not any(
+                self.resolve(a)[1] is not None for a in findall(node, m.Attribute())):
+            # NNX's code on the batch, no equinox layer in it
+            return node, Info(any(self.env.get(n.value, Info()).batched
+                                  for n in findall(node, m.Name())))
         # anything else: fine when nothing in it is batched
         for n in findall(node, m.Name()):
             if self.env.get(n.value, Info()).batched:
@@ -391,6 +404,8 @@ class Forward(LayerCalls):
         if any(i.channels_last for _, _, i in args) and not (elementwise and len(args) == 1):
             raise EquinoxError(f"{name} inside a channels-last region of the NNX translation")
         batched = [info for _, _, info in args if info.batched]
+        if any(i.kind == "batch_size" for _, _, i in args):  # (repeat(t, '1 d -> b d', b=b))
+            raise EquinoxError(f"the batch size given to {name}")
         new_args = [a.with_changes(value=v) for a, v, _ in args]
         call = node.with_changes(args=new_args)
         if not batched:
@@ -457,6 +472,8 @@ class Forward(LayerCalls):
             return self.collapse(node, new_args, first)
         if name == "jnp.einsum":
             return self.einsum(call, [i for _, _, i in args])
+        if self.owner.batched:  # (NNX's code on the batch, as it is)
+            return call, Info(True, None)
         raise EquinoxError(f"{name} on a batched value (its per-example form is not known)")
 
     def method_transpose(self, node: cst.Call, recv: cst.BaseExpression, info: Info

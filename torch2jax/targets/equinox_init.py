@@ -224,6 +224,8 @@ class _InitRewriter(cst.CSTTransformer):
                                                                        updated_node.orelse)]
         if any(lay is not None and lay.kind not in ("value", "lambda") for lay in lays):
             lay = if_layer(lays, [updated_node.body, updated_node.orelse])
+            if lay is None:
+                lay, updated_node = _identity_for_keyed(lays, updated_node)
             if lay is not None:
                 self.values[id(updated_node)] = lay
         return updated_node
@@ -335,6 +337,24 @@ def if_layer(lays: list[Layer | None], nodes: list[cst.BaseExpression]) -> Layer
     if batched_form(a) == batched_form(b) == ("vmap",):
         return b if a.kind == "seq" else a
     return None
+
+
+def _identity_for_keyed(lays: list[Layer | None], node: cst.IfExp
+                        ) -> tuple[Layer | None, cst.IfExp]:
+    """``nn.Sequential(nn.Linear(...), nn.Dropout(p)) if c else nn.Identity()``: a layer that
+    takes a key and an identity; the identity is ``eqx.nn.Identity()``, which takes (and
+    ignores) the key, so the two are called alike; for a Sequential, a Sequential of as many
+    identities (a module kept batched calls its layers one by one, by index)."""
+    branches = (node.body, node.orelse)
+    for i, lay in enumerate(lays):
+        if lay is not None and lay.kind not in ("value", "lambda", "module", "list", "dict") \
+                and lay.keyed and not lay.stateful and _is_identity(branches[1 - i]) and (
+                    lay.kind != "seq" or (lay.items and not lay.loop)):
+            identity = cst.parse_expression("eqx.nn.Identity()" if lay.kind != "seq" else (
+                "eqx.nn.Sequential([" + ", ".join(["eqx.nn.Identity()"] * len(lay.items))
+                + "])"))
+            return lay, node.with_changes(**{("orelse", "body")[i]: identity})
+    return None, node
 
 
 def _squeeze(text: str) -> str:
