@@ -180,6 +180,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_dropout = False
         self._lt_train_state_class = False
         self._lt_marked = False  # the loop was recognised but marked
+        self._lt_micro: dict[int, tuple] = {}  # id(outermost loop) -> its micro-steps' step
         self._lt_blank: int | None = None  # a removed statement's blank line goes on
         self._lt_inits: dict[str, dict[str, dict]] = {}  # class -> torch layer -> initializers
         self._lt_init_fns: set[tuple[str, str]] = set()  # (class, init function) removed
@@ -229,8 +230,11 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             for opt, _ in self._lr_loops.values():
                 if opt in t.optimizer_names:
                     t.optimizer_names[opt].lr_set = True
-        if self.target.train_state:  # (linen: the loads of checkpoint dicts)
+        if self.target.train_state:  # (linen: the loads of checkpoint dicts, micro-steps)
             self._ckpt_loads = acc.find_checkpoint_dicts(node)[1]
+            self._acc = acc.find_micro_steps(
+                node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
+                t.model_vars, self.data.scalers)
         if self.target.stateful_modules and not self.target.intermediate:
             self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
             self._ckpt_inline = acc.inline_checkpoint_dicts(node)

@@ -24,8 +24,9 @@ from torch2jax.passes.common import (
     code,
     wrap_long_statement,
 )
-from torch2jax.passes.rewrite_support import _fix_commas
+from torch2jax.passes.rewrite_support import ACC_GRADS, _fix_commas
 from torch2jax.targets import linen as linen_target
+from torch2jax.targets import linen_accum as la
 from torch2jax.targets import linen_gan as lg
 from torch2jax.targets import linen_training as lt
 
@@ -240,8 +241,11 @@ class LinenTrainingMixin:
         t = self.training
         ep = self._lt_epoch.get(self._fn_stack[0].name.value) if len(
             self._fn_stack) == 1 and not self._class_stack else None
+        micro = self._lt_micro.pop(id(original_node), None)
         pairs = [(ep.optimizer, ep.model)] if ep is not None else [
             (n, t.model_of(n)) for n in t.optimizer_names]
+        if micro is not None:  # micro-steps summed in an inner loop: their step, made there
+            ep, pairs = None, [(micro[0].optimizer, micro[0].model)]
         for name, model in pairs:
             if model is None:
                 continue
@@ -249,11 +253,11 @@ class LinenTrainingMixin:
             loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
             site = t.optimizer_names.get(name)
             try:
-                step = lt.build_step(body, optimizer=name, model=model, loop_names=loop_names,
-                                     step_name="train_step", batch_stats=self._lt_batch_stats,
-                                     dropout=self._lt_dropout, noise=self._lt_noise,
-                                     accumulate=site is not None
-                                     and site.accumulate is not None)
+                step = micro[1] if micro is not None else lt.build_step(
+                    body, optimizer=name, model=model, loop_names=loop_names,
+                    step_name="train_step", batch_stats=self._lt_batch_stats,
+                    dropout=self._lt_dropout, noise=self._lt_noise,
+                    accumulate=site is not None and site.accumulate is not None)
                 if ep is not None and step is not None:
                     if (self._lt_dropout or self._lt_noise) and not (
                             self._key_scopes[-1].has_key):
@@ -281,8 +285,12 @@ class LinenTrainingMixin:
                 return None
             if step is None:
                 continue
-            sample = lt.sample_inputs(step, body, updated_node, self._for_stack, loop_names)
-            if isinstance(original_node, cst.While) and (sample is None or sample[0]):
+            sample = la.micro_sample(step, micro[2], body, updated_node,
+                                                self._for_stack, loop_names) if (
+                micro is not None) else lt.sample_inputs(step, body, updated_node,
+                                                         self._for_stack, loop_names)
+            if micro is None and isinstance(original_node, cst.While) and (
+                    sample is None or sample[0]):
                 # the batch is drawn in the loop (the next batch of an iterator): drawn once
                 # more before it, the loop would start one batch later
                 return self._lt_lazy_init(model, name, step, original_node)
@@ -296,7 +304,7 @@ class LinenTrainingMixin:
             depth = 4 * (self._depth - len(self._for_stack))  # the outermost loop's
             init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                     else st for st in init]
-            new_body = step.body
+            new_body = body if micro is not None else step.body
             batch = dt.loop_names(original_node.target) if isinstance(
                 original_node, cst.For) else None
             if self.data.distributed and batch and isinstance(original_node.iter, (
@@ -315,6 +323,43 @@ class LinenTrainingMixin:
             self._lt_post.append(lt.final_variables(self._lt_batch_stats))
             return new_body
         return None
+
+    def _lt_micro_steps(self, site, body, original_node, node, loop_names):
+        """``for micro_step in range(k): ... loss.backward()`` then ``optimizer.step()``
+        (analysis/accumulate.py) under linen: a jitted gradient step per micro-step that adds
+        its gradients to ``grads`` (None before the loop), as torch sums ``.grad``; the step()
+        after the loop is ``state = state.apply_gradients(grads=grads)``. model.init and the
+        TrainState go before the outermost loop (``_lt_loop``)."""
+        outer = [*self._for_stack[:1], *self._while_stack[:1]]
+        if len(outer) != 1 or self._class_stack:
+            return None
+        taken = self._file_names | self._step_names_taken()
+        name = tr._fresh("grad_step", taken)
+        self._micro_names.add(name)
+        try:
+            step = lt.build_step(body, optimizer=site.optimizer, model=site.model,
+                                 loop_names=loop_names - {site.model, site.optimizer},
+                                 step_name=name, batch_stats=self._lt_batch_stats,
+                                 dropout=self._lt_dropout, noise=self._lt_noise,
+                                 summed=ACC_GRADS)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or "accumulation", "error", exc.message)
+            return None
+        if step is None:
+            return None
+        self.need("jax", "jnp", "optax", "train_state")
+        self._acc.done.add(id(original_node))
+        self._acc.scans[id(site)] = (f"{lt.STATE} = {lt.STATE}.apply_gradients("
+                                     f"grads={ACC_GRADS})\n")
+        self._lt_micro[id(outer[0])] = (site, step, la.before_call(body, site.model))
+        self.diag(original_node, "accumulation", "info",
+                  f"gradient accumulation: {name} computes each micro-step's gradients "
+                  f"(jit-compiled) and adds them to {ACC_GRADS}, as torch sums .grad; "
+                  f"{lt.STATE}.apply_gradients applies the sum once after the loop")
+        init = cst.parse_statement(f"{ACC_GRADS} = None\n").with_changes(
+            leading_lines=node.leading_lines)
+        loop = node.with_changes(leading_lines=[], body=node.body.with_changes(body=step.body))
+        return cst.FlattenSentinel([init, loop])
 
     def _lt_lazy_init(self, model: str, optimizer: str, step, loop) -> list[cst.BaseStatement]:
         """model.init on the loop's first batch, at the first step (``if state is None:``),

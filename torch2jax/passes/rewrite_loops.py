@@ -283,9 +283,10 @@ class LoopsMixin:
             # linen: the TrainState the training loop around it makes holds the optimizer
             # state; only in the body of a loop that steps this optimizer
             steps = m.Call(func=m.Attribute(value=m.Name(opt), attr=m.Name("step")))
+            around = (self._for_stack or self._while_stack or [None])[-1]  # (a while: nanoGPT's)
             if site is None or site.external or id(site) in self.failed_sites or \
-                    site.scheduler is not None or not self._for_stack or \
-                    not m.findall(self._for_stack[-1], steps):
+                    site.scheduler is not None or around is None or \
+                    not m.findall(around, steps):
                 return self._lr_loop_left(original_node, opt)
             self.need("jnp")
             self.diag(original_node, "param_groups", "info",
@@ -343,6 +344,8 @@ class LoopsMixin:
         loop_names = tr.loop_assigned_names(original_node)
         for outer in (*self._for_stack[:1], *self._while_stack[:1]):
             loop_names |= tr.loop_assigned_names(outer)
+        if self.target.train_state:  # linen: the TrainState's (rewrite_linen.py)
+            return self._lt_micro_steps(site, body, original_node, node, loop_names)
         if self._fn_stack:
             loop_names |= {p.name.value for p in (*self._fn_stack[-1].params.params,
                                                   *self._fn_stack[-1].params.kwonly_params)}

@@ -1,0 +1,62 @@
+"""Micro-step gradient accumulation rendered for ``--target linen``.
+
+torch sums ``.grad`` over the micro-steps of an inner loop (``for micro_step in range(k): ...
+loss.backward()``) and applies the sum with one ``optimizer.step()`` after it
+(analysis/accumulate.py finds the shape). A TrainState is immutable, so the linen form is the
+one a flax user writes: a ``@jax.jit`` gradient step per micro-step that adds its gradients
+to an accumulator, and the TrainState rebound once after the loop::
+
+    grads = None
+    for micro_step in range(k):
+        loss, grads = grad_step(state, grads, X, Y)   # grads + this micro-step's
+        X, Y = get_batch("train")
+    grads, _ = optax.clip_by_global_norm(c).update(grads, optax.EmptyState())
+    state = state.apply_gradients(grads=grads)
+
+The step is :func:`torch2jax.targets.linen_training.build_step` with ``summed``; this module
+finds the sample input of ``model.init`` (before the outermost loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.analysis.walk import findall
+from torch2jax.passes import training as tr
+from torch2jax.targets import linen_training as lt
+
+
+def before_call(body: Sequence[cst.BaseStatement], model: str) -> list[cst.BaseStatement]:
+    """The statements of a micro-step's body that run before its call of ``model``."""
+    out = []
+    for st in body:
+        if findall(st, m.Call(func=m.Name(model))):
+            break
+        out.append(st)
+    return out
+
+
+def micro_sample(step: lt.LinenStep, prefix: list[cst.BaseStatement],
+                 outer_body: Sequence[cst.BaseStatement], loop: cst.For | cst.While,
+                 outer: Sequence[cst.For], loop_names: set[str]
+                 ) -> tuple[list[cst.BaseStatement], list[cst.BaseExpression]] | None:
+    """Statements to run before the outermost loop and the inputs of ``model.init``: the
+    first micro-step's. ``prefix``: the micro-step's statements before the model call."""
+    called = m.Call(func=m.Name(step.function.name.value))
+    head = []
+    for st in outer_body:
+        if findall(st, called):
+            break
+        head.append(st)
+    before = [*head, *prefix]
+    assigned = {n for st in before for n in tr.names_of(st).assigned}
+    if isinstance(loop, cst.For):
+        assigned |= {n.value for n in findall(loop.target, m.Name())}
+    if all(isinstance(a, cst.Name) and a.value not in assigned for a in step.model_args):
+        # read before the loops assign them (nanoGPT's X, Y, drawn again after the call):
+        # before the loop they hold the first micro-step's inputs
+        return [], list(step.model_args)
+    return lt.sample_inputs(step, before, loop, outer, loop_names)
