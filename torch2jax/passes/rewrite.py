@@ -79,6 +79,7 @@ from torch2jax.result import TrainStepRecord
 from torch2jax.ruleset import RuleSet
 from torch2jax.targets import Target
 from torch2jax.targets import linen_training as lt
+from torch2jax.targets import linen_accum as la
 
 # builtins that only iterate their arguments (a list of arrays serves as a generator)
 _ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter"))
@@ -180,6 +181,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_dropout = False
         self._lt_train_state_class = False
         self._lt_marked = False  # the loop was recognised but marked
+        self._lt_global_evals: set[str] = set()  # functions calling the module's model
         self._lt_micro: dict[int, tuple] = {}  # id(outermost loop) -> its micro-steps' step
         self._lt_blank: int | None = None  # a removed statement's blank line goes on
         self._lt_inits: dict[str, dict[str, dict]] = {}  # class -> torch layer -> initializers
@@ -277,6 +279,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         if self.training.optimizers:  # the variables exist where a model was trained
             self._lt_evaluators = lt.model_functions(node, self._model_names(),
                                                      self._lt_trainers | set(self._lt_epoch))
+        if self.training.optimizers or self._acc.loops:
+            self._lt_global_evals = la.global_evaluators(
+                node, self._model_names(), {*self._lt_trainers, *self._lt_epoch,
+                                            *self._lt_evaluators})
         self._lt_find_init_functions(node)
         self._lt_find_autocast_classes(node)
 

@@ -305,6 +305,9 @@ class LinenTrainingMixin:
             init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                     else st for st in init]
             new_body = body if micro is not None else step.body
+            if self._lt_global_evals:  # estimate_loss(): the variables of this update
+                new_body = lt.current_variables(new_body, self._lt_batch_stats,
+                                                la.calls_of(self._lt_global_evals))
             batch = dt.loop_names(original_node.target) if isinstance(
                 original_node, cst.For) else None
             if self.data.distributed and batch and isinstance(original_node.iter, (
@@ -336,6 +339,11 @@ class LinenTrainingMixin:
         taken = self._file_names | self._step_names_taken()
         name = tr._fresh("grad_step", taken)
         self._micro_names.add(name)
+        body, dropped = la.without_grad_sync(body, site.model)
+        if dropped:
+            self.diag(original_node, "torch.nn.parallel.DistributedDataParallel", "info",
+                      f"{site.model}.require_backward_grad_sync removed: the micro-steps' "
+                      "gradients are summed in one program, with no all-reduce to hold back")
         try:
             step = lt.build_step(body, optimizer=site.optimizer, model=site.model,
                                  loop_names=loop_names - {site.model, site.optimizer},
@@ -815,6 +823,12 @@ class LinenTrainingMixin:
                 self._eval_step = True
                 self.need("jax", "partial")
             node = lt.add_variables_param(node, i)
+        if name in self._lt_global_evals:  # the module's model: the module's variables
+            jitted = self._lt_eval_calls(self._model_names())
+            node = node.with_changes(body=node.body.visit(jitted))
+            if jitted.count:
+                self._eval_step = True
+                self.need("jax", "partial")
         if name in self._lt_epoch:
             body = list(node.body.body)
             loop = next((i for i, st in enumerate(body) if isinstance(st, (cst.For, cst.While))),

@@ -282,10 +282,15 @@ class LoopsMixin:
         if self.target.train_state:
             # linen: the TrainState the training loop around it makes holds the optimizer
             # state; only in the body of a loop that steps this optimizer
-            steps = m.Call(func=m.Attribute(value=m.Name(opt), attr=m.Name("step")))
+            steps = m.Call(func=m.Attribute(value=m.Name(opt), attr=m.Name("step"))) | m.Call(
+                func=m.Attribute(attr=m.Name("step")), args=[m.Arg(m.Name(opt))])  # a scaler's
             around = (self._for_stack or self._while_stack or [None])[-1]  # (a while: nanoGPT's)
-            if site is None or site.external or id(site) in self.failed_sites or \
-                    site.scheduler is not None or around is None or \
+            # an optimizer a model's method returns (configure_optimizers) is built with
+            # optax.inject_hyperparams where torch2jax converts that method
+            foreign = site.external and site.scheduler is None if site is not None else (
+                opt in self._acc.foreign)
+            if (site is None or site.external or id(site) in self.failed_sites or
+                    site.scheduler is not None) and not foreign or around is None or \
                     not m.findall(around, steps):
                 return self._lr_loop_left(original_node, opt)
             self.need("jnp")

@@ -60,3 +60,41 @@ def micro_sample(step: lt.LinenStep, prefix: list[cst.BaseStatement],
         # before the loop they hold the first micro-step's inputs
         return [], list(step.model_args)
     return lt.sample_inputs(step, before, loop, outer, loop_names)
+
+
+def _sets_grad_sync(st: cst.CSTNode, model: str) -> bool:
+    return m.matches(st, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(
+        target=m.Attribute(value=m.Name(model), attr=m.Name("require_backward_grad_sync")))])]))
+
+
+def without_grad_sync(body: Sequence[cst.BaseStatement], model: str
+                      ) -> tuple[list[cst.BaseStatement], bool]:
+    """The micro-step's body without DDP's ``model.require_backward_grad_sync = ...`` (also
+    under ``if ddp:``): the translation runs one program that sums the micro-steps'
+    gradients itself, with no all-reduce to hold back. Whether any was dropped."""
+    out = [st for st in body if not _sets_grad_sync(st, model) and not (
+        isinstance(st, cst.If) and st.orelse is None and all(
+            _sets_grad_sync(s, model) for s in st.body.body))]
+    return out, len(out) != len(body)
+
+
+def global_evaluators(module: cst.Module, models: set[str], skip: set[str]) -> set[str]:
+    """Functions of the module that call a model of the module's scope, which they neither
+    receive nor bind, and train nothing (nanoGPT's ``estimate_loss()`` under
+    ``@torch.no_grad()``): their model calls read the module's ``variables``, which the
+    training loop binds from the TrainState before each call of them."""
+    out = set()
+    for fn in module.body:
+        if not isinstance(fn, cst.FunctionDef) or fn.name.value in skip or findall(
+                fn, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))):
+            continue
+        own = {p.name.value for p in [*fn.params.params, *fn.params.kwonly_params]} | {
+            n for st in fn.body.body for n in tr.names_of(st).assigned}
+        if any(findall(fn.body, m.Call(func=m.Name(g))) for g in models - own):
+            out.add(fn.name.value)
+    return out
+
+
+def calls_of(names: set[str]) -> m.BaseMatcherNode:
+    """A call of one of ``names`` (what reads the variables in a training loop's body)."""
+    return m.Call(func=m.Name(m.MatchIfTrue(lambda n: n in names)))

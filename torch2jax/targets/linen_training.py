@@ -134,7 +134,8 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     loss_body = [st.visit(lifter) for st in loss_body]
     free: list[str] = []
     seen: set[str] = set()  # defined by an earlier statement of the loss
-    for s in loss_body:
+    for s in [x for st in loss_body for x in (findall(st, m.SimpleStatementLine()) if (
+            isinstance(st, cst.BaseCompoundStatement)) else [st])]:  # (in a `with`, in order)
         for u in tr.names_of(s).used:
             # a name the loss reads before it defines it (an RNN's hidden state carried
             # from step to step) is an argument of the step too: a jitted function's closure
@@ -253,14 +254,14 @@ class _EvaluatorArgs(cst.CSTTransformer):
         return updated_node
 
 
-def current_variables(stmts: list[cst.BaseStatement], batch_stats: bool
+def current_variables(stmts: list[cst.BaseStatement], batch_stats: bool,
+                      reads: m.BaseMatcherNode = m.Name(VARIABLES)
                       ) -> list[cst.BaseStatement]:
     """The loop's statements that read ``variables`` between updates (an evaluation helper,
-    a checkpoint) read the TrainState's: ``variables = {"params": state.params, ...}`` is
-    bound first, at the head of the ``if`` block that reads them when one does (an
-    evaluation every k steps), else before the statement."""
+    a checkpoint; ``reads``: what reads them) read the TrainState's: ``variables =
+    {"params": state.params, ...}`` is bound first, at the head of the ``if`` block that
+    reads them when one does (an evaluation every k steps), else before the statement."""
     out: list[cst.BaseStatement] = []
-    reads = m.Name(VARIABLES)
     for s in stmts:
         if not findall(s, reads):
             out.append(s)
