@@ -182,6 +182,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_train_state_class = False
         self._lt_marked = False  # the loop was recognised but marked
         self._lt_global_evals: set[str] = set()  # functions calling the module's model
+        self._lt_counts: set[int] = set()  # parameter counts printed by a constructor
         self._lt_micro: dict[int, tuple] = {}  # id(outermost loop) -> its micro-steps' step
         self._lt_blank: int | None = None  # a removed statement's blank line goes on
         self._lt_inits: dict[str, dict[str, dict]] = {}  # class -> torch layer -> initializers
@@ -285,6 +286,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                                             *self._lt_evaluators})
         self._lt_find_init_functions(node)
         self._lt_find_autocast_classes(node)
+        self._lt_counts = {i for c in node.body if isinstance(c, cst.ClassDef) and (
+            c.name.value in self.index.module_classes) for i in la.constructor_counts(c)}
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:
@@ -358,7 +361,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             if self._pending:  # a removed block knows what was reported inside it
                 self._pending[-1].reported.extend(pending.reported)
             if id(original_node) in self.training.removed or self._group_print_dropped(
-                    original_node):
+                    original_node) or self._lt_count_dropped(original_node):
                 return self._placeholder(original_node, updated_node, pending) or \
                     cst.RemoveFromParent()
             if not pending.before and not pending.after and (

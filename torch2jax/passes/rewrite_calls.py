@@ -125,6 +125,8 @@ class CallsMixin:
                 and self.values is not None
                 and self.values.kind(func.value) == vk.Kind.MODULE):
             return None
+        if self.target.train_state and self._lt_in_count(original_node):
+            return updated_node  # (the statement is removed)
         if self.target.setup_modules and func.attr.value == "parameters" and m.matches(
                 func.value, m.Name("self")) and self.in_module_class() and \
                 self._applied_method():
@@ -160,8 +162,9 @@ class CallsMixin:
                     and c.name.value == self.current_class), None)
         init = next((f for f in (cls.body.body if cls else ()) if isinstance(
             f, cst.FunctionDef) and f.name.value == "__init__"), None)
-        return init is None or not findall(init, m.Call(func=m.Attribute(
-            value=m.Name("self"), attr=m.Name(name))))
+        return init is None or not any(findall(st, m.Call(func=m.Attribute(
+            value=m.Name("self"), attr=m.Name(name)))) for st in init.body.body
+            if id(st) not in self._lt_counts)  # (linen: a count printed there is removed)
 
     def _epoch_loader_len(self, original_node: cst.Call, updated_node: cst.Call):
         """len(loader) and len(loader.dataset) of a loader shuffled per epoch (a function of the

@@ -212,6 +212,23 @@ class LinenTrainingMixin:
         self._lt_marked_calls.add(id(original_node))
         self.diag(original_node, "linen", "error", self.LT_UNAPPLIED)
 
+    def _lt_count_dropped(self, original) -> bool:
+        """A parameter count printed by a module's constructor (targets/linen_accum.py's
+        constructor_counts): removed, with a warning."""
+        if id(original) not in self._lt_counts:
+            return False
+        self.diag(original, "module-api", "warning",
+                  "a parameter count in the constructor is removed: a linen module's setup() "
+                  "runs before model.init makes the variables (count them there: "
+                  "sum(x.size for x in jax.tree.leaves(variables['params'])))")
+        return True
+
+    def _lt_in_count(self, node: cst.CSTNode) -> bool:
+        """``node`` stands in a statement :meth:`_lt_count_dropped` removes."""
+        while node is not None and not isinstance(node, cst.SimpleStatementLine):
+            node = self.get_metadata(ParentNodeProvider, node, None)
+        return node is not None and id(node) in self._lt_counts
+
     def _lt_unapplied(self, original: list, body: list) -> list:
         """linen: model calls in an evaluation block of a file that trains no model are marked
         at their lines (``eval_step(model, variables, ...)`` would read unbound variables)."""

@@ -98,3 +98,37 @@ def global_evaluators(module: cst.Module, models: set[str], skip: set[str]) -> s
 def calls_of(names: set[str]) -> m.BaseMatcherNode:
     """A call of one of ``names`` (what reads the variables in a training loop's body)."""
     return m.Call(func=m.Name(m.MatchIfTrue(lambda n: n in names)))
+
+
+_LISTS = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("parameters") | m.Name(
+    "named_parameters")))
+
+
+def constructor_counts(cls: cst.ClassDef) -> set[int]:
+    """The statements of a module class's constructor that count its parameters for a print
+    (minGPT's ``n_params = sum(p.numel() for p in self.parameters())`` and the print of it,
+    nanoGPT's ``print(... self.get_num_params() ...)``, a method that reads them): ids of
+    the statements. A linen module's ``setup()`` runs before its variables exist (and again
+    at every apply), so such a count can only be read from the variables ``model.init``
+    makes."""
+    methods = {f.name.value: f for f in cls.body.body if isinstance(f, cst.FunctionDef)}
+    init = methods.get("__init__")
+    if init is None:
+        return set()
+    counting = {n for n, f in methods.items() if n != "__init__" and findall(f, _LISTS)}
+    reads = _LISTS | m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name(
+        m.MatchIfTrue(lambda n: n in counting))))
+    lines = [st for st in init.body.body if isinstance(st, cst.SimpleStatementLine)
+             and len(st.body) == 1]
+    counts = {st.body[0].targets[0].target.value: st for st in lines if m.matches(
+        st.body[0], m.Assign(targets=[m.AssignTarget(m.Name())])) and findall(
+        st.body[0].value, reads)}
+    printed = m.Expr(m.Call(func=m.Name("print")))
+    prints = [st for st in lines if m.matches(st.body[0], printed)]
+    # a count is dropped when nothing but prints reads it
+    counts = {n: st for n, st in counts.items() if all(
+        any(p is st2 for p in prints) or st2 is st for st2 in init.body.body
+        if findall(st2, m.Name(n)))}
+    names = m.Name(m.MatchIfTrue(lambda n: n in counts))
+    dropped = {id(st) for st in prints if findall(st, reads) or findall(st, names)}
+    return dropped | {id(st) for st in counts.values()}
