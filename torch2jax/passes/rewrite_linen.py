@@ -31,6 +31,11 @@ from torch2jax.targets import linen_gan as lg
 from torch2jax.targets import linen_training as lt
 
 
+# wrappers of a model that the translation removes (one program over a mesh)
+_WRAPPERS = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.DataParallel",
+             "torch.nn.parallel.DataParallel"}
+
+
 class LinenTrainingMixin:
     def _lt_find_autocast_classes(self, node: cst.Module) -> None:
         """Model classes called in an autocast region (and the classes they build) get a
@@ -322,6 +327,8 @@ class LinenTrainingMixin:
             init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                     else st for st in init]
             new_body = body if micro is not None else step.body
+            if micro is not None:  # what reads the variables between updates (build_step's)
+                new_body = lt.current_variables(new_body, self._lt_batch_stats)
             if self._lt_global_evals:  # estimate_loss(): the variables of this update
                 new_body = lt.current_variables(new_body, self._lt_batch_stats,
                                                 la.calls_of(self._lt_global_evals))
@@ -740,16 +747,22 @@ class LinenTrainingMixin:
         given when a module class of the file draws, and always for a class of another
         file (whose methods this file cannot see; flax ignores a stream nothing reads)."""
         f = original.func
-        if self._class_stack or not m.matches(f, m.Attribute(value=m.Name(), attr=m.Name())) \
-                or f.value.value not in self._model_names() or f.attr.value.startswith("_") \
-                or f.attr.value in _MODULE_METHODS or not self._is_module_expr(f.value):
+        if not hasattr(self, "_lt_aliases"):
+            self._lt_aliases = la.model_aliases(self._root, self._model_names())
+        if self._class_stack or not m.matches(f, m.Attribute(value=m.Name(), attr=m.Name())):
             return None
+        base = self._lt_aliases.get(f.value.value)  # raw_model = model: the model's methods
+        if base is None and (f.value.value not in self._model_names() or not (
+                self._is_module_expr(f.value))) or f.attr.value.startswith("_") or (
+                f.attr.value in _MODULE_METHODS):
+            return None
+        base = base or f.value.value
         if self._assign_target(original) in self.training.optimizer_names:
             return None  # configure_optimizers: it returns the optax transform, unbound
         here = lt.module_methods(self._root, self.index.module_classes)
-        imported = self._lt_imported_model(f.value.value)
+        imported = self._lt_imported_model(base)
         classes = {a.value.func.value for a in findall(self._root, m.Assign(
-            targets=[m.AssignTarget(target=m.Name(f.value.value))], value=m.Call(
+            targets=[m.AssignTarget(target=m.Name(base))], value=m.Call(
                 func=m.Name())))}
         if classes and all(f.attr.value in self._lt_unbound.get(c, ()) for c in classes):
             return None  # it reads only the module's fields: it runs on the unbound module
@@ -787,9 +800,10 @@ class LinenTrainingMixin:
 
     def _lt_imported_model(self, name: str) -> bool:
         """``name`` is bound to an instance of a module class of another file (GPT(conf) in
-        sample.py, with ``from model import GPT``)."""
+        sample.py, with ``from model import GPT``; ``model = DDP(model)`` wraps it)."""
         classes = {a.value.func.value for a in findall(self._root, m.Assign(
-            targets=[m.AssignTarget(target=m.Name(name))], value=m.Call(func=m.Name())))}
+            targets=[m.AssignTarget(target=m.Name(name))], value=m.Call(func=m.Name())))
+            if self.q(a.value.func) not in _WRAPPERS}
         here = {c.name.value for c in self._root.body if isinstance(c, cst.ClassDef)}
         return bool(classes) and all(c in self.index.module_classes and c not in here
                                      for c in classes)

@@ -132,3 +132,22 @@ def constructor_counts(cls: cst.ClassDef) -> set[int]:
     names = m.Name(m.MatchIfTrue(lambda n: n in counts))
     dropped = {id(st) for st in prints if findall(st, reads) or findall(st, names)}
     return dropped | {id(st) for st in counts.values()}
+
+
+def model_aliases(module: cst.Module, models: set[str]) -> dict[str, str]:
+    """Names bound to a model under another name (nanoGPT's ``raw_model = model.module if
+    ddp else model``, DDP's wrapper unwrapped): their method calls apply the model's
+    variables as the model's do. Alias -> the model's name."""
+    def is_model(e: cst.BaseExpression) -> bool:
+        if isinstance(e, cst.Attribute) and e.attr.value == "module":
+            e = e.value
+        return isinstance(e, cst.Name) and e.value in models
+
+    out: dict[str, str] = {}
+    for a in findall(module, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+        v = a.value
+        if isinstance(v, cst.IfExp) and is_model(v.body) and is_model(v.orelse):
+            v = v.orelse
+        if is_model(v) and a.targets[0].target.value not in models:
+            out[a.targets[0].target.value] = (v.value if isinstance(v, cst.Attribute) else v).value
+    return out
