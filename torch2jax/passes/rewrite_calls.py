@@ -194,7 +194,8 @@ class CallsMixin:
         if self.target.train_state:
             self._lt_unbound_call(original_node)
             applied = self._lt_method_call(original_node, updated_node) or (
-                self._lt_checkpoint_load(original_node))
+                self._lt_checkpoint_load(original_node)) or self._lt_checkpoint_entry(
+                original_node)
             if applied is not None:
                 return applied
         handled = self._checkpoint_dict_call(original_node) or self._parameters_call(
@@ -455,8 +456,8 @@ class CallsMixin:
             return updated  # an initialisation statement: handled in leave_Expr
         if name in ("torch.save", "torch.load") and self._checkpoint_call(original) is not None:
             return updated  # checkpoint statements: handled in leave_Expr
-        if name == "torch.save" and self.target.stateful_modules and \
-                not self.target.intermediate and len(
+        if name == "torch.save" and (self.target.stateful_modules or self.target.train_state) \
+                and not self.target.intermediate and len(
                 original.args) >= 2 and isinstance(original.args[0].value, cst.Name) and (
                 original.args[0].value.value in self._ckpt_dicts) and isinstance(
                 self.get_metadata(ParentNodeProvider, original, None), cst.Expr):

@@ -22,6 +22,7 @@ from torch2jax.passes.common import (
     Untranslatable,
     arg,
     code,
+    expr,
     wrap_long_statement,
 )
 from torch2jax.passes.rewrite_support import ACC_GRADS, _fix_commas
@@ -177,6 +178,49 @@ class LinenTrainingMixin:
                      f"{lt.VARIABLES})")
         return self._orbax(original_node, kind, inner, f"{model}'s variables")
 
+    def _lt_checkpoint_entry(self, original_node: cst.Call) -> cst.BaseExpression | None:
+        """``model.state_dict()`` / ``optimizer.state_dict()`` as a value of a checkpoint dict
+        (nanoGPT's ``{'model': raw_model.state_dict(), 'optimizer': ..., 'iter_num': ...}``)
+        in a training loop's body or after it: the variables of the update (bound from the
+        TrainState) and the TrainState's optimizer state."""
+        func = original_node.func
+        if not m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("state_dict"))) or \
+                original_node.args or not isinstance(self.get_metadata(
+                    ParentNodeProvider, original_node, None), cst.DictElement):
+            return None
+        owner = func.value.value
+        if not hasattr(self, "_lt_aliases"):
+            self._lt_aliases = la.model_aliases(self._root, self._model_names())
+        model = owner in self.training.model_vars or owner in self._lt_aliases
+        if not model and owner not in self.training.optimizer_names or \
+                self._lt_trains_none() or self._class_stack or self._fn_stack or \
+                self._for_stack or not self._lt_bound_before(original_node):
+            return None
+        return expr(lt.VARIABLES if model else f"{lt.STATE}.opt_state")
+
+    def _lt_checkpoint_dict_save(self, original_node: cst.Expr) -> cst.Expr | None:
+        """``torch.save(checkpoint, path)`` of a checkpoint dict whose state_dicts
+        :meth:`_lt_checkpoint_entry` read: the dict as an orbax PyTree checkpoint."""
+        value = original_node.value
+        if not (isinstance(value, cst.Call) and self.q(value.func) == "torch.save" and len(
+                value.args) >= 2 and m.matches(value.args[0].value, m.Name()) and
+                value.args[0].value.value in self._ckpt_dicts) or self._for_stack or \
+                self._fn_stack or self._class_stack:
+            return None
+        entries = [c for a in findall(self._root, m.Assign(targets=[m.AssignTarget(m.Name(
+            value.args[0].value.value))], value=m.Dict())) for c in findall(a.value, m.Call(
+                func=m.Attribute(attr=m.Name("state_dict")), args=[]))]
+        if not entries or not all(self._lt_checkpoint_entry(c) is not None for c in entries):
+            return None
+        self.need("os", "ocp")
+        self.diag(original_node, "torch.save", "info",
+                  "torch.save of a checkpoint dict -> an orbax PyTree checkpoint (a directory "
+                  "at that path); a model's state_dict in it is its linen variables, an "
+                  "optimizer's the TrainState's opt_state")
+        return cst.Expr(expr(
+            f"ocp.PyTreeCheckpointer().save(os.path.abspath({code(value.args[1].value)}), "
+            f"{value.args[0].value.value}, force=True)"))
+
     def _lt_checkpoint_load(self, original_node: cst.Call) -> cst.BaseExpression | None:
         """``checkpoint = torch.load(path)`` of a checkpoint dict (analysis/accumulate.py) in
         a file that trains no model (a sampling script): the orbax PyTree restored, as on NNX;
@@ -327,11 +371,12 @@ class LinenTrainingMixin:
             init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                     else st for st in init]
             new_body = body if micro is not None else step.body
-            if micro is not None:  # what reads the variables between updates (build_step's)
-                new_body = lt.current_variables(new_body, self._lt_batch_stats)
-            if self._lt_global_evals:  # estimate_loss(): the variables of this update
-                new_body = lt.current_variables(new_body, self._lt_batch_stats,
-                                                la.calls_of(self._lt_global_evals))
+            if micro is not None or self._lt_global_evals:
+                # estimate_loss(): the variables of this update; and what reads them between
+                # micro-step updates (build_step binds them for its loop's statements)
+                new_body = lt.current_variables(new_body, self._lt_batch_stats, la.calls_of(
+                    self._lt_global_evals) | (m.Name(lt.VARIABLES) if micro is not None
+                                              else la.calls_of(set())))
             batch = dt.loop_names(original_node.target) if isinstance(
                 original_node, cst.For) else None
             if self.data.distributed and batch and isinstance(original_node.iter, (
