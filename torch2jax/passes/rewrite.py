@@ -183,6 +183,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_marked = False  # the loop was recognised but marked
         self._lt_global_evals: set[str] = set()  # functions calling the module's model
         self._lt_counts: set[int] = set()  # parameter counts printed by a constructor
+        # class -> attribute -> initializers of a named_parameters() loop (targets/
+        # linen_named_init.py), and the loops (removed)
+        self._lt_attr_inits: dict[str, dict[str, dict]] = {}
+        self._lt_init_loops: set[int] = set()
         self._lt_micro: dict[int, tuple] = {}  # id(outermost loop) -> its micro-steps' step
         self._lt_blank: int | None = None  # a removed statement's blank line goes on
         self._lt_inits: dict[str, dict[str, dict]] = {}  # class -> torch layer -> initializers

@@ -11,7 +11,7 @@ from dataclasses import replace
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.value_kinds import _MODULE_METHODS
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import class_names
@@ -29,6 +29,7 @@ from torch2jax.passes.rewrite_support import ACC_GRADS, _fix_commas
 from torch2jax.targets import linen as linen_target
 from torch2jax.targets import linen_accum as la
 from torch2jax.targets import linen_gan as lg
+from torch2jax.targets import linen_named_init as ln
 from torch2jax.targets import linen_training as lt
 
 
@@ -106,6 +107,18 @@ class LinenTrainingMixin:
                     for layer, inits in specs.items():
                         merged.setdefault(layer, {}).update(inits)
                 self._lt_init_fns.add((name, fn.name.value))
+        for cls in classes.values():  # then nanoGPT's `for pn, p in self.named_parameters()`
+            for loop in ln.name_loops(cls):
+                try:
+                    found = ln.loop_inits(loop, cls, classes, self.q, lt.INIT_ARGS,
+                                          lt._initializer)
+                except Untranslatable:
+                    continue  # marked where it is
+                for cname, attrs in found.items():
+                    for attr, inits in attrs.items():
+                        self._lt_attr_inits.setdefault(cname, {}).setdefault(attr, {}).update(
+                            inits)
+                self._lt_init_loops.add(id(loop))
         # netG.apply(weights_init) at the top level, netG = Generator(): the DCGAN example's
         # init function of the module, its branches picked by isinstance or the class name
         functions = {f.name.value: f for f in node.body if isinstance(f, cst.FunctionDef)}
@@ -261,9 +274,24 @@ class LinenTrainingMixin:
         self._lt_marked_calls.add(id(original_node))
         self.diag(original_node, "linen", "error", self.LT_UNAPPLIED)
 
+    def _lt_attr_init(self, original: cst.Call) -> dict:
+        """The initializers a named_parameters() loop gives the layer ``self.<attr> =
+        original`` builds (targets/linen_named_init.py)."""
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if not m.matches(parent, m.Assign(targets=[m.AssignTarget(m.Attribute(
+                value=m.Name("self")))])):
+            return {}
+        return self._lt_attr_inits.get(self.current_class or "", {}).get(
+            parent.targets[0].target.attr.value, {})
+
     def _lt_count_dropped(self, original) -> bool:
         """A parameter count printed by a module's constructor (targets/linen_accum.py's
-        constructor_counts): removed, with a warning."""
+        constructor_counts): removed, with a warning; a named_parameters() init loop whose
+        draws are the layers' initializers: removed (with what was reported inside)."""
+        if id(original) in self._lt_init_loops:
+            span = self.get_metadata(PositionProvider, original)
+            self.rewritten_lines.append((span.start.line, span.end.line))
+            return True
         if id(original) not in self._lt_counts:
             return False
         self.diag(original, "module-api", "warning",
