@@ -1,11 +1,13 @@
 """Micro-step gradient accumulation on ``--target linen`` (targets/linen_accum.py).
 
-nanoGPT's training loop, reduced to the constant-weight classifier of
-tests/test_training_scripts.py: ``while True`` around a learning rate set by hand, micro-steps
-whose next batch is drawn after the forward and before ``backward()``, a guarded clip, one
-``step()``, ``break`` after ``max_iters``. NNX translates it; linen rebinds the TrainState
-after the micro-steps. The converted script must print torch's losses (each update's last
-micro-step) and learning rates, number for number. The ``for`` form (``micro_steps_clip``)
+nanoGPT's training loop, reduced to constant weights and tests/test_training_scripts.py's data:
+``while True`` around a learning rate set by hand, micro-steps whose next batch is drawn after
+the forward and before ``backward()``, a guarded clip, one ``step()``, ``break`` after
+``max_iters``; with it the glue around the loop that NNX translates (an evaluation function
+reading the module's model, a checkpoint dict, nanoGPT's init loop over named_parameters(), a
+parameter count). Linen rebinds the TrainState after the micro-steps. The converted script
+must print torch's evaluation losses, learning rates and losses (each update's last
+micro-step) and the parameter count, number for number. The ``for`` form (``micro_steps_clip``)
 runs in tests/test_training_linen.py's parametrized script test.
 """
 
@@ -13,22 +15,69 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from test_training_scripts import HEADER, _close, _run
 
 from torch2jax.convert import convert_source
 
 WHILE_MICRO_STEPS = """
 import math
-grad_clip = 0.3
+import os
+import tempfile
+
+
+class Block(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.c_proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.tanh(self.c_proj(x))
+
+
+class Tiny(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.block = Block(scale)
+        self.fc = nn.Linear(4, 3)
+        self.apply(self._init_weights)
+        # nanoGPT's scaled init of the residual projections, drawn last
+        for pn, p in self.named_parameters():
+            if pn.endswith('c_proj.weight'):
+                torch.nn.init.constant_(p, 0.03 * scale)
+        print("number of parameters: %.2fK" % (self.get_num_params() / 1e3,))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.constant_(module.weight, 0.1)
+            nn.init.zeros_(module.bias)
+
+    def get_num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, x):
+        return self.fc(self.block(x))
+
+
+out_dir = tempfile.mkdtemp()
+grad_clip = 0.05  # (active: the gradients' norm is about 0.1)
 accum = 2
 max_iters = 3
-model = Net()
-optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.05)
+model = Tiny(2.0)
+# SGD: Adam would scale the block's gradients, zero up to rounding, to whole steps
+optimizer = torch.optim.SGD(model.parameters(), lr=2.0, momentum=0.9, weight_decay=0.05)
+raw_model = model
+
+
+@torch.no_grad()
+def estimate_loss():
+    model.eval()
+    out = F.cross_entropy(model(X), Y)
+    model.train()
+    return out
 
 
 def get_lr(it):
-    return 0.1 * 0.5 * (1.0 + math.cos(math.pi * it / max_iters))
+    return 2.0 * 0.5 * (1.0 + math.cos(math.pi * it / max_iters))
 
 
 i = 0
@@ -38,6 +87,12 @@ while True:
     lr = get_lr(iter_num)
     for param_group in optimizer.param_groups:
         param_group['lr'] = lr
+    if iter_num % 2 == 0:
+        val = estimate_loss()
+        print(f"{val.item():.8f}")
+        checkpoint = {'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict(),
+                      'iter_num': iter_num}
+        torch.save(checkpoint, os.path.join(out_dir, 'ckpt.pt'))
     for micro_step in range(accum):
         logits = model(xb)
         loss = F.cross_entropy(logits, yb)
@@ -53,16 +108,26 @@ while True:
     iter_num += 1
     if iter_num > max_iters:
         break
+print(raw_model.get_num_params())
 """
 
 
-@pytest.mark.parametrize("body", [WHILE_MICRO_STEPS], ids=["while_lr_micro_clip"])
-def test_linen_micro_steps_print_what_torch_prints(body: str, tmp_path: Path) -> None:
-    source = HEADER + body
+def test_linen_training_glue_prints_what_torch_prints(tmp_path: Path) -> None:
+    """The while loop's micro-steps, its learning rate set by hand and its clip; the
+    evaluation function that reads the module's model (estimate_loss) between updates; the
+    checkpoint dict saved in the loop (orbax); the init loop over named_parameters()
+    (constant, so the numbers agree); a parameter count read through an alias of the model
+    (raw_model) after training. The count printed by the constructor is removed on linen
+    (warned): torch's line of it is left out of the comparison."""
+    source = HEADER + WHILE_MICRO_STEPS
     result = convert_source(source, path="script.py", target="linen")
     assert [str(d) for d in result.diagnostics if d.severity == "error"] == []
+    assert any(d.severity == "warning" and "parameter count" in d.message
+               for d in result.diagnostics)
     assert "apply_gradients(grads=grads)" in result.code and ".backward()" not in result.code
     torch_dir, jax_dir = tmp_path / "torch", tmp_path / "linen"
     torch_dir.mkdir()
     jax_dir.mkdir()
-    _close(_run(result.code, jax_dir), _run(source, torch_dir))
+    expected = _run(source, torch_dir)
+    assert expected[:3] == ["number", "of", "parameters:"], expected
+    _close(_run(result.code, jax_dir), expected[4:])
