@@ -211,19 +211,25 @@ class LinenTrainingMixin:
             return None
         return expr(lt.VARIABLES if model else f"{lt.STATE}.opt_state")
 
-    def _lt_checkpoint_dict_save(self, original_node: cst.Expr) -> cst.Expr | None:
-        """``torch.save(checkpoint, path)`` of a checkpoint dict whose state_dicts
-        :meth:`_lt_checkpoint_entry` read: the dict as an orbax PyTree checkpoint."""
-        value = original_node.value
+    def _lt_saves_dict(self, value: cst.BaseExpression) -> bool:
+        """``torch.save(checkpoint, path)`` of a checkpoint dict that
+        :meth:`_lt_checkpoint_dict_save` writes: every state_dict in it is read."""
         if not (isinstance(value, cst.Call) and self.q(value.func) == "torch.save" and len(
                 value.args) >= 2 and m.matches(value.args[0].value, m.Name()) and
                 value.args[0].value.value in self._ckpt_dicts) or self._for_stack or \
                 self._fn_stack or self._class_stack:
-            return None
+            return False
         entries = [c for a in findall(self._root, m.Assign(targets=[m.AssignTarget(m.Name(
             value.args[0].value.value))], value=m.Dict())) for c in findall(a.value, m.Call(
                 func=m.Attribute(attr=m.Name("state_dict")), args=[]))]
-        if not entries or not all(self._lt_checkpoint_entry(c) is not None for c in entries):
+        return bool(entries) and all(self._lt_checkpoint_entry(c) is not None
+                                     for c in entries)
+
+    def _lt_checkpoint_dict_save(self, original_node: cst.Expr) -> cst.Expr | None:
+        """``torch.save(checkpoint, path)`` of a checkpoint dict whose state_dicts
+        :meth:`_lt_checkpoint_entry` read: the dict as an orbax PyTree checkpoint."""
+        value = original_node.value
+        if not self._lt_saves_dict(value):
             return None
         self.need("os", "ocp")
         self.diag(original_node, "torch.save", "info",
