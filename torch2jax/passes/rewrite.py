@@ -79,7 +79,6 @@ from torch2jax.result import TrainStepRecord
 from torch2jax.ruleset import RuleSet
 from torch2jax.targets import Target
 from torch2jax.targets import linen_training as lt
-from torch2jax.targets import linen_accum as la
 
 # builtins that only iterate their arguments (a list of arrays serves as a generator)
 _ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter"))
@@ -284,14 +283,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         if self.training.optimizers:  # the variables exist where a model was trained
             self._lt_evaluators = lt.model_functions(node, self._model_names(),
                                                      self._lt_trainers | set(self._lt_epoch))
-        if self.training.optimizers or self._acc.loops:
-            self._lt_global_evals = la.global_evaluators(
-                node, self._model_names(), {*self._lt_trainers, *self._lt_epoch,
-                                            *self._lt_evaluators})
         self._lt_find_init_functions(node)
         self._lt_find_autocast_classes(node)
-        self._lt_counts = {i for c in node.body if isinstance(c, cst.ClassDef) and (
-            c.name.value in self.index.module_classes) for i in la.constructor_counts(c)}
+        self._lt_find_glue(node)
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:

@@ -151,6 +151,16 @@ class LinenTrainingMixin:
                         merged.setdefault(layer, {}).update(inits)
             self._lt_init_fns.add((None, fname))
 
+    def _lt_find_glue(self, node: cst.Module) -> None:
+        """The functions that evaluate the module's model (estimate_loss), and the parameter
+        counts printed by constructors (targets/linen_accum.py)."""
+        if self.training.optimizers or self._acc.loops:
+            self._lt_global_evals = la.global_evaluators(
+                node, self._model_names(), {*self._lt_trainers, *self._lt_epoch,
+                                            *self._lt_evaluators})
+        self._lt_counts = {i for c in node.body if isinstance(c, cst.ClassDef) and (
+            c.name.value in self.index.module_classes) for i in la.constructor_counts(c)}
+
     def _lt_named_layers(self, test: cst.BaseExpression, fn: cst.FunctionDef) -> set[str] | None:
         """The torch layers of the file whose class name passes ``test`` (``classname.find(
         "Conv") != -1``); None when ``test`` is no such test; Untranslatable when it also
