@@ -193,6 +193,7 @@ class CallsMixin:
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
         if self.target.train_state:
             self._lt_unbound_call(original_node)
+            self._lt_unbound_eval(original_node)
             applied = self._lt_method_call(original_node, updated_node) or (
                 self._lt_checkpoint_load(original_node)) or self._lt_checkpoint_entry(
                 original_node)

@@ -322,6 +322,17 @@ class LinenTrainingMixin:
             node = self.get_metadata(ParentNodeProvider, node, None)
         return node is not None and id(node) in self._lt_counts
 
+    def _lt_unbound_eval(self, original_node: cst.Call) -> None:
+        """linen: a call of a function that evaluates the module's model (estimate_loss)
+        where no variables are bound yet (before the training loop): marked."""
+        if not self._lt_global_evals or not m.matches(original_node.func, m.Name(
+                m.MatchIfTrue(lambda n: n in self._lt_global_evals))) or (
+                self._lt_bound_before(original_node)):
+            return
+        self.diag(original_node, "linen", "error",
+                  f"{original_node.func.value}() reads the model's variables, which no "
+                  "training loop has bound here yet: bind variables = model.init(...) first")
+
     def _lt_unapplied(self, original: list, body: list) -> list:
         """linen: model calls in an evaluation block of a file that trains no model are marked
         at their lines (``eval_step(model, variables, ...)`` would read unbound variables)."""
