@@ -458,8 +458,9 @@ class LinenTrainingMixin:
         after the loop is ``state = state.apply_gradients(grads=grads)``. model.init and the
         TrainState go before the outermost loop (``_lt_loop``)."""
         outer = [*self._for_stack[:1], *self._while_stack[:1]]
-        if len(outer) != 1 or self._class_stack:
-            return None
+        if len(outer) != 1 or self._class_stack or self._fn_stack and (
+                self._fn_stack[0].name.value in {*self._lt_epoch, *self._lt_trainers}):
+            return None  # (a function run per epoch: its caller makes the state; marked)
         taken = self._file_names | self._step_names_taken()
         name = tr._fresh("grad_step", taken)
         self._micro_names.add(name)
