@@ -14,7 +14,10 @@ to an accumulator, and the TrainState rebound once after the loop::
     state = state.apply_gradients(grads=grads)
 
 The step is :func:`torch2jax.targets.linen_training.build_step` with ``summed``; this module
-finds the sample input of ``model.init`` (before the outermost loop).
+finds the sample input of ``model.init`` (before the outermost loop). It also finds the rest
+of nanoGPT's and minGPT's training glue that linen renders differently from NNX: functions
+that evaluate the module's model (``estimate_loss``), names bound to a model
+(``raw_model``), and parameter counts printed by a constructor.
 """
 
 from __future__ import annotations
