@@ -180,6 +180,13 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_dropout = False
         self._lt_train_state_class = False
         self._lt_marked = False  # the loop was recognised but marked
+        self._lt_global_evals: set[str] = set()  # functions calling the module's model
+        self._lt_counts: set[int] = set()  # parameter counts printed by a constructor
+        # class -> attribute -> initializers of a named_parameters() loop (targets/
+        # linen_named_init.py), and the loops (removed)
+        self._lt_attr_inits: dict[str, dict[str, dict]] = {}
+        self._lt_init_loops: set[int] = set()
+        self._lt_micro: dict[int, tuple] = {}  # id(outermost loop) -> its micro-steps' step
         self._lt_blank: int | None = None  # a removed statement's blank line goes on
         self._lt_inits: dict[str, dict[str, dict]] = {}  # class -> torch layer -> initializers
         self._lt_init_fns: set[tuple[str, str]] = set()  # (class, init function) removed
@@ -229,8 +236,11 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             for opt, _ in self._lr_loops.values():
                 if opt in t.optimizer_names:
                     t.optimizer_names[opt].lr_set = True
-        if self.target.train_state:  # (linen: the loads of checkpoint dicts)
-            self._ckpt_loads = acc.find_checkpoint_dicts(node)[1]
+        if self.target.train_state:  # (linen: checkpoint dicts, micro-steps)
+            self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
+            self._acc = acc.find_micro_steps(
+                node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
+                t.model_vars, self.data.scalers)
         if self.target.stateful_modules and not self.target.intermediate:
             self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
             self._ckpt_inline = acc.inline_checkpoint_dicts(node)
@@ -275,6 +285,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                                                      self._lt_trainers | set(self._lt_epoch))
         self._lt_find_init_functions(node)
         self._lt_find_autocast_classes(node)
+        self._lt_find_glue(node)
 
     # ------------------------------------------------------------------ helpers
     def q(self, node: cst.CSTNode) -> str | None:
@@ -348,7 +359,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             if self._pending:  # a removed block knows what was reported inside it
                 self._pending[-1].reported.extend(pending.reported)
             if id(original_node) in self.training.removed or self._group_print_dropped(
-                    original_node):
+                    original_node) or self._lt_count_dropped(original_node):
                 return self._placeholder(original_node, updated_node, pending) or \
                     cst.RemoveFromParent()
             if not pending.before and not pending.after and (

@@ -125,6 +125,8 @@ class CallsMixin:
                 and self.values is not None
                 and self.values.kind(func.value) == vk.Kind.MODULE):
             return None
+        if self.target.train_state and self._lt_in_count(original_node):
+            return updated_node  # (the statement is removed)
         if self.target.setup_modules and func.attr.value == "parameters" and m.matches(
                 func.value, m.Name("self")) and self.in_module_class() and \
                 self._applied_method():
@@ -160,8 +162,9 @@ class CallsMixin:
                     and c.name.value == self.current_class), None)
         init = next((f for f in (cls.body.body if cls else ()) if isinstance(
             f, cst.FunctionDef) and f.name.value == "__init__"), None)
-        return init is None or not findall(init, m.Call(func=m.Attribute(
-            value=m.Name("self"), attr=m.Name(name))))
+        return init is None or not any(findall(st, m.Call(func=m.Attribute(
+            value=m.Name("self"), attr=m.Name(name)))) for st in init.body.body
+            if id(st) not in self._lt_counts)  # (linen: a count printed there is removed)
 
     def _epoch_loader_len(self, original_node: cst.Call, updated_node: cst.Call):
         """len(loader) and len(loader.dataset) of a loader shuffled per epoch (a function of the
@@ -190,8 +193,10 @@ class CallsMixin:
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call):
         if self.target.train_state:
             self._lt_unbound_call(original_node)
+            self._lt_unbound_eval(original_node)
             applied = self._lt_method_call(original_node, updated_node) or (
-                self._lt_checkpoint_load(original_node))
+                self._lt_checkpoint_load(original_node)) or self._lt_checkpoint_entry(
+                original_node)
             if applied is not None:
                 return applied
         handled = self._checkpoint_dict_call(original_node) or self._parameters_call(
@@ -452,6 +457,8 @@ class CallsMixin:
             return updated  # an initialisation statement: handled in leave_Expr
         if name in ("torch.save", "torch.load") and self._checkpoint_call(original) is not None:
             return updated  # checkpoint statements: handled in leave_Expr
+        if name == "torch.save" and self.target.train_state and self._lt_saves_dict(original):
+            return updated  # a checkpoint dict (linen): handled in leave_Expr
         if name == "torch.save" and self.target.stateful_modules and \
                 not self.target.intermediate and len(
                 original.args) >= 2 and isinstance(original.args[0].value, cst.Name) and (

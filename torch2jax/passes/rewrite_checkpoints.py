@@ -123,6 +123,8 @@ class CheckpointsMixin:
     def _checkpoint_dict_statement(self, original_node: cst.Expr,
                                    updated_node: cst.Expr | None = None):
         value = original_node.value
+        if self.target.train_state:
+            return self._lt_checkpoint_dict_save(original_node)
         if not self.target.stateful_modules or self.target.intermediate or not isinstance(
                 value, cst.Call):
             return None

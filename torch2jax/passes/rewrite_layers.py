@@ -1007,7 +1007,8 @@ class LayersMixin:
         if self.target.setup_modules:
             self.need("linen")
             out = linen_target.pooling(linen_target.layer(out, self._linen_train()))
-            inits = self._lt_inits.get(self.current_class or "", {}).get(rule.torch)
+            inits = {**self._lt_inits.get(self.current_class or "", {}).get(rule.torch, {}),
+                     **self._lt_attr_init(original)}  # (a named_parameters() loop's, last)
             if inits:
                 out = lt.with_initializers(out, inits)
             if self.current_class in self._lt_dtype_classes:

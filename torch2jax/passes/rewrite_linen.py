@@ -11,7 +11,7 @@ from dataclasses import replace
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.value_kinds import _MODULE_METHODS
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import class_names
@@ -22,12 +22,20 @@ from torch2jax.passes.common import (
     Untranslatable,
     arg,
     code,
+    expr,
     wrap_long_statement,
 )
-from torch2jax.passes.rewrite_support import _fix_commas
+from torch2jax.passes.rewrite_support import ACC_GRADS, _fix_commas
 from torch2jax.targets import linen as linen_target
+from torch2jax.targets import linen_accum as la
 from torch2jax.targets import linen_gan as lg
+from torch2jax.targets import linen_named_init as ln
 from torch2jax.targets import linen_training as lt
+
+
+# wrappers of a model that the translation removes (one program over a mesh)
+_WRAPPERS = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.DataParallel",
+             "torch.nn.parallel.DataParallel"}
 
 
 class LinenTrainingMixin:
@@ -99,6 +107,18 @@ class LinenTrainingMixin:
                     for layer, inits in specs.items():
                         merged.setdefault(layer, {}).update(inits)
                 self._lt_init_fns.add((name, fn.name.value))
+        for cls in classes.values():  # then nanoGPT's `for pn, p in self.named_parameters()`
+            for loop in ln.name_loops(cls):
+                try:
+                    found = ln.loop_inits(loop, cls, classes, self.q, lt.INIT_ARGS,
+                                          lt._initializer)
+                except Untranslatable:
+                    continue  # marked where it is
+                for cname, attrs in found.items():
+                    for attr, inits in attrs.items():
+                        self._lt_attr_inits.setdefault(cname, {}).setdefault(attr, {}).update(
+                            inits)
+                self._lt_init_loops.add(id(loop))
         # netG.apply(weights_init) at the top level, netG = Generator(): the DCGAN example's
         # init function of the module, its branches picked by isinstance or the class name
         functions = {f.name.value: f for f in node.body if isinstance(f, cst.FunctionDef)}
@@ -130,6 +150,16 @@ class LinenTrainingMixin:
                     for layer, inits in specs.items():
                         merged.setdefault(layer, {}).update(inits)
             self._lt_init_fns.add((None, fname))
+
+    def _lt_find_glue(self, node: cst.Module) -> None:
+        """The functions that evaluate the module's model (estimate_loss), and the parameter
+        counts printed by constructors (targets/linen_accum.py)."""
+        if self.training.optimizers or self._acc.loops:
+            self._lt_global_evals = la.global_evaluators(
+                node, self._model_names(), {*self._lt_trainers, *self._lt_epoch,
+                                            *self._lt_evaluators})
+        self._lt_counts = {i for c in node.body if isinstance(c, cst.ClassDef) and (
+            c.name.value in self.index.module_classes) for i in la.constructor_counts(c)}
 
     def _lt_named_layers(self, test: cst.BaseExpression, fn: cst.FunctionDef) -> set[str] | None:
         """The torch layers of the file whose class name passes ``test`` (``classname.find(
@@ -171,6 +201,55 @@ class LinenTrainingMixin:
                      f"{lt.VARIABLES})")
         return self._orbax(original_node, kind, inner, f"{model}'s variables")
 
+    def _lt_checkpoint_entry(self, original_node: cst.Call) -> cst.BaseExpression | None:
+        """``model.state_dict()`` / ``optimizer.state_dict()`` as a value of a checkpoint dict
+        (nanoGPT's ``{'model': raw_model.state_dict(), 'optimizer': ..., 'iter_num': ...}``)
+        in a training loop's body or after it: the variables of the update (bound from the
+        TrainState) and the TrainState's optimizer state."""
+        func = original_node.func
+        if not m.matches(func, m.Attribute(value=m.Name(), attr=m.Name("state_dict"))) or \
+                original_node.args or not isinstance(self.get_metadata(
+                    ParentNodeProvider, original_node, None), cst.DictElement):
+            return None
+        owner = func.value.value
+        if not hasattr(self, "_lt_aliases"):
+            self._lt_aliases = la.model_aliases(self._root, self._model_names())
+        model = owner in self.training.model_vars or owner in self._lt_aliases
+        if not model and owner not in self.training.optimizer_names or \
+                self._lt_trains_none() or self._class_stack or self._fn_stack or \
+                self._for_stack or not self._lt_bound_before(original_node):
+            return None
+        return expr(lt.VARIABLES if model else f"{lt.STATE}.opt_state")
+
+    def _lt_saves_dict(self, value: cst.BaseExpression) -> bool:
+        """``torch.save(checkpoint, path)`` of a checkpoint dict that
+        :meth:`_lt_checkpoint_dict_save` writes: every state_dict in it is read."""
+        if not (isinstance(value, cst.Call) and self.q(value.func) == "torch.save" and len(
+                value.args) >= 2 and m.matches(value.args[0].value, m.Name()) and
+                value.args[0].value.value in self._ckpt_dicts) or self._for_stack or \
+                self._fn_stack or self._class_stack:
+            return False
+        entries = [c for a in findall(self._root, m.Assign(targets=[m.AssignTarget(m.Name(
+            value.args[0].value.value))], value=m.Dict())) for c in findall(a.value, m.Call(
+                func=m.Attribute(attr=m.Name("state_dict")), args=[]))]
+        return bool(entries) and all(self._lt_checkpoint_entry(c) is not None
+                                     for c in entries)
+
+    def _lt_checkpoint_dict_save(self, original_node: cst.Expr) -> cst.Expr | None:
+        """``torch.save(checkpoint, path)`` of a checkpoint dict whose state_dicts
+        :meth:`_lt_checkpoint_entry` read: the dict as an orbax PyTree checkpoint."""
+        value = original_node.value
+        if not self._lt_saves_dict(value):
+            return None
+        self.need("os", "ocp")
+        self.diag(original_node, "torch.save", "info",
+                  "torch.save of a checkpoint dict -> an orbax PyTree checkpoint (a directory "
+                  "at that path); a model's state_dict in it is its linen variables, an "
+                  "optimizer's the TrainState's opt_state")
+        return cst.Expr(expr(
+            f"ocp.PyTreeCheckpointer().save(os.path.abspath({code(value.args[1].value)}), "
+            f"{value.args[0].value.value}, force=True)"))
+
     def _lt_checkpoint_load(self, original_node: cst.Call) -> cst.BaseExpression | None:
         """``checkpoint = torch.load(path)`` of a checkpoint dict (analysis/accumulate.py) in
         a file that trains no model (a sampling script): the orbax PyTree restored, as on NNX;
@@ -211,6 +290,49 @@ class LinenTrainingMixin:
         self._lt_marked_calls.add(id(original_node))
         self.diag(original_node, "linen", "error", self.LT_UNAPPLIED)
 
+    def _lt_attr_init(self, original: cst.Call) -> dict:
+        """The initializers a named_parameters() loop gives the layer ``self.<attr> =
+        original`` builds (targets/linen_named_init.py)."""
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        if not m.matches(parent, m.Assign(targets=[m.AssignTarget(m.Attribute(
+                value=m.Name("self")))])):
+            return {}
+        return self._lt_attr_inits.get(self.current_class or "", {}).get(
+            parent.targets[0].target.attr.value, {})
+
+    def _lt_count_dropped(self, original) -> bool:
+        """A parameter count printed by a module's constructor (targets/linen_accum.py's
+        constructor_counts): removed, with a warning; a named_parameters() init loop whose
+        draws are the layers' initializers: removed (with what was reported inside)."""
+        if id(original) in self._lt_init_loops:
+            span = self.get_metadata(PositionProvider, original)
+            self.rewritten_lines.append((span.start.line, span.end.line))
+            return True
+        if id(original) not in self._lt_counts:
+            return False
+        self.diag(original, "module-api", "warning",
+                  "a parameter count in the constructor is removed: a linen module's setup() "
+                  "runs before model.init makes the variables (count them there: "
+                  "sum(x.size for x in jax.tree.leaves(variables['params'])))")
+        return True
+
+    def _lt_in_count(self, node: cst.CSTNode) -> bool:
+        """``node`` stands in a statement :meth:`_lt_count_dropped` removes."""
+        while node is not None and not isinstance(node, cst.SimpleStatementLine):
+            node = self.get_metadata(ParentNodeProvider, node, None)
+        return node is not None and id(node) in self._lt_counts
+
+    def _lt_unbound_eval(self, original_node: cst.Call) -> None:
+        """linen: a call of a function that evaluates the module's model (estimate_loss)
+        where no variables are bound yet (before the training loop): marked."""
+        if not self._lt_global_evals or not m.matches(original_node.func, m.Name(
+                m.MatchIfTrue(lambda n: n in self._lt_global_evals))) or (
+                self._lt_bound_before(original_node)):
+            return
+        self.diag(original_node, "linen", "error",
+                  f"{original_node.func.value}() reads the model's variables, which no "
+                  "training loop has bound here yet: bind variables = model.init(...) first")
+
     def _lt_unapplied(self, original: list, body: list) -> list:
         """linen: model calls in an evaluation block of a file that trains no model are marked
         at their lines (``eval_step(model, variables, ...)`` would read unbound variables)."""
@@ -240,8 +362,11 @@ class LinenTrainingMixin:
         t = self.training
         ep = self._lt_epoch.get(self._fn_stack[0].name.value) if len(
             self._fn_stack) == 1 and not self._class_stack else None
+        micro = self._lt_micro.pop(id(original_node), None)
         pairs = [(ep.optimizer, ep.model)] if ep is not None else [
             (n, t.model_of(n)) for n in t.optimizer_names]
+        if micro is not None:  # micro-steps summed in an inner loop: their step, made there
+            ep, pairs = None, [(micro[0].optimizer, micro[0].model)]
         for name, model in pairs:
             if model is None:
                 continue
@@ -249,11 +374,11 @@ class LinenTrainingMixin:
             loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
             site = t.optimizer_names.get(name)
             try:
-                step = lt.build_step(body, optimizer=name, model=model, loop_names=loop_names,
-                                     step_name="train_step", batch_stats=self._lt_batch_stats,
-                                     dropout=self._lt_dropout, noise=self._lt_noise,
-                                     accumulate=site is not None
-                                     and site.accumulate is not None)
+                step = micro[1] if micro is not None else lt.build_step(
+                    body, optimizer=name, model=model, loop_names=loop_names,
+                    step_name="train_step", batch_stats=self._lt_batch_stats,
+                    dropout=self._lt_dropout, noise=self._lt_noise,
+                    accumulate=site is not None and site.accumulate is not None)
                 if ep is not None and step is not None:
                     if (self._lt_dropout or self._lt_noise) and not (
                             self._key_scopes[-1].has_key):
@@ -281,8 +406,12 @@ class LinenTrainingMixin:
                 return None
             if step is None:
                 continue
-            sample = lt.sample_inputs(step, body, updated_node, self._for_stack, loop_names)
-            if isinstance(original_node, cst.While) and (sample is None or sample[0]):
+            sample = la.micro_sample(step, micro[2], body, updated_node,
+                                                self._for_stack, loop_names) if (
+                micro is not None) else lt.sample_inputs(step, body, updated_node,
+                                                         self._for_stack, loop_names)
+            if micro is None and isinstance(original_node, cst.While) and (
+                    sample is None or sample[0]):
                 # the batch is drawn in the loop (the next batch of an iterator): drawn once
                 # more before it, the loop would start one batch later
                 return self._lt_lazy_init(model, name, step, original_node)
@@ -296,7 +425,13 @@ class LinenTrainingMixin:
             depth = 4 * (self._depth - len(self._for_stack))  # the outermost loop's
             init = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                     else st for st in init]
-            new_body = step.body
+            new_body = body if micro is not None else step.body
+            if micro is not None or self._lt_global_evals:
+                # estimate_loss(): the variables of this update; and what reads them between
+                # micro-step updates (build_step binds them for its loop's statements)
+                new_body = lt.current_variables(new_body, self._lt_batch_stats, la.calls_of(
+                    self._lt_global_evals) | (m.Name(lt.VARIABLES) if micro is not None
+                                              else la.calls_of(set())))
             batch = dt.loop_names(original_node.target) if isinstance(
                 original_node, cst.For) else None
             if self.data.distributed and batch and isinstance(original_node.iter, (
@@ -315,6 +450,49 @@ class LinenTrainingMixin:
             self._lt_post.append(lt.final_variables(self._lt_batch_stats))
             return new_body
         return None
+
+    def _lt_micro_steps(self, site, body, original_node, node, loop_names):
+        """``for micro_step in range(k): ... loss.backward()`` then ``optimizer.step()``
+        (analysis/accumulate.py) under linen: a jitted gradient step per micro-step that adds
+        its gradients to ``grads`` (None before the loop), as torch sums ``.grad``; the step()
+        after the loop is ``state = state.apply_gradients(grads=grads)``. model.init and the
+        TrainState go before the outermost loop (``_lt_loop``)."""
+        outer = [*self._for_stack[:1], *self._while_stack[:1]]
+        if len(outer) != 1 or self._class_stack or self._fn_stack and (
+                self._fn_stack[0].name.value in {*self._lt_epoch, *self._lt_trainers}):
+            return None  # (a function run per epoch: its caller makes the state; marked)
+        taken = self._file_names | self._step_names_taken()
+        name = tr._fresh("grad_step", taken)
+        self._micro_names.add(name)
+        body, dropped = la.without_grad_sync(body, site.model)
+        if dropped:
+            self.diag(original_node, "torch.nn.parallel.DistributedDataParallel", "info",
+                      f"{site.model}.require_backward_grad_sync removed: the micro-steps' "
+                      "gradients are summed in one program, with no all-reduce to hold back")
+        try:
+            step = lt.build_step(body, optimizer=site.optimizer, model=site.model,
+                                 loop_names=loop_names - {site.model, site.optimizer},
+                                 step_name=name, batch_stats=self._lt_batch_stats,
+                                 dropout=self._lt_dropout, noise=self._lt_noise,
+                                 summed=ACC_GRADS)
+        except Untranslatable as exc:
+            self.diag(original_node, exc.rule or "accumulation", "error", exc.message)
+            return None
+        if step is None:
+            return None
+        self.need("jax", "jnp", "optax", "train_state")
+        self._acc.done.add(id(original_node))
+        self._acc.scans[id(site)] = (f"{lt.STATE} = {lt.STATE}.apply_gradients("
+                                     f"grads={ACC_GRADS})\n")
+        self._lt_micro[id(outer[0])] = (site, step, la.before_call(body, site.model))
+        self.diag(original_node, "accumulation", "info",
+                  f"gradient accumulation: {name} computes each micro-step's gradients "
+                  f"(jit-compiled) and adds them to {ACC_GRADS}, as torch sums .grad; "
+                  f"{lt.STATE}.apply_gradients applies the sum once after the loop")
+        init = cst.parse_statement(f"{ACC_GRADS} = None\n").with_changes(
+            leading_lines=node.leading_lines)
+        loop = node.with_changes(leading_lines=[], body=node.body.with_changes(body=step.body))
+        return cst.FlattenSentinel([init, loop])
 
     def _lt_lazy_init(self, model: str, optimizer: str, step, loop) -> list[cst.BaseStatement]:
         """model.init on the loop's first batch, at the first step (``if state is None:``),
@@ -670,16 +848,22 @@ class LinenTrainingMixin:
         given when a module class of the file draws, and always for a class of another
         file (whose methods this file cannot see; flax ignores a stream nothing reads)."""
         f = original.func
-        if self._class_stack or not m.matches(f, m.Attribute(value=m.Name(), attr=m.Name())) \
-                or f.value.value not in self._model_names() or f.attr.value.startswith("_") \
-                or f.attr.value in _MODULE_METHODS or not self._is_module_expr(f.value):
+        if not hasattr(self, "_lt_aliases"):
+            self._lt_aliases = la.model_aliases(self._root, self._model_names())
+        if self._class_stack or not m.matches(f, m.Attribute(value=m.Name(), attr=m.Name())):
             return None
+        base = self._lt_aliases.get(f.value.value)  # raw_model = model: the model's methods
+        if base is None and (f.value.value not in self._model_names() or not (
+                self._is_module_expr(f.value))) or f.attr.value.startswith("_") or (
+                f.attr.value in _MODULE_METHODS):
+            return None
+        base = base or f.value.value
         if self._assign_target(original) in self.training.optimizer_names:
             return None  # configure_optimizers: it returns the optax transform, unbound
         here = lt.module_methods(self._root, self.index.module_classes)
-        imported = self._lt_imported_model(f.value.value)
+        imported = self._lt_imported_model(base)
         classes = {a.value.func.value for a in findall(self._root, m.Assign(
-            targets=[m.AssignTarget(target=m.Name(f.value.value))], value=m.Call(
+            targets=[m.AssignTarget(target=m.Name(base))], value=m.Call(
                 func=m.Name())))}
         if classes and all(f.attr.value in self._lt_unbound.get(c, ()) for c in classes):
             return None  # it reads only the module's fields: it runs on the unbound module
@@ -717,9 +901,10 @@ class LinenTrainingMixin:
 
     def _lt_imported_model(self, name: str) -> bool:
         """``name`` is bound to an instance of a module class of another file (GPT(conf) in
-        sample.py, with ``from model import GPT``)."""
+        sample.py, with ``from model import GPT``; ``model = DDP(model)`` wraps it)."""
         classes = {a.value.func.value for a in findall(self._root, m.Assign(
-            targets=[m.AssignTarget(target=m.Name(name))], value=m.Call(func=m.Name())))}
+            targets=[m.AssignTarget(target=m.Name(name))], value=m.Call(func=m.Name())))
+            if self.q(a.value.func) not in _WRAPPERS}
         here = {c.name.value for c in self._root.body if isinstance(c, cst.ClassDef)}
         return bool(classes) and all(c in self.index.module_classes and c not in here
                                      for c in classes)
@@ -770,6 +955,12 @@ class LinenTrainingMixin:
                 self._eval_step = True
                 self.need("jax", "partial")
             node = lt.add_variables_param(node, i)
+        if name in self._lt_global_evals:  # the module's model: the module's variables
+            jitted = self._lt_eval_calls(self._model_names())
+            node = node.with_changes(body=node.body.visit(jitted))
+            if jitted.count:
+                self._eval_step = True
+                self.need("jax", "partial")
         if name in self._lt_epoch:
             body = list(node.body.body)
             loop = next((i for i, st in enumerate(body) if isinstance(st, (cst.For, cst.While))),

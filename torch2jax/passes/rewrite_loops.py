@@ -282,10 +282,16 @@ class LoopsMixin:
         if self.target.train_state:
             # linen: the TrainState the training loop around it makes holds the optimizer
             # state; only in the body of a loop that steps this optimizer
-            steps = m.Call(func=m.Attribute(value=m.Name(opt), attr=m.Name("step")))
-            if site is None or site.external or id(site) in self.failed_sites or \
-                    site.scheduler is not None or not self._for_stack or \
-                    not m.findall(self._for_stack[-1], steps):
+            steps = m.Call(func=m.Attribute(value=m.Name(opt), attr=m.Name("step"))) | m.Call(
+                func=m.Attribute(attr=m.Name("step")), args=[m.Arg(m.Name(opt))])  # a scaler's
+            around = (self._for_stack or self._while_stack or [None])[-1]  # (a while: nanoGPT's)
+            # an optimizer a model's method returns (configure_optimizers) is built with
+            # optax.inject_hyperparams where torch2jax converts that method
+            foreign = site.external and site.scheduler is None if site is not None else (
+                opt in self._acc.foreign)
+            if (site is None or site.external or id(site) in self.failed_sites or
+                    site.scheduler is not None) and not foreign or around is None or \
+                    not m.findall(around, steps):
                 return self._lr_loop_left(original_node, opt)
             self.need("jnp")
             self.diag(original_node, "param_groups", "info",
@@ -343,6 +349,8 @@ class LoopsMixin:
         loop_names = tr.loop_assigned_names(original_node)
         for outer in (*self._for_stack[:1], *self._while_stack[:1]):
             loop_names |= tr.loop_assigned_names(outer)
+        if self.target.train_state:  # linen: the TrainState's (rewrite_linen.py)
+            return self._lt_micro_steps(site, body, original_node, node, loop_names)
         if self._fn_stack:
             loop_names |= {p.name.value for p in (*self._fn_stack[-1].params.params,
                                                   *self._fn_stack[-1].params.kwonly_params)}

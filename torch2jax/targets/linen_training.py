@@ -79,15 +79,20 @@ class _ApplyCalls(cst.CSTTransformer):
 
 def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
                loop_names: set[str], step_name: str, batch_stats: bool, dropout: bool,
-               accumulate: bool = False, noise: bool = False) -> LinenStep | None:
+               accumulate: bool = False, noise: bool = False,
+               summed: str | None = None) -> LinenStep | None:
     """The linen counterpart of :func:`torch2jax.passes.training.build_train_step`: the same
     statements form the loss function, which takes the parameters and calls the model through
-    ``state.apply_fn``."""
+    ``state.apply_fn``. ``summed``: a micro-step's body (no step() in it), whose gradients
+    are added to the accumulator of that name (targets/linen_accum.py) instead of applied."""
     body = list(body)
     back = [i for i, s in enumerate(body) if tr._is_method_stmt(s, None, "backward")]
     steps = [i for i, s in enumerate(body) if tr._is_method_stmt(s, {optimizer}, "step") or (
         accumulate and isinstance(s, cst.If) and not s.orelse and len(s.body.body) == 1
         and tr._is_method_stmt(s.body.body[0], {optimizer}, "step"))]
+    if summed is not None and len(back) == 1 and not steps:
+        steps = [len(body)]
+        body.append(cst.SimpleStatementLine(body=[cst.Pass()]))  # (where step() would be)
     if len(back) != 1 or len(steps) != 1 or steps[0] < back[0]:
         return None
     ib, istep = back[0], steps[0]
@@ -104,11 +109,15 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
         used_later |= set(tr.names_of(s).used)
     aux = [d for d in defined if d != loss and d in used_later]
     pre, post_dep = [], []
+    read = {u for st in loss_body for u in tr.names_of(st).used}
+    start = next(i for i, s in enumerate(before) if s is loss_body[0])
     for s in outside:
-        (post_dep if set(tr.names_of(s).used) & set(defined) else pre).append(s)
+        # after the model call, what writes a name the loss reads (the next batch drawn
+        # before backward(), nanoGPT's) runs after the step, as in torch
+        late = set(tr.names_of(s).assigned) & read and any(s is b for b in before[start:])
+        (post_dep if set(tr.names_of(s).used) & set(defined) or late else pre).append(s)
     # between backward() and step(), what reads nothing of the loss and writes nothing it
     # reads (a learning rate set by hand for this step) runs before the step, as in torch
-    read = {u for st in loss_body for u in tr.names_of(st).used}
     early = [s for s in body[ib + 1:istep] if not set(tr.names_of(s).used) & {*defined, loss}
              and not set(tr.names_of(s).assigned) & read]
     pre += early
@@ -125,7 +134,8 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     loss_body = [st.visit(lifter) for st in loss_body]
     free: list[str] = []
     seen: set[str] = set()  # defined by an earlier statement of the loss
-    for s in loss_body:
+    for s in [x for st in loss_body for x in (findall(st, m.SimpleStatementLine()) if (
+            isinstance(st, cst.BaseCompoundStatement)) else [st])]:  # (in a `with`, in order)
         for u in tr.names_of(s).used:
             # a name the loss reads before it defines it (an RNN's hidden state carried
             # from step to step) is an argument of the step too: a jitted function's closure
@@ -136,9 +146,10 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
         seen |= set(tr.names_of(s).assigned)
     # (those the loss also assigns are parameters of the loss function: it reassigns them)
     carried = [u for u in free if u in defined]
-    taken = taken0 | {n for n, _ in lifter.lifted} | {STATE, DROPOUT_KEY, NOISE_KEY}
+    taken = taken0 | {n for n, _ in lifter.lifted} | {STATE, DROPOUT_KEY, NOISE_KEY,
+                                                       *([summed] if summed else [])}
     loss_fn = tr._fresh("loss_fn", taken)
-    grads = tr._fresh("grads", taken)
+    grads = tr._fresh("micro_grads" if summed else "grads", taken)
     params = tr._fresh("params", taken)
     updates = tr._fresh("updates", taken)
     variables = (f'{{"params": {params}, "batch_stats": {STATE}.batch_stats}}' if batch_stats
@@ -162,8 +173,13 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
     if model in {u for s in new_loss_body for u in tr.names_of(s).used}:
         raise Untranslatable(f"the loss reads {model} other than by calling it: write the "
                              "linen loss function by hand", rule="training-loop")
-    step_args = [STATE, *free, *(n for n, _ in lifter.lifted)]
-    call_args = [STATE, *free, *(code(e) for _, e in lifter.lifted)]
+    if summed and batch_stats:
+        raise Untranslatable("micro-steps of a model with BatchNorm: each micro-step's "
+                             "batch_stats would have to be applied before the next; write "
+                             "the accumulation by hand", rule="accumulation")
+    step_args = [STATE, *([summed] if summed else []), *free, *(n for n, _ in lifter.lifted)]
+    call_args = [STATE, *([summed] if summed else []), *free,
+                 *(code(e) for _, e in lifter.lifted)]
     for s in streams:
         step_args.append(keys[s])
         call_args.append(keys[s])
@@ -182,11 +198,13 @@ def build_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model: str,
         vg = (f"    {loss}, {grads} = jax.value_and_grad({loss_fn})("
               f"{', '.join([f'{STATE}.params', *carried])})\n")
     bs = f', batch_stats={updates}["batch_stats"]' if batch_stats else ""
-    ret = ", ".join([STATE, loss, *aux])
+    ret = ", ".join([summed or STATE, loss, *aux])
+    update = (f"    {summed} = {grads} if {summed} is None else jax.tree.map(jnp.add, {summed}, "
+              f"{grads})\n" if summed else
+              f"    {STATE} = {STATE}.apply_gradients(grads={grads}{bs})\n")
     src = (f"@jax.jit\ndef {step_name}({', '.join(step_args)}):\n"
            f"    def {loss_fn}({', '.join([params, *carried])}):\n{inner}{ret_inner}{vg}"
-           f"    {STATE} = {STATE}.apply_gradients(grads={grads}{bs})\n"
-           f"    return {ret}\n")
+           f"{update}    return {ret}\n")
     fn = cst.parse_statement(src)
     assert isinstance(fn, cst.FunctionDef)
     call_stmt = cst.parse_statement(f"{ret} = {step_name}({', '.join(call_args)})\n")
@@ -236,14 +254,14 @@ class _EvaluatorArgs(cst.CSTTransformer):
         return updated_node
 
 
-def current_variables(stmts: list[cst.BaseStatement], batch_stats: bool
+def current_variables(stmts: list[cst.BaseStatement], batch_stats: bool,
+                      reads: m.BaseMatcherNode = m.Name(VARIABLES)
                       ) -> list[cst.BaseStatement]:
     """The loop's statements that read ``variables`` between updates (an evaluation helper,
-    a checkpoint) read the TrainState's: ``variables = {"params": state.params, ...}`` is
-    bound first, at the head of the ``if`` block that reads them when one does (an
-    evaluation every k steps), else before the statement."""
+    a checkpoint; ``reads``: what reads them) read the TrainState's: ``variables =
+    {"params": state.params, ...}`` is bound first, at the head of the ``if`` block that
+    reads them when one does (an evaluation every k steps), else before the statement."""
     out: list[cst.BaseStatement] = []
-    reads = m.Name(VARIABLES)
     for s in stmts:
         if not findall(s, reads):
             out.append(s)
