@@ -32,7 +32,6 @@ from torch2jax.targets import linen_gan as lg
 from torch2jax.targets import linen_named_init as ln
 from torch2jax.targets import linen_training as lt
 
-
 # wrappers of a model that the translation removes (one program over a mesh)
 _WRAPPERS = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.DataParallel",
              "torch.nn.parallel.DataParallel"}

@@ -255,12 +255,12 @@ class _EvaluatorArgs(cst.CSTTransformer):
 
 
 def current_variables(stmts: list[cst.BaseStatement], batch_stats: bool,
-                      reads: m.BaseMatcherNode = m.Name(VARIABLES)
-                      ) -> list[cst.BaseStatement]:
+                      reads: m.BaseMatcherNode | None = None) -> list[cst.BaseStatement]:
     """The loop's statements that read ``variables`` between updates (an evaluation helper,
     a checkpoint; ``reads``: what reads them) read the TrainState's: ``variables =
     {"params": state.params, ...}`` is bound first, at the head of the ``if`` block that
     reads them when one does (an evaluation every k steps), else before the statement."""
+    reads = m.Name(VARIABLES) if reads is None else reads
     out: list[cst.BaseStatement] = []
     for s in stmts:
         if not findall(s, reads):
