@@ -108,10 +108,6 @@ GAPS: dict[tuple[str, str], str] = {
                             "model's forward takes several arguments (a value layer called "
                             "with several arguments); the training code is not translated",
     ("word_lm-tied", "equinox"): "as word_lm's: the stacked nn.LSTM is NNX only",
-    # (weights_init applied by model.apply is translated: tests/test_equinox_programs.py)
-    ("dcgan", "equinox"): "the equinox pass has no translation of the GAN step: two models "
-                          "with BatchNorm state in one function (each needs its own "
-                          "eqx.nn.State) and two optimizers (each its own optimizer state)",
 }
 
 

@@ -219,9 +219,9 @@ def _body(stmts: list[cst.BaseStatement], model: str, state: str | None, batched
             out.append(f"{code(a.targets[0].target)}, {state} = " + _mapped(
                 model, [code(x.value) for x in a.value.args], state, batched))
             continue
-        new = s.visit(calls)
-        if any(n.value == model for n in findall(new, m.Name())):
+        if len(findall(s, m.Name(model))) != len(findall(s, m.Call(func=m.Name(model)))):
             raise Refused(f"the GAN step reads {model} other than by calling it")
+        new = s.visit(calls)
         out += calls.hoisted
         out += cst.Module(body=[new]).code.rstrip("\n").split("\n")
     return out
