@@ -163,12 +163,17 @@ def _step_parts(fn: cst.FunctionDef, ctx: TrainingContext) -> dict | None:
     inner = list(loss_fn.body.body)
     if not inner or not m.matches(inner[-1], m.SimpleStatementLine(body=[m.Return()])):
         return None
+    # the loss function's other arguments (an LSTM's hidden state), passed as they are named
+    extra = [p.name.value for p in loss_fn.params.params[1:]]
+    if not isinstance(vg_assign.value, cst.Call) or [code(a.value) for a in vg_assign.value.args[
+            1:]] != extra or any(a.keyword or a.star for a in vg_assign.value.args):
+        return None
     # the functional step takes (graphdef, train_state, ...), or (train_state, ...) when it
     # closes over the graphdef
     skip = 1 if rec.closure else 2
     return {"model": model, "opt": opt, "args": params[skip:], "skip": skip, "loss_fn": loss_fn,
             "inner": inner[:-1], "loss": loss, "aux": aux, "grads": grads, "outs": outs,
-            "functional": functional}
+            "functional": functional, "extra": extra}
 
 
 class _ModelCalls(cst.CSTTransformer):
@@ -273,7 +278,7 @@ def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
     inner, cast = _loss_body(parts["inner"], model, stateful, keyed, dtype, ctx, batched)
     aux_out = ([STATE] if stateful else []) + aux
     loss_fn = parts["loss_fn"].name.value
-    lf_params = f"{model}, {STATE}" if stateful else model
+    lf_params = ", ".join([model, *([STATE] if stateful else []), *parts["extra"]])
     if aux_out:
         tup = aux_out[0] if len(aux_out) == 1 else f"({', '.join(aux_out)})"
         ret_inner = f"return {loss}, {tup}"
