@@ -104,10 +104,6 @@ PROGRAMS = {
 # the combinations that do not run converted yet, each with the converter gap it meets (every
 # program runs on NNX)
 GAPS: dict[tuple[str, str], str] = {
-    ("word_lm", "equinox"): "the stacked nn.LSTM (the TorchLSTM helper) is NNX only; the "
-                            "model's forward takes several arguments (a value layer called "
-                            "with several arguments); the training code is not translated",
-    ("word_lm-tied", "equinox"): "as word_lm's: the stacked nn.LSTM is NNX only",
 }
 
 
