@@ -452,7 +452,7 @@ class Scope(cst.CSTTransformer):
         # optimizer.opt_state -> opt_state; hyperparams[...].value -> hyperparams[...]
         if m.matches(updated_node, m.Attribute(value=m.Name(), attr=m.Name("opt_state"))) and \
                 updated_node.value.value in self.optimizers:
-            return cst.Name(OPT_STATE)
+            return cst.Name(self.opt_states.get(updated_node.value.value, OPT_STATE))
         if m.matches(updated_node, m.Attribute(value=m.Subscript(value=m.Attribute(
                 attr=m.Name("hyperparams"))), attr=m.Name("value"))):
             return updated_node.value
