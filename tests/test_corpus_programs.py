@@ -104,14 +104,6 @@ PROGRAMS = {
 # the combinations that do not run converted yet, each with the converter gap it meets (every
 # program runs on NNX)
 GAPS: dict[tuple[str, str], str] = {
-    ("word_lm", "equinox"): "the stacked nn.LSTM (the TorchLSTM helper) is NNX only; the "
-                            "model's forward takes several arguments (a value layer called "
-                            "with several arguments); the training code is not translated",
-    ("word_lm-tied", "equinox"): "as word_lm's: the stacked nn.LSTM is NNX only",
-    # (weights_init applied by model.apply is translated: tests/test_equinox_programs.py)
-    ("dcgan", "equinox"): "the equinox pass has no translation of the GAN step: two models "
-                          "with BatchNorm state in one function (each needs its own "
-                          "eqx.nn.State) and two optimizers (each its own optimizer state)",
 }
 
 

@@ -250,7 +250,7 @@ def _stacked_lstm(site: Site) -> cst.BaseExpression:
     """``nn.LSTM(I, H, L, dropout=p)`` with L not the literal 1 -> ``TorchLSTM(I, H, L,
     dropout=p)``, the helper of passes/helpers.py (stacked nnx.RNNs, dropout between layers,
     torch's call and return), its arguments as given."""
-    if not site.renders.stacked_rnn or site.renders.intermediate:
+    if not site.renders.stacked_rnn:
         kind = site.rule.torch.rsplit(".", 1)[-1]
         raise Untranslatable(f"{kind}(num_layers={code(site.get('num_layers'))}): not "
                              "translated on this target (stack one-layer RNNs)")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import libcst as cst
 
 from torch2jax.passes.common import arg, call, expr
+from torch2jax.targets import equinox_lstm  # noqa: F401 (registers its helper class)
 
 
 @dataclass(frozen=True)

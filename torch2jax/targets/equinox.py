@@ -472,7 +472,7 @@ class _LayerDictToDict(cst.CSTTransformer):
 
 
 # definitions the NNX pass wrote: they go
-NNX_HELPER_CLASSES = ("LayerDict", "BatchNorm", "TorchGRUCell")
+NNX_HELPER_CLASSES = ("LayerDict", "BatchNorm", "TorchGRUCell", "TorchLSTM")
 
 
 def _without_nnx_helpers(module: cst.Module) -> cst.Module:
@@ -763,6 +763,45 @@ def _torch_back(s: cst.BaseStatement, torch_defs: dict, why: str = "") -> cst.Ba
     return _todo(_comment_out(s), msg)
 
 
+class _ParamLeaves(cst.CSTTransformer):
+    """``nnx.state(self, nnx.Param)`` (NNX's ``self.parameters()``) in a method of a module
+    with no buffers -> ``eqx.filter(self, eqx.is_inexact_array)``, and torch's
+    ``self.parameters()`` its leaves: its parameters are its floating-point arrays
+    (``next(self.parameters())`` read for its dtype)."""
+
+    def leave_Call(self, original_node, updated_node):
+        if m.matches(updated_node, m.Call(func=m.Attribute(value=m.Name("nnx"), attr=m.Name(
+                "state")), args=[m.Arg(m.Name("self")), m.Arg(m.Attribute(value=m.Name("nnx"),
+                                                                          attr=m.Name("Param")))])):
+            return cst.parse_expression("eqx.filter(self, eqx.is_inexact_array)")
+        if m.matches(updated_node, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name(
+                "parameters")), args=[])):  # (torch's, left by the NNX pass)
+            return cst.parse_expression(
+                "iter(jax.tree.leaves(eqx.filter(self, eqx.is_inexact_array)))")
+        return updated_node
+
+
+class _TiedHead(cst.CSTTransformer):
+    """``del self.decoder.kernel`` (NNX's translation of a Linear's weight tied to an
+    embedding's, ``self.decoder.weight = self.encoder.weight``; the forward pass reads
+    ``hasattr(self.decoder, "kernel")``) -> ``self.decoder = eqx.tree_at(lambda m: m.weight,
+    self.decoder, None)``: the decoder has no weight of its own, the forward pass reads the
+    embedding's (equinox_forward.py)."""
+
+    def __init__(self, attrs: dict) -> None:
+        self.attrs = attrs
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if not m.matches(updated_node, m.SimpleStatementLine(body=[m.Del(m.Attribute(
+                value=m.Attribute(value=m.Name("self"), attr=m.Name()), attr=m.Name("kernel")))])):
+            return updated_node
+        name = updated_node.body[0].target.value.attr.value
+        if self.attrs.get(name, Layer("value")).kind != "linear":
+            return updated_node
+        return cst.parse_statement(f"self.{name} = eqx.tree_at(lambda m: m.weight, self.{name}, "
+                                   "None)\n").with_changes(leading_lines=updated_node.leading_lines)
+
+
 def _nnx_module_class(cls: cst.ClassDef) -> bool:
     """Whether the NNX translation made ``cls`` a module class (an ``nnx.Module`` base, or a
     constructor taking ``rngs``); a plain class (a trainer) is not one."""
@@ -846,6 +885,7 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
                 f.needs.add(class_methods.INIT_FN)
                 s = loop
             s = direct_init(s, c.attrs) or s  # nn.init.constant_(self.fc.weight, 0.1)
+            s = s.visit(_TiedHead(c.attrs))  # del self.decoder.kernel (a tied decoder)
             for a in findall(s, m.AssignTarget(m.Attribute(value=m.Name("self")))):
                 name = a.target.attr.value
                 if name not in assigned and c.attrs.get(name, Layer("value")).kind not in (
@@ -870,6 +910,9 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
     torch_methods = {t.name.value: t for t in (torch_cls.body.body if torch_cls else [])
                      if isinstance(t, cst.FunctionDef)}
     for i, s in enumerate(body):
+        if isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") and \
+                not any(a.kind == "buffer" for a in c.attrs.values()):
+            s = body[i] = s.visit(_ParamLeaves())  # next(self.parameters()), for its dtype
         if isinstance(s, cst.FunctionDef) and s.name.value in c.init_methods:
             body[i] = class_methods.init_method(s)
         elif isinstance(s, cst.FunctionDef) and s.name.value in c.methods:

@@ -90,6 +90,9 @@ class LayerCalls:
             return self.batched_call(func, lay, node)
         if lay.kind == "mha":
             return self.call_attention(func, lay, node)
+        if lay.kind == "torchlstm":  # (h, c) hold the batch on axis 1: the module is batched
+            raise EquinoxError("a stacked LSTM: its states (num_layers, N, H) hold the batch "
+                               "on axis 1")
         if lay.kind in RNN_NAMES:
             raise EquinoxError(f"an {RNN_NAMES[lay.kind]} call in another form than torch's "
                                "(output, state) unpacked")
@@ -442,6 +445,11 @@ class LayerCalls:
             values = [self.ev(a.value)[0] for a in args]
             return _fix_commas(cst.Call(cst.Name("on_batch"), [cst.Arg(func), *(
                 a.with_changes(value=v) for a, v in zip(args, values, strict=True))])), Info()
+        if lay.kind == "torchlstm" and len(args) in (1, 2) and not any(
+                a.keyword or a.star for a in args):  # torch's call: input, (h_0, c_0)
+            call = cst.Call(func, [a.with_changes(value=self.ev(a.value)[0]) for a in args])
+            return (_fix_commas(call.with_changes(args=[*call.args, _kwarg(
+                "key", self.key())])) if lay.keyed else call), Info()
         if lay.kind != "module" and (len(args) != 1 or args[0].keyword or args[0].star):
             raise EquinoxError(f"a {lay.kind} layer called with several arguments")
         values = [self.ev(a.value) for a in args]

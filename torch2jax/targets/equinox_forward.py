@@ -150,6 +150,12 @@ class Forward(LayerCalls):
         if isinstance(node, cst.UnaryOperation):
             inner, info = self.ev(node.expression)
             return node.with_changes(expression=inner), info
+        if isinstance(node, cst.IfExp):  # (NNX's tied head: hasattr(self.decoder, "kernel"))
+            test = self.tied_test(node.test)
+            body, bi = self.ev(node.body)
+            orelse, oi = self.ev(node.orelse)
+            return node.with_changes(test=test, body=body, orelse=orelse), \
+                bi if bi == oi else Info(bi.batched or oi.batched)
         if isinstance(node, cst.Call):
             return self.call(node)
         if isinstance(node, (cst.Tuple, cst.List)):
@@ -183,6 +189,19 @@ class Forward(LayerCalls):
             if self.env.get(n.value, Info()).batched:
                 raise EquinoxError(f"{type(node).__name__} over a batched value")
         return node, Info()
+
+    def tied_test(self, test: cst.BaseExpression) -> cst.BaseExpression:
+        """``hasattr(self.decoder, 'kernel')`` (a Linear whose weight a tie may have removed)
+        -> ``self.decoder.weight is not None``; any other test as a value."""
+        if m.matches(test, m.Call(func=m.Name("hasattr"), args=[m.Arg(), m.Arg(
+                m.SimpleString())])) and test.args[1].value.evaluated_value == "kernel":
+            layer, lay = self.resolve(test.args[0].value)
+            if lay is not None and lay.kind == "linear":
+                return expr("{f}.weight is not None", f=layer)
+        new, info = self.ev(test)
+        if info.batched:
+            raise EquinoxError("a conditional expression on a batched value")
+        return new
 
     def weight_read(self, node: cst.Attribute) -> cst.BaseExpression | None:
         """A layer's weight read in forward code: NNX's ``fc.kernel`` is torch's weight

@@ -333,8 +333,22 @@ def _gru_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
     return _call("TorchGRUCell", pos, [("key", cst.Name("__needs_key__"))]), Layer("grucell")
 
 
+def _stacked_lstm(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
+    """TorchLSTM(I, H, L, ...) (NNX's helper, torch's stacked nn.LSTM) -> the equinox helper
+    of targets/equinox_lstm.py, its arguments as given: called on the batch (a module that
+    holds it is kept batched), a key for its dropout between layers."""
+    kw.pop("rngs", None)
+    if set(kw) - {"input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout"}:
+        raise EquinoxError(f"LSTM argument {min(kw)} has no equinox form")
+    rate = kw.get("dropout", pos[5] if len(pos) > 5 else None)
+    keyed = rate is not None and try_literal(rate, None) not in (0, 0.0)
+    return _call("TorchLSTM", pos, [*kw.items(), ("key", cst.Name("__needs_key__"))]), \
+        Layer("torchlstm", cls="TorchLSTM", keyed=keyed)
+
+
 SEQUENCE_LAYERS = {"nnx.MultiHeadAttention": _attention, "nnx.RNN": _rnn,
-                   "nnx.OptimizedLSTMCell": _lstm_cell, "TorchGRUCell": _gru_cell}
+                   "nnx.OptimizedLSTMCell": _lstm_cell, "TorchGRUCell": _gru_cell,
+                   "TorchLSTM": _stacked_lstm}
 
 
 def _kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:

@@ -31,6 +31,8 @@ from torch2jax.analysis.accumulate import find_memory_states
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
+from torch2jax.targets import equinox_gan as gan
+from torch2jax.targets.equinox_eval import eval_step
 from torch2jax.targets.equinox_globals import declare_globals, own_scope, read_globals
 from torch2jax.targets.equinox_layers import _todo
 from torch2jax.targets.equinox_snapshots import restore, snapshot
@@ -161,12 +163,17 @@ def _step_parts(fn: cst.FunctionDef, ctx: TrainingContext) -> dict | None:
     inner = list(loss_fn.body.body)
     if not inner or not m.matches(inner[-1], m.SimpleStatementLine(body=[m.Return()])):
         return None
+    # the loss function's other arguments (an LSTM's hidden state), passed as they are named
+    extra = [p.name.value for p in loss_fn.params.params[1:]]
+    if not isinstance(vg_assign.value, cst.Call) or [code(a.value) for a in vg_assign.value.args[
+            1:]] != extra or any(a.keyword or a.star for a in vg_assign.value.args):
+        return None
     # the functional step takes (graphdef, train_state, ...), or (train_state, ...) when it
     # closes over the graphdef
     skip = 1 if rec.closure else 2
     return {"model": model, "opt": opt, "args": params[skip:], "skip": skip, "loss_fn": loss_fn,
             "inner": inner[:-1], "loss": loss, "aux": aux, "grads": grads, "outs": outs,
-            "functional": functional}
+            "functional": functional, "extra": extra}
 
 
 class _ModelCalls(cst.CSTTransformer):
@@ -271,7 +278,7 @@ def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
     inner, cast = _loss_body(parts["inner"], model, stateful, keyed, dtype, ctx, batched)
     aux_out = ([STATE] if stateful else []) + aux
     loss_fn = parts["loss_fn"].name.value
-    lf_params = f"{model}, {STATE}" if stateful else model
+    lf_params = ", ".join([model, *([STATE] if stateful else []), *parts["extra"]])
     if aux_out:
         tup = aux_out[0] if len(aux_out) == 1 else f"({', '.join(aux_out)})"
         ret_inner = f"return {loss}, {tup}"
@@ -293,44 +300,6 @@ def train_step(fn: cst.FunctionDef, parts: dict, stateful: bool, keyed: bool,
            f"    return {', '.join(head + parts['outs'])}\n")
     new = cst.parse_statement(src)
     return new.with_changes(leading_lines=fn.leading_lines), cast
-
-
-def eval_step(stateful: bool, batched: bool | None = False, draws: bool = False
-              ) -> cst.FunctionDef:
-    """The evaluation step; ``batched``: the models are kept batched (called on the batch as
-    they are), None: not known here (a class of another file), decided by its ``batched``;
-    ``draws``: their forward draws (a VAE's sample), in inference mode too: the step takes a
-    key (one per example for a model mapped over the batch)."""
-    if draws:
-        head = f"@eqx.filter_jit\ndef eval_step(model, {'state, ' if stateful else ''}*inputs, key):\n"
-        keys = "jax.random.split(key, inputs[0].shape[0])"
-        if batched:
-            body = f"    return model(*inputs{', state' if stateful else ''}, key=key)" + (
-                "[0]\n" if stateful else "\n")
-        elif stateful:
-            body = (f"    return jax.vmap(lambda k, *xs: model(*xs, state, key=k)[0], "
-                    f"axis_name=\"batch\")({keys}, *inputs)\n")
-        else:
-            body = f"    return jax.vmap(model)(*inputs, key={keys})\n"
-        return cst.parse_statement(head + body)
-    if batched is None:
-        return cst.parse_statement(
-            "@eqx.filter_jit\ndef eval_step(model, *inputs):\n"
-            "    if getattr(model, \"batched\", False):  # kept batched by the converter\n"
-            "        return model(*inputs)\n"
-            "    return jax.vmap(model)(*inputs)\n")
-    if batched:  # the models kept batched: called on the batch as they are
-        src = ("@eqx.filter_jit\ndef eval_step(model, *inputs):\n    return model(*inputs)\n"
-               if not stateful else "@eqx.filter_jit\ndef eval_step(model, state, *inputs):\n"
-               "    return model(*inputs, state)[0]\n")
-        return cst.parse_statement(src)
-    if stateful:
-        src = ("@eqx.filter_jit\ndef eval_step(model, state, *inputs):\n"
-               "    return jax.vmap(lambda *xs: model(*xs, state)[0], "
-               "axis_name=\"batch\")(*inputs)\n")
-    else:
-        src = "@eqx.filter_jit\ndef eval_step(model, *inputs):\n    return jax.vmap(model)(*inputs)\n"
-    return cst.parse_statement(src)
 
 
 AUTOCAST_SRC = (f"def {AUTOCAST_FN}(tree, dtype):\n"
@@ -402,6 +371,9 @@ class Scope(cst.CSTTransformer):
         self.opt_receivers = opt_receivers or {}
         self.has_key = has_key
         self.steps: dict[str, dict] = {}
+        self.gans: dict[str, gan.Gan] = {}  # GAN steps (equinox_gan.py)
+        self.states: dict[str, str] = {}  # a model's state, when not `state` (a GAN's)
+        self.opt_states: dict[str, str] = {}  # an optimizer's state, when not `opt_state`
         # the step each name is bound to at this point (two loops, each with its own step)
         self.current: dict[str, dict] = {}
         self.built_optimizers: set[str] = set()  # built in this scope
@@ -429,6 +401,10 @@ class Scope(cst.CSTTransformer):
                 parts = _step_parts(fn, ctx)
                 if parts is not None:
                     self.steps[fn.name.value] = parts
+                elif (g := gan.parse(fn)) is not None:  # each model and optimizer its state
+                    self.gans[fn.name.value] = g
+                    self.states.update(gan.state_names(g)[0])
+                    self.opt_states.update(gan.state_names(g)[1])
             for c in findall(s, m.Call(func=m.Attribute(attr=m.Name("set_attributes")))):
                 for a in c.args:
                     if a.keyword is not None and a.keyword.value == "dtype" and \
@@ -445,11 +421,17 @@ class Scope(cst.CSTTransformer):
 
     # -- the train step and the evaluation step
     def visit_FunctionDef(self, node):
-        if node.name.value in self.steps:
+        if node.name.value in self.steps or node.name.value in self.gans:
             self.in_step += 1
         return True
 
     def leave_FunctionDef(self, original_node, updated_node):
+        if original_node.name.value in self.gans:
+            self.in_step -= 1
+            p = self.gans[original_node.name.value]
+            return gan.render(original_node, p, {n: self.flags(n) for n in (
+                p.d_model, p.g_model)}, {n: self.models[n] in self.ctx.batched for n in (
+                    p.d_model, p.g_model)})
         if original_node.name.value not in self.steps:
             return updated_node
         parts = _step_parts(original_node, self.ctx) or self.steps[original_node.name.value]
@@ -470,7 +452,7 @@ class Scope(cst.CSTTransformer):
         # optimizer.opt_state -> opt_state; hyperparams[...].value -> hyperparams[...]
         if m.matches(updated_node, m.Attribute(value=m.Name(), attr=m.Name("opt_state"))) and \
                 updated_node.value.value in self.optimizers:
-            return cst.Name(OPT_STATE)
+            return cst.Name(self.opt_states.get(updated_node.value.value, OPT_STATE))
         if m.matches(updated_node, m.Attribute(value=m.Subscript(value=m.Attribute(
                 attr=m.Name("hyperparams"))), attr=m.Name("value"))):
             return updated_node.value
@@ -486,7 +468,8 @@ class Scope(cst.CSTTransformer):
 
     def arrays(self, model: str) -> str:
         """The model's arrays (with its state): what torch's state_dict holds."""
-        tree = f"({model}, {STATE})" if self.flags(model)[0] else model
+        state = self.states.get(model, STATE)
+        tree = f"({model}, {state})" if self.flags(model)[0] else model
         return f"eqx.filter({tree}, eqx.is_array)"
 
     def leave_Call(self, original_node, updated_node):
@@ -504,8 +487,8 @@ class Scope(cst.CSTTransformer):
             if (stateful or keyed) and plain and func in self.inference:
                 # evaluation: no dropout key, the running statistics as they are
                 self.eval_calls += 1
-                args = [cst.Arg(cst.Name(func)), *([cst.Arg(cst.Name(STATE))] if stateful
-                                                    else []), *updated_node.args]
+                state = [cst.Arg(cst.Name(self.states.get(func, STATE)))] if stateful else []
+                args = [cst.Arg(cst.Name(func)), *state, *updated_node.args]
                 args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
                     " "))) for a in args[:-1]] + [args[-1].with_changes(
                         comma=cst.MaybeSentinel.DEFAULT)]
@@ -523,7 +506,7 @@ class Scope(cst.CSTTransformer):
             if len(args) > at and args[at].keyword is None and \
                     code(args[at].value) in self.models and \
                     self.flags(code(args[at].value))[0]:
-                added.append(STATE)
+                added.append(self.states.get(code(args[at].value), STATE))
             elif func == EVAL_STEP and self.eval_stateful:
                 raise _Fail("a model without BatchNorm state evaluated by the eval_step of "
                             "the models with state")
@@ -672,7 +655,8 @@ class Scope(cst.CSTTransformer):
             if cls is not None and isinstance(target, cst.Name):
                 other = [n for n, c in self.models.items() if n != target.value
                          and (self.classes.get(c) or (False, False))[0]]
-                if (self.classes[cls] or (False, False))[0] and other:
+                if (self.classes[cls] or (False, False))[0] and other and not {
+                        target.value, *other} <= set(self.states):
                     # one `state` name per function: the second model's would replace the first's
                     raise _Fail(f"two models with BatchNorm state in one function "
                                 f"({' and '.join(sorted([other[0], target.value]))}): "
@@ -689,7 +673,7 @@ class Scope(cst.CSTTransformer):
                                  f"{a.keyword.value}={code(a.value)}" for a in args] +
                                 [f"key={kv}"])
                 if (self.classes[cls] or (False, False))[0]:
-                    return [_stmt(f"{target.value}, {STATE} = "
+                    return [_stmt(f"{target.value}, {self.states.get(target.value, STATE)} = "
                                   f"eqx.nn.make_with_state({cls})({pos})")]
                 return [_stmt(f"{target.value} = {cls}({pos})")]
             if m.matches(value, m.Call(func=m.Attribute(value=m.Name("nnx"),
@@ -705,7 +689,8 @@ class Scope(cst.CSTTransformer):
                 self.one_opt_state(target.value)
                 tx = args[1].value.visit(Dedent())
                 out = [_stmt(f"{target.value} = {code(tx)}"),
-                       _stmt(f"{OPT_STATE} = {target.value}.init(eqx.filter({model}, "
+                       _stmt(f"{self.opt_states.get(target.value, OPT_STATE)} = "
+                             f"{target.value}.init(eqx.filter({model}, "
                              "eqx.is_array))")]
                 if self.counter:
                     out.append(_stmt(f"{COUNTER} = 0"))
@@ -718,6 +703,10 @@ class Scope(cst.CSTTransformer):
                 return []
             if m.matches(value, m.Call(func=m.Name())) and value.func.value in self.steps:
                 return self.step_call(value, target)
+            if m.matches(value, m.Call(func=m.Name())) and value.func.value in self.gans:
+                p = self.gans[value.func.value]
+                return [_stmt(gan.call(value, target, p, {n: self.flags(n) for n in (
+                    p.d_model, p.g_model)}))]
             if m.matches(value, m.Call(func=m.Attribute(value=m.Name()))) and \
                     isinstance(target, cst.Name) and value.func.value.value in self.models \
                     and value.func.attr.value in self.ctx.optimizer_methods.get(
@@ -797,7 +786,7 @@ class Scope(cst.CSTTransformer):
     def one_opt_state(self, optimizer: str) -> None:
         """One ``opt_state`` name per function: a second optimizer's would replace the first's."""
         other = self.built_optimizers - {optimizer}
-        if other:
+        if other and not {optimizer, *other} <= set(self.opt_states):
             raise _Fail(f"two optimizers in one function ({min(other)} and {optimizer}): "
                         "each needs its own optimizer state")
         self.built_optimizers.add(optimizer)
@@ -980,7 +969,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     fns = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
     # train steps defined at the top level belong to the top-level loop that calls them
     top = [s for s in stmts if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
-        isinstance(s, cst.FunctionDef) and _step_parts(s, ctx) is not None)]
+        isinstance(s, cst.FunctionDef) and (_step_parts(s, ctx) or gan.parse(s)))]
     fns = {n: f for n, f in fns.items() if f not in top}
 
     def builds(body) -> dict[str, str]:
@@ -1172,7 +1161,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 eval_calls += top_scope.eval_calls - before
                 out.append(done)
                 needs_autocast |= top_scope.needs_autocast
-        except _Fail as exc:
+        except (_Fail, gan.Refused) as exc:
             out.append(exc.message)
     if eval_calls and autocast_at is None:
         # no eval step came from NNX (evaluation under @torch.no_grad(), not a no_grad block)
