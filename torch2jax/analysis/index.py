@@ -433,6 +433,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._fn_stack: list[cst.FunctionDef] = []
         self._lists: dict[int, dict[str, list[str]]] = {}
         self._dict_convs: dict[tuple[int, str], list[cst.Call]] = {}  # convs put in by name
+        # a local given a layer in each branch: [(layout, the conv built there or None)]
+        self._local_layers: dict[tuple[int, str], list[tuple[str, cst.Call | None]]] = {}
         # (class, attribute) -> the layouts of the layers assigned to it, with the convs built
         # in place among them (mvitv2: self.pool_q = pool_op(...) or nn.Conv2d(...))
         self._attr_assigns: dict[tuple[str, str], list[tuple[str, cst.Call | None]]] = {}
@@ -480,6 +482,16 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         lists = self._lists.get(id(node), {})
+        for (fid, name), built in self._local_layers.items():
+            # fc = nn.Conv2d(c, n, 1) in one branch, nn.Linear / nn.Identity in the others
+            # (timm's _create_fc, use_conv): the conv is the NCHW Conv2d helper, so that the
+            # local (and what returns it) takes torch's layout whichever branch built it
+            convs = [conv for _, conv in built if conv is not None]
+            if fid == id(node) and convs and len(convs) < len(built) and all(
+                    layout == "channels_last" for layout, conv in built if conv is not None
+            ) and {layout for layout, conv in built if conv is None} <= {"torch", "any"}:
+                self.index.torch_convs.update(id(c) for c in convs)
+                lists[name] = ["torch"]
         for name, layouts in lists.items():
             layout = combine(layouts)
             if (id(node), name) in self.index.ordered_dicts:
@@ -920,8 +932,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
             if rule is not None and rule.special not in ("sequential", "module_list",
                                                          "module_dict"):
-                self._lists[id(self._fn_stack[-1])][target.value] = [
-                    built_layout(rule, node.value, self.index.factory_dicts)]
+                layout = built_layout(rule, node.value, self.index.factory_dicts)
+                self._lists[id(self._fn_stack[-1])][target.value] = [layout]
+                self._local_layers.setdefault((id(self._fn_stack[-1]), target.value), []).append(
+                    (layout, node.value if rule.special == "conv" else None))
         # a layer bound to a plain name (pool = nn.MaxPool2d(2), at module level or in a
         # function) and called by it: the call moves a channels-last layer's input and output
         if isinstance(target, cst.Name) and isinstance(node.value, cst.Call) and (

@@ -336,10 +336,20 @@ def pool(site: Site) -> cst.BaseExpression:
         if ceil_mode is not True:
             raise Untranslatable("pooling with a non-literal ceil_mode")
         return expr("lambda x: " + _ceil_pool(site, n, k, stride, "x", 1))
-    out = [arg(expr(site.rule.targets[site.target])), arg(tuple_of(k, n), "window_shape"),
-           arg(tuple_of(stride, n), "strides")]
-    if site.lit("padding") not in (0, None):
-        out.append(arg(_pairs(site.args.get("padding"), n), "padding"))
+    def sizes(node: cst.BaseExpression, name: str) -> cst.BaseExpression:
+        # a name holding a list or tuple (mvitv2's kernel_skip = [s + 1 for s in stride_q]):
+        # a tuple of it (flax's window and strides are static, hashable)
+        if name in site.sequences and not isinstance(node, (cst.Tuple, cst.List)):
+            return call("tuple", arg(node))
+        return tuple_of(node, n)
+
+    out = [arg(expr(site.rule.targets[site.target])), arg(sizes(k, "kernel_size"), "window_shape"),
+           arg(sizes(stride, "stride" if stride is not k else "kernel_size"), "strides")]
+    padding = site.args.get("padding")
+    if "padding" in site.sequences and not isinstance(padding, (cst.Tuple, cst.List)):
+        out.append(arg(expr("tuple((p, p) for p in {x})", x=padding), "padding"))
+    elif site.lit("padding") not in (0, None):
+        out.append(arg(_pairs(padding, n), "padding"))
     if site.lit("count_include_pad") is False:
         out.append(arg(py(False), "count_include_pad"))
     return call("partial", *out)
