@@ -21,7 +21,7 @@ from torch2jax.passes.common import (
     py,
     try_literal,
 )
-from torch2jax.passes.registry import Site, spatial_dims, special, tuple_of
+from torch2jax.passes.registry import Site, pool_window, spatial_dims, special, tuple_of
 
 
 def _pairs(node: cst.BaseExpression, n: int) -> cst.BaseExpression:
@@ -336,20 +336,9 @@ def pool(site: Site) -> cst.BaseExpression:
         if ceil_mode is not True:
             raise Untranslatable("pooling with a non-literal ceil_mode")
         return expr("lambda x: " + _ceil_pool(site, n, k, stride, "x", 1))
-    def sizes(node: cst.BaseExpression, name: str) -> cst.BaseExpression:
-        # a name holding a list or tuple (mvitv2's kernel_skip = [s + 1 for s in stride_q]):
-        # a tuple of it (flax's window and strides are static, hashable)
-        if name in site.sequences and not isinstance(node, (cst.Tuple, cst.List)):
-            return call("tuple", arg(node))
-        return tuple_of(node, n)
-
-    out = [arg(expr(site.rule.targets[site.target])), arg(sizes(k, "kernel_size"), "window_shape"),
-           arg(sizes(stride, "stride" if stride is not k else "kernel_size"), "strides")]
-    padding = site.args.get("padding")
-    if "padding" in site.sequences and not isinstance(padding, (cst.Tuple, cst.List)):
-        out.append(arg(expr("tuple((p, p) for p in {x})", x=padding), "padding"))
-    elif site.lit("padding") not in (0, None):
-        out.append(arg(_pairs(padding, n), "padding"))
+    out = [arg(expr(site.rule.targets[site.target])), *pool_window(site, k, stride, n)]
+    if site.lit("padding") not in (0, None) and "padding" not in site.sequences:
+        out.append(arg(_pairs(site.args.get("padding"), n), "padding"))
     if site.lit("count_include_pad") is False:
         out.append(arg(py(False), "count_include_pad"))
     return call("partial", *out)
