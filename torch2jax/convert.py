@@ -28,6 +28,7 @@ from torch2jax.finish.invariants import check_output, input_facts
 from torch2jax.finish.noop import DropNoopAssigns
 from torch2jax.passes import (
     data_inits,
+    forward_choice,
     loader_classes,
     local_lambdas,
     manual_sgd,
@@ -83,7 +84,7 @@ IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jn
 # the rewrites of the torch source before the analysis, in order (each returns the module it
 # was given when it changes nothing)
 _CANONICAL_FORMS = (loader_classes, scaler_params, optimizer_attributes, manual_sgd,
-                    open_checkpoints, local_lambdas, data_inits, module_methods)
+                    open_checkpoints, local_lambdas, data_inits, module_methods, forward_choice)
 
 
 class ParseError(Exception):

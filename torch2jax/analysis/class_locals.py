@@ -114,3 +114,21 @@ def param_loop_targets(fn: cst.FunctionDef) -> dict[str, str]:
         if isinstance(node, cst.For):
             pair(node.target, node.iter)
     return found
+
+
+def nchw_branch_convs(built: dict, fid: int, torch_convs: set[int]) -> list[str]:
+    """The locals of function ``fid`` given a channels-last conv in one branch and layers of
+    torch's layout (or any) in the others (timm's ``_create_fc``: ``fc = nn.Conv2d(c, n, 1)``
+    where ``use_conv``, else ``nn.Linear`` or ``nn.Identity``; dla's classifier). ``built``:
+    (function, local) -> [(layout, the conv built there or None)]. Their convs join
+    ``torch_convs`` (the NCHW Conv2d helper), so that the local, and what returns it, takes
+    torch's layout whichever branch built it."""
+    names = []
+    for (f, name), assigns in built.items():
+        convs = [conv for _, conv in assigns if conv is not None]
+        if f == fid and convs and len(convs) < len(assigns) and all(
+                layout == "channels_last" for layout, conv in assigns if conv is not None
+        ) and {layout for layout, conv in assigns if conv is None} <= {"torch", "any"}:
+            torch_convs.update(id(c) for c in convs)
+            names.append(name)
+    return names

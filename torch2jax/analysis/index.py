@@ -21,6 +21,7 @@ from libcst.metadata import ScopeProvider
 from torch2jax.analysis.class_locals import (
     looked_up_activation,
     looked_up_class,
+    nchw_branch_convs,
     param_loop_targets,
     tuple_class_returns,
     unpacked_classes,
@@ -433,6 +434,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._fn_stack: list[cst.FunctionDef] = []
         self._lists: dict[int, dict[str, list[str]]] = {}
         self._dict_convs: dict[tuple[int, str], list[cst.Call]] = {}  # convs put in by name
+        self._local_layers: dict = {}  # (function, local) -> [(layout, conv or None)]
         # (class, attribute) -> the layouts of the layers assigned to it, with the convs built
         # in place among them (mvitv2: self.pool_q = pool_op(...) or nn.Conv2d(...))
         self._attr_assigns: dict[tuple[str, str], list[tuple[str, cst.Call | None]]] = {}
@@ -480,6 +482,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         lists = self._lists.get(id(node), {})
+        for name in nchw_branch_convs(self._local_layers, id(node), self.index.torch_convs):
+            lists[name] = ["torch"]  # timm's _create_fc: a conv or a Linear
         for name, layouts in lists.items():
             layout = combine(layouts)
             if (id(node), name) in self.index.ordered_dicts:
@@ -918,17 +922,17 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         # later: its layout, like a list's. A local Sequential takes and returns NCHW itself.
         if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.Call):
             rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
-            if rule is not None and rule.special not in ("sequential", "module_list",
-                                                         "module_dict"):
-                self._lists[id(self._fn_stack[-1])][target.value] = [
-                    built_layout(rule, node.value, self.index.factory_dicts)]
+            if rule is not None and rule.special not in _CONTAINERS:
+                layout = built_layout(rule, node.value, self.index.factory_dicts)
+                self._lists[id(self._fn_stack[-1])][target.value] = [layout]
+                self._local_layers.setdefault((id(self._fn_stack[-1]), target.value), []).append(
+                    (layout, node.value if rule.special == "conv" else None))
         # a layer bound to a plain name (pool = nn.MaxPool2d(2), at module level or in a
         # function) and called by it: the call moves a channels-last layer's input and output
         if isinstance(target, cst.Name) and isinstance(node.value, cst.Call) and (
                 self._fn_stack or not self._class_stack):
             rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
-            if rule is not None and rule.special not in ("sequential", "module_list",
-                                                         "module_dict"):
+            if rule is not None and rule.special not in _CONTAINERS:
                 key = (id(self._fn_stack[-1]) if self._fn_stack else 0, target.value)
                 layout = built_layout(rule, node.value, self.index.factory_dicts)
                 old = self.index.name_layouts.get(key, layout)

@@ -434,7 +434,13 @@ helper("torch_named_children", {"Any", "nnx"}, '''
 def torch_named_children(module: Any) -> Any:
     """torch's module.named_children() of an NNX module: its direct submodules in the order
     it assigned them (torch's registration order), a Sequential's, a List's or a Dict's by
-    their index or key, each once. Activation layers, JAX functions here, are not modules."""
+    their index or key, each once. Activation layers, JAX functions here, are not modules,
+    except in a Sequential grown by add_module, whose names (torch_names) are torch's."""
+    names = getattr(module, "torch_names", None)
+    if isinstance(module, nnx.Sequential) and names:
+        for name, at in names.items():
+            yield name, module.layers[at]
+        return
     if isinstance(module, nnx.Sequential):
         items = enumerate(module.layers)
     elif isinstance(module, (nnx.List, list, tuple)):

@@ -116,13 +116,30 @@ def special(name: str):
     return register
 
 
-def tuple_of(node: cst.BaseExpression, n: int) -> cst.BaseExpression:
-    """``k`` -> ``(k, k)`` for an int literal or a name; tuples pass through."""
+def tuple_of(node: cst.BaseExpression, n: int, seq: bool = False) -> cst.BaseExpression:
+    """``k`` -> ``(k, k)`` for an int literal or a name; tuples pass through; a name that
+    holds a list or tuple (``seq``) -> ``tuple(k)`` (static, hashable)."""
+    if seq and not isinstance(node, (cst.Tuple, cst.List)):
+        return expr("tuple({x})", x=node)
     if isinstance(node, (cst.Tuple, cst.List)):
         items = [code(e.value) for e in node.elements]
     else:
         items = [code(node)] * n
     return expr("(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")")
+
+
+def pool_window(site: Site, k: cst.BaseExpression, stride: cst.BaseExpression,
+                n: int) -> list[cst.Arg]:
+    """A pooling layer's ``window_shape=`` and ``strides=`` (the stride given, or the kernel
+    size, torch's default); a name holding a list or tuple (mvitv2's ``kernel_skip = [s + 1
+    for s in stride_q]``) is ``tuple(kernel_skip)``, static and hashable, and a padding held
+    so, one pair per entry (the caller writes any other padding)."""
+    named = ("stride" if stride is not k else "kernel_size") in site.sequences
+    out = [arg(tuple_of(k, n, "kernel_size" in site.sequences), "window_shape"),
+           arg(tuple_of(stride, n, named), "strides")]
+    if "padding" in site.sequences:
+        out.append(arg(expr("tuple((p, p) for p in {x})", x=site.args.get("padding")), "padding"))
+    return out
 
 
 def spatial_dims(rule_name: str) -> int:

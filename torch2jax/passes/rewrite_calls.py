@@ -335,6 +335,20 @@ class CallsMixin:
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(args=args)
 
+    def _built_by_file_function(self, recv: cst.BaseExpression) -> bool:
+        """``self.stem`` unpacked from a call of a layer-building function of the file
+        (cspnet's ``self.stem, info = create_csp_stem(...)``, its stem a Sequential)."""
+        if not (m.matches(recv, m.Attribute(m.Name("self"), m.Name())) and self.current_class):
+            return False
+        cls = next((c for c in m.findall(self._root, m.ClassDef(name=m.Name(
+            self.current_class)))), None)
+        held = m.Element(m.Attribute(m.Name("self"), m.Name(recv.attr.value)))
+        return cls is not None and any(
+            isinstance(a.value, cst.Call) and isinstance(a.value.func, cst.Name)
+            and a.value.func.value in self.index.fn_returns
+            for a in m.findall(cls, m.Assign(targets=[m.AssignTarget(m.Tuple(elements=[
+                m.ZeroOrMore(), held, m.ZeroOrMore()]))])))
+
     def _rewrite_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = self.q(original.func) if _is_dotted(original.func) else None
         # super().__init__() in a module class
@@ -362,7 +376,8 @@ class CallsMixin:
             if listed is not None:
                 return listed
             if self.target.stateful_modules and not self.target.setup_modules and (
-                    self._is_module_expr(original.func.value)):
+                    self._is_module_expr(original.func.value)
+                    or self._built_by_file_function(original.func.value)):
                 # a module of a class the file does not define (timm's named_apply walks the
                 # model it is given): its submodules as NNX holds them
                 self.diag(original, "torch.nn.Module.children", "info",

@@ -829,9 +829,10 @@ class ModuleClassMixin:
     def _local_sequential_add(self, original: cst.Call,
                               updated: cst.Call) -> cst.BaseExpression | None:
         """``stem.add_module(name, layer)`` / ``stem.append(layer)`` of a local the function
-        assigned an empty ``nn.Sequential()`` (timm's cspnet stem): appended to its layers. A
-        local Sequential takes NCHW, so a channels-last layer comes between transposes; one
-        whose layout is not known is marked."""
+        assigned an empty ``nn.Sequential()`` (timm's cspnet stem): appended to its layers, an
+        added name recorded with its layer's position in ``torch_names``. A local Sequential
+        takes NCHW, so a channels-last layer comes between transposes; one whose layout is not
+        known is marked."""
         recv = original.func.value
         if not (isinstance(recv, cst.Name) and self._fn_stack and self.target.stateful_modules):
             return None
@@ -849,6 +850,14 @@ class ModuleClassMixin:
                                  "layout is not known into a local nn.Sequential",
                                  rule="torch.nn.Sequential")
         layer = updated.args[-1].value
+        if len(updated.args) == 2 and self._pending and not self._in_expr_scope:
+            # torch's name kept (cspnet's stem_names.index("conv2") of the stem's
+            # named_children()): torch_named_children reads it, the layer at its position
+            seq, at = recv.value, " + 1" if layout == "channels_last" else ""
+            name = cst.Module([]).code_for_node(updated.args[0].value)
+            self._pending[-1].before.append(cst.parse_statement(
+                f'{seq}.torch_names = {{**getattr({seq}, "torch_names", {{}}), '
+                f"{name}: len({seq}.layers){at}}}\n"))
         if layout == "channels_last":
             self.need("jnp")
             return expr(f"{recv.value}.layers.extend([\n    lambda x: jnp.moveaxis(x, 1, -1),"

@@ -968,7 +968,7 @@ class LayersMixin:
         needs_rngs = (target.startswith("nnx.") and target[4:5].isupper() or helper_class) \
             and self.target.stateful_modules
         sequences: frozenset[str] = frozenset()
-        if self.values is not None and rule.special == "conv":  # kernel_size=patch_size
+        if self.values is not None and rule.special in ("conv", "pool"):  # kernel_size=patch_size
             given = bind(original.args, rule.params)
             sequences = frozenset(k for k in ("kernel_size", "stride", "padding", "dilation")
                                   if isinstance(given.get(k), cst.Name) and self.values.kind(

@@ -21,7 +21,7 @@ from torch2jax.passes.common import (
     py,
     try_literal,
 )
-from torch2jax.passes.registry import Site, spatial_dims, special, tuple_of
+from torch2jax.passes.registry import Site, pool_window, spatial_dims, special, tuple_of
 
 
 def _pairs(node: cst.BaseExpression, n: int) -> cst.BaseExpression:
@@ -336,9 +336,8 @@ def pool(site: Site) -> cst.BaseExpression:
         if ceil_mode is not True:
             raise Untranslatable("pooling with a non-literal ceil_mode")
         return expr("lambda x: " + _ceil_pool(site, n, k, stride, "x", 1))
-    out = [arg(expr(site.rule.targets[site.target])), arg(tuple_of(k, n), "window_shape"),
-           arg(tuple_of(stride, n), "strides")]
-    if site.lit("padding") not in (0, None):
+    out = [arg(expr(site.rule.targets[site.target])), *pool_window(site, k, stride, n)]
+    if site.lit("padding") not in (0, None) and "padding" not in site.sequences:
         out.append(arg(_pairs(site.args.get("padding"), n), "padding"))
     if site.lit("count_include_pad") is False:
         out.append(arg(py(False), "count_include_pad"))
