@@ -186,68 +186,98 @@ def host_multinomial(rng: Any, weights: Any, num_samples: int,
 ''')
 
 
-# torch's nn.LSTM with num_layers > 1 (rules/sequence.toml): stacked one-layer nnx.RNNs, torch's
-# dropout on each layer's output but the last, torch's call and return
+# torch's nn.LSTM with num_layers > 1 or bidirectional (rules/sequence.toml): stacked one-layer
+# nnx.RNNs (a reverse one per layer when bidirectional), torch's dropout on each layer's output
+# but the last, torch's call and return
 helper("TorchLSTM", {"jnp", "nnx"}, '''
 class TorchLSTM(nnx.Module):
-    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout): num_layers
-    nnx.RNN(nnx.OptimizedLSTMCell) layers (gates i, f, g, o as torch's), layer k reading layer
-    k - 1's output, with dropout on every layer's output but the last. Called as torch's:
-    lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c (num_layers, N, H)."""
+    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout,
+    bidirectional): num_layers nnx.RNN(nnx.OptimizedLSTMCell) layers (gates i, f, g, o as
+    torch's), layer k reading layer k - 1's output, with dropout on every layer's output but the
+    last. Bidirectional: each layer also runs a reverse RNN (reverse_layers[k]) over the sequence
+    and its outputs follow the forward ones on the feature axis. Called as torch's:
+    lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c (num_layers * directions, N, H),
+    torch's order (layer 0 forward, layer 0 reverse, layer 1 forward, ...)."""
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
-                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, *,
-                 rngs: nnx.Rngs) -> None:
-        self.layers = nnx.List([
-            nnx.RNN(nnx.OptimizedLSTMCell(input_size if k == 0 else hidden_size, hidden_size,
-                                          rngs=rngs), time_major=not batch_first)
-            for k in range(num_layers)])
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, *, rngs: nnx.Rngs) -> None:
+        directions = 2 if bidirectional else 1
+
+        def rnn(k: int, reverse: bool) -> nnx.RNN:
+            features = input_size if k == 0 else directions * hidden_size
+            return nnx.RNN(nnx.OptimizedLSTMCell(features, hidden_size, rngs=rngs),
+                           time_major=not batch_first, reverse=reverse, keep_order=True)
+
+        self.layers = nnx.List([rnn(k, False) for k in range(num_layers)])
+        self.reverse_layers = nnx.List([rnn(k, True) for k in range(num_layers)
+                                        if bidirectional])
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
 
     def __call__(self, input, hx=None):
         x, hs, cs = input, [], []
+        directions = 2 if len(self.reverse_layers) else 1
         for k, layer in enumerate(self.layers):
             if k > 0:
                 x = self.dropout(x)
-            carry = None if hx is None else (hx[1][k], hx[0][k])
-            (c, h), x = layer(x, initial_carry=carry, return_carry=True)
-            hs.append(h)
-            cs.append(c)
+            outs = []
+            for d, rnn in enumerate([layer, *self.reverse_layers[k:k + 1]]):
+                i = directions * k + d
+                carry = None if hx is None else (hx[1][i], hx[0][i])
+                (c, h), out = rnn(x, initial_carry=carry, return_carry=True)
+                outs.append(out)
+                hs.append(h)
+                cs.append(c)
+            x = jnp.concatenate(outs, axis=-1) if len(outs) > 1 else outs[0]
         return x, (jnp.stack(hs), jnp.stack(cs))
 ''', targets=("nnx",))
 
 
 # the same stacked LSTM on linen (targets/linen.py renders the NNX constructor): the layers
-# layers_0, layers_1, ... (a list assigned in setup()), each an nn.RNN(nn.OptimizedLSTMCell)
+# layers_0, layers_1, ... and reverse_layers_0, ... (lists assigned in setup()), each an
+# nn.RNN(nn.OptimizedLSTMCell)
 helper("TorchLSTM", {"jnp", "linen"}, '''
 class TorchLSTM(nn.Module):
-    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout): num_layers
-    nn.RNN(nn.OptimizedLSTMCell) layers (gates i, f, g, o as torch's), layer k reading layer
-    k - 1's output, with dropout on every layer's output but the last (off when
-    deterministic). Called as torch's: lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c
-    (num_layers, N, H)."""
+    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout,
+    bidirectional): num_layers nn.RNN(nn.OptimizedLSTMCell) layers (gates i, f, g, o as
+    torch's), layer k reading layer k - 1's output, with dropout on every layer's output but the
+    last (off when deterministic). Bidirectional: each layer also runs a reverse RNN
+    (reverse_layers_k) over the sequence and its outputs follow the forward ones on the feature
+    axis. Called as torch's: lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c
+    (num_layers * directions, N, H), torch's order (layer 0 forward, layer 0 reverse, ...)."""
 
     hidden_size: int
     num_layers: int = 1
     bias: bool = True
     batch_first: bool = False
     dropout: float = 0.0
+    bidirectional: bool = False
     deterministic: bool = True
 
     def setup(self) -> None:
         self.layers = [nn.RNN(nn.OptimizedLSTMCell(self.hidden_size),
                               time_major=not self.batch_first) for _ in range(self.num_layers)]
+        self.reverse_layers = [
+            nn.RNN(nn.OptimizedLSTMCell(self.hidden_size), time_major=not self.batch_first,
+                   reverse=True, keep_order=True)
+            for _ in range(self.num_layers if self.bidirectional else 0)]
         self.drop = nn.Dropout(self.dropout, deterministic=self.deterministic)
 
     def __call__(self, input, hx=None):
         x, hs, cs = input, [], []
+        directions = 2 if self.bidirectional else 1
         for k, layer in enumerate(self.layers):
             if k > 0:
                 x = self.drop(x)
-            carry = None if hx is None else (hx[1][k], hx[0][k])
-            (c, h), x = layer(x, initial_carry=carry, return_carry=True)
-            hs.append(h)
-            cs.append(c)
+            outs = []
+            for d, rnn in enumerate([layer, *self.reverse_layers[k:k + 1]]):
+                i = directions * k + d
+                carry = None if hx is None else (hx[1][i], hx[0][i])
+                (c, h), out = rnn(x, initial_carry=carry, return_carry=True)
+                outs.append(out)
+                hs.append(h)
+                cs.append(c)
+            x = jnp.concatenate(outs, axis=-1) if len(outs) > 1 else outs[0]
         return x, (jnp.stack(hs), jnp.stack(cs))
 ''', targets=("linen",))
 

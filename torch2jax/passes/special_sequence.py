@@ -233,7 +233,7 @@ def lstm(site: Site) -> cst.BaseExpression:
     layer, one direction; gates in torch's order i, f, g, o, so torch's (4H, I) and (4H, H)
     weights are the cell's fused kernels transposed and b_ih + b_hh its bias."""
     _lstm_checks(site)
-    if _stacked(site):
+    if _stacked(site) or site.lit("bidirectional") is not False:
         return _stacked_lstm(site)
     _flag_calls(site, "forward(input, (h_0, c_0)) returns (output, (h_n, c_n)) with a "
                 "leading layer axis on h_n and c_n", "returns the output, or (carry, output) "
@@ -247,18 +247,19 @@ def _stacked(site: Site) -> bool:
 
 
 def _stacked_lstm(site: Site) -> cst.BaseExpression:
-    """``nn.LSTM(I, H, L, dropout=p)`` with L not the literal 1 -> ``TorchLSTM(I, H, L,
-    dropout=p)``, the helper of passes/helpers.py (stacked nnx.RNNs, dropout between layers,
-    torch's call and return), its arguments as given."""
+    """``nn.LSTM(I, H, L, dropout=p, bidirectional=b)`` with L not the literal 1, or b not the
+    literal False -> ``TorchLSTM(I, H, L, dropout=p, bidirectional=b)``, the helper of
+    passes/helpers.py (stacked nnx.RNNs, a reverse one per layer when bidirectional, dropout
+    between layers, torch's call and return), its arguments as given."""
     if not site.renders.stacked_rnn or site.renders.intermediate:
         kind = site.rule.torch.rsplit(".", 1)[-1]
-        raise Untranslatable(f"{kind}(num_layers={code(site.get('num_layers'))}): not "
-                             "translated on this target (stack one-layer RNNs)")
-    for name, ok, why in [("bidirectional", False, "nnx.Bidirectional of two nnx.RNN"),
-                          ("proj_size", 0, "flax's LSTM cells have no projection")]:
-        if site.lit(name) != ok:
-            raise Untranslatable(f"LSTM({name}={code(site.get(name))}): not translated ({why})")
-    return _as_given(site, "TorchLSTM", skip=("bidirectional", "proj_size"), written=True)
+        name = "num_layers" if _stacked(site) else "bidirectional"
+        raise Untranslatable(f"{kind}({name}={code(site.get(name))}): not translated on this "
+                             "target (stack one-layer RNNs, one per direction)")
+    if site.lit("proj_size") != 0:
+        raise Untranslatable(f"LSTM(proj_size={code(site.get('proj_size'))}): not translated "
+                             "(flax's LSTM cells have no projection)")
+    return _as_given(site, "TorchLSTM", skip=("proj_size",), written=True)
 
 
 @special("lstm_cell")
@@ -289,7 +290,8 @@ def lstm_call(cs: CallSite) -> cst.BaseExpression:
     x = cs.args.get("input")
     if x is None:
         raise Untranslatable("LSTM called without input")
-    if cs.ctor_lit("num_layers") != 1:  # the TorchLSTM helper: torch's call and return
+    if cs.ctor_lit("num_layers") != 1 or cs.ctor_lit("bidirectional") is not False:
+        # the TorchLSTM helper: torch's call and return
         hx = cs.args.get("hx")
         return expr(f"{func}({code(x)}" + ("" if hx is None else f", {code(hx)}") + ")")
     args = [code(x)]
