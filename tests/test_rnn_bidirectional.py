@@ -1,8 +1,9 @@
-"""nn.LSTM(bidirectional=True) (rules/sequence.toml): the TorchLSTM helper with a reverse
+"""nn.LSTM(bidirectional=True) (rules/sequence.toml): the TorchLSTM helper (passes/helpers_rnn.py) with a reverse
 nnx.RNN / nn.RNN per layer (reverse=True, keep_order=True), outputs concatenated on the feature
 axis, h_n and c_n in torch's order (layer 0 forward, layer 0 reverse, layer 1 forward, ...), and
 torch's ``weight_ih_l0_reverse`` etc. moved into the reverse layers. Verified against torch
-(outputs and gradients) on nnx and linen; equinox keeps the mark."""
+(outputs and gradients) on nnx and linen; equinox keeps the mark. nn.GRU alike (TorchGRU), stacked
+or bidirectional."""
 
 from __future__ import annotations
 
@@ -44,18 +45,33 @@ SOURCE = textwrap.dedent('''
             return out, (h, c)
 
 
+    class GRUs(nn.Module):  # the GRU alike: stacked and bidirectional, then time-major
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(8, 6, num_layers=2, batch_first=True, bidirectional=True)
+            self.gru1 = nn.GRU(12, 4, bidirectional=True)
+
+        def forward(self, x, h0):
+            out, h = self.gru(x)
+            out2, h2 = self.gru1(out.transpose(0, 1), h0)
+            return out2.sum(0) + h.sum(0).sum(-1, keepdim=True), h2
+
+
     class Both(nn.Module):
         def __init__(self):
             super().__init__()
             self.tagger = Tagger()
             self.seq = SeqFirst()
+            self.grus = GRUs()
 
         def forward(self, tokens, x, h0, c0):
-            return self.tagger(tokens), self.seq(x, h0, c0)
+            grus = self.grus(self.tagger.emb(tokens), h0[:, :2])
+            return self.tagger(tokens), self.seq(x, h0, c0), grus
 ''')
 
 # tokens (N=2, L=7); x (L=7, N=3, I=5); an initial state (h0, c0) of (2 directions, N, H),
-# drawn at random: a state dropped or read in another order does not verify
+# drawn at random: a state dropped or read in another order does not verify (the GRUs read
+# h0[:, :2] as theirs)
 INPUTS = ("int64[2,7]:20", "float32[7,3,5]", "float32[2,3,4]", "float32[2,3,4]")
 
 

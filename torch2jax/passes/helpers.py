@@ -15,7 +15,10 @@ import functools
 import libcst as cst
 
 from torch2jax.analysis.walk import NoAttributeHooks, visit
-from torch2jax.passes import helpers_embedding  # noqa: F401 (registers the embedding helpers)
+from torch2jax.passes import (
+    helpers_embedding,  # noqa: F401 (registers the embedding helpers)
+    helpers_rnn,  # noqa: F401 (registers TorchLSTM, TorchGRU)
+)
 from torch2jax.passes.helper_registry import HELPERS, TARGETS, helper  # noqa: F401
 
 _ADAPTIVE = '''
@@ -184,102 +187,6 @@ def host_multinomial(rng: Any, weights: Any, num_samples: int,
             for p in w.reshape(-1, w.shape[-1])]
     return jnp.asarray(np.stack(rows).reshape(*w.shape[:-1], num_samples))
 ''')
-
-
-# torch's nn.LSTM with num_layers > 1 or bidirectional (rules/sequence.toml): stacked one-layer
-# nnx.RNNs (a reverse one per layer when bidirectional), torch's dropout on each layer's output
-# but the last, torch's call and return
-helper("TorchLSTM", {"jnp", "nnx"}, '''
-class TorchLSTM(nnx.Module):
-    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout,
-    bidirectional): num_layers nnx.RNN(nnx.OptimizedLSTMCell) layers (gates i, f, g, o as
-    torch's), layer k reading layer k - 1's output, with dropout on every layer's output but the
-    last. Bidirectional: each layer also runs a reverse RNN (reverse_layers[k]) over the sequence
-    and its outputs follow the forward ones on the feature axis. Called as torch's:
-    lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c (num_layers * directions, N, H),
-    torch's order (layer 0 forward, layer 0 reverse, layer 1 forward, ...)."""
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
-                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
-                 bidirectional: bool = False, *, rngs: nnx.Rngs) -> None:
-        directions = 2 if bidirectional else 1
-
-        def rnn(k: int, reverse: bool) -> nnx.RNN:
-            features = input_size if k == 0 else directions * hidden_size
-            return nnx.RNN(nnx.OptimizedLSTMCell(features, hidden_size, rngs=rngs),
-                           time_major=not batch_first, reverse=reverse, keep_order=True)
-
-        self.layers = nnx.List([rnn(k, False) for k in range(num_layers)])
-        self.reverse_layers = nnx.List([rnn(k, True) for k in range(num_layers)
-                                        if bidirectional])
-        self.dropout = nnx.Dropout(dropout, rngs=rngs)
-
-    def __call__(self, input, hx=None):
-        x, hs, cs = input, [], []
-        directions = 2 if len(self.reverse_layers) else 1
-        for k, layer in enumerate(self.layers):
-            if k > 0:
-                x = self.dropout(x)
-            outs = []
-            for d, rnn in enumerate([layer, *self.reverse_layers[k:k + 1]]):
-                i = directions * k + d
-                carry = None if hx is None else (hx[1][i], hx[0][i])
-                (c, h), out = rnn(x, initial_carry=carry, return_carry=True)
-                outs.append(out)
-                hs.append(h)
-                cs.append(c)
-            x = jnp.concatenate(outs, axis=-1) if len(outs) > 1 else outs[0]
-        return x, (jnp.stack(hs), jnp.stack(cs))
-''', targets=("nnx",))
-
-
-# the same stacked LSTM on linen (targets/linen.py renders the NNX constructor): the layers
-# layers_0, layers_1, ... and reverse_layers_0, ... (lists assigned in setup()), each an
-# nn.RNN(nn.OptimizedLSTMCell)
-helper("TorchLSTM", {"jnp", "linen"}, '''
-class TorchLSTM(nn.Module):
-    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout,
-    bidirectional): num_layers nn.RNN(nn.OptimizedLSTMCell) layers (gates i, f, g, o as
-    torch's), layer k reading layer k - 1's output, with dropout on every layer's output but the
-    last (off when deterministic). Bidirectional: each layer also runs a reverse RNN
-    (reverse_layers_k) over the sequence and its outputs follow the forward ones on the feature
-    axis. Called as torch's: lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c
-    (num_layers * directions, N, H), torch's order (layer 0 forward, layer 0 reverse, ...)."""
-
-    hidden_size: int
-    num_layers: int = 1
-    bias: bool = True
-    batch_first: bool = False
-    dropout: float = 0.0
-    bidirectional: bool = False
-    deterministic: bool = True
-
-    def setup(self) -> None:
-        self.layers = [nn.RNN(nn.OptimizedLSTMCell(self.hidden_size),
-                              time_major=not self.batch_first) for _ in range(self.num_layers)]
-        self.reverse_layers = [
-            nn.RNN(nn.OptimizedLSTMCell(self.hidden_size), time_major=not self.batch_first,
-                   reverse=True, keep_order=True)
-            for _ in range(self.num_layers if self.bidirectional else 0)]
-        self.drop = nn.Dropout(self.dropout, deterministic=self.deterministic)
-
-    def __call__(self, input, hx=None):
-        x, hs, cs = input, [], []
-        directions = 2 if self.bidirectional else 1
-        for k, layer in enumerate(self.layers):
-            if k > 0:
-                x = self.drop(x)
-            outs = []
-            for d, rnn in enumerate([layer, *self.reverse_layers[k:k + 1]]):
-                i = directions * k + d
-                carry = None if hx is None else (hx[1][i], hx[0][i])
-                (c, h), out = rnn(x, initial_carry=carry, return_carry=True)
-                outs.append(out)
-                hs.append(h)
-                cs.append(c)
-            x = jnp.concatenate(outs, axis=-1) if len(outs) > 1 else outs[0]
-        return x, (jnp.stack(hs), jnp.stack(cs))
-''', targets=("linen",))
 
 
 # equinox (torch2jax/targets/equinox_calls.py): a vector layer on a value whose rank per

@@ -18,13 +18,13 @@ from torch2jax.analysis.class_locals import looked_up_activation
 from torch2jax.analysis.index import Layouts, combine
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
-from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.training import (
     CLIPS,
     DROPPED_SEEDS,
     RANDOM,
     SEEDS,
 )
+from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import remat as rm
 from torch2jax.passes import training as tr

@@ -234,7 +234,7 @@ def lstm(site: Site) -> cst.BaseExpression:
     weights are the cell's fused kernels transposed and b_ih + b_hh its bias."""
     _lstm_checks(site)
     if _stacked(site) or site.lit("bidirectional") is not False:
-        return _stacked_lstm(site)
+        return _stacked_rnn(site)
     _flag_calls(site, "forward(input, (h_0, c_0)) returns (output, (h_n, c_n)) with a "
                 "leading layer axis on h_n and c_n", "returns the output, or (carry, output) "
                 "with carry (c, h)")
@@ -246,20 +246,29 @@ def _stacked(site: Site) -> bool:
     return site.lit("num_layers") != 1
 
 
-def _stacked_lstm(site: Site) -> cst.BaseExpression:
+def _stacked_rnn(site: Site) -> cst.BaseExpression:
     """``nn.LSTM(I, H, L, dropout=p, bidirectional=b)`` with L not the literal 1, or b not the
-    literal False -> ``TorchLSTM(I, H, L, dropout=p, bidirectional=b)``, the helper of
-    passes/helpers.py (stacked nnx.RNNs, a reverse one per layer when bidirectional, dropout
-    between layers, torch's call and return), its arguments as given."""
+    literal False -> ``TorchLSTM(I, H, L, dropout=p, bidirectional=b)`` (a GRU: ``TorchGRU``),
+    the helper of passes/helpers_rnn.py (stacked nnx.RNNs, a reverse one per layer when
+    bidirectional, dropout between layers, torch's call and return), its arguments as given."""
+    kind = site.rule.torch.rsplit(".", 1)[-1]
     if not site.renders.stacked_rnn or site.renders.intermediate:
-        kind = site.rule.torch.rsplit(".", 1)[-1]
         name = "num_layers" if _stacked(site) else "bidirectional"
         raise Untranslatable(f"{kind}({name}={code(site.get(name))}): not translated on this "
                              "target (stack one-layer RNNs, one per direction)")
-    if site.lit("proj_size") != 0:
+    if "proj_size" in site.rule.params and site.lit("proj_size") != 0:
         raise Untranslatable(f"LSTM(proj_size={code(site.get('proj_size'))}): not translated "
                              "(flax's LSTM cells have no projection)")
-    return _as_given(site, "TorchLSTM", skip=("proj_size",), written=True)
+    return _as_given(site, f"Torch{kind}", skip=("proj_size",), written=True)
+
+
+def _helper_call(cs: CallSite) -> cst.BaseExpression | None:
+    """``self.rnn(x, hx)`` as written where the layer is the TorchLSTM / TorchGRU helper (torch's
+    call and return), else None."""
+    if cs.ctor_lit("num_layers") == 1 and cs.ctor_lit("bidirectional") is False:
+        return None
+    x, hx = cs.args.get("input"), cs.args.get("hx")
+    return expr(f"{code(cs.func)}({code(x)}" + ("" if hx is None else f", {code(hx)}") + ")")
 
 
 @special("lstm_cell")
@@ -290,10 +299,9 @@ def lstm_call(cs: CallSite) -> cst.BaseExpression:
     x = cs.args.get("input")
     if x is None:
         raise Untranslatable("LSTM called without input")
-    if cs.ctor_lit("num_layers") != 1 or cs.ctor_lit("bidirectional") is not False:
-        # the TorchLSTM helper: torch's call and return
-        hx = cs.args.get("hx")
-        return expr(f"{func}({code(x)}" + ("" if hx is None else f", {code(hx)}") + ")")
+    helper = _helper_call(cs)
+    if helper is not None:
+        return helper
     args = [code(x)]
     hx = _hx(cs, "hx")
     node = cs.args.get("hx")
@@ -350,6 +358,8 @@ def gru(site: Site) -> cst.BaseExpression:
     helper of passes/helpers.py: an nnx.GRUCell whose hidden-side dense has torch's b_hn. Gates
     in torch's order r, z, n: each torch weight is a fused kernel transposed, each bias a bias."""
     _gru_checks(site)
+    if _stacked(site) or site.lit("bidirectional") is not False:
+        return _stacked_rnn(site)
     _flag_calls(site, "forward(input, h_0) returns (output, h_n) with a leading layer axis "
                 "on h_n", "returns the output, or (carry, output)")
     return _rnn(site, _cell(site, "TorchGRUCell"))
@@ -377,6 +387,9 @@ def gru_call(cs: CallSite) -> cst.BaseExpression:
     x = cs.args.get("input")
     if x is None:
         raise Untranslatable("GRU called without input")
+    helper = _helper_call(cs)
+    if helper is not None:
+        return helper
     args = [code(x)]
     h0 = _state(cs)
     if h0 is not None and isinstance(cs.args.get("hx"), cst.Name):
