@@ -390,8 +390,9 @@ class _Target:
     fallback: list[str] | None = None
 
 
-# a recurrent layer's per-layer entry (weight_ih_l1, bias_hh_l0): the name and the layer
-_LAYER_ENTRY = re.compile(r"(\w+_l)(\d+)")
+# a recurrent layer's per-layer entry (weight_ih_l1, bias_hh_l0): the name and the layer; its
+# reverse direction's (weight_ih_l0_reverse) goes to the helper's reverse_layers.k
+_LAYER_ENTRY = re.compile(r"(\w+?_l)(\d+)(_reverse)?")
 
 
 def _rule_entries(rule: Rule, attr: str) -> list[WeightMap]:
@@ -420,7 +421,8 @@ def _target_of(key: str, rule_at: Callable[[str], Rule | None]) -> list[_Target]
             # layer k of a stacked recurrent layer: the rule's layer-0 entry under layers.k
             stacked = _rule_entries(rule, f"{layer[1]}0")
             if stacked and not entries:
-                return [_Target([*parts[:cut], "layers", layer[2], *wm.to.split(".")],
+                held = "reverse_layers" if layer[3] else "layers"
+                return [_Target([*parts[:cut], held, layer[2], *wm.to.split(".")],
                                 wm.transfer_layout, rule.torch, wm.sum)
                         for wm in stacked if wm.to is not None]
             if entries:

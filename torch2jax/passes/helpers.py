@@ -15,7 +15,10 @@ import functools
 import libcst as cst
 
 from torch2jax.analysis.walk import NoAttributeHooks, visit
-from torch2jax.passes import helpers_embedding  # noqa: F401 (registers the embedding helpers)
+from torch2jax.passes import (
+    helpers_embedding,  # noqa: F401 (registers the embedding helpers)
+    helpers_rnn,  # noqa: F401 (registers TorchLSTM, TorchGRU)
+)
 from torch2jax.passes.helper_registry import HELPERS, TARGETS, helper  # noqa: F401
 
 _ADAPTIVE = '''
@@ -184,72 +187,6 @@ def host_multinomial(rng: Any, weights: Any, num_samples: int,
             for p in w.reshape(-1, w.shape[-1])]
     return jnp.asarray(np.stack(rows).reshape(*w.shape[:-1], num_samples))
 ''')
-
-
-# torch's nn.LSTM with num_layers > 1 (rules/sequence.toml): stacked one-layer nnx.RNNs, torch's
-# dropout on each layer's output but the last, torch's call and return
-helper("TorchLSTM", {"jnp", "nnx"}, '''
-class TorchLSTM(nnx.Module):
-    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout): num_layers
-    nnx.RNN(nnx.OptimizedLSTMCell) layers (gates i, f, g, o as torch's), layer k reading layer
-    k - 1's output, with dropout on every layer's output but the last. Called as torch's:
-    lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c (num_layers, N, H)."""
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
-                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, *,
-                 rngs: nnx.Rngs) -> None:
-        self.layers = nnx.List([
-            nnx.RNN(nnx.OptimizedLSTMCell(input_size if k == 0 else hidden_size, hidden_size,
-                                          rngs=rngs), time_major=not batch_first)
-            for k in range(num_layers)])
-        self.dropout = nnx.Dropout(dropout, rngs=rngs)
-
-    def __call__(self, input, hx=None):
-        x, hs, cs = input, [], []
-        for k, layer in enumerate(self.layers):
-            if k > 0:
-                x = self.dropout(x)
-            carry = None if hx is None else (hx[1][k], hx[0][k])
-            (c, h), x = layer(x, initial_carry=carry, return_carry=True)
-            hs.append(h)
-            cs.append(c)
-        return x, (jnp.stack(hs), jnp.stack(cs))
-''', targets=("nnx",))
-
-
-# the same stacked LSTM on linen (targets/linen.py renders the NNX constructor): the layers
-# layers_0, layers_1, ... (a list assigned in setup()), each an nn.RNN(nn.OptimizedLSTMCell)
-helper("TorchLSTM", {"jnp", "linen"}, '''
-class TorchLSTM(nn.Module):
-    """nn.LSTM(input_size, hidden_size, num_layers, bias=True, batch_first, dropout): num_layers
-    nn.RNN(nn.OptimizedLSTMCell) layers (gates i, f, g, o as torch's), layer k reading layer
-    k - 1's output, with dropout on every layer's output but the last (off when
-    deterministic). Called as torch's: lstm(input, (h_0, c_0)) -> (output, (h_n, c_n)), h and c
-    (num_layers, N, H)."""
-
-    hidden_size: int
-    num_layers: int = 1
-    bias: bool = True
-    batch_first: bool = False
-    dropout: float = 0.0
-    deterministic: bool = True
-
-    def setup(self) -> None:
-        self.layers = [nn.RNN(nn.OptimizedLSTMCell(self.hidden_size),
-                              time_major=not self.batch_first) for _ in range(self.num_layers)]
-        self.drop = nn.Dropout(self.dropout, deterministic=self.deterministic)
-
-    def __call__(self, input, hx=None):
-        x, hs, cs = input, [], []
-        for k, layer in enumerate(self.layers):
-            if k > 0:
-                x = self.drop(x)
-            carry = None if hx is None else (hx[1][k], hx[0][k])
-            (c, h), x = layer(x, initial_carry=carry, return_carry=True)
-            hs.append(h)
-            cs.append(c)
-        return x, (jnp.stack(hs), jnp.stack(cs))
-''', targets=("linen",))
 
 
 # equinox (torch2jax/targets/equinox_calls.py): a vector layer on a value whose rank per

@@ -48,6 +48,10 @@ class Site:
     # arguments that hold a Python number (torch.Tensor(dim), dim = config.hidden_size):
     # value analysis
     scalars: frozenset[str] = frozenset()
+    # arguments that are not literals but hold one of these literals (``mode=self.mode``, set
+    # once from a constructor parameter: its default and what the file's constructions pass;
+    # analysis/value_choices.py), argument name -> the literals
+    choices: dict[str, tuple] = field(default_factory=dict)
     # binds an expression to a fresh name and returns the name: a tensor the translation reads
     # twice. The binding is a statement before the current one where that keeps the order and
     # the count of evaluation, else a walrus at the name's first read in the translation

@@ -24,6 +24,7 @@ from torch2jax.analysis.training import (
     RANDOM,
     SEEDS,
 )
+from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import remat as rm
 from torch2jax.passes import training as tr
@@ -776,7 +777,8 @@ class CallsMixin:
                     target=self.target.name, defined=self.index.defined,
                     optional=self._optional_args(original, rule),
                     sequences=self._sequence_args(original, rule),
-                    scalars=self._scalar_args(original, rule))
+                    scalars=self._scalar_args(original, rule),
+                    choices=self._choice_args(original, rule))
         given = bind(original.args, rule.params) if len(original.args) == len(updated.args) \
             else BoundArgs()
         pairs = [(b.get(k), given.get(k)) for k in b.named if given.get(k) is not None]
@@ -924,6 +926,15 @@ class CallsMixin:
         given = bind(original.args, rule.params)
         return frozenset(k for k in ("stride", "padding", "dilation") if given.get(k) is not None
                          and self.values.kind(given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
+
+    def _choice_args(self, original: cst.Call, rule: Rule) -> dict[str, tuple]:
+        """F.interpolate's mode when it is not a literal but one the file shows
+        (``mode=self.mode``, set once from a constructor parameter)."""
+        mode = bind(original.args, rule.params).get("mode")
+        if self.values is None or rule.special != "interpolate" or mode is None:
+            return {}
+        found = literal_choices(self.values, mode)
+        return {} if found is None else {"mode": found}
 
     def _scalar_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The first argument of a legacy constructor (``torch.Tensor(dim)``) when it holds a

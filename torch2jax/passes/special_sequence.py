@@ -233,8 +233,8 @@ def lstm(site: Site) -> cst.BaseExpression:
     layer, one direction; gates in torch's order i, f, g, o, so torch's (4H, I) and (4H, H)
     weights are the cell's fused kernels transposed and b_ih + b_hh its bias."""
     _lstm_checks(site)
-    if _stacked(site):
-        return _stacked_lstm(site)
+    if _stacked(site) or site.lit("bidirectional") is not False:
+        return _stacked_rnn(site)
     _flag_calls(site, "forward(input, (h_0, c_0)) returns (output, (h_n, c_n)) with a "
                 "leading layer axis on h_n and c_n", "returns the output, or (carry, output) "
                 "with carry (c, h)")
@@ -246,19 +246,31 @@ def _stacked(site: Site) -> bool:
     return site.lit("num_layers") != 1
 
 
-def _stacked_lstm(site: Site) -> cst.BaseExpression:
-    """``nn.LSTM(I, H, L, dropout=p)`` with L not the literal 1 -> ``TorchLSTM(I, H, L,
-    dropout=p)``, the helper of passes/helpers.py (stacked nnx.RNNs, dropout between layers,
-    torch's call and return), its arguments as given."""
+def _stacked_rnn(site: Site) -> cst.BaseExpression:
+    """``nn.LSTM(I, H, L, dropout=p, bidirectional=b)`` with L not the literal 1, or b not the
+    literal False -> ``TorchLSTM(I, H, L, dropout=p, bidirectional=b)`` (a GRU: ``TorchGRU``),
+    the helper of passes/helpers_rnn.py (stacked nnx.RNNs, a reverse one per layer when
+    bidirectional, dropout between layers, torch's call and return), its arguments as given."""
+    kind = site.rule.torch.rsplit(".", 1)[-1]
     if not site.renders.stacked_rnn:
-        kind = site.rule.torch.rsplit(".", 1)[-1]
-        raise Untranslatable(f"{kind}(num_layers={code(site.get('num_layers'))}): not "
-                             "translated on this target (stack one-layer RNNs)")
-    for name, ok, why in [("bidirectional", False, "nnx.Bidirectional of two nnx.RNN"),
-                          ("proj_size", 0, "flax's LSTM cells have no projection")]:
-        if site.lit(name) != ok:
-            raise Untranslatable(f"LSTM({name}={code(site.get(name))}): not translated ({why})")
-    return _as_given(site, "TorchLSTM", skip=("bidirectional", "proj_size"), written=True)
+        # (the equinox target renders a stacked one-direction LSTM from the helper's NNX
+        # form, targets/equinox_lstm.py, and marks the others)
+        name = "num_layers" if _stacked(site) else "bidirectional"
+        raise Untranslatable(f"{kind}({name}={code(site.get(name))}): not translated on this "
+                             "target (stack one-layer RNNs, one per direction)")
+    if "proj_size" in site.rule.params and site.lit("proj_size") != 0:
+        raise Untranslatable(f"LSTM(proj_size={code(site.get('proj_size'))}): not translated "
+                             "(flax's LSTM cells have no projection)")
+    return _as_given(site, f"Torch{kind}", skip=("proj_size",), written=True)
+
+
+def _helper_call(cs: CallSite) -> cst.BaseExpression | None:
+    """``self.rnn(x, hx)`` as written where the layer is the TorchLSTM / TorchGRU helper (torch's
+    call and return), else None."""
+    if cs.ctor_lit("num_layers") == 1 and cs.ctor_lit("bidirectional") is False:
+        return None
+    x, hx = cs.args.get("input"), cs.args.get("hx")
+    return expr(f"{code(cs.func)}({code(x)}" + ("" if hx is None else f", {code(hx)}") + ")")
 
 
 @special("lstm_cell")
@@ -289,9 +301,9 @@ def lstm_call(cs: CallSite) -> cst.BaseExpression:
     x = cs.args.get("input")
     if x is None:
         raise Untranslatable("LSTM called without input")
-    if cs.ctor_lit("num_layers") != 1:  # the TorchLSTM helper: torch's call and return
-        hx = cs.args.get("hx")
-        return expr(f"{func}({code(x)}" + ("" if hx is None else f", {code(hx)}") + ")")
+    helper = _helper_call(cs)
+    if helper is not None:
+        return helper
     args = [code(x)]
     hx = _hx(cs, "hx")
     node = cs.args.get("hx")
@@ -348,6 +360,8 @@ def gru(site: Site) -> cst.BaseExpression:
     helper of passes/helpers.py: an nnx.GRUCell whose hidden-side dense has torch's b_hn. Gates
     in torch's order r, z, n: each torch weight is a fused kernel transposed, each bias a bias."""
     _gru_checks(site)
+    if _stacked(site) or site.lit("bidirectional") is not False:
+        return _stacked_rnn(site)
     _flag_calls(site, "forward(input, h_0) returns (output, h_n) with a leading layer axis "
                 "on h_n", "returns the output, or (carry, output)")
     return _rnn(site, _cell(site, "TorchGRUCell"))
@@ -375,6 +389,9 @@ def gru_call(cs: CallSite) -> cst.BaseExpression:
     x = cs.args.get("input")
     if x is None:
         raise Untranslatable("GRU called without input")
+    helper = _helper_call(cs)
+    if helper is not None:
+        return helper
     args = [code(x)]
     h0 = _state(cs)
     if h0 is not None and isinstance(cs.args.get("hx"), cst.Name):

@@ -329,11 +329,12 @@ def conv_transpose_function(site: Site) -> cst.BaseExpression:
 _MODES = ("nearest", "linear", "bilinear", "bicubic", "trilinear", "area", "nearest-exact")
 
 
-def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool = False) -> str:
+def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool = False,
+            mode: str | None = None) -> str:
     """The JAX expression resizing ``x`` (an (N, C, *spatial) array named by ``x``, or
     (N, *spatial, C) with ``channels_last``, or one example's (C, *spatial) with
     ``per_example``) as torch's ``F.interpolate`` does with the site's size / scale_factor /
-    mode / align_corners."""
+    mode (or ``mode``) / align_corners."""
     first = 1 if channels_last or per_example else 2  # the first spatial axis
     spatial = f"{x}.shape[1:-1]" if channels_last else f"{x}.shape[{first}:]"
     axes = f"tuple(range(1, {x}.ndim - 1))" if channels_last else \
@@ -346,7 +347,7 @@ def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool =
             return f"({x}.shape[0], {sizes})"
         return f"(*{x}.shape[:2], {sizes})"
 
-    mode = site.lit("mode")
+    mode = site.lit("mode") if mode is None else mode
     mode = "nearest" if mode is None else mode
     if mode is ...:
         raise Untranslatable("interpolate with a non-literal mode")
@@ -472,7 +473,38 @@ def upsample(site: Site) -> cst.BaseExpression:
 @special("interpolate")
 def interpolate(site: Site) -> cst.BaseExpression:
     x = site.once(site.x(), "resized", "F.interpolate's input")
+    if site.lit("mode") is ... and "mode" in site.choices:
+        return expr(_resize_chosen(site, code(x), site.choices["mode"]))
     return expr(_resize(site, code(x)))
+
+
+def _resize_chosen(site: Site, x: str, modes: tuple) -> str:
+    """``F.interpolate(x, ..., mode=self.mode)`` with ``self.mode`` one of ``modes`` (what the
+    file shows: analysis/value_choices.py): the method picked at run time, the mode being a
+    Python string (static under jit), one branch per translation; an assert before the
+    statement stops the program for a mode the file does not show (another file may pass
+    one)."""
+    mode = site.get("mode")
+    if not is_simple(mode) or site.before is None or not all(isinstance(m, str) for m in modes):
+        raise Untranslatable("interpolate with a non-literal mode")
+    branches: dict[str, list[str]] = {}  # translation -> the modes it serves
+    for m in modes:
+        try:
+            branches.setdefault(_resize(site, x, mode=m), []).append(m)
+        except Untranslatable as e:
+            raise Untranslatable(f"interpolate with mode={code(mode)}, which may be {m!r}: "
+                                 f"{e}") from None
+    def test(ms: list[str]) -> str:
+        return f"{code(mode)} == {ms[0]!r}" if len(ms) == 1 else \
+            f"{code(mode)} in ({', '.join(map(repr, ms))})"
+
+    *first, (last, _) = branches.items()
+    out = "".join(f"{text} if {test(ms)} else " for text, ms in first) + last
+    listed = ", ".join(map(repr, modes)) + ("," if len(modes) == 1 else "")
+    site.before(cst.parse_statement(
+        f"assert {code(mode)} in ({listed}), \"F.interpolate's mode is "
+        f"translated for {', '.join(modes)} (the modes this file shows)\"\n"))
+    return out if len(branches) == 1 else f"({out})"
 
 
 

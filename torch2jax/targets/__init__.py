@@ -56,8 +56,8 @@ class Target:
     # helper classes with torch's constructor signature (passes/helpers.py: Conv2d, Linear,
     # BatchNorm, Embedding with padding_idx, ...) are written into the file
     helper_classes: bool = False
-    # an LSTM of several layers is the TorchLSTM helper class (passes/helpers.py) written for
-    # this target
+    # an LSTM or GRU of several layers, or bidirectional, is the TorchLSTM / TorchGRU helper
+    # class (passes/helpers_rnn.py) written for this target
     stacked_rnn: bool = False
     # the attribute of a recurrent cell module that holds its hidden size
     rnn_cell_features: str = "hidden_features"

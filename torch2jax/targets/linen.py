@@ -94,15 +94,16 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
         if len(pos) != 2:
             raise Untranslatable("a GRU cell without its two sizes")
         return _rebuild("TorchGRUCell", [pos[1]], kw)
-    if name == "TorchLSTM":  # the helper (stacked layers): its input size dropped
-        fields = ("hidden_size", "num_layers", "bias", "batch_first", "dropout")
+    if name in ("TorchLSTM", "TorchGRU"):  # the helper (stacked layers): input size dropped
+        fields = ("hidden_size", "num_layers", "bias", "batch_first", "dropout",
+                  "bidirectional")
         kw.pop("input_size", None)
         pos = pos[1:] if "input_size" not in _kw(node) else pos
         if not pos and "hidden_size" not in kw:
-            raise Untranslatable("an LSTM without its hidden size")
-        if "dropout" in kw or len(pos) == len(fields):  # (the file has the train field)
+            raise Untranslatable("a recurrent layer without its hidden size")
+        if "dropout" in kw or len(pos) >= len(fields) - 1:  # (the file has the train field)
             kw["deterministic"] = expr(f"not {train}")
-        return _rebuild("TorchLSTM", pos, kw)
+        return _rebuild(name, pos, kw)
     if name == "nnx.RNN":
         return _rebuild("nn.RNN", [layer(p, train) for p in pos], kw)
     if name == "nnx.Sequential":

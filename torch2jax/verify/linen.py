@@ -88,9 +88,9 @@ def _linen_path(components: list[str], modules: dict[str, Any], variables: dict 
                                         if variables else []))
         elif isinstance(parent, (torch.nn.ModuleList, torch.nn.ModuleDict)) and prefix:
             out[-1] = f"{out[-1]}_{c}"
-        elif c.isdigit() and prefix[-1:] == ["layers"] and isinstance(
+        elif c.isdigit() and prefix[-1:] in (["layers"], ["reverse_layers"]) and isinstance(
                 modules.get(".".join(prefix[:-1])), torch.nn.RNNBase):
-            out[-1] = f"layers_{c}"  # layer k of the TorchLSTM helper, a list in setup()
+            out[-1] = f"{prefix[-1]}_{c}"  # layer k of the TorchLSTM helper, a list in setup()
         else:
             out.append(c)
         prefix.append(c)
