@@ -358,6 +358,15 @@ class AttributesMixin:
             # names ("cpu", "cuda"; a traced array has no device to read)
             self.need("jax")
             return expr('jax.default_backend().replace("gpu", "cuda")')
+        if original_node.attr.value == "device" and self._array_value(original_node.value):
+            # x.device read as a value (passed on, compared, bound and read): a traced array
+            # has no device; the program's arrays live on the default one (torch's
+            # device=x.device arguments are dropped before this is reached)
+            self.need("jax")
+            self.diag(original_node, "tensor.device", "info",
+                      f"{code(original_node)}: the default device (JAX places arrays itself; "
+                      "a traced array has no device to read)")
+            return expr("jax.devices()[0]")
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
@@ -777,6 +786,13 @@ class AttributesMixin:
         q = self.q(recv)
         return bool(q) and not q.startswith("torch") and "." in q and "<locals>" not in q \
             and not q.startswith("self.")
+
+    def _array_value(self, node: cst.BaseExpression) -> bool:
+        """``node`` holds an array: a tensor the value analysis knows, or a layer's weight."""
+        if self.values is not None and self.values.kind(node) == vk.Kind.TENSOR:
+            return True
+        return m.matches(node, m.Attribute(attr=m.Name("weight") | m.Name("bias"))) and \
+            self._is_module_expr(node.value)
 
     def _array_target(self, base: cst.BaseExpression) -> str:
         """``base[i] = v``: "array" (rebind it with .at[i].set(v)), "python" (a dict, list,
