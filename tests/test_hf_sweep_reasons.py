@@ -24,7 +24,8 @@ def patch_coordinates(height: int, width: int, dtype: torch.dtype, device: torch
 class Positions(nn.Module):
     """A tensor's ``.device`` read as a value, as the sweep's rows read it: bound and handed to
     a helper (LayoutLMv3, DINOv3, Sapiens2), a layer weight's device chosen by a condition
-    (LongT5), passed positionally (RecurrentGemma) and compared (FastSpeech2-Conformer)."""
+    (LongT5), passed positionally (RecurrentGemma) and compared (FastSpeech2-Conformer); then
+    the tensor methods and spread sizes the same rows stopped at next."""
 
     def __init__(self, width=8):
         super().__init__()
@@ -54,7 +55,18 @@ class Positions(nn.Module):
             table = table.to(dtype=pixel_values.dtype, device=pixel_values.device)
         start = self.setup(pixel_values.shape[0], pixel_values.device, pixel_values.dtype)
         out = self.proj(pixel_values) + coords * table + self.bias(4, device=target_device)
-        return out + start
+        out = out + start
+        # DINOv3's ``angles.tile(2)``, PEGASUS-X's ``torch.ones(*x.shape[:-1], ...)`` and the
+        # MLA attentions' keys (Mistral 4, GLM-4-MoE-Lite, Youtu): ``new_empty`` of spread
+        # sizes, filled through ``copy_`` of two slices
+        angles = coords.tile(2)
+        mask = torch.ones(
+            *pixel_values.shape[:-1], dtype=pixel_values.dtype, device=pixel_values.device
+        )
+        key_states = out.new_empty(*out.shape[:-1], 2 + angles.shape[-1])
+        key_states[..., :2].copy_(out)
+        key_states[..., 2:].copy_(angles * mask[..., None])
+        return key_states
 '''
 
 

@@ -108,7 +108,7 @@ class AttributesMixin:
             if copied is not None:
                 return copied
         if isinstance(recv, (cst.Subscript, cst.Attribute)) and meth in (
-                "zero_", "fill_", *INPLACE_OPS):
+                "zero_", "fill_", "copy_", *INPLACE_OPS):
             indexed = self._inplace_indexed(original_node, updated_node, meth)
             if indexed is not None:
                 return indexed
@@ -163,7 +163,8 @@ class AttributesMixin:
             "{p} " + op + " {y}", p=target, y=updated_node.value.args[0].value))
 
     def _inplace_indexed(self, original_node, updated_node, meth: str):
-        """``qkv_bias[n : 2 * n].zero_()`` -> ``qkv_bias = qkv_bias.at[n : 2 * n].set(0)``; on a
+        """``qkv_bias[n : 2 * n].zero_()`` -> ``qkv_bias = qkv_bias.at[n : 2 * n].set(0)``
+        (``fill_(v)``, ``copy_(v)``: ``.set(v)``); on a
         layer's bias in a module (``self.qkv.bias[n : 2 * n].data.zero_()``) the parameter's
         value is rebound."""
         call_node = original_node.value
@@ -188,7 +189,8 @@ class AttributesMixin:
         args = updated_node.value.args
         if meth == "zero_":
             op, value = "set", py(0)
-        elif meth == "fill_" and args:
+        elif meth in ("fill_", "copy_") and len(args) == 1 and not args[0].keyword:
+            # copy_ casts to the receiver's dtype and broadcasts, as .at[...].set does
             op, value = "set", args[0].value
         elif meth in INPLACE_OPS and args:
             op = {"add_": "add", "sub_": "subtract", "mul_": "multiply", "div_": "divide"}[meth]

@@ -492,6 +492,13 @@ def _dim_kw(site: Site, name: str = "dim") -> list[cst.Arg]:
 
 def _sizes(site: Site, first: str = "size") -> cst.BaseExpression:
     """torch's ``f(2, 3)`` / ``f((2, 3))`` / ``f(shape)`` size forms -> one shape expression."""
+    if site.args.star:  # torch.ones(*x.shape[:-1], n): the sizes in their order, spread too
+        items = site.args.ordered
+        if site.rule.torch.endswith("full"):
+            raise Untranslatable(f"{site.rule.torch} called with *args: its sizes are one "
+                                 "argument, its fill value the next")
+        return expr("(" + ", ".join(("*" if a.star else "") + code(a.value) for a in items)
+                    + ("," if len(items) == 1 else "") + ")")
     first_node = site.args.get(first)
     rest = site.args.extra_positional
     if first_node is None:

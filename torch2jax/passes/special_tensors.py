@@ -107,9 +107,10 @@ def scalar_tensor(site: Site) -> cst.BaseExpression:
                 d=dtype if dtype is not None else expr("jnp.float32"))
 
 
-# the specials that take sizes spread from a sequence (``x.expand(*y.shape[:-1], 1)``); the
-# others are marked when called with *args
-STARRED_SPECIALS = frozenset({"expand"})
+# the specials that take sizes spread from a sequence (``x.expand(*y.shape[:-1], 1)``,
+# ``torch.ones(*x.shape[:-1])``, ``x.new_empty(*x.shape[:-1], n)``); the others are marked
+# when called with *args
+STARRED_SPECIALS = frozenset({"expand", "creation", "new_creation"})
 
 
 def _spread_sizes(node: cst.BaseExpression) -> bool:
