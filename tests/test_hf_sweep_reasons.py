@@ -73,7 +73,8 @@ class Positions(nn.Module):
 def _verify(tmp_path: Path, source: str, target: str, *inputs: str):
     path = tmp_path / "model.py"
     path.write_text(source)
-    return run_request(VerifyRequest(target=f"{path}::{target}", inputs=inputs))
+    # the float32 pass (logits and every gradient) alone: the rules are dtype-free, CI's time
+    return run_request(VerifyRequest(target=f"{path}::{target}", inputs=inputs, float64=False))
 
 
 def test_a_tensors_device_read_as_a_value_verifies_under_jit(tmp_path) -> None:
@@ -81,3 +82,118 @@ def test_a_tensors_device_read_as_a_value_verifies_under_jit(tmp_path) -> None:
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+POOL_OR_NONE = '''
+import torch
+from torch import nn
+
+
+class ConvBlock(nn.Module):
+    """SuperPoint's (SuperGlue's) block: a pooling layer or None, picked by a flag, called
+    after a None test; the layer takes the channels-last layout its convolutions take."""
+
+    def __init__(self, in_channels=3, out_channels=4, add_pooling=True):
+        super().__init__()
+        self.conv_a = nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=1, padding=1)
+        self.relu = nn.ReLU(inplace=True)
+        self.pool = nn.MaxPool2d(kernel_size=2, stride=2) if add_pooling else None
+        self.last = nn.Conv2d(out_channels, out_channels, kernel_size=1)
+
+    def forward(self, hidden_states):
+        hidden_states = self.relu(self.conv_a(hidden_states))
+        if self.pool is not None:
+            hidden_states = self.pool(hidden_states)
+        return self.last(hidden_states)
+'''
+
+
+def test_a_pooling_layer_or_none_takes_the_convolutions_layout(tmp_path) -> None:
+    r = _verify(tmp_path, POOL_OR_NONE, "ConvBlock", "float32[2,3,6,6]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+CACHED = '''
+import torch
+from torch import nn
+
+from ...pytorch_utils import compile_compatible_method_lru_cache
+
+
+@compile_compatible_method_lru_cache(maxsize=32)
+def patch_centers(height: int, width: int, dtype: torch.dtype, device: torch.device):
+    """DINOv3's (EoMT-DINOv3's, EfficientLoFTR's, the DETRs' anchors: 65 files) coordinates,
+    cached by transformers for each size."""
+    rows = torch.arange(0.5, height, dtype=dtype, device=device) / height
+    cols = torch.arange(0.5, width, dtype=dtype, device=device) / width
+    return torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).flatten(0, 1)
+
+
+class Rope(nn.Module):
+    def __init__(self, width=2):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    @compile_compatible_method_lru_cache(maxsize=1)
+    def anchors(self, n: int, dtype: torch.dtype):
+        return torch.linspace(0.0, 1.0, n, dtype=dtype)
+
+    def forward(self, x):
+        coords = patch_centers(2, 3, dtype=x.dtype, device=x.device)
+        return self.proj(x) * coords + self.anchors(6, x.dtype)[:, None]
+'''
+NAME = "transformers.models.rope.modeling_rope"
+
+
+def test_transformers_method_cache_is_no_cache_under_jit_and_grad(tmp_path) -> None:
+    """A cache of the arrays a traced function built leaks them out of their trace (the
+    gradient after the forward failed with an UnexpectedTracerError): jax.jit caches the
+    compiled computation; the converted file caches nothing."""
+    import importlib
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import pytest
+    import torch
+    from flax import nnx
+
+    pytest.importorskip("transformers", exc_type=ImportError)
+    from torch2jax.convert import convert_source
+    from torch2jax.hf import RUNTIME, SUPPORT_MODULE, reduce_modeling
+
+    space: dict = {"__name__": NAME, "__package__": NAME.rpartition(".")[0]}
+    exec(compile(CACHED, "torch_rope", "exec"), space)  # noqa: S102
+    reduced, unknown = reduce_modeling(CACHED, NAME)
+    assert unknown == []
+    code = convert_source(reduced).code
+    assert "TODO(torch2jax)" not in code, code
+    package = tmp_path / "t2j_cached"
+    (package / "models" / "rope").mkdir(parents=True)
+    for folder in (package, package / "models", package / "models" / "rope"):
+        (folder / "__init__.py").write_text("")
+    (package / f"{SUPPORT_MODULE}.py").write_text(RUNTIME.read_text())
+    (package / "models" / "rope" / "modeling_rope.py").write_text(code)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        jax_module = importlib.import_module("t2j_cached.models.rope.modeling_rope")
+    finally:
+        sys.path.remove(str(tmp_path))
+    torch.manual_seed(0)
+    torch_model = space["Rope"]()
+    jax_model = jax_module.Rope(rngs=nnx.Rngs(0))
+    jax_model.proj.kernel.value = jnp.asarray(torch_model.proj.weight.detach().numpy().T)
+    jax_model.proj.bias.value = jnp.asarray(torch_model.proj.bias.detach().numpy())
+    x = np.random.default_rng(0).standard_normal((6, 2)).astype(np.float32)
+    out = torch_model(torch.from_numpy(x))
+    out.square().sum().backward()
+    forward = nnx.jit(lambda mdl, v: mdl(v))
+    np.testing.assert_allclose(np.asarray(forward(jax_model, jnp.asarray(x))),
+                               out.detach().numpy(), rtol=1e-5, atol=1e-6)
+    grads = nnx.jit(nnx.grad(lambda mdl, v: jnp.sum(jnp.square(mdl(v)))))(
+        jax_model, jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(grads.proj.kernel.value),
+                               torch_model.proj.weight.grad.numpy().T, rtol=1e-4, atol=1e-6)
+    assert jax.tree.leaves(grads)

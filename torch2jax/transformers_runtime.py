@@ -164,6 +164,11 @@ def is_torchdynamo_compiling() -> bool:
     return False
 
 
+def compile_compatible_method_lru_cache(*args: Any, **kwargs: Any) -> Any:
+    """transformers.pytorch_utils': no cache (a cached traced array leaks from its trace)."""
+    return lambda fn: fn
+
+
 def is_deepspeed_zero3_enabled() -> bool:
     """transformers.integrations.deepspeed.is_deepspeed_zero3_enabled: no DeepSpeed here."""
     return False
