@@ -42,6 +42,13 @@ class Positions(nn.Module):
     def setup(self, batch, device, dtype):
         return torch.zeros(batch, 1, 2, device=device, dtype=dtype)
 
+    def extend(self, x, pos_enc=None):
+        if pos_enc is not None:
+            if pos_enc.dtype != x.dtype or pos_enc.device != x.device:
+                pos_enc = pos_enc.to(dtype=x.dtype, device=x.device)
+            return pos_enc
+        return torch.zeros_like(x)
+
     def forward(self, pixel_values):
         device = pixel_values.device
         coords = patch_coordinates(2, 2, dtype=torch.float32, device=device)
@@ -55,7 +62,7 @@ class Positions(nn.Module):
             table = table.to(dtype=pixel_values.dtype, device=pixel_values.device)
         start = self.setup(pixel_values.shape[0], pixel_values.device, pixel_values.dtype)
         out = self.proj(pixel_values) + coords * table + self.bias(4, device=target_device)
-        out = out + start
+        out = out + start + self.extend(out, out * 2)
         # DINOv3's ``angles.tile(2)``, PEGASUS-X's ``torch.ones(*x.shape[:-1], ...)`` and the
         # MLA attentions' keys (Mistral 4, GLM-4-MoE-Lite, Youtu): ``new_empty`` of spread
         # sizes, filled through ``copy_`` of two slices

@@ -790,9 +790,11 @@ class AttributesMixin:
             and not q.startswith("self.")
 
     def _array_value(self, node: cst.BaseExpression) -> bool:
-        """``node`` holds an array: a tensor the value analysis knows, or a layer's weight."""
-        if self.values is not None and self.values.kind(node) == vk.Kind.TENSOR:
-            return True
+        """``node`` holds an array: a tensor the value analysis knows, an argument nothing
+        tells about (FastSpeech2-Conformer's ``pos_enc.device != x.device``), a layer's weight."""
+        if self.values is not None and self.values.kind(node) in (vk.Kind.TENSOR,
+                                                                   vk.Kind.PARAM):
+            return not self._is_module_expr(node)
         return m.matches(node, m.Attribute(attr=m.Name("weight") | m.Name("bias"))) and \
             self._is_module_expr(node.value)
 
