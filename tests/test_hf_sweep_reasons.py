@@ -125,6 +125,7 @@ CACHED = '''
 import torch
 from torch import nn
 
+from ...modeling_utils import ALL_ATTENTION_FUNCTIONS
 from ...pytorch_utils import compile_compatible_method_lru_cache
 
 
@@ -138,9 +139,16 @@ def patch_centers(height: int, width: int, dtype: torch.dtype, device: torch.dev
 
 
 class Rope(nn.Module):
-    def __init__(self, width=2):
+    """With an attention of the MLA kind (DeepSeek-V3's, Mistral 4's, GLM-4-MoE-Lite's):
+    queries and keys of 6 per head, values of 4, through transformers' sdpa function."""
+
+    def __init__(self, width=2, heads=2):
         super().__init__()
         self.proj = nn.Linear(width, width)
+        self.heads, self.scaling, self.is_causal = heads, 6 ** -0.5, True
+        self.q_proj = nn.Linear(width, heads * 6)
+        self.k_proj = nn.Linear(width, heads * 6)
+        self.v_proj = nn.Linear(width, heads * 4)
 
     @compile_compatible_method_lru_cache(maxsize=1)
     def anchors(self, n: int, dtype: torch.dtype):
@@ -148,15 +156,22 @@ class Rope(nn.Module):
 
     def forward(self, x):
         coords = patch_centers(2, 3, dtype=x.dtype, device=x.device)
-        return self.proj(x) * coords + self.anchors(6, x.dtype)[:, None]
+        h = self.proj(x) * coords + self.anchors(6, x.dtype)[:, None]
+        q = self.q_proj(h).view(1, 6, self.heads, 6).transpose(1, 2)
+        k = self.k_proj(h).view(1, 6, self.heads, 6).transpose(1, 2)
+        v = self.v_proj(h).view(1, 6, self.heads, 4).transpose(1, 2)
+        attention = ALL_ATTENTION_FUNCTIONS["sdpa"]
+        out, _ = attention(self, q, k, v, None, dropout=0.0, scaling=self.scaling)
+        return out.reshape(6, self.heads * 4)
 '''
 NAME = "transformers.models.rope.modeling_rope"
 
 
-def test_transformers_method_cache_is_no_cache_under_jit_and_grad(tmp_path) -> None:
+def test_transformers_method_cache_and_mla_sdpa_under_jit_and_grad(tmp_path) -> None:
     """A cache of the arrays a traced function built leaks them out of their trace (the
     gradient after the forward failed with an UnexpectedTracerError): jax.jit caches the
-    compiled computation; the converted file caches nothing."""
+    compiled computation; the converted file caches nothing. The support module's sdpa takes
+    values of another head size than the queries' (jax.nn.dot_product_attention refused)."""
     import importlib
     import sys
 
@@ -191,8 +206,10 @@ def test_transformers_method_cache_is_no_cache_under_jit_and_grad(tmp_path) -> N
     torch.manual_seed(0)
     torch_model = space["Rope"]()
     jax_model = jax_module.Rope(rngs=nnx.Rngs(0))
-    jax_model.proj.kernel.value = jnp.asarray(torch_model.proj.weight.detach().numpy().T)
-    jax_model.proj.bias.value = jnp.asarray(torch_model.proj.bias.detach().numpy())
+    for name in ("proj", "q_proj", "k_proj", "v_proj"):
+        layer, weights = getattr(jax_model, name), getattr(torch_model, name)
+        layer.kernel.value = jnp.asarray(weights.weight.detach().numpy().T)
+        layer.bias.value = jnp.asarray(weights.bias.detach().numpy())
     x = np.random.default_rng(0).standard_normal((6, 2)).astype(np.float32)
     out = torch_model(torch.from_numpy(x))
     out.square().sum().backward()
@@ -201,6 +218,8 @@ def test_transformers_method_cache_is_no_cache_under_jit_and_grad(tmp_path) -> N
                                out.detach().numpy(), rtol=1e-5, atol=1e-6)
     grads = nnx.jit(nnx.grad(lambda mdl, v: jnp.sum(jnp.square(mdl(v)))))(
         jax_model, jnp.asarray(x))
-    np.testing.assert_allclose(np.asarray(grads.proj.kernel.value),
-                               torch_model.proj.weight.grad.numpy().T, rtol=1e-4, atol=1e-6)
+    for name in ("proj", "q_proj", "k_proj", "v_proj"):
+        np.testing.assert_allclose(np.asarray(getattr(grads, name).kernel.value),
+                                   getattr(torch_model, name).weight.grad.numpy().T,
+                                   rtol=1e-4, atol=1e-6)
     assert jax.tree.leaves(grads)
