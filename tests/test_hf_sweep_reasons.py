@@ -32,6 +32,7 @@ class Positions(nn.Module):
         self.relative_attention_bias = nn.Embedding(6, 2)
         self.proj = nn.Linear(width, 2)
         self.register_buffer("table", torch.ones(4, 2), persistent=False)
+        self.altup_projections = nn.ModuleList([nn.Linear(2, 2, bias=False) for _ in range(2)])
 
     def bias(self, length, device=None):
         if device is None:
@@ -63,6 +64,10 @@ class Positions(nn.Module):
         start = self.setup(pixel_values.shape[0], pixel_values.device, pixel_values.dtype)
         out = self.proj(pixel_values) + coords * table + self.bias(4, device=target_device)
         out = out + start + self.extend(out, out * 2)
+        # Gemma 3n's altup: what an item of a ModuleList returns is a tensor (its .to too)
+        for i in range(1, 3):
+            altup_proj = self.altup_projections[i - 1](out)
+            out = out + altup_proj.to(dtype=out.dtype, device=out.device)
         # DINOv3's ``angles.tile(2)``, PEGASUS-X's ``torch.ones(*x.shape[:-1], ...)`` and the
         # MLA attentions' keys (Mistral 4, GLM-4-MoE-Lite, Youtu): ``new_empty`` of spread
         # sizes, filled through ``copy_`` of two slices
