@@ -492,13 +492,6 @@ def _dim_kw(site: Site, name: str = "dim") -> list[cst.Arg]:
 
 def _sizes(site: Site, first: str = "size") -> cst.BaseExpression:
     """torch's ``f(2, 3)`` / ``f((2, 3))`` / ``f(shape)`` size forms -> one shape expression."""
-    if site.args.star:  # torch.ones(*x.shape[:-1], n): the sizes in their order, spread too
-        items = site.args.ordered
-        if site.rule.torch.endswith("full"):
-            raise Untranslatable(f"{site.rule.torch} called with *args: its sizes are one "
-                                 "argument, its fill value the next")
-        return expr("(" + ", ".join(("*" if a.star else "") + code(a.value) for a in items)
-                    + ("," if len(items) == 1 else "") + ")")
     first_node = site.args.get(first)
     rest = site.args.extra_positional
     if first_node is None:
@@ -565,28 +558,6 @@ def addmm(site: Site) -> cst.BaseExpression:
     if beta not in (None, 1):
         x = expr("{be} * {x}", be=site.args.get("beta"), x=x)
     return expr("{x} + {p}", x=x, p=product)
-
-
-@special("creation")
-def creation(site: Site) -> cst.BaseExpression:
-    """torch.zeros/ones/empty/rand-free creation with size varargs."""
-    shape = _sizes(site)
-    extra = []
-    if site.rule.torch.endswith("full"):
-        extra.append(arg(site.args.get("fill_value")))
-    return call(site.rule.jax, arg(shape), *extra, *_dtype_kw(site))
-
-
-@special("new_creation")
-def new_creation(site: Site) -> cst.BaseExpression:
-    """x.new_zeros(shape) / new_ones / new_full / new_empty: a new array of x's dtype (unless
-    dtype= says otherwise)."""
-    shape = _sizes(site)
-    extra = []
-    if site.rule.torch == "new_full":
-        extra.append(arg(site.args.get("fill_value")))
-    dtype = site.args.get("dtype") or expr("{x}.dtype", x=site.x())
-    return call(site.rule.jax, arg(shape), *extra, arg(dtype, "dtype"))
 
 
 @special("normalize")
