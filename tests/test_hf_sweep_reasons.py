@@ -97,6 +97,8 @@ def test_a_tensors_device_read_as_a_value_verifies_under_jit(tmp_path) -> None:
 
 
 POOL_OR_NONE = '''
+import types
+
 import torch
 from torch import nn
 
@@ -105,12 +107,18 @@ class ConvBlock(nn.Module):
     """SuperPoint's (SuperGlue's) block: a pooling layer or None, picked by a flag, called
     after a None test; the layer takes the channels-last layout its convolutions take."""
 
-    def __init__(self, in_channels=3, out_channels=4, add_pooling=True):
+    def __init__(self, in_channels=3, out_channels=4, add_pooling=True, config=None):
         super().__init__()
+        config = config or types.SimpleNamespace(tubelet_size=[1, 2])
+        # ViViT's and Qianfan-OCR's kernel_size=tubelet_size (config.tubelet_size, a list):
+        # indexed beside, so a sequence, not an int repeated
+        tubelet_size = config.tubelet_size
+        self.frames = 6 // tubelet_size[0]
         self.conv_a = nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=1, padding=1)
         self.relu = nn.ReLU(inplace=True)
         self.pool = nn.MaxPool2d(kernel_size=2, stride=2) if add_pooling else None
-        self.last = nn.Conv2d(out_channels, out_channels, kernel_size=1)
+        self.last = nn.Conv2d(out_channels, out_channels, kernel_size=tubelet_size,
+                              stride=tubelet_size)
 
     def forward(self, hidden_states):
         hidden_states = self.relu(self.conv_a(hidden_states))
@@ -120,7 +128,7 @@ class ConvBlock(nn.Module):
 '''
 
 
-def test_a_pooling_layer_or_none_takes_the_convolutions_layout(tmp_path) -> None:
+def test_a_pooling_layer_or_none_and_indexed_kernel_sizes_verify(tmp_path) -> None:
     r = _verify(tmp_path, POOL_OR_NONE, "ConvBlock", "float32[2,3,6,6]")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
