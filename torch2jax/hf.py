@@ -77,6 +77,7 @@ SUPPORT_NAMES = {
     "FlashAttentionKwargs", "apply_chunking_to_forward",
     "torch_int", "is_torchdynamo_compiling", "is_deepspeed_zero3_enabled",
     "use_experts_implementation", "DUMMY_INPUTS", "DUMMY_MASK",
+    "compile_compatible_method_lru_cache",
 }
 # layer classes of the support module (their constructors take rngs)
 SUPPORT_LAYERS = {"PreTrainedModel", "GradientCheckpointingLayer", "Conv1D"}

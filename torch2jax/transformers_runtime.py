@@ -164,6 +164,11 @@ def is_torchdynamo_compiling() -> bool:
     return False
 
 
+def compile_compatible_method_lru_cache(*args: Any, **kwargs: Any) -> Any:
+    """transformers.pytorch_utils': no cache (a cached traced array leaks from its trace)."""
+    return lambda fn: fn
+
+
 def is_deepspeed_zero3_enabled() -> bool:
     """transformers.integrations.deepspeed.is_deepspeed_zero3_enabled: no DeepSpeed here."""
     return False
@@ -1210,7 +1215,7 @@ def sdpa_attention_forward(module: Any, query: jax.Array, key: jax.Array, value:
         else:
             bias = attention_mask.astype(query.dtype)
     q, k, v = (jnp.swapaxes(t, 1, 2) for t in (query, key, value))
-    if query.dtype == jnp.float64:  # jax.nn.dot_product_attention computes in float32
+    if query.dtype == jnp.float64 or v.shape[-1] != q.shape[-1]:  # jax.nn's: float32, one size
         out = _attention_math(q, k, v, bias, mask, scaling, causal)
     else:
         out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scaling,

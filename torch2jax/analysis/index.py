@@ -164,6 +164,10 @@ class Layouts:
 
     def of(self, node: cst.BaseExpression, scope_lists: dict[str, str] | None = None) -> str:
         if isinstance(node, cst.IfExp):
+            # a layer or None (nn.MaxPool2d(2) if add_pooling else None): the layer's layout
+            for layer, other in ((node.body, node.orelse), (node.orelse, node.body)):
+                if m.matches(other, m.Name("None")):
+                    return self.of(layer, scope_lists)
             a, b = self.of(node.body, scope_lists), self.of(node.orelse, scope_lists)
             return a if a == b else ("torch" if "any" in (a, b) and "torch" in (a, b) else
                                      a if b == "any" else b if a == "any" else "mixed")

@@ -362,6 +362,8 @@ class ValueFacts:
             return found if found.kind != Kind.NONE else UNKNOWN
         if base.kind == Kind.PARAM:
             return PARAM
+        if base.kind == Kind.MODULE:  # an item of a ModuleList, Sequential or ModuleDict
+            return MODULE
         return UNKNOWN
 
     def _call(self, node: cst.Call) -> Value:

@@ -679,7 +679,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         if isinstance(target, cst.Name) and _is_device_expr(original_node.value, self):
             # removed unless a later line still reads it (then put back: finish/removed.py)
             self._device_names.add(target.value)
-            if not isinstance(original_node.value, cst.Attribute):
+            if not isinstance(original_node.value, cst.Attribute) or not m.matches(
+                    updated_node.value, m.Attribute(attr=m.Name("device"))):
                 self._pending[-1].translated = (
                     f"{target.value}: a later line reads this device selection: kept, "
                     "translated")

@@ -108,7 +108,7 @@ class AttributesMixin:
             if copied is not None:
                 return copied
         if isinstance(recv, (cst.Subscript, cst.Attribute)) and meth in (
-                "zero_", "fill_", *INPLACE_OPS):
+                "zero_", "fill_", "copy_", *INPLACE_OPS):
             indexed = self._inplace_indexed(original_node, updated_node, meth)
             if indexed is not None:
                 return indexed
@@ -163,7 +163,8 @@ class AttributesMixin:
             "{p} " + op + " {y}", p=target, y=updated_node.value.args[0].value))
 
     def _inplace_indexed(self, original_node, updated_node, meth: str):
-        """``qkv_bias[n : 2 * n].zero_()`` -> ``qkv_bias = qkv_bias.at[n : 2 * n].set(0)``; on a
+        """``qkv_bias[n : 2 * n].zero_()`` -> ``qkv_bias = qkv_bias.at[n : 2 * n].set(0)``
+        (``fill_(v)``, ``copy_(v)``: ``.set(v)``); on a
         layer's bias in a module (``self.qkv.bias[n : 2 * n].data.zero_()``) the parameter's
         value is rebound."""
         call_node = original_node.value
@@ -188,7 +189,8 @@ class AttributesMixin:
         args = updated_node.value.args
         if meth == "zero_":
             op, value = "set", py(0)
-        elif meth == "fill_" and args:
+        elif meth in ("fill_", "copy_") and len(args) == 1 and not args[0].keyword:
+            # copy_ casts to the receiver's dtype and broadcasts, as .at[...].set does
             op, value = "set", args[0].value
         elif meth in INPLACE_OPS and args:
             op = {"add_": "add", "sub_": "subtract", "mul_": "multiply", "div_": "divide"}[meth]
@@ -358,6 +360,15 @@ class AttributesMixin:
             # names ("cpu", "cuda"; a traced array has no device to read)
             self.need("jax")
             return expr('jax.default_backend().replace("gpu", "cuda")')
+        if original_node.attr.value == "device" and self._array_value(original_node.value):
+            # x.device read as a value (passed on, compared, bound and read): a traced array
+            # has no device; the program's arrays live on the default one (torch's
+            # device=x.device arguments are dropped before this is reached)
+            self.need("jax")
+            self.diag(original_node, "tensor.device", "info",
+                      f"{code(original_node)}: the default device (JAX places arrays itself; "
+                      "a traced array has no device to read)")
+            return expr("jax.devices()[0]")
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
@@ -777,6 +788,15 @@ class AttributesMixin:
         q = self.q(recv)
         return bool(q) and not q.startswith("torch") and "." in q and "<locals>" not in q \
             and not q.startswith("self.")
+
+    def _array_value(self, node: cst.BaseExpression) -> bool:
+        """``node`` holds an array: a tensor the value analysis knows, an argument nothing
+        tells about (FastSpeech2-Conformer's ``pos_enc.device != x.device``), a layer's weight."""
+        if self.values is not None and self.values.kind(node) in (vk.Kind.TENSOR,
+                                                                   vk.Kind.PARAM):
+            return not self._is_module_expr(node)
+        return m.matches(node, m.Attribute(attr=m.Name("weight") | m.Name("bias"))) and \
+            self._is_module_expr(node.value)
 
     def _array_target(self, base: cst.BaseExpression) -> str:
         """``base[i] = v``: "array" (rebind it with .at[i].set(v)), "python" (a dict, list,

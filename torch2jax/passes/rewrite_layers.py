@@ -30,6 +30,7 @@ from torch2jax.passes.common import (
 from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.registry import spatial_dims
 from torch2jax.passes.rewrite_support import (
+    _indexed_sequence,
     _EINOPS_FUNCTIONS,
     _LAYER_ATTRIBUTES,
     _activation_value,
@@ -971,8 +972,10 @@ class LayersMixin:
         if self.values is not None and rule.special in ("conv", "pool"):  # kernel_size=patch_size
             given = bind(original.args, rule.params)
             sequences = frozenset(k for k in ("kernel_size", "stride", "padding", "dilation")
-                                  if isinstance(given.get(k), cst.Name) and self.values.kind(
-                                      given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
+                                  if isinstance(given.get(k), cst.Name) and (self.values.kind(
+                                      given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST) or (
+                                      self._fn_stack and _indexed_sequence(
+                                          self._fn_stack[-1], given.get(k).value))))
         site = Site(rule=rule, args=b, target=self.target.layer_column,
                     rngs=self.rngs_expr(original) if needs_rngs else None,
                     defined=self.index.defined, per_example=self.target.intermediate,

@@ -332,3 +332,26 @@ def _device_string(node: cst.BaseExpression) -> bool:
     """A string literal naming a torch device: "cuda", "cuda:1", "cpu", "mps"."""
     value = try_literal(node, ...)
     return isinstance(value, str) and value.split(":")[0] in ("cuda", "cpu", "mps", "xpu")
+
+
+def _indexed_sequence(fn: cst.FunctionDef, name: str) -> bool:
+    """``name`` is bound once in ``fn`` (or is its parameter) and read there with an index
+    (ViViT's ``tubelet_size[0]``, Qianfan-OCR's ``patch_size[1]``): a sequence, as an int has
+    no items, whatever the value analysis could not tell of it (``config.tubelet_size``)."""
+    def binds(target: cst.CSTNode | None) -> bool:  # a, (b, c), *d; not self.name
+        if isinstance(target, cst.AsName):
+            target = target.name
+        if isinstance(target, (cst.Tuple, cst.List)):
+            return any(binds(e.value) for e in target.elements)
+        if isinstance(target, cst.StarredElement):
+            return binds(target.value)
+        return m.matches(target, m.Name(name))
+
+    bound = [t for t in findall(fn.body, m.AssignTarget() | m.For() | m.AugAssign()
+                                | m.AnnAssign() | m.WithItem())
+             if binds(getattr(t, "target", None) or getattr(t, "asname", None))]
+    is_param = any(p.name.value == name for p in (*fn.params.params,
+                                                   *fn.params.kwonly_params))
+    if len(bound) + is_param != 1:
+        return False
+    return any(findall(fn.body, m.Subscript(value=m.Name(name))))

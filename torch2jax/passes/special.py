@@ -559,28 +559,6 @@ def addmm(site: Site) -> cst.BaseExpression:
     return expr("{x} + {p}", x=x, p=product)
 
 
-@special("creation")
-def creation(site: Site) -> cst.BaseExpression:
-    """torch.zeros/ones/empty/rand-free creation with size varargs."""
-    shape = _sizes(site)
-    extra = []
-    if site.rule.torch.endswith("full"):
-        extra.append(arg(site.args.get("fill_value")))
-    return call(site.rule.jax, arg(shape), *extra, *_dtype_kw(site))
-
-
-@special("new_creation")
-def new_creation(site: Site) -> cst.BaseExpression:
-    """x.new_zeros(shape) / new_ones / new_full / new_empty: a new array of x's dtype (unless
-    dtype= says otherwise)."""
-    shape = _sizes(site)
-    extra = []
-    if site.rule.torch == "new_full":
-        extra.append(arg(site.args.get("fill_value")))
-    dtype = site.args.get("dtype") or expr("{x}.dtype", x=site.x())
-    return call(site.rule.jax, arg(shape), *extra, arg(dtype, "dtype"))
-
-
 @special("normalize")
 def normalize(site: Site) -> cst.BaseExpression:
     """F.normalize: x over its p-norm along dim, the norm clamped below at eps. For p=2 as

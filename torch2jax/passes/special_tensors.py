@@ -9,7 +9,7 @@ import libcst.matchers as m
 
 from torch2jax.passes.common import Untranslatable, arg, call, code, expr, int_value
 from torch2jax.passes.registry import Site, special
-from torch2jax.passes.special import _hint, _is_int_like, norm_axes
+from torch2jax.passes.special import _dtype_kw, _hint, _is_int_like, _sizes, norm_axes
 
 
 @special("linalg_norm")
@@ -107,9 +107,10 @@ def scalar_tensor(site: Site) -> cst.BaseExpression:
                 d=dtype if dtype is not None else expr("jnp.float32"))
 
 
-# the specials that take sizes spread from a sequence (``x.expand(*y.shape[:-1], 1)``); the
-# others are marked when called with *args
-STARRED_SPECIALS = frozenset({"expand"})
+# the specials that take sizes spread from a sequence (``x.expand(*y.shape[:-1], 1)``,
+# ``torch.ones(*x.shape[:-1])``, ``x.new_empty(*x.shape[:-1], n)``); the others are marked
+# when called with *args
+STARRED_SPECIALS = frozenset({"expand", "creation", "new_creation"})
 
 
 def _spread_sizes(node: cst.BaseExpression) -> bool:
@@ -168,3 +169,39 @@ def expand(site: Site) -> cst.BaseExpression:
             parts.append(code(s))
     return call("jnp.broadcast_to", arg(x), arg(expr("(" + ", ".join(parts) + ("," if n == 1
                                                                                  else "") + ")")))
+
+
+def _creation_sizes(site: Site) -> cst.BaseExpression:
+    """The shape a creation function is given; ``torch.ones(*x.shape[:-1], n)`` (PEGASUS-X),
+    ``x.new_empty(*x.shape[:-1], n)`` (the MLA attentions): the sizes in their order, spread
+    ones too."""
+    if not site.args.star:
+        return _sizes(site)
+    if site.rule.torch.endswith("full"):
+        raise Untranslatable(f"{site.rule.torch} called with *args: its sizes are one "
+                             "argument, its fill value the next")
+    items = site.args.ordered
+    return expr("(" + ", ".join(("*" if a.star else "") + code(a.value) for a in items)
+                + ("," if len(items) == 1 else "") + ")")
+
+
+@special("creation")
+def creation(site: Site) -> cst.BaseExpression:
+    """torch.zeros/ones/empty/rand-free creation with size varargs."""
+    shape = _creation_sizes(site)
+    extra = []
+    if site.rule.torch.endswith("full"):
+        extra.append(arg(site.args.get("fill_value")))
+    return call(site.rule.jax, arg(shape), *extra, *_dtype_kw(site))
+
+
+@special("new_creation")
+def new_creation(site: Site) -> cst.BaseExpression:
+    """x.new_zeros(shape) / new_ones / new_full / new_empty: a new array of x's dtype (unless
+    dtype= says otherwise)."""
+    shape = _creation_sizes(site)
+    extra = []
+    if site.rule.torch == "new_full":
+        extra.append(arg(site.args.get("fill_value")))
+    dtype = site.args.get("dtype") or expr("{x}.dtype", x=site.x())
+    return call(site.rule.jax, arg(shape), *extra, arg(dtype, "dtype"))
