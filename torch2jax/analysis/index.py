@@ -126,8 +126,7 @@ class FileIndex:
     module_classes: set[str] = field(default_factory=set)
     defined: set[str] = field(default_factory=set)  # names bound at the top level of the file
     rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
-    # the functions of the file that take rngs only for their random draws, building no
-    # module (timm's _init_weights): handed on as partial(fn, ...), the partial binds rngs
+    # functions taking rngs only to draw (timm's _init_weights): partial(fn, ...) binds rngs
     draw_functions: set[str] = field(default_factory=set)
     list_layouts: dict[tuple[int, str], str] = field(default_factory=dict)  # (fn id, name)
     tied: list[tuple[str, str]] = field(default_factory=list)  # (embedding path, linear path)
@@ -135,22 +134,19 @@ class FileIndex:
     factory_layouts: set[str] = field(default_factory=set)  # layer classes used as values
     # layers bound to plain names: (id of the function or 0 for module level, name) -> layout
     name_layouts: dict[tuple[int, str], str] = field(default_factory=dict)
-    # lists of layers in both layouts (fn id, name): their channels-last items get transposes
-    # where they are put in, so that the list as a whole is in torch's layout
+    # lists of layers in both layouts (fn id, name): channels-last items get transposes
     normalized_lists: set[tuple[int, str]] = field(default_factory=set)
     ordered_dicts: set[tuple[int, str]] = field(default_factory=set)  # layers = OrderedDict()
     # names bound to torch's factory keywords, dd = {"device": device, "dtype": dtype}: a
     # layer given **dd is translated with its keywords (passes/rewrite.py), not as **kwargs
     factory_dicts: set[str] = field(default_factory=set)
-    # module-level functions whose returns are all names of classes: {function: the names}
-    # (timm's rdnet _get_block_type returns Block or BlockESE); calling their result builds
+    # module-level functions whose returns are all class names (rdnet's _get_block_type),
+    # and those returning tuples with a class name at item i (cspnet's `return stage_fn,
+    # stage_args`): {function: names}, {function: {i: names}}; calling their result builds
     class_returns: dict[str, set[str]] = field(default_factory=dict)
-    # module-level functions returning tuples whose item i is a class name in every return:
-    # {function: {i: the names}} (timm's cspnet ``return stage_fn, stage_args``, stage_fn
-    # assigned DarkStage, CrossStage or CrossStage3); a local unpacked from their call builds
     class_tuple_returns: dict[str, dict[int, set[str]]] = field(default_factory=dict)
-    # nn.Conv2d(...) calls (ids) put into an OrderedDict of layers in torch's layout otherwise
-    # (maxvit's MBConv): built as the NCHW Conv2d helper class, so that the dict is one layout
+    # nn.Conv2d(...) calls (ids) in an OrderedDict of torch-layout layers (maxvit's MBConv):
+    # built as the NCHW Conv2d helper class, so that the dict is one layout
     torch_convs: set[int] = field(default_factory=set)
 
 

@@ -30,11 +30,11 @@ from torch2jax.passes.common import (
 from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.registry import spatial_dims
 from torch2jax.passes.rewrite_support import (
-    _indexed_sequence,
     _EINOPS_FUNCTIONS,
     _LAYER_ATTRIBUTES,
     _activation_value,
     _fix_commas,
+    _indexed_sequence,
     _is_dotted_text,
     _rule_args,
 )
