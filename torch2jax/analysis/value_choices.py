@@ -13,6 +13,8 @@ import ast
 
 import libcst as cst
 
+from torch2jax.analysis.values import passed_arguments
+
 _NOT_LITERAL = object()
 
 
@@ -72,29 +74,16 @@ def _param_choices(facts, param: cst.Param, cls: str) -> tuple | None:
         found.append(default)
     node = facts._classes[cls]
     fn = facts._parents.get(facts._parents.get(param))
-    positional = [*fn.params.posonly_params, *fn.params.params][1:]
-    index = next((i for i, p in enumerate(positional) if p is param), None)
     scope = facts._scopes.get(node)
-    if scope is None:
+    given = None if scope is None else passed_arguments(scope, facts._parents, node, fn, param,
+                                                        True)
+    if given is None:
         return None
-    for assignment in scope.assignments[cls]:
-        if getattr(assignment, "node", None) is not node:
-            continue
-        for access in assignment.references:
-            call = facts._parents.get(access.node)
-            if not isinstance(call, cst.Call) or call.func is not access.node:
-                continue
-            if any(a.star for a in call.args):
-                return None
-            given = [a.value for i, a in enumerate(x for x in call.args if x.keyword is None)
-                     if i == index]
-            given += [a.value for a in call.args
-                      if a.keyword is not None and a.keyword.value == param.name.value]
-            for g in given:
-                value = try_literal(g, _NOT_LITERAL)
-                if value is _NOT_LITERAL:
-                    return None
-                found.append(value)
+    for g in given:
+        value = try_literal(g, _NOT_LITERAL)
+        if value is _NOT_LITERAL:
+            return None
+        found.append(value)
     if not found:
         return None
     return tuple(dict.fromkeys(found))
