@@ -168,6 +168,25 @@ class Net(nn.Module):
         return self.head(self.features(x.unsqueeze(1)))
 '''
 
+# an einops layer that changes the rank, then vector layers, in one Sequential
+PATCHES = '''
+import torch
+import torch.nn as nn
+from einops.layers.torch import Rearrange
+
+
+class Patches(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.to_patch = nn.Sequential(
+            Rearrange("b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=2, p2=2),
+            nn.LayerNorm(12), nn.Linear(12, 8))
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.to_patch(x).mean(dim=1))
+'''
+
 CASES = {
     "flatten": (FLATTEN, "Net", "float32[2,8]"),
     "methods": (METHODS, "AE", "float32[4,1,16]"),
@@ -176,6 +195,10 @@ CASES = {
     "channels_last": (CHANNELS_LAST, "Net", "float32[2,3,6,6]"),
     "loop": (LOOP, "Model", "float32[3,8]"),
     "unknown_rank": (UNKNOWN_RANK, "Head", "float32[2,3,5,10]"),
+    # the einops layer is written for one example (c (h p1) (w p2) -> (h w) (p1 p2 c)), the
+    # Sequential called layer by layer, the vector layers after it mapped over the patches,
+    # per example (it was kept batched: "a Sequential mixing channel-first and vector layers")
+    "einops_patches": (PATCHES, "Patches", "float32[2,3,4,6]"),
 }
 
 
@@ -214,30 +237,7 @@ class Gram(nn.Module):
 '''
 
 
-# an einops layer that changes the rank, then vector layers, in one Sequential
-PATCHES = '''
-import torch
-import torch.nn as nn
-from einops.layers.torch import Rearrange
-
-
-class Patches(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.to_patch = nn.Sequential(
-            Rearrange("b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=2, p2=2),
-            nn.LayerNorm(12), nn.Linear(12, 8))
-        self.head = nn.Linear(8, 3)
-
-    def forward(self, x):
-        return self.head(self.to_patch(x).mean(dim=1))
-'''
-
-
 BATCHED = {
-    # the einops layer is written for one example (c (h p1) (w p2) -> (h w) (p1 p2 c)), the
-    # vector layers after it mapped over the patches
-    "einops_patches": (PATCHES, "Patches", "float32[2,3,4,6]"),
     # bi,bj->ij sums over the batch: no per-example form
     "einsum_over_batch": (MIXING, "Gram", "float32[5,4]"),
     # a layer on the rows of the whole batch (torch returns (B * 1, 6), not (B, 1, 6))

@@ -336,15 +336,16 @@ def test_einmix_is_marked():
 
 def test_einops_layers_on_equinox():
     # equinox's layers take one example: an einops layer whose pattern keeps its first axis
-    # is written for one example (the batch axis dropped on both sides), channel-first, and
-    # mapped over the batch in a module kept batched (outputs: test_forward_and_gradients_match)
+    # is written for one example (the batch axis dropped on both sides), channel-first; a
+    # Sequential of it and vector layers is called layer by layer, the module per example
+    # (outputs: test_forward_and_gradients_match)
     result = convert_source(SOURCE, path="research_models.py", target="equinox")
     patch = result.code.split("class PatchNet(", 1)[1].split("\nclass ", 1)[0]
     assert "TODO(torch2jax)" not in patch, patch
     assert 'einops.rearrange(t, "c (h p1) (w p2) -> (h w) (p1 p2 c)", p1=patch, p2=patch)' \
         in patch
     assert "self.pool = lambda t: einops.reduce(t, \"n d -> d\", 'mean')" in patch
-    assert "jax.vmap(self.conv_patch)(x)" in patch
+    assert "+ self.conv_patch(x)" in patch and "batched = True" not in patch
 
 
 def test_factories_and_partials_get_rngs_where_they_build(converted):

@@ -54,6 +54,35 @@ def test_device_and_dtype_strings_read_later_are_kept_translated(tmp_path) -> No
     assert _run(result.code, tmp_path) == want == ["cpu", "cpu", "float32", "float32"]
 
 
+# a trainer reading a config's device (minGPT's Trainer): config is an argument nothing types,
+# and its .device is a string of the config, not a tensor's device (it became
+# jax.devices()[0], so the program printed 'cpu:0' and compared a device with 'auto')
+CONFIG_DEVICE = """
+import types
+import torch
+
+
+class Trainer:
+    def __init__(self, config):
+        if config.device == 'auto':
+            self.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+        else:
+            self.device = config.device
+        print(self.device)
+
+
+Trainer(types.SimpleNamespace(device='auto'))
+Trainer(types.SimpleNamespace(device='cpu'))
+"""
+
+
+def test_a_config_s_device_stays_the_config_s(tmp_path) -> None:
+    result = _convert(CONFIG_DEVICE)
+    assert "config.device == 'auto'" in result.code
+    want = _run(textwrap.dedent(CONFIG_DEVICE), tmp_path)
+    assert _run(result.code, tmp_path) == want == ["cpu", "cpu"]
+
+
 DEVICE_REBOUND_IN_A_BRANCH = """
 import os
 import torch

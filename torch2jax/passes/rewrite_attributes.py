@@ -15,6 +15,7 @@ import libcst.matchers as m
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import (
     arg,
     call,
@@ -40,6 +41,11 @@ from torch2jax.targets import linen as linen_target
 _ITERATING = frozenset({"builtins.len", "builtins.enumerate", "builtins.reversed",
                         "builtins.list", "builtins.tuple", "builtins.iter", "builtins.zip"})
 
+
+# what a tensor has besides its methods (rules/methods.toml): an argument whose other reads
+# are these is taken for a tensor where its .device is read
+_TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "T", "mT", "H", "data",
+                                "grad", "requires_grad", "is_cuda", "real", "imag", "layout"})
 
 class AttributesMixin:
     def leave_UnaryOperation(self, original_node, updated_node):
@@ -792,11 +798,33 @@ class AttributesMixin:
     def _array_value(self, node: cst.BaseExpression) -> bool:
         """``node`` holds an array: a tensor the value analysis knows, an argument nothing
         tells about (FastSpeech2-Conformer's ``pos_enc.device != x.device``), a layer's weight."""
-        if self.values is not None and self.values.kind(node) in (vk.Kind.TENSOR,
-                                                                   vk.Kind.PARAM):
+        kind = self.values.kind(node) if self.values is not None else None
+        if kind == vk.Kind.PARAM and not self._tensor_argument(node):
+            return False  # (config.device of a config object: kept as written)
+        if kind in (vk.Kind.TENSOR, vk.Kind.PARAM):
             return not self._is_module_expr(node)
         return m.matches(node, m.Attribute(attr=m.Name("weight") | m.Name("bias"))) and \
             self._is_module_expr(node.value)
+
+    def _tensor_argument(self, node: cst.BaseExpression) -> bool:
+        """An argument nothing types, whose ``.device`` is read: a tensor where the function
+        reads it as one (another tensor attribute or method, ``x.shape``, ``x.size()``) and
+        in no other way, or compares its device with another's (``pe.device !=
+        x.device``)."""
+        if not (isinstance(node, cst.Name) and self._fn_stack):
+            return False
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        outer = self.get_metadata(ParentNodeProvider, parent, None) if parent else None
+        if isinstance(outer, cst.ComparisonTarget):
+            outer = self.get_metadata(ParentNodeProvider, outer, None)
+        if isinstance(outer, cst.Comparison) and len(outer.comparisons) == 1 and all(
+                m.matches(side, m.Attribute(attr=m.Name("device")))
+                for side in (outer.left, outer.comparisons[0].comparator)):
+            return True
+        reads = {a.attr.value for a in findall(self._fn_stack[-1], m.Attribute(
+            value=m.Name(node.value)))} - {"device"}
+        return bool(reads) and all(r in _TENSOR_ATTRIBUTES or r in self.rules.methods
+                                   for r in reads)
 
     def _array_target(self, base: cst.BaseExpression) -> str:
         """``base[i] = v``: "array" (rebind it with .at[i].set(v)), "python" (a dict, list,

@@ -927,7 +927,8 @@ def _emit_class(c: ClassInfo, f: EquinoxFile, optimizer_methods: Mapping[str, fr
                 list(fn.body.body), sites)))
             body[i] = _key_param(fn, default_none=True) if sites else fn
         elif isinstance(s, cst.FunctionDef) and s.name.value not in ("__init__", "__call__") \
-                and ("nnx." in code(s) or findall(s, DRAW_KEY)):
+                and ("nnx." in code(s) or findall(s, DRAW_KEY) or reads_nnx_weight(s, c.attrs)):
+            # (an NNX variable read, self.wpe.embedding: equinox's layers name it weight)
             # (a substring test, kept for byte-identical output: it also takes a method whose
             # translation mentions nnx only in a TODO comment for the torch method)
             msg = ("a method that the NNX translation rewrites (weight initialisation, "

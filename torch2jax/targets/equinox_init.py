@@ -799,7 +799,9 @@ def _key_param(fn: cst.FunctionDef, default_none: bool) -> cst.FunctionDef:
 
 
 def _comment_out(s: cst.BaseStatement) -> cst.BaseStatement:
-    lines = cst.Module(body=[s]).code.rstrip("\n").splitlines()
+    # (NNX's draw of a key, rngs.params(), as NNX wrote it: its key site is not filled here)
+    lines = cst.Module(body=[s]).code.rstrip("\n").replace(
+        "__needs_key__", "rngs.params()").splitlines()
     comments = [cst.EmptyLine(comment=cst.Comment("# " + ln if ln.strip() else "#"))
                 for ln in lines]
     return cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=comments)
