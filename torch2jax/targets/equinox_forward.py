@@ -491,8 +491,9 @@ class Forward(LayerCalls):
             return self.collapse(node, new_args, first)
         if name == "jnp.einsum":
             return self.einsum(call, [i for _, _, i in args])
-        if self.owner.batched:  # (NNX's code on the batch, as it is)
-            return call, Info(True, None)
+        if self.owner.batched and not any(self.resolve(a.value)[1] is not None
+                                          for a in node.args):
+            return call, Info(True, None)  # (NNX's code on the batch; no layer handed to it)
         raise EquinoxError(f"{name} on a batched value (its per-example form is not known)")
 
     def method_transpose(self, node: cst.Call, recv: cst.BaseExpression, info: Info
