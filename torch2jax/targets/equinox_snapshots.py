@@ -24,7 +24,7 @@ from torch2jax.analysis.walk import findall
 # snapshots and flags(model) are what is read here)
 Scope = Any
 
-STATE = "state"
+STATE = "state"  # the name of a model's eqx.nn.State (equinox_training.py reads it here)
 
 
 def _tree(scope: Scope, model: str) -> str:

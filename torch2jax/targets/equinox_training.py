@@ -35,9 +35,8 @@ from torch2jax.targets import equinox_gan as gan
 from torch2jax.targets.equinox_eval import eval_step
 from torch2jax.targets.equinox_globals import declare_globals, own_scope, read_globals
 from torch2jax.targets.equinox_layers import _todo
-from torch2jax.targets.equinox_snapshots import restore, snapshot
+from torch2jax.targets.equinox_snapshots import STATE, restore, snapshot
 
-STATE = "state"
 OPT_STATE = "opt_state"
 COUNTER = "opt_step"
 # optimizer.step[...]: the NNX optimizer's update count, as the NNX pass reads it (Target.step_count)
