@@ -274,6 +274,8 @@ def convert_source(
         data=data_indexer.index, torch_init=init == "torch", hoist_steps=hoist_steps,
         values=ValueFacts(wrapper, index.module_classes, lambda q: q in rules.layers)))
     new = wrapper.visit(transformer)
+    if hoist_steps:  # (not in the NNX translation the equinox pass rewrites)
+        _note_initialisation(transformer, training, spec.name, source, report)
     new = spec.finish_module(new).visit(DropNoopAssigns())
     if spec.stateful_modules and hoist_steps:  # (passes/generation.py writes NNX)
         new = compile_generation(new, module, source, report,
@@ -313,6 +315,23 @@ def _finish(result: ConversionResult, rewrite: ConversionResult, path: str,
     if code is result.code and diagnostics is result.diagnostics:
         return result
     return replace(result, code=code, diagnostics=diagnostics)
+
+
+def _note_initialisation(rewrite: TorchToJax, training, target: str, source: str,
+                         report) -> None:
+    """A program that trains a model from its initial weights (an optimizer, no weights
+    loaded) on flax: flax's default initialisers (lecun_normal kernels, zero biases, N(0,
+    1/dim) embeddings) are not torch's, so the converted training starts elsewhere than
+    torch's; ``--init torch`` writes torch's. Said once, at the first such layer."""
+    if rewrite.jax_init_layer is None or target == "equinox" or not training.optimizers or any(
+            word in source for word in ("load_state_dict", "from_pretrained", "torch.load")):
+        return
+    line, col, layer = rewrite.jax_init_layer
+    report(line, col, "initialisation", "warning",
+           f"{layer} keeps {target}'s default initialisation (flax's lecun_normal kernels, zero "
+           "biases), not torch's, and this file trains from the initial weights: training "
+           "starts from other statistics than torch's. `torch2jax convert --init torch` "
+           "writes torch's initialisers")
 
 
 def _optimizer_names(rewrite: TorchToJax) -> frozenset[str]:

@@ -436,6 +436,10 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                         self._accumulate[recv] = k
 
     def _builds_model(self, node: cst.Call) -> bool:
+        """``Model(...)``, or moved on the way: ``Model(...).to(device)``, ``.cuda()``."""
+        while m.matches(node, m.Call(func=m.Attribute(value=m.Call(), attr=m.Name(
+                m.MatchIfTrue(lambda a: a in ("to", "cuda", "cpu", "float", "double")))))):
+            node = node.func.value
         return isinstance(node.func, cst.Name) and node.func.value in self.model_classes
 
     # -- conclusions

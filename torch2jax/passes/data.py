@@ -280,6 +280,14 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
     def q(self, node: cst.CSTNode) -> str | None:
         return qualified(self, node)
 
+    def _known_map_dataset(self, dataset: cst.BaseExpression | None) -> bool:
+        """A dataset built inline by a map-style class of a library
+        (``DataLoader(torch.utils.data.TensorDataset(x, y), ...)``, ``datasets.MNIST(...)``)."""
+        if not isinstance(dataset, cst.Call):
+            return False
+        q = self.q(dataset.func) or ""
+        return q in TENSOR_DATASETS or q.startswith("torchvision.datasets.")
+
     def visit_Call(self, node: cst.Call) -> None:
         q = self.q(node.func) or ""
         if transform_name(q) in RANDOM_TRANSFORMS:
@@ -295,7 +303,8 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
                 "sampler")
             site = _known_sampler(sampler, sampler, self.q, self.index) if sampler else None
             if (b.get("batch_size") is not None and b.literal("batch_size", 1) is None
-                    or not _map_dataset_expr(dataset, self.index)
+                    or not (_map_dataset_expr(dataset, self.index)
+                            or self._known_map_dataset(dataset))
                     or site is not None and site.kind == "replacement"):
                 self.index.unbatched_loader = True
         if q in LOADERS or q in RANDOM_SPLITS:
@@ -584,7 +593,17 @@ def _dict_literal(name: cst.Name, get, notes: list[str]) -> dict[str, cst.BaseEx
 
 
 def _items_of(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
-    """``{'a': x}`` / ``dict(a=x)`` with constant keys -> their items."""
+    """``{'a': x}`` / ``dict(a=x)`` with constant keys -> their items. A conditional expression
+    of two of them (``{'num_workers': 1, 'pin_memory': True} if use_cuda else {}``) whose
+    branches differ only in options the pipeline drops has the items of both."""
+    if isinstance(node, cst.IfExp):
+        body, orelse = _items_of(node.body), _items_of(node.orelse)
+        if body is None or orelse is None:
+            return None
+        for key in {*body, *orelse} - set(LOADER_DROPPED):
+            if key not in body or key not in orelse or code(body[key]) != code(orelse[key]):
+                return None
+        return {**orelse, **body}
     if isinstance(node, cst.Dict):
         out = {}
         for e in node.elements:

@@ -101,6 +101,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self.train_steps: list[TrainStepRecord] = []
         self.eval_step: str | None = None
         self.torch_init = torch_init  # convert --init torch (passes/torch_init.py)
+        # the first layer built whose JAX library's default initialisation is not torch's
+        # (Linear, Conv, Embedding, ...): (line, column, torch class), for the report's note
+        self.jax_init_layer: tuple[int, int, str] | None = None
         self.hoist_steps = hoist_steps  # a per-epoch train function's step to the top level
         self.rules = rules
         self.index = index

@@ -1002,6 +1002,12 @@ class LayersMixin:
                 out = expr(target)
         for severity, msg in site.notes:
             self.diag(original, rule.id, severity, msg)
+        if not self.torch_init and self.jax_init_layer is None and (
+                torch_init.initialisation_differs(rule)):
+            pos = self.get_metadata(PositionProvider, original, None)
+            if pos is not None:
+                self.jax_init_layer = (pos.start.line, pos.start.column,
+                                       rule.torch.rsplit(".", 1)[-1])
         if self.torch_init and isinstance(out, cst.Call):
             out, why = torch_init.initialised(rule, b, out)
             if why is not None:

@@ -83,6 +83,14 @@ def _conv_fan_in(out: cst.Call, b: BoundArgs, channels: str) -> cst.BaseExpressi
     return _product([per_group, *(e.value for e in kernel.elements)])
 
 
+def initialisation_differs(rule: Rule) -> bool:
+    """Whether flax's default initialisation of ``rule``'s layer is not torch's (what
+    ``initialised`` writes for ``--init torch``)."""
+    return rule.torch == "torch.nn.Linear" or rule.special in (
+        "conv", "conv_transpose", "embedding", "multihead_attention", "lstm", "lstm_cell", "gru",
+        "gru_cell")
+
+
 def initialised(rule: Rule, b: BoundArgs, out: cst.Call) -> tuple[cst.Call, str | None]:
     """``out`` (the JAX layer built by ``rule`` from torch's arguments ``b``) with the keyword
     arguments that give it torch's default initialisation, and why they could not be written

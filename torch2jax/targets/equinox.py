@@ -554,7 +554,9 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
         batched=frozenset(n for n, c in f.classes.items() if c.batched) | frozenset(
             n for n, g in outside.items() if g.batched),
         draws=frozenset(n for n, c in f.classes.items() if c.draws) | frozenset(
-            n for n, g in outside.items() if g.draws))
+            n for n, g in outside.items() if g.draws),
+        builders={n: layer.cls for n, (_, layer) in f.builders.items()
+                  if layer.kind == "module" and layer.cls in f.classes})
     translated = dict(zip(map(id, rest), training.translate(rest, flags, ctx), strict=True))
     for s in module.body:
         if isinstance(s, cst.ClassDef) and s.name.value in f.classes:

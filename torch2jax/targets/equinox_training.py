@@ -66,7 +66,9 @@ class TrainingContext:
     * ``batched``: the model classes kept batched (ClassInfo.batched): called on the batch as
       they are, not mapped over it;
     * ``draws``: the model classes whose forward draws random numbers (ClassInfo.draws): they
-      take a key in evaluation too."""
+      take a key in evaluation too;
+    * ``builders``: a function of the file that builds and returns one of its model classes
+      (``def ResNet18(): return ResNet(BasicBlock, [2, 2, 2, 2])``) -> that class."""
 
     batch_reduced: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     optimizer_methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -75,6 +77,7 @@ class TrainingContext:
     eval_step: str | None = None
     batched: frozenset[str] = frozenset()
     draws: frozenset[str] = frozenset()
+    builders: Mapping[str, str] = field(default_factory=dict)
 
 
 class _DropRemoved(cst.CSTTransformer):
@@ -336,14 +339,18 @@ class _Fail(Exception):
         super().__init__(message); self.message = message
 
 
-def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
+def _is_model_build(value: cst.BaseExpression, classes: dict,
+                    builders: Mapping[str, str] | None = None) -> str | None:
     """The class of ``Class(..., rngs=nnx.Rngs(k))`` (a model class of this file, or one
-    imported, with None for its flags in ``classes``)."""
-    if m.matches(value, m.Call(func=m.Name(), args=[m.ZeroOrMore(), m.Arg(
+    imported, with None for its flags in ``classes``), or of ``build(..., rngs=...)``, a
+    function of the file that returns one (``builders``)."""
+    if not m.matches(value, m.Call(func=m.Name(), args=[m.ZeroOrMore(), m.Arg(
             keyword=m.Name("rngs"), value=m.Call(func=m.Attribute(
-                value=m.Name("nnx"), attr=m.Name("Rngs"))))])) and value.func.value in classes:
-        return value.func.value
-    return None
+                value=m.Name("nnx"), attr=m.Name("Rngs"))))])):
+        return None
+    name = value.func.value
+    cls = (builders or {}).get(name, name)
+    return cls if cls in classes else None
 
 
 def _assigned_names(stmts) -> set[str]:
@@ -650,7 +657,7 @@ class Scope(cst.CSTTransformer):
                 built = self.layer_build(target.value, value)
                 if built is not None:
                     return built
-            cls = _is_model_build(value, self.classes)
+            cls = _is_model_build(value, self.classes, self.ctx.builders)
             if cls is not None and isinstance(target, cst.Name):
                 other = [n for n, c in self.models.items() if n != target.value
                          and (self.classes.get(c) or (False, False))[0]]
@@ -671,10 +678,11 @@ class Scope(cst.CSTTransformer):
                 pos = ", ".join([code(a.value) if a.keyword is None else
                                  f"{a.keyword.value}={code(a.value)}" for a in args] +
                                 [f"key={kv}"])
+                callee = value.func.value  # the class, or a function that builds it
                 if (self.classes[cls] or (False, False))[0]:
                     return [_stmt(f"{target.value}, {self.states.get(target.value, STATE)} = "
-                                  f"eqx.nn.make_with_state({cls})({pos})")]
-                return [_stmt(f"{target.value} = {cls}({pos})")]
+                                  f"eqx.nn.make_with_state({callee})({pos})")]
+                return [_stmt(f"{target.value} = {callee}({pos})")]
             if m.matches(value, m.Call(func=m.Attribute(value=m.Name("nnx"),
                                                         attr=m.Name("Optimizer")))) and \
                     isinstance(target, cst.Name):
@@ -975,7 +983,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
         found = {}
         for s in body:
             for a in findall(s, m.Assign(targets=[m.AssignTarget(m.Name())])):
-                cls = _is_model_build(a.value, classes)
+                cls = _is_model_build(a.value, classes, ctx.builders)
                 if cls is not None:
                     found[a.targets[0].target.value] = cls
         return found

@@ -393,8 +393,9 @@ def _sample_of(e, body, loop, outer, loop_names, stmts, copied, model=None, exac
     if m.matches(e, _DETACHED):
         e = e.func.value if isinstance(e.func, cst.Attribute) and e.func.attr.value == \
             "detach" else e.args[0].value  # h.detach(): the same shape
-    if model is not None and isinstance(e, cst.Name) and e.value in loop_names and _carried(
-            e.value, body, model):
+    if model is not None and isinstance(e, cst.Name) and e.value in loop_names and not (
+            isinstance(loop, cst.For) and e.value in {n.value for n in findall(loop.target, m.Name())}
+            ) and _carried(e.value, body, model):
         return e  # a carried state: its value before the loop, the first step's input
     if isinstance(loop, cst.For) and m.matches(loop.iter, m.Call(
             func=m.Name("enumerate"))) and 1 <= len(loop.iter.args) <= 2 and not any(

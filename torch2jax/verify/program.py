@@ -173,6 +173,12 @@ def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float,
         r.notes.append(f"batches replayed: {j['batch_arrays']} arrays over {j['batches']} "
                        f"batches the converted program drew ({len(t['batches'])} torch "
                        "DataLoader batches)")
+    drawn = sum(1 for d in t.get("draws", []) if d)
+    if drawn:
+        r.notes.append(f"draws replayed: {j.get('draws', 0)} of the "
+                       f"{sum(len(d) for d in t['draws'])} random arrays torch's model drew "
+                       f"in {drawn} of its forward calls (torch.randn_like, ...: the JAX "
+                       "model's jax.random draws of the same kind and shape take their values)")
     r.notes += [f"replay: {p}" for p in j["replay_problems"]]
     _compare_losses(r, t["losses"], j["losses"], t.get("loss_steps"))
     _compare_lrs(r, t["lrs"], j["lrs"])
@@ -435,9 +441,23 @@ def _compare_prints(r: ProgramResult, t_out: str, j_out: str, rtol: float,
         r.checks.append(Check("print", f"line {i + 1}", ok, f"torch {a!r}, JAX {b!r}"))
 
 
+_TORCH_SIZE = re.compile(r"torch\.Size\(\[([^\]]*)\]\)")
+
+
+def _shape_text(line: str) -> str:
+    """A printed ``torch.Size([16, 1])`` as the tuple a JAX shape prints, ``(16, 1)``
+    (``(16,)`` for one dimension)."""
+    def tuple_text(match: re.Match[str]) -> str:
+        dims = [d.strip() for d in match.group(1).split(",") if d.strip()]
+        return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
+
+    return _TORCH_SIZE.sub(tuple_text, line)
+
+
 def _same_line(a: str, b: str, rtol: float) -> bool:
     """The same text with the same numbers, each within ``rtol`` or one unit of its last
-    printed decimal (integers exactly)."""
+    printed decimal (integers exactly); torch's printed shapes read as JAX's."""
+    a = _shape_text(a)
     if _NUMBER.sub("#", a).split() != _NUMBER.sub("#", b).split():
         return False
     for x, y in zip(_NUMBER.findall(a), _NUMBER.findall(b), strict=True):

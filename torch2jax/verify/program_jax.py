@@ -76,13 +76,15 @@ class JaxRecorder:
         self.steps, self.torch = steps, torch_record
         self.record: dict[str, Any] = {"losses": [], "loss_steps": [], "lrs": [], "notes": [],
                                        "steps": 0, "replayed": 0, "replay_problems": [],
-                                       "batches": 0, "batch_arrays": 0, "trace": []}
+                                       "batches": 0, "batch_arrays": 0, "trace": [],
+                                       "draws": 0, "draw_calls": 0}
         self.model_class: Any = None
         self.mappings: list[dict[str, Any]] = []
         self.calls = 0
         self.depth = 0  # inside a value_and_grad
         self.in_forward = False
         self.optimizers = 0
+        self.draws: list[tuple[str | None, np.ndarray]] = []  # this forward's torch draws
 
     # --- the start ------------------------------------------------------------------------
     def on_optimizer(self, model: Any) -> None:
@@ -129,6 +131,7 @@ class JaxRecorder:
             if recorder.in_forward:
                 return original(this, *args, **kwargs)
             args, kwargs = recorder.replay(args, kwargs)
+            recorder.start_draws(recorder.calls - 1)
             recorder.in_forward = True
             try:
                 return original(this, *args, **kwargs)
@@ -151,6 +154,37 @@ class JaxRecorder:
         new_kwargs = {n: self._substitute(v, t_kwargs.get(n), f"forward call {k + 1}, {n}=")
                       for n, v in kwargs.items()}
         return new_args, new_kwargs
+
+    def start_draws(self, k: int) -> None:
+        """The draws torch's model made in its k-th forward call, to be replayed in order by the
+        JAX model's draws of the same kind and shape in its k-th call (none when one of
+        torch's has no JAX counterpart)."""
+        draws = self.torch.get("draws", [])
+        self.draws = list(draws[k]) if k < len(draws) else []
+        if any(kind is None for kind, _ in self.draws):
+            self._problem(f"forward call {k + 1}: a torch draw with no JAX counterpart "
+                          "(torch.normal, multinomial, ...): its draws are not replayed")
+            self.draws = []
+        elif self.draws:
+            self.record["draw_calls"] += 1
+
+    def draw(self, kind: str, shape: Any, dtype: Any) -> Any:
+        """The next torch draw of this forward, for a JAX draw of ``kind`` and ``shape``; None
+        (the JAX draw runs) when there is none or it does not fit."""
+        import jax.numpy as jnp
+
+        if not self.in_forward or not self.draws:
+            return None
+        t_kind, value = self.draws[0]
+        if t_kind != kind or tuple(value.shape) != tuple(shape):
+            self._problem(f"forward call {self.calls}: JAX draws {kind} {tuple(shape)}, torch's "
+                          f"next draw is {t_kind} {tuple(value.shape)}: the rest of the call's "
+                          "draws are not replayed")
+            self.draws = []
+            return None
+        self.draws.pop(0)
+        self.record["draws"] += 1
+        return jnp.asarray(value, dtype=dtype)
 
     def _substitute(self, value: Any, torch_value: Any, where: str,
                     count: str = "replayed") -> Any:
@@ -310,6 +344,28 @@ def install(recorder: JaxRecorder) -> None:
     nnx.value_and_grad = _record_value(recorder, nnx.value_and_grad)
     jax.value_and_grad = _record_value(recorder, jax.value_and_grad)
     install_loaders(recorder)
+    install_draws(recorder)
+
+
+def install_draws(recorder: JaxRecorder) -> None:
+    """``jax.random``'s draws inside the model's outermost call take torch's values
+    (TorchRecorder.on_draw) where the kind and shape agree."""
+    import jax
+    import jax.numpy as jnp
+
+    def patched(kind: str, original: Any, shape_of: Any, dtype_of: Any) -> Any:
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)  # drawn anyway: the shapes and dtypes it has
+            value = recorder.draw(kind, shape_of(out), dtype_of(out))
+            return out if value is None else value
+
+        return draw
+
+    shape, dtype = (lambda out: out.shape), (lambda out: out.dtype)
+    for kind, name in (("normal", "normal"), ("uniform", "uniform"), ("randint", "randint"),
+                       ("bernoulli", "bernoulli")):
+        setattr(jax.random, name, patched(kind, getattr(jax.random, name), shape, dtype))
+    del jnp
 
 
 def install_loaders(recorder: JaxRecorder) -> None:

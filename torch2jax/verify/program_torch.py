@@ -52,11 +52,12 @@ class TorchRecorder:
         self.steps = steps
         self.record: dict[str, Any] = {"losses": [], "loss_steps": [], "lrs": [],
                                        "forwards": [], "batches": [], "notes": [], "steps": 0,
-                                       "trace": []}
+                                       "trace": [], "draws": []}
         self.optimizer: Any = None
         self.model: Any = None
         self.names: dict[int, str] = {}
         self.busy = False
+        self.drawing = False  # inside the model's forward: its random draws are recorded
 
     # --- the model ------------------------------------------------------------------------
     def _find_model(self, optimizer: Any) -> Any:
@@ -108,10 +109,24 @@ class TorchRecorder:
         if dropouts:
             self.record["notes"].append(f"torch: {len(dropouts)} Dropout modules set to p=0")
         model.register_forward_pre_hook(self.on_forward, with_kwargs=True)
+        model.register_forward_hook(self.after_forward)
 
     def on_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
         if not self.busy:
             self.record["forwards"].append((_np(tuple(args)), _np(dict(kwargs))))
+            self.record["draws"].append([])
+            self.drawing = True
+
+    def after_forward(self, module: Any, args: tuple, output: Any) -> None:
+        self.drawing = False
+
+    def on_draw(self, kind: str, value: Any) -> None:
+        """A draw from torch's random functions inside the model's forward (a VAE's
+        ``torch.randn_like``): its values, which the JAX side's k-th forward replays in order.
+        ``kind`` None: a draw the JAX side cannot be given (``torch.normal(mean, std)``): the
+        call's draws are not replayed."""
+        if self.drawing and not self.busy and self.record["draws"]:
+            self.record["draws"][-1].append((kind, _np(value)))
 
     def on_batch(self, batch: Any) -> Any:
         if not self.busy:
@@ -208,6 +223,33 @@ def install(recorder: TorchRecorder) -> None:
 
     torch.Tensor.backward = backward  # type: ignore[method-assign]
     wrap_iter(torch.utils.data.DataLoader, recorder.on_batch, [False])
+    install_draws(recorder)
+
+
+# torch's random functions -> the kind of JAX draw that replays them (program_jax.DRAWS);
+# None: recorded so that the forward's draws are known not to be replayable
+TORCH_DRAWS = {"randn": "normal", "randn_like": "normal", "rand": "uniform",
+               "rand_like": "uniform", "randint": "randint", "randint_like": "randint",
+               "bernoulli": "bernoulli", "normal": None, "multinomial": None, "randperm": None,
+               "poisson": None}
+
+
+def install_draws(recorder: TorchRecorder) -> None:
+    """Each of torch's random functions records what it returns inside the model's forward."""
+    import torch
+
+    def patched(original: Any, kind: str | None) -> Any:
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            recorder.on_draw(kind, out)
+            return out
+
+        return draw
+
+    for name, kind in TORCH_DRAWS.items():
+        original = getattr(torch, name, None)
+        if original is not None:
+            setattr(torch, name, patched(original, kind))
 
 
 def install_seeds(recorder: TorchRecorder, program: str) -> SeedLog:
