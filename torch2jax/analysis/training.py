@@ -521,18 +521,19 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         if self.keys_in_apply and idx.method_draws:
             draws |= {f for f, callees in self._calls_in_fn.items()
                       if f in self._backward_fns or callees & idx.model_vars}
-        idx.seed_functions = {f for f in self._seeds_in
-                              if f not in draws and f not in self._returns_value
-                              } | self.imported_seeds
+        # a seeding helper seeds and draws nothing, itself or through the functions it calls
+        # (`def main(): torch.manual_seed(0); model = build_model()` makes its own key)
+        helpers = {f for f in self._seeds_in if f not in self._returns_value and f not in draws}
         changed = True
         while changed:
             changed = False
             for f, callees in self._calls_in_fn.items():
-                if f in draws or f in idx.seed_functions or f in blocked:
+                if f in draws or f in blocked:
                     continue
-                if callees & draws:
+                if callees & (draws - helpers):
                     draws.add(f)
                     changed = True
+        idx.seed_functions = {f for f in helpers if f not in draws} | self.imported_seeds
         # a function that seeds (or calls a seeding helper) makes its own key
         self_keyed = {f for f, callees in self._calls_in_fn.items()
                       if f in self._seeds_in or callees & idx.seed_functions}

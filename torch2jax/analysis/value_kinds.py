@@ -137,6 +137,9 @@ _TORCH_TUPLES = {"torch.chunk", "torch.split", "torch.unbind", "torch.tensor_spl
                  "torch.meshgrid", "torch.sort", "torch.topk", "torch.max", "torch.min",
                  "torch.median", "torch.mode", "torch.kthvalue", "torch.unique",
                  "torch.broadcast_tensors", "torch.Size"}
+# progress bars that wrap an iterable and yield its elements
+_PROGRESS_BARS = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm",
+                  "tqdm.rich.tqdm"}
 _PYTHON_SCALAR_MODULES = ("math.", "time.", "os.", "random.", "json.", "re.", "sys.",
                           "string.", "datetime.", "shutil.", "glob.", "pathlib.", "logging.",
                           "pickle.", "inspect.", "argparse.", "itertools.", "functools.",

@@ -44,6 +44,7 @@ from torch2jax.analysis.value_kinds import (  # noqa: F401 (values.X is the publ
     _MODULE_PARAM_ATTRS,
     _NUMPY_SCALAR_METHODS,
     _OPTIMIZER_ATTRS,
+    _PROGRESS_BARS,
     _PYTHON_SCALAR_MODULES,
     _TENSOR_ATTRS,
     _TENSOR_SCALAR_METHODS,
@@ -451,6 +452,9 @@ class ValueFacts:
                 if item is not None:
                     return Value(Kind.OBJECT, item=item)
             return OBJECT
+        if q in _PROGRESS_BARS and node.args and not node.args[0].keyword:
+            # tqdm(loader, desc=...): an iterator over what it wraps, with a progress bar
+            return Value(Kind.OBJECT, item=self.value(node.args[0].value).element())
         if q.split(".")[0] == "einops" and q.rsplit(".", 1)[-1] in _EINOPS_TENSOR_FUNCTIONS:
             first = self.value(node.args[0].value) if node.args else UNKNOWN
             if first.kind in (Kind.LIST, Kind.TUPLE) and first.element().kind == Kind.TENSOR:

@@ -416,8 +416,8 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         except Untranslatable:
             pass  # marked where the loader is rewritten
         b = bind(call.args, ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler"))
-        if b.literal("shuffle") is True:
-            return True
+        if b.literal("shuffle") not in (None, False):
+            return True  # True, or known at run time (shuffle=is_train): it may shuffle
         batch_sampler = b.get("batch_sampler")
         if isinstance(batch_sampler, cst.Name) and batch_sampler.value in (
                 self.index.batch_samplers):
@@ -692,9 +692,22 @@ def loader_pipeline(original: cst.Call, node: cst.Call, q_of, data: DataIndex,
         notes.append(f"RandomSampler(replacement=True): every example an independent uniform "
                      f"draw from a numpy Generator seeded with {code(seed)} (torch drew them "
                      "from its global generator)")
+    shuffle = b.get("shuffle")
+    flag = try_literal(shuffle, ...) if shuffle is not None else False
+    if epoch is None and (flag not in (None, False) or site is not None and site.shuffle):
+        # (only a loader assigned to a name becomes a function of the epoch: rewrite_data.py)
+        raise Untranslatable("a shuffled DataLoader that is not assigned to a name (returned "
+                             "by a function, built in place, stored in a container): torch "
+                             "draws a new order at every epoch, which a grain pipeline gets "
+                             "from a seed per epoch; assign the loader to a name in the "
+                             "function that loops over it", rule="torch.utils.data.DataLoader")
     if epoch is not None:
-        pipeline += f".shuffle(seed={code(_shuffle_seed(site, b.get('generator'), data, notes))}"\
-            f" + {epoch})"
+        shuffled = pipeline + (f".shuffle(seed="
+                               f"{code(_shuffle_seed(site, b.get('generator'), data, notes))}"
+                               f" + {epoch})")
+        # shuffle=is_train: shuffled where the flag is true when the pipeline is built
+        pipeline = f"({shuffled} if {code(shuffle)} else {pipeline})" if (
+            shuffle is not None and flag is ...) else shuffled
     if batch_size is not None and not m.matches(batch_size, m.Name("None")):
         args = [code(batch_size)]
         if try_literal(drop_last, None) is True:

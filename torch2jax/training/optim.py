@@ -823,10 +823,12 @@ def _piecewise(strategy: str, knots: list[tuple[str, str, str]]) -> str:
 
 def _sched_onecycle(a: _Args, base: str, resolve) -> Schedule:
     name = a.name
-    if a.given("total_steps") and a.lit("total_steps") is not None:
+    given = a.lit("total_steps") if a.given("total_steps") else None
+    if given is not None and given is not ...:  # a literal (total_steps=None: not given)
         total: Any = a.require("total_steps", (int,), "a literal integer")
-    elif a.given("total_steps"):
-        total = _o(a.code("total_steps"))  # total_steps=args.steps: read when the lr is
+    elif given is ...:
+        # total_steps=args.steps, epochs * len(loader): read when the lr is
+        total = _o(a.code("total_steps"))
     elif a.given("epochs") and a.given("steps_per_epoch"):
         epochs, per_epoch = a.lit("epochs"), a.lit("steps_per_epoch")
         total = (epochs * per_epoch if isinstance(epochs, int) and isinstance(per_epoch, int)

@@ -349,23 +349,25 @@ def install(recorder: JaxRecorder) -> None:
 
 def install_draws(recorder: JaxRecorder) -> None:
     """``jax.random``'s draws inside the model's outermost call take torch's values
-    (TorchRecorder.on_draw) where the kind and shape agree."""
+    (TorchRecorder.on_draw) where the kind and shape agree. A uniform draw between other
+    bounds than [0, 1) (``minval``/``maxval``, torch's ``uniform_(a, b)``, which is not
+    recorded) is no ``torch.rand``: it is not replayed."""
     import jax
-    import jax.numpy as jnp
 
-    def patched(kind: str, original: Any, shape_of: Any, dtype_of: Any) -> Any:
+    def patched(kind: str, original: Any) -> Any:
         def draw(*args: Any, **kwargs: Any) -> Any:
-            out = original(*args, **kwargs)  # drawn anyway: the shapes and dtypes it has
-            value = recorder.draw(kind, shape_of(out), dtype_of(out))
+            out = original(*args, **kwargs)  # drawn anyway: the shape and dtype it has
+            if kind == "uniform" and (len(args) > 3 or {"minval", "maxval"} & set(kwargs)):
+                kind_seen = "uniform between other bounds"
+            else:
+                kind_seen = kind
+            value = recorder.draw(kind_seen, out.shape, out.dtype)
             return out if value is None else value
 
         return draw
 
-    shape, dtype = (lambda out: out.shape), (lambda out: out.dtype)
-    for kind, name in (("normal", "normal"), ("uniform", "uniform"), ("randint", "randint"),
-                       ("bernoulli", "bernoulli")):
-        setattr(jax.random, name, patched(kind, getattr(jax.random, name), shape, dtype))
-    del jnp
+    for kind in ("normal", "uniform", "randint", "bernoulli"):
+        setattr(jax.random, kind, patched(kind, getattr(jax.random, kind)))
 
 
 def install_loaders(recorder: JaxRecorder) -> None:
