@@ -25,6 +25,7 @@ from torch2jax.analysis.training import (
     SEEDS,
 )
 from torch2jax.analysis.value_choices import literal_choices
+from torch2jax.analysis.value_kinds import _PROGRESS_BARS
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import remat as rm
 from torch2jax.passes import training as tr
@@ -167,6 +168,22 @@ class CallsMixin:
             value=m.Name("self"), attr=m.Name(name)))) for st in init.body.body
             if id(st) not in self._lt_counts)  # (linen: a count printed there is removed)
 
+    def _epoch_loader_wrapped(self, original_node: cst.Call, updated_node: cst.Call):
+        """``pbar = tqdm(loader)`` (or ``enumerate``, ``zip``) outside a ``for`` header,
+        of a loader shuffled per epoch: the wrapper iterates the epoch's pipeline (the loop's
+        own header is rewritten by rewrite_data's _loader_loop)."""
+        q = self.q(original_node.func) or ""
+        if q not in (*_PROGRESS_BARS, "builtins.enumerate", "builtins.zip"):
+            return None
+        if not any(isinstance(a.value, cst.Name) and a.value.value in self.data.loaders
+                   and self.data.loaders[a.value.value].shuffled for a in updated_node.args):
+            return None
+        loops = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
+        epoch = loops[-1] if loops else "0"
+        if not loops and self._param_names and "epoch" in self._param_names[-1]:
+            epoch = "epoch"
+        return self._epoch_loaders(updated_node, epoch)
+
     def _epoch_loader_len(self, original_node: cst.Call, updated_node: cst.Call):
         """len(loader) and len(loader.dataset) of a loader shuffled per epoch (a function of the
         epoch after the rewrite): the sizes do not depend on the epoch, so they are read from
@@ -229,6 +246,9 @@ class CallsMixin:
             # the flash-attention guard: JAX's fused attention is jax.nn.dot_product_attention
             self.need("jax")
             return expr("hasattr(jax.nn, 'dot_product_attention')")
+        wrapped = self._epoch_loader_wrapped(original_node, updated_node)
+        if wrapped is not None:
+            return wrapped
         sized = self._epoch_loader_len(original_node, updated_node)
         if sized is not None:
             return sized
