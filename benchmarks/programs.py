@@ -10,8 +10,9 @@ Dataset and Trainer) and char_rnn_sample.py (a GRU sampled one character at a ti
 * torch: the original script;
 * converted: the script converted by torch2jax now (convert_source of the working tree);
 * twin: the same program written by hand in idiomatic JAX (gpt_train_jax.py, gpt_sample_jax.py);
-  for the sampling program also a cached twin, a decoder with a key/value cache
-  (gpt_sample_cached_jax.py).
+  for the GPT sampling programs also a cached twin, a decoder with a key/value cache
+  (gpt_sample_cached_jax.py, nanogpt_sample_cached_jax.py). The char-RNN's twin carries the
+  GRU's hidden state, which is its cache.
 
 Each program times itself (its warmup iterations and compilation excluded) and prints
 ``ms_per_iter=`` or ``tokens_per_s=``; a run is ``runpy.run_path`` of the script with its
@@ -66,7 +67,11 @@ CASES = {  # name: (torch script, twin, metric, environment of the run)
     "charrnn sample": ("char_rnn_sample.py", "char_rnn_sample_jax.py", "tokens_per_s", {}),
 }
 # a second twin for the sampling program: the decoder with a key/value cache (issue 30)
-CACHED = {"sample": "gpt_sample_cached_jax.py", "sample, no top-k": "gpt_sample_cached_jax.py"}
+CACHED = {
+    "sample": "gpt_sample_cached_jax.py",
+    "sample, no top-k": "gpt_sample_cached_jax.py",
+    "nanogpt sample": "nanogpt_sample_cached_jax.py",
+}
 GROUPS = ["train", "sample", "nanogpt", "mingpt", "charrnn"]  # --cases: a case's first word
 METRIC = re.compile(r"^(ms_per_iter|tokens_per_s)=([0-9.]+)$", re.MULTILINE)
 
