@@ -10,8 +10,9 @@ Dataset and Trainer) and char_rnn_sample.py (a GRU sampled one character at a ti
 * torch: the original script;
 * converted: the script converted by torch2jax now (convert_source of the working tree);
 * twin: the same program written by hand in idiomatic JAX (gpt_train_jax.py, gpt_sample_jax.py);
-  for the sampling program also a cached twin, a decoder with a key/value cache
-  (gpt_sample_cached_jax.py).
+  for the GPT sampling programs also a cached twin, a decoder with a key/value cache
+  (gpt_sample_cached_jax.py, nanogpt_sample_cached_jax.py). The char-RNN's twin carries the
+  GRU's hidden state, which is its cache.
 
 Each program times itself (its warmup iterations and compilation excluded) and prints
 ``ms_per_iter=`` or ``tokens_per_s=``; a run is ``runpy.run_path`` of the script with its
@@ -19,6 +20,12 @@ output captured. The order of the three is rotated every repetition, and the tab
 median over the repetitions. Thread settings run in child processes, because XLA reads its
 flags when jax is imported: 1 thread (XLA's Eigen pool off, torch.set_num_threads(1)), then all
 threads. A program that fails (a converted script with a TODO) is reported with its error.
+
+A second table gives each JAX program's compile cost, which the timings above exclude: the
+seconds it spent tracing, lowering and compiling (jax.monitoring's compile events, summed over
+the run; CPU seconds with --cpu-time), its number of XLA compiles, and that cost in
+steady-state iterations or tokens. An eager op that an earlier run in the same process
+compiled is not compiled again, so it is not counted.
 
     python benchmarks/programs.py                 # CPU, 1 thread then all threads
     python benchmarks/programs.py --device cuda   # torch on CUDA, JAX on its default GPU
@@ -60,17 +67,69 @@ CASES = {  # name: (torch script, twin, metric, environment of the run)
     "charrnn sample": ("char_rnn_sample.py", "char_rnn_sample_jax.py", "tokens_per_s", {}),
 }
 # a second twin for the sampling program: the decoder with a key/value cache (issue 30)
-CACHED = {"sample": "gpt_sample_cached_jax.py", "sample, no top-k": "gpt_sample_cached_jax.py"}
+CACHED = {
+    "sample": "gpt_sample_cached_jax.py",
+    "sample, no top-k": "gpt_sample_cached_jax.py",
+    "nanogpt sample": "nanogpt_sample_cached_jax.py",
+}
 GROUPS = ["train", "sample", "nanogpt", "mingpt", "charrnn"]  # --cases: a case's first word
 METRIC = re.compile(r"^(ms_per_iter|tokens_per_s)=([0-9.]+)$", re.MULTILINE)
 
 
-def _run(script: Path, env: dict[str, str], cpu_time: bool = False) -> tuple[float | None, str]:
+class CompileClock:
+    """What a program spends compiling: jax's monitoring events around tracing a jitted
+    function (jaxpr_trace), lowering it (jaxpr_to_mlir_module) and XLA's compile
+    (backend_compile). Each event records a scalar at its start and a duration at its end;
+    the clock reads the process's CPU time (or wall time) at both and sums the outermost
+    spans, so a trace nested in another counts once. ``compiles`` counts XLA compiles."""
+
+    EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+              "/jax/core/compile/jaxpr_to_mlir_module_duration",
+              "/jax/core/compile/backend_compile_duration")
+
+    def __init__(self, cpu_time: bool) -> None:
+        import jax.monitoring
+
+        self.clock = time.process_time if cpu_time else time.perf_counter
+        self.starts: list[float] = []
+        self.reset()
+        jax.monitoring.register_scalar_listener(self._start)
+        jax.monitoring.register_event_duration_secs_listener(self._end)
+
+    def close(self) -> None:
+        import jax.monitoring
+
+        jax.monitoring.unregister_scalar_listener(self._start)
+        jax.monitoring.unregister_event_duration_listener(self._end)
+
+    def reset(self) -> None:
+        self.seconds, self.compiles, self.starts = 0.0, 0, []
+
+    def _start(self, event: str, value: float, **kwargs: object) -> None:
+        if event in self.EVENTS:
+            self.starts.append(self.clock())
+
+    def _end(self, event: str, duration: float, **kwargs: object) -> None:
+        if event not in self.EVENTS or not self.starts:
+            return
+        start = self.starts.pop()
+        if not self.starts:  # outermost span
+            self.seconds += self.clock() - start
+        self.compiles += event == self.EVENTS[2]
+
+
+def _run(script: Path, env: dict[str, str], cpu_time: bool = False,
+         compile_clock: CompileClock | None = None) -> tuple[float | None, str]:
     import runpy
 
     os.environ.update(env)
     out = io.StringIO()
     clock = time.perf_counter
+    if compile_clock is not None:
+        # (no jax.clear_caches(): a program's timed region may hold an eager op's first call,
+        # which an earlier run in this process compiled, as before; the jitted functions of
+        # a run are new objects, so their tracing and compiles are all counted)
+        compile_clock.reset()
     if cpu_time:  # the program's own timer reads the process's CPU time (a loaded machine)
         time.perf_counter = time.process_time
     try:
@@ -110,6 +169,9 @@ def child(args: argparse.Namespace) -> None:
         if case in CACHED:
             scripts[case]["cached twin"] = PROGRAMS / CACHED[case]
     results: dict[str, dict[str, list[float]]] = {c: {} for c in CASES}
+    compile_s: dict[str, dict[str, list[float]]] = {c: {} for c in CASES}
+    compiles: dict[str, dict[str, list[int]]] = {c: {} for c in CASES}
+    compile_clock = CompileClock(args.cpu_time)
     errors: dict[str, dict[str, str]] = {c: {} for c in CASES}
     once: dict[str, set[str]] = {c: set() for c in CASES}  # runs too slow to repeat
     order = ["torch", "converted", "twin"]
@@ -121,17 +183,25 @@ def child(args: argparse.Namespace) -> None:
                 if who in errors[case] or who in once[case]:
                     continue
                 start = time.perf_counter()
-                value, err = _run(scripts[case][who], CASES[case][3], args.cpu_time)
+                value, err = _run(scripts[case][who], CASES[case][3], args.cpu_time,
+                                  compile_clock)
                 if time.perf_counter() - start > args.slow_s:
                     once[case].add(who)  # (the converted eager sampling loop: minutes)
                 if value is None:
                     errors[case][who] = err
                 else:
                     results[case].setdefault(who, []).append(value)
+                    if who != "torch":
+                        compile_s[case].setdefault(who, []).append(compile_clock.seconds)
+                        compiles[case].setdefault(who, []).append(compile_clock.compiles)
     cpu = os.times()
     print(json.dumps({"threads": args.threads,
                       "median": {c: {w: statistics.median(v) for w, v in r.items()}
                                  for c, r in results.items()},
+                      "compile_s": {c: {w: statistics.median(v) for w, v in r.items()}
+                                    for c, r in compile_s.items()},
+                      "compiles": {c: {w: statistics.median(v) for w, v in r.items()}
+                                   for c, r in compiles.items()},
                       "errors": errors, "once": {c: sorted(w) for c, w in once.items()},
                       "cpu_s": cpu.user + cpu.system}))
 
@@ -215,6 +285,22 @@ def main() -> None:
           "program over the twin's; 1.0 is parity, above 1 slower. Speedup over torch: torch's "
           "time over the converted program's (train), the converted tokens/s over torch's "
           "(sample); above 1 the converted program is faster.")
+    print(f"\nCompile cost (medians): what each JAX program spends tracing, lowering and "
+          f"compiling ({clock.strip() or 'wall'} time; its first calls, excluded from the "
+          "steady state above), against one steady-state iteration or token\n")
+    print("| program | threads | side | XLA compiles | compile s | steady state | "
+          "compile / steady step |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        threads = "1" if row["threads"] == 1 else "all"
+        for case, (_, _, metric, _) in CASES.items():
+            for who, seconds in row["compile_s"][case].items():
+                value = row["median"][case][who]
+                step_ms = value if metric == "ms_per_iter" else 1000 / value
+                unit = "ms/iteration" if metric == "ms_per_iter" else "ms/token"
+                print(f"| {case} | {threads} | {who} | {row['compiles'][case][who]:g} | "
+                      f"{seconds:.2f} | {step_ms:.3f} {unit} | "
+                      f"{seconds * 1000 / step_ms:.0f} |")
 
 
 if __name__ == "__main__":

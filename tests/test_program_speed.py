@@ -261,6 +261,9 @@ def test_converted_char_rnn_program_compiles_sample_once(tmp_path: Path) -> None
     script = tmp_path / "char_rnn_sample.py"
     code = convert_source(CHAR_RNN.read_text(), path=str(CHAR_RNN)).code
     assert "jax.lax.scan(" in code and "jax.block_until_ready(sample(model, " in code
+    # the characters joined from the scan's stacked output in one reshape, not n slices
+    assert "    chars = chars_scanned\n    return jnp.concatenate(chars, axis=1)" in code
+    assert "chars.extend(" not in code
     script.write_text(code)
     done = _run(script, tmp_path, GPT_NEW_TOKENS="6")
     log = done.stdout + done.stderr

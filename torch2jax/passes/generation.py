@@ -781,6 +781,13 @@ def _scan_route(fn: cst.FunctionDef, taken: set[str], method: bool = False
     name = fn.name.value
     graphdef, state, token = (_fresh(n, taken) for n in ("graphdef", "state", f"{name}_token"))
     outs = {n: _fresh(f"{n}_scanned", taken) for n in appends}
+    # a list empty before the loop and read after it only as what jnp.concatenate / jnp.stack
+    # joins is the scan's stacked output itself (their array form joins it in one reshape;
+    # the list of its n rows was n slices and an n-way concatenation for XLA to compile)
+    stacked = {n for n in outs if _joined_only(n, before, after)}
+    before = [s for s in before if not (m.matches(s, m.SimpleStatementLine(body=[m.Assign(
+        targets=[m.AssignTarget(m.Name())], value=m.List(elements=[]))]))
+        and s.body[0].targets[0].target.value in stacked)]
     code = cst.Module(body=[]).code_for_node
     ctuple = ", ".join(carry) + ("," if len(carry) == 1 else "")
     otuple = ", ".join(outs.values()) + ("," if len(outs) == 1 else "")
@@ -805,7 +812,8 @@ def _scan_route(fn: cst.FunctionDef, taken: set[str], method: bool = False
                  f"(({ctuple}), {state}), length={n_code})\n").with_changes(
                 leading_lines=[cst.EmptyLine(indent=False)]),
             stmt(f"nnx.update({model}, {state})\n"),
-            *(stmt(f"{lst}.extend({out})\n") for lst, out in outs.items())]
+            *(stmt(f"{lst} = {out}\n" if lst in stacked else f"{lst}.extend({out})\n")
+              for lst, out in outs.items())]
     names = ", ".join(f'"{n}"' for n in sorted(static)) + ("," if len(static) == 1 else "")
     deco = "nnx.jit(graph=False" + (f", static_argnames=({names}))" if static else ")")
     new = fn.with_changes(decorators=[cst.Decorator(cst.parse_expression(deco))],
@@ -814,6 +822,24 @@ def _scan_route(fn: cst.FunctionDef, taken: set[str], method: bool = False
             f"carrying {', '.join(carry)} and the model's state (compiled once per value of "
             f"its static arguments: {', '.join(sorted(static)) or 'none'})")
     return new, note
+
+
+def _joined_only(lst: str, before: list[cst.BaseStatement],
+                 after: list[cst.BaseStatement]) -> bool:
+    """Whether the list ``lst`` is made empty before the loop (``lst = []``, once) and read
+    after it only as the first argument of ``jnp.concatenate`` / ``jnp.stack``."""
+    made = [s for s in before if lst in _assigned(cst.Module(body=[s]))]
+    if len(made) != 1 or not m.matches(made[0], m.SimpleStatementLine(body=[m.Assign(
+            targets=[m.AssignTarget(m.Name(lst))], value=m.List(elements=[]))])):
+        return False
+    tail = cst.Module(body=after)
+    if lst in _assigned(tail):
+        return False
+    joins = m.findall(tail, m.Call(
+        func=m.Attribute(value=m.Name("jnp"), attr=m.Name("concatenate") | m.Name("stack")),
+        args=[m.Arg(value=m.Name(lst), keyword=None, star=""), m.ZeroOrMore()]))
+    reads = m.findall(tail, m.Name(lst))
+    return bool(joins) and len(reads) == len(joins)
 
 
 class _ReplaceNode(cst.CSTTransformer):
