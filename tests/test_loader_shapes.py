@@ -3,7 +3,9 @@
 * ``shuffle=is_train`` (known at run time) was dropped with no mark: the converted loader
   never shuffled. It shuffles where the flag is true, with a new order every epoch.
 * A shuffled loader that is not assigned to a name (``return DataLoader(ds, shuffle=True)``
-  from a ``get_loaders()``) lost its shuffle with no mark: it is marked, the line kept.
+  from a ``get_loaders()``) lost its shuffle with no mark. Returned to callers that bind it
+  to names (``train_loader, val_loader = get_loaders(64)``), it is a function of the epoch;
+  used any other way, it is marked, the line kept.
 * ``for x, y in tqdm(loader)``: the batches were of unknown kind (``x.to(device)`` marked);
   ``OneCycleLR(total_steps=epochs * len(train_loader))`` was refused as "not a literal
   integer" (the check took any expression for a literal). tests/data/programs/amp_onecycle.py
@@ -59,6 +61,38 @@ def test_a_shuffle_flag_known_at_run_time_shuffles_where_it_is_true(flag: bool) 
         assert len({tuple(e) for e in epochs}) == 3 and epochs[0] != list(range(16))
     else:
         assert epochs == [list(range(16))] * 3
+
+
+RETURNED = textwrap.dedent("""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def get_loaders(batch_size):
+        ds = TensorDataset(torch.arange(16.0))
+        return (DataLoader(ds, batch_size=batch_size, shuffle=True),
+                DataLoader(ds, batch_size=batch_size))
+
+    torch.manual_seed(0)
+    train_loader, val_loader = get_loaders(16)
+    for epoch in range(3):
+        for (x,) in train_loader:
+            print([int(v) for v in x])
+        for (x,) in val_loader:
+            print([int(v) for v in x])
+    print([len(train_loader)])
+""")
+
+
+def test_a_shuffled_loader_a_function_returns_to_named_variables() -> None:
+    """``train_loader, val_loader = get_loaders(16)``: the returned shuffled loader is a
+    function of the epoch (a new order every epoch, as torch's); the other one as it was."""
+    result = convert_source(RETURNED, path="script.py")
+    assert "TODO(torch2jax)" not in result.code
+    assert "lambda epoch:" in result.code
+    *printed, (batches,) = _printed(result.code)
+    train, val = printed[0::2], printed[1::2]
+    assert batches == 1 and val == [list(range(16))] * 3
+    assert all(sorted(e) == list(range(16)) for e in train) and len(set(map(tuple, train))) == 3
 
 
 @pytest.mark.parametrize("loader", [

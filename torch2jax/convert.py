@@ -274,7 +274,8 @@ def convert_source(
         data=data_indexer.index, torch_init=init == "torch", hoist_steps=hoist_steps,
         values=ValueFacts(wrapper, index.module_classes, lambda q: q in rules.layers)))
     new = wrapper.visit(transformer)
-    if hoist_steps:  # (not in the NNX translation the equinox pass rewrites)
+    if hoist_steps:  # (not in the NNX translation the equinox pass rewrites: equinox's
+        # Linear, Conv and Embedding draw torch's distributions)
         _note_initialisation(transformer, training, spec.name, source, report)
     new = spec.finish_module(new).visit(DropNoopAssigns())
     if spec.stateful_modules and hoist_steps:  # (passes/generation.py writes NNX)
@@ -323,7 +324,7 @@ def _note_initialisation(rewrite: TorchToJax, training, target: str, source: str
     loaded) on flax: flax's default initialisers (lecun_normal kernels, zero biases, N(0,
     1/dim) embeddings) are not torch's, so the converted training starts elsewhere than
     torch's; ``--init torch`` writes torch's. Said once, at the first such layer."""
-    if rewrite.jax_init_layer is None or target == "equinox" or not training.optimizers or any(
+    if rewrite.jax_init_layer is None or not training.optimizers or any(
             word in source for word in ("load_state_dict", "from_pretrained", "torch.load")):
         return
     line, col, layer = rewrite.jax_init_layer

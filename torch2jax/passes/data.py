@@ -35,6 +35,7 @@ from torch2jax.analysis.index import qualified
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.training import RANDOM
 from torch2jax.analysis.walk import NoAttributeHooks, of_type
+from torch2jax.passes import returned_loaders
 from torch2jax.passes.common import Untranslatable, arg, bind, code, expr, try_literal
 
 DATASET_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
@@ -119,6 +120,9 @@ class LoaderSite:
 class DataIndex:
     samplers: dict[str, SamplerSite] = field(default_factory=dict)  # variable -> sampler
     loaders: dict[str, LoaderSite] = field(default_factory=dict)  # variable -> loader
+    # shuffled DataLoader calls a function returns to callers that bind them to names
+    # (passes/returned_loaders.py): written as functions of the epoch
+    epoch_loader_calls: set[int] = field(default_factory=set)
     wrapped: set[str] = field(default_factory=set)  # variables holding a DDP(...) model
     scalers: set[str] = field(default_factory=set)  # GradScaler variables
     tensor_datasets: set[str] = field(default_factory=set)  # names holding a grain MapDataset
@@ -245,6 +249,12 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
             self._other_reads[node.value] = self._other_reads.get(node.value, 0) + 1
 
     def leave_Module(self, original_node: cst.Module) -> None:
+        found = returned_loaders.find(original_node, lambda c: (self.q(c.func) or "") in (
+            LOADERS) and self._shuffled(c))
+        for name, call in found.bound.items():
+            if name not in self.index.loaders:
+                self.index.loaders[name] = LoaderSite(name, True, _loader_dataset(call))
+        self.index.epoch_loader_calls = found.epoch_calls
         if self._seed_param is not None:
             self._resolve_helper_seed(original_node)
         # a generator is consumed when its only other reads are its assignment and seeding
@@ -395,11 +405,8 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
         elif q in SAMPLERS:
             self.index.samplers[name] = sampler_site(q, value)
         elif q in LOADERS:
-            dataset = next((a.value for a in value.args if a.keyword is not None
-                            and a.keyword.value == "dataset"), None)
-            if value.args and value.args[0].keyword is None and not value.args[0].star:
-                dataset = value.args[0].value
-            self.index.loaders[name] = LoaderSite(name, self._shuffled(value), dataset)
+            self.index.loaders[name] = LoaderSite(name, self._shuffled(value),
+                                                  _loader_dataset(value))
         elif q in WRAPPERS:
             self.index.wrapped.add(name)
         elif q in SCALERS:
@@ -433,6 +440,14 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
             if q in SAMPLERS:
                 return sampler_site(q, sampler).shuffle
         return False
+
+
+def _loader_dataset(call: cst.Call) -> cst.BaseExpression | None:
+    """A ``DataLoader(...)`` call's dataset argument."""
+    if call.args and call.args[0].keyword is None and not call.args[0].star:
+        return call.args[0].value
+    return next((a.value for a in call.args if a.keyword is not None
+                 and a.keyword.value == "dataset"), None)
 
 
 def _kept_opaque_arguments(init: cst.FunctionDef) -> list[cst.Param]:

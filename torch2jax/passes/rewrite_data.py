@@ -410,7 +410,11 @@ class DataMixin:
             if site is not None and site.shuffled:
                 return updated  # the assignment becomes a function of the epoch: leave_Assign
             expanded, warnings = dt.expand_loader_kwargs(original, updated, self.get_metadata)
-            pipeline, notes = dt.loader_pipeline(original, expanded, self.q, self.data, None)
+            per_epoch = id(original) in self.data.epoch_loader_calls
+            pipeline, notes = dt.loader_pipeline(original, expanded, self.q, self.data,
+                                                 "epoch" if per_epoch else None)
+            if per_epoch:  # returned to a caller that names it (passes/returned_loaders.py)
+                pipeline = cst.Lambda(cst.Parameters([cst.Param(cst.Name("epoch"))]), pipeline)
             for note in notes:
                 self.diag(original, name, "info", note)
             for note in warnings:
