@@ -106,6 +106,11 @@ class ClassInfo:
     # of a list, self.append / extend / add_module, self[name] = ...): `for layer in self`
     self_items: list[str] = field(default_factory=list)
     self_elem_layout: str | None = None
+    # a Sequential subclass passing on its own varargs (timm's SequentialList: ``def
+    # __init__(self, *args): super().__init__(*args)``): the layouts of what the file's
+    # constructions of the class pass it (``SequentialList(*[Block(...) for ...])``)
+    varargs_items: bool = False
+    site_items: list[str] = field(default_factory=list)
     # a ModuleList whose elements are fixed-length containers (nn.ModuleList([block, attn,
     # down]) per stage, unpacked by `for block, attn, down in self.stages`): each element's
     # layouts by position (None: an element whose positions are not known), and once the
@@ -606,6 +611,11 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._root = node
 
     def visit_Call(self, node: cst.Call) -> None:
+        built = self.index.classes.get(node.func.value) if isinstance(node.func, cst.Name) \
+            else None
+        if built is not None and built.varargs_items:
+            # SequentialList(*[Block(...) for ...]): the layers the class is given here
+            built.site_items.extend(self.layouts.items(spread_literals(node.args), self._scope()))
         if self._fn_stack and any(a.star == "*" for a in node.args):
             # nn.Sequential(*list(backbone.children())[:-1]): read again in finish()
             self._spread_fns[id(node)] = self._fn_stack[-1]
@@ -715,6 +725,13 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                                      or self._is_layer_call(node.args[0].value))):
                 # a Sequential subclass's super().__init__(conv, norm, act): one layer an argument
                 layers = [None if a.star or a.keyword else a.value for a in node.args]
+                star = self._fn_stack[-1].params.star_arg
+                if (len(node.args) == 1 and node.args[0].star == "*"
+                        and isinstance(star, cst.Param)
+                        and m.matches(node.args[0].value, m.Name(star.name.value))):
+                    # super().__init__(*args) of its own varargs: what the constructions
+                    # of the class pass (finish())
+                    info.varargs_items, layers = True, []
             elif (m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("extend")))
                   or m.matches(node.func, m.Attribute(value=m.Call(func=m.Name("super")),
                                                       attr=m.Name("__init__")))) and node.args:
@@ -1078,6 +1095,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.container = special
             info.layer_base = next((b for b in info.bases if b in self.rules.layers and (
                 self.rules.layers[b].special not in _CONTAINERS)), None)
+            if info.varargs_items:
+                info.self_items.extend(info.site_items or ["mixed"])
             if info.container in ("module_dict", "module_list", "sequential"):
                 info.self_elem_layout = combine(info.self_items) if info.self_items else None
             for attr, items in info.elem_items.items():
