@@ -15,7 +15,9 @@ built and verified against torch (outputs and gradients, float64):
   the slice was an nnx.Sequential, which is not iterable);
 * an attribute first given a flag parameter, then a layer (timm's hgnet: ``self.downsample =
   downsample``, then ``ConvBNAct(...)`` or ``nn.Identity()``): "Cannot assign data value of
-  type ... to static attribute" in NNX, the flag is ``nnx.data``.
+  type ... to static attribute" in NNX, the flag is ``nnx.data``; and an attribute declared
+  None, then given a layer through a local (dpn's ``proj = BnActConv2d(...)``, then
+  ``self.c1x1_w_s2 = proj`` in one branch): its None is ``nnx.data(None)``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import textwrap
 from torch2jax.verify.run import VerifyRequest, run_request
 
 CONTAINERS = textwrap.dedent('''
+    from typing import Optional
+
     import torch
     import torch.nn as nn
 
@@ -65,16 +69,26 @@ CONTAINERS = textwrap.dedent('''
 
 
     class Stage(nn.Module):
-        def __init__(self, chs, downsample: bool = True):
+        def __init__(self, chs, downsample: bool = True, key_stride: int = 1):
             super().__init__()
             self.downsample = downsample
             if downsample:
                 self.downsample = ConvAct(chs, chs)
             else:
                 self.downsample = nn.Identity()
+            self.proj_s1: Optional[nn.Module] = None
+            self.proj_s2: Optional[nn.Module] = None
+            proj = ConvAct(chs, chs)
+            if key_stride == 2:
+                self.proj_s2 = proj
+            else:
+                self.proj_s1 = proj
 
         def forward(self, x):
-            return self.downsample(x)
+            x = self.downsample(x)
+            if self.proj_s1 is not None:
+                return self.proj_s1(x)
+            return self.proj_s2(x)
 
 
     class Net(nn.Module):
@@ -94,7 +108,7 @@ CONTAINERS = textwrap.dedent('''
             self.num_stages = len(self.stages)
             self.num_features = len(self.features)
             self.down = Stage(dim)
-            self.keep = Stage(dim, downsample=False)
+            self.keep = Stage(dim, downsample=False, key_stride=2)
             self.head = nn.Linear(dim * (depth + 1), num_classes)
 
         def forward(self, x):

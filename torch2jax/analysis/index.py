@@ -1005,6 +1005,15 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.tensor_attrs.add(attr)  # self.class_token = nn.Parameter(...)
                 elif isinstance(value.func, cst.Name):
                     info.built_by.setdefault(attr, set()).add(value.func.value)
+            elif isinstance(value, cst.Name) and self._fn_stack:
+                # proj = BnActConv2d(...); self.c1x1_w_s2 = proj (timm's dpn): built by what
+                # the local is assigned a call of in this function
+                for a in _name_assigns(self.meta, self._fn_stack[-1]).get(value.value, ()):
+                    if isinstance(a.value, cst.Call) and isinstance(a.value.func, cst.Name):
+                        info.built_by.setdefault(attr, set()).add(a.value.func.value)
+            if isinstance(value, cst.Call):
+                q = qualified(self.meta, value.func)
+                rule = self.rules.layers.get(q or "")
                 if rule is not None:
                     info.attr_rule[attr] = rule.torch
                     info.attr_ctor[attr] = value
