@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -25,6 +24,13 @@ from torch2jax.analysis.class_locals import (
     param_loop_targets,
     tuple_class_returns,
     unpacked_classes,
+)
+from torch2jax.analysis.layer_lists import (
+    built_layout,
+    combine,
+    is_factory_dict,
+    ordered_dict_items,
+    spread_literals,
 )
 from torch2jax.analysis.value_syntax import channels_last_pattern
 from torch2jax.analysis.walk import NoAttributeHooks, of_type
@@ -338,64 +344,6 @@ class Layouts:
         if sensitive[0] == "channels_last" and sensitive[-1] == "channels_last":
             return "channels_last", items
         return "torch", items
-
-
-def spread_literals(args: Sequence[cst.Arg]) -> list[cst.Arg]:
-    """``nn.Sequential(*[conv, norm, act])``: the items of a spread literal list or tuple as
-    arguments of their own, so that each has its layout (the rewriter writes them so)."""
-    out: list[cst.Arg] = []
-    for a in args:
-        if a.star == "*" and isinstance(a.value, (cst.List, cst.Tuple)) and not any(
-                isinstance(e, cst.StarredElement) for e in a.value.elements):
-            out.extend(cst.Arg(e.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
-                " "))) for e in a.value.elements)
-        else:
-            out.append(a)
-    if len(out) == len(args) and all(x is y for x, y in zip(out, args)):
-        return out
-    return [*out[:-1], out[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if out else out
-
-
-def built_layout(rule: Rule, node: cst.Call, factory_dicts: Collection[str] = ()) -> str:
-    """The activation layout of the layer ``node`` builds with ``rule``: the rule's, but a
-    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout (not one
-    given only ``**dd``, a dict of factory keywords: ``factory_dicts``)."""
-    if rule.special == "conv" and any(a.star and not (
-            a.star == "**" and isinstance(a.value, cst.Name) and a.value.value in factory_dicts)
-            for a in node.args):
-        return "torch"
-    return rule.layout
-
-
-def is_factory_dict(node: cst.BaseExpression) -> bool:
-    """``{"device": device, "dtype": dtype}`` (either key or both, nothing else)."""
-    return isinstance(node, cst.Dict) and bool(node.elements) and all(
-        isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
-        and e.key.evaluated_value in ("device", "dtype") for e in node.elements)
-
-
-def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
-    """The layers a lone Sequential argument holds by name: ``OrderedDict(pairs)`` -> ``pairs``,
-    a local OrderedDict of layers (``layers["a"] = ...``) -> ``layers``; else None."""
-    if a.star or a.keyword:
-        return None
-    v = a.value
-    if (m.matches(v, m.Call(func=m.Name("OrderedDict") | m.Attribute(attr=m.Name("OrderedDict"))))
-            and len(v.args) == 1 and not v.args[0].star):
-        return v.args[0].value
-    if isinstance(v, cst.Name) and is_dict(v.value):
-        return v
-    return None
-
-
-def combine(layouts: list[str]) -> str:
-    """The layout of a list of layers whose order is not known statically."""
-    kinds = set(layouts) - {"any"}
-    if not kinds:
-        return "any"
-    if len(kinds) == 1:
-        return kinds.pop()
-    return "mixed"
 
 
 def _name_assigns(meta, fn: cst.FunctionDef) -> dict[str, list[cst.Assign]]:
