@@ -57,8 +57,8 @@ with `num_classes=10` and, where the class takes them, `depth=2` and a small `im
 the input is the smallest square image that the torch model accepts among
 {sizes}. Each file is converted into verify's mirror package with the timm.layers modules it builds
 layers from (torch2jax/verify/package.py). A file whose conversion and verification do
-not finish in {timeout} s of CPU time (the child's threads together; four times that in
-wall-clock time) counts as not verified.
+not finish in {timeout} s of CPU time (the child's threads together; four times that and two
+minutes in wall-clock time) counts as not verified.
 """
 
 
@@ -610,18 +610,19 @@ def _child(module: str, target: str, timeout: float) -> Result:
     """One file and target in a child process, limited to ``timeout`` seconds of CPU time
     (its threads' together): on the shared machine a wall-clock limit measured the load (a
     child given a tenth of a core stopped at 300 s having run 30); four times as long in
-    wall-clock time stops one that waits."""
+    wall-clock time (and two minutes) stops one that waits."""
     entries = model_files()[module]
+    wall = 4 * timeout + 120
     cmd = [sys.executable, __file__, "--child", module, "--targets", target]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     start = time.monotonic()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=4 * timeout, env=env,
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=wall, env=env,
                               check=False, preexec_fn=_cpu_limit(timeout))
     except subprocess.TimeoutExpired:
         return Result(f"{module}.py", entries[0], target,
-                      reason=f"timed out after {4 * timeout:.0f} s (wall clock)",
+                      reason=f"timed out after {wall:.0f} s (wall clock)",
                       seconds=time.monotonic() - start)
     if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not any(
             line.startswith("{") for line in proc.stdout.splitlines()):
@@ -641,7 +642,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", help="model files to sweep (module names, comma-separated)")
     parser.add_argument("--targets", default="nnx", help="comma-separated: nnx,linen,equinox")
     parser.add_argument("--timeout", type=float, default=240,
-                        help="CPU seconds per file and target (4x that in wall-clock time)")
+                        help="CPU seconds per file and target (4x that and 120 s in wall-clock "
+                             "time)")
     parser.add_argument("--limit", type=int, help="the first N files only")
     parser.add_argument("--out", type=Path, default=DOC, help="the markdown table to write")
     parser.add_argument("--json", action="store_true", help="print results as JSON lines only")
