@@ -97,6 +97,18 @@ module of the mirror given a converted Sequential, not found in the time) and xc
 create_classifier(...)` (a tuple target from a builder of timm.layers, which the index does
 not follow).
 
+Rows run again (the sweep's child, `nice python benchmarks/timm_sweep.py --child FILE`, at a
+load of 20 to 30, so 870 to 1,070 s of wall-clock time each): **selecsls** (`selecsls42`)
+is past `len(self.features)`, builds, and stops in its forward at `self.head` (a Sequential
+of the file's `conv_bn`, `nn.Sequential(OrderedDict(...))` built by a function, given the
+other layout: "lhs feature dimension ... 2 // 1 != 480"); **vovnet**
+(`ese_vovnet19b_slim_dw`) is past `enumerate(self)`, builds, runs, and agrees with torch in
+its outputs, and in every gradient but one, `stem.2.conv_dw.weight` (a depthwise conv's
+weight, 4e-8 relatively in float64, over the float64 tolerance: the float32 precision of
+rdnet's unexplained `stem.0.weight`, sixth run; not found in the time). Twelve files of 98
+verify on NNX, as before. The standalone conversions leave fewer TODOs (selecsls 10 to 7,
+vovnet 19 to 15: the marks on the Sequential subclasses gone).
+
 **Time-outs.** Where the child's time goes. The 18 files that "timed out after 300 s" did so
 in wall-clock time on the shared machine of 2 cores at a load of 15 to 30, where a process
 gets a tenth of a core or less: counting the parameters of swin_transformer's 13 entry points
