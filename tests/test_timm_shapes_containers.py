@@ -10,8 +10,9 @@ built and verified against torch (outputs and gradients, float64):
   layers", and failed with "'SequentialAppendList' object is not iterable");
 * an attribute holding such a subclass measured or iterated (``len(self.features)``: "object
   of type 'SequentialList' has no len()");
-* an empty ``nn.Sequential()`` grown by ``append`` and ``extend`` (cspnext, mambaout), measured
-  (``len(self.stages)``, fastvit) and iterated over a slice (``for s in self.stages[:n]``:
+* an empty ``nn.Sequential()`` grown by ``append`` and ``extend`` (cspnext, mambaout), one
+  built from a local list grown by ``append`` (fastvit's ``nn.Sequential(*stages)``), measured
+  (``len(self.stages)``: marked, "has no len()") and iterated over a slice (``for s in self.stages[:n]``:
   the slice was an nnx.Sequential, which is not iterable);
 * an attribute first given a flag parameter, then a layer (timm's hgnet: ``self.downsample =
   downsample``, then ``ConvBNAct(...)`` or ``nn.Identity()``): "Cannot assign data value of
@@ -105,6 +106,11 @@ CONTAINERS = textwrap.dedent('''
                 layers = [ConvAct(dim, dim)]
                 self.stages.append(nn.Sequential(*layers))
             self.stages.extend([ConvAct(dim, dim)])
+            blocks = []
+            for _ in range(depth):
+                blocks.append(ConvAct(dim, dim))
+            self.blocks = nn.Sequential(*blocks)
+            self.num_blocks = len(self.blocks)
             self.num_stages = len(self.stages)
             self.num_features = len(self.features)
             self.down = Stage(dim)
@@ -120,6 +126,8 @@ CONTAINERS = textwrap.dedent('''
             x = self.keep(self.down(self.stages[-1](x)))
             for i, f in enumerate(self.features):
                 x = x + f(x) * 0.5
+            for b in self.blocks:
+                x = b(x) / self.num_blocks
             x = self.mid(x, [x])
             return self.head(x.mean((2, 3)))
 ''')

@@ -361,7 +361,7 @@ class AttributesMixin:
             return updated.with_changes(value=updated, attr=cst.Name("layers"))
         ctor = info.attr_ctor.get(attr)
         overall, items = Layouts(self.rules, self, self.index).sequential(
-            ctor.args, {}) if ctor is not None else ("mixed", [])
+            ctor.args, self._built_in_scope(ctor)) if ctor is not None else ("mixed", [])
         items = [*items, *info.added_layouts.get(attr, ())]  # self.stages.append(stage)
         if overall == "mixed" or "channels_last" in items or "mixed" in items:
             self.diag(original, "torch.nn.Sequential", "error",
@@ -369,6 +369,15 @@ class AttributesMixin:
                       "layers (and the transposes around them), not torch's items")
             return None
         return updated.with_changes(value=updated, attr=cst.Name("layers"))
+
+    def _built_in_scope(self, ctor: cst.Call) -> dict[str, str]:
+        """The layouts of the lists of layers of the function ``ctor`` is in (``stages``
+        of ``nn.Sequential(*stages)``, built by ``stages.append(stage)``: timm's fastvit)."""
+        node: cst.CSTNode | None = ctor
+        while node is not None and not isinstance(node, cst.FunctionDef):
+            node = self.get_metadata(ParentNodeProvider, node, None)
+        return {} if node is None else {name: lay for (fid, name), lay in
+                                        self.index.list_layouts.items() if fid == id(node)}
 
     def _sequential_subclass_attr(self, info, attr: str):
         """The Sequential subclass of the file that ``self.<attr>`` is always built as, where
