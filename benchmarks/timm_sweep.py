@@ -98,14 +98,15 @@ create_classifier(...)` (a tuple target from a builder of timm.layers, which the
 not follow).
 
 Rows run again (the sweep's child, `nice python benchmarks/timm_sweep.py --child FILE`, at a
-load of 20 to 30, so 870 to 1,070 s of wall-clock time each): **selecsls** (`selecsls42`)
+load of 14 to 30, so 270 to 1,070 s of wall-clock time each): **selecsls** (`selecsls42`)
 is past `len(self.features)`, builds, and stops in its forward at `self.head` (a Sequential
 of the file's `conv_bn`, `nn.Sequential(OrderedDict(...))` built by a function, given the
 other layout: "lhs feature dimension ... 2 // 1 != 480"); **vovnet**
 (`ese_vovnet19b_slim_dw`) is past `enumerate(self)`, builds, runs, and agrees with torch in
 its outputs, and in every gradient but one, `stem.2.conv_dw.weight` (a depthwise conv's
 weight, 4e-8 relatively in float64, over the float64 tolerance: the float32 precision of
-rdnet's unexplained `stem.0.weight`, sixth run; not found in the time); **hgnet**
+rdnet's unexplained `stem.0.weight`, sixth run; XLA's float64 gradient of a depthwise conv
+is exact, checked against the same conv written dense; not found in the time); **hgnet**
 (`hgnetv2_b0`) **verifies**: 1.3e-14 in float64 (543 s of wall-clock time), past its
 `self.downsample = downsample`; **fastvit** (`fastvit_t8`) stopped, in a first run, at
 `len(self.stages)` of `nn.Sequential(*stages)`, a local list grown by `append` (the rewrite
@@ -148,7 +149,8 @@ about 20). So the sweep's limit measured the load more than the files:
   of about 25; swin_transformer.py, 1,417 lines: 4.4 CPU-s before, not measured after).
   A child's other costs were not profiled to the end: the cProfile of vision_transformer's
   whole child had run 108 CPU-s in 25 minutes of wall-clock time at that load when it was
-  stopped, for the tests' time.
+  stopped, for the tests' time. The 18 timed-out files were not run again with the CPU limit
+  (the session's CPU went to the tests): their rows are the fifth run's.
 
 ## The seventh run: {reached} of the {total} files have a row
 
