@@ -140,3 +140,58 @@ def test_sequentials_grown_measured_and_iterated_as_torchs(tmp_path):
     assert result.error is None, result.error  # float64 only: the test's time (CI budget)
     assert result.passed, result.reason
     assert result.todos == 0
+
+
+# dpn's ``self.c1x1_c1: Optional[nn.Module] = None``, then ``create_conv2d(...)`` in a branch: the builder
+# is a function of the package's layers (it takes rngs once converted), so the attribute holds
+# a layer and its None is ``nnx.data(None)`` ("Cannot assign data value of type Conv2d to
+# static attribute 'c1x1_c1'").
+BUILDER_LAYERS = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    def create_conv2d(in_chs, out_chs, kernel_size=1, **kwargs):
+        return nn.Conv2d(in_chs, out_chs, kernel_size, padding=kernel_size // 2, **kwargs)
+''')
+
+BUILDER_MODEL = textwrap.dedent('''
+    from typing import Optional
+
+    import torch.nn as nn
+
+    from ..layers.conv import create_conv2d
+
+
+    class Block(nn.Module):
+        def __init__(self, chs, b=False):
+            super().__init__()
+            self.c1x1_c1: Optional[nn.Module] = None
+            if b:
+                self.c1x1_c1 = create_conv2d(chs, chs)
+
+        def forward(self, x):
+            return x if self.c1x1_c1 is None else self.c1x1_c1(x) + x
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=3):
+            super().__init__()
+            self.plain = Block(chs)
+            self.conv = Block(chs, b=True)
+
+        def forward(self, x):
+            return self.conv(self.plain(x))
+''')
+
+
+def test_an_attribute_given_a_layer_builder_of_the_package_or_none(tmp_path):
+    pkg = tmp_path / "tinypkg_builder"
+    for d in (pkg, pkg / "layers", pkg / "models"):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "__init__.py").write_text("")
+    (pkg / "layers" / "conv.py").write_text(BUILDER_LAYERS)
+    (pkg / "models" / "net.py").write_text(BUILDER_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,3,4,4]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason

@@ -944,7 +944,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
                 if rule is not None or q in self.known_modules or self._known_from_config(
-                        value.func):
+                        value.func) or (isinstance(value.func, cst.Name)
+                                        and value.func.value in self.imported_builders):
+                    # (a builder of another converted module, taking rngs: timm's
+                    # create_conv2d, in dpn's self.c1x1_c1 = create_conv2d(...) or None)
                     info.module_attrs.add(attr)
                     if rule is None or rule.special != "identity":
                         info.real_layer_attrs.add(attr)
