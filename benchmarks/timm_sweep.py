@@ -112,7 +112,14 @@ is exact, checked against the same conv written dense; not found in the time); *
 `len(self.stages)` of `nn.Sequential(*stages)`, a local list grown by `append` (the rewrite
 read the list's layout without the function's lists: marked, "has no len()"); with that read
 (test_timm_shapes_containers.py's `self.blocks`), run again, it **verifies**: 2.7e-15 in
-float64 (269 s). Fourteen files of 98 verify on NNX (14%), far from the done-when's 60%.
+float64 (269 s); **dpn** (`dpn48b`) is past `self.c1x1_w_s2 = proj` and stopped at
+`self.c1x1_c1: Optional[nn.Module] = None`, then `create_conv2d(...)` (timm.layers' builder)
+in a branch; the index now counts an attribute given a builder of another converted module
+as a layer (test_an_attribute_given_a_layer_builder_of_the_package_or_none), not run again;
+**mambaout** (`test_mambaout`, the fifth run's `append`, not run since) builds and stops in
+its forward at `torch.split(x, (a, b, c), dim=-1)` by sizes held in an attribute
+(`self.split_indices`, a tuple: "'tuple' object cannot be interpreted as an integer"), not
+fixed. Fourteen files of 98 verify on NNX (14%), far from the done-when's 60%.
 The standalone conversions leave fewer TODOs (selecsls 10 to 7, vovnet 19 to 15: the marks
 on the Sequential subclasses gone).
 
