@@ -69,7 +69,7 @@ FINDINGS = """\
 
 **Containers.** What the session fixed, on a model of our own in timm's shape
 (tests/test_timm_shapes_containers.py, failing on the previous main with "'Sequential' object
-has no attribute 'extend'"; 1 test, about 10 CPU-s):
+has no attribute 'extend'"; two tests, 23 s on the shared machine at a load of about 10):
 
 1. **a subclass of nn.Sequential passing on its own varargs** (selecsls' `SequentialList`,
    vovnet's `SequentialAppendList`: `def __init__(self, *args): super().__init__(*args)`,
