@@ -86,6 +86,21 @@ IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jn
 _CANONICAL_FORMS = (loader_classes, scaler_params, optimizer_attributes, manual_sgd,
                     open_checkpoints, local_lambdas, data_inits, module_methods, forward_choice)
 
+# text without which a canonical form finds nothing to rewrite (checked on the source while no
+# earlier form changed the tree): each form walks the whole tree to find out otherwise
+_CANONICAL_GATES = {
+    optimizer_attributes: re.compile(r"\bstep\b"),  # self.<optimizer>.step()
+    manual_sgd: re.compile("backward"),  # (it requires "backward" and ".grad" in the text)
+    local_lambdas: re.compile(r"\blambda\b"),
+    module_methods: re.compile(r"\bregister_parameter\b"),
+    # self.forward = self.forward_slicing (the target may be parenthesized, continued)
+    forward_choice: re.compile(r"\bforward\b(?:[\s)\\]|#[^\n]*)*=(?!=)"),
+    # (the forms' own tests of the text, without generating it again)
+    data_inits: re.compile(re.escape(".data.")),
+    open_checkpoints: re.compile(re.escape("open(")),
+    scaler_params: re.compile("GradScaler"),
+}
+
 
 class ParseError(Exception):
     """The file is not valid Python; the message names the file and line."""
@@ -212,6 +227,9 @@ def convert_source(
         return ConversionResult(code=source, uses_torch=False)
     canonical = module
     for step in _CANONICAL_FORMS:
+        gate = _CANONICAL_GATES.get(step)
+        if canonical is module and gate is not None and not gate.search(source):
+            continue  # (the text the form needs is not in the file: no walk of a long file)
         canonical = step.canonicalise(canonical)
     # a line the canonical form moved (a wrapper class removed): reported at the user's line
     lines = (loader_classes.line_map(module.code, canonical.code)

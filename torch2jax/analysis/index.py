@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -25,6 +24,13 @@ from torch2jax.analysis.class_locals import (
     param_loop_targets,
     tuple_class_returns,
     unpacked_classes,
+)
+from torch2jax.analysis.layer_lists import (
+    built_layout,
+    combine,
+    is_factory_dict,
+    ordered_dict_items,
+    spread_literals,
 )
 from torch2jax.analysis.value_syntax import channels_last_pattern
 from torch2jax.analysis.walk import NoAttributeHooks, of_type
@@ -106,6 +112,11 @@ class ClassInfo:
     # of a list, self.append / extend / add_module, self[name] = ...): `for layer in self`
     self_items: list[str] = field(default_factory=list)
     self_elem_layout: str | None = None
+    # a Sequential subclass passing on its own varargs (timm's SequentialList: ``def
+    # __init__(self, *args): super().__init__(*args)``): the layouts of what the file's
+    # constructions of the class pass it (``SequentialList(*[Block(...) for ...])``)
+    varargs_items: bool = False
+    site_items: list[str] = field(default_factory=list)
     # a ModuleList whose elements are fixed-length containers (nn.ModuleList([block, attn,
     # down]) per stage, unpacked by `for block, attn, down in self.stages`): each element's
     # layouts by position (None: an element whose positions are not known), and once the
@@ -335,64 +346,6 @@ class Layouts:
         return "torch", items
 
 
-def spread_literals(args: Sequence[cst.Arg]) -> list[cst.Arg]:
-    """``nn.Sequential(*[conv, norm, act])``: the items of a spread literal list or tuple as
-    arguments of their own, so that each has its layout (the rewriter writes them so)."""
-    out: list[cst.Arg] = []
-    for a in args:
-        if a.star == "*" and isinstance(a.value, (cst.List, cst.Tuple)) and not any(
-                isinstance(e, cst.StarredElement) for e in a.value.elements):
-            out.extend(cst.Arg(e.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
-                " "))) for e in a.value.elements)
-        else:
-            out.append(a)
-    if len(out) == len(args) and all(x is y for x, y in zip(out, args)):
-        return out
-    return [*out[:-1], out[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if out else out
-
-
-def built_layout(rule: Rule, node: cst.Call, factory_dicts: Collection[str] = ()) -> str:
-    """The activation layout of the layer ``node`` builds with ``rule``: the rule's, but a
-    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout (not one
-    given only ``**dd``, a dict of factory keywords: ``factory_dicts``)."""
-    if rule.special == "conv" and any(a.star and not (
-            a.star == "**" and isinstance(a.value, cst.Name) and a.value.value in factory_dicts)
-            for a in node.args):
-        return "torch"
-    return rule.layout
-
-
-def is_factory_dict(node: cst.BaseExpression) -> bool:
-    """``{"device": device, "dtype": dtype}`` (either key or both, nothing else)."""
-    return isinstance(node, cst.Dict) and bool(node.elements) and all(
-        isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
-        and e.key.evaluated_value in ("device", "dtype") for e in node.elements)
-
-
-def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
-    """The layers a lone Sequential argument holds by name: ``OrderedDict(pairs)`` -> ``pairs``,
-    a local OrderedDict of layers (``layers["a"] = ...``) -> ``layers``; else None."""
-    if a.star or a.keyword:
-        return None
-    v = a.value
-    if (m.matches(v, m.Call(func=m.Name("OrderedDict") | m.Attribute(attr=m.Name("OrderedDict"))))
-            and len(v.args) == 1 and not v.args[0].star):
-        return v.args[0].value
-    if isinstance(v, cst.Name) and is_dict(v.value):
-        return v
-    return None
-
-
-def combine(layouts: list[str]) -> str:
-    """The layout of a list of layers whose order is not known statically."""
-    kinds = set(layouts) - {"any"}
-    if not kinds:
-        return "any"
-    if len(kinds) == 1:
-        return kinds.pop()
-    return "mixed"
-
-
 def _name_assigns(meta, fn: cst.FunctionDef) -> dict[str, list[cst.Assign]]:
     """``name -> [name = ..., ...]``: the assignments to one plain name anywhere in ``fn``
     (nested functions included), in order; one walk of ``fn`` per visitor ``meta``."""
@@ -606,6 +559,11 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._root = node
 
     def visit_Call(self, node: cst.Call) -> None:
+        built = self.index.classes.get(node.func.value) if isinstance(node.func, cst.Name) \
+            else None
+        if built is not None and built.varargs_items:
+            # SequentialList(*[Block(...) for ...]): the layers the class is given here
+            built.site_items.extend(self.layouts.items(spread_literals(node.args), self._scope()))
         if self._fn_stack and any(a.star == "*" for a in node.args):
             # nn.Sequential(*list(backbone.children())[:-1]): read again in finish()
             self._spread_fns[id(node)] = self._fn_stack[-1]
@@ -715,6 +673,13 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                                      or self._is_layer_call(node.args[0].value))):
                 # a Sequential subclass's super().__init__(conv, norm, act): one layer an argument
                 layers = [None if a.star or a.keyword else a.value for a in node.args]
+                star = self._fn_stack[-1].params.star_arg
+                if (len(node.args) == 1 and node.args[0].star == "*"
+                        and isinstance(star, cst.Param)
+                        and m.matches(node.args[0].value, m.Name(star.name.value))):
+                    # super().__init__(*args) of its own varargs: what the constructions
+                    # of the class pass (finish())
+                    info.varargs_items, layers = True, []
             elif (m.matches(node.func, m.Attribute(value=m.Name("self"), attr=m.Name("extend")))
                   or m.matches(node.func, m.Attribute(value=m.Call(func=m.Name("super")),
                                                       attr=m.Name("__init__")))) and node.args:
@@ -979,7 +944,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
                 if rule is not None or q in self.known_modules or self._known_from_config(
-                        value.func):
+                        value.func) or (isinstance(value.func, cst.Name)
+                                        and value.func.value in self.imported_builders):
+                    # (a builder of another converted module, taking rngs: timm's
+                    # create_conv2d, in dpn's self.c1x1_c1 = create_conv2d(...) or None)
                     info.module_attrs.add(attr)
                     if rule is None or rule.special != "identity":
                         info.real_layer_attrs.add(attr)
@@ -988,6 +956,15 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.tensor_attrs.add(attr)  # self.class_token = nn.Parameter(...)
                 elif isinstance(value.func, cst.Name):
                     info.built_by.setdefault(attr, set()).add(value.func.value)
+            elif isinstance(value, cst.Name) and self._fn_stack:
+                # proj = BnActConv2d(...); self.c1x1_w_s2 = proj (timm's dpn): built by what
+                # the local is assigned a call of in this function
+                for a in _name_assigns(self.meta, self._fn_stack[-1]).get(value.value, ()):
+                    if isinstance(a.value, cst.Call) and isinstance(a.value.func, cst.Name):
+                        info.built_by.setdefault(attr, set()).add(a.value.func.value)
+            if isinstance(value, cst.Call):
+                q = qualified(self.meta, value.func)
+                rule = self.rules.layers.get(q or "")
                 if rule is not None:
                     info.attr_rule[attr] = rule.torch
                     info.attr_ctor[attr] = value
@@ -1078,6 +1055,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.container = special
             info.layer_base = next((b for b in info.bases if b in self.rules.layers and (
                 self.rules.layers[b].special not in _CONTAINERS)), None)
+            if info.varargs_items:
+                info.self_items.extend(info.site_items or ["mixed"])
             if info.container in ("module_dict", "module_list", "sequential"):
                 info.self_elem_layout = combine(info.self_items) if info.self_items else None
             for attr, items in info.elem_items.items():

@@ -37,13 +37,34 @@ def _subject(node: cst.BaseExpression, fn: cst.FunctionDef | None) -> str | None
     if m.matches(node, _TYPE_NAME):
         return code(node.value.args[0].value)
     if isinstance(node, cst.Name) and fn is not None:
-        assigns = m.findall(fn, m.Assign(targets=[m.AssignTarget(target=m.Name(node.value))]))
-        others = m.findall(fn, m.AssignTarget(target=m.Name(node.value)) | m.AugAssign(
-            target=m.Name(node.value)) | m.For(target=m.Name(node.value)))
-        if len(assigns) == 1 and len(others) == 1 and (
-                m.matches(assigns[0].value, _CLASS_NAME | _TYPE_NAME)):
-            return _subject(assigns[0].value, None)
+        assigns, others = _bindings(fn)
+        found = assigns.get(node.value, [])
+        if len(found) == 1 and others.get(node.value, 0) == 1 and (
+                m.matches(found[0].value, _CLASS_NAME | _TYPE_NAME)):
+            return _subject(found[0].value, None)
     return None
+
+
+# fn -> (name -> its one-target assignments, name -> how often it is bound): read once per
+# function (a test of each name in a long function walked it again: quadratic in its size)
+_BINDINGS: dict[int, tuple[cst.FunctionDef, dict[str, list[cst.Assign]], dict[str, int]]] = {}
+
+
+def _bindings(fn: cst.FunctionDef) -> tuple[dict[str, list[cst.Assign]], dict[str, int]]:
+    hit = _BINDINGS.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[1], hit[2]
+    assigns: dict[str, list[cst.Assign]] = {}
+    for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+        assigns.setdefault(a.targets[0].target.value, []).append(a)
+    others: dict[str, int] = {}
+    for b in m.findall(fn, m.AssignTarget(target=m.Name()) | m.AugAssign(target=m.Name())
+                       | m.For(target=m.Name())):
+        others[b.target.value] = others.get(b.target.value, 0) + 1
+    if len(_BINDINGS) > 256:
+        _BINDINGS.clear()
+    _BINDINGS[id(fn)] = (fn, assigns, others)
+    return assigns, others
 
 
 def _text(node: cst.BaseExpression) -> str | None:

@@ -171,8 +171,38 @@ def _model_class_forward(module: cst.Module, source: cst.Module, generator: str,
     return found[0] if len(found) == 1 else None
 
 
+class _NameSet(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
 def _names(node: cst.CSTNode) -> set[str]:
-    return {n.value for n in m.findall(node, m.Name())}
+    """The names read or bound in ``node`` (a visitor: matching each node was the pass's
+    cost on a long file)."""
+    found = _NameSet()
+    node.visit(found)
+    return found.names
+
+
+class _Draws(cst.CSTVisitor):
+    """Whether a tree calls ``jax.random.categorical`` / ``jnp.argmax`` (``_SAMPLES``)."""
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if not self.found and m.matches(node, _SAMPLES):
+            self.found = True
+        return not self.found
+
+
+def _draws(node: cst.CSTNode) -> bool:
+    found = _Draws()
+    node.visit(found)
+    return found.found
 
 
 def _target_name(stmt: cst.BaseStatement, index: int = 0) -> tuple[str, cst.BaseExpression] | None:
@@ -936,6 +966,8 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
                        f"forward computes the last position only, so it is given the "
                        f"position to compute ({forward[2]}=)")
                 continue
+        if compiled is None and not _draws(node):
+            continue  # the routes below all need a token loop, which draws (_token_loop)
         if "tree mode" not in taken:
             # modules share a Variable (tied weights): flax's graph mode, in which a jitted
             # step was seen to compile again for the same shapes on nanoGPT's model

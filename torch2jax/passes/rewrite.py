@@ -652,6 +652,14 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 # first set to None static unless it is marked as data
                 self.need("nnx")
                 return updated_node.with_changes(value=expr("nnx.data(None)"))
+            if self.target.stateful_modules and self._literal_parameter(
+                    original_node.value) and self._holds_layer(target.attr.value) and (
+                    self._assigned_after(original_node, target.attr.value)):
+                # self.downsample = downsample (a flag), a layer later (timm's hgnet): NNX
+                # makes an attribute first set to a plain value static unless it is data
+                self.need("nnx")
+                return updated_node.with_changes(value=expr("nnx.data({v})",
+                                                            v=updated_node.value))
             if self.target.stateful_modules and is_identity_lambda(updated_node.value) and \
                     target.attr.value in info.real_layer_attrs:
                 # self.shortcut = nn.Identity(), a layer in another branch: an empty
@@ -730,6 +738,27 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         return updated.with_changes(
             targets=[cst.AssignTarget(cst.Tuple([cst.Element(t) for t, _ in kept]))],
             value=cst.Tuple([cst.Element(v) for _, v in kept]))
+
+    def _assigned_after(self, assign: cst.Assign, attr: str) -> bool:
+        """``assign``, a statement of the function's own body (not under a condition), is
+        followed there by statements assigning ``self.<attr>`` again: its value is replaced."""
+        body = list(self._fn_stack[-1].body.body) if self._fn_stack else []
+        at = next((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
+                   and any(b is assign for b in s.body)), None)
+        return at is not None and any(m.findall(s, m.Assign(targets=[m.AssignTarget(
+            m.Attribute(value=m.Name("self"), attr=m.Name(attr)))])) for s in body[at + 1:])
+
+    def _literal_parameter(self, value: cst.BaseExpression) -> bool:
+        """``value`` is a parameter of the function being rewritten whose default is a bool,
+        number or string literal (a flag or a name, not a layer)."""
+        if not (isinstance(value, cst.Name) and self._fn_stack):
+            return False
+        params = self._fn_stack[-1].params
+        for p in [*params.params, *params.kwonly_params]:
+            if p.name.value == value.value:
+                return isinstance(p.default, (cst.Integer, cst.Float, cst.SimpleString)) or (
+                    m.matches(p.default, m.Name("True") | m.Name("False")))
+        return False
 
     def leave_AnnAssign(self, original_node, updated_node):
         # self.AuxLogits: Optional[nn.Module] = None, a layer later (inception_v3)

@@ -222,6 +222,12 @@ class AttributesMixin:
                 and len(updated_node.slice) == 1
                 and isinstance(updated_node.slice[0].slice, cst.Slice)):
             # self.layers[1:] of a Sequential: a Sequential of those layers
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            outer = self.get_metadata(ParentNodeProvider, parent, None) if isinstance(
+                parent, cst.Arg) else None
+            if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original_node or (
+                    isinstance(outer, cst.Call) and self.q(outer.func) in _ITERATING):
+                return updated_node  # iterated or measured: the layers themselves
             if self.target.setup_modules:
                 self.diag(original_node, "torch.nn.Sequential", "error",
                           f"{code(original_node)}: a linen Sequential cannot be built in "
@@ -336,7 +342,10 @@ class AttributesMixin:
             return None
         info = self.index.classes.get(self.current_class)
         attr = original.attr.value
-        if info is None or info.attr_rule.get(attr) != "torch.nn.Sequential":
+        if info is None:
+            return None
+        sub = self._sequential_subclass_attr(info, attr)
+        if info.attr_rule.get(attr) != "torch.nn.Sequential" and sub is None:
             return None
         parent = self.get_metadata(ParentNodeProvider, original, None)
         used = isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original or \
@@ -346,9 +355,13 @@ class AttributesMixin:
             used = isinstance(outer, cst.Call) and self.q(outer.func) in _ITERATING
         if not used:
             return None
+        if sub is not None:
+            # self.features = SequentialList(...), a Sequential subclass of the file whose
+            # layers are torch's items (timm's selecsls: len(self.features))
+            return updated.with_changes(value=updated, attr=cst.Name("layers"))
         ctor = info.attr_ctor.get(attr)
         overall, items = Layouts(self.rules, self, self.index).sequential(
-            ctor.args, {}) if ctor is not None else ("mixed", [])
+            ctor.args, self._built_in_scope(ctor)) if ctor is not None else ("mixed", [])
         items = [*items, *info.added_layouts.get(attr, ())]  # self.stages.append(stage)
         if overall == "mixed" or "channels_last" in items or "mixed" in items:
             self.diag(original, "torch.nn.Sequential", "error",
@@ -356,6 +369,27 @@ class AttributesMixin:
                       "layers (and the transposes around them), not torch's items")
             return None
         return updated.with_changes(value=updated, attr=cst.Name("layers"))
+
+    def _built_in_scope(self, ctor: cst.Call) -> dict[str, str]:
+        """The layouts of the lists of layers of the function ``ctor`` is in (``stages``
+        of ``nn.Sequential(*stages)``, built by ``stages.append(stage)``: timm's fastvit)."""
+        node: cst.CSTNode | None = ctor
+        while node is not None and not isinstance(node, cst.FunctionDef):
+            node = self.get_metadata(ParentNodeProvider, node, None)
+        return {} if node is None else {name: lay for (fid, name), lay in
+                                        self.index.list_layouts.items() if fid == id(node)}
+
+    def _sequential_subclass_attr(self, info, attr: str):
+        """The Sequential subclass of the file that ``self.<attr>`` is always built as, where
+        its layers are torch's items (no transposes among them); else None."""
+        built = info.built_by.get(attr) or set()
+        if len(built) != 1 or attr in info.attr_rule:
+            return None
+        sub = self.index.classes.get(next(iter(built)))
+        if sub is None or sub.container != "sequential" or (
+                sub.self_elem_layout not in ("torch", "any")):
+            return None
+        return sub
 
     def leave_Attribute(self, original_node, updated_node):
         if original_node.attr.value == "type" and (

@@ -600,6 +600,13 @@ class CallsMixin:
             added = self._add_module(original, updated)
             if added is not None:
                 return added
+        if (m.matches(original.func, m.Attribute(value=m.Attribute(value=m.Name("self")),
+                                                 attr=m.Name("extend")))
+                and len(original.args) == 1 and not original.args[0].star
+                and not original.args[0].keyword and self.in_module_class()):
+            extended = self._sequential_extend(original, updated)
+            if extended is not None:
+                return extended
         if (m.matches(original.func, m.Attribute(attr=m.Name("append")))
                 and len(original.args) == 1 and not original.args[0].keyword
                 and self._normalized_list(original.func.value)):

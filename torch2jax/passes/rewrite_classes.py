@@ -653,6 +653,11 @@ class ModuleClassMixin:
                 # its children are the layers assigned to attributes below (densenet's
                 # _Transition): nnx.Sequential is given them once they exist (leave_FunctionDef)
                 return cst.Name("__REMOVE__")
+        info = self.index.classes.get(self.current_class or "")
+        if info is not None and info.varargs_items and info.self_elem_layout in ("torch", "any"):
+            # super().__init__(*args) of its own varargs, given layers of torch's layout
+            # wherever the file builds the class (timm's SequentialList): passed on as they are
+            return updated
         layouts = Layouts(self.rules, self, self.index)
         scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
                  if self._fn_stack and fid == id(self._fn_stack[-1])}
@@ -863,6 +868,28 @@ class ModuleClassMixin:
             return expr(f"{recv.value}.layers.extend([\n    lambda x: jnp.moveaxis(x, 1, -1),"
                         "\n    {m},\n    lambda x: jnp.moveaxis(x, -1, 1),\n])", m=layer)
         return expr(f"{recv.value}.layers.append({{m}})", m=layer)
+
+    def _sequential_extend(self, original: cst.Call,
+                           updated: cst.Call) -> cst.BaseExpression | None:
+        """``self.stages.extend([stage, ...])`` of a Sequential attribute whose layers and the
+        added ones are all of torch's layout: its list of layers extended (nnx.Sequential has
+        no ``extend``). Others are left as they are."""
+        recv = original.func.value
+        info = self.index.classes[self.current_class]
+        if info.attr_rule.get(recv.attr.value) != "torch.nn.Sequential" or (
+                info.attr_layout.get(recv.attr.value, "torch") not in ("torch", "any")):
+            return None
+        added = original.args[0].value
+        if not isinstance(added, (cst.List, cst.Tuple)) or any(
+                isinstance(e, cst.StarredElement) for e in added.elements):
+            return None
+        scope = {name: lay for (fid, name), lay in self.index.list_layouts.items()
+                 if self._fn_stack and fid == id(self._fn_stack[-1])}
+        layouts = Layouts(self.rules, self, self.index)
+        if any(layouts.of(e.value, scope) not in ("torch", "any") for e in added.elements):
+            return None
+        return updated.with_changes(func=updated.func.with_changes(
+            value=cst.Attribute(value=updated.func.value, attr=cst.Name("layers"))))
 
     def _add_module(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression | None:
         """``self.add_module(name, block)`` in a Sequential subclass (regnet's AnyStage), or on

@@ -1,0 +1,69 @@
+"""Layer lists as the index reads them: the items of a spread literal, the layout a built
+layer takes, the layouts of several layers combined (analysis/index.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import libcst as cst
+import libcst.matchers as m
+
+from torch2jax.ruleset import Rule
+
+
+def spread_literals(args: Sequence[cst.Arg]) -> list[cst.Arg]:
+    """``nn.Sequential(*[conv, norm, act])``: the items of a spread literal list or tuple as
+    arguments of their own, so that each has its layout (the rewriter writes them so)."""
+    out: list[cst.Arg] = []
+    for a in args:
+        if a.star == "*" and isinstance(a.value, (cst.List, cst.Tuple)) and not any(
+                isinstance(e, cst.StarredElement) for e in a.value.elements):
+            out.extend(cst.Arg(e.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(
+                " "))) for e in a.value.elements)
+        else:
+            out.append(a)
+    if len(out) == len(args) and all(x is y for x, y in zip(out, args)):
+        return out
+    return [*out[:-1], out[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if out else out
+
+
+def built_layout(rule: Rule, node: cst.Call, factory_dicts: Collection[str] = ()) -> str:
+    """The activation layout of the layer ``node`` builds with ``rule``: the rule's, but a
+    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout (not one
+    given only ``**dd``, a dict of factory keywords: ``factory_dicts``)."""
+    if rule.special == "conv" and any(a.star and not (
+            a.star == "**" and isinstance(a.value, cst.Name) and a.value.value in factory_dicts)
+            for a in node.args):
+        return "torch"
+    return rule.layout
+
+
+def is_factory_dict(node: cst.BaseExpression) -> bool:
+    """``{"device": device, "dtype": dtype}`` (either key or both, nothing else)."""
+    return isinstance(node, cst.Dict) and bool(node.elements) and all(
+        isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+        and e.key.evaluated_value in ("device", "dtype") for e in node.elements)
+
+
+def ordered_dict_items(a: cst.Arg, is_dict) -> cst.BaseExpression | None:
+    """The layers a lone Sequential argument holds by name: ``OrderedDict(pairs)`` -> ``pairs``,
+    a local OrderedDict of layers (``layers["a"] = ...``) -> ``layers``; else None."""
+    if a.star or a.keyword:
+        return None
+    v = a.value
+    if (m.matches(v, m.Call(func=m.Name("OrderedDict") | m.Attribute(attr=m.Name("OrderedDict"))))
+            and len(v.args) == 1 and not v.args[0].star):
+        return v.args[0].value
+    if isinstance(v, cst.Name) and is_dict(v.value):
+        return v
+    return None
+
+
+def combine(layouts: list[str]) -> str:
+    """The layout of a list of layers whose order is not known statically."""
+    kinds = set(layouts) - {"any"}
+    if not kinds:
+        return "any"
+    if len(kinds) == 1:
+        return kinds.pop()
+    return "mixed"
