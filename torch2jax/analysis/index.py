@@ -589,9 +589,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         return self._loop_targets[key]
 
     def _note_param_call(self, value: cst.BaseExpression | None) -> None:
-        """``layers.append(block(...))``, ``return block(...)``, ``self.a = block(...)`` in a
-        function whose parameter ``block`` is called: a class handed in, built into a layer."""
-        key = self._fn_key()
+        """``layers.append(block(...))``, ``return block(...)``, ``nn.Sequential(*[block(...)
+        for ...])`` in a function whose parameter ``block`` is called: a class handed in."""
+        key, value = self._fn_key(), getattr(value, "elt", value)  # (a comprehension's item)
         if key is None or not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
             return
         fn = self._fn_stack[-1]

@@ -771,6 +771,12 @@ class ModuleClassMixin:
                 # SwinStage(..., downsample=SwinPatchMerging if last else None): a parameter
                 # of __init__ that the file's calls of the class give a module class
                 return True
+            if n in self._param_names[-1] and len(self._fn_stack) == 1 and (
+                    not self.current_class) and n in self._module_class_arguments(
+                    original).get(self._fn_stack[-1].name.value, ()):
+                # outlooker_blocks(Outlooker, i, dim, ...) then block_fn(dim, ...) (timm's
+                # volo): a parameter of a function of the file that its calls give a class
+                return True
             return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls")) or (
                 looked_up_class(self._fn_stack[-1], original))
         if m.matches(func, m.Call(func=m.Name())) and self._builds_layers_here() and (
@@ -923,7 +929,8 @@ class ModuleClassMixin:
     def _module_class_arguments(self, node: cst.CSTNode) -> dict[str, set[str]]:
         """For each module class of the file, the parameters of its ``__init__`` that a call
         of the class in the file passes a module class of the file to (or one of two, or
-        None: ``downsample=PatchMerging if i < n - 1 else None``)."""
+        None: ``downsample=PatchMerging if i < n - 1 else None``); for each top-level function
+        of the file, its parameters that a call of it passes one to."""
         while not isinstance(node, cst.Module):
             node = self.get_metadata(ParentNodeProvider, node)
         cached = getattr(self, "_class_arguments", None)
@@ -942,12 +949,16 @@ class ModuleClassMixin:
 
         inits = {c.name.value: f for c in findall(node, m.ClassDef()) if c.name.value in classes
                  for f in c.body.body if m.matches(f, m.FunctionDef(name=m.Name("__init__")))}
+        # the file's top-level functions too (a stage builder given the block class)
+        functions = {f.name.value: f for f in node.body if isinstance(f, cst.FunctionDef)}
         found: dict[str, set[str]] = {}
         for c in findall(node, m.Call(func=m.Name())):
             init = inits.get(c.func.value)
-            if init is None:
+            function = functions.get(c.func.value) if init is None else None
+            if init is None and function is None:
                 continue
-            positional = [p.name.value for p in init.params.params][1:]
+            positional = [p.name.value for p in (init or function).params.params][
+                1 if init is not None else 0:]
             for i, a in enumerate(c.args):
                 if a.star or not a_class(a.value):
                     continue
