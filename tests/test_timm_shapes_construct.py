@@ -6,6 +6,18 @@ written that way, converted, built and verified against torch (outputs and gradi
   ``outlooker_blocks(Outlooker, i, dim, ...)``, whose loop calls ``block_fn(dim, ...)``): the
   call builds a module and takes ``rngs`` (it failed with "Outlooker.__init__() missing 1
   required keyword-only argument: 'rngs'").
+* an activation class with arguments used as a value (timm's tresnet: ``act_layer =
+  nn.LeakyReLU``, handed to a block of timm.layers that builds it with ``act_layer(inplace=
+  True)``): its function with torch's defaults, as ``nn.LeakyReLU()`` is (it was marked and
+  left torch's class, "LeakyReLU.__init__() got an unexpected keyword argument 'rngs'"); an
+  activation factory whose kind is known only at run time is the ``build_layer`` helper,
+  which uses a function as it is and builds a class (or a partial of one), passing ``rngs``
+  only where its constructor takes them.
+* ``module.init_weights()`` in an init function walked over the model's modules (timm's
+  mlp_mixer ``_init_weights``, given to ``named_apply``), the method drawing in one class
+  (it takes ``rngs``) and not in another: the ``call_with_rngs`` helper passes ``rngs`` where
+  the method takes them ("SpatialGatingUnit.init_weights() missing 1 required keyword-only
+  argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -82,3 +94,138 @@ STAGE_FUNCTIONS = textwrap.dedent('''
 
 def test_a_block_class_handed_to_a_stage_function_takes_rngs(tmp_path):
     _verifies(tmp_path, STAGE_FUNCTIONS, "Net", "float32[2,6]")
+
+
+ACT_LAYERS = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    def get_act_layer(name):
+        return name
+
+
+    def create_act_layer(name, inplace=None, **kwargs):
+        act_layer = get_act_layer(name)
+        return act_layer(inplace=inplace, **kwargs)
+''')
+
+ACT_MODEL = textwrap.dedent('''
+    from functools import partial
+
+    import torch
+    import torch.nn as nn
+
+    from layers import create_act_layer
+
+
+    class Scale(nn.Module):
+        """A module built from a class handed in, with parameters (it takes rngs)."""
+
+        def __init__(self, inplace=None):
+            super().__init__()
+            self.scale = nn.Parameter(torch.full((1,), 1.5))
+
+        def forward(self, x):
+            return x * self.scale
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, act_layer=None):
+            super().__init__()
+            act_layer = act_layer or partial(nn.LeakyReLU, negative_slope=0.2)
+            self.fc = nn.Linear(dim, dim)
+            self.act = create_act_layer(act_layer, inplace=True)
+
+        def forward(self, x):
+            return self.act(self.fc(x))
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=5, num_classes=3):
+            super().__init__()
+            act_layer = nn.LeakyReLU
+            self.b1 = Block(dim, act_layer=act_layer)
+            self.b2 = Block(dim, act_layer=nn.ELU)
+            self.b3 = Block(dim)
+            self.b4 = Block(dim, act_layer=Scale)
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.b4(self.b3(self.b2(self.b1(x)))))
+''')
+
+
+def test_an_activation_class_with_arguments_as_a_value_and_a_run_time_factory(tmp_path):
+    (tmp_path / "layers.py").write_text(ACT_LAYERS)
+    _verifies(tmp_path, ACT_MODEL, "Net", "float32[4,5]")
+
+
+INIT_METHODS = textwrap.dedent('''
+    from functools import partial
+
+    import torch.nn as nn
+
+
+    def named_apply(fn, module, name="", include_root=False):
+        for child_name, child in module.named_children():
+            child_name = ".".join((name, child_name)) if name else child_name
+            named_apply(fn=fn, module=child, name=child_name, include_root=True)
+        if include_root:
+            fn(module=module, name=name)
+        return module
+
+
+    class Gate(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.proj = nn.Linear(dim, dim)
+
+        def init_weights(self):
+            nn.init.normal_(self.proj.weight, std=1e-6)
+            nn.init.ones_(self.proj.bias)
+
+        def forward(self, x):
+            return x * self.proj(x)
+
+
+    class Plain(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+
+        def init_weights(self):
+            nn.init.zeros_(self.fc.bias)
+
+        def forward(self, x):
+            return self.fc(x)
+
+
+    def _init_weights(module, name, head_bias=0.0):
+        if isinstance(module, nn.Linear):
+            if name.startswith("head"):
+                nn.init.zeros_(module.weight)
+                nn.init.constant_(module.bias, head_bias)
+            else:
+                nn.init.xavier_uniform_(module.weight)
+        elif hasattr(module, "init_weights"):
+            module.init_weights()
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3):
+            super().__init__()
+            self.gate = Gate(dim)
+            self.plain = Plain(dim)
+            self.head = nn.Linear(dim, num_classes)
+            self.init_weights()
+
+        def init_weights(self):
+            named_apply(partial(_init_weights, head_bias=0.5), module=self)
+
+        def forward(self, x):
+            return self.head(self.plain(self.gate(x)))
+''')
+
+
+def test_an_init_method_of_a_module_known_at_run_time_takes_rngs_where_it_draws(tmp_path):
+    _verifies(tmp_path, INIT_METHODS, "Net", "float32[2,6]")

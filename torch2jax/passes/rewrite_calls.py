@@ -602,9 +602,7 @@ class CallsMixin:
                     self.diag(original, "layer-factory", "info",
                               f"{n}(...): an activation function is used as it is, a "
                               "module class is built")
-                    built = self._with_rngs(original, updated)
-                    return expr("({b} if isinstance({f}, type) else {f})", b=built,
-                                f=updated.func)
+                    return self._build_layer(original, updated)
                 return out
             if self._fn_stack and not self.target.setup_modules and looked_up_activation(
                     self._fn_stack[-1], original):
@@ -614,8 +612,7 @@ class CallsMixin:
                           f"{n}(...): an activation function from a lookup is used as it is "
                           "(its constructor keywords, inplace, are dropped); a module class "
                           "is built")
-                built = self._with_rngs(original, updated)
-                return expr("({b} if isinstance({f}, type) else {f})", b=built, f=updated.func)
+                return self._build_layer(original, updated)
         if isinstance(original.func, cst.Name) and self.target.stateful_modules and (
                 self._layer_subclass_rule(original.func.value) is not None
                 and self._takes_layer_arguments(original.func.value)
@@ -633,6 +630,11 @@ class CallsMixin:
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
+        if self._method_of_some_class_takes_rngs(original, name):
+            # module.init_weights() in timm's _init_weights (mlp_mixer), the module any of the
+            # model's: the method draws in some classes (it takes rngs), not in others
+            return call("call_with_rngs", arg(updated.func), *self._with_rngs(
+                original, updated).args)
         if (m.matches(original.func, m.Attribute(attr=m.Name("requires_grad_")))
                 and self.target.stateful_modules and not self.target.intermediate
                 and self._builds_layers_here() and _false_flag(original)

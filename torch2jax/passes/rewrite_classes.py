@@ -1070,6 +1070,30 @@ class ModuleClassMixin:
                     rule.special not in ("sequential", "module_list", "module_dict"))
         return False
 
+    def _method_of_some_class_takes_rngs(self, original: cst.Call, name: str | None) -> bool:
+        """``module.init_weights()`` with an ``rngs`` in scope, ``module`` a parameter of the
+        enclosing function, and a module class of the file whose method of that name takes
+        rngs (it draws): which class the parameter holds is known only at run time."""
+        func = original.func
+        if not (self.target.stateful_modules and self._rngs_scope and self._rngs_scope[-1]
+                and m.matches(func, m.Attribute(value=m.Name())) and self._param_names
+                and func.value.value in self._param_names[-1]
+                and func.value.value != "self"):
+            return False
+        return any(f.endswith("." + func.attr.value) and f.split(".")[0] in self.index.classes
+                   for f in self.index.rngs_functions)
+
+    def _build_layer(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``act_layer(inplace=True)`` where what ``act_layer`` holds is known only at run time
+        (a JAX function, a converted module class, a class taking no rngs): the
+        ``build_layer`` helper, which uses a function as it is and builds a class, passing the
+        rngs only where its constructor takes them."""
+        built = self._with_rngs(original, updated)
+        if not isinstance(built, cst.Call) or not any(
+                a.keyword and a.keyword.value == "rngs" for a in built.args):
+            return expr("({b} if isinstance({f}, type) else {f})", b=built, f=updated.func)
+        return call("build_layer", arg(updated.func), *built.args)
+
     def _with_rngs(self, original, updated: cst.Call):
         if self.target.setup_modules:
             # linen modules take no RNG state; the train flag is handed down instead
