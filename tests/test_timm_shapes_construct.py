@@ -18,6 +18,10 @@ written that way, converted, built and verified against torch (outputs and gradi
   (it takes ``rngs``) and not in another: the ``call_with_rngs`` helper passes ``rngs`` where
   the method takes them ("SpatialGatingUnit.init_weights() missing 1 required keyword-only
   argument: 'rngs'").
+* a call of an imported lookup's result (timm's xception_aligned: ``get_norm_act_layer(
+  norm_layer, act_layer=act_layer)(in_chs, inplace=True, **dd)``): ``build_layer``, the class
+  built with ``rngs`` (an activation function used as it is); it was built without them
+  ("BatchNormAct2d.__init__() missing 1 required keyword-only argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -229,3 +233,52 @@ INIT_METHODS = textwrap.dedent('''
 
 def test_an_init_method_of_a_module_known_at_run_time_takes_rngs_where_it_draws(tmp_path):
     _verifies(tmp_path, INIT_METHODS, "Net", "float32[2,6]")
+
+
+LOOKUP_LAYERS = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class BatchNormAct(nn.BatchNorm2d):
+        def __init__(self, num_features, act_layer=nn.ReLU, inplace=True):
+            super().__init__(num_features)
+            self.act = act_layer(inplace=inplace)
+
+        def forward(self, x):
+            return self.act(super().forward(x))
+
+
+    _ACTS = {"relu": nn.ReLU, "silu": nn.SiLU}
+
+
+    def get_act_layer(name):
+        return _ACTS[name] if isinstance(name, str) else name
+
+
+    def get_norm_act_layer(norm_layer, act_layer=None):
+        return BatchNormAct
+''')
+
+LOOKUP_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from layers import get_act_layer, get_norm_act_layer
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=4, num_classes=3, act_layer="silu"):
+            super().__init__()
+            self.conv = nn.Conv2d(3, chs, 3, padding=1)
+            self.norm = get_norm_act_layer(nn.BatchNorm2d, act_layer=act_layer)(chs, inplace=True)
+            self.act = get_act_layer(act_layer)(inplace=False)
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            x = self.act(self.norm(self.conv(x)))
+            return self.head(x.mean((2, 3)))
+''')
+
+
+def test_a_call_of_an_imported_lookups_result_builds_with_rngs(tmp_path):
+    (tmp_path / "layers.py").write_text(LOOKUP_LAYERS)
+    _verifies(tmp_path, LOOKUP_MODEL, "Net", "float32[2,3,5,5]")

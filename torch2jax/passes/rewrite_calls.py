@@ -630,6 +630,12 @@ class CallsMixin:
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
+        if (m.matches(original.func, m.Call(func=m.Name())) and self._builds_layers_here()
+                and original.func.func.value.startswith("get_")
+                and original.func.func.value not in self._file_functions):
+            # get_norm_act_layer(norm_layer, act_layer=act_layer)(chs, **dd) (timm's
+            # xception_aligned): an imported lookup's class (or activation function), built
+            return self._build_layer(original, updated)
         if self._method_of_some_class_takes_rngs(original, name):
             # module.init_weights() in timm's _init_weights (mlp_mixer), the module any of the
             # model's: the method draws in some classes (it takes rngs), not in others
