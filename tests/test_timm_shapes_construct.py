@@ -22,6 +22,10 @@ written that way, converted, built and verified against torch (outputs and gradi
   norm_layer, act_layer=act_layer)(in_chs, inplace=True, **dd)``): ``build_layer``, the class
   built with ``rngs`` (an activation function used as it is); it was built without them
   ("BatchNormAct2d.__init__() missing 1 required keyword-only argument: 'rngs'").
+* a layer-class parameter of a stem-building function whose layers go into a dict (timm's
+  nfnet: ``stem["conv1"] = conv_layer(in_chs, c, kernel_size=3, stride=s, **dd)``, then
+  ``nn.Sequential(stem)``): the function builds layers and takes ``rngs`` ("ScaledStdConv2d.
+  __init__() missing 1 required keyword-only argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -282,3 +286,45 @@ LOOKUP_MODEL = textwrap.dedent('''
 def test_a_call_of_an_imported_lookups_result_builds_with_rngs(tmp_path):
     (tmp_path / "layers.py").write_text(LOOKUP_LAYERS)
     _verifies(tmp_path, LOOKUP_MODEL, "Net", "float32[2,3,5,5]")
+
+
+STEM_DICT = textwrap.dedent('''
+    from collections import OrderedDict
+    from functools import partial
+
+    import torch.nn as nn
+
+
+    class StdConv(nn.Module):
+        def __init__(self, in_chs, out_chs, kernel_size, stride=1, padding=None, gain=1.0):
+            super().__init__()
+            padding = kernel_size // 2 if padding is None else padding
+            self.conv = nn.Conv2d(in_chs, out_chs, kernel_size, stride=stride, padding=padding)
+            self.gain = gain
+
+        def forward(self, x):
+            return self.conv(x) * self.gain
+
+
+    def create_stem(in_chs, out_chs, conv_layer=None, act_layer=None):
+        stem = OrderedDict()
+        stem["conv1"] = conv_layer(in_chs, out_chs // 2, kernel_size=3, stride=1)
+        stem["act1"] = act_layer(inplace=True)
+        stem["conv2"] = conv_layer(out_chs // 2, out_chs, kernel_size=3, stride=2)
+        return nn.Sequential(stem)
+
+
+    class Net(nn.Module):
+        def __init__(self, in_chans=3, chs=4, num_classes=3):
+            super().__init__()
+            conv_layer = partial(StdConv, gain=2.0)
+            self.stem = create_stem(in_chans, chs, conv_layer=conv_layer, act_layer=nn.SiLU)
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            return self.head(self.stem(x).mean((2, 3)))
+''')
+
+
+def test_a_layer_class_parameter_building_into_a_dict_takes_rngs(tmp_path):
+    _verifies(tmp_path, STEM_DICT, "Net", "float32[2,3,6,6]")

@@ -589,8 +589,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         return self._loop_targets[key]
 
     def _note_param_call(self, value: cst.BaseExpression | None) -> None:
-        """``layers.append(block(...))``, ``return block(...)``, ``nn.Sequential(*[block(...)
-        for ...])`` in a function whose parameter ``block`` is called: a class handed in."""
+        """``layers.append(block(...))``, ``stem["conv"] = block(...)``, ``nn.Sequential(*[
+        block(...) for ...])`` in a function whose parameter ``block`` is called: a class."""
         key, value = self._fn_key(), getattr(value, "elt", value)  # (a comprehension's item)
         if key is None or not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
             return
@@ -864,7 +864,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             self.index.factory_dicts.add(node.targets[0].target.value)
         if len(node.targets) != 1:
             return
-        if m.matches(node.targets[0].target, m.Attribute(value=m.Name("self"))):
+        if m.matches(node.targets[0].target, m.Attribute(value=m.Name("self")) | m.Subscript()):
             self._note_param_call(node.value)
         if isinstance(node.value, (cst.Name, cst.Attribute)):
             rule = self.rules.layers.get(qualified(self.meta, node.value) or "")
