@@ -26,6 +26,9 @@ written that way, converted, built and verified against torch (outputs and gradi
   nfnet: ``stem["conv1"] = conv_layer(in_chs, c, kernel_size=3, stride=s, **dd)``, then
   ``nn.Sequential(stem)``): the function builds layers and takes ``rngs`` ("ScaledStdConv2d.
   __init__() missing 1 required keyword-only argument: 'rngs'").
+* an init function of the file that draws, handed on bare (timm's vitamin: ``named_apply(
+  _init_conv, self)`` in ``__init__``): ``partial(_init_conv, rngs=rngs)``, as the partial
+  form binds them ("_init_conv() missing 1 required keyword-only argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -328,3 +331,53 @@ STEM_DICT = textwrap.dedent('''
 
 def test_a_layer_class_parameter_building_into_a_dict_takes_rngs(tmp_path):
     _verifies(tmp_path, STEM_DICT, "Net", "float32[2,3,6,6]")
+
+
+BARE_INIT = textwrap.dedent('''
+    import math
+
+    import torch.nn as nn
+
+
+    def named_apply(fn, module, name="", include_root=False):
+        for child_name, child in module.named_children():
+            child_name = ".".join((name, child_name)) if name else child_name
+            named_apply(fn=fn, module=child, name=child_name, include_root=True)
+        if include_root:
+            fn(module=module, name=name)
+        return module
+
+
+    def _init_conv(module, name, scheme=""):
+        if isinstance(module, nn.Conv2d):
+            fan_out = module.kernel_size[0] * module.kernel_size[1] * module.out_channels
+            nn.init.normal_(module.weight, 0, math.sqrt(2.0 / fan_out))
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+
+    class Stem(nn.Module):
+        def __init__(self, in_chs, out_chs):
+            super().__init__()
+            self.conv1 = nn.Conv2d(in_chs, out_chs, 3, stride=2, padding=1)
+            self.act = nn.GELU()
+            self.conv2 = nn.Conv2d(out_chs, out_chs, 3, padding=1)
+            named_apply(_init_conv, self)
+
+        def forward(self, x):
+            return self.conv2(self.act(self.conv1(x)))
+
+
+    class Net(nn.Module):
+        def __init__(self, in_chans=3, chs=4, num_classes=3):
+            super().__init__()
+            self.stem = Stem(in_chans, chs)
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            return self.head(self.stem(x).mean((2, 3)))
+''')
+
+
+def test_a_drawing_init_function_handed_on_bare_binds_rngs(tmp_path):
+    _verifies(tmp_path, BARE_INIT, "Net", "float32[2,3,6,6]")

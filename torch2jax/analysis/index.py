@@ -653,10 +653,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self._fn_draws.add(method)
                 self._fn_calls.setdefault(key, set()).add(method)  # it runs here, with rngs
             # named_apply(partial(_init_weights, head_bias=0.), self): a function of the file
-            # handed on with some arguments bound (it runs elsewhere, with rngs if it draws)
-            if q == "functools.partial" and node.args and isinstance(node.args[0].value,
-                                                                      cst.Name):
-                self._fn_partials.setdefault(key, set()).add(node.args[0].value.value)
+            # handed on, bound or bare (it runs elsewhere, with rngs if it draws)
+            self._fn_partials.setdefault(key, set()).update(
+                a.value.value for a in node.args[:1 if q == "functools.partial" else None]
+                if isinstance(a.value, cst.Name))
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer

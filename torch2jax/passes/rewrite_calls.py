@@ -627,6 +627,20 @@ class CallsMixin:
             # named_apply(partial(_init_weights, head_bias=0.), self): the init function runs
             # elsewhere, its draws with the rngs the partial binds
             return self._with_rngs(original, updated)
+        if (name != "functools.partial" and self._rngs_scope and self._rngs_scope[-1]
+                and self.target.stateful_modules
+                and not m.matches(original.func, m.Attribute(attr=m.Name("apply")))
+                and any(m.matches(a.value, m.Name(m.MatchIfTrue(
+                    self.index.draw_functions.__contains__))) for a in original.args)):
+            # named_apply(_init_conv, self) (timm's vitamin): a function of the file that
+            # draws, handed on bare, runs elsewhere with the rngs bound to it
+            self.need("partial")
+            updated = updated.with_changes(args=[
+                a.with_changes(value=call("partial", arg(a.value), arg(
+                    self.rngs_expr(original), "rngs")))
+                if m.matches(o.value, m.Name(m.MatchIfTrue(
+                    self.index.draw_functions.__contains__))) else a
+                for o, a in zip(original.args, updated.args)])
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
