@@ -29,6 +29,10 @@ written that way, converted, built and verified against torch (outputs and gradi
 * an init function of the file that draws, handed on bare (timm's vitamin: ``named_apply(
   _init_conv, self)`` in ``__init__``): ``partial(_init_conv, rngs=rngs)``, as the partial
   form binds them ("_init_conv() missing 1 required keyword-only argument: 'rngs'").
+* a config's field annotated as a module class (timm's byobnet ``LayerFn``: ``conv_norm_act:
+  Type[nn.Module] = ConvNormAct``, given ``partial(ConvNormAct, ...)``; ``act: Type[nn.Module]
+  = nn.ReLU``), called as ``layers.conv_norm_act(in_chs, out_chs, 3)``: ``build_layer``
+  ("ConvNormAct.__init__() missing 1 required keyword-only argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -381,3 +385,64 @@ BARE_INIT = textwrap.dedent('''
 
 def test_a_drawing_init_function_handed_on_bare_binds_rngs(tmp_path):
     _verifies(tmp_path, BARE_INIT, "Net", "float32[2,3,6,6]")
+
+
+LAYER_FNS = textwrap.dedent('''
+    from dataclasses import dataclass
+    from functools import partial
+    from typing import Optional, Type
+
+    import torch.nn as nn
+
+
+    class ConvNormAct(nn.Module):
+        def __init__(self, in_chs, out_chs, kernel_size=1, act_layer=nn.ReLU, apply_act=True):
+            super().__init__()
+            self.conv = nn.Conv2d(in_chs, out_chs, kernel_size, padding=kernel_size // 2)
+            self.bn = nn.BatchNorm2d(out_chs)
+            self.act = act_layer() if apply_act else nn.Identity()
+
+        def forward(self, x):
+            return self.act(self.bn(self.conv(x)))
+
+
+    @dataclass
+    class LayerFn:
+        conv_norm_act: Type[nn.Module] = ConvNormAct
+        act: Type[nn.Module] = nn.ReLU
+        attn: Optional[Type[nn.Module]] = None
+
+
+    def get_layer_fns(act_layer=nn.SiLU):
+        conv_norm_act = partial(ConvNormAct, act_layer=act_layer)
+        return LayerFn(conv_norm_act=conv_norm_act, act=act_layer)
+
+
+    class Block(nn.Module):
+        def __init__(self, in_chs, out_chs, layers: LayerFn = None):
+            super().__init__()
+            layers = layers or LayerFn()
+            self.conv1 = layers.conv_norm_act(in_chs, out_chs, 3)
+            self.conv2 = layers.conv_norm_act(out_chs, out_chs, 1, apply_act=False)
+            self.act = layers.act()
+
+        def forward(self, x):
+            return self.act(self.conv2(self.conv1(x)) + x)
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=4, num_classes=3):
+            super().__init__()
+            layers = get_layer_fns()
+            self.stem = layers.conv_norm_act(3, chs, 3)
+            self.block = Block(chs, chs, layers=layers)
+            self.block2 = Block(chs, chs)
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            return self.head(self.block2(self.block(self.stem(x))).mean((2, 3)))
+''')
+
+
+def test_a_config_field_holding_a_module_class_builds_with_rngs(tmp_path):
+    _verifies(tmp_path, LAYER_FNS, "Net", "float32[2,3,6,6]")

@@ -650,6 +650,12 @@ class CallsMixin:
             # get_norm_act_layer(norm_layer, act_layer=act_layer)(chs, **dd) (timm's
             # xception_aligned): an imported lookup's class (or activation function), built
             return self._build_layer(original, updated)
+        if (m.matches(original.func, m.Attribute(value=m.Name())) and self._builds_layers_here()
+                and original.func.value.value != "self"
+                and original.func.attr.value in self._module_type_fields(original)):
+            # layers.conv_norm_act(in_chs, out_chs, 1) (timm's byobnet): a field of a config
+            # holding a module class, a partial of one, or an activation function
+            return self._build_layer(original, updated)
         if self._method_of_some_class_takes_rngs(original, name):
             # module.init_weights() in timm's _init_weights (mlp_mixer), the module any of the
             # model's: the method draws in some classes (it takes rngs), not in others

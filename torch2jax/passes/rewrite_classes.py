@@ -997,6 +997,22 @@ class ModuleClassMixin:
         self._class_tables = (node, tables)
         return tables
 
+    def _module_type_fields(self, node: cst.CSTNode) -> set[str]:
+        """The fields of the file's classes annotated as module classes (timm's byobnet
+        ``LayerFn``: ``conv_norm_act: Type[nn.Module] = ConvNormAct``, ``act: Type[nn.Module]
+        = nn.ReLU``): ``layers.conv_norm_act(...)`` builds what the field holds."""
+        while not isinstance(node, cst.Module):
+            node = self.get_metadata(ParentNodeProvider, node)
+        cached = getattr(self, "_type_fields", None)
+        if cached is None or cached[0] is not node:
+            self._type_fields = (node, {
+                a.target.value for c in findall(node, m.ClassDef()) for line in c.body.body
+                if isinstance(line, cst.SimpleStatementLine) for a in line.body
+                if isinstance(a, cst.AnnAssign) and isinstance(a.target, cst.Name)
+                and re.search(r"\bType\[.*Module\b", cst.Module([]).code_for_node(
+                    a.annotation.annotation))})
+        return self._type_fields[1]
+
     def _module_class_locals(self) -> set[str]:
         """Names the enclosing function assigns a module class of the file (or of another
         file of the package) to: ``stem_type = SimpleStemIN``, an item of a local list of
