@@ -33,6 +33,10 @@ written that way, converted, built and verified against torch (outputs and gradi
   Type[nn.Module] = ConvNormAct``, given ``partial(ConvNormAct, ...)``; ``act: Type[nn.Module]
   = nn.ReLU``), called as ``layers.conv_norm_act(in_chs, out_chs, 3)``: ``build_layer``
   ("ConvNormAct.__init__() missing 1 required keyword-only argument: 'rngs'").
+* a function of a package's layers building the class its ``*_layer`` parameter is given
+  (timm's ``create_aa(aa_layer, channels, stride)``, called by tresnet, not by a module of
+  its own file): a builder, taking ``rngs`` and given them by its importers ("BlurPool2d.
+  __init__() missing 1 required keyword-only argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -50,6 +54,18 @@ def _verifies(tmp_path, source: str, entry: str, *inputs: str):
     assert result.error is None, result.error
     assert result.passed, result.reason
     return result
+
+
+def _package(pkg, model: str, layers: dict[str, str]):
+    """A package of timm's layout at ``pkg``: ``layers/<name>.py`` for each of ``layers``
+    and ``models/net.py`` holding ``model``."""
+    for sub in (pkg, pkg / "layers", pkg / "models"):
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / "__init__.py").write_text("")
+    for name, text in layers.items():
+        (pkg / "layers" / f"{name}.py").write_text(text)
+    (pkg / "models" / "net.py").write_text(model)
+    return pkg
 
 
 STAGE_FUNCTIONS = textwrap.dedent('''
@@ -446,3 +462,51 @@ LAYER_FNS = textwrap.dedent('''
 
 def test_a_config_field_holding_a_module_class_builds_with_rngs(tmp_path):
     _verifies(tmp_path, LAYER_FNS, "Net", "float32[2,3,6,6]")
+
+
+AA_LAYERS = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Blur(nn.Module):
+        def __init__(self, channels, stride=2):
+            super().__init__()
+            self.pool = nn.AvgPool2d(stride, stride)
+            self.scale = nn.Parameter(torch.ones(channels, 1, 1))
+
+        def forward(self, x):
+            return self.pool(x) * self.scale
+
+
+    def create_aa(aa_layer, channels=None, stride=2, enable=True):
+        if not aa_layer or not enable:
+            return None
+        return aa_layer(channels=channels, stride=stride)
+''')
+
+AA_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ..layers.blur import Blur, create_aa
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=4, num_classes=3, aa_layer=Blur):
+            super().__init__()
+            self.conv = nn.Conv2d(3, chs, 3, padding=1)
+            self.aa = create_aa(aa_layer, channels=chs, stride=2)
+            self.skip = create_aa(None, channels=chs) or nn.Identity()
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            return self.head(self.skip(self.aa(self.conv(x))).mean((2, 3)))
+''')
+
+
+def test_a_package_function_building_its_layer_parameter_takes_rngs(tmp_path):
+    pkg = _package(tmp_path / "tinypkg_aa", AA_MODEL, {"blur": AA_LAYERS})
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,3,6,6]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason

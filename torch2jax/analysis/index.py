@@ -489,8 +489,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if (id(node), name) in self.index.ordered_dicts:
                 layout = self._dict_layout(id(node), name)
                 if layout == "torch" and combine(layouts) == "mixed":
-                    self.index.torch_convs.update(
-                        id(c) for c in self._dict_convs[(id(node), name)])
+                    self.index.torch_convs.update(id(c) for c in self._dict_convs[(id(node), name)])
             if layout == "mixed" and "mixed" not in layouts and (
                     id(node), name) not in self.index.ordered_dicts:
                 # every item known: put in by literals, append, or extend / += of a literal
@@ -594,13 +593,14 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         key, value = self._fn_key(), getattr(value, "elt", value)  # (a comprehension's item)
         if key is None or not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
             return
-        fn = self._fn_stack[-1]
+        fn, called = self._fn_stack[-1], value.func.value
         if id(fn) not in self._loop_targets:  # (once a function: its calls are many)
             self._loop_targets[id(fn)] = param_loop_targets(fn)
-        if value.func.value in {p.name.value for p in (*fn.params.params,
-                                                        *fn.params.kwonly_params)} or (
-                value.func.value in self._loop_targets[id(fn)]):
+        params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+        if called in params or called in self._loop_targets[id(fn)]:
             self._fn_param_calls.add(key)
+        if called in params and called.endswith("_layer"):  # create_aa(aa_layer, ...): builds
+            self._fn_builds.add(key)  # a layer wherever it is called from (timm's blur_pool)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._root = node
