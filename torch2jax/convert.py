@@ -74,11 +74,12 @@ IMPORT_LINES = {
     "dataclasses": "import dataclasses",
     "train_state": "from flax.training import train_state",
     "einops": "import einops",
+    "inspect": "import inspect",
 }
 # the names the converter's own imports bind -> their IMPORT_LINES key (NamedSharding -> sharding)
 OWN_NAMES = {name.strip().split(" as ")[-1]: key for key, line in IMPORT_LINES.items()
              for name in line.split("import ", 1)[-1].split(",")}
-IMPORT_ORDER = ["dataclasses", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
+IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
                 "optax", "ocp", "tensorboardX", "nnx", "linen", "train_state", "einops"]
 
 # the rewrites of the torch source before the analysis, in order (each returns the module it

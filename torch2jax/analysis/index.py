@@ -442,8 +442,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if (id(node), name) in self.index.ordered_dicts:
                 layout = self._dict_layout(id(node), name)
                 if layout == "torch" and combine(layouts) == "mixed":
-                    self.index.torch_convs.update(
-                        id(c) for c in self._dict_convs[(id(node), name)])
+                    self.index.torch_convs.update(id(c) for c in self._dict_convs[(id(node), name)])
             if layout == "mixed" and "mixed" not in layouts and (
                     id(node), name) not in self.index.ordered_dicts:
                 # every item known: put in by literals, append, or extend / += of a literal
@@ -542,18 +541,19 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         return self._loop_targets[key]
 
     def _note_param_call(self, value: cst.BaseExpression | None) -> None:
-        """``layers.append(block(...))``, ``return block(...)``, ``self.a = block(...)`` in a
-        function whose parameter ``block`` is called: a class handed in, built into a layer."""
-        key = self._fn_key()
+        """``layers.append(block(...))``, ``stem["conv"] = block(...)``, ``nn.Sequential(*[
+        block(...) for ...])`` in a function whose parameter ``block`` is called: a class."""
+        key, value = self._fn_key(), getattr(value, "elt", value)  # (a comprehension's item)
         if key is None or not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
             return
-        fn = self._fn_stack[-1]
+        fn, called = self._fn_stack[-1], value.func.value
         if id(fn) not in self._loop_targets:  # (once a function: its calls are many)
             self._loop_targets[id(fn)] = param_loop_targets(fn)
-        if value.func.value in {p.name.value for p in (*fn.params.params,
-                                                        *fn.params.kwonly_params)} or (
-                value.func.value in self._loop_targets[id(fn)]):
+        params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+        if called in params or called in self._loop_targets[id(fn)]:
             self._fn_param_calls.add(key)
+        if called in params and called.endswith("_layer"):  # create_aa(aa_layer, ...): builds
+            self._fn_builds.add(key)  # a layer wherever it is called from (timm's blur_pool)
 
     def visit_Module(self, node: cst.Module) -> None:
         self._root = node
@@ -611,10 +611,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self._fn_draws.add(method)
                 self._fn_calls.setdefault(key, set()).add(method)  # it runs here, with rngs
             # named_apply(partial(_init_weights, head_bias=0.), self): a function of the file
-            # handed on with some arguments bound (it runs elsewhere, with rngs if it draws)
-            if q == "functools.partial" and node.args and isinstance(node.args[0].value,
-                                                                      cst.Name):
-                self._fn_partials.setdefault(key, set()).add(node.args[0].value.value)
+            # handed on, bound or bare (it runs elsewhere, with rngs if it draws)
+            self._fn_partials.setdefault(key, set()).update(
+                a.value.value for a in node.args[:1 if q == "functools.partial" else None]
+                if isinstance(a.value, cst.Name))
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer
@@ -829,7 +829,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             self.index.factory_dicts.add(node.targets[0].target.value)
         if len(node.targets) != 1:
             return
-        if m.matches(node.targets[0].target, m.Attribute(value=m.Name("self"))):
+        if m.matches(node.targets[0].target, m.Attribute(value=m.Name("self")) | m.Subscript()):
             self._note_param_call(node.value)
         if isinstance(node.value, (cst.Name, cst.Attribute)):
             rule = self.rules.layers.get(qualified(self.meta, node.value) or "")

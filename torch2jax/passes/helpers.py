@@ -365,6 +365,33 @@ class TiedDense(nn.Module):
         return y
 ''')
 
+# act_layer(inplace=True) of a layer handed in whose kind is known only at run time (timm's
+# create_act_layer given a lookup's result; passes/rewrite_calls.py)
+helper("build_layer", {"Any", "inspect", "partial"}, '''
+def build_layer(layer: Any, *args: Any, rngs: Any, **kwargs: Any) -> Any:
+    """What torch's layer(*args, **kwargs) built, the layer handed in being known only at run
+    time: a JAX function (a torch activation class converted) is used as it is; a class (or a
+    partial of one) is built, given the rngs where its constructor takes them (a converted
+    module), without them otherwise (a module without parameters, another library's class)."""
+    cls = layer.func if isinstance(layer, partial) else layer
+    if not isinstance(cls, type):
+        return layer
+    if "rngs" in inspect.signature(cls.__init__).parameters:
+        return layer(*args, rngs=rngs, **kwargs)
+    return layer(*args, **kwargs)
+''')
+
+# module.init_weights() of a module known only at run time (timm's _init_weights over the
+# model's modules: the method draws, taking rngs, in some classes only; rewrite_calls.py)
+helper("call_with_rngs", {"Any", "inspect"}, '''
+def call_with_rngs(method: Any, *args: Any, rngs: Any, **kwargs: Any) -> Any:
+    """method(*args, **kwargs), given the rngs where it takes them (a method that draws in
+    some classes and not in others, of a module known only at run time)."""
+    if "rngs" in inspect.signature(method).parameters:
+        return method(*args, rngs=rngs, **kwargs)
+    return method(*args, **kwargs)
+''')
+
 # module.named_children() / .children() on a module whose class the file does not define
 # (timm's named_apply walking the model it is given, passes/rewrite_calls.py)
 helper("torch_named_children", {"Any", "nnx"}, '''

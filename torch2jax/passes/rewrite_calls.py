@@ -629,9 +629,7 @@ class CallsMixin:
                     self.diag(original, "layer-factory", "info",
                               f"{n}(...): an activation function is used as it is, a "
                               "module class is built")
-                    built = self._with_rngs(original, updated)
-                    return expr("({b} if isinstance({f}, type) else {f})", b=built,
-                                f=updated.func)
+                    return self._build_layer(original, updated)
                 return out
             if self._fn_stack and not self.target.setup_modules and looked_up_activation(
                     self._fn_stack[-1], original):
@@ -641,8 +639,7 @@ class CallsMixin:
                           f"{n}(...): an activation function from a lookup is used as it is "
                           "(its constructor keywords, inplace, are dropped); a module class "
                           "is built")
-                built = self._with_rngs(original, updated)
-                return expr("({b} if isinstance({f}, type) else {f})", b=built, f=updated.func)
+                return self._build_layer(original, updated)
         if isinstance(original.func, cst.Name) and self.target.stateful_modules and (
                 self._layer_subclass_rule(original.func.value) is not None
                 and self._takes_layer_arguments(original.func.value)
@@ -657,9 +654,40 @@ class CallsMixin:
             # named_apply(partial(_init_weights, head_bias=0.), self): the init function runs
             # elsewhere, its draws with the rngs the partial binds
             return self._with_rngs(original, updated)
+        if (name != "functools.partial" and self._rngs_scope and self._rngs_scope[-1]
+                and self.target.stateful_modules
+                and not m.matches(original.func, m.Attribute(attr=m.Name("apply")))
+                and any(m.matches(a.value, m.Name(m.MatchIfTrue(
+                    self.index.draw_functions.__contains__))) for a in original.args)):
+            # named_apply(_init_conv, self) (timm's vitamin): a function of the file that
+            # draws, handed on bare, runs elsewhere with the rngs bound to it
+            self.need("partial")
+            updated = updated.with_changes(args=[
+                a.with_changes(value=call("partial", arg(a.value), arg(
+                    self.rngs_expr(original), "rngs")))
+                if m.matches(o.value, m.Name(m.MatchIfTrue(
+                    self.index.draw_functions.__contains__))) else a
+                for o, a in zip(original.args, updated.args)])
         # user module classes and layer-building functions need rngs
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
+        if (m.matches(original.func, m.Call(func=m.Name())) and self._builds_layers_here()
+                and original.func.func.value.startswith("get_")
+                and original.func.func.value not in self._file_functions):
+            # get_norm_act_layer(norm_layer, act_layer=act_layer)(chs, **dd) (timm's
+            # xception_aligned): an imported lookup's class (or activation function), built
+            return self._build_layer(original, updated)
+        if (m.matches(original.func, m.Attribute(value=m.Name())) and self._builds_layers_here()
+                and original.func.value.value != "self"
+                and original.func.attr.value in self._module_type_fields(original)):
+            # layers.conv_norm_act(in_chs, out_chs, 1) (timm's byobnet): a field of a config
+            # holding a module class, a partial of one, or an activation function
+            return self._build_layer(original, updated)
+        if self._method_of_some_class_takes_rngs(original, name):
+            # module.init_weights() in timm's _init_weights (mlp_mixer), the module any of the
+            # model's: the method draws in some classes (it takes rngs), not in others
+            return call("call_with_rngs", arg(updated.func), *self._with_rngs(
+                original, updated).args)
         if (m.matches(original.func, m.Attribute(attr=m.Name("requires_grad_")))
                 and self.target.stateful_modules and not self.target.intermediate
                 and self._builds_layers_here() and _false_flag(original)

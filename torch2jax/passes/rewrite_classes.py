@@ -776,6 +776,12 @@ class ModuleClassMixin:
                 # SwinStage(..., downsample=SwinPatchMerging if last else None): a parameter
                 # of __init__ that the file's calls of the class give a module class
                 return True
+            if n in self._param_names[-1] and len(self._fn_stack) == 1 and (
+                    not self.current_class) and n in self._module_class_arguments(
+                    original).get(self._fn_stack[-1].name.value, ()):
+                # outlooker_blocks(Outlooker, i, dim, ...) then block_fn(dim, ...) (timm's
+                # volo): a parameter of a function of the file that its calls give a class
+                return True
             return n in self._param_names[-1] and n.endswith(("constructor", "_type", "_cls")) or (
                 looked_up_class(self._fn_stack[-1], original))
         if m.matches(func, m.Call(func=m.Name())) and self._builds_layers_here() and (
@@ -950,7 +956,8 @@ class ModuleClassMixin:
     def _module_class_arguments(self, node: cst.CSTNode) -> dict[str, set[str]]:
         """For each module class of the file, the parameters of its ``__init__`` that a call
         of the class in the file passes a module class of the file to (or one of two, or
-        None: ``downsample=PatchMerging if i < n - 1 else None``)."""
+        None: ``downsample=PatchMerging if i < n - 1 else None``); for each top-level function
+        of the file, its parameters that a call of it passes one to."""
         while not isinstance(node, cst.Module):
             node = self.get_metadata(ParentNodeProvider, node)
         cached = getattr(self, "_class_arguments", None)
@@ -969,12 +976,16 @@ class ModuleClassMixin:
 
         inits = {c.name.value: f for c in findall(node, m.ClassDef()) if c.name.value in classes
                  for f in c.body.body if m.matches(f, m.FunctionDef(name=m.Name("__init__")))}
+        # the file's top-level functions too (a stage builder given the block class)
+        functions = {f.name.value: f for f in node.body if isinstance(f, cst.FunctionDef)}
         found: dict[str, set[str]] = {}
         for c in findall(node, m.Call(func=m.Name())):
             init = inits.get(c.func.value)
-            if init is None:
+            function = functions.get(c.func.value) if init is None else None
+            if init is None and function is None:
                 continue
-            positional = [p.name.value for p in init.params.params][1:]
+            positional = [p.name.value for p in (init or function).params.params][
+                1 if init is not None else 0:]
             for i, a in enumerate(c.args):
                 if a.star or not a_class(a.value):
                     continue
@@ -1012,6 +1023,22 @@ class ModuleClassMixin:
                 tables.add(stmt.body[0].targets[0].target.value)
         self._class_tables = (node, tables)
         return tables
+
+    def _module_type_fields(self, node: cst.CSTNode) -> set[str]:
+        """The fields of the file's classes annotated as module classes (timm's byobnet
+        ``LayerFn``: ``conv_norm_act: Type[nn.Module] = ConvNormAct``, ``act: Type[nn.Module]
+        = nn.ReLU``): ``layers.conv_norm_act(...)`` builds what the field holds."""
+        while not isinstance(node, cst.Module):
+            node = self.get_metadata(ParentNodeProvider, node)
+        cached = getattr(self, "_type_fields", None)
+        if cached is None or cached[0] is not node:
+            self._type_fields = (node, {
+                a.target.value for c in findall(node, m.ClassDef()) for line in c.body.body
+                if isinstance(line, cst.SimpleStatementLine) for a in line.body
+                if isinstance(a, cst.AnnAssign) and isinstance(a.target, cst.Name)
+                and re.search(r"\bType\[.*Module\b", cst.Module([]).code_for_node(
+                    a.annotation.annotation))})
+        return self._type_fields[1]
 
     def _module_class_locals(self) -> set[str]:
         """Names the enclosing function assigns a module class of the file (or of another
@@ -1085,6 +1112,30 @@ class ModuleClassMixin:
                 return nnx_target.startswith("nnx.") and nnx_target[4:5].isupper() and (
                     rule.special not in ("sequential", "module_list", "module_dict"))
         return False
+
+    def _method_of_some_class_takes_rngs(self, original: cst.Call, name: str | None) -> bool:
+        """``module.init_weights()`` with an ``rngs`` in scope, ``module`` a parameter of the
+        enclosing function, and a module class of the file whose method of that name takes
+        rngs (it draws): which class the parameter holds is known only at run time."""
+        func = original.func
+        if not (self.target.stateful_modules and self._rngs_scope and self._rngs_scope[-1]
+                and m.matches(func, m.Attribute(value=m.Name())) and self._param_names
+                and func.value.value in self._param_names[-1]
+                and func.value.value != "self"):
+            return False
+        return any(f.endswith("." + func.attr.value) and f.split(".")[0] in self.index.classes
+                   for f in self.index.rngs_functions)
+
+    def _build_layer(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        """``act_layer(inplace=True)`` where what ``act_layer`` holds is known only at run time
+        (a JAX function, a converted module class, a class taking no rngs): the
+        ``build_layer`` helper, which uses a function as it is and builds a class, passing the
+        rngs only where its constructor takes them."""
+        built = self._with_rngs(original, updated)
+        if not isinstance(built, cst.Call) or not any(
+                a.keyword and a.keyword.value == "rngs" for a in built.args):
+            return expr("({b} if isinstance({f}, type) else {f})", b=built, f=updated.func)
+        return call("build_layer", arg(updated.func), *built.args)
 
     def _with_rngs(self, original, updated: cst.Call):
         if self.target.setup_modules:

@@ -172,8 +172,11 @@ def _isinstance_of(test: cst.BaseExpression, subject: str) -> list[cst.BaseExpre
 
 
 def _activation_value(rule: Rule) -> cst.BaseExpression | None:
-    """A parameterless activation class (nn.ReLU, nn.Hardswish) as a value: its function."""
-    if rule.layout != "any" or rule.weights or rule.special not in (None, "gelu_module"):
+    """A parameterless activation class (nn.ReLU, nn.Hardswish) as a value: its function; one
+    with arguments (nn.LeakyReLU, nn.ELU: timm's tresnet ``act_layer = nn.LeakyReLU``) its
+    function with torch's defaults, as ``nn.LeakyReLU()`` is (the JAX defaults are torch's)."""
+    if rule.layout != "any" or rule.weights or rule.special not in (
+            None, "gelu_module", "activation_with_args"):
         return None
     target = rule.targets.get("nnx", "")
     if not target.startswith("jax.nn."):
