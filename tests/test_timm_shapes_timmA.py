@@ -13,7 +13,9 @@ torch, and its initial values checked against what torch's init code sets:
   JAX arrays: "expected Tensor as element 0"), the spread translated;
 * ``torch.jit.is_tracing() or self.training`` guarding timm's attention-bias cache (a dict of
   tensors kept between calls): True, the cache is not kept (it held a tracer of the jitted
-  forward: "UnexpectedTracerError");
+  forward: "UnexpectedTracerError"); and verify's torch forward runs with autograd on, so the
+  tensor cached there stays tied to the parameter (torch's gradient of ``attention_biases``
+  was zero: the cache was filled under ``torch.no_grad()``);
 * ``nn.init.zeros_(self.conv3.bn.weight)`` (cspnet's ``zero_init_last``), ``bn`` a subclass of
   ``nn.BatchNorm2d`` built by a module class of the file: the NNX weight's name, ``scale`` (it
   was marked, "the layer type is not known here", then failed at build).
@@ -100,21 +102,18 @@ MODEL = textwrap.dedent('''
             self.attention_bias_cache = {}
 
         def get_attention_biases(self, device: torch.device) -> torch.Tensor:
-            # (timm caches the gathered parameter; a buffer's here: torch's gradient through
-            # a tensor cached by a no_grad call is zero, verify's torch forward being one)
             if torch.jit.is_tracing() or self.training:
-                return self.shift.flatten()[self.attention_bias_idxs % self.shift.shape[0]]
+                return self.attention_biases[:, self.attention_bias_idxs]
             else:
                 device_key = str(device)
                 if device_key not in self.attention_bias_cache:
-                    self.attention_bias_cache[device_key] = self.shift.flatten()[
-                        self.attention_bias_idxs % self.shift.shape[0]]
+                    self.attention_bias_cache[device_key] = self.attention_biases[
+                        :, self.attention_bias_idxs]
                 return self.attention_bias_cache[device_key]
 
         def forward(self, x):
             B, C, H, W = x.shape
-            biases = self.attention_biases[:, self.attention_bias_idxs]  # (2, N, N)
-            bias = torch.sum(biases, dim=0) + self.get_attention_biases(x.device)
+            bias = torch.sum(self.get_attention_biases(x.device), dim=0)  # (N, N)
             q = self.qkv(x - self.shift).flatten(2)  # (B, C, N)
             return x + (q @ bias).view(B, C, H, W)
 
