@@ -784,8 +784,21 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             return cst.RemoveFromParent()
         updated_node = self._class_name_if(original_node, updated_node)
         test = original_node.test
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+            test = test.left  # if torch.jit.is_tracing() or self.training: (True or ...)
         rule = self.rules.functions.get(self.q(test.func) or "") if isinstance(
             test, cst.Call) else None
+        if rule is not None and rule.special == "true" and (m.matches(
+                updated_node.test, m.Name("True")) or m.matches(updated_node.test, m.BooleanOperation(
+                    left=m.Name("True"), operator=m.Or()))):
+            # if torch.jit.is_tracing(): the query is True, the body stays in the if's place
+            body = list(updated_node.body.body)
+            body[0] = body[0].with_changes(leading_lines=[*updated_node.leading_lines,
+                                                          *body[0].leading_lines])
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            if isinstance(parent, cst.If) and parent.orelse is original_node:
+                return cst.Else(body=updated_node.body)  # an elif: its body, as the else
+            return cst.FlattenSentinel(body)
         if rule is None or rule.special != "false" or not m.matches(updated_node.test,
                                                                    m.Name("False")):
             return updated_node

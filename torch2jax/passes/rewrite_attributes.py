@@ -74,13 +74,14 @@ class AttributesMixin:
 
     def _own_tensor_attr(self, node: cst.BaseExpression) -> str | None:
         """``self.A_log`` (or ``self.A_log.data``) where the class holds a parameter or
-        buffer of that name: the name."""
+        buffer of that name (``nn.Parameter``, ``register_buffer``, ``nn.Buffer``): the name."""
         if m.matches(node, m.Attribute(attr=m.Name("data"))):
             node = node.value
         info = self.index.classes.get(self.current_class or "")
         if info and m.matches(node, m.Attribute(value=m.Name("self"))) and (
-                node.attr.value in info.tensor_attrs):
-            return node.attr.value
+                node.attr.value in info.tensor_attrs
+                or node.attr.value in self._variable_attrs.get(self.current_class, ())):
+            return node.attr.value  # (a buffer too: self.register_buffer("idxs", ...))
         return None
 
     def _param_copy(self, original_node, updated_node):
@@ -105,6 +106,32 @@ class AttributesMixin:
             "jnp.broadcast_to(jnp.asarray({v}, dtype={p}.dtype), {p}.shape)", v=value,
             p=expr(f"self.{name}.value")))
 
+    def _param_fill_in_place(self, original_node, updated_node, meth: str):
+        """``self.input_min.fill_(-inf)`` / ``self.A.zero_()`` / ``self.A.mul_(s)`` (or through
+        ``.data``) on a parameter or buffer of the class (gemma4_vit's clip buffers): its value
+        rebound, in its shape and dtype (``jnp.full_like``, ``jnp.zeros_like``; an operation's
+        result by a tensor cast back, as torch's in-place one keeps the receiver's dtype)."""
+        call_node = original_node.value
+        name = self._own_tensor_attr(call_node.func.value)
+        new_call = updated_node.value
+        if name is None or not isinstance(new_call, cst.Call) or any(
+                a.keyword or a.star for a in call_node.args) or len(call_node.args) != (
+                    0 if meth == "zero_" else 1):
+            return None
+        p = expr(f"self.{name}.value")
+        self.need("jnp")
+        if meth == "zero_":
+            value = expr("jnp.zeros_like({p})", p=p)
+        elif meth == "fill_":
+            value = expr("jnp.full_like({p}, {v})", p=p, v=new_call.args[0].value)
+        elif isinstance(call_node.args[0].value, (cst.Integer, cst.Float)):
+            # (a Python number is weakly typed: the parameter's dtype is kept)
+            value = expr("{p} " + INPLACE_OPS[meth] + " {v}", p=p, v=new_call.args[0].value)
+        else:
+            value = expr("({p} " + INPLACE_OPS[meth] + " {v}).astype({p}.dtype)", p=p,
+                         v=new_call.args[0].value)
+        return cst.Assign(targets=[cst.AssignTarget(p)], value=value)
+
     def _inplace(self, original_node, updated_node, meth: str):
         call_node = original_node.value
         recv = call_node.func.value
@@ -113,6 +140,10 @@ class AttributesMixin:
             copied = self._param_copy(original_node, updated_node)
             if copied is not None:
                 return copied
+        if meth in ("zero_", "fill_", *INPLACE_OPS) and self.current_class:
+            filled = self._param_fill_in_place(original_node, updated_node, meth)
+            if filled is not None:
+                return filled
         if isinstance(recv, (cst.Subscript, cst.Attribute)) and meth in (
                 "zero_", "fill_", "copy_", *INPLACE_OPS):
             indexed = self._inplace_indexed(original_node, updated_node, meth)
@@ -749,8 +780,21 @@ class AttributesMixin:
             seen.add(info.name)
             if attr in info.attr_rule:
                 return info.attr_rule[attr]
+            layer = self._built_layer_subclass(info, attr)
+            if layer is not None:
+                return layer
             info = self.index.classes.get(info.module_base or "")
         return ""
+
+    def _built_layer_subclass(self, info, attr: str) -> str | None:
+        """The torch layer that ``self.<attr>`` of class ``info`` extends, where one module
+        class of this file builds it and that class derives from the JAX layer (timm's
+        ``BatchNormAct2d(nn.BatchNorm2d)``, an ``nnx.BatchNorm`` whose weight is ``scale``)."""
+        built = info.built_by.get(attr, set()) & self.index.module_classes
+        if len(built) != 1:
+            return None
+        cls = next(iter(built))
+        return self.index.classes[cls].layer_base if self._layer_subclass_rule(cls) else None
 
     def _chain_layer_rule(self, node: cst.BaseExpression) -> str | None:
         """The torch layer ``self.a.b.c`` is when ``self.a`` and ``.b`` are each built by one
@@ -771,7 +815,9 @@ class AttributesMixin:
             if len(built) != 1 or name in info.attr_rule:
                 return None
             info = self.index.classes.get(built.pop())
-        return info.attr_rule.get(names[-1]) if info is not None else None
+        if info is None:
+            return None
+        return info.attr_rule.get(names[-1]) or self._built_layer_subclass(info, names[-1])
 
     def _weight_read_as_value(self, node: cst.Attribute) -> bool:
         """``self.fc.weight`` read for its values outside construction: handed to a function or

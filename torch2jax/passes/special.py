@@ -582,7 +582,14 @@ def normalize(site: Site) -> cst.BaseExpression:
 @special("meshgrid")
 def meshgrid(site: Site) -> cst.BaseExpression:
     """torch.meshgrid(a, b) / torch.meshgrid([a, b]): torch's indexing defaults to "ij"
-    (numpy's and jnp's to "xy")."""
+    (numpy's and jnp's to "xy"). ``torch.meshgrid(*tensors, indexing="ij")`` (timm's
+    ``ndgrid``): the tensors spread into ``jnp.meshgrid`` as they were into torch's."""
+    indexing = site.lit("indexing")
+    if site.args.star:
+        if site.args.get("tensors") is not None or site.args.extra_positional or len(
+                site.args.star) != 1 or indexing is ...:
+            raise Untranslatable("torch.meshgrid of a spread and other arguments")
+        return call("jnp.meshgrid", site.args.star[0], arg(py(indexing or "ij"), "indexing"))
     ops = [site.args.get("tensors"), *site.args.extra_positional]
     if len(ops) == 1 and isinstance(ops[0], (cst.List, cst.Tuple)):
         ops = [e.value for e in ops[0].elements]

@@ -110,7 +110,7 @@ def scalar_tensor(site: Site) -> cst.BaseExpression:
 # the specials that take sizes spread from a sequence (``x.expand(*y.shape[:-1], 1)``,
 # ``torch.ones(*x.shape[:-1])``, ``x.new_empty(*x.shape[:-1], n)``); the others are marked
 # when called with *args
-STARRED_SPECIALS = frozenset({"expand", "creation", "new_creation"})
+STARRED_SPECIALS = frozenset({"expand", "creation", "new_creation", "meshgrid"})
 
 
 def _spread_sizes(node: cst.BaseExpression) -> bool:

@@ -519,6 +519,12 @@ def false(site: Site) -> cst.BaseExpression:
     return expr("False")
 
 
+@special("true")
+def true(site: Site) -> cst.BaseExpression:
+    """``torch.jit.is_tracing()``: JAX code is traced (jax.jit), a cache must not be kept."""
+    return expr("True")
+
+
 @special("jit_annotate")
 def jit_annotate(site: Site) -> cst.BaseExpression:
     """``torch.jit.annotate(T, value)`` only types ``value`` for TorchScript."""

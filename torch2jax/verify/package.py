@@ -155,8 +155,8 @@ def _layer_classes(module_name: str, names: list[str], used: set[str]) -> set[st
 def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[str]:
     """The imported names that the importer uses inside its functions and that are functions
     of the package whose module uses ``torch.nn`` (timm.layers' get_act_layer, returning layer
-    classes; create_conv2d, building a layer): their module is converted, not copied, so that
-    what they return is JAX (they are not module classes: ``known`` does not name them).
+    classes; create_conv2d, building a layer) or computes with torch (``ndgrid``): their
+    module is converted, not copied, so that what they return is JAX (they are not module classes: ``known`` does not name them).
     A private module's functions (``_api``, ``_builder``) are the package's machinery."""
     import inspect
 
@@ -176,9 +176,27 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
             # enums, argument helpers) is copied and runs inert; a function that walks the
             # model it is given (timm's named_apply: module.named_children()) runs on the
             # converted model, so its module is converted
-        if _builds_layers(home):
+        if _builds_layers(home) or _computes_with_torch(value):
             found.add(name)
     return found
+
+
+def _computes_with_torch(fn: object) -> bool:
+    """Whether the package function computes with torch tensors (timm.layers' ``ndgrid`` is
+    ``torch.meshgrid(..., indexing='ij')``, called while building a model to compute its
+    buffers): its module copied, it would be handed the converted model's JAX arrays. Not
+    a function that only asks torch about the run (``torch.jit.is_scripting()``,
+    ``torch.compiler.is_exporting()``)."""
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))  # type: ignore[arg-type]
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+               and n.value.id == "torch" and n.attr not in ("jit", "compiler", "fx")
+               and not n.attr.startswith("_") for n in ast.walk(tree))
 
 
 def _walks_modules(fn: object) -> bool:
@@ -336,7 +354,9 @@ def _imports_from_home(source: str, module: str, is_package: bool, converted: se
     """``source`` with each name it imports from a converted module of the package that is a
     torch function there, imported from its home instead (deit's ``from .vision_transformer
     import VisionTransformer, trunc_normal_``): the converted module no longer binds it (its
-    import is dropped, its calls translated), while the importer's calls translate alike."""
+    import is dropped, its calls translated), while the importer's calls translate alike; and
+    one of timm's initialisers imported relatively from its own module (``from .weight_init
+    import trunc_normal_``), imported by its absolute name, which the converter knows."""
     import inspect
 
     from torch2jax.analysis.index import SAME_AS
@@ -349,7 +369,7 @@ def _imports_from_home(source: str, module: str, is_package: bool, converted: se
             continue
         home = (importlib.util.resolve_name("." * node.level + (node.module or ""), package)
                 if node.level else node.module)
-        if home not in converted or node.module is None:
+        if node.module is None:
             continue
         try:
             original = importlib.import_module(home)
@@ -361,7 +381,11 @@ def _imports_from_home(source: str, module: str, is_package: bool, converted: se
             where = getattr(value, "__module__", None) or ""
             torch_fn = (inspect.isfunction(value) or inspect.isbuiltin(value)) and (
                 where.split(".")[0] == "torch" or f"{where}.{a.name}" in SAME_AS)
-            if torch_fn and where != home and getattr(value, "__name__", None) == a.name:
+            # (timm.layers' pos_embed_rel.py: from .weight_init import trunc_normal_, its
+            # own home imported relatively: absolute, the name is torch's initialiser)
+            elsewhere = where != home and home in converted or (
+                node.level and f"{where}.{a.name}" in SAME_AS)
+            if torch_fn and elsewhere and getattr(value, "__name__", None) == a.name:
                 moved.append(f"from {where} import {a.name}"
                              + (f" as {a.asname}" if a.asname else ""))
             else:

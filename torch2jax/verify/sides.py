@@ -193,9 +193,13 @@ def check_forward(side: JaxSide, r: VerifyResult, req: Any, module: ModuleType, 
     if req.float64:  # before torch's pass, which may not run in float64 (grouped_mm)
         with stage("the JAX forward pass traced in float64"):
             side.check_float64(model, jax_in, specs)
-    with stage("the torch forward pass"), torch.no_grad():
+    # autograd on where gradients are compared: a tensor the model keeps from its first call
+    # (timm's eval-mode attention-bias cache) stays tied to its parameters, as in training,
+    # not a constant whose gradient torch's backward pass would find zero
+    with stage("the torch forward pass"), torch.set_grad_enabled(bool(req.grad)):
         torch_out = call_with(torch_model, torch_in, specs)
     torch_leaves = [(k, torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
+    del torch_out  # (its graph)
     with stage(side.forward_stage):
         jax_out, updated = side.forward(model, jax_in, specs)
     jax_leaves = [(k, jax_to_numpy(v)) for k, v in flatten_output(jax_out)]
