@@ -141,3 +141,33 @@ def test_a_check_of_array_values_is_left_out_under_jit(tmp_path) -> None:
     r = _verify(tmp_path, VALUE_CHECKS, "Masked", "float32[2,5,4]")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+
+
+SHAPE_SUMS = '''
+import torch
+from torch import nn
+
+
+class Boxes(nn.Module):
+    """LiLT's (LayoutLMv3's) ``torch.zeros(input_shape + (4,))``: a shape plus a tuple is a
+    shape, not one size; so are a slice of sizes and a tuple repeated."""
+
+    def __init__(self):
+        super().__init__()
+        self.box = nn.Linear(4, 3)
+
+    def forward(self, input_ids, bbox=None):
+        input_shape = input_ids.size()
+        batch_size, seq_length = input_shape
+        if bbox is None:
+            bbox = torch.zeros(input_shape + (4,), dtype=torch.long, device=input_ids.device)
+        ones = torch.ones(input_ids.shape[:-1] + (1,) * 2)
+        tiles = torch.ones((2,) * 2)
+        return self.box(bbox.float() + input_ids[..., None]) * ones + tiles.sum()
+'''
+
+
+def test_a_shape_plus_a_tuple_is_a_shape(tmp_path) -> None:
+    r = _verify(tmp_path, SHAPE_SUMS, "Boxes", "float32[2,5]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
