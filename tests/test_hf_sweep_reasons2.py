@@ -149,8 +149,9 @@ from torch import nn
 
 
 class Boxes(nn.Module):
-    """LiLT's (LayoutLMv3's) ``torch.zeros(input_shape + (4,))``: a shape plus a tuple is a
-    shape, not one size; so are a slice of sizes and a tuple repeated."""
+    """LiLT's ``torch.zeros(input_shape + (4,))``: a shape plus a tuple is a shape, not one
+    size; so are a slice of sizes, a tuple repeated and LayoutLMv3's
+    ``tuple(list(input_shape) + [4])``."""
 
     def __init__(self):
         super().__init__()
@@ -161,7 +162,8 @@ class Boxes(nn.Module):
         batch_size, seq_length = input_shape
         if bbox is None:
             bbox = torch.zeros(input_shape + (4,), dtype=torch.long, device=input_ids.device)
-        ones = torch.ones(input_ids.shape[:-1] + (1,) * 2)
+        boxes = torch.zeros(tuple(list(input_shape) + [4]), dtype=torch.long)
+        ones = torch.ones(input_ids.shape[:-1] + (1,) * 2) + boxes.sum()
         tiles = torch.ones((2,) * 2)
         return self.box(bbox.float() + input_ids[..., None]) * ones + tiles.sum()
 '''
