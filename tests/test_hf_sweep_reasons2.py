@@ -151,7 +151,7 @@ from torch import nn
 class Boxes(nn.Module):
     """LiLT's ``torch.zeros(input_shape + (4,))``: a shape plus a tuple is a shape, not one
     size; so are a slice of sizes, a tuple repeated and LayoutLMv3's
-    ``tuple(list(input_shape) + [4])``."""
+    ``tuple(list(input_shape) + [4])``; ``expand(input_shape)``."""
 
     def __init__(self):
         super().__init__()
@@ -165,7 +165,10 @@ class Boxes(nn.Module):
         boxes = torch.zeros(tuple(list(input_shape) + [4]), dtype=torch.long)
         ones = torch.ones(input_ids.shape[:-1] + (1,) * 2) + boxes.sum()
         tiles = torch.ones((2,) * 2)
-        return self.box(bbox.float() + input_ids[..., None]) * ones + tiles.sum()
+        # Reformer's positions: expand(a name holding a shape)
+        positions = torch.arange(seq_length, dtype=torch.float32).unsqueeze(0).expand(input_shape)
+        out = self.box(bbox.float() + input_ids[..., None] + positions[..., None])
+        return out * ones + tiles.sum()
 '''
 
 
