@@ -174,3 +174,26 @@ class BatchNorm{n}d(BatchNorm):
 for _n in (1, 2, 3):
     helper(f"BatchNorm{_n}d", {"jax", "jnp", "nnx"}, _BATCH_NORM_ND.format(n=_n),
            targets=("nnx",))
+
+
+# nn.LayerNorm as a value (LayoutLM's ``LayoutLMLayerNorm = nn.LayerNorm``, InternVL's
+# ``NORM2FN = {"layer_norm": nn.LayerNorm, ...}``, a subclass built with ``*args, **kwargs``)
+# reaches calls with torch's keywords (eps=, elementwise_affine=): a class with that signature
+helper("LayerNorm", {"jnp", "nnx"}, '''
+class LayerNorm(nnx.LayerNorm):
+    """nn.LayerNorm as a value (a table entry, an alias, a base built with *args, **kwargs):
+    torch's arguments over an nnx.LayerNorm of the last axis (eps= is epsilon=, torch's
+    default 1e-5; elementwise_affine= and bias= the scale and the bias; device= has no
+    meaning: JAX places arrays by sharding)."""
+
+    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-05,
+                 elementwise_affine: bool = True, bias: bool = True, device=None, dtype=None,
+                 *, rngs: nnx.Rngs) -> None:
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+            normalized_shape)
+        if len(shape) != 1:
+            raise NotImplementedError("LayerNorm over several trailing axes as a value")
+        super().__init__(shape[0], epsilon=eps, use_scale=elementwise_affine,
+                         use_bias=elementwise_affine and bias,
+                         param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
+''', targets=("nnx",))

@@ -45,6 +45,9 @@ from torch2jax.passes.rewrite_support import (
 from torch2jax.targets import linen as linen_target
 from torch2jax.targets import linen_training as lt
 
+# a key of _module_class_tables: a top-level alias of a torch layer class, not a table
+ALIAS = "alias:"
+
 
 class ModuleClassMixin:
     # ------------------------------------------------------------------ classes
@@ -92,6 +95,7 @@ class ModuleClassMixin:
                     self._layer_subclass_rule(name) is not None):
                 # class LayerNorm2d(nn.LayerNorm): the JAX layer, with the subclass's methods
                 base = ("Embedding" if name in self._padded_embedding_subclasses
+                        else "LayerNorm" if name in self._torch_layer_norm_subclasses
                         else self._batch_norm_base(name)
                         if self.rules.layers[q].special == "batch_norm"
                         else self.rules.layers[q].targets["nnx"])
@@ -740,6 +744,9 @@ class ModuleClassMixin:
                 return False  # class NewGELU(nn.Module) with only a forward: built bare
             if n in self.index.module_classes or n in self.index.rngs_functions:
                 return True
+            if self._builds_layers_here() and ALIAS + n in self._module_class_tables(
+                    original) and not (self._param_names and n in self._param_names[-1]):
+                return True  # LayoutLMLayerNorm(size, eps=eps): an alias of nn.LayerNorm
             if n == "cls" and self.current_class and self._fn_stack and (
                     f"{self.current_class}.{self._fn_stack[-1].name.value}"
                     in self.index.rngs_functions):
@@ -1013,13 +1020,20 @@ class ModuleClassMixin:
                     and isinstance(stmt.body[0].targets[0].target, cst.Name)):
                 continue
             value = stmt.body[0].value
+            if isinstance(value, (cst.Name, cst.Attribute)) and self._layer_class(value):
+                # LayoutLM's ``LayoutLMLayerNorm = nn.LayerNorm``: an alias of a torch layer
+                # class (its calls build the layer), as a table of one
+                tables.add(ALIAS + stmt.body[0].targets[0].target.value)
+                continue
             items = ([e.value for e in value.elements if isinstance(e, cst.DictElement)]
                      if isinstance(value, cst.Dict) else
                      [e.value for e in value.elements if isinstance(e, cst.Element)]
                      if isinstance(value, (cst.List, cst.Tuple)) else [])
             if items and len(items) == len(value.elements) and all(
                     isinstance(v, cst.Name) and v.value in classes
-                    and not self._no_constructor(v.value) for v in items):
+                    and not self._no_constructor(v.value) or self._layer_class(v)
+                    for v in items):
+                # (InternVL's NORM2FN = {"layer_norm": nn.LayerNorm, "rms_norm": RMSNorm})
                 tables.add(stmt.body[0].targets[0].target.value)
         self._class_tables = (node, tables)
         return tables
@@ -1107,10 +1121,7 @@ class ModuleClassMixin:
         params = self._fn_stack[-1].params
         for p in (*params.params, *params.kwonly_params):
             if p.name.value == name and p.default is not None:
-                rule = self.rules.layers.get(self.q(p.default) or "")
-                nnx_target = rule.targets.get("nnx", "") if rule is not None else ""
-                return nnx_target.startswith("nnx.") and nnx_target[4:5].isupper() and (
-                    rule.special not in ("sequential", "module_list", "module_dict"))
+                return self._layer_class(p.default)
         return False
 
     def _method_of_some_class_takes_rngs(self, original: cst.Call, name: str | None) -> bool:
@@ -1136,6 +1147,14 @@ class ModuleClassMixin:
                 a.keyword and a.keyword.value == "rngs" for a in built.args):
             return expr("({b} if isinstance({f}, type) else {f})", b=built, f=updated.func)
         return call("build_layer", arg(updated.func), *built.args)
+
+    def _layer_class(self, node: cst.BaseExpression) -> bool:
+        """``nn.LayerNorm``, ``nn.Linear``: a torch layer class whose JAX layer builds with
+        rngs (not a container)."""
+        rule = self.rules.layers.get(self.q(node) or "")
+        nnx_target = rule.targets.get("nnx", "") if rule is not None else ""
+        return nnx_target.startswith("nnx.") and nnx_target[4:5].isupper() and (
+            rule.special not in ("sequential", "module_list", "module_dict"))
 
     def _with_rngs(self, original, updated: cst.Call):
         if self.target.setup_modules:

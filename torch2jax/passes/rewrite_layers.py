@@ -437,8 +437,13 @@ class LayersMixin:
                       "axis 1 (channels first), so that it fits wherever it is used")
             return expr("partial(BatchNorm, axis=1, momentum=0.9, epsilon=1e-05)")
         if rule.special == "layer_norm" and self.target.stateful_modules:
-            # norm_layer: Callable[..., nn.Module] = nn.LayerNorm, called with the normalized
-            # size (swin's PatchMerging): torch's epsilon, flax's default being 1e-6
+            if "LayerNorm" not in self.index.defined and (
+                    self.target.helper_target in HELPERS.get("LayerNorm", {})):
+                # norm_layer = nn.LayerNorm, LayoutLM's alias, InternVL's NORM2FN table:
+                # called with torch's arguments (eps=) wherever the value goes, a helper class
+                # with that signature over nnx.LayerNorm
+                return cst.Name("LayerNorm")
+            # (swin's PatchMerging's norm_layer(size)): torch's epsilon, flax's being 1e-6
             self.need("partial", "nnx")
             return expr("partial(nnx.LayerNorm, epsilon=1e-05)")
         if rule.special == "conv" and self.target.stateful_modules:
@@ -710,6 +715,16 @@ class LayersMixin:
         passed_on = self._passed_on_kwargs(updated, super_init)
         args = [a for a in updated.args if a is not passed_on]
         b = bind(args, rule.params)
+        if (rule.special == "layer_norm" and super_init and b.star
+                and self.index.classes[self.current_class].module_base == "torch"
+                and "LayerNorm" not in self.index.defined
+                and self.target.helper_target in HELPERS.get("LayerNorm", {})):
+            # DINOv3-ConvNeXt's super().__init__(*args, **kwargs): torch's arguments, unseen
+            # here, to the LayerNorm helper (torch's signature), which the class derives from
+            self._torch_layer_norm_subclasses.add(self.current_class)
+            self.need("nnx")
+            return updated.with_changes(args=[*updated.args, arg(self.rngs_expr(original),
+                                                                 "rngs")])
         unknown = [k for k in b.named if k not in rule.params and k not in rule.drop]
         if unknown or b.star:
             raise Untranslatable(f"{rule.torch} subclass: argument(s) "

@@ -516,7 +516,15 @@ def _is_int_like(node: cst.BaseExpression) -> bool:
         f = node.func
         if isinstance(f, cst.Attribute) and f.attr.value == "size" and not node.args:
             return False
-    return True
+        if isinstance(f, cst.Name) and f.value in ("tuple", "list"):
+            return False  # LayoutLMv3's tuple(list(input_shape) + [4])
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add,
+                                                                            cst.Multiply)):
+        # LiLT's (LayoutLMv3's) input_shape + (4,), (1,) * n: a sequence where a side is one
+        return _is_int_like(node.left) and _is_int_like(node.right)
+    # x.shape[:-1], x.size()[1:]: a slice of sizes
+    return not (isinstance(node, cst.Subscript)
+                and any(isinstance(e.slice, cst.Slice) for e in node.slice))
 
 
 def _dtype_kw(site: Site) -> list[cst.Arg]:

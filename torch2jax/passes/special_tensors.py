@@ -154,7 +154,9 @@ def expand(site: Site) -> cst.BaseExpression:
     if len(sizes) == 1 and isinstance(sizes[0], (cst.Tuple, cst.List)) and not any(
             isinstance(e, cst.StarredElement) for e in sizes[0].elements):
         sizes = [e.value for e in sizes[0].elements]  # x.expand((1, -1)): the sizes
-    if len(sizes) == 1 and not _is_int_like(sizes[0]):
+    if len(sizes) == 1 and (isinstance(sizes[0], cst.Name) or not _is_int_like(sizes[0])):
+        # x.expand(input_shape) (Reformer's positions): a name may hold a shape or one size,
+        # jnp.broadcast_to takes either (a -1 in it fails there, loudly)
         return call("jnp.broadcast_to", arg(x), arg(sizes[0]))
     n = len(sizes)
     parts = []
