@@ -32,11 +32,10 @@ from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
 from torch2jax.targets import equinox_gan as gan
+from torch2jax.targets import equinox_sequential as seq
 from torch2jax.targets.equinox_eval import eval_step
 from torch2jax.targets.equinox_globals import declare_globals, own_scope, read_globals
 from torch2jax.targets.equinox_layers import _todo
-from torch2jax.targets.equinox_sequential import SEQUENTIAL, SEQUENTIAL_FLAGS, is_sequential
-from torch2jax.targets.equinox_sequential import sequential_model
 from torch2jax.targets.equinox_snapshots import STATE, restore, snapshot
 
 OPT_STATE = "opt_state"
@@ -340,10 +339,10 @@ class _Fail(Exception):
 
 def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
     """The class of ``Class(..., rngs=nnx.Rngs(k))`` (a model class of this file, or one
-    imported, with None for its flags in ``classes``); SEQUENTIAL for a top-level
+    imported, with None for its flags in ``classes``); seq.SEQUENTIAL for a top-level
     ``nnx.Sequential(...)`` (equinox_sequential.py)."""
-    if SEQUENTIAL in classes and is_sequential(value):
-        return SEQUENTIAL
+    if seq.SEQUENTIAL in classes and seq.is_sequential(value):
+        return seq.SEQUENTIAL
     if m.matches(value, m.Call(func=m.Name(), args=[m.ZeroOrMore(), m.Arg(
             keyword=m.Name("rngs"), value=m.Call(func=m.Attribute(
                 value=m.Name("nnx"), attr=m.Name("Rngs"))))])) and value.func.value in classes:
@@ -656,8 +655,8 @@ class Scope(cst.CSTTransformer):
                 if built is not None:
                     return built
             cls = _is_model_build(value, self.classes)
-            if cls == SEQUENTIAL and isinstance(target, cst.Name):
-                built = sequential_model(value, self.ctx.layer_of)
+            if cls == seq.SEQUENTIAL and isinstance(target, cst.Name):
+                built = seq.sequential_model(value, self.ctx.layer_of)
                 if built is None:
                     raise _Fail("a Sequential model built outside a module from layers "
                                 "other than linear layers, layer norms and activations")
@@ -977,7 +976,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     the new statements, or a message when it cannot be translated. ``classes``: model class ->
     (stateful, keyed), None for a class imported from another file (built with ``key=``; what
     needs its flags is refused). ``ctx``: what the rest of the file tells (TrainingContext)."""
-    classes = {**classes, SEQUENTIAL: SEQUENTIAL_FLAGS}
+    classes = {**classes, seq.SEQUENTIAL: seq.SEQUENTIAL_FLAGS}
     fns = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
     # train steps defined at the top level belong to the top-level loop that calls them
     top = [s for s in stmts if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
