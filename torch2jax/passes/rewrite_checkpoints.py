@@ -14,6 +14,7 @@ from torch2jax.passes.common import (
     code,
     expr,
 )
+from torch2jax.targets import linen_training as lt
 
 # the state filter of a model's checkpoint: everything but the RNG state (RngKey, RngCount)
 RNG_FREE = "nnx.Not(nnx.RngState)"
@@ -77,8 +78,14 @@ class CheckpointsMixin:
         ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
         -> the orbax PyTree restored."""
         func = original_node.func
+        if self.target.train_state and id(original_node) in getattr(
+                self, "_memory_states", ()) and m.matches(func, m.Attribute(value=m.Name())) and (
+                func.value.value in self._model_names()) and not self._lt_trains_none():
+            # linen, best = copy.deepcopy(model.state_dict()): the TrainState's variables
+            return lt.final_variables(self._lt_batch_stats).body[0].value
         if id(original_node) in getattr(self, "_memory_states", ()) and self._stateful(
-                func.value):  # best = copy.deepcopy(model.state_dict()): kept in memory
+                func.value) and not self.target.train_state:  # best = copy.deepcopy(model.
+            # state_dict()): kept in memory
             self.need("nnx")
             return expr(f"{self._saved_state(func.value)}.to_pure_dict()")
         if self.target.train_state and m.matches(func, m.Attribute(
