@@ -14,7 +14,6 @@ from torch2jax.passes.common import (
     code,
     expr,
 )
-from torch2jax.targets import linen_training as lt
 
 # the state filter of a model's checkpoint: everything but the RNG state (RngKey, RngCount)
 RNG_FREE = "nnx.Not(nnx.RngState)"
@@ -82,7 +81,7 @@ class CheckpointsMixin:
                 self, "_memory_states", ()) and m.matches(func, m.Attribute(value=m.Name())) and (
                 func.value.value in self._model_names()) and not self._lt_trains_none():
             # linen, best = copy.deepcopy(model.state_dict()): the TrainState's variables
-            return lt.final_variables(self._lt_batch_stats).body[0].value
+            return self._lt_variables_now()
         if id(original_node) in getattr(self, "_memory_states", ()) and self._stateful(
                 func.value) and not self.target.train_state:  # best = copy.deepcopy(model.
             # state_dict()): kept in memory

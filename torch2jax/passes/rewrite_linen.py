@@ -158,6 +158,11 @@ class LinenTrainingMixin:
                         merged.setdefault(layer, {}).update(inits)
             self._lt_init_fns.add((None, fname))
 
+    def _lt_variables_now(self) -> cst.BaseExpression:
+        """The model's variables as the TrainState holds them (``{"params": state.params}``,
+        with its batch_stats)."""
+        return lt.final_variables(self._lt_batch_stats).body[0].value
+
     def _lt_top_sequential(self, node: cst.Module, model: str) -> bool:
         """``model = nn.Sequential(nn.Linear(...), ...)`` built once, at the top of the file,
         of torch layers only, and no layer with weights built anywhere else outside a class:
@@ -602,7 +607,7 @@ class LinenTrainingMixin:
             depth = 4 * (self._depth - len(self._for_stack))
             stmts = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                      else st for st in stmts]
-            if self._for_stack:
+            if self._for_stack or self._while_stack:  # (made once, before the epoch loop)
                 self._hoist.extend(stmts)
             else:
                 self._pending[-1].before.extend(stmts)
