@@ -603,7 +603,10 @@ class LinenTrainingMixin:
         scope = id(self._fn_stack[-1]) if self._fn_stack else 0
         if scope not in self._lt_state_made:
             self._lt_state_made.add(scope)
+            self._lt_global_key = False
             stmts = self._lt_epoch_state(ep, original, updated)
+            if self._lt_global_key:
+                stmts = [cst.parse_statement("global key\n"), *stmts]
             depth = 4 * (self._depth - len(self._for_stack))
             stmts = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                      else st for st in stmts]
@@ -615,6 +618,28 @@ class LinenTrainingMixin:
         return cst.Assign(targets=[cst.AssignTarget(lt.with_state_target(target))],
                           value=updated.with_changes(args=ep.call_args(updated)))
 
+    def _lt_epoch_preview(self, ep):
+        """The step of an epoch function defined after its caller (not rewritten yet), read
+        from its torch source for the caller's model.init sample: (step, loop body, loop,
+        enclosing loops, loop names), or None."""
+        fn = ep.fn
+        if fn is None:
+            return None
+        for loop in findall(fn, m.For()):
+            body = list(loop.body.body)
+            if not any(tr._is_method_stmt(s, None, "backward") for s in body):
+                continue
+            names = tr.loop_assigned_names(loop)
+            try:
+                step = lt.build_step(body, optimizer=ep.optimizer, model=ep.model,
+                                     loop_names=names, step_name="train_step",
+                                     batch_stats=self._lt_batch_stats, dropout=self._lt_dropout,
+                                     noise=self._lt_noise, accumulate=False)
+            except Untranslatable:
+                return None
+            return (step, body, loop, [], names) if step is not None else None
+        return None
+
     def _lt_epoch_state(self, ep, original: cst.Call, updated: cst.Call):
         """model.init on a sample of the loader the call passes, and the TrainState."""
         b = ep.bound(original)
@@ -624,19 +649,28 @@ class LinenTrainingMixin:
             self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
             self.diag(original, "random", "warning", "model.init without torch.manual_seed: "
                       "a root key jax.random.key(0) is added at the top of the file")
+        elif not self._key_scopes[-1].has_key and self._fn_stack and (
+                self._key_scopes[0].has_key) and "key" not in {
+                n.value for n in findall(self._fn_stack[-1], m.Name())}:
+            # main() of a script seeded at the top: model.init splits the script's key
+            self._key_scopes[-1].has_key = True
+            self._lt_global_key = True
         elif not self._key_scopes[-1].has_key:
             self.diag(original, "training-loop", "error", "no key in this scope for "
                       "model.init: seed with torch.manual_seed or pass one")
         sample = None
-        if ep.step is not None and ep.loop is not None:
+        found = (ep.step, ep.body, ep.loop, ep.outer, ep.loop_names) if (
+            ep.step is not None) else self._lt_epoch_preview(ep)
+        if found is not None and found[0] is not None and found[2] is not None:
+            ep_step, ep_body, ep_loop, ep_outer, ep_names = found
             values = ep.bound(updated) or {}
-            loop = ep.loop.with_changes(iter=lt.bind_names(ep.loop.iter, values))
-            outer = [*self._for_stack, *(ep.outer or [])]
-            names = set(ep.loop_names or ()) | (tr.loop_assigned_names(self._for_stack[0])
-                                                if self._for_stack else set())
-            step = replace(ep.step, model_args=[
-                lt.bind_names(a, values) for a in ep.step.model_args])
-            sample = lt.sample_inputs(step, ep.body, loop, outer, names)
+            loop = ep_loop.with_changes(iter=lt.bind_names(ep_loop.iter, values))
+            outer = [*self._for_stack, *(ep_outer or [])]
+            names = set(ep_names or ()) | (tr.loop_assigned_names(self._for_stack[0])
+                                           if self._for_stack else set())
+            step = replace(ep_step, model_args=[
+                lt.bind_names(a, values) for a in ep_step.model_args])
+            sample = lt.sample_inputs(step, ep_body, loop, outer, names)
             if sample is not None:
                 stmts, inputs = sample
                 inner = lt.local_names(ep.fn) - set(ep.params) if ep.fn is not None else set()
