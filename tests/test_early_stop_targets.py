@@ -142,3 +142,17 @@ def test_the_early_stop_script_runs_converted_with_torchs_numbers(torch_lines, n
         assert "eqx.combine(best_state, model)" in code
     got = variants.run_source(code)
     assert variants.same_output(got, torch_lines[name], 2e-3) is None, (got, torch_lines[name])
+
+
+# the module-level Sequential with dropout (a tabular script's): on equinox it takes a key per
+# example when trained, and inference mode turns the dropout off in the evaluation
+DROPOUT = SOURCE.replace(SEQUENTIAL, "model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), "
+                         "nn.Dropout(0.2), nn.Linear(16, 1))\n")
+
+
+def test_a_sequential_with_dropout_on_equinox():
+    code = convert_source(DROPOUT, path=PROGRAM.name, target="equinox").code
+    assert "TODO(torch2jax)" not in code, code
+    assert "eqx.nn.Dropout(0.2)" in code and "eqx.nn.Sequential([" in code
+    assert "jax.vmap(net)(xb, key=jax.random.split(key, xb.shape[0]))" in code
+    assert "net = eqx.nn.inference_mode(net)\n" in code

@@ -5,8 +5,8 @@
 of one example that the training code maps over the batch like a model class of the file
 (equinox_training.py).
 
-Only layers that hold no state and draw no key when called are taken (linear layers, layer
-norms, functions): a Sequential with dropout or BatchNorm keeps its NNX line, marked."""
+Only layers that hold no state are taken (linear layers, layer norms, dropout, activations):
+a Sequential with BatchNorm keeps its NNX line, marked."""
 
 from __future__ import annotations
 
@@ -17,13 +17,24 @@ import libcst.matchers as m
 
 from torch2jax.passes.common import code
 
-# the pseudo class of such a model among the model classes (flags: no state, no key)
+# the pseudo classes of such models among the model classes, and their flags (state, key):
+# a Sequential with dropout takes a key when called (eqx.nn.Sequential splits it among its
+# layers), and eqx.nn.inference_mode turns its dropout off
 SEQUENTIAL = "eqx.nn.Sequential"
-SEQUENTIAL_FLAGS = (False, False)
-# the layer kinds a top-level Sequential may hold (called on one example, no state, no key)
-_KINDS = frozenset({"linear", "layernorm"})
+KEYED = "eqx.nn.Sequential "
+CLASSES = {SEQUENTIAL: (False, False), KEYED: (False, True)}
+# the layer kinds a top-level Sequential may hold (called on one example, no state)
+_KINDS = frozenset({"linear", "layernorm", "dropout"})
 _RNGS = m.Call(func=m.Attribute(value=m.Name("nnx"), attr=m.Name("Rngs")),
                args=[m.Arg(keyword=None)])
+
+
+def model_class(value: cst.BaseExpression) -> str | None:
+    """The pseudo class of ``nnx.Sequential(...)`` (KEYED with a dropout layer), or None."""
+    if not is_sequential(value):
+        return None
+    return KEYED if any(m.matches(a.value, m.Call(func=m.Attribute(
+        value=m.Name("nnx"), attr=m.Name("Dropout")))) for a in value.args) else SEQUENTIAL
 
 
 def is_sequential(value: cst.BaseExpression) -> bool:
@@ -66,5 +77,6 @@ def sequential_model(value: cst.Call, layer_of: Callable | None) -> str | None:
             return None
         seed = k.args[0].value
         key = f"jax.random.key({code(seed)})" if isinstance(seed, cst.Integer) else code(seed)
-        items.append(code(found[0]).replace("__needs_key__", key))
+        items.append(code(found[0]).replace("__needs_key__", key) if found[1] != "dropout"
+                     else code(found[0]))
     return f"{SEQUENTIAL}([{', '.join(items)}])"

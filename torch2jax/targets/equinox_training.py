@@ -342,7 +342,7 @@ def _is_model_build(value: cst.BaseExpression, classes: dict) -> str | None:
     imported, with None for its flags in ``classes``); seq.SEQUENTIAL for a top-level
     ``nnx.Sequential(...)`` (equinox_sequential.py)."""
     if seq.SEQUENTIAL in classes and seq.is_sequential(value):
-        return seq.SEQUENTIAL
+        return seq.model_class(value)
     if m.matches(value, m.Call(func=m.Name(), args=[m.ZeroOrMore(), m.Arg(
             keyword=m.Name("rngs"), value=m.Call(func=m.Attribute(
                 value=m.Name("nnx"), attr=m.Name("Rngs"))))])) and value.func.value in classes:
@@ -655,7 +655,7 @@ class Scope(cst.CSTTransformer):
                 if built is not None:
                     return built
             cls = _is_model_build(value, self.classes)
-            if cls == seq.SEQUENTIAL and isinstance(target, cst.Name):
+            if cls in seq.CLASSES and isinstance(target, cst.Name):
                 built = seq.sequential_model(value, self.ctx.layer_of)
                 if built is None:
                     raise _Fail("a Sequential model built outside a module from layers "
@@ -976,7 +976,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     the new statements, or a message when it cannot be translated. ``classes``: model class ->
     (stateful, keyed), None for a class imported from another file (built with ``key=``; what
     needs its flags is refused). ``ctx``: what the rest of the file tells (TrainingContext)."""
-    classes = {**classes, seq.SEQUENTIAL: seq.SEQUENTIAL_FLAGS}
+    classes = {**classes, **seq.CLASSES}
     fns = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
     # train steps defined at the top level belong to the top-level loop that calls them
     top = [s for s in stmts if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
