@@ -642,7 +642,8 @@ class LoopsMixin:
         self._lt_marked = False
         pre, post = surround if surround is not None else ([], [])
         outermost = not self._for_stack and not (self.target.train_state and self._while_stack)
-        if self.target.train_state and linen_body is not None and not outermost:
+        if self.target.train_state and linen_body is not None and not outermost and (
+                self._model_read_after(original_node)):
             # the step's loop in an epoch loop: what the epoch does next (an evaluation)
             # reads this epoch's variables
             post = [*post, lt.final_variables(self._lt_batch_stats)]
@@ -670,6 +671,16 @@ class LoopsMixin:
             return cst.FlattenSentinel([*pre, node.with_changes(
                 leading_lines=_after(pre, blank)), *post])
         return cst.FlattenSentinel([node, *post]) if post else node
+
+    def _model_read_after(self, loop: cst.For) -> bool:
+        """Whether a statement after ``loop`` in the loop around it reads a model."""
+        models = set(self._model_names())
+        for outer in (*self._for_stack[-1:], *self._while_stack[-1:]):
+            body = list(outer.body.body)
+            if loop in body:
+                return any(n.value in models for s in body[body.index(loop) + 1:]
+                           for n in findall(s, m.Name()))
+        return False
 
     def _summed_loop_body(self, original_node, body: list) -> list:
         """A loop body whose one optimizer steps after several ``backward()`` calls (nothing
