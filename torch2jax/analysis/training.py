@@ -205,6 +205,11 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         self._returns_value: set[str] = set()
         self._assigns: dict[tuple[int, str], cst.BaseExpression] = {}
         self._lines: dict[int, list[cst.SimpleStatementLine]] = {}
+        # module-level functions' parameters, and the names each call of a function passes
+        # (by position and keyword; None where an argument is not a plain name)
+        self._params: dict[str, list[str]] = {}
+        self._fn_nodes: dict[str, list[cst.FunctionDef]] = {}
+        self._named_calls: list[tuple[str, list[str | None], dict[str, str | None]]] = []
 
     # -- scopes
     @property
@@ -247,8 +252,13 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._fns.append(node)
+        self._fn_nodes.setdefault(node.name.value, []).append(node)
         if not self._classes:
             self._calls_in_fn.setdefault(node.name.value, set())
+            if len(self._fns) == 1:
+                self._params[node.name.value] = [
+                    p.name.value for p in (*node.params.posonly_params, *node.params.params,
+                                           *node.params.kwonly_params)]
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._fns.pop()
@@ -407,6 +417,12 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             self._draws[fn] = True
         if isinstance(node.func, cst.Name) and fn:
             self._calls_in_fn[fn].add(node.func.value)
+        if isinstance(node.func, cst.Name):
+            name_of = (lambda a: a.value.value if isinstance(a.value, cst.Name) else None)
+            self._named_calls.append((
+                node.func.value, [name_of(a) for a in node.args if a.keyword is None and not a.star],
+                {a.keyword.value: name_of(a) for a in node.args if a.keyword is not None}
+                if not any(a.star for a in node.args) else {"*": None}))
         method = self.plain_method
         if method is not None:  # a plain class's method: its draws and calls, by name
             if q in RANDOM and id(node) not in self.own_key_draws:
@@ -463,6 +479,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 idx.optimizer_names.setdefault(var, site)
                 if receiver:
                     idx.alias_models[var] = receiver
+        self._passed_optimizers()
         # where each optimizer and scheduler is stepped
         opt_loops: dict[int, set[int | None]] = {}
         for recv, loop, _scope in self._step_calls:
@@ -544,6 +561,49 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         for site in idx.optimizers.values():
             self._param_groups(site)
         return idx
+
+    def _given(self, fn: str, param: str) -> set[str | None]:
+        """The names the file's calls of ``fn`` pass for its parameter ``param`` (None for an
+        argument that is not a plain name, or a call that passes ``*args`` / ``**kwargs``)."""
+        params = self._params[fn]
+        index = params.index(param)
+        given: set[str | None] = set()
+        for name, positional, keywords in self._named_calls:
+            if name != fn:
+                continue
+            if "*" in keywords:
+                given.add(None)
+            elif index < len(positional):
+                given.add(positional[index])
+            elif param in keywords:
+                given.add(keywords[param])
+        return given
+
+    def _passed_optimizers(self) -> None:
+        """A module-level function's parameter stepped as an optimizer (``opt.step()`` in
+        ``train_one_epoch(model, loader, opt)``) that every call of the function gives the
+        same optimizer variable: the parameter is that optimizer, and its model is the
+        parameter every call gives the optimizer's model (or the model itself, read as a
+        global)."""
+        idx = self.index
+        for recv, _loop, scope in self._step_calls:
+            fn = next((f for f in self._params if scope and any(
+                id(n) == scope for n in self._fn_nodes.get(f, ()))), None)
+            if fn is None or recv in idx.optimizer_names or recv not in self._params[fn]:
+                continue
+            given = self._given(fn, recv)
+            if len(given) != 1 or None in given:
+                continue
+            site = idx.optimizer_names.get(next(iter(given)) or "")
+            model = idx.model_of(next(iter(given)) or "") if site is not None else None
+            if site is None or model is None:
+                continue
+            holders = [p for p in self._params[fn] if self._given(fn, p) == {model}]
+            if len(holders) != 1 and model in self._params[fn]:
+                continue  # (the model's name is another value in the function)
+            site.aliases.add(recv)
+            idx.optimizer_names[recv] = site
+            idx.alias_models[recv] = holders[0] if len(holders) == 1 else model
 
     # -- parameter groups (nanoGPT's configure_optimizers)
     def _param_groups(self, site: OptimizerSite) -> None:

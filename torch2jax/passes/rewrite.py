@@ -242,8 +242,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             for opt, _ in self._lr_loops.values():
                 if opt in t.optimizer_names:
                     t.optimizer_names[opt].lr_set = True
-        if self.target.train_state:  # (linen: checkpoint dicts, micro-steps)
+        if self.target.train_state:  # (linen: checkpoint dicts, micro-steps, best weights)
             self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
+            self._memory_states, self._memory_state_names = acc.find_memory_states(node)
             self._acc = acc.find_micro_steps(
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)

@@ -77,8 +77,14 @@ class CheckpointsMixin:
         ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
         -> the orbax PyTree restored."""
         func = original_node.func
+        if self.target.train_state and id(original_node) in getattr(
+                self, "_memory_states", ()) and m.matches(func, m.Attribute(value=m.Name())) and (
+                func.value.value in self._model_names()) and not self._lt_trains_none():
+            # linen, best = copy.deepcopy(model.state_dict()): the TrainState's variables
+            return self._lt_variables_now()
         if id(original_node) in getattr(self, "_memory_states", ()) and self._stateful(
-                func.value):  # best = copy.deepcopy(model.state_dict()): kept in memory
+                func.value) and not self.target.train_state:  # best = copy.deepcopy(model.
+            # state_dict()): kept in memory
             self.need("nnx")
             return expr(f"{self._saved_state(func.value)}.to_pure_dict()")
         if self.target.train_state and m.matches(func, m.Attribute(

@@ -963,8 +963,16 @@ class LayersMixin:
                                  rule=rule.id)
         if rule.special in ("sequential", "module_list", "module_dict"):
             out = self._container(original, updated, rule)
-            return linen_target.layer(out, self._linen_train()) if self.target.setup_modules \
-                else out
+            if not self.target.setup_modules:
+                return out
+            out = linen_target.layer(out, self._linen_train())
+            if self.current_class is None and m.matches(out, m.Call(
+                    func=m.Attribute(attr=m.Name("Sequential")), args=[m.Arg(m.List())])):
+                # a model built outside a class is a static argument of the jitted steps: its
+                # layers in a tuple, which hashes (a list does not)
+                out = out.with_changes(args=[out.args[0].with_changes(value=cst.Tuple(
+                    list(out.args[0].value.elements)))])
+            return out
         if id(original) in self.index.torch_convs and self.target.stateful_modules:
             # a conv among torch-layout layers of an OrderedDict (maxvit's MBConv): the NCHW
             # helper class with torch's arguments

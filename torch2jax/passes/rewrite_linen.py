@@ -37,6 +37,11 @@ _WRAPPERS = {"torch.nn.parallel.DistributedDataParallel", "torch.nn.DataParallel
              "torch.nn.parallel.DataParallel"}
 
 
+# the model built at the top of the file (a Sequential), among the classes an init function
+# reaches: its layers are built outside any class
+TOP = "<top level>"
+
+
 class LinenTrainingMixin:
     def _lt_find_autocast_classes(self, node: cst.Module) -> None:
         """Model classes called in an autocast region (and the classes they build) get a
@@ -132,8 +137,11 @@ class LinenTrainingMixin:
                         func=m.Name())))}
                 fname = c.args[0].value.value
                 calls[fname] = calls.get(fname, 0) + 1
+                if not built_from and self._lt_top_sequential(node, c.func.value.value):
+                    built_from = {TOP}
                 applied.setdefault(fname, set()).update(
-                    built_from if len(built_from) == 1 and built_from <= set(classes) else {""})
+                    built_from if len(built_from) == 1 and built_from <= {*classes, TOP}
+                    else {""})
         for fname, models in applied.items():
             fn = functions.get(fname)
             if fn is None or "" in models or len(findall(node, m.Name(fname))) != 1 + calls[
@@ -144,11 +152,38 @@ class LinenTrainingMixin:
             except Untranslatable:
                 continue  # marked where it is
             for model_cls in models:
-                for reached in built(model_cls, set()):
+                for reached in built(model_cls, set()) if model_cls != TOP else {""}:
                     merged = self._lt_inits.setdefault(reached, {})
                     for layer, inits in specs.items():
                         merged.setdefault(layer, {}).update(inits)
             self._lt_init_fns.add((None, fname))
+
+    def _lt_variables_now(self) -> cst.BaseExpression:
+        """The model's variables as the TrainState holds them (``{"params": state.params}``,
+        with its batch_stats)."""
+        return lt.final_variables(self._lt_batch_stats).body[0].value
+
+    def _lt_top_sequential(self, node: cst.Module, model: str) -> bool:
+        """``model = nn.Sequential(nn.Linear(...), ...)`` built once, at the top of the file,
+        of torch layers only, and no layer with weights built anywhere else outside a class:
+        the layers an init function applied to it reaches are those the top level builds."""
+        def layer(c: cst.Call) -> bool:
+            q = self.q(c.func) or ""
+            return q.startswith("torch.nn.") and q.rsplit(".", 1)[-1][:1].isupper()
+
+        seqs = [s for s in node.body if m.matches(s, m.SimpleStatementLine(body=[m.Assign(
+            targets=[m.AssignTarget(m.Name(model))], value=m.Call())]))]
+        bound = findall(node, m.AssignTarget(m.Name(model)))
+        if len(seqs) != 1 or len(bound) != 1:
+            return False
+        value = seqs[0].body[0].value
+        if self.q(value.func) != "torch.nn.Sequential" or not value.args or not all(
+                isinstance(a.value, cst.Call) and layer(a.value) and a.keyword is None
+                for a in value.args):
+            return False
+        return not any((self.q(c.func) or "") in lt.INIT_ARGS for s in node.body
+                       if s is not seqs[0] and not isinstance(s, cst.ClassDef)
+                       for c in findall(s, m.Call()))
 
     def _lt_find_glue(self, node: cst.Module) -> None:
         """The functions that evaluate the module's model (estimate_loss), and the parameter
@@ -371,6 +406,8 @@ class LinenTrainingMixin:
                 continue
             outer = self._for_stack[0] if self._for_stack else original_node
             loop_names = tr.loop_assigned_names(outer) | tr.loop_assigned_names(original_node)
+            if self._while_stack:  # (the step goes before an epoch loop written as a while)
+                loop_names |= tr.loop_assigned_names(self._while_stack[0])
             site = t.optimizer_names.get(name)
             try:
                 step = micro[1] if micro is not None else lt.build_step(
@@ -566,17 +603,42 @@ class LinenTrainingMixin:
         scope = id(self._fn_stack[-1]) if self._fn_stack else 0
         if scope not in self._lt_state_made:
             self._lt_state_made.add(scope)
+            self._lt_global_key = False
             stmts = self._lt_epoch_state(ep, original, updated)
+            if self._lt_global_key:
+                stmts = [cst.parse_statement("global key\n"), *stmts]
             depth = 4 * (self._depth - len(self._for_stack))
             stmts = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)
                      else st for st in stmts]
-            if self._for_stack:
+            if self._for_stack or self._while_stack:  # (made once, before the epoch loop)
                 self._hoist.extend(stmts)
             else:
                 self._pending[-1].before.extend(stmts)
         self._pending[-1].after.append(lt.final_variables(self._lt_batch_stats))
         return cst.Assign(targets=[cst.AssignTarget(lt.with_state_target(target))],
                           value=updated.with_changes(args=ep.call_args(updated)))
+
+    def _lt_epoch_preview(self, ep):
+        """The step of an epoch function defined after its caller (not rewritten yet), read
+        from its torch source for the caller's model.init sample: (step, loop body, loop,
+        enclosing loops, loop names), or None."""
+        fn = ep.fn
+        if fn is None:
+            return None
+        for loop in findall(fn, m.For()):
+            body = list(loop.body.body)
+            if not any(tr._is_method_stmt(s, None, "backward") for s in body):
+                continue
+            names = tr.loop_assigned_names(loop)
+            try:
+                step = lt.build_step(body, optimizer=ep.optimizer, model=ep.model,
+                                     loop_names=names, step_name="train_step",
+                                     batch_stats=self._lt_batch_stats, dropout=self._lt_dropout,
+                                     noise=self._lt_noise, accumulate=False)
+            except Untranslatable:
+                return None
+            return (step, body, loop, [], names) if step is not None else None
+        return None
 
     def _lt_epoch_state(self, ep, original: cst.Call, updated: cst.Call):
         """model.init on a sample of the loader the call passes, and the TrainState."""
@@ -587,19 +649,28 @@ class LinenTrainingMixin:
             self._key_scopes[0].root_needed = self._key_scopes[0].has_key = True
             self.diag(original, "random", "warning", "model.init without torch.manual_seed: "
                       "a root key jax.random.key(0) is added at the top of the file")
+        elif not self._key_scopes[-1].has_key and self._fn_stack and (
+                self._key_scopes[0].has_key) and "key" not in {
+                n.value for n in findall(self._fn_stack[-1], m.Name())}:
+            # main() of a script seeded at the top: model.init splits the script's key
+            self._key_scopes[-1].has_key = True
+            self._lt_global_key = True
         elif not self._key_scopes[-1].has_key:
             self.diag(original, "training-loop", "error", "no key in this scope for "
                       "model.init: seed with torch.manual_seed or pass one")
         sample = None
-        if ep.step is not None and ep.loop is not None:
+        found = (ep.step, ep.body, ep.loop, ep.outer, ep.loop_names) if (
+            ep.step is not None) else self._lt_epoch_preview(ep)
+        if found is not None and found[0] is not None and found[2] is not None:
+            ep_step, ep_body, ep_loop, ep_outer, ep_names = found
             values = ep.bound(updated) or {}
-            loop = ep.loop.with_changes(iter=lt.bind_names(ep.loop.iter, values))
-            outer = [*self._for_stack, *(ep.outer or [])]
-            names = set(ep.loop_names or ()) | (tr.loop_assigned_names(self._for_stack[0])
-                                                if self._for_stack else set())
-            step = replace(ep.step, model_args=[
-                lt.bind_names(a, values) for a in ep.step.model_args])
-            sample = lt.sample_inputs(step, ep.body, loop, outer, names)
+            loop = ep_loop.with_changes(iter=lt.bind_names(ep_loop.iter, values))
+            outer = [*self._for_stack, *(ep_outer or [])]
+            names = set(ep_names or ()) | (tr.loop_assigned_names(self._for_stack[0])
+                                           if self._for_stack else set())
+            step = replace(ep_step, model_args=[
+                lt.bind_names(a, values) for a in ep_step.model_args])
+            sample = lt.sample_inputs(step, ep_body, loop, outer, names)
             if sample is not None:
                 stmts, inputs = sample
                 inner = lt.local_names(ep.fn) - set(ep.params) if ep.fn is not None else set()
@@ -778,6 +849,21 @@ class LinenTrainingMixin:
                       "checkpoint of variables saves them)")
             return cst.Assign(targets=[cst.AssignTarget(cst.Name(lt.VARIABLES))],
                               value=value.args[0].value)
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name(
+                "load_state_dict")), args=[m.Arg(value=m.Name(), keyword=None)])) and (
+                f.value.value in self._model_names()) and (
+                value.args[0].value.value in getattr(self, "_memory_state_names", ())) and (
+                not self._lt_trains_none()):
+            # an early stop's best weights kept in memory (their snapshot below): back into
+            # the TrainState, and the variables the evaluation reads
+            best = value.args[0].value.value
+            bs = f', batch_stats={best}["batch_stats"]' if self._lt_batch_stats else ""
+            self.diag(original_node, "load_state_dict", "info",
+                      f"{f.value.value}.load_state_dict({best}) -> the TrainState's variables "
+                      f"replaced by {best} (kept as {lt.VARIABLES})")
+            self._pending[-1].after.append(cst.parse_statement(f"{lt.VARIABLES} = {best}\n"))
+            return cst.parse_statement(
+                f'{lt.STATE} = {lt.STATE}.replace(params={best}["params"]{bs})\n').body[0]
         if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name(
                 "load_state_dict")), args=[m.Arg(value=~m.Call(), keyword=None)])) and (
                 f.value.value in self._model_names() or f.value.value in

@@ -641,9 +641,15 @@ class LoopsMixin:
                           f"({self.target.name} is planned)")
         self._lt_marked = False
         pre, post = surround if surround is not None else ([], [])
-        if self.target.train_state and not self._for_stack and self._lt_post:
+        outermost = not self._for_stack and not (self.target.train_state and self._while_stack)
+        if self.target.train_state and linen_body is not None and not outermost and (
+                self._model_read_after(original_node)):
+            # the step's loop in an epoch loop: what the epoch does next (an evaluation)
+            # reads this epoch's variables
+            post = [*post, lt.final_variables(self._lt_batch_stats)]
+        if self.target.train_state and outermost and self._lt_post:
             post, self._lt_post = [*post, *self._lt_post], []
-        if not self._for_stack and self._hoist:
+        if outermost and self._hoist:
             hoisted, self._hoist = self._hoist, []
             blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
             lines = list(node.leading_lines)
@@ -664,7 +670,17 @@ class LoopsMixin:
             pre = [pre[0].with_changes(leading_lines=node.leading_lines), *pre[1:]]
             return cst.FlattenSentinel([*pre, node.with_changes(
                 leading_lines=_after(pre, blank)), *post])
-        return node
+        return cst.FlattenSentinel([node, *post]) if post else node
+
+    def _model_read_after(self, loop: cst.For) -> bool:
+        """Whether a statement after ``loop`` in the loop around it reads a model."""
+        models = set(self._model_names())
+        for outer in (*self._for_stack[-1:], *self._while_stack[-1:]):
+            body = list(outer.body.body)
+            if loop in body:
+                return any(n.value in models for s in body[body.index(loop) + 1:]
+                           for n in findall(s, m.Name()))
+        return False
 
     def _summed_loop_body(self, original_node, body: list) -> list:
         """A loop body whose one optimizer steps after several ``backward()`` calls (nothing
@@ -756,6 +772,25 @@ class LoopsMixin:
         self._while_stack.append(node)
 
     def leave_While(self, original_node, updated_node):
+        out = self._leave_while(original_node, updated_node)
+        if not self.target.train_state or self._for_stack or self._while_stack or not (
+                self._hoist or self._lt_post) or not isinstance(out, cst.While):
+            return out
+        # linen, an epoch loop written as a while around the step's for loop: the step,
+        # model.init and the TrainState go before it (once), the variables after it
+        hoisted, self._hoist = self._hoist, []
+        post, self._lt_post = self._lt_post, []
+        blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
+        hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
+            h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1], cst.BaseCompoundStatement)
+            else h for i, h in enumerate(hoisted)]
+        lines = list(out.leading_lines)
+        while lines and lines[0].comment is None:
+            lines.pop(0)
+        return cst.FlattenSentinel([*hoisted, out.with_changes(leading_lines=[*blank, *lines]),
+                                    *post])
+
+    def _leave_while(self, original_node, updated_node):
         """``while True:`` around a train step (a minGPT-style Trainer.run: next(data_iter),
         forward, backward, clip, step, callbacks, break after max_iters): the step becomes a
         jitted function defined just before the loop."""

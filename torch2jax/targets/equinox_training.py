@@ -32,6 +32,7 @@ from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import Dedent, code
 from torch2jax.result import TrainStepRecord
 from torch2jax.targets import equinox_gan as gan
+from torch2jax.targets import equinox_sequential as seq
 from torch2jax.targets.equinox_eval import eval_step
 from torch2jax.targets.equinox_globals import declare_globals, own_scope, read_globals
 from torch2jax.targets.equinox_layers import _todo
@@ -339,20 +340,6 @@ class _Fail(Exception):
         super().__init__(message); self.message = message
 
 
-def _is_model_build(value: cst.BaseExpression, classes: dict,
-                    builders: Mapping[str, str] | None = None) -> str | None:
-    """The class of ``Class(..., rngs=nnx.Rngs(k))`` (a model class of this file, or one
-    imported, with None for its flags in ``classes``), or of ``build(..., rngs=...)``, a
-    function of the file that returns one (``builders``)."""
-    if not m.matches(value, m.Call(func=m.Name(), args=[m.ZeroOrMore(), m.Arg(
-            keyword=m.Name("rngs"), value=m.Call(func=m.Attribute(
-                value=m.Name("nnx"), attr=m.Name("Rngs"))))])):
-        return None
-    name = value.func.value
-    cls = (builders or {}).get(name, name)
-    return cls if cls in classes else None
-
-
 def _assigned_names(stmts) -> set[str]:
     names: set[str] = set()
     for s in stmts:
@@ -657,7 +644,14 @@ class Scope(cst.CSTTransformer):
                 built = self.layer_build(target.value, value)
                 if built is not None:
                     return built
-            cls = _is_model_build(value, self.classes, self.ctx.builders)
+            cls = seq.model_build(value, self.classes, self.ctx.builders)
+            if cls in seq.CLASSES and isinstance(target, cst.Name):
+                built = seq.sequential_model(value, self.ctx.layer_of)
+                if built is None:
+                    raise _Fail("a Sequential model built outside a module from layers "
+                                "other than linear layers, layer norms and activations")
+                self.models[target.value] = cls
+                return [_stmt(f"{target.value} = {built}")]
             if cls is not None and isinstance(target, cst.Name):
                 other = [n for n, c in self.models.items() if n != target.value
                          and (self.classes.get(c) or (False, False))[0]]
@@ -973,6 +967,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     the new statements, or a message when it cannot be translated. ``classes``: model class ->
     (stateful, keyed), None for a class imported from another file (built with ``key=``; what
     needs its flags is refused). ``ctx``: what the rest of the file tells (TrainingContext)."""
+    classes = {**classes, **seq.CLASSES}
     fns = {s.name.value: s for s in stmts if isinstance(s, cst.FunctionDef)}
     # train steps defined at the top level belong to the top-level loop that calls them
     top = [s for s in stmts if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
@@ -983,7 +978,7 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
         found = {}
         for s in body:
             for a in findall(s, m.Assign(targets=[m.AssignTarget(m.Name())])):
-                cls = _is_model_build(a.value, classes, ctx.builders)
+                cls = seq.model_build(a.value, classes, ctx.builders)
                 if cls is not None:
                     found[a.targets[0].target.value] = cls
         return found
