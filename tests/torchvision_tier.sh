@@ -28,4 +28,5 @@ if ! ready; then
 fi
 
 exec .venv-tv/bin/python -m pytest -q -m torchvision tests/test_torchvision.py \
-    tests/test_torchvision_transforms.py tests/test_torchvision_user.py tests/test_timm_sweep.py "$@"
+    tests/test_torchvision_transforms.py tests/test_torchvision_user.py tests/test_timm_sweep.py \
+    tests/test_timm_sweep_limits.py "$@"
