@@ -1034,10 +1034,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         names |= t.model_vars
         return names
 
-    def _reads_traced_values(self, node: cst.Assert) -> bool:
-        """An ``assert`` in traced code (a method of a module class, or a function of the file
-        its methods call) whose test reads an array's values (``x.max().item()``,
-        ``x.tolist()``)."""
+    def _reads_traced_values(self, node: cst.BaseExpression) -> bool:
+        """The test of an ``assert`` (or ``torch._assert``) in traced code (a method of a module
+        class, or a function of the file its methods call) that reads an array's values
+        (``x.max().item()``, ``x.tolist()``)."""
         if not (self.target.stateful_modules and self._fn_stack):
             return False
         if not self.in_module_class() and (
@@ -1046,7 +1046,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             return False
         return any(m.matches(c.func, m.Attribute(attr=m.Name("item") | m.Name("tolist")))
                    and not c.args and self._tensorlike(c.func.value, c.func.attr.value, c)
-                   for c in m.findall(node.test, m.Call()))
+                   for c in m.findall(node, m.Call()))
 
     def _called_from_modules(self) -> set[str]:
         """The names the module classes of the file call (``get_masks(slen, lengths)``)."""
@@ -1072,8 +1072,12 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 if not m.matches(s, m.Expr(value=m.Name("__REMOVE__")))]
         if not body:
             return cst.RemoveFromParent()
-        if len(body) == 1 and isinstance(body[0], cst.Assert) and self._reads_traced_values(
-                original_node.body[0]):
+        original = original_node.body[0]
+        test = original.test if isinstance(original, cst.Assert) else (
+            original.value.args[0].value if m.matches(original, m.Expr(m.Call(args=[
+                m.Arg(), m.ZeroOrMore()]))) else None)  # torch._assert(cond, msg)
+        if len(body) == 1 and isinstance(body[0], cst.Assert) and test is not None and \
+                self._reads_traced_values(test):
             # XLM's (Flaubert's) ``assert lengths.max().item() <= slen`` in the forward: under
             # jax.jit an array has no value to read while tracing (a ConcretizationTypeError);
             # the check is left out, written in a comment
