@@ -117,6 +117,7 @@ def get_masks(slen, lengths):
     """XLM's (Flaubert's): a check of the lengths' values, then shapes of Python ints."""
     alen = torch.arange(slen, dtype=torch.long, device=lengths.device)
     assert lengths.max().item() <= slen
+    torch._assert(lengths.min().item() >= 0, "negative lengths")  # the same, torch's form
     mask = alen < lengths[:, None]
     bs = lengths.size(0)
     assert mask.size() == (bs, slen)
@@ -130,6 +131,8 @@ class Masked(nn.Module):
 
     def forward(self, x):
         bs, slen = x.size(0), x.size(1)
+        # torchvision's ViT: torch._assert of a shape (an assert statement, kept)
+        torch._assert(x.dim() == 3, f"Expected (batch_size, seq_length, hidden_dim) got {x.shape}")
         lengths = (x[..., 0] > 0).sum(dim=1).long()
         assert lengths.size(0) == bs
         mask = get_masks(slen, lengths)
