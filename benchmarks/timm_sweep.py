@@ -75,7 +75,7 @@ has no attribute 'extend'"; two tests, 23 s on the shared machine at a load of a
    vovnet's `SequentialAppendList`: `def __init__(self, *args): super().__init__(*args)`,
    then `for module in self` / `enumerate(self)` in its forward): the layouts of its items
    are those the file's constructions of the class pass
-   (`SequentialList(*[cfg['block'](...) for ...])`, `SequentialAppendList(*mid_convs)`); all of torch's layout, the class passes
+   (`SequentialList(*blocks)` of `cfg['block']` built in a loop, `SequentialAppendList(*mid_convs)`); all of torch's layout, the class passes
    them on and `self` iterates `self.layers` (it was marked "mixing channels-last layers",
    left `self`: "'SequentialAppendList' object is not iterable");
 2. **an attribute holding such a subclass** measured, iterated or indexed (selecsls'

@@ -193,11 +193,17 @@ def check_forward(side: JaxSide, r: VerifyResult, req: Any, module: ModuleType, 
     if req.float64:  # before torch's pass, which may not run in float64 (grouped_mm)
         with stage("the JAX forward pass traced in float64"):
             side.check_float64(model, jax_in, specs)
-    # autograd on where gradients are compared: a tensor the model keeps from its first call
-    # (timm's eval-mode attention-bias cache) stays tied to its parameters, as in training,
-    # not a constant whose gradient torch's backward pass would find zero
-    with stage("the torch forward pass"), torch.set_grad_enabled(bool(req.grad)):
-        torch_out = call_with(torch_model, torch_in, specs)
+    # where gradients are compared, a first call with autograd on: a tensor the model keeps
+    # from its first call (timm's eval-mode attention-bias cache) stays tied to its
+    # parameters, as in training, not a constant whose gradient torch's backward pass would
+    # find zero. The outputs compared are those of inference, under no_grad (torch's
+    # TransformerEncoder takes its nested-tensor fast path there, with other values at padded
+    # positions than its autograd path's)
+    with stage("the torch forward pass"):
+        if req.grad and not req.train_mode:  # (in training mode a call moves BatchNorm's
+            call_with(torch_model, torch_in, specs)  # statistics) (output and graph dropped)
+        with torch.no_grad():
+            torch_out = call_with(torch_model, torch_in, specs)
     torch_leaves = [(k, torch_to_numpy(v)) for k, v in flatten_output(torch_out)]
     del torch_out  # (its graph)
     with stage(side.forward_stage):
