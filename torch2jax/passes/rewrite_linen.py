@@ -559,12 +559,7 @@ class LinenTrainingMixin:
         if new_body is None:
             return None
         self._lt_marked = False
-        hoisted, self._hoist = self._hoist, []
-        post, self._lt_post = self._lt_post, []
-        blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
-        hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
-            h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1], cst.BaseCompoundStatement)
-            else h for i, h in enumerate(hoisted)]
+        hoisted, post, blank = self._lt_take_hoisted()
         loop = updated_node.with_changes(body=updated_node.body.with_changes(body=new_body),
                                          leading_lines=blank)
         return cst.FlattenSentinel([*hoisted, loop, *post])
@@ -639,6 +634,18 @@ class LinenTrainingMixin:
                 return None
             return (step, body, loop, [], names) if step is not None else None
         return None
+
+    def _lt_take_hoisted(self) -> tuple[list, list, list[cst.EmptyLine]]:
+        """What goes before a linen training loop (the step, model.init, the TrainState: blank
+        lines before each compound statement and after one) and after it (the variables),
+        taken from where the loop's rewrite left them, and the blank lines between them."""
+        hoisted, self._hoist = self._hoist, []
+        post, self._lt_post = self._lt_post, []
+        blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
+        hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
+            h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1], cst.BaseCompoundStatement)
+            else h for i, h in enumerate(hoisted)]
+        return hoisted, post, blank
 
     def _lt_epoch_state(self, ep, original: cst.Call, updated: cst.Call):
         """model.init on a sample of the loader the call passes, and the TrainState."""

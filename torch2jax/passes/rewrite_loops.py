@@ -778,12 +778,7 @@ class LoopsMixin:
             return out
         # linen, an epoch loop written as a while around the step's for loop: the step,
         # model.init and the TrainState go before it (once), the variables after it
-        hoisted, self._hoist = self._hoist, []
-        post, self._lt_post = self._lt_post, []
-        blank = [cst.EmptyLine(indent=False)] * (1 if self._fn_stack else 2)
-        hoisted = [h.with_changes(leading_lines=blank) if i == 0 or isinstance(
-            h, cst.BaseCompoundStatement) or isinstance(hoisted[i - 1], cst.BaseCompoundStatement)
-            else h for i, h in enumerate(hoisted)]
+        hoisted, post, blank = self._lt_take_hoisted()
         lines = list(out.leading_lines)
         while lines and lines[0].comment is None:
             lines.pop(0)
