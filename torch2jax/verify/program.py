@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from torch2jax.verify.scratch import Scratch, changed_links, scratch_folder
+
 PROGRAM_RTOL = 1e-3  # norm-wise, parameters and optimizer state after N float32 steps
 LOSS_RTOL = 1e-4
 LR_RTOL = 1e-5  # the JAX side keeps the injected learning rate in float32
@@ -134,6 +136,7 @@ def verify_program(program: Path, converted: Path | None = None, steps: int = 10
     if target not in JAX_SIDES:
         r.error = f"--program supports the {', '.join(JAX_SIDES)} target (not {target})"
         return r
+    sides: list[Scratch] = []
     with tempfile.TemporaryDirectory(prefix="torch2jax_program_") as tmp_name:
         tmp = Path(tmp_name)
         try:
@@ -142,15 +145,26 @@ def verify_program(program: Path, converted: Path | None = None, steps: int = 10
 
                 convert_tree(program.resolve(), tmp / "converted", target, None)
                 converted = converted_location(program.resolve(), tmp / "converted")
-            torch_rec = torch_side(program, steps, args or [], tmp / "torch.pkl", timeout)
-            jax_rec = jax_side(converted, tmp / "torch.pkl", steps, args or [],
-                               tmp / "jax.pkl", timeout, side=JAX_SIDES[target])
+            # each side runs in its own copy of the current folder: what the programs write
+            # (checkpoints, logs) never reaches the user's files, nor the other side
+            here = Path.cwd()
+            sides += [scratch_folder(here, tmp / "torch_run"),
+                      scratch_folder(here, tmp / "jax_run")]
+            torch_rec = torch_side(sides[0].place(program), steps, args or [],
+                                   tmp / "torch.pkl", timeout, sides[0].root)
+            jax_rec = jax_side(sides[1].place(converted), tmp / "torch.pkl", steps, args or [],
+                               tmp / "jax.pkl", timeout, sides[1].root, side=JAX_SIDES[target])
         except ProgramError as exc:
             r.error = str(exc)
             return r
         except Exception as exc:  # noqa: BLE001 - the conversion itself
             r.error = f"converting {program}: {type(exc).__name__}: {exc}"
             return r
+        finally:
+            for side, s in zip(("torch", "converted"), sides):
+                r.notes += [f"warning: the {side} program rewrote {name}, a file too large to "
+                            "copy for the run (linked): the file in the folder changed"
+                            for name in changed_links(s)]
     compare(r, torch_rec, jax_rec, rtol, print_skip)
     return r
 
