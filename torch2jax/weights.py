@@ -491,18 +491,24 @@ def nnx_layer_rules(rules: RuleSet) -> dict[type, Rule | None]:
 
 def plan_array_transfer(arrays: Mapping[str, Any], nnx_model: Any,
                         rules: RuleSet | None = None, ties: Mapping[str, str] | None = None,
-                        what: str = "checkpoint tensor") -> TransferPlan:
+                        what: str = "checkpoint tensor",
+                        torch_rules: Mapping[str, str] | None = None) -> TransferPlan:
     """:func:`plan_transfer` for arrays by torch state_dict name (a safetensors file read with
     ``safetensors.numpy``), without torch: the layer rule of an entry is the one whose flax
     class the NNX model holds at the entry's module path (``model.layers.0.q_proj`` is an
     ``nnx.Linear``, so its ``weight`` is transposed into ``kernel``); a module of the converted
     file holds its own parameters under torch's names. ``ties`` maps a key to the key whose
     value it shares (transformers' ``_tied_weights_keys``): the NNX model has one parameter for
-    both, and a file holding both must hold equal values."""
-    table = nnx_layer_rules(rules or builtin_rules())
+    both, and a file holding both must hold equal values. ``torch_rules`` names the layer
+    rule of a module path where the torch side knows it (verify --program's recorded model),
+    for a layer whose converted class is a helper of the file (``TorchLSTM``)."""
+    ruleset = rules or builtin_rules()
+    table = nnx_layer_rules(ruleset)
     nnx = _nnx()
 
     def rule_at(prefix: str) -> Rule | None:
+        if torch_rules and prefix in torch_rules and torch_rules[prefix] in ruleset.layers:
+            return ruleset.layers[torch_rules[prefix]]
         obj = nnx_model
         for name in prefix.split(".") if prefix else ():
             try:

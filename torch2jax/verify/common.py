@@ -417,7 +417,24 @@ def is_torch_dropout(module: Any) -> bool:
     import torch
 
     return isinstance(module, torch.nn.modules.dropout._DropoutNd) or \
-        type(module).__name__ in DROP_PATH_CLASSES
+        type(module).__name__ in DROP_PATH_CLASSES or _inner_dropout(module)
+
+
+def _inner_dropout(module: Any) -> bool:
+    """A layer that draws its own dropout mask in training mode from a float attribute
+    (nn.LSTM's between its layers, nn.MultiheadAttention's on its weights)."""
+    import torch
+
+    return isinstance(module, (torch.nn.RNNBase, torch.nn.MultiheadAttention)) and bool(
+        getattr(module, "dropout", 0.0))
+
+
+def switch_off_dropout(module: Any) -> None:
+    """Dropout of probability 0 in ``module`` (one that :func:`is_torch_dropout` names)."""
+    if _inner_dropout(module):
+        module.dropout = 0.0
+    else:
+        module.p = 0.0
 
 
 def torch_train_mode(model: Any) -> int:

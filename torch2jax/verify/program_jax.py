@@ -102,7 +102,7 @@ class JaxRecorder:
             self.record["notes"].append("the torch side found no model: weights not shared")
         else:
             plan = plan_array_transfer(init, model, None, self.torch.get("ties"),
-                                       "torch initial tensor")
+                                       "torch initial tensor", self.torch.get("layer_rules"))
             if plan.problems:
                 self.record["error"] = ("the torch model's initial weights do not fit the "
                                         "converted model: " + "; ".join(plan.problems[:5]))

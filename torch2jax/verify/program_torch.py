@@ -81,7 +81,7 @@ class TorchRecorder:
         return model
 
     def on_optimizer(self, optimizer: Any) -> None:
-        from torch2jax.verify.common import is_torch_dropout
+        from torch2jax.verify.common import is_torch_dropout, switch_off_dropout
 
         if self.busy or self.optimizer is not None:
             return
@@ -102,10 +102,18 @@ class TorchRecorder:
         self.record["init"] = {k: _np(v) for k, v in state.items()}
         self.record["ties"] = ties
         self.record["model_class"] = type(model).__name__
+        from torch2jax.weights import builtin_rules, layer_rules_by_class, rule_for_module
+
+        table = layer_rules_by_class(builtin_rules())
+        # the layer rule of each torch layer by its path: where the converted layer is a
+        # helper class of the file (TorchLSTM), its rule says where torch's names go
+        self.record["layer_rules"] = {
+            prefix: rule.torch for prefix, mod in model.named_modules()
+            if (rule := rule_for_module(mod, table)) is not None}
         self.names = {id(p): n for n, p in model.named_parameters()}
         dropouts = [m for m in model.modules() if is_torch_dropout(m)]
         for m in dropouts:
-            m.p = 0.0
+            switch_off_dropout(m)
         if dropouts:
             self.record["notes"].append(f"torch: {len(dropouts)} Dropout modules set to p=0")
         model.register_forward_pre_hook(self.on_forward, with_kwargs=True)
