@@ -104,6 +104,10 @@ class ParamGroup:
     # ("w", "head.bias") (exact names); ``root`` is the model they are read from
     paths: tuple[str, ...] | None = None
     root: str | None = None
+    # the name the predicate gives the parameter's torch name, in a comprehension over
+    # ``named_parameters()`` (the no-decay lists of transformers' scripts:
+    # ``[p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)]``)
+    name_param: str | None = None
 
 
 @dataclass
@@ -659,6 +663,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             if len(owners) == 1:
                 site.model = owners.pop()
         needed = self._group_inputs(site, selections)
+        # the list of group dicts given to the optimizer, where it lists the parameters itself
+        listed = {params.value} if isinstance(params, cst.Name) else set()
         # the statements that only computed the groups have no counterpart in JAX
         tainted: set[str] = set()
         lists = {g.name: g for g in groups if g.name is not None}
@@ -676,7 +682,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             # a line reading the parameters is a group's when it binds what a group reads (a
             # parameter count printed, or a copy of the weights, stays and is translated)
             if ("named_parameters" in text or ".parameters()" in text) and set(
-                    bound) & needed or names & tainted:
+                    bound) & (needed | listed) or names & tainted:
                 self.index.removed.add(id(line))
                 self.index.removed_for[id(line)] = id(site)
                 if len(bound) == 1 and bound[0] in lists and len(line.body) == 1:
@@ -742,6 +748,16 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         if comp.inner_for_in is not None or len(comp.ifs) > 1:
             return None
         p = node.elt.value
+        if m.matches(comp, m.CompFor(target=m.Tuple(elements=[m.Element(value=m.Name()),
+                                                              m.Element(value=m.Name(p))]),
+                                     iter=m.Call(func=m.Attribute(
+                                         attr=m.Name("named_parameters")), args=[]))):
+            n = comp.target.elements[0].value.value
+            if n == p:
+                return None
+            cond = comp.ifs[0].test if comp.ifs else None
+            return ParamGroup(predicate=cond, param=p, options=options,
+                              name_param=n if cond is not None else None)
         target_names = {n.value for n in findall(comp.target, m.Name())}
         if p not in target_names:
             return None

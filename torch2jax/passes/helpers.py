@@ -444,6 +444,15 @@ def torch_parameter_name(path: tuple) -> str:
             else k.key if isinstance(k, jax.tree_util.DictKey) else k.idx for k in path]
     return ".".join(map(str, keys))
 ''', targets=("equinox",))
+helper("torch_parameter_name", {"jax"}, '''
+def torch_parameter_name(path: tuple) -> str:
+    """torch's dotted name of the parameter at ``path`` (a key path into linen's params): the
+    submodule names joined by dots, a layer's kernel, embedding or scale being torch's weight
+    (a list's item keeps linen's name, ``layers_0`` for torch's ``layers.0``)."""
+    keys = [k.key if isinstance(k, jax.tree_util.DictKey) else k.idx for k in path]
+    last = {"kernel": "weight", "embedding": "weight", "scale": "weight"}.get(keys[-1], keys[-1])
+    return ".".join(map(str, (*keys[:-1], last)))
+''', targets=("linen",))
 
 
 helper("checkpoint_sequential", {"Any", "jax", "nnx"}, '''

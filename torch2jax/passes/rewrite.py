@@ -223,6 +223,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._ctx_ifexps: set[int] = set()
         self._top_steps: list[cst.FunctionDef] = []  # steps defined after the imports
         self._lr_loops: dict[int, tuple[str, cst.BaseExpression]] = {}  # param_groups lr
+        self._param_init_loops: dict[int, cst.For] = {}  # id(for) -> its NNX loop
         self._file_names: set[str] = set()  # every name the file writes (fresh names)
         # checkpoint dicts: names assigned {..., 'model': m.state_dict()} (saved), names
         # assigned torch.load(path) and read by key (loaded)
@@ -485,7 +486,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             return None
         source = leaves[0].replace("{m}", site.model)
         p = group.param
-        if group.names is not None or group.paths is not None:
+        if group.names is not None or group.paths is not None or group.name_param is not None:
             return None  # selected by name or by submodule: no list to rebuild
         if group.predicate is None:
             value = f"list({source})"
@@ -948,8 +949,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 grand, cst.Call) and m.matches(grand.func, m.Name("next")):
             # next(model.parameters()): the first parameter (its dtype, its device)
             return expr(f"iter(jax.tree.leaves(nnx.state({owner}, nnx.Param)))")
-        if func.attr.value == "named_parameters" and isinstance(parent, cst.For) and \
-                parent.iter is original_node:
+        if func.attr.value == "named_parameters" and isinstance(
+                parent, (cst.For, cst.CompFor)) and parent.iter is original_node:
             return cst.parse_expression(
                 f"((\".\".join(map(str, (*path[:-1], {{'kernel': 'weight', 'embedding': "
                 f"'weight', 'scale': 'weight'}}.get(path[-1], "

@@ -514,6 +514,9 @@ class AttributesMixin:
             if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor"):
                 self.need("jax")
                 return expr("jax.Array")
+        if original_node.attr.value == "requires_grad" and self._a_models_parameter(
+                original_node.value):
+            return cst.Name("True")  # (the trainable ones are the model's nnx.Params)
         if (original_node.attr.value == "requires_grad" and self.in_module_class()
                 and not isinstance(self.get_metadata(ParentNodeProvider, original_node, None),
                                    cst.AssignTarget)
@@ -915,6 +918,23 @@ class AttributesMixin:
         if kind in vk.NON_TENSOR:
             return "python"
         return "unsure" if kind == vk.Kind.UNKNOWN else "array"
+
+    def _a_models_parameter(self, node: cst.BaseExpression) -> bool:
+        """``node`` is the name a comprehension or a for loop binds to each of a model's
+        parameters (``sum(p.numel() for p in model.parameters() if p.requires_grad)``), where
+        the parameters become the arrays of its nnx.Param state (those torch trains)."""
+        if not isinstance(node, cst.Name):
+            return False
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
+            loop = parent.for_in if isinstance(parent, (cst.GeneratorExp, cst.ListComp,
+                                                        cst.SetComp)) else parent
+            if isinstance(loop, (cst.CompFor, cst.For)) and m.matches(loop.target, m.Name(
+                    node.value)) and m.matches(loop.iter, m.Call(func=m.Attribute(
+                        attr=m.Name("parameters")), args=[])):
+                return self._parameters_call(loop.iter) is not None
+            parent = self.get_metadata(ParentNodeProvider, parent, None)
+        return False
 
     def _tensorlike(self, recv: cst.BaseExpression, meth: str | None = None,
                     call_node: cst.Call | None = None) -> bool:

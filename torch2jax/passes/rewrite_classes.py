@@ -259,6 +259,8 @@ class ModuleClassMixin:
         if keys.takes_key:
             self.need("jax")
             node = tr.add_key_param(node)
+        if keys.global_key:
+            node = tr.declare_global_key(node)
         if keys.seeds_here:
             try:
                 node = tr.return_key(node)

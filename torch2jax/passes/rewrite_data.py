@@ -284,6 +284,9 @@ class DataMixin:
                     self.current_class in self.training.method_draws):
                 # linen: the stream apply is given a key for (rngs={"noise": key})
                 return self._lt_draw_key()
+            elif self.target.train_state and self._splits_script_key():
+                # linen's main(): its draws split the script's key, as its model.init does
+                scope.has_key = scope.global_key = True
             elif self._module_rngs():
                 # a module's own random numbers at call time (a VAE's reparameterisation):
                 # from the nnx.Rngs that __init__ keeps, whose state advances at every draw
@@ -294,6 +297,13 @@ class DataMixin:
                                      "nnx.Rngs on the module)", rule="random")
         self.need("jax")
         return self._pending[-1].keys.take()
+
+    def _splits_script_key(self) -> bool:
+        """In a function of the file (not a method) of a script seeded at its top, that names
+        nothing ``key`` itself: its draws may split the script's key (``global key``)."""
+        return bool(self._fn_stack) and not self._class_stack and len(self._key_scopes) == 2 \
+            and self._key_scopes[0].has_key and "key" not in {
+                n.value for n in findall(self._fn_stack[-1], m.Name())}
 
     def _linen_param_draw(self, node: cst.CSTNode) -> bool:
         """The only draw of an ``nn.Parameter(...)`` built in a module's ``__init__``

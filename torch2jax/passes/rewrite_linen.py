@@ -600,7 +600,7 @@ class LinenTrainingMixin:
             self._lt_state_made.add(scope)
             self._lt_global_key = False
             stmts = self._lt_epoch_state(ep, original, updated)
-            if self._lt_global_key:
+            if self._lt_global_key and not self._key_scopes[-1].global_key:
                 stmts = [cst.parse_statement("global key\n"), *stmts]
             depth = 4 * (self._depth - len(self._for_stack))
             stmts = [wrap_long_statement(st, depth) if isinstance(st, cst.SimpleStatementLine)

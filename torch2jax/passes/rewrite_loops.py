@@ -17,6 +17,7 @@ from torch2jax.passes import crossing_step as cs
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import grad_sum as gs
+from torch2jax.passes import param_inits as pinit
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -40,6 +41,10 @@ LR_INJECTED = "param_groups learning rate set in the optimizer state"
 
 class LoopsMixin:
     def leave_For(self, original_node, updated_node):
+        init_loop = self._param_init_loops.pop(id(original_node), None)
+        if init_loop is not None:
+            self._for_stack.pop()
+            return init_loop
         frozen = self._frozen_loop(original_node)
         if frozen is not None:
             return frozen
@@ -91,8 +96,9 @@ class LoopsMixin:
         outer = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
         if isinstance(parent, cst.CompFor) and isinstance(parent.target, cst.Name):
             outer.append(parent.target.value)
+        ifs = [c for c in updated_node.ifs if not m.matches(c.test, m.Name("True"))]
         return updated_node.with_changes(iter=self._epoch_loaders(
-            updated_node.iter, outer[-1] if outer else "0"))
+            updated_node.iter, outer[-1] if outer else "0"), ifs=ifs)
 
     def leave_With(self, original_node, updated_node):
         items = [(oi, ui) for oi, ui in zip(original_node.items, updated_node.items)]
@@ -904,9 +910,77 @@ class LoopsMixin:
         return cst.FlattenSentinel([*around[0], step.function.with_changes(
             leading_lines=blank), loop, *around[2]])
 
-    def visit_For(self, node: cst.For) -> None:
+    def visit_For(self, node: cst.For) -> bool | None:
         self._for_stack.append(node)
         self._bind_loop_layout(node.target, node.iter)
+        loop = self._parameter_init_loop(node)
+        if loop is not None:
+            self._param_init_loops[id(node)] = loop
+            return False  # (its initialisers are translated whole, not call by call)
+        return None
+
+    def _parameter_init_loop(self, node: cst.For) -> cst.For | None:
+        """``for p in model.parameters(): [if <cond on p>:] nn.init.<fn>(p, ...) [else: ...]``
+        in an NNX scope with a key stream (a builder's rngs): the loop over the model's
+        nnx.Param variables that writes each (passes/param_inits.py); None otherwise."""
+        if not (self.target.stateful_modules and not self.target.intermediate
+                and self._rngs_scope and self._rngs_scope[-1] and node.orelse is None
+                and isinstance(node.target, cst.Name) and m.matches(node.iter, m.Call(
+                    func=m.Attribute(attr=m.Name("parameters")), args=[]))
+                and self._is_module_expr(node.iter.func.value)
+                and isinstance(node.body, cst.IndentedBlock) and len(node.body.body) == 1):
+            return None
+        p = node.target.value
+
+        def assign(block) -> str | None:
+            stmts = block.body if isinstance(block, cst.IndentedBlock) else []
+            if len(stmts) != 1 or not m.matches(stmts[0], m.SimpleStatementLine(
+                    body=[m.Expr(value=m.Call())])):
+                return None
+            call = stmts[0].body[0].value
+            found = pinit.as_init_call(call, p, self.q(call.func))
+            if found is None:
+                return None
+            value = pinit.init_value(found[0], found[1], "rngs.params()", p)
+            if "kernel else" in value:
+                return ('kernel = path[-1] == "kernel"  # (a Linear or Conv kernel: '
+                        'transposed, its fans on its last two axes)\n'
+                        f"{p}[...] = {value}")
+            return f"{p}[...] = {value}"
+
+        stmt = node.body.body[0]
+        param = f"isinstance({p}, nnx.Param)"
+        try:
+            if isinstance(stmt, cst.If):
+                first = assign(stmt.body)
+                orelse = stmt.orelse
+                second = None if orelse is None else assign(orelse.body) if isinstance(
+                    orelse, cst.Else) else None
+                if first is None or orelse is not None and second is None:
+                    return None
+                test = tr.predicate_text(stmt.test)
+                if isinstance(stmt.test, cst.BooleanOperation):
+                    test = f"({test})"
+                lines = [f"if {param} and {test}:", *_indent(first)]
+                if second is not None:
+                    lines += [f"elif {param}:", *_indent(second)]
+            else:
+                only = assign(node.body)
+                if only is None:
+                    return None
+                lines = [f"if {param}:", *_indent(only)]
+        except Untranslatable:
+            return None
+        self.need("nnx", "jax", "jnp")
+        body = "\n".join("    " + line for line in lines)
+        loop = cst.parse_statement(f"for path, {p} in nnx.iter_graph("
+                                   f"{code(node.iter.func.value)}):\n{body}\n")
+        assert isinstance(loop, cst.For)
+        return loop.with_changes(leading_lines=node.leading_lines)
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         self._bind_loop_layout(node.target, node.iter)  # [blk(x) for blk in self.blocks]
+
+
+def _indent(text: str) -> list[str]:
+    return ["    " + line for line in text.splitlines()]

@@ -231,6 +231,7 @@ class KeyScope:
     takes_key: bool = False  # the function gained a ``key`` parameter
     seeds_here: bool = False  # the function seeds: it returns its key
     root_needed: bool = False  # module level drew before any seed: add a root key
+    global_key: bool = False  # the function splits the script's key (linen): ``global key``
 
 
 @dataclass
@@ -265,6 +266,15 @@ def root_key_statement() -> cst.SimpleStatementLine:
 
 def add_key_param(fn: cst.FunctionDef) -> cst.FunctionDef:
     return add_kwonly_param(fn, KEY, "jax.Array")
+
+
+def declare_global_key(fn: cst.FunctionDef) -> cst.FunctionDef:
+    """``global key`` first in ``fn`` (after its docstring): it splits the script's key."""
+    body = list(fn.body.body)
+    at = 1 if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(
+        value=m.SimpleString() | m.ConcatenatedString())])) else 0
+    body.insert(at, cst.parse_statement(f"global {KEY}\n"))
+    return fn.with_changes(body=fn.body.with_changes(body=body))
 
 
 def return_key(fn: cst.FunctionDef) -> cst.FunctionDef:
@@ -845,8 +855,12 @@ def group_mask(groups, build) -> tuple[dict[str, cst.BaseExpression],
     if decayed.predicate is None:
         raise Untranslatable("the decayed parameter group selects every parameter")
     p = decayed.param
-    pred = predicate_text(decayed.predicate)
-    mask = expr(f"lambda params: jax.tree.map(lambda {p}: {pred}, params)")
+    if decayed.name_param is not None:  # a condition on the torch name: the key paths'
+        mask = expr(f"lambda params: jax.tree_util.tree_map_with_path("
+                    f"lambda path, p: {_group_test(decayed)}, params)")
+    else:
+        pred = predicate_text(decayed.predicate)
+        mask = expr(f"lambda params: jax.tree.map(lambda {p}: {pred}, params)")
     overrides = {}
     if "weight_decay" in decayed.options:
         overrides["weight_decay"] = decayed.options["weight_decay"]
@@ -864,7 +878,23 @@ def _group_test(group) -> str | None:
         return " or ".join(tests) if len(tests) == 1 else "(" + " or ".join(tests) + ")"
     if group.predicate is None:
         return None
-    return predicate_text(group.predicate.visit(RenameNames({group.param: "p"})))
+    pred = group.predicate.visit(RenameNames({group.param: "p"}))
+    if group.name_param is not None:  # the parameter's torch name, from its key path
+        pred = pred.visit(_NameAsExpression(group.name_param, "torch_parameter_name(path)"))
+    return predicate_text(pred)
+
+
+class _NameAsExpression(cst.CSTTransformer):
+    """Every read of the name ``name`` -> the expression ``value`` (parenthesised)."""
+
+    def __init__(self, name: str, value: str) -> None:
+        super().__init__()
+        self.name, self.value = name, value
+
+    def leave_Name(self, original_node, updated_node):
+        if updated_node.value == self.name:
+            return cst.parse_expression(self.value)
+        return updated_node
 
 
 def group_transform(groups, opt) -> cst.BaseExpression:
