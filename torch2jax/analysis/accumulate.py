@@ -216,6 +216,7 @@ def find_checkpoint_dicts(module: cst.Module) -> tuple[set[str], set[str]]:
     saved &= {c.args[0].value.value for c in findall(module, m.Call(
         func=m.Attribute(value=m.Name("torch"), attr=m.Name("save")),
         args=[m.Arg(value=m.Name()), m.ZeroOrMore()]))}
+    saved |= _passed_checkpoint_dicts(module)
     keyed = {s.value.value for s in findall(module, m.Subscript(value=m.Name(), slice=[
         m.SubscriptElement(slice=m.Index(value=m.SimpleString()))]))}
     for a in findall(module, m.Assign(targets=[m.AssignTarget(target=m.Name())],
@@ -224,6 +225,33 @@ def find_checkpoint_dicts(module: cst.Module) -> tuple[set[str], set[str]]:
         if a.targets[0].target.value in keyed:
             loaded.add(a.targets[0].target.value)
     return saved, loaded
+
+
+def _passed_checkpoint_dicts(module: cst.Module) -> set[str]:
+    """The parameters that a function of the file saves (``def save_checkpoint(state,
+    is_best, filename): torch.save(state, filename)``, pytorch/examples' ImageNet script) where
+    every call of the function in the file gives a dict literal holding ``x.state_dict()``
+    values (at least one call)."""
+    holds_state = m.Dict(elements=[m.ZeroOrMore(), m.DictElement(value=m.Call(
+        func=m.Attribute(attr=m.Name("state_dict")), args=[])), m.ZeroOrMore()])
+    out = set()
+    for fn in module.body:
+        if not isinstance(fn, cst.FunctionDef):
+            continue
+        params = [p.name.value for p in fn.params.params]
+        saves = {c.args[0].value.value for c in findall(fn, m.Call(
+            func=m.Attribute(value=m.Name("torch"), attr=m.Name("save")),
+            args=[m.Arg(value=m.Name(), keyword=None), m.ZeroOrMore()]))} & set(params)
+        for name in saves:
+            at = params.index(name)
+            given = []
+            for c in findall(module, m.Call(func=m.Name(fn.name.value))):
+                args = [a for a in c.args if a.keyword is None and not a.star]
+                kw = [a for a in c.args if a.keyword is not None and a.keyword.value == name]
+                given.append(args[at].value if at < len(args) else kw[0].value if kw else None)
+            if given and all(g is not None and m.matches(g, holds_state) for g in given):
+                out.add(name)
+    return out
 
 
 _STATE_DICT = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("state_dict")), args=[])

@@ -10,6 +10,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import (
     code,
     expr,
@@ -17,6 +18,8 @@ from torch2jax.passes.common import (
 
 # the state filter of a model's checkpoint: everything but the RNG state (RngKey, RngCount)
 RNG_FREE = "nnx.Not(nnx.RngState)"
+# file copies that a checkpoint's path may be given to
+_FILE_COPIES = ("shutil.copyfile", "shutil.copy", "shutil.copy2")
 
 
 class CheckpointsMixin:
@@ -77,6 +80,8 @@ class CheckpointsMixin:
         ``m.state_dict()`` in the dict -> its nnx.state as a pure dict; ``torch.load(path)``
         -> the orbax PyTree restored."""
         func = original_node.func
+        if self.q(func) in _FILE_COPIES:
+            return self._checkpoint_copy(original_node)
         if self.target.train_state and id(original_node) in getattr(
                 self, "_memory_states", ()) and m.matches(func, m.Attribute(value=m.Name())) and (
                 func.value.value in self._model_names()) and not self._lt_trains_none():
@@ -125,6 +130,27 @@ class CheckpointsMixin:
             return expr(f"ocp.PyTreeCheckpointer().restore(os.path.abspath("
                         f"{code(original_node.args[0].value)}))")
         return None
+
+    def _checkpoint_copy(self, node: cst.Call) -> cst.BaseExpression | None:
+        """``shutil.copyfile(filename, 'model_best.pth.tar')`` of the path a checkpoint dict
+        was saved to in the same function: orbax wrote a directory there, which copyfile
+        cannot copy: ``shutil.copytree(..., dirs_exist_ok=True)``."""
+        if not self._fn_stack or len(node.args) < 2 or any(
+                a.keyword or a.star for a in node.args[:2]):
+            return None
+        holds_state = m.Dict(elements=[m.ZeroOrMore(), m.DictElement(value=m.Call(
+            func=m.Attribute(attr=m.Name("state_dict")), args=[])), m.ZeroOrMore()])
+        paths = {code(c.args[1].value) for c in findall(self._fn_stack[-1], m.Call(
+            func=m.Attribute(value=m.Name("torch"), attr=m.Name("save")),
+            args=[m.Arg(keyword=None), m.Arg(keyword=None), m.ZeroOrMore()]))
+            if m.matches(c.args[0].value, holds_state) or (isinstance(
+                c.args[0].value, cst.Name) and c.args[0].value.value in self._ckpt_dicts)}
+        if code(node.args[0].value) not in paths:
+            return None
+        self.diag(node, "torch.save", "info", "a copy of the saved checkpoint: orbax's is a "
+                  "directory, copied with shutil.copytree")
+        return expr("shutil.copytree({a}, {b}, dirs_exist_ok=True)", a=node.args[0].value,
+                    b=node.args[1].value)
 
     def _checkpoint_dict_statement(self, original_node: cst.Expr,
                                    updated_node: cst.Expr | None = None):
