@@ -457,6 +457,9 @@ class AttributesMixin:
         weight = self._built_layer_weight(original_node, updated_node)
         if weight is not None:
             return weight
+        detached = self._data_read(original_node, updated_node)
+        if detached is not None:
+            return detached
         if self.current_class is not None and self._layer_subclass_rule(
                 self.current_class) is not None:
             if (original_node.attr.value == "T" and m.matches(updated_node.value, m.Attribute(
@@ -877,6 +880,26 @@ class AttributesMixin:
         q = self.q(recv)
         return bool(q) and not q.startswith("torch") and "." in q and "<locals>" not in q \
             and not q.startswith("self.")
+
+    def _data_read(self, original: cst.Attribute, updated: cst.Attribute):
+        """``y.data`` read (``loss.data``, ``next_word.data[0]``, ``x.data.dtype``) of a tensor:
+        torch's detached tensor, ``jax.lax.stop_gradient(y)`` (its dtype, shape or device:
+        the tensor's own). None where it is written (``w.data = v``, ``w.data.normal_()``,
+        ``w.data[i] = v``: their own rules) or not known to be a tensor."""
+        if original.attr.value != "data" or not self._array_value(original.value):
+            return None
+        parent = self.get_metadata(ParentNodeProvider, original, None)
+        holder = self.get_metadata(ParentNodeProvider, parent, None) if parent else None
+        if isinstance(parent, (cst.AssignTarget, cst.AugAssign)) or (
+                isinstance(parent, cst.Subscript) and isinstance(holder, (
+                    cst.AssignTarget, cst.AugAssign))):
+            return None
+        if isinstance(parent, cst.Attribute) and parent.value is original:
+            if parent.attr.value in ("dtype", "shape", "ndim", "device", "size"):
+                return updated.value  # (x.data.dtype: x.dtype)
+            return None  # (w.data.normal_(): an initialiser's own rule)
+        self.need("jax")
+        return expr("jax.lax.stop_gradient({x})", x=updated.value)
 
     def _array_value(self, node: cst.BaseExpression) -> bool:
         """``node`` holds an array: a tensor the value analysis knows, an argument nothing

@@ -48,6 +48,7 @@ from torch2jax.passes.rewrite_support import (
     _FILLED,
     _INPLACE_DTYPE,
     _KERNEL_CHOICES,
+    _CONVERSIONS,
     _MADE,
     _SIGNATURE_OPTIMIZERS,
     EINOPS_TORCH_LAYERS,
@@ -726,8 +727,8 @@ class CallsMixin:
                 # torch.zeros(n).scatter_add_(0, i, s): the new tensor, which nothing else
                 # reads, is the value of the out-of-place method
                 return self._method(original, updated, made)
-            if rule is None and meth in ("fill_", "zero_") and isinstance(recv, cst.Call) and (
-                    self.q(recv.func) in _MADE) and len(original.args) == (meth == "fill_") and (
+            if rule is None and meth in ("fill_", "zero_") and self._made(recv) and len(
+                    original.args) == (meth == "fill_") and (
                     not original.args[0].star if original.args else True):
                 # torch.empty(b, 1, dtype=torch.long).fill_(sos): the new tensor filled
                 self.need("jnp")
@@ -762,6 +763,14 @@ class CallsMixin:
                                      rule="tensor-method")
         # self.layer(x): activation layout
         return self._layout_call(original, updated)
+
+    def _made(self, recv: cst.BaseExpression) -> bool:
+        """A tensor made here (``torch.zeros(1, 1)``), through conversions of its dtype or
+        device (``torch.zeros(1, 1).type_as(src)``): nothing else holds it."""
+        while m.matches(recv, m.Call(func=m.Attribute(attr=m.Name()))) and (
+                recv.func.attr.value in _CONVERSIONS):
+            recv = recv.func.value
+        return isinstance(recv, cst.Call) and self.q(recv.func) in _MADE
 
     def _inplace_value(self, original: cst.Call, updated: cst.Call,
                        meth: str) -> cst.BaseExpression | None:

@@ -147,6 +147,9 @@ _FILLED = {"torch.empty", "torch.zeros", "torch.ones", "torch.Tensor", "torch.Fl
 # tensors made on the spot (an in-place method on one is its out-of-place value)
 _MADE = _FILLED | {"torch.full", "torch.zeros_like", "torch.ones_like", "torch.empty_like",
                    "torch.full_like", "torch.arange"}
+# a tensor's conversions of dtype or device (a made tensor converted is still nothing else's)
+_CONVERSIONS = {"type_as", "to", "long", "float", "int", "double", "half", "bool", "cuda",
+                "cpu", "type", "detach", "contiguous"}
 
 # a torch conv layer's constructor attributes on nnx.Conv (kernel_size keeps its name)
 _CONV_ATTRS = {"in_channels": "in_features", "out_channels": "out_features",
