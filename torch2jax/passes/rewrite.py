@@ -78,6 +78,7 @@ from torch2jax.passes.special_device import device_default_functions
 from torch2jax.result import TrainStepRecord
 from torch2jax.ruleset import RuleSet
 from torch2jax.targets import Target
+from torch2jax.targets import linen_helpers as lh
 from torch2jax.targets import linen_training as lt
 
 # builtins that only iterate their arguments (a list of arrays serves as a generator)
@@ -177,6 +178,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_evaluators: dict[str, int] = {}  # helpers that call it: model param index
         # helpers called once per epoch with the model and the optimizer of their caller
         self._lt_epoch: dict[str, lt.EpochFunction] = {}
+        self._lt_helpers: dict[str, set[int]] = {}
         self._lt_unbound: dict[str, set[str]] = {}  # methods run on the unbound module
         self._lt_marked_calls: set[int] = set()  # linen model calls marked unbound
         # linen: (class, head) -> the condition under which the head is tied (TiedDense)
@@ -255,8 +257,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             self._acc = acc.find_micro_steps(
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)
-            self._find_block_steps(node)
             self._find_autocast_contexts(node)
+        if self.target.stateful_modules:
+            # (on the equinox pass's NNX form too: a step helper over the script's model)
+            self._find_block_steps(node)
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
         self._device_functions = device_default_functions(node)
         self._module_names = _module_names(node)
@@ -287,6 +291,11 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_epoch = lt.epoch_functions(
             node, {n: v for n, v in optimizers.items() if v}, self._lt_trainers,
             self._lt_unbound)
+        # step helpers (def train_step(x, y) over the script's model): their backward() is
+        # translated with the helper's block (_lt_step_helper)
+        self._lt_helpers = lh.step_helpers(self._lt_epoch)
+        self._step_backwards = set().union(*self._lt_helpers.values())
+        self._step_backwards_at = {}
         if self.training.optimizers:  # the variables exist where a model was trained
             self._lt_evaluators = lt.model_functions(node, self._model_names(),
                                                      self._lt_trainers | set(self._lt_epoch))
