@@ -78,7 +78,6 @@ from torch2jax.passes.special_device import device_default_functions
 from torch2jax.result import TrainStepRecord
 from torch2jax.ruleset import RuleSet
 from torch2jax.targets import Target
-from torch2jax.targets import linen_helpers as lh
 from torch2jax.targets import linen_training as lt
 
 # builtins that only iterate their arguments (a list of arrays serves as a generator)
@@ -291,11 +290,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_epoch = lt.epoch_functions(
             node, {n: v for n, v in optimizers.items() if v}, self._lt_trainers,
             self._lt_unbound)
-        # step helpers (def train_step(x, y) over the script's model): their backward() is
-        # translated with the helper's block (_lt_step_helper)
-        self._lt_helpers = lh.step_helpers(self._lt_epoch)
-        self._step_backwards = set().union(*self._lt_helpers.values())
-        self._step_backwards_at = {}
+        self._lt_find_step_helpers()
         if self.training.optimizers:  # the variables exist where a model was trained
             self._lt_evaluators = lt.model_functions(node, self._model_names(),
                                                      self._lt_trainers | set(self._lt_epoch))

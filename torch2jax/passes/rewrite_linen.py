@@ -1074,6 +1074,13 @@ class LinenTrainingMixin:
             node = node.with_changes(body=node.body.with_changes(body=body))
         return node
 
+    def _lt_find_step_helpers(self) -> None:
+        """Step helpers (``def train_step(x, y)`` over the script's model): their backward()
+        is translated with the helper's block (:meth:`_lt_step_helper`)."""
+        self._lt_helpers = lh.step_helpers(self._lt_epoch)
+        self._step_backwards = set().union(*self._lt_helpers.values())
+        self._step_backwards_at = {}
+
     def _lt_step_helper(self, node: cst.FunctionDef, ep) -> cst.FunctionDef:
         """A step helper (targets/linen_helpers.py): its block becomes a call of a
         jit-compiled step over the TrainState, defined once before the helper; or, where
