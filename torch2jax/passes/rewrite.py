@@ -58,6 +58,7 @@ from torch2jax.passes.rewrite_data import DataMixin
 from torch2jax.passes.rewrite_layers import LayersMixin
 from torch2jax.passes.rewrite_layout import LayoutMixin
 from torch2jax.passes.rewrite_linen import LinenTrainingMixin
+from torch2jax.passes.rewrite_linen_resume import LinenResumeMixin
 from torch2jax.passes.rewrite_loops import LoopsMixin
 from torch2jax.passes.rewrite_schedules import SchedulesMixin, decide_folded
 from torch2jax.passes.rewrite_steps import StepsMixin
@@ -84,7 +85,7 @@ from torch2jax.targets import linen_training as lt
 _ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter"))
 
 
-class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, StepsMixin, LinenTrainingMixin,
+class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, StepsMixin, LinenTrainingMixin, LinenResumeMixin,
                  NoAttributeHooks, cst.CSTTransformer):
     METADATA_DEPENDENCIES = (ScopeProvider, PositionProvider, ParentNodeProvider)
 

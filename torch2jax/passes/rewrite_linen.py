@@ -250,11 +250,21 @@ class LinenTrainingMixin:
         if not hasattr(self, "_lt_aliases"):
             self._lt_aliases = la.model_aliases(self._root, self._model_names())
         model = owner in self.training.model_vars or owner in self._lt_aliases
+        # (in a function that evaluates the module's model, test(epoch): the module's
+        # variables, bound after each epoch's training)
+        # (the optimizer's: the module's TrainState, where the function binds no `state`)
+        evaluator = len(self._fn_stack) == 1 and self._fn_stack[0].name.value in (
+            self._lt_global_evals) and (model or lt.STATE not in lt.local_names(
+                self._fn_stack[0]))
         if not model and owner not in self.training.optimizer_names or \
-                self._lt_trains_none() or self._class_stack or self._fn_stack or \
+                self._lt_trains_none() or self._class_stack or (
+                    self._fn_stack and not evaluator) or \
                 self._for_stack or not self._lt_bound_before(original_node):
             return None
-        return expr(lt.VARIABLES if model else f"{lt.STATE}.opt_state")
+        if model:
+            return expr(lt.VARIABLES)
+        self.need("serialization")  # (optax's named tuples as flax's state dict: restorable)
+        return expr(f"serialization.to_state_dict({lt.STATE}.opt_state)")
 
     def _lt_saves_dict(self, value: cst.BaseExpression) -> bool:
         """``torch.save(checkpoint, path)`` of a checkpoint dict that
@@ -262,7 +272,7 @@ class LinenTrainingMixin:
         if not (isinstance(value, cst.Call) and self.q(value.func) == "torch.save" and len(
                 value.args) >= 2 and m.matches(value.args[0].value, m.Name()) and
                 value.args[0].value.value in self._ckpt_dicts) or self._for_stack or \
-                self._fn_stack or self._class_stack:
+                len(self._fn_stack) > 1 or self._class_stack:
             return False
         entries = [c for a in findall(self._root, m.Assign(targets=[m.AssignTarget(m.Name(
             value.args[0].value.value))], value=m.Dict())) for c in findall(a.value, m.Call(
@@ -294,7 +304,8 @@ class LinenTrainingMixin:
         if self.q(original_node.func) != "torch.load" or not original_node.args or \
                 not m.matches(parent, m.Assign(targets=[m.AssignTarget(target=m.Name())])) or \
                 parent.targets[0].target.value not in self._ckpt_loads or \
-                not self._lt_trains_none():
+                not (self._lt_trains_none() or self._lt_resume_loads(
+                    parent.targets[0].target.value) and self._lt_resume_site(original_node)):
             return None
         self.need("os", "ocp")
         self.diag(original_node, "torch.load", "info",
@@ -879,6 +890,9 @@ class LinenTrainingMixin:
             self._pending[-1].after.append(cst.parse_statement(f"{lt.VARIABLES} = {best}\n"))
             return cst.parse_statement(
                 f'{lt.STATE} = {lt.STATE}.replace(params={best}["params"]{bs})\n').body[0]
+        resumed = self._lt_resume(original_node)
+        if resumed is not None:
+            return resumed
         if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name(
                 "load_state_dict")), args=[m.Arg(value=~m.Call(), keyword=None)])) and (
                 f.value.value in self._model_names() or f.value.value in
