@@ -5,13 +5,16 @@ when the accuracy improves, and under ``if args.resume:`` before the optimizer i
 checkpoint['acc']; start_epoch = checkpoint['epoch']``; issue 32), and the variant that also
 saves ``optimizer.state_dict()`` and loads it back after the optimizer is built.
 
-Before: NNX translated it; linen left three or four TODOs (torch.load, torch.save, the loads
-into a trained model). Now linen writes the checkpoint as NNX does (an orbax PyTree: the
-model's state_dict is its linen variables, the optimizer's the TrainState's optimizer state as
-flax's state dict), and the resume reads it into ``resumed_variables`` / ``resumed_opt_state``
-(None unless the resume ran), put into the TrainState once it is made. A run of two epochs and
-a resumed run to three print torch's losses and accuracies (the weights start from constants;
-the resumed run starts from the saved epoch, and with the optimizer's state its momentum).
+Before: NNX translated it; linen and equinox left three or four TODOs (torch.load,
+torch.save, the loads into a trained model). Now both write the checkpoint as NNX does (an
+orbax PyTree). On linen the model's state_dict is its linen variables, the optimizer's the
+TrainState's optimizer state as flax's state dict, and the resume reads them into
+``resumed_variables`` / ``resumed_opt_state`` (None unless the resume ran), put into the
+TrainState once it is made. On equinox the model's state_dict is the list of its arrays, the
+optimizer's the leaves of its optax state, put back into their structures where torch loads
+them. A run of two epochs and a resumed run to three print torch's losses and accuracies (the
+weights start from constants; the resumed run starts from the saved epoch, and with the
+optimizer's state its momentum).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("flax")
+pytest.importorskip("equinox")
 pytest.importorskip("orbax.checkpoint")
 pytest.importorskip("grain")
 variants = pytest.importorskip("variants")
@@ -93,10 +97,15 @@ def torch_lines(tmp_path_factory) -> dict[str, list[str]]:
     return lines
 
 
+@pytest.mark.parametrize("target", ["linen", "equinox"])
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_a_resumed_checkpoint_dict_on_linen(torch_lines, name, tmp_path):
-    code = convert_source(VARIANTS[name], path=PROGRAM.name, target="linen").code
+def test_a_resumed_checkpoint_dict_runs_converted(torch_lines, name, target, tmp_path):
+    code = convert_source(VARIANTS[name], path=PROGRAM.name, target=target).code
     assert "TODO(torch2jax)" not in code, code
-    assert 'state = state.replace(params=resumed_variables["params"])' in code
+    if target == "linen":
+        assert 'state = state.replace(params=resumed_variables["params"])' in code
+    else:  # the model's arrays saved as a list, put back into its structure
+        assert '"net": jax.tree.leaves(eqx.filter(net, eqx.is_array)),' in code
+        assert "net = eqx.combine(jax.tree.unflatten(" in code
     got = _runs(code, tmp_path / "jax")
     assert variants.same_output(got, torch_lines[name], 1e-5) is None, (got, torch_lines[name])

@@ -258,6 +258,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)
             self._find_autocast_contexts(node)
+        if self.target.intermediate:  # checkpoint dicts: the equinox pass reads their NNX form
+            self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
+            self._ckpt_inline = acc.inline_checkpoint_dicts(node)
         if self.target.stateful_modules:
             # (on the equinox pass's NNX form too: a step helper over the script's model)
             self._find_block_steps(node)

@@ -95,10 +95,11 @@ class CheckpointsMixin:
                       f"{code(func.value)}.state_dict() read as a dict: linen keeps the "
                       "variables in the TrainState (state.params), not in the module")
             return None
-        if not self.target.stateful_modules or self.target.intermediate:
+        if not self.target.stateful_modules:
             return None
         if m.matches(func, m.Attribute(attr=m.Name("state_dict"))) and not original_node.args \
-                and self._stateful(func.value) and not self._saved_state_dict(original_node):
+                and self._stateful(func.value) and not self._saved_state_dict(original_node) \
+                and not self.target.intermediate:
             self.diag(original_node, "state_dict", "error",
                       f"{code(func.value)}.state_dict() read as a dict: torch's is flat, by "
                       f"dotted keys; the converted model's state is nnx.state({code(func.value)})"
@@ -131,8 +132,7 @@ class CheckpointsMixin:
         value = original_node.value
         if self.target.train_state:
             return self._lt_checkpoint_dict_save(original_node)
-        if not self.target.stateful_modules or self.target.intermediate or not isinstance(
-                value, cst.Call):
+        if not self.target.stateful_modules or not isinstance(value, cst.Call):
             return None
         if self.q(value.func) == "torch.save" and len(value.args) >= 2 and isinstance(
                 value.args[0].value, cst.Dict) and self._ckpt_inline and isinstance(

@@ -48,6 +48,7 @@ from torch2jax.passes.common import code, expr, freezable_dataclasses, freeze_da
 from torch2jax.passes.helpers import HELPERS, add_helpers
 from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult, ModuleFlags, TrainStepRecord
+from torch2jax.targets import equinox_checkpoints as checkpoints
 from torch2jax.targets import equinox_methods as class_methods
 from torch2jax.targets import equinox_training as training
 from torch2jax.targets.equinox_forward import DRAW_KEY, Forward, _reshape_rank
@@ -530,6 +531,9 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     torch_defs = {s.name.value: s for s in torch_module.body
                   if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
     module = _init_function_loops(module, f)  # model.apply(weights_init)
+    # checkpoint dicts of the model's and the optimizer's states (equinox_checkpoints.py)
+    module, _ = checkpoints.rewrite(module, any(c.stateful for c in f.classes.values()),
+                                    training.OPT_STATE)
     # training code (optimizer, train and eval steps, loops): equinox_training.py
     rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
             and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
