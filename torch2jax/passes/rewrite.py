@@ -258,7 +258,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)
             self._find_autocast_contexts(node)
-        if self.target.intermediate:  # checkpoint dicts: the equinox pass reads their NNX form
+        if self.target.intermediate and "BatchNorm" not in node.code and len(
+                t.optimizer_names) <= 1:
+            # checkpoint dicts: the equinox pass reads their NNX form (equinox_checkpoints.py:
+            # not of a model with state beside it, nor of several optimizer states)
             self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
             self._ckpt_inline = acc.inline_checkpoint_dicts(node)
         if self.target.stateful_modules:

@@ -531,9 +531,6 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     torch_defs = {s.name.value: s for s in torch_module.body
                   if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
     module = _init_function_loops(module, f)  # model.apply(weights_init)
-    # checkpoint dicts of the model's and the optimizer's states (equinox_checkpoints.py)
-    module, _ = checkpoints.rewrite(module, any(c.stateful for c in f.classes.values()),
-                                    training.OPT_STATE)
     # training code (optimizer, train and eval steps, loops): equinox_training.py
     rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
             and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
@@ -548,6 +545,13 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
                if n not in flags and n in imported}
     flags.update({n: (outside[n].stateful, outside[n].keyed) if n in outside else None
                   for n in _imported_names(module) if n not in flags})
+    # checkpoint dicts of the model's and the optimizer's states (equinox_checkpoints.py;
+    # a model with state, its own class or one imported, is left: marked)
+    module, rewritten = checkpoints.rewrite(module, any(
+        v[0] if v is not None else n in built for n, v in flags.items()), training.OPT_STATE)
+    if rewritten:
+        rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
+                and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
     ctx = training.TrainingContext(
         batch_reduced={n: c.reduced for n, c in f.classes.items()
                        if n not in used and c.reduced},

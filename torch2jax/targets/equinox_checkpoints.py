@@ -42,6 +42,8 @@ class _Checkpoints(cst.CSTTransformer):
         if len(state.args) == 2 and owner not in self.optimizers:
             return f"eqx.filter({owner}, eqx.is_array)"
         if len(state.args) == 1 and owner in self.optimizers:
+            # (an nnx.Optimizer the file builds, whose state the training pass names; not
+            # one a method returns, configure_optimizers, whose state may be left unbound)
             return self.opt_state
         return None
 
@@ -92,7 +94,8 @@ class _Checkpoints(cst.CSTTransformer):
 
 def rewrite(module: cst.Module, stateful: bool, opt_state: str) -> tuple[cst.Module, bool]:
     """The module with its checkpoint dicts' states in equinox's form, and whether any was
-    rewritten (the file then reads ``jax`` and ``eqx``)."""
+    rewritten. ``stateful``: a model of the file has state beside it (or its class, imported,
+    is not known): nothing is rewritten, the training pass marks the NNX forms."""
     if stateful:
         return module, False
     optimizers = {a.targets[0].target.value for a in findall(module, m.Assign(
@@ -101,5 +104,5 @@ def rewrite(module: cst.Module, stateful: bool, opt_state: str) -> tuple[cst.Mod
     if len(optimizers) > 1:  # (each would need its own optimizer state)
         return module, False
     pass_ = _Checkpoints(optimizers, opt_state)
-    module = module.visit(pass_)
-    return module, pass_.changed
+    new = module.visit(pass_)
+    return (new, True) if pass_.changed else (module, False)
