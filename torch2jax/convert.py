@@ -73,6 +73,7 @@ IMPORT_LINES = {
     "Any": "from typing import Any",
     "dataclasses": "import dataclasses",
     "train_state": "from flax.training import train_state",
+    "serialization": "from flax import serialization",
     "einops": "import einops",
     "inspect": "import inspect",
 }
@@ -80,7 +81,8 @@ IMPORT_LINES = {
 OWN_NAMES = {name.strip().split(" as ")[-1]: key for key, line in IMPORT_LINES.items()
              for name in line.split("import ", 1)[-1].split(",")}
 IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
-                "optax", "ocp", "tensorboardX", "nnx", "linen", "train_state", "einops"]
+                "optax", "ocp", "tensorboardX", "nnx", "linen", "train_state", "serialization",
+                "einops"]
 
 # the rewrites of the torch source before the analysis, in order (each returns the module it
 # was given when it changes nothing)

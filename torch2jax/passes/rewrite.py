@@ -58,6 +58,7 @@ from torch2jax.passes.rewrite_data import DataMixin
 from torch2jax.passes.rewrite_layers import LayersMixin
 from torch2jax.passes.rewrite_layout import LayoutMixin
 from torch2jax.passes.rewrite_linen import LinenTrainingMixin
+from torch2jax.passes.rewrite_linen_resume import LinenResumeMixin
 from torch2jax.passes.rewrite_loops import LoopsMixin
 from torch2jax.passes.rewrite_schedules import SchedulesMixin, decide_folded
 from torch2jax.passes.rewrite_steps import StepsMixin
@@ -84,7 +85,7 @@ from torch2jax.targets import linen_training as lt
 _ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter"))
 
 
-class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, StepsMixin, LinenTrainingMixin,
+class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, StepsMixin, LinenTrainingMixin, LinenResumeMixin,
                  NoAttributeHooks, cst.CSTTransformer):
     METADATA_DEPENDENCIES = (ScopeProvider, PositionProvider, ParentNodeProvider)
 
@@ -177,6 +178,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_evaluators: dict[str, int] = {}  # helpers that call it: model param index
         # helpers called once per epoch with the model and the optimizer of their caller
         self._lt_epoch: dict[str, lt.EpochFunction] = {}
+        self._lt_helpers: dict[str, set[int]] = {}
         self._lt_unbound: dict[str, set[str]] = {}  # methods run on the unbound module
         self._lt_marked_calls: set[int] = set()  # linen model calls marked unbound
         # linen: (class, head) -> the condition under which the head is tied (TiedDense)
@@ -256,8 +258,16 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             self._acc = acc.find_micro_steps(
                 node, {n: t.model_of(n) for n in t.optimizer_names if t.model_of(n)},
                 t.model_vars, self.data.scalers)
-            self._find_block_steps(node)
             self._find_autocast_contexts(node)
+        if self.target.intermediate and "BatchNorm" not in node.code and len(
+                t.optimizer_names) <= 1:
+            # checkpoint dicts: the equinox pass reads their NNX form (equinox_checkpoints.py:
+            # not of a model with state beside it, nor of several optimizer states)
+            self._ckpt_dicts, self._ckpt_loads = acc.find_checkpoint_dicts(node)
+            self._ckpt_inline = acc.inline_checkpoint_dicts(node)
+        if self.target.stateful_modules:
+            # (on the equinox pass's NNX form too: a step helper over the script's model)
+            self._find_block_steps(node)
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
         self._device_functions = device_default_functions(node)
         self._module_names = _module_names(node)
@@ -288,6 +298,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lt_epoch = lt.epoch_functions(
             node, {n: v for n, v in optimizers.items() if v}, self._lt_trainers,
             self._lt_unbound)
+        self._lt_find_step_helpers()
         if self.training.optimizers:  # the variables exist where a model was trained
             self._lt_evaluators = lt.model_functions(node, self._model_names(),
                                                      self._lt_trainers | set(self._lt_epoch))

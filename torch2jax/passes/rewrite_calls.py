@@ -496,8 +496,7 @@ class CallsMixin:
             return updated  # checkpoint statements: handled in leave_Expr
         if name == "torch.save" and self.target.train_state and self._lt_saves_dict(original):
             return updated  # a checkpoint dict (linen): handled in leave_Expr
-        if name == "torch.save" and self.target.stateful_modules and \
-                not self.target.intermediate and len(
+        if name == "torch.save" and self.target.stateful_modules and len(
                 original.args) >= 2 and isinstance(original.args[0].value, cst.Name) and (
                 original.args[0].value.value in self._ckpt_dicts) and isinstance(
                 self.get_metadata(ParentNodeProvider, original, None), cst.Expr):

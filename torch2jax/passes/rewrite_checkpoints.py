@@ -65,6 +65,13 @@ class CheckpointsMixin:
             return f"nnx.state({name})"
         return f"nnx.state({name}, {RNG_FREE})"
 
+    def _ckpt_entries(self) -> str:
+        """What a state_dict in a checkpoint dict is written as (the equinox pass's form on
+        its NNX intermediate: targets/equinox_checkpoints.py)."""
+        if self.target.intermediate:
+            return "a model's arrays and an optimizer state's leaves, as lists"
+        return "nnx.state pure dicts"
+
     def _saved_state_dict(self, node: cst.Call) -> bool:
         """``state_dict()`` in a form the checkpoint translations take: saved by
         ``torch.save`` (its argument, or a value of a dict literal)."""
@@ -100,10 +107,11 @@ class CheckpointsMixin:
                       f"{code(func.value)}.state_dict() read as a dict: linen keeps the "
                       "variables in the TrainState (state.params), not in the module")
             return None
-        if not self.target.stateful_modules or self.target.intermediate:
+        if not self.target.stateful_modules:
             return None
         if m.matches(func, m.Attribute(attr=m.Name("state_dict"))) and not original_node.args \
-                and self._stateful(func.value) and not self._saved_state_dict(original_node):
+                and self._stateful(func.value) and not self._saved_state_dict(original_node) \
+                and not self.target.intermediate:
             self.diag(original_node, "state_dict", "error",
                       f"{code(func.value)}.state_dict() read as a dict: torch's is flat, by "
                       f"dotted keys; the converted model's state is nnx.state({code(func.value)})"
@@ -126,7 +134,7 @@ class CheckpointsMixin:
             self.diag(original_node, "torch.load", "info",
                       "torch.load of a checkpoint dict -> the orbax PyTree checkpoint (a "
                       "directory at that path) that the converted torch.save writes; "
-                      "state_dicts in it are nnx.state pure dicts")
+                      f"state_dicts in it are {self._ckpt_entries()}")
             return expr(f"ocp.PyTreeCheckpointer().restore(os.path.abspath("
                         f"{code(original_node.args[0].value)}))")
         return None
@@ -157,8 +165,7 @@ class CheckpointsMixin:
         value = original_node.value
         if self.target.train_state:
             return self._lt_checkpoint_dict_save(original_node)
-        if not self.target.stateful_modules or self.target.intermediate or not isinstance(
-                value, cst.Call):
+        if not self.target.stateful_modules or not isinstance(value, cst.Call):
             return None
         if self.q(value.func) == "torch.save" and len(value.args) >= 2 and isinstance(
                 value.args[0].value, cst.Dict) and self._ckpt_inline and isinstance(
@@ -171,7 +178,7 @@ class CheckpointsMixin:
             self.need("os", "ocp")
             self.diag(original_node, "torch.save", "info",
                       "torch.save of a checkpoint dict -> an orbax PyTree checkpoint (a "
-                      "directory at that path); its state_dicts are nnx.state pure dicts")
+                      f"directory at that path); its state_dicts are {self._ckpt_entries()}")
             args = updated_node.value.args
             return cst.Expr(expr(
                 f"ocp.PyTreeCheckpointer().save(os.path.abspath({code(args[1].value)}), "
@@ -181,7 +188,7 @@ class CheckpointsMixin:
             self.need("os", "ocp")
             self.diag(original_node, "torch.save", "info",
                       "torch.save of a checkpoint dict -> an orbax PyTree checkpoint (a "
-                      "directory at that path); its state_dicts are nnx.state pure dicts")
+                      f"directory at that path); its state_dicts are {self._ckpt_entries()}")
             return cst.Expr(expr(
                 f"ocp.PyTreeCheckpointer().save(os.path.abspath({code(value.args[1].value)}), "
                 f"{value.args[0].value.value}, force=True)"))
@@ -197,7 +204,9 @@ class CheckpointsMixin:
             self._pending[-1].after.extend(cst.parse_statement(line) for line in (
                 f"{state}.replace_by_pure_dict({code(value.args[0].value)})\n",
                 f"nnx.update({owner}, {state})\n"))
-            self.diag(original_node, "load_state_dict", "info",
+            self.diag(original_node, "load_state_dict", "info", (
+                      f"{owner}.load_state_dict(d) -> the checkpoint's arrays put back into "
+                      f"{owner}'s structure") if self.target.intermediate else
                       f"{owner}.load_state_dict(d) -> its nnx.state (a model's without its RNG "
                       "state, which torch's state_dict does not hold either) with the "
                       "checkpoint's pure dict put in, then nnx.update")

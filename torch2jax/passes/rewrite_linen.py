@@ -29,6 +29,7 @@ from torch2jax.passes.rewrite_support import ACC_GRADS, _fix_commas
 from torch2jax.targets import linen as linen_target
 from torch2jax.targets import linen_accum as la
 from torch2jax.targets import linen_gan as lg
+from torch2jax.targets import linen_helpers as lh
 from torch2jax.targets import linen_named_init as ln
 from torch2jax.targets import linen_training as lt
 
@@ -249,11 +250,21 @@ class LinenTrainingMixin:
         if not hasattr(self, "_lt_aliases"):
             self._lt_aliases = la.model_aliases(self._root, self._model_names())
         model = owner in self.training.model_vars or owner in self._lt_aliases
+        # (in a function that evaluates the module's model, test(epoch): the module's
+        # variables, bound after each epoch's training)
+        # (the optimizer's: the module's TrainState, where the function binds no `state`)
+        evaluator = len(self._fn_stack) == 1 and self._fn_stack[0].name.value in (
+            self._lt_global_evals) and (model or lt.STATE not in lt.local_names(
+                self._fn_stack[0]))
         if not model and owner not in self.training.optimizer_names or \
-                self._lt_trains_none() or self._class_stack or self._fn_stack or \
+                self._lt_trains_none() or self._class_stack or (
+                    self._fn_stack and not evaluator) or \
                 self._for_stack or not self._lt_bound_before(original_node):
             return None
-        return expr(lt.VARIABLES if model else f"{lt.STATE}.opt_state")
+        if model:
+            return expr(lt.VARIABLES)
+        self.need("serialization")  # (optax's named tuples as flax's state dict: restorable)
+        return expr(f"serialization.to_state_dict({lt.STATE}.opt_state)")
 
     def _lt_saves_dict(self, value: cst.BaseExpression) -> bool:
         """``torch.save(checkpoint, path)`` of a checkpoint dict that
@@ -261,7 +272,7 @@ class LinenTrainingMixin:
         if not (isinstance(value, cst.Call) and self.q(value.func) == "torch.save" and len(
                 value.args) >= 2 and m.matches(value.args[0].value, m.Name()) and
                 value.args[0].value.value in self._ckpt_dicts) or self._for_stack or \
-                self._fn_stack or self._class_stack:
+                len(self._fn_stack) > 1 or self._class_stack:
             return False
         entries = [c for a in findall(self._root, m.Assign(targets=[m.AssignTarget(m.Name(
             value.args[0].value.value))], value=m.Dict())) for c in findall(a.value, m.Call(
@@ -293,7 +304,8 @@ class LinenTrainingMixin:
         if self.q(original_node.func) != "torch.load" or not original_node.args or \
                 not m.matches(parent, m.Assign(targets=[m.AssignTarget(target=m.Name())])) or \
                 parent.targets[0].target.value not in self._ckpt_loads or \
-                not self._lt_trains_none():
+                not (self._lt_trains_none() or self._lt_resume_loads(
+                    parent.targets[0].target.value) and self._lt_resume_site(original_node)):
             return None
         self.need("os", "ocp")
         self.diag(original_node, "torch.load", "info",
@@ -668,6 +680,13 @@ class LinenTrainingMixin:
         sample = None
         found = (ep.step, ep.body, ep.loop, ep.outer, ep.loop_names) if (
             ep.step is not None) else self._lt_epoch_preview(ep)
+        if ep.name in self._lt_helpers and ep.step is not None and self._for_stack:
+            # a step helper called per batch: the caller's loop gives the first batch
+            found = None
+            names = tr.loop_assigned_names(self._for_stack[0]) | tr.loop_assigned_names(
+                self._for_stack[-1])
+            sample = lh.sample_inputs(ep, updated, self._for_stack[-1],
+                                      list(self._for_stack[:-1]), names)
         if found is not None and found[0] is not None and found[2] is not None:
             ep_step, ep_body, ep_loop, ep_outer, ep_names = found
             values = ep.bound(updated) or {}
@@ -871,6 +890,9 @@ class LinenTrainingMixin:
             self._pending[-1].after.append(cst.parse_statement(f"{lt.VARIABLES} = {best}\n"))
             return cst.parse_statement(
                 f'{lt.STATE} = {lt.STATE}.replace(params={best}["params"]{bs})\n').body[0]
+        resumed = self._lt_resume(original_node)
+        if resumed is not None:
+            return resumed
         if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name(
                 "load_state_dict")), args=[m.Arg(value=~m.Call(), keyword=None)])) and (
                 f.value.value in self._model_names() or f.value.value in
@@ -1053,6 +1075,8 @@ class LinenTrainingMixin:
             if jitted.count:
                 self._eval_step = True
                 self.need("jax", "partial")
+        if name in self._lt_helpers:
+            node = self._lt_step_helper(node, self._lt_epoch[name])
         if name in self._lt_epoch:
             body = list(node.body.body)
             loop = next((i for i, st in enumerate(body) if isinstance(st, (cst.For, cst.While))),
@@ -1063,6 +1087,51 @@ class LinenTrainingMixin:
             body = [*node.body.body, cst.parse_statement(f"return {lt.VARIABLES}\n")]
             node = node.with_changes(body=node.body.with_changes(body=body))
         return node
+
+    def _lt_find_step_helpers(self) -> None:
+        """Step helpers (``def train_step(x, y)`` over the script's model): their backward()
+        is translated with the helper's block (:meth:`_lt_step_helper`)."""
+        self._lt_helpers = lh.step_helpers(self._lt_epoch)
+        self._step_backwards = set().union(*self._lt_helpers.values())
+        self._step_backwards_at = {}
+
+    def _lt_step_helper(self, node: cst.FunctionDef, ep) -> cst.FunctionDef:
+        """A step helper (targets/linen_helpers.py): its block becomes a call of a
+        jit-compiled step over the TrainState, defined once before the helper; or, where
+        the step cannot be built, its backward() is marked where it stands."""
+        body = list(node.body.body)
+        back = next(s for s in body if tr._is_method_stmt(s, None, "backward"))
+        where = self._step_backwards_at.get(id(back.body[0]), back)
+        taken = self._file_names | {e.module_step.name.value for e in self._lt_epoch.values()
+                                    if e.module_step is not None}
+        try:
+            if self._lt_dropout or self._lt_noise:
+                raise Untranslatable(f"{ep.name} is a step helper of a model that draws "
+                                     "(Dropout, noise): its keys are not threaded through "
+                                     "the helper's calls", rule="training-loop")
+            step = lt.build_step(body, optimizer=ep.optimizer, model=ep.model,
+                                 loop_names=lh.helper_names(ep.fn),
+                                 step_name=tr._fresh("train_step", taken),
+                                 batch_stats=self._lt_batch_stats, dropout=False, noise=False)
+            if step is None or lt.free_names(step.function) & lt.local_names(ep.fn):
+                raise Untranslatable("the statements before backward() hold no loss of the "
+                                     f"model {ep.model} that torch2jax can separate",
+                                     rule="training-loop")
+        except Untranslatable as exc:
+            self.diag(where, exc.rule or "training-loop", "error",
+                      f"backward() not translated: {exc.message}")
+            del self._lt_epoch[ep.name]
+            return node
+        self.need("jax", "optax", "train_state")
+        ep.step, ep.body, ep.loop, ep.outer = step, step.body, None, []
+        ep.loop_names = lh.helper_names(ep.fn)
+        ep.module_step = step.function
+        self.diag(where, "training-step", "info",
+                  f"{ep.name} takes one train step: {step.function.name.value} (jit-compiled) "
+                  f"takes grad(loss) of {ep.model}'s parameters and applies it to the "
+                  f"TrainState; {ep.name} takes the state first and returns it first, and its "
+                  "callers make the state before their loop")
+        return node.with_changes(body=node.body.with_changes(body=step.body))
 
     def _lt_draw_key(self) -> cst.BaseExpression:
         """The key of a draw in a module method: the stream every apply gives a key."""

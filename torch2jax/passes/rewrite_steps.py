@@ -108,7 +108,8 @@ class StepsMixin:
         # steps held back by a condition (passes/held_steps.py): .grad as an accumulator
         self._held, self._held_exprs = find_held_steps(
             module, {n: t.model_of(n) for n in self._step_opts}, self._model_names(),
-            self._file_names, self._multi_steps, fused=self._step_backwards)
+            self._file_names, self._multi_steps, fused=self._step_backwards) if (
+            not self.target.intermediate) else ({}, {})  # (no equinox form: marked there)
         for held in self._held.values():
             self._step_names |= {held.holder, held.grad_step, held.apply}
             site = t.optimizer_names.get(held.optimizer)

@@ -48,6 +48,7 @@ from torch2jax.passes.common import code, expr, freezable_dataclasses, freeze_da
 from torch2jax.passes.helpers import HELPERS, add_helpers
 from torch2jax.report import Diagnostic
 from torch2jax.result import ConversionResult, ModuleFlags, TrainStepRecord
+from torch2jax.targets import equinox_checkpoints as checkpoints
 from torch2jax.targets import equinox_methods as class_methods
 from torch2jax.targets import equinox_training as training
 from torch2jax.targets.equinox_forward import DRAW_KEY, Forward, _reshape_rank
@@ -544,6 +545,13 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
                if n not in flags and n in imported}
     flags.update({n: (outside[n].stateful, outside[n].keyed) if n in outside else None
                   for n in _imported_names(module) if n not in flags})
+    # checkpoint dicts of the model's and the optimizer's states (equinox_checkpoints.py;
+    # a model with state, its own class or one imported, is left: marked)
+    module, rewritten = checkpoints.rewrite(module, any(
+        v[0] if v is not None else n in built for n, v in flags.items()), training.OPT_STATE)
+    if rewritten:
+        rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
+                and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]
     ctx = training.TrainingContext(
         batch_reduced={n: c.reduced for n, c in f.classes.items()
                        if n not in used and c.reduced},

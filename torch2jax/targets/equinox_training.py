@@ -973,6 +973,10 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
     top = [s for s in stmts if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
         isinstance(s, cst.FunctionDef) and (_step_parts(s, ctx) or gan.parse(s)))]
     fns = {n: f for n, f in fns.items() if f not in top}
+    # ... and to the functions that call them (a step helper, `def train_step(x, y)` over the
+    # script's model and optimizer, whose step the NNX pass hoisted to the top level)
+    top_steps = {s.name.value: parts for s in top if isinstance(s, cst.FunctionDef) and (
+        parts := _step_parts(s, ctx)) is not None}
 
     def builds(body) -> dict[str, str]:
         found = {}
@@ -1103,6 +1107,8 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                 scope = Scope(models[name], classes, receivers, trainers, has_key, body,
                               opt_receivers, optimizers[name], ctx=ctx)
                 scope.keyed_trainers, scope.params = keyed_trainers, set(_params(s))
+                scope.steps = {**{n: p for n, p in top_steps.items() if n not in _params(s)},
+                               **scope.steps}
                 scope.eval_stateful = any_stateful
                 scope.eval_batched = kinds == {True}
                 new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
