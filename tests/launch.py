@@ -4,11 +4,18 @@
 variables ``torchrun`` sets. The tests run every fixture as one process with a world of one
 (RANK=0, WORLD_SIZE=1) and a free port for the gloo rendezvous; scripts that do not use
 torch.distributed ignore them.
+
+A torch original is run once per test session (``torch_run``): four test files compare with
+it (tests/test_training_fixtures.py and the three targets' accuracy tests), and under
+``pytest -n 2`` their workers share the one run through a folder of the session's base temp.
 """
 
 from __future__ import annotations
 
 import ast
+import fcntl
+import hashlib
+import json
 import os
 import re
 import socket
@@ -107,4 +114,50 @@ def final_accuracy(script: Path, cwd: Path, timeout: float = 300,
     found = FINAL.findall(done.stdout)
     match = FINAL.search(done.stdout)
     assert len(found) == 1 and match is not None, done.stdout[-2000:]
+    return float(match["value"])
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder of this test session that every xdist worker sees: the controller's base temp
+    (a worker's is a folder in it); without xdist, the process's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def torch_run(script: Path, tmp_path_factory, timeout: float = 300) -> dict:
+    """Run the torch script ``script`` as a user would (``python script.py`` from an empty
+    folder, as a world of one) once per test session and content of the script: the first
+    caller runs it, under a lock, and records its exit status, output and the files it wrote;
+    the others (in this process or another worker) wait for the record and read it."""
+    key = f"{script.stem}-{hashlib.sha256(script.read_bytes()).hexdigest()[:16]}"
+    folder = shared_dir(tmp_path_factory) / "torch-runs"
+    folder.mkdir(exist_ok=True)
+    record = folder / f"{key}.json"
+    with open(folder / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not record.exists():
+            cwd = folder / key
+            cwd.mkdir(exist_ok=True)
+            done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
+                                  text=True, timeout=timeout, check=False,
+                                  env=compile_once_env(torchrun_env()))
+            run = {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr,
+                   "wrote": sorted(p.name for p in cwd.iterdir())}
+            partial = folder / f"{key}.part"
+            partial.write_text(json.dumps(run))
+            partial.replace(record)
+    return json.loads(record.read_text())
+
+
+def torch_final_accuracy(script: Path, tmp_path_factory, timeout: float = 300) -> float:
+    """``final_accuracy`` of the torch original ``script``, run once per session (torch_run):
+    it exits 0, writes no files and prints one ``final_accuracy=`` value."""
+    run = torch_run(script, tmp_path_factory, timeout)
+    assert run["returncode"] == 0, f"{script.name} failed:\n{run['stderr'][-3000:]}"
+    assert run["wrote"] == [], f"{script.name} wrote files: {run['wrote']}"
+    done = subprocess.CompletedProcess([], 0, run["stdout"], run["stderr"])
+    assert_compiles_once(done, script)
+    found = FINAL.findall(run["stdout"])
+    match = FINAL.search(run["stdout"])
+    assert len(found) == 1 and match is not None, run["stdout"][-2000:]
     return float(match["value"])
