@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 
 import pytest
-from launch import torch_run
+from launch import session_run
 
 pytest.importorskip("torch")
 
@@ -51,9 +51,9 @@ def test_every_training_fixture_has_a_threshold() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(THRESHOLDS))
 def test_training_script_learns(name: str, tmp_path_factory) -> None:
-    # run from an empty folder once per session (tests/launch.py's torch_run): the three
+    # run from an empty folder once per session (tests/launch.py's session_run): the three
     # targets' accuracy tests compare with the same run
-    done = torch_run(TRAINING / f"{name}.py", tmp_path_factory, TIMEOUT_S)
+    done = session_run(TRAINING / f"{name}.py", tmp_path_factory, TIMEOUT_S)
     assert done["returncode"] == 0, f"{name}.py failed:\n{done['stderr'][-3000:]}"
     lines = done["stdout"].strip().splitlines()
     finals = [line for line in lines if line.startswith("final_accuracy")]
