@@ -2,8 +2,9 @@
 shape of popular public GPT training repositories), converted with the CLI and run.
 
 The torch program trains for 30 iterations on a synthetic token stream and prints its losses;
-``sample.py`` then loads the checkpoint and prints sampled token sequences, and
-``train.py --init_from=resume --max_iters=40`` resumes from it. Each target's
+``sample.py`` then loads the checkpoint and prints sampled token sequences (three runs: its
+default seed, ``--seed=2``, ``--seed=1337``), and ``train.py --init_from=resume --max_iters=40``
+resumes from it. Each target's
 conversion of the whole folder must parse and bind every name it reads (ruff F821). Where a
 target's converted program runs with zero edits, its printed losses must fall like torch's;
 where an idiom is still refused, the refusal is a ``# TODO(torch2jax)`` marker, asserted here at
