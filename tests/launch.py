@@ -4,11 +4,20 @@
 variables ``torchrun`` sets. The tests run every fixture as one process with a world of one
 (RANK=0, WORLD_SIZE=1) and a free port for the gloo rendezvous; scripts that do not use
 torch.distributed ignore them.
+
+A script is run once per test session and content (``session_run``): four test files compare
+with a fixture's torch run (tests/test_training_fixtures.py and the three targets' accuracy
+tests), two with the NNX conversion's (tests/test_training_converted.py and
+tests/test_program_speed.py), and under ``pytest -n 2`` their workers share the one run
+through a folder of the session's base temp.
 """
 
 from __future__ import annotations
 
 import ast
+import fcntl
+import hashlib
+import json
 import os
 import re
 import socket
@@ -107,4 +116,60 @@ def final_accuracy(script: Path, cwd: Path, timeout: float = 300,
     found = FINAL.findall(done.stdout)
     match = FINAL.search(done.stdout)
     assert len(found) == 1 and match is not None, done.stdout[-2000:]
+    return float(match["value"])
+
+
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder of this test session that every xdist worker sees: the controller's base temp
+    (a worker's is a folder in it); without xdist, the process's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def session_record(key: str, tmp_path_factory, make) -> dict:
+    """``make(cwd)``'s record (a dict of JSON values) once per test session and ``key``: the
+    first caller makes it in an empty folder ``cwd``, under a lock, and writes it down; the
+    others (in this process or another xdist worker) wait for the record and read it. A
+    caller whose ``make`` raised wrote nothing: the next one makes it again."""
+    folder = shared_dir(tmp_path_factory) / "session-records"
+    folder.mkdir(exist_ok=True)
+    record = folder / f"{key}.json"
+    with open(folder / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not record.exists():
+            cwd = folder / key
+            cwd.mkdir(exist_ok=True)
+            partial = folder / f"{key}.part"
+            partial.write_text(json.dumps(make(cwd)))
+            partial.replace(record)
+    return json.loads(record.read_text())
+
+
+def session_run(script: Path, tmp_path_factory, timeout: float = 300) -> dict:
+    """Run ``script`` as a user would (``python script.py`` from an empty folder, as a world
+    of one, JAX_LOG_COMPILES=1) once per test session, name and content of the script
+    (session_record): its exit status, output and the files it wrote."""
+    def make(cwd: Path) -> dict:
+        done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout, check=False,
+                              env=compile_once_env(torchrun_env()))
+        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr,
+                "wrote": sorted(p.name for p in cwd.iterdir())}
+
+    key = f"{script.stem}-{hashlib.sha256(script.read_bytes()).hexdigest()[:16]}"
+    return session_record(key, tmp_path_factory, make)
+
+
+def session_final_accuracy(script: Path, tmp_path_factory, timeout: float = 300) -> float:
+    """``final_accuracy`` of ``script`` run once per session (session_run): it exits 0,
+    compiles each jitted function once per input shape, writes no files and prints one
+    ``final_accuracy=`` value."""
+    run = session_run(script, tmp_path_factory, timeout)
+    assert run["returncode"] == 0, f"{script.name} failed:\n{run['stderr'][-3000:]}"
+    assert run["wrote"] == [], f"{script.name} wrote files: {run['wrote']}"
+    done = subprocess.CompletedProcess([], 0, run["stdout"], run["stderr"])
+    assert_compiles_once(done, script)
+    found = FINAL.findall(run["stdout"])
+    match = FINAL.search(run["stdout"])
+    assert len(found) == 1 and match is not None, run["stdout"][-2000:]
     return float(match["value"])

@@ -2,8 +2,9 @@
 shape of popular public GPT training repositories), converted with the CLI and run.
 
 The torch program trains for 30 iterations on a synthetic token stream and prints its losses;
-``sample.py`` then loads the checkpoint and prints sampled token sequences, and
-``train.py --init_from=resume --max_iters=40`` resumes from it. Each target's
+``sample.py`` then loads the checkpoint and prints sampled token sequences (three runs: its
+default seed, ``--seed=2``, ``--seed=1337``), and ``train.py --init_from=resume --max_iters=40``
+resumes from it. Each target's
 conversion of the whole folder must parse and bind every name it reads (ruff F821). Where a
 target's converted program runs with zero edits, its printed losses must fall like torch's;
 where an idiom is still refused, the refusal is a ``# TODO(torch2jax)`` marker, asserted here at
@@ -113,15 +114,28 @@ def _samples(out: str) -> list[list[int]]:
     return [[int(t) for t in line.split()] for line in SAMPLE.findall(out)]
 
 
+# sample.py's default seed, and another: the samples of seed 1337 twice and of seed 2 from one
+# checkpoint (the sample follows its seed: test_the_converted_sample_follows_its_seed)
+SEED, OTHER_SEED = 1337, 2
+
+
+def _program(folder: Path, cwd: Path) -> tuple[str, list[str], str]:
+    """Train, sample (sample.py as written, then --seed=2 and --seed=1337 from the same
+    checkpoint) and resume: the output of each."""
+    out = _run(folder, "train.py", cwd)
+    samples = [_run(folder, "sample.py", cwd, *args)
+               for args in ((), (f"--seed={OTHER_SEED}",), (f"--seed={SEED}",))]
+    resumed = _run(folder, "train.py", cwd, *RESUME)
+    return out, samples, resumed
+
+
 @pytest.fixture(scope="module")
 def torch_run(tmp_path_factory):
     pytest.importorskip("torch")
-    cwd = tmp_path_factory.mktemp("torch_run")
-    out = _run(CORPUS, "train.py", cwd)
-    sample = _run(CORPUS, "sample.py", cwd)
-    resumed = _run(CORPUS, "train.py", cwd, *RESUME)
-    print("torch:", out, sample, resumed, sep="\n")
-    return _losses(out), _samples(sample), PARAMS.findall(out), _losses(resumed)
+    out, samples, resumed = _program(CORPUS, tmp_path_factory.mktemp("torch_run"))
+    print("torch:", out, *samples, resumed, sep="\n")
+    return (_losses(out), _samples(samples[0]), PARAMS.findall(out), _losses(resumed),
+            [_samples(s) for s in samples])
 
 
 _CONVERTED: dict[str, Path] = {}
@@ -138,6 +152,19 @@ def _converted(target: str, tmp_path_factory) -> Path:
         assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
         _CONVERTED[target] = out
     return _CONVERTED[target]
+
+
+_RAN: dict[str, tuple[str, list[str], str]] = {}
+
+
+def _ran(target: str, tmp_path_factory) -> tuple[str, list[str], str]:
+    """The target's converted program run as torch_run runs the torch one, once per module
+    (test_converted_program and the seed test read the same run)."""
+    if target not in _RAN:
+        folder = _converted(target, tmp_path_factory)
+        _RAN[target] = _program(folder, tmp_path_factory.mktemp(f"run_{target}"))
+        print(f"{target}:", _RAN[target][0], *_RAN[target][1], _RAN[target][2], sep="\n")
+    return _RAN[target]
 
 
 def _todos(folder: Path) -> dict[str, list[tuple[int, str]]]:
@@ -161,7 +188,7 @@ def _resumed_like(first, resumed) -> None:
 
 
 def test_torch_program_trains(torch_run):
-    (iters, steps), samples, params, resumed = torch_run
+    (iters, steps), samples, params, resumed, _ = torch_run
     assert params == ["27.52K"]
     _resumed_like((iters, steps), resumed)
     assert [i for i, _ in iters] == [0, 5, 10, 15, 20, 25, 30]
@@ -193,14 +220,10 @@ def test_converted_program(target, torch_run, tmp_path_factory):
         assert 'rngs={"noise": subkey}' in sample
     if target not in RUNS:
         return  # the refusals are marked at their lines; the program is not run
-    cwd = tmp_path_factory.mktemp(f"run_{target}")
-    (t_iters, t_steps), _, t_params, _ = torch_run
-    out = _run(folder, "train.py", cwd)
+    (t_iters, t_steps), _, t_params, _, _ = torch_run
+    out, (sample, *_), resumed = _ran(target, tmp_path_factory)
     iters, steps = _losses(out)
-    sample = _run(folder, "sample.py", cwd)
     samples = _samples(sample)
-    resumed = _run(folder, "train.py", cwd, *RESUME)
-    print(f"{target}:", out, sample, resumed, sep="\n")
     assert PARAMS.findall(out) == t_params[:1]  # the parameter count (tied weight once)
     _resumed_like((iters, steps), _losses(resumed))
     # the same schedule of logging; the loss falls like torch's (other initial weights and
@@ -216,18 +239,15 @@ def test_converted_program(target, torch_run, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_converted_sample_follows_its_seed(tmp_path_factory):
+def test_the_converted_sample_follows_its_seed(torch_run, tmp_path_factory):
     """``sample.py --seed=N`` after a checkpoint restore: the restore puts in what torch's
     ``load_state_dict`` does (parameters and buffers), not the training run's RNG state
     (``model.rngs``, each Dropout's key and count), so the sampled text follows the seed, as
-    torch's does: other text for another seed, the same text for the same seed."""
-    pytest.importorskip("torch")
-    runs = {}
-    for name, folder in (("torch", CORPUS), ("nnx", _converted("nnx", tmp_path_factory))):
-        cwd = tmp_path_factory.mktemp(f"seeds_{name}")
-        _run(folder, "train.py", cwd, "--max_iters=10")
-        runs[name] = [_samples(_run(folder, "sample.py", cwd, f"--seed={seed}"))
-                      for seed in (1, 2, 1)]
+    torch's does: other text for another seed, the same text for the same seed (sample.py
+    with its default seed, 1337, then ``--seed=2`` and ``--seed=1337``, each a process that
+    restores the checkpoint of the training run)."""
+    runs = {"torch": torch_run[4],
+            "nnx": [_samples(s) for s in _ran("nnx", tmp_path_factory)[1]]}
     print(runs)
     for name, (one, two, again) in runs.items():
         assert len(one) == NUM_SAMPLES and all(len(s) == SAMPLE_LEN for s in one), name

@@ -19,7 +19,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from launch import final_accuracy
+from launch import final_accuracy, session_final_accuracy
 
 from torch2jax.convert import convert_source
 from torch2jax.verify.trajectory import TrainSpec
@@ -333,7 +333,8 @@ def test_train_function_per_epoch_trains_like_torch(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.stem)
-def test_converted_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Path) -> None:
+def test_converted_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Path,
+                                                 tmp_path_factory) -> None:
     script = tmp_path / path.name
     script.write_text(converted[path.stem].code)
     run_dir = tmp_path / "run"
@@ -342,7 +343,8 @@ def test_converted_script_reaches_torch_accuracy(path: Path, converted, tmp_path
     # the loop, as the step returns them: one compile (before, the first call took them on
     # one device and the second compiled again for the replicated output)
     jax_acc = final_accuracy(script, run_dir, TIMEOUT_S)
-    torch_acc = final_accuracy(path, run_dir, TIMEOUT_S)
+    # (the torch original runs once per session: four files compare with it)
+    torch_acc = session_final_accuracy(path, tmp_path_factory, TIMEOUT_S)
     print(f"{path.stem}: torch {torch_acc:.4f}  equinox {jax_acc:.4f}")
     assert abs(jax_acc - torch_acc) <= WITHIN, (torch_acc, jax_acc)
     assert list(run_dir.iterdir()) == [], "a training script wrote files"
@@ -416,20 +418,21 @@ def test_equinox_train_step_follows_torch_for_10_steps(key: str, equinox_models)
                                   "adam_lambda_warmup", "sgd_plateau",
                                   "accumulate_rmsprop_exponential",
                                   "train_function_per_epoch"])
-def test_deterministic_script_trains_like_torch(name: str, tmp_path: Path) -> None:
+def test_deterministic_script_trains_like_torch(name: str, tmp_path: Path,
+                                                tmp_path_factory) -> None:
     """Weights from ``self.apply(self._init_weights)`` with constant initialisers (init_layers
     and ``eqx.tree_at`` on the equinox side), data from ``linspace``: the converted equinox
     script prints the losses and learning rates torch prints."""
-    from test_training_scripts import HEADER, SCRIPTS, _close, _run
+    from test_training_scripts import HEADER, SCRIPTS, _close, _run, _run_torch
 
     source = HEADER + SCRIPTS[name]
     result = convert_source(source, path="script.py", target="equinox")
     assert [d for d in result.diagnostics if d.severity == "error"] == []
     assert "@eqx.filter_jit" in result.code and "init_layers(self._init_weights" in result.code
-    torch_dir, jax_dir = tmp_path / "torch", tmp_path / "jax"
-    torch_dir.mkdir()
+    jax_dir = tmp_path / "jax"
     jax_dir.mkdir()
-    _close(_run(result.code, jax_dir), _run(source, torch_dir))
+    # (the torch run is test_training_scripts.py's: once per session)
+    _close(_run(result.code, jax_dir), _run_torch(source, tmp_path_factory))
 
 
 def test_gpt_weight_initialisation_and_optimizer_method(converted, tmp_path: Path) -> None:

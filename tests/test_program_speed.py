@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch import assert_compiles_once, compile_once_env
+from launch import assert_compiles_once, compile_once_env, session_run
 
 from torch2jax.convert import convert_source
 
@@ -69,15 +69,24 @@ def _run(script: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return done
 
 
+def _session_run(script: Path, tmp_path_factory) -> subprocess.CompletedProcess:
+    run = session_run(script, tmp_path_factory)
+    assert run["returncode"] == 0, run["stderr"][-3000:]
+    done = subprocess.CompletedProcess([], 0, run["stdout"], run["stderr"])
+    assert_compiles_once(done, script)
+    return done
+
+
 @pytest.mark.slow
 def test_converted_gpt_compiles_its_step_once_and_its_loss_falls_like_torch(
-        converted, tmp_path: Path) -> None:
+        converted, tmp_path: Path, tmp_path_factory) -> None:
     script = tmp_path / "gpt_param_groups.py"
     script.write_text(converted["gpt_param_groups"])
-    jax_run = _run(script, tmp_path, JAX_LOG_COMPILES="1")
+    # the runs of tests/test_training_converted.py, once per session (JAX_LOG_COMPILES=1)
+    jax_run = _session_run(script, tmp_path_factory)
     compiles = re.findall(r"Compiling jit\(train_step\)", jax_run.stdout + jax_run.stderr)
     assert len(compiles) == 1, compiles  # 300 steps, one batch shape
-    torch_run = _run(TRAINING / "gpt_param_groups.py", tmp_path)
+    torch_run = _session_run(TRAINING / "gpt_param_groups.py", tmp_path_factory)
     jax_losses = [(int(s), float(v)) for s, v in LOSS.findall(jax_run.stdout)]
     torch_losses = [(int(s), float(v)) for s, v in LOSS.findall(torch_run.stdout)]
     # logged at torch's interval, no more often

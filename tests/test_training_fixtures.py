@@ -25,12 +25,10 @@ ddp_amp_dataloader is a torch.distributed script: it runs as a world of one proc
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from launch import torchrun_env
+from launch import session_run
 
 pytest.importorskip("torch")
 
@@ -50,44 +48,19 @@ def test_every_training_fixture_has_a_threshold() -> None:
     assert sorted(p.stem for p in TRAINING.glob("*.py")) == sorted(THRESHOLDS)
 
 
-@pytest.fixture(scope="module")
-def run_script(tmp_path_factory: pytest.TempPathFactory):
-    """Run a script once per module (later calls reuse the result), from an empty directory.
-
-    The scripts run one after another: torch uses every core, and running them side by side
-    made each one several times slower.
-    """
-    cache: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
-
-    def run(name: str) -> tuple[subprocess.CompletedProcess, Path]:
-        if name not in cache:
-            cwd = tmp_path_factory.mktemp(name)
-            done = subprocess.run(
-                [sys.executable, str(TRAINING / f"{name}.py")],
-                cwd=cwd,
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_S,
-                check=False,
-                env=torchrun_env(),
-            )
-            cache[name] = (done, cwd)
-        return cache[name]
-
-    return run
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(THRESHOLDS))
-def test_training_script_learns(name: str, run_script) -> None:
-    done, cwd = run_script(name)
-    assert done.returncode == 0, f"{name}.py failed:\n{done.stderr[-3000:]}"
-    lines = done.stdout.strip().splitlines()
+def test_training_script_learns(name: str, tmp_path_factory) -> None:
+    # run from an empty folder once per session (tests/launch.py's session_run): the three
+    # targets' accuracy tests compare with the same run
+    done = session_run(TRAINING / f"{name}.py", tmp_path_factory, TIMEOUT_S)
+    assert done["returncode"] == 0, f"{name}.py failed:\n{done['stderr'][-3000:]}"
+    lines = done["stdout"].strip().splitlines()
     finals = [line for line in lines if line.startswith("final_accuracy")]
-    assert len(finals) == 1 and lines[-1] == finals[0], done.stdout[-2000:]
+    assert len(finals) == 1 and lines[-1] == finals[0], done["stdout"][-2000:]
     match = FINAL.match(finals[0])
     assert match is not None, finals[0]
     accuracy = float(match["value"])
     assert 0.0 <= accuracy <= 1.0
     assert accuracy >= THRESHOLDS[name], f"{name}: final_accuracy={accuracy}"
-    assert list(cwd.iterdir()) == [], "a training script wrote files"
+    assert done["wrote"] == [], "a training script wrote files"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from launch import final_accuracy
-from test_training_scripts import HEADER, _close, _run
+from launch import final_accuracy, session_final_accuracy
+from test_training_scripts import HEADER, _close, _run, _run_torch
 from test_training_scripts import SCRIPTS as CONSTRUCTS
 
 from torch2jax.convert import convert_source
@@ -134,13 +134,15 @@ def test_schedules_set_the_learning_rate_in_the_train_state(converted) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.stem)
-def test_linen_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Path) -> None:
+def test_linen_script_reaches_torch_accuracy(path: Path, converted, tmp_path: Path,
+                                             tmp_path_factory) -> None:
     script = tmp_path / path.name
     script.write_text(converted[path.stem].code)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     jax_acc = final_accuracy(script, run_dir, TIMEOUT_S)
-    torch_acc = final_accuracy(path, run_dir, TIMEOUT_S)
+    # (the torch original runs once per session: four files compare with it)
+    torch_acc = session_final_accuracy(path, tmp_path_factory, TIMEOUT_S)
     print(f"{path.stem}: torch {torch_acc:.4f}  linen {jax_acc:.4f}")
     assert abs(jax_acc - torch_acc) <= WITHIN, (torch_acc, jax_acc)
     assert list(run_dir.iterdir()) == [], "a training script wrote files"
@@ -166,7 +168,8 @@ def test_linen_marks_the_scripts_it_refuses(name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(CONSTRUCTS) - set(LINEN_REFUSES)))
-def test_linen_script_prints_what_torch_prints(name: str, tmp_path: Path) -> None:
+def test_linen_script_prints_what_torch_prints(name: str, tmp_path: Path,
+                                              tmp_path_factory) -> None:
     """The deterministic scripts of tests/test_training_scripts.py (constant initial weights
     through self.apply, fixed data): the linen script prints the torch script's loss after
     every update and learning rate after every scheduler step (per-update and per-epoch
@@ -177,10 +180,10 @@ def test_linen_script_prints_what_torch_prints(name: str, tmp_path: Path) -> Non
     assert [str(d) for d in result.diagnostics if d.severity == "error"] == []
     assert not any("nnx" in ln for ln in _code_lines(result.code))
     assert "TrainState.create(" in result.code and ".backward()" not in result.code
-    torch_dir, jax_dir = tmp_path / "torch", tmp_path / "linen"
-    torch_dir.mkdir()
+    jax_dir = tmp_path / "linen"
     jax_dir.mkdir()
-    _close(_run(result.code, jax_dir), _run(source, torch_dir))
+    # (the torch run is test_training_scripts.py's: once per session)
+    _close(_run(result.code, jax_dir), _run_torch(source, tmp_path_factory))
 
 
 # the common shape of a script: main() builds the model, the optimizer and a per-epoch

@@ -8,12 +8,14 @@ torch script: the learning rate after every scheduler step and the loss after ev
 from __future__ import annotations
 
 import ast
+import hashlib
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from launch import session_record
 from unbound import assert_names_bound
 
 from torch2jax.convert import convert_source
@@ -59,6 +61,25 @@ def _run(code: str, cwd: Path) -> list[str]:
                           text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.split()
+
+
+def _run_torch(source: str, tmp_path_factory) -> list[str]:
+    """``_run`` of a torch script, once per test session and source (launch.session_record):
+    this file, tests/test_training_linen.py and tests/test_equinox_training.py compare their
+    conversions of the same scripts with the same torch runs."""
+    assert_names_bound(source)
+
+    def make(cwd: Path) -> dict:
+        path = cwd / "script.py"
+        path.write_text(source)
+        done = subprocess.run([sys.executable, str(path)], cwd=cwd, capture_output=True,
+                              text=True, timeout=240, check=False)
+        return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+    key = f"script-{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+    run = session_record(key, tmp_path_factory, make)
+    assert run["returncode"] == 0, run["stderr"][-3000:]
+    return run["stdout"].split()
 
 
 def _close(a: list[str], b: list[str], rtol: float = 2e-5) -> None:
@@ -416,17 +437,16 @@ test()
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_converted_script_trains_like_torch(name: str, tmp_path: Path) -> None:
+def test_converted_script_trains_like_torch(name: str, tmp_path: Path, tmp_path_factory) -> None:
     source = HEADER + SCRIPTS[name]
     code = _convert(source)
     # the @nnx.jit step, or the functional jax.jit one (docs/training.md)
     assert ("@nnx.jit" in code or "jax.jit, static_argnums=0, donate_argnums=1" in code
             or "@partial(jax.jit, donate_argnums=0)" in code)
     assert ".backward()" not in code
-    torch_dir, jax_dir = tmp_path / "torch", tmp_path / "jax"
-    torch_dir.mkdir()
+    jax_dir = tmp_path / "jax"
     jax_dir.mkdir()
-    torch_out = _run(source, torch_dir)
+    torch_out = _run_torch(source, tmp_path_factory)
     jax_out = _run(code, jax_dir)
     _close(jax_out, torch_out)
 
