@@ -207,3 +207,21 @@ def new_creation(site: Site) -> cst.BaseExpression:
         extra.append(arg(site.args.get("fill_value")))
     dtype = site.args.get("dtype") or expr("{x}.dtype", x=site.x())
     return call(site.rule.jax, arg(shape), *extra, arg(dtype, "dtype"))
+
+
+@special("weight_norm")
+def weight_norm(site: Site) -> cst.BaseExpression:
+    """``nn.utils.weight_norm(module, name, dim)`` (and the parametrizations' one): the
+    helper (rules/functions.toml) on a layer already bound (``self.conv = weight_norm(
+    self.conv)``) or a Linear built on the spot; a convolution built in the call is refused:
+    the layout pass reads its channels-first calls from the layer's own assignment."""
+    module = site.get("module")
+    if module is None:
+        raise Untranslatable(f"{site.rule.torch} without a module")
+    if isinstance(module, cst.Call) and not m.matches(module.func, m.Attribute(
+            value=m.Name("nnx"), attr=m.Name("Linear"))):
+        raise Untranslatable(f"{site.rule.torch} of a layer built in the call: bind the layer "
+                             "first (self.conv = nn.Conv1d(...); self.conv = weight_norm("
+                             "self.conv))")
+    return call(site.rule.jax, arg(module), *[arg(site.args.get(k), k) for k in ("name", "dim")
+                                              if site.args.has(k)])

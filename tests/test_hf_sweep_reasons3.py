@@ -1,0 +1,82 @@
+"""More of the transformers sweep's most common reasons (docs/transformers-sweep.md, the ninth
+round), each a general rule on a module of our own in the modeling files' shape: converted,
+built with torch's weights and verified against torch (outputs and every parameter's
+gradient)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from torch2jax.verify.common import VerifyRequest
+from torch2jax.verify.run import run_request
+
+WEIGHT_NORM = '''
+import torch
+from torch import nn
+
+
+class PositionalConv(nn.Module):
+    """wav2vec2's positional convolution (the newer weight_norm when torch has it, over the
+    kernel axis, dim=2), EnCodec's weight_norm of a built conv (dim=0) and a Linear's over
+    the whole weight (dim=None)."""
+
+    def __init__(self, hidden=8, kernel=3, groups=2):
+        super().__init__()
+        self.conv = nn.Conv1d(hidden, hidden, kernel_size=kernel, padding=kernel // 2,
+                              groups=groups)
+        weight_norm = nn.utils.weight_norm
+        if hasattr(nn.utils.parametrizations, "weight_norm"):
+            weight_norm = nn.utils.parametrizations.weight_norm
+        self.conv = weight_norm(self.conv, name="weight", dim=2)
+        self.down = nn.Conv1d(hidden, 4, kernel_size=2)
+        self.down = nn.utils.weight_norm(self.down)
+        self.proj = nn.utils.weight_norm(nn.Linear(4, 3), dim=None)
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(self.conv(x)) + x
+        return self.proj(self.down(y).transpose(1, 2))
+'''
+
+
+def _verify(tmp_path: Path, source: str, target: str, *inputs: str):
+    path = tmp_path / "model.py"
+    path.write_text(source)
+    # the float32 pass (logits and every gradient) alone: the rules are dtype-free, CI's time
+    return run_request(VerifyRequest(target=f"{path}::{target}", inputs=inputs, float64=False))
+
+
+def test_weight_norm_parametrizes_the_layer_with_torchs_names(tmp_path) -> None:
+    r = _verify(tmp_path, WEIGHT_NORM, "PositionalConv", "float32[2,8,6]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+def _sweep():
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("transformers_sweep_cache",
+                                                  root / "benchmarks" / "transformers_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.transformers
+def test_a_cache_over_linear_attention_is_swept_with_the_cache_off() -> None:
+    """Qwen3-Next's (and Qwen3.5's, whose text config holds the layers) DynamicCache over
+    linear-attention layers is not translated: the sweep builds both sides with
+    use_cache=False, on the config the decoder reads; Llama's cache stays on."""
+    transformers = pytest.importorskip("transformers", exc_type=ImportError)
+    sweep = _sweep()
+    assert not sweep._cache_translated(transformers.Qwen3NextConfig(num_hidden_layers=4))
+    assert sweep._cache_translated(transformers.LlamaConfig(num_hidden_layers=2))
+    composite = transformers.Qwen3_5Config()
+    assert not sweep._cache_translated(composite)
+    namespace: dict = {}
+    exec(sweep.CACHE_OFF, namespace)  # noqa: S102 (the sweep's own setup code)
+    off = namespace["_sweep_cache_off"](composite)
+    assert off is composite and off.use_cache is False
+    assert off.get_text_config(decoder=True).use_cache is False
