@@ -55,6 +55,36 @@ def test_weight_norm_parametrizes_the_layer_with_torchs_names(tmp_path) -> None:
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
 
 
+SPLIT_BY_A_LOCAL_LIST = '''
+import torch
+from torch import nn
+
+
+class GatedDeltaSplit(nn.Module):
+    """Qwen3-Next's gated delta net: the projection split into unequal parts by a local list
+    of sizes, unpacked into names (a chunk size unpacked the same way stays one)."""
+
+    def __init__(self, width=6, key_dim=2, value_dim=3):
+        super().__init__()
+        self.key_dim, self.value_dim = key_dim, value_dim
+        self.proj = nn.Linear(width, 2 * key_dim + 2 * value_dim)
+
+    def forward(self, x):
+        sizes = [self.key_dim, self.key_dim, self.value_dim, self.value_dim]
+        query, key, value, z = torch.split(self.proj(x), sizes, dim=-1)
+        size = self.key_dim
+        a, b, c, d, e = torch.split(self.proj(x), size, dim=-1)
+        return (query * key).sum(-1, keepdim=True) * value + z + (a * b + c * d).sum(-1)[..., None]
+'''
+
+
+def test_split_by_a_local_list_of_sizes_unpacked(tmp_path) -> None:
+    r = _verify(tmp_path, SPLIT_BY_A_LOCAL_LIST, "GatedDeltaSplit", "float32[2,3,6]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
 def _sweep():
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("transformers_sweep_cache",
@@ -80,3 +110,35 @@ def test_a_cache_over_linear_attention_is_swept_with_the_cache_off() -> None:
     off = namespace["_sweep_cache_off"](composite)
     assert off is composite and off.use_cache is False
     assert off.get_text_config(decoder=True).use_cache is False
+
+
+def test_filter_output_hidden_states_forces_them_on_a_backbone_only() -> None:
+    """wav2vec2's heads wrap their forward in filter_output_hidden_states and ask for the
+    hidden states themselves where they read them: the converted runtime passes the caller's
+    value on (the capture of hidden states is refused), a backbone's forward still gets True."""
+    from types import SimpleNamespace
+
+    from torch2jax.transformers_backbone import BackboneMixin, filter_output_hidden_states
+
+    class Head:
+        config = SimpleNamespace(output_hidden_states=False)
+
+        @filter_output_hidden_states
+        def forward(self, **kwargs):
+            return {"logits": 1, "hidden_states": kwargs["output_hidden_states"]}
+
+    class Backbone(BackboneMixin, Head):
+        def __init__(self) -> None:  # BackboneMixin's reads a backbone config
+            pass
+
+    assert Head().forward() == {"logits": 1}
+    assert Head().forward(output_hidden_states=True)["hidden_states"] is True
+    seen = []
+    original = Head.forward.__wrapped__
+
+    def recording(self, **kwargs):
+        seen.append(kwargs["output_hidden_states"])
+        return original(self, **kwargs)
+
+    Backbone.forward = filter_output_hidden_states(recording)
+    assert Backbone().forward() == {"logits": 1} and seen == [True]

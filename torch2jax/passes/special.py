@@ -847,7 +847,9 @@ def split(site: Site) -> cst.BaseExpression:
             acc.append(code(e.value))
             parts.append(" + ".join(acc))
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(parts) + "]")), *axis)
-    if site.unpack:  # q, k, v = x.split(self.n_embd, dim=2): a chunk size
+    if site.unpack and not isinstance(size_node, cst.Name):
+        # q, k, v = x.split(self.n_embd, dim=2): a chunk size (a local may hold the sizes:
+        # Qwen3-Next's split_arg_list, told apart by torch_split when it runs)
         s = code(size_node)
         idx = [s if i == 1 else f"{i} * {s}" for i in range(1, site.unpack)]
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(idx) + "]")), *axis)
