@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.passes.common import Untranslatable, arg, call, code, expr, int_value
+from torch2jax.passes.common import Untranslatable, arg, call, code, expr, int_value, py
 from torch2jax.passes.registry import Site, special
 from torch2jax.passes.special import _dtype_kw, _hint, _is_int_like, _sizes, norm_axes
 
@@ -225,3 +225,21 @@ def weight_norm(site: Site) -> cst.BaseExpression:
                              "self.conv))")
     return call(site.rule.jax, arg(module), *[arg(site.args.get(k), k) for k in ("name", "dim")
                                               if site.args.has(k)])
+
+
+@special("solve_triangular")
+def solve_triangular(site: Site) -> cst.BaseExpression:
+    """``torch.linalg.solve_triangular(A, B, *, upper, left=True, unitriangular=False)``:
+    ``jax.lax.linalg.triangular_solve`` (batched as torch's, one batch shape for both), which
+    solves ``A X = B`` with ``left_side=True``, ``X A = B`` without; both read only the
+    triangle ``upper`` names."""
+    a, b, upper = site.get("input"), site.get("B"), site.get("upper")
+    if a is None or b is None or upper is None:
+        raise Untranslatable("torch.linalg.solve_triangular without A, B or upper=")
+    up = site.lit("upper")
+    lower = py(not up) if isinstance(up, bool) else expr("not {u}", u=upper)
+    left = site.args.get("left")
+    unit = site.args.get("unitriangular")
+    return call("jax.lax.linalg.triangular_solve", arg(a), arg(b),
+                arg(left if left is not None else py(True), "left_side"), arg(lower, "lower"),
+                *([arg(unit, "unit_diagonal")] if unit is not None else []))
