@@ -85,6 +85,38 @@ def test_split_by_a_local_list_of_sizes_unpacked(tmp_path) -> None:
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
 
 
+PATCH_SIZE_PAIR = '''
+import collections.abc
+
+import torch
+from torch import nn
+
+
+class PatchEmbed(nn.Module):
+    """Kimi-K2.5's patch embedding: the kernel size a local made a pair where it is an int
+    (a non-square pair here, so that (p, p) of the pair shows), and ViT's Iterable test."""
+
+    def __init__(self, patch=(2, 3), image=(4, 6), hidden=5):
+        super().__init__()
+        self.patch, self.image = patch, image
+        patch_size = self.patch if not isinstance(self.patch, int) else (self.patch, self.patch)
+        self.proj = nn.Conv2d(3, hidden, kernel_size=patch_size, stride=patch_size)
+        image_size = (self.image if isinstance(self.image, collections.abc.Iterable)
+                      else (self.image, self.image))
+        self.pool = nn.Conv2d(hidden, 2, kernel_size=image_size[0] // 2)
+
+    def forward(self, x):
+        return self.pool(self.proj(x))
+'''
+
+
+def test_a_kernel_size_made_a_pair_by_a_conditional(tmp_path) -> None:
+    r = _verify(tmp_path, PATCH_SIZE_PAIR, "PatchEmbed", "float32[2,3,4,6]")
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
 def _sweep():
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("transformers_sweep_cache",
