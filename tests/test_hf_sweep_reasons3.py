@@ -174,3 +174,27 @@ def test_filter_output_hidden_states_forces_them_on_a_backbone_only() -> None:
 
     Backbone.forward = filter_output_hidden_states(recording)
     assert Backbone().forward() == {"logits": 1} and seen == [True]
+
+
+@pytest.mark.transformers
+def test_the_recurrent_layers_padding_mask_is_torchs() -> None:
+    """Qwen3-Next's (and every linear-attention or mamba model's) create_recurrent_attention_mask:
+    the padding mask's last positions, as transformers' (which also skips an all-ones mask
+    outside tracing, where multiplying by it changes nothing); None for one new token."""
+    pytest.importorskip("transformers", exc_type=ImportError)
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig
+    from transformers.masking_utils import create_recurrent_attention_mask as torch_mask
+
+    from torch2jax.transformers_runtime import create_recurrent_attention_mask
+
+    config = LlamaConfig(num_hidden_layers=1)
+    mask = np.array([[1, 1, 1, 1], [0, 0, 1, 1]])
+    embeds = np.zeros((2, 3, 4), np.float32)
+    got = create_recurrent_attention_mask(config, embeds, mask)
+    want = torch_mask(config, torch.from_numpy(embeds), torch.from_numpy(mask))
+    np.testing.assert_array_equal(np.asarray(got), want.numpy())
+    assert create_recurrent_attention_mask(config, embeds[:, :1], mask) is None
+    assert torch_mask(config, torch.from_numpy(embeds[:, :1]), torch.from_numpy(mask)) is None
+    assert create_recurrent_attention_mask(config, embeds, None) is None
