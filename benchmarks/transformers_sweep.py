@@ -10,7 +10,8 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
   key-value heads, vocabulary, positions, experts, image and audio sizes; ``head_dim`` kept
   consistent with the hidden size and the heads; lists per layer cut to the new layer count;
   token ids kept inside the vocabulary). Nothing else of the default config changes: the
-  cache stays on where the config has it on;
+  cache stays on where the config has it on, unless its ``DynamicCache`` holds layers the
+  converted cache does not translate (``_cache_translated``: then ``use_cache=False``);
 * converts the file once into a mirror package (as ``torch2jax verify`` does) and runs
   ``verify`` on it: logits and every parameter's gradient in float32, without and with a
   random padding mask where the forward takes ``attention_mask``;
