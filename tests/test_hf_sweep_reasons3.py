@@ -62,7 +62,8 @@ from torch import nn
 
 class GatedDeltaSplit(nn.Module):
     """Qwen3-Next's gated delta net: the projection split into unequal parts by a local list
-    of sizes, unpacked into names (a chunk size unpacked the same way stays one)."""
+    of sizes, unpacked into names, and Kimi-Linear's list repeated (a chunk size unpacked the
+    same way stays one)."""
 
     def __init__(self, width=6, key_dim=2, value_dim=3):
         super().__init__()
@@ -74,7 +75,9 @@ class GatedDeltaSplit(nn.Module):
         query, key, value, z = torch.split(self.proj(x), sizes, dim=-1)
         size = self.key_dim
         a, b, c, d, e = torch.split(self.proj(x), size, dim=-1)
-        return (query * key).sum(-1, keepdim=True) * value + z + (a * b + c * d).sum(-1)[..., None]
+        f, g = torch.split(self.proj(x)[..., :6], [self.value_dim] * 2, dim=-1)
+        return ((query * key).sum(-1, keepdim=True) * value + z + f * g
+                + (a * b + c * d).sum(-1)[..., None])
 '''
 
 
