@@ -10,7 +10,8 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
   key-value heads, vocabulary, positions, experts, image and audio sizes; ``head_dim`` kept
   consistent with the hidden size and the heads; lists per layer cut to the new layer count;
   token ids kept inside the vocabulary). Nothing else of the default config changes: the
-  cache stays on where the config has it on;
+  cache stays on where the config has it on, unless its ``DynamicCache`` holds layers the
+  converted cache does not translate (``_cache_translated``: then ``use_cache=False``);
 * converts the file once into a mirror package (as ``torch2jax verify`` does) and runs
   ``verify`` on it: logits and every parameter's gradient in float32, without and with a
   random padding mask where the forward takes ``attention_mask``;
@@ -454,6 +455,34 @@ def _model_types(config, depth: int = 0) -> set[str]:
     return {t for t in found if t}
 
 
+# the setup of a model swept with the cache off (``_cache_translated``): use_cache=False on the
+# config and on its text (decoder) config, which the decoder's forward reads
+CACHE_OFF = """
+def _sweep_cache_off(config):
+    config.use_cache = False
+    config.get_text_config(decoder=True).use_cache = False
+    return config
+"""
+
+
+def _cache_translated(config) -> bool:
+    """Whether the converted forward's ``DynamicCache(config=...)`` is translated for
+    ``config``'s layers (torch2jax.transformers_runtime: attention, full or sliding). A model
+    with other layers (linear attention, recurrent or convolution states, an indexer) is swept
+    with ``use_cache=False`` on both sides (``CACHE_OFF``): one forward pass from no cache
+    computes the same logits and gradients either way, and the cache it would return is not
+    what the sweep compares."""
+    from torch2jax.transformers_runtime import _layer_windows
+
+    try:
+        _layer_windows(config)
+    except NotImplementedError:
+        return False
+    except Exception:  # noqa: BLE001 (a config the runtime reads otherwise: the forward says)
+        return True
+    return True
+
+
 def run_one(path: Path) -> list[dict]:
     """One modeling file: find, shrink, convert once, verify (without and with a mask)."""
     import importlib
@@ -490,8 +519,11 @@ def run_one(path: Path) -> list[dict]:
         config, kwargs, specs, masked = fitting_config(cls, config_class)
     except Exception as exc:  # noqa: BLE001
         return done(f"config: {type(exc).__name__}: {exc}")
-    expression = f"{cls.__name__}(_SweepConfig({', '.join(f'{k}={_literal(v)}' for k, v in kwargs.items())}))"
+    expression = f"_SweepConfig({', '.join(f'{k}={_literal(v)}' for k, v in kwargs.items())})"
     setup = f"from {config_class.__module__} import {config_class.__name__} as _SweepConfig"
+    if not _cache_translated(config):
+        expression, setup = f"_sweep_cache_off({expression})", setup + CACHE_OFF
+    expression = f"{cls.__name__}({expression})"
     with tempfile.TemporaryDirectory(prefix="t2j-sweep-") as tmp:
         try:
             converted, todos = convert_package_file(

@@ -74,7 +74,7 @@ SUPPORT_NAMES = {
     "deprecate_kwarg", "merge_with_config_defaults", "capture_outputs", "check_model_inputs",
     "Conv1D", "attention_dropout", "OutputRecorder", "maybe_autocast", "EncoderDecoderCache",
     "create_bidirectional_mask", "create_bidirectional_sliding_window_mask",
-    "FlashAttentionKwargs", "apply_chunking_to_forward",
+    "create_recurrent_attention_mask", "FlashAttentionKwargs", "apply_chunking_to_forward",
     "torch_int", "is_torchdynamo_compiling", "is_deepspeed_zero3_enabled",
     "use_experts_implementation", "DUMMY_INPUTS", "DUMMY_MASK",
     "compile_compatible_method_lru_cache",

@@ -79,7 +79,9 @@ class BackboneMixin:
 def filter_output_hidden_states(forward: Callable) -> Callable:
     """A backbone's forward computes every hidden state (its feature maps are some of them):
     it runs with ``output_hidden_states=True`` and the field goes from the output unless the
-    caller asked for it."""
+    caller asked for it. Another model's forward (wav2vec2's heads, which ask for the hidden
+    states themselves where they read them: ``use_weighted_layer_sum``) runs with the
+    caller's value: the converted model computes hidden states only where they are read."""
 
     @functools.wraps(forward)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -88,7 +90,7 @@ def filter_output_hidden_states(forward: Callable) -> Callable:
         if wanted not in (None, True, False):
             raise NotImplementedError(f"output_hidden_states={wanted!r} (a selection of the "
                                       "hidden states) is not translated")
-        kwargs["output_hidden_states"] = True
+        kwargs["output_hidden_states"] = True if isinstance(self, BackboneMixin) else bool(wanted)
         output = forward(self, *args, **kwargs)
         if not wanted:
             output = type(output)(**{k: v for k, v in output.items() if k != "hidden_states"})

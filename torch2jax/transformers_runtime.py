@@ -34,7 +34,8 @@ __all__ = [
     "GradientCheckpointingLayer", "MaskedLMOutput", "ModelOutput", "OutputRecorder",
     "PreTrainedModel", "Sampling", "StaticCache", "TransformersKwargs", "Unpack",
     "attention_dropout", "can_return_tuple", "capture_outputs", "check_model_inputs",
-    "create_bidirectional_mask", "create_causal_mask", "create_sliding_window_causal_mask",
+    "create_bidirectional_mask", "create_causal_mask", "create_recurrent_attention_mask",
+    "create_sliding_window_causal_mask",
     "deprecate_kwarg", "dynamic_rope_update", "gelu", "gelu_fast", "gelu_new", "gelu_python",
     "gelu_pytorch_tanh", "generate_tokens", "get_activation", "greedy_generate", "logging",
     "maybe_autocast", "merge_with_config_defaults", "mish", "quick_gelu", "sample_uniforms",
@@ -1469,6 +1470,17 @@ def create_bidirectional_mask(config: Any, inputs_embeds: jax.Array,
     if attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     return _bidirectional(config, inputs_embeds, attention_mask, None)
+
+
+def create_recurrent_attention_mask(config: Any, inputs_embeds: jax.Array,
+                                    attention_mask: jax.Array | None, cache: Any = None,
+                                    **kwargs: Any) -> jax.Array | None:
+    """The (batch, seq) padding mask of mamba and linear-attention layers, its last
+    ``inputs_embeds.shape[1]`` positions; None without a 2-D mask or for one new token. Torch
+    also skips an all-ones mask outside tracing: multiplying by it changes nothing."""
+    if attention_mask is None or attention_mask.ndim != 2 or inputs_embeds.shape[1] == 1:
+        return None
+    return attention_mask[:, -inputs_embeds.shape[1]:]
 
 
 def create_bidirectional_sliding_window_mask(config: Any, inputs_embeds: jax.Array,

@@ -1103,4 +1103,4 @@ def add_helpers(module: cst.Module, target: str = "nnx") -> tuple[cst.Module, se
 # the layer classes with torch's signatures (a layer class used as a value), registered after
 # the helpers above, which they may derive from (BatchNorm2d from BatchNorm): the table's order
 # is an order in which the definitions run
-from torch2jax.passes import helpers_layers  # noqa: F401
+from torch2jax.passes import helpers_layers, helpers_weight_norm  # noqa: F401

@@ -47,6 +47,14 @@ _ITERATING = frozenset({"builtins.len", "builtins.enumerate", "builtins.reversed
 _TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "T", "mT", "H", "data",
                                 "grad", "requires_grad", "is_cuda", "real", "imag", "layout"})
 
+# torch's weight_norm functions read as values (an alias called later) -> the helper their
+# calls become (rules/functions.toml, passes/helpers_weight_norm.py)
+_WEIGHT_NORM_VALUES = {
+    "torch.nn.utils.weight_norm": "torch_weight_norm",
+    "torch.nn.utils.parametrizations.weight_norm": "torch_parametrized_weight_norm",
+}
+
+
 class AttributesMixin:
     def leave_UnaryOperation(self, original_node, updated_node):
         # not self.training: self.deterministic (a bool), not `not not self.deterministic`
@@ -423,6 +431,13 @@ class AttributesMixin:
         return sub
 
     def leave_Attribute(self, original_node, updated_node):
+        helper = _WEIGHT_NORM_VALUES.get(self.q(original_node) or "")
+        if helper is not None:
+            parent = self.get_metadata(ParentNodeProvider, original_node, None)
+            if not (isinstance(parent, cst.Call) and parent.func is original_node):
+                # weight_norm = nn.utils.parametrizations.weight_norm (wav2vec2): the helper
+                # its calls become (rules/functions.toml)
+                return cst.Name(helper)
         if original_node.attr.value == "type" and (
                 m.matches(original_node.value, m.Name()) and original_node.value.value in
                 self._device_names or m.matches(original_node.value, m.Attribute(

@@ -241,12 +241,16 @@ class CallsMixin:
             return updated_node.with_changes(args=[updated_node.args[0].with_changes(
                 value=expr(_SIGNATURE_OPTIMIZERS[self.q(original_node.args[0].value)]))])
         if m.matches(original_node, m.Call(func=m.Name("hasattr"), args=[
-                m.Arg(), m.Arg(value=m.SimpleString())])) and self.q(
-                original_node.args[0].value) == "torch.nn.functional" and \
-                original_node.args[1].value.evaluated_value == "scaled_dot_product_attention":
-            # the flash-attention guard: JAX's fused attention is jax.nn.dot_product_attention
-            self.need("jax")
-            return expr("hasattr(jax.nn, 'dot_product_attention')")
+                m.Arg(), m.Arg(value=m.SimpleString())])):
+            owner = self.q(original_node.args[0].value)
+            attr = original_node.args[1].value.evaluated_value
+            if owner == "torch.nn.functional" and attr == "scaled_dot_product_attention":
+                # the flash-attention guard: JAX's fused attention is jax.nn.dot_product_attention
+                self.need("jax")
+                return expr("hasattr(jax.nn, 'dot_product_attention')")
+            if owner == "torch.nn.utils.parametrizations" and attr == "weight_norm":
+                # the newer weight_norm's guard (wav2vec2): rules/functions.toml translates it
+                return cst.Name("True")
         wrapped = self._epoch_loader_wrapped(original_node, updated_node)
         if wrapped is not None:
             return wrapped

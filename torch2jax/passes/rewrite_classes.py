@@ -738,6 +738,14 @@ class ModuleClassMixin:
             return args
         return [cst.Arg(expr("{d}.values()", d=args[0].value), star="*")]
 
+    def _holds_weight_norm(self, fn: cst.FunctionDef, n: str) -> bool:
+        """The local ``n`` of ``fn`` is bound to torch's weight_norm functions only."""
+        values = [a.value for a in m.findall(fn, m.Assign(targets=[m.AssignTarget(
+            target=m.Name(n))]))]
+        return bool(values) and all(self.q(v) in (
+            "torch.nn.utils.weight_norm", "torch.nn.utils.parametrizations.weight_norm")
+            for v in values)
+
     def _builds_module(self, original: cst.Call, name: str | None) -> bool:
         func = original.func
         if isinstance(func, cst.Name):
@@ -763,6 +771,8 @@ class ModuleClassMixin:
                 # is_fast_norm() (a name ending in "layer" or "norm" reads as a factory
                 # handed in, below)
                 return False
+            if self._fn_stack and self._holds_weight_norm(self._fn_stack[-1], n):
+                return False  # weight_norm = nn.utils.weight_norm (wav2vec2): a function
             # a layer factory handed in as an argument (block(...), norm_layer(...))
             # (or held in a local: norm_layer = self._norm_layer)
             factory = n.endswith(("layer", "block", "Layer", "Block", "norm", "module"))

@@ -343,7 +343,8 @@ def _device_string(node: cst.BaseExpression) -> bool:
 def _indexed_sequence(fn: cst.FunctionDef, name: str) -> bool:
     """``name`` is bound once in ``fn`` (or is its parameter) and read there with an index
     (ViViT's ``tubelet_size[0]``, Qianfan-OCR's ``patch_size[1]``): a sequence, as an int has
-    no items, whatever the value analysis could not tell of it (``config.tubelet_size``)."""
+    no items, whatever the value analysis could not tell of it (``config.tubelet_size``); or
+    bound to a conditional of an ``isinstance`` test with a tuple or list on one side."""
     def binds(target: cst.CSTNode | None) -> bool:  # a, (b, c), *d; not self.name
         if isinstance(target, cst.AsName):
             target = target.name
@@ -360,4 +361,13 @@ def _indexed_sequence(fn: cst.FunctionDef, name: str) -> bool:
                                                    *fn.params.kwonly_params))
     if len(bound) + is_param != 1:
         return False
-    return any(findall(fn.body, m.Subscript(value=m.Name(name))))
+    if any(findall(fn.body, m.Subscript(value=m.Name(name)))):
+        return True
+    # bound to a conditional that makes a sequence of what is not one (Kimi-K2.5's
+    # ``p if not isinstance(p, int) else (p, p)``, ViT's ``isinstance(s, Iterable)``)
+    pair = m.Tuple() | m.List()
+    test = m.Call(func=m.Name("isinstance")) | m.UnaryOperation(
+        operator=m.Not(), expression=m.Call(func=m.Name("isinstance")))
+    return any(findall(fn.body, m.Assign(targets=[m.AssignTarget(target=m.Name(name))],
+                                         value=m.IfExp(test=test, body=pair)
+                                         | m.IfExp(test=test, orelse=pair))))

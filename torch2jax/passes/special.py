@@ -847,11 +847,15 @@ def split(site: Site) -> cst.BaseExpression:
             acc.append(code(e.value))
             parts.append(" + ".join(acc))
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(parts) + "]")), *axis)
-    if site.unpack:  # q, k, v = x.split(self.n_embd, dim=2): a chunk size
+    listed = m.matches(size_node, m.BinaryOperation(left=m.List() | m.Tuple()) | m.ListComp())
+    if site.unpack and not isinstance(size_node, cst.Name) and not listed:
+        # q, k, v = x.split(self.n_embd, dim=2): a chunk size (a local may hold the sizes:
+        # Qwen3-Next's split_arg_list; Kimi-Linear's [self.qkv_dim] * 3: torch_split)
         s = code(size_node)
         idx = [s if i == 1 else f"{i} * {s}" for i in range(1, site.unpack)]
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(idx) + "]")), *axis)
-    if isinstance(sizes, int) or not isinstance(size_node, (cst.Name, cst.Attribute)):
+    if isinstance(sizes, int) or not isinstance(size_node, (cst.Name, cst.Attribute)) \
+            and not listed:
         x = site.once(x, "whole", "split's input (an unknown number of chunks)")  # a chunk size
         s, dim = code(size_node), code(d) if d is not None else "0"
         return call("jnp.split", arg(x), arg(expr(f"list(range({s}, {code(x)}.shape[{dim}], {s}))")),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.passes.common import Untranslatable, arg, call, code, expr, int_value
+from torch2jax.passes.common import Untranslatable, arg, call, code, expr, int_value, py
 from torch2jax.passes.registry import Site, special
 from torch2jax.passes.special import _dtype_kw, _hint, _is_int_like, _sizes, norm_axes
 
@@ -207,3 +207,39 @@ def new_creation(site: Site) -> cst.BaseExpression:
         extra.append(arg(site.args.get("fill_value")))
     dtype = site.args.get("dtype") or expr("{x}.dtype", x=site.x())
     return call(site.rule.jax, arg(shape), *extra, arg(dtype, "dtype"))
+
+
+@special("weight_norm")
+def weight_norm(site: Site) -> cst.BaseExpression:
+    """``nn.utils.weight_norm(module, name, dim)`` (and the parametrizations' one): the
+    helper (rules/functions.toml) on a layer already bound (``self.conv = weight_norm(
+    self.conv)``) or a Linear built on the spot; a convolution built in the call is refused:
+    the layout pass reads its channels-first calls from the layer's own assignment."""
+    module = site.get("module")
+    if module is None:
+        raise Untranslatable(f"{site.rule.torch} without a module")
+    if isinstance(module, cst.Call) and not m.matches(module.func, m.Attribute(
+            value=m.Name("nnx"), attr=m.Name("Linear"))):
+        raise Untranslatable(f"{site.rule.torch} of a layer built in the call: bind the layer "
+                             "first (self.conv = nn.Conv1d(...); self.conv = weight_norm("
+                             "self.conv))")
+    return call(site.rule.jax, arg(module), *[arg(site.args.get(k), k) for k in ("name", "dim")
+                                              if site.args.has(k)])
+
+
+@special("solve_triangular")
+def solve_triangular(site: Site) -> cst.BaseExpression:
+    """``torch.linalg.solve_triangular(A, B, *, upper, left=True, unitriangular=False)``:
+    ``jax.lax.linalg.triangular_solve`` (batched as torch's, one batch shape for both), which
+    solves ``A X = B`` with ``left_side=True``, ``X A = B`` without; both read only the
+    triangle ``upper`` names."""
+    a, b, upper = site.get("input"), site.get("B"), site.get("upper")
+    if a is None or b is None or upper is None:
+        raise Untranslatable("torch.linalg.solve_triangular without A, B or upper=")
+    up = site.lit("upper")
+    lower = py(not up) if isinstance(up, bool) else expr("not {u}", u=upper)
+    left = site.args.get("left")
+    unit = site.args.get("unitriangular")
+    return call("jax.lax.linalg.triangular_solve", arg(a), arg(b),
+                arg(left if left is not None else py(True), "left_side"), arg(lower, "lower"),
+                *([arg(unit, "unit_diagonal")] if unit is not None else []))
