@@ -136,6 +136,10 @@ class FileIndex:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     module_classes: set[str] = field(default_factory=set)
     defined: set[str] = field(default_factory=set)  # names bound at the top level of the file
+    # the file's classes may be built by code not seen here, with arguments not seen here (a
+    # package's module converted alone: convert_source's public=None): an activation class
+    # parameter may be given any class there, a module class among them
+    outside_callers: bool = False
     rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
     # functions taking rngs only to draw (timm's _init_weights): partial(fn, ...) binds rngs
     draw_functions: set[str] = field(default_factory=set)

@@ -622,10 +622,14 @@ class CallsMixin:
                 # an activation class handed in (activation_layer(inplace=True)): the
                 # classes passed for it are their functions
                 out = self._activation_factory_call(original, updated)
-                if factory is None and self._rngs_scope and self._rngs_scope[-1]:
-                    # no default says what it is: a module class may come (rdnet's act_layer
-                    # from timm's get_act_layer("gelu"), timm's GELU module): built then, as
-                    # the torch call built it (it was called on the activations)
+                if (factory is None or self.index.outside_callers) and (
+                        self._rngs_scope and self._rngs_scope[-1]):
+                    # no default says what it is, or the file's classes are built by code
+                    # not seen here (a package's module: timm's Mlp given convnext's
+                    # GELUTanh by get_act_layer("gelu_tanh")): a module class may come
+                    # (rdnet's act_layer from timm's get_act_layer("gelu"), timm's GELU
+                    # module): built then, as the torch call built it (it was called on the
+                    # activations in the forward)
                     self.diag(original, "layer-factory", "info",
                               f"{n}(...): an activation function is used as it is, a "
                               "module class is built")

@@ -1,0 +1,118 @@
+"""Shapes of timm's model code that pass ``rngs`` to the modules they build, or do not
+(benchmarks/timm_sweep.py, docs/timm-sweep.md, the ninth run's "rngs plumbing"), each on a
+model of our own written that way, converted, built and verified against torch (outputs and
+gradients, in float64):
+
+* an activation class parameter with a default (timm.layers' ``Mlp``: ``act_layer=nn.GELU``,
+  ``self.act = act_layer()``) in a package's module, given a module class by another module
+  (timm's convnext: ``get_act_layer("gelu_tanh")``, timm's ``GELUTanh(nn.Module)``): the
+  file's callers are not all seen, so the call is the ``build_layer`` helper (a function used
+  as it is, a class built); it was the parameter itself, and the class was built on the
+  activations in the forward ("GELUTanh.__init__() missing 1 required keyword-only argument:
+  'rngs'", at ``x = self.act(x)``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from torch2jax.verify.run import VerifyRequest, run_request
+
+
+def _package(pkg, model: str, layers: dict[str, str]):
+    """A package of timm's layout at ``pkg``: ``layers/<name>.py`` for each of ``layers``
+    and ``models/net.py`` holding ``model``."""
+    for sub in (pkg, pkg / "layers", pkg / "models"):
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / "__init__.py").write_text("")
+    for name, text in layers.items():
+        (pkg / "layers" / f"{name}.py").write_text(text)
+    (pkg / "models" / "net.py").write_text(model)
+    return pkg
+
+
+def _verifies_package(pkg, entry: str, *inputs: str):
+    """``entry`` of the package's ``models/net.py`` verified against torch in float64 (the
+    float32 pass would double the time): the result, which passed."""
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::{entry}", inputs=inputs,
+                                       float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    return result
+
+
+ACTIVATIONS = textwrap.dedent('''
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class GELUTanh(nn.Module):
+        def __init__(self, inplace: bool = False):
+            super().__init__()
+
+        def forward(self, input):
+            return F.gelu(input, approximate="tanh")
+
+
+    _ACT_LAYERS = dict(gelu=nn.GELU, relu=nn.ReLU, gelu_tanh=GELUTanh)
+
+
+    def get_act_layer(name="relu"):
+        if not isinstance(name, str):
+            return name
+        return _ACT_LAYERS[name]
+''')
+
+MLP = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Mlp(nn.Module):
+        def __init__(self, in_features, hidden_features=None, act_layer=nn.GELU):
+            super().__init__()
+            hidden_features = hidden_features or in_features
+            self.fc1 = nn.Linear(in_features, hidden_features)
+            self.act = act_layer()
+            self.fc2 = nn.Linear(hidden_features, in_features)
+
+        def forward(self, x):
+            x = self.fc1(x)
+            x = self.act(x)
+            return self.fc2(x)
+''')
+
+ACT_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ..layers.activations import get_act_layer
+    from ..layers.mlp import Mlp
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, act_layer=nn.GELU):
+            super().__init__()
+            self.norm = nn.LayerNorm(dim)
+            self.mlp = Mlp(dim, 2 * dim, act_layer=act_layer)
+
+        def forward(self, x):
+            return x + self.mlp(self.norm(x))
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3, act_layer="gelu_tanh"):
+            super().__init__()
+            act_layer = get_act_layer(act_layer)
+            self.block = Block(dim, act_layer=act_layer)
+            self.plain = Mlp(dim)
+            self.relu = Mlp(dim, act_layer=get_act_layer("relu"))
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.relu(self.plain(self.block(x))))
+''')
+
+
+def test_an_activation_parameter_with_a_default_given_a_module_class_elsewhere(tmp_path):
+    pkg = _package(tmp_path / "tinypkg_act", ACT_MODEL, {"activations": ACTIVATIONS,
+                                                          "mlp": MLP})
+    _verifies_package(pkg, "Net", "float32[2,6]")
