@@ -10,6 +10,11 @@ gradients, in float64):
   as it is, a class built); it was the parameter itself, and the class was built on the
   activations in the forward ("GELUTanh.__init__() missing 1 required keyword-only argument:
   'rngs'", at ``x = self.act(x)``).
+* a table of block classes written ``dict(name=Class, ...)`` (timm's byobnet:
+  ``_block_registry = dict(basic=BasicBlock, ..., edge=EdgeBlock)``, called as
+  ``_block_registry[block](**kwargs)`` in ``create_block``): its items are built with ``rngs``,
+  and a function calling an item takes them, as the ``{...}`` form did ("EdgeBlock.__init__()
+  missing 1 required keyword-only argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -17,6 +22,17 @@ from __future__ import annotations
 import textwrap
 
 from torch2jax.verify.run import VerifyRequest, run_request
+
+
+def _verifies(tmp_path, source: str, entry: str, *inputs: str):
+    """``source`` written as a file, its class ``entry`` verified against torch in float64:
+    the result, which passed."""
+    (tmp_path / "model.py").write_text(source)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::{entry}", inputs=inputs,
+                                       float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    return result
 
 
 def _package(pkg, model: str, layers: dict[str, str]):
@@ -116,3 +132,70 @@ def test_an_activation_parameter_with_a_default_given_a_module_class_elsewhere(t
     pkg = _package(tmp_path / "tinypkg_act", ACT_MODEL, {"activations": ACTIVATIONS,
                                                           "mlp": MLP})
     _verifies_package(pkg, "Net", "float32[2,6]")
+
+
+BLOCK_REGISTRY = textwrap.dedent('''
+    from functools import partial
+
+    import torch.nn as nn
+
+
+    class Basic(nn.Module):
+        def __init__(self, in_chs, out_chs, scale=1.0):
+            super().__init__()
+            self.fc = nn.Linear(in_chs, out_chs)
+            self.scale = scale
+
+        def forward(self, x):
+            return self.fc(x).tanh() * self.scale
+
+
+    class Edge(nn.Module):
+        def __init__(self, in_chs, out_chs, scale=1.0):
+            super().__init__()
+            self.fc1 = nn.Linear(in_chs, out_chs)
+            self.fc2 = nn.Linear(out_chs, out_chs)
+
+        def forward(self, x):
+            return self.fc2(self.fc1(x).sigmoid())
+
+
+    _block_registry = dict(
+        basic=Basic,
+        edge=Edge,
+    )
+
+
+    def register_block(block_type, block_fn):
+        _block_registry[block_type] = block_fn
+
+
+    def create_block(block, **kwargs):
+        if not isinstance(block, str):
+            return block(**kwargs)
+        return _block_registry[block](**kwargs)
+
+
+    def registered(name, **kwargs):
+        return _block_registry[name](**kwargs)
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, types=("basic", "edge"), num_classes=3):
+            super().__init__()
+            blocks = []
+            for t in types:
+                block_kwargs = dict(in_chs=dim, out_chs=dim)
+                blocks += [create_block(t, **block_kwargs)]
+            blocks += [create_block(partial(Basic, scale=0.5), in_chs=dim, out_chs=dim)]
+            blocks += [registered("edge", in_chs=dim, out_chs=dim)]
+            self.blocks = nn.Sequential(*blocks)
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x):
+            return self.head(self.blocks(x))
+''')
+
+
+def test_a_dict_call_table_of_block_classes_builds_with_rngs(tmp_path):
+    _verifies(tmp_path, BLOCK_REGISTRY, "Net", "float32[2,4]")

@@ -397,6 +397,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._attr_assigns: dict[tuple[str, str], list[tuple[str, cst.Call | None]]] = {}
         self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
+        self._tables: dict[str, set[str]] = {}  # the file's tables of names (named_tables)
         self._fn_builds: set[str] = set()
         self._fn_draws: set[str] = set()  # functions that draw (torch.nn.init) or apply one
         self._fn_partials: dict[str, set[str]] = {}
@@ -561,6 +562,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._root = node
+        self._tables = named_tables(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         built = self.index.classes.get(node.func.value) if isinstance(node.func, cst.Name) \
@@ -591,6 +593,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             elif self._class_stack and m.matches(node.func, m.Attribute(value=m.Name("self"))):
                 method = f"{self._class_stack[-1].name}.{node.func.attr.value}"
                 self._fn_calls.setdefault(key, set()).add(method)
+            elif m.matches(node.func, m.Subscript(value=m.Name())) and (
+                    node.func.value.value in self._tables):
+                # _block_registry[block](**kwargs) (timm's byobnet): a call of the classes
+                # (or functions) the file's table names
+                self._fn_calls.setdefault(key, set()).update(
+                    self._tables[node.func.value.value])
             # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
             # where the lookup gives one (timm's create_act_layer)
             if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
@@ -1181,3 +1189,34 @@ def _dotted(node: cst.BaseExpression) -> str:
     if isinstance(node, cst.Attribute):
         return f"{_dotted(node.value)}.{node.attr.value}"
     return "?"
+
+
+def named_tables(module: cst.Module) -> dict[str, set[str]]:
+    """The names the file binds at its top level to a dict, list or tuple of names, each
+    table's names (``_block_registry = dict(basic=BasicBlock, edge=EdgeBlock)``, ``NORMS =
+    {"layer": LayerNorm}``): what calling an item of the table may call."""
+    tables: dict[str, set[str]] = {}
+    for stmt in module.body:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+                and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1
+                and isinstance(stmt.body[0].targets[0].target, cst.Name)):
+            continue
+        items = table_items(stmt.body[0].value)
+        if items and all(isinstance(v, cst.Name) for v in items):
+            tables[stmt.body[0].targets[0].target.value] = {v.value for v in items}
+    return tables
+
+
+def table_items(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values of a table written ``{k: v, ...}``, ``dict(k=v, ...)``, ``[v, ...]`` or
+    ``(v, ...)``; [] for anything else (a spread, a comprehension, another call)."""
+    if isinstance(value, cst.Dict):
+        items = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+    elif isinstance(value, (cst.List, cst.Tuple)):
+        items = [e.value for e in value.elements if isinstance(e, cst.Element)]
+    elif m.matches(value, m.Call(func=m.Name("dict"))) and all(
+            a.keyword is not None and not a.star for a in value.args):
+        return [a.value for a in value.args]
+    else:
+        return []
+    return items if len(items) == len(value.elements) else []
