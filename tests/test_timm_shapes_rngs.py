@@ -15,6 +15,13 @@ gradients, in float64):
   ``_block_registry[block](**kwargs)`` in ``create_block``): its items are built with ``rngs``,
   and a function calling an item takes them, as the ``{...}`` form did ("EdgeBlock.__init__()
   missing 1 required keyword-only argument: 'rngs'").
+* an init method of the model handed on bound (timm's maxxvit: ``named_apply(partial(
+  self._init_weights, scheme=scheme), self)``), which calls ``module.init_weights(scheme=
+  scheme)`` on each module, the method drawing in some classes: the method takes ``rngs``
+  (it calls a method that draws), the partial binds them, and the call passes them where the
+  module's method takes them (``call_with_rngs``); it was called without them, the ``except
+  TypeError`` fallback too ("Stem.init_weights() missing 1 required keyword-only argument:
+  'rngs'").
 """
 
 from __future__ import annotations
@@ -199,3 +206,71 @@ BLOCK_REGISTRY = textwrap.dedent('''
 
 def test_a_dict_call_table_of_block_classes_builds_with_rngs(tmp_path):
     _verifies(tmp_path, BLOCK_REGISTRY, "Net", "float32[2,4]")
+
+
+INIT_METHOD = textwrap.dedent('''
+    from functools import partial
+
+    import torch.nn as nn
+
+
+    def named_apply(fn, module, name="", depth_first=True, include_root=False):
+        if not depth_first and include_root:
+            fn(module=module, name=name)
+        for child_name, child_module in module.named_children():
+            child_name = ".".join((name, child_name)) if name else child_name
+            named_apply(fn=fn, module=child_module, name=child_name, depth_first=depth_first,
+                        include_root=True)
+        if depth_first and include_root:
+            fn(module=module, name=name)
+        return module
+
+
+    class Stem(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+
+        def init_weights(self, scheme=""):
+            nn.init.trunc_normal_(self.fc.weight, std=0.02)
+            nn.init.zeros_(self.fc.bias)
+
+        def forward(self, x):
+            return self.fc(x).tanh()
+
+
+    class Block(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+
+        def init_weights(self):
+            nn.init.zeros_(self.fc.bias)
+
+        def forward(self, x):
+            return x + self.fc(x).sigmoid()
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, num_classes=3, weight_init="normal"):
+            super().__init__()
+            self.stem = Stem(dim)
+            self.block = Block(dim)
+            self.head = nn.Linear(dim, num_classes)
+            if weight_init:
+                named_apply(partial(self._init_weights, scheme=weight_init), self)
+
+        def _init_weights(self, module, name, scheme=""):
+            if hasattr(module, "init_weights"):
+                try:
+                    module.init_weights(scheme=scheme)
+                except TypeError:
+                    module.init_weights()
+
+        def forward(self, x):
+            return self.head(self.block(self.stem(x)))
+''')
+
+
+def test_an_init_method_handed_on_bound_calls_drawing_methods_with_rngs(tmp_path):
+    _verifies(tmp_path, INIT_METHOD, "Net", "float32[2,4]")

@@ -398,6 +398,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
         self._tables: dict[str, set[str]] = {}  # the file's tables of names (named_tables)
+        # the methods a function calls by name on one of its parameters (module.init_weights())
+        self._fn_method_calls: dict[str, set[str]] = {}
         self._fn_builds: set[str] = set()
         self._fn_draws: set[str] = set()  # functions that draw (torch.nn.init) or apply one
         self._fn_partials: dict[str, set[str]] = {}
@@ -627,6 +629,20 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             self._fn_partials.setdefault(key, set()).update(
                 a.value.value for a in node.args[:1 if q == "functools.partial" else None]
                 if isinstance(a.value, cst.Name))
+            if q == "functools.partial" and self._class_stack and node.args and m.matches(
+                    node.args[0].value, m.Attribute(value=m.Name("self"))):
+                # named_apply(partial(self._init_weights, scheme=scheme), self) (timm's
+                # maxxvit): the method handed on, bound
+                self._fn_partials[key].add(
+                    f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
+            if m.matches(node.func, m.Attribute(value=m.Name())) and (
+                    node.func.value.value != "self") and node.func.attr.value not in (
+                    "forward", "__call__") and node.func.value.value in {
+                    p.name.value for p in (*self._fn_stack[-1].params.params,
+                                           *self._fn_stack[-1].params.kwonly_params)}:
+                # module.init_weights(scheme=scheme) of a module handed in (timm's
+                # _init_weights over the model's modules): the methods of that name
+                self._fn_method_calls.setdefault(key, set()).add(node.func.attr.value)
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer
@@ -1136,6 +1152,11 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         # functions that build layers, and their callers (fixed point). A helper called from
         # a constructor that calls one of its parameters builds layers too: ResNet's
         # self._make_layer(block, ...) calls block(...), a module class handed in
+        # a method called on a parameter may be any class's method of that name: it calls them
+        for key, names in self._fn_method_calls.items():
+            self._fn_calls.setdefault(key, set()).update(
+                k for k in self._methods if k.partition(".")[2] in names
+                and k.partition(".")[0] in idx.module_classes)
         partials = {n for n, c in self._module_partials.items()
                     if c in idx.module_classes or c in self.known_modules}
         module_builders = self._callers_fixed_point(partials | set(self._fn_builds) | {

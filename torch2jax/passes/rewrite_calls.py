@@ -658,6 +658,14 @@ class CallsMixin:
             # named_apply(partial(_init_weights, head_bias=0.), self): the init function runs
             # elsewhere, its draws with the rngs the partial binds
             return self._with_rngs(original, updated)
+        if (name == "functools.partial" and original.args and self.target.stateful_modules
+                and m.matches(original.args[0].value, m.Attribute(value=m.Name("self")))
+                and self.current_class and self._rngs_scope and self._rngs_scope[-1]
+                and f"{self.current_class}.{original.args[0].value.attr.value}"
+                in self.index.rngs_functions):
+            # named_apply(partial(self._init_weights, scheme=scheme), self) (timm's maxxvit):
+            # the method runs elsewhere, with the rngs the partial binds
+            return self._with_rngs(original, updated)
         if (name != "functools.partial" and self._rngs_scope and self._rngs_scope[-1]
                 and self.target.stateful_modules
                 and not m.matches(original.func, m.Attribute(attr=m.Name("apply")))
