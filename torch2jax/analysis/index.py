@@ -32,6 +32,7 @@ from torch2jax.analysis.layer_lists import (
     ordered_dict_items,
     spread_literals,
 )
+from torch2jax.analysis.tables import method_on_parameter, named_tables
 from torch2jax.analysis.value_syntax import channels_last_pattern
 from torch2jax.analysis.walk import NoAttributeHooks, of_type
 from torch2jax.ruleset import Rule, RuleSet
@@ -136,10 +137,8 @@ class FileIndex:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     module_classes: set[str] = field(default_factory=set)
     defined: set[str] = field(default_factory=set)  # names bound at the top level of the file
-    # the file's classes may be built by code not seen here, with arguments not seen here (a
-    # package's module converted alone: convert_source's public=None): an activation class
-    # parameter may be given any class there, a module class among them
-    outside_callers: bool = False
+    # code not seen here builds the file's classes (public=None: a package's module converted
+    outside_callers: bool = False  # alone): an activation parameter may get any class there
     rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
     # functions taking rngs only to draw (timm's _init_weights): partial(fn, ...) binds rngs
     draw_functions: set[str] = field(default_factory=set)
@@ -398,8 +397,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
         self._tables: dict[str, set[str]] = {}  # the file's tables of names (named_tables)
-        # the methods a function calls by name on one of its parameters (module.init_weights())
-        self._fn_method_calls: dict[str, set[str]] = {}
+        self._fn_method_calls: dict[str, set[str]] = {}  # method_on_parameter's, by function
         self._fn_builds: set[str] = set()
         self._fn_draws: set[str] = set()  # functions that draw (torch.nn.init) or apply one
         self._fn_partials: dict[str, set[str]] = {}
@@ -596,11 +594,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 method = f"{self._class_stack[-1].name}.{node.func.attr.value}"
                 self._fn_calls.setdefault(key, set()).add(method)
             elif m.matches(node.func, m.Subscript(value=m.Name())) and (
-                    node.func.value.value in self._tables):
-                # _block_registry[block](**kwargs) (timm's byobnet): a call of the classes
-                # (or functions) the file's table names
-                self._fn_calls.setdefault(key, set()).update(
-                    self._tables[node.func.value.value])
+                    node.func.value.value in self._tables):  # _block_registry[block](...)
+                self._fn_calls.setdefault(key, set()).update(self._tables[node.func.value.value])
             # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
             # where the lookup gives one (timm's create_act_layer)
             if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
@@ -630,19 +625,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 a.value.value for a in node.args[:1 if q == "functools.partial" else None]
                 if isinstance(a.value, cst.Name))
             if q == "functools.partial" and self._class_stack and node.args and m.matches(
-                    node.args[0].value, m.Attribute(value=m.Name("self"))):
-                # named_apply(partial(self._init_weights, scheme=scheme), self) (timm's
-                # maxxvit): the method handed on, bound
+                    node.args[0].value, m.Attribute(value=m.Name("self"))):  # (maxxvit's
+                # named_apply(partial(self._init_weights, scheme=scheme), self))
                 self._fn_partials[key].add(
                     f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
-            if m.matches(node.func, m.Attribute(value=m.Name())) and (
-                    node.func.value.value != "self") and node.func.attr.value not in (
-                    "forward", "__call__") and node.func.value.value in {
-                    p.name.value for p in (*self._fn_stack[-1].params.params,
-                                           *self._fn_stack[-1].params.kwonly_params)}:
-                # module.init_weights(scheme=scheme) of a module handed in (timm's
-                # _init_weights over the model's modules): the methods of that name
-                self._fn_method_calls.setdefault(key, set()).add(node.func.attr.value)
+            if (meth := method_on_parameter(node, self._fn_stack[-1])) is not None:
+                self._fn_method_calls.setdefault(key, set()).add(meth)
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer
@@ -1152,8 +1140,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         # functions that build layers, and their callers (fixed point). A helper called from
         # a constructor that calls one of its parameters builds layers too: ResNet's
         # self._make_layer(block, ...) calls block(...), a module class handed in
-        # a method called on a parameter may be any class's method of that name: it calls them
-        for key, names in self._fn_method_calls.items():
+        for key, names in self._fn_method_calls.items():  # any class's method of that name
             self._fn_calls.setdefault(key, set()).update(
                 k for k in self._methods if k.partition(".")[2] in names
                 and k.partition(".")[0] in idx.module_classes)
@@ -1211,33 +1198,3 @@ def _dotted(node: cst.BaseExpression) -> str:
         return f"{_dotted(node.value)}.{node.attr.value}"
     return "?"
 
-
-def named_tables(module: cst.Module) -> dict[str, set[str]]:
-    """The names the file binds at its top level to a dict, list or tuple of names, each
-    table's names (``_block_registry = dict(basic=BasicBlock, edge=EdgeBlock)``, ``NORMS =
-    {"layer": LayerNorm}``): what calling an item of the table may call."""
-    tables: dict[str, set[str]] = {}
-    for stmt in module.body:
-        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                and isinstance(stmt.body[0], cst.Assign) and len(stmt.body[0].targets) == 1
-                and isinstance(stmt.body[0].targets[0].target, cst.Name)):
-            continue
-        items = table_items(stmt.body[0].value)
-        if items and all(isinstance(v, cst.Name) for v in items):
-            tables[stmt.body[0].targets[0].target.value] = {v.value for v in items}
-    return tables
-
-
-def table_items(value: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The values of a table written ``{k: v, ...}``, ``dict(k=v, ...)``, ``[v, ...]`` or
-    ``(v, ...)``; [] for anything else (a spread, a comprehension, another call)."""
-    if isinstance(value, cst.Dict):
-        items = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
-    elif isinstance(value, (cst.List, cst.Tuple)):
-        items = [e.value for e in value.elements if isinstance(e, cst.Element)]
-    elif m.matches(value, m.Call(func=m.Name("dict"))) and all(
-            a.keyword is not None and not a.star for a in value.args):
-        return [a.value for a in value.args]
-    else:
-        return []
-    return items if len(items) == len(value.elements) else []

@@ -17,8 +17,9 @@ from torch2jax.analysis.class_locals import (
     param_loop_targets,
     unpacked_classes,
 )
-from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literals, table_items
+from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literals
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.tables import table_items
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import class_names, closures
 from torch2jax.passes import training as tr
