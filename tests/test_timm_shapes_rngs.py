@@ -22,6 +22,12 @@ gradients, in float64):
   module's method takes them (``call_with_rngs``); it was called without them, the ``except
   TypeError`` fallback too ("Stem.init_weights() missing 1 required keyword-only argument:
   'rngs'").
+* a local given one of two layer factories (timm's byobnet ``Stem``, halonet's stem in
+  byoanet: ``layer_fn = layers.conv_norm_act if na else create_conv2d``, a config field
+  holding a module class or a function of the file that builds a layer), then called: the
+  ``build_layer`` helper, which gives the rngs to a class or a function whose signature takes
+  them (a JAX activation function is used as it is); it was called without them
+  ("ConvNormAct.__init__() missing 1 required keyword-only argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -274,3 +280,63 @@ INIT_METHOD = textwrap.dedent('''
 
 def test_an_init_method_handed_on_bound_calls_drawing_methods_with_rngs(tmp_path):
     _verifies(tmp_path, INIT_METHOD, "Net", "float32[2,4]")
+
+
+LAYER_FN_LOCAL = textwrap.dedent('''
+    from dataclasses import dataclass
+    from typing import Type
+
+    import torch.nn as nn
+
+
+    class LinearNormAct(nn.Module):
+        def __init__(self, in_chs, out_chs, bias=True):
+            super().__init__()
+            self.fc = nn.Linear(in_chs, out_chs, bias=bias)
+            self.norm = nn.LayerNorm(out_chs)
+
+        def forward(self, x):
+            return self.norm(self.fc(x)).relu()
+
+
+    def create_linear(in_chs, out_chs, bias=True):
+        return nn.Linear(in_chs, out_chs, bias=bias)
+
+
+    @dataclass
+    class LayerFn:
+        linear_norm_act: Type[nn.Module] = LinearNormAct
+        act: Type[nn.Module] = nn.ReLU
+
+
+    class Stem(nn.Module):
+        def __init__(self, in_chs, out_chs, num_rep=2, num_act=1, layers: LayerFn = None):
+            super().__init__()
+            layers = layers or LayerFn()
+            prev_chs = in_chs
+            fcs = []
+            for na in [False] * (num_rep - num_act) + [True] * num_act:
+                layer_fn = layers.linear_norm_act if na else create_linear
+                fcs.append(layer_fn(prev_chs, out_chs, bias=False))
+                prev_chs = out_chs
+            self.fcs = nn.ModuleList(fcs)
+
+        def forward(self, x):
+            for fc in self.fcs:
+                x = fc(x)
+            return x
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=4, num_classes=3):
+            super().__init__()
+            self.stem = Stem(5, chs)
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            return self.head(self.stem(x))
+''')
+
+
+def test_a_local_given_one_of_two_layer_factories_builds_with_rngs(tmp_path):
+    _verifies(tmp_path, LAYER_FN_LOCAL, "Net", "float32[2,5]")

@@ -26,7 +26,7 @@ from torch2jax.analysis.training import (
 )
 from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.value_kinds import _PROGRESS_BARS
-from torch2jax.analysis.walk import findall
+from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import remat as rm
 from torch2jax.passes import training as tr
 from torch2jax.passes.calls import CALLS, CallSite
@@ -370,6 +370,22 @@ class CallsMixin:
             for a in m.findall(cls, m.Assign(targets=[m.AssignTarget(m.Tuple(elements=[
                 m.ZeroOrMore(), held, m.ZeroOrMore()]))])))
 
+    def _layer_fn_locals(self, node: cst.CSTNode) -> set[str]:
+        """Names the enclosing function assigns one of two layer factories, either a function
+        of the file that builds layers (it takes rngs), a config field holding a module class
+        or a module class: ``layer_fn = layers.conv_norm_act if na else create_conv2d``."""
+        fields = self._module_type_fields(node)
+
+        def factory(v: cst.BaseExpression) -> bool:
+            return m.matches(v, m.Name(m.MatchIfTrue(lambda n: n in self.index.rngs_functions
+                                                     or n in self.index.module_classes))) or (
+                m.matches(v, m.Attribute(value=m.Name(), attr=m.Name(m.MatchIfTrue(
+                    fields.__contains__)))) and v.value.value != "self")
+        return {a.targets[0].target.value for a in walk(self._fn_stack[-1].body, False)
+                if isinstance(a, cst.Assign) and len(a.targets) == 1 and isinstance(
+                    a.targets[0].target, cst.Name) and isinstance(a.value, cst.IfExp)
+                and factory(a.value.body) and factory(a.value.orelse)}
+
     def _rewrite_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = self.q(original.func) if _is_dotted(original.func) else None
         # super().__init__() in a module class
@@ -694,6 +710,10 @@ class CallsMixin:
                 and original.func.attr.value in self._module_type_fields(original)):
             # layers.conv_norm_act(in_chs, out_chs, 1) (timm's byobnet): a field of a config
             # holding a module class, a partial of one, or an activation function
+            return self._build_layer(original, updated)
+        if m.matches(original.func, m.Name()) and self._builds_layers_here() and (
+                original.func.value in self._layer_fn_locals(original)):
+            # layer_fn = layers.conv_norm_act if na else create_conv2d (timm's byobnet Stem)
             return self._build_layer(original, updated)
         if self._method_of_some_class_takes_rngs(original, name):
             # module.init_weights() in timm's _init_weights (mlp_mixer), the module any of the
