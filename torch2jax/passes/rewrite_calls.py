@@ -678,7 +678,9 @@ class CallsMixin:
                 and m.matches(original.args[0].value, m.Attribute(value=m.Name("self")))
                 and self.current_class and self._rngs_scope and self._rngs_scope[-1]
                 and f"{self.current_class}.{original.args[0].value.attr.value}"
-                in self.index.rngs_functions):
+                in self.index.rngs_functions and not m.matches(self.get_metadata(
+                    ParentNodeProvider, self.get_metadata(ParentNodeProvider, original)),
+                    m.Call(func=m.Attribute(attr=m.Name("apply"))))):  # (self.apply: a loop)
             # named_apply(partial(self._init_weights, scheme=scheme), self) (timm's maxxvit):
             # the method runs elsewhere, with the rngs the partial binds
             return self._with_rngs(original, updated)
