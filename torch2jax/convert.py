@@ -269,6 +269,7 @@ def convert_source(
     # helper names the converter must not emit (not the torch imports it removes:
     # `from torch.nn import Embedding` leaves the name to the Embedding helper)
     index.defined = defined_names(module, torch_imports=False)
+    index.outside_callers = public is None
     data_indexer = share_names(names, DataIndexer(index.module_classes))
     visit(wrapper, data_indexer)
     data_indexer.index.shard = shard

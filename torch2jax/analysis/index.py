@@ -32,6 +32,7 @@ from torch2jax.analysis.layer_lists import (
     ordered_dict_items,
     spread_literals,
 )
+from torch2jax.analysis.tables import method_on_parameter, named_tables
 from torch2jax.analysis.value_syntax import channels_last_pattern
 from torch2jax.analysis.walk import NoAttributeHooks, of_type
 from torch2jax.ruleset import Rule, RuleSet
@@ -136,6 +137,8 @@ class FileIndex:
     classes: dict[str, ClassInfo] = field(default_factory=dict)
     module_classes: set[str] = field(default_factory=set)
     defined: set[str] = field(default_factory=set)  # names bound at the top level of the file
+    # code not seen here builds the file's classes (public=None: a package's module converted
+    outside_callers: bool = False  # alone): an activation parameter may get any class there
     rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
     # functions taking rngs only to draw (timm's _init_weights): partial(fn, ...) binds rngs
     draw_functions: set[str] = field(default_factory=set)
@@ -393,6 +396,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         self._attr_assigns: dict[tuple[str, str], list[tuple[str, cst.Call | None]]] = {}
         self._methods: set[str] = set()  # Class.method of every method defined
         self._fn_calls: dict[str, set[str]] = {}
+        self._tables: dict[str, set[str]] = {}  # the file's tables of names (named_tables)
+        self._fn_method_calls: dict[str, set[str]] = {}  # method_on_parameter's, by function
         self._fn_builds: set[str] = set()
         self._fn_draws: set[str] = set()  # functions that draw (torch.nn.init) or apply one
         self._fn_partials: dict[str, set[str]] = {}
@@ -557,6 +562,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._root = node
+        self._tables = named_tables(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         built = self.index.classes.get(node.func.value) if isinstance(node.func, cst.Name) \
@@ -587,6 +593,9 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             elif self._class_stack and m.matches(node.func, m.Attribute(value=m.Name("self"))):
                 method = f"{self._class_stack[-1].name}.{node.func.attr.value}"
                 self._fn_calls.setdefault(key, set()).add(method)
+            elif m.matches(node.func, m.Subscript(value=m.Name())) and (
+                    node.func.value.value in self._tables):  # _block_registry[block](...)
+                self._fn_calls.setdefault(key, set()).update(self._tables[node.func.value.value])
             # act_layer = get_act_layer(name); act_layer(**kwargs): builds a module class
             # where the lookup gives one (timm's create_act_layer)
             if looked_up_activation(self._fn_stack[-1], node) or looked_up_class(
@@ -615,6 +624,13 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             self._fn_partials.setdefault(key, set()).update(
                 a.value.value for a in node.args[:1 if q == "functools.partial" else None]
                 if isinstance(a.value, cst.Name))
+            if q == "functools.partial" and self._class_stack and node.args and m.matches(
+                    node.args[0].value, m.Attribute(value=m.Name("self"))):  # (maxxvit's
+                # named_apply(partial(self._init_weights, scheme=scheme), self))
+                self._fn_partials[key].add(
+                    f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
+            if (meth := method_on_parameter(node, self._fn_stack[-1])) is not None:
+                self._fn_method_calls.setdefault(key, set()).add(meth)
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer
@@ -1124,6 +1140,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         # functions that build layers, and their callers (fixed point). A helper called from
         # a constructor that calls one of its parameters builds layers too: ResNet's
         # self._make_layer(block, ...) calls block(...), a module class handed in
+        for key, names in self._fn_method_calls.items():  # any class's method of that name
+            self._fn_calls.setdefault(key, set()).update(
+                k for k in self._methods if k.partition(".")[2] in names
+                and k.partition(".")[0] in idx.module_classes)
         partials = {n for n, c in self._module_partials.items()
                     if c in idx.module_classes or c in self.known_modules}
         module_builders = self._callers_fixed_point(partials | set(self._fn_builds) | {
@@ -1177,3 +1197,4 @@ def _dotted(node: cst.BaseExpression) -> str:
     if isinstance(node, cst.Attribute):
         return f"{_dotted(node.value)}.{node.attr.value}"
     return "?"
+

@@ -375,7 +375,11 @@ def build_layer(layer: Any, *args: Any, rngs: Any, **kwargs: Any) -> Any:
     module), without them otherwise (a module without parameters, another library's class)."""
     cls = layer.func if isinstance(layer, partial) else layer
     if not isinstance(cls, type):
-        return layer
+        try:  # a function that builds layers takes the rngs; a JAX activation is the layer
+            builds = "rngs" in inspect.signature(cls).parameters
+        except (TypeError, ValueError):
+            builds = False
+        return layer(*args, rngs=rngs, **kwargs) if builds else layer
     if "rngs" in inspect.signature(cls.__init__).parameters:
         return layer(*args, rngs=rngs, **kwargs)
     return layer(*args, **kwargs)

@@ -26,7 +26,7 @@ from torch2jax.analysis.training import (
 )
 from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.value_kinds import _PROGRESS_BARS
-from torch2jax.analysis.walk import findall
+from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import remat as rm
 from torch2jax.passes import training as tr
 from torch2jax.passes.calls import CALLS, CallSite
@@ -375,6 +375,22 @@ class CallsMixin:
             for a in m.findall(cls, m.Assign(targets=[m.AssignTarget(m.Tuple(elements=[
                 m.ZeroOrMore(), held, m.ZeroOrMore()]))])))
 
+    def _layer_fn_locals(self, node: cst.CSTNode) -> set[str]:
+        """Names the enclosing function assigns one of two layer factories, either a function
+        of the file that builds layers (it takes rngs), a config field holding a module class
+        or a module class: ``layer_fn = layers.conv_norm_act if na else create_conv2d``."""
+        fields = self._module_type_fields(node)
+
+        def factory(v: cst.BaseExpression) -> bool:
+            return m.matches(v, m.Name(m.MatchIfTrue(lambda n: n in self.index.rngs_functions
+                                                     or n in self.index.module_classes))) or (
+                m.matches(v, m.Attribute(value=m.Name(), attr=m.Name(m.MatchIfTrue(
+                    fields.__contains__)))) and v.value.value != "self")
+        return {a.targets[0].target.value for a in walk(self._fn_stack[-1].body, False)
+                if isinstance(a, cst.Assign) and len(a.targets) == 1 and isinstance(
+                    a.targets[0].target, cst.Name) and isinstance(a.value, cst.IfExp)
+                and factory(a.value.body) and factory(a.value.orelse)}
+
     def _rewrite_call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = self.q(original.func) if _is_dotted(original.func) else None
         # super().__init__() in a module class
@@ -626,10 +642,14 @@ class CallsMixin:
                 # an activation class handed in (activation_layer(inplace=True)): the
                 # classes passed for it are their functions
                 out = self._activation_factory_call(original, updated)
-                if factory is None and self._rngs_scope and self._rngs_scope[-1]:
-                    # no default says what it is: a module class may come (rdnet's act_layer
-                    # from timm's get_act_layer("gelu"), timm's GELU module): built then, as
-                    # the torch call built it (it was called on the activations)
+                if (factory is None or self.index.outside_callers) and (
+                        self._rngs_scope and self._rngs_scope[-1]):
+                    # no default says what it is, or the file's classes are built by code
+                    # not seen here (a package's module: timm's Mlp given convnext's
+                    # GELUTanh by get_act_layer("gelu_tanh")): a module class may come
+                    # (rdnet's act_layer from timm's get_act_layer("gelu"), timm's GELU
+                    # module): built then, as the torch call built it (it was called on the
+                    # activations in the forward)
                     self.diag(original, "layer-factory", "info",
                               f"{n}(...): an activation function is used as it is, a "
                               "module class is built")
@@ -657,6 +677,16 @@ class CallsMixin:
                 and self._rngs_scope and self._rngs_scope[-1]):
             # named_apply(partial(_init_weights, head_bias=0.), self): the init function runs
             # elsewhere, its draws with the rngs the partial binds
+            return self._with_rngs(original, updated)
+        if (name == "functools.partial" and original.args and self.target.stateful_modules
+                and m.matches(original.args[0].value, m.Attribute(value=m.Name("self")))
+                and self.current_class and self._rngs_scope and self._rngs_scope[-1]
+                and f"{self.current_class}.{original.args[0].value.attr.value}"
+                in self.index.rngs_functions and not m.matches(self.get_metadata(
+                    ParentNodeProvider, self.get_metadata(ParentNodeProvider, original)),
+                    m.Call(func=m.Attribute(attr=m.Name("apply"))))):  # (self.apply: a loop)
+            # named_apply(partial(self._init_weights, scheme=scheme), self) (timm's maxxvit):
+            # the method runs elsewhere, with the rngs the partial binds
             return self._with_rngs(original, updated)
         if (name != "functools.partial" and self._rngs_scope and self._rngs_scope[-1]
                 and self.target.stateful_modules
@@ -686,6 +716,10 @@ class CallsMixin:
                 and original.func.attr.value in self._module_type_fields(original)):
             # layers.conv_norm_act(in_chs, out_chs, 1) (timm's byobnet): a field of a config
             # holding a module class, a partial of one, or an activation function
+            return self._build_layer(original, updated)
+        if m.matches(original.func, m.Name()) and self._builds_layers_here() and (
+                original.func.value in self._layer_fn_locals(original)):
+            # layer_fn = layers.conv_norm_act if na else create_conv2d (timm's byobnet Stem)
             return self._build_layer(original, updated)
         if self._method_of_some_class_takes_rngs(original, name):
             # module.init_weights() in timm's _init_weights (mlp_mixer), the module any of the

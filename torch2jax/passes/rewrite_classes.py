@@ -19,6 +19,7 @@ from torch2jax.analysis.class_locals import (
 )
 from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literals
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.tables import table_items
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import class_names, closures
 from torch2jax.passes import training as tr
@@ -1037,11 +1038,8 @@ class ModuleClassMixin:
                 # class (its calls build the layer), as a table of one
                 tables.add(ALIAS + stmt.body[0].targets[0].target.value)
                 continue
-            items = ([e.value for e in value.elements if isinstance(e, cst.DictElement)]
-                     if isinstance(value, cst.Dict) else
-                     [e.value for e in value.elements if isinstance(e, cst.Element)]
-                     if isinstance(value, (cst.List, cst.Tuple)) else [])
-            if items and len(items) == len(value.elements) and all(
+            items = table_items(value)  # (byobnet's _block_registry = dict(basic=..., ...))
+            if items and all(
                     isinstance(v, cst.Name) and v.value in classes
                     and not self._no_constructor(v.value) or self._layer_class(v)
                     for v in items):
