@@ -48,7 +48,6 @@ from torch2jax.passes.rewrite_support import (
     _FILLED,
     _INPLACE_DTYPE,
     _KERNEL_CHOICES,
-    _CONVERSIONS,
     _MADE,
     _SIGNATURE_OPTIMIZERS,
     EINOPS_TORCH_LAYERS,
@@ -800,43 +799,6 @@ class CallsMixin:
                                      rule="tensor-method")
         # self.layer(x): activation layout
         return self._layout_call(original, updated)
-
-    def _made(self, recv: cst.BaseExpression) -> bool:
-        """A tensor made here (``torch.zeros(1, 1)``), through conversions of its dtype or
-        device (``torch.zeros(1, 1).type_as(src)``): nothing else holds it."""
-        while m.matches(recv, m.Call(func=m.Attribute(attr=m.Name()))) and (
-                recv.func.attr.value in _CONVERSIONS):
-            recv = recv.func.value
-        return isinstance(recv, cst.Call) and self.q(recv.func) in _MADE
-
-    def _inplace_value(self, original: cst.Call, updated: cst.Call,
-                       meth: str) -> cst.BaseExpression | None:
-        """``res.append(correct_k.mul_(100.0 / n))`` (pytorch/examples' ``accuracy``): an
-        in-place method whose value is used, on a tensor held by a name, is the out-of-place
-        method's value bound to the name again, ``(correct_k := correct_k * (100.0 / n))``.
-        None where the method is not in-place, or has no out-of-place rule."""
-        recv = original.func.value
-        while m.matches(recv, m.Call(func=m.Attribute(attr=m.Name()))) and \
-                recv.func.attr.value.endswith("_"):
-            recv = recv.func.value  # y.add_(1).clamp_(max=4): both write y
-        if not (meth.endswith("_") and not meth.startswith("_") and meth[:-1] not in
-                _INPLACE_DTYPE and meth not in ("copy_", "set_", "resize_", "detach_",
-                                                "requires_grad_", "share_memory_")
-                and isinstance(recv, cst.Name) and not isinstance(
-                    self.get_metadata(ParentNodeProvider, original, None), cst.Expr)):
-            return None
-        base = self.rules.methods.get(meth[:-1])
-        if base is not None:
-            value = self._method(original, updated, base)
-        else:
-            function = self.rules.functions.get(f"torch.{meth[:-1]}")
-            if function is None or function.params[:1] != ("input",):
-                return None
-            value = self._function(original, updated.with_changes(
-                func=expr(f"torch.{meth[:-1]}"),
-                args=[arg(updated.func.value), *_fix_commas(list(updated.args))]), function)
-        return cst.NamedExpr(target=cst.Name(recv.value), value=value,
-                             lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
     def _remat(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``checkpoint(fn, *args, use_reentrant=False)``: see passes/remat.py for the forms."""
