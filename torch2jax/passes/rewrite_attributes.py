@@ -47,7 +47,16 @@ _ITERATING = frozenset({"builtins.len", "builtins.enumerate", "builtins.reversed
 _TENSOR_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "T", "mT", "H", "data",
                                 "grad", "requires_grad", "is_cuda", "real", "imag", "layout"})
 
+# torch.dtype's properties (not called: a tensor's methods of these names are), by the
+# numpy kind jnp.issubdtype tests
+_DTYPE_PROPERTIES = {"is_floating_point": "floating", "is_complex": "complexfloating"}
+
+
 class AttributesMixin:
+    def _called(self, node: cst.Attribute) -> bool:
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        return isinstance(parent, cst.Call) and parent.func is node
+
     def leave_UnaryOperation(self, original_node, updated_node):
         # not self.training: self.deterministic (a bool), not `not not self.deterministic`
         if (isinstance(original_node.operator, cst.Not)
@@ -423,6 +432,12 @@ class AttributesMixin:
         return sub
 
     def leave_Attribute(self, original_node, updated_node):
+        kind = _DTYPE_PROPERTIES.get(original_node.attr.value)
+        if kind is not None and not self._called(original_node):
+            # dtype.is_floating_point: a property of torch.dtype (a tensor's is a method,
+            # called); a JAX dtype has none, jnp.issubdtype answers it
+            self.need("jnp")
+            return expr(f"jnp.issubdtype({{d}}, jnp.{kind})", d=updated_node.value)
         if original_node.attr.value == "type" and (
                 m.matches(original_node.value, m.Name()) and original_node.value.value in
                 self._device_names or m.matches(original_node.value, m.Attribute(

@@ -975,12 +975,23 @@ class CallsMixin:
             return frozenset({"data"}) if data is not None and (self.values.kind(data) in (
                 vk.Kind.TUPLE, vk.Kind.LIST) or self.values.value(data) == vk.NUMPY) \
                 else frozenset()
+        if self.values is not None and rule.special == "split":  # x.split(self.sizes)
+            return self._split_sizes(original, rule)
         if self.values is None or rule.special not in ("conv_function",
                                                        "conv_transpose_function"):
             return frozenset()
         given = bind(original.args, rule.params)
         return frozenset(k for k in ("stride", "padding", "dilation") if given.get(k) is not None
                          and self.values.kind(given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
+
+    def _split_sizes(self, original: cst.Call, rule: Rule) -> frozenset[str]:
+        """``torch.split(x, self.split_indexes, dim=1)`` where the name holds a tuple or list
+        of sizes (set from one in ``__init__``), not a chunk size: value analysis."""
+        if self.values is None:
+            return frozenset()
+        sizes = bind(original.args, rule.params).get("split_size_or_sections")
+        return frozenset({"split_size_or_sections"}) if sizes is not None and self.values.kind(
+            sizes) in (vk.Kind.TUPLE, vk.Kind.LIST) else frozenset()
 
     def _choice_args(self, original: cst.Call, rule: Rule) -> dict[str, tuple]:
         """F.interpolate's mode when it is not a literal but one the file shows
@@ -1028,7 +1039,8 @@ class CallsMixin:
                                and self.values.is_dtype(given.get(k)))
         site = Site(rule=rule, args=b, receiver=updated.func.value,
                     unpack=self._unpack.get(id(original)), target=self.target.name,
-                    dtypes=dtypes)
+                    dtypes=dtypes, sequences=self._split_sizes(original, rule)
+                    if rule.special == "split" else frozenset())
         if receiver is None and isinstance(original.func, cst.Attribute):
             receiver = original.func.value
         pairs = [(site.receiver, receiver)] if receiver is not None else []
