@@ -433,7 +433,8 @@ class AttributesMixin:
 
     def leave_Attribute(self, original_node, updated_node):
         kind = _DTYPE_PROPERTIES.get(original_node.attr.value)
-        if kind is not None and not self._called(original_node):
+        if kind is not None and not self._called(original_node) and not (
+                self.q(original_node) or "").startswith("torch."):  # (torch.is_complex)
             # dtype.is_floating_point: a property of torch.dtype (a tensor's is a method,
             # called); a JAX dtype has none, jnp.issubdtype answers it
             self.need("jnp")
