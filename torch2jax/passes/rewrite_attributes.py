@@ -15,9 +15,11 @@ import libcst.matchers as m
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import (
     arg,
+    bind,
     call,
     code,
     expr,
@@ -56,9 +58,16 @@ _WEIGHT_NORM_VALUES = {
     "torch.nn.utils.weight_norm": "torch_weight_norm",
     "torch.nn.utils.parametrizations.weight_norm": "torch_parametrized_weight_norm",
 }
+# torch.dtype's properties (not called: a tensor's methods of these names are), by the
+# numpy kind jnp.issubdtype tests
+_DTYPE_PROPERTIES = {"is_floating_point": "floating", "is_complex": "complexfloating"}
 
 
 class AttributesMixin:
+    def _called(self, node: cst.Attribute) -> bool:
+        parent = self.get_metadata(ParentNodeProvider, node, None)
+        return isinstance(parent, cst.Call) and parent.func is node
+
     def leave_UnaryOperation(self, original_node, updated_node):
         # not self.training: self.deterministic (a bool), not `not not self.deterministic`
         if (isinstance(original_node.operator, cst.Not)
@@ -441,6 +450,13 @@ class AttributesMixin:
                 # weight_norm = nn.utils.parametrizations.weight_norm (wav2vec2): the helper
                 # its calls become (rules/functions.toml)
                 return cst.Name(helper)
+        kind = _DTYPE_PROPERTIES.get(original_node.attr.value)
+        if kind is not None and not self._called(original_node) and not (
+                self.q(original_node) or "").startswith("torch."):  # (torch.is_complex)
+            # dtype.is_floating_point: a property of torch.dtype (a tensor's is a method,
+            # called); a JAX dtype has none, jnp.issubdtype answers it
+            self.need("jnp")
+            return expr(f"jnp.issubdtype({{d}}, jnp.{kind})", d=updated_node.value)
         if original_node.attr.value == "type" and (
                 m.matches(original_node.value, m.Name()) and original_node.value.value in
                 self._device_names or m.matches(original_node.value, m.Attribute(
@@ -935,6 +951,33 @@ class AttributesMixin:
                 args=[arg(updated.func.value), *_fix_commas(list(updated.args))]), function)
         return cst.NamedExpr(target=cst.Name(recv.value), value=value,
                              lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+    def _split_sizes(self, original: cst.Call, rule: Rule) -> frozenset[str]:
+        """``torch.split(x, self.split_indexes, dim=1)`` where the name holds a tuple or list
+        of sizes (set from one in ``__init__``), not a chunk size: value analysis."""
+        if self.values is None:
+            return frozenset()
+        sizes = bind(original.args, rule.params).get("split_size_or_sections")
+        return frozenset({"split_size_or_sections"}) if sizes is not None and self.values.kind(
+            sizes) in (vk.Kind.TUPLE, vk.Kind.LIST) else frozenset()
+
+    def _choice_args(self, original: cst.Call, rule: Rule) -> dict[str, tuple]:
+        """F.interpolate's mode when it is not a literal but one the file shows
+        (``mode=self.mode``, set once from a constructor parameter)."""
+        mode = bind(original.args, rule.params).get("mode")
+        if self.values is None or rule.special != "interpolate" or mode is None:
+            return {}
+        found = literal_choices(self.values, mode)
+        return {} if found is None else {"mode": found}
+
+    def _scalar_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
+        """The first argument of a legacy constructor (``torch.Tensor(dim)``) when it holds a
+        Python number: a size, not data."""
+        if self.values is None or rule.special != "legacy_tensor":
+            return frozenset()
+        first = bind(original.args, rule.params).get("data")
+        return frozenset({"data"}) if first is not None and self.values.kind(first) == (
+            vk.Kind.SCALAR) else frozenset()
 
     def _data_read(self, original: cst.Attribute, updated: cst.Attribute):
         """``y.data`` read (``loss.data``, ``next_word.data[0]``, ``x.data.dtype``) of a tensor:

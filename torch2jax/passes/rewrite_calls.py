@@ -24,7 +24,6 @@ from torch2jax.analysis.training import (
     RANDOM,
     SEEDS,
 )
-from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.value_kinds import _PROGRESS_BARS
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import remat as rm
@@ -1017,30 +1016,14 @@ class CallsMixin:
             return frozenset({"data"}) if data is not None and (self.values.kind(data) in (
                 vk.Kind.TUPLE, vk.Kind.LIST) or self.values.value(data) == vk.NUMPY) \
                 else frozenset()
+        if self.values is not None and rule.special == "split":  # x.split(self.sizes)
+            return self._split_sizes(original, rule)
         if self.values is None or rule.special not in ("conv_function",
                                                        "conv_transpose_function"):
             return frozenset()
         given = bind(original.args, rule.params)
         return frozenset(k for k in ("stride", "padding", "dilation") if given.get(k) is not None
                          and self.values.kind(given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
-
-    def _choice_args(self, original: cst.Call, rule: Rule) -> dict[str, tuple]:
-        """F.interpolate's mode when it is not a literal but one the file shows
-        (``mode=self.mode``, set once from a constructor parameter)."""
-        mode = bind(original.args, rule.params).get("mode")
-        if self.values is None or rule.special != "interpolate" or mode is None:
-            return {}
-        found = literal_choices(self.values, mode)
-        return {} if found is None else {"mode": found}
-
-    def _scalar_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
-        """The first argument of a legacy constructor (``torch.Tensor(dim)``) when it holds a
-        Python number: a size, not data."""
-        if self.values is None or rule.special != "legacy_tensor":
-            return frozenset()
-        first = bind(original.args, rule.params).get("data")
-        return frozenset({"data"}) if first is not None and self.values.kind(first) == (
-            vk.Kind.SCALAR) else frozenset()
 
     def _function_as_method(self, original: cst.Call, updated: cst.Call,
                             name: str) -> cst.BaseExpression | None:
@@ -1070,7 +1053,8 @@ class CallsMixin:
                                and self.values.is_dtype(given.get(k)))
         site = Site(rule=rule, args=b, receiver=updated.func.value,
                     unpack=self._unpack.get(id(original)), target=self.target.name,
-                    dtypes=dtypes)
+                    dtypes=dtypes, sequences=self._split_sizes(original, rule)
+                    if rule.special == "split" else frozenset())
         if receiver is None and isinstance(original.func, cst.Attribute):
             receiver = original.func.value
         pairs = [(site.receiver, receiver)] if receiver is not None else []

@@ -847,6 +847,8 @@ def split(site: Site) -> cst.BaseExpression:
             acc.append(code(e.value))
             parts.append(" + ".join(acc))
         return call("jnp.split", arg(x), arg(expr("[" + ", ".join(parts) + "]")), *axis)
+    if "split_size_or_sections" in site.sequences:  # sizes held by a name (value analysis)
+        return call("torch_split", arg(x), arg(size_node), *axis)
     listed = m.matches(size_node, m.BinaryOperation(left=m.List() | m.Tuple()) | m.ListComp())
     if site.unpack and not isinstance(size_node, cst.Name) and not listed:
         # q, k, v = x.split(self.n_embd, dim=2): a chunk size (a local may hold the sizes:

@@ -394,10 +394,15 @@ def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool =
         elif isinstance(f, (tuple, list)) and all(isinstance(v, (int, float)) for v in f):
             sizes = [_out_size(f"{x}.shape[{first + i}]", v) for i, v in enumerate(f)]
             fs = list(f)
+        elif linear and not align and isinstance(factor, (cst.Name, cst.Attribute)):
+            # a factor held by a name (timm's coat: scale_factor=scale_factor, a float
+            # parameter): torch's output size floor(d * f), mapped with f itself (below)
+            per_axis, fs = f"int(d * {code(factor)})", None
         else:
             raise Untranslatable("interpolate with a non-literal scale_factor")
-        given = "int" if all(float(v).is_integer() for v in fs) else "float"
-        scales = [float(v) for v in fs]
+        given = "name" if fs is None else "int" if all(
+            float(v).is_integer() for v in fs) else "float"
+        scales = None if fs is None else [float(v) for v in fs]
     if sizes is not None:
         shape = shape_of(", ".join(sizes))
     elif per_axis is not None:
@@ -428,9 +433,9 @@ def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool =
     if mode == "nearest-exact":
         raise Untranslatable("nearest-exact with a non-integer scale_factor")
     if linear:  # torch maps with the given factor, not with the rounded in/out ratio
-        assert scales is not None
         n_spatial = f"{x}.ndim - {1 if per_example else 2}"
-        scale = (f"jnp.full({n_spatial}, {scales[0]!r})" if len(scales) == 1 else
+        scale = (f"jnp.full({n_spatial}, {code(factor)})" if scales is None else
+                 f"jnp.full({n_spatial}, {scales[0]!r})" if len(scales) == 1 else
                  "jnp.array([" + ", ".join(repr(v) for v in scales) + "])")
         return (f"jax.image.scale_and_translate({x}, {shape}, {axes}, "
                 f"{scale}, jnp.zeros({n_spatial}), method='linear', antialias=False)")

@@ -43,6 +43,7 @@ from torch2jax.verify.common import (
     torch_train_mode,
 )
 from torch2jax.verify.spec import InputSpec, call_with, parse_spec
+from torch2jax.verify.torch_exact import exact_float64
 from torch2jax.verify.train_common import (
     JaxSetup,
     TrainSpec,
@@ -224,7 +225,7 @@ def check_forward(side: JaxSide, r: VerifyResult, req: Any, module: ModuleType, 
     cots = cotangents(torch_leaves, req.seed)
     if not cots:
         raise VerifyError("--grad: the model has no floating-point output to differentiate")
-    with stage("the torch backward pass"):
+    with stage("the torch backward pass"), exact_float64(bool(req.float64), r.notes):
         tg = torch_grads(torch_model, torch_in, cots, specs)
     with stage(side.grad_stage):
         jg, mapping = side.grads(r, req, torch_model, model, jax_in, cots, specs)
