@@ -420,7 +420,7 @@ def test_gradients_match_through_every_part(models, attr, torch_call, arrays):
 @pytest.mark.parametrize(("ctor", "why"), [
     ("nn.GRU(5, 6, bias=False)", "input-side bias"),
     ("nn.GRUCell(5, 6, bias=False)", "input-side bias"),
-    ("nn.LSTM(5, 6, bias=False)", "hidden-side bias"),
+    ("nn.LSTM(5, 6, bias=False)", "trainable biases"),
     ("nn.LSTM(5, 6, proj_size=2)", "proj_size"),
     ("nn.MultiheadAttention(16, 4, add_bias_kv=True)", "add_bias_kv"),
     ("nn.MultiheadAttention(16, 4, kdim=8, vdim=4)", "kdim != vdim"),
