@@ -94,8 +94,13 @@ def test_rule_weight_parts_are_checked():
     rule = RULES.layers["torch.nn.MultiheadAttention"]
     assert rule.weights["in_proj_weight[1/3]"].transfer_layout == "transpose[1/3]"
     assert rule.weights["in_proj_bias[2/3]"].part == (2, 3)
-    assert RULES.layers["torch.nn.LSTM"].weights["bias_hh_l0"].sum
+    # the LSTM keeps torch's two biases apart (tests/test_lstm_two_biases.py); a rule may
+    # still sum several tensors into one parameter
+    assert not any(w.sum for w in RULES.layers["torch.nn.LSTM"].weights.values())
     base = '[[layer]]\ntorch = "X"\nnnx = "nnx.X"\n[layer.weights]\n'
+    summed = parse_rule_text(base + 'a = { to = "p", sum = true }\nb = { to = "p", sum = true }\n',
+                             "ok.toml")
+    assert all(w.sum for w in summed.layers["X"].weights.values())
     parse_rule_text(base + '"w[0/2]" = "a"\n"w[1/2]" = "b"\n', "ok.toml")
     for bad in ('"w[0/2]" = "a"\n', '"w[0/2]" = "a"\n"w[1/2]" = "b"\nw = "c"\n',
                 '"w[0/2]" = "a"\n"w[2/2]" = "b"\n', '"w[x]" = "a"\n',
@@ -146,10 +151,11 @@ def test_constructors(converted):
     assert "self.attn = nnx.MultiHeadAttention(num_heads=4, in_features=16, decode=False, " \
         "rngs=rngs)" in converted
     assert "in_kv_features=8" in converted and "use_bias=False" in converted
-    assert "self.lstm = nnx.RNN(nnx.OptimizedLSTMCell(5, 6, rngs=rngs), time_major=True)" \
-        in converted
-    assert "self.lstm_bf = nnx.RNN(nnx.OptimizedLSTMCell(5, 6, rngs=rngs))" in converted
-    assert "self.cell = nnx.OptimizedLSTMCell(5, 6, rngs=rngs)" in converted
+    assert "self.lstm = nnx.RNN(TorchLSTMCell(5, 6, rngs=rngs), time_major=True)" in converted
+    assert "self.lstm_bf = nnx.RNN(TorchLSTMCell(5, 6, rngs=rngs))" in converted
+    assert "self.cell = TorchLSTMCell(5, 6, rngs=rngs)" in converted
+    # the helper, with a bias on dense_i too (torch's b_ih and b_hh apart)
+    assert "class TorchLSTMCell(nnx.OptimizedLSTMCell):" in converted
     assert "self.gru = nnx.RNN(TorchGRUCell(5, 6, rngs=rngs), time_major=True)" in converted
     assert "self.gru_bf = nnx.RNN(TorchGRUCell(5, 6, rngs=rngs))" in converted
     assert "self.gcell = TorchGRUCell(5, 6, rngs=rngs)" in converted
@@ -163,20 +169,18 @@ def test_transfer_maps_every_part(models):
     assert by[("attn.in_proj_bias", "attn.value.bias")].nnx_shape == (4, 4)
     assert by[("attn.out_proj.weight", "attn.out.kernel")].nnx_shape == (4, 4, 16)
     assert by[("cross.k_proj_weight", "cross.key.kernel")].nnx_shape == (8, 4, 4)
-    assert by[("lstm.bias_hh_l0", "lstm.cell.dense_h.bias")].summed_into == "lstm.bias_ih_l0"
     w = tm.attn.in_proj_weight.detach().numpy()
     np.testing.assert_array_equal(np.asarray(jm.attn.value.kernel[...]),
                                   w[32:].T.reshape(16, 4, 4))
     np.testing.assert_array_equal(np.asarray(jm.attn.out.kernel[...]),
                                   tm.attn.out_proj.weight.detach().numpy().T.reshape(4, 4, 16))
-    b = tm.lstm.bias_ih_l0 + tm.lstm.bias_hh_l0
-    np.testing.assert_allclose(np.asarray(jm.lstm.cell.dense_h.bias[...]),
-                               b.detach().numpy(), rtol=0, atol=0)
-    # GRU: one flax parameter per torch tensor, b_hn (the last third of b_hh) on dense_h
-    assert by[("gru.bias_hh_l0", "gru.cell.dense_h.bias")].summed_into is None
-    for t, j in (("gru.cell", tm.gru), ("gcell", tm.gcell)):
-        cell = jm.gru.cell if t == "gru.cell" else jm.gcell
-        sfx = "_l0" if t == "gru.cell" else ""
+    # LSTM and GRU: one flax parameter per torch tensor (the GRU's b_hn, the last third of
+    # b_hh, on dense_h; the LSTM's b_ih on dense_i, not summed into dense_h's)
+    for layer in ("lstm", "gru"):
+        assert by[(f"{layer}.bias_hh_l0", f"{layer}.cell.dense_h.bias")].summed_into is None
+        assert by[(f"{layer}.bias_ih_l0", f"{layer}.cell.dense_i.bias")].summed_into is None
+    for cell, j, sfx in ((jm.gru.cell, tm.gru, "_l0"), (jm.gcell, tm.gcell, ""),
+                         (jm.lstm.cell, tm.lstm, "_l0"), (jm.cell, tm.cell, "")):
         for name, dense, tr in (("weight_ih", "dense_i", True), ("weight_hh", "dense_h", True),
                                 ("bias_ih", "dense_i", False), ("bias_hh", "dense_h", False)):
             want = getattr(j, name + sfx).detach().numpy()
@@ -189,14 +193,8 @@ def test_round_trip_torch_jax_torch(models):
     back = export_state_dict(tm, jm)
     state = tm.state_dict()
     assert set(back) == set(state)
-    for name, value in back.items():
-        want = state[name].numpy()
-        lstm = name.startswith(("lstm", "cell."))  # the GRU's biases are not summed
-        if lstm and name.endswith(("bias_ih_l0", "bias_ih")):  # holds the sum going back
-            want = want + state[name.replace("bias_ih", "bias_hh")].numpy()
-        elif lstm and name.endswith(("bias_hh_l0", "bias_hh")):
-            want = np.zeros_like(want)
-        np.testing.assert_array_equal(value, want, err_msg=name)
+    for name, value in back.items():  # every tensor as it was (no bias summed)
+        np.testing.assert_array_equal(value, state[name].numpy(), err_msg=name)
     # the same torch function: load it into a copy and compare the LSTM's output
     ns: dict = {}
     exec(SOURCE, ns)  # noqa: S102
@@ -422,7 +420,7 @@ def test_gradients_match_through_every_part(models, attr, torch_call, arrays):
 @pytest.mark.parametrize(("ctor", "why"), [
     ("nn.GRU(5, 6, bias=False)", "input-side bias"),
     ("nn.GRUCell(5, 6, bias=False)", "input-side bias"),
-    ("nn.LSTM(5, 6, bias=False)", "hidden-side bias"),
+    ("nn.LSTM(5, 6, bias=False)", "trainable biases"),
     ("nn.LSTM(5, 6, proj_size=2)", "proj_size"),
     ("nn.MultiheadAttention(16, 4, add_bias_kv=True)", "add_bias_kv"),
     ("nn.MultiheadAttention(16, 4, kdim=8, vdim=4)", "kdim != vdim"),

@@ -239,7 +239,9 @@ def test_equinox_and_linen_forms(converted) -> None:
             "use_value_bias=True, use_output_bias=True, key=key1)" in code
         assert "mask=jnp.broadcast_to(jnp.logical_and(~causal, ~padding), " \
             "(x.shape[0], x.shape[0]))" in code
-        assert "self.lstm = eqx.nn.LSTMCell(5, 6, key=key1)" in code
+        # torch's four LSTM tensors in a helper cell (eqx.nn.LSTMCell sums the biases)
+        assert "self.lstm = TorchLSTMCell(5, 6, key=key1)" in code
+        assert "class TorchLSTMCell(eqx.Module)" in code
         assert "y, (h, c) = lstm_scan(self.lstm, x)" in code and "jax.lax.scan" in code
         assert "h2, c2 = self.cell2(x, (h, c))" in code
         # torch's GRU parameters and initialisation in a helper cell, scanned by gru_scan
@@ -262,8 +264,10 @@ def test_equinox_and_linen_forms(converted) -> None:
         assert "return h @ self.out.weight.T\n" in code
     else:
         assert "self.attn = nn.MultiHeadDotProductAttention(num_heads=4)" in code
-        assert "self.lstm = nn.RNN(nn.OptimizedLSTMCell(6))" in code
-        assert "self.cell = nn.OptimizedLSTMCell(6)" in code and ".features)" in code
+        # an nn.OptimizedLSTMCell with fused dense_i / dense_h, each biased (torch's b_ih, b_hh)
+        assert "self.lstm = nn.RNN(TorchLSTMCell(6))" in code
+        assert "self.cell = TorchLSTMCell(6)" in code and ".features)" in code
+        assert "class TorchLSTMCell(nn.OptimizedLSTMCell)" in code
         # an nn.GRUCell with fused, biased dense_i / dense_h (torch's b_hn)
         assert "self.gru = nn.RNN(TorchGRUCell(6))" in code
         assert "class TorchGRUCell(nn.GRUCell)" in code
@@ -344,7 +348,7 @@ def test_equinox_marks_sequence_layers_with_the_batch_on_axis_1() -> None:
 def test_linen_sequence_layers_with_the_batch_on_axis_1(tmp_path: Path) -> None:
     """linen keeps torch's (L, N, E) layout (time_major=True): the GRU's initial state too.
     An LSTM of two layers with dropout between them is the TorchLSTM helper written for linen
-    (layers_0, layers_1: nn.RNN(nn.OptimizedLSTMCell)), called as torch's with (h_0, c_0),
+    (layers_0, layers_1: nn.RNN(TorchLSTMCell)), called as torch's with (h_0, c_0),
     torch's layer k weights in layers_k; a Linear head with a bias tied to an Embedding
     under a constructor condition is the TiedDense helper (issue 32: the corpus word_lm)."""
     path = tmp_path / "seq.py"

@@ -54,9 +54,12 @@ PAIRS = {
     "cross.q_proj_weight": (["cross.query.kernel"], math.sqrt(6 / (64 + 64))),
     "cross.k_proj_weight": (["cross.key.kernel"], math.sqrt(6 / (64 + 32))),
     "cross.v_proj_weight": (["cross.value.kernel"], math.sqrt(6 / (64 + 32))),
-    # every LSTM weight U(-1/sqrt(H), 1/sqrt(H))
+    # every LSTM weight and bias U(-1/sqrt(H), 1/sqrt(H)), each bias one draw (the
+    # TorchLSTMCell helper keeps torch's two apart)
     "lstm.weight_ih_l0": (["lstm.cell.dense_i.kernel"], 1 / 16),
     "lstm.weight_hh_l0": (["lstm.cell.dense_h.kernel"], 1 / 16),
+    "lstm.bias_ih_l0": (["lstm.cell.dense_i.bias"], 1 / 16),
+    "lstm.bias_hh_l0": (["lstm.cell.dense_h.bias"], 1 / 16),
     # every GRU weight and bias too, each bias one draw (the helper keeps torch's two apart)
     "gru.weight_ih_l0": (["gru.cell.dense_i.kernel"], 1 / 16),
     "gru.weight_hh_l0": (["gru.cell.dense_h.kernel"], 1 / 16),
@@ -108,18 +111,6 @@ def test_distribution_is_torchs(models, name):
     _check(got, want, bound, name)
 
 
-def test_lstm_bias_is_the_sum_of_torchs_two(models):
-    """flax's cell has one bias, torch's b_ih + b_hh: a sum of two U(-1/16, 1/16) draws
-    (triangular on [-1/8, 1/8], standard deviation sqrt(2/3) / 16)."""
-    model_t, model_j, _ = models
-    want = (model_t.lstm.bias_ih_l0 + model_t.lstm.bias_hh_l0).detach().numpy()
-    got = _get(model_j, "lstm.cell.dense_h.bias")
-    assert got.size == want.size == 1024
-    for x in (got, want):
-        assert np.abs(x).max() <= 1 / 8
-        assert x.std() == pytest.approx(math.sqrt(2 / 3) / 16, rel=0.1)
-
-
 def test_zero_biases_and_norms(models):
     model_t, model_j, _ = models
     params = dict(model_t.named_parameters())
@@ -136,7 +127,7 @@ def test_written_as_flax_initializers(models):
     assert "bias_init=torch_uniform_init((width // 4) * 3 * 3)" in code
     assert "bias_init=torch_uniform_init(864)" in code  # ConvTranspose: out * kh * kw
     assert "embedding_init=jax.nn.initializers.normal(1.0)" in code
-    assert "def torch_uniform_init(fan_in: int, terms: int = 1)" in code
+    assert "def torch_uniform_init(fan_in: int)" in code
 
 
 def test_fan_in_from_torchs_arguments_by_keyword():
@@ -155,10 +146,10 @@ def test_fan_in_from_torchs_arguments_by_keyword():
     code = convert_source(source, path="init.py", init="torch").code
     assert "bias_init=torch_uniform_init(4)" in code
     assert "bias_init=torch_uniform_init(((c * 2) // g) * 3 * 3)" in code
-    assert "bias_init=torch_uniform_init(8, terms=2)" in code
-    gcell = code[code.index("self.gcell = TorchGRUCell("):]
-    for init in ("kernel_init", "recurrent_kernel_init", "bias_init"):
-        assert f"{init}=torch_uniform_init(6)," in gcell, init  # the GRU's biases: one draw
+    for name, size in (("cell = TorchLSTMCell(", 8), ("gcell = TorchGRUCell(", 6)):
+        cell = code[code.index(f"self.{name}"):]
+        for init in ("kernel_init", "recurrent_kernel_init", "bias_init"):
+            assert f"{init}=torch_uniform_init({size})," in cell, init  # biases: one draw each
 
 
 def test_default_output_is_unchanged():

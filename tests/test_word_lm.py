@@ -80,13 +80,13 @@ class Stack(nn.Module):
 
 def _lstm_weights(jax_lstm, torch_lstm) -> None:
     """torch's per-layer weights into the TorchLSTM helper's layers (the gates' order is
-    torch's: the kernels transposed, b_ih + b_hh the hidden-side bias)."""
+    torch's: the kernels transposed, b_ih and b_hh the input- and hidden-side biases)."""
     sd = {k: v.detach().numpy() for k, v in torch_lstm.state_dict().items()}
     for k, layer in enumerate(jax_lstm.layers):
         layer.cell.dense_i.kernel.value = jax.numpy.asarray(sd[f"weight_ih_l{k}"].T)
         layer.cell.dense_h.kernel.value = jax.numpy.asarray(sd[f"weight_hh_l{k}"].T)
-        layer.cell.dense_h.bias.value = jax.numpy.asarray(sd[f"bias_ih_l{k}"]
-                                                          + sd[f"bias_hh_l{k}"])
+        layer.cell.dense_i.bias.value = jax.numpy.asarray(sd[f"bias_ih_l{k}"])
+        layer.cell.dense_h.bias.value = jax.numpy.asarray(sd[f"bias_hh_l{k}"])
 
 
 @pytest.mark.parametrize(("nlayers", "batch_first"), [(2, False), (3, True)])

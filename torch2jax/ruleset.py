@@ -42,7 +42,7 @@ class WeightMap:
     A ``weights`` key may name a part of a tensor: ``in_proj_weight[1/3]`` is the second of
     three equal chunks along torch's axis 0 (MultiheadAttention's packed q/k/v projection goes
     to three NNX parameters). ``sum = true`` on several tensors mapped to the same parameter
-    adds them (an LSTM's two biases, b_ih + b_hh, are one bias in flax); going back, the first
+    adds them (a rule file's; the built-in rules keep each torch tensor apart); going back, the first
     of them receives the sum and the others zeros.
     """
 

@@ -722,8 +722,8 @@ def gradient_parts(
     """As :func:`gradient_map`, with every part of a split parameter: MultiheadAttention's
     ``in_proj_weight`` has three, one per NNX query/key/value kernel (``layout`` ends in
     ``[i/n]``, so ``apply_layout(grad, m.layout)`` gives that part). :func:`gradient_map`
-    keeps the first part of each. A summed parameter (an LSTM's ``bias_ih_l0`` and
-    ``bias_hh_l0``) has the gradient of the NNX parameter holding the sum."""
+    keeps the first part of each. A summed parameter (a rule's ``sum = true`` entries) has
+    the gradient of the NNX parameter holding the sum."""
     plan = plan_transfer(torch_module, nnx_model, rules)
     if plan.problems:
         raise WeightTransferError(plan.problems)

@@ -160,9 +160,9 @@ binary_cross_entropy.defvjp(_binary_cross_entropy_fwd, _binary_cross_entropy_bwd
 # equinox (torch2jax/targets/equinox.py): torch's LSTM (batch_first=True) on one example
 helper("lstm_scan", {"jax", "jnp"}, '''
 def lstm_scan(cell, xs: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """torch's one-layer LSTM on one sequence xs (L, I), from zero states, with an
-    eqx.nn.LSTMCell (torch's gates, i f g o, and b_ih + b_hh as its bias): the outputs (L, H)
-    and torch's (h_n, c_n), each (1, H) (one layer)."""
+    """torch's one-layer LSTM on one sequence xs (L, I), from zero states, with the
+    TorchLSTMCell helper (torch's gates, i f g o, and tensors): the outputs (L, H) and torch's
+    (h_n, c_n), each (1, H) (one layer)."""
     zeros = jnp.zeros(cell.hidden_size, xs.dtype)
 
     def step(state, x):
@@ -475,16 +475,14 @@ def checkpoint_sequential(layers: Any, segments: int, x: jax.Array) -> jax.Array
 
 
 helper("torch_uniform_init", {"Any", "jax", "jnp"}, '''
-def torch_uniform_init(fan_in: int, terms: int = 1) -> Any:
+def torch_uniform_init(fan_in: int) -> Any:
     """torch's default bias initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in the
     inputs of the layer's weight (0: zeros, as torch), for convert --init torch; also its RNN
-    weights (fan_in: the hidden size). terms=2: the sum of two such draws (an LSTM's one bias is
-    torch's b_ih + b_hh)."""
+    weights and biases (fan_in: the hidden size)."""
     bound = 1 / fan_in**0.5 if fan_in > 0 else 0.0
 
     def init(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
-        draws = jax.random.uniform(key, (terms, *shape), dtype, -bound, bound)
-        return draws.sum(axis=0)
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
 
     return init
 ''')

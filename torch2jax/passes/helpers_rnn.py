@@ -10,6 +10,80 @@ from __future__ import annotations
 
 from torch2jax.passes.helper_registry import helper
 
+# torch's LSTM cell keeps two biases, b_ih and b_hh; flax's OptimizedLSTMCell (and
+# eqx.nn.LSTMCell) one, their sum: the same forward, but an optimizer step on the sum is not
+# torch's step on each (plain SGD moves the sum twice as far in torch, weight decay acts on
+# each). These cells keep torch's four tensors.
+helper("TorchLSTMCell", {"Any", "nnx"}, '''
+class TorchLSTMCell(nnx.OptimizedLSTMCell):
+    """nn.LSTMCell / torch's LSTM cell: an nnx.OptimizedLSTMCell (fused gates i, f, g, o as
+    torch's) whose input-side dense has a bias too: dense_i's is torch's b_ih, dense_h's b_hh."""
+
+    def __init__(self, in_features: int, hidden_features: int, *, rngs: nnx.Rngs,
+                 **kwargs: Any) -> None:
+        super().__init__(in_features, hidden_features, rngs=rngs, **kwargs)
+        self.dense_i = nnx.Linear(
+            in_features, 4 * hidden_features,
+            kernel_init=kwargs.get("kernel_init", nnx.initializers.lecun_normal()),
+            bias_init=kwargs.get("bias_init", nnx.initializers.zeros_init()),
+            dtype=self.dtype, param_dtype=self.param_dtype, rngs=rngs)
+''', targets=("nnx",))
+
+
+helper("TorchLSTMCell", {"jax", "jnp", "linen"}, '''
+class TorchLSTMCell(nn.OptimizedLSTMCell):
+    """nn.LSTMCell / torch's LSTM cell: an nn.OptimizedLSTMCell (gates i, f, g, o as torch's)
+    with fused input and hidden-side denses, dense_i and dense_h, each with a bias: torch's
+    b_ih and b_hh."""
+
+    @nn.compact
+    def __call__(self, carry: tuple[jax.Array, jax.Array], inputs: jax.Array
+                 ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+        c, h = carry
+        dense = {"features": 4 * self.features, "dtype": self.dtype,
+                 "param_dtype": self.param_dtype, "bias_init": self.bias_init}
+        y = nn.Dense(kernel_init=self.kernel_init, name="dense_i", **dense)(inputs) + nn.Dense(
+            kernel_init=self.recurrent_kernel_init, name="dense_h", **dense)(h)
+        i, f, g, o = jnp.split(y, 4, axis=-1)
+        new_c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
+        new_h = self.gate_fn(o) * self.activation_fn(new_c)
+        return (new_c, new_h), new_h
+''', targets=("linen",))
+
+
+helper("TorchLSTMCell", {"jax", "jnp"}, '''
+class TorchLSTMCell(eqx.Module):
+    """nn.LSTMCell / torch's LSTM cell on one example, with torch's parameters (gates i, f, g,
+    o) and initialisation (U(-1/sqrt(H), 1/sqrt(H)) everywhere), called as eqx.nn.LSTMCell:
+    cell(input, (h, c)) -> (h', c'). eqx.nn.LSTMCell keeps b_ih + b_hh as one bias; this cell
+    keeps torch's four tensors."""
+
+    weight_ih: jax.Array
+    weight_hh: jax.Array
+    bias_ih: jax.Array
+    bias_hh: jax.Array
+    input_size: int = eqx.field(static=True)
+    hidden_size: int = eqx.field(static=True)
+
+    def __init__(self, input_size: int, hidden_size: int, *, key: jax.Array) -> None:
+        lim = hidden_size**-0.5
+        shapes = [(4 * hidden_size, input_size), (4 * hidden_size, hidden_size),
+                  (4 * hidden_size,), (4 * hidden_size,)]
+        self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh = (
+            jax.random.uniform(k, s, minval=-lim, maxval=lim)
+            for k, s in zip(jax.random.split(key, 4), shapes))
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+
+    def __call__(self, input: jax.Array, hidden: tuple[jax.Array, jax.Array], *,
+                 key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+        h, c = hidden
+        y = self.weight_ih @ input + self.bias_ih + self.weight_hh @ h + self.bias_hh
+        i, f, g, o = jnp.split(y, 4)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        return jax.nn.sigmoid(o) * jnp.tanh(c), c
+''', targets=("equinox",))
+
 _DOC = '''"""nn.{torch}(input_size, hidden_size, num_layers, bias=True, batch_first, dropout,
     bidirectional), gates {gates} as torch's: num_layers layers of
     {rnn}({cell}), layer k reading layer k - 1's output, dropout on every
@@ -87,7 +161,7 @@ _KINDS = {
                 "                (c, h), out = rnn(x, initial_carry=carry, return_carry=True)\n"
                 "                cs.append(c)",
         "returned": "x, (jnp.stack(hs), jnp.stack(cs))",
-        "cells": {"nnx": "nnx.OptimizedLSTMCell", "linen": "nn.OptimizedLSTMCell"}},
+        "cells": {"nnx": "TorchLSTMCell", "linen": "TorchLSTMCell"}},
     "GRU": {
         "gates": "r, z, n", "call": "gru(input, h_0) -> (output, h_n)", "states": "h",
         "step": "                carry = None if hx is None else hx[i]\n"

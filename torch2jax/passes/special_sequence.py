@@ -198,8 +198,8 @@ def transformer_encoder(site: Site) -> cst.BaseExpression:
 
 def _lstm_checks(site: Site) -> None:
     if site.lit("bias") is not True:
-        raise Untranslatable(f"{site.rule.torch}(bias=False): flax's LSTM cells always have a "
-                             "trainable hidden-side bias (dense_h), which torch's has not")
+        raise Untranslatable(f"{site.rule.torch}(bias=False): the converted LSTM cell "
+                             "always has trainable biases (dense_i, dense_h), which torch's has not")
 
 
 def _rnn(site: Site, cell: cst.Call) -> cst.Call:
@@ -229,16 +229,17 @@ def _cell(site: Site, name: str) -> cst.Call:
 
 @special("lstm")
 def lstm(site: Site) -> cst.BaseExpression:
-    """``nn.LSTM(I, H)`` -> ``nnx.RNN(nnx.OptimizedLSTMCell(I, H), time_major=True)``: one
-    layer, one direction; gates in torch's order i, f, g, o, so torch's (4H, I) and (4H, H)
-    weights are the cell's fused kernels transposed and b_ih + b_hh its bias."""
+    """``nn.LSTM(I, H)`` -> ``nnx.RNN(TorchLSTMCell(I, H), time_major=True)``, TorchLSTMCell
+    the helper of passes/helpers_rnn.py: an nnx.OptimizedLSTMCell whose input-side dense has a
+    bias too. One layer, one direction; gates in torch's order i, f, g, o, so torch's (4H, I)
+    and (4H, H) weights are the cell's fused kernels transposed, b_ih and b_hh their biases."""
     _lstm_checks(site)
     if _stacked(site) or site.lit("bidirectional") is not False:
         return _stacked_rnn(site)
     _flag_calls(site, "forward(input, (h_0, c_0)) returns (output, (h_n, c_n)) with a "
                 "leading layer axis on h_n and c_n", "returns the output, or (carry, output) "
                 "with carry (c, h)")
-    return _rnn(site, _cell(site, "nnx.OptimizedLSTMCell"))
+    return _rnn(site, _cell(site, "TorchLSTMCell"))
 
 
 def _stacked(site: Site) -> bool:
@@ -278,7 +279,7 @@ def lstm_cell(site: Site) -> cst.BaseExpression:
     _lstm_checks(site)
     _flag_calls(site, "forward(input, (h, c)) returns (h', c')", "is called as cell((c, h), x) "
                 "and returns ((c', h'), h')")
-    return _cell(site, site.rule.targets[site.target])
+    return _cell(site, "TorchLSTMCell")
 
 
 def _hx(cs: CallSite, name: str) -> tuple[str, str] | None:

@@ -10,9 +10,8 @@ translation builds in torch's conv layout (*k, out, in), torch's out * prod(k). 
 initializer is called with the bias' shape only, so its fan_in is written into the call:
 ``torch_uniform_init(fan_in)`` (a helper written into the converted file).
 
-LSTM / LSTMCell: every weight and bias U(-1/sqrt(H), 1/sqrt(H)); flax's cell has one bias
-per gate, torch's b_ih + b_hh, so it is drawn as the sum of two such draws. GRU / GRUCell:
-the same bound; the TorchGRUCell helper keeps torch's two biases apart, so each is one draw.
+LSTM / LSTMCell, GRU / GRUCell: every weight and bias U(-1/sqrt(H), 1/sqrt(H)); the
+TorchLSTMCell and TorchGRUCell helpers keep torch's two biases apart, so each is one draw.
 
 Embedding: N(0, 1). MultiheadAttention: xavier_uniform over the packed (3E, E) in_proj matrix
 (variance_scaling(0.5, "fan_avg", "uniform") on each (E, E) part; kdim: one xavier per part),
@@ -121,11 +120,10 @@ def initialised(rule: Rule, b: BoundArgs, out: cst.Call) -> tuple[cst.Call, str 
         hidden = b.get("hidden_size")
         if hidden is None:
             return out, "hidden_size is not given"
-        terms = 2 if rule.special.startswith("lstm") else 1  # an LSTM's one bias: b_ih + b_hh
         if rule.special.endswith("cell"):
-            return _recurrent_cell(out, hidden, terms), None
+            return _recurrent_cell(out, hidden), None
         return out.with_changes(args=[out.args[0].with_changes(
-            value=_recurrent_cell(out.args[0].value, hidden, terms)), *out.args[1:]]), None
+            value=_recurrent_cell(out.args[0].value, hidden)), *out.args[1:]]), None
     return out, None
 
 
@@ -136,16 +134,11 @@ def _weight_and_bias(b: BoundArgs, fan_in: cst.BaseExpression) -> list[cst.Arg]:
     return args
 
 
-def _recurrent_cell(cell: cst.Call, hidden_size: cst.BaseExpression, terms: int) -> cst.Call:
-    """Every weight U(-1/sqrt(H), 1/sqrt(H)); a bias the sum of ``terms`` such draws (an
-    LSTM cell's one bias is torch's two summed)."""
-    hidden = code(hidden_size)
-    bias = f"torch_uniform_init({hidden}, terms=2)" if terms == 2 else \
-        f"torch_uniform_init({hidden})"
-    return with_initializers(cell, [
-        arg(expr(f"torch_uniform_init({hidden})"), "kernel_init"),
-        arg(expr(f"torch_uniform_init({hidden})"), "recurrent_kernel_init"),
-        arg(expr(bias), "bias_init")])
+def _recurrent_cell(cell: cst.Call, hidden_size: cst.BaseExpression) -> cst.Call:
+    """Every weight and bias U(-1/sqrt(H), 1/sqrt(H)), one draw each."""
+    init = expr(f"torch_uniform_init({code(hidden_size)})")
+    return with_initializers(cell, [arg(init, "kernel_init"), arg(init, "recurrent_kernel_init"),
+                                    arg(init, "bias_init")])
 
 
 def with_initializers(out: cst.Call, extra: list[cst.Arg]) -> cst.Call:

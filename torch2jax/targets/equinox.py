@@ -473,7 +473,7 @@ class _LayerDictToDict(cst.CSTTransformer):
 
 
 # definitions the NNX pass wrote: they go
-NNX_HELPER_CLASSES = ("LayerDict", "BatchNorm", "TorchGRUCell", "TorchLSTM")
+NNX_HELPER_CLASSES = ("LayerDict", "BatchNorm", "TorchGRUCell", "TorchLSTMCell", "TorchLSTM")
 
 
 def _without_nnx_helpers(module: cst.Module) -> cst.Module:

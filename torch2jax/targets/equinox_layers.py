@@ -299,11 +299,11 @@ def _attention(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
 
 
 def _rnn(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
-    """nnx.RNN(nnx.OptimizedLSTMCell(I, H)) (torch's LSTM, batch_first=True) ->
-    eqx.nn.LSTMCell(I, H), scanned over the sequence by the lstm_scan helper;
-    nnx.RNN(TorchGRUCell(I, H)) (torch's GRU) -> the TorchGRUCell helper, scanned by gru_scan."""
+    """nnx.RNN(TorchLSTMCell(I, H)) (torch's LSTM, batch_first=True) -> the TorchLSTMCell
+    helper, scanned over the sequence by lstm_scan; nnx.RNN(TorchGRUCell(I, H)) (torch's GRU) ->
+    the TorchGRUCell helper, scanned by gru_scan."""
     cell = code(pos[0].func) if len(pos) == 1 and isinstance(pos[0], cst.Call) else None
-    kind = {"nnx.OptimizedLSTMCell": "lstm", "TorchGRUCell": "gru"}.get(cell)
+    kind = {"TorchLSTMCell": "lstm", "TorchGRUCell": "gru"}.get(cell)
     if try_literal(kw.pop("time_major", None), False) is not False:
         raise EquinoxError(f"{(kind or 'an RNN').upper()} with batch_first=False: its batch is "
                            "axis 1, and the equinox model is mapped over axis 0 (batch_first="
@@ -315,12 +315,13 @@ def _rnn(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
 
 
 def _lstm_cell(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
-    """nnx.OptimizedLSTMCell(I, H) -> eqx.nn.LSTMCell(I, H): gates in torch's order i, f, g,
-    o; its one bias is torch's b_ih + b_hh."""
+    """TorchLSTMCell(I, H) (NNX's helper) -> TorchLSTMCell(I, H, key=...), equinox's helper:
+    torch's four tensors (eqx.nn.LSTMCell sums b_ih + b_hh), one example, called as
+    eqx.nn.LSTMCell."""
     kw.pop("rngs", None)
     if kw or len(pos) != 2:
         raise EquinoxError("an LSTM cell with other arguments than its sizes")
-    return _call("eqx.nn.LSTMCell", pos, [("key", cst.Name("__needs_key__"))]), \
+    return _call("TorchLSTMCell", pos, [("key", cst.Name("__needs_key__"))]), \
         Layer("lstmcell")
 
 
@@ -347,7 +348,7 @@ def _stacked_lstm(pos: list, kw: dict) -> tuple[cst.Call, Layer]:
 
 
 SEQUENCE_LAYERS = {"nnx.MultiHeadAttention": _attention, "nnx.RNN": _rnn,
-                   "nnx.OptimizedLSTMCell": _lstm_cell, "TorchGRUCell": _gru_cell,
+                   "TorchLSTMCell": _lstm_cell, "TorchGRUCell": _gru_cell,
                    "TorchLSTM": _stacked_lstm}
 
 

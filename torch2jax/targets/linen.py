@@ -43,7 +43,7 @@ TRAIN = "train"
 CLASSES = {**layer_table.classes("linen"),
            "nnx.BatchNorm": "nn.BatchNorm",
            "nnx.MultiHeadAttention": "nn.MultiHeadDotProductAttention",
-           "nnx.OptimizedLSTMCell": "nn.OptimizedLSTMCell", "nnx.RNN": "nn.RNN",
+           "nnx.RNN": "nn.RNN",
            "nnx.Sequential": "nn.Sequential", "nnx.Module": "nn.Module"}
 
 
@@ -85,15 +85,11 @@ def layer(node: cst.BaseExpression, train: str = f"self.{TRAIN}") -> cst.BaseExp
         if "dropout_rate" in kw:
             kw["deterministic"] = expr(f"not {train}")
         return _rebuild("nn.MultiHeadDotProductAttention", pos, kw)
-    if name == "nnx.OptimizedLSTMCell":
-        # nn.OptimizedLSTMCell(H): one kernel per gate (ii, if, ig, io, hi, ...), not fused
+    if name in ("TorchLSTMCell", "TorchGRUCell"):  # the helpers (torch's two biases): (H)
         if len(pos) != 2:
-            raise Untranslatable("an LSTM cell without its two sizes")
-        return _rebuild("nn.OptimizedLSTMCell", [pos[1]], kw)
-    if name == "TorchGRUCell":  # the helper (torch's b_hn on its hidden-side dense): (H)
-        if len(pos) != 2:
-            raise Untranslatable("a GRU cell without its two sizes")
-        return _rebuild("TorchGRUCell", [pos[1]], kw)
+            raise Untranslatable(f"{'an LSTM' if 'LSTM' in name else 'a GRU'} cell without its "
+                                 "two sizes")
+        return _rebuild(name, [pos[1]], kw)
     if name in ("TorchLSTM", "TorchGRU"):  # the helper (stacked layers): input size dropped
         fields = ("hidden_size", "num_layers", "bias", "batch_first", "dropout",
                   "bidirectional")

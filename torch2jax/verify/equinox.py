@@ -62,7 +62,7 @@ _KEY = "__torch2jax_key__"
 class Part:
     """Where a torch tensor (or a piece of it) lives in the equinox model: the array at
     ``path`` is ``apply_layout(tensor, layout)`` (``layout`` may name a chunk, ``as_is[1/3]``);
-    ``summed``: it is the sum of several torch tensors (an LSTM's two biases)."""
+    ``summed``: it is the sum of several torch tensors."""
 
     path: tuple[Step, ...]
     layout: str = "as_is"
@@ -112,11 +112,7 @@ _MHA = {**{f"in_proj_{w}": [((f"{p}_proj", w), f"as_is[{i}/3]", False)
            for w in ("weight", "bias")},
         **{f"{p[0]}_proj_weight": [((f"{p}_proj", "weight"), "as_is", False)]
            for p in ("query", "key", "value")}}
-_LSTM = {f"{w}{suffix}": [((to,), "as_is", to == "bias")]
-         for suffix in ("", "_l0")
-         for w, to in (("weight_ih", "weight_ih"), ("weight_hh", "weight_hh"),
-                       ("bias_ih", "bias"), ("bias_hh", "bias"))}
-RENAMED = {"MultiheadAttention": _MHA, "LSTMCell": _LSTM,
+RENAMED = {"MultiheadAttention": _MHA,
            "ConvTranspose": {"weight": [(("weight",), "flip_swap", False)]}}
 SUBMODULES = {"MultiheadAttention": {"out_proj": "output_proj"}}
 

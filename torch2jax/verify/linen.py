@@ -54,26 +54,6 @@ class LinenPlan:
     summed: set[tuple] = field(default_factory=set)  # paths holding a sum of torch tensors
 
 
-# NNX fused kernels that linen keeps per gate: nnx.OptimizedLSTMCell's dense_i / dense_h are
-# linen's ii, if, ig, io / hi, hf, hg, ho (torch's gate order, i f g o). The TorchGRUCell helper's
-# are fused in both (the same names and shapes as NNX's).
-PER_GATE = {"dense_i": "i", "dense_h": "h"}
-GATES = "ifgo"
-FUSED = ("torch.nn.GRU", "torch.nn.GRUCell")  # rules whose dense_i / dense_h linen keeps fused
-
-
-def _linen_parts(components: list[str], layout: str, per_gate: bool = True
-                 ) -> list[tuple[list[str], str]]:
-    """A rule's NNX destination -> linen's, one per part (several for a per-gate kernel)."""
-    for i, c in enumerate(components):
-        if per_gate and c in PER_GATE:
-            if "[" in layout:
-                raise ValueError(f"{layout}: a part of a per-gate kernel")
-            return [([*components[:i], PER_GATE[c] + g, *components[i + 1:]],
-                     f"{layout}[{k}/{len(GATES)}]") for k, g in enumerate(GATES)]
-    return [(components, layout)]
-
-
 def _linen_path(components: list[str], modules: dict[str, Any], variables: dict | None = None
                 ) -> list[str]:
     import torch
@@ -168,24 +148,21 @@ def _destinations(key: str, shape: tuple, found: list, variables: dict, modules:
     """The linen variables one torch entry goes to (one per part), or the first missing one."""
     out = []
     for target in found:
-        per_gate = target.rule not in FUSED
         # layer 0 of a stacked recurrent layer (the TorchLSTM helper): its fallback path
         tries = [target.components, *([target.fallback] if target.fallback else [])]
-        for n, components in enumerate(tries):
-            new, missing = [], None
-            for comps, layout in _linen_parts(components, target.layout, per_gate):
-                path = _linen_path(comps, modules, variables)
-                collection = "batch_stats" if target.rule is not None and path[-1] in STATS \
-                    else "params"
-                leaf = _lookup(variables.get(collection, {}), path)
-                if leaf is None:
-                    missing = f"{collection}/{'/'.join(path)}"
-                    break
-                new.append(ParamMapping(key, "mapped", (collection, *path), layout,
-                                        target.rule, torch_shape=shape,
-                                        nnx_shape=tuple(np.shape(leaf))))
-            if missing is None:
-                break
+        new, missing = [], None
+        for components in tries:
+            path = _linen_path(components, modules, variables)
+            collection = "batch_stats" if target.rule is not None and path[-1] in STATS \
+                else "params"
+            leaf = _lookup(variables.get(collection, {}), path)
+            if leaf is None:
+                missing = f"{collection}/{'/'.join(path)}"
+                continue
+            new, missing = [ParamMapping(key, "mapped", (collection, *path), target.layout,
+                                         target.rule, torch_shape=shape,
+                                         nnx_shape=tuple(np.shape(leaf)))], None
+            break
         if missing is not None:
             return [], missing
         out += new
@@ -209,7 +186,7 @@ def transfer_to_linen(torch_model: Any, variables: dict, rules: RuleSet | None =
         node = out
         for p in parents:
             node = node[p]
-        if mp.nnx_path in plan.summed and mp.nnx_path in filled:  # b_ih + b_hh
+        if mp.nnx_path in plan.summed and mp.nnx_path in filled:  # a rule's sum = true
             value = value + np.asarray(node[leaf])
         filled.add(mp.nnx_path)
         node[leaf] = jnp.asarray(value, dtype=node[leaf].dtype)
