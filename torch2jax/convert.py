@@ -89,15 +89,21 @@ IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "partial", "grain", "np",
 _CANONICAL_FORMS = (loader_classes, scaler_params, optimizer_attributes, manual_sgd,
                     open_checkpoints, local_lambdas, data_inits, module_methods, forward_choice)
 
-# text without which a canonical form finds nothing to rewrite (checked on the source while no
-# earlier form changed the tree): each form walks the whole tree to find out otherwise
+# text without which a canonical form finds nothing to rewrite, checked on the user's source:
+# each form walks the whole tree to find out otherwise. The forms only move and rewrite the
+# source's own text, so text the source lacks is not in the tree an earlier form changed either
+# (what they write besides: torch.nn.init calls, optimizer steps, and module_methods' self.NAME = p
+# of register_parameter("NAME", p), in forward_choice's gate)
 _CANONICAL_GATES = {
     optimizer_attributes: re.compile(r"\bstep\b"),  # self.<optimizer>.step()
-    manual_sgd: re.compile("backward"),  # (it requires "backward" and ".grad" in the text)
+    # (a p.grad read after a .backward() call: "backwards" or self.grad_checkpointing is not)
+    manual_sgd: re.compile(r"\A(?=[\s\S]*\bbackward\b)(?=[\s\S]*\bgrad\b)"),
     local_lambdas: re.compile(r"\blambda\b"),
     module_methods: re.compile(r"\bregister_parameter\b"),
-    # self.forward = self.forward_slicing (the target may be parenthesized, continued)
-    forward_choice: re.compile(r"\bforward\b(?:[\s)\\]|#[^\n]*)*=(?!=)"),
+    # self.forward = self.forward_slicing (the target may be parenthesized, continued), or
+    # self.register_parameter("forward", p), which module_methods writes so
+    forward_choice: re.compile(r"\bforward\b(?:[\s)\\]|#[^\n]*)*=(?!=)|"
+                               r"\bregister_parameter\s*\(\s*[rRuU]?[\"']forward[\"']"),
     # (the forms' own tests of the text, without generating it again)
     data_inits: re.compile(re.escape(".data.")),
     open_checkpoints: re.compile(re.escape("open(")),
@@ -231,7 +237,7 @@ def convert_source(
     canonical = module
     for step in _CANONICAL_FORMS:
         gate = _CANONICAL_GATES.get(step)
-        if canonical is module and gate is not None and not gate.search(source):
+        if gate is not None and not gate.search(source):
             continue  # (the text the form needs is not in the file: no walk of a long file)
         canonical = step.canonicalise(canonical)
     # a line the canonical form moved (a wrapper class removed): reported at the user's line
