@@ -59,3 +59,37 @@ def test_inplace_values_compute_torchs_numbers():
     np.testing.assert_allclose(np.asarray(jw), tw.numpy(), rtol=1e-6)
     # torch's y is the same tensor as the value; the name rebinding keeps that too
     np.testing.assert_allclose(np.asarray(jy), ty.numpy(), rtol=1e-6)
+
+
+DATA_SOURCE = '''
+import torch
+
+
+def predictions(logits):
+    probs = torch.softmax(logits, dim=1)
+    as_numpy = probs.data.cpu().numpy()
+    top = probs.data.max(1)[1]
+    detached = probs.detach().data.numpy()
+    return as_numpy, top, detached, probs.data.dtype == logits.dtype
+'''
+
+
+def test_a_tensors_data_reads_as_the_detached_tensor():
+    """``probs.data.cpu().numpy()``, ``probs.data.max(1)[1]``: ``.data`` was left as written
+    (a JAX array has none: an unmarked AttributeError); it is ``jax.lax.stop_gradient``."""
+    import jax.numpy as jnp
+
+    result = convert_source(DATA_SOURCE, path="preds.py")
+    assert ".data" not in result.code and not [
+        d for d in result.diagnostics if d.severity == "error"]
+    converted: dict = {}
+    exec(compile(result.code, "<converted>", "exec"), converted)  # noqa: S102
+    original: dict = {}
+    exec(compile(DATA_SOURCE, "<torch>", "exec"), original)  # noqa: S102
+    logits = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    want = original["predictions"](torch.from_numpy(logits))
+    got = converted["predictions"](jnp.asarray(logits))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    assert np.asarray(got[1]).tolist() == want[1].tolist()
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-6)
+    assert bool(got[3]) and want[3]

@@ -984,7 +984,13 @@ class AttributesMixin:
         torch's detached tensor, ``jax.lax.stop_gradient(y)`` (its dtype, shape or device:
         the tensor's own). None where it is written (``w.data = v``, ``w.data.normal_()``,
         ``w.data[i] = v``: their own rules) or not known to be a tensor."""
-        if original.attr.value != "data" or not self._array_value(original.value):
+        if original.attr.value != "data":
+            return None
+        recv = original.value
+        while m.matches(recv, m.Call(func=m.Attribute(attr=m.Name()))) and (
+                recv.func.attr.value in _CONVERSIONS | {"clone"}):
+            recv = recv.func.value  # (y.detach().data, y.cpu().data)
+        if not self._array_value(recv):
             return None
         parent = self.get_metadata(ParentNodeProvider, original, None)
         holder = self.get_metadata(ParentNodeProvider, parent, None) if parent else None
@@ -995,7 +1001,12 @@ class AttributesMixin:
         if isinstance(parent, cst.Attribute) and parent.value is original:
             if parent.attr.value in ("dtype", "shape", "ndim", "device", "size"):
                 return updated.value  # (x.data.dtype: x.dtype)
-            return None  # (w.data.normal_(): an initialiser's own rule)
+            if parent.attr.value.endswith("_"):
+                return None  # (w.data.normal_(): an in-place method's own rule)
+        if m.matches(updated.value, m.Call(func=m.Attribute(
+                value=m.Attribute(value=m.Name("jax"), attr=m.Name("lax")),
+                attr=m.Name("stop_gradient")))):
+            return updated.value  # (y.detach().data: detached once)
         self.need("jax")
         return expr("jax.lax.stop_gradient({x})", x=updated.value)
 
