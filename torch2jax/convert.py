@@ -215,8 +215,11 @@ def convert_source(
     if spec.rewrites_translation_of:  # a pass over the NNX translation (targets/equinox.py)
         from torch2jax.repo_classes import ImportedFlags
         from torch2jax.targets.equinox import from_nnx
+        from torch2jax.targets.equinox_names import free_key_name
 
-        nnx = convert_source(source, path=path, rules=_channel_first(rules),
+        # (a forward's own argument named key: key_, the target's random key being key)
+        translated = free_key_name(source)
+        nnx = convert_source(translated, path=path, rules=_channel_first(rules),
                              known_modules=known_modules, fuse_layout=False,
                              target=spec.rewrites_translation_of)
         if not nnx.uses_torch:
@@ -225,7 +228,7 @@ def convert_source(
         imported = ImportedFlags(known_modules or (), target, rules.layers,
                                  functools.partial(convert_source, rules=rules, init=init,
                                                    shard=shard))
-        return suppress(_finish(from_nnx(nnx, source, path, imported), nnx, path, source,
+        return suppress(_finish(from_nnx(nnx, translated, path, imported), nnx, path, source,
                                 known_modules or ()), source)
     try:
         module = cst.parse_module(source)
