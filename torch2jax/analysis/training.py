@@ -483,6 +483,10 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 idx.optimizer_names.setdefault(var, site)
                 if receiver:
                     idx.alias_models[var] = receiver
+        # (the parameter groups first: a grouped optimizer's model is the one its groups
+        # list, which an epoch function's optimizer parameter needs: _passed_optimizers)
+        for site in idx.optimizers.values():
+            self._param_groups(site)
         self._passed_optimizers()
         # where each optimizer and scheduler is stepped
         opt_loops: dict[int, set[int | None]] = {}
@@ -562,8 +566,6 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         idx.key_functions = draws - self_keyed - self.rngs_functions
         idx.instances = {n: c for n, c in self._instances.items()
                          if self.instance_class(n, None) is not None}
-        for site in idx.optimizers.values():
-            self._param_groups(site)
         return idx
 
     def _given(self, fn: str, param: str) -> set[str | None]:
@@ -588,7 +590,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         ``train_one_epoch(model, loader, opt)``) that every call of the function gives the
         same optimizer variable: the parameter is that optimizer, and its model is the
         parameter every call gives the optimizer's model (or the model itself, read as a
-        global)."""
+        global). A parameter stepped that every call gives the same scheduler is that
+        scheduler (``sched.step()`` in ``run_epoch(net, dl, opt, sched)``)."""
         idx = self.index
         for recv, _loop, scope in self._step_calls:
             fn = next((f for f in self._params if scope and any(
@@ -597,6 +600,11 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 continue
             given = self._given(fn, recv)
             if len(given) != 1 or None in given:
+                continue
+            sched = idx.scheduler_names.get(next(iter(given)) or "")
+            if sched is not None and recv not in idx.scheduler_names:
+                # (a scheduler handed in the same way: run_epoch(..., optimizer, scheduler))
+                idx.scheduler_names[recv] = sched
                 continue
             site = idx.optimizer_names.get(next(iter(given)) or "")
             model = idx.model_of(next(iter(given)) or "") if site is not None else None
