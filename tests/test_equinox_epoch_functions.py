@@ -8,13 +8,14 @@ of": ``main`` took NNX's ``*, rngs``, so the model it built had no class the pas
 count over ``p.requires_grad``; the optimizer steps). Now the functions take and return the
 model and the optimizer state, ``main`` takes a key, and the program runs.
 
-The printed losses are not torch's: the data (``torch.randint`` -> ``jax.random.randint``),
-the initial weights (equinox's initialisers on a JAX key) and the shuffling (grain's) come
-from other random streams. What is compared with torch: the printed lines' shape and the
-parameter count, which must be equal, and the first epoch's loss (a two-class classifier
-near log 2 on both). The translation's semantics are checked by a variant: the functions'
-parameters renamed (``net``, ``dl``, ``opt``, ``sched``, ``criterion``) and evaluate's
-``no_grad`` a ``with`` block must print exactly what the program prints.
+The program's printed losses are not torch's: the data (``torch.randint`` ->
+``jax.random.randint``), the initial weights (equinox's initialisers on a JAX key) and the
+shuffling (grain's) come from other random streams. So the program is run as it is (its
+lines of torch's shape, torch's parameter count, its loss falling), and, without shuffling,
+given torch's ids and initial weights, where every printed loss must be torch's. The
+translation's semantics are also checked by a variant: the functions' parameters renamed
+(``net``, ``dl``, ``opt``, ``sched``, ``criterion``) and evaluate's ``no_grad`` a ``with``
+block must print exactly what the program prints.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import contextlib
 import io
 import os
 import re
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -62,12 +62,37 @@ def evaluate(net, dl, criterion):
 
 
 '''
-# both converted programs in one process (one JAX start), each in its own folder
-RUNNER = """import runpy, os, sys
-for folder in sys.argv[1:]:
+# the converted programs in one process (one JAX start), each in its own folder; the last
+# one ("exact") given torch's data and initial weights (torch.npz): jax.random.randint returns
+# torch's ids, the model built is given torch's weights (the same names and layouts)
+RUNNER = """import importlib.util, os, sys
+import equinox as eqx, jax, jax.numpy as jnp, numpy as np
+*plain, exact = sys.argv[1:]
+for folder in plain:
     os.chdir(folder)
     print("=== " + folder, flush=True)
-    runpy.run_path(os.path.join(folder, "program.py"), run_name="__main__")
+    spec = importlib.util.spec_from_file_location("__main__", "program.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+os.chdir(exact)
+print("=== " + exact, flush=True)
+data = np.load("torch.npz")
+spec = importlib.util.spec_from_file_location("exact", "program.py")
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+jax.random.randint = lambda key, shape, *a, **k: jnp.asarray(data["ids"], jnp.int32)
+built = mod.Classifier
+
+def with_torch_weights(*args, key):
+    model = built(*args, key=key)
+    for name in ("embed.weight", "LayerNorm.weight", "LayerNorm.bias", "hidden.weight",
+                 "hidden.bias", "head.weight", "head.bias"):
+        layer, leaf = name.split(".")
+        model = eqx.tree_at(lambda m: getattr(getattr(m, layer), leaf), model,
+                            jnp.asarray(data[name]))
+    return model
+
+mod.Classifier = with_torch_weights
+mod.main(key=jax.random.key(0))
 """
 _EPOCH = re.compile(r"epoch (\d): train (\d+\.\d+) valid (\d+\.\d+)")
 _NUMBER = re.compile(r"\d+\.\d+")
@@ -76,6 +101,42 @@ _NUMBER = re.compile(r"\d+\.\d+")
 def _renamed(source: str) -> str:
     start, end = source.index("def run_epoch"), source.index("def main")
     return source[:start] + RENAMED + source[end:]
+
+
+def _torch_run(folder: Path) -> list[str]:
+    """torch's run of ``folder/torch_program.py`` in ``folder``: its printed lines; its
+    ``torch.randint`` draw and its model's initial weights saved to ``folder/torch.npz``."""
+    import importlib.util
+
+    import numpy as np
+    import torch
+
+    spec = importlib.util.spec_from_file_location("torch_program", folder / "torch_program.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # (torch.manual_seed(0))
+    recorded: dict = {}
+    randint, cls = torch.randint, mod.Classifier
+
+    def recording_randint(*args, **kwargs):
+        recorded["ids"] = randint(*args, **kwargs)
+        return recorded["ids"]
+
+    class Recorded(cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            recorded.update({k: v.detach().numpy().copy() for k, v in self.state_dict().items()})
+
+    here, buf = Path.cwd(), io.StringIO()
+    try:
+        os.chdir(folder)
+        torch.randint, mod.Classifier = recording_randint, Recorded
+        with contextlib.redirect_stdout(buf):
+            mod.main()
+    finally:
+        torch.randint = randint
+        os.chdir(here)
+    np.savez(folder / "torch.npz", **{k: np.asarray(v) for k, v in recorded.items()})
+    return buf.getvalue().splitlines()
 
 
 @pytest.fixture(scope="module")
@@ -89,26 +150,29 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         folder = tmp_path_factory.mktemp(name)
         (folder / "program.py").write_text(code)
         folders.append(folder)
-    # torch's run, in a folder of its own (it writes best-model.pt)
-    here = Path.cwd()
-    torch_folder = tmp_path_factory.mktemp("torch")
-    buf = io.StringIO()
-    try:
-        os.chdir(torch_folder)
-        with contextlib.redirect_stdout(buf):
-            runpy.run_path(str(PROGRAM), run_name="__main__")
-    finally:
-        os.chdir(here)
-    out["torch"] = buf.getvalue().splitlines()
+    # torch's run of the program without shuffling (its batches in order on both sides),
+    # in a folder of its own (it writes best-model.pt): its ids and initial weights recorded
+    # for the converted program's "exact" run
+    unshuffled = source.replace("batch_size=16, shuffle=True", "batch_size=16")
+    assert unshuffled != source
+    exact = tmp_path_factory.mktemp("exact")
+    code = convert_source(unshuffled, path="exact.py", target="equinox").code
+    assert ".shuffle(" not in code
+    out["code"]["exact"] = code
+    (exact / "program.py").write_text(code)
+    (exact / "torch_program.py").write_text(unshuffled)
+    out["torch"] = _torch_run(exact)
+    folders.append(exact)
     r = subprocess.run([sys.executable, "-c", RUNNER, *map(str, folders)],
                        capture_output=True, text=True, timeout=300, check=False,
                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr[-3000:]
     printed: dict[str, list[str]] = {}
     current = None
+    names = {str(f): n for f, n in zip(folders, ("program", "renamed", "exact"), strict=True)}
     for line in r.stdout.splitlines():
         if line.startswith("=== "):
-            current = "program" if Path(line[4:]) == folders[0] else "renamed"
+            current = names[line[4:]]
             printed[current] = []
         elif current is not None:
             printed[current].append(line)
@@ -147,8 +211,20 @@ def test_the_program_runs_as_torch_runs(runs):
     # the best model saved and restored: its loss is the least validation loss printed
     assert float(jax_lines[4].split()[1]) == pytest.approx(min(valid), abs=1e-4)
     assert (runs["folders"][0] / "best-model.pt").is_dir()  # (orbax's folder)
-    torch_first = float(_EPOCH.match(torch_lines[1]).group(2))
-    assert abs(train[0] - torch_first) < 0.1, (train[0], torch_first)
+
+
+def test_given_torch_data_and_weights_it_prints_torch_losses(runs):
+    """The program without shuffling, its ``torch.randint`` and its model's initial weights
+    torch's: every printed loss (three epochs of AdamW over the two name-selected groups under
+    the LambdaLR warmup, the validation loss in inference mode, the best model restored) is
+    torch's, to the 4 decimals printed."""
+    torch_lines, jax_lines = runs["torch"], runs["printed"]["exact"]
+    assert len(jax_lines) == len(torch_lines) == 5, (torch_lines, jax_lines)
+    assert jax_lines[0] == torch_lines[0]
+    for t, j in zip(torch_lines[1:], jax_lines[1:], strict=True):
+        assert _NUMBER.sub("#", t) == _NUMBER.sub("#", j)
+        for a, b in zip(_NUMBER.findall(t), _NUMBER.findall(j), strict=True):
+            assert abs(float(a) - float(b)) <= 1.01e-4, (torch_lines, jax_lines)
 
 
 def test_renamed_parameters_and_a_no_grad_block_print_the_same(runs):
