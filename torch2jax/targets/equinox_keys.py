@@ -41,7 +41,7 @@ def _rngs_param(fn: cst.FunctionDef) -> bool:
 def _uses_fit(fn: cst.FunctionDef) -> bool:
     """Every use of ``rngs`` in ``fn`` is a draw (``rngs.params()``) or ``rngs=rngs``, in a
     simple statement of the function's own (not of a nested function, lambda or
-    comprehension), and ``key`` / ``subkey`` are names the function does not bind."""
+    comprehension), and ``key`` / ``subkey...`` are names the function does not bind."""
     uses = [n for n in findall(fn.body, m.Name(RNGS))]
     fitting = {id(d.func.value) for d in findall(fn.body, _DRAW)} | {
         id(a.value) for a in findall(fn.body, _PASSED)} | {
@@ -54,39 +54,47 @@ def _uses_fit(fn: cst.FunctionDef) -> bool:
             return False
     in_lines = {id(n) for line in findall(fn.body, m.SimpleStatementLine())
                 for n in findall(line, m.Name(RNGS))}
-    if any(id(n) not in in_lines for n in uses if id(n) in fitting):
+    if any(id(n) not in in_lines for n in uses):
         return False  # (a compound statement's header)
     bound = {n.value for t in findall(fn.body, m.AssignTarget() | m.For() | m.AsName())
              for n in findall(t.target if not isinstance(t, cst.AsName) else t.name,
                               m.Name())}
-    return not {"key", "subkey"} & bound
+    return not any(n == "key" or n.startswith("subkey") for n in bound)
 
 
 class _Split(cst.CSTTransformer):
-    """Each simple statement that uses the streams: a key split off before it, used in them."""
+    """Each simple statement that uses the streams: a key split off before it for each use
+    (``subkey``, or ``subkey1``, ``subkey2``, ... for several: each draw its own key)."""
 
     def visit_SimpleStatementLine(self, node) -> bool:
-        self.n = 0
+        self.n = len(findall(node, _DRAW)) + len(findall(node, _PASSED))
+        self.at = 0
         return True
+
+    def _next(self) -> str:
+        self.at += 1
+        return "subkey" if self.n == 1 else f"subkey{self.at}"
 
     def leave_Call(self, original_node, updated_node):
         if m.matches(original_node, _DRAW):
-            self.n += 1
-            return cst.Name("subkey")
+            return cst.Name(self._next())
         return updated_node
 
     def leave_Arg(self, original_node, updated_node):
         if m.matches(original_node, _PASSED):
-            self.n += 1
-            return updated_node.with_changes(value=cst.parse_expression("nnx.Rngs(subkey)"))
+            return updated_node.with_changes(
+                value=cst.parse_expression(f"nnx.Rngs({self._next()})"))
         return updated_node
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
         if not self.n:
             return updated_node
-        split = cst.parse_statement("key, subkey = jax.random.split(key)\n")
-        return cst.FlattenSentinel([split.with_changes(leading_lines=updated_node.leading_lines),
-                                    updated_node.with_changes(leading_lines=[])])
+        split = ("key, subkey = jax.random.split(key)\n" if self.n == 1 else
+                 f"key, {', '.join(f'subkey{i + 1}' for i in range(self.n))} = "
+                 f"jax.random.split(key, {self.n + 1})\n")
+        return cst.FlattenSentinel([
+            cst.parse_statement(split).with_changes(leading_lines=updated_node.leading_lines),
+            updated_node.with_changes(leading_lines=[])])
 
 
 class _Callers(cst.CSTTransformer):
