@@ -240,3 +240,14 @@ def test_renamed_parameters_on_nnx():
     assert "TODO(torch2jax)" not in code and "sched.step()" not in code
     body = code[code.index("def run_epoch"):code.index("def evaluate")]
     assert "nnx.value_and_grad" in body and "opt.update(net, grads)" in body
+
+
+def test_each_draw_of_a_statement_has_its_own_key():
+    source = PROGRAM.read_text().replace(
+        "    ids = torch.randint(0, VOCAB, (96, LENGTH))\n",
+        "    ids, extra = torch.randint(0, VOCAB, (96, LENGTH)), torch.randn(3)\n")
+    code = convert_source(source, path="multi.py", target="equinox").code
+    assert "TODO(torch2jax)" not in code
+    assert ("    key, subkey1, subkey2 = jax.random.split(key, 3)\n"
+            "    ids, extra = jax.random.randint(subkey1, (96, LENGTH), 0, VOCAB), "
+            "jax.random.normal(subkey2, (3,))\n") in code
