@@ -483,10 +483,6 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 idx.optimizer_names.setdefault(var, site)
                 if receiver:
                     idx.alias_models[var] = receiver
-        # (the parameter groups first: a grouped optimizer's model is the one its groups
-        # list, which an epoch function's optimizer parameter needs: _passed_optimizers)
-        for site in idx.optimizers.values():
-            self._param_groups(site)
         self._passed_optimizers()
         # where each optimizer and scheduler is stepped
         opt_loops: dict[int, set[int | None]] = {}
@@ -566,6 +562,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         idx.key_functions = draws - self_keyed - self.rngs_functions
         idx.instances = {n: c for n, c in self._instances.items()
                          if self.instance_class(n, None) is not None}
+        for site in idx.optimizers.values():
+            self._param_groups(site)
         return idx
 
     def _given(self, fn: str, param: str) -> set[str | None]:
@@ -608,6 +606,9 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                 continue
             site = idx.optimizer_names.get(next(iter(given)) or "")
             model = idx.model_of(next(iter(given)) or "") if site is not None else None
+            if site is not None and model is None and site.model is None:
+                # (parameter groups, read later: the model whose parameters they list)
+                model = self._groups_owner(site)
             if site is None or model is None:
                 continue
             holders = [p for p in self._params[fn] if self._given(fn, p) == {model}]
@@ -618,6 +619,15 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             idx.alias_models[recv] = holders[0] if len(holders) == 1 else model
 
     # -- parameter groups (nanoGPT's configure_optimizers)
+    def _groups_owner(self, site: OptimizerSite) -> str | None:
+        """The one model whose parameters the lines of the optimizer's scope list
+        (``model.named_parameters()`` in a script's groups), or None."""
+        owners = {c.func.value.value for line in self._lines.get(site.scope, [])
+                  for c in findall(line, m.Call(func=m.Attribute(
+                      value=m.Name(), attr=m.Name("parameters") | m.Name(
+                          "named_parameters")), args=[]))}
+        return owners.pop() if len(owners) == 1 else None
+
     def _param_groups(self, site: OptimizerSite) -> None:
         params = site.call.args[0].value if site.call.args else None
         if params is None or m.matches(params, m.Call(func=m.Attribute(
@@ -664,12 +674,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         if site.model is None and roots:
             site.model = roots.pop()
         if site.model is None:  # a script's groups: the model whose parameters they list
-            owners = {c.func.value.value for line in self._lines.get(site.scope, [])
-                      for c in findall(line, m.Call(func=m.Attribute(
-                          value=m.Name(), attr=m.Name("parameters") | m.Name(
-                              "named_parameters")), args=[]))}
-            if len(owners) == 1:
-                site.model = owners.pop()
+            site.model = self._groups_owner(site)
         needed = self._group_inputs(site, selections)
         # the list of group dicts given to the optimizer, where it lists the parameters itself
         listed = {params.value} if isinstance(params, cst.Name) else set()
