@@ -588,7 +588,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         ``train_one_epoch(model, loader, opt)``) that every call of the function gives the
         same optimizer variable: the parameter is that optimizer, and its model is the
         parameter every call gives the optimizer's model (or the model itself, read as a
-        global)."""
+        global). A parameter stepped that every call gives the same scheduler is that
+        scheduler (``sched.step()`` in ``run_epoch(net, dl, opt, sched)``)."""
         idx = self.index
         for recv, _loop, scope in self._step_calls:
             fn = next((f for f in self._params if scope and any(
@@ -598,8 +599,16 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             given = self._given(fn, recv)
             if len(given) != 1 or None in given:
                 continue
+            sched = idx.scheduler_names.get(next(iter(given)) or "")
+            if sched is not None and recv not in idx.scheduler_names:
+                # (a scheduler handed in the same way: run_epoch(..., optimizer, scheduler))
+                idx.scheduler_names[recv] = sched
+                continue
             site = idx.optimizer_names.get(next(iter(given)) or "")
             model = idx.model_of(next(iter(given)) or "") if site is not None else None
+            if site is not None and model is None and site.model is None:
+                # (parameter groups, read later: the model whose parameters they list)
+                model = self._groups_owner(site)
             if site is None or model is None:
                 continue
             holders = [p for p in self._params[fn] if self._given(fn, p) == {model}]
@@ -610,6 +619,15 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             idx.alias_models[recv] = holders[0] if len(holders) == 1 else model
 
     # -- parameter groups (nanoGPT's configure_optimizers)
+    def _groups_owner(self, site: OptimizerSite) -> str | None:
+        """The one model whose parameters the lines of the optimizer's scope list
+        (``model.named_parameters()`` in a script's groups), or None."""
+        owners = {c.func.value.value for line in self._lines.get(site.scope, [])
+                  for c in findall(line, m.Call(func=m.Attribute(
+                      value=m.Name(), attr=m.Name("parameters") | m.Name(
+                          "named_parameters")), args=[]))}
+        return owners.pop() if len(owners) == 1 else None
+
     def _param_groups(self, site: OptimizerSite) -> None:
         params = site.call.args[0].value if site.call.args else None
         if params is None or m.matches(params, m.Call(func=m.Attribute(
@@ -656,12 +674,7 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         if site.model is None and roots:
             site.model = roots.pop()
         if site.model is None:  # a script's groups: the model whose parameters they list
-            owners = {c.func.value.value for line in self._lines.get(site.scope, [])
-                      for c in findall(line, m.Call(func=m.Attribute(
-                          value=m.Name(), attr=m.Name("parameters") | m.Name(
-                              "named_parameters")), args=[]))}
-            if len(owners) == 1:
-                site.model = owners.pop()
+            site.model = self._groups_owner(site)
         needed = self._group_inputs(site, selections)
         # the list of group dicts given to the optimizer, where it lists the parameters itself
         listed = {params.value} if isinstance(params, cst.Name) else set()

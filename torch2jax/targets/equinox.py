@@ -77,6 +77,7 @@ from torch2jax.targets.equinox_init import (
     direct_init,
     reads_nnx_weight,
 )
+from torch2jax.targets.equinox_keys import keyed_functions
 from torch2jax.targets.equinox_layers import (
     RULE,
     EquinoxError,
@@ -531,6 +532,8 @@ def convert(nnx_code: str, torch_source: str, per_example: Collection[str] = (),
     torch_defs = {s.name.value: s for s in torch_module.body
                   if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
     module = _init_function_loops(module, f)  # model.apply(weights_init)
+    # def main(*, rngs: nnx.Rngs) -> def main(*, key) (equinox_keys.py)
+    module = keyed_functions(module, set(f.builders))
     # training code (optimizer, train and eval steps, loops): equinox_training.py
     rest = [s for s in module.body if not _is_import(s) and not isinstance(s, cst.ClassDef)
             and not (isinstance(s, cst.FunctionDef) and s.name.value in f.builders)]

@@ -35,10 +35,11 @@ from torch2jax.targets import equinox_gan as gan
 from torch2jax.targets import equinox_sequential as seq
 from torch2jax.targets.equinox_eval import eval_step
 from torch2jax.targets.equinox_globals import declare_globals, own_scope, read_globals
+from torch2jax.targets.equinox_hoist import OPT_STATE, _assigned_names, _params, hoist_step
 from torch2jax.targets.equinox_layers import _todo
+from torch2jax.targets.equinox_params import TrainedFlag, param_arrays
 from torch2jax.targets.equinox_snapshots import STATE, restore, snapshot
 
-OPT_STATE = "opt_state"
 COUNTER = "opt_step"
 # optimizer.step[...]: the NNX optimizer's update count, as the NNX pass reads it (Target.step_count)
 _STEP_READ = m.Subscript(value=m.Attribute(attr=m.Name("step")),
@@ -340,16 +341,6 @@ class _Fail(Exception):
         super().__init__(message); self.message = message
 
 
-def _assigned_names(stmts) -> set[str]:
-    names: set[str] = set()
-    for s in stmts:
-        for t in findall(s, m.AssignTarget() | m.For()):
-            tgt = t.target
-            for n in findall(tgt, m.Name()):
-                names.add(n.value)
-    return names
-
-
 class Scope(cst.CSTTransformer):
     """Rewrites the statements of one function (or of the module's top level)."""
 
@@ -386,6 +377,7 @@ class Scope(cst.CSTTransformer):
         self.layer_called: str | None = None  # such a layer called in the statement
         self.needs_autocast = False  # a train step written here calls the autocast helper
         self.in_step = 0
+        self.nested = 0  # inside a function defined in the scope's (not a step)
         self.pre: list[cst.BaseStatement] = []  # to write before the statement (eval_key)
         self.in_line = 0  # inside a simple statement (not a compound statement's header)
         self.params, self.snapshots = set(), find_memory_states(cst.Module(body=stmts))[1]
@@ -416,6 +408,8 @@ class Scope(cst.CSTTransformer):
     def visit_FunctionDef(self, node):
         if node.name.value in self.steps or node.name.value in self.gans:
             self.in_step += 1
+        elif not self.in_step:
+            self.nested += 1  # (a function defined in the scope's: fit_batch in main)
         return True
 
     def leave_FunctionDef(self, original_node, updated_node):
@@ -426,6 +420,7 @@ class Scope(cst.CSTTransformer):
                 p.d_model, p.g_model)}, {n: self.models[n] in self.ctx.batched for n in (
                     p.d_model, p.g_model)})
         if original_node.name.value not in self.steps:
+            self.nested -= 0 if self.in_step else 1
             return updated_node
         parts = _step_parts(original_node, self.ctx) or self.steps[original_node.name.value]
         self.current[original_node.name.value] = parts
@@ -469,6 +464,9 @@ class Scope(cst.CSTTransformer):
         func = code(updated_node.func)
         if func in self.layers:
             self.layer_called = func
+        if (arrays := param_arrays(updated_node, {n for n, c in self.models.items() if not (
+                self.classes.get(c) or (True,))[0]})) is not None:  # model.parameters()
+            return arrays
         if func == "nnx.state" and not self.in_step and len(updated_node.args) == 1 and \
                 code(updated_node.args[0].value) in self.models:
             # a checkpoint of the model (torch.save(model.state_dict(), path))
@@ -552,6 +550,9 @@ class Scope(cst.CSTTransformer):
         -> ``model, state, opt_state, out = train(model, state, opt_state, ...)``."""
         self.trainer_calls = [c for c in self.trainer_calls if c is not call]
         func = call.func.value
+        if self.nested:
+            raise _Fail(f"{func} trains the model, called by a function defined inside the one "
+                        "that holds it: the model it returns would be that function's local")
         model = code(call.args[self.receivers[func]].value)
         if model not in self.models:
             raise _Fail(f"{func} trains a model this pass does not know the class of")
@@ -793,6 +794,10 @@ class Scope(cst.CSTTransformer):
         self.built_optimizers.add(optimizer)
 
     def step_call(self, call: cst.Call, target) -> list:
+        if self.nested:
+            raise _Fail("a train step run by a function defined inside the one that holds "
+                        "the model: the model and optimizer state it returns would be that "
+                        "function's locals")
         parts = self.current.get(call.func.value, self.steps[call.func.value])
         args = list(call.args)
         if parts["functional"]:
@@ -822,10 +827,6 @@ class Scope(cst.CSTTransformer):
         if self.counter:
             out.append(_stmt(f"{COUNTER} += 1"))
         return out
-
-
-def _params(fn: cst.FunctionDef) -> list[str]:
-    return [p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)]
 
 
 def _builds_optimizer(value: cst.BaseExpression, models: dict[str, str],
@@ -864,72 +865,6 @@ def _own_returns(fn: cst.FunctionDef) -> list[cst.Return]:
     nested = [x for f in findall(fn.body, m.FunctionDef() | m.Lambda())
               for x in findall(f, m.Return())]
     return [r for r in findall(fn.body, m.Return()) if r not in nested]
-
-
-def _bound(node: cst.CSTNode) -> set[str]:
-    """Names ``node`` binds anywhere in it (over-approximated: nested scopes count)."""
-    names = _assigned_names([node])
-    names |= {p.name.value for p in findall(node, m.Param())}
-    names |= {d.name.value for d in findall(node, m.FunctionDef() | m.ClassDef())}
-    names |= {n.value for c in findall(node, m.CompFor() | m.AsName())
-              for n in findall(c.target if isinstance(c, cst.CompFor) else c.name, m.Name())}
-    return names
-
-
-class _AddArg(cst.CSTTransformer):
-    """Calls of ``func``: ``name`` passed after their ``after`` argument."""
-
-    def __init__(self, func: str, after: int, name: str) -> None:
-        self.func, self.after, self.name = func, after, name
-
-    def leave_Call(self, original_node, updated_node):
-        if not m.matches(updated_node.func, m.Name(self.func)):
-            return updated_node
-        args = list(updated_node.args)
-        args.insert(self.after + 1, cst.Arg(cst.Name(self.name), comma=cst.Comma(
-            whitespace_after=cst.SimpleWhitespace(" "))))
-        return updated_node.with_changes(args=args)
-
-
-def hoist_step(fn: cst.FunctionDef, opt: str | None, taken: set[str]
-               ) -> tuple[cst.FunctionDef | None, cst.FunctionDef]:
-    """The train step of a function called once per epoch, moved to the top level with the
-    optax transform ``opt`` (the function's parameter, the step's only closure) as its
-    argument, or as it is when ``opt`` is None (the function reads the optimizer as a
-    global): a step defined inside the function is a new function at every call, which
-    eqx.filter_jit traces and compiles again every epoch. ``(None, fn)`` when it closes over
-    other local names or its name is ``taken``."""
-    steps = [i for i, st in enumerate(fn.body.body) if isinstance(st, cst.FunctionDef) and
-             [code(d.decorator) for d in st.decorators] == ["eqx.filter_jit"]]
-    if len(steps) != 1:
-        return None, fn
-    step = fn.body.body[steps[0]]
-    name = step.name.value
-    rest = [st for i, st in enumerate(fn.body.body) if i != steps[0]]
-    # (names the function declares global are the script's)
-    local = (set(_params(fn)) | _bound(cst.Module(body=rest))) - own_scope(fn.body)[1]
-    used = {n.value for n in findall(step, m.Name())}
-    params = [p.name.value for p in step.params.params]
-    closure = (used - _bound(step.body) - set(params)) & local
-    if name in taken or closure != ({opt} if opt else set()) or OPT_STATE not in params or \
-            opt in params:
-        return None, fn
-    at = params.index(OPT_STATE)
-    body = rest
-    if opt is not None:
-        plist = list(step.params.params)
-        plist.insert(at + 1, cst.Param(cst.Name(opt), comma=cst.Comma(
-            whitespace_after=cst.SimpleWhitespace(" "))))
-        step = step.with_changes(params=step.params.with_changes(params=plist))
-        body = [st.visit(_AddArg(name, at, opt)) for st in rest]
-    step = step.with_changes(leading_lines=fn.leading_lines)
-    lead = step.leading_lines
-    if body and steps[0] < len(body):
-        body[steps[0]] = body[steps[0]].with_changes(leading_lines=[
-            ln for ln in body[steps[0]].leading_lines if ln.comment is not None])
-    fn = fn.with_changes(body=fn.body.with_changes(body=body),
-                         leading_lines=[cst.EmptyLine(indent=False)] * 2)
-    return step.with_changes(leading_lines=lead), fn
 
 
 def _trainer(new: cst.FunctionDef, at: int, stateful: bool, opt_at: int | None
@@ -1111,7 +1046,8 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                                **scope.steps}
                 scope.eval_stateful = any_stateful
                 scope.eval_batched = kinds == {True}
-                new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).body)
+                new_body = list(cst.Module(body=body).visit(scope).visit(_DropRemoved()).visit(
+                    TrainedFlag()).body)
                 _rebound(scope)
                 casts = scope.needs_autocast
                 eval_calls += scope.eval_calls
@@ -1164,7 +1100,8 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
             else:
                 before = top_scope.eval_calls
                 top_scope.needs_autocast = False
-                done = list(cst.Module(body=[s]).visit(top_scope).visit(_DropRemoved()).body)
+                done = list(cst.Module(body=[s]).visit(top_scope).visit(_DropRemoved()).visit(
+                    TrainedFlag()).body)
                 _rebound(top_scope)
                 eval_calls += top_scope.eval_calls - before
                 out.append(done)
