@@ -172,7 +172,9 @@ def test_param_group_block_stays_when_its_optimizer_is_not_translated() -> None:
     torch's kernel choices here: with fused=True alone it is dropped and the optimizer is
     translated, test_kernel_choice_extra_args_are_dropped.)"""
     result = _convert(PARAM_GROUPS.replace("dict(fused=True) if", "dict(fused=True, amsgrad=True) if"))
-    for line in ("params = {name: p for name, p in self.named_parameters()",
+    # (named_parameters() as NNX's named parameters, p.requires_grad of each True)
+    assert "requires_grad" not in result.code
+    for line in ("params = {name: p for name, p in ((",
                  "decay = [p for n, p in params.items() if p.ndim >= 2]",
                  "groups = [", 'print(f"decayed tensors:'):
         assert line in result.code, line

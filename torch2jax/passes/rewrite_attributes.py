@@ -1061,9 +1061,12 @@ class AttributesMixin:
         while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef)):
             loop = parent.for_in if isinstance(parent, (cst.GeneratorExp, cst.ListComp,
                                                         cst.SetComp)) else parent
-            if isinstance(loop, (cst.CompFor, cst.For)) and m.matches(loop.target, m.Name(
+            if isinstance(loop, (cst.CompFor, cst.For)) and (m.matches(loop.target, m.Name(
                     node.value)) and m.matches(loop.iter, m.Call(func=m.Attribute(
-                        attr=m.Name("parameters")), args=[])):
+                        attr=m.Name("parameters")), args=[])) or m.matches(
+                    loop.target, m.Tuple(elements=[m.Element(), m.Element(m.Name(
+                        node.value))])) and m.matches(loop.iter, m.Call(func=m.Attribute(
+                            attr=m.Name("named_parameters")), args=[]))):
                 return self._parameters_call(loop.iter) is not None
             parent = self.get_metadata(ParentNodeProvider, parent, None)
         return False
