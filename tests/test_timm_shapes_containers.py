@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from torch2jax.verify.run import VerifyRequest, run_request
 
 CONTAINERS = textwrap.dedent('''
