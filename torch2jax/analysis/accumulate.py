@@ -227,13 +227,17 @@ def find_checkpoint_dicts(module: cst.Module) -> tuple[set[str], set[str]]:
     return saved, loaded
 
 
+# a dict literal holding ``x.state_dict()`` values: a checkpoint dict
+HOLDS_STATE = m.Dict(elements=[m.ZeroOrMore(), m.DictElement(value=m.Call(
+    func=m.Attribute(attr=m.Name("state_dict")), args=[])), m.ZeroOrMore()])
+
+
 def _passed_checkpoint_dicts(module: cst.Module) -> set[str]:
     """The parameters that a function of the file saves (``def save_checkpoint(state,
     is_best, filename): torch.save(state, filename)``, pytorch/examples' ImageNet script) where
     every call of the function in the file gives a dict literal holding ``x.state_dict()``
     values (at least one call)."""
-    holds_state = m.Dict(elements=[m.ZeroOrMore(), m.DictElement(value=m.Call(
-        func=m.Attribute(attr=m.Name("state_dict")), args=[])), m.ZeroOrMore()])
+    holds_state = HOLDS_STATE
     out = set()
     for fn in module.body:
         if not isinstance(fn, cst.FunctionDef):

@@ -9,6 +9,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
+from torch2jax.analysis.accumulate import HOLDS_STATE
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import (
@@ -146,12 +147,10 @@ class CheckpointsMixin:
         if not self._fn_stack or len(node.args) < 2 or any(
                 a.keyword or a.star for a in node.args[:2]):
             return None
-        holds_state = m.Dict(elements=[m.ZeroOrMore(), m.DictElement(value=m.Call(
-            func=m.Attribute(attr=m.Name("state_dict")), args=[])), m.ZeroOrMore()])
         paths = {code(c.args[1].value) for c in findall(self._fn_stack[-1], m.Call(
             func=m.Attribute(value=m.Name("torch"), attr=m.Name("save")),
             args=[m.Arg(keyword=None), m.Arg(keyword=None), m.ZeroOrMore()]))
-            if m.matches(c.args[0].value, holds_state) or (isinstance(
+            if m.matches(c.args[0].value, HOLDS_STATE) or (isinstance(
                 c.args[0].value, cst.Name) and c.args[0].value.value in self._ckpt_dicts)}
         if code(node.args[0].value) not in paths:
             return None
