@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
-
 from torch2jax.verify.run import VerifyRequest, run_request
 
 CONTAINERS = textwrap.dedent('''
@@ -186,9 +184,6 @@ BUILDER_MODEL = textwrap.dedent('''
 ''')
 
 
-# (serial: in one full run it failed after other files on its xdist worker, a weight transfer
-# to a model of another build; alone, and with its neighbours, it passes: not yet explained)
-@pytest.mark.serial
 def test_an_attribute_given_a_layer_builder_of_the_package_or_none(tmp_path):
     pkg = tmp_path / "tinypkg_builder"
     for d in (pkg, pkg / "layers", pkg / "models"):

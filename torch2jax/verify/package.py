@@ -25,7 +25,7 @@ import importlib.util
 import itertools
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -45,13 +45,18 @@ from torch2jax.repo import RNGS_FUNCTION
 _counter = itertools.count()
 
 
-def import_package_file(path: Path) -> ModuleType:
-    """Import the package module at ``path`` by its dotted name.
+@contextlib.contextmanager
+def _resolving(path: Path) -> Iterator[str]:
+    """Within the block, ``path``'s package is the one its dotted name imports and resolves
+    to (yields that name).
 
     A package of the same name imported from elsewhere (the torch original of an edited copy
-    of its conversion: ``original/mingpt`` and ``edited/mingpt``) is set aside for the import
-    and put back afterwards; the modules imported from ``path``'s tree are then not left in
-    ``sys.modules``, so the next import of either package finds its own files."""
+    of its conversion: ``original/mingpt`` and ``edited/mingpt``; another model's package of
+    the same name verified earlier in the process) is set aside for the block and put back
+    afterwards; the modules imported from ``path``'s tree are then not left in
+    ``sys.modules``, so the next import of either package finds its own files. Without it,
+    ``find_spec`` would find the earlier package's modules in ``sys.modules`` and the mirror
+    would convert their files."""
     root, name = package_of(path)  # type: ignore[misc]
     top = name.split(".")[0]
     hidden = {key: sys.modules.pop(key) for key in [
@@ -60,7 +65,7 @@ def import_package_file(path: Path) -> ModuleType:
     before = set(sys.modules)
     sys.path.insert(0, str(root))
     try:
-        module = importlib.import_module(name)
+        yield name
     finally:
         sys.path.remove(str(root))
         if hidden:
@@ -68,6 +73,12 @@ def import_package_file(path: Path) -> ModuleType:
                 if key == top or key.startswith(top + "."):
                     del sys.modules[key]
             sys.modules.update(hidden)
+
+
+def import_package_file(path: Path) -> ModuleType:
+    """Import the package module at ``path`` by its dotted name (:func:`_resolving`)."""
+    with _resolving(path) as name:
+        module = importlib.import_module(name)
     if Path(module.__file__ or "").resolve() != path.resolve():
         raise ImportError(f"{name} resolves to {module.__file__}, not to {path}")
     return module
@@ -520,6 +531,14 @@ def convert_package_file(
     name (default: ``<top>_jax_<n>``, new in this process). ``model_types``: transformers
     model types that ``AutoModel.from_config`` may build besides those of the default configs
     (the sub-models of the model verify builds)."""
+    with _resolving(path):
+        return _convert_package_file(path, out_dir, convert, entry, alias, model_types)
+
+
+def _convert_package_file(
+    path: Path, out_dir: Path, convert: Callable[[Path, set[str]], tuple[str, int]],
+    entry: set[str] | None, alias: str | None, model_types: set[str] | None,
+) -> tuple[Path, int]:
     found = package_of(path)
     assert found is not None
     _, name = found
