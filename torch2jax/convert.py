@@ -29,6 +29,7 @@ from torch2jax.finish.noop import DropNoopAssigns
 from torch2jax.passes import (
     data_inits,
     forward_choice,
+    grad_mode_branches,
     loader_classes,
     local_lambdas,
     manual_sgd,
@@ -87,6 +88,7 @@ IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "partial", "grain", "np",
 # the rewrites of the torch source before the analysis, in order (each returns the module it
 # was given when it changes nothing)
 _CANONICAL_FORMS = (loader_classes, scaler_params, optimizer_attributes, manual_sgd,
+                    grad_mode_branches,
                     open_checkpoints, local_lambdas, data_inits, module_methods, forward_choice)
 
 # text without which a canonical form finds nothing to rewrite, checked on the user's source:
@@ -99,6 +101,7 @@ _CANONICAL_GATES = {
     # (a p.grad read after a .backward() call: "backwards" or self.grad_checkpointing is not)
     manual_sgd: re.compile(r"\A(?=[\s\S]*\bbackward\b)(?=[\s\S]*\bgrad\b)"),
     local_lambdas: re.compile(r"\blambda\b"),
+    grad_mode_branches: re.compile(r"\bbackward\b"),
     module_methods: re.compile(r"\bregister_parameter\b"),
     # self.forward = self.forward_slicing (the target may be parenthesized, continued), or
     # self.register_parameter("forward", p), which module_methods writes so

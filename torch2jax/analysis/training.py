@@ -630,6 +630,15 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
 
     def _param_groups(self, site: OptimizerSite) -> None:
         params = site.call.args[0].value if site.call.args else None
+        if m.matches(params, m.Call(func=m.Attribute(value=m.Attribute(),
+                                                     attr=m.Name("parameters")), args=[])):
+            # a submodule's parameters (fine-tuning a new head: SGD(model.fc.parameters()))
+            # are one group of the model's: torch never updates the others
+            group = self._selection(site.scope, params, {})
+            if group is not None and group.root is not None and site.model is None and not (
+                    group.paths[0].startswith("module.")):  # (DataParallel's: the model's)
+                site.groups, site.model = [group], group.root
+            return
         if params is None or m.matches(params, m.Call(func=m.Attribute(
                 attr=m.Name("parameters")))):
             return

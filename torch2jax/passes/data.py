@@ -35,7 +35,7 @@ from torch2jax.analysis.index import qualified
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.training import RANDOM
 from torch2jax.analysis.walk import NoAttributeHooks, of_type
-from torch2jax.passes import returned_loaders
+from torch2jax.passes import loader_dicts, returned_loaders
 from torch2jax.passes.common import Untranslatable, arg, bind, code, expr, try_literal
 
 DATASET_BASES = {"torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset"}
@@ -123,6 +123,8 @@ class DataIndex:
     # shuffled DataLoader calls a function returns to callers that bind them to names
     # (passes/returned_loaders.py): written as functions of the epoch
     epoch_loader_calls: set[int] = field(default_factory=set)
+    # dicts of loaders keyed by phase, one shuffled (passes/loader_dicts.py)
+    loader_dicts: loader_dicts.LoaderDicts = field(default_factory=loader_dicts.LoaderDicts)
     wrapped: set[str] = field(default_factory=set)  # variables holding a DDP(...) model
     scalers: set[str] = field(default_factory=set)  # GradScaler variables
     tensor_datasets: set[str] = field(default_factory=set)  # names holding a grain MapDataset
@@ -255,6 +257,10 @@ class DataIndexer(NoAttributeHooks, cst.CSTVisitor):
             if name not in self.index.loaders:
                 self.index.loaders[name] = LoaderSite(name, True, _loader_dataset(call))
         self.index.epoch_loader_calls = found.epoch_calls
+        dicts = loader_dicts.find(original_node, lambda c: (self.q(c.func) or "") in LOADERS,
+                                  self._shuffled, self.index.loaders)
+        self.index.loader_dicts = dicts
+        self.index.epoch_loader_calls |= set(dicts.comp_calls)
         if self._seed_param is not None:
             self._resolve_helper_seed(original_node)
         # a generator is consumed when its only other reads are its assignment and seeding

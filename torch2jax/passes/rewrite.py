@@ -144,6 +144,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._file_functions: set[str] = set()  # the file's top-level functions
         self._passed_schedulers: set[str] = set()  # see visit_Module
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
+        self._comp_frames: list = []  # their draws' keys (passes/comprehension_keys.py)
         self._fstring_quotes: list[str] = []
         self._eval_step = False  # an eval step is defined at the top of the file
         self._host_rng = False  # host-side draws use host_rng (analysis/host.py)
@@ -278,6 +279,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             c.func.value.value for f in findall(node, m.FunctionDef()) for c in findall(
                 f, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("step")), args=[]))
             if c.func.value.value in {p.name.value for p in f.params.params}}
+        # (and the schedulers the file passes to them, under another name: train_model(...,
+        # exp_lr_scheduler) stepping its parameter `scheduler`)
+        self._passed_schedulers |= {t.scheduler_names[n].name for n in self._passed_schedulers
+                                    if n in t.scheduler_names}
         if not self.target.train_state:
             return
         source = node.code

@@ -258,6 +258,9 @@ class AttributesMixin:
         return cst.Assign(targets=[cst.AssignTarget(target)],
                           value=call(expr("{i}." + op, i=index), arg(value)))
 
+    def leave_DictElement(self, original_node, updated_node):
+        return self._loader_dict_element(original_node, updated_node)
+
     def leave_Subscript(self, original_node, updated_node):
         if (self._in_annotation and self.q(original_node.value) in _FINAL
                 and len(updated_node.slice) == 1
@@ -267,6 +270,9 @@ class AttributesMixin:
         lr = self._group_lr(original_node)
         if lr is not None:
             return lr
+        item = self._loader_dict_item(original_node, updated_node)
+        if item is not None:
+            return item
         if (m.matches(updated_node.value, m.Attribute(
                 value=m.Attribute(value=m.Name("self")), attr=m.Name("layers")))
                 and m.matches(original_node.value, m.Attribute(value=m.Name("self")))

@@ -177,11 +177,7 @@ class CallsMixin:
         if not any(isinstance(a.value, cst.Name) and a.value.value in self.data.loaders
                    and self.data.loaders[a.value.value].shuffled for a in updated_node.args):
             return None
-        loops = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
-        epoch = loops[-1] if loops else "0"
-        if not loops and self._param_names and "epoch" in self._param_names[-1]:
-            epoch = "epoch"
-        return self._epoch_loaders(updated_node, epoch)
+        return self._epoch_loaders(updated_node, self._epoch_of(self._for_stack))
 
     def _epoch_loader_len(self, original_node: cst.Call, updated_node: cst.Call):
         """len(loader) and len(loader.dataset) of a loader shuffled per epoch (a function of the
@@ -287,9 +283,9 @@ class CallsMixin:
         if isinstance(original_node.func, cst.Name) and (
                 original_node.func.value in self._file_functions):
             # train(model, train_loader, ...): the loader shuffled per epoch is that epoch's
-            outer = [f.target.value for f in self._for_stack if isinstance(f.target, cst.Name)]
+            epoch = self._epoch_of(self._for_stack)
             updated_node = updated_node.with_changes(args=[
-                a.with_changes(value=self._epoch_loaders(a.value, outer[-1] if outer else "0"))
+                a.with_changes(value=self._epoch_loaders(a.value, epoch))
                 if isinstance(a.value, cst.Name) else a for a in updated_node.args])
         try:
             result = self._rewrite_call(original_node, updated_node)

@@ -12,8 +12,10 @@ import libcst.matchers as m
 from torch2jax.analysis import host as ha
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.walk import findall
+from torch2jax.passes import comprehension_keys as cf
 from torch2jax.passes import data as dt
 from torch2jax.passes import host_data as hd
+from torch2jax.passes import loader_dicts as ld
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -117,6 +119,9 @@ class DataMixin:
     def _data_assign(self, original_node: cst.Assign, updated_node: cst.Assign):
         """Samplers and scalers (consumed where they are used) and per-epoch loaders."""
         target = original_node.targets[0].target if len(original_node.targets) == 1 else None
+        why = self.data.loader_dicts.refused.get(id(original_node))
+        if why is not None:
+            self.diag(original_node, "torch.utils.data.DataLoader", "error", why)
         if not isinstance(target, cst.Name) or not isinstance(original_node.value, cst.Call):
             return None
         q = self.q(original_node.value.func) or ""
@@ -165,11 +170,21 @@ class DataMixin:
     def _loader_loop(self, original_node, updated_node):
         """for x, y in loader: -> for x, y in loader(epoch): (a loader shuffled per epoch), also
         where the loop wraps it: enumerate(loader), tqdm(loader), zip(loader, ...)."""
-        outer = [f.target.value for f in self._for_stack[:-1] if isinstance(f.target, cst.Name)]
-        epoch = outer[-1] if outer else "0"
-        if not outer and self._param_names and "epoch" in self._param_names[-1]:
-            epoch = "epoch"  # def train(epoch): for x in loader: (a new order each epoch)
+        epoch = self._epoch_of(self._for_stack[:-1])
         return updated_node.with_changes(iter=self._epoch_loaders(updated_node.iter, epoch))
+
+    def _epoch_of(self, loops) -> str:
+        """The epoch a loader shuffled per epoch is read for, inside ``loops``: the innermost
+        loop's variable, but for a loop over a literal list (``for phase in ["train",
+        "val"]`` names no epoch); outside any, the function's ``epoch`` parameter (``def
+        train(epoch)``: a new order each epoch), else 0."""
+        outer = [f.target.value for f in loops if isinstance(f.target, cst.Name)
+                 and not isinstance(f.iter, (cst.List, cst.Tuple, cst.Set))]
+        if outer:
+            return outer[-1]
+        if self._param_names and "epoch" in self._param_names[-1]:
+            return "epoch"
+        return "0"
 
     def _epoch_loaders(self, it: cst.BaseExpression, epoch: str) -> cst.BaseExpression:
         """``it`` with each loader shuffled per epoch, bare or an argument of the calls that wrap
@@ -180,7 +195,32 @@ class DataMixin:
         if isinstance(it, cst.Call):
             return it.with_changes(args=[a.with_changes(value=self._epoch_loaders(a.value, epoch))
                                          for a in it.args])
+        if m.matches(it, m.Subscript(value=m.Name())) and it.value.value in (
+                self.data.loader_dicts.names) and not self._shadowed(it.value.value):
+            return ld.item_read(it, epoch)  # dataloaders[phase](epoch)
         return it
+
+    def _loader_dict_item(self, original_node: cst.Subscript, updated_node: cst.Subscript):
+        """An item of a dict of loaders read outside a loop's iterable (``run(loaders["train"])``
+        in the epoch loop, ``len(dataloaders["train"])``): the pipeline of the epoch around it,
+        else of epoch 0 (passes/loader_dicts.py)."""
+        if not (isinstance(original_node.value, cst.Name) and original_node.value.value in (
+                self.data.loader_dicts.names)) or self._shadowed(original_node.value.value):
+            return None
+        node, parent = original_node, self.get_metadata(ParentNodeProvider, original_node, None)
+        while parent is not None and not isinstance(parent, cst.BaseStatement):
+            if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
+                return None  # iterated: the loop's epoch (_epoch_loaders)
+            node, parent = parent, self.get_metadata(ParentNodeProvider, parent, None)
+        if isinstance(parent, cst.For) and parent.iter is node:
+            return None
+        return ld.item_read(updated_node, self._epoch_of(self._for_stack))
+
+    def _loader_dict_element(self, original_node: cst.DictElement, updated_node):
+        """A loader that does not shuffle, in a dict of epoch functions: a function too."""
+        if id(original_node.value) in self.data.loader_dicts.wrapped:
+            return updated_node.with_changes(value=ld.wrapped_loader(updated_node.value))
+        return updated_node
 
     def _all_gather(self, original: cst.Expr, call: cst.Call, q: str):
         """all_gather(out, x) in a world of one process: ``out`` receives ``x`` alone."""
@@ -268,8 +308,17 @@ class DataMixin:
     # ------------------------------------------------------------------ randomness
     def _subkey(self, node) -> cst.BaseExpression:
         if self._in_expr_scope:
-            raise Untranslatable("random draw inside a lambda or comprehension: each draw "
-                                 "needs its own key; make it a loop", rule="random")
+            frame = self._comp_frames[-1] if self._comp_frames else None
+            if frame is None or not self._pending:
+                raise Untranslatable("random draw inside a lambda or comprehension: each draw "
+                                     "needs its own key; make it a loop", rule="random")
+            # one key split for the statement, folded with each element's index
+            depth, self._in_expr_scope = self._in_expr_scope, 0
+            try:
+                base = self._subkey(node)
+            finally:
+                self._in_expr_scope = depth
+            return cf.folded(base, frame) if isinstance(base, cst.Name) else base
         scope = self._key_scopes[-1]
         if not scope.has_key:
             if self.target.setup_modules and self._linen_param_draw(node):
@@ -423,7 +472,10 @@ class DataMixin:
             per_epoch = id(original) in self.data.epoch_loader_calls
             pipeline, notes = dt.loader_pipeline(original, expanded, self.q, self.data,
                                                  "epoch" if per_epoch else None)
-            if per_epoch:  # returned to a caller that names it (passes/returned_loaders.py)
+            bound = self.data.loader_dicts.comp_calls.get(id(original))
+            if bound is not None:  # an item of a dict of loaders (passes/loader_dicts.py)
+                pipeline = ld.epoch_lambda(pipeline, bound)
+            elif per_epoch:  # returned to a caller that names it (passes/returned_loaders.py)
                 pipeline = cst.Lambda(cst.Parameters([cst.Param(cst.Name("epoch"))]), pipeline)
             for note in notes:
                 self.diag(original, name, "info", note)

@@ -12,6 +12,7 @@ import libcst.matchers as m
 from torch2jax.analysis.accumulate import snapshot_comprehension
 from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.passes import comprehension_keys as cf
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -94,13 +95,31 @@ class LayoutMixin:
 
     def visit_Lambda(self, node) -> None:
         self._in_expr_scope += 1
+        self._comp_frames.append(None)  # (no statement of its own to split keys in)
 
     def leave_Lambda(self, original_node, updated_node):
         self._in_expr_scope -= 1
+        self._comp_frames.pop()
         return updated_node
 
-    def visit_ListComp(self, node) -> None:
+    def _enter_comp(self, node) -> None:
+        """A comprehension: its draws take one key per element (passes/comprehension_keys.py)."""
         self._in_expr_scope += 1
+        self._comp_frames.append(cf.frame_for(node, self._file_names))
+
+    def _leave_comp(self, updated_node):
+        self._in_expr_scope -= 1
+        frame = self._comp_frames.pop()
+        return updated_node if frame is None else cf.enumerated(updated_node, frame)
+
+    def visit_ListComp(self, node) -> None:
+        self._enter_comp(node)
+
+    def visit_SetComp(self, node) -> None:
+        self._enter_comp(node)
+
+    def leave_SetComp(self, original_node, updated_node):
+        return self._leave_comp(updated_node)
 
     # -- lists of layers in both layouts
     def _normalized_list(self, target: cst.BaseExpression) -> bool:
@@ -162,21 +181,19 @@ class LayoutMixin:
                 + [cst.Element(values[-1])]))])
 
     def leave_ListComp(self, original_node, updated_node):
-        self._in_expr_scope -= 1
-        return updated_node
+        return self._leave_comp(updated_node)
 
     def visit_GeneratorExp(self, node) -> None:
-        self._in_expr_scope += 1
+        self._enter_comp(node)
 
     def leave_GeneratorExp(self, original_node, updated_node):
-        self._in_expr_scope -= 1
-        return updated_node
+        return self._leave_comp(updated_node)
 
     def visit_DictComp(self, node) -> None:
-        self._in_expr_scope += 1
+        self._enter_comp(node)
 
     def leave_DictComp(self, original_node, updated_node):
-        self._in_expr_scope -= 1
+        updated_node = self._leave_comp(updated_node)
         call = snapshot_comprehension(original_node)
         if call is not None and id(call) in getattr(self, "_memory_states", ()) and m.matches(
                 updated_node.for_in.iter, m.Call(func=m.Attribute(attr=m.Name("items")))):

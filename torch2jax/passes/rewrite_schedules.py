@@ -87,7 +87,18 @@ class SchedulesMixin:
         inject = (sched is not None and not inline) or sched is None and (
             site.lr_set or site.returned and not site.aliases)
         multi = None
-        if site.groups is not None:
+        wrt = None
+        if site.groups is not None and len(site.groups) == 1 and (
+                site.groups[0].paths is not None and not site.groups[0].options) and (
+                self.target.stateful_modules and not self.target.intermediate):
+            # one submodule's parameters (a new head fine-tuned: SGD(model.fc.parameters())):
+            # the optimizer holds and updates those only, as torch's does
+            wrt = expr(f"nnx.All(nnx.Param, lambda path, _: "
+                       f"{tr.group_test(site.groups[0])})")
+            self.diag(original_node, "param-groups", "info",
+                      "the optimizer over a submodule's parameters holds those only: "
+                      "nnx.Optimizer(..., wrt=...) selects them by torch's parameter names")
+        elif site.groups is not None:
             if not self.target.stateful_modules and any(
                     g.names is not None or g.paths is not None for g in site.groups):
                 if any(g.names is not None for g in site.groups):
@@ -161,7 +172,7 @@ class SchedulesMixin:
             self._note_imports(tx)
             return tx
         self.need("nnx", "optax")
-        out = tr.optimizer_object(model, tx)
+        out = tr.optimizer_object(model, tx, wrt)
         self._note_imports(out)
         return out
 
@@ -453,12 +464,17 @@ class SchedulesMixin:
             self.diag(original_node, sched.qualname, "error",
                       "scheduler.step() with an argument (a metric or an epoch)")
             return updated_node
-        count = self._steps(sched.name)
+        # (a scheduler a function receives is read through its parameter there)
+        name = value.func.value.value if m.matches(value := original_node.value, m.Call(
+            func=m.Attribute(value=m.Name()))) and value.func.value.value in (
+            self._passed_schedulers) else sched.name
+        count = f"{name}.steps" if sched.name in self._passed_schedulers else self._steps(
+            sched.name)
         self._pending[-1].before.append(cst.parse_statement(f"{count} += 1\n"))
         # a strong float32: a weak-typed value would make the jitted step compile again
         self.need("jnp")
         return cst.parse_statement(
-            f"{self._lr_slot(sched.optimizer)} = jnp.float32({sched.name}({count}))\n").body[0]
+            f"{self._lr_slot(sched.optimizer)} = jnp.float32({name}({count}))\n").body[0]
 
     def _steps(self, scheduler: str) -> str:
         """The count of a scheduler's step() calls: a local, or an attribute of the schedule

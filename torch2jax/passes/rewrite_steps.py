@@ -32,28 +32,48 @@ from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
 _REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
 
 
-def _blocks(node: cst.CSTNode, fn: cst.FunctionDef | None = None):
-    """The statement blocks that are not (inside) a loop body: the module's, and those of
-    functions, methods, ``with`` / ``if`` / ``try`` statements; each with the function it is
-    in (None: the module level)."""
+def _blocks(node: cst.CSTNode, fn: cst.FunctionDef | None = None, loop=None):
+    """The statement blocks that are not a loop body: the module's, and those of functions,
+    methods, ``with`` / ``if`` / ``try`` statements; each with the function it is in (None:
+    the module level) and the outermost loop of that function around it (None: none). A loop's
+    body is the loop translation's (passes/rewrite_loops.py); inside it, only the blocks of
+    ``if`` statements (a step taken in one mode of a shared loop body:
+    passes/grad_mode_branches.py), each nested in ifs only up to its loop body."""
     if isinstance(node, (cst.For, cst.While)):
+        outer = loop or node
+        for child in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
+            yield from _if_blocks(child, fn, outer)
         return
     if isinstance(node, cst.FunctionDef):
-        fn = node
+        fn, loop = node, None
     body = getattr(node, "body", None)
     if isinstance(node, cst.Module):
-        yield node, node.body, fn
+        yield node, node.body, fn, loop
     elif isinstance(body, cst.IndentedBlock):
-        yield body, body.body, fn
+        yield body, body.body, fn, loop
     children = node.body if isinstance(node, cst.Module) else (
         body.body if isinstance(body, cst.IndentedBlock) else ())
     for child in children:
         if isinstance(child, cst.BaseCompoundStatement):
-            yield from _blocks(child, fn)
+            yield from _blocks(child, fn, loop)
             orelse = getattr(child, "orelse", None)
             while orelse is not None:
-                yield from _blocks(orelse, fn)
+                yield from _blocks(orelse, fn, loop)
                 orelse = getattr(orelse, "orelse", None)
+
+
+def _if_blocks(node: cst.CSTNode, fn, loop):
+    """The blocks of an ``if`` statement in a loop body (and of the ifs nested in it, and in
+    the loops nested in that body)."""
+    if isinstance(node, (cst.For, cst.While)) and isinstance(node.body, cst.IndentedBlock):
+        for child in node.body.body:
+            yield from _if_blocks(child, fn, loop)
+        return
+    while isinstance(node, (cst.If, cst.Else)) and isinstance(node.body, cst.IndentedBlock):
+        yield node.body, node.body.body, fn, loop
+        for child in node.body.body:
+            yield from _if_blocks(child, fn, loop)
+        node = getattr(node, "orelse", None)
 
 
 def _stepped(stmt: cst.CSTNode, receivers: set[str]) -> str | None:
@@ -68,13 +88,17 @@ def _params(fn: cst.FunctionDef | None) -> set[str]:
     return {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
 
 
-def find_block_steps(module: cst.Module, optimizers: set[str]) -> tuple[set[int], set[int]]:
+def find_block_steps(module: cst.Module, optimizers: set[str],
+                     loops: dict[int, cst.CSTNode] | None = None) -> tuple[set[int], set[int]]:
     """(ids of the blocks that hold a step, ids of their ``backward()`` expressions): a block
     with ``X.backward()`` followed by ``opt.step()`` of a known optimizer, or of an optimizer
-    a function receives (``def fit(net, optim, xb, yb)``)."""
+    a function receives (``def fit(net, optim, xb, yb)``). ``loops`` receives, for a block in
+    a loop body's ``if``, the outermost loop of its function around it."""
     blocks: set[int] = set()
     backwards: set[int] = set()
-    for owner, stmts, fn in _blocks(module):
+    for owner, stmts, fn, loop in _blocks(module):
+        if loop is not None and loops is None:
+            continue  # (no loops given: the blocks that are not in a loop only)
         pending: list[cst.SimpleStatementLine] = []
         since: list[cst.CSTNode] = []  # the statements from the first pending backward on
         receivers = optimizers | _params(fn) - {"self", "cls"}
@@ -83,6 +107,8 @@ def find_block_steps(module: cst.Module, optimizers: set[str]) -> tuple[set[int]
                 pending.append(s)
             elif pending and _stepped(s, receivers):
                 blocks.add(id(owner))
+                if loop is not None and loops is not None:
+                    loops[id(owner)] = loop
                 # several backward() calls: summed (accumulated) where nothing between them
                 # reads or resets the gradients; otherwise the last alone (marked there)
                 summed = summable_backwards(since) and not any(
@@ -99,10 +125,14 @@ class StepsMixin:
     def _find_block_steps(self, module: cst.Module) -> None:
         t = self.training
         self._step_opts = {n for n in t.optimizer_names if t.model_of(n)}
+        self._step_loops: dict[int, cst.CSTNode] = {}  # a block in a loop -> its outer loop
         if not t.optimizers:
             self._step_blocks, self._step_backwards = set(), set()
             return
-        self._step_blocks, self._step_backwards = find_block_steps(module, self._step_opts)
+        # (not on equinox's NNX form: the equinox pass finds a function's step in the
+        # function's own body, where the loop's step is defined; one in an if is marked)
+        self._step_blocks, self._step_backwards = find_block_steps(
+            module, self._step_opts, None if self.target.intermediate else self._step_loops)
         self._step_names: set[str] = set()
         self._step_backwards_at: dict[int, cst.CSTNode] = {}
         # steps held back by a condition (passes/held_steps.py): .grad as an accumulator
@@ -161,7 +191,11 @@ class StepsMixin:
             region = stmts[start:i + 1]
             # what the rest of the block reads (return loss, out): the step returns it too
             later = set(tr.names_of(cst.Module(body=stmts[i + 1:])).used)
-            new = self._region_step(region, opt, later)
+            loop = self._step_loops.get(id(original_block))
+            if loop is not None:  # and what the rest of the loop reads (the next iteration)
+                inside = {id(n) for n in findall(original_block, m.Name())}
+                later |= {n.value for n in findall(loop, m.Name()) if id(n) not in inside}
+            new = self._region_step(region, opt, later, loop)
             if new is None:
                 out.extend(region)
             else:
@@ -183,8 +217,11 @@ class StepsMixin:
             return called.pop() if len(called) == 1 else None
         return self.training.model_of(opt)
 
-    def _region_step(self, region: list, opt: str, later: set[str] = frozenset()
-                     ) -> list | None:
+    def _region_step(self, region: list, opt: str, later: set[str] = frozenset(),
+                     loop: cst.CSTNode | None = None) -> list | None:
+        """The region as a call of a jit-compiled step. ``loop``: the outermost loop of the
+        function around a region in a loop body's ``if``: the names the loop binds are
+        passed to the step, which is defined once, before that loop (or at the top level)."""
         model = self._model_of(region, opt)
         back = [s for s in region if tr._is_method_stmt(s, None, "backward")]
         if len(back) > 1 and all(id(b.body[0]) in self._step_backwards_at for b in back):
@@ -219,6 +256,8 @@ class StepsMixin:
         called = {c.func.value for st in region for c in findall(st, m.Call(func=m.Name()))}
         loop_names = (params - called | set(tr.names_of(cst.Module(body=region)).assigned)) - {
             model, opt}
+        if loop is not None:  # jit would keep their values of the first call
+            loop_names |= tr.loop_assigned_names(loop) - {model, opt}
         # zero_grad() of the optimizer or the model goes: JAX computes fresh gradients
         prefix = [st for st in prefix if not tr._is_method_stmt(st, {opt, model}, "zero_grad")]
         taken = self._file_names | self._step_names
@@ -251,6 +290,9 @@ class StepsMixin:
             # a helper (or a trainer's method) called once per step: its step is defined and
             # compiled once, at the top level, not again at every call
             self._module_hoist.append((owner, function))
+            return [*prefix, *step.body]
+        if loop is not None:  # defined once, before the loop (not again at each iteration)
+            self._hoist.append(function)
             return [*prefix, *step.body]
         i = next(i for i, b in enumerate(step.body) if b is step.call)
         lines = step.call.leading_lines

@@ -857,7 +857,7 @@ def group_mask(groups, build) -> tuple[dict[str, cst.BaseExpression],
     p = decayed.param
     if decayed.name_param is not None:  # a condition on the torch name: the key paths'
         mask = expr(f"lambda params: jax.tree_util.tree_map_with_path("
-                    f"lambda path, p: {_group_test(decayed)}, params)")
+                    f"lambda path, p: {group_test(decayed)}, params)")
     else:
         pred = predicate_text(decayed.predicate)
         mask = expr(f"lambda params: jax.tree.map(lambda {p}: {pred}, params)")
@@ -867,7 +867,7 @@ def group_mask(groups, build) -> tuple[dict[str, cst.BaseExpression],
     return overrides, mask
 
 
-def _group_test(group) -> str | None:
+def group_test(group) -> str | None:
     """The condition on ``(path, p)`` (a parameter's key path and array) that selects the
     group's parameters; None: every parameter."""
     if group.names is not None:
@@ -903,7 +903,7 @@ def group_transform(groups, opt) -> cst.BaseExpression:
     optimizer's, and a label per parameter from the group that selects it (torch refuses a
     parameter in two groups, so the first test that holds is its group). A parameter that no
     group selects is not updated by torch: the label ``frozen``, ``optax.set_to_zero()``."""
-    tests = [_group_test(g) for g in groups]
+    tests = [group_test(g) for g in groups]
     if None in tests and len(groups) > 1:
         raise Untranslatable("a parameter group that selects every parameter beside other "
                              "groups (torch raises: a parameter in two groups)")
@@ -927,8 +927,10 @@ def group_transform(groups, opt) -> cst.BaseExpression:
     return cst.parse_expression(f"optax.multi_transform({{{items}}}, {fn})")
 
 
-def optimizer_object(model: str, tx: cst.BaseExpression) -> cst.BaseExpression:
-    return call("nnx.Optimizer", arg(cst.Name(model)), arg(tx), arg(expr("nnx.Param"), "wrt"))
+def optimizer_object(model: str, tx: cst.BaseExpression,
+                     wrt: cst.BaseExpression | None = None) -> cst.BaseExpression:
+    return call("nnx.Optimizer", arg(cst.Name(model)), arg(tx),
+                arg(wrt or expr("nnx.Param"), "wrt"))
 
 
 def lr_slot(optimizer: str, quote: str = '"') -> str:

@@ -727,6 +727,10 @@ class Scope(cst.CSTTransformer):
             return snapshot(self, small) or [_marked(
                 small, "model.state_dict(): an equinox model is its own state (a pytree of "
                 "arrays): left as written")]
+        mode = _mode_choice(small, self.models)
+        if mode is not None:  # model.train() if training else model.eval()
+            name, inference = mode
+            return [_stmt(f"{name} = eqx.nn.inference_mode({name}, {inference})")]
         if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
             call = small.value
             func = call.func
@@ -1132,3 +1136,25 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
             (i for i in written if isinstance(out[i][0], cst.FunctionDef)), written[0])
         out[at] = [*out[at], helper]
     return out
+
+
+def _mode_choice(small: cst.BaseSmallStatement, models) -> tuple[str, str] | None:
+    """``model.train() if C else model.eval()`` (or the other way round) as a statement: (the
+    model, the ``inference`` flag's expression, ``not (C)`` or ``C``)."""
+    if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.IfExp)):
+        return None
+    choice = small.value
+    modes = []
+    for branch in (choice.body, choice.orelse):
+        if not m.matches(branch, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("train")
+                                                         | m.Name("eval")), args=[])):
+            return None
+        modes.append((branch.func.value.value, branch.func.attr.value))
+    (a, first), (b, second) = modes
+    if a != b or a not in models or {first, second} != {"train", "eval"}:
+        return None
+    test = code(choice.test)
+    if first == "eval":
+        return a, test
+    simple = isinstance(choice.test, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+    return a, f"not {test}" if simple else f"not ({test})"

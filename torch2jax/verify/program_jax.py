@@ -252,8 +252,11 @@ class JaxRecorder:
 
         from torch2jax.weights import format_nnx_path
 
+        # (and the frozen ones: the converted requires_grad_(False) makes a parameter a plain
+        # nnx.Variable, which torch keeps among its parameters, unchanged by the steps)
+        frozen = nnx.Any(nnx.Param, lambda _, v: type(v) is nnx.Variable)
         params = {format_nnx_path(p): np.asarray(v.get_value())
-                  for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+                  for p, v in nnx.to_flat_state(nnx.state(model, frozen))}
         by_path = {tuple(m["nnx"].split(".")): m["torch"] for m in self.mappings
                    if m["status"] == "mapped"}
         opt_state: dict[str, dict[str, np.ndarray]] = {}
