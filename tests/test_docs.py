@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # code is not markdown: fenced blocks and inline code spans hold no links (x[i](epoch))
-CODE = re.compile(r"^```.*?^```|`[^`\n]+`", re.S | re.M)
+CODE = re.compile(r"^```.*?^```|`[^`\n]+`", re.DOTALL | re.MULTILINE)
 
 
 def test_supported_api_page_is_up_to_date() -> None:
