@@ -71,6 +71,7 @@ IMPORT_LINES = {
     "nnx": "from flax import nnx",
     "linen": "import flax.linen as nn",
     "Any": "from typing import Any",
+    "NamedTuple": "from typing import NamedTuple",
     "dataclasses": "import dataclasses",
     "train_state": "from flax.training import train_state",
     "serialization": "from flax import serialization",
@@ -80,7 +81,7 @@ IMPORT_LINES = {
 # the names the converter's own imports bind -> their IMPORT_LINES key (NamedSharding -> sharding)
 OWN_NAMES = {name.strip().split(" as ")[-1]: key for key, line in IMPORT_LINES.items()
              for name in line.split("import ", 1)[-1].split(",")}
-IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
+IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "NamedTuple", "partial", "grain", "np", "jax", "jnp", "sharding",
                 "optax", "ocp", "tensorboardX", "nnx", "linen", "train_state", "serialization",
                 "einops"]
 
