@@ -434,7 +434,14 @@ def _add_imports(module: cst.Module, needed: set[str]) -> cst.Module:
             insert_at = i + 1
         else:
             break
-    new_stmts = [cst.parse_statement(IMPORT_LINES[k] + "\n") for k in missing]
+    lines: list[str] = []
+    for k in missing:  # from typing import Any, NamedTuple: one line of a module's names
+        head, sep, names = IMPORT_LINES[k].partition(" import ")
+        if head == "from typing" and lines and lines[-1].startswith(head + sep):
+            lines[-1] += ", " + names
+        else:
+            lines.append(IMPORT_LINES[k])
+    new_stmts = [cst.parse_statement(line + "\n") for line in lines]
     # keep a blank line between the stdlib block and the jax imports when there is one
     body[insert_at:insert_at] = new_stmts
     return module.with_changes(body=body)
