@@ -239,7 +239,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._root = node
         self._file_names = {n.value for n in findall(node, m.Name())}
         # the file packs sequences: its RNNs are the helpers that take them (not on equinox)
-        self._packs = "pack_padded_sequence" in self._file_names and not self.target.intermediate
+        self._packs = not self.target.intermediate and bool(
+            {"pack_padded_sequence", "pad_packed_sequence"} & self._file_names)
         t = self.training
         if self.target.stateful_modules or self.target.train_state:
             # the learning rate set by hand: an injected hyperparameter (the equinox pass
