@@ -28,7 +28,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -61,7 +61,8 @@ def helper_namespace() -> dict:
     expression on its own), with the imports they use."""
     from flax import linen
 
-    ns: dict = {"jax": jax, "jnp": jnp, "np": np, "nnx": nnx, "nn": linen, "Any": Any}
+    ns: dict = {"jax": jax, "jnp": jnp, "np": np, "nnx": nnx, "nn": linen, "Any": Any,
+                "NamedTuple": NamedTuple}
     for source, _ in (by_target["nnx"] for by_target in HELPERS.values() if "nnx" in by_target):
         exec(compile(source, "<torch2jax helper>", "exec"), ns)  # noqa: S102 - our own source
     return ns

@@ -72,6 +72,7 @@ IMPORT_LINES = {
     "nnx": "from flax import nnx",
     "linen": "import flax.linen as nn",
     "Any": "from typing import Any",
+    "NamedTuple": "from typing import NamedTuple",
     "dataclasses": "import dataclasses",
     "train_state": "from flax.training import train_state",
     "serialization": "from flax import serialization",
@@ -81,7 +82,7 @@ IMPORT_LINES = {
 # the names the converter's own imports bind -> their IMPORT_LINES key (NamedSharding -> sharding)
 OWN_NAMES = {name.strip().split(" as ")[-1]: key for key, line in IMPORT_LINES.items()
              for name in line.split("import ", 1)[-1].split(",")}
-IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "partial", "grain", "np", "jax", "jnp", "sharding",
+IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "NamedTuple", "partial", "grain", "np", "jax", "jnp", "sharding",
                 "optax", "ocp", "tensorboardX", "nnx", "linen", "train_state", "serialization",
                 "einops"]
 
@@ -436,7 +437,14 @@ def _add_imports(module: cst.Module, needed: set[str]) -> cst.Module:
             insert_at = i + 1
         else:
             break
-    new_stmts = [cst.parse_statement(IMPORT_LINES[k] + "\n") for k in missing]
+    lines: list[str] = []
+    for k in missing:  # from typing import Any, NamedTuple: one line of a module's names
+        head, sep, names = IMPORT_LINES[k].partition(" import ")
+        if head == "from typing" and lines and lines[-1].startswith(head + sep):
+            lines[-1] += ", " + names
+        else:
+            lines.append(IMPORT_LINES[k])
+    new_stmts = [cst.parse_statement(line + "\n") for line in lines]
     # keep a blank line between the stdlib block and the jax imports when there is one
     body[insert_at:insert_at] = new_stmts
     return module.with_changes(body=body)

@@ -39,6 +39,7 @@ class CallSite:
     index: int | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
     target: str = "nnx"  # nnx | linen (the modules' attribute names can differ)
+    packed: bool = False  # the file packs sequences (pack_padded_sequence): RNNs are helpers
 
     @property
     def renders(self) -> Target:

@@ -95,7 +95,13 @@ _DOC = '''"""nn.{torch}(input_size, hidden_size, num_layers, bias=True, batch_fi
 
 _CALL = '''
     def __call__(self, input, hx=None):
-        x, hs, cs = input, [], []
+        # a PackedSequence (pack_padded_sequence), (padded batch first, lengths): each sequence
+        # runs to its own length, the reverse direction from its own last step
+        packed = isinstance(input, tuple)
+        x, lengths = (input[0], jnp.asarray(input[1])) if packed else (input, None)
+        if packed and not self.batch_first:
+            x = jnp.swapaxes(x, 0, 1)
+        hs, cs = [], []
         directions = 2 if len(self.reverse_layers) else 1
         for k, layer in enumerate(self.layers):
             if k > 0:
@@ -107,6 +113,8 @@ _CALL = '''
                 outs.append(out)
                 hs.append(h)
             x = jnp.concatenate(outs, axis=-1) if len(outs) > 1 else outs[0]
+        if packed:  # a PackedSequence back (its padded steps as they come: pad_packed_sequence)
+            x = type(input)(x if self.batch_first else jnp.swapaxes(x, 0, 1), lengths)
         return {returned}
 '''
 
@@ -128,6 +136,8 @@ class {name}(nnx.Module):
         self.reverse_layers = nnx.List([rnn(k, True) for k in range(num_layers)
                                         if bidirectional])
         self.dropout = nnx.Dropout(dropout, rngs=rngs)
+        self.hidden_size, self.num_layers = hidden_size, num_layers
+        self.batch_first, self.bidirectional = batch_first, bidirectional
 '''
 
 _LINEN = '''
@@ -158,14 +168,16 @@ _KINDS = {
         "gates": "i, f, g, o", "call": "lstm(input, (h_0, c_0)) -> (output, (h_n, c_n))",
         "states": "h and c",
         "step": "                carry = None if hx is None else (hx[1][i], hx[0][i])\n"
-                "                (c, h), out = rnn(x, initial_carry=carry, return_carry=True)\n"
+                "                (c, h), out = rnn(x, initial_carry=carry, seq_lengths=lengths,\n"
+                "                                  return_carry=True)\n"
                 "                cs.append(c)",
         "returned": "x, (jnp.stack(hs), jnp.stack(cs))",
         "cells": {"nnx": "TorchLSTMCell", "linen": "TorchLSTMCell"}},
     "GRU": {
         "gates": "r, z, n", "call": "gru(input, h_0) -> (output, h_n)", "states": "h",
         "step": "                carry = None if hx is None else hx[i]\n"
-                "                h, out = rnn(x, initial_carry=carry, return_carry=True)",
+                "                h, out = rnn(x, initial_carry=carry, seq_lengths=lengths,\n"
+                "                             return_carry=True)",
         "returned": "x, jnp.stack(hs)",
         "cells": {"nnx": "TorchGRUCell", "linen": "TorchGRUCell"}},
 }
@@ -180,5 +192,48 @@ for _torch, _kind in _KINDS.items():
         _source = _shell.format(name=f"Torch{_torch}", doc=_doc, cell=_cell) + _CALL.format(
             drop=_drop, step=_kind["step"], returned=_kind["returned"])
         if _torch == "GRU":
-            _source = _source.replace("x, hs, cs = input, [], []", "x, hs = input, []")
+            _source = _source.replace("hs, cs = [], []", "hs = []")
         helper(f"Torch{_torch}", {"jnp", _target}, _source, targets=(_target,))
+
+# torch's packed sequences (nn.utils.rnn.pack_padded_sequence / pad_packed_sequence): kept
+# padded, with the lengths, which the TorchLSTM / TorchGRU helpers above run each sequence to
+_PACKED = '''
+class PackedSequence(NamedTuple):
+    """torch's PackedSequence kept padded: padded, the batch (N, T, *) batch first whatever the
+    packing's batch_first, and lengths (N,), each sequence's number of valid steps. The
+    TorchLSTM / TorchGRU helpers run each sequence to its own length; pad_packed_sequence reads
+    the result back. torch's data, batch_sizes and sorted_indices are not kept."""
+
+    padded: jax.Array
+    lengths: jax.Array
+'''
+
+helper("PackedSequence", {"jax", "NamedTuple"}, _PACKED, targets=("nnx", "linen"))
+
+helper("pack_padded_sequence", {"Any", "jnp"}, '''
+def pack_padded_sequence(input: jax.Array, lengths: Any, batch_first: bool = False
+                         ) -> PackedSequence:
+    """nn.utils.rnn.pack_padded_sequence(input, lengths, batch_first): the padded batch and its
+    lengths. (torch's enforce_sorted=True only refuses lengths that are not decreasing: the
+    output keeps the batch's order either way.)"""
+    return PackedSequence(input if batch_first else jnp.swapaxes(input, 0, 1),
+                          jnp.asarray(lengths))
+''', targets=("nnx", "linen"))
+
+helper("pad_packed_sequence", {"jax", "jnp"}, '''
+def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
+                        padding_value: float = 0.0, total_length: int | None = None
+                        ) -> tuple[jax.Array, jax.Array]:
+    """nn.utils.rnn.pad_packed_sequence: (output, lengths), padding_value at the steps past each
+    sequence's length. torch's time axis is total_length when given, else the longest
+    length, max(lengths), known only at run time: without total_length this one keeps the
+    length the batch was padded to, where torch's output lacks the trailing steps that are
+    padding in every sequence."""
+    x, lengths = sequence
+    if total_length is not None:
+        x = x[:, :total_length]
+        x = jnp.pad(x, [(0, 0), (0, total_length - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
+    valid = jnp.arange(x.shape[1]) < lengths[:, None]
+    x = jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 2)), x, padding_value)
+    return (x if batch_first else jnp.swapaxes(x, 0, 1)), lengths
+''', targets=("nnx", "linen"))

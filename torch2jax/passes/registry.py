@@ -38,6 +38,7 @@ class Site:
     notes: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
     # the layer is applied to one example, (C, *spatial), not a batch (the equinox target)
     per_example: bool = False
+    packed: bool = False  # the file packs sequences (pack_padded_sequence): RNNs are helpers
     # arguments that may hold None at run time (self.bias of a LayerNorm built with bias=False)
     optional: frozenset[str] = frozenset()
     # arguments that hold a torch dtype (x.to(other.dtype), x.to(input_dtype)): value analysis

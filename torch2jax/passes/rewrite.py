@@ -228,6 +228,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._lr_loops: dict[int, tuple[str, cst.BaseExpression]] = {}  # param_groups lr
         self._param_init_loops: dict[int, cst.For] = {}  # id(for) -> its NNX loop
         self._file_names: set[str] = set()  # every name the file writes (fresh names)
+        self._packs = False  # the file packs sequences (pack_padded_sequence)
         # checkpoint dicts: names assigned {..., 'model': m.state_dict()} (saved), names
         # assigned torch.load(path) and read by key (loaded)
         self._ckpt_dicts: set[str] = set()
@@ -238,6 +239,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._indent = node.default_indent
         self._root = node
         self._file_names = {n.value for n in findall(node, m.Name())}
+        # the file packs sequences: its RNNs are the helpers that take them (not on equinox)
+        self._packs = not self.target.intermediate and bool(
+            {"pack_padded_sequence", "pad_packed_sequence"} & self._file_names)
         t = self.training
         if self.target.stateful_modules or self.target.train_state:
             # the learning rate set by hand: an injected hyperparameter (the equinox pass

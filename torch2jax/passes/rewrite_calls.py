@@ -870,7 +870,7 @@ class CallsMixin:
                     optional=self._optional_args(original, rule),
                     sequences=self._sequence_args(original, rule),
                     scalars=self._scalar_args(original, rule),
-                    choices=self._choice_args(original, rule))
+                    choices=self._choice_args(original, rule), packed=self._packs)
         given = bind(original.args, rule.params) if len(original.args) == len(updated.args) \
             else BoundArgs()
         pairs = [(b.get(k), given.get(k)) for k in b.named if given.get(k) is not None]
@@ -1108,7 +1108,7 @@ class CallsMixin:
             index = int_value(parent.slice[0].slice.value)
         site = CallSite(rule=rule, func=updated.func, ctor=bind(ctor.args, rule.params),
                         args=bind(updated.args, rule.call_params), unpack=unpack, index=index,
-                        target=self.target.name)
+                        target=self.target.name, packed=self._packs)
         out = CALLS[rule.call](site)
         for severity, msg in site.notes:
             self.diag(original, rule.id, severity, msg)

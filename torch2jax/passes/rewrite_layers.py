@@ -1002,7 +1002,7 @@ class LayersMixin:
         site = Site(rule=rule, args=b, target=self.target.layer_column,
                     rngs=self.rngs_expr(original) if needs_rngs else None,
                     defined=self.index.defined, per_example=self.target.intermediate,
-                    sequences=sequences)
+                    sequences=sequences, packed=self._packs)
         if rule.special:
             out = SPECIALS[rule.special](site)
             name = code(out.func) if isinstance(out, cst.Call) else None

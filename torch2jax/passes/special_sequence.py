@@ -234,7 +234,7 @@ def lstm(site: Site) -> cst.BaseExpression:
     bias too. One layer, one direction; gates in torch's order i, f, g, o, so torch's (4H, I)
     and (4H, H) weights are the cell's fused kernels transposed, b_ih and b_hh their biases."""
     _lstm_checks(site)
-    if _stacked(site) or site.lit("bidirectional") is not False:
+    if _stacked(site) or site.lit("bidirectional") is not False or site.packed:
         return _stacked_rnn(site)
     _flag_calls(site, "forward(input, (h_0, c_0)) returns (output, (h_n, c_n)) with a "
                 "leading layer axis on h_n and c_n", "returns the output, or (carry, output) "
@@ -268,7 +268,7 @@ def _stacked_rnn(site: Site) -> cst.BaseExpression:
 def _helper_call(cs: CallSite) -> cst.BaseExpression | None:
     """``self.rnn(x, hx)`` as written where the layer is the TorchLSTM / TorchGRU helper (torch's
     call and return), else None."""
-    if cs.ctor_lit("num_layers") == 1 and cs.ctor_lit("bidirectional") is False:
+    if cs.ctor_lit("num_layers") == 1 and cs.ctor_lit("bidirectional") is False and not cs.packed:
         return None
     x, hx = cs.args.get("input"), cs.args.get("hx")
     return expr(f"{code(cs.func)}({code(x)}" + ("" if hx is None else f", {code(hx)}") + ")")
@@ -361,7 +361,7 @@ def gru(site: Site) -> cst.BaseExpression:
     helper of passes/helpers.py: an nnx.GRUCell whose hidden-side dense has torch's b_hn. Gates
     in torch's order r, z, n: each torch weight is a fused kernel transposed, each bias a bias."""
     _gru_checks(site)
-    if _stacked(site) or site.lit("bidirectional") is not False:
+    if _stacked(site) or site.lit("bidirectional") is not False or site.packed:
         return _stacked_rnn(site)
     _flag_calls(site, "forward(input, h_0) returns (output, h_n) with a leading layer axis "
                 "on h_n", "returns the output, or (carry, output)")

@@ -13,6 +13,7 @@ from torch2jax.passes import (  # noqa: F401  (each import registers its transfo
     special_index,  # index_add, scatter_add, topk, histc, repeat_interleave
     special_losses,  # losses
     special_optim,  # optimizers and schedulers outside a training script
+    special_packed,  # pack_padded_sequence, pad_packed_sequence
     special_sequence,  # attention and recurrent layers
     special_tensors,  # linalg norms, legacy constructors, F.embedding
     special_vision,  # vision layers and functions
