@@ -36,6 +36,7 @@ from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.training import TrainingIndex
 from torch2jax.analysis.walk import NoAttributeHooks, findall
 from torch2jax.finish import removed as rmv
+from torch2jax.passes import built_weights as bw
 from torch2jax.passes import data as dt
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
@@ -162,6 +163,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._own_calls: set[int] = set()  # those calls (F.layer_norm over self's attributes)
         # model.weight of a layer built outside a module, read as an array (its .data goes)
         self._weight_reads: set[int] = set()
+        self._built_writes: dict[int, tuple] = {}  # passes/built_weights.py
         # self.fc.weight.data read for its values in a module's method: detached
         self._detached_weight_reads: set[int] = set()
         self._opt_lr: dict[str, cst.BaseExpression] = {}  # optimizer var -> its lr expression
@@ -862,6 +864,12 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
 
     def _indexed_update(self, original, target: cst.Subscript, op: str, value):
         base = target.value
+        written = self._built_writes.get(id(getattr(original, "targets", [None])[0].target)) \
+            if op == "set" and isinstance(original, cst.Assign) else None
+        if written is not None and len(target.slice) == 1 and isinstance(
+                target.slice[0].slice, cst.Index):  # a built layer's weight, a row of it
+            layer, wm, _ = written
+            return bw.row_set(layer, wm, target.slice[0].slice.value, value)
         if not isinstance(base, cst.Name):
             self.diag(original, "indexed-update", "error",
                       "assignment into an indexed attribute or expression: JAX arrays are "

@@ -17,6 +17,7 @@ from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
+from torch2jax.passes import built_weights as bw
 from torch2jax.passes.common import (
     arg,
     bind,
@@ -160,6 +161,11 @@ class AttributesMixin:
             copied = self._param_copy(original_node, updated_node)
             if copied is not None:
                 return copied
+        written = self._built_writes.get(id(call_node.func)) if meth == "copy_" else None
+        if written is not None and len(updated_node.value.args) == 1:  # a built layer's weight
+            self.need("jnp")
+            layer, wm, q = written
+            return bw.copied(layer, wm, q, updated_node.value.args[0].value)
         if meth in ("zero_", "fill_", *INPLACE_OPS) and self.current_class:
             filled = self._param_fill_in_place(original_node, updated_node, meth)
             if filled is not None:
@@ -761,6 +767,12 @@ class AttributesMixin:
             isinstance(parent, cst.Subscript) and isinstance(holder, (cst.AssignTarget,
                                                                       cst.AugAssign)))
         text = code(original_node)
+        if written and self.target.stateful_modules and not self.target.intermediate and (
+                bw.writable(wm, q, parent, holder)):
+            # written into the NNX layer's variable (passes/built_weights.py), at its statement
+            self._built_writes[id(holder.func if isinstance(holder, cst.Call) else parent)] = (
+                updated_node.value, wm, q)
+            return None
         if written or self.target.setup_modules or wm.to is None:
             why = ("a linen layer object holds no parameters: they are in the variables "
                    "model.init returns (variables['params'])"
