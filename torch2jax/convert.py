@@ -315,7 +315,8 @@ def convert_source(
     new = spec.finish_module(new).visit(DropNoopAssigns())
     if spec.stateful_modules and hoist_steps:  # (passes/generation.py writes NNX)
         new = compile_generation(new, module, source, report,
-                                 tree_mode=not data_indexer.index.aliasing)
+                                 tree_mode=not data_indexer.index.aliasing,
+                                 imports=transformer.imports_needed)
     if fuse_layout:  # (the equinox target keeps torch's layout between modules)
         if public is not None:
             new = channels_last_blocks(new, set(public))

@@ -15,7 +15,9 @@ A pass over the NNX translation. The loop it knows, after the rewrite::
 Eagerly, every new length of ``idx`` compiles the model again. The rewrite puts the sequence in
 a buffer of its final length, slides a window of ``min(block_size, final length)`` positions
 over it in a ``jax.lax.fori_loop`` and reads the logits at the last valid position by index, so
-one compile serves the whole loop. That is exact only when the model is causal: the padding
+one compile serves the whole loop; while the context is shorter than that window, the model runs
+on the smallest window of 8, 16, 32, ... positions that holds it (``_window_loops``: a loop per
+window, all in the one compile). That is exact only when the model is causal: the padding
 after the current position must not reach the logits read before it. The model counts as causal
 when the torch file builds a causal mask (``torch.tril`` / ``torch.triu`` or ``is_causal=True``)
 and holds no layer that mixes positions without one (``nn.Conv1d``, recurrent layers, attention
@@ -314,10 +316,14 @@ def _loop(fn: cst.FunctionDef) -> tuple[cst.For | cst.While, str, set[str], str]
     return loop, seq, _names(n), "max({t0}, " + code(n) + ")"
 
 
-def _compile(fn: cst.FunctionDef, last_kw: str | None = None) -> cst.FunctionDef | None:
+def _compile(fn: cst.FunctionDef, last_kw: str | None = None,
+             windows: bool = False) -> cst.FunctionDef | None:
     """The compiled form of a generation function, or None when ``fn`` is not one.
     ``last_kw``: the model is called as ``self(window, last_kw=position)`` and computes that
-    position only (``_last_position_forward``), so the read stays at ``-1``."""
+    position only (``_last_position_forward``), so the read stays at ``-1``. ``windows``:
+    while the context is shorter than the full window, the model runs on the smallest of
+    windows of 8, 16, 32, ... positions that holds it (``_window_loops``; the code calls
+    ``functools.partial`` as ``partial``)."""
     found_loop = _loop(fn)
     if found_loop is None:
         return None
@@ -406,6 +412,9 @@ def _compile(fn: cst.FunctionDef, last_kw: str | None = None) -> cst.FunctionDef
 
     t, t0, b, width, start, step = (_fresh(n, taken) for n in
                                     ("t", "t0", "b", "width", "start", "decode_step"))
+    # the growing context: a loop per window of 8, 16, 32, ... below ``width``
+    window, lo, hi, state = (_fresh(n, taken) for n in ("window", "lo", "hi", "state")) \
+        if windows else ("",) * 4
     total = total_code.format(t0=t0)
     block_code = cst.Module(body=[]).code_for_node(block)
 
@@ -426,7 +435,8 @@ def _compile(fn: cst.FunctionDef, last_kw: str | None = None) -> cst.FunctionDef
     loop_body = [
         stmt(f"{carry} = carry\n"),
         stmt(f"{start} = jnp.maximum({t} - {block_code}, 0)\n"),
-        stmt(f"{cond_name} = jax.lax.dynamic_slice_in_dim({seq}, {start}, {width}, axis=1)\n"),
+        stmt(f"{cond_name} = jax.lax.dynamic_slice_in_dim({seq}, {start}, "
+             f"{window if windows else width}, axis=1)\n"),
         stmts[1].with_changes(body=[stmts[1].body[0].with_changes(value=model_call)]),
         stmts[2] if last_kw is not None else stmts[2].visit(_Read()),
         *(s.visit(_MaskSet()) for s in middle),
@@ -435,7 +445,8 @@ def _compile(fn: cst.FunctionDef, last_kw: str | None = None) -> cst.FunctionDef
     ]
     inner = cst.FunctionDef(
         name=cst.Name(step),
-        params=cst.Parameters(params=[cst.Param(cst.Name(t)), cst.Param(cst.Name("carry"))]),
+        params=cst.Parameters(params=[cst.Param(cst.Name(n)) for n in (
+            t, "carry", *[window] * windows)]),
         body=cst.IndentedBlock(body=loop_body))
     static = [*dict.fromkeys(steps + [n for n, p in params.items() if p.default is not None
                                       and m.matches(p.default, m.Name("None"))])]
@@ -452,12 +463,44 @@ def _compile(fn: cst.FunctionDef, last_kw: str | None = None) -> cst.FunctionDef
         stmt(f"{width} = min({block_code}, {total})\n"),
         *prelude,
         inner.with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
-        stmt(f"{carry} = jax.lax.fori_loop({t0}, {total}, {step}, ({carry}))\n")
-        .with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
+        *(_window_loops(carry, t0, total, width, step, window, lo, hi, state) if windows else [
+            stmt(f"{carry} = jax.lax.fori_loop({t0}, {total}, {step}, ({carry}))\n")
+            .with_changes(leading_lines=[cst.EmptyLine(indent=False)])]),
         ret,
     ]
     decorator = cst.Decorator(cst.parse_expression(jit))
     return fn.with_changes(decorators=[decorator], body=fn.body.with_changes(body=new_body))
+
+
+def _window_loops(carry: str, t0: str, total: str, width: str, step: str, window: str,
+                  lo: str, hi: str, state: str) -> list[cst.BaseStatement]:
+    """The loops of ``_compile`` with ``windows``: the step at position ``t`` reads a context
+    of ``t`` tokens, which a window of ``w >= t`` positions starting at 0 holds; the model
+    being causal, the logits at ``t - 1`` do not see the padding after it. So while ``t`` is
+    at most 8, 16, 32, ... (below the full window ``width``), the model runs on that many
+    positions; then on ``width`` (sliding once the context is longer). The bounds are static
+    (the prompt's shape and ``max_new_tokens``): one ``fori_loop`` per window the tokens
+    reach, each tracing the model at its width, all in the one compiled function."""
+    code = (
+        f"{state}, {lo}, {window} = ({carry}), {t0}, 8\n"
+        f"while {window} < {width}:\n"
+        f"    {hi} = min({window} + 1, {total})\n"
+        f"    if {lo} < {hi}:\n"
+        f"        {state} = jax.lax.fori_loop({lo}, {hi}, partial({step}, {window}={window}), "
+        f"{state})\n"
+        f"        {lo} = {hi}\n"
+        f"    {window} *= 2\n"
+        f"{carry} = jax.lax.fori_loop({lo}, {total}, partial({step}, {window}={width}), "
+        f"{state})\n")
+    stmts = list(cst.parse_module(code).body)
+    stmts[0] = stmts[0].with_changes(leading_lines=[
+        cst.EmptyLine(indent=False),
+        cst.EmptyLine(comment=cst.Comment(
+            "# while the context is shorter than the window, the model runs on the smallest")),
+        cst.EmptyLine(comment=cst.Comment(
+            "# window of 8, 16, 32, ... positions that holds it: a loop per window (each "
+            "traced once)"))])
+    return stmts
 
 
 # a parameter that holds the model a token loop calls (``generate(model, idx, n)``)
@@ -883,15 +926,22 @@ class _ReplaceNode(cst.CSTTransformer):
 
 def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
                        report: Callable[[int, int, str, str, str], None],
-                       tree_mode: bool = False) -> cst.Module:
+                       tree_mode: bool = False, imports: set[str] | None = None) -> cst.Module:
     """Compile the file's generation loops (module docstring); ``report(line, column, rule,
     severity, message)`` gets one diagnostic per loop. ``tree_mode``: no module shares a
     Variable, so the token steps take flax's tree mode (``passes/training.py``'s
-    ``nnx_jit``)."""
+    ``nnx_jit``). ``imports``: where given, the window loops of a compiled generate() call
+    ``partial``, and "partial" is added to it (``convert.IMPORT_LINES``); without it, or
+    when the torch file binds ``partial`` otherwise than from functools, the loop runs on
+    the full window from its first token."""
     compiled_names: set[str] = set()
     needs_eval_step: list[bool] = []
     taken = _names(module) | _names(source)
     taken.add("tree mode" if tree_mode else "graph mode")
+    if imports is not None and ("partial" not in _names(source) or m.findall(
+            source, m.ImportFrom(module=m.Name("functools"), names=[m.ImportAlias(
+                name=m.Name("partial"), asname=None)]))):
+        taken.add("window loops")
     module = _compile_in(module, source, source_text, report, compiled_names,
                          needs_eval_step, taken, None)
     if needs_eval_step and not any(
@@ -901,6 +951,11 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
                   if isinstance(n, (cst.FunctionDef, cst.ClassDef))), len(body))
         body.insert(i, eval_step_function())
         module = module.with_changes(body=body)
+    if imports is not None and m.findall(module, m.Call(
+            func=m.Attribute(attr=m.Name("fori_loop")),
+            args=[m.DoNotCare(), m.DoNotCare(), m.Arg(m.Call(func=m.Name("partial"))),
+                  m.DoNotCare()])):
+        imports.add("partial")
     return module.visit(_BlockDiscarded(compiled_names)) if compiled_names else module
 
 
@@ -938,7 +993,8 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
         match = re.search(rf"^[ \t]*def {re.escape(node.name.value)}\b", source_text, re.MULTILINE)
         line = source_text[:match.start()].count("\n") + 1 if match else 1
         name = node.name.value
-        compiled = _compile(node)
+        windows = "window loops" in taken
+        compiled = _compile(node, windows=windows)
         if compiled is not None:
             if causal is None:
                 causal = is_causal(source)
@@ -955,7 +1011,7 @@ def _compile_in(module: cst.Module, source: cst.Module, source_text: str,
             forward = (_last_position_forward if method else _model_class_forward)(
                 module.with_changes(body=body), source, name, taken) \
                 if causal and "tree mode" in taken else None
-            compiled = _compile(node, forward[2]) if forward else None
+            compiled = _compile(node, forward[2], windows) if forward else None
             if compiled is not None:
                 body[i], body[forward[0]] = compiled, forward[1]
                 compiled_names.add("." * method + name)
