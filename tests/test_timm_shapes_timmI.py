@@ -6,12 +6,22 @@ written that way, converted, built and verified against torch (outputs and gradi
   neighbourhoods as columns, weighted, folded back; tnt's pixel embedding: ``nn.Unfold`` of
   the image into patches): torch's im2col and col2im, in its channel order (they were marked
   and left torch's, "im2col(): argument 'input' must be Tensor").
+* a tensor written into a layer's weight at build (timm's convit ``local_init``:
+  ``self.v.weight.data.copy_(torch.eye(self.dim))``, ``self.pos_proj.weight.data[:, -1] = -1``,
+  ``self.pos_proj.weight.data *= locality_strength``): the flax parameter rebound in its own
+  layout (they were marked and left, "'ArrayImpl' object has no attribute 'copy_'"; torch.eye
+  had no rule). Every parameter is set, not drawn, so the built JAX model must compute torch's
+  outputs with its own parameters, no weight transfer.
 """
 
 from __future__ import annotations
 
 import textwrap
 
+import numpy as np
+import torch
+
+from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
 
@@ -85,3 +95,55 @@ OUTLOOK = textwrap.dedent('''
 def test_unfold_and_fold_in_torchs_channel_order(tmp_path):
     result = _verifies(tmp_path, OUTLOOK, "Net", "float32[2,3,8,12]")
     assert result.todos == 0
+
+
+LAYER_WEIGHT_WRITES = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, strength=0.5):
+            super().__init__()
+            self.dim = dim
+            self.v = nn.Linear(dim, dim)
+            self.pos = nn.Linear(dim, 3)
+            self.conv = nn.Conv2d(2, 3, (2, 3))
+            self.local_init(strength)
+
+        def local_init(self, strength):
+            self.v.weight.data.copy_(torch.eye(self.dim))
+            self.v.bias.data.copy_(torch.arange(self.dim) / 4.0)
+            self.pos.weight.data.copy_(torch.arange(self.dim) / 8.0)  # a row, broadcast
+            self.pos.weight.data[:, -1] = -1
+            self.pos.weight.data[1] += 0.25
+            self.pos.weight.data *= strength
+            self.pos.weight.data *= torch.tensor([1.0, 2.0, 3.0])[:, None]
+            self.pos.bias.data.copy_(torch.tensor(0.5))
+            self.conv.weight.data.copy_(torch.arange(36.0).reshape(3, 2, 2, 3) / 36)
+            self.conv.weight.data[2, 1, 0] = 0.0
+            self.conv.bias.data.copy_(torch.ones(3))
+
+        def forward(self, x, img):
+            return self.pos(self.v(x)), self.conv(img)
+''')
+
+
+def test_tensors_written_into_layer_weights_at_build():
+    import jax.numpy as jnp
+    from flax import nnx
+
+    result = convert_source(LAYER_WEIGHT_WRITES, path="model.py")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(LAYER_WEIGHT_WRITES, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    img = rng.standard_normal((2, 2, 5, 6)).astype(np.float32)
+    with torch.no_grad():
+        want = ns_t["Net"]()(torch.from_numpy(x), torch.from_numpy(img))
+    got = ns_j["Net"](rngs=nnx.Rngs(0))(jnp.asarray(x), jnp.asarray(img))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-5, atol=1e-6)

@@ -849,10 +849,18 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 return updated_node
             return self._indexed_update(original_node, updated_node.target, op,
                                         updated_node.value)
-        return updated_node
+        ops = {cst.AddAssign: "+", cst.SubtractAssign: "-", cst.MultiplyAssign: "*",
+               cst.DivideAssign: "/"}  # self.pos.weight.data *= s: the layer's parameter
+        written = type(updated_node.operator) in ops and self._layer_weight_write(
+            original_node, updated_node, ops[type(updated_node.operator)])
+        return written or updated_node
 
     def _indexed_update(self, original, target: cst.Subscript, op: str, value):
         base = target.value
+        written = not isinstance(base, cst.Name) and self._layer_weight_write(
+            original, (target, value), op)  # self.pos.weight.data[:, -1] = -1
+        if written:
+            return written
         if not isinstance(base, cst.Name):
             self.diag(original, "indexed-update", "error",
                       "assignment into an indexed attribute or expression: JAX arrays are "
