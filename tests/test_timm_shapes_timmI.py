@@ -12,6 +12,11 @@ written that way, converted, built and verified against torch (outputs and gradi
   layout (they were marked and left, "'ArrayImpl' object has no attribute 'copy_'"; torch.eye
   had no rule). Every parameter is set, not drawn, so the built JAX model must compute torch's
   outputs with its own parameters, no weight transfer.
+* layers called in a comprehension over a ModuleList (timm's selective_kernel, sknet:
+  ``[op(x_split[i]) for i, op in enumerate(self.paths)]``; ``[op(x) for op in self.paths]``
+  alone too): the comprehension's ``for`` is bound before its element, so the channels-last
+  convolutions are called between transposes (they were called on the channels-first input:
+  "IndexError: list index out of range", or wrong values where channels and width agree).
 """
 
 from __future__ import annotations
@@ -147,3 +152,41 @@ def test_tensors_written_into_layer_weights_at_build():
     got = ns_j["Net"](rngs=nnx.Rngs(0))(jnp.asarray(x), jnp.asarray(img))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+SELECTIVE_KERNEL = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class SelectiveKernel(nn.Module):
+        def __init__(self, in_channels, kernel_size=(3, 5)):
+            super().__init__()
+            self.num_paths = len(kernel_size)
+            self.in_channels = in_channels
+            dilation = [(k - 1) // 2 for k in kernel_size]
+            self.paths = nn.ModuleList([
+                nn.Conv2d(in_channels // self.num_paths, in_channels, 3, padding=d, dilation=d)
+                for d in dilation])
+
+        def forward(self, x):
+            x_split = torch.split(x, self.in_channels // self.num_paths, 1)
+            x_paths = [op(x_split[i]) for i, op in enumerate(self.paths)]
+            return torch.stack(x_paths, dim=1).sum(1)
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=4):
+            super().__init__()
+            self.sk = SelectiveKernel(chs)
+            self.heads = nn.ModuleList([nn.Conv2d(chs, 2, 1) for _ in range(2)])
+
+        def forward(self, x):
+            x = self.sk(x)
+            return torch.cat([head(x) for head in self.heads], dim=1)
+''')
+
+
+def test_layers_called_in_a_comprehension_over_a_module_list(tmp_path):
+    result = _verifies(tmp_path, SELECTIVE_KERNEL, "Net", "float32[2,4,4,4]")
+    assert result.todos == 0

@@ -101,6 +101,16 @@ class LayoutMixin:
 
     def visit_ListComp(self, node) -> None:
         self._in_expr_scope += 1
+        self._bind_comprehension(node)
+
+    def _bind_comprehension(self, node) -> None:
+        """The loop layouts of a comprehension's ``for`` clauses, bound before its element is
+        visited (``[op(x_split[i]) for i, op in enumerate(self.paths)]``: the element comes
+        first in the tree, its calls were left in torch's layout)."""
+        comp = node.for_in
+        while comp is not None:
+            self._bind_loop_layout(comp.target, comp.iter)
+            comp = comp.inner_for_in
 
     # -- lists of layers in both layouts
     def _normalized_list(self, target: cst.BaseExpression) -> bool:
@@ -167,6 +177,7 @@ class LayoutMixin:
 
     def visit_GeneratorExp(self, node) -> None:
         self._in_expr_scope += 1
+        self._bind_comprehension(node)
 
     def leave_GeneratorExp(self, original_node, updated_node):
         self._in_expr_scope -= 1
@@ -174,6 +185,7 @@ class LayoutMixin:
 
     def visit_DictComp(self, node) -> None:
         self._in_expr_scope += 1
+        self._bind_comprehension(node)
 
     def leave_DictComp(self, original_node, updated_node):
         self._in_expr_scope -= 1
