@@ -17,6 +17,11 @@ written that way, converted, built and verified against torch (outputs and gradi
   alone too): the comprehension's ``for`` is bound before its element, so the channels-last
   convolutions are called between transposes (they were called on the channels-first input:
   "IndexError: list index out of range", or wrong values where channels and width agree).
+* constants of a transform computed at build (timm's csatv2 DCT kernels): factory keywords
+  gathered as ``dd = dict(device=device, dtype=dtype)`` and passed as ``**dd`` (the literal
+  ``{"device": ..., "dtype": ...}`` was known, the ``dict(...)`` call was not: the calls were
+  marked and left torch's, "copy requires ndarray or scalar arguments, got torch.Tensor"),
+  ``torch.eye``, ``torch.fft.fft``, ``torch.linalg.inv`` and ``torch.pi``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import textwrap
 
 import numpy as np
 import torch
+from snippets import assert_function_matches_torch
 
 from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
@@ -190,3 +196,30 @@ SELECTIVE_KERNEL = textwrap.dedent('''
 def test_layers_called_in_a_comprehension_over_a_module_list(tmp_path):
     result = _verifies(tmp_path, SELECTIVE_KERNEL, "Net", "float32[2,4,4,4]")
     assert result.todos == 0
+
+
+DCT_CONSTANTS = textwrap.dedent('''
+    import torch
+
+
+    def dct2_matrix(n, device=None, dtype=None):
+        dd = dict(device=device, dtype=dtype)
+        eye = torch.eye(n, **dd)
+        v = torch.cat([eye, eye.flip([1])], dim=-1)
+        v = torch.fft.fft(v, dim=-1)[:, :n]
+        k = torch.tensor(-1j, dtype=torch.complex64) * torch.pi * torch.arange(n)[None, :]
+        v = (v * torch.exp(k / (n * 2))).real
+        v[:, 0] = v[:, 0] * torch.sqrt(torch.tensor(1 / (n * 4), **dd))
+        v[:, 1:] = v[:, 1:] * torch.sqrt(torch.tensor(1 / (n * 2), **dd))
+        return v
+
+
+    def f(x):
+        return x @ torch.linalg.inv(dct2_matrix(x.shape[-1]))
+''')
+
+
+def test_transform_constants_built_with_factory_keywords():
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    result = assert_function_matches_torch(DCT_CONSTANTS, x, rtol=1e-4, atol=1e-5)
+    assert "torch" not in result.code.replace("torch2jax", "")

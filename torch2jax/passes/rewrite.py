@@ -74,6 +74,7 @@ from torch2jax.passes.rewrite_support import (
     _is_device_expr,
     _module_names,
     _python_list,
+    factory_dict_literal,
 )
 from torch2jax.passes.special_device import device_default_functions
 from torch2jax.result import TrainStepRecord
@@ -684,6 +685,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 # nnx.Sequential (it returns its input) keeps the attribute a module
                 self.need("nnx")
                 return updated_node.with_changes(value=expr("nnx.Sequential()"))
+        if isinstance(target, cst.Name):  # dd = dict(device=device, dtype=dtype)
+            updated_node = updated_node.with_changes(value=factory_dict_literal(
+                updated_node.value))
         factory = _factory_dict(updated_node.value) if isinstance(target, cst.Name) else None
         if factory is not None:
             # dd = {"device": device, "dtype": dtype}, handed on as **dd: JAX places arrays by

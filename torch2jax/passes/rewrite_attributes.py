@@ -590,6 +590,9 @@ class AttributesMixin:
                 return value
         if q and q.startswith("torch."):
             short = q[len("torch."):]
+            if short in ("pi", "e", "inf", "nan"):  # torch's constants (math's)
+                self.need("jnp")
+                return expr(f"jnp.{short}")
             if short in DTYPES:
                 if short in ("int64", "long"):
                     self.diag(original_node, "dtype", "info",
