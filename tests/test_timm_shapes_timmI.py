@@ -22,6 +22,9 @@ written that way, converted, built and verified against torch (outputs and gradi
   ``{"device": ..., "dtype": ...}`` was known, the ``dict(...)`` call was not: the calls were
   marked and left torch's, "copy requires ndarray or scalar arguments, got torch.Tensor"),
   ``torch.eye``, ``torch.fft.fft``, ``torch.linalg.inv`` and ``torch.pi``.
+* ``F.interpolate(t, size=n, mode="linear")`` with ``n`` a number held by a name (timm's
+  vision_transformer_sam ``get_rel_pos``: ``max_rel_dist = int(2 * max(q, k) - 1)``): every
+  spatial axis' size (it was unpacked as a tuple of sizes, ``*max_rel_dist``).
 """
 
 from __future__ import annotations
@@ -223,3 +226,21 @@ def test_transform_constants_built_with_factory_keywords():
     x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     result = assert_function_matches_torch(DCT_CONSTANTS, x, rtol=1e-4, atol=1e-5)
     assert "torch" not in result.code.replace("torch2jax", "")
+
+
+RESIZED_TABLE = textwrap.dedent('''
+    import torch
+    import torch.nn.functional as F
+
+
+    def f(table):
+        length = int(2 * max(3, 4) - 1)
+        resized = F.interpolate(table.reshape(1, table.shape[0], -1).permute(0, 2, 1),
+                                size=length, mode="linear")
+        return resized.reshape(-1, length).permute(1, 0)
+''')
+
+
+def test_interpolate_to_a_size_held_by_a_name():
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    assert_function_matches_torch(RESIZED_TABLE, x, rtol=1e-5, atol=1e-6)

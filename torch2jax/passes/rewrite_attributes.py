@@ -1024,6 +1024,10 @@ class AttributesMixin:
     def _scalar_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The first argument of a legacy constructor (``torch.Tensor(dim)``) when it holds a
         Python number: a size, not data."""
+        if self.values is not None and rule.special == "interpolate" and "size" in rule.params:
+            size = bind(original.args, rule.params).get("size")  # size=n, an int: every axis'
+            return frozenset({"size"}) if size is not None and self.values.kind(size) == (
+                vk.Kind.SCALAR) else frozenset()
         if self.values is None or rule.special != "legacy_tensor":
             return frozenset()
         first = bind(original.args, rule.params).get("data")
