@@ -133,9 +133,10 @@ class AttributesMixin:
         else None."""
         if m.matches(node, m.Attribute(attr=m.Name("data"))):
             node = node.value
-        if not self.current_class or not m.matches(node, m.Attribute(
-                value=m.Attribute(value=m.Name("self")), attr=m.Name("weight") | m.Name("bias"))):
-            return None
+        if not self.current_class or not self.target.stateful_modules or not m.matches(
+                node, m.Attribute(value=m.Attribute(value=m.Name("self")),
+                                  attr=m.Name("weight") | m.Name("bias"))):
+            return None  # (NNX: the parameters are attributes, rebound through .value)
         layer = self._inherited_attr_rule(node.value.attr.value) or ""
         rule = self.rules.layers.get(layer)
         wm = rule.weights.get(node.attr.value) if rule is not None else None
