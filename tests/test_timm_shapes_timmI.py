@@ -16,7 +16,7 @@ written that way, converted, built and verified against torch (outputs and gradi
   ``[op(x_split[i]) for i, op in enumerate(self.paths)]``; ``[op(x) for op in self.paths]``
   alone too): the comprehension's ``for`` is bound before its element, so the channels-last
   convolutions are called between transposes (they were called on the channels-first input:
-  "IndexError: list index out of range", or wrong values where channels and width agree).
+  a shape error, or wrong values where channels and width agree).
 * constants of a transform computed at build (timm's csatv2 DCT kernels): factory keywords
   gathered as ``dd = dict(device=device, dtype=dtype)`` and passed as ``**dd`` (the literal
   ``{"device": ..., "dtype": ...}`` was known, the ``dict(...)`` call was not: the calls were
