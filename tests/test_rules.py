@@ -335,6 +335,11 @@ def _layer_input(layer: Any, rng: np.random.Generator) -> np.ndarray:
         return 0.01 * rng.standard_normal(shape).astype(np.float32)
     if isinstance(layer, nn.GroupNorm):
         return 0.01 * rng.standard_normal((2, layer.num_channels, 4, 4)).astype(np.float32)
+    if isinstance(layer, nn.Fold):  # the columns of 2 channels' blocks, (N, C * kh * kw, L)
+        shape = torch.nn.functional.unfold(torch.zeros(2, 2, *layer.output_size),
+                                           layer.kernel_size, layer.dilation, layer.padding,
+                                           layer.stride).shape
+        return rng.standard_normal(tuple(shape)).astype(np.float32)
     if isinstance(layer, nn.modules.conv._ConvNd):
         channels, size = layer.in_channels, 9
     else:

@@ -75,6 +75,7 @@ from torch2jax.passes.rewrite_support import (
     _is_device_expr,
     _module_names,
     _python_list,
+    factory_dict_literal,
 )
 from torch2jax.passes.special_device import device_default_functions
 from torch2jax.result import TrainStepRecord
@@ -695,6 +696,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 # nnx.Sequential (it returns its input) keeps the attribute a module
                 self.need("nnx")
                 return updated_node.with_changes(value=expr("nnx.Sequential()"))
+        if isinstance(target, cst.Name):  # dd = dict(device=device, dtype=dtype)
+            updated_node = updated_node.with_changes(value=factory_dict_literal(
+                updated_node.value))
         factory = _factory_dict(updated_node.value) if isinstance(target, cst.Name) else None
         if factory is not None:
             # dd = {"device": device, "dtype": dtype}, handed on as **dd: JAX places arrays by
@@ -860,7 +864,11 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 return updated_node
             return self._indexed_update(original_node, updated_node.target, op,
                                         updated_node.value)
-        return updated_node
+        ops = {cst.AddAssign: "+", cst.SubtractAssign: "-", cst.MultiplyAssign: "*",
+               cst.DivideAssign: "/"}  # self.pos.weight.data *= s: the layer's parameter
+        written = type(updated_node.operator) in ops and self._layer_weight_write(
+            original_node, updated_node, ops[type(updated_node.operator)])
+        return written or updated_node
 
     def _indexed_update(self, original, target: cst.Subscript, op: str, value):
         base = target.value
@@ -870,6 +878,10 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 target.slice[0].slice, cst.Index):  # a built layer's weight, a row of it
             layer, wm, _ = written
             return bw.row_set(layer, wm, target.slice[0].slice.value, value)
+        written = not isinstance(base, cst.Name) and self._layer_weight_write(
+            original, (target, value), op)  # self.pos.weight.data[:, -1] = -1
+        if written:
+            return written
         if not isinstance(base, cst.Name):
             self.diag(original, "indexed-update", "error",
                       "assignment into an indexed attribute or expression: JAX arrays are "

@@ -27,6 +27,7 @@ from torch2jax.passes.common import (
     py,
     try_literal,
 )
+from torch2jax.passes.layer_weight_writes import copied_into, operated, updated_at
 from torch2jax.passes.rewrite_support import (
     _ANNOTATION_TYPES,
     _CONV_ATTRS,
@@ -127,6 +128,53 @@ class AttributesMixin:
             "jnp.broadcast_to(jnp.asarray({v}, dtype={p}.dtype), {p}.shape)", v=value,
             p=expr(f"self.{name}.value")))
 
+    def _layer_weight(self, node: cst.BaseExpression):
+        """``self.v.weight`` (or its ``.data``), a weight or bias of a layer of the class:
+        (the flax parameter's value, ``self.v.kernel.value``; its layout; the torch layer),
+        else None."""
+        if m.matches(node, m.Attribute(attr=m.Name("data"))):
+            node = node.value
+        if not self.current_class or not self.target.stateful_modules or not m.matches(
+                node, m.Attribute(value=m.Attribute(value=m.Name("self")),
+                                  attr=m.Name("weight") | m.Name("bias"))):
+            return None  # (NNX: the parameters are attributes, rebound through .value)
+        layer = self._inherited_attr_rule(node.value.attr.value) or ""
+        rule = self.rules.layers.get(layer)
+        wm = rule.weights.get(node.attr.value) if rule is not None else None
+        if wm is None or not wm.to:
+            return None
+        return expr(f"self.{node.value.attr.value}.{wm.to}.value"), wm.layout, layer
+
+    def _layer_weight_write(self, original_node, updated_node, op: str | None = None):
+        """A write into a layer's weight or bias in torch's layout (timm's convit
+        ``local_init``): ``self.v.weight.data.copy_(torch.eye(dim))`` (``op`` None),
+        ``self.pos.weight.data[:, -1] = -1`` (``op`` "set", "add", ...: the statement is an
+        assignment to a subscript), ``self.pos.weight.data *= s`` (``op`` "*", ...): the flax
+        parameter's value rebound, in its layout (passes/layer_weight_writes.py)."""
+        if op is None:
+            call_node, new_call = original_node.value, updated_node.value
+            if len(call_node.args) != 1 or call_node.args[0].keyword or call_node.args[0].star \
+                    or not isinstance(new_call, cst.Call) or len(new_call.args) != 1:
+                return None
+            found = self._layer_weight(call_node.func.value)
+            value = found and copied_into(*found, new_call.args[0].value)
+        elif isinstance(original_node, cst.AugAssign) and not isinstance(
+                original_node.target, cst.Subscript):
+            found = self._layer_weight(original_node.target)
+            number = isinstance(original_node.value, (cst.Integer, cst.Float)) or (
+                self.values is not None and self.values.kind(original_node.value)
+                == vk.Kind.SCALAR)
+            value = found and operated(*found, op, updated_node.value, number)
+        else:  # updated_node: (the subscript written, translated; the value)
+            target = (original_node.target if isinstance(original_node, cst.AugAssign)
+                      else original_node.targets[0].target)
+            found = self._layer_weight(target.value)
+            value = found and updated_at(*found, updated_node[0].slice, op, updated_node[1])
+        if not value:
+            return None
+        self.need("jnp")
+        return cst.Assign(targets=[cst.AssignTarget(found[0])], value=value)
+
     def _param_fill_in_place(self, original_node, updated_node, meth: str):
         """``self.input_min.fill_(-inf)`` / ``self.A.zero_()`` / ``self.A.mul_(s)`` (or through
         ``.data``) on a parameter or buffer of the class (gemma4_vit's clip buffers): its value
@@ -158,7 +206,8 @@ class AttributesMixin:
         recv = call_node.func.value
         new_value = updated_node.value  # the rewritten call, if a rule matched the base name
         if meth == "copy_" and self.current_class:
-            copied = self._param_copy(original_node, updated_node)
+            copied = self._param_copy(original_node, updated_node) or self._layer_weight_write(
+                original_node, updated_node)
             if copied is not None:
                 return copied
         written = self._built_writes.get(id(call_node.func)) if meth == "copy_" else None
@@ -554,6 +603,9 @@ class AttributesMixin:
                 return value
         if q and q.startswith("torch."):
             short = q[len("torch."):]
+            if short in ("pi", "e", "inf", "nan"):  # torch's constants (math's)
+                self.need("jnp")
+                return expr(f"jnp.{short}")
             if short in DTYPES:
                 if short in ("int64", "long"):
                     self.diag(original_node, "dtype", "info",
@@ -991,6 +1043,10 @@ class AttributesMixin:
     def _scalar_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
         """The first argument of a legacy constructor (``torch.Tensor(dim)``) when it holds a
         Python number: a size, not data."""
+        if self.values is not None and rule.special == "interpolate" and "size" in rule.params:
+            size = bind(original.args, rule.params).get("size")  # size=n, an int: every axis'
+            return frozenset({"size"}) if size is not None and self.values.kind(size) == (
+                vk.Kind.SCALAR) else frozenset()
         if self.values is None or rule.special != "legacy_tensor":
             return frozenset()
         first = bind(original.args, rule.params).get("data")

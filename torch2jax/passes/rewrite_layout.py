@@ -106,6 +106,16 @@ class LayoutMixin:
         """A comprehension: its draws take one key per element (passes/comprehension_keys.py)."""
         self._in_expr_scope += 1
         self._comp_frames.append(cf.frame_for(node, self._file_names))
+        self._bind_comprehension(node)
+
+    def _bind_comprehension(self, node) -> None:
+        """The loop layouts of a comprehension's ``for`` clauses, bound before its element is
+        visited (``[op(x_split[i]) for i, op in enumerate(self.paths)]``: the element comes
+        first in the tree, its calls were left in torch's layout)."""
+        comp = node.for_in
+        while comp is not None:
+            self._bind_loop_layout(comp.target, comp.iter)
+            comp = comp.inner_for_in
 
     def _leave_comp(self, updated_node):
         self._in_expr_scope -= 1

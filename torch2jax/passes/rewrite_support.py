@@ -307,6 +307,18 @@ def _insert_before_functions(body: list, items: list[tuple[str, cst.BaseStatemen
     return body
 
 
+def factory_dict_literal(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``dict(device=device, dtype=dtype)`` (timm's ``dd``; either keyword or both, nothing
+    else) as the literal ``{"device": device, "dtype": dtype}`` that ``_factory_dict`` reads;
+    any other node as it is."""
+    if not (m.matches(node, m.Call(func=m.Name("dict"))) and node.args and all(
+            a.keyword is not None and a.keyword.value in ("device", "dtype") and not a.star
+            for a in node.args)):
+        return node
+    return cst.Dict([cst.DictElement(cst.SimpleString(f'"{a.keyword.value}"'), a.value)
+                     for a in node.args])
+
+
 def _factory_dict(node: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
     """``{"device": device, "dtype": dtype}`` (either key or both, nothing else): torch's
     factory keyword arguments gathered to be passed on as ``**dd``."""

@@ -379,6 +379,8 @@ def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool =
         value = site.lit("size")
         if isinstance(value, int):
             per_axis = str(value)
+        elif value is ... and "size" in site.scalars:  # a number held by a name (SAM's
+            per_axis = code(size)  # size=max_rel_dist, an int(...)): every axis' size
         elif isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value):
             sizes = [str(v) for v in value]
         else:  # a computed sequence of sizes (size=x.shape[-2:])

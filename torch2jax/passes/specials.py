@@ -16,6 +16,7 @@ from torch2jax.passes import (  # noqa: F401  (each import registers its transfo
     special_packed,  # pack_padded_sequence, pad_packed_sequence
     special_sequence,  # attention and recurrent layers
     special_tensors,  # linalg norms, legacy constructors, F.embedding
+    special_unfold,  # F.unfold, F.fold and their layers
     special_vision,  # vision layers and functions
 )
 from torch2jax.passes.registry import SPECIALS, Site
