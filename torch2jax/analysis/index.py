@@ -17,6 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from torch2jax.analysis.branch_layouts import torch_layout_attrs
 from torch2jax.analysis.class_locals import (
     looked_up_activation,
     looked_up_class,
@@ -1012,24 +1013,6 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     elif isinstance(inner, cst.Name):
                         info.elem_layout[attr] = self._scope().get(inner.value, "mixed")
 
-    def _torch_layout_attrs(self) -> None:
-        """An attribute given a torch-layout layer in one branch and a convolution built in
-        place in another (mvitv2's ``self.pool_q = pool_op(kernel, stride, padding)`` with
-        ``pool_op`` the NCHW pooling helper, or ``nn.Conv2d(..., groups=dim)``): the convs
-        become the NCHW Conv2d helper (torch_convs), so that the attribute takes torch's
-        layout whichever branch built it (it was called as channels-last or as NCHW, wrong
-        for one of them: marked)."""
-        for (cls, attr), assigns in self._attr_assigns.items():
-            info = self.index.classes.get(cls)
-            if info is None or info.attr_layout.get(attr) != "mixed":
-                continue
-            layouts = {layout for layout, conv in assigns if conv is None}
-            convs = [conv for layout, conv in assigns if conv is not None]
-            if convs and "torch" in layouts and layouts <= {"torch", "any"} and all(
-                    layout == "channels_last" for layout, conv in assigns if conv is not None):
-                self.index.torch_convs.update(id(c) for c in convs)
-                info.attr_layout[attr] = "torch"
-
     def _children_layouts(self) -> None:
         """``self.x = nn.Sequential(*list(backbone.children())[:-1])``: the layout of the
         children spread into it, now that every class of the file is known."""
@@ -1096,7 +1079,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.attr_layout[attr] = "torch"
                     info.normalized_seqs.add(attr)
         self._children_layouts()
-        self._torch_layout_attrs()
+        torch_layout_attrs(idx.classes, idx.torch_convs, self._attr_assigns)
         for info in idx.classes.values():  # through local bases: class Wide(LayerNorm2d)
             base, seen = info.module_base, set()
             while info.layer_base is None and base in idx.classes and base not in seen:
