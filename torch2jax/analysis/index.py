@@ -17,7 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
-from torch2jax.analysis.branch_layouts import torch_layout_attrs
+from torch2jax.analysis.branch_layouts import branch_assign, torch_layout_attrs
 from torch2jax.analysis.class_locals import (
     looked_up_activation,
     looked_up_class,
@@ -950,7 +950,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             conv = self.rules.layers.get(qualified(self.meta, value.func) or "") if isinstance(
                 value, cst.Call) else None
             self._attr_assigns.setdefault((info.name, attr), []).append(
-                (layout, value if conv is not None and conv.special == "conv" else None))
+                branch_assign(layout, value, conv and conv.special))
             if attr in info.attr_layout:  # assigned in several branches
                 layout = combine([info.attr_layout[attr], layout])
             info.attr_layout[attr] = layout

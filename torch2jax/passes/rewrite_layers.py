@@ -973,6 +973,11 @@ class LayersMixin:
                 out = out.with_changes(args=[out.args[0].with_changes(value=cst.Tuple(
                     list(out.args[0].value.elements)))])
             return out
+        if id(original) in self.index.torch_convs and rule.special == "pool" and \
+                self.target.stateful_modules:
+            # a pooling layer an attribute holds in one branch, torch-layout layers in others
+            # (analysis/branch_layouts.py): the NCHW helper class with torch's arguments
+            return call(self.q(original.func).rsplit(".", 1)[-1], *updated.args)
         if id(original) in self.index.torch_convs and self.target.stateful_modules:
             # a conv among torch-layout layers of an OrderedDict (maxvit's MBConv): the NCHW
             # helper class with torch's arguments
