@@ -7,7 +7,13 @@ models of our own written in timm's shape, converted, built and verified against
   1)``, else ``aa_layer(2)``, else ``nn.Sequential(nn.MaxPool2d(...), aa_layer(...))``): the
   attribute was "mixed", its call marked, and called on NCHW input where the pool wanted
   channels-last; the pool is now the NCHW MaxPool2d helper with torch's arguments
-  (analysis/branch_layouts.py).
+  (analysis/branch_layouts.py);
+* ``F.scaled_dot_product_attention`` over 5-D tensors (timm's nest and twins attend within
+  image blocks, (B, heads, blocks, length, dim), from ``qkv.reshape(B, T, N, 3, H, C // H)
+  .permute(3, 0, 4, 1, 2, 5).unbind(0)``): jax.nn.dot_product_attention takes 4-D only ("too
+  many values to unpack (expected 4)"); where the function's lines give a rank above 4, the
+  attention is the einsum helper, which takes torch's leading dimensions
+  (passes/attention_rank.py).
 """
 
 from __future__ import annotations
@@ -63,3 +69,43 @@ def test_a_pool_in_one_branch_torch_layout_layers_in_others(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0  # the call of self.maxpool was marked
+
+
+BLOCK_ATTENTION = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class BlockAttention(nn.Module):
+        def __init__(self, dim=8, num_heads=2, fused=True):
+            super().__init__()
+            self.num_heads = num_heads
+            self.scale = (dim // num_heads) ** -0.5
+            self.fused_attn = fused
+            self.qkv = nn.Linear(dim, 3 * dim)
+            self.proj = nn.Linear(dim, dim)
+
+        def forward(self, x):
+            B, T, N, C = x.shape
+            qkv = self.qkv(x).reshape(
+                B, T, N, 3, self.num_heads, C // self.num_heads).permute(3, 0, 4, 1, 2, 5)
+            q, k, v = qkv.unbind(0)
+            if self.fused_attn:
+                x = F.scaled_dot_product_attention(q, k, v, dropout_p=0.)
+            else:
+                q = q * self.scale
+                attn = q @ k.transpose(-2, -1)
+                x = attn.softmax(dim=-1) @ v
+            x = x.permute(0, 2, 3, 4, 1).reshape(B, T, N, C)
+            return self.proj(x)
+''')
+
+
+def test_attention_over_five_dimensional_blocks(tmp_path):
+    (tmp_path / "model.py").write_text(BLOCK_ATTENTION)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::BlockAttention",
+                                       inputs=("float32[2,3,4,8]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0
