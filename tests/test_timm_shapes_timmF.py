@@ -8,6 +8,10 @@ models of our own written in timm's shape, converted, built and verified against
   attribute was "mixed", its call marked, and called on NCHW input where the pool wanted
   channels-last; the pool is now the NCHW MaxPool2d helper with torch's arguments
   (analysis/branch_layouts.py);
+* the branch ``nn.Sequential(*filter(None, [conv, aa if use_aa else None, norm, act]))``
+  (the same stem's ``replace_stem_pool``): a conv among torch-layout layers in a filtered
+  list, marked ("nn.Sequential mixing channels-last layers ... not known statically"); the
+  list now has transposes between its layers (passes/filtered_layers.py);
 * ``F.scaled_dot_product_attention`` over 5-D tensors (timm's nest and twins attend within
   image blocks, (B, heads, blocks, length, dim), from ``qkv.reshape(B, T, N, 3, H, C // H)
   .permute(3, 0, 4, 1, 2, 5).unbind(0)``): jax.nn.dot_product_attention takes 4-D only ("too
@@ -37,26 +41,44 @@ STEM_POOL = textwrap.dedent('''
             return self.proj(x[:, :, ::self.stride, ::self.stride])
 
 
-    class Net(nn.Module):
-        def __init__(self, aa_layer=None, norm_layer=nn.BatchNorm2d):
+    class StemPool(nn.Module):
+        def __init__(self, chs, aa_layer=None, replace_stem_pool=False, norm_layer=nn.BatchNorm2d):
             super().__init__()
-            self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
-            self.bn1 = norm_layer(8)
-            if aa_layer is not None:
+            if replace_stem_pool:
+                self.maxpool = nn.Sequential(*filter(None, [
+                    nn.Conv2d(chs, chs, 3, stride=1 if aa_layer else 2, padding=1, bias=False),
+                    aa_layer(channels=chs, stride=2) if aa_layer is not None else None,
+                    norm_layer(chs),
+                    nn.ReLU(inplace=True),
+                ]))
+            elif aa_layer is not None:
                 if issubclass(aa_layer, nn.AvgPool2d):
                     self.maxpool = aa_layer(2)
                 else:
                     self.maxpool = nn.Sequential(*[
                         nn.MaxPool2d(kernel_size=3, stride=1, padding=1),
-                        aa_layer(channels=8, stride=2)])
+                        aa_layer(channels=chs, stride=2)])
             else:
                 self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+
+        def forward(self, x):
+            return self.maxpool(x)
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(8)
+            self.pool = StemPool(8)
+            self.replaced = StemPool(8, replace_stem_pool=True)
+            self.blurred = StemPool(8, aa_layer=BlurPool)
             self.conv2 = nn.Conv2d(8, 6, 3, padding=1)
             self.fc = nn.Linear(6, 4)
 
         def forward(self, x):
             x = torch.relu(self.bn1(self.conv1(x)))
-            x = self.maxpool(x)
+            x = self.pool(x) + self.replaced(x) + self.blurred(x)
             x = self.conv2(x)
             return self.fc(x.mean((2, 3)))
 ''')

@@ -29,6 +29,8 @@ from torch2jax.analysis.class_locals import (
 from torch2jax.analysis.layer_lists import (
     built_layout,
     combine,
+    filtered_layout,
+    filtered_literal,
     is_factory_dict,
     ordered_dict_items,
     spread_literals,
@@ -317,6 +319,9 @@ class Layouts:
                     layouts.append(combine([self.of(e.value, scope_lists) for e in v.elements]))
                 elif isinstance(v, cst.Name):
                     layouts.append((scope_lists or {}).get(v.value) or "mixed")
+                elif filtered_literal(v) is not None:  # *filter(None, [conv, aa, norm, act])
+                    layouts.append(filtered_layout([self.of(e.value, scope_lists)
+                                                    for e in filtered_literal(v).elements]))
                 else:
                     # *list(backbone.children())[:-1]: the rewriter reads the children
                     spread = getattr(self.meta, "children_layout", None)

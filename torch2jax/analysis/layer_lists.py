@@ -67,3 +67,23 @@ def combine(layouts: list[str]) -> str:
     if len(kinds) == 1:
         return kinds.pop()
     return "mixed"
+
+
+def filtered_literal(node: cst.BaseExpression) -> cst.List | cst.Tuple | None:
+    """The literal of ``filter(None, [conv, aa if use_aa else None, norm, act])`` (timm's
+    ResNet stem pool: the layers given, in order, less those that are None), or None."""
+    if m.matches(node, m.Call(func=m.Name("filter"), args=[
+            m.Arg(m.Name("None"), keyword=None, star=""),
+            m.Arg(m.List() | m.Tuple(), keyword=None, star="")])) and not any(
+                isinstance(e, cst.StarredElement) for e in node.args[1].value.elements):
+        return node.args[1].value
+    return None
+
+
+def filtered_layout(layouts: list[str]) -> str:
+    """The layout of such a filtered literal spread into a Sequential, its items' layouts
+    given: torch's when they mix, every item known (the rewrite puts transposes between its
+    items, passes/filtered_layers.py; a transpose next to a None left out keeps the order
+    right whichever items are there)."""
+    layout = combine(layouts)
+    return "torch" if layout == "mixed" and "mixed" not in layouts else layout

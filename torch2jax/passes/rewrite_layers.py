@@ -27,6 +27,7 @@ from torch2jax.passes.common import (
     is_simple,
     try_literal,
 )
+from torch2jax.passes.filtered_layers import with_filtered_transposes
 from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.registry import spatial_dims
 from torch2jax.passes.rewrite_support import (
@@ -1059,6 +1060,7 @@ class LayersMixin:
                      if self._fn_stack and fid == id(self._fn_stack[-1])}
             original_args, updated_args = spread_literals(original.args), spread_literals(
                 updated.args)
+            updated_args = with_filtered_transposes(self, original_args, updated_args, layouts, scope)
             overall, items = layouts.sequential(original_args, scope)
             if overall == "mixed":
                 raise Untranslatable("nn.Sequential mixing channels-last layers (conv, pooling, "
