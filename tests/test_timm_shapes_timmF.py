@@ -17,7 +17,14 @@ models of our own written in timm's shape, converted, built and verified against
   .permute(3, 0, 4, 1, 2, 5).unbind(0)``): jax.nn.dot_product_attention takes 4-D only ("too
   many values to unpack (expected 4)"); where the function's lines give a rank above 4, the
   attention is the einsum helper, which takes torch's leading dimensions
-  (passes/attention_rank.py).
+  (passes/attention_rank.py);
+* a ModuleList of conv-norm-act Sequentials built and returned by a method, kept in an
+  attribute and called in a comprehension (timm's hrnet: ``self.transition1 =
+  self._make_transition_layer(...)``, ``[t(x) for i, t in enumerate(self.transition1)]``):
+  the elements' layout was not known (called on NCHW: "conv_general_dilated lhs feature
+  dimension ..."), and a comprehension's loop variable was bound after its element was
+  rewritten; the returned list's layout is kept (analysis/returned_lists.py), the
+  comprehension's variables bound first.
 """
 
 from __future__ import annotations
@@ -128,6 +135,55 @@ def test_attention_over_five_dimensional_blocks(tmp_path):
     (tmp_path / "model.py").write_text(BLOCK_ATTENTION)
     result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::BlockAttention",
                                        inputs=("float32[2,3,4,8]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0
+
+
+TRANSITIONS = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
+            self.transition1 = self._make_transition_layer([4], [4, 6])
+            self.head = nn.Linear(10, 3)
+
+        def _make_transition_layer(self, pre, cur):
+            transition_layers = []
+            for i in range(len(cur)):
+                if i < len(pre):
+                    if cur[i] != pre[i]:
+                        transition_layers.append(nn.Sequential(
+                            nn.Conv2d(pre[i], cur[i], 3, 1, 1, bias=False),
+                            nn.BatchNorm2d(cur[i]),
+                            nn.ReLU(inplace=True)))
+                    else:
+                        transition_layers.append(nn.Identity())
+                else:
+                    conv3x3s = []
+                    for j in range(i + 1 - len(pre)):
+                        conv3x3s.append(nn.Sequential(
+                            nn.Conv2d(pre[-1], cur[i], 3, 2, 1, bias=False),
+                            nn.BatchNorm2d(cur[i]),
+                            nn.ReLU(inplace=True)))
+                    transition_layers.append(nn.Sequential(*conv3x3s))
+            return nn.ModuleList(transition_layers)
+
+        def forward(self, x):
+            x = self.conv1(x)
+            xl = [t(x) for i, t in enumerate(self.transition1)]
+            return self.head(torch.cat([y.mean((2, 3)) for y in xl], dim=1))
+''')
+
+
+def test_a_returned_module_list_called_in_a_comprehension(tmp_path):
+    (tmp_path / "model.py").write_text(TRANSITIONS)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,3,6,6]",), float64=True))
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0

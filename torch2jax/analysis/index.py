@@ -35,6 +35,11 @@ from torch2jax.analysis.layer_lists import (
     ordered_dict_items,
     spread_literals,
 )
+from torch2jax.analysis.returned_lists import (
+    note_attr_call,
+    note_returned_list,
+    returned_list_layouts,
+)
 from torch2jax.analysis.tables import method_on_parameter, named_tables
 from torch2jax.analysis.value_syntax import channels_last_pattern
 from torch2jax.analysis.walk import NoAttributeHooks, of_type
@@ -537,6 +542,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 # itself (one of explicit layers keeps its layout, known to the callers)
                 layout = "torch"
             self.fn_returns.setdefault(name, []).append(layout)
+            note_returned_list(self, name, node.value, self._rule_of(node.value))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if (self._class_stack and m.matches(node, m.Attribute(value=m.Name("self"),
@@ -777,8 +783,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             | m.Attribute(attr=m.Name("OrderedDict")))
 
     def _is_sequential(self, node: cst.Call) -> bool:
-        rule = self.rules.layers.get(qualified(self.meta, node.func) or "")
+        rule = self._rule_of(node)
         return rule is not None and rule.special == "sequential"
+
+    def _rule_of(self, node: cst.BaseExpression) -> Rule | None:
+        return self.rules.layers.get(qualified(self.meta, node.func) or "") if isinstance(
+            node, cst.Call) else None
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         # layers: OrderedDict[str, nn.Module] = OrderedDict()
@@ -962,6 +972,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             if self._fn_stack and self._fn_stack[-1].name.value == "__init__" and (
                     attr not in info.init_attrs):
                 info.init_attrs.append(attr)
+            note_attr_call(self, info, attr, value)
             if isinstance(value, cst.Call):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
@@ -1033,6 +1044,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.attr_layout[attr] = combine(layouts or ["any"])
 
     def finish(self) -> FileIndex:
+        returned_list_layouts(self)
         # module classes: fixed point over bases
         idx = self.index
         changed = True

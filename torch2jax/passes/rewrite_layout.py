@@ -81,6 +81,14 @@ class LayoutMixin:
                     self._loop_layouts[-1][element.value.value] = (
                         positions[i] if positions is not None else "mixed")
 
+    def _bind_comprehension(self, node) -> None:
+        """The loop variables of a comprehension, bound before its element is rewritten
+        (libcst visits the element first): ``[t(x) for i, t in enumerate(self.layers)]``."""
+        comp = node.for_in
+        while comp is not None:
+            self._bind_loop_layout(comp.target, comp.iter)
+            comp = comp.inner_for_in
+
     def _string_quote(self) -> str:
         """A quote character that may be written inside the f-string being rewritten."""
         return "'" if self._fstring_quotes and '"' in self._fstring_quotes[-1] else '"'
@@ -101,6 +109,7 @@ class LayoutMixin:
 
     def visit_ListComp(self, node) -> None:
         self._in_expr_scope += 1
+        self._bind_comprehension(node)
 
     # -- lists of layers in both layouts
     def _normalized_list(self, target: cst.BaseExpression) -> bool:
@@ -167,6 +176,7 @@ class LayoutMixin:
 
     def visit_GeneratorExp(self, node) -> None:
         self._in_expr_scope += 1
+        self._bind_comprehension(node)
 
     def leave_GeneratorExp(self, original_node, updated_node):
         self._in_expr_scope -= 1
@@ -174,6 +184,7 @@ class LayoutMixin:
 
     def visit_DictComp(self, node) -> None:
         self._in_expr_scope += 1
+        self._bind_comprehension(node)
 
     def leave_DictComp(self, original_node, updated_node):
         self._in_expr_scope -= 1
