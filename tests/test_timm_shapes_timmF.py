@@ -12,6 +12,11 @@ models of our own written in timm's shape, converted, built and verified against
   (the same stem's ``replace_stem_pool``): a conv among torch-layout layers in a filtered
   list, marked ("nn.Sequential mixing channels-last layers ... not known statically"); the
   list now has transposes between its layers (passes/filtered_layers.py);
+* a pooling layer given the callers' ``**kwargs`` (timm.layers' ``create_pool2d``:
+  ``nn.MaxPool2d(kernel_size, stride=stride, padding=padding, **kwargs)``, nest's
+  ``ConvPool``): flax's pooling, channels-last, the keywords dropped, and called on NCHW by
+  a module that does not see the function's layout (a mirror package's other module): now
+  the NCHW helper class with torch's arguments, as a conv given ``**kwargs`` is;
 * ``F.scaled_dot_product_attention`` over 5-D tensors (timm's nest and twins attend within
   image blocks, (B, heads, blocks, length, dim), from ``qkv.reshape(B, T, N, 3, H, C // H)
   .permute(3, 0, 4, 1, 2, 5).unbind(0)``): jax.nn.dot_product_attention takes 4-D only ("too
@@ -48,6 +53,14 @@ STEM_POOL = textwrap.dedent('''
             return self.proj(x[:, :, ::self.stride, ::self.stride])
 
 
+    def create_pool2d(pool_type, kernel_size, stride=None, **kwargs):
+        stride = stride or kernel_size
+        padding = kwargs.pop('padding', 0)
+        if pool_type == 'avg':
+            return nn.AvgPool2d(kernel_size, stride=stride, padding=padding, **kwargs)
+        return nn.MaxPool2d(kernel_size, stride=stride, padding=padding, **kwargs)
+
+
     class StemPool(nn.Module):
         def __init__(self, chs, aa_layer=None, replace_stem_pool=False, norm_layer=nn.BatchNorm2d):
             super().__init__()
@@ -81,12 +94,13 @@ STEM_POOL = textwrap.dedent('''
             self.replaced = StemPool(8, replace_stem_pool=True)
             self.blurred = StemPool(8, aa_layer=BlurPool)
             self.conv2 = nn.Conv2d(8, 6, 3, padding=1)
+            self.down = create_pool2d('avg', kernel_size=3, stride=2, padding=1, ceil_mode=True)
             self.fc = nn.Linear(6, 4)
 
         def forward(self, x):
             x = torch.relu(self.bn1(self.conv1(x)))
             x = self.pool(x) + self.replaced(x) + self.blurred(x)
-            x = self.conv2(x)
+            x = self.down(self.conv2(x))
             return self.fc(x.mean((2, 3)))
 ''')
 

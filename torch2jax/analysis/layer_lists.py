@@ -29,9 +29,10 @@ def spread_literals(args: Sequence[cst.Arg]) -> list[cst.Arg]:
 
 def built_layout(rule: Rule, node: cst.Call, factory_dicts: Collection[str] = ()) -> str:
     """The activation layout of the layer ``node`` builds with ``rule``: the rule's, but a
-    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout (not one
-    given only ``**dd``, a dict of factory keywords: ``factory_dicts``)."""
-    if rule.special == "conv" and any(a.star and not (
+    convolution or pooling layer given ``**kwargs`` is the Conv2d / MaxPool2d / AvgPool2d
+    helper class, in torch's layout (not one given only ``**dd``, a dict of factory
+    keywords: ``factory_dicts``)."""
+    if rule.special in ("conv", "pool") and any(a.star and not (
             a.star == "**" and isinstance(a.value, cst.Name) and a.value.value in factory_dicts)
             for a in node.args):
         return "torch"
