@@ -33,6 +33,7 @@ from torch2jax.analysis.layer_lists import (
     filtered_literal,
     is_factory_dict,
     ordered_dict_items,
+    self_slice,
     spread_literals,
 )
 from torch2jax.analysis.returned_lists import (
@@ -542,7 +543,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 # itself (one of explicit layers keeps its layout, known to the callers)
                 layout = "torch"
             self.fn_returns.setdefault(name, []).append(layout)
-            note_returned_list(self, name, node.value, self._rule_of(node.value))
+            note_returned_list(self, name, node.value, self.rules.layers.get(qualified(
+                self.meta, node.value.func) or "") if isinstance(node.value, cst.Call) else None)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if (self._class_stack and m.matches(node, m.Attribute(value=m.Name("self"),
@@ -783,12 +785,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             | m.Attribute(attr=m.Name("OrderedDict")))
 
     def _is_sequential(self, node: cst.Call) -> bool:
-        rule = self._rule_of(node)
+        rule = self.rules.layers.get(qualified(self.meta, node.func) or "")
         return rule is not None and rule.special == "sequential"
-
-    def _rule_of(self, node: cst.BaseExpression) -> Rule | None:
-        return self.rules.layers.get(qualified(self.meta, node.func) or "") if isinstance(
-            node, cst.Call) else None
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         # layers: OrderedDict[str, nn.Module] = OrderedDict()
@@ -960,8 +958,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             attr = target.attr.value
             value = node.value
             layout = self.layouts.of(value, self._scope())
-            if m.matches(value, m.Name("None")):
-                layout = "any"  # self.proj = None: no layer, whatever the other branch builds
+            if m.matches(value, m.Name("None")) or self_slice(value, attr):
+                layout = "any"  # self.proj = None, self.head = self.head[:n]: no new layer
             conv = self.rules.layers.get(qualified(self.meta, value.func) or "") if isinstance(
                 value, cst.Call) else None
             self._attr_assigns.setdefault((info.name, attr), []).append(

@@ -88,3 +88,10 @@ def filtered_layout(layouts: list[str]) -> str:
     right whichever items are there)."""
     layout = combine(layouts)
     return "torch" if layout == "mixed" and "mixed" not in layouts else layout
+
+
+def self_slice(value: cst.BaseExpression, attr: str) -> bool:
+    """``self.head = self.head[:n]`` (timm's selecsls pruning its head): the attribute keeps
+    the layers it held, and their layout."""
+    return m.matches(value, m.Subscript(value=m.Attribute(value=m.Name("self"),
+                                                          attr=m.Name(attr))))
