@@ -17,6 +17,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ScopeProvider
 
+from torch2jax.analysis.branch_layouts import branch_assign, torch_layout_attrs
 from torch2jax.analysis.class_locals import (
     looked_up_activation,
     looked_up_class,
@@ -28,9 +29,17 @@ from torch2jax.analysis.class_locals import (
 from torch2jax.analysis.layer_lists import (
     built_layout,
     combine,
+    filtered_layout,
+    filtered_literal,
     is_factory_dict,
     ordered_dict_items,
+    self_slice,
     spread_literals,
+)
+from torch2jax.analysis.returned_lists import (
+    note_attr_call,
+    note_returned_list,
+    returned_list_layouts,
 )
 from torch2jax.analysis.tables import method_on_parameter, named_tables
 from torch2jax.analysis.value_syntax import channels_last_pattern
@@ -316,6 +325,9 @@ class Layouts:
                     layouts.append(combine([self.of(e.value, scope_lists) for e in v.elements]))
                 elif isinstance(v, cst.Name):
                     layouts.append((scope_lists or {}).get(v.value) or "mixed")
+                elif filtered_literal(v) is not None:  # *filter(None, [conv, aa, norm, act])
+                    layouts.append(filtered_layout([self.of(e.value, scope_lists)
+                                                    for e in filtered_literal(v).elements]))
                 else:
                     # *list(backbone.children())[:-1]: the rewriter reads the children
                     spread = getattr(self.meta, "children_layout", None)
@@ -531,6 +543,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 # itself (one of explicit layers keeps its layout, known to the callers)
                 layout = "torch"
             self.fn_returns.setdefault(name, []).append(layout)
+            note_returned_list(self, name, node.value, self.rules.layers.get(qualified(
+                self.meta, node.value.func) or "") if isinstance(node.value, cst.Call) else None)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if (self._class_stack and m.matches(node, m.Attribute(value=m.Name("self"),
@@ -944,18 +958,19 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             attr = target.attr.value
             value = node.value
             layout = self.layouts.of(value, self._scope())
-            if m.matches(value, m.Name("None")):
-                layout = "any"  # self.proj = None: no layer, whatever the other branch builds
+            if m.matches(value, m.Name("None")) or self_slice(value, attr):
+                layout = "any"  # self.proj = None, self.head = self.head[:n]: no new layer
             conv = self.rules.layers.get(qualified(self.meta, value.func) or "") if isinstance(
                 value, cst.Call) else None
             self._attr_assigns.setdefault((info.name, attr), []).append(
-                (layout, value if conv is not None and conv.special == "conv" else None))
+                branch_assign(layout, value, conv and conv.special))
             if attr in info.attr_layout:  # assigned in several branches
                 layout = combine([info.attr_layout[attr], layout])
             info.attr_layout[attr] = layout
             if self._fn_stack and self._fn_stack[-1].name.value == "__init__" and (
                     attr not in info.init_attrs):
                 info.init_attrs.append(attr)
+            note_attr_call(self, info, attr, value)
             if isinstance(value, cst.Call):
                 q = qualified(self.meta, value.func)
                 rule = self.rules.layers.get(q or "")
@@ -1012,24 +1027,6 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     elif isinstance(inner, cst.Name):
                         info.elem_layout[attr] = self._scope().get(inner.value, "mixed")
 
-    def _torch_layout_attrs(self) -> None:
-        """An attribute given a torch-layout layer in one branch and a convolution built in
-        place in another (mvitv2's ``self.pool_q = pool_op(kernel, stride, padding)`` with
-        ``pool_op`` the NCHW pooling helper, or ``nn.Conv2d(..., groups=dim)``): the convs
-        become the NCHW Conv2d helper (torch_convs), so that the attribute takes torch's
-        layout whichever branch built it (it was called as channels-last or as NCHW, wrong
-        for one of them: marked)."""
-        for (cls, attr), assigns in self._attr_assigns.items():
-            info = self.index.classes.get(cls)
-            if info is None or info.attr_layout.get(attr) != "mixed":
-                continue
-            layouts = {layout for layout, conv in assigns if conv is None}
-            convs = [conv for layout, conv in assigns if conv is not None]
-            if convs and "torch" in layouts and layouts <= {"torch", "any"} and all(
-                    layout == "channels_last" for layout, conv in assigns if conv is not None):
-                self.index.torch_convs.update(id(c) for c in convs)
-                info.attr_layout[attr] = "torch"
-
     def _children_layouts(self) -> None:
         """``self.x = nn.Sequential(*list(backbone.children())[:-1])``: the layout of the
         children spread into it, now that every class of the file is known."""
@@ -1045,6 +1042,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.attr_layout[attr] = combine(layouts or ["any"])
 
     def finish(self) -> FileIndex:
+        returned_list_layouts(self)
         # module classes: fixed point over bases
         idx = self.index
         changed = True
@@ -1096,7 +1094,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     info.attr_layout[attr] = "torch"
                     info.normalized_seqs.add(attr)
         self._children_layouts()
-        self._torch_layout_attrs()
+        torch_layout_attrs(idx.classes, idx.torch_convs, self._attr_assigns)
         for info in idx.classes.values():  # through local bases: class Wide(LayerNorm2d)
             base, seen = info.module_base, set()
             while info.layer_base is None and base in idx.classes and base not in seen:

@@ -29,9 +29,10 @@ def spread_literals(args: Sequence[cst.Arg]) -> list[cst.Arg]:
 
 def built_layout(rule: Rule, node: cst.Call, factory_dicts: Collection[str] = ()) -> str:
     """The activation layout of the layer ``node`` builds with ``rule``: the rule's, but a
-    convolution given ``**kwargs`` is the Conv2d helper class, in torch's layout (not one
-    given only ``**dd``, a dict of factory keywords: ``factory_dicts``)."""
-    if rule.special == "conv" and any(a.star and not (
+    convolution or pooling layer given ``**kwargs`` is the Conv2d / MaxPool2d / AvgPool2d
+    helper class, in torch's layout (not one given only ``**dd``, a dict of factory
+    keywords: ``factory_dicts``)."""
+    if rule.special in ("conv", "pool") and any(a.star and not (
             a.star == "**" and isinstance(a.value, cst.Name) and a.value.value in factory_dicts)
             for a in node.args):
         return "torch"
@@ -67,3 +68,30 @@ def combine(layouts: list[str]) -> str:
     if len(kinds) == 1:
         return kinds.pop()
     return "mixed"
+
+
+def filtered_literal(node: cst.BaseExpression) -> cst.List | cst.Tuple | None:
+    """The literal of ``filter(None, [conv, aa if use_aa else None, norm, act])`` (timm's
+    ResNet stem pool: the layers given, in order, less those that are None), or None."""
+    if m.matches(node, m.Call(func=m.Name("filter"), args=[
+            m.Arg(m.Name("None"), keyword=None, star=""),
+            m.Arg(m.List() | m.Tuple(), keyword=None, star="")])) and not any(
+                isinstance(e, cst.StarredElement) for e in node.args[1].value.elements):
+        return node.args[1].value
+    return None
+
+
+def filtered_layout(layouts: list[str]) -> str:
+    """The layout of such a filtered literal spread into a Sequential, its items' layouts
+    given: torch's when they mix, every item known (the rewrite puts transposes between its
+    items, passes/filtered_layers.py; a transpose next to a None left out keeps the order
+    right whichever items are there)."""
+    layout = combine(layouts)
+    return "torch" if layout == "mixed" and "mixed" not in layouts else layout
+
+
+def self_slice(value: cst.BaseExpression, attr: str) -> bool:
+    """``self.head = self.head[:n]`` (timm's selecsls pruning its head): the attribute keeps
+    the layers it held, and their layout."""
+    return m.matches(value, m.Subscript(value=m.Attribute(value=m.Name("self"),
+                                                          attr=m.Name(attr))))

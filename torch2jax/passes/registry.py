@@ -53,6 +53,9 @@ class Site:
     # once from a constructor parameter: its default and what the file's constructions pass;
     # analysis/value_choices.py), argument name -> the literals
     choices: dict[str, tuple] = field(default_factory=dict)
+    # the rank of tensor arguments where the function's own lines show it (the query, key
+    # and value of an attention call: passes/attention_rank.py), argument name -> rank
+    ranks: dict[str, int] = field(default_factory=dict)
     # binds an expression to a fresh name and returns the name: a tensor the translation reads
     # twice. The binding is a statement before the current one where that keeps the order and
     # the count of evaluation, else a walrus at the name's first read in the translation

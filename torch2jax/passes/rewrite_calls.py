@@ -28,6 +28,7 @@ from torch2jax.analysis.value_kinds import _PROGRESS_BARS
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import remat as rm
 from torch2jax.passes import training as tr
+from torch2jax.passes.attention_rank import rank_args
 from torch2jax.passes.calls import CALLS, CallSite
 from torch2jax.passes.common import (
     BoundArgs,
@@ -870,7 +871,8 @@ class CallsMixin:
                     optional=self._optional_args(original, rule),
                     sequences=self._sequence_args(original, rule),
                     scalars=self._scalar_args(original, rule),
-                    choices=self._choice_args(original, rule), packed=self._packs)
+                    choices=self._choice_args(original, rule), packed=self._packs,
+                    ranks=rank_args(self, original, rule))
         given = bind(original.args, rule.params) if len(original.args) == len(updated.args) \
             else BoundArgs()
         pairs = [(b.get(k), given.get(k)) for k in b.named if given.get(k) is not None]

@@ -14,6 +14,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literals
+from torch2jax.analysis.layer_lists import built_layout
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.passes import inplace_inputs as ii
 from torch2jax.passes import torch_init
@@ -27,6 +28,7 @@ from torch2jax.passes.common import (
     is_simple,
     try_literal,
 )
+from torch2jax.passes.filtered_layers import with_filtered_transposes
 from torch2jax.passes.helpers import HELPERS
 from torch2jax.passes.registry import spatial_dims
 from torch2jax.passes.rewrite_support import (
@@ -973,6 +975,13 @@ class LayersMixin:
                 out = out.with_changes(args=[out.args[0].with_changes(value=cst.Tuple(
                     list(out.args[0].value.elements)))])
             return out
+        if rule.special == "pool" and self.target.stateful_modules and (id(
+                original) in self.index.torch_convs or built_layout(
+                    rule, original, self.index.factory_dicts) == "torch"):
+            # a pooling layer an attribute holds in one branch, torch-layout layers in others
+            # (analysis/branch_layouts.py), or one given the callers' **kwargs (timm's
+            # create_pool2d): the NCHW helper class with torch's arguments (built_layout)
+            return call(self.q(original.func).rsplit(".", 1)[-1], *updated.args)
         if id(original) in self.index.torch_convs and self.target.stateful_modules:
             # a conv among torch-layout layers of an OrderedDict (maxvit's MBConv): the NCHW
             # helper class with torch's arguments
@@ -1054,6 +1063,7 @@ class LayersMixin:
                      if self._fn_stack and fid == id(self._fn_stack[-1])}
             original_args, updated_args = spread_literals(original.args), spread_literals(
                 updated.args)
+            updated_args = with_filtered_transposes(self, original_args, updated_args, layouts, scope)
             overall, items = layouts.sequential(original_args, scope)
             if overall == "mixed":
                 raise Untranslatable("nn.Sequential mixing channels-last layers (conv, pooling, "

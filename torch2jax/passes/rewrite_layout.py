@@ -82,6 +82,14 @@ class LayoutMixin:
                     self._loop_layouts[-1][element.value.value] = (
                         positions[i] if positions is not None else "mixed")
 
+    def _bind_comprehension(self, node) -> None:
+        """The loop variables of a comprehension, bound before its element is rewritten
+        (libcst visits the element first): ``[t(x) for i, t in enumerate(self.layers)]``."""
+        comp = node.for_in
+        while comp is not None:
+            self._bind_loop_layout(comp.target, comp.iter)
+            comp = comp.inner_for_in
+
     def _string_quote(self) -> str:
         """A quote character that may be written inside the f-string being rewritten."""
         return "'" if self._fstring_quotes and '"' in self._fstring_quotes[-1] else '"'
@@ -107,15 +115,6 @@ class LayoutMixin:
         self._in_expr_scope += 1
         self._comp_frames.append(cf.frame_for(node, self._file_names))
         self._bind_comprehension(node)
-
-    def _bind_comprehension(self, node) -> None:
-        """The loop layouts of a comprehension's ``for`` clauses, bound before its element is
-        visited (``[op(x_split[i]) for i, op in enumerate(self.paths)]``: the element comes
-        first in the tree, its calls were left in torch's layout)."""
-        comp = node.for_in
-        while comp is not None:
-            self._bind_loop_layout(comp.target, comp.iter)
-            comp = comp.inner_for_in
 
     def _leave_comp(self, updated_node):
         self._in_expr_scope -= 1

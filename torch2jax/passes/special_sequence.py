@@ -446,6 +446,11 @@ def scaled_dot_product_attention(site: Site) -> cst.BaseExpression:
         # at run time, by the attention_with_mask helper (passes/helpers.py)
         swapped = [code(t) for t in (q, k, v)] + [code(mask)]
         func = "attention_with_mask"
+    elif any(r > 4 for r in site.ranks.values()):
+        # (B, heads, blocks, length, dim) (timm's nest, twins): torch's leading dimensions,
+        # which jax.nn.dot_product_attention does not take; the helper's einsums do
+        swapped = [code(t) for t in (q, k, v)]
+        func = "attention_with_mask"
     else:
         swapped = [f"jnp.swapaxes({code(t)}, -3, -2)" for t in (q, k, v)]
         func = ""
