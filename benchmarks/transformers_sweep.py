@@ -93,7 +93,7 @@ SIZES = {
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts",
                      "num_experts_total"), 4),
     **dict.fromkeys(("num_experts_per_tok", "top_k", "moe_topk", "num_selected_experts",
-                     "n_group", "topk_group"), 2),
+                     "n_group", "topk_group", "top_k_experts"), 2),
     **dict.fromkeys(("image_size", "img_size", "input_size"), 32),
     **dict.fromkeys(("patch_size",), 4),
     **dict.fromkeys(("num_mel_bins", "feature_size", "n_mels", "input_feat_size"), 8),
@@ -114,12 +114,20 @@ LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
                 "decoder_layers", "n_layers")
 
 
-def shrink(config) -> dict:
+def shrink(config, fill: bool = False) -> dict:
     """The keyword arguments that make ``type(config)``'s defaults tiny: the changed keys
-    only, sub-configs as dicts of theirs."""
+    only, sub-configs as dicts of theirs. With ``fill``, the sizes the default config leaves
+    None are given their tiny value too (key-value heads: the heads), for a config that torch
+    refuses as it is (``fitting_config``: ESM's vocabulary, Nemotron's key-value heads,
+    DeepSeek-V2's top-k are None by default, the checkpoints' configs give them)."""
     values = config.to_dict() if hasattr(config, "to_dict") else dict(vars(config))
     out: dict = {}
     layers = next((values[k] for k in LAYER_COUNTS if isinstance(values.get(k), int)), None)
+    stages = next((len(v) for k, v in values.items() if k in STAGES and isinstance(v, list)), 0)
+    if layers and layers == stages:
+        # a layer count that is the stage count (Swin's num_layers = len(depths)): the stages
+        # are kept (each made small), and so are the lists with one entry per stage
+        layers = None
     for key, value in values.items():
         try:
             sub = getattr(config, key, None)
@@ -134,7 +142,13 @@ def shrink(config) -> dict:
                         "out_indices": list(getattr(sub, "out_indices", None) or [4])}
             continue
         if key.endswith("_config") and hasattr(sub, "to_dict"):
-            changed = shrink(sub)
+            changed = shrink(sub, fill)
+            if key == "backbone_config" and changed:
+                # the stages a backbone hands on, which the model's default config chose (D-FINE
+                # builds its HGNet-V2 with out_indices [2, 3, 4]): a dict of the changed keys
+                # alone would take the backbone config's own default (its last stage only)
+                changed.update({k: list(getattr(sub, k)) for k in ("out_indices",)
+                                if isinstance(getattr(sub, k, None), (list, tuple))})
             if changed:
                 out[key] = {"model_type": getattr(sub, "model_type", None), **changed}
                 if out[key]["model_type"] in (None, ""):
@@ -142,7 +156,18 @@ def shrink(config) -> dict:
             continue
         if isinstance(value, bool):
             continue
-        if key in SIZES and isinstance(value, int) and value > SIZES[key]:
+        if value is None and key.endswith("layer_types") and layers:
+            kinds = _layer_kinds(config, key)
+            if kinds:
+                out[key] = kinds
+                out[next(k for k in LAYER_COUNTS if isinstance(values.get(k), int))] = len(kinds)
+            continue
+        if fill and value is None and key in SIZES and key not in LAYER_COUNTS:
+            out[key] = SIZES[key]
+        elif fill and value is None and key == "pad_token_id":
+            out[key] = 1  # (ESM compares the tokens with it)
+        elif key in SIZES and isinstance(value, int) and value > SIZES[key] and not (
+                key in LAYER_COUNTS and layers is None and value == stages):
             out[key] = SIZES[key]
         elif key in ("image_size", "img_size", "input_size") and isinstance(value, list) and all(
                 isinstance(v, int) and v > 32 for v in value):
@@ -170,12 +195,19 @@ def shrink(config) -> dict:
         if isinstance(kv, int) and isinstance(heads, int):
             original = values.get("num_attention_heads")
             out[key] = heads if kv == original else max(1, min(kv, heads // 2))
+        elif fill and kv is None and key in values and isinstance(heads, int):
+            out[key] = heads
     width = out.get("hidden_size", values.get("hidden_size"))
     if "head_dim" in values and (isinstance(values["head_dim"], int) or values[
             "head_dim"] is None) and isinstance(width, int) and heads:
         # (a default of None too: Ministral's and Hunyuan's modeling files read it as a
         # number, so torch refuses those defaults even at full size)
         out["head_dim"] = max(width // heads, 1)
+        if isinstance(values.get("qk_rope_head_dim"), int) and values.get(
+                "head_dim") == values["qk_rope_head_dim"]:
+            # the rotary part's size, which multi-head latent attention's config names head_dim
+            # (DeepSeek-V3: head_dim = qk_rope_head_dim, the rotary embedding built for it)
+            out["head_dim"] = out.get("qk_rope_head_dim", values["qk_rope_head_dim"])
     expand = values.get("mamba_expand", values.get("expand"))
     if isinstance(values.get("mamba_n_heads"), int) and isinstance(width, int) and isinstance(
             expand, int):
@@ -220,6 +252,27 @@ def shrink(config) -> dict:
     return out
 
 
+# the kind a layer has where a modeling file names only the other (``layer_types[i] != "conv"``)
+OTHER_KIND = {"layer_types": "full_attention", "mlp_layer_types": "dense"}
+
+
+def _layer_kinds(config, key: str) -> list[str]:
+    """One layer of each kind for a per-layer list of kinds that the default config leaves
+    None although its modeling file indexes it (LFM2-MoE's ``layer_types``, DeepSeek-OCR 2's
+    ``mlp_layer_types``: the checkpoints' configs give them): the kinds the modeling file
+    compares its entries with, and ``OTHER_KIND``'s where it names one kind only."""
+    module = sys.modules.get(type(config).__module__.replace(".configuration_", ".modeling_"))
+    try:
+        source = inspect.getsource(module) if module else ""
+    except (OSError, TypeError):
+        source = ""
+    kinds = list(dict.fromkeys(re.findall(
+        rf"\b{key}\[[^\]]+\]\s*[!=]=\s*[\"'](\w+)[\"']", source)))
+    if len(kinds) == 1 and key in OTHER_KIND and kinds[0] != OTHER_KIND[key]:
+        kinds.insert(0, OTHER_KIND[key])
+    return kinds
+
+
 def _stage_list(key: str, values: list[int]) -> list[int]:
     """A per-stage list of ``STAGES`` made small, its length kept: one block per stage,
     widths 8, 16, 32, ... (doubling as torch's defaults do), at most two heads a stage (one
@@ -253,14 +306,15 @@ WIDTH_KEYS = frozenset(k for k, v in SIZES.items() if k not in (
     "vocab_size", "n_vocab", "num_labels", "type_vocab_size", "num_experts",
     "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_total",
     "num_experts_per_tok", "top_k", "moe_topk", "num_selected_experts", "n_group",
-    "topk_group", "num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
+    "topk_group", "top_k_experts", "num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
     "decoder_layers", "num_decoder_layers", "n_layers", "num_encoder_layers",
     "decoder_num_layers", "encoder_num_layers")) | {
     "hidden_sizes", "embed_dims", "dims", "num_heads", "num_attention_heads", "head_dim",
     "sliding_window", "rope_parameters", *KV_HEADS}
 EXPERT_KEYS = frozenset(("num_experts", "num_local_experts", "n_routed_experts",
                          "moe_num_experts", "num_experts_total", "num_experts_per_tok", "top_k",
-                         "moe_topk", "num_selected_experts", "n_group", "topk_group"))
+                         "moe_topk", "num_selected_experts", "n_group", "topk_group",
+                         "top_k_experts"))
 LADDER = ((), (EXPERT_KEYS,), (WIDTH_KEYS,), (WIDTH_KEYS, EXPERT_KEYS))
 MAX_PARAMETERS = 130_000_000  # a rung whose model is larger is not tried
 
@@ -280,10 +334,10 @@ def _without(kwargs: dict, keep: tuple[frozenset, ...]) -> dict:
     return out
 
 
-def tiny_configs(config_class):
+def tiny_configs(config_class, fill: bool = False):
     """The candidate tiny configs of ``config_class``, tiniest first (``LADDER``): each
     ``(config, keywords)``; a rung whose keywords equal an earlier one's is skipped."""
-    full = shrink(config_class())
+    full = shrink(config_class(), fill)
     seen: list[dict] = []
     for keep in LADDER:
         kwargs = _without(full, keep)
@@ -327,9 +381,21 @@ def _probe(cls, config, specs: list[str], masked: bool) -> str:
 def fitting_config(cls, config_class):
     """The tiniest candidate config (``tiny_configs``) that torch builds and runs, with its
     keywords and the sweep's inputs for it; the tiniest one where torch refuses them all (the
-    row then says why)."""
+    row then says why). Where torch refuses every rung, the rungs again with the sizes the
+    default config leaves None filled in (``shrink``'s ``fill``)."""
     first = None
-    for config, kwargs in tiny_configs(config_class):
+    rungs = list(tiny_configs(config_class))
+    if shrink(config_class(), True) != shrink(config_class()):
+        rungs.append(None)  # the filled rungs, tried only where the others fail
+    while rungs:
+        rung = rungs.pop(0)
+        if rung is None:
+            try:
+                rungs = list(tiny_configs(config_class, True))
+            except Exception:  # noqa: BLE001 (a filled config its validation refuses)
+                break
+            continue
+        config, kwargs = rung
         tried: list = []
         for variant in VARIANTS:
             specs, masked = _inputs(cls, config, variant)
