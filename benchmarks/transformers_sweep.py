@@ -99,6 +99,8 @@ SIZES = {
     **dict.fromkeys(("num_mel_bins", "feature_size", "n_mels", "input_feat_size"), 8),
     **dict.fromkeys(("num_frames",), 2),
     **dict.fromkeys(("max_source_positions",), 16),
+    **dict.fromkeys(("context_length",), 32),
+    **dict.fromkeys(("prediction_length", "horizon_length"), 4),
     **dict.fromkeys(("num_labels",), 5),
     **dict.fromkeys(("relative_attention_num_buckets",), 8),
     **dict.fromkeys(("relative_attention_max_distance",), 16),
@@ -162,6 +164,8 @@ def shrink(config, fill: bool = False) -> dict:
                 out[key] = kinds
                 out[next(k for k in LAYER_COUNTS if isinstance(values.get(k), int))] = len(kinds)
             continue
+        if key == "feature_size" and "lags_sequence" in values:
+            continue  # (Autoformer's: the lagged values and the time features, derived)
         if fill and value is None and key in SIZES and key not in LAYER_COUNTS:
             out[key] = SIZES[key]
         elif fill and value is None and key == "pad_token_id":
@@ -354,6 +358,7 @@ def tiny_configs(config_class, fill: bool = False):
 def _probe(cls, config, specs: list[str], masked: bool) -> str:
     """Why torch refuses ``cls(config)`` on the sweep's inputs ('' when it builds and runs):
     its size counted on the meta device first, so that a large rung is not built."""
+    import numpy as np
     import torch
 
     from torch2jax.verify.spec import parse_specs
@@ -366,10 +371,10 @@ def _probe(cls, config, specs: list[str], masked: bool) -> str:
         torch.manual_seed(0)
         model = cls(config).eval()
         args, kwargs = [], {}
+        rng = np.random.default_rng(0)
         for spec in parse_specs(list(specs) + (
                 [f"attention_mask=int64[{BATCH},{SEQ}]:2"] if masked else [])):
-            value = (torch.randint(0, spec.high, spec.shape) if spec.high is not None
-                     else torch.randn(spec.shape))
+            value = torch.from_numpy(spec.sample(rng))
             (kwargs.__setitem__(spec.name, value) if spec.name else args.append(value))
         with torch.no_grad():
             model(*args, **kwargs)
@@ -500,12 +505,36 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
         specs.append(f"float32[{BATCH},{mel},{frames}]")
     elif first == "input_values":
         specs.append(f"float32[{BATCH},400]")
+    elif first == "past_values":
+        specs += _series(config, params)
     else:
         raise ValueError(f"the forward's first input {first!r} is not one the sweep builds")
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         specs.append(f"decoder_input_ids=int64[{BATCH},{DECODER_SEQ}]:{min(vocab, VOCAB)}")
     masked = "attention_mask" in params and first in ("input_ids", "input_ids_or_embeds")
     return specs, masked
+
+
+def _series(config, params) -> list[str]:
+    """A time-series model's inputs (PatchTST, TimesFM, Autoformer): the past values over the
+    context the config names (and the lags it looks back, Autoformer's and Informer's), one
+    column per input channel where the model takes several, and where the forward requires
+    them, the time features of those steps and which values were observed (at random)."""
+    length = getattr(config, "context_length", None) or 32
+    lags = getattr(config, "lags_sequence", None)
+    length += max(lags) if lags else 0
+    channels = getattr(config, "input_size", 1) if lags else getattr(
+        config, "num_input_channels", None)
+    shape = f"{BATCH},{length}" + (f",{channels}" if channels and (channels > 1 or not lags)
+                                   else "")
+    specs = [f"float32[{shape}]"]
+    required = [n for n, p in params.items() if p.default is inspect._empty]
+    if "past_time_features" in required:
+        specs.append(f"past_time_features=float32[{BATCH},{length},"
+                     f"{getattr(config, 'num_time_features', 0)}]")
+    if "past_observed_mask" in required:
+        specs.append(f"past_observed_mask=bool[{shape}]")
+    return specs
 
 
 def _model_types(config, depth: int = 0) -> set[str]:
