@@ -509,6 +509,17 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
         specs += _series(config, params)
     else:
         raise ValueError(f"the forward's first input {first!r} is not one the sweep builds")
+    for name, param in params.items():
+        # the other inputs the forward requires, where their name says what they are: a second
+        # tower's tokens (InstructBLIP's Q-Former), a prompt image and its mask (SegGPT)
+        if param.default is not inspect._empty or name == first or param.kind in (
+                param.VAR_KEYWORD, param.VAR_POSITIONAL) or any(
+                x.startswith(f"{name}=") for x in specs):
+            continue
+        if name.endswith("input_ids"):
+            specs.append(f"{name}={tokens}")
+        elif name.endswith(("pixel_values", "_masks")) and first == "pixel_values":
+            specs.append(f"{name}={pixels}")
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         specs.append(f"decoder_input_ids=int64[{BATCH},{DECODER_SEQ}]:{min(vocab, VOCAB)}")
     masked = "attention_mask" in params and first in ("input_ids", "input_ids_or_embeds")
