@@ -238,10 +238,12 @@ def shrink(config, fill: bool = False) -> dict:
             isinstance(width, int)):
         # multimodal RoPE (Qwen2-VL's text model): sections of the rotary frequencies for time,
         # height and width, which the modeling file defaults to the full-size [16, 24, 24]
-        # when the config has none; they must sum to half the tiny head dimension
+        # when the config has none; they must sum to half the tiny head dimension's rotary part
+        # (GLM-4V: partial_rotary_factor 0.5)
         half = out.get("head_dim", values.get("head_dim")) or width // heads
-        half //= 2
         rope = dict(values.get("rope_parameters") or {})
+        factor = rope.get("partial_rotary_factor", values.get("partial_rotary_factor")) or 1
+        half = int(half * factor) // 2
         rope["mrope_section"] = [half - 2 * (half // 4), half // 4, half // 4]
         out["rope_parameters"] = rope
     # a pattern of layer kinds repeated over the layers (RecurrentGemma's block_types,
@@ -468,8 +470,9 @@ def entry_classes(module) -> tuple[type | None, type | None]:
 # the ways of reading the forward's inputs the sweep tries in turn, where torch refuses the
 # plain one: the images passed where the forward takes them optionally (ViLT's masked LM needs
 # them); a video's frames (TimeSformer, X-CLIP: [batch, frames, channels, height, width]); one
-# row of tokens per codebook (MusicGen's decoder: [batch * codebooks, length])
-VARIANTS = ("", "pixels", "video", "codebooks")
+# row of tokens per codebook (MusicGen's decoder: [batch * codebooks, length]); audio features
+# time-major (Parakeet's encoder: [batch, frames, mel bins])
+VARIANTS = ("", "pixels", "video", "codebooks", "frames")
 
 
 def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
@@ -502,7 +505,8 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
     elif first == "input_features":
         mel = getattr(config, "num_mel_bins", 8)
         frames = 2 * getattr(config, "max_source_positions", 16)
-        specs.append(f"float32[{BATCH},{mel},{frames}]")
+        specs.append(f"float32[{BATCH},{frames},{mel}]" if variant == "frames" else
+                     f"float32[{BATCH},{mel},{frames}]")
     elif first == "input_values":
         specs.append(f"float32[{BATCH},400]")
     elif first == "past_values":
