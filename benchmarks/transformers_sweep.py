@@ -212,6 +212,10 @@ def shrink(config, fill: bool = False) -> dict:
             # the rotary part's size, which multi-head latent attention's config names head_dim
             # (DeepSeek-V3: head_dim = qk_rope_head_dim, the rotary embedding built for it)
             out["head_dim"] = out.get("qk_rope_head_dim", values["qk_rope_head_dim"])
+    for key, value in values.items():
+        if key.endswith("groups") and isinstance(value, int) and value > 1 and value == values.get(
+                "hidden_size") and isinstance(width, int):
+            out[key] = width  # a depthwise convolution's groups, one per channel (Mimi's upsample)
     expand = values.get("mamba_expand", values.get("expand"))
     if isinstance(values.get("mamba_n_heads"), int) and isinstance(width, int) and isinstance(
             expand, int):
@@ -471,8 +475,9 @@ def entry_classes(module) -> tuple[type | None, type | None]:
 # plain one: the images passed where the forward takes them optionally (ViLT's masked LM needs
 # them); a video's frames (TimeSformer, X-CLIP: [batch, frames, channels, height, width]); one
 # row of tokens per codebook (MusicGen's decoder: [batch * codebooks, length]); audio features
-# time-major (Parakeet's encoder: [batch, frames, mel bins])
-VARIANTS = ("", "pixels", "video", "codebooks", "frames")
+# time-major (Parakeet's encoder: [batch, frames, mel bins]); a waveform with a channel axis
+# (Mimi, EnCodec's kind: [batch, channels, samples])
+VARIANTS = ("", "pixels", "video", "codebooks", "frames", "channels")
 
 
 def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
@@ -508,7 +513,8 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
         specs.append(f"float32[{BATCH},{frames},{mel}]" if variant == "frames" else
                      f"float32[{BATCH},{mel},{frames}]")
     elif first == "input_values":
-        specs.append(f"float32[{BATCH},400]")
+        specs.append(f"float32[{BATCH},{getattr(config, 'audio_channels', 1)},400]"
+                     if variant == "channels" else f"float32[{BATCH},400]")
     elif first == "past_values":
         specs += _series(config, params)
     else:
