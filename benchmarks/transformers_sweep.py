@@ -9,9 +9,16 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
 * builds a tiny config by shrinking the config class's defaults (hidden sizes, layers, heads,
   key-value heads, vocabulary, positions, experts, image and audio sizes; ``head_dim`` kept
   consistent with the hidden size and the heads; lists per layer cut to the new layer count;
-  token ids kept inside the vocabulary). Nothing else of the default config changes: the
+  token ids kept inside the vocabulary; the stages of a hierarchical model and the stages a
+  backbone hands on kept; sizes tied to others kept tied: a rotary part and multimodal RoPE
+  sections, a depthwise convolution's groups; a list of layer kinds that the default leaves
+  None given one layer of each kind its modeling file names; where torch refuses the result,
+  the sizes the default leaves None filled in too). Nothing else of the default config changes: the
   cache stays on where the config has it on, unless its ``DynamicCache`` holds layers the
   converted cache does not translate (``_cache_translated``: then ``use_cache=False``);
+* builds the forward's inputs from its first parameter's name and the config (tokens, pixels,
+  audio features or waveform, a time series' past values over its context), and the other
+  inputs the forward requires where their name says what they are;
 * converts the file once into a mirror package (as ``torch2jax verify`` does) and runs
   ``verify`` on it: logits and every parameter's gradient in float32, without and with a
   random padding mask where the forward takes ``attention_mask``;
