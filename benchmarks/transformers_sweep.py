@@ -256,6 +256,14 @@ def shrink(config, fill: bool = False) -> dict:
         factor = rope.get("partial_rotary_factor", values.get("partial_rotary_factor")) or 1
         half = int(half * factor) // 2
         rope["mrope_section"] = [half - 2 * (half // 4), half // 4, half // 4]
+        default = rope.get("mrope_section") if "mrope_section" in (
+            values.get("rope_parameters") or {}) else re.findall(
+            r"[\"']mrope_section[\"'],\s*\[(\d+),\s*(\d+),\s*(\d+)\]", _source(config))
+        default = [int(v) for v in (default[0] if default and isinstance(default[0], tuple)
+                                    else default or ())]
+        if len(default) == 3 and default[0] == default[1] != default[2]:
+            # the height and width sections first, of one size (ERNIE 4.5-VL interleaves them)
+            rope["mrope_section"] = [half // 4, half // 4, half - 2 * (half // 4)]
         out["rope_parameters"] = rope
     # a pattern of layer kinds repeated over the layers (RecurrentGemma's block_types,
     # ["recurrent", "recurrent", "attention"]): as many layers as the pattern has, so that
@@ -273,16 +281,21 @@ def shrink(config, fill: bool = False) -> dict:
 OTHER_KIND = {"layer_types": "full_attention", "mlp_layer_types": "dense"}
 
 
+def _source(config) -> str:
+    """The source of ``config``'s modeling file, where it is imported ('' where not)."""
+    module = sys.modules.get(type(config).__module__.replace(".configuration_", ".modeling_"))
+    try:
+        return inspect.getsource(module) if module else ""
+    except (OSError, TypeError):
+        return ""
+
+
 def _layer_kinds(config, key: str) -> list[str]:
     """One layer of each kind for a per-layer list of kinds that the default config leaves
     None although its modeling file indexes it (LFM2-MoE's ``layer_types``, DeepSeek-OCR 2's
     ``mlp_layer_types``: the checkpoints' configs give them): the kinds the modeling file
     compares its entries with, and ``OTHER_KIND``'s where it names one kind only."""
-    module = sys.modules.get(type(config).__module__.replace(".configuration_", ".modeling_"))
-    try:
-        source = inspect.getsource(module) if module else ""
-    except (OSError, TypeError):
-        source = ""
+    source = _source(config)
     kinds = list(dict.fromkeys(re.findall(
         rf"\b{key}\[[^\]]+\]\s*[!=]=\s*[\"'](\w+)[\"']", source)))
     if len(kinds) == 1 and key in OTHER_KIND and kinds[0] != OTHER_KIND[key]:
