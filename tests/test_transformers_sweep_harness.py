@@ -131,3 +131,19 @@ def test_the_other_inputs_a_forward_requires() -> None:
     config, _ = sweep.tiny_config(InstructBlipForConditionalGeneration.config_class)
     specs, _ = sweep._inputs(InstructBlipForConditionalGeneration, config)
     assert specs == ["float32[2,3,32,32]", "qformer_input_ids=int64[2,7]:64"]
+
+
+def test_multimodal_rope_sections_keep_the_defaults_equal_pair() -> None:
+    """ERNIE 4.5-VL's modeling file defaults its sections to [22, 22, 20], height and width
+    first and interleaved (stacked, so of one size): the tiny sections keep that pair equal,
+    and the text model builds and runs on them."""
+    import torch
+    from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as ernie
+
+    config, _ = sweep.tiny_config(ernie.Ernie4_5_VLMoeTextConfig)
+    sections = config.rope_parameters["mrope_section"]
+    head = config.hidden_size // config.num_attention_heads
+    assert sections[0] == sections[1] and sum(sections) == head // 2
+    rotary = ernie.Ernie4_5_VLMoeTextRotaryEmbedding(config)
+    cos, _ = rotary(torch.zeros(1, 3, config.hidden_size), torch.arange(3)[None])
+    assert cos.shape[-1] == head
