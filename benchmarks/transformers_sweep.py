@@ -9,9 +9,16 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
 * builds a tiny config by shrinking the config class's defaults (hidden sizes, layers, heads,
   key-value heads, vocabulary, positions, experts, image and audio sizes; ``head_dim`` kept
   consistent with the hidden size and the heads; lists per layer cut to the new layer count;
-  token ids kept inside the vocabulary). Nothing else of the default config changes: the
+  token ids kept inside the vocabulary; the stages of a hierarchical model and the stages a
+  backbone hands on kept; sizes tied to others kept tied: a rotary part and multimodal RoPE
+  sections, a depthwise convolution's groups; a list of layer kinds that the default leaves
+  None given one layer of each kind its modeling file names; where torch refuses the result,
+  the sizes the default leaves None filled in too). Nothing else of the default config changes: the
   cache stays on where the config has it on, unless its ``DynamicCache`` holds layers the
   converted cache does not translate (``_cache_translated``: then ``use_cache=False``);
+* builds the forward's inputs from its first parameter's name and the config (tokens, pixels,
+  audio features or waveform, a time series' past values over its context), and the other
+  inputs the forward requires where their name says what they are;
 * converts the file once into a mirror package (as ``torch2jax verify`` does) and runs
   ``verify`` on it: logits and every parameter's gradient in float32, without and with a
   random padding mask where the forward takes ``attention_mask``;
@@ -93,12 +100,14 @@ SIZES = {
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts",
                      "num_experts_total"), 4),
     **dict.fromkeys(("num_experts_per_tok", "top_k", "moe_topk", "num_selected_experts",
-                     "n_group", "topk_group"), 2),
+                     "n_group", "topk_group", "top_k_experts"), 2),
     **dict.fromkeys(("image_size", "img_size", "input_size"), 32),
     **dict.fromkeys(("patch_size",), 4),
     **dict.fromkeys(("num_mel_bins", "feature_size", "n_mels", "input_feat_size"), 8),
     **dict.fromkeys(("num_frames",), 2),
     **dict.fromkeys(("max_source_positions",), 16),
+    **dict.fromkeys(("context_length",), 32),
+    **dict.fromkeys(("prediction_length", "horizon_length"), 4),
     **dict.fromkeys(("num_labels",), 5),
     **dict.fromkeys(("relative_attention_num_buckets",), 8),
     **dict.fromkeys(("relative_attention_max_distance",), 16),
@@ -114,12 +123,20 @@ LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
                 "decoder_layers", "n_layers")
 
 
-def shrink(config) -> dict:
+def shrink(config, fill: bool = False) -> dict:
     """The keyword arguments that make ``type(config)``'s defaults tiny: the changed keys
-    only, sub-configs as dicts of theirs."""
+    only, sub-configs as dicts of theirs. With ``fill``, the sizes the default config leaves
+    None are given their tiny value too (key-value heads: the heads), for a config that torch
+    refuses as it is (``fitting_config``: ESM's vocabulary, Nemotron's key-value heads,
+    DeepSeek-V2's top-k are None by default, the checkpoints' configs give them)."""
     values = config.to_dict() if hasattr(config, "to_dict") else dict(vars(config))
     out: dict = {}
     layers = next((values[k] for k in LAYER_COUNTS if isinstance(values.get(k), int)), None)
+    stages = next((len(v) for k, v in values.items() if k in STAGES and isinstance(v, list)), 0)
+    if layers and layers == stages:
+        # a layer count that is the stage count (Swin's num_layers = len(depths)): the stages
+        # are kept (each made small), and so are the lists with one entry per stage
+        layers = None
     for key, value in values.items():
         try:
             sub = getattr(config, key, None)
@@ -134,7 +151,13 @@ def shrink(config) -> dict:
                         "out_indices": list(getattr(sub, "out_indices", None) or [4])}
             continue
         if key.endswith("_config") and hasattr(sub, "to_dict"):
-            changed = shrink(sub)
+            changed = shrink(sub, fill)
+            if key == "backbone_config" and changed:
+                # the stages a backbone hands on, which the model's default config chose (D-FINE
+                # builds its HGNet-V2 with out_indices [2, 3, 4]): a dict of the changed keys
+                # alone would take the backbone config's own default (its last stage only)
+                changed.update({k: list(getattr(sub, k)) for k in ("out_indices",)
+                                if isinstance(getattr(sub, k, None), (list, tuple))})
             if changed:
                 out[key] = {"model_type": getattr(sub, "model_type", None), **changed}
                 if out[key]["model_type"] in (None, ""):
@@ -142,7 +165,20 @@ def shrink(config) -> dict:
             continue
         if isinstance(value, bool):
             continue
-        if key in SIZES and isinstance(value, int) and value > SIZES[key]:
+        if value is None and key.endswith("layer_types") and layers:
+            kinds = _layer_kinds(config, key)
+            if kinds:
+                out[key] = kinds
+                out[next(k for k in LAYER_COUNTS if isinstance(values.get(k), int))] = len(kinds)
+            continue
+        if key == "feature_size" and "lags_sequence" in values:
+            continue  # (Autoformer's: the lagged values and the time features, derived)
+        if fill and value is None and key in SIZES and key not in LAYER_COUNTS:
+            out[key] = SIZES[key]
+        elif fill and value is None and key == "pad_token_id":
+            out[key] = 1  # (ESM compares the tokens with it)
+        elif key in SIZES and isinstance(value, int) and value > SIZES[key] and not (
+                key in LAYER_COUNTS and layers is None and value == stages):
             out[key] = SIZES[key]
         elif key in ("image_size", "img_size", "input_size") and isinstance(value, list) and all(
                 isinstance(v, int) and v > 32 for v in value):
@@ -170,12 +206,23 @@ def shrink(config) -> dict:
         if isinstance(kv, int) and isinstance(heads, int):
             original = values.get("num_attention_heads")
             out[key] = heads if kv == original else max(1, min(kv, heads // 2))
+        elif fill and kv is None and key in values and isinstance(heads, int):
+            out[key] = heads
     width = out.get("hidden_size", values.get("hidden_size"))
     if "head_dim" in values and (isinstance(values["head_dim"], int) or values[
             "head_dim"] is None) and isinstance(width, int) and heads:
         # (a default of None too: Ministral's and Hunyuan's modeling files read it as a
         # number, so torch refuses those defaults even at full size)
         out["head_dim"] = max(width // heads, 1)
+        if isinstance(values.get("qk_rope_head_dim"), int) and values.get(
+                "head_dim") == values["qk_rope_head_dim"]:
+            # the rotary part's size, which multi-head latent attention's config names head_dim
+            # (DeepSeek-V3: head_dim = qk_rope_head_dim, the rotary embedding built for it)
+            out["head_dim"] = out.get("qk_rope_head_dim", values["qk_rope_head_dim"])
+    for key, value in values.items():
+        if key.endswith("groups") and isinstance(value, int) and value > 1 and value == values.get(
+                "hidden_size") and isinstance(width, int):
+            out[key] = width  # a depthwise convolution's groups, one per channel (Mimi's upsample)
     expand = values.get("mamba_expand", values.get("expand"))
     if isinstance(values.get("mamba_n_heads"), int) and isinstance(width, int) and isinstance(
             expand, int):
@@ -202,11 +249,21 @@ def shrink(config) -> dict:
             isinstance(width, int)):
         # multimodal RoPE (Qwen2-VL's text model): sections of the rotary frequencies for time,
         # height and width, which the modeling file defaults to the full-size [16, 24, 24]
-        # when the config has none; they must sum to half the tiny head dimension
+        # when the config has none; they must sum to half the tiny head dimension's rotary part
+        # (GLM-4V: partial_rotary_factor 0.5)
         half = out.get("head_dim", values.get("head_dim")) or width // heads
-        half //= 2
         rope = dict(values.get("rope_parameters") or {})
+        factor = rope.get("partial_rotary_factor", values.get("partial_rotary_factor")) or 1
+        half = int(half * factor) // 2
         rope["mrope_section"] = [half - 2 * (half // 4), half // 4, half // 4]
+        default = rope.get("mrope_section") if "mrope_section" in (
+            values.get("rope_parameters") or {}) else re.findall(
+            r"[\"']mrope_section[\"'],\s*\[(\d+),\s*(\d+),\s*(\d+)\]", _source(config))
+        default = [int(v) for v in (default[0] if default and isinstance(default[0], tuple)
+                                    else default or ())]
+        if len(default) == 3 and default[0] == default[1] != default[2]:
+            # the height and width sections first, of one size (ERNIE 4.5-VL interleaves them)
+            rope["mrope_section"] = [half // 4, half // 4, half - 2 * (half // 4)]
         out["rope_parameters"] = rope
     # a pattern of layer kinds repeated over the layers (RecurrentGemma's block_types,
     # ["recurrent", "recurrent", "attention"]): as many layers as the pattern has, so that
@@ -218,6 +275,32 @@ def shrink(config) -> dict:
         key = next(k for k in LAYER_COUNTS if isinstance(values.get(k), int))
         out[key] = pattern
     return out
+
+
+# the kind a layer has where a modeling file names only the other (``layer_types[i] != "conv"``)
+OTHER_KIND = {"layer_types": "full_attention", "mlp_layer_types": "dense"}
+
+
+def _source(config) -> str:
+    """The source of ``config``'s modeling file, where it is imported ('' where not)."""
+    module = sys.modules.get(type(config).__module__.replace(".configuration_", ".modeling_"))
+    try:
+        return inspect.getsource(module) if module else ""
+    except (OSError, TypeError):
+        return ""
+
+
+def _layer_kinds(config, key: str) -> list[str]:
+    """One layer of each kind for a per-layer list of kinds that the default config leaves
+    None although its modeling file indexes it (LFM2-MoE's ``layer_types``, DeepSeek-OCR 2's
+    ``mlp_layer_types``: the checkpoints' configs give them): the kinds the modeling file
+    compares its entries with, and ``OTHER_KIND``'s where it names one kind only."""
+    source = _source(config)
+    kinds = list(dict.fromkeys(re.findall(
+        rf"\b{key}\[[^\]]+\]\s*[!=]=\s*[\"'](\w+)[\"']", source)))
+    if len(kinds) == 1 and key in OTHER_KIND and kinds[0] != OTHER_KIND[key]:
+        kinds.insert(0, OTHER_KIND[key])
+    return kinds
 
 
 def _stage_list(key: str, values: list[int]) -> list[int]:
@@ -253,14 +336,15 @@ WIDTH_KEYS = frozenset(k for k, v in SIZES.items() if k not in (
     "vocab_size", "n_vocab", "num_labels", "type_vocab_size", "num_experts",
     "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_total",
     "num_experts_per_tok", "top_k", "moe_topk", "num_selected_experts", "n_group",
-    "topk_group", "num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
+    "topk_group", "top_k_experts", "num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
     "decoder_layers", "num_decoder_layers", "n_layers", "num_encoder_layers",
     "decoder_num_layers", "encoder_num_layers")) | {
     "hidden_sizes", "embed_dims", "dims", "num_heads", "num_attention_heads", "head_dim",
     "sliding_window", "rope_parameters", *KV_HEADS}
 EXPERT_KEYS = frozenset(("num_experts", "num_local_experts", "n_routed_experts",
                          "moe_num_experts", "num_experts_total", "num_experts_per_tok", "top_k",
-                         "moe_topk", "num_selected_experts", "n_group", "topk_group"))
+                         "moe_topk", "num_selected_experts", "n_group", "topk_group",
+                         "top_k_experts"))
 LADDER = ((), (EXPERT_KEYS,), (WIDTH_KEYS,), (WIDTH_KEYS, EXPERT_KEYS))
 MAX_PARAMETERS = 130_000_000  # a rung whose model is larger is not tried
 
@@ -280,10 +364,10 @@ def _without(kwargs: dict, keep: tuple[frozenset, ...]) -> dict:
     return out
 
 
-def tiny_configs(config_class):
+def tiny_configs(config_class, fill: bool = False):
     """The candidate tiny configs of ``config_class``, tiniest first (``LADDER``): each
     ``(config, keywords)``; a rung whose keywords equal an earlier one's is skipped."""
-    full = shrink(config_class())
+    full = shrink(config_class(), fill)
     seen: list[dict] = []
     for keep in LADDER:
         kwargs = _without(full, keep)
@@ -300,6 +384,7 @@ def tiny_configs(config_class):
 def _probe(cls, config, specs: list[str], masked: bool) -> str:
     """Why torch refuses ``cls(config)`` on the sweep's inputs ('' when it builds and runs):
     its size counted on the meta device first, so that a large rung is not built."""
+    import numpy as np
     import torch
 
     from torch2jax.verify.spec import parse_specs
@@ -312,10 +397,10 @@ def _probe(cls, config, specs: list[str], masked: bool) -> str:
         torch.manual_seed(0)
         model = cls(config).eval()
         args, kwargs = [], {}
+        rng = np.random.default_rng(0)
         for spec in parse_specs(list(specs) + (
                 [f"attention_mask=int64[{BATCH},{SEQ}]:2"] if masked else [])):
-            value = (torch.randint(0, spec.high, spec.shape) if spec.high is not None
-                     else torch.randn(spec.shape))
+            value = torch.from_numpy(spec.sample(rng))
             (kwargs.__setitem__(spec.name, value) if spec.name else args.append(value))
         with torch.no_grad():
             model(*args, **kwargs)
@@ -327,9 +412,21 @@ def _probe(cls, config, specs: list[str], masked: bool) -> str:
 def fitting_config(cls, config_class):
     """The tiniest candidate config (``tiny_configs``) that torch builds and runs, with its
     keywords and the sweep's inputs for it; the tiniest one where torch refuses them all (the
-    row then says why)."""
+    row then says why). Where torch refuses every rung, the rungs again with the sizes the
+    default config leaves None filled in (``shrink``'s ``fill``)."""
     first = None
-    for config, kwargs in tiny_configs(config_class):
+    rungs = list(tiny_configs(config_class))
+    if shrink(config_class(), True) != shrink(config_class()):
+        rungs.append(None)  # the filled rungs, tried only where the others fail
+    while rungs:
+        rung = rungs.pop(0)
+        if rung is None:
+            try:
+                rungs = list(tiny_configs(config_class, True))
+            except Exception:  # noqa: BLE001 (a filled config its validation refuses)
+                break
+            continue
+        config, kwargs = rung
         tried: list = []
         for variant in VARIANTS:
             specs, masked = _inputs(cls, config, variant)
@@ -397,8 +494,10 @@ def entry_classes(module) -> tuple[type | None, type | None]:
 # the ways of reading the forward's inputs the sweep tries in turn, where torch refuses the
 # plain one: the images passed where the forward takes them optionally (ViLT's masked LM needs
 # them); a video's frames (TimeSformer, X-CLIP: [batch, frames, channels, height, width]); one
-# row of tokens per codebook (MusicGen's decoder: [batch * codebooks, length])
-VARIANTS = ("", "pixels", "video", "codebooks")
+# row of tokens per codebook (MusicGen's decoder: [batch * codebooks, length]); audio features
+# time-major (Parakeet's encoder: [batch, frames, mel bins]); a waveform with a channel axis
+# (Mimi, EnCodec's kind: [batch, channels, samples])
+VARIANTS = ("", "pixels", "video", "codebooks", "frames", "channels")
 
 
 def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
@@ -431,15 +530,52 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
     elif first == "input_features":
         mel = getattr(config, "num_mel_bins", 8)
         frames = 2 * getattr(config, "max_source_positions", 16)
-        specs.append(f"float32[{BATCH},{mel},{frames}]")
+        specs.append(f"float32[{BATCH},{frames},{mel}]" if variant == "frames" else
+                     f"float32[{BATCH},{mel},{frames}]")
     elif first == "input_values":
-        specs.append(f"float32[{BATCH},400]")
+        specs.append(f"float32[{BATCH},{getattr(config, 'audio_channels', 1)},400]"
+                     if variant == "channels" else f"float32[{BATCH},400]")
+    elif first == "past_values":
+        specs += _series(config, params)
     else:
         raise ValueError(f"the forward's first input {first!r} is not one the sweep builds")
+    for name, param in params.items():
+        # the other inputs the forward requires, where their name says what they are: a second
+        # tower's tokens (InstructBLIP's Q-Former), a prompt image and its mask (SegGPT)
+        if param.default is not inspect._empty or name == first or param.kind in (
+                param.VAR_KEYWORD, param.VAR_POSITIONAL) or any(
+                x.startswith(f"{name}=") for x in specs):
+            continue
+        if name.endswith("input_ids"):
+            specs.append(f"{name}={tokens}")
+        elif name.endswith(("pixel_values", "_masks")) and first == "pixel_values":
+            specs.append(f"{name}={pixels}")
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         specs.append(f"decoder_input_ids=int64[{BATCH},{DECODER_SEQ}]:{min(vocab, VOCAB)}")
     masked = "attention_mask" in params and first in ("input_ids", "input_ids_or_embeds")
     return specs, masked
+
+
+def _series(config, params) -> list[str]:
+    """A time-series model's inputs (PatchTST, TimesFM, Autoformer): the past values over the
+    context the config names (and the lags it looks back, Autoformer's and Informer's), one
+    column per input channel where the model takes several, and where the forward requires
+    them, the time features of those steps and which values were observed (at random)."""
+    length = getattr(config, "context_length", None) or 32
+    lags = getattr(config, "lags_sequence", None)
+    length += max(lags) if lags else 0
+    channels = getattr(config, "input_size", 1) if lags else getattr(
+        config, "num_input_channels", None)
+    shape = f"{BATCH},{length}" + (f",{channels}" if channels and (channels > 1 or not lags)
+                                   else "")
+    specs = [f"float32[{shape}]"]
+    required = [n for n, p in params.items() if p.default is inspect._empty]
+    if "past_time_features" in required:
+        specs.append(f"past_time_features=float32[{BATCH},{length},"
+                     f"{getattr(config, 'num_time_features', 0)}]")
+    if "past_observed_mask" in required:
+        specs.append(f"past_observed_mask=bool[{shape}]")
+    return specs
 
 
 def _model_types(config, depth: int = 0) -> set[str]:
