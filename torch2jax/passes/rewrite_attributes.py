@@ -13,7 +13,6 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
@@ -39,6 +38,7 @@ from torch2jax.passes.rewrite_support import (
     INPLACE_OPS,
     _fix_commas,
 )
+from torch2jax.passes.sequential_items import sequential_elem_layout
 from torch2jax.ruleset import Rule
 from torch2jax.targets import linen as linen_target
 
@@ -410,11 +410,8 @@ class AttributesMixin:
             # self.features = SequentialList(...), a Sequential subclass of the file whose
             # layers are torch's items (timm's selecsls: len(self.features))
             return updated.with_changes(value=updated, attr=cst.Name("layers"))
-        ctor = info.attr_ctor.get(attr)
-        overall, items = Layouts(self.rules, self, self.index).sequential(
-            ctor.args, self._built_in_scope(ctor)) if ctor is not None else ("mixed", [])
-        items = [*items, *info.added_layouts.get(attr, ())]  # self.stages.append(stage)
-        if overall == "mixed" or "channels_last" in items or "mixed" in items:
+        if sequential_elem_layout(self, info, attr) is None:  # (channels-last items: called
+            # between transposes, rewrite_layout.py)
             self.diag(original, "torch.nn.Sequential", "error",
                       f"self.{attr} iterated or indexed: its translation holds channels-last "
                       "layers (and the transposes around them), not torch's items")

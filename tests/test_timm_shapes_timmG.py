@@ -1,0 +1,90 @@
+"""Containers of timm's model code (docs/timm-sweep.md, issue 34) used one item at a time, on a
+model of our own written that way, converted, built and verified against torch (outputs and
+gradients, float64):
+
+* two Sequentials of convolutions and norms built from local lists, walked together
+  (repghost's ``for conv, bn in zip(self.fusion_conv, self.fusion_bn)``) and measured
+  (``len(self.fusion_conv) == 0``): their items are NNX's channels-last layers, called between
+  transposes as a ModuleList's are (it was marked "iterated or indexed: its translation holds
+  channels-last layers", then "'Sequential' object is not iterable");
+* a subclass of nn.Sequential with only a forward (pit's ``SequentialTuple``), built in the
+  file: its JAX class is nnx.Sequential's constructor, which takes no rngs ("Sequential.__init__()
+  got an unexpected keyword argument 'rngs'").
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from torch2jax.verify.run import VerifyRequest, run_request
+
+ITEMS = textwrap.dedent('''
+    from typing import Tuple
+
+    import torch
+    import torch.nn as nn
+
+
+    class SequentialTuple(nn.Sequential):
+        def forward(self, x: Tuple[torch.Tensor, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+            for module in self:
+                x = module(x)
+            return x
+
+
+    class Pair(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.lin = nn.Linear(dim, dim)
+
+        def forward(self, x):
+            a, b = x
+            return self.lin(a) + b, b
+
+
+    class Fusion(nn.Module):
+        def __init__(self, chs, n=2):
+            super().__init__()
+            fusion_conv = []
+            fusion_bn = []
+            for _ in range(n):
+                fusion_conv.append(nn.Conv2d(chs, chs, 1))
+                fusion_bn.append(nn.BatchNorm2d(chs))
+            self.fusion_conv = nn.Sequential(*fusion_conv)
+            self.fusion_bn = nn.Sequential(*fusion_bn)
+            self.first = nn.Sequential(nn.Conv2d(chs, chs, 3, padding=1), nn.ReLU())
+
+        def forward(self, x):
+            out = self.first[0](x)
+            for conv, bn in zip(self.fusion_conv, self.fusion_bn):
+                out = out + bn(conv(x))
+            if len(self.fusion_conv) == 0:
+                return x
+            return out * len(self.fusion_bn)
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=3, dim=4):
+            super().__init__()
+            self.fusion = Fusion(chs)
+            transformers = []
+            for _ in range(2):
+                transformers += [Pair(dim)]
+            self.transformers = SequentialTuple(*transformers)
+            self.head = nn.Linear(chs + dim, 2)
+
+        def forward(self, x, t):
+            x = self.fusion(x).mean((2, 3))
+            t, _ = self.transformers((t, t))
+            return self.head(torch.cat([x, t], 1))
+''')
+
+
+def test_sequential_items_walked_one_at_a_time(tmp_path):
+    (tmp_path / "model.py").write_text(ITEMS)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,3,5,5]", "float32[2,4]"),
+                                       float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0
