@@ -29,6 +29,7 @@ from torch2jax.analysis.layer_lists import (
     built_layout,
     combine,
     is_factory_dict,
+    list_layout,
     ordered_dict_items,
     spread_literals,
 )
@@ -814,7 +815,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             return {}
         fid = id(self._fn_stack[-1])
         return {k: self._dict_layout(fid, k) if (fid, k) in self.index.ordered_dicts
-                else _list_layout(v) for k, v in self._lists[fid].items()}
+                else list_layout(v) for k, v in self._lists[fid].items()}
 
     def _is_conv(self, call: cst.Call) -> bool:
         rule = self.rules.layers.get(qualified(self.meta, call.func) or "")
@@ -1182,13 +1183,6 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
 def _is_classmethod(fn: cst.FunctionDef) -> bool:
     return any(m.matches(d.decorator, m.Name("classmethod")) for d in fn.decorators)
-
-
-def _list_layout(layouts: list[str]) -> str:
-    """A list of layers in both layouts whose items are all known is normalized (its
-    channels-last items get transposes where they are put in): torch's layout."""
-    layout = combine(layouts)
-    return "torch" if layout == "mixed" and "mixed" not in layouts else layout
 
 
 def _dotted(node: cst.BaseExpression) -> str:

@@ -67,3 +67,10 @@ def combine(layouts: list[str]) -> str:
     if len(kinds) == 1:
         return kinds.pop()
     return "mixed"
+
+
+def list_layout(layouts: list[str]) -> str:
+    """A list of layers in both layouts whose items are all known is normalized (its
+    channels-last items get transposes where they are put in): torch's layout."""
+    layout = combine(layouts)
+    return "torch" if layout == "mixed" and "mixed" not in layouts else layout
