@@ -9,7 +9,11 @@ gradients, float64):
   channels-last layers", then "'Sequential' object is not iterable");
 * a subclass of nn.Sequential with only a forward (pit's ``SequentialTuple``), built in the
   file: its JAX class is nnx.Sequential's constructor, which takes no rngs ("Sequential.__init__()
-  got an unexpected keyword argument 'rngs'").
+  got an unexpected keyword argument 'rngs'");
+* ``nn.Sequential(down, *blocks)`` with ``blocks = [Block(dim) for ...]`` a local list
+  comprehension of torch-layout modules (starnet's stages): its layout is known (it was marked
+  "mixing channels-last layers ... in an order not known statically" and kept torch's
+  nn.Sequential, which failed at build: "ConvBN is not a Module subclass").
 """
 
 from __future__ import annotations
@@ -63,18 +67,46 @@ ITEMS = textwrap.dedent('''
             return out * len(self.fusion_bn)
 
 
-    class Net(nn.Module):
-        def __init__(self, chs=3, dim=4):
+    class ConvBN(nn.Sequential):
+        def __init__(self, in_chs, out_chs, kernel_size=1, stride=1, padding=0, with_bn=True,
+                     **kwargs):
             super().__init__()
-            self.fusion = Fusion(chs)
+            self.add_module('conv', nn.Conv2d(in_chs, out_chs, kernel_size, stride=stride,
+                                              padding=padding, **kwargs))
+            if with_bn:
+                self.add_module('bn', nn.BatchNorm2d(out_chs))
+
+
+    class Block(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.dwconv = ConvBN(dim, dim, 3, 1, 1, groups=dim)
+            self.f1 = ConvBN(dim, dim, 1, with_bn=False)
+            self.act = nn.ReLU6()
+
+        def forward(self, x):
+            return x + self.f1(self.act(self.dwconv(x)))
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=3, dim=4, depths=(1, 2)):
+            super().__init__()
+            self.stem = nn.Sequential(ConvBN(chs, dim, 3, 2, 1), nn.ReLU6())
+            stages = []
+            for i in range(len(depths)):
+                down = ConvBN(dim, dim, 3, padding=1)
+                blocks = [Block(dim) for _ in range(depths[i])]
+                stages.append(nn.Sequential(down, *blocks))
+            self.stages = nn.Sequential(*stages)
+            self.fusion = Fusion(dim)
             transformers = []
             for _ in range(2):
                 transformers += [Pair(dim)]
             self.transformers = SequentialTuple(*transformers)
-            self.head = nn.Linear(chs + dim, 2)
+            self.head = nn.Linear(dim * 2, 2)
 
         def forward(self, x, t):
-            x = self.fusion(x).mean((2, 3))
+            x = self.fusion(self.stages(self.stem(x))).mean((2, 3))
             t, _ = self.transformers((t, t))
             return self.head(torch.cat([x, t], 1))
 ''')

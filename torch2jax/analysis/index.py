@@ -859,6 +859,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self.layouts.of(e.value, self._scope()) for e in node.value.elements
                 if not isinstance(e, cst.StarredElement)
             ]
+        elif self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.ListComp) \
+                and self.layouts.of(node.value.elt, self._scope()) in ("torch", "any"):
+            # blocks = [Block(dim) for i in range(depth)] (starnet; channels-last: not normalized)
+            self._lists[id(self._fn_stack[-1])][target.value] = ["torch"]
         # features, info = [], []
         if self._fn_stack and m.matches(node, m.Assign(
                 targets=[m.AssignTarget(m.Tuple(elements=[m.ZeroOrMore(m.Element(m.Name()))]))],
