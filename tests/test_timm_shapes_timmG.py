@@ -13,7 +13,11 @@ gradients, float64):
 * ``nn.Sequential(down, *blocks)`` with ``blocks = [Block(dim) for ...]`` a local list
   comprehension of torch-layout modules (starnet's stages): its layout is known (it was marked
   "mixing channels-last layers ... in an order not known statically" and kept torch's
-  nn.Sequential, which failed at build: "ConvBN is not a Module subclass").
+  nn.Sequential, which failed at build: "ConvBN is not a Module subclass");
+* an attribute first given a string parameter, then a layer from a tuple a builder returns
+  (xception's ``self.global_pool = global_pool``, then ``self.global_pool, self.fc =
+  create_classifier(...)``): the string is ``nnx.data`` ("Cannot assign data value of type
+  ... to static attribute 'global_pool'").
 """
 
 from __future__ import annotations
@@ -88,9 +92,23 @@ ITEMS = textwrap.dedent('''
             return x + self.f1(self.act(self.dwconv(x)))
 
 
-    class Net(nn.Module):
-        def __init__(self, chs=3, dim=4, depths=(1, 2)):
+    class Pool(nn.Module):
+        def __init__(self, pool_type='avg'):
             super().__init__()
+            self.pool_type = pool_type
+
+        def forward(self, x):
+            return x.mean((2, 3)) if self.pool_type == 'avg' else x.amax((2, 3))
+
+
+    def create_classifier(num_features, num_classes, pool_type='avg'):
+        return Pool(pool_type), nn.Linear(num_features, num_classes)
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=3, dim=4, depths=(1, 2), global_pool: str = 'max'):
+            super().__init__()
+            self.global_pool = global_pool
             self.stem = nn.Sequential(ConvBN(chs, dim, 3, 2, 1), nn.ReLU6())
             stages = []
             for i in range(len(depths)):
@@ -103,12 +121,13 @@ ITEMS = textwrap.dedent('''
             for _ in range(2):
                 transformers += [Pair(dim)]
             self.transformers = SequentialTuple(*transformers)
-            self.head = nn.Linear(dim * 2, 2)
+            self.global_pool, self.head = create_classifier(dim * 2, 2, pool_type=global_pool)
 
         def forward(self, x, t):
-            x = self.fusion(self.stages(self.stem(x))).mean((2, 3))
+            x = self.fusion(self.stages(self.stem(x)))
             t, _ = self.transformers((t, t))
-            return self.head(torch.cat([x, t], 1))
+            x = torch.cat([x, t[:, :, None, None].expand(-1, -1, x.shape[2], x.shape[3])], 1)
+            return self.head(self.global_pool(x))
 ''')
 
 
