@@ -14,6 +14,9 @@ gradients, float64):
   comprehension of torch-layout modules (starnet's stages): its layout is known (it was marked
   "mixing channels-last layers ... in an order not known statically" and kept torch's
   nn.Sequential, which failed at build: "ConvBN is not a Module subclass");
+* a Sequential a function of the file returns in a tuple, unpacked into attributes
+  (byobnet's ``self.stages, stage_feat, feat_size = create_byob_stages(...)``), measured
+  (``len(self.stages)``: "object of type 'Sequential' has no len()"), sliced and indexed;
 * an attribute first given a string parameter, then a layer from a tuple a builder returns
   (xception's ``self.global_pool = global_pool``, then ``self.global_pool, self.fc =
   create_classifier(...)``): the string is ``nnx.data`` ("Cannot assign data value of type
@@ -105,17 +108,24 @@ ITEMS = textwrap.dedent('''
         return Pool(pool_type), nn.Linear(num_features, num_classes)
 
 
+    def create_stages(dim, depths):
+        stages = []
+        feature_info = []
+        for i in range(len(depths)):
+            down = ConvBN(dim, dim, 3, padding=1)
+            blocks = [Block(dim) for _ in range(depths[i])]
+            stages.append(nn.Sequential(down, *blocks))
+            feature_info.append(dict(num_chs=dim, stage=i))
+        return nn.Sequential(*stages), feature_info
+
+
     class Net(nn.Module):
         def __init__(self, chs=3, dim=4, depths=(1, 2), global_pool: str = 'max'):
             super().__init__()
             self.global_pool = global_pool
             self.stem = nn.Sequential(ConvBN(chs, dim, 3, 2, 1), nn.ReLU6())
-            stages = []
-            for i in range(len(depths)):
-                down = ConvBN(dim, dim, 3, padding=1)
-                blocks = [Block(dim) for _ in range(depths[i])]
-                stages.append(nn.Sequential(down, *blocks))
-            self.stages = nn.Sequential(*stages)
+            self.stages, self.feature_info = create_stages(dim, depths)
+            self.num_stages = len(self.stages)
             self.fusion = Fusion(dim)
             transformers = []
             for _ in range(2):
@@ -124,7 +134,10 @@ ITEMS = textwrap.dedent('''
             self.global_pool, self.head = create_classifier(dim * 2, 2, pool_type=global_pool)
 
         def forward(self, x, t):
-            x = self.fusion(self.stages(self.stem(x)))
+            x = self.stem(x)
+            for stage in self.stages[:self.num_stages - 1]:
+                x = stage(x)
+            x = self.fusion(self.stages[-1](x))
             t, _ = self.transformers((t, t))
             x = torch.cat([x, t[:, :, None, None].expand(-1, -1, x.shape[2], x.shape[3])], 1)
             return self.head(self.global_pool(x))

@@ -38,7 +38,7 @@ from torch2jax.passes.rewrite_support import (
     INPLACE_OPS,
     _fix_commas,
 )
-from torch2jax.passes.sequential_items import sequential_elem_layout
+from torch2jax.passes.sequential_items import sequential_elem_layout, sequential_layouts
 from torch2jax.ruleset import Rule
 from torch2jax.targets import linen as linen_target
 
@@ -396,7 +396,8 @@ class AttributesMixin:
         if info is None:
             return None
         sub = self._sequential_subclass_attr(info, attr)
-        if info.attr_rule.get(attr) != "torch.nn.Sequential" and sub is None:
+        if attr in info.attr_rule and info.attr_rule[attr] != "torch.nn.Sequential" and (
+                sub is None):
             return None
         parent = self.get_metadata(ParentNodeProvider, original, None)
         used = isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original or \
@@ -410,6 +411,8 @@ class AttributesMixin:
             # self.features = SequentialList(...), a Sequential subclass of the file whose
             # layers are torch's items (timm's selecsls: len(self.features))
             return updated.with_changes(value=updated, attr=cst.Name("layers"))
+        if attr not in info.attr_rule and sequential_layouts(self, info, attr) is None:
+            return None  # (not a Sequential; one a function of the file returns is)
         if sequential_elem_layout(self, info, attr) is None:  # (channels-last items: called
             # between transposes, rewrite_layout.py)
             self.diag(original, "torch.nn.Sequential", "error",
