@@ -29,9 +29,9 @@ from torch2jax.analysis.class_locals import (
 from torch2jax.analysis.layer_lists import (
     built_layout,
     combine,
-    filtered_layout,
     filtered_literal,
     is_factory_dict,
+    list_layout,
     ordered_dict_items,
     self_slice,
     spread_literals,
@@ -326,7 +326,7 @@ class Layouts:
                 elif isinstance(v, cst.Name):
                     layouts.append((scope_lists or {}).get(v.value) or "mixed")
                 elif filtered_literal(v) is not None:  # *filter(None, [conv, aa, norm, act])
-                    layouts.append(filtered_layout([self.of(e.value, scope_lists)
+                    layouts.append(list_layout([self.of(e.value, scope_lists)
                                                     for e in filtered_literal(v).elements]))
                 else:
                     # *list(backbone.children())[:-1]: the rewriter reads the children
@@ -828,7 +828,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             return {}
         fid = id(self._fn_stack[-1])
         return {k: self._dict_layout(fid, k) if (fid, k) in self.index.ordered_dicts
-                else _list_layout(v) for k, v in self._lists[fid].items()}
+                else list_layout(v) for k, v in self._lists[fid].items()}
 
     def _is_conv(self, call: cst.Call) -> bool:
         rule = self.rules.layers.get(qualified(self.meta, call.func) or "")
@@ -872,6 +872,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 self.layouts.of(e.value, self._scope()) for e in node.value.elements
                 if not isinstance(e, cst.StarredElement)
             ]
+        elif self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.ListComp) \
+                and self.layouts.of(node.value.elt, self._scope()) in ("torch", "any"):
+            # blocks = [Block(dim) for i in range(depth)] (starnet; channels-last: not normalized)
+            self._lists[id(self._fn_stack[-1])][target.value] = ["torch"]
         # features, info = [], []
         if self._fn_stack and m.matches(node, m.Assign(
                 targets=[m.AssignTarget(m.Tuple(elements=[m.ZeroOrMore(m.Element(m.Name()))]))],
@@ -1180,13 +1184,6 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
 def _is_classmethod(fn: cst.FunctionDef) -> bool:
     return any(m.matches(d.decorator, m.Name("classmethod")) for d in fn.decorators)
-
-
-def _list_layout(layouts: list[str]) -> str:
-    """A list of layers in both layouts whose items are all known is normalized (its
-    channels-last items get transposes where they are put in): torch's layout."""
-    layout = combine(layouts)
-    return "torch" if layout == "mixed" and "mixed" not in layouts else layout
 
 
 def _dotted(node: cst.BaseExpression) -> str:

@@ -81,17 +81,18 @@ def filtered_literal(node: cst.BaseExpression) -> cst.List | cst.Tuple | None:
     return None
 
 
-def filtered_layout(layouts: list[str]) -> str:
-    """The layout of such a filtered literal spread into a Sequential, its items' layouts
-    given: torch's when they mix, every item known (the rewrite puts transposes between its
-    items, passes/filtered_layers.py; a transpose next to a None left out keeps the order
-    right whichever items are there)."""
-    layout = combine(layouts)
-    return "torch" if layout == "mixed" and "mixed" not in layouts else layout
-
-
 def self_slice(value: cst.BaseExpression, attr: str) -> bool:
     """``self.head = self.head[:n]`` (timm's selecsls pruning its head): the attribute keeps
     the layers it held, and their layout."""
     return m.matches(value, m.Subscript(value=m.Attribute(value=m.Name("self"),
                                                           attr=m.Name(attr))))
+
+
+def list_layout(layouts: list[str]) -> str:
+    """A list of layers in both layouts whose items are all known is normalized (its
+    channels-last items get transposes where they are put in): torch's layout. So is a
+    filtered literal spread into a Sequential (``filter(None, [conv, aa, norm, act])``): the
+    rewrite puts transposes between its items (passes/filtered_layers.py; a transpose next to
+    a None left out keeps the order right whichever items are there)."""
+    layout = combine(layouts)
+    return "torch" if layout == "mixed" and "mixed" not in layouts else layout

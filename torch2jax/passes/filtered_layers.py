@@ -1,13 +1,13 @@
 """``nn.Sequential(*filter(None, [conv, aa if use_aa else None, norm, act]))`` whose layers
 mix the two layouts (timm's ResNet stem pool with ``replace_stem_pool``): transposes between
 them inside the filtered list, so that the Sequential takes and returns NCHW
-(analysis/layer_lists.py's filtered_layout)."""
+(analysis/layer_lists.py's list_layout)."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from torch2jax.analysis.layer_lists import filtered_layout, filtered_literal
+from torch2jax.analysis.layer_lists import filtered_literal, list_layout
 from torch2jax.passes.common import arg
 
 
@@ -21,7 +21,7 @@ def with_filtered_transposes(rw, original_args: list[cst.Arg], updated_args: lis
         if o.star == "*" and literal is not None and new is not None and len(
                 literal.elements) == len(new.elements):
             items = [layouts.of(e.value, scope) for e in literal.elements]
-            if filtered_layout(items) == "torch" and "channels_last" in items:
+            if list_layout(items) == "torch" and "channels_last" in items:
                 values = rw._insert_transposes([arg(e.value) for e in new.elements], items)
                 listed = new.with_changes(elements=_elements(list(new.elements),
                                                              [a.value for a in values]))

@@ -683,8 +683,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                 self.need("nnx")
                 return updated_node.with_changes(value=expr("nnx.data(None)"))
             if self.target.stateful_modules and self._literal_parameter(
-                    original_node.value) and self._holds_layer(target.attr.value) and (
-                    self._assigned_after(original_node, target.attr.value)):
+                    original_node.value) and (self._holds_layer(target.attr.value) and (
+                    self._assigned_after(original_node, target.attr.value)) or (
+                    self._unpacked_from_builder_after(original_node, target.attr.value))):
                 # self.downsample = downsample (a flag), a layer later (timm's hgnet): NNX
                 # makes an attribute first set to a plain value static unless it is data
                 self.need("nnx")
@@ -780,6 +781,19 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                    and any(b is assign for b in s.body)), None)
         return at is not None and any(m.findall(s, m.Assign(targets=[m.AssignTarget(
             m.Attribute(value=m.Name("self"), attr=m.Name(attr)))])) for s in body[at + 1:])
+
+    def _unpacked_from_builder_after(self, assign: cst.Assign, attr: str) -> bool:
+        """``assign`` (of the function's own body) is followed there by ``self.<attr>, ... =
+        builder(...)``, a call that builds modules (timm's xception: ``self.global_pool =
+        global_pool``, then ``self.global_pool, self.fc = create_classifier(...)``)."""
+        body = list(self._fn_stack[-1].body.body) if self._fn_stack else []
+        at = next((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
+                   and any(b is assign for b in s.body)), None)
+        target = m.Attribute(value=m.Name("self"), attr=m.Name(attr))
+        return at is not None and any(
+            self._builds_module(a.value, self.q(a.value.func)) for s in body[at + 1:]
+            for a in m.findall(s, m.Assign(targets=[m.AssignTarget(m.Tuple(elements=[
+                m.ZeroOrMore(), m.Element(target), m.ZeroOrMore()]))], value=m.Call())))
 
     def _literal_parameter(self, value: cst.BaseExpression) -> bool:
         """``value`` is a parameter of the function being rewritten whose default is a bool,

@@ -13,7 +13,6 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
@@ -41,6 +40,7 @@ from torch2jax.passes.rewrite_support import (
     INPLACE_OPS,
     _fix_commas,
 )
+from torch2jax.passes.sequential_items import sequential_elem_layout, sequential_layouts
 from torch2jax.ruleset import Rule
 from torch2jax.targets import linen as linen_target
 
@@ -457,7 +457,8 @@ class AttributesMixin:
         if info is None:
             return None
         sub = self._sequential_subclass_attr(info, attr)
-        if info.attr_rule.get(attr) != "torch.nn.Sequential" and sub is None:
+        if attr in info.attr_rule and info.attr_rule[attr] != "torch.nn.Sequential" and (
+                sub is None):
             return None
         parent = self.get_metadata(ParentNodeProvider, original, None)
         used = isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original or \
@@ -471,11 +472,10 @@ class AttributesMixin:
             # self.features = SequentialList(...), a Sequential subclass of the file whose
             # layers are torch's items (timm's selecsls: len(self.features))
             return updated.with_changes(value=updated, attr=cst.Name("layers"))
-        ctor = info.attr_ctor.get(attr)
-        overall, items = Layouts(self.rules, self, self.index).sequential(
-            ctor.args, self._built_in_scope(ctor)) if ctor is not None else ("mixed", [])
-        items = [*items, *info.added_layouts.get(attr, ())]  # self.stages.append(stage)
-        if overall == "mixed" or "channels_last" in items or "mixed" in items:
+        if attr not in info.attr_rule and sequential_layouts(self, info, attr) is None:
+            return None  # (not a Sequential; one a function of the file returns is)
+        if sequential_elem_layout(self, info, attr) is None:  # (channels-last items: called
+            # between transposes, rewrite_layout.py)
             self.diag(original, "torch.nn.Sequential", "error",
                       f"self.{attr} iterated or indexed: its translation holds channels-last "
                       "layers (and the transposes around them), not torch's items")

@@ -681,12 +681,14 @@ class LayersMixin:
 
     def _no_constructor(self, cls: str) -> bool:
         """A module class of this file whose chain of module classes up to nn.Module defines
-        no ``__init__``: its JAX class takes no rngs either."""
+        no ``__init__``: its JAX class takes no rngs either. So for a container subclass
+        (``class SequentialTuple(nn.Sequential)`` with only a forward: nnx.Sequential's,
+        nnx.List's and nnx.Dict's constructors take the layers alone)."""
         seen: set[str] = set()
         while cls in self.index.classes and cls not in seen:
             seen.add(cls)
             info = self.index.classes[cls]
-            if info.defines_init or info.layer_base or info.container:
+            if info.defines_init or info.layer_base:
                 return False
             if info.module_base == "torch":
                 return True

@@ -26,6 +26,7 @@ from torch2jax.passes.rewrite_support import (
     _fix_commas,
     _push_out_layout,
 )
+from torch2jax.passes.sequential_items import sequential_elem_layout
 
 
 class LayoutMixin:
@@ -52,7 +53,7 @@ class LayoutMixin:
         if m.matches(it, m.Attribute(value=m.Name("self"))):
             # for layer in self.layers
             attr = it.attr.value
-            layout = info.elem_layout.get(attr)
+            layout = info.elem_layout.get(attr) or sequential_elem_layout(self, info, attr)
         elif m.matches(it, m.Call(func=m.Attribute(value=m.Attribute(value=m.Name("self")),
                                                    attr=m.Name("items") | m.Name("values")),
                                   args=[])):
@@ -248,7 +249,8 @@ class LayoutMixin:
             return info.attr_layout.get(func.attr.value)
         if isinstance(func, cst.Subscript) and m.matches(func.value,
                                                          m.Attribute(value=m.Name("self"))):
-            return info.elem_layout.get(func.value.attr.value)
+            attr = func.value.attr.value
+            return info.elem_layout.get(attr) or sequential_elem_layout(self, info, attr)
         if isinstance(func, cst.Name) and self._loop_layouts:
             return self._loop_layouts[-1].get(func.value)
         return None
