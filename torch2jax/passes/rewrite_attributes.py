@@ -15,6 +15,7 @@ import libcst.matchers as m
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.tensor_calls import torch_only_call
 from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import (
@@ -899,10 +900,14 @@ class AttributesMixin:
         # Net().to(device), self.transformer.h[0], a model passed to a function
         return self.values is not None and self.values.kind(node) == vk.Kind.MODULE
 
-    def _receiver_unsure(self, recv: cst.BaseExpression, meth: str) -> bool:
+    def _receiver_unsure(self, recv: cst.BaseExpression, meth: str,
+                         call: cst.Call | None = None) -> bool:
         """``recv.meth(...)`` where the value analysis cannot see what ``recv`` is and
-        ``meth`` is also a method of other objects (``run.log``): marked, not rewritten."""
+        ``meth`` is also a method of other objects (``run.log``): marked, not rewritten,
+        unless the call's arguments are a tensor's (``x.mean(dim=1)``, analysis/tensor_calls.py)."""
         if self.values is None or self.values.kind(recv) != vk.Kind.UNKNOWN:
+            return False
+        if call is not None and torch_only_call(call, meth):
             return False
         return meth in vk.SHARED_METHODS or self._imported_result(recv)
 
