@@ -66,13 +66,16 @@ class Model(nn.Module):
         outputs = self.attn(x)
         tokens = outputs.scores[:, :, 1:]
         context = outputs.context
+        shape = context.size()[:-2] + (context.size(-1) * context.size(-2),)
+        context = context.reshape(shape)
         pooled = torch.cat([tokens.mean(dim=(1, 2)), tokens.amax(dim=(1, 2))], dim=-1)
-        return self.head(pooled) + context.sum(dim=-1, keepdim=True).mean(dim=(1, 2, 3))[:, None]
+        return self.head(pooled) + context.sum(dim=-1, keepdim=True).mean(dim=(1, 2))[:, None]
 '''
 
 
 def test_a_tensors_arguments_settle_an_unknown_receiver(tmp_path) -> None:
-    """RoFormer's and XLM's ``k.transpose(2, 3)`` on keys bound from a cache in one branch,
+    """RoFormer's and XLM's ``k.transpose(2, 3)`` on keys bound from a cache in one branch, MRA's
+    ``context_layer.size()[:-2]`` on a function's result,
     Dinov2's ``patch_tokens.mean(dim=1)`` on a model output's field: numpy's and JAX's methods
     of those names take no ``dim`` and permute a 2-D array's axes, so the calls are torch's."""
     r = _verify(tmp_path, UNKNOWN_RECEIVERS, "Model", "float32[2,5,8]")
@@ -96,6 +99,9 @@ def test_a_tensors_arguments_settle_an_unknown_receiver(tmp_path) -> None:
     ("x.flatten()", False),
     ("x.split(2, dim=-1)", True),
     ("x.split(*args, dim=-1)", False),
+    ("x.size()", True),  # numpy's size is a number
+    ("x.size(-1)", True),
+    ("x.size(n=2)", False),
 ])
 def test_which_arguments_are_a_tensors(call: str, torch_only: bool) -> None:
     node = cst.parse_expression(call)

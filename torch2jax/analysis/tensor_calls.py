@@ -5,7 +5,7 @@ the converted code hands on) share with tensors, so a receiver the value analysi
 (``outputs.last_hidden_state[:, 1:]``, a name bound from a cache in one branch) leaves the call
 ambiguous. Some arguments settle it: numpy names the axis of its reductions ``axis``, never
 ``dim``, and its two-argument ``transpose(i, j)`` is a permutation of a 2-D array's axes, so
-``transpose(2, 3)`` raises there. Where the arguments are ones only a tensor's method accepts
+``transpose(2, 3)`` raises there; their ``size`` is a number, not a method. Where the arguments are ones only a tensor's method accepts
 (or ones that mean the same for both), the call is translated as the tensor's.
 """
 
@@ -52,6 +52,9 @@ def torch_only_call(call: cst.Call, meth: str) -> bool:
         # (torch swaps them), swaps them for (1, 0) and (-1, -2) (as torch), raises otherwise
         keeps = first in (0, -2) and second in (1, -1)
         return not keeps
+    if meth == "size" and not keywords:
+        # numpy's and JAX's size is a number: only a tensor's is called (x.size()[:-2])
+        return not positional or (len(positional) == 1 and _int(positional[0]) is not None)
     if meth == "flatten" and positional and not keywords:
         return _int(positional[0]) is not None  # numpy's flatten takes an order ("C")
     return False

@@ -907,7 +907,8 @@ class AttributesMixin:
         unless the call's arguments are a tensor's (``x.mean(dim=1)``, analysis/tensor_calls.py)."""
         if self.values is None or self.values.kind(recv) != vk.Kind.UNKNOWN:
             return False
-        if call is not None and torch_only_call(call, meth):
+        if call is not None and torch_only_call(call, meth) and not self.values._file_method(
+                meth):  # a class of the file with that method may be the receiver
             return False
         return meth in vk.SHARED_METHODS or self._imported_result(recv)
 
