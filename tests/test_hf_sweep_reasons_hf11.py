@@ -22,7 +22,7 @@ def _verify(tmp_path: Path, source: str, target: str, *inputs: str):
     return run_request(VerifyRequest(target=f"{path}::{target}", inputs=inputs, float64=False))
 
 
-UNKNOWN_RECEIVERS = '''
+SWEEP_SHAPES = '''
 import torch
 from torch import nn
 
@@ -61,6 +61,8 @@ class Model(nn.Module):
         super().__init__()
         self.attn = Attention(width)
         self.head = nn.Linear(10, 3)  # two heads of 5 keys
+        self.pre = nn.Linear(width, width)
+        self.glu = nn.GLU(dim=1)
 
     def forward(self, x):
         outputs = self.attn(x)
@@ -69,7 +71,9 @@ class Model(nn.Module):
         shape = context.size()[:-2] + (context.size(-1) * context.size(-2),)
         context = context.reshape(shape)
         pooled = torch.cat([tokens.mean(dim=(1, 2)), tokens.amax(dim=(1, 2))], dim=-1)
-        return self.head(pooled) + context.sum(dim=-1, keepdim=True).mean(dim=(1, 2))[:, None]
+        gated = nn.functional.glu(self.glu(self.pre(x).transpose(1, 2)).transpose(1, 2))
+        return (self.head(pooled) + context.sum(dim=-1, keepdim=True).mean(dim=(1, 2))[:, None]
+                + gated.mean(dim=(1, 2))[:, None])
 '''
 
 
@@ -77,8 +81,9 @@ def test_a_tensors_arguments_settle_an_unknown_receiver(tmp_path) -> None:
     """RoFormer's and XLM's ``k.transpose(2, 3)`` on keys bound from a cache in one branch, MRA's
     ``context_layer.size()[:-2]`` on a function's result,
     Dinov2's ``patch_tokens.mean(dim=1)`` on a model output's field: numpy's and JAX's methods
-    of those names take no ``dim`` and permute a 2-D array's axes, so the calls are torch's."""
-    r = _verify(tmp_path, UNKNOWN_RECEIVERS, "Model", "float32[2,5,8]")
+    of those names take no ``dim`` and permute a 2-D array's axes, so the calls are torch's.
+    And the conformers' ``nn.GLU(dim=1)`` and ``nn.functional.glu``."""
+    r = _verify(tmp_path, SWEEP_SHAPES, "Model", "float32[2,5,8]")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
