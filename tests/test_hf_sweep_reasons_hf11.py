@@ -63,6 +63,7 @@ class Model(nn.Module):
         self.head = nn.Linear(10, 3)  # two heads of 5 keys
         self.pre = nn.Linear(width, width)
         self.glu = nn.GLU(dim=1)
+        self.kernel = 4
 
     def forward(self, x):
         outputs = self.attn(x)
@@ -72,6 +73,10 @@ class Model(nn.Module):
         context = context.reshape(shape)
         pooled = torch.cat([tokens.mean(dim=(1, 2)), tokens.amax(dim=(1, 2))], dim=-1)
         gated = nn.functional.glu(self.glu(self.pre(x).transpose(1, 2)).transpose(1, 2))
+        pad_total = self.kernel - 1
+        pad_beg = pad_total // 2
+        pad = nn.ConstantPad1d((pad_beg, pad_total - pad_beg), 0.5)
+        gated = gated * pad(x.transpose(1, 2))[:, :2, 2:7].transpose(1, 2)
         return (self.head(pooled) + context.sum(dim=-1, keepdim=True).mean(dim=(1, 2))[:, None]
                 + gated.mean(dim=(1, 2))[:, None])
 '''
@@ -82,7 +87,8 @@ def test_a_tensors_arguments_settle_an_unknown_receiver(tmp_path) -> None:
     ``context_layer.size()[:-2]`` on a function's result,
     Dinov2's ``patch_tokens.mean(dim=1)`` on a model output's field: numpy's and JAX's methods
     of those names take no ``dim`` and permute a 2-D array's axes, so the calls are torch's.
-    And the conformers' ``nn.GLU(dim=1)`` and ``nn.functional.glu``."""
+    And the conformers' ``nn.GLU(dim=1)`` and ``nn.functional.glu``, CANINE's
+    ``nn.ConstantPad1d((pad_beg, pad_end), 0)`` built in the forward from computed sizes."""
     r = _verify(tmp_path, SWEEP_SHAPES, "Model", "float32[2,5,8]")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
