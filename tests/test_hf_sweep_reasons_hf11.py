@@ -68,7 +68,7 @@ class Model(nn.Module):
     def forward(self, x):
         outputs = self.attn(x)
         tokens = outputs.scores[:, :, 1:]
-        context = outputs.context
+        context = outputs.context.to(x.dtype)
         shape = context.size()[:-2] + (context.size(-1) * context.size(-2),)
         context = context.reshape(shape)
         pooled = torch.cat([tokens.mean(dim=(1, 2)), tokens.amax(dim=(1, 2))], dim=-1)
@@ -84,7 +84,7 @@ class Model(nn.Module):
 
 def test_a_tensors_arguments_settle_an_unknown_receiver(tmp_path) -> None:
     """RoFormer's and XLM's ``k.transpose(2, 3)`` on keys bound from a cache in one branch, MRA's
-    ``context_layer.size()[:-2]`` on a function's result,
+    ``context_layer.size()[:-2]`` on a function's result, ProphetNet's ``mask.to(x.dtype)``,
     Dinov2's ``patch_tokens.mean(dim=1)`` on a model output's field: numpy's and JAX's methods
     of those names take no ``dim`` and permute a 2-D array's axes, so the calls are torch's.
     And the conformers' ``nn.GLU(dim=1)`` and ``nn.functional.glu``, CANINE's
@@ -113,6 +113,10 @@ def test_a_tensors_arguments_settle_an_unknown_receiver(tmp_path) -> None:
     ("x.size()", True),  # numpy's size is a number
     ("x.size(-1)", True),
     ("x.size(n=2)", False),
+    ("x.to(y.dtype)", True),
+    ("x.to(torch.long)", True),
+    ("x.to(dtype=d)", True),
+    ("x.to(device)", False),  # a BatchEncoding's .to too
 ])
 def test_which_arguments_are_a_tensors(call: str, torch_only: bool) -> None:
     node = cst.parse_expression(call)

@@ -5,7 +5,8 @@ the converted code hands on) share with tensors, so a receiver the value analysi
 (``outputs.last_hidden_state[:, 1:]``, a name bound from a cache in one branch) leaves the call
 ambiguous. Some arguments settle it: numpy names the axis of its reductions ``axis``, never
 ``dim``, and its two-argument ``transpose(i, j)`` is a permutation of a 2-D array's axes, so
-``transpose(2, 3)`` raises there; their ``size`` is a number, not a method. Where the arguments are ones only a tensor's method accepts
+``transpose(2, 3)`` raises there; their ``size`` is a number, not a method, and they have
+no ``.to(dtype)``. Where the arguments are ones only a tensor's method accepts
 (or ones that mean the same for both), the call is translated as the tensor's.
 """
 
@@ -34,6 +35,20 @@ def _int(node: cst.BaseExpression) -> int | None:
     return None
 
 
+_DTYPES = frozenset({"float32", "float", "float16", "half", "bfloat16", "float64", "double",
+                     "int64", "long", "int32", "int", "int16", "int8", "uint8", "bool"})
+
+
+def _dtype(node: cst.BaseExpression) -> bool:
+    """``y.dtype`` or ``torch.float32``."""
+    if not isinstance(node, cst.Attribute):
+        return False
+    if node.attr.value == "dtype":
+        return True
+    return (isinstance(node.value, cst.Name) and node.value.value == "torch"
+            and node.attr.value in _DTYPES)
+
+
 def torch_only_call(call: cst.Call, meth: str) -> bool:
     """``recv.meth(...)`` whose arguments only a tensor's ``meth`` takes, or take in a way that
     gives a numpy or JAX array the same result (``x.transpose(-1, -2)``: numpy accepts it on a
@@ -52,6 +67,10 @@ def torch_only_call(call: cst.Call, meth: str) -> bool:
         # (torch swaps them), swaps them for (1, 0) and (-1, -2) (as torch), raises otherwise
         keeps = first in (0, -2) and second in (1, -1)
         return not keeps
+    if meth == "to":
+        # x.to(y.dtype) / x.to(torch.float32) / x.to(dtype=...): a dtype only a tensor's (or a
+        # module's, which the value analysis sees) .to takes; numpy's and JAX's have no .to
+        return "dtype" in keywords or any(_dtype(p) for p in positional)
     if meth == "size" and not keywords:
         # numpy's and JAX's size is a number: only a tensor's is called (x.size()[:-2])
         return not positional or (len(positional) == 1 and _int(positional[0]) is not None)
