@@ -27,6 +27,16 @@ import torch
 from torch import nn
 
 
+class ChannelLayerNorm(nn.LayerNorm):
+    def __init__(self, hidden_size, eps=1e-12):
+        nn.LayerNorm.__init__(self, normalized_shape=hidden_size, eps=eps)
+
+    def forward(self, x):
+        x = x.permute(0, 2, 1)
+        x = nn.LayerNorm.forward(self, x)
+        return x.permute(0, 2, 1)
+
+
 class Out:
     def __init__(self, scores, context):
         self.scores, self.context = scores, context
@@ -64,6 +74,7 @@ class Model(nn.Module):
         self.pre = nn.Linear(width, width)
         self.glu = nn.GLU(dim=1)
         self.kernel = 4
+        self.norm = ChannelLayerNorm(width)
 
     def forward(self, x):
         outputs = self.attn(x)
@@ -73,6 +84,7 @@ class Model(nn.Module):
         context = context.reshape(shape)
         pooled = torch.cat([tokens.mean(dim=(1, 2)), tokens.amax(dim=(1, 2))], dim=-1)
         gated = nn.functional.glu(self.glu(self.pre(x).transpose(1, 2)).transpose(1, 2))
+        gated = gated * self.norm(x.transpose(1, 2))[:, 2:4].transpose(1, 2)
         pad_total = self.kernel - 1
         pad_beg = pad_total // 2
         pad = nn.ConstantPad1d((pad_beg, pad_total - pad_beg), 0.5)
@@ -88,7 +100,9 @@ def test_a_tensors_arguments_settle_an_unknown_receiver(tmp_path) -> None:
     Dinov2's ``patch_tokens.mean(dim=1)`` on a model output's field: numpy's and JAX's methods
     of those names take no ``dim`` and permute a 2-D array's axes, so the calls are torch's.
     And the conformers' ``nn.GLU(dim=1)`` and ``nn.functional.glu``, CANINE's
-    ``nn.ConstantPad1d((pad_beg, pad_end), 0)`` built in the forward from computed sizes."""
+    ``nn.ConstantPad1d((pad_beg, pad_end), 0)`` built in the forward from computed sizes,
+    SqueezeBERT's ``nn.LayerNorm.__init__(self, ...)`` / ``nn.LayerNorm.forward(self, x)`` in
+    its subclass of the layer."""
     r = _verify(tmp_path, SWEEP_SHAPES, "Model", "float32[2,5,8]")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
