@@ -75,6 +75,10 @@ class Model(nn.Module):
         self.glu = nn.GLU(dim=1)
         self.kernel = 4
         self.norm = ChannelLayerNorm(width)
+        self.block = []
+        for _ in range(2):
+            self.block += [nn.Linear(width, width)]
+        self.block = nn.ModuleList(self.block)
 
     def forward(self, x):
         outputs = self.attn(x)
@@ -85,16 +89,18 @@ class Model(nn.Module):
         pooled = torch.cat([tokens.mean(dim=(1, 2)), tokens.amax(dim=(1, 2))], dim=-1)
         gated = nn.functional.glu(self.glu(self.pre(x).transpose(1, 2)).transpose(1, 2))
         gated = gated * self.norm(x.transpose(1, 2))[:, 2:4].transpose(1, 2)
+        for module in self.block:
+            x = module(x)
         pad_total = self.kernel - 1
         pad_beg = pad_total // 2
         pad = nn.ConstantPad1d((pad_beg, pad_total - pad_beg), 0.5)
         gated = gated * pad(x.transpose(1, 2))[:, :2, 2:7].transpose(1, 2)
         return (self.head(pooled) + context.sum(dim=-1, keepdim=True).mean(dim=(1, 2))[:, None]
-                + gated.mean(dim=(1, 2))[:, None])
+                + gated.mean(dim=(1, 2))[:, None] + x.mean(dim=(1, 2))[:, None])
 '''
 
 
-def test_a_tensors_arguments_settle_an_unknown_receiver(tmp_path) -> None:
+def test_the_forward_reasons_of_the_tenth_round(tmp_path) -> None:
     """RoFormer's and XLM's ``k.transpose(2, 3)`` on keys bound from a cache in one branch, MRA's
     ``context_layer.size()[:-2]`` on a function's result, ProphetNet's ``mask.to(x.dtype)``,
     Dinov2's ``patch_tokens.mean(dim=1)`` on a model output's field: numpy's and JAX's methods
@@ -102,7 +108,8 @@ def test_a_tensors_arguments_settle_an_unknown_receiver(tmp_path) -> None:
     And the conformers' ``nn.GLU(dim=1)`` and ``nn.functional.glu``, CANINE's
     ``nn.ConstantPad1d((pad_beg, pad_end), 0)`` built in the forward from computed sizes,
     SqueezeBERT's ``nn.LayerNorm.__init__(self, ...)`` / ``nn.LayerNorm.forward(self, x)`` in
-    its subclass of the layer."""
+    its subclass of the layer, DAC's ``self.block = []`` grown by ``+=`` and then wrapped in
+    ``nn.ModuleList(self.block)``."""
     r = _verify(tmp_path, SWEEP_SHAPES, "Model", "float32[2,5,8]")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
