@@ -90,7 +90,7 @@ class Model(nn.Module):
         gated = nn.functional.glu(self.glu(self.pre(x).transpose(1, 2)).transpose(1, 2))
         gated = gated * self.norm(x.transpose(1, 2))[:, 2:4].transpose(1, 2)
         for module in self.block:
-            x = module(x)
+            x = module.forward(x)
         pad_total = self.kernel - 1
         pad_beg = pad_total // 2
         pad = nn.ConstantPad1d((pad_beg, pad_total - pad_beg), 0.5)
@@ -109,7 +109,7 @@ def test_the_forward_reasons_of_the_tenth_round(tmp_path) -> None:
     ``nn.ConstantPad1d((pad_beg, pad_end), 0)`` built in the forward from computed sizes,
     SqueezeBERT's ``nn.LayerNorm.__init__(self, ...)`` / ``nn.LayerNorm.forward(self, x)`` in
     its subclass of the layer, DAC's ``self.block = []`` grown by ``+=`` and then wrapped in
-    ``nn.ModuleList(self.block)``."""
+    ``nn.ModuleList(self.block)``, and SqueezeBERT's ``layer.forward(h)`` over it."""
     r = _verify(tmp_path, SWEEP_SHAPES, "Model", "float32[2,5,8]")
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)

@@ -523,8 +523,10 @@ class AttributesMixin:
                       f".{original_node.attr.value}: read it from what the loader was built "
                       "from")
         if (original_node.attr.value == "forward" and self.in_module_class()
-                and m.matches(original_node.value, m.Call(func=m.Name("super")))):
-            return updated_node.with_changes(attr=cst.Name("__call__"))  # super().forward(x)
+                and (m.matches(original_node.value, m.Call(func=m.Name("super")))
+                     or self._is_module_expr(original_node.value))):
+            # super().forward(x), layer.forward(h) (SqueezeBERT's encoder): the module's call
+            return updated_node.with_changes(attr=cst.Name("__call__"))
         if self._in_annotation and not isinstance(
                 self.get_metadata(ParentNodeProvider, original_node, None), cst.Attribute):
             # the whole dotted name (torch.nn.Module), not its prefix (torch.nn)
