@@ -10,7 +10,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from torch2jax.analysis.tensor_calls import torch_only_call
+from torch2jax.analysis.tensor_calls import tensor_result, torch_only_call
 from torch2jax.verify.common import VerifyRequest
 from torch2jax.verify.run import run_request
 
@@ -62,7 +62,8 @@ class Attention(nn.Module):
         else:
             k = self.k(x).view(b, t, self.heads, self.size).transpose(1, 2)
         a = torch.matmul(q, k.transpose(2, 3)).softmax(-1)
-        c = torch.matmul(q, k.transpose(-1, -2))
+        dtype = q.dtype
+        c = torch.matmul(q, k.transpose(-1, -2).to(dtype))
         return Out(a, c)
 
 
@@ -103,6 +104,7 @@ class Model(nn.Module):
 def test_the_forward_reasons_of_the_tenth_round(tmp_path) -> None:
     """RoFormer's and XLM's ``k.transpose(2, 3)`` on keys bound from a cache in one branch, MRA's
     ``context_layer.size()[:-2]`` on a function's result, ProphetNet's ``mask.to(x.dtype)``,
+    Falcon-Mamba's ``out.transpose(1, 2).to(dtype)``,
     Dinov2's ``patch_tokens.mean(dim=1)`` on a model output's field: numpy's and JAX's methods
     of those names take no ``dim`` and permute a 2-D array's axes, so the calls are torch's.
     And the conformers' ``nn.GLU(dim=1)`` and ``nn.functional.glu``, CANINE's
@@ -143,3 +145,10 @@ def test_which_arguments_are_a_tensors(call: str, torch_only: bool) -> None:
     node = cst.parse_expression(call)
     assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
     assert torch_only_call(node, node.func.attr.value) is torch_only
+
+
+def test_a_tensor_methods_result_is_a_tensor() -> None:
+    assert tensor_result(cst.parse_expression("x.transpose(1, 2)"))
+    assert tensor_result(cst.parse_expression("x.mean(dim=1)"))
+    assert not tensor_result(cst.parse_expression("x.size()"))  # a torch.Size
+    assert not tensor_result(cst.parse_expression("x.transpose(0, 1)"))

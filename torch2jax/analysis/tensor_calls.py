@@ -77,3 +77,10 @@ def torch_only_call(call: cst.Call, meth: str) -> bool:
     if meth == "flatten" and positional and not keywords:
         return _int(positional[0]) is not None  # numpy's flatten takes an order ("C")
     return False
+
+
+def tensor_result(node: cst.BaseExpression) -> bool:
+    """``x.transpose(1, 2)`` in ``x.transpose(1, 2).to(dtype)`` (Falcon-Mamba): a call whose
+    arguments are a tensor method's returns a tensor (``size()`` a ``torch.Size``)."""
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value != "size" and torch_only_call(node, node.func.attr.value))

@@ -15,7 +15,7 @@ import libcst.matchers as m
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.index import Layouts
 from torch2jax.analysis.metadata import ParentNodeProvider
-from torch2jax.analysis.tensor_calls import torch_only_call
+from torch2jax.analysis.tensor_calls import tensor_result, torch_only_call
 from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import (
@@ -911,6 +911,8 @@ class AttributesMixin:
             return False
         if call is not None and torch_only_call(call, meth) and not self.values._file_method(
                 meth):  # a class of the file with that method may be the receiver
+            return False
+        if tensor_result(recv) and not self.values._file_method(recv.func.attr.value):
             return False
         return meth in vk.SHARED_METHODS or self._imported_result(recv)
 
