@@ -906,15 +906,18 @@ class AttributesMixin:
                          call: cst.Call | None = None) -> bool:
         """``recv.meth(...)`` where the value analysis cannot see what ``recv`` is and
         ``meth`` is also a method of other objects (``run.log``): marked, not rewritten,
-        unless the call's arguments are a tensor's (``x.mean(dim=1)``, analysis/tensor_calls.py)."""
+        unless the call's arguments are a tensor's (``x.mean(dim=1)``, analysis/tensor_calls.py)
+        and ``recv`` is not what another library returns (a torch value it keeps making)."""
         if self.values is None or self.values.kind(recv) != vk.Kind.UNKNOWN:
             return False
+        if self._imported_result(recv):
+            return True
         if call is not None and torch_only_call(call, meth) and not self.values._file_method(
                 meth):  # a class of the file with that method may be the receiver
             return False
         if tensor_result(recv) and not self.values._file_method(recv.func.attr.value):
             return False
-        return meth in vk.SHARED_METHODS or self._imported_result(recv)
+        return meth in vk.SHARED_METHODS
 
     def _imported_result(self, recv: cst.BaseExpression) -> bool:
         """What a function of another library returns (``Image.open(p)``,
