@@ -27,9 +27,11 @@ from torch2jax.analysis.walk import findall, visit
 from torch2jax.finish.invariants import check_output, input_facts
 from torch2jax.finish.noop import DropNoopAssigns
 from torch2jax.passes import (
+    base_calls,
     data_inits,
     forward_choice,
     grad_mode_branches,
+    list_builders,
     loader_classes,
     local_lambdas,
     manual_sgd,
@@ -90,7 +92,8 @@ IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "NamedTuple", "partial", 
 # was given when it changes nothing)
 _CANONICAL_FORMS = (loader_classes, scaler_params, optimizer_attributes, manual_sgd,
                     grad_mode_branches,
-                    open_checkpoints, local_lambdas, data_inits, module_methods, forward_choice)
+                    open_checkpoints, local_lambdas, data_inits, base_calls, list_builders,
+                    module_methods, forward_choice)
 
 # text without which a canonical form finds nothing to rewrite, checked on the user's source:
 # each form walks the whole tree to find out otherwise. The forms only move and rewrite the
@@ -104,6 +107,8 @@ _CANONICAL_GATES = {
     local_lambdas: re.compile(r"\blambda\b"),
     grad_mode_branches: re.compile(r"\bbackward\b"),
     module_methods: re.compile(r"\bregister_parameter\b"),
+    base_calls: re.compile(r"\.\w+\(\s*self\b"),  # nn.LayerNorm.__init__(self, ...)
+    list_builders: re.compile(r"ModuleList\(\s*self\."),  # nn.ModuleList(self.block)
     # self.forward = self.forward_slicing (the target may be parenthesized, continued), or
     # self.register_parameter("forward", p), which module_methods writes so
     forward_choice: re.compile(r"\bforward\b(?:[\s)\\]|#[^\n]*)*=(?!=)|"

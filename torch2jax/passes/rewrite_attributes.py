@@ -14,6 +14,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.metadata import ParentNodeProvider
+from torch2jax.analysis.tensor_calls import tensor_result, torch_only_call
 from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import built_weights as bw
@@ -583,8 +584,10 @@ class AttributesMixin:
                       f".{original_node.attr.value}: read it from what the loader was built "
                       "from")
         if (original_node.attr.value == "forward" and self.in_module_class()
-                and m.matches(original_node.value, m.Call(func=m.Name("super")))):
-            return updated_node.with_changes(attr=cst.Name("__call__"))  # super().forward(x)
+                and (m.matches(original_node.value, m.Call(func=m.Name("super")))
+                     or self._is_module_expr(original_node.value))):
+            # super().forward(x), layer.forward(h) (SqueezeBERT's encoder): the module's call
+            return updated_node.with_changes(attr=cst.Name("__call__"))
         if self._in_annotation and not isinstance(
                 self.get_metadata(ParentNodeProvider, original_node, None), cst.Attribute):
             # the whole dotted name (torch.nn.Module), not its prefix (torch.nn)
@@ -969,12 +972,22 @@ class AttributesMixin:
         # Net().to(device), self.transformer.h[0], a model passed to a function
         return self.values is not None and self.values.kind(node) == vk.Kind.MODULE
 
-    def _receiver_unsure(self, recv: cst.BaseExpression, meth: str) -> bool:
+    def _receiver_unsure(self, recv: cst.BaseExpression, meth: str,
+                         call: cst.Call | None = None) -> bool:
         """``recv.meth(...)`` where the value analysis cannot see what ``recv`` is and
-        ``meth`` is also a method of other objects (``run.log``): marked, not rewritten."""
+        ``meth`` is also a method of other objects (``run.log``): marked, not rewritten,
+        unless the call's arguments are a tensor's (``x.mean(dim=1)``, analysis/tensor_calls.py)
+        and ``recv`` is not what another library returns (a torch value it keeps making)."""
         if self.values is None or self.values.kind(recv) != vk.Kind.UNKNOWN:
             return False
-        return meth in vk.SHARED_METHODS or self._imported_result(recv)
+        if self._imported_result(recv):
+            return True
+        if call is not None and torch_only_call(call, meth) and not self.values._file_method(
+                meth):  # a class of the file with that method may be the receiver
+            return False
+        if tensor_result(recv) and not self.values._file_method(recv.func.attr.value):
+            return False
+        return meth in vk.SHARED_METHODS
 
     def _imported_result(self, recv: cst.BaseExpression) -> bool:
         """What a function of another library returns (``Image.open(p)``,

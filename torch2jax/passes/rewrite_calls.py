@@ -744,7 +744,7 @@ class CallsMixin:
                     # x.view(*shape) is that reshape (a dtype is never given starred)
                     return updated.with_changes(func=updated.func.with_changes(
                         attr=cst.Name("reshape")))
-                if self._receiver_unsure(recv, meth):
+                if self._receiver_unsure(recv, meth, original):
                     raise Untranslatable(
                         f"{code(recv)}.{meth}(...): {code(recv)} is not known to be a tensor "
                         f"(other objects have a .{meth} too): left as it is",

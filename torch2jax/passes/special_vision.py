@@ -569,6 +569,7 @@ def pad_module(site: Site) -> cst.BaseExpression:
     if node is None:
         raise Untranslatable(f"{site.rule.torch} without its padding")
     pads = try_literal(node, ...)
+    head = "lambda x: "
     if isinstance(pads, int):
         width = f"[(0, 0)] * (x.ndim - {n}) + [{', '.join([f'({pads}, {pads})'] * n)}]"
     elif isinstance(pads, (tuple, list)) and pads and len(pads) % 2 == 0 and all(
@@ -582,6 +583,14 @@ def pad_module(site: Site) -> cst.BaseExpression:
         p = code(node)
         width = (f"[(0, 0)] * (x.ndim - {n}) + ([({p}, {p})] * {n} if isinstance({p}, int) "
                  f"else list(zip({p}[-2::-2], {p}[::-2])))")
+    elif isinstance(node, (cst.Tuple, cst.List)) and node.elements and len(
+            node.elements) % 2 == 0 and all(isinstance(e, cst.Element) for e in node.elements):
+        # nn.ConstantPad1d((pad_beg, pad_end), 0) (CANINE): torch's pairs, computed where the
+        # layer is built, bound there as the lambda's default (the layer keeps them)
+        k = len(node.elements) // 2
+        pairs = ", ".join(f"(widths[{2 * i}], widths[{2 * i + 1}])" for i in reversed(range(k)))
+        width = f"[(0, 0)] * (x.ndim - {k}) + [{pairs}]"
+        head = f"lambda x, widths=({', '.join(code(e.value) for e in node.elements)}): "
     else:
         raise Untranslatable(f"{site.rule.torch} with a computed padding")
     if isinstance(pads, (tuple, list)) and any(isinstance(p, int) and p < 0 for p in pads) or (
@@ -591,4 +600,4 @@ def pad_module(site: Site) -> cst.BaseExpression:
     value = site.get("value")
     if value is not None and try_literal(value, ...) not in (0, 0.0):
         kws += f", constant_values={code(value)}"
-    return expr(f"lambda x: jnp.pad(x, {width}{kws})")
+    return expr(f"{head}jnp.pad(x, {width}{kws})")
