@@ -929,6 +929,12 @@ class LayersMixin:
         if b.extra_positional or b.star or set(b.named) - {"eps", "elementwise_affine", "bias"}:
             raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps, "
                                  "elementwise_affine and bias", rule=rule.id)
+        if target == "nnx.LayerNorm" and "LayerNorm" not in self.index.defined and (
+                self.target.helper_target in HELPERS.get("LayerNorm", {})):
+            # the calls give torch's keywords (edgenext's norm_layer(dim, eps=1e-6, **dd)):
+            # the LayerNorm helper of torch's signature, as nn.LayerNorm as a value is
+            self.need("partial")
+            return call("partial", arg(cst.Name("LayerNorm")), *original.args[1:])
         parts = [f"epsilon={code(b.get('eps')) if b.has('eps') else '1e-05'}"]
         if b.has("elementwise_affine"):
             parts += [f"use_scale={code(b.get('elementwise_affine'))}",
