@@ -6,7 +6,7 @@ _get_stage_fn(stage_args)``, timm's cspnet), a loop target taking the items of a
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import libcst as cst
 import libcst.matchers as m
@@ -132,3 +132,52 @@ def nchw_branch_convs(built: dict, fid: int, torch_convs: set[int]) -> list[str]
             torch_convs.update(id(c) for c in convs)
             names.append(name)
     return names
+
+
+def local_function(fns: list[cst.FunctionDef], name: str) -> bool:
+    """``name`` is a function defined (``def``) inside one of the enclosing functions ``fns``
+    (timm's swin_transformer_v2_cr: ``def _extra_norm(index)`` in a stage's ``__init__``,
+    called as ``extra_norm=_extra_norm(index)``): a closure, not a layer class handed in; it
+    takes ``rngs`` where it builds layers (the indexer's functions taking them, keyed
+    ``Class.name`` in a class as the class's methods are)."""
+    return any(m.findall(fn.body, m.FunctionDef(name=m.Name(name))) for fn in fns)
+
+
+def holds_drawing_function(fns: list[cst.FunctionDef], name: str, draws: Collection[str],
+                           takes_rngs: Collection[str]) -> bool:
+    """``name`` is a function that draws (``draws``: the file's), or a local of the innermost
+    of ``fns`` given only functions taking ``rngs`` (``takes_rngs``: the file's and those
+    imported), re-bound in a partial of itself (timm's hieradet_sam2: ``init_fn =
+    init_weight_jax if weight_init == 'jax' else init_weight_vit``, then ``init_fn =
+    partial(init_fn, classifier_name='head.fc')`` and ``named_apply(init_fn, self)``): a
+    partial of it binds the rngs, for the calls made elsewhere."""
+    if name in draws:
+        return True
+    if not fns:
+        return False
+    options: list[cst.BaseExpression] = []
+    for assign in m.findall(fns[-1], m.Assign(targets=[m.AssignTarget(m.Name(name))])):
+        value = assign.value
+        if m.matches(value, m.Call(func=m.Name("partial") | m.Attribute(attr=m.Name(
+                "partial")), args=[m.Arg(m.Name(name), keyword=None), m.ZeroOrMore()])):
+            continue
+        options += [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+    return bool(options) and all(isinstance(o, cst.Name) and o.value in takes_rngs
+                                 for o in options)
+
+
+def class_lookups(module: cst.Module, is_class: Callable[[cst.BaseExpression], bool]) -> set[str]:
+    """The file's top-level functions whose every return is an item of a literal list or tuple
+    of classes (``is_class``: a torch layer class, a module class of the file; timm's hiera:
+    ``def conv_nd(n): return [nn.Identity, nn.Conv1d, nn.Conv2d, nn.Conv3d][n]``), whose
+    result a call builds at once (``conv_nd(2)(dim_in, dim_out, kernel_size=3)``)."""
+    out = set()
+    for fn in module.body:
+        if not isinstance(fn, cst.FunctionDef):
+            continue
+        returns = m.findall(fn, m.Return())
+        if returns and all(isinstance(r.value, cst.Subscript) and isinstance(
+                r.value.value, (cst.List, cst.Tuple)) and r.value.value.elements and all(
+                    is_class(e.value) for e in r.value.value.elements) for r in returns):
+            out.add(fn.name.value)
+    return out

@@ -53,11 +53,17 @@ class Conv{n}d(nnx.Conv):
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.stride, self.dilation = spatial(stride), spatial(dilation)
 
+    @property
+    def weight(self) -> jax.Array:
+        """torch's weight (out, in / groups, *k), read by code that takes the layer as torch's
+        (a weight-standardised conv's forward): the kernel (*k, in / groups, out) transposed."""
+        return jnp.transpose(self.kernel[...], {perm})
+
     def __call__(self, x: jax.Array) -> jax.Array:
         return jnp.moveaxis(super().__call__(jnp.moveaxis(x, 1, -1)), -1, 1)
 '''
 for _n in (1, 2, 3):
-    helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(n=_n))
+    helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(n=_n, perm=(_n + 1, _n, *range(_n))))
 
 
 _POOL = '''
@@ -131,7 +137,7 @@ for _n in (1, 2, 3):
         dilation="(1,) * " + str(_n), call=_AVG_CALL))
 
 
-helper("Linear", {"jnp", "nnx"}, '''
+helper("Linear", {"jax", "jnp", "nnx"}, '''
 class Linear(nnx.Linear):
     """nn.Linear for code that hands the layer class around as a value (linear_layer=nn.Linear):
     torch's arguments over an nnx.Linear (bias= is use_bias=, dtype= the parameters' dtype;
@@ -141,6 +147,12 @@ class Linear(nnx.Linear):
                  dtype=None, *, rngs: nnx.Rngs) -> None:
         super().__init__(in_features, out_features, use_bias=bias,
                          param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
+
+    @property
+    def weight(self) -> jax.Array:
+        """torch's weight (out, in), read by code that takes the layer as torch's: the kernel
+        (in, out) transposed."""
+        return self.kernel[...].T
 ''')
 
 
@@ -165,6 +177,16 @@ class BatchNorm{n}d(BatchNorm):
                          param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
         self.affine, self.track_running_stats = affine, track_running_stats
         self.num_batches_tracked = None  # no counter: momentum=None, its use, is refused
+
+    @property
+    def weight(self) -> nnx.Param | None:
+        """torch's name of the scale, read by code that takes the layer as torch's (its
+        dtype, an initialiser setting it): the same parameter, of the same shape."""
+        return self.scale
+
+    @weight.setter
+    def weight(self, value: nnx.Param | None) -> None:
+        self.scale = value
 
     def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
         if not self.track_running_stats:  # no running statistics: the batch's, in eval too
@@ -196,4 +218,29 @@ class LayerNorm(nnx.LayerNorm):
         super().__init__(shape[0], epsilon=eps, use_scale=elementwise_affine,
                          use_bias=elementwise_affine and bias,
                          param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
+
+    @property
+    def weight(self) -> nnx.Param | None:
+        """torch's name of the scale, read by code that takes the layer as torch's (its
+        dtype, an initialiser setting it): the same parameter, of the same shape."""
+        return self.scale
+
+    @weight.setter
+    def weight(self, value: nnx.Param | None) -> None:
+        self.scale = value
+''', targets=("nnx",))
+
+
+# torch.nn.init.zeros_(self.conv3.bn.weight) where the converter cannot tell the layer's type
+# (built in another module: timm's ConvNormAct's norm): the parameter found at run time
+helper("layer_weight", {"nnx"}, '''
+def layer_weight(layer: nnx.Module) -> nnx.Param:
+    """The parameter torch calls a layer's weight: NNX names it kernel (Linear, Conv), scale
+    (the norms) or embedding (Embed). Only for an initialiser that sets or draws every element
+    alike, which the layout (a kernel is torch's weight transposed) does not change."""
+    for name in ("kernel", "scale", "embedding"):
+        param = getattr(layer, name, None)
+        if isinstance(param, nnx.Param):
+            return param
+    raise AttributeError(f"{type(layer).__name__} has no weight (kernel, scale or embedding)")
 ''', targets=("nnx",))

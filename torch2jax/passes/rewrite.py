@@ -31,6 +31,7 @@ from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis import accumulate as acc
 from torch2jax.analysis import values as vk
+from torch2jax.analysis.class_locals import class_lookups
 from torch2jax.analysis.index import SAME_AS, FileIndex, Layouts, qualified
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.training import TrainingIndex
@@ -144,6 +145,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._module_hoist: list[tuple[str, cst.BaseStatement]] = []
         self._module_names: set[str] = set()
         self._file_functions: set[str] = set()  # the file's top-level functions
+        self._class_lookups: set[str] = set()  # those returning an item of a list of classes
         self._passed_schedulers: set[str] = set()  # see visit_Module
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
         self._comp_frames: list = []  # their draws' keys (passes/comprehension_keys.py)
@@ -277,6 +279,9 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             # (on the equinox pass's NNX form too: a step helper over the script's model)
             self._find_block_steps(node)
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
+        self._class_lookups = class_lookups(node, lambda e: (self.q(e) or "") in self.rules.layers
+                                            or m.matches(e, m.Name(m.MatchIfTrue(
+                                                self.index.module_classes.__contains__))))
         self._device_functions = device_default_functions(node)
         self._module_names = _module_names(node)
         # schedulers stepped in a function that receives them (train(model, loader, optimizer,

@@ -14,7 +14,7 @@ import libcst.matchers as m
 from torch2jax.analysis import children
 from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.class_locals import looked_up_activation
+from torch2jax.analysis.class_locals import holds_drawing_function, looked_up_activation
 from torch2jax.analysis.index import Layouts, combine
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
@@ -668,7 +668,8 @@ class CallsMixin:
                                          self._layer_subclass_rule(original.func.value))
         if (name == "functools.partial" and original.args and self.target.stateful_modules
                 and m.matches(original.args[0].value, m.Name())
-                and original.args[0].value.value in self.index.draw_functions
+                and holds_drawing_function(self._fn_stack, original.args[0].value.value,
+                                           self.index.draw_functions, self.index.rngs_functions)
                 and self._rngs_scope and self._rngs_scope[-1]):
             # named_apply(partial(_init_weights, head_bias=0.), self): the init function runs
             # elsewhere, its draws with the rngs the partial binds
@@ -701,8 +702,9 @@ class CallsMixin:
         if self._builds_module(original, name):
             return self._with_rngs(original, updated)
         if (m.matches(original.func, m.Call(func=m.Name())) and self._builds_layers_here()
-                and original.func.func.value.startswith("get_")
-                and original.func.func.value not in self._file_functions):
+                and ((original.func.func.value.startswith("get_")
+                      and original.func.func.value not in self._file_functions)
+                     or original.func.func.value in self._class_lookups)):
             # get_norm_act_layer(norm_layer, act_layer=act_layer)(chs, **dd) (timm's
             # xception_aligned): an imported lookup's class (or activation function), built
             return self._build_layer(original, updated)

@@ -13,6 +13,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.class_locals import (
+    local_function,
     looked_up_class,
     param_loop_targets,
     unpacked_classes,
@@ -762,6 +763,8 @@ class ModuleClassMixin:
                     f"{self.current_class}.{self._fn_stack[-1].name.value}"
                     in self.index.rngs_functions):
                 return True  # a classmethod constructor: cls(config)
+            if local_function(self._fn_stack, n):  # a closure: rngs where its def takes them
+                return ".".join(filter(None, (self.current_class, n))) in self.index.rngs_functions
             if n in self._file_functions and not (
                     self._param_names and n in self._param_names[-1]):
                 return False  # a function of the file that builds no layer (its def takes

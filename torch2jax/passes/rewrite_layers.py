@@ -215,14 +215,19 @@ class LayersMixin:
         if m.matches(t, m.Attribute(value=m.Attribute(value=m.Name() | m.Attribute()),
                                     attr=m.Name("data"))):
             t = t.value  # normal_(m.weight.data, ...): the parameter's value is set either way
-        if isinstance(t, cst.Attribute) and (t.attr.value == "data" or (
+        v = expr("{t}.value", t=t)
+        if torch_init.weight_of_a_sublayer(t) and self.target.helper_target in HELPERS.get(
+                "layer_weight", {}):
+            # self.conv3.bn.weight, bn built in another module: an elementwise fill does not
+            # depend on the layout, the parameter is found at run time (cspnet's zero_init_last)
+            v = expr("layer_weight({layer}).value", layer=t.value)
+        elif isinstance(t, cst.Attribute) and (t.attr.value == "data" or (
                 t.attr.value == "weight" and not m.matches(t.value, m.Name("self")))):
             # m.weight where m's layer type is not known (a test of m.__class__.__name__,
             # not isinstance): NNX names it kernel, scale or embedding by type
             raise Untranslatable(f"{q} of {code(t)}: the layer type is not known here (NNX "
                                  "names a weight kernel, scale or embedding by layer type); "
                                  "test it with isinstance(m, nn.Conv2d) and so on", rule=q)
-        v = expr("{t}.value", t=t)
         shape = f"{code(v)}.shape, {code(v)}.dtype"
         g = lambda n, d: code(b.get(n)) if b.get(n) is not None else d
         if fn in ("normal_", "uniform_", "trunc_normal_", "trunc_normal_tf_") and not (
@@ -928,6 +933,12 @@ class LayersMixin:
         if b.extra_positional or b.star or set(b.named) - {"eps", "elementwise_affine", "bias"}:
             raise Untranslatable(f"partial({rule.torch}, ...) with arguments other than eps, "
                                  "elementwise_affine and bias", rule=rule.id)
+        if target == "nnx.LayerNorm" and "LayerNorm" not in self.index.defined and (
+                self.target.helper_target in HELPERS.get("LayerNorm", {})):
+            # the calls give torch's keywords (edgenext's norm_layer(dim, eps=1e-6, **dd)):
+            # the LayerNorm helper of torch's signature, as nn.LayerNorm as a value is
+            self.need("partial")
+            return call("partial", arg(cst.Name("LayerNorm")), *original.args[1:])
         parts = [f"epsilon={code(b.get('eps')) if b.has('eps') else '1e-05'}"]
         if b.has("elementwise_affine"):
             parts += [f"use_scale={code(b.get('elementwise_affine'))}",

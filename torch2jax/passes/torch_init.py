@@ -151,3 +151,18 @@ def with_initializers(out: cst.Call, extra: list[cst.Arg]) -> cst.Call:
     return out.with_changes(args=[a.with_changes(comma=comma if i < len(args) - 1 else
                                                  cst.MaybeSentinel.DEFAULT)
                                   for i, a in enumerate(args)])
+
+
+def weight_of_a_sublayer(t: cst.BaseExpression | None) -> bool:
+    """``self.conv3.bn.weight`` / ``self.norm.weight`` (a ``torch.nn.init`` fill's tensor)
+    still named ``weight`` after the rewrite: a layer of the module whose type the file does
+    not show (built in another module, by a class handed in), whose parameter the
+    ``layer_weight`` helper finds at run time. Not ``self.weight`` (the class's own), nor
+    ``m.weight`` of a loop over modules, which tests the type by name (marked)."""
+    if not (isinstance(t, cst.Attribute) and t.attr.value == "weight"
+            and isinstance(t.value, cst.Attribute)):
+        return False
+    node = t.value
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name) and node.value == "self"
