@@ -12,7 +12,8 @@ torch's ``.data`` can:
     model.embedding.embedding[...] = pretrained_embeddings
     model.embedding.embedding[UNK_IDX] = jnp.zeros(EMBEDDING_DIM)
 
-in the JAX layer's layout: a Linear's ``weight.copy_(w)`` is ``kernel[...] = w.T``, a row of
+in the JAX layer's layout (passes/layer_weight_writes.py, which lays out the writes into a
+module's own layers): a Linear's ``weight.copy_(w)`` is the kernel given ``w.T``, a row of
 its weight (``weight[i] = v``) a column of the kernel (``kernel[:, i] = v``), a conv's weight
 transposed to the kernel's axes. Other writes (an in-place op other than ``copy_``, an index
 into a transposed weight that is not a single row) stay marked. Not on linen (a layer object
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from torch2jax.passes import layer_weight_writes as lw
 from torch2jax.passes.common import expr
 
 
@@ -45,20 +47,13 @@ def _single_row(sub: cst.Subscript) -> bool:
         isinstance(sub.slice[0].slice.value, cst.Tuple)
 
 
-def torch_to_jax(value: cst.BaseExpression, wm, q: str) -> cst.BaseExpression:
-    """A tensor in torch's layout of the weight, in the JAX layer's."""
-    if wm.layout == "transpose":
-        return expr("{v}.T", v=value)
-    if wm.layout == "conv":
-        nd = int(q[-2])
-        return expr(f"jnp.transpose({{v}}, {(*range(2, nd + 2), 1, 0)})", v=value)
-    return value
-
-
 def copied(layer: cst.BaseExpression, wm, q: str, value: cst.BaseExpression) -> cst.Assign:
-    """``X.weight.data.copy_(value)`` -> ``X.<kernel>[...] = value`` in the kernel's layout."""
-    return cst.Assign([cst.AssignTarget(expr("{l}." + wm.to + "[...]", l=layer))],
-                      torch_to_jax(value, wm, q))
+    """``X.weight.data.copy_(value)`` -> ``X.<kernel>[...] = value`` in the kernel's layout
+    (a variable's ``[...] =`` broadcasts and casts as torch's ``copy_``; a transposed or conv
+    weight's source is broadcast to torch's shape first: passes/layer_weight_writes.py)."""
+    target = expr("{l}." + wm.to + "[...]", l=layer)
+    new = value if wm.layout == "as_is" else lw.copied_into(target, wm.layout, q, value)
+    return cst.Assign([cst.AssignTarget(target)], new)
 
 
 def row_set(layer: cst.BaseExpression, wm, index: cst.BaseExpression,
