@@ -574,6 +574,9 @@ class LoopsMixin:
             site = t.optimizer_names[name]
             kwargs = {"optimizer": name, "model": model, "loop_names": loop_names,
                       "step_name": self._loop_step_name(), "accumulate": site.accumulate is not None}
+            joint = tr.joint_pairs(body, name, {n: t.model_of(n) for n in t.optimizer_names})
+            if joint:  # one loss, an optimizer per model (the seq2seq tutorial's two)
+                kwargs["joint"] = joint
             step = tr.build_train_step(body, functional=True, **kwargs) if (
                 self.data.functional_ok(model, self.index.module_classes,
                                         self._scalar_param)) else None

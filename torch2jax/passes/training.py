@@ -374,11 +374,12 @@ def loss_slice(before: Sequence[cst.BaseStatement], loss: str) -> list[bool]:
     return in_slice
 
 
-def split_loss(before: Sequence[cst.BaseStatement], in_slice: Sequence[bool], model: str
-               ) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement]]:
+def split_loss(before: Sequence[cst.BaseStatement], in_slice: Sequence[bool],
+               model: str | set[str]) -> tuple[list[cst.BaseStatement], list[cst.BaseStatement]]:
     """The statements before ``backward()`` that form the loss function (those of the loss's
-    backward slice, ``in_slice``, that depend on the model), and the others, in order."""
-    diff: set[str] = {model}
+    backward slice, ``in_slice``, that depend on the model, or on one of the models), and the
+    others, in order."""
+    diff: set[str] = {model} if isinstance(model, str) else set(model)
     loss_body: list[cst.BaseStatement] = []
     outside: list[cst.BaseStatement] = []
     for s, sliced in zip(before, in_slice):
@@ -464,7 +465,8 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                      functional: bool = False, tree_mode: bool = False,
                      clip: cst.BaseStatement | None = None,
                      grads_out: str | None = None, closure: bool = False,
-                     read_later: frozenset[str] | set[str] = frozenset()) -> TrainStep | None:
+                     read_later: frozenset[str] | set[str] = frozenset(),
+                     joint: Sequence[tuple[str, str]] = ()) -> TrainStep | None:
     """Restructure a loop body that runs ``backward()`` and ``optimizer.step()``.
 
     ``loop_names``: names assigned in the enclosing loops (batches, targets): they are passed
@@ -486,7 +488,15 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     the accumulated gradients ``grads_out`` (None: none yet) instead of the optimizer, adds
     the loss's gradients to them and returns the sum, bound to ``grads_out`` at the call; the
     body needs no ``optimizer.step()``.
+
+    ``joint``: the other ``(optimizer, model)`` pairs whose ``step()`` follows the same
+    ``backward()`` (the seq2seq tutorial's encoder and decoder optimizers): the loss is
+    differentiated with respect to every model, each optimizer updates its own.
     """
+    if joint and (functional or closure or grads_out is not None or accumulate or clip):
+        return None
+    models = [model, *(mo for _, mo in joint)]
+    optimizers = [optimizer, *(o for o, _ in joint)]
     body = list(body)
     clip_at = next((i for i, s in enumerate(body) if s is clip), None)
     if clip is not None and clip_at is None:
@@ -494,6 +504,8 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     body, kept_attr = _attribute_loss(body)
     clip = body[clip_at] if clip_at is not None else None
     back = [i for i, s in enumerate(body) if _is_method_stmt(s, None, "backward")]
+    others = [i for i, s in enumerate(body) for o in optimizers[1:]
+              if _is_method_stmt(s, {o}, "step")]
     steps = [i for i, s in enumerate(body) if _is_method_stmt(s, {optimizer}, "step") or (
         accumulate and isinstance(s, cst.If) and not s.orelse and len(s.body.body) == 1
         and _is_method_stmt(s.body.body[0], {optimizer}, "step"))]
@@ -501,15 +513,19 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         steps = [None]
     elif len(back) != 1 or len(steps) != 1 or steps[0] < back[0]:
         return None
+    if len(others) != len(joint) or any(i < back[0] for i in others):
+        return None
     ib, istep = back[0], steps[0]
     loss = _is_method_stmt(body[ib], None, "backward")
-    before = [s for s in body[:ib] if not _is_method_stmt(s, {optimizer, model}, "zero_grad")]
-    loss_body, outside = split_loss(before, loss_slice(before, loss), model)
+    before = [s for s in body[:ib] if not _is_method_stmt(s, {*optimizers, *models},
+                                                            "zero_grad")]
+    loss_body, outside = split_loss(before, loss_slice(before, loss), set(models))
     if not loss_body:
         return None
     defined = assigned_in_order(loss_body)
     after = [s for s in body[ib + 1:]
-             if (istep is None or s is not body[istep]) and s is not clip]
+             if (istep is None or s is not body[istep]) and s is not clip
+             and not any(s is body[i] for i in others)]
     # the learning rate set between backward() and step() (a hand-written SGD's, made an
     # optimizer by passes/manual_sgd.py): the step it precedes reads it, so it is set before
     # the call (it reads nothing the loss computes)
@@ -548,26 +564,28 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     # their indices may be Python ints that a jit-compiled function cannot slice with
     taken0 = set(used_later) | set(loop_names) | {u for st in loss_body
                                                   for u in names_of(st).used}
-    lifter = _LiftBatches({model, *defined}, loop_names, taken0)
+    lifter = _LiftBatches({*models, *defined}, loop_names, taken0)
     loss_body = [st.visit(lifter) for st in loss_body]
     free = []
     # names the loss body reads before it binds them (``output, hidden = model(x, hidden)``,
     # a recurrent state carried between steps): arguments of the step and of the loss function
-    carried = _read_before_bound(loss_body, model)
+    carried = _read_before_bound(loss_body, set(models))
     for s in loss_body:
         n = names_of(s)
         for u in n.used:
-            if u != model and u not in free and (u not in defined and u in loop_names
-                                                 or u in carried):
+            if u not in models and u not in free and (u not in defined and u in loop_names
+                                                      or u in carried):
                 free.append(u)
     taken = set(used_later) | set(loop_names) | {u for st in loss_body
                                                   for u in names_of(st).used}
     loss_fn = _fresh("loss_fn", taken)
     grads = _fresh("grads", taken)
     vg_clip = clip_line.format(grads=grads)
-    head = ([STATE] if closure else [GRAPHDEF, STATE]) if functional else [model, optimizer]
+    head = ([STATE] if closure else [GRAPHDEF, STATE]) if functional else [*models,
+                                                                                *optimizers]
     params = ", ".join([*head, *free, *(n for n, _ in lifter.lifted)])
-    loss_params = ", ".join([model, *carried])
+    loss_params = ", ".join([*models, *carried])
+    argnums = f", argnums={tuple(range(len(models)))}" if joint else ""
     call_args = ", ".join([*head, *free, *(code(e) for _, e in lifter.lifted)])
     first = loss_body[0]
     if isinstance(first, cst.SimpleStatementLine):  # its blank lines go to the call
@@ -577,12 +595,12 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     if aux:
         ret_inner = f"        return {loss}, ({tuple_text(aux)})\n"
         vg = (f"    ({loss}, ({tuple_text(aux)})), {grads} = "
-              f"nnx.value_and_grad({loss_fn}, has_aux=True)({loss_params})\n")
+              f"nnx.value_and_grad({loss_fn}{argnums}, has_aux=True)({loss_params})\n")
         ret = f"    return {loss}, {', '.join(aux)}\n"
         lhs = f"{loss}, {', '.join(aux)}"
     else:
         ret_inner = f"        return {loss}\n"
-        vg = f"    {loss}, {grads} = nnx.value_and_grad({loss_fn})({loss_params})\n"
+        vg = f"    {loss}, {grads} = nnx.value_and_grad({loss_fn}{argnums})({loss_params})\n"
         ret = f"    return {loss}\n"
         lhs = loss
     if grads_out is not None:
@@ -608,9 +626,12 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                f"    def {loss_fn}({loss_params}):\n{inner}{ret_inner}"
                f"{vg}{vg_clip}    {optimizer}.update({model}, {grads})\n{ret}")
     else:
+        # (jointly: each optimizer updates its model with the gradient of its argument)
+        update = "".join(f"    {o}.update({mo}, {grads}[{i}])\n" for i, (o, mo) in enumerate(
+            zip(optimizers, models))) if joint else f"    {optimizer}.update({model}, {grads})\n"
         src = (f"{nnx_jit(tree_mode)}\ndef {step_name}({params}):\n"
                f"    def {loss_fn}({loss_params}):\n{inner}{ret_inner}"
-               f"{vg}{vg_clip}    {optimizer}.update({model}, {grads})\n{ret}")
+               f"{vg}{vg_clip}{update}{ret}")
     fn = cst.parse_statement(src)
     assert isinstance(fn, cst.FunctionDef)
     call_stmt = cst.parse_statement(f"{lhs} = {step_name}({call_args})\n")
@@ -624,7 +645,29 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                      closure=closure and functional, record=record)
 
 
-def _read_before_bound(loss_body: Sequence[cst.BaseStatement], model: str) -> list[str]:
+def joint_pairs(body: Sequence[cst.BaseStatement], optimizer: str,
+                model_of: dict[str, str | None]) -> list[tuple[str, str]]:
+    """The other ``(optimizer, model)`` pairs whose ``step()`` follows the body's one
+    ``backward()`` as ``optimizer``'s does (``loss.backward(); encoder_optimizer.step();
+    decoder_optimizer.step()``), each over another model: one step differentiates the loss
+    with respect to every model (build_train_step's ``joint``)."""
+    back = [i for i, s in enumerate(body) if _is_method_stmt(s, None, "backward")]
+    if len(back) != 1:
+        return []
+    stepped = [o for s in body[back[0] + 1:]
+               if (o := _is_method_stmt(s, set(model_of), "step")) is not None
+               and not s.body[0].value.args]
+    if optimizer not in stepped or len(set(stepped)) != len(stepped):
+        return []
+    pairs = [(o, model_of[o]) for o in stepped if o != optimizer]
+    models = [model_of[optimizer], *(mo for _, mo in pairs)]
+    if any(mo is None for mo in models) or len(set(models)) != len(models):
+        return []
+    return pairs
+
+
+def _read_before_bound(loss_body: Sequence[cst.BaseStatement], model: str | set[str]
+                       ) -> list[str]:
     """The names a statement of ``loss_body`` reads before any statement of it binds them,
     that one of its statements binds (in order of first read)."""
     bound: set[str] = set()
@@ -632,7 +675,7 @@ def _read_before_bound(loss_body: Sequence[cst.BaseStatement], model: str) -> li
     for s in loss_body:
         n = names_of(s)
         read_first += [u for u in n.used if u not in bound and u not in read_first
-                       and u != model]
+                       and u not in ({model} if isinstance(model, str) else model)]
         bound |= set(n.assigned)
     return [u for u in read_first if u in bound]
 
