@@ -129,7 +129,8 @@ def runs() -> dict:
                                ("renamed", _renamed(source)))}
     printed, weights, draws = _torch_run(source)
     return {"code": codes, "torch": printed,
-            "jax": {n: _jax_run(codes[n], weights, draws) for n in ("exact", "renamed")}}
+            "jax": {n: _jax_run(codes[n], weights, draws) for n in ("exact", "renamed")},
+            "shuffled": _jax_run(codes["program"], weights, draws)}
 
 
 def test_run_epoch_takes_and_returns_the_model(runs):
@@ -167,3 +168,12 @@ def test_the_converted_run_prints_torchs_losses(runs):
     # training moved the losses: the train loss falls from the first epoch to the last
     first, last = (float(_NUMBER.findall(x)[0]) for x in (torch_lines[0], torch_lines[2]))
     assert last < first
+
+
+def test_the_program_as_written_runs(runs):
+    """The program with its shuffled loader (grain's order, not torch's): it runs, prints
+    torch's lines, and its training loss falls."""
+    lines = runs["shuffled"]
+    assert len(lines) == 4 and lines[-1] == "6 batches per epoch", lines
+    losses = [float(_NUMBER.findall(x)[0]) for x in lines[:-1]]
+    assert losses[-1] < losses[0], lines
