@@ -132,7 +132,7 @@ class StepsMixin:
         # (not on equinox's NNX form: the equinox pass finds a function's step in the
         # function's own body, where the loop's step is defined; one in an if is marked)
         self._step_blocks, self._step_backwards = find_block_steps(
-            module, self._step_opts, None if self.target.intermediate else self._step_loops)
+            module, self._step_opts, self._step_loops)
         self._step_names: set[str] = set()
         self._step_backwards_at: dict[int, cst.CSTNode] = {}
         # steps held back by a condition (passes/held_steps.py): .grad as an accumulator
@@ -284,7 +284,10 @@ class StepsMixin:
         # a helper or a top-level class's method: the one function around the step
         owner = (None if fn is None else fn.name.value if not self._class_stack else
                  self._class_stack[0] if len(self._class_stack) == 1 else None)
+        # (on equinox's NNX form a loop's step stays in its function, before the loop: the
+        # equinox pass hoists it with the optimizer the function receives, equinox_hoist.py)
         hoist = (fn is not None and len(self._fn_stack) == 1 and owner is not None
+                 and not (loop is not None and self.target.intermediate)
                  and not _free_names(function) - (self._module_names | STEP_GLOBALS))
         if hoist:
             # a helper (or a trainer's method) called once per step: its step is defined and

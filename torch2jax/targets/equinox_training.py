@@ -802,6 +802,9 @@ class Scope(cst.CSTTransformer):
             raise _Fail("a train step run by a function defined inside the one that holds "
                         "the model: the model and optimizer state it returns would be that "
                         "function's locals")
+        if not self.optimizers:  # (its opt_state would be unbound)
+            raise _Fail("a train step of an optimizer this pass does not know (not built, "
+                        "received nor read here)")
         parts = self.current.get(call.func.value, self.steps[call.func.value])
         args = list(call.args)
         if parts["functional"]:
@@ -979,7 +982,9 @@ def translate(stmts: list[cst.BaseStatement], classes: dict[str, tuple[bool, boo
                             optimizers[g].add(params[i])
                             opt_receivers[g] = i
                             changed = True
-    trainers = {g for g in receivers if any(
+    # (with an optimizer it builds, receives or reads: one this pass does not know, its
+    # construction marked, leaves the function's step marked, Scope.step_call)
+    trainers = {g for g in receivers if optimizers[g] and any(
         _step_parts(fn, ctx) is not None for fn in findall(fns[g], m.FunctionDef()))}
     # the optimizer given to a function that does not train the model it receives
     opt_receivers = {g: i for g, i in opt_receivers.items() if g in trainers}
