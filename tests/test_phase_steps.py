@@ -143,13 +143,13 @@ def test_a_dict_of_loaders_read_whole_is_marked():
     assert "holds loaders shuffled per epoch" in result.code
 
 
-def test_equinox_marks_the_step_in_a_mode_and_sets_the_mode():
-    """equinox: a step in an ``if`` of a loop body stays marked (the equinox pass finds a
-    function's step in its own body), never left to fail unmarked; ``model.train() if train
-    else model.eval()`` as a statement sets the model's inference flag (it was left as torch's
-    call, an unmarked AttributeError on an equinox model)."""
+def test_equinox_sets_the_mode_of_a_step_in_a_mode():
+    """equinox: ``model.train() if train else model.eval()`` as a statement sets the model's
+    inference flag (it was left as torch's call, an unmarked AttributeError on an equinox
+    model); the step in the ``if`` is translated there too (tests/test_phase_steps_targets.py
+    runs the program against torch)."""
     source = (PROGRAMS / "run_epoch_modes.py").read_text()
     result = convert_source(source, target="equinox")
     assert "model = eqx.nn.inference_mode(model, not train)" in result.code
     assert "model.train()" not in result.code
-    assert result.code.count("TODO(torch2jax): backward() not translated") == 1
+    assert result.todos == 0, result.code

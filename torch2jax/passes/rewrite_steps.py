@@ -129,8 +129,8 @@ class StepsMixin:
         if not t.optimizers:
             self._step_blocks, self._step_backwards = set(), set()
             return
-        # (not on equinox's NNX form: the equinox pass finds a function's step in the
-        # function's own body, where the loop's step is defined; one in an if is marked)
+        # (on equinox's NNX form too: there a loop's step is defined in its function, where
+        # the equinox pass finds and hoists it, _region_step)
         self._step_blocks, self._step_backwards = find_block_steps(
             module, self._step_opts, self._step_loops)
         self._step_names: set[str] = set()
