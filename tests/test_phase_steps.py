@@ -153,3 +153,23 @@ def test_equinox_sets_the_mode_of_a_step_in_a_mode():
     assert "model = eqx.nn.inference_mode(model, not train)" in result.code
     assert "model.train()" not in result.code
     assert result.todos == 0, result.code
+
+
+def test_a_draw_in_a_comprehension_has_a_key_per_element():
+    """``[torch.randn(2) for _ in range(3)]``: one key split for the statement, folded with
+    each element's index (passes/comprehension_keys.py); it was marked. Three different draws
+    of torch's shape, and the same ones on every run of the program (the script's seed)."""
+    import numpy as np
+
+    source = "import torch\ntorch.manual_seed(0)\nx = [torch.randn(2) for _ in range(3)]\n"
+    result = convert_source(source, target="nnx")
+    assert result.todos == 0, result.code
+    draws = []
+    for _ in range(2):
+        namespace: dict = {}
+        exec(compile(result.code, "<converted>", "exec"), namespace)  # noqa: S102 - its conversion
+        draws.append([np.asarray(v) for v in namespace["x"]])
+    assert [d.shape for d in draws[0]] == [(2,)] * 3
+    assert not np.allclose(draws[0][0], draws[0][1]) and not np.allclose(draws[0][1],
+                                                                         draws[0][2])
+    np.testing.assert_array_equal(np.stack(draws[0]), np.stack(draws[1]))

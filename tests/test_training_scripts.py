@@ -532,7 +532,8 @@ def test_seeding_helper_returns_its_key() -> None:
 
 
 @pytest.mark.parametrize("snippet, rule", [
-    ("x = [torch.randn(2) for _ in range(3)]", "random"),
+    # (a draw in a comprehension takes a key per element: tests/test_phase_steps.py)
+    ("f = lambda n: torch.randn(n)\nx = f(2)", "random"),
     ("g = torch.Generator()\nx = torch.randn(2, generator=g)", "torch.randn"),
     ("loss = model(x).sum()\nloss.backward()", "training-loop"),
     # (the learning rate set this way is translated: SCRIPTS["sgd_lr_by_hand"])
