@@ -72,3 +72,12 @@ def test_an_in_place_op_on_a_built_weight_stays_marked():
                             "model.fc.bias.data.add_(1.0)")
     result = convert_source(source, target="nnx")
     assert "TODO(torch2jax)" in result.code and "model.fc.bias.data.add_(1.0)" in result.code
+
+
+def test_a_copy_used_as_a_value_stays_marked():
+    """``w = m.weight.data.copy_(t)`` (the copy's result read): not a statement the write can
+    replace; marked, not dropped."""
+    source = ("import torch\nimport torch.nn as nn\nm = nn.Linear(2, 2)\n"
+              "w = m.weight.data.copy_(torch.ones(2, 2))\n")
+    result = convert_source(source, target="nnx")
+    assert "TODO(torch2jax)" in result.code and "w = m.weight.data.copy_(" in result.code

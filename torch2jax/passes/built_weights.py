@@ -28,15 +28,17 @@ from torch2jax.passes import layer_weight_writes as lw
 from torch2jax.passes.common import expr
 
 
-def writable(wm, q: str, parent: cst.CSTNode | None, holder: cst.CSTNode | None) -> bool:
+def writable(wm, q: str, parent: cst.CSTNode | None, holder: cst.CSTNode | None,
+             around: cst.CSTNode | None) -> bool:
     """Whether a write of a built layer's weight is one this module translates: ``parent`` is
-    the node around ``X.weight`` (or ``X.weight.data``), ``holder`` the node around that."""
+    the node around ``X.weight`` (or ``X.weight.data``), ``holder`` the node around that,
+    ``around`` the node around ``holder`` (a ``copy_`` used as a value stays marked)."""
     if wm.to is None or wm.layout not in ("as_is", "transpose", "conv"):
         return False
     if wm.layout == "conv" and q[-2:] not in ("1d", "2d", "3d"):
         return False
     if isinstance(parent, cst.Attribute) and parent.attr.value == "copy_":
-        return isinstance(holder, cst.Call)
+        return isinstance(holder, cst.Call) and isinstance(around, cst.Expr)
     if isinstance(parent, cst.Subscript) and isinstance(holder, cst.AssignTarget):
         return wm.layout == "as_is" or wm.layout == "transpose" and _single_row(parent)
     return False

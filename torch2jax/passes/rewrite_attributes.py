@@ -823,8 +823,8 @@ class AttributesMixin:
                                                                       cst.AugAssign)))
         text = code(original_node)
         if written and self.target.stateful_modules and not self.target.intermediate and (
-                bw.writable(wm, q, parent, holder)):
-            # written into the NNX layer's variable (passes/built_weights.py), at its statement
+                bw.writable(wm, q, parent, holder, self.get_metadata(ParentNodeProvider,
+                                                                     holder, None))):
             self._built_writes[id(holder.func if isinstance(holder, cst.Call) else parent)] = (
                 updated_node.value, wm, q)
             return None
