@@ -156,6 +156,20 @@ class Linear(nnx.Linear):
 ''')
 
 
+# torch's ``weight`` of a norm helper: the flax scale under torch's name (BatchNorm{n}d, LayerNorm)
+_SCALE_AS_WEIGHT = '''
+    @property
+    def weight(self) -> nnx.Param | None:
+        """torch's name of the scale, read by code that takes the layer as torch's (its
+        dtype, an initialiser setting it): the same parameter, of the same shape."""
+        return self.scale
+
+    @weight.setter
+    def weight(self, value: nnx.Param | None) -> None:
+        self.scale = value
+'''
+
+
 # a BatchNorm class handed around as a value (norm_layer=nn.BatchNorm2d, partial(
 # nn.BatchNorm2d, eps=1e-3)) reaches code that calls it with torch's keywords and may read its
 # name (timm's get_norm_act_layer unbinds a partial, rebinds its keywords to a class of its
@@ -177,24 +191,14 @@ class BatchNorm{n}d(BatchNorm):
                          param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
         self.affine, self.track_running_stats = affine, track_running_stats
         self.num_batches_tracked = None  # no counter: momentum=None, its use, is refused
-
-    @property
-    def weight(self) -> nnx.Param | None:
-        """torch's name of the scale, read by code that takes the layer as torch's (its
-        dtype, an initialiser setting it): the same parameter, of the same shape."""
-        return self.scale
-
-    @weight.setter
-    def weight(self, value: nnx.Param | None) -> None:
-        self.scale = value
-
+{weight}
     def __call__(self, x: jax.Array, use_running_average: bool | None = None) -> jax.Array:
         if not self.track_running_stats:  # no running statistics: the batch's, in eval too
             use_running_average = False
         return super().__call__(x, use_running_average)
 '''
 for _n in (1, 2, 3):
-    helper(f"BatchNorm{_n}d", {"jax", "jnp", "nnx"}, _BATCH_NORM_ND.format(n=_n),
+    helper(f"BatchNorm{_n}d", {"jax", "jnp", "nnx"}, _BATCH_NORM_ND.format(n=_n, weight=_SCALE_AS_WEIGHT),
            targets=("nnx",))
 
 
@@ -218,17 +222,7 @@ class LayerNorm(nnx.LayerNorm):
         super().__init__(shape[0], epsilon=eps, use_scale=elementwise_affine,
                          use_bias=elementwise_affine and bias,
                          param_dtype=jnp.float32 if dtype is None else dtype, rngs=rngs)
-
-    @property
-    def weight(self) -> nnx.Param | None:
-        """torch's name of the scale, read by code that takes the layer as torch's (its
-        dtype, an initialiser setting it): the same parameter, of the same shape."""
-        return self.scale
-
-    @weight.setter
-    def weight(self, value: nnx.Param | None) -> None:
-        self.scale = value
-''', targets=("nnx",))
+''' + _SCALE_AS_WEIGHT, targets=("nnx",))
 
 
 # torch.nn.init.zeros_(self.conv3.bn.weight) where the converter cannot tell the layer's type
