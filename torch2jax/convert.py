@@ -35,10 +35,12 @@ from torch2jax.passes import (
     loader_classes,
     local_lambdas,
     manual_sgd,
+    module_casts,
     module_methods,
     open_checkpoints,
     optimizer_attributes,
     scaler_params,
+    step_closures,
 )
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
@@ -90,7 +92,7 @@ IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "NamedTuple", "partial", 
 
 # the rewrites of the torch source before the analysis, in order (each returns the module it
 # was given when it changes nothing)
-_CANONICAL_FORMS = (loader_classes, scaler_params, optimizer_attributes, manual_sgd,
+_CANONICAL_FORMS = (loader_classes, scaler_params, step_closures, optimizer_attributes, manual_sgd,
                     grad_mode_branches,
                     open_checkpoints, local_lambdas, data_inits, base_calls, list_builders,
                     module_methods, forward_choice)
@@ -106,6 +108,7 @@ _CANONICAL_GATES = {
     manual_sgd: re.compile(r"\A(?=[\s\S]*\bbackward\b)(?=[\s\S]*\bgrad\b)"),
     local_lambdas: re.compile(r"\blambda\b"),
     grad_mode_branches: re.compile(r"\bbackward\b"),
+    step_closures: re.compile(r"\.step\(\s*(?:closure\s*=\s*)?[A-Za-z_]"),  # opt.step(closure)
     module_methods: re.compile(r"\bregister_parameter\b"),
     base_calls: re.compile(r"\.\w+\(\s*self\b"),  # nn.LayerNorm.__init__(self, ...)
     list_builders: re.compile(r"ModuleList\(\s*self\."),  # nn.ModuleList(self.block)
@@ -328,6 +331,8 @@ def convert_source(
         new = new.visit(FuseLayoutMoves())
     new, helper_imports = add_helpers(new, spec.name)
     new = _add_imports(new, transformer.imports_needed | helper_imports)
+    if transformer.x64:  # a module cast to float64 (passes/module_casts.py)
+        new = new.with_changes(body=module_casts.with_x64(list(new.body)))
     diagnostics[:] = [d for d in diagnostics if not any(
         lo <= d.line <= hi for lo, hi in transformer.rewritten_lines)]
     diagnostics.sort(key=lambda d: (d.line, d.column))

@@ -26,6 +26,7 @@ from torch2jax.analysis.training import (
 )
 from torch2jax.analysis.value_kinds import _PROGRESS_BARS
 from torch2jax.analysis.walk import findall, walk
+from torch2jax.passes import module_casts as mc
 from torch2jax.passes import remat as rm
 from torch2jax.passes import training as tr
 from torch2jax.passes.attention_rank import rank_args
@@ -752,8 +753,8 @@ class CallsMixin:
                         f"(other objects have a .{meth} too): left as it is",
                         rule="unknown-receiver")
                 return self._method(original, updated, rule)
-            if meth in ("to", "cuda", "cpu") and self._is_module_expr(recv):
-                return updated.func.value
+            if meth in ("to", "cuda", "cpu", *mc.CAST_METHODS) and self._is_module_expr(recv):
+                return mc.rewrite_cast(self, original, updated)  # .to(device), .double()
             made = self.rules.methods.get(meth[:-1]) if (
                 rule is None and meth.endswith("_") and meth[:-1] not in _INPLACE_DTYPE
                 and isinstance(recv, cst.Call) and self.q(recv.func) in _MADE) else None

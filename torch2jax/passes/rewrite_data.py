@@ -300,6 +300,14 @@ class DataMixin:
             self.diag(original_node, q, "info", "torch.fx.wrap(...) removed: a torch.fx tracing "
                       "hint")
             return cst.RemoveFromParent()
+        if m.matches(value, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("step")))) and (
+                value.args and value.func.value.value in self.training.optimizer_names):
+            # (passes/step_closures.py writes out the closures it can show are the same)
+            self.diag(original_node, "training-loop", "error",
+                      f"{code(value)} not translated: write the closure's statements out before "
+                      f"{value.func.value.value}.step() (torch's optimizers call it once; "
+                      "L-BFGS calls it up to max_iter times, with a line search)")
+            return None
         if q == "torch._assert" and len(updated_node.value.args) in (1, 2):
             args = updated_node.value.args
             return cst.Assert(test=args[0].value, msg=args[1].value if len(args) == 2 else None)

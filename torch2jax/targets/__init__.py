@@ -132,9 +132,21 @@ class Target:
         """A flax function of the rule tables (``nnx.max_pool``) under this target's import."""
         return name
 
+    def module_cast(self, model: cst.BaseExpression, dtype: str
+                    ) -> cst.SimpleStatementLine | None:
+        """``model.double()`` / ``model.to(torch.float16)`` as a statement: the module's
+        floating-point state cast to ``dtype`` (a jnp dtype), or None (marked)."""
+        return None
+
 
 @dataclass(frozen=True)
 class NnxTarget(Target):
+    def module_cast(self, model: cst.BaseExpression, dtype: str
+                    ) -> cst.SimpleStatementLine | None:
+        from torch2jax.passes.module_casts import cast_statement
+
+        return None if self.intermediate else cast_statement(model, dtype)
+
     def parameter_leaves(self, named: bool) -> tuple[str, tuple[str, ...]] | None:
         if named:
             return (('((".".join(map(str, path)), param.value) for path, param in '

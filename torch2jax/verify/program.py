@@ -200,7 +200,8 @@ def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float,
         _compare_tensors(r, t, j, rtol)
     _compare_seeds(r, t.get("seeds", []), j.get("seeds", []), _seeds_numpy(r.program),
                    j.get("seeded_sources", []))
-    _compare_prints(r, t["stdout"], j["stdout"], rtol, print_skip or [])
+    _compare_prints(r, t["stdout"], j["stdout"], rtol, print_skip or [],
+                    stopped=t.get("forward_line") if j["stopped"] and not j["error"] else None)
 
 
 def _close(got: float, ref: float, rtol: float, atol: float = 0.0) -> bool:
@@ -437,7 +438,9 @@ def _compare_seeds(r: ProgramResult, t: list[tuple], j: list[tuple],
 
 
 def _compare_prints(r: ProgramResult, t_out: str, j_out: str, rtol: float,
-                    skip: list[str]) -> None:
+                    skip: list[str], stopped: int | None = None) -> None:
+    """Printed lines compared in order. ``stopped``: where both programs were stopped at the
+    step limit, the number of lines torch printed before the model's last call."""
     patterns = [re.compile(p) for p in skip]
 
     def kept(out: str) -> list[str]:
@@ -448,6 +451,18 @@ def _compare_prints(r: ProgramResult, t_out: str, j_out: str, rtol: float,
         r.notes.append(f"printed lines left out (--print-skip): "
                        f"{len(t_out.splitlines()) - len(t_lines)} of torch's, "
                        f"{len(j_out.splitlines()) - len(j_lines)} of the converted program's")
+    if stopped is not None and len(t_lines) > len(j_lines) and len(kept(
+            "\n".join(t_out.splitlines()[:stopped]))) <= len(j_lines):
+        # both stopped at the step limit, and the lines torch printed beyond the converted
+        # program's all come after the model's last call: values of the last step printed
+        # before its step (in optimizer.step(closure)'s closure, print(loss) before backward),
+        # which the converted program prints after its compiled step returns, where it was
+        # stopped
+        r.notes.append(f"{len(t_lines) - len(j_lines)} line(s) torch printed after the last line "
+                       "both programs printed, in the step where both were stopped, are not "
+                       "compared (the converted program prints a step's values after its "
+                       f"compiled step): {t_lines[len(j_lines):]!r}")
+        t_lines = t_lines[:len(j_lines)]
     for i in range(max(len(t_lines), len(j_lines))):
         a = t_lines[i] if i < len(t_lines) else None
         b = j_lines[i] if i < len(j_lines) else None

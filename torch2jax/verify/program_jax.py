@@ -114,6 +114,7 @@ class JaxRecorder:
             self.mappings = [{"torch": m.torch_name, "status": m.status, "layout": m.layout,
                               "nnx": format_nnx_path(m.nnx_path) if m.nnx_path else "",
                               "nnx_shape": tuple(m.nnx_shape)} for m in plan.mappings]
+        self._feed_others(model)
         n = 0
         for _, mod in nnx.iter_graph(model):
             if isinstance(mod, nnx.Dropout) and mod.rate:
@@ -122,6 +123,41 @@ class JaxRecorder:
         if n:
             self.record["notes"].append(f"JAX: {n} nnx.Dropout modules set to rate 0")
         self._replay_calls(type(model))
+
+    def _feed_others(self, model: Any) -> None:
+        """The torch side's other models (a frozen teacher, a second network; by class
+        name, one of each) give their initial weights to the converted program's model of
+        that class, the only one of its name alive here."""
+        import gc
+
+        import jax.numpy as jnp
+        from flax import nnx
+
+        from torch2jax.weights import plan_array_transfer
+
+        others = self.torch.get("others") or {}
+        if not others:
+            return
+        modules = [m for m in gc.get_objects() if isinstance(m, nnx.Module)]
+        inside = {id(x) for m in modules for _, x in nnx.iter_graph(m) if x is not m}
+        outer = [m for m in modules if id(m) not in inside and m is not model]
+        fed = []
+        for name, torch_model in others.items():
+            found = [m for m in outer if type(m).__name__ == name]
+            if len(found) != 1:
+                continue
+            plan = plan_array_transfer(torch_model["init"], found[0], None, None,
+                                       "torch initial tensor", torch_model["layer_rules"])
+            if plan.problems:
+                self.record["notes"].append(f"{name}'s initial weights not shared: "
+                                            + "; ".join(plan.problems[:3]))
+                continue
+            for slot, var in plan.variables.items():
+                var.set_value(jnp.asarray(plan.values[slot], dtype=var.dtype))
+            fed.append(name)
+        if fed:
+            self.record["notes"].append("other models given torch's initial weights: "
+                                        + ", ".join(sorted(fed)))
 
     def _replay_calls(self, cls: type) -> None:
         original = cls.__call__

@@ -80,6 +80,32 @@ class TorchRecorder:
             model = inner
         return model
 
+    def _other_models(self, model: Any, table: Any) -> dict[str, dict[str, Any]]:
+        """The other models alive when the optimizer is made (a frozen teacher, a second
+        network), by class name, where their class is the only one of its name: their
+        initial weights, for the converted program's models of those classes."""
+        import torch
+
+        from torch2jax.weights import rule_for_module
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+        inside = {id(x) for m in modules for x in m.modules() if x is not m}
+        outer = [m for m in modules if id(m) not in inside and m is not model
+                 and any(True for _ in m.parameters())]
+        names = [type(m).__name__ for m in outer]
+        others = {}
+        for m in outer:
+            name = type(m).__name__
+            if names.count(name) != 1 or name == type(model).__name__:
+                continue  # two of a class (or the trained model's): which is which is unknown
+            others[name] = {
+                "init": {k: _np(v) for k, v in m.state_dict().items()},
+                "layer_rules": {prefix: rule.torch for prefix, mod in m.named_modules()
+                                if (rule := rule_for_module(mod, table)) is not None}}
+        return others
+
     def on_optimizer(self, optimizer: Any) -> None:
         from torch2jax.verify.common import is_torch_dropout, switch_off_dropout
 
@@ -110,6 +136,7 @@ class TorchRecorder:
         self.record["layer_rules"] = {
             prefix: rule.torch for prefix, mod in model.named_modules()
             if (rule := rule_for_module(mod, table)) is not None}
+        self.record["others"] = self._other_models(model, table)
         self.names = {id(p): n for n, p in model.named_parameters()}
         dropouts = [m for m in model.modules() if is_torch_dropout(m)]
         for m in dropouts:
@@ -121,6 +148,9 @@ class TorchRecorder:
 
     def on_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
         if not self.busy:
+            # the lines printed before the model's last call (what the comparison of printed
+            # lines may leave out at the stop: verify/program.py's _compare_prints)
+            self.record["forward_line"] = getattr(sys.stdout, "lines", None)
             self.record["forwards"].append((_np(tuple(args)), _np(dict(kwargs))))
             self.record["draws"].append([])
             self.drawing = True
@@ -279,8 +309,23 @@ def install_seeds(recorder: TorchRecorder, program: str) -> SeedLog:
     return log
 
 
+class _CountedLines:
+    """The program's standard output, counting the lines written to it."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.lines = stream, 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main(argv: list[str]) -> int:
     result, steps, program, *args = argv
+    sys.stdout = _CountedLines(sys.stdout)
     recorder = TorchRecorder(int(steps))
     install(recorder)
     seeds = install_seeds(recorder, program)
