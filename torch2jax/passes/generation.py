@@ -40,6 +40,7 @@ from collections.abc import Callable
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.passes.kv_cache_decode import cache_decoding
 from torch2jax.passes.training import EVAL_STEP, eval_step_function
 
 # layers that mix sequence positions; each needs is_causal=True to count as causal
@@ -956,6 +957,8 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
             args=[m.DoNotCare(), m.DoNotCare(), m.Arg(m.Call(func=m.Name("partial"))),
                   m.DoNotCare()])):
         imports.add("partial")
+    if compiled_names:  # a generate() method whose model's attention allows a cache
+        module = cache_decoding(module, source, taken)
     return module.visit(_BlockDiscarded(compiled_names)) if compiled_names else module
 
 
