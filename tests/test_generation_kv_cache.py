@@ -4,7 +4,9 @@ nanoGPT's generate() method over a model whose attention analysis/kv_cache.py pr
 the prompt runs once, each token then runs the model on the last token alone while the context
 fits in the block, and the window slides after. Greedy tokens are torch's (through the cache,
 past the block, a run shorter than the block, a prompt longer than it), two calls of the same
-shapes compile once, and sampled tokens are the window route's for the same key."""
+shapes compile once, and sampled tokens are the window route's for the same key.
+tests/test_generation.py's nanoGPT method tests take this route too (three spellings of the
+last-position read, greedy tokens against torch's)."""
 
 from __future__ import annotations
 
@@ -104,8 +106,9 @@ class GPT(nn.Module):
 '''
 
 # (prompt length, new tokens): the prompt cached, one position per token to the block, then
-# the window slides; fewer tokens than the block; a prompt longer than the block (no cache)
-CASES = [(3, 12), (1, 4), (10, 2)]
+# the window slides; fewer tokens than the block. (A prompt longer than the block takes the
+# window route: tests/test_generation_buckets.py.)
+CASES = [(3, 12), (1, 4)]
 
 
 @pytest.fixture(scope="module")

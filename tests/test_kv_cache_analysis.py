@@ -127,7 +127,7 @@ def test_the_benchmark_programs_are_proven():
     ([*THREE, SDPA], ("query", "key", "value"), "is_causal"),
     ([("pos = torch.arange(0, t, dtype=torch.long, device=idx.device)",
        "pos = torch.arange(t, device=idx.device)"),
-      ("x[:, [-1], :]", "x[:, -1, :]"),
+      ("x[:, [-1], :]", "x[:, -1:]"),
       ("att = F.softmax(att, dim=-1)", "att = att.softmax(dim=-1)")], ("c_attn",), "bias"),
 ])
 def test_causal_self_attention_spellings(edits, projections, mask):

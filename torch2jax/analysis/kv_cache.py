@@ -15,7 +15,8 @@ the positions written so far. That is the same computation only when:
   calls (``Linear``, ``LayerNorm``, ``Embedding``, ``Dropout``, activations, the file's own
   modules, a ``ModuleList`` of them iterated), arithmetic, and an allow-list of tensor methods
   (no ``cumsum``, convolution, recurrent layer, pooling over positions, ``mean`` over the
-  sequence, ...); a subscript is the mask's slice or the last-position read (``x[:, [-1], :]``);
+  sequence, ...); a subscript is the mask's slice or the last-position read (``x[:, [-1], :]``,
+  ``x[:, -1:]``);
 * positions reach the model only as ``torch.arange(t)`` / ``torch.arange(0, t)`` indexing an
   ``nn.Embedding`` (or not at all): with a cache, the new token's position is the cache index.
 
@@ -110,7 +111,8 @@ _ALL = m.SubscriptElement(m.Slice(lower=None, upper=None, step=None))
 _UPTO = m.SubscriptElement(m.Slice(lower=None, upper=m.Name(), step=None))
 _MINUS_ONE = m.UnaryOperation(m.Minus(), m.Integer("1"))
 _LAST = m.Subscript(slice=[_ALL, m.SubscriptElement(m.Index(_MINUS_ONE | m.List(
-    [m.Element(_MINUS_ONE)]))), m.ZeroOrMore(_ALL)])
+    [m.Element(_MINUS_ONE)])) | m.Slice(lower=_MINUS_ONE, upper=None, step=None)),
+    m.ZeroOrMore(_ALL)])
 
 
 def _int(node: cst.BaseExpression) -> int | None:

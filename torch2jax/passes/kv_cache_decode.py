@@ -178,8 +178,13 @@ def _generate(fn: cst.FunctionDef, attention: str) -> cst.FunctionDef | None:
         return None
     t = decode.params.params[0].name.value
     inner = list(decode.body.body)
+    # (the last-position route: the read after the call is ``logits[:, -1, :]``, so it holds
+    # for the one position of a cached step too)
     calls = [i for i, s in enumerate(inner) if m.matches(s, m.SimpleStatementLine(body=[
-        m.Assign(value=m.Call(func=m.Name("self")))]))]
+        m.Assign(value=m.Call(func=m.Name("self"), args=[m.Arg(keyword=None), m.Arg(
+            keyword=m.Name()), m.ZeroOrMore()]))])) and any(
+        a.keyword is not None and a.keyword.value == "last_position"
+        for a in s.body[0].value.args)]
     if len(calls) != 1 or calls[0] < 1 or not m.matches(inner[calls[0] - 1], m.SimpleStatementLine(
             body=[m.Assign(targets=[m.AssignTarget(m.Name())], value=m.Call(func=m.Attribute(
                 attr=m.Name("dynamic_slice_in_dim"))))])):
