@@ -175,3 +175,22 @@ def test_tokens_match_torch_and_the_window_route(converted, window_route, tmp_pa
         models[name].rngs = nnx.Rngs(7)  # the same draws on both routes
         sampled[name] = np.asarray(models[name].generate(prompt, 12, top_k=4))
     assert (sampled["cached"] == sampled["windows"]).all(), sampled
+
+
+@pytest.mark.parametrize("old, new", [
+    # proven, but the cache is written for the tril mask buffer only
+    ("""        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v
+""", "        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"),
+    # a local the cache's lines would bind
+    ("B, T, C = x.size()\n", "B, T, C = x.size()\n        shape = (B, T, C)\n"),
+    # a running sum over positions (causal, so the window route): not cacheable
+    ("x = self.ln_f(x)", "x = self.ln_f(x).cumsum(dim=1)"),
+])
+def test_other_shapes_keep_the_window_route(old, new):
+    assert old in SOURCE
+    code = convert_source(SOURCE.replace(old, new), path="gpt.py").code
+    assert "cached_key" not in code and "start_position" not in code
+    assert "partial(decode_step, window=window)" in code

@@ -70,6 +70,8 @@ def _attention(cls: cst.ClassDef, mask: str) -> cst.ClassDef | None:
     init, call = _method(cls, "__init__"), _method(cls, "__call__")
     if init is None or call is None:
         return None
+    if re.search(r"(?<![\w.])(mask|index|shape)\b", _code(call[1])):
+        return None  # (the locals the cache's lines bind; not an attribute such as x.shape)
     body = list(call[1].body.body)
     masks = m.Subscript(value=m.Attribute(value=m.Name("self"), attr=m.Name(mask)),
                         slice=[m.SubscriptElement(m.Slice(lower=None, upper=None))] * 2
