@@ -24,7 +24,9 @@ and holds no layer that mixes positions without one (``nn.Conv1d``, recurrent la
 modules or ``scaled_dot_product_attention`` calls without ``is_causal=True``). Otherwise the loop
 stays eager, marked with a TODO and a warning. A causal model whose forward computes only the
 last position (nanoGPT's ``x[:, [-1], :]``) is given the position to compute instead
-(``_last_position_forward``), so the buffer route applies to it too.
+(``_last_position_forward``), so the buffer route applies to it too; where its attention is
+proven cacheable, such a ``generate()`` method decodes with a key/value cache instead of the
+windows (``passes/kv_cache_decode.py``).
 
 Other token loops: a function whose loop carries a state of fixed shape (a recurrent model's
 hidden state, the last token) and collects the tokens in lists becomes one ``nnx.jit`` with a
