@@ -217,7 +217,7 @@ def _generate(fn: cst.FunctionDef, attention: str) -> cst.FunctionDef | None:
         f"    # while the context fits in the block, a key/value cache: the prompt runs once,\n"
         f"    # then each token runs the model on the last token alone (the model in the\n"
         f"    # carry: its cache changes)\n"
-        f"    attentions = [layer for _, layer in self.iter_modules() if isinstance(layer, "
+        f"    attentions = [layer for _, layer in nnx.iter_modules(self) if isinstance(layer, "
         f"{attention})]\n"
         f"    for layer in attentions:\n"
         f"        layer.cache_index = nnx.Cache(jnp.int32(0))\n"
