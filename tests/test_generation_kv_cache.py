@@ -155,8 +155,8 @@ def _models(tmp_path, codes):
 @pytest.mark.slow
 def test_tokens_match_torch_and_the_window_route(converted, window_route, tmp_path):
     """Greedy (a tiny temperature, top-k 3): torch's tokens for each of CASES; two calls of
-    one shape compile generate() once. Sampled (temperature 1, top-k 4, the same draws): the
-    window route's tokens."""
+    one shape compile generate() once. Sampled (temperature 1, top-k 3, the same draws): the
+    window route's tokens (the cached generate() of the first case's shapes, not compiled again)."""
     models = _models(tmp_path, {"cached": converted.code, "windows": window_route})
     rng = np.random.default_rng(0)
     for t0, n in CASES:
@@ -173,7 +173,7 @@ def test_tokens_match_torch_and_the_window_route(converted, window_route, tmp_pa
     sampled = {}
     for name in ("cached", "windows"):
         models[name].rngs = nnx.Rngs(7)  # the same draws on both routes
-        sampled[name] = np.asarray(models[name].generate(prompt, 12, top_k=4))
+        sampled[name] = np.asarray(models[name].generate(prompt, 12, top_k=3))
     assert (sampled["cached"] == sampled["windows"]).all(), sampled
 
 
