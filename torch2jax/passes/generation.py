@@ -24,7 +24,9 @@ and holds no layer that mixes positions without one (``nn.Conv1d``, recurrent la
 modules or ``scaled_dot_product_attention`` calls without ``is_causal=True``). Otherwise the loop
 stays eager, marked with a TODO and a warning. A causal model whose forward computes only the
 last position (nanoGPT's ``x[:, [-1], :]``) is given the position to compute instead
-(``_last_position_forward``), so the buffer route applies to it too.
+(``_last_position_forward``), so the buffer route applies to it too; where its attention is
+proven cacheable, such a ``generate()`` method decodes with a key/value cache instead of the
+windows (``passes/kv_cache_decode.py``).
 
 Other token loops: a function whose loop carries a state of fixed shape (a recurrent model's
 hidden state, the last token) and collects the tokens in lists becomes one ``nnx.jit`` with a
@@ -40,6 +42,7 @@ from collections.abc import Callable
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.passes.kv_cache_decode import cache_decoding
 from torch2jax.passes.training import EVAL_STEP, eval_step_function
 
 # layers that mix sequence positions; each needs is_causal=True to count as causal
@@ -956,6 +959,8 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
             args=[m.DoNotCare(), m.DoNotCare(), m.Arg(m.Call(func=m.Name("partial"))),
                   m.DoNotCare()])):
         imports.add("partial")
+    if compiled_names:  # a generate() method whose model's attention allows a cache
+        module = cache_decoding(module, source, taken)
     return module.visit(_BlockDiscarded(compiled_names)) if compiled_names else module
 
 
