@@ -30,6 +30,8 @@ from pathlib import Path
 from types import ModuleType
 
 from torch2jax.hf import (
+    ACTIVATIONS_MODULE,
+    ACTIVATIONS_RUNTIME,
     AUTO_TABLE,
     BACKBONE_MODULE,
     BACKBONE_RUNTIME,
@@ -588,6 +590,7 @@ def _convert_package_file(
             target.write_text(code)
             (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
             (out_dir / alias / f"{BACKBONE_MODULE}.py").write_text(BACKBONE_RUNTIME.read_text())
+            (out_dir / alias / f"{ACTIVATIONS_MODULE}.py").write_text(ACTIVATIONS_RUNTIME.read_text())
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
             # AutoModel.from_config(config.text_config): the modeling files of the sub-models
             # converted too (only their classes built there), and named in the table
