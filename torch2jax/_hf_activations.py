@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import jax.scipy.special
+from flax import nnx
 
 
 def _gelu_tanh(x: jax.Array) -> jax.Array:
@@ -43,12 +44,56 @@ def _sqrt_softplus(x: jax.Array) -> jax.Array:
     return jnp.sqrt(jax.nn.softplus(x))
 
 
+def _dtype(dtype: Any) -> Any:
+    """A torch dtype (``torch.bfloat16``), its name or a JAX dtype as JAX's (None: float32)."""
+    if dtype is None:
+        return jnp.float32
+    if isinstance(dtype, str) or type(dtype).__module__.startswith("torch"):
+        return jnp.dtype(str(dtype).rpartition(".")[2])
+    return jnp.dtype(dtype)
+
+
+class XIELUActivation(nnx.Module):
+    """transformers' xIELU (arXiv 2411.13010, Apertus): a learned activation, its two
+    parameters stored through the inverse of softplus (torch's names, ``alpha_p`` and
+    ``alpha_n``, shape (1,)) and ``beta``, ``eps`` buffers; torch's Python formula (its CUDA
+    kernel computes the same)."""
+
+    def __init__(self, alpha_p_init: float = 0.8, alpha_n_init: float = 0.8, beta: float = 0.5,
+                 eps: float = -1e-6, dtype: Any = "bfloat16", with_vector_loads: bool = False,
+                 ) -> None:
+        dtype = _dtype(dtype)
+
+        def inverse_softplus(v: float) -> jax.Array:
+            return jnp.log(jnp.expm1(jnp.asarray(v, dtype)))[None]
+        self.alpha_p = nnx.Param(inverse_softplus(alpha_p_init))
+        self.alpha_n = nnx.Param(inverse_softplus(alpha_n_init - beta))
+        self.beta = nnx.Variable(jnp.asarray(beta, dtype))
+        self.eps = nnx.Variable(jnp.asarray(eps, dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        beta = self.beta[...]
+        alpha_p = jax.nn.softplus(self.alpha_p[...])
+        alpha_n = beta + jax.nn.softplus(self.alpha_n[...])
+        return jnp.where(x > 0, alpha_p * x * x + beta * x,
+                         (jnp.expm1(jnp.minimum(x, self.eps[...])) - x) * alpha_n + beta * x)
+
+
+# the activations that hold parameters: a new module at each look-up, as transformers' are
+_MODULES: dict[str, Callable[..., nnx.Module]] = {"xielu": XIELUActivation}
+
+
 class _Activations(dict):
     def __getitem__(self, name: str) -> Callable[[jax.Array], jax.Array]:
+        if name in _MODULES:
+            return _MODULES[name]()
         if name not in self:
             raise NotImplementedError(f"activation {name!r} is not translated to JAX "
-                                      f"(known: {', '.join(sorted(self))})")
+                                      f"(known: {', '.join(sorted([*self, *_MODULES]))})")
         return dict.__getitem__(self, name)
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in _MODULES
 
 
 ACT2FN = _Activations({
@@ -70,9 +115,12 @@ quick_gelu, silu, mish = _quick_gelu, jax.nn.silu, jax.nn.mish
 
 class _ActivationClasses(dict):
     """transformers' ACT2CLS: ``ACT2CLS[name]()`` is the activation (ACT2FN's function here);
-    keywords (XIELU's dtype, a ClippedGELU's bounds) are not translated, so refused."""
+    keywords of a function (a ClippedGELU's bounds) are not translated, so refused; an
+    activation with parameters (xIELU) is its module's class, built with the keywords."""
 
     def __getitem__(self, name: str) -> Callable[..., Callable[[jax.Array], jax.Array]]:
+        if name in _MODULES:
+            return _MODULES[name]
         function = ACT2FN[name]
 
         def build(**kwargs: Any) -> Callable[[jax.Array], jax.Array]:
@@ -83,7 +131,7 @@ class _ActivationClasses(dict):
         return build
 
     def __contains__(self, name: object) -> bool:
-        return name in ACT2FN
+        return name in ACT2FN or name in _MODULES
 
 
 ACT2CLS = _ActivationClasses()
