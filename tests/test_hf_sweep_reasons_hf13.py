@@ -5,8 +5,13 @@ shape, converted, built with torch's weights and verified."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+from torch2jax.verify.common import VerifyRequest
+from torch2jax.verify.run import run_request
 
 
 def test_xielu_is_a_module_with_torchs_parameters_and_formula() -> None:
@@ -54,3 +59,66 @@ def test_xielu_is_a_module_with_torchs_parameters_and_formula() -> None:
     # the default (transformers': bfloat16) and a dtype named by a string
     assert runtime.ACT2FN["xielu"].alpha_p[...].dtype == jnp.bfloat16
     assert runtime.ACT2CLS["xielu"](dtype="float32").beta[...].dtype == jnp.float32
+
+
+REGISTERED_LIST = '''
+import torch
+from torch import nn
+
+
+class ConvModule(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 1)
+        self.norm = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return torch.relu(self.norm(self.conv(x)))
+
+
+class PoolingBlock(nn.Module):
+    """UperNet's pyramid pooling block: a plain list whose modules add_module registers."""
+
+    def __init__(self, scale, cin, cout):
+        super().__init__()
+        self.layers = [nn.AdaptiveAvgPool2d(scale), ConvModule(cin, cout)]
+        for i, layer in enumerate(self.layers):
+            self.add_module(str(i), layer)
+
+    def forward(self, x):
+        h = x
+        for layer in self.layers:
+            h = layer(h)
+        return h
+
+
+class PoolingModule(nn.Module):
+    """UperNet's pyramid pooling module: an empty list grown in a loop that registers each
+    block too."""
+
+    def __init__(self, scales=(1, 2), cin=3, cout=4):
+        super().__init__()
+        self.blocks = []
+        for i, scale in enumerate(scales):
+            block = PoolingBlock(scale, cin, cout)
+            self.blocks.append(block)
+            self.add_module(str(i), block)
+
+    def forward(self, x):
+        outs = [nn.functional.interpolate(b(x), size=x.size()[2:], mode="bilinear",
+                                          align_corners=False) for b in self.blocks]
+        return outs[0] + outs[1]
+'''
+
+
+def test_a_plain_list_of_modules_registered_by_add_module_builds(tmp_path: Path) -> None:
+    """UperNet / MaskFormer / Xcodec's "Found data on value of type list assigned to static
+    attribute": the list is a module list from the start; the modules keep torch's names
+    ("0.1.conv.weight"), so the weights and every gradient are compared by them."""
+    path = tmp_path / "model.py"
+    path.write_text(REGISTERED_LIST)
+    r = run_request(VerifyRequest(target=f"{path}::PoolingModule", inputs=("float32[2,3,4,4]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
