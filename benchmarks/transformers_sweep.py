@@ -593,7 +593,7 @@ def _model_types(config, depth: int = 0) -> set[str]:
     found: set[str] = set()
     for value in vars(config).values():
         if isinstance(value, PretrainedConfig) and depth < 4:
-            found |= {value.model_type} | _model_types(value, depth + 1)
+            found |= {value.model_type, type(value).model_type} | _model_types(value, depth + 1)
     return {t for t in found if t}
 
 

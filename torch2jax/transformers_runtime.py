@@ -206,7 +206,10 @@ class AutoModel:
             kwargs.pop(option, None)
         package = __name__.rpartition(".")[0]
         table = importlib.import_module(f"{package}._hf_auto").MODELS
-        found = table.get((cls.__name__, getattr(config, "model_type", None)))
+        # by the config's class, as transformers' auto classes (MimiEncoderConfig's
+        # "mimi_encoder"; its instance says "mimi"), else by the instance's model_type
+        found = table.get((cls.__name__, getattr(type(config), "model_type", None))) or table.get(
+            (cls.__name__, getattr(config, "model_type", None)))
         if found is None:
             raise NotImplementedError(
                 f"{cls.__name__}.from_config: model_type {config.model_type!r} was not "

@@ -297,10 +297,14 @@ def _auto_models(module_name: str, autos: set[str], types: set[str]
     def walk(config, depth: int = 0) -> None:
         for value in vars(config).values():
             if isinstance(value, PretrainedConfig) and depth < 4:
-                types.add(value.model_type)
+                # transformers' auto classes map the config's class (MimiEncoderConfig's
+                # "mimi_encoder", where the instance says "mimi")
+                types.update((value.model_type, type(value).model_type))
                 walk(value, depth + 1)
 
     for config_class in configs:
+        # a model building its whole config with an auto class (ShieldGemma2's Gemma3)
+        types.add(config_class.model_type)
         with contextlib.suppress(Exception):  # a config whose defaults do not build: none
             walk(config_class())
     table = {}
