@@ -122,3 +122,24 @@ def test_a_plain_list_of_modules_registered_by_add_module_builds(tmp_path: Path)
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+def test_the_auto_table_names_the_configs_class_and_the_models_own_type() -> None:
+    """Mimi's ``AutoModel.from_config(config.encoder_config)``: transformers builds the class
+    that the config's *class* maps to (MimiEncoderConfig, "mimi_encoder": MimiEncoderModel;
+    the instance's model_type says "mimi"); ShieldGemma2 builds Gemma3 from its whole config
+    with ``AutoModelForImageTextToText``. The converted package's table (``_hf_auto.py``)
+    names both, so the converted model finds them when it is built."""
+    pytest.importorskip("transformers")
+    from transformers import AutoModel, AutoModelForImageTextToText, MimiConfig, ShieldGemma2Config
+
+    from torch2jax.verify.package import _auto_models
+
+    mimi = _auto_models("transformers.models.mimi.modeling_mimi", {"AutoModel"}, set())
+    built = AutoModel.from_config(MimiConfig().encoder_config)
+    assert mimi[("AutoModel", "mimi_encoder")] == (type(built).__module__, type(built).__name__)
+    shield = _auto_models("transformers.models.shieldgemma2.modeling_shieldgemma2",
+                          {"AutoModelForImageTextToText"}, set())
+    want = AutoModelForImageTextToText._model_mapping[ShieldGemma2Config]
+    assert shield[("AutoModelForImageTextToText", "shieldgemma2")] == (want.__module__,
+                                                                        want.__name__)

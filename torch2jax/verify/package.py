@@ -316,7 +316,9 @@ def _auto_models(module_name: str, autos: set[str], types: set[str]
             try:
                 package = importlib.import_module(
                     f"transformers.models.{model_type_to_module_name(model_type)}")
-                cls = getattr(package, name) if name else None
+                # (a class of another model's package: ShieldGemma2's Gemma3 model)
+                cls = (getattr(package, name, None) or getattr(transformers, name)) if name \
+                    else None
             except (ImportError, AttributeError):
                 continue
             if cls is not None and is_modeling_file(cls.__module__):
