@@ -14,6 +14,7 @@ from torch2jax.verify.common import VerifyRequest
 from torch2jax.verify.run import run_request
 
 
+@pytest.mark.transformers
 def test_xielu_is_a_module_with_torchs_parameters_and_formula() -> None:
     """Apertus' ``ACT2CLS["xielu"](dtype=config.dtype)`` (and ``ACT2FN["xielu"]``): a module
     holding torch's parameters (``alpha_p``, ``alpha_n``) and buffers (``beta``, ``eps``);
@@ -124,6 +125,7 @@ def test_a_plain_list_of_modules_registered_by_add_module_builds(tmp_path: Path)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
 
 
+@pytest.mark.transformers
 def test_the_auto_table_names_the_configs_class_and_the_models_own_type() -> None:
     """Mimi's ``AutoModel.from_config(config.encoder_config)``: transformers builds the class
     that the config's *class* maps to (MimiEncoderConfig, "mimi_encoder": MimiEncoderModel;
@@ -143,3 +145,41 @@ def test_the_auto_table_names_the_configs_class_and_the_models_own_type() -> Non
     want = AutoModelForImageTextToText._model_mapping[ShieldGemma2Config]
     assert shield[("AutoModelForImageTextToText", "shieldgemma2")] == (want.__module__,
                                                                         want.__name__)
+
+
+@pytest.mark.transformers
+def test_the_sweeps_inputs_for_perceiver_and_a_detectors_hidden_states() -> None:
+    """The harness: Perceiver's masked LM takes ``inputs`` (what its preprocessor reads) and
+    the token ids by their name; PP-OCRv5's detector hands ``hidden_states`` to its backbone
+    (the pixels); a ``...PreTrainedModelFor...`` class (Qwen-Omni's) is no entry."""
+    transformers = pytest.importorskip("transformers")
+    import importlib.util
+    import sys
+    import types
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "transformers_sweep.py"
+    spec = importlib.util.spec_from_file_location("transformers_sweep", path)
+    sweep = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("transformers_sweep", sweep)
+    spec.loader.exec_module(sweep)
+    from transformers.models.perceiver.modeling_perceiver import PerceiverForMaskedLM
+    from transformers.models.pp_ocrv5_mobile_det.modeling_pp_ocrv5_mobile_det import (
+        PPOCRV5MobileDetModel,
+    )
+
+    config = transformers.PerceiverConfig(vocab_size=50)
+    specs, masked = sweep._inputs(PerceiverForMaskedLM, config)
+    assert specs == [f"input_ids=int64[{sweep.BATCH},{sweep.SEQ}]:50"] and not masked
+    det = PPOCRV5MobileDetModel.config_class()
+    assert det.backbone_config is not None
+    specs, _ = sweep._inputs(PPOCRV5MobileDetModel, det)
+    assert len(specs) == 1 and specs[0].startswith(f"float32[{sweep.BATCH},")
+
+    module = types.ModuleType("modeling_fake")
+    base = type("FakePreTrainedModel", (transformers.PreTrainedModel,), {})
+    for name in ("FakePreTrainedModelForConditionalGeneration", "FakeModel",
+                 "FakeForConditionalGeneration"):
+        setattr(module, name, type(name, (base,), {"__module__": module.__name__}))
+    base.__module__ = module.__name__
+    found = sweep.entry_classes(module)
+    assert [c.__name__ for c in found] == ["FakeModel", "FakeForConditionalGeneration"]
