@@ -482,7 +482,7 @@ def entry_classes(module) -> tuple[type | None, type | None]:
 
     own = [c for c in vars(module).values() if isinstance(c, type)
            and c.__module__ == module.__name__ and issubclass(c, PreTrainedModel)
-           and not c.__name__.endswith("PreTrainedModel") and not inspect.isabstract(c)]
+           and "PreTrainedModel" not in c.__name__ and not inspect.isabstract(c)]
     bases = sorted((c for c in own if c.__name__.endswith("Model") and "For" not in c.__name__
                     and not c.__name__.endswith("LMHeadModel")), key=lambda c: len(c.__name__))
     head = next((c for suffix in HEADS for c in own if c.__name__.endswith(suffix)), None)
@@ -537,6 +537,12 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
                      if variant == "channels" else f"float32[{BATCH},400]")
     elif first == "past_values":
         specs += _series(config, params)
+    elif first in ("inputs", "input") and "input_ids" in params:
+        # Perceiver's heads: ``inputs`` is what the model's preprocessor reads, and a text
+        # head also takes the token ids by their own name (its preprocessor embeds them)
+        specs.append(f"input_ids={tokens}")
+    elif first == "hidden_states" and getattr(config, "backbone_config", None) is not None:
+        specs.append(pixels)  # a detector's hidden_states, handed to its vision backbone
     else:
         raise ValueError(f"the forward's first input {first!r} is not one the sweep builds")
     for name, param in params.items():
@@ -587,7 +593,7 @@ def _model_types(config, depth: int = 0) -> set[str]:
     found: set[str] = set()
     for value in vars(config).values():
         if isinstance(value, PretrainedConfig) and depth < 4:
-            found |= {value.model_type} | _model_types(value, depth + 1)
+            found |= {value.model_type, type(value).model_type} | _model_types(value, depth + 1)
     return {t for t in found if t}
 
 

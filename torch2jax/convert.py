@@ -111,7 +111,8 @@ _CANONICAL_GATES = {
     step_closures: re.compile(r"\.step\(\s*(?:closure\s*=\s*)?[A-Za-z_]"),  # opt.step(closure)
     module_methods: re.compile(r"\bregister_parameter\b"),
     base_calls: re.compile(r"\.\w+\(\s*self\b"),  # nn.LayerNorm.__init__(self, ...)
-    list_builders: re.compile(r"ModuleList\(\s*self\."),  # nn.ModuleList(self.block)
+    # nn.ModuleList(self.block), or a plain list's modules registered with add_module
+    list_builders: re.compile(r"ModuleList\(\s*self\.|\badd_module\b"),
     # self.forward = self.forward_slicing (the target may be parenthesized, continued), or
     # self.register_parameter("forward", p), which module_methods writes so
     forward_choice: re.compile(r"\bforward\b(?:[\s)\\]|#[^\n]*)*=(?!=)|"

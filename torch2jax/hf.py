@@ -53,6 +53,9 @@ import libcst.matchers as m
 
 SUPPORT_MODULE = "_hf_support"
 RUNTIME = Path(__file__).with_name("transformers_runtime.py")
+# transformers' activations (ACT2FN, ACT2CLS), written beside the support module, which imports them
+ACTIVATIONS_MODULE = "_hf_activations"
+ACTIVATIONS_RUNTIME = Path(__file__).with_name(f"{ACTIVATIONS_MODULE}.py")
 # transformers' backbone machinery (backbone_utils.py), written beside the support module
 BACKBONE_MODULE = "_hf_backbone"
 BACKBONE_RUNTIME = Path(__file__).with_name("transformers_backbone.py")

@@ -22,8 +22,22 @@ from typing import Any, TypedDict, Unpack
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.special
 from flax import nnx
+
+# the activations (transformers.activations), written beside this file
+from ._hf_activations import (
+    ACT2CLS,
+    ACT2FN,
+    gelu,
+    gelu_fast,
+    gelu_new,
+    gelu_python,
+    gelu_pytorch_tanh,
+    get_activation,
+    mish,
+    quick_gelu,
+    silu,
+)
 
 __all__ = [
     "ACT2CLS", "ACT2FN", "ALL_ATTENTION_FUNCTIONS", "DUMMY_INPUTS", "DUMMY_MASK",
@@ -72,83 +86,6 @@ class FlashAttentionKwargs(TypedDict, total=False):
     """transformers' keyword arguments of flash attention (annotations only here)."""
 
 
-# --- activations (transformers.activations.ACT2FN) --------------------------------------------
-
-
-def _gelu_tanh(x: jax.Array) -> jax.Array:
-    return jax.nn.gelu(x, approximate=True)
-
-
-def _gelu(x: jax.Array) -> jax.Array:
-    return jax.nn.gelu(x, approximate=False)
-
-
-def _quick_gelu(x: jax.Array) -> jax.Array:
-    return x * jax.nn.sigmoid(1.702 * x)
-
-
-def _relu2(x: jax.Array) -> jax.Array:
-    return jnp.square(jax.nn.relu(x))
-
-
-def _gelu_10(x: jax.Array) -> jax.Array:
-    return jnp.clip(_gelu(x), -10.0, 10.0)
-
-
-def _laplace(x: jax.Array, mu: float = 0.707107, sigma: float = 0.282095) -> jax.Array:
-    return 0.5 * (1.0 + jax.scipy.special.erf((x - mu) / (sigma * math.sqrt(2.0))))
-
-
-def _sqrt_softplus(x: jax.Array) -> jax.Array:
-    return jnp.sqrt(jax.nn.softplus(x))
-
-
-class _Activations(dict):
-    def __getitem__(self, name: str) -> Callable[[jax.Array], jax.Array]:
-        if name not in self:
-            raise NotImplementedError(f"activation {name!r} is not translated to JAX "
-                                      f"(known: {', '.join(sorted(self))})")
-        return dict.__getitem__(self, name)
-
-
-ACT2FN = _Activations({
-    "gelu": _gelu, "gelu_python": _gelu, "gelu_new": _gelu_tanh, "gelu_fast": _gelu_tanh,
-    "gelu_pytorch_tanh": _gelu_tanh, "quick_gelu": _quick_gelu, "relu": jax.nn.relu,
-    "relu2": _relu2, "relu6": jax.nn.relu6, "sigmoid": jax.nn.sigmoid, "silu": jax.nn.silu,
-    "swish": jax.nn.silu, "tanh": jnp.tanh, "mish": jax.nn.mish,
-    "leaky_relu": jax.nn.leaky_relu, "linear": lambda x: x,
-    "gelu_accurate": _gelu_tanh, "gelu_python_tanh": _gelu_tanh, "gelu_10": _gelu_10,
-    "hardswish": jax.nn.hard_swish, "laplace": _laplace, "sqrtsoftplus": _sqrt_softplus,
-})
-
-
-# transformers.activations' module-level functions (ACT2FN's entries)
-gelu = gelu_python = _gelu
-gelu_new = gelu_fast = gelu_pytorch_tanh = _gelu_tanh
-quick_gelu, silu, mish = _quick_gelu, jax.nn.silu, jax.nn.mish
-
-
-class _ActivationClasses(dict):
-    """transformers' ACT2CLS: ``ACT2CLS[name]()`` is the activation (ACT2FN's function here);
-    keywords (XIELU's dtype, a ClippedGELU's bounds) are not translated, so refused."""
-
-    def __getitem__(self, name: str) -> Callable[..., Callable[[jax.Array], jax.Array]]:
-        function = ACT2FN[name]
-
-        def build(**kwargs: Any) -> Callable[[jax.Array], jax.Array]:
-            if kwargs:
-                raise NotImplementedError(f"ACT2CLS[{name!r}] with {sorted(kwargs)} is not "
-                                          "translated to JAX")
-            return function
-        return build
-
-    def __contains__(self, name: object) -> bool:
-        return name in ACT2FN
-
-
-ACT2CLS = _ActivationClasses()
-
-
 # transformers.utils' example inputs (the dummy_inputs of a model): plain lists
 DUMMY_INPUTS = [[7, 6, 0, 0, 1], [1, 2, 3, 0, 0], [0, 0, 0, 4, 5]]
 DUMMY_MASK = [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [0, 0, 0, 1, 1]]
@@ -173,10 +110,6 @@ def compile_compatible_method_lru_cache(*args: Any, **kwargs: Any) -> Any:
 def is_deepspeed_zero3_enabled() -> bool:
     """transformers.integrations.deepspeed.is_deepspeed_zero3_enabled: no DeepSpeed here."""
     return False
-
-
-def get_activation(name: str) -> Callable[[jax.Array], jax.Array]:
-    return ACT2FN[name]
 
 
 # --- outputs (transformers.modeling_outputs) ---------------------------------------------------
@@ -273,7 +206,10 @@ class AutoModel:
             kwargs.pop(option, None)
         package = __name__.rpartition(".")[0]
         table = importlib.import_module(f"{package}._hf_auto").MODELS
-        found = table.get((cls.__name__, getattr(config, "model_type", None)))
+        # by the config's class, as transformers' auto classes (MimiEncoderConfig's
+        # "mimi_encoder"; its instance says "mimi"), else by the instance's model_type
+        found = table.get((cls.__name__, getattr(type(config), "model_type", None))) or table.get(
+            (cls.__name__, getattr(config, "model_type", None)))
         if found is None:
             raise NotImplementedError(
                 f"{cls.__name__}.from_config: model_type {config.model_type!r} was not "

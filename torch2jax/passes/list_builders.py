@@ -14,6 +14,24 @@ type list assigned to static attribute"). Where the same function assigns the at
 empty list and later ``nn.ModuleList(self.block)``, the empty list is ``nn.ModuleList()``:
 torch's module list takes ``+=``, ``append``, ``extend``, ``len`` and indexing as the list
 does, and wrapping it again gives the same modules (NNX's ``nnx.List``, its translation, as well).
+
+UperNet's and MaskFormer's blocks keep a plain list whose modules the same function registers
+one by one under torch's own names::
+
+    self.layers = [nn.AdaptiveAvgPool2d(scale), UperNetConvModule(...)]
+    for i, layer in enumerate(self.layers):
+        self.add_module(str(i), layer)
+
+    self.blocks = []
+    for i, pool_scale in enumerate(pool_scales):
+        block = UperNetPyramidPoolingBlock(...)
+        self.blocks.append(block)
+        self.add_module(str(i), block)
+
+There the list is a module list from the start too (``nn.ModuleList([...])``): the modules
+stay registered under the names ``add_module`` gives (torch's parameter names; NNX names a
+module held twice by its first path, and ``"0"`` sorts before any attribute name), and the list
+holds the same modules, as torch's does.
 """
 
 from __future__ import annotations
@@ -48,12 +66,78 @@ def _empty(stmt: cst.BaseStatement, code: str) -> bool:
             and isinstance(stmt.body[0].value, cst.List) and not stmt.body[0].value.elements)
 
 
+def _adds(block: cst.BaseSuite, name: str) -> bool:
+    """Whether ``block`` holds ``self.add_module(<name>, name)``."""
+    found = []
+
+    class _Find(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if (_CODE.code_for_node(node.func) == "self.add_module" and len(node.args) == 2
+                    and _CODE.code_for_node(node.args[1].value) == name):
+                found.append(node)
+    block.visit(_Find())
+    return bool(found)
+
+
+def _registered(stmt: cst.BaseStatement) -> set[str]:
+    """The list attributes whose elements the loop ``stmt`` registers with ``add_module``:
+    ``for i, m in enumerate(self.x): self.add_module(str(i), m)``, or a loop that appends
+    ``m`` to ``self.x`` and registers it."""
+    if not (isinstance(stmt, cst.For) and isinstance(stmt.body, cst.IndentedBlock)):
+        return set()
+    out: set[str] = set()
+    it = stmt.iter
+    if (isinstance(it, cst.Call) and _CODE.code_for_node(it.func) == "enumerate"
+            and len(it.args) == 1 and isinstance(stmt.target, cst.Tuple)
+            and len(stmt.target.elements) == 2
+            and isinstance(stmt.target.elements[1].value, cst.Name)
+            and _adds(stmt.body, stmt.target.elements[1].value.value)):
+        out.add(_CODE.code_for_node(it.args[0].value))
+    for line in stmt.body.body:
+        if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+                and isinstance(line.body[0], cst.Expr)
+                and isinstance(call := line.body[0].value, cst.Call)):
+            continue
+        func = _CODE.code_for_node(call.func)
+        if (func.endswith(".append") and func.startswith("self.") and len(call.args) == 1
+                and isinstance(call.args[0].value, cst.Name)
+                and _adds(stmt.body, call.args[0].value.value)):
+            out.add(func.removesuffix(".append"))
+    return out
+
+
 class _ModuleListFromStart(cst.CSTTransformer):
+    def __init__(self, module_list: cst.BaseExpression | None) -> None:
+        super().__init__()
+        self.module_list = module_list  # the file's nn.ModuleList, None where it has no nn
+
+    def _registered_lists(self, body: list[cst.BaseStatement]) -> bool:
+        """``self.x = [...]`` whose modules a later loop registers one by one: a module list
+        from the start (``nn.ModuleList([...])``); whether any was rewritten."""
+        changed = False
+        for i, stmt in enumerate(body):
+            for code in _registered(stmt) if self.module_list is not None else ():
+                for j in range(i - 1, -1, -1):
+                    line = body[j]
+                    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+                            and isinstance(line.body[0], cst.Assign)
+                            and len(line.body[0].targets) == 1 and _CODE.code_for_node(
+                                line.body[0].targets[0].target) == code):
+                        continue
+                    assign = line.body[0]
+                    if isinstance(assign.value, cst.List):
+                        value = cst.Call(self.module_list, [cst.Arg(assign.value)] if (
+                            assign.value.elements) else [])
+                        body[j] = line.with_changes(body=[assign.with_changes(value=value)])
+                        changed = True
+                    break
+        return changed
+
     def leave_FunctionDef(self, original_node, updated_node):
         if not isinstance(updated_node.body, cst.IndentedBlock):
             return updated_node
         body = list(updated_node.body.body)
-        changed = False
+        changed = self._registered_lists(body)
         for i, stmt in enumerate(body):
             found = _wrapped(stmt)
             if found is None:
@@ -73,5 +157,29 @@ class _ModuleListFromStart(cst.CSTTransformer):
 
 def canonicalise(module: cst.Module) -> cst.Module:
     """The file with ``self.x = []`` later wrapped by ``nn.ModuleList(self.x)`` in the same
-    function written as ``self.x = nn.ModuleList()``."""
-    return module.visit(_ModuleListFromStart())
+    function written as ``self.x = nn.ModuleList()``, and a plain list whose modules the
+    function registers with ``add_module`` one by one written as ``nn.ModuleList([...])``."""
+    return module.visit(_ModuleListFromStart(_module_list(module)))
+
+
+def _module_list(module: cst.Module) -> cst.BaseExpression | None:
+    """The file's name for torch's ``nn.ModuleList``: ``nn.ModuleList`` where the file
+    imports ``nn`` from torch, ``torch.nn.ModuleList`` where it imports torch; else None."""
+    plain = False
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.ImportFrom) and small.module is not None and (
+                    _CODE.code_for_node(small.module) == "torch") and not isinstance(
+                    small.names, cst.ImportStar) and any(
+                    a.evaluated_name == "nn" and a.asname is None for a in small.names):
+                return cst.parse_expression("nn.ModuleList")
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    name = _CODE.code_for_node(alias.name)
+                    if name == "torch.nn" and alias.asname is not None and (
+                            _CODE.code_for_node(alias.asname.name) == "nn"):
+                        return cst.parse_expression("nn.ModuleList")
+                    plain |= name == "torch" and alias.asname is None
+    return cst.parse_expression("torch.nn.ModuleList") if plain else None

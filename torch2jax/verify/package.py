@@ -30,6 +30,8 @@ from pathlib import Path
 from types import ModuleType
 
 from torch2jax.hf import (
+    ACTIVATIONS_MODULE,
+    ACTIVATIONS_RUNTIME,
     AUTO_TABLE,
     BACKBONE_MODULE,
     BACKBONE_RUNTIME,
@@ -295,10 +297,14 @@ def _auto_models(module_name: str, autos: set[str], types: set[str]
     def walk(config, depth: int = 0) -> None:
         for value in vars(config).values():
             if isinstance(value, PretrainedConfig) and depth < 4:
-                types.add(value.model_type)
+                # transformers' auto classes map the config's class (MimiEncoderConfig's
+                # "mimi_encoder", where the instance says "mimi")
+                types.update((value.model_type, type(value).model_type))
                 walk(value, depth + 1)
 
     for config_class in configs:
+        # a model building its whole config with an auto class (ShieldGemma2's Gemma3)
+        types.add(config_class.model_type)
         with contextlib.suppress(Exception):  # a config whose defaults do not build: none
             walk(config_class())
     table = {}
@@ -310,7 +316,9 @@ def _auto_models(module_name: str, autos: set[str], types: set[str]
             try:
                 package = importlib.import_module(
                     f"transformers.models.{model_type_to_module_name(model_type)}")
-                cls = getattr(package, name) if name else None
+                # (a class of another model's package: ShieldGemma2's Gemma3 model)
+                cls = (getattr(package, name, None) or getattr(transformers, name)) if name \
+                    else None
             except (ImportError, AttributeError):
                 continue
             if cls is not None and is_modeling_file(cls.__module__):
@@ -588,6 +596,7 @@ def _convert_package_file(
             target.write_text(code)
             (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
             (out_dir / alias / f"{BACKBONE_MODULE}.py").write_text(BACKBONE_RUNTIME.read_text())
+            (out_dir / alias / f"{ACTIVATIONS_MODULE}.py").write_text(ACTIVATIONS_RUNTIME.read_text())
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
             # AutoModel.from_config(config.text_config): the modeling files of the sub-models
             # converted too (only their classes built there), and named in the table
