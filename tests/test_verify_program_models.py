@@ -4,7 +4,10 @@ the one its optimizer trains: a frozen teacher of a distillation program
 program's losses equal torch's only when both teachers start from the same weights.
 
 Before, the teacher of the converted program kept its own initialisation and every loss
-differed from the first step (0.795 against torch's 0.730): a correct conversion failed.
+differed from the first step (0.795 against torch's 0.730): a correct conversion failed. And
+the teacher frozen by a loop (``for p in teacher.parameters(): p.requires_grad_(False)``)
+before the training loop lost the step's definition (``train_step`` unbound, marked): the
+loop's translation skipped the bookkeeping of the loops a step is defined before.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ def test_a_frozen_teacher_gets_torchs_weights(tmp_path, monkeypatch):
     assert convert_tree(program, out, "nnx", None) == 0
     converted = out / "distill_teacher.py"
     text = converted.read_text()
-    assert "TODO(torch2jax)" not in text
+    assert "TODO(torch2jax)" not in text and "freeze_parameters(teacher)" in text
+    assert text.count("def train_step(") == 1
     # the teacher is called outside the compiled step (its logits are the step's input)
     assert "teacher_logits = eval_step(teacher, inputs)" in text
     r = verify_program(program, converted, steps=STEPS)

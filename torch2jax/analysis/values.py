@@ -462,6 +462,8 @@ class ValueFacts:
             return first if first.kind in (Kind.TENSOR, Kind.PARAM) else UNKNOWN
         if q.startswith("torch."):
             return self._torch_call(q, node)
+        if q in ("copy.deepcopy", "copy.copy") and len(node.args) == 1:
+            return self.value(node.args[0].value)  # a copy of a model is a model
         if q.startswith(("numpy.", "np.")):
             return NUMPY  # numpy arrays: Python-side, mutable
         if q.startswith((*_PYTHON_SCALAR_MODULES, "builtins.")):

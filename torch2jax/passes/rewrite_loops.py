@@ -47,6 +47,7 @@ class LoopsMixin:
             return init_loop
         frozen = self._frozen_loop(original_node)
         if frozen is not None:
+            self._for_stack.pop()  # (left, a later loop's step took this loop for its own)
             return frozen
         updated_node = self._loader_loop(original_node, updated_node)
         return self._leave_for(original_node, self._modules_loop(original_node, updated_node))

@@ -36,6 +36,8 @@ def distillation_loss(student_logits, teacher_logits, labels, T=2.0, alpha=0.5):
 
 def train_student(teacher, student, loader, epochs=2, lr=1e-2, device="cpu"):
     teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
     student.train()
     optimizer = torch.optim.Adam(student.parameters(), lr=lr)
     for epoch in range(epochs):
