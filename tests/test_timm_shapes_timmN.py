@@ -7,13 +7,20 @@ verified against torch (outputs and gradients, float32 then float64).
   it derives from ``nnx.GroupNorm``, the call is the base's on channels-last input, so the
   weight and bias transfer to its scale and bias (it was kept a torch subclass, "norm1 has no
   'scale'"), built directly and through a ``norm_layer`` default argument;
-* ``F.group_norm`` itself on a module's own parameters: the ``torch_group_norm`` helper.
+* ``F.group_norm`` itself on a module's own parameters: the ``torch_group_norm`` helper;
+* an ``nn.LSTM`` built with ``bias=bias``, a constructor parameter whose default ``True`` no
+  construction in the file overrides, in a subclass whose base holds an identity in its place
+  (sequencer's ``LSTM2d(RNN2dBase)``, bidirectional, over the rows and the columns of an NHWC
+  map): the LSTM is translated (it was kept torch's, "bias=False ... always has trainable
+  biases", and none of its weights transferred); a class built with ``bias=False`` keeps it
+  marked.
 """
 
 from __future__ import annotations
 
 import textwrap
 
+from torch2jax.convert import convert_source
 from torch2jax.verify.run import VerifyRequest, run_request
 
 GROUP_NORM = textwrap.dedent('''
@@ -74,3 +81,68 @@ def test_group_norm_subclass_and_functional(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert len(result.passes) == 2  # float32 and float64
+
+
+LSTM_2D = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class RNNIdentity(nn.Module):
+        def forward(self, x):
+            return x, None
+
+
+    class RNN2dBase(nn.Module):
+        def __init__(self, input_size, hidden_size, num_layers=1, bias=True, bidirectional=True):
+            super().__init__()
+            self.output_size = 2 * hidden_size if bidirectional else hidden_size
+            self.fc = nn.Linear(2 * self.output_size, input_size)
+            self.rnn_v = RNNIdentity()
+            self.rnn_h = RNNIdentity()
+
+        def forward(self, x):
+            B, H, W, C = x.shape
+            v = x.permute(0, 2, 1, 3).reshape(-1, H, C)
+            v, _ = self.rnn_v(v)
+            v = v.reshape(B, W, H, -1).permute(0, 2, 1, 3)
+            h = x.reshape(-1, W, C)
+            h, _ = self.rnn_h(h)
+            h = h.reshape(B, H, W, -1)
+            return self.fc(torch.cat([v, h], dim=-1))
+
+
+    class LSTM2d(RNN2dBase):
+        def __init__(self, input_size, hidden_size, num_layers=1, bias=True, bidirectional=True):
+            super().__init__(input_size, hidden_size, num_layers, bias, bidirectional)
+            self.rnn_v = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True,
+                                 bias=bias, bidirectional=bidirectional)
+            self.rnn_h = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True,
+                                 bias=bias, bidirectional=bidirectional)
+
+
+    class Net(nn.Module):
+        def __init__(self, layers=1):
+            super().__init__()
+            self.rnn = LSTM2d(4, 3, num_layers=layers)
+            self.norm = nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.norm(self.rnn(x)).mean((1, 2))
+''')
+
+
+def test_lstm_bias_from_constructor_parameter(tmp_path):
+    (tmp_path / "model.py").write_text(LSTM_2D)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,3,5,4]",)))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert len(result.passes) == 2
+
+
+def test_lstm_bias_false_somewhere_stays_marked(tmp_path):
+    source = LSTM_2D.replace("LSTM2d(4, 3, num_layers=layers)",
+                             "LSTM2d(4, 3, num_layers=layers, bias=False)")
+    out = convert_source(source)
+    assert "bias=False): the converted LSTM cell" in out.code
