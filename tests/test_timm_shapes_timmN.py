@@ -1,6 +1,7 @@
 """Shapes of timm's model code (benchmarks/timm_sweep.py, docs/timm-sweep.md) that failed the
 sweep's weight transfer, each on a model of our own written that way, converted, built and
-verified against torch (outputs and gradients, float32 then float64).
+verified against torch (outputs and gradients, in float64, the pass that decides: the
+float32 pass would double the tests' time).
 
 * a subclass of ``nn.GroupNorm`` with its own forward, ``F.group_norm`` over its own attributes
   (timm's ``GroupNorm1``: ``super().__init__(1, num_channels, **kwargs)``, metaformer's norm):
@@ -77,10 +78,10 @@ GROUP_NORM = textwrap.dedent('''
 def test_group_norm_subclass_and_functional(tmp_path):
     (tmp_path / "model.py").write_text(GROUP_NORM)
     result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
-                                       inputs=("float32[2,3,7,6]",)))
+                                       inputs=("float32[2,3,7,6]",), float64=True))
     assert result.error is None, result.error
     assert result.passed, result.reason
-    assert len(result.passes) == 2  # float32 and float64
+    assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
 
 
 LSTM_2D = textwrap.dedent('''
@@ -135,10 +136,10 @@ LSTM_2D = textwrap.dedent('''
 def test_lstm_bias_from_constructor_parameter(tmp_path):
     (tmp_path / "model.py").write_text(LSTM_2D)
     result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
-                                       inputs=("float32[2,3,5,4]",)))
+                                       inputs=("float32[2,3,5,4]",), float64=True))
     assert result.error is None, result.error
     assert result.passed, result.reason
-    assert len(result.passes) == 2
+    assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
 
 
 def test_lstm_bias_false_somewhere_stays_marked(tmp_path):
