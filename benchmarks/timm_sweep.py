@@ -46,6 +46,17 @@ MAX_PARAMS = 40_000_000  # larger models are not verified (2 CPU cores): the row
 # good choice (an input size it does not take, a configuration the rest of the file does not use)
 CHOSEN: dict[str, tuple[str, dict]] = {}
 
+# keyword arguments that make a model smaller, tried in this order (each alone) on a model over
+# MAX_PARAMS at its smallest: the first that its entry point accepts (it builds, and runs at
+# an input size) and that brings it under the limit is used; the row names them. A keyword
+# that the entry point takes but ignores changes no count and is not used
+SHRINK: tuple[dict, ...] = (
+    {"mlp_ratio": 1 / 16},  # a head or MLP's hidden width (vgg's ConvMlp)
+    {"channel_multiplier": 0.25},  # every stage's width (efficientnet-style builders)
+    {"num_features": 384},  # the width the class derives its cells' from (nasnet)
+    {"depth": 2, "embed_dim": 192, "num_heads": 3},  # a ViT given through a config
+)
+
 PREAMBLE = """\
 `python benchmarks/timm_sweep.py` (timm {version}, the torchvision tier's environment):
 every file of `timm/models/` that registers entry points, one small model each, converted
@@ -54,8 +65,10 @@ float32 pass is left out for the sweep's time, and decides only where the float6
 run: the JAX side computes in float32, an entry marked `[float32 pass]`). The entry point is the file's smallest
 `test_*` model where it has one, else its entry point with the fewest parameters, built
 with `num_classes=10` and, where the class takes them, `depth=2` and a small `img_size`;
-the input is the smallest square image that the torch model accepts among
-{sizes}. Each file is converted into verify's mirror package with the timm.layers modules it builds
+a model over {max_params}M parameters at its smallest is built with the first of these keyword
+sets that its entry point accepts and that brings it under (the row names it): {shrink}; the
+input is the smallest square image that the torch model accepts among
+{sizes}, then half the model's default input size and that size. Each file is converted into verify's mirror package with the timm.layers modules it builds
 layers from (torch2jax/verify/package.py). A file whose conversion and verification do
 not finish in {timeout} s of CPU time (the child's threads together; four times that and two
 minutes in wall-clock time) counts as not verified.
@@ -618,8 +631,27 @@ def _accepts(entry: str, kwargs: dict, size: int) -> bool:
         return False
 
 
+def shrink(entry: str, base: dict) -> dict:
+    """``base`` and the first of ``SHRINK`` that brings the model under ``MAX_PARAMS``
+    (``base`` alone where it is under already, or where none does)."""
+    try:
+        if _count(entry, base) <= MAX_PARAMS:
+            return base
+    except Exception:  # noqa: BLE001 - plan says it does not build
+        return base
+    for extra in SHRINK:
+        try:
+            if _count(entry, {**base, **extra}) <= MAX_PARAMS:
+                return {**base, **extra}
+        except Exception:  # noqa: BLE001, S112 - a keyword this entry point refuses
+            continue
+    return base
+
+
 def plan(module: str, entry: str) -> tuple[dict, int] | None:
-    """(keyword arguments, input size) the torch model runs with, smallest first."""
+    """(keyword arguments, input size) the torch model runs with, smallest first: the sizes of
+    ``SIZES`` and then half the model's default input size and that size (crossvit's two
+    branches divide their patch sizes only at sizes of its own)."""
     import inspect
 
     import timm
@@ -628,11 +660,14 @@ def plan(module: str, entry: str) -> tuple[dict, int] | None:
     with torch.device("meta"):
         model = timm.create_model(entry, num_classes=10)
     params = inspect.signature(type(model).__init__).parameters
-    base = dict(CHOSEN.get(module, ("", {}))[1])
+    base = shrink(entry, dict(CHOSEN.get(module, ("", {}))[1]))
     overrides = []
-    if "depth" in params and isinstance(getattr(model, "depth", None) or 2, int):
+    if "depth" in params and "depth" not in base and isinstance(
+            getattr(model, "depth", None) or 2, int):
         overrides.append({"depth": 2})
-    for size in SIZES:
+    default = (getattr(model, "pretrained_cfg", None) or {}).get("input_size") or (0, 0, 0)
+    own = [s for s in (default[-1] // 2, default[-1]) if s and s not in SIZES]
+    for size in [*SIZES, *own]:
         sized = {"img_size": size} if "img_size" in params else {}
         for extra in [*overrides, {}]:
             kwargs = {**base, **extra, **sized}
@@ -791,7 +826,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         write_markdown(args.out, "The timm sweep", PREAMBLE.format(
             version=timm.__version__, sizes=", ".join(map(str, SIZES)),
-            timeout=int(args.timeout)) + "\n" + FINDINGS.format(
+            timeout=int(args.timeout), max_params=MAX_PARAMS // 1_000_000,
+            shrink=", ".join("`" + ", ".join(f"{k}={v:g}" for k, v in d.items()) + "`"
+                             for d in SHRINK)) + "\n" + FINDINGS.format(
                 reached=sum(not r.reason.startswith("not run: the sweep") for r in results
                             if r.target == targets[0]), total=len(names)), results)
     return 0

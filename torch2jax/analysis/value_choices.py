@@ -87,3 +87,13 @@ def _param_choices(facts, param: cst.Param, cls: str) -> tuple | None:
     if not found:
         return None
     return tuple(dict.fromkeys(found))
+
+
+def param_name_choices(facts, node: cst.BaseExpression, cls: str | None) -> tuple | None:
+    """The literals a bare name may hold where it reads a parameter of ``cls.__init__``
+    (``nn.LSTM(..., bias=bias)`` in the ``__init__`` whose ``bias=True`` no call of the class
+    in the file overrides): its default and what the file's calls pass; None otherwise."""
+    if not isinstance(node, cst.Name) or cls is None or facts._file_class(cls) is None:
+        return None
+    param = _init_param(facts, node, cls)
+    return None if param is None else _param_choices(facts, param, cls)

@@ -62,6 +62,7 @@ from torch2jax.passes.rewrite_support import (
     _rule_args,
 )
 from torch2jax.passes.special_device import drop_device_argument
+from torch2jax.passes.special_group_norm import own_group_norm_call
 from torch2jax.passes.special_tensors import STARRED_SPECIALS
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule
@@ -532,6 +533,8 @@ class CallsMixin:
             fn = self.rules.functions.get(name)
             params = fn.params if fn is not None else ("input",)  # F.batch_norm: no rule
             x = bind(updated.args, params).get(params[0])
+            if name == "torch.nn.functional.group_norm":  # nnx.GroupNorm: channels-last
+                return own_group_norm_call(x)
             return call("super().__call__", arg(x))
         if name == rm.CHECKPOINT:
             return self._remat(original, updated)

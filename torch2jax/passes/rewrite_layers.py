@@ -45,6 +45,7 @@ from torch2jax.passes.special import batch_norm_helper
 # torch.nn.functional.batch_norm's parameters (the subclass forward of a BatchNorm, above)
 BATCH_NORM_PARAMS = ("input", "running_mean", "running_var", "weight", "bias", "training",
                      "momentum", "eps")
+from torch2jax.passes.layer_choices import layer_choices
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule, weight_source
 from torch2jax.targets import linen as linen_target
@@ -1024,7 +1025,8 @@ class LayersMixin:
         site = Site(rule=rule, args=b, target=self.target.layer_column,
                     rngs=self.rngs_expr(original) if needs_rngs else None,
                     defined=self.index.defined, per_example=self.target.intermediate,
-                    sequences=sequences, packed=self._packs)
+                    sequences=sequences, packed=self._packs,
+                    choices=layer_choices(self, original, rule))
         if rule.special:
             out = SPECIALS[rule.special](site)
             name = code(out.func) if isinstance(out, cst.Call) else None

@@ -196,8 +196,14 @@ def transformer_encoder(site: Site) -> cst.BaseExpression:
 # --------------------------------------------------------------------------------------------
 
 
+def _bias_true(site: Site) -> bool:
+    """bias=True, or a constructor parameter passed on whose only literal is True
+    (passes/layer_choices.py)."""
+    return site.lit("bias") is True or site.choices.get("bias") == (True,)
+
+
 def _lstm_checks(site: Site) -> None:
-    if site.lit("bias") is not True:
+    if not _bias_true(site):
         raise Untranslatable(f"{site.rule.torch}(bias=False): the converted LSTM cell "
                              "always has trainable biases (dense_i, dense_h), which torch's has not")
 
@@ -350,7 +356,7 @@ def lstm_cell_call(cs: CallSite) -> cst.BaseExpression:
 
 
 def _gru_checks(site: Site) -> None:
-    if site.lit("bias") is not True:
+    if not _bias_true(site):
         raise Untranslatable(f"{site.rule.torch}(bias=False): flax's GRU cell always has a "
                              "trainable input-side bias (dense_i), which torch's has not")
 
