@@ -43,6 +43,7 @@ from torch2jax.passes.common import (
     try_literal,
     unnamed_modules_loop,
 )
+from torch2jax.passes.conv_subclass import conv_forward, conv_forward_reads
 from torch2jax.passes.data import read_by_iterator
 from torch2jax.passes.rewrite_support import (
     _FILLED,
@@ -96,6 +97,8 @@ class CallsMixin:
     def visit_Call(self, node: cst.Call) -> None:
         if self._class_stack and self._own_functional(node):
             self._own_calls.add(id(node))
+        elif self._class_stack:
+            conv_forward_reads(self, node)  # F.conv2d(x, w, ...) in a conv subclass
 
     def _group_modules(self, original: cst.Call, updated: cst.Call):
         """``for mn, m in self.named_modules():`` in the function that builds an optimizer
@@ -532,6 +535,8 @@ class CallsMixin:
             params = fn.params if fn is not None else ("input",)  # F.batch_norm: no rule
             x = bind(updated.args, params).get(params[0])
             return call("super().__call__", arg(x))
+        if (own := conv_forward(self, original, updated)) is not None:
+            return own  # F.conv2d(x, w, b, self.stride, ...) in a subclass of nn.Conv2d
         if name == rm.CHECKPOINT:
             return self._remat(original, updated)
         if name == rm.SEQUENTIAL:

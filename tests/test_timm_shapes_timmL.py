@@ -1,0 +1,101 @@
+"""Shapes of timm's models (benchmarks/timm_sweep.py, docs/timm-sweep.md, issue 34: converted
+layer classes and their attributes), each on a model of our own written that way, converted,
+built and verified against torch (outputs and gradients).
+
+* a subclass of ``nn.Conv2d`` whose forward computes its own weight from ``self.weight``
+  (weight standardisation: timm's ``StdConv2d`` / ``ScaledStdConv2d``, BiT's) and convolves
+  with it by the layer's own geometry, ``F.conv2d(x, w, self.bias, self.stride, self.padding,
+  self.dilation, self.groups)``: the class derives from the Conv2d helper (torch's signature,
+  ``weight`` in torch's layout) and the call is the helper's ``_conv_forward`` (it was marked,
+  "subclass of the torch layer torch.nn.Conv2d: its parameters and forward are not
+  translated", its ``super().__init__`` dropped, and the build failed: "'StdConv2d' object has
+  no attribute 'weight'"). A subclass that calls ``F.conv2d`` over its own weight unchanged is
+  the helper's call.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from torch2jax.convert import convert_source
+from torch2jax.verify.run import VerifyRequest, run_request
+
+
+def _verifies(tmp_path, source: str, entry: str, *inputs: str):
+    """``source`` written as a file, its class ``entry`` verified against torch (forward and
+    gradients, float32 then float64) on ``inputs``: the result, which passed."""
+    (tmp_path / "model.py").write_text(source)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::{entry}", inputs=inputs))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    return result
+
+
+STD_CONV = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class StdConv2d(nn.Conv2d):
+        def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                     dilation=1, groups=1, bias=True, eps=1e-6):
+            super().__init__(in_channels, out_channels, kernel_size, stride=stride,
+                             padding=padding, dilation=dilation, groups=groups, bias=bias)
+            self.eps = eps
+
+        def forward(self, x):
+            w = self.weight
+            m = w.mean(dim=(1, 2, 3), keepdim=True)
+            v = w.var(dim=(1, 2, 3), keepdim=True, unbiased=False)
+            w = (w - m) / torch.sqrt(v + self.eps)
+            return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation,
+                            self.groups)
+
+
+    class PlainConv(nn.Conv2d):
+        def forward(self, x):
+            return F.relu(F.conv2d(x, self.weight, self.bias, self.stride, self.padding,
+                                   self.dilation, self.groups))
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = StdConv2d(3, 4, 3, stride=2, padding=1)
+            self.b = StdConv2d(4, 4, (3, 1), padding="same", dilation=2, groups=2, bias=False)
+            self.c = PlainConv(4, 6, 1)
+            self.fc = nn.Linear(6, 5)
+
+        def forward(self, x):
+            x = self.c(self.b(self.a(x)))
+            return self.fc(x.mean((2, 3)))
+''')
+
+
+def test_weight_standardised_conv_subclass(tmp_path):
+    code = convert_source(STD_CONV).code
+    assert "class StdConv2d(Conv2d):" in code and "TODO(torch2jax)" not in code
+    assert "self._conv_forward(x, w, self.bias)" in code
+    _verifies(tmp_path, STD_CONV, "Net", "float32[2,3,9,8]")
+
+
+def test_conv_subclass_padding_read_elsewhere_is_marked():
+    """The helper keeps flax's padding (pairs): ``self.padding`` read outside ``F.conv2d`` over
+    the layer's own geometry is marked, not given flax's value for torch's."""
+    source = textwrap.dedent('''
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        class Shifted(nn.Conv2d):
+            def forward(self, x):
+                w = self.weight * 2
+                y = F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation,
+                             self.groups)
+                return y + self.padding[0]
+    ''')
+    result = convert_source(source, path="<subclass>")
+    errors = [d.message for d in result.diagnostics if d.severity == "error"]
+    assert errors == ["self.padding of torch.nn.Conv2d has no counterpart in nnx.Conv"], errors
+    assert "y = self._conv_forward(x, w, self.bias)" in result.code
