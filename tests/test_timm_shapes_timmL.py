@@ -11,6 +11,8 @@ built and verified against torch (outputs and gradients).
   translated", its ``super().__init__`` dropped, and the build failed: "'StdConv2d' object has
   no attribute 'weight'"). A subclass that calls ``F.conv2d`` over its own weight unchanged is
   the helper's call.
+* ``F.batch_norm`` without running statistics (``training=True``): timm's ``ScaledStdConv2d``
+  standardises its weight so (it had no rule, "no rule for torch.nn.functional.batch_norm").
 """
 
 from __future__ import annotations
@@ -53,6 +55,26 @@ STD_CONV = textwrap.dedent('''
                             self.groups)
 
 
+    class ScaledStdConv2d(nn.Conv2d):
+        def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=None,
+                     gamma=1.0, eps=1e-6, gain_init=1.0):
+            if padding is None:
+                padding = ((stride - 1) + (kernel_size - 1)) // 2
+            super().__init__(in_channels, out_channels, kernel_size, stride=stride,
+                             padding=padding, bias=True)
+            self.scale = gamma * self.weight[0].numel() ** -0.5
+            self.eps = eps
+            self.gain = nn.Parameter(torch.full((self.out_channels, 1, 1, 1), gain_init))
+
+        def forward(self, x):
+            weight = F.batch_norm(
+                self.weight.reshape(1, self.out_channels, -1), None, None,
+                weight=(self.gain * self.scale).view(-1), training=True, momentum=0.,
+                eps=self.eps).reshape_as(self.weight)
+            return F.conv2d(x, weight, self.bias, self.stride, self.padding, self.dilation,
+                            self.groups)
+
+
     class PlainConv(nn.Conv2d):
         def forward(self, x):
             return F.relu(F.conv2d(x, self.weight, self.bias, self.stride, self.padding,
@@ -64,11 +86,12 @@ STD_CONV = textwrap.dedent('''
             super().__init__()
             self.a = StdConv2d(3, 4, 3, stride=2, padding=1)
             self.b = StdConv2d(4, 4, (3, 1), padding="same", dilation=2, groups=2, bias=False)
+            self.s = ScaledStdConv2d(4, 4, 3, gain_init=1.5)
             self.c = PlainConv(4, 6, 1)
             self.fc = nn.Linear(6, 5)
 
         def forward(self, x):
-            x = self.c(self.b(self.a(x)))
+            x = self.c(self.s(self.b(self.a(x))))
             return self.fc(x.mean((2, 3)))
 ''')
 
