@@ -64,7 +64,14 @@ STD_CONV = textwrap.dedent('''
                              padding=padding, bias=True)
             self.scale = gamma * self.weight[0].numel() ** -0.5
             self.eps = eps
-            self.gain = nn.Parameter(torch.full((self.out_channels, 1, 1, 1), gain_init))
+            self.gain_init = gain_init
+            self.gain = nn.Parameter(torch.empty((self.out_channels, 1, 1, 1)))
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            if hasattr(self, 'gain'):
+                torch.nn.init.constant_(self.gain, self.gain_init)
+                super().reset_parameters()
 
         def forward(self, x):
             weight = F.batch_norm(

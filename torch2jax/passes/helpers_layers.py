@@ -59,6 +59,11 @@ class Conv{n}d(nnx.Conv):
         (a weight-standardised conv's forward): the kernel (*k, in / groups, out) transposed."""
         return jnp.transpose(self.kernel[...], {perm})
 
+    def reset_parameters(self) -> None:
+        """torch's re-draw of the weight and bias, called by a subclass resetting its own
+        parameters (super().reset_parameters()): they were drawn when the layer was built, by
+        flax's initialisers as every converted convolution's are; nothing is drawn again."""
+
     def _conv_forward(self, x: jax.Array, weight: jax.Array,
                       bias: jax.Array | None) -> jax.Array:
         """torch's Conv{n}d._conv_forward: channels-first x convolved with a weight in torch's
