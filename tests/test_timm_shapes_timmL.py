@@ -129,3 +129,74 @@ def test_conv_subclass_padding_read_elsewhere_is_marked():
     errors = [d.message for d in result.diagnostics if d.severity == "error"]
     assert errors == ["self.padding of torch.nn.Conv2d has no counterpart in nnx.Conv"], errors
     assert "y = self._conv_forward(x, w, self.bias)" in result.code
+
+
+NAMED_INIT = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    def init_named(m, n):
+        if isinstance(m, nn.Linear):
+            nn.init.constant_(m.bias, 2.0 if n.endswith("head") else 1.0)
+
+
+    def init_weights(model: nn.Module):
+        for n, m in model.named_modules():
+            init_named(m, n)
+
+
+    def module_names(model):
+        return [n for n, _ in model.named_modules()]
+
+
+    class Block(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.norm = nn.LayerNorm(dim)
+
+        def forward(self, x):
+            return self.norm(self.fc(x))
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4):
+            super().__init__()
+            self.blocks = nn.Sequential(Block(dim), Block(dim))
+            self.extra = nn.ModuleList([nn.Linear(dim, dim)])
+            self.head = nn.Linear(dim, 3)
+            init_weights(self)
+
+        def forward(self, x):
+            return self.head(self.extra[0](self.blocks(x)))
+''')
+
+
+def test_named_modules_walk_keeps_torchs_names(tmp_path):
+    """``model.named_modules()`` of a converted model (timm's ``efficientnet_init_weights``:
+    ``for n, m in model.named_modules(): init_fn(m, n)``, rexnet's build): torch's walk, the
+    names torch gives the modules, and an init chosen by name sets what torch's sets (it was
+    marked and left torch's: "'RexNet' object has no attribute 'named_modules'")."""
+    import numpy as np
+    from flax import nnx
+
+    from torch2jax.verify.load import load_module
+
+    (tmp_path / "named_torch.py").write_text(NAMED_INIT)
+    ns_torch = load_module(tmp_path / "named_torch.py", prefix="torch2jax_test_timmL")
+    torch_model = ns_torch.Net()
+    code = convert_source(NAMED_INIT).code
+    assert "torch_named_modules(model)" in code and "TODO(torch2jax)" not in code
+    (tmp_path / "named_jax.py").write_text(code)
+    ns = load_module(tmp_path / "named_jax.py", prefix="torch2jax_test_timmL")
+    jax_model = ns.Net(rngs=nnx.Rngs(0))
+    assert ns.module_names(jax_model) == ns_torch.module_names(torch_model)
+    for name, layer in torch_model.named_modules():
+        if hasattr(layer, "bias") and name.split(".")[-1] in ("fc", "head", "0"):
+            jax_layer = jax_model
+            for part in name.split("."):
+                jax_layer = (jax_layer.layers[int(part)] if isinstance(jax_layer, nnx.Sequential)
+                             else jax_layer[int(part)] if part.isdigit() else
+                             getattr(jax_layer, part))
+            np.testing.assert_array_equal(np.asarray(jax_layer.bias[...]),
+                                          layer.bias.detach().numpy())

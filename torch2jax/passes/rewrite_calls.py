@@ -45,6 +45,7 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.conv_subclass import conv_forward, conv_forward_reads
 from torch2jax.passes.data import read_by_iterator
+from torch2jax.passes.modules_walk import named_modules_walk
 from torch2jax.passes.rewrite_support import (
     _FILLED,
     _INPLACE_DTYPE,
@@ -435,13 +436,8 @@ class CallsMixin:
             walked = self._group_modules(original, updated)
             if walked is not None:
                 return walked
-            # minGPT's configure_optimizers walks them with isinstance(m, whitelist): NNX's
-            # modules are not torch's (no activation modules, Sequential's .layers in paths)
-            raise Untranslatable(
-                "named_modules() of a converted model: NNX's modules (nnx.iter_modules) are "
-                "not torch's (activations are functions, a Sequential's layers sit under "
-                "'layers'); select the parameters by their names instead",
-                rule="torch.nn.Module.named_modules")
+            # timm's efficientnet_init_weights: for n, m in model.named_modules(): init_fn(m, n)
+            return named_modules_walk(self, original, updated)
         if name and name.startswith(EINOPS_TORCH_LAYERS):
             return self._einops_layer(updated, name)
         if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):
