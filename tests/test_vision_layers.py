@@ -942,8 +942,8 @@ def test_sequential_subclass_with_an_attribute_of_unknown_kind_is_marked():
 def test_layer_subclass_reads_without_counterpart_are_marked():
     """A subclass of nn.LayerNorm derives from nnx.LayerNorm; the torch attributes nnx has no
     name for (normalized_shape outside F.layer_norm over all of the layer's own attributes) are
-    marked, as is a subclass of a layer without a subclass translation (nn.Conv2d: channels-last
-    in flax) and any layer subclass for the linen target."""
+    marked, as is a subclass of a layer without a subclass translation (nn.ConvTranspose2d) and
+    any layer subclass for the linen target."""
     source = textwrap.dedent('''
         import torch.nn as nn
         import torch.nn.functional as F
@@ -954,14 +954,15 @@ def test_layer_subclass_reads_without_counterpart_are_marked():
                 return F.layer_norm(x, self.normalized_shape, None, None, self.eps) + self.bias
 
 
-        class MyConv(nn.Conv2d):
+        class MyConv(nn.ConvTranspose2d):
             def forward(self, x):
                 return super().forward(x).relu()
     ''')
     result = convert_source(source, path="<subclass>")
     errors = [d.message for d in result.diagnostics if d.severity == "error"]
     assert any("self.normalized_shape of torch.nn.LayerNorm" in e for e in errors), errors
-    assert any("subclass of the torch layer torch.nn.Conv2d" in e for e in errors), errors
+    assert any("subclass of the torch layer torch.nn.ConvTranspose2d" in e
+               for e in errors), errors
     assert "class Partial(nnx.LayerNorm):" in result.code
     assert "epsilon=self.epsilon) + self.bias" in result.code
     linen = convert_source(source, path="<subclass>", target="linen")

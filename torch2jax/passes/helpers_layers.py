@@ -59,11 +59,28 @@ class Conv{n}d(nnx.Conv):
         (a weight-standardised conv's forward): the kernel (*k, in / groups, out) transposed."""
         return jnp.transpose(self.kernel[...], {perm})
 
+    def reset_parameters(self) -> None:
+        """torch's re-draw of the weight and bias, called by a subclass resetting its own
+        parameters (super().reset_parameters()): they were drawn when the layer was built, by
+        flax's initialisers as every converted convolution's are; nothing is drawn again."""
+
+    def _conv_forward(self, x: jax.Array, weight: jax.Array,
+                      bias: jax.Array | None) -> jax.Array:
+        """torch's Conv{n}d._conv_forward: channels-first x convolved with a weight in torch's
+        layout (a subclass's forward computing its own: weight standardisation) by this
+        layer's stride, padding, dilation and groups."""
+        y = jax.lax.conv_general_dilated(
+            x, weight, self.strides, self.padding, rhs_dilation=self.kernel_dilation,
+            feature_group_count=self.feature_group_count, dimension_numbers={spec})
+        return y if bias is None else y + bias[...].reshape(-1, *(1,) * {n})
+
     def __call__(self, x: jax.Array) -> jax.Array:
         return jnp.moveaxis(super().__call__(jnp.moveaxis(x, 1, -1)), -1, 1)
 '''
+_SPECS = {1: '("NCH", "OIH", "NCH")', 2: '("NCHW", "OIHW", "NCHW")', 3: '("NCDHW", "OIDHW", "NCDHW")'}
 for _n in (1, 2, 3):
-    helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(n=_n, perm=(_n + 1, _n, *range(_n))))
+    helper(f"Conv{_n}d", {"jax", "jnp", "nnx"}, _CONV.format(
+        n=_n, perm=(_n + 1, _n, *range(_n)), spec=_SPECS[_n]))
 
 
 _POOL = '''

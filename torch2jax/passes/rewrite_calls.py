@@ -44,7 +44,9 @@ from torch2jax.passes.common import (
     try_literal,
     unnamed_modules_loop,
 )
+from torch2jax.passes.conv_subclass import conv_forward, conv_forward_reads
 from torch2jax.passes.data import read_by_iterator
+from torch2jax.passes.modules_walk import named_modules_walk
 from torch2jax.passes.rewrite_support import (
     _FILLED,
     _INPLACE_DTYPE,
@@ -98,6 +100,8 @@ class CallsMixin:
     def visit_Call(self, node: cst.Call) -> None:
         if self._class_stack and self._own_functional(node):
             self._own_calls.add(id(node))
+        elif self._class_stack:
+            conv_forward_reads(self, node)  # F.conv2d(x, w, ...) in a conv subclass
 
     def _group_modules(self, original: cst.Call, updated: cst.Call):
         """``for mn, m in self.named_modules():`` in the function that builds an optimizer
@@ -434,13 +438,8 @@ class CallsMixin:
             walked = self._group_modules(original, updated)
             if walked is not None:
                 return walked
-            # minGPT's configure_optimizers walks them with isinstance(m, whitelist): NNX's
-            # modules are not torch's (no activation modules, Sequential's .layers in paths)
-            raise Untranslatable(
-                "named_modules() of a converted model: NNX's modules (nnx.iter_modules) are "
-                "not torch's (activations are functions, a Sequential's layers sit under "
-                "'layers'); select the parameters by their names instead",
-                rule="torch.nn.Module.named_modules")
+            # timm's efficientnet_init_weights: for n, m in model.named_modules(): init_fn(m, n)
+            return named_modules_walk(self, original, updated)
         if name and name.startswith(EINOPS_TORCH_LAYERS):
             return self._einops_layer(updated, name)
         if name in ("torch.nn.Buffer", "torch.nn.parameter.Buffer"):
@@ -536,6 +535,8 @@ class CallsMixin:
             if name == "torch.nn.functional.group_norm":  # nnx.GroupNorm: channels-last
                 return own_group_norm_call(x)
             return call("super().__call__", arg(x))
+        if (own := conv_forward(self, original, updated)) is not None:
+            return own  # F.conv2d(x, w, b, self.stride, ...) in a subclass of nn.Conv2d
         if name == rm.CHECKPOINT:
             return self._remat(original, updated)
         if name == rm.SEQUENTIAL:

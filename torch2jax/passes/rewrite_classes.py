@@ -99,7 +99,7 @@ class ModuleClassMixin:
                 base = ("Embedding" if name in self._padded_embedding_subclasses
                         else "LayerNorm" if name in self._torch_layer_norm_subclasses
                         else self._batch_norm_base(name)
-                        if self.rules.layers[q].special == "batch_norm"
+                        if self.rules.layers[q].special in ("batch_norm", "conv")
                         else self.rules.layers[q].targets["nnx"])
                 bases.append(b.with_changes(value=expr(base)))
                 self.need("nnx")

@@ -28,8 +28,10 @@ from torch2jax.passes.common import (
     is_simple,
     try_literal,
 )
+from torch2jax.passes.conv_subclass import HELPER_BASES
 from torch2jax.passes.filtered_layers import with_filtered_transposes
 from torch2jax.passes.helpers import HELPERS
+from torch2jax.passes.layer_choices import layer_choices
 from torch2jax.passes.registry import spatial_dims
 from torch2jax.passes.rewrite_support import (
     _EINOPS_FUNCTIONS,
@@ -41,18 +43,16 @@ from torch2jax.passes.rewrite_support import (
     _rule_args,
 )
 from torch2jax.passes.special import batch_norm_helper
-
-# torch.nn.functional.batch_norm's parameters (the subclass forward of a BatchNorm, above)
-BATCH_NORM_PARAMS = ("input", "running_mean", "running_var", "weight", "bias", "training",
-                     "momentum", "eps")
-from torch2jax.passes.layer_choices import layer_choices
 from torch2jax.passes.specials import SPECIALS, Site
 from torch2jax.ruleset import Rule, weight_source
 from torch2jax.targets import linen as linen_target
 from torch2jax.targets import linen_training as lt
 
-# nn.Flatten() written for one example (passes/special.py, flatten_module)
-FLAT_EXAMPLE = "lambda x: x.reshape(-1)"
+# torch.nn.functional.batch_norm's parameters (the subclass forward of a BatchNorm, above)
+BATCH_NORM_PARAMS = ("input", "running_mean", "running_var", "weight", "bias", "training",
+                     "momentum", "eps")
+
+FLAT_EXAMPLE = "lambda x: x.reshape(-1)"  # nn.Flatten() for one example (special.py)
 # torch's tensor types, also legacy constructors (rules/functions.toml: torch.Tensor(2, 3))
 _TENSOR_TYPES = ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor")
 
@@ -639,7 +639,7 @@ class LayersMixin:
         target = rule.targets.get("nnx", "")
         if rule.subclass is None or not (target.startswith("nnx.") and target[4:5].isupper()):
             return None
-        if rule.special == "batch_norm" and self._batch_norm_base(cls) is None:
+        if rule.special in ("batch_norm", "conv") and self._batch_norm_base(cls) is None:
             return None
         return rule
 
@@ -680,7 +680,7 @@ class LayersMixin:
         info = self.index.classes.get(cls or "")
         if info is None or info.layer_base is None:
             return None
-        name = f"BatchNorm{spatial_dims(info.layer_base)}d"
+        name = f"{HELPER_BASES[self.rules.layers[info.layer_base].special]}{spatial_dims(info.layer_base)}d"
         if name in self.index.defined or self.target.helper_target not in HELPERS.get(name, {}):
             return None
         return name
@@ -717,8 +717,8 @@ class LayersMixin:
         """A call that builds a subclass of a torch layer (``LayerNorm2d(dim, eps=1e-6)``,
         ``super().__init__(...)``): the layer rule's translation of the arguments, called on
         the subclass."""
-        if rule.special == "batch_norm":
-            # the BatchNorm{n}d helper base takes torch's arguments (device, dtype, **dd too)
+        if rule.special in ("batch_norm", "conv"):
+            # the BatchNorm{n}d / Conv{n}d helper base takes torch's arguments (device, dtype, **dd too)
             self.need("nnx")
             return updated.with_changes(args=[*updated.args, arg(self.rngs_expr(original),
                                                                  "rngs")])

@@ -188,7 +188,7 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
             continue  # the package's machinery (_api, _utils, _builder: registries, weight
             # enums, argument helpers) is copied and runs inert; a function that walks the
             # model it is given (timm's named_apply: module.named_children()) runs on the
-            # converted model, so its module is converted
+            # converted model, so its module is converted (so one walking named_modules())
         if _builds_layers(home) or _computes_with_torch(value):
             found.add(name)
     return found
@@ -213,14 +213,15 @@ def _computes_with_torch(fn: object) -> bool:
 
 
 def _walks_modules(fn: object) -> bool:
-    """Whether the function reads a module's children (``module.named_children()``)."""
+    """Whether the function reads a module's children (``module.named_children()``) or walks
+    its modules (``model.named_modules()``: timm's efficientnet_init_weights)."""
     import inspect
 
     try:
         source = inspect.getsource(fn)  # type: ignore[arg-type]
     except (OSError, TypeError):
         return False
-    return bool(re.search(r"\.(named_)?children\(\)", source))
+    return bool(re.search(r"\.((named_)?children|named_modules)\(\)", source))
 
 
 def _builds_layers(module: str, seen: set[str] | None = None) -> bool:
