@@ -8,6 +8,13 @@ differed from the first step (0.795 against torch's 0.730): a correct conversion
 the teacher frozen by a loop (``for p in teacher.parameters(): p.requires_grad_(False)``)
 before the training loop lost the step's definition (``train_step`` unbound, marked): the
 loop's translation skipped the bookkeeping of the loops a step is defined before.
+
+Parameters updated through a loop over ``parameters()`` (``tests/data/programs/ema_clip.py``:
+WGAN-style clipping, ``p.clamp_(-c, c)``; an EMA, ``ema_p.data = ema_p.data * d + p * (1 - d)``)
+were silently not written back (``p = jnp.clip(p, ...)`` rebinds the loop variable) or failed
+unmarked (``p.data = ...`` on an array): now the state mapped and written back
+(``nnx.update(model, jax.tree.map(...))``); the EMA copy made before the optimizer
+(``copy.deepcopy(model)``) gets torch's initial weights in ``verify --program`` too.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ pytest.importorskip("flax")
 pytest.importorskip("optax")
 pytest.importorskip("grain")
 
+from torch2jax.convert import convert_source
 from torch2jax.verify.program import verify_program
 from torch2jax.verify.run import convert_tree
 
@@ -45,3 +53,37 @@ def test_a_frozen_teacher_gets_torchs_weights(tmp_path, monkeypatch):
     assert r.passed, (r.error, [(c.name, c.detail) for c in r.failures()])
     assert "other models given torch's initial weights: Teacher" in r.notes
     assert len([c for c in r.checks if c.kind == "loss"]) == STEPS
+
+
+def test_parameters_updated_in_loops_are_written_back(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src").mkdir()
+    program = tmp_path / "src" / "ema_clip.py"
+    program.write_text((PROGRAMS / "ema_clip.py").read_text())
+    out = tmp_path / "out"
+    assert convert_tree(program, out, "nnx", None) == 0
+    converted = out / "ema_clip.py"
+    text = converted.read_text()
+    assert "TODO(torch2jax)" not in text and ".data" not in text.split('"""', 2)[2]
+    assert "nnx.update(model, jax.tree.map(lambda p: jnp.clip(p, min=-0.3, max=0.3)" in text
+    assert "nnx.state(ema_model, nnx.Param), nnx.state(model, nnx.Param)))" in text
+    r = verify_program(program, converted, steps=STEPS)
+    assert r.passed, (r.error, [(c.name, c.detail) for c in r.failures()])
+    assert any("copy(ies) of the model made before the optimizer" in n for n in r.notes)
+    # the EMA's loss is printed each step: compared (the last one is cut at the stop)
+    assert len([c for c in r.checks if c.kind == "print"]) == STEPS - 1
+
+
+def test_a_parameter_loop_that_cannot_be_written_back_is_marked():
+    """A loop whose body does more than update its variable, and an EMA whose copy the file
+    freezes (its parameters are no longer nnx.Param): marked, not left to do nothing."""
+    source = (PROGRAMS / "ema_clip.py").read_text()
+    guarded = source.replace("                p.clamp_(-0.3, 0.3)",
+                             "                if p.dim() > 1:\n"
+                             "                    p.clamp_(-0.3, 0.3)")
+    frozen = source.replace("    ema = copy.deepcopy(model)\n",
+                            "    ema = copy.deepcopy(model)\n    ema.requires_grad_(False)\n")
+    for variant, line in ((guarded, "for p in"), (frozen, "for ema_p, p in zip(")):
+        lines = convert_source(variant, path="ema_clip.py").code.splitlines()
+        at = next(i for i, text in enumerate(lines) if text.strip().startswith(line))
+        assert "[param-write]" in lines[at - 1], lines[at - 1]

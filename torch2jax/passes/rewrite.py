@@ -100,6 +100,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         super().__init__()
         self.values = values  # what kind of value an expression of the file holds
         self.x64 = False  # a module cast to float64: 64-bit mode on (passes/module_casts.py)
+        self.frozen_modules: set[str] = set()  # freeze_parameters(<code>) written
         self.per_example_code: set[str] = set()  # (code of what was written per example)
         # the train steps written (ConversionResult.train_steps) and the name of the eval
         # step written at the top of the file (ConversionResult.eval_step)

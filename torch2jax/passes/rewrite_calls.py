@@ -735,6 +735,7 @@ class CallsMixin:
             # self.embed_positions.requires_grad_(False) while building: its parameters are
             # plain nnx.Variables (passes/helpers.py), which nnx.grad and nnx.Optimizer over
             # nnx.Param leave alone, as torch's backward and optimizers leave them
+            self.frozen_modules.add(code(updated.func.value))
             return cst.Call(cst.Name("freeze_parameters"), [cst.Arg(updated.func.value)])
         # method calls on tensors
         if isinstance(original.func, cst.Attribute):

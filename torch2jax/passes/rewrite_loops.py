@@ -25,6 +25,7 @@ from torch2jax.passes.common import (
     expr,
 )
 from torch2jax.passes.held_steps import named_backward as _named_backward
+from torch2jax.passes.param_writes import param_loop
 from torch2jax.passes.rewrite_support import (
     ACC_GRADS,
     STEP_GLOBALS,
@@ -46,6 +47,8 @@ class LoopsMixin:
             self._for_stack.pop()
             return init_loop
         frozen = self._frozen_loop(original_node)
+        if frozen is None:  # parameters updated through the loop variable: written back
+            frozen = param_loop(self, original_node, updated_node)
         if frozen is not None:
             self._for_stack.pop()  # (left, a later loop's step took this loop for its own)
             return frozen
@@ -75,6 +78,7 @@ class LoopsMixin:
         module = node.iter.func.value
         if not self._is_module_expr(module):
             return None
+        self.frozen_modules.add(code(module))
         return cst.SimpleStatementLine(
             [cst.Expr(cst.Call(cst.Name("freeze_parameters"), [cst.Arg(module)]))],
             leading_lines=node.leading_lines)

@@ -84,6 +84,7 @@ class JaxRecorder:
         self.depth = 0  # inside a value_and_grad
         self.in_forward = False
         self.optimizers = 0
+        self.copies: set[int] = set()  # ids of copies of the model (not replayed)
         self.draws: list[tuple[str | None, np.ndarray]] = []  # this forward's torch draws
 
     # --- the start ------------------------------------------------------------------------
@@ -98,6 +99,8 @@ class JaxRecorder:
                                         "a step, the first optimizer's model is the one fed")
             return
         init = self.torch.get("init")
+        copies = self._copies_of(model) if init is not None else []
+        self.copies = {id(c) for c in copies}
         if init is None:
             self.record["notes"].append("the torch side found no model: weights not shared")
         else:
@@ -111,6 +114,14 @@ class JaxRecorder:
 
             for slot, var in plan.variables.items():
                 var.set_value(jnp.asarray(plan.values[slot], dtype=var.dtype))
+            for copy in copies:  # an EMA copy made before the optimizer: torch's copy too
+                same = plan_array_transfer(init, copy, None, self.torch.get("ties"),
+                                           "torch initial tensor", self.torch.get("layer_rules"))
+                for slot, var in same.variables.items():
+                    var.set_value(jnp.asarray(same.values[slot], dtype=var.dtype))
+            if copies:
+                self.record["notes"].append(f"{len(copies)} copy(ies) of the model made before "
+                                            "the optimizer given the same initial weights")
             self.mappings = [{"torch": m.torch_name, "status": m.status, "layout": m.layout,
                               "nnx": format_nnx_path(m.nnx_path) if m.nnx_path else "",
                               "nnx_shape": tuple(m.nnx_shape)} for m in plan.mappings]
@@ -123,6 +134,27 @@ class JaxRecorder:
         if n:
             self.record["notes"].append(f"JAX: {n} nnx.Dropout modules set to rate 0")
         self._replay_calls(type(model))
+
+    def _copies_of(self, model: Any) -> list[Any]:
+        """The other models of the model's class alive now whose arrays equal the model's
+        (``ema = copy.deepcopy(model)`` before the optimizer): torch's copies hold torch's
+        initial weights, so these take them too."""
+        import gc
+
+        import jax
+        import numpy as np
+        from flax import nnx
+
+        leaves = [np.asarray(x) for x in jax.tree.leaves(nnx.state(model))]
+        found = []
+        for other in gc.get_objects():
+            if type(other) is not type(model) or other is model:
+                continue
+            theirs = [np.asarray(x) for x in jax.tree.leaves(nnx.state(other))]
+            if len(theirs) == len(leaves) and all(
+                    a.shape == b.shape and np.array_equal(a, b) for a, b in zip(leaves, theirs)):
+                found.append(other)
+        return found
 
     def _feed_others(self, model: Any) -> None:
         """The torch side's other models (a frozen teacher, a second network; by class
@@ -164,7 +196,7 @@ class JaxRecorder:
         recorder = self
 
         def call(this: Any, *args: Any, **kwargs: Any) -> Any:
-            if recorder.in_forward:
+            if recorder.in_forward or id(this) in recorder.copies:  # (torch's hooks: the model's)
                 return original(this, *args, **kwargs)
             args, kwargs = recorder.replay(args, kwargs)
             recorder.start_draws(recorder.calls - 1)
