@@ -1,5 +1,6 @@
-"""A tensor's device read as an attribute (``x.device``, ``device.type``): a traced JAX array
-has no device to read, so these become the program's backend and default device. Called by
+"""A tensor's device read as an attribute (``x.device``, ``device.type``, ``x.is_cuda``): a
+traced JAX array has no device to read, so these become the program's backend and default
+device. Called by
 :meth:`torch2jax.passes.rewrite_attributes.AttributesMixin.leave_Attribute` with the
 transformer as ``t``."""
 
@@ -9,6 +10,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torch2jax.passes.common import code, expr
+from torch2jax.passes.special_device import GPU_TEST
 
 
 def device_attribute(t, original_node: cst.Attribute) -> cst.BaseExpression | None:
@@ -30,4 +32,9 @@ def device_attribute(t, original_node: cst.Attribute) -> cst.BaseExpression | No
                f"{code(original_node)}: the default device (JAX places arrays itself; "
                "a traced array has no device to read)")
         return expr("jax.devices()[0]")
+    if original_node.attr.value == "is_cuda" and t._array_value(original_node.value):
+        # x.is_cuda (a fast path taken on a GPU): whether the program runs on one, as
+        # torch.cuda.is_available() (a traced array has no device to read)
+        t.need("jax")
+        return expr(GPU_TEST)
     return None

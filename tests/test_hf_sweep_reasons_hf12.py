@@ -1,0 +1,72 @@
+"""Converter reasons of the transformers sweep's JAX forward under jit (docs/transformers-sweep.md,
+the twelfth round: torch's tensor API left on a traced value), each a general rule on a module
+of our own in the modeling files' shape: converted, built with torch's weights and verified
+against torch (outputs and every parameter's gradient)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch2jax.verify.common import VerifyRequest
+from torch2jax.verify.run import run_request
+
+SWEEP_SHAPES = '''
+import torch
+from torch import nn
+
+
+def hard_softmax(logits, dim):
+    y_soft = logits.softmax(dim)
+    index = y_soft.max(dim, keepdim=True)[1]
+    y_hard = torch.zeros_like(logits, memory_format=torch.legacy_contiguous_format).scatter_(
+        dim, index, 1.0)
+    return y_hard - y_soft.detach() + y_soft
+
+
+class MeanScaler(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dim = 1
+        self.keepdim = True
+
+    def forward(self, data, observed_indicator):
+        denominator = observed_indicator.sum(self.dim, keepdim=self.keepdim)
+        denominator = denominator.clamp_min(1.0)
+        loc = (data * observed_indicator).sum(self.dim, keepdim=self.keepdim) / denominator
+        return data - loc
+
+
+class Model(nn.Module):
+    def __init__(self, width=6):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+        self.weight = nn.Parameter(torch.randn(4, width))
+        self.scaler = MeanScaler()
+
+    def forward(self, x):
+        h = self.proj(x)
+        if h.is_cuda and h.dtype == torch.float16:
+            logits = torch.mm(h.reshape(-1, h.shape[-1]), self.weight.t())
+        else:
+            logits = nn.functional.linear(h.reshape(-1, h.shape[-1]).float(), self.weight)
+        hard = hard_softmax(logits, -1) + hard_softmax(logits.reshape(x.shape[0], -1, 4), 1).reshape(-1, 4)
+        scaled = self.scaler(h, (x > 0).float())
+        capped = torch.clamp_max(scaled, 0.5) + torch.clamp_min(h, -0.25)
+        return hard.sum(-1).reshape(x.shape[:-1]) + capped.mean(-1)
+'''
+
+
+def test_the_tensor_api_left_on_a_traced_value(tmp_path: Path) -> None:
+    """PatchTST's and PatchTSMixer's ``denominator.clamp_min(1.0)`` (and torch.clamp_min /
+    torch.clamp_max), Kolibri's ``hidden_states.is_cuda`` in the test of a GPU fast path (the
+    program's backend, as torch.cuda.is_available()), GroupViT's hard softmax
+    ``torch.zeros_like(logits).scatter_(dim, index, 1.0)`` with the dim passed down (a
+    Python int where traced): each was left as torch's and raised on the traced array."""
+    path = tmp_path / "model.py"
+    path.write_text(SWEEP_SHAPES)
+    # the float32 pass (logits and every gradient) alone: the rules are dtype-free, CI's time
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,5,6]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
