@@ -52,7 +52,9 @@ class Model(nn.Module):
         hard = hard_softmax(logits, -1) + hard_softmax(logits.reshape(x.shape[0], -1, 4), 1).reshape(-1, 4)
         scaled = self.scaler(h, (x > 0).float())
         capped = torch.clamp_max(scaled, 0.5) + torch.clamp_min(h, -0.25)
-        return hard.sum(-1).reshape(x.shape[:-1]) + capped.mean(-1)
+        patches = h.unfold(dimension=-2, size=3, step=2)  # (batch, windows, width, 3)
+        return (hard.sum(-1).reshape(x.shape[:-1]) + capped.mean(-1)
+                + patches.pow(2).sum(dim=(1, 2, 3))[:, None])
 '''
 
 
@@ -61,7 +63,8 @@ def test_the_tensor_api_left_on_a_traced_value(tmp_path: Path) -> None:
     torch.clamp_max), Kolibri's ``hidden_states.is_cuda`` in the test of a GPU fast path (the
     program's backend, as torch.cuda.is_available()), GroupViT's hard softmax
     ``torch.zeros_like(logits).scatter_(dim, index, 1.0)`` with the dim passed down (a
-    Python int where traced): each was left as torch's and raised on the traced array."""
+    Python int where traced), PatchTST's patches ``x.unfold(dimension=-2, size=p, step=s)``:
+    each was left as torch's and raised on the traced array."""
     path = tmp_path / "model.py"
     path.write_text(SWEEP_SHAPES)
     # the float32 pass (logits and every gradient) alone: the rules are dtype-free, CI's time
