@@ -7,12 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torch2jax.convert import convert_source
 from torch2jax.verify.common import VerifyRequest
 from torch2jax.verify.run import run_request
 
 SWEEP_SHAPES = '''
+import logging
+
 import torch
 from torch import nn
+
+logger = logging.getLogger(__name__)
 
 
 def hard_softmax(logits, dim):
@@ -45,6 +50,12 @@ class Model(nn.Module):
 
     def forward(self, x):
         h = self.proj(x)
+        positions = torch.arange(x.shape[1])
+        first = positions[0] == 0
+        if not torch.jit.is_scripting() and first:
+            logger.warning("the first position")
+        if (h > 100.0).any():
+            logger.warning_once("large activations")
         if h.is_cuda and h.dtype == torch.float16:
             logits = torch.mm(h.reshape(-1, h.shape[-1]), self.weight.t())
         else:
@@ -64,7 +75,9 @@ def test_the_tensor_api_left_on_a_traced_value(tmp_path: Path) -> None:
     program's backend, as torch.cuda.is_available()), GroupViT's hard softmax
     ``torch.zeros_like(logits).scatter_(dim, index, 1.0)`` with the dim passed down (a
     Python int where traced), PatchTST's patches ``x.unfold(dimension=-2, size=p, step=s)``:
-    each was left as torch's and raised on the traced array."""
+    each was left as torch's and raised on the traced array. And CSM's ``if ... and
+    input_ids_are_first_codebook: logger.warning(...)``: an ``if`` that only logs, on a traced
+    test, goes."""
     path = tmp_path / "model.py"
     path.write_text(SWEEP_SHAPES)
     # the float32 pass (logits and every gradient) alone: the rules are dtype-free, CI's time
@@ -73,3 +86,37 @@ def test_the_tensor_api_left_on_a_traced_value(tmp_path: Path) -> None:
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+def test_only_a_warning_on_a_traced_test_goes() -> None:
+    """The guards that Python answers stay: ``x is None``, a shape's comparison, a config's."""
+    out = convert_source('''
+import logging
+
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+
+class Checks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.limit = 3
+
+    def forward(self, h, mask=None):
+        if mask is None:
+            logger.warning("no mask")
+        if h.ndim == 3 and self.limit > 2:
+            logger.warning_once("three axes")
+        if (h > 100.0).any():
+            logger.warning_once("large activations")
+        if (h < 0).all():
+            logger.info("all negative")
+        elif h.ndim == 2:
+            logger.info("two axes")
+        return h
+''', path="checks.py").code
+    assert 'logger.warning("no mask")' in out and 'logger.warning_once("three axes")' in out
+    assert 'logger.info("all negative")' in out  # an if with an else stays as written
+    assert "large activations" not in out
+    assert 'logger.info("two axes")' in out
