@@ -28,6 +28,15 @@ def hard_softmax(logits, dim):
     return y_hard - y_soft.detach() + y_soft
 
 
+def scaled_kernel(query, scale):
+    initial_dtype = query.dtype
+    query = query.to(torch.float32) * scale
+    return query.to(initial_dtype)
+
+
+KERNELS = {"scaled": scaled_kernel}
+
+
 class MeanScaler(nn.Module):
     def __init__(self):
         super().__init__()
@@ -65,7 +74,7 @@ class Model(nn.Module):
         capped = torch.clamp_max(scaled, 0.5) + torch.clamp_min(h, -0.25)
         patches = h.unfold(dimension=-2, size=3, step=2)  # (batch, windows, width, 3)
         return (hard.sum(-1).reshape(x.shape[:-1]) + capped.mean(-1)
-                + patches.pow(2).sum(dim=(1, 2, 3))[:, None])
+                + patches.pow(2).sum(dim=(1, 2, 3))[:, None] + torch.mean(KERNELS["scaled"](h, 2.0), -1))
 '''
 
 
@@ -75,7 +84,9 @@ def test_the_tensor_api_left_on_a_traced_value(tmp_path: Path) -> None:
     program's backend, as torch.cuda.is_available()), GroupViT's hard softmax
     ``torch.zeros_like(logits).scatter_(dim, index, 1.0)`` with the dim passed down (a
     Python int where traced), PatchTST's patches ``x.unfold(dimension=-2, size=p, step=s)``:
-    each was left as torch's and raised on the traced array. And CSM's ``if ... and
+    each was left as torch's and raised on the traced array. BailingHybrid's
+    ``x.to(initial_dtype)`` in a kernel the analysis cannot follow (a dtype's name, not another
+    tensor's). And CSM's ``if ... and
     input_ids_are_first_codebook: logger.warning(...)``: an ``if`` that only logs, on a traced
     test, goes."""
     path = tmp_path / "model.py"

@@ -20,8 +20,12 @@ def to(site: Site) -> cst.BaseExpression:
         if k in site.dtypes or (k == "dtype" and site.args.get(k) is not None):
             return expr("{x}.astype({d})", x=x, d=site.args.get(k))
     other = site.args.get("device")
-    if isinstance(other, (cst.Name, cst.Attribute)) and "dev" not in code(other).rsplit(
-            ".", 1)[-1].lower():
+    last = code(other).rsplit(".", 1)[-1].lower() if other is not None else ""
+    if "dtype" in last and isinstance(other, (cst.Name, cst.Attribute)):
+        # x.to(initial_dtype): a name of a dtype, bound where the analysis cannot follow
+        # (BailingHybrid's initial_dtype = query.dtype in a kernel passed to a decorator)
+        return expr("{x}.astype({d})", x=x, d=other)
+    if isinstance(other, (cst.Name, cst.Attribute)) and "dev" not in last:
         # x.to(other_tensor): torch takes the other tensor's dtype (and device)
         site.note(f"x.to({code(other)}) read as a tensor: cast to its dtype")
         return expr("{x}.astype({o}.dtype)", x=x, o=other)
