@@ -131,3 +131,27 @@ class Checks(nn.Module):
     assert 'logger.info("all negative")' in out  # an if with an else stays as written
     assert "large activations" not in out
     assert 'logger.info("two axes")' in out
+
+
+def test_a_causal_mask_made_without_the_skip_is_torchs() -> None:
+    """DeepSeek-V3.2's, AXK2's indexer reads the mask it asks for with
+    ``allow_is_causal_skip=False``: sdpa's plain causal mask is made then, not left to sdpa."""
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig
+    from transformers.masking_utils import create_causal_mask as torch_mask
+
+    from torch2jax.transformers_runtime import create_causal_mask
+
+    config = LlamaConfig(hidden_size=8, num_attention_heads=2, num_hidden_layers=1,
+                         intermediate_size=8, vocab_size=16)
+    config._attn_implementation = "sdpa"
+    for skip in (True, False):
+        want = torch_mask(config=config, inputs_embeds=torch.zeros(2, 5, 8), attention_mask=None,
+                          cache=None, allow_is_causal_skip=skip)
+        got = create_causal_mask(config, jnp.zeros((2, 5, 8)), None, None,
+                                 allow_is_causal_skip=skip)
+        assert (want is None) == (got is None) == skip
+        if want is not None:
+            np.testing.assert_array_equal(np.asarray(got), want.numpy())
