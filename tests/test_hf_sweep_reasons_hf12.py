@@ -73,8 +73,10 @@ class Model(nn.Module):
         scaled = self.scaler(h, (x > 0).float())
         capped = torch.clamp_max(scaled, 0.5) + torch.clamp_min(h, -0.25)
         patches = h.unfold(dimension=-2, size=3, step=2)  # (batch, windows, width, 3)
+        picked = logits.gather(-1, torch.topk(logits, 2, dim=-1).indices)
+        tops = torch.sum(logits.topk(2, dim=0).values) + torch.sum(picked)
         return (hard.sum(-1).reshape(x.shape[:-1]) + capped.mean(-1)
-                + patches.pow(2).sum(dim=(1, 2, 3))[:, None] + torch.mean(KERNELS["scaled"](h, 2.0), -1))
+                + patches.pow(2).sum(dim=(1, 2, 3))[:, None] + tops + torch.mean(KERNELS["scaled"](h, 2.0), -1))
 '''
 
 
@@ -86,7 +88,8 @@ def test_the_tensor_api_left_on_a_traced_value(tmp_path: Path) -> None:
     Python int where traced), PatchTST's patches ``x.unfold(dimension=-2, size=p, step=s)``:
     each was left as torch's and raised on the traced array. BailingHybrid's
     ``x.to(initial_dtype)`` in a kernel the analysis cannot follow (a dtype's name, not another
-    tensor's). And CSM's ``if ... and
+    tensor's). DeepSeek-V3.2's ``torch.topk(scores, k, dim=-1).indices`` (jax.lax.top_k
+    returns a list). And CSM's ``if ... and
     input_ids_are_first_codebook: logger.warning(...)``: an ``if`` that only logs, on a traced
     test, goes."""
     path = tmp_path / "model.py"
