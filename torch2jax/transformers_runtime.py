@@ -1318,10 +1318,10 @@ def _eager(config: Any) -> bool:
 
 
 def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | None, cache: Any,
-          window: int | None, blocks: jax.Array | None = None) -> jax.Array | None:
+          window: int | None, blocks: jax.Array | None = None, skip=True) -> jax.Array | None:
     """What transformers' mask functions give for eager attention (additive: 0 where a query
     may attend, the dtype's minimum elsewhere) or sdpa (boolean, True where it may; None for a
-    plain causal mask, which sdpa applies itself), (batch, 1, seq, keys). With a
+    plain causal mask sdpa applies itself, unless not ``skip``), (batch, 1, seq, keys). With a
     :class:`StaticCache` the keys are its ``max_length`` slots, the queries at slots
     ``cache.offset...``, and ``attention_mask`` covers the slots."""
     if isinstance(cache, EncoderDecoderCache):
@@ -1333,7 +1333,7 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     eager = _eager(config)
     if attention_mask is None and window is None and not eager and cache is None and (
-            blocks is None):
+            blocks is None) and skip:
         return None
     batch, length = inputs_embeds.shape[:2]
     offset = 0  # the position of the first key
@@ -1389,7 +1389,7 @@ def _causal(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | N
     if not getattr(config, "is_causal", True):  # a decoder used bidirectionally, as torch's
         return create_bidirectional_mask(config, inputs_embeds, attention_mask)
     return _mask(config, inputs_embeds, attention_mask, kwargs.get("past_key_values", cache),
-                 window, kwargs.get("block_sequence_ids"))
+                 window, kwargs.get("block_sequence_ids"), kwargs.get("allow_is_causal_skip", True))
 
 
 def create_bidirectional_mask(config: Any, inputs_embeds: jax.Array,

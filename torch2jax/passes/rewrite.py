@@ -52,6 +52,7 @@ from torch2jax.passes.common import (
     try_literal,
     wrap_long_statement,
 )
+from torch2jax.passes.log_guards import traced_log_guard
 from torch2jax.passes.rewrite_attributes import AttributesMixin
 from torch2jax.passes.rewrite_calls import CallsMixin
 from torch2jax.passes.rewrite_checkpoints import CheckpointsMixin
@@ -834,7 +835,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         """``if torch.jit.is_scripting(): ...`` is dead in JAX code (the query is False): the
         branch goes, its ``else`` (if any) stays in its place. An ``if`` around a clip that the
         micro-steps' compiled step holds (passes/accum_scan.py) goes too."""
-        if id(original_node) in self._acc.dropped_ifs:
+        if id(original_node) in self._acc.dropped_ifs or traced_log_guard(self, original_node):
             return cst.RemoveFromParent()
         updated_node = self._class_name_if(original_node, updated_node)
         test = original_node.test

@@ -27,7 +27,9 @@ from torch2jax.passes.common import (
     py,
     try_literal,
 )
+from torch2jax.passes.device_attributes import device_attribute
 from torch2jax.passes.layer_weight_writes import copied_into, operated, updated_at
+from torch2jax.passes.named_results import named_field
 from torch2jax.passes.rewrite_support import (
     _ANNOTATION_TYPES,
     _CONV_ATTRS,
@@ -519,23 +521,9 @@ class AttributesMixin:
             # called); a JAX dtype has none, jnp.issubdtype answers it
             self.need("jnp")
             return expr(f"jnp.issubdtype({{d}}, jnp.{kind})", d=updated_node.value)
-        if original_node.attr.value == "type" and (
-                m.matches(original_node.value, m.Name()) and original_node.value.value in
-                self._device_names or m.matches(original_node.value, m.Attribute(
-                    attr=m.Name("device")))) and not self._is_module_expr(original_node.value):
-            # device.type (device = x.device): the backend the program runs on, in torch's
-            # names ("cpu", "cuda"; a traced array has no device to read)
-            self.need("jax")
-            return expr('jax.default_backend().replace("gpu", "cuda")')
-        if original_node.attr.value == "device" and self._array_value(original_node.value):
-            # x.device read as a value (passed on, compared, bound and read): a traced array
-            # has no device; the program's arrays live on the default one (torch's
-            # device=x.device arguments are dropped before this is reached)
-            self.need("jax")
-            self.diag(original_node, "tensor.device", "info",
-                      f"{code(original_node)}: the default device (JAX places arrays itself; "
-                      "a traced array has no device to read)")
-            return expr("jax.devices()[0]")
+        device = device_attribute(self, original_node) or named_field(original_node, updated_node)
+        if device is not None:
+            return device
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed

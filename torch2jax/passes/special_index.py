@@ -27,6 +27,29 @@ def _dim(site: Site, name: str = "dim", default: int | None = None) -> int:
     return d
 
 
+def _scatter_axis(site: Site) -> cst.BaseExpression | str:
+    """The dim of a scatter, read in the comprehension of its index: an integer literal, or any
+    other expression (a Python int where the function is traced: ``dim`` passed down, as in
+    groupvit's hard softmax), bound to a name first unless it is a name or an attribute; a
+    dim that is traced fails at the comparison, never silently."""
+    node = site.get("dim")
+    if node is None:
+        raise Untranslatable(f"{site.rule.torch} without dim")
+    d = int_value(node)
+    if d is not None:
+        return str(d)
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        return node
+    return site.once(node, "dim", f"{site.rule.torch}'s dim")
+
+
+def _scatter_where(site: Site, index: cst.BaseExpression) -> cst.BaseExpression:
+    """The index tuple of a scatter: ``index`` on axis dim, the broadcasting aranges of
+    ``jnp.indices(index.shape, sparse=True)`` on the others."""
+    return expr("tuple({i} if axis == {d} % {i}.ndim else at for axis, at in "
+                "enumerate(jnp.indices({i}.shape, sparse=True)))", i=index, d=_scatter_axis(site))
+
+
 def _named(site: Site, node: cst.BaseExpression, name: str) -> cst.BaseExpression:
     """``node`` bound to a name before the statement when it is read twice."""
     if isinstance(node, cst.Name):
@@ -63,13 +86,10 @@ def scatter_add(site: Site) -> cst.BaseExpression:
     broadcasting aranges of ``jnp.indices(index.shape, sparse=True)`` on the others. src
     must have index's shape (torch also reads the corner of a larger src: that shape fails
     to broadcast here, never silently)."""
-    d = _dim(site)
     index, src = site.get("index"), site.get("src")
     if index is None or src is None:
         raise Untranslatable(f"{site.rule.torch} without index or src")
-    index = _named(site, index, "index")
-    where = expr(f"tuple({{i}} if axis == {d} % {{i}}.ndim else at for axis, at in "
-                 "enumerate(jnp.indices({i}.shape, sparse=True)))", i=index)
+    where = _scatter_where(site, _named(site, index, "index"))
     return call(expr("{x}.at[{w}].add", x=site.x(), w=where), arg(src))
 
 
@@ -78,16 +98,13 @@ def scatter(site: Site) -> cst.BaseExpression:
     """``x.scatter(d, index, src)`` / ``x.scatter(d, index, value=v)``: ``x[..., index[i, j],
     ...] = src[i, j]`` (or ``v``), the index on axis d as in :func:`scatter_add`, set instead of
     added (a one-hot: ``torch.zeros(n, k).scatter_(1, idx, 1)``). ``reduce=`` is marked."""
-    d = _dim(site)
     index, src = site.get("index"), site.get("src")
     src = site.get("value") if src is None else src
     if index is None or src is None:
         raise Untranslatable(f"{site.rule.torch} without index or src")
     if site.get("reduce") is not None:
         raise Untranslatable(f"{site.rule.torch} with reduce=: not translated")
-    index = _named(site, index, "index")
-    where = expr(f"tuple({{i}} if axis == {d} % {{i}}.ndim else at for axis, at in "
-                 "enumerate(jnp.indices({i}.shape, sparse=True)))", i=index)
+    where = _scatter_where(site, _named(site, index, "index"))
     return call(expr("{x}.at[{w}].set", x=site.x(), w=where), arg(src))
 
 

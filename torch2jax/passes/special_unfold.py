@@ -93,3 +93,24 @@ def unfold_layer(site: Site) -> cst.BaseExpression:
     names = (("output_size",) if fold else ()) + _GEOMETRY
     return call("partial", arg(expr("torch_fold" if fold else "torch_unfold")),
                 *_arguments(site, names))
+
+
+helper("tensor_unfold", {"jax", "jnp"}, '''
+def tensor_unfold(x: jax.Array, dimension: int, size: int, step: int) -> jax.Array:
+    """torch's Tensor.unfold: the windows of `size` items every `step` items along `dimension`,
+    that axis becoming the windows' count and a new last axis each window's items."""
+    axis = dimension % x.ndim
+    starts = jnp.arange((x.shape[axis] - size) // step + 1) * step
+    windows = jnp.take(x, starts[:, None] + jnp.arange(size), axis=axis)
+    return jnp.moveaxis(windows, axis + 1, -1)
+''')
+
+
+@special("tensor_unfold")
+def tensor_unfold(site: Site) -> cst.BaseExpression:
+    """``x.unfold(dimension, size, step)``: the ``tensor_unfold`` helper (a gather of the
+    windows, whose gradient adds the overlaps up as torch's)."""
+    parts = [site.get(name) for name in ("dimension", "size", "step")]
+    if any(p is None for p in parts):
+        raise Untranslatable(f"{site.rule.torch} without dimension, size and step")
+    return call("tensor_unfold", arg(site.x()), *[arg(p) for p in parts])
