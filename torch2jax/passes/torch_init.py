@@ -154,15 +154,17 @@ def with_initializers(out: cst.Call, extra: list[cst.Arg]) -> cst.Call:
 
 
 def weight_of_a_sublayer(t: cst.BaseExpression | None) -> bool:
-    """``self.conv3.bn.weight`` / ``self.norm.weight`` (a ``torch.nn.init`` fill's tensor)
-    still named ``weight`` after the rewrite: a layer of the module whose type the file does
-    not show (built in another module, by a class handed in), whose parameter the
-    ``layer_weight`` helper finds at run time. Not ``self.weight`` (the class's own), nor
-    ``m.weight`` of a loop over modules, which tests the type by name (marked)."""
+    """``self.conv3.bn.weight`` / ``self.norm.weight`` / ``blk.norm1.weight`` (a
+    ``torch.nn.init`` fill's tensor) still named ``weight`` after the rewrite: a layer held by
+    a module (``self``'s, or one of a loop over a container's modules, ``for blk in
+    self.blocks``) whose type the file does not show (built in another module, by a class
+    handed in), whose parameter the ``layer_weight`` helper finds at run time. Not
+    ``self.weight`` (the class's own), nor ``m.weight`` of a loop over modules, which tests the
+    type by name (marked)."""
     if not (isinstance(t, cst.Attribute) and t.attr.value == "weight"
             and isinstance(t.value, cst.Attribute)):
         return False
     node = t.value
     while isinstance(node, cst.Attribute):
         node = node.value
-    return isinstance(node, cst.Name) and node.value == "self"
+    return isinstance(node, cst.Name)

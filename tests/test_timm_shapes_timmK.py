@@ -1,0 +1,109 @@
+"""Shapes of timm's models (benchmarks/timm_sweep.py, docs/timm-sweep.md, issue 34: torch's
+tensor and dtype API reached on JAX values at build), each on a model of our own written that
+way, converted, built and checked against torch.
+
+* a fill of a weight reached through a loop over a container's modules (timm's
+  swin_transformer_v2 ``_init_respostnorm``: ``for blk in self.blocks:
+  nn.init.constant_(blk.norm1.weight, 0)``, the norm built from a ``norm_layer`` handed in):
+  the layer's type is not known there, and an elementwise fill does not depend on the
+  layout, so the parameter is found at run time (the ``layer_weight`` helper: a kernel, a
+  scale, an embedding, or a module of the user's own that keeps torch's name ``weight``). It
+  was marked and kept torch's, "'ArrayImpl' object has no attribute 'fill_'".
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import torch
+
+from torch2jax.convert import convert_source
+
+RESPOSTNORM = textwrap.dedent('''
+    import math
+
+    import torch
+    import torch.nn as nn
+
+
+    class RmsNorm(nn.Module):
+        def __init__(self, dim, eps=1e-6):
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(dim))
+            self.bias = nn.Parameter(torch.zeros(dim))
+
+        def forward(self, x):
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+            return x * self.weight + self.bias
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, norm_layer=nn.LayerNorm):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.norm1 = norm_layer(dim)
+
+        def forward(self, x):
+            return x + self.norm1(self.fc(x))
+
+
+    class Stage(nn.Module):
+        def __init__(self, dim, depth=2, norm_layer=nn.LayerNorm):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(dim, norm_layer) for _ in range(depth)])
+            self.logit_scale = nn.Parameter(torch.empty(dim))
+            nn.init.constant_(self.logit_scale, math.log(2))
+
+        def _init_respostnorm(self):
+            for blk in self.blocks:
+                nn.init.constant_(blk.norm1.bias, 0)
+                nn.init.constant_(blk.norm1.weight, 0)
+
+        def forward(self, x):
+            for blk in self.blocks:
+                x = blk(x)
+            return x * self.logit_scale
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=8):
+            super().__init__()
+            self.layers = nn.ModuleList([Stage(dim), Stage(dim, norm_layer=RmsNorm)])
+            self.init_weights()
+
+        def init_weights(self):
+            for bly in self.layers:
+                bly._init_respostnorm()
+
+        def forward(self, x):
+            for stage in self.layers:
+                x = stage(x)
+            return x
+''')
+
+
+def test_a_weight_filled_through_a_loop_over_a_containers_modules():
+    """Every residual branch is zeroed by the fills, so the built model's output is torch's
+    whatever its linear layers drew: the built JAX model is compared with torch's as built, no
+    weight transfer (a fill left undone leaves a branch of random weights in)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    result = convert_source(RESPOSTNORM, path="model.py")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    assert "layer_weight(blk.norm1).value = " in result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(RESPOSTNORM, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    with torch.no_grad():
+        want = ns_t["Net"]()(torch.from_numpy(x)).numpy()
+    net = ns_j["Net"](rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(np.asarray(net(jnp.asarray(x))), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(want, x * np.log(2) ** 2, rtol=1e-5)  # torch's branches are zero
+    # the LayerNorm's scale and the norm of our own's torch-named weight, both set to zero
+    np.testing.assert_array_equal(np.asarray(net.layers[0].blocks[1].norm1.scale[...]), 0.0)
+    np.testing.assert_array_equal(np.asarray(net.layers[1].blocks[0].norm1.weight[...]), 0.0)
