@@ -9,6 +9,10 @@ way, converted, built and checked against torch.
   layout, so the parameter is found at run time (the ``layer_weight`` helper: a kernel, a
   scale, an embedding, or a module of the user's own that keeps torch's name ``weight``). It
   was marked and kept torch's, "'ArrayImpl' object has no attribute 'fill_'".
+* ``nn.init.uniform_(self.A, *self.a_init_range)`` (timm's efficientvim ``HSMSSD``): the
+  bounds spread from a sequence, ``jax.random.uniform``'s minval and maxval in that order (it
+  was marked, "of a computed tensor", and kept torch's: "'ArrayImpl' object has no attribute
+  'uniform_'").
 """
 
 from __future__ import annotations
@@ -107,3 +111,51 @@ def test_a_weight_filled_through_a_loop_over_a_containers_modules():
     # the LayerNorm's scale and the norm of our own's torch-named weight, both set to zero
     np.testing.assert_array_equal(np.asarray(net.layers[0].blocks[1].norm1.scale[...]), 0.0)
     np.testing.assert_array_equal(np.asarray(net.layers[1].blocks[0].norm1.weight[...]), 0.0)
+
+
+SPREAD_BOUNDS = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Ssd(nn.Module):
+        def __init__(self, state_dim=4096, a_init_range=(1, 16)):
+            super().__init__()
+            self.a_init_range = a_init_range
+            self.A = nn.Parameter(torch.empty(state_dim))
+            self.D = nn.Parameter(torch.zeros(1))
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            nn.init.uniform_(self.A, *self.a_init_range)
+            nn.init.ones_(self.D)
+
+        def forward(self, x):
+            return x * -torch.exp(self.A) + self.D
+''')
+
+
+def test_uniform_bounds_spread_from_a_sequence():
+    """The drawn parameter's distribution is torch's U(1, 16) (4096 draws: the mean within 4
+    standard errors of 8.5, the range filled), and the module computes torch's function of it
+    (the parameters copied into torch's module)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    result = convert_source(SPREAD_BOUNDS, path="model.py")
+    assert not [d for d in result.diagnostics if d.severity == "error"], result.code
+    ns_t: dict = {}
+    ns_j: dict = {}
+    exec(SPREAD_BOUNDS, ns_t)  # noqa: S102 - the test's own source
+    exec(result.code, ns_j)  # noqa: S102 - its conversion
+    ssd = ns_j["Ssd"](rngs=nnx.Rngs(0))
+    a = np.asarray(ssd.A[...])
+    assert a.shape == (4096,) and a.min() >= 1.0 and a.max() < 16.0
+    assert a.min() < 1.1 and a.max() > 15.9
+    assert abs(a.mean() - 8.5) < 4 * 15 / np.sqrt(12 * 4096)
+    torch_ssd = ns_t["Ssd"]()
+    with torch.no_grad():
+        torch_ssd.A.copy_(torch.tensor(a))
+        x = np.linspace(-1.0, 1.0, 4096, dtype=np.float32)
+        want = torch_ssd(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(np.asarray(ssd(jnp.asarray(x))), want, rtol=1e-6)

@@ -168,3 +168,20 @@ def weight_of_a_sublayer(t: cst.BaseExpression | None) -> bool:
     while isinstance(node, cst.Attribute):
         node = node.value
     return isinstance(node, cst.Name)
+
+
+def spread_bounds(fn: str, b: BoundArgs) -> bool:
+    """``nn.init.uniform_(self.A, *self.a_init_range)`` (timm's efficientvim): the bounds
+    spread from one sequence, in torch's order (a, b), which is ``jax.random.uniform``'s
+    (minval, maxval) after the shape and dtype."""
+    return (fn == "uniform_" and len(b.star) == 1 and b.star[0].star == "*"
+            and set(b.named) == {"tensor"} and not b.extra_positional)
+
+
+def uniform_bounds(b: BoundArgs) -> str:
+    """``jax.random.uniform``'s minval and maxval from ``uniform_``'s bound arguments (torch's
+    defaults 0 and 1), or its spread sequence (:func:`spread_bounds`)."""
+    if b.star:
+        return "*" + code(b.star[0].value)
+    a, hi = b.get("a"), b.get("b")
+    return f"{code(a) if a is not None else '0.0'}, {code(hi) if hi is not None else '1.0'}"
