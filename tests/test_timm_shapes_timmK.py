@@ -13,6 +13,12 @@ way, converted, built and checked against torch.
   bounds spread from a sequence, ``jax.random.uniform``'s minval and maxval in that order (it
   was marked, "of a computed tensor", and kept torch's: "'ArrayImpl' object has no attribute
   'uniform_'").
+* a dtype read from a value the analysis does not know, held by a name (timm's
+  efficientvit_mit ``LiteMLA._attn``: ``dtype = v.dtype``, the attention in float32, then
+  ``out.to(dtype)``): ``astype(dtype)`` (it was read as ``.to(other_tensor)``,
+  ``astype(dtype.dtype)``: "'numpy.dtypes.Float64DType' object has no attribute 'dtype'");
+  and ``x.is_floating_point()`` / ``torch.is_floating_point(x)`` (no rule):
+  ``jnp.issubdtype(x.dtype, jnp.floating)``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import textwrap
 
 import numpy as np
 import torch
+from snippets import assert_function_matches_torch
 
 from torch2jax.convert import convert_source
 
@@ -159,3 +166,34 @@ def test_uniform_bounds_spread_from_a_sequence():
         x = np.linspace(-1.0, 1.0, 4096, dtype=np.float32)
         want = torch_ssd(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(np.asarray(ssd(jnp.asarray(x))), want, rtol=1e-6)
+
+
+DTYPE_HELD = textwrap.dedent('''
+    import torch
+
+
+    def attn(q, k, v, eps=1e-6):
+        dtype = v.dtype
+        q, k, v = q.float(), k.float(), v.float()
+        out = q @ (k.transpose(-1, -2) @ v)
+        out = out[..., :-1] / (out[..., -1:] + eps)
+        return out.to(dtype)
+
+
+    def f(x, v):
+        y = x.float() * 0.5 + (1.0 if x.is_floating_point() else 2.0)
+        if torch.is_floating_point(y):
+            y = y + 1.0
+        return y.to(x.dtype) + attn(v, v, v).sum(-1, keepdim=True)
+''')
+
+
+def test_a_dtype_held_by_a_name_and_the_float_test():
+    """Integer input: the cast back to its dtype truncates (torch's and JAX's alike), the float
+    test takes the integer branch for ``x`` and the float one for ``y``; the attention casts
+    back to its value's dtype."""
+    x = np.array([[[1, -3, 2, 1], [4, 1, 0, 7]], [[-1, 2, 5, 1], [3, 3, -2, 1]]], np.int32)
+    v = np.random.default_rng(0).uniform(0.5, 1.5, (2, 2, 4)).astype(np.float32)
+    result = assert_function_matches_torch(DTYPE_HELD, x, v, rtol=1e-5)
+    assert "astype(dtype)" in result.code and "jnp.issubdtype(y.dtype, jnp.floating)" in (
+        result.code)
