@@ -333,8 +333,8 @@ class ValueFacts:
         if base.kind == Kind.OBJECT and base.cls is None and not isinstance(node.value,
                                                                             cst.Call):
             return OBJECT  # np.random, os.path, wandb.run
-        if base.kind in (Kind.UNKNOWN, Kind.PARAM) and attr in OUTPUT_FIELDS:
-            return OUTPUT_FIELDS[attr]  # what a tower of no known class gave
+        if base.kind in (Kind.UNKNOWN, Kind.PARAM) and (attr in OUTPUT_FIELDS or attr == "dtype"):
+            return OUTPUT_FIELDS.get(attr, DTYPE)  # a tower's output of no known class; v.dtype
         return UNKNOWN
 
     def _subscript(self, node: cst.Subscript) -> Value:

@@ -247,11 +247,13 @@ class LayerNorm(nnx.LayerNorm):
 helper("layer_weight", {"nnx"}, '''
 def layer_weight(layer: nnx.Module) -> nnx.Param:
     """The parameter torch calls a layer's weight: NNX names it kernel (Linear, Conv), scale
-    (the norms) or embedding (Embed). Only for an initialiser that sets or draws every element
-    alike, which the layout (a kernel is torch's weight transposed) does not change."""
-    for name in ("kernel", "scale", "embedding"):
+    (the norms) or embedding (Embed); a module of the user's own keeps torch's name, weight.
+    Only for an initialiser that sets or draws every element alike, which the layout (a kernel
+    is torch's weight transposed) does not change."""
+    for name in ("kernel", "scale", "embedding", "weight"):
         param = getattr(layer, name, None)
         if isinstance(param, nnx.Param):
             return param
-    raise AttributeError(f"{type(layer).__name__} has no weight (kernel, scale or embedding)")
+    raise AttributeError(f"{type(layer).__name__} has no weight (kernel, scale, embedding or "
+                         "weight)")
 ''', targets=("nnx",))

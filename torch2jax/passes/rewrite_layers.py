@@ -211,7 +211,8 @@ class LayersMixin:
                                  "layer's kernel_init instead", rule=q)
         b = bind(new_call.args, params[fn])
         t = b.get("tensor")
-        if b.star or t is None or not isinstance(t, (cst.Attribute, cst.Name)):
+        if (b.star and not torch_init.spread_bounds(fn, b)) or not isinstance(t, (
+                cst.Attribute, cst.Name)):
             raise Untranslatable(f"{q} of a computed tensor", rule=q)
         if m.matches(t, m.Attribute(value=m.Attribute(value=m.Name() | m.Attribute()),
                                     attr=m.Name("data"))):
@@ -238,7 +239,7 @@ class LayersMixin:
         if fn == "normal_":
             value = f"{g('mean', '0.0')} + {g('std', '1.0')} * jax.random.normal({key}, {shape})"
         elif fn == "uniform_":
-            value = f"jax.random.uniform({key}, {shape}, {g('a', '0.0')}, {g('b', '1.0')})"
+            value = f"jax.random.uniform({key}, {shape}, {torch_init.uniform_bounds(b)})"
         elif fn == "trunc_normal_":
             mean, std = g("mean", "0.0"), g("std", "1.0")
             lo, hi = g("a", "-2.0"), g("b", "2.0")

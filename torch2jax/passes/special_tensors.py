@@ -98,6 +98,13 @@ def is_tensor(site: Site) -> cst.BaseExpression:
     return expr("isinstance({x}, jax.Array)", x=site.get("obj"))
 
 
+@special("dtype_kind")
+def dtype_kind(site: Site) -> cst.BaseExpression:
+    """``x.is_floating_point()`` / ``torch.is_complex(x)``: whether the tensor's dtype is of a
+    kind (the rule's ``jax``, ``jnp.floating`` or ``jnp.complexfloating``), a Python bool."""
+    return expr("jnp.issubdtype({x}.dtype, " + site.rule.jax + ")", x=site.x())
+
+
 @special("scalar_tensor")
 def scalar_tensor(site: Site) -> cst.BaseExpression:
     """``torch.scalar_tensor(s, dtype=...)``: a 0-d array of ``s``, float32 (torch's default

@@ -154,15 +154,34 @@ def with_initializers(out: cst.Call, extra: list[cst.Arg]) -> cst.Call:
 
 
 def weight_of_a_sublayer(t: cst.BaseExpression | None) -> bool:
-    """``self.conv3.bn.weight`` / ``self.norm.weight`` (a ``torch.nn.init`` fill's tensor)
-    still named ``weight`` after the rewrite: a layer of the module whose type the file does
-    not show (built in another module, by a class handed in), whose parameter the
-    ``layer_weight`` helper finds at run time. Not ``self.weight`` (the class's own), nor
-    ``m.weight`` of a loop over modules, which tests the type by name (marked)."""
+    """``self.conv3.bn.weight`` / ``self.norm.weight`` / ``blk.norm1.weight`` (a
+    ``torch.nn.init`` fill's tensor) still named ``weight`` after the rewrite: a layer held by
+    a module (``self``'s, or one of a loop over a container's modules, ``for blk in
+    self.blocks``) whose type the file does not show (built in another module, by a class
+    handed in), whose parameter the ``layer_weight`` helper finds at run time. Not
+    ``self.weight`` (the class's own), nor ``m.weight`` of a loop over modules, which tests the
+    type by name (marked)."""
     if not (isinstance(t, cst.Attribute) and t.attr.value == "weight"
             and isinstance(t.value, cst.Attribute)):
         return False
     node = t.value
     while isinstance(node, cst.Attribute):
         node = node.value
-    return isinstance(node, cst.Name) and node.value == "self"
+    return isinstance(node, cst.Name)
+
+
+def spread_bounds(fn: str, b: BoundArgs) -> bool:
+    """``nn.init.uniform_(self.A, *self.a_init_range)`` (timm's efficientvim): the bounds
+    spread from one sequence, in torch's order (a, b), which is ``jax.random.uniform``'s
+    (minval, maxval) after the shape and dtype."""
+    return (fn == "uniform_" and len(b.star) == 1 and b.star[0].star == "*"
+            and set(b.named) == {"tensor"} and not b.extra_positional)
+
+
+def uniform_bounds(b: BoundArgs) -> str:
+    """``jax.random.uniform``'s minval and maxval from ``uniform_``'s bound arguments (torch's
+    defaults 0 and 1), or its spread sequence (:func:`spread_bounds`)."""
+    if b.star:
+        return "*" + code(b.star[0].value)
+    a, hi = b.get("a"), b.get("b")
+    return f"{code(a) if a is not None else '0.0'}, {code(hi) if hi is not None else '1.0'}"
