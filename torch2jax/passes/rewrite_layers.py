@@ -1183,7 +1183,6 @@ class LayersMixin:
         return out
 
 
-
 def per_example_pattern(node: cst.BaseExpression | None) -> str | None:
     """An einops pattern whose input and output both start with one axis, the same name, kept
     as it is (``"b c (h p1) (w p2) -> b (c p1 p2) h w"``): the pattern for one example, that
