@@ -87,3 +87,26 @@ def test_a_parameter_loop_that_cannot_be_written_back_is_marked():
         lines = convert_source(variant, path="ema_clip.py").code.splitlines()
         at = next(i for i, text in enumerate(lines) if text.strip().startswith(line))
         assert "[param-write]" in lines[at - 1], lines[at - 1]
+
+
+def test_an_ema_written_as_an_in_place_chain_is_written_back():
+    """``ema_p.mul_(decay).add_(p.detach(), alpha=1 - decay)``, the form most EMA code has:
+    written as the value it leaves (torch's methods in order) and mapped over both states."""
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    source = (PROGRAMS / "ema_clip.py").read_text().replace(
+        "        ema_p.data = ema_p.data * decay + p.detach() * (1 - decay)",
+        "        ema_p.mul_(decay).add_(p.detach(), alpha=1 - decay)")
+    code = convert_source(source, path="ema_clip.py").code
+    assert "TODO" not in code and "jax.tree.map(lambda ema_p, p:" in code
+    scope: dict = {"__name__": "ema_clip"}
+    exec(compile(code, "ema_clip.py", "exec"), scope)  # noqa: S102 - the converter's output
+    ema, model = scope["Net"](rngs=nnx.Rngs(0)), scope["Net"](rngs=nnx.Rngs(1))
+    before = [np.asarray(a) for a in jax.tree.leaves(nnx.state(ema, nnx.Param))]
+    current = [np.asarray(a) for a in jax.tree.leaves(nnx.state(model, nnx.Param))]
+    scope["update_ema"](ema, model, decay=0.75)
+    after = [np.asarray(a) for a in jax.tree.leaves(nnx.state(ema, nnx.Param))]
+    for e, p, new in zip(before, current, after):
+        np.testing.assert_allclose(new, e * 0.75 + 0.25 * p, rtol=1e-6, atol=1e-7)

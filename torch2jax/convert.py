@@ -39,6 +39,7 @@ from torch2jax.passes import (
     module_methods,
     open_checkpoints,
     optimizer_attributes,
+    param_writes,
     scaler_params,
     step_closures,
 )
@@ -92,7 +93,8 @@ IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "NamedTuple", "partial", 
 
 # the rewrites of the torch source before the analysis, in order (each returns the module it
 # was given when it changes nothing)
-_CANONICAL_FORMS = (loader_classes, scaler_params, step_closures, optimizer_attributes, manual_sgd,
+_CANONICAL_FORMS = (loader_classes, scaler_params, step_closures, param_writes,
+                    optimizer_attributes, manual_sgd,
                     grad_mode_branches,
                     open_checkpoints, local_lambdas, data_inits, base_calls, list_builders,
                     module_methods, forward_choice)
@@ -108,6 +110,7 @@ _CANONICAL_GATES = {
     manual_sgd: re.compile(r"\A(?=[\s\S]*\bbackward\b)(?=[\s\S]*\bgrad\b)"),
     local_lambdas: re.compile(r"\blambda\b"),
     grad_mode_branches: re.compile(r"\bbackward\b"),
+    param_writes: re.compile(r"\.parameters\(\)[\s\S]*\b(?:mul|add|sub|div|lerp|copy)_\("),
     step_closures: re.compile(r"\.step\(\s*(?:closure\s*=\s*)?[A-Za-z_]"),  # opt.step(closure)
     module_methods: re.compile(r"\bregister_parameter\b"),
     base_calls: re.compile(r"\.\w+\(\s*self\b"),  # nn.LayerNorm.__init__(self, ...)

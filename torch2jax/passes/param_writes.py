@@ -25,6 +25,8 @@ loop over parameters that rebinds its variable is marked. A module frozen by the
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -144,3 +146,83 @@ class _Fill(cst.CSTTransformer):
         if updated_node.value == "S" and self.states:
             return self.states.pop(0).value
         return updated_node
+
+
+# in-place methods of a parameter in such a loop -> torch's out-of-place form of
+# ``{a}`` (the value so far) and the method's arguments
+def _p(text: str) -> str:
+    """An operand, parenthesized unless it is a name, an attribute or a number."""
+    return text if re.fullmatch(r"[\w.]+", text) else f"({text})"
+
+
+_CHAIN = {
+    "mul_": lambda a, x: f"{a} * {_p(x[0])}",
+    "div_": lambda a, x: f"{a} / {_p(x[0])}",
+    "add_": lambda a, x, alpha=None: (f"{a} + {_p(alpha)} * {_p(x[0])}" if alpha
+                                      else f"{a} + {_p(x[0])}"),
+    "sub_": lambda a, x, alpha=None: (f"{a} - {_p(alpha)} * {_p(x[0])}" if alpha
+                                      else f"{a} - {_p(x[0])}"),
+    "lerp_": lambda a, x: f"torch.lerp({a}, {x[0]}, {x[1]})",
+    "copy_": lambda a, x: x[0],
+}
+
+
+def _chain(call: cst.BaseExpression, var: str) -> str | None:
+    """``var.mul_(d).add_(p, alpha=1 - d)`` (or ``var.data....``): torch's out-of-place
+    expression of the value it leaves in ``var``, or None."""
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+        return None
+    meth = call.func.attr.value
+    if meth not in _CHAIN:
+        return None
+    receiver = call.func.value
+    if m.matches(receiver, m.Name(var) | m.Attribute(value=m.Name(var), attr=m.Name("data"))):
+        inner = f"{var}.data"
+    else:
+        inner = _chain(receiver, var)
+        if inner is None:
+            return None
+    args = [code(a.value) for a in call.args if a.keyword is None and not a.star]
+    keywords = {a.keyword.value: code(a.value) for a in call.args if a.keyword is not None}
+    if any(a.star for a in call.args) or set(keywords) - ({"alpha"} if meth in (
+            "add_", "sub_") else set()) or len(args) != (2 if meth == "lerp_" else 1):
+        return None
+    return _CHAIN[meth](inner, args, **keywords)
+
+
+def canonicalise(module: cst.Module) -> cst.Module:
+    """The torch file with each chain of in-place arithmetic on a loop variable of a loop over
+    ``parameters()`` (``ema_p.mul_(d).add_(p, alpha=1 - d)``) written as the assignment of its
+    value (``ema_p.data = ema_p.data * (d) + (1 - d) * (p)``), which ``param_loop`` writes
+    back; the same program, torch's in-place methods applied in order."""
+
+    class _Chains(cst.CSTTransformer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.vars: list[str | None] = []
+            self.changed = False
+
+        def visit_For(self, node: cst.For) -> None:
+            found = _modules(node)
+            self.vars.append(found[0][0] if found else None)
+
+        def leave_For(self, original_node, updated_node):
+            self.vars.pop()
+            return updated_node
+
+        def leave_SimpleStatementLine(self, original_node, updated_node):
+            var = self.vars[-1] if self.vars else None
+            if var is None or len(updated_node.body) != 1 or not isinstance(
+                    updated_node.body[0], cst.Expr):
+                return updated_node
+            value = _chain(updated_node.body[0].value, var)
+            if value is None:
+                return updated_node
+            self.changed = True
+            return updated_node.with_changes(body=[cst.Assign(
+                targets=[cst.AssignTarget(cst.parse_expression(f"{var}.data"))],
+                value=cst.parse_expression(value))])
+
+    chains = _Chains()
+    new = module.visit(chains)
+    return new if chains.changed else module
