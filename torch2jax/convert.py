@@ -93,8 +93,8 @@ IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "NamedTuple", "partial", 
 
 # the rewrites of the torch source before the analysis, in order (each returns the module it
 # was given when it changes nothing)
-_CANONICAL_FORMS = (loader_classes, scaler_params, step_closures, param_writes,
-                    optimizer_attributes, manual_sgd,
+_CANONICAL_FORMS = (loader_classes, scaler_params, step_closures, optimizer_attributes,
+                    manual_sgd, param_writes,
                     grad_mode_branches,
                     open_checkpoints, local_lambdas, data_inits, base_calls, list_builders,
                     module_methods, forward_choice)
