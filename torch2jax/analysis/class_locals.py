@@ -181,3 +181,11 @@ def class_lookups(module: cst.Module, is_class: Callable[[cst.BaseExpression], b
                     is_class(e.value) for e in r.value.value.elements) for r in returns):
             out.add(fn.name.value)
     return out
+
+
+def param_default(fn: cst.FunctionDef, name: str) -> str | None:
+    """The name a parameter of ``fn`` defaults to (``= InvertedResidual``)."""
+    for p in (*fn.params.params, *fn.params.kwonly_params):
+        if p.name.value == name and isinstance(p.default, cst.Name):
+            return p.default.value
+    return None

@@ -15,6 +15,7 @@ from torch2jax.analysis import values as vk
 from torch2jax.analysis.class_locals import (
     local_function,
     looked_up_class,
+    param_default,
     param_loop_targets,
     unpacked_classes,
 )
@@ -790,7 +791,7 @@ class ModuleClassMixin:
             # (inverted_residual: Callable[..., nn.Module] = InvertedResidual), a local
             # assigned one (stem_type = SimpleStemIN), or a parameter named for one
             # (block_constructor, block_type)
-            if self._param_default(n) in self.index.module_classes or (
+            if param_default(self._fn_stack[-1], n) in self.index.module_classes or (
                     n in self._module_class_locals()) or self._layer_class_default(n):
                 return True
             if n in self._param_names[-1] and self.current_class and (
@@ -1118,14 +1119,6 @@ class ModuleClassMixin:
                 f"Type[{c}]" in text or f"type[{c}]" in text for c in classes)
 
         return {t for t, p in param_loop_targets(fn).items() if class_typed(p)}
-
-    def _param_default(self, name: str) -> str | None:
-        """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
-        params = self._fn_stack[-1].params
-        for p in (*params.params, *params.kwonly_params):
-            if p.name.value == name and isinstance(p.default, cst.Name):
-                return p.default.value
-        return None
 
     def _layer_class_default(self, name: str) -> bool:
         """A parameter of the enclosing function defaulting to a torch layer class that builds
