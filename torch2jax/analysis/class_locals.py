@@ -189,3 +189,17 @@ def param_default(fn: cst.FunctionDef, name: str) -> str | None:
         if p.name.value == name and isinstance(p.default, cst.Name):
             return p.default.value
     return None
+
+
+def builder_instance(fns: list[cst.FunctionDef], name: str, rngs_functions: Collection[str]
+                     ) -> bool:
+    """``name`` is a local of the innermost function assigned an instance of a class whose
+    ``__call__`` takes rngs (a builder object, timm's ``builder = EfficientNetBuilder(...)``
+    then ``self.blocks = nn.Sequential(*builder(stem_size, block_args))``): calling it builds
+    layers."""
+    return bool(fns) and any(
+        isinstance(node, cst.Assign) and len(node.targets) == 1
+        and m.matches(node.targets[0].target, m.Name(name))
+        and m.matches(node.value, m.Call(func=m.Name()))
+        and f"{node.value.func.value}.__call__" in rngs_functions
+        for node in walk(fns[-1].body, False))

@@ -13,6 +13,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.class_locals import (
+    builder_instance,
     local_function,
     looked_up_class,
     param_default,
@@ -755,7 +756,9 @@ class ModuleClassMixin:
             n = func.value
             if n in self.index.module_classes and self._no_constructor(n):
                 return False  # class NewGELU(nn.Module) with only a forward: built bare
-            if n in self.index.module_classes or n in self.index.rngs_functions:
+            if n in self.index.module_classes or n in self.index.rngs_functions or (
+                    self._builds_layers_here() and builder_instance(
+                        self._fn_stack, n, self.index.rngs_functions)):
                 return True
             if self._builds_layers_here() and ALIAS + n in self._module_class_tables(
                     original) and not (self._param_names and n in self._param_names[-1]):

@@ -180,6 +180,9 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
     for name in names:
         value = getattr(original, name, None)
         home = getattr(value, "__module__", "") or ""
+        if name in used and _builder_class(value, home, top):
+            found.add(name)  # a builder object's class: its methods build the layers
+            continue
         if not (name in used and inspect.isfunction(value) and home.startswith(top + ".")):
             continue
         if home.rpartition(".")[2].startswith("_") and not _walks_modules(value):
@@ -190,6 +193,28 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
         if _builds_layers(home) or _computes_with_torch(value):
             found.add(name)
     return found
+
+
+def _builder_class(value: object, home: str, top: str) -> bool:
+    """A class of the package that is not a module but whose methods build module classes of
+    its module (timm's ``EfficientNetBuilder``, its ``__call__`` building the model's blocks):
+    its module is converted (copied, it would build the converted classes without rngs)."""
+    import inspect
+    import textwrap
+
+    import torch
+
+    if not (inspect.isclass(value) and home.startswith(top + ".")
+            and not issubclass(value, torch.nn.Module)):
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(value)))  # type: ignore[arg-type]
+    except (OSError, TypeError, SyntaxError):
+        return False
+    space = vars(sys.modules.get(home) or importlib.import_module(home))
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+               and isinstance(space.get(n.func.id), type)
+               and issubclass(space[n.func.id], torch.nn.Module) for n in ast.walk(tree))
 
 
 def _computes_with_torch(fn: object) -> bool:
@@ -468,8 +493,13 @@ def _rngs_functions(code: str) -> set[str]:
         tree = ast.parse(code)
     except SyntaxError:
         return set()
-    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and "rngs" in {
-        a.arg for a in [*node.args.args, *node.args.kwonlyargs]}}
+    takes = [(node.name, node) for node in tree.body if isinstance(node, ast.FunctionDef)]
+    # (and a builder class's __call__: builder(stem_size, block_args) passes them)
+    takes += [(f"{node.name}.__call__", fn) for node in tree.body
+              if isinstance(node, ast.ClassDef) and not node.bases for fn in node.body
+              if isinstance(fn, ast.FunctionDef) and fn.name == "__call__"]
+    return {name for name, fn in takes if "rngs" in {
+        a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]}}
 
 
 def _source_of(module_name: str) -> tuple[Path, bool]:
@@ -642,7 +672,10 @@ def _convert_package_file(
         if modes[module] == "convert":
             known = known | {RNGS_FUNCTION + local for local, home, attr in _imported_functions(
                 source, module, is_package, reexported)
-                if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())}
+                if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())} | {
+                RNGS_FUNCTION + f"{local}.__call__" for local, home, attr in _imported_functions(
+                    source, module, is_package, reexported)
+                if f"{attr}.__call__" in builders.get(home, set())}
             homed = _imports_from_home(source, module, is_package,
                                        {k for k, v in modes.items() if v == "convert"})
             homed = _star_torch_imports(homed, module, is_package)

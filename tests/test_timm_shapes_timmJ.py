@@ -1,0 +1,109 @@
+"""Shapes of timm's model code that build layers through objects and methods that need the
+model's ``rngs`` (benchmarks/timm_sweep.py, docs/timm-sweep.md, the eleventh run's "rngs
+plumbing"), each on a model of our own written that way, converted, built and verified
+against torch (outputs and gradients, in float64):
+
+* a builder object (timm's ``EfficientNetBuilder``: a plain class, not a module, whose
+  ``__call__`` and ``_make_block`` build the package's block classes), constructed in the
+  model's ``__init__`` and called there (``builder(stem_size, block_args)``): its methods take
+  ``rngs`` and the call of the instance passes them. In a package, the class in a module of
+  its own that the model file imports only the builder from: that module is converted too
+  (copied, it built the converted blocks without rngs: "ConvBnAct.__init__() missing 1
+  required keyword-only argument: 'rngs'"), and the importer knows its ``__call__`` takes
+  them.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from torch2jax.verify.run import VerifyRequest, run_request
+
+BLOCKS = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class ConvAct(nn.Module):
+        def __init__(self, cin, cout):
+            super().__init__()
+            self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+            self.act = nn.ReLU()
+
+        def forward(self, x):
+            return self.act(self.conv(x))
+
+
+    class Residual(nn.Module):
+        def __init__(self, chs):
+            super().__init__()
+            self.conv = nn.Conv2d(chs, chs, 1)
+
+        def forward(self, x):
+            return x + self.conv(x).tanh()
+''')
+
+BUILDER = textwrap.dedent('''
+    from ._blocks import ConvAct, Residual
+
+
+    class Builder:
+        def __init__(self, width=6):
+            self.width = width
+            self.features = []
+
+        def _make_block(self, kind, cin):
+            if kind == "res" and cin == self.width:
+                return Residual(cin)
+            return ConvAct(cin, self.width)
+
+        def __call__(self, cin, kinds):
+            blocks = []
+            for i, kind in enumerate(kinds):
+                blocks.append(self._make_block(kind, cin))
+                self.features.append(i)
+                cin = self.width
+            return blocks
+''')
+
+NET = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ._builder import Builder
+
+
+    class Net(nn.Module):
+        def __init__(self, width=6, num_classes=4):
+            super().__init__()
+            builder = Builder(width=width)
+            self.blocks = nn.ModuleList(builder(3, ["conv", "res", "res"]))
+            self.head = nn.Linear(width, num_classes)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x.mean((2, 3)))
+''')
+
+
+def _verifies(path, entry: str, *inputs: str):
+    result = run_request(VerifyRequest(f"{path}::{entry}", inputs=inputs, float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    return result
+
+
+def test_a_builder_object_in_the_same_file_builds_with_rngs(tmp_path):
+    source = BLOCKS + BUILDER.replace("from ._blocks import ConvAct, Residual\n", "") + \
+        NET.replace("from ._builder import Builder\n", "")
+    (tmp_path / "model.py").write_text(source)
+    _verifies(tmp_path / "model.py", "Net", "float32[1,3,5,5]")
+
+
+def test_a_builder_object_of_another_module_of_the_package_builds_with_rngs(tmp_path):
+    pkg = tmp_path / "tinypkg_builder"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    for name, text in {"_blocks": BLOCKS, "_builder": BUILDER, "net": NET}.items():
+        (pkg / "models" / f"{name}.py").write_text(text)
+    _verifies(pkg / "models" / "net.py", "Net", "float32[1,3,5,5]")
