@@ -107,3 +107,69 @@ def test_a_builder_object_of_another_module_of_the_package_builds_with_rngs(tmp_
     for name, text in {"_blocks": BLOCKS, "_builder": BUILDER, "net": NET}.items():
         (pkg / "models" / f"{name}.py").write_text(text)
     _verifies(pkg / "models" / "net.py", "Net", "float32[1,3,5,5]")
+
+
+LAYER_FN = textwrap.dedent('''
+    from dataclasses import dataclass
+    from typing import Type
+
+    import torch.nn as nn
+
+
+    class LinearNormAct(nn.Module):
+        def __init__(self, in_chs, out_chs, bias=True):
+            super().__init__()
+            self.fc = nn.Linear(in_chs, out_chs, bias=bias)
+            self.norm = nn.LayerNorm(out_chs)
+
+        def forward(self, x):
+            return self.norm(self.fc(x)).relu()
+
+
+    @dataclass
+    class LayerFn:
+        linear_norm_act: Type[nn.Module] = LinearNormAct
+        act: Type[nn.Module] = nn.GELU
+''')
+
+LAYER_FN_NET = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ._layer_fn import LayerFn
+
+
+    class Block(nn.Module):
+        def __init__(self, in_chs, out_chs, layers: LayerFn = None):
+            super().__init__()
+            layers = layers or LayerFn()
+            self.proj = layers.linear_norm_act(in_chs, out_chs, bias=False)
+            self.act = layers.act()
+
+        def forward(self, x):
+            return self.act(self.proj(x))
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=4, num_classes=3):
+            super().__init__()
+            self.block = Block(5, chs)
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            return self.head(self.block(x))
+''')
+
+
+def test_a_layer_class_field_of_a_class_of_another_module_builds_with_rngs(tmp_path):
+    """timm's mobilevit: ``layers.conv_norm_act(...)``, ``layers`` a ``LayerFn`` (byobnet's:
+    fields annotated ``Type[nn.Module]`` holding layer classes) imported from another module:
+    the call builds the layer with rngs (it was built without: "ConvNormAct.__init__()
+    missing 1 required keyword-only argument: 'rngs'"), and the module holding ``LayerFn`` is
+    converted even where the importer takes nothing else from it."""
+    pkg = tmp_path / "tinypkg_layer_fn"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    for name, text in {"_layer_fn": LAYER_FN, "net": LAYER_FN_NET}.items():
+        (pkg / "models" / f"{name}.py").write_text(text)
+    _verifies(pkg / "models" / "net.py", "Net", "float32[2,5]")

@@ -1069,7 +1069,7 @@ class ModuleClassMixin:
                 if isinstance(a, cst.AnnAssign) and isinstance(a.target, cst.Name)
                 and re.search(r"\bType\[.*Module\b", cst.Module([]).code_for_node(
                     a.annotation.annotation))})
-        return self._type_fields[1]
+        return self._type_fields[1] | self.index.type_fields  # (and imported classes')
 
     def _module_class_locals(self) -> set[str]:
         """Names the enclosing function assigns a module class of the file (or of another

@@ -40,7 +40,7 @@ from torch2jax.hf import (
     reduce_modeling,
     runtime_source,
 )
-from torch2jax.repo import RNGS_FUNCTION
+from torch2jax.repo import RNGS_FUNCTION, TYPE_FIELD
 
 _counter = itertools.count()
 
@@ -181,7 +181,7 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
         value = getattr(original, name, None)
         home = getattr(value, "__module__", "") or ""
         if name in used and _builder_class(value, home, top):
-            found.add(name)  # a builder object's class: its methods build the layers
+            found.add(name)  # a builder object's class (or a class holding layer classes)
             continue
         if not (name in used and inspect.isfunction(value) and home.startswith(top + ".")):
             continue
@@ -197,8 +197,9 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
 
 def _builder_class(value: object, home: str, top: str) -> bool:
     """A class of the package that is not a module but whose methods build module classes of
-    its module (timm's ``EfficientNetBuilder``, its ``__call__`` building the model's blocks):
-    its module is converted (copied, it would build the converted classes without rngs)."""
+    its module (timm's ``EfficientNetBuilder``, its ``__call__`` building the model's blocks),
+    or whose fields hold them (byobnet's ``LayerFn``): its module is converted (copied, it
+    would build the converted classes without rngs, or hold torch's)."""
     import inspect
     import textwrap
 
@@ -212,9 +213,32 @@ def _builder_class(value: object, home: str, top: str) -> bool:
     except (OSError, TypeError, SyntaxError):
         return False
     space = vars(sys.modules.get(home) or importlib.import_module(home))
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-               and isinstance(space.get(n.func.id), type)
-               and issubclass(space[n.func.id], torch.nn.Module) for n in ast.walk(tree))
+    return any(isinstance(n, ast.Name) and isinstance(space.get(n.id), type)
+               and issubclass(space[n.id], torch.nn.Module) for n in ast.walk(tree))
+
+
+def _type_fields(source: str, module: str, is_package: bool,
+                 reexported: dict[str, dict[str, str]]) -> set[str]:
+    """The fields annotated as module classes of the plain classes the module imports from the
+    package (timm's byobnet ``LayerFn``: ``conv_norm_act: Type[nn.Module] = ConvNormAct``,
+    imported by mobilevit, which calls ``layers.conv_norm_act(...)``), as known names."""
+    import inspect
+    import textwrap
+
+    import torch
+
+    found = set()
+    for _, home, attr in _imported_functions(source, module, is_package, reexported):
+        try:
+            value = getattr(importlib.import_module(home), attr, None)
+            tree = ast.parse(textwrap.dedent(inspect.getsource(value))) if inspect.isclass(
+                value) and not issubclass(value, torch.nn.Module) else None
+        except (ImportError, OSError, TypeError, SyntaxError):
+            continue
+        found |= {TYPE_FIELD + line.target.id for line in (tree.body[0].body if tree else ())
+                  if isinstance(line, ast.AnnAssign) and isinstance(line.target, ast.Name)
+                  and re.search(r"\bType\[.*Module\b", ast.unparse(line.annotation))}
+    return found
 
 
 def _computes_with_torch(fn: object) -> bool:
@@ -675,7 +699,8 @@ def _convert_package_file(
                 if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())} | {
                 RNGS_FUNCTION + f"{local}.__call__" for local, home, attr in _imported_functions(
                     source, module, is_package, reexported)
-                if f"{attr}.__call__" in builders.get(home, set())}
+                if f"{attr}.__call__" in builders.get(home, set())} | _type_fields(
+                source, module, is_package, reexported)
             homed = _imports_from_home(source, module, is_package,
                                        {k for k, v in modes.items() if v == "convert"})
             homed = _star_torch_imports(homed, module, is_package)
