@@ -173,3 +173,49 @@ def test_a_layer_class_field_of_a_class_of_another_module_builds_with_rngs(tmp_p
     for name, text in {"_layer_fn": LAYER_FN, "net": LAYER_FN_NET}.items():
         (pkg / "models" / f"{name}.py").write_text(text)
     _verifies(pkg / "models" / "net.py", "Net", "float32[2,5]")
+
+
+CHILD_INIT = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Encoder(nn.Module):
+        def __init__(self, dim=4, depth=2):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
+            self.apply(self._init_weights)
+
+        def _init_weights(self, m):
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = x + block(x).tanh()
+            return x
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, num_classes=3):
+            super().__init__()
+            self.encoder = Encoder(dim)
+            self.head = nn.Linear(dim, num_classes)
+            self.encoder._init_weights(self.head)
+
+        def init_weights(self):
+            self.encoder._init_weights(self.head)
+
+        def forward(self, x):
+            return self.head(self.encoder(x))
+''')
+
+
+def test_a_drawing_init_method_of_a_child_called_by_its_parent_gets_rngs(tmp_path):
+    """timm's qwen3_vit: ``self.encoder._init_weights(self.head)`` in the model's
+    ``__init__`` (and its ``init_weights``), the encoder's method drawing: it is given the
+    rngs ("Qwen3VitEncoder._init_weights() missing 1 required keyword-only argument:
+    'rngs'"), and the parent's method calling it takes them."""
+    (tmp_path / "model.py").write_text(CHILD_INIT)
+    _verifies(tmp_path / "model.py", "Net", "float32[2,4]")

@@ -1138,10 +1138,12 @@ class ModuleClassMixin:
         enclosing function, and a module class of the file whose method of that name takes
         rngs (it draws): which class the parameter holds is known only at run time."""
         func = original.func
+        child = m.matches(func, m.Attribute(value=m.Attribute(value=m.Name("self")))) and (
+            func.attr.value not in ("forward", "__call__"))  # self.encoder._init_weights(...)
         if not (self.target.stateful_modules and self._rngs_scope and self._rngs_scope[-1]
-                and m.matches(func, m.Attribute(value=m.Name())) and self._param_names
-                and func.value.value in self._param_names[-1]
-                and func.value.value != "self"):
+                and (child or m.matches(func, m.Attribute(value=m.Name())) and self._param_names
+                     and func.value.value in self._param_names[-1]
+                     and func.value.value != "self")):
             return False
         return any(f.endswith("." + func.attr.value) and f.split(".")[0] in self.index.classes
                    for f in self.index.rngs_functions)
