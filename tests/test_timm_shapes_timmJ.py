@@ -219,3 +219,61 @@ def test_a_drawing_init_method_of_a_child_called_by_its_parent_gets_rngs(tmp_pat
     'rngs'"), and the parent's method calling it takes them."""
     (tmp_path / "model.py").write_text(CHILD_INIT)
     _verifies(tmp_path / "model.py", "Net", "float32[2,4]")
+
+
+MODEL_BUILDER = textwrap.dedent('''
+    def build_model(model_cls, variant, **kwargs):
+        model = model_cls(**kwargs)
+        model.variant = variant
+        return model
+''')
+
+KWARGS_NET = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ._model_builder import build_model
+
+
+    class Backbone(nn.Module):
+        def __init__(self, cin=3, width=4):
+            super().__init__()
+            self.conv = nn.Conv2d(cin, width, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(x).relu()
+
+
+    class Net(nn.Module):
+        def __init__(self, backbone, width=4, num_classes=3):
+            super().__init__()
+            self.backbone = backbone
+            self.head = nn.Linear(width, num_classes)
+
+        def forward(self, x):
+            return self.head(self.backbone(x).mean((2, 3)))
+
+
+    def _create_net(variant, backbone, **kwargs):
+        return build_model(Net, variant, backbone=backbone, **kwargs)
+
+
+    def net_small(**kwargs):
+        backbone = Backbone(width=4)
+        model_args = dict(width=4)
+        return _create_net("net_small", backbone, **dict(model_args, **kwargs))
+''')
+
+
+def test_kwargs_handed_on_by_a_function_that_builds_carry_the_rngs(tmp_path):
+    """timm's vision_transformer_hybrid: the entry function builds a backbone (so it takes
+    the rngs its caller gives in the kwargs) and hands its ``**kwargs`` on to
+    ``_create_vision_transformer_hybrid``, whose kwargs reach the model class through the
+    package's (copied) ``build_model_with_cfg``: the call passes the rngs on ("VisionTransformer
+    .__init__() missing 1 required keyword-only argument: 'rngs'")."""
+    pkg = tmp_path / "tinypkg_kwargs"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    for name, text in {"_model_builder": MODEL_BUILDER, "net": KWARGS_NET}.items():
+        (pkg / "models" / f"{name}.py").write_text(text)
+    _verifies(pkg / "models" / "net.py", "net_small", "float32[1,3,5,5]")
