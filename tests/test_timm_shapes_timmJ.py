@@ -10,7 +10,8 @@ against torch (outputs and gradients, in float64):
   its own that the model file imports only the builder from: that module is converted too
   (copied, it built the converted blocks without rngs: "ConvBnAct.__init__() missing 1
   required keyword-only argument: 'rngs'"), and the importer knows its ``__call__`` takes
-  them.
+  them; the builder's module takes the blocks by a star import (``from ._efficientnet_blocks
+  import *``): the classes it uses are known module classes there too.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ BLOCKS = textwrap.dedent('''
 ''')
 
 BUILDER = textwrap.dedent('''
-    from ._blocks import ConvAct, Residual
+    from ._blocks import *
 
 
     class Builder:
@@ -93,7 +94,7 @@ def _verifies(path, entry: str, *inputs: str):
 
 
 def test_a_builder_object_in_the_same_file_builds_with_rngs(tmp_path):
-    source = BLOCKS + BUILDER.replace("from ._blocks import ConvAct, Residual\n", "") + \
+    source = BLOCKS + BUILDER.replace("from ._blocks import *\n", "") + \
         NET.replace("from ._builder import Builder\n", "")
     (tmp_path / "model.py").write_text(source)
     _verifies(tmp_path / "model.py", "Net", "float32[1,3,5,5]")

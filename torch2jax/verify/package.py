@@ -155,6 +155,9 @@ def _layer_classes(module_name: str, names: list[str], used: set[str]) -> set[st
         original = importlib.import_module(module_name)
     except ImportError:
         return set()
+    if names == ["*"]:  # from ._efficientnet_blocks import * (timm's _efficientnet_builder)
+        names = list(getattr(original, "__all__", None) or (
+            n for n in vars(original) if not n.startswith("_")))
     found = set()
     for name in names:
         value = getattr(original, name, None)
