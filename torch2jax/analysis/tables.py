@@ -40,8 +40,8 @@ def table_items(value: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 def method_on_parameter(node: cst.Call, fn: cst.FunctionDef) -> str | None:
     """The method name of ``module.init_weights(scheme=scheme)``, ``module`` a parameter of
-    ``fn`` (timm's ``_init_weights`` over the model's modules), or a child ``self.x``: a call of whichever class's
-    method of that name (not ``forward``); None for any other call."""
+    ``fn`` (timm's ``_init_weights`` over the model's modules) or a child ``self.x``: a call of
+    whichever class's method of that name (not ``forward``); None for any other call."""
     if node.func.attr.value in ("forward", "__call__") if isinstance(
             node.func, cst.Attribute) else True:
         return None
