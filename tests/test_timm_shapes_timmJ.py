@@ -93,13 +93,6 @@ def _verifies(path, entry: str, *inputs: str):
     return result
 
 
-def test_a_builder_object_in_the_same_file_builds_with_rngs(tmp_path):
-    source = BLOCKS + BUILDER.replace("from ._blocks import *\n", "") + \
-        NET.replace("from ._builder import Builder\n", "")
-    (tmp_path / "model.py").write_text(source)
-    _verifies(tmp_path / "model.py", "Net", "float32[1,3,5,5]")
-
-
 def test_a_builder_object_of_another_module_of_the_package_builds_with_rngs(tmp_path):
     pkg = tmp_path / "tinypkg_builder"
     (pkg / "models").mkdir(parents=True)
