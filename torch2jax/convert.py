@@ -54,6 +54,7 @@ from torch2jax.repo import (
     RNGS_FUNCTION,
     SEED_FUNCTION,
     TORCH_SEEDED,
+    TYPE_FIELD,
     numpy_seeded,
     source_facts,
 )
@@ -291,6 +292,8 @@ def convert_source(
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs
     index.module_classes |= {k for k in known_modules or () if k.isidentifier()}
+    index.type_fields = {k.removeprefix(TYPE_FIELD) for k in known_modules or ()
+                         if k.startswith(TYPE_FIELD)}  # (fields of imported classes, repo.py)
     # helper names the converter must not emit (not the torch imports it removes:
     # `from torch.nn import Embedding` leaves the name to the Embedding helper)
     index.defined = defined_names(module, torch_imports=False)

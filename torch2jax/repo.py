@@ -41,6 +41,11 @@ RNGS_FUNCTION = "rngs-function:"
 # generator (its draws become numpy's global generator's: each torch.manual_seed of the
 # program then seeds numpy's too, passes/host_data.py), and when a file seeds torch's global
 # generator (the dataset's file then leaves the seeding to it)
+# in a file's known names: a field of a class it imports from another file of the package
+# annotated as a module class (timm's byobnet ``LayerFn``: ``conv_norm_act: Type[nn.Module] =
+# ConvNormAct``, imported by mobilevit), written TYPE_FIELD + the field's name: a call of it
+# builds a layer
+TYPE_FIELD = "module-type-field:"
 HOST_DRAWS = "host-draws:global"
 TORCH_SEEDED = "torch-seeded:global"
 # ... and when a file shuffles a loader (DataLoader(shuffle=...), RandomSampler) without seeding

@@ -181,3 +181,41 @@ def class_lookups(module: cst.Module, is_class: Callable[[cst.BaseExpression], b
                     is_class(e.value) for e in r.value.value.elements) for r in returns):
             out.add(fn.name.value)
     return out
+
+
+def param_default(fn: cst.FunctionDef, name: str) -> str | None:
+    """The name a parameter of ``fn`` defaults to (``= InvertedResidual``)."""
+    for p in (*fn.params.params, *fn.params.kwonly_params):
+        if p.name.value == name and isinstance(p.default, cst.Name):
+            return p.default.value
+    return None
+
+
+def builder_instance(fns: list[cst.FunctionDef], name: str, rngs_functions: Collection[str]
+                     ) -> bool:
+    """``name`` is a local of the innermost function assigned an instance of a class whose
+    ``__call__`` takes rngs (a builder object, timm's ``builder = EfficientNetBuilder(...)``
+    then ``self.blocks = nn.Sequential(*builder(stem_size, block_args))``): calling it builds
+    layers."""
+    return bool(fns) and any(
+        isinstance(node, cst.Assign) and len(node.targets) == 1
+        and m.matches(node.targets[0].target, m.Name(name))
+        and m.matches(node.value, m.Call(func=m.Name()))
+        and f"{node.value.func.value}.__call__" in rngs_functions
+        for node in walk(fns[-1].body, False))
+
+
+def forwards_kwargs(fn: cst.FunctionDef, call: cst.Call, callees: Collection[str]) -> bool:
+    """``call`` hands ``fn``'s ``**kwargs`` on (``**kwargs``, ``**dict(args, **kwargs)``) to
+    one of ``callees`` (the file's functions taking ``**kwargs`` and no rngs): in timm's
+    vision_transformer_hybrid, ``vit_tiny_r_s16_p8_224(pretrained=False, **kwargs)`` builds a
+    backbone (so it takes the rngs its caller gave in its kwargs) and calls
+    ``_create_vision_transformer_hybrid(..., **dict(model_args, **kwargs))``, whose kwargs reach
+    ``build_model_with_cfg(VisionTransformer, **kwargs)``: the rngs go on with the kwargs."""
+    star = fn.params.star_kwarg
+    if star is None or not m.matches(call.func, m.Name()) or call.func.value not in callees:
+        return False
+    spread = m.Name(star.name.value)
+    return any(a.star == "**" and (m.matches(a.value, spread) or m.matches(a.value, m.Call(
+        func=m.Name("dict"), args=[m.ZeroOrMore(), m.Arg(value=spread, star="**"),
+                                   m.ZeroOrMore()]))) for a in call.args)

@@ -149,6 +149,7 @@ class FileIndex:
     # code not seen here builds the file's classes (public=None: a package's module converted
     outside_callers: bool = False  # alone): an activation parameter may get any class there
     rngs_functions: set[str] = field(default_factory=set)  # names of functions taking rngs
+    type_fields: set[str] = field(default_factory=set)  # imported classes' module-class fields
     # functions taking rngs only to draw (timm's _init_weights): partial(fn, ...) binds rngs
     draw_functions: set[str] = field(default_factory=set)
     list_layouts: dict[tuple[int, str], str] = field(default_factory=dict)  # (fn id, name)

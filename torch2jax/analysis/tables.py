@@ -40,11 +40,14 @@ def table_items(value: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 def method_on_parameter(node: cst.Call, fn: cst.FunctionDef) -> str | None:
     """The method name of ``module.init_weights(scheme=scheme)``, ``module`` a parameter of
-    ``fn`` (timm's ``_init_weights`` over the model's modules): a call of whichever class's
-    method of that name (not ``forward``); None for any other call."""
-    if not m.matches(node.func, m.Attribute(value=m.Name())) or node.func.value.value == "self":
+    ``fn`` (timm's ``_init_weights`` over the model's modules) or a child ``self.x``: a call of
+    whichever class's method of that name (not ``forward``); None for any other call."""
+    if node.func.attr.value in ("forward", "__call__") if isinstance(
+            node.func, cst.Attribute) else True:
         return None
-    if node.func.attr.value in ("forward", "__call__"):
+    if m.matches(node.func.value, m.Attribute(value=m.Name("self"), attr=m.Name())):
+        return node.func.attr.value  # a child's: self.encoder._init_weights(self.head)
+    if not m.matches(node.func, m.Attribute(value=m.Name())) or node.func.value.value == "self":
         return None
     params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
     return node.func.attr.value if node.func.value.value in params else None

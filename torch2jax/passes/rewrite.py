@@ -148,6 +148,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
         self._module_hoist: list[tuple[str, cst.BaseStatement]] = []
         self._module_names: set[str] = set()
         self._file_functions: set[str] = set()  # the file's top-level functions
+        self._kwargs_functions: set[str] = set()
         self._class_lookups: set[str] = set()  # those returning an item of a list of classes
         self._passed_schedulers: set[str] = set()  # see visit_Module
         self._in_expr_scope = 0  # lambdas and comprehensions: no statement to split keys in
@@ -282,6 +283,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
             # (on the equinox pass's NNX form too: a step helper over the script's model)
             self._find_block_steps(node)
         self._file_functions = {s.name.value for s in node.body if isinstance(s, cst.FunctionDef)}
+        self._kwargs_functions = {s.name.value for s in node.body  # (taking **kwargs)
+                                  if isinstance(s, cst.FunctionDef) and s.params.star_kwarg}
         self._class_lookups = class_lookups(node, lambda e: (self.q(e) or "") in self.rules.layers
                                             or m.matches(e, m.Name(m.MatchIfTrue(
                                                 self.index.module_classes.__contains__))))

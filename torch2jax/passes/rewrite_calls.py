@@ -14,7 +14,11 @@ import libcst.matchers as m
 from torch2jax.analysis import children
 from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
-from torch2jax.analysis.class_locals import holds_drawing_function, looked_up_activation
+from torch2jax.analysis.class_locals import (
+    forwards_kwargs,
+    holds_drawing_function,
+    looked_up_activation,
+)
 from torch2jax.analysis.index import Layouts, combine
 from torch2jax.analysis.metadata import ParentNodeProvider, PositionProvider
 from torch2jax.analysis.torch_api import FILLED_NEW, TORCH_ONLY_TENSOR_METHODS
@@ -723,6 +727,9 @@ class CallsMixin:
                 original.func.value in self._layer_fn_locals(original)):
             # layer_fn = layers.conv_norm_act if na else create_conv2d (timm's byobnet Stem)
             return self._build_layer(original, updated)
+        if self._builds_layers_here() and forwards_kwargs(
+                self._fn_stack[-1], original, self._kwargs_functions - self.index.rngs_functions):
+            return self._with_rngs(original, updated)  # (the rngs its caller gave in kwargs)
         if self._method_of_some_class_takes_rngs(original, name):
             # module.init_weights() in timm's _init_weights (mlp_mixer), the module any of the
             # model's: the method draws in some classes (it takes rngs), not in others

@@ -13,8 +13,10 @@ import libcst.matchers as m
 
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.class_locals import (
+    builder_instance,
     local_function,
     looked_up_class,
+    param_default,
     param_loop_targets,
     unpacked_classes,
 )
@@ -754,7 +756,9 @@ class ModuleClassMixin:
             n = func.value
             if n in self.index.module_classes and self._no_constructor(n):
                 return False  # class NewGELU(nn.Module) with only a forward: built bare
-            if n in self.index.module_classes or n in self.index.rngs_functions:
+            if n in self.index.module_classes or n in self.index.rngs_functions or (
+                    self._builds_layers_here() and builder_instance(
+                        self._fn_stack, n, self.index.rngs_functions)):
                 return True
             if self._builds_layers_here() and ALIAS + n in self._module_class_tables(
                     original) and not (self._param_names and n in self._param_names[-1]):
@@ -790,7 +794,7 @@ class ModuleClassMixin:
             # (inverted_residual: Callable[..., nn.Module] = InvertedResidual), a local
             # assigned one (stem_type = SimpleStemIN), or a parameter named for one
             # (block_constructor, block_type)
-            if self._param_default(n) in self.index.module_classes or (
+            if param_default(self._fn_stack[-1], n) in self.index.module_classes or (
                     n in self._module_class_locals()) or self._layer_class_default(n):
                 return True
             if n in self._param_names[-1] and self.current_class and (
@@ -1065,7 +1069,7 @@ class ModuleClassMixin:
                 if isinstance(a, cst.AnnAssign) and isinstance(a.target, cst.Name)
                 and re.search(r"\bType\[.*Module\b", cst.Module([]).code_for_node(
                     a.annotation.annotation))})
-        return self._type_fields[1]
+        return self._type_fields[1] | self.index.type_fields  # (and imported classes')
 
     def _module_class_locals(self) -> set[str]:
         """Names the enclosing function assigns a module class of the file (or of another
@@ -1119,14 +1123,6 @@ class ModuleClassMixin:
 
         return {t for t, p in param_loop_targets(fn).items() if class_typed(p)}
 
-    def _param_default(self, name: str) -> str | None:
-        """The name a parameter of the enclosing function defaults to (``= InvertedResidual``)."""
-        params = self._fn_stack[-1].params
-        for p in (*params.params, *params.kwonly_params):
-            if p.name.value == name and isinstance(p.default, cst.Name):
-                return p.default.value
-        return None
-
     def _layer_class_default(self, name: str) -> bool:
         """A parameter of the enclosing function defaulting to a torch layer class that builds
         with rngs (mlp-mixer's ``FeedForward(dim, ..., dense=nn.Linear)``, called with
@@ -1142,10 +1138,12 @@ class ModuleClassMixin:
         enclosing function, and a module class of the file whose method of that name takes
         rngs (it draws): which class the parameter holds is known only at run time."""
         func = original.func
+        child = m.matches(func, m.Attribute(value=m.Attribute(value=m.Name("self")))) and (
+            func.attr.value not in ("forward", "__call__"))  # self.encoder._init_weights(...)
         if not (self.target.stateful_modules and self._rngs_scope and self._rngs_scope[-1]
-                and m.matches(func, m.Attribute(value=m.Name())) and self._param_names
-                and func.value.value in self._param_names[-1]
-                and func.value.value != "self"):
+                and (child or m.matches(func, m.Attribute(value=m.Name())) and self._param_names
+                     and func.value.value in self._param_names[-1]
+                     and func.value.value != "self")):
             return False
         return any(f.endswith("." + func.attr.value) and f.split(".")[0] in self.index.classes
                    for f in self.index.rngs_functions)

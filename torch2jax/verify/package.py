@@ -42,7 +42,7 @@ from torch2jax.hf import (
     reduce_modeling,
     runtime_source,
 )
-from torch2jax.repo import RNGS_FUNCTION
+from torch2jax.repo import RNGS_FUNCTION, TYPE_FIELD
 
 _counter = itertools.count()
 
@@ -157,6 +157,9 @@ def _layer_classes(module_name: str, names: list[str], used: set[str]) -> set[st
         original = importlib.import_module(module_name)
     except ImportError:
         return set()
+    if names == ["*"]:  # from ._efficientnet_blocks import * (timm's _efficientnet_builder)
+        names = list(getattr(original, "__all__", None) or (
+            n for n in vars(original) if not n.startswith("_")))
     found = set()
     for name in names:
         value = getattr(original, name, None)
@@ -182,6 +185,9 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
     for name in names:
         value = getattr(original, name, None)
         home = getattr(value, "__module__", "") or ""
+        if name in used and _builder_class(value, home, top):
+            found.add(name)  # a builder object's class (or a class holding layer classes)
+            continue
         if not (name in used and inspect.isfunction(value) and home.startswith(top + ".")):
             continue
         if home.rpartition(".")[2].startswith("_") and not _walks_modules(value):
@@ -191,6 +197,52 @@ def _layer_functions(module_name: str, names: list[str], used: set[str]) -> set[
             # converted model, so its module is converted (so one walking named_modules())
         if _builds_layers(home) or _computes_with_torch(value):
             found.add(name)
+    return found
+
+
+def _builder_class(value: object, home: str, top: str) -> bool:
+    """A class of the package that is not a module but whose methods build module classes of
+    its module (timm's ``EfficientNetBuilder``, its ``__call__`` building the model's blocks),
+    or whose fields hold them (byobnet's ``LayerFn``): its module is converted (copied, it
+    would build the converted classes without rngs, or hold torch's)."""
+    import inspect
+    import textwrap
+
+    import torch
+
+    if not (inspect.isclass(value) and home.startswith(top + ".")
+            and not issubclass(value, torch.nn.Module)):
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(value)))  # type: ignore[arg-type]
+    except (OSError, TypeError, SyntaxError):
+        return False
+    space = vars(sys.modules.get(home) or importlib.import_module(home))
+    return any(isinstance(n, ast.Name) and isinstance(space.get(n.id), type)
+               and issubclass(space[n.id], torch.nn.Module) for n in ast.walk(tree))
+
+
+def _type_fields(source: str, module: str, is_package: bool,
+                 reexported: dict[str, dict[str, str]]) -> set[str]:
+    """The fields annotated as module classes of the plain classes the module imports from the
+    package (timm's byobnet ``LayerFn``: ``conv_norm_act: Type[nn.Module] = ConvNormAct``,
+    imported by mobilevit, which calls ``layers.conv_norm_act(...)``), as known names."""
+    import inspect
+    import textwrap
+
+    import torch
+
+    found = set()
+    for _, home, attr in _imported_functions(source, module, is_package, reexported):
+        try:
+            value = getattr(importlib.import_module(home), attr, None)
+            tree = ast.parse(textwrap.dedent(inspect.getsource(value))) if inspect.isclass(
+                value) and not issubclass(value, torch.nn.Module) else None
+        except (ImportError, OSError, TypeError, SyntaxError):
+            continue
+        found |= {TYPE_FIELD + line.target.id for line in (tree.body[0].body if tree else ())
+                  if isinstance(line, ast.AnnAssign) and isinstance(line.target, ast.Name)
+                  and re.search(r"\bType\[.*Module\b", ast.unparse(line.annotation))}
     return found
 
 
@@ -477,8 +529,13 @@ def _rngs_functions(code: str) -> set[str]:
         tree = ast.parse(code)
     except SyntaxError:
         return set()
-    return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and "rngs" in {
-        a.arg for a in [*node.args.args, *node.args.kwonlyargs]}}
+    takes = [(node.name, node) for node in tree.body if isinstance(node, ast.FunctionDef)]
+    # (and a builder class's __call__: builder(stem_size, block_args) passes them)
+    takes += [(f"{node.name}.__call__", fn) for node in tree.body
+              if isinstance(node, ast.ClassDef) and not node.bases for fn in node.body
+              if isinstance(fn, ast.FunctionDef) and fn.name == "__call__"]
+    return {name for name, fn in takes if "rngs" in {
+        a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]}}
 
 
 def _source_of(module_name: str) -> tuple[Path, bool]:
@@ -652,7 +709,11 @@ def _convert_package_file(
         if modes[module] == "convert":
             known = known | {RNGS_FUNCTION + local for local, home, attr in _imported_functions(
                 source, module, is_package, reexported)
-                if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())}
+                if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())} | {
+                RNGS_FUNCTION + f"{local}.__call__" for local, home, attr in _imported_functions(
+                    source, module, is_package, reexported)
+                if f"{attr}.__call__" in builders.get(home, set())} | _type_fields(
+                source, module, is_package, reexported)
             homed = _imports_from_home(source, module, is_package,
                                        {k for k, v in modes.items() if v == "convert"})
             homed = _star_torch_imports(homed, module, is_package)
