@@ -866,15 +866,6 @@ def split(site: Site) -> cst.BaseExpression:
     return call("torch_split", arg(x), arg(size_node), *axis)
 
 
-@special("chunk")
-def chunk(site: Site) -> cst.BaseExpression:
-    site.note("jnp.split raises when the size is not divisible by chunks; torch.chunk then "
-              "returns smaller (or fewer) chunks", "info")
-    d = site.args.get("dim")
-    return call("jnp.split", arg(site.x()), arg(site.args.get("chunks")),
-                arg(d if d is not None else py(0), "axis"))
-
-
 def _reduction_dim(site: Site) -> cst.BaseExpression | None:
     d = site.args.get("dim")
     return d

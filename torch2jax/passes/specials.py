@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch2jax.passes import (  # noqa: F401  (each import registers its transforms)
     special,  # layers, tensor functions and methods
+    special_chunk,  # torch.chunk, x.chunk
     special_device,  # device queries and objects
     special_index,  # index_add, scatter_add, topk, histc, repeat_interleave
     special_losses,  # losses
