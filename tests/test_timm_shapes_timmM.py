@@ -9,7 +9,11 @@ float64):
 * a buffer registered as ``None``, then again with what a method returns, a tensor or ``None``
   (swin_transformer's ``attn_mask``), read by a forward that tests ``mask is not None``: the
   attribute is ``None`` where torch's is (it was ``nnx.Variable(None)``: "'NoneType' object
-  has no attribute 'shape'").
+  has no attribute 'shape'");
+* ``nn.AvgPool2d(kernel_size=stride, stride=stride, ceil_mode=True)`` with the sizes held by a
+  name (volo's outlook attention), and a max pooling whose stride passes its kernel: the
+  overhang of torch's last window computed from the names (it was kept torch's pooling:
+  "avg_pool2d(): argument 'input' must be Tensor").
 """
 
 from __future__ import annotations
@@ -137,6 +141,39 @@ def test_a_buffer_registered_as_none_then_maybe_a_tensor(tmp_path):
     (tmp_path / "model.py").write_text(OPTIONAL_BUFFER)
     result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
                                        inputs=("float32[2,3,4]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.todos == 0
+
+
+CEIL_POOL = textwrap.dedent('''
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Net(nn.Module):
+        def __init__(self, stride=2, k=2, s=3):
+            super().__init__()
+            self.pool = nn.AvgPool2d(kernel_size=stride, stride=stride, ceil_mode=True)
+            self.max = nn.MaxPool2d(kernel_size=k, stride=s, ceil_mode=True)
+            self.k = k
+            self.head = nn.Linear(3, 2)
+
+        def forward(self, x):
+            x = x * self.head.weight.sum()
+            a = self.pool(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+            b = self.max(x.permute(0, 3, 1, 2))
+            c = F.avg_pool2d(x.permute(0, 3, 1, 2), self.k, self.k, ceil_mode=True)
+            return self.head(a.sum((1, 2)) + b.mean((2, 3)) + c.amax((2, 3)))
+''')
+
+
+def test_ceil_mode_pooling_of_sizes_held_by_names(tmp_path):
+    out = convert_source(CEIL_POOL).code
+    assert "torch" not in out
+    (tmp_path / "model.py").write_text(CEIL_POOL)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,7,5,3]",), float64=True))
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.todos == 0

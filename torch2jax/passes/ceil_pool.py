@@ -21,12 +21,27 @@ def _ints(node: cst.BaseExpression | None, n: int, name: str) -> tuple[int, ...]
                          "of the last window is computed from it")
 
 
-def _overhang(k: int, s: int, p: int, d: str) -> str:
+def _sizes(node: cst.BaseExpression | None, n: int, name: str) -> tuple[int | str, ...]:
+    """A literal size per axis, or the name (an attribute) that holds an int: its code, the
+    same on every axis (volo's ``nn.AvgPool2d(kernel_size=stride, stride=stride,
+    ceil_mode=True)``)."""
+    if isinstance(node, (cst.Name, cst.Attribute)) and not isinstance(
+            try_literal(node, ...), (int, tuple, list)):
+        return (code(node),) * n
+    return _ints(node, n, name)
+
+
+def _overhang(k: int | str, s: int | str, p: int, d: str) -> str:
     """How far torch's last ceil_mode window reaches past the symmetric padding ``p`` of an
     axis of length ``d``. torch takes ``ceil((d + 2p - k) / s) + 1`` windows, dropping the last
     one when it would start in the right padding: without that rule the overhang is
     ``(k - 2p - d) % s``; the rule can only bind when ``s > k - p``, and then the right
     padding is the value congruent to ``p`` + that overhang modulo ``s`` in ``[k - s, k)``."""
+    if isinstance(k, str) or isinstance(s, str):  # held by names: the test runs at build time
+        if p == 0:
+            return f"(({k} - {d}) % {s} if {s} <= {k} else {k} - 1 - ({d} - 1) % {s})"
+        return (f"(({k} - {2 * p} - {d}) % {s} if {s} <= {k} - {p} "
+                f"else {k} - {1 + p} - ({p - 1} + {d}) % {s})")
     if s <= k - p:
         return f"({k - 2 * p} - {d}) % {s}" if k != 2 * p else f"-{d} % {s}"
     shift = f"({p - 1} + {d})" if p != 1 else d
@@ -43,8 +58,8 @@ def ceil_pool(site: Site, n: int, k_node, s_node, x: str, first: int,
     overhang is left out of the count with count_include_pad=False. ``source``: the
     channels-last value pooled when ``x`` (whose shape is read) is channels-first; ``target``:
     the pooling function, when not the rule's."""
-    ks, ss, ps = (_ints(k_node, n, "kernel_size"), _ints(s_node, n, "stride"),
-                  _ints(site.args.get("padding"), n, "padding"))
+    ps = _ints(site.args.get("padding"), n, "padding")
+    ks, ss = _sizes(k_node, n, "kernel_size"), _sizes(s_node, n, "stride")
     target = target or site.rule.targets.get(site.target) or site.rule.jax or ""
     avg = not target.endswith("max_pool")
     include_pad = avg and site.lit("count_include_pad") is not False and any(ps)
