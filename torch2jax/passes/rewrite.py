@@ -39,6 +39,7 @@ from torch2jax.analysis.walk import NoAttributeHooks, findall
 from torch2jax.finish import removed as rmv
 from torch2jax.passes import built_weights as bw
 from torch2jax.passes import data as dt
+from torch2jax.passes import optional_buffers
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -958,7 +959,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, Lay
                     self.diag(original_node, "register_buffer", "error",
                               "register_buffer with a computed name")
                     return updated_node
-                value, imports = self.target.buffer_value(b.get("tensor"))
+                value, imports = optional_buffers.buffer_value(self, name, b.get("tensor"))
                 self.need(*imports)
                 return cst.Assign(targets=[cst.AssignTarget(expr(f"self.{name}"))], value=value)
             if meth in ("to", "cuda", "cpu", "train", "eval", "zero_grad") and \

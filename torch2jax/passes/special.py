@@ -10,6 +10,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.passes.ceil_pool import ceil_pool
 from torch2jax.passes.common import (
     Untranslatable,
     arg,
@@ -335,7 +336,7 @@ def pool(site: Site) -> cst.BaseExpression:
     if ceil_mode not in (False, None):
         if ceil_mode is not True:
             raise Untranslatable("pooling with a non-literal ceil_mode")
-        return expr("lambda x: " + _ceil_pool(site, n, k, stride, "x", 1))
+        return expr("lambda x: " + ceil_pool(site, n, k, stride, "x", 1))
     out = [arg(expr(site.rule.targets[site.target])), *pool_window(site, k, stride, n)]
     if site.lit("padding") not in (0, None) and "padding" not in site.sequences:
         out.append(arg(_pairs(site.args.get("padding"), n), "padding"))
@@ -371,7 +372,7 @@ def pool_function(site: Site) -> cst.BaseExpression:
         if not is_simple(x):  # the padding is computed from its shape
             x = site.once(x, "pooled_input", "ceil_mode pooling's input")
             cl = expr("jnp.moveaxis({x}, 1, -1)", x=x)
-        pooled = expr(_ceil_pool(site, n, k, stride, code(x), 2, source=code(cl),
+        pooled = expr(ceil_pool(site, n, k, stride, code(x), 2, source=code(cl),
                                  target=target))
     else:
         out = [arg(cl), arg(tuple_of(k, n), "window_shape"), arg(tuple_of(stride, n), "strides")]
@@ -381,64 +382,6 @@ def pool_function(site: Site) -> cst.BaseExpression:
             out.append(arg(py(False), "count_include_pad"))
         pooled = call(target, *out)
     return expr("jnp.moveaxis({y}, -1, 1)", y=pooled)
-
-
-def _ints(node: cst.BaseExpression | None, n: int, name: str) -> tuple[int, ...]:
-    value = try_literal(node, ...) if node is not None else 0
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value,) * n
-    if isinstance(value, (tuple, list)) and len(value) == n and all(
-            isinstance(v, int) for v in value):
-        return tuple(value)
-    raise Untranslatable(f"pooling with ceil_mode=True and a non-literal {name}: the padding "
-                         "of the last window is computed from it")
-
-
-def _overhang(k: int, s: int, p: int, d: str) -> str:
-    """How far torch's last ceil_mode window reaches past the symmetric padding ``p`` of an
-    axis of length ``d``. torch takes ``ceil((d + 2p - k) / s) + 1`` windows, dropping the last
-    one when it would start in the right padding: without that rule the overhang is
-    ``(k - 2p - d) % s``; the rule can only bind when ``s > k - p``, and then the right
-    padding is the value congruent to ``p`` + that overhang modulo ``s`` in ``[k - s, k)``."""
-    if s <= k - p:
-        return f"({k - 2 * p} - {d}) % {s}" if k != 2 * p else f"-{d} % {s}"
-    shift = f"({p - 1} + {d})" if p != 1 else d
-    return f"{k - 1 - p} - {shift} % {s}"
-
-
-def _ceil_pool(site: Site, n: int, k_node, s_node, x: str, first: int,
-               source: str | None = None, target: str | None = None) -> str:
-    """torch's ceil_mode=True pooling of ``x`` (spatial axes ``first`` .. ``first + n - 1``)
-    as flax's pooling with per-axis right padding, written with the static shape of ``x``.
-    Max pooling pads with -inf (flax's max_pool does). Average pooling divides by the part of
-    each window inside the input and its symmetric padding (torch counts that padding with
-    count_include_pad=True, never the overhang): that padding becomes zeros (jnp.pad) and the
-    overhang is left out of the count with count_include_pad=False. ``source``: the
-    channels-last value pooled when ``x`` (whose shape is read) is channels-first; ``target``:
-    the pooling function, when not the rule's."""
-    ks, ss, ps = (_ints(k_node, n, "kernel_size"), _ints(s_node, n, "stride"),
-                  _ints(site.args.get("padding"), n, "padding"))
-    target = target or site.rule.targets.get(site.target) or site.rule.jax or ""
-    avg = not target.endswith("max_pool")
-    include_pad = avg and site.lit("count_include_pad") is not False and any(ps)
-
-    def side(k: int, s: int, p: int, d: str) -> str:
-        lo = 0 if include_pad else p
-        hi = _overhang(k, s, p, d)
-        return f"({lo}, {hi})" if include_pad or p == 0 else f"({p}, {p} + {hi})"
-
-    if len(set(zip(ks, ss, ps))) == 1:
-        padding = (f"tuple({side(ks[0], ss[0], ps[0], 'd')} for d in "
-                   f"{x}.shape[{first}:{first + n}])")
-    else:
-        padding = "(" + ", ".join(side(k, s, p, f"{x}.shape[{first + i}]") for i, (k, s, p)
-                                  in enumerate(zip(ks, ss, ps))) + ("," if n == 1 else "") + ")"
-    source = source or x
-    if include_pad:
-        source = f"jnp.pad({source}, ((0, 0), {', '.join(f'({p}, {p})' for p in ps)}, (0, 0)))"
-    window = f"window_shape={code(tuple_of(k_node, n))}, strides={code(tuple_of(s_node, n))}"
-    return (f"{target}({source}, {window}, padding={padding}"
-            + (", count_include_pad=False" if avg else "") + ")")
 
 
 @special("adaptive_avg_pool")
@@ -827,15 +770,6 @@ def split(site: Site) -> cst.BaseExpression:
                     *axis)
     # a size held by a name: an int or sizes (timm's drop-path rates), told apart when it runs
     return call("torch_split", arg(x), arg(size_node), *axis)
-
-
-@special("chunk")
-def chunk(site: Site) -> cst.BaseExpression:
-    site.note("jnp.split raises when the size is not divisible by chunks; torch.chunk then "
-              "returns smaller (or fewer) chunks", "info")
-    d = site.args.get("dim")
-    return call("jnp.split", arg(site.x()), arg(site.args.get("chunks")),
-                arg(d if d is not None else py(0), "axis"))
 
 
 def _reduction_dim(site: Site) -> cst.BaseExpression | None:
