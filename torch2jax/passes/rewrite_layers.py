@@ -218,7 +218,7 @@ class LayersMixin:
                                     attr=m.Name("data"))):
             t = t.value  # normal_(m.weight.data, ...): the parameter's value is set either way
         v = expr("{t}.value", t=t)
-        if torch_init.weight_of_a_sublayer(t) and self.target.helper_target in HELPERS.get(
+        if torch_init.weight_of_a_sublayer(t, self, original_node) and self.target.helper_target in HELPERS.get(
                 "layer_weight", {}):
             # self.conv3.bn.weight, bn built in another module: an elementwise fill does not
             # depend on the layout, the parameter is found at run time (cspnet's zero_init_last)

@@ -153,7 +153,7 @@ def with_initializers(out: cst.Call, extra: list[cst.Arg]) -> cst.Call:
                                   for i, a in enumerate(args)])
 
 
-def weight_of_a_sublayer(t: cst.BaseExpression | None) -> bool:
+def weight_of_a_sublayer(t: cst.BaseExpression | None, rw=None, statement=None) -> bool:
     """``self.conv3.bn.weight`` / ``self.norm.weight`` / ``blk.norm1.weight`` (a
     ``torch.nn.init`` fill's tensor) still named ``weight`` after the rewrite: a layer held by
     a module (``self``'s, or one of a loop over a container's modules, ``for blk in
@@ -167,7 +167,23 @@ def weight_of_a_sublayer(t: cst.BaseExpression | None) -> bool:
     node = t.value
     while isinstance(node, cst.Attribute):
         node = node.value
-    return isinstance(node, cst.Name)
+    if not isinstance(node, cst.Name):
+        return False
+    if node.value == "self" or rw is None:
+        return node.value == "self"
+    # the variable of a loop over a container of the module (for blk in self.blocks), not
+    # one over every module (for m in self.modules(): m.bn2.weight is tested by type there,
+    # and its reads, m.bn2.weight is not None, are torch's names)
+    from torch2jax.analysis.metadata import ParentNodeProvider
+
+    parent = statement
+    while (parent := rw.get_metadata(ParentNodeProvider, parent, None)) is not None and (
+            not isinstance(parent, cst.FunctionDef)):
+        if isinstance(parent, cst.For) and isinstance(parent.target, cst.Name) and (
+                parent.target.value == node.value):
+            return isinstance(parent.iter, cst.Attribute) and isinstance(
+                parent.iter.value, cst.Name) and parent.iter.value.value == "self"
+    return False
 
 
 def spread_bounds(fn: str, b: BoundArgs) -> bool:
