@@ -197,7 +197,7 @@ def test_transformers_method_cache_and_mla_sdpa_under_jit_and_grad(tmp_path) -> 
 
     pytest.importorskip("transformers", exc_type=ImportError)
     from torch2jax.convert import convert_source
-    from torch2jax.hf import RUNTIME, SUPPORT_MODULE, reduce_modeling
+    from torch2jax.hf import reduce_modeling, write_support_modules
 
     space: dict = {"__name__": NAME, "__package__": NAME.rpartition(".")[0]}
     exec(compile(CACHED, "torch_rope", "exec"), space)  # noqa: S102
@@ -209,7 +209,7 @@ def test_transformers_method_cache_and_mla_sdpa_under_jit_and_grad(tmp_path) -> 
     (package / "models" / "rope").mkdir(parents=True)
     for folder in (package, package / "models", package / "models" / "rope"):
         (folder / "__init__.py").write_text("")
-    (package / f"{SUPPORT_MODULE}.py").write_text(RUNTIME.read_text())
+    write_support_modules(package)
     (package / "models" / "rope" / "modeling_rope.py").write_text(code)
     sys.path.insert(0, str(tmp_path))
     try:

@@ -117,10 +117,9 @@ def sides(tmp_path_factory):
     from torch2jax.hf import (
         BACKBONE_MODULE,
         BACKBONE_RUNTIME,
-        RUNTIME,
         SUPPORT_LAYERS,
-        SUPPORT_MODULE,
         reduce_modeling,
+        write_support_modules,
     )
     from torch2jax.repo import RNGS_FUNCTION
 
@@ -146,7 +145,7 @@ def sides(tmp_path_factory):
     folder.mkdir(parents=True)
     for path in (package, package / "models", folder):
         (path / "__init__.py").write_text("")
-    (package / f"{SUPPORT_MODULE}.py").write_text(RUNTIME.read_text())
+    write_support_modules(package)
     (package / f"{BACKBONE_MODULE}.py").write_text(BACKBONE_RUNTIME.read_text())
     (package / "_hf_auto.py").write_text(
         f"MODELS = {{('AutoBackbone', {BACKBONE_TYPE!r}): "

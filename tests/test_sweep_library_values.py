@@ -86,7 +86,7 @@ def _modules(tmp_path: Path):
     the converted one (reduced and converted as the sweep does, beside the support module)."""
     pytest.importorskip("transformers", exc_type=ImportError)
     from torch2jax.convert import convert_source
-    from torch2jax.hf import RUNTIME, SUPPORT_MODULE, reduce_modeling
+    from torch2jax.hf import SUPPORT_MODULE, reduce_modeling, write_support_modules
 
     torch_space: dict = {"__name__": NAME, "__package__": NAME.rpartition(".")[0]}
     exec(compile(MODELING, "torch_mixer", "exec"), torch_space)  # noqa: S102
@@ -98,7 +98,7 @@ def _modules(tmp_path: Path):
     (package / "models" / "mixer").mkdir(parents=True)
     for folder in (package, package / "models", package / "models" / "mixer"):
         (folder / "__init__.py").write_text("")
-    (package / f"{SUPPORT_MODULE}.py").write_text(RUNTIME.read_text())
+    write_support_modules(package)
     (package / "models" / "mixer" / "modeling_mixer.py").write_text(result.code)
     sys.path.insert(0, str(tmp_path))
     try:

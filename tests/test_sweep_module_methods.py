@@ -93,7 +93,7 @@ NAME = "transformers.models.matcher.modeling_matcher"
 def _modules(tmp_path: Path):
     pytest.importorskip("transformers", exc_type=ImportError)
     from torch2jax.convert import convert_source
-    from torch2jax.hf import RUNTIME, SUPPORT_MODULE, reduce_modeling
+    from torch2jax.hf import reduce_modeling, write_support_modules
 
     torch_space: dict = {"__name__": NAME, "__package__": NAME.rpartition(".")[0]}
     exec(compile(MODELING, "torch_matcher", "exec"), torch_space)  # noqa: S102
@@ -106,7 +106,7 @@ def _modules(tmp_path: Path):
     (package / "models" / "matcher").mkdir(parents=True)
     for folder in (package, package / "models", package / "models" / "matcher"):
         (folder / "__init__.py").write_text("")
-    (package / f"{SUPPORT_MODULE}.py").write_text(RUNTIME.read_text())
+    write_support_modules(package)
     (package / "models" / "matcher" / "modeling_matcher.py").write_text(result.code)
     sys.path.insert(0, str(tmp_path))
     try:

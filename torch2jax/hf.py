@@ -357,6 +357,14 @@ def runtime_source() -> str:
     return RUNTIME.read_text(encoding="utf-8")
 
 
+def write_support_modules(folder: Path) -> None:
+    """The support modules a converted modeling file imports, written into the package
+    ``folder``: ``_hf_support.py`` (transformers_runtime.py) and the activations it imports."""
+    (folder / f"{SUPPORT_MODULE}.py").write_text(runtime_source(), encoding="utf-8")
+    (folder / f"{ACTIVATIONS_MODULE}.py").write_text(
+        ACTIVATIONS_RUNTIME.read_text(encoding="utf-8"), encoding="utf-8")
+
+
 def package_of(path: Path) -> tuple[Path, str] | None:
     """(the directory holding the top-level package, dotted module name), or None when
     ``path`` is not inside a package (its directory has no ``__init__.py``)."""

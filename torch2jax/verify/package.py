@@ -30,17 +30,14 @@ from pathlib import Path
 from types import ModuleType
 
 from torch2jax.hf import (
-    ACTIVATIONS_MODULE,
-    ACTIVATIONS_RUNTIME,
     AUTO_TABLE,
     BACKBONE_MODULE,
     BACKBONE_RUNTIME,
     SUPPORT_LAYERS,
-    SUPPORT_MODULE,
     is_modeling_file,
     package_of,
     reduce_modeling,
-    runtime_source,
+    write_support_modules,
 )
 from torch2jax.repo import RNGS_FUNCTION, TYPE_FIELD
 
@@ -652,9 +649,8 @@ def _convert_package_file(
             code, n = convert(target, set(SUPPORT_LAYERS) | used | builds)
             counts[module] = n + len(unknown)  # (a file converted again counts once)
             target.write_text(code)
-            (out_dir / alias / f"{SUPPORT_MODULE}.py").write_text(runtime_source())
+            write_support_modules(out_dir / alias)
             (out_dir / alias / f"{BACKBONE_MODULE}.py").write_text(BACKBONE_RUNTIME.read_text())
-            (out_dir / alias / f"{ACTIVATIONS_MODULE}.py").write_text(ACTIVATIONS_RUNTIME.read_text())
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
             # AutoModel.from_config(config.text_config): the modeling files of the sub-models
             # converted too (only their classes built there), and named in the table

@@ -145,12 +145,15 @@ class JaxRecorder:
         import numpy as np
         from flax import nnx
 
-        leaves = [np.asarray(x) for x in jax.tree.leaves(nnx.state(model))]
+        def arrays(m: Any) -> list[np.ndarray]:  # (the parameters: an RNG key is no array)
+            return [np.asarray(x) for x in jax.tree.leaves(nnx.state(m, nnx.Param))]
+
+        leaves = arrays(model)
         found = []
         for other in gc.get_objects():
             if type(other) is not type(model) or other is model:
                 continue
-            theirs = [np.asarray(x) for x in jax.tree.leaves(nnx.state(other))]
+            theirs = arrays(other)
             if len(theirs) == len(leaves) and all(
                     a.shape == b.shape and np.array_equal(a, b) for a, b in zip(leaves, theirs)):
                 found.append(other)
