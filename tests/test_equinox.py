@@ -484,7 +484,7 @@ def test_batch_loss_in_forward_is_a_per_example_mean_averaged_by_the_caller() ->
     import equinox as eqx
 
     model = eqx.tree_at(lambda mm: (mm.emb.weight, mm.head.weight, mm.head.bias), model, tuple(
-        jax.numpy.asarray(p.detach().numpy()) for p in (t_model.emb.weight, t_model.head.weight,
+        jax.numpy.array(p.detach().numpy()) for p in (t_model.emb.weight, t_model.head.weight,
                                                         t_model.head.bias)))
     rng = np.random.default_rng(0)
     idx, targets = rng.integers(0, 7, (3, 4)), rng.integers(0, 7, (3, 4))
@@ -514,7 +514,7 @@ def test_other_uses_of_folded_rows_keep_the_module_batched() -> None:
     t_model = torch_ns["Tagger"]()
     model = ns["Tagger"](key=jax.random.key(0))
     model = eqx.tree_at(lambda mm: (mm.emb.weight, mm.head.weight, mm.head.bias), model, tuple(
-        jax.numpy.asarray(p.detach().numpy()) for p in (t_model.emb.weight, t_model.head.weight,
+        jax.numpy.array(p.detach().numpy()) for p in (t_model.emb.weight, t_model.head.weight,
                                                         t_model.head.bias)))
     rng = np.random.default_rng(0)
     idx, targets = rng.integers(0, 7, (3, 4)), rng.integers(0, 7, (3, 4))

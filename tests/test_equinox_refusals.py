@@ -299,7 +299,7 @@ def test_a_loop_over_layers_no_line_names_calls_them_on_the_batch() -> None:
     net = torch_ns["Stack"]([fc, norm])
 
     def arr(t):
-        return jnp.asarray(t.detach().numpy())
+        return jnp.array(t.detach().numpy())
 
     import jax
     layers = [eqx.nn.Linear(8, 8, key=jax.random.key(0)), eqx.nn.LayerNorm(8)]

@@ -222,7 +222,7 @@ def test_transformers_method_cache_and_mla_sdpa_under_jit_and_grad(tmp_path) -> 
     for name in ("proj", "q_proj", "k_proj", "v_proj"):
         layer, weights = getattr(jax_model, name), getattr(torch_model, name)
         layer.kernel.value = jnp.asarray(weights.weight.detach().numpy().T)
-        layer.bias.value = jnp.asarray(weights.bias.detach().numpy())
+        layer.bias.value = jnp.array(weights.bias.detach().numpy())
     x = np.random.default_rng(0).standard_normal((6, 2)).astype(np.float32)
     out = torch_model(torch.from_numpy(x))
     out.square().sum().backward()

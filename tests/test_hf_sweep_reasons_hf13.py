@@ -45,12 +45,12 @@ def test_xielu_is_a_module_with_torchs_parameters_and_formula() -> None:
     for name, value in state.items():
         variable = getattr(act, name)
         assert variable[...].shape == tuple(value.shape) and variable[...].dtype == jnp.float32
-        variable[...] = jnp.asarray(value.detach().numpy())
+        variable[...] = jnp.array(value.detach().numpy())
 
     def loss(module, xs):
         return jnp.sum(module(xs) ** 2)
 
-    xs = jnp.asarray(x.detach().numpy())
+    xs = jnp.array(x.detach().numpy())
     np.testing.assert_allclose(np.asarray(act(xs)), out.detach().numpy(), rtol=1e-5, atol=1e-6)
     grads, grad_x = jax.grad(loss, argnums=(0, 1))(act, xs)
     np.testing.assert_allclose(np.asarray(grad_x), x.grad.numpy(), rtol=1e-5, atol=1e-6)

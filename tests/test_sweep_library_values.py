@@ -520,8 +520,8 @@ def test_default_dtype_is_tensor_positional_device_and_attention_results(impleme
     for name in ("query", "key", "value"):
         layer = getattr(torch_model, name)
         getattr(jax_model, name).kernel.value = jnp.asarray(layer.weight.detach().numpy().T)
-        getattr(jax_model, name).bias.value = jnp.asarray(layer.bias.detach().numpy())
-    jax_model.sinks.value = jnp.asarray(torch_model.sinks.detach().numpy())
+        getattr(jax_model, name).bias.value = jnp.array(layer.bias.detach().numpy())
+    jax_model.sinks.value = jnp.array(torch_model.sinks.detach().numpy())
     x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
     for scale in (None, np.float32(1.5)):
         with torch.no_grad():
@@ -585,7 +585,7 @@ def test_activation_classes_functions_and_a_parents_forward_convert_and_match_to
         torch_model = torch_space["Mlp"](activation=activation, afn=afn)
         jax_model = space["Mlp"](activation=activation, afn=afn, rngs=nnx.Rngs(0))
         jax_model.fc.kernel.value = jnp.asarray(torch_model.fc.weight.detach().numpy().T)
-        jax_model.fc.bias.value = jnp.asarray(torch_model.fc.bias.detach().numpy())
+        jax_model.fc.bias.value = jnp.array(torch_model.fc.bias.detach().numpy())
         with torch.no_grad():
             want = torch_model(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(np.asarray(jax_model(jnp.asarray(x))), want, rtol=1e-5,

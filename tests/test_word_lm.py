@@ -252,7 +252,7 @@ def _copy_linears(jmodel, tmodel) -> None:
         t = getattr(tmodel, name)
         j = getattr(jmodel, name)
         j.kernel.value = jax.numpy.asarray(t.weight.detach().numpy().T)
-        j.bias.value = jax.numpy.asarray(t.bias.detach().numpy())
+        j.bias.value = jax.numpy.array(t.bias.detach().numpy())
 
 
 # the spellings of one SGD update (variants of the same program)
@@ -331,8 +331,8 @@ def test_tied_linear_head_with_a_bias_keeps_one_table(tied):
     torch.manual_seed(0)
     tmodel = ns["LM"](tie_weights=tied)
     jmodel = scope["LM"](tie_weights=tied, rngs=nnx.Rngs(0))
-    jmodel.encoder.embedding.value = jax.numpy.asarray(tmodel.encoder.weight.detach().numpy())
-    jmodel.decoder.bias.value = jax.numpy.asarray(tmodel.decoder.bias.detach().numpy())
+    jmodel.encoder.embedding.value = jax.numpy.array(tmodel.encoder.weight.detach().numpy())
+    jmodel.decoder.bias.value = jax.numpy.array(tmodel.decoder.bias.detach().numpy())
     if not tied:
         jmodel.decoder.kernel.value = jax.numpy.asarray(tmodel.decoder.weight.detach().numpy().T)
     n_params = len(jax.tree.leaves(nnx.state(jmodel, nnx.Param)))

@@ -59,6 +59,7 @@ from torch2jax.passes.rewrite_calls import CallsMixin
 from torch2jax.passes.rewrite_checkpoints import CheckpointsMixin
 from torch2jax.passes.rewrite_classes import ModuleClassMixin
 from torch2jax.passes.rewrite_data import DataMixin
+from torch2jax.passes.rewrite_inits import InitsMixin
 from torch2jax.passes.rewrite_layers import LayersMixin
 from torch2jax.passes.rewrite_layout import LayoutMixin
 from torch2jax.passes.rewrite_linen import LinenTrainingMixin
@@ -90,7 +91,7 @@ from torch2jax.targets import linen_training as lt
 _ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter"))
 
 
-class TorchToJax(ModuleClassMixin, LayersMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, StepsMixin, LinenTrainingMixin, LinenResumeMixin,
+class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, StepsMixin, LinenTrainingMixin, LinenResumeMixin,
                  NoAttributeHooks, cst.CSTTransformer):
     METADATA_DEPENDENCIES = (ScopeProvider, PositionProvider, ParentNodeProvider)
 
