@@ -55,38 +55,52 @@ def test_a_frozen_teacher_gets_torchs_weights(tmp_path, monkeypatch):
     assert len([c for c in r.checks if c.kind == "loss"]) == STEPS
 
 
-def test_parameters_updated_in_loops_are_written_back(tmp_path, monkeypatch):
+# the EMA copy frozen as DINO's teacher and MoCo's key encoder are, its parameters counted
+FROZEN_EMA = ("    ema = copy.deepcopy(model)\n",
+              "    ema = copy.deepcopy(model)\n    for p in ema.parameters():\n"
+              "        p.requires_grad_(False)\n"
+              "    print(sum(p.numel() for p in ema.parameters()))\n")
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["ema", "frozen_ema"])
+def test_parameters_updated_in_loops_are_written_back(tmp_path, monkeypatch, frozen):
+    """Clipping and an EMA written back; with the copy frozen (its parameters FrozenParams,
+    not nnx.Param), the EMA still maps its parameters with the model's, and its parameter
+    count is torch's (printed, compared)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "src").mkdir()
     program = tmp_path / "src" / "ema_clip.py"
-    program.write_text((PROGRAMS / "ema_clip.py").read_text())
+    source = (PROGRAMS / "ema_clip.py").read_text()
+    program.write_text(source.replace(*FROZEN_EMA) if frozen else source)
     out = tmp_path / "out"
     assert convert_tree(program, out, "nnx", None) == 0
     converted = out / "ema_clip.py"
     text = converted.read_text()
     assert "TODO(torch2jax)" not in text and ".data" not in text.split('"""', 2)[2]
+    which = "nnx.Any(nnx.Param, FrozenParam)" if frozen else "nnx.Param"
     assert "nnx.update(model, jax.tree.map(lambda p: jnp.clip(p, min=-0.3, max=0.3)" in text
-    assert "nnx.state(ema_model, nnx.Param), nnx.state(model, nnx.Param)))" in text
+    ema_states = (f"nnx.pure(nnx.state(ema_model, {which})), nnx.pure(nnx.state(model, {which}))"
+                  if frozen else f"nnx.state(ema_model, {which}), nnx.state(model, {which})")
+    assert ema_states in text, text
+    assert not frozen or "freeze_parameters(ema)" in text
     r = verify_program(program, converted, steps=STEPS)
     assert r.passed, (r.error, [(c.name, c.detail) for c in r.failures()])
     assert any("copy(ies) of the model made before the optimizer" in n for n in r.notes)
-    # the EMA's loss is printed each step: compared (the last one is cut at the stop)
-    assert len([c for c in r.checks if c.kind == "print"]) == STEPS - 1
+    # the EMA's loss is printed each step: compared (the last one is cut at the stop); the
+    # frozen copy's parameter count before them
+    assert len([c for c in r.checks if c.kind == "print"]) == STEPS - 1 + frozen
 
 
 def test_a_parameter_loop_that_cannot_be_written_back_is_marked():
-    """A loop whose body does more than update its variable, and an EMA whose copy the file
-    freezes (its parameters are no longer nnx.Param): marked, not left to do nothing."""
+    """A loop whose body does more than update its variable: marked, not left to do
+    nothing."""
     source = (PROGRAMS / "ema_clip.py").read_text()
     guarded = source.replace("                p.clamp_(-0.3, 0.3)",
                              "                if p.dim() > 1:\n"
                              "                    p.clamp_(-0.3, 0.3)")
-    frozen = source.replace("    ema = copy.deepcopy(model)\n",
-                            "    ema = copy.deepcopy(model)\n    ema.requires_grad_(False)\n")
-    for variant, line in ((guarded, "for p in"), (frozen, "for ema_p, p in zip(")):
-        lines = convert_source(variant, path="ema_clip.py").code.splitlines()
-        at = next(i for i, text in enumerate(lines) if text.strip().startswith(line))
-        assert "[param-write]" in lines[at - 1], lines[at - 1]
+    lines = convert_source(guarded, path="ema_clip.py").code.splitlines()
+    at = next(i for i, text in enumerate(lines) if text.strip().startswith("for p in"))
+    assert "[param-write]" in lines[at - 1], lines[at - 1]
 
 
 def test_an_ema_written_as_an_in_place_chain_is_written_back():
@@ -110,3 +124,76 @@ def test_an_ema_written_as_an_in_place_chain_is_written_back():
     after = [np.asarray(a) for a in jax.tree.leaves(nnx.state(ema, nnx.Param))]
     for e, p, new in zip(before, current, after):
         np.testing.assert_allclose(new, e * 0.75 + 0.25 * p, rtol=1e-6, atol=1e-7)
+
+
+# the same fine-tuning in other spellings: the backbone frozen as a module, the trainable
+# parameters listed by a comprehension, or given as parameter groups with their own lrs
+FINETUNE_VARIANTS = {
+    "filter": [],
+    "comprehension_groups": [
+        ("    for param in model.backbone.parameters():\n        param.requires_grad = False\n",
+         "    model.backbone.requires_grad_(False)\n"),
+        ("    opt = torch.optim.SGD(filter(lambda p: p.requires_grad, model.parameters()), lr=0.5,\n"
+         "                          momentum=0.9, weight_decay=1e-2)\n",
+         "    opt = torch.optim.AdamW([\n"
+         "        {'params': [p for p in model.head.parameters() if p.requires_grad], 'lr': 0.05},\n"
+         "        {'params': filter(lambda p: p.requires_grad, model.backbone.parameters())},\n"
+         "    ], lr=0.01, weight_decay=0.1)\n"),
+    ],
+}
+
+
+@pytest.mark.parametrize("variant", sorted(FINETUNE_VARIANTS))
+def test_a_frozen_backbone_fine_tunes_like_torch(tmp_path, monkeypatch, variant):
+    """``filter(lambda p: p.requires_grad, model.parameters())`` (or the comprehension) given
+    to the optimizer is the model's parameters (the frozen ones are FrozenParams, which
+    ``wrt=nnx.Param`` leaves), the trainable count is the nnx.Params' and the total counts the
+    frozen ones: printed counts and the losses of each step equal torch's, the frozen
+    backbone's weights unchanged and the decay applied to the head only."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src").mkdir()
+    source = (PROGRAMS / "finetune_frozen.py").read_text()
+    for old, new in FINETUNE_VARIANTS[variant]:
+        assert old in source
+        source = source.replace(old, new)
+    program = tmp_path / "src" / "finetune_frozen.py"
+    program.write_text(source)
+    out = tmp_path / "out"
+    assert convert_tree(program, out, "nnx", None) == 0
+    converted = out / "finetune_frozen.py"
+    text = converted.read_text()
+    assert "TODO(torch2jax)" not in text and "freeze_parameters(model.backbone)" in text, text
+    r = verify_program(program, converted, steps=6)
+    assert r.passed, (r.error, [(c.name, c.detail) for c in r.failures()])
+    prints = [c for c in r.checks if c.kind == "print"]
+    assert prints and "trainable 51 of 467" in prints[0].detail, prints[0].detail
+    assert len([c for c in r.checks if c.kind == "loss"]) == 6
+
+
+def test_parameter_counts_of_a_file_that_freezes():
+    """In a file that freezes, ``model.parameters()`` holds the FrozenParams too;
+    ``if p.requires_grad`` keeps the nnx.Params, and ``if not p.requires_grad`` (which would
+    read ``not True``) is marked. The counts, run: torch's. The script's Sequential indexed
+    (``model[0].requires_grad_(False)``), sliced, assigned into, iterated and measured reads
+    NNX's list of layers (``model.layers``), as torch's list (before: not subscriptable)."""
+    import numpy as np
+
+    source = ("import torch.nn as nn\n"
+              "model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 4))\n"
+              "model[0].requires_grad_(False)\n"
+              "total = sum(p.numel() for p in model.parameters())\n"
+              "trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)\n"
+              "frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)\n"
+              # a script's Sequential indexed, sliced, grown and measured as torch's list
+              "tail = model[1:]\n"
+              "model[-1] = nn.Linear(3, 5)\n"
+              "sizes = [layer.out_features for layer in model] + [len(model)]\n")
+    code = convert_source(source, path="counts.py").code
+    lines = code.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("frozen = "))
+    assert "[requires_grad]" in lines[at - 1], lines[at - 1]
+    scope: dict = {}
+    exec(compile(code, "counts.py", "exec"), scope)  # noqa: S102 - the converter's output
+    assert (scope["total"], scope["trainable"]) == (6 + 3 + 12 + 4, 12 + 4)
+    assert scope["sizes"] == [3, 5, 2]
+    assert scope["tail"](np.ones((1, 3), np.float32)).shape == (1, 4)

@@ -42,6 +42,7 @@ from torch2jax.passes import (
     param_writes,
     scaler_params,
     step_closures,
+    trainable_params,
 )
 from torch2jax.passes.data import DataIndexer
 from torch2jax.passes.generation import compile_generation
@@ -95,7 +96,7 @@ IMPORT_ORDER = ["dataclasses", "inspect", "os", "Any", "NamedTuple", "partial", 
 # the rewrites of the torch source before the analysis, in order (each returns the module it
 # was given when it changes nothing)
 _CANONICAL_FORMS = (loader_classes, scaler_params, step_closures, optimizer_attributes,
-                    manual_sgd, param_writes,
+                    trainable_params, manual_sgd, param_writes,
                     grad_mode_branches,
                     open_checkpoints, local_lambdas, data_inits, base_calls, list_builders,
                     module_methods, forward_choice)
@@ -113,6 +114,7 @@ _CANONICAL_GATES = {
     grad_mode_branches: re.compile(r"\bbackward\b"),
     param_writes: re.compile(r"\.parameters\(\)[\s\S]*\b(?:mul|add|sub|div|lerp|copy)_\("),
     step_closures: re.compile(r"\.step\(\s*(?:closure\s*=\s*)?[A-Za-z_]"),  # opt.step(closure)
+    trainable_params: re.compile(r"\.requires_grad\b"),  # filter(lambda p: p.requires_grad, ..)
     module_methods: re.compile(r"\bregister_parameter\b"),
     base_calls: re.compile(r"\.\w+\(\s*self\b"),  # nn.LayerNorm.__init__(self, ...)
     # nn.ModuleList(self.block), or a plain list's modules registered with add_module

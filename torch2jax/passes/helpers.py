@@ -84,16 +84,23 @@ def attention_with_mask(query: jax.Array, key: jax.Array, value: jax.Array, attn
     return jnp.einsum("...qk,...kd->...qd", jax.nn.softmax(scores, axis=-1), value)
 ''')
 
-# module.requires_grad_(False) in a module's __init__ (nnx; passes/rewrite_calls.py)
+# module.requires_grad_(False) in a module's __init__ (nnx; passes/rewrite_calls.py); a file
+# that freezes reads a model's parameters() as nnx.Any(nnx.Param, FrozenParam)
+helper("FrozenParam", {"nnx"}, '''
+class FrozenParam(nnx.Variable):
+    """A parameter frozen by PyTorch's requires_grad_(False): not an nnx.Param, so
+    nnx.grad(..., wrt=nnx.Param) and nnx.Optimizer(..., wrt=nnx.Param) leave it as it is; still
+    one of the module's parameters (nnx.Any(nnx.Param, FrozenParam))."""
+''', targets=("nnx",))
 helper("freeze_parameters", {"nnx"}, '''
 def freeze_parameters(module: nnx.Module) -> None:
-    """Freezes ``module`` (PyTorch's requires_grad_(False)): its parameters become plain
-    nnx.Variables, which nnx.grad(..., wrt=nnx.Param) and nnx.Optimizer(..., wrt=nnx.Param)
+    """Freezes ``module`` (PyTorch's requires_grad_(False)): its parameters become
+    FrozenParams, which nnx.grad(..., wrt=nnx.Param) and nnx.Optimizer(..., wrt=nnx.Param)
     leave as they are."""
     for _, sub in nnx.iter_modules(module):
         for name, value in list(vars(sub).items()):
             if isinstance(value, nnx.Param):
-                setattr(sub, name, nnx.Variable(value.get_value()))
+                setattr(sub, name, FrozenParam(value.get_value()))
 ''', targets=("nnx",))
 
 

@@ -19,8 +19,9 @@ parameter state mapped and written back, what one writes by hand:
 
 (several modules zipped: one tree of each, mapped together). Translated where the loop's body
 is only such updates of its first variable (``p = E`` or ``p.data = E``, in order); any other
-loop over parameters that rebinds its variable is marked. A module frozen by the file
-(``freeze_parameters``, whose parameters are no longer ``nnx.Param``) is marked too.
+loop over parameters that rebinds its variable is marked. In a file that freezes parameters
+(``freeze_parameters``: they become ``FrozenParam``s, not ``nnx.Param``), a model's parameters
+are ``nnx.Any(nnx.Param, FrozenParam)`` and the states are mapped as arrays (``nnx.pure``).
 """
 
 from __future__ import annotations
@@ -65,16 +66,12 @@ _FREEZE = (m.Call(func=m.Attribute(attr=m.Name("requires_grad_")))
            | m.Assign(targets=[m.AssignTarget(target=m.Attribute(attr=m.Name("requires_grad")))]))
 
 
-def _freezes(rw, node: cst.CSTNode) -> bool:
-    """Whether the file freezes some parameters anywhere (``requires_grad_(False)``): a model
-    zipped with another in a function may be one whose parameters are frozen by then (an EMA
-    copy), which ``nnx.state(m, nnx.Param)`` no longer holds."""
-    from torch2jax.analysis.metadata import ParentNodeProvider
-
-    root = node
-    while (parent := rw.get_metadata(ParentNodeProvider, root, None)) is not None:
-        root = parent
-    return bool(m.findall(root, _FREEZE))
+def freezes(module: cst.Module) -> bool:
+    """Whether the file freezes some parameters anywhere (``requires_grad_(False)``, read on
+    the torch source once): a model's ``parameters()`` then holds the ``FrozenParam``s too,
+    and a model zipped with another in a function may be one whose parameters are frozen by
+    then (an EMA copy)."""
+    return bool(m.findall(module, _FREEZE))
 
 
 def param_loop(rw, original: cst.For, updated: cst.For):
@@ -94,13 +91,10 @@ def param_loop(rw, original: cst.For, updated: cst.For):
         and isinstance(s.body[0], cst.Assign) and len(s.body[0].targets) == 1
         and _written(s, names) == first for s in body)
     module_ok = all(rw._is_module_expr(x) for x in modules)
-    frozen = [code(x) for x in modules if code(x) in rw.frozen_modules or (
-        len(modules) > 1 and _freezes(rw, original))]
     form = rw.target.parameter_leaves(False)
-    if not simple or not module_ok or frozen or form is None or rw.target.intermediate:
-        why = (f"{' or '.join(frozen)} may be frozen (freeze_parameters makes its parameters "
-               "nnx.Variables, not nnx.Param)" if frozen else "the loop's body is not only updates of "
-               f"{first}" if not simple else "this target has no form for it")
+    if not simple or not module_ok or form is None or rw.target.intermediate:
+        why = (f"the loop's body is not only updates of {first}" if not simple
+               else "this target has no form for it")
         rw.diag(original, "param-write", "error",
                 f"parameters updated through the loop variable {first}: rebinding it writes "
                 f"nothing back to the model in JAX ({why}); map the parameter state and write "
@@ -123,7 +117,13 @@ def param_loop(rw, original: cst.For, updated: cst.For):
             params=cst.Parameters(params=[cst.Param(cst.Name(n)) for n in names]),
             body=cst.IndentedBlock(body=lines), leading_lines=original.leading_lines)]
         fn = cst.Name(name)
-    states = [cst.Arg(cst.parse_expression(f"nnx.state({code(x)}, nnx.Param)")) for x in modules]
+    # a file that freezes: the parameters are nnx.Param or FrozenParam (an EMA copy frozen, the
+    # model not), trees of two Variable types mapped together as their arrays (nnx.pure);
+    # nnx.update keeps each variable's type
+    which, pure = (("nnx.Any(nnx.Param, FrozenParam)", "nnx.pure({})") if rw.file_freezes
+                   else ("nnx.Param", "{}"))
+    states = [cst.Arg(cst.parse_expression(pure.format(f"nnx.state({code(x)}, {which})")))
+              for x in modules]
     rw.need("nnx", "jax")
     statement = cst.SimpleStatementLine(
         body=[cst.Expr(cst.parse_expression(

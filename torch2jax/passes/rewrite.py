@@ -54,6 +54,7 @@ from torch2jax.passes.common import (
     wrap_long_statement,
 )
 from torch2jax.passes.log_guards import traced_log_guard
+from torch2jax.passes.param_writes import freezes
 from torch2jax.passes.rewrite_attributes import AttributesMixin
 from torch2jax.passes.rewrite_calls import CallsMixin
 from torch2jax.passes.rewrite_checkpoints import CheckpointsMixin
@@ -81,7 +82,9 @@ from torch2jax.passes.rewrite_support import (
     _python_list,
     factory_dict_literal,
 )
+from torch2jax.passes.sequential_names import sequential_names
 from torch2jax.passes.special_device import device_default_functions
+from torch2jax.passes.trainable_params import trainable_only
 from torch2jax.result import TrainStepRecord
 from torch2jax.ruleset import RuleSet
 from torch2jax.targets import Target
@@ -104,6 +107,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         self.values = values  # what kind of value an expression of the file holds
         self.x64 = False  # a module cast to float64: 64-bit mode on (passes/module_casts.py)
         self.frozen_modules: set[str] = set()  # freeze_parameters(<code>) written
+        self.file_freezes = False  # the file freezes parameters (param_writes.freezes)
+        self.sequential_names: set[str] = set()  # (passes/sequential_names.py)
         self.per_example_code: set[str] = set()  # (code of what was written per example)
         # the train steps written (ConversionResult.train_steps) and the name of the eval
         # step written at the top of the file (ConversionResult.eval_step)
@@ -250,6 +255,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         self._indent = node.default_indent
         self._root = node
         self._file_names = {n.value for n in findall(node, m.Name())}
+        self.file_freezes = freezes(node)  # requires_grad_(False): FrozenParams
+        self.sequential_names = sequential_names(self, node)  # model = nn.Sequential(..)
         # the file packs sequences: its RNNs are the helpers that take them (not on equinox)
         self._packs = not self.target.intermediate and bool(
             {"pack_padded_sequence", "pad_packed_sequence"} & self._file_names)
@@ -1009,13 +1016,15 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
             return None
         parent = self.get_metadata(ParentNodeProvider, original_node, None)
         self.need("nnx", "jax")
+        leaves = self.target.parameter_leaves(False, self.file_freezes and not trainable_only(
+            original_node, parent))[0].format(m=owner)
         if func.attr.value == "parameters" and self._iterated(original_node):
-            return expr(f"jax.tree.leaves(nnx.state({owner}, nnx.Param))")
+            return expr(leaves)
         grand = self.get_metadata(ParentNodeProvider, parent, None)
         if func.attr.value == "parameters" and isinstance(parent, cst.Arg) and isinstance(
                 grand, cst.Call) and m.matches(grand.func, m.Name("next")):
             # next(model.parameters()): the first parameter (its dtype, its device)
-            return expr(f"iter(jax.tree.leaves(nnx.state({owner}, nnx.Param)))")
+            return expr(f"iter({leaves})")
         if func.attr.value == "named_parameters" and isinstance(
                 parent, (cst.For, cst.CompFor)) and parent.iter is original_node:
             return cst.parse_expression(

@@ -44,6 +44,7 @@ from torch2jax.passes.rewrite_support import (
     _fix_commas,
 )
 from torch2jax.passes.sequential_items import sequential_elem_layout, sequential_layouts
+from torch2jax.passes.sequential_names import indexed_sequential, iterated_sequential
 from torch2jax.ruleset import Rule
 from torch2jax.targets import linen as linen_target
 
@@ -328,7 +329,8 @@ class AttributesMixin:
         lr = self._group_lr(original_node)
         if lr is not None:
             return lr
-        item = self._loader_dict_item(original_node, updated_node)
+        item = self._loader_dict_item(original_node, updated_node) or indexed_sequential(
+            self, original_node, updated_node)
         if item is not None:
             return item
         if (m.matches(updated_node.value, m.Attribute(
@@ -396,7 +398,8 @@ class AttributesMixin:
 
     def leave_Name(self, original_node, updated_node):
         parent = self.get_metadata(ParentNodeProvider, original_node, None)
-        items = self._sequential_self(original_node, parent)
+        items = self._sequential_self(original_node, parent) or iterated_sequential(
+            self, original_node, parent)
         if items is not None:
             return items
         if self._in_annotation and not isinstance(parent, cst.Attribute):
@@ -608,6 +611,11 @@ class AttributesMixin:
                 return expr("jax.Array")
         if original_node.attr.value == "requires_grad" and self._a_models_parameter(
                 original_node.value):
+            if self.file_freezes and m.matches(self.get_metadata(
+                    ParentNodeProvider, original_node, None), m.UnaryOperation(m.Not())):
+                self.diag(original_node, "requires_grad", "error", "not p.requires_grad: the "
+                          "frozen parameters are the model's FrozenParams (nnx.state(model, "
+                          "FrozenParam))")  # (a file that freezes reads every parameter)
             return cst.Name("True")  # (the trainable ones are the model's nnx.Params)
         if (original_node.attr.value == "requires_grad" and self.in_module_class()
                 and not isinstance(self.get_metadata(ParentNodeProvider, original_node, None),

@@ -153,7 +153,7 @@ class CallsMixin:
             return None  # parameter groups: translated with their optimizer, or kept with it
         owner = updated_node.func.value
         named = func.attr.value == "named_parameters"
-        leaves = self.target.parameter_leaves(named)
+        leaves = self.target.parameter_leaves(named, self.file_freezes)
         if leaves is not None:
             self.need(*leaves[1])
             return expr(leaves[0], m=owner)
@@ -737,11 +737,11 @@ class CallsMixin:
                 original, updated).args)
         if (m.matches(original.func, m.Attribute(attr=m.Name("requires_grad_")))
                 and self.target.stateful_modules and not self.target.intermediate
-                and self._builds_layers_here() and _false_flag(original)
-                and self._is_module_expr(original.func.value)):
-            # self.embed_positions.requires_grad_(False) while building: its parameters are
-            # plain nnx.Variables (passes/helpers.py), which nnx.grad and nnx.Optimizer over
-            # nnx.Param leave alone, as torch's backward and optimizers leave them
+                and (self._builds_layers_here() or not self.in_module_class())
+                and _false_flag(original) and self._is_module_expr(original.func.value)):
+            # self.embed_positions.requires_grad_(False) while building, model.backbone's in a
+            # script: its parameters are FrozenParams (passes/helpers.py), which nnx.grad and
+            # nnx.Optimizer over nnx.Param leave alone, as torch's backward and optimizers do
             self.frozen_modules.add(code(updated.func.value))
             return cst.Call(cst.Name("freeze_parameters"), [cst.Arg(updated.func.value)])
         # method calls on tensors

@@ -103,9 +103,12 @@ class Target:
 
         return tr.eval_step_function(tree_mode=tree_mode)
 
-    def parameter_leaves(self, named: bool) -> tuple[str, tuple[str, ...]] | None:
+    def parameter_leaves(self, named: bool, frozen: bool = False
+                         ) -> tuple[str, tuple[str, ...]] | None:
         """``model.parameters()`` / ``named_parameters()`` iterated: the expression (``{m}``:
-        the model) and the import keys it needs, or None when the target has no such view."""
+        the model) and the import keys it needs, or None when the target has no such view.
+        ``frozen``: the file freezes parameters (``requires_grad_(False)``), which are still
+        the model's parameters."""
         return None
 
     def finish_module(self, module: cst.Module) -> cst.Module:
@@ -147,11 +150,13 @@ class NnxTarget(Target):
 
         return None if self.intermediate else cast_statement(model, dtype)
 
-    def parameter_leaves(self, named: bool) -> tuple[str, tuple[str, ...]] | None:
+    def parameter_leaves(self, named: bool, frozen: bool = False
+                         ) -> tuple[str, tuple[str, ...]] | None:
+        which = "nnx.Any(nnx.Param, FrozenParam)" if frozen else "nnx.Param"
         if named:
             return (('((".".join(map(str, path)), param.value) for path, param in '
-                     "nnx.to_flat_state(nnx.state({m}, nnx.Param)))"), ("nnx",))
-        return "jax.tree.leaves(nnx.state({m}, nnx.Param))", ("nnx", "jax")
+                     f"nnx.to_flat_state(nnx.state({{m}}, {which})))"), ("nnx",))
+        return f"jax.tree.leaves(nnx.state({{m}}, {which}))", ("nnx", "jax")
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,8 @@ class LinenTarget(Target):
 
 @dataclass(frozen=True)
 class EquinoxTarget(Target):
-    def parameter_leaves(self, named: bool) -> tuple[str, tuple[str, ...]] | None:
+    def parameter_leaves(self, named: bool, frozen: bool = False
+                         ) -> tuple[str, tuple[str, ...]] | None:
         if named:
             return None
         return "jax.tree.leaves(eqx.filter({m}, eqx.is_inexact_array))", ("jax", "eqx")

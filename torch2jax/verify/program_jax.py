@@ -34,6 +34,14 @@ from torch2jax.verify.program_common import (
 )
 
 
+def _parameters() -> Any:
+    """The filter of a converted model's parameters in torch's sense: its ``nnx.Param``s and
+    the ones the program froze (``freeze_parameters`` makes them ``FrozenParam``s)."""
+    from flax import nnx
+
+    return nnx.Any(nnx.Param, lambda _, v: type(v).__name__ == "FrozenParam")
+
+
 def _keys(path: tuple) -> tuple[str, ...]:
     out = []
     for k in path:
@@ -146,7 +154,7 @@ class JaxRecorder:
         from flax import nnx
 
         def arrays(m: Any) -> list[np.ndarray]:  # (the parameters: an RNG key is no array)
-            return [np.asarray(x) for x in jax.tree.leaves(nnx.state(m, nnx.Param))]
+            return [np.asarray(x) for x in jax.tree.leaves(nnx.state(m, _parameters()))]
 
         leaves = arrays(model)
         found = []
@@ -323,11 +331,10 @@ class JaxRecorder:
 
         from torch2jax.weights import format_nnx_path
 
-        # (and the frozen ones: the converted requires_grad_(False) makes a parameter a plain
-        # nnx.Variable, which torch keeps among its parameters, unchanged by the steps)
-        frozen = nnx.Any(nnx.Param, lambda _, v: type(v) is nnx.Variable)
+        # (and the frozen ones: the converted requires_grad_(False) makes a parameter a
+        # FrozenParam, which torch keeps among its parameters, unchanged by the steps)
         params = {format_nnx_path(p): np.asarray(v.get_value())
-                  for p, v in nnx.to_flat_state(nnx.state(model, frozen))}
+                  for p, v in nnx.to_flat_state(nnx.state(model, _parameters()))}
         by_path = {tuple(m["nnx"].split(".")): m["torch"] for m in self.mappings
                    if m["status"] == "mapped"}
         opt_state: dict[str, dict[str, np.ndarray]] = {}
