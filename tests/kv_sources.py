@@ -88,6 +88,11 @@ SDPA = ('''        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)
 ''', '''        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
 ''')
 
+# the tril buffer, which the fused attention does not need
+BUFFER = ('''        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
+                             .view(1, 1, block_size, block_size))
+''', "")
+
 # the body of nanoGPT's generate(), written for a method (``self``)
 _LOOP = '''        for _ in range(max_new_tokens):
             idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]

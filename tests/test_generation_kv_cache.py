@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from kv_sources import SDPA, with_generate_method
+from kv_sources import with_generate_method
 from launch import compiled_while
 from test_generation import _load
 
@@ -97,8 +97,6 @@ def test_tokens_match_torch_and_the_window_route(converted, window_route, tmp_pa
 
 
 @pytest.mark.parametrize("old, new", [
-    # proven, but the cache is written for the tril mask buffer only
-    SDPA,
     # a local the cache's lines would bind
     ("B, T, C = x.size()\n", "B, T, C = x.size()\n        shape = (B, T, C)\n"),
     # a running sum over positions (causal, so the window route): not cacheable
