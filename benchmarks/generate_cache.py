@@ -9,7 +9,12 @@ warm-up, and prints the median CPU ms per call of 100 tokens (as benchmarks/prog
 them: a prompt of 1, top-k 10), each one's ratio to the cached twin, and whether the two
 converted routes draw the same tokens. One thread (XLA's Eigen pool off).
 
+``--program gpt_sample`` does the same for gpt_sample.py (a free function ``generate(model,
+idx, ...)`` over a forward computing every position; its twins gpt_sample_cached_jax.py and
+gpt_sample_jax.py); there ``--top-k 0`` samples without top-k (nanogpt.py's is 10).
+
     python benchmarks/generate_cache.py --calls 15
+    python benchmarks/generate_cache.py --calls 15 --program gpt_sample
 """
 
 from __future__ import annotations
@@ -36,8 +41,14 @@ def _load(code: str, name: str) -> dict:
     return vars(module)
 
 
-def _converted(cache: bool) -> dict:
-    """The definitions of the converted nanogpt.py (its run at the end cut off)."""
+def _cut(code: str) -> str:
+    """A program's definitions: its run at the end cut off."""
+    ends = [code.find(end) for end in ('\nif mode == "train":', "\nsample()", "\nmodel = GPT(")]
+    return code[:min(e for e in ends if e >= 0)]
+
+
+def _converted(program: str, cache: bool) -> dict:
+    """The definitions of the converted program."""
     from torch2jax.convert import convert_source
     from torch2jax.passes import generation
 
@@ -45,24 +56,28 @@ def _converted(cache: bool) -> dict:
     if not cache:
         generation.cache_decoding = lambda module, source, taken: module
     try:
-        code = convert_source((PROGRAMS / "nanogpt.py").read_text(), path="nanogpt.py").code
+        code = convert_source((PROGRAMS / f"{program}.py").read_text(),
+                              path=f"{program}.py").code
     finally:
         generation.cache_decoding = real
     assert ("cached_step" in code) == cache
-    return _load(code[:code.index('\nif mode == "train":')], f"nanogpt_cache_{cache}")
+    return _load(_cut(code), f"{program}_cache_{cache}")
 
 
 def _twin(name: str) -> dict:
-    code = (PROGRAMS / f"{name}.py").read_text()
-    cut = code.find('\nif mode == "train":')
-    return _load(code[:cut if cut >= 0 else code.rindex("\nsample()")], name)
+    return _load(_cut((PROGRAMS / f"{name}.py").read_text()), name)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--calls", type=int, default=15)
     p.add_argument("--tokens", type=int, default=100)
+    p.add_argument("--program", choices=("nanogpt", "gpt_sample"), default="nanogpt")
+    p.add_argument("--top-k", type=int, default=10)
     args = p.parse_args()
+    if args.program == "nanogpt" and args.top_k != 10:
+        p.error("nanogpt.py samples with top-k 10")
+    os.environ["GPT_TOP_K"] = str(args.top_k)
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen"
                                "=false intra_op_parallelism_threads=1").strip()
     os.environ["GPT_MODE"] = "sample"
@@ -73,15 +88,22 @@ def main() -> None:
 
     start = jnp.zeros((1, 1), jnp.int32)
     calls = {}
+    function = args.program == "gpt_sample"  # generate(model, ...) rather than a method
     for cache in (True, False):
-        ns = _converted(cache)
+        ns = _converted(args.program, cache)
         model = ns["GPT"](rngs=nnx.Rngs(0))
         model.eval()
         calls["converted, cached" if cache else "converted, windows"] = (
-            lambda ns=ns, m=model: m.generate(start, args.tokens, temperature=ns["temperature"],
-                                              top_k=ns["top_k"]))
-    for side, name in (("cached twin", "nanogpt_sample_cached_jax"),
-                       ("fixed-buffer twin", "nanogpt_jax")):
+            (lambda ns=ns, m=model: ns["generate"](m, start, args.tokens,
+                                                   temperature=ns["temperature"],
+                                                   top_k=args.top_k or None,
+                                                   key=jax.random.key(1))) if function else
+            (lambda ns=ns, m=model: m.generate(start, args.tokens,
+                                               temperature=ns["temperature"],
+                                               top_k=ns["top_k"])))
+    twins = ("gpt_sample_cached_jax", "gpt_sample_jax") if function else (
+        "nanogpt_sample_cached_jax", "nanogpt_jax")
+    for side, name in zip(("cached twin", "fixed-buffer twin"), twins):
         ns = _twin(name)
         model = ns["GPT"](nnx.Rngs(0))
         calls[side] = lambda ns=ns, m=model: ns["generate"](m, jax.random.key(1), args.tokens)
@@ -98,8 +120,8 @@ def main() -> None:
             jax.block_until_ready(call())
             times[key].append(time.process_time() - t)
     base = statistics.median(times["cached twin"])
-    print(f"{args.tokens} tokens from a prompt of 1, top-k 10; median of {args.calls} calls, "
-          f"CPU ms per call")
+    print(f"{args.program}: {args.tokens} tokens from a prompt of 1, top-k {args.top_k or 'off'}; "
+          f"median of {args.calls} calls, CPU ms per call")
     print("| program | CPU ms/call | / cached twin | first call (CPU s) | calls (CPU ms) |")
     print("|---|---|---|---|---|")
     for key, values in times.items():

@@ -231,7 +231,9 @@ def test_free_function_generate_reading_the_last_position(tmp_path):
     body = result.code.split("def generate(", 1)[1]
     assert "jax.lax.fori_loop(" in body and "generate_step" not in result.code
     assert "logits, _ = model(idx_cond, last_position=t - 1 - start)" in body
-    assert "def __call__(self, idx, targets=None, *, last_position=None):" in result.code
+    # (and a key/value cache while the context fits: passes/kv_cache_decode.py)
+    assert ("def __call__(self, idx, targets=None, *, last_position=None, start_position=0):"
+            in result.code and "cached_step" in body)
     assert "TODO" not in result.code
 
     def run(mod, model, prompt):

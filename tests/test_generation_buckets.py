@@ -4,10 +4,13 @@ positions that holds it (one fori_loop per window, all in the one compiled funct
 the full window. The tokens are those of torch's loop (greedy) and of the full-window route
 (sampled, the same key), for any number of new tokens: past the block, a prompt longer than
 the first window or than the block. (Fewer tokens than the block make the full window the
-final length, so no window loop stops early.)"""
+final length, so no window loop stops early.) These models' attention allows a key/value cache
+(passes/kv_cache_decode.py, tests/test_generation_kv_cache*.py), which would replace the
+windows: they are converted with it off."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
 
 import jax
@@ -20,12 +23,24 @@ from test_generation import CAUSAL_MASK, LAST_POSITION, SCRIPT, TOP_K_PARAM, _lo
 
 import torch2jax.convert as convert_module
 from torch2jax.convert import convert_source
+from torch2jax.passes import generation
 from torch2jax.weights import transfer_state_dict
 
 BLOCK = ("block_size = 8\n", "block_size = 32\n")
 # (prompt length, new tokens): through the windows 8 and 16, the full window and past the
 # block (it slides); a prompt longer than the first window (skipped), then the window 16
 CASES = [(3, 40), (12, 30)]
+
+
+@contextmanager
+def _no_cache():
+    """Conversions without the key/value cache (the window route)."""
+    real = generation.cache_decoding
+    generation.cache_decoding = lambda module, source, taken: module
+    try:
+        yield
+    finally:
+        generation.cache_decoding = real
 
 
 def _full_window_code(source: str) -> str:
@@ -38,7 +53,8 @@ def _full_window_code(source: str) -> str:
 
     convert_module.compile_generation = without_windows
     try:
-        return convert_source(source, path="sample.py").code
+        with _no_cache():
+            return convert_source(source, path="sample.py").code
     finally:
         convert_module.compile_generation = real
 
@@ -73,7 +89,8 @@ def top_k_source():
 
 @pytest.fixture(scope="module")
 def converted(top_k_source):
-    return convert_source(top_k_source, path="sample.py")
+    with _no_cache():
+        return convert_source(top_k_source, path="sample.py")
 
 
 def test_window_loops_are_written(converted):
@@ -127,7 +144,8 @@ def test_forward_computing_the_last_position(tmp_path):
     longer than the block (no window loop runs) and through every window."""
     source = (SCRIPT.replace("MASK", CAUSAL_MASK).replace(*LAST_POSITION)
               .replace(*TOP_K_PARAM).replace(*BLOCK))
-    code = convert_source(source, path="sample.py").code
+    with _no_cache():
+        code = convert_source(source, path="sample.py").code
     body = code.split("def generate(", 1)[1]
     assert "partial(decode_step, window=window)" in body
     assert "logits, _ = model(idx_cond, last_position=t - 1 - start)" in body

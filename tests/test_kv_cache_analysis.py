@@ -10,88 +10,13 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from kv_sources import GPT, SDPA
 
 from torch2jax.analysis.kv_cache import CacheableAttention, cacheable_attention
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "benchmarks" / "programs"
 
-GPT = '''
-import math
-import torch
-import torch.nn as nn
-from torch.nn import functional as F
 
-n_embd, n_head, block_size, vocab_size = 32, 4, 16, 20
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
-        self.c_proj = nn.Linear(n_embd, n_embd)
-        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
-                             .view(1, 1, block_size, block_size))
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(n_embd, dim=2)
-        k = k.view(B, T, n_head, C // n_head).transpose(1, 2)
-        q = q.view(B, T, n_head, C // n_head).transpose(1, 2)
-        v = v.view(B, T, n_head, C // n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(n_embd)
-        self.attn = CausalSelfAttention()
-        self.ln_2 = nn.LayerNorm(n_embd)
-        self.fc = nn.Linear(n_embd, 4 * n_embd)
-        self.proj = nn.Linear(4 * n_embd, n_embd)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        x = x + self.proj(F.gelu(self.fc(self.ln_2(x))))
-        return x
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = nn.Embedding(vocab_size, n_embd)
-        self.wpe = nn.Embedding(block_size, n_embd)
-        self.h = nn.ModuleList([Block() for _ in range(2)])
-        self.ln_f = nn.LayerNorm(n_embd)
-        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
-
-    def forward(self, idx, targets=None):
-        b, t = idx.size()
-        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.h:
-            x = block(x)
-        x = self.ln_f(x)
-        if targets is not None:
-            logits = self.lm_head(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-        else:
-            logits = self.lm_head(x[:, [-1], :])
-            loss = None
-        return logits, loss
-'''
-
-SDPA = ('''        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = att @ v
-''', '''        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-''')
 THREE = [('''        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
 ''', '''        self.query = nn.Linear(n_embd, n_embd)
         self.key = nn.Linear(n_embd, n_embd)
@@ -150,7 +75,7 @@ REFUSED = {
     "a mean over positions": [("x = self.ln_f(x)", "x = self.ln_f(x - x.mean(dim=1, keepdim=True))")],
     "a convolution layer": [("self.ln_2 = nn.LayerNorm(n_embd)",
                              "self.ln_2 = nn.Conv1d(n_embd, n_embd, 3, padding=1)")],
-    "a recurrent layer in a list": [("nn.ModuleList([Block() for _ in range(2)])",
+    "a recurrent layer in a list": [("nn.ModuleList([Block() for _ in range(n_layer)])",
                                      "nn.ModuleList([nn.GRU(n_embd, n_embd) for _ in range(2)])")],
     "token mixing through a transpose": [(
         "x = x + self.proj(F.gelu(self.fc(self.ln_2(x))))",

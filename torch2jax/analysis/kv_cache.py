@@ -22,7 +22,7 @@ the positions written so far. That is the same computation only when:
 
 The check is syntactic and conservative: anything it does not recognise answers None, and the
 window route (``passes/generation.py``) stays. ``cacheable_attention`` returns what a cached
-decoder needs to know; ``passes/kv_cache_decode.py`` writes it (for the ``tril`` mask form).
+decoder needs to know; ``passes/kv_cache_decode.py`` writes it.
 """
 
 from __future__ import annotations

@@ -959,7 +959,7 @@ def compile_generation(module: cst.Module, source: cst.Module, source_text: str,
             args=[m.DoNotCare(), m.DoNotCare(), m.Arg(m.Call(func=m.Name("partial"))),
                   m.DoNotCare()])):
         imports.add("partial")
-    if compiled_names:  # a generate() method whose model's attention allows a cache
+    if compiled_names:  # a generate() whose model's attention allows a cache
         module = cache_decoding(module, source, taken)
     return module.visit(_BlockDiscarded(compiled_names)) if compiled_names else module
 
