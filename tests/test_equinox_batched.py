@@ -167,3 +167,56 @@ def test_a_loop_over_layers_handed_in_is_called_through_on_batch(tmp_path: Path)
     assert r.max_abs_diff is not None and r.max_abs_diff <= 1e-5, r.to_json()
     assert r.grad_max_abs_diff is not None and r.grad_max_abs_diff <= 1e-5, r.to_json()
     assert r.passed, r.mismatch
+
+
+# a module holding BatchNorm whose forward has optional parameters (timm's DLA blocks:
+# forward(self, x, shortcut=None, children=None)): ``state`` is taken after the required
+# parameters, before those with defaults, and every call passes it there (the conversion
+# failed with an internal error: state appended after a parameter with a default)
+OPTIONAL = '''import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1)
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x, residual=None, scale=1.0):
+        out = torch.relu(self.bn(self.conv(x))) * scale
+        if residual is not None:
+            out = out + residual
+        return out
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = Block(3)
+        self.b = Block(3)
+        self.c = Block(3)
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = self.b(h, x, 0.5)
+        h = self.c(h, residual=x)
+        return self.fc(h.mean(dim=(2, 3)))
+'''
+
+
+def test_state_comes_before_the_optional_parameters(tmp_path: Path) -> None:
+    result = convert_source(OPTIONAL, path="optional.py", target="equinox")
+    assert "TODO(torch2jax)" not in result.code, result.code
+    assert "def __call__(self, x, state, residual=None, scale=1.0):" in result.code
+    assert "self.b(h, state, x, 0.5)" in result.code
+    path = tmp_path / "optional.py"
+    path.write_text(OPTIONAL)
+    # (train mode: the batch statistics, and the running statistics returned in the state)
+    r = verify(f"{path}::Net", inputs=["float32[2,3,6,6]"], jax_target="equinox", grad=True,
+               train_mode=True)
+    assert r.error is None and r.todos == 0, r.error
+    assert r.max_abs_diff is not None and r.max_abs_diff <= 1e-5, r.to_json()
+    assert r.grad_max_abs_diff is not None and r.grad_max_abs_diff <= 1e-5, r.to_json()
+    assert r.passed, r.mismatch
