@@ -121,3 +121,102 @@ def test_the_vit_verifies_on_equinox(vit_file: Path, heads: int, head_width: int
                jax_target="equinox", grad=True)
     assert r.error is None and r.todos == 0, r.error
     assert r.passed, r.mismatch
+
+
+# layers handed to the constructor as one container (a ModuleList or a Sequential built by
+# the caller, stored as it is): the loop's layers are not known here, so per example the loop
+# is refused ("a loop over a list of unknown layers") and the module is kept batched, each
+# layer called through on_batch (before, ``layer(x)`` ran an equinox Linear, written for one
+# vector, on the whole batch)
+HANDED = '''import torch
+import torch.nn as nn
+
+
+class Stack(nn.Module):
+    def __init__(self, layers, width=8):
+        super().__init__()
+        self.layers = layers
+        self.out = nn.Linear(width, 3)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return self.out(x)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stack = Stack(nn.ModuleList([nn.Linear(8, 8), nn.LayerNorm(8)]))
+        self.seq = Stack(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8)))
+
+    def forward(self, x):
+        return self.stack(x) + self.seq(x)
+'''
+
+
+def test_a_loop_over_layers_handed_in_is_called_through_on_batch(tmp_path: Path) -> None:
+    result = convert_source(HANDED, path="handed.py", target="equinox")
+    assert "TODO(torch2jax)" not in result.code, result.code
+    assert "x = jnp.tanh(on_batch(layer, x))" in result.code
+    path = tmp_path / "handed.py"
+    path.write_text(HANDED)
+    # (a sequence axis per example: on_batch maps the Linear over both leading axes)
+    r = verify(f"{path}::Model", inputs=["float32[3,5,8]"], jax_target="equinox", grad=True)
+    assert r.error is None and r.todos == 0, r.error
+    assert r.max_abs_diff is not None and r.max_abs_diff <= 1e-5, r.to_json()
+    assert r.grad_max_abs_diff is not None and r.grad_max_abs_diff <= 1e-5, r.to_json()
+    assert r.passed, r.mismatch
+
+
+# a module holding BatchNorm whose forward has optional parameters (timm's DLA blocks:
+# forward(self, x, shortcut=None, children=None)): ``state`` is taken after the required
+# parameters, before those with defaults, and every call passes it there (the conversion
+# failed with an internal error: state appended after a parameter with a default)
+OPTIONAL = '''import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1)
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x, residual=None, scale=1.0):
+        out = torch.relu(self.bn(self.conv(x))) * scale
+        if residual is not None:
+            out = out + residual
+        return out
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = Block(3)
+        self.b = Block(3)
+        self.c = Block(3)
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = self.b(h, x, 0.5)
+        h = self.c(h, residual=x)
+        return self.fc(h.mean(dim=(2, 3)))
+'''
+
+
+def test_state_comes_before_the_optional_parameters(tmp_path: Path) -> None:
+    result = convert_source(OPTIONAL, path="optional.py", target="equinox")
+    assert "TODO(torch2jax)" not in result.code, result.code
+    assert "def __call__(self, x, state, residual=None, scale=1.0):" in result.code
+    assert "self.b(h, state, x, 0.5)" in result.code
+    path = tmp_path / "optional.py"
+    path.write_text(OPTIONAL)
+    # (train mode: the batch statistics, and the running statistics returned in the state)
+    r = verify(f"{path}::Net", inputs=["float32[2,3,6,6]"], jax_target="equinox", grad=True,
+               train_mode=True)
+    assert r.error is None and r.todos == 0, r.error
+    assert r.max_abs_diff is not None and r.max_abs_diff <= 1e-5, r.to_json()
+    assert r.grad_max_abs_diff is not None and r.grad_max_abs_diff <= 1e-5, r.to_json()
+    assert r.passed, r.mismatch

@@ -235,7 +235,9 @@ class EquinoxFile:
         new = _name_temporaries(new)
         if info.stateful:
             plist = list(new.params.params)
-            plist.append(cst.Param(cst.Name("state")))
+            # (before the parameters with defaults: callers pass it after the required ones)
+            at = next((i for i, p in enumerate(plist) if p.default is not None), len(plist))
+            plist.insert(at, cst.Param(cst.Name("state")))
             plist = [p.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
                      for p in plist[:-1]] + [plist[-1]]
             new = new.with_changes(params=new.params.with_changes(params=plist))

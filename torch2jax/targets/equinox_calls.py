@@ -15,7 +15,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.walk import findall
 from torch2jax.passes.common import code, expr, is_identity_lambda, is_simple, try_literal
-from torch2jax.targets.equinox_init import _init_of, _rename_stmt
+from torch2jax.targets.equinox_init import ClassInfo, _init_of, _rename_stmt
 from torch2jax.targets.equinox_layers import (
     KEY,
     RNN_NAMES,
@@ -40,13 +40,15 @@ class LayerCalls:
         self.key_sites.append(name if not self.loop_depth else name + "loop")
         return cst.Name(self.key_sites[-1])
 
-    def stateful_call(self, call: cst.Call) -> cst.Name:
+    def stateful_call(self, call: cst.Call, at: int | None = None) -> cst.Name:
         self.fresh += 1
         tmp = f"__out{self.fresh}__"
         state_arg = cst.Arg(cst.Name("state"))
-        # after the positional arguments: a converted module's __call__ takes state last
+        # after the positional arguments: a converted module's __call__ takes state after its
+        # required parameters (``at`` of them), before those with defaults
         n = next((i for i, a in enumerate(call.args) if a.keyword is not None or a.star),
                  len(call.args))
+        n = n if at is None else min(n, at)
         call = call.with_changes(args=[*call.args[:n], state_arg, *call.args[n:]]) \
             if call.args else call
         call = _fix_commas(call)
@@ -223,7 +225,7 @@ class LayerCalls:
                 call = _fix_commas(call.with_changes(args=[*call.args, _kwarg("key",
                                                                               self.key())]))
             if sub.stateful:
-                return self.stateful_call(call), out or Info(x.batched)
+                return self.stateful_call(call, _required(sub)), out or Info(x.batched)
             return call, out or Info(x.batched)
         raise EquinoxError(f"{code(func)} is not a layer the equinox target translated")
 
@@ -496,7 +498,7 @@ class LayerCalls:
                 call = _fix_commas(call.with_changes(args=[*call.args, _kwarg("key",
                                                                               self.key())]))
             if sub.stateful:
-                return self.stateful_call(call), Info()
+                return self.stateful_call(call, _required(sub)), Info()
             return call, Info()
         ranks = einops_ranks(lay.node) if lay.kind in ("lambda", "resize") else None
         if lay.kind == "lambda" and is_identity_lambda(lay.node):  # (nn.Identity's)
@@ -506,3 +508,10 @@ class LayerCalls:
             return expr("over_leading({f}, {x}, {n})", f=func, x=new_args[0].value,
                         n=cst.Integer(str(ranks[0]))), Info()
         raise EquinoxError(f"a {lay.kind} layer in a module kept batched")
+
+
+def _required(sub: ClassInfo) -> int | None:
+    """How many parameters without a default a module's ``__call__`` takes (``state`` comes
+    after them: equinox.EquinoxFile.forward)."""
+    fn = _init_of(sub.node, "__call__")
+    return None if fn is None else sum(1 for p in fn.params.params[1:] if p.default is None)

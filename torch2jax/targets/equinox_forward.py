@@ -1038,10 +1038,14 @@ class Forward(LayerCalls):
             _, info = self.ev(s.iter)
             if info.batched:
                 raise EquinoxError("a loop over a batched value")
-            self.loop_depth += 1
-            body = self.block(list(s.body.body))
-            self.loop_depth -= 1
-            return [s.with_changes(body=s.body.with_changes(body=body))]
+            if not _calls_unknown_layers(s, lay):
+                self.loop_depth += 1
+                body = self.block(list(s.body.body))
+                self.loop_depth -= 1
+                return [s.with_changes(body=s.body.with_changes(body=body))]
+            # (an attribute of unknown kind whose elements the body calls: layers handed in;
+            # on a batch each is called through on_batch, per example its form is not known)
+            lay = Layer("list", passed=True)
         element = lay.items.get("*") or next(iter(lay.items.values()), None)
         if element is None and self.owner.batched:
             element = lay.mixed  # (layers of several kinds, called alike on a batch)
@@ -1082,6 +1086,14 @@ class Forward(LayerCalls):
         body = self.block(list(s.body.body))
         self.loop_depth -= 1
         return [s.with_changes(body=s.body.with_changes(body=body))]
+
+
+def _calls_unknown_layers(s: cst.For, lay: Layer | None) -> bool:
+    """``for layer in self.layers: x = layer(x)`` over an attribute whose layers are not known
+    here (a value handed to the constructor)."""
+    return (lay is None or lay.kind == "value") and isinstance(s.target, cst.Name) and \
+        m.matches(s.iter, m.Attribute(value=m.Name("self"))) and bool(findall(
+            s.body, m.Call(func=m.Name(s.target.value))))
 
 
 def _is_library(func: cst.BaseExpression) -> bool:
