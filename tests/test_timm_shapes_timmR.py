@@ -5,7 +5,9 @@ and verified against torch (outputs and gradients, in float64, the pass that dec
 * ``F.adaptive_avg_pool2d(x, output_size)`` where ``output_size`` is a local tuple computed in
   the forward (vgg's ``ConvMlp``: ``(max(k, x.shape[-2]), max(k, x.shape[-1]))``): the helper
   is given the tuple (it was given ``(output_size, output_size)``, "'tuple' object cannot be
-  interpreted as an integer");
+  interpreted as an integer"); and its ``act_layer(True)``, an activation class given as a
+  parameter, built with torch's ``inplace`` positionally: the parameter itself, a function
+  now (it was kept as ``act_layer(True)``, the function called on ``True``);
 * ``torch.empty(self.normalized_shape)`` where the attribute holds a tuple (timm's ``RmsNorm``:
   ``self.normalized_shape = tuple(normalized_shape)``): ``jnp.empty`` is given the tuple (it
   was given ``(self.normalized_shape,)``, "Shapes must be 1D sequences of concrete values").
@@ -52,17 +54,18 @@ POOL_TO_AT_LEAST = textwrap.dedent('''
 
 
     class ConvMlp(nn.Module):
-        def __init__(self, in_features=4, out_features=6, kernel_size=4):
+        def __init__(self, in_features=4, out_features=6, kernel_size=4, act_layer=nn.ReLU):
             super().__init__()
             self.input_kernel_size = kernel_size
             self.fc1 = nn.Conv2d(in_features, out_features, kernel_size, bias=True)
+            self.act1 = act_layer(True)
 
         def forward(self, x):
             if x.shape[-2] < self.input_kernel_size or x.shape[-1] < self.input_kernel_size:
                 output_size = (max(self.input_kernel_size, x.shape[-2]),
                                max(self.input_kernel_size, x.shape[-1]))
                 x = F.adaptive_avg_pool2d(x, output_size)
-            return self.fc1(x)
+            return self.act1(self.fc1(x) - 0.1)
 
 
     class Net(nn.Module):
