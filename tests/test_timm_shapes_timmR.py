@@ -90,3 +90,67 @@ def test_pooled_to_a_computed_tuple_and_empty_of_a_tuple_attribute(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
+
+
+OPTIONAL_MASK = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Attn(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.qkv = nn.Linear(dim, dim)
+
+        def forward(self, x, mask=None):
+            a = self.qkv(x) @ x.transpose(-1, -2)
+            if mask is not None:
+                num_win = mask.shape[0]
+                a = a.view(-1, num_win, x.shape[1], x.shape[1]) + mask.unsqueeze(0)
+                a = a.view(-1, x.shape[1], x.shape[1])
+            return a.softmax(-1) @ x
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, shift=0):
+            super().__init__()
+            self.shift = shift
+            self.norm1 = nn.LayerNorm(dim)
+            self.attn = Attn(dim)
+            self.register_buffer("attn_mask", None, persistent=False)
+            self._init_buffers()
+
+        def _init_buffers(self):
+            attn_mask = self.get_attn_mask(dtype=self.norm1.weight.dtype)
+            self.register_buffer("attn_mask", attn_mask, persistent=False)
+
+        def get_attn_mask(self, dtype=None):
+            if self.shift:
+                m = torch.zeros((2, 4, 4), dtype=dtype)
+                m[:, :, :2] = -100.0
+                return m
+            return None
+
+        def forward(self, x):
+            return x + self.attn(self.norm1(x), mask=self.attn_mask)
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.Sequential(Block(8), Block(8, shift=1))
+
+        def forward(self, x):
+            return self.blocks(x).mean(1)
+''')
+
+
+def test_a_buffer_of_none_or_a_mask_given_to_a_submodule(tmp_path):
+    # swin's attn_mask: registered as None, then as get_attn_mask()'s tensor or None, and given
+    # to the attention as it is (None stays None: it was read as None[...])
+    (tmp_path / "model.py").write_text(OPTIONAL_MASK)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,4,8]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
