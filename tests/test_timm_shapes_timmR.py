@@ -10,7 +10,9 @@ and verified against torch (outputs and gradients, in float64, the pass that dec
   now (it was kept as ``act_layer(True)``, the function called on ``True``);
 * ``torch.empty(self.normalized_shape)`` where the attribute holds a tuple (timm's ``RmsNorm``:
   ``self.normalized_shape = tuple(normalized_shape)``): ``jnp.empty`` is given the tuple (it
-  was given ``(self.normalized_shape,)``, "Shapes must be 1D sequences of concrete values").
+  was given ``(self.normalized_shape,)``, "Shapes must be 1D sequences of concrete values");
+* a buffer registered as ``None``, then as a tensor or ``None`` (swin's ``attn_mask``), given
+  to a submodule's call as it is: ``None`` stays ``None`` (it was read as ``None[...]``).
 """
 
 from __future__ import annotations
