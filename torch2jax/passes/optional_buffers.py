@@ -51,3 +51,15 @@ def buffer_value(rewriter, name: str, data: cst.BaseExpression
         return cst.IfExp(test=expr(f"{data.value} is not None"), body=value,
                          orelse=cst.Name("None")), imports
     return value, imports
+
+
+def optional_read(rewriter, name: str, read: cst.BaseExpression,
+                  variable: cst.BaseExpression) -> cst.BaseExpression:
+    """``self.<name>[...]`` (``read``) where the class registers the buffer as a literal
+    ``None`` too (``self.attn(x, mask=self.attn_mask)``): ``None`` stays ``None``."""
+    cache = rewriter.__dict__.setdefault("_optional_buffers", {})
+    kinds = _registrations(rewriter._root, rewriter.current_class, cache).get(name, [])
+    if rewriter.current_class is None or not any(kinds):
+        return read
+    return cst.IfExp(test=expr("{v} is not None", v=variable), body=read,
+                     orelse=cst.Name("None"), lpar=[cst.LeftParen()], rpar=[cst.RightParen()])

@@ -18,6 +18,7 @@ from torch2jax.analysis.tensor_calls import tensor_result, torch_only_call
 from torch2jax.analysis.value_choices import literal_choices
 from torch2jax.analysis.walk import findall
 from torch2jax.passes import built_weights as bw
+from torch2jax.passes import optional_buffers
 from torch2jax.passes.common import (
     arg,
     bind,
@@ -759,8 +760,9 @@ class AttributesMixin:
                 # _get_relative_position_bias(self.relative_position_bias_table, ...): a
                 # function of the file computes with the array, not the nnx.Variable (x[...]
                 # reads it; the equinox pass keeps it, a plain array's x[...] being x);
-                # F.conv2d(x, self.weight) too: jax.lax takes arrays only
-                return expr("{v}[...]", v=updated_node)
+                # F.conv2d(x, self.weight) too: jax.lax takes arrays only (None stays None)
+                return optional_buffers.optional_read(
+                    self, original_node.attr.value, expr("{v}[...]", v=updated_node), updated_node)
             if isinstance(parent, cst.Index):
                 # table[self.relative_position_index]: an index is an array, not the
                 # nnx.Variable that holds it

@@ -1020,8 +1020,8 @@ class CallsMixin:
                          and self.values.may_be_none(given.get(name)))
 
     def _sequence_args(self, original: cst.Call, rule: Rule) -> frozenset[str]:
-        """The size arguments of a functional convolution that hold a tuple or list
-        (``F.conv2d(x, w, None, self.stride)`` where ``self.stride`` is a tuple)."""
+        """Size arguments that hold a tuple or list: ``F.conv2d(x, w, None, self.stride)``,
+        ``F.adaptive_avg_pool2d(x, size)``, ``torch.empty(self.normalized_shape)``."""
         if self.values is not None and rule.special == "legacy_tensor":  # LongTensor(indices)
             # (or a numpy array: torch.FloatTensor(np.sin(table)), the sinusoidal positions of
             # nine modeling files)
@@ -1031,12 +1031,12 @@ class CallsMixin:
                 else frozenset()
         if self.values is not None and rule.special == "split":  # x.split(self.sizes)
             return self._split_sizes(original, rule)
-        if self.values is None or rule.special not in ("conv_function",
-                                                       "conv_transpose_function"):
+        if self.values is None or rule.special not in (
+                "conv_function", "conv_transpose_function", "adaptive_pool_function", "creation"):
             return frozenset()
-        given = bind(original.args, rule.params)
-        return frozenset(k for k in ("stride", "padding", "dilation") if given.get(k) is not None
-                         and self.values.kind(given.get(k)) in (vk.Kind.TUPLE, vk.Kind.LIST))
+        given, seq = bind(original.args, rule.params), (vk.Kind.TUPLE, vk.Kind.LIST)
+        return frozenset(k for k in ("stride", "padding", "dilation", "output_size", "size")
+                         if given.get(k) is not None and self.values.kind(given.get(k)) in seq)
 
     def _function_as_method(self, original: cst.Call, updated: cst.Call,
                             name: str) -> cst.BaseExpression | None:

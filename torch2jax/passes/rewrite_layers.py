@@ -736,9 +736,13 @@ class LayersMixin:
     def _activation_factory_call(self, original, updated):
         """``activation_layer(**params)`` where the parameter defaults to an activation class:
         the classes passed for it are translated to their functions, so the call is the
-        parameter itself. Only torch's ``inplace`` (or ``**kwargs`` holding it) may be given."""
+        parameter itself. Only torch's ``inplace`` (or ``**kwargs`` holding it) may be given,
+        or a lone ``True`` / ``False``: ``inplace`` too, the first parameter of nn.ReLU, ReLU6,
+        SiLU, Hardswish, Hardsigmoid and Mish (vgg's ``act_layer(True)``)."""
         for a in original.args:
-            if not (a.star == "**" or (a.keyword and a.keyword.value == "inplace")):
+            flag = (len(original.args) == 1 and not a.keyword and not a.star
+                    and isinstance(a.value, cst.Name) and a.value.value in ("True", "False"))
+            if not (flag or a.star == "**" or (a.keyword and a.keyword.value == "inplace")):
                 raise Untranslatable(
                     f"{original.func.value}(...) with arguments: the activation classes passed "
                     "for it become functions, which take no constructor arguments",

@@ -413,8 +413,10 @@ def _adaptive_text(site: Site, x: str) -> str:
             v is None or isinstance(v, int) for v in size):
         sizes = tuple(size)
     else:
-        # a computed size: the helper takes it as it is (an int is the same for every axis)
-        return f"adaptive_{kind}_pool({x}, {code(tuple_of(node, n))})"
+        # a computed size: the helper takes it as it is (an int is the same for every axis; a
+        # name holding a tuple, vgg's output_size = (max(k, h), max(k, w)), is the tuple)
+        sizes_text = code(node) if "output_size" in site.sequences else code(tuple_of(node, n))
+        return f"adaptive_{kind}_pool({x}, {sizes_text})"
     if all(s == 1 for s in sizes):
         axes = "(" + ", ".join(str(2 + i) for i in range(n)) + ("," if n == 1 else "") + ")"
         return f"jnp.{'mean' if kind == 'avg' else 'max'}({x}, axis={axes}, keepdims=True)"
@@ -439,7 +441,7 @@ def _sizes(site: Site, first: str = "size") -> cst.BaseExpression:
     if first_node is None:
         raise Untranslatable(f"{site.rule.torch} without a size")
     if not rest:
-        if (isinstance(first_node, (cst.Tuple, cst.List, cst.Name))
+        if (isinstance(first_node, (cst.Tuple, cst.List, cst.Name)) or first in site.sequences
                 or not _is_int_like(first_node)):
             # a name may hold an int or a sequence of sizes (size = [1] * x.ndim): jnp takes
             # either as it is
