@@ -75,3 +75,45 @@ def test_a_module_list_of_a_channels_first_layer_and_a_convolution(tmp_path: Pat
     linen = convert_source(MIXED_LIST, target="linen")
     assert "TODO(torch2jax): torch.nn.Conv2d among torch-layout layers" in linen.code
 
+
+MASK_SET = '''
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    """Granite Speech / Kimi-K2.5's placeholder tokens zeroed before the embedding, wav2vec2's
+    padded frames zeroed through a mask spread over the features, and a clamp written as a
+    masked assignment."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(8, 4)
+        self.audio_token_id = 3
+
+    def forward(self, input_ids, attention_mask):
+        is_audio_idx = input_ids == self.audio_token_id
+        llm_input_ids = input_ids.clone()
+        llm_input_ids[is_audio_idx] = 0
+        hidden = self.embed(llm_input_ids)
+        expand = attention_mask.bool().unsqueeze(-1).repeat(1, 1, hidden.shape[2])
+        hidden[~expand] = 0
+        hidden[hidden < -0.5] = -0.5
+        return hidden
+'''
+
+
+def test_a_boolean_mask_assignment_of_a_number_is_a_where(tmp_path: Path) -> None:
+    """Granite Speech, Kimi-K2.5, Higgs Audio's "NonConcreteBooleanIndexError" under jax.jit:
+    ``x[mask] = 0`` with a boolean mask (a comparison, ``~`` of a mask, a name bound to one)
+    is ``jnp.where``, the mask given ``x``'s trailing axes where it has fewer; the outputs and
+    the embedding's gradient are torch's, with placeholder tokens and padding in the inputs."""
+    path = tmp_path / "model.py"
+    path.write_text(MASK_SET)
+    converted = convert_source(MASK_SET)
+    assert ".at[" not in converted.code and converted.code.count("jnp.where(") == 3
+    r = run_request(VerifyRequest(target=f"{path}::Model", float64=False, inputs=(
+        "int64[2,7]:6", "attention_mask=int64[2,7]:2")))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
