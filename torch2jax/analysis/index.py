@@ -32,6 +32,7 @@ from torch2jax.analysis.layer_lists import (
     filtered_literal,
     is_factory_dict,
     list_layout,
+    literal_list_layout,
     ordered_dict_items,
     self_slice,
     spread_literals,
@@ -1025,8 +1026,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                         [self._positions(inner.elt)] if isinstance(inner, cst.ListComp)
                         else [None])
                     if isinstance(inner, (cst.List, cst.Tuple)):
-                        info.elem_layout[attr] = combine(
-                            [self.layouts.of(e.value, self._scope()) for e in inner.elements])
+                        info.elem_layout[attr] = literal_list_layout([e.value for e in inner.elements], (
+                            self.layouts.of, self._scope()), self._is_conv, self.index.torch_convs)
                     elif isinstance(inner, cst.ListComp):
                         info.elem_layout[attr] = self.layouts.of(inner.elt, self._scope())
                     elif isinstance(inner, cst.Name):

@@ -96,3 +96,22 @@ def list_layout(layouts: list[str]) -> str:
     a None left out keeps the order right whichever items are there)."""
     layout = combine(layouts)
     return "torch" if layout == "mixed" and "mixed" not in layouts else layout
+
+
+def literal_list_layout(items: Sequence[cst.BaseExpression], of, is_conv,
+                        torch_convs: set[int]) -> str:
+    """The layout of the items of a literal ``nn.ModuleList([...])``, iterated or indexed later
+    (``for layer in self.down: x = layer(x)``; ConvNeXt's downsampling: a channels-first norm,
+    then a convolution). ``of``: (the index's ``Layouts.of``, the scope's local lists). Where
+    the only channels-last items are convolutions built in place (``is_conv``), they become
+    the NCHW Conv{n}d helper (their ids added to ``torch_convs``) and the list runs in torch's
+    layout whatever the order of the calls; else the items' layouts combined (``mixed`` where
+    they differ)."""
+    layouts = [of[0](e, of[1]) for e in items]
+    layout = combine(layouts)
+    convs = [e for e, lay in zip(items, layouts) if lay == "channels_last"]
+    if layout == "mixed" and "mixed" not in layouts and all(
+            isinstance(e, cst.Call) and is_conv(e) for e in convs):
+        torch_convs.update(id(e) for e in convs)
+        return "torch"
+    return layout

@@ -54,6 +54,7 @@ from torch2jax.passes.common import (
     wrap_long_statement,
 )
 from torch2jax.passes.log_guards import traced_log_guard
+from torch2jax.passes.mask_set import mask_set
 from torch2jax.passes.param_writes import freezes
 from torch2jax.passes.rewrite_attributes import AttributesMixin
 from torch2jax.passes.rewrite_calls import CallsMixin
@@ -923,7 +924,12 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
             return cst.Assign(targets=[cst.AssignTarget(target)], value=value) if op == "set" \
                 else cst.AugAssign(target=target, operator=cst.AddAssign(), value=value)
         index = cst.Subscript(value=expr("{b}.at", b=base), slice=target.slice)
-        new = call(expr("{i}." + op, i=index), arg(value))
+        new = op == "set" and isinstance(original, cst.Assign) and mask_set(  # x[mask] = 0
+            original, target, value, self._fn_stack[-1] if self._fn_stack else None)
+        if new:
+            self.need("jnp")
+        else:
+            new = call(expr("{i}." + op, i=index), arg(value))
         return cst.Assign(targets=[cst.AssignTarget(cst.Name(base.value))], value=new)
 
     def leave_Expr(self, original_node, updated_node):

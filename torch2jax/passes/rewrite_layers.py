@@ -784,7 +784,12 @@ class LayersMixin:
             # (analysis/branch_layouts.py), or one given the callers' **kwargs (timm's
             # create_pool2d): the NCHW helper class with torch's arguments (built_layout)
             return call(self.q(original.func).rsplit(".", 1)[-1], *updated.args)
-        if id(original) in self.index.torch_convs and self.target.stateful_modules:
+        if id(original) in self.index.torch_convs and self.target.setup_modules:
+            # (linen's nn.Conv takes channels-last input; the NCHW helper class is NNX only)
+            raise Untranslatable(f"{rule.torch} among torch-layout layers: linen's nn.Conv is "
+                                 "channels-last, called here on NCHW input", rule="layout")
+        if id(original) in self.index.torch_convs and self.target.stateful_modules and \
+                not self.target.intermediate:  # (equinox's layers are all channels-first)
             # a conv among torch-layout layers of an OrderedDict (maxvit's MBConv): the NCHW
             # helper class with torch's arguments
             if b.has("padding_mode") and try_literal(b.get("padding_mode"), ...) != "zeros":
