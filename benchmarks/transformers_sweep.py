@@ -184,6 +184,8 @@ def shrink(config, fill: bool = False) -> dict:
                 OTHER_KIND[key]]
         elif fill and value is None and key in SIZES and key not in LAYER_COUNTS:
             out[key] = SIZES[key]
+        elif fill and value is None and key == "sliding_window":
+            out[key] = 4  # (Step3p7's attention reads a window its default config leaves None)
         elif fill and value is None and key == "pad_token_id":
             out[key] = 1  # (ESM compares the tokens with it)
         elif key in SIZES and isinstance(value, int) and value > SIZES[key] and not (
@@ -209,6 +211,13 @@ def shrink(config, fill: bool = False) -> dict:
             out[key] = [v if v < VOCAB else 3 + i for i, v in enumerate(value)]
         elif key.endswith("_token_index") and isinstance(value, int) and value >= VOCAB:
             out[key] = VOCAB - 1
+    for i, (key, number) in enumerate(re.findall(
+            r"getattr\(\s*(?:self\.)?config,\s*[\"'](\w+_token_(?:index|id))[\"'],\s*(\d[\d_]*)\s*\)",
+            _source(config))):
+        if key not in values and int(number) >= VOCAB:
+            # a token the modeling file reads with a default of the checkpoint's vocabulary
+            # (ShieldGemma 2's yes_token_index, 10_784): one inside the tiny vocabulary
+            out[key] = VOCAB - 2 - i
     heads = out.get("num_attention_heads", values.get("num_attention_heads"))
     for key in KV_HEADS:
         kv = values.get(key)
@@ -508,8 +517,9 @@ def entry_classes(module) -> tuple[type | None, type | None]:
 # row of tokens per codebook (MusicGen's decoder: [batch * codebooks, length]); audio features
 # time-major (Parakeet's encoder: [batch, frames, mel bins]); a waveform with a channel axis
 # (Mimi, EnCodec's kind: [batch, channels, samples]); a waveform ten times longer, for a
-# feature encoder whose strides the config does not name (Moonshine's)
-VARIANTS = ("", "pixels", "video", "codebooks", "frames", "channels", "long")
+# feature encoder whose strides the config does not name (Moonshine's); the optional inputs
+# that a forward checks for None where their names say what they are (``_extras``)
+VARIANTS = ("", "pixels", "video", "codebooks", "frames", "channels", "long", "extras")
 
 
 def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
@@ -579,10 +589,37 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
             specs.append(f"{name}={tokens}")
         elif name.endswith(("pixel_values", "_masks")) and first == "pixel_values":
             specs.append(f"{name}={pixels}")
+    if variant == "extras":
+        specs += _extras(config, params, first, tokens, specs)
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         specs.append(f"decoder_input_ids=int64[{BATCH},{DECODER_SEQ}]:{min(vocab, VOCAB)}")
     masked = "attention_mask" in params and first in ("input_ids", "input_ids_or_embeds")
     return specs, masked
+
+
+def _extras(config, params, first: str, tokens: str, specs: list[str]) -> list[str]:
+    """The optional inputs a forward refuses to run without (it checks them for None: BROS's
+    boxes, LXMERT's visual features, X-MOD's language ids, SAM 3's text prompt), where their
+    name and the config say what they are: the token ids of a model whose first input is
+    another; ``bbox`` (a box per token, its four corners' coordinates); ``lang_ids`` (one
+    language of ``config.languages`` per row); ``<x>_feats`` / ``<x>_pos`` of
+    ``config.<x>_feat_dim`` / ``<x>_pos_dim`` features (a feature vector per region)."""
+    out = []
+    for name, param in params.items():
+        if param.default is not None or name == first or any(
+                x.startswith(f"{name}=") for x in specs):
+            continue
+        dim = getattr(config, f"{name.removesuffix('s')}_dim", None) or getattr(
+            config, f"{name}_dim", None)
+        if name == "input_ids":
+            out.append(f"{name}={tokens}")
+        elif name == "bbox":
+            out.append(f"{name}=float32[{BATCH},{SEQ},4]")
+        elif name == "lang_ids" and getattr(config, "languages", None):
+            out.append(f"{name}=int64[{BATCH}]:{len(config.languages)}")
+        elif name.endswith(("_feats", "_pos")) and isinstance(dim, int):
+            out.append(f"{name}=float32[{BATCH},{SEQ},{dim}]")
+    return out
 
 
 def _samples(config, frames: int = 8) -> int:
