@@ -17,8 +17,9 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
   cache stays on where the config has it on, unless its ``DynamicCache`` holds layers the
   converted cache does not translate (``_cache_translated``: then ``use_cache=False``);
 * builds the forward's inputs from its first parameter's name and the config (tokens, pixels,
-  audio features or waveform, a time series' past values over its context), and the other
-  inputs the forward requires where their name says what they are;
+  audio features or waveform, a time series' past values over its context; an image's height
+  and width, a waveform as long as the config's feature encoder needs), and the other inputs
+  the forward requires (or checks for None) where their name says what they are;
 * converts the file once into a mirror package (as ``torch2jax verify`` does) and runs
   ``verify`` on it: logits and every parameter's gradient in float32, without and with a
   random padding mask where the forward takes ``attention_mask``;
