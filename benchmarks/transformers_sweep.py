@@ -17,8 +17,9 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
   cache stays on where the config has it on, unless its ``DynamicCache`` holds layers the
   converted cache does not translate (``_cache_translated``: then ``use_cache=False``);
 * builds the forward's inputs from its first parameter's name and the config (tokens, pixels,
-  audio features or waveform, a time series' past values over its context), and the other
-  inputs the forward requires where their name says what they are;
+  audio features or waveform, a time series' past values over its context; an image's height
+  and width, a waveform as long as the config's feature encoder needs), and the other inputs
+  the forward requires (or checks for None) where their name says what they are;
 * converts the file once into a mirror package (as ``torch2jax verify`` does) and runs
   ``verify`` on it: logits and every parameter's gradient in float32, without and with a
   random padding mask where the forward takes ``attention_mask``;
@@ -173,8 +174,19 @@ def shrink(config, fill: bool = False) -> dict:
             continue
         if key == "feature_size" and "lags_sequence" in values:
             continue  # (Autoformer's: the lagged values and the time features, derived)
-        if fill and value is None and key in SIZES and key not in LAYER_COUNTS:
+        if fill and layers and (value is None and key in HYBRID_INDICES or key in OTHER_KIND and (
+                isinstance(value, list) and value and len(set(value)) == 1
+                and value[0] != OTHER_KIND[key])):
+            # a hybrid whose default config has no attention layer, which torch refuses
+            # (Bamba's attn_layer_indices None, GraniteMoeHybrid's layer_types all
+            # "linear_attention": get_seq_length finds no attention layer in the cache): its
+            # last layer an attention layer, as the checkpoints' configs have some
+            out[key] = [LAYERS - 1] if value is None else [value[0]] * (LAYERS - 1) + [
+                OTHER_KIND[key]]
+        elif fill and value is None and key in SIZES and key not in LAYER_COUNTS:
             out[key] = SIZES[key]
+        elif fill and value is None and key == "sliding_window":
+            out[key] = 4  # (Step3p7's attention reads a window its default config leaves None)
         elif fill and value is None and key == "pad_token_id":
             out[key] = 1  # (ESM compares the tokens with it)
         elif key in SIZES and isinstance(value, int) and value > SIZES[key] and not (
@@ -200,6 +212,13 @@ def shrink(config, fill: bool = False) -> dict:
             out[key] = [v if v < VOCAB else 3 + i for i, v in enumerate(value)]
         elif key.endswith("_token_index") and isinstance(value, int) and value >= VOCAB:
             out[key] = VOCAB - 1
+    for i, (key, number) in enumerate(re.findall(
+            r"getattr\(\s*(?:self\.)?config,\s*[\"'](\w+_token_(?:index|id))[\"'],\s*(\d[\d_]*)\s*\)",
+            _source(config))):
+        if key not in values and int(number) >= VOCAB:
+            # a token the modeling file reads with a default of the checkpoint's vocabulary
+            # (ShieldGemma 2's yes_token_index, 10_784): one inside the tiny vocabulary
+            out[key] = VOCAB - 2 - i
     heads = out.get("num_attention_heads", values.get("num_attention_heads"))
     for key in KV_HEADS:
         kv = values.get(key)
@@ -279,6 +298,8 @@ def shrink(config, fill: bool = False) -> dict:
 
 # the kind a layer has where a modeling file names only the other (``layer_types[i] != "conv"``)
 OTHER_KIND = {"layer_types": "full_attention", "mlp_layer_types": "dense"}
+# the indices of a hybrid's attention layers (the others state-space layers)
+HYBRID_INDICES = ("attn_layer_indices", "attention_layer_indices")
 
 
 def _source(config) -> str:
@@ -496,8 +517,10 @@ def entry_classes(module) -> tuple[type | None, type | None]:
 # them); a video's frames (TimeSformer, X-CLIP: [batch, frames, channels, height, width]); one
 # row of tokens per codebook (MusicGen's decoder: [batch * codebooks, length]); audio features
 # time-major (Parakeet's encoder: [batch, frames, mel bins]); a waveform with a channel axis
-# (Mimi, EnCodec's kind: [batch, channels, samples])
-VARIANTS = ("", "pixels", "video", "codebooks", "frames", "channels")
+# (Mimi, EnCodec's kind: [batch, channels, samples]); a waveform ten times longer, for a
+# feature encoder whose strides the config does not name (Moonshine's); the optional inputs
+# that a forward checks for None where their names say what they are (``_extras``)
+VARIANTS = ("", "pixels", "video", "codebooks", "frames", "channels", "long", "extras")
 
 
 def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
@@ -510,10 +533,11 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
     tokens = f"int64[{rows},{SEQ}]:{min(vocab, VOCAB)}"
     vision = getattr(config, "vision_config", None) or config
     size = getattr(vision, "image_size", 32)
-    size = size[0] if isinstance(size, (list, tuple)) else size
+    # an image size given as (height, width) (MGP-STR's text lines, [32, 128])
+    height, width = (size[0], size[-1]) if isinstance(size, (list, tuple)) else (size, size)
     frames = (f"{getattr(vision, 'num_frames', None) or getattr(config, 'num_frames', 2)},"
               if variant == "video" else "")
-    pixels = f"float32[{BATCH},{frames}{getattr(vision, 'num_channels', 3)},{size},{size}]"
+    pixels = f"float32[{BATCH},{frames}{getattr(vision, 'num_channels', 3)},{height},{width}]"
     specs: list[str] = []
     if first in ("input_ids", "input_ids_or_embeds"):
         specs.append(tokens)
@@ -528,13 +552,23 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
         if "input_ids" in params and params["input_ids"].default is inspect._empty:
             specs.append(f"input_ids={tokens}")  # BLIP-2's captioner: images, then the text
     elif first == "input_features":
-        mel = getattr(config, "num_mel_bins", 8)
+        # the mel bins, or the features per frame of Speech2Text's convolutions
+        mel = getattr(config, "num_mel_bins", None) or getattr(
+            config, "input_feat_per_channel", None) or 8
         frames = 2 * getattr(config, "max_source_positions", 16)
         specs.append(f"float32[{BATCH},{frames},{mel}]" if variant == "frames" else
                      f"float32[{BATCH},{mel},{frames}]")
+    elif first == "input_values" and variant == "frames" and isinstance(
+            getattr(config, "num_mel_bins", None), int):
+        # a spectrogram read as [batch, frames, mel bins] (the Audio Spectrogram Transformer's
+        # input_values): the frames the config names
+        frames = getattr(config, "max_length", None) or 2 * getattr(
+            config, "max_source_positions", 16)
+        specs.append(f"float32[{BATCH},{frames},{config.num_mel_bins}]")
     elif first == "input_values":
-        specs.append(f"float32[{BATCH},{getattr(config, 'audio_channels', 1)},400]"
-                     if variant == "channels" else f"float32[{BATCH},400]")
+        samples = _samples(config) * (10 if variant == "long" else 1)
+        specs.append(f"float32[{BATCH},{getattr(config, 'audio_channels', 1)},{samples}]"
+                     if variant == "channels" else f"float32[{BATCH},{samples}]")
     elif first == "past_values":
         specs += _series(config, params)
     elif first in ("inputs", "input") and "input_ids" in params:
@@ -556,10 +590,52 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
             specs.append(f"{name}={tokens}")
         elif name.endswith(("pixel_values", "_masks")) and first == "pixel_values":
             specs.append(f"{name}={pixels}")
+    if variant == "extras":
+        specs += _extras(config, params, first, tokens, specs)
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         specs.append(f"decoder_input_ids=int64[{BATCH},{DECODER_SEQ}]:{min(vocab, VOCAB)}")
     masked = "attention_mask" in params and first in ("input_ids", "input_ids_or_embeds")
     return specs, masked
+
+
+def _extras(config, params, first: str, tokens: str, specs: list[str]) -> list[str]:
+    """The optional inputs a forward refuses to run without (it checks them for None: BROS's
+    boxes, LXMERT's visual features, X-MOD's language ids, SAM 3's text prompt), where their
+    name and the config say what they are: the token ids of a model whose first input is
+    another; ``bbox`` (a box per token, its four corners' coordinates); ``lang_ids`` (one
+    language of ``config.languages`` per row); ``<x>_feats`` / ``<x>_pos`` of
+    ``config.<x>_feat_dim`` / ``<x>_pos_dim`` features (a feature vector per region)."""
+    out = []
+    for name, param in params.items():
+        if param.default is not None or name == first or any(
+                x.startswith(f"{name}=") for x in specs):
+            continue
+        dim = getattr(config, f"{name.removesuffix('s')}_dim", None) or getattr(
+            config, f"{name}_dim", None)
+        if name == "input_ids":
+            out.append(f"{name}={tokens}")
+        elif name == "bbox":
+            out.append(f"{name}=float32[{BATCH},{SEQ},4]")
+        elif name == "lang_ids" and getattr(config, "languages", None):
+            out.append(f"{name}=int64[{BATCH}]:{len(config.languages)}")
+        elif name.endswith(("_feats", "_pos")) and isinstance(dim, int):
+            out.append(f"{name}=float32[{BATCH},{SEQ},{dim}]")
+    return out
+
+
+def _samples(config, frames: int = 8) -> int:
+    """A waveform's length: 400 samples, or as many as the config's convolutional feature
+    encoder (``conv_kernel``, ``conv_stride``: wav2vec 2.0's kind) needs to hand on ``frames``
+    frames, times SEW's ``squeeze_factor`` (its pooling after the encoder)."""
+    kernels, strides = getattr(config, "conv_kernel", None), getattr(config, "conv_stride", None)
+    if not (isinstance(kernels, (list, tuple)) and isinstance(strides, (list, tuple))
+            and len(kernels) == len(strides) and all(isinstance(v, int) for v in
+                                                      (*kernels, *strides))):
+        return 400
+    length = frames * (getattr(config, "squeeze_factor", None) or 1)
+    for kernel, stride in zip(reversed(kernels), reversed(strides), strict=True):
+        length = (length - 1) * stride + kernel  # the input a convolution needs for ``length``
+    return max(length, 400)
 
 
 def _series(config, params) -> list[str]:
