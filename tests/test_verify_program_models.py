@@ -57,9 +57,9 @@ def test_a_frozen_teacher_gets_torchs_weights(tmp_path, monkeypatch):
 
 # the EMA copy frozen as DINO's teacher and MoCo's key encoder are, its parameters counted
 FROZEN_EMA = ("    ema = copy.deepcopy(model)\n",
-              "    ema = copy.deepcopy(model)\n    for p in ema.parameters():\n"
-              "        p.requires_grad_(False)\n"
-              "    print(sum(p.numel() for p in ema.parameters()))\n")
+              ("    ema = copy.deepcopy(model)\n    for p in ema.parameters():\n"
+               "        p.requires_grad_(False)\n"
+               "    print(sum(p.numel() for p in ema.parameters()))\n"))
 
 
 @pytest.mark.parametrize("frozen", [False, True], ids=["ema", "frozen_ema"])
@@ -133,12 +133,12 @@ FINETUNE_VARIANTS = {
     "comprehension_groups": [
         ("    for param in model.backbone.parameters():\n        param.requires_grad = False\n",
          "    model.backbone.requires_grad_(False)\n"),
-        ("    opt = torch.optim.SGD(filter(lambda p: p.requires_grad, model.parameters()), lr=0.5,\n"
-         "                          momentum=0.9, weight_decay=1e-2)\n",
-         "    opt = torch.optim.AdamW([\n"
-         "        {'params': [p for p in model.head.parameters() if p.requires_grad], 'lr': 0.05},\n"
-         "        {'params': filter(lambda p: p.requires_grad, model.backbone.parameters())},\n"
-         "    ], lr=0.01, weight_decay=0.1)\n"),
+        (("    opt = torch.optim.SGD(filter(lambda p: p.requires_grad, model.parameters()), lr=0.5,\n"
+          "                          momentum=0.9, weight_decay=1e-2)\n"),
+         ("    opt = torch.optim.AdamW([\n"
+          "        {'params': [p for p in model.head.parameters() if p.requires_grad], 'lr': 0.05},\n"
+          "        {'params': filter(lambda p: p.requires_grad, model.backbone.parameters())},\n"
+          "    ], lr=0.01, weight_decay=0.1)\n")),
     ],
 }
 
