@@ -11,6 +11,14 @@ gradients, in float64, the pass that decides):
   them where the function takes them; the local was called without them
   ("_init_weight_goog() missing 1 required keyword-only argument: 'rngs'"). A caller's own
   init function that does not draw is called without them.
+* a method of a child layer whose class comes from another module of the package, not known
+  where it is called (timm's byobnet ``SelfAttnBlock.init_weights``: ``self.self_attn.
+  reset_parameters()``, ``self_attn`` built from a config field holding timm.layers'
+  ``HaloAttn``, whose ``reset_parameters`` draws): a converted module's methods taking ``rngs``
+  are known to the modules converted after it, so the caller takes ``rngs`` and calls the
+  method through ``call_with_rngs`` (a class whose method does not draw gets none); it was
+  called without them ("HaloAttn.reset_parameters() missing 1 required keyword-only
+  argument: 'rngs'").
 """
 
 from __future__ import annotations
@@ -106,3 +114,78 @@ def _verifies_package(pkg, entry: str, *inputs: str):
 def test_init_function_chosen_by_or_in_another_module(tmp_path):
     pkg = _package(tmp_path / "qinitpkg", INIT_MODEL, {"helpers": INIT_HELPERS})
     _verifies_package(pkg, "Net", "float32[2,3,8,8]")
+
+
+ATTN_LAYERS = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    from torch.nn.init import trunc_normal_
+
+
+    class HaloLike(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.q = nn.Linear(dim, dim, bias=False)
+            self.rel = nn.Parameter(torch.empty(dim))
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            trunc_normal_(self.q.weight, std=0.1)
+            trunc_normal_(self.rel, std=0.1)
+
+        def forward(self, x):
+            return self.q(x) + self.rel
+
+
+    class ScaleLike(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.scale = nn.Parameter(torch.empty(dim))
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            nn.init.ones_(self.scale)
+
+        def forward(self, x):
+            return x * self.scale
+''')
+
+ATTN_MODEL = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ..layers.attn import HaloLike, ScaleLike
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, attn_layer=None):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.attn = attn_layer(dim)
+
+        def init_weights(self, zero_init_last=False):
+            if zero_init_last:
+                nn.init.zeros_(self.fc.bias)
+            if hasattr(self.attn, 'reset_parameters'):
+                self.attn.reset_parameters()
+
+        def forward(self, x):
+            return self.attn(self.fc(x))
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=6, num_classes=3):
+            super().__init__()
+            self.block1 = Block(dim, attn_layer=HaloLike)
+            self.block2 = Block(dim, attn_layer=ScaleLike)
+            self.head = nn.Linear(dim, num_classes)
+            self.block1.init_weights()
+            self.block2.init_weights(zero_init_last=True)
+
+        def forward(self, x):
+            return self.head(self.block2(self.block1(x)))
+''')
+
+
+def test_child_method_of_a_class_from_another_module(tmp_path):
+    pkg = _package(tmp_path / "qattnpkg", ATTN_MODEL, {"attn": ATTN_LAYERS})
+    _verifies_package(pkg, "Net", "float32[2,6]")

@@ -648,6 +648,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
             if (meth := method_on_parameter(node, self._fn_stack[-1])) is not None:
                 self._fn_method_calls.setdefault(key, set()).add(meth)
+                builds = builds or f"*.{meth}" in self.imported_builders  # (another module's)
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer

@@ -1145,8 +1145,8 @@ class ModuleClassMixin:
                      and func.value.value in self._param_names[-1]
                      and func.value.value != "self")):
             return False
-        return any(f.endswith("." + func.attr.value) and f.split(".")[0] in self.index.classes
-                   for f in self.index.rngs_functions)
+        return any(f.endswith("." + func.attr.value) and f.split(".")[0] in {
+            *self.index.classes, "*"} for f in self.index.rngs_functions)  # (*: imported)
 
     def _build_layer(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``act_layer(inplace=True)`` where what ``act_layer`` holds is known only at run time
