@@ -55,7 +55,8 @@ INIT_HELPERS = textwrap.dedent('''
         elif isinstance(m, nn.Linear):
             init_range = 1.0 / math.sqrt(m.weight.size(0))
             nn.init.uniform_(m.weight, -init_range, init_range)
-            nn.init.zeros_(m.bias)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
 
 
     def init_all(model, init_fn=None):
@@ -63,33 +64,6 @@ INIT_HELPERS = textwrap.dedent('''
         for n, m in model.named_modules():
             init_fn(m, n)
 ''')
-
-INIT_MODEL = textwrap.dedent('''
-    import torch.nn as nn
-
-    from ..layers.helpers import ConvAct, init_all
-
-
-    def _init_plain(m, n=''):
-        if isinstance(m, nn.BatchNorm2d):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
-
-
-    class Net(nn.Module):
-        def __init__(self, chs=4, num_classes=3):
-            super().__init__()
-            self.stem = ConvAct(3, chs)
-            self.block = ConvAct(chs, chs)
-            self.head = nn.Linear(chs, num_classes)
-            init_all(self)
-            init_all(self.block, init_fn=_init_plain)
-
-        def forward(self, x):
-            x = self.block(self.stem(x))
-            return self.head(x.mean((2, 3)))
-''')
-
 
 def _package(pkg, model: str, layers: dict[str, str]):
     """A package of timm's layout at ``pkg``: ``layers/<name>.py`` for each of ``layers``
@@ -109,11 +83,6 @@ def _verifies_package(pkg, entry: str, *inputs: str):
     assert result.error is None, result.error
     assert result.passed, result.reason
     return result
-
-
-def test_init_function_chosen_by_or_in_another_module(tmp_path):
-    pkg = _package(tmp_path / "qinitpkg", INIT_MODEL, {"helpers": INIT_HELPERS})
-    _verifies_package(pkg, "Net", "float32[2,3,8,8]")
 
 
 ATTN_LAYERS = textwrap.dedent('''
@@ -150,10 +119,17 @@ ATTN_LAYERS = textwrap.dedent('''
             return x * self.scale
 ''')
 
-ATTN_MODEL = textwrap.dedent('''
+MODEL = textwrap.dedent('''
     import torch.nn as nn
 
     from ..layers.attn import HaloLike, ScaleLike
+    from ..layers.helpers import ConvAct, init_all
+
+
+    def _init_plain(m, n=''):
+        if isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
 
 
     class Block(nn.Module):
@@ -173,19 +149,24 @@ ATTN_MODEL = textwrap.dedent('''
 
 
     class Net(nn.Module):
-        def __init__(self, dim=6, num_classes=3):
+        def __init__(self, chs=4, num_classes=3):
             super().__init__()
-            self.block1 = Block(dim, attn_layer=HaloLike)
-            self.block2 = Block(dim, attn_layer=ScaleLike)
-            self.head = nn.Linear(dim, num_classes)
+            self.stem = ConvAct(3, chs)
+            self.conv = ConvAct(chs, chs)
+            self.block1 = Block(chs, attn_layer=HaloLike)
+            self.block2 = Block(chs, attn_layer=ScaleLike)
+            self.head = nn.Linear(chs, num_classes)
+            init_all(self)
+            init_all(self.conv, init_fn=_init_plain)
             self.block1.init_weights()
             self.block2.init_weights(zero_init_last=True)
 
         def forward(self, x):
+            x = self.conv(self.stem(x)).mean((2, 3))
             return self.head(self.block2(self.block1(x)))
 ''')
 
 
-def test_child_method_of_a_class_from_another_module(tmp_path):
-    pkg = _package(tmp_path / "qattnpkg", ATTN_MODEL, {"attn": ATTN_LAYERS})
-    _verifies_package(pkg, "Net", "float32[2,6]")
+def test_init_function_and_child_method_from_other_modules(tmp_path):
+    pkg = _package(tmp_path / "qinitpkg", MODEL, {"helpers": INIT_HELPERS, "attn": ATTN_LAYERS})
+    _verifies_package(pkg, "Net", "float32[2,3,8,8]")
