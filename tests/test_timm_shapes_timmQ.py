@@ -18,7 +18,8 @@ gradients, in float64, the pass that decides):
   are known to the modules converted after it, so the caller takes ``rngs`` and calls the
   method through ``call_with_rngs`` (a class whose method does not draw gets none); it was
   called without them ("HaloAttn.reset_parameters() missing 1 required keyword-only
-  argument: 'rngs'").
+  argument: 'rngs'"); likewise a loop over a tuple of children (byobnet's ``for attn in
+  (self.attn, self.attn_last): attn.reset_parameters()``).
 """
 
 from __future__ import annotations
@@ -137,15 +138,19 @@ MODEL = textwrap.dedent('''
             super().__init__()
             self.fc = nn.Linear(dim, dim)
             self.attn = attn_layer(dim)
+            self.attn_last = attn_layer(dim)
 
         def init_weights(self, zero_init_last=False):
             if zero_init_last:
                 nn.init.zeros_(self.fc.bias)
             if hasattr(self.attn, 'reset_parameters'):
                 self.attn.reset_parameters()
+            for attn in (self.attn, self.attn_last):
+                if hasattr(attn, 'reset_parameters'):
+                    attn.reset_parameters()
 
         def forward(self, x):
-            return self.attn(self.fc(x))
+            return self.attn_last(self.attn(self.fc(x)))
 
 
     class Net(nn.Module):
