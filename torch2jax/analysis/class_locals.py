@@ -219,3 +219,29 @@ def forwards_kwargs(fn: cst.FunctionDef, call: cst.Call, callees: Collection[str
     return any(a.star == "**" and (m.matches(a.value, spread) or m.matches(a.value, m.Call(
         func=m.Name("dict"), args=[m.ZeroOrMore(), m.Arg(value=spread, star="**"),
                                    m.ZeroOrMore()]))) for a in call.args)
+
+
+def local_function_options(fn: cst.FunctionDef, name: str) -> set[str]:
+    """The names that ``fn`` assigns its local (or parameter) ``name``: ``init_fn = init_fn or
+    _init_weight_goog`` (timm's efficientnet_init_weights), ``fn = a if cond else b``, ``fn =
+    a``; the local itself left out. Empty for a name ``fn`` does not assign."""
+    out: set[str] = set()
+    for assign in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(name))])):
+        todo = [assign.value]
+        while todo:
+            value = todo.pop()
+            if isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.Or):
+                todo += [value.left, value.right]
+            elif isinstance(value, cst.IfExp):
+                todo += [value.body, value.orelse]
+            elif isinstance(value, cst.Name) and value.value != name:
+                out.add(value.value)
+    return out
+
+
+def holds_rngs_function(fn: cst.FunctionDef, call: cst.Call, takes_rngs: Collection[str]) -> bool:
+    """``init_fn(m, n)`` of a local that ``fn`` may give a function taking ``rngs`` (it draws:
+    ``init_fn = init_fn or _init_weight_goog``), or another one (a function the caller passed,
+    which may not take them): called through ``call_with_rngs``."""
+    return isinstance(call.func, cst.Name) and bool(
+        local_function_options(fn, call.func.value) & set(takes_rngs))

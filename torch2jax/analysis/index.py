@@ -19,6 +19,7 @@ from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.branch_layouts import branch_assign, torch_layout_attrs
 from torch2jax.analysis.class_locals import (
+    local_function_options,
     looked_up_activation,
     looked_up_class,
     nchw_branch_convs,
@@ -599,7 +600,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                 q in self.known_modules
             ) or self._known_from_config(node.func)
             if isinstance(node.func, cst.Name):
-                self._fn_calls.setdefault(key, set()).add(node.func.value)
+                self._fn_calls.setdefault(key, set()).update({node.func.value} | (  # init_fn(m)
+                    local_function_options(self._fn_stack[-1], node.func.value)))
                 if node.func.value in self.known_modules | self.imported_builders:
                     builds = True
                 if node.func.value == "cls" and self._class_stack and _is_classmethod(
@@ -647,6 +649,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
             if (meth := method_on_parameter(node, self._fn_stack[-1])) is not None:
                 self._fn_method_calls.setdefault(key, set()).add(meth)
+                builds = builds or f"*.{meth}" in self.imported_builders  # (another module's)
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer

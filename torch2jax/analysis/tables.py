@@ -50,4 +50,8 @@ def method_on_parameter(node: cst.Call, fn: cst.FunctionDef) -> str | None:
     if not m.matches(node.func, m.Attribute(value=m.Name())) or node.func.value.value == "self":
         return None
     params = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+    # for attn in (self.attn, self.attn_last): attn.reset_parameters() (timm's byobnet)
+    children = [m.AtLeastN(m.Element(m.Attribute(value=m.Name("self"))), n=1)]
+    params |= {f.target.value for f in m.findall(fn, m.For(target=m.Name(), iter=m.Tuple(
+        elements=children) | m.List(elements=children)))}
     return node.func.attr.value if node.func.value.value in params else None

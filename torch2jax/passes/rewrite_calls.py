@@ -17,6 +17,7 @@ from torch2jax.analysis import values as vk
 from torch2jax.analysis.class_locals import (
     forwards_kwargs,
     holds_drawing_function,
+    holds_rngs_function,
     looked_up_activation,
 )
 from torch2jax.analysis.index import Layouts, combine
@@ -730,7 +731,8 @@ class CallsMixin:
         if self._builds_layers_here() and forwards_kwargs(
                 self._fn_stack[-1], original, self._kwargs_functions - self.index.rngs_functions):
             return self._with_rngs(original, updated)  # (the rngs its caller gave in kwargs)
-        if self._method_of_some_class_takes_rngs(original, name):
+        if self._method_of_some_class_takes_rngs(original, name) or self._builds_layers_here() and (
+                holds_rngs_function(self._fn_stack[-1], original, self.index.rngs_functions)):
             # module.init_weights() in timm's _init_weights (mlp_mixer), the module any of the
             # model's: the method draws in some classes (it takes rngs), not in others
             return call("call_with_rngs", arg(updated.func), *self._with_rngs(

@@ -22,7 +22,7 @@ from torch2jax.analysis.class_locals import (
 )
 from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literals
 from torch2jax.analysis.metadata import ParentNodeProvider
-from torch2jax.analysis.tables import table_items
+from torch2jax.analysis.tables import method_on_parameter, table_items
 from torch2jax.analysis.walk import findall, walk
 from torch2jax.passes import class_names, closures
 from torch2jax.passes import training as tr
@@ -1137,16 +1137,12 @@ class ModuleClassMixin:
         """``module.init_weights()`` with an ``rngs`` in scope, ``module`` a parameter of the
         enclosing function, and a module class of the file whose method of that name takes
         rngs (it draws): which class the parameter holds is known only at run time."""
-        func = original.func
-        child = m.matches(func, m.Attribute(value=m.Attribute(value=m.Name("self")))) and (
-            func.attr.value not in ("forward", "__call__"))  # self.encoder._init_weights(...)
+        func = original.func  # (self.encoder._init_weights(...), or a loop's over children)
         if not (self.target.stateful_modules and self._rngs_scope and self._rngs_scope[-1]
-                and (child or m.matches(func, m.Attribute(value=m.Name())) and self._param_names
-                     and func.value.value in self._param_names[-1]
-                     and func.value.value != "self")):
+                and self._fn_stack and method_on_parameter(original, self._fn_stack[-1])):
             return False
-        return any(f.endswith("." + func.attr.value) and f.split(".")[0] in self.index.classes
-                   for f in self.index.rngs_functions)
+        return any(f.endswith("." + func.attr.value) and f.split(".")[0] in {
+            *self.index.classes, "*"} for f in self.index.rngs_functions)  # (*: imported)
 
     def _build_layer(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``act_layer(inplace=True)`` where what ``act_layer`` holds is known only at run time

@@ -531,6 +531,11 @@ def _rngs_functions(code: str) -> set[str]:
     takes += [(f"{node.name}.__call__", fn) for node in tree.body
               if isinstance(node, ast.ClassDef) and not node.bases for fn in node.body
               if isinstance(fn, ast.FunctionDef) and fn.name == "__call__"]
+    # (and any class's other methods, as "*.reset_parameters": a caller's self.attn.
+    # reset_parameters() of a layer whose class it does not know passes them where taken)
+    takes += [(f"*.{fn.name}", fn) for node in tree.body if isinstance(node, ast.ClassDef)
+              for fn in node.body if isinstance(fn, ast.FunctionDef)
+              and fn.name not in ("__init__", "__call__")]
     return {name for name, fn in takes if "rngs" in {
         a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]}}
 
@@ -708,7 +713,9 @@ def _convert_package_file(
                 if attr in builders.get(home, set()) | builders.get(_home_of(home, attr), set())} | {
                 RNGS_FUNCTION + f"{local}.__call__" for local, home, attr in _imported_functions(
                     source, module, is_package, reexported)
-                if f"{attr}.__call__" in builders.get(home, set())} | _type_fields(
+                if f"{attr}.__call__" in builders.get(home, set())} | {
+                RNGS_FUNCTION + f for done in builders.values() for f in done
+                if f.startswith("*.")} | _type_fields(
                 source, module, is_package, reexported)
             homed = _imports_from_home(source, module, is_package,
                                        {k for k, v in modes.items() if v == "convert"})
