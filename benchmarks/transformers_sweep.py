@@ -109,6 +109,8 @@ SIZES = {
     **dict.fromkeys(("context_length",), 32),
     **dict.fromkeys(("prediction_length", "horizon_length"), 4),
     **dict.fromkeys(("num_labels",), 5),
+    # a detector's object queries (D-FINE takes the top ones of its tiny image's anchors)
+    **dict.fromkeys(("num_queries",), 8),
     **dict.fromkeys(("relative_attention_num_buckets",), 8),
     **dict.fromkeys(("relative_attention_max_distance",), 16),
     **dict.fromkeys(("type_vocab_size",), 2),
@@ -158,6 +160,12 @@ def shrink(config, fill: bool = False) -> dict:
                 # alone would take the backbone config's own default (its last stage only)
                 changed.update({k: list(getattr(sub, k)) for k in ("out_indices",)
                                 if isinstance(getattr(sub, k, None), (list, tuple))})
+                if isinstance(changed.get("hidden_sizes"), list):
+                    # the widths of the stages it hands on (out_indices count the stem as 0)
+                    picked = [i - 1 for i in changed.get("out_indices", ()) if isinstance(i, int)]
+                    old = list(sub.hidden_sizes)
+                    changed["_hidden_sizes"] = [
+                        v if not picked or i in picked else None for i, v in enumerate(old)]
             if changed:
                 out[key] = {"model_type": getattr(sub, "model_type", None), **changed}
                 if out[key]["model_type"] in (None, ""):
@@ -265,6 +273,8 @@ def shrink(config, fill: bool = False) -> dict:
             # the height and width sections first, of one size (ERNIE 4.5-VL interleaves them)
             rope["mrope_section"] = [half // 4, half // 4, half - 2 * (half // 4)]
         out["rope_parameters"] = rope
+    _rope_per_kind(config, values, out)
+    _widths_followed(values, out)
     # a pattern of layer kinds repeated over the layers (RecurrentGemma's block_types,
     # ["recurrent", "recurrent", "attention"]): as many layers as the pattern has, so that
     # each kind is built (two layers would have no attention layer, which torch refuses)
@@ -275,6 +285,60 @@ def shrink(config, fill: bool = False) -> dict:
         key = next(k for k in LAYER_COUNTS if isinstance(values.get(k), int))
         out[key] = pattern
     return out
+
+
+def _rope_per_kind(config, values: dict, out: dict) -> None:
+    """RoPE parameters keyed by layer kind where the modeling file reads them so
+    (``rope_parameters[layer_type]``: Cohere Compass's default config gives them flat, its
+    checkpoints per kind): one entry per kind of the tiny config's ``layer_types``, each the
+    flat parameters (and the multimodal sections made to fit, ``shrink``)."""
+    kinds = out.get("layer_types", values.get("layer_types"))
+    rope = out.get("rope_parameters", values.get("rope_parameters"))
+    if not (isinstance(kinds, list) and kinds and all(isinstance(k, str) for k in kinds)):
+        return
+    if isinstance(rope, dict) and not set(rope).isdisjoint(kinds):
+        return
+    if not re.search(r"rope_parameters\[\s*(?:self\.)?layer_type\s*\]", _source(config)):
+        return
+    flat = {k: v for k, v in (rope or {}).items() if not isinstance(v, dict)}
+    flat.setdefault("rope_type", "default")
+    flat.setdefault("rope_theta", values.get("rope_theta") or 10000.0)
+    out["rope_parameters"] = {kind: dict(flat) for kind in dict.fromkeys(kinds)}
+
+
+# the lists of a config that name a width of the stages (a backbone's channels, a neck's
+# input channels): where the stage widths are made small, the entries equal to a default
+# width follow it (``_widths_followed``)
+CHANNEL_LISTS = re.compile(r"channels|hidden_sizes|in_dims|out_dims")
+
+
+def _widths_followed(values: dict, out: dict) -> None:
+    """Widths tied by equality kept tied: where ``hidden_sizes`` (a hierarchical model's stage
+    widths) is made small, every list of channels in the config, and in its parent for a
+    backbone's (D-FINE's ``encoder_in_channels``), has its entries that equal a default stage
+    width replaced by that stage's new width (HGNet-V2's ``stage_out_channels``, which its
+    stages build from, and ``stage_in_channels``, each the previous stage's out), the other
+    entries (a stem's channels) kept."""
+    pairs = []
+    for key in ("hidden_sizes",):
+        if isinstance(out.get(key), list) and isinstance(values.get(key), list):
+            pairs.append((values[key], out[key]))
+    backbone = out.get("backbone_config")
+    if isinstance(backbone, dict) and isinstance(backbone.get("_hidden_sizes"), list):
+        pairs.append((backbone.pop("_hidden_sizes"), backbone["hidden_sizes"]))
+    for old, new in pairs:
+        if len(old) != len(new):
+            continue
+        mapping = {o: n for o, n in zip(old, new) if isinstance(o, int) and o != n
+                   and not isinstance(o, bool)}
+        if len(set(mapping.values())) != len(mapping):
+            continue
+        for key, value in values.items():
+            if key in out or not CHANNEL_LISTS.search(key) or not isinstance(value, list):
+                continue
+            if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value) and any(
+                    v in mapping for v in value):
+                out[key] = [mapping.get(v, v) for v in value]
 
 
 # the kind a layer has where a modeling file names only the other (``layer_types[i] != "conv"``)

@@ -1,0 +1,66 @@
+"""The transformers sweep's harness (benchmarks/transformers_sweep.py, issue 31), the thirteenth
+round's config rules: sizes the shrinking must keep consistent with others. Each test builds the
+family's tiny model in torch and runs it on the sweep's inputs (the probe the sweep runs before
+converting; no conversion here), and checks the tie the rule keeps."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers", exc_type=ImportError)
+
+pytestmark = pytest.mark.transformers
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sweep():
+    spec = importlib.util.spec_from_file_location("transformers_sweep",
+                                                  ROOT / "benchmarks" / "transformers_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("transformers_sweep", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+sweep = _sweep()
+
+
+def _fit(module: str, cls_name: str):
+    cls = getattr(importlib.import_module(f"transformers.models.{module}"), cls_name)
+    config, kwargs, specs, masked = sweep.fitting_config(cls, cls.config_class)
+    assert sweep._probe(cls, config, specs, masked) == ""
+    return config, kwargs, specs
+
+
+def test_rope_parameters_keyed_by_layer_kind_where_the_file_reads_them_so() -> None:
+    """Cohere Compass reads ``rope_parameters[layer_type]``; its default config gives them
+    flat (the checkpoints per kind), which torch refused at any size."""
+    config, _, _ = _fit("cohere_compass.modeling_cohere_compass", "CohereCompassForCausalLM")
+    assert set(config.rope_parameters) == set(config.layer_types)
+    assert config.hidden_size == 32
+    # where the file does not index them by kind, they stay flat
+    from transformers import LlamaConfig
+    assert "full_attention" not in sweep.shrink(LlamaConfig()).get("rope_parameters", {})
+
+
+def test_a_backbones_stage_widths_followed_by_the_channels_tied_to_them() -> None:
+    """D-FINE's HGNet-V2 builds its stages from ``stage_out_channels`` (each stage's input the
+    previous one's output) and its encoder reads ``encoder_in_channels``, all equal to default
+    stage widths: made small together, the other sizes (the stem's, the decoder's) kept."""
+    from transformers import DFineConfig
+
+    default = DFineConfig()
+    config, _, _ = _fit("d_fine.modeling_d_fine", "DFineModel")
+    backbone = config.backbone_config
+    assert backbone.stage_in_channels[1:] == backbone.stage_out_channels[:-1]
+    assert backbone.stage_out_channels[1:] == backbone.hidden_sizes[1:]
+    assert list(config.encoder_in_channels) == backbone.hidden_sizes[1:]
+    assert backbone.stem_channels == default.backbone_config.stem_channels
+    assert list(config.decoder_in_channels) == list(default.decoder_in_channels)
+    assert config.num_queries == 8
