@@ -104,7 +104,8 @@ SIZES = {
     **dict.fromkeys(("image_size", "img_size", "input_size"), 32),
     **dict.fromkeys(("patch_size",), 4),
     **dict.fromkeys(("num_mel_bins", "feature_size", "n_mels", "input_feat_size"), 8),
-    **dict.fromkeys(("num_frames",), 2),
+    **dict.fromkeys(("num_frames", "frames_per_clip"), 2),
+    **dict.fromkeys(("crop_size",), 32),
     **dict.fromkeys(("max_source_positions",), 16),
     **dict.fromkeys(("context_length",), 32),
     **dict.fromkeys(("prediction_length", "horizon_length"), 4),
@@ -552,7 +553,31 @@ def entry_classes(module) -> tuple[type | None, type | None]:
     head = next((c for suffix in HEADS for c in own if c.__name__.endswith(suffix)), None)
     if not bases:  # a backbone (VitPoseBackbone) or a model named otherwise
         bases = sorted(own, key=lambda c: len(c.__name__))
-    return (bases[0] if bases else None), head
+    base = bases[0] if bases else None
+    chosen = head or base
+    if chosen is not None and _first_input(chosen) not in BUILT_FIRST:
+        # a forward whose first input the sweep does not build (a session object, a neck's
+        # hidden states, a decoder's vision features): another class of the file whose forward
+        # takes one it builds, a head first (PP-OCRv5's detector, SLANeXt's table recognizer)
+        other = next((c for c in sorted(own, key=lambda c: ("For" not in c.__name__,
+                                                            len(c.__name__)))
+                      if _first_input(c) in BUILT_FIRST), None)
+        if other is not None:
+            return base, other
+    return base, head
+
+
+# the first inputs of a forward that ``_inputs`` builds from the config alone
+BUILT_FIRST = ("input_ids", "input_ids_or_embeds", "pixel_values", "pixel_values_videos",
+               "input_features", "input_values", "past_values")
+
+
+def _first_input(cls) -> str:
+    try:
+        params = inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return ""
+    return next((n for n in params if n != "self"), "")
 
 
 # the ways of reading the forward's inputs the sweep tries in turn, where torch refuses the
@@ -591,6 +616,14 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
         specs.append(pixels)
         if "input_ids" in params and params["input_ids"].default is inspect._empty:
             specs.append(f"input_ids={tokens}")  # BLIP-2's captioner: images, then the text
+    elif first == "pixel_values_videos":
+        # a video model's frames (V-JEPA 2, VidEoMT): [batch, frames, channels, height, width]
+        count = (getattr(vision, "num_frames", None) or getattr(vision, "frames_per_clip", None)
+                 or 2)
+        size = getattr(vision, "crop_size", None) or size
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        channels = getattr(vision, "num_channels", None) or getattr(vision, "in_chans", 3)
+        specs.append(f"float32[{BATCH},{count},{channels},{size},{size}]")
     elif first == "input_features":
         mel = getattr(config, "num_mel_bins", 8)
         frames = 2 * getattr(config, "max_source_positions", 16)

@@ -64,3 +64,25 @@ def test_a_backbones_stage_widths_followed_by_the_channels_tied_to_them() -> Non
     assert backbone.stem_channels == default.backbone_config.stem_channels
     assert list(config.decoder_in_channels) == list(default.decoder_in_channels)
     assert config.num_queries == 8
+
+
+def test_a_class_whose_forward_takes_an_input_the_sweep_builds() -> None:
+    """PP-OCRv5's detector model takes a neck's ``hidden_states``, SAM 2's video model an
+    inference session: the sweep verifies another class of the file whose forward takes what it
+    builds (the detection head, on pixel values), or keeps the first where none does."""
+    module = importlib.import_module(
+        "transformers.models.pp_ocrv5_mobile_det.modeling_pp_ocrv5_mobile_det")
+    base, head = sweep.entry_classes(module)
+    assert base.__name__ == "PPOCRV5MobileDetModel"
+    assert head.__name__ == "PPOCRV5MobileDetForObjectDetection"
+    assert sweep._first_input(head) == "pixel_values"
+    llama = importlib.import_module("transformers.models.llama.modeling_llama")
+    assert sweep.entry_classes(llama)[1].__name__ == "LlamaForCausalLM"
+
+
+def test_a_video_models_frames() -> None:
+    """V-JEPA 2 takes ``pixel_values_videos``: [batch, frames, channels, height, width], its
+    frames per clip and crop size made small together (a tubelet of two frames kept)."""
+    config, _, specs = _fit("vjepa2.modeling_vjepa2", "VJEPA2Model")
+    assert specs[0] == f"float32[2,{config.frames_per_clip},3,{config.crop_size},{config.crop_size}]"
+    assert config.frames_per_clip % config.tubelet_size == 0 and config.crop_size == 32
