@@ -161,6 +161,13 @@ def shrink(config, fill: bool = False) -> dict:
                 # alone would take the backbone config's own default (its last stage only)
                 changed.update({k: list(getattr(sub, k)) for k in ("out_indices",)
                                 if isinstance(getattr(sub, k, None), (list, tuple))})
+                depth = next((changed[k] for k in LAYER_COUNTS if isinstance(changed.get(k), int)),
+                             None)
+                if depth and isinstance(changed.get("out_indices"), list):
+                    # a plain (non-hierarchical) backbone's layers cut: the layers it hands on
+                    # that no longer exist are its last (ViTMatte's ViTDet hands on layer 4)
+                    changed["out_indices"] = sorted({min(i, depth) if isinstance(i, int) and i > 0
+                                                     else i for i in changed["out_indices"]})
                 if isinstance(changed.get("hidden_sizes"), list):
                     # the widths of the stages it hands on (out_indices count the stem as 0)
                     picked = [i - 1 for i in changed.get("out_indices", ()) if isinstance(i, int)]
@@ -174,6 +181,13 @@ def shrink(config, fill: bool = False) -> dict:
             continue
         if isinstance(value, bool):
             continue
+        if isinstance(value, (list, tuple)) and value and all(
+                isinstance(v, int) for v in value) and isinstance(sub, tuple):
+            # a tuple default that the modeling file extends with a list (ViTMatte's
+            # ``[config.hidden_size] + config.fusion_hidden_sizes``): a checkpoint's config, read
+            # from JSON, gives a list
+            out[key] = list(value)
+            value = out[key]
         if value is None and key.endswith("layer_types") and layers:
             kinds = _layer_kinds(config, key)
             if kinds:
@@ -252,6 +266,14 @@ def shrink(config, fill: bool = False) -> dict:
         # layers that reuse an earlier layer's keys and values (Gemma 3n): none among the
         # few layers left, each of which then produces its own cache
         out["num_kv_shared_layers"] = 0
+    positions = out.get("max_position_embeddings")
+    for key in ("context_size",):
+        if isinstance(positions, int) and isinstance(values.get(key), int) and values[key] > positions:
+            out[key] = positions  # an attention context within the positions (Granite Speech 5)
+    if fill and isinstance(heads, int) and not any(k in values for k in KV_HEADS):
+        # key-value heads the config lacks although its modeling file reads them (Moonshine
+        # Streaming's decoder reads config.num_key_value_heads): one per head
+        out.update({k: heads for k in KV_HEADS if re.search(rf"\bconfig\.{k}\b", _source(config))})
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
     if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and heads and (

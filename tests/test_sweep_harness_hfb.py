@@ -86,3 +86,44 @@ def test_a_video_models_frames() -> None:
     config, _, specs = _fit("vjepa2.modeling_vjepa2", "VJEPA2Model")
     assert specs[0] == f"float32[2,{config.frames_per_clip},3,{config.crop_size},{config.crop_size}]"
     assert config.frames_per_clip % config.tubelet_size == 0 and config.crop_size == 32
+
+
+def test_a_plain_backbones_layers_handed_on_within_its_cut_layers() -> None:
+    """ViTMatte's ViTDet backbone hands on its layer 4 of 12: cut to two layers, it hands on its
+    last (the config's validation refused layer 4 of 2, so the backbone stayed full size); the
+    fusion widths, a tuple the modeling file extends with a list, passed as a list."""
+    from transformers import VitMatteConfig
+
+    config, _ = sweep._built(VitMatteConfig, sweep.shrink(VitMatteConfig()))
+    assert config.backbone_config.out_indices == [2]
+    assert config.backbone_config.hidden_size == config.hidden_size == 32
+    assert isinstance(config.fusion_hidden_sizes, list)
+
+
+def test_an_attention_context_kept_within_the_positions() -> None:
+    """Granite Speech 5's encoder validates ``context_size <= max_position_embeddings``: the
+    positions made small, the context follows them."""
+    from transformers.models.granite_speech5 import modeling_granite_speech5
+
+    cls = modeling_granite_speech5.GraniteSpeech5ForCTC
+    kwargs = sweep.shrink(cls.config_class())
+    config, built = sweep._built(cls.config_class, kwargs)
+    assert built == kwargs  # nothing refused, nothing left at its default
+
+    def sizes(cfg):
+        yield cfg
+        for value in vars(cfg).values():
+            if hasattr(value, "context_size"):
+                yield from sizes(value)
+    for cfg in sizes(config):
+        if isinstance(getattr(cfg, "context_size", None), int):
+            assert cfg.context_size <= cfg.max_position_embeddings <= 64
+
+
+def test_key_value_heads_the_config_lacks_but_the_file_reads() -> None:
+    """Moonshine Streaming's decoder reads ``config.num_key_value_heads``, which its config
+    does not have (torch refused the default at any size): one per attention head."""
+    config, _, specs = _fit("moonshine_streaming.modeling_moonshine_streaming",
+                            "MoonshineStreamingForConditionalGeneration")
+    assert config.num_key_value_heads == config.num_attention_heads == 4
+    assert specs[0] == "float32[2,400]"
