@@ -182,7 +182,8 @@ def shrink(config, fill: bool = False) -> dict:
         if isinstance(value, bool):
             continue
         if isinstance(value, (list, tuple)) and value and all(
-                isinstance(v, int) for v in value) and isinstance(sub, tuple):
+                isinstance(v, int) for v in value) and isinstance(sub, tuple) and re.search(
+                rf"\+\s*(?:self\.)?config\.{key}\b|\bconfig\.{key}\s*\+", _source(config)):
             # a tuple default that the modeling file extends with a list (ViTMatte's
             # ``[config.hidden_size] + config.fusion_hidden_sizes``): a checkpoint's config, read
             # from JSON, gives a list

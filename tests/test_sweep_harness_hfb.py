@@ -93,6 +93,7 @@ def test_a_plain_backbones_layers_handed_on_within_its_cut_layers() -> None:
     last (the config's validation refused layer 4 of 2, so the backbone stayed full size); the
     fusion widths, a tuple the modeling file extends with a list, passed as a list."""
     from transformers import VitMatteConfig
+    from transformers.models.vitmatte import modeling_vitmatte  # noqa: F401 (the file read)
 
     config, _ = sweep._built(VitMatteConfig, sweep.shrink(VitMatteConfig()))
     assert config.backbone_config.out_indices == [2]
