@@ -538,6 +538,7 @@ def tiny_config(config_class):
 def _built(config_class, kwargs: dict):
     """``config_class(**kwargs)``; where a config's validation refuses the whole set (a size
     tied to another), the keywords it refuses are left at their defaults, one at a time."""
+    kwargs = _as_validated(config_class, kwargs)
     tries = [kwargs] + [{k: v for k, v in kwargs.items() if k != key} for key in kwargs]
     errors: list[Exception] = []
     for attempt in tries:
@@ -546,6 +547,36 @@ def _built(config_class, kwargs: dict):
         except Exception as exc:  # noqa: BLE001 (a validator's refusal)
             errors.append(exc)
     raise errors[0]
+
+
+# a config validator's message that names the size one field must have ("`adaptor_config.
+# intermediate_size` (64) must equal `text_config.hidden_size // 4` (8)")
+TIED_SIZE = re.compile(r"`([\w.]+)`\s*\((\d+)\)\s*must (?:equal|be equal to)\b[^()]*\((\d+)\)")
+
+
+def _as_validated(config_class, kwargs: dict, tries: int = 4) -> dict:
+    """``kwargs`` with the sizes that ``config_class``'s validators tie to others set as they
+    say (Fun-ASR-Nano's adaptor width, a quarter of the text model's): a size the shrinking
+    made small whose tie it cannot know. ``kwargs`` as they are where the message names none."""
+    for _ in range(tries):
+        try:
+            config_class(**kwargs)
+            return kwargs
+        except Exception as exc:  # noqa: BLE001 (a validator's refusal)
+            match = TIED_SIZE.search(str(exc)) or TIED_SIZE.search(str(exc.__cause__ or ""))
+        if not match:
+            return kwargs
+        *path, last = match.group(1).split(".")
+        fixed = dict(kwargs)
+        node = fixed
+        for part in path:
+            node[part] = dict(node.get(part) or {})
+            node = node[part]
+        if node.get(last) == int(match.group(3)):
+            return kwargs
+        node[last] = int(match.group(3))
+        kwargs = fixed
+    return kwargs
 
 
 def _literal(value) -> str:

@@ -128,3 +128,18 @@ def test_key_value_heads_the_config_lacks_but_the_file_reads() -> None:
                             "MoonshineStreamingForConditionalGeneration")
     assert config.num_key_value_heads == config.num_attention_heads == 4
     assert specs[0] == "float32[2,400]"
+
+
+def test_a_size_a_config_validator_ties_to_another_is_set_as_it_says() -> None:
+    """Fun-ASR-Nano's validator ties its adaptor's width to a quarter of the text model's
+    ("`adaptor_config.intermediate_size` (64) must equal `text_config.hidden_size // 4` (8)"):
+    the shrunk config refused, set as the message says; a config it accepts is unchanged."""
+    from transformers.models.fun_asr_nano import modeling_fun_asr_nano
+
+    cls = modeling_fun_asr_nano.FunAsrNanoForConditionalGeneration
+    config, kwargs = sweep._built(cls.config_class, sweep.shrink(cls.config_class()))
+    assert config.adaptor_config.intermediate_size == config.text_config.hidden_size // 4 == 8
+    assert kwargs["text_config"]["hidden_size"] == 32
+    from transformers import LlamaConfig
+    small = sweep.shrink(LlamaConfig())
+    assert sweep._as_validated(LlamaConfig, small) == small
