@@ -116,6 +116,9 @@ SIZES = {
     **dict.fromkeys(("relative_attention_max_distance",), 16),
     **dict.fromkeys(("type_vocab_size",), 2),
 }
+# sizes that no default shrinks but that a default config may leave None for the checkpoints
+# to give (``shrink``'s ``fill``): Dots1's shared experts
+FILLED = {"n_shared_experts": 1}
 # lists with one entry per stage of a hierarchical vision model (SegFormer, Swin, Hiera):
 # what kind of size each entry is
 STAGES = {**dict.fromkeys(("depths", "block_sizes"), "depth"),
@@ -199,6 +202,8 @@ def shrink(config, fill: bool = False) -> dict:
             continue  # (Autoformer's: the lagged values and the time features, derived)
         if fill and value is None and key in SIZES and key not in LAYER_COUNTS:
             out[key] = SIZES[key]
+        elif fill and value is None and key in FILLED:
+            out[key] = FILLED[key]
         elif fill and value is None and key == "pad_token_id":
             out[key] = 1  # (ESM compares the tokens with it)
         elif key in SIZES and isinstance(value, int) and value > SIZES[key] and not (

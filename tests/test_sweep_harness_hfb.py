@@ -143,3 +143,16 @@ def test_a_size_a_config_validator_ties_to_another_is_set_as_it_says() -> None:
     from transformers import LlamaConfig
     small = sweep.shrink(LlamaConfig())
     assert sweep._as_validated(LlamaConfig, small) == small
+
+
+def test_shared_experts_the_default_leaves_none_filled() -> None:
+    """Dots1's default config leaves its expert counts None (the checkpoints give them): filled,
+    the shared experts too (one), torch builds and runs the tiny model; unfilled it refuses."""
+    from transformers.models.dots1 import modeling_dots1
+
+    cls = modeling_dots1.Dots1ForCausalLM
+    assert "n_shared_experts" not in sweep.shrink(cls.config_class())
+    config, kwargs = next(sweep.tiny_configs(cls.config_class, True))
+    assert kwargs["n_shared_experts"] == 1 and config.n_routed_experts == 4
+    specs, masked = sweep._inputs(cls, config)
+    assert sweep._probe(cls, config, specs, masked) == ""
