@@ -5,7 +5,9 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
 * imports it and finds its base class (``<Prefix>Model``) and its head classes
   (``...ForCausalLM``, ``...ForMaskedLM``, ``...ForImageClassification``, ...): the classes
   of the file that subclass ``PreTrainedModel``; the head it verifies is the first in
-  ``HEADS``'s order, else the base;
+  ``HEADS``'s order, else the base; where that class's forward takes a first input the sweep
+  does not build (a session object, a neck's hidden states), another class of the file whose
+  forward takes one it builds, a head first;
 * builds a tiny config by shrinking the config class's defaults (hidden sizes, layers, heads,
   key-value heads, vocabulary, positions, experts, image and audio sizes; ``head_dim`` kept
   consistent with the hidden size and the heads; lists per layer cut to the new layer count;
@@ -13,11 +15,13 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
   backbone hands on kept; sizes tied to others kept tied: a rotary part and multimodal RoPE
   sections, a depthwise convolution's groups; a list of layer kinds that the default leaves
   None given one layer of each kind its modeling file names; where torch refuses the result,
-  the sizes the default leaves None filled in too). Nothing else of the default config changes: the
+  the sizes the default leaves None filled in too; RoPE parameters per layer kind where the
+  file reads them so; a backbone's channel lists following its stage widths; a size a config
+  validator ties to another set as its message says). Nothing else of the default config changes: the
   cache stays on where the config has it on, unless its ``DynamicCache`` holds layers the
   converted cache does not translate (``_cache_translated``: then ``use_cache=False``);
 * builds the forward's inputs from its first parameter's name and the config (tokens, pixels,
-  audio features or waveform, a time series' past values over its context), and the other
+  a video's frames, audio features or waveform, a time series' past values over its context), and the other
   inputs the forward requires where their name says what they are;
 * converts the file once into a mirror package (as ``torch2jax verify`` does) and runs
   ``verify`` on it: logits and every parameter's gradient in float32, without and with a
