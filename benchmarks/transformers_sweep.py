@@ -5,7 +5,9 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
 * imports it and finds its base class (``<Prefix>Model``) and its head classes
   (``...ForCausalLM``, ``...ForMaskedLM``, ``...ForImageClassification``, ...): the classes
   of the file that subclass ``PreTrainedModel``; the head it verifies is the first in
-  ``HEADS``'s order, else the base;
+  ``HEADS``'s order, else the base; where that class's forward takes a first input the sweep
+  does not build (a session object, a neck's hidden states), another class of the file whose
+  forward takes one it builds, a head first;
 * builds a tiny config by shrinking the config class's defaults (hidden sizes, layers, heads,
   key-value heads, vocabulary, positions, experts, image and audio sizes; ``head_dim`` kept
   consistent with the hidden size and the heads; lists per layer cut to the new layer count;
@@ -13,13 +15,16 @@ For each modeling file (``models/<family>/modeling_<name>.py``) the sweep
   backbone hands on kept; sizes tied to others kept tied: a rotary part and multimodal RoPE
   sections, a depthwise convolution's groups; a list of layer kinds that the default leaves
   None given one layer of each kind its modeling file names; where torch refuses the result,
-  the sizes the default leaves None filled in too). Nothing else of the default config changes: the
+  the sizes the default leaves None filled in too; RoPE parameters per layer kind where the
+  file reads them so; a backbone's channel lists following its stage widths; a size a config
+  validator ties to another set as its message says). Nothing else of the default config changes: the
   cache stays on where the config has it on, unless its ``DynamicCache`` holds layers the
   converted cache does not translate (``_cache_translated``: then ``use_cache=False``);
 * builds the forward's inputs from its first parameter's name and the config (tokens, pixels,
-  audio features or waveform, a time series' past values over its context; an image's height
-  and width, a waveform as long as the config's feature encoder needs), and the other inputs
-  the forward requires (or checks for None) where their name says what they are;
+  a video's frames, audio features or waveform, a time series' past values over its context;
+  an image's height and width, a waveform as long as the config's feature encoder needs), and
+  the other inputs the forward requires (or checks for None) where their name says what they
+  are;
 * converts the file once into a mirror package (as ``torch2jax verify`` does) and runs
   ``verify`` on it: logits and every parameter's gradient in float32, without and with a
   random padding mask where the forward takes ``attention_mask``;
@@ -72,7 +77,7 @@ SIZES = {
                      "word_embed_proj_dim", "projection_dim", "text_embed_dim",
                      "vision_embed_dim", "embedding_size", "d_embed", "n_embed",
                      "encoder_hidden_size", "decoder_hidden_size", "proj_dim",
-                     "hidden_size_per_head", "emb_dim"), WIDTH),
+                     "hidden_size_per_head", "emb_dim", "pred_hidden_size"), WIDTH),
     **dict.fromkeys(("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim",
                      "decoder_ffn_dim", "n_inner", "moe_intermediate_size",
                      "shared_expert_intermediate_size", "decoder_intermediate_size",
@@ -81,10 +86,12 @@ SIZES = {
                      "encoder_feedforward_dim", "dim_feedforward"), FFN),
     **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
                      "decoder_layers", "num_decoder_layers", "n_layers",
-                     "num_encoder_layers", "decoder_num_layers", "encoder_num_layers"), LAYERS),
+                     "num_encoder_layers", "decoder_num_layers", "encoder_num_layers",
+                     "pred_num_hidden_layers"), LAYERS),
     **dict.fromkeys(("num_attention_heads", "n_head", "encoder_attention_heads",
                      "decoder_attention_heads", "num_heads", "n_heads",
-                     "decoder_num_attention_heads", "encoder_num_attention_heads"), HEADS_N),
+                     "decoder_num_attention_heads", "encoder_num_attention_heads",
+                     "pred_num_attention_heads"), HEADS_N),
     **dict.fromkeys(("head_dim", "d_kv", "attention_head_dim", "kv_channels",
                      "attention_head_size", "qk_nope_head_dim", "v_head_dim",
                      "index_head_dim", "linear_key_head_dim", "linear_value_head_dim",
@@ -105,15 +112,22 @@ SIZES = {
     **dict.fromkeys(("image_size", "img_size", "input_size"), 32),
     **dict.fromkeys(("patch_size",), 4),
     **dict.fromkeys(("num_mel_bins", "feature_size", "n_mels", "input_feat_size"), 8),
-    **dict.fromkeys(("num_frames",), 2),
+    **dict.fromkeys(("num_frames", "frames_per_clip"), 2),
+    **dict.fromkeys(("crop_size",), 32),
     **dict.fromkeys(("max_source_positions",), 16),
     **dict.fromkeys(("context_length",), 32),
     **dict.fromkeys(("prediction_length", "horizon_length"), 4),
     **dict.fromkeys(("num_labels",), 5),
+    # a detector's object queries (D-FINE takes the top ones of its tiny image's anchors)
+    **dict.fromkeys(("num_queries",), 8),
     **dict.fromkeys(("relative_attention_num_buckets",), 8),
     **dict.fromkeys(("relative_attention_max_distance",), 16),
     **dict.fromkeys(("type_vocab_size",), 2),
 }
+# sizes that no default shrinks but that a default config may leave None for the checkpoints
+# to give (``shrink``'s ``fill``): Dots1's shared experts
+FILLED = {"n_shared_experts": 1,
+          "sliding_window": 4}  # (Step3p7's attention reads a window its default leaves None)
 # lists with one entry per stage of a hierarchical vision model (SegFormer, Swin, Hiera):
 # what kind of size each entry is
 STAGES = {**dict.fromkeys(("depths", "block_sizes"), "depth"),
@@ -159,6 +173,19 @@ def shrink(config, fill: bool = False) -> dict:
                 # alone would take the backbone config's own default (its last stage only)
                 changed.update({k: list(getattr(sub, k)) for k in ("out_indices",)
                                 if isinstance(getattr(sub, k, None), (list, tuple))})
+                depth = next((changed[k] for k in LAYER_COUNTS if isinstance(changed.get(k), int)),
+                             None)
+                if depth and isinstance(changed.get("out_indices"), list):
+                    # a plain (non-hierarchical) backbone's layers cut: the layers it hands on
+                    # that no longer exist are its last (ViTMatte's ViTDet hands on layer 4)
+                    changed["out_indices"] = sorted({min(i, depth) if isinstance(i, int) and i > 0
+                                                     else i for i in changed["out_indices"]})
+                if isinstance(changed.get("hidden_sizes"), list):
+                    # the widths of the stages it hands on (out_indices count the stem as 0)
+                    picked = [i - 1 for i in changed.get("out_indices", ()) if isinstance(i, int)]
+                    old = list(sub.hidden_sizes)
+                    changed["_hidden_sizes"] = [
+                        v if not picked or i in picked else None for i, v in enumerate(old)]
             if changed:
                 out[key] = {"model_type": getattr(sub, "model_type", None), **changed}
                 if out[key]["model_type"] in (None, ""):
@@ -166,6 +193,14 @@ def shrink(config, fill: bool = False) -> dict:
             continue
         if isinstance(value, bool):
             continue
+        if isinstance(value, (list, tuple)) and value and all(
+                isinstance(v, int) for v in value) and isinstance(sub, tuple) and re.search(
+                rf"\+\s*(?:self\.)?config\.{key}\b|\bconfig\.{key}\s*\+", _source(config)):
+            # a tuple default that the modeling file extends with a list (ViTMatte's
+            # ``[config.hidden_size] + config.fusion_hidden_sizes``): a checkpoint's config, read
+            # from JSON, gives a list
+            out[key] = list(value)
+            value = out[key]
         if value is None and key.endswith("layer_types") and layers:
             kinds = _layer_kinds(config, key)
             if kinds:
@@ -185,8 +220,8 @@ def shrink(config, fill: bool = False) -> dict:
                 OTHER_KIND[key]]
         elif fill and value is None and key in SIZES and key not in LAYER_COUNTS:
             out[key] = SIZES[key]
-        elif fill and value is None and key == "sliding_window":
-            out[key] = 4  # (Step3p7's attention reads a window its default config leaves None)
+        elif fill and value is None and key in FILLED:
+            out[key] = FILLED[key]
         elif fill and value is None and key == "pad_token_id":
             out[key] = 1  # (ESM compares the tokens with it)
         elif key in SIZES and isinstance(value, int) and value > SIZES[key] and not (
@@ -262,6 +297,14 @@ def shrink(config, fill: bool = False) -> dict:
         # layers that reuse an earlier layer's keys and values (Gemma 3n): none among the
         # few layers left, each of which then produces its own cache
         out["num_kv_shared_layers"] = 0
+    positions = out.get("max_position_embeddings")
+    for key in ("context_size",):
+        if isinstance(positions, int) and isinstance(values.get(key), int) and values[key] > positions:
+            out[key] = positions  # an attention context within the positions (Granite Speech 5)
+    if fill and isinstance(heads, int) and not any(k in values for k in KV_HEADS):
+        # key-value heads the config lacks although its modeling file reads them (Moonshine
+        # Streaming's decoder reads config.num_key_value_heads): one per head
+        out.update({k: heads for k in KV_HEADS if re.search(rf"\bconfig\.{k}\b", _source(config))})
     if isinstance(values.get("sliding_window"), int) and values["sliding_window"] > 4:
         out["sliding_window"] = 4
     if "mrope_section" in getattr(config, "ignore_keys_at_rope_validation", ()) and heads and (
@@ -284,6 +327,8 @@ def shrink(config, fill: bool = False) -> dict:
             # the height and width sections first, of one size (ERNIE 4.5-VL interleaves them)
             rope["mrope_section"] = [half // 4, half // 4, half - 2 * (half // 4)]
         out["rope_parameters"] = rope
+    _rope_per_kind(config, values, out)
+    _widths_followed(values, out)
     # a pattern of layer kinds repeated over the layers (RecurrentGemma's block_types,
     # ["recurrent", "recurrent", "attention"]): as many layers as the pattern has, so that
     # each kind is built (two layers would have no attention layer, which torch refuses)
@@ -294,6 +339,60 @@ def shrink(config, fill: bool = False) -> dict:
         key = next(k for k in LAYER_COUNTS if isinstance(values.get(k), int))
         out[key] = pattern
     return out
+
+
+def _rope_per_kind(config, values: dict, out: dict) -> None:
+    """RoPE parameters keyed by layer kind where the modeling file reads them so
+    (``rope_parameters[layer_type]``: Cohere Compass's default config gives them flat, its
+    checkpoints per kind): one entry per kind of the tiny config's ``layer_types``, each the
+    flat parameters (and the multimodal sections made to fit, ``shrink``)."""
+    kinds = out.get("layer_types", values.get("layer_types"))
+    rope = out.get("rope_parameters", values.get("rope_parameters"))
+    if not (isinstance(kinds, list) and kinds and all(isinstance(k, str) for k in kinds)):
+        return
+    if isinstance(rope, dict) and not set(rope).isdisjoint(kinds):
+        return
+    if not re.search(r"rope_parameters\[\s*(?:self\.)?layer_type\s*\]", _source(config)):
+        return
+    flat = {k: v for k, v in (rope or {}).items() if not isinstance(v, dict)}
+    flat.setdefault("rope_type", "default")
+    flat.setdefault("rope_theta", values.get("rope_theta") or 10000.0)
+    out["rope_parameters"] = {kind: dict(flat) for kind in dict.fromkeys(kinds)}
+
+
+# the lists of a config that name a width of the stages (a backbone's channels, a neck's
+# input channels): where the stage widths are made small, the entries equal to a default
+# width follow it (``_widths_followed``)
+CHANNEL_LISTS = re.compile(r"channels|hidden_sizes|in_dims|out_dims")
+
+
+def _widths_followed(values: dict, out: dict) -> None:
+    """Widths tied by equality kept tied: where ``hidden_sizes`` (a hierarchical model's stage
+    widths) is made small, every list of channels in the config, and in its parent for a
+    backbone's (D-FINE's ``encoder_in_channels``), has its entries that equal a default stage
+    width replaced by that stage's new width (HGNet-V2's ``stage_out_channels``, which its
+    stages build from, and ``stage_in_channels``, each the previous stage's out), the other
+    entries (a stem's channels) kept."""
+    pairs = []
+    for key in ("hidden_sizes",):
+        if isinstance(out.get(key), list) and isinstance(values.get(key), list):
+            pairs.append((values[key], out[key]))
+    backbone = out.get("backbone_config")
+    if isinstance(backbone, dict) and isinstance(backbone.get("_hidden_sizes"), list):
+        pairs.append((backbone.pop("_hidden_sizes"), backbone["hidden_sizes"]))
+    for old, new in pairs:
+        if len(old) != len(new):
+            continue
+        mapping = {o: n for o, n in zip(old, new) if isinstance(o, int) and o != n
+                   and not isinstance(o, bool)}
+        if len(set(mapping.values())) != len(mapping):
+            continue
+        for key, value in values.items():
+            if key in out or not CHANNEL_LISTS.search(key) or not isinstance(value, list):
+                continue
+            if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value) and any(
+                    v in mapping for v in value):
+                out[key] = [mapping.get(v, v) for v in value]
 
 
 # the kind a layer has where a modeling file names only the other (``layer_types[i] != "conv"``)
@@ -471,6 +570,7 @@ def tiny_config(config_class):
 def _built(config_class, kwargs: dict):
     """``config_class(**kwargs)``; where a config's validation refuses the whole set (a size
     tied to another), the keywords it refuses are left at their defaults, one at a time."""
+    kwargs = _as_validated(config_class, kwargs)
     tries = [kwargs] + [{k: v for k, v in kwargs.items() if k != key} for key in kwargs]
     errors: list[Exception] = []
     for attempt in tries:
@@ -479,6 +579,36 @@ def _built(config_class, kwargs: dict):
         except Exception as exc:  # noqa: BLE001 (a validator's refusal)
             errors.append(exc)
     raise errors[0]
+
+
+# a config validator's message that names the size one field must have ("`adaptor_config.
+# intermediate_size` (64) must equal `text_config.hidden_size // 4` (8)")
+TIED_SIZE = re.compile(r"`([\w.]+)`\s*\((\d+)\)\s*must (?:equal|be equal to)\b[^()]*\((\d+)\)")
+
+
+def _as_validated(config_class, kwargs: dict, tries: int = 4) -> dict:
+    """``kwargs`` with the sizes that ``config_class``'s validators tie to others set as they
+    say (Fun-ASR-Nano's adaptor width, a quarter of the text model's): a size the shrinking
+    made small whose tie it cannot know. ``kwargs`` as they are where the message names none."""
+    for _ in range(tries):
+        try:
+            config_class(**kwargs)
+            return kwargs
+        except Exception as exc:  # noqa: BLE001 (a validator's refusal)
+            match = TIED_SIZE.search(str(exc)) or TIED_SIZE.search(str(exc.__cause__ or ""))
+        if not match:
+            return kwargs
+        *path, last = match.group(1).split(".")
+        fixed = dict(kwargs)
+        node = fixed
+        for part in path:
+            node[part] = dict(node.get(part) or {})
+            node = node[part]
+        if node.get(last) == int(match.group(3)):
+            return kwargs
+        node[last] = int(match.group(3))
+        kwargs = fixed
+    return kwargs
 
 
 def _literal(value) -> str:
@@ -509,7 +639,31 @@ def entry_classes(module) -> tuple[type | None, type | None]:
     head = next((c for suffix in HEADS for c in own if c.__name__.endswith(suffix)), None)
     if not bases:  # a backbone (VitPoseBackbone) or a model named otherwise
         bases = sorted(own, key=lambda c: len(c.__name__))
-    return (bases[0] if bases else None), head
+    base = bases[0] if bases else None
+    chosen = head or base
+    if chosen is not None and _first_input(chosen) not in BUILT_FIRST:
+        # a forward whose first input the sweep does not build (a session object, a neck's
+        # hidden states, a decoder's vision features): another class of the file whose forward
+        # takes one it builds, a head first (PP-OCRv5's detector, SLANeXt's table recognizer)
+        other = next((c for c in sorted(own, key=lambda c: ("For" not in c.__name__,
+                                                            len(c.__name__)))
+                      if _first_input(c) in BUILT_FIRST), None)
+        if other is not None:
+            return base, other
+    return base, head
+
+
+# the first inputs of a forward that ``_inputs`` builds from the config alone
+BUILT_FIRST = ("input_ids", "input_ids_or_embeds", "pixel_values", "pixel_values_videos",
+               "input_features", "input_values", "past_values")
+
+
+def _first_input(cls) -> str:
+    try:
+        params = inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return ""
+    return next((n for n in params if n != "self"), "")
 
 
 # the ways of reading the forward's inputs the sweep tries in turn, where torch refuses the
@@ -551,6 +705,14 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
         specs.append(pixels)
         if "input_ids" in params and params["input_ids"].default is inspect._empty:
             specs.append(f"input_ids={tokens}")  # BLIP-2's captioner: images, then the text
+    elif first == "pixel_values_videos":
+        # a video model's frames (V-JEPA 2, VidEoMT): [batch, frames, channels, height, width]
+        count = (getattr(vision, "num_frames", None) or getattr(vision, "frames_per_clip", None)
+                 or 2)
+        size = getattr(vision, "crop_size", None) or size
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        channels = getattr(vision, "num_channels", None) or getattr(vision, "in_chans", 3)
+        specs.append(f"float32[{BATCH},{count},{channels},{size},{size}]")
     elif first == "input_features":
         # the mel bins, or the features per frame of Speech2Text's convolutions
         mel = getattr(config, "num_mel_bins", None) or getattr(
