@@ -833,12 +833,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
     def _is_conv(self, call: cst.Call) -> bool:
         rule = self.rules.layers.get(qualified(self.meta, call.func) or "")
-        return rule is not None and rule.special == "conv" and rule.layout == "channels_last"
+        return rule is not None and rule.special in ("conv", "pool") and rule.layout == "channels_last"
 
     def _dict_layout(self, fid: int, name: str) -> str:
         """An OrderedDict of layers: one layout whatever its order (its items may be put in
         under conditions). Torch's when its only channels-last items are convolutions built
-        in place: those become the NCHW Conv2d helper (torch_convs)."""
+        in place or poolings: the NCHW Conv2d / MaxPool2d helpers (torch_convs; resnetv2's stem)."""
         layouts = self._lists[fid][name]
         layout = combine(layouts)
         convs = self._dict_convs.get((fid, name), [])

@@ -1,0 +1,63 @@
+"""Shapes of timm's model code (benchmarks/timm_sweep.py, docs/timm-sweep.md) that failed the
+sweep at build with "X is not a Module subclass" or a torch layer attribute, each on a model of
+our own written that way, converted, built and verified against torch (outputs and gradients,
+in float64, the pass that decides).
+
+* an ``OrderedDict`` stem of a conv built by a layer-class parameter, a norm and an
+  ``nn.MaxPool2d`` built in place, then ``nn.Sequential(stem)`` (timm's resnetv2
+  ``create_resnetv2_stem``): the pooling becomes the NCHW ``MaxPool2d`` helper as a conv
+  would, so the Sequential takes torch's layout throughout (it was left torch's ``nn.Sequential``,
+  "is not a Module subclass" at build);
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from torch2jax.verify.run import VerifyRequest, run_request
+
+
+def _verify(tmp_path, source: str, inputs: tuple[str, ...]):
+    (tmp_path / "model.py").write_text(source)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net", inputs=inputs,
+                                       float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
+
+
+POOL_IN_DICT_STEM = textwrap.dedent('''
+    from collections import OrderedDict
+    from functools import partial
+
+    import torch.nn as nn
+
+
+    class StdConv(nn.Conv2d):
+        def __init__(self, cin, cout, k, stride=1, eps=1e-6):
+            super().__init__(cin, cout, k, stride=stride, padding=k // 2)
+            self.eps = eps
+
+
+    def create_stem(in_chs, out_chs, conv_layer=StdConv, norm_layer=nn.BatchNorm2d, preact=False):
+        stem = OrderedDict()
+        stem['conv'] = conv_layer(in_chs, out_chs, 3, stride=2)
+        if not preact:
+            stem['norm'] = norm_layer(out_chs)
+        stem['pool'] = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        return nn.Sequential(stem)
+
+
+    class Net(nn.Module):
+        def __init__(self, conv_layer=partial(StdConv, eps=1e-8)):
+            super().__init__()
+            self.stem = create_stem(3, 8, conv_layer=conv_layer)
+            self.head = nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.head(self.stem(x).mean((2, 3)))
+''')
+
+
+def test_pooling_in_an_ordered_dict_stem(tmp_path):
+    _verify(tmp_path, POOL_IN_DICT_STEM, ("float32[2,3,9,8]",))
