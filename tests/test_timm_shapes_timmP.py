@@ -8,6 +8,11 @@ in float64, the pass that decides).
   ``create_resnetv2_stem``): the pooling becomes the NCHW ``MaxPool2d`` helper as a conv
   would, so the Sequential takes torch's layout throughout (it was left torch's ``nn.Sequential``,
   "is not a Module subclass" at build);
+* stages built by methods of the class defined below ``__init__`` and returning a list of the
+  file's blocks with another value (timm's cpubone: ``blocks, in_channels =
+  self._build_conv_stage(...)``, then ``stages.append(nn.Sequential(*blocks))``): the list
+  is known to hold torch-layout modules, so both Sequentials are translated (they were left
+  torch's, "is not a Module subclass").
 """
 
 from __future__ import annotations
@@ -61,3 +66,58 @@ POOL_IN_DICT_STEM = textwrap.dedent('''
 
 def test_pooling_in_an_ordered_dict_stem(tmp_path):
     _verify(tmp_path, POOL_IN_DICT_STEM, ("float32[2,3,9,8]",))
+
+
+STAGES_FROM_METHODS = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class ResidualBlock(nn.Module):
+        def __init__(self, main, shortcut):
+            super().__init__()
+            self.main = main
+            self.shortcut = shortcut
+
+        def forward(self, x):
+            res = self.main(x)
+            if self.shortcut is not None:
+                res = res + self.shortcut(x)
+            return res
+
+
+    class Net(nn.Module):
+        def __init__(self, widths=(4, 6), depth=2):
+            super().__init__()
+            in_channels = 3
+            stages = []
+            for i, width in enumerate(widths):
+                if i:
+                    blocks, in_channels = self._build_other_stage(in_channels, width)
+                else:
+                    blocks, in_channels = self._build_stage(in_channels, width, depth)
+                stages.append(nn.Sequential(*blocks))
+            self.stages = nn.Sequential(*stages)
+            self.head = nn.Linear(in_channels, 4)
+
+        def _build_stage(self, in_channels, width, depth):
+            blocks = []
+            for i in range(depth):
+                block = nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1),
+                                      nn.BatchNorm2d(width), nn.ReLU())
+                blocks.append(ResidualBlock(block, nn.Identity() if i else None))
+                in_channels = width
+            return blocks, in_channels
+
+        def _build_other_stage(self, in_channels, width):
+            blocks = [ResidualBlock(nn.Sequential(nn.Conv2d(in_channels, width, 1)), None)]
+            blocks.append(ResidualBlock(nn.Sequential(nn.Conv2d(width, width, 3, padding=1)),
+                                     nn.Identity()))
+            return blocks, width
+
+        def forward(self, x):
+            return self.head(self.stages(x).mean((2, 3)))
+''')
+
+
+def test_stages_from_lists_methods_return(tmp_path):
+    _verify(tmp_path, STAGES_FROM_METHODS, ("float32[2,3,6,5]",))

@@ -37,7 +37,9 @@ from torch2jax.analysis.layer_lists import (
     spread_literals,
 )
 from torch2jax.analysis.returned_lists import (
+    list_return_key,
     note_attr_call,
+    note_method_list_returns,
     note_returned_list,
     returned_list_layouts,
 )
@@ -436,6 +438,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             for st in node.body.body))
         self.index.classes[info.name] = info
         self._class_stack.append(info)
+        note_method_list_returns(self, node)
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         self._class_stack.pop()
@@ -887,11 +890,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     self.layouts.of(e.value, self._scope()) for e in v.value.elements
                     if not isinstance(e, cst.StarredElement)]
         # features, info = _build_blocks(...) returning a list of layers it built
-        if self._fn_stack and m.matches(node.value, m.Call(func=m.Name())) and (
-                node.value.func.value in self._list_returns):
+        if self._fn_stack and (key := list_return_key(self, node.value)) is not None:
             names = [e.value for e in target.elements] if isinstance(
                 target, (cst.Tuple, cst.List)) else [target]
-            for position, layout in self._list_returns[node.value.func.value].items():
+            for position, layout in self._list_returns[key].items():
                 if position < len(names) and isinstance(names[position], cst.Name):
                     self._lists[id(self._fn_stack[-1])][names[position].value] = [layout]
         # stages = nn.ModuleList([]), then stages.append(stage) (timm's ghostnet): a list too
