@@ -12,7 +12,12 @@ in float64, the pass that decides).
   file's blocks with another value (timm's cpubone: ``blocks, in_channels =
   self._build_conv_stage(...)``, then ``stages.append(nn.Sequential(*blocks))``): the list
   is known to hold torch-layout modules, so both Sequentials are translated (they were left
-  torch's, "is not a Module subclass").
+  torch's, "is not a Module subclass");
+* ``nn.Sequential(OrderedDict([...]))`` of a conv built in place, a norm built by a local
+  layer class and a pooling chosen into a local in branches (``nn.MaxPool2d`` or a
+  Sequential of it and an anti-aliasing layer), then ``add_module`` of a norm (timm's
+  densenet stem): the conv and the pooling become the NCHW helpers, the Sequential takes
+  torch's layout (it was left torch's, "is not a Module subclass").
 """
 
 from __future__ import annotations
@@ -121,3 +126,48 @@ STAGES_FROM_METHODS = textwrap.dedent('''
 
 def test_stages_from_lists_methods_return(tmp_path):
     _verify(tmp_path, STAGES_FROM_METHODS, ("float32[2,3,6,5]",))
+
+
+DICT_STEM_WITH_BRANCH_POOL = textwrap.dedent('''
+    from collections import OrderedDict
+
+    import torch.nn as nn
+
+
+    class BNAct(nn.BatchNorm2d):
+        def __init__(self, c, act=True):
+            super().__init__(c)
+            self.act = nn.ReLU() if act else nn.Identity()
+
+        def forward(self, x):
+            return self.act(super().forward(x))
+
+
+    def get_norm(norm_layer):
+        return norm_layer
+
+
+    class Net(nn.Module):
+        def __init__(self, norm_layer=BNAct, aa_layer=None):
+            super().__init__()
+            norm_layer = get_norm(norm_layer)
+            if aa_layer is None:
+                stem_pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+            else:
+                stem_pool = nn.Sequential(nn.MaxPool2d(kernel_size=3, stride=1, padding=1),
+                                          aa_layer(channels=8))
+            self.features = nn.Sequential(OrderedDict([
+                ('conv0', nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)),
+                ('norm0', norm_layer(8)),
+                ('pool0', stem_pool),
+            ]))
+            self.features.add_module('norm5', norm_layer(8))
+            self.head = nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.head(self.features(x).mean((2, 3)))
+''')
+
+
+def test_literal_dict_stem_with_a_pool_chosen_in_branches(tmp_path):
+    _verify(tmp_path, DICT_STEM_WITH_BRANCH_POOL, ("float32[2,3,9,8]",))

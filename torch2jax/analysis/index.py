@@ -22,6 +22,7 @@ from torch2jax.analysis.class_locals import (
     looked_up_activation,
     looked_up_class,
     nchw_branch_convs,
+    note_local_layer,
     param_loop_targets,
     tuple_class_returns,
     unpacked_classes,
@@ -32,6 +33,7 @@ from torch2jax.analysis.layer_lists import (
     filtered_literal,
     is_factory_dict,
     list_layout,
+    literal_layout,
     ordered_dict_items,
     self_slice,
     spread_literals,
@@ -325,7 +327,7 @@ class Layouts:
                 if isinstance(v, (cst.ListComp, cst.GeneratorExp)):
                     layouts.append(self.of(v.elt, scope_lists))
                 elif isinstance(v, (cst.List, cst.Tuple)):
-                    layouts.append(combine([self.of(e.value, scope_lists) for e in v.elements]))
+                    layouts.append(literal_layout(self, v, scope_lists, qualified))
                 elif isinstance(v, cst.Name):
                     layouts.append((scope_lists or {}).get(v.value) or "mixed")
                 elif filtered_literal(v) is not None:  # *filter(None, [conv, aa, norm, act])
@@ -924,11 +926,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         # later: its layout, like a list's. A local Sequential takes and returns NCHW itself.
         if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.Call):
             rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
-            if rule is not None and rule.special not in _CONTAINERS:
-                layout = built_layout(rule, node.value, self.index.factory_dicts)
-                self._lists[id(self._fn_stack[-1])][target.value] = [layout]
-                self._local_layers.setdefault((id(self._fn_stack[-1]), target.value), []).append(
-                    (layout, node.value if rule.special == "conv" else None))
+            if rule is not None:
+                note_local_layer(self, target.value, node.value, rule)
         # a layer bound to a plain name (pool = nn.MaxPool2d(2), at module level or in a
         # function) and called by it: the call moves a channels-last layer's input and output
         if isinstance(target, cst.Name) and isinstance(node.value, cst.Call) and (

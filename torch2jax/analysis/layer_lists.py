@@ -96,3 +96,29 @@ def list_layout(layouts: list[str]) -> str:
     a None left out keeps the order right whichever items are there)."""
     layout = combine(layouts)
     return "torch" if layout == "mixed" and "mixed" not in layouts else layout
+
+
+def literal_layout(layouts, v: cst.List | cst.Tuple, scope_lists, qualified) -> str:
+    """The layout of the layers of a literal spread where their order is not kept
+    (``nn.Sequential(OrderedDict([("conv0", nn.Conv2d(...)), ("norm0", norm_layer(c)),
+    ("pool0", nn.MaxPool2d(3, 2, 1))]))``, timm's densenet stem): torch's when its only
+    channels-last items are convolutions or poolings built in place, which become the NCHW
+    Conv2d / MaxPool2d helpers (``torch_convs``), as in an OrderedDict filled by name.
+    ``layouts``: the index's Layouts; ``qualified``: analysis/index.py's."""
+    got = [layouts.of(e.value, scope_lists) for e in v.elements]
+    layout = combine(got)
+    if layout != "mixed" or "mixed" in got:
+        return layout
+    built = []
+    for e in v.elements:
+        call = e.value.elements[1].value if isinstance(e.value, cst.Tuple) and len(
+            e.value.elements) == 2 else e.value
+        rule = layouts.rules.layers.get(qualified(layouts.meta, call.func) or "") if isinstance(
+            call, cst.Call) else None
+        if rule is not None and rule.special in ("conv", "pool") and (
+                built_layout(rule, call) == "channels_last"):
+            built.append(call)
+    if built and len(built) == got.count("channels_last"):
+        layouts.index.torch_convs.update(id(c) for c in built)
+        return "torch"
+    return layout
