@@ -17,7 +17,10 @@ in float64, the pass that decides).
   layer class and a pooling chosen into a local in branches (``nn.MaxPool2d`` or a
   Sequential of it and an anti-aliasing layer), then ``add_module`` of a norm (timm's
   densenet stem): the conv and the pooling become the NCHW helpers, the Sequential takes
-  torch's layout (it was left torch's, "is not a Module subclass").
+  torch's layout (it was left torch's, "is not a Module subclass");
+* ``named_children()`` of an ``nn.Sequential(stem)`` of an OrderedDict filled by name, its
+  names looked up (timm's nfnet: ``[n for n, _ in torch_named_children(self.stem)].index(
+  "conv2")``): torch's names, not positions ("'conv2' is not in list").
 """
 
 from __future__ import annotations
@@ -171,3 +174,40 @@ DICT_STEM_WITH_BRANCH_POOL = textwrap.dedent('''
 
 def test_literal_dict_stem_with_a_pool_chosen_in_branches(tmp_path):
     _verify(tmp_path, DICT_STEM_WITH_BRANCH_POOL, ("float32[2,3,9,8]",))
+
+
+NAMED_STEM_CHILDREN = textwrap.dedent('''
+    from collections import OrderedDict
+
+    import torch.nn as nn
+
+
+    def create_stem(in_chs, out_chs, conv_layer=nn.Conv2d, act_layer=nn.ReLU):
+        stem = OrderedDict()
+        chs = (out_chs // 2, out_chs)
+        for i, c in enumerate(chs):
+            stem[f'conv{i + 1}'] = conv_layer(in_chs, c, kernel_size=3, stride=1, padding=1)
+            if i != len(chs) - 1:
+                stem[f'act{i + 2}'] = act_layer(inplace=True)
+            in_chs = c
+        return nn.Sequential(stem), dict(num_chs=out_chs // 2, module='stem.conv2')
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, stem_feat = create_stem(3, 8)
+            names = [n for n, _ in self.stem.named_children()]
+            self.feat_idx = names.index(stem_feat['module'].split('.', 1)[1])
+
+        def forward(self, x):
+            for i, layer in enumerate(self.stem):
+                x = layer(x)
+                if i == self.feat_idx:
+                    feat = x
+            return x.mean((2, 3)) + feat.mean((1, 2, 3))[:, None]
+''')
+
+
+def test_named_children_of_a_sequential_of_named_layers(tmp_path):
+    _verify(tmp_path, NAMED_STEM_CHILDREN, ("float32[2,3,5,4]",))
