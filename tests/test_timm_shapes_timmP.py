@@ -20,7 +20,11 @@ in float64, the pass that decides).
   torch's layout (it was left torch's, "is not a Module subclass");
 * ``named_children()`` of an ``nn.Sequential(stem)`` of an OrderedDict filled by name, its
   names looked up (timm's nfnet: ``[n for n, _ in torch_named_children(self.stem)].index(
-  "conv2")``): torch's names, not positions ("'conv2' is not in list").
+  "conv2")``): torch's names, not positions ("'conv2' is not in list");
+* a stage's layers added up from lists (timm's csatv2: ``layers = ([nn.Conv2d(..., **dd)]
+  if i > 0 else []) + [Block(...) for ...] + ([LayerNorm2d(dim)] if ... else [])``, then
+  ``nn.Sequential(*layers)``): the conv becomes the NCHW helper, both Sequentials take
+  torch's layout (they were left torch's, "is not a Module subclass").
 """
 
 from __future__ import annotations
@@ -211,3 +215,47 @@ NAMED_STEM_CHILDREN = textwrap.dedent('''
 
 def test_named_children_of_a_sequential_of_named_layers(tmp_path):
     _verify(tmp_path, NAMED_STEM_CHILDREN, ("float32[2,3,5,4]",))
+
+
+SUMMED_STAGE_LISTS = textwrap.dedent('''
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.conv = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+        self.norm = nn.BatchNorm2d(dim)
+
+    def forward(self, x):
+        return x + self.norm(self.conv(x))
+
+
+class LayerNorm2d(nn.LayerNorm):
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class Net(nn.Module):
+    def __init__(self, dims=(4, 6), depths=(1, 2)):
+        super().__init__()
+        self.stem = nn.Conv2d(3, dims[0], 1)
+        dd = {'device': None, 'dtype': None}
+        stages = []
+        for i, (dim, depth) in enumerate(zip(dims, depths)):
+            layers = (
+                ([nn.Conv2d(dims[i - 1], dim, kernel_size=2, stride=2, **dd)] if i > 0 else []) +
+                [Block(dim) for _ in range(depth)] +
+                ([LayerNorm2d(dim, eps=1e-6)] if i < len(depths) - 1 else [])
+            )
+            stages.append(nn.Sequential(*layers))
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Linear(dims[-1], 4)
+
+    def forward(self, x):
+        return self.head(self.stages(self.stem(x)).mean((2, 3)))
+''')
+
+
+def test_stage_layers_added_up_from_lists(tmp_path):
+    _verify(tmp_path, SUMMED_STAGE_LISTS, ("float32[2,3,8,8]",))

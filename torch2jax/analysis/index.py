@@ -874,10 +874,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         target = node.targets[0].target
         # local lists: layers = [...]
         if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.List):
-            self._lists[id(self._fn_stack[-1])][target.value] = [
-                self.layouts.of(e.value, self._scope()) for e in node.value.elements
-                if not isinstance(e, cst.StarredElement)
-            ]
+            self._lists[id(self._fn_stack[-1])][target.value] = [self.layouts.of(
+                e.value, self._scope()) for e in node.value.elements
+                if not isinstance(e, cst.StarredElement)]
+        elif self._fn_stack and isinstance(target, cst.Name) and (got := literal_layout(
+                self.layouts, node.value, self._scope(), qualified)) is not None:
+            self._lists[id(self._fn_stack[-1])][target.value] = [got]  # [conv] + [...]
         elif self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.ListComp) \
                 and self.layouts.of(node.value.elt, self._scope()) in ("torch", "any"):
             # blocks = [Block(dim) for i in range(depth)] (starnet; channels-last: not normalized)
