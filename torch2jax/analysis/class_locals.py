@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis.layer_lists import built_layout
 from torch2jax.analysis.walk import walk
 
 
@@ -125,13 +126,23 @@ def nchw_branch_convs(built: dict, fid: int, torch_convs: set[int]) -> list[str]
     torch's layout whichever branch built it."""
     names = []
     for (f, name), assigns in built.items():
-        convs = [conv for _, conv in assigns if conv is not None]
-        if f == fid and convs and len(convs) < len(assigns) and all(
-                layout == "channels_last" for layout, conv in assigns if conv is not None
-        ) and {layout for layout, conv in assigns if conv is None} <= {"torch", "any"}:
+        convs = _branch_convs(assigns)
+        if f == fid and convs:
             torch_convs.update(id(c) for c in convs)
             names.append(name)
     return names
+
+
+def _branch_convs(assigns: list) -> list[cst.Call]:
+    """The convs (or poolings) of a local's assignments ``[(layout, conv or None)]`` when they
+    are channels-last, built in some branches, and the others build layers of torch's layout
+    (or any); else []."""
+    convs = [conv for _, conv in assigns if conv is not None]
+    if convs and len(convs) < len(assigns) and all(
+            layout == "channels_last" for layout, conv in assigns if conv is not None
+    ) and {layout for layout, conv in assigns if conv is None} <= {"torch", "any"}:
+        return convs
+    return []
 
 
 def local_function(fns: list[cst.FunctionDef], name: str) -> bool:
@@ -245,3 +256,37 @@ def holds_rngs_function(fn: cst.FunctionDef, call: cst.Call, takes_rngs: Collect
     which may not take them): called through ``call_with_rngs``."""
     return isinstance(call.func, cst.Name) and bool(
         local_function_options(fn, call.func.value) & set(takes_rngs))
+
+
+def note_local_layer(builder, name: str, value: cst.Call, rule) -> None:
+    """``name = layer(...)`` in a function (``final_conv = nn.Conv2d(...)``, put into a
+    Sequential later): its layout, like a list's, and in ``builder._local_layers`` with the
+    conv or pooling built there, for nchw_branch_convs. A local Sequential takes and returns
+    NCHW itself (densenet's ``stem_pool``: ``nn.MaxPool2d(...)`` in one branch,
+    ``nn.Sequential(pool, aa_layer(...))`` in the other): a branch of torch's layout there."""
+    if rule.special in ("module_list", "module_dict"):
+        return
+    fid = id(builder._fn_stack[-1])
+    layout = "torch" if rule.special == "sequential" else built_layout(
+        rule, value, builder.index.factory_dicts)
+    if rule.special != "sequential":
+        builder._lists[fid][name] = [layout]
+    assigns = builder._local_layers.setdefault((fid, name), [])
+    assigns.append((layout, value if rule.special in ("conv", "pool") else None))
+    convs = _branch_convs(assigns)
+    if convs:  # known now, for a Sequential given the local below the branches
+        builder.index.torch_convs.update(id(c) for c in convs)
+        builder._lists[fid][name] = ["torch"]
+
+
+def is_classmethod(fn: cst.FunctionDef) -> bool:
+    return any(m.matches(d.decorator, m.Name("classmethod")) for d in fn.decorators)
+
+
+def dotted(node: cst.BaseExpression) -> str:
+    """``a.b.c`` as text (``?`` for a part that is no name)."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{dotted(node.value)}.{node.attr.value}"
+    return "?"

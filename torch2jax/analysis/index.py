@@ -19,10 +19,13 @@ from libcst.metadata import ScopeProvider
 
 from torch2jax.analysis.branch_layouts import branch_assign, torch_layout_attrs
 from torch2jax.analysis.class_locals import (
+    dotted,
+    is_classmethod,
     local_function_options,
     looked_up_activation,
     looked_up_class,
     nchw_branch_convs,
+    note_local_layer,
     param_loop_targets,
     tuple_class_returns,
     unpacked_classes,
@@ -33,13 +36,16 @@ from torch2jax.analysis.layer_lists import (
     filtered_literal,
     is_factory_dict,
     list_layout,
+    literal_layout,
     literal_list_layout,
     ordered_dict_items,
     self_slice,
     spread_literals,
 )
 from torch2jax.analysis.returned_lists import (
+    list_return_key,
     note_attr_call,
+    note_method_list_returns,
     note_returned_list,
     returned_list_layouts,
 )
@@ -325,7 +331,7 @@ class Layouts:
                 if isinstance(v, (cst.ListComp, cst.GeneratorExp)):
                     layouts.append(self.of(v.elt, scope_lists))
                 elif isinstance(v, (cst.List, cst.Tuple)):
-                    layouts.append(combine([self.of(e.value, scope_lists) for e in v.elements]))
+                    layouts.append(literal_layout(self, v, scope_lists, qualified))
                 elif isinstance(v, cst.Name):
                     layouts.append((scope_lists or {}).get(v.value) or "mixed")
                 elif filtered_literal(v) is not None:  # *filter(None, [conv, aa, norm, act])
@@ -438,6 +444,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             for st in node.body.body))
         self.index.classes[info.name] = info
         self._class_stack.append(info)
+        note_method_list_returns(self, node)
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         self._class_stack.pop()
@@ -604,7 +611,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     local_function_options(self._fn_stack[-1], node.func.value)))
                 if node.func.value in self.known_modules | self.imported_builders:
                     builds = True
-                if node.func.value == "cls" and self._class_stack and _is_classmethod(
+                if node.func.value == "cls" and self._class_stack and is_classmethod(
                         self._fn_stack[-1]):
                     # GPT.from_pretrained(...): cls(config) builds the class itself
                     self._fn_calls[key].add(self._class_stack[-1].name)
@@ -837,12 +844,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
 
     def _is_conv(self, call: cst.Call) -> bool:
         rule = self.rules.layers.get(qualified(self.meta, call.func) or "")
-        return rule is not None and rule.special == "conv" and rule.layout == "channels_last"
+        return rule is not None and rule.special in ("conv", "pool") and rule.layout == "channels_last"
 
     def _dict_layout(self, fid: int, name: str) -> str:
         """An OrderedDict of layers: one layout whatever its order (its items may be put in
         under conditions). Torch's when its only channels-last items are convolutions built
-        in place: those become the NCHW Conv2d helper (torch_convs)."""
+        in place or poolings: the NCHW Conv2d / MaxPool2d helpers (torch_convs; resnetv2's stem)."""
         layouts = self._lists[fid][name]
         layout = combine(layouts)
         convs = self._dict_convs.get((fid, name), [])
@@ -873,10 +880,12 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         target = node.targets[0].target
         # local lists: layers = [...]
         if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.List):
-            self._lists[id(self._fn_stack[-1])][target.value] = [
-                self.layouts.of(e.value, self._scope()) for e in node.value.elements
-                if not isinstance(e, cst.StarredElement)
-            ]
+            self._lists[id(self._fn_stack[-1])][target.value] = [self.layouts.of(
+                e.value, self._scope()) for e in node.value.elements
+                if not isinstance(e, cst.StarredElement)]
+        elif self._fn_stack and isinstance(target, cst.Name) and (got := literal_layout(
+                self.layouts, node.value, self._scope(), qualified)) is not None:
+            self._lists[id(self._fn_stack[-1])][target.value] = [got]  # [conv] + [...]
         elif self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.ListComp) \
                 and self.layouts.of(node.value.elt, self._scope()) in ("torch", "any"):
             # blocks = [Block(dim) for i in range(depth)] (starnet; channels-last: not normalized)
@@ -891,11 +900,10 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     self.layouts.of(e.value, self._scope()) for e in v.value.elements
                     if not isinstance(e, cst.StarredElement)]
         # features, info = _build_blocks(...) returning a list of layers it built
-        if self._fn_stack and m.matches(node.value, m.Call(func=m.Name())) and (
-                node.value.func.value in self._list_returns):
+        if self._fn_stack and (key := list_return_key(self, node.value)) is not None:
             names = [e.value for e in target.elements] if isinstance(
                 target, (cst.Tuple, cst.List)) else [target]
-            for position, layout in self._list_returns[node.value.func.value].items():
+            for position, layout in self._list_returns[key].items():
                 if position < len(names) and isinstance(names[position], cst.Name):
                     self._lists[id(self._fn_stack[-1])][names[position].value] = [layout]
         # stages = nn.ModuleList([]), then stages.append(stage) (timm's ghostnet): a list too
@@ -926,11 +934,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         # later: its layout, like a list's. A local Sequential takes and returns NCHW itself.
         if self._fn_stack and isinstance(target, cst.Name) and isinstance(node.value, cst.Call):
             rule = self.rules.layers.get(qualified(self.meta, node.value.func) or "")
-            if rule is not None and rule.special not in _CONTAINERS:
-                layout = built_layout(rule, node.value, self.index.factory_dicts)
-                self._lists[id(self._fn_stack[-1])][target.value] = [layout]
-                self._local_layers.setdefault((id(self._fn_stack[-1]), target.value), []).append(
-                    (layout, node.value if rule.special == "conv" else None))
+            if rule is not None:
+                note_local_layer(self, target.value, node.value, rule)
         # a layer bound to a plain name (pool = nn.MaxPool2d(2), at module level or in a
         # function) and called by it: the call moves a channels-last layer's input and output
         if isinstance(target, cst.Name) and isinstance(node.value, cst.Call) and (
@@ -951,7 +956,7 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
             and target.attr.value == "weight"
             and node.value.attr.value == "weight"
         ):
-            pair = (_dotted(target.value), _dotted(node.value.value))
+            pair = (dotted(target.value), dotted(node.value.value))
             self.index.tied.append(pair)
             for head, table in (pair, pair[::-1]):
                 if head.startswith("self.") and head.count(".") == 1:
@@ -1185,16 +1190,3 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
         idx.draw_functions = builders - module_builders - idx.module_classes
         idx.fn_returns = {k: combine(v) for k, v in self.fn_returns.items()}
         return idx
-
-
-def _is_classmethod(fn: cst.FunctionDef) -> bool:
-    return any(m.matches(d.decorator, m.Name("classmethod")) for d in fn.decorators)
-
-
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return "?"
-

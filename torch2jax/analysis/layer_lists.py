@@ -115,3 +115,52 @@ def literal_list_layout(items: Sequence[cst.BaseExpression], of, is_conv,
         torch_convs.update(id(e) for e in convs)
         return "torch"
     return layout
+
+
+def _summed_items(v: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+    """The layers of ``[conv] + [Block(d) for _ in range(n)] + ([norm] if last else [])``
+    (lists, comprehensions and choices of them added up), or None."""
+    if isinstance(v, cst.BinaryOperation) and isinstance(v.operator, cst.Add) or isinstance(
+            v, cst.IfExp):
+        a = _summed_items(v.left if isinstance(v, cst.BinaryOperation) else v.body)
+        b = _summed_items(v.right if isinstance(v, cst.BinaryOperation) else v.orelse)
+        return None if a is None or b is None else a + b
+    if isinstance(v, cst.List) and not any(isinstance(e, cst.StarredElement)
+                                           for e in v.elements):
+        return [e.value for e in v.elements]
+    return [v.elt] if isinstance(v, cst.ListComp) else None
+
+
+def literal_layout(layouts, v: cst.BaseExpression, scope_lists, qualified) -> str | None:
+    """The layout of the layers of a literal spread where their order is not kept
+    (``nn.Sequential(OrderedDict([("conv0", nn.Conv2d(...)), ("norm0", norm_layer(c)),
+    ("pool0", nn.MaxPool2d(3, 2, 1))]))``, timm's densenet stem), or of a local list of them
+    added up (csatv2's ``layers = [conv] + [Block(...) for ...] + [LayerNorm2d(d)]``, then
+    ``nn.Sequential(*layers)``; None for another value): torch's when its only
+    channels-last items are convolutions or poolings built in place, which become the NCHW
+    Conv2d / MaxPool2d helpers (``torch_convs``), as in an OrderedDict filled by name.
+    ``layouts``: the index's Layouts; ``qualified``: analysis/index.py's."""
+    if isinstance(v, cst.BinaryOperation):
+        items = _summed_items(v)
+        if items is None or not items:
+            return None
+        v = cst.List([cst.Element(x) for x in items])
+    elif not isinstance(v, (cst.List, cst.Tuple)):
+        return None
+    got = [layouts.of(e.value, scope_lists) for e in v.elements]
+    layout = combine(got)
+    if layout != "mixed" or "mixed" in got:
+        return layout
+    built = []
+    for e in v.elements:
+        call = e.value.elements[1].value if isinstance(e.value, cst.Tuple) and len(
+            e.value.elements) == 2 else e.value
+        rule = layouts.rules.layers.get(qualified(layouts.meta, call.func) or "") if isinstance(
+            call, cst.Call) else None
+        if rule is not None and rule.special in ("conv", "pool") and (
+                built_layout(rule, call, layouts.index.factory_dicts) == "channels_last"):
+            built.append(call)
+    if built and len(built) == got.count("channels_last"):
+        layouts.index.torch_convs.update(id(c) for c in built)
+        return "torch"
+    return layout

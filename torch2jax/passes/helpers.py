@@ -715,6 +715,8 @@ class NamedSequential(nnx.Sequential):
         super().__init__(*layers.values())
         for name, layer in layers.items():
             setattr(self, name, layer)
+        # torch's names of the layers by position, for named_children() (torch_named_children)
+        self.torch_names = {name: at for at, name in enumerate(layers)}
 ''')
 
 
