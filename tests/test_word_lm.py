@@ -278,6 +278,7 @@ def test_hand_written_sgd_with_a_carried_state_trains_like_torch(update):
     code = convert_source(source, path="script.py").code
     assert "optax.sgd" in code and "clip_by_global_norm" in code, code
     ns: dict = {"__name__": "torch_side"}
+    torch.manual_seed(0)  # (the model's initial weights: the same each run)
     with warnings.catch_warnings():  # add_(value, tensor): torch's deprecated signature
         warnings.simplefilter("ignore", UserWarning)
         exec(source, ns)  # noqa: S102 - the test's own source
