@@ -6,6 +6,7 @@ _get_stage_fn(stage_args)``, timm's cspnet), a loop target taking the items of a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
 
 import libcst as cst
@@ -235,9 +236,19 @@ def forwards_kwargs(fn: cst.FunctionDef, call: cst.Call, callees: Collection[str
 def local_function_options(fn: cst.FunctionDef, name: str) -> set[str]:
     """The names that ``fn`` assigns its local (or parameter) ``name``: ``init_fn = init_fn or
     _init_weight_goog`` (timm's efficientnet_init_weights), ``fn = a if cond else b``, ``fn =
-    a``; the local itself left out. Empty for a name ``fn`` does not assign."""
-    out: set[str] = set()
-    for assign in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name(name))])):
+    a``; the local itself left out. Empty for a name ``fn`` does not assign. (One walk of
+    ``fn`` for all its names: a call of a name asks for each call.)"""
+    return _function_options(fn).get(name, set())
+
+
+@functools.lru_cache(maxsize=256)
+def _function_options(fn: cst.FunctionDef) -> dict[str, set[str]]:
+    """``local_function_options`` of every name ``fn`` assigns (nodes are immutable and
+    hashed by identity: a cache per function)."""
+    table: dict[str, set[str]] = {}
+    for assign in m.findall(fn, m.Assign(targets=[m.AssignTarget(m.Name())])):
+        name = assign.targets[0].target.value
+        out = table.setdefault(name, set())
         todo = [assign.value]
         while todo:
             value = todo.pop()
@@ -247,7 +258,7 @@ def local_function_options(fn: cst.FunctionDef, name: str) -> set[str]:
                 todo += [value.body, value.orelse]
             elif isinstance(value, cst.Name) and value.value != name:
                 out.add(value.value)
-    return out
+    return table
 
 
 def holds_rngs_function(fn: cst.FunctionDef, call: cst.Call, takes_rngs: Collection[str]) -> bool:
