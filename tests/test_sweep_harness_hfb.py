@@ -6,42 +6,20 @@ converting; no conversion here), and checks the tie the rule keeps."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 transformers = pytest.importorskip("transformers", exc_type=ImportError)
 
+from sweep_module import fit, sweep
+
 pytestmark = pytest.mark.transformers
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _sweep():
-    spec = importlib.util.spec_from_file_location("transformers_sweep",
-                                                  ROOT / "benchmarks" / "transformers_sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("transformers_sweep", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-sweep = _sweep()
-
-
-def _fit(module: str, cls_name: str):
-    cls = getattr(importlib.import_module(f"transformers.models.{module}"), cls_name)
-    config, kwargs, specs, masked = sweep.fitting_config(cls, cls.config_class)
-    assert sweep._probe(cls, config, specs, masked) == ""
-    return config, kwargs, specs
 
 
 def test_rope_parameters_keyed_by_layer_kind_where_the_file_reads_them_so() -> None:
     """Cohere Compass reads ``rope_parameters[layer_type]``; its default config gives them
     flat (the checkpoints per kind), which torch refused at any size."""
-    config, _, _ = _fit("cohere_compass.modeling_cohere_compass", "CohereCompassForCausalLM")
+    config, _, _ = fit("cohere_compass.modeling_cohere_compass", "CohereCompassForCausalLM")
     assert set(config.rope_parameters) == set(config.layer_types)
     assert config.hidden_size == 32
     # where the file does not index them by kind, they stay flat
@@ -56,7 +34,7 @@ def test_a_backbones_stage_widths_followed_by_the_channels_tied_to_them() -> Non
     from transformers import DFineConfig
 
     default = DFineConfig()
-    config, _, _ = _fit("d_fine.modeling_d_fine", "DFineModel")
+    config, _, _ = fit("d_fine.modeling_d_fine", "DFineModel")
     backbone = config.backbone_config
     assert backbone.stage_in_channels[1:] == backbone.stage_out_channels[:-1]
     assert backbone.stage_out_channels[1:] == backbone.hidden_sizes[1:]
@@ -83,7 +61,7 @@ def test_a_class_whose_forward_takes_an_input_the_sweep_builds() -> None:
 def test_a_video_models_frames() -> None:
     """V-JEPA 2 takes ``pixel_values_videos``: [batch, frames, channels, height, width], its
     frames per clip and crop size made small together (a tubelet of two frames kept)."""
-    config, _, specs = _fit("vjepa2.modeling_vjepa2", "VJEPA2Model")
+    config, _, specs = fit("vjepa2.modeling_vjepa2", "VJEPA2Model")
     assert specs[0] == f"float32[2,{config.frames_per_clip},3,{config.crop_size},{config.crop_size}]"
     assert config.frames_per_clip % config.tubelet_size == 0 and config.crop_size == 32
 
@@ -124,7 +102,7 @@ def test_an_attention_context_kept_within_the_positions() -> None:
 def test_key_value_heads_the_config_lacks_but_the_file_reads() -> None:
     """Moonshine Streaming's decoder reads ``config.num_key_value_heads``, which its config
     does not have (torch refused the default at any size): one per attention head."""
-    config, _, specs = _fit("moonshine_streaming.modeling_moonshine_streaming",
+    config, _, specs = fit("moonshine_streaming.modeling_moonshine_streaming",
                             "MoonshineStreamingForConditionalGeneration")
     assert config.num_key_value_heads == config.num_attention_heads == 4
     assert specs[0] == "float32[2,400]"

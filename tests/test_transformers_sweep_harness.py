@@ -9,45 +9,19 @@ No conversion here (tests/test_transformers_sweep.py runs a sample end to end): 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 transformers = pytest.importorskip("transformers", exc_type=ImportError)
 
+from sweep_module import fit, sweep
+
 pytestmark = pytest.mark.transformers
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _sweep():
-    spec = importlib.util.spec_from_file_location("transformers_sweep",
-                                                  ROOT / "benchmarks" / "transformers_sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("transformers_sweep", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-sweep = _sweep()
-
-
-def _fit(module: str, cls_name: str):
-    """The sweep's fitting config of ``cls_name`` (of ``transformers.models.<module>``), and its
-    inputs, asserted to build and run in torch."""
-    cls = getattr(importlib.import_module(f"transformers.models.{module}"), cls_name)
-    config, kwargs, specs, masked = sweep.fitting_config(cls, cls.config_class)
-    assert sweep._probe(cls, config, specs, masked) == ""
-    return config, kwargs, specs
 
 
 def test_a_layer_count_that_is_the_stage_count_keeps_the_stages() -> None:
     """Swin V2's num_layers is len(depths), and pretrained_window_sizes has one entry a stage:
     cutting either to two layers left the four stages without their window sizes."""
-    config, kwargs, _ = _fit("swinv2.modeling_swinv2", "Swinv2ForImageClassification")
+    config, kwargs, _ = fit("swinv2.modeling_swinv2", "Swinv2ForImageClassification")
     assert "num_layers" not in kwargs and "pretrained_window_sizes" not in kwargs
     assert config.depths == [1, 1, 1, 1] and config.embed_dim == 32
 
@@ -55,7 +29,7 @@ def test_a_layer_count_that_is_the_stage_count_keeps_the_stages() -> None:
 def test_a_backbone_keeps_the_stages_it_hands_on() -> None:
     """UperNet's default ResNet backbone hands on its four stages (the decode head reads each):
     a backbone dict of the shrunk sizes alone took ResNet's default, its last stage only."""
-    config, _, _ = _fit("upernet.modeling_upernet", "UperNetForSemanticSegmentation")
+    config, _, _ = fit("upernet.modeling_upernet", "UperNetForSemanticSegmentation")
     assert config.backbone_config.out_indices == [1, 2, 3, 4]
     assert config.backbone_config.hidden_sizes == [8, 16, 32, 64]
 
@@ -63,7 +37,7 @@ def test_a_backbone_keeps_the_stages_it_hands_on() -> None:
 def test_a_layer_kind_list_left_none_gets_a_layer_of_each_kind() -> None:
     """LFM2-MoE's default config leaves layer_types None, which its modeling file indexes
     (``layer_types[i] != "conv"``): one convolution layer and one attention layer."""
-    config, _, _ = _fit("lfm2_moe.modeling_lfm2_moe", "Lfm2MoeForCausalLM")
+    config, _, _ = fit("lfm2_moe.modeling_lfm2_moe", "Lfm2MoeForCausalLM")
     assert sorted(config.layer_types) == ["conv", "full_attention"]
     assert config.num_hidden_layers == 2 and config.hidden_size == 32
 
@@ -71,7 +45,7 @@ def test_a_layer_kind_list_left_none_gets_a_layer_of_each_kind() -> None:
 def test_latent_attention_keeps_head_dim_the_rotary_size() -> None:
     """DeepSeek-V3's config names the rotary part's size head_dim (the rotary embedding is
     built for it): made width / heads, the rotation met a rotary part of half its size."""
-    config, _, _ = _fit("deepseek_v3.modeling_deepseek_v3", "DeepseekV3ForCausalLM")
+    config, _, _ = fit("deepseek_v3.modeling_deepseek_v3", "DeepseekV3ForCausalLM")
     assert config.head_dim == config.qk_rope_head_dim == 4
     assert config.n_routed_experts % config.n_group == 0
 
@@ -83,7 +57,7 @@ def test_sizes_the_default_leaves_none_are_filled_where_torch_refuses_it() -> No
 
     assert NemotronConfig().num_key_value_heads is None
     assert "num_key_value_heads" not in sweep.shrink(NemotronConfig())
-    config, _, _ = _fit("nemotron.modeling_nemotron", "NemotronForCausalLM")
+    config, _, _ = fit("nemotron.modeling_nemotron", "NemotronForCausalLM")
     assert config.num_key_value_heads == config.num_attention_heads == 4
 
 
@@ -95,7 +69,7 @@ def test_a_time_series_model_gets_its_past_values(module, name, shape) -> None:
     """The past values over the context (and Autoformer's lags, 1 to 7, with its time
     features and observed mask, which its forward requires); Autoformer's feature_size, derived
     from the lags, left alone."""
-    config, kwargs, specs = _fit(module, name)
+    config, kwargs, specs = fit(module, name)
     assert specs[0] == shape and "feature_size" not in kwargs
     if name == "AutoformerModel":
         assert config.prediction_length == 4 and config.context_length == 32
@@ -117,9 +91,9 @@ def test_multimodal_rope_sections_fit_the_rotary_part() -> None:
 def test_audio_features_time_major_and_a_waveform_with_its_channels() -> None:
     """Canary's Parakeet encoder reads [batch, frames, mel bins]; Mimi's depthwise upsample
     has one group per channel of the (tiny) width and reads [batch, channels, samples]."""
-    _, _, specs = _fit("canary.modeling_canary", "CanaryForConditionalGeneration")
+    _, _, specs = fit("canary.modeling_canary", "CanaryForConditionalGeneration")
     assert specs[0] == "float32[2,32,8]"
-    config, _, specs = _fit("mimi.modeling_mimi", "MimiModel")
+    config, _, specs = fit("mimi.modeling_mimi", "MimiModel")
     assert config.upsample_groups == config.hidden_size == 32
     assert specs == ["float32[2,1,400]"]
 

@@ -10,30 +10,15 @@ conversion here (tests/test_transformers_sweep.py runs a sample end to end).
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
 import types
-from pathlib import Path
 
 import pytest
 
 transformers = pytest.importorskip("transformers", exc_type=ImportError)
 
+from sweep_module import sweep
+
 pytestmark = pytest.mark.transformers
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _sweep():
-    spec = importlib.util.spec_from_file_location("transformers_sweep",
-                                                  ROOT / "benchmarks" / "transformers_sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("transformers_sweep", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-sweep = _sweep()
 
 
 def _head(module: str, cls_name: str):
