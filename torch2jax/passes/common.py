@@ -404,3 +404,9 @@ class RenameNames(cst.CSTTransformer):
     def leave_Name(self, original_node, updated_node):
         new = self.names.get(original_node.value)
         return updated_node.with_changes(value=new) if new else updated_node
+
+
+def nnx_parameters(frozen: bool) -> str:
+    """NNX's filter of a module's parameters in torch's sense; in a file that freezes
+    (``freeze_parameters``) the ``FrozenParam``s are parameters too."""
+    return "nnx.Any(nnx.Param, FrozenParam)" if frozen else "nnx.Param"

@@ -31,7 +31,7 @@ import re
 import libcst as cst
 import libcst.matchers as m
 
-from torch2jax.passes.common import code
+from torch2jax.passes.common import code, nnx_parameters
 
 _PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters")), args=[])
 
@@ -120,8 +120,7 @@ def param_loop(rw, original: cst.For, updated: cst.For):
     # a file that freezes: the parameters are nnx.Param or FrozenParam (an EMA copy frozen, the
     # model not), trees of two Variable types mapped together as their arrays (nnx.pure);
     # nnx.update keeps each variable's type
-    which, pure = (("nnx.Any(nnx.Param, FrozenParam)", "nnx.pure({})") if rw.file_freezes
-                   else ("nnx.Param", "{}"))
+    which, pure = nnx_parameters(rw.file_freezes), "nnx.pure({})" if rw.file_freezes else "{}"
     states = [cst.Arg(cst.parse_expression(pure.format(f"nnx.state({code(x)}, {which})")))
               for x in modules]
     rw.need("nnx", "jax")

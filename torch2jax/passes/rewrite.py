@@ -107,7 +107,6 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         super().__init__()
         self.values = values  # what kind of value an expression of the file holds
         self.x64 = False  # a module cast to float64: 64-bit mode on (passes/module_casts.py)
-        self.frozen_modules: set[str] = set()  # freeze_parameters(<code>) written
         self.file_freezes = False  # the file freezes parameters (param_writes.freezes)
         self.sequential_names: set[str] = set()  # (passes/sequential_names.py)
         self.per_example_code: set[str] = set()  # (code of what was written per example)

@@ -744,7 +744,6 @@ class CallsMixin:
             # self.embed_positions.requires_grad_(False) while building, model.backbone's in a
             # script: its parameters are FrozenParams (passes/helpers.py), which nnx.grad and
             # nnx.Optimizer over nnx.Param leave alone, as torch's backward and optimizers do
-            self.frozen_modules.add(code(updated.func.value))
             return cst.Call(cst.Name("freeze_parameters"), [cst.Arg(updated.func.value)])
         # method calls on tensors
         if isinstance(original.func, cst.Attribute):

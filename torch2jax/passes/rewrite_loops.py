@@ -78,7 +78,6 @@ class LoopsMixin:
         module = node.iter.func.value
         if not self._is_module_expr(module):
             return None
-        self.frozen_modules.add(code(module))
         return cst.SimpleStatementLine(
             [cst.Expr(cst.Call(cst.Name("freeze_parameters"), [cst.Arg(module)]))],
             leading_lines=node.leading_lines)

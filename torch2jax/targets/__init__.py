@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import libcst as cst
 
-from torch2jax.passes.common import arg, call, expr
+from torch2jax.passes.common import arg, call, expr, nnx_parameters
 from torch2jax.targets import equinox_lstm  # noqa: F401 (registers its helper class)
 
 
@@ -152,7 +152,7 @@ class NnxTarget(Target):
 
     def parameter_leaves(self, named: bool, frozen: bool = False
                          ) -> tuple[str, tuple[str, ...]] | None:
-        which = "nnx.Any(nnx.Param, FrozenParam)" if frozen else "nnx.Param"
+        which = nnx_parameters(frozen)
         if named:
             return (('((".".join(map(str, path)), param.value) for path, param in '
                      f"nnx.to_flat_state(nnx.state({{m}}, {which})))"), ("nnx",))
