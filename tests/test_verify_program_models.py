@@ -140,6 +140,22 @@ FINETUNE_VARIANTS = {
           "        {'params': filter(lambda p: p.requires_grad, model.backbone.parameters())},\n"
           "    ], lr=0.01, weight_decay=0.1)\n")),
     ],
+    # the trainable list bound to a name, the step in a helper, a while loop
+    "named_list_helper_while": [
+        (("    opt = torch.optim.SGD(filter(lambda p: p.requires_grad, model.parameters()), lr=0.5,\n"
+          "                          momentum=0.9, weight_decay=1e-2)\n"),
+         ("    params = [p for p in model.parameters() if p.requires_grad]\n"
+          "    opt = torch.optim.SGD(params, lr=0.5, momentum=0.9, weight_decay=1e-2)\n")),
+        (("    for step in range(6):\n        opt.zero_grad()\n"
+          "        loss = F.cross_entropy(model(x), y)\n        loss.backward()\n"
+          "        opt.step()\n        print(f\"step {step} loss {loss.item():.4f}\")\n"),
+         ("    step = 0\n    while step < 6:\n        loss = train_step(model, opt, x, y)\n"
+          "        print(f\"step {step} loss {loss:.4f}\")\n        step += 1\n")),
+        ("def main():\n",
+         ("def train_step(model, opt, x, y):\n    model.train()\n    opt.zero_grad()\n"
+          "    loss = F.cross_entropy(model(x), y)\n    loss.backward()\n    opt.step()\n"
+          "    return loss.item()\n\n\ndef main():\n")),
+    ],
 }
 
 

@@ -18,7 +18,9 @@ optimizer was marked, "parameters given as something other than model.parameters
 parameter-group dicts (``{"params": filter(lambda p: p.requires_grad,
 model.head.parameters()), "lr": ...}``) likewise. Only the filters that keep the trainable
 parameters and nothing else are rewritten: a lambda or a comprehension whose one test is
-``<p>.requires_grad``, over ``<module>.parameters()``.
+``<p>.requires_grad``, over ``<module>.parameters()``, given in the call or bound once to a name
+of the same function (``params = [p for p in model.parameters() if p.requires_grad]``, then
+``SGD(params, ...)``: the assignment stays, a list the optimizer no longer reads).
 """
 
 from __future__ import annotations
@@ -88,10 +90,39 @@ class _Arguments(cst.CSTTransformer):
         return _parameters_kept(updated_node) or updated_node
 
 
+def _named_filters(scope: cst.CSTNode) -> dict[str, cst.Call]:
+    """The names ``scope`` binds once, to a trainable-parameter filter (``params = [p for p in
+    model.parameters() if p.requires_grad]``): name -> its ``parameters()`` call."""
+    counts: dict[str, int] = {}
+    found: dict[str, cst.Call] = {}
+    for a in m.findall(scope, m.Assign() | m.AugAssign() | m.AnnAssign() | m.For()):
+        targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
+        for t in targets:
+            for n in ([t] if isinstance(t, cst.Name) else m.findall(t, m.Name())):
+                counts[n.value] = counts.get(n.value, 0) + 1
+        if isinstance(a, cst.Assign) and len(a.targets) == 1 and isinstance(
+                a.targets[0].target, cst.Name):
+            kept = _parameters_kept(a.value)
+            if kept is not None:
+                found[a.targets[0].target.value] = kept
+    return {n: c for n, c in found.items() if counts.get(n) == 1}
+
+
 class _Optimizers(cst.CSTTransformer):
-    def __init__(self, imported: set[str]) -> None:
+    """Each optimizer's trainable-parameter filter, written in its call or bound once to a
+    name of the same function and passed (``SGD(params, ...)``), its ``parameters()``."""
+
+    def __init__(self, imported: set[str], module: cst.Module) -> None:
         super().__init__()
         self.imported = imported
+        self.scopes = [_named_filters(module)]
+
+    def visit_FunctionDef(self, node):
+        self.scopes.append(_named_filters(node.body))
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        self.scopes.pop()
+        return updated_node
 
     def leave_Call(self, original_node, updated_node):
         text = _code(updated_node.func)
@@ -100,6 +131,10 @@ class _Optimizers(cst.CSTTransformer):
         first = updated_node.args[0]
         if first.keyword is not None and first.keyword.value != "params":
             return updated_node
+        if isinstance(first.value, cst.Name) and first.value.value in self.scopes[-1]:
+            return updated_node.with_changes(
+                args=[first.with_changes(value=self.scopes[-1][first.value.value]),
+                      *updated_node.args[1:]])
         return updated_node.with_changes(
             args=[first.with_changes(value=first.value.visit(_Arguments())),
                   *updated_node.args[1:]])
@@ -107,4 +142,4 @@ class _Optimizers(cst.CSTTransformer):
 
 def canonicalise(module: cst.Module) -> cst.Module:
     """The file with each optimizer's trainable-parameter filter its ``parameters()``."""
-    return module.visit(_Optimizers(_optim_imports(module)))
+    return module.visit(_Optimizers(_optim_imports(module), module))
