@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import copy
 import dataclasses
 import datetime
 import inspect
@@ -77,7 +78,8 @@ SIZES = {
                      "word_embed_proj_dim", "projection_dim", "text_embed_dim",
                      "vision_embed_dim", "embedding_size", "d_embed", "n_embed",
                      "encoder_hidden_size", "decoder_hidden_size", "proj_dim",
-                     "hidden_size_per_head", "emb_dim", "pred_hidden_size"), WIDTH),
+                     "hidden_size_per_head", "emb_dim", "pred_hidden_size",
+                     "hidden_size_global"), WIDTH),
     **dict.fromkeys(("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim",
                      "decoder_ffn_dim", "n_inner", "moe_intermediate_size",
                      "shared_expert_intermediate_size", "decoder_intermediate_size",
@@ -127,7 +129,8 @@ SIZES = {
 # sizes that no default shrinks but that a default config may leave None for the checkpoints
 # to give (``shrink``'s ``fill``): Dots1's shared experts
 FILLED = {"n_shared_experts": 1,
-          "sliding_window": 4}  # (Step3p7's attention reads a window its default leaves None)
+          "sliding_window": 4,  # (Step3p7's attention reads a window its default leaves None)
+          "clip_qkv": 8}  # (DBRX clamps its queries, keys and values to it, None or not)
 # lists with one entry per stage of a hierarchical vision model (SegFormer, Swin, Hiera):
 # what kind of size each entry is
 STAGES = {**dict.fromkeys(("depths", "block_sizes"), "depth"),
@@ -518,9 +521,11 @@ def _probe(cls, config, specs: list[str], masked: bool) -> str:
         model = cls(config).eval()
         args, kwargs = [], {}
         rng = np.random.default_rng(0)
-        for spec in parse_specs(list(specs) + (
-                [f"attention_mask=int64[{BATCH},{SEQ}]:2"] if masked else [])):
-            value = torch.from_numpy(spec.sample(rng))
+        plain, exprs = _split(specs)
+        for spec in parse_specs(plain + (
+                [f"attention_mask=int64[{BATCH},{SEQ}]:2"] if masked else []), exprs):
+            value = (eval(spec.expr, {"torch": torch}) if spec.expr is not None  # (ours)
+                     else torch.from_numpy(spec.sample(rng)))
             (kwargs.__setitem__(spec.name, value) if spec.name else args.append(value))
         with torch.no_grad():
             model(*args, **kwargs)
@@ -534,10 +539,16 @@ def fitting_config(cls, config_class):
     keywords and the sweep's inputs for it; the tiniest one where torch refuses them all (the
     row then says why). Where torch refuses every rung, the rungs again with the sizes the
     default config leaves None filled in (``shrink``'s ``fill``)."""
+    return _fitting(cls, config_class)[0]
+
+
+def _fitting(cls, config_class):
+    """``fitting_config``'s answer, and whether torch runs it."""
     first = None
     rungs = list(tiny_configs(config_class))
     if shrink(config_class(), True) != shrink(config_class()):
         rungs.append(None)  # the filled rungs, tried only where the others fail
+    patched = 0
     while rungs:
         rung = rungs.pop(0)
         if rung is None:
@@ -555,11 +566,143 @@ def fitting_config(cls, config_class):
             tried.append((specs, masked))
             first = first or (config, kwargs, specs, masked)
             why = _probe(cls, config, specs, masked)
+            if why and _cache_on(config) and not why.endswith(" parameters"):
+                # a forward whose cache torch cannot build for the default config (BLT's
+                # DynamicCache reads a layer count its composite config lacks): the cache
+                # off, as a model whose cache the converter does not translate is swept
+                # (``CACHE_OFF``); one pass from no cache computes the same logits either way
+                off = _cache_off(copy.deepcopy(config))
+                if not _probe(cls, off, specs, masked):
+                    return (off, kwargs, specs, masked), True
             if not why:
-                return config, kwargs, specs, masked
+                return (config, kwargs, specs, masked), True
             if why.endswith(" parameters"):
                 break  # too large for any inputs
-    return first
+            given = _attribute_given(config, kwargs, why)
+            if given is not None and patched < 3:
+                patched += 1
+                try:
+                    rungs.insert(0, _built(config_class, given))
+                except Exception:  # noqa: BLE001, S110 (its validation refuses it)
+                    pass
+                break
+    return first, False
+
+
+# torch's message where a module reads an attribute its config lacks
+MISSING = re.compile(r"AttributeError: '(\w+)' object has no attribute '(\w+)'")
+
+
+def _attribute_given(config, kwargs: dict, why: str) -> dict | None:
+    """``kwargs`` with an attribute that the modeling file reads from a (sub-)config lacking
+    it given there, where another config of the tree has it: a checkpoint's config.json
+    carries such a key, which the config then keeps (DBRX's attention reads
+    ``attn_config.rope_theta``, which its config class moved to the model's
+    ``rope_parameters``); None where none has it or it is given already."""
+    match = MISSING.search(why)
+    if not match:
+        return None
+    owner, name = match.groups()
+    found, path = _find_value(config, name), _config_path(config, owner)
+    if found is None or path is None:
+        return None
+    fixed = copy.deepcopy(kwargs)
+    node = fixed
+    for part in path:
+        node = node.setdefault(part, {})
+    if name in node:
+        return None
+    node[name] = found
+    return fixed
+
+
+def _find_value(config, name: str, depth: int = 0):
+    """The value of ``name`` in ``config``, its ``rope_parameters`` or its sub-configs."""
+    from transformers import PretrainedConfig
+
+    if name in vars(config) and getattr(config, name) is not None:
+        return getattr(config, name)
+    rope = getattr(config, "rope_parameters", None)
+    if isinstance(rope, dict) and rope.get(name) is not None:
+        return rope[name]
+    for value in vars(config).values():
+        if isinstance(value, PretrainedConfig) and depth < 3:
+            found = _find_value(value, name, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _config_path(config, class_name: str) -> list[str] | None:
+    """The keys from ``config`` to its sub-config of class ``class_name`` ([] for itself)."""
+    from transformers import PretrainedConfig
+
+    if type(config).__name__ == class_name:
+        return []
+    for key, value in vars(config).items():
+        if isinstance(value, PretrainedConfig) and key.endswith("_config"):
+            path = _config_path(value, class_name)
+            if path is not None:
+                return [key, *path]
+    return None
+
+
+def fitting_entry(module, cls, others: int = 3):
+    """``cls`` and its ``fitting_config``; where torch refuses ``cls`` on every rung (a head
+    that takes no token ids, SeamlessM4T's text-to-units model, which the head order picks
+    first), the first of up to ``others`` other classes of the file that torch builds and runs
+    (``_entries``' order), with its; ``cls``'s where none does (the row then says why)."""
+    fit, runs = _fitting(cls, cls.config_class)
+    if runs:
+        return cls, fit
+    for other in _entries(module, cls)[:others]:
+        try:
+            found, runs = _fitting(other, other.config_class)
+        except Exception:  # noqa: BLE001, S112 (its config refused: the next)
+            continue
+        if runs:
+            return other, found
+    return cls, fit
+
+
+def _entries(module, chosen) -> list[type]:
+    """The other classes of ``module`` the sweep could verify in ``chosen``'s stead: its own
+    PreTrainedModel subclasses whose forward's first input it builds, heads first (in
+    ``HEADS``' order, then others with "For" in the name), then bases, shortest names first."""
+    from transformers import PreTrainedModel
+
+    own = [c for c in vars(module).values() if isinstance(c, type) and c is not chosen
+           and c.__module__ == module.__name__ and issubclass(c, PreTrainedModel)
+           and "PreTrainedModel" not in c.__name__ and not inspect.isabstract(c)
+           and isinstance(getattr(c, "config_class", None), type)
+           and _first_input(c) in BUILT_FIRST]
+
+    def order(c):
+        rank = next((i for i, suffix in enumerate(HEADS) if c.__name__.endswith(suffix)),
+                    len(HEADS) if "For" in c.__name__ else len(HEADS) + 1)
+        return rank, len(c.__name__)
+
+    return sorted(own, key=order)
+
+
+def _cache_on(config) -> bool:
+    try:
+        return bool(getattr(config, "use_cache", False) or getattr(
+            config.get_text_config(decoder=True), "use_cache", False))
+    except Exception:  # noqa: BLE001 (a config without a text config)
+        return False
+
+
+def _cache_off(config):
+    """``config`` with its cache off, as ``CACHE_OFF`` turns it off, and marked so that the
+    sweep's build does so too (``run_one``)."""
+    config.use_cache = False
+    try:
+        config.get_text_config(decoder=True).use_cache = False
+    except Exception:  # noqa: BLE001, S110 (a config without a text config)
+        pass
+    config.sweep_cache_off = True
+    return config
 
 
 def tiny_config(config_class):
@@ -752,12 +895,54 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
             specs.append(f"{name}={tokens}")
         elif name.endswith(("pixel_values", "_masks")) and first == "pixel_values":
             specs.append(f"{name}={pixels}")
+        else:
+            specs += _required(config, name, first, specs, height, width)
     if variant == "extras":
         specs += _extras(config, params, first, tokens, specs)
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         specs.append(f"decoder_input_ids=int64[{BATCH},{DECODER_SEQ}]:{min(vocab, VOCAB)}")
     masked = "attention_mask" in params and first in ("input_ids", "input_ids_or_embeds")
     return specs, masked
+
+
+def _required(config, name: str, first: str, specs: list[str], height: int,
+              width: int) -> list[str]:
+    """A required input of the forward that its name and the config say how to build (''
+    where they do not): ``<x>_attention_mask`` of the tokens ``<x>_input_ids`` (OmDet-Turbo's
+    classes and tasks; a random padding mask, as the sweep's own); ``<x>_padding`` of a time
+    series (TimesFM's ``past_values_padding``: which steps are padding, at random); ``freq``,
+    one of ``config.freq_size`` frequencies per row; ``bool_masked_pos``, which patches a
+    masked image model hides (one per patch of the image, or of each frame's tubelet: VideoMAE,
+    SegGPT), every other one, so that each row hides as many (a pre-training loss gathers them
+    into one tensor)."""
+    shapes = {x.partition("=")[0]: x.partition("=")[2] or x for x in specs}
+    stem = name.removesuffix("attention_mask") + "input_ids"
+    if name.endswith("attention_mask") and stem in shapes:
+        return [f"{name}={shapes[stem].split(']')[0].replace('float32', 'int64')}]:2"]
+    if name.endswith("_padding") and first == "past_values":
+        return [f"{name}={specs[0].split(']')[0].replace('float32', 'int64')}]:2"]
+    if name == "freq" and isinstance(getattr(config, "freq_size", None), int):
+        return [f"{name}=int64[{BATCH},1]:{config.freq_size}"]
+    vision = getattr(config, "vision_config", None) or config
+    patch = getattr(vision, "patch_size", None)
+    if name == "bool_masked_pos" and isinstance(patch, int):
+        count = (height // patch) * (width // patch)
+        tubelet = getattr(vision, "tubelet_size", None)
+        if isinstance(tubelet, int) and isinstance(getattr(vision, "num_frames", None), int):
+            count *= vision.num_frames // tubelet
+        return [f"{name}={MASKED_POS.format(count=count, batch=BATCH)}"]
+    return []
+
+
+# every other patch hidden, each row alike: an input that is an expression (``verify
+# --input-expr``: the torch side evaluates it, the JAX side gets its value), not a random array
+MASKED_POS = "torch.arange({count}).repeat({batch}, 1) % 2 == 1"
+
+
+def _split(specs) -> tuple[list[str], list[str]]:
+    """The random-array specs of ``specs`` and its expressions (``MASKED_POS``)."""
+    exprs = [x for x in specs if "(" in x]
+    return [x for x in specs if x not in exprs], exprs
 
 
 def _extras(config, params, first: str, tokens: str, specs: list[str]) -> list[str]:
@@ -896,12 +1081,13 @@ def run_one(path: Path) -> list[dict]:
     if config_class is None or not isinstance(config_class, type):
         return done("the class names no config_class")
     try:
-        config, kwargs, specs, masked = fitting_config(cls, config_class)
+        cls, (config, kwargs, specs, masked) = fitting_entry(module, cls)
     except Exception as exc:  # noqa: BLE001
         return done(f"config: {type(exc).__name__}: {exc}")
+    result.entry, config_class = cls.__name__, cls.config_class
     expression = f"_SweepConfig({', '.join(f'{k}={_literal(v)}' for k, v in kwargs.items())})"
     setup = f"from {config_class.__module__} import {config_class.__name__} as _SweepConfig"
-    if not _cache_translated(config):
+    if getattr(config, "sweep_cache_off", False) or not _cache_translated(config):
         expression, setup = f"_sweep_cache_off({expression})", setup + CACHE_OFF
     expression = f"{cls.__name__}({expression})"
     with tempfile.TemporaryDirectory(prefix="t2j-sweep-") as tmp:
@@ -914,10 +1100,11 @@ def run_one(path: Path) -> list[dict]:
         result.converted, result.todos = True, todos
         worst = 0.0
         for mask in ((False, True) if masked else (False,)):
-            inputs = tuple(specs) + ((f"attention_mask=int64[{BATCH},{SEQ}]:2",) if mask else ())
+            plain, exprs = _split(specs)
+            inputs = tuple(plain) + ((f"attention_mask=int64[{BATCH},{SEQ}]:2",) if mask else ())
             req = VerifyRequest(target=f"{path}::{cls.__name__}", build=expression,
                                 inputs=inputs, atol=1e-5, rtol=1e-4, converted=str(converted),
-                                float64=False, setup=setup)
+                                float64=False, setup=setup, input_exprs=tuple(exprs))
             try:
                 r = run_request(req)
             except Exception as exc:  # noqa: BLE001
