@@ -227,6 +227,14 @@ def shrink(config, fill: bool = False) -> dict:
             out[key] = FILLED[key]
         elif fill and value is None and key == "pad_token_id":
             out[key] = 1  # (ESM compares the tokens with it)
+        elif fill and value is None and key.endswith(("_token_index", "_token_id")) and any(
+                re.search(rf"\bconfig\.{name}\b", _source(config))
+                for name in (key, *(k for k, v in getattr(config, "attribute_map", {}).items()
+                                    if v == key))):
+            # a special token the modeling file compares the tokens with, which the default
+            # leaves None (BLIP-2's image token, where its image features go): one inside the
+            # tiny vocabulary, from its top down
+            out[key] = VOCAB - 1 - sum(k.endswith(("_token_index", "_token_id")) for k in out)
         elif key in SIZES and isinstance(value, int) and value > SIZES[key] and not (
                 key in LAYER_COUNTS and layers is None and value == stages):
             out[key] = SIZES[key]
@@ -548,7 +556,7 @@ def _fitting(cls, config_class):
     rungs = list(tiny_configs(config_class))
     if shrink(config_class(), True) != shrink(config_class()):
         rungs.append(None)  # the filled rungs, tried only where the others fail
-    patched = 0
+    patched, cached = 0, []
     while rungs:
         rung = rungs.pop(0)
         if rung is None:
@@ -567,13 +575,7 @@ def _fitting(cls, config_class):
             first = first or (config, kwargs, specs, masked)
             why = _probe(cls, config, specs, masked)
             if why and _cache_on(config) and not why.endswith(" parameters"):
-                # a forward whose cache torch cannot build for the default config (BLT's
-                # DynamicCache reads a layer count its composite config lacks): the cache
-                # off, as a model whose cache the converter does not translate is swept
-                # (``CACHE_OFF``); one pass from no cache computes the same logits either way
-                off = _cache_off(copy.deepcopy(config))
-                if not _probe(cls, off, specs, masked):
-                    return (off, kwargs, specs, masked), True
+                cached.append((config, kwargs, specs, masked))
             if not why:
                 return (config, kwargs, specs, masked), True
             if why.endswith(" parameters"):
@@ -586,6 +588,14 @@ def _fitting(cls, config_class):
                 except Exception:  # noqa: BLE001, S110 (its validation refuses it)
                     pass
                 break
+    for config, kwargs, specs, masked in cached[:2]:
+        # where torch refuses every rung: a forward whose cache torch cannot build for the
+        # default config (BLT's DynamicCache reads a layer count its composite config lacks)
+        # with the cache off, as a model whose cache the converter does not translate is swept
+        # (``CACHE_OFF``); one pass from no cache computes the same logits either way
+        off = _cache_off(copy.deepcopy(config))
+        if not _probe(cls, off, specs, masked):
+            return (off, kwargs, specs, masked), True
     return first, False
 
 
@@ -858,8 +868,9 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
         specs.append(f"float32[{BATCH},{count},{channels},{size},{size}]")
     elif first == "input_features":
         # the mel bins, or the features per frame of Speech2Text's convolutions
-        mel = getattr(config, "num_mel_bins", None) or getattr(
-            config, "input_feat_per_channel", None) or 8
+        # (Wav2Vec2-BERT's stacked features: the width its feature projection reads)
+        mel = getattr(config, "feature_projection_input_dim", None) or getattr(
+            config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", None) or 8
         frames = 2 * getattr(config, "max_source_positions", 16)
         specs.append(f"float32[{BATCH},{frames},{mel}]" if variant == "frames" else
                      f"float32[{BATCH},{mel},{frames}]")

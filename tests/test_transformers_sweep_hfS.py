@@ -129,3 +129,25 @@ def test_another_class_where_torch_refuses_the_head() -> None:
     cls, fit = sweep.fitting_entry(module, head)
     assert cls is module.SeamlessM4Tv2ForTextToText
     assert sweep._probe(cls, fit[0], fit[2], fit[3]) == ""
+
+
+def test_a_special_token_the_default_leaves_none() -> None:
+    """BLIP-2's default config leaves its image token None (the checkpoints give it), and its
+    forward compares the tokens with it: where torch refuses the default, the filled config
+    names one inside the tiny vocabulary (read through the attribute map's
+    ``image_token_id``), and torch runs the model on it."""
+    cls = _module("blip_2.modeling_blip_2").Blip2ForConditionalGeneration
+    assert "image_token_index" not in sweep.shrink(cls.config_class())
+    assert sweep.shrink(cls.config_class(), True)["image_token_index"] == sweep.VOCAB - 1
+    config = cls.config_class(image_token_index=sweep.VOCAB - 1)
+    assert "image_token_id" in cls.config_class.attribute_map and config.image_token_id == 63
+
+
+def test_the_input_features_a_feature_projection_reads() -> None:
+    """Wav2Vec2-BERT's features are stacked frames, as wide as its feature projection reads
+    (``feature_projection_input_dim``, not the mel bins): torch runs the model on them."""
+    cls = _module("wav2vec2_bert.modeling_wav2vec2_bert").Wav2Vec2BertForSequenceClassification
+    config, _ = sweep.tiny_config(cls.config_class)
+    specs, masked = sweep._inputs(cls, config, "frames")
+    assert specs == [f"float32[2,32,{config.feature_projection_input_dim}]"]
+    assert sweep._probe(cls, config, specs, masked) == ""
