@@ -225,6 +225,12 @@ def shrink(config, fill: bool = False) -> dict:
             out[key] = SIZES[key]
         elif fill and value is None and key in FILLED:
             out[key] = FILLED[key]
+        elif fill and value is None and str(_annotation(config, key)).startswith("dict") and (
+                re.search(rf"\bconfig\.{key}\b", _source(config))):
+            # a mapping the default leaves None and the modeling file reads (Chameleon's
+            # vocabulary_map, its image tokens' names, which the checkpoints give): an empty one
+            # (no image tokens: the text alone)
+            out[key] = {}
         elif fill and value is None and key == "pad_token_id":
             out[key] = 1  # (ESM compares the tokens with it)
         elif fill and value is None and key.endswith(("_token_index", "_token_id")) and any(
@@ -350,6 +356,15 @@ def shrink(config, fill: bool = False) -> dict:
         key = next(k for k in LAYER_COUNTS if isinstance(values.get(k), int))
         out[key] = pattern
     return out
+
+
+def _annotation(config, key: str):
+    """The type a config class's field is annotated with (its dataclass field), None where
+    it has none."""
+    for klass in type(config).__mro__:
+        if key in getattr(klass, "__annotations__", {}):
+            return klass.__annotations__[key]
+    return None
 
 
 def _rope_per_kind(config, values: dict, out: dict) -> None:

@@ -151,3 +151,15 @@ def test_the_input_features_a_feature_projection_reads() -> None:
     specs, masked = sweep._inputs(cls, config, "frames")
     assert specs == [f"float32[2,32,{config.feature_projection_input_dim}]"]
     assert sweep._probe(cls, config, specs, masked) == ""
+
+
+def test_a_mapping_the_default_leaves_none() -> None:
+    """Chameleon's model reads ``config.vocabulary_map`` (its image tokens' names, which the
+    checkpoints give; None by default, which torch refuses): the filled config gives an
+    empty mapping (no image tokens, the text alone), and torch builds and runs the model."""
+    cls = _module("chameleon.modeling_chameleon").ChameleonForConditionalGeneration
+    assert "vocabulary_map" not in sweep.shrink(cls.config_class())
+    assert sweep.shrink(cls.config_class(), True)["vocabulary_map"] == {}
+    config, _, specs, masked = sweep.fitting_config(cls, cls.config_class)
+    assert config.vocabulary_map == {}
+    assert sweep._probe(cls, config, specs, masked) == ""
