@@ -841,8 +841,10 @@ def _first_input(cls) -> str:
 # time-major (Parakeet's encoder: [batch, frames, mel bins]); a waveform with a channel axis
 # (Mimi, EnCodec's kind: [batch, channels, samples]); a waveform ten times longer, for a
 # feature encoder whose strides the config does not name (Moonshine's); the optional inputs
-# that a forward checks for None where their names say what they are (``_extras``)
-VARIANTS = ("", "pixels", "video", "codebooks", "frames", "channels", "long", "extras")
+# that a forward checks for None where their names say what they are (``_extras``); a video's
+# frames with those (InstructBLIP-Video: its frames and its language model's tokens)
+VARIANTS = ("", "pixels", "video", "codebooks", "frames", "channels", "long", "extras",
+            "video extras")
 
 
 def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
@@ -858,7 +860,7 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
     # an image size given as (height, width) (MGP-STR's text lines, [32, 128])
     height, width = (size[0], size[-1]) if isinstance(size, (list, tuple)) else (size, size)
     frames = (f"{getattr(vision, 'num_frames', None) or getattr(config, 'num_frames', 2)},"
-              if variant == "video" else "")
+              if variant.startswith("video") else "")
     pixels = f"float32[{BATCH},{frames}{getattr(vision, 'num_channels', 3)},{height},{width}]"
     specs: list[str] = []
     if first in ("input_ids", "input_ids_or_embeds"):
@@ -923,7 +925,7 @@ def _inputs(cls, config, variant: str = "") -> tuple[list[str], bool]:
             specs.append(f"{name}={pixels}")
         else:
             specs += _required(config, name, first, specs, height, width)
-    if variant == "extras":
+    if variant.endswith("extras"):
         specs += _extras(config, params, first, tokens, specs)
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         specs.append(f"decoder_input_ids=int64[{BATCH},{DECODER_SEQ}]:{min(vocab, VOCAB)}")

@@ -120,15 +120,31 @@ def test_the_cache_turned_off_where_torch_cannot_build_it() -> None:
     assert sweep._probe(_CacheModel, fit[0], fit[2], fit[3]) == ""
 
 
+class _TokensModel(_CacheModel):
+    """A model of the same file that runs (the cache plays no part in it)."""
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.embed(input_ids)
+
+
 def test_another_class_where_torch_refuses_the_head() -> None:
-    """SeamlessM4T v2's text-to-units model comes first in the head order but takes no token
-    ids: the sweep verifies the file's text-to-text model instead, which torch runs."""
+    """Where torch refuses the class the head order picks on every rung, the sweep verifies
+    the first other class of the file that torch runs, heads first (SeamlessM4T v2's
+    text-to-units model takes no token ids: its text-to-text model comes first of the others)."""
+    import types
+
     module = _module("seamless_m4t_v2.modeling_seamless_m4t_v2")
     head = module.SeamlessM4Tv2TextToUnitForConditionalGeneration
     assert sweep.entry_classes(module)[1] is head
-    cls, fit = sweep.fitting_entry(module, head)
-    assert cls is module.SeamlessM4Tv2ForTextToText
-    assert sweep._probe(cls, fit[0], fit[2], fit[3]) == ""
+    assert sweep._entries(module, head)[0] is module.SeamlessM4Tv2ForTextToText
+    stand_in = types.ModuleType(__name__)
+    refused = type("RefusedForCausalLM", (_CacheModel,), {"__module__": __name__})
+    runs = type("RunsModel", (_TokensModel,), {"__module__": __name__})
+    stand_in.RefusedForCausalLM, stand_in.RunsModel = refused, runs
+    refused.forward = lambda self, input_ids, attention_mask=None: input_ids.foo
+    cls, fit = sweep.fitting_entry(stand_in, refused)
+    assert cls is runs and sweep._probe(cls, fit[0], fit[2], fit[3]) == ""
+    assert sweep.fitting_entry(stand_in, runs)[0] is runs
 
 
 def test_a_special_token_the_default_leaves_none() -> None:
@@ -156,10 +172,26 @@ def test_the_input_features_a_feature_projection_reads() -> None:
 def test_a_mapping_the_default_leaves_none() -> None:
     """Chameleon's model reads ``config.vocabulary_map`` (its image tokens' names, which the
     checkpoints give; None by default, which torch refuses): the filled config gives an
-    empty mapping (no image tokens, the text alone), and torch builds and runs the model."""
+    empty mapping (no image tokens, the text alone)."""
     cls = _module("chameleon.modeling_chameleon").ChameleonForConditionalGeneration
     assert "vocabulary_map" not in sweep.shrink(cls.config_class())
     assert sweep.shrink(cls.config_class(), True)["vocabulary_map"] == {}
-    config, _, specs, masked = sweep.fitting_config(cls, cls.config_class)
-    assert config.vocabulary_map == {}
-    assert sweep._probe(cls, config, specs, masked) == ""
+    config, _ = sweep._built(cls.config_class, sweep.shrink(cls.config_class(), True))
+    assert config.vocabulary_map == {} and config.image_token_id is None
+    # (torch builds and runs the model on it: the sweep's row, which reaches the JAX build;
+    # not here, where its image tokenizer at full size would take seconds)
+
+
+def test_a_video_with_the_tokens_its_language_model_reads() -> None:
+    """InstructBLIP-Video's forward takes a video's frames ([batch, frames, channels, height,
+    width]) and, optionally, its language model's tokens, without which it refuses to run: the
+    'video extras' variant gives both."""
+    cls = _module("instructblipvideo.modeling_instructblipvideo"
+                  ).InstructBlipVideoForConditionalGeneration
+    config, _ = sweep.tiny_config(cls.config_class)
+    specs, _ = sweep._inputs(cls, config, "video extras")
+    frames = config.vision_config.num_frames if hasattr(config.vision_config, "num_frames") else 2
+    size = config.vision_config.image_size
+    assert specs == [f"float32[2,{frames},3,{size},{size}]", "qformer_input_ids=int64[2,7]:64",
+                     "input_ids=int64[2,7]:64"]
+    assert "input_ids=int64[2,7]:64" not in sweep._inputs(cls, config, "video")[0]
