@@ -1,0 +1,76 @@
+"""The transformers sweep's reasons of the JAX forward pass, fourteenth round
+(docs/transformers-sweep.md): a general rule on a module of our own in the modeling files'
+shape, converted, built with torch's weights and verified against torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch2jax.convert import convert_source
+from torch2jax.verify.common import VerifyRequest
+from torch2jax.verify.run import run_request
+
+CONV_GEOMETRY = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+def apply_same_padding(features: torch.Tensor, conv_layer: nn.Conv2d) -> torch.Tensor:
+    in_height = int(features.shape[-2])
+    in_width = int(features.shape[-1])
+    stride_height, stride_width = conv_layer.stride
+    kernel_height, kernel_width = conv_layer.kernel_size
+    dilation_height, dilation_width = conv_layer.dilation
+    if in_height % stride_height == 0:
+        pad_h = max(kernel_height - stride_height, 0)
+    else:
+        pad_h = max(kernel_height - (in_height % stride_height), 0)
+    if in_width % stride_width == 0:
+        pad_w = max(kernel_width - stride_width, 0)
+    else:
+        pad_w = max(kernel_width - (in_width % stride_width), 0)
+    left, top = pad_w // 2, pad_h // 2
+    padding = (left * dilation_width, (pad_w - left) * dilation_width,
+               top * dilation_height, (pad_h - top) * dilation_height)
+    return F.pad(features, padding, "constant", 0.0)
+
+
+class ConvLayer(nn.Module):
+    def __init__(self, cin, cout, kernel_size, stride=1, dilation=1):
+        super().__init__()
+        self.convolution = nn.Conv2d(cin, cout, kernel_size=kernel_size, stride=stride,
+                                     dilation=dilation, bias=False)
+
+    def forward(self, x):
+        return self.convolution(apply_same_padding(x, self.convolution))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = ConvLayer(3, 4, 3, stride=2)
+        self.b = ConvLayer(4, 5, 3, dilation=2)
+        self.head = nn.Linear(self.b.convolution.out_channels, 2)
+
+    def forward(self, x):
+        x = self.b(self.a(x))
+        return self.head(x.mean((2, 3)))
+'''
+
+
+def test_a_convolutions_stride_and_dilation_read_off_the_layer(tmp_path: Path) -> None:
+    """MobileNetV1/V2's "'Conv' object has no attribute 'stride'": TensorFlow's "SAME"
+    padding computed from ``conv_layer.stride`` / ``.kernel_size`` / ``.dilation`` of a layer
+    handed to a function (annotated ``nn.Conv2d``) reads NNX's ``strides`` and
+    ``kernel_dilation``; an odd input size pads unevenly, so a wrong stride or dilation
+    changes the output's shape or values. The outputs and every gradient are torch's."""
+    path = tmp_path / "model.py"
+    path.write_text(CONV_GEOMETRY)
+    code = convert_source(CONV_GEOMETRY).code
+    assert "conv_layer.strides" in code and "conv_layer.kernel_dilation" in code
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,3,9,7]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
