@@ -74,3 +74,54 @@ def test_a_convolutions_stride_and_dilation_read_off_the_layer(tmp_path: Path) -
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+COMPLEX_ROPE = '''
+import torch
+from torch import nn
+
+
+class Rotary(nn.Module):
+    def __init__(self, dim, base=10000.0):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x, position_ids):
+        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :]
+        return torch.polar(torch.ones_like(freqs), freqs)
+
+
+def apply_rotary_emb(xq, freqs_cis):
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    freqs_cis = freqs_cis.unsqueeze(1)
+    return torch.view_as_real(xq_ * freqs_cis).flatten(3).type_as(xq)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+        self.rotary = Rotary(4)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, 2, 4).transpose(1, 2)
+        positions = torch.arange(s)[None].expand(b, s)
+        q = apply_rotary_emb(q, self.rotary(x, positions))
+        return q.transpose(1, 2).reshape(b, s, 8)
+'''
+
+
+def test_a_rotary_embedding_through_complex_numbers(tmp_path: Path) -> None:
+    """DeepSeek-V2's "polar(): argument 'abs' must be Tensor": its rotary embedding makes
+    the frequencies unit complex numbers (``torch.polar``), multiplies the query's pairs read
+    as complex numbers (``torch.view_as_complex``) by them and reads the product's parts back
+    (``torch.view_as_real``); the outputs and every gradient are torch's."""
+    path = tmp_path / "model.py"
+    path.write_text(COMPLEX_ROPE)
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,5,8]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
