@@ -125,3 +125,29 @@ def test_a_rotary_embedding_through_complex_numbers(tmp_path: Path) -> None:
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+def test_a_modeling_files_own_attention_interface() -> None:
+    """Doge's "scaled_dot_product_attention(): argument 'query' must be Tensor": a modeling
+    file's own ``AttentionInterface()`` (an entry of its own registered on it) is the support
+    module's, so that ``get_interface`` hands the converted sdpa (not transformers' torch
+    one), the file's own entry, or the eager default; the file's entry stays its own."""
+    import pytest
+
+    from torch2jax import transformers_runtime as rt
+
+    def own(*args):
+        return args
+
+    def eager(*args):
+        return args
+
+    interface = rt.AttentionInterface()
+    interface["own_attention"] = own
+    assert interface.get_interface("own_attention", eager) is own
+    assert interface.get_interface("sdpa", eager) is rt.sdpa_attention_forward
+    assert interface.get_interface(None, eager) is rt.sdpa_attention_forward
+    assert interface.get_interface("eager", eager) is eager
+    assert "own_attention" in interface and "own_attention" not in rt.ALL_ATTENTION_FUNCTIONS
+    with pytest.raises(NotImplementedError):
+        rt.ALL_ATTENTION_FUNCTIONS.get_interface("own_attention", eager)

@@ -41,7 +41,7 @@ from ._hf_activations import (
 
 __all__ = [
     "ACT2CLS", "ACT2FN", "ALL_ATTENTION_FUNCTIONS", "DUMMY_INPUTS", "DUMMY_MASK",
-    "ROPE_INIT_FUNCTIONS", "BaseModelOutput", "BaseModelOutputWithPast",
+    "ROPE_INIT_FUNCTIONS", "AttentionInterface", "BaseModelOutput", "BaseModelOutputWithPast",
     "BaseModelOutputWithPastAndCrossAttentions", "BaseModelOutputWithPoolingAndCrossAttentions",
     "Cache", "CausalLMOutputWithCrossAttentions", "CausalLMOutputWithPast", "Conv1D",
     "CrossAttentionCache", "DynamicCache", "EncoderDecoderCache", "GenerationMixin",
@@ -1196,10 +1196,18 @@ def _attention_math(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | 
     return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
 
 
-class _AttentionFunctions:
-    """transformers' ALL_ATTENTION_FUNCTIONS: "eager" is the modeling file's own function
+class AttentionInterface:
+    """transformers' AttentionInterface (ALL_ATTENTION_FUNCTIONS, or a modeling file's own
+    instance with entries of its own, Doge's): "eager" is the modeling file's own function
     (get_interface's default), "sdpa" (the default when the config names none, as transformers
-    picks it for torch) is :func:`sdpa_attention_forward`; flash and flex are not translated."""
+    picks it for torch) is :func:`sdpa_attention_forward`, a file's own entry its converted
+    function; flash and flex are not translated."""
+
+    def __init__(self) -> None:
+        self._local: dict[str, Callable] = {}
+
+    def __setitem__(self, implementation: str, function: Callable) -> None:
+        self._local[implementation] = function
 
     def get_interface(self, implementation: str | None, default: Callable) -> Callable:
         if implementation == "eager":
@@ -1207,16 +1215,18 @@ class _AttentionFunctions:
         return self[implementation or "sdpa"]
 
     def __getitem__(self, implementation: str) -> Callable:
+        if implementation in self._local:
+            return self._local[implementation]
         if implementation == "sdpa":
             return sdpa_attention_forward
         raise NotImplementedError(f"attention implementation {implementation!r} is not "
                                   "translated to JAX (eager and sdpa are)")
 
     def __contains__(self, implementation: str) -> bool:
-        return implementation == "sdpa"
+        return implementation == "sdpa" or implementation in self._local
 
 
-ALL_ATTENTION_FUNCTIONS = _AttentionFunctions()
+ALL_ATTENTION_FUNCTIONS = AttentionInterface()
 
 
 # --- mixture of experts (transformers.integrations.moe) ---------------------------------------
