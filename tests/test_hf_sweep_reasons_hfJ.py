@@ -151,3 +151,21 @@ def test_a_modeling_files_own_attention_interface() -> None:
     assert "own_attention" in interface and "own_attention" not in rt.ALL_ATTENTION_FUNCTIONS
     with pytest.raises(NotImplementedError):
         rt.ALL_ATTENTION_FUNCTIONS.get_interface("own_attention", eager)
+
+
+def test_a_tied_heads_weight_read_as_a_kernel() -> None:
+    """Falcon-Mamba's "'_TiedHead' object has no attribute 'kernel'": the forward reads the
+    tied head's weight (``self.lm_head.weight.dtype``, NNX's ``kernel``); the tied head's
+    kernel is the embedding table transposed, the Linear it stands for."""
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    from torch2jax import transformers_runtime as rt
+
+    embed = nnx.Embed(5, 3, rngs=nnx.Rngs(0))
+    head = rt._TiedHead(embed)
+    x = jnp.arange(6.0).reshape(2, 3)
+    assert head.kernel.shape == (3, 5) and head.kernel.dtype == embed.embedding[...].dtype
+    np.testing.assert_allclose(x @ head.kernel, head(x), rtol=1e-6)
+    np.testing.assert_allclose(head.kernel, np.asarray(embed.embedding[...]).T)

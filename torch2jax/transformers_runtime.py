@@ -942,6 +942,12 @@ class _TiedHead(nnx.Module):
         self.embedding = embedding
         self.bias = bias
 
+    @property
+    def kernel(self) -> jax.Array:
+        """The head's weight as an nnx.Linear's kernel (in, out), the table transposed: what
+        a forward reads of the head (``self.lm_head.weight.dtype``, Falcon-Mamba's)."""
+        return self.embedding.embedding[...].T
+
     def __call__(self, x: jax.Array) -> jax.Array:
         out = x @ self.embedding.embedding[...].T
         return out if self.bias is None else out + self.bias[...]
