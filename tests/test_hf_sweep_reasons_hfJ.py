@@ -169,3 +169,48 @@ def test_a_tied_heads_weight_read_as_a_kernel() -> None:
     assert head.kernel.shape == (3, 5) and head.kernel.dtype == embed.embedding[...].dtype
     np.testing.assert_allclose(x @ head.kernel, head(x), rtol=1e-6)
     np.testing.assert_allclose(head.kernel, np.asarray(embed.embedding[...]).T)
+
+
+UNFLATTEN = '''
+import torch
+from torch import nn
+
+
+def rotate_queries_or_keys(x, pos):
+    d = x.size(-1)
+    omega = torch.arange(d // 2, dtype=x.dtype) / (d / 2.0)
+    freq = pos.unsqueeze(-1) * (1.0 / 10000**omega)
+    emb_sin = freq.sin().repeat(1, 1, 2)
+    emb_cos = freq.cos().repeat(1, 1, 2)
+    y = x.unflatten(-1, (-1, 2))
+    y1, y2 = y.unbind(dim=-1)
+    y = torch.stack((-y2, y1), dim=-1).flatten(-2)
+    return x * emb_cos + y * emb_sin
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).unflatten(2, (3, 8)).unbind(2)
+        pos = torch.arange(s, dtype=x.dtype)[None].expand(b, s)
+        q, k = rotate_queries_or_keys(q, pos), rotate_queries_or_keys(k, pos)
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+'''
+
+
+def test_unflatten_of_a_tensor_the_converter_does_not_know(tmp_path: Path) -> None:
+    """V-JEPA 2's "DynamicJaxprTracer has no attribute unflatten": ``x.unflatten(dim, sizes)``
+    (a method only torch's tensors have, so on a parameter the converter knows nothing of too)
+    is a reshape splitting the axis; the outputs and every gradient are torch's."""
+    path = tmp_path / "model.py"
+    path.write_text(UNFLATTEN)
+    assert ".unflatten" not in convert_source(UNFLATTEN).code
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,5,8]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
