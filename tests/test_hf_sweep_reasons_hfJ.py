@@ -214,3 +214,23 @@ def test_unflatten_of_a_tensor_the_converter_does_not_know(tmp_path: Path) -> No
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+def test_a_dynamic_caches_mask_sizes_as_transformers() -> None:
+    """Bloom's "'DynamicCache' object has no attribute 'get_mask_sizes'": the support
+    module's cache answers transformers' ``get_mask_sizes(query_length, layer_idx)`` as
+    transformers' own cache does, after the same updates (a layer updated, one not yet)."""
+    import jax.numpy as jnp
+    import torch
+    from transformers.cache_utils import DynamicCache as TorchCache
+
+    from torch2jax import transformers_runtime as rt
+
+    ours, theirs = rt.DynamicCache(), TorchCache()
+    for length in (3, 2):
+        ours.update(jnp.zeros((1, 2, length, 4)), jnp.zeros((1, 2, length, 4)), 0)
+        theirs.update(torch.zeros(1, 2, length, 4), torch.zeros(1, 2, length, 4), 0)
+        for layer in (0, 1):
+            assert ours.get_mask_sizes(4, layer) == tuple(
+                int(v) for v in theirs.get_mask_sizes(4, layer))
+    assert ours.get_mask_sizes(4, 0) == (9, 0)

@@ -327,6 +327,17 @@ class DynamicCache(Cache):
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen[layer_idx] if layer_idx < len(self.seen) else 0
 
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        """transformers' ``get_mask_sizes`` of one layer (Bloom reads it in its forward): the
+        keys its queries see and the position of the first; a layer not updated yet, the
+        queries' own."""
+        if layer_idx >= len(self.keys):
+            return query_length, 0
+        seen, window = self.get_seq_length(layer_idx), self.window(layer_idx)
+        if window is None:
+            return seen + query_length, 0
+        return min(seen, window - 1) + query_length, max(seen - window + 1, 0)
+
     def mask_sizes(self, query_length: int, sliding: bool) -> tuple[int, int]:
         """The keys a query block sees: their number and the position of the first, for the
         first layer with (``sliding``) or without a window, as transformers'
