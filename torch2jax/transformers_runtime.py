@@ -41,7 +41,7 @@ from ._hf_activations import (
 
 __all__ = [
     "ACT2CLS", "ACT2FN", "ALL_ATTENTION_FUNCTIONS", "DUMMY_INPUTS", "DUMMY_MASK",
-    "ROPE_INIT_FUNCTIONS", "BaseModelOutput", "BaseModelOutputWithPast",
+    "ROPE_INIT_FUNCTIONS", "AttentionInterface", "BaseModelOutput", "BaseModelOutputWithPast",
     "BaseModelOutputWithPastAndCrossAttentions", "BaseModelOutputWithPoolingAndCrossAttentions",
     "Cache", "CausalLMOutputWithCrossAttentions", "CausalLMOutputWithPast", "Conv1D",
     "CrossAttentionCache", "DynamicCache", "EncoderDecoderCache", "GenerationMixin",
@@ -326,6 +326,17 @@ class DynamicCache(Cache):
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen[layer_idx] if layer_idx < len(self.seen) else 0
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        """transformers' ``get_mask_sizes`` of one layer (Bloom reads it in its forward): the
+        keys its queries see and the position of the first; a layer not updated yet, the
+        queries' own."""
+        if layer_idx >= len(self.keys):
+            return query_length, 0
+        seen, window = self.get_seq_length(layer_idx), self.window(layer_idx)
+        if window is None:
+            return seen + query_length, 0
+        return min(seen, window - 1) + query_length, max(seen - window + 1, 0)
 
     def mask_sizes(self, query_length: int, sliding: bool) -> tuple[int, int]:
         """The keys a query block sees: their number and the position of the first, for the
@@ -942,6 +953,12 @@ class _TiedHead(nnx.Module):
         self.embedding = embedding
         self.bias = bias
 
+    @property
+    def kernel(self) -> jax.Array:
+        """The head's weight as an nnx.Linear's kernel (in, out), the table transposed: what
+        a forward reads of the head (``self.lm_head.weight.dtype``, Falcon-Mamba's)."""
+        return self.embedding.embedding[...].T
+
     def __call__(self, x: jax.Array) -> jax.Array:
         out = x @ self.embedding.embedding[...].T
         return out if self.bias is None else out + self.bias[...]
@@ -1196,10 +1213,18 @@ def _attention_math(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array | 
     return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
 
 
-class _AttentionFunctions:
-    """transformers' ALL_ATTENTION_FUNCTIONS: "eager" is the modeling file's own function
+class AttentionInterface:
+    """transformers' AttentionInterface (ALL_ATTENTION_FUNCTIONS, or a modeling file's own
+    instance with entries of its own, Doge's): "eager" is the modeling file's own function
     (get_interface's default), "sdpa" (the default when the config names none, as transformers
-    picks it for torch) is :func:`sdpa_attention_forward`; flash and flex are not translated."""
+    picks it for torch) is :func:`sdpa_attention_forward`, a file's own entry its converted
+    function; flash and flex are not translated."""
+
+    def __init__(self) -> None:
+        self._local: dict[str, Callable] = {}
+
+    def __setitem__(self, implementation: str, function: Callable) -> None:
+        self._local[implementation] = function
 
     def get_interface(self, implementation: str | None, default: Callable) -> Callable:
         if implementation == "eager":
@@ -1207,16 +1232,18 @@ class _AttentionFunctions:
         return self[implementation or "sdpa"]
 
     def __getitem__(self, implementation: str) -> Callable:
+        if implementation in self._local:
+            return self._local[implementation]
         if implementation == "sdpa":
             return sdpa_attention_forward
         raise NotImplementedError(f"attention implementation {implementation!r} is not "
                                   "translated to JAX (eager and sdpa are)")
 
     def __contains__(self, implementation: str) -> bool:
-        return implementation == "sdpa"
+        return implementation == "sdpa" or implementation in self._local
 
 
-ALL_ATTENTION_FUNCTIONS = _AttentionFunctions()
+ALL_ATTENTION_FUNCTIONS = AttentionInterface()
 
 
 # --- mixture of experts (transformers.integrations.moe) ---------------------------------------

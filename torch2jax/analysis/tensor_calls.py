@@ -74,6 +74,8 @@ def torch_only_call(call: cst.Call, meth: str) -> bool:
     if meth == "size" and not keywords:
         # numpy's and JAX's size is a number: only a tensor's is called (x.size()[:-2])
         return not positional or (len(positional) == 1 and _int(positional[0]) is not None)
+    if meth == "unflatten":  # numpy's and JAX's arrays have none
+        return True
     if meth == "flatten" and positional and not keywords:
         return _int(positional[0]) is not None  # numpy's flatten takes an order ("C")
     return False

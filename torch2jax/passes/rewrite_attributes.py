@@ -28,6 +28,7 @@ from torch2jax.passes.common import (
     py,
     try_literal,
 )
+from torch2jax.passes.conv_attributes import conv_attribute
 from torch2jax.passes.device_attributes import device_attribute
 from torch2jax.passes.layer_weight_writes import copied_into, operated, updated_at
 from torch2jax.passes.named_results import named_field
@@ -525,7 +526,8 @@ class AttributesMixin:
             # called); a JAX dtype has none, jnp.issubdtype answers it
             self.need("jnp")
             return expr(f"jnp.issubdtype({{d}}, jnp.{kind})", d=updated_node.value)
-        device = device_attribute(self, original_node) or named_field(original_node, updated_node)
+        device = device_attribute(self, original_node) or named_field(
+            original_node, updated_node) or conv_attribute(self, original_node, updated_node)
         if device is not None:
             return device
         renamed = self._layer_attribute(original_node, updated_node)

@@ -493,17 +493,19 @@ def addcmul(site: Site) -> cst.BaseExpression:
 
 @special("addmm")
 def addmm(site: Site) -> cst.BaseExpression:
-    """torch.addmm / baddbmm: ``beta * input + alpha * (batch1 @ batch2)``; with ``beta=0``
-    torch leaves input out (its NaN and inf included)."""
+    """torch.addmm / baddbmm (and the methods): ``beta * input + alpha * (batch1 @ batch2)``;
+    with ``beta=0`` torch leaves input out (its NaN and inf included), a computed beta tested
+    (a Python number; a traced one fails loudly under jit)."""
     a, b = site.args.get("batch1"), site.args.get("batch2")
     if a is None or b is None:
         raise Untranslatable(f"{site.rule.torch}: missing the matrices", rule=site.rule.id)
     product = expr("jnp.matmul({a}, {b})", a=a, b=b)
     beta, alpha = site.lit("beta"), site.lit("alpha")
-    if beta is ...:
-        raise Untranslatable(f"{site.rule.torch} with a computed beta", rule=site.rule.id)
     if site.args.get("alpha") is not None and alpha != 1:
         product = expr("{al} * {p}", al=site.args.get("alpha"), p=product)
+    if beta is ...:  # a number the model holds (Bloom's self.beta): 0 leaves input out
+        be = site.once(site.args.get("beta"), "beta", "beta")
+        return expr("({be} * {x} if {be} != 0 else 0) + {p}", be=be, x=site.x(), p=product)
     if beta == 0:
         return product
     x = site.x()

@@ -1,6 +1,7 @@
 """Tensor functions the transformers sweep found without a rule (docs/transformers-sweep.md):
 torch.linalg's norms, the legacy constructors (``torch.Tensor(2, 3)``), ``F.embedding`` and
-``x.expand`` (with sizes spread from a tensor's shape: ``x.expand(*y.shape[:-1], 1)``)."""
+``x.expand`` (with sizes spread from a tensor's shape: ``x.expand(*y.shape[:-1], 1)``) and
+``x.unflatten``."""
 
 from __future__ import annotations
 
@@ -250,3 +251,24 @@ def solve_triangular(site: Site) -> cst.BaseExpression:
     return call("jax.lax.linalg.triangular_solve", arg(a), arg(b),
                 arg(left if left is not None else py(True), "left_side"), arg(lower, "lower"),
                 *([arg(unit, "unit_diagonal")] if unit is not None else []))
+
+
+@special("unflatten")
+def unflatten(site: Site) -> cst.BaseExpression:
+    """``x.unflatten(dim, sizes)`` / ``torch.unflatten(x, dim, sizes)``: axis ``dim`` split
+    into ``sizes`` (one of them may be -1), a reshape keeping the other axes (V-JEPA 2's
+    rotary embedding: ``x.unflatten(-1, (-1, 2))``)."""
+    dim, sizes = site.get("dim"), site.get("sizes")
+    if dim is None or sizes is None:
+        raise Untranslatable(f"{site.rule.torch} without dim and sizes")
+    x = site.once(site.x(), "x", "unflatten's input")
+    # a literal (-1, 2) spliced in, else spread
+    split = ", ".join(code(e.value) for e in sizes.elements) if isinstance(
+        sizes, (cst.Tuple, cst.List)) and sizes.elements else f"*{code(sizes)}"
+    d = int_value(dim)
+    if d == -1:
+        return expr(f"{{x}}.reshape(*{{x}}.shape[:-1], {split})", x=x)
+    if d is not None:
+        return expr(f"{{x}}.reshape(*{{x}}.shape[:{d}], {split}, *{{x}}.shape[{d + 1}:])", x=x)
+    return expr(f"{{x}}.reshape(*{{x}}.shape[:{{d}} % {{x}}.ndim], {split}, "
+                f"*{{x}}.shape[{{d}} % {{x}}.ndim + 1:])", x=x, d=dim)

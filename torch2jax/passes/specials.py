@@ -12,6 +12,7 @@ from torch2jax.passes import (  # noqa: F401  (each import registers its transfo
     special_batch_norm,  # F.batch_norm without running statistics
     special_casts,  # x.to(dtype), x.type(dtype)
     special_chunk,  # torch.chunk, x.chunk
+    special_complex,  # torch.polar, view_as_complex, view_as_real
     special_device,  # device queries and objects
     special_group_norm,  # F.group_norm
     special_index,  # index_add, scatter_add, topk, histc, repeat_interleave
