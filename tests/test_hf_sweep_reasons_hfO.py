@@ -1,0 +1,116 @@
+"""The transformers sweep's output-structure reasons, fourteenth round (docs/transformers-sweep.md):
+a general rule on a module of our own in the modeling files' shape, converted, built with
+torch's weights and verified against torch (outputs, their structure, every gradient)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch2jax.convert import convert_source
+from torch2jax.verify.common import VerifyRequest
+from torch2jax.verify.run import run_request
+
+TRACING = '''
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+
+    def forward(self, x, cache=None):
+        b, t, d = x.shape
+        q, k, v = (f(x).view(b, t, 2, d // 2).transpose(1, 2) for f in (self.q, self.k, self.v))
+        if cache is not None:  # transformers' DynamicCache.update, as a list
+            cache.append((k, v))
+        w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // 2), dim=-1)
+        return x + (w @ v).transpose(1, 2).reshape(b, t, d)
+
+
+class Model(nn.Module):
+    """A decoder in transformers' shape: the cache is made where it is not traced
+    (and returned), the position table used as it is where it fits (else interpolated)."""
+
+    def __init__(self, dim=8, positions=6):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(1, positions, dim))
+        self.layers = nn.ModuleList([Attention(dim, i) for i in range(2)])
+
+    def positions(self, t):
+        if not torch.jit.is_tracing() and t == self.pos.shape[1]:
+            return self.pos
+        return F.interpolate(self.pos.transpose(1, 2), size=t, mode="linear").transpose(1, 2)
+
+    def forward(self, x, use_cache=True, cache=None):
+        if use_cache and cache is None and not self.training and not torch.jit.is_tracing():
+            cache = []
+        x = x + self.positions(x.shape[1])
+        for layer in self.layers:
+            x = layer(x, cache)
+        return x, cache
+'''
+
+
+def test_is_tracing_is_false_and_the_cache_is_returned(tmp_path: Path) -> None:
+    """"output structure: jax ['output['logits']'] vs torch [..., 'output['cache'][0]['keys']'"
+    (Cohere Compass, GLM-4V-MoE, the Qwen omni/VL MoE models): ``torch.jit.is_tracing()`` was
+    True, so ``not torch.jit.is_tracing()`` never made the cache and the ViTs' ``not
+    is_tracing() and num_patches == num_positions`` always interpolated. It asks about
+    torch.jit.trace: False, the eager path kept (and the ``not False`` conjunct dropped); the
+    outputs, the cache's keys and values and every gradient are torch's."""
+    path = tmp_path / "model.py"
+    path.write_text(TRACING)
+    code = convert_source(TRACING).code
+    assert "is_tracing()\n" not in code and "is_tracing() and" not in code
+    assert "not False" not in code and "not True" not in code
+    assert "cache = []" in code
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,6,8]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert any(c.startswith("output[1][1][1]") for c in r.compared), r.compared
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+def test_a_float32_difference_in_numbers_only_is_decided_in_float64(monkeypatch) -> None:
+    """GroupViT's "grad ...fc2.bias: jax -0.00019 vs torch 0.00024" (a gradient that cancels
+    to near zero against the model's largest, 85): the sweep's float32-only pass counted float32
+    rounding as a mismatch. A pass that differs in numbers only is rerun in float64, as ``verify``
+    does by default: agreeing there verifies the row, differing there says so; a structure
+    difference (inf) or an error is not rerun."""
+    from dataclasses import replace
+
+    from sweep_module import sweep
+
+    from torch2jax.verify import run
+    from torch2jax.verify.common import VerifyResult
+
+    req = VerifyRequest(target="m.py::M", float64=False)
+    f32 = VerifyResult(model="m", target="nnx", passed=False, max_abs_diff=5e-5,
+                       grad_max_abs_diff=4e-4, mismatch="grad b: jax -1 vs torch 1")
+    asked = []
+
+    def answer(passed):
+        def fake(r):
+            asked.append(r.float64)
+            return VerifyResult(model="m", target="nnx", passed=passed, max_abs_diff=1e-15,
+                                mismatch=None if passed else "output: jax 1 vs torch 2")
+        return fake
+
+    monkeypatch.setattr(run, "run_request", answer(True))
+    assert sweep.float64_decides(req, replace(f32)).passed and asked == [True]
+    monkeypatch.setattr(run, "run_request", answer(False))
+    r = sweep.float64_decides(req, replace(f32))
+    assert not r.passed and r.mismatch == "float64 differs as well: output: jax 1 vs torch 2"
+    for other in (replace(f32, max_abs_diff=float("inf")), replace(f32, error="x"),
+                  replace(f32, passed=True)):
+        assert sweep.float64_decides(req, other) is other
+    assert asked == [True, True]
