@@ -114,3 +114,26 @@ def test_a_float32_difference_in_numbers_only_is_decided_in_float64(monkeypatch)
                   replace(f32, passed=True)):
         assert sweep.float64_decides(req, other) is other
     assert asked == [True, True]
+
+
+def test_a_field_left_none_and_set_later_is_an_output_field() -> None:
+    """Chinese-CLIP's "output structure: ... ['text_model_output']['pooler_output']" missing on
+    the JAX side: ``text_outputs.pooler_output = self.text_projection(...)`` on an output made
+    with ``pooler_output=None`` is a field of transformers' output (its keys, its tuple, what
+    the verifier flattens); the runtime's output added it only where it was set already."""
+    import jax
+    import numpy as np
+    import torch
+    from transformers.modeling_outputs import BaseModelOutputWithPooling as TorchOutput
+
+    from torch2jax.transformers_runtime import BaseModelOutputWithPooling
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ref = TorchOutput(last_hidden_state=torch.from_numpy(x), pooler_output=None)
+    ref.pooler_output = ref.last_hidden_state[:, 0] * 2
+    got = BaseModelOutputWithPooling(last_hidden_state=jax.numpy.asarray(x), pooler_output=None)
+    got.pooler_output = got.last_hidden_state[:, 0] * 2
+    got._private = 1  # not a field
+    assert list(got.keys()) == list(ref.keys()) == ["last_hidden_state", "pooler_output"]
+    leaves = jax.tree_util.tree_leaves(got)
+    assert len(leaves) == 2 and np.array_equal(np.asarray(leaves[1]), ref.to_tuple()[1].numpy())

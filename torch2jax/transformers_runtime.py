@@ -150,8 +150,11 @@ class ModelOutput(OrderedDict):
         return self.get(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # output.pooler_output = projection(...) (CLIP): the field changes too
-        if name in self and value is not None:
+        # output.pooler_output = projection(...) (CLIP): the field changes too, and a field
+        # left None is added (Chinese-CLIP's text output), as transformers' does for a field
+        if value is not None and (name in self or not name.startswith("_") and (
+                name in {f.name for f in dataclasses.fields(self)}
+                if dataclasses.is_dataclass(self) else True)):
             self[name] = value
         super().__setattr__(name, value)
 
