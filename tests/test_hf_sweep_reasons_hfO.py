@@ -137,3 +137,39 @@ def test_a_field_left_none_and_set_later_is_an_output_field() -> None:
     assert list(got.keys()) == list(ref.keys()) == ["last_hidden_state", "pooler_output"]
     leaves = jax.tree_util.tree_leaves(got)
     assert len(leaves) == 2 and np.array_equal(np.asarray(leaves[1]), ref.to_tuple()[1].numpy())
+
+
+def test_an_empty_dynamic_cache_keeps_sdpa_s_own_causality() -> None:
+    """PaliGemma's "output['logits']: at index (0, 0, 45): jax 0.14 vs torch 0.20": its text
+    config has ``use_bidirectional_attention`` (the attention's ``is_causal`` False). With no
+    padding, torch's create_causal_mask gives None while the keys are as many as the queries,
+    an empty DynamicCache too (the forward's use_cache=True), and sdpa then attends both ways;
+    the runtime gave a causal mask once a cache was there. Both sides' mask and sdpa attention,
+    with the same inputs, against each other."""
+    from types import SimpleNamespace
+
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    from transformers import DynamicCache as TorchCache
+    from transformers import LlamaConfig
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward as torch_sdpa
+    from transformers.masking_utils import create_causal_mask as torch_mask
+
+    from torch2jax import transformers_runtime as rt
+
+    config = LlamaConfig(num_hidden_layers=1, hidden_size=8, num_attention_heads=2,
+                         num_key_value_heads=2)
+    config._attn_implementation = "sdpa"
+    q, k, v = np.random.default_rng(0).standard_normal((3, 2, 2, 5, 4)).astype(np.float32)
+    embeds = np.zeros((2, 5, 8), np.float32)
+    for causal in (False, True):
+        module = SimpleNamespace(is_causal=causal, training=False)
+        t_mask = torch_mask(config=config, inputs_embeds=torch.from_numpy(embeds),
+                            attention_mask=None, cache=TorchCache(config=config))
+        j_mask = rt.create_causal_mask(config, jnp.asarray(embeds), None,
+                                       cache=rt.DynamicCache(config=config))
+        assert t_mask is None and j_mask is None
+        ref = torch_sdpa(module, *map(torch.from_numpy, (q, k, v)), t_mask)[0].numpy()
+        got = rt.sdpa_attention_forward(module, *map(jnp.asarray, (q, k, v)), j_mask)[0]
+        np.testing.assert_allclose(np.asarray(got), ref, atol=1e-6)

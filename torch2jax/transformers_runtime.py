@@ -1335,8 +1335,10 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
     if attention_mask is not None and attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     eager = _eager(config)
-    if attention_mask is None and window is None and not eager and cache is None and (
-            blocks is None) and skip:
+    if attention_mask is None and window is None and not eager and (blocks is None) and skip and (
+            cache is None or isinstance(cache, DynamicCache) and cache.get_seq_length() == 0):
+        # as many keys as queries (an empty DynamicCache too): sdpa's own is_causal, the
+        # module's (a decoder with use_bidirectional_attention, PaliGemma's, attends both ways)
         return None
     batch, length = inputs_embeds.shape[:2]
     offset = 0  # the position of the first key
