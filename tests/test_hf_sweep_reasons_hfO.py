@@ -173,3 +173,31 @@ def test_an_empty_dynamic_cache_keeps_sdpa_s_own_causality() -> None:
         ref = torch_sdpa(module, *map(torch.from_numpy, (q, k, v)), t_mask)[0].numpy()
         got = rt.sdpa_attention_forward(module, *map(jnp.asarray, (q, k, v)), j_mask)[0]
         np.testing.assert_allclose(np.asarray(got), ref, atol=1e-6)
+
+
+def test_a_dataclass_output_over_a_runtime_output_orders_its_own_fields_last() -> None:
+    """Gradium Phonon TTS's "output structure: jax [logits, last_hidden_state, cache...] vs
+    torch [logits, cache..., last_hidden_state]": a modeling file's ``@dataclass`` output adding
+    a field to ``CausalLMOutputWithPast`` orders it after the parent's fields in transformers,
+    whatever order the call gives; against transformers' own output."""
+    from dataclasses import dataclass
+
+    import numpy as np
+    import torch
+    from transformers.modeling_outputs import CausalLMOutputWithPast as TorchParent
+
+    from torch2jax.transformers_runtime import CausalLMOutputWithPast
+
+    @dataclass
+    class TorchOut(TorchParent):
+        last_hidden_state: torch.Tensor | None = None
+
+    @dataclass
+    class JaxOut(CausalLMOutputWithPast):
+        last_hidden_state: np.ndarray | None = None
+
+    values = {"loss": None, "logits": 1.0, "last_hidden_state": 2.0, "hidden_states": 3.0}
+    ref = TorchOut(**{k: None if v is None else torch.tensor(v) for k, v in values.items()})
+    got = JaxOut(**values)
+    assert list(got.keys()) == list(ref.keys()) == ["logits", "hidden_states",
+                                                    "last_hidden_state"]

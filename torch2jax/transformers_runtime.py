@@ -133,7 +133,11 @@ class ModelOutput(OrderedDict):
             lambda keys, values: cls(**dict(zip(keys, values))))
 
     def __init__(self, **fields: Any) -> None:
-        super().__init__((k, v) for k, v in fields.items() if v is not None)
+        # a @dataclass output over a parent here with no field list (CausalLMOutputWithPast):
+        # the parent's fields, as given, before the class's own, as transformers orders them
+        own = [f.name for f in dataclasses.fields(self)] if dataclasses.is_dataclass(self) else []
+        order = [k for k in fields if k not in own] + [k for k in own if k in fields]
+        super().__init__((k, fields[k]) for k in order if fields[k] is not None)
         for name, value in self.items():  # over a @dataclass field's class-level default
             object.__setattr__(self, name, value)
 
