@@ -201,3 +201,29 @@ def test_a_dataclass_output_over_a_runtime_output_orders_its_own_fields_last() -
     got = JaxOut(**values)
     assert list(got.keys()) == list(ref.keys()) == ["logits", "hidden_states",
                                                     "last_hidden_state"]
+
+
+def test_a_cache_layer_never_written_has_no_leaves() -> None:
+    """MusicGen's "output structure: ... vs torch [..., 'output['cache']['cross_attention_cache']
+    [0]['keys'], ...]": a decoder-only forward leaves its EncoderDecoderCache's cross-attention
+    layers unwritten (torch makes them with keys None; the converted cache has no layer): both
+    flatten to the self-attention layers' keys and values only, with the same values."""
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    from transformers import DynamicCache, EncoderDecoderCache, LlamaConfig
+
+    from torch2jax import transformers_runtime as rt
+    from torch2jax.verify.common import flatten_output
+
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=8, num_attention_heads=2)
+    k = np.arange(16, dtype=np.float32).reshape(1, 2, 2, 4)
+    ref = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+    got = rt.EncoderDecoderCache(rt.DynamicCache(config=config), rt.DynamicCache(config=config))
+    for i in range(2):
+        ref.self_attention_cache.update(torch.from_numpy(k + i), torch.from_numpy(k - i), i)
+        got.self_attention_cache.update(jnp.asarray(k + i), jnp.asarray(k - i), i)
+    t_leaves, j_leaves = flatten_output({"cache": ref}), flatten_output({"cache": got})
+    assert [p for p, _ in j_leaves] == [p for p, _ in t_leaves] and len(t_leaves) == 4
+    for (_, a), (_, b) in zip(j_leaves, t_leaves, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), b.numpy())
