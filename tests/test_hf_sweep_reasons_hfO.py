@@ -227,3 +227,30 @@ def test_a_cache_layer_never_written_has_no_leaves() -> None:
     assert [p for p, _ in j_leaves] == [p for p, _ in t_leaves] and len(t_leaves) == 4
     for (_, a), (_, b) in zip(j_leaves, t_leaves, strict=True):
         np.testing.assert_array_equal(np.asarray(a), b.numpy())
+
+
+def test_a_four_dimensional_mask_is_taken_as_it_is() -> None:
+    """PaliGemma's "with the mask: ... NotImplementedError: only (batch, seq) padding masks are
+    translated": the model makes its (batch, 1, q, kv) mask and hands it to its text model,
+    whose create_causal_mask takes a 4-D mask as it is, as torch's does (also the
+    bidirectional one)."""
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig
+    from transformers.masking_utils import create_bidirectional_mask as torch_bidirectional
+    from transformers.masking_utils import create_causal_mask as torch_mask
+
+    from torch2jax import transformers_runtime as rt
+
+    config = LlamaConfig(num_hidden_layers=1, hidden_size=8, num_attention_heads=2)
+    config._attn_implementation = "sdpa"
+    mask = np.tril(np.ones((5, 5), bool))[None, None].repeat(2, 0)
+    mask[1, :, :, 0] = False
+    embeds = np.zeros((2, 5, 8), np.float32)
+    for t_fn, j_fn, more in ((torch_mask, rt.create_causal_mask, {"cache": None}),
+                             (torch_bidirectional, rt.create_bidirectional_mask, {})):
+        ref = t_fn(config=config, inputs_embeds=torch.from_numpy(embeds),
+                   attention_mask=torch.from_numpy(mask), **more)
+        got = j_fn(config, jnp.asarray(embeds), jnp.asarray(mask), **more)
+        np.testing.assert_array_equal(np.asarray(got), ref.numpy())

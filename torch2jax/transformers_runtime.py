@@ -1336,6 +1336,8 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
     if cache is not None and not isinstance(cache, (StaticCache, DynamicCache)):
         raise NotImplementedError(f"{type(cache).__name__} is not translated to JAX "
                                   "(StaticCache and DynamicCache are)")
+    if attention_mask is not None and attention_mask.ndim == 4:  # made already: as it is
+        return attention_mask
     if attention_mask is not None and attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     eager = _eager(config)
@@ -1410,8 +1412,8 @@ def create_bidirectional_mask(config: Any, inputs_embeds: jax.Array,
     None without a mask."""
     if kwargs.get("or_mask_function") is not None or kwargs.get("and_mask_function") is not None:
         raise NotImplementedError("custom mask functions are not translated to JAX")
-    if attention_mask is None:
-        return None
+    if attention_mask is None or attention_mask.ndim == 4:  # none, or made already
+        return attention_mask
     if attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     return _bidirectional(config, inputs_embeds, attention_mask, None)
