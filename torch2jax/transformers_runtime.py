@@ -133,7 +133,11 @@ class ModelOutput(OrderedDict):
             lambda keys, values: cls(**dict(zip(keys, values))))
 
     def __init__(self, **fields: Any) -> None:
-        super().__init__((k, v) for k, v in fields.items() if v is not None)
+        # a @dataclass output over a parent here with no field list (CausalLMOutputWithPast):
+        # the parent's fields, as given, before the class's own, as transformers orders them
+        own = [f.name for f in dataclasses.fields(self)] if dataclasses.is_dataclass(self) else []
+        order = [k for k in fields if k not in own] + [k for k in own if k in fields]
+        super().__init__((k, fields[k]) for k in order if fields[k] is not None)
         for name, value in self.items():  # over a @dataclass field's class-level default
             object.__setattr__(self, name, value)
 
@@ -150,8 +154,11 @@ class ModelOutput(OrderedDict):
         return self.get(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # output.pooler_output = projection(...) (CLIP): the field changes too
-        if name in self and value is not None:
+        # output.pooler_output = projection(...) (CLIP): the field changes too, and a field
+        # left None is added (Chinese-CLIP's text output), as transformers' does for a field
+        if value is not None and (name in self or not name.startswith("_") and (
+                name in {f.name for f in dataclasses.fields(self)}
+                if dataclasses.is_dataclass(self) else True)):
             self[name] = value
         super().__setattr__(name, value)
 
@@ -1356,11 +1363,15 @@ def _mask(config: Any, inputs_embeds: jax.Array, attention_mask: jax.Array | Non
     if cache is not None and not isinstance(cache, (StaticCache, DynamicCache)):
         raise NotImplementedError(f"{type(cache).__name__} is not translated to JAX "
                                   "(StaticCache and DynamicCache are)")
+    if attention_mask is not None and attention_mask.ndim == 4:  # made already: as it is
+        return attention_mask
     if attention_mask is not None and attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     eager = _eager(config)
-    if attention_mask is None and window is None and not eager and cache is None and (
-            blocks is None) and skip:
+    if attention_mask is None and window is None and not eager and (blocks is None) and skip and (
+            cache is None or isinstance(cache, DynamicCache) and cache.get_seq_length() == 0):
+        # as many keys as queries (an empty DynamicCache too): sdpa's own is_causal, the
+        # module's (a decoder with use_bidirectional_attention, PaliGemma's, attends both ways)
         return None
     batch, length = inputs_embeds.shape[:2]
     offset = 0  # the position of the first key
@@ -1428,8 +1439,8 @@ def create_bidirectional_mask(config: Any, inputs_embeds: jax.Array,
     None without a mask."""
     if kwargs.get("or_mask_function") is not None or kwargs.get("and_mask_function") is not None:
         raise NotImplementedError("custom mask functions are not translated to JAX")
-    if attention_mask is None:
-        return None
+    if attention_mask is None or attention_mask.ndim == 4:  # none, or made already
+        return attention_mask
     if attention_mask.ndim != 2:
         raise NotImplementedError("only (batch, seq) padding masks are translated")
     return _bidirectional(config, inputs_embeds, attention_mask, None)

@@ -85,6 +85,7 @@ from torch2jax.passes.rewrite_support import (
 )
 from torch2jax.passes.sequential_names import sequential_names
 from torch2jax.passes.special_device import device_default_functions
+from torch2jax.passes.tracing_branches import tracing_if
 from torch2jax.passes.trainable_params import trainable_only
 from torch2jax.result import TrainStepRecord
 from torch2jax.ruleset import RuleSet
@@ -850,15 +851,11 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         if id(original_node) in self._acc.dropped_ifs or traced_log_guard(self, original_node):
             return cst.RemoveFromParent()
         updated_node = self._class_name_if(original_node, updated_node)
+        updated_node, keep = tracing_if(self, original_node, updated_node)
         test = original_node.test
-        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
-            test = test.left  # if torch.jit.is_tracing() or self.training: (True or ...)
         rule = self.rules.functions.get(self.q(test.func) or "") if isinstance(
             test, cst.Call) else None
-        if rule is not None and rule.special == "true" and (m.matches(
-                updated_node.test, m.Name("True")) or m.matches(updated_node.test, m.BooleanOperation(
-                    left=m.Name("True"), operator=m.Or()))):
-            # if torch.jit.is_tracing(): the query is True, the body stays in the if's place
+        if keep:  # the traced path of an if that memoizes on self otherwise: its body stays
             body = list(updated_node.body.body)
             body[0] = body[0].with_changes(leading_lines=[*updated_node.leading_lines,
                                                           *body[0].leading_lines])
@@ -866,8 +863,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
             if isinstance(parent, cst.If) and parent.orelse is original_node:
                 return cst.Else(body=updated_node.body)  # an elif: its body, as the else
             return cst.FlattenSentinel(body)
-        if rule is None or rule.special != "false" or not m.matches(updated_node.test,
-                                                                   m.Name("False")):
+        if rule is None or rule.special not in ("false", "tracing") or not m.matches(
+                updated_node.test, m.Name("False")):
             return updated_node
         other = updated_node.orelse
         parent = self.get_metadata(ParentNodeProvider, original_node, None)

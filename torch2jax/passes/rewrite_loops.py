@@ -195,6 +195,9 @@ class LoopsMixin:
             return updated_node.body if isinstance(original_node.body, cst.Call) and (
                 not original_node.body.args) and self.q(original_node.body.func) == (
                     "contextlib.nullcontext") else updated_node.orelse
+        if isinstance(original_node.test, cst.Call) and getattr(self.rules.functions.get(
+                self.q(original_node.test.func) or ""), "special", None) == "tracing":
+            return updated_node.orelse  # a if torch.jit.is_tracing() else b: b
         # nn.Identity() if a else B -> (lambda x: x) if a else B: a bare lambda would take
         # the whole conditional as its body (iformer's downsample)
         parts = {}

@@ -526,10 +526,11 @@ def false(site: Site) -> cst.BaseExpression:
     return expr("False")
 
 
-@special("true")
-def true(site: Site) -> cst.BaseExpression:
-    """``torch.jit.is_tracing()``: JAX code is traced (jax.jit), a cache must not be kept."""
-    return expr("True")
+@special("tracing")
+def tracing(site: Site) -> cst.BaseExpression:
+    """``torch.jit.is_tracing()``: the converted code is never recorded by torch.jit.trace (the
+    ``if``s it heads that memoize on self keep their traced path: passes/tracing_branches.py)."""
+    return expr("False")
 
 
 @special("jit_annotate")

@@ -197,8 +197,12 @@ def flatten_output(value: Any, prefix: str = "output") -> list[tuple[str, Any]]:
                                "cross_attention_cache": value.cross_attention_cache}, prefix)
     layers = getattr(value, "layers", None) if type(value).__name__.endswith("Cache") else None
     if isinstance(layers, (list, tuple)):  # a state-space layer's states beside keys/values
-        return flatten_output([{n: getattr(layer, n) for n in CACHE_STATES if hasattr(layer, n)}
-                               for layer in layers], prefix)
+        # a layer never written holds nothing (torch's layers are made empty, keys None, and
+        # a decoder-only model's cross-attention cache stays so; the converted cache has none)
+        states = [{n: getattr(layer, n) for n in CACHE_STATES if hasattr(layer, n)}
+                  for layer in layers]
+        return flatten_output([s for s in states if any(v is not None for v in s.values())],
+                              prefix)
     if isinstance(value, dict):
         return [leaf for k in value for leaf in flatten_output(value[k], f"{prefix}[{k!r}]")]
     if isinstance(value, (tuple, list)):
