@@ -8,6 +8,22 @@ model of our own written that way, converted, built and compared with torch:
   the ``reset_norm_parameters`` helper (scale ones, bias zeros, running mean zeros and
   variance ones); flax's norms have no such method ("'LayerNorm' object has no attribute
   'reset_parameters'").
+* a layer's weight scaled in place by a number through a loop over the blocks (timm's beit
+  ``fix_init_weight``: ``for layer_id, layer in enumerate(self.blocks):
+  layer.attn.proj.weight.div_(scale)``) and through a local function given the weight's
+  ``.data`` (timm's hieradet_sam2: ``def rescale(param, layer_id): param.div_(...)``,
+  ``rescale(layer.attn.proj.weight.data, layer_id + 1)``): the parameter the ``layer_weight``
+  helper finds (kernel, scale) scaled in place, and the function given it, scaling what it
+  is given in place ("'Linear' object has no attribute 'weight'"; the function rebound a
+  local, which changed nothing).
+* an init function of the file, defined below the class, handed to a ``named_apply`` of
+  another module in a ``partial`` (timm's byobnet ``named_apply(partial(_init_weights,
+  zero_init_last=...), self)``, built from by byoanet), that calls a module's method which
+  draws in a class of another module (``module.init_weights(...)``, a block whose
+  ``init_weights`` calls timm.layers' ``HaloAttn.reset_parameters``): the function draws, so
+  the partial binds the rngs ("_init_weights() missing 1 required keyword-only argument:
+  'rngs'" where ``named_apply`` called it: it was taken for a builder of modules, which a
+  caller gives rngs itself).
 """
 
 from __future__ import annotations
@@ -18,6 +34,7 @@ import numpy as np
 import torch
 
 from torch2jax.convert import convert_source
+from torch2jax.verify.run import VerifyRequest, run_request
 
 NORM_RESET = textwrap.dedent('''
     from functools import partial
@@ -110,3 +127,184 @@ def test_norm_reset_parameters_in_an_applied_init():
                                       torch_norm.running_mean.numpy())
         np.testing.assert_array_equal(np.asarray(norm.var[...]),
                                       torch_norm.running_var.numpy())
+
+
+RESCALED_BLOCKS = textwrap.dedent('''
+    import math
+
+    import torch
+    import torch.nn as nn
+
+
+    class Attn(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.qkv = nn.Linear(dim, dim)
+            self.proj = nn.Linear(dim, dim)
+            nn.init.constant_(self.qkv.weight, 0.25)
+            nn.init.constant_(self.qkv.bias, 0.5)
+            nn.init.constant_(self.proj.weight, -0.75)
+            nn.init.constant_(self.proj.bias, 0.125)
+
+        def forward(self, x):
+            return self.proj(torch.tanh(self.qkv(x)))
+
+
+    class Block(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.norm = nn.LayerNorm(dim)
+            self.attn = Attn(dim)
+            self.fc = nn.Linear(dim, dim)
+            nn.init.constant_(self.fc.weight, 0.5)
+            nn.init.constant_(self.fc.bias, -0.25)
+
+        def forward(self, x):
+            x = x + self.attn(self.norm(x))
+            return x + self.fc(x)
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, depth=3):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(dim) for _ in range(depth)])
+            self.fix_init_weight()
+            self.rescale_more()
+
+        def fix_init_weight(self):
+            with torch.no_grad():
+                for layer_id, layer in enumerate(self.blocks):
+                    scale = math.sqrt(2.0 * (layer_id + 1))
+                    layer.attn.proj.weight.div_(scale)
+                    layer.norm.weight.mul_(layer_id + 2)
+
+        def rescale_more(self):
+            def rescale(param, _layer_id):
+                param.div_(math.sqrt(3.0 * _layer_id))
+
+            for layer_id, layer in enumerate(self.blocks):
+                rescale(layer.attn.qkv.weight.data, layer_id + 1)
+                rescale(layer.fc.bias.data, layer_id + 1)
+
+        def forward(self, x):
+            for blk in self.blocks:
+                x = blk(x)
+            return x
+''')
+
+
+def test_weights_scaled_in_place_over_the_blocks():
+    """Every weight is a constant of the source, so the built models are compared as built,
+    no weight transfer: a scale left undone (or done on a copy) changes the output."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    result, ns_t, ns_j = _built(RESCALED_BLOCKS)
+    assert "rescale(layer_weight(layer.attn.qkv), layer_id + 1)" in result.code
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    with torch.no_grad():
+        want = ns_t["Net"]()(torch.from_numpy(x)).numpy()
+    net = ns_j["Net"](rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(np.asarray(net(jnp.asarray(x))), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(net.blocks[2].norm.scale[...]), 4.0)
+
+
+NAMED_APPLY = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    def named_apply(fn, module: nn.Module, name='', depth_first=True, include_root=False):
+        if not depth_first and include_root:
+            fn(module=module, name=name)
+        for child_name, child_module in module.named_children():
+            child_name = '.'.join((name, child_name)) if name else child_name
+            named_apply(fn=fn, module=child_module, name=child_name, depth_first=depth_first,
+                        include_root=True)
+        if depth_first and include_root:
+            fn(module=module, name=name)
+        return module
+''')
+
+HALO_LIKE = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    from torch.nn.init import trunc_normal_
+
+
+    class HaloLike(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.q = nn.Linear(dim, dim, bias=False)
+            self.rel = nn.Parameter(torch.empty(dim))
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            trunc_normal_(self.q.weight, std=0.1)
+            trunc_normal_(self.rel, std=0.1)
+
+        def forward(self, x):
+            return self.q(x) + self.rel
+''')
+
+NAMED_APPLY_MODEL = textwrap.dedent('''
+    import math
+    from functools import partial
+
+    import torch.nn as nn
+
+    from ..layers.attn import HaloLike
+    from ..layers.manip import named_apply
+
+
+    class Block(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.attn = HaloLike(dim)
+
+        def init_weights(self, zero_init_last=False):
+            if zero_init_last:
+                nn.init.zeros_(self.fc.bias)
+            self.attn.reset_parameters()
+
+        def forward(self, x):
+            return self.attn(self.fc(x))
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=4, num_classes=3, zero_init_last=True):
+            super().__init__()
+            self.conv = nn.Conv2d(3, chs, 3, padding=1)
+            self.block = Block(chs)
+            self.head = nn.Linear(chs, num_classes)
+            named_apply(partial(_init_weights, zero_init_last=zero_init_last), self)
+
+        def forward(self, x):
+            return self.head(self.block(self.conv(x).mean((2, 3))))
+
+
+    def _init_weights(module, name='', zero_init_last=False):
+        if isinstance(module, nn.Conv2d):
+            fan_out = module.kernel_size[0] * module.kernel_size[1] * module.out_channels
+            module.weight.data.normal_(0, math.sqrt(2.0 / fan_out))
+            if module.bias is not None:
+                module.bias.data.zero_()
+        elif isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.01)
+        elif hasattr(module, 'init_weights'):
+            module.init_weights(zero_init_last=zero_init_last)
+''')
+
+
+def test_named_apply_of_a_partial_calling_another_modules_drawing_method(tmp_path):
+    pkg = tmp_path / "napkg"
+    for sub in (pkg, pkg / "layers", pkg / "models"):
+        sub.mkdir(parents=True)
+        (sub / "__init__.py").write_text("")
+    (pkg / "layers" / "manip.py").write_text(NAMED_APPLY)
+    (pkg / "layers" / "attn.py").write_text(HALO_LIKE)
+    (pkg / "models" / "net.py").write_text(NAMED_APPLY_MODEL)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
+                                       inputs=("float32[2,3,8,8]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
