@@ -24,6 +24,12 @@ model of our own written that way, converted, built and compared with torch:
   the partial binds the rngs ("_init_weights() missing 1 required keyword-only argument:
   'rngs'" where ``named_apply`` called it: it was taken for a builder of modules, which a
   caller gives rngs itself).
+* an ``nn.Sequential()`` attribute filled with ``add_module`` under literal names, one
+  chosen in a branch, then a layer reached by its name (timm's attention2d in mobilenetv5:
+  ``self.query.add_module('proj', create_conv2d(...))``, then
+  ``nn.init.xavier_uniform_(self.query.proj.weight)``): the layer is an attribute of the
+  Sequential too, which holds the same module ("'Sequential' object has no attribute
+  'proj'").
 """
 
 from __future__ import annotations
@@ -306,5 +312,34 @@ def test_named_apply_of_a_partial_calling_another_modules_drawing_method(tmp_pat
     (pkg / "models" / "net.py").write_text(NAMED_APPLY_MODEL)
     result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
                                        inputs=("float32[2,3,8,8]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+ADDED_BY_NAME = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4, pool=True):
+            super().__init__()
+            self.query = nn.Sequential()
+            if pool:
+                self.query.add_module('down_pool', nn.AvgPool2d(kernel_size=2))
+            self.query.add_module('norm', nn.BatchNorm2d(dim))
+            self.query.add_module('proj', nn.Conv2d(dim, dim, 1, bias=False))
+            self.head = nn.Linear(dim, 3)
+            nn.init.ones_(self.query.proj.weight)
+            nn.init.zeros_(self.query.norm.bias)
+
+        def forward(self, x):
+            return self.head(self.query(x).mean((2, 3)))
+''')
+
+
+def test_layers_added_to_a_sequential_by_name_read_by_name(tmp_path):
+    (tmp_path / "added.py").write_text(ADDED_BY_NAME)
+    result = run_request(VerifyRequest(f"{tmp_path / 'added.py'}::Net",
+                                       inputs=("float32[2,4,6,6]",), float64=True))
     assert result.error is None, result.error
     assert result.passed, result.reason
