@@ -29,7 +29,11 @@ model of our own written that way, converted, built and compared with torch:
   ``self.query.add_module('proj', create_conv2d(...))``, then
   ``nn.init.xavier_uniform_(self.query.proj.weight)``): the layer is an attribute of the
   Sequential too, which holds the same module ("'Sequential' object has no attribute
-  'proj'").
+  'proj'"); under a computed name (timm's densenet: ``self.features.add_module(
+  f'denseblock{i + 1}', block)`` into a Sequential of an OrderedDict, then
+  ``[n for n, _ in self.features.named_children()].index('denseblock1')``): an attribute by
+  that name too (``setattr``), which ``torch_named_children`` names the layer by ("'denseblock1'
+  is not in list").
 """
 
 from __future__ import annotations
@@ -341,5 +345,50 @@ def test_layers_added_to_a_sequential_by_name_read_by_name(tmp_path):
     (tmp_path / "added.py").write_text(ADDED_BY_NAME)
     result = run_request(VerifyRequest(f"{tmp_path / 'added.py'}::Net",
                                        inputs=("float32[2,4,6,6]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+
+
+NAMED_AFTER_ADD = textwrap.dedent('''
+    from collections import OrderedDict
+
+    import torch
+    import torch.nn as nn
+
+
+    class Block(nn.Module):
+        def __init__(self, chs):
+            super().__init__()
+            self.conv = nn.Conv2d(chs, chs, 3, padding=1)
+
+        def forward(self, x):
+            return torch.relu(self.conv(x)) + x
+
+
+    class Net(nn.Module):
+        def __init__(self, chs=4, num_classes=3):
+            super().__init__()
+            self.features = nn.Sequential(OrderedDict([
+                ('conv0', nn.Conv2d(3, chs, 3, padding=1)),
+                ('norm0', nn.BatchNorm2d(chs)),
+            ]))
+            for i in range(2):
+                module_name = f'block{i + 1}'
+                self.features.add_module(module_name, Block(chs))
+            self.features.add_module('norm5', nn.BatchNorm2d(chs))
+            feat_names = [n for n, _ in self.features.named_children()]
+            self.ends = [feat_names.index(n) for n in ('block1', 'block2', 'norm5')]
+            self.head = nn.Linear(chs, num_classes)
+
+        def forward(self, x):
+            x = self.features(x).mean((2, 3))
+            return self.head(x) * float(sum(self.ends))
+''')
+
+
+def test_named_children_of_a_sequential_grown_by_add_module(tmp_path):
+    (tmp_path / "named.py").write_text(NAMED_AFTER_ADD)
+    result = run_request(VerifyRequest(f"{tmp_path / 'named.py'}::Net",
+                                       inputs=("float32[2,3,6,6]",), float64=True))
     assert result.error is None, result.error
     assert result.passed, result.reason

@@ -971,6 +971,12 @@ class ModuleClassMixin:
             self._pending[-1].before.append(cst.SimpleStatementLine([cst.Assign(
                 targets=[cst.AssignTarget(held)], value=layer)]))
             layer = held
+        elif not appended and m.matches(recv, m.Attribute(value=m.Name("self"))):
+            # self.features.add_module(f"denseblock{i + 1}", block) (densenet): an attribute
+            seq = updated.func.value  # by that name too, read by torch_named_children
+            self._pending[-1].before.append(cst.SimpleStatementLine([cst.Expr(call(
+                "setattr", arg(seq), arg(updated.args[0].value), arg(layer)))]))
+            layer = call("getattr", arg(seq), arg(updated.args[0].value))
         if layout == "channels_last" and seq_layout == "any":
             raise Untranslatable("add_module of a channels-last layer into a Sequential: "
                                  "wrap it with transposes", rule="torch.nn.Sequential")
