@@ -656,7 +656,8 @@ class Indexer(NoAttributeHooks, cst.CSTVisitor):
                     f"{self._class_stack[-1].name}.{node.args[0].value.attr.value}")
             if (meth := method_on_parameter(node, self._fn_stack[-1])) is not None:
                 self._fn_method_calls.setdefault(key, set()).add(meth)
-                builds = builds or f"*.{meth}" in self.imported_builders  # (another module's)
+                if f"*.{meth}" in self.imported_builders:  # (another module's: it draws, its
+                    self._fn_draws.add(key)  # caller handed on bound to rngs, timm's byoanet)
             if builds:
                 self._fn_builds.add(key)
         # a BatchNorm factory handed to a module class of another file (norm_layer=norm_layer

@@ -410,15 +410,23 @@ def torch_named_children(module: Any) -> Any:
     """torch's module.named_children() of an NNX module: its direct submodules in the order
     it assigned them (torch's registration order), a Sequential's, a List's or a Dict's by
     their index or key, each once. Activation layers, JAX functions here, are not modules,
-    except in a Sequential grown by add_module, whose names (torch_names) are torch's."""
-    names = getattr(module, "torch_names", None)
-    if isinstance(module, nnx.Sequential) and names:
-        for name, at in names.items():
-            yield name, module.layers[at]
-        return
+    except in a Sequential built from named layers, whose names (torch_names) are torch's; a
+    layer added to a Sequential by add_module is also its attribute of torch's name."""
+    names = getattr(module, "torch_names", None) or {}
     if isinstance(module, nnx.Sequential):
-        items = enumerate(module.layers)
-    elif isinstance(module, (nnx.List, list, tuple)):
+        given = {at: name for name, at in names.items()}
+        added = {id(v): k for k, v in vars(module).items()
+                 if k != "layers" and isinstance(v, nnx.Module)}
+        seen = set()
+        for at, child in enumerate(module.layers):
+            name = given.get(at) or added.get(id(child))
+            if id(child) in seen or (name is None and (names or not isinstance(
+                    child, nnx.Module))):
+                continue
+            seen.add(id(child))
+            yield name or str(at), child
+        return
+    if isinstance(module, (nnx.List, list, tuple)):
         items = enumerate(module)
     elif isinstance(module, (nnx.Dict, dict)):
         items = module.items()

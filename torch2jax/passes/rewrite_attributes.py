@@ -45,6 +45,7 @@ from torch2jax.passes.rewrite_support import (
     INPLACE_OPS,
     _fix_commas,
 )
+from torch2jax.passes.scaled_weights import scaled_sublayer_weight
 from torch2jax.passes.sequential_items import sequential_elem_layout, sequential_layouts
 from torch2jax.passes.sequential_names import indexed_sequential, iterated_sequential
 from torch2jax.ruleset import Rule
@@ -230,7 +231,8 @@ class AttributesMixin:
             indexed = self._inplace_indexed(original_node, updated_node, meth)
             if indexed is not None:
                 return indexed
-        scaled = self._scaled_layer_param(original_node, updated_node, meth)
+        scaled = self._scaled_layer_param(original_node, updated_node, meth) or (
+            scaled_sublayer_weight(self, original_node, updated_node, meth))
         if scaled is not None:
             return scaled
         if not isinstance(recv, cst.Name):

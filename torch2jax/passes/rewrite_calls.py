@@ -68,6 +68,7 @@ from torch2jax.passes.rewrite_support import (
     _push_out_layout,
     _rule_args,
 )
+from torch2jax.passes.scaled_weights import scaled_weight_args
 from torch2jax.passes.special_device import drop_device_argument
 from torch2jax.passes.special_group_norm import own_group_norm_call
 from torch2jax.passes.special_tensors import STARRED_SPECIALS
@@ -225,7 +226,7 @@ class CallsMixin:
             if applied is not None:
                 return applied
         handled = self._checkpoint_dict_call(original_node) or self._parameters_call(
-            original_node)
+            original_node) or scaled_weight_args(self, original_node, updated_node)
         if handled is not None:
             return handled
         if self._param_fill(original_node):

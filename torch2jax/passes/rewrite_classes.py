@@ -962,14 +962,21 @@ class ModuleClassMixin:
             return None
         layer = updated.args[-1].value
         name = original.args[0].value
-        if not appended and m.matches(recv, m.Name("self")) and isinstance(name, cst.SimpleString) and isinstance(
+        if not appended and isinstance(name, cst.SimpleString) and isinstance(
                 name.evaluated_value, str) and name.evaluated_value.isidentifier():
             # self.add_module("bn", layer) in a Sequential subclass, then self.bn.weight
-            # (timm's ConvBN): the layer is an attribute too, the Sequential holds the same
-            held = cst.Attribute(value=cst.Name("self"), attr=cst.Name(name.evaluated_value))
+            # (timm's ConvBN), or self.query.add_module("proj", ...) then self.query.proj
+            # (mobilenetv5's attention): an attribute too, the Sequential holds the same
+            held = cst.Attribute(value=updated.func.value, attr=cst.Name(name.evaluated_value))
             self._pending[-1].before.append(cst.SimpleStatementLine([cst.Assign(
                 targets=[cst.AssignTarget(held)], value=layer)]))
             layer = held
+        elif not appended and m.matches(recv, m.Attribute(value=m.Name("self"))):
+            # self.features.add_module(f"denseblock{i + 1}", block) (densenet): an attribute
+            seq = updated.func.value  # by that name too, read by torch_named_children
+            self._pending[-1].before.append(cst.SimpleStatementLine([cst.Expr(call(
+                "setattr", arg(seq), arg(updated.args[0].value), arg(layer)))]))
+            layer = call("getattr", arg(seq), arg(updated.args[0].value))
         if layout == "channels_last" and seq_layout == "any":
             raise Untranslatable("add_module of a channels-last layer into a Sequential: "
                                  "wrap it with transposes", rule="torch.nn.Sequential")

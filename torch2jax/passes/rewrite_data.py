@@ -16,6 +16,7 @@ from torch2jax.passes import comprehension_keys as cf
 from torch2jax.passes import data as dt
 from torch2jax.passes import host_data as hd
 from torch2jax.passes import loader_dicts as ld
+from torch2jax.passes import norm_reset
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -295,6 +296,9 @@ class DataMixin:
         value = original_node.value
         if not isinstance(value, cst.Call):
             return None
+        reset = norm_reset.reset_call(self, value, updated_node.value)
+        if reset is not None:  # m.reset_parameters() of a torch norm layer
+            return updated_node.with_changes(value=reset)
         q = self.q(value.func)
         if q == "torch.fx.wrap":
             self.diag(original_node, q, "info", "torch.fx.wrap(...) removed: a torch.fx tracing "

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import libcst as cst
+import libcst.matchers as m
 
 from torch2jax.passes.common import BoundArgs, arg, code, expr, try_literal
 from torch2jax.ruleset import Rule
@@ -179,10 +180,15 @@ def weight_of_a_sublayer(t: cst.BaseExpression | None, rw=None, statement=None) 
     parent = statement
     while (parent := rw.get_metadata(ParentNodeProvider, parent, None)) is not None and (
             not isinstance(parent, cst.FunctionDef)):
-        if isinstance(parent, cst.For) and isinstance(parent.target, cst.Name) and (
-                parent.target.value == node.value):
-            return isinstance(parent.iter, cst.Attribute) and isinstance(
-                parent.iter.value, cst.Name) and parent.iter.value.value == "self"
+        over = parent.iter if isinstance(parent, cst.For) else None
+        target = parent.target if isinstance(parent, cst.For) else None
+        if m.matches(over, m.Call(func=m.Name("enumerate"), args=[m.Arg(keyword=None)])) and (
+                m.matches(target, m.Tuple(elements=[m.Element(), m.Element(m.Name())]))):
+            # for layer_id, layer in enumerate(self.blocks) (timm's beit fix_init_weight)
+            over, target = over.args[0].value, target.elements[1].value
+        if isinstance(target, cst.Name) and target.value == node.value:
+            return isinstance(over, cst.Attribute) and isinstance(
+                over.value, cst.Name) and over.value.value == "self"
     return False
 
 
