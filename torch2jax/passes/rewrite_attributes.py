@@ -7,8 +7,6 @@ the transformer's per-file state through ``self``."""
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 import libcst.matchers as m
 
@@ -32,8 +30,8 @@ from torch2jax.passes.conv_attributes import conv_attribute
 from torch2jax.passes.device_attributes import device_attribute
 from torch2jax.passes.layer_weight_writes import copied_into, operated, updated_at
 from torch2jax.passes.named_results import named_field
+from torch2jax.passes.rewrite_annotations import AnnotationsMixin
 from torch2jax.passes.rewrite_support import (
-    _ANNOTATION_TYPES,
     _CONV_ATTRS,
     _CONVERSIONS,
     _FINAL,
@@ -49,7 +47,6 @@ from torch2jax.passes.scaled_weights import scaled_sublayer_weight
 from torch2jax.passes.sequential_items import sequential_elem_layout, sequential_layouts
 from torch2jax.passes.sequential_names import indexed_sequential, iterated_sequential
 from torch2jax.ruleset import Rule
-from torch2jax.targets import linen as linen_target
 
 # builtins that iterate their argument (or measure it)
 _ITERATING = frozenset({"builtins.len", "builtins.enumerate", "builtins.reversed",
@@ -72,7 +69,7 @@ _WEIGHT_NORM_VALUES = {
 _DTYPE_PROPERTIES = {"is_floating_point": "floating", "is_complex": "complexfloating"}
 
 
-class AttributesMixin:
+class AttributesMixin(AnnotationsMixin):
     def _called(self, node: cst.Attribute) -> bool:
         parent = self.get_metadata(ParentNodeProvider, node, None)
         return isinstance(parent, cst.Call) and parent.func is node
@@ -363,42 +360,6 @@ class AttributesMixin:
                 and m.matches(updated_node.slice[0].slice, m.Index(value=m.Integer("0")))):
             return updated_node.value.elements[0].value
         return updated_node
-
-    # ------------------------------------------------------------------ annotations
-    def visit_Annotation(self, node) -> None:
-        self._in_annotation += 1
-
-    def leave_Annotation(self, original_node, updated_node):
-        self._in_annotation -= 1
-        return updated_node
-
-    def _annotation_type(self, original: cst.BaseExpression) -> cst.BaseExpression | None:
-        """A torch type named in an annotation (``Tensor``, ``nn.Conv2d``), in JAX terms."""
-        q = self.q(original)
-        if not q or not q.startswith("torch.") or q in _FINAL:
-            return None
-        if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.BoolTensor",
-                 "torch.nn.parameter.Parameter", "torch.nn.Parameter"):
-            self.need("jax")
-            return expr("jax.Array")
-        if q in ("torch.nn.Module", "torch.nn.modules.module.Module"):
-            self.need("nnx")
-            return expr(self.target.module_base)
-        if q in _ANNOTATION_TYPES:  # device: torch.device, dtype: torch.dtype
-            self.need(_ANNOTATION_TYPES[q].split(".")[0])
-            return expr(_ANNOTATION_TYPES[q])
-        rule = self.rules.layers.get(q)
-        target = rule.targets.get("nnx") if rule else None
-        if target and re.fullmatch(r"nnx\.[A-Z]\w*", target):
-            if self.target.setup_modules:
-                if target in linen_target.CLASSES:
-                    self.need("linen")
-                    return expr(linen_target.CLASSES[target])
-            else:
-                self.need("nnx")
-                return expr(target)
-        self.diag(original, "annotation", "error", f"type annotation {q}: no JAX type")
-        return None
 
     def leave_Name(self, original_node, updated_node):
         parent = self.get_metadata(ParentNodeProvider, original_node, None)
