@@ -18,6 +18,7 @@ from torch2jax.analysis import children
 from torch2jax.analysis.host import find_host_draws
 from torch2jax.analysis.host_generators import find_numpy_generators
 from torch2jax.analysis.index import Indexer, qualified, share_names
+from torch2jax.analysis.layer_bases import inherit_imported_layer_bases
 from torch2jax.analysis.metadata import ALL as METADATA
 from torch2jax.analysis.metadata import FileMetadata
 from torch2jax.analysis.torch_api import TORCH_PACKAGES
@@ -294,6 +295,7 @@ def convert_source(
         index = indexer.finish()
     # module classes imported from other files of the repository: what they build takes rngs
     index.module_classes |= {k for k in known_modules or () if k.isidentifier()}
+    inherit_imported_layer_bases(index.classes, known_modules or (), rules.layers)
     index.type_fields = {k.removeprefix(TYPE_FIELD) for k in known_modules or ()
                          if k.startswith(TYPE_FIELD)}  # (fields of imported classes, repo.py)
     # helper names the converter must not emit (not the torch imports it removes:

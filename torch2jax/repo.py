@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torch2jax.analysis.layer_bases import LAYER_BASE
 from torch2jax.analysis.torch_api import RANDOM, SEEDS
 
 MODULE_BASES = {"torch.nn.Module", "torch.nn.modules.module.Module"}
@@ -402,6 +403,9 @@ def index_repository(files: Iterable[Path], torch_layers: Iterable[str] = (),
                 if target in module_classes:
                     known |= {local, b.qualified}
                     imported.add(target)
+                    layer = _layer_base(target, bases, set(torch_layers))
+                    if layer is not None:  # class Norm(nn.GroupNorm), subclassed here
+                        known.add(f"{LAYER_BASE}{local}={layer}")
                     if target[0] in modules:
                         known.add(f"{CLASS_FILE}{local}={modules[target[0]].path}::{target[1]}")
             elif r.startswith("mod:") or (b.kind == "module" and r in modules):
@@ -423,6 +427,25 @@ def index_repository(files: Iterable[Path], torch_layers: Iterable[str] = (),
     for path, mod in by_path.items():
         index.exported[path] = {cls for name, cls in imported if name == mod.name}
     return index
+
+
+def _layer_base(key: tuple[str, str], bases: dict[tuple[str, str], list[str]],
+                layers: set[str]) -> str | None:
+    """The torch layer of ``layers`` the repository class ``key`` derives from, directly or
+    through the repository's classes; None if none."""
+    seen: set[tuple[str, str]] = set()
+    work = [key]
+    while work:
+        key = work.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        for r in bases.get(key, []):
+            if r in layers:
+                return r
+            if r.startswith("repo:"):
+                work.append(tuple(r[5:].split(":", 1)))
+    return None
 
 
 def _reachable(resolver: _Resolver, modname: str,

@@ -494,7 +494,8 @@ class LayersMixin:
             if self.index.classes[cls].defines_init:
                 return False
             cls = self.index.classes[cls].module_base
-        return True
+        # a module class of another file (analysis/layer_bases.py): built by its own __init__
+        return not (cls in self.index.module_classes and cls not in self.index.classes)
 
     def _layer_arguments(self, original: cst.Call, updated: cst.Call,
                          rule: Rule, super_init: bool = False) -> cst.BaseExpression:

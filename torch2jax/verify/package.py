@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
+from torch2jax.analysis.layer_bases import LAYER_BASE
 from torch2jax.hf import (
     AUTO_TABLE,
     BACKBONE_MODULE,
@@ -162,6 +163,22 @@ def _layer_classes(module_name: str, names: list[str], used: set[str]) -> set[st
         value = getattr(original, name, None)
         if name in used and isinstance(value, type) and issubclass(value, torch.nn.Module):
             found.add(name)
+    return found
+
+
+def _layer_bases(module_name: str, names: set[str]) -> set[str]:
+    """``LAYER_BASE + "name=torch.nn.X"`` for the classes ``names`` of that module that derive
+    from a torch layer (timm.layers' ``GroupNorm1(nn.GroupNorm)``): their subclasses in the
+    importer are subclasses of the layer (analysis/layer_bases.py)."""
+    import torch
+
+    original = importlib.import_module(module_name)
+    found = set()
+    for name in names:
+        for base in getattr(getattr(original, name, None), "__mro__", ())[1:]:
+            if base.__module__.startswith("torch.nn.") and base is not torch.nn.Module:
+                found.add(f"{LAYER_BASE}{name}=torch.nn.{base.__name__}")
+                break
     return found
 
 
@@ -686,7 +703,8 @@ def _convert_package_file(
                 reexported.setdefault(dep, {}).update(moved)
                 work += [(f"{dep}.{sub}", "convert") for sub in set(moved.values())]
                 after += [f"{dep}.{sub}" for sub in set(moved.values())]
-        plans[module] = (file, is_package, source, after, set().union(*layers.values()))
+        plans[module] = (file, is_package, source, after, set().union(
+            *layers.values(), *(_layer_bases(dep, names) for dep, names in layers.items())))
         if mode == "alias":
             continue
         for dep, names in deps:
