@@ -869,6 +869,7 @@ def run_one(path: Path) -> list[dict]:
 
     import transformers
 
+    from torch2jax.verify import common
     from torch2jax.verify.common import VerifyRequest
     from torch2jax.verify.package import convert_package_file
     from torch2jax.verify.run import _convert_file, run_request
@@ -876,15 +877,18 @@ def run_one(path: Path) -> list[dict]:
     start = time.perf_counter()
     family = family_of(path)
     result = Result(family=family, entry="", target="nnx")
+    phases = _Phases()
+    common.phase_hook = phases.hook
 
     def done(reason: str = "") -> list[dict]:
         result.reason = reason
         result.seconds = round(time.perf_counter() - start, 1)
-        return [dataclasses.asdict(result)]
+        return [{**dataclasses.asdict(result), "phases": phases.seconds, "cpu": phases.cpu}]
 
     name = f"transformers.models.{path.parent.name}.{path.stem}"
     try:
-        module = importlib.import_module(name)
+        with common.timed("importing the modeling file"):
+            module = importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 (a file that needs a missing package)
         return done(f"import: {type(exc).__name__}: {exc}")
     base, head = entry_classes(module)
@@ -896,7 +900,8 @@ def run_one(path: Path) -> list[dict]:
     if config_class is None or not isinstance(config_class, type):
         return done("the class names no config_class")
     try:
-        config, kwargs, specs, masked = fitting_config(cls, config_class)
+        with common.timed("fitting the tiny config (torch builds and runs each rung)"):
+            config, kwargs, specs, masked = fitting_config(cls, config_class)
     except Exception as exc:  # noqa: BLE001
         return done(f"config: {type(exc).__name__}: {exc}")
     expression = f"_SweepConfig({', '.join(f'{k}={_literal(v)}' for k, v in kwargs.items())})"
@@ -906,15 +911,17 @@ def run_one(path: Path) -> list[dict]:
     expression = f"{cls.__name__}({expression})"
     with tempfile.TemporaryDirectory(prefix="t2j-sweep-") as tmp:
         try:
-            converted, todos = convert_package_file(
+            with common.timed("converting the file (and its local imports)"):
+                converted, todos = convert_package_file(
                 path, Path(tmp), lambda f, known: _convert_file(f, "nnx", None, known),
-                {cls.__name__}, model_types=_model_types(config))
+                    {cls.__name__}, model_types=_model_types(config))
         except Exception as exc:  # noqa: BLE001
             return done(f"convert: {type(exc).__name__}: {exc}")
         result.converted, result.todos = True, todos
         worst = 0.0
         for mask in ((False, True) if masked else (False,)):
             inputs = tuple(specs) + ((f"attention_mask=int64[{BATCH},{SEQ}]:2",) if mask else ())
+            phases.prefix = "with the mask: " if mask else ""
             req = VerifyRequest(target=f"{path}::{cls.__name__}", build=expression,
                                 inputs=inputs, atol=1e-5, rtol=1e-4, converted=str(converted),
                                 float64=False, setup=setup)
@@ -933,8 +940,51 @@ def run_one(path: Path) -> list[dict]:
     return done()
 
 
+class _Phases:
+    """The seconds of each phase of a row (``torch2jax.verify.common.timed``): summed per
+    phase in ``seconds``, and each start and end written to stderr as it comes (``PHASE``
+    lines), so that a row that times out still says which phase it was in."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}  # wall-clock seconds
+        self.cpu: dict[str, float] = {}  # this process's CPU seconds (a loaded machine's
+        self.prefix = ""  # wall clock says more of the load than of the work)
+        self.started: list[float] = []
+
+    def hook(self, what: str, seconds: float | None) -> None:
+        what = self.prefix + re.sub(r"(/[\w.\-]+)+/", "", what)
+        if seconds is None:
+            self.started.append(time.process_time())
+            print(f"PHASE start {what}", file=sys.stderr, flush=True)
+            return
+        cpu = time.process_time() - self.started.pop()
+        self.seconds[what] = round(self.seconds.get(what, 0.0) + seconds, 1)
+        self.cpu[what] = round(self.cpu.get(what, 0.0) + cpu, 1)
+        print(f"PHASE {seconds:.1f} {what}", file=sys.stderr, flush=True)
+
+
+def _phases_of(stderr: str | bytes | None) -> tuple[dict[str, float], str]:
+    """The phases a child's stderr reports as ended (their seconds, summed) and the one it
+    was in when it stopped ('' when none)."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+    ended: dict[str, float] = {}
+    running: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("PHASE "):
+            continue
+        _, when, what = line.split(" ", 2)
+        if when == "start":
+            running.append(what)
+        else:
+            ended[what] = round(ended.get(what, 0.0) + float(when), 1)
+            if what in running:
+                running.remove(what)
+    return ended, running[-1] if running else ""
+
+
 def _child(path: Path, timeout: float) -> list[dict]:
-    """``run_one`` in a process of its own, with a time limit."""
+    """``run_one`` in a process of its own, with a time limit (a row that times out names
+    the phase it was in, and its ``phases`` the seconds of those that ended)."""
     start = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
@@ -944,10 +994,11 @@ def _child(path: Path, timeout: float) -> list[dict]:
     try:
         done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env, check=False,
                               capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        row.reason = f"timed out after {timeout:.0f} s"
+    except subprocess.TimeoutExpired as exc:
+        ended, running = _phases_of(exc.stderr)
+        row.reason = f"timed out after {timeout:.0f} s" + (f" (in {running})" if running else "")
         row.seconds = round(time.perf_counter() - start, 1)
-        return [dataclasses.asdict(row)]
+        return [{**dataclasses.asdict(row), "phases": ended}]
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("SWEEP ")]
     if lines:
         return json.loads(lines[-1][len("SWEEP "):])
@@ -1028,7 +1079,9 @@ def main(argv: list[str] | None = None) -> int:
                             f.write(json.dumps(row) + "\n")
                     print(f"{row['family']:30} {'ok' if row['verified'] else 'FAIL':4} "
                           f"{row['seconds']:6.1f}s {row['reason'][:120]}", flush=True)
-    results = [Result(**{**r, "reason": clean_reason(r["reason"])}) for r in rows]
+    fields = {f.name for f in dataclasses.fields(Result)}
+    results = [Result(**{**{k: v for k, v in r.items() if k in fields},
+                         "reason": clean_reason(r["reason"])}) for r in rows]
     if args.doc:
         command = "python benchmarks/transformers_sweep.py " + " ".join(
             Path(a).name if a.startswith("/") else a
