@@ -77,17 +77,25 @@ SIZES = {
                      "word_embed_proj_dim", "projection_dim", "text_embed_dim",
                      "vision_embed_dim", "embedding_size", "d_embed", "n_embed",
                      "encoder_hidden_size", "decoder_hidden_size", "proj_dim",
-                     "hidden_size_per_head", "emb_dim", "pred_hidden_size"), WIDTH),
+                     "hidden_size_per_head", "emb_dim", "pred_hidden_size",
+                     # a tower's output width, a projector's (multimodal models: the text
+                     # model's width, which the shrinking makes WIDTH too)
+                     "out_hidden_size", "projector_hidden_size", "vision_hidden_size",
+                     "audio_hidden_size"), WIDTH),
     **dict.fromkeys(("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim",
                      "decoder_ffn_dim", "n_inner", "moe_intermediate_size",
                      "shared_expert_intermediate_size", "decoder_intermediate_size",
                      "ffn_hidden_size", "mlp_dim", "expert_intermediate_size",
                      "intermediate_size_mlp", "d_inner", "shared_intermediate_size",
-                     "encoder_feedforward_dim", "dim_feedforward"), FFN),
+                     "encoder_feedforward_dim", "dim_feedforward", "share_expert_dim",
+                     "moe_shared_expert_intermediate_size"), FFN),
     **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
                      "decoder_layers", "num_decoder_layers", "n_layers",
                      "num_encoder_layers", "decoder_num_layers", "encoder_num_layers",
-                     "pred_num_hidden_layers"), LAYERS),
+                     "pred_num_hidden_layers", "encoder_num_hidden_layers",
+                     "decoder_num_hidden_layers", "depth",
+                     # LXMERT's language, cross-modality and relation layers
+                     "l_layers", "x_layers", "r_layers"), LAYERS),
     **dict.fromkeys(("num_attention_heads", "n_head", "encoder_attention_heads",
                      "decoder_attention_heads", "num_heads", "n_heads",
                      "decoder_num_attention_heads", "encoder_num_attention_heads",
@@ -583,7 +591,12 @@ def _built(config_class, kwargs: dict):
 
 # a config validator's message that names the size one field must have ("`adaptor_config.
 # intermediate_size` (64) must equal `text_config.hidden_size // 4` (8)")
-TIED_SIZE = re.compile(r"`([\w.]+)`\s*\((\d+)\)\s*must (?:equal|be equal to)\b[^()]*\((\d+)\)")
+# (the names in backticks or not: "vision_config.out_hidden_size (1024) must equal
+# text_config.hidden_size (32)", Granite-Docling's)
+TIED_SIZE = re.compile(r"`?([\w.]+)`?\s*\((\d+)\)\s*must (?:equal|be equal to|match)\b[^()]*\((\d+)\)")
+# and "`vision_config.video_temporal_patch_size` (None) and `video_temporal_patch_size` (2)
+# must be equal" (NemotronH-Omni's: a sub-config's size the shrunk keywords leave None)
+TIED_PAIR = re.compile(r"`([\w.]+)`\s*\(([^()]*)\)\s*and\s*`[\w.]+`\s*\((\d+)\)\s*must be equal")
 
 
 def _as_validated(config_class, kwargs: dict, tries: int = 4) -> dict:
@@ -595,7 +608,8 @@ def _as_validated(config_class, kwargs: dict, tries: int = 4) -> dict:
             config_class(**kwargs)
             return kwargs
         except Exception as exc:  # noqa: BLE001 (a validator's refusal)
-            match = TIED_SIZE.search(str(exc)) or TIED_SIZE.search(str(exc.__cause__ or ""))
+            match = next((m for pattern in (TIED_SIZE, TIED_PAIR) for text in (
+                str(exc), str(exc.__cause__ or "")) if (m := pattern.search(text))), None)
         if not match:
             return kwargs
         *path, last = match.group(1).split(".")

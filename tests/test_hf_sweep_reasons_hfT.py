@@ -114,3 +114,62 @@ def test_a_modeling_file_is_converted_once(tmp_path: Path, module: str, cls_name
     seen, _ = _conversions(module, cls_name, sweep._model_types(cls.config_class()), tmp_path)
     assert len(seen) == files and set(seen.values()) == {1}, seen
     assert any(f"class {auto_built}(" in p.read_text() for p in tmp_path.rglob("modeling_*.py"))
+
+
+def _largest(config, depth: int = 0) -> tuple[int, int]:
+    """(the most layers, the widest hidden size) of ``config`` and its sub-configs."""
+    from transformers import PretrainedConfig
+
+    layers = width = 0
+    for key, value in vars(config).items():
+        if isinstance(value, PretrainedConfig) and depth < 4:
+            sub = _largest(value, depth + 1)
+            layers, width = max(layers, sub[0]), max(width, sub[1])
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if key in ("num_hidden_layers", "depth", "l_layers", "x_layers", "r_layers",
+                       "encoder_num_hidden_layers", "decoder_num_hidden_layers"):
+                layers = max(layers, value)
+            elif key in ("hidden_size", "out_hidden_size", "audio_hidden_size"):
+                width = max(width, value)
+    return layers, width
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("module, cls_name", [
+    # a validator's message without backticks ("vision_config.out_hidden_size (1024) must
+    # equal text_config.hidden_size (32)"): the whole text model was left at full size
+    ("granite_docling.modeling_granite_docling", "GraniteDoclingForConditionalGeneration"),
+    # "`head_config.audio_hidden_size` (512) must match `audio_config.hidden_size` (32)"
+    ("nemotron3_5_transcribe.modeling_nemotron3_5_transcribe",
+     "Nemotron3_5TranscribeForConditionalGeneration"),
+    # "`vision_config.video_temporal_patch_size` (None) and `video_temporal_patch_size` (2)
+    # must be equal": the vision tower was left at full size
+    ("nemotron_h_omni.modeling_nemotron_h_omni", "NemotronH_Omni_Reasoning_V3"),
+    # LXMERT's language, cross-modality and relation layers; Moonshine's encoder and decoder
+    ("lxmert.modeling_lxmert", "LxmertForQuestionAnswering"),
+    ("moonshine.modeling_moonshine", "MoonshineForConditionalGeneration"),
+    # a vision tower's depth and output width (Qwen2.5-VL's, under HyperCLOVA X Vision)
+    ("hyperclovax_vision_v2.modeling_hyperclovax_vision_v2",
+     "HyperCLOVAXVisionV2ForConditionalGeneration"),
+])
+def test_every_tower_of_a_tiny_config_is_tiny(module: str, cls_name: str) -> None:
+    """The sweep's tiny config shrinks each sub-config (towers, projectors, nested audio
+    configs) to the sweep's sizes, where a config validator ties one size to another."""
+    pytest.importorskip("transformers")
+    import importlib
+
+    cls = getattr(importlib.import_module(f"transformers.models.{module}"), cls_name)
+    config, _ = sweep.tiny_config(cls.config_class)
+    layers, width = _largest(config)
+    assert layers <= sweep.LAYERS and width <= sweep.WIDTH, (layers, width)
+
+
+@pytest.mark.transformers
+def test_lxmert_tiny_config_runs_in_torch() -> None:
+    """LXMERT's tiny config (its three layer counts cut) builds and runs in torch on the
+    sweep's inputs."""
+    pytest.importorskip("transformers")
+    from sweep_module import fit
+
+    config, _, _ = fit("lxmert.modeling_lxmert", "LxmertForQuestionAnswering")
+    assert (config.l_layers, config.x_layers, config.r_layers) == (2, 2, 2)
