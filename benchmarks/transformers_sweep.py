@@ -895,6 +895,7 @@ def run_one(path: Path) -> list[dict]:
     common.phase_hook = phases.hook
 
     def done(reason: str = "") -> list[dict]:
+        common.phase_hook = None  # (run_one in a test's process: the phases of this row only)
         result.reason = reason
         result.seconds = round(time.perf_counter() - start, 1)
         return [{**dataclasses.asdict(result), "phases": phases.seconds, "cpu": phases.cpu}]
