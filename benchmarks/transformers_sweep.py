@@ -80,17 +80,25 @@ SIZES = {
                      "vision_embed_dim", "embedding_size", "d_embed", "n_embed",
                      "encoder_hidden_size", "decoder_hidden_size", "proj_dim",
                      "hidden_size_per_head", "emb_dim", "pred_hidden_size",
-                     "hidden_size_global"), WIDTH),
+                     "hidden_size_global",
+                     # a tower's output width, a projector's (multimodal models: the text
+                     # model's width, which the shrinking makes WIDTH too)
+                     "out_hidden_size", "projector_hidden_size", "vision_hidden_size",
+                     "audio_hidden_size"), WIDTH),
     **dict.fromkeys(("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim",
                      "decoder_ffn_dim", "n_inner", "moe_intermediate_size",
                      "shared_expert_intermediate_size", "decoder_intermediate_size",
                      "ffn_hidden_size", "mlp_dim", "expert_intermediate_size",
                      "intermediate_size_mlp", "d_inner", "shared_intermediate_size",
-                     "encoder_feedforward_dim", "dim_feedforward"), FFN),
+                     "encoder_feedforward_dim", "dim_feedforward", "share_expert_dim",
+                     "moe_shared_expert_intermediate_size"), FFN),
     **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
                      "decoder_layers", "num_decoder_layers", "n_layers",
                      "num_encoder_layers", "decoder_num_layers", "encoder_num_layers",
-                     "pred_num_hidden_layers"), LAYERS),
+                     "pred_num_hidden_layers", "encoder_num_hidden_layers",
+                     "decoder_num_hidden_layers", "depth",
+                     # LXMERT's language, cross-modality and relation layers
+                     "l_layers", "x_layers", "r_layers"), LAYERS),
     **dict.fromkeys(("num_attention_heads", "n_head", "encoder_attention_heads",
                      "decoder_attention_heads", "num_heads", "n_heads",
                      "decoder_num_attention_heads", "encoder_num_attention_heads",
@@ -752,7 +760,12 @@ def _built(config_class, kwargs: dict):
 
 # a config validator's message that names the size one field must have ("`adaptor_config.
 # intermediate_size` (64) must equal `text_config.hidden_size // 4` (8)")
-TIED_SIZE = re.compile(r"`([\w.]+)`\s*\((\d+)\)\s*must (?:equal|be equal to)\b[^()]*\((\d+)\)")
+# (the names in backticks or not: "vision_config.out_hidden_size (1024) must equal
+# text_config.hidden_size (32)", Granite-Docling's)
+TIED_SIZE = re.compile(r"`?([\w.]+)`?\s*\((\d+)\)\s*must (?:equal|be equal to|match)\b[^()]*\((\d+)\)")
+# and "`vision_config.video_temporal_patch_size` (None) and `video_temporal_patch_size` (2)
+# must be equal" (NemotronH-Omni's: a sub-config's size the shrunk keywords leave None)
+TIED_PAIR = re.compile(r"`([\w.]+)`\s*\(([^()]*)\)\s*and\s*`[\w.]+`\s*\((\d+)\)\s*must be equal")
 
 
 def _as_validated(config_class, kwargs: dict, tries: int = 4) -> dict:
@@ -764,7 +777,8 @@ def _as_validated(config_class, kwargs: dict, tries: int = 4) -> dict:
             config_class(**kwargs)
             return kwargs
         except Exception as exc:  # noqa: BLE001 (a validator's refusal)
-            match = TIED_SIZE.search(str(exc)) or TIED_SIZE.search(str(exc.__cause__ or ""))
+            match = next((m for pattern in (TIED_SIZE, TIED_PAIR) for text in (
+                str(exc), str(exc.__cause__ or "")) if (m := pattern.search(text))), None)
         if not match:
             return kwargs
         *path, last = match.group(1).split(".")
@@ -1083,6 +1097,7 @@ def run_one(path: Path) -> list[dict]:
 
     import transformers
 
+    from torch2jax.verify import common
     from torch2jax.verify.common import VerifyRequest
     from torch2jax.verify.package import convert_package_file
     from torch2jax.verify.run import _convert_file, run_request
@@ -1090,15 +1105,19 @@ def run_one(path: Path) -> list[dict]:
     start = time.perf_counter()
     family = family_of(path)
     result = Result(family=family, entry="", target="nnx")
+    phases = _Phases()
+    common.phase_hook = phases.hook
 
     def done(reason: str = "") -> list[dict]:
+        common.phase_hook = None  # (run_one in a test's process: the phases of this row only)
         result.reason = reason
         result.seconds = round(time.perf_counter() - start, 1)
-        return [dataclasses.asdict(result)]
+        return [{**dataclasses.asdict(result), "phases": phases.seconds, "cpu": phases.cpu}]
 
     name = f"transformers.models.{path.parent.name}.{path.stem}"
     try:
-        module = importlib.import_module(name)
+        with common.timed("importing the modeling file"):
+            module = importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 (a file that needs a missing package)
         return done(f"import: {type(exc).__name__}: {exc}")
     base, head = entry_classes(module)
@@ -1110,7 +1129,8 @@ def run_one(path: Path) -> list[dict]:
     if config_class is None or not isinstance(config_class, type):
         return done("the class names no config_class")
     try:
-        cls, (config, kwargs, specs, masked) = fitting_entry(module, cls)
+        with common.timed("fitting the tiny config (torch builds and runs each rung)"):
+            cls, (config, kwargs, specs, masked) = fitting_entry(module, cls)
     except Exception as exc:  # noqa: BLE001
         return done(f"config: {type(exc).__name__}: {exc}")
     result.entry, config_class = cls.__name__, cls.config_class
@@ -1121,9 +1141,10 @@ def run_one(path: Path) -> list[dict]:
     expression = f"{cls.__name__}({expression})"
     with tempfile.TemporaryDirectory(prefix="t2j-sweep-") as tmp:
         try:
-            converted, todos = convert_package_file(
+            with common.timed("converting the file (and its local imports)"):
+                converted, todos = convert_package_file(
                 path, Path(tmp), lambda f, known: _convert_file(f, "nnx", None, known),
-                {cls.__name__}, model_types=_model_types(config))
+                    {cls.__name__}, model_types=_model_types(config))
         except Exception as exc:  # noqa: BLE001
             return done(f"convert: {type(exc).__name__}: {exc}")
         result.converted, result.todos = True, todos
@@ -1131,6 +1152,7 @@ def run_one(path: Path) -> list[dict]:
         for mask in ((False, True) if masked else (False,)):
             plain, exprs = _split(specs)
             inputs = tuple(plain) + ((f"attention_mask=int64[{BATCH},{SEQ}]:2",) if mask else ())
+            phases.prefix = "with the mask: " if mask else ""
             req = VerifyRequest(target=f"{path}::{cls.__name__}", build=expression,
                                 inputs=inputs, atol=1e-5, rtol=1e-4, converted=str(converted),
                                 float64=False, setup=setup, input_exprs=tuple(exprs))
@@ -1168,8 +1190,51 @@ def float64_decides(req, r):
     return r
 
 
+class _Phases:
+    """The seconds of each phase of a row (``torch2jax.verify.common.timed``): summed per
+    phase in ``seconds``, and each start and end written to stderr as it comes (``PHASE``
+    lines), so that a row that times out still says which phase it was in."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}  # wall-clock seconds
+        self.cpu: dict[str, float] = {}  # this process's CPU seconds (a loaded machine's
+        self.prefix = ""  # wall clock says more of the load than of the work)
+        self.started: list[float] = []
+
+    def hook(self, what: str, seconds: float | None) -> None:
+        what = self.prefix + re.sub(r"(/[\w.\-]+)+/", "", what)
+        if seconds is None:
+            self.started.append(time.process_time())
+            print(f"PHASE start {what}", file=sys.stderr, flush=True)
+            return
+        cpu = time.process_time() - self.started.pop()
+        self.seconds[what] = round(self.seconds.get(what, 0.0) + seconds, 1)
+        self.cpu[what] = round(self.cpu.get(what, 0.0) + cpu, 1)
+        print(f"PHASE {seconds:.1f} {what}", file=sys.stderr, flush=True)
+
+
+def _phases_of(stderr: str | bytes | None) -> tuple[dict[str, float], str]:
+    """The phases a child's stderr reports as ended (their seconds, summed) and the one it
+    was in when it stopped ('' when none)."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+    ended: dict[str, float] = {}
+    running: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("PHASE "):
+            continue
+        _, when, what = line.split(" ", 2)
+        if when == "start":
+            running.append(what)
+        else:
+            ended[what] = round(ended.get(what, 0.0) + float(when), 1)
+            if what in running:
+                running.remove(what)
+    return ended, running[-1] if running else ""
+
+
 def _child(path: Path, timeout: float) -> list[dict]:
-    """``run_one`` in a process of its own, with a time limit."""
+    """``run_one`` in a process of its own, with a time limit (a row that times out names
+    the phase it was in, and its ``phases`` the seconds of those that ended)."""
     start = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
@@ -1179,10 +1244,11 @@ def _child(path: Path, timeout: float) -> list[dict]:
     try:
         done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env, check=False,
                               capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        row.reason = f"timed out after {timeout:.0f} s"
+    except subprocess.TimeoutExpired as exc:
+        ended, running = _phases_of(exc.stderr)
+        row.reason = f"timed out after {timeout:.0f} s" + (f" (in {running})" if running else "")
         row.seconds = round(time.perf_counter() - start, 1)
-        return [dataclasses.asdict(row)]
+        return [{**dataclasses.asdict(row), "phases": ended}]
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("SWEEP ")]
     if lines:
         return json.loads(lines[-1][len("SWEEP "):])
@@ -1263,7 +1329,9 @@ def main(argv: list[str] | None = None) -> int:
                             f.write(json.dumps(row) + "\n")
                     print(f"{row['family']:30} {'ok' if row['verified'] else 'FAIL':4} "
                           f"{row['seconds']:6.1f}s {row['reason'][:120]}", flush=True)
-    results = [Result(**{**r, "reason": clean_reason(r["reason"])}) for r in rows]
+    fields = {f.name for f in dataclasses.fields(Result)}
+    results = [Result(**{**{k: v for k, v in r.items() if k in fields},
+                         "reason": clean_reason(r["reason"])}) for r in rows]
     if args.doc:
         command = "python benchmarks/transformers_sweep.py " + " ".join(
             Path(a).name if a.startswith("/") else a

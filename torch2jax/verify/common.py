@@ -10,8 +10,9 @@ import ast
 import contextlib
 import json
 import math
+import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -142,13 +143,35 @@ def _finite(value: Any) -> Any:
     return value
 
 
+# Called as each stage starts (``seconds`` None) and ends (its seconds) where a caller that
+# times the verifier's phases sets it (the transformers sweep's rows, benchmarks/): None else
+phase_hook: Callable[[str, float | None], None] | None = None
+
+
+@contextlib.contextmanager
+def timed(what: str) -> Iterator[None]:
+    """Report the phase ``what`` to ``phase_hook`` as it starts and ends (nothing without)."""
+    hook = phase_hook
+    if hook is None:
+        yield
+        return
+    hook(what, None)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        hook(what, time.perf_counter() - start)
+
+
 def stage(what: str) -> contextlib.AbstractContextManager[None]:
-    """Turn any exception in a stage into a VerifyError naming the stage and the place."""
+    """Turn any exception in a stage into a VerifyError naming the stage and the place (and
+    time the stage, ``timed``)."""
 
     @contextlib.contextmanager
     def guard() -> Iterator[None]:
         try:
-            yield
+            with timed(what):
+                yield
         except (VerifyError, LoadError):
             raise
         except Exception as exc:

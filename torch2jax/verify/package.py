@@ -346,6 +346,26 @@ def _moved_layer_classes(package: str, classes: set[str]) -> dict[str, str]:
     return moved
 
 
+def _reduced(source: str, module: str, entries: dict[str, set[str] | None],
+             model_types: set[str] | None
+             ) -> tuple[str, list[str], set[str], dict[tuple[str, str], tuple[str, str]]]:
+    """The modeling file ``module`` reduced to the classes ``entries`` wants of it and those
+    of its own that its auto classes build (Gemma3Model's ``AutoModel.from_config(
+    config.text_config)``, a Gemma3TextModel: added to ``entries`` before the file is
+    converted, not after, which converted the file a second time): ``(source, the machinery
+    names with no JAX counterpart, the auto classes it uses, _auto_models' table)``."""
+    while True:
+        used: set[str] = set()
+        reduced, unknown = reduce_modeling(source, module, entries.get(module), used)
+        found = _auto_models(module, used, model_types or set()) if used else {}
+        wanted = entries.get(module)
+        kept = {n.name for n in ast.parse(reduced).body if isinstance(n, ast.ClassDef)}
+        own = {cls for sub, cls in found.values() if sub == module} - kept
+        if wanted is None or own <= wanted:  # (a class the reduction cannot keep: as is)
+            return reduced, unknown, used, found
+        entries[module] = wanted | own
+
+
 def _auto_models(module_name: str, autos: set[str], types: set[str]
                  ) -> dict[tuple[str, str], tuple[str, str]]:
     """{(auto class, model_type): (modeling module, class)} for the sub-configs that the
@@ -636,6 +656,7 @@ def _convert_package_file(
     counts: dict[str, int] = {}  # the TODOs of each converted module
     forwarded: set[str] = set()
     entries: dict[str, set[str] | None] = {name: entry}  # the classes wanted of a modeling file
+    kept: dict[str, set[str]] = {}  # the classes a converted modeling file's reduction kept
     autos: dict[tuple[str, str], tuple[str, str]] = {}  # AutoModel.from_config's table
 
     def target_of(module: str, is_package: bool) -> Path:
@@ -663,8 +684,8 @@ def _convert_package_file(
             # a transformers modeling file: reduced, its machinery from _hf_support (hf.py)
             target = target_of(module, is_package)
             target.parent.mkdir(parents=True, exist_ok=True)
-            used: set[str] = set()
-            source, unknown = reduce_modeling(source, module, entries.get(module), used)
+            source, unknown, used, found = _reduced(source, module, entries, model_types)
+            kept[module] = {n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)}
             target.write_text(source)
             # load_backbone(config) builds a converted model: it takes rngs
             builds = {RNGS_FUNCTION + "load_backbone"} if "AutoBackbone" in used else set()
@@ -676,12 +697,12 @@ def _convert_package_file(
             work += [(dep, "alias") for dep, _ in _relative_imports(source, module, is_package)]
             # AutoModel.from_config(config.text_config): the modeling files of the sub-models
             # converted too (only their classes built there), and named in the table
-            found = _auto_models(module, used, model_types or set()) if used else {}
             autos.update(found)
             for sub, cls in sorted(set(found.values())):
                 wanted = entries.get(sub, set())
-                if wanted is None or (sub in entries and cls in wanted):
-                    continue  # converted with that class (or whole) already
+                if wanted is None or (sub in entries and cls in wanted) or cls in kept.get(
+                        sub, ()):  # (its reduction kept the class: LlavaNextModel, which
+                    continue  # LlavaNextForConditionalGeneration builds) converted already
                 # (Qwen3VLModel's AutoModel.from_config(config.vision_config) builds a class
                 # of its own file: the file again, with that class kept)
                 entries[sub] = wanted | {cls}

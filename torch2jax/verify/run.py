@@ -68,6 +68,7 @@ from torch2jax.verify.common import (
     build_call,
     run_setup,
     stage,
+    timed,
 )
 from torch2jax.verify.load import LoadError, find_name, load_module, split_target
 from torch2jax.verify.registry import SIDES
@@ -519,9 +520,10 @@ def _verify(r: VerifyResult, req: VerifyRequest, source: _JaxSource) -> None:
     jax_path, r.todos = source.get(path, name, torch_model)
     with _device(req.device) as platform, x64(bool(req.float64)):
         r.device = platform
-        check_forward(SIDES[req.jax_target], r, req,
-                      load_converted(jax_path, name, req.build, req.setup), name, torch_model,
-                      specs, vars(torch_module))
+        with timed("importing the converted file"):
+            module = load_converted(jax_path, name, req.build, req.setup)
+        check_forward(SIDES[req.jax_target], r, req, module, name, torch_model, specs,
+                      vars(torch_module))
 
 
 def _param_dtype(model: Any) -> str:

@@ -37,6 +37,7 @@ from torch2jax.verify.common import (
     jax_inputs,
     jax_to_numpy,
     stage,
+    timed,
     torch_grads,
     torch_inputs,
     torch_to_numpy,
@@ -161,7 +162,8 @@ def build_and_load(side: JaxSide, r: VerifyResult, req: Any, module: ModuleType,
     with stage(side.build_stage):
         model = side.build(req, module, name, sample)
     try:
-        return side.load_weights(r, req, model, torch_model)
+        with timed("the weight transfer"):
+            return side.load_weights(r, req, model, torch_model)
     except WeightTransferError as exc:
         raise VerifyError(str(exc)) from None
 
