@@ -55,6 +55,7 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.log_guards import traced_log_guard
 from torch2jax.passes.mask_set import mask_set
+from torch2jax.passes.module_surgery import child_write, constant_if, meta_device_test
 from torch2jax.passes.param_writes import freezes
 from torch2jax.passes.rewrite_attributes import AttributesMixin
 from torch2jax.passes.rewrite_calls import CallsMixin
@@ -618,7 +619,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
                 original_node.value.func.value in self._lt_epoch:
             return self._lt_epoch_call(original_node.value, updated_node.value,
                                        updated_node.targets[0].target)
-        data = self._data_assign(original_node, updated_node)
+        data = self._data_assign(original_node, updated_node) or child_write(
+            self, original_node, updated_node)  # model._modules[name] = child
         if data is None and self.current_class:
             data = self._param_copy(original_node, updated_node)  # self.A_log.data = v
         if data is not None:
@@ -843,12 +845,18 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
             node = self.get_metadata(ParentNodeProvider, node, None)
         return node is not None and id(node) in self.training.removed
 
+    def visit_Comparison(self, node) -> bool:
+        return not meta_device_test(self, node, if_test=True)  # leave_If folds it, untouched
+
     def leave_If(self, original_node, updated_node):
         """``if torch.jit.is_scripting(): ...`` is dead in JAX code (the query is False): the
         branch goes, its ``else`` (if any) stays in its place. An ``if`` around a clip that the
         micro-steps' compiled step holds (passes/accum_scan.py) goes too."""
         if id(original_node) in self._acc.dropped_ifs or traced_log_guard(self, original_node):
             return cst.RemoveFromParent()
+        meta = meta_device_test(self, original_node.test)  # if x.device != torch.device("meta")
+        if meta is not None:
+            return constant_if(self, original_node, updated_node, meta)
         updated_node = self._class_name_if(original_node, updated_node)
         test = original_node.test
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):

@@ -1,0 +1,143 @@
+"""The transformers sweep's reasons of building the JAX model, fourteenth round
+(docs/transformers-sweep.md): a general rule on a module of our own in the modeling files'
+shape, converted, built with torch's weights and verified against torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch2jax.convert import convert_source
+from torch2jax.verify.common import VerifyRequest
+from torch2jax.verify.run import run_request
+
+FROZEN_BATCH_NORM = '''
+import torch
+from torch import nn
+
+
+class FrozenBatchNorm2d(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Buffer(torch.ones(n))
+        self.bias = nn.Buffer(torch.zeros(n))
+        self.running_mean = nn.Buffer(torch.zeros(n))
+        self.running_var = nn.Buffer(torch.ones(n))
+
+    def forward(self, x):
+        scale = self.weight.reshape(1, -1, 1, 1) * (
+            self.running_var.reshape(1, -1, 1, 1) + 1e-5).rsqrt()
+        bias = self.bias.reshape(1, -1, 1, 1) - self.running_mean.reshape(1, -1, 1, 1) * scale
+        return x * scale + bias
+
+
+def replace_batch_norm(model):
+    """DETR's: every BatchNorm2d below ``model`` swapped for a frozen one holding its
+    statistics."""
+    for name, module in model.named_children():
+        if isinstance(module, nn.BatchNorm2d):
+            new_module = FrozenBatchNorm2d(module.num_features)
+            if module.weight.device != torch.device("meta"):
+                new_module.weight.copy_(module.weight)
+                new_module.bias.copy_(module.bias)
+                new_module.running_mean.copy_(module.running_mean)
+                new_module.running_var.data.copy_(module.running_var)
+            model._modules[name] = new_module
+        if len(list(module.children())) > 0:
+            replace_batch_norm(module)
+
+
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.norm = nn.BatchNorm2d(4)
+        self.stage = nn.Sequential(nn.Conv2d(4, 5, 1), nn.BatchNorm2d(5), nn.ReLU())
+
+    def forward(self, x):
+        return self.stage(self.norm(self.conv(x)))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        backbone = Backbone()
+        replace_batch_norm(backbone)
+        self.backbone = backbone
+
+    def forward(self, x):
+        return self.backbone(x)
+'''
+
+
+def test_batch_norms_swapped_for_frozen_ones_at_build(tmp_path: Path) -> None:
+    """DETR, Conditional/DAB/Deformable DETR, Table Transformer, D-FINE's "'ArrayImpl' object
+    has no attribute 'copy_'" while building: ``new.weight.copy_(old.weight)`` on a buffer of
+    a module the function built is the variable written in place (``new.weight[...] =``), the
+    BatchNorm's statistics its ``mean`` / ``var``; the ``meta`` device test is a constant;
+    ``model._modules[name] = new`` puts the child in its place (an attribute, a Sequential's
+    position), in torch's layout where the BatchNorm ran channels-last. The outputs and every
+    gradient are torch's, over an input whose height is not its channel count."""
+    converted = convert_source(FROZEN_BATCH_NORM)
+    assert converted.todos == 0 and "import torch" not in converted.code
+    assert "new_module.weight[...] = module.scale" in converted.code
+    assert "new_module.running_var[...] = module.var" in converted.code
+    assert "torch_set_child(model, name, new_module)" in converted.code
+    path = tmp_path / "model.py"
+    path.write_text(FROZEN_BATCH_NORM)
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,3,6,5]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+CAUSAL_CONV = '''
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class CausalConv1d(nn.Module):
+    """Mimi / Pocket-TTS's convolution: its causal padding computed from the layer's own
+    kernel size, stride, dilation and padding."""
+
+    def __init__(self, cin, cout, kernel_size, stride=1, dilation=1, padding=0):
+        super().__init__()
+        self.conv = nn.Conv1d(cin, cout, kernel_size, stride, dilation=dilation, padding=padding)
+
+    def forward(self, x):
+        kernel_size = self.conv.kernel_size[0]
+        stride = self.conv.stride[0]
+        dilation = self.conv.dilation[0]
+        effective = (kernel_size - 1) * dilation + 1
+        length = x.shape[-1] + 2 * self.conv.padding[0]
+        extra = (stride - (length - effective) % stride) % stride
+        return self.conv(F.pad(x, (effective - stride, extra)))
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = CausalConv1d(3, 4, 3, stride=2)
+        self.b = CausalConv1d(4, 4, 3, dilation=2, padding=1)
+        self.c = CausalConv1d(4, 2, 2)
+
+    def forward(self, x):
+        return self.c(self.b(self.a(x)))
+'''
+
+
+def test_a_convolutions_stride_dilation_and_padding_read_in_forward(tmp_path: Path) -> None:
+    """Mimi, Pocket-TTS, MobileNetV1's "'Conv' object has no attribute 'dilation'": torch's
+    ``conv.stride`` / ``.dilation`` / ``.padding`` tuples of a layer of the class are
+    nnx.Conv's ``strides`` / ``kernel_dilation`` (or ones where flax keeps its default) and
+    the low sides of its padding pairs; the outputs and every gradient are torch's."""
+    converted = convert_source(CAUSAL_CONV)
+    assert "self.conv.kernel_dilation[0]" in converted.code
+    path = tmp_path / "model.py"
+    path.write_text(CAUSAL_CONV)
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,3,11]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
