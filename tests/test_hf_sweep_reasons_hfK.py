@@ -141,3 +141,55 @@ def test_a_convolutions_stride_dilation_and_padding_read_in_forward(tmp_path: Pa
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+REGISTERED_LIST = '''
+import torch
+from torch import nn
+
+
+class PixelDecoder(nn.Module):
+    """Mask2Former's pixel decoder: each level's convolutions registered under torch's names
+    and kept, low to high resolution, in plain lists torch does not register."""
+
+    def __init__(self, channels=(3, 5), dim=4):
+        super().__init__()
+        lateral_convs = []
+        output_convs = []
+        for idx, in_channels in enumerate(channels):
+            lateral_conv = nn.Sequential(nn.Conv2d(in_channels, dim, kernel_size=1, bias=False),
+                                         nn.GroupNorm(2, dim))
+            output_conv = nn.Sequential(nn.Conv2d(dim, dim, kernel_size=3, padding=1),
+                                        nn.GroupNorm(2, dim), nn.ReLU())
+            self.add_module(f"adapter_{idx + 1}", lateral_conv)
+            self.add_module(f"layer_{idx + 1}", output_conv)
+            lateral_convs.append(lateral_conv)
+            output_convs.append(output_conv)
+        self.lateral_convolutions = lateral_convs[::-1]
+        self.output_convolutions = output_convs[::-1]
+
+    def forward(self, x, y):
+        out = []
+        for idx, feature in enumerate((y, x)):
+            lateral_conv = self.lateral_convolutions[idx]
+            output_conv = self.output_convolutions[idx]
+            out.append(output_conv(lateral_conv(feature)))
+        return out[0] * 2 + out[1]
+'''
+
+
+def test_a_reversed_local_list_of_registered_modules_kept_in_an_attribute(
+        tmp_path: Path) -> None:
+    """Mask2Former, MaskFormer, OneFormer's "Found data on value of type list assigned to
+    static attribute": a local list of modules the constructor registered one by one
+    (``add_module``), kept reversed in an attribute, is a module list of those modules,
+    which keep torch's names; the outputs and every gradient are torch's."""
+    converted = convert_source(REGISTERED_LIST)
+    assert "self.lateral_convolutions = nnx.List(lateral_convs[::-1])" in converted.code
+    path = tmp_path / "model.py"
+    path.write_text(REGISTERED_LIST)
+    r = run_request(VerifyRequest(target=f"{path}::PixelDecoder", float64=False,
+                                  inputs=("float32[2,3,4,4]", "float32[2,5,4,4]")))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
