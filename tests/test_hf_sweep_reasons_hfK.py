@@ -193,3 +193,39 @@ def test_a_reversed_local_list_of_registered_modules_kept_in_an_attribute(
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+NEXT_PARAMETER = '''
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    """Swin V2 / Swin2SR's continuous position bias: a table cast to the dtype of the MLP's
+    first parameter, ``next(mlp.parameters()).dtype``."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 3))
+        self.register_buffer("table", torch.linspace(-1, 1, 10).reshape(5, 2).half(),
+                             persistent=False)
+
+    def forward(self, x):
+        table = self.table.to(next(self.mlp.parameters()).dtype)
+        return self.mlp(table).sum(0) * x
+'''
+
+
+def test_the_dtype_of_a_layers_first_parameter(tmp_path: Path) -> None:
+    """Swin V2 and Swin2SR's "'Sequential' object has no attribute 'parameters'":
+    ``next(m.parameters())`` of a module is the first of its parameter arrays (an iterator
+    over the list of them); the outputs and every gradient are torch's."""
+    converted = convert_source(NEXT_PARAMETER)
+    assert "next(iter(jax.tree.leaves(nnx.state(self.mlp, nnx.Param)))).dtype" in converted.code
+    path = tmp_path / "model.py"
+    path.write_text(NEXT_PARAMETER)
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[3]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4

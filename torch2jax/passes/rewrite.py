@@ -93,7 +93,8 @@ from torch2jax.targets import Target
 from torch2jax.targets import linen_training as lt
 
 # builtins that only iterate their arguments (a list of arrays serves as a generator)
-_ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter"))
+_ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter",
+                        "next"))
 
 
 class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, StepsMixin, LinenTrainingMixin, LinenResumeMixin,
@@ -1047,18 +1048,19 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
                 f"if isinstance(p, nnx.Param))")
         return None
 
-    def _iterated(self, node: cst.Call) -> bool:
+    def _iterated(self, node: cst.Call, by: str | None = None) -> bool:
         """``node`` is only iterated: the iterable of a for loop or a comprehension, or an
-        argument of ``zip``, ``enumerate``, ``list``, ``tuple``, ``sorted``, ``reversed`` or
-        ``iter`` (where a list of the arrays serves as torch's generator does)."""
+        argument of ``zip``, ``enumerate``, ``list``, ``tuple``, ``sorted``, ``reversed``,
+        ``iter`` (where a list of the arrays serves as torch's generator does) or ``next``
+        (given an iterator of them); ``by``: only an argument of that function."""
         parent = self.get_metadata(ParentNodeProvider, node, None)
         if isinstance(parent, (cst.CompFor, cst.For)):
-            return parent.iter is node
+            return parent.iter is node and by is None
         grand = self.get_metadata(ParentNodeProvider, parent, None)
         return (isinstance(parent, cst.Arg) and not parent.keyword and not parent.star
                 and isinstance(grand, cst.Call) and isinstance(grand.func, cst.Name)
-                and grand.func.value in _ITERATING and self.q(grand.func) in (
-                    None, grand.func.value, f"builtins.{grand.func.value}"))
+                and grand.func.value in (_ITERATING if by is None else {by}) and self.q(
+                    grand.func) in (None, grand.func.value, f"builtins.{grand.func.value}"))
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         return isinstance(self.get_metadata(ParentNodeProvider, node, None), cst.Expr)

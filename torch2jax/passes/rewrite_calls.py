@@ -156,8 +156,9 @@ class CallsMixin:
         named = func.attr.value == "named_parameters"
         leaves = self.target.parameter_leaves(named, self.file_freezes)
         if leaves is not None:
-            self.need(*leaves[1])
-            return expr(leaves[0], m=owner)
+            self.need(*leaves[1])  # next(m.parameters()): an iterator of them (a list's is)
+            return expr(("iter({l})" if self._iterated(original_node, "next") else "{l}"),
+                        l=expr(leaves[0], m=owner))
         self.diag(original_node, "module-api", "error",
                   f"{code(original_node)}: the {self.target.name} model's parameters are not "
                   "attributes of the module" if self.target.setup_modules else
