@@ -229,3 +229,55 @@ def test_the_dtype_of_a_layers_first_parameter(tmp_path: Path) -> None:
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+KAISER = '''
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def kaiser_sinc_filter1d(cutoff, half_width, kernel_size):
+    """NeuCodec / XCodec2's anti-aliasing filter: a Kaiser-windowed sinc, built once."""
+    delta_f = 4 * half_width
+    attenuation = 2.285 * (kernel_size // 2 - 1) * math.pi * delta_f + 7.95
+    if attenuation > 50.0:
+        beta = 0.1102 * (attenuation - 8.7)
+    else:
+        beta = 0.5842 * (attenuation - 21) ** 0.4 + 0.07886 * (attenuation - 21.0)
+    kaiser_window = torch.kaiser_window(kernel_size, beta=beta, periodic=False,
+                                        dtype=torch.float32)
+    time = torch.arange(-(kernel_size // 2), kernel_size // 2) + 0.5
+    filter_ = 2 * cutoff * kaiser_window * torch.sinc(2 * cutoff * time)
+    filter_ /= filter_.sum()
+    return filter_.view(1, 1, kernel_size)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("filter", kaiser_sinc_filter1d(0.25, 0.3, 6), persistent=False)
+        self.proj = nn.Linear(9, 9)
+
+    def forward(self, x):
+        return self.proj(F.pad(F.conv1d(x, self.filter), (2, 2)))
+'''
+
+
+def test_a_kaiser_windowed_sinc_filter_built_at_build(tmp_path: Path) -> None:
+    """NeuCodec and XCodec2's "kaiser_window() received an invalid combination of
+    arguments": torch's symmetric Kaiser window is ``jnp.kaiser`` and ``torch.sinc``
+    ``jnp.sinc`` (both normalised); the outputs and every gradient are torch's (the filter
+    is a buffer the JAX side builds itself: not transferred from torch)."""
+    converted = convert_source(KAISER)
+    assert "jnp.kaiser(kernel_size, beta).astype(jnp.float32)" in converted.code
+    assert converted.todos == 0
+    path = tmp_path / "model.py"
+    path.write_text(KAISER)
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,1,10]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4

@@ -250,3 +250,18 @@ def solve_triangular(site: Site) -> cst.BaseExpression:
     return call("jax.lax.linalg.triangular_solve", arg(a), arg(b),
                 arg(left if left is not None else py(True), "left_side"), arg(lower, "lower"),
                 *([arg(unit, "unit_diagonal")] if unit is not None else []))
+
+
+@special("kaiser_window")
+def kaiser_window(site: Site) -> cst.BaseExpression:
+    """``torch.kaiser_window(n, periodic=False, beta=b, dtype=d)`` -> ``jnp.kaiser(n, b)``
+    (cast to ``d`` where given): numpy's Kaiser window is torch's symmetric one."""
+    if site.lit("periodic") is not False:
+        raise Untranslatable("torch.kaiser_window periodic (its default): jnp.kaiser is the "
+                             "symmetric window; pass periodic=False or take "
+                             "jnp.kaiser(n + 1, beta)[:-1] for n > 1", rule="torch.kaiser_window")
+    beta = site.get("beta")
+    window = expr("jnp.kaiser({n}, {b})", n=site.get("window_length"),
+                  b=beta if beta is not None else expr("12.0"))
+    dtype = site.get("dtype")
+    return window if dtype is None else expr("{w}.astype({d})", w=window, d=dtype)
