@@ -281,3 +281,46 @@ def test_a_kaiser_windowed_sinc_filter_built_at_build(tmp_path: Path) -> None:
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+MODULE_CAST = '''
+import torch
+from torch import nn
+
+
+class Cell(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x))
+
+
+class Model(nn.Module):
+    """SLANet / SLANeXt's head: submodules cast where they are built."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = Cell().to(dtype=torch.float32)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.cell(x.to(torch.float32)))
+'''
+
+
+def test_a_submodule_cast_where_it_is_built(tmp_path: Path) -> None:
+    """SLANet and SLANeXt's "'SLANetAttentionGRUCell' object has no attribute 'to'":
+    ``self.cell = Cell(...).to(dtype=torch.float32)`` in ``__init__`` is the module, its
+    floating-point state cast by the statement after it (as outside a class); the outputs and
+    every gradient are torch's."""
+    converted = convert_source(MODULE_CAST)
+    assert converted.todos == 0 and "nnx.state(self.cell)" in converted.code
+    path = tmp_path / "model.py"
+    path.write_text(MODULE_CAST)
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,3]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
