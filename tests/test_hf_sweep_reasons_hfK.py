@@ -324,3 +324,70 @@ def test_a_submodule_cast_where_it_is_built(tmp_path: Path) -> None:
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+SUBMODULE_PATHS = '''
+import torch
+from torch import nn
+
+
+class Conv(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv1d(cin, cout, 3, padding=1)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.conv(x) * self.scale
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.block = nn.ModuleList([nn.ELU(), Conv(dim, dim), nn.ELU(), Conv(dim, dim)])
+
+    def forward(self, x):
+        y = x
+        for layer in self.block:
+            y = layer(y)
+        return x + y
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        names = ["layers.0"]
+        model = [Conv(2, 4)]
+        names.extend([f"layers.{len(model)}.block.1", f"layers.{len(model)}.block.3"])
+        model += [Block(4)]
+        model += [nn.ELU()]
+        names.append(f"layers.{len(model)}")
+        model += [Conv(4, 3)]
+        self.layers = nn.ModuleList(model)
+        self._names = names
+        for idx, name in enumerate(self._names):
+            layer = self.get_submodule(name)
+            setattr(layer, "scale", 1.0 + idx)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+'''
+
+
+def test_submodules_found_by_their_torch_paths(tmp_path: Path) -> None:
+    """Mimi's "'MimiEncoder' object has no attribute 'get_submodule'": the encoder records
+    the paths of its convolutions (``layers.1.block.3``, past activation layers) and sets an
+    attribute on each through ``self.get_submodule(path)``, the ``torch_get_submodule``
+    helper over torch's names; the outputs (each convolution scaled by its own index) and
+    every gradient are torch's."""
+    converted = convert_source(SUBMODULE_PATHS)
+    assert converted.todos == 0 and "torch_get_submodule(self, name)" in converted.code
+    path = tmp_path / "model.py"
+    path.write_text(SUBMODULE_PATHS)
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,2,5]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4

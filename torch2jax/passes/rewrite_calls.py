@@ -51,7 +51,7 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.conv_subclass import conv_forward, conv_forward_reads
 from torch2jax.passes.data import read_by_iterator
-from torch2jax.passes.modules_walk import named_modules_walk
+from torch2jax.passes.modules_walk import named_modules_walk, submodule_call
 from torch2jax.passes.rewrite_support import (
     _FILLED,
     _INPLACE_DTYPE,
@@ -406,6 +406,8 @@ class CallsMixin:
             return self._super_init(original, updated)
         if name and name in self.rules.layers:
             return self._layer(original, updated, self.rules.layers[name])
+        if (sub := submodule_call(self, original, updated)) is not None:
+            return sub  # self.get_submodule("layers.3.block.1")
         if m.matches(original, m.Call(func=m.Attribute(attr=m.Name("children")
                                                         | m.Name("named_children")), args=[])):
             # backbone.children(): its layers in torch's order (passes/children.py)
