@@ -216,19 +216,12 @@ class Model(nn.Module):
 '''
 
 
-def test_the_dtype_of_a_layers_first_parameter(tmp_path: Path) -> None:
+def test_the_dtype_of_a_layers_first_parameter() -> None:
     """Swin V2 and Swin2SR's "'Sequential' object has no attribute 'parameters'":
     ``next(m.parameters())`` of a module is the first of its parameter arrays (an iterator
-    over the list of them); the outputs and every gradient are torch's."""
+    over the list of them); the outputs and every gradient are torch's (``test_three_build_rules_verified_together``)."""
     converted = convert_source(NEXT_PARAMETER)
     assert "next(iter(jax.tree.leaves(nnx.state(self.mlp, nnx.Param)))).dtype" in converted.code
-    path = tmp_path / "model.py"
-    path.write_text(NEXT_PARAMETER)
-    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[3]",),
-                                  float64=False))
-    assert r.error is None, r.error
-    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
-    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
 
 
 KAISER = '''
@@ -266,21 +259,15 @@ class Model(nn.Module):
 '''
 
 
-def test_a_kaiser_windowed_sinc_filter_built_at_build(tmp_path: Path) -> None:
+def test_a_kaiser_windowed_sinc_filter_built_at_build() -> None:
     """NeuCodec and XCodec2's "kaiser_window() received an invalid combination of
     arguments": torch's symmetric Kaiser window is ``jnp.kaiser`` and ``torch.sinc``
     ``jnp.sinc`` (both normalised); the outputs and every gradient are torch's (the filter
-    is a buffer the JAX side builds itself: not transferred from torch)."""
+    is a buffer the JAX side builds itself: not transferred from torch;
+    ``test_three_build_rules_verified_together``)."""
     converted = convert_source(KAISER)
     assert "jnp.kaiser(kernel_size, beta).astype(jnp.float32)" in converted.code
     assert converted.todos == 0
-    path = tmp_path / "model.py"
-    path.write_text(KAISER)
-    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,1,10]",),
-                                  float64=False))
-    assert r.error is None, r.error
-    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
-    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
 
 
 MODULE_CAST = '''
@@ -310,20 +297,13 @@ class Model(nn.Module):
 '''
 
 
-def test_a_submodule_cast_where_it_is_built(tmp_path: Path) -> None:
+def test_a_submodule_cast_where_it_is_built() -> None:
     """SLANet and SLANeXt's "'SLANetAttentionGRUCell' object has no attribute 'to'":
     ``self.cell = Cell(...).to(dtype=torch.float32)`` in ``__init__`` is the module, its
     floating-point state cast by the statement after it (as outside a class); the outputs and
-    every gradient are torch's."""
+    every gradient are torch's (``test_three_build_rules_verified_together``)."""
     converted = convert_source(MODULE_CAST)
     assert converted.todos == 0 and "nnx.state(self.cell)" in converted.code
-    path = tmp_path / "model.py"
-    path.write_text(MODULE_CAST)
-    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,3]",),
-                                  float64=False))
-    assert r.error is None, r.error
-    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
-    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
 
 
 SUBMODULE_PATHS = '''
@@ -387,6 +367,34 @@ def test_submodules_found_by_their_torch_paths(tmp_path: Path) -> None:
     path = tmp_path / "model.py"
     path.write_text(SUBMODULE_PATHS)
     r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,2,5]",),
+                                  float64=False))
+    assert r.error is None, r.error
+    assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
+    assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+TOGETHER = KAISER.replace("class Model(nn.Module):", "class KaiserModel(nn.Module):") + \
+    NEXT_PARAMETER.split("class Model(nn.Module):")[0] + \
+    MODULE_CAST.split("import torch\nfrom torch import nn\n")[1].replace(
+        "class Model(nn.Module):", "class CastModel(nn.Module):") + \
+    NEXT_PARAMETER.split("class Model(nn.Module):")[1].replace(
+        "    \"\"\"Swin V2", "class Model(nn.Module):\n    \"\"\"Swin V2", 1).replace(
+        "        self.mlp = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 3))",
+        "        self.mlp = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 2))\n"
+        "        self.kaiser = KaiserModel()\n        self.cast = CastModel()").replace(
+        "        return self.mlp(table).sum(0) * x",
+        "        y = self.kaiser(x)[..., :3]\n"
+        "        return self.mlp(table).sum(0) * self.cast(y)")
+
+
+def test_three_build_rules_verified_together(tmp_path: Path) -> None:
+    """The Kaiser window, the submodule cast and ``next(m.parameters())`` above in one model
+    (one verification: the outputs and every gradient are torch's)."""
+    converted = convert_source(TOGETHER)
+    assert converted.todos == 0
+    path = tmp_path / "model.py"
+    path.write_text(TOGETHER)
+    r = run_request(VerifyRequest(target=f"{path}::Model", inputs=("float32[2,1,10]",),
                                   float64=False))
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
