@@ -94,8 +94,8 @@ def held_tensor_write(rw, original_node: cst.Expr, updated_node: cst.Expr,
         return None
     cls = rw.values.value(recv.value).cls or ""
     info = rw.index.classes.get(cls)
-    if info is None or recv.attr.value not in info.tensor_attrs | rw._variable_attrs.get(
-            cls, set()):  # (the classes read so far: one defined above the write)
+    held = info.tensor_attrs | rw._variable_attrs.get(cls, set()) if info else set()
+    if cls not in rw.index.module_classes or recv.attr.value not in held:
         return None
     value = cst.Integer("0") if meth == "zero_" else new_call.args[0].value
     target = cst.Subscript(new_recv, [cst.SubscriptElement(cst.Index(cst.Ellipsis()))])
