@@ -399,3 +399,39 @@ def test_three_build_rules_verified_together(tmp_path: Path) -> None:
     assert r.error is None, r.error
     assert r.todos == 0 and r.passed, (r.mismatch, r.reason)
     assert r.grad_max_rel_diff is not None and r.grad_max_rel_diff < 1e-4
+
+
+META_TESTS = '''
+import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        if self.fc.weight.device == torch.device("meta"):
+            self.a = 1
+        else:
+            self.a = 2
+        if self.fc.weight.is_meta:
+            self.b = 1
+        elif self.fc.weight.device.type == "meta":
+            self.b = 2
+        else:
+            self.b = 3
+
+    def forward(self, x):
+        return self.fc(x) * self.a * self.b
+'''
+
+
+def test_a_meta_device_test_is_a_constant() -> None:
+    """``x.device == torch.device("meta")``, ``x.device.type == "meta"`` and ``x.is_meta``
+    are False in JAX code (no array lives on torch's meta device): each ``if`` keeps its
+    ``else``, with no mark (the conversion alone: the frozen batch norm above runs the
+    ``!=`` spelling)."""
+    converted = convert_source(META_TESTS)
+    assert converted.todos == 0 and "meta" not in converted.code
+    assert "self.a = 2" in converted.code and "self.b = 3" in converted.code
+    assert "self.a = 1" not in converted.code and "self.b = 1" not in converted.code

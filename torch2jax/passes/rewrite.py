@@ -847,7 +847,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         return node is not None and id(node) in self.training.removed
 
     def visit_Comparison(self, node) -> bool:
-        return not meta_device_test(self, node, if_test=True)  # leave_If folds it, untouched
+        return meta_device_test(self, node, if_test=True) is None  # leave_If folds it
 
     def leave_If(self, original_node, updated_node):
         """``if torch.jit.is_scripting(): ...`` is dead in JAX code (the query is False): the
