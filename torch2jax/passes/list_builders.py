@@ -32,11 +32,24 @@ There the list is a module list from the start too (``nn.ModuleList([...])``): t
 stay registered under the names ``add_module`` gives (torch's parameter names; NNX names a
 module held twice by its first path, and ``"0"`` sorts before any attribute name), and the list
 holds the same modules, as torch's does.
+
+Mask2Former's pixel decoder registers each module and appends it to a local list, then keeps
+the list (reversed) in an attribute torch does not register::
+
+    for idx, in_channels in enumerate(channels):
+        lateral_conv = nn.Sequential(...)
+        self.add_module(f"adapter_{idx + 1}", lateral_conv)
+        lateral_convs.append(lateral_conv)
+    self.lateral_convolutions = lateral_convs[::-1]
+
+There the attribute is a module list of the list (``nn.ModuleList(lateral_convs[::-1])``):
+the same modules, named by the paths ``add_module`` gave where those sort first.
 """
 
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 _CODE = cst.Module([])
 
@@ -99,11 +112,29 @@ def _registered(stmt: cst.BaseStatement) -> set[str]:
                 and isinstance(call := line.body[0].value, cst.Call)):
             continue
         func = _CODE.code_for_node(call.func)
-        if (func.endswith(".append") and func.startswith("self.") and len(call.args) == 1
+        if (func.endswith(".append") and len(call.args) == 1
                 and isinstance(call.args[0].value, cst.Name)
                 and _adds(stmt.body, call.args[0].value.value)):
-            out.add(func.removesuffix(".append"))
+            out.add(func.removesuffix(".append"))  # self.x, or a local list
     return out
+
+
+def _local_list_kept(stmt: cst.BaseStatement, names: set[str],
+                     module_list: cst.BaseExpression) -> cst.BaseStatement | None:
+    """``self.x = convs[::-1]`` (or ``= convs``) of a local list ``convs`` whose modules the
+    function registered one by one: ``self.x = nn.ModuleList(convs[::-1])`` (Mask2Former's
+    lateral convolutions), else None."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(assign := stmt.body[0], cst.Assign) and len(assign.targets) == 1
+            and m.matches(assign.targets[0].target, m.Attribute(value=m.Name("self")))):
+        return None
+    value = assign.value
+    held = value.value if isinstance(value, cst.Subscript) and all(
+        isinstance(e.slice, cst.Slice) for e in value.slice) else value
+    if not (isinstance(held, cst.Name) and held.value in names):
+        return None
+    return stmt.with_changes(body=[assign.with_changes(
+        value=cst.Call(module_list, [cst.Arg(value)]))])
 
 
 class _ModuleListFromStart(cst.CSTTransformer):
@@ -115,8 +146,15 @@ class _ModuleListFromStart(cst.CSTTransformer):
         """``self.x = [...]`` whose modules a later loop registers one by one: a module list
         from the start (``nn.ModuleList([...])``); whether any was rewritten."""
         changed = False
+        local: set[str] = set()  # local lists whose modules a loop registered
         for i, stmt in enumerate(body):
+            kept = _local_list_kept(stmt, local, self.module_list) if local else None
+            if kept is not None:
+                body[i], changed = kept, True
             for code in _registered(stmt) if self.module_list is not None else ():
+                if "." not in code:
+                    local.add(code)
+                    continue
                 for j in range(i - 1, -1, -1):
                     line = body[j]
                     if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1

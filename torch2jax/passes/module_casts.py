@@ -109,8 +109,10 @@ def rewrite_cast(rw, original: cst.Call, updated: cst.Call) -> cst.BaseExpressio
     if dtype is None:
         return receiver
     parent = rw.get_metadata(ParentNodeProvider, original, None)
-    if rw.in_module_class():
-        model = None
+    built = isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(
+        parent.targets[0].target, cst.Attribute) and rw._builds_layers_here()
+    if rw.in_module_class() and not built:  # (self.cell = Cell(...).to(dtype) in __init__:
+        model = None                        # the cast after the statement, as outside)
     elif isinstance(parent, cst.Expr):
         model = receiver
     elif isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(

@@ -55,6 +55,7 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.log_guards import traced_log_guard
 from torch2jax.passes.mask_set import mask_set
+from torch2jax.passes.module_surgery import child_write, constant_if, meta_device_test
 from torch2jax.passes.param_writes import freezes
 from torch2jax.passes.rewrite_attributes import AttributesMixin
 from torch2jax.passes.rewrite_calls import CallsMixin
@@ -93,7 +94,8 @@ from torch2jax.targets import Target
 from torch2jax.targets import linen_training as lt
 
 # builtins that only iterate their arguments (a list of arrays serves as a generator)
-_ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter"))
+_ITERATING = frozenset(("zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter",
+                        "next"))
 
 
 class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, CallsMixin, LayoutMixin, DataMixin, CheckpointsMixin, SchedulesMixin, LoopsMixin, StepsMixin, LinenTrainingMixin, LinenResumeMixin,
@@ -619,7 +621,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
                 original_node.value.func.value in self._lt_epoch:
             return self._lt_epoch_call(original_node.value, updated_node.value,
                                        updated_node.targets[0].target)
-        data = self._data_assign(original_node, updated_node)
+        data = self._data_assign(original_node, updated_node) or child_write(
+            self, original_node, updated_node)  # model._modules[name] = child
         if data is None and self.current_class:
             data = self._param_copy(original_node, updated_node)  # self.A_log.data = v
         if data is not None:
@@ -844,12 +847,18 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
             node = self.get_metadata(ParentNodeProvider, node, None)
         return node is not None and id(node) in self.training.removed
 
+    def visit_Comparison(self, node) -> bool:
+        return meta_device_test(self, node, if_test=True) is None  # leave_If folds it
+
     def leave_If(self, original_node, updated_node):
         """``if torch.jit.is_scripting(): ...`` is dead in JAX code (the query is False): the
         branch goes, its ``else`` (if any) stays in its place. An ``if`` around a clip that the
         micro-steps' compiled step holds (passes/accum_scan.py) goes too."""
         if id(original_node) in self._acc.dropped_ifs or traced_log_guard(self, original_node):
             return cst.RemoveFromParent()
+        meta = meta_device_test(self, original_node.test)  # if x.device != torch.device("meta")
+        if meta is not None:
+            return constant_if(self, original_node, updated_node, meta)
         updated_node = self._class_name_if(original_node, updated_node)
         updated_node, keep = tracing_if(self, original_node, updated_node)
         test = original_node.test
@@ -1036,18 +1045,19 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
                 f"if isinstance(p, nnx.Param))")
         return None
 
-    def _iterated(self, node: cst.Call) -> bool:
+    def _iterated(self, node: cst.Call, by: str | None = None) -> bool:
         """``node`` is only iterated: the iterable of a for loop or a comprehension, or an
-        argument of ``zip``, ``enumerate``, ``list``, ``tuple``, ``sorted``, ``reversed`` or
-        ``iter`` (where a list of the arrays serves as torch's generator does)."""
+        argument of ``zip``, ``enumerate``, ``list``, ``tuple``, ``sorted``, ``reversed``,
+        ``iter`` (where a list of the arrays serves as torch's generator does) or ``next``
+        (given an iterator of them); ``by``: only an argument of that function."""
         parent = self.get_metadata(ParentNodeProvider, node, None)
         if isinstance(parent, (cst.CompFor, cst.For)):
-            return parent.iter is node
+            return parent.iter is node and by is None
         grand = self.get_metadata(ParentNodeProvider, parent, None)
         return (isinstance(parent, cst.Arg) and not parent.keyword and not parent.star
                 and isinstance(grand, cst.Call) and isinstance(grand.func, cst.Name)
-                and grand.func.value in _ITERATING and self.q(grand.func) in (
-                    None, grand.func.value, f"builtins.{grand.func.value}"))
+                and grand.func.value in (_ITERATING if by is None else {by}) and self.q(
+                    grand.func) in (None, grand.func.value, f"builtins.{grand.func.value}"))
 
     def _is_statement_call(self, node: cst.Call) -> bool:
         return isinstance(self.get_metadata(ParentNodeProvider, node, None), cst.Expr)

@@ -29,6 +29,7 @@ from torch2jax.passes.common import (
 from torch2jax.passes.conv_attributes import conv_attribute
 from torch2jax.passes.device_attributes import device_attribute
 from torch2jax.passes.layer_weight_writes import copied_into, operated, updated_at
+from torch2jax.passes.module_surgery import held_tensor_write
 from torch2jax.passes.named_results import named_field
 from torch2jax.passes.rewrite_annotations import AnnotationsMixin
 from torch2jax.passes.rewrite_support import (
@@ -229,7 +230,8 @@ class AttributesMixin(AnnotationsMixin):
             if indexed is not None:
                 return indexed
         scaled = self._scaled_layer_param(original_node, updated_node, meth) or (
-            scaled_sublayer_weight(self, original_node, updated_node, meth))
+            scaled_sublayer_weight(self, original_node, updated_node, meth)) or (
+            held_tensor_write(self, original_node, updated_node, meth))  # new.weight.copy_(v)
         if scaled is not None:
             return scaled
         if not isinstance(recv, cst.Name):
@@ -623,7 +625,7 @@ class AttributesMixin(AnnotationsMixin):
                           "build the optimizer with optax.inject_hyperparams and set "
                           "opt_state.hyperparams['learning_rate']")
         if isinstance(original_node.value, (cst.Name, cst.Attribute)) and (
-                original_node.attr.value in ("weight", "bias")):
+                original_node.attr.value in ("weight", "bias", "running_mean", "running_var")):
             # (isinstance(m, nn.Linear) / isinstance(self.heads.head, nn.Linear) above)
             layers = self._narrowed_layer(original_node, code(original_node.value))
             if layers:

@@ -51,7 +51,7 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.conv_subclass import conv_forward, conv_forward_reads
 from torch2jax.passes.data import read_by_iterator
-from torch2jax.passes.modules_walk import named_modules_walk
+from torch2jax.passes.modules_walk import named_modules_walk, submodule_call
 from torch2jax.passes.rewrite_support import (
     _FILLED,
     _INPLACE_DTYPE,
@@ -73,6 +73,7 @@ from torch2jax.passes.special_device import drop_device_argument
 from torch2jax.passes.special_group_norm import own_group_norm_call
 from torch2jax.passes.special_tensors import STARRED_SPECIALS
 from torch2jax.passes.specials import SPECIALS, Site
+from torch2jax.passes.walrus import write_walrus as _write_walrus
 from torch2jax.ruleset import Rule
 
 
@@ -157,8 +158,9 @@ class CallsMixin:
         named = func.attr.value == "named_parameters"
         leaves = self.target.parameter_leaves(named, self.file_freezes)
         if leaves is not None:
-            self.need(*leaves[1])
-            return expr(leaves[0], m=owner)
+            self.need(*leaves[1])  # next(m.parameters()): an iterator of them (a list's is)
+            return expr(("iter({l})" if self._iterated(original_node, "next") else "{l}"),
+                        l=expr(leaves[0], m=owner))
         self.diag(original_node, "module-api", "error",
                   f"{code(original_node)}: the {self.target.name} model's parameters are not "
                   "attributes of the module" if self.target.setup_modules else
@@ -406,6 +408,8 @@ class CallsMixin:
             return self._super_init(original, updated)
         if name and name in self.rules.layers:
             return self._layer(original, updated, self.rules.layers[name])
+        if (sub := submodule_call(self, original, updated)) is not None:
+            return sub  # self.get_submodule("layers.3.block.1")
         if m.matches(original, m.Call(func=m.Attribute(attr=m.Name("children")
                                                         | m.Name("named_children")), args=[])):
             # backbone.children(): its layers in torch's order (passes/children.py)
@@ -1149,50 +1153,3 @@ def _false_flag(call: cst.Call) -> bool:
     return len(call.args) == 1 and not call.args[0].star and (
         call.args[0].keyword is None or call.args[0].keyword.value == "requires_grad") and (
         m.matches(call.args[0].value, m.Name("False")))
-
-
-class _Walrus(cst.CSTTransformer):
-    """Writes ``(name := value)`` at the first read of ``name`` (in the order Python evaluates
-    the translation's calls, attributes and operators: the order of the text), where that read
-    is evaluated exactly once (not in a lambda, a comprehension or a branch)."""
-
-    def __init__(self, name: str, value: cst.BaseExpression):
-        self.name, self.value = name, value
-        self.done = self.failed = False
-        self.depth = 0
-
-        self.attrs: set[int] = set()  # attribute names are not reads
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.Attribute):
-            self.attrs.add(id(node.attr))
-        if isinstance(node, (cst.Lambda, cst.BaseComp, cst.IfExp, cst.BooleanOperation)):
-            self.depth += 1
-        return super().on_visit(node)
-
-    def on_leave(self, original, updated):
-        if isinstance(original, (cst.Lambda, cst.BaseComp, cst.IfExp, cst.BooleanOperation)):
-            self.depth -= 1
-        return super().on_leave(original, updated)
-
-    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
-        if self.done or updated.value != self.name or id(original) in self.attrs:
-            return updated
-        self.done = True
-        if self.depth:
-            self.failed = True
-            return updated
-        return cst.NamedExpr(target=cst.Name(self.name), value=self.value,
-                             lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
-def _write_walrus(out: cst.BaseExpression, name: str,
-                  value: cst.BaseExpression) -> cst.BaseExpression:
-    writer = _Walrus(name, value)
-    if isinstance(out, cst.CSTNode):
-        out = out.visit(writer)
-    if not writer.done or writer.failed:
-        raise Untranslatable(f"`{code(value)}` is used more than once in the translation, and "
-                             "is not read first where it is evaluated once: assign it to a "
-                             "name first")
-    return out

@@ -360,16 +360,26 @@ class LayersMixin:
         torch_layer = info.attr_rule.get(inner.attr.value) if info is not None else None
         rule = self.rules.layers.get(torch_layer or "")
         ctor = info.attr_ctor.get(inner.attr.value)
-        if (original.attr.value == "stride" and rule is not None and rule.special == "conv"
+        attr = original.attr.value
+        if (attr in ("stride", "dilation", "padding") and rule is not None
+                and rule.special == "conv"
                 and not self.target.intermediate  # (equinox's Conv has torch's .stride)
                 and torch_layer[-2:] in ("1d", "2d", "3d") and ctor is not None
                 and not any(a.star for a in ctor.args)):
-            # self.conv1.stride (Whisper's encoder): torch's tuple. nnx.Conv keeps what it was
-            # built with: strides= is written unless the stride is 1 (flax's default, an int)
-            stride = bind(ctor.args, rule.params).get("stride")
-            if stride is None or m.matches(stride, m.Integer("1")):
-                return expr(repr((1,) * int(torch_layer[-2])))
-            return updated.with_changes(attr=cst.Name("strides"))
+            # self.conv1.stride (Whisper's encoder), self.conv.dilation[0] and .padding[0]
+            # (Mimi's causal padding): torch's tuples. nnx.Conv keeps what it was built with:
+            # strides= / kernel_dilation= are written unless 1 (flax's default, an int), the
+            # padding as (low, high) pairs
+            given = bind(ctor.args, rule.params).get(attr)
+            none = 0 if attr == "padding" else 1
+            if given is None or m.matches(given, m.Integer(str(none))):
+                return expr(repr((none,) * int(torch_layer[-2])))
+            if attr == "padding":
+                if isinstance(given, cst.SimpleString):  # "same" / "valid": torch keeps it
+                    return given
+                return expr("tuple(low for low, _ in {p})", p=updated)
+            return updated.with_changes(attr=cst.Name(
+                "strides" if attr == "stride" else "kernel_dilation"))
         new = _LAYER_ATTRIBUTES.get(torch_layer or "", {}).get(original.attr.value)
         if new is None:
             return None

@@ -272,3 +272,18 @@ def unflatten(site: Site) -> cst.BaseExpression:
         return expr(f"{{x}}.reshape(*{{x}}.shape[:{d}], {split}, *{{x}}.shape[{d + 1}:])", x=x)
     return expr(f"{{x}}.reshape(*{{x}}.shape[:{{d}} % {{x}}.ndim], {split}, "
                 f"*{{x}}.shape[{{d}} % {{x}}.ndim + 1:])", x=x, d=dim)
+
+
+@special("kaiser_window")
+def kaiser_window(site: Site) -> cst.BaseExpression:
+    """``torch.kaiser_window(n, periodic=False, beta=b, dtype=d)`` -> ``jnp.kaiser(n, b)``
+    (cast to ``d`` where given): numpy's Kaiser window is torch's symmetric one."""
+    if site.lit("periodic") is not False:
+        raise Untranslatable("torch.kaiser_window periodic (its default): jnp.kaiser is the "
+                             "symmetric window; pass periodic=False or take "
+                             "jnp.kaiser(n + 1, beta)[:-1] for n > 1", rule="torch.kaiser_window")
+    beta = site.get("beta")
+    window = expr("jnp.kaiser({n}, {b})", n=site.get("window_length"),
+                  b=beta if beta is not None else expr("12.0"))
+    dtype = site.get("dtype")
+    return window if dtype is None else expr("{w}.astype({d})", w=window, d=dtype)
