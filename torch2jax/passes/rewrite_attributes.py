@@ -42,6 +42,7 @@ from torch2jax.passes.rewrite_support import (
     AMBIGUOUS_METHODS,
     DTYPES,
     INPLACE_OPS,
+    ONE_BY_ONE,
     _fix_commas,
 )
 from torch2jax.passes.scaled_weights import scaled_sublayer_weight
@@ -577,6 +578,11 @@ class AttributesMixin(AnnotationsMixin):
             if q in ("torch.Tensor", "torch.FloatTensor", "torch.LongTensor"):
                 self.need("jax")
                 return expr("jax.Array")
+        if original_node.attr.value == "requires_grad" and isinstance(self.get_metadata(
+                ParentNodeProvider, original_node, None), cst.AssignTarget) and (
+                self._freezes_one_by_one(original_node, original_node.value)):
+            self.diag(original_node, "requires_grad", "error", ONE_BY_ONE)
+            return updated_node
         if original_node.attr.value == "requires_grad" and self._a_models_parameter(
                 original_node.value):
             if self.file_freezes and m.matches(self.get_metadata(
@@ -1103,10 +1109,26 @@ class AttributesMixin(AnnotationsMixin):
             return "python"
         return "unsure" if kind == vk.Kind.UNKNOWN else "array"
 
-    def _a_models_parameter(self, node: cst.BaseExpression) -> bool:
+    def _freezes_one_by_one(self, node: cst.CSTNode, receiver: cst.BaseExpression) -> bool:
+        """A freeze of ``receiver``, a parameter a loop binds, other than the one statement of
+        ``for p in module.parameters():`` (which freezes the module: passes/rewrite_loops.py's
+        ``_frozen_loop``)."""
+        if not self._a_models_parameter(receiver, any_owner=True):
+            return False
+        line = node
+        while line is not None and not isinstance(line, cst.SimpleStatementLine):
+            line = self.get_metadata(ParentNodeProvider, line, None)
+        block = self.get_metadata(ParentNodeProvider, line, None) if line else None
+        loop = self.get_metadata(ParentNodeProvider, block, None) if block else None
+        return not (isinstance(loop, cst.For) and len(block.body) == 1 and len(line.body) == 1
+                    and isinstance(loop.target, cst.Name) and m.matches(loop.iter, m.Call(
+                        func=m.Attribute(attr=m.Name("parameters")), args=[])))
+
+    def _a_models_parameter(self, node: cst.BaseExpression, any_owner: bool = False) -> bool:
         """``node`` is the name a comprehension or a for loop binds to each of a model's
         parameters (``sum(p.numel() for p in model.parameters() if p.requires_grad)``), where
-        the parameters become the arrays of its nnx.Param state (those torch trains)."""
+        the parameters become the arrays of its nnx.Param state (those torch trains).
+        ``any_owner``: of any module's ``parameters()`` / ``named_parameters()``."""
         if not isinstance(node, cst.Name):
             return False
         parent = self.get_metadata(ParentNodeProvider, node, None)
@@ -1119,7 +1141,7 @@ class AttributesMixin(AnnotationsMixin):
                     loop.target, m.Tuple(elements=[m.Element(), m.Element(m.Name(
                         node.value))])) and m.matches(loop.iter, m.Call(func=m.Attribute(
                             attr=m.Name("named_parameters")), args=[]))):
-                return self._parameters_call(loop.iter) is not None
+                return any_owner or self._parameters_call(loop.iter) is not None
             parent = self.get_metadata(ParentNodeProvider, parent, None)
         return False
 

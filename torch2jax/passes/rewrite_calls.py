@@ -60,6 +60,7 @@ from torch2jax.passes.rewrite_support import (
     _SIGNATURE_OPTIMIZERS,
     EINOPS_TORCH_LAYERS,
     GRAD_MODES,
+    ONE_BY_ONE,
     _activation_value,
     _call_name,
     _call_partial,
@@ -750,6 +751,9 @@ class CallsMixin:
             # script: its parameters are FrozenParams (passes/helpers.py), which nnx.grad and
             # nnx.Optimizer over nnx.Param leave alone, as torch's backward and optimizers do
             return cst.Call(cst.Name("freeze_parameters"), [cst.Arg(updated.func.value)])
+        if m.matches(original.func, m.Attribute(attr=m.Name("requires_grad_"))) and (
+                _false_flag(original) and self._freezes_one_by_one(original, original.func.value)):
+            raise Untranslatable(ONE_BY_ONE, rule="requires_grad")
         # method calls on tensors
         if isinstance(original.func, cst.Attribute):
             meth = original.func.attr.value

@@ -383,3 +383,12 @@ def _indexed_sequence(fn: cst.FunctionDef, name: str) -> bool:
     return any(findall(fn.body, m.Assign(targets=[m.AssignTarget(target=m.Name(name))],
                                          value=m.IfExp(test=test, body=pair)
                                          | m.IfExp(test=test, orelse=pair))))
+
+
+# a parameter frozen by itself (``for name, p in model.named_parameters(): if ...:
+# p.requires_grad = False``): a loop over a module's parameters() that freezes them all is
+# freeze_parameters(module) (passes/rewrite_loops.py)
+ONE_BY_ONE = ("a parameter frozen by itself (chosen by its name, or one of a module's): "
+              "torch's parameter names are not the converted module's paths, so the choice is "
+              "not translated; freeze whole modules (module.requires_grad_(False)), which "
+              "becomes freeze_parameters(module)")
