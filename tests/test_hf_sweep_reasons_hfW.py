@@ -120,3 +120,31 @@ def test_other_wrapped_paddings_stay_marked() -> None:
            "    def forward(self, x):\n        return self.a(x), self.b(x)\n")
     out = convert_source(src).code
     assert out.count("TODO(torch2jax): padding_mode=") == 2
+
+
+def test_a_model_imported_from_another_modeling_file_is_converted_with_it() -> None:
+    """DPR / RAG / SAM3's "bert_model.embeddings.word_embeddings has no 'embedding'": a model
+    class imported from another modeling file (DPR's BertModel, SAM3's CLIP text model
+    through its package) was the original torch class in verify's mirror, so its weights had
+    no NNX variables. It is now converted with the importer (the class kept in its file,
+    built with rngs); an import of anything else stays the original module's."""
+    pytest.importorskip("transformers")
+    from torch2jax.verify.package_imports import imported_models
+
+    source = ("from ..bert.modeling_bert import BertModel\n"
+              "from ..clip import CLIPTextModelWithProjection as Text\n"
+              "from ..bert.modeling_bert import BertModel as B2, BertSelfAttention\n"
+              "from ..llama.modeling_llama import apply_rotary_pos_emb\n"
+              "from ..bert.modeling_bert import BertLayer\n")
+    out, homes, local = imported_models(source, "transformers.models.dpr.modeling_dpr")
+    assert homes == {"transformers.models.bert.modeling_bert": {"BertModel",
+                                                                "BertSelfAttention"},
+                     "transformers.models.clip.modeling_clip": {
+                         "CLIPTextModelWithProjection"}}
+    assert local == {"BertModel", "Text", "B2", "BertSelfAttention"}
+    assert out.splitlines() == [
+        "from ..bert.modeling_bert import BertModel",
+        "from ..clip.modeling_clip import CLIPTextModelWithProjection as Text",
+        "from ..bert.modeling_bert import BertModel as B2, BertSelfAttention",
+        "from ..llama.modeling_llama import apply_rotary_pos_emb",
+        "from ..bert.modeling_bert import BertLayer"]

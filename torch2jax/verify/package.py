@@ -40,6 +40,7 @@ from torch2jax.hf import (
     write_support_modules,
 )
 from torch2jax.repo import RNGS_FUNCTION, TYPE_FIELD
+from torch2jax.verify.package_imports import imported_models
 
 _counter = itertools.count()
 
@@ -647,11 +648,12 @@ def _convert_package_file(
             target = target_of(module, is_package)
             target.parent.mkdir(parents=True, exist_ok=True)
             used: set[str] = set()
+            source, models, imported = imported_models(source, module)
             source, unknown = reduce_modeling(source, module, entries.get(module), used)
             target.write_text(source)
             # load_backbone(config) builds a converted model: it takes rngs
             builds = {RNGS_FUNCTION + "load_backbone"} if "AutoBackbone" in used else set()
-            code, n = convert(target, set(SUPPORT_LAYERS) | used | builds)
+            code, n = convert(target, set(SUPPORT_LAYERS) | used | builds | imported)
             counts[module] = n + len(unknown)  # (a file converted again counts once)
             target.write_text(code)
             write_support_modules(out_dir / alias)
@@ -661,7 +663,10 @@ def _convert_package_file(
             # converted too (only their classes built there), and named in the table
             found = _auto_models(module, used, model_types or set()) if used else {}
             autos.update(found)
-            for sub, cls in sorted(set(found.values())):
+            # (and the models it imports from other modeling files: DPR's BertModel)
+            wants = [*sorted(set(found.values())),
+                     *((sub, cls) for sub, classes in models.items() for cls in classes)]
+            for sub, cls in wants:
                 wanted = entries.get(sub, set())
                 if wanted is None or (sub in entries and cls in wanted):
                     continue  # converted with that class (or whole) already
