@@ -69,11 +69,7 @@ def conv(site: Site) -> cst.BaseExpression:
         if not a.has(required):
             raise Untranslatable(f"{site.rule.torch} without {required}")
     mode = site.lit("padding_mode")
-    if mode not in ("zeros", None):
-        raise Untranslatable(
-            f"padding_mode={mode!r}: flax convolutions only zero-pad; pad with jnp.pad "
-            "(mode 'reflect'/'edge'/'wrap') and use padding='VALID'"
-        )
+    wrapped = None if mode in ("zeros", None) else _wrapped_padding(site, mode, n)
     def sizes(name: str) -> cst.BaseExpression:  # a tuple already, or (k, k)
         node = a.get(name)
         return node if name in site.sequences else tuple_of(node, n)
@@ -85,7 +81,9 @@ def conv(site: Site) -> cst.BaseExpression:
         out.append(arg(sizes("stride"), "strides"))
     padding = site.get("padding")
     pad_value = site.lit("padding")
-    if isinstance(pad_value, str):
+    if wrapped is not None:
+        out.append(arg(py(wrapped), "padding"))
+    elif isinstance(pad_value, str):
         if pad_value not in ("same", "valid"):
             raise Untranslatable(f"unknown padding {pad_value!r}")
         out.append(arg(py(pad_value.upper()), "padding"))
@@ -101,6 +99,27 @@ def conv(site: Site) -> cst.BaseExpression:
     if site.lit("bias") is not True:
         out.append(arg(a.get("bias"), "use_bias"))
     return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+def _wrapped_padding(site: Site, mode: object, n: int) -> str:
+    """torch's ``padding_mode='circular'`` / ``'reflect'`` as flax's ``'CIRCULAR'`` /
+    ``'REFLECT'``, which pad ``((kd - 1) // 2, kd // 2)`` per axis (kd the dilated kernel's
+    size) before a valid convolution: torch's when its padding is half of ``kd - 1`` on each
+    side, or 'same'."""
+    flax_mode = {"circular": "CIRCULAR", "reflect": "REFLECT"}.get(mode)  # type: ignore[arg-type]
+    sizes = {}
+    for name in ("kernel_size", "padding", "dilation"):
+        v = site.lit(name)
+        sizes[name] = (v,) * n if isinstance(v, int) and not isinstance(v, bool) else v
+    k, p, d = sizes["kernel_size"], sizes["padding"], sizes["dilation"]
+    if flax_mode is not None and isinstance(k, tuple) and isinstance(d, tuple) and (
+            p == "same" or isinstance(p, tuple) and all(
+                2 * pi == di * (ki - 1) for ki, pi, di in zip(k, p, d))):
+        return flax_mode
+    raise Untranslatable(
+        f"padding_mode={mode!r}: flax convolutions pad only with zeros, or 'CIRCULAR' / "
+        "'REFLECT' by half the kernel on each side; pad with jnp.pad (mode 'reflect'/"
+        "'edge'/'wrap') and use padding='VALID'")
 
 
 @special("batch_norm")

@@ -137,8 +137,7 @@ def conv_transpose(site: Site) -> cst.BaseExpression:
             v = (v,) * n
         if not (isinstance(v, (tuple, list)) and len(v) == n and all(isinstance(i, int)
                                                                       for i in v)):
-            raise Untranslatable(f"ConvTranspose with a non-literal {name}: the flax padding "
-                                 "is computed from it")
+            return _conv_transpose_computed(site, n)
         values[name] = tuple(v)
     k, s, p, op, d = (values[name] for name in ("kernel_size", "stride", "padding",
                                                 "output_padding", "dilation"))
@@ -151,6 +150,105 @@ def conv_transpose(site: Site) -> cst.BaseExpression:
                         + ("," if n == 1 else "") + ")"), "padding"))
     if any(di != 1 for di in d):
         out.append(arg(tuple_of(a.get("dilation"), n), "kernel_dilation"))
+    if site.lit("bias") is not True:
+        out.append(arg(a.get("bias"), "use_bias"))
+    out.append(arg(py(True), "transpose_kernel"))
+    return call(site.rule.targets[site.target], *out, *site.rngs_arg())
+
+
+_PURE_CALLS = frozenset({"int", "abs", "min", "max", "len", "round", "math.ceil",
+                         "math.floor"})
+
+
+def _pure(node: cst.BaseExpression) -> bool:
+    """Arithmetic over names, attributes and ints (``2 * stride``, ``math.ceil(stride / 2)``,
+    ``kernel_list[2]``): the same value each time it is evaluated, so it may be written twice."""
+    if is_simple(node) or isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.BinaryOperation):
+        return _pure(node.left) and _pure(node.right)
+    if isinstance(node, cst.UnaryOperation):
+        return _pure(node.expression)
+    if isinstance(node, cst.Subscript):
+        return _pure(node.value) and len(node.slice) == 1 and isinstance(
+            node.slice[0].slice, cst.Index) and _pure(node.slice[0].slice.value)
+    if isinstance(node, cst.Call):
+        return (code(node.func) in _PURE_CALLS and all(not a.keyword and not a.star
+                                                           and _pure(a.value)
+                                                           for a in node.args))
+    return False
+
+
+def _atom(node: cst.BaseExpression) -> str:
+    """``node``'s code, in parentheses where an operator would bind into it."""
+    text = code(node)
+    bare = node.with_changes(lpar=[], rpar=[]) if hasattr(node, "lpar") else node
+    if isinstance(bare, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation,
+                         cst.Comparison, cst.IfExp, cst.Lambda)) and not node.lpar:
+        return f"({text})"
+    return text
+
+
+def _per_axis(site: Site, name: str, n: int) -> tuple[cst.BaseExpression, list[str]]:
+    """A ConvTranspose size that is not a literal: the argument (a name bound to a computed
+    one) and its ``n`` per-axis expressions: a tuple's items, ``k[i]`` of a name value
+    analysis finds holding a tuple or list, else the expression itself on each axis (an int;
+    a tuple there fails loudly in flax, in the kernel's shape and the padding's arithmetic)."""
+    node = site.args.get(name)
+    value = site.lit(name)
+    if node is None or isinstance(value, int) and not isinstance(value, bool):
+        v = value if node is not None else site.rule.defaults[name]
+        return py(v), [str(v)] * n
+    if isinstance(node, (cst.Tuple, cst.List)):
+        if len(node.elements) != n or any(isinstance(e, cst.StarredElement)
+                                          for e in node.elements):
+            raise Untranslatable(f"ConvTranspose {name}={code(node)}: not {n} sizes")
+        if not all(_pure(e.value) for e in node.elements):
+            raise Untranslatable(f"ConvTranspose {name}={code(node)}: assign it to a name "
+                                 "first (the flax padding is computed from it)")
+        return node, [_atom(e.value) for e in node.elements]
+    if value is not ...:
+        raise Untranslatable(f"ConvTranspose {name}={code(node)}")
+    if not _pure(node):
+        node = site.once(node, name, f"ConvTranspose's {name}")
+    text = _atom(node)
+    if name in site.sequences:
+        return expr(f"tuple({text})"), [f"{text}[{i}]" for i in range(n)]
+    return node, [text] * n
+
+
+def _conv_transpose_computed(site: Site, n: int) -> cst.BaseExpression:
+    """:func:`conv_transpose` where a size is computed (DPT's ``kernel_size=factor,
+    stride=factor``): the flax padding ``(d*(k-1) - p, d*(k-1) - p + output_padding)`` as an
+    expression of the sizes, evaluated when the layer is built."""
+    a = site.args
+    sizes = {name: _per_axis(site, name, n)
+             for name in ("kernel_size", "stride", "padding", "output_padding", "dilation")}
+
+    def minus(x: str, y: str) -> str:
+        return x if y == "0" else f"{x} - {y}"
+
+    pads = []
+    for i in range(n):
+        k, p, op, d = (sizes[name][1][i] for name in ("kernel_size", "padding",
+                                                      "output_padding", "dilation"))
+        lo = minus(f"{k} - 1" if d == "1" else f"{d} * ({k} - 1)", p)
+        pads.append(f"({lo}, {lo if op == '0' else f'{lo} + {op}'})")
+
+    def sizes_arg(name: str) -> cst.BaseExpression:
+        node, items = sizes[name]
+        if isinstance(node, cst.Call):  # tuple(k)
+            return node
+        return tuple_of(node, n) if len(set(items)) == 1 and not isinstance(
+            node, (cst.Tuple, cst.List)) else expr(_seq(items))
+
+    out = [arg(a.get("in_channels")), arg(a.get("out_channels")),
+           arg(sizes_arg("kernel_size"), "kernel_size")]
+    if set(sizes["stride"][1]) != {"1"}:
+        out.append(arg(sizes_arg("stride"), "strides"))
+    out.append(arg(expr(_seq(pads)), "padding"))
+    if set(sizes["dilation"][1]) != {"1"}:
+        out.append(arg(sizes_arg("dilation"), "kernel_dilation"))
     if site.lit("bias") is not True:
         out.append(arg(a.get("bias"), "use_bias"))
     out.append(arg(py(True), "transpose_kernel"))

@@ -41,6 +41,7 @@ from torch2jax.hf import (
     write_support_modules,
 )
 from torch2jax.repo import RNGS_FUNCTION, TYPE_FIELD
+from torch2jax.verify.package_imports import imported_models
 
 _counter = itertools.count()
 
@@ -684,12 +685,13 @@ def _convert_package_file(
             # a transformers modeling file: reduced, its machinery from _hf_support (hf.py)
             target = target_of(module, is_package)
             target.parent.mkdir(parents=True, exist_ok=True)
+            source, models, imported = imported_models(source, module)
             source, unknown, used, found = _reduced(source, module, entries, model_types)
             kept[module] = {n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)}
             target.write_text(source)
             # load_backbone(config) builds a converted model: it takes rngs
             builds = {RNGS_FUNCTION + "load_backbone"} if "AutoBackbone" in used else set()
-            code, n = convert(target, set(SUPPORT_LAYERS) | used | builds)
+            code, n = convert(target, set(SUPPORT_LAYERS) | used | builds | imported)
             counts[module] = n + len(unknown)  # (a file converted again counts once)
             target.write_text(code)
             write_support_modules(out_dir / alias)
@@ -698,7 +700,10 @@ def _convert_package_file(
             # AutoModel.from_config(config.text_config): the modeling files of the sub-models
             # converted too (only their classes built there), and named in the table
             autos.update(found)
-            for sub, cls in sorted(set(found.values())):
+            # (and the models it imports from other modeling files: DPR's BertModel)
+            wants = [*sorted(set(found.values())),
+                     *((sub, cls) for sub, classes in models.items() for cls in classes)]
+            for sub, cls in wants:
                 wanted = entries.get(sub, set())
                 if wanted is None or (sub in entries and cls in wanted) or cls in kept.get(
                         sub, ()):  # (its reduction kept the class: LlavaNextModel, which
