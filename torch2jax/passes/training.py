@@ -629,7 +629,8 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
         # (jointly: each optimizer updates its model with the gradient of its argument)
         update = "".join(f"    {o}.update({mo}, {grads}[{i}])\n" for i, (o, mo) in enumerate(
             zip(optimizers, models))) if joint else f"    {optimizer}.update({model}, {grads})\n"
-        src = (f"{nnx_jit(tree_mode)}\ndef {step_name}({params}):\n"
+        src = (f"{nnx_jit(tree_mode, python_conditions(loss_body, free))}\n"
+               f"def {step_name}({params}):\n"
                f"    def {loss_fn}({loss_params}):\n{inner}{ret_inner}"
                f"{vg}{vg_clip}{update}{ret}")
     fn = cst.parse_statement(src)
@@ -1010,12 +1011,34 @@ class JitModelCalls(cst.CSTTransformer):
         return updated_node
 
 
-def nnx_jit(tree_mode: bool) -> str:
+def nnx_jit(tree_mode: bool, static: Sequence[str] = ()) -> str:
     """The decorator of an emitted step: flax's tree mode (``graph=False``) flattens the
     module as a pytree instead of walking its graph in Python on every call (2-4x less
     per-call time for small models on a GPU, docs/performance.md); it refuses modules that
-    share a Variable, so files whose modules alias attributes keep the graph mode."""
-    return "@nnx.jit(graph=False)" if tree_mode else "@nnx.jit"
+    share a Variable, so files whose modules alias attributes keep the graph mode.
+    ``static``: arguments that decide the step's Python control flow (one compilation for
+    each of their values)."""
+    options = (["graph=False"] if tree_mode else []) + (
+        [f"static_argnames={tuple(static)!r}"] if static else [])
+    return f"@nnx.jit({', '.join(options)})" if options else "@nnx.jit"
+
+
+def python_conditions(body: Sequence[cst.BaseStatement], names: Sequence[str]) -> list[str]:
+    """Of ``names``, those ``body`` tests for truth or compares in an ``if``, ``while`` or
+    conditional expression (``if use_teacher_forcing:``, ``if epoch < warmup``: a Python
+    value deciding the code, which a traced argument cannot: the step takes them static).
+    A name only tested with ``is`` / ``is not`` (``if mask is not None``) is left traced."""
+    wanted, found = set(names), set()
+    for st in body:
+        for node in findall(st, m.If() | m.While() | m.IfExp()):
+            test = node.test
+            identity = {id(c.left) for c in findall(test, m.Comparison()) if all(
+                isinstance(t.operator, (cst.Is, cst.IsNot)) for t in c.comparisons)}
+            identity |= {id(t.comparator) for c in findall(test, m.Comparison())
+                         for t in c.comparisons if isinstance(t.operator, (cst.Is, cst.IsNot))}
+            found |= {n.value for n in findall(test, m.Name())
+                      if n.value in wanted and id(n) not in identity}
+    return [n for n in names if n in found]
 
 
 def eval_step_function(tree_mode: bool = False) -> cst.FunctionDef:

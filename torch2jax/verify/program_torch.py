@@ -23,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from torch2jax.verify.program_common import (
+    PROGRAM_DRAW_ELEMENTS,
     ProgramStopped,
     SeedLog,
     batch_leaves,
+    in_constructor,
+    randint_kind,
     run_program,
     wrap_iter,
 )
@@ -52,7 +55,8 @@ class TorchRecorder:
         self.steps = steps
         self.record: dict[str, Any] = {"losses": [], "loss_steps": [], "lrs": [],
                                        "forwards": [], "batches": [], "notes": [], "steps": 0,
-                                       "trace": [], "draws": []}
+                                       "trace": [], "draws": [], "program_draws": []}
+        self.program_elements = 0
         self.optimizer: Any = None
         self.model: Any = None
         self.names: dict[int, str] = {}
@@ -158,13 +162,29 @@ class TorchRecorder:
     def after_forward(self, module: Any, args: tuple, output: Any) -> None:
         self.drawing = False
 
-    def on_draw(self, kind: str, value: Any) -> None:
+    def on_draw(self, kind: str | None, value: Any) -> None:
         """A draw from torch's random functions inside the model's forward (a VAE's
         ``torch.randn_like``): its values, which the JAX side's k-th forward replays in order.
         ``kind`` None: a draw the JAX side cannot be given (``torch.normal(mean, std)``): the
-        call's draws are not replayed."""
-        if self.drawing and not self.busy and self.record["draws"]:
-            self.record["draws"][-1].append((kind, _np(value)))
+        call's draws are not replayed. A draw elsewhere in the program (its data, another
+        model's forward), outside a module's constructor, is a program draw: the JAX side's
+        draws outside the model's forward replay them in order."""
+        if self.busy:
+            return
+        if self.drawing:
+            if self.record["draws"]:
+                self.record["draws"][-1].append((kind, _np(value)))
+            return
+        import torch
+
+        if self.program_elements > PROGRAM_DRAW_ELEMENTS or in_constructor(torch.nn.Module):
+            return
+        self.program_elements += value.numel()
+        if self.program_elements > PROGRAM_DRAW_ELEMENTS:
+            self.record["notes"].append("the program's draws outside the model's forward pass "
+                                        f"recorded up to {PROGRAM_DRAW_ELEMENTS} elements")
+            kind = None  # (the JAX side stops replaying there)
+        self.record["program_draws"].append((kind, _np(value) if kind else None))
 
     def on_batch(self, batch: Any) -> Any:
         if not self.busy:
@@ -272,6 +292,21 @@ TORCH_DRAWS = {"randn": "normal", "randn_like": "normal", "rand": "uniform",
                "poisson": None}
 
 
+def _randint_kind(name: str, args: tuple, kwargs: dict) -> str:
+    """``torch.randint(high, size)``, ``randint(low, high, size)``, ``randint_like(x, high)``,
+    ``randint_like(x, low, high)``, their bounds by keyword too: the kind with its bounds."""
+    bounds = list(args[1:] if name == "randint_like" else args)
+    while bounds and not isinstance(bounds[-1], (int, float)) and not (
+            hasattr(bounds[-1], "dim") and bounds[-1].dim() == 0):
+        bounds.pop()  # (the size)
+    low, high = kwargs.get("low"), kwargs.get("high")
+    if high is None and bounds:
+        high = bounds.pop()
+    if low is None:
+        low = bounds.pop() if bounds else 0
+    return randint_kind(low, high)
+
+
 def install_draws(recorder: TorchRecorder) -> None:
     """Each of torch's random functions records what it returns inside the model's forward."""
     import torch
@@ -279,7 +314,8 @@ def install_draws(recorder: TorchRecorder) -> None:
     def patched(original: Any, kind: str | None) -> Any:
         def draw(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
-            recorder.on_draw(kind, out)
+            recorder.on_draw(_randint_kind(original.__name__, args, kwargs)
+                             if kind == "randint" else kind, out)
             return out
 
         return draw
