@@ -35,8 +35,8 @@ STEPS = 6  # teacher forcing on and off among them (random.seed(0))
 # the updates in the other order, the gradients cleared after them
 REORDERED = (
     "        encoder_optimizer.step()\n        decoder_optimizer.step()\n",
-    "        decoder_optimizer.step()\n        encoder_optimizer.step()\n"
-    "        encoder_optimizer.zero_grad()\n        decoder_optimizer.zero_grad()\n")
+    ("        decoder_optimizer.step()\n        encoder_optimizer.step()\n"
+     "        encoder_optimizer.zero_grad()\n        decoder_optimizer.zero_grad()\n"))
 
 
 @pytest.mark.parametrize("variant", [None, REORDERED], ids=["tutorial", "reordered"])
