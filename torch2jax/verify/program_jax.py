@@ -105,6 +105,8 @@ class JaxRecorder:
 
         from torch2jax.weights import format_nnx_path, plan_array_transfer
 
+        if isinstance(model, tuple):  # (one optimizer of several models: the first's)
+            model = model[0]
         self.optimizers += 1
         if self.optimizers > 1:
             if self.optimizers == 2:
@@ -357,17 +359,24 @@ class JaxRecorder:
             return original(optimizer, model, grads, **kwargs)
         before = nnx.as_pure(optimizer.opt_state)
         out = original(optimizer, model, grads, **kwargs)
+        several = isinstance(model, tuple)  # (one optimizer of several models: the first's)
+        if several:
+            model = model[0]
         # the rates this update used: optax.inject_hyperparams computes a scheduled value at
         # the update and keeps it in the new state (the state before holds the previous
         # update's); a value set by hand before the update is kept as it was set
         self.record["lrs"].append(_learning_rates(nnx.as_pure(optimizer.opt_state)))
         self.record["steps"] += 1
-        self.snapshot(optimizer, model, before)
+        self.snapshot(optimizer, model, before, several)
         if self.record["steps"] >= self.steps:
             raise ProgramStopped
         return out
 
-    def snapshot(self, optimizer: Any, model: Any, before: Any = None) -> None:
+    def snapshot(self, optimizer: Any, model: Any, before: Any = None,
+                 several: bool = False) -> None:
+        """The parameters, optimizer state and decay probe after a step. ``several``: the
+        optimizer holds a tuple of models, ``model`` the first (its state's paths start
+        with its index, 0)."""
         from flax import nnx
 
         from torch2jax.weights import format_nnx_path
@@ -376,7 +385,8 @@ class JaxRecorder:
         # FrozenParam, which torch keeps among its parameters, unchanged by the steps)
         params = {format_nnx_path(p): np.asarray(v.get_value())
                   for p, v in nnx.to_flat_state(nnx.state(model, _parameters()))}
-        by_path = {tuple(m["nnx"].split(".")): m["torch"] for m in self.mappings
+        first = ("0",) if several else ()
+        by_path = {(*first, *m["nnx"].split(".")): m["torch"] for m in self.mappings
                    if m["status"] == "mapped"}
         opt_state: dict[str, dict[str, np.ndarray]] = {}
         for path, leaf in _leaves(nnx.as_pure(optimizer.opt_state)):

@@ -77,12 +77,34 @@ class TorchRecorder:
         # torch.compile's `_orig_mod`) to the model they wrap
         outer = [m for m in found if not any(o is not m and m in set(o.modules()) for o in found)]
         model = outer[0] if len(outer) == 1 else None
+        if not found:  # one optimizer over several models' parameters: the first one's model
+            model = self._first_of_several(optimizer, modules)
         while model is not None:
             inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
             if not any(inner is m for m in found):
                 break
             model = inner
         return model
+
+    def _first_of_several(self, optimizer: Any, modules: list[Any]) -> Any:
+        """Where the optimizer holds the parameters of several models (``list(a.parameters())
+        + list(b.parameters())``), each held whole: the outermost module holding its first
+        parameter (the others are fed as other models; their steps show in the losses)."""
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        holding = [m for m in modules if any(p is params[0] for p in m.parameters())]
+        outer = [m for m in holding
+                 if not any(o is not m and m in set(o.modules()) for o in modules)]
+        if len(outer) != 1:
+            return None
+        mine = {id(p) for p in outer[0].parameters()}
+        rest = {id(p) for p in params} - mine
+        whole = [m for m in modules if {id(p) for p in m.parameters()} <= rest]
+        if not rest or {id(p) for m in whole for p in m.parameters()} != rest:
+            return None
+        self.record["notes"].append(
+            "the optimizer holds several models' parameters: the first model's are compared "
+            "step by step, the others' through the losses")
+        return outer[0]
 
     def _other_models(self, model: Any, table: Any) -> dict[str, dict[str, Any]]:
         """The other models alive when the optimizer is made (a frozen teacher, a second
