@@ -88,6 +88,9 @@ class OptimizerSite:
     returned: bool = False  # returned by its function (configure_optimizers)
     lr_set: bool = False  # its param_groups' lr set by hand (analysis/accumulate.py)
     external: bool = False  # built in another file (model.configure_optimizers())
+    # the models whose parameters it holds together (Adam(list(encoder.parameters()) +
+    # list(decoder.parameters()))): ``model`` is the first of them
+    group: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -131,6 +134,7 @@ class TrainingIndex:
     statements: dict[int, object] = field(default_factory=dict)  # statement id -> site
     optimizer_names: dict[str, OptimizerSite] = field(default_factory=dict)
     alias_models: dict[str, str] = field(default_factory=dict)  # optimizer var -> model var
+    alias_groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # -> model vars
     scheduler_names: dict[str, SchedulerSite] = field(default_factory=dict)
     seed_functions: set[str] = field(default_factory=set)  # def set_seed(...): manual_seed
     key_functions: set[str] = field(default_factory=set)  # draw random numbers: take a key
@@ -162,6 +166,14 @@ class TrainingIndex:
         site = self.optimizer_names.get(optimizer)
         return site.model if site is not None and site.model != "self" else None
 
+    def group_of(self, optimizer: str) -> tuple[str, ...] | None:
+        """The variables holding the models whose parameters ``optimizer`` updates together
+        (OptimizerSite.group, through the names a function receives them by), or None."""
+        if optimizer in self.alias_groups:
+            return self.alias_groups[optimizer]
+        site = self.optimizer_names.get(optimizer)
+        return None if site is None or optimizer in self.alias_models else site.group
+
 
 class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
     METADATA_DEPENDENCIES = (ScopeProvider,)
@@ -192,7 +204,9 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         self._ifs: list[tuple[cst.If, int | None]] = []  # enclosing ifs (and their loop)
         self._loop_nodes: list[cst.For | cst.While] = []  # enclosing loops
         self._accumulate: dict[str, cst.BaseExpression] = {}  # optimizer var -> every k
-        self._clips: list[tuple[str, cst.BaseExpression, int | None]] = []
+        # (kind, limit, loop, the models whose parameters it clips where named)
+        self._clips: list[tuple[str, cst.BaseExpression | str, int | None,
+                                tuple[str, ...] | None]] = []
         self._returns_optimizer: dict[str, OptimizerSite] = {}
         self._opt_from_fn: list[tuple[str, str, str | None]] = []  # (var, function, receiver)
         self._opt_from_fn_at: dict[str, tuple[cst.Assign, int]] = {}  # var -> (statement, scope)
@@ -379,14 +393,16 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
 
     def _add_optimizer(self, call: cst.Call, q: str, stmt, name: str | None) -> OptimizerSite:
         params = call.args[0].value if call.args else None
-        model = None
+        model, group = None, None
         if m.matches(params, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
             owner = params.func.value
             model = owner.value if isinstance(owner, cst.Name) else None
+        elif (group := parameters_of_models(params)) is not None:
+            model = group[0]
         elif self._fns and params is not None:
             model = "self" if self._in_method() else None
         site = OptimizerSite(call=call, qualname=q, statement=stmt, name=name, scope=self.scope,
-                             function=self.fn_name, model=model)
+                             function=self.fn_name, model=model, group=group)
         self.index.optimizers[id(call)] = site
         self.index.statements[id(stmt)] = site
         if name:
@@ -438,7 +454,12 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                                        node.func.attr.value))
         if q in CLIPS and len(node.args) >= 2:
             self._clips.append((CLIPS[q], self._guarded_limit(node),
-                                self._loops[-1] if self._loops else None))
+                                self._loops[-1] if self._loops else None,
+                                parameters_of_models(node.args[0].value) or (
+                                    (node.args[0].value.func.value.value,) if m.matches(
+                                        node.args[0].value, m.Call(func=m.Attribute(
+                                            value=m.Name(), attr=m.Name("parameters"))))
+                                    else None)))
         if m.matches(node.func, m.Attribute(value=m.Name(), attr=m.Name("step"))):
             loop = self._loops[-1] if self._loops else None
             # optimizer.step(), or scaler.step(optimizer) (a GradScaler steps the optimizer
@@ -512,15 +533,27 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             loops = opt_loops.get(id(opt), set())
             sched.per_update = bool(sched.step_loops) and all(
                 loop is not None and loop in loops for loop in sched.step_loops)
-        # clipping belongs to the optimizer stepped in the same loop
-        for kind, value, loop in self._clips:
-            for site in idx.optimizers.values():
-                if loop in opt_loops.get(id(site), set()) or len(idx.optimizers) == 1:
-                    if isinstance(value, str):
-                        site.clip_refused = value
-                    else:
-                        site.clip = (kind, value)
-                    break
+        # clipping belongs to the optimizer stepped in the same loop (of the models it names,
+        # where two are)
+        clipped: dict[int, list[tuple[str, ...] | None]] = {}
+        for kind, value, loop, owners in self._clips:
+            sites = [site for site in idx.optimizers.values()
+                     if loop in opt_loops.get(id(site), set()) or len(idx.optimizers) == 1]
+            named = [site for site in sites if owners is not None
+                     and set(owners) <= self._models_of(site)]
+            for site in (named or sites)[:1]:
+                clipped.setdefault(id(site), []).append(owners)
+                if isinstance(value, str):
+                    site.clip_refused = value
+                else:
+                    site.clip = (kind, value)
+                if site.group is not None and (len(clipped[id(site)]) > 1 or owners is None
+                                               or set(owners) != self._models_of(site)):
+                    site.clip_refused = ("the gradients of some of the models the optimizer "
+                                         "holds clipped apart (one norm per model), which one "
+                                         "clipping of the optimizer's chain is not")
+                elif len(clipped[id(site)]) > 1:
+                    site.clip_refused = "two clippings before one step"
         # seeding helpers (seed and return nothing: they will return the key), and functions
         # that need a key (fixpoint over the call graph)
         # calls of plain classes' methods (obj bound once, to an instance of such a class)
@@ -614,9 +647,35 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
             holders = [p for p in self._params[fn] if self._given(fn, p) == {model}]
             if len(holders) != 1 and model in self._params[fn]:
                 continue  # (the model's name is another value in the function)
+            members = None
+            if site.group is not None:  # each model by the name the function receives it by
+                members = tuple(self._received(fn, name) for name in site.group)
+                if None in members:
+                    continue
             site.aliases.add(recv)
             idx.optimizer_names[recv] = site
             idx.alias_models[recv] = holders[0] if len(holders) == 1 else model
+            if members is not None:
+                idx.alias_groups[recv] = members  # type: ignore[assignment]
+
+    def _models_of(self, site: OptimizerSite) -> set[str]:
+        """The names the models of ``site`` go by, where it is built and where it is
+        received."""
+        idx = self.index
+        names = set(site.group or ()) | ({site.model} if site.model else set())
+        for alias in site.aliases:
+            names |= set(idx.alias_groups.get(alias, ()))
+            if alias in idx.alias_models:
+                names.add(idx.alias_models[alias])
+        return names
+
+    def _received(self, fn: str, name: str) -> str | None:
+        """The parameter of ``fn`` every call gives ``name`` (``name`` itself when ``fn`` has
+        no parameter of that name and reads it as a global), or None."""
+        holders = [p for p in self._params[fn] if self._given(fn, p) == {name}]
+        if len(holders) == 1:
+            return holders[0]
+        return name if not holders and name not in self._params[fn] else None
 
     # -- parameter groups (nanoGPT's configure_optimizers)
     def _groups_owner(self, site: OptimizerSite) -> str | None:
@@ -639,8 +698,8 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
                     group.paths[0].startswith("module.")):  # (DataParallel's: the model's)
                 site.groups, site.model = [group], group.root
             return
-        if params is None or m.matches(params, m.Call(func=m.Attribute(
-                attr=m.Name("parameters")))):
+        if params is None or site.group is not None or m.matches(params, m.Call(
+                func=m.Attribute(attr=m.Name("parameters")))):
             return
         value = params
         if isinstance(params, cst.Name):
@@ -819,6 +878,42 @@ class TrainingIndexer(NoAttributeHooks, cst.CSTVisitor):
         if not isinstance(names, cst.Name):
             return None
         return ParamGroup(predicate=None, param=pn, options=options, names=names)
+
+
+def parameters_of_models(params: cst.BaseExpression | None) -> tuple[str, ...] | None:
+    """The models whose parameters an optimizer's first argument joins, in order:
+    ``list(a.parameters()) + list(b.parameters())``, ``[*a.parameters(), *b.parameters()]``,
+    ``itertools.chain(a.parameters(), b.parameters())``; None for anything else (two or more
+    distinct models named by plain names)."""
+
+    def owner(node: cst.BaseExpression) -> str | None:
+        if m.matches(node, m.Call(func=m.Name("list"), args=[m.Arg(keyword=None, star="")])):
+            node = node.args[0].value
+        if m.matches(node, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("parameters")),
+                                  args=[])):
+            return node.func.value.value
+        return None
+
+    parts: list[cst.BaseExpression] = []
+    if isinstance(params, cst.BinaryOperation) and isinstance(params.operator, cst.Add):
+        todo: list[cst.BaseExpression] = [params]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+                todo += [node.right, node.left]
+            else:
+                parts.append(node)
+    elif isinstance(params, cst.List) and all(isinstance(e, cst.StarredElement)
+                                              for e in params.elements):
+        parts = [e.value for e in params.elements]
+    elif m.matches(params, m.Call(func=m.Name("chain") | m.Attribute(
+            value=m.Name("itertools"), attr=m.Name("chain")))) and all(
+            not a.star and a.keyword is None for a in params.args):
+        parts = [a.value for a in params.args]
+    names = [owner(part) for part in parts]
+    if len(names) < 2 or None in names or len(set(names)) != len(names):
+        return None
+    return tuple(names)  # type: ignore[arg-type]
 
 
 def _assigned_names(node: cst.CSTNode) -> set[str]:

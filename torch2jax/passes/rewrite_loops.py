@@ -584,9 +584,11 @@ class LoopsMixin:
             joint = tr.joint_pairs(body, name, {n: t.model_of(n) for n in t.optimizer_names})
             if joint:  # one loss, an optimizer per model (the seq2seq tutorial's two)
                 kwargs["joint"] = joint
+            if group := t.group_of(name):  # one optimizer of several models' parameters
+                kwargs["group"] = group
             step = tr.build_train_step(body, functional=True, **kwargs) if (
-                self.data.functional_ok(model, self.index.module_classes,
-                                        self._scalar_param)) else None
+                not group and self.data.functional_ok(model, self.index.module_classes,
+                                                      self._scalar_param)) else None
             around = tr.functional_loop(step, model, name) if step is not None else None
             if around is None:  # the loop reads the model between steps: the nnx.jit step
                 step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)

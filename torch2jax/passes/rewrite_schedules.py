@@ -167,12 +167,16 @@ class SchedulesMixin:
         for severity, msg in opt.notes:
             self.diag(original_node, site.qualname, severity, msg)
         model = site.model or "model"
+        if site.group and not self.target.stateful_modules:
+            raise Untranslatable("one optimizer over several models' parameters (NNX's "
+                                 "nnx.Optimizer over their tuple; not written for this target)",
+                                 rule="param-groups")
         if self.target.train_state:  # the optax transform; the TrainState is made before the loop
             self.need("optax")
             self._note_imports(tx)
             return tx
         self.need("nnx", "optax")
-        out = tr.optimizer_object(model, tx, wrt)
+        out = tr.optimizer_object(model, tx, wrt, site.group)
         self._note_imports(out)
         return out
 

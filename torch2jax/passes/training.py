@@ -466,7 +466,8 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                      clip: cst.BaseStatement | None = None,
                      grads_out: str | None = None, closure: bool = False,
                      read_later: frozenset[str] | set[str] = frozenset(),
-                     joint: Sequence[tuple[str, str]] = ()) -> TrainStep | None:
+                     joint: Sequence[tuple[str, str]] = (),
+                     group: Sequence[str] = ()) -> TrainStep | None:
     """Restructure a loop body that runs ``backward()`` and ``optimizer.step()``.
 
     ``loop_names``: names assigned in the enclosing loops (batches, targets): they are passed
@@ -492,10 +493,15 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     ``joint``: the other ``(optimizer, model)`` pairs whose ``step()`` follows the same
     ``backward()`` (the seq2seq tutorial's encoder and decoder optimizers): the loss is
     differentiated with respect to every model, each optimizer updates its own.
+
+    ``group``: the models whose parameters the one optimizer holds together
+    (``Adam(list(encoder.parameters()) + list(decoder.parameters()))``): the loss is
+    differentiated with respect to each, and the optimizer of their tuple updates them.
     """
-    if joint and (functional or closure or grads_out is not None or accumulate or clip):
+    if (joint or group) and (functional or closure or grads_out is not None or accumulate
+                             or clip) or joint and group:
         return None
-    models = [model, *(mo for _, mo in joint)]
+    models = list(group) if group else [model, *(mo for _, mo in joint)]
     optimizers = [optimizer, *(o for o, _ in joint)]
     body = list(body)
     clip_at = next((i for i, s in enumerate(body) if s is clip), None)
@@ -585,7 +591,7 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
                                                                                 *optimizers]
     params = ", ".join([*head, *free, *(n for n, _ in lifter.lifted)])
     loss_params = ", ".join([*models, *carried])
-    argnums = f", argnums={tuple(range(len(models)))}" if joint else ""
+    argnums = f", argnums={tuple(range(len(models)))}" if joint or group else ""
     call_args = ", ".join([*head, *free, *(code(e) for _, e in lifter.lifted)])
     first = loss_body[0]
     if isinstance(first, cst.SimpleStatementLine):  # its blank lines go to the call
@@ -618,8 +624,10 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     elif functional:
         ret = ret.replace("    return ", f"    return nnx.state(({model}, {optimizer})), ", 1)
         lhs = f"{STATE}, {lhs}"
-        jit = ("@partial(jax.jit, donate_argnums=0)" if closure else
-               "@partial(jax.jit, static_argnums=0, donate_argnums=1)")
+        static = python_conditions(loss_body, free)
+        names = f", static_argnames={tuple(static)!r}" if static else ""
+        jit = (f"@partial(jax.jit, donate_argnums=0{names})" if closure else
+               f"@partial(jax.jit, static_argnums=0, donate_argnums=1{names})")
         src = (f"{jit}\n"
                f"def {step_name}({params}):\n"
                f"    {model}, {optimizer} = nnx.merge({GRAPHDEF}, {STATE})\n"
@@ -628,8 +636,11 @@ def build_train_step(body: Sequence[cst.BaseStatement], *, optimizer: str, model
     else:
         # (jointly: each optimizer updates its model with the gradient of its argument)
         update = "".join(f"    {o}.update({mo}, {grads}[{i}])\n" for i, (o, mo) in enumerate(
-            zip(optimizers, models))) if joint else f"    {optimizer}.update({model}, {grads})\n"
-        src = (f"{nnx_jit(tree_mode)}\ndef {step_name}({params}):\n"
+            zip(optimizers, models))) if joint else (
+            f"    {optimizer}.update(({', '.join(models)}), {grads})\n" if group
+            else f"    {optimizer}.update({model}, {grads})\n")
+        src = (f"{nnx_jit(tree_mode, python_conditions(loss_body, free))}\n"
+               f"def {step_name}({params}):\n"
                f"    def {loss_fn}({loss_params}):\n{inner}{ret_inner}"
                f"{vg}{vg_clip}{update}{ret}")
     fn = cst.parse_statement(src)
@@ -971,9 +982,12 @@ def group_transform(groups, opt) -> cst.BaseExpression:
 
 
 def optimizer_object(model: str, tx: cst.BaseExpression,
-                     wrt: cst.BaseExpression | None = None) -> cst.BaseExpression:
-    return call("nnx.Optimizer", arg(cst.Name(model)), arg(tx),
-                arg(wrt or expr("nnx.Param"), "wrt"))
+                     wrt: cst.BaseExpression | None = None,
+                     group: Sequence[str] | None = None) -> cst.BaseExpression:
+    """``nnx.Optimizer(model, tx, wrt=...)``; over the tuple of the models of ``group``
+    (one optimizer of several models' parameters: its update takes the same tuple)."""
+    held = expr(f"({', '.join(group)})") if group else cst.Name(model)
+    return call("nnx.Optimizer", arg(held), arg(tx), arg(wrt or expr("nnx.Param"), "wrt"))
 
 
 def lr_slot(optimizer: str, quote: str = '"') -> str:
@@ -1010,12 +1024,34 @@ class JitModelCalls(cst.CSTTransformer):
         return updated_node
 
 
-def nnx_jit(tree_mode: bool) -> str:
+def nnx_jit(tree_mode: bool, static: Sequence[str] = ()) -> str:
     """The decorator of an emitted step: flax's tree mode (``graph=False``) flattens the
     module as a pytree instead of walking its graph in Python on every call (2-4x less
     per-call time for small models on a GPU, docs/performance.md); it refuses modules that
-    share a Variable, so files whose modules alias attributes keep the graph mode."""
-    return "@nnx.jit(graph=False)" if tree_mode else "@nnx.jit"
+    share a Variable, so files whose modules alias attributes keep the graph mode.
+    ``static``: arguments that decide the step's Python control flow (one compilation for
+    each of their values)."""
+    options = (["graph=False"] if tree_mode else []) + (
+        [f"static_argnames={tuple(static)!r}"] if static else [])
+    return f"@nnx.jit({', '.join(options)})" if options else "@nnx.jit"
+
+
+def python_conditions(body: Sequence[cst.BaseStatement], names: Sequence[str]) -> list[str]:
+    """Of ``names``, those ``body`` tests for truth or compares in an ``if``, ``while`` or
+    conditional expression (``if use_teacher_forcing:``, ``if epoch < warmup``: a Python
+    value deciding the code, which a traced argument cannot: the step takes them static).
+    A name only tested with ``is`` / ``is not`` (``if mask is not None``) is left traced."""
+    wanted, found = set(names), set()
+    for st in body:
+        for node in findall(st, m.If() | m.While() | m.IfExp()):
+            test = node.test
+            identity = {id(c.left) for c in findall(test, m.Comparison()) if all(
+                isinstance(t.operator, (cst.Is, cst.IsNot)) for t in c.comparisons)}
+            identity |= {id(t.comparator) for c in findall(test, m.Comparison())
+                         for t in c.comparisons if isinstance(t.operator, (cst.Is, cst.IsNot))}
+            found |= {n.value for n in findall(test, m.Name())
+                      if n.value in wanted and id(n) not in identity}
+    return [n for n in names if n in found]
 
 
 def eval_step_function(tree_mode: bool = False) -> cst.FunctionDef:

@@ -193,6 +193,12 @@ def compare(r: ProgramResult, t: dict[str, Any], j: dict[str, Any], rtol: float,
                        f"{sum(len(d) for d in t['draws'])} random arrays torch's model drew "
                        f"in {drawn} of its forward calls (torch.randn_like, ...: the JAX "
                        "model's jax.random draws of the same kind and shape take their values)")
+    if t.get("program_draws"):
+        r.notes.append(f"program draws replayed: {j.get('program_draws', 0)} of the "
+                       f"{len(t['program_draws'])} random arrays torch's program drew outside "
+                       "its model's forward and its modules' constructors (its data: the "
+                       "JAX program's draws of the same kind, bounds and shape, in order, "
+                       "take their values)")
     r.notes += [f"replay: {p}" for p in j["replay_problems"]]
     _compare_losses(r, t["losses"], j["losses"], t.get("loss_steps"))
     _compare_lrs(r, t["lrs"], j["lrs"])

@@ -169,3 +169,29 @@ class SeedLog:
             original(this, *args, **kwargs)
 
         cls.__init__ = __init__  # type: ignore[method-assign]
+
+
+# --- draws outside the model's forward ------------------------------------------------------
+PROGRAM_DRAW_ELEMENTS = 2_000_000  # the program draws recorded, in elements at most
+
+
+def in_constructor(module_class: Any) -> bool:
+    """Whether the caller runs inside the ``__init__`` of a ``module_class`` instance (a
+    layer's initialiser draws there, with torch's ``normal_`` on one side and flax's
+    initialisers on the other: those draws are not the program's)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "__init__" and isinstance(frame.f_locals.get("self"),
+                                                             module_class):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def randint_kind(low: Any, high: Any) -> str:
+    """A randint draw's kind with its bounds: replayed only by a draw between the same ones
+    (torch's values between other bounds would hide a translation's wrong bounds)."""
+    try:
+        return f"randint [{int(low)}, {int(high)})"
+    except (TypeError, ValueError):
+        return "randint between bounds not known"

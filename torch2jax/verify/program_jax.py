@@ -28,6 +28,8 @@ from torch2jax.verify.program_common import (
     ProgramStopped,
     SeedLog,
     batch_leaves,
+    in_constructor,
+    randint_kind,
     rebuild_batch,
     run_program,
     wrap_iter,
@@ -85,13 +87,15 @@ class JaxRecorder:
         self.record: dict[str, Any] = {"losses": [], "loss_steps": [], "lrs": [], "notes": [],
                                        "steps": 0, "replayed": 0, "replay_problems": [],
                                        "batches": 0, "batch_arrays": 0, "trace": [],
-                                       "draws": 0, "draw_calls": 0}
+                                       "draws": 0, "draw_calls": 0, "program_draws": 0}
+        self.program_draws: list[tuple[str | None, Any]] | None = None  # torch's, to replay
         self.model_class: Any = None
         self.mappings: list[dict[str, Any]] = []
         self.calls = 0
         self.depth = 0  # inside a value_and_grad
         self.in_forward = False
         self.optimizers = 0
+        self.optimizer: Any = None  # the first nnx.Optimizer's transform: its updates are steps
         self.copies: set[int] = set()  # ids of copies of the model (not replayed)
         self.draws: list[tuple[str | None, np.ndarray]] = []  # this forward's torch draws
 
@@ -101,10 +105,14 @@ class JaxRecorder:
 
         from torch2jax.weights import format_nnx_path, plan_array_transfer
 
+        if isinstance(model, tuple):  # (one optimizer of several models: the first's)
+            model = model[0]
         self.optimizers += 1
         if self.optimizers > 1:
-            self.record["notes"].append("more than one nnx.Optimizer: every update counts as "
-                                        "a step, the first optimizer's model is the one fed")
+            if self.optimizers == 2:
+                self.record["notes"].append(
+                    "more than one nnx.Optimizer: the first one's updates are the steps "
+                    "compared, and its model is the one fed (as torch's first optimizer's)")
             return
         init = self.torch.get("init")
         copies = self._copies_of(model) if init is not None else []
@@ -252,7 +260,9 @@ class JaxRecorder:
         (the JAX draw runs) when there is none or it does not fit."""
         import jax.numpy as jnp
 
-        if not self.in_forward or not self.draws:
+        if not self.in_forward:
+            return self.program_draw(kind, shape, dtype)
+        if not self.draws:
             return None
         t_kind, value = self.draws[0]
         if t_kind != kind or tuple(value.shape) != tuple(shape):
@@ -263,6 +273,34 @@ class JaxRecorder:
             return None
         self.draws.pop(0)
         self.record["draws"] += 1
+        return jnp.asarray(value, dtype=dtype)
+
+    def program_draw(self, kind: str, shape: Any, dtype: Any) -> Any:
+        """Torch's next draw outside its model's forward (the program's data, another model's
+        forward), for this draw outside the model's forward and outside a module's
+        constructor; None (the JAX draw runs) when there is none. A draw of another kind or
+        shape than torch's next ends the replay of the program's draws: from there on they
+        are the JAX program's own."""
+        import jax.numpy as jnp
+        from flax import nnx
+
+        if self.program_draws is None:
+            self.program_draws = list(self.torch.get("program_draws", []))
+        if not self.program_draws or in_constructor(nnx.Module):
+            return None
+        while self.program_draws and self.program_draws[0][0] is None:
+            self.program_draws.pop(0)  # (a torch.randperm: the JAX side's is not patched)
+        if not self.program_draws:
+            return None
+        t_kind, value = self.program_draws[0]
+        if t_kind != kind or tuple(value.shape) != tuple(shape):
+            self.record["notes"].append(
+                f"the program's draws replayed up to its draw {self.record['program_draws'] + 1}"
+                f": JAX draws {kind} {tuple(shape)}, torch {t_kind} {tuple(value.shape)}")
+            self.program_draws = []
+            return None
+        self.program_draws.pop(0)
+        self.record["program_draws"] += 1
         return jnp.asarray(value, dtype=dtype)
 
     def _substitute(self, value: Any, torch_value: Any, where: str,
@@ -314,19 +352,31 @@ class JaxRecorder:
                   kwargs: dict) -> Any:
         from flax import nnx
 
+        # (by its transform: a jit's copy of the optimizer holds the same one)
+        if self.optimizer is None:
+            self.optimizer = optimizer.tx
+        if optimizer.tx is not self.optimizer:  # (another model's: a GAN's generator, ...)
+            return original(optimizer, model, grads, **kwargs)
         before = nnx.as_pure(optimizer.opt_state)
         out = original(optimizer, model, grads, **kwargs)
+        several = isinstance(model, tuple)  # (one optimizer of several models: the first's)
+        if several:
+            model = model[0]
         # the rates this update used: optax.inject_hyperparams computes a scheduled value at
         # the update and keeps it in the new state (the state before holds the previous
         # update's); a value set by hand before the update is kept as it was set
         self.record["lrs"].append(_learning_rates(nnx.as_pure(optimizer.opt_state)))
         self.record["steps"] += 1
-        self.snapshot(optimizer, model, before)
+        self.snapshot(optimizer, model, before, several)
         if self.record["steps"] >= self.steps:
             raise ProgramStopped
         return out
 
-    def snapshot(self, optimizer: Any, model: Any, before: Any = None) -> None:
+    def snapshot(self, optimizer: Any, model: Any, before: Any = None,
+                 several: bool = False) -> None:
+        """The parameters, optimizer state and decay probe after a step. ``several``: the
+        optimizer holds a tuple of models, ``model`` the first (its state's paths start
+        with its index, 0)."""
         from flax import nnx
 
         from torch2jax.weights import format_nnx_path
@@ -335,7 +385,8 @@ class JaxRecorder:
         # FrozenParam, which torch keeps among its parameters, unchanged by the steps)
         params = {format_nnx_path(p): np.asarray(v.get_value())
                   for p, v in nnx.to_flat_state(nnx.state(model, _parameters()))}
-        by_path = {tuple(m["nnx"].split(".")): m["torch"] for m in self.mappings
+        first = ("0",) if several else ()
+        by_path = {(*first, *m["nnx"].split(".")): m["torch"] for m in self.mappings
                    if m["status"] == "mapped"}
         opt_state: dict[str, dict[str, np.ndarray]] = {}
         for path, leaf in _leaves(nnx.as_pure(optimizer.opt_state)):
@@ -416,6 +467,8 @@ def install(recorder: JaxRecorder) -> None:
     def init(self: Any, model: Any, *args: Any, **kwargs: Any) -> None:
         recorder.on_optimizer(model)
         original_init(self, model, *args, **kwargs)
+        if recorder.optimizer is None:
+            recorder.optimizer = self.tx
 
     def update(self: Any, model: Any, grads: Any, /, **kwargs: Any) -> Any:
         return recorder.on_update(self, model, original_update, grads, kwargs)
@@ -440,6 +493,9 @@ def install_draws(recorder: JaxRecorder) -> None:
             out = original(*args, **kwargs)  # drawn anyway: the shape and dtype it has
             if kind == "uniform" and (len(args) > 3 or {"minval", "maxval"} & set(kwargs)):
                 kind_seen = "uniform between other bounds"
+            elif kind == "randint":  # randint(key, shape, minval, maxval)
+                kind_seen = randint_kind(kwargs.get("minval", args[2] if len(args) > 2 else None),
+                                         kwargs.get("maxval", args[3] if len(args) > 3 else None))
             else:
                 kind_seen = kind
             value = recorder.draw(kind_seen, out.shape, out.dtype)

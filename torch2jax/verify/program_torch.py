@@ -23,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from torch2jax.verify.program_common import (
+    PROGRAM_DRAW_ELEMENTS,
     ProgramStopped,
     SeedLog,
     batch_leaves,
+    in_constructor,
+    randint_kind,
     run_program,
     wrap_iter,
 )
@@ -52,7 +55,8 @@ class TorchRecorder:
         self.steps = steps
         self.record: dict[str, Any] = {"losses": [], "loss_steps": [], "lrs": [],
                                        "forwards": [], "batches": [], "notes": [], "steps": 0,
-                                       "trace": [], "draws": []}
+                                       "trace": [], "draws": [], "program_draws": []}
+        self.program_elements = 0
         self.optimizer: Any = None
         self.model: Any = None
         self.names: dict[int, str] = {}
@@ -73,12 +77,34 @@ class TorchRecorder:
         # torch.compile's `_orig_mod`) to the model they wrap
         outer = [m for m in found if not any(o is not m and m in set(o.modules()) for o in found)]
         model = outer[0] if len(outer) == 1 else None
+        if not found:  # one optimizer over several models' parameters: the first one's model
+            model = self._first_of_several(optimizer, modules)
         while model is not None:
             inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
             if not any(inner is m for m in found):
                 break
             model = inner
         return model
+
+    def _first_of_several(self, optimizer: Any, modules: list[Any]) -> Any:
+        """Where the optimizer holds the parameters of several models (``list(a.parameters())
+        + list(b.parameters())``), each held whole: the outermost module holding its first
+        parameter (the others are fed as other models; their steps show in the losses)."""
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        holding = [m for m in modules if any(p is params[0] for p in m.parameters())]
+        outer = [m for m in holding
+                 if not any(o is not m and m in set(o.modules()) for o in modules)]
+        if len(outer) != 1:
+            return None
+        mine = {id(p) for p in outer[0].parameters()}
+        rest = {id(p) for p in params} - mine
+        whole = [m for m in modules if {id(p) for p in m.parameters()} <= rest]
+        if not rest or {id(p) for m in whole for p in m.parameters()} != rest:
+            return None
+        self.record["notes"].append(
+            "the optimizer holds several models' parameters: the first model's are compared "
+            "step by step, the others' through the losses")
+        return outer[0]
 
     def _other_models(self, model: Any, table: Any) -> dict[str, dict[str, Any]]:
         """The other models alive when the optimizer is made (a frozen teacher, a second
@@ -158,13 +184,29 @@ class TorchRecorder:
     def after_forward(self, module: Any, args: tuple, output: Any) -> None:
         self.drawing = False
 
-    def on_draw(self, kind: str, value: Any) -> None:
+    def on_draw(self, kind: str | None, value: Any) -> None:
         """A draw from torch's random functions inside the model's forward (a VAE's
         ``torch.randn_like``): its values, which the JAX side's k-th forward replays in order.
         ``kind`` None: a draw the JAX side cannot be given (``torch.normal(mean, std)``): the
-        call's draws are not replayed."""
-        if self.drawing and not self.busy and self.record["draws"]:
-            self.record["draws"][-1].append((kind, _np(value)))
+        call's draws are not replayed. A draw elsewhere in the program (its data, another
+        model's forward), outside a module's constructor, is a program draw: the JAX side's
+        draws outside the model's forward replay them in order."""
+        if self.busy:
+            return
+        if self.drawing:
+            if self.record["draws"]:
+                self.record["draws"][-1].append((kind, _np(value)))
+            return
+        import torch
+
+        if self.program_elements > PROGRAM_DRAW_ELEMENTS or in_constructor(torch.nn.Module):
+            return
+        self.program_elements += value.numel()
+        if self.program_elements > PROGRAM_DRAW_ELEMENTS:
+            self.record["notes"].append("the program's draws outside the model's forward pass "
+                                        f"recorded up to {PROGRAM_DRAW_ELEMENTS} elements")
+            kind = None  # (the JAX side stops replaying there)
+        self.record["program_draws"].append((kind, _np(value) if kind else None))
 
     def on_batch(self, batch: Any) -> Any:
         if not self.busy:
@@ -272,6 +314,21 @@ TORCH_DRAWS = {"randn": "normal", "randn_like": "normal", "rand": "uniform",
                "poisson": None}
 
 
+def _randint_kind(name: str, args: tuple, kwargs: dict) -> str:
+    """``torch.randint(high, size)``, ``randint(low, high, size)``, ``randint_like(x, high)``,
+    ``randint_like(x, low, high)``, their bounds by keyword too: the kind with its bounds."""
+    bounds = list(args[1:] if name == "randint_like" else args)
+    while bounds and not isinstance(bounds[-1], (int, float)) and not (
+            hasattr(bounds[-1], "dim") and bounds[-1].dim() == 0):
+        bounds.pop()  # (the size)
+    low, high = kwargs.get("low"), kwargs.get("high")
+    if high is None and bounds:
+        high = bounds.pop()
+    if low is None:
+        low = bounds.pop() if bounds else 0
+    return randint_kind(low, high)
+
+
 def install_draws(recorder: TorchRecorder) -> None:
     """Each of torch's random functions records what it returns inside the model's forward."""
     import torch
@@ -279,7 +336,8 @@ def install_draws(recorder: TorchRecorder) -> None:
     def patched(original: Any, kind: str | None) -> Any:
         def draw(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
-            recorder.on_draw(kind, out)
+            recorder.on_draw(_randint_kind(original.__name__, args, kwargs)
+                             if kind == "randint" else kind, out)
             return out
 
         return draw
