@@ -28,6 +28,8 @@ def conv_attribute(rw, original_node: cst.Attribute,
         return None
     if attr in _TUPLES and not _unpacked_or_indexed(rw, original_node):
         return None
+    if attr in _TUPLES and m.matches(original_node.value, m.Attribute(value=m.Name("self"))):
+        return None  # (self.conv1.stride: rewrite_layers' rule reads the constructor's value)
     if not _holds_conv(rw, original_node.value):
         return None
     return updated_node.with_changes(attr=cst.Name(to))

@@ -1029,7 +1029,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         self.need("nnx", "jax")
         leaves = self.target.parameter_leaves(False, self.file_freezes and not trainable_only(
             original_node, parent))[0].format(m=owner)
-        if func.attr.value == "parameters" and self._iterated(original_node):
+        if func.attr.value == "parameters" and self._iterated(original_node) and not (
+                self._iterated(original_node, "next")):  # (next(...): an iterator, below)
             return expr(leaves)
         grand = self.get_metadata(ParentNodeProvider, parent, None)
         if func.attr.value == "parameters" and isinstance(parent, cst.Arg) and isinstance(
