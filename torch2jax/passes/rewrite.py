@@ -865,12 +865,12 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         rule = self.rules.functions.get(self.q(test.func) or "") if isinstance(
             test, cst.Call) else None
         if keep:  # the traced path of an if that memoizes on self otherwise: its body stays
-            body = list(updated_node.body.body)
+            body = list(updated_node.body.body) or [cst.SimpleStatementLine([cst.Pass()])]
             body[0] = body[0].with_changes(leading_lines=[*updated_node.leading_lines,
                                                           *body[0].leading_lines])
             parent = self.get_metadata(ParentNodeProvider, original_node, None)
             if isinstance(parent, cst.If) and parent.orelse is original_node:
-                return cst.Else(body=updated_node.body)  # an elif: its body, as the else
+                return cst.Else(body=updated_node.body.with_changes(body=body))  # (an elif)
             return cst.FlattenSentinel(body)
         if rule is None or rule.special not in ("false", "tracing") or not m.matches(
                 updated_node.test, m.Name("False")):
