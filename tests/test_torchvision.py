@@ -148,7 +148,9 @@ def test_mirror_package_converts_only_layer_modules(tmp_path):
     assert target.relative_to(tmp_path).parts[1:] == ("models", "mobilenetv2.py")
     # (utils.py too: the dependencies are converted first, so that the builder functions the
     # model file calls are known with their rngs; it holds no layer class)
-    assert sorted(converted) == [("models/mobilenetv2.py", ["Conv2dNormActivation"]),
+    # (and the torch layer each imported class derives from, analysis/layer_bases.py)
+    assert sorted(converted) == [("models/mobilenetv2.py", [
+        "Conv2dNormActivation", "layer-base:Conv2dNormActivation=torch.nn.Sequential"]),
                                  ("ops/misc.py", []), ("utils.py", [])]
     mirror = target.parent.parent
     assert (mirror / "models" / "_api.py").read_text() == (MODELS / "_api.py").read_text()
