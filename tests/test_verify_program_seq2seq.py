@@ -105,3 +105,20 @@ def test_each_models_gradients_clipped_apart_under_one_optimizer_are_marked(tmp_
     assert "TODO(torch2jax): the gradients of some of the models the optimizer holds " \
         "clipped apart" in text
     assert "clip_by_global_norm" not in text
+
+
+def test_only_the_python_values_deciding_the_step_are_static():
+    """A name that is an operand of a test is static; one tested with ``is None`` or read
+    through an attribute, a subscript or a call (a batch's ``x.shape[0]``, ``len(y)``, static
+    under a trace already) stays a traced argument."""
+    import libcst as cst
+
+    from torch2jax.passes.training import python_conditions
+
+    body = cst.parse_module(
+        "if flag and not other:\n    pass\n"
+        "if x.shape[0] > 1 or len(y) > 2:\n    pass\n"
+        "if mask is not None:\n    pass\n"
+        "z = a if b < 3 else c\n").body
+    assert python_conditions(body, ["flag", "other", "x", "y", "mask", "a", "b", "c"]) == [
+        "flag", "other", "b"]

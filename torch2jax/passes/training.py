@@ -1040,17 +1040,29 @@ def python_conditions(body: Sequence[cst.BaseStatement], names: Sequence[str]) -
     """Of ``names``, those ``body`` tests for truth or compares in an ``if``, ``while`` or
     conditional expression (``if use_teacher_forcing:``, ``if epoch < warmup``: a Python
     value deciding the code, which a traced argument cannot: the step takes them static).
-    A name only tested with ``is`` / ``is not`` (``if mask is not None``) is left traced."""
+    Only a name that is itself an operand counts: one tested with ``is`` / ``is not`` (``if
+    mask is not None``) or read through an attribute, a subscript or a call (``x.shape[0] >
+    1``, ``len(x)``: static under a trace already) stays traced."""
     wanted, found = set(names), set()
+
+    def operands(test: cst.BaseExpression) -> None:
+        if isinstance(test, cst.Name):
+            if test.value in wanted:
+                found.add(test.value)
+        elif isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            operands(test.expression)
+        elif isinstance(test, cst.BooleanOperation):
+            operands(test.left)
+            operands(test.right)
+        elif isinstance(test, cst.Comparison) and not any(
+                isinstance(t.operator, (cst.Is, cst.IsNot)) for t in test.comparisons):
+            operands(test.left)
+            for t in test.comparisons:
+                operands(t.comparator)
+
     for st in body:
         for node in findall(st, m.If() | m.While() | m.IfExp()):
-            test = node.test
-            identity = {id(c.left) for c in findall(test, m.Comparison()) if all(
-                isinstance(t.operator, (cst.Is, cst.IsNot)) for t in c.comparisons)}
-            identity |= {id(t.comparator) for c in findall(test, m.Comparison())
-                         for t in c.comparisons if isinstance(t.operator, (cst.Is, cst.IsNot))}
-            found |= {n.value for n in findall(test, m.Name())
-                      if n.value in wanted and id(n) not in identity}
+            operands(node.test)
     return [n for n in names if n in found]
 
 
