@@ -19,8 +19,6 @@ unmarked (``p.data = ...`` on an array): now the state mapped and written back
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("torch")
@@ -28,23 +26,16 @@ pytest.importorskip("flax")
 pytest.importorskip("optax")
 pytest.importorskip("grain")
 
+from program_cases import PROGRAMS, converted_program, edited
+
 from torch2jax.convert import convert_source
 from torch2jax.verify.program import verify_program
-from torch2jax.verify.run import convert_tree
 
-PROGRAMS = Path(__file__).resolve().parent / "data" / "programs"
 STEPS = 5  # into the second epoch (4 batches an epoch)
 
 
 def test_a_frozen_teacher_gets_torchs_weights(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "src").mkdir()
-    program = tmp_path / "src" / "distill_teacher.py"
-    program.write_text((PROGRAMS / "distill_teacher.py").read_text())
-    out = tmp_path / "out"
-    assert convert_tree(program, out, "nnx", None) == 0
-    converted = out / "distill_teacher.py"
-    text = converted.read_text()
+    program, converted, text = converted_program(tmp_path, monkeypatch, "distill_teacher.py")
     assert "TODO(torch2jax)" not in text and "freeze_parameters(teacher)" in text
     assert text.count("def train_step(") == 1
     # the teacher is called outside the compiled step (its logits are the step's input)
@@ -67,15 +58,8 @@ def test_parameters_updated_in_loops_are_written_back(tmp_path, monkeypatch, fro
     """Clipping and an EMA written back; with the copy frozen (its parameters FrozenParams,
     not nnx.Param), the EMA still maps its parameters with the model's, and its parameter
     count is torch's (printed, compared)."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "src").mkdir()
-    program = tmp_path / "src" / "ema_clip.py"
-    source = (PROGRAMS / "ema_clip.py").read_text()
-    program.write_text(source.replace(*FROZEN_EMA) if frozen else source)
-    out = tmp_path / "out"
-    assert convert_tree(program, out, "nnx", None) == 0
-    converted = out / "ema_clip.py"
-    text = converted.read_text()
+    program, converted, text = converted_program(
+        tmp_path, monkeypatch, "ema_clip.py", edited("ema_clip.py", [FROZEN_EMA] if frozen else []))
     assert "TODO(torch2jax)" not in text and ".data" not in text.split('"""', 2)[2]
     which = "nnx.Any(nnx.Param, FrozenParam)" if frozen else "nnx.Param"
     assert "nnx.update(model, jax.tree.map(lambda p: jnp.clip(p, min=-0.3, max=0.3)" in text
@@ -166,18 +150,9 @@ def test_a_frozen_backbone_fine_tunes_like_torch(tmp_path, monkeypatch, variant)
     ``wrt=nnx.Param`` leaves), the trainable count is the nnx.Params' and the total counts the
     frozen ones: printed counts and the losses of each step equal torch's, the frozen
     backbone's weights unchanged and the decay applied to the head only."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "src").mkdir()
-    source = (PROGRAMS / "finetune_frozen.py").read_text()
-    for old, new in FINETUNE_VARIANTS[variant]:
-        assert old in source
-        source = source.replace(old, new)
-    program = tmp_path / "src" / "finetune_frozen.py"
-    program.write_text(source)
-    out = tmp_path / "out"
-    assert convert_tree(program, out, "nnx", None) == 0
-    converted = out / "finetune_frozen.py"
-    text = converted.read_text()
+    program, converted, text = converted_program(
+        tmp_path, monkeypatch, "finetune_frozen.py",
+        edited("finetune_frozen.py", FINETUNE_VARIANTS[variant]))
     assert "TODO(torch2jax)" not in text and "freeze_parameters(model.backbone)" in text, text
     r = verify_program(program, converted, steps=6)
     assert r.passed, (r.error, [(c.name, c.detail) for c in r.failures()])

@@ -24,18 +24,17 @@ apart is marked (before, the loop's two clippings were both given to the first o
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("flax")
 pytest.importorskip("optax")
 
+from program_cases import converted_program, edited
+
 from torch2jax.verify.program import verify_program
 from torch2jax.verify.run import convert_tree
 
-PROGRAMS = Path(__file__).resolve().parent / "data" / "programs"
 STEPS = 6  # teacher forcing on and off among them (random.seed(0))
 
 # one optimizer over both models' parameters (a list of both, clipped together by a chain)
@@ -59,24 +58,13 @@ ONE_OPTIMIZER = [
 
 
 def _variant(replacements) -> str:
-    source = (PROGRAMS / "seq2seq_teacher.py").read_text()
-    for old, new in replacements:
-        assert old in source, old
-        source = source.replace(old, new)
-    return source
+    return edited("seq2seq_teacher.py", replacements)
 
 
 @pytest.mark.parametrize("variant", [[], ONE_OPTIMIZER], ids=["tutorial", "one-optimizer"])
 def test_two_models_and_teacher_forcing_run_as_torch(tmp_path, monkeypatch, variant):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "src").mkdir()
-    source = _variant(variant)
-    program = tmp_path / "src" / "seq2seq_teacher.py"
-    program.write_text(source)
-    out = tmp_path / "out"
-    assert convert_tree(program, out, "nnx", None) == 0
-    converted = out / "seq2seq_teacher.py"
-    text = converted.read_text()
+    program, converted, text = converted_program(tmp_path, monkeypatch, "seq2seq_teacher.py",
+                                                 _variant(variant))
     assert "TODO(torch2jax)" not in text
     assert "static_argnames=('use_teacher_forcing',)" in text
     r = verify_program(program, converted, steps=STEPS)
