@@ -57,11 +57,21 @@ ONE_OPTIMIZER = [
 ]
 
 
+# ... with the batches taken by a while loop (its test, xs.size(0), translated too)
+WHILE_LOOP = [
+    ("    for start in range(0, xs.size(0), batch_size):\n",
+     "    start = 0\n    while start < xs.size(0):\n"),
+    ("        total_loss += loss.item()\n",
+     "        total_loss += loss.item()\n        start += batch_size\n"),
+]
+
+
 def _variant(replacements) -> str:
     return edited("seq2seq_teacher.py", replacements)
 
 
-@pytest.mark.parametrize("variant", [[], ONE_OPTIMIZER], ids=["tutorial", "one-optimizer"])
+@pytest.mark.parametrize("variant", [[], ONE_OPTIMIZER, ONE_OPTIMIZER + WHILE_LOOP],
+                         ids=["tutorial", "one-optimizer", "one-optimizer-while"])
 def test_two_models_and_teacher_forcing_run_as_torch(tmp_path, monkeypatch, variant):
     program, converted, text = converted_program(tmp_path, monkeypatch, "seq2seq_teacher.py",
                                                  _variant(variant))

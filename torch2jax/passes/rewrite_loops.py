@@ -854,7 +854,10 @@ class LoopsMixin:
             kwargs = {"optimizer": name, "model": model, "loop_names": loop_names,
                       "accumulate": every_k, "step_name": self._loop_step_name(),
                       "clip": clip_stmt}
-            split = self._split_while(original_node, body, model, kwargs)
+            if group := t.group_of(name):  # one optimizer of several models' parameters
+                kwargs["group"] = group
+            split = None if group else self._split_while(original_node, body, model, kwargs,
+                                                         updated_node.test)
             if split is not None:
                 return split
             step = tr.build_train_step(body, tree_mode=not self.data.aliasing, **kwargs)
@@ -887,7 +890,8 @@ class LoopsMixin:
                       "nnx.value_and_grad + optimizer.update")
         return self._unclipped(updated_node, clip)
 
-    def _split_while(self, original_node, body: list, model: str, kwargs: dict):
+    def _split_while(self, original_node, body: list, model: str, kwargs: dict,
+                     test: cst.BaseExpression):
         """The outermost ``while`` loop of its scope around a train step (minGPT's
         ``Trainer.run``) whose other statements read neither the model nor the optimizer,
         by name, through ``self`` or through the methods and callbacks they call
@@ -917,8 +921,8 @@ class LoopsMixin:
         if kwargs["clip"] is not None:
             self.need("optax")
         blank = [cst.EmptyLine(indent=False)]
-        loop = original_node.with_changes(body=original_node.body.with_changes(
-            body=around[1]), leading_lines=blank)
+        loop = original_node.with_changes(test=test, body=original_node.body.with_changes(
+            body=around[1]), leading_lines=blank)  # (the test translated: xs.size(0))
         return cst.FlattenSentinel([*around[0], step.function.with_changes(
             leading_lines=blank), loop, *around[2]])
 
