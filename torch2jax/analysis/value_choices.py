@@ -13,7 +13,7 @@ import ast
 
 import libcst as cst
 
-from torch2jax.analysis.values import passed_arguments
+from torch2jax.analysis.value_syntax import passed_arguments
 
 _NOT_LITERAL = object()
 

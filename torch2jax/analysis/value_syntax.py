@@ -150,3 +150,34 @@ def channels_last_pattern(pattern: str) -> str | None:
             return None
         sides.append(" ".join([groups[0], *groups[2:], groups[1]]))
     return " -> ".join(sides)
+
+
+def passed_arguments(scope, parents: dict, target: cst.FunctionDef | cst.ClassDef,
+                     fn: cst.FunctionDef, param: cst.Param, method: bool
+                     ) -> list[cst.BaseExpression] | None:
+    """The expressions the file passes for ``param`` of ``fn`` where it calls ``target`` (the
+    function by its name, or the class whose ``__init__`` ``fn`` is: ``method``, its ``self``
+    left out), positionally or by keyword, one per call that passes it; None where a call
+    passes ``*args`` or ``**kwargs`` (what it passes is not known)."""
+    positional = [*fn.params.posonly_params, *fn.params.params][1 if method else 0:]
+    index = next((i for i, p in enumerate(positional) if p is param), None)
+    found: list[cst.BaseExpression] = []
+    for assignment in scope.assignments[target.name.value]:
+        if getattr(assignment, "node", None) is not target:
+            continue
+        for access in assignment.references:
+            call = parents.get(access.node)
+            if not isinstance(call, cst.Call) or call.func is not access.node:
+                continue
+            if any(a.star for a in call.args):
+                return None
+            given = None
+            for i, a in enumerate(a for a in call.args if a.keyword is None):
+                if i == index:
+                    given = a.value
+            for a in call.args:
+                if a.keyword is not None and a.keyword.value == param.name.value:
+                    given = a.value
+            if given is not None:
+                found.append(given)
+    return found

@@ -95,6 +95,7 @@ from torch2jax.analysis.value_syntax import (
     _none_branch,
     _pair_idiom,
     _return_values,
+    passed_arguments,
 )
 from torch2jax.analysis.walk import findall
 
@@ -364,8 +365,15 @@ class ValueFacts:
         if base.kind == Kind.PARAM:
             return PARAM
         if base.kind == Kind.MODULE:  # an item of a ModuleList, Sequential or ModuleDict
-            return MODULE
+            n = len(base.items) if base.items is not None and index is not None else 0
+            return base.element(index + n if index < 0 else index) if n else MODULE
         return UNKNOWN
+
+    def _layers_of(self, node: cst.Call) -> tuple[Value, ...] | None:
+        """The layers of ``nn.Sequential(a, b, ...)`` by position (None: not all known)."""
+        items = tuple(self.value(a.value) for a in node.args)
+        return None if any(a.star or a.keyword for a in node.args) or any(
+            v.kind != Kind.MODULE for v in items) else items
 
     def _call(self, node: cst.Call) -> Value:
         func = node.func
@@ -501,7 +509,8 @@ class ValueFacts:
         if q.startswith("torch.nn.") and not q.startswith((
                 "torch.nn.functional.", "torch.nn.init.", "torch.nn.utils.")) and (
                 q.split(".")[-1][:1].isupper() or self._layer(q)):
-            return Value(Kind.MODULE, layer=q) if self._layer(q) else MODULE
+            return Value(Kind.MODULE, layer=q, items=self._layers_of(node) if q == (
+                "torch.nn.Sequential") else None) if self._layer(q) else MODULE
         if q in _TORCH_OBJECTS or q.startswith(_TORCH_NOT_TENSOR_PREFIXES):
             if q.startswith(("torch.cuda.is_", "torch.distributed.get_", "torch.cuda.device_",
                              "torch.distributed.is_", "torch.backends.", "torch.is_")):
@@ -1168,33 +1177,3 @@ class ValueFacts:
                 return True
         return False
 
-
-def passed_arguments(scope, parents: dict, target: cst.FunctionDef | cst.ClassDef,
-                     fn: cst.FunctionDef, param: cst.Param, method: bool
-                     ) -> list[cst.BaseExpression] | None:
-    """The expressions the file passes for ``param`` of ``fn`` where it calls ``target`` (the
-    function by its name, or the class whose ``__init__`` ``fn`` is: ``method``, its ``self``
-    left out), positionally or by keyword, one per call that passes it; None where a call
-    passes ``*args`` or ``**kwargs`` (what it passes is not known)."""
-    positional = [*fn.params.posonly_params, *fn.params.params][1 if method else 0:]
-    index = next((i for i, p in enumerate(positional) if p is param), None)
-    found: list[cst.BaseExpression] = []
-    for assignment in scope.assignments[target.name.value]:
-        if getattr(assignment, "node", None) is not target:
-            continue
-        for access in assignment.references:
-            call = parents.get(access.node)
-            if not isinstance(call, cst.Call) or call.func is not access.node:
-                continue
-            if any(a.star for a in call.args):
-                return None
-            given = None
-            for i, a in enumerate(a for a in call.args if a.keyword is None):
-                if i == index:
-                    given = a.value
-            for a in call.args:
-                if a.keyword is not None and a.keyword.value == param.name.value:
-                    given = a.value
-            if given is not None:
-                found.append(given)
-    return found

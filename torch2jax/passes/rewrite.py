@@ -111,7 +111,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         self.values = values  # what kind of value an expression of the file holds
         self.x64 = False  # a module cast to float64: 64-bit mode on (passes/module_casts.py)
         self.file_freezes = False  # the file freezes parameters (param_writes.freezes)
-        self.sequential_names: set[str] = set()  # (passes/sequential_names.py)
+        self.sequential_names: dict[str, str | None] = {}  # (passes/sequential_names.py)
         self.per_example_code: set[str] = set()  # (code of what was written per example)
         # the train steps written (ConversionResult.train_steps) and the name of the eval
         # step written at the top of the file (ConversionResult.eval_step)

@@ -499,7 +499,8 @@ class AttributesMixin(AnnotationsMixin):
         renamed = self._layer_attribute(original_node, updated_node)
         if renamed is not None:
             return renamed
-        items = self._sequential_items(original_node, updated_node)
+        items = self._sequential_items(original_node, updated_node) or iterated_sequential(
+            self, original_node, None, updated_node)
         if items is not None:
             return items
         if original_node.attr.value == "data" and id(original_node.value) in self._weight_reads:
@@ -766,7 +767,7 @@ class AttributesMixin(AnnotationsMixin):
         if original_node.attr.value not in ("weight", "bias") or self.values is None:
             return None
         root = original_node.value  # model.weight, net.fc.weight (self.fc.weight: below)
-        while isinstance(root, cst.Attribute):
+        while isinstance(root, (cst.Attribute, cst.Subscript)):  # (net.body[0].weight)
             root = root.value
         if not isinstance(root, cst.Name) or root.value == "self":
             return None

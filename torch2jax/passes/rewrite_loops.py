@@ -25,6 +25,7 @@ from torch2jax.passes.common import (
     expr,
 )
 from torch2jax.passes.held_steps import named_backward as _named_backward
+from torch2jax.passes.hoist_args import hoisted_step, passing
 from torch2jax.passes.param_writes import param_loop
 from torch2jax.passes.rewrite_support import (
     ACC_GRADS,
@@ -46,7 +47,7 @@ class LoopsMixin:
         if init_loop is not None:
             self._for_stack.pop()
             return init_loop
-        frozen = self._frozen_loop(original_node)
+        frozen = self._frozen_loop(original_node, updated_node)
         if frozen is None:  # parameters updated through the loop variable: written back
             frozen = param_loop(self, original_node, updated_node)
         if frozen is not None:
@@ -55,7 +56,7 @@ class LoopsMixin:
         updated_node = self._loader_loop(original_node, updated_node)
         return self._leave_for(original_node, self._modules_loop(original_node, updated_node))
 
-    def _frozen_loop(self, node: cst.For) -> cst.SimpleStatementLine | None:
+    def _frozen_loop(self, node: cst.For, updated: cst.For) -> cst.SimpleStatementLine | None:
         """``for p in module.parameters(): p.requires_grad = False`` (or
         ``p.requires_grad_(False)``; Whisper's ``_freeze_parameters``), nnx: the
         ``freeze_parameters(module)`` helper (passes/helpers.py), as ``module.requires_grad_(
@@ -78,6 +79,8 @@ class LoopsMixin:
         module = node.iter.func.value
         if not self._is_module_expr(module):
             return None
+        if m.matches(updated.iter, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
+            module = updated.iter.func.value  # as rewritten: model.body[0] -> .layers[0]
         return cst.SimpleStatementLine(
             [cst.Expr(cst.Call(cst.Name("freeze_parameters"), [cst.Arg(module)]))],
             leading_lines=node.leading_lines)
@@ -605,8 +608,12 @@ class LoopsMixin:
                 self.diag(original_node, "training-loop", "error",
                           self._stale_message(stale, model))
                 break
+            free = _free_names(step.function) - (self._module_names | STEP_GLOBALS) if (
+                step is not None) else set()
+            hoisted = hoisted_step(self, step.function, free) if step is not None and (
+                self.hoist_steps and self._per_call_trainer(name)) else None
             module_hoist = step is not None and self.hoist_steps and self._per_call_trainer(
-                name) and not _free_names(step.function) - (self._module_names | STEP_GLOBALS)
+                name) and (not free or hoisted is not None)
             if around is not None and not module_hoist and not self._for_stack and (
                     not self._while_stack):
                 # the outermost loop of its scope: the split runs once, just before it, and
@@ -635,8 +642,11 @@ class LoopsMixin:
                     new_body = [dt.shard_batch(batch), *new_body]
                 if module_hoist:
                     # train(model, loader, optimizer) runs once per epoch: a step defined in it
-                    # would be a new function, compiled again, at every call
-                    self._module_hoist.append((self._fn_stack[0].name.value, step.function))
+                    # would be a new function, compiled again, at every call (what it reads
+                    # of train's names passed in: passes/hoist_args.py)
+                    function, names = hoisted or (step.function, [])
+                    new_body = passing(new_body, step.function.name.value, names)
+                    self._module_hoist.append((self._fn_stack[0].name.value, function))
                 elif not step.closure:
                     self._hoist.append(step.function)
                 node = node.with_changes(body=node.body.with_changes(body=new_body))
