@@ -853,6 +853,9 @@ def tensor_dataset(node: cst.Call) -> cst.BaseExpression:
 def _source(dataset: cst.BaseExpression, data: DataIndex) -> str:
     if isinstance(dataset, cst.Name) and dataset.value in data.tensor_datasets:
         return code(dataset)  # already a MapDataset
+    if m.matches(dataset, m.Call(func=m.Attribute(value=m.Attribute(
+            value=m.Name("grain"), attr=m.Name("MapDataset"))))):
+        return code(dataset)  # DataLoader(TensorDataset(x, y)): already a MapDataset
     return f"grain.MapDataset.source({code(dataset)})"
 
 

@@ -27,6 +27,7 @@ from torch2jax.analysis.walk import findall
 from torch2jax.passes import training as tr
 from torch2jax.passes.grad_sum import _touches_grads, summable_backwards, summed_region
 from torch2jax.passes.held_steps import HeldStep, find_held_steps, named_backward
+from torch2jax.passes.hoist_args import hoisted_step, passing
 from torch2jax.passes.rewrite_support import STEP_GLOBALS, _free_names
 
 _REGION_STATEMENTS = (cst.SimpleStatementLine, cst.With)
@@ -286,14 +287,17 @@ class StepsMixin:
                  self._class_stack[0] if len(self._class_stack) == 1 else None)
         # (on equinox's NNX form a loop's step stays in its function, before the loop: the
         # equinox pass hoists it with the optimizer the function receives, equinox_hoist.py)
+        free = _free_names(function) - (self._module_names | STEP_GLOBALS)
         hoist = (fn is not None and len(self._fn_stack) == 1 and owner is not None
-                 and not (loop is not None and self.target.intermediate)
-                 and not _free_names(function) - (self._module_names | STEP_GLOBALS))
-        if hoist:
+                 and not (loop is not None and self.target.intermediate))
+        hoisted = hoisted_step(self, function, free) if hoist and free else None
+        if hoist and (not free or hoisted is not None):
             # a helper (or a trainer's method) called once per step: its step is defined and
-            # compiled once, at the top level, not again at every call
+            # compiled once, at the top level, not again at every call (what it reads of the
+            # helper's names passed in: passes/hoist_args.py)
+            function, names = hoisted or (function, [])
             self._module_hoist.append((owner, function))
-            return [*prefix, *step.body]
+            return [*prefix, *passing(step.body, function.name.value, names)]
         if loop is not None:  # defined once, before the loop (not again at each iteration)
             self._hoist.append(function)
             return [*prefix, *step.body]
