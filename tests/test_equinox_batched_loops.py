@@ -28,7 +28,7 @@ class Net(nn.Module):
         self.head = nn.Linear(4, 3)
 
     def forward(self, x):
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             x = layer(x)
         return self.head(x.mean(dim=(2, 3)))
 '''
@@ -68,7 +68,7 @@ def test_each_layer_is_called_in_its_form(case: tuple[str, str, Path]) -> None:
     name, code, _ = case
     assert "TODO(torch2jax)" not in code, code
     assert ("batched = True" in code) == CASES[name][1], code
-    assert "for layer in self.layers" not in code
+    assert "for " not in code.split("class Net")[1], code
     assert "layer = self.layers[3]" in code
     # BatchNorm takes and returns the state (per example, or mapped over the batch's axis)
     stateful = "x, state = layer(x, state)" if name == "per_example" else \
@@ -84,3 +84,38 @@ def test_unrolled_loop_matches_torch_in_train_mode(case: tuple[str, str, Path]) 
     assert r.error is None, r.error
     assert r.todos == 0
     assert r.passed, (r.mismatch, r.to_json())
+
+
+UNIFORM = '''
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(4) for _ in range(3)])
+        self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Dropout(0.1), nn.LayerNorm(4)])
+
+    def forward(self, x):
+        for i, blk in enumerate(self.blocks):
+            x = blk(x) * (i + 1)
+        for i, layer in enumerate(self.layers):
+            x = layer(x) + i
+        return x
+'''
+
+
+def test_enumerate_binds_the_index_and_a_loop_of_one_form_stays_a_loop() -> None:
+    code = convert_source(UNIFORM, target="equinox").code
+    assert "TODO(torch2jax)" not in code, code
+    assert "for i, blk in enumerate(self.blocks):" in code, code
+    assert "i = 1\n        layer = self.layers[1]\n        x = layer(x, key=key) + i" in code, code
