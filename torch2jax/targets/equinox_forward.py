@@ -30,6 +30,7 @@ from torch2jax.targets.equinox_layers import (
     _fix_commas,
     _todo,
 )
+from torch2jax.targets.equinox_unroll import unrolled_loop
 
 # NNX's per-module random stream (``self.rngs = rngs.fork()``), drawn from in forward code
 DRAW_KEY = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("rngs")), args=[])
@@ -1034,6 +1035,9 @@ class Forward(LayerCalls):
         unpacked = self.unpacked_layers(s, lay)
         if unpacked is not None:
             return unpacked
+        unrolled = unrolled_loop(self, s, it, lay)  # (layers of several forms)
+        if unrolled is not None:
+            return unrolled
         if lay is None or lay.kind != "list" or not isinstance(s.target, cst.Name):
             _, info = self.ev(s.iter)
             if info.batched:

@@ -191,9 +191,14 @@ class _InitRewriter(cst.CSTTransformer):
         new = updated_node
         kinds = [lay for lay in lays if lay is not None]
         if kinds:
+            # (a function among layers, nn.ReLU's, is a layer too; any other element an
+            # unknown value: a loop over the list calls each as it is, equinox_unroll.py)
             self.values[id(new)] = Layer("list", cls=kinds[0].cls if kinds[0].kind == "module"
-                                         else "", items={str(i): k for i, k in enumerate(lays)
-                                                         if k is not None})
+                                         else "", items={str(i): k or (
+                                             Layer("fn") if is_function_layer(code(e.value))
+                                             else Layer("value"))
+                                             for i, (k, e) in enumerate(zip(
+                                                 lays, updated_node.elements, strict=True))})
         return new
 
     def leave_Dict(self, original_node, updated_node):
