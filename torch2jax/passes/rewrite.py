@@ -832,10 +832,13 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         return False
 
     def leave_AnnAssign(self, original_node, updated_node):
-        # self.AuxLogits: Optional[nn.Module] = None, a layer later (inception_v3)
+        # self.AuxLogits: Optional[nn.Module] = None, a layer later (inception_v3), or a
+        # parameter later (hiera's self.pos_embed: Optional[nn.Parameter] = None)
         if (m.matches(original_node.target, m.Attribute(value=m.Name("self")))
                 and m.matches(original_node.value, m.Name("None")) and self.in_module_class()
-                and self._holds_layer(original_node.target.attr.value)):
+                and (self._holds_layer(attr := original_node.target.attr.value) or (
+                    self.target.stateful_modules and attr in self.index.classes[
+                        self.current_class].tensor_attrs))):
             self.need("nnx")
             return updated_node.with_changes(value=expr("nnx.data(None)"))
         return updated_node
