@@ -4,7 +4,10 @@ against torch (outputs and gradients, in float64, the pass that decides).
 
 * an annotated attribute first set to ``None``, a parameter later in a branch (hiera's and
   naflexvit's ``self.pos_embed: Optional[nn.Parameter] = None``): the ``None`` is marked
-  ``nnx.data`` (NNX made the attribute static, then refused the parameter).
+  ``nnx.data`` (NNX made the attribute static, then refused the parameter);
+* an attribute first set to ``None``, a pooling layer later in a branch (hieradet_sam2's
+  ``self.pool = None``, then ``nn.MaxPool2d(...)``): a function on the JAX side, so the
+  ``None`` stays static (it was ``nnx.data(None)``, the function then a leaf of the state).
 """
 
 from __future__ import annotations
@@ -46,6 +49,53 @@ def test_an_annotated_none_then_a_parameter(tmp_path):
     (tmp_path / "model.py").write_text(ANNOTATED_NONE_THEN_PARAMETER)
     result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
                                        inputs=("float32[2,3,4]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
+
+
+POOL_OR_NONE = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, q_stride=None):
+            super().__init__()
+            self.norm = nn.LayerNorm(dim)
+            self.pool = None
+            if q_stride:
+                self.pool = nn.MaxPool2d(kernel_size=q_stride, stride=q_stride)
+            self.proj = nn.Linear(dim, dim)
+
+        def forward(self, x):  # x: B, H, W, C
+            shortcut = x
+            x = self.proj(self.norm(x))
+            if self.pool is not None:
+                shortcut = self.pool(shortcut.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+                x = self.pool(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+            return shortcut + x
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(4), Block(4, q_stride=2), Block(4)])
+
+        def forward(self, x):
+            for blk in self.blocks:
+                x = blk(x)
+            return x
+''')
+
+
+def test_an_attribute_none_or_a_pooling_layer(tmp_path):
+    # hieradet_sam2's self.pool = None, then nn.MaxPool2d(...) in a branch: a function on the
+    # JAX side, so the None stays static (it was nnx.data(None), then the function a leaf of
+    # the model's state, which jax.jit refused)
+    (tmp_path / "model.py").write_text(POOL_OR_NONE)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,4,4,4]",), float64=True))
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
