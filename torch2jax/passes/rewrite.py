@@ -675,19 +675,8 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
                 target.elements) == len(updated_node.value.elements) and self.in_module_class():
             # self.pool_q, self.pool_k = None, None, layers later (timm's mvitv2): each None of
             # an attribute that holds a layer is data, as in the one-attribute form
-            info = self.index.classes[self.current_class]
-
-            def a_module(attr: str) -> bool:  # not a pooling function (static, as None is)
-                rule = self.rules.layers.get(info.attr_rule.get(attr, ""))
-                nnx_target = rule.targets.get("nnx", "") if rule is not None else ""
-                if any(n.endswith(("norm_layer", "conv_layer"))
-                       for n in info.built_by.get(attr, ())):
-                    return True  # self.norm_q = norm_layer(dim) later (mvitv2): a module
-                return self._holds_layer(attr) and (rule is None or (nnx_target.startswith(
-                    "nnx.") and nnx_target[4:5].isupper()))
-
             data = [m.matches(t.value, m.Attribute(value=m.Name("self"))) and m.matches(
-                v.value, m.Name("None")) and a_module(t.value.attr.value)
+                v.value, m.Name("None")) and self._holds_module(t.value.attr.value)
                 for t, v in zip(target.elements, updated_node.value.elements)]
             if any(data):
                 self.need("nnx")
@@ -698,7 +687,7 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
             info = self.index.classes[self.current_class]
             if target.attr.value in info.tied_heads:
                 return cst.RemoveFromParent()
-            if m.matches(original_node.value, m.Name("None")) and (self._holds_layer(
+            if m.matches(original_node.value, m.Name("None")) and (self._holds_module(
                     target.attr.value) or self.target.stateful_modules and (
                     target.attr.value in info.tensor_attrs)):
                 # self.proj = None, a layer later (or in a branch): NNX makes an attribute
@@ -832,10 +821,13 @@ class TorchToJax(ModuleClassMixin, LayersMixin, InitsMixin, AttributesMixin, Cal
         return False
 
     def leave_AnnAssign(self, original_node, updated_node):
-        # self.AuxLogits: Optional[nn.Module] = None, a layer later (inception_v3)
+        # self.AuxLogits: Optional[nn.Module] = None, a layer later (inception_v3), or a
+        # parameter later (hiera's self.pos_embed: Optional[nn.Parameter] = None)
         if (m.matches(original_node.target, m.Attribute(value=m.Name("self")))
                 and m.matches(original_node.value, m.Name("None")) and self.in_module_class()
-                and self._holds_layer(original_node.target.attr.value)):
+                and (self._holds_module(attr := original_node.target.attr.value) or (
+                    self.target.stateful_modules and attr in self.index.classes[
+                        self.current_class].tensor_attrs))):
             self.need("nnx")
             return updated_node.with_changes(value=expr("nnx.data(None)"))
         return updated_node

@@ -295,7 +295,7 @@ class ModuleClassMixin:
                  and not (isinstance(od.decorator, cst.Call)
                           and (self.q(od.decorator.func) or "").startswith(
                               ("torch.no_grad", "torch.inference_mode", "torch.jit")))
-                 and not (self.q(od.decorator) or "").startswith("torch.jit")]
+                 and not (self.q(od.decorator) or "").startswith(("torch.jit", "torch.fx.wrap"))]
         no_grad = any((self.q(od.decorator.func if isinstance(od.decorator, cst.Call) else
                               od.decorator) or "").startswith(("torch.no_grad",
                                                                "torch.inference_mode"))

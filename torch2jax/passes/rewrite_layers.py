@@ -96,6 +96,19 @@ class LayersMixin:
         return bool(self._fn_stack and info.built_by.get(attr, set())
                     & self._module_class_locals())
 
+    def _holds_module(self, attr: str) -> bool:
+        """``self.<attr>`` holds a layer that is an NNX module (its ``None`` elsewhere is
+        data), not a pooling or activation function (static, as ``None`` is: hieradet_sam2's
+        ``self.pool = None``, then ``nn.MaxPool2d(...)`` in a branch)."""
+        info = self.index.classes[self.current_class]
+        rule = self.rules.layers.get(info.attr_rule.get(attr, ""))
+        nnx_target = rule.targets.get("nnx", "") if rule is not None else ""
+        if any(n.endswith(("norm_layer", "conv_layer")) for n in info.built_by.get(attr, ())):
+            return True  # self.norm_q = norm_layer(dim) later (mvitv2): a module
+        # (a class: nnx.Conv, a helper's BatchNorm; not nnx.max_pool, partial(...), a lambda)
+        built = nnx_target.split("(")[0].rsplit(".", 1)[-1]
+        return self._holds_layer(attr) and (rule is None or built[:1].isupper())
+
     def _layer_container(self, node: cst.BaseExpression) -> bool:
         """``self.heads`` holding a ModuleDict / ModuleList (``self.heads["a"] = layer``), or
         ``self`` in a subclass of one."""
