@@ -224,8 +224,29 @@ def forwards_kwargs(fn: cst.FunctionDef, call: cst.Call, callees: Collection[str
     backbone (so it takes the rngs its caller gave in its kwargs) and calls
     ``_create_vision_transformer_hybrid(..., **dict(model_args, **kwargs))``, whose kwargs reach
     ``build_model_with_cfg(VisionTransformer, **kwargs)``: the rngs go on with the kwargs."""
+    if not m.matches(call.func, m.Name()) or call.func.value not in callees:
+        return False
+    return _spreads_kwargs(fn, call)
+
+
+def hands_class_kwargs(fn: cst.FunctionDef, call: cst.Call, classes: Collection[str],
+                       local: Collection[str]) -> bool:
+    """``call`` of a function not of the file (``local``: the file's functions, the module
+    classes and functions known to take rngs) hands one of the module ``classes`` and ``fn``'s
+    ``**kwargs`` on: timm's ``build_model_with_cfg(VisionTransformer, variant, pretrained,
+    **kwargs)`` in vitamin's ``_create_vitamin``, which builds a backbone itself (so its rngs
+    are its own keyword, no longer in the kwargs): the builder does ``model_cls(**kwargs)``,
+    the rngs go on with the kwargs."""
+    if not m.matches(call.func, m.Name()) or call.func.value in local:
+        return False
+    return any(m.matches(a.value, m.Name(m.MatchIfTrue(lambda n: n in classes)))
+               for a in call.args if not a.star) and _spreads_kwargs(fn, call)
+
+
+def _spreads_kwargs(fn: cst.FunctionDef, call: cst.Call) -> bool:
+    """``call`` spreads ``fn``'s ``**kwargs`` (``**kwargs``, ``**dict(args, **kwargs)``)."""
     star = fn.params.star_kwarg
-    if star is None or not m.matches(call.func, m.Name()) or call.func.value not in callees:
+    if star is None:
         return False
     spread = m.Name(star.name.value)
     return any(a.star == "**" and (m.matches(a.value, spread) or m.matches(a.value, m.Call(

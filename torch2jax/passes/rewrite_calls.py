@@ -16,6 +16,7 @@ from torch2jax.analysis import host as ha
 from torch2jax.analysis import values as vk
 from torch2jax.analysis.class_locals import (
     forwards_kwargs,
+    hands_class_kwargs,
     holds_drawing_function,
     holds_rngs_function,
     looked_up_activation,
@@ -737,6 +738,10 @@ class CallsMixin:
         if self._builds_layers_here() and forwards_kwargs(
                 self._fn_stack[-1], original, self._kwargs_functions - self.index.rngs_functions):
             return self._with_rngs(original, updated)  # (the rngs its caller gave in kwargs)
+        if self._builds_layers_here() and hands_class_kwargs(
+                self._fn_stack[-1], original, self.index.module_classes,
+                self._file_functions | self.index.module_classes | self.index.rngs_functions):
+            return self._with_rngs(original, updated)  # build_model_with_cfg(Cls, **kwargs)
         if self._method_of_some_class_takes_rngs(original, name) or self._builds_layers_here() and (
                 holds_rngs_function(self._fn_stack[-1], original, self.index.rngs_functions)):
             # module.init_weights() in timm's _init_weights (mlp_mixer), the module any of the
