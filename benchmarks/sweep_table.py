@@ -3,7 +3,8 @@
 A sweep converts one file per family and verifies a small model built from it. Each row is
 one family (a transformers model file, a timm model file); a target's result is one
 ``Result``. ``write_markdown`` writes the table a sweep documents (docs/*-sweep.md): one row per
-family and target, the counts per target, and the most common first reasons of the failures.
+family and target, the counts per target, and the most common first reasons of the failures
+(a table per target where there are several).
 """
 
 from __future__ import annotations
@@ -72,8 +73,13 @@ def write_markdown(path: Path, title: str, preamble: str, results: list[Result])
              "| target | verified | families | share |", "|---|---|---|---|"]
     for target, (v, n) in sorted(summary(results).items()):
         lines.append(f"| {target} | {v} | {n} | {100 * v / max(n, 1):.0f}% |")
-    lines += ["", "## Most common reasons of failure", "", "| reason | count |", "|---|---|"]
-    lines += [f"| {_cell(reason)} | {count} |" for reason, count in common_reasons(results)]
+    lines += ["", "## Most common reasons of failure"]
+    targets = sorted({r.target for r in results})
+    for target in targets:  # each target its own table where there are several
+        mine = [r for r in results if r.target == target] if len(targets) > 1 else results
+        lines += [""] + ([f"### {target}", ""] if len(targets) > 1 else [])
+        lines += ["| reason | count |", "|---|---|"]
+        lines += [f"| {_cell(reason)} | {count} |" for reason, count in common_reasons(mine)]
     lines += ["", "## Families", "",
               "| family | entry | target | converted | TODOs | verified | max diff | reason |",
               "|---|---|---|---|---|---|---|---|"]
