@@ -32,7 +32,7 @@ def short_reason(text: str, width: int = 110) -> str:
     """The first line of a failure, without addresses, paths or numbers that make rows differ."""
     line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
     line = re.sub(r"0x[0-9a-f]+", "0x…", line)
-    line = re.sub(r"(/[\w.\-]+)+/", "", line)
+    line = re.sub(r"(?<![\w.])(/[\w.\-]+)+/", "", line)  # absolute paths: timm/models/ stays
     return line[:width]
 
 
