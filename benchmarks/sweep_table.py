@@ -39,6 +39,7 @@ def short_reason(text: str, width: int = 110) -> str:
 def reason_class(reason: str) -> str:
     """The reason with its specifics (names in quotes, numbers, shapes) taken out, to count."""
     text = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "…", reason)
+    text = re.sub(r"[\w./\-]+\.py\b", "….py", text)  # the file it names: one class across files
     text = re.sub(r"\(?\d[\d, ]*\)?", "N", text)
     return text[:90]
 

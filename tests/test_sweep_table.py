@@ -63,3 +63,13 @@ def test_short_reason_drops_absolute_paths_and_keeps_relative_ones():
             " at 0x7f3a\nsecond line")
     assert short_reason(text, 200) == (
         "importing timm/models/beit.py failed: TypeError: x (at a.py:3) at 0x…")
+
+
+def test_reason_class_counts_one_reason_across_files():
+    from sweep_table import common_reasons
+
+    results = [Result(f"{n}.py", n, "linen", reason=f"importing timm/models/{n}.py failed: "
+                      f"TypeError: non-default argument '{a}' follows default argument")
+               for n, a in (("beit", "x"), ("cait", "y"))]
+    text = "importing ….py failed: TypeError: non-default argument … follows default argument"
+    assert common_reasons(results) == [(text, 2)]
