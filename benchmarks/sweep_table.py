@@ -3,7 +3,8 @@
 A sweep converts one file per family and verifies a small model built from it. Each row is
 one family (a transformers model file, a timm model file); a target's result is one
 ``Result``. ``write_markdown`` writes the table a sweep documents (docs/*-sweep.md): one row per
-family and target, the counts per target, and the most common first reasons of the failures.
+family and target, the counts per target, and the most common first reasons of the failures
+(a table per target where there are several).
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ def short_reason(text: str, width: int = 110) -> str:
     """The first line of a failure, without addresses, paths or numbers that make rows differ."""
     line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
     line = re.sub(r"0x[0-9a-f]+", "0x…", line)
-    line = re.sub(r"(/[\w.\-]+)+/", "", line)
+    line = re.sub(r"(?<![\w.])(/[\w.\-]+)+/", "", line)  # absolute paths: timm/models/ stays
     return line[:width]
 
 
 def reason_class(reason: str) -> str:
     """The reason with its specifics (names in quotes, numbers, shapes) taken out, to count."""
     text = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", "…", reason)
+    text = re.sub(r"[\w./\-]+\.py\b", "….py", text)  # the file it names: one class across files
     text = re.sub(r"\(?\d[\d, ]*\)?", "N", text)
     return text[:90]
 
@@ -72,8 +74,13 @@ def write_markdown(path: Path, title: str, preamble: str, results: list[Result])
              "| target | verified | families | share |", "|---|---|---|---|"]
     for target, (v, n) in sorted(summary(results).items()):
         lines.append(f"| {target} | {v} | {n} | {100 * v / max(n, 1):.0f}% |")
-    lines += ["", "## Most common reasons of failure", "", "| reason | count |", "|---|---|"]
-    lines += [f"| {_cell(reason)} | {count} |" for reason, count in common_reasons(results)]
+    lines += ["", "## Most common reasons of failure"]
+    targets = sorted({r.target for r in results})
+    for target in targets:  # each target its own table where there are several
+        mine = [r for r in results if r.target == target] if len(targets) > 1 else results
+        lines += [""] + ([f"### {target}", ""] if len(targets) > 1 else [])
+        lines += ["| reason | count |", "|---|---|"]
+        lines += [f"| {_cell(reason)} | {count} |" for reason, count in common_reasons(mine)]
     lines += ["", "## Families", "",
               "| family | entry | target | converted | TODOs | verified | max diff | reason |",
               "|---|---|---|---|---|---|---|---|"]
