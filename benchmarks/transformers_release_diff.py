@@ -126,7 +126,12 @@ def table(old: Path, new: Path, jsonl: Path, doc: Path = DOC) -> str:
         new_reason = row[7] if row else ""
         old_ok = "yes" if r["verified"] else "no"
         old_reason = r["reason"].replace("|", "\\|")[:100]
-        same = "yes" if old_ok == new_ok else "**no**"
+        if old_ok != new_ok:
+            same = "**no**"
+        elif old_reason[:60] != new_reason.replace("|", "\\|")[:60]:
+            same = "verified the same, reason differs"
+        else:
+            same = "yes"
         lines.append(f"| {name} | {kinds.get(name, 'new')} | {old_ok} | {old_reason} | "
                      f"{new_ok} | {new_reason[:100]} | {same} |")
     return "\n".join(lines)
