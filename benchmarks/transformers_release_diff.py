@@ -31,7 +31,11 @@ import argparse
 import filecmp
 import json
 import random
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep_table import short_reason
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "transformers-sweep.md"
 CLASSES = ("cache-rename", "other-change", "unchanged")
@@ -125,7 +129,7 @@ def table(old: Path, new: Path, jsonl: Path, doc: Path = DOC) -> str:
         new_ok = row[5] if row else ""
         new_reason = row[7] if row else ""
         old_ok = "yes" if r["verified"] else "no"
-        old_reason = r["reason"].replace("|", "\\|")[:100]
+        old_reason = short_reason(r["reason"]).replace("|", "\\|")[:100]
         if old_ok != new_ok:
             same = "**no**"
         elif old_reason[:60] != new_reason.replace("|", "\\|")[:60]:
