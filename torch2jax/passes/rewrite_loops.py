@@ -17,6 +17,7 @@ from torch2jax.passes import crossing_step as cs
 from torch2jax.passes import data as dt
 from torch2jax.passes import gan_step as gan
 from torch2jax.passes import grad_sum as gs
+from torch2jax.passes import no_grad_blocks as ngb
 from torch2jax.passes import param_inits as pinit
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
@@ -109,13 +110,14 @@ class LoopsMixin:
 
     def leave_With(self, original_node, updated_node):
         items = [(oi, ui) for oi, ui in zip(original_node.items, updated_node.items)]
-        keep = []
+        keep, stopped = [], False
         for oi, ui in items:
             item = oi.item
             fn = item.func if isinstance(item, cst.Call) else item
             q = self.q(fn) or ""
             if q.startswith(("torch.no_grad", "torch.inference_mode", "torch.enable_grad",
                              "torch.autograd.set_grad_enabled")):
+                stopped = stopped or ngb.stops_gradient(q, item)
                 continue
             if q in dt.AUTOCASTS and isinstance(item, cst.Call) and len(items) == 1:
                 if self.target.train_state:
@@ -135,6 +137,8 @@ class LoopsMixin:
             # outside of a differentiated function a no_grad block is plain code; the model
             # calls in it (evaluation) go through one jit-compiled eval step
             body = list(updated_node.body.body)
+            if stopped and self.in_module_class():  # a forward's no_grad block
+                body = ngb.stopped_body(self, original_node.body.body, body)
             if not self.in_module_class() and self.target.train_state and \
                     not self.training.optimizers:
                 # no model is trained in this file, so no `variables` are bound here: the
