@@ -640,6 +640,16 @@ def widen(tree: Any) -> Any:
         a, "dtype", None) == jnp.float32 else a, tree)
 
 
+def _narrow_float(aval: Any) -> bool:
+    """A float array type of fewer than 64 bits (float32, bfloat16, float16)."""
+    dtype = getattr(aval, "dtype", None)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        return False
+    return dtype.kind == "f" and dtype.itemsize < 8 or dtype.name == "bfloat16"
+
+
 class Float32Inside(VerifyError):
     """The JAX side computes in float32 even with float64 inputs and parameters (JAX's
     ``jax.nn.dot_product_attention`` keeps its softmax in float32): float64 cannot be checked."""
@@ -651,10 +661,27 @@ _TRACING_FILES = ("core.py", "lax.py", "partial_eval.py", "source_info_util.py",
                   "ad.py", "api_util.py", "util.py", "array_methods.py", "numpy/lax_numpy.py")
 
 
+# primitives whose float result is exact given exact operands (they move, pick or compare
+# values) or whose float32 results are their inner jaxpr's, walked on their own
+_EXACT = frozenset({
+    "convert_element_type", "iota", "broadcast_in_dim", "reshape", "transpose", "squeeze",
+    "expand_dims", "slice", "dynamic_slice", "dynamic_update_slice", "gather", "concatenate",
+    "pad", "rev", "select_n", "copy", "copy_p", "neg", "abs", "sign", "max", "min", "floor",
+    "ceil", "round", "clamp", "stop_gradient", "reduce_max", "reduce_min", "argmax", "argmin",
+    "sort", "split", "device_put", "optimization_barrier", "pjit", "jit", "closed_call",
+    "core_call", "remat", "checkpoint", "custom_jvp_call", "custom_vjp_call",
+    "custom_vjp_call_jaxpr", "cond", "while", "scan", "real", "imag"})
+
+
 def check_float64(fn: Any, *args: Any) -> None:
     """Raise :class:`Float32Inside` when ``fn(*args)``, traced under x64 with float64 inputs
-    and parameters, narrows a float64 value to float32 (or lower) anywhere: its result is then
-    float32-accurate, and the float64 pass would report that rounding as a difference."""
+    and parameters, narrows a float64 value to float32 (or lower) anywhere, or rounds in
+    float32 a value it made float32 itself (timm's Fourier position encodings:
+    ``mask.cumsum(1, dtype=torch.float32)``, then a division, a power, ``sin``: torch's
+    float64 model computes them in float32 as well, on purpose): its result is then
+    float32-accurate, and the float64 pass would report that rounding (torch's ``sin`` against
+    XLA's, a few float32 ulps) as a difference. An exact float32 value (``arange(n).float()``
+    moved, sliced, compared) is not rounding."""
     import jax
 
     found: list[str] = []
@@ -675,6 +702,9 @@ def check_float64(fn: Any, *args: Any) -> None:
                 old = np.dtype(eqn.invars[0].aval.dtype)
                 if old == np.float64 and new.kind == "f" and new.itemsize < 8:
                     found.append(where(eqn))
+            elif eqn.primitive.name not in _EXACT and any(
+                    _narrow_float(v.aval) for v in eqn.outvars):
+                found.append(where(eqn))
             for value in eqn.params.values():
                 for sub in value if isinstance(value, (list, tuple)) else [value]:
                     inner = getattr(sub, "jaxpr", sub)
@@ -683,5 +713,7 @@ def check_float64(fn: Any, *args: Any) -> None:
 
     walk(jax.make_jaxpr(fn)(*args).jaxpr)
     if found:
+        places = list(dict.fromkeys(found))
+        more = f" and {len(places) - 3} more" if len(places) > 3 else ""
         raise Float32Inside("the JAX side computes in float32 even in float64: "
-                            + "; ".join(dict.fromkeys(found)))
+                            + "; ".join(places[:3]) + more)
