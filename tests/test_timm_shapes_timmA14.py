@@ -1,0 +1,75 @@
+"""Containers and module classes of timm's model code (benchmarks/timm_sweep.py,
+docs/timm-sweep.md), each on a model of our own written that way, converted, built and
+verified against torch (outputs and gradients, in float64, the pass that decides):
+
+* a stage registering its blocks by computed names (timm's regnet ``RegStage``:
+  ``self.add_module("b{}".format(i + 1), block_fn(...))`` in a loop, ``block_fn`` a parameter
+  defaulting to a block class of the file), run by ``for block in self.children()``: every
+  child is an NNX module assigned in torch's order, so the children are the modules the
+  instance holds (the ``torch_named_children`` walk); it was marked, "layers registered by
+  name", and failed with "'RegStage' object has no attribute 'children'".
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from torch2jax.verify.run import VerifyRequest, run_request
+
+BY_NAME = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Block(nn.Module):
+        def __init__(self, in_chs, out_chs, stride=1):
+            super().__init__()
+            self.conv = nn.Conv2d(in_chs, out_chs, 3, stride=stride, padding=1)
+            self.bn = nn.BatchNorm2d(out_chs)
+            self.act = nn.ReLU()
+
+        def forward(self, x):
+            return self.act(self.bn(self.conv(x)))
+
+
+    class Stage(nn.Module):
+        def __init__(self, depth, in_chs, out_chs, stride, block_fn=Block):
+            super().__init__()
+            self.grad_checkpointing = False
+            for i in range(depth):
+                name = "b{}".format(i + 1)
+                self.add_module(name, block_fn(in_chs if i == 0 else out_chs, out_chs,
+                                               stride=stride if i == 0 else 1))
+
+        def forward(self, x):
+            for block in self.children():
+                x = block(x)
+            return x
+
+
+    class Net(nn.Module):
+        def __init__(self, widths=(4, 6)):
+            super().__init__()
+            self.stem = nn.Conv2d(3, widths[0], 3, padding=1)
+            prev = widths[0]
+            for i, w in enumerate(widths):
+                # the blocks' order matters: b1 changes the width, b2 keeps it
+                setattr(self, f"s{i + 1}", Stage(2, prev, w, 2))
+                prev = w
+            self.head = nn.Linear(prev, 5)
+
+        def forward(self, x):
+            x = self.stem(x)
+            x = self.s1(x)
+            x = self.s2(x)
+            return self.head(x.mean((2, 3)))
+''')
+
+
+def test_children_of_blocks_registered_by_computed_names(tmp_path):
+    (tmp_path / "model.py").write_text(BY_NAME)
+    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,3,8,8]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
