@@ -7,7 +7,14 @@ verified against torch (outputs and gradients, in float64, the pass that decides
   defaulting to a block class of the file), run by ``for block in self.children()``: every
   child is an NNX module assigned in torch's order, so the children are the modules the
   instance holds (the ``torch_named_children`` walk); it was marked, "layers registered by
-  name", and failed with "'RegStage' object has no attribute 'children'".
+  name", and failed with "'RegStage' object has no attribute 'children'";
+* a Sequential of the stages a builder object of another module of the package returns
+  (timm's efficientnet: ``builder = EfficientNetBuilder(...)``, then
+  ``self.blocks = nn.Sequential(*builder(stem_size, block_args))``, its ``__call__`` returning
+  a list of ``nn.Sequential(*blocks)``): the stages keep torch's layout, as every layer that
+  module builds, so the Sequential is an ``nnx.Sequential`` of them (it was marked, "mixing
+  channels-last layers ... in an order not known statically", and kept torch's: "flax.nnx.
+  helpers.Sequential is not a Module subclass").
 """
 
 from __future__ import annotations
@@ -69,6 +76,74 @@ BY_NAME = textwrap.dedent('''
 def test_children_of_blocks_registered_by_computed_names(tmp_path):
     (tmp_path / "model.py").write_text(BY_NAME)
     result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
+                                       inputs=("float32[2,3,8,8]",), float64=True))
+    assert result.error is None, result.error
+    assert result.passed, result.reason
+    assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
+
+
+STAGE_BUILDER = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class ConvBnAct(nn.Module):
+        def __init__(self, cin, cout, stride=1):
+            super().__init__()
+            self.conv = nn.Conv2d(cin, cout, 3, stride=stride, padding=1)
+            self.bn = nn.BatchNorm2d(cout)
+
+        def forward(self, x):
+            return self.bn(self.conv(x)).relu()
+
+
+    class StageBuilder:
+        def __init__(self, round_fn=int):
+            self.round_fn = round_fn
+            self.features = []
+
+        def _make_block(self, cin, cout, stride):
+            return ConvBnAct(cin, self.round_fn(cout), stride)
+
+        def __call__(self, cin, stage_args):
+            stages = []
+            for widths in stage_args:
+                blocks = []
+                for i, w in enumerate(widths):
+                    blocks.append(self._make_block(cin, w, 2 if i == 0 else 1))
+                    cin = w
+                self.features.append(cin)
+                stages.append(nn.Sequential(*blocks))
+            return stages
+''')
+
+STAGES_NET = textwrap.dedent('''
+    import torch.nn as nn
+
+    from ._builder import StageBuilder
+
+
+    class Net(nn.Module):
+        def __init__(self, num_classes=4):
+            super().__init__()
+            self.conv_stem = nn.Conv2d(3, 4, 3, padding=1)
+            builder = StageBuilder()
+            self.blocks = nn.Sequential(*builder(4, [[4, 6], [8]]))
+            self.head = nn.Linear(builder.features[-1], num_classes)
+
+        def forward(self, x):
+            x = self.blocks(self.conv_stem(x))
+            return self.head(x.mean((2, 3)))
+''')
+
+
+def test_a_sequential_of_the_stages_a_builder_object_returns(tmp_path):
+    pkg = tmp_path / "tinypkg_stages"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("")
+    (pkg / "models" / "_builder.py").write_text(STAGE_BUILDER)
+    (pkg / "models" / "net.py").write_text(STAGES_NET)
+    result = run_request(VerifyRequest(f"{pkg / 'models' / 'net.py'}::Net",
                                        inputs=("float32[2,3,8,8]",), float64=True))
     assert result.error is None, result.error
     assert result.passed, result.reason
