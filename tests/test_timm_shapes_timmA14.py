@@ -55,10 +55,10 @@ BY_NAME = textwrap.dedent('''
 
 
     class Net(nn.Module):
-        def __init__(self, widths=(4, 6)):
+        def __init__(self, widths=(6,)):
             super().__init__()
-            self.stem = nn.Conv2d(3, widths[0], 3, padding=1)
-            prev = widths[0]
+            self.stem = nn.Conv2d(3, 4, 3, padding=1)
+            prev = 4
             for i, w in enumerate(widths):
                 # the blocks' order matters: b1 changes the width, b2 keeps it
                 setattr(self, f"s{i + 1}", Stage(2, prev, w, 2))
@@ -68,7 +68,6 @@ BY_NAME = textwrap.dedent('''
         def forward(self, x):
             x = self.stem(x)
             x = self.s1(x)
-            x = self.s2(x)
             return self.head(x.mean((2, 3)))
 ''')
 
@@ -127,7 +126,7 @@ STAGES_NET = textwrap.dedent('''
             super().__init__()
             self.conv_stem = nn.Conv2d(3, 4, 3, padding=1)
             builder = StageBuilder()
-            self.blocks = nn.Sequential(*builder(4, [[4, 6], [8]]))
+            self.blocks = nn.Sequential(*builder(4, [[6], [8]]))
             self.head = nn.Linear(builder.features[-1], num_classes)
 
         def forward(self, x):
