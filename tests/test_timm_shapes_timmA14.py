@@ -147,3 +147,42 @@ def test_a_sequential_of_the_stages_a_builder_object_returns(tmp_path):
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
+
+
+ACT_BY_NAME = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.fc = nn.Linear(d, d)
+
+        def forward(self, x):
+            return self.fc(x)
+
+
+    class Stage(nn.Module):
+        def __init__(self, d, act_layer=nn.ReLU):
+            super().__init__()
+            for i in range(2):
+                self.add_module(f"b{i}", Block(d))
+            self.add_module("act", act_layer())
+
+        def forward(self, x):
+            for layer in self.children():
+                x = layer(x)
+            return x
+''')
+
+
+def test_children_registered_by_name_with_an_activation_stay_marked():
+    # the activation is a JAX function in NNX, not a module the walk would find: marked
+    from torch2jax.convert import convert_source
+
+    result = convert_source(ACT_BY_NAME, path="stage.py")
+    lines = ACT_BY_NAME.splitlines()
+    errors = [(d.line, d.message) for d in result.diagnostics if d.severity == "error"]
+    assert any("self.children()" in lines[n - 1] and "registered by name" in msg
+               for n, msg in errors), errors
+    assert "torch_named_children" not in result.code
