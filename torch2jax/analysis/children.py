@@ -20,6 +20,12 @@ import libcst.matchers as m
 class ChildrenUnknown(Exception):
     """The children of a module class are not known statically (the message says why)."""
 
+
+class ChildrenByName(ChildrenUnknown):
+    """The class registers its layers by computed names (``self.add_module(name, Block(...))``
+    in a loop) and only layers that stay NNX modules: its children are the modules it holds,
+    in the order it assigned them (the ``torch_named_children`` walk at run time)."""
+
 _NOT_MODULES = (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString,
                 cst.ConcatenatedString, cst.BinaryOperation, cst.UnaryOperation,
                 cst.Comparison, cst.BooleanOperation)
@@ -71,6 +77,8 @@ def children_of(rw, cls: str, root: cst.Module) -> list[str]:
         raise ChildrenUnknown(f"{cls}.children(): no __init__ of its own")
     if m.findall(node, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name(
             "add_module") | m.Name("register_module")) | m.Name("setattr"))):
+        if registered_modules_only(rw, info, node, init):
+            raise ChildrenByName(f"{cls}.children(): layers registered by name")
         raise ChildrenUnknown(f"{cls}.children(): layers registered by name (add_module, "
                              "setattr)")
     top = set()
@@ -97,6 +105,50 @@ def children_of(rw, cls: str, root: cst.Module) -> list[str]:
     if set(info.module_attrs) - set(order):
         raise ChildrenUnknown(f"{cls}.children(): layers are assigned outside __init__")
     return order
+
+
+def registered_modules_only(rw, info, node: cst.ClassDef, init: cst.FunctionDef) -> bool:
+    """Whether every layer of the class is registered in its ``__init__`` and stays an NNX
+    module: by name (``self.add_module(name, Block(...))``, ``setattr(self, name, ...)``) or as
+    an attribute, each a module class of the file built there (or built through a parameter
+    of ``__init__`` that defaults to one: ``block_fn=Bottleneck``); the other attributes are no
+    modules. An activation layer (a JAX function) or a layer handed in would be missed by
+    a walk of the modules the instance holds."""
+    by_name = m.findall(node, m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name(
+        "add_module") | m.Name("register_module")) | m.Name("setattr")))
+    in_init = {id(c) for c in m.findall(init, m.Call())}
+    for call in by_name:
+        on_self = isinstance(call.func, cst.Attribute) or (
+            call.args and m.matches(call.args[0].value, m.Name("self")))
+        if id(call) not in in_init or not on_self or len(call.args) != (
+                3 if isinstance(call.func, cst.Name) else 2):
+            return False
+        if not _builds_file_class(rw, init, call.args[-1].value):
+            return False
+    built = set()
+    for a in m.findall(init, m.Assign(targets=[m.AssignTarget(target=m.Attribute(
+            value=m.Name("self")))])):
+        if _builds_file_class(rw, init, a.value):
+            built.add(a.targets[0].target.attr.value)
+        elif not _not_a_module(rw, init, a.value):
+            return False
+    return set(info.module_attrs) <= built
+
+
+def _builds_file_class(rw, init: cst.FunctionDef, value: cst.BaseExpression) -> bool:
+    """``Block(...)`` of a module class of the file, or ``block_fn(...)`` of a parameter of
+    ``__init__`` whose default is one."""
+    if not m.matches(value, m.Call(func=m.Name())):
+        return False
+    classes = rw.index.module_classes
+    name = value.func.value
+    if name in classes:
+        return True
+    for p in (*init.params.params, *init.params.kwonly_params):
+        if p.name.value == name:
+            return p.default is not None and m.matches(p.default, m.Name()) and (
+                p.default.value in classes)
+    return False
 
 
 def _is_layer(rw, value: cst.BaseExpression) -> bool:
@@ -156,9 +208,20 @@ def children_call(rw, original: cst.Call, updated: cst.Call, root: cst.Module,
     cls = receiver_class(rw, original.func.value, fn)
     if cls is None:
         return None
-    attrs = children_of(rw, cls, root)
     recv = updated.func.value
     named = original.func.attr.value == "named_children"
+    try:
+        attrs = children_of(rw, cls, root)
+    except ChildrenByName:
+        if not rw.target.stateful_modules or rw.target.setup_modules:
+            raise
+        # every child an NNX module, assigned in torch's order: the modules it holds
+        walk = cst.Call(cst.Name("torch_named_children"), [cst.Arg(recv)])
+        if named:
+            return walk
+        return cst.GeneratorExp(cst.Name("child"), cst.CompFor(
+            target=cst.Tuple([cst.Element(cst.Name("_")), cst.Element(cst.Name("child"))],
+                             lpar=[], rpar=[]), iter=walk))
     items = [cst.Tuple([cst.Element(cst.SimpleString(f'"{a}"')), cst.Element(
         cst.Attribute(value=recv, attr=cst.Name(a)))]) if named
         else cst.Attribute(value=recv, attr=cst.Name(a)) for a in attrs]

@@ -217,6 +217,16 @@ def builder_instance(fns: list[cst.FunctionDef], name: str, rngs_functions: Coll
         for node in walk(fns[-1].body, False))
 
 
+def spread_of_builder(meta, index, value: cst.BaseExpression) -> bool:
+    """``value`` calls a builder object (:func:`builder_instance`) of the enclosing function:
+    ``nn.Sequential(*builder(stem_size, block_args))``, its stages built by another module of
+    the package, whose layers keep torch's layout (NCHW) as every class of those modules."""
+    fns = getattr(meta, "_fn_stack", None) or []
+    builders = set(index.rngs_functions) | set(getattr(meta, "imported_builders", ()))
+    return m.matches(value, m.Call(func=m.Name())) and builder_instance(
+        fns, value.func.value, builders)
+
+
 def forwards_kwargs(fn: cst.FunctionDef, call: cst.Call, callees: Collection[str]) -> bool:
     """``call`` hands ``fn``'s ``**kwargs`` on (``**kwargs``, ``**dict(args, **kwargs)``) to
     one of ``callees`` (the file's functions taking ``**kwargs`` and no rngs): in timm's

@@ -27,6 +27,7 @@ from torch2jax.analysis.class_locals import (
     nchw_branch_convs,
     note_local_layer,
     param_loop_targets,
+    spread_of_builder,
     tuple_class_returns,
     unpacked_classes,
 )
@@ -334,6 +335,8 @@ class Layouts:
                     layouts.append(literal_layout(self, v, scope_lists, qualified))
                 elif isinstance(v, cst.Name):
                     layouts.append((scope_lists or {}).get(v.value) or "mixed")
+                elif spread_of_builder(self.meta, self.index, v):  # *builder(chs, args)
+                    layouts.append("torch")
                 elif filtered_literal(v) is not None:  # *filter(None, [conv, aa, norm, act])
                     layouts.append(list_layout([self.of(e.value, scope_lists)
                                                     for e in filtered_literal(v).elements]))
