@@ -51,6 +51,7 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.conv_subclass import conv_forward, conv_forward_reads
 from torch2jax.passes.data import read_by_iterator
+from torch2jax.passes.fresh_values import inplace_on_made_value
 from torch2jax.passes.modules_walk import named_modules_walk, submodule_call
 from torch2jax.passes.rewrite_support import (
     _FILLED,
@@ -792,6 +793,10 @@ class CallsMixin:
                 return (expr("jnp.full_like({x}, {v})", x=updated.func.value,
                              v=updated.args[0].value) if meth == "fill_"
                         else expr("jnp.zeros_like({x})", x=updated.func.value))
+            fresh = inplace_on_made_value(self, original, updated, meth) if rule is None and (
+                made is None) else None  # x.mul(std).add_(mean): passes/fresh_values.py
+            if fresh is not None:
+                return fresh
             known = (rule is None and made is None and self.values is not None
                      and self.values.kind(recv) == vk.Kind.TENSOR)
             function = self.rules.functions.get(f"torch.{meth}") if known else None
