@@ -8,6 +8,10 @@ that decides).
   nothing else holds the value, so the method is its out-of-place form (it was marked and
   left, "DynamicJaxprTracer has no attribute add_"); an in-place method on a view
   (``x[0].add_(1)``) is not this (the write reaches ``x``).
+* a parameter given to a jitted JAX function (efficientvim: ``torch.sigmoid(self.alpha)``;
+  ``self.gate.sigmoid()``, ``torch.softmax(self.bias, -1)``): the function is given the array,
+  ``jax.nn.sigmoid(self.alpha[...])`` (given the ``nnx.Param``, "Triggering __jax_array__()
+  during abstractification is no longer supported").
 """
 
 from __future__ import annotations
@@ -58,3 +62,35 @@ INPLACE_ON_ARITHMETIC = textwrap.dedent('''
 
 def test_an_inplace_method_on_a_value_made_by_arithmetic(tmp_path):
     _verifies(tmp_path, INPLACE_ON_ARITHMETIC, "Net", "float32[2,3,6,6]")
+
+
+JITTED_ON_PARAMS = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Block(nn.Module):
+        def __init__(self, dim=6, state_dim=4):
+            super().__init__()
+            self.state_dim = state_dim
+            self.alpha = nn.Parameter(0.5 * torch.ones(2, dim))
+            self.gate = nn.Parameter(torch.linspace(-1, 1, dim))
+            self.A = nn.Parameter(torch.linspace(1, 4, state_dim))
+            self.proj = nn.Conv1d(dim, 2 * state_dim, 1)
+            self.dwconv = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            alpha = torch.sigmoid(self.alpha).view(2, -1, 1, 1)
+            x = x + alpha[0] * (self.dwconv(x) - x)
+            batch, _, height, width = x.shape
+            f = x.flatten(2)
+            b, c = torch.split(self.proj(f), [self.state_dim, self.state_dim], dim=1)
+            a = (b + self.A.view(1, -1, 1)).softmax(-1) * torch.softmax(self.A, -1)[:, None]
+            h = f @ (a * b).transpose(-2, -1)
+            y = (h * self.gate.sigmoid().view(1, -1, 1)) @ c
+            return alpha[1] * y.reshape(batch, -1, height, width)
+''')
+
+
+def test_a_parameter_given_to_a_jitted_function(tmp_path):
+    _verifies(tmp_path, JITTED_ON_PARAMS, "Block", "float32[2,6,4,4]")
