@@ -12,6 +12,11 @@ that decides).
   ``self.gate.sigmoid()``, ``torch.softmax(self.bias, -1)``): the function is given the array,
   ``jax.nn.sigmoid(self.alpha[...])`` (given the ``nnx.Param``, "Triggering __jax_array__()
   during abstractification is no longer supported").
+* ``nn.Upsample(scale_factor=att_stride, mode="nearest")`` with the factor held by a name, in
+  a list with ``nn.Identity()`` built into an ``nn.Sequential`` (cpubone's attention): torch's
+  legacy nearest, sizes ``floor(d * f)`` and source index ``floor(dst / f)`` (it was marked,
+  "interpolate with a non-literal scale_factor", the Sequential kept torch's, "DynamicJaxprTracer
+  has no attribute dim").
 """
 
 from __future__ import annotations
@@ -94,3 +99,35 @@ JITTED_ON_PARAMS = textwrap.dedent('''
 
 def test_a_parameter_given_to_a_jitted_function(tmp_path):
     _verifies(tmp_path, JITTED_ON_PARAMS, "Block", "float32[2,6,4,4]")
+
+
+NEAREST_BY_A_NAME = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Att(nn.Module):
+        def __init__(self, dim, att_stride=2, fuse_out_proj=True):
+            super().__init__()
+            self.down = nn.Conv2d(dim, dim, att_stride, stride=att_stride, groups=dim)
+            upsampling = [nn.Upsample(scale_factor=att_stride, mode="nearest")
+                          if att_stride > 1 else nn.Identity()]
+            if fuse_out_proj:
+                upsampling = [nn.Conv2d(dim, dim, kernel_size=1)] + upsampling
+            self.upsampling = nn.Sequential(*upsampling)
+
+        def forward(self, x):
+            return x + self.upsampling(self.down(x))
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.Sequential(Att(4, 2), Att(4, 3, fuse_out_proj=False), Att(4, 1))
+
+        def forward(self, x):
+            return self.blocks(x)
+''')
+
+
+def test_nearest_upsampling_by_a_factor_held_by_a_name(tmp_path):
+    _verifies(tmp_path, NEAREST_BY_A_NAME, "Net", "float32[2,4,6,6]")
