@@ -17,6 +17,10 @@ that decides).
   legacy nearest, sizes ``floor(d * f)`` and source index ``floor(dst / f)`` (it was marked,
   "interpolate with a non-literal scale_factor", the Sequential kept torch's, "DynamicJaxprTracer
   has no attribute dim").
+* a subclass without an ``__init__`` reading ``self.training`` (timm's
+  ``RotaryEmbeddingCat(_RotaryEmbeddingBase)``: ``augment=self.training and self.aug_active``):
+  the base's ``__init__`` sets NNX's ``self.deterministic`` (it was "'RotaryEmbeddingCat'
+  object has no attribute 'deterministic'"); verified in eval and in train mode.
 """
 
 from __future__ import annotations
@@ -26,12 +30,12 @@ import textwrap
 from torch2jax.verify.run import VerifyRequest, run_request
 
 
-def _verifies(tmp_path, source: str, entry: str, *inputs: str):
+def _verifies(tmp_path, source: str, entry: str, *inputs: str, train_mode: bool = False):
     """``source`` written as a file, its class ``entry`` verified against torch in float64
     (forward and gradients) on ``inputs``: the result, which passed."""
     (tmp_path / "model.py").write_text(source)
     result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::{entry}", inputs=inputs,
-                                       float64=True))
+                                       float64=True, train_mode=train_mode))
     assert result.error is None, result.error
     assert result.passed, result.reason
     assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
@@ -131,3 +135,44 @@ NEAREST_BY_A_NAME = textwrap.dedent('''
 
 def test_nearest_upsampling_by_a_factor_held_by_a_name(tmp_path):
     _verifies(tmp_path, NEAREST_BY_A_NAME, "Net", "float32[2,4,6,6]")
+
+
+TRAINING_READ_IN_A_SUBCLASS = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class _EmbedBase(nn.Module):
+        def __init__(self, dim, aug_scale=0.0):
+            super().__init__()
+            self.dim = dim
+            self.aug_scale = aug_scale
+            self.register_buffer('bands', torch.linspace(0.5, 2.0, dim // 2), persistent=False)
+
+        def _build(self, n, augment=False):
+            t = torch.arange(n, dtype=torch.float32)
+            if augment:
+                t = t * (1 + self.aug_scale)
+            f = t[:, None] * self.bands[None, :]
+            return torch.cat([f.sin(), f.cos()], dim=-1)
+
+
+    class EmbedCat(_EmbedBase):
+        def get_embed(self, n):
+            return self._build(n, augment=self.training and self.aug_scale > 0)
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=8):
+            super().__init__()
+            self.proj = nn.Linear(dim, dim)
+            self.embed = EmbedCat(dim, aug_scale=0.5)
+
+        def forward(self, x):
+            return self.proj(x + self.embed.get_embed(x.shape[1]))
+''')
+
+
+def test_self_training_read_in_a_subclass_without_init(tmp_path):
+    _verifies(tmp_path, TRAINING_READ_IN_A_SUBCLASS, "Net", "float32[2,5,8]")
+    _verifies(tmp_path, TRAINING_READ_IN_A_SUBCLASS, "Net", "float32[2,5,8]", train_mode=True)
