@@ -7,7 +7,10 @@ that decides).
   ``x.mul(self.imagenet_std).add_(self.imagenet_mean) * 255``; ``(x * 2).mul_(3).sub_(y)``):
   nothing else holds the value, so the method is its out-of-place form (it was marked and
   left, "DynamicJaxprTracer has no attribute add_"); an in-place method on a view
-  (``x[0].add_(1)``) is not this (the write reaches ``x``).
+  (``x[0].add_(1)``) is not this (the write reaches ``x``). ``_denormalize``'s ``x`` is not
+  annotated: ``x.mul(...)``, a method of torch's tensors only (and of no class of the file),
+  is ``jnp.multiply`` though the analysis cannot tell what ``x`` is (it was left unmarked,
+  "DynamicJaxprTracer has no attribute mul").
 * a parameter given to a jitted JAX function (efficientvim: ``torch.sigmoid(self.alpha)``;
   ``self.gate.sigmoid()``, ``torch.softmax(self.bias, -1)``): the function is given the array,
   ``jax.nn.sigmoid(self.alpha[...])`` (given the ``nnx.Param``, "Triggering __jax_array__()
@@ -21,6 +24,10 @@ that decides).
   ``RotaryEmbeddingCat(_RotaryEmbeddingBase)``: ``augment=self.training and self.aug_active``):
   the base's ``__init__`` sets NNX's ``self.deterministic`` (it was "'RotaryEmbeddingCat'
   object has no attribute 'deterministic'"); verified in eval and in train mode.
+* ``torch.meshgrid(t, indexing=grid_indexing)`` with ``t`` a list of tensors and the indexing
+  a parameter (timm.layers' pos_embed_sincos): ``jnp.meshgrid(*t, indexing=grid_indexing)``
+  (it was marked, "torch.meshgrid of one name", and torch's ran on JAX arrays, "expected
+  Tensor as element 0 in argument 0").
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ INPLACE_ON_ARITHMETIC = textwrap.dedent('''
             self.std.copy_(torch.tensor([0.25, 0.5, 0.125]).view(3, 1, 1))
             self.mean.copy_(torch.tensor([0.5, 0.375, 0.75]).view(3, 1, 1))
 
-        def _denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        def _denormalize(self, x):
             return x.mul(self.std).add_(self.mean) * 255
 
         def forward(self, x):
@@ -176,3 +183,31 @@ TRAINING_READ_IN_A_SUBCLASS = textwrap.dedent('''
 def test_self_training_read_in_a_subclass_without_init(tmp_path):
     _verifies(tmp_path, TRAINING_READ_IN_A_SUBCLASS, "Net", "float32[2,5,8]")
     _verifies(tmp_path, TRAINING_READ_IN_A_SUBCLASS, "Net", "float32[2,5,8]", train_mode=True)
+
+
+MESHGRID_OF_A_LIST = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    def build_grid(feat_shape, grid_indexing='ij', dtype=torch.float32):
+        t = [torch.arange(s, dtype=torch.int64).to(torch.float32) + 0.5 for s in feat_shape]
+        return torch.stack(torch.meshgrid(t, indexing=grid_indexing), dim=-1).to(dtype=dtype)
+
+
+    class Net(nn.Module):
+        def __init__(self, dim=4):
+            super().__init__()
+            self.proj = nn.Linear(2, dim)
+
+        def forward(self, x):
+            g = build_grid((x.shape[1], x.shape[2]), dtype=x.dtype)
+            h = build_grid((x.shape[2], x.shape[1]), grid_indexing='xy', dtype=x.dtype)
+            return x * self.proj(g + h).sum(-1)[..., None]
+''')
+
+
+def test_meshgrid_of_a_list_with_its_indexing_a_parameter(tmp_path):
+    # 3 x 5: 'ij' and 'xy' grids of the transposed sizes agree in shape only where the
+    # indexing is honoured
+    _verifies(tmp_path, MESHGRID_OF_A_LIST, "Net", "float32[2,3,5,4]")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from torch2jax.analysis import values as vk
+from torch2jax.analysis.torch_api import TORCH_ONLY_TENSOR_METHODS
 from torch2jax.passes.rewrite_support import _fix_commas
 
 # out-of-place tensor methods whose result is always a new tensor (never ``self`` or a view)
@@ -65,3 +67,13 @@ def inplace_on_made_value(tr, original: cst.Call, updated: cst.Call,
     return tr._function(original, updated.with_changes(
         func=cst.Attribute(cst.Name("torch"), cst.Name(base)),
         args=[cst.Arg(updated.func.value), *_fix_commas(list(updated.args))]), function)
+
+
+def torch_only_method(tr, recv: cst.BaseExpression, meth: str) -> bool:
+    """``x.mul(std)`` where the value analysis cannot tell what ``x`` is (a parameter of a
+    helper method, not annotated): ``.mul`` is a method of torch's tensors only, and of no
+    class of the file, so ``x`` is a tensor (it was left, unmarked: "DynamicJaxprTracer has
+    no attribute mul" where it ran). Not what another library returns."""
+    return (meth in TORCH_ONLY_TENSOR_METHODS and not meth.endswith("_")
+            and tr.values is not None and tr.values.kind(recv) in (vk.Kind.UNKNOWN, vk.Kind.PARAM)
+            and not tr.values._file_method(meth) and not tr._imported_result(recv))
