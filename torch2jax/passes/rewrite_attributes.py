@@ -48,6 +48,7 @@ from torch2jax.passes.rewrite_support import (
 from torch2jax.passes.scaled_weights import scaled_sublayer_weight
 from torch2jax.passes.sequential_items import sequential_elem_layout, sequential_layouts
 from torch2jax.passes.sequential_names import indexed_sequential, iterated_sequential
+from torch2jax.passes.variable_reads import given_to_jitted
 from torch2jax.ruleset import Rule
 
 # builtins that iterate their argument (or measure it)
@@ -730,7 +731,8 @@ class AttributesMixin(AnnotationsMixin):
             rule = self.rules.functions.get(callee)
             if isinstance(outer, cst.Call) and (not callee.startswith("torch") or (
                     rule is not None and rule.special in ("conv_function",
-                                                           "conv_transpose_function"))):
+                                                           "conv_transpose_function"))) or (
+                    given_to_jitted(self, original_node)):  # jax.nn.sigmoid(self.alpha[...])
                 # _get_relative_position_bias(self.relative_position_bias_table, ...): a
                 # function of the file computes with the array, not the nnx.Variable (x[...]
                 # reads it; the equinox pass keeps it, a plain array's x[...] being x);

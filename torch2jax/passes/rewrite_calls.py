@@ -52,6 +52,7 @@ from torch2jax.passes.common import (
 )
 from torch2jax.passes.conv_subclass import conv_forward, conv_forward_reads
 from torch2jax.passes.data import read_by_iterator
+from torch2jax.passes.fresh_values import inplace_on_made_value, torch_only_method
 from torch2jax.passes.modules_walk import named_modules_walk, submodule_call
 from torch2jax.passes.rewrite_support import (
     _FILLED,
@@ -797,9 +798,14 @@ class CallsMixin:
                 return (expr("jnp.full_like({x}, {v})", x=updated.func.value,
                              v=updated.args[0].value) if meth == "fill_"
                         else expr("jnp.zeros_like({x})", x=updated.func.value))
+            fresh = inplace_on_made_value(self, original, updated, meth) if rule is None and (
+                made is None) else None  # x.mul(std).add_(mean): passes/fresh_values.py
+            if fresh is not None:
+                return fresh
             known = (rule is None and made is None and self.values is not None
                      and self.values.kind(recv) == vk.Kind.TENSOR)
-            function = self.rules.functions.get(f"torch.{meth}") if known else None
+            function = self.rules.functions.get(f"torch.{meth}") if known or (
+                rule is None and made is None and torch_only_method(self, recv, meth)) else None
             if function is not None and function.params[:1] == ("input",):
                 # x.mul(y), x.flip(0), x.gather(1, i): a tensor method with no rule of its own
                 # whose torch function has one is that function of the receiver
@@ -1046,6 +1052,10 @@ class CallsMixin:
                 else frozenset()
         if self.values is not None and rule.special == "split":  # x.split(self.sizes)
             return self._split_sizes(original, rule)
+        if self.values is not None and rule.special == "meshgrid":  # torch.meshgrid(t)
+            t = bind(original.args, rule.params).get("tensors")
+            return frozenset({"tensors"}) if t is not None and self.values.kind(t) in (
+                vk.Kind.TUPLE, vk.Kind.LIST) else frozenset()
         if self.values is None or rule.special not in (
                 "conv_function", "conv_transpose_function", "adaptive_pool_function", "creation"):
             return frozenset()

@@ -24,7 +24,7 @@ from torch2jax.analysis.index import Layouts, ordered_dict_items, spread_literal
 from torch2jax.analysis.metadata import ParentNodeProvider
 from torch2jax.analysis.tables import method_on_parameter, table_items
 from torch2jax.analysis.walk import findall, walk
-from torch2jax.passes import class_names, closures
+from torch2jax.passes import class_names, closures, training_flag
 from torch2jax.passes import training as tr
 from torch2jax.passes.common import (
     Untranslatable,
@@ -129,8 +129,8 @@ class ModuleClassMixin:
         hoisted_all = (self._training_hoisted.get(name, 0) == self._training_reads.get(name, 0)
                        and self._training_hoisted.get(name, 0) > 0 and not any(
                            c.module_base == name for c in self.index.classes.values()))
-        if (info.uses_training and has_init and self.target.stateful_modules
-                and not hoisted_all
+        if (training_flag.sets_training_flag(self.index.classes, name, info) and has_init
+                and self.target.stateful_modules and not hoisted_all
                 and (info.module_base == "torch" or not self._training_base(info))):
             body = [self._add_training_flag(s) if isinstance(s, cst.FunctionDef)
                     and s.name.value == "__init__" else s for s in body]

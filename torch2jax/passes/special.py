@@ -565,14 +565,18 @@ def meshgrid(site: Site) -> cst.BaseExpression:
             raise Untranslatable("torch.meshgrid of a spread and other arguments")
         return call("jnp.meshgrid", site.args.star[0], arg(py(indexing or "ij"), "indexing"))
     ops = [site.args.get("tensors"), *site.args.extra_positional]
+    # a non-literal indexing (timm's pos_embed_sincos: indexing=grid_indexing) is passed on:
+    # torch and jnp take the same strings, "ij" and "xy"
+    how = arg(site.get("indexing") if indexing is ... else py(indexing or "ij"), "indexing")
     if len(ops) == 1 and isinstance(ops[0], (cst.List, cst.Tuple)):
         ops = [e.value for e in ops[0].elements]
+    elif len(ops) == 1 and "tensors" in site.sequences:
+        # torch.meshgrid(t) with t a list of tensors (pos_embed_sincos: t = [torch.arange(s)
+        # for s in feat_shape]): spread into jnp.meshgrid
+        return call("jnp.meshgrid", cst.Arg(ops[0], star="*"), how)
     elif len(ops) == 1:
         raise Untranslatable("torch.meshgrid of one name: a tensor or a sequence of them")
-    indexing = site.lit("indexing")
-    if indexing is ...:
-        raise Untranslatable("torch.meshgrid with a non-literal indexing")
-    return call("jnp.meshgrid", *[arg(o) for o in ops], arg(py(indexing or "ij"), "indexing"))
+    return call("jnp.meshgrid", *[arg(o) for o in ops], how)
 
 
 @special("like")

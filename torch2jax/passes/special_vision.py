@@ -498,6 +498,12 @@ def _resize(site: Site, x: str, channels_last: bool = False, per_example: bool =
             # a factor held by a name (timm's coat: scale_factor=scale_factor, a float
             # parameter): torch's output size floor(d * f), mapped with f itself (below)
             per_axis, fs = f"int(d * {code(factor)})", None
+        elif mode == "nearest" and isinstance(factor, (cst.Name, cst.Attribute)):
+            # nearest by a factor held by a name (timm's cpubone: nn.Upsample(scale_factor=
+            # att_stride)): torch's sizes floor(d * f), its source index floor(dst / f)
+            f = code(factor)
+            return _nearest_take(x, [f"int({x}.shape[{first + i}] * {f})" for i in range(2)],
+                                 [f] * 2, first)
         else:
             raise Untranslatable("interpolate with a non-literal scale_factor")
         given = "name" if fs is None else "int" if all(
@@ -554,13 +560,16 @@ def _out_size(d: str, f: float) -> str:
     return f"int({d} * {f!r})"
 
 
-def _nearest_take(x: str, sizes: list[str], factors: list[float] | None, first: int) -> str:
+def _nearest_take(x: str, sizes: list[str], factors: list[float | str] | None,
+                  first: int) -> str:
     """torch's legacy nearest: source index ``floor(dst * scale)`` in float32, with scale
-    ``in / out`` (size given) or ``1 / scale_factor``, one ``jnp.take`` per spatial axis."""
+    ``in / out`` (size given) or ``1 / scale_factor`` (a number, or the name holding it),
+    one ``jnp.take`` per spatial axis."""
     out = x
     for i, size in enumerate(sizes):
         axis = first + i
-        scale = f"({x}.shape[{axis}] / {size})" if factors is None else repr(1 / factors[i])
+        scale = f"({x}.shape[{axis}] / {size})" if factors is None else (
+            f"(1 / {factors[i]})" if isinstance(factors[i], str) else repr(1 / factors[i]))
         out = (f"jnp.take({out}, (jnp.arange({size}) * {scale}).astype(jnp.int32), "
                f"axis={axis})")
     return out
