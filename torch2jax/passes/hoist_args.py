@@ -22,7 +22,7 @@ import libcst.matchers as m
 
 from torch2jax.analysis.value_kinds import Kind
 
-_TRACED = (Kind.TENSOR, Kind.PARAM)
+_TRACED = (Kind.TENSOR,)  # (PARAM, a parameter of no known kind, may be a function)
 
 
 def hoisted_step(rw, function: cst.FunctionDef, free: set[str]
@@ -30,8 +30,8 @@ def hoisted_step(rw, function: cst.FunctionDef, free: set[str]
     """``function`` (the step) with each name of ``free`` made a keyword-only parameter, and
     those names (``passing`` gives them at its calls); None where a value is not known well
     enough."""
-    if not free or not rw._fn_stack or rw.values is None:
-        return None
+    if not free or not rw._fn_stack or rw.values is None or rw.target.intermediate:
+        return None  # (equinox's pass rewrites the NNX step its own way: equinox_hoist.py)
     static: list[str] = []
     traced: list[str] = []
     for name in sorted(free):
@@ -89,16 +89,18 @@ def _value_in(rw, enclosing: cst.FunctionDef, name: str):
 
 def _with_static(decorator: cst.BaseExpression, names: list[str]) -> cst.BaseExpression | None:
     """The jit decorator with ``names`` added to its ``static_argnames``."""
-    more = [cst.Element(cst.SimpleString(repr(n))) for n in names]
     if isinstance(decorator, cst.Call):
         args = list(decorator.args)
         for i, a in enumerate(args):
             if a.keyword is not None and a.keyword.value == "static_argnames":
-                if not isinstance(a.value, cst.Tuple | cst.List):
+                if not (isinstance(a.value, cst.Tuple | cst.List) and all(
+                        isinstance(e.value, cst.SimpleString) for e in a.value.elements)):
                     return None
-                args[i] = a.with_changes(value=cst.Tuple([*a.value.elements, *more]))
+                had = [e.value.evaluated_value for e in a.value.elements]
+                args[i] = a.with_changes(value=cst.parse_expression(repr((*had, *names))))
                 return decorator.with_changes(args=args)
-        keyword = cst.Arg(cst.Tuple(more), keyword=cst.Name("static_argnames"),
+        keyword = cst.Arg(cst.parse_expression(repr(tuple(names))),
+                          keyword=cst.Name("static_argnames"),
                           equal=cst.AssignEqual(cst.SimpleWhitespace(""),
                                                 cst.SimpleWhitespace("")))
         return decorator.with_changes(args=[*args, keyword])
