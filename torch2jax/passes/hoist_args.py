@@ -57,10 +57,10 @@ def hoisted_step(rw, function: cst.FunctionDef, free: set[str]
     if static:
         if not decorators:
             return None
-        decorators[0] = decorators[0].with_changes(
-            decorator=_with_static(decorators[0].decorator, static))
-        if decorators[0].decorator is None:
+        jit = _with_static(decorators[0].decorator, static)
+        if jit is None:
             return None
+        decorators[0] = decorators[0].with_changes(decorator=jit)
         if "partial(" in _code(decorators[:1]):
             rw.need("partial")
     return function.with_changes(params=params, decorators=decorators), [*static, *traced]
