@@ -129,18 +129,13 @@ def iterated_sequential(rw, original: cst.Name | cst.Attribute, parent: cst.CSTN
     measured (``len(model)``, ``enumerate(model)``): its layers, ``model.layers``."""
     if isinstance(original, cst.Attribute):
         parent = rw.get_metadata(ParentNodeProvider, original, None)
-    if not (isinstance(original, cst.Name) and original.value in rw.sequential_names
-            and not rw.current_class or isinstance(original, cst.Attribute)
-            and _uses(rw, original, parent) and _held(rw, original, original)):
-        return None
-    if isinstance(original, cst.Attribute):
+        if not (_uses(rw, original, parent) and _held(rw, original, original)):
+            return None
         return cst.Attribute(updated or original, cst.Name("layers"))
-    iterated = isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is original
-    if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
-        outer = rw.get_metadata(ParentNodeProvider, parent, None)
-        iterated = isinstance(outer, cst.Call) and m.matches(
-            outer.func, m.OneOf(*(m.Name(n) for n in _ITERATING)))
-    return cst.Attribute(cst.Name(original.value), cst.Name("layers")) if iterated else None
+    if original.value not in rw.sequential_names or rw.current_class or not _uses(
+            rw, original, parent):
+        return None
+    return cst.Attribute(cst.Name(original.value), cst.Name("layers"))
 
 
 def _uses(rw, original: cst.BaseExpression, parent: cst.CSTNode | None) -> bool:
