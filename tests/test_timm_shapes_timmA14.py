@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import textwrap
 
+from model_cases import verified_file
+
 from torch2jax.verify.run import VerifyRequest, run_request
 
 BY_NAME = textwrap.dedent('''
@@ -73,11 +75,7 @@ BY_NAME = textwrap.dedent('''
 
 
 def test_children_of_blocks_registered_by_computed_names(tmp_path):
-    (tmp_path / "model.py").write_text(BY_NAME)
-    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
-                                       inputs=("float32[2,3,8,8]",), float64=True))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    result = verified_file(tmp_path, BY_NAME, "Net", "float32[2,3,8,8]")
     assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import textwrap
 
+from model_cases import verified_file
+
 from torch2jax.convert import convert_source
-from torch2jax.verify.run import VerifyRequest, run_request
 
 ANNOTATED_NONE_THEN_PARAMETER = textwrap.dedent('''
     from typing import Optional
@@ -50,11 +51,7 @@ ANNOTATED_NONE_THEN_PARAMETER = textwrap.dedent('''
 
 
 def test_an_annotated_none_then_a_parameter(tmp_path):
-    (tmp_path / "model.py").write_text(ANNOTATED_NONE_THEN_PARAMETER)
-    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
-                                       inputs=("float32[2,3,4]",), float64=True))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    result = verified_file(tmp_path, ANNOTATED_NONE_THEN_PARAMETER, "Net", "float32[2,3,4]")
     assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
 
 
@@ -97,11 +94,7 @@ def test_an_attribute_none_or_a_pooling_layer(tmp_path):
     # hieradet_sam2's self.pool = None, then nn.MaxPool2d(...) in a branch: a function on the
     # JAX side, so the None stays static (it was nnx.data(None), then the function a leaf of
     # the model's state, which jax.jit refused)
-    (tmp_path / "model.py").write_text(POOL_OR_NONE)
-    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
-                                       inputs=("float32[2,4,4,4]",), float64=True))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    result = verified_file(tmp_path, POOL_OR_NONE, "Net", "float32[2,4,4,4]")
     assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
 
 
@@ -141,9 +134,5 @@ FX_WRAPPED_DTYPE = textwrap.dedent('''
 def test_an_fx_wrapped_dtype_helper(tmp_path):
     code = convert_source(FX_WRAPPED_DTYPE, path="model.py").code
     assert "torch" not in code.replace("torch2jax", ""), code
-    (tmp_path / "model.py").write_text(FX_WRAPPED_DTYPE)
-    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::Net",
-                                       inputs=("float32[2,3,4]",), float64=True))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    result = verified_file(tmp_path, FX_WRAPPED_DTYPE, "Net", "float32[2,3,4]")
     assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None

@@ -34,19 +34,15 @@ from __future__ import annotations
 
 import textwrap
 
-from torch2jax.verify.run import VerifyRequest, run_request
+from model_cases import verified_file
 
 
 def _verifies(tmp_path, source: str, entry: str, *inputs: str, train_mode: bool = False,
               float64: bool | None = True):
-    """``source`` written as a file, its class ``entry`` verified against torch in float64
-    (forward and gradients) on ``inputs``: the result, which passed. ``float64=None``: a model
-    that computes in float32 on purpose (a float32 grid), whose float32 pass decides."""
-    (tmp_path / "model.py").write_text(source)
-    result = run_request(VerifyRequest(f"{tmp_path / 'model.py'}::{entry}", inputs=inputs,
-                                       float64=float64, train_mode=train_mode))
-    assert result.error is None, result.error
-    assert result.passed, result.reason
+    """``float64=None``: a model that computes in float32 on purpose (a float32 grid), whose
+    float32 pass decides (tests/model_cases.py)."""
+    result = verified_file(tmp_path, source, entry, *inputs, float64=float64,
+                           train_mode=train_mode)
     assert result.max_abs_diff is not None and result.grad_max_abs_diff is not None
     return result
 
